@@ -1,0 +1,29 @@
+# Thin wrapper over Meson/Ninja: `make` builds into build/, `make check` runs every test,
+# `make asan-check` runs the unit and integration tests under ASan+UBSan (build-asan/).
+MESON ?= meson
+BUILD ?= build
+
+.PHONY: all check unit-check asan-check fuzz clean format-check
+
+all: $(BUILD)/build.ninja
+	ninja -C $(BUILD)
+
+$(BUILD)/build.ninja:
+	$(MESON) setup $(BUILD) --buildtype=release -Db_ndebug=false
+
+check: all
+	$(MESON) test -C $(BUILD) --print-errorlogs
+
+unit-check: all
+	$(MESON) test -C $(BUILD) --print-errorlogs --suite unit
+
+build-asan/build.ninja:
+	$(MESON) setup build-asan --buildtype=debug -Db_sanitize=address,undefined -Db_lundef=false
+
+asan-check: build-asan/build.ninja
+	ninja -C build-asan
+	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+		$(MESON) test -C build-asan --print-errorlogs --timeout-multiplier 4
+
+clean:
+	rm -rf $(BUILD) build-asan build-fuzz

@@ -1,0 +1,126 @@
+/* Login and Text key negotiation (RFC 7143 §6, §13), shared by target and initiator.
+ * One declarative table (keys.c) gives every key its type, range, default, who may send it,
+ * in which phase, and how the two sides' values combine; this header is the engine around it.
+ *
+ * Use (either side): iscsi_neg_init() with this side's limits; the initiator calls
+ * iscsi_neg_offer() to start; each received text goes through iscsi_neg_handle(), which
+ * records the peer's declarations and answers the peer's offers into `out`. When the login
+ * completes, iscsi_neg_result() gives the operational parameters both sides now use. */
+#ifndef LR_ISCSI_KEYS_H
+#define LR_ISCSI_KEYS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "iscsi/pdu.h"
+
+/* Text data is bounded so that a peer cannot make us allocate without limit: a whole login
+ * or text exchange (all continuation PDUs together) is at most this many bytes. */
+#define ISCSI_TEXT_MAX (64u * 1024u)
+#define ISCSI_KEY_NAME_MAX 63    /* RFC 7143 §6.1 */
+#define ISCSI_VALUE_MAX 255      /* simple values; lists and TargetAddress fit too */
+#define ISCSI_NAME_MAX 223       /* iSCSI names (RFC 7143 §4.2.7) */
+
+/* A growing key=value\0 buffer, capped at ISCSI_TEXT_MAX. */
+struct iscsi_text {
+    char *data;
+    uint32_t len;
+    uint32_t cap;
+    bool overflow; /* an append did not fit */
+};
+
+void iscsi_text_init(struct iscsi_text *t);
+void iscsi_text_free(struct iscsi_text *t);
+void iscsi_text_reset(struct iscsi_text *t);
+/* Append "key=value\0". Returns 0 or -1 (and sets overflow) if it would exceed the cap. */
+int iscsi_text_add(struct iscsi_text *t, const char *key, const char *value);
+int iscsi_text_addf(struct iscsi_text *t, const char *key, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* Append raw bytes (continuation PDUs of one text). */
+int iscsi_text_append(struct iscsi_text *t, const void *data, uint32_t len);
+
+/* Walk a key=value\0 list. Returns 1 with key/value pointing into a scratch copy, 0 at the end,
+ * -1 on a malformed pair (no '=', empty key, key too long, missing NUL terminator). */
+struct iscsi_text_iter {
+    const char *p, *end;
+    char scratch[ISCSI_TEXT_MAX > 8192 ? 8192 : ISCSI_TEXT_MAX];
+};
+void iscsi_text_iter_init(struct iscsi_text_iter *it, const char *data, uint32_t len);
+int iscsi_text_next(struct iscsi_text_iter *it, const char **key, const char **value);
+
+/* Negotiated operational parameters of a session/connection (RFC 7143 §13 defaults when a key
+ * is not negotiated). */
+struct iscsi_params {
+    bool header_digest;          /* CRC32C */
+    bool data_digest;
+    uint32_t max_connections;
+    bool initial_r2t;
+    bool immediate_data;
+    uint32_t max_recv_dsl;       /* what THIS side can receive (declared by us) */
+    uint32_t peer_max_recv_dsl;  /* what the peer can receive (declared by the peer): our send limit */
+    uint32_t max_burst;
+    uint32_t first_burst;
+    uint32_t default_time2wait;
+    uint32_t default_time2retain;
+    uint32_t max_outstanding_r2t;
+    bool data_pdu_in_order;
+    bool data_sequence_in_order;
+    uint32_t erl;
+};
+
+/* The RFC 7143 defaults. */
+void iscsi_params_default(struct iscsi_params *p);
+
+enum iscsi_side { ISCSI_SIDE_TARGET, ISCSI_SIDE_INITIATOR };
+enum iscsi_session_type { ISCSI_SESSION_NONE, ISCSI_SESSION_NORMAL, ISCSI_SESSION_DISCOVERY };
+
+#define ISCSI_KEY_COUNT_MAX 64
+
+struct iscsi_neg {
+    enum iscsi_side side;
+    /* This side's preferences and limits: for numeric keys the value we offer / the most we
+     * accept; for booleans what we want; digests: whether CRC32C is acceptable / wanted. */
+    struct iscsi_params local;
+    /* Values in force, updated as keys complete; starts at the RFC defaults. */
+    struct iscsi_params result;
+    bool leading;                 /* first connection of the session (LO keys allowed) */
+    bool ffp;                     /* Text negotiation in full feature phase */
+    enum iscsi_session_type session_type;
+    /* Declarations seen (empty string if not) */
+    char initiator_name[ISCSI_NAME_MAX + 1];
+    char target_name[ISCSI_NAME_MAX + 1];
+    char initiator_alias[ISCSI_VALUE_MAX + 1];
+    char target_alias[ISCSI_VALUE_MAX + 1];
+    char send_targets[ISCSI_NAME_MAX + 1]; /* SendTargets value (Text): "All", a name, or "" */
+    bool send_targets_seen;
+    bool auth_none_agreed;        /* AuthMethod negotiated to None */
+    bool auth_chap_agreed;        /* AuthMethod negotiated to CHAP (for later) */
+    bool auth_required;           /* target: refuse AuthMethod=None (CHAP configured) */
+    /* Bookkeeping, one bit per table row */
+    uint64_t received;            /* keys the peer sent in this negotiation */
+    uint64_t offered;             /* keys we offered and are awaiting an answer for */
+    uint64_t done;                /* keys whose value is settled */
+};
+
+void iscsi_neg_init(struct iscsi_neg *n, enum iscsi_side side, const struct iscsi_params *local);
+
+/* Append this side's own offers/declarations for `stage` that are not yet settled: the
+ * initiator's operational proposals, and either side's MaxRecvDataSegmentLength declaration.
+ * Returns 0 or -1 if `out` overflowed. */
+int iscsi_neg_offer(struct iscsi_neg *n, enum iscsi_stage stage, struct iscsi_text *out);
+
+/* Process a complete text from the peer. Answers (including NotUnderstood, Irrelevant and
+ * Reject) go into `out`. Returns ISCSI_LOGIN_OK, or a login status to fail the login with
+ * (e.g. ISCSI_LOGIN_INITIATOR_ERROR for a malformed text or a key sent twice,
+ * ISCSI_LOGIN_INVALID_DURING_LOGIN for a key not allowed at this stage). */
+enum iscsi_login_status iscsi_neg_handle(struct iscsi_neg *n, enum iscsi_stage stage,
+                                         const char *text, uint32_t len, struct iscsi_text *out);
+
+/* True when no offer of ours is still awaiting an answer (the side may transit). */
+bool iscsi_neg_settled(const struct iscsi_neg *n);
+
+/* Final operational parameters (result with FirstBurstLength clamped to MaxBurstLength). */
+void iscsi_neg_result(const struct iscsi_neg *n, struct iscsi_params *out);
+
+#endif

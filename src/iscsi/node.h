@@ -1,0 +1,70 @@
+/* What the iSCSI layer serves: target nodes (name, alias, SCSI device, portals, initiator
+ * allow-list, preferred session parameters) and the server that holds them together with the
+ * reactors and the session table. Built by src/target from the command line or a config file;
+ * read-only once the daemon serves. */
+#ifndef LR_ISCSI_NODE_H
+#define LR_ISCSI_NODE_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "iscsi/keys.h"
+#include "scsi/scsi.h"
+
+struct reactor;
+struct iscsi_session;
+
+/* A portal as SendTargets reports it: "127.0.0.1:3260" or "[::1]:3260", with its group tag. */
+struct iscsi_portal_addr {
+    char text[80];
+    uint16_t tpgt;
+};
+
+struct iscsi_node {
+    char name[ISCSI_NAME_MAX + 1];
+    char alias[ISCSI_VALUE_MAX + 1];    /* "" for none */
+    struct scsi_target *scsi;
+    struct iscsi_portal_addr *portals;  /* where this node is reachable */
+    unsigned nportals;
+    char (*allow)[ISCSI_NAME_MAX + 1];  /* initiator names allowed; none listed = everyone */
+    unsigned nallow;
+    struct iscsi_params params;         /* this node's limits/preferences for negotiation */
+    uint16_t tpgt;
+};
+
+struct iscsi_server {
+    struct iscsi_node **nodes;
+    unsigned nnodes;
+    struct reactor **reactors;
+    unsigned nreactors;
+    /* Session table, shared by all reactors (logins and logouts only, never per PDU). */
+    pthread_mutex_t sessions_lock;
+    struct iscsi_session **sessions;    /* indexed by TSIH, 0 unused */
+    unsigned sessions_cap;
+    uint16_t next_tsih;
+    atomic_bool shutting_down;
+    atomic_int nconns;
+    /* Seconds of silence before the target pings an idle connection with NOP-In, and before it
+     * drops a connection whose ping went unanswered. */
+    unsigned nop_interval_s;
+    unsigned nop_timeout_s;
+    /* Seconds a connection may take to complete login before it is dropped. */
+    unsigned login_timeout_s;
+};
+
+int iscsi_server_init(struct iscsi_server *srv);
+void iscsi_server_destroy(struct iscsi_server *srv);
+struct iscsi_node *iscsi_server_find_node(struct iscsi_server *srv, const char *name);
+bool iscsi_node_allows(const struct iscsi_node *node, const char *initiator_name);
+
+/* Take over an accepted, non-blocking socket. Must be called on reactor r's thread. */
+void iscsi_conn_accept(struct iscsi_server *srv, struct reactor *r, int fd,
+                       const struct iscsi_portal_addr *portal);
+
+/* SIGTERM path: called once on each reactor's thread (via reactor_send) to fail in-flight
+ * commands cleanly and close every connection it owns. */
+void iscsi_server_close_reactor_conns(struct iscsi_server *srv, struct reactor *r);
+
+#endif

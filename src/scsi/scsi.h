@@ -1,0 +1,149 @@
+/* The SCSI core (SPC-4 / SBC-3): takes a CDB, a LUN and data buffers, returns status and
+ * sense. It never sees a PDU, so iSCSI, the unit tests and future transports drive it alike.
+ *
+ * Life of a task, driven by the transport:
+ *   1. fill cdb, lun, target, nexus, edtl, tag (scsi_task_init);
+ *   2. scsi_task_setup(): validates everything that can be refused before any data moves
+ *      (LUN, unit attention, reservation, CDB fields, LBA range, transfer length) and decides
+ *      where the data lives: t->iov points at the RAM LUN itself for READ/WRITE (direct data
+ *      placement, zero-copy send) or at a buffer the core allocated;
+ *   3. for a write, the transport fills t->iov with the data-out bytes;
+ *   4. scsi_task_exec(): runs the command; t->done(t) is called once, on the calling reactor
+ *      thread, possibly before exec returns;
+ *   5. the transport sends t->data_len bytes from t->iov (reads) and the status/sense;
+ *   6. scsi_task_release() frees what setup allocated. */
+#ifndef LR_SCSI_H
+#define LR_SCSI_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/uio.h>
+
+#include "bs/bs.h"
+
+/* SAM-5 status codes */
+enum scsi_status {
+    SCSI_STATUS_GOOD = 0x00,
+    SCSI_STATUS_CHECK_CONDITION = 0x02,
+    SCSI_STATUS_CONDITION_MET = 0x04,
+    SCSI_STATUS_BUSY = 0x08,
+    SCSI_STATUS_RESERVATION_CONFLICT = 0x18,
+    SCSI_STATUS_TASK_SET_FULL = 0x28,
+    SCSI_STATUS_ACA_ACTIVE = 0x30,
+    SCSI_STATUS_TASK_ABORTED = 0x40,
+};
+
+enum scsi_dir { SCSI_DIR_NONE, SCSI_DIR_READ, SCSI_DIR_WRITE };
+
+#define SCSI_SENSE_MAX 96
+#define SCSI_TASK_IOV_MAX 4
+#define SCSI_CDB_MAX 16
+/* Largest transfer one command may ask for (VPD 0xB0 MAXIMUM TRANSFER LENGTH says so);
+ * bounds every allocation a CDB can cause. */
+#define SCSI_MAX_XFER_BYTES (8u << 20)
+
+struct scsi_lun;
+struct scsi_target;
+
+/* An I_T nexus: one initiator port (IQN + ISID) talking to one target port. Reservations and
+ * unit attentions are kept per nexus. Owned by the SCSI core, shared by reference. */
+struct scsi_nexus {
+    char initiator_port[256]; /* "iqn.x,i,0x<isid>" (RFC 7143 §4.2.7.1 iSCSI initiator port name) */
+    char initiator_name[224];
+    uint64_t id;              /* unique within the target, never reused */
+    int refs;
+    struct scsi_target *target;
+};
+
+struct scsi_lun_config {
+    uint64_t lun;          /* LUN number as the initiator addresses it */
+    struct bs *bs;         /* the store; the LUN takes ownership */
+    uint32_t block_size;   /* 512 or 4096; 0 means 512 */
+    bool read_only;
+};
+
+/* A SCSI target device: its LUNs and its one target port. */
+struct scsi_target {
+    char name[224];          /* iSCSI target name */
+    uint16_t tpgt;           /* target portal group tag = relative target port id */
+    struct scsi_lun **luns;  /* luns[i] is LUN i; NULL holes allowed */
+    uint32_t nluns;
+    pthread_mutex_t lock;    /* nexus list */
+    void *priv;              /* SCSI core's per-target state */
+};
+
+struct scsi_task {
+    /* filled by the transport */
+    uint8_t cdb[SCSI_CDB_MAX];
+    uint64_t lun;
+    struct scsi_target *target;
+    struct scsi_nexus *nexus;
+    uint32_t edtl;            /* expected data transfer length from the transport */
+    bool edtl_read, edtl_write; /* transport's R and W bits */
+    uint32_t tag;
+    void (*done)(struct scsi_task *t);
+    void *transport_priv;
+
+    /* set by scsi_task_setup() */
+    struct scsi_lun *lu;      /* NULL if the LUN does not exist */
+    enum scsi_dir dir;
+    uint32_t xfer_len;        /* bytes the CDB asks to move (data-out for writes) */
+    struct iovec iov[SCSI_TASK_IOV_MAX];
+    int iovcnt;               /* buffers for the data: xfer_len bytes in total */
+
+    /* set by scsi_task_exec() (or by setup when it refuses) */
+    uint32_t data_len;        /* reads: bytes of t->iov valid to send (may be < xfer_len) */
+    uint8_t status;
+    uint8_t sense[SCSI_SENSE_MAX];
+    uint8_t sense_len;
+
+    /* private to the SCSI core */
+    void *buf;                /* buffer allocated by setup */
+    struct bs_io io;
+    int state;
+};
+
+/* --- targets, LUNs, nexuses --- */
+int scsi_target_init(struct scsi_target *t, const char *name, uint16_t tpgt);
+/* Adds a LUN (takes ownership of cfg->bs). Returns 0 or -errno; err gets a reason. */
+int scsi_target_add_lun(struct scsi_target *t, const struct scsi_lun_config *cfg, char *err,
+                        size_t errlen);
+void scsi_target_destroy(struct scsi_target *t);
+
+/* Find or create the nexus for an initiator port; takes a reference. */
+struct scsi_nexus *scsi_nexus_get(struct scsi_target *t, const char *initiator_name,
+                                  const uint8_t isid[6]);
+void scsi_nexus_put(struct scsi_nexus *n);
+
+/* --- tasks --- */
+void scsi_task_init(struct scsi_task *t);
+/* 0: go on to the data phase / exec. -1: refused; status and sense are set, nothing to exec. */
+int scsi_task_setup(struct scsi_task *t);
+void scsi_task_exec(struct scsi_task *t);
+void scsi_task_release(struct scsi_task *t);
+
+/* --- task management (SAM-5 §7), mapped from the transport's TMF --- */
+/* A LOGICAL UNIT RESET happened: unit attention 29h/03h to every other nexus, drop reservations
+ * held by SPC-2 RESERVE. The transport aborts the tasks themselves. */
+void scsi_lun_reset(struct scsi_lun *lu, struct scsi_nexus *by);
+/* TARGET WARM/COLD RESET: the same on every LUN (29h/02h for warm? see SAM-5 6.3). */
+void scsi_target_reset(struct scsi_target *t, struct scsi_nexus *by, bool cold);
+/* Tasks were aborted by another nexus (CLEAR TASK SET, ABORT TASK SET with TAS=0):
+ * unit attention 2Fh/01h COMMANDS CLEARED BY ANOTHER INITIATOR to the nexuses that lost them. */
+void scsi_lun_tasks_cleared(struct scsi_lun *lu, struct scsi_nexus *victim);
+
+struct scsi_lun *scsi_target_lun(struct scsi_target *t, uint64_t lun);
+uint64_t scsi_lun_size_bytes(const struct scsi_lun *lu);
+/* Flush a LUN's store (shutdown). Blocking; not for reactor threads in steady state. */
+int scsi_lun_flush_sync(struct scsi_lun *lu);
+
+/* The transport's 8-byte LUN field (SAM-5 §4.7, flat/peripheral addressing) to a LUN number and
+ * back. */
+uint64_t scsi_lun_from_wire(const uint8_t w[8]);
+void scsi_lun_to_wire(uint64_t lun, uint8_t w[8]);
+
+/* Set status CHECK CONDITION with fixed-format sense (key, ASC, ASCQ). */
+void scsi_task_set_sense(struct scsi_task *t, uint8_t key, uint8_t asc, uint8_t ascq);
+
+#endif
