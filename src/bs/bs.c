@@ -1,1 +1,136 @@
-/* placeholder: being written */
+/* The --lun SPEC parser ("ram:SIZE", "null:SIZE", "file:PATH[,size=SIZE][,direct]") that turns
+ * a line of configuration into an open store, and bs_close(). Per-type code lives in
+ * bs_null.c, bs_ram.c and bs_file.c. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bs/bs_priv.h"
+#include "util/size.h"
+
+#define BS_SECTOR 512
+
+static void bs_err(char *err, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static void bs_err(char *err, size_t errlen, const char *fmt, ...)
+{
+    if (!err || !errlen)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+}
+
+/* Parse a size and insist on whole 512-byte sectors: every LUN exports 512-byte blocks at
+ * least, and a partial last block could be neither read nor written. `who` prefixes the
+ * message ("ram", "file:/x"). */
+static int bs_parse_size(const char *who, const char *s, uint64_t *out, char *err, size_t errlen)
+{
+    if (!*s) {
+        bs_err(err, errlen, "%s: size missing", who);
+        return -1;
+    }
+    if (size_parse(s, out) < 0) {
+        bs_err(err, errlen, "%s: bad size '%s' (expected e.g. 512, 4k, 1G)", who, s);
+        return -1;
+    }
+    if (*out == 0 || *out % BS_SECTOR) {
+        bs_err(err, errlen, "%s: size %s is not a positive multiple of 512", who, s);
+        return -1;
+    }
+    return 0;
+}
+
+/* "ram:SIZE" and "null:SIZE" take no options; anything after a comma is named as unknown. */
+static struct bs *bs_open_mem(const char *type, char *rest, char *err, size_t errlen)
+{
+    char *opt = strchr(rest, ',');
+    if (opt) {
+        *opt++ = '\0';
+        char *end = strchr(opt, ',');
+        if (end)
+            *end = '\0';
+        bs_err(err, errlen, "%s: unknown option '%s'", type, opt);
+        return NULL;
+    }
+    uint64_t size;
+    if (bs_parse_size(type, rest, &size, err, errlen) < 0)
+        return NULL;
+    return strcmp(type, "ram") == 0 ? bs_ram_open(size, err, errlen)
+                                    : bs_null_open(size, err, errlen);
+}
+
+static struct bs *bs_open_file(char *rest, char *err, size_t errlen)
+{
+    char *path = rest;
+    char *opts = strchr(rest, ',');
+    if (opts)
+        *opts++ = '\0';
+    if (!*path) {
+        bs_err(err, errlen, "file: path missing");
+        return NULL;
+    }
+    char who[300];
+    snprintf(who, sizeof(who), "file:%.280s", path);
+
+    uint64_t size = 0;
+    bool direct = false;
+    while (opts) {
+        char *opt = opts;
+        opts = strchr(opts, ',');
+        if (opts)
+            *opts++ = '\0';
+        if (strncmp(opt, "size=", 5) == 0) {
+            if (bs_parse_size(who, opt + 5, &size, err, errlen) < 0)
+                return NULL;
+        } else if (strcmp(opt, "direct") == 0) {
+            direct = true;
+        } else {
+            bs_err(err, errlen, "%s: unknown option '%s'", who, opt);
+            return NULL;
+        }
+    }
+    return bs_file_open(path, size, direct, err, errlen);
+}
+
+struct bs *bs_open_spec(const char *spec, char *err, size_t errlen)
+{
+    if (!spec || !*spec) {
+        bs_err(err, errlen, "empty store spec (expected ram:SIZE, null:SIZE or file:PATH)");
+        return NULL;
+    }
+    char *copy = strdup(spec);
+    if (!copy) {
+        bs_err(err, errlen, "out of memory");
+        return NULL;
+    }
+    char *colon = strchr(copy, ':');
+    char *rest = "";
+    if (colon) {
+        *colon = '\0';
+        rest = colon + 1;
+    }
+    struct bs *bs = NULL;
+    if (strcmp(copy, "ram") == 0 || strcmp(copy, "null") == 0)
+        bs = bs_open_mem(copy, rest, err, errlen);
+    else if (strcmp(copy, "file") == 0)
+        bs = bs_open_file(rest, err, errlen);
+    else
+        bs_err(err, errlen, "unknown store type '%s' (expected ram, null or file)", copy);
+    if (bs)
+        snprintf(bs->desc, sizeof(bs->desc), "%s", spec);
+    free(copy);
+    return bs;
+}
+
+void bs_close(struct bs *bs)
+{
+    if (!bs)
+        return;
+    if (bs->ops->close)
+        bs->ops->close(bs);
+    free(bs);
+}

@@ -8,12 +8,27 @@
 #include <stdint.h>
 #include <sys/uio.h>
 
+#include "util/list.h"
+
 struct bs;
 struct reactor;
 
 enum bs_op { BS_READ, BS_WRITE, BS_FLUSH, BS_UNMAP };
 
-/* One request. The caller owns it until done() runs. */
+/* Store-private progress of one request; callers need not initialise it. The file store may
+ * trim the first and last entries of io->iov in place while the request is in flight (to
+ * resume a short transfer without copying the vector); it restores them before done(). */
+struct bs_io_state {
+    struct bs *bs;
+    uint64_t done;         /* bytes transferred so far */
+    struct list_node node; /* per-ring overflow queue while the ring is full */
+    int head, tail;        /* iov entries trimmed in place, -1 if none */
+    struct iovec head_orig, tail_orig;
+};
+
+/* One request. The store owns it from bs_submit() until done() runs. For a store opened with
+ * ",direct" (O_DIRECT), READ/WRITE buffers, lengths and offsets must be 4096-aligned (the
+ * SCSI core allocates with posix_memalign). */
 struct bs_io {
     enum bs_op op;
     uint64_t offset;
@@ -24,15 +39,18 @@ struct bs_io {
     /* Called exactly once, possibly before bs_submit() returns, with 0 or -errno. */
     void (*done)(struct bs_io *io, int err);
     void *arg;
+    struct bs_io_state st;
 };
 
 struct bs_ops {
     const char *name;
-    /* Serve a READ/WRITE/FLUSH/UNMAP. Never blocks the reactor. */
+    /* Serve a READ/WRITE/FLUSH/UNMAP. Never blocks the reactor. A range outside the store or
+     * an iovec shorter than length completes with -EINVAL. */
     void (*submit)(struct bs *bs, struct bs_io *io);
     /* Memory of [offset, offset+len) if the store lives in RAM, for direct data placement and
      * zero-copy send; NULL if it does not (then the caller uses a buffer and submit()). */
     void *(*map)(struct bs *bs, uint64_t offset, uint64_t len);
+    /* Release priv (the file store first makes written data stable). */
     void (*close)(struct bs *bs);
 };
 
@@ -48,6 +66,7 @@ struct bs {
 /* Parse a --lun SPEC ("ram:SIZE", "null:SIZE", "file:PATH[,size=SIZE][,direct]") and open the
  * store. On failure returns NULL and writes a one-line reason into err. */
 struct bs *bs_open_spec(const char *spec, char *err, size_t errlen);
+/* Close and free a store. No request may be in flight. */
 void bs_close(struct bs *bs);
 
 static inline void bs_submit(struct bs *bs, struct bs_io *io)

@@ -1,1 +1,455 @@
-/* placeholder: being written */
+/* The file store: a regular file or a block device behind io_uring. Each reactor thread gets
+ * its own ring, created on its first submit, whose completion eventfd sits in that reactor's
+ * epoll set; a thread without a running reactor (unit tests, shutdown) does plain syscalls. */
+#include <fcntl.h>
+#include <linux/fs.h>
+#include <liburing.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/eventfd.h>
+#include <sys/ioctl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "bs/bs_priv.h"
+#include "reactor/reactor.h"
+#include "util/log.h"
+
+/* Requests in flight per ring. Also the SQ size, so a prepared request always finds an SQE,
+ * and half the CQ size, so completions can never overflow the CQ. */
+#define FILE_RING_DEPTH 256
+
+struct bs_file {
+    int fd;
+    bool blockdev;
+};
+
+/* ---- the part of a request still to transfer ------------------------------------------- */
+
+/* Point at the bytes of io's buffers not yet transferred, [st.done, length), trimming the
+ * first and last iovec entries in place; file_iov_restore() puts them back. Trimming in place
+ * instead of copying the vector keeps the path free of allocations, and the caller does not
+ * look at io->iov while the store owns the request. Returns the number of entries. */
+static int file_iov_window(struct bs_io *io, struct iovec **out)
+{
+    struct iovec *iov = io->iov;
+    uint64_t skip = io->st.done, want = io->length - io->st.done;
+    int i = 0;
+    while (skip >= iov[i].iov_len) {
+        skip -= iov[i].iov_len;
+        i++;
+    }
+    io->st.head = io->st.tail = -1;
+    if (skip) {
+        io->st.head = i;
+        io->st.head_orig = iov[i];
+        iov[i].iov_base = (uint8_t *)iov[i].iov_base + skip;
+        iov[i].iov_len -= skip;
+    }
+    /* bs_io_check() made sure the entries add up to at least length. */
+    int j = i;
+    uint64_t acc = 0;
+    while (acc + iov[j].iov_len < want) {
+        acc += iov[j].iov_len;
+        j++;
+    }
+    if (iov[j].iov_len > want - acc) {
+        if (j != io->st.head) { /* a head trim already saved this entry's original */
+            io->st.tail = j;
+            io->st.tail_orig = iov[j];
+        }
+        iov[j].iov_len = (size_t)(want - acc);
+    }
+    *out = &iov[i];
+    return j - i + 1;
+}
+
+static void file_iov_restore(struct bs_io *io)
+{
+    if (io->op != BS_READ && io->op != BS_WRITE)
+        return;
+    if (io->st.tail >= 0)
+        io->iov[io->st.tail] = io->st.tail_orig;
+    if (io->st.head >= 0)
+        io->iov[io->st.head] = io->st.head_orig;
+    io->st.head = io->st.tail = -1;
+}
+
+static int file_punch(int fd, uint64_t offset, uint64_t len)
+{
+    /* KEEP_SIZE: the LUN keeps its capacity; the hole reads back as zeros (LBPRZ). */
+    if (fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)offset, (off_t)len) < 0)
+        return -errno;
+    return 0;
+}
+
+/* ---- synchronous path: no reactor on this thread ---------------------------------------- */
+
+static int file_rw_sync(struct bs_file *f, struct bs_io *io)
+{
+    while (io->st.done < io->length) {
+        struct iovec *v;
+        int cnt = file_iov_window(io, &v);
+        off_t off = (off_t)(io->offset + io->st.done);
+        ssize_t n = io->op == BS_READ
+                        ? preadv2(f->fd, v, cnt, off, 0)
+                        : pwritev2(f->fd, v, cnt, off, io->fua ? RWF_DSYNC : 0);
+        int saved = errno;
+        file_iov_restore(io);
+        if (n < 0) {
+            if (saved == EINTR || saved == EAGAIN)
+                continue;
+            return -saved;
+        }
+        if (n == 0) /* the file shrank under us: the exported size no longer exists */
+            return -EIO;
+        io->st.done += (uint64_t)n;
+    }
+    return 0;
+}
+
+static void file_submit_sync(struct bs_file *f, struct bs_io *io)
+{
+    int err;
+    switch (io->op) {
+    case BS_READ:
+    case BS_WRITE:
+        err = file_rw_sync(f, io);
+        break;
+    case BS_FLUSH:
+        err = fdatasync(f->fd) < 0 ? -errno : 0;
+        break;
+    case BS_UNMAP:
+        err = file_punch(f->fd, io->offset, io->length);
+        break;
+    default:
+        err = -EINVAL;
+    }
+    io->done(io, err);
+}
+
+/* ---- io_uring path: one ring per reactor thread ----------------------------------------- */
+
+struct file_ring {
+    struct io_uring ring;
+    struct reactor *r;
+    int efd;                     /* completion notification, polled by the reactor */
+    struct reactor_fd handle;
+    struct reactor_deferred flush; /* one io_uring_enter per loop turn, not per request */
+    struct reactor_timer retry;    /* io_uring_enter failed: try again shortly */
+    bool warned;
+    unsigned inflight;           /* prepared or submitted, CQE not yet reaped */
+    struct list_node overflow;   /* waiting for room, FIFO */
+};
+
+/* Sentinel for "this thread tried and has no ring": use the synchronous path. */
+#define FILE_RING_NONE ((struct file_ring *)1)
+
+static __thread struct file_ring *tls_ring;
+static pthread_key_t ring_key;
+static pthread_once_t ring_key_once = PTHREAD_ONCE_INIT;
+
+/* Thread exit: closing the eventfd also drops it from the reactor's epoll set. Requests still
+ * in flight are cancelled by the kernel without completion, so owners drain before exiting. */
+static void file_ring_free(void *arg)
+{
+    struct file_ring *fr = arg;
+    if (!fr || fr == FILE_RING_NONE)
+        return;
+    io_uring_queue_exit(&fr->ring);
+    close(fr->efd);
+    free(fr);
+}
+
+static void file_ring_key_init(void)
+{
+    pthread_key_create(&ring_key, file_ring_free);
+}
+
+static void file_ring_flush(void *arg);
+
+static void file_ring_retry(void *arg)
+{
+    file_ring_flush(arg);
+}
+
+static void file_ring_flush(void *arg)
+{
+    struct file_ring *fr = arg;
+    int ret = io_uring_submit(&fr->ring);
+    if (ret >= 0) {
+        fr->warned = false;
+        return;
+    }
+    /* The SQEs stay in the ring; any later submit carries them too. Retry on a timer rather
+     * than from this end-of-turn hook, which would spin. */
+    if (!fr->warned) {
+        LOG_WARN("bs file: io_uring_submit on reactor %d: %s (retrying)", reactor_id(fr->r),
+                 strerror(-ret));
+        fr->warned = true;
+    }
+    reactor_timer_start(fr->r, &fr->retry, 1, file_ring_retry, fr);
+}
+
+/* Prepare one SQE for io; the caller made sure there is room (inflight < depth). */
+static void file_ring_start(struct file_ring *fr, struct bs_io *io)
+{
+    struct bs_file *f = io->st.bs->priv;
+    struct io_uring_sqe *sqe = io_uring_get_sqe(&fr->ring);
+    if (!sqe) { /* cannot happen while inflight bounds the SQ; be safe anyway */
+        io_uring_submit(&fr->ring);
+        sqe = io_uring_get_sqe(&fr->ring);
+        if (!sqe) {
+            list_add_tail(&fr->overflow, &io->st.node);
+            return;
+        }
+    }
+    struct iovec *v;
+    int cnt;
+    switch (io->op) {
+    case BS_READ:
+        cnt = file_iov_window(io, &v);
+        io_uring_prep_readv(sqe, f->fd, v, (unsigned)cnt, io->offset + io->st.done);
+        break;
+    case BS_WRITE:
+        cnt = file_iov_window(io, &v);
+        io_uring_prep_writev2(sqe, f->fd, v, (unsigned)cnt, io->offset + io->st.done,
+                              io->fua ? RWF_DSYNC : 0);
+        break;
+    case BS_FLUSH:
+        io_uring_prep_fsync(sqe, f->fd, IORING_FSYNC_DATASYNC);
+        break;
+    case BS_UNMAP:
+        io_uring_prep_fallocate(sqe, f->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+                                (off_t)io->offset, (off_t)io->length);
+        break;
+    }
+    io_uring_sqe_set_data(sqe, io);
+    fr->inflight++;
+    reactor_defer(fr->r, &fr->flush, file_ring_flush, fr);
+}
+
+/* A full ring queues instead of failing: the initiator's queue depth is the CmdSN window,
+ * which may exceed the ring, and "busy" is not an answer SCSI wants for it. */
+static void file_ring_queue(struct file_ring *fr, struct bs_io *io)
+{
+    if (fr->inflight >= FILE_RING_DEPTH || !list_empty(&fr->overflow))
+        list_add_tail(&fr->overflow, &io->st.node);
+    else
+        file_ring_start(fr, io);
+}
+
+static void file_ring_complete(struct file_ring *fr, struct bs_io *io, int res)
+{
+    fr->inflight--;
+    file_iov_restore(io);
+    if (res == -EINTR || res == -EAGAIN) {
+        file_ring_queue(fr, io);
+        return;
+    }
+    if (res < 0) {
+        io->done(io, res);
+        return;
+    }
+    if (io->op == BS_READ || io->op == BS_WRITE) {
+        if (res == 0) { /* no progress: the file shrank under us */
+            io->done(io, -EIO);
+            return;
+        }
+        io->st.done += (uint64_t)res;
+        if (io->st.done < io->length) { /* short transfer: carry on from where it stopped */
+            file_ring_queue(fr, io);
+            return;
+        }
+    }
+    io->done(io, 0);
+}
+
+static void file_ring_event(void *arg, uint32_t events)
+{
+    struct file_ring *fr = arg;
+    (void)events;
+    uint64_t v;
+    /* Reset the counter before reaping: a CQE posted after this read signals again. */
+    ssize_t n = read(fr->efd, &v, sizeof(v));
+    (void)n;
+    struct io_uring_cqe *cqe;
+    while (io_uring_peek_cqe(&fr->ring, &cqe) == 0) {
+        struct bs_io *io = io_uring_cqe_get_data(cqe);
+        int res = cqe->res;
+        /* Free the CQE slot first: done() may submit more work on this ring. */
+        io_uring_cqe_seen(&fr->ring, cqe);
+        file_ring_complete(fr, io, res);
+    }
+    while (fr->inflight < FILE_RING_DEPTH && !list_empty(&fr->overflow)) {
+        struct list_node *node = list_pop(&fr->overflow);
+        file_ring_start(fr, list_entry(node, struct bs_io, st.node));
+    }
+}
+
+static struct file_ring *file_ring_create(struct reactor *r)
+{
+    struct file_ring *fr = calloc(1, sizeof(*fr));
+    if (!fr)
+        return NULL;
+    fr->r = r;
+    fr->efd = -1;
+    list_init(&fr->overflow);
+    /* SINGLE_ISSUER: only this thread submits, which lets the kernel skip some locking. */
+    int ret = io_uring_queue_init(FILE_RING_DEPTH, &fr->ring, IORING_SETUP_SINGLE_ISSUER);
+    if (ret == -EINVAL)
+        ret = io_uring_queue_init(FILE_RING_DEPTH, &fr->ring, 0);
+    if (ret < 0) {
+        LOG_WARN("bs file: io_uring unavailable on reactor %d (%s): synchronous I/O",
+                 reactor_id(r), strerror(-ret));
+        free(fr);
+        return NULL;
+    }
+    fr->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (fr->efd < 0 || (ret = io_uring_register_eventfd(&fr->ring, fr->efd)) < 0 ||
+        (ret = reactor_fd_add(r, &fr->handle, fr->efd, EPOLLIN, file_ring_event, fr)) < 0) {
+        LOG_WARN("bs file: cannot attach io_uring to reactor %d (%s): synchronous I/O",
+                 reactor_id(r), strerror(fr->efd < 0 ? errno : -ret));
+        io_uring_queue_exit(&fr->ring);
+        if (fr->efd >= 0)
+            close(fr->efd);
+        free(fr);
+        return NULL;
+    }
+    return fr;
+}
+
+/* The calling thread's ring, or NULL to do the I/O synchronously. */
+static struct file_ring *file_ring_get(void)
+{
+    struct reactor *r = reactor_self();
+    if (!r)
+        return NULL;
+    if (!tls_ring) {
+        pthread_once(&ring_key_once, file_ring_key_init);
+        tls_ring = file_ring_create(r);
+        if (!tls_ring)
+            tls_ring = FILE_RING_NONE;
+        else
+            pthread_setspecific(ring_key, tls_ring);
+    }
+    /* A thread that later runs a different reactor keeps working, synchronously. */
+    if (tls_ring == FILE_RING_NONE || tls_ring->r != r)
+        return NULL;
+    return tls_ring;
+}
+
+static void bs_file_submit(struct bs *bs, struct bs_io *io)
+{
+    int err = bs_io_check(bs, io);
+    if (err) {
+        io->done(io, err);
+        return;
+    }
+    io->st.bs = bs;
+    io->st.done = 0;
+    io->st.head = io->st.tail = -1;
+    if ((io->op == BS_READ || io->op == BS_WRITE || io->op == BS_UNMAP) && io->length == 0) {
+        io->done(io, 0);
+        return;
+    }
+    struct file_ring *fr = file_ring_get();
+    if (fr)
+        file_ring_queue(fr, io);
+    else
+        file_submit_sync(bs->priv, io);
+}
+
+static void bs_file_close(struct bs *bs)
+{
+    struct bs_file *f = bs->priv;
+    /* Whatever was acknowledged without FUA sits in the page cache: make it stable. */
+    if (fdatasync(f->fd) < 0)
+        LOG_ERR("bs %s: fdatasync on close: %s", bs->desc, strerror(errno));
+    close(f->fd);
+    free(f);
+}
+
+static const struct bs_ops bs_file_ops = {
+    .name = "file",
+    .submit = bs_file_submit,
+    .close = bs_file_close,
+};
+
+/* Work out the exported size: the device's, the file's, or size= (growing a short file). */
+static int file_size(int fd, const char *path, uint64_t want, bool *blockdev, uint64_t *out,
+                     char *err, size_t errlen)
+{
+    struct stat st;
+    if (fstat(fd, &st) < 0) {
+        snprintf(err, errlen, "file:%s: %s", path, strerror(errno));
+        return -1;
+    }
+    uint64_t have;
+    if (S_ISBLK(st.st_mode)) {
+        *blockdev = true;
+        if (ioctl(fd, BLKGETSIZE64, &have) < 0) {
+            snprintf(err, errlen, "file:%s: BLKGETSIZE64: %s", path, strerror(errno));
+            return -1;
+        }
+        if (want > have) {
+            snprintf(err, errlen, "file:%s: size= exceeds the device's %llu bytes", path,
+                     (unsigned long long)have);
+            return -1;
+        }
+    } else if (S_ISREG(st.st_mode)) {
+        *blockdev = false;
+        have = (uint64_t)st.st_size;
+        if (want > have && ftruncate(fd, (off_t)want) < 0) {
+            snprintf(err, errlen, "file:%s: cannot extend to %llu bytes: %s", path,
+                     (unsigned long long)want, strerror(errno));
+            return -1;
+        }
+    } else {
+        snprintf(err, errlen, "file:%s: not a regular file or block device", path);
+        return -1;
+    }
+    *out = want ? want : have;
+    if (*out == 0 || *out % 512) {
+        snprintf(err, errlen,
+                 "file:%s: size %llu is not a positive multiple of 512 (give size=SIZE)", path,
+                 (unsigned long long)*out);
+        return -1;
+    }
+    return 0;
+}
+
+struct bs *bs_file_open(const char *path, uint64_t size, bool direct, char *err, size_t errlen)
+{
+    /* O_CREAT only with size=: without it a new file would be an empty LUN. */
+    int flags = O_RDWR | O_CLOEXEC | (direct ? O_DIRECT : 0) | (size ? O_CREAT : 0);
+    int fd = open(path, flags, 0644);
+    if (fd < 0) {
+        snprintf(err, errlen, "file:%s: %s", path, strerror(errno));
+        return NULL;
+    }
+    bool blockdev;
+    uint64_t bytes;
+    if (file_size(fd, path, size, &blockdev, &bytes, err, errlen) < 0) {
+        close(fd);
+        return NULL;
+    }
+    struct bs *bs = calloc(1, sizeof(*bs));
+    struct bs_file *f = calloc(1, sizeof(*f));
+    if (!bs || !f) {
+        snprintf(err, errlen, "file:%s: out of memory", path);
+        free(bs);
+        free(f);
+        close(fd);
+        return NULL;
+    }
+    f->fd = fd;
+    f->blockdev = blockdev;
+    bs->ops = &bs_file_ops;
+    bs->size = bytes;
+    bs->write_cache = true; /* the page cache (or the disk's cache with O_DIRECT) is volatile */
+    bs->thin = !blockdev;   /* punching holes in a file frees space; on a device it may not */
+    bs->priv = f;
+    return bs;
+}

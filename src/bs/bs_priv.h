@@ -1,0 +1,63 @@
+/* Private to src/bs: the per-type constructors bs_open_spec() dispatches to, and the request
+ * checks and memory<->iovec copies that the null, ram and file stores share. */
+#ifndef LR_BS_PRIV_H
+#define LR_BS_PRIV_H
+
+#include <errno.h>
+#include <string.h>
+
+#include "bs/bs.h"
+
+/* Each returns a filled struct bs (ops, size, flags, priv, desc left to the caller) or NULL
+ * with a one-line reason in err. */
+struct bs *bs_null_open(uint64_t size, char *err, size_t errlen);
+struct bs *bs_ram_open(uint64_t size, char *err, size_t errlen);
+/* size 0: use the file's or device's own size. */
+struct bs *bs_file_open(const char *path, uint64_t size, bool direct, char *err, size_t errlen);
+
+/* Validate a request against the store before touching anything: 0 or -EINVAL. The SCSI core
+ * checks LBA ranges centrally; this only keeps a caller bug from reaching memory or disk. */
+static inline int bs_io_check(const struct bs *bs, const struct bs_io *io)
+{
+    if (io->op != BS_READ && io->op != BS_WRITE && io->op != BS_FLUSH && io->op != BS_UNMAP)
+        return -EINVAL;
+    if (io->op == BS_FLUSH)
+        return 0;
+    if (io->offset > bs->size || io->length > bs->size - io->offset)
+        return -EINVAL;
+    if (io->op == BS_UNMAP)
+        return 0;
+    if (io->iovcnt < 0 || (io->iovcnt > 0 && !io->iov))
+        return -EINVAL;
+    uint64_t total = 0;
+    for (int i = 0; i < io->iovcnt && total < io->length; i++)
+        total += io->iov[i].iov_len;
+    return total < io->length ? -EINVAL : 0;
+}
+
+/* Copy len bytes from src into the iovec (READ from a memory store). A buffer that already is
+ * the source (the caller used bs_map() and submitted anyway) is left alone: memcpy onto
+ * itself is undefined. */
+static inline void bs_copy_to_iov(const struct iovec *iov, const uint8_t *src, uint64_t len)
+{
+    for (int i = 0; len; i++) {
+        size_t n = iov[i].iov_len < len ? iov[i].iov_len : (size_t)len;
+        if (iov[i].iov_base != src)
+            memcpy(iov[i].iov_base, src, n);
+        src += n;
+        len -= n;
+    }
+}
+
+static inline void bs_copy_from_iov(uint8_t *dst, const struct iovec *iov, uint64_t len)
+{
+    for (int i = 0; len; i++) {
+        size_t n = iov[i].iov_len < len ? iov[i].iov_len : (size_t)len;
+        if (iov[i].iov_base != dst)
+            memcpy(dst, iov[i].iov_base, n);
+        dst += n;
+        len -= n;
+    }
+}
+
+#endif
