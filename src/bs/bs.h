@@ -35,7 +35,7 @@ struct bs_io {
     uint64_t length;
     struct iovec *iov; /* READ/WRITE: buffers totalling length bytes */
     int iovcnt;
-    bool fua;          /* WRITE: stable before completion (RWF_DSYNC on the file store) */
+    bool fua; /* WRITE: stable before completion (RWF_DSYNC on the file store) */
     /* Called exactly once, possibly before bs_submit() returns, with 0 or -errno. */
     void (*done)(struct bs_io *io, int err);
     void *arg;
@@ -56,10 +56,10 @@ struct bs_ops {
 
 struct bs {
     const struct bs_ops *ops;
-    uint64_t size;      /* bytes */
-    bool write_cache;   /* volatile cache present: WRITE without FUA may need FLUSH */
-    bool thin;          /* UNMAP releases space */
-    char desc[256];     /* what the store is, for logs: "ram:1G", "file:/srv/a.img" */
+    uint64_t size;    /* bytes */
+    bool write_cache; /* volatile cache present: WRITE without FUA may need FLUSH */
+    bool thin;        /* UNMAP releases space */
+    char desc[256];   /* what the store is, for logs: "ram:1G", "file:/srv/a.img" */
     void *priv;
 };
 

@@ -92,9 +92,8 @@ static int file_rw_sync(struct bs_file *f, struct bs_io *io)
         struct iovec *v;
         int cnt = file_iov_window(io, &v);
         off_t off = (off_t)(io->offset + io->st.done);
-        ssize_t n = io->op == BS_READ
-                        ? preadv2(f->fd, v, cnt, off, 0)
-                        : pwritev2(f->fd, v, cnt, off, io->fua ? RWF_DSYNC : 0);
+        ssize_t n = io->op == BS_READ ? preadv2(f->fd, v, cnt, off, 0)
+                                      : pwritev2(f->fd, v, cnt, off, io->fua ? RWF_DSYNC : 0);
         int saved = errno;
         file_iov_restore(io);
         if (n < 0) {
@@ -134,13 +133,13 @@ static void file_submit_sync(struct bs_file *f, struct bs_io *io)
 struct file_ring {
     struct io_uring ring;
     struct reactor *r;
-    int efd;                     /* completion notification, polled by the reactor */
+    int efd; /* completion notification, polled by the reactor */
     struct reactor_fd handle;
     struct reactor_deferred flush; /* one io_uring_enter per loop turn, not per request */
     struct reactor_timer retry;    /* io_uring_enter failed: try again shortly */
     bool warned;
-    unsigned inflight;           /* prepared or submitted, CQE not yet reaped */
-    struct list_node overflow;   /* waiting for room, FIFO */
+    unsigned inflight;         /* prepared or submitted, CQE not yet reaped */
+    struct list_node overflow; /* waiting for room, FIFO */
 };
 
 /* Sentinel for "this thread tried and has no ring": use the synchronous path. */
@@ -301,8 +300,8 @@ static struct file_ring *file_ring_create(struct reactor *r)
     if (ret == -EINVAL)
         ret = io_uring_queue_init(FILE_RING_DEPTH, &fr->ring, 0);
     if (ret < 0) {
-        LOG_WARN("bs file: io_uring unavailable on reactor %d (%s): synchronous I/O",
-                 reactor_id(r), strerror(-ret));
+        LOG_WARN("bs file: io_uring unavailable on reactor %d (%s): synchronous I/O", reactor_id(r),
+                 strerror(-ret));
         free(fr);
         return NULL;
     }

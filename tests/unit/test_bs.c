@@ -66,19 +66,24 @@ static void sync_done(struct bs_io *io, int err)
     res->err = err;
 }
 
-static int submit_iov(struct bs *bs, enum bs_op op, uint64_t off, uint64_t len,
-                      struct iovec *iov, int iovcnt, bool fua)
+static int submit_iov(struct bs *bs, enum bs_op op, uint64_t off, uint64_t len, struct iovec *iov,
+                      int iovcnt, bool fua)
 {
     struct sync_result res = {0};
-    struct bs_io io = {.op = op, .offset = off, .length = len, .iov = iov, .iovcnt = iovcnt,
-                       .fua = fua, .done = sync_done, .arg = &res};
+    struct bs_io io = {.op = op,
+                       .offset = off,
+                       .length = len,
+                       .iov = iov,
+                       .iovcnt = iovcnt,
+                       .fua = fua,
+                       .done = sync_done,
+                       .arg = &res};
     bs_submit(bs, &io);
     assert_int_equal(res.calls, 1); /* exactly once, and before bs_submit returned */
     return res.err;
 }
 
-static int submit_buf(struct bs *bs, enum bs_op op, uint64_t off, void *buf, uint64_t len,
-                      bool fua)
+static int submit_buf(struct bs *bs, enum bs_op op, uint64_t off, void *buf, uint64_t len, bool fua)
 {
     struct iovec iov = {buf, len};
     return submit_iov(bs, op, off, len, buf ? &iov : NULL, buf ? 1 : 0, fua);
@@ -241,7 +246,8 @@ static void test_spec_bad(void **state)
     expect_error("ram:1G,ro,x", "ram: unknown option 'ro'");
     expect_error("file:", "file: path missing");
     expect_error("file:,size=1M", "file: path missing");
-    expect_error("file:/nonexistent-lr/x.img", "file:/nonexistent-lr/x.img: No such file or directory");
+    expect_error("file:/nonexistent-lr/x.img",
+                 "file:/nonexistent-lr/x.img: No such file or directory");
     expect_error("file:/nonexistent-lr/x.img,size=1M",
                  "file:/nonexistent-lr/x.img: No such file or directory");
 
@@ -270,8 +276,8 @@ static void test_spec_bad(void **state)
              "file:%s: size 1000 is not a positive multiple of 512 (give size=SIZE)", path);
     expect_error(spec, msg);
     assert_int_equal(truncate(path, 0), 0);
-    snprintf(msg, sizeof(msg),
-             "file:%s: size 0 is not a positive multiple of 512 (give size=SIZE)", path);
+    snprintf(msg, sizeof(msg), "file:%s: size 0 is not a positive multiple of 512 (give size=SIZE)",
+             path);
     expect_error(spec, msg);
 
     /* a directory is neither a file nor a device */
@@ -436,8 +442,8 @@ static void check_short_read(bool ring)
     assert_int_equal(truncate(path, 6144), 0);
 
     memset(rd, 0, sizeof(rd));
-    struct iovec iov[4] = {{rd, 4096}, {rd + 4096, 4096}, {rd + 8192, 4096},
-                           {rd + 12288, 4096 + 512}};
+    struct iovec iov[4] = {
+        {rd, 4096}, {rd + 4096, 4096}, {rd + 8192, 4096}, {rd + 12288, 4096 + 512}};
     struct iovec orig[4];
     memcpy(orig, iov, sizeof(iov));
     int err;
@@ -484,8 +490,12 @@ static void test_file_uring(void **state)
         uint8_t *p = wr + (size_t)i * BLK;
         iov[2 * i] = (struct iovec){p, 1000};
         iov[2 * i + 1] = (struct iovec){p + 1000, BLK - 1000};
-        ios[i] = (struct bs_io){.op = BS_WRITE, .offset = (uint64_t)i * BLK, .length = BLK,
-                                .iov = &iov[2 * i], .iovcnt = 2, .fua = i % 3 == 0};
+        ios[i] = (struct bs_io){.op = BS_WRITE,
+                                .offset = (uint64_t)i * BLK,
+                                .length = BLK,
+                                .iov = &iov[2 * i],
+                                .iovcnt = 2,
+                                .fua = i % 3 == 0};
     }
     assert_int_equal(run_batch(bs, ios, errs, N), 0);
     for (int i = 0; i < N; i++)
@@ -498,8 +508,8 @@ static void test_file_uring(void **state)
     memset(rd, 0, (size_t)N * BLK);
     for (int i = 0; i < N; i++) {
         iov[i] = (struct iovec){rd + (size_t)i * BLK, BLK};
-        ios[i] = (struct bs_io){.op = BS_READ, .offset = (uint64_t)i * BLK, .length = BLK,
-                                .iov = &iov[i], .iovcnt = 1};
+        ios[i] = (struct bs_io){
+            .op = BS_READ, .offset = (uint64_t)i * BLK, .length = BLK, .iov = &iov[i], .iovcnt = 1};
     }
     assert_int_equal(run_batch(bs, ios, errs, N), 0);
     for (int i = 0; i < N; i++)
@@ -515,13 +525,12 @@ static void test_file_uring(void **state)
 
     /* UNMAP through the ring, and a bad request that fails before reaching it */
     ios[0] = (struct bs_io){.op = BS_UNMAP, .offset = 0, .length = 2 * BLK};
-    ios[1] = (struct bs_io){.op = BS_READ, .offset = 4 << 20, .length = BLK,
-                            .iov = &iov[1], .iovcnt = 1};
+    ios[1] = (struct bs_io){
+        .op = BS_READ, .offset = 4 << 20, .length = BLK, .iov = &iov[1], .iovcnt = 1};
     assert_int_equal(run_batch(bs, ios, errs, 2), 1);
     assert_int_equal(errs[0], 0);
     assert_int_equal(errs[1], -EINVAL);
-    ios[0] = (struct bs_io){.op = BS_READ, .offset = 0, .length = BLK, .iov = &iov[0],
-                            .iovcnt = 1};
+    ios[0] = (struct bs_io){.op = BS_READ, .offset = 0, .length = BLK, .iov = &iov[0], .iovcnt = 1};
     memset(rd, 0xff, BLK);
     assert_int_equal(run_batch(bs, ios, errs, 1), 0);
     assert_int_equal(errs[0], 0);
@@ -533,6 +542,83 @@ static void test_file_uring(void **state)
     free(ios);
     free(iov);
     free(errs);
+}
+
+/* The SCSI core's pattern: a completion submits the next request from inside the ring's
+ * completion handler. Each of N blocks is written, then read back with the same bs_io. */
+struct chain {
+    struct reactor *r;
+    struct bs *bs;
+    struct bs_io *ios;
+    struct iovec *iov;
+    uint8_t *rd;
+    int left;
+    int errors;
+};
+
+static void chain_done(struct bs_io *io, int err)
+{
+    struct chain *c = io->arg;
+    if (err)
+        c->errors++;
+    if (io->op == BS_WRITE) {
+        int i = (int)(io - c->ios);
+        c->iov[i] = (struct iovec){c->rd + (size_t)i * 4096, 4096};
+        io->op = BS_READ;
+        bs_submit(c->bs, io);
+        return;
+    }
+    if (--c->left == 0)
+        reactor_stop(c->r);
+}
+
+static void chain_start(void *arg)
+{
+    struct chain *c = arg;
+    for (int i = 0; i < c->left; i++)
+        bs_submit(c->bs, &c->ios[i]);
+}
+
+static void test_file_uring_chain(void **state)
+{
+    (void)state;
+    enum { N = 400, BLK = 4096 };
+    char path[128], spec[192];
+    tmp_path(path, sizeof(path), "chain.img");
+    snprintf(spec, sizeof(spec), "file:%s,size=2M", path);
+    struct chain c = {.left = N};
+    c.bs = open_ok(spec);
+    uint8_t *wr = malloc((size_t)N * BLK);
+    c.rd = calloc(N, BLK);
+    c.ios = calloc(N, sizeof(*c.ios));
+    c.iov = calloc(N, sizeof(*c.iov));
+    assert_true(wr && c.rd && c.ios && c.iov);
+    fill(wr, (size_t)N * BLK, 7);
+    for (int i = 0; i < N; i++) {
+        c.iov[i] = (struct iovec){wr + (size_t)i * BLK, BLK};
+        c.ios[i] = (struct bs_io){.op = BS_WRITE,
+                                  .offset = (uint64_t)i * BLK,
+                                  .length = BLK,
+                                  .iov = &c.iov[i],
+                                  .iovcnt = 1,
+                                  .done = chain_done,
+                                  .arg = &c};
+    }
+    c.r = reactor_create(2);
+    assert_non_null(c.r);
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, batch_thread, c.r), 0);
+    assert_int_equal(reactor_send(c.r, chain_start, &c), 0);
+    pthread_join(t, NULL);
+    reactor_destroy(c.r);
+    assert_int_equal(c.left, 0);
+    assert_int_equal(c.errors, 0);
+    assert_memory_equal(c.rd, wr, (size_t)N * BLK);
+    bs_close(c.bs);
+    free(wr);
+    free(c.rd);
+    free(c.ios);
+    free(c.iov);
 }
 
 static void test_file_short_read_uring(void **state)
@@ -574,16 +660,15 @@ static void test_file_direct(void **state)
     struct iovec riov[2] = {{rd + 2 * BLK, BLK}, {rd + 3 * BLK, BLK}};
     struct bs_io ios[3] = {
         {.op = BS_WRITE, .offset = 16 * BLK, .length = 2 * BLK, .iov = wiov, .iovcnt = 2},
-        {.op = BS_WRITE, .offset = 32 * BLK, .length = BLK, .iov = wiov, .iovcnt = 1,
-         .fua = true},
+        {.op = BS_WRITE, .offset = 32 * BLK, .length = BLK, .iov = wiov, .iovcnt = 1, .fua = true},
     };
     int errs[3];
     assert_int_equal(run_batch(bs, ios, errs, 2), 0);
     assert_int_equal(errs[0], 0);
     assert_int_equal(errs[1], 0);
     ios[0] = (struct bs_io){.op = BS_FLUSH};
-    ios[1] = (struct bs_io){.op = BS_READ, .offset = 16 * BLK, .length = 2 * BLK, .iov = riov,
-                            .iovcnt = 2};
+    ios[1] = (struct bs_io){
+        .op = BS_READ, .offset = 16 * BLK, .length = 2 * BLK, .iov = riov, .iovcnt = 2};
     assert_int_equal(run_batch(bs, ios, errs, 2), 0);
     assert_int_equal(errs[0], 0);
     assert_int_equal(errs[1], 0);
@@ -611,6 +696,7 @@ int main(void)
         cmocka_unit_test(test_file_sync_persistence),
         cmocka_unit_test(test_file_short_read_sync),
         cmocka_unit_test(test_file_uring),
+        cmocka_unit_test(test_file_uring_chain),
         cmocka_unit_test(test_file_short_read_uring),
         cmocka_unit_test(test_file_direct),
     };
