@@ -252,6 +252,10 @@ void reactor_run(struct reactor *r)
         reactor_run_deferred(r);
     }
     reactor_run_deferred(r);
+    /* Work done on this thread after the loop (a shutdown flush) must not be queued to a
+     * reactor that no longer runs. */
+    current_reactor = NULL;
+    atomic_store(&r->stopping, false);
 }
 
 void reactor_stop(struct reactor *r)
