@@ -4,7 +4,9 @@
  *
  * Use (either side): iscsi_neg_init() with this side's limits; the initiator calls
  * iscsi_neg_offer() to start; each received text goes through iscsi_neg_handle(), which
- * records the peer's declarations and answers the peer's offers into `out`. When the login
+ * records the peer's declarations and answers the peer's offers into `out` (the target side
+ * also appends its own MaxRecvDataSegmentLength declaration in the operational stage, once,
+ * as iscsi_neg_offer() does). When the login
  * completes, iscsi_neg_result() gives the operational parameters both sides now use. */
 #ifndef LR_ISCSI_KEYS_H
 #define LR_ISCSI_KEYS_H
@@ -77,6 +79,13 @@ enum iscsi_session_type { ISCSI_SESSION_NONE, ISCSI_SESSION_NORMAL, ISCSI_SESSIO
 
 #define ISCSI_KEY_COUNT_MAX 64
 
+struct iscsi_text;
+/* Authentication hook (CHAP is future work): once AuthMethod=CHAP is agreed, every CHAP_*
+ * key received in the security stage is passed here; it may append answers (CHAP_A, CHAP_I,
+ * CHAP_C, CHAP_N, CHAP_R) to `out` and returns a login status (ISCSI_LOGIN_AUTH_FAILED ...). */
+typedef enum iscsi_login_status (*iscsi_auth_key_fn)(void *ctx, const char *key,
+                                                     const char *value, struct iscsi_text *out);
+
 struct iscsi_neg {
     enum iscsi_side side;
     /* This side's preferences and limits: for numeric keys the value we offer / the most we
@@ -97,13 +106,24 @@ struct iscsi_neg {
     bool auth_none_agreed;        /* AuthMethod negotiated to None */
     bool auth_chap_agreed;        /* AuthMethod negotiated to CHAP (for later) */
     bool auth_required;           /* target: refuse AuthMethod=None (CHAP configured) */
+    iscsi_auth_key_fn auth_key;   /* CHAP_* keys go here; NULL: CHAP cannot complete */
+    void *auth_ctx;
+    bool tpgt_seen;               /* initiator: TargetPortalGroupTag received */
+    uint16_t tpgt;
     /* Bookkeeping, one bit per table row */
     uint64_t received;            /* keys the peer sent in this negotiation */
     uint64_t offered;             /* keys we offered and are awaiting an answer for */
     uint64_t done;                /* keys whose value is settled */
+    uint64_t sent;                /* keys we have sent (offers and declarations) */
 };
 
+/* Starts with result = RFC defaults, leading = true, session_type = NONE (treated as Normal). */
 void iscsi_neg_init(struct iscsi_neg *n, enum iscsi_side side, const struct iscsi_params *local);
+
+/* Begin a new Text negotiation in full feature phase (RFC 7143 §6.2: keys that may be
+ * renegotiated, e.g. MaxRecvDataSegmentLength): forgets which keys were exchanged, keeps
+ * the results and declarations. */
+void iscsi_neg_restart(struct iscsi_neg *n);
 
 /* Append this side's own offers/declarations for `stage` that are not yet settled: the
  * initiator's operational proposals, and either side's MaxRecvDataSegmentLength declaration.
@@ -111,9 +131,13 @@ void iscsi_neg_init(struct iscsi_neg *n, enum iscsi_side side, const struct iscs
 int iscsi_neg_offer(struct iscsi_neg *n, enum iscsi_stage stage, struct iscsi_text *out);
 
 /* Process a complete text from the peer. Answers (including NotUnderstood, Irrelevant and
- * Reject) go into `out`. Returns ISCSI_LOGIN_OK, or a login status to fail the login with
- * (e.g. ISCSI_LOGIN_INITIATOR_ERROR for a malformed text or a key sent twice,
- * ISCSI_LOGIN_INVALID_DURING_LOGIN for a key not allowed at this stage). */
+ * Reject) go into `out`. Returns ISCSI_LOGIN_OK, or a login status to fail the login with:
+ * ISCSI_LOGIN_INITIATOR_ERROR for a malformed text, a key sent twice, a key the peer may not
+ * send, a key not allowed in this stage (operational keys in the security stage, AuthMethod
+ * after it, LO keys on a non-leading connection) or an illegal answer to our offer;
+ * ISCSI_LOGIN_AUTH_FAILED when no offered AuthMethod is acceptable (AuthMethod=Reject is in
+ * `out`); ISCSI_LOGIN_SESSION_TYPE_UNSUPPORTED for an unknown SessionType value; or what the
+ * auth_key hook returned. In full feature phase the caller maps non-OK to a Reject. */
 enum iscsi_login_status iscsi_neg_handle(struct iscsi_neg *n, enum iscsi_stage stage,
                                          const char *text, uint32_t len, struct iscsi_text *out);
 
