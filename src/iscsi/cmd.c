@@ -1,1 +1,516 @@
-/* placeholder: being written */
+/* SCSI commands over iSCSI on the target (RFC 7143 §11.3-§11.8): immediate and unsolicited
+ * data up to FirstBurstLength, R2T bounded by MaxOutstandingR2T and MaxBurstLength, Data-Out
+ * placed straight into the task's buffer (for a RAM LUN: the LUN's memory), Data-In sent from
+ * where the data lives with the status in the final PDU (phase collapse), residuals, and task
+ * lifetime across aborts and dropped connections. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "iscsi/conn.h"
+#include "util/log.h"
+
+#define CONN_TASKS_MAX 1024u /* immediate commands bypass the CmdSN window; bound them too */
+
+/* ---------------- task pool ---------------- */
+
+static struct iscsi_task *task_alloc(struct iscsi_conn *c)
+{
+    struct list_node *n = list_pop(&c->task_free);
+    struct iscsi_task *t = n ? list_entry(n, struct iscsi_task, node) : malloc(sizeof(*t));
+    if (!t)
+        return NULL;
+    memset(t, 0, offsetof(struct iscsi_task, scsi) + sizeof(t->scsi));
+    scsi_task_init(&t->scsi);
+    memset((char *)t + offsetof(struct iscsi_task, conn), 0,
+           sizeof(*t) - offsetof(struct iscsi_task, conn));
+    t->conn = c;
+    list_init(&t->r2t_node);
+    list_init(&t->pending_node);
+    list_add_tail(&c->tasks, &t->node);
+    c->ntasks++;
+    return t;
+}
+
+void cmd_task_free(struct iscsi_task *t)
+{
+    struct iscsi_conn *c = t->conn;
+    if (c->rx_task == t) {
+        c->rx_task = NULL;
+        c->rx_discard = true;
+    }
+    conn_task_hash_del(c, t);
+    list_del(&t->r2t_node);
+    scsi_task_release(&t->scsi);
+    list_del(&t->node);
+    c->ntasks--;
+    list_add_tail(&c->task_free, &t->node);
+}
+
+/* ---------------- responses ---------------- */
+
+static void task_pdu_sent(struct tx_pdu *p, bool ok)
+{
+    struct iscsi_task *t = p->arg;
+    (void)ok;
+    if (--t->pending_tx == 0 && t->state == TASK_SENDING)
+        cmd_task_free(t);
+}
+
+static void set_residual(struct iscsi_bhs *h, uint8_t *flags, uint32_t wanted, uint32_t edtl,
+                         uint8_t over, uint8_t under)
+{
+    if (wanted > edtl) {
+        *flags |= over;
+        bhs_put32(h, BHS_RESIDUAL, wanted - edtl);
+    } else if (wanted < edtl) {
+        *flags |= under;
+        bhs_put32(h, BHS_RESIDUAL, edtl - wanted);
+    }
+}
+
+/* The bytes a command wanted to move, for the residual (§11.4.5): what the CDB asked for on a
+ * write, what the device produced on a read. */
+static uint32_t task_wanted(const struct iscsi_task *t)
+{
+    if (t->scsi.dir == SCSI_DIR_READ)
+        return t->scsi.data_len;
+    if (t->scsi.dir == SCSI_DIR_WRITE)
+        return t->scsi.xfer_len;
+    return 0;
+}
+
+static void send_scsi_response(struct iscsi_conn *c, struct iscsi_task *t)
+{
+    struct tx_pdu *p = conn_tx_alloc(c);
+    if (!p) {
+        conn_close(c, "out of memory");
+        return;
+    }
+    struct iscsi_bhs *h = (struct iscsi_bhs *)p->hdr;
+    uint8_t flags = ISCSI_FLAG_FINAL;
+    bhs_init(h, ISCSI_OP_SCSI_RSP, 0);
+    h->b[BHS_RESPONSE] = 0; /* command completed at target */
+    h->b[BHS_STATUS] = t->scsi.status;
+    bhs_put32(h, BHS_ITT, t->itt);
+    if (!t->refused || t->scsi.dir != SCSI_DIR_NONE)
+        set_residual(h, &flags, task_wanted(t), t->edtl, ISCSI_RSP_OVERFLOW, ISCSI_RSP_UNDERFLOW);
+    else if (t->edtl) /* refused before any transfer: nothing of EDTL moved */
+        set_residual(h, &flags, 0, t->edtl, ISCSI_RSP_OVERFLOW, ISCSI_RSP_UNDERFLOW);
+    h->b[1] = flags;
+    bhs_put32(h, BHS_EXPDATASN, t->scsi.dir == SCSI_DIR_READ ? t->datasn_in : t->r2tsn);
+    session_cmd_done(c->session);
+    conn_fill_sn(c, h, true);
+    t->state = TASK_SENDING;
+    t->pending_tx++;
+    p->sent = task_pdu_sent;
+    p->arg = t;
+    if (t->scsi.status == SCSI_STATUS_CHECK_CONDITION && t->scsi.sense_len) {
+        /* §11.4.7: SenseLength (2 bytes) then the sense data */
+        uint8_t buf[2 + SCSI_SENSE_MAX];
+        put_be16(buf, t->scsi.sense_len);
+        memcpy(buf + 2, t->scsi.sense, t->scsi.sense_len);
+        conn_send_copy(c, p, buf, 2u + t->scsi.sense_len);
+    } else {
+        conn_send(c, p);
+    }
+}
+
+/* Point a PDU's data at [off, off+len) of the task's buffers. */
+static void pdu_map_task_data(struct tx_pdu *p, const struct scsi_task *st, uint32_t off,
+                              uint32_t len)
+{
+    p->datacnt = 0;
+    p->dlen = len;
+    for (int i = 0; i < st->iovcnt && len; i++) {
+        if (off >= st->iov[i].iov_len) {
+            off -= (uint32_t)st->iov[i].iov_len;
+            continue;
+        }
+        uint32_t k = (uint32_t)st->iov[i].iov_len - off;
+        if (k > len)
+            k = len;
+        p->data[p->datacnt].iov_base = (uint8_t *)st->iov[i].iov_base + off;
+        p->data[p->datacnt].iov_len = k;
+        p->datacnt++;
+        len -= k;
+        off = 0;
+    }
+}
+
+/* Data-In PDUs of at most the initiator's MaxRecvDataSegmentLength, F at the end of each
+ * MaxBurstLength sequence, the last one carrying the status (§11.7.4). */
+static void send_data_in(struct iscsi_conn *c, struct iscsi_task *t)
+{
+    struct scsi_task *st = &t->scsi;
+    uint32_t total = st->data_len < t->edtl ? st->data_len : t->edtl;
+    uint32_t burst = c->session->params.max_burst ? c->session->params.max_burst : 262144;
+    uint32_t off = 0, in_burst = 0;
+    t->state = TASK_SENDING;
+    t->pending_tx++; /* held while queueing */
+    while (off < total) {
+        uint32_t len = total - off;
+        if (len > c->max_send_dsl)
+            len = c->max_send_dsl;
+        if (len > burst - in_burst)
+            len = burst - in_burst;
+        struct tx_pdu *p = conn_tx_alloc(c);
+        if (!p) {
+            conn_close(c, "out of memory");
+            break;
+        }
+        struct iscsi_bhs *h = (struct iscsi_bhs *)p->hdr;
+        bool last = off + len == total;
+        in_burst += len;
+        uint8_t flags = 0;
+        if (last || in_burst == burst) {
+            flags |= ISCSI_FLAG_FINAL;
+            in_burst = 0;
+        }
+        bhs_init(h, ISCSI_OP_DATA_IN, 0);
+        memcpy(h->b + BHS_LUN, t->req.b + BHS_LUN, 8);
+        bhs_put32(h, BHS_ITT, t->itt);
+        bhs_put32(h, BHS_TTT, ISCSI_RSVD_TAG);
+        bhs_put32(h, BHS_DATASN, t->datasn_in++);
+        bhs_put32(h, BHS_BUFFER_OFFSET, off);
+        if (last) {
+            flags |= ISCSI_DATAIN_STATUS;
+            h->b[BHS_STATUS] = st->status;
+            set_residual(h, &flags, st->data_len, t->edtl, ISCSI_DATAIN_OVERFLOW,
+                         ISCSI_DATAIN_UNDERFLOW);
+            session_cmd_done(c->session);
+            conn_fill_sn(c, h, true);
+        } else {
+            uint32_t exp, max;
+            session_window(c->session, &exp, &max);
+            bhs_put32(h, BHS_EXPCMDSN, exp);
+            bhs_put32(h, BHS_MAXCMDSN, max);
+        }
+        h->b[1] = flags;
+        pdu_map_task_data(p, st, off, len);
+        t->pending_tx++;
+        p->sent = task_pdu_sent;
+        p->arg = t;
+        conn_send(c, p);
+        off += len;
+    }
+    if (--t->pending_tx == 0)
+        cmd_task_free(t);
+}
+
+static void cmd_respond(struct iscsi_conn *c, struct iscsi_task *t)
+{
+    if (t->scsi.dir == SCSI_DIR_READ && t->scsi.status == SCSI_STATUS_GOOD &&
+        t->scsi.data_len && t->edtl && !t->refused)
+        send_data_in(c, t);
+    else
+        send_scsi_response(c, t);
+}
+
+/* ---------------- execution ---------------- */
+
+static void cmd_scsi_done(struct scsi_task *st)
+{
+    struct iscsi_task *t = st->transport_priv;
+    struct iscsi_conn *c = t->conn;
+    if (c->dead || t->aborted) {
+        if (c->session && !c->dead)
+            session_cmd_done(c->session);
+        cmd_task_free(t);
+    } else {
+        cmd_respond(c, t);
+    }
+    conn_put(c);
+}
+
+static void cmd_exec(struct iscsi_task *t)
+{
+    struct iscsi_conn *c = t->conn;
+    t->state = TASK_EXEC;
+    conn_task_hash_del(c, t); /* no more Data-Out for it; the ITT may be reused after status */
+    if (t->refused) {
+        cmd_respond(c, t);
+        return;
+    }
+    conn_get(c);
+    t->scsi.done = cmd_scsi_done;
+    scsi_task_exec(&t->scsi);
+}
+
+/* Run once all data is in and the command's CmdSN turn has come. */
+static void cmd_maybe_exec(struct iscsi_task *t)
+{
+    if (t->state == TASK_QUEUED || t->data_received < t->data_expected)
+        return;
+    if (t->refused && t->unsol_remaining)
+        return;
+    cmd_exec(t);
+}
+
+void cmd_start(struct iscsi_task *t)
+{
+    /* The session released it from the CmdSN queue (MC/S ordering). */
+    t->state = TASK_DATA_OUT;
+    cmd_maybe_exec(t);
+}
+
+/* ---------------- R2T ---------------- */
+
+static void send_r2ts(struct iscsi_conn *c, struct iscsi_task *t)
+{
+    uint32_t max_out = c->session->params.max_outstanding_r2t;
+    uint32_t burst = c->session->params.max_burst;
+    if (!max_out)
+        max_out = 1;
+    while (t->r2t_offset < t->data_expected && t->r2t_outstanding < max_out) {
+        uint32_t len = t->data_expected - t->r2t_offset;
+        if (len > burst)
+            len = burst;
+        struct tx_pdu *p = conn_tx_alloc(c);
+        if (!p) {
+            conn_close(c, "out of memory");
+            return;
+        }
+        struct iscsi_bhs *h = (struct iscsi_bhs *)p->hdr;
+        bhs_init(h, ISCSI_OP_R2T, ISCSI_FLAG_FINAL);
+        memcpy(h->b + BHS_LUN, t->req.b + BHS_LUN, 8);
+        bhs_put32(h, BHS_ITT, t->itt);
+        bhs_put32(h, BHS_TTT, t->ttt);
+        conn_fill_sn(c, h, false);
+        bhs_put32(h, BHS_R2TSN, t->r2tsn++);
+        bhs_put32(h, BHS_BUFFER_OFFSET, t->r2t_offset);
+        bhs_put32(h, BHS_DESIRED_LEN, len);
+        conn_send(c, p);
+        t->r2t_offset += len;
+        t->r2t_outstanding++;
+    }
+}
+
+/* ---------------- SCSI Command PDU ---------------- */
+
+/* Point the receive engine at [off, off+len) of the task's data buffers. */
+static void rx_into_task(struct iscsi_conn *c, struct iscsi_task *t, uint32_t off, uint32_t len)
+{
+    const struct scsi_task *st = &t->scsi;
+    c->rx_dstcnt = 0;
+    c->rx_task = t;
+    for (int i = 0; i < st->iovcnt && len; i++) {
+        if (off >= st->iov[i].iov_len) {
+            off -= (uint32_t)st->iov[i].iov_len;
+            continue;
+        }
+        uint32_t k = (uint32_t)st->iov[i].iov_len - off;
+        if (k > len)
+            k = len;
+        c->rx_dst[c->rx_dstcnt].iov_base = (uint8_t *)st->iov[i].iov_base + off;
+        c->rx_dst[c->rx_dstcnt].iov_len = k;
+        c->rx_dstcnt++;
+        len -= k;
+        off = 0;
+    }
+    if (c->rx_dstcnt == 0)
+        c->rx_discard = true;
+}
+
+void cmd_handle_scsi_header(struct iscsi_conn *c)
+{
+    struct iscsi_bhs *req = &c->rx_bhs;
+    c->rx_task = NULL;
+    if (!c->session || c->discovery || bhs_ahs_bytes(req) || c->ntasks >= CONN_TASKS_MAX) {
+        c->rx_discard = true; /* answered once the PDU is complete */
+        return;
+    }
+    uint32_t itt = bhs_get32(req, BHS_ITT);
+    if (itt == ISCSI_RSVD_TAG || conn_task_find(c, itt)) {
+        c->rx_discard = true;
+        return;
+    }
+    struct iscsi_task *t = task_alloc(c);
+    if (!t) {
+        c->rx_discard = true;
+        return;
+    }
+    uint8_t flags = req->b[1];
+    t->req = *req;
+    t->itt = itt;
+    t->cmdsn = bhs_get32(req, BHS_CMDSN);
+    t->edtl = bhs_get32(req, BHS_EDTL);
+    t->immediate = bhs_immediate(req);
+    t->ttt = c->next_ttt++;
+    if (t->ttt == ISCSI_RSVD_TAG)
+        t->ttt = c->next_ttt++;
+    t->state = TASK_DATA_OUT;
+
+    struct scsi_task *st = &t->scsi;
+    memcpy(st->cdb, req->b + BHS_CDB, SCSI_CDB_MAX);
+    st->lun = scsi_lun_from_wire(req->b + BHS_LUN);
+    st->target = c->session->node->scsi;
+    st->nexus = c->session->nexus;
+    st->edtl = t->edtl;
+    st->edtl_read = flags & ISCSI_CMD_READ;
+    st->edtl_write = flags & ISCSI_CMD_WRITE;
+    st->tag = itt;
+    st->transport_priv = t;
+
+    int order = session_cmdsn_check(c->session, t);
+    if (order < 0) {
+        /* Outside the window or a duplicate: silently ignored (§4.2.2.1). */
+        LOG_DEBUG("%s: CmdSN %u outside the window, command ignored", c->peer, t->cmdsn);
+        cmd_task_free(t);
+        c->rx_discard = true;
+        return;
+    }
+    conn_task_hash_add(c, t);
+
+    if (scsi_task_setup(st) < 0)
+        t->refused = true;
+    uint32_t dlen = c->rx_dlen;
+    if (st->edtl_write) {
+        const struct iscsi_params *sp = &c->session->params;
+        uint32_t xfer = t->refused ? 0 : st->xfer_len;
+        /* We take at most what both the CDB and EDTL allow; unsolicited data beyond that is
+         * received and dropped. */
+        t->data_expected = xfer < t->edtl ? xfer : t->edtl;
+        uint32_t unsol = dlen;
+        if (!sp->initial_r2t && !(flags & ISCSI_FLAG_FINAL)) {
+            uint32_t fb = sp->first_burst < t->edtl ? sp->first_burst : t->edtl;
+            unsol = fb > dlen ? fb : dlen;
+        }
+        t->unsol_remaining = unsol - dlen; /* still to come in unsolicited Data-Out */
+        /* R2Ts solicit what the unsolicited data will not cover. */
+        t->r2t_offset = unsol < t->data_expected ? unsol : t->data_expected;
+        if (dlen && !t->refused)
+            rx_into_task(c, t, 0, dlen < t->data_expected ? dlen : t->data_expected);
+        else if (dlen)
+            c->rx_discard = true;
+    } else if (dlen) {
+        c->rx_discard = true; /* data with a command that sends none: dropped */
+    }
+    if (order == 0)
+        t->state = TASK_QUEUED;
+}
+
+void cmd_handle_scsi_data_done(struct iscsi_conn *c)
+{
+    struct iscsi_bhs *req = &c->rx_bhs;
+    struct iscsi_task *t = c->rx_task;
+    c->rx_task = NULL;
+    if (!t) {
+        /* Not turned into a task: say why, unless it was silently ignored by CmdSN rules. */
+        if (!c->session || c->discovery)
+            conn_send_reject(c, req, ISCSI_REJECT_PROTOCOL_ERROR);
+        else if (bhs_ahs_bytes(req))
+            conn_send_reject(c, req, ISCSI_REJECT_CMD_NOT_SUPPORTED);
+        else if (bhs_get32(req, BHS_ITT) == ISCSI_RSVD_TAG)
+            conn_send_reject(c, req, ISCSI_REJECT_INVALID_PDU_FIELD);
+        else if (c->ntasks >= CONN_TASKS_MAX)
+            conn_send_reject(c, req, ISCSI_REJECT_IMMEDIATE_CMD_REJECT);
+        else {
+            struct iscsi_task *dup = conn_task_find(c, bhs_get32(req, BHS_ITT));
+            if (dup && dup->cmdsn != bhs_get32(req, BHS_CMDSN))
+                conn_send_reject(c, req, ISCSI_REJECT_TASK_IN_PROGRESS);
+        }
+        return;
+    }
+    if (t->scsi.edtl_write) {
+        uint32_t got = c->rx_dlen < t->data_expected ? c->rx_dlen : t->data_expected;
+        t->data_received += got;
+    }
+    if (!t->refused && t->data_expected > t->r2t_offset)
+        send_r2ts(c, t);
+    cmd_maybe_exec(t);
+}
+
+/* ---------------- Data-Out ---------------- */
+
+void cmd_handle_data_out_header(struct iscsi_conn *c)
+{
+    struct iscsi_bhs *h = &c->rx_bhs;
+    struct iscsi_task *t = conn_task_find(c, bhs_get32(h, BHS_ITT));
+    c->rx_task = NULL;
+    if (!t || t->state == TASK_EXEC || t->state == TASK_SENDING) {
+        c->rx_discard = true;
+        return;
+    }
+    uint32_t off = bhs_get32(h, BHS_BUFFER_OFFSET);
+    uint32_t len = c->rx_dlen;
+    c->rx_task = t;
+    if (t->refused || off >= t->data_expected) {
+        c->rx_discard = true;
+        return;
+    }
+    uint32_t take = len;
+    if (take > t->data_expected - off)
+        take = t->data_expected - off;
+    rx_into_task(c, t, off, take);
+    c->rx_task = t;
+}
+
+void cmd_handle_data_out_done(struct iscsi_conn *c)
+{
+    struct iscsi_bhs *h = &c->rx_bhs;
+    struct iscsi_task *t = c->rx_task;
+    c->rx_task = NULL;
+    if (!t)
+        return; /* for a task that ended (aborted, refused and answered): dropped */
+    uint32_t ttt = bhs_get32(h, BHS_TTT);
+    uint32_t off = bhs_get32(h, BHS_BUFFER_OFFSET);
+    bool final = h->b[1] & ISCSI_FLAG_FINAL;
+    if (off < t->data_expected) {
+        uint32_t take = c->rx_dlen;
+        if (take > t->data_expected - off)
+            take = t->data_expected - off;
+        t->data_received += take;
+    }
+    if (ttt == ISCSI_RSVD_TAG) {
+        /* unsolicited */
+        if (final || c->rx_dlen >= t->unsol_remaining)
+            t->unsol_remaining = 0;
+        else
+            t->unsol_remaining -= c->rx_dlen;
+    } else if (final) {
+        if (t->r2t_outstanding)
+            t->r2t_outstanding--;
+        if (!t->refused)
+            send_r2ts(c, t);
+    }
+    cmd_maybe_exec(t);
+}
+
+/* ---------------- abort and teardown ---------------- */
+
+void cmd_task_abort(struct iscsi_task *t)
+{
+    struct iscsi_conn *c = t->conn;
+    if (t->state == TASK_EXEC) {
+        t->aborted = true; /* the store still owns the buffers: freed on completion */
+        return;
+    }
+    if (t->state == TASK_SENDING) {
+        t->aborted = true; /* already answered; its PDUs free it */
+        return;
+    }
+    if (t->state == TASK_QUEUED)
+        session_pending_remove(c->session, t);
+    else if (c->session)
+        session_cmd_done(c->session);
+    cmd_task_free(t);
+}
+
+void cmd_conn_teardown(struct iscsi_conn *c)
+{
+    struct list_node *n, *tmp;
+    list_for_each_safe(n, tmp, &c->tasks)
+    {
+        struct iscsi_task *t = list_entry(n, struct iscsi_task, node);
+        if (t->state == TASK_EXEC) {
+            t->aborted = true;
+            continue;
+        }
+        if (t->state == TASK_QUEUED && c->session) {
+            session_pending_remove(c->session, t);
+        } else if (c->session && t->state != TASK_SENDING) {
+            session_cmd_done(c->session);
+        }
+        cmd_task_free(t);
+    }
+}

@@ -1,1 +1,128 @@
-/* placeholder: being written */
+/* Text requests in full feature phase (RFC 7143 §11.10/§11.11): SendTargets discovery
+ * (Appendix C) listing every target this initiator may see with every portal, and key
+ * negotiation in FFP through the shared engine. Long answers go out over several Text
+ * Responses with the C bit, the initiator pulling each with an empty request (TTT echoed). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "iscsi/conn.h"
+#include "util/log.h"
+
+#define TEXT_TTT 0x5445u /* "TE": one text exchange at a time per connection */
+
+void discovery_send_targets(struct iscsi_conn *c, const char *which, struct iscsi_text *out)
+{
+    struct iscsi_server *srv = c->srv;
+    bool all = strcmp(which, "All") == 0;
+    const char *initiator = c->session ? c->session->initiator_name : c->neg.initiator_name;
+    for (unsigned i = 0; i < srv->nnodes; i++) {
+        struct iscsi_node *n = srv->nodes[i];
+        if (!all && strcmp(which, n->name) != 0)
+            continue;
+        /* In a normal session, an empty value or the session's own target (§C.1) */
+        if (!iscsi_node_allows(n, initiator))
+            continue;
+        iscsi_text_add(out, "TargetName", n->name);
+        for (unsigned p = 0; p < n->nportals; p++)
+            iscsi_text_addf(out, "TargetAddress", "%s,%u", n->portals[p].text, n->portals[p].tpgt);
+    }
+}
+
+static void text_send_chunk(struct iscsi_conn *c, const struct iscsi_bhs *req)
+{
+    uint32_t left = c->login_out.len - c->login_out_off;
+    uint32_t max = c->max_send_dsl;
+    uint32_t n = left < max ? left : max;
+    bool more = left > n;
+    struct tx_pdu *p = conn_tx_alloc(c);
+    if (!p) {
+        conn_close(c, "out of memory");
+        return;
+    }
+    struct iscsi_bhs *h = (struct iscsi_bhs *)p->hdr;
+    bhs_init(h, ISCSI_OP_TEXT_RSP, more ? ISCSI_FLAG_CONTINUE : ISCSI_FLAG_FINAL);
+    memcpy(h->b + BHS_LUN, req->b + BHS_LUN, 8);
+    bhs_put32(h, BHS_ITT, bhs_get32(req, BHS_ITT));
+    bhs_put32(h, BHS_TTT, more ? TEXT_TTT : ISCSI_RSVD_TAG);
+    conn_fill_sn(c, h, true);
+    conn_send_copy(c, p, c->login_out.data + c->login_out_off, n);
+    c->login_out_off += n;
+    if (!more) {
+        iscsi_text_reset(&c->login_out);
+        c->login_out_off = 0;
+    }
+}
+
+void text_handle(struct iscsi_conn *c)
+{
+    struct iscsi_bhs *req = &c->rx_bhs;
+    bool final = req->b[1] & ISCSI_FLAG_FINAL;
+    bool cont = req->b[1] & ISCSI_FLAG_CONTINUE;
+    uint32_t ttt = bhs_get32(req, BHS_TTT);
+    if (!bhs_immediate(req))
+        session_consume_cmdsn(c->session, bhs_get32(req, BHS_CMDSN));
+    if (final && cont) {
+        conn_send_reject(c, req, ISCSI_REJECT_PROTOCOL_ERROR);
+        return;
+    }
+    /* Continuing our long answer. */
+    if (ttt == TEXT_TTT && c->login_out.len && c->login_out_off < c->login_out.len) {
+        text_send_chunk(c, req);
+        return;
+    }
+    if (ttt != ISCSI_RSVD_TAG && ttt != TEXT_TTT) {
+        conn_send_reject(c, req, ISCSI_REJECT_INVALID_PDU_FIELD);
+        return;
+    }
+    if (ttt == ISCSI_RSVD_TAG) {
+        /* A new exchange resets any unfinished one (§11.10.4). */
+        iscsi_text_reset(&c->login_out);
+        c->login_out_off = 0;
+    }
+    if (iscsi_text_append(&c->login_in, c->databuf, c->rx_dlen) < 0) {
+        iscsi_text_reset(&c->login_in);
+        conn_send_reject(c, req, ISCSI_REJECT_PROTOCOL_ERROR);
+        return;
+    }
+    if (cont || !final) {
+        /* More request text follows: answer empty, asking for it (§11.10.2). */
+        struct tx_pdu *p = conn_tx_alloc(c);
+        if (!p)
+            return;
+        struct iscsi_bhs *h = (struct iscsi_bhs *)p->hdr;
+        bhs_init(h, ISCSI_OP_TEXT_RSP, 0);
+        bhs_put32(h, BHS_ITT, bhs_get32(req, BHS_ITT));
+        bhs_put32(h, BHS_TTT, TEXT_TTT);
+        conn_fill_sn(c, h, true);
+        conn_send(c, p);
+        return;
+    }
+    c->neg.ffp = true;
+    c->neg.send_targets_seen = false;
+    c->neg.send_targets[0] = 0;
+    c->neg.received = 0;
+    iscsi_text_reset(&c->login_out);
+    enum iscsi_login_status st = iscsi_neg_handle(&c->neg, ISCSI_STAGE_FULL_FEATURE,
+                                                  c->login_in.data, c->login_in.len,
+                                                  &c->login_out);
+    iscsi_text_reset(&c->login_in);
+    if (st != ISCSI_LOGIN_OK) {
+        iscsi_text_reset(&c->login_out);
+        conn_send_reject(c, req, ISCSI_REJECT_PROTOCOL_ERROR);
+        return;
+    }
+    if (c->neg.send_targets_seen) {
+        const char *which = c->neg.send_targets;
+        if (!which[0] && c->session && c->session->node)
+            which = c->session->node->name; /* §C.1: empty value = this session's target */
+        if (which[0])
+            discovery_send_targets(c, which, &c->login_out);
+    }
+    if (c->login_out.overflow) {
+        iscsi_text_reset(&c->login_out);
+        conn_send_reject(c, req, ISCSI_REJECT_LONG_OP_REJECT);
+        return;
+    }
+    c->login_out_off = 0;
+    text_send_chunk(c, req);
+}

@@ -1,1 +1,386 @@
-/* placeholder: being written */
+/* The login phase on the target (RFC 7143 §6): stages and transit rules, text spread over
+ * C-bit PDUs both ways, key negotiation through the shared engine, target lookup and ACL,
+ * session creation, reinstatement (§6.3.5) and joining an existing session (MC/S), and a
+ * login status class/detail for every refusal. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "iscsi/conn.h"
+#include "util/log.h"
+
+static const char *login_status_text(enum iscsi_login_status st)
+{
+    switch (st) {
+    case ISCSI_LOGIN_INITIATOR_ERROR: return "initiator error";
+    case ISCSI_LOGIN_AUTH_FAILED: return "authentication failed";
+    case ISCSI_LOGIN_AUTHZ_FAILED: return "initiator not allowed (ACL)";
+    case ISCSI_LOGIN_NOT_FOUND: return "target not found";
+    case ISCSI_LOGIN_UNSUPPORTED_VERSION: return "unsupported version";
+    case ISCSI_LOGIN_TOO_MANY_CONNECTIONS: return "too many connections";
+    case ISCSI_LOGIN_MISSING_PARAMETER: return "missing parameter";
+    case ISCSI_LOGIN_CANT_INCLUDE_IN_SESSION: return "cannot include in session";
+    case ISCSI_LOGIN_SESSION_TYPE_UNSUPPORTED: return "session type not supported";
+    case ISCSI_LOGIN_SESSION_DOES_NOT_EXIST: return "session does not exist";
+    case ISCSI_LOGIN_INVALID_DURING_LOGIN: return "invalid request during login";
+    case ISCSI_LOGIN_TARGET_ERROR: return "target error";
+    case ISCSI_LOGIN_SERVICE_UNAVAILABLE: return "service unavailable";
+    case ISCSI_LOGIN_OUT_OF_RESOURCES: return "out of resources";
+    default: return "refused";
+    }
+}
+
+void login_conn_cleanup(struct iscsi_conn *c)
+{
+    iscsi_text_reset(&c->login_in);
+    iscsi_text_reset(&c->login_out);
+}
+
+static struct tx_pdu *login_rsp_alloc(struct iscsi_conn *c, uint8_t flags)
+{
+    struct tx_pdu *p = conn_tx_alloc(c);
+    if (!p) {
+        conn_close(c, "out of memory");
+        return NULL;
+    }
+    struct iscsi_bhs *h = (struct iscsi_bhs *)p->hdr;
+    bhs_init(h, ISCSI_OP_LOGIN_RSP, flags);
+    h->b[BHS_VERSION_MAX] = 0;
+    h->b[BHS_VERSION_MIN] = 0; /* version-active */
+    memcpy(h->b + BHS_ISID, c->login_isid, 6);
+    bhs_put32(h, BHS_ITT, c->login_itt);
+    return p;
+}
+
+static void login_fill_sn(struct iscsi_conn *c, struct iscsi_bhs *h)
+{
+    bhs_put32(h, BHS_STATSN, c->statsn++);
+    uint32_t exp, max;
+    if (c->session) {
+        session_window(c->session, &exp, &max);
+    } else {
+        /* Login does not advance CmdSN: the login request's CmdSN is the first command's. */
+        exp = bhs_get32(&c->rx_bhs, BHS_CMDSN);
+        max = exp + ISCSI_CMD_WINDOW - 1;
+    }
+    bhs_put32(h, BHS_EXPCMDSN, exp);
+    bhs_put32(h, BHS_MAXCMDSN, max);
+}
+
+/* Refuse the login with a status and close once the answer is out (§11.13.5). */
+static void login_fail(struct iscsi_conn *c, enum iscsi_login_status st, const char *detail)
+{
+    LOG_WARN("%s: login refused (%s, status 0x%04x)%s%s%s%s", c->peer, login_status_text(st), st,
+             c->neg.initiator_name[0] ? " initiator " : "", c->neg.initiator_name,
+             detail ? ": " : "", detail ? detail : "");
+    struct tx_pdu *p = login_rsp_alloc(c, 0);
+    if (!p)
+        return;
+    struct iscsi_bhs *h = (struct iscsi_bhs *)p->hdr;
+    h->b[BHS_STATUS_CLASS] = (uint8_t)(st >> 8);
+    h->b[BHS_STATUS_DETAIL] = (uint8_t)st;
+    login_fill_sn(c, h);
+    conn_send(c, p);
+    c->phase = CONN_LOGGED_OUT; /* close after flushing */
+}
+
+/* Send the next chunk of login_out; C bit while more follows (§6.1.1, text over PDUs). */
+static void login_send_chunk(struct iscsi_conn *c, uint8_t transit_flags)
+{
+    uint32_t left = c->login_out.len - c->login_out_off;
+    uint32_t n = left < 8192u ? left : 8192u;
+    bool more = left > n;
+    uint8_t flags = more ? ISCSI_FLAG_CONTINUE : transit_flags;
+    flags |= (uint8_t)(c->login_stage << 2);
+    struct tx_pdu *p = login_rsp_alloc(c, flags);
+    if (!p)
+        return;
+    struct iscsi_bhs *h = (struct iscsi_bhs *)p->hdr;
+    if (!more && (transit_flags & ISCSI_LOGIN_TRANSIT) &&
+        ISCSI_LOGIN_NSG(transit_flags) == ISCSI_STAGE_FULL_FEATURE && c->session)
+        put_be16(h->b + BHS_TSIH, c->session->tsih);
+    login_fill_sn(c, h);
+    conn_send_copy(c, p, c->login_out.data + c->login_out_off, n);
+    c->login_out_off += n;
+    if (!more) {
+        iscsi_text_reset(&c->login_out);
+        c->login_out_off = 0;
+    }
+}
+
+/* The whole first request is in: choose the target before negotiating, since its parameters
+ * are our side's limits. */
+static enum iscsi_login_status login_pick_node(struct iscsi_conn *c, const char *text,
+                                               uint32_t len)
+{
+    struct iscsi_text_iter *it = malloc(sizeof(*it));
+    if (!it)
+        return ISCSI_LOGIN_OUT_OF_RESOURCES;
+    iscsi_text_iter_init(it, text, len);
+    const char *k, *v;
+    bool discovery = false;
+    char target[ISCSI_NAME_MAX + 1] = "";
+    while (iscsi_text_next(it, &k, &v) == 1) {
+        if (strcmp(k, "SessionType") == 0 && strcmp(v, "Discovery") == 0)
+            discovery = true;
+        else if (strcmp(k, "TargetName") == 0)
+            snprintf(target, sizeof(target), "%s", v);
+    }
+    free(it);
+    c->discovery = discovery;
+    struct iscsi_params local;
+    if (!discovery && target[0]) {
+        c->node = iscsi_server_find_node(c->srv, target);
+        if (!c->node)
+            return ISCSI_LOGIN_NOT_FOUND;
+        local = c->node->params;
+    } else {
+        iscsi_params_default(&local);
+        local.max_recv_dsl = ISCSI_TARGET_MRDSL_MAX;
+        if (c->srv->nnodes)
+            local = c->srv->nodes[0]->params;
+    }
+    if (local.max_recv_dsl > ISCSI_TARGET_MRDSL_MAX)
+        local.max_recv_dsl = ISCSI_TARGET_MRDSL_MAX;
+    if (local.max_connections > ISCSI_MAX_CONNECTIONS)
+        local.max_connections = ISCSI_MAX_CONNECTIONS;
+    local.erl = 0;
+    iscsi_neg_init(&c->neg, ISCSI_SIDE_TARGET, &local);
+    c->neg.leading = c->login_tsih == 0;
+    return ISCSI_LOGIN_OK;
+}
+
+/* Checks once the initiator's declarations are known (after the first request). */
+static enum iscsi_login_status login_check_identity(struct iscsi_conn *c, const char **why)
+{
+    struct iscsi_neg *n = &c->neg;
+    if (!n->initiator_name[0]) {
+        *why = "no InitiatorName";
+        return ISCSI_LOGIN_MISSING_PARAMETER;
+    }
+    if (n->session_type == ISCSI_SESSION_DISCOVERY) {
+        c->discovery = true;
+        return ISCSI_LOGIN_OK;
+    }
+    if (!n->target_name[0]) {
+        *why = "no TargetName for a normal session";
+        return ISCSI_LOGIN_MISSING_PARAMETER;
+    }
+    if (!c->node) {
+        *why = n->target_name;
+        return ISCSI_LOGIN_NOT_FOUND;
+    }
+    if (!iscsi_node_allows(c->node, n->initiator_name)) {
+        *why = c->node->name;
+        return ISCSI_LOGIN_AUTHZ_FAILED;
+    }
+    if (c->login_tsih != 0) {
+        struct iscsi_session *s = session_lookup(c->srv, c->login_tsih);
+        if (!s || s->node != c->node || memcmp(s->isid, c->login_isid, 6) != 0 ||
+            strcmp(s->initiator_name, n->initiator_name) != 0) {
+            if (s)
+                session_put(s);
+            *why = "TSIH does not name a session of this initiator";
+            return ISCSI_LOGIN_SESSION_DOES_NOT_EXIST;
+        }
+        session_put(s);
+    }
+    return ISCSI_LOGIN_OK;
+}
+
+/* The transit to full feature phase: create or join the session, switch digests on. */
+static enum iscsi_login_status login_enter_ffp(struct iscsi_conn *c)
+{
+    struct iscsi_params p;
+    iscsi_neg_result(&c->neg, &p);
+    if (c->login_tsih == 0) {
+        if (!c->discovery)
+            session_reinstate(c->srv, c->neg.initiator_name, c->login_isid, c->node, c);
+        struct iscsi_session *s = session_create(c, &p);
+        if (!s)
+            return ISCSI_LOGIN_OUT_OF_RESOURCES;
+        session_add_conn(s, c);
+    } else {
+        struct iscsi_session *s = session_lookup(c->srv, c->login_tsih);
+        if (!s)
+            return ISCSI_LOGIN_SESSION_DOES_NOT_EXIST;
+        pthread_mutex_lock(&s->lock);
+        bool full = s->nconns >= s->params.max_connections || s->closing;
+        pthread_mutex_unlock(&s->lock);
+        if (full) {
+            session_put(s);
+            return ISCSI_LOGIN_TOO_MANY_CONNECTIONS;
+        }
+        /* Connection reinstatement (§6.3.4): a new login with a CID in use replaces it. */
+        session_close_conn_by_cid(s, c->cid);
+        /* Session-wide values come from the leading login; connection-only ones are ours. */
+        struct iscsi_params sp = s->params;
+        sp.header_digest = p.header_digest;
+        sp.data_digest = p.data_digest;
+        sp.max_recv_dsl = p.max_recv_dsl;
+        sp.peer_max_recv_dsl = p.peer_max_recv_dsl;
+        p = sp;
+        session_add_conn(s, c);
+        session_put(s);
+    }
+    c->max_recv_dsl = p.max_recv_dsl;
+    c->max_send_dsl = p.peer_max_recv_dsl;
+    if (c->max_send_dsl > ISCSI_MRDSL_MAX)
+        c->max_send_dsl = ISCSI_MRDSL_MAX;
+    return ISCSI_LOGIN_OK;
+}
+
+static void login_after_final(struct iscsi_conn *c, uint8_t rsp_flags);
+
+void login_handle(struct iscsi_conn *c)
+{
+    struct iscsi_bhs *req = &c->rx_bhs;
+    uint8_t flags = req->b[1];
+    bool transit = flags & ISCSI_LOGIN_TRANSIT;
+    bool cont = flags & ISCSI_FLAG_CONTINUE;
+    enum iscsi_stage csg = (enum iscsi_stage)ISCSI_LOGIN_CSG(flags);
+    enum iscsi_stage nsg = (enum iscsi_stage)ISCSI_LOGIN_NSG(flags);
+    bool first = !c->login_started;
+    c->login_started = true;
+
+    if (first) {
+        memcpy(c->login_isid, req->b + BHS_ISID, 6);
+        c->login_tsih = get_be16(req->b + BHS_TSIH);
+        c->login_itt = bhs_get32(req, BHS_ITT);
+        c->cid = get_be16(req->b + BHS_CID);
+        c->login_stage = csg;
+        /* StatSN: any start value; ExpStatSN of a reinstating initiator is taken as given. */
+        c->statsn = bhs_get32(req, BHS_EXPSTATSN);
+        if (c->statsn == 0)
+            c->statsn = 1;
+        if (req->b[BHS_VERSION_MIN] > 0) {
+            login_fail(c, ISCSI_LOGIN_UNSUPPORTED_VERSION, NULL);
+            return;
+        }
+    } else {
+        if (memcmp(c->login_isid, req->b + BHS_ISID, 6) != 0 ||
+            c->login_tsih != get_be16(req->b + BHS_TSIH)) {
+            login_fail(c, ISCSI_LOGIN_INITIATOR_ERROR, "ISID or TSIH changed during login");
+            return;
+        }
+        c->login_itt = bhs_get32(req, BHS_ITT);
+    }
+    if (csg == 2 || csg == ISCSI_STAGE_FULL_FEATURE || csg != c->login_stage ||
+        (transit && (nsg == 2 || nsg <= csg)) || (transit && cont)) {
+        login_fail(c, ISCSI_LOGIN_INITIATOR_ERROR, "invalid stage transition");
+        return;
+    }
+
+    /* The initiator is pulling the rest of a long response of ours (empty request, C=0). */
+    if (c->login_out.len && c->login_out_off && c->login_out_off < c->login_out.len) {
+        login_send_chunk(c, c->login_rsp_flags);
+        if (c->login_out.len == 0)
+            login_after_final(c, c->login_rsp_flags);
+        return;
+    }
+
+    if (iscsi_text_append(&c->login_in, c->databuf, c->rx_dlen) < 0) {
+        login_fail(c, ISCSI_LOGIN_OUT_OF_RESOURCES, "login text too long");
+        return;
+    }
+    if (cont) {
+        /* More text follows: acknowledge with an empty response in the same stage. */
+        struct tx_pdu *p = login_rsp_alloc(c, (uint8_t)(csg << 2));
+        if (!p)
+            return;
+        login_fill_sn(c, (struct iscsi_bhs *)p->hdr);
+        conn_send(c, p);
+        return;
+    }
+
+    enum iscsi_login_status st;
+    const char *why = NULL;
+    if (!c->login_first_done) {
+        st = login_pick_node(c, c->login_in.data, c->login_in.len);
+        if (st != ISCSI_LOGIN_OK) {
+            iscsi_neg_init(&c->neg, ISCSI_SIDE_TARGET, NULL);
+            /* keep the name for the log line */
+            login_fail(c, st, "unknown TargetName");
+            return;
+        }
+    }
+    iscsi_text_reset(&c->login_out);
+    st = iscsi_neg_handle(&c->neg, csg, c->login_in.data, c->login_in.len, &c->login_out);
+    iscsi_text_reset(&c->login_in);
+    if (st != ISCSI_LOGIN_OK) {
+        login_fail(c, st, "key negotiation failed");
+        return;
+    }
+    if (!c->login_first_done) {
+        st = login_check_identity(c, &why);
+        if (st != ISCSI_LOGIN_OK) {
+            login_fail(c, st, why);
+            return;
+        }
+        if (c->neg.session_type == ISCSI_SESSION_NONE)
+            c->neg.session_type = ISCSI_SESSION_NORMAL; /* §13.21 default */
+        if (!c->discovery && c->login_tsih == 0) {
+            /* §13.9: the target declares its portal group tag in its first response. */
+            iscsi_text_addf(&c->login_out, "TargetPortalGroupTag", "%u", c->node->tpgt);
+            if (c->node->alias[0])
+                iscsi_text_add(&c->login_out, "TargetAlias", c->node->alias);
+        }
+        c->login_first_done = true;
+    }
+    if (csg == ISCSI_STAGE_SECURITY && transit && !c->neg.auth_none_agreed &&
+        !c->neg.auth_chap_agreed) {
+        if (c->neg.auth_required) {
+            login_fail(c, ISCSI_LOGIN_AUTH_FAILED, "authentication required");
+            return;
+        }
+    }
+    /* Our own declarations for the operational stage (MaxRecvDataSegmentLength). */
+    if (csg == ISCSI_STAGE_OPERATIONAL)
+        iscsi_neg_offer(&c->neg, ISCSI_STAGE_OPERATIONAL, &c->login_out);
+    if (c->login_out.overflow) {
+        login_fail(c, ISCSI_LOGIN_OUT_OF_RESOURCES, "login response too long");
+        return;
+    }
+
+    uint8_t rsp_flags = 0;
+    if (transit) {
+        rsp_flags = ISCSI_LOGIN_TRANSIT | (uint8_t)nsg;
+        if (nsg == ISCSI_STAGE_FULL_FEATURE) {
+            st = login_enter_ffp(c);
+            if (st != ISCSI_LOGIN_OK) {
+                login_fail(c, st, "cannot complete login");
+                return;
+            }
+        }
+    }
+    c->login_rsp_flags = rsp_flags;
+    c->login_out_off = 0;
+    login_send_chunk(c, rsp_flags);
+    if (c->login_out.len) /* more to pull: stay in this stage */
+        return;
+    login_after_final(c, rsp_flags);
+}
+
+/* The last response of a stage is out: move to the next stage. */
+static void login_after_final(struct iscsi_conn *c, uint8_t rsp_flags)
+{
+    bool transit = rsp_flags & ISCSI_LOGIN_TRANSIT;
+    enum iscsi_stage nsg = (enum iscsi_stage)ISCSI_LOGIN_NSG(rsp_flags);
+    if (transit) {
+        c->login_stage = nsg;
+        if (nsg == ISCSI_STAGE_FULL_FEATURE) {
+            struct iscsi_params p;
+            iscsi_neg_result(&c->neg, &p);
+            /* Digests start with the first PDU after the final Login Response (§13.1). */
+            c->hdigest = p.header_digest;
+            c->ddigest = p.data_digest;
+            c->phase = CONN_FFP;
+            LOG_INFO("%s: login complete: %s session TSIH %u, initiator %s%s%s, CID %u, "
+                     "digests %s/%s, MRDSL %u/%u",
+                     c->peer, c->discovery ? "discovery" : "normal", c->session->tsih,
+                     c->neg.initiator_name, c->node ? ", target " : "",
+                     c->node ? c->node->name : "", c->cid, c->hdigest ? "crc32c" : "none",
+                     c->ddigest ? "crc32c" : "none", c->max_recv_dsl, c->max_send_dsl);
+        }
+    }
+}

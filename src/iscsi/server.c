@@ -1,1 +1,67 @@
-/* placeholder: being written */
+/* The iSCSI server object: the nodes it serves, the session table, node lookup and ACLs, and
+ * closing every connection of a reactor at shutdown. */
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "iscsi/conn.h"
+#include "util/log.h"
+
+int iscsi_server_init(struct iscsi_server *srv)
+{
+    memset(srv, 0, sizeof(*srv));
+    pthread_mutex_init(&srv->sessions_lock, NULL);
+    srv->next_tsih = 1;
+    srv->nop_interval_s = 15;
+    srv->nop_timeout_s = 30;
+    srv->login_timeout_s = 15;
+    return 0;
+}
+
+void iscsi_server_destroy(struct iscsi_server *srv)
+{
+    free(srv->sessions);
+    srv->sessions = NULL;
+    pthread_mutex_destroy(&srv->sessions_lock);
+}
+
+/* iSCSI names compare case-insensitively: they are normalised to lower case (RFC 7143 §4.2.7.2,
+ * stringprep per RFC 3722). */
+struct iscsi_node *iscsi_server_find_node(struct iscsi_server *srv, const char *name)
+{
+    for (unsigned i = 0; i < srv->nnodes; i++)
+        if (strcasecmp(srv->nodes[i]->name, name) == 0)
+            return srv->nodes[i];
+    return NULL;
+}
+
+bool iscsi_node_allows(const struct iscsi_node *node, const char *initiator_name)
+{
+    if (node->nallow == 0)
+        return true;
+    for (unsigned i = 0; i < node->nallow; i++)
+        if (strcasecmp(node->allow[i], initiator_name) == 0)
+            return true;
+    return false;
+}
+
+/* Runs on reactor r: every connection whose session lives here (and every connection still in
+ * login) is found through the session table and the reactor's load; connections close, which
+ * fails their queued commands and releases in-flight ones when the store completes them. */
+void iscsi_server_close_reactor_conns(struct iscsi_server *srv, struct reactor *r)
+{
+    pthread_mutex_lock(&srv->sessions_lock);
+    for (unsigned i = 1; i < srv->sessions_cap; i++) {
+        struct iscsi_session *s = srv->sessions[i];
+        if (!s)
+            continue;
+        pthread_mutex_lock(&s->lock);
+        for (struct list_node *n = s->conns.next; n != &s->conns; n = n->next) {
+            struct iscsi_conn *c = list_entry(n, struct iscsi_conn, session_node);
+            if (c->reactor == r)
+                conn_close_async(c, "target shutting down");
+        }
+        pthread_mutex_unlock(&s->lock);
+    }
+    pthread_mutex_unlock(&srv->sessions_lock);
+}

@@ -1,1 +1,317 @@
-/* placeholder: being written */
+/* iSCSI sessions on the target: creation with a unique TSIH, the session table, reinstatement
+ * by ISID (RFC 7143 §6.3.5), connections joining and leaving (MC/S), and the session-wide
+ * CmdSN window: commands are handed to SCSI in CmdSN order whatever connection they arrive
+ * on (§4.2.2.1), and MaxCmdSN grants at most ISCSI_CMD_WINDOW commands in flight. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "iscsi/conn.h"
+#include "util/log.h"
+
+static void session_free(struct iscsi_session *s)
+{
+    if (s->nexus)
+        scsi_nexus_put(s->nexus);
+    pthread_mutex_destroy(&s->lock);
+    free(s);
+}
+
+void session_put(struct iscsi_session *s)
+{
+    struct iscsi_server *srv = s->srv;
+    pthread_mutex_lock(&srv->sessions_lock);
+    bool last = --s->refs == 0;
+    pthread_mutex_unlock(&srv->sessions_lock);
+    if (last)
+        session_free(s);
+}
+
+struct iscsi_session *session_lookup(struct iscsi_server *srv, uint16_t tsih)
+{
+    struct iscsi_session *s = NULL;
+    pthread_mutex_lock(&srv->sessions_lock);
+    if (tsih < srv->sessions_cap && srv->sessions[tsih] && !srv->sessions[tsih]->closing) {
+        s = srv->sessions[tsih];
+        s->refs++;
+    }
+    pthread_mutex_unlock(&srv->sessions_lock);
+    return s;
+}
+
+/* A free TSIH; 0 is reserved (§11.12.6). Called with sessions_lock held. */
+static int session_table_insert(struct iscsi_server *srv, struct iscsi_session *s)
+{
+    for (unsigned tries = 0; tries < 65535; tries++) {
+        uint16_t tsih = srv->next_tsih++;
+        if (tsih == 0)
+            continue;
+        if (tsih >= srv->sessions_cap) {
+            unsigned cap = srv->sessions_cap ? srv->sessions_cap * 2 : 64;
+            while (cap <= tsih)
+                cap *= 2;
+            if (cap > 65536)
+                cap = 65536;
+            struct iscsi_session **t = realloc(srv->sessions, cap * sizeof(*t));
+            if (!t)
+                return -1;
+            memset(t + srv->sessions_cap, 0, (cap - srv->sessions_cap) * sizeof(*t));
+            srv->sessions = t;
+            srv->sessions_cap = cap;
+        }
+        if (!srv->sessions[tsih]) {
+            srv->sessions[tsih] = s;
+            s->tsih = tsih;
+            return 0;
+        }
+    }
+    return -1;
+}
+
+struct iscsi_session *session_create(struct iscsi_conn *c, const struct iscsi_params *p)
+{
+    struct iscsi_session *s = calloc(1, sizeof(*s));
+    if (!s)
+        return NULL;
+    s->srv = c->srv;
+    s->node = c->discovery ? NULL : c->node;
+    s->discovery = c->discovery;
+    memcpy(s->isid, c->login_isid, 6);
+    memcpy(s->initiator_name, c->neg.initiator_name, sizeof(s->initiator_name));
+    s->params = *p;
+    pthread_mutex_init(&s->lock, NULL);
+    list_init(&s->conns);
+    list_init(&s->pending);
+    /* The login request's CmdSN is the CmdSN of the first command (§11.12.7). */
+    s->exp_cmdsn = bhs_get32(&c->rx_bhs, BHS_CMDSN);
+    s->max_cmdsn = s->exp_cmdsn + ISCSI_CMD_WINDOW - 1;
+    s->refs = 1;
+    if (s->node) {
+        s->nexus = scsi_nexus_get(s->node->scsi, s->initiator_name, s->isid);
+        if (!s->nexus) {
+            session_free(s);
+            return NULL;
+        }
+    }
+    pthread_mutex_lock(&c->srv->sessions_lock);
+    int rc = session_table_insert(c->srv, s);
+    pthread_mutex_unlock(&c->srv->sessions_lock);
+    if (rc < 0) {
+        session_free(s);
+        return NULL;
+    }
+    return s;
+}
+
+void session_add_conn(struct iscsi_session *s, struct iscsi_conn *c)
+{
+    pthread_mutex_lock(&s->srv->sessions_lock);
+    s->refs++; /* each connection holds the session */
+    pthread_mutex_unlock(&s->srv->sessions_lock);
+    pthread_mutex_lock(&s->lock);
+    list_add_tail(&s->conns, &c->session_node);
+    s->nconns++;
+    pthread_mutex_unlock(&s->lock);
+    c->session = s;
+}
+
+void session_remove_conn(struct iscsi_session *s, struct iscsi_conn *c)
+{
+    pthread_mutex_lock(&s->lock);
+    list_del(&c->session_node);
+    bool last = --s->nconns == 0;
+    if (last)
+        s->closing = true;
+    pthread_mutex_unlock(&s->lock);
+    c->session = NULL;
+    if (last) {
+        struct iscsi_server *srv = s->srv;
+        pthread_mutex_lock(&srv->sessions_lock);
+        bool in_table = s->tsih < srv->sessions_cap && srv->sessions[s->tsih] == s;
+        if (in_table)
+            srv->sessions[s->tsih] = NULL;
+        pthread_mutex_unlock(&srv->sessions_lock);
+        LOG_INFO("session TSIH %u of %s ended", s->tsih, s->initiator_name);
+        if (in_table)
+            session_put(s); /* the table's reference */
+    }
+    session_put(s); /* the connection's reference */
+}
+
+struct iscsi_conn *session_find_conn(struct iscsi_session *s, uint16_t cid)
+{
+    struct iscsi_conn *found = NULL;
+    if (!s)
+        return NULL;
+    pthread_mutex_lock(&s->lock);
+    for (struct list_node *n = s->conns.next; n != &s->conns; n = n->next) {
+        struct iscsi_conn *c = list_entry(n, struct iscsi_conn, session_node);
+        if (c->cid == cid) {
+            found = c;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&s->lock);
+    return found;
+}
+
+void session_close_other_conns(struct iscsi_session *s, struct iscsi_conn *keep)
+{
+    pthread_mutex_lock(&s->lock);
+    for (struct list_node *n = s->conns.next; n != &s->conns; n = n->next) {
+        struct iscsi_conn *c = list_entry(n, struct iscsi_conn, session_node);
+        if (c != keep)
+            conn_close_async(c, "session logged out");
+    }
+    pthread_mutex_unlock(&s->lock);
+}
+
+void session_close_conn_by_cid(struct iscsi_session *s, uint16_t cid)
+{
+    pthread_mutex_lock(&s->lock);
+    for (struct list_node *n = s->conns.next; n != &s->conns; n = n->next) {
+        struct iscsi_conn *c = list_entry(n, struct iscsi_conn, session_node);
+        if (c->cid == cid)
+            conn_close_async(c, "connection reinstated or logged out by another connection");
+    }
+    pthread_mutex_unlock(&s->lock);
+}
+
+/* §6.3.5: a leading login with the ISID of a live session of the same initiator and target
+ * ends that session (its tasks are aborted); the I_T nexus and its reservations survive. */
+void session_reinstate(struct iscsi_server *srv, const char *initiator, const uint8_t isid[6],
+                       struct iscsi_node *node, struct iscsi_conn *except)
+{
+    pthread_mutex_lock(&srv->sessions_lock);
+    for (unsigned i = 1; i < srv->sessions_cap; i++) {
+        struct iscsi_session *s = srv->sessions[i];
+        if (!s || s->node != node || memcmp(s->isid, isid, 6) != 0 ||
+            strcmp(s->initiator_name, initiator) != 0)
+            continue;
+        LOG_INFO("session TSIH %u of %s reinstated by a new login", s->tsih, initiator);
+        srv->sessions[i] = NULL; /* the new session must not find it */
+        pthread_mutex_lock(&s->lock);
+        s->closing = true;
+        for (struct list_node *n = s->conns.next; n != &s->conns; n = n->next) {
+            struct iscsi_conn *c = list_entry(n, struct iscsi_conn, session_node);
+            if (c != except)
+                conn_close_async(c, "session reinstatement");
+        }
+        pthread_mutex_unlock(&s->lock);
+        s->refs--; /* the table's reference; the connections still hold theirs */
+    }
+    pthread_mutex_unlock(&srv->sessions_lock);
+}
+
+/* ---------------- CmdSN window ---------------- */
+
+static void session_update_max(struct iscsi_session *s)
+{
+    uint32_t want = s->exp_cmdsn + ISCSI_CMD_WINDOW - 1 - s->in_flight;
+    if (sn_lt(s->max_cmdsn, want))
+        s->max_cmdsn = want; /* never shrink what was granted */
+}
+
+void session_window(struct iscsi_session *s, uint32_t *exp, uint32_t *max)
+{
+    pthread_mutex_lock(&s->lock);
+    session_update_max(s);
+    *exp = s->exp_cmdsn;
+    *max = s->max_cmdsn;
+    pthread_mutex_unlock(&s->lock);
+}
+
+static void pending_run(void *arg)
+{
+    struct iscsi_task *t = arg;
+    struct iscsi_conn *c = t->conn;
+    if (c->dead) {
+        cmd_task_free(t);
+    } else {
+        cmd_start(t);
+    }
+    conn_put(c);
+}
+
+/* With the lock held: take every queued command whose turn has come and start it on its
+ * connection's reactor. */
+static void session_drain_locked(struct iscsi_session *s)
+{
+    bool progress = true;
+    while (progress && !list_empty(&s->pending)) {
+        progress = false;
+        for (struct list_node *n = s->pending.next; n != &s->pending; n = n->next) {
+            struct iscsi_task *t = list_entry(n, struct iscsi_task, pending_node);
+            if (t->cmdsn != s->exp_cmdsn)
+                continue;
+            list_del(&t->pending_node);
+            s->exp_cmdsn++;
+            t->state = TASK_DATA_OUT;
+            conn_get(t->conn);
+            if (reactor_send(t->conn->reactor, pending_run, t) < 0)
+                atomic_fetch_sub(&t->conn->refs, 1);
+            progress = true;
+            break;
+        }
+    }
+}
+
+int session_cmdsn_check(struct iscsi_session *s, struct iscsi_task *t)
+{
+    pthread_mutex_lock(&s->lock);
+    if (t->immediate) {
+        s->in_flight++;
+        pthread_mutex_unlock(&s->lock);
+        return 1;
+    }
+    if (sn_lt(t->cmdsn, s->exp_cmdsn) || sn_lt(s->max_cmdsn, t->cmdsn)) {
+        pthread_mutex_unlock(&s->lock);
+        return -1;
+    }
+    s->in_flight++;
+    if (t->cmdsn == s->exp_cmdsn) {
+        s->exp_cmdsn++;
+        session_drain_locked(s);
+        pthread_mutex_unlock(&s->lock);
+        return 1;
+    }
+    /* Ahead of a gap (another connection's command is still on its way): wait. */
+    for (struct list_node *n = s->pending.next; n != &s->pending; n = n->next) {
+        struct iscsi_task *o = list_entry(n, struct iscsi_task, pending_node);
+        if (o->cmdsn == t->cmdsn) { /* a duplicate within the window: ignore it (§4.2.2.1) */
+            s->in_flight--;
+            pthread_mutex_unlock(&s->lock);
+            return -1;
+        }
+    }
+    t->state = TASK_QUEUED;
+    list_add_tail(&s->pending, &t->pending_node);
+    pthread_mutex_unlock(&s->lock);
+    return 0;
+}
+
+/* Remove a queued task whose connection is going away; its CmdSN will never run. */
+void session_pending_remove(struct iscsi_session *s, struct iscsi_task *t)
+{
+    pthread_mutex_lock(&s->lock);
+    list_del(&t->pending_node);
+    s->in_flight--;
+    pthread_mutex_unlock(&s->lock);
+}
+
+void session_consume_cmdsn(struct iscsi_session *s, uint32_t cmdsn)
+{
+    pthread_mutex_lock(&s->lock);
+    if (cmdsn == s->exp_cmdsn) {
+        s->exp_cmdsn++;
+        session_drain_locked(s);
+    }
+    pthread_mutex_unlock(&s->lock);
+}
+
+void session_cmd_done(struct iscsi_session *s)
+{
+    pthread_mutex_lock(&s->lock);
+    if (s->in_flight)
+        s->in_flight--;
+    pthread_mutex_unlock(&s->lock);
+}

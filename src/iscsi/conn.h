@@ -1,0 +1,268 @@
+/* Target-side iSCSI internals: connections, sessions and tasks, and the functions the
+ * files of this layer call on each other. conn.c moves bytes (receive state machine, transmit
+ * queue), login.c runs the login phase, session.c owns sessions and the CmdSN window, cmd.c the
+ * SCSI command / R2T / Data-Out / Data-In flow, tmf.c task management, discovery.c Text. */
+#ifndef LR_ISCSI_CONN_H
+#define LR_ISCSI_CONN_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+
+#include "iscsi/keys.h"
+#include "iscsi/node.h"
+#include "iscsi/pdu.h"
+#include "reactor/reactor.h"
+#include "scsi/scsi.h"
+#include "util/list.h"
+
+/* Our own limits (what we declare / accept at most). */
+#define ISCSI_TARGET_MRDSL_MAX (256u * 1024u)
+#define ISCSI_RXBUF_SIZE (256u * 1024u)
+#define ISCSI_TASK_HASH_SIZE 256u
+#define ISCSI_CMD_WINDOW 128u /* commands a session may have in flight (MaxCmdSN - ExpCmdSN + 1) */
+#define ISCSI_MAX_CONNECTIONS 8u
+
+struct iscsi_conn;
+struct iscsi_session;
+
+/* ---------- transmit ---------- */
+
+/* One PDU queued for sending: header (+digest), data from wherever it lives, padding and data
+ * digest. `sent` runs once the bytes are on the socket (or the connection died). */
+struct tx_pdu {
+    struct list_node node;
+    uint8_t hdr[ISCSI_BHS_LEN + ISCSI_DIGEST_LEN];
+    uint32_t hdr_len;
+    struct iovec data[SCSI_TASK_IOV_MAX];
+    int datacnt;
+    uint32_t dlen;
+    uint8_t trailer[3 + ISCSI_DIGEST_LEN];
+    uint32_t trailer_len;
+    char *owned;          /* malloc'd data this PDU frees (text, sense, reject copy) */
+    void (*sent)(struct tx_pdu *p, bool ok);
+    void *arg;
+};
+
+/* ---------- tasks ---------- */
+
+enum iscsi_task_state {
+    TASK_QUEUED,     /* waiting for its CmdSN turn (MC/S or immediate ordering) */
+    TASK_DATA_OUT,   /* receiving write data (immediate/unsolicited/solicited) */
+    TASK_EXEC,       /* in the SCSI core / backing store */
+    TASK_SENDING,    /* response queued */
+};
+
+struct iscsi_task {
+    struct scsi_task scsi;
+    struct iscsi_conn *conn;
+    struct iscsi_bhs req;         /* the SCSI Command header as received */
+    uint32_t itt;
+    uint32_t cmdsn;
+    uint32_t edtl;
+    bool immediate;
+    bool refused;                 /* setup refused: swallow data-out, then answer */
+    bool aborted;                 /* a TMF aborted it: never answer */
+    bool in_hash;
+    enum iscsi_task_state state;
+    /* write bookkeeping */
+    uint32_t data_expected;       /* bytes of data-out this task will receive in total */
+    uint32_t data_received;
+    uint32_t unsol_remaining;     /* unsolicited bytes still due (sent without R2T) */
+    uint32_t r2t_offset;          /* next offset to solicit */
+    uint32_t r2t_outstanding;     /* R2Ts sent and not yet fully answered */
+    uint32_t r2tsn;
+    uint32_t ttt;
+    uint32_t datasn_in;           /* Data-In DataSN */
+    uint32_t pending_tx;          /* PDUs of this task still in the tx queue */
+    struct iscsi_task *hash_next;
+    struct list_node node;        /* conn->tasks or session pending list */
+    struct list_node r2t_node;    /* conn->r2t_waiting */
+    struct list_node pending_node; /* session->pending (waiting for its CmdSN) */
+};
+
+/* ---------- connections ---------- */
+
+enum rx_state { RX_BHS, RX_AHS, RX_HDIGEST, RX_DATA, RX_DDIGEST };
+
+enum conn_phase {
+    CONN_LOGIN,
+    CONN_FFP,
+    CONN_LOGGED_OUT, /* logout answered: close once flushed */
+    CONN_CLOSING,
+};
+
+struct iscsi_conn {
+    struct iscsi_server *srv;
+    struct reactor *reactor;
+    struct reactor_fd rfd;
+    int fd;
+    char peer[64];
+    const struct iscsi_portal_addr *portal;
+    enum conn_phase phase;
+    uint16_t cid;
+    struct iscsi_session *session;
+    struct list_node session_node;
+    atomic_int refs;              /* pending completions and cross-thread messages */
+
+    /* login */
+    struct iscsi_neg neg;
+    struct iscsi_text login_in;   /* request text accumulated over C-bit PDUs */
+    struct iscsi_text login_out;  /* response text still to send over C-bit PDUs */
+    uint32_t login_out_off;
+    enum iscsi_stage login_stage; /* current stage */
+    bool login_started;           /* first Login Request seen */
+    bool login_first_done;        /* first request processed (identity checked, TPGT given) */
+    uint8_t login_rsp_flags;      /* T/NSG of the response being sent in chunks */
+    uint8_t login_isid[6];
+    uint16_t login_tsih;
+    uint32_t login_itt;
+    struct iscsi_node *node;      /* target chosen at login (NULL for discovery) */
+    bool discovery;
+
+    /* negotiated */
+    bool hdigest, ddigest;
+    uint32_t max_recv_dsl;        /* ours */
+    uint32_t max_send_dsl;        /* the peer's */
+
+    /* sequence numbers */
+    uint32_t statsn;
+    uint32_t exp_statsn;          /* from the initiator */
+
+    /* receive */
+    enum rx_state rx_state;
+    uint32_t rx_got;
+    struct iscsi_bhs rx_bhs;
+    uint8_t rx_digest[4];
+    uint32_t rx_dlen, rx_padded;
+    struct iovec rx_dst[SCSI_TASK_IOV_MAX + 1];
+    int rx_dstcnt;
+    uint32_t rx_crc;
+    bool rx_discard;              /* data goes to the bit bucket */
+    struct iscsi_task *rx_task;   /* task the data segment belongs to */
+    uint32_t rx_data_off;         /* buffer offset of the data segment in the task */
+    uint8_t *rxbuf;
+    uint32_t rx_head, rx_tail;
+    uint8_t *databuf;             /* data segments that are not task data (text, nop, ...) */
+    uint8_t discard[4096];
+
+    /* transmit */
+    struct list_node txq;
+    uint32_t tx_off;              /* bytes of the head PDU already written */
+    struct list_node tx_free;
+    unsigned tx_free_count;
+    struct reactor_deferred flush_hook;
+    bool want_write;
+
+    /* tasks */
+    struct iscsi_task *task_hash[ISCSI_TASK_HASH_SIZE];
+    struct list_node tasks;       /* every task of this connection */
+    struct list_node task_free;
+    unsigned ntasks;
+    struct list_node r2t_waiting; /* tasks with more data to solicit than MaxOutstandingR2T allows */
+    uint32_t next_ttt;
+
+    /* liveness */
+    struct reactor_timer timer;
+    uint64_t last_rx_ms;
+    bool nop_outstanding;
+    uint64_t nop_sent_ms;
+    uint32_t nop_ttt;
+
+    struct reactor_deferred free_hook;
+    bool dead;
+};
+
+/* ---------- sessions ---------- */
+
+struct iscsi_session {
+    struct iscsi_server *srv;
+    struct iscsi_node *node;      /* NULL: discovery */
+    uint8_t isid[6];
+    uint16_t tsih;
+    char initiator_name[ISCSI_NAME_MAX + 1];
+    struct scsi_nexus *nexus;
+    struct iscsi_params params;
+    bool discovery;
+
+    pthread_mutex_t lock;         /* everything below */
+    struct list_node conns;
+    unsigned nconns;
+    uint32_t exp_cmdsn;
+    uint32_t max_cmdsn;
+    uint32_t in_flight;           /* commands received and not yet answered */
+    struct list_node pending;     /* commands that arrived ahead of ExpCmdSN (MC/S) */
+    int refs;
+    bool closing;
+};
+
+/* conn.c */
+void conn_send(struct iscsi_conn *c, struct tx_pdu *p);
+struct tx_pdu *conn_tx_alloc(struct iscsi_conn *c);
+/* Queue a PDU with a copy of `data` (text, sense, reject): header must be filled except the
+ * data segment length, which is set here. */
+void conn_send_copy(struct iscsi_conn *c, struct tx_pdu *p, const void *data, uint32_t len);
+void conn_close(struct iscsi_conn *c, const char *why);
+void conn_send_reject(struct iscsi_conn *c, const struct iscsi_bhs *bad, uint8_t reason);
+/* Fill StatSN (and advance it if `advance`), ExpCmdSN and MaxCmdSN of a response header. */
+void conn_fill_sn(struct iscsi_conn *c, struct iscsi_bhs *h, bool advance);
+void conn_task_hash_add(struct iscsi_conn *c, struct iscsi_task *t);
+void conn_task_hash_del(struct iscsi_conn *c, struct iscsi_task *t);
+struct iscsi_task *conn_task_find(struct iscsi_conn *c, uint32_t itt);
+void conn_get(struct iscsi_conn *c);
+void conn_put(struct iscsi_conn *c);
+void conn_on_event(void *arg, uint32_t events);
+/* Close from any thread: hops to the connection's reactor. */
+void conn_close_async(struct iscsi_conn *c, const char *why);
+
+/* login.c */
+void login_handle(struct iscsi_conn *c);
+void login_conn_cleanup(struct iscsi_conn *c);
+
+/* session.c */
+struct iscsi_session *session_create(struct iscsi_conn *c, const struct iscsi_params *p);
+struct iscsi_session *session_lookup(struct iscsi_server *srv, uint16_t tsih);
+/* Detach a connection; the last one out frees the session. */
+void session_remove_conn(struct iscsi_session *s, struct iscsi_conn *c);
+void session_add_conn(struct iscsi_session *s, struct iscsi_conn *c);
+/* Close every connection of any session with this initiator name + ISID + node (§6.3.5). */
+void session_reinstate(struct iscsi_server *srv, const char *initiator, const uint8_t isid[6],
+                       struct iscsi_node *node, struct iscsi_conn *except);
+void session_put(struct iscsi_session *s);
+/* A non-SCSI, non-immediate request (NOP-Out, Text, TMF, Logout) used up its CmdSN. */
+void session_consume_cmdsn(struct iscsi_session *s, uint32_t cmdsn);
+struct iscsi_conn *session_find_conn(struct iscsi_session *s, uint16_t cid);
+/* Ask the connections to close, each on its own reactor. */
+void session_close_other_conns(struct iscsi_session *s, struct iscsi_conn *keep);
+void session_close_conn_by_cid(struct iscsi_session *s, uint16_t cid);
+/* CmdSN check for a non-immediate command (RFC 7143 §4.2.2.1). Returns 1 to run now, 0 if it was
+ * queued until its turn, -1 if it is outside the window (silently ignore). */
+int session_cmdsn_check(struct iscsi_session *s, struct iscsi_task *t);
+void session_cmd_done(struct iscsi_session *s);
+void session_pending_remove(struct iscsi_session *s, struct iscsi_task *t);
+/* The ExpCmdSN / MaxCmdSN pair for a response. */
+void session_window(struct iscsi_session *s, uint32_t *exp, uint32_t *max);
+
+/* cmd.c */
+void cmd_handle_scsi_header(struct iscsi_conn *c);
+void cmd_handle_scsi_data_done(struct iscsi_conn *c);
+void cmd_handle_data_out_header(struct iscsi_conn *c);
+void cmd_handle_data_out_done(struct iscsi_conn *c);
+void cmd_task_free(struct iscsi_task *t);
+void cmd_start(struct iscsi_task *t);
+/* Abort: never answer; release when the store lets go. */
+void cmd_task_abort(struct iscsi_task *t);
+void cmd_conn_teardown(struct iscsi_conn *c);
+
+/* tmf.c */
+void tmf_handle(struct iscsi_conn *c);
+
+/* discovery.c */
+void text_handle(struct iscsi_conn *c);
+/* Append SendTargets results for `which` ("All" or a name) visible to this initiator. */
+void discovery_send_targets(struct iscsi_conn *c, const char *which, struct iscsi_text *out);
+
+#endif
