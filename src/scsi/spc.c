@@ -1,1 +1,376 @@
-/* placeholder: being written */
+/* Primary commands (SPC-4) every LUN answers: INQUIRY with its VPD pages, REPORT LUNS, TEST UNIT
+ * READY, REQUEST SENSE and REPORT SUPPORTED OPERATION CODES (built from the opcode table).
+ * Mode pages live in mode.c. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "scsi/scsi_internal.h"
+#include "util/bytes.h"
+
+scsi_sr spc_parse_none(struct scsi_task *t, const struct scsi_cmd *c, struct scsi_req *r)
+{
+    (void)t, (void)c, (void)r;
+    return SR_OK;
+}
+
+void spc_exec_good(struct scsi_task *t, const struct scsi_cmd *c)
+{
+    (void)c;
+    scsi_task_complete(t, SR_OK);
+}
+
+void spc_exec_tur(struct scsi_task *t, const struct scsi_cmd *c)
+{
+    (void)c;
+    scsi_task_complete(t, SR_OK); /* the medium is always ready */
+}
+
+/* --- INQUIRY (SPC-4 §6.6) --- */
+
+static const uint8_t vpd_pages[] = {0x00, 0x80, 0x83, 0xb0, 0xb1, 0xb2};
+
+scsi_sr spc_parse_inquiry(struct scsi_task *t, const struct scsi_cmd *c, struct scsi_req *r)
+{
+    (void)c;
+    bool evpd = t->cdb[1] & 1;
+    uint8_t page = t->cdb[2];
+    if (!evpd && page)
+        return SR_CDB_FIELD(2, -1); /* a page code needs EVPD=1 */
+    if (evpd && !memchr(vpd_pages, page, sizeof(vpd_pages)))
+        return SR_CDB_FIELD(2, -1);
+    r->xfer_len = get_be16(t->cdb + 3);
+    r->dir = SCSI_DIR_READ;
+    return SR_OK;
+}
+
+/* Peripheral qualifier/device type: 000b/00h for a disk, 011b/1Fh where no LUN is (§6.6.2). */
+static uint8_t peripheral(const struct scsi_task *t)
+{
+    return t->lu ? 0x00 : 0x7f;
+}
+
+static void pad_copy(uint8_t *dst, const char *s, size_t n)
+{
+    size_t k = strlen(s);
+    memset(dst, ' ', n);
+    memcpy(dst, s, k < n ? k : n);
+}
+
+static const char *product_name(const struct scsi_lun *lu)
+{
+    const char *n = lu ? lu->bs->ops->name : NULL;
+    if (!n)
+        return "linerate";
+    if (!strcmp(n, "ram"))
+        return "RAMDISK";
+    if (!strcmp(n, "null"))
+        return "NULLDISK";
+    if (!strcmp(n, "file"))
+        return "FILEDISK";
+    return "linerate";
+}
+
+static uint32_t inquiry_standard(const struct scsi_task *t, uint8_t *d)
+{
+    memset(d, 0, 96);
+    d[0] = peripheral(t);
+    d[2] = 0x06;        /* VERSION: SPC-4 */
+    d[3] = 0x10 | 0x02; /* HISUP, RESPONSE DATA FORMAT 2 */
+    d[4] = 96 - 5;      /* ADDITIONAL LENGTH */
+    d[7] = 0x02;        /* CMDQUE */
+    pad_copy(d + 8, "LINERATE", 8);
+    pad_copy(d + 16, product_name(t->lu), 16);
+    pad_copy(d + 32, "0001", 4);
+    /* version descriptors (§6.6.2 table 146): SAM-5, iSCSI, SPC-4, SBC-3 */
+    put_be16(d + 58, 0x00a0);
+    put_be16(d + 60, 0x0960);
+    put_be16(d + 62, 0x0460);
+    put_be16(d + 64, 0x04c0);
+    return 96;
+}
+
+/* One designation descriptor (SPC-4 §7.8.6.1): protocol/code set, PIV/association/type. */
+static uint8_t *designator(uint8_t *p, uint8_t proto_codeset, uint8_t piv_assoc_type,
+                           const void *id, uint8_t len)
+{
+    p[0] = proto_codeset;
+    p[1] = piv_assoc_type;
+    p[2] = 0;
+    p[3] = len;
+    memcpy(p + 4, id, len);
+    return p + 4 + len;
+}
+
+/* A SCSI name string designator: UTF-8, NUL-terminated, padded to a multiple of 4 (§7.8.6.11) */
+static uint8_t *name_designator(uint8_t *p, uint8_t piv_assoc, const char *name)
+{
+    uint8_t s[256] = {0};
+    size_t n = strlen(name);
+    if (n > 251)
+        n = 251;
+    memcpy(s, name, n);
+    uint8_t len = (uint8_t)((n + 1 + 3) & ~3u);
+    return designator(p, 0x53, piv_assoc | 0x08, s, len);
+}
+
+static uint32_t vpd_device_id(const struct scsi_task *t, uint8_t *d)
+{
+    const struct scsi_target *tg = t->target;
+    const struct scsi_lun *lu = t->lu;
+    uint8_t *p = d + 4;
+    if (lu) {
+        uint8_t naa[8];
+        put_be64(naa, lu->naa);
+        p = designator(p, 0x01, 0x03, naa, 8); /* binary, LU, NAA */
+        uint8_t t10[8 + 16];
+        pad_copy(t10, "LINERATE", 8);
+        memcpy(t10 + 8, lu->serial, 16);
+        p = designator(p, 0x02, 0x01, t10, sizeof(t10)); /* ASCII, LU, T10 vendor ID */
+    }
+    /* target port: iSCSI (protocol 5), PIV=1, association 01b (§7.8.6 and RFC 7143 §13.7) */
+    uint16_t port = tg->tpgt ? tg->tpgt : 1;
+    char name[256];
+    snprintf(name, sizeof(name), "%.224s,t,0x%04x", tg->name, port);
+    p = name_designator(p, 0x80 | 0x10, name);
+    uint8_t rel[4] = {0, 0, (uint8_t)(port >> 8), (uint8_t)port};
+    p = designator(p, 0x51, 0x80 | 0x10 | 0x04, rel, 4); /* relative target port */
+    p = designator(p, 0x51, 0x80 | 0x10 | 0x05, rel, 4); /* target port group */
+    /* SCSI target device name: association 10b */
+    p = name_designator(p, 0x80 | 0x20, tg->name);
+    return (uint32_t)(p - d);
+}
+
+/* Block limits (SBC-3 §6.5.3): the transfer bound is SCSI_MAX_XFER_BYTES; 4 KiB granularity. */
+static uint32_t vpd_block_limits(const struct scsi_lun *lu, uint8_t *d)
+{
+    uint32_t bsz = lu ? lu->block_size : 512;
+    put_be16(d + 2, 0x3c);
+    put_be16(d + 6, (uint16_t)(bsz < 4096 ? 4096 / bsz : 1));
+    put_be32(d + 8, SCSI_MAX_XFER_BYTES / bsz);
+    put_be32(d + 12, SCSI_MAX_XFER_BYTES / bsz);
+    /* no UNMAP, WRITE SAME or COMPARE AND WRITE yet: their limits stay 0 */
+    return 64;
+}
+
+static void spc_inquiry_vpd(struct scsi_task *t, uint8_t page, uint8_t *d, uint32_t *len)
+{
+    d[0] = peripheral(t);
+    d[1] = page;
+    switch (page) {
+    case 0x00:
+        memcpy(d + 4, vpd_pages, sizeof(vpd_pages));
+        *len = 4 + sizeof(vpd_pages);
+        break;
+    case 0x80: {
+        const char *sn = t->lu ? t->lu->serial : "";
+        size_t n = strlen(sn);
+        memcpy(d + 4, sn, n);
+        *len = 4 + (uint32_t)n;
+        break;
+    }
+    case 0x83:
+        *len = vpd_device_id(t, d);
+        break;
+    case 0xb0:
+        *len = vpd_block_limits(t->lu, d);
+        break;
+    case 0xb1: /* block device characteristics (SBC-3 §6.5.2) */
+        put_be16(d + 4, 1); /* MEDIUM ROTATION RATE 1: non-rotating */
+        *len = 64;
+        break;
+    case 0xb2: /* logical block provisioning (SBC-3 §6.5.4): fully provisioned, no UNMAP */
+        *len = 8;
+        break;
+    }
+    put_be16(d + 2, (uint16_t)(*len - 4));
+}
+
+void spc_exec_inquiry(struct scsi_task *t, const struct scsi_cmd *c)
+{
+    (void)c;
+    uint8_t d[1024] = {0};
+    uint32_t len = 4;
+    if (t->cdb[1] & 1)
+        spc_inquiry_vpd(t, t->cdb[2], d, &len);
+    else
+        len = inquiry_standard(t, d);
+    scsi_task_put_data(t, d, len);
+}
+
+/* --- REPORT LUNS (SPC-4 §6.33) --- */
+
+static uint32_t count_luns(const struct scsi_target *tg, uint8_t select)
+{
+    if (select == 1) /* well-known logical units only: there are none */
+        return 0;
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < tg->nluns; i++)
+        n += tg->luns[i] != NULL;
+    return n;
+}
+
+scsi_sr spc_parse_report_luns(struct scsi_task *t, const struct scsi_cmd *c, struct scsi_req *r)
+{
+    (void)c;
+    uint8_t select = t->cdb[2];
+    if (select > 2)
+        return SR_CDB_FIELD(2, -1);
+    uint32_t alloc = get_be32(t->cdb + 6);
+    if (alloc < 16)
+        return SR_CDB_FIELD(6, -1);
+    uint64_t full = 8 + 8ull * count_luns(t->target, select);
+    r->xfer_len = alloc < full ? alloc : full;
+    r->dir = SCSI_DIR_READ;
+    return SR_OK;
+}
+
+void spc_exec_report_luns(struct scsi_task *t, const struct scsi_cmd *c)
+{
+    (void)c;
+    const struct scsi_target *tg = t->target;
+    uint8_t select = t->cdb[2];
+    uint32_t n = count_luns(tg, select);
+    uint8_t *d = calloc(1, 8 + 8 * (size_t)n);
+    if (!d) {
+        scsi_task_complete(t, SR_INSUFFICIENT_RESOURCES);
+        return;
+    }
+    put_be32(d, 8 * n);
+    uint32_t k = 0;
+    for (uint32_t i = 0; select != 1 && i < tg->nluns && k < n; i++)
+        if (tg->luns[i])
+            scsi_lun_to_wire(i, d + 8 + 8 * k++);
+    scsi_task_put_data(t, d, 8 + 8 * n);
+    free(d);
+}
+
+/* --- REQUEST SENSE (SPC-4 §6.39) --- */
+
+scsi_sr spc_parse_request_sense(struct scsi_task *t, const struct scsi_cmd *c,
+                                struct scsi_req *r)
+{
+    (void)c;
+    if (t->cdb[1] & 1) /* DESC=1: descriptor format is not offered */
+        return SR_CDB_FIELD(1, 0);
+    r->xfer_len = t->cdb[4] < 18 ? t->cdb[4] : 18;
+    r->dir = SCSI_DIR_READ;
+    return SR_OK;
+}
+
+/* Returns (and clears) a pending UA as parameter data with GOOD status; no LUN: LOGICAL UNIT
+ * NOT SUPPORTED; otherwise NO SENSE. */
+void spc_exec_request_sense(struct scsi_task *t, const struct scsi_cmd *c)
+{
+    (void)c;
+    uint8_t d[18];
+    scsi_sr sr = SR_NO_SENSE;
+    if (!t->lu)
+        sr = SR_LUN_NOT_SUPPORTED;
+    else if (t->nexus) {
+        scsi_sr ua = scsi_ua_take(t->lu, t->nexus);
+        if (ua)
+            sr = ua;
+    }
+    uint8_t n = scsi_sense_build(d, sr, false, 0);
+    scsi_task_put_data(t, d, n);
+}
+
+/* --- REPORT SUPPORTED OPERATION CODES (SPC-4 §6.35) --- */
+
+static const struct scsi_cmd *opcode_row(uint8_t opcode)
+{
+    for (size_t i = 0; i < scsi_ncmds; i++)
+        if (scsi_cmds[i].opcode == opcode)
+            return &scsi_cmds[i];
+    return NULL;
+}
+
+/* Sizes the reply so setup allocates just that much. */
+static uint32_t rsoc_len(const uint8_t *cdb)
+{
+    bool rctd = cdb[2] & 0x80;
+    uint8_t opts = cdb[2] & 7;
+    if (opts == 0)
+        return 4 + (uint32_t)scsi_ncmds * (8 + (rctd ? 12 : 0));
+    bool known;
+    const struct scsi_cmd *c = scsi_cmd_lookup(cdb[3], (uint8_t)get_be16(cdb + 4), &known);
+    if (opts == 2 && c && get_be16(cdb + 4) != c->sa)
+        c = NULL;
+    return 4 + (c ? c->cdb_len + (rctd ? 12 : 0) : 0);
+}
+
+scsi_sr spc_parse_rsoc(struct scsi_task *t, const struct scsi_cmd *c, struct scsi_req *r)
+{
+    (void)c;
+    const uint8_t *cdb = t->cdb;
+    uint8_t opts = cdb[2] & 7;
+    if (opts > 2)
+        return SR_CDB_FIELD(2, 2);
+    const struct scsi_cmd *row = opcode_row(cdb[3]);
+    bool sa = row && (row->flags & CMD_SA);
+    if (opts == 1 && sa) /* a service-action opcode is asked for with option 2 */
+        return SR_CDB_FIELD(3, -1);
+    if (opts == 2 && row && !sa)
+        return SR_CDB_FIELD(3, -1);
+    uint32_t alloc = get_be32(cdb + 6);
+    uint32_t full = rsoc_len(cdb);
+    r->xfer_len = alloc < full ? alloc : full;
+    r->dir = SCSI_DIR_READ;
+    return SR_OK;
+}
+
+/* Command timeouts descriptor (§6.35.4) */
+static uint8_t *put_timeouts(uint8_t *p, const struct scsi_cmd *c)
+{
+    memset(p, 0, 12);
+    put_be16(p, 0x0a);
+    put_be32(p + 4, c->timeout_s);
+    put_be32(p + 8, c->timeout_s);
+    return p + 12;
+}
+
+void spc_exec_rsoc(struct scsi_task *t, const struct scsi_cmd *self)
+{
+    (void)self;
+    const uint8_t *cdb = t->cdb;
+    bool rctd = cdb[2] & 0x80;
+    uint8_t opts = cdb[2] & 7;
+    uint8_t d[2048] = {0};
+    uint8_t *p = d;
+
+    if (opts == 0) {
+        p += 4;
+        for (size_t i = 0; i < scsi_ncmds; i++) {
+            const struct scsi_cmd *c = &scsi_cmds[i];
+            p[0] = c->opcode;
+            put_be16(p + 2, c->sa);
+            p[5] = (rctd ? 0x02 : 0) | ((c->flags & CMD_SA) ? 0x01 : 0); /* CTDP, SERVACTV */
+            put_be16(p + 6, c->cdb_len);
+            p += 8;
+            if (rctd)
+                p = put_timeouts(p, c);
+        }
+        put_be32(d, (uint32_t)(p - d - 4));
+    } else {
+        bool known;
+        uint16_t sa = get_be16(cdb + 4);
+        const struct scsi_cmd *c = scsi_cmd_lookup(cdb[3], (uint8_t)sa, &known);
+        if (opts == 2 && c && sa != c->sa)
+            c = NULL;
+        if (!c) {
+            d[1] = 0x01; /* SUPPORT 001b: not supported */
+            p += 4;
+        } else {
+            d[1] = (rctd ? 0x80 : 0) | 0x03; /* CTDP, SUPPORT 011b: as the standard says */
+            put_be16(d + 2, c->cdb_len);
+            memcpy(d + 4, c->usage, c->cdb_len);
+            if (c->flags & CMD_SA) /* the SERVICE ACTION bits carry the value reported */
+                d[5] = (uint8_t)((c->usage[1] & ~0x1fu) | c->sa);
+            p = d + 4 + c->cdb_len;
+            if (rctd)
+                p = put_timeouts(p, c);
+        }
+    }
+    scsi_task_put_data(t, d, (uint32_t)(p - d));
+}

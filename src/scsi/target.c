@@ -1,1 +1,325 @@
-/* placeholder: being written */
+/* Targets, LUNs and I_T nexuses: their lifetimes, the per-(LUN, nexus) unit attentions
+ * (SAM-5 §5.14), the resets that raise them (SAM-5 §6.3), and SAM LUN addressing (§4.7). */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "scsi/scsi_internal.h"
+
+int scsi_target_init(struct scsi_target *t, const char *name, uint16_t tpgt)
+{
+    memset(t, 0, sizeof(*t));
+    snprintf(t->name, sizeof(t->name), "%s", name);
+    t->tpgt = tpgt;
+    struct scsi_target_priv *p = calloc(1, sizeof(*p));
+    if (!p)
+        return -ENOMEM;
+    p->next_nexus_id = 1;
+    t->priv = p;
+    pthread_mutex_init(&t->lock, NULL);
+    return 0;
+}
+
+/* FNV-1a over target name and LUN: a stable identity for VPD 0x80/0x83, so an initiator's
+ * multipath sees the same device across restarts. */
+static uint64_t lun_hash(const char *name, uint64_t lun)
+{
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (const char *p = name; *p; p++)
+        h = (h ^ (uint8_t)*p) * 0x100000001b3ull;
+    for (int i = 0; i < 8; i++)
+        h = (h ^ (uint8_t)(lun >> (8 * i))) * 0x100000001b3ull;
+    return h;
+}
+
+int scsi_target_add_lun(struct scsi_target *t, const struct scsi_lun_config *cfg, char *err,
+                        size_t errlen)
+{
+    uint32_t bsz = cfg->block_size ? cfg->block_size : 512;
+    if (!cfg->bs) {
+        snprintf(err, errlen, "LUN %" PRIu64 ": no backing store", cfg->lun);
+        return -EINVAL;
+    }
+    if (bsz != 512 && bsz != 4096) {
+        snprintf(err, errlen, "LUN %" PRIu64 ": block size %u (want 512 or 4096)", cfg->lun, bsz);
+        return -EINVAL;
+    }
+    if (cfg->lun >= 16384) {
+        snprintf(err, errlen, "LUN %" PRIu64 ": above 16383 (flat space addressing)", cfg->lun);
+        return -EINVAL;
+    }
+    if (cfg->bs->size < bsz) {
+        snprintf(err, errlen, "LUN %" PRIu64 ": store smaller than one block", cfg->lun);
+        return -EINVAL;
+    }
+    if (cfg->lun < t->nluns && t->luns[cfg->lun]) {
+        snprintf(err, errlen, "LUN %" PRIu64 ": already configured", cfg->lun);
+        return -EEXIST;
+    }
+    if (cfg->lun >= t->nluns) {
+        uint32_t n = (uint32_t)cfg->lun + 1;
+        struct scsi_lun **luns = realloc(t->luns, n * sizeof(*luns));
+        if (!luns)
+            goto nomem;
+        memset(luns + t->nluns, 0, (n - t->nluns) * sizeof(*luns));
+        t->luns = luns;
+        t->nluns = n;
+    }
+    struct scsi_lun *lu = calloc(1, sizeof(*lu));
+    if (!lu)
+        goto nomem;
+    lu->target = t;
+    lu->id = cfg->lun;
+    lu->bs = cfg->bs;
+    lu->block_size = bsz;
+    lu->block_shift = bsz == 4096 ? 12 : 9;
+    lu->nblocks = cfg->bs->size >> lu->block_shift;
+    lu->read_only = cfg->read_only;
+    lu->mapped = cfg->bs->ops->map && bs_map(cfg->bs, 0, bsz) != NULL;
+    atomic_init(&lu->wce, cfg->bs->write_cache);
+    pthread_mutex_init(&lu->lock, NULL);
+    uint64_t h = lun_hash(t->name, cfg->lun);
+    lu->naa = (3ull << 60) | (h & 0x0fffffffffffffffull); /* NAA 3: locally assigned */
+    snprintf(lu->serial, sizeof(lu->serial), "%016" PRIx64, h);
+
+    /* Every nexus already there meets this LUN for the first time. */
+    struct scsi_target_priv *p = t->priv;
+    pthread_mutex_lock(&t->lock);
+    for (unsigned s = 0; s < SCSI_NEXUS_MAX; s++)
+        atomic_init(&lu->ua[s], p->nexus[s] ? UA_POWER_ON_RESET : 0);
+    t->luns[cfg->lun] = lu;
+    pthread_mutex_unlock(&t->lock);
+    return 0;
+nomem:
+    snprintf(err, errlen, "LUN %" PRIu64 ": out of memory", cfg->lun);
+    return -ENOMEM;
+}
+
+void scsi_target_destroy(struct scsi_target *t)
+{
+    for (uint32_t i = 0; i < t->nluns; i++) {
+        struct scsi_lun *lu = t->luns[i];
+        if (!lu)
+            continue;
+        bs_close(lu->bs);
+        pthread_mutex_destroy(&lu->lock);
+        free(lu);
+    }
+    free(t->luns);
+    t->luns = NULL;
+    t->nluns = 0;
+    struct scsi_target_priv *p = t->priv;
+    if (p) {
+        for (unsigned s = 0; s < SCSI_NEXUS_MAX; s++)
+            free(p->nexus[s]);
+        free(p);
+        t->priv = NULL;
+    }
+    pthread_mutex_destroy(&t->lock);
+}
+
+struct scsi_lun *scsi_target_lun(struct scsi_target *t, uint64_t lun)
+{
+    return lun < t->nluns ? t->luns[lun] : NULL;
+}
+
+uint64_t scsi_lun_size_bytes(const struct scsi_lun *lu)
+{
+    return lu->nblocks << lu->block_shift;
+}
+
+/* --- nexuses --- */
+
+/* RFC 7143 §4.2.7.1: the initiator port name is "<iSCSI name>,i,0x<ISID in hex>". Nexuses are
+ * kept after their last put so a reinstated session finds its UAs (and later its reservations)
+ * again; a slot whose nexus has no references is recycled only when all slots are taken. */
+struct scsi_nexus *scsi_nexus_get(struct scsi_target *t, const char *initiator_name,
+                                  const uint8_t isid[6])
+{
+    struct scsi_target_priv *p = t->priv;
+    char port[256];
+    snprintf(port, sizeof(port), "%.200s,i,0x%02x%02x%02x%02x%02x%02x", initiator_name, isid[0],
+             isid[1], isid[2], isid[3], isid[4], isid[5]);
+
+    pthread_mutex_lock(&t->lock);
+    int free_slot = -1, idle_slot = -1;
+    for (unsigned s = 0; s < SCSI_NEXUS_MAX; s++) {
+        struct scsi_nexus_impl *n = p->nexus[s];
+        if (!n) {
+            if (free_slot < 0)
+                free_slot = (int)s;
+        } else if (strcmp(n->pub.initiator_port, port) == 0) {
+            n->pub.refs++;
+            pthread_mutex_unlock(&t->lock);
+            return &n->pub;
+        } else if (n->pub.refs == 0 && idle_slot < 0) {
+            idle_slot = (int)s;
+        }
+    }
+    int slot = free_slot >= 0 ? free_slot : idle_slot;
+    struct scsi_nexus_impl *n = NULL;
+    if (slot >= 0) {
+        if (p->nexus[slot]) {
+            n = p->nexus[slot]; /* recycle the idle one: it forgets its state */
+            memset(n, 0, sizeof(*n));
+        } else {
+            n = calloc(1, sizeof(*n));
+        }
+    }
+    if (n) {
+        n->slot = (unsigned)slot;
+        snprintf(n->pub.initiator_port, sizeof(n->pub.initiator_port), "%s", port);
+        snprintf(n->pub.initiator_name, sizeof(n->pub.initiator_name), "%s", initiator_name);
+        n->pub.id = p->next_nexus_id++;
+        n->pub.refs = 1;
+        n->pub.target = t;
+        p->nexus[slot] = n;
+        /* A new I_T nexus starts with a power-on/reset UA on every LUN (SAM-5 §5.14). */
+        for (uint32_t i = 0; i < t->nluns; i++)
+            if (t->luns[i])
+                atomic_store(&t->luns[i]->ua[slot], UA_POWER_ON_RESET);
+    }
+    pthread_mutex_unlock(&t->lock);
+    return n ? &n->pub : NULL;
+}
+
+void scsi_nexus_put(struct scsi_nexus *n)
+{
+    if (!n)
+        return;
+    struct scsi_target *t = n->target;
+    pthread_mutex_lock(&t->lock);
+    n->refs--;
+    pthread_mutex_unlock(&t->lock);
+}
+
+/* --- unit attentions --- */
+
+void scsi_ua_raise(struct scsi_lun *lu, unsigned slot, unsigned bits)
+{
+    if (bits & UA_RESETS) {
+        /* A reset supersedes the conditions it found pending (SAM-5 §5.14: the reset UA is
+         * reported and the older ones are cleared with the state they described). */
+        atomic_store(&lu->ua[slot], bits);
+        return;
+    }
+    atomic_fetch_or(&lu->ua[slot], bits);
+}
+
+void scsi_ua_raise_all(struct scsi_lun *lu, const struct scsi_nexus *skip, unsigned bits)
+{
+    struct scsi_target *t = lu->target;
+    struct scsi_target_priv *p = t->priv;
+    pthread_mutex_lock(&t->lock);
+    for (unsigned s = 0; s < SCSI_NEXUS_MAX; s++) {
+        if (!p->nexus[s] || (skip && &p->nexus[s]->pub == skip))
+            continue;
+        scsi_ua_raise(lu, s, bits);
+    }
+    pthread_mutex_unlock(&t->lock);
+}
+
+static const scsi_sr ua_reason[] = {
+    SR_UA_POWER_ON_RESET, SR_UA_POWER_ON,         SR_UA_BUS_DEVICE_RESET, SR_UA_MODE_CHANGED,
+    SR_UA_CAPACITY_CHANGED, SR_UA_COMMANDS_CLEARED, SR_UA_LUNS_CHANGED,
+};
+
+/* Lock-free: a compare-and-swap clears exactly the bit reported, so two connections of one
+ * session (MC/S) racing here report it once. */
+scsi_sr scsi_ua_take(struct scsi_lun *lu, const struct scsi_nexus *n)
+{
+    if (!n)
+        return SR_OK;
+    atomic_uint *w = &lu->ua[scsi_nexus_slot(n)];
+    unsigned v = atomic_load_explicit(w, memory_order_acquire);
+    while (v) {
+        unsigned bit = v & -v;
+        if (atomic_compare_exchange_weak(w, &v, v & ~bit))
+            return ua_reason[__builtin_ctz(bit)];
+    }
+    return SR_OK;
+}
+
+/* SAM-5 §6.3.3: a logical unit reset establishes a UA for every I_T nexus, the requester's
+ * included (LIO raises it device-wide too); BUS DEVICE RESET FUNCTION OCCURRED (29h/03h) is
+ * the code SPC-4 gives a reset caused by a task management function. */
+void scsi_lun_reset(struct scsi_lun *lu, struct scsi_nexus *by)
+{
+    (void)by;
+    if (lu)
+        scsi_ua_raise_all(lu, NULL, UA_BUS_DEVICE_RESET);
+}
+
+/* TARGET WARM RESET is a logical unit reset of every LUN (SAM-5 §6.3.2/§7.x), hence 29h/03h;
+ * TARGET COLD RESET is a power-on condition: 29h/01h POWER ON OCCURRED. */
+void scsi_target_reset(struct scsi_target *t, struct scsi_nexus *by, bool cold)
+{
+    (void)by;
+    for (uint32_t i = 0; i < t->nluns; i++)
+        if (t->luns[i])
+            scsi_ua_raise_all(t->luns[i], NULL, cold ? UA_POWER_ON : UA_BUS_DEVICE_RESET);
+}
+
+void scsi_lun_tasks_cleared(struct scsi_lun *lu, struct scsi_nexus *victim)
+{
+    if (lu && victim)
+        scsi_ua_raise(lu, scsi_nexus_slot(victim), UA_COMMANDS_CLEARED);
+}
+
+/* --- blocking flush for shutdown --- */
+
+struct flush_wait {
+    pthread_mutex_t m;
+    pthread_cond_t c;
+    bool done;
+    int err;
+};
+
+static void flush_done(struct bs_io *io, int err)
+{
+    struct flush_wait *w = io->arg;
+    pthread_mutex_lock(&w->m);
+    w->done = true;
+    w->err = err;
+    pthread_cond_signal(&w->c);
+    pthread_mutex_unlock(&w->m);
+}
+
+int scsi_lun_flush_sync(struct scsi_lun *lu)
+{
+    struct flush_wait w = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, false, 0};
+    struct bs_io io = {.op = BS_FLUSH, .done = flush_done, .arg = &w};
+    bs_submit(lu->bs, &io);
+    pthread_mutex_lock(&w.m);
+    while (!w.done)
+        pthread_cond_wait(&w.c, &w.m);
+    pthread_mutex_unlock(&w.m);
+    return w.err;
+}
+
+/* --- SAM-5 §4.7 LUN addressing --- */
+
+uint64_t scsi_lun_from_wire(const uint8_t w[8])
+{
+    switch (w[0] >> 6) {
+    case 0: /* peripheral device addressing, bus 0 */
+        return w[0] == 0 ? w[1] : UINT64_MAX;
+    case 1: /* flat space addressing */
+        return (uint64_t)(w[0] & 0x3f) << 8 | w[1];
+    default:
+        return UINT64_MAX; /* logical unit / extended addressing: no such LUN */
+    }
+}
+
+void scsi_lun_to_wire(uint64_t lun, uint8_t w[8])
+{
+    memset(w, 0, 8);
+    if (lun < 256) {
+        w[1] = (uint8_t)lun;
+    } else {
+        w[0] = 0x40 | (uint8_t)((lun >> 8) & 0x3f);
+        w[1] = (uint8_t)lun;
+    }
+}

@@ -1,1 +1,292 @@
-/* placeholder: being written */
+/* The opcode table and the life of a task: setup (refuse early, check ranges once, decide where
+ * the data lives), exec (dispatch to the row's handler), release. Adding a command is adding a
+ * row here plus its parse/exec functions. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "scsi/scsi_internal.h"
+
+enum {
+    C_TUR, C_REQUEST_SENSE, C_READ6, C_WRITE6, C_INQUIRY, C_MODE_SELECT6, C_MODE_SENSE6,
+    C_START_STOP, C_PREVENT_ALLOW, C_READ_CAPACITY10, C_READ10, C_WRITE10, C_WRITE_VERIFY10,
+    C_VERIFY10, C_SYNC_CACHE10, C_MODE_SELECT10, C_MODE_SENSE10, C_READ16, C_WRITE16,
+    C_WRITE_VERIFY16, C_VERIFY16, C_SYNC_CACHE16, C_READ_CAPACITY16, C_REPORT_LUNS, C_RSOC,
+    C_READ12, C_WRITE12, C_WRITE_VERIFY12, C_VERIFY12, C__COUNT
+};
+
+#define F(...) {__VA_ARGS__}
+#define FF4 0xff, 0xff, 0xff, 0xff
+#define FF8 FF4, FF4
+
+/* Rows in opcode order, so REPORT SUPPORTED OPERATION CODES lists them sorted. Usage masks are
+ * the CDB USAGE DATA of SPC-4 §6.35.3 (byte 0 is the opcode; the control byte is reported 0:
+ * NACA and LINK are not supported, vendor bits are ignored). */
+#define RW(op, nm, len, fl, lo, ll, to, tl, pa, ex, tmo, ...)                                    \
+    {.name = nm, .opcode = op, .cdb_len = len, .flags = fl, .lba_off = lo, .lba_len = ll,         \
+     .tl_off = to, .tl_len = tl, .parse = pa, .exec = ex, .usage = __VA_ARGS__, .timeout_s = tmo}
+#define EM(op, nm, len, fl, pa, ex, ...)                                                           \
+    {.name = nm, .opcode = op, .cdb_len = len, .flags = fl, .parse = pa, .exec = ex,              \
+     .usage = __VA_ARGS__, .timeout_s = 5}
+#define EMSA(op, s, nm, len, fl, pa, ex, ...)                                                      \
+    {.name = nm, .opcode = op, .sa = s, .cdb_len = len, .flags = (fl) | CMD_SA, .parse = pa,      \
+     .exec = ex, .usage = __VA_ARGS__, .timeout_s = 5}
+
+#define RD (CMD_MEDIUM | CMD_XFER | CMD_DIRECT)
+#define WR (CMD_MEDIUM | CMD_XFER | CMD_DIRECT | CMD_WRITES)
+#define ANY_LUN (CMD_UA_OK | CMD_NOLUN_OK)
+
+const struct scsi_cmd scsi_cmds[C__COUNT] = {
+    [C_TUR] = EM(0x00, "TEST UNIT READY", 6, 0, spc_parse_none, spc_exec_tur, F(0x00)),
+    [C_REQUEST_SENSE] = EM(0x03, "REQUEST SENSE", 6, ANY_LUN, spc_parse_request_sense,
+                           spc_exec_request_sense, F(0x03, 0x01, 0, 0, 0xff)),
+    [C_READ6] = RW(0x08, "READ(6)", 6, RD, 1, 3, 4, 1, sbc_parse_rw, sbc_exec_read, 30,
+                   F(0x08, 0x1f, 0xff, 0xff, 0xff)),
+    [C_WRITE6] = RW(0x0a, "WRITE(6)", 6, WR, 1, 3, 4, 1, sbc_parse_rw, sbc_exec_write, 30,
+                    F(0x0a, 0x1f, 0xff, 0xff, 0xff)),
+    [C_INQUIRY] = EM(0x12, "INQUIRY", 6, ANY_LUN, spc_parse_inquiry, spc_exec_inquiry,
+                     F(0x12, 0x01, 0xff, 0xff, 0xff)),
+    [C_MODE_SELECT6] = EM(0x15, "MODE SELECT(6)", 6, 0, mode_parse_select, mode_exec_select,
+                          F(0x15, 0x11, 0, 0, 0xff)),
+    [C_MODE_SENSE6] = EM(0x1a, "MODE SENSE(6)", 6, 0, mode_parse_sense, mode_exec_sense,
+                         F(0x1a, 0x08, 0xff, 0xff, 0xff)),
+    [C_START_STOP] = EM(0x1b, "START STOP UNIT", 6, 0, sbc_parse_start_stop, spc_exec_good,
+                        F(0x1b, 0x01, 0, 0x0f, 0xf7)),
+    [C_PREVENT_ALLOW] = EM(0x1e, "PREVENT ALLOW MEDIUM REMOVAL", 6, 0, spc_parse_none,
+                           spc_exec_good, F(0x1e, 0, 0, 0, 0x03)),
+    [C_READ_CAPACITY10] = EM(0x25, "READ CAPACITY(10)", 10, 0, sbc_parse_readcap10,
+                             sbc_exec_readcap10, F(0x25, 0, FF4, 0, 0, 0x01)),
+    [C_READ10] = RW(0x28, "READ(10)", 10, RD, 2, 4, 7, 2, sbc_parse_rw, sbc_exec_read, 30,
+                    F(0x28, 0xfc, FF4, 0x1f, 0xff, 0xff)),
+    [C_WRITE10] = RW(0x2a, "WRITE(10)", 10, WR, 2, 4, 7, 2, sbc_parse_rw, sbc_exec_write, 30,
+                     F(0x2a, 0xf8, FF4, 0x1f, 0xff, 0xff)),
+    [C_WRITE_VERIFY10] = RW(0x2e, "WRITE AND VERIFY(10)", 10, WR, 2, 4, 7, 2, sbc_parse_rw,
+                            sbc_exec_write, 30, F(0x2e, 0xf2, FF4, 0x1f, 0xff, 0xff)),
+    [C_VERIFY10] = RW(0x2f, "VERIFY(10)", 10, CMD_MEDIUM, 2, 4, 7, 2, sbc_parse_verify,
+                      sbc_exec_verify, 30, F(0x2f, 0xf6, FF4, 0x1f, 0xff, 0xff)),
+    [C_SYNC_CACHE10] = RW(0x35, "SYNCHRONIZE CACHE(10)", 10, CMD_MEDIUM, 2, 4, 7, 2,
+                          sbc_parse_sync, sbc_exec_sync, 60, F(0x35, 0x02, FF4, 0x1f, 0xff, 0xff)),
+    [C_MODE_SELECT10] = EM(0x55, "MODE SELECT(10)", 10, 0, mode_parse_select, mode_exec_select,
+                           F(0x55, 0x11, 0, 0, 0, 0, 0, 0xff, 0xff)),
+    [C_MODE_SENSE10] = EM(0x5a, "MODE SENSE(10)", 10, 0, mode_parse_sense, mode_exec_sense,
+                          F(0x5a, 0x18, 0xff, 0xff, 0, 0, 0, 0xff, 0xff)),
+    [C_READ16] = RW(0x88, "READ(16)", 16, RD, 2, 8, 10, 4, sbc_parse_rw, sbc_exec_read, 30,
+                    F(0x88, 0xfc, FF8, FF4, 0x1f)),
+    [C_WRITE16] = RW(0x8a, "WRITE(16)", 16, WR, 2, 8, 10, 4, sbc_parse_rw, sbc_exec_write, 30,
+                     F(0x8a, 0xf8, FF8, FF4, 0x1f)),
+    [C_WRITE_VERIFY16] = RW(0x8e, "WRITE AND VERIFY(16)", 16, WR, 2, 8, 10, 4, sbc_parse_rw,
+                            sbc_exec_write, 30, F(0x8e, 0xf2, FF8, FF4, 0x1f)),
+    [C_VERIFY16] = RW(0x8f, "VERIFY(16)", 16, CMD_MEDIUM, 2, 8, 10, 4, sbc_parse_verify,
+                      sbc_exec_verify, 30, F(0x8f, 0xf6, FF8, FF4, 0x1f)),
+    [C_SYNC_CACHE16] = RW(0x91, "SYNCHRONIZE CACHE(16)", 16, CMD_MEDIUM, 2, 8, 10, 4,
+                          sbc_parse_sync, sbc_exec_sync, 60, F(0x91, 0x02, FF8, FF4, 0x1f)),
+    [C_READ_CAPACITY16] = EMSA(0x9e, 0x10, "READ CAPACITY(16)", 16, 0, sbc_parse_readcap16,
+                               sbc_exec_readcap16, F(0x9e, 0x1f, FF8, FF4, 0x01)),
+    [C_REPORT_LUNS] = EM(0xa0, "REPORT LUNS", 12, ANY_LUN, spc_parse_report_luns,
+                         spc_exec_report_luns, F(0xa0, 0, 0xff, 0, 0, 0, FF4)),
+    [C_RSOC] = EMSA(0xa3, 0x0c, "REPORT SUPPORTED OPERATION CODES", 12, 0, spc_parse_rsoc,
+                    spc_exec_rsoc, F(0xa3, 0x1f, 0x87, 0xff, 0xff, 0xff, FF4)),
+    [C_READ12] = RW(0xa8, "READ(12)", 12, RD, 2, 4, 6, 4, sbc_parse_rw, sbc_exec_read, 30,
+                    F(0xa8, 0xfc, FF4, FF4, 0x1f)),
+    [C_WRITE12] = RW(0xaa, "WRITE(12)", 12, WR, 2, 4, 6, 4, sbc_parse_rw, sbc_exec_write, 30,
+                     F(0xaa, 0xf8, FF4, FF4, 0x1f)),
+    [C_WRITE_VERIFY12] = RW(0xae, "WRITE AND VERIFY(12)", 12, WR, 2, 4, 6, 4, sbc_parse_rw,
+                            sbc_exec_write, 30, F(0xae, 0xf2, FF4, FF4, 0x1f)),
+    [C_VERIFY12] = RW(0xaf, "VERIFY(12)", 12, CMD_MEDIUM, 2, 4, 6, 4, sbc_parse_verify,
+                      sbc_exec_verify, 30, F(0xaf, 0xf6, FF4, FF4, 0x1f)),
+};
+const size_t scsi_ncmds = C__COUNT;
+
+/* opcode -> first row + 1 (0: unknown); rows sharing an opcode (service actions) are adjacent */
+static uint8_t cmd_index[256];
+static pthread_once_t cmd_index_once = PTHREAD_ONCE_INIT;
+
+static void cmd_index_build(void)
+{
+    for (size_t i = C__COUNT; i-- > 0;)
+        cmd_index[scsi_cmds[i].opcode] = (uint8_t)(i + 1);
+}
+
+const struct scsi_cmd *scsi_cmd_lookup(uint8_t opcode, uint8_t sa, bool *opcode_known)
+{
+    pthread_once(&cmd_index_once, cmd_index_build);
+    unsigned i = cmd_index[opcode];
+    *opcode_known = i != 0;
+    if (!i)
+        return NULL;
+    const struct scsi_cmd *c = &scsi_cmds[i - 1];
+    if (!(c->flags & CMD_SA))
+        return c;
+    for (; c < scsi_cmds + C__COUNT && c->opcode == opcode; c++)
+        if (c->sa == sa)
+            return c;
+    return NULL;
+}
+
+void scsi_task_init(struct scsi_task *t)
+{
+    memset(t, 0, sizeof(*t));
+}
+
+/* Bits set outside the usage mask are reserved (or unsupported) fields: SPC-4 §4.3.2 says
+ * a nonzero reserved field is INVALID FIELD IN CDB, pointing at the highest offending bit. */
+static scsi_sr check_reserved(const uint8_t *cdb, const struct scsi_cmd *c)
+{
+    for (unsigned i = 1; i + 1 < c->cdb_len; i++) {
+        uint8_t bad = cdb[i] & (uint8_t)~c->usage[i];
+        if (bad)
+            return SR_CDB_FIELD(i, 31 - __builtin_clz(bad));
+    }
+    /* control byte (SAM-5 §5.2): NACA=1 needs ACA, which is not offered; LINK is obsolete */
+    uint8_t ctl = cdb[c->cdb_len - 1];
+    if (ctl & 0x07)
+        return SR_CDB_FIELD(c->cdb_len - 1, 31 - __builtin_clz(ctl & 0x07));
+    return SR_OK;
+}
+
+static scsi_sr alloc_buffer(struct scsi_task *t, size_t extra)
+{
+    void *p = NULL;
+    /* page aligned: an O_DIRECT file store takes the buffer as it is */
+    size_t n = (((size_t)t->xfer_len + 4095) & ~(size_t)4095) + ((extra + 4095) & ~(size_t)4095);
+    if (posix_memalign(&p, 4096, n))
+        return SR_INSUFFICIENT_RESOURCES;
+    t->buf = p;
+    t->iov[0].iov_base = p;
+    t->iov[0].iov_len = t->xfer_len;
+    t->iovcnt = 1;
+    return SR_OK;
+}
+
+int scsi_task_setup(struct scsi_task *t)
+{
+    struct scsi_lun *lu = t->target ? scsi_target_lun(t->target, t->lun) : NULL;
+    t->lu = lu;
+    t->dir = SCSI_DIR_NONE;
+    t->xfer_len = 0;
+    t->iovcnt = 0;
+    t->data_len = 0;
+    t->status = SCSI_STATUS_GOOD;
+    t->sense_len = 0;
+    t->buf = NULL;
+    t->state = 0;
+
+    bool known;
+    const struct scsi_cmd *c = scsi_cmd_lookup(t->cdb[0], t->cdb[1] & 0x1f, &known);
+    scsi_sr sr;
+    if (!lu) {
+        if (!c || !(c->flags & CMD_NOLUN_OK)) {
+            sr = SR_LUN_NOT_SUPPORTED;
+            goto refuse;
+        }
+    } else if (t->nexus && !(c && (c->flags & CMD_UA_OK)) &&
+               atomic_load_explicit(&lu->ua[scsi_nexus_slot(t->nexus)], memory_order_relaxed)) {
+        /* SAM-5 §5.14: a pending UA ends any command but INQUIRY, REPORT LUNS and REQUEST
+         * SENSE, and is cleared by being reported. */
+        sr = scsi_ua_take(lu, t->nexus);
+        if (sr)
+            goto refuse;
+    }
+    if (!c) {
+        /* SPC-4 §4.3.3: unknown service action of a known opcode is a bad field */
+        sr = known ? SR_CDB_FIELD(1, 4) : SR_INVALID_OPCODE;
+        goto refuse;
+    }
+    sr = check_reserved(t->cdb, c);
+    if (sr)
+        goto refuse;
+
+    struct scsi_req r = {.dir = SCSI_DIR_NONE};
+    sr = c->parse(t, c, &r);
+    if (sr)
+        goto refuse;
+
+    size_t scratch = 0;
+    if (c->flags & CMD_MEDIUM) {
+        /* The one place every READ/WRITE/VERIFY/SYNC variant is bounded (SBC-3 §4.5). */
+        if (r.xfer_len > SCSI_MAX_XFER_BYTES) {
+            sr = SR_CDB_FIELD(c->tl_off, -1);
+            goto refuse;
+        }
+        if (r.lba > lu->nblocks || r.nblocks > lu->nblocks - r.lba) {
+            sr = SR_LBA_OUT_OF_RANGE;
+            goto refuse;
+        }
+        if ((c->flags & CMD_WRITES) && lu->read_only) {
+            sr = SR_WRITE_PROTECTED;
+            goto refuse;
+        }
+        t->io.offset = r.lba << lu->block_shift;
+        t->io.length = r.nblocks << lu->block_shift;
+        /* caching page WCE=0: every write is write-through (SBC-3 §6.4.5) */
+        t->io.fua = r.fua || !atomic_load_explicit(&lu->wce, memory_order_relaxed);
+        if (c->exec == sbc_exec_verify && r.xfer_len && !lu->mapped)
+            scratch = t->io.length; /* room to read the medium for the compare */
+    } else if (r.xfer_len > SCSI_MAX_XFER_BYTES) {
+        r.xfer_len = SCSI_MAX_XFER_BYTES; /* parse caps allocation lengths; belt and braces */
+    }
+    t->xfer_len = (uint32_t)r.xfer_len;
+    t->dir = t->xfer_len ? r.dir : SCSI_DIR_NONE;
+    if (t->xfer_len) {
+        if ((c->flags & CMD_DIRECT) && lu->mapped) {
+            /* direct data placement: the transport reads/sends the LUN's own memory */
+            void *p = bs_map(lu->bs, t->io.offset, t->xfer_len);
+            if (p) {
+                t->iov[0].iov_base = p;
+                t->iov[0].iov_len = t->xfer_len;
+                t->iovcnt = 1;
+            }
+        }
+        if (!t->iovcnt) {
+            sr = alloc_buffer(t, scratch);
+            if (sr)
+                goto refuse;
+        }
+    }
+    t->state = (int)(c - scsi_cmds) + 1;
+    return 0;
+
+refuse:
+    scsi_task_set_reason(t, sr);
+    t->dir = SCSI_DIR_NONE;
+    t->xfer_len = 0;
+    return -1;
+}
+
+void scsi_task_exec(struct scsi_task *t)
+{
+    if (t->state <= 0) { /* setup refused it: status and sense are already set */
+        t->done(t);
+        return;
+    }
+    const struct scsi_cmd *c = &scsi_cmds[t->state - 1];
+    c->exec(t, c);
+}
+
+void scsi_task_release(struct scsi_task *t)
+{
+    free(t->buf);
+    t->buf = NULL;
+    t->iovcnt = 0;
+    t->state = 0;
+}
+
+void scsi_task_complete(struct scsi_task *t, scsi_sr sr)
+{
+    scsi_task_set_reason(t, sr);
+    t->done(t);
+}
+
+void scsi_task_put_data(struct scsi_task *t, const void *src, uint32_t len)
+{
+    uint32_t n = len < t->xfer_len ? len : t->xfer_len;
+    uint32_t off = 0;
+    for (int i = 0; i < t->iovcnt && off < n; i++) {
+        uint32_t k = (uint32_t)t->iov[i].iov_len;
+        if (k > n - off)
+            k = n - off;
+        memcpy(t->iov[i].iov_base, (const uint8_t *)src + off, k);
+        off += k;
+    }
+    t->data_len = n;
+    scsi_task_complete(t, SR_OK);
+}

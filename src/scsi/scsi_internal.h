@@ -1,0 +1,206 @@
+/* Private to the SCSI core: the LUN and target state behind scsi.h, the sense-reason codes the
+ * handlers return, the opcode table row, and the unit-attention bits. Not for transports. */
+#ifndef LR_SCSI_INTERNAL_H
+#define LR_SCSI_INTERNAL_H
+
+#include <stdatomic.h>
+#include <stddef.h>
+
+#include "scsi/scsi.h"
+
+/* --- sense reasons (LIO's sense_reason_t): one table in sense.c maps each to key/ASC/ASCQ --- */
+enum scsi_reason {
+    SR_OK = 0,
+    SR_NO_SENSE,
+    SR_INVALID_OPCODE,           /* 5 / 20h 00h */
+    SR_INVALID_FIELD_IN_CDB,     /* 5 / 24h 00h */
+    SR_LBA_OUT_OF_RANGE,         /* 5 / 21h 00h */
+    SR_LUN_NOT_SUPPORTED,        /* 5 / 25h 00h */
+    SR_INVALID_FIELD_IN_PARAM,   /* 5 / 26h 00h */
+    SR_PARAM_LIST_LENGTH,        /* 5 / 1Ah 00h */
+    SR_SAVING_NOT_SUPPORTED,     /* 5 / 39h 00h */
+    SR_WRITE_PROTECTED,          /* 7 / 27h 00h */
+    SR_MISCOMPARE,               /* E / 1Dh 00h */
+    SR_READ_ERROR,               /* 3 / 11h 00h */
+    SR_WRITE_ERROR,              /* 3 / 0Ch 00h */
+    SR_SPACE_ALLOC_FAILED,       /* 7 / 27h 07h */
+    SR_INTERNAL_FAILURE,         /* 4 / 44h 00h */
+    SR_INSUFFICIENT_RESOURCES,   /* B / 55h 03h */
+    SR_UA_POWER_ON_RESET,        /* 6 / 29h 00h */
+    SR_UA_POWER_ON,              /* 6 / 29h 01h */
+    SR_UA_BUS_DEVICE_RESET,      /* 6 / 29h 03h */
+    SR_UA_MODE_CHANGED,          /* 6 / 2Ah 01h */
+    SR_UA_CAPACITY_CHANGED,      /* 6 / 2Ah 09h */
+    SR_UA_COMMANDS_CLEARED,      /* 6 / 2Fh 01h */
+    SR_UA_LUNS_CHANGED,          /* 6 / 3Fh 0Eh */
+    SR__COUNT
+};
+
+/* A reason plus an optional sense-key-specific field pointer (SPC-4 §4.5.2.4.2), packed in one
+ * word so a handler can still "return SR_...". Bits 0-7 reason, 8 SKSV, 9 C/D, 10 BPV,
+ * 11-13 bit pointer, 16-31 field pointer. */
+typedef uint32_t scsi_sr;
+#define SR_SKSV (1u << 8)
+#define SR_CD (1u << 9)
+#define SR_BPV (1u << 10)
+#define SR_REASON(sr) ((enum scsi_reason)((sr)&0xffu))
+/* INVALID FIELD IN CDB pointing at byte (and bit, or -1 for the whole byte). */
+#define SR_CDB_FIELD(byte, bit)                                                                    \
+    ((scsi_sr)SR_INVALID_FIELD_IN_CDB | SR_SKSV | SR_CD | ((uint32_t)(byte) << 16) |              \
+     ((bit) >= 0 ? SR_BPV | ((uint32_t)(bit) << 11) : 0))
+#define SR_PARAM_FIELD(byte, bit)                                                                  \
+    ((scsi_sr)SR_INVALID_FIELD_IN_PARAM | SR_SKSV | ((uint32_t)(byte) << 16) |                    \
+     ((bit) >= 0 ? SR_BPV | ((uint32_t)(bit) << 11) : 0))
+
+/* Fixed-format sense (SPC-4 §4.5.3) into buf (>= 18 bytes); returns its length. info is put in
+ * the INFORMATION field (VALID=1) when has_info. */
+uint8_t scsi_sense_build(uint8_t *buf, scsi_sr sr, bool has_info, uint32_t info);
+/* Set status from a reason: GOOD for SR_OK, else CHECK CONDITION with the sense. */
+void scsi_task_set_reason(struct scsi_task *t, scsi_sr sr);
+void scsi_task_set_reason_info(struct scsi_task *t, scsi_sr sr, uint32_t info);
+
+/* --- unit attentions (SAM-5 §5.14), one bit each, lowest bit reported first --- */
+enum {
+    UA_POWER_ON_RESET = 1u << 0,
+    UA_POWER_ON = 1u << 1,
+    UA_BUS_DEVICE_RESET = 1u << 2,
+    UA_MODE_CHANGED = 1u << 3,
+    UA_CAPACITY_CHANGED = 1u << 4,
+    UA_COMMANDS_CLEARED = 1u << 5,
+    UA_LUNS_CHANGED = 1u << 6,
+    UA_RESETS = UA_POWER_ON_RESET | UA_POWER_ON | UA_BUS_DEVICE_RESET,
+};
+
+/* Nexus slots per target: a LUN keeps one UA word per slot, so the data path checks its
+ * nexus's pending UAs with a single atomic load. */
+#define SCSI_NEXUS_MAX 256
+
+struct scsi_nexus_impl {
+    struct scsi_nexus pub;
+    unsigned slot;
+};
+
+static inline unsigned scsi_nexus_slot(const struct scsi_nexus *n)
+{
+    return ((const struct scsi_nexus_impl *)n)->slot;
+}
+
+struct scsi_target_priv {
+    struct scsi_nexus_impl *nexus[SCSI_NEXUS_MAX]; /* by slot; guarded by target->lock */
+    uint64_t next_nexus_id;
+};
+
+struct scsi_lun {
+    struct scsi_target *target;
+    uint64_t id;
+    struct bs *bs;
+    uint64_t nblocks;
+    uint32_t block_size;
+    uint8_t block_shift;
+    bool read_only;
+    bool mapped;         /* bs_map() works: READ/WRITE go straight to store memory */
+    atomic_bool wce;     /* caching mode page WCE; read lock-free on the write path */
+    pthread_mutex_t lock; /* mode-page changes and the UA they raise */
+    uint64_t naa;        /* NAA 3 locally assigned identifier (VPD 0x83) */
+    char serial[17];     /* VPD 0x80 */
+    atomic_uint ua[SCSI_NEXUS_MAX];
+};
+
+/* Add UA bits for one nexus slot; a reset UA replaces whatever was pending (SAM-5 §5.14). */
+void scsi_ua_raise(struct scsi_lun *lu, unsigned slot, unsigned bits);
+/* Raise bits for every nexus of the target except skip (NULL: all). */
+void scsi_ua_raise_all(struct scsi_lun *lu, const struct scsi_nexus *skip, unsigned bits);
+/* Take the highest-priority pending UA of t's nexus; SR_OK if none. */
+scsi_sr scsi_ua_take(struct scsi_lun *lu, const struct scsi_nexus *n);
+
+/* --- the opcode table (task.c) --- */
+enum {
+    CMD_UA_OK = 1u << 0,      /* runs with a UA pending and leaves it (SAM-5 §5.14) */
+    CMD_NOLUN_OK = 1u << 1,   /* runs on a LUN that does not exist */
+    CMD_WRITES = 1u << 2,     /* changes the medium: refused on a read-only LUN */
+    CMD_DIRECT = 1u << 3,     /* data may live in store memory (bs_map) */
+    CMD_MEDIUM = 1u << 4,     /* addresses blocks: LBA range checked centrally */
+    CMD_SA = 1u << 5,         /* has service actions (CDB byte 1 bits 4:0) */
+    CMD_XFER = 1u << 6,       /* moves its blocks (transfer length bounded by MAX_XFER) */
+};
+
+/* What parse learns from a CDB. Medium commands set lba/nblocks; setup checks them once. */
+struct scsi_req {
+    uint64_t lba;
+    uint64_t nblocks;     /* blocks addressed (range check) */
+    uint64_t xfer_len;    /* bytes to move; 64-bit so overflow is checked, not wrapped */
+    enum scsi_dir dir;
+    bool fua;
+};
+
+struct scsi_cmd;
+typedef scsi_sr (*scsi_parse_fn)(struct scsi_task *t, const struct scsi_cmd *c,
+                                 struct scsi_req *r);
+typedef void (*scsi_exec_fn)(struct scsi_task *t, const struct scsi_cmd *c);
+
+struct scsi_cmd {
+    const char *name;
+    uint8_t opcode;
+    uint8_t sa;
+    uint8_t cdb_len;
+    uint8_t flags;
+    /* READ/WRITE-like rows: where the LBA and TRANSFER LENGTH fields are */
+    uint8_t lba_off, lba_len, tl_off, tl_len;
+    scsi_parse_fn parse;
+    scsi_exec_fn exec;
+    /* CDB USAGE DATA (SPC-4 §6.35.3): bit set = the device server looks at it. Setup refuses
+     * bits outside it, so the table is also the reserved-bit check. */
+    uint8_t usage[SCSI_CDB_MAX];
+    uint32_t timeout_s;   /* recommended timeout for RSOC's timeouts descriptor */
+};
+
+extern const struct scsi_cmd scsi_cmds[];
+extern const size_t scsi_ncmds;
+const struct scsi_cmd *scsi_cmd_lookup(uint8_t opcode, uint8_t sa, bool *opcode_known);
+
+/* Copy a built response into the task buffer (truncated to xfer_len) and finish GOOD. */
+void scsi_task_put_data(struct scsi_task *t, const void *src, uint32_t len);
+void scsi_task_complete(struct scsi_task *t, scsi_sr sr);
+
+/* --- handlers (spc.c, mode.c, sbc.c) --- */
+scsi_sr spc_parse_none(struct scsi_task *t, const struct scsi_cmd *c, struct scsi_req *r);
+scsi_sr spc_parse_inquiry(struct scsi_task *t, const struct scsi_cmd *c, struct scsi_req *r);
+scsi_sr spc_parse_report_luns(struct scsi_task *t, const struct scsi_cmd *c, struct scsi_req *r);
+scsi_sr spc_parse_rsoc(struct scsi_task *t, const struct scsi_cmd *c, struct scsi_req *r);
+scsi_sr spc_parse_request_sense(struct scsi_task *t, const struct scsi_cmd *c,
+                                struct scsi_req *r);
+void spc_exec_inquiry(struct scsi_task *t, const struct scsi_cmd *c);
+void spc_exec_report_luns(struct scsi_task *t, const struct scsi_cmd *c);
+void spc_exec_tur(struct scsi_task *t, const struct scsi_cmd *c);
+void spc_exec_request_sense(struct scsi_task *t, const struct scsi_cmd *c);
+void spc_exec_rsoc(struct scsi_task *t, const struct scsi_cmd *c);
+void spc_exec_good(struct scsi_task *t, const struct scsi_cmd *c);
+
+scsi_sr mode_parse_sense(struct scsi_task *t, const struct scsi_cmd *c, struct scsi_req *r);
+scsi_sr mode_parse_select(struct scsi_task *t, const struct scsi_cmd *c, struct scsi_req *r);
+void mode_exec_sense(struct scsi_task *t, const struct scsi_cmd *c);
+void mode_exec_select(struct scsi_task *t, const struct scsi_cmd *c);
+
+scsi_sr sbc_parse_rw(struct scsi_task *t, const struct scsi_cmd *c, struct scsi_req *r);
+scsi_sr sbc_parse_verify(struct scsi_task *t, const struct scsi_cmd *c, struct scsi_req *r);
+scsi_sr sbc_parse_sync(struct scsi_task *t, const struct scsi_cmd *c, struct scsi_req *r);
+scsi_sr sbc_parse_readcap10(struct scsi_task *t, const struct scsi_cmd *c, struct scsi_req *r);
+scsi_sr sbc_parse_readcap16(struct scsi_task *t, const struct scsi_cmd *c, struct scsi_req *r);
+scsi_sr sbc_parse_start_stop(struct scsi_task *t, const struct scsi_cmd *c, struct scsi_req *r);
+void sbc_exec_read(struct scsi_task *t, const struct scsi_cmd *c);
+void sbc_exec_write(struct scsi_task *t, const struct scsi_cmd *c);
+void sbc_exec_verify(struct scsi_task *t, const struct scsi_cmd *c);
+void sbc_exec_sync(struct scsi_task *t, const struct scsi_cmd *c);
+void sbc_exec_readcap10(struct scsi_task *t, const struct scsi_cmd *c);
+void sbc_exec_readcap16(struct scsi_task *t, const struct scsi_cmd *c);
+
+/* Field accessors for table-described CDB fields (1..8 bytes, big-endian). */
+static inline uint64_t scsi_cdb_field(const uint8_t *cdb, unsigned off, unsigned len)
+{
+    uint64_t v = 0;
+    for (unsigned i = 0; i < len; i++)
+        v = v << 8 | cdb[off + i];
+    return v;
+}
+
+#endif
