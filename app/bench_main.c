@@ -1,1 +1,457 @@
-/* placeholder: being written */
+/* linerate-bench: the seed table as a program. Parses the options, runs every cell
+ * (size x rw x digest x connections) with --sessions worker threads, measures MB/s, IOPS,
+ * latency and CPU per KB (bench and --target-pid), and prints table/csv/json and an SVG. */
+#include <errno.h>
+#include <getopt.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "bench.h"
+#include "util/log.h"
+#include "util/size.h"
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: linerate-bench [options] iscsi://HOST[:PORT]/IQN/LUN\n"
+            "  --sizes LIST         block sizes (default 512,1k,2k,4k,8k,16k,64k,128k,256k)\n"
+            "  --rw LIST            read,write,randread,randwrite,mixed (default read,write)\n"
+            "  --digest LIST        off,on: HeaderDigest+DataDigest CRC32C (default off)\n"
+            "  --connections LIST   MC/S connections per session (default 1)\n"
+            "  --sessions N         independent sessions in parallel, one thread each (default 1)\n"
+            "  --qd N               outstanding commands per session (default 32)\n"
+            "  --seconds S          time per cell (default 5)\n"
+            "  --verify             write stamped blocks, read them back, fail on the first bad\n"
+            "  --format FMT         table (default), csv or json\n"
+            "  --svg FILE           draw MB/s against block size\n"
+            "  --target-pid PID     measure the target's CPU per KB from /proc/PID/stat\n"
+            "  --help               this text\n"
+            "Progress goes to stderr, results to stdout.\n");
+}
+
+static int parse_list(const char *arg, const char *what, int (*one)(const char *, void *),
+                      void *ctx)
+{
+    char *copy = strdup(arg);
+    int rc = 0;
+    for (char *save = NULL, *tok = strtok_r(copy, ",", &save); tok;
+         tok = strtok_r(NULL, ",", &save)) {
+        if (one(tok, ctx) < 0) {
+            fprintf(stderr, "linerate-bench: bad %s value '%s'\n", what, tok);
+            rc = -1;
+            break;
+        }
+    }
+    free(copy);
+    return rc;
+}
+
+static int one_size(const char *tok, void *ctx)
+{
+    struct bench_opts *o = ctx;
+    uint64_t v;
+    if (size_parse(tok, &v) < 0 || v < 512 || v > (16u << 20) || o->nsizes >= BENCH_MAX_LIST)
+        return -1;
+    o->sizes[o->nsizes++] = (uint32_t)v;
+    return 0;
+}
+
+static int one_rw(const char *tok, void *ctx)
+{
+    struct bench_opts *o = ctx;
+    for (int i = 0; i < RW_COUNT; i++)
+        if (!strcmp(tok, bench_rw_name((enum bench_rw)i))) {
+            if (o->nrws >= RW_COUNT)
+                return -1;
+            o->rws[o->nrws++] = (enum bench_rw)i;
+            return 0;
+        }
+    return -1;
+}
+
+static int one_digest(const char *tok, void *ctx)
+{
+    struct bench_opts *o = ctx;
+    if (o->ndigests >= 2 || (strcmp(tok, "on") && strcmp(tok, "off")))
+        return -1;
+    o->digests[o->ndigests++] = !strcmp(tok, "on");
+    return 0;
+}
+
+static int one_conn(const char *tok, void *ctx)
+{
+    struct bench_opts *o = ctx;
+    char *end;
+    unsigned long v = strtoul(tok, &end, 10);
+    if (*end || v < 1 || v > LR_MAX_CONNECTIONS || o->nconns >= BENCH_MAX_LIST)
+        return -1;
+    o->conns[o->nconns++] = (uint32_t)v;
+    return 0;
+}
+
+static int parse_uint(const char *s, unsigned long max, unsigned long *out)
+{
+    char *end;
+    errno = 0;
+    unsigned long v = strtoul(s, &end, 10);
+    if (errno || *end || end == s || v == 0 || v > max)
+        return -1;
+    *out = v;
+    return 0;
+}
+
+static int parse_opts(int argc, char **argv, struct bench_opts *o)
+{
+    static const struct option longs[] = {
+        {"sizes", required_argument, NULL, 's'},
+        {"rw", required_argument, NULL, 'r'},
+        {"digest", required_argument, NULL, 'd'},
+        {"connections", required_argument, NULL, 'c'},
+        {"sessions", required_argument, NULL, 'S'},
+        {"qd", required_argument, NULL, 'q'},
+        {"seconds", required_argument, NULL, 't'},
+        {"verify", no_argument, NULL, 'v'},
+        {"format", required_argument, NULL, 'f'},
+        {"svg", required_argument, NULL, 'g'},
+        {"target-pid", required_argument, NULL, 'p'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    memset(o, 0, sizeof(*o));
+    o->sessions = 1;
+    o->qd = 32;
+    o->seconds = 5;
+    const char *sizes = "512,1k,2k,4k,8k,16k,64k,128k,256k", *rws = "read,write";
+    const char *digests = "off", *conns = "1";
+    unsigned long v;
+    int c;
+    while ((c = getopt_long(argc, argv, "", longs, NULL)) != -1) {
+        switch (c) {
+        case 's': sizes = optarg; break;
+        case 'r': rws = optarg; break;
+        case 'd': digests = optarg; break;
+        case 'c': conns = optarg; break;
+        case 'S':
+            if (parse_uint(optarg, 256, &v) < 0)
+                goto bad;
+            o->sessions = (unsigned)v;
+            break;
+        case 'q':
+            if (parse_uint(optarg, 4096, &v) < 0)
+                goto bad;
+            o->qd = (unsigned)v;
+            break;
+        case 't': {
+            char *end;
+            o->seconds = strtod(optarg, &end);
+            if (*end || !(o->seconds > 0) || o->seconds > 3600)
+                goto bad;
+            break;
+        }
+        case 'v': o->verify = true; break;
+        case 'f':
+            if (!strcmp(optarg, "table"))
+                o->fmt = FMT_TABLE;
+            else if (!strcmp(optarg, "csv"))
+                o->fmt = FMT_CSV;
+            else if (!strcmp(optarg, "json"))
+                o->fmt = FMT_JSON;
+            else
+                goto bad;
+            break;
+        case 'g': o->svg = optarg; break;
+        case 'p':
+            if (parse_uint(optarg, 1u << 30, &v) < 0)
+                goto bad;
+            o->target_pid = (pid_t)v;
+            break;
+        case 'h': usage(stdout); exit(0);
+        default: usage(stderr); return -1;
+        }
+        continue;
+    bad:
+        fprintf(stderr, "linerate-bench: bad value '%s' for --%s\n", optarg,
+                longs[0].name ? "option" : "");
+        return -1;
+    }
+    if (parse_list(sizes, "--sizes", one_size, o) < 0 || parse_list(rws, "--rw", one_rw, o) < 0 ||
+        parse_list(digests, "--digest", one_digest, o) < 0 ||
+        parse_list(conns, "--connections", one_conn, o) < 0)
+        return -1;
+    if (optind + 1 != argc) {
+        usage(stderr);
+        return -1;
+    }
+    if (lr_url_parse(argv[optind], &o->url) < 0) {
+        fprintf(stderr, "linerate-bench: bad URL '%s' (want iscsi://HOST[:PORT]/IQN/LUN)\n",
+                argv[optind]);
+        return -1;
+    }
+    const char *kill = getenv("LINERATE_BENCH_KILL_CONN_MS");
+    if (kill && *kill)
+        o->kill_conn_ms = (uint32_t)strtoul(kill, NULL, 10);
+    return 0;
+}
+
+/* ---- CPU accounting: netperf's service demand, user+system per KB moved ---- */
+
+static double self_cpu_us(void)
+{
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return (double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1e6 +
+           (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec);
+}
+
+/* utime and stime are fields 14 and 15 of /proc/PID/stat, in clock ticks; the command name
+ * (field 2) may hold spaces, so count from the last ')'. */
+static double pid_cpu_us(pid_t pid)
+{
+    if (!pid)
+        return NAN;
+    char path[64], buf[1024];
+    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return NAN;
+    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    char *p = strrchr(buf, ')');
+    if (!p)
+        return NAN;
+    unsigned long long ut = 0, st = 0;
+    /* after ')': state(3) ppid pgrp session tty_nr tpgid flags minflt cminflt majflt cmajflt
+     * utime(14) stime(15) */
+    if (sscanf(p + 1, " %*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut, &st) != 2)
+        return NAN;
+    return (double)(ut + st) * 1e6 / (double)sysconf(_SC_CLK_TCK);
+}
+
+/* ---- orchestration ---- */
+
+struct run {
+    const struct bench_opts *o;
+    struct worker *w[256];
+    unsigned n;
+    sem_t done;
+};
+
+static void wait_all(struct run *R)
+{
+    for (unsigned i = 0; i < R->n; i++)
+        while (sem_wait(&R->done) < 0 && errno == EINTR)
+            ;
+}
+
+static unsigned total_cells(const struct bench_opts *o)
+{
+    return o->nsizes * o->nrws * o->ndigests * o->nconns;
+}
+
+static void percentiles(const struct bench_stats *st, unsigned n, double *p50, double *p99)
+{
+    uint64_t hist[BENCH_HIST_BUCKETS] = {0}, total = 0;
+    for (unsigned i = 0; i < n; i++)
+        for (unsigned b = 0; b < BENCH_HIST_BUCKETS; b++)
+            hist[b] += st[i].hist[b];
+    for (unsigned b = 0; b < BENCH_HIST_BUCKETS; b++)
+        total += hist[b];
+    *p50 = *p99 = NAN;
+    if (!total)
+        return;
+    uint64_t acc = 0, k50 = (total + 1) / 2, k99 = (total * 99 + 99) / 100;
+    for (unsigned b = 0; b < BENCH_HIST_BUCKETS; b++) {
+        acc += hist[b];
+        if (isnan(*p50) && acc >= k50)
+            *p50 = bench_hist_value_us(b);
+        if (acc >= k99) {
+            *p99 = bench_hist_value_us(b);
+            break;
+        }
+    }
+}
+
+static void run_cell(struct run *R, struct bench_cell *cell, unsigned idx, unsigned total,
+                     double left_s)
+{
+    const struct bench_opts *o = R->o;
+    fprintf(stderr,
+            "linerate-bench: [%u/%u] %u %s, digest %s, %u connection%s, qd %u: %.1f s (about "
+            "%.0f s left)\n",
+            idx, total, cell->size, bench_rw_name(cell->rw), cell->digest ? "on" : "off",
+            cell->conns, cell->conns == 1 ? "" : "s", o->qd, o->seconds, left_s);
+    double c0 = self_cpu_us(), t0 = pid_cpu_us(o->target_pid);
+    for (unsigned i = 0; i < R->n; i++)
+        worker_post_cell(R->w[i], cell->size, cell->rw);
+    wait_all(R);
+    double c1 = self_cpu_us(), t1 = pid_cpu_us(o->target_pid);
+    struct bench_stats st[256];
+    uint64_t bytes = 0, ops = 0, errors = 0, elapsed = 0;
+    uint32_t up = UINT32_MAX;
+    for (unsigned i = 0; i < R->n; i++) {
+        st[i] = *worker_stats(R->w[i]);
+        bytes += st[i].bytes;
+        ops += st[i].ops;
+        errors += st[i].errors;
+        elapsed = st[i].elapsed_ns > elapsed ? st[i].elapsed_ns : elapsed;
+        uint32_t u = worker_conns_up(R->w[i]);
+        up = u < up ? u : up;
+    }
+    double secs = elapsed / 1e9;
+    cell->ran = true;
+    cell->errors = errors;
+    cell->mb_per_s = secs > 0 ? bytes / secs / 1e6 : 0;
+    cell->iops = secs > 0 ? ops / secs : 0;
+    percentiles(st, R->n, &cell->p50_us, &cell->p99_us);
+    double kb = bytes / 1024.0;
+    cell->ini_us_per_kb = kb > 0 ? (c1 - c0) / kb : NAN;
+    cell->tgt_us_per_kb = kb > 0 && !isnan(t0) && !isnan(t1) ? (t1 - t0) / kb : NAN;
+    if (up < cell->conns)
+        fprintf(stderr, "linerate-bench: %u of %u connections left at the end of the cell\n",
+                up, cell->conns);
+    if (errors)
+        fprintf(stderr, "linerate-bench: %llu commands failed in this cell\n",
+                (unsigned long long)errors);
+}
+
+/* Log in one configuration's sessions; returns the connections logged in per session, or 0
+ * when a session could not log in. */
+static uint32_t start_config(struct run *R, bool digest, uint32_t conns)
+{
+    const struct bench_opts *o = R->o;
+    R->n = 0;
+    for (unsigned i = 0; i < o->sessions; i++) {
+        struct worker *w = worker_start((int)i, o, digest, conns, &R->done);
+        if (!w) {
+            fprintf(stderr, "linerate-bench: cannot start session thread %u\n", i);
+            break;
+        }
+        R->w[R->n++] = w;
+        worker_post_login(w);
+    }
+    wait_all(R);
+    uint32_t up = UINT32_MAX;
+    for (unsigned i = 0; i < R->n; i++) {
+        const char *e = worker_error(R->w[i]);
+        if (e) {
+            fprintf(stderr, "linerate-bench: session %u: %s\n", i, e);
+            return 0;
+        }
+        uint32_t u = worker_conns_up(R->w[i]);
+        up = u < up ? u : up;
+    }
+    if (R->n == 0)
+        return 0;
+    uint32_t granted = worker_conns_granted(R->w[0]);
+    if (conns > 1 && up < conns)
+        fprintf(stderr,
+                "linerate-bench: asked for %u connections per session, the target granted "
+                "MaxConnections=%u; falling back to %u connection%s%s\n",
+                conns, granted, up, up == 1 ? "" : "s", up == 1 ? " (no MC/S)" : "");
+    fprintf(stderr, "linerate-bench: %u session%s logged in, %u connection%s each, block size %u\n",
+            R->n, R->n == 1 ? "" : "s", up, up == 1 ? "" : "s", worker_block_size(R->w[0]));
+    return up;
+}
+
+static void stop_config(struct run *R)
+{
+    for (unsigned i = 0; i < R->n; i++)
+        worker_post_logout(R->w[i]);
+    wait_all(R);
+    for (unsigned i = 0; i < R->n; i++)
+        worker_stop(R->w[i]);
+    R->n = 0;
+}
+
+static int run_verify(struct run *R)
+{
+    for (unsigned i = 0; i < R->n; i++)
+        worker_post_verify(R->w[i]);
+    wait_all(R);
+    int bad = 0;
+    uint64_t blocks = 0;
+    for (unsigned i = 0; i < R->n; i++) {
+        const char *e = worker_error(R->w[i]);
+        const char *f = worker_verify_failure(R->w[i]);
+        blocks += worker_verify_blocks(R->w[i]);
+        if (f || e) {
+            fprintf(stderr, "linerate-bench: verify FAILED in session %u: %s\n", i, f ? f : e);
+            bad = 1;
+        }
+    }
+    if (!bad)
+        fprintf(stderr, "linerate-bench: verify passed: %llu blocks written and read back\n",
+                (unsigned long long)blocks);
+    return bad;
+}
+
+int main(int argc, char **argv)
+{
+    struct bench_opts o;
+    if (parse_opts(argc, argv, &o) < 0)
+        return 2;
+    signal(SIGPIPE, SIG_IGN);
+    log_set_level(LOG_LVL_WARN);
+    unsigned total = total_cells(&o);
+    struct bench_cell *cells = calloc(total, sizeof(*cells));
+    struct run R = {.o = &o};
+    sem_init(&R.done, 0, 0);
+    unsigned idx = 0;
+    int rc = 0;
+    for (unsigned d = 0; d < o.ndigests; d++) {
+        for (unsigned c = 0; c < o.nconns; c++) {
+            uint32_t up = start_config(&R, o.digests[d], o.conns[c]);
+            unsigned base = idx;
+            for (unsigned r = 0; r < o.nrws; r++)
+                for (unsigned s = 0; s < o.nsizes; s++) {
+                    struct bench_cell *cell = &cells[idx++];
+                    cell->size = o.sizes[s];
+                    cell->rw = o.rws[r];
+                    cell->digest = o.digests[d];
+                    cell->conns_asked = o.conns[c];
+                    cell->conns = up;
+                    cell->qd = o.qd;
+                    cell->mb_per_s = cell->iops = cell->p50_us = cell->p99_us = NAN;
+                    cell->ini_us_per_kb = cell->tgt_us_per_kb = NAN;
+                }
+            if (!up) {
+                rc = 1;
+                stop_config(&R);
+                continue;
+            }
+            if (o.verify && run_verify(&R)) {
+                stop_config(&R);
+                free(cells);
+                return 1;
+            }
+            uint32_t bs = worker_block_size(R.w[0]);
+            for (unsigned k = base; k < idx; k++) {
+                if (cells[k].size % bs) {
+                    fprintf(stderr, "linerate-bench: skipping %u-byte cells: the LUN's block "
+                                    "size is %u\n", cells[k].size, bs);
+                    continue;
+                }
+                double left = (double)(total - k) * o.seconds;
+                run_cell(&R, &cells[k], k + 1, total, left);
+                if (cells[k].errors)
+                    rc = 1;
+            }
+            stop_config(&R);
+        }
+    }
+    bench_report(&o, cells, total);
+    if (o.svg && bench_svg(o.svg, &o, cells, total) < 0) {
+        fprintf(stderr, "linerate-bench: cannot write %s: %s\n", o.svg, strerror(errno));
+        rc = 1;
+    }
+    sem_destroy(&R.done);
+    free(cells);
+    return rc;
+}

@@ -1,0 +1,88 @@
+/* linerate-bench internals: options, the per-session worker (one reactor thread each) and the
+ * result of one cell (size x rw x digest x connections), shared by bench_main.c (options and
+ * orchestration), bench_worker.c (the load loop and --verify) and bench_report.c (output). */
+#ifndef LR_BENCH_H
+#define LR_BENCH_H
+
+#include <pthread.h>
+#include <semaphore.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "linerate/initiator.h"
+#include "reactor/reactor.h"
+
+#define BENCH_MAX_LIST 32
+#define BENCH_HIST_BUCKETS 640
+
+enum bench_rw { RW_READ, RW_WRITE, RW_RANDREAD, RW_RANDWRITE, RW_MIXED, RW_COUNT };
+enum bench_fmt { FMT_TABLE, FMT_CSV, FMT_JSON };
+
+struct bench_opts {
+    struct lr_url url;
+    uint32_t sizes[BENCH_MAX_LIST];
+    unsigned nsizes;
+    enum bench_rw rws[RW_COUNT];
+    unsigned nrws;
+    bool digests[2];
+    unsigned ndigests;
+    uint32_t conns[BENCH_MAX_LIST];
+    unsigned nconns;
+    unsigned sessions, qd;
+    double seconds;
+    bool verify;
+    enum bench_fmt fmt;
+    const char *svg;
+    pid_t target_pid;
+    uint32_t kill_conn_ms; /* test hook (LINERATE_BENCH_KILL_CONN_MS): drop connection 1 */
+};
+
+/* One cell of the table. NAN in a double means "unknown" (printed empty). */
+struct bench_cell {
+    uint32_t size;
+    enum bench_rw rw;
+    bool digest;
+    uint32_t conns_asked, conns;
+    unsigned qd;
+    bool ran;
+    double mb_per_s, iops, p50_us, p99_us, ini_us_per_kb, tgt_us_per_kb;
+    uint64_t errors;
+};
+
+struct bench_stats {
+    uint64_t bytes, ops, errors, conn_lost;
+    uint64_t hist[BENCH_HIST_BUCKETS];
+    uint64_t elapsed_ns;
+};
+
+struct worker;
+
+/* bench_worker.c: everything runs on the worker's reactor thread; the main thread posts a
+ * step and waits on `done` for each worker. */
+struct worker *worker_start(int id, const struct bench_opts *o, bool digest, uint32_t conns,
+                            sem_t *done);
+void worker_post_login(struct worker *w);
+void worker_post_cell(struct worker *w, uint32_t size, enum bench_rw rw);
+void worker_post_verify(struct worker *w);
+void worker_post_logout(struct worker *w);
+void worker_stop(struct worker *w);
+/* Results of the last step. */
+const char *worker_error(const struct worker *w);          /* NULL when fine */
+uint32_t worker_conns_up(const struct worker *w);
+uint32_t worker_conns_granted(const struct worker *w);
+uint32_t worker_block_size(const struct worker *w);
+const struct bench_stats *worker_stats(const struct worker *w);
+const char *worker_verify_failure(const struct worker *w); /* NULL when every block matched */
+uint64_t worker_verify_blocks(const struct worker *w);
+
+unsigned bench_hist_bucket(uint64_t ns);
+double bench_hist_value_us(unsigned bucket);
+
+/* bench_report.c */
+const char *bench_rw_name(enum bench_rw rw);
+void bench_report(const struct bench_opts *o, const struct bench_cell *cells, unsigned n);
+int bench_svg(const char *path, const struct bench_opts *o, const struct bench_cell *cells,
+              unsigned n);
+
+#endif

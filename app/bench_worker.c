@@ -1,0 +1,599 @@
+/* One linerate-bench session: a reactor thread that logs in (MC/S as asked), reads the
+ * capacity, runs load cells with QD commands always outstanding for a bounded time, runs the
+ * --verify write/read-back pass, and logs out. The main thread posts steps and waits. */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "bench.h"
+#include "util/bytes.h"
+#include "util/crc32c.h"
+
+#define VERIFY_MAX_BYTES (32ull << 20)
+
+enum wstep { WS_IDLE, WS_LOGIN, WS_CAPACITY, WS_CELL, WS_VERIFY_WRITE, WS_VERIFY_READ, WS_LOGOUT };
+
+struct slot {
+    struct worker *w;
+    uint8_t *buf;
+    uint64_t t0, lba;
+    uint32_t len;
+    bool write;
+};
+
+struct worker {
+    int id;
+    const struct bench_opts *o;
+    bool digest;
+    uint32_t conns_asked;
+    sem_t *done;
+    struct reactor *r;
+    pthread_t th;
+    struct lr_session *s;
+    enum wstep step;
+    char err[256];
+    bool failed;
+    uint64_t lun_blocks;
+    uint32_t bs;
+    uint64_t region_start, region_blocks;
+    uint32_t granted, conns_up;
+
+    uint8_t *mem;
+    size_t slot_bytes;
+    struct slot *slots;
+    unsigned nslots;
+    unsigned *free_slots, nfree;
+
+    /* the running cell */
+    uint32_t size;
+    enum bench_rw rw;
+    bool stopping;
+    unsigned outstanding;
+    uint64_t start_ns, next_seq, rng;
+    struct reactor_timer timer, kill_timer;
+    struct bench_stats st;
+    bool lost_reported;
+
+    /* --verify */
+    uint64_t gen, vchunks, vnext, vdone, vblocks;
+    uint32_t vsize;
+    char vfail[256];
+    uint64_t vfail_lba;
+    bool vfailed;
+};
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static uint64_t xorshift(uint64_t *s)
+{
+    uint64_t x = *s;
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    return *s = x;
+}
+
+/* Log-linear latency buckets: 16 per power of two of nanoseconds. */
+unsigned bench_hist_bucket(uint64_t ns)
+{
+    if (ns < 16)
+        return (unsigned)ns;
+    unsigned m = 63u - (unsigned)__builtin_clzll(ns);
+    unsigned b = (m - 3) * 16 + (unsigned)((ns >> (m - 4)) & 15);
+    return b < BENCH_HIST_BUCKETS ? b : BENCH_HIST_BUCKETS - 1;
+}
+
+double bench_hist_value_us(unsigned b)
+{
+    if (b < 16)
+        return b / 1000.0;
+    unsigned m = b / 16 + 3, sub = b % 16;
+    double lo = (double)(16 + sub) * ldexp(1.0, (int)m - 4);
+    double width = ldexp(1.0, (int)m - 4);
+    return (lo + width / 2) / 1000.0;
+}
+
+static void finish_step(struct worker *w)
+{
+    w->step = WS_IDLE;
+    sem_post(w->done);
+}
+
+static void fail_step(struct worker *w, const char *fmt, const char *detail)
+{
+    snprintf(w->err, sizeof(w->err), fmt, detail);
+    w->failed = true;
+    finish_step(w);
+}
+
+static void *worker_thread(void *arg)
+{
+    struct worker *w = arg;
+    reactor_run(w->r);
+    return NULL;
+}
+
+struct worker *worker_start(int id, const struct bench_opts *o, bool digest, uint32_t conns,
+                            sem_t *done)
+{
+    struct worker *w = calloc(1, sizeof(*w));
+    if (!w)
+        return NULL;
+    w->id = id;
+    w->o = o;
+    w->digest = digest;
+    w->conns_asked = conns;
+    w->done = done;
+    w->rng = 0x9e3779b97f4a7c15ull ^ ((uint64_t)id << 32) ^ now_ns();
+    w->r = reactor_create(id);
+    if (!w->r) {
+        free(w);
+        return NULL;
+    }
+    uint32_t maxsize = 0;
+    for (unsigned i = 0; i < o->nsizes; i++)
+        maxsize = o->sizes[i] > maxsize ? o->sizes[i] : maxsize;
+    w->slot_bytes = (maxsize + 4095) & ~(size_t)4095;
+    w->nslots = o->qd;
+    if (posix_memalign((void **)&w->mem, 4096, w->slot_bytes * w->nslots) != 0) {
+        reactor_destroy(w->r);
+        free(w);
+        return NULL;
+    }
+    /* Written data is not all zeros, so nothing along the path can take a shortcut. */
+    for (size_t i = 0; i < w->slot_bytes * w->nslots; i++)
+        w->mem[i] = (uint8_t)(i * 131 + 7);
+    w->slots = calloc(w->nslots, sizeof(*w->slots));
+    w->free_slots = calloc(w->nslots, sizeof(*w->free_slots));
+    for (unsigned i = 0; i < w->nslots; i++) {
+        w->slots[i].w = w;
+        w->slots[i].buf = w->mem + i * w->slot_bytes;
+        w->free_slots[w->nfree++] = i;
+    }
+    if (pthread_create(&w->th, NULL, worker_thread, w) != 0) {
+        reactor_destroy(w->r);
+        free(w->mem);
+        free(w);
+        return NULL;
+    }
+    return w;
+}
+
+/* ---- login ---- */
+
+static void on_capacity(void *arg, const struct lr_result *res, uint64_t blocks, uint32_t bs)
+{
+    struct worker *w = arg;
+    if (res->err != LR_OK || !bs || !blocks) {
+        fail_step(w, "READ CAPACITY failed: %s", res->what ? res->what : lr_err_name(res->err));
+        return;
+    }
+    w->lun_blocks = blocks;
+    w->bs = bs;
+    unsigned n = w->o->sessions;
+    w->region_blocks = blocks / n;
+    w->region_start = w->region_blocks * (uint64_t)w->id;
+    finish_step(w);
+}
+
+static void on_login(void *arg, const struct lr_result *res)
+{
+    struct worker *w = arg;
+    if (res->err != LR_OK) {
+        char why[160];
+        if (res->err == LR_ERR_LOGIN)
+            snprintf(why, sizeof(why), "login refused, status class %u detail %u",
+                     res->login_status >> 8, res->login_status & 0xff);
+        else
+            snprintf(why, sizeof(why), "%s (%s)", lr_err_name(res->err),
+                     res->what ? res->what : "-");
+        fail_step(w, "%s", why);
+        return;
+    }
+    struct lr_session_info info;
+    lr_session_get_info(w->s, &info);
+    w->granted = info.connections_granted;
+    w->conns_up = info.connections_up;
+    w->step = WS_CAPACITY;
+    if (lr_read_capacity(w->s, on_capacity, w) < 0)
+        fail_step(w, "%s", "cannot queue READ CAPACITY");
+}
+
+static void do_login(void *arg)
+{
+    struct worker *w = arg;
+    const struct bench_opts *o = w->o;
+    struct lr_session_opts so = {
+        .host = o->url.host,
+        .port = o->url.port,
+        .target_name = o->url.target,
+        .lun = o->url.lun,
+        .header_digest = w->digest,
+        .data_digest = w->digest,
+        .connections = w->conns_asked,
+        .max_tasks = o->qd + 8,
+        .cmd_timeout_ms = 15000,
+    };
+    w->failed = false;
+    w->step = WS_LOGIN;
+    w->s = lr_session_create(w->r, &so);
+    if (!w->s) {
+        fail_step(w, "%s", "cannot create session");
+        return;
+    }
+    lr_session_login(w->s, on_login, w);
+}
+
+void worker_post_login(struct worker *w)
+{
+    reactor_send(w->r, do_login, w);
+}
+
+/* ---- load cells ---- */
+
+static void issue(struct worker *w);
+
+static void cell_maybe_done(struct worker *w)
+{
+    if (w->outstanding || !w->stopping || w->step != WS_CELL)
+        return;
+    reactor_timer_stop(w->r, &w->timer);
+    reactor_timer_stop(w->r, &w->kill_timer);
+    w->st.elapsed_ns = now_ns() - w->start_ns;
+    struct lr_session_info info;
+    lr_session_get_info(w->s, &info);
+    w->conns_up = info.connections_up;
+    finish_step(w);
+}
+
+static void on_io(void *arg, const struct lr_result *res)
+{
+    struct slot *sl = arg;
+    struct worker *w = sl->w;
+    uint64_t t = now_ns();
+    w->outstanding--;
+    w->free_slots[w->nfree++] = (unsigned)(sl - w->slots);
+    if (res->err == LR_OK) {
+        w->st.bytes += sl->len;
+        w->st.ops++;
+        w->st.hist[bench_hist_bucket(t - sl->t0)]++;
+    } else {
+        w->st.errors++;
+        if (res->err == LR_ERR_CONN_LOST || res->err == LR_ERR_TIMEOUT)
+            w->st.conn_lost++;
+        if (!w->lost_reported) {
+            struct lr_session_info info;
+            lr_session_get_info(w->s, &info);
+            fprintf(stderr, "linerate-bench: session %d: command failed (%s%s%s); %u connection%s"
+                            " still logged in\n",
+                    w->id, lr_err_name(res->err), res->what ? ": " : "",
+                    res->what ? res->what : "", info.connections_up,
+                    info.connections_up == 1 ? "" : "s");
+            w->lost_reported = true;
+        }
+        struct lr_session_info info;
+        lr_session_get_info(w->s, &info);
+        if (info.connections_up == 0)
+            w->stopping = true;
+    }
+    if (!w->stopping)
+        issue(w);
+    cell_maybe_done(w);
+}
+
+static uint64_t pick_lba(struct worker *w, uint32_t nb, bool random)
+{
+    uint64_t span = w->region_blocks / nb;
+    if (span == 0)
+        return w->region_start;
+    if (random)
+        return w->region_start + (xorshift(&w->rng) % span) * nb;
+    if (w->next_seq + nb > w->region_blocks)
+        w->next_seq = 0;
+    uint64_t lba = w->region_start + w->next_seq;
+    w->next_seq += nb;
+    return lba;
+}
+
+static void issue(struct worker *w)
+{
+    uint32_t nb = w->size / w->bs;
+    while (!w->stopping && w->nfree) {
+        struct slot *sl = &w->slots[w->free_slots[--w->nfree]];
+        bool write = w->rw == RW_WRITE || w->rw == RW_RANDWRITE ||
+                     (w->rw == RW_MIXED && (xorshift(&w->rng) & 1));
+        bool random = w->rw == RW_RANDREAD || w->rw == RW_RANDWRITE || w->rw == RW_MIXED;
+        sl->lba = pick_lba(w, nb, random);
+        sl->len = w->size;
+        sl->write = write;
+        sl->t0 = now_ns();
+        w->outstanding++;
+        int rc = write ? lr_write(w->s, sl->lba, nb, w->bs, sl->buf, on_io, sl)
+                       : lr_read(w->s, sl->lba, nb, w->bs, sl->buf, on_io, sl);
+        if (rc < 0) {
+            w->outstanding--;
+            w->free_slots[w->nfree++] = (unsigned)(sl - w->slots);
+            w->st.errors++;
+            w->stopping = true;
+        }
+    }
+}
+
+static void cell_timer(void *arg)
+{
+    struct worker *w = arg;
+    w->stopping = true;
+    cell_maybe_done(w);
+}
+
+static void kill_timer(void *arg)
+{
+    struct worker *w = arg;
+    fprintf(stderr, "linerate-bench: session %d: test hook: dropping connection 1 (port %u)\n",
+            w->id, lr_session_conn_port(w->s, 1));
+    lr_session_conn_kill(w->s, 1);
+}
+
+struct cell_msg {
+    struct worker *w;
+    uint32_t size;
+    enum bench_rw rw;
+};
+
+static void do_cell(void *arg)
+{
+    struct cell_msg *m = arg;
+    struct worker *w = m->w;
+    w->size = m->size;
+    w->rw = m->rw;
+    free(m);
+    memset(&w->st, 0, sizeof(w->st));
+    w->failed = false;
+    w->stopping = false;
+    w->lost_reported = false;
+    w->next_seq = 0;
+    w->step = WS_CELL;
+    w->start_ns = now_ns();
+    reactor_timer_start(w->r, &w->timer, (uint64_t)(w->o->seconds * 1000), cell_timer, w);
+    if (w->o->kill_conn_ms)
+        reactor_timer_start(w->r, &w->kill_timer, w->o->kill_conn_ms, kill_timer, w);
+    issue(w);
+    cell_maybe_done(w);
+}
+
+void worker_post_cell(struct worker *w, uint32_t size, enum bench_rw rw)
+{
+    struct cell_msg *m = malloc(sizeof(*m));
+    m->w = w;
+    m->size = size;
+    m->rw = rw;
+    reactor_send(w->r, do_cell, m);
+}
+
+/* ---- --verify: every block stamped with its LBA, a generation and a checksum ---- */
+
+static void stamp(uint8_t *b, uint32_t bs, uint64_t lba, uint64_t gen)
+{
+    memcpy(b, "LRVERIFY", 8);
+    put_be64(b + 8, lba);
+    put_be64(b + 16, gen);
+    uint64_t x = lba * 0x9e3779b97f4a7c15ull ^ gen;
+    for (uint32_t i = 32; i + 8 <= bs; i += 8) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        memcpy(b + i, &x, 8);
+    }
+    uint32_t crc = crc32c_update(CRC32C_INIT, b, 28);
+    crc = crc32c_update(crc, b + 32, bs - 32);
+    put_be32(b + 28, crc32c_final(crc));
+}
+
+static const char *check(const uint8_t *b, uint32_t bs, uint64_t lba, uint64_t gen)
+{
+    if (memcmp(b, "LRVERIFY", 8) != 0)
+        return "no stamp (never written or overwritten)";
+    uint32_t crc = crc32c_update(CRC32C_INIT, b, 28);
+    crc = crc32c_update(crc, b + 32, bs - 32);
+    if (crc32c_final(crc) != get_be32(b + 28))
+        return "checksum mismatch (corrupted data)";
+    if (get_be64(b + 8) != lba)
+        return "stamped with another LBA (misplaced data)";
+    if (get_be64(b + 16) != gen)
+        return "stamped with an older generation (lost write)";
+    return NULL;
+}
+
+static void verify_issue(struct worker *w);
+
+static void verify_done(struct worker *w)
+{
+    if (w->outstanding)
+        return;
+    if (w->step == WS_VERIFY_WRITE && !w->failed) {
+        w->step = WS_VERIFY_READ;
+        w->vnext = w->vdone = 0;
+        verify_issue(w);
+        return;
+    }
+    finish_step(w);
+}
+
+static void on_verify_io(void *arg, const struct lr_result *res)
+{
+    struct slot *sl = arg;
+    struct worker *w = sl->w;
+    w->outstanding--;
+    w->free_slots[w->nfree++] = (unsigned)(sl - w->slots);
+    if (res->err != LR_OK) {
+        if (!w->failed)
+            snprintf(w->err, sizeof(w->err), "verify %s at LBA %llu failed: %s",
+                     sl->write ? "write" : "read", (unsigned long long)sl->lba,
+                     res->what ? res->what : lr_err_name(res->err));
+        w->failed = true;
+    } else if (!sl->write) {
+        for (uint32_t off = 0; off < sl->len; off += w->bs) {
+            uint64_t lba = sl->lba + off / w->bs;
+            const char *why = check(sl->buf + off, w->bs, lba, w->gen);
+            w->vblocks++;
+            if (why && (!w->vfailed || lba < w->vfail_lba)) {
+                w->vfailed = true;
+                w->vfail_lba = lba;
+                snprintf(w->vfail, sizeof(w->vfail), "first bad block: LBA %llu: %s",
+                         (unsigned long long)lba, why);
+            }
+        }
+    }
+    w->vdone++;
+    if (!w->failed)
+        verify_issue(w);
+    verify_done(w);
+}
+
+static void verify_issue(struct worker *w)
+{
+    uint32_t nb = w->vsize / w->bs;
+    bool write = w->step == WS_VERIFY_WRITE;
+    while (w->nfree && w->vnext < w->vchunks && !w->failed) {
+        struct slot *sl = &w->slots[w->free_slots[--w->nfree]];
+        sl->lba = w->region_start + w->vnext * nb;
+        sl->len = w->vsize;
+        sl->write = write;
+        w->vnext++;
+        if (write)
+            for (uint32_t off = 0; off < w->vsize; off += w->bs)
+                stamp(sl->buf + off, w->bs, sl->lba + off / w->bs, w->gen);
+        else
+            memset(sl->buf, 0, w->vsize);
+        w->outstanding++;
+        int rc = write ? lr_write(w->s, sl->lba, nb, w->bs, sl->buf, on_verify_io, sl)
+                       : lr_read(w->s, sl->lba, nb, w->bs, sl->buf, on_verify_io, sl);
+        if (rc < 0) {
+            w->outstanding--;
+            w->free_slots[w->nfree++] = (unsigned)(sl - w->slots);
+            snprintf(w->err, sizeof(w->err), "%s", "verify: cannot queue a command");
+            w->failed = true;
+        }
+    }
+}
+
+static void do_verify(void *arg)
+{
+    struct worker *w = arg;
+    w->failed = false;
+    w->vfailed = false;
+    w->vblocks = 0;
+    w->gen = now_ns() ^ ((uint64_t)w->id << 56);
+    /* The first size of --sizes (at least one block), over at most 32 MiB of the region. */
+    w->vsize = w->o->sizes[0] < w->bs ? w->bs : w->o->sizes[0] / w->bs * w->bs;
+    uint64_t region_bytes = w->region_blocks * w->bs;
+    if (region_bytes > VERIFY_MAX_BYTES)
+        region_bytes = VERIFY_MAX_BYTES;
+    w->vchunks = region_bytes / w->vsize;
+    w->vnext = w->vdone = 0;
+    w->step = WS_VERIFY_WRITE;
+    verify_issue(w);
+    verify_done(w);
+}
+
+void worker_post_verify(struct worker *w)
+{
+    reactor_send(w->r, do_verify, w);
+}
+
+/* ---- logout and teardown ---- */
+
+static void free_session(void *arg)
+{
+    struct worker *w = arg;
+    lr_session_destroy(w->s);
+    w->s = NULL;
+    finish_step(w);
+}
+
+static void on_logout(void *arg, const struct lr_result *res)
+{
+    struct worker *w = arg;
+    (void)res;
+    /* Not from inside the session's own callback: destroy on the next loop turn. */
+    reactor_send(w->r, free_session, w);
+}
+
+static void do_logout(void *arg)
+{
+    struct worker *w = arg;
+    w->step = WS_LOGOUT;
+    if (!w->s) {
+        finish_step(w);
+        return;
+    }
+    if (lr_session_logout(w->s, on_logout, w) < 0)
+        free_session(w);
+}
+
+void worker_post_logout(struct worker *w)
+{
+    reactor_send(w->r, do_logout, w);
+}
+
+static void do_stop(void *arg)
+{
+    struct worker *w = arg;
+    reactor_stop(w->r);
+}
+
+void worker_stop(struct worker *w)
+{
+    reactor_send(w->r, do_stop, w);
+    pthread_join(w->th, NULL);
+    if (w->s)
+        lr_session_destroy(w->s);
+    reactor_destroy(w->r);
+    free(w->mem);
+    free(w->slots);
+    free(w->free_slots);
+    free(w);
+}
+
+const char *worker_error(const struct worker *w)
+{
+    return w->failed ? w->err : NULL;
+}
+
+uint32_t worker_conns_up(const struct worker *w)
+{
+    return w->conns_up;
+}
+
+uint32_t worker_conns_granted(const struct worker *w)
+{
+    return w->granted;
+}
+
+uint32_t worker_block_size(const struct worker *w)
+{
+    return w->bs;
+}
+
+const struct bench_stats *worker_stats(const struct worker *w)
+{
+    return &w->st;
+}
+
+const char *worker_verify_failure(const struct worker *w)
+{
+    return w->vfailed ? w->vfail : NULL;
+}
+
+uint64_t worker_verify_blocks(const struct worker *w)
+{
+    return w->vblocks;
+}

@@ -1,0 +1,127 @@
+/* linerate's asynchronous iSCSI initiator: sessions of one or more connections (MC/S) driven
+ * by the caller's reactor, discovery, login, READ/WRITE with callbacks, logout.
+ * Everything of one session runs on one reactor thread; no call here is thread-safe. */
+#ifndef LINERATE_INITIATOR_H
+#define LINERATE_INITIATOR_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+struct reactor;
+struct lr_session;
+
+#define LR_MAX_CONNECTIONS 16
+#define LR_SENSE_MAX 252
+
+/* What happened to a request. LR_OK and LR_CHECK_CONDITION carry SCSI status; the others
+ * mean the command never completed on the target as far as we know. */
+enum lr_err {
+    LR_OK = 0,
+    LR_SCSI_STATUS,     /* SCSI status other than GOOD (CHECK CONDITION: sense filled in) */
+    LR_ERR_LOGIN,       /* login refused: login_status = class << 8 | detail */
+    LR_ERR_CONN_LOST,   /* the connection carrying the task was lost */
+    LR_ERR_TIMEOUT,     /* no answer within the command timeout */
+    LR_ERR_PROTOCOL,    /* the target broke the protocol (bad PDU, digest error, Reject) */
+    LR_ERR_NO_CONN,     /* the session has no connection left */
+    LR_ERR_IO,          /* socket error (connect refused, ...) */
+    LR_ERR_ABORTED,     /* session torn down while the task waited */
+};
+
+const char *lr_err_name(enum lr_err e);
+
+struct lr_result {
+    enum lr_err err;
+    uint8_t scsi_status;   /* 0x00 GOOD, 0x02 CHECK CONDITION, ... */
+    uint8_t response;      /* iSCSI response code of a SCSI Response PDU */
+    uint16_t login_status; /* LR_ERR_LOGIN: status class << 8 | status detail (RFC 7143 §11.13.5) */
+    uint32_t residual;     /* underflow (positive) residual count */
+    uint32_t sense_len;
+    uint8_t sense[LR_SENSE_MAX];
+    const char *what;      /* short human description of the error, static string */
+};
+
+typedef void (*lr_done_fn)(void *arg, const struct lr_result *res);
+
+/* iscsi://HOST[:PORT]/IQN/LUN */
+struct lr_url {
+    char host[256];
+    uint16_t port;
+    char target[224];
+    uint64_t lun;
+};
+int lr_url_parse(const char *s, struct lr_url *u);
+
+struct lr_session_opts {
+    const char *initiator_name;   /* default iqn.2026-01.org.linerate:bench */
+    const char *host;
+    uint16_t port;                /* default 3260 */
+    const char *target_name;      /* NULL for a discovery session */
+    uint64_t lun;
+    bool header_digest;           /* ask for CRC32C; the target may refuse */
+    bool data_digest;
+    uint32_t connections;         /* MC/S connections wanted (asks MaxConnections=N) */
+    uint32_t max_recv_dsl;        /* what we accept per PDU (default 256 KiB) */
+    uint32_t max_burst;           /* default 256 KiB */
+    uint32_t first_burst;         /* default 64 KiB */
+    bool no_immediate_data;       /* ask ImmediateData=No */
+    bool initial_r2t;             /* ask InitialR2T=Yes */
+    uint32_t cmd_timeout_ms;      /* default 30000; 0 = default */
+    uint32_t login_timeout_ms;    /* default 10000 */
+    uint32_t max_tasks;           /* task slots (outstanding + queued); default 1024 */
+};
+
+/* The negotiated outcome, for reports. */
+struct lr_session_info {
+    uint32_t connections_asked;
+    uint32_t connections_granted; /* MaxConnections answer */
+    uint32_t connections_up;      /* logged in right now */
+    bool header_digest, data_digest;
+    bool immediate_data, initial_r2t;
+    uint32_t max_burst, first_burst, peer_max_recv_dsl, max_recv_dsl, max_outstanding_r2t;
+    uint16_t tsih;
+    uint32_t cmdsn, expcmdsn, maxcmdsn;
+};
+
+struct lr_session *lr_session_create(struct reactor *r, const struct lr_session_opts *o);
+/* Frees everything; in-flight tasks complete with LR_ERR_ABORTED. */
+void lr_session_destroy(struct lr_session *s);
+
+/* Log in the leading connection, then the others (non-leading, same TSIH, new CIDs).
+ * done() runs once: LR_OK when at least the leading connection is in full feature phase
+ * (fewer connections than asked is reported through lr_session_get_info), or the error. */
+int lr_session_login(struct lr_session *s, lr_done_fn done, void *arg);
+/* Log out the whole session (reason: close session); done() when the target answered or the
+ * connections are gone. */
+int lr_session_logout(struct lr_session *s, lr_done_fn done, void *arg);
+void lr_session_get_info(const struct lr_session *s, struct lr_session_info *info);
+
+/* SCSI commands. buf must stay valid until done() runs. Returns 0, or -1 when the session
+ * cannot take the task (no slot left, no connection). */
+enum lr_dir { LR_DIR_NONE, LR_DIR_READ, LR_DIR_WRITE };
+int lr_scsi(struct lr_session *s, const uint8_t *cdb, unsigned cdb_len, enum lr_dir dir,
+            void *buf, uint32_t len, lr_done_fn done, void *arg);
+/* READ/WRITE (10), or (16) when the LBA or the block count does not fit. */
+int lr_read(struct lr_session *s, uint64_t lba, uint32_t blocks, uint32_t block_size, void *buf,
+            lr_done_fn done, void *arg);
+int lr_write(struct lr_session *s, uint64_t lba, uint32_t blocks, uint32_t block_size,
+             const void *buf, lr_done_fn done, void *arg);
+/* READ CAPACITY (16): last LBA + 1 and the block size. */
+typedef void (*lr_capacity_fn)(void *arg, const struct lr_result *res, uint64_t blocks,
+                               uint32_t block_size);
+int lr_read_capacity(struct lr_session *s, lr_capacity_fn done, void *arg);
+
+/* Tasks handed to the session and not yet completed. */
+uint32_t lr_session_inflight(const struct lr_session *s);
+/* Connection hooks for tests and the bench: the local TCP port of connection i (0 if down),
+ * and dropping connection i as if the network had (shutdown of the socket). */
+uint16_t lr_session_conn_port(const struct lr_session *s, unsigned i);
+void lr_session_conn_kill(struct lr_session *s, unsigned i);
+
+/* Discovery: SendTargets=All on a discovery session; done() gets the raw key=value\0 text
+ * (TargetName=..., TargetAddress=...) or an error. */
+typedef void (*lr_discovery_fn)(void *arg, const struct lr_result *res, const char *text,
+                                uint32_t len);
+int lr_discover(struct reactor *r, const char *host, uint16_t port, const char *initiator_name,
+                lr_discovery_fn done, void *arg);
+
+#endif

@@ -1,0 +1,191 @@
+/* Discovery (RFC 7143 §4.3, Appendix C): a discovery session, one Text Request with
+ * SendTargets=All, continuation requests while the target sets C (§11.10-§11.11), logout.
+ * Also the small helpers of the public API: URL parsing and error names. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "initiator/ini.h"
+#include "util/log.h"
+
+#define INI_TEXT_ITT 0x80000010u
+
+struct disc {
+    struct lr_session *s;
+    struct reactor_deferred free_d;
+    lr_discovery_fn done;
+    void *arg;
+    struct lr_result res;
+    bool finished;
+};
+
+static void text_request(struct ini_conn *c, uint32_t ttt, const char *kv, uint32_t len)
+{
+    struct lr_session *s = c->s;
+    struct ini_txpdu *p = ini_conn_pdu(c);
+    if (!p) {
+        ini_conn_fail(c, "out of memory");
+        return;
+    }
+    struct iscsi_bhs *h = (struct iscsi_bhs *)p->hdr;
+    bhs_init(h, ISCSI_OP_TEXT_REQ, ISCSI_FLAG_FINAL);
+    h->b[0] |= ISCSI_BHS_IMMEDIATE;
+    bhs_put32(h, BHS_ITT, INI_TEXT_ITT);
+    bhs_put32(h, BHS_TTT, ttt);
+    bhs_put32(h, BHS_CMDSN, s->cmdsn);
+    bhs_put32(h, BHS_EXPSTATSN, c->expstatsn);
+    void *copy = NULL;
+    if (len) {
+        copy = malloc(len);
+        if (copy)
+            memcpy(copy, kv, len);
+        else
+            len = 0;
+    }
+    p->owned = copy;
+    ini_conn_send(c, p, copy, len);
+}
+
+static void disc_free(void *arg)
+{
+    struct disc *d = arg;
+    lr_session_destroy(d->s);
+    free(d);
+}
+
+static void disc_logged_out(void *arg, const struct lr_result *res)
+{
+    struct disc *d = arg;
+    (void)res;
+    reactor_defer(d->s->r, &d->free_d, disc_free, d);
+}
+
+static void disc_finish(struct disc *d, const struct lr_result *res)
+{
+    if (d->finished)
+        return;
+    d->finished = true;
+    struct lr_session *s = d->s;
+    d->done(d->arg, res, s->disc_text.data, s->disc_text.len);
+    if (res->err == LR_OK)
+        lr_session_logout(s, disc_logged_out, d);
+    else
+        reactor_defer(s->r, &d->free_d, disc_free, d);
+}
+
+static void disc_login_done(void *arg, const struct lr_result *res)
+{
+    struct disc *d = arg;
+    if (res->err != LR_OK) {
+        disc_finish(d, res);
+        return;
+    }
+    static const char kv[] = "SendTargets=All";
+    text_request(d->s->conns[0], ISCSI_RSVD_TAG, kv, sizeof(kv));
+}
+
+void ini_session_text_rsp(struct ini_conn *c, const uint8_t *hdr, const uint8_t *data,
+                          uint32_t dlen)
+{
+    struct lr_session *s = c->s;
+    struct disc *d = s->disc_arg;
+    if (!d || get_be32(hdr + BHS_ITT) != INI_TEXT_ITT) {
+        ini_conn_fail(c, "unexpected Text Response");
+        return;
+    }
+    if (dlen && iscsi_text_append(&s->disc_text, data, dlen) < 0) {
+        struct lr_result r = {.err = LR_ERR_PROTOCOL, .what = "SendTargets answer too long"};
+        disc_finish(d, &r);
+        return;
+    }
+    if (hdr[BHS_FLAGS] & ISCSI_FLAG_CONTINUE) {
+        /* §11.11.2: more follows; ask with an empty request carrying the target's TTT. */
+        text_request(c, get_be32(hdr + BHS_TTT), NULL, 0);
+        return;
+    }
+    struct lr_result r = {.err = LR_OK};
+    disc_finish(d, &r);
+}
+
+int lr_discover(struct reactor *r, const char *host, uint16_t port, const char *initiator_name,
+                lr_discovery_fn done, void *arg)
+{
+    struct lr_session_opts o = {.initiator_name = initiator_name, .host = host, .port = port};
+    struct disc *d = calloc(1, sizeof(*d));
+    if (!d)
+        return -1;
+    d->s = lr_session_create(r, &o);
+    if (!d->s) {
+        free(d);
+        return -1;
+    }
+    d->done = done;
+    d->arg = arg;
+    d->s->disc_arg = d;
+    return lr_session_login(d->s, disc_login_done, d);
+}
+
+/* iscsi://HOST[:PORT]/IQN/LUN, HOST possibly a bracketed IPv6 address. */
+int lr_url_parse(const char *s, struct lr_url *u)
+{
+    memset(u, 0, sizeof(*u));
+    u->port = 3260;
+    if (strncmp(s, "iscsi://", 8) != 0)
+        return -1;
+    s += 8;
+    const char *slash = strchr(s, '/');
+    if (!slash)
+        return -1;
+    const char *hend = slash;
+    const char *colon = NULL;
+    if (*s == '[') {
+        const char *rb = memchr(s, ']', (size_t)(slash - s));
+        if (!rb)
+            return -1;
+        if (rb + 1 < slash && rb[1] == ':')
+            colon = rb + 1;
+        s++;
+        hend = rb;
+    } else {
+        colon = memchr(s, ':', (size_t)(slash - s));
+        if (colon)
+            hend = colon;
+    }
+    if (hend == s || (size_t)(hend - s) >= sizeof(u->host))
+        return -1;
+    memcpy(u->host, s, (size_t)(hend - s));
+    if (colon) {
+        char *end;
+        unsigned long p = strtoul(colon + 1, &end, 10);
+        if (end != slash || p == 0 || p > 65535)
+            return -1;
+        u->port = (uint16_t)p;
+    }
+    const char *iqn = slash + 1;
+    const char *last = strrchr(iqn, '/');
+    if (!last || last == iqn || (size_t)(last - iqn) >= sizeof(u->target))
+        return -1;
+    memcpy(u->target, iqn, (size_t)(last - iqn));
+    char *end;
+    unsigned long long lun = strtoull(last + 1, &end, 10);
+    if (end == last + 1 || *end || lun >= 16384)
+        return -1;
+    u->lun = lun;
+    return 0;
+}
+
+const char *lr_err_name(enum lr_err e)
+{
+    switch (e) {
+    case LR_OK: return "ok";
+    case LR_SCSI_STATUS: return "SCSI status";
+    case LR_ERR_LOGIN: return "login refused";
+    case LR_ERR_CONN_LOST: return "connection lost";
+    case LR_ERR_TIMEOUT: return "timeout";
+    case LR_ERR_PROTOCOL: return "protocol error";
+    case LR_ERR_NO_CONN: return "no connection";
+    case LR_ERR_IO: return "I/O error";
+    case LR_ERR_ABORTED: return "aborted";
+    }
+    return "?";
+}

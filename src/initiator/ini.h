@@ -1,0 +1,233 @@
+/* Internals of the initiator shared by its files: the login state machine (login.c), a
+ * connection with its transmit queue and resumable receive parser (conn.c), tasks (task.c) and
+ * the session that spreads tasks over its connections under one CmdSN window (session.c). */
+#ifndef LR_INITIATOR_INI_H
+#define LR_INITIATOR_INI_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "iscsi/keys.h"
+#include "iscsi/pdu.h"
+#include "linerate/initiator.h"
+#include "reactor/reactor.h"
+#include "util/list.h"
+
+/* ---- login (login.c): builds Login Requests, digests Login Responses; no sockets ---- */
+
+enum ini_login_state { ILS_SECURITY, ILS_OPERATIONAL, ILS_DONE, ILS_FAILED };
+enum ini_login_step { ILSTEP_SEND, ILSTEP_DONE, ILSTEP_FAILED };
+
+#define INI_LOGIN_MAX_ROUNDS 16
+
+struct ini_login {
+    enum ini_login_state state;
+    struct iscsi_neg neg;
+    struct iscsi_text rx; /* target text, accumulated over continuation PDUs (C bit) */
+    struct iscsi_text tx; /* text of the next request */
+    bool leading, discovery;
+    char initiator_name[ISCSI_NAME_MAX + 1];
+    char target_name[ISCSI_NAME_MAX + 1];
+    uint8_t isid[6];
+    uint16_t tsih, cid;
+    uint32_t itt, cmdsn, expstatsn;
+    uint32_t exp_cmdsn, max_cmdsn; /* from the last response */
+    unsigned rounds;
+    uint16_t status;               /* login status class << 8 | detail on failure */
+    const char *why;
+};
+
+void ini_login_init(struct ini_login *l, const struct iscsi_params *local, bool leading,
+                    bool discovery, const char *initiator_name, const char *target_name,
+                    const uint8_t isid[6], uint16_t tsih, uint16_t cid, uint32_t itt,
+                    uint32_t cmdsn);
+void ini_login_free(struct ini_login *l);
+/* First Login Request of the connection: header into req, text in l->tx. */
+int ini_login_start(struct ini_login *l, struct iscsi_bhs *req);
+/* A Login Response arrived (header and its data segment). ILSTEP_SEND: req and l->tx hold the
+ * next request. ILSTEP_DONE: full feature phase (l->tsih set). ILSTEP_FAILED: l->status and
+ * l->why say why. */
+enum ini_login_step ini_login_rx(struct ini_login *l, const struct iscsi_bhs *rsp,
+                                 const uint8_t *data, uint32_t len, struct iscsi_bhs *req);
+
+/* ---- connections (conn.c) ---- */
+
+struct ini_task;
+struct lr_session;
+
+struct ini_txpdu {
+    struct list_node node;
+    uint8_t hdr[ISCSI_BHS_LEN + ISCSI_DIGEST_LEN];
+    uint8_t trailer[8];       /* pad (0..3) + data digest */
+    uint8_t hdr_len, trailer_len;
+    const uint8_t *data;
+    uint32_t data_len;
+    void *owned;              /* freed once sent (login/text payloads) */
+    struct ini_task *cmd_of;  /* this PDU is the SCSI Command of that task */
+};
+
+enum ini_conn_state {
+    ICS_IDLE,
+    ICS_CONNECTING,
+    ICS_LOGIN,
+    ICS_FFP,
+    ICS_LOGOUT,
+    ICS_DEAD,
+};
+
+enum ini_rx_state { IRX_HDR, IRX_DATA, IRX_TRAILER };
+
+struct ini_conn {
+    struct lr_session *s;
+    unsigned idx;
+    uint16_t cid;
+    int fd; /* -1: detached (unit tests feed bytes and inspect the queue) */
+    enum ini_conn_state state;
+    struct reactor_fd rfd;
+    struct reactor_deferred flush_d;
+    bool registered, want_out;
+    uint16_t local_port;
+
+    /* per-connection negotiated values (RFC 7143 §13: digests and MRDSL are per connection) */
+    bool hdr_digest, data_digest;
+    uint32_t peer_mrdsl;
+    uint32_t expstatsn;
+    uint32_t outstanding; /* tasks allegiant to this connection */
+
+    struct list_node txq, txfree;
+    uint32_t tx_off;      /* bytes of the head PDU already written */
+    uint64_t tx_bytes, rx_bytes;
+
+    uint8_t *rxbuf;
+    uint32_t rx_cap, rx_start, rx_end;
+    enum ini_rx_state rx_state;
+    uint8_t rx_hdr[ISCSI_BHS_LEN];
+    uint32_t rx_dlen, rx_got, rx_tneed, rx_tgot;
+    uint8_t *rx_dest;
+    uint8_t rx_trailer[8];
+    uint8_t *rx_data; /* private buffer for data not placed into a task */
+    uint32_t rx_data_cap;
+
+    struct ini_login login;
+    bool login_active;
+    struct reactor_timer login_timer;
+    const char *fail_why;
+};
+
+struct ini_conn *ini_conn_new(struct lr_session *s, unsigned idx, uint16_t cid);
+void ini_conn_free(struct ini_conn *c);
+/* Non-blocking connect; the session hears of the outcome through ini_session_conn_ready. */
+int ini_conn_connect(struct ini_conn *c, const char *host, uint16_t port);
+struct ini_txpdu *ini_conn_pdu(struct ini_conn *c);
+/* Append a PDU (hdr filled except digests and DataSegmentLength, which are set here). */
+void ini_conn_send(struct ini_conn *c, struct ini_txpdu *p, const void *data, uint32_t len);
+void ini_conn_flush(struct ini_conn *c);
+/* Close the socket, mark the connection dead, tell the session. Idempotent. */
+void ini_conn_fail(struct ini_conn *c, const char *why);
+/* Push received bytes through the parser as if recv() had returned them (tests). */
+int ini_conn_feed(struct ini_conn *c, const void *bytes, uint32_t len);
+
+/* ---- tasks (task.c) ---- */
+
+enum ini_task_state { ITS_FREE, ITS_WAITING, ITS_ACTIVE };
+
+struct ini_task {
+    uint32_t itt; /* index | generation << 16 */
+    enum ini_task_state state;
+    struct ini_conn *conn;
+    uint8_t cdb[16];
+    uint8_t cdb_len;
+    enum lr_dir dir;
+    uint8_t *buf;
+    uint32_t len;
+    uint32_t cmdsn;
+    bool has_cmdsn;        /* CmdSN assigned (it must reach the target to keep the window going) */
+    bool cmd_sent;         /* the SCSI Command PDU is entirely in the socket */
+    bool digest_bad;
+    uint32_t exp_datasn;
+    uint32_t data_in;      /* bytes received */
+    uint64_t deadline_ms;
+    lr_done_fn done;
+    void *arg;
+    struct list_node node; /* session wait queue */
+};
+
+/* Build and queue the command PDU (+ immediate and unsolicited data) on c. */
+void ini_task_send(struct ini_conn *c, struct ini_task *t);
+/* Data placement: where the payload of the PDU whose header is hdr goes (task buffer for
+ * Data-In), or NULL for the connection's private buffer. */
+uint8_t *ini_task_rx_dest(struct ini_conn *c, const uint8_t *hdr, uint32_t dlen);
+/* A complete full-feature-phase PDU arrived. */
+void ini_rx_ffp(struct ini_conn *c, const uint8_t *hdr, const uint8_t *data, uint32_t dlen,
+                bool data_digest_ok);
+
+/* ---- session (session.c) ---- */
+
+struct lr_session {
+    struct reactor *r;
+    struct lr_session_opts o;
+    char initiator_name[ISCSI_NAME_MAX + 1];
+    char target_name[ISCSI_NAME_MAX + 1];
+    char host[256];
+    bool discovery;
+    struct iscsi_params local;  /* what we ask for */
+    struct iscsi_params params; /* what the leading login settled */
+    uint8_t isid[6];
+    uint16_t tsih;
+    uint32_t cmdsn, expcmdsn, maxcmdsn;
+    uint32_t next_itt_gen;
+    uint32_t granted;
+
+    struct ini_conn *conns[LR_MAX_CONNECTIONS];
+    unsigned nconns, nlogins_pending;
+    unsigned rr;
+    bool logged_in, logging_out, destroyed;
+
+    struct ini_task *tasks;
+    uint32_t ntasks;
+    uint32_t *free_idx;
+    uint32_t nfree;
+    uint32_t inflight;
+    struct list_node waitq;   /* tasks waiting for the CmdSN window or a connection */
+    struct list_node resendq; /* tasks with a CmdSN whose command never left a dead connection */
+    struct reactor_timer tick;
+    struct reactor_deferred kick_d;
+
+    lr_done_fn login_done, logout_done;
+    void *login_arg, *logout_arg;
+    struct lr_result login_res;
+
+    /* discovery */
+    lr_discovery_fn disc_done;
+    void *disc_arg;
+    struct iscsi_text disc_text;
+};
+
+void ini_session_conn_connected(struct ini_conn *c);
+void ini_session_conn_down(struct ini_conn *c);
+void ini_session_login_rx(struct ini_conn *c, const uint8_t *hdr, const uint8_t *data,
+                          uint32_t dlen);
+/* ExpCmdSN/MaxCmdSN from any response (RFC 7143 §4.2.2.1 rules). */
+void ini_session_update_window(struct lr_session *s, uint32_t exp, uint32_t max);
+void ini_session_kick(struct lr_session *s);
+bool conns_any_up(const struct lr_session *s);
+void ini_task_complete(struct lr_session *s, struct ini_task *t, struct lr_result *res);
+struct ini_task *ini_task_lookup(struct lr_session *s, uint32_t itt);
+void ini_session_text_rsp(struct ini_conn *c, const uint8_t *hdr, const uint8_t *data,
+                          uint32_t dlen);
+void ini_session_logout_rsp(struct ini_conn *c, const uint8_t *hdr);
+
+static inline void put_le32(uint8_t *p, uint32_t v)
+{
+    p[0] = (uint8_t)v;
+    p[1] = (uint8_t)(v >> 8);
+    p[2] = (uint8_t)(v >> 16);
+    p[3] = (uint8_t)(v >> 24);
+}
+
+static inline uint32_t get_le32(const uint8_t *p)
+{
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+#endif

@@ -1,0 +1,265 @@
+/* Task scheduling for a session: the task table (ITT = slot | generation, O(1) lookup), the
+ * session-wide CmdSN window (RFC 7143 §4.2.2.1), spreading commands over the MC/S connections
+ * (least outstanding, round robin on ties) and the SCSI command entry points. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "initiator/ini.h"
+#include "util/log.h"
+
+#define ITT_IDX_BITS 16
+#define ITT_IDX_MASK 0xffffu
+#define ITT_GEN_MASK 0x7fffu /* bit 31 stays clear: login/logout/text use tags above it */
+
+struct ini_task *ini_task_lookup(struct lr_session *s, uint32_t itt)
+{
+    uint32_t idx = itt & ITT_IDX_MASK;
+    if (itt & 0x80000000u || idx >= s->ntasks)
+        return NULL;
+    struct ini_task *t = &s->tasks[idx];
+    return t->state == ITS_ACTIVE && t->itt == itt ? t : NULL;
+}
+
+uint32_t lr_session_inflight(const struct lr_session *s)
+{
+    return s->inflight;
+}
+
+/* §4.2.2.1: MaxCmdSN and ExpCmdSN from the target only move forward, and a MaxCmdSN below
+ * ExpCmdSN - 1 is ignored as invalid. */
+void ini_session_update_window(struct lr_session *s, uint32_t exp, uint32_t max)
+{
+    if (sn_lt(max, exp - 1))
+        return;
+    bool opened = false;
+    if (sn_lt(s->expcmdsn, exp))
+        s->expcmdsn = exp;
+    if (sn_lt(s->maxcmdsn, max)) {
+        s->maxcmdsn = max;
+        opened = true;
+    }
+    if (opened && (!list_empty(&s->waitq) || !list_empty(&s->resendq)))
+        ini_session_kick(s);
+}
+
+static struct ini_conn *pick_conn(struct lr_session *s)
+{
+    struct ini_conn *best = NULL;
+    unsigned n = s->nconns;
+    for (unsigned k = 0; k < n; k++) {
+        struct ini_conn *c = s->conns[(s->rr + k) % n];
+        if (c->state != ICS_FFP)
+            continue;
+        if (!best || c->outstanding < best->outstanding)
+            best = c;
+    }
+    if (best)
+        s->rr = (best->idx + 1) % n;
+    return best;
+}
+
+static void fail_all_waiting(struct lr_session *s, enum lr_err e, const char *what)
+{
+    struct list_node *n;
+    while ((n = list_pop(&s->resendq)) != NULL || (n = list_pop(&s->waitq)) != NULL) {
+        struct ini_task *t = list_entry(n, struct ini_task, node);
+        struct lr_result r = {.err = e, .what = what};
+        t->conn = NULL;
+        ini_task_complete(s, t, &r);
+    }
+}
+
+void ini_session_kick(struct lr_session *s)
+{
+    if (!s->logged_in || s->logging_out || s->destroyed)
+        return;
+    struct list_node *n;
+    /* Commands that already own a CmdSN go first: the target's window waits for them. */
+    while (!list_empty(&s->resendq)) {
+        struct ini_conn *c = pick_conn(s);
+        if (!c)
+            break;
+        n = list_pop(&s->resendq);
+        struct ini_task *t = list_entry(n, struct ini_task, node);
+        t->state = ITS_ACTIVE;
+        ini_task_send(c, t);
+    }
+    while (!list_empty(&s->waitq) && sn_le(s->cmdsn, s->maxcmdsn)) {
+        struct ini_conn *c = pick_conn(s);
+        if (!c)
+            break;
+        n = list_pop(&s->waitq);
+        struct ini_task *t = list_entry(n, struct ini_task, node);
+        t->cmdsn = s->cmdsn++;
+        t->has_cmdsn = true;
+        t->state = ITS_ACTIVE;
+        ini_task_send(c, t);
+    }
+    if (conns_any_up(s) == false)
+        fail_all_waiting(s, LR_ERR_NO_CONN, "no connection left in the session");
+}
+
+bool conns_any_up(const struct lr_session *s)
+{
+    for (unsigned i = 0; i < s->nconns; i++)
+        if (s->conns[i]->state == ICS_FFP)
+            return true;
+    return false;
+}
+
+void ini_task_complete(struct lr_session *s, struct ini_task *t, struct lr_result *res)
+{
+    if (t->state == ITS_ACTIVE && t->conn)
+        t->conn->outstanding--;
+    lr_done_fn done = t->done;
+    void *arg = t->arg;
+    t->state = ITS_FREE;
+    t->conn = NULL;
+    t->buf = NULL;
+    s->free_idx[s->nfree++] = t->itt & ITT_IDX_MASK;
+    s->inflight--;
+    if (done)
+        done(arg, res);
+}
+
+int lr_scsi(struct lr_session *s, const uint8_t *cdb, unsigned cdb_len, enum lr_dir dir,
+            void *buf, uint32_t len, lr_done_fn done, void *arg)
+{
+    if (!s->logged_in || s->logging_out || s->destroyed || !s->nfree || cdb_len > 16 ||
+        !conns_any_up(s))
+        return -1;
+    uint32_t idx = s->free_idx[--s->nfree];
+    struct ini_task *t = &s->tasks[idx];
+    memset(t, 0, sizeof(*t));
+    s->next_itt_gen = (s->next_itt_gen + 1) & ITT_GEN_MASK;
+    t->itt = idx | s->next_itt_gen << ITT_IDX_BITS;
+    memcpy(t->cdb, cdb, cdb_len);
+    t->cdb_len = (uint8_t)cdb_len;
+    t->dir = dir;
+    t->buf = buf;
+    t->len = len;
+    t->done = done;
+    t->arg = arg;
+    t->deadline_ms = reactor_now_ms() + s->o.cmd_timeout_ms;
+    t->state = ITS_WAITING;
+    s->inflight++;
+    list_add_tail(&s->waitq, &t->node);
+    ini_session_kick(s);
+    return 0;
+}
+
+/* SBC-4 §5.15/§5.16 and §5.40/§5.41: the 10-byte forms carry a 32-bit LBA and a 16-bit block
+ * count; anything larger takes the 16-byte forms. */
+static int rw(struct lr_session *s, bool write, uint64_t lba, uint32_t blocks, uint32_t bs,
+              void *buf, lr_done_fn done, void *arg)
+{
+    uint8_t cdb[16] = {0};
+    unsigned len;
+    if (lba <= 0xffffffffu && blocks <= 0xffffu && lba + blocks <= 0x100000000ull) {
+        cdb[0] = write ? 0x2a : 0x28;
+        put_be32(cdb + 2, (uint32_t)lba);
+        put_be16(cdb + 7, (uint16_t)blocks);
+        len = 10;
+    } else {
+        cdb[0] = write ? 0x8a : 0x88;
+        put_be64(cdb + 2, lba);
+        put_be32(cdb + 10, blocks);
+        len = 16;
+    }
+    uint64_t bytes = (uint64_t)blocks * bs;
+    if (bytes > 0xffffffffu)
+        return -1;
+    return lr_scsi(s, cdb, len, write ? LR_DIR_WRITE : LR_DIR_READ, buf, (uint32_t)bytes, done,
+                   arg);
+}
+
+int lr_read(struct lr_session *s, uint64_t lba, uint32_t blocks, uint32_t block_size, void *buf,
+            lr_done_fn done, void *arg)
+{
+    return rw(s, false, lba, blocks, block_size, buf, done, arg);
+}
+
+int lr_write(struct lr_session *s, uint64_t lba, uint32_t blocks, uint32_t block_size,
+             const void *buf, lr_done_fn done, void *arg)
+{
+    return rw(s, true, lba, blocks, block_size, (void *)buf, done, arg);
+}
+
+struct readcap_ctx {
+    struct lr_session *s;
+    lr_capacity_fn done;
+    void *arg;
+    unsigned tries;
+    bool rc10;
+    uint8_t buf[32];
+};
+
+static int readcap_issue(struct readcap_ctx *x);
+
+static uint8_t sense_key(const struct lr_result *res)
+{
+    /* SPC-5 §4.4: fixed format (0x70/0x71) has the key in byte 2, descriptor format in byte 1 */
+    if (res->sense_len < 3)
+        return 0;
+    uint8_t code = res->sense[0] & 0x7f;
+    return code >= 0x72 ? res->sense[1] & 0x0f : res->sense[2] & 0x0f;
+}
+
+static void readcap_done(void *arg, const struct lr_result *res)
+{
+    struct readcap_ctx *x = arg;
+    uint64_t blocks = 0;
+    uint32_t bs = 0;
+    if (res->err == LR_SCSI_STATUS && x->tries++ < 8) {
+        uint8_t key = sense_key(res);
+        /* A new I_T nexus first sees UNIT ATTENTION (power on / reset, SAM-5 §5.14); a target
+         * without READ CAPACITY(16) says ILLEGAL REQUEST: use the 10-byte form. */
+        if (key == 0x6 || (key == 0x5 && !x->rc10)) {
+            x->rc10 = x->rc10 || key == 0x5;
+            if (readcap_issue(x) == 0)
+                return;
+        }
+    }
+    if (res->err == LR_OK) {
+        if (x->rc10) {
+            blocks = (uint64_t)get_be32(x->buf) + 1;
+            bs = get_be32(x->buf + 4);
+        } else {
+            blocks = get_be64(x->buf) + 1;
+            bs = get_be32(x->buf + 8);
+        }
+    }
+    x->done(x->arg, res, blocks, bs);
+    free(x);
+}
+
+static int readcap_issue(struct readcap_ctx *x)
+{
+    uint8_t cdb[16] = {0};
+    unsigned len = 10;
+    if (x->rc10) {
+        cdb[0] = 0x25; /* READ CAPACITY(10) */
+    } else {
+        cdb[0] = 0x9e; /* SERVICE ACTION IN(16) / READ CAPACITY(16) */
+        cdb[1] = 0x10;
+        put_be32(cdb + 10, sizeof(x->buf));
+        len = 16;
+    }
+    return lr_scsi(x->s, cdb, len, LR_DIR_READ, x->buf, x->rc10 ? 8 : sizeof(x->buf),
+                   readcap_done, x);
+}
+
+int lr_read_capacity(struct lr_session *s, lr_capacity_fn done, void *arg)
+{
+    struct readcap_ctx *x = calloc(1, sizeof(*x));
+    if (!x)
+        return -1;
+    x->s = s;
+    x->done = done;
+    x->arg = arg;
+    if (readcap_issue(x) < 0) {
+        free(x);
+        return -1;
+    }
+    return 0;
+}

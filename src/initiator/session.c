@@ -1,0 +1,472 @@
+/* An initiator session: its connections' lifecycle (leading login, then non-leading logins of
+ * the other MC/S connections with the session's TSIH, RFC 7143 §6.3, §4.3.2), connection loss
+ * and timeouts, and logout (§11.14-§11.15). Task scheduling lives in sched.c. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "initiator/ini.h"
+#include "util/log.h"
+
+#define INI_TICK_MS 200
+#define INI_LOGOUT_ITT 0x80000001u
+#define INI_LOGIN_ITT 0x80000000u
+
+static const struct lr_result res_ok = {.err = LR_OK};
+
+static void session_tick(void *arg);
+
+struct lr_session *lr_session_create(struct reactor *r, const struct lr_session_opts *o)
+{
+    struct lr_session *s = calloc(1, sizeof(*s));
+    if (!s)
+        return NULL;
+    s->r = r;
+    s->o = *o;
+    snprintf(s->initiator_name, sizeof(s->initiator_name), "%s",
+             o->initiator_name ? o->initiator_name : "iqn.2026-01.org.linerate:bench");
+    snprintf(s->target_name, sizeof(s->target_name), "%s", o->target_name ? o->target_name : "");
+    snprintf(s->host, sizeof(s->host), "%s", o->host ? o->host : "127.0.0.1");
+    s->discovery = !o->target_name;
+    if (!s->o.port)
+        s->o.port = 3260;
+    if (!s->o.connections)
+        s->o.connections = 1;
+    if (s->o.connections > LR_MAX_CONNECTIONS)
+        s->o.connections = LR_MAX_CONNECTIONS;
+    if (!s->o.max_recv_dsl)
+        s->o.max_recv_dsl = 262144;
+    if (!s->o.max_burst)
+        s->o.max_burst = 262144;
+    if (!s->o.first_burst)
+        s->o.first_burst = 65536;
+    if (!s->o.cmd_timeout_ms)
+        s->o.cmd_timeout_ms = 30000;
+    if (!s->o.login_timeout_ms)
+        s->o.login_timeout_ms = 10000;
+    if (!s->o.max_tasks)
+        s->o.max_tasks = 1024;
+    if (s->o.max_tasks > 32768)
+        s->o.max_tasks = 32768;
+
+    iscsi_params_default(&s->local);
+    s->local.header_digest = o->header_digest;
+    s->local.data_digest = o->data_digest;
+    s->local.max_connections = s->o.connections;
+    s->local.initial_r2t = o->initial_r2t;
+    s->local.immediate_data = !o->no_immediate_data;
+    s->local.max_recv_dsl = s->o.max_recv_dsl;
+    s->local.max_burst = s->o.max_burst;
+    s->local.first_burst = s->o.first_burst;
+    s->local.erl = 0;
+    iscsi_params_default(&s->params);
+
+    /* ISID (RFC 7143 §11.12.5): type 0x80 "random" with a per-session qualifier, so that
+     * several sessions of one initiator name are distinct I_T nexuses. */
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    uint32_t q = (uint32_t)ts.tv_nsec ^ (uint32_t)getpid() ^ (uint32_t)(uintptr_t)s;
+    s->isid[0] = 0x80;
+    s->isid[1] = (uint8_t)(q >> 24);
+    s->isid[2] = (uint8_t)(q >> 16);
+    s->isid[3] = (uint8_t)(q >> 8);
+    s->isid[4] = (uint8_t)q;
+    s->isid[5] = 0x01;
+    s->cmdsn = 1;
+    s->expcmdsn = 1;
+    s->maxcmdsn = 1;
+
+    s->ntasks = s->o.max_tasks;
+    s->tasks = calloc(s->ntasks, sizeof(*s->tasks));
+    s->free_idx = calloc(s->ntasks, sizeof(*s->free_idx));
+    if (!s->tasks || !s->free_idx) {
+        free(s->tasks);
+        free(s->free_idx);
+        free(s);
+        return NULL;
+    }
+    for (uint32_t i = 0; i < s->ntasks; i++)
+        s->free_idx[s->nfree++] = s->ntasks - 1 - i;
+    list_init(&s->waitq);
+    list_init(&s->resendq);
+    iscsi_text_init(&s->disc_text);
+    reactor_timer_start(r, &s->tick, INI_TICK_MS, session_tick, s);
+    return s;
+}
+
+static void unqueue_deferred(struct reactor_deferred *d)
+{
+    /* The reactor runs deferred hooks from an intrusive list: take ours out before freeing. */
+    if (d->queued) {
+        list_del(&d->node);
+        d->queued = false;
+    }
+}
+
+void lr_session_destroy(struct lr_session *s)
+{
+    if (!s)
+        return;
+    s->destroyed = true;
+    for (unsigned i = 0; i < s->nconns; i++)
+        ini_conn_fail(s->conns[i], "session destroyed");
+    struct lr_result r = {.err = LR_ERR_ABORTED, .what = "session destroyed"};
+    struct list_node *n;
+    while ((n = list_pop(&s->resendq)) != NULL || (n = list_pop(&s->waitq)) != NULL) {
+        struct ini_task *t = list_entry(n, struct ini_task, node);
+        t->conn = NULL;
+        ini_task_complete(s, t, &r);
+    }
+    for (unsigned i = 0; i < s->nconns; i++) {
+        unqueue_deferred(&s->conns[i]->flush_d);
+        ini_conn_free(s->conns[i]);
+    }
+    unqueue_deferred(&s->kick_d);
+    reactor_timer_stop(s->r, &s->tick);
+    iscsi_text_free(&s->disc_text);
+    free(s->tasks);
+    free(s->free_idx);
+    free(s);
+}
+
+static unsigned conns_up(const struct lr_session *s)
+{
+    unsigned n = 0;
+    for (unsigned i = 0; i < s->nconns; i++)
+        n += s->conns[i]->state == ICS_FFP;
+    return n;
+}
+
+void lr_session_get_info(const struct lr_session *s, struct lr_session_info *info)
+{
+    memset(info, 0, sizeof(*info));
+    info->connections_asked = s->o.connections;
+    info->connections_granted = s->granted;
+    info->connections_up = conns_up(s);
+    const struct ini_conn *c0 = s->nconns ? s->conns[0] : NULL;
+    info->header_digest = c0 && c0->hdr_digest;
+    info->data_digest = c0 && c0->data_digest;
+    info->immediate_data = s->params.immediate_data;
+    info->initial_r2t = s->params.initial_r2t;
+    info->max_burst = s->params.max_burst;
+    info->first_burst = s->params.first_burst;
+    info->peer_max_recv_dsl = c0 ? c0->peer_mrdsl : 0;
+    info->max_recv_dsl = s->params.max_recv_dsl;
+    info->max_outstanding_r2t = s->params.max_outstanding_r2t;
+    info->tsih = s->tsih;
+    info->cmdsn = s->cmdsn;
+    info->expcmdsn = s->expcmdsn;
+    info->maxcmdsn = s->maxcmdsn;
+}
+
+uint16_t lr_session_conn_port(const struct lr_session *s, unsigned i)
+{
+    if (i >= s->nconns || s->conns[i]->state == ICS_DEAD)
+        return 0;
+    return s->conns[i]->local_port;
+}
+
+void lr_session_conn_kill(struct lr_session *s, unsigned i)
+{
+    /* As if the network dropped it: the peer sees a reset/FIN, we see the loss on next read. */
+    if (i < s->nconns && s->conns[i]->fd >= 0)
+        shutdown(s->conns[i]->fd, SHUT_RDWR);
+}
+
+/* ---- login ---- */
+
+static void login_finish(struct lr_session *s)
+{
+    if (!s->login_done)
+        return;
+    lr_done_fn done = s->login_done;
+    s->login_done = NULL;
+    struct lr_result r = s->login_res;
+    if (r.err == LR_OK)
+        s->logged_in = true;
+    done(s->login_arg, &r);
+}
+
+static void login_timeout(void *arg)
+{
+    struct ini_conn *c = arg;
+    ini_conn_fail(c, "login timed out");
+}
+
+static struct ini_conn *session_add_conn(struct lr_session *s)
+{
+    unsigned i = s->nconns;
+    struct ini_conn *c = ini_conn_new(s, i, (uint16_t)i);
+    if (!c)
+        return NULL;
+    s->conns[s->nconns++] = c;
+    c->login_active = true; /* login phase until full feature phase (texts are zeroed) */
+    reactor_timer_start(s->r, &c->login_timer, s->o.login_timeout_ms, login_timeout, c);
+    if (ini_conn_connect(c, s->host, s->o.port) < 0) {
+        ini_conn_fail(c, "cannot connect");
+        return NULL;
+    }
+    return c;
+}
+
+static void send_login_pdu(struct ini_conn *c, const struct iscsi_bhs *req)
+{
+    struct ini_txpdu *p = ini_conn_pdu(c);
+    if (!p) {
+        ini_conn_fail(c, "out of memory");
+        return;
+    }
+    memcpy(p->hdr, req->b, ISCSI_BHS_LEN);
+    uint32_t len = c->login.tx.len;
+    void *copy = NULL;
+    if (len) {
+        copy = malloc(len);
+        if (!copy) {
+            ini_conn_fail(c, "out of memory");
+            return;
+        }
+        memcpy(copy, c->login.tx.data, len);
+    }
+    p->owned = copy;
+    ini_conn_send(c, p, copy, len);
+}
+
+void ini_session_conn_connected(struct ini_conn *c)
+{
+    struct lr_session *s = c->s;
+    bool leading = c->idx == 0;
+    ini_login_init(&c->login, &s->local, leading, s->discovery, s->initiator_name,
+                   s->target_name, s->isid, leading ? 0 : s->tsih, c->cid,
+                   INI_LOGIN_ITT + c->idx, s->cmdsn);
+    c->login_active = true;
+    struct iscsi_bhs req;
+    if (ini_login_start(&c->login, &req) < 0) {
+        ini_conn_fail(c, c->login.why);
+        return;
+    }
+    send_login_pdu(c, &req);
+}
+
+static void conn_logged_in(struct ini_conn *c)
+{
+    struct lr_session *s = c->s;
+    struct iscsi_params p;
+    iscsi_neg_result(&c->login.neg, &p);
+    reactor_timer_stop(s->r, &c->login_timer);
+    /* Connection-scope results (RFC 7143 §13.1, §13.12); session-scope ones come from the
+     * leading login only. */
+    c->hdr_digest = p.header_digest;
+    c->data_digest = p.data_digest;
+    c->peer_mrdsl = p.peer_max_recv_dsl ? p.peer_max_recv_dsl : 8192;
+    c->expstatsn = c->login.expstatsn;
+    c->state = ICS_FFP;
+    ini_login_free(&c->login);
+    c->login_active = false;
+    if (c->idx == 0) {
+        s->params = p;
+        s->tsih = c->login.tsih;
+        s->expcmdsn = c->login.exp_cmdsn;
+        s->maxcmdsn = c->login.max_cmdsn;
+        s->granted = p.max_connections ? p.max_connections : 1;
+        unsigned want = s->o.connections;
+        unsigned n = want < s->granted ? want : s->granted;
+        if (want > 1 && n < want)
+            LOG_WARN("initiator: target granted MaxConnections=%u of %u asked: using %u "
+                     "connection%s", s->granted, want, n, n == 1 ? "" : "s");
+        for (unsigned i = 1; i < n; i++) {
+            s->nlogins_pending++;
+            if (!session_add_conn(s))
+                break;
+        }
+        if (s->nlogins_pending == 0)
+            login_finish(s);
+        return;
+    }
+    ini_session_update_window(s, c->login.exp_cmdsn, c->login.max_cmdsn);
+    if (s->nlogins_pending && --s->nlogins_pending == 0)
+        login_finish(s);
+    ini_session_kick(s);
+}
+
+void ini_session_login_rx(struct ini_conn *c, const uint8_t *hdr, const uint8_t *data,
+                          uint32_t dlen)
+{
+    struct iscsi_bhs req;
+    enum ini_login_step st = ini_login_rx(&c->login, (const struct iscsi_bhs *)hdr, data, dlen,
+                                          &req);
+    switch (st) {
+    case ILSTEP_SEND:
+        send_login_pdu(c, &req);
+        break;
+    case ILSTEP_DONE:
+        conn_logged_in(c);
+        break;
+    case ILSTEP_FAILED:
+        ini_conn_fail(c, c->login.why ? c->login.why : "login failed");
+        break;
+    }
+}
+
+/* A connection failed during login: the leading one fails the whole login; a later one only
+ * shrinks the session. */
+static void conn_login_lost(struct ini_conn *c)
+{
+    struct lr_session *s = c->s;
+    uint16_t status = c->login.status;
+    reactor_timer_stop(s->r, &c->login_timer);
+    ini_login_free(&c->login);
+    c->login_active = false;
+    if (s->destroyed)
+        return;
+    if (c->idx == 0) {
+        struct lr_result r = {.err = status ? LR_ERR_LOGIN : LR_ERR_IO,
+                              .login_status = status,
+                              .what = c->fail_why};
+        if (c->fail_why && strstr(c->fail_why, "timed out"))
+            r.err = LR_ERR_TIMEOUT;
+        s->login_res = r;
+        login_finish(s);
+        return;
+    }
+    if (status)
+        LOG_WARN("initiator: connection %u login refused: status %u/%u (%s)", c->idx,
+                 status >> 8, status & 0xff, c->fail_why);
+    else
+        LOG_WARN("initiator: connection %u login failed: %s", c->idx, c->fail_why);
+    if (s->nlogins_pending && --s->nlogins_pending == 0)
+        login_finish(s);
+}
+
+/* ---- connection loss (RFC 7143 §7.1.2 at ERL 0: tasks of the connection fail) ---- */
+
+void ini_session_conn_down(struct ini_conn *c)
+{
+    struct lr_session *s = c->s;
+    if (c->login_active) {
+        conn_login_lost(c);
+        return;
+    }
+    if (!s->destroyed && !s->logging_out)
+        LOG_WARN("initiator: connection %u (cid %u) lost: %s", c->idx, c->cid, c->fail_why);
+    for (uint32_t i = 0; i < s->ntasks; i++) {
+        struct ini_task *t = &s->tasks[i];
+        if (t->state != ITS_ACTIVE || t->conn != c)
+            continue;
+        if (!t->cmd_sent && !s->destroyed && !s->logging_out) {
+            /* The command never fully left: the target cannot have it, so its CmdSN would be
+             * a hole in the session's sequence. Send it again on another connection. */
+            c->outstanding--;
+            t->conn = NULL;
+            t->state = ITS_WAITING;
+            list_add_tail(&s->resendq, &t->node);
+            continue;
+        }
+        struct lr_result r = {.err = LR_ERR_CONN_LOST, .what = c->fail_why};
+        if (s->destroyed)
+            r.err = LR_ERR_ABORTED;
+        else if (c->fail_why && strstr(c->fail_why, "timeout"))
+            r.err = LR_ERR_TIMEOUT;
+        ini_task_complete(s, t, &r);
+    }
+    if (s->logging_out && conns_up(s) == 0 && s->logout_done) {
+        lr_done_fn done = s->logout_done;
+        s->logout_done = NULL;
+        done(s->logout_arg, &res_ok);
+        return;
+    }
+    if (!s->destroyed)
+        ini_session_kick(s);
+}
+
+static void session_tick(void *arg)
+{
+    struct lr_session *s = arg;
+    uint64_t now = reactor_now_ms();
+    for (uint32_t i = 0; i < s->ntasks; i++) {
+        struct ini_task *t = &s->tasks[i];
+        if (t->state == ITS_FREE || t->deadline_ms > now)
+            continue;
+        if (t->state == ITS_ACTIVE && t->conn) {
+            /* ERL 0 has no task-level recovery worth the name: drop the connection, which
+             * fails its tasks and keeps late answers from touching the caller's buffers. */
+            LOG_WARN("initiator: task %08x timed out on connection %u", t->itt, t->conn->idx);
+            ini_conn_fail(t->conn, "command timeout");
+        } else if (t->state == ITS_WAITING && !t->has_cmdsn) {
+            list_del(&t->node);
+            struct lr_result r = {.err = LR_ERR_TIMEOUT, .what = "no CmdSN window"};
+            ini_task_complete(s, t, &r);
+        }
+    }
+    if (!s->destroyed)
+        reactor_timer_start(s->r, &s->tick, INI_TICK_MS, session_tick, s);
+}
+
+/* ---- login / logout entry points ---- */
+
+int lr_session_login(struct lr_session *s, lr_done_fn done, void *arg)
+{
+    if (s->nconns)
+        return -1;
+    s->login_done = done;
+    s->login_arg = arg;
+    s->login_res = res_ok;
+    session_add_conn(s); /* a failure to connect is reported through done() */
+    return 0;
+}
+
+static struct ini_conn *first_up(struct lr_session *s)
+{
+    for (unsigned i = 0; i < s->nconns; i++)
+        if (s->conns[i]->state == ICS_FFP)
+            return s->conns[i];
+    return NULL;
+}
+
+static void logout_timeout(void *arg)
+{
+    struct lr_session *s = arg;
+    for (unsigned i = 0; i < s->nconns; i++)
+        ini_conn_fail(s->conns[i], "logout timed out");
+}
+
+int lr_session_logout(struct lr_session *s, lr_done_fn done, void *arg)
+{
+    struct ini_conn *c = first_up(s);
+    s->logout_done = done;
+    s->logout_arg = arg;
+    s->logging_out = true;
+    if (!c) {
+        s->logout_done = NULL;
+        done(arg, &res_ok);
+        return 0;
+    }
+    /* RFC 7143 §11.14: close the session; sent immediate, so CmdSN is not advanced. */
+    struct ini_txpdu *p = ini_conn_pdu(c);
+    if (!p)
+        return -1;
+    struct iscsi_bhs *h = (struct iscsi_bhs *)p->hdr;
+    bhs_init(h, ISCSI_OP_LOGOUT_REQ, ISCSI_FLAG_FINAL | ISCSI_LOGOUT_CLOSE_SESSION);
+    h->b[0] |= ISCSI_BHS_IMMEDIATE;
+    bhs_put32(h, BHS_ITT, INI_LOGOUT_ITT);
+    put_be16(h->b + BHS_CID, c->cid);
+    bhs_put32(h, BHS_CMDSN, s->cmdsn);
+    bhs_put32(h, BHS_EXPSTATSN, c->expstatsn);
+    ini_conn_send(c, p, NULL, 0);
+    reactor_timer_stop(s->r, &c->login_timer);
+    reactor_timer_start(s->r, &c->login_timer, 5000, logout_timeout, s);
+    return 0;
+}
+
+void ini_session_logout_rsp(struct ini_conn *c, const uint8_t *hdr)
+{
+    struct lr_session *s = c->s;
+    if (hdr[BHS_RESPONSE] != 0)
+        LOG_WARN("initiator: logout response %u", hdr[BHS_RESPONSE]);
+    reactor_timer_stop(s->r, &c->login_timer);
+    /* The session is gone on the target: every connection closes. */
+    for (unsigned i = 0; i < s->nconns; i++)
+        ini_conn_fail(s->conns[i], "logged out");
+}

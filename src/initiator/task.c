@@ -1,0 +1,338 @@
+/* SCSI tasks on the wire (RFC 7143 §11.2-§11.8, §11.18-§11.19): the SCSI Command PDU with
+ * immediate data and unsolicited Data-Out up to FirstBurstLength, Data-Out answering R2Ts,
+ * Data-In placement and phase-collapsed status, SCSI Response with sense, NOP-In pings,
+ * Reject and Async messages in full feature phase. */
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "initiator/ini.h"
+#include "util/log.h"
+
+#define SCSI_STATUS_GOOD 0x00
+#define SCSI_STATUS_CHECK_CONDITION 0x02
+#define ISCSI_ATTR_SIMPLE 0x01
+
+static void fill_lun(uint8_t *p, uint64_t lun)
+{
+    /* SAM-5 single level LUN: peripheral (< 256) or flat (< 16384) addressing. */
+    memset(p, 0, 8);
+    if (lun < 256) {
+        p[1] = (uint8_t)lun;
+    } else {
+        p[0] = (uint8_t)(0x40 | ((lun >> 8) & 0x3f));
+        p[1] = (uint8_t)lun;
+    }
+}
+
+static void data_out(struct ini_conn *c, struct ini_task *t, uint32_t ttt, uint32_t off,
+                     uint32_t len)
+{
+    /* RFC 7143 §11.7: one sequence of Data-Out PDUs, each at most the target's
+     * MaxRecvDataSegmentLength; DataSN restarts at 0 per sequence; F on the last. */
+    uint32_t datasn = 0;
+    uint32_t end = off + len;
+    while (off < end) {
+        uint32_t n = end - off < c->peer_mrdsl ? end - off : c->peer_mrdsl;
+        struct ini_txpdu *p = ini_conn_pdu(c);
+        if (!p) {
+            ini_conn_fail(c, "out of memory");
+            return;
+        }
+        struct iscsi_bhs *h = (struct iscsi_bhs *)p->hdr;
+        bhs_init(h, ISCSI_OP_DATA_OUT, off + n == end ? ISCSI_FLAG_FINAL : 0);
+        fill_lun(h->b + BHS_LUN, c->s->o.lun);
+        bhs_put32(h, BHS_ITT, t->itt);
+        bhs_put32(h, BHS_TTT, ttt);
+        bhs_put32(h, BHS_EXPSTATSN, c->expstatsn);
+        bhs_put32(h, BHS_DATASN, datasn++);
+        bhs_put32(h, BHS_BUFFER_OFFSET, off);
+        ini_conn_send(c, p, t->buf + off, n);
+        off += n;
+    }
+}
+
+void ini_task_send(struct ini_conn *c, struct ini_task *t)
+{
+    struct lr_session *s = c->s;
+    struct ini_txpdu *p = ini_conn_pdu(c);
+    if (!p) {
+        ini_conn_fail(c, "out of memory");
+        return;
+    }
+    t->conn = c;
+    t->cmd_sent = false;
+    t->exp_datasn = 0;
+    t->data_in = 0;
+    t->digest_bad = false;
+    c->outstanding++;
+
+    uint32_t imm = 0, unsol = 0;
+    if (t->dir == LR_DIR_WRITE) {
+        /* RFC 7143 §13.13-§13.14: with ImmediateData=Yes the command carries data up to
+         * FirstBurstLength (and the target's MRDSL); with InitialR2T=No Data-Out PDUs follow
+         * unsolicited until FirstBurstLength; the rest waits for R2Ts. */
+        uint32_t fb = s->params.first_burst < t->len ? s->params.first_burst : t->len;
+        if (s->params.immediate_data)
+            imm = fb < c->peer_mrdsl ? fb : c->peer_mrdsl;
+        if (!s->params.initial_r2t)
+            unsol = fb - imm;
+    }
+    struct iscsi_bhs *h = (struct iscsi_bhs *)p->hdr;
+    uint8_t flags = ISCSI_ATTR_SIMPLE;
+    if (!unsol)
+        flags |= ISCSI_FLAG_FINAL;
+    if (t->dir == LR_DIR_READ)
+        flags |= ISCSI_CMD_READ;
+    else if (t->dir == LR_DIR_WRITE)
+        flags |= ISCSI_CMD_WRITE;
+    bhs_init(h, ISCSI_OP_SCSI_CMD, flags);
+    fill_lun(h->b + BHS_LUN, s->o.lun);
+    bhs_put32(h, BHS_ITT, t->itt);
+    bhs_put32(h, BHS_EDTL, t->dir == LR_DIR_NONE ? 0 : t->len);
+    bhs_put32(h, BHS_CMDSN, t->cmdsn);
+    bhs_put32(h, BHS_EXPSTATSN, c->expstatsn);
+    memcpy(h->b + BHS_CDB, t->cdb, t->cdb_len);
+    p->cmd_of = t;
+    ini_conn_send(c, p, imm ? t->buf : NULL, imm);
+    if (unsol)
+        data_out(c, t, ISCSI_RSVD_TAG, imm, unsol);
+}
+
+uint8_t *ini_task_rx_dest(struct ini_conn *c, const uint8_t *hdr, uint32_t dlen)
+{
+    if ((hdr[0] & ISCSI_OPCODE_MASK) != ISCSI_OP_DATA_IN)
+        return NULL;
+    struct ini_task *t = ini_task_lookup(c->s, get_be32(hdr + BHS_ITT));
+    if (!t || t->conn != c || t->dir != LR_DIR_READ)
+        return NULL;
+    uint32_t off = get_be32(hdr + BHS_BUFFER_OFFSET);
+    if (off > t->len || dlen > t->len - off)
+        return NULL; /* checked again (and refused) when the PDU is handled */
+    return t->buf + off;
+}
+
+static void result_init(struct lr_result *r, enum lr_err e, const char *what)
+{
+    memset(r, 0, offsetof(struct lr_result, sense));
+    r->err = e;
+    r->what = what;
+}
+
+static void task_fail(struct ini_conn *c, struct ini_task *t, const char *what)
+{
+    struct lr_result r;
+    result_init(&r, LR_ERR_PROTOCOL, what);
+    ini_task_complete(c->s, t, &r);
+}
+
+/* Status from a Data-In with S or a SCSI Response (RFC 7143 §11.4, §11.7.4). */
+static void task_status(struct ini_conn *c, struct ini_task *t, const uint8_t *hdr,
+                        const uint8_t *data, uint32_t dlen)
+{
+    struct lr_result r;
+    result_init(&r, LR_OK, NULL);
+    r.scsi_status = hdr[BHS_STATUS];
+    uint8_t flags = hdr[BHS_FLAGS];
+    if (flags & (ISCSI_RSP_UNDERFLOW | ISCSI_RSP_OVERFLOW))
+        r.residual = get_be32(hdr + BHS_RESIDUAL);
+    if ((hdr[0] & ISCSI_OPCODE_MASK) == ISCSI_OP_SCSI_RSP) {
+        r.response = hdr[BHS_RESPONSE];
+        if (r.response != 0) {
+            result_init(&r, LR_ERR_PROTOCOL, "target failure (iSCSI response code)");
+            r.response = hdr[BHS_RESPONSE];
+            ini_task_complete(c->s, t, &r);
+            return;
+        }
+        /* §11.4.7: the data segment holds SenseLength (2 bytes) and the sense data. */
+        if (dlen >= 2) {
+            uint32_t sl = get_be16(data);
+            if (sl > dlen - 2)
+                sl = dlen - 2;
+            if (sl > LR_SENSE_MAX)
+                sl = LR_SENSE_MAX;
+            memcpy(r.sense, data + 2, sl);
+            r.sense_len = sl;
+        }
+    }
+    if (t->digest_bad) {
+        result_init(&r, LR_ERR_PROTOCOL, "data digest error on Data-In");
+    } else if (r.scsi_status != SCSI_STATUS_GOOD) {
+        r.err = LR_SCSI_STATUS;
+        r.what = r.scsi_status == SCSI_STATUS_CHECK_CONDITION ? "CHECK CONDITION" : "SCSI status";
+    }
+    ini_task_complete(c->s, t, &r);
+}
+
+static void rx_data_in(struct ini_conn *c, const uint8_t *hdr, const uint8_t *data,
+                       uint32_t dlen, bool dd_ok)
+{
+    struct ini_task *t = ini_task_lookup(c->s, get_be32(hdr + BHS_ITT));
+    if (!t || t->conn != c) {
+        ini_conn_fail(c, "Data-In for an unknown task");
+        return;
+    }
+    uint8_t flags = hdr[BHS_FLAGS];
+    if (dlen) {
+        uint32_t off = get_be32(hdr + BHS_BUFFER_OFFSET);
+        if (t->dir != LR_DIR_READ || off > t->len || dlen > t->len - off) {
+            ini_conn_fail(c, "Data-In outside the task's buffer");
+            return;
+        }
+        if (data != t->buf + off) /* not placed directly (should not happen) */
+            memcpy(t->buf + off, data, dlen);
+        if (get_be32(hdr + BHS_DATASN) != t->exp_datasn)
+            t->digest_bad = true; /* a lost PDU: at ERL 0 the task fails (RFC 7143 §7.1) */
+        t->exp_datasn++;
+        t->data_in += dlen;
+        if (!dd_ok)
+            t->digest_bad = true;
+    }
+    if (flags & ISCSI_DATAIN_STATUS) {
+        /* Phase collapse (§11.7.4): this PDU carries StatSN and status. */
+        uint32_t statsn = get_be32(hdr + BHS_STATSN);
+        if (sn_le(c->expstatsn, statsn))
+            c->expstatsn = statsn + 1;
+        task_status(c, t, hdr, NULL, 0);
+    }
+}
+
+static void rx_scsi_rsp(struct ini_conn *c, const uint8_t *hdr, const uint8_t *data,
+                        uint32_t dlen, bool dd_ok)
+{
+    struct ini_task *t = ini_task_lookup(c->s, get_be32(hdr + BHS_ITT));
+    if (!t || t->conn != c) {
+        ini_conn_fail(c, "SCSI Response for an unknown task");
+        return;
+    }
+    if (!dd_ok)
+        t->digest_bad = true;
+    task_status(c, t, hdr, data, dlen);
+}
+
+static void rx_r2t(struct ini_conn *c, const uint8_t *hdr)
+{
+    struct ini_task *t = ini_task_lookup(c->s, get_be32(hdr + BHS_ITT));
+    if (!t || t->conn != c) {
+        /* The task may have completed with an error already; nothing to send. */
+        LOG_DEBUG("initiator: R2T for an unknown task %08x", get_be32(hdr + BHS_ITT));
+        return;
+    }
+    uint32_t off = get_be32(hdr + BHS_BUFFER_OFFSET);
+    uint32_t len = get_be32(hdr + BHS_DESIRED_LEN);
+    /* RFC 7143 §11.8: the DesiredDataTransferLength is at most MaxBurstLength and the range
+     * lies within the expected transfer; anything else is a protocol error. */
+    if (t->dir != LR_DIR_WRITE || len == 0 || off > t->len || len > t->len - off ||
+        len > c->s->params.max_burst) {
+        task_fail(c, t, "R2T outside the task's data");
+        ini_conn_fail(c, "bad R2T");
+        return;
+    }
+    data_out(c, t, get_be32(hdr + BHS_TTT), off, len);
+}
+
+static void rx_nop_in(struct ini_conn *c, const uint8_t *hdr, const uint8_t *data,
+                      uint32_t dlen)
+{
+    uint32_t ttt = get_be32(hdr + BHS_TTT);
+    if (ttt == ISCSI_RSVD_TAG)
+        return; /* answer to a NOP-Out of ours, or a no-reply notice */
+    /* RFC 7143 §11.18/§11.19: the target pings; answer with a NOP-Out echoing TTT and LUN and
+     * the ping data, ITT reserved, immediate (CmdSN not advanced). */
+    struct ini_txpdu *p = ini_conn_pdu(c);
+    if (!p)
+        return;
+    struct iscsi_bhs *h = (struct iscsi_bhs *)p->hdr;
+    bhs_init(h, ISCSI_OP_NOP_OUT, ISCSI_FLAG_FINAL);
+    h->b[0] |= ISCSI_BHS_IMMEDIATE;
+    memcpy(h->b + BHS_LUN, hdr + BHS_LUN, 8);
+    bhs_put32(h, BHS_ITT, ISCSI_RSVD_TAG);
+    bhs_put32(h, BHS_TTT, ttt);
+    bhs_put32(h, BHS_CMDSN, c->s->cmdsn);
+    bhs_put32(h, BHS_EXPSTATSN, c->expstatsn);
+    void *copy = NULL;
+    if (dlen) {
+        copy = malloc(dlen);
+        if (!copy)
+            dlen = 0;
+        else
+            memcpy(copy, data, dlen);
+    }
+    p->owned = copy;
+    ini_conn_send(c, p, copy, dlen);
+}
+
+static bool pdu_has_statsn(enum iscsi_opcode op, const uint8_t *hdr)
+{
+    switch (op) {
+    case ISCSI_OP_SCSI_RSP:
+    case ISCSI_OP_TMF_RSP:
+    case ISCSI_OP_TEXT_RSP:
+    case ISCSI_OP_LOGOUT_RSP:
+    case ISCSI_OP_REJECT:
+    case ISCSI_OP_ASYNC_MSG:
+        return true;
+    case ISCSI_OP_NOP_IN:
+        return get_be32(hdr + BHS_ITT) != ISCSI_RSVD_TAG;
+    default:
+        return false; /* Data-In handles its own; R2T does not advance StatSN */
+    }
+}
+
+void ini_rx_ffp(struct ini_conn *c, const uint8_t *hdr, const uint8_t *data, uint32_t dlen,
+                bool data_digest_ok)
+{
+    enum iscsi_opcode op = (enum iscsi_opcode)(hdr[0] & ISCSI_OPCODE_MASK);
+    if (op != ISCSI_OP_LOGIN_RSP) {
+        ini_session_update_window(c->s, get_be32(hdr + BHS_EXPCMDSN),
+                                  get_be32(hdr + BHS_MAXCMDSN));
+        if (pdu_has_statsn(op, hdr)) {
+            uint32_t statsn = get_be32(hdr + BHS_STATSN);
+            if (sn_le(c->expstatsn, statsn))
+                c->expstatsn = statsn + 1;
+        }
+    }
+    switch (op) {
+    case ISCSI_OP_DATA_IN:
+        rx_data_in(c, hdr, data, dlen, data_digest_ok);
+        break;
+    case ISCSI_OP_SCSI_RSP:
+        rx_scsi_rsp(c, hdr, data, dlen, data_digest_ok);
+        break;
+    case ISCSI_OP_R2T:
+        rx_r2t(c, hdr);
+        break;
+    case ISCSI_OP_NOP_IN:
+        if (!data_digest_ok)
+            return; /* §7.8: a digest error on a NOP-In is simply dropped */
+        rx_nop_in(c, hdr, data, dlen);
+        break;
+    case ISCSI_OP_TEXT_RSP:
+        ini_session_text_rsp(c, hdr, data_digest_ok ? data : NULL, data_digest_ok ? dlen : 0);
+        break;
+    case ISCSI_OP_LOGOUT_RSP:
+        ini_session_logout_rsp(c, hdr);
+        break;
+    case ISCSI_OP_REJECT: {
+        /* §11.17: the data segment is the header of the rejected PDU. */
+        struct ini_task *t = NULL;
+        if (dlen >= ISCSI_BHS_LEN && (data[0] & ISCSI_OPCODE_MASK) == ISCSI_OP_SCSI_CMD)
+            t = ini_task_lookup(c->s, get_be32(data + BHS_ITT));
+        LOG_WARN("initiator: connection %u: target rejected a PDU (reason 0x%02x)", c->idx,
+                 hdr[BHS_REJECT_REASON]);
+        if (t && t->conn == c)
+            task_fail(c, t, "command rejected by the target");
+        break;
+    }
+    case ISCSI_OP_ASYNC_MSG: {
+        uint8_t ev = hdr[BHS_ASYNC_EVENT];
+        LOG_WARN("initiator: connection %u: async event %u", c->idx, ev);
+        if (ev == 1 || ev == 2) /* §11.9.1: logout requested / connection will be dropped */
+            ini_conn_fail(c, "target asked to drop the connection");
+        break;
+    }
+    default:
+        ini_conn_fail(c, "unexpected PDU in full feature phase");
+        break;
+    }
+}
