@@ -59,8 +59,7 @@ static const struct mode_page *find_page(uint8_t code)
     return NULL;
 }
 
-static uint8_t *put_page(const struct mode_page *pg, const struct scsi_lun *lu, int pc,
-                         uint8_t *p)
+static uint8_t *put_page(const struct mode_page *pg, const struct scsi_lun *lu, int pc, uint8_t *p)
 {
     memset(p, 0, 2u + pg->len);
     p[0] = pg->code; /* PS 0: pages cannot be saved */
@@ -111,7 +110,7 @@ void mode_exec_sense(struct scsi_task *t, const struct scsi_cmd *c)
             put_be64(p, nb);
             put_be32(p + 12, bl);
             bdl = 16;
-        } else {     /* short block descriptor (SBC-3 §6.4.2.2) */
+        } else { /* short block descriptor (SBC-3 §6.4.2.2) */
             put_be32(p, nb > 0xffffffffu ? 0xffffffffu : (uint32_t)nb);
             put_be24(p + 5, bl);
             bdl = 8;
@@ -182,7 +181,7 @@ static scsi_sr mode_select_apply(struct scsi_task *t, const uint8_t *d, uint32_t
         if (len - off < 2)
             return SR_PARAM_LIST_LENGTH;
         uint8_t code = d[off] & 0x3f; /* PS is reserved in MODE SELECT */
-        if (d[off] & 0x40)             /* SPF: no subpages */
+        if (d[off] & 0x40)            /* SPF: no subpages */
             return SR_PARAM_FIELD(off, 6);
         const struct mode_page *pg = find_page(code);
         if (!pg)

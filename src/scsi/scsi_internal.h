@@ -12,27 +12,27 @@
 enum scsi_reason {
     SR_OK = 0,
     SR_NO_SENSE,
-    SR_INVALID_OPCODE,           /* 5 / 20h 00h */
-    SR_INVALID_FIELD_IN_CDB,     /* 5 / 24h 00h */
-    SR_LBA_OUT_OF_RANGE,         /* 5 / 21h 00h */
-    SR_LUN_NOT_SUPPORTED,        /* 5 / 25h 00h */
-    SR_INVALID_FIELD_IN_PARAM,   /* 5 / 26h 00h */
-    SR_PARAM_LIST_LENGTH,        /* 5 / 1Ah 00h */
-    SR_SAVING_NOT_SUPPORTED,     /* 5 / 39h 00h */
-    SR_WRITE_PROTECTED,          /* 7 / 27h 00h */
-    SR_MISCOMPARE,               /* E / 1Dh 00h */
-    SR_READ_ERROR,               /* 3 / 11h 00h */
-    SR_WRITE_ERROR,              /* 3 / 0Ch 00h */
-    SR_SPACE_ALLOC_FAILED,       /* 7 / 27h 07h */
-    SR_INTERNAL_FAILURE,         /* 4 / 44h 00h */
-    SR_INSUFFICIENT_RESOURCES,   /* B / 55h 03h */
-    SR_UA_POWER_ON_RESET,        /* 6 / 29h 00h */
-    SR_UA_POWER_ON,              /* 6 / 29h 01h */
-    SR_UA_BUS_DEVICE_RESET,      /* 6 / 29h 03h */
-    SR_UA_MODE_CHANGED,          /* 6 / 2Ah 01h */
-    SR_UA_CAPACITY_CHANGED,      /* 6 / 2Ah 09h */
-    SR_UA_COMMANDS_CLEARED,      /* 6 / 2Fh 01h */
-    SR_UA_LUNS_CHANGED,          /* 6 / 3Fh 0Eh */
+    SR_INVALID_OPCODE,         /* 5 / 20h 00h */
+    SR_INVALID_FIELD_IN_CDB,   /* 5 / 24h 00h */
+    SR_LBA_OUT_OF_RANGE,       /* 5 / 21h 00h */
+    SR_LUN_NOT_SUPPORTED,      /* 5 / 25h 00h */
+    SR_INVALID_FIELD_IN_PARAM, /* 5 / 26h 00h */
+    SR_PARAM_LIST_LENGTH,      /* 5 / 1Ah 00h */
+    SR_SAVING_NOT_SUPPORTED,   /* 5 / 39h 00h */
+    SR_WRITE_PROTECTED,        /* 7 / 27h 00h */
+    SR_MISCOMPARE,             /* E / 1Dh 00h */
+    SR_READ_ERROR,             /* 3 / 11h 00h */
+    SR_WRITE_ERROR,            /* 3 / 0Ch 00h */
+    SR_SPACE_ALLOC_FAILED,     /* 7 / 27h 07h */
+    SR_INTERNAL_FAILURE,       /* 4 / 44h 00h */
+    SR_INSUFFICIENT_RESOURCES, /* B / 55h 03h */
+    SR_UA_POWER_ON_RESET,      /* 6 / 29h 00h */
+    SR_UA_POWER_ON,            /* 6 / 29h 01h */
+    SR_UA_BUS_DEVICE_RESET,    /* 6 / 29h 03h */
+    SR_UA_MODE_CHANGED,        /* 6 / 2Ah 01h */
+    SR_UA_CAPACITY_CHANGED,    /* 6 / 2Ah 09h */
+    SR_UA_COMMANDS_CLEARED,    /* 6 / 2Fh 01h */
+    SR_UA_LUNS_CHANGED,        /* 6 / 3Fh 0Eh */
     SR__COUNT
 };
 
@@ -46,10 +46,10 @@ typedef uint32_t scsi_sr;
 #define SR_REASON(sr) ((enum scsi_reason)((sr)&0xffu))
 /* INVALID FIELD IN CDB pointing at byte (and bit, or -1 for the whole byte). */
 #define SR_CDB_FIELD(byte, bit)                                                                    \
-    ((scsi_sr)SR_INVALID_FIELD_IN_CDB | SR_SKSV | SR_CD | ((uint32_t)(byte) << 16) |              \
+    ((scsi_sr)SR_INVALID_FIELD_IN_CDB | SR_SKSV | SR_CD | ((uint32_t)(byte) << 16) |               \
      ((bit) >= 0 ? SR_BPV | ((uint32_t)(bit) << 11) : 0))
 #define SR_PARAM_FIELD(byte, bit)                                                                  \
-    ((scsi_sr)SR_INVALID_FIELD_IN_PARAM | SR_SKSV | ((uint32_t)(byte) << 16) |                    \
+    ((scsi_sr)SR_INVALID_FIELD_IN_PARAM | SR_SKSV | ((uint32_t)(byte) << 16) |                     \
      ((bit) >= 0 ? SR_BPV | ((uint32_t)(bit) << 11) : 0))
 
 /* Fixed-format sense (SPC-4 §4.5.3) into buf (>= 18 bytes); returns its length. info is put in
@@ -98,11 +98,11 @@ struct scsi_lun {
     uint32_t block_size;
     uint8_t block_shift;
     bool read_only;
-    bool mapped;         /* bs_map() works: READ/WRITE go straight to store memory */
-    atomic_bool wce;     /* caching mode page WCE; read lock-free on the write path */
+    bool mapped;          /* bs_map() works: READ/WRITE go straight to store memory */
+    atomic_bool wce;      /* caching mode page WCE; read lock-free on the write path */
     pthread_mutex_t lock; /* mode-page changes and the UA they raise */
-    uint64_t naa;        /* NAA 3 locally assigned identifier (VPD 0x83) */
-    char serial[17];     /* VPD 0x80 */
+    uint64_t naa;         /* NAA 3 locally assigned identifier (VPD 0x83) */
+    char serial[17];      /* VPD 0x80 */
     atomic_uint ua[SCSI_NEXUS_MAX];
 };
 
@@ -115,27 +115,26 @@ scsi_sr scsi_ua_take(struct scsi_lun *lu, const struct scsi_nexus *n);
 
 /* --- the opcode table (task.c) --- */
 enum {
-    CMD_UA_OK = 1u << 0,      /* runs with a UA pending and leaves it (SAM-5 §5.14) */
-    CMD_NOLUN_OK = 1u << 1,   /* runs on a LUN that does not exist */
-    CMD_WRITES = 1u << 2,     /* changes the medium: refused on a read-only LUN */
-    CMD_DIRECT = 1u << 3,     /* data may live in store memory (bs_map) */
-    CMD_MEDIUM = 1u << 4,     /* addresses blocks: LBA range checked centrally */
-    CMD_SA = 1u << 5,         /* has service actions (CDB byte 1 bits 4:0) */
-    CMD_XFER = 1u << 6,       /* moves its blocks (transfer length bounded by MAX_XFER) */
+    CMD_UA_OK = 1u << 0,    /* runs with a UA pending and leaves it (SAM-5 §5.14) */
+    CMD_NOLUN_OK = 1u << 1, /* runs on a LUN that does not exist */
+    CMD_WRITES = 1u << 2,   /* changes the medium: refused on a read-only LUN */
+    CMD_DIRECT = 1u << 3,   /* data may live in store memory (bs_map) */
+    CMD_MEDIUM = 1u << 4,   /* addresses blocks: LBA range checked centrally */
+    CMD_SA = 1u << 5,       /* has service actions (CDB byte 1 bits 4:0) */
+    CMD_XFER = 1u << 6,     /* moves its blocks (transfer length bounded by MAX_XFER) */
 };
 
 /* What parse learns from a CDB. Medium commands set lba/nblocks; setup checks them once. */
 struct scsi_req {
     uint64_t lba;
-    uint64_t nblocks;     /* blocks addressed (range check) */
-    uint64_t xfer_len;    /* bytes to move; 64-bit so overflow is checked, not wrapped */
+    uint64_t nblocks;  /* blocks addressed (range check) */
+    uint64_t xfer_len; /* bytes to move; 64-bit so overflow is checked, not wrapped */
     enum scsi_dir dir;
     bool fua;
 };
 
 struct scsi_cmd;
-typedef scsi_sr (*scsi_parse_fn)(struct scsi_task *t, const struct scsi_cmd *c,
-                                 struct scsi_req *r);
+typedef scsi_sr (*scsi_parse_fn)(struct scsi_task *t, const struct scsi_cmd *c, struct scsi_req *r);
 typedef void (*scsi_exec_fn)(struct scsi_task *t, const struct scsi_cmd *c);
 
 struct scsi_cmd {
@@ -151,7 +150,7 @@ struct scsi_cmd {
     /* CDB USAGE DATA (SPC-4 §6.35.3): bit set = the device server looks at it. Setup refuses
      * bits outside it, so the table is also the reserved-bit check. */
     uint8_t usage[SCSI_CDB_MAX];
-    uint32_t timeout_s;   /* recommended timeout for RSOC's timeouts descriptor */
+    uint32_t timeout_s; /* recommended timeout for RSOC's timeouts descriptor */
 };
 
 extern const struct scsi_cmd scsi_cmds[];
@@ -167,8 +166,7 @@ scsi_sr spc_parse_none(struct scsi_task *t, const struct scsi_cmd *c, struct scs
 scsi_sr spc_parse_inquiry(struct scsi_task *t, const struct scsi_cmd *c, struct scsi_req *r);
 scsi_sr spc_parse_report_luns(struct scsi_task *t, const struct scsi_cmd *c, struct scsi_req *r);
 scsi_sr spc_parse_rsoc(struct scsi_task *t, const struct scsi_cmd *c, struct scsi_req *r);
-scsi_sr spc_parse_request_sense(struct scsi_task *t, const struct scsi_cmd *c,
-                                struct scsi_req *r);
+scsi_sr spc_parse_request_sense(struct scsi_task *t, const struct scsi_cmd *c, struct scsi_req *r);
 void spc_exec_inquiry(struct scsi_task *t, const struct scsi_cmd *c);
 void spc_exec_report_luns(struct scsi_task *t, const struct scsi_cmd *c);
 void spc_exec_tur(struct scsi_task *t, const struct scsi_cmd *c);

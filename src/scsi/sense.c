@@ -59,8 +59,8 @@ static uint8_t sense_encode(uint8_t *buf, uint8_t key, uint8_t asc, uint8_t ascq
     buf[13] = ascq;
     if (sks & SR_SKSV) {
         /* SPC-4 §4.5.2.4.2 field pointer: SKSV, C/D, BPV, bit pointer, then the byte */
-        buf[15] = 0x80 | ((sks & SR_CD) ? 0x40 : 0) | ((sks & SR_BPV) ? 0x08 : 0) |
-                  ((sks >> 11) & 0x7);
+        buf[15] =
+            0x80 | ((sks & SR_CD) ? 0x40 : 0) | ((sks & SR_BPV) ? 0x08 : 0) | ((sks >> 11) & 0x7);
         put_be16(buf + 16, (uint16_t)(sks >> 16));
     }
     return 18;

@@ -175,7 +175,7 @@ static void spc_inquiry_vpd(struct scsi_task *t, uint8_t page, uint8_t *d, uint3
     case 0xb0:
         *len = vpd_block_limits(t->lu, d);
         break;
-    case 0xb1: /* block device characteristics (SBC-3 §6.5.2) */
+    case 0xb1:              /* block device characteristics (SBC-3 §6.5.2) */
         put_be16(d + 4, 1); /* MEDIUM ROTATION RATE 1: non-rotating */
         *len = 64;
         break;
@@ -247,8 +247,7 @@ void spc_exec_report_luns(struct scsi_task *t, const struct scsi_cmd *c)
 
 /* --- REQUEST SENSE (SPC-4 §6.39) --- */
 
-scsi_sr spc_parse_request_sense(struct scsi_task *t, const struct scsi_cmd *c,
-                                struct scsi_req *r)
+scsi_sr spc_parse_request_sense(struct scsi_task *t, const struct scsi_cmd *c, struct scsi_req *r)
 {
     (void)c;
     if (t->cdb[1] & 1) /* DESC=1: descriptor format is not offered */

@@ -222,7 +222,7 @@ void scsi_ua_raise_all(struct scsi_lun *lu, const struct scsi_nexus *skip, unsig
 }
 
 static const scsi_sr ua_reason[] = {
-    SR_UA_POWER_ON_RESET, SR_UA_POWER_ON,         SR_UA_BUS_DEVICE_RESET, SR_UA_MODE_CHANGED,
+    SR_UA_POWER_ON_RESET,   SR_UA_POWER_ON,         SR_UA_BUS_DEVICE_RESET, SR_UA_MODE_CHANGED,
     SR_UA_CAPACITY_CHANGED, SR_UA_COMMANDS_CLEARED, SR_UA_LUNS_CHANGED,
 };
 

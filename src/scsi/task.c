@@ -6,6 +6,7 @@
 
 #include "scsi/scsi_internal.h"
 
+/* clang-format off */
 enum {
     C_TUR, C_REQUEST_SENSE, C_READ6, C_WRITE6, C_INQUIRY, C_MODE_SELECT6, C_MODE_SENSE6,
     C_START_STOP, C_PREVENT_ALLOW, C_READ_CAPACITY10, C_READ10, C_WRITE10, C_WRITE_VERIFY10,
@@ -94,6 +95,7 @@ const struct scsi_cmd scsi_cmds[C__COUNT] = {
     [C_VERIFY12] = RW(0xaf, "VERIFY(12)", 12, CMD_MEDIUM, 2, 4, 6, 4, sbc_parse_verify,
                       sbc_exec_verify, 30, F(0xaf, 0xf6, FF4, FF4, 0x1f)),
 };
+/* clang-format on */
 const size_t scsi_ncmds = C__COUNT;
 
 /* opcode -> first row + 1 (0: unknown); rows sharing an opcode (service actions) are adjacent */
@@ -173,6 +175,10 @@ int scsi_task_setup(struct scsi_task *t)
     bool known;
     const struct scsi_cmd *c = scsi_cmd_lookup(t->cdb[0], t->cdb[1] & 0x1f, &known);
     scsi_sr sr;
+    if (!t->target) {
+        sr = SR_LUN_NOT_SUPPORTED;
+        goto refuse;
+    }
     if (!lu) {
         if (!c || !(c->flags & CMD_NOLUN_OK)) {
             sr = SR_LUN_NOT_SUPPORTED;

@@ -194,11 +194,11 @@ static void test_inquiry_standard(void **state)
     assert_int_equal(run(f, f->n1, 0, cdb, NULL, 0), SCSI_STATUS_GOOD);
     const uint8_t *d = data(f);
     assert_int_equal(f->t.data_len, 96);
-    assert_int_equal(d[0], 0x00);          /* qualifier 000b, direct access block device */
-    assert_int_equal(d[2], 0x06);          /* SPC-4 */
-    assert_int_equal(d[3], 0x12);          /* HISUP, response data format 2 */
-    assert_int_equal(d[4], 91);            /* additional length */
-    assert_int_equal(d[7] & 0x02, 0x02);   /* CMDQUE */
+    assert_int_equal(d[0], 0x00);        /* qualifier 000b, direct access block device */
+    assert_int_equal(d[2], 0x06);        /* SPC-4 */
+    assert_int_equal(d[3], 0x12);        /* HISUP, response data format 2 */
+    assert_int_equal(d[4], 91);          /* additional length */
+    assert_int_equal(d[7] & 0x02, 0x02); /* CMDQUE */
     assert_memory_equal(d + 8, "LINERATE", 8);
     assert_memory_equal(d + 16, "RAMDISK         ", 16);
     assert_memory_equal(d + 32, "0001", 4);
@@ -316,8 +316,8 @@ static void test_inquiry_vpd_block(void **state)
     assert_int_equal(run(f, f->n1, 0, cdb, NULL, 0), SCSI_STATUS_GOOD);
     const uint8_t *d = data(f);
     assert_int_equal(get_be16(d + 2), 0x3c);
-    assert_int_equal(get_be16(d + 6), 8);                            /* 4 KiB granularity */
-    assert_int_equal(get_be32(d + 8), SCSI_MAX_XFER_BYTES / 512);  /* max transfer length */
+    assert_int_equal(get_be16(d + 6), 8);                         /* 4 KiB granularity */
+    assert_int_equal(get_be32(d + 8), SCSI_MAX_XFER_BYTES / 512); /* max transfer length */
     run(f, f->n1, 3, cdb, NULL, 0);
     assert_int_equal(get_be32(data(f) + 8), SCSI_MAX_XFER_BYTES / 4096);
 
@@ -327,7 +327,7 @@ static void test_inquiry_vpd_block(void **state)
     cdb[2] = 0xb2;
     run(f, f->n1, 0, cdb, NULL, 0);
     assert_int_equal(f->t.data_len, 8);
-    assert_int_equal(data(f)[5], 0); /* LBPU=0, LBPWS=0 */
+    assert_int_equal(data(f)[5], 0);     /* LBPU=0, LBPWS=0 */
     assert_int_equal(data(f)[6] & 7, 0); /* fully provisioned */
 }
 
@@ -847,7 +847,7 @@ static void test_rsoc(void **state)
     one[3] = 0xff;
     run(f, f->n1, 0, one, NULL, 0);
     assert_int_equal(data(f)[1] & 7, 1); /* not supported */
-    one[3] = 0x9e; /* has service actions: needs option 2 */
+    one[3] = 0x9e;                       /* has service actions: needs option 2 */
     run(f, f->n1, 0, one, NULL, 0);
     assert_cdb_field(&f->t, 3);
 
