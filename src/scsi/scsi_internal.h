@@ -17,6 +17,7 @@ enum scsi_reason {
     SR_LBA_OUT_OF_RANGE,       /* 5 / 21h 00h */
     SR_LUN_NOT_SUPPORTED,      /* 5 / 25h 00h */
     SR_INVALID_FIELD_IN_PARAM, /* 5 / 26h 00h */
+    SR_INVALID_FIELD_IN_IU,    /* 5 / 0Eh 03h */
     SR_PARAM_LIST_LENGTH,      /* 5 / 1Ah 00h */
     SR_SAVING_NOT_SUPPORTED,   /* 5 / 39h 00h */
     SR_WRITE_PROTECTED,        /* 7 / 27h 00h */

@@ -232,6 +232,12 @@ int scsi_task_setup(struct scsi_task *t)
     }
     t->xfer_len = (uint32_t)r.xfer_len;
     t->dir = t->xfer_len ? r.dir : SCSI_DIR_NONE;
+    if (t->dir == SCSI_DIR_WRITE && (!t->edtl_write || t->edtl < t->xfer_len)) {
+        /* The transport will not bring all the data-out the CDB describes: executing would
+         * store whatever the buffer held. Refuse as LIO does (SPC-4 0Eh/03h). */
+        sr = SR_INVALID_FIELD_IN_IU;
+        goto refuse;
+    }
     if (t->xfer_len) {
         if ((c->flags & CMD_DIRECT) && lu->mapped) {
             /* direct data placement: the transport reads/sends the LUN's own memory */

@@ -109,6 +109,9 @@ static int run(struct fx *f, struct scsi_nexus *n, uint64_t lun, const uint8_t *
     t->target = &f->tg;
     t->nexus = n;
     t->done = on_done;
+    t->edtl = (uint32_t)out_len; /* as a transport fills it from the command PDU */
+    t->edtl_write = out != NULL;
+    t->edtl_read = out == NULL;
     done_calls = 0;
     if (scsi_task_setup(t) == 0) {
         if (t->dir == SCSI_DIR_WRITE) {
@@ -586,6 +589,13 @@ static void test_rw_refusals(void **state)
     assert_sense(&f->t, 0x7, 0x27, 0x00);
     uint8_t r2[16] = {0x28, 0, 0, 0, 0, 0, 0, 0, 1};
     assert_int_equal(run(f, f->n1, 2, r2, NULL, 0), SCSI_STATUS_GOOD);
+    /* the transport expects less data-out than the CDB describes: nothing is written */
+    uint8_t w2[16] = {0x2a, 0, 0, 0, 0, 0, 0, 0, 2};
+    run(f, f->n1, 1, w2, out, 512);
+    assert_sense(&f->t, 0x5, 0x0e, 0x03);
+    assert_int_equal(f->m->writes, 0);
+    run(f, f->n1, 1, w2, NULL, 0); /* no W bit at all */
+    assert_sense(&f->t, 0x5, 0x0e, 0x03);
 }
 
 static void test_rw_submit_path(void **state)
