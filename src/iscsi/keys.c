@@ -99,8 +99,8 @@ static const struct key_def keys[KEY_COUNT] = {
     [KEY_DATA_DIGEST] = {"DataDigest", KT_LIST, S_I | S_T, P_OP, F_OFFER | F_CONN, 0, 1, 0,
                          FIELD(data_digest)},
     /* §13.2 */
-    [KEY_MAX_CONNECTIONS] = {"MaxConnections", KT_MIN, S_I | S_T, P_OP,
-                             F_LO | F_IRR_DISC | F_OFFER, 1, 65535, 1, FIELD(max_connections)},
+    [KEY_MAX_CONNECTIONS] = {"MaxConnections", KT_MIN, S_I | S_T, P_OP, F_LO | F_IRR_DISC | F_OFFER,
+                             1, 65535, 1, FIELD(max_connections)},
     /* §13.3: Text request only; the discovery code answers it */
     [KEY_SEND_TARGETS] = {"SendTargets", KT_DECL_STR, S_I, P_FFP, 0, 0, 0, 0, NO_FIELD},
     /* §13.4: initiator at login; target only inside a SendTargets answer */
@@ -108,26 +108,25 @@ static const struct key_def keys[KEY_COUNT] = {
     [KEY_INITIATOR_NAME] = {"InitiatorName", KT_DECL_STR, S_I, P_LOGIN, 0, 0, 0, 0, NO_FIELD},
     [KEY_TARGET_ALIAS] = {"TargetAlias", KT_DECL_STR, S_T, P_ALL, 0, 0, 0, 0, NO_FIELD},
     [KEY_INITIATOR_ALIAS] = {"InitiatorAlias", KT_DECL_STR, S_I, P_ALL, 0, 0, 0, 0, NO_FIELD},
-    [KEY_TARGET_ADDRESS] = {"TargetAddress", KT_DECL_STR, S_T, P_ALL, F_REPEAT, 0, 0, 0,
-                            NO_FIELD},
+    [KEY_TARGET_ADDRESS] = {"TargetAddress", KT_DECL_STR, S_T, P_ALL, F_REPEAT, 0, 0, 0, NO_FIELD},
     [KEY_TPGT] = {"TargetPortalGroupTag", KT_DECL_NUM, S_T, P_LOGIN, 0, 0, 65535, 0, NO_FIELD},
     /* §13.10 - §13.20: the session-wide operational keys */
-    [KEY_INITIAL_R2T] = {"InitialR2T", KT_OR, S_I | S_T, P_OP, F_LO | F_IRR_DISC | F_OFFER, 0, 1,
-                         1, FIELD(initial_r2t)},
-    [KEY_IMMEDIATE_DATA] = {"ImmediateData", KT_AND, S_I | S_T, P_OP,
-                            F_LO | F_IRR_DISC | F_OFFER, 0, 1, 1, FIELD(immediate_data)},
+    [KEY_INITIAL_R2T] = {"InitialR2T", KT_OR, S_I | S_T, P_OP, F_LO | F_IRR_DISC | F_OFFER, 0, 1, 1,
+                         FIELD(initial_r2t)},
+    [KEY_IMMEDIATE_DATA] = {"ImmediateData", KT_AND, S_I | S_T, P_OP, F_LO | F_IRR_DISC | F_OFFER,
+                            0, 1, 1, FIELD(immediate_data)},
     /* §13.12: declarative; the peer's value is our send limit */
     [KEY_MRDSL] = {"MaxRecvDataSegmentLength", KT_DECL_NUM, S_I | S_T, P_OP | P_FFP, F_CONN,
                    ISCSI_MRDSL_MIN, NUM_MAX, 8192, FIELD(peer_max_recv_dsl)},
-    [KEY_MAX_BURST] = {"MaxBurstLength", KT_MIN, S_I | S_T, P_OP, F_LO | F_IRR_DISC | F_OFFER,
-                       512, NUM_MAX, 262144, FIELD(max_burst)},
+    [KEY_MAX_BURST] = {"MaxBurstLength", KT_MIN, S_I | S_T, P_OP, F_LO | F_IRR_DISC | F_OFFER, 512,
+                       NUM_MAX, 262144, FIELD(max_burst)},
     /* §13.14: also irrelevant when InitialR2T=Yes and ImmediateData=No; we answer it anyway */
-    [KEY_FIRST_BURST] = {"FirstBurstLength", KT_MIN, S_I | S_T, P_OP,
-                         F_LO | F_IRR_DISC | F_OFFER, 512, NUM_MAX, 65536, FIELD(first_burst)},
+    [KEY_FIRST_BURST] = {"FirstBurstLength", KT_MIN, S_I | S_T, P_OP, F_LO | F_IRR_DISC | F_OFFER,
+                         512, NUM_MAX, 65536, FIELD(first_burst)},
     [KEY_TIME2WAIT] = {"DefaultTime2Wait", KT_MAX, S_I | S_T, P_OP, F_LO | F_OFFER, 0, 3600, 2,
                        FIELD(default_time2wait)},
-    [KEY_TIME2RETAIN] = {"DefaultTime2Retain", KT_MIN, S_I | S_T, P_OP, F_LO | F_OFFER, 0, 3600,
-                         20, FIELD(default_time2retain)},
+    [KEY_TIME2RETAIN] = {"DefaultTime2Retain", KT_MIN, S_I | S_T, P_OP, F_LO | F_OFFER, 0, 3600, 20,
+                         FIELD(default_time2retain)},
     [KEY_MAX_OUTSTANDING_R2T] = {"MaxOutstandingR2T", KT_MIN, S_I | S_T, P_OP,
                                  F_LO | F_IRR_DISC | F_OFFER, 1, 65535, 1,
                                  FIELD(max_outstanding_r2t)},
@@ -148,14 +147,13 @@ static const struct key_def keys[KEY_COUNT] = {
     [KEY_OF_MARK_INT] = {"OFMarkInt", KT_OBSOLETE, S_I | S_T, P_OP, F_CONN, 0, 0, 0, NO_FIELD},
     [KEY_IF_MARK_INT] = {"IFMarkInt", KT_OBSOLETE, S_I | S_T, P_OP, F_CONN, 0, 0, 0, NO_FIELD},
     /* RFC 7144 §13.2: we implement RFC3720 task reporting only */
-    [KEY_TASK_REPORTING] = {"TaskReporting", KT_LIST, S_I | S_T, P_OP, F_LO | F_IRR_DISC, 0, 0,
-                            0, NO_FIELD},
+    [KEY_TASK_REPORTING] = {"TaskReporting", KT_LIST, S_I | S_T, P_OP, F_LO | F_IRR_DISC, 0, 0, 0,
+                            NO_FIELD},
     /* RFC 7144 §13.1: Minimum; we are an RFC 7143 implementation, level 1 (the default) */
     [KEY_PROTOCOL_LEVEL] = {"iSCSIProtocolLevel", KT_MIN, S_I | S_T, P_OP, F_LO, 0, 31, 1,
                             NO_FIELD},
     /* RFC 7145 §6.3.1 (iSER): AND, default No; we are TCP only, so always No */
-    [KEY_RDMA_EXTENSIONS] = {"RDMAExtensions", KT_AND, S_I | S_T, P_OP, F_LO, 0, 1, 0,
-                             NO_FIELD},
+    [KEY_RDMA_EXTENSIONS] = {"RDMAExtensions", KT_AND, S_I | S_T, P_OP, F_LO, 0, 1, 0, NO_FIELD},
     /* §12.1.3: CHAP exchange, handled by the auth hook */
     [KEY_CHAP_A] = {"CHAP_A", KT_AUTH, S_I | S_T, P_SEC, 0, 0, 0, 0, NO_FIELD},
     [KEY_CHAP_I] = {"CHAP_I", KT_AUTH, S_I | S_T, P_SEC, 0, 0, 0, 0, NO_FIELD},
@@ -389,8 +387,8 @@ static bool current_acceptable(const struct iscsi_neg *n, const struct key_def *
     }
 }
 
-static enum iscsi_login_status handle_answer(struct iscsi_neg *n, enum key_id id,
-                                             const char *key, const char *value)
+static enum iscsi_login_status handle_answer(struct iscsi_neg *n, enum key_id id, const char *key,
+                                             const char *value)
 {
     const struct key_def *k = &keys[id];
     uint64_t bit = 1ull << id;
@@ -412,7 +410,7 @@ static enum iscsi_login_status handle_answer(struct iscsi_neg *n, enum key_id id
         return ISCSI_LOGIN_OK;
     if (!strcmp(value, "Reject"))
         return current_acceptable(n, k) ? ISCSI_LOGIN_OK
-                                         : fail(key, value, "default value not acceptable");
+                                        : fail(key, value, "default value not acceptable");
 
     uint32_t ours = pget(&n->local, k), v;
     int b;
@@ -590,8 +588,8 @@ static enum iscsi_login_status handle_pair(struct iscsi_neg *n, enum iscsi_stage
         return fail(key, value, "key sent twice");
     n->received |= bit;
     if (!(k->senders & (from_target ? S_T : S_I)) || (from_target && id == KEY_TARGET_NAME && !ffp))
-        return fail(key, value, from_target ? "key the target may not send"
-                                            : "key the initiator may not send");
+        return fail(key, value,
+                    from_target ? "key the target may not send" : "key the initiator may not send");
     /* §6.3: operational keys only in the operational stage, security keys only in the
      * security stage, and only "ALL"/"FFPO" keys in a full feature Text negotiation */
     if (!(k->phases & stage_bit(stage)))

@@ -105,7 +105,7 @@ struct iscsi_neg {
     bool send_targets_seen;
     bool auth_none_agreed;        /* AuthMethod negotiated to None */
     bool auth_chap_agreed;        /* AuthMethod negotiated to CHAP (for later) */
-    bool auth_required;           /* target: refuse AuthMethod=None (CHAP configured) */
+    bool auth_required;           /* refuse AuthMethod=None (either side: CHAP wanted) */
     iscsi_auth_key_fn auth_key;   /* CHAP_* keys go here; NULL: CHAP cannot complete */
     void *auth_ctx;
     bool tpgt_seen;               /* initiator: TargetPortalGroupTag received */

@@ -5,24 +5,42 @@
 const char *iscsi_opcode_name(enum iscsi_opcode op)
 {
     switch (op) {
-    case ISCSI_OP_NOP_OUT: return "NOP-Out";
-    case ISCSI_OP_SCSI_CMD: return "SCSI-Command";
-    case ISCSI_OP_TMF_REQ: return "TMF-Request";
-    case ISCSI_OP_LOGIN_REQ: return "Login-Request";
-    case ISCSI_OP_TEXT_REQ: return "Text-Request";
-    case ISCSI_OP_DATA_OUT: return "Data-Out";
-    case ISCSI_OP_LOGOUT_REQ: return "Logout-Request";
-    case ISCSI_OP_SNACK: return "SNACK";
-    case ISCSI_OP_NOP_IN: return "NOP-In";
-    case ISCSI_OP_SCSI_RSP: return "SCSI-Response";
-    case ISCSI_OP_TMF_RSP: return "TMF-Response";
-    case ISCSI_OP_LOGIN_RSP: return "Login-Response";
-    case ISCSI_OP_TEXT_RSP: return "Text-Response";
-    case ISCSI_OP_DATA_IN: return "Data-In";
-    case ISCSI_OP_LOGOUT_RSP: return "Logout-Response";
-    case ISCSI_OP_R2T: return "R2T";
-    case ISCSI_OP_ASYNC_MSG: return "Async-Message";
-    case ISCSI_OP_REJECT: return "Reject";
+    case ISCSI_OP_NOP_OUT:
+        return "NOP-Out";
+    case ISCSI_OP_SCSI_CMD:
+        return "SCSI-Command";
+    case ISCSI_OP_TMF_REQ:
+        return "TMF-Request";
+    case ISCSI_OP_LOGIN_REQ:
+        return "Login-Request";
+    case ISCSI_OP_TEXT_REQ:
+        return "Text-Request";
+    case ISCSI_OP_DATA_OUT:
+        return "Data-Out";
+    case ISCSI_OP_LOGOUT_REQ:
+        return "Logout-Request";
+    case ISCSI_OP_SNACK:
+        return "SNACK";
+    case ISCSI_OP_NOP_IN:
+        return "NOP-In";
+    case ISCSI_OP_SCSI_RSP:
+        return "SCSI-Response";
+    case ISCSI_OP_TMF_RSP:
+        return "TMF-Response";
+    case ISCSI_OP_LOGIN_RSP:
+        return "Login-Response";
+    case ISCSI_OP_TEXT_RSP:
+        return "Text-Response";
+    case ISCSI_OP_DATA_IN:
+        return "Data-In";
+    case ISCSI_OP_LOGOUT_RSP:
+        return "Logout-Response";
+    case ISCSI_OP_R2T:
+        return "R2T";
+    case ISCSI_OP_ASYNC_MSG:
+        return "Async-Message";
+    case ISCSI_OP_REJECT:
+        return "Reject";
     }
     return "Unknown";
 }
