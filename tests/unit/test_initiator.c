@@ -1,0 +1,463 @@
+/* Initiator unit tests without sockets: the login state machine fed with canned Login
+ * Responses, and a two-connection (MC/S) session whose connections are detached (no fd):
+ * target PDUs are pushed through the receive parser and the transmit queues are inspected. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "initiator/ini.h"
+#include "util/crc32c.h"
+
+/* ---- helpers ---- */
+
+static bool text_has(const struct iscsi_text *t, const char *kv)
+{
+    size_t n = strlen(kv) + 1;
+    for (uint32_t off = 0; off + n <= t->len; off += (uint32_t)strlen(t->data + off) + 1)
+        if (!memcmp(t->data + off, kv, n))
+            return true;
+    return false;
+}
+
+static void login_rsp(struct iscsi_bhs *h, uint8_t flags, uint32_t itt, uint16_t tsih,
+                      uint16_t status)
+{
+    bhs_init(h, ISCSI_OP_LOGIN_RSP, flags);
+    put_be16(h->b + BHS_TSIH, tsih);
+    bhs_put32(h, BHS_ITT, itt);
+    bhs_put32(h, BHS_STATSN, 7);
+    bhs_put32(h, BHS_EXPCMDSN, 1);
+    bhs_put32(h, BHS_MAXCMDSN, 32);
+    h->b[BHS_STATUS_CLASS] = (uint8_t)(status >> 8);
+    h->b[BHS_STATUS_DETAIL] = (uint8_t)status;
+}
+
+static const uint8_t isid[6] = {0x80, 1, 2, 3, 4, 1};
+
+static void local_params(struct iscsi_params *p, uint32_t conns)
+{
+    iscsi_params_default(p);
+    p->header_digest = true;
+    p->data_digest = true;
+    p->max_connections = conns;
+    p->initial_r2t = false;
+    p->immediate_data = true;
+    p->max_recv_dsl = 262144;
+}
+
+/* ---- login state machine ---- */
+
+static void test_login_leading_full(void **state)
+{
+    (void)state;
+    struct iscsi_params local;
+    local_params(&local, 4);
+    struct ini_login l;
+    ini_login_init(&l, &local, true, false, "iqn.2026-01.org.linerate:test",
+                   "iqn.2026-01.org.linerate:tgt", isid, 0, 0, 0x80000000u, 1);
+    struct iscsi_bhs req, rsp;
+    assert_int_equal(ini_login_start(&l, &req), 0);
+    assert_int_equal(req.b[0], ISCSI_OP_LOGIN_REQ | ISCSI_BHS_IMMEDIATE);
+    assert_int_equal(req.b[1], ISCSI_LOGIN_TRANSIT | (ISCSI_STAGE_SECURITY << 2) |
+                                   ISCSI_STAGE_OPERATIONAL);
+    assert_memory_equal(req.b + BHS_ISID, isid, 6);
+    assert_int_equal(get_be16(req.b + BHS_TSIH), 0);
+    assert_true(text_has(&l.tx, "InitiatorName=iqn.2026-01.org.linerate:test"));
+    assert_true(text_has(&l.tx, "SessionType=Normal"));
+    assert_true(text_has(&l.tx, "TargetName=iqn.2026-01.org.linerate:tgt"));
+    assert_true(text_has(&l.tx, "AuthMethod=None"));
+    assert_int_equal(bhs_dlength(&req), l.tx.len);
+
+    /* security stage answered, target transits to operational */
+    static const char sec[] = "TargetPortalGroupTag=1\0AuthMethod=None";
+    login_rsp(&rsp, ISCSI_LOGIN_TRANSIT | (ISCSI_STAGE_SECURITY << 2) | ISCSI_STAGE_OPERATIONAL,
+              0x80000000u, 0, 0);
+    assert_int_equal(ini_login_rx(&l, &rsp, (const uint8_t *)sec, sizeof(sec), &req),
+                     ILSTEP_SEND);
+    assert_int_equal(l.state, ILS_OPERATIONAL);
+    assert_int_equal(req.b[1], ISCSI_LOGIN_TRANSIT | (ISCSI_STAGE_OPERATIONAL << 2) |
+                                   ISCSI_STAGE_FULL_FEATURE);
+    assert_int_equal(bhs_get32(&req, BHS_EXPSTATSN), 8);
+    assert_true(text_has(&l.tx, "HeaderDigest=CRC32C,None"));
+    assert_true(text_has(&l.tx, "DataDigest=CRC32C,None"));
+    assert_true(text_has(&l.tx, "MaxConnections=4"));
+    assert_true(text_has(&l.tx, "InitialR2T=No"));
+    assert_true(text_has(&l.tx, "MaxRecvDataSegmentLength=262144"));
+
+    /* operational answers: two connections granted, digests on, target declares 65536 */
+    static const char op[] = "HeaderDigest=CRC32C\0DataDigest=CRC32C\0MaxConnections=2\0"
+                             "InitialR2T=Yes\0ImmediateData=Yes\0MaxBurstLength=131072\0"
+                             "FirstBurstLength=65536\0DefaultTime2Wait=2\0"
+                             "DefaultTime2Retain=20\0MaxOutstandingR2T=1\0DataPDUInOrder=Yes\0"
+                             "DataSequenceInOrder=Yes\0ErrorRecoveryLevel=0\0"
+                             "MaxRecvDataSegmentLength=65536";
+    login_rsp(&rsp, ISCSI_LOGIN_TRANSIT | (ISCSI_STAGE_OPERATIONAL << 2) |
+                        ISCSI_STAGE_FULL_FEATURE, 0x80000000u, 9, 0);
+    assert_int_equal(ini_login_rx(&l, &rsp, (const uint8_t *)op, sizeof(op), &req),
+                     ILSTEP_DONE);
+    assert_int_equal(l.tsih, 9);
+    struct iscsi_params res;
+    iscsi_neg_result(&l.neg, &res);
+    assert_true(res.header_digest);
+    assert_true(res.data_digest);
+    assert_int_equal(res.max_connections, 2);
+    assert_true(res.initial_r2t);
+    assert_int_equal(res.max_burst, 131072);
+    assert_int_equal(res.peer_max_recv_dsl, 65536);
+    ini_login_free(&l);
+}
+
+static void test_login_refused(void **state)
+{
+    (void)state;
+    struct iscsi_params local;
+    local_params(&local, 1);
+    struct ini_login l;
+    ini_login_init(&l, &local, true, false, "iqn.2026-01.org.linerate:test", "iqn.x:nope", isid,
+                   0, 0, 0x80000000u, 1);
+    struct iscsi_bhs req, rsp;
+    ini_login_start(&l, &req);
+    login_rsp(&rsp, 0, 0x80000000u, 0, ISCSI_LOGIN_NOT_FOUND);
+    assert_int_equal(ini_login_rx(&l, &rsp, NULL, 0, &req), ILSTEP_FAILED);
+    assert_int_equal(l.status, ISCSI_LOGIN_NOT_FOUND);
+    assert_int_equal(l.state, ILS_FAILED);
+    ini_login_free(&l);
+}
+
+static void test_login_continuation_and_non_leading(void **state)
+{
+    (void)state;
+    struct iscsi_params local;
+    local_params(&local, 4);
+    struct ini_login l;
+    ini_login_init(&l, &local, false, false, "iqn.2026-01.org.linerate:test", "iqn.x:t", isid, 9,
+                   3, 0x80000003u, 17);
+    struct iscsi_bhs req, rsp;
+    ini_login_start(&l, &req);
+    assert_false(text_has(&l.tx, "SessionType=Normal")); /* leading-only key */
+    assert_int_equal(get_be16(req.b + BHS_TSIH), 9);
+    assert_int_equal(get_be16(req.b + BHS_CID), 3);
+    assert_int_equal(bhs_get32(&req, BHS_CMDSN), 17);
+    /* the target splits its answer: C bit first; we answer with an empty request, T=0 */
+    static const char part1[] = "TargetPortalGroupTag=1";
+    login_rsp(&rsp, ISCSI_FLAG_CONTINUE | (ISCSI_STAGE_SECURITY << 2), 0x80000003u, 0, 0);
+    assert_int_equal(ini_login_rx(&l, &rsp, (const uint8_t *)part1, sizeof(part1), &req),
+                     ILSTEP_SEND);
+    assert_int_equal(bhs_dlength(&req), 0);
+    assert_int_equal(req.b[1] & ISCSI_LOGIN_TRANSIT, 0);
+    static const char part2[] = "AuthMethod=None";
+    login_rsp(&rsp, ISCSI_LOGIN_TRANSIT | (ISCSI_STAGE_SECURITY << 2) | ISCSI_STAGE_OPERATIONAL,
+              0x80000003u, 0, 0);
+    assert_int_equal(ini_login_rx(&l, &rsp, (const uint8_t *)part2, sizeof(part2), &req),
+                     ILSTEP_SEND);
+    /* non-leading: only connection-scope keys are proposed */
+    assert_true(text_has(&l.tx, "HeaderDigest=CRC32C,None"));
+    assert_false(text_has(&l.tx, "MaxConnections=4"));
+    assert_false(text_has(&l.tx, "InitialR2T=No"));
+    ini_login_free(&l);
+}
+
+/* ---- a detached two-connection session ---- */
+
+struct done_log {
+    int calls;
+    enum lr_err last;
+    uint8_t status;
+    uint32_t sense_len;
+    uint8_t sense_key;
+};
+
+static void on_done(void *arg, const struct lr_result *r)
+{
+    struct done_log *d = arg;
+    d->calls++;
+    d->last = r->err;
+    d->status = r->scsi_status;
+    d->sense_len = r->sense_len;
+    d->sense_key = r->sense_len > 2 ? r->sense[2] & 0xf : 0;
+}
+
+static struct reactor *R;
+
+static struct lr_session *fake_session(unsigned nconns, uint32_t exp, uint32_t max)
+{
+    struct lr_session_opts o = {.host = "127.0.0.1", .target_name = "iqn.x:t", .lun = 1,
+                                .connections = nconns};
+    struct lr_session *s = lr_session_create(R, &o);
+    assert_non_null(s);
+    for (unsigned i = 0; i < nconns; i++) {
+        struct ini_conn *c = ini_conn_new(s, i, (uint16_t)i);
+        c->state = ICS_FFP;
+        c->peer_mrdsl = 8192;
+        s->conns[s->nconns++] = c;
+    }
+    s->params.immediate_data = true;
+    s->params.initial_r2t = true;
+    s->params.first_burst = 65536;
+    s->params.max_burst = 262144;
+    s->logged_in = true;
+    s->cmdsn = exp;
+    s->expcmdsn = exp;
+    s->maxcmdsn = max;
+    return s;
+}
+
+static unsigned txq_len(const struct ini_conn *c)
+{
+    unsigned n = 0;
+    for (const struct list_node *it = c->txq.next; it != &c->txq; it = it->next)
+        n++;
+    return n;
+}
+
+static const struct ini_txpdu *txq_at(const struct ini_conn *c, unsigned k)
+{
+    const struct list_node *it = c->txq.next;
+    while (k--)
+        it = it->next;
+    return list_entry(it, struct ini_txpdu, node);
+}
+
+static void rsp_hdr(uint8_t *h, enum iscsi_opcode op, uint8_t flags, uint32_t itt,
+                    uint32_t statsn, uint32_t exp, uint32_t max)
+{
+    memset(h, 0, ISCSI_BHS_LEN);
+    h[0] = (uint8_t)op;
+    h[1] = flags;
+    put_be32(h + BHS_ITT, itt);
+    put_be32(h + BHS_STATSN, statsn);
+    put_be32(h + BHS_EXPCMDSN, exp);
+    put_be32(h + BHS_MAXCMDSN, max);
+}
+
+static void test_mcs_cmdsn_window(void **state)
+{
+    (void)state;
+    struct lr_session *s = fake_session(2, 10, 13); /* window of 4 */
+    static uint8_t bufs[6][4096];
+    struct done_log d = {0};
+    for (int i = 0; i < 6; i++)
+        assert_int_equal(lr_read(s, (uint64_t)i * 8, 8, 512, bufs[i], on_done, &d), 0);
+    /* four commands went out, spread over both connections, CmdSN 10..13 session-wide */
+    assert_int_equal(txq_len(s->conns[0]), 2);
+    assert_int_equal(txq_len(s->conns[1]), 2);
+    uint32_t seen = 0;
+    for (unsigned c = 0; c < 2; c++)
+        for (unsigned k = 0; k < 2; k++) {
+            const uint8_t *h = txq_at(s->conns[c], k)->hdr;
+            assert_int_equal(h[0] & ISCSI_OPCODE_MASK, ISCSI_OP_SCSI_CMD);
+            assert_int_equal(h[BHS_CDB], 0x28); /* READ(10) */
+            uint32_t sn = get_be32(h + BHS_CMDSN);
+            assert_true(sn >= 10 && sn <= 13);
+            seen |= 1u << (sn - 10);
+        }
+    assert_int_equal(seen, 0xf);
+    assert_int_equal(lr_session_inflight(s), 6);
+    assert_int_equal(s->cmdsn, 14);
+
+    /* Data-In with status (phase collapse) on connection 0 opens the window by two */
+    const uint8_t *cmd = txq_at(s->conns[0], 0)->hdr;
+    uint32_t itt = get_be32(cmd + BHS_ITT);
+    uint8_t pdu[ISCSI_BHS_LEN + 4096];
+    rsp_hdr(pdu, ISCSI_OP_DATA_IN, ISCSI_FLAG_FINAL | ISCSI_DATAIN_STATUS, itt, 100, 11, 15);
+    put_be24(pdu + BHS_DATA_SEG_LEN, 4096);
+    memset(pdu + ISCSI_BHS_LEN, 0xab, 4096);
+    assert_int_equal(ini_conn_feed(s->conns[0], pdu, sizeof(pdu)), 0);
+    assert_int_equal(d.calls, 1);
+    assert_int_equal(d.last, LR_OK);
+    assert_int_equal(s->conns[0]->expstatsn, 101);
+    assert_int_equal(s->maxcmdsn, 15);
+    assert_int_equal(s->cmdsn, 16); /* the two queued commands got CmdSN 14 and 15 */
+    assert_int_equal(lr_session_inflight(s), 5);
+    int found = 0;
+    for (unsigned k = 0; k < 2; k++)
+        for (unsigned q = 0; q < txq_len(s->conns[k]); q++)
+            if (get_be32(txq_at(s->conns[k], q)->hdr + BHS_CMDSN) >= 14)
+                found++;
+    assert_int_equal(found, 2);
+    /* the payload landed in exactly one caller's buffer */
+    int landed = 0;
+    for (int i = 0; i < 6; i++)
+        landed += bufs[i][0] == 0xab && bufs[i][4095] == 0xab;
+    assert_int_equal(landed, 1);
+    /* a stale MaxCmdSN (lower than the one we hold) never shrinks the window */
+    ini_session_update_window(s, 11, 12);
+    assert_int_equal(s->maxcmdsn, 15);
+    lr_session_destroy(s);
+}
+
+static void test_check_condition_sense(void **state)
+{
+    (void)state;
+    struct lr_session *s = fake_session(1, 1, 8);
+    static uint8_t buf[512];
+    struct done_log d = {0};
+    assert_int_equal(lr_read(s, 1ull << 33, 1, 512, buf, on_done, &d), 0);
+    const uint8_t *cmd = txq_at(s->conns[0], 0)->hdr;
+    assert_int_equal(cmd[BHS_CDB], 0x88); /* READ(16): the LBA needs 64 bits */
+    uint8_t pdu[ISCSI_BHS_LEN + 20] = {0};
+    rsp_hdr(pdu, ISCSI_OP_SCSI_RSP, ISCSI_FLAG_FINAL, get_be32(cmd + BHS_ITT), 5, 2, 9);
+    pdu[BHS_STATUS] = 0x02;
+    put_be24(pdu + BHS_DATA_SEG_LEN, 20);
+    put_be16(pdu + ISCSI_BHS_LEN, 18);
+    pdu[ISCSI_BHS_LEN + 2] = 0x70;
+    pdu[ISCSI_BHS_LEN + 4] = 0x05; /* ILLEGAL REQUEST */
+    pdu[ISCSI_BHS_LEN + 14] = 0x21; /* LBA out of range */
+    assert_int_equal(ini_conn_feed(s->conns[0], pdu, sizeof(pdu)), 0);
+    assert_int_equal(d.calls, 1);
+    assert_int_equal(d.last, LR_SCSI_STATUS);
+    assert_int_equal(d.status, 0x02);
+    assert_int_equal(d.sense_len, 18);
+    assert_int_equal(d.sense_key, 0x05);
+    lr_session_destroy(s);
+}
+
+static void test_write_r2t_data_out(void **state)
+{
+    (void)state;
+    struct lr_session *s = fake_session(1, 1, 8);
+    static uint8_t buf[65536];
+    struct done_log d = {0};
+    /* ImmediateData=Yes, InitialR2T=Yes: 8 KiB (the target's MRDSL) rides with the command */
+    assert_int_equal(lr_write(s, 0, 128, 512, buf, on_done, &d), 0);
+    struct ini_conn *c = s->conns[0];
+    assert_int_equal(txq_len(c), 1);
+    const struct ini_txpdu *cmd = txq_at(c, 0);
+    assert_int_equal(cmd->data_len, 8192);
+    assert_int_equal(cmd->hdr[1] & (ISCSI_FLAG_FINAL | ISCSI_CMD_WRITE),
+                     ISCSI_FLAG_FINAL | ISCSI_CMD_WRITE);
+    assert_int_equal(get_be32(cmd->hdr + BHS_EDTL), 65536);
+    uint32_t itt = get_be32(cmd->hdr + BHS_ITT);
+    /* R2T for the remaining 56 KiB: seven Data-Out PDUs of 8 KiB, DataSN 0..6, F on the last */
+    uint8_t r2t[ISCSI_BHS_LEN];
+    rsp_hdr(r2t, ISCSI_OP_R2T, ISCSI_FLAG_FINAL, itt, 2, 2, 9);
+    put_be32(r2t + BHS_TTT, 0x1234);
+    put_be32(r2t + BHS_BUFFER_OFFSET, 8192);
+    put_be32(r2t + BHS_DESIRED_LEN, 57344);
+    assert_int_equal(ini_conn_feed(c, r2t, sizeof(r2t)), 0);
+    assert_int_equal(txq_len(c), 8);
+    for (unsigned k = 1; k < 8; k++) {
+        const struct ini_txpdu *p = txq_at(c, k);
+        assert_int_equal(p->hdr[0], ISCSI_OP_DATA_OUT);
+        assert_int_equal(get_be32(p->hdr + BHS_TTT), 0x1234);
+        assert_int_equal(get_be32(p->hdr + BHS_DATASN), k - 1);
+        assert_int_equal(get_be32(p->hdr + BHS_BUFFER_OFFSET), 8192 * k);
+        assert_int_equal(p->data_len, 8192);
+        assert_ptr_equal(p->data, buf + 8192 * k); /* sent from the caller's buffer */
+        assert_int_equal(!!(p->hdr[1] & ISCSI_FLAG_FINAL), k == 7);
+    }
+    /* an R2T outside the buffer is a protocol error: the task fails, the connection drops */
+    put_be32(r2t + BHS_BUFFER_OFFSET, 60000);
+    put_be32(r2t + BHS_DESIRED_LEN, 8192);
+    assert_int_equal(ini_conn_feed(c, r2t, sizeof(r2t)), -1);
+    assert_int_equal(d.calls, 1);
+    assert_int_equal(d.last, LR_ERR_PROTOCOL);
+    assert_int_equal(c->state, ICS_DEAD);
+    lr_session_destroy(s);
+}
+
+static void test_conn_loss_keeps_session(void **state)
+{
+    (void)state;
+    struct lr_session *s = fake_session(2, 1, 100);
+    static uint8_t buf[4][512];
+    struct done_log d = {0};
+    for (int i = 0; i < 4; i++)
+        lr_read(s, (uint64_t)i, 1, 512, buf[i], on_done, &d);
+    /* connection 0 carried two commands: one reached the socket, one did not */
+    struct ini_conn *c0 = s->conns[0], *c1 = s->conns[1];
+    struct ini_task *sent = txq_at(c0, 0)->cmd_of, *unsent = txq_at(c0, 1)->cmd_of;
+    sent->cmd_sent = true;
+    uint32_t unsent_sn = unsent->cmdsn;
+    ini_conn_fail(c0, "test: connection dropped");
+    /* the sent one fails to the caller; the unsent one keeps its CmdSN and moves to conn 1 */
+    assert_int_equal(d.calls, 1);
+    assert_int_equal(d.last, LR_ERR_CONN_LOST);
+    assert_int_equal(txq_len(c1), 3);
+    assert_int_equal(get_be32(txq_at(c1, 2)->hdr + BHS_CMDSN), unsent_sn);
+    assert_int_equal(lr_session_inflight(s), 3);
+    /* new work goes to the survivor only */
+    lr_read(s, 9, 1, 512, buf[0], on_done, &d);
+    assert_int_equal(txq_len(c1), 4);
+    struct lr_session_info info;
+    lr_session_get_info(s, &info);
+    assert_int_equal(info.connections_up, 1);
+    lr_session_destroy(s); /* the rest complete as aborted */
+    assert_int_equal(d.calls, 5);
+    assert_int_equal(d.last, LR_ERR_ABORTED);
+}
+
+static void test_digests_and_nop(void **state)
+{
+    (void)state;
+    struct lr_session *s = fake_session(1, 1, 8);
+    struct ini_conn *c = s->conns[0];
+    c->hdr_digest = c->data_digest = true;
+    /* a target ping (NOP-In with a TTT and 5 bytes of data) with good digests */
+    uint8_t pdu[ISCSI_BHS_LEN + 4 + 8 + 4];
+    rsp_hdr(pdu, ISCSI_OP_NOP_IN, ISCSI_FLAG_FINAL, ISCSI_RSVD_TAG, 3, 1, 8);
+    put_be32(pdu + BHS_TTT, 0x77);
+    put_be24(pdu + BHS_DATA_SEG_LEN, 5);
+    put_le32(pdu + ISCSI_BHS_LEN, crc32c(pdu, ISCSI_BHS_LEN));
+    uint8_t *data = pdu + ISCSI_BHS_LEN + 4;
+    memcpy(data, "hello\0\0\0", 8);
+    put_le32(data + 8, crc32c(data, 8));
+    assert_int_equal(ini_conn_feed(c, pdu, ISCSI_BHS_LEN + 4 + 8 + 4), 0);
+    assert_int_equal(txq_len(c), 1);
+    const struct ini_txpdu *p = txq_at(c, 0);
+    assert_int_equal(p->hdr[0], ISCSI_OP_NOP_OUT | ISCSI_BHS_IMMEDIATE);
+    assert_int_equal(get_be32(p->hdr + BHS_TTT), 0x77);
+    assert_int_equal(get_be32(p->hdr + BHS_ITT), ISCSI_RSVD_TAG);
+    assert_int_equal(p->hdr_len, ISCSI_BHS_LEN + 4);
+    assert_int_equal(get_le32(p->hdr + ISCSI_BHS_LEN), crc32c(p->hdr, ISCSI_BHS_LEN));
+    assert_int_equal(p->data_len, 5);
+    assert_memory_equal(p->data, "hello", 5);
+    assert_int_equal(p->trailer_len, 3 + 4);
+    assert_int_equal(get_le32(p->trailer + 3), crc32c("hello\0\0\0", 8));
+    /* a bad header digest ends the connection (RFC 7143 §7.8 at ERL 0) */
+    pdu[ISCSI_BHS_LEN] ^= 1;
+    assert_int_equal(ini_conn_feed(c, pdu, ISCSI_BHS_LEN + 4 + 8 + 4), -1);
+    assert_int_equal(c->state, ICS_DEAD);
+    lr_session_destroy(s);
+}
+
+static void test_url(void **state)
+{
+    (void)state;
+    struct lr_url u;
+    assert_int_equal(lr_url_parse("iscsi://127.0.0.1:3299/iqn.2026-11.org.peer:tgt/1", &u), 0);
+    assert_string_equal(u.host, "127.0.0.1");
+    assert_int_equal(u.port, 3299);
+    assert_string_equal(u.target, "iqn.2026-11.org.peer:tgt");
+    assert_int_equal(u.lun, 1);
+    assert_int_equal(lr_url_parse("iscsi://[::1]/iqn.x:y/0", &u), 0);
+    assert_string_equal(u.host, "::1");
+    assert_int_equal(u.port, 3260);
+    assert_int_equal(lr_url_parse("iscsi://h/iqn", &u), -1);
+    assert_int_equal(lr_url_parse("http://h/iqn.x/0", &u), -1);
+    assert_int_equal(lr_url_parse("iscsi://h:0/iqn.x/0", &u), -1);
+}
+
+int main(void)
+{
+    R = reactor_create(0);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_login_leading_full),
+        cmocka_unit_test(test_login_refused),
+        cmocka_unit_test(test_login_continuation_and_non_leading),
+        cmocka_unit_test(test_mcs_cmdsn_window),
+        cmocka_unit_test(test_check_condition_sense),
+        cmocka_unit_test(test_write_r2t_data_out),
+        cmocka_unit_test(test_conn_loss_keeps_session),
+        cmocka_unit_test(test_digests_and_nop),
+        cmocka_unit_test(test_url),
+    };
+    int rc = cmocka_run_group_tests(tests, NULL, NULL);
+    reactor_destroy(R);
+    return rc;
+}
