@@ -42,7 +42,7 @@ struct bench_opts {
 struct bench_cell {
     uint32_t size;
     enum bench_rw rw;
-    bool digest;
+    bool digest_asked, digest; /* digest: HeaderDigest and DataDigest in force */
     uint32_t conns_asked, conns;
     unsigned qd;
     bool ran;
@@ -71,6 +71,7 @@ void worker_stop(struct worker *w);
 const char *worker_error(const struct worker *w);          /* NULL when fine */
 uint32_t worker_conns_up(const struct worker *w);
 uint32_t worker_conns_granted(const struct worker *w);
+bool worker_digests(const struct worker *w);
 uint32_t worker_block_size(const struct worker *w);
 const struct bench_stats *worker_stats(const struct worker *w);
 const char *worker_verify_failure(const struct worker *w); /* NULL when every block matched */

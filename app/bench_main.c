@@ -176,8 +176,7 @@ static int parse_opts(int argc, char **argv, struct bench_opts *o)
         }
         continue;
     bad:
-        fprintf(stderr, "linerate-bench: bad value '%s' for --%s\n", optarg,
-                longs[0].name ? "option" : "");
+        fprintf(stderr, "linerate-bench: bad option value '%s'\n", optarg);
         return -1;
     }
     if (parse_list(sizes, "--sizes", one_size, o) < 0 || parse_list(rws, "--rw", one_rw, o) < 0 ||
@@ -350,6 +349,9 @@ static uint32_t start_config(struct run *R, bool digest, uint32_t conns)
     if (R->n == 0)
         return 0;
     uint32_t granted = worker_conns_granted(R->w[0]);
+    if (digest && !worker_digests(R->w[0]))
+        fprintf(stderr, "linerate-bench: the target refused CRC32C digests; these cells run "
+                        "without digests (reported as digest off)\n");
     if (conns > 1 && up < conns)
         fprintf(stderr,
                 "linerate-bench: asked for %u connections per session, the target granted "
@@ -414,7 +416,8 @@ int main(int argc, char **argv)
                     struct bench_cell *cell = &cells[idx++];
                     cell->size = o.sizes[s];
                     cell->rw = o.rws[r];
-                    cell->digest = o.digests[d];
+                    cell->digest_asked = o.digests[d];
+                    cell->digest = up && worker_digests(R.w[0]);
                     cell->conns_asked = o.conns[c];
                     cell->conns = up;
                     cell->qd = o.qd;

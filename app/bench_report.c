@@ -82,7 +82,7 @@ static void report_json(const struct bench_cell *cells, unsigned n)
 
 /* Configurations (digest x connections) in the order they ran. */
 struct config {
-    bool digest;
+    bool digest_asked, digest;
     uint32_t conns_asked, conns;
 };
 
@@ -93,10 +93,12 @@ static unsigned configs(const struct bench_cell *cells, unsigned n, struct confi
     for (unsigned i = 0; i < n; i++) {
         unsigned j;
         for (j = 0; j < k; j++)
-            if (out[j].digest == cells[i].digest && out[j].conns_asked == cells[i].conns_asked)
+            if (out[j].digest_asked == cells[i].digest_asked &&
+                out[j].conns_asked == cells[i].conns_asked)
                 break;
         if (j == k && k < max)
-            out[k++] = (struct config){cells[i].digest, cells[i].conns_asked, cells[i].conns};
+            out[k++] = (struct config){cells[i].digest_asked, cells[i].digest, cells[i].conns_asked,
+                                       cells[i].conns};
     }
     return k;
 }
@@ -105,7 +107,7 @@ static const struct bench_cell *find(const struct bench_cell *cells, unsigned n,
                                      const struct config *cf, uint32_t size, enum bench_rw rw)
 {
     for (unsigned i = 0; i < n; i++)
-        if (cells[i].digest == cf->digest && cells[i].conns_asked == cf->conns_asked &&
+        if (cells[i].digest_asked == cf->digest_asked && cells[i].conns_asked == cf->conns_asked &&
             cells[i].size == size && cells[i].rw == rw)
             return &cells[i];
     return NULL;
@@ -118,7 +120,8 @@ static void report_table(const struct bench_opts *o, const struct bench_cell *ce
     unsigned ncf = configs(cells, n, cf, 2 * BENCH_MAX_LIST);
     printf("%-14s", "Test");
     for (unsigned j = 0; j < ncf; j++)
-        printf(" %-14s", cf[j].digest ? "digest on" : "digest off");
+        printf(" %-14s", cf[j].digest ? "digest on"
+                         : cf[j].digest_asked ? "digest refused" : "digest off");
     printf("\n%-14s", "");
     for (unsigned j = 0; j < ncf; j++) {
         char b[32];

@@ -40,6 +40,7 @@ struct worker {
     uint32_t bs;
     uint64_t region_start, region_blocks;
     uint32_t granted, conns_up;
+    bool digests;
 
     uint8_t *mem;
     size_t slot_bytes;
@@ -202,6 +203,7 @@ static void on_login(void *arg, const struct lr_result *res)
     lr_session_get_info(w->s, &info);
     w->granted = info.connections_granted;
     w->conns_up = info.connections_up;
+    w->digests = info.header_digest && info.data_digest;
     w->step = WS_CAPACITY;
     if (lr_read_capacity(w->s, on_capacity, w) < 0)
         fail_step(w, "%s", "cannot queue READ CAPACITY");
@@ -576,6 +578,11 @@ uint32_t worker_conns_up(const struct worker *w)
 uint32_t worker_conns_granted(const struct worker *w)
 {
     return w->granted;
+}
+
+bool worker_digests(const struct worker *w)
+{
+    return w->digests;
 }
 
 uint32_t worker_block_size(const struct worker *w)
