@@ -1,6 +1,7 @@
 /* linerate-bench: the seed table as a program. Parses the options, runs every cell
  * (size x rw x digest x connections) with --sessions worker threads, measures MB/s, IOPS,
  * latency and CPU per KB (bench and --target-pid), and prints table/csv/json and an SVG. */
+#include <dirent.h>
 #include <errno.h>
 #include <getopt.h>
 #include <math.h>
@@ -233,6 +234,73 @@ static double pid_cpu_us(pid_t pid)
     return (double)(ut + st) * 1e6 / (double)sysconf(_SC_CLK_TCK);
 }
 
+/* With a target on this machine and no --target-pid, find the process that listens on the
+ * URL's port: its socket inode in /proc/net/tcp{,6}, then which /proc/PID/fd points at it. */
+static unsigned long listen_inode(const char *table, uint16_t port)
+{
+    FILE *f = fopen(table, "r");
+    if (!f)
+        return 0;
+    char line[512];
+    unsigned long found = 0;
+    while (!found && fgets(line, sizeof(line), f)) {
+        char local[128];
+        unsigned st;
+        unsigned long inode;
+        /* sl local_address rem_address st tx:rx tr:when retrnsmt uid timeout inode */
+        if (sscanf(line, " %*d: %127s %*s %x %*s %*s %*s %*u %*u %lu", local, &st, &inode) != 3)
+            continue;
+        char *colon = strrchr(local, ':');
+        if (st == 0x0a && colon && strtoul(colon + 1, NULL, 16) == port)
+            found = inode;
+    }
+    fclose(f);
+    return found;
+}
+
+static pid_t find_local_target(const struct lr_url *u)
+{
+    if (strncmp(u->host, "127.", 4) && strcmp(u->host, "localhost") && strcmp(u->host, "::1"))
+        return 0;
+    unsigned long ino = listen_inode("/proc/net/tcp", u->port);
+    if (!ino)
+        ino = listen_inode("/proc/net/tcp6", u->port);
+    if (!ino)
+        return 0;
+    char want[64];
+    snprintf(want, sizeof(want), "socket:[%lu]", ino);
+    DIR *proc = opendir("/proc");
+    if (!proc)
+        return 0;
+    pid_t pid = 0;
+    struct dirent *de;
+    while (!pid && (de = readdir(proc)) != NULL) {
+        if (de->d_name[0] < '0' || de->d_name[0] > '9' || atoi(de->d_name) == getpid())
+            continue;
+        char path[300];
+        snprintf(path, sizeof(path), "/proc/%s/fd", de->d_name);
+        DIR *fds = opendir(path);
+        if (!fds)
+            continue;
+        struct dirent *fe;
+        while ((fe = readdir(fds)) != NULL) {
+            char link[600], target[64];
+            snprintf(link, sizeof(link), "%s/%s", path, fe->d_name);
+            ssize_t n = readlink(link, target, sizeof(target) - 1);
+            if (n > 0) {
+                target[n] = '\0';
+                if (!strcmp(target, want)) {
+                    pid = (pid_t)atoi(de->d_name);
+                    break;
+                }
+            }
+        }
+        closedir(fds);
+    }
+    closedir(proc);
+    return pid;
+}
+
 /* ---- orchestration ---- */
 
 struct run {
@@ -401,6 +469,12 @@ int main(int argc, char **argv)
         return 2;
     signal(SIGPIPE, SIG_IGN);
     log_set_level(LOG_LVL_WARN);
+    if (!o.target_pid) {
+        o.target_pid = find_local_target(&o.url);
+        if (o.target_pid)
+            fprintf(stderr, "linerate-bench: target CPU from pid %d (listens on port %u; "
+                            "--target-pid overrides)\n", (int)o.target_pid, o.url.port);
+    }
     unsigned total = total_cells(&o);
     struct bench_cell *cells = calloc(total, sizeof(*cells));
     struct run R = {.o = &o};
