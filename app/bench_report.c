@@ -103,6 +103,14 @@ static unsigned configs(const struct bench_cell *cells, unsigned n, struct confi
     return k;
 }
 
+static void conn_label(const struct config *cf, char *b, size_t len)
+{
+    if (cf->conns != cf->conns_asked)
+        snprintf(b, len, "%u of %u conns", cf->conns, cf->conns_asked);
+    else
+        snprintf(b, len, "%u conn%s", cf->conns, cf->conns == 1 ? "" : "s");
+}
+
 static const struct bench_cell *find(const struct bench_cell *cells, unsigned n,
                                      const struct config *cf, uint32_t size, enum bench_rw rw)
 {
@@ -125,10 +133,7 @@ static void report_table(const struct bench_opts *o, const struct bench_cell *ce
     printf("\n%-14s", "");
     for (unsigned j = 0; j < ncf; j++) {
         char b[32];
-        if (cf[j].conns != cf[j].conns_asked)
-            snprintf(b, sizeof(b), "%u of %u conns", cf[j].conns, cf[j].conns_asked);
-        else
-            snprintf(b, sizeof(b), "%u conn%s", cf[j].conns, cf[j].conns == 1 ? "" : "s");
+        conn_label(&cf[j], b, sizeof(b));
         printf(" %-14s", b);
     }
     printf("\n%-14s", "");
@@ -280,9 +285,11 @@ int bench_svg(const char *path, const struct bench_opts *o, const struct bench_c
             fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"%s\" "
                        "stroke-width=\"2\" stroke-dasharray=\"%s\"/>\n",
                     L + pw + 20, ly, L + pw + 50, ly, color, dash);
-            fprintf(f, "<text x=\"%.1f\" y=\"%.1f\">%s, digest %s, %u conn%s</text>\n",
-                    L + pw + 56, ly + 4, bench_rw_name(o->rws[r]), cf[j].digest ? "on" : "off",
-                    cf[j].conns, cf[j].conns == 1 ? "" : "s");
+            char conns[32];
+            conn_label(&cf[j], conns, sizeof(conns));
+            fprintf(f, "<text x=\"%.1f\" y=\"%.1f\">%s, digest %s, %s</text>\n", L + pw + 56,
+                    ly + 4, bench_rw_name(o->rws[r]),
+                    cf[j].digest ? "on" : cf[j].digest_asked ? "refused" : "off", conns);
         }
     fprintf(f, "</svg>\n");
 #undef X

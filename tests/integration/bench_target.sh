@@ -1,0 +1,83 @@
+#!/bin/bash
+# linerate-bench against linerate-target: the 16 cells of issue 3 with real 4-connection MC/S
+# sessions (4 TCP connections open at once), --verify over 2 connections, one connection of a
+# 4-connection session dropped mid-run (the other three carry on, the target stays healthy),
+# and a digest-on capture decoded by tshark with good header and data digests.
+set -u
+here=$(cd "$(dirname "$0")" && pwd)
+. "$here/bench_lib.sh"
+build=${1:?usage: bench_target.sh BUILD_DIR}
+bench=$build/linerate-bench target=$build/linerate-target
+[ -x "$bench" ] || fail "$bench not built"
+[ -x "$target" ] || skip "$target not built"
+port=$(free_port) || skip "no free loopback port"
+tmp=$(mktemp -d)
+tpid=
+cleanup() { [ -n "$tpid" ] && kill "$tpid" 2>/dev/null; wait 2>/dev/null; rm -rf "$tmp"; }
+trap cleanup EXIT
+"$target" --listen "127.0.0.1:$port" --lun ram:256M --log-level warn >"$tmp/url" 2>"$tmp/target.log" &
+tpid=$!
+for _ in $(seq 50); do [ -s "$tmp/url" ] && break; sleep 0.1; done
+url=$(head -1 "$tmp/url")
+case $url in iscsi://*) ;; *) cat "$tmp/target.log"; fail "linerate-target printed no URL";; esac
+run() { timeout 120 "$bench" "$@"; }
+alive() { kill -0 "$tpid" 2>/dev/null || { cat "$tmp/target.log"; fail "linerate-target died"; }; }
+
+note "16 cells: 4k,256k x read,write x digest off,on x 1,4 connections"
+run --sizes 4k,256k --rw read,write --digest off,on --connections 1,4 --seconds 0.5 \
+  --format csv "$url" >"$tmp/cells.csv" 2>"$tmp/err" || { cat "$tmp/err"; fail "bench failed"; }
+csv_check "$tmp/cells.csv" 16
+# order: (off,1) (off,4) (on,1) (on,4), four cells each
+awk -F, 'NR > 1 { want = (int((NR - 2) / 4) % 2) ? 4 : 1; dig = (NR - 2 < 8) ? "off" : "on";
+         if ($4 != want || $3 != dig) bad = 1 } END { exit bad }' "$tmp/cells.csv" \
+  || { cat "$tmp/cells.csv"; fail "connections/digest columns do not show real 4-connection sessions"; }
+alive
+
+note "4 TCP connections open at once in one session"
+run --sizes 64k --rw read --connections 4 --seconds 3 --format csv "$url" >/dev/null 2>&1 &
+bpid=$!
+sleep 1.5
+n=$(ss -Htn state established "dport = :$port" | wc -l)
+wait $bpid || fail "4-connection run failed"
+[ "$n" -ge 4 ] || fail "expected 4 established connections, saw $n"
+
+note "--verify over 2 connections"
+run --verify --sizes 64k --rw randread --connections 2 --seconds 0.3 --format csv "$url" \
+  >/dev/null 2>"$tmp/err" || { cat "$tmp/err"; fail "verify failed"; }
+grep -q "verify passed" "$tmp/err" || fail "no verify verdict"
+grep -q "2 connections each" "$tmp/err" || { cat "$tmp/err"; fail "verify did not use 2 connections"; }
+
+note "one connection of a 4-connection session dropped mid-run"
+LINERATE_BENCH_KILL_CONN_MS=600 run --sizes 64k --rw write --connections 4 --seconds 2 \
+  --format csv "$url" >"$tmp/kill.csv" 2>"$tmp/err"
+rc=$?
+[ $rc -le 1 ] || { cat "$tmp/err"; fail "bench exited $rc"; }
+grep -q "dropping connection 1" "$tmp/err" || fail "test hook did not fire"
+grep -q "3 of 4 connections left" "$tmp/err" || { cat "$tmp/err"; fail "the other three did not go on"; }
+csv_check "$tmp/kill.csv" 1
+alive
+run --sizes 4k --rw read --connections 4 --seconds 0.3 --format csv "$url" >"$tmp/after.csv" \
+  2>"$tmp/err" || { cat "$tmp/err"; fail "target unhealthy after the drop"; }
+csv_check "$tmp/after.csv" 1
+
+note "tshark decodes a digest-on run with good digests"
+if ! command -v tshark >/dev/null; then
+  echo "SKIP (part): tshark not installed (apt-get install -y tshark)" >&2
+else
+  tshark -i lo -f "tcp port $port" -w "$tmp/cap.pcap" -q 2>"$tmp/tshark.err" &
+  shark=$!
+  for _ in $(seq 50); do grep -q "Capturing on" "$tmp/tshark.err" && break; sleep 0.1; done
+  run --sizes 4k,64k --rw read,write --digest on --qd 2 --seconds 0.2 --format csv "$url" \
+    >/dev/null 2>"$tmp/err" || fail "digest run failed"
+  sleep 0.5
+  kill -INT $shark; wait $shark 2>/dev/null
+  tshark -r "$tmp/cap.pcap" -o "iscsi.target_ports:$port" -Y iscsi -V 2>/dev/null >"$tmp/dec"
+  good_h=$(grep -c "HeaderDigest: .*Good CRC32" "$tmp/dec")
+  good_d=$(grep -c "DataDigest: .*Good CRC32" "$tmp/dec")
+  bad=$(grep -c "Bad CRC32" "$tmp/dec")
+  echo "tshark: $good_h good header digests, $good_d good data digests, $bad bad" >&2
+  [ "$good_h" -gt 0 ] && [ "$good_d" -gt 0 ] || fail "tshark saw no good digests"
+  [ "$bad" -eq 0 ] || fail "tshark found bad digests"
+fi
+alive
+echo "PASS: linerate-bench against linerate-target"
