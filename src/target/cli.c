@@ -1,1 +1,277 @@
-/* placeholder: being written */
+/* The command line of linerate-target: options, --help, --version and the embedded default
+ * (127.0.0.1:3260, iqn.2026-11.org.linerate:default, LUN 0 = ram:1G). Fills a target_config;
+ * bad arguments are named and give exit code 2. */
+#include "target/target.h"
+
+#include <getopt.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "util/size.h"
+
+#ifndef LINERATE_VERSION
+#define LINERATE_VERSION "unknown"
+#endif
+
+static const char usage_text[] =
+    "Usage: linerate-target [OPTIONS]\n"
+    "\n"
+    "A user-space iSCSI target. With no options it serves one target,\n"
+    "  " TARGET_DEFAULT_NAME ", LUN 0 = a 1 GiB RAM disk, on 127.0.0.1:3260\n"
+    "and prints the iscsi:// URL of every LUN on stdout.\n"
+    "\n"
+    "Options:\n"
+    "  --listen ADDR[:PORT]   listen on ADDR (repeatable): 127.0.0.1:3260, 0.0.0.0,\n"
+    "                         [::1]:3260, [::]; the port defaults to 3260\n"
+    "  --target-name IQN      name of the target (default " TARGET_DEFAULT_NAME ")\n"
+    "  --lun SPEC             add a LUN (repeatable; numbered from 0 in order). SPEC is\n"
+    "                           ram:SIZE                 memory, allocated as written\n"
+    "                           null:SIZE                reads zeros, discards writes\n"
+    "                           file:PATH[,size=SIZE][,direct]\n"
+    "                                                    file or block device; size=\n"
+    "                                                    creates/extends a file, direct\n"
+    "                                                    uses O_DIRECT\n"
+    "                         followed by LUN options: ,ro (read-only) ,bs=512|4096\n"
+    "                         SIZE takes k, M, G, T suffixes (powers of 1024).\n"
+    "                         Default: one LUN, " TARGET_DEFAULT_LUN "\n"
+    "  --allow IQN            only these initiators may log in (repeatable;\n"
+    "                         default: everyone)\n"
+    "  --threads N            reactor threads (default: number of online CPUs)\n"
+    "  --config FILE          serve the targets described in FILE instead (see\n"
+    "                         examples/linerate.conf); --threads and --log-level still\n"
+    "                         apply, --listen/--target-name/--lun/--allow may not be used\n"
+    "  --log-level LEVEL      error, warn, info (default) or debug; logs go to stderr\n"
+    "  -h, --help             show this help and exit\n"
+    "  -V, --version          show the version and exit\n"
+    "\n"
+    "Examples:\n"
+    "  linerate-target\n"
+    "  linerate-target --listen 127.0.0.1:3270 --lun ram:512M --lun file:/srv/disk.img\n"
+    "  linerate-target --listen [::]:3260 --lun file:/srv/a.img,size=10G,direct,bs=4096\n"
+    "  linerate-target --config /etc/linerate.conf --threads 4\n"
+    "\n"
+    "Connect with, for example:\n"
+    "  iscsi-ls iscsi://127.0.0.1:3260\n"
+    "  qemu-img info iscsi://127.0.0.1:3260/" TARGET_DEFAULT_NAME "/0\n"
+    "  iscsiadm -m discovery -t st -p 127.0.0.1:3260\n"
+    "\n"
+    "SIGTERM or SIGINT stops accepting, closes every connection, flushes file LUNs and\n"
+    "exits 0. Exit codes: 0 ok, 1 runtime error (e.g. address in use), 2 bad argument or\n"
+    "bad config.\n";
+
+enum {
+    OPT_LISTEN = 256,
+    OPT_TARGET_NAME,
+    OPT_LUN,
+    OPT_ALLOW,
+    OPT_THREADS,
+    OPT_CONFIG,
+    OPT_LOG_LEVEL,
+};
+
+static const struct option long_opts[] = {
+    {"listen", required_argument, NULL, OPT_LISTEN},
+    {"target-name", required_argument, NULL, OPT_TARGET_NAME},
+    {"lun", required_argument, NULL, OPT_LUN},
+    {"allow", required_argument, NULL, OPT_ALLOW},
+    {"threads", required_argument, NULL, OPT_THREADS},
+    {"config", required_argument, NULL, OPT_CONFIG},
+    {"log-level", required_argument, NULL, OPT_LOG_LEVEL},
+    {"help", no_argument, NULL, 'h'},
+    {"version", no_argument, NULL, 'V'},
+    {NULL, 0, NULL, 0},
+};
+
+static int cli_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+static int cli_fail(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("linerate-target: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputs(" (see --help)\n", stderr);
+    va_end(ap);
+    return TARGET_EXIT_USAGE;
+}
+
+static const char *opt_name(int val)
+{
+    for (const struct option *o = long_opts; o->name; o++)
+        if (o->val == val)
+            return o->name;
+    return "?";
+}
+
+/* Options gathered before anything is built, so that --config can be checked against them. */
+struct cli_args {
+    const char *config;
+    const char *target_name;
+    char **listen;
+    unsigned nlisten;
+    char **luns;
+    unsigned nluns;
+    char **allow;
+    unsigned nallow;
+    int threads;   /* -1: not given */
+    int log_level; /* -1: not given */
+};
+
+static int push_arg(char ***arr, unsigned *n, char *v)
+{
+    char **grown = realloc(*arr, (*n + 1) * sizeof(**arr));
+    if (!grown)
+        return -1;
+    grown[(*n)++] = v;
+    *arr = grown;
+    return 0;
+}
+
+static int cli_collect(struct cli_args *a, int argc, char **argv)
+{
+    opterr = 0;
+    optind = 1;
+    int c;
+    char err[512];
+    while ((c = getopt_long(argc, argv, ":hV", long_opts, NULL)) != -1) {
+        switch (c) {
+        case 'h':
+            fputs(usage_text, stdout);
+            return TARGET_EXIT_OK;
+        case 'V':
+            printf("linerate-target %s\n", LINERATE_VERSION);
+            return TARGET_EXIT_OK;
+        case OPT_LISTEN: {
+            struct target_portal p;
+            if (target_parse_portal(optarg, &p, err, sizeof(err)) < 0)
+                return cli_fail("--listen: %s", err);
+            if (push_arg(&a->listen, &a->nlisten, optarg) < 0)
+                return cli_fail("out of memory");
+            break;
+        }
+        case OPT_TARGET_NAME:
+            if (target_check_iscsi_name(optarg, err, sizeof(err)) < 0)
+                return cli_fail("--target-name: %s", err);
+            if (a->target_name)
+                return cli_fail("--target-name given twice (one target per command line; use "
+                                "--config for several)");
+            a->target_name = optarg;
+            break;
+        case OPT_LUN: {
+            struct target_lun_conf lun;
+            if (target_parse_lun_spec(optarg, &lun, err, sizeof(err)) < 0)
+                return cli_fail("--lun: %s", err);
+            free(lun.bs_spec);
+            if (push_arg(&a->luns, &a->nluns, optarg) < 0)
+                return cli_fail("out of memory");
+            break;
+        }
+        case OPT_ALLOW:
+            if (target_check_iscsi_name(optarg, err, sizeof(err)) < 0)
+                return cli_fail("--allow: %s", err);
+            if (push_arg(&a->allow, &a->nallow, optarg) < 0)
+                return cli_fail("out of memory");
+            break;
+        case OPT_THREADS: {
+            uint64_t n;
+            if (size_parse(optarg, &n) < 0 || n < 1 || n > TARGET_THREADS_MAX ||
+                strpbrk(optarg, "kKmMgGtT"))
+                return cli_fail("--threads: bad value '%s': expected 1..%d", optarg,
+                                TARGET_THREADS_MAX);
+            a->threads = (int)n;
+            break;
+        }
+        case OPT_CONFIG:
+            if (a->config)
+                return cli_fail("--config given twice");
+            a->config = optarg;
+            break;
+        case OPT_LOG_LEVEL:
+            a->log_level = log_level_parse(optarg);
+            if (a->log_level < 0)
+                return cli_fail("--log-level: bad value '%s': expected error, warn, info or debug",
+                                optarg);
+            break;
+        case ':':
+            if (optopt >= 256)
+                return cli_fail("option '--%s' needs a value", opt_name(optopt));
+            return cli_fail("option '%s' needs a value", argv[optind - 1]);
+        default:
+            if (optopt && optopt < 256)
+                return cli_fail("unknown option '-%c'", optopt);
+            return cli_fail("unknown option '%s'", argv[optind - 1]);
+        }
+    }
+    if (optind < argc)
+        return cli_fail("unexpected argument '%s'", argv[optind]);
+    if (a->config && (a->nlisten || a->nluns || a->nallow || a->target_name))
+        return cli_fail("--config cannot be combined with --listen, --target-name, --lun or "
+                        "--allow: describe the targets in the config file");
+    return -1;
+}
+
+/* The command-line target: one node on every --listen address. */
+static int cli_build_node(struct target_config *cfg, const struct cli_args *a)
+{
+    char err[768];
+    struct target_node_conf *n = target_config_add_node(
+        cfg, a->target_name ? a->target_name : TARGET_DEFAULT_NAME, "--target-name");
+    if (!n)
+        return cli_fail("out of memory");
+    unsigned nlisten = a->nlisten;
+    for (unsigned i = 0; i < (nlisten ? nlisten : 1); i++) {
+        struct target_portal p;
+        const char *s = nlisten ? a->listen[i] : TARGET_DEFAULT_PORTAL;
+        if (target_parse_portal(s, &p, err, sizeof(err)) < 0 || target_node_add_portal(n, &p) < 0)
+            return cli_fail("--listen: %s", err);
+    }
+    unsigned nluns = a->nluns;
+    for (unsigned i = 0; i < (nluns ? nluns : 1); i++) {
+        struct target_lun_conf lun;
+        const char *spec = nluns ? a->luns[i] : TARGET_DEFAULT_LUN;
+        memset(&lun, 0, sizeof(lun));
+        if (target_parse_lun_spec(spec, &lun, err, sizeof(err)) < 0)
+            return cli_fail("--lun: %s", err);
+        lun.lun = i;
+        snprintf(lun.origin, sizeof(lun.origin), "--lun '%s'", spec);
+        if (target_node_add_lun(n, &lun, err, sizeof(err)) < 0) {
+            free(lun.bs_spec);
+            return cli_fail("--lun: %s", err);
+        }
+    }
+    for (unsigned i = 0; i < a->nallow; i++)
+        if (target_node_add_allow(n, a->allow[i]) < 0)
+            return cli_fail("out of memory");
+    if (target_config_finish(cfg) < 0)
+        return cli_fail("out of memory");
+    return -1;
+}
+
+int target_cli_parse(struct target_config *cfg, int argc, char **argv)
+{
+    struct cli_args a = {.threads = -1, .log_level = -1};
+    int rc = cli_collect(&a, argc, argv);
+    if (rc < 0) {
+        if (a.config) {
+            char err[1024];
+            if (target_config_load(cfg, a.config, err, sizeof(err)) < 0) {
+                fprintf(stderr, "linerate-target: %s\n", err);
+                rc = TARGET_EXIT_USAGE;
+            }
+        } else {
+            rc = cli_build_node(cfg, &a);
+        }
+    }
+    if (rc < 0) {
+        if (a.threads > 0)
+            cfg->threads = (unsigned)a.threads;
+        if (a.log_level >= 0)
+            cfg->log_level = (enum log_level)a.log_level;
+    }
+    free(a.listen);
+    free(a.luns);
+    free(a.allow);
+    return rc;
+}

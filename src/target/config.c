@@ -1,1 +1,726 @@
-/* placeholder: being written */
+/* The daemon's configuration model (targets, portals, LUNs, ACLs, session defaults), the
+ * validators shared with the command line (portals, iSCSI names, LUN specs) and the config
+ * file parser. Every refusal names its origin: "FILE:LINE: reason". */
+#include "target/target.h"
+
+#include <arpa/inet.h>
+#include <ctype.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "util/size.h"
+
+/* RFC 7143 §13: ranges of the numeric session keys. */
+#define DSL_MIN 512u
+#define DSL_MAX 16777215u
+
+void target_params_default(struct iscsi_params *p)
+{
+    iscsi_params_default(p);
+    p->max_recv_dsl = 256u * 1024;
+    p->max_burst = 1024u * 1024;
+    p->first_burst = 256u * 1024;
+    p->immediate_data = true;
+    p->initial_r2t = false;
+    p->max_connections = 8;
+    p->max_outstanding_r2t = 8;
+    /* For the target these mean "CRC32C is acceptable": the initiator's offer decides. */
+    p->header_digest = true;
+    p->data_digest = true;
+}
+
+void target_config_init(struct target_config *cfg)
+{
+    memset(cfg, 0, sizeof(*cfg));
+    cfg->log_level = LOG_LVL_INFO;
+    cfg->nop_interval_s = 15;
+    cfg->nop_timeout_s = 30;
+    cfg->login_timeout_s = 15;
+}
+
+static void node_conf_free(struct target_node_conf *n)
+{
+    for (unsigned i = 0; i < n->nluns; i++)
+        free(n->luns[i].bs_spec);
+    free(n->luns);
+    free(n->portals);
+    free(n->allow);
+}
+
+void target_config_free(struct target_config *cfg)
+{
+    for (unsigned i = 0; i < cfg->ntargets; i++)
+        node_conf_free(&cfg->targets[i]);
+    free(cfg->targets);
+    free(cfg->listen);
+    memset(cfg, 0, sizeof(*cfg));
+}
+
+/* Grow an array by one zeroed element; returns the new element or NULL. */
+static void *array_push(void *arrp, unsigned *n, size_t elem)
+{
+    void **arr = arrp;
+    void *grown = realloc(*arr, (*n + 1) * elem);
+    if (!grown)
+        return NULL;
+    *arr = grown;
+    void *e = (char *)grown + (*n)++ * elem;
+    memset(e, 0, elem);
+    return e;
+}
+
+struct target_node_conf *target_config_add_node(struct target_config *cfg, const char *name,
+                                                const char *origin)
+{
+    struct target_node_conf *n = array_push(&cfg->targets, &cfg->ntargets, sizeof(*n));
+    if (!n)
+        return NULL;
+    snprintf(n->name, sizeof(n->name), "%s", name);
+    snprintf(n->origin, sizeof(n->origin), "%s", origin);
+    target_params_default(&n->params);
+    return n;
+}
+
+int target_node_add_portal(struct target_node_conf *n, const struct target_portal *p)
+{
+    for (unsigned i = 0; i < n->nportals; i++)
+        if (strcmp(n->portals[i].text, p->text) == 0)
+            return 0;
+    struct target_portal *e = array_push(&n->portals, &n->nportals, sizeof(*e));
+    if (!e)
+        return -1;
+    *e = *p;
+    return 0;
+}
+
+int target_node_add_allow(struct target_node_conf *n, const char *iqn)
+{
+    for (unsigned i = 0; i < n->nallow; i++)
+        if (strcmp(n->allow[i], iqn) == 0)
+            return 0;
+    char(*e)[ISCSI_NAME_MAX + 1] = array_push(&n->allow, &n->nallow, sizeof(*e));
+    if (!e)
+        return -1;
+    snprintf(*e, sizeof(*e), "%s", iqn);
+    return 0;
+}
+
+/* Takes ownership of lun->bs_spec on success. */
+int target_node_add_lun(struct target_node_conf *n, struct target_lun_conf *lun, char *err,
+                        size_t errlen)
+{
+    for (unsigned i = 0; i < n->nluns; i++) {
+        if (n->luns[i].lun == lun->lun) {
+            snprintf(err, errlen, "LUN %llu is defined twice (first at %s)",
+                     (unsigned long long)lun->lun, n->luns[i].origin);
+            return -1;
+        }
+    }
+    struct target_lun_conf *e = array_push(&n->luns, &n->nluns, sizeof(*e));
+    if (!e) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    *e = *lun;
+    return 0;
+}
+
+int target_config_finish(struct target_config *cfg)
+{
+    free(cfg->listen);
+    cfg->listen = NULL;
+    cfg->nlisten = 0;
+    for (unsigned t = 0; t < cfg->ntargets; t++) {
+        const struct target_node_conf *n = &cfg->targets[t];
+        for (unsigned i = 0; i < n->nportals; i++) {
+            bool seen = false;
+            for (unsigned j = 0; j < cfg->nlisten && !seen; j++)
+                seen = strcmp(cfg->listen[j].text, n->portals[i].text) == 0;
+            if (seen)
+                continue;
+            struct target_portal *e = array_push(&cfg->listen, &cfg->nlisten, sizeof(*e));
+            if (!e)
+                return -1;
+            *e = n->portals[i];
+        }
+    }
+    return 0;
+}
+
+/* --- validators --- */
+
+static int parse_port(const char *s, uint16_t *port)
+{
+    if (!*s)
+        return -1;
+    unsigned long v = 0;
+    for (const char *p = s; *p; p++) {
+        if (!isdigit((unsigned char)*p))
+            return -1;
+        v = v * 10 + (unsigned long)(*p - '0');
+        if (v > 65535)
+            return -1;
+    }
+    if (v == 0)
+        return -1;
+    *port = (uint16_t)v;
+    return 0;
+}
+
+/* "127.0.0.1:3260", "127.0.0.1", "[::1]:3260", "[::1]", "::1". Numeric addresses only: a
+ * portal is what SendTargets tells initiators, so it must not depend on name resolution. */
+int target_parse_portal(const char *s, struct target_portal *p, char *err, size_t errlen)
+{
+    char host[INET6_ADDRSTRLEN + 1];
+    const char *port_s = NULL;
+    memset(p, 0, sizeof(*p));
+    if (s[0] == '[') {
+        const char *close = strchr(s, ']');
+        if (!close || (size_t)(close - s - 1) >= sizeof(host)) {
+            snprintf(err, errlen, "bad portal '%s': expected [IPv6]:PORT", s);
+            return -1;
+        }
+        memcpy(host, s + 1, (size_t)(close - s - 1));
+        host[close - s - 1] = '\0';
+        if (close[1] == ':')
+            port_s = close + 2;
+        else if (close[1] != '\0') {
+            snprintf(err, errlen, "bad portal '%s': expected [IPv6]:PORT", s);
+            return -1;
+        }
+    } else {
+        const char *colon = strchr(s, ':');
+        if (colon && strchr(colon + 1, ':')) {
+            /* Several colons: a bare IPv6 address without a port. */
+            if (strlen(s) >= sizeof(host)) {
+                snprintf(err, errlen, "bad portal '%s'", s);
+                return -1;
+            }
+            strcpy(host, s);
+        } else {
+            size_t hl = colon ? (size_t)(colon - s) : strlen(s);
+            if (hl >= sizeof(host)) {
+                snprintf(err, errlen, "bad portal '%s'", s);
+                return -1;
+            }
+            memcpy(host, s, hl);
+            host[hl] = '\0';
+            if (colon)
+                port_s = colon + 1;
+        }
+    }
+    uint16_t port = TARGET_DEFAULT_PORT;
+    if (port_s && parse_port(port_s, &port) < 0) {
+        snprintf(err, errlen, "bad port in portal '%s': expected 1..65535", s);
+        return -1;
+    }
+    char canon[INET6_ADDRSTRLEN];
+    struct sockaddr_in *sin = (struct sockaddr_in *)&p->addr;
+    struct sockaddr_in6 *sin6 = (struct sockaddr_in6 *)&p->addr;
+    if (inet_pton(AF_INET, host, &sin->sin_addr) == 1) {
+        sin->sin_family = AF_INET;
+        sin->sin_port = htons(port);
+        p->addrlen = sizeof(*sin);
+        inet_ntop(AF_INET, &sin->sin_addr, canon, sizeof(canon));
+        snprintf(p->text, sizeof(p->text), "%s:%u", canon, port);
+    } else if (inet_pton(AF_INET6, host, &sin6->sin6_addr) == 1) {
+        sin6->sin6_family = AF_INET6;
+        sin6->sin6_port = htons(port);
+        p->addrlen = sizeof(*sin6);
+        inet_ntop(AF_INET6, &sin6->sin6_addr, canon, sizeof(canon));
+        snprintf(p->text, sizeof(p->text), "[%s]:%u", canon, port);
+    } else {
+        snprintf(err, errlen,
+                 "bad portal '%s': '%s' is not a numeric IPv4 or IPv6 address "
+                 "(use 127.0.0.1:3260 or [::1]:3260)",
+                 s, host);
+        return -1;
+    }
+    return 0;
+}
+
+static bool all_hex(const char *s, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (!isxdigit((unsigned char)s[i]))
+            return false;
+    return s[n] == '\0';
+}
+
+/* RFC 7143 §4.2.7.4: iqn.YYYY-MM.reversed.domain[:anything], eui.<16 hex>, naa.<16|32 hex>.
+ * Names are compared after stringprep, which lower-cases them, so we only accept the
+ * normalised form: a mixed-case name would never match what initiators send. */
+int target_check_iscsi_name(const char *s, char *err, size_t errlen)
+{
+    size_t len = strlen(s);
+    if (len == 0 || len > ISCSI_NAME_MAX) {
+        snprintf(err, errlen, "bad iSCSI name '%s': must be 1..%d characters", s, ISCSI_NAME_MAX);
+        return -1;
+    }
+    if (strncmp(s, "eui.", 4) == 0) {
+        if (len == 4 + 16 && all_hex(s + 4, 16))
+            return 0;
+        snprintf(err, errlen, "bad iSCSI name '%s': eui. takes 16 hex digits", s);
+        return -1;
+    }
+    if (strncmp(s, "naa.", 4) == 0) {
+        if ((len == 4 + 16 && all_hex(s + 4, 16)) || (len == 4 + 32 && all_hex(s + 4, 32)))
+            return 0;
+        snprintf(err, errlen, "bad iSCSI name '%s': naa. takes 16 or 32 hex digits", s);
+        return -1;
+    }
+    if (strncmp(s, "iqn.", 4) != 0) {
+        snprintf(err, errlen,
+                 "bad iSCSI name '%s': expected iqn.YYYY-MM.domain[:id], eui.HEX or naa.HEX", s);
+        return -1;
+    }
+    const char *d = s + 4;
+    bool date_ok = len > 4 + 8 && isdigit((unsigned char)d[0]) && isdigit((unsigned char)d[1]) &&
+                   isdigit((unsigned char)d[2]) && isdigit((unsigned char)d[3]) && d[4] == '-' &&
+                   isdigit((unsigned char)d[5]) && isdigit((unsigned char)d[6]) && d[7] == '.' &&
+                   d[8] != '\0' && d[8] != ':';
+    int month = date_ok ? (d[5] - '0') * 10 + (d[6] - '0') : 0;
+    if (!date_ok || month < 1 || month > 12) {
+        snprintf(err, errlen, "bad iSCSI name '%s': expected iqn.YYYY-MM.reversed.domain[:id]", s);
+        return -1;
+    }
+    for (const char *p = d + 8; *p; p++) {
+        unsigned char c = (unsigned char)*p;
+        if (isupper(c)) {
+            snprintf(err, errlen, "bad iSCSI name '%s': iSCSI names are lower case", s);
+            return -1;
+        }
+        if (!(islower(c) || isdigit(c) || c == '-' || c == '.' || c == ':')) {
+            snprintf(err, errlen, "bad iSCSI name '%s': character '%c' is not allowed", s, c);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* Split the LUN options (",ro", ",rw", ",bs=512|4096") off a store spec; the rest goes to
+ * bs_open_spec() unchanged. lun->lun and origin are left to the caller. */
+int target_parse_lun_spec(const char *spec, struct target_lun_conf *lun, char *err, size_t errlen)
+{
+    lun->block_size = 512;
+    lun->read_only = false;
+    lun->bs_spec = NULL;
+    if (!strchr(spec, ':')) {
+        snprintf(err, errlen, "bad LUN spec '%s': expected ram:SIZE, null:SIZE or file:PATH", spec);
+        return -1;
+    }
+    char *copy = strdup(spec);
+    char *out = malloc(strlen(spec) + 1);
+    if (!copy || !out) {
+        free(copy);
+        free(out);
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    out[0] = '\0';
+    char *save = NULL;
+    bool first = true;
+    for (char *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        if (!first && strcmp(tok, "ro") == 0) {
+            lun->read_only = true;
+            continue;
+        }
+        if (!first && strcmp(tok, "rw") == 0) {
+            lun->read_only = false;
+            continue;
+        }
+        if (!first && (strncmp(tok, "bs=", 3) == 0 || strncmp(tok, "block-size=", 11) == 0)) {
+            uint64_t bs;
+            const char *v = strchr(tok, '=') + 1;
+            if (size_parse(v, &bs) < 0 || (bs != 512 && bs != 4096)) {
+                snprintf(err, errlen, "bad block size '%s' in LUN spec '%s': 512 or 4096", v, spec);
+                free(copy);
+                free(out);
+                return -1;
+            }
+            lun->block_size = (uint32_t)bs;
+            continue;
+        }
+        if (!first)
+            strcat(out, ",");
+        strcat(out, tok);
+        first = false;
+    }
+    free(copy);
+    if (out[0] == '\0') {
+        free(out);
+        snprintf(err, errlen, "bad LUN spec '%s'", spec);
+        return -1;
+    }
+    lun->bs_spec = out;
+    return 0;
+}
+
+/* --- the config file --- */
+
+struct cfg_parser {
+    struct target_config *cfg;
+    const char *path;
+    unsigned line;
+    char *err;
+    size_t errlen;
+    struct iscsi_params global_params; /* session keys in the global section */
+    struct target_portal *global_portals;
+    unsigned nglobal_portals;
+    struct target_node_conf *node; /* current [target] section, NULL in the global section */
+    unsigned node_line;
+    uint64_t next_lun;
+};
+
+static int cfg_fail(struct cfg_parser *ps, unsigned line, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static int cfg_fail(struct cfg_parser *ps, unsigned line, const char *fmt, ...)
+{
+    char reason[768];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(reason, sizeof(reason), fmt, ap);
+    va_end(ap);
+    snprintf(ps->err, ps->errlen, "%s:%u: %s", ps->path, line, reason);
+    return -1;
+}
+
+static char *trim(char *s)
+{
+    while (isspace((unsigned char)*s))
+        s++;
+    size_t n = strlen(s);
+    while (n && isspace((unsigned char)s[n - 1]))
+        s[--n] = '\0';
+    return s;
+}
+
+static int parse_bool(const char *v, bool *out)
+{
+    static const char *const yes[] = {"yes", "true", "on", "1"};
+    static const char *const no[] = {"no", "false", "off", "0"};
+    for (unsigned i = 0; i < 4; i++) {
+        if (strcasecmp(v, yes[i]) == 0) {
+            *out = true;
+            return 0;
+        }
+        if (strcasecmp(v, no[i]) == 0) {
+            *out = false;
+            return 0;
+        }
+    }
+    return -1;
+}
+
+static int parse_uint_range(const char *v, uint64_t lo, uint64_t hi, uint64_t *out)
+{
+    uint64_t x;
+    if (size_parse(v, &x) < 0 || x < lo || x > hi)
+        return -1;
+    *out = x;
+    return 0;
+}
+
+/* Session keys, allowed in the global section (defaults for every target) and in a target. */
+static int cfg_session_key(struct cfg_parser *ps, struct iscsi_params *p, const char *key,
+                           const char *val)
+{
+    uint64_t x;
+    bool b;
+    struct {
+        const char *name;
+        uint32_t *field;
+        uint64_t lo, hi;
+    } nums[] = {
+        {"max-burst-length", &p->max_burst, DSL_MIN, DSL_MAX},
+        {"first-burst-length", &p->first_burst, DSL_MIN, DSL_MAX},
+        {"max-recv-data-segment-length", &p->max_recv_dsl, DSL_MIN, DSL_MAX},
+        {"max-connections", &p->max_connections, 1, 65535},
+        {"max-outstanding-r2t", &p->max_outstanding_r2t, 1, 65535},
+    };
+    for (unsigned i = 0; i < sizeof(nums) / sizeof(nums[0]); i++) {
+        if (strcmp(key, nums[i].name) != 0)
+            continue;
+        if (parse_uint_range(val, nums[i].lo, nums[i].hi, &x) < 0)
+            return cfg_fail(ps, ps->line, "bad value '%s' for %s: expected %llu..%llu", val, key,
+                            (unsigned long long)nums[i].lo, (unsigned long long)nums[i].hi);
+        *nums[i].field = (uint32_t)x;
+        return 1;
+    }
+    bool *bools[] = {&p->immediate_data, &p->initial_r2t};
+    const char *bool_names[] = {"immediate-data", "initial-r2t"};
+    for (unsigned i = 0; i < 2; i++) {
+        if (strcmp(key, bool_names[i]) != 0)
+            continue;
+        if (parse_bool(val, &b) < 0)
+            return cfg_fail(ps, ps->line, "bad value '%s' for %s: expected yes or no", val, key);
+        *bools[i] = b;
+        return 1;
+    }
+    if (strcmp(key, "header-digest") == 0 || strcmp(key, "data-digest") == 0) {
+        bool *f = key[0] == 'h' ? &p->header_digest : &p->data_digest;
+        if (strcasecmp(val, "none") == 0)
+            *f = false;
+        else if (strcasecmp(val, "crc32c") == 0 || strcasecmp(val, "any") == 0)
+            *f = true;
+        else
+            return cfg_fail(ps, ps->line, "bad value '%s' for %s: expected none, crc32c or any",
+                            val, key);
+        return 1;
+    }
+    return 0;
+}
+
+/* Checks when a [target] section ends. */
+static int cfg_end_target(struct cfg_parser *ps)
+{
+    struct target_node_conf *n = ps->node;
+    if (!n)
+        return 0;
+    if (n->nluns == 0)
+        return cfg_fail(ps, ps->node_line, "target %s has no LUN (add 'lun = ram:1G')", n->name);
+    if (n->nportals == 0) {
+        if (ps->nglobal_portals == 0)
+            return cfg_fail(ps, ps->node_line,
+                            "target %s has no portal (add 'portal = 127.0.0.1:3260' here or in "
+                            "the global section)",
+                            n->name);
+        for (unsigned i = 0; i < ps->nglobal_portals; i++)
+            if (target_node_add_portal(n, &ps->global_portals[i]) < 0)
+                return cfg_fail(ps, ps->node_line, "out of memory");
+    }
+    if (n->params.first_burst > n->params.max_burst)
+        return cfg_fail(ps, ps->node_line,
+                        "target %s: first-burst-length %u exceeds max-burst-length %u", n->name,
+                        n->params.first_burst, n->params.max_burst);
+    ps->node = NULL;
+    return 0;
+}
+
+static int cfg_section(struct cfg_parser *ps, char *s)
+{
+    size_t n = strlen(s);
+    if (s[n - 1] != ']')
+        return cfg_fail(ps, ps->line, "unterminated section header (missing ']')");
+    s[n - 1] = '\0';
+    char *body = trim(s + 1);
+    if (strncmp(body, "target", 6) != 0 || !isspace((unsigned char)body[6]))
+        return cfg_fail(ps, ps->line, "unknown section '[%s]': expected [target IQN]", body);
+    if (cfg_end_target(ps) < 0)
+        return -1;
+    char *name = trim(body + 6);
+    char reason[512];
+    if (target_check_iscsi_name(name, reason, sizeof(reason)) < 0)
+        return cfg_fail(ps, ps->line, "%s", reason);
+    for (unsigned i = 0; i < ps->cfg->ntargets; i++)
+        if (strcmp(ps->cfg->targets[i].name, name) == 0)
+            return cfg_fail(ps, ps->line, "duplicate target %s (first defined at %s)", name,
+                            ps->cfg->targets[i].origin);
+    char origin[TARGET_ORIGIN_MAX];
+    snprintf(origin, sizeof(origin), "%s:%u", ps->path, ps->line);
+    ps->node = target_config_add_node(ps->cfg, name, origin);
+    if (!ps->node)
+        return cfg_fail(ps, ps->line, "out of memory");
+    ps->node->params = ps->global_params;
+    ps->node_line = ps->line;
+    ps->next_lun = 0;
+    return 0;
+}
+
+static int cfg_global_key(struct cfg_parser *ps, const char *key, const char *val)
+{
+    uint64_t x;
+    struct target_config *cfg = ps->cfg;
+    if (strcmp(key, "threads") == 0) {
+        if (parse_uint_range(val, 1, TARGET_THREADS_MAX, &x) < 0)
+            return cfg_fail(ps, ps->line, "bad value '%s' for threads: expected 1..%d", val,
+                            TARGET_THREADS_MAX);
+        cfg->threads = (unsigned)x;
+    } else if (strcmp(key, "log-level") == 0) {
+        int lvl = log_level_parse(val);
+        if (lvl < 0)
+            return cfg_fail(ps, ps->line,
+                            "bad value '%s' for log-level: expected error, warn, info or debug",
+                            val);
+        cfg->log_level = (enum log_level)lvl;
+    } else if (strcmp(key, "nop-interval") == 0 || strcmp(key, "nop-timeout") == 0 ||
+               strcmp(key, "login-timeout") == 0) {
+        if (parse_uint_range(val, 1, 3600, &x) < 0)
+            return cfg_fail(ps, ps->line, "bad value '%s' for %s: expected seconds, 1..3600", val,
+                            key);
+        if (strcmp(key, "nop-interval") == 0)
+            cfg->nop_interval_s = (unsigned)x;
+        else if (strcmp(key, "nop-timeout") == 0)
+            cfg->nop_timeout_s = (unsigned)x;
+        else
+            cfg->login_timeout_s = (unsigned)x;
+    } else if (strcmp(key, "portal") == 0) {
+        struct target_portal p;
+        char reason[512];
+        if (target_parse_portal(val, &p, reason, sizeof(reason)) < 0)
+            return cfg_fail(ps, ps->line, "%s", reason);
+        struct target_portal *e = array_push(&ps->global_portals, &ps->nglobal_portals, sizeof(*e));
+        if (!e)
+            return cfg_fail(ps, ps->line, "out of memory");
+        *e = p;
+    } else {
+        int r = cfg_session_key(ps, &ps->global_params, key, val);
+        if (r < 0)
+            return -1;
+        if (r == 0) {
+            static const char *const target_only[] = {"lun", "allow", "alias"};
+            for (unsigned i = 0; i < 3; i++)
+                if (strcmp(key, target_only[i]) == 0 || (i == 0 && strncmp(key, "lun ", 4) == 0))
+                    return cfg_fail(ps, ps->line, "'%s' belongs in a [target IQN] section",
+                                    target_only[i]);
+            return cfg_fail(ps, ps->line, "unknown key '%s'", key);
+        }
+    }
+    return 0;
+}
+
+static int cfg_target_key(struct cfg_parser *ps, const char *key, const char *val)
+{
+    struct target_node_conf *n = ps->node;
+    char reason[768];
+    if (strcmp(key, "portal") == 0) {
+        struct target_portal p;
+        if (target_parse_portal(val, &p, reason, sizeof(reason)) < 0)
+            return cfg_fail(ps, ps->line, "%s", reason);
+        if (target_node_add_portal(n, &p) < 0)
+            return cfg_fail(ps, ps->line, "out of memory");
+        return 0;
+    }
+    if (strcmp(key, "lun") == 0 || strncmp(key, "lun ", 4) == 0) {
+        struct target_lun_conf lun;
+        memset(&lun, 0, sizeof(lun));
+        lun.lun = ps->next_lun;
+        if (key[3] == ' ') {
+            uint64_t x;
+            const char *num = key + 4;
+            while (*num == ' ' || *num == '\t')
+                num++;
+            if (!isdigit((unsigned char)*num) || parse_uint_range(num, 0, TARGET_LUN_MAX, &x) < 0)
+                return cfg_fail(ps, ps->line, "bad LUN number '%s': expected 0..%d", num,
+                                TARGET_LUN_MAX);
+            lun.lun = x;
+        }
+        if (lun.lun > TARGET_LUN_MAX)
+            return cfg_fail(ps, ps->line, "too many LUNs: at most %d", TARGET_LUN_MAX + 1);
+        if (target_parse_lun_spec(val, &lun, reason, sizeof(reason)) < 0)
+            return cfg_fail(ps, ps->line, "%s", reason);
+        snprintf(lun.origin, sizeof(lun.origin), "%s:%u", ps->path, ps->line);
+        if (target_node_add_lun(n, &lun, reason, sizeof(reason)) < 0) {
+            free(lun.bs_spec);
+            return cfg_fail(ps, ps->line, "%s", reason);
+        }
+        ps->next_lun = lun.lun + 1;
+        return 0;
+    }
+    if (strcmp(key, "allow") == 0) {
+        if (target_check_iscsi_name(val, reason, sizeof(reason)) < 0)
+            return cfg_fail(ps, ps->line, "%s", reason);
+        if (target_node_add_allow(n, val) < 0)
+            return cfg_fail(ps, ps->line, "out of memory");
+        return 0;
+    }
+    if (strcmp(key, "alias") == 0) {
+        if (strlen(val) > ISCSI_VALUE_MAX)
+            return cfg_fail(ps, ps->line, "alias is longer than %d characters", ISCSI_VALUE_MAX);
+        snprintf(n->alias, sizeof(n->alias), "%s", val);
+        return 0;
+    }
+    int r = cfg_session_key(ps, &n->params, key, val);
+    if (r < 0)
+        return -1;
+    if (r == 0) {
+        static const char *const global_only[] = {"threads", "log-level", "nop-interval",
+                                                  "nop-timeout", "login-timeout"};
+        for (unsigned i = 0; i < 5; i++)
+            if (strcmp(key, global_only[i]) == 0)
+                return cfg_fail(ps, ps->line,
+                                "'%s' belongs in the global section (before any [target])", key);
+        return cfg_fail(ps, ps->line, "unknown key '%s' in [target %s]", key, n->name);
+    }
+    return 0;
+}
+
+static int cfg_line(struct cfg_parser *ps, char *raw)
+{
+    /* '#' starts a comment at the start of a line or after white space, so that values such
+     * as an alias "disk#2" survive. */
+    for (char *p = raw; *p; p++) {
+        if (*p == '#' && (p == raw || isspace((unsigned char)p[-1]))) {
+            *p = '\0';
+            break;
+        }
+    }
+    char *s = trim(raw);
+    if (!*s)
+        return 0;
+    if (*s == '[')
+        return cfg_section(ps, s);
+    char *eq = strchr(s, '=');
+    if (!eq)
+        return cfg_fail(ps, ps->line, "expected 'key = value' or '[target IQN]'");
+    *eq = '\0';
+    char *key = trim(s);
+    char *val = trim(eq + 1);
+    for (char *p = key; *p; p++) {
+        if (*p == '_')
+            *p = '-';
+        *p = (char)tolower((unsigned char)*p);
+    }
+    size_t vl = strlen(val);
+    if (vl >= 2 && val[0] == '"' && val[vl - 1] == '"') {
+        val[vl - 1] = '\0';
+        val++;
+    }
+    if (!*key)
+        return cfg_fail(ps, ps->line, "missing key before '='");
+    if (!*val)
+        return cfg_fail(ps, ps->line, "missing value for '%s'", key);
+    return ps->node ? cfg_target_key(ps, key, val) : cfg_global_key(ps, key, val);
+}
+
+int target_config_load(struct target_config *cfg, const char *path, char *err, size_t errlen)
+{
+    struct cfg_parser ps = {.cfg = cfg, .path = path, .err = err, .errlen = errlen};
+    target_params_default(&ps.global_params);
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        snprintf(err, errlen, "%s: cannot open config file: %s", path, strerror(errno));
+        return -1;
+    }
+    char *buf = NULL;
+    size_t cap = 0;
+    ssize_t len;
+    int rc = 0;
+    while ((len = getline(&buf, &cap, f)) >= 0) {
+        ps.line++;
+        if (memchr(buf, '\0', (size_t)len)) {
+            rc = cfg_fail(&ps, ps.line, "NUL byte in config file");
+            break;
+        }
+        if ((rc = cfg_line(&ps, buf)) < 0)
+            break;
+    }
+    if (rc == 0 && ferror(f))
+        rc = cfg_fail(&ps, ps.line, "read error: %s", strerror(errno));
+    if (rc == 0)
+        rc = cfg_end_target(&ps);
+    if (rc == 0 && cfg->ntargets == 0)
+        rc = cfg_fail(&ps, ps.line ? ps.line : 1, "no [target IQN] section: nothing to serve");
+    if (rc == 0 && target_config_finish(cfg) < 0)
+        rc = cfg_fail(&ps, ps.line, "out of memory");
+    free(buf);
+    free(ps.global_portals);
+    fclose(f);
+    return rc;
+}

@@ -1,1 +1,513 @@
-/* placeholder: being written */
+/* The daemon: reactor threads, listening sockets owned by reactor 0 that hand each accepted
+ * connection to the least loaded reactor, the signal-driven shutdown (stop accepting, close
+ * connections, flush LUNs, exit 0), and target_main() tying it all together. */
+#include "target/target.h"
+
+#include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <pthread.h>
+#include <semaphore.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "reactor/reactor.h"
+
+#define LISTEN_BACKLOG 1024
+#define ACCEPTS_PER_WAKEUP 64  /* then let reactor 0 serve its own connections */
+#define ACCEPT_PAUSE_MS 200    /* out of descriptors: retry accepting after this */
+#define SHUTDOWN_DRAIN_MS 2000 /* how long connections get to close at shutdown */
+#define SYNC_CALL_TIMEOUT_S 5
+
+struct daemon;
+
+struct listener {
+    struct reactor_fd h;
+    int fd;
+    struct iscsi_portal_addr portal;
+    struct daemon *d;
+};
+
+/* A function run on a reactor's thread while the main thread waits for it. */
+struct sync_call {
+    struct daemon *d;
+    struct reactor *r;
+    void (*fn)(struct daemon *d, struct reactor *r);
+    sem_t done;
+};
+
+struct daemon {
+    struct target_config cfg;
+    struct target_built built;
+    struct iscsi_server srv;
+    bool srv_ready;
+    struct reactor **reactors;
+    pthread_t *threads;
+    unsigned nreactors;
+    unsigned nthreads_started;
+    struct listener *listeners;
+    unsigned nlisteners;
+    /* Accept throttling when out of descriptors; touched only on reactor 0. */
+    struct reactor_timer accept_pause;
+    bool accept_paused;
+    bool accept_warned;
+    unsigned next_rr; /* tie-break among equally loaded reactors */
+};
+
+/* A connection on its way from the listener to its reactor. */
+struct handoff {
+    struct daemon *d;
+    struct reactor *r;
+    int fd;
+    const struct iscsi_portal_addr *portal;
+};
+
+/* --- listening --- */
+
+static int listener_open(struct listener *l, const struct target_portal *p)
+{
+    int fd = socket(p->addr.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return -errno;
+    int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    /* An IPv6 portal serves IPv6 only, so that [::]:3260 and 0.0.0.0:3260 can coexist and
+     * SendTargets reports exactly what is listened on. */
+    if (p->addr.ss_family == AF_INET6)
+        setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one));
+    if (bind(fd, (const struct sockaddr *)&p->addr, p->addrlen) < 0 ||
+        listen(fd, LISTEN_BACKLOG) < 0) {
+        int e = errno;
+        close(fd);
+        return -e;
+    }
+    l->fd = fd;
+    snprintf(l->portal.text, sizeof(l->portal.text), "%s", p->text);
+    l->portal.tpgt = 1;
+    return 0;
+}
+
+static void handoff_run(void *arg)
+{
+    struct handoff *h = arg;
+    if (atomic_load(&h->d->srv.shutting_down))
+        close(h->fd);
+    else
+        iscsi_conn_accept(&h->d->srv, h->r, h->fd, h->portal);
+    /* The hint added at hand-off time; the connection now counts itself. */
+    reactor_load_add(h->r, -1);
+    free(h);
+}
+
+/* The reactor with the fewest connections; ties go round-robin so that a burst of connects
+ * (one initiator opening several sessions) spreads over the cores. */
+static struct reactor *pick_reactor(struct daemon *d)
+{
+    unsigned n = d->nreactors;
+    unsigned start = d->next_rr++ % n;
+    unsigned best = start;
+    int best_load = reactor_load(d->reactors[best]);
+    for (unsigned k = 1; k < n; k++) {
+        unsigned i = (start + k) % n;
+        int load = reactor_load(d->reactors[i]);
+        if (load < best_load) {
+            best = i;
+            best_load = load;
+        }
+    }
+    return d->reactors[best];
+}
+
+static void hand_off(struct daemon *d, int fd, const struct iscsi_portal_addr *portal)
+{
+    struct reactor *r = pick_reactor(d);
+    struct handoff *h = malloc(sizeof(*h));
+    if (!h) {
+        LOG_WARN("accept on %s: out of memory, connection dropped", portal->text);
+        close(fd);
+        return;
+    }
+    *h = (struct handoff){.d = d, .r = r, .fd = fd, .portal = portal};
+    /* Count the connection before it arrives, so the next accept sees it. */
+    reactor_load_add(r, 1);
+    if (reactor_send(r, handoff_run, h) < 0) {
+        reactor_load_add(r, -1);
+        LOG_WARN("accept on %s: cannot reach reactor %d, connection dropped", portal->text,
+                 reactor_id(r));
+        close(fd);
+        free(h);
+    }
+}
+
+static void listeners_set_events(struct daemon *d, uint32_t events)
+{
+    for (unsigned i = 0; i < d->nlisteners; i++)
+        if (d->listeners[i].fd >= 0)
+            reactor_fd_mod(d->reactors[0], &d->listeners[i].h, events);
+}
+
+static void accept_resume(void *arg)
+{
+    struct daemon *d = arg;
+    d->accept_paused = false;
+    if (!atomic_load(&d->srv.shutting_down))
+        listeners_set_events(d, EPOLLIN);
+}
+
+/* Out of descriptors: the pending connection stays in the backlog and the listener stays
+ * readable, so accepting again at once would spin. Stop listening for a moment instead. */
+static void accept_pause(struct daemon *d, const char *portal, int err)
+{
+    if (!d->accept_warned)
+        LOG_WARN("accept on %s: %s; pausing accepts for %d ms (further occurrences not logged)",
+                 portal, strerror(err), ACCEPT_PAUSE_MS);
+    d->accept_warned = true;
+    if (d->accept_paused)
+        return;
+    d->accept_paused = true;
+    listeners_set_events(d, 0);
+    reactor_timer_start(d->reactors[0], &d->accept_pause, ACCEPT_PAUSE_MS, accept_resume, d);
+}
+
+static void on_accept(void *arg, uint32_t events)
+{
+    struct listener *l = arg;
+    struct daemon *d = l->d;
+    (void)events;
+    for (int i = 0; i < ACCEPTS_PER_WAKEUP; i++) {
+        int fd = accept4(l->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd < 0) {
+            switch (errno) {
+            case EAGAIN:
+                return;
+            case EINTR:
+            case ECONNABORTED:
+            case EPROTO:
+            case EPERM:
+                continue;
+            case EMFILE:
+            case ENFILE:
+            case ENOBUFS:
+            case ENOMEM:
+                accept_pause(d, l->portal.text, errno);
+                return;
+            default:
+                LOG_WARN("accept on %s: %s", l->portal.text, strerror(errno));
+                return;
+            }
+        }
+        d->accept_warned = false;
+        int one = 1;
+        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+        hand_off(d, fd, &l->portal);
+    }
+}
+
+/* --- running code on reactors --- */
+
+static void sync_call_run(void *arg)
+{
+    struct sync_call *c = arg;
+    c->fn(c->d, c->r);
+    sem_post(&c->done);
+}
+
+/* Run fn on r's thread and wait (bounded) for it. Returns 0, or -1 if it did not finish in
+ * time; then `c` must stay valid, which is why callers keep it in the daemon's lifetime. */
+static int sync_call(struct sync_call *c, struct daemon *d, struct reactor *r,
+                     void (*fn)(struct daemon *, struct reactor *))
+{
+    c->d = d;
+    c->r = r;
+    c->fn = fn;
+    sem_init(&c->done, 0, 0);
+    if (reactor_send(r, sync_call_run, c) < 0)
+        return -1;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_sec += SYNC_CALL_TIMEOUT_S;
+    while (sem_timedwait(&c->done, &ts) < 0)
+        if (errno != EINTR)
+            return -1;
+    return 0;
+}
+
+static void close_listeners_on_r0(struct daemon *d, struct reactor *r)
+{
+    reactor_timer_stop(r, &d->accept_pause);
+    for (unsigned i = 0; i < d->nlisteners; i++) {
+        struct listener *l = &d->listeners[i];
+        if (l->fd < 0)
+            continue;
+        reactor_fd_del(r, &l->h);
+        close(l->fd);
+        l->fd = -1;
+    }
+}
+
+static void close_conns_on_reactor(struct daemon *d, struct reactor *r)
+{
+    iscsi_server_close_reactor_conns(&d->srv, r);
+}
+
+static void stop_reactor(struct daemon *d, struct reactor *r)
+{
+    (void)d;
+    reactor_stop(r);
+}
+
+static void *reactor_thread(void *arg)
+{
+    reactor_run(arg);
+    return NULL;
+}
+
+/* --- lifecycle --- */
+
+static void print_urls(const struct target_config *cfg)
+{
+    for (unsigned t = 0; t < cfg->ntargets; t++) {
+        const struct target_node_conf *n = &cfg->targets[t];
+        for (unsigned p = 0; p < n->nportals; p++)
+            for (unsigned l = 0; l < n->nluns; l++)
+                printf("iscsi://%s/%s/%llu\n", n->portals[p].text, n->name,
+                       (unsigned long long)n->luns[l].lun);
+    }
+    fflush(stdout);
+}
+
+static unsigned default_threads(void)
+{
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    if (n < 1)
+        return 1;
+    return n > TARGET_THREADS_MAX ? TARGET_THREADS_MAX : (unsigned)n;
+}
+
+static int daemon_open_listeners(struct daemon *d)
+{
+    d->listeners = calloc(d->cfg.nlisten ? d->cfg.nlisten : 1, sizeof(*d->listeners));
+    if (!d->listeners)
+        return -1;
+    for (unsigned i = 0; i < d->cfg.nlisten; i++) {
+        struct listener *l = &d->listeners[i];
+        l->d = d;
+        l->fd = -1;
+        d->nlisteners = i + 1;
+        int rc = listener_open(l, &d->cfg.listen[i]);
+        if (rc < 0) {
+            LOG_ERR("cannot listen on %s: %s", d->cfg.listen[i].text, strerror(-rc));
+            fprintf(stderr, "linerate-target: cannot listen on %s: %s\n", d->cfg.listen[i].text,
+                    strerror(-rc));
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static int daemon_start(struct daemon *d)
+{
+    unsigned n = d->cfg.threads ? d->cfg.threads : default_threads();
+    d->reactors = calloc(n, sizeof(*d->reactors));
+    d->threads = calloc(n, sizeof(*d->threads));
+    if (!d->reactors || !d->threads)
+        return -1;
+    for (unsigned i = 0; i < n; i++) {
+        d->reactors[i] = reactor_create((int)i);
+        if (!d->reactors[i])
+            return -1;
+        d->nreactors = i + 1;
+    }
+    int rc = iscsi_server_init(&d->srv);
+    if (rc < 0) {
+        LOG_ERR("cannot initialise the iSCSI server: %s", strerror(rc < -1 ? -rc : ENOMEM));
+        return -1;
+    }
+    d->srv_ready = true;
+    d->srv.nodes = d->built.nodes;
+    d->srv.nnodes = d->built.n;
+    d->srv.reactors = d->reactors;
+    d->srv.nreactors = d->nreactors;
+    d->srv.nop_interval_s = d->cfg.nop_interval_s;
+    d->srv.nop_timeout_s = d->cfg.nop_timeout_s;
+    d->srv.login_timeout_s = d->cfg.login_timeout_s;
+    atomic_store(&d->srv.shutting_down, false);
+
+    /* Listeners are registered before reactor 0 runs, so no message is needed. */
+    for (unsigned i = 0; i < d->nlisteners; i++) {
+        struct listener *l = &d->listeners[i];
+        rc = reactor_fd_add(d->reactors[0], &l->h, l->fd, EPOLLIN, on_accept, l);
+        if (rc < 0) {
+            LOG_ERR("cannot watch listener %s: %s", l->portal.text, strerror(-rc));
+            return -1;
+        }
+    }
+    for (unsigned i = 0; i < n; i++) {
+        rc = pthread_create(&d->threads[i], NULL, reactor_thread, d->reactors[i]);
+        if (rc != 0) {
+            LOG_ERR("cannot start reactor thread %u: %s", i, strerror(rc));
+            return -1;
+        }
+        d->nthreads_started = i + 1;
+    }
+    LOG_INFO("linerate-target %s: %u reactor thread%s, nop %us/%us, login timeout %us",
+#ifdef LINERATE_VERSION
+             LINERATE_VERSION,
+#else
+             "",
+#endif
+             n, n == 1 ? "" : "s", d->cfg.nop_interval_s, d->cfg.nop_timeout_s,
+             d->cfg.login_timeout_s);
+    for (unsigned i = 0; i < d->nlisteners; i++)
+        LOG_INFO("listening on %s", d->listeners[i].portal.text);
+    return 0;
+}
+
+/* Stop accepting, close every connection, stop the reactors. Safe on a partial start. */
+static void daemon_stop(struct daemon *d)
+{
+    struct sync_call *calls = calloc(d->nreactors + 1, sizeof(*calls));
+    bool running = d->nthreads_started == d->nreactors && d->nreactors > 0 && calls;
+    if (d->srv_ready)
+        atomic_store(&d->srv.shutting_down, true);
+    if (running) {
+        if (sync_call(&calls[d->nreactors], d, d->reactors[0], close_listeners_on_r0) < 0)
+            LOG_WARN("reactor 0 did not close the listeners in time");
+        if (d->srv_ready) {
+            for (unsigned i = 0; i < d->nreactors; i++)
+                if (sync_call(&calls[i], d, d->reactors[i], close_conns_on_reactor) < 0)
+                    LOG_WARN("reactor %u did not close its connections in time", i);
+            uint64_t deadline = reactor_now_ms() + SHUTDOWN_DRAIN_MS;
+            while (atomic_load(&d->srv.nconns) > 0 && reactor_now_ms() < deadline) {
+                struct timespec ts = {0, 10 * 1000 * 1000};
+                nanosleep(&ts, NULL);
+            }
+            int left = atomic_load(&d->srv.nconns);
+            if (left > 0)
+                LOG_WARN("%d connection%s still open after %d ms; stopping anyway", left,
+                         left == 1 ? "" : "s", SHUTDOWN_DRAIN_MS);
+        }
+    }
+    /* A stop message queued behind everything already sent lets each reactor finish what is
+     * in its queue (hand-offs, completions) before it leaves its loop. */
+    for (unsigned i = 0; i < d->nthreads_started; i++) {
+        struct sync_call *c = calls ? &calls[i] : NULL;
+        if (c) {
+            c->d = d;
+            c->r = d->reactors[i];
+            c->fn = stop_reactor;
+            sem_init(&c->done, 0, 0);
+        }
+        if (!c || reactor_send(d->reactors[i], sync_call_run, c) < 0)
+            reactor_stop(d->reactors[i]);
+    }
+    for (unsigned i = 0; i < d->nthreads_started; i++)
+        pthread_join(d->threads[i], NULL);
+    d->nthreads_started = 0;
+    /* Listeners never handed to a running reactor 0 (failed start). */
+    for (unsigned i = 0; i < d->nlisteners; i++) {
+        if (d->listeners[i].fd >= 0) {
+            close(d->listeners[i].fd);
+            d->listeners[i].fd = -1;
+        }
+    }
+    /* Drain what arrived after the stop message (hand-offs close their socket now that
+     * shutting_down is set), then free the reactors. */
+    for (unsigned i = 0; i < d->nreactors; i++)
+        reactor_destroy(d->reactors[i]);
+    d->nreactors = 0;
+    free(calls);
+}
+
+static void daemon_free(struct daemon *d)
+{
+    if (d->srv_ready)
+        iscsi_server_destroy(&d->srv);
+    d->srv_ready = false;
+    target_built_free(&d->built);
+    target_config_free(&d->cfg);
+    free(d->listeners);
+    free(d->reactors);
+    free(d->threads);
+}
+
+/* Signals are blocked in every thread (the mask is inherited by the reactor threads) and
+ * taken synchronously by the main thread with sigwait(), so no handler runs in a reactor. */
+static void block_signals(sigset_t *set)
+{
+    signal(SIGPIPE, SIG_IGN);
+    sigemptyset(set);
+    sigaddset(set, SIGTERM);
+    sigaddset(set, SIGINT);
+    sigaddset(set, SIGHUP);
+    sigset_t with_pipe = *set;
+    sigaddset(&with_pipe, SIGPIPE);
+    pthread_sigmask(SIG_BLOCK, &with_pipe, NULL);
+}
+
+static int wait_for_shutdown(const sigset_t *set)
+{
+    for (;;) {
+        int sig = 0;
+        if (sigwait(set, &sig) != 0)
+            continue;
+        if (sig == SIGHUP) {
+            LOG_INFO("SIGHUP ignored (configuration reload is not supported)");
+            continue;
+        }
+        return sig;
+    }
+}
+
+int target_main(int argc, char **argv)
+{
+    struct daemon *d = calloc(1, sizeof(*d));
+    if (!d) {
+        fprintf(stderr, "linerate-target: out of memory\n");
+        return TARGET_EXIT_RUNTIME;
+    }
+    target_config_init(&d->cfg);
+    int rc = target_cli_parse(&d->cfg, argc, argv);
+    if (rc >= 0) {
+        target_config_free(&d->cfg);
+        free(d);
+        return rc;
+    }
+    log_set_level(d->cfg.log_level);
+
+    sigset_t set;
+    block_signals(&set);
+
+    char err[1024];
+    if (target_build(&d->cfg, &d->built, err, sizeof(err)) < 0) {
+        fprintf(stderr, "linerate-target: %s\n", err);
+        daemon_free(d);
+        free(d);
+        return TARGET_EXIT_USAGE;
+    }
+    if (daemon_open_listeners(d) < 0 || daemon_start(d) < 0) {
+        daemon_stop(d);
+        daemon_free(d);
+        free(d);
+        return TARGET_EXIT_RUNTIME;
+    }
+    print_urls(&d->cfg);
+
+    int sig = wait_for_shutdown(&set);
+    LOG_INFO("%s: shutting down", sig == SIGINT ? "SIGINT" : "SIGTERM");
+    daemon_stop(d);
+    int failed = target_built_flush(&d->built);
+    daemon_free(d);
+    free(d);
+    if (failed) {
+        LOG_ERR("%d LUN%s failed to flush", failed, failed == 1 ? "" : "s");
+        return TARGET_EXIT_RUNTIME;
+    }
+    LOG_INFO("stopped");
+    return TARGET_EXIT_OK;
+}

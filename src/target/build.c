@@ -1,0 +1,181 @@
+/* Turns a target_config into live objects: opens every backing store (bs_open_spec), builds one
+ * SCSI target per node with its LUNs, and the iSCSI node the engine serves (portals, ACL,
+ * session parameters). Also flushes and tears them down at shutdown. */
+#include "target/target.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bs/bs.h"
+
+#define TARGET_TPGT 1
+
+static void node_free(struct iscsi_node *n)
+{
+    if (!n)
+        return;
+    free(n->portals);
+    free(n->allow);
+    free(n);
+}
+
+static struct iscsi_node *node_make(const struct target_node_conf *c, struct scsi_target *scsi)
+{
+    struct iscsi_node *n = calloc(1, sizeof(*n));
+    if (!n)
+        return NULL;
+    snprintf(n->name, sizeof(n->name), "%s", c->name);
+    snprintf(n->alias, sizeof(n->alias), "%s", c->alias);
+    n->scsi = scsi;
+    n->tpgt = TARGET_TPGT;
+    n->params = c->params;
+    n->portals = calloc(c->nportals ? c->nportals : 1, sizeof(*n->portals));
+    n->allow = calloc(c->nallow ? c->nallow : 1, sizeof(*n->allow));
+    if (!n->portals || !n->allow) {
+        node_free(n);
+        return NULL;
+    }
+    for (unsigned i = 0; i < c->nportals; i++) {
+        snprintf(n->portals[i].text, sizeof(n->portals[i].text), "%s", c->portals[i].text);
+        n->portals[i].tpgt = TARGET_TPGT;
+    }
+    n->nportals = c->nportals;
+    if (c->nallow)
+        memcpy(n->allow, c->allow, c->nallow * sizeof(*n->allow));
+    n->nallow = c->nallow;
+    return n;
+}
+
+struct size_text {
+    char s[32];
+};
+
+static struct size_text human_size(unsigned long long bytes)
+{
+    static const char *const units[] = {"bytes", "KiB", "MiB", "GiB", "TiB", "PiB"};
+    struct size_text t;
+    double v = (double)bytes;
+    unsigned u = 0;
+    while (v >= 1024 && u < 5) {
+        v /= 1024;
+        u++;
+    }
+    snprintf(t.s, sizeof(t.s), u ? "%.4g %s" : "%.0f %s", v, units[u]);
+    return t;
+}
+
+static int build_luns(const struct target_node_conf *c, struct scsi_target *scsi, char *err,
+                      size_t errlen)
+{
+    for (unsigned i = 0; i < c->nluns; i++) {
+        const struct target_lun_conf *l = &c->luns[i];
+        char reason[512] = "";
+        struct bs *bs = bs_open_spec(l->bs_spec, reason, sizeof(reason));
+        if (!bs) {
+            snprintf(err, errlen, "%s: cannot open LUN %llu: %s", l->origin,
+                     (unsigned long long)l->lun, reason[0] ? reason : "failed");
+            return -1;
+        }
+        struct scsi_lun_config lc = {
+            .lun = l->lun, .bs = bs, .block_size = l->block_size, .read_only = l->read_only};
+        reason[0] = '\0';
+        int rc = scsi_target_add_lun(scsi, &lc, reason, sizeof(reason));
+        if (rc < 0) {
+            /* The LUN takes ownership of the store only on success. */
+            bs_close(bs);
+            snprintf(err, errlen, "%s: cannot add LUN %llu: %s", l->origin,
+                     (unsigned long long)l->lun, reason[0] ? reason : strerror(-rc));
+            return -1;
+        }
+        struct scsi_lun *lu = scsi_target_lun(scsi, l->lun);
+        unsigned long long bytes = lu ? (unsigned long long)scsi_lun_size_bytes(lu) : 0;
+        LOG_INFO("target %s: LUN %llu = %s, %llu bytes (%s), %u-byte blocks, %s", c->name,
+                 (unsigned long long)l->lun, l->bs_spec, bytes, human_size(bytes).s, l->block_size,
+                 l->read_only ? "read-only" : "read-write");
+    }
+    return 0;
+}
+
+int target_build(const struct target_config *cfg, struct target_built *b, char *err, size_t errlen)
+{
+    memset(b, 0, sizeof(*b));
+    b->scsi = calloc(cfg->ntargets, sizeof(*b->scsi));
+    b->nodes = calloc(cfg->ntargets, sizeof(*b->nodes));
+    if (!b->scsi || !b->nodes) {
+        snprintf(err, errlen, "out of memory");
+        goto fail;
+    }
+    for (unsigned t = 0; t < cfg->ntargets; t++) {
+        const struct target_node_conf *c = &cfg->targets[t];
+        struct scsi_target *scsi = calloc(1, sizeof(*scsi));
+        if (!scsi) {
+            snprintf(err, errlen, "out of memory");
+            goto fail;
+        }
+        int rc = scsi_target_init(scsi, c->name, TARGET_TPGT);
+        if (rc < 0) {
+            free(scsi);
+            snprintf(err, errlen, "%s: cannot create target %s: %s", c->origin, c->name,
+                     strerror(rc < -1 ? -rc : ENOMEM));
+            goto fail;
+        }
+        b->scsi[t] = scsi;
+        b->n = t + 1;
+        char portals[512] = "";
+        size_t off = 0;
+        for (unsigned i = 0; i < c->nportals && off < sizeof(portals); i++)
+            off += (size_t)snprintf(portals + off, sizeof(portals) - off, "%s%s", i ? " " : "",
+                                    c->portals[i].text);
+        LOG_INFO("target %s%s%s%s: portals %s, %u LUN%s, %s", c->name, c->alias[0] ? " (" : "",
+                 c->alias, c->alias[0] ? ")" : "", portals, c->nluns, c->nluns == 1 ? "" : "s",
+                 c->nallow ? "initiator allow-list" : "open to every initiator");
+        for (unsigned i = 0; i < c->nallow; i++)
+            LOG_INFO("target %s: allow %s", c->name, c->allow[i]);
+        if (build_luns(c, scsi, err, errlen) < 0)
+            goto fail;
+        b->nodes[t] = node_make(c, scsi);
+        if (!b->nodes[t]) {
+            snprintf(err, errlen, "out of memory");
+            goto fail;
+        }
+    }
+    return 0;
+fail:
+    target_built_free(b);
+    return -1;
+}
+
+int target_built_flush(struct target_built *b)
+{
+    int failed = 0;
+    for (unsigned t = 0; t < b->n; t++) {
+        struct scsi_target *s = b->scsi[t];
+        for (uint32_t i = 0; s && i < s->nluns; i++) {
+            if (!s->luns[i])
+                continue;
+            int rc = scsi_lun_flush_sync(s->luns[i]);
+            if (rc < 0) {
+                LOG_ERR("target %s: LUN %u: flush failed: %s", s->name, i, strerror(-rc));
+                failed++;
+            }
+        }
+    }
+    return failed;
+}
+
+void target_built_free(struct target_built *b)
+{
+    for (unsigned t = 0; t < b->n; t++) {
+        if (b->nodes)
+            node_free(b->nodes[t]);
+        if (b->scsi && b->scsi[t]) {
+            scsi_target_destroy(b->scsi[t]);
+            free(b->scsi[t]);
+        }
+    }
+    free(b->nodes);
+    free(b->scsi);
+    memset(b, 0, sizeof(*b));
+}

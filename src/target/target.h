@@ -1,0 +1,118 @@
+/* The daemon shell around the iSCSI engine: what the command line and the config file describe
+ * (targets, portals, LUNs, ACLs, session defaults), how that becomes SCSI targets and iSCSI
+ * nodes, and the daemon that listens, hands connections to reactors and shuts down on signals. */
+#ifndef LR_TARGET_H
+#define LR_TARGET_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/socket.h>
+
+#include "iscsi/keys.h"
+#include "iscsi/node.h"
+#include "util/log.h"
+
+#define TARGET_DEFAULT_NAME "iqn.2026-11.org.linerate:default"
+#define TARGET_DEFAULT_PORTAL "127.0.0.1:3260"
+#define TARGET_DEFAULT_LUN "ram:1G"
+#define TARGET_DEFAULT_PORT 3260
+#define TARGET_THREADS_MAX 256
+#define TARGET_LUN_MAX 16383 /* flat space addressing (SAM-5 §4.7.7) */
+#define TARGET_ORIGIN_MAX 512
+
+/* Exit codes of linerate-target. */
+enum target_exit {
+    TARGET_EXIT_OK = 0,
+    TARGET_EXIT_RUNTIME = 1, /* could not listen, flush failed, out of memory, ... */
+    TARGET_EXIT_USAGE = 2,   /* bad argument or bad config */
+};
+
+/* A listen address, parsed. `text` is the canonical form SendTargets reports
+ * ("127.0.0.1:3260", "[::1]:3260"). */
+struct target_portal {
+    char text[80];
+    struct sockaddr_storage addr;
+    socklen_t addrlen;
+};
+
+/* One LUN: the store spec handed to bs_open_spec (LUN options removed) and the LUN options. */
+struct target_lun_conf {
+    uint64_t lun;
+    char *bs_spec;       /* "ram:1G", "file:/x,size=1G,direct" */
+    uint32_t block_size; /* 512 or 4096 */
+    bool read_only;
+    char origin[TARGET_ORIGIN_MAX]; /* "FILE:LINE" or "--lun SPEC", for error messages */
+};
+
+struct target_node_conf {
+    char name[ISCSI_NAME_MAX + 1];
+    char alias[ISCSI_VALUE_MAX + 1];
+    struct target_portal *portals;
+    unsigned nportals;
+    struct target_lun_conf *luns;
+    unsigned nluns;
+    char (*allow)[ISCSI_NAME_MAX + 1];
+    unsigned nallow;
+    struct iscsi_params params;
+    char origin[TARGET_ORIGIN_MAX];
+};
+
+struct target_config {
+    unsigned threads; /* 0: online CPUs */
+    enum log_level log_level;
+    unsigned nop_interval_s;
+    unsigned nop_timeout_s;
+    unsigned login_timeout_s;
+    struct target_node_conf *targets;
+    unsigned ntargets;
+    /* Union of every target's portals: what the daemon listens on. */
+    struct target_portal *listen;
+    unsigned nlisten;
+};
+
+/* --- config.c: the model, validation helpers and the config file parser --- */
+void target_config_init(struct target_config *cfg);
+void target_config_free(struct target_config *cfg);
+/* The session parameters a target prefers unless told otherwise. */
+void target_params_default(struct iscsi_params *p);
+/* Add a target named `name` (validated by the caller); returns it or NULL on ENOMEM. */
+struct target_node_conf *target_config_add_node(struct target_config *cfg, const char *name,
+                                                const char *origin);
+/* Compute cfg->listen as the union of all targets' portals. Returns 0 or -1 (ENOMEM). */
+int target_config_finish(struct target_config *cfg);
+/* Load a config file. On error returns -1 with "FILE:LINE: reason" in err. */
+int target_config_load(struct target_config *cfg, const char *path, char *err, size_t errlen);
+
+/* Validators and parsers shared by cli.c and config.c; on error they return -1 and write a
+ * reason (without the origin) into err. */
+int target_parse_portal(const char *s, struct target_portal *p, char *err, size_t errlen);
+int target_check_iscsi_name(const char *s, char *err, size_t errlen);
+int target_parse_lun_spec(const char *spec, struct target_lun_conf *lun, char *err, size_t errlen);
+int target_node_add_portal(struct target_node_conf *n, const struct target_portal *p);
+int target_node_add_lun(struct target_node_conf *n, struct target_lun_conf *lun, char *err,
+                        size_t errlen);
+int target_node_add_allow(struct target_node_conf *n, const char *iqn);
+
+/* --- cli.c --- */
+/* Parse argv into cfg. Returns -1 to go on and serve, or an exit code (0 after --help or
+ * --version, 2 after a bad argument, the message already printed). */
+int target_cli_parse(struct target_config *cfg, int argc, char **argv);
+
+/* --- build.c: config -> SCSI targets + iSCSI nodes --- */
+struct target_built {
+    struct scsi_target **scsi;
+    struct iscsi_node **nodes;
+    unsigned n;
+};
+/* Open every store and build the targets. On error returns -1 with "ORIGIN: reason" in err. */
+int target_build(const struct target_config *cfg, struct target_built *b, char *err, size_t errlen);
+/* Flush every LUN's store; returns the number of LUNs that failed to flush. */
+int target_built_flush(struct target_built *b);
+void target_built_free(struct target_built *b);
+
+/* --- daemon.c --- */
+/* The whole program: parse, build, listen, serve until SIGTERM/SIGINT. Returns the exit code. */
+int target_main(int argc, char **argv);
+
+#endif
