@@ -76,6 +76,8 @@ uint32_t worker_block_size(const struct worker *w);
 const struct bench_stats *worker_stats(const struct worker *w);
 const char *worker_verify_failure(const struct worker *w); /* NULL when every block matched */
 uint64_t worker_verify_blocks(const struct worker *w);
+/* Chunks read back over another connection than the one that wrote them. */
+uint64_t worker_verify_cross(const struct worker *w);
 
 unsigned bench_hist_bucket(uint64_t ns);
 double bench_hist_value_us(unsigned bucket);

@@ -446,8 +446,9 @@ static int run_verify(struct run *R)
         worker_post_verify(R->w[i]);
     wait_all(R);
     int bad = 0;
-    uint64_t blocks = 0;
+    uint64_t blocks = 0, cross = 0;
     for (unsigned i = 0; i < R->n; i++) {
+        cross += worker_verify_cross(R->w[i]);
         const char *e = worker_error(R->w[i]);
         const char *f = worker_verify_failure(R->w[i]);
         blocks += worker_verify_blocks(R->w[i]);
@@ -457,8 +458,9 @@ static int run_verify(struct run *R)
         }
     }
     if (!bad)
-        fprintf(stderr, "linerate-bench: verify passed: %llu blocks written and read back\n",
-                (unsigned long long)blocks);
+        fprintf(stderr, "linerate-bench: verify passed: %llu blocks written and read back "
+                        "(%llu chunks read over another connection than they were written on)\n",
+                (unsigned long long)blocks, (unsigned long long)cross);
     return bad;
 }
 

@@ -59,7 +59,9 @@ struct worker {
     bool lost_reported;
 
     /* --verify */
-    uint64_t gen, vchunks, vnext, vdone, vblocks;
+    uint64_t gen, vchunks, vnext, vdone, vblocks, vcross;
+    int8_t *vconn; /* connection each chunk was written on */
+    uint32_t vnconns;
     uint32_t vsize;
     char vfail[256];
     uint64_t vfail_lba;
@@ -441,7 +443,11 @@ static void on_verify_io(void *arg, const struct lr_result *res)
                      sl->write ? "write" : "read", (unsigned long long)sl->lba,
                      res->what ? res->what : lr_err_name(res->err));
         w->failed = true;
-    } else if (!sl->write) {
+    } else if (sl->write) {
+        w->vconn[(sl->lba - w->region_start) / (w->vsize / w->bs)] = (int8_t)res->conn;
+    } else {
+        uint64_t k = (sl->lba - w->region_start) / (w->vsize / w->bs);
+        w->vcross += res->conn != w->vconn[k];
         for (uint32_t off = 0; off < sl->len; off += w->bs) {
             uint64_t lba = sl->lba + off / w->bs;
             const char *why = check(sl->buf + off, w->bs, lba, w->gen);
@@ -473,8 +479,13 @@ static void verify_issue(struct worker *w)
         if (write)
             for (uint32_t off = 0; off < w->vsize; off += w->bs)
                 stamp(sl->buf + off, w->bs, sl->lba + off / w->bs, w->gen);
-        else
+        else {
             memset(sl->buf, 0, w->vsize);
+            /* read each chunk back over another connection than the one that wrote it */
+            int wc = w->vconn[w->vnext - 1];
+            if (w->vnconns > 1 && wc >= 0)
+                lr_session_next_conn(w->s, (wc + 1) % (int)w->vnconns);
+        }
         w->outstanding++;
         int rc = write ? lr_write(w->s, sl->lba, nb, w->bs, sl->buf, on_verify_io, sl)
                        : lr_read(w->s, sl->lba, nb, w->bs, sl->buf, on_verify_io, sl);
@@ -500,6 +511,12 @@ static void do_verify(void *arg)
     if (region_bytes > VERIFY_MAX_BYTES)
         region_bytes = VERIFY_MAX_BYTES;
     w->vchunks = region_bytes / w->vsize;
+    free(w->vconn);
+    w->vconn = calloc(w->vchunks ? w->vchunks : 1, 1);
+    w->vcross = 0;
+    struct lr_session_info info;
+    lr_session_get_info(w->s, &info);
+    w->vnconns = info.connections_up;
     w->vnext = w->vdone = 0;
     w->step = WS_VERIFY_WRITE;
     verify_issue(w);
@@ -560,6 +577,7 @@ void worker_stop(struct worker *w)
         lr_session_destroy(w->s);
     reactor_destroy(w->r);
     free(w->mem);
+    free(w->vconn);
     free(w->slots);
     free(w->free_slots);
     free(w);
@@ -603,4 +621,9 @@ const char *worker_verify_failure(const struct worker *w)
 uint64_t worker_verify_blocks(const struct worker *w)
 {
     return w->vblocks;
+}
+
+uint64_t worker_verify_cross(const struct worker *w)
+{
+    return w->vcross;
 }

@@ -38,6 +38,7 @@ struct lr_result {
     uint32_t sense_len;
     uint8_t sense[LR_SENSE_MAX];
     const char *what;      /* short human description of the error, static string */
+    int conn;              /* index of the connection the task ran on, -1 if none */
 };
 
 typedef void (*lr_done_fn)(void *arg, const struct lr_result *res);
@@ -110,6 +111,9 @@ typedef void (*lr_capacity_fn)(void *arg, const struct lr_result *res, uint64_t 
                                uint32_t block_size);
 int lr_read_capacity(struct lr_session *s, lr_capacity_fn done, void *arg);
 
+/* Send the next submitted task on connection idx if it is up (connection allegiance then
+ * keeps all of that task there). For --verify and tests: read back on another connection. */
+void lr_session_next_conn(struct lr_session *s, int idx);
 /* Tasks handed to the session and not yet completed. */
 uint32_t lr_session_inflight(const struct lr_session *s);
 /* Connection hooks for tests and the bench: the local TCP port of connection i (0 if down),

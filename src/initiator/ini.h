@@ -147,6 +147,7 @@ struct ini_task {
     uint32_t exp_datasn;
     uint32_t data_in;      /* bytes received */
     uint64_t deadline_ms;
+    int want_conn;         /* preferred connection index, -1 for any */
     lr_done_fn done;
     void *arg;
     struct list_node node; /* session wait queue */
@@ -181,6 +182,7 @@ struct lr_session {
     struct ini_conn *conns[LR_MAX_CONNECTIONS];
     unsigned nconns, nlogins_pending;
     unsigned rr;
+    int next_conn;
     bool logged_in, logging_out, destroyed;
 
     struct ini_task *tasks;

@@ -42,8 +42,16 @@ void ini_session_update_window(struct lr_session *s, uint32_t exp, uint32_t max)
         ini_session_kick(s);
 }
 
-static struct ini_conn *pick_conn(struct lr_session *s)
+void lr_session_next_conn(struct lr_session *s, int idx)
 {
+    s->next_conn = idx;
+}
+
+static struct ini_conn *pick_conn(struct lr_session *s, const struct ini_task *t)
+{
+    if (t->want_conn >= 0 && (unsigned)t->want_conn < s->nconns &&
+        s->conns[t->want_conn]->state == ICS_FFP)
+        return s->conns[t->want_conn];
     struct ini_conn *best = NULL;
     unsigned n = s->nconns;
     for (unsigned k = 0; k < n; k++) {
@@ -73,23 +81,22 @@ void ini_session_kick(struct lr_session *s)
 {
     if (!s->logged_in || s->logging_out || s->destroyed)
         return;
-    struct list_node *n;
     /* Commands that already own a CmdSN go first: the target's window waits for them. */
     while (!list_empty(&s->resendq)) {
-        struct ini_conn *c = pick_conn(s);
+        struct ini_task *t = list_entry(s->resendq.next, struct ini_task, node);
+        struct ini_conn *c = pick_conn(s, t);
         if (!c)
             break;
-        n = list_pop(&s->resendq);
-        struct ini_task *t = list_entry(n, struct ini_task, node);
+        list_del(&t->node);
         t->state = ITS_ACTIVE;
         ini_task_send(c, t);
     }
     while (!list_empty(&s->waitq) && sn_le(s->cmdsn, s->maxcmdsn)) {
-        struct ini_conn *c = pick_conn(s);
+        struct ini_task *t = list_entry(s->waitq.next, struct ini_task, node);
+        struct ini_conn *c = pick_conn(s, t);
         if (!c)
             break;
-        n = list_pop(&s->waitq);
-        struct ini_task *t = list_entry(n, struct ini_task, node);
+        list_del(&t->node);
         t->cmdsn = s->cmdsn++;
         t->has_cmdsn = true;
         t->state = ITS_ACTIVE;
@@ -109,6 +116,7 @@ bool conns_any_up(const struct lr_session *s)
 
 void ini_task_complete(struct lr_session *s, struct ini_task *t, struct lr_result *res)
 {
+    res->conn = t->conn ? (int)t->conn->idx : -1;
     if (t->state == ITS_ACTIVE && t->conn)
         t->conn->outstanding--;
     lr_done_fn done = t->done;
@@ -141,6 +149,8 @@ int lr_scsi(struct lr_session *s, const uint8_t *cdb, unsigned cdb_len, enum lr_
     t->done = done;
     t->arg = arg;
     t->deadline_ms = reactor_now_ms() + s->o.cmd_timeout_ms;
+    t->want_conn = s->next_conn;
+    s->next_conn = -1;
     t->state = ITS_WAITING;
     s->inflight++;
     list_add_tail(&s->waitq, &t->node);

@@ -90,6 +90,7 @@ struct lr_session *lr_session_create(struct reactor *r, const struct lr_session_
     }
     for (uint32_t i = 0; i < s->ntasks; i++)
         s->free_idx[s->nfree++] = s->ntasks - 1 - i;
+    s->next_conn = -1;
     list_init(&s->waitq);
     list_init(&s->resendq);
     iscsi_text_init(&s->disc_text);
