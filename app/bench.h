@@ -68,7 +68,7 @@ void worker_post_verify(struct worker *w);
 void worker_post_logout(struct worker *w);
 void worker_stop(struct worker *w);
 /* Results of the last step. */
-const char *worker_error(const struct worker *w);          /* NULL when fine */
+const char *worker_error(const struct worker *w); /* NULL when fine */
 uint32_t worker_conns_up(const struct worker *w);
 uint32_t worker_conns_granted(const struct worker *w);
 bool worker_digests(const struct worker *w);

@@ -134,10 +134,18 @@ static int parse_opts(int argc, char **argv, struct bench_opts *o)
     int c;
     while ((c = getopt_long(argc, argv, "", longs, NULL)) != -1) {
         switch (c) {
-        case 's': sizes = optarg; break;
-        case 'r': rws = optarg; break;
-        case 'd': digests = optarg; break;
-        case 'c': conns = optarg; break;
+        case 's':
+            sizes = optarg;
+            break;
+        case 'r':
+            rws = optarg;
+            break;
+        case 'd':
+            digests = optarg;
+            break;
+        case 'c':
+            conns = optarg;
+            break;
         case 'S':
             if (parse_uint(optarg, 256, &v) < 0)
                 goto bad;
@@ -155,7 +163,9 @@ static int parse_opts(int argc, char **argv, struct bench_opts *o)
                 goto bad;
             break;
         }
-        case 'v': o->verify = true; break;
+        case 'v':
+            o->verify = true;
+            break;
         case 'f':
             if (!strcmp(optarg, "table"))
                 o->fmt = FMT_TABLE;
@@ -166,14 +176,20 @@ static int parse_opts(int argc, char **argv, struct bench_opts *o)
             else
                 goto bad;
             break;
-        case 'g': o->svg = optarg; break;
+        case 'g':
+            o->svg = optarg;
+            break;
         case 'p':
             if (parse_uint(optarg, 1u << 30, &v) < 0)
                 goto bad;
             o->target_pid = (pid_t)v;
             break;
-        case 'h': usage(stdout); exit(0);
-        default: usage(stderr); return -1;
+        case 'h':
+            usage(stdout);
+            exit(0);
+        default:
+            usage(stderr);
+            return -1;
         }
         continue;
     bad:
@@ -381,8 +397,8 @@ static void run_cell(struct run *R, struct bench_cell *cell, unsigned idx, unsig
     cell->ini_us_per_kb = kb > 0 ? (c1 - c0) / kb : NAN;
     cell->tgt_us_per_kb = kb > 0 && !isnan(t0) && !isnan(t1) ? (t1 - t0) / kb : NAN;
     if (up < cell->conns)
-        fprintf(stderr, "linerate-bench: %u of %u connections left at the end of the cell\n",
-                up, cell->conns);
+        fprintf(stderr, "linerate-bench: %u of %u connections left at the end of the cell\n", up,
+                cell->conns);
     if (errors)
         fprintf(stderr, "linerate-bench: %llu commands failed in this cell\n",
                 (unsigned long long)errors);
@@ -458,8 +474,9 @@ static int run_verify(struct run *R)
         }
     }
     if (!bad)
-        fprintf(stderr, "linerate-bench: verify passed: %llu blocks written and read back "
-                        "(%llu chunks read over another connection than they were written on)\n",
+        fprintf(stderr,
+                "linerate-bench: verify passed: %llu blocks written and read back "
+                "(%llu chunks read over another connection than they were written on)\n",
                 (unsigned long long)blocks, (unsigned long long)cross);
     return bad;
 }
@@ -474,8 +491,10 @@ int main(int argc, char **argv)
     if (!o.target_pid) {
         o.target_pid = find_local_target(&o.url);
         if (o.target_pid)
-            fprintf(stderr, "linerate-bench: target CPU from pid %d (listens on port %u; "
-                            "--target-pid overrides)\n", (int)o.target_pid, o.url.port);
+            fprintf(stderr,
+                    "linerate-bench: target CPU from pid %d (listens on port %u; "
+                    "--target-pid overrides)\n",
+                    (int)o.target_pid, o.url.port);
     }
     unsigned total = total_cells(&o);
     struct bench_cell *cells = calloc(total, sizeof(*cells));
@@ -513,8 +532,10 @@ int main(int argc, char **argv)
             uint32_t bs = worker_block_size(R.w[0]);
             for (unsigned k = base; k < idx; k++) {
                 if (cells[k].size % bs) {
-                    fprintf(stderr, "linerate-bench: skipping %u-byte cells: the LUN's block "
-                                    "size is %u\n", cells[k].size, bs);
+                    fprintf(stderr,
+                            "linerate-bench: skipping %u-byte cells: the LUN's block "
+                            "size is %u\n",
+                            cells[k].size, bs);
                     continue;
                 }
                 double left = (double)(total - k) * o.seconds;

@@ -38,8 +38,8 @@ static void report_csv(const struct bench_cell *cells, unsigned n)
            "initiator_us_per_kb,target_us_per_kb\n");
     for (unsigned i = 0; i < n; i++) {
         const struct bench_cell *c = &cells[i];
-        printf("%u,%s,%s,%u,%u,", c->size, bench_rw_name(c->rw), c->digest ? "on" : "off",
-               c->conns, c->qd);
+        printf("%u,%s,%s,%u,%u,", c->size, bench_rw_name(c->rw), c->digest ? "on" : "off", c->conns,
+               c->qd);
         num(stdout, c->mb_per_s, "%.2f", "");
         putchar(',');
         num(stdout, c->iops, "%.0f", "");
@@ -62,8 +62,8 @@ static void report_json(const struct bench_cell *cells, unsigned n)
         const struct bench_cell *c = &cells[i];
         printf("  {\"size\": %u, \"rw\": \"%s\", \"digest\": \"%s\", \"connections\": %u, "
                "\"connections_asked\": %u, \"qd\": %u, \"mb_per_s\": ",
-               c->size, bench_rw_name(c->rw), c->digest ? "on" : "off", c->conns,
-               c->conns_asked, c->qd);
+               c->size, bench_rw_name(c->rw), c->digest ? "on" : "off", c->conns, c->conns_asked,
+               c->qd);
         num(stdout, c->mb_per_s, "%.2f", "null");
         printf(", \"iops\": ");
         num(stdout, c->iops, "%.0f", "null");
@@ -121,15 +121,15 @@ static const struct bench_cell *find(const struct bench_cell *cells, unsigned n,
     return NULL;
 }
 
-static void report_table(const struct bench_opts *o, const struct bench_cell *cells,
-                         unsigned n)
+static void report_table(const struct bench_opts *o, const struct bench_cell *cells, unsigned n)
 {
     struct config cf[2 * BENCH_MAX_LIST];
     unsigned ncf = configs(cells, n, cf, 2 * BENCH_MAX_LIST);
     printf("%-14s", "Test");
     for (unsigned j = 0; j < ncf; j++)
-        printf(" %-14s", cf[j].digest ? "digest on"
-                         : cf[j].digest_asked ? "digest refused" : "digest off");
+        printf(" %-14s", cf[j].digest         ? "digest on"
+                         : cf[j].digest_asked ? "digest refused"
+                                              : "digest off");
     printf("\n%-14s", "");
     for (unsigned j = 0; j < ncf; j++) {
         char b[32];
@@ -181,9 +181,15 @@ static void report_table(const struct bench_opts *o, const struct bench_cell *ce
 void bench_report(const struct bench_opts *o, const struct bench_cell *cells, unsigned n)
 {
     switch (o->fmt) {
-    case FMT_CSV: report_csv(cells, n); break;
-    case FMT_JSON: report_json(cells, n); break;
-    case FMT_TABLE: report_table(o, cells, n); break;
+    case FMT_CSV:
+        report_csv(cells, n);
+        break;
+    case FMT_JSON:
+        report_json(cells, n);
+        break;
+    case FMT_TABLE:
+        report_table(o, cells, n);
+        break;
     }
     fflush(stdout);
 }
@@ -229,23 +235,27 @@ int bench_svg(const char *path, const struct bench_opts *o, const struct bench_c
         lx1 = lx0 + 1;
 #define X(sz) (L + (log2((double)(sz)) - lx0) / (lx1 - lx0) * pw)
 #define Y(v) (T + ph - (v) / ymax * ph)
-    fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" "
-               "font-family=\"sans-serif\" font-size=\"12\">\n", W, H);
+    fprintf(f,
+            "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" "
+            "font-family=\"sans-serif\" font-size=\"12\">\n",
+            W, H);
     fprintf(f, "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n");
-    fprintf(f, "<text x=\"%.0f\" y=\"24\" font-size=\"16\" text-anchor=\"middle\">linerate-bench: "
-               "%s/%llu, qd %u, %u session%s</text>\n",
+    fprintf(f,
+            "<text x=\"%.0f\" y=\"24\" font-size=\"16\" text-anchor=\"middle\">linerate-bench: "
+            "%s/%llu, qd %u, %u session%s</text>\n",
             L + pw / 2, o->url.target, (unsigned long long)o->url.lun, o->qd, o->sessions,
             o->sessions == 1 ? "" : "s");
     /* axes, grid and ticks */
-    fprintf(f, "<g stroke=\"#000\" fill=\"none\"><line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" "
-               "y2=\"%.1f\"/><line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\"/></g>\n",
+    fprintf(f,
+            "<g stroke=\"#000\" fill=\"none\"><line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" "
+            "y2=\"%.1f\"/><line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\"/></g>\n",
             L, T + ph, L + pw, T + ph, L, T, L, T + ph);
     for (int k = 0; k <= 5; k++) {
         double v = ymax * k / 5, y = Y(v);
-        fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#ddd\"/>\n",
-                L, y, L + pw, y);
-        fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">%.0f</text>\n", L - 6,
-                y + 4, v);
+        fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#ddd\"/>\n", L,
+                y, L + pw, y);
+        fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">%.0f</text>\n", L - 6, y + 4,
+                v);
     }
     for (unsigned s = 0; s < o->nsizes; s++) {
         char sz[16];
@@ -253,13 +263,17 @@ int bench_svg(const char *path, const struct bench_opts *o, const struct bench_c
         double x = X(o->sizes[s]);
         fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#000\"/>\n", x,
                 T + ph, x, T + ph + 5);
-        fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">%s</text>\n", x,
-                T + ph + 20, sz);
+        fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">%s</text>\n", x, T + ph + 20,
+                sz);
     }
-    fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">block size (bytes, log "
-               "scale)</text>\n", L + pw / 2, H - 20);
-    fprintf(f, "<text x=\"20\" y=\"%.1f\" text-anchor=\"middle\" transform=\"rotate(-90 20 "
-               "%.1f)\">MB/s</text>\n", T + ph / 2, T + ph / 2);
+    fprintf(f,
+            "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">block size (bytes, log "
+            "scale)</text>\n",
+            L + pw / 2, H - 20);
+    fprintf(f,
+            "<text x=\"20\" y=\"%.1f\" text-anchor=\"middle\" transform=\"rotate(-90 20 "
+            "%.1f)\">MB/s</text>\n",
+            T + ph / 2, T + ph / 2);
     /* one line per configuration and op */
     struct config cf[2 * BENCH_MAX_LIST];
     unsigned ncf = configs(cells, n, cf, 2 * BENCH_MAX_LIST), line = 0;
@@ -267,8 +281,10 @@ int bench_svg(const char *path, const struct bench_opts *o, const struct bench_c
         for (unsigned r = 0; r < o->nrws; r++, line++) {
             const char *color = palette[line % (sizeof(palette) / sizeof(palette[0]))];
             const char *dash = o->rws[r] == RW_WRITE || o->rws[r] == RW_RANDWRITE ? "6,3" : "";
-            fprintf(f, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"2\" "
-                       "stroke-dasharray=\"%s\" points=\"", color, dash);
+            fprintf(f,
+                    "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"2\" "
+                    "stroke-dasharray=\"%s\" points=\"",
+                    color, dash);
             for (unsigned s = 0; s < o->nsizes; s++) {
                 const struct bench_cell *c = find(cells, n, &cf[j], o->sizes[s], o->rws[r]);
                 if (c && !isnan(c->mb_per_s))
@@ -282,14 +298,18 @@ int bench_svg(const char *path, const struct bench_opts *o, const struct bench_c
                             X(c->size), Y(c->mb_per_s), color);
             }
             double ly = T + 10 + line * 20;
-            fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"%s\" "
-                       "stroke-width=\"2\" stroke-dasharray=\"%s\"/>\n",
+            fprintf(f,
+                    "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"%s\" "
+                    "stroke-width=\"2\" stroke-dasharray=\"%s\"/>\n",
                     L + pw + 20, ly, L + pw + 50, ly, color, dash);
             char conns[32];
             conn_label(&cf[j], conns, sizeof(conns));
             fprintf(f, "<text x=\"%.1f\" y=\"%.1f\">%s, digest %s, %s</text>\n", L + pw + 56,
                     ly + 4, bench_rw_name(o->rws[r]),
-                    cf[j].digest ? "on" : cf[j].digest_asked ? "refused" : "off", conns);
+                    cf[j].digest         ? "on"
+                    : cf[j].digest_asked ? "refused"
+                                         : "off",
+                    conns);
         }
     fprintf(f, "</svg>\n");
 #undef X

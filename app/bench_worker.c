@@ -276,11 +276,11 @@ static void on_io(void *arg, const struct lr_result *res)
         if (!w->lost_reported) {
             struct lr_session_info info;
             lr_session_get_info(w->s, &info);
-            fprintf(stderr, "linerate-bench: session %d: command failed (%s%s%s); %u connection%s"
-                            " still logged in\n",
-                    w->id, lr_err_name(res->err), res->what ? ": " : "",
-                    res->what ? res->what : "", info.connections_up,
-                    info.connections_up == 1 ? "" : "s");
+            fprintf(stderr,
+                    "linerate-bench: session %d: command failed (%s%s%s); %u connection%s"
+                    " still logged in\n",
+                    w->id, lr_err_name(res->err), res->what ? ": " : "", res->what ? res->what : "",
+                    info.connections_up, info.connections_up == 1 ? "" : "s");
             w->lost_reported = true;
         }
         struct lr_session_info info;

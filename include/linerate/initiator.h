@@ -17,14 +17,14 @@ struct lr_session;
  * mean the command never completed on the target as far as we know. */
 enum lr_err {
     LR_OK = 0,
-    LR_SCSI_STATUS,     /* SCSI status other than GOOD (CHECK CONDITION: sense filled in) */
-    LR_ERR_LOGIN,       /* login refused: login_status = class << 8 | detail */
-    LR_ERR_CONN_LOST,   /* the connection carrying the task was lost */
-    LR_ERR_TIMEOUT,     /* no answer within the command timeout */
-    LR_ERR_PROTOCOL,    /* the target broke the protocol (bad PDU, digest error, Reject) */
-    LR_ERR_NO_CONN,     /* the session has no connection left */
-    LR_ERR_IO,          /* socket error (connect refused, ...) */
-    LR_ERR_ABORTED,     /* session torn down while the task waited */
+    LR_SCSI_STATUS,   /* SCSI status other than GOOD (CHECK CONDITION: sense filled in) */
+    LR_ERR_LOGIN,     /* login refused: login_status = class << 8 | detail */
+    LR_ERR_CONN_LOST, /* the connection carrying the task was lost */
+    LR_ERR_TIMEOUT,   /* no answer within the command timeout */
+    LR_ERR_PROTOCOL,  /* the target broke the protocol (bad PDU, digest error, Reject) */
+    LR_ERR_NO_CONN,   /* the session has no connection left */
+    LR_ERR_IO,        /* socket error (connect refused, ...) */
+    LR_ERR_ABORTED,   /* session torn down while the task waited */
 };
 
 const char *lr_err_name(enum lr_err e);
@@ -37,8 +37,8 @@ struct lr_result {
     uint32_t residual;     /* underflow (positive) residual count */
     uint32_t sense_len;
     uint8_t sense[LR_SENSE_MAX];
-    const char *what;      /* short human description of the error, static string */
-    int conn;              /* index of the connection the task ran on, -1 if none */
+    const char *what; /* short human description of the error, static string */
+    int conn;         /* index of the connection the task ran on, -1 if none */
 };
 
 typedef void (*lr_done_fn)(void *arg, const struct lr_result *res);
@@ -53,22 +53,22 @@ struct lr_url {
 int lr_url_parse(const char *s, struct lr_url *u);
 
 struct lr_session_opts {
-    const char *initiator_name;   /* default iqn.2026-01.org.linerate:bench */
+    const char *initiator_name; /* default iqn.2026-01.org.linerate:bench */
     const char *host;
-    uint16_t port;                /* default 3260 */
-    const char *target_name;      /* NULL for a discovery session */
+    uint16_t port;           /* default 3260 */
+    const char *target_name; /* NULL for a discovery session */
     uint64_t lun;
-    bool header_digest;           /* ask for CRC32C; the target may refuse */
+    bool header_digest; /* ask for CRC32C; the target may refuse */
     bool data_digest;
-    uint32_t connections;         /* MC/S connections wanted (asks MaxConnections=N) */
-    uint32_t max_recv_dsl;        /* what we accept per PDU (default 256 KiB) */
-    uint32_t max_burst;           /* default 256 KiB */
-    uint32_t first_burst;         /* default 64 KiB */
-    bool no_immediate_data;       /* ask ImmediateData=No */
-    bool initial_r2t;             /* ask InitialR2T=Yes */
-    uint32_t cmd_timeout_ms;      /* default 30000; 0 = default */
-    uint32_t login_timeout_ms;    /* default 10000 */
-    uint32_t max_tasks;           /* task slots (outstanding + queued); default 1024 */
+    uint32_t connections;      /* MC/S connections wanted (asks MaxConnections=N) */
+    uint32_t max_recv_dsl;     /* what we accept per PDU (default 256 KiB) */
+    uint32_t max_burst;        /* default 256 KiB */
+    uint32_t first_burst;      /* default 64 KiB */
+    bool no_immediate_data;    /* ask ImmediateData=No */
+    bool initial_r2t;          /* ask InitialR2T=Yes */
+    uint32_t cmd_timeout_ms;   /* default 30000; 0 = default */
+    uint32_t login_timeout_ms; /* default 10000 */
+    uint32_t max_tasks;        /* task slots (outstanding + queued); default 1024 */
 };
 
 /* The negotiated outcome, for reports. */
@@ -99,8 +99,8 @@ void lr_session_get_info(const struct lr_session *s, struct lr_session_info *inf
 /* SCSI commands. buf must stay valid until done() runs. Returns 0, or -1 when the session
  * cannot take the task (no slot left, no connection). */
 enum lr_dir { LR_DIR_NONE, LR_DIR_READ, LR_DIR_WRITE };
-int lr_scsi(struct lr_session *s, const uint8_t *cdb, unsigned cdb_len, enum lr_dir dir,
-            void *buf, uint32_t len, lr_done_fn done, void *arg);
+int lr_scsi(struct lr_session *s, const uint8_t *cdb, unsigned cdb_len, enum lr_dir dir, void *buf,
+            uint32_t len, lr_done_fn done, void *arg);
 /* READ/WRITE (10), or (16) when the LBA or the block count does not fit. */
 int lr_read(struct lr_session *s, uint64_t lba, uint32_t blocks, uint32_t block_size, void *buf,
             lr_done_fn done, void *arg);

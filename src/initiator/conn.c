@@ -443,9 +443,8 @@ static void conn_io(void *arg, uint32_t events)
         struct sockaddr_storage ss;
         socklen_t sl = sizeof(ss);
         if (getsockname(c->fd, (struct sockaddr *)&ss, &sl) == 0)
-            c->local_port = ntohs(ss.ss_family == AF_INET6
-                                      ? ((struct sockaddr_in6 *)&ss)->sin6_port
-                                      : ((struct sockaddr_in *)&ss)->sin_port);
+            c->local_port = ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
+                                                           : ((struct sockaddr_in *)&ss)->sin_port);
         c->state = ICS_LOGIN;
         c->want_out = false;
         reactor_fd_mod(c->s->r, &c->rfd, EPOLLIN);

@@ -177,15 +177,24 @@ int lr_url_parse(const char *s, struct lr_url *u)
 const char *lr_err_name(enum lr_err e)
 {
     switch (e) {
-    case LR_OK: return "ok";
-    case LR_SCSI_STATUS: return "SCSI status";
-    case LR_ERR_LOGIN: return "login refused";
-    case LR_ERR_CONN_LOST: return "connection lost";
-    case LR_ERR_TIMEOUT: return "timeout";
-    case LR_ERR_PROTOCOL: return "protocol error";
-    case LR_ERR_NO_CONN: return "no connection";
-    case LR_ERR_IO: return "I/O error";
-    case LR_ERR_ABORTED: return "aborted";
+    case LR_OK:
+        return "ok";
+    case LR_SCSI_STATUS:
+        return "SCSI status";
+    case LR_ERR_LOGIN:
+        return "login refused";
+    case LR_ERR_CONN_LOST:
+        return "connection lost";
+    case LR_ERR_TIMEOUT:
+        return "timeout";
+    case LR_ERR_PROTOCOL:
+        return "protocol error";
+    case LR_ERR_NO_CONN:
+        return "no connection";
+    case LR_ERR_IO:
+        return "I/O error";
+    case LR_ERR_ABORTED:
+        return "aborted";
     }
     return "?";
 }

@@ -33,7 +33,7 @@ struct ini_login {
     uint32_t itt, cmdsn, expstatsn;
     uint32_t exp_cmdsn, max_cmdsn; /* from the last response */
     unsigned rounds;
-    uint16_t status;               /* login status class << 8 | detail on failure */
+    uint16_t status; /* login status class << 8 | detail on failure */
     const char *why;
 };
 
@@ -58,12 +58,12 @@ struct lr_session;
 struct ini_txpdu {
     struct list_node node;
     uint8_t hdr[ISCSI_BHS_LEN + ISCSI_DIGEST_LEN];
-    uint8_t trailer[8];       /* pad (0..3) + data digest */
+    uint8_t trailer[8]; /* pad (0..3) + data digest */
     uint8_t hdr_len, trailer_len;
     const uint8_t *data;
     uint32_t data_len;
-    void *owned;              /* freed once sent (login/text payloads) */
-    struct ini_task *cmd_of;  /* this PDU is the SCSI Command of that task */
+    void *owned;             /* freed once sent (login/text payloads) */
+    struct ini_task *cmd_of; /* this PDU is the SCSI Command of that task */
 };
 
 enum ini_conn_state {
@@ -95,7 +95,7 @@ struct ini_conn {
     uint32_t outstanding; /* tasks allegiant to this connection */
 
     struct list_node txq, txfree;
-    uint32_t tx_off;      /* bytes of the head PDU already written */
+    uint32_t tx_off; /* bytes of the head PDU already written */
     uint64_t tx_bytes, rx_bytes;
 
     uint8_t *rxbuf;
@@ -141,13 +141,13 @@ struct ini_task {
     uint8_t *buf;
     uint32_t len;
     uint32_t cmdsn;
-    bool has_cmdsn;        /* CmdSN assigned (it must reach the target to keep the window going) */
-    bool cmd_sent;         /* the SCSI Command PDU is entirely in the socket */
+    bool has_cmdsn; /* CmdSN assigned (it must reach the target to keep the window going) */
+    bool cmd_sent;  /* the SCSI Command PDU is entirely in the socket */
     bool digest_bad;
     uint32_t exp_datasn;
-    uint32_t data_in;      /* bytes received */
+    uint32_t data_in; /* bytes received */
     uint64_t deadline_ms;
-    int want_conn;         /* preferred connection index, -1 for any */
+    int want_conn; /* preferred connection index, -1 for any */
     lr_done_fn done;
     void *arg;
     struct list_node node; /* session wait queue */

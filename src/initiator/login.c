@@ -114,8 +114,8 @@ enum ini_login_step ini_login_rx(struct ini_login *l, const struct iscsi_bhs *rs
         login_fail(l, ISCSI_LOGIN_INITIATOR_ERROR, "login does not converge");
         return ILSTEP_FAILED;
     }
-    enum iscsi_stage csg = l->state == ILS_SECURITY ? ISCSI_STAGE_SECURITY
-                                                    : ISCSI_STAGE_OPERATIONAL;
+    enum iscsi_stage csg =
+        l->state == ILS_SECURITY ? ISCSI_STAGE_SECURITY : ISCSI_STAGE_OPERATIONAL;
     if (ISCSI_LOGIN_CSG(flags) != (unsigned)csg) {
         login_fail(l, ISCSI_LOGIN_INITIATOR_ERROR, "login response for another stage");
         return ILSTEP_FAILED;
@@ -159,8 +159,8 @@ enum ini_login_step ini_login_rx(struct ini_login *l, const struct iscsi_bhs *rs
         login_fail(l, ISCSI_LOGIN_INITIATOR_ERROR, "login text overflow");
         return ILSTEP_FAILED;
     }
-    enum iscsi_stage nsg = csg == ISCSI_STAGE_SECURITY ? ISCSI_STAGE_OPERATIONAL
-                                                       : ISCSI_STAGE_FULL_FEATURE;
+    enum iscsi_stage nsg =
+        csg == ISCSI_STAGE_SECURITY ? ISCSI_STAGE_OPERATIONAL : ISCSI_STAGE_FULL_FEATURE;
     login_build(l, req, true, csg, nsg);
     return ILSTEP_SEND;
 }

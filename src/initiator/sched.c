@@ -130,8 +130,8 @@ void ini_task_complete(struct lr_session *s, struct ini_task *t, struct lr_resul
         done(arg, res);
 }
 
-int lr_scsi(struct lr_session *s, const uint8_t *cdb, unsigned cdb_len, enum lr_dir dir,
-            void *buf, uint32_t len, lr_done_fn done, void *arg)
+int lr_scsi(struct lr_session *s, const uint8_t *cdb, unsigned cdb_len, enum lr_dir dir, void *buf,
+            uint32_t len, lr_done_fn done, void *arg)
 {
     if (!s->logged_in || s->logging_out || s->destroyed || !s->nfree || cdb_len > 16 ||
         !conns_any_up(s))
@@ -255,8 +255,8 @@ static int readcap_issue(struct readcap_ctx *x)
         put_be32(cdb + 10, sizeof(x->buf));
         len = 16;
     }
-    return lr_scsi(x->s, cdb, len, LR_DIR_READ, x->buf, x->rc10 ? 8 : sizeof(x->buf),
-                   readcap_done, x);
+    return lr_scsi(x->s, cdb, len, LR_DIR_READ, x->buf, x->rc10 ? 8 : sizeof(x->buf), readcap_done,
+                   x);
 }
 
 int lr_read_capacity(struct lr_session *s, lr_capacity_fn done, void *arg)

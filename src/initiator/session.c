@@ -239,9 +239,8 @@ void ini_session_conn_connected(struct ini_conn *c)
 {
     struct lr_session *s = c->s;
     bool leading = c->idx == 0;
-    ini_login_init(&c->login, &s->local, leading, s->discovery, s->initiator_name,
-                   s->target_name, s->isid, leading ? 0 : s->tsih, c->cid,
-                   INI_LOGIN_ITT + c->idx, s->cmdsn);
+    ini_login_init(&c->login, &s->local, leading, s->discovery, s->initiator_name, s->target_name,
+                   s->isid, leading ? 0 : s->tsih, c->cid, INI_LOGIN_ITT + c->idx, s->cmdsn);
     c->login_active = true;
     struct iscsi_bhs req;
     if (ini_login_start(&c->login, &req) < 0) {
@@ -276,7 +275,8 @@ static void conn_logged_in(struct ini_conn *c)
         unsigned n = want < s->granted ? want : s->granted;
         if (want > 1 && n < want)
             LOG_WARN("initiator: target granted MaxConnections=%u of %u asked: using %u "
-                     "connection%s", s->granted, want, n, n == 1 ? "" : "s");
+                     "connection%s",
+                     s->granted, want, n, n == 1 ? "" : "s");
         for (unsigned i = 1; i < n; i++) {
             s->nlogins_pending++;
             if (!session_add_conn(s))
@@ -296,8 +296,8 @@ void ini_session_login_rx(struct ini_conn *c, const uint8_t *hdr, const uint8_t 
                           uint32_t dlen)
 {
     struct iscsi_bhs req;
-    enum ini_login_step st = ini_login_rx(&c->login, (const struct iscsi_bhs *)hdr, data, dlen,
-                                          &req);
+    enum ini_login_step st =
+        ini_login_rx(&c->login, (const struct iscsi_bhs *)hdr, data, dlen, &req);
     switch (st) {
     case ILSTEP_SEND:
         send_login_pdu(c, &req);
@@ -323,9 +323,8 @@ static void conn_login_lost(struct ini_conn *c)
     if (s->destroyed)
         return;
     if (c->idx == 0) {
-        struct lr_result r = {.err = status ? LR_ERR_LOGIN : LR_ERR_IO,
-                              .login_status = status,
-                              .what = c->fail_why};
+        struct lr_result r = {
+            .err = status ? LR_ERR_LOGIN : LR_ERR_IO, .login_status = status, .what = c->fail_why};
         if (c->fail_why && strstr(c->fail_why, "timed out"))
             r.err = LR_ERR_TIMEOUT;
         s->login_res = r;
@@ -333,8 +332,8 @@ static void conn_login_lost(struct ini_conn *c)
         return;
     }
     if (status)
-        LOG_WARN("initiator: connection %u login refused: status %u/%u (%s)", c->idx,
-                 status >> 8, status & 0xff, c->fail_why);
+        LOG_WARN("initiator: connection %u login refused: status %u/%u (%s)", c->idx, status >> 8,
+                 status & 0xff, c->fail_why);
     else
         LOG_WARN("initiator: connection %u login failed: %s", c->idx, c->fail_why);
     if (s->nlogins_pending && --s->nlogins_pending == 0)

@@ -164,8 +164,8 @@ static void task_status(struct ini_conn *c, struct ini_task *t, const uint8_t *h
     ini_task_complete(c->s, t, &r);
 }
 
-static void rx_data_in(struct ini_conn *c, const uint8_t *hdr, const uint8_t *data,
-                       uint32_t dlen, bool dd_ok)
+static void rx_data_in(struct ini_conn *c, const uint8_t *hdr, const uint8_t *data, uint32_t dlen,
+                       bool dd_ok)
 {
     struct ini_task *t = ini_task_lookup(c->s, get_be32(hdr + BHS_ITT));
     if (!t || t->conn != c) {
@@ -197,8 +197,8 @@ static void rx_data_in(struct ini_conn *c, const uint8_t *hdr, const uint8_t *da
     }
 }
 
-static void rx_scsi_rsp(struct ini_conn *c, const uint8_t *hdr, const uint8_t *data,
-                        uint32_t dlen, bool dd_ok)
+static void rx_scsi_rsp(struct ini_conn *c, const uint8_t *hdr, const uint8_t *data, uint32_t dlen,
+                        bool dd_ok)
 {
     struct ini_task *t = ini_task_lookup(c->s, get_be32(hdr + BHS_ITT));
     if (!t || t->conn != c) {
@@ -231,8 +231,7 @@ static void rx_r2t(struct ini_conn *c, const uint8_t *hdr)
     data_out(c, t, get_be32(hdr + BHS_TTT), off, len);
 }
 
-static void rx_nop_in(struct ini_conn *c, const uint8_t *hdr, const uint8_t *data,
-                      uint32_t dlen)
+static void rx_nop_in(struct ini_conn *c, const uint8_t *hdr, const uint8_t *data, uint32_t dlen)
 {
     uint32_t ttt = get_be32(hdr + BHS_TTT);
     if (ttt == ISCSI_RSVD_TAG)
@@ -284,8 +283,7 @@ void ini_rx_ffp(struct ini_conn *c, const uint8_t *hdr, const uint8_t *data, uin
 {
     enum iscsi_opcode op = (enum iscsi_opcode)(hdr[0] & ISCSI_OPCODE_MASK);
     if (op != ISCSI_OP_LOGIN_RSP) {
-        ini_session_update_window(c->s, get_be32(hdr + BHS_EXPCMDSN),
-                                  get_be32(hdr + BHS_MAXCMDSN));
+        ini_session_update_window(c->s, get_be32(hdr + BHS_EXPCMDSN), get_be32(hdr + BHS_MAXCMDSN));
         if (pdu_has_statsn(op, hdr)) {
             uint32_t statsn = get_be32(hdr + BHS_STATSN);
             if (sn_le(c->expstatsn, statsn))

@@ -63,8 +63,8 @@ static void test_login_leading_full(void **state)
     struct iscsi_bhs req, rsp;
     assert_int_equal(ini_login_start(&l, &req), 0);
     assert_int_equal(req.b[0], ISCSI_OP_LOGIN_REQ | ISCSI_BHS_IMMEDIATE);
-    assert_int_equal(req.b[1], ISCSI_LOGIN_TRANSIT | (ISCSI_STAGE_SECURITY << 2) |
-                                   ISCSI_STAGE_OPERATIONAL);
+    assert_int_equal(req.b[1],
+                     ISCSI_LOGIN_TRANSIT | (ISCSI_STAGE_SECURITY << 2) | ISCSI_STAGE_OPERATIONAL);
     assert_memory_equal(req.b + BHS_ISID, isid, 6);
     assert_int_equal(get_be16(req.b + BHS_TSIH), 0);
     assert_true(text_has(&l.tx, "InitiatorName=iqn.2026-01.org.linerate:test"));
@@ -77,8 +77,7 @@ static void test_login_leading_full(void **state)
     static const char sec[] = "TargetPortalGroupTag=1\0AuthMethod=None";
     login_rsp(&rsp, ISCSI_LOGIN_TRANSIT | (ISCSI_STAGE_SECURITY << 2) | ISCSI_STAGE_OPERATIONAL,
               0x80000000u, 0, 0);
-    assert_int_equal(ini_login_rx(&l, &rsp, (const uint8_t *)sec, sizeof(sec), &req),
-                     ILSTEP_SEND);
+    assert_int_equal(ini_login_rx(&l, &rsp, (const uint8_t *)sec, sizeof(sec), &req), ILSTEP_SEND);
     assert_int_equal(l.state, ILS_OPERATIONAL);
     assert_int_equal(req.b[1], ISCSI_LOGIN_TRANSIT | (ISCSI_STAGE_OPERATIONAL << 2) |
                                    ISCSI_STAGE_FULL_FEATURE);
@@ -96,10 +95,9 @@ static void test_login_leading_full(void **state)
                              "DefaultTime2Retain=20\0MaxOutstandingR2T=1\0DataPDUInOrder=Yes\0"
                              "DataSequenceInOrder=Yes\0ErrorRecoveryLevel=0\0"
                              "MaxRecvDataSegmentLength=65536";
-    login_rsp(&rsp, ISCSI_LOGIN_TRANSIT | (ISCSI_STAGE_OPERATIONAL << 2) |
-                        ISCSI_STAGE_FULL_FEATURE, 0x80000000u, 9, 0);
-    assert_int_equal(ini_login_rx(&l, &rsp, (const uint8_t *)op, sizeof(op), &req),
-                     ILSTEP_DONE);
+    login_rsp(&rsp, ISCSI_LOGIN_TRANSIT | (ISCSI_STAGE_OPERATIONAL << 2) | ISCSI_STAGE_FULL_FEATURE,
+              0x80000000u, 9, 0);
+    assert_int_equal(ini_login_rx(&l, &rsp, (const uint8_t *)op, sizeof(op), &req), ILSTEP_DONE);
     assert_int_equal(l.tsih, 9);
     struct iscsi_params res;
     iscsi_neg_result(&l.neg, &res);
@@ -118,8 +116,8 @@ static void test_login_refused(void **state)
     struct iscsi_params local;
     local_params(&local, 1);
     struct ini_login l;
-    ini_login_init(&l, &local, true, false, "iqn.2026-01.org.linerate:test", "iqn.x:nope", isid,
-                   0, 0, 0x80000000u, 1);
+    ini_login_init(&l, &local, true, false, "iqn.2026-01.org.linerate:test", "iqn.x:nope", isid, 0,
+                   0, 0x80000000u, 1);
     struct iscsi_bhs req, rsp;
     ini_login_start(&l, &req);
     login_rsp(&rsp, 0, 0x80000000u, 0, ISCSI_LOGIN_NOT_FOUND);
@@ -135,8 +133,8 @@ static void test_login_continuation_and_non_leading(void **state)
     struct iscsi_params local;
     local_params(&local, 4);
     struct ini_login l;
-    ini_login_init(&l, &local, false, false, "iqn.2026-01.org.linerate:test", "iqn.x:t", isid, 9,
-                   3, 0x80000003u, 17);
+    ini_login_init(&l, &local, false, false, "iqn.2026-01.org.linerate:test", "iqn.x:t", isid, 9, 3,
+                   0x80000003u, 17);
     struct iscsi_bhs req, rsp;
     ini_login_start(&l, &req);
     assert_false(text_has(&l.tx, "SessionType=Normal")); /* leading-only key */
@@ -186,8 +184,8 @@ static struct reactor *R;
 
 static struct lr_session *fake_session(unsigned nconns, uint32_t exp, uint32_t max)
 {
-    struct lr_session_opts o = {.host = "127.0.0.1", .target_name = "iqn.x:t", .lun = 1,
-                                .connections = nconns};
+    struct lr_session_opts o = {
+        .host = "127.0.0.1", .target_name = "iqn.x:t", .lun = 1, .connections = nconns};
     struct lr_session *s = lr_session_create(R, &o);
     assert_non_null(s);
     for (unsigned i = 0; i < nconns; i++) {
@@ -223,8 +221,8 @@ static const struct ini_txpdu *txq_at(const struct ini_conn *c, unsigned k)
     return list_entry(it, struct ini_txpdu, node);
 }
 
-static void rsp_hdr(uint8_t *h, enum iscsi_opcode op, uint8_t flags, uint32_t itt,
-                    uint32_t statsn, uint32_t exp, uint32_t max)
+static void rsp_hdr(uint8_t *h, enum iscsi_opcode op, uint8_t flags, uint32_t itt, uint32_t statsn,
+                    uint32_t exp, uint32_t max)
 {
     memset(h, 0, ISCSI_BHS_LEN);
     h[0] = (uint8_t)op;
@@ -306,7 +304,7 @@ static void test_check_condition_sense(void **state)
     put_be24(pdu + BHS_DATA_SEG_LEN, 20);
     put_be16(pdu + ISCSI_BHS_LEN, 18);
     pdu[ISCSI_BHS_LEN + 2] = 0x70;
-    pdu[ISCSI_BHS_LEN + 4] = 0x05; /* ILLEGAL REQUEST */
+    pdu[ISCSI_BHS_LEN + 4] = 0x05;  /* ILLEGAL REQUEST */
     pdu[ISCSI_BHS_LEN + 14] = 0x21; /* LBA out of range */
     assert_int_equal(ini_conn_feed(s->conns[0], pdu, sizeof(pdu)), 0);
     assert_int_equal(d.calls, 1);
