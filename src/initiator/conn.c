@@ -145,6 +145,13 @@ void ini_conn_fail(struct ini_conn *c, const char *why)
     ini_session_conn_down(c);
 }
 
+/* A socket call failed: keep its errno for the log line. */
+static void conn_fail_sys(struct ini_conn *c, const char *why)
+{
+    c->fail_errno = errno;
+    ini_conn_fail(c, why);
+}
+
 struct ini_txpdu *ini_conn_pdu(struct ini_conn *c)
 {
     struct list_node *n = list_pop(&c->txfree);
@@ -240,7 +247,7 @@ void ini_conn_flush(struct ini_conn *c)
             }
             if (errno == EINTR)
                 continue;
-            ini_conn_fail(c, "send failed");
+            conn_fail_sys(c, "send failed");
             return;
         }
         c->tx_bytes += (uint64_t)w;
@@ -417,7 +424,7 @@ static void conn_readable(struct ini_conn *c)
                 return;
             if (errno == EINTR)
                 continue;
-            ini_conn_fail(c, "receive failed");
+            conn_fail_sys(c, "receive failed");
             return;
         }
         c->rx_bytes += (uint64_t)n;
@@ -437,7 +444,7 @@ static void conn_io(void *arg, uint32_t events)
         getsockopt(c->fd, SOL_SOCKET, SO_ERROR, &err, &l);
         if (err) {
             errno = err;
-            ini_conn_fail(c, "connect failed");
+            conn_fail_sys(c, "connect failed");
             return;
         }
         struct sockaddr_storage ss;

@@ -112,6 +112,7 @@ struct ini_conn {
     bool login_active;
     struct reactor_timer login_timer;
     const char *fail_why;
+    int fail_errno; /* errno of a socket failure, 0 otherwise */
 };
 
 struct ini_conn *ini_conn_new(struct lr_session *s, unsigned idx, uint16_t cid);

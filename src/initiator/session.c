@@ -323,6 +323,9 @@ static void conn_login_lost(struct ini_conn *c)
     if (s->destroyed)
         return;
     if (c->idx == 0) {
+        if (c->fail_errno)
+            LOG_WARN("initiator: %s:%u: %s: %s", s->host, s->o.port, c->fail_why,
+                     strerror(c->fail_errno));
         struct lr_result r = {
             .err = status ? LR_ERR_LOGIN : LR_ERR_IO, .login_status = status, .what = c->fail_why};
         if (c->fail_why && strstr(c->fail_why, "timed out"))
@@ -335,7 +338,8 @@ static void conn_login_lost(struct ini_conn *c)
         LOG_WARN("initiator: connection %u login refused: status %u/%u (%s)", c->idx, status >> 8,
                  status & 0xff, c->fail_why);
     else
-        LOG_WARN("initiator: connection %u login failed: %s", c->idx, c->fail_why);
+        LOG_WARN("initiator: connection %u login failed: %s%s%s", c->idx, c->fail_why,
+                 c->fail_errno ? ": " : "", c->fail_errno ? strerror(c->fail_errno) : "");
     if (s->nlogins_pending && --s->nlogins_pending == 0)
         login_finish(s);
 }
@@ -350,7 +354,9 @@ void ini_session_conn_down(struct ini_conn *c)
         return;
     }
     if (!s->destroyed && !s->logging_out)
-        LOG_WARN("initiator: connection %u (cid %u) lost: %s", c->idx, c->cid, c->fail_why);
+        LOG_WARN("initiator: connection %u (cid %u, port %u) lost: %s%s%s", c->idx, c->cid,
+                 c->local_port, c->fail_why, c->fail_errno ? ": " : "",
+                 c->fail_errno ? strerror(c->fail_errno) : "");
     for (uint32_t i = 0; i < s->ntasks; i++) {
         struct ini_task *t = &s->tasks[i];
         if (t->state != ITS_ACTIVE || t->conn != c)
