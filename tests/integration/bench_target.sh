@@ -60,6 +60,23 @@ run --sizes 4k --rw read --connections 4 --seconds 0.3 --format csv "$url" >"$tm
   2>"$tmp/err" || { cat "$tmp/err"; fail "target unhealthy after the drop"; }
 csv_check "$tmp/after.csv" 1
 
+note "one connection's socket destroyed from outside (ss -K) mid-run"
+if ss -K -Htn "sport = :1" >/dev/null 2>&1; then
+  run --sizes 64k --rw read --connections 4 --seconds 3 --format csv "$url" >"$tmp/ssk.csv" \
+    2>"$tmp/err" &
+  bpid=$!
+  sleep 1
+  lport=$(ss -Htn state established "dport = :$port" | awk '{print $3}' | head -1 | sed 's/.*://')
+  [ -n "$lport" ] && ss -K -Htn "sport = :$lport" >/dev/null
+  wait $bpid
+  rc=$?
+  [ $rc -le 1 ] || { cat "$tmp/err"; fail "bench exited $rc after ss -K"; }
+  grep -q "3 of 4 connections left" "$tmp/err" || { cat "$tmp/err"; fail "ss -K: the other three did not go on"; }
+  alive
+else
+  echo "SKIP (part): ss -K not supported here" >&2
+fi
+
 note "tshark decodes a digest-on run with good digests"
 if ! command -v tshark >/dev/null; then
   echo "SKIP (part): tshark not installed (apt-get install -y tshark)" >&2
