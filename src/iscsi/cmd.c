@@ -360,6 +360,7 @@ void cmd_handle_scsi_header(struct iscsi_conn *c)
         return;
     }
     conn_task_hash_add(c, t);
+    c->rx_task = t;
 
     if (scsi_task_setup(st) < 0)
         t->refused = true;

@@ -97,10 +97,8 @@ void text_handle(struct iscsi_conn *c)
         conn_send(c, p);
         return;
     }
+    iscsi_neg_restart(&c->neg);
     c->neg.ffp = true;
-    c->neg.send_targets_seen = false;
-    c->neg.send_targets[0] = 0;
-    c->neg.received = 0;
     iscsi_text_reset(&c->login_out);
     enum iscsi_login_status st = iscsi_neg_handle(&c->neg, ISCSI_STAGE_FULL_FEATURE,
                                                   c->login_in.data, c->login_in.len,
