@@ -111,23 +111,30 @@ int scsi_target_add_lun(struct scsi_target *t, const struct scsi_lun_config *cfg
                         size_t errlen);
 void scsi_target_destroy(struct scsi_target *t);
 
-/* Find or create the nexus for an initiator port; takes a reference. */
+/* Find or create the nexus for an initiator port; takes a reference. NULL when all
+ * SCSI_NEXUS_MAX (256) nexus slots of the target are held by live sessions. */
 struct scsi_nexus *scsi_nexus_get(struct scsi_target *t, const char *initiator_name,
                                   const uint8_t isid[6]);
 void scsi_nexus_put(struct scsi_nexus *n);
 
 /* --- tasks --- */
 void scsi_task_init(struct scsi_task *t);
-/* 0: go on to the data phase / exec. -1: refused; status and sense are set, nothing to exec. */
+/* 0: go on to the data phase / exec. -1: refused; status and sense are set, nothing to exec
+ * (calling scsi_task_exec anyway just calls done). Data-out that the transport will not fully
+ * deliver (no W bit, or edtl < xfer_len) is refused with 0Eh/03h. For emulated data-in commands
+ * xfer_len may be below the allocation length (capped at the full response size); residuals
+ * come from data_len. */
 int scsi_task_setup(struct scsi_task *t);
 void scsi_task_exec(struct scsi_task *t);
 void scsi_task_release(struct scsi_task *t);
 
 /* --- task management (SAM-5 §7), mapped from the transport's TMF --- */
-/* A LOGICAL UNIT RESET happened: unit attention 29h/03h to every other nexus, drop reservations
- * held by SPC-2 RESERVE. The transport aborts the tasks themselves. */
+/* A LOGICAL UNIT RESET happened: unit attention 29h/03h (BUS DEVICE RESET FUNCTION OCCURRED)
+ * to every nexus, the requester's included (SAM-5 §6.3.3, as LIO does); drop reservations held
+ * by SPC-2 RESERVE. The transport aborts the tasks themselves. */
 void scsi_lun_reset(struct scsi_lun *lu, struct scsi_nexus *by);
-/* TARGET WARM/COLD RESET: the same on every LUN (29h/02h for warm? see SAM-5 6.3). */
+/* TARGET WARM RESET: 29h/03h on every LUN for every nexus; TARGET COLD RESET: 29h/01h POWER ON
+ * OCCURRED (SAM-5 §6.3.1). */
 void scsi_target_reset(struct scsi_target *t, struct scsi_nexus *by, bool cold);
 /* Tasks were aborted by another nexus (CLEAR TASK SET, ABORT TASK SET with TAS=0):
  * unit attention 2Fh/01h COMMANDS CLEARED BY ANOTHER INITIATOR to the nexuses that lost them. */
