@@ -255,13 +255,36 @@ void cmd_start(struct iscsi_task *t)
 
 /* ---------------- R2T ---------------- */
 
+static struct r2t_seq *r2t_slot_free(struct iscsi_task *t)
+{
+    for (unsigned i = 0; i < ISCSI_MAX_R2T; i++)
+        if (!t->r2t[i].used)
+            return &t->r2t[i];
+    return NULL;
+}
+
+static struct r2t_seq *r2t_slot_find(struct iscsi_task *t, uint32_t ttt)
+{
+    for (unsigned i = 0; i < ISCSI_MAX_R2T; i++)
+        if (t->r2t[i].used && t->r2t[i].ttt == ttt)
+            return &t->r2t[i];
+    return NULL;
+}
+
+/* Solicit what is still missing, at most MaxOutstandingR2T sequences at a time, each at most
+ * MaxBurstLength (§11.8). Each R2T gets its own TTT so Data-Out PDUs name their sequence. */
 static void send_r2ts(struct iscsi_conn *c, struct iscsi_task *t)
 {
     uint32_t max_out = c->session->params.max_outstanding_r2t;
     uint32_t burst = c->session->params.max_burst;
     if (!max_out)
         max_out = 1;
+    if (max_out > ISCSI_MAX_R2T)
+        max_out = ISCSI_MAX_R2T;
     while (t->r2t_offset < t->data_expected && t->r2t_outstanding < max_out) {
+        struct r2t_seq *seq = r2t_slot_free(t);
+        if (!seq)
+            return;
         uint32_t len = t->data_expected - t->r2t_offset;
         if (len > burst)
             len = burst;
@@ -270,11 +293,15 @@ static void send_r2ts(struct iscsi_conn *c, struct iscsi_task *t)
             conn_close(c, "out of memory");
             return;
         }
+        uint32_t ttt = c->next_ttt++;
+        if (ttt == ISCSI_RSVD_TAG)
+            ttt = c->next_ttt++;
+        *seq = (struct r2t_seq){.ttt = ttt, .offset = t->r2t_offset, .len = len, .used = true};
         struct iscsi_bhs *h = (struct iscsi_bhs *)p->hdr;
         bhs_init(h, ISCSI_OP_R2T, ISCSI_FLAG_FINAL);
         memcpy(h->b + BHS_LUN, t->req.b + BHS_LUN, 8);
         bhs_put32(h, BHS_ITT, t->itt);
-        bhs_put32(h, BHS_TTT, t->ttt);
+        bhs_put32(h, BHS_TTT, ttt);
         conn_fill_sn(c, h, false);
         bhs_put32(h, BHS_R2TSN, t->r2tsn++);
         bhs_put32(h, BHS_BUFFER_OFFSET, t->r2t_offset);
@@ -335,9 +362,6 @@ void cmd_handle_scsi_header(struct iscsi_conn *c)
     t->cmdsn = bhs_get32(req, BHS_CMDSN);
     t->edtl = bhs_get32(req, BHS_EDTL);
     t->immediate = bhs_immediate(req);
-    t->ttt = c->next_ttt++;
-    if (t->ttt == ISCSI_RSVD_TAG)
-        t->ttt = c->next_ttt++;
     t->state = TASK_DATA_OUT;
 
     struct scsi_task *st = &t->scsi;
@@ -377,6 +401,7 @@ void cmd_handle_scsi_header(struct iscsi_conn *c)
             unsol = fb > dlen ? fb : dlen;
         }
         t->unsol_remaining = unsol - dlen; /* still to come in unsolicited Data-Out */
+        t->unsol_next_off = dlen;
         /* R2Ts solicit what the unsolicited data will not cover. */
         t->r2t_offset = unsol < t->data_expected ? unsol : t->data_expected;
         if (dlen && !t->refused)
@@ -423,17 +448,47 @@ void cmd_handle_scsi_data_done(struct iscsi_conn *c)
 
 /* ---------------- Data-Out ---------------- */
 
+/* Data-Out header checks (§11.7): the PDU must continue its sequence exactly — right TTT,
+ * next DataSN, next offset (DataPDUInOrder=Yes), within the burst. At ERL 0 a sequence error
+ * cannot be recovered: the connection is dropped. */
 void cmd_handle_data_out_header(struct iscsi_conn *c)
 {
     struct iscsi_bhs *h = &c->rx_bhs;
     struct iscsi_task *t = conn_task_find(c, bhs_get32(h, BHS_ITT));
     c->rx_task = NULL;
     if (!t || t->state == TASK_EXEC || t->state == TASK_SENDING) {
-        c->rx_discard = true;
+        c->rx_discard = true; /* for a task that already ended (aborted): dropped */
         return;
     }
+    uint32_t ttt = bhs_get32(h, BHS_TTT);
     uint32_t off = bhs_get32(h, BHS_BUFFER_OFFSET);
+    uint32_t datasn = bhs_get32(h, BHS_DATASN);
     uint32_t len = c->rx_dlen;
+    const char *err = NULL;
+    if (ttt == ISCSI_RSVD_TAG) {
+        if (len > t->unsol_remaining)
+            err = "unsolicited Data-Out beyond FirstBurstLength";
+        else if (datasn != t->unsol_datasn)
+            err = "unsolicited Data-Out DataSN out of sequence";
+        else if (off != t->unsol_next_off)
+            err = "unsolicited Data-Out buffer offset out of order";
+    } else {
+        struct r2t_seq *seq = r2t_slot_find(t, ttt);
+        if (!seq)
+            err = "Data-Out with an unknown Target Transfer Tag";
+        else if (datasn != seq->datasn)
+            err = "Data-Out DataSN out of sequence";
+        else if (off != seq->offset + seq->got)
+            err = "Data-Out buffer offset out of order";
+        else if (len > seq->len - seq->got)
+            err = "Data-Out longer than the R2T asked for";
+    }
+    if (err) {
+        LOG_WARN("%s: ITT 0x%08x: %s (TTT 0x%08x DataSN %u offset %u length %u)", c->peer, t->itt,
+                 err, ttt, datasn, off, len);
+        conn_close(c, "Data-Out sequence error (ERL 0)");
+        return;
+    }
     c->rx_task = t;
     if (t->refused || off >= t->data_expected) {
         c->rx_discard = true;
@@ -452,27 +507,39 @@ void cmd_handle_data_out_done(struct iscsi_conn *c)
     struct iscsi_task *t = c->rx_task;
     c->rx_task = NULL;
     if (!t)
-        return; /* for a task that ended (aborted, refused and answered): dropped */
+        return;
     uint32_t ttt = bhs_get32(h, BHS_TTT);
     uint32_t off = bhs_get32(h, BHS_BUFFER_OFFSET);
+    uint32_t len = c->rx_dlen;
     bool final = h->b[1] & ISCSI_FLAG_FINAL;
     if (off < t->data_expected) {
-        uint32_t take = c->rx_dlen;
+        uint32_t take = len;
         if (take > t->data_expected - off)
             take = t->data_expected - off;
         t->data_received += take;
     }
     if (ttt == ISCSI_RSVD_TAG) {
-        /* unsolicited */
-        if (final || c->rx_dlen >= t->unsol_remaining)
-            t->unsol_remaining = 0;
-        else
-            t->unsol_remaining -= c->rx_dlen;
-    } else if (final) {
-        if (t->r2t_outstanding)
+        t->unsol_datasn++;
+        t->unsol_next_off += len;
+        t->unsol_remaining -= len;
+        if (final)
+            t->unsol_remaining = 0; /* the initiator ended the unsolicited burst early */
+    } else {
+        struct r2t_seq *seq = r2t_slot_find(t, ttt);
+        seq->got += len;
+        seq->datasn++;
+        if (final || seq->got == seq->len) {
+            if (seq->got != seq->len) {
+                LOG_WARN("%s: ITT 0x%08x: R2T sequence ended after %u of %u bytes", c->peer,
+                         t->itt, seq->got, seq->len);
+                conn_close(c, "Data-Out sequence error (ERL 0)");
+                return;
+            }
+            seq->used = false;
             t->r2t_outstanding--;
-        if (!t->refused)
-            send_r2ts(c, t);
+            if (!t->refused)
+                send_r2ts(c, t);
+        }
     }
     cmd_maybe_exec(t);
 }

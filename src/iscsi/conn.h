@@ -25,6 +25,7 @@
 #define ISCSI_TASK_HASH_SIZE 256u
 #define ISCSI_CMD_WINDOW 128u /* commands a session may have in flight (MaxCmdSN - ExpCmdSN + 1) */
 #define ISCSI_MAX_CONNECTIONS 8u
+#define ISCSI_MAX_R2T 8u /* MaxOutstandingR2T we accept at most */
 
 struct iscsi_conn;
 struct iscsi_session;
@@ -56,6 +57,15 @@ enum iscsi_task_state {
     TASK_SENDING,    /* response queued */
 };
 
+/* One solicited Data-Out sequence (an R2T and the PDUs that answer it). */
+struct r2t_seq {
+    uint32_t ttt;
+    uint32_t offset, len;
+    uint32_t got;       /* bytes received so far, in order (DataPDUInOrder=Yes) */
+    uint32_t datasn;    /* next expected DataSN within the sequence (§11.7.2) */
+    bool used;
+};
+
 struct iscsi_task {
     struct scsi_task scsi;
     struct iscsi_conn *conn;
@@ -75,7 +85,9 @@ struct iscsi_task {
     uint32_t r2t_offset;          /* next offset to solicit */
     uint32_t r2t_outstanding;     /* R2Ts sent and not yet fully answered */
     uint32_t r2tsn;
-    uint32_t ttt;
+    struct r2t_seq r2t[ISCSI_MAX_R2T];
+    uint32_t unsol_datasn;        /* next DataSN of the unsolicited sequence */
+    uint32_t unsol_next_off;      /* next buffer offset of the unsolicited sequence */
     uint32_t datasn_in;           /* Data-In DataSN */
     uint32_t pending_tx;          /* PDUs of this task still in the tx queue */
     struct iscsi_task *hash_next;

@@ -144,6 +144,8 @@ static enum iscsi_login_status login_pick_node(struct iscsi_conn *c, const char 
         local.max_recv_dsl = ISCSI_TARGET_MRDSL_MAX;
     if (local.max_connections > ISCSI_MAX_CONNECTIONS)
         local.max_connections = ISCSI_MAX_CONNECTIONS;
+    if (local.max_outstanding_r2t > ISCSI_MAX_R2T)
+        local.max_outstanding_r2t = ISCSI_MAX_R2T;
     local.erl = 0;
     iscsi_neg_init(&c->neg, ISCSI_SIDE_TARGET, &local);
     c->neg.leading = c->login_tsih == 0;

@@ -55,9 +55,11 @@ void tmf_handle(struct iscsi_conn *c)
         conn_send_reject(c, req, ISCSI_REJECT_PROTOCOL_ERROR);
         return;
     }
-    if (!immediate)
-        session_consume_cmdsn(c->session, cmdsn);
     struct iscsi_session *s = c->session;
+    uint32_t win_exp, win_max; /* the window as it was when the TMF arrived */
+    session_window(s, &win_exp, &win_max);
+    if (!immediate)
+        session_consume_cmdsn(s, cmdsn);
     struct scsi_target *tgt = s->node->scsi;
     uint64_t lun = scsi_lun_from_wire(req->b + BHS_LUN);
     struct scsi_lun *lu = scsi_target_lun(tgt, lun);
@@ -74,10 +76,13 @@ void tmf_handle(struct iscsi_conn *c)
             }
         }
         if (!t) {
-            /* §11.6.1: the task is not here (already completed, or never arrived): if its
-             * CmdSN is within the window it may still be on its way; "function complete" is
-             * what the RFC asks for a task that has been answered. */
-            tmf_respond(c, req, ISCSI_TMF_RSP_COMPLETE);
+            /* §11.6.1: a task we never saw whose RefCmdSN is still inside the window (and
+             * before this TMF) is considered received and aborted: "function complete". A
+             * task that already completed is outside the window: "task does not exist". */
+            uint32_t ref = bhs_get32(req, BHS_REFCMDSN);
+            bool in_window = sn_le(win_exp, ref) && sn_le(ref, win_max) &&
+                             (immediate || sn_lt(ref, cmdsn));
+            tmf_respond(c, req, in_window ? ISCSI_TMF_RSP_COMPLETE : ISCSI_TMF_RSP_NO_TASK);
             return;
         }
         if (t->scsi.lun != lun) {
