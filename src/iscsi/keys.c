@@ -258,12 +258,48 @@ static bool is_answer_constant(const char *v)
 
 /* §4.2.7: "iqn.", "eui." or "naa." names, at most 223 bytes, no whitespace or controls.
  * (Full stringprep validation is not done; names are compared by the caller.) */
+/* Well-formed UTF-8 (RFC 3629): no stray continuation bytes, overlong forms, surrogates or
+ * code points above U+10FFFF. */
+static bool valid_utf8(const unsigned char *s)
+{
+    static const uint32_t min_cp[4] = {0, 0x80, 0x800, 0x10000};
+    while (*s) {
+        unsigned c = *s;
+        int n;
+        uint32_t cp;
+        if (c < 0x80) {
+            s++;
+            continue;
+        } else if ((c & 0xe0) == 0xc0) {
+            n = 1, cp = c & 0x1f;
+        } else if ((c & 0xf0) == 0xe0) {
+            n = 2, cp = c & 0x0f;
+        } else if ((c & 0xf8) == 0xf0) {
+            n = 3, cp = c & 0x07;
+        } else {
+            return false;
+        }
+        for (int i = 1; i <= n; i++) {
+            if ((s[i] & 0xc0) != 0x80) /* also stops at the terminating NUL */
+                return false;
+            cp = cp << 6 | (s[i] & 0x3fu);
+        }
+        if (cp < min_cp[n] || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
+            return false;
+        s += n + 1;
+    }
+    return true;
+}
+
+/* RFC 7143 §4.2.7.2: iSCSI names are UTF-8 strings of displayable characters. */
 static bool valid_iscsi_name(const char *s)
 {
     size_t n = strlen(s);
     if (n < 5 || n > ISCSI_NAME_MAX)
         return false;
     if (strncasecmp(s, "iqn.", 4) && strncasecmp(s, "eui.", 4) && strncasecmp(s, "naa.", 4))
+        return false;
+    if (!valid_utf8((const unsigned char *)s))
         return false;
     for (; *s; s++)
         if ((unsigned char)*s <= ' ' || *s == 0x7f)
