@@ -157,11 +157,11 @@ void sbc_exec_read(struct scsi_task *t, const struct scsi_cmd *c)
 void sbc_exec_write(struct scsi_task *t, const struct scsi_cmd *c)
 {
     (void)c;
-    if (!t->xfer_len) {
+    if (!t->io.length) { /* nothing to store (possibly cut to EDTL by setup) */
         scsi_task_complete(t, SR_OK);
         return;
     }
-    if (t->lu->mapped) {
+    if (!t->buf) {
         /* written in place; a store with a volatile cache still owes FUA a flush */
         if (t->io.fua && t->lu->bs->write_cache)
             submit(t, BS_FLUSH, rw_done);

@@ -232,14 +232,23 @@ int scsi_task_setup(struct scsi_task *t)
     }
     t->xfer_len = (uint32_t)r.xfer_len;
     t->dir = t->xfer_len ? r.dir : SCSI_DIR_NONE;
-    if (t->dir == SCSI_DIR_WRITE && (!t->edtl_write || t->edtl < t->xfer_len)) {
-        /* The transport will not bring all the data-out the CDB describes: executing would
-         * store whatever the buffer held. Refuse as LIO does (SPC-4 0Eh/03h). */
-        sr = SR_INVALID_FIELD_IN_IU;
-        goto refuse;
+    bool direct = (c->flags & CMD_DIRECT) && lu && lu->mapped;
+    uint32_t avail = t->edtl_write ? t->edtl : 0;
+    if (t->dir == SCSI_DIR_WRITE && avail < t->xfer_len) {
+        if (!(c->flags & CMD_WRITES)) {
+            /* a parameter list or compare data cut short: refuse (SPC-4 0Eh/03h, as LIO) */
+            sr = SR_INVALID_FIELD_IN_IU;
+            goto refuse;
+        }
+        /* RFC 7143 §11.4.5.1 overflow: the initiator sends only EDTL bytes. Store just the
+         * whole blocks among them (libiscsi's WriteXXResiduals expect GOOD, an overflow
+         * residual, and the rest of the range untouched); a bounce buffer keeps the partial
+         * block out of the medium. xfer_len stays the CDB's for the residual. */
+        t->io.length = ((uint64_t)avail >> lu->block_shift) << lu->block_shift;
+        direct = false;
     }
     if (t->xfer_len) {
-        if ((c->flags & CMD_DIRECT) && lu->mapped) {
+        if (direct) {
             /* direct data placement: the transport reads/sends the LUN's own memory */
             void *p = bs_map(lu->bs, t->io.offset, t->xfer_len);
             if (p) {

@@ -27,8 +27,10 @@ static void m_submit(struct bs *bs, struct bs_io *io)
     switch (io->op) {
     case BS_READ:
     case BS_WRITE:
-        for (int i = 0; i < io->iovcnt; i++) {
+        for (int i = 0; i < io->iovcnt && off < io->offset + io->length; i++) {
             size_t n = io->iov[i].iov_len;
+            if (n > io->offset + io->length - off)
+                n = io->offset + io->length - off;
             if (io->op == BS_READ)
                 memcpy(io->iov[i].iov_base, m->mem + off, n);
             else
@@ -115,11 +117,12 @@ static int run(struct fx *f, struct scsi_nexus *n, uint64_t lun, const uint8_t *
     done_calls = 0;
     if (scsi_task_setup(t) == 0) {
         if (t->dir == SCSI_DIR_WRITE) {
-            assert_true(out_len >= t->xfer_len);
-            size_t off = 0;
-            for (int i = 0; i < t->iovcnt; i++) {
-                memcpy(t->iov[i].iov_base, (const uint8_t *)out + off, t->iov[i].iov_len);
-                off += t->iov[i].iov_len;
+            /* like the transport: min(CDB length, EDTL) bytes arrive */
+            size_t off = 0, want = out_len < t->xfer_len ? out_len : t->xfer_len;
+            for (int i = 0; i < t->iovcnt && off < want; i++) {
+                size_t k = t->iov[i].iov_len < want - off ? t->iov[i].iov_len : want - off;
+                memcpy(t->iov[i].iov_base, (const uint8_t *)out + off, k);
+                off += k;
             }
         }
         scsi_task_exec(t);
@@ -589,12 +592,34 @@ static void test_rw_refusals(void **state)
     assert_sense(&f->t, 0x7, 0x27, 0x00);
     uint8_t r2[16] = {0x28, 0, 0, 0, 0, 0, 0, 0, 1};
     assert_int_equal(run(f, f->n1, 2, r2, NULL, 0), SCSI_STATUS_GOOD);
-    /* the transport expects less data-out than the CDB describes: nothing is written */
-    uint8_t w2[16] = {0x2a, 0, 0, 0, 0, 0, 0, 0, 2};
-    run(f, f->n1, 1, w2, out, 512);
-    assert_sense(&f->t, 0x5, 0x0e, 0x03);
-    assert_int_equal(f->m->writes, 0);
-    run(f, f->n1, 1, w2, NULL, 0); /* no W bit at all */
+}
+
+/* EDTL below the CDB's transfer length (RFC 7143 §11.4.5.1 overflow): GOOD, and only the whole
+ * blocks that arrived reach the medium, the rest of the range untouched (libiscsi
+ * iSCSIResiduals.Write10Residuals). */
+static void test_write_edtl_short(void **state)
+{
+    struct fx *f = *state;
+    static uint8_t a[1024], b[1024];
+    memset(a, 'a', sizeof(a));
+    memset(b, 'b', sizeof(b));
+    for (uint64_t lun = 0; lun < 2; lun++) { /* mapped RAM, then the submit path */
+        uint8_t w2[16] = {0x2a, 0, 0, 0, 0, 0, 0, 0, 2};
+        assert_int_equal(run(f, f->n1, lun, w2, a, sizeof(a)), SCSI_STATUS_GOOD);
+        assert_int_equal(run(f, f->n1, lun, w2, b, 512), SCSI_STATUS_GOOD);
+        assert_int_equal(f->t.xfer_len, 1024); /* the transport's residual is 512 overflow */
+        uint8_t w1[16] = {0x2a, 0, 0, 0, 0, 0, 0, 0, 1};
+        assert_int_equal(run(f, f->n1, lun, w1, b, 200), SCSI_STATUS_GOOD);  /* < 1 block */
+        assert_int_equal(run(f, f->n1, lun, w1, NULL, 0), SCSI_STATUS_GOOD); /* no W bit */
+        uint8_t r2[16] = {0x28, 0, 0, 0, 0, 0, 0, 0, 2};
+        run(f, f->n1, lun, r2, NULL, 0);
+        assert_memory_equal(data(f), b, 512);
+        assert_memory_equal(data(f) + 512, a, 512);
+    }
+    /* a parameter list cut short is refused instead */
+    uint8_t sel[16] = {0x15, 0x10, 0, 0, 24};
+    static uint8_t list[24];
+    run(f, f->n1, 0, sel, list, 12);
     assert_sense(&f->t, 0x5, 0x0e, 0x03);
 }
 
@@ -912,6 +937,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_rw_ram_direct, setup, teardown),
         cmocka_unit_test_setup_teardown(test_rw_refusals, setup, teardown),
         cmocka_unit_test_setup_teardown(test_rw_submit_path, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_write_edtl_short, setup, teardown),
         cmocka_unit_test_setup_teardown(test_verify, setup, teardown),
         cmocka_unit_test_setup_teardown(test_mode_sense, setup, teardown),
         cmocka_unit_test_setup_teardown(test_mode_select, setup, teardown),
