@@ -120,8 +120,10 @@ void scsi_nexus_put(struct scsi_nexus *n);
 /* --- tasks --- */
 void scsi_task_init(struct scsi_task *t);
 /* 0: go on to the data phase / exec. -1: refused; status and sense are set, nothing to exec
- * (calling scsi_task_exec anyway just calls done). Data-out that the transport will not fully
- * deliver (no W bit, or edtl < xfer_len) is refused with 0Eh/03h. For emulated data-in commands
+ * (calling scsi_task_exec anyway just calls done). When the transport will not deliver all the
+ * data-out (no W bit, or edtl < xfer_len): WRITE/WRITE AND VERIFY store only the whole blocks
+ * of the first edtl bytes (xfer_len stays the CDB's, for the overflow residual); other
+ * commands are refused with 0Eh/03h. For emulated data-in commands
  * xfer_len may be below the allocation length (capped at the full response size); residuals
  * come from data_len. */
 int scsi_task_setup(struct scsi_task *t);
