@@ -1,5 +1,7 @@
 # Thin wrapper over Meson/Ninja: `make` builds into build/, `make check` runs every test,
-# `make asan-check` runs the unit and integration tests under ASan+UBSan (build-asan/).
+# `make asan-check` runs the unit and integration tests under ASan+UBSan (build-asan/),
+# `make fuzz` builds the libFuzzer harnesses with clang and runs each briefly (build-fuzz/),
+# `make format-check` checks every C file against .clang-format.
 MESON ?= meson
 BUILD ?= build
 
@@ -24,6 +26,13 @@ asan-check: build-asan/build.ninja
 	ninja -C build-asan
 	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
 		$(MESON) test -C build-asan --print-errorlogs --timeout-multiplier 4
+
+# FUZZ_SECONDS=600 make fuzz for a longer run.
+fuzz:
+	tests/fuzz/run.sh
+
+format-check:
+	clang-format --dry-run --Werror $$(git ls-files '*.c' '*.h')
 
 clean:
 	rm -rf $(BUILD) build-asan build-fuzz
