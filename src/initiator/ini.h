@@ -97,6 +97,8 @@ struct ini_conn {
     struct list_node txq, txfree;
     uint32_t tx_off; /* bytes of the head PDU already written */
     uint64_t tx_bytes, rx_bytes;
+    uint64_t stale_pdus; /* responses for tasks we do not have */
+    uint64_t rejects;
 
     uint8_t *rxbuf;
     uint32_t rx_cap, rx_start, rx_end;

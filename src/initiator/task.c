@@ -164,12 +164,25 @@ static void task_status(struct ini_conn *c, struct ini_task *t, const uint8_t *h
     ini_task_complete(c->s, t, &r);
 }
 
+/* A response for a task we do not have (already completed, or never ours): a target bug, or
+ * a late answer. Dropping the connection would fail every other task on it and leave CmdSN
+ * holes for the other connections, so it is counted, reported and ignored. */
+static void stale_pdu(struct ini_conn *c, const char *what, const uint8_t *hdr)
+{
+    c->stale_pdus++;
+    if (c->stale_pdus <= 5 || (c->stale_pdus & (c->stale_pdus - 1)) == 0)
+        LOG_WARN("initiator: connection %u: %s for unknown task %08x (StatSN %u), ignored "
+                 "(%llu so far)",
+                 c->idx, what, get_be32(hdr + BHS_ITT), get_be32(hdr + BHS_STATSN),
+                 (unsigned long long)c->stale_pdus);
+}
+
 static void rx_data_in(struct ini_conn *c, const uint8_t *hdr, const uint8_t *data, uint32_t dlen,
                        bool dd_ok)
 {
     struct ini_task *t = ini_task_lookup(c->s, get_be32(hdr + BHS_ITT));
     if (!t || t->conn != c) {
-        ini_conn_fail(c, "Data-In for an unknown task");
+        stale_pdu(c, "Data-In", hdr);
         return;
     }
     uint8_t flags = hdr[BHS_FLAGS];
@@ -202,7 +215,7 @@ static void rx_scsi_rsp(struct ini_conn *c, const uint8_t *hdr, const uint8_t *d
 {
     struct ini_task *t = ini_task_lookup(c->s, get_be32(hdr + BHS_ITT));
     if (!t || t->conn != c) {
-        ini_conn_fail(c, "SCSI Response for an unknown task");
+        stale_pdu(c, "SCSI Response", hdr);
         return;
     }
     if (!dd_ok)
@@ -316,8 +329,12 @@ void ini_rx_ffp(struct ini_conn *c, const uint8_t *hdr, const uint8_t *data, uin
         struct ini_task *t = NULL;
         if (dlen >= ISCSI_BHS_LEN && (data[0] & ISCSI_OPCODE_MASK) == ISCSI_OP_SCSI_CMD)
             t = ini_task_lookup(c->s, get_be32(data + BHS_ITT));
-        LOG_WARN("initiator: connection %u: target rejected a PDU (reason 0x%02x)", c->idx,
-                 hdr[BHS_REJECT_REASON]);
+        c->rejects++;
+        if (c->rejects <= 5 || (c->rejects & (c->rejects - 1)) == 0)
+            LOG_WARN("initiator: connection %u: target rejected a PDU (reason 0x%02x, opcode "
+                     "0x%02x; %llu so far)",
+                     c->idx, hdr[BHS_REJECT_REASON], dlen ? data[0] & ISCSI_OPCODE_MASK : 0,
+                     (unsigned long long)c->rejects);
         if (t && t->conn == c)
             task_fail(c, t, "command rejected by the target");
         break;
