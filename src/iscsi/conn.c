@@ -62,13 +62,14 @@ void conn_put(struct iscsi_conn *c)
 void iscsi_conn_accept(struct iscsi_server *srv, struct reactor *r, int fd,
                        const struct iscsi_portal_addr *portal)
 {
+    /* The receive buffer is allocated when the first bytes arrive and the data buffer starts
+     * at the login size, grown on first use in full feature phase: hundreds of idle or
+     * half-open connections cost a few KiB each, not 512 KiB. */
     struct iscsi_conn *c = calloc(1, sizeof(*c));
-    uint8_t *rxbuf = malloc(ISCSI_RXBUF_SIZE);
-    uint8_t *databuf = malloc(ISCSI_TARGET_MRDSL_MAX);
-    if (!c || !rxbuf || !databuf) {
+    uint8_t *databuf = malloc(LOGIN_DATA_MAX);
+    if (!c || !databuf) {
         LOG_ERR("out of memory accepting a connection");
         free(c);
-        free(rxbuf);
         free(databuf);
         close(fd);
         return;
@@ -77,8 +78,8 @@ void iscsi_conn_accept(struct iscsi_server *srv, struct reactor *r, int fd,
     c->reactor = r;
     c->fd = fd;
     c->portal = portal;
-    c->rxbuf = rxbuf;
     c->databuf = databuf;
+    c->databuf_size = LOGIN_DATA_MAX;
     c->refs = 1;
     c->phase = CONN_LOGIN;
     c->max_recv_dsl = LOGIN_DATA_MAX;
@@ -423,11 +424,23 @@ struct iscsi_task *conn_task_find(struct iscsi_conn *c, uint32_t itt)
 /* ---------------- receive ---------------- */
 
 /* Where the data segment of the current PDU goes when no handler claimed it. */
-static void rx_dest_databuf(struct iscsi_conn *c)
+static bool rx_dest_databuf(struct iscsi_conn *c)
 {
+    if (c->rx_dlen > c->databuf_size) {
+        /* rx_check_header bounded rx_dlen by what we declared (at most MRDSL_MAX) */
+        uint32_t size = c->rx_dlen > ISCSI_TARGET_MRDSL_MAX ? c->rx_dlen : ISCSI_TARGET_MRDSL_MAX;
+        uint8_t *b = realloc(c->databuf, size);
+        if (!b) {
+            conn_close(c, "out of memory");
+            return false;
+        }
+        c->databuf = b;
+        c->databuf_size = size;
+    }
     c->rx_dst[0].iov_base = c->databuf;
     c->rx_dst[0].iov_len = c->rx_dlen;
     c->rx_dstcnt = 1;
+    return true;
 }
 
 static void rx_begin_data_or_finish(struct iscsi_conn *c)
@@ -451,8 +464,8 @@ static void rx_header_complete(struct iscsi_conn *c)
     conn_handle_header(c);
     if (c->dead)
         return;
-    if (c->rx_dstcnt == 0 && !c->rx_discard && c->rx_dlen)
-        rx_dest_databuf(c);
+    if (c->rx_dstcnt == 0 && !c->rx_discard && c->rx_dlen && !rx_dest_databuf(c))
+        return;
     rx_begin_data_or_finish(c);
 }
 
@@ -667,6 +680,10 @@ static ssize_t rx_read_direct(struct iscsi_conn *c)
 static void conn_rx(struct iscsi_conn *c)
 {
     uint32_t budget = RX_BUDGET_BYTES;
+    if (!c->rxbuf && !(c->rxbuf = malloc(ISCSI_RXBUF_SIZE))) {
+        conn_close(c, "out of memory");
+        return;
+    }
     while (!c->dead && budget) {
         ssize_t r;
         if (c->rx_state == RX_DATA && !c->rx_discard && c->rx_head == c->rx_tail &&

@@ -159,6 +159,7 @@ struct iscsi_conn {
     uint8_t *rxbuf;
     uint32_t rx_head, rx_tail;
     uint8_t *databuf;             /* data segments that are not task data (text, nop, ...) */
+    uint32_t databuf_size;        /* LOGIN_DATA_MAX until a larger segment needs more */
     uint8_t discard[4096];
 
     /* transmit */
