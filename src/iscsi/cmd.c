@@ -43,6 +43,11 @@ void cmd_task_free(struct iscsi_task *t)
     scsi_task_release(&t->scsi);
     list_del(&t->node);
     c->ntasks--;
+    if (t->start_queued) {
+        /* pending_run() (session.c) still points at it: the task is reused only from there */
+        t->freed_while_queued = true;
+        return;
+    }
     list_add_tail(&c->task_free, &t->node);
 }
 
@@ -239,7 +244,9 @@ static void cmd_exec(struct iscsi_task *t)
 /* Run once all data is in and the command's CmdSN turn has come. */
 static void cmd_maybe_exec(struct iscsi_task *t)
 {
-    if (t->state == TASK_QUEUED || t->data_received < t->data_expected)
+    /* A task released from the CmdSN queue runs from pending_run() -> cmd_start(), not
+     * earlier because its last Data-Out arrived first (it would run twice). */
+    if (t->state == TASK_QUEUED || t->start_queued || t->data_received < t->data_expected)
         return;
     if (t->refused && t->unsol_remaining)
         return;

@@ -77,6 +77,8 @@ struct iscsi_task {
     bool refused;                 /* setup refused: swallow data-out, then answer */
     bool aborted;                 /* a TMF aborted it: never answer */
     bool in_hash;
+    bool start_queued;            /* the session sent pending_run() for it (CmdSN turn came) */
+    bool freed_while_queued;      /* freed meanwhile: pending_run() returns it to the pool */
     enum iscsi_task_state state;
     /* write bookkeeping */
     uint32_t data_expected;       /* bytes of data-out this task will receive in total */

@@ -224,7 +224,12 @@ static void pending_run(void *arg)
 {
     struct iscsi_task *t = arg;
     struct iscsi_conn *c = t->conn;
-    if (c->dead) {
+    t->start_queued = false;
+    if (t->freed_while_queued) {
+        /* aborted or torn down while this message was on its way */
+        t->freed_while_queued = false;
+        list_add_tail(&c->task_free, &t->node);
+    } else if (c->dead) {
         cmd_task_free(t);
     } else {
         cmd_start(t);
@@ -246,9 +251,12 @@ static void session_drain_locked(struct iscsi_session *s)
             list_del(&t->pending_node);
             s->exp_cmdsn++;
             t->state = TASK_DATA_OUT;
+            t->start_queued = true;
             conn_get(t->conn);
-            if (reactor_send(t->conn->reactor, pending_run, t) < 0)
+            if (reactor_send(t->conn->reactor, pending_run, t) < 0) {
+                t->start_queued = false;
                 atomic_fetch_sub(&t->conn->refs, 1);
+            }
             progress = true;
             break;
         }
