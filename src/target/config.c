@@ -695,7 +695,7 @@ int target_config_load(struct target_config *cfg, const char *path, char *err, s
     target_params_default(&ps.global_params);
     FILE *f = fopen(path, "r");
     if (!f) {
-        snprintf(err, errlen, "%s: cannot open config file: %s", path, strerror(errno));
+        snprintf(err, errlen, "cannot open config file %s: %s", path, strerror(errno));
         return -1;
     }
     char *buf = NULL;

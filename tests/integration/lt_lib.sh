@@ -1,0 +1,135 @@
+# Helpers for the linerate-target integration tests (sourced): a scratch directory, starting
+# the daemon on a random free loopback port (retrying when the port is taken), stopping it with
+# SIGTERM and collecting its exit code, and failing with the daemon's log as context.
+# Meson passes LINERATE_TARGET (the binary under test: build/ or build-asan/).
+set -u
+
+LT=${LINERATE_TARGET:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)/build/linerate-target}
+IT_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+WORK=$(mktemp -d /tmp/linerate-it.XXXXXX)
+LT_PID=""
+PORT=""
+STOP_RC=""
+# Generous: the ASan build starts and stops slowly on a loaded 2-core CI machine.
+READY_TIMEOUT_S=${READY_TIMEOUT_S:-60}
+STOP_TIMEOUT_S=${STOP_TIMEOUT_S:-30}
+
+it_cleanup() {
+    if [ -n "$LT_PID" ]; then
+        kill -KILL "$LT_PID" 2>/dev/null
+        wait "$LT_PID" 2>/dev/null
+    fi
+    rm -rf "$WORK"
+}
+trap it_cleanup EXIT
+
+note() { echo "== $*"; }
+
+fail() {
+    echo "FAIL: $*" >&2
+    if [ -s "$WORK/target.log" ]; then
+        echo "--- linerate-target log (last 40 lines):" >&2
+        tail -n 40 "$WORK/target.log" >&2
+    fi
+    exit 1
+}
+
+# Exit code 77 makes meson report SKIP.
+skip() {
+    echo "SKIP: $*" >&2
+    exit 77
+}
+
+need() {
+    for t in "$@"; do
+        command -v "$t" >/dev/null 2>&1 || skip "$t is not installed (scripts/install-deps test)"
+    done
+}
+
+[ -x "$LT" ] || fail "$LT is not built"
+
+port_busy() {
+    (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null
+}
+
+# Wait until the daemon printed its URLs (it is listening by then) or died.
+wait_ready() {
+    local i
+    for ((i = 0; i < READY_TIMEOUT_S * 10; i++)); do
+        grep -q '^iscsi://' "$WORK/target.out" 2>/dev/null && return 0
+        kill -0 "$LT_PID" 2>/dev/null || return 1
+        sleep 0.1
+    done
+    fail "linerate-target did not become ready in ${READY_TIMEOUT_S}s"
+}
+
+# start_target [ARGS...]: --listen 127.0.0.1:$PORT is added. Sets PORT and LT_PID.
+# start_target_config FILE: FILE may contain @PORT@, replaced by the chosen port.
+# start_common raw [ARGS...]: ARGS as they are, with FIXED_PORT set to the port they use.
+# A port taken between the check and the bind is retried with another.
+start_target() { start_common args "$@"; }
+start_target_config() { start_common config "$1"; }
+
+start_common() {
+    local mode=$1 try rc
+    shift
+    for ((try = 0; try < 30; try++)); do
+        if [ -z "${FIXED_PORT:-}" ]; then
+            PORT=$((20000 + RANDOM % 10000))
+            port_busy "$PORT" && continue
+        else
+            PORT=$FIXED_PORT
+        fi
+        : >"$WORK/target.out"
+        if [ "$mode" = config ]; then
+            sed "s/@PORT@/$PORT/g" "$1" >"$WORK/run.conf"
+            "$LT" --config "$WORK/run.conf" >"$WORK/target.out" 2>>"$WORK/target.log" &
+        elif [ "$mode" = raw ]; then
+            "$LT" "$@" >"$WORK/target.out" 2>>"$WORK/target.log" &
+        else
+            "$LT" --listen "127.0.0.1:$PORT" "$@" >"$WORK/target.out" 2>>"$WORK/target.log" &
+        fi
+        LT_PID=$!
+        wait_ready && return 0
+        wait "$LT_PID"
+        rc=$?
+        LT_PID=""
+        if [ -z "${FIXED_PORT:-}" ] && tail -n 3 "$WORK/target.log" | grep -q "in use"; then
+            continue
+        fi
+        fail "linerate-target exited with $rc at start"
+    done
+    fail "no free loopback port found"
+}
+
+# SIGTERM the daemon, wait for it; STOP_RC is its exit code.
+stop_target() {
+    local i
+    [ -n "$LT_PID" ] || fail "stop_target: no daemon running"
+    kill -TERM "$LT_PID"
+    for ((i = 0; i < STOP_TIMEOUT_S * 10; i++)); do
+        kill -0 "$LT_PID" 2>/dev/null || break
+        sleep 0.1
+    done
+    if kill -0 "$LT_PID" 2>/dev/null; then
+        kill -KILL "$LT_PID"
+        wait "$LT_PID" 2>/dev/null
+        LT_PID=""
+        fail "linerate-target did not exit within ${STOP_TIMEOUT_S}s of SIGTERM"
+    fi
+    wait "$LT_PID"
+    STOP_RC=$?
+    LT_PID=""
+}
+
+# run_to SECONDS CMD...: run with a timeout, output into $WORK/cmd.out (shown on failure).
+run_to() {
+    local t=$1
+    shift
+    timeout "$t" "$@" >"$WORK/cmd.out" 2>&1
+}
+
+show_cmd_out() {
+    echo "--- output of the last command:" >&2
+    tail -n 30 "$WORK/cmd.out" >&2
+}

@@ -1,0 +1,113 @@
+#!/bin/bash
+# linerate-target's command line and config file: --help/--version, every bad argument named
+# with exit code 2, bad configs refused with "FILE:LINE: reason" and exit 2, an address in use
+# giving exit 1, and the embedded default (when port 3260 is free).
+. "$(dirname "$0")/lt_lib.sh"
+
+note "--help and --version"
+"$LT" --help >"$WORK/help" 2>&1 || fail "--help exited $?"
+for w in --listen --target-name --lun --threads --config --log-level --allow ram: null: file: \
+    Examples; do
+    grep -q -- "$w" "$WORK/help" || fail "--help does not mention $w"
+done
+"$LT" --version >"$WORK/ver" 2>&1 || fail "--version exited $?"
+grep -Eq '^linerate-target [0-9]+\.[0-9]+' "$WORK/ver" || fail "--version printed: $(cat "$WORK/ver")"
+
+# expect_usage WORD ARGS...: exit 2 and a message containing WORD.
+expect_usage() {
+    local word=$1 rc
+    shift
+    timeout 20 "$LT" "$@" >"$WORK/o" 2>"$WORK/e"
+    rc=$?
+    [ $rc -eq 2 ] || fail "'$*' exited $rc, not 2 ($(cat "$WORK/e"))"
+    grep -qF -- "$word" "$WORK/e" || fail "'$*': message does not name '$word': $(cat "$WORK/e")"
+}
+
+note "bad arguments: exit 2, argument named"
+expect_usage --bogus --bogus
+expect_usage "unexpected argument" stray
+expect_usage --listen --listen 1.2.3
+expect_usage --listen --listen 127.0.0.1:70000
+expect_usage --listen --listen "[::1"
+expect_usage --lun --lun
+expect_usage --lun --lun justtext
+expect_usage --lun --lun ram:1G,bs=1000
+expect_usage --lun --lun bogus:1G
+expect_usage --lun --lun "file:$WORK/no/such/dir/disk.img"
+expect_usage --threads --threads 0
+expect_usage --threads --threads many
+expect_usage --log-level --log-level loud
+expect_usage --target-name --target-name not-an-iqn
+expect_usage --target-name --target-name iqn.2026-13.org.x:y
+expect_usage --allow --allow someone
+expect_usage "cannot open config file" --config "$WORK/missing.conf"
+expect_usage --config --config "$WORK/missing.conf" --lun ram:1M
+
+# bad_config LINE WORD: the config in $WORK/bad.conf is refused with bad.conf:LINE: and WORD.
+bad_config() {
+    local line=$1 word=$2 rc
+    timeout 20 "$LT" --config "$WORK/bad.conf" >"$WORK/o" 2>"$WORK/e"
+    rc=$?
+    [ $rc -eq 2 ] || fail "bad config (expect line $line: $word) exited $rc, not 2"
+    grep -qF "$WORK/bad.conf:$line: " "$WORK/e" || fail "expected '$WORK/bad.conf:$line: ...', got: $(cat "$WORK/e")"
+    grep -qF -- "$word" "$WORK/e" || fail "expected '$word' in: $(cat "$WORK/e")"
+}
+
+note "bad config files: FILE:LINE: reason, exit 2"
+good_head='threads = 1
+[target iqn.2026-11.org.linerate:a]
+portal = 127.0.0.1:3999
+lun = ram:1M'
+printf '%s\ncolour = blue\n' "$good_head" >"$WORK/bad.conf"
+bad_config 5 "unknown key 'colour'"
+printf '%s\n[target iqn.2026-11.org.linerate:a]\nlun = ram:1M\n' "$good_head" >"$WORK/bad.conf"
+bad_config 5 "duplicate target"
+printf '[target iqn.2026-11.org.linerate:a]\nportal = 127.0.0.1:3999\n# no lun\n' >"$WORK/bad.conf"
+bad_config 1 "no LUN"
+printf '# comment\n\n[target IQN.Wrong]\nlun = ram:1M\n' >"$WORK/bad.conf"
+bad_config 3 "bad iSCSI name"
+printf '%s\nlun = file:%s/nope/disk.img\n' "$good_head" "$WORK" >"$WORK/bad.conf"
+bad_config 5 "No such file"
+printf '%s\nimmediate-data = perhaps\n' "$good_head" >"$WORK/bad.conf"
+bad_config 5 "immediate-data"
+printf '%s\nmax-burst-length = 100\n' "$good_head" >"$WORK/bad.conf"
+bad_config 5 "max-burst-length"
+printf '%s\nheader-digest = md5\n' "$good_head" >"$WORK/bad.conf"
+bad_config 5 "header-digest"
+printf '%s\nportal = localhost:3260\n' "$good_head" >"$WORK/bad.conf"
+bad_config 5 "portal"
+printf '%s\nlun 0 = ram:2M\n' "$good_head" >"$WORK/bad.conf"
+bad_config 5 "LUN 0"
+printf 'threads = 0\n' >"$WORK/bad.conf"
+bad_config 1 "threads"
+printf 'this is not a config\n' >"$WORK/bad.conf"
+bad_config 1 "key = value"
+printf '# empty\n' >"$WORK/bad.conf"
+bad_config 1 "no [target"
+
+note "an address in use: exit 1 and a message"
+start_target --lun ram:1M --threads 1
+timeout 20 "$LT" --listen "127.0.0.1:$PORT" --lun ram:1M --threads 1 >"$WORK/o" 2>"$WORK/e"
+rc=$?
+[ $rc -eq 1 ] || fail "second daemon on port $PORT exited $rc, not 1"
+grep -q "127.0.0.1:$PORT" "$WORK/e" || fail "no address in: $(cat "$WORK/e")"
+stop_target
+[ "$STOP_RC" -eq 0 ] || fail "SIGTERM'd daemon exited $STOP_RC, not 0"
+
+note "no arguments: the embedded default on 127.0.0.1:3260"
+if port_busy 3260; then
+    echo "(port 3260 is taken on this machine: default run not checked)"
+else
+    FIXED_PORT=3260
+    start_common raw
+    url=iscsi://127.0.0.1:3260/iqn.2026-11.org.linerate:default/0
+    [ "$(cat "$WORK/target.out")" = "$url" ] || fail "stdout is '$(cat "$WORK/target.out")', not $url"
+    grep -q "INFO .*listening on 127.0.0.1:3260" "$WORK/target.log" || fail "no INFO line for the portal"
+    grep -q "INFO .*target iqn.2026-11.org.linerate:default" "$WORK/target.log" ||
+        fail "no INFO line for the target"
+    grep -q "INFO .*LUN 0 = ram:1G, 1073741824 bytes" "$WORK/target.log" || fail "no INFO line for LUN 0"
+    stop_target
+    [ "$STOP_RC" -eq 0 ] || fail "SIGTERM'd daemon exited $STOP_RC, not 0"
+    grep -q "shutting down" "$WORK/target.log" || fail "no 'shutting down' log line"
+fi
+echo "PASS"

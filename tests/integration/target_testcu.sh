@@ -1,0 +1,46 @@
+#!/bin/bash
+# libiscsi's conformance suite, iscsi-test-cu -d -t ALL, against a RAM LUN. Every test listed in
+# testcu-expected-pass.txt must pass (a regression fails the build); tests that pass and are not
+# listed are reported. The verbose log is kept in $TESTCU_LOG (default: the build directory).
+. "$(dirname "$0")/lt_lib.sh"
+need iscsi-test-cu awk
+
+iqn=iqn.2026-11.org.linerate:it-testcu
+log=${TESTCU_LOG:-$WORK/testcu.log}
+expected=$IT_DIR/testcu-expected-pass.txt
+[ -f "$expected" ] || fail "$expected is missing"
+
+start_target --target-name "$iqn" --lun ram:128M --threads 2
+url=iscsi://127.0.0.1:$PORT/$iqn/0
+note "iscsi-test-cu -d -t ALL $url (log: $log)"
+timeout 1500 iscsi-test-cu -d -t ALL "$url" >"$log" 2>&1
+rc=$?
+[ $rc -eq 124 ] && echo "iscsi-test-cu timed out; tests without a verdict count as failed" >&2
+awk -f "$IT_DIR/testcu-summary.awk" "$log" >"$WORK/summary"
+kill -0 "$LT_PID" 2>/dev/null || fail "linerate-target died during iscsi-test-cu"
+
+total=$(wc -l <"$WORK/summary")
+declare -A count=([passed]=0 [skipped]=0 [failed]=0)
+while read -r st _; do count[$st]=$((${count[$st]:-0} + 1)); done <"$WORK/summary"
+echo "iscsi-test-cu: tests=$total passed=${count[passed]:-0} skipped=${count[skipped]:-0} failed=${count[failed]:-0}"
+[ "$total" -gt 0 ] || fail "no test results in $log (iscsi-test-cu exited $rc): $(tail -n 5 "$log")"
+
+grep -v '^[[:space:]]*\(#\|$\)' "$expected" | sed 's/[[:space:]]*$//' | sort -u >"$WORK/want"
+awk '$1 == "passed" { print $2 }' "$WORK/summary" | sort -u >"$WORK/passed"
+comm -23 "$WORK/want" "$WORK/passed" >"$WORK/regressed"
+comm -13 "$WORK/want" "$WORK/passed" >"$WORK/new"
+if [ -s "$WORK/new" ]; then
+    echo "passing but not in testcu-expected-pass.txt ($(wc -l <"$WORK/new")): add them:"
+    sed 's/^/  /' "$WORK/new"
+fi
+echo "failed:"
+awk '$1 == "failed" { print "  " $2 }' "$WORK/summary"
+
+stop_target
+[ "$STOP_RC" -eq 0 ] || fail "SIGTERM'd daemon exited $STOP_RC after iscsi-test-cu, not 0"
+if [ -s "$WORK/regressed" ]; then
+    echo "expected to pass but did not ($(wc -l <"$WORK/regressed")):" >&2
+    sed 's/^/  /' "$WORK/regressed" >&2
+    fail "iscsi-test-cu regressions"
+fi
+echo PASS
