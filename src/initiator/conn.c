@@ -21,7 +21,8 @@
 #define INI_RXBUF (512u * 1024u)
 #define INI_RX_DIRECT_MIN 4096u /* below this, copying out of the rx buffer is cheaper */
 #define INI_TX_IOV 192
-#define INI_RX_LOOPS 8
+#define INI_RX_LOOPS 16
+#define INI_RX_LARGE (32u * 1024u) /* Data-In this big: place payloads directly */
 
 static void conn_io(void *arg, uint32_t events);
 
@@ -304,6 +305,8 @@ static int conn_rx_parse(struct ini_conn *c)
             memcpy(c->rx_hdr, p, ISCSI_BHS_LEN); /* AHS is skipped: none is used here */
             c->rx_start += hlen;
             c->rx_dlen = get_be24(c->rx_hdr + BHS_DATA_SEG_LEN);
+            if ((c->rx_hdr[0] & ISCSI_OPCODE_MASK) == ISCSI_OP_DATA_IN)
+                c->rx_large = c->rx_dlen >= INI_RX_LARGE;
             c->rx_got = c->rx_tgot = 0;
             if (c->rx_dlen == 0) {
                 conn_rx_dispatch(c, NULL, true);
@@ -380,20 +383,38 @@ int ini_conn_feed(struct ini_conn *c, const void *bytes, uint32_t len)
     return 0;
 }
 
+/* How much to read into the rx buffer at a PDU boundary. While large Data-In PDUs stream in,
+ * only the rest of the current PDU's trailer and the next header: its payload is then read
+ * straight into the task's buffer instead of being copied out of ours. Otherwise as much as
+ * fits (many small PDUs per call). */
+static uint32_t rx_buffer_ask(const struct ini_conn *c)
+{
+    uint32_t room = c->rx_cap - c->rx_end;
+    if (!c->rx_large || c->rx_start != c->rx_end)
+        return room;
+    uint32_t ask = ISCSI_BHS_LEN + (c->hdr_digest ? ISCSI_DIGEST_LEN : 0);
+    if (c->rx_state == IRX_TRAILER)
+        ask += c->rx_tneed - c->rx_tgot;
+    else if (c->rx_state == IRX_DATA)
+        ask += c->rx_tneed;
+    return ask < room ? ask : room;
+}
+
 /* The LRO lesson: take everything the socket has in one call, then parse it all. While a large
  * payload is being received and nothing else is buffered, read it into its final place and
- * let whatever follows land in the rx buffer (direct data placement). */
+ * let the trailer and the next header land in the rx buffer (direct data placement). */
 static void conn_readable(struct ini_conn *c)
 {
     for (int loop = 0; loop < INI_RX_LOOPS && c->state != ICS_DEAD; loop++) {
         ssize_t n;
         size_t asked;
+        if (c->rx_start == c->rx_end)
+            c->rx_start = c->rx_end = 0;
         if (c->rx_state == IRX_DATA && c->rx_start == c->rx_end && c->rx_dest != c->rx_data &&
             c->rx_dlen - c->rx_got >= INI_RX_DIRECT_MIN) {
-            c->rx_start = c->rx_end = 0;
             uint32_t want = c->rx_dlen - c->rx_got;
-            struct iovec iov[2] = {{c->rx_dest + c->rx_got, want}, {c->rxbuf, c->rx_cap}};
-            asked = want + c->rx_cap;
+            struct iovec iov[2] = {{c->rx_dest + c->rx_got, want}, {c->rxbuf, rx_buffer_ask(c)}};
+            asked = want + iov[1].iov_len;
             n = readv(c->fd, iov, 2);
             if (n > 0) {
                 uint32_t take = (uint32_t)n < want ? (uint32_t)n : want;
@@ -403,14 +424,12 @@ static void conn_readable(struct ini_conn *c)
                     c->rx_state = IRX_TRAILER;
             }
         } else {
-            if (c->rx_start == c->rx_end) {
-                c->rx_start = c->rx_end = 0;
-            } else if (c->rx_cap - c->rx_end < 64 * 1024) {
+            if (c->rx_start != c->rx_end && c->rx_cap - c->rx_end < 64 * 1024) {
                 memmove(c->rxbuf, c->rxbuf + c->rx_start, c->rx_end - c->rx_start);
                 c->rx_end -= c->rx_start;
                 c->rx_start = 0;
             }
-            asked = c->rx_cap - c->rx_end;
+            asked = rx_buffer_ask(c);
             n = recv(c->fd, c->rxbuf + c->rx_end, asked, MSG_DONTWAIT);
             if (n > 0)
                 c->rx_end += (uint32_t)n;

@@ -105,6 +105,7 @@ struct ini_conn {
     enum ini_rx_state rx_state;
     uint8_t rx_hdr[ISCSI_BHS_LEN];
     uint32_t rx_dlen, rx_got, rx_tneed, rx_tgot;
+    bool rx_large; /* the last Data-In was large: read headers alone, payloads direct */
     uint8_t *rx_dest;
     uint8_t rx_trailer[8];
     uint8_t *rx_data; /* private buffer for data not placed into a task */
