@@ -975,6 +975,13 @@ class Hostile:
         statuses = {}
         for i in range(150):
             cdb = bytearray(self.rng.randbytes(16))
+            if i % 2:  # a real opcode that only reads, with random fields
+                cdb[0] = self.rng.choice([0x00, 0x03, 0x12, 0x1A, 0x5A, 0x25, 0x28, 0x88, 0xA8,
+                                          0x9E, 0xA0, 0xA3, 0x35, 0x91, 0x2F, 0x8F, 0x5E])
+                cdb[{0: 5, 1: 9, 2: 9, 4: 15, 5: 11}[cdb[0] >> 5]] = 0  # CONTROL byte
+                if i % 4 == 1:
+                    cdb[1] = 0  # flags/reserved bits: otherwise nearly always 24h/00h
+                    cdb[2:6] = b"\0\0" + cdb[4:6]  # small LBAs / page codes
             if cdb[0] in (0x04, 0x2A, 0x0A, 0xAA, 0x8A, 0x2E, 0x8E, 0xAE, 0x41, 0x93, 0x15,
                           0x55, 0x3B, 0x1D, 0x42, 0x89, 0x3F, 0x07, 0x36):
                 cdb[0] = 0xC0  # skip write-like commands: they would corrupt the LUN
