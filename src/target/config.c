@@ -253,8 +253,8 @@ static bool all_hex(const char *s, size_t n)
 }
 
 /* RFC 7143 §4.2.7.4: iqn.YYYY-MM.reversed.domain[:anything], eui.<16 hex>, naa.<16|32 hex>.
- * Names are compared after stringprep, which lower-cases them, so we only accept the
- * normalised form: a mixed-case name would never match what initiators send. */
+ * Names compare case-insensitively (stringprep lower-cases them), so upper case is accepted;
+ * beyond that only the ASCII subset of what stringprep allows: letters, digits, - . : */
 int target_check_iscsi_name(const char *s, char *err, size_t errlen)
 {
     size_t len = strlen(s);
@@ -262,19 +262,19 @@ int target_check_iscsi_name(const char *s, char *err, size_t errlen)
         snprintf(err, errlen, "bad iSCSI name '%s': must be 1..%d characters", s, ISCSI_NAME_MAX);
         return -1;
     }
-    if (strncmp(s, "eui.", 4) == 0) {
+    if (strncasecmp(s, "eui.", 4) == 0) {
         if (len == 4 + 16 && all_hex(s + 4, 16))
             return 0;
         snprintf(err, errlen, "bad iSCSI name '%s': eui. takes 16 hex digits", s);
         return -1;
     }
-    if (strncmp(s, "naa.", 4) == 0) {
+    if (strncasecmp(s, "naa.", 4) == 0) {
         if ((len == 4 + 16 && all_hex(s + 4, 16)) || (len == 4 + 32 && all_hex(s + 4, 32)))
             return 0;
         snprintf(err, errlen, "bad iSCSI name '%s': naa. takes 16 or 32 hex digits", s);
         return -1;
     }
-    if (strncmp(s, "iqn.", 4) != 0) {
+    if (strncasecmp(s, "iqn.", 4) != 0) {
         snprintf(err, errlen,
                  "bad iSCSI name '%s': expected iqn.YYYY-MM.domain[:id], eui.HEX or naa.HEX", s);
         return -1;
@@ -291,11 +291,7 @@ int target_check_iscsi_name(const char *s, char *err, size_t errlen)
     }
     for (const char *p = d + 8; *p; p++) {
         unsigned char c = (unsigned char)*p;
-        if (isupper(c)) {
-            snprintf(err, errlen, "bad iSCSI name '%s': iSCSI names are lower case", s);
-            return -1;
-        }
-        if (!(islower(c) || isdigit(c) || c == '-' || c == '.' || c == ':')) {
+        if (!(isalpha(c) || isdigit(c) || c == '-' || c == '.' || c == ':')) {
             snprintf(err, errlen, "bad iSCSI name '%s': character '%c' is not allowed", s, c);
             return -1;
         }
