@@ -428,19 +428,27 @@ void cmd_handle_scsi_data_done(struct iscsi_conn *c)
     struct iscsi_task *t = c->rx_task;
     c->rx_task = NULL;
     if (!t) {
-        /* Not turned into a task: say why, unless it was silently ignored by CmdSN rules. */
+        /* Not turned into a task: say why, unless it was silently ignored by CmdSN rules. A
+         * rejected non-immediate command still used its CmdSN on the initiator's side: the
+         * window moves past it, or every later command would wait for it forever. */
+        uint8_t reason = 0;
         if (!c->session || c->discovery)
-            conn_send_reject(c, req, ISCSI_REJECT_PROTOCOL_ERROR);
+            reason = ISCSI_REJECT_PROTOCOL_ERROR;
         else if (bhs_ahs_bytes(req))
-            conn_send_reject(c, req, ISCSI_REJECT_CMD_NOT_SUPPORTED);
+            reason = ISCSI_REJECT_CMD_NOT_SUPPORTED;
         else if (bhs_get32(req, BHS_ITT) == ISCSI_RSVD_TAG)
-            conn_send_reject(c, req, ISCSI_REJECT_INVALID_PDU_FIELD);
+            reason = ISCSI_REJECT_INVALID_PDU_FIELD;
         else if (c->ntasks >= CONN_TASKS_MAX)
-            conn_send_reject(c, req, ISCSI_REJECT_IMMEDIATE_CMD_REJECT);
+            reason = ISCSI_REJECT_IMMEDIATE_CMD_REJECT;
         else {
             struct iscsi_task *dup = conn_task_find(c, bhs_get32(req, BHS_ITT));
             if (dup && dup->cmdsn != bhs_get32(req, BHS_CMDSN))
-                conn_send_reject(c, req, ISCSI_REJECT_TASK_IN_PROGRESS);
+                reason = ISCSI_REJECT_TASK_IN_PROGRESS;
+        }
+        if (reason) {
+            if (c->session && !bhs_immediate(req))
+                session_consume_cmdsn(c->session, bhs_get32(req, BHS_CMDSN));
+            conn_send_reject(c, req, reason);
         }
         return;
     }
