@@ -627,7 +627,7 @@ static void rx_parse(struct iscsi_conn *c)
 
 /* Direct data placement: the rx buffer is empty and a large payload is due, so read it
  * straight into its destination; whatever follows it lands in the rx buffer. */
-static ssize_t rx_read_direct(struct iscsi_conn *c)
+static ssize_t rx_read_direct(struct iscsi_conn *c, size_t *asked)
 {
     struct iovec iov[SCSI_TASK_IOV_MAX + 2];
     int n = 0;
@@ -650,6 +650,9 @@ static ssize_t rx_read_direct(struct iscsi_conn *c)
         direct = data_left;
     iov[n].iov_base = c->rxbuf;
     iov[n].iov_len = ISCSI_RXBUF_SIZE;
+    *asked = 0;
+    for (int i = 0; i <= n; i++)
+        *asked += iov[i].iov_len;
     ssize_t r = readv(c->fd, iov, n + 1);
     if (r <= 0)
         return r;
@@ -686,14 +689,16 @@ static void conn_rx(struct iscsi_conn *c)
     }
     while (!c->dead && budget) {
         ssize_t r;
+        size_t asked;
         if (c->rx_state == RX_DATA && !c->rx_discard && c->rx_head == c->rx_tail &&
             c->rx_dlen - (c->rx_got < c->rx_dlen ? c->rx_got : c->rx_dlen) >= RX_DIRECT_MIN &&
             c->rx_dlen > c->rx_got) {
-            r = rx_read_direct(c);
+            r = rx_read_direct(c, &asked);
         } else {
             if (c->rx_tail == ISCSI_RXBUF_SIZE) /* cannot happen: parse drains fully */
                 c->rx_head = c->rx_tail = 0;
-            r = recv(c->fd, c->rxbuf + c->rx_tail, ISCSI_RXBUF_SIZE - c->rx_tail, MSG_DONTWAIT);
+            asked = ISCSI_RXBUF_SIZE - c->rx_tail;
+            r = recv(c->fd, c->rxbuf + c->rx_tail, asked, MSG_DONTWAIT);
             if (r > 0)
                 c->rx_tail += (uint32_t)r;
         }
@@ -711,6 +716,10 @@ static void conn_rx(struct iscsi_conn *c)
         }
         budget = (uint32_t)r >= budget ? 0 : budget - (uint32_t)r;
         rx_parse(c);
+        /* A short read drained the socket: the next recv would only say EAGAIN. Epoll is
+         * level-triggered, so anything arriving later wakes us again. */
+        if ((size_t)r < asked)
+            break;
     }
 }
 
