@@ -2,6 +2,7 @@
  * this boundary: ABORT TASK, ABORT TASK SET, CLEAR TASK SET, LOGICAL UNIT RESET, TARGET WARM and
  * COLD RESET. Aborted tasks are never answered; a task still in the store is released when the
  * store lets go of its buffers. */
+#include <stdlib.h>
 #include <string.h>
 
 #include "iscsi/conn.h"
@@ -22,8 +23,9 @@ static void tmf_respond(struct iscsi_conn *c, const struct iscsi_bhs *req, uint8
     conn_send(c, p);
 }
 
-/* Abort every task of this connection matching the LUN (all LUNs if lun == UINT64_MAX). With
- * MC/S the other connections of the session are asked too, on their own reactors. */
+/* Abort every task of this connection matching the LUN (all LUNs if lun == UINT64_MAX), and
+ * with use_cmdsn only those issued before the TMF (RFC 7143 §4.2.3.4: CmdSN lower than the
+ * TMF's). */
 static unsigned abort_conn_tasks(struct iscsi_conn *c, uint64_t lun, uint32_t before_cmdsn,
                                  bool use_cmdsn)
 {
@@ -34,7 +36,6 @@ static unsigned abort_conn_tasks(struct iscsi_conn *c, uint64_t lun, uint32_t be
         struct iscsi_task *t = list_entry(ln, struct iscsi_task, node);
         if (lun != UINT64_MAX && t->scsi.lun != lun)
             continue;
-        /* §4.2.3.? : only tasks issued before the TMF itself (CmdSN lower than its CmdSN) */
         if (use_cmdsn && !t->immediate && !sn_lt(t->cmdsn, before_cmdsn))
             continue;
         if (t->aborted)
@@ -43,6 +44,62 @@ static unsigned abort_conn_tasks(struct iscsi_conn *c, uint64_t lun, uint32_t be
         n++;
     }
     return n;
+}
+
+/* Tasks on other connections live on other reactors: each connection aborts its own, by
+ * message. */
+struct abort_msg {
+    struct iscsi_conn *c;
+    uint64_t lun;
+    uint32_t before_cmdsn;
+    bool use_cmdsn;
+};
+
+static void abort_msg_run(void *arg)
+{
+    struct abort_msg *m = arg;
+    if (!m->c->dead)
+        abort_conn_tasks(m->c, m->lun, m->before_cmdsn, m->use_cmdsn);
+    conn_put(m->c);
+    free(m);
+}
+
+static void abort_conn_tasks_async(struct iscsi_conn *c, uint64_t lun, uint32_t before_cmdsn,
+                                   bool use_cmdsn)
+{
+    struct abort_msg *m = malloc(sizeof(*m));
+    if (!m)
+        return;
+    *m = (struct abort_msg){c, lun, before_cmdsn, use_cmdsn};
+    conn_get(c);
+    if (reactor_send(c->reactor, abort_msg_run, m) < 0) {
+        conn_put(c);
+        free(m);
+    }
+}
+
+/* Abort matching tasks on every other connection: of this session only (ABORT TASK SET, the
+ * I_T nexus's tasks), or of every session of the target (CLEAR TASK SET, resets: the task set
+ * is shared by all nexuses, SAM-5 §8.3). */
+static void abort_other_conns(struct iscsi_conn *self, bool whole_target, uint64_t lun,
+                              uint32_t before_cmdsn, bool use_cmdsn)
+{
+    struct iscsi_session *own = self->session;
+    struct iscsi_server *srv = self->srv;
+    pthread_mutex_lock(&srv->sessions_lock);
+    for (unsigned i = 1; i < srv->sessions_cap; i++) {
+        struct iscsi_session *s = srv->sessions[i];
+        if (!s || (s != own && (!whole_target || s->node != own->node)))
+            continue;
+        pthread_mutex_lock(&s->lock);
+        for (struct list_node *n = s->conns.next; n != &s->conns; n = n->next) {
+            struct iscsi_conn *c = list_entry(n, struct iscsi_conn, session_node);
+            if (c != self)
+                abort_conn_tasks_async(c, lun, before_cmdsn, s == own && use_cmdsn);
+        }
+        pthread_mutex_unlock(&s->lock);
+    }
+    pthread_mutex_unlock(&srv->sessions_lock);
 }
 
 void tmf_handle(struct iscsi_conn *c)
@@ -101,6 +158,7 @@ void tmf_handle(struct iscsi_conn *c)
             return;
         }
         unsigned n = abort_conn_tasks(c, lun, cmdsn, true);
+        abort_other_conns(c, fn == ISCSI_TMF_CLEAR_TASK_SET, lun, cmdsn, true);
         LOG_INFO("%s: %s on LUN %llu: %u task(s) aborted", c->peer,
                  fn == ISCSI_TMF_ABORT_TASK_SET ? "ABORT TASK SET" : "CLEAR TASK SET",
                  (unsigned long long)lun, n);
@@ -115,6 +173,7 @@ void tmf_handle(struct iscsi_conn *c)
             return;
         }
         abort_conn_tasks(c, lun, 0, false);
+        abort_other_conns(c, true, lun, 0, false);
         scsi_lun_reset(lu, s->nexus);
         LOG_INFO("%s: LOGICAL UNIT RESET on LUN %llu", c->peer, (unsigned long long)lun);
         tmf_respond(c, req, ISCSI_TMF_RSP_COMPLETE);
@@ -122,6 +181,7 @@ void tmf_handle(struct iscsi_conn *c)
     case ISCSI_TMF_TARGET_WARM_RESET:
     case ISCSI_TMF_TARGET_COLD_RESET:
         abort_conn_tasks(c, UINT64_MAX, 0, false);
+        abort_other_conns(c, true, UINT64_MAX, 0, false);
         scsi_target_reset(tgt, s->nexus, fn == ISCSI_TMF_TARGET_COLD_RESET);
         LOG_INFO("%s: TARGET %s RESET", c->peer, fn == ISCSI_TMF_TARGET_COLD_RESET ? "COLD" : "WARM");
         tmf_respond(c, req, ISCSI_TMF_RSP_COMPLETE);
