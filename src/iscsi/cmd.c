@@ -345,11 +345,20 @@ static void rx_into_task(struct iscsi_conn *c, struct iscsi_task *t, uint32_t of
         c->rx_discard = true;
 }
 
+/* Immediate data the negotiation did not allow (ImmediateData=No, or more than
+ * FirstBurstLength, RFC 7143 §13.11/§13.14) is a protocol error. */
+static bool immediate_data_illegal(const struct iscsi_conn *c)
+{
+    const struct iscsi_params *p = &c->session->params;
+    return c->rx_dlen && (!p->immediate_data || c->rx_dlen > p->first_burst);
+}
+
 void cmd_handle_scsi_header(struct iscsi_conn *c)
 {
     struct iscsi_bhs *req = &c->rx_bhs;
     c->rx_task = NULL;
-    if (!c->session || c->discovery || bhs_ahs_bytes(req) || c->ntasks >= CONN_TASKS_MAX) {
+    if (!c->session || c->discovery || bhs_ahs_bytes(req) || c->ntasks >= CONN_TASKS_MAX ||
+        immediate_data_illegal(c)) {
         c->rx_discard = true; /* answered once the PDU is complete */
         return;
     }
@@ -436,6 +445,8 @@ void cmd_handle_scsi_data_done(struct iscsi_conn *c)
             reason = ISCSI_REJECT_PROTOCOL_ERROR;
         else if (bhs_ahs_bytes(req))
             reason = ISCSI_REJECT_CMD_NOT_SUPPORTED;
+        else if (immediate_data_illegal(c))
+            reason = ISCSI_REJECT_PROTOCOL_ERROR;
         else if (bhs_get32(req, BHS_ITT) == ISCSI_RSVD_TAG)
             reason = ISCSI_REJECT_INVALID_PDU_FIELD;
         else if (c->ntasks >= CONN_TASKS_MAX)
