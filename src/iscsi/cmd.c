@@ -19,10 +19,7 @@ static struct iscsi_task *task_alloc(struct iscsi_conn *c)
     struct iscsi_task *t = n ? list_entry(n, struct iscsi_task, node) : malloc(sizeof(*t));
     if (!t)
         return NULL;
-    memset(t, 0, offsetof(struct iscsi_task, scsi) + sizeof(t->scsi));
-    scsi_task_init(&t->scsi);
-    memset((char *)t + offsetof(struct iscsi_task, conn), 0,
-           sizeof(*t) - offsetof(struct iscsi_task, conn));
+    memset(t, 0, sizeof(*t)); /* also what scsi_task_init() does for the embedded task */
     t->conn = c;
     list_init(&t->r2t_node);
     list_init(&t->pending_node);

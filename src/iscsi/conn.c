@@ -508,7 +508,8 @@ static void rx_parse(struct iscsi_conn *c)
             c->last_rx_ms = reactor_now_ms();
             if (!rx_check_header(c))
                 return;
-            c->rx_crc = crc32c_update(CRC32C_INIT, c->rx_bhs.b, ISCSI_BHS_LEN);
+            if (c->hdigest)
+                c->rx_crc = crc32c_update(CRC32C_INIT, c->rx_bhs.b, ISCSI_BHS_LEN);
             if (bhs_ahs_bytes(&c->rx_bhs))
                 c->rx_state = RX_AHS;
             else if (c->hdigest)
