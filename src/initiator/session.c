@@ -387,6 +387,30 @@ void ini_session_conn_down(struct ini_conn *c)
         ini_session_kick(s);
 }
 
+/* On a timeout, say where the session's CmdSN sequence stands: which of our tasks holds the
+ * CmdSN the target expects next, and whether its command left our socket. A stalled window
+ * with that command sent points at the target; one still queued here points at us. */
+static void log_window(struct lr_session *s)
+{
+    for (uint32_t i = 0; i < s->ntasks; i++) {
+        struct ini_task *t = &s->tasks[i];
+        if (t->state == ITS_FREE || !t->has_cmdsn || t->cmdsn != s->expcmdsn)
+            continue;
+        unsigned q = 0;
+        if (t->conn)
+            for (struct list_node *n = t->conn->txq.next; n != &t->conn->txq; n = n->next)
+                q++;
+        LOG_WARN("initiator: target ExpCmdSN %u MaxCmdSN %u, next CmdSN %u: CmdSN %u is task "
+                 "%08x on connection %d, command %s (%u PDUs queued there)",
+                 s->expcmdsn, s->maxcmdsn, s->cmdsn, t->cmdsn, t->itt,
+                 t->conn ? (int)t->conn->idx : -1, t->cmd_sent ? "sent" : "NOT sent", q);
+        return;
+    }
+    LOG_WARN("initiator: target ExpCmdSN %u MaxCmdSN %u, next CmdSN %u: no task of ours holds "
+             "CmdSN %u",
+             s->expcmdsn, s->maxcmdsn, s->cmdsn, s->expcmdsn);
+}
+
 static void session_tick(void *arg)
 {
     struct lr_session *s = arg;
@@ -398,7 +422,9 @@ static void session_tick(void *arg)
         if (t->state == ITS_ACTIVE && t->conn) {
             /* ERL 0 has no task-level recovery worth the name: drop the connection, which
              * fails its tasks and keeps late answers from touching the caller's buffers. */
-            LOG_WARN("initiator: task %08x timed out on connection %u", t->itt, t->conn->idx);
+            LOG_WARN("initiator: task %08x (CmdSN %u) timed out on connection %u", t->itt, t->cmdsn,
+                     t->conn->idx);
+            log_window(s);
             ini_conn_fail(t->conn, "command timeout");
         } else if (t->state == ITS_WAITING && !t->has_cmdsn) {
             list_del(&t->node);
