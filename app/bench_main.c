@@ -456,6 +456,14 @@ static void stop_config(struct run *R)
     R->n = 0;
 }
 
+static bool sessions_down(const struct run *R)
+{
+    for (unsigned i = 0; i < R->n; i++)
+        if (worker_conns_up(R->w[i]) == 0)
+            return true;
+    return false;
+}
+
 static int run_verify(struct run *R)
 {
     for (unsigned i = 0; i < R->n; i++)
@@ -542,6 +550,17 @@ int main(int argc, char **argv)
                 run_cell(&R, &cells[k], k + 1, total, left);
                 if (cells[k].errors)
                     rc = 1;
+                if (k + 1 < idx && sessions_down(&R)) {
+                    /* A session lost every connection: log in again for the next cells. */
+                    fprintf(stderr, "linerate-bench: a session has no connection left; logging "
+                                    "in again\n");
+                    stop_config(&R);
+                    up = start_config(&R, o.digests[d], o.conns[c]);
+                    if (!up)
+                        break;
+                    for (unsigned j = k + 1; j < idx; j++)
+                        cells[j].conns = up;
+                }
             }
             stop_config(&R);
         }

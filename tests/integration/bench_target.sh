@@ -84,7 +84,7 @@ else
   tshark -i lo -f "tcp port $port" -w "$tmp/cap.pcap" -q 2>"$tmp/tshark.err" &
   shark=$!
   for _ in $(seq 50); do grep -q "Capturing on" "$tmp/tshark.err" && break; sleep 0.1; done
-  run --sizes 4k,64k --rw read,write --digest on --qd 2 --seconds 0.2 --format csv "$url" \
+  run --sizes 4k,64k --rw read,write --digest on --qd 2 --seconds 0.1 --format csv "$url" \
     >/dev/null 2>"$tmp/err" || fail "digest run failed"
   sleep 0.5
   kill -INT $shark; wait $shark 2>/dev/null
