@@ -206,6 +206,16 @@ static void on_login(void *arg, const struct lr_result *res)
     w->granted = info.connections_granted;
     w->conns_up = info.connections_up;
     w->digests = info.header_digest && info.data_digest;
+    if (w->id == 0)
+        fprintf(stderr,
+                "linerate-bench: negotiated TSIH %u: HeaderDigest=%s DataDigest=%s "
+                "ImmediateData=%s InitialR2T=%s FirstBurstLength=%u MaxBurstLength=%u "
+                "MaxOutstandingR2T=%u target MaxRecvDataSegmentLength=%u, %u of %u connections\n",
+                info.tsih, info.header_digest ? "CRC32C" : "None",
+                info.data_digest ? "CRC32C" : "None", info.immediate_data ? "Yes" : "No",
+                info.initial_r2t ? "Yes" : "No", info.first_burst, info.max_burst,
+                info.max_outstanding_r2t, info.peer_max_recv_dsl, info.connections_up,
+                info.connections_asked);
     w->step = WS_CAPACITY;
     if (lr_read_capacity(w->s, on_capacity, w) < 0)
         fail_step(w, "%s", "cannot queue READ CAPACITY");
