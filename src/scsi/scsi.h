@@ -61,6 +61,10 @@ struct scsi_lun_config {
     struct bs *bs;         /* the store; the LUN takes ownership */
     uint32_t block_size;   /* 512 or 4096; 0 means 512 */
     bool read_only;
+    /* Where persistent reservations made with APTPL=1 are kept (SPC-4 §5.13.5): loaded by
+     * scsi_target_add_lun, rewritten atomically on every change while APTPL is in force.
+     * NULL: APTPL is refused (PTPL_C=0). The string is copied. */
+    const char *pr_state_path;
 };
 
 /* A SCSI target device: its LUNs and its one target port. */
@@ -71,6 +75,11 @@ struct scsi_target {
     uint32_t nluns;
     pthread_mutex_t lock;    /* nexus list */
     void *priv;              /* SCSI core's per-target state */
+    /* Set by the transport (NULL: skipped). PREEMPT AND ABORT calls it, on the thread running
+     * that command and with no SCSI core lock held, for each I_T nexus with a live session
+     * whose registration it removed: abort that nexus's tasks on lu as ABORT TASK SET would
+     * (SPC-4 §5.13.11.2.5). The PREEMPT AND ABORT task itself completes after the calls. */
+    void (*abort_nexus_tasks)(struct scsi_target *t, struct scsi_nexus *n, struct scsi_lun *lu);
 };
 
 struct scsi_task {
@@ -116,6 +125,11 @@ void scsi_target_destroy(struct scsi_target *t);
 struct scsi_nexus *scsi_nexus_get(struct scsi_target *t, const char *initiator_name,
                                   const uint8_t isid[6]);
 void scsi_nexus_put(struct scsi_nexus *n);
+/* I_T nexus loss (SAM-5 §6.3.4): the last session of this initiator port ended. Releases the
+ * SPC-2 RESERVE it held on any LUN; persistent reservations survive. scsi_nexus_put calls it
+ * when the last reference goes, so a transport that puts the nexus when a session ends need not
+ * call it itself. Idempotent. */
+void scsi_nexus_lost(struct scsi_nexus *n);
 
 /* --- tasks --- */
 void scsi_task_init(struct scsi_task *t);

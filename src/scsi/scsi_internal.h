@@ -34,6 +34,11 @@ enum scsi_reason {
     SR_UA_CAPACITY_CHANGED,    /* 6 / 2Ah 09h */
     SR_UA_COMMANDS_CLEARED,    /* 6 / 2Fh 01h */
     SR_UA_LUNS_CHANGED,        /* 6 / 3Fh 0Eh */
+    SR_RESERVATION_CONFLICT,   /* status 18h, no sense (SAM-5 §5.3.1) */
+    SR_INVALID_RELEASE_OF_PR,  /* 5 / 26h 04h */
+    SR_UA_RESV_PREEMPTED,      /* 6 / 2Ah 03h */
+    SR_UA_RESV_RELEASED,       /* 6 / 2Ah 04h */
+    SR_UA_REG_PREEMPTED,       /* 6 / 2Ah 05h */
     SR__COUNT
 };
 
@@ -69,6 +74,9 @@ enum {
     UA_CAPACITY_CHANGED = 1u << 4,
     UA_COMMANDS_CLEARED = 1u << 5,
     UA_LUNS_CHANGED = 1u << 6,
+    UA_RESV_PREEMPTED = 1u << 7, /* SPC-4 §5.13: persistent reservation events */
+    UA_RESV_RELEASED = 1u << 8,
+    UA_REG_PREEMPTED = 1u << 9,
     UA_RESETS = UA_POWER_ON_RESET | UA_POWER_ON | UA_BUS_DEVICE_RESET,
 };
 
@@ -105,6 +113,11 @@ struct scsi_lun {
     uint64_t naa;         /* NAA 3 locally assigned identifier (VPD 0x83) */
     char serial[17];      /* VPD 0x80 */
     atomic_uint ua[SCSI_NEXUS_MAX];
+    /* Reservation state (pr.c). resv is the fast-path summary: RESV_* bits, 0 when nothing
+     * is reserved or registered, so setup pays one relaxed load; pr holds the rest and is
+     * guarded by lock. */
+    atomic_uint resv;
+    struct pr_state *pr;
 };
 
 /* Add UA bits for one nexus slot; a reset UA replaces whatever was pending (SAM-5 §5.14). */
@@ -123,6 +136,29 @@ enum {
     CMD_MEDIUM = 1u << 4,   /* addresses blocks: LBA range checked centrally */
     CMD_SA = 1u << 5,       /* has service actions (CDB byte 1 bits 4:0) */
     CMD_XFER = 1u << 6,     /* moves its blocks (transfer length bounded by MAX_XFER) */
+};
+
+/* How a row meets a reservation held by another I_T nexus (the scsi_cmd.pr column), from
+ * SPC-4 table 66 and SBC-3 table 13 (commands allowed in the presence of various
+ * reservations). 0 is the default so a row that says nothing is classed by its flags: rows
+ * that run without a LUN (INQUIRY, REPORT LUNS, REQUEST SENSE) as PRC_ANY, medium changing
+ * rows (CMD_WRITES) as PRC_WRITE, the rest as PRC_READ. */
+enum {
+    PRC_DEFAULT = 0,
+    PRC_READ,  /* allowed under Write Exclusive for non-holders; conflict under Exclusive Access */
+    PRC_WRITE, /* conflict under either for non-holders */
+    PRC_ALLOW, /* allowed under persistent reservations; conflict under SPC-2 RESERVE */
+    PRC_ANY,   /* allowed under any reservation */
+    PRC_PR,    /* PERSISTENT RESERVE IN/OUT: the service action decides; conflict under RESERVE */
+    PRC_SPC2,  /* RESERVE/RELEASE 6/10: conflict whenever a registration exists */
+    PRC_CDB,   /* START STOP UNIT, PREVENT ALLOW: a CDB bit decides (SBC-3 table 13) */
+};
+
+/* lun->resv bits */
+enum {
+    RESV_SPC2 = 1u << 0, /* an SPC-2 RESERVE is held */
+    RESV_PR = 1u << 1,   /* a persistent reservation is held */
+    RESV_REGS = 1u << 2, /* persistent reservation keys are registered */
 };
 
 /* What parse learns from a CDB. Medium commands set lba/nblocks; setup checks them once. */
@@ -152,6 +188,7 @@ struct scsi_cmd {
      * bits outside it, so the table is also the reserved-bit check. */
     uint8_t usage[SCSI_CDB_MAX];
     uint32_t timeout_s; /* recommended timeout for RSOC's timeouts descriptor */
+    uint8_t pr;         /* PRC_*: how reservations held by others affect it */
 };
 
 extern const struct scsi_cmd scsi_cmds[];
@@ -192,6 +229,23 @@ void sbc_exec_verify(struct scsi_task *t, const struct scsi_cmd *c);
 void sbc_exec_sync(struct scsi_task *t, const struct scsi_cmd *c);
 void sbc_exec_readcap10(struct scsi_task *t, const struct scsi_cmd *c);
 void sbc_exec_readcap16(struct scsi_task *t, const struct scsi_cmd *c);
+
+/* --- reservations (pr.c): SPC-4 persistent reservations and SPC-2 RESERVE/RELEASE --- */
+int pr_lun_init(struct scsi_lun *lu, const char *state_path, char *err, size_t errlen);
+void pr_lun_free(struct scsi_lun *lu);
+/* The central check scsi_task_setup makes when lu->resv is nonzero: SR_RESERVATION_CONFLICT
+ * or SR_OK. */
+scsi_sr pr_check(struct scsi_task *t, const struct scsi_cmd *c, unsigned resv);
+/* Resets and nexus loss release SPC-2 reservations (SPC-2 §5.5.1; persistent ones stay). */
+void pr_spc2_release_all(struct scsi_lun *lu);
+void pr_spc2_release_nexus(struct scsi_lun *lu, const struct scsi_nexus *n);
+scsi_sr pr_parse_in(struct scsi_task *t, const struct scsi_cmd *c, struct scsi_req *r);
+scsi_sr pr_parse_out(struct scsi_task *t, const struct scsi_cmd *c, struct scsi_req *r);
+scsi_sr pr_parse_spc2(struct scsi_task *t, const struct scsi_cmd *c, struct scsi_req *r);
+void pr_exec_in(struct scsi_task *t, const struct scsi_cmd *c);
+void pr_exec_out(struct scsi_task *t, const struct scsi_cmd *c);
+void pr_exec_reserve(struct scsi_task *t, const struct scsi_cmd *c);
+void pr_exec_release(struct scsi_task *t, const struct scsi_cmd *c);
 
 /* Field accessors for table-described CDB fields (1..8 bytes, big-endian). */
 static inline uint64_t scsi_cdb_field(const uint8_t *cdb, unsigned off, unsigned len)

@@ -45,6 +45,10 @@ static const struct {
     [SR_UA_CAPACITY_CHANGED] = {KEY_UNIT_ATTENTION, 0x2a, 0x09},
     [SR_UA_COMMANDS_CLEARED] = {KEY_UNIT_ATTENTION, 0x2f, 0x01},
     [SR_UA_LUNS_CHANGED] = {KEY_UNIT_ATTENTION, 0x3f, 0x0e},
+    [SR_INVALID_RELEASE_OF_PR] = {KEY_ILLEGAL_REQUEST, 0x26, 0x04},
+    [SR_UA_RESV_PREEMPTED] = {KEY_UNIT_ATTENTION, 0x2a, 0x03},
+    [SR_UA_RESV_RELEASED] = {KEY_UNIT_ATTENTION, 0x2a, 0x04},
+    [SR_UA_REG_PREEMPTED] = {KEY_UNIT_ATTENTION, 0x2a, 0x05},
 };
 
 static uint8_t sense_encode(uint8_t *buf, uint8_t key, uint8_t asc, uint8_t ascq, scsi_sr sks,
@@ -81,6 +85,12 @@ static void set_reason(struct scsi_task *t, scsi_sr sr, bool has_info, uint32_t 
     if (SR_REASON(sr) == SR_OK) {
         t->status = SCSI_STATUS_GOOD;
         t->sense_len = 0;
+        return;
+    }
+    if (SR_REASON(sr) == SR_RESERVATION_CONFLICT) { /* a status of its own, without sense */
+        t->status = SCSI_STATUS_RESERVATION_CONFLICT;
+        t->sense_len = 0;
+        t->data_len = 0;
         return;
     }
     t->status = SCSI_STATUS_CHECK_CONDITION;

@@ -80,6 +80,11 @@ int scsi_target_add_lun(struct scsi_target *t, const struct scsi_lun_config *cfg
     lu->mapped = cfg->bs->ops->map && bs_map(cfg->bs, 0, bsz) != NULL;
     atomic_init(&lu->wce, cfg->bs->write_cache);
     pthread_mutex_init(&lu->lock, NULL);
+    if (pr_lun_init(lu, cfg->pr_state_path, err, errlen) < 0) {
+        pthread_mutex_destroy(&lu->lock);
+        free(lu);
+        return -EIO;
+    }
     uint64_t h = lun_hash(t->name, cfg->lun);
     lu->naa = (3ull << 60) | (h & 0x0fffffffffffffffull); /* NAA 3: locally assigned */
     snprintf(lu->serial, sizeof(lu->serial), "%016" PRIx64, h);
@@ -104,6 +109,7 @@ void scsi_target_destroy(struct scsi_target *t)
         if (!lu)
             continue;
         bs_close(lu->bs);
+        pr_lun_free(lu);
         pthread_mutex_destroy(&lu->lock);
         free(lu);
     }
@@ -191,8 +197,18 @@ void scsi_nexus_put(struct scsi_nexus *n)
         return;
     struct scsi_target *t = n->target;
     pthread_mutex_lock(&t->lock);
-    n->refs--;
+    bool last = --n->refs == 0;
     pthread_mutex_unlock(&t->lock);
+    if (last)
+        scsi_nexus_lost(n);
+}
+
+void scsi_nexus_lost(struct scsi_nexus *n)
+{
+    struct scsi_target *t = n->target;
+    for (uint32_t i = 0; i < t->nluns; i++)
+        if (t->luns[i])
+            pr_spc2_release_nexus(t->luns[i], n);
 }
 
 /* --- unit attentions --- */
@@ -223,7 +239,8 @@ void scsi_ua_raise_all(struct scsi_lun *lu, const struct scsi_nexus *skip, unsig
 
 static const scsi_sr ua_reason[] = {
     SR_UA_POWER_ON_RESET,   SR_UA_POWER_ON,         SR_UA_BUS_DEVICE_RESET, SR_UA_MODE_CHANGED,
-    SR_UA_CAPACITY_CHANGED, SR_UA_COMMANDS_CLEARED, SR_UA_LUNS_CHANGED,
+    SR_UA_CAPACITY_CHANGED, SR_UA_COMMANDS_CLEARED, SR_UA_LUNS_CHANGED,     SR_UA_RESV_PREEMPTED,
+    SR_UA_RESV_RELEASED,    SR_UA_REG_PREEMPTED,
 };
 
 /* Lock-free: a compare-and-swap clears exactly the bit reported, so two connections of one
@@ -248,8 +265,10 @@ scsi_sr scsi_ua_take(struct scsi_lun *lu, const struct scsi_nexus *n)
 void scsi_lun_reset(struct scsi_lun *lu, struct scsi_nexus *by)
 {
     (void)by;
-    if (lu)
-        scsi_ua_raise_all(lu, NULL, UA_BUS_DEVICE_RESET);
+    if (!lu)
+        return;
+    scsi_ua_raise_all(lu, NULL, UA_BUS_DEVICE_RESET);
+    pr_spc2_release_all(lu); /* SPC-2 §5.5.1; persistent reservations survive (SPC-4 §5.13.1) */
 }
 
 /* TARGET WARM RESET is a logical unit reset of every LUN (SAM-5 §6.3.2/§7.x), hence 29h/03h;
@@ -257,9 +276,12 @@ void scsi_lun_reset(struct scsi_lun *lu, struct scsi_nexus *by)
 void scsi_target_reset(struct scsi_target *t, struct scsi_nexus *by, bool cold)
 {
     (void)by;
-    for (uint32_t i = 0; i < t->nluns; i++)
-        if (t->luns[i])
-            scsi_ua_raise_all(t->luns[i], NULL, cold ? UA_POWER_ON : UA_BUS_DEVICE_RESET);
+    for (uint32_t i = 0; i < t->nluns; i++) {
+        if (!t->luns[i])
+            continue;
+        scsi_ua_raise_all(t->luns[i], NULL, cold ? UA_POWER_ON : UA_BUS_DEVICE_RESET);
+        pr_spc2_release_all(t->luns[i]);
+    }
 }
 
 void scsi_lun_tasks_cleared(struct scsi_lun *lu, struct scsi_nexus *victim)

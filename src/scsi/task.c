@@ -8,9 +8,14 @@
 
 /* clang-format off */
 enum {
-    C_TUR, C_REQUEST_SENSE, C_READ6, C_WRITE6, C_INQUIRY, C_MODE_SELECT6, C_MODE_SENSE6,
+    C_TUR, C_REQUEST_SENSE, C_READ6, C_WRITE6, C_INQUIRY, C_MODE_SELECT6, C_RESERVE6, C_RELEASE6,
+    C_MODE_SENSE6,
     C_START_STOP, C_PREVENT_ALLOW, C_READ_CAPACITY10, C_READ10, C_WRITE10, C_WRITE_VERIFY10,
-    C_VERIFY10, C_SYNC_CACHE10, C_MODE_SELECT10, C_MODE_SENSE10, C_READ16, C_WRITE16,
+    C_VERIFY10, C_SYNC_CACHE10, C_MODE_SELECT10, C_RESERVE10, C_RELEASE10, C_MODE_SENSE10,
+    C_PRIN_READ_KEYS, C_PRIN_READ_RESERVATION, C_PRIN_REPORT_CAPABILITIES, C_PRIN_READ_FULL_STATUS,
+    C_PROUT_REGISTER, C_PROUT_RESERVE, C_PROUT_RELEASE, C_PROUT_CLEAR, C_PROUT_PREEMPT,
+    C_PROUT_PREEMPT_ABORT, C_PROUT_REGISTER_IGNORE, C_PROUT_REGISTER_MOVE,
+    C_READ16, C_WRITE16,
     C_WRITE_VERIFY16, C_VERIFY16, C_SYNC_CACHE16, C_READ_CAPACITY16, C_REPORT_LUNS, C_RSOC,
     C_READ12, C_WRITE12, C_WRITE_VERIFY12, C_VERIFY12, C__COUNT
 };
@@ -32,12 +37,30 @@ enum {
     {.name = nm, .opcode = op, .sa = s, .cdb_len = len, .flags = (fl) | CMD_SA, .parse = pa,      \
      .exec = ex, .usage = __VA_ARGS__, .timeout_s = 5}
 
+/* The same with a reservation class (PRC_*) for rows the flags do not classify right. */
+#define RWP(prc, op, nm, len, fl, lo, ll, to, tl, pa, ex, tmo, ...)                              \
+    {.name = nm, .opcode = op, .cdb_len = len, .flags = fl, .lba_off = lo, .lba_len = ll,         \
+     .tl_off = to, .tl_len = tl, .parse = pa, .exec = ex, .usage = __VA_ARGS__, .timeout_s = tmo, \
+     .pr = prc}
+#define EMP(prc, op, nm, len, fl, pa, ex, ...)                                                     \
+    {.name = nm, .opcode = op, .cdb_len = len, .flags = fl, .parse = pa, .exec = ex,              \
+     .usage = __VA_ARGS__, .timeout_s = 5, .pr = prc}
+#define EMSAP(prc, op, s, nm, len, fl, pa, ex, ...)                                                \
+    {.name = nm, .opcode = op, .sa = s, .cdb_len = len, .flags = (fl) | CMD_SA, .parse = pa,      \
+     .exec = ex, .usage = __VA_ARGS__, .timeout_s = 5, .pr = prc}
+/* PERSISTENT RESERVE IN / OUT (SPC-4 §6.15, §6.16): one row per service action */
+#define PRIN(s, nm) EMSAP(PRC_PR, 0x5e, s, nm, 10, 0, pr_parse_in, pr_exec_in,                   \
+                          F(0x5e, 0x1f, 0, 0, 0, 0, 0, 0xff, 0xff))
+#define PROUT(s, nm) EMSAP(PRC_PR, 0x5f, s, nm, 10, 0, pr_parse_out, pr_exec_out,                 \
+                           F(0x5f, 0x1f, 0xff, 0, 0, 0xff, 0xff, 0xff, 0xff))
+
 #define RD (CMD_MEDIUM | CMD_XFER | CMD_DIRECT)
 #define WR (CMD_MEDIUM | CMD_XFER | CMD_DIRECT | CMD_WRITES)
 #define ANY_LUN (CMD_UA_OK | CMD_NOLUN_OK)
 
 const struct scsi_cmd scsi_cmds[C__COUNT] = {
-    [C_TUR] = EM(0x00, "TEST UNIT READY", 6, 0, spc_parse_none, spc_exec_tur, F(0x00)),
+    [C_TUR] = EMP(PRC_ALLOW, 0x00, "TEST UNIT READY", 6, 0, spc_parse_none, spc_exec_tur,
+                  F(0x00)),
     [C_REQUEST_SENSE] = EM(0x03, "REQUEST SENSE", 6, ANY_LUN, spc_parse_request_sense,
                            spc_exec_request_sense, F(0x03, 0x01, 0, 0, 0xff)),
     [C_READ6] = RW(0x08, "READ(6)", 6, RD, 1, 3, 4, 1, sbc_parse_rw, sbc_exec_read, 30,
@@ -46,16 +69,20 @@ const struct scsi_cmd scsi_cmds[C__COUNT] = {
                     F(0x0a, 0x1f, 0xff, 0xff, 0xff)),
     [C_INQUIRY] = EM(0x12, "INQUIRY", 6, ANY_LUN, spc_parse_inquiry, spc_exec_inquiry,
                      F(0x12, 0x01, 0xff, 0xff, 0xff)),
-    [C_MODE_SELECT6] = EM(0x15, "MODE SELECT(6)", 6, 0, mode_parse_select, mode_exec_select,
-                          F(0x15, 0x11, 0, 0, 0xff)),
+    [C_MODE_SELECT6] = EMP(PRC_WRITE, 0x15, "MODE SELECT(6)", 6, 0, mode_parse_select,
+                           mode_exec_select, F(0x15, 0x11, 0, 0, 0xff)),
+    [C_RESERVE6] = EMP(PRC_SPC2, 0x16, "RESERVE(6)", 6, 0, pr_parse_spc2, pr_exec_reserve,
+                       F(0x16, 0, 0, 0, 0)),
+    [C_RELEASE6] = EMP(PRC_SPC2, 0x17, "RELEASE(6)", 6, 0, pr_parse_spc2, pr_exec_release,
+                       F(0x17, 0, 0, 0, 0)),
     [C_MODE_SENSE6] = EM(0x1a, "MODE SENSE(6)", 6, 0, mode_parse_sense, mode_exec_sense,
                          F(0x1a, 0x08, 0xff, 0xff, 0xff)),
-    [C_START_STOP] = EM(0x1b, "START STOP UNIT", 6, 0, sbc_parse_start_stop, spc_exec_good,
-                        F(0x1b, 0x01, 0, 0x0f, 0xf7)),
-    [C_PREVENT_ALLOW] = EM(0x1e, "PREVENT ALLOW MEDIUM REMOVAL", 6, 0, spc_parse_none,
-                           spc_exec_good, F(0x1e, 0, 0, 0, 0x03)),
-    [C_READ_CAPACITY10] = EM(0x25, "READ CAPACITY(10)", 10, 0, sbc_parse_readcap10,
-                             sbc_exec_readcap10, F(0x25, 0, FF4, 0, 0, 0x01)),
+    [C_START_STOP] = EMP(PRC_CDB, 0x1b, "START STOP UNIT", 6, 0, sbc_parse_start_stop,
+                         spc_exec_good, F(0x1b, 0x01, 0, 0x0f, 0xf7)),
+    [C_PREVENT_ALLOW] = EMP(PRC_CDB, 0x1e, "PREVENT ALLOW MEDIUM REMOVAL", 6, 0, spc_parse_none,
+                            spc_exec_good, F(0x1e, 0, 0, 0, 0x03)),
+    [C_READ_CAPACITY10] = EMP(PRC_ALLOW, 0x25, "READ CAPACITY(10)", 10, 0, sbc_parse_readcap10,
+                              sbc_exec_readcap10, F(0x25, 0, FF4, 0, 0, 0x01)),
     [C_READ10] = RW(0x28, "READ(10)", 10, RD, 2, 4, 7, 2, sbc_parse_rw, sbc_exec_read, 30,
                     F(0x28, 0xfc, FF4, 0x1f, 0xff, 0xff)),
     [C_WRITE10] = RW(0x2a, "WRITE(10)", 10, WR, 2, 4, 7, 2, sbc_parse_rw, sbc_exec_write, 30,
@@ -64,12 +91,29 @@ const struct scsi_cmd scsi_cmds[C__COUNT] = {
                             sbc_exec_write, 30, F(0x2e, 0xf2, FF4, 0x1f, 0xff, 0xff)),
     [C_VERIFY10] = RW(0x2f, "VERIFY(10)", 10, CMD_MEDIUM, 2, 4, 7, 2, sbc_parse_verify,
                       sbc_exec_verify, 30, F(0x2f, 0xf6, FF4, 0x1f, 0xff, 0xff)),
-    [C_SYNC_CACHE10] = RW(0x35, "SYNCHRONIZE CACHE(10)", 10, CMD_MEDIUM, 2, 4, 7, 2,
-                          sbc_parse_sync, sbc_exec_sync, 60, F(0x35, 0x02, FF4, 0x1f, 0xff, 0xff)),
-    [C_MODE_SELECT10] = EM(0x55, "MODE SELECT(10)", 10, 0, mode_parse_select, mode_exec_select,
-                           F(0x55, 0x11, 0, 0, 0, 0, 0, 0xff, 0xff)),
+    [C_SYNC_CACHE10] = RWP(PRC_WRITE, 0x35, "SYNCHRONIZE CACHE(10)", 10, CMD_MEDIUM, 2, 4, 7, 2,
+                           sbc_parse_sync, sbc_exec_sync, 60,
+                           F(0x35, 0x02, FF4, 0x1f, 0xff, 0xff)),
+    [C_MODE_SELECT10] = EMP(PRC_WRITE, 0x55, "MODE SELECT(10)", 10, 0, mode_parse_select,
+                            mode_exec_select, F(0x55, 0x11, 0, 0, 0, 0, 0, 0xff, 0xff)),
+    [C_RESERVE10] = EMP(PRC_SPC2, 0x56, "RESERVE(10)", 10, 0, pr_parse_spc2, pr_exec_reserve,
+                        F(0x56, 0, 0, 0, 0, 0, 0, 0, 0)),
+    [C_RELEASE10] = EMP(PRC_SPC2, 0x57, "RELEASE(10)", 10, 0, pr_parse_spc2, pr_exec_release,
+                        F(0x57, 0, 0, 0, 0, 0, 0, 0, 0)),
     [C_MODE_SENSE10] = EM(0x5a, "MODE SENSE(10)", 10, 0, mode_parse_sense, mode_exec_sense,
                           F(0x5a, 0x18, 0xff, 0xff, 0, 0, 0, 0xff, 0xff)),
+    [C_PRIN_READ_KEYS] = PRIN(0x00, "PERSISTENT RESERVE IN/READ KEYS"),
+    [C_PRIN_READ_RESERVATION] = PRIN(0x01, "PERSISTENT RESERVE IN/READ RESERVATION"),
+    [C_PRIN_REPORT_CAPABILITIES] = PRIN(0x02, "PERSISTENT RESERVE IN/REPORT CAPABILITIES"),
+    [C_PRIN_READ_FULL_STATUS] = PRIN(0x03, "PERSISTENT RESERVE IN/READ FULL STATUS"),
+    [C_PROUT_REGISTER] = PROUT(0x00, "PERSISTENT RESERVE OUT/REGISTER"),
+    [C_PROUT_RESERVE] = PROUT(0x01, "PERSISTENT RESERVE OUT/RESERVE"),
+    [C_PROUT_RELEASE] = PROUT(0x02, "PERSISTENT RESERVE OUT/RELEASE"),
+    [C_PROUT_CLEAR] = PROUT(0x03, "PERSISTENT RESERVE OUT/CLEAR"),
+    [C_PROUT_PREEMPT] = PROUT(0x04, "PERSISTENT RESERVE OUT/PREEMPT"),
+    [C_PROUT_PREEMPT_ABORT] = PROUT(0x05, "PERSISTENT RESERVE OUT/PREEMPT AND ABORT"),
+    [C_PROUT_REGISTER_IGNORE] = PROUT(0x06, "PERSISTENT RESERVE OUT/REGISTER AND IGNORE"),
+    [C_PROUT_REGISTER_MOVE] = PROUT(0x07, "PERSISTENT RESERVE OUT/REGISTER AND MOVE"),
     [C_READ16] = RW(0x88, "READ(16)", 16, RD, 2, 8, 10, 4, sbc_parse_rw, sbc_exec_read, 30,
                     F(0x88, 0xfc, FF8, FF4, 0x1f)),
     [C_WRITE16] = RW(0x8a, "WRITE(16)", 16, WR, 2, 8, 10, 4, sbc_parse_rw, sbc_exec_write, 30,
@@ -78,10 +122,11 @@ const struct scsi_cmd scsi_cmds[C__COUNT] = {
                             sbc_exec_write, 30, F(0x8e, 0xf2, FF8, FF4, 0x1f)),
     [C_VERIFY16] = RW(0x8f, "VERIFY(16)", 16, CMD_MEDIUM, 2, 8, 10, 4, sbc_parse_verify,
                       sbc_exec_verify, 30, F(0x8f, 0xf6, FF8, FF4, 0x1f)),
-    [C_SYNC_CACHE16] = RW(0x91, "SYNCHRONIZE CACHE(16)", 16, CMD_MEDIUM, 2, 8, 10, 4,
-                          sbc_parse_sync, sbc_exec_sync, 60, F(0x91, 0x02, FF8, FF4, 0x1f)),
-    [C_READ_CAPACITY16] = EMSA(0x9e, 0x10, "READ CAPACITY(16)", 16, 0, sbc_parse_readcap16,
-                               sbc_exec_readcap16, F(0x9e, 0x1f, FF8, FF4, 0x01)),
+    [C_SYNC_CACHE16] = RWP(PRC_WRITE, 0x91, "SYNCHRONIZE CACHE(16)", 16, CMD_MEDIUM, 2, 8, 10,
+                           4, sbc_parse_sync, sbc_exec_sync, 60, F(0x91, 0x02, FF8, FF4, 0x1f)),
+    [C_READ_CAPACITY16] = EMSAP(PRC_ALLOW, 0x9e, 0x10, "READ CAPACITY(16)", 16, 0,
+                                sbc_parse_readcap16, sbc_exec_readcap16,
+                                F(0x9e, 0x1f, FF8, FF4, 0x01)),
     [C_REPORT_LUNS] = EM(0xa0, "REPORT LUNS", 12, ANY_LUN, spc_parse_report_luns,
                          spc_exec_report_luns, F(0xa0, 0, 0xff, 0, 0, 0, FF4)),
     [C_RSOC] = EMSA(0xa3, 0x0c, "REPORT SUPPORTED OPERATION CODES", 12, 0, spc_parse_rsoc,
@@ -200,6 +245,13 @@ int scsi_task_setup(struct scsi_task *t)
     sr = check_reserved(t->cdb, c);
     if (sr)
         goto refuse;
+    /* Reservations (SPC-4 §5.13, SBC-3 §4.17): one relaxed load while nothing is reserved. */
+    unsigned resv = lu ? atomic_load_explicit(&lu->resv, memory_order_relaxed) : 0;
+    if (resv) {
+        sr = pr_check(t, c, resv);
+        if (sr)
+            goto refuse;
+    }
 
     struct scsi_req r = {.dir = SCSI_DIR_NONE};
     sr = c->parse(t, c, &r);

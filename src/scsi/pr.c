@@ -1,0 +1,915 @@
+/* Reservations of a logical unit: SPC-4 persistent reservations (PERSISTENT RESERVE IN/OUT,
+ * registrations keyed by I_T nexus, i.e. by initiator port name since a target has one target
+ * port), the APTPL state file that carries them across restarts, SPC-2 RESERVE/RELEASE, and the
+ * conflict check scsi_task_setup makes for every command while anything is reserved. */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "scsi/scsi_internal.h"
+#include "util/bytes.h"
+#include "util/log.h"
+
+#define PR_PORT_MAX 256 /* sizeof(struct scsi_nexus.initiator_port) */
+
+/* SPC-4 §6.15.3 table 171: persistent reservation types */
+enum {
+    PR_WE = 1,
+    PR_EA = 3,
+    PR_WE_RO = 5,
+    PR_EA_RO = 6,
+    PR_WE_AR = 7,
+    PR_EA_AR = 8,
+};
+
+/* PERSISTENT RESERVE OUT service actions (SPC-4 §6.16.2) */
+enum {
+    PRO_REGISTER,
+    PRO_RESERVE,
+    PRO_RELEASE,
+    PRO_CLEAR,
+    PRO_PREEMPT,
+    PRO_PREEMPT_ABORT,
+    PRO_REGISTER_IGNORE,
+    PRO_REGISTER_MOVE,
+};
+
+struct pr_reg {
+    uint64_t key;
+    char port[PR_PORT_MAX]; /* "iqn...,i,0x<isid>" */
+};
+
+struct pr_state {
+    struct pr_reg *regs;
+    unsigned nregs, cap;
+    uint32_t generation;      /* PRGENERATION (SPC-4 §6.15.2) */
+    uint8_t type;             /* PR_*; 0: no persistent reservation */
+    char holder[PR_PORT_MAX]; /* holder's port; unused for all-registrants types */
+    bool aptpl;               /* activate persist through power loss is in force */
+    char *path;               /* APTPL state file; NULL: PTPL_C=0 */
+    char spc2[PR_PORT_MAX];   /* SPC-2 RESERVE holder; "" when none */
+};
+
+static bool type_valid(unsigned type)
+{
+    return type == PR_WE || type == PR_EA || (type >= PR_WE_RO && type <= PR_EA_AR);
+}
+
+static bool type_all_reg(unsigned type)
+{
+    return type == PR_WE_AR || type == PR_EA_AR;
+}
+
+static bool type_reg_only(unsigned type)
+{
+    return type == PR_WE_RO || type == PR_EA_RO;
+}
+
+static bool type_excl_access(unsigned type)
+{
+    return type == PR_EA || type == PR_EA_RO || type == PR_EA_AR;
+}
+
+static const char *nexus_port(const struct scsi_task *t)
+{
+    return t->nexus ? t->nexus->initiator_port : "";
+}
+
+static int reg_find(const struct pr_state *ps, const char *port)
+{
+    for (unsigned i = 0; i < ps->nregs; i++)
+        if (strcmp(ps->regs[i].port, port) == 0)
+            return (int)i;
+    return -1;
+}
+
+static bool is_holder(const struct pr_state *ps, const char *port)
+{
+    if (!ps->type)
+        return false;
+    if (type_all_reg(ps->type)) /* every registrant holds it (SPC-4 §5.13.10) */
+        return reg_find(ps, port) >= 0;
+    return strcmp(ps->holder, port) == 0;
+}
+
+static int reg_add(struct pr_state *ps, const char *port, uint64_t key)
+{
+    if (ps->nregs == ps->cap) {
+        unsigned cap = ps->cap ? ps->cap * 2 : 8;
+        struct pr_reg *r = realloc(ps->regs, cap * sizeof(*r));
+        if (!r)
+            return -ENOMEM;
+        ps->regs = r;
+        ps->cap = cap;
+    }
+    struct pr_reg *r = &ps->regs[ps->nregs++];
+    r->key = key;
+    snprintf(r->port, sizeof(r->port), "%s", port);
+    return 0;
+}
+
+/* Drops registration i. The reservation goes with its holder's registration, or with the last
+ * registration of an all-registrants type (SPC-4 §5.13.11.2.3). Returns whether it went. */
+static bool reg_remove(struct pr_state *ps, unsigned i)
+{
+    bool released = false;
+    if (ps->type && !type_all_reg(ps->type) && strcmp(ps->holder, ps->regs[i].port) == 0)
+        released = true;
+    ps->regs[i] = ps->regs[--ps->nregs];
+    if (ps->type && type_all_reg(ps->type) && ps->nregs == 0)
+        released = true;
+    if (released)
+        ps->type = 0;
+    return released;
+}
+
+static void resv_update(struct scsi_lun *lu)
+{
+    const struct pr_state *ps = lu->pr;
+    unsigned v =
+        (ps->spc2[0] ? RESV_SPC2 : 0) | (ps->type ? RESV_PR : 0) | (ps->nregs ? RESV_REGS : 0);
+    atomic_store_explicit(&lu->resv, v, memory_order_release);
+}
+
+/* Unit attention to the nexus of one initiator port, if it exists (registrations outlive
+ * sessions; a port that never logged in since a restart has nothing to report to). */
+static void ua_port(struct scsi_lun *lu, const char *port, unsigned bits)
+{
+    struct scsi_target *t = lu->target;
+    struct scsi_target_priv *p = t->priv;
+    pthread_mutex_lock(&t->lock);
+    for (unsigned s = 0; s < SCSI_NEXUS_MAX; s++) {
+        if (p->nexus[s] && strcmp(p->nexus[s]->pub.initiator_port, port) == 0) {
+            scsi_ua_raise(lu, s, bits);
+            break;
+        }
+    }
+    pthread_mutex_unlock(&t->lock);
+}
+
+/* UA to every registrant except the one at port `except`. */
+static void ua_registrants(struct scsi_lun *lu, const char *except, unsigned bits)
+{
+    const struct pr_state *ps = lu->pr;
+    for (unsigned i = 0; i < ps->nregs; i++)
+        if (strcmp(ps->regs[i].port, except) != 0)
+            ua_port(lu, ps->regs[i].port, bits);
+}
+
+/* ---------------- APTPL state file ---------------- */
+
+/* Text, one item a line: "linerate-pr 1", "generation N", "reservation TYPE HOLDER|-",
+ * "reg KEY PORT". Written to a temporary file, synced and renamed over the old one, so a
+ * crash leaves either the old state or the new one. */
+static int state_save(const struct pr_state *ps)
+{
+    char tmp[4096];
+    if (snprintf(tmp, sizeof(tmp), "%s.tmp", ps->path) >= (int)sizeof(tmp))
+        return -ENAMETOOLONG;
+    FILE *f = fopen(tmp, "w");
+    if (!f)
+        return -errno;
+    fprintf(f, "linerate-pr 1\ngeneration %" PRIu32 "\n", ps->generation);
+    if (ps->type)
+        fprintf(f, "reservation %u %s\n", ps->type,
+                type_all_reg(ps->type) || !ps->holder[0] ? "-" : ps->holder);
+    for (unsigned i = 0; i < ps->nregs; i++)
+        fprintf(f, "reg %016" PRIx64 " %s\n", ps->regs[i].key, ps->regs[i].port);
+    int err = 0;
+    if (fflush(f) != 0 || fsync(fileno(f)) != 0)
+        err = -errno;
+    if (fclose(f) != 0 && !err)
+        err = -errno;
+    if (!err && rename(tmp, ps->path) != 0)
+        err = -errno;
+    if (err) {
+        unlink(tmp);
+        return err;
+    }
+    /* the rename itself must survive a crash: sync the directory */
+    char dir[4096];
+    snprintf(dir, sizeof(dir), "%s", ps->path);
+    char *slash = strrchr(dir, '/');
+    if (slash)
+        *(slash == dir ? slash + 1 : slash) = '\0';
+    else
+        snprintf(dir, sizeof(dir), ".");
+    int fd = open(dir, O_RDONLY | O_DIRECTORY);
+    if (fd >= 0) {
+        fsync(fd);
+        close(fd);
+    }
+    return 0;
+}
+
+/* After every change: keep the file in step while APTPL is in force; once nothing is
+ * registered APTPL ends and the file goes (SPC-4 §5.13.5). */
+static void state_persist(struct pr_state *ps, bool was_aptpl)
+{
+    if (!ps->path)
+        return;
+    if (ps->nregs == 0)
+        ps->aptpl = false;
+    int rc = 0;
+    if (ps->aptpl)
+        rc = state_save(ps);
+    else if (was_aptpl && unlink(ps->path) != 0 && errno != ENOENT)
+        rc = -errno;
+    if (rc < 0)
+        LOG_WARN("persistent reservations: cannot update %s: %s", ps->path, strerror(-rc));
+}
+
+static int state_load(struct pr_state *ps, char *err, size_t errlen)
+{
+    FILE *f = fopen(ps->path, "r");
+    if (!f) {
+        if (errno == ENOENT)
+            return 0;
+        snprintf(err, errlen, "%s: %s", ps->path, strerror(errno));
+        return -1;
+    }
+    char line[PR_PORT_MAX + 64];
+    unsigned lineno = 0;
+    int rc = 0;
+    while (fgets(line, sizeof(line), f)) {
+        lineno++;
+        char port[PR_PORT_MAX];
+        unsigned type, version;
+        uint64_t key;
+        uint32_t gen;
+        if (lineno == 1) {
+            if (sscanf(line, "linerate-pr %u", &version) != 1 || version != 1)
+                goto bad;
+        } else if (sscanf(line, "generation %" SCNu32, &gen) == 1) {
+            ps->generation = gen;
+        } else if (sscanf(line, "reservation %u %255s", &type, port) == 2 && type_valid(type)) {
+            ps->type = (uint8_t)type;
+            snprintf(ps->holder, sizeof(ps->holder), "%s", strcmp(port, "-") ? port : "");
+        } else if (sscanf(line, "reg %" SCNx64 " %255s", &key, port) == 2 && key) {
+            if (reg_add(ps, port, key) < 0) {
+                snprintf(err, errlen, "%s: out of memory", ps->path);
+                rc = -1;
+                break;
+            }
+        } else {
+            goto bad;
+        }
+        continue;
+    bad:
+        snprintf(err, errlen, "%s line %u: not a persistent reservation state line", ps->path,
+                 lineno);
+        rc = -1;
+        break;
+    }
+    fclose(f);
+    if (rc == 0 && ps->type && !type_all_reg(ps->type) && reg_find(ps, ps->holder) < 0) {
+        snprintf(err, errlen, "%s: reservation holder %s is not registered", ps->path, ps->holder);
+        rc = -1;
+    }
+    if (rc == 0 && ps->type && ps->nregs == 0)
+        ps->type = 0;
+    ps->aptpl = rc == 0 && ps->nregs > 0;
+    return rc;
+}
+
+int pr_lun_init(struct scsi_lun *lu, const char *state_path, char *err, size_t errlen)
+{
+    struct pr_state *ps = calloc(1, sizeof(*ps));
+    if (!ps || (state_path && !(ps->path = strdup(state_path)))) {
+        free(ps);
+        snprintf(err, errlen, "LUN %" PRIu64 ": out of memory", lu->id);
+        return -1;
+    }
+    lu->pr = ps;
+    if (ps->path && state_load(ps, err, errlen) < 0) {
+        pr_lun_free(lu);
+        return -1;
+    }
+    if (ps->nregs)
+        LOG_INFO("LUN %" PRIu64 ": %u persistent reservation key(s)%s restored from %s", lu->id,
+                 ps->nregs, ps->type ? " and a reservation" : "", ps->path);
+    atomic_init(&lu->resv, 0);
+    resv_update(lu);
+    return 0;
+}
+
+void pr_lun_free(struct scsi_lun *lu)
+{
+    struct pr_state *ps = lu->pr;
+    if (!ps)
+        return;
+    free(ps->regs);
+    free(ps->path);
+    free(ps);
+    lu->pr = NULL;
+}
+
+/* ---------------- the conflict check ---------------- */
+
+/* SBC-3 table 13: START STOP UNIT is allowed only to start (START=1, LOEJ=0, no power
+ * condition); PREVENT ALLOW MEDIUM REMOVAL only to allow. */
+static bool cdb_allowed(const uint8_t *cdb)
+{
+    if (cdb[0] == 0x1b)
+        return (cdb[4] & 0xf3) == 0x01;
+    if (cdb[0] == 0x1e)
+        return (cdb[4] & 0x03) == 0;
+    return false;
+}
+
+scsi_sr pr_check(struct scsi_task *t, const struct scsi_cmd *c, unsigned resv)
+{
+    unsigned cls = c->pr;
+    if (cls == PRC_DEFAULT)
+        cls = (c->flags & CMD_NOLUN_OK) ? PRC_ANY : (c->flags & CMD_WRITES) ? PRC_WRITE : PRC_READ;
+    if (cls == PRC_ANY)
+        return SR_OK;
+    /* registrations alone block nothing but SPC-2 RESERVE/RELEASE */
+    if (!(resv & (RESV_SPC2 | RESV_PR)) && cls != PRC_SPC2)
+        return SR_OK;
+
+    struct scsi_lun *lu = t->lu;
+    struct pr_state *ps = lu->pr;
+    const char *me = nexus_port(t);
+    bool conflict = false;
+    pthread_mutex_lock(&lu->lock);
+    if (ps->spc2[0]) {
+        /* SPC-2 §5.5.1: PERSISTENT RESERVE IN/OUT conflict whoever holds the RESERVE;
+         * RESERVE/RELEASE decide for themselves; other commands pass only for the holder. */
+        if (cls == PRC_PR)
+            conflict = true;
+        else if (cls != PRC_SPC2)
+            conflict = strcmp(ps->spc2, me) != 0;
+    } else if (cls == PRC_SPC2) {
+        /* SPC-4 §5.13.3: RESERVE and RELEASE conflict while anything is registered */
+        conflict = ps->nregs > 0 || ps->type;
+    } else if (ps->type && cls != PRC_PR && cls != PRC_ALLOW && !is_holder(ps, me)) {
+        /* SPC-4 §5.13.1 / table 66: registrants of a registrants-only or all-registrants
+         * reservation have full access; everyone else meets the type's restrictions. */
+        bool registered = reg_find(ps, me) >= 0;
+        bool full = registered && (type_reg_only(ps->type) || type_all_reg(ps->type));
+        if (!full) {
+            if (cls == PRC_CDB)
+                conflict = !cdb_allowed(t->cdb);
+            else if (cls == PRC_WRITE)
+                conflict = true;
+            else
+                conflict = type_excl_access(ps->type);
+        }
+    }
+    pthread_mutex_unlock(&lu->lock);
+    return conflict ? SR_RESERVATION_CONFLICT : SR_OK;
+}
+
+/* ---------------- SPC-2 RESERVE / RELEASE ---------------- */
+
+/* RESERVE(6)/(10), RELEASE(6)/(10) (SPC-2 §7.21-7.24): logical unit reservations only; the
+ * third-party and extent forms are refused by the usage masks. */
+scsi_sr pr_parse_spc2(struct scsi_task *t, const struct scsi_cmd *c, struct scsi_req *r)
+{
+    (void)t, (void)c, (void)r;
+    return SR_OK;
+}
+
+void pr_exec_reserve(struct scsi_task *t, const struct scsi_cmd *c)
+{
+    (void)c;
+    struct scsi_lun *lu = t->lu;
+    struct pr_state *ps = lu->pr;
+    const char *me = nexus_port(t);
+    scsi_sr sr = SR_OK;
+    pthread_mutex_lock(&lu->lock);
+    if (ps->nregs || ps->type || (ps->spc2[0] && strcmp(ps->spc2, me) != 0))
+        sr = SR_RESERVATION_CONFLICT;
+    else
+        snprintf(ps->spc2, sizeof(ps->spc2), "%s", me);
+    resv_update(lu);
+    pthread_mutex_unlock(&lu->lock);
+    scsi_task_complete(t, sr);
+}
+
+/* Releasing a reservation held by someone else, or none, is a successful no-op (SPC-2 §7.23). */
+void pr_exec_release(struct scsi_task *t, const struct scsi_cmd *c)
+{
+    (void)c;
+    struct scsi_lun *lu = t->lu;
+    struct pr_state *ps = lu->pr;
+    scsi_sr sr = SR_OK;
+    pthread_mutex_lock(&lu->lock);
+    if (ps->nregs || ps->type)
+        sr = SR_RESERVATION_CONFLICT;
+    else if (strcmp(ps->spc2, nexus_port(t)) == 0)
+        ps->spc2[0] = '\0';
+    resv_update(lu);
+    pthread_mutex_unlock(&lu->lock);
+    scsi_task_complete(t, sr);
+}
+
+void pr_spc2_release_all(struct scsi_lun *lu)
+{
+    if (!(atomic_load_explicit(&lu->resv, memory_order_acquire) & RESV_SPC2))
+        return;
+    pthread_mutex_lock(&lu->lock);
+    lu->pr->spc2[0] = '\0';
+    resv_update(lu);
+    pthread_mutex_unlock(&lu->lock);
+}
+
+void pr_spc2_release_nexus(struct scsi_lun *lu, const struct scsi_nexus *n)
+{
+    if (!(atomic_load_explicit(&lu->resv, memory_order_acquire) & RESV_SPC2))
+        return;
+    pthread_mutex_lock(&lu->lock);
+    if (strcmp(lu->pr->spc2, n->initiator_port) == 0)
+        lu->pr->spc2[0] = '\0';
+    resv_update(lu);
+    pthread_mutex_unlock(&lu->lock);
+}
+
+/* ---------------- PERSISTENT RESERVE IN (SPC-4 §6.15) ---------------- */
+
+scsi_sr pr_parse_in(struct scsi_task *t, const struct scsi_cmd *c, struct scsi_req *r)
+{
+    (void)c;
+    r->xfer_len = get_be16(t->cdb + 7);
+    r->dir = SCSI_DIR_READ;
+    return SR_OK;
+}
+
+static uint16_t rel_port(const struct scsi_target *tg)
+{
+    return tg->tpgt ? tg->tpgt : 1; /* as VPD 0x83 reports it */
+}
+
+/* iSCSI TransportID, format 01b: initiator port name, NUL, padded to 4 (SPC-4 §7.6.4.6) */
+static uint32_t transport_id_len(const char *port)
+{
+    uint32_t n = ((uint32_t)strlen(port) + 1 + 3) & ~3u;
+    return 4 + (n < 20 ? 20 : n);
+}
+
+static uint8_t *put_transport_id(uint8_t *p, const char *port)
+{
+    uint32_t len = transport_id_len(port);
+    memset(p, 0, len);
+    p[0] = 0x40 | 0x05; /* FORMAT CODE 01b, PROTOCOL IDENTIFIER 5h (iSCSI) */
+    put_be16(p + 2, (uint16_t)(len - 4));
+    memcpy(p + 4, port, strlen(port));
+    return p + len;
+}
+
+/* Builds the reply with the LUN lock held; returns a malloc'd buffer and its length. */
+static uint8_t *prin_build(struct scsi_task *t, uint32_t *len)
+{
+    const struct pr_state *ps = t->lu->pr;
+    unsigned sa = t->cdb[1] & 0x1f;
+    size_t cap = 8;
+    if (sa == 0)
+        cap += 8 * (size_t)ps->nregs;
+    else if (sa == 1)
+        cap += 16;
+    else if (sa == 3)
+        for (unsigned i = 0; i < ps->nregs; i++)
+            cap += 24 + transport_id_len(ps->regs[i].port);
+    uint8_t *d = calloc(1, cap);
+    if (!d)
+        return NULL;
+    uint8_t *p = d + 8;
+    switch (sa) {
+    case 0: /* READ KEYS (§6.15.2) */
+        put_be32(d, ps->generation);
+        for (unsigned i = 0; i < ps->nregs; i++, p += 8)
+            put_be64(p, ps->regs[i].key);
+        put_be32(d + 4, 8 * ps->nregs); /* the whole list, whatever the allocation length */
+        break;
+    case 1: /* READ RESERVATION (§6.15.3) */
+        put_be32(d, ps->generation);
+        if (ps->type) {
+            /* an all-registrants reservation reports key 0 (§6.15.3.2) */
+            int h = type_all_reg(ps->type) ? -1 : reg_find(ps, ps->holder);
+            put_be64(p, h >= 0 ? ps->regs[h].key : 0);
+            p[13] = ps->type; /* SCOPE 0h: logical unit */
+            p += 16;
+            put_be32(d + 4, 16);
+        }
+        break;
+    case 2: /* REPORT CAPABILITIES (§6.15.4) */
+        put_be16(d, 8);
+        /* CRH 0, SIP_C 0, ATP_C 0 (SPEC_I_PT and ALL_TG_PT are refused); PTPL_C when there
+         * is a state file */
+        d[2] = ps->path ? 0x01 : 0;
+        /* TMV 1; ALLOW COMMANDS 001b: TEST UNIT READY passes WE and EA reservations */
+        d[3] = 0x80 | (1u << 4) | (ps->aptpl ? 0x01 : 0);
+        d[4] = 0x80 | 0x40 | 0x20 | 0x08 | 0x02; /* WR_EX_AR EX_AC_RO WR_EX_RO EX_AC WR_EX */
+        d[5] = 0x01;                             /* EX_AC_AR */
+        break;
+    case 3: /* READ FULL STATUS (§6.15.5) */
+        put_be32(d, ps->generation);
+        for (unsigned i = 0; i < ps->nregs; i++) {
+            const struct pr_reg *rg = &ps->regs[i];
+            bool holder = is_holder(ps, rg->port);
+            put_be64(p, rg->key);
+            p[12] = holder ? 0x01 : 0; /* ALL_TG_PT 0, R_HOLDER */
+            p[13] = holder ? ps->type : 0;
+            put_be16(p + 18, rel_port(t->target));
+            put_be32(p + 20, transport_id_len(rg->port));
+            p = put_transport_id(p + 24, rg->port);
+        }
+        put_be32(d + 4, (uint32_t)(p - d - 8));
+        break;
+    }
+    *len = sa == 2 ? 8 : (uint32_t)(p - d);
+    return d;
+}
+
+void pr_exec_in(struct scsi_task *t, const struct scsi_cmd *c)
+{
+    (void)c;
+    struct scsi_lun *lu = t->lu;
+    uint32_t len = 0;
+    pthread_mutex_lock(&lu->lock);
+    uint8_t *d = prin_build(t, &len);
+    pthread_mutex_unlock(&lu->lock);
+    if (!d) {
+        scsi_task_complete(t, SR_INSUFFICIENT_RESOURCES);
+        return;
+    }
+    scsi_task_put_data(t, d, len);
+    free(d);
+}
+
+/* ---------------- PERSISTENT RESERVE OUT (SPC-4 §6.16) ---------------- */
+
+#define PROUT_PARAM_LEN 24
+#define PROUT_TID_MAX 4096
+
+scsi_sr pr_parse_out(struct scsi_task *t, const struct scsi_cmd *c, struct scsi_req *r)
+{
+    (void)c;
+    unsigned sa = t->cdb[1] & 0x1f;
+    unsigned scope = t->cdb[2] >> 4, type = t->cdb[2] & 0x0f;
+    uint32_t pll = get_be32(t->cdb + 5);
+    /* SCOPE and TYPE matter to these; REGISTER, REGISTER AND IGNORE and CLEAR ignore them */
+    bool typed = sa == PRO_RESERVE || sa == PRO_RELEASE || sa == PRO_PREEMPT ||
+                 sa == PRO_PREEMPT_ABORT || sa == PRO_REGISTER_MOVE;
+    if (typed && scope != 0)
+        return SR_CDB_FIELD(2, 7); /* only LU_SCOPE (§6.16.3.2) */
+    if (typed && !type_valid(type))
+        return SR_CDB_FIELD(2, 3);
+    /* §6.16.3: the basic parameter list is 24 bytes; longer lists only come with SPEC_I_PT
+     * (refused once the list is read) or with REGISTER AND MOVE's TransportID. */
+    if (pll < PROUT_PARAM_LEN || pll > PROUT_PARAM_LEN + PROUT_TID_MAX)
+        return SR_PARAM_LIST_LENGTH;
+    r->xfer_len = pll;
+    r->dir = SCSI_DIR_WRITE;
+    return SR_OK;
+}
+
+/* What PREEMPT AND ABORT must abort once the lock is dropped. */
+struct pr_victims {
+    struct scsi_nexus *n[SCSI_NEXUS_MAX];
+    unsigned count;
+};
+
+static void victim_add(struct scsi_lun *lu, struct pr_victims *v, const char *port)
+{
+    if (!v)
+        return;
+    struct scsi_target *t = lu->target;
+    struct scsi_target_priv *p = t->priv;
+    pthread_mutex_lock(&t->lock);
+    for (unsigned s = 0; s < SCSI_NEXUS_MAX && v->count < SCSI_NEXUS_MAX; s++) {
+        struct scsi_nexus *n = p->nexus[s] ? &p->nexus[s]->pub : NULL;
+        if (n && n->refs > 0 && strcmp(n->initiator_port, port) == 0) {
+            n->refs++; /* held until the abort hook has run */
+            v->n[v->count++] = n;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&t->lock);
+}
+
+struct prout {
+    struct scsi_task *t;
+    struct scsi_lun *lu;
+    struct pr_state *ps;
+    const char *me;
+    int mine;          /* index of the sender's registration, -1 if not registered */
+    uint64_t rk, sark; /* RESERVATION KEY, SERVICE ACTION RESERVATION KEY */
+    unsigned type;
+    bool aptpl;
+    const uint8_t *param;
+    uint32_t pll;
+    struct pr_victims *victims; /* PREEMPT AND ABORT only */
+};
+
+/* Removes every registration with key, `keep` excepted (NULL: none), with UA REGISTRATIONS
+ * PREEMPTED to each port removed other than the sender's. Returns how many went. */
+static unsigned remove_key(struct prout *x, uint64_t key, const char *keep)
+{
+    struct pr_state *ps = x->ps;
+    unsigned n = 0;
+    for (unsigned i = 0; i < ps->nregs;) {
+        struct pr_reg *rg = &ps->regs[i];
+        if (rg->key != key || (keep && strcmp(rg->port, keep) == 0)) {
+            i++;
+            continue;
+        }
+        if (strcmp(rg->port, x->me) != 0) {
+            ua_port(x->lu, rg->port, UA_REG_PREEMPTED);
+            victim_add(x->lu, x->victims, rg->port);
+        }
+        reg_remove(ps, i); /* moves the last one into i */
+        n++;
+    }
+    return n;
+}
+
+/* REGISTER / REGISTER AND IGNORE EXISTING KEY (§5.13.7) */
+static scsi_sr pro_register(struct prout *x, bool ignore)
+{
+    struct pr_state *ps = x->ps;
+    if (x->mine < 0) {
+        if (!ignore && x->rk)
+            return SR_RESERVATION_CONFLICT;
+        if (!x->sark)
+            return SR_OK; /* nothing to register, nothing changes */
+        if (reg_add(ps, x->me, x->sark) < 0)
+            return SR_INSUFFICIENT_RESOURCES;
+        ps->aptpl = x->aptpl;
+        ps->generation++;
+        return SR_OK;
+    }
+    if (!ignore && x->rk != ps->regs[x->mine].key)
+        return SR_RESERVATION_CONFLICT;
+    if (x->sark) {
+        ps->regs[x->mine].key = x->sark;
+        ps->aptpl = x->aptpl;
+    } else {
+        /* unregistering: a registrants-only reservation its holder leaves is released, and
+         * the other registrants hear of it (§5.13.11.2.3) */
+        uint8_t type = ps->type;
+        if (reg_remove(ps, (unsigned)x->mine) && type_reg_only(type))
+            ua_registrants(x->lu, x->me, UA_RESV_RELEASED);
+    }
+    ps->generation++;
+    return SR_OK;
+}
+
+/* RESERVE (§5.13.9): the generation does not change. */
+static scsi_sr pro_reserve(struct prout *x)
+{
+    struct pr_state *ps = x->ps;
+    if (ps->type) {
+        /* the holder asking again for the same thing succeeds; anything else conflicts */
+        if (is_holder(ps, x->me) && ps->type == x->type)
+            return SR_OK;
+        return SR_RESERVATION_CONFLICT;
+    }
+    ps->type = (uint8_t)x->type;
+    snprintf(ps->holder, sizeof(ps->holder), "%s", type_all_reg(x->type) ? "" : x->me);
+    return SR_OK;
+}
+
+/* RELEASE (§5.13.11.2.2) */
+static scsi_sr pro_release(struct prout *x)
+{
+    struct pr_state *ps = x->ps;
+    if (!ps->type || !is_holder(ps, x->me))
+        return SR_OK; /* nothing of ours to release: no-op */
+    if (ps->type != x->type)
+        return SR_INVALID_RELEASE_OF_PR;
+    uint8_t type = ps->type;
+    ps->type = 0;
+    if (type_reg_only(type) || type_all_reg(type))
+        ua_registrants(x->lu, x->me, UA_RESV_RELEASED);
+    return SR_OK;
+}
+
+/* CLEAR (§5.13.11.2.6): every registration and the reservation go. */
+static scsi_sr pro_clear(struct prout *x)
+{
+    struct pr_state *ps = x->ps;
+    ua_registrants(x->lu, x->me, UA_RESV_PREEMPTED);
+    ps->nregs = 0;
+    ps->type = 0;
+    ps->generation++;
+    return SR_OK;
+}
+
+/* PREEMPT / PREEMPT AND ABORT (§5.13.11.2.4, .5) */
+static scsi_sr pro_preempt(struct prout *x)
+{
+    struct pr_state *ps = x->ps;
+    if (!ps->type || (type_all_reg(ps->type) && x->sark)) {
+        /* no reservation (or an all-registrants one and a key): remove registrations only */
+        if (!x->sark)
+            return SR_PARAM_FIELD(8, -1);
+        if (!remove_key(x, x->sark, NULL))
+            return SR_RESERVATION_CONFLICT;
+    } else if (type_all_reg(ps->type)) {
+        /* SARK 0 preempts an all-registrants reservation: everyone else is unregistered and
+         * the sender holds the new one */
+        for (unsigned i = 0; i < ps->nregs;) {
+            if (strcmp(ps->regs[i].port, x->me) == 0) {
+                i++;
+                continue;
+            }
+            ua_port(x->lu, ps->regs[i].port, UA_REG_PREEMPTED);
+            victim_add(x->lu, x->victims, ps->regs[i].port);
+            ps->regs[i] = ps->regs[--ps->nregs];
+        }
+        ps->type = (uint8_t)x->type;
+        snprintf(ps->holder, sizeof(ps->holder), "%s", type_all_reg(x->type) ? "" : x->me);
+    } else {
+        int h = reg_find(ps, ps->holder);
+        if (h >= 0 && ps->regs[h].key == x->sark) {
+            /* preempting the reservation: its holder's key loses its registrations (the
+             * sender's own excepted) and the sender holds a reservation of the new type */
+            uint8_t old = ps->type;
+            remove_key(x, x->sark, x->me);
+            ps->type = (uint8_t)x->type;
+            snprintf(ps->holder, sizeof(ps->holder), "%s", type_all_reg(x->type) ? "" : x->me);
+            if (old != x->type)
+                ua_registrants(x->lu, x->me, UA_RESV_RELEASED);
+        } else {
+            if (!x->sark)
+                return SR_PARAM_FIELD(8, -1);
+            if (!remove_key(x, x->sark, NULL))
+                return SR_RESERVATION_CONFLICT;
+        }
+    }
+    ps->generation++;
+    return SR_OK;
+}
+
+/* An iSCSI TransportID (§7.6.4.6) to an initiator port name "<name>,i,0x<isid>" as
+ * scsi_nexus_get spells it. Only format 01b names a port; format 00b names a whole initiator. */
+static scsi_sr parse_transport_id(const uint8_t *tid, uint32_t len, char *port, size_t portlen)
+{
+    if (len < 4 || tid[0] != 0x45)
+        return SR_PARAM_FIELD(24, -1);
+    uint32_t n = get_be16(tid + 2);
+    if (n + 4 > len || n == 0)
+        return SR_PARAM_FIELD(26, -1);
+    const char *s = (const char *)tid + 4;
+    size_t sl = strnlen(s, n);
+    if (sl == n || sl >= portlen)
+        return SR_PARAM_FIELD(28, -1);
+    const char *sep = strstr(s, ",i,0x");
+    if (!sep || sep == s || strlen(sep + 5) != 12)
+        return SR_PARAM_FIELD(28, -1);
+    size_t nl = (size_t)(sep - s);
+    memcpy(port, s, nl + 5);
+    for (size_t i = 0; i < 12; i++) {
+        char ch = sep[5 + i];
+        if (ch >= 'A' && ch <= 'F')
+            ch = (char)(ch - 'A' + 'a');
+        if (!((ch >= '0' && ch <= '9') || (ch >= 'a' && ch <= 'f')))
+            return SR_PARAM_FIELD(28, -1);
+        port[nl + 5 + i] = ch;
+    }
+    port[nl + 17] = '\0';
+    return SR_OK;
+}
+
+/* REGISTER AND MOVE (§5.13.8): the holder hands its reservation to another I_T nexus,
+ * registering it with SARK, and may unregister itself (UNREG). */
+static scsi_sr pro_register_move(struct prout *x)
+{
+    struct pr_state *ps = x->ps;
+    const uint8_t *p = x->param;
+    if (!ps->type || type_all_reg(ps->type) || !is_holder(ps, x->me))
+        return SR_RESERVATION_CONFLICT;
+    if (!x->sark)
+        return SR_PARAM_FIELD(8, -1);
+    if (get_be16(p + 18) != rel_port(x->t->target))
+        return SR_PARAM_FIELD(18, -1); /* no such relative target port */
+    uint32_t tidlen = get_be32(p + 20);
+    if (tidlen > x->pll - PROUT_PARAM_LEN)
+        return SR_PARAM_LIST_LENGTH;
+    char dest[PR_PORT_MAX];
+    scsi_sr sr = parse_transport_id(p + PROUT_PARAM_LEN, tidlen, dest, sizeof(dest));
+    if (sr)
+        return sr;
+    if (strcmp(dest, x->me) == 0)
+        return SR_PARAM_FIELD(24, -1); /* moving to itself */
+    int d = reg_find(ps, dest);
+    if (d >= 0)
+        ps->regs[d].key = x->sark;
+    else if (reg_add(ps, dest, x->sark) < 0)
+        return SR_INSUFFICIENT_RESOURCES;
+    ps->type = (uint8_t)x->type;
+    snprintf(ps->holder, sizeof(ps->holder), "%s", dest);
+    if (p[17] & 0x02) { /* UNREG */
+        int m = reg_find(ps, x->me);
+        if (m >= 0)
+            reg_remove(ps, (unsigned)m);
+    }
+    ps->aptpl = p[17] & 0x01;
+    ps->generation++;
+    return SR_OK;
+}
+
+/* Checks the parameter list fields every service action shares (§6.16.3). */
+static scsi_sr prout_param_check(const struct prout *x, unsigned sa)
+{
+    const uint8_t *p = x->param;
+    if (sa == PRO_REGISTER_MOVE) {
+        if ((p[17] & 0x01) && !x->ps->path)
+            return SR_PARAM_FIELD(17, 0); /* APTPL without PTPL_C */
+        return SR_OK;
+    }
+    if (p[20] & 0x08)
+        return SR_PARAM_FIELD(20, 3); /* SPEC_I_PT: SIP_C is 0 */
+    if (x->pll != PROUT_PARAM_LEN)
+        return SR_PARAM_LIST_LENGTH;
+    bool reg = sa == PRO_REGISTER || sa == PRO_REGISTER_IGNORE;
+    if (reg && (p[20] & 0x04))
+        return SR_PARAM_FIELD(20, 2); /* ALL_TG_PT: ATP_C is 0 */
+    if (reg && (p[20] & 0x01) && !x->ps->path)
+        return SR_PARAM_FIELD(20, 0); /* APTPL: PTPL_C is 0 */
+    return SR_OK;
+}
+
+void pr_exec_out(struct scsi_task *t, const struct scsi_cmd *c)
+{
+    (void)c;
+    struct scsi_lun *lu = t->lu;
+    unsigned sa = t->cdb[1] & 0x1f;
+    struct pr_victims *victims = NULL;
+    if (sa == PRO_PREEMPT_ABORT && lu->target->abort_nexus_tasks) {
+        victims = calloc(1, sizeof(*victims));
+        if (!victims) {
+            scsi_task_complete(t, SR_INSUFFICIENT_RESOURCES);
+            return;
+        }
+    }
+    struct prout x = {
+        .t = t,
+        .lu = lu,
+        .ps = lu->pr,
+        .me = nexus_port(t),
+        .type = t->cdb[2] & 0x0f,
+        .param = t->iov[0].iov_base,
+        .pll = t->xfer_len,
+        .victims = victims,
+    };
+    x.rk = get_be64(x.param);
+    x.sark = get_be64(x.param + 8);
+    x.aptpl = x.param[20] & 0x01;
+
+    pthread_mutex_lock(&lu->lock);
+    struct pr_state *ps = x.ps;
+    bool was_aptpl = ps->aptpl;
+    uint32_t gen = ps->generation;
+    uint8_t type = ps->type;
+    scsi_sr sr = prout_param_check(&x, sa);
+    x.mine = reg_find(ps, x.me);
+    if (sr) {
+        /* refused before anything changes */
+    } else if (sa == PRO_REGISTER || sa == PRO_REGISTER_IGNORE) {
+        sr = pro_register(&x, sa == PRO_REGISTER_IGNORE);
+    } else if (x.mine < 0 || x.rk != ps->regs[x.mine].key) {
+        /* every other service action needs the sender registered under that key */
+        sr = SR_RESERVATION_CONFLICT;
+    } else {
+        switch (sa) {
+        case PRO_RESERVE:
+            sr = pro_reserve(&x);
+            break;
+        case PRO_RELEASE:
+            sr = pro_release(&x);
+            break;
+        case PRO_CLEAR:
+            sr = pro_clear(&x);
+            break;
+        case PRO_PREEMPT:
+        case PRO_PREEMPT_ABORT:
+            sr = pro_preempt(&x);
+            break;
+        case PRO_REGISTER_MOVE:
+            sr = pro_register_move(&x);
+            break;
+        default:
+            sr = SR_CDB_FIELD(1, 4);
+        }
+    }
+    if (ps->generation != gen || ps->type != type || ps->aptpl != was_aptpl)
+        state_persist(ps, was_aptpl);
+    resv_update(lu);
+    pthread_mutex_unlock(&lu->lock);
+
+    if (victims) {
+        for (unsigned i = 0; i < victims->count; i++) {
+            lu->target->abort_nexus_tasks(lu->target, victims->n[i], lu);
+            scsi_nexus_put(victims->n[i]);
+        }
+        free(victims);
+    }
+    scsi_task_complete(t, sr);
+}
