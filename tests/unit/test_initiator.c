@@ -424,6 +424,34 @@ static void test_digests_and_nop(void **state)
     lr_session_destroy(s);
 }
 
+/* A response for a task we do not have (a target answering twice) is ignored: the
+ * connection and its other tasks carry on. */
+static void test_stale_response_ignored(void **state)
+{
+    (void)state;
+    struct lr_session *s = fake_session(1, 1, 8);
+    static uint8_t buf[4096];
+    struct done_log d = {0};
+    assert_int_equal(lr_read(s, 0, 8, 512, buf, on_done, &d), 0);
+    struct ini_conn *c = s->conns[0];
+    uint32_t itt = get_be32(txq_at(c, 0)->hdr + BHS_ITT);
+    uint8_t rsp[ISCSI_BHS_LEN];
+    rsp_hdr(rsp, ISCSI_OP_SCSI_RSP, ISCSI_FLAG_FINAL, itt ^ 0x10000u, 1, 1, 8);
+    assert_int_equal(ini_conn_feed(c, rsp, sizeof(rsp)), 0);
+    uint8_t din[ISCSI_BHS_LEN + 512];
+    rsp_hdr(din, ISCSI_OP_DATA_IN, 0, itt ^ 0x20000u, 0, 1, 8);
+    put_be24(din + BHS_DATA_SEG_LEN, 512);
+    assert_int_equal(ini_conn_feed(c, din, sizeof(din)), 0);
+    assert_int_equal(c->state, ICS_FFP);
+    assert_int_equal(c->stale_pdus, 2);
+    assert_int_equal(d.calls, 0);
+    rsp_hdr(rsp, ISCSI_OP_SCSI_RSP, ISCSI_FLAG_FINAL, itt, 2, 2, 9);
+    assert_int_equal(ini_conn_feed(c, rsp, sizeof(rsp)), 0);
+    assert_int_equal(d.calls, 1);
+    assert_int_equal(d.last, LR_OK);
+    lr_session_destroy(s);
+}
+
 static void test_url(void **state)
 {
     (void)state;
@@ -453,6 +481,7 @@ int main(void)
         cmocka_unit_test(test_write_r2t_data_out),
         cmocka_unit_test(test_conn_loss_keeps_session),
         cmocka_unit_test(test_digests_and_nop),
+        cmocka_unit_test(test_stale_response_ignored),
         cmocka_unit_test(test_url),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
