@@ -274,6 +274,7 @@ void cmd_conn_teardown(struct iscsi_conn *c);
 
 /* tmf.c */
 void tmf_handle(struct iscsi_conn *c);
+void iscsi_abort_nexus_tasks(struct scsi_target *t, struct scsi_nexus *n, struct scsi_lun *lu);
 
 /* discovery.c */
 void text_handle(struct iscsi_conn *c);

@@ -199,3 +199,30 @@ void tmf_handle(struct iscsi_conn *c)
         return;
     }
 }
+
+/* PREEMPT AND ABORT (SPC-4 §5.13.11.2.5): the SCSI core asks for the tasks of a preempted
+ * nexus on one LUN to be aborted, as ABORT TASK SET would, on every connection of every
+ * session of that nexus. */
+void iscsi_abort_nexus_tasks(struct scsi_target *t, struct scsi_nexus *n, struct scsi_lun *lu)
+{
+    struct iscsi_server *srv = t->transport_ctx;
+    uint64_t lun = UINT64_MAX;
+    for (uint32_t i = 0; i < t->nluns; i++)
+        if (t->luns[i] == lu)
+            lun = i;
+    if (!srv || lun == UINT64_MAX)
+        return;
+    pthread_mutex_lock(&srv->sessions_lock);
+    for (unsigned i = 1; i < srv->sessions_cap; i++) {
+        struct iscsi_session *s = srv->sessions[i];
+        if (!s || s->nexus != n)
+            continue;
+        pthread_mutex_lock(&s->lock);
+        for (struct list_node *ln = s->conns.next; ln != &s->conns; ln = ln->next) {
+            struct iscsi_conn *c = list_entry(ln, struct iscsi_conn, session_node);
+            abort_conn_tasks_async(c, lun, 0, false);
+        }
+        pthread_mutex_unlock(&s->lock);
+    }
+    pthread_mutex_unlock(&srv->sessions_lock);
+}

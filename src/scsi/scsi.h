@@ -80,6 +80,7 @@ struct scsi_target {
      * whose registration it removed: abort that nexus's tasks on lu as ABORT TASK SET would
      * (SPC-4 §5.13.11.2.5). The PREEMPT AND ABORT task itself completes after the calls. */
     void (*abort_nexus_tasks)(struct scsi_target *t, struct scsi_nexus *n, struct scsi_lun *lu);
+    void *transport_ctx;     /* the transport's own pointer, for that hook */
 };
 
 struct scsi_task {
