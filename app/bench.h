@@ -57,16 +57,22 @@ struct bench_stats {
 };
 
 struct worker;
+struct bench_loop;
+
+/* A reactor thread carrying one or more sessions. */
+struct bench_loop *bench_loop_start(int id);
+void bench_loop_stop(struct bench_loop *l);
+struct reactor *bench_loop_reactor(const struct bench_loop *l);
 
 /* bench_worker.c: everything runs on the worker's reactor thread; the main thread posts a
  * step and waits on `done` for each worker. */
 struct worker *worker_start(int id, const struct bench_opts *o, bool digest, uint32_t conns,
-                            sem_t *done);
+                            sem_t *done, struct reactor *r);
 void worker_post_login(struct worker *w);
 void worker_post_cell(struct worker *w, uint32_t size, enum bench_rw rw);
 void worker_post_verify(struct worker *w);
 void worker_post_logout(struct worker *w);
-void worker_stop(struct worker *w);
+void worker_free(struct worker *w); /* once its loop has stopped */
 /* Results of the last step. */
 const char *worker_error(const struct worker *w); /* NULL when fine */
 uint32_t worker_conns_up(const struct worker *w);

@@ -323,6 +323,8 @@ struct run {
     const struct bench_opts *o;
     struct worker *w[256];
     unsigned n;
+    struct bench_loop *loops[256];
+    unsigned nloops;
     sem_t done;
 };
 
@@ -410,10 +412,21 @@ static uint32_t start_config(struct run *R, bool digest, uint32_t conns)
 {
     const struct bench_opts *o = R->o;
     R->n = 0;
+    /* One reactor thread per CPU at most; sessions are spread over them round robin. */
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    unsigned want = o->sessions < (unsigned)(cpus > 0 ? cpus : 1) ? o->sessions : (unsigned)cpus;
+    for (R->nloops = 0; R->nloops < want; R->nloops++)
+        if (!(R->loops[R->nloops] = bench_loop_start((int)R->nloops)))
+            break;
+    if (!R->nloops) {
+        fprintf(stderr, "linerate-bench: cannot start a reactor thread\n");
+        return 0;
+    }
     for (unsigned i = 0; i < o->sessions; i++) {
-        struct worker *w = worker_start((int)i, o, digest, conns, &R->done);
+        struct worker *w = worker_start((int)i, o, digest, conns, &R->done,
+                                        bench_loop_reactor(R->loops[i % R->nloops]));
         if (!w) {
-            fprintf(stderr, "linerate-bench: cannot start session thread %u\n", i);
+            fprintf(stderr, "linerate-bench: cannot set up session %u\n", i);
             break;
         }
         R->w[R->n++] = w;
@@ -451,8 +464,11 @@ static void stop_config(struct run *R)
     for (unsigned i = 0; i < R->n; i++)
         worker_post_logout(R->w[i]);
     wait_all(R);
+    for (unsigned i = 0; i < R->nloops; i++)
+        bench_loop_stop(R->loops[i]);
+    R->nloops = 0;
     for (unsigned i = 0; i < R->n; i++)
-        worker_stop(R->w[i]);
+        worker_free(R->w[i]);
     R->n = 0;
 }
 

@@ -30,8 +30,7 @@ struct worker {
     bool digest;
     uint32_t conns_asked;
     sem_t *done;
-    struct reactor *r;
-    pthread_t th;
+    struct reactor *r; /* shared with the other sessions of its bench_loop */
     struct lr_session *s;
     enum wstep step;
     char err[256];
@@ -117,15 +116,54 @@ static void fail_step(struct worker *w, const char *fmt, const char *detail)
     finish_step(w);
 }
 
-static void *worker_thread(void *arg)
+/* ---- loops: --sessions spread over min(sessions, CPUs) reactor threads ---- */
+
+struct bench_loop {
+    struct reactor *r;
+    pthread_t th;
+};
+
+static void *loop_thread(void *arg)
 {
-    struct worker *w = arg;
-    reactor_run(w->r);
+    struct bench_loop *l = arg;
+    reactor_run(l->r);
     return NULL;
 }
 
+struct bench_loop *bench_loop_start(int id)
+{
+    struct bench_loop *l = calloc(1, sizeof(*l));
+    if (!l)
+        return NULL;
+    l->r = reactor_create(id);
+    if (!l->r || pthread_create(&l->th, NULL, loop_thread, l) != 0) {
+        reactor_destroy(l->r);
+        free(l);
+        return NULL;
+    }
+    return l;
+}
+
+static void do_stop(void *arg)
+{
+    reactor_stop(arg);
+}
+
+void bench_loop_stop(struct bench_loop *l)
+{
+    reactor_send(l->r, do_stop, l->r);
+    pthread_join(l->th, NULL);
+    reactor_destroy(l->r);
+    free(l);
+}
+
+struct reactor *bench_loop_reactor(const struct bench_loop *l)
+{
+    return l->r;
+}
+
 struct worker *worker_start(int id, const struct bench_opts *o, bool digest, uint32_t conns,
-                            sem_t *done)
+                            sem_t *done, struct reactor *r)
 {
     struct worker *w = calloc(1, sizeof(*w));
     if (!w)
@@ -136,18 +174,13 @@ struct worker *worker_start(int id, const struct bench_opts *o, bool digest, uin
     w->conns_asked = conns;
     w->done = done;
     w->rng = 0x9e3779b97f4a7c15ull ^ ((uint64_t)id << 32) ^ now_ns();
-    w->r = reactor_create(id);
-    if (!w->r) {
-        free(w);
-        return NULL;
-    }
+    w->r = r;
     uint32_t maxsize = 0;
     for (unsigned i = 0; i < o->nsizes; i++)
         maxsize = o->sizes[i] > maxsize ? o->sizes[i] : maxsize;
     w->slot_bytes = (maxsize + 4095) & ~(size_t)4095;
     w->nslots = o->qd;
     if (posix_memalign((void **)&w->mem, 4096, w->slot_bytes * w->nslots) != 0) {
-        reactor_destroy(w->r);
         free(w);
         return NULL;
     }
@@ -160,12 +193,6 @@ struct worker *worker_start(int id, const struct bench_opts *o, bool digest, uin
         w->slots[i].w = w;
         w->slots[i].buf = w->mem + i * w->slot_bytes;
         w->free_slots[w->nfree++] = i;
-    }
-    if (pthread_create(&w->th, NULL, worker_thread, w) != 0) {
-        reactor_destroy(w->r);
-        free(w->mem);
-        free(w);
-        return NULL;
     }
     return w;
 }
@@ -573,19 +600,11 @@ void worker_post_logout(struct worker *w)
     reactor_send(w->r, do_logout, w);
 }
 
-static void do_stop(void *arg)
+/* After its loop stopped: nothing runs on the reactor any more. */
+void worker_free(struct worker *w)
 {
-    struct worker *w = arg;
-    reactor_stop(w->r);
-}
-
-void worker_stop(struct worker *w)
-{
-    reactor_send(w->r, do_stop, w);
-    pthread_join(w->th, NULL);
     if (w->s)
         lr_session_destroy(w->s);
-    reactor_destroy(w->r);
     free(w->mem);
     free(w->vconn);
     free(w->slots);
