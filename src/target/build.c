@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "bs/bs.h"
 
@@ -66,8 +67,24 @@ static struct size_text human_size(unsigned long long bytes)
     return t;
 }
 
-static int build_luns(const struct target_node_conf *c, struct scsi_target *scsi, char *err,
-                      size_t errlen)
+/* mkdir -p */
+static int mkdir_p(const char *dir)
+{
+    char path[256];
+    snprintf(path, sizeof(path), "%s", dir);
+    for (char *p = path + 1; *p; p++) {
+        if (*p != '/')
+            continue;
+        *p = '\0';
+        if (mkdir(path, 0755) < 0 && errno != EEXIST)
+            return -1;
+        *p = '/';
+    }
+    return mkdir(path, 0755) < 0 && errno != EEXIST ? -1 : 0;
+}
+
+static int build_luns(const struct target_node_conf *c, const char *state_dir,
+                      struct scsi_target *scsi, char *err, size_t errlen)
 {
     for (unsigned i = 0; i < c->nluns; i++) {
         const struct target_lun_conf *l = &c->luns[i];
@@ -78,8 +95,15 @@ static int build_luns(const struct target_node_conf *c, struct scsi_target *scsi
                      (unsigned long long)l->lun, reason[0] ? reason : "failed");
             return -1;
         }
-        struct scsi_lun_config lc = {
-            .lun = l->lun, .bs = bs, .block_size = l->block_size, .read_only = l->read_only};
+        char pr_path[512];
+        if (state_dir)
+            snprintf(pr_path, sizeof(pr_path), "%s/%s-lun%llu.pr", state_dir, c->name,
+                     (unsigned long long)l->lun);
+        struct scsi_lun_config lc = {.lun = l->lun,
+                                     .bs = bs,
+                                     .block_size = l->block_size,
+                                     .read_only = l->read_only,
+                                     .pr_state_path = state_dir ? pr_path : NULL};
         reason[0] = '\0';
         int rc = scsi_target_add_lun(scsi, &lc, reason, sizeof(reason));
         if (rc < 0) {
@@ -101,6 +125,13 @@ static int build_luns(const struct target_node_conf *c, struct scsi_target *scsi
 int target_build(const struct target_config *cfg, struct target_built *b, char *err, size_t errlen)
 {
     memset(b, 0, sizeof(*b));
+    /* APTPL needs somewhere to persist; without it the target refuses APTPL truthfully. */
+    const char *state_dir = cfg->state_dir[0] ? cfg->state_dir : NULL;
+    if (state_dir && mkdir_p(state_dir) < 0) {
+        LOG_WARN("state directory %s: %s; persistent reservations will refuse APTPL", state_dir,
+                 strerror(errno));
+        state_dir = NULL;
+    }
     b->scsi = calloc(cfg->ntargets, sizeof(*b->scsi));
     b->nodes = calloc(cfg->ntargets, sizeof(*b->nodes));
     if (!b->scsi || !b->nodes) {
@@ -133,7 +164,7 @@ int target_build(const struct target_config *cfg, struct target_built *b, char *
                  c->nallow ? "initiator allow-list" : "open to every initiator");
         for (unsigned i = 0; i < c->nallow; i++)
             LOG_INFO("target %s: allow %s", c->name, c->allow[i]);
-        if (build_luns(c, scsi, err, errlen) < 0)
+        if (build_luns(c, state_dir, scsi, err, errlen) < 0)
             goto fail;
         b->nodes[t] = node_make(c, scsi);
         if (!b->nodes[t]) {

@@ -43,6 +43,8 @@ static const char usage_text[] =
     "                         examples/linerate.conf); --threads and --log-level still\n"
     "                         apply, --listen/--target-name/--lun/--allow may not be used\n"
     "  --log-level LEVEL      error, warn, info (default) or debug; logs go to stderr\n"
+    "  --state-dir DIR        where persistent reservations with APTPL are kept across\n"
+    "                         restarts (default " TARGET_DEFAULT_STATE_DIR ")\n"
     "  -h, --help             show this help and exit\n"
     "  -V, --version          show the version and exit\n"
     "\n"
@@ -69,6 +71,7 @@ enum {
     OPT_THREADS,
     OPT_CONFIG,
     OPT_LOG_LEVEL,
+    OPT_STATE_DIR,
 };
 
 static const struct option long_opts[] = {
@@ -79,6 +82,7 @@ static const struct option long_opts[] = {
     {"threads", required_argument, NULL, OPT_THREADS},
     {"config", required_argument, NULL, OPT_CONFIG},
     {"log-level", required_argument, NULL, OPT_LOG_LEVEL},
+    {"state-dir", required_argument, NULL, OPT_STATE_DIR},
     {"help", no_argument, NULL, 'h'},
     {"version", no_argument, NULL, 'V'},
     {NULL, 0, NULL, 0},
@@ -117,6 +121,7 @@ struct cli_args {
     unsigned nallow;
     int threads;   /* -1: not given */
     int log_level; /* -1: not given */
+    const char *state_dir;
 };
 
 static int push_arg(char ***arr, unsigned *n, char *v)
@@ -194,6 +199,11 @@ static int cli_collect(struct cli_args *a, int argc, char **argv)
                 return cli_fail("--log-level: bad value '%s': expected error, warn, info or debug",
                                 optarg);
             break;
+        case OPT_STATE_DIR:
+            if (optarg[0] != '/' || strlen(optarg) >= sizeof(((struct target_config *)0)->state_dir))
+                return cli_fail("--state-dir: bad value '%s': expected an absolute path", optarg);
+            a->state_dir = optarg;
+            break;
         case ':':
             if (optopt >= 256)
                 return cli_fail("option '--%s' needs a value", opt_name(optopt));
@@ -269,6 +279,8 @@ int target_cli_parse(struct target_config *cfg, int argc, char **argv)
             cfg->threads = (unsigned)a.threads;
         if (a.log_level >= 0)
             cfg->log_level = (enum log_level)a.log_level;
+        if (a.state_dir)
+            snprintf(cfg->state_dir, sizeof(cfg->state_dir), "%s", a.state_dir);
     }
     free(a.listen);
     free(a.luns);

@@ -41,6 +41,7 @@ void target_config_init(struct target_config *cfg)
     cfg->nop_interval_s = 15;
     cfg->nop_timeout_s = 30;
     cfg->login_timeout_s = 15;
+    snprintf(cfg->state_dir, sizeof(cfg->state_dir), "%s", TARGET_DEFAULT_STATE_DIR);
 }
 
 static void node_conf_free(struct target_node_conf *n)
@@ -538,6 +539,11 @@ static int cfg_global_key(struct cfg_parser *ps, const char *key, const char *va
             return cfg_fail(ps, ps->line, "bad value '%s' for threads: expected 1..%d", val,
                             TARGET_THREADS_MAX);
         cfg->threads = (unsigned)x;
+    } else if (strcmp(key, "state-dir") == 0) {
+        if (val[0] != '/' || strlen(val) >= sizeof(cfg->state_dir))
+            return cfg_fail(ps, ps->line, "bad value '%s' for state-dir: expected an absolute path",
+                            val);
+        snprintf(cfg->state_dir, sizeof(cfg->state_dir), "%s", val);
     } else if (strcmp(key, "log-level") == 0) {
         int lvl = log_level_parse(val);
         if (lvl < 0)
@@ -636,9 +642,9 @@ static int cfg_target_key(struct cfg_parser *ps, const char *key, const char *va
     if (r < 0)
         return -1;
     if (r == 0) {
-        static const char *const global_only[] = {"threads", "log-level", "nop-interval",
-                                                  "nop-timeout", "login-timeout"};
-        for (unsigned i = 0; i < 5; i++)
+        static const char *const global_only[] = {"threads",     "log-level",     "nop-interval",
+                                                  "nop-timeout", "login-timeout", "state-dir"};
+        for (unsigned i = 0; i < 6; i++)
             if (strcmp(key, global_only[i]) == 0)
                 return cfg_fail(ps, ps->line,
                                 "'%s' belongs in the global section (before any [target])", key);

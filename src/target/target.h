@@ -58,12 +58,16 @@ struct target_node_conf {
     char origin[TARGET_ORIGIN_MAX];
 };
 
+#define TARGET_DEFAULT_STATE_DIR "/var/lib/linerate"
+
 struct target_config {
     unsigned threads; /* 0: online CPUs */
     enum log_level log_level;
     unsigned nop_interval_s;
     unsigned nop_timeout_s;
     unsigned login_timeout_s;
+    /* Where persistent reservations with APTPL are kept across restarts (SPC-4 §5.13.5). */
+    char state_dir[256];
     struct target_node_conf *targets;
     unsigned ntargets;
     /* Union of every target's portals: what the daemon listens on. */
