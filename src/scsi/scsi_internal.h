@@ -39,6 +39,14 @@ enum scsi_reason {
     SR_UA_RESV_PREEMPTED,      /* 6 / 2Ah 03h */
     SR_UA_RESV_RELEASED,       /* 6 / 2Ah 04h */
     SR_UA_REG_PREEMPTED,       /* 6 / 2Ah 05h */
+    SR_OPERATION_IN_PROGRESS,  /* 5 / 00h 16h */
+    SR_TOO_MANY_CSCD,          /* 5 / 26h 06h TOO MANY TARGET DESCRIPTORS */
+    SR_UNSUPPORTED_CSCD_TYPE,  /* 5 / 26h 07h UNSUPPORTED TARGET DESCRIPTOR TYPE CODE */
+    SR_TOO_MANY_SEGMENTS,      /* 5 / 26h 08h TOO MANY SEGMENT DESCRIPTORS */
+    SR_UNSUPPORTED_SEG_TYPE,   /* 5 / 26h 09h UNSUPPORTED SEGMENT DESCRIPTOR TYPE CODE */
+    SR_INLINE_DATA_EXCEEDED,   /* 5 / 26h 0Bh INLINE DATA LENGTH EXCEEDED */
+    SR_COPY_TARGET_FAILURE,    /* A / 0Dh 01h THIRD PARTY DEVICE FAILURE */
+    SR_COPY_UNREACHABLE,       /* A / 0Dh 02h COPY TARGET DEVICE NOT REACHABLE */
     SR__COUNT
 };
 
@@ -84,9 +92,26 @@ enum {
  * nexus's pending UAs with a single atomic load. */
 #define SCSI_NEXUS_MAX 256
 
+/* The result of one EXTENDED COPY (LID1) held for RECEIVE COPY RESULTS (SPC-4 §6.18), per I_T
+ * nexus, LUN and LIST IDENTIFIER. Guarded by target->lock; dropped once a completed copy's
+ * status is reported, and on I_T nexus loss (xcopy_nexus_lost). */
+#define XCOPY_HELD_MAX 8
+struct xcopy_result {
+    uint64_t seq; /* 0: slot free; else arrival order (the oldest completed one is reused) */
+    uint64_t lun;
+    uint64_t bytes;    /* TRANSFER COUNT so far */
+    uint16_t segments; /* SEGMENTS PROCESSED so far */
+    uint8_t list_id;
+    uint8_t status;    /* COPY MANAGER STATUS: 0 in progress, 1 done, 2 done with errors */
+    uint8_t sense_len; /* the CHECK CONDITION's sense, for FAILED SEGMENT DETAILS */
+    uint8_t sense[18];
+};
+
 struct scsi_nexus_impl {
     struct scsi_nexus pub;
     unsigned slot;
+    uint64_t xcopy_seq;
+    struct xcopy_result xcopy[XCOPY_HELD_MAX];
 };
 
 static inline unsigned scsi_nexus_slot(const struct scsi_nexus *n)
@@ -246,6 +271,14 @@ void pr_exec_in(struct scsi_task *t, const struct scsi_cmd *c);
 void pr_exec_out(struct scsi_task *t, const struct scsi_cmd *c);
 void pr_exec_reserve(struct scsi_task *t, const struct scsi_cmd *c);
 void pr_exec_release(struct scsi_task *t, const struct scsi_cmd *c);
+
+/* --- third-party copy (xcopy.c): EXTENDED COPY (LID1), RECEIVE COPY RESULTS --- */
+scsi_sr xcopy_parse(struct scsi_task *t, const struct scsi_cmd *c, struct scsi_req *r);
+scsi_sr xcopy_parse_rcr(struct scsi_task *t, const struct scsi_cmd *c, struct scsi_req *r);
+void xcopy_exec(struct scsi_task *t, const struct scsi_cmd *c);
+void xcopy_exec_rcr(struct scsi_task *t, const struct scsi_cmd *c);
+/* I_T nexus loss discards the copy results held for it. Takes target->lock. */
+void xcopy_nexus_lost(struct scsi_nexus *n);
 
 /* Field accessors for table-described CDB fields (1..8 bytes, big-endian). */
 static inline uint64_t scsi_cdb_field(const uint8_t *cdb, unsigned off, unsigned len)

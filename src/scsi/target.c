@@ -205,6 +205,7 @@ void scsi_nexus_put(struct scsi_nexus *n)
 
 void scsi_nexus_lost(struct scsi_nexus *n)
 {
+    xcopy_nexus_lost(n);
     struct scsi_target *t = n->target;
     for (uint32_t i = 0; i < t->nluns; i++)
         if (t->luns[i])

@@ -1,0 +1,929 @@
+/* EXTENDED COPY (LID1) and RECEIVE COPY RESULTS driven through the SCSI core without sockets:
+ * copies within a LUN and across LUNs (RAM stores by memmove, stores without map() in chunks
+ * through submit, completions inline or deferred), every refusal's sense, and what RECEIVE COPY
+ * RESULTS reports. */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "scsi/scsi.h"
+#include "scsi/scsi_internal.h" /* lun->naa: the designator an initiator reads from VPD 0x83 */
+#include "util/bytes.h"
+
+/* --- a store without map(): completions inline, or queued until the test pumps them --- */
+struct mstore {
+    uint8_t *mem;
+    bool defer;     /* queue completions instead of calling them in submit */
+    int fail_after; /* > 0: the fail_after-th READ/WRITE fails with fail_err */
+    int fail_err;
+    int ios, writes, fua_writes;
+    uint64_t max_len; /* largest single request seen */
+    struct bs_io *queue[64];
+    int nqueue;
+};
+
+static void m_complete(struct mstore *m, struct bs_io *io)
+{
+    int err = 0;
+    if ((io->op == BS_READ || io->op == BS_WRITE) && m->fail_after > 0 && ++m->ios == m->fail_after)
+        err = m->fail_err;
+    if (!err && (io->op == BS_READ || io->op == BS_WRITE)) {
+        assert_int_equal(io->iovcnt, 1);
+        assert_true(io->iov[0].iov_len >= io->length);
+        if (io->op == BS_READ)
+            memcpy(io->iov[0].iov_base, m->mem + io->offset, io->length);
+        else
+            memcpy(m->mem + io->offset, io->iov[0].iov_base, io->length);
+    }
+    io->done(io, err);
+}
+
+static void m_submit(struct bs *bs, struct bs_io *io)
+{
+    struct mstore *m = bs->priv;
+    assert_true(io->offset + io->length <= bs->size);
+    if (io->length > m->max_len)
+        m->max_len = io->length;
+    if (io->op == BS_WRITE) {
+        m->writes++;
+        m->fua_writes += io->fua;
+    }
+    if (m->defer) {
+        assert_true(m->nqueue < 64);
+        m->queue[m->nqueue++] = io;
+        return;
+    }
+    m_complete(m, io);
+}
+
+/* Completes the oldest queued request (which may queue the next). */
+static void m_pump1(struct mstore *m)
+{
+    assert_true(m->nqueue > 0);
+    struct bs_io *io = m->queue[0];
+    memmove(m->queue, m->queue + 1, (size_t)--m->nqueue * sizeof(m->queue[0]));
+    m_complete(m, io);
+}
+
+/* Completes queued requests until none is left; returns how many. */
+static int m_pump(struct mstore *m)
+{
+    int n = 0;
+    for (; m->nqueue; n++)
+        m_pump1(m);
+    return n;
+}
+
+static void m_close(struct bs *bs)
+{
+    struct mstore *m = bs->priv;
+    free(m->mem);
+    free(m);
+}
+
+static const struct bs_ops mstore_ops = {.name = "test", .submit = m_submit, .close = m_close};
+
+static struct bs *mstore_open(uint64_t size, struct mstore **out)
+{
+    struct bs *bs = calloc(1, sizeof(*bs));
+    struct mstore *m = calloc(1, sizeof(*m));
+    m->mem = calloc(1, size);
+    bs->ops = &mstore_ops;
+    bs->size = size;
+    bs->write_cache = true;
+    bs->priv = m;
+    *out = m;
+    return bs;
+}
+
+/* --- fixture: LUN 0 ram 64M/512, LUN 1 and LUN 4 test stores 4M/512 (no map), LUN 2 ram 1M
+ * read-only, LUN 3 ram 16M/4096; two nexuses with their power-on UAs cleared --- */
+struct fx {
+    struct scsi_target tg;
+    struct scsi_nexus *n1, *n2;
+    struct mstore *m1, *m4;
+    struct scsi_task t, t2;
+    struct scsi_task *cur; /* the task the helpers below use: t, or t2 beside a running t */
+};
+
+/* done() calls of the last command started, and of each task (transport_priv) */
+static int done_calls;
+static void on_done(struct scsi_task *t)
+{
+    done_calls++;
+    (*(int *)t->transport_priv)++;
+}
+
+static void add_lun(struct fx *f, uint64_t lun, struct bs *bs, uint32_t bsz, bool ro)
+{
+    char err[128];
+    assert_non_null(bs);
+    struct scsi_lun_config c = {.lun = lun, .bs = bs, .block_size = bsz, .read_only = ro};
+    assert_int_equal(scsi_target_add_lun(&f->tg, &c, err, sizeof(err)), 0);
+}
+
+/* Sets up and starts one command with out_len bytes of data-out; returns once exec returned
+ * (the task may still be running on deferred completions). */
+static void start(struct fx *f, struct scsi_nexus *n, uint64_t lun, const uint8_t *cdb,
+                  const void *out, size_t out_len, int *task_done)
+{
+    struct scsi_task *t = f->cur;
+    scsi_task_release(t);
+    scsi_task_init(t);
+    *task_done = 0;
+    t->transport_priv = task_done;
+    memcpy(t->cdb, cdb, SCSI_CDB_MAX);
+    t->lun = lun;
+    t->target = &f->tg;
+    t->nexus = n;
+    t->done = on_done;
+    t->edtl = (uint32_t)out_len;
+    t->edtl_write = out != NULL;
+    t->edtl_read = out == NULL;
+    done_calls = 0;
+    if (scsi_task_setup(t) == 0) {
+        if (t->dir == SCSI_DIR_WRITE && out) {
+            assert_int_equal(t->iovcnt, 1);
+            memcpy(t->iov[0].iov_base, out, t->xfer_len);
+        }
+        scsi_task_exec(t);
+    } else {
+        scsi_task_exec(t); /* calls done with the refusal */
+    }
+}
+
+static int run(struct fx *f, struct scsi_nexus *n, uint64_t lun, const uint8_t *cdb,
+               const void *out, size_t out_len)
+{
+    int task_done;
+    start(f, n, lun, cdb, out, out_len, &task_done);
+    assert_int_equal(task_done, 1);
+    return f->cur->status;
+}
+
+static void assert_sense(const struct scsi_task *t, uint8_t key, uint8_t asc, uint8_t ascq)
+{
+    assert_int_equal(t->status, SCSI_STATUS_CHECK_CONDITION);
+    assert_int_equal(t->sense_len, 18);
+    assert_int_equal(t->sense[2] & 0x0f, key);
+    assert_int_equal(t->sense[12], asc);
+    assert_int_equal(t->sense[13], ascq);
+}
+
+/* ILLEGAL REQUEST with a field pointer into the parameter list (C/D=0) */
+static void assert_param_field(const struct scsi_task *t, uint8_t asc, uint8_t ascq, unsigned byte)
+{
+    assert_sense(t, 0x5, asc, ascq);
+    assert_int_equal(t->sense[15] & 0xc0, 0x80); /* SKSV, C/D=0 */
+    assert_int_equal(get_be16(t->sense + 16), byte);
+}
+
+static const uint8_t TUR[16] = {0x00};
+
+static int setup(void **state)
+{
+    struct fx *f = calloc(1, sizeof(*f));
+    char err[128];
+    f->cur = &f->t;
+    assert_int_equal(scsi_target_init(&f->tg, "iqn.2024-01.io.linerate:xcopy", 1), 0);
+    add_lun(f, 0, bs_open_spec("ram:64M", err, sizeof(err)), 512, false);
+    add_lun(f, 1, mstore_open(4 << 20, &f->m1), 512, false);
+    add_lun(f, 2, bs_open_spec("ram:1M", err, sizeof(err)), 512, true);
+    add_lun(f, 3, bs_open_spec("ram:16M", err, sizeof(err)), 4096, false);
+    add_lun(f, 4, mstore_open(4 << 20, &f->m4), 512, false);
+    const uint8_t isid1[6] = {0x80, 0, 0, 0, 0, 1}, isid2[6] = {0x80, 0, 0, 0, 0, 2};
+    f->n1 = scsi_nexus_get(&f->tg, "iqn.2024-01.test:init1", isid1);
+    f->n2 = scsi_nexus_get(&f->tg, "iqn.2024-01.test:init2", isid2);
+    for (uint64_t lun = 0; lun < 5; lun++) {
+        run(f, f->n1, lun, TUR, NULL, 0);
+        run(f, f->n2, lun, TUR, NULL, 0);
+    }
+    *state = f;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    struct fx *f = *state;
+    scsi_task_release(&f->t);
+    scsi_task_release(&f->t2);
+    scsi_nexus_put(f->n1);
+    scsi_nexus_put(f->n2);
+    scsi_target_destroy(&f->tg);
+    free(f);
+    return 0;
+}
+
+/* --- building parameter lists as an initiator does (libiscsi's iscsi-support.c helpers) --- */
+
+struct plist {
+    uint8_t b[4096];
+    unsigned ncscd_bytes, nseg_bytes;
+};
+
+static void plist_init(struct plist *l)
+{
+    memset(l, 0, sizeof(*l));
+}
+
+/* An identification CSCD descriptor (E4h) with the NAA designator VPD 0x83 gives lun. */
+static void add_cscd(struct plist *l, struct fx *f, uint64_t lun)
+{
+    uint8_t *d = l->b + 16 + l->ncscd_bytes;
+    const struct scsi_lun *lu = f->tg.luns[lun];
+    d[0] = 0xe4;
+    d[4] = 0x01; /* binary */
+    d[5] = 0x03; /* association LU, NAA */
+    d[7] = 8;
+    put_be64(d + 8, lu->naa);
+    put_be24(d + 29, lu->block_size);
+    l->ncscd_bytes += 32;
+}
+
+static uint8_t *add_b2b(struct plist *l, uint16_t src, uint16_t dst, uint16_t nblk,
+                        uint64_t src_lba, uint64_t dst_lba)
+{
+    uint8_t *d = l->b + 16 + l->ncscd_bytes + l->nseg_bytes;
+    d[0] = 0x02;
+    put_be16(d + 2, 0x18);
+    put_be16(d + 4, src);
+    put_be16(d + 6, dst);
+    put_be16(d + 10, nblk);
+    put_be64(d + 12, src_lba);
+    put_be64(d + 20, dst_lba);
+    l->nseg_bytes += 28;
+    return d;
+}
+
+/* Writes the header (segments must follow all CSCD descriptors) and returns the list length. */
+static uint32_t list_finish(struct plist *l, uint8_t list_id, unsigned usage)
+{
+    l->b[0] = list_id;
+    l->b[1] = (uint8_t)(usage << 3);
+    put_be16(l->b + 2, (uint16_t)l->ncscd_bytes);
+    put_be32(l->b + 8, l->nseg_bytes);
+    return 16 + l->ncscd_bytes + l->nseg_bytes;
+}
+
+static int task_done_main, task_done_side;
+
+static void xcopy_start(struct fx *f, struct scsi_nexus *n, uint64_t lun, const struct plist *l,
+                        uint32_t len)
+{
+    uint8_t cdb[16] = {0x83};
+    put_be32(cdb + 10, len);
+    start(f, n, lun, cdb, len ? l->b : NULL, len,
+          f->cur == &f->t ? &task_done_main : &task_done_side);
+}
+
+static int xcopy(struct fx *f, uint64_t lun, const struct plist *l, uint32_t len)
+{
+    xcopy_start(f, f->n1, lun, l, len);
+    assert_int_equal(done_calls, 1);
+    return f->cur->status;
+}
+
+static int rcr(struct fx *f, struct scsi_nexus *n, uint64_t lun, uint8_t sa, uint8_t list_id,
+               uint32_t alloc)
+{
+    uint8_t cdb[16] = {0x84, sa, list_id};
+    put_be32(cdb + 10, alloc);
+    return run(f, n, lun, cdb, NULL, 0);
+}
+
+static const uint8_t *data(struct fx *f)
+{
+    return f->cur->iov[0].iov_base;
+}
+
+static uint8_t *ram(struct fx *f, uint64_t lun, uint64_t off)
+{
+    return bs_map(f->tg.luns[lun]->bs, off, 1);
+}
+
+static void fill(uint8_t *p, size_t n, unsigned seed)
+{
+    for (size_t i = 0; i < n; i++)
+        p[i] = (uint8_t)(seed + i * 7 + i / 509);
+}
+
+/* --- copies --- */
+
+static void test_copy_within_ram_lun(void **state)
+{
+    struct fx *f = *state;
+    uint8_t *want = malloc(1 << 20);
+    fill(ram(f, 0, 0), 1 << 20, 1);
+    memcpy(want, ram(f, 0, 0), 1 << 20);
+
+    struct plist l;
+    plist_init(&l);
+    add_cscd(&l, f, 0);
+    add_b2b(&l, 0, 0, 2048, 0, 131072 - 2048); /* libiscsi's Simple: start to end of LUN */
+    assert_int_equal(xcopy(f, 0, &l, list_finish(&l, 1, 2)), SCSI_STATUS_GOOD);
+    assert_memory_equal(ram(f, 0, (131072 - 2048) * 512ull), want, 1 << 20);
+
+    /* overlapping ranges move as memmove does, both directions */
+    plist_init(&l);
+    add_cscd(&l, f, 0);
+    add_b2b(&l, 0, 0, 1000, 0, 500);
+    add_b2b(&l, 0, 0, 100, 600, 550);
+    assert_int_equal(xcopy(f, 0, &l, list_finish(&l, 2, 3)), SCSI_STATUS_GOOD);
+    uint8_t *exp = malloc(1 << 20);
+    memcpy(exp, want, 1 << 20);
+    memmove(exp + 500 * 512, exp, 1000 * 512);
+    memmove(exp + 550 * 512, exp + 600 * 512, 100 * 512);
+    assert_memory_equal(ram(f, 0, 0), exp, 1 << 20);
+
+    /* CSCD index FFFFh is the LUN that received the command; zero blocks is no error */
+    plist_init(&l);
+    add_b2b(&l, 0xffff, 0xffff, 8, 0, 2000);
+    add_b2b(&l, 0xffff, 0xffff, 0, 0, 2100);
+    assert_int_equal(xcopy(f, 0, &l, list_finish(&l, 3, 3)), SCSI_STATUS_GOOD);
+    assert_memory_equal(ram(f, 0, 2000 * 512), exp, 8 * 512);
+    free(exp);
+    free(want);
+}
+
+static void test_copy_across_luns(void **state)
+{
+    struct fx *f = *state;
+    /* ram LUN 0 -> test store LUN 1: written from the source's memory in 1 MiB chunks */
+    fill(ram(f, 0, 0), 3 << 20, 2);
+    struct plist l;
+    plist_init(&l);
+    add_cscd(&l, f, 0);
+    add_cscd(&l, f, 1);
+    add_b2b(&l, 0, 1, 6144, 0, 100);
+    assert_int_equal(xcopy(f, 0, &l, list_finish(&l, 1, 0)), SCSI_STATUS_GOOD);
+    assert_memory_equal(f->m1->mem + 100 * 512, ram(f, 0, 0), 3 << 20);
+    assert_int_equal(f->m1->writes, 3);
+    assert_int_equal(f->m1->max_len, 1 << 20);
+    assert_int_equal(f->m1->fua_writes, 0); /* WCE=1 on a store with a cache */
+
+    /* test store LUN 1 -> test store LUN 4 through the bounce buffer, sent to LUN 4 */
+    plist_init(&l);
+    add_cscd(&l, f, 1);
+    add_cscd(&l, f, 4);
+    add_b2b(&l, 0, 1, 5000, 100, 7);
+    assert_int_equal(xcopy(f, 4, &l, list_finish(&l, 1, 0)), SCSI_STATUS_GOOD);
+    assert_memory_equal(f->m4->mem + 7 * 512, f->m1->mem + 100 * 512, 5000 * 512);
+
+    /* test store LUN 4 -> ram LUN 0: read straight into the LUN's memory */
+    plist_init(&l);
+    add_cscd(&l, f, 4);
+    add_cscd(&l, f, 0);
+    add_b2b(&l, 0, 1, 3000, 7, 40000);
+    assert_int_equal(xcopy(f, 1, &l, list_finish(&l, 1, 0)), SCSI_STATUS_GOOD);
+    assert_memory_equal(ram(f, 0, 40000 * 512), f->m4->mem + 7 * 512, 3000 * 512);
+
+    /* 512-byte LUN 0 -> 4096-byte LUN 3: 16 source blocks are 2 destination blocks; with
+     * DC=1 NUMBER OF BLOCKS counts destination blocks */
+    plist_init(&l);
+    add_cscd(&l, f, 0);
+    add_cscd(&l, f, 3);
+    add_b2b(&l, 0, 1, 16, 40000, 5);
+    uint8_t *d = add_b2b(&l, 0, 1, 2, 40016, 9);
+    d[1] = 0x02;
+    assert_int_equal(xcopy(f, 0, &l, list_finish(&l, 1, 3)), SCSI_STATUS_GOOD);
+    assert_memory_equal(ram(f, 3, 5 * 4096), ram(f, 0, 40000 * 512), 8192);
+    assert_memory_equal(ram(f, 3, 9 * 4096), ram(f, 0, 40016 * 512), 8192);
+
+    /* WCE=0 (caching page): every write of the copy is write-through */
+    atomic_store(&f->tg.luns[1]->wce, false);
+    f->m1->fua_writes = f->m1->writes = 0;
+    plist_init(&l);
+    add_cscd(&l, f, 0);
+    add_cscd(&l, f, 1);
+    add_b2b(&l, 0, 1, 8, 0, 0);
+    assert_int_equal(xcopy(f, 0, &l, list_finish(&l, 1, 3)), SCSI_STATUS_GOOD);
+    assert_int_equal(f->m1->fua_writes, 1);
+}
+
+/* An overlapping copy inside a store without map() goes backward when the destination is
+ * above the source, chunk by chunk, and ends as memmove would. */
+static void test_copy_within_unmapped_lun(void **state)
+{
+    struct fx *f = *state;
+    uint8_t *exp = malloc(4 << 20);
+    fill(f->m1->mem, 4 << 20, 3);
+    memcpy(exp, f->m1->mem, 4 << 20);
+    struct plist l;
+    plist_init(&l);
+    add_cscd(&l, f, 1);
+    add_b2b(&l, 0, 0, 5000, 10, 1000);  /* up, overlapping: backward */
+    add_b2b(&l, 0, 0, 4000, 3000, 100); /* down, overlapping: forward */
+    assert_int_equal(xcopy(f, 1, &l, list_finish(&l, 1, 3)), SCSI_STATUS_GOOD);
+    memmove(exp + 1000 * 512, exp + 10 * 512, 5000 * 512);
+    memmove(exp + 100 * 512, exp + 3000 * 512, 4000 * 512);
+    assert_memory_equal(f->m1->mem, exp, 4 << 20);
+    free(exp);
+}
+
+/* Completions that arrive later drive the copy on; RECEIVE COPY RESULTS sees it running. */
+static void test_copy_deferred_and_status(void **state)
+{
+    struct fx *f = *state;
+    fill(f->m1->mem, 4 << 20, 4);
+    f->m1->defer = f->m4->defer = true;
+    struct plist l;
+    plist_init(&l);
+    add_cscd(&l, f, 1);
+    add_cscd(&l, f, 4);
+    add_b2b(&l, 0, 1, 2048, 0, 0);
+    add_b2b(&l, 0, 1, 4096, 2048, 2048);
+    xcopy_start(f, f->n1, 1, &l, list_finish(&l, 7, 0));
+    assert_int_equal(done_calls, 0);
+    assert_int_equal(f->m1->nqueue, 1); /* one READ into the bounce buffer */
+    m_pump(f->m1);
+    assert_int_equal(f->m4->nqueue, 1); /* then its WRITE */
+    m_pump(f->m4);
+    assert_int_equal(done_calls, 0);
+    /* the rest: 3 chunks of 1 MiB in all, READ then WRITE each */
+    int guard = 0;
+    while (done_calls == 0 && guard++ < 100) {
+        m_pump(f->m1);
+        m_pump(f->m4);
+    }
+    assert_int_equal(done_calls, 1);
+    assert_int_equal(f->t.status, SCSI_STATUS_GOOD);
+    assert_memory_equal(f->m4->mem, f->m1->mem, 6144 * 512);
+    f->m1->defer = f->m4->defer = false;
+}
+
+/* --- refusals --- */
+
+static void test_refusals_lengths(void **state)
+{
+    struct fx *f = *state;
+    struct plist l;
+    plist_init(&l);
+    add_cscd(&l, f, 0);
+    add_b2b(&l, 0, 0, 8, 0, 8);
+    uint32_t len = list_finish(&l, 1, 0);
+
+    assert_int_equal(xcopy(f, 0, &l, 0), SCSI_STATUS_GOOD); /* no list: nothing to do */
+    xcopy(f, 0, &l, 8);                                     /* shorter than the header */
+    assert_sense(&f->t, 0x5, 0x1a, 0x00);
+    xcopy(f, 0, &l, 16 + 31); /* cuts the CSCD descriptor (libiscsi ParamHdr) */
+    assert_sense(&f->t, 0x5, 0x1a, 0x00);
+    xcopy(f, 0, &l, len - 1); /* cuts the segment descriptor */
+    assert_sense(&f->t, 0x5, 0x1a, 0x00);
+
+    /* longer than 16 + MAXIMUM DESCRIPTOR LIST LENGTH: refused before the data moves */
+    uint8_t cdb[16] = {0x83};
+    put_be32(cdb + 10, 16 + 1024 + 1);
+    int task_done;
+    start(f, f->n1, 0, cdb, l.b, sizeof(l.b), &task_done);
+    assert_int_equal(task_done, 1);
+    assert_int_equal(f->t.xfer_len, 0);
+    assert_sense(&f->t, 0x5, 0x1a, 0x00);
+
+    /* descriptor lists over MAXIMUM DESCRIPTOR LIST LENGTH (libiscsi DescrLimits sends too
+     * many of both, which is refused by the CDB's length already) */
+    plist_init(&l);
+    for (int i = 0; i < 17; i++)
+        add_cscd(&l, f, 0);
+    for (int i = 0; i < 33; i++)
+        add_b2b(&l, 0, 0, 1, 0, 1);
+    xcopy(f, 0, &l, list_finish(&l, 1, 0));
+    assert_sense(&f->t, 0x5, 0x1a, 0x00);
+    plist_init(&l);
+    add_cscd(&l, f, 0);
+    add_b2b(&l, 0, 0, 8, 0, 8);
+    len = list_finish(&l, 1, 0);
+    put_be32(l.b + 8, 1000); /* the header claims more than the maximum */
+    xcopy(f, 0, &l, len);
+    assert_sense(&f->t, 0x5, 0x1a, 0x00);
+
+    /* inline data is not taken */
+    plist_init(&l);
+    add_cscd(&l, f, 0);
+    add_b2b(&l, 0, 0, 8, 0, 8);
+    len = list_finish(&l, 1, 0);
+    put_be32(l.b + 12, 4);
+    xcopy(f, 0, &l, len + 4);
+    assert_param_field(&f->t, 0x26, 0x0b, 12);
+}
+
+static void test_refusals_descriptors(void **state)
+{
+    struct fx *f = *state;
+    struct plist l;
+
+    /* 17 CSCD descriptors (one over the maximum), one segment */
+    plist_init(&l);
+    for (int i = 0; i < 17; i++)
+        add_cscd(&l, f, 0);
+    add_b2b(&l, 0, 0, 8, 0, 8);
+    xcopy(f, 0, &l, list_finish(&l, 1, 0));
+    assert_param_field(&f->t, 0x26, 0x06, 16 + 16 * 32);
+
+    /* 33 segment descriptors */
+    plist_init(&l);
+    add_cscd(&l, f, 0);
+    for (int i = 0; i < 33; i++)
+        add_b2b(&l, 0, 0, 1, 0, 1);
+    xcopy(f, 0, &l, list_finish(&l, 1, 0));
+    assert_param_field(&f->t, 0x26, 0x08, 48);
+
+    /* Fibre Channel N_Port_Name CSCD descriptor (E0h) */
+    plist_init(&l);
+    add_cscd(&l, f, 0);
+    l.b[16] = 0xe0;
+    add_b2b(&l, 0, 0, 8, 0, 8);
+    xcopy(f, 0, &l, list_finish(&l, 1, 0));
+    assert_param_field(&f->t, 0x26, 0x07, 16);
+
+    /* a tape (peripheral device type 01h) is not a copy target here */
+    plist_init(&l);
+    add_cscd(&l, f, 0);
+    l.b[17] = 0x01;
+    add_b2b(&l, 0, 0, 8, 0, 8);
+    xcopy(f, 0, &l, list_finish(&l, 1, 0));
+    assert_param_field(&f->t, 0x26, 0x07, 17);
+
+    /* the obsolete LU ID TYPE and NUL bits are ignored (SPC-4; libiscsi ValidTgtDescr) */
+    plist_init(&l);
+    add_cscd(&l, f, 0);
+    l.b[17] = 0xe0;
+    add_b2b(&l, 0, 0, 8, 0, 8);
+    assert_int_equal(xcopy(f, 0, &l, list_finish(&l, 1, 0)), SCSI_STATUS_GOOD);
+
+    /* stream-to-stream segment descriptor (03h, 20 bytes) */
+    plist_init(&l);
+    add_cscd(&l, f, 0);
+    uint8_t *d = add_b2b(&l, 0, 0, 8, 0, 8);
+    d[0] = 0x03;
+    put_be16(d + 2, 16);
+    l.nseg_bytes = 20;
+    xcopy(f, 0, &l, list_finish(&l, 1, 0));
+    assert_param_field(&f->t, 0x26, 0x09, 48);
+
+    /* a block-to-block descriptor of the wrong length */
+    plist_init(&l);
+    add_cscd(&l, f, 0);
+    d = add_b2b(&l, 0, 0, 8, 0, 8);
+    put_be16(d + 2, 0x14);
+    l.nseg_bytes = 24;
+    xcopy(f, 0, &l, list_finish(&l, 1, 0));
+    assert_param_field(&f->t, 0x26, 0x00, 48 + 2);
+
+    /* DISK BLOCK LENGTH that is not the LUN's */
+    plist_init(&l);
+    add_cscd(&l, f, 0);
+    put_be24(l.b + 16 + 29, 4096);
+    add_b2b(&l, 0, 0, 8, 0, 8);
+    xcopy(f, 0, &l, list_finish(&l, 1, 0));
+    assert_param_field(&f->t, 0x26, 0x00, 16 + 29);
+
+    /* header: LIST ID USAGE 01b is reserved, so are bytes 4-7 */
+    plist_init(&l);
+    add_cscd(&l, f, 0);
+    add_b2b(&l, 0, 0, 8, 0, 8);
+    uint32_t len = list_finish(&l, 1, 1);
+    xcopy(f, 0, &l, len);
+    assert_param_field(&f->t, 0x26, 0x00, 1);
+    list_finish(&l, 1, 0);
+    l.b[5] = 1;
+    xcopy(f, 0, &l, len);
+    assert_param_field(&f->t, 0x26, 0x00, 5);
+
+    /* half a 4096-byte block: the copy would leave a residue */
+    plist_init(&l);
+    add_cscd(&l, f, 0);
+    add_cscd(&l, f, 3);
+    add_b2b(&l, 0, 1, 1, 0, 0);
+    xcopy(f, 0, &l, list_finish(&l, 1, 0));
+    assert_param_field(&f->t, 0x26, 0x00, 80 + 10);
+}
+
+/* Copy targets that cannot be reached: COPY ABORTED, COPY TARGET DEVICE NOT REACHABLE. Nothing
+ * of a refused list is copied, even segments before the bad one. */
+static void test_refusals_copy_aborted(void **state)
+{
+    struct fx *f = *state;
+    struct plist l;
+    memset(ram(f, 0, 0), 0x11, 4096);
+    memset(ram(f, 0, 4096), 0x22, 4096);
+
+    /* destination index past the CSCD list (libiscsi ValidSegDescr) */
+    plist_init(&l);
+    add_cscd(&l, f, 0);
+    add_b2b(&l, 0, 0, 8, 0, 8);
+    add_b2b(&l, 0, 1, 8, 0, 8);
+    xcopy(f, 0, &l, list_finish(&l, 1, 0));
+    assert_sense(&f->t, 0xa, 0x0d, 0x02);
+    assert_int_equal(ram(f, 0, 4096)[0], 0x22);
+
+    /* past the end of the destination */
+    plist_init(&l);
+    add_cscd(&l, f, 0);
+    add_b2b(&l, 0, 0, 2048, 0, 131072 - 1);
+    xcopy(f, 0, &l, list_finish(&l, 1, 0));
+    assert_sense(&f->t, 0xa, 0x0d, 0x02);
+    /* past the end of the source, LBA overflow */
+    plist_init(&l);
+    add_cscd(&l, f, 0);
+    add_b2b(&l, 0, 0, 2, UINT64_MAX, 0);
+    xcopy(f, 0, &l, list_finish(&l, 1, 0));
+    assert_sense(&f->t, 0xa, 0x0d, 0x02);
+
+    /* a designator no LUN of this target has */
+    plist_init(&l);
+    add_cscd(&l, f, 0);
+    add_cscd(&l, f, 1);
+    l.b[16 + 32 + 15] ^= 0xff;
+    add_b2b(&l, 0, 1, 8, 0, 8);
+    xcopy(f, 0, &l, list_finish(&l, 1, 0));
+    assert_sense(&f->t, 0xa, 0x0d, 0x02);
+    /* ... which is no error while no segment uses it */
+    plist_init(&l);
+    add_cscd(&l, f, 0);
+    add_cscd(&l, f, 1);
+    l.b[16 + 32 + 15] ^= 0xff;
+    add_b2b(&l, 0, 0, 8, 0, 8);
+    assert_int_equal(xcopy(f, 0, &l, list_finish(&l, 1, 0)), SCSI_STATUS_GOOD);
+    assert_int_equal(ram(f, 0, 4096)[0], 0x11);
+
+    /* a read-only destination */
+    plist_init(&l);
+    add_cscd(&l, f, 0);
+    add_cscd(&l, f, 2);
+    add_b2b(&l, 0, 1, 8, 0, 0);
+    xcopy(f, 0, &l, list_finish(&l, 1, 0));
+    assert_sense(&f->t, 0x7, 0x27, 0x00);
+    /* ... which may still be the source, and receive the command */
+    plist_init(&l);
+    add_cscd(&l, f, 2);
+    add_cscd(&l, f, 0);
+    add_b2b(&l, 0, 1, 8, 0, 0);
+    assert_int_equal(xcopy(f, 2, &l, list_finish(&l, 1, 0)), SCSI_STATUS_GOOD);
+
+    /* EXTENDED COPY (LID4) is not offered: unknown service action */
+    uint8_t cdb[16] = {0x83, 0x01};
+    run(f, f->n1, 0, cdb, NULL, 0);
+    assert_sense(&f->t, 0x5, 0x24, 0x00);
+}
+
+/* A store error mid-copy: COPY ABORTED, THIRD PARTY DEVICE FAILURE; the held result says
+ * "completed with errors" and FAILED SEGMENT DETAILS returns the sense. */
+static void test_copy_io_error(void **state)
+{
+    struct fx *f = *state;
+    struct plist l;
+    plist_init(&l);
+    add_cscd(&l, f, 0);
+    add_cscd(&l, f, 1);
+    add_b2b(&l, 0, 1, 2048, 0, 0);
+    add_b2b(&l, 0, 1, 4096, 0, 2048); /* its second chunk fails */
+    f->m1->fail_after = 3;
+    f->m1->fail_err = -EIO;
+    xcopy(f, 0, &l, list_finish(&l, 9, 0));
+    assert_sense(&f->t, 0xa, 0x0d, 0x01);
+
+    assert_int_equal(rcr(f, f->n1, 0, 0x04, 9, 1024), SCSI_STATUS_GOOD);
+    const uint8_t *d = data(f);
+    assert_int_equal(get_be32(d), 56 + 18);
+    assert_int_equal(d[56], SCSI_STATUS_CHECK_CONDITION);
+    assert_int_equal(get_be16(d + 58), 18);
+    assert_int_equal(d[60 + 2] & 0x0f, 0xa);
+    assert_int_equal(d[60 + 12], 0x0d);
+    assert_int_equal(f->t.data_len, 60 + 18);
+    /* reported whole: gone */
+    rcr(f, f->n1, 0, 0x04, 9, 1024);
+    assert_sense(&f->t, 0x5, 0x24, 0x00);
+
+    /* the same with COPY STATUS: status 2, one segment done, 1.5 MiB moved */
+    f->m1->ios = 0;
+    f->m1->fail_after = 3;
+    xcopy(f, 0, &l, list_finish(&l, 9, 2));
+    assert_sense(&f->t, 0xa, 0x0d, 0x01);
+    assert_int_equal(rcr(f, f->n1, 0, 0x00, 9, 64), SCSI_STATUS_GOOD);
+    d = data(f);
+    assert_int_equal(d[4], 2);
+    assert_int_equal(get_be16(d + 5), 1);
+    assert_int_equal(d[7], 0);
+    assert_int_equal(get_be32(d + 8), 2u << 20); /* the first chunk of segment 2 landed */
+    f->m1->fail_after = 0;
+
+    /* ENOSPC from a thin store is the space allocation failure it is */
+    f->m1->ios = 0;
+    f->m1->fail_after = 1;
+    f->m1->fail_err = -ENOSPC;
+    xcopy(f, 0, &l, list_finish(&l, 9, 3));
+    assert_sense(&f->t, 0x7, 0x27, 0x07);
+    f->m1->fail_after = 0;
+}
+
+/* --- RECEIVE COPY RESULTS --- */
+
+static void test_rcr_operating_parameters(void **state)
+{
+    struct fx *f = *state;
+    assert_int_equal(rcr(f, f->n1, 0, 0x03, 0, 1024), SCSI_STATUS_GOOD);
+    const uint8_t *d = data(f);
+    assert_int_equal(f->t.data_len, 46);
+    assert_int_equal(get_be32(d), 42);
+    assert_int_equal(d[4] & 1, 1);            /* SNLID */
+    assert_int_equal(get_be16(d + 8), 16);    /* MAXIMUM CSCD DESCRIPTOR COUNT */
+    assert_int_equal(get_be16(d + 10), 32);   /* MAXIMUM SEGMENT DESCRIPTOR COUNT */
+    assert_int_equal(get_be32(d + 12), 1024); /* MAXIMUM DESCRIPTOR LIST LENGTH */
+    assert_int_equal(get_be32(d + 16), 32u << 20);
+    assert_int_equal(get_be32(d + 20), 0); /* inline data */
+    assert_int_equal(get_be32(d + 24), 0); /* held data */
+    assert_int_equal(d[43], 2);
+    assert_int_equal(d[44], 0x02);
+    assert_int_equal(d[45], 0xe4);
+
+    /* the reported maxima are accepted: 16 CSCD descriptors, 32 segments in 1024 bytes */
+    struct plist l;
+    plist_init(&l);
+    for (int i = 0; i < 16; i++)
+        add_cscd(&l, f, 0);
+    assert_int_equal(xcopy(f, 0, &l, list_finish(&l, 1, 3)), SCSI_STATUS_GOOD);
+    plist_init(&l);
+    add_cscd(&l, f, 0);
+    for (int i = 0; i < 32; i++)
+        add_b2b(&l, 0, 0, 1, 0, 1);
+    assert_int_equal(xcopy(f, 0, &l, list_finish(&l, 1, 3)), SCSI_STATUS_GOOD);
+    /* a whole 4096-byte LUN; one block over MAXIMUM SEGMENT LENGTH is refused before the
+     * range is looked at */
+    plist_init(&l);
+    add_cscd(&l, f, 3);
+    add_b2b(&l, 0, 0, 4096, 0, 0);
+    assert_int_equal(xcopy(f, 3, &l, list_finish(&l, 1, 3)), SCSI_STATUS_GOOD);
+    put_be16(l.b + 48 + 10, 8193);
+    xcopy(f, 3, &l, list_finish(&l, 1, 3));
+    assert_param_field(&f->t, 0x26, 0x00, 48 + 10);
+
+    /* truncated to the allocation length */
+    rcr(f, f->n1, 0, 0x03, 0, 10);
+    assert_int_equal(f->t.data_len, 10);
+    /* LIST IDENTIFIER is reserved for OPERATING PARAMETERS; LID4 service actions unknown */
+    rcr(f, f->n1, 0, 0x03, 1, 1024);
+    assert_sense(&f->t, 0x5, 0x24, 0x00);
+    rcr(f, f->n1, 0, 0x05, 0, 1024);
+    assert_sense(&f->t, 0x5, 0x24, 0x00);
+}
+
+static void test_rcr_copy_status(void **state)
+{
+    struct fx *f = *state;
+    /* nothing by that LIST IDENTIFIER yet: INVALID FIELD IN CDB at byte 2 */
+    rcr(f, f->n1, 0, 0x00, 1, 1024);
+    assert_sense(&f->t, 0x5, 0x24, 0x00);
+    assert_int_equal(get_be16(f->t.sense + 16), 2);
+
+    struct plist l;
+    plist_init(&l);
+    add_cscd(&l, f, 0);
+    add_b2b(&l, 0, 0, 2048, 0, 4096);
+    add_b2b(&l, 0, 0, 16, 0, 8192);
+    assert_int_equal(xcopy(f, 0, &l, list_finish(&l, 1, 0)), SCSI_STATUS_GOOD);
+
+    /* another nexus, another LUN: not theirs */
+    rcr(f, f->n2, 0, 0x00, 1, 1024);
+    assert_sense(&f->t, 0x5, 0x24, 0x00);
+    rcr(f, f->n1, 1, 0x00, 1, 1024);
+    assert_sense(&f->t, 0x5, 0x24, 0x00);
+    /* failed segment details of a copy without errors: AVAILABLE DATA 0 */
+    assert_int_equal(rcr(f, f->n1, 0, 0x04, 1, 1024), SCSI_STATUS_GOOD);
+    assert_int_equal(f->t.data_len, 4);
+    assert_int_equal(get_be32(data(f)), 0);
+    /* ... which discarded it */
+    rcr(f, f->n1, 0, 0x00, 1, 1024);
+    assert_sense(&f->t, 0x5, 0x24, 0x00);
+
+    assert_int_equal(xcopy(f, 0, &l, list_finish(&l, 1, 2)), SCSI_STATUS_GOOD);
+    assert_int_equal(rcr(f, f->n1, 0, 0x00, 1, 1024), SCSI_STATUS_GOOD);
+    const uint8_t *d = data(f);
+    assert_int_equal(f->t.data_len, 12);
+    assert_int_equal(get_be32(d), 8);
+    assert_int_equal(d[4], 1); /* completed without errors */
+    assert_int_equal(get_be16(d + 5), 2);
+    assert_int_equal(d[7], 0);
+    assert_int_equal(get_be32(d + 8), 2064 * 512);
+    /* reported once, then discarded */
+    rcr(f, f->n1, 0, 0x00, 1, 1024);
+    assert_sense(&f->t, 0x5, 0x24, 0x00);
+
+    /* LIST ID USAGE 11b: not tracked */
+    assert_int_equal(xcopy(f, 0, &l, list_finish(&l, 5, 3)), SCSI_STATUS_GOOD);
+    rcr(f, f->n1, 0, 0x00, 5, 1024);
+    assert_sense(&f->t, 0x5, 0x24, 0x00);
+
+    /* more held results than slots: the oldest finished ones make room */
+    for (uint8_t id = 10; id < 20; id++)
+        assert_int_equal(xcopy(f, 0, &l, list_finish(&l, id, 0)), SCSI_STATUS_GOOD);
+    rcr(f, f->n1, 0, 0x00, 11, 1024);
+    assert_sense(&f->t, 0x5, 0x24, 0x00);
+    assert_int_equal(rcr(f, f->n1, 0, 0x00, 12, 1024), SCSI_STATUS_GOOD);
+    assert_int_equal(rcr(f, f->n1, 0, 0x00, 19, 1024), SCSI_STATUS_GOOD);
+
+    /* I_T nexus loss discards what was held (the session ended: last reference put) */
+    assert_int_equal(xcopy(f, 0, &l, list_finish(&l, 1, 0)), SCSI_STATUS_GOOD);
+    const uint8_t isid1[6] = {0x80, 0, 0, 0, 0, 1};
+    scsi_nexus_put(f->n1);
+    f->n1 = scsi_nexus_get(&f->tg, "iqn.2024-01.test:init1", isid1);
+    rcr(f, f->n1, 0, 0x00, 1, 1024);
+    assert_sense(&f->t, 0x5, 0x24, 0x00);
+}
+
+/* While a copy runs: COPY STATUS says so, its LIST IDENTIFIER is taken, FAILED SEGMENT DETAILS
+ * is not available yet. The running copy stays in f->t; the other commands use f->t2. */
+static void test_rcr_in_progress(void **state)
+{
+    struct fx *f = *state;
+    f->m1->defer = true;
+    struct plist l;
+    plist_init(&l);
+    add_cscd(&l, f, 0);
+    add_cscd(&l, f, 1);
+    add_b2b(&l, 0, 1, 2048, 0, 0);
+    add_b2b(&l, 0, 1, 2048, 0, 2048);
+    uint32_t len = list_finish(&l, 3, 0);
+    xcopy_start(f, f->n1, 0, &l, len);
+    assert_int_equal(task_done_main, 0);
+    assert_int_equal(f->m1->nqueue, 1);
+
+    f->cur = &f->t2;
+    assert_int_equal(rcr(f, f->n1, 0, 0x00, 3, 1024), SCSI_STATUS_GOOD);
+    assert_int_equal(data(f)[4], 0); /* in progress */
+    assert_int_equal(get_be16(data(f) + 5), 0);
+    rcr(f, f->n1, 0, 0x04, 3, 1024);
+    assert_sense(&f->t2, 0x5, 0x24, 0x00);
+    xcopy(f, 0, &l, len);
+    assert_sense(&f->t2, 0x5, 0x00, 0x16); /* OPERATION IN PROGRESS */
+    /* another nexus may use the same LIST IDENTIFIER */
+    f->m1->defer = false;
+    xcopy_start(f, f->n2, 0, &l, len);
+    assert_int_equal(task_done_side, 1);
+    assert_int_equal(f->t2.status, SCSI_STATUS_GOOD);
+    f->m1->defer = true;
+
+    m_pump1(f->m1); /* first segment done, the second one's WRITE queued */
+    assert_int_equal(task_done_main, 0);
+    assert_int_equal(f->m1->nqueue, 1);
+    assert_int_equal(rcr(f, f->n1, 0, 0x00, 3, 1024), SCSI_STATUS_GOOD);
+    assert_int_equal(data(f)[4], 0);
+    assert_int_equal(get_be16(data(f) + 5), 1);
+    assert_int_equal(get_be32(data(f) + 8), 1 << 20);
+    m_pump1(f->m1);
+    assert_int_equal(task_done_main, 1);
+    assert_int_equal(f->t.status, SCSI_STATUS_GOOD);
+    assert_int_equal(rcr(f, f->n1, 0, 0x00, 3, 1024), SCSI_STATUS_GOOD);
+    assert_int_equal(data(f)[4], 1);
+    assert_int_equal(get_be16(data(f) + 5), 2);
+    f->m1->defer = false;
+}
+
+/* --- INQUIRY and REPORT SUPPORTED OPERATION CODES say so --- */
+
+static void test_advertised(void **state)
+{
+    struct fx *f = *state;
+    uint8_t inq[16] = {0x12, 0, 0, 0, 96};
+    assert_int_equal(run(f, f->n1, 0, inq, NULL, 0), SCSI_STATUS_GOOD);
+    assert_int_equal(data(f)[5] & 0x08, 0x08); /* 3PC */
+
+    uint8_t one[16] = {0xa3, 0x0c, 0x02, 0x83, 0, 0x00, 0, 0, 1, 0};
+    assert_int_equal(run(f, f->n1, 0, one, NULL, 0), SCSI_STATUS_GOOD);
+    assert_int_equal(data(f)[1] & 7, 3);
+    assert_int_equal(get_be16(data(f) + 2), 16);
+    static const uint8_t usage[16] = {0x83, 0x00, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 0xff, 0xff};
+    assert_memory_equal(data(f) + 4, usage, 16);
+    one[3] = 0x84;
+    one[5] = 0x03;
+    assert_int_equal(run(f, f->n1, 0, one, NULL, 0), SCSI_STATUS_GOOD);
+    assert_int_equal(data(f)[1] & 7, 3);
+    assert_int_equal(data(f)[5], 0x03);
+    one[5] = 0x01; /* RECEIVE DATA: no held data, not offered */
+    assert_int_equal(run(f, f->n1, 0, one, NULL, 0), SCSI_STATUS_GOOD);
+    assert_int_equal(data(f)[1] & 7, 1);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_copy_within_ram_lun, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_copy_across_luns, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_copy_within_unmapped_lun, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_copy_deferred_and_status, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_refusals_lengths, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_refusals_descriptors, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_refusals_copy_aborted, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_copy_io_error, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_rcr_operating_parameters, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_rcr_copy_status, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_rcr_in_progress, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_advertised, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
