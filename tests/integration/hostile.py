@@ -21,6 +21,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import traceback
 
 TARGET = "iqn.2026-11.org.linerate:hostile"
 INITIATOR = "iqn.2026-11.org.linerate:hostile-good"
@@ -707,15 +708,15 @@ class Hostile:
         s = self.ffp_session()
         wd = self.rng.randbytes(wlen)
         itt, ttt = start_write(s, wd)
-        s.c.send_pdu(bhs(OP_SCSI, 0x81, b"\0" * 8, itt, 0, s.cmdsn, s.expstatsn, bytes(6)))
+        # (immediate: whether a rejected command uses up its CmdSN does not matter then)
+        s.c.send_pdu(bhs(OP_SCSI, 0x81, b"\0" * 8, itt, 0, s.cmdsn, s.expstatsn, bytes(6),
+                         immediate=True))
         o = s.c.outcome(1.0)
         dup_answer = "ignored"
         if o not in ("timeout", "closed"):
             check(o[0][0] & 0x3F in (OP_REJECT, OP_SCSI_RSP),
                   "duplicate ITT: unexpected opcode 0x%02x" % o[0][0])
             dup_answer = "reject 0x%02x" % o[0][2] if o[0][0] & 0x3F == OP_REJECT else "status"
-            if o[0][0] & 0x3F == OP_SCSI_RSP:
-                s.cmdsn += 1
         check(o != "closed", "duplicate ITT closed the connection")
         finish_write(s, itt, ttt, wd, "a duplicate ITT")
         # Commands out of CmdSN order within the window: a write (CmdSN n+1, unsolicited data
@@ -767,7 +768,8 @@ class Hostile:
         # Unknown opcodes and SNACK in FFP: Reject.
         rejects = []
         for op in (0x07, 0x0F, 0x1C, 0x3E, OP_SNACK):
-            s.c.send_pdu(bhs(op, 0x80, b"\0" * 8, s.next_itt(), 0, s.cmdsn, s.expstatsn))
+            s.c.send_pdu(bhs(op, 0x80, b"\0" * 8, s.next_itt(), 0, s.cmdsn, s.expstatsn,
+                             immediate=True))
             rh, _ = s.recv(3)
             check(rh[0] & 0x3F == OP_REJECT, "opcode 0x%02x: no Reject (got 0x%02x)" %
                   (op, rh[0]))
@@ -1147,6 +1149,7 @@ def main():
             fn()
         except (TestFailure, OSError, Closed) as e:
             msg = "%s: %s: %s" % (key, type(e).__name__, e)
+            traceback.print_exc(file=sys.stdout)
             print("hostile: FAIL " + msg, flush=True)
             failed.append(msg)
             if not t.d.alive():
