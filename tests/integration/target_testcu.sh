@@ -1,16 +1,17 @@
 #!/bin/bash
-# libiscsi's conformance suite, iscsi-test-cu -d -t ALL, against a RAM LUN. Every test listed in
+# libiscsi's conformance suite, iscsi-test-cu -d -t ALL, against the embedded default's LUN
+# (iqn.2026-11.org.linerate:default, LUN 0 = ram:1G, allocated as written). Every test listed in
 # testcu-expected-pass.txt must pass (a regression fails the build); tests that pass and are not
 # listed are reported. The verbose log is kept in $TESTCU_LOG (default: the build directory).
 . "$(dirname "$0")/lt_lib.sh"
 need iscsi-test-cu awk
 
-iqn=iqn.2026-11.org.linerate:it-testcu
+iqn=iqn.2026-11.org.linerate:default
 log=${TESTCU_LOG:-$WORK/testcu.log}
 expected=$IT_DIR/testcu-expected-pass.txt
 [ -f "$expected" ] || fail "$expected is missing"
 
-start_target --target-name "$iqn" --lun ram:128M --threads 2
+start_target --threads 2
 url=iscsi://127.0.0.1:$PORT/$iqn/0
 note "iscsi-test-cu -d -t ALL $url (log: $log)"
 timeout 1500 iscsi-test-cu -d -t ALL "$url" >"$log" 2>&1
