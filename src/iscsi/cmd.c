@@ -201,8 +201,8 @@ static void send_data_in(struct iscsi_conn *c, struct iscsi_task *t)
 
 static void cmd_respond(struct iscsi_conn *c, struct iscsi_task *t)
 {
-    if (t->scsi.dir == SCSI_DIR_READ && t->scsi.status == SCSI_STATUS_GOOD &&
-        t->scsi.data_len && t->edtl && !t->refused)
+    if (t->scsi.dir == SCSI_DIR_READ && t->scsi.status == SCSI_STATUS_GOOD && t->scsi.data_len &&
+        t->edtl && !t->refused)
         send_data_in(c, t);
     else
         send_scsi_response(c, t);
@@ -553,8 +553,8 @@ void cmd_handle_data_out_done(struct iscsi_conn *c)
         seq->datasn++;
         if (final || seq->got == seq->len) {
             if (seq->got != seq->len) {
-                LOG_WARN("%s: ITT 0x%08x: R2T sequence ended after %u of %u bytes", c->peer,
-                         t->itt, seq->got, seq->len);
+                LOG_WARN("%s: ITT 0x%08x: R2T sequence ended after %u of %u bytes", c->peer, t->itt,
+                         seq->got, seq->len);
                 conn_close(c, "Data-Out sequence error (ERL 0)");
                 return;
             }

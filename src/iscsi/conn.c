@@ -18,9 +18,9 @@
 
 #define TX_IOV_MAX 256
 #define TX_FREE_KEEP 64
-#define RX_DIRECT_MIN 4096u    /* payloads at least this big bypass the rx buffer */
+#define RX_DIRECT_MIN 4096u        /* payloads at least this big bypass the rx buffer */
 #define RX_BUDGET_BYTES (4u << 20) /* per wake-up, so one busy peer cannot starve others */
-#define LOGIN_DATA_MAX 8192u   /* RFC 7143 §13.12: login PDUs carry at most 8192 bytes */
+#define LOGIN_DATA_MAX 8192u       /* RFC 7143 §13.12: login PDUs carry at most 8192 bytes */
 
 static void conn_flush(void *arg);
 static void conn_timer_fire(void *arg);
@@ -111,8 +111,7 @@ void iscsi_conn_accept(struct iscsi_server *srv, struct reactor *r, int fd,
             port = ntohs(sin6->sin6_port);
         }
     }
-    snprintf(c->peer, sizeof(c->peer), ss.ss_family == AF_INET6 ? "[%s]:%u" : "%s:%u", host,
-             port);
+    snprintf(c->peer, sizeof(c->peer), ss.ss_family == AF_INET6 ? "[%s]:%u" : "%s:%u", host, port);
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 
@@ -381,8 +380,7 @@ void conn_send_reject(struct iscsi_conn *c, const struct iscsi_bhs *bad, uint8_t
     h->b[BHS_REJECT_REASON] = reason;
     bhs_put32(h, BHS_ITT, ISCSI_RSVD_TAG);
     conn_fill_sn(c, h, true);
-    LOG_INFO("%s: reject %s (reason 0x%02x)", c->peer, iscsi_opcode_name(bhs_opcode(bad)),
-             reason);
+    LOG_INFO("%s: reject %s (reason 0x%02x)", c->peer, iscsi_opcode_name(bhs_opcode(bad)), reason);
     conn_send_copy(c, p, bad->b, ISCSI_BHS_LEN);
 }
 
@@ -479,8 +477,8 @@ static bool rx_check_header(struct iscsi_conn *c)
      * declared (§13.12), 8192 during login. */
     uint32_t limit = c->phase == CONN_LOGIN ? LOGIN_DATA_MAX : c->max_recv_dsl;
     if (c->rx_dlen > limit) {
-        LOG_WARN("%s: %s data segment of %u bytes exceeds MaxRecvDataSegmentLength %u",
-                 c->peer, iscsi_opcode_name(op), c->rx_dlen, limit);
+        LOG_WARN("%s: %s data segment of %u bytes exceeds MaxRecvDataSegmentLength %u", c->peer,
+                 iscsi_opcode_name(op), c->rx_dlen, limit);
         conn_close(c, "oversized data segment (protocol error)");
         return false;
     }
@@ -550,8 +548,8 @@ static void rx_parse(struct iscsi_conn *c)
                 uint32_t want = crc32c_final(c->rx_crc), got;
                 memcpy(&got, c->rx_digest, 4);
                 if (want != got) {
-                    LOG_WARN("%s: header digest error on %s (got 0x%08x, computed 0x%08x)",
-                             c->peer, iscsi_opcode_name(bhs_opcode(&c->rx_bhs)), got, want);
+                    LOG_WARN("%s: header digest error on %s (got 0x%08x, computed 0x%08x)", c->peer,
+                             iscsi_opcode_name(bhs_opcode(&c->rx_bhs)), got, want);
                     conn_close(c, "header digest error (ERL 0)");
                     return;
                 }

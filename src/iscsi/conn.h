@@ -23,7 +23,8 @@
 #define ISCSI_TARGET_MRDSL_MAX (256u * 1024u)
 #define ISCSI_RXBUF_SIZE (256u * 1024u)
 #define ISCSI_TASK_HASH_SIZE 256u
-#define ISCSI_CMD_WINDOW 128u /* commands a session may have in flight (MaxCmdSN - ExpCmdSN + 1) */
+#define ISCSI_CMD_WINDOW 128u /* commands a session may have in flight (MaxCmdSN - ExpCmdSN + 1)   \
+                               */
 #define ISCSI_MAX_CONNECTIONS 8u
 #define ISCSI_MAX_R2T 8u /* MaxOutstandingR2T we accept at most */
 
@@ -43,7 +44,7 @@ struct tx_pdu {
     uint32_t dlen;
     uint8_t trailer[3 + ISCSI_DIGEST_LEN];
     uint32_t trailer_len;
-    char *owned;          /* malloc'd data this PDU frees (text, sense, reject copy) */
+    char *owned; /* malloc'd data this PDU frees (text, sense, reject copy) */
     void (*sent)(struct tx_pdu *p, bool ok);
     void *arg;
 };
@@ -51,50 +52,50 @@ struct tx_pdu {
 /* ---------- tasks ---------- */
 
 enum iscsi_task_state {
-    TASK_QUEUED,     /* waiting for its CmdSN turn (MC/S or immediate ordering) */
-    TASK_DATA_OUT,   /* receiving write data (immediate/unsolicited/solicited) */
-    TASK_EXEC,       /* in the SCSI core / backing store */
-    TASK_SENDING,    /* response queued */
+    TASK_QUEUED,   /* waiting for its CmdSN turn (MC/S or immediate ordering) */
+    TASK_DATA_OUT, /* receiving write data (immediate/unsolicited/solicited) */
+    TASK_EXEC,     /* in the SCSI core / backing store */
+    TASK_SENDING,  /* response queued */
 };
 
 /* One solicited Data-Out sequence (an R2T and the PDUs that answer it). */
 struct r2t_seq {
     uint32_t ttt;
     uint32_t offset, len;
-    uint32_t got;       /* bytes received so far, in order (DataPDUInOrder=Yes) */
-    uint32_t datasn;    /* next expected DataSN within the sequence (§11.7.2) */
+    uint32_t got;    /* bytes received so far, in order (DataPDUInOrder=Yes) */
+    uint32_t datasn; /* next expected DataSN within the sequence (§11.7.2) */
     bool used;
 };
 
 struct iscsi_task {
     struct scsi_task scsi;
     struct iscsi_conn *conn;
-    struct iscsi_bhs req;         /* the SCSI Command header as received */
+    struct iscsi_bhs req; /* the SCSI Command header as received */
     uint32_t itt;
     uint32_t cmdsn;
     uint32_t edtl;
     bool immediate;
-    bool refused;                 /* setup refused: swallow data-out, then answer */
-    bool aborted;                 /* a TMF aborted it: never answer */
+    bool refused; /* setup refused: swallow data-out, then answer */
+    bool aborted; /* a TMF aborted it: never answer */
     bool in_hash;
-    bool start_queued;            /* the session sent pending_run() for it (CmdSN turn came) */
-    bool freed_while_queued;      /* freed meanwhile: pending_run() returns it to the pool */
+    bool start_queued;       /* the session sent pending_run() for it (CmdSN turn came) */
+    bool freed_while_queued; /* freed meanwhile: pending_run() returns it to the pool */
     enum iscsi_task_state state;
     /* write bookkeeping */
-    uint32_t data_expected;       /* bytes of data-out this task will receive in total */
+    uint32_t data_expected; /* bytes of data-out this task will receive in total */
     uint32_t data_received;
-    uint32_t unsol_remaining;     /* unsolicited bytes still due (sent without R2T) */
-    uint32_t r2t_offset;          /* next offset to solicit */
-    uint32_t r2t_outstanding;     /* R2Ts sent and not yet fully answered */
+    uint32_t unsol_remaining; /* unsolicited bytes still due (sent without R2T) */
+    uint32_t r2t_offset;      /* next offset to solicit */
+    uint32_t r2t_outstanding; /* R2Ts sent and not yet fully answered */
     uint32_t r2tsn;
     struct r2t_seq r2t[ISCSI_MAX_R2T];
-    uint32_t unsol_datasn;        /* next DataSN of the unsolicited sequence */
-    uint32_t unsol_next_off;      /* next buffer offset of the unsolicited sequence */
-    uint32_t datasn_in;           /* Data-In DataSN */
-    uint32_t pending_tx;          /* PDUs of this task still in the tx queue */
+    uint32_t unsol_datasn;   /* next DataSN of the unsolicited sequence */
+    uint32_t unsol_next_off; /* next buffer offset of the unsolicited sequence */
+    uint32_t datasn_in;      /* Data-In DataSN */
+    uint32_t pending_tx;     /* PDUs of this task still in the tx queue */
     struct iscsi_task *hash_next;
-    struct list_node node;        /* conn->tasks or session pending list */
-    struct list_node r2t_node;    /* conn->r2t_waiting */
+    struct list_node node;         /* conn->tasks or session pending list */
+    struct list_node r2t_node;     /* conn->r2t_waiting */
     struct list_node pending_node; /* session->pending (waiting for its CmdSN) */
 };
 
@@ -120,12 +121,12 @@ struct iscsi_conn {
     uint16_t cid;
     struct iscsi_session *session;
     struct list_node session_node;
-    atomic_int refs;              /* pending completions and cross-thread messages */
+    atomic_int refs; /* pending completions and cross-thread messages */
 
     /* login */
     struct iscsi_neg neg;
-    struct iscsi_text login_in;   /* request text accumulated over C-bit PDUs */
-    struct iscsi_text login_out;  /* response text still to send over C-bit PDUs */
+    struct iscsi_text login_in;  /* request text accumulated over C-bit PDUs */
+    struct iscsi_text login_out; /* response text still to send over C-bit PDUs */
     uint32_t login_out_off;
     enum iscsi_stage login_stage; /* current stage */
     bool login_started;           /* first Login Request seen */
@@ -134,17 +135,17 @@ struct iscsi_conn {
     uint8_t login_isid[6];
     uint16_t login_tsih;
     uint32_t login_itt;
-    struct iscsi_node *node;      /* target chosen at login (NULL for discovery) */
+    struct iscsi_node *node; /* target chosen at login (NULL for discovery) */
     bool discovery;
 
     /* negotiated */
     bool hdigest, ddigest;
-    uint32_t max_recv_dsl;        /* ours */
-    uint32_t max_send_dsl;        /* the peer's */
+    uint32_t max_recv_dsl; /* ours */
+    uint32_t max_send_dsl; /* the peer's */
 
     /* sequence numbers */
     uint32_t statsn;
-    uint32_t exp_statsn;          /* from the initiator */
+    uint32_t exp_statsn; /* from the initiator */
 
     /* receive */
     enum rx_state rx_state;
@@ -155,18 +156,18 @@ struct iscsi_conn {
     struct iovec rx_dst[SCSI_TASK_IOV_MAX + 1];
     int rx_dstcnt;
     uint32_t rx_crc;
-    bool rx_discard;              /* data goes to the bit bucket */
-    struct iscsi_task *rx_task;   /* task the data segment belongs to */
-    uint32_t rx_data_off;         /* buffer offset of the data segment in the task */
+    bool rx_discard;            /* data goes to the bit bucket */
+    struct iscsi_task *rx_task; /* task the data segment belongs to */
+    uint32_t rx_data_off;       /* buffer offset of the data segment in the task */
     uint8_t *rxbuf;
     uint32_t rx_head, rx_tail;
-    uint8_t *databuf;             /* data segments that are not task data (text, nop, ...) */
-    uint32_t databuf_size;        /* LOGIN_DATA_MAX until a larger segment needs more */
+    uint8_t *databuf;      /* data segments that are not task data (text, nop, ...) */
+    uint32_t databuf_size; /* LOGIN_DATA_MAX until a larger segment needs more */
     uint8_t discard[4096];
 
     /* transmit */
     struct list_node txq;
-    uint32_t tx_off;              /* bytes of the head PDU already written */
+    uint32_t tx_off; /* bytes of the head PDU already written */
     struct list_node tx_free;
     unsigned tx_free_count;
     struct reactor_deferred flush_hook;
@@ -174,10 +175,11 @@ struct iscsi_conn {
 
     /* tasks */
     struct iscsi_task *task_hash[ISCSI_TASK_HASH_SIZE];
-    struct list_node tasks;       /* every task of this connection */
+    struct list_node tasks; /* every task of this connection */
     struct list_node task_free;
     unsigned ntasks;
-    struct list_node r2t_waiting; /* tasks with more data to solicit than MaxOutstandingR2T allows */
+    struct list_node
+        r2t_waiting; /* tasks with more data to solicit than MaxOutstandingR2T allows */
     uint32_t next_ttt;
 
     /* liveness */
@@ -195,7 +197,7 @@ struct iscsi_conn {
 
 struct iscsi_session {
     struct iscsi_server *srv;
-    struct iscsi_node *node;      /* NULL: discovery */
+    struct iscsi_node *node; /* NULL: discovery */
     uint8_t isid[6];
     uint16_t tsih;
     char initiator_name[ISCSI_NAME_MAX + 1];
@@ -203,13 +205,13 @@ struct iscsi_session {
     struct iscsi_params params;
     bool discovery;
 
-    pthread_mutex_t lock;         /* everything below */
+    pthread_mutex_t lock; /* everything below */
     struct list_node conns;
     unsigned nconns;
     uint32_t exp_cmdsn;
     uint32_t max_cmdsn;
-    uint32_t in_flight;           /* commands received and not yet answered */
-    struct list_node pending;     /* commands that arrived ahead of ExpCmdSN (MC/S) */
+    uint32_t in_flight;       /* commands received and not yet answered */
+    struct list_node pending; /* commands that arrived ahead of ExpCmdSN (MC/S) */
     int refs;
     bool closing;
 };

@@ -101,8 +101,7 @@ void text_handle(struct iscsi_conn *c)
     c->neg.ffp = true;
     iscsi_text_reset(&c->login_out);
     enum iscsi_login_status st = iscsi_neg_handle(&c->neg, ISCSI_STAGE_FULL_FEATURE,
-                                                  c->login_in.data, c->login_in.len,
-                                                  &c->login_out);
+                                                  c->login_in.data, c->login_in.len, &c->login_out);
     iscsi_text_reset(&c->login_in);
     if (st != ISCSI_LOGIN_OK) {
         iscsi_text_reset(&c->login_out);

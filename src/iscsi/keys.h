@@ -20,9 +20,9 @@
 /* Text data is bounded so that a peer cannot make us allocate without limit: a whole login
  * or text exchange (all continuation PDUs together) is at most this many bytes. */
 #define ISCSI_TEXT_MAX (64u * 1024u)
-#define ISCSI_KEY_NAME_MAX 63    /* RFC 7143 §6.1 */
-#define ISCSI_VALUE_MAX 255      /* simple values; lists and TargetAddress fit too */
-#define ISCSI_NAME_MAX 223       /* iSCSI names (RFC 7143 §4.2.7) */
+#define ISCSI_KEY_NAME_MAX 63 /* RFC 7143 §6.1 */
+#define ISCSI_VALUE_MAX 255   /* simple values; lists and TargetAddress fit too */
+#define ISCSI_NAME_MAX 223    /* iSCSI names (RFC 7143 §4.2.7) */
 
 /* A growing key=value\0 buffer, capped at ISCSI_TEXT_MAX. */
 struct iscsi_text {
@@ -54,13 +54,14 @@ int iscsi_text_next(struct iscsi_text_iter *it, const char **key, const char **v
 /* Negotiated operational parameters of a session/connection (RFC 7143 §13 defaults when a key
  * is not negotiated). */
 struct iscsi_params {
-    bool header_digest;          /* CRC32C */
+    bool header_digest; /* CRC32C */
     bool data_digest;
     uint32_t max_connections;
     bool initial_r2t;
     bool immediate_data;
-    uint32_t max_recv_dsl;       /* what THIS side can receive (declared by us) */
-    uint32_t peer_max_recv_dsl;  /* what the peer can receive (declared by the peer): our send limit */
+    uint32_t max_recv_dsl; /* what THIS side can receive (declared by us) */
+    uint32_t
+        peer_max_recv_dsl; /* what the peer can receive (declared by the peer): our send limit */
     uint32_t max_burst;
     uint32_t first_burst;
     uint32_t default_time2wait;
@@ -83,8 +84,8 @@ struct iscsi_text;
 /* Authentication hook (CHAP is future work): once AuthMethod=CHAP is agreed, every CHAP_*
  * key received in the security stage is passed here; it may append answers (CHAP_A, CHAP_I,
  * CHAP_C, CHAP_N, CHAP_R) to `out` and returns a login status (ISCSI_LOGIN_AUTH_FAILED ...). */
-typedef enum iscsi_login_status (*iscsi_auth_key_fn)(void *ctx, const char *key,
-                                                     const char *value, struct iscsi_text *out);
+typedef enum iscsi_login_status (*iscsi_auth_key_fn)(void *ctx, const char *key, const char *value,
+                                                     struct iscsi_text *out);
 
 struct iscsi_neg {
     enum iscsi_side side;
@@ -93,8 +94,8 @@ struct iscsi_neg {
     struct iscsi_params local;
     /* Values in force, updated as keys complete; starts at the RFC defaults. */
     struct iscsi_params result;
-    bool leading;                 /* first connection of the session (LO keys allowed) */
-    bool ffp;                     /* Text negotiation in full feature phase */
+    bool leading; /* first connection of the session (LO keys allowed) */
+    bool ffp;     /* Text negotiation in full feature phase */
     enum iscsi_session_type session_type;
     /* Declarations seen (empty string if not) */
     char initiator_name[ISCSI_NAME_MAX + 1];
@@ -103,18 +104,18 @@ struct iscsi_neg {
     char target_alias[ISCSI_VALUE_MAX + 1];
     char send_targets[ISCSI_NAME_MAX + 1]; /* SendTargets value (Text): "All", a name, or "" */
     bool send_targets_seen;
-    bool auth_none_agreed;        /* AuthMethod negotiated to None */
-    bool auth_chap_agreed;        /* AuthMethod negotiated to CHAP (for later) */
-    bool auth_required;           /* refuse AuthMethod=None (either side: CHAP wanted) */
-    iscsi_auth_key_fn auth_key;   /* CHAP_* keys go here; NULL: CHAP cannot complete */
+    bool auth_none_agreed;      /* AuthMethod negotiated to None */
+    bool auth_chap_agreed;      /* AuthMethod negotiated to CHAP (for later) */
+    bool auth_required;         /* refuse AuthMethod=None (either side: CHAP wanted) */
+    iscsi_auth_key_fn auth_key; /* CHAP_* keys go here; NULL: CHAP cannot complete */
     void *auth_ctx;
-    bool tpgt_seen;               /* initiator: TargetPortalGroupTag received */
+    bool tpgt_seen; /* initiator: TargetPortalGroupTag received */
     uint16_t tpgt;
     /* Bookkeeping, one bit per table row */
-    uint64_t received;            /* keys the peer sent in this negotiation */
-    uint64_t offered;             /* keys we offered and are awaiting an answer for */
-    uint64_t done;                /* keys whose value is settled */
-    uint64_t sent;                /* keys we have sent (offers and declarations) */
+    uint64_t received; /* keys the peer sent in this negotiation */
+    uint64_t offered;  /* keys we offered and are awaiting an answer for */
+    uint64_t done;     /* keys whose value is settled */
+    uint64_t sent;     /* keys we have sent (offers and declarations) */
 };
 
 /* Starts with result = RFC defaults, leading = true, session_type = NONE (treated as Normal). */

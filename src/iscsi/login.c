@@ -12,21 +12,36 @@
 static const char *login_status_text(enum iscsi_login_status st)
 {
     switch (st) {
-    case ISCSI_LOGIN_INITIATOR_ERROR: return "initiator error";
-    case ISCSI_LOGIN_AUTH_FAILED: return "authentication failed";
-    case ISCSI_LOGIN_AUTHZ_FAILED: return "initiator not allowed (ACL)";
-    case ISCSI_LOGIN_NOT_FOUND: return "target not found";
-    case ISCSI_LOGIN_UNSUPPORTED_VERSION: return "unsupported version";
-    case ISCSI_LOGIN_TOO_MANY_CONNECTIONS: return "too many connections";
-    case ISCSI_LOGIN_MISSING_PARAMETER: return "missing parameter";
-    case ISCSI_LOGIN_CANT_INCLUDE_IN_SESSION: return "cannot include in session";
-    case ISCSI_LOGIN_SESSION_TYPE_UNSUPPORTED: return "session type not supported";
-    case ISCSI_LOGIN_SESSION_DOES_NOT_EXIST: return "session does not exist";
-    case ISCSI_LOGIN_INVALID_DURING_LOGIN: return "invalid request during login";
-    case ISCSI_LOGIN_TARGET_ERROR: return "target error";
-    case ISCSI_LOGIN_SERVICE_UNAVAILABLE: return "service unavailable";
-    case ISCSI_LOGIN_OUT_OF_RESOURCES: return "out of resources";
-    default: return "refused";
+    case ISCSI_LOGIN_INITIATOR_ERROR:
+        return "initiator error";
+    case ISCSI_LOGIN_AUTH_FAILED:
+        return "authentication failed";
+    case ISCSI_LOGIN_AUTHZ_FAILED:
+        return "initiator not allowed (ACL)";
+    case ISCSI_LOGIN_NOT_FOUND:
+        return "target not found";
+    case ISCSI_LOGIN_UNSUPPORTED_VERSION:
+        return "unsupported version";
+    case ISCSI_LOGIN_TOO_MANY_CONNECTIONS:
+        return "too many connections";
+    case ISCSI_LOGIN_MISSING_PARAMETER:
+        return "missing parameter";
+    case ISCSI_LOGIN_CANT_INCLUDE_IN_SESSION:
+        return "cannot include in session";
+    case ISCSI_LOGIN_SESSION_TYPE_UNSUPPORTED:
+        return "session type not supported";
+    case ISCSI_LOGIN_SESSION_DOES_NOT_EXIST:
+        return "session does not exist";
+    case ISCSI_LOGIN_INVALID_DURING_LOGIN:
+        return "invalid request during login";
+    case ISCSI_LOGIN_TARGET_ERROR:
+        return "target error";
+    case ISCSI_LOGIN_SERVICE_UNAVAILABLE:
+        return "service unavailable";
+    case ISCSI_LOGIN_OUT_OF_RESOURCES:
+        return "out of resources";
+    default:
+        return "refused";
     }
 }
 
@@ -110,8 +125,7 @@ static void login_send_chunk(struct iscsi_conn *c, uint8_t transit_flags)
 
 /* The whole first request is in: choose the target before negotiating, since its parameters
  * are our side's limits. */
-static enum iscsi_login_status login_pick_node(struct iscsi_conn *c, const char *text,
-                                               uint32_t len)
+static enum iscsi_login_status login_pick_node(struct iscsi_conn *c, const char *text, uint32_t len)
 {
     struct iscsi_text_iter *it = malloc(sizeof(*it));
     if (!it)

@@ -24,13 +24,13 @@ struct iscsi_portal_addr {
 
 struct iscsi_node {
     char name[ISCSI_NAME_MAX + 1];
-    char alias[ISCSI_VALUE_MAX + 1];    /* "" for none */
+    char alias[ISCSI_VALUE_MAX + 1]; /* "" for none */
     struct scsi_target *scsi;
-    struct iscsi_portal_addr *portals;  /* where this node is reachable */
+    struct iscsi_portal_addr *portals; /* where this node is reachable */
     unsigned nportals;
-    char (*allow)[ISCSI_NAME_MAX + 1];  /* initiator names allowed; none listed = everyone */
+    char (*allow)[ISCSI_NAME_MAX + 1]; /* initiator names allowed; none listed = everyone */
     unsigned nallow;
-    struct iscsi_params params;         /* this node's limits/preferences for negotiation */
+    struct iscsi_params params; /* this node's limits/preferences for negotiation */
     uint16_t tpgt;
 };
 
@@ -41,7 +41,7 @@ struct iscsi_server {
     unsigned nreactors;
     /* Session table, shared by all reactors (logins and logouts only, never per PDU). */
     pthread_mutex_t sessions_lock;
-    struct iscsi_session **sessions;    /* indexed by TSIH, 0 unused */
+    struct iscsi_session **sessions; /* indexed by TSIH, 0 unused */
     unsigned sessions_cap;
     uint16_t next_tsih;
     atomic_bool shutting_down;

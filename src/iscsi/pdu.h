@@ -76,8 +76,8 @@ enum iscsi_stage {
 #define BHS_LUN 8
 #define BHS_ITT 16
 /* request-side */
-#define BHS_EDTL 20   /* SCSI Command */
-#define BHS_TTT 20    /* Data-Out, NOP-Out, Text, Data-In, R2T, NOP-In */
+#define BHS_EDTL 20 /* SCSI Command */
+#define BHS_TTT 20  /* Data-Out, NOP-Out, Text, Data-In, R2T, NOP-In */
 #define BHS_CMDSN 24
 #define BHS_EXPSTATSN 28
 #define BHS_CDB 32

@@ -137,8 +137,8 @@ void tmf_handle(struct iscsi_conn *c)
              * before this TMF) is considered received and aborted: "function complete". A
              * task that already completed is outside the window: "task does not exist". */
             uint32_t ref = bhs_get32(req, BHS_REFCMDSN);
-            bool in_window = sn_le(win_exp, ref) && sn_le(ref, win_max) &&
-                             (immediate || sn_lt(ref, cmdsn));
+            bool in_window =
+                sn_le(win_exp, ref) && sn_le(ref, win_max) && (immediate || sn_lt(ref, cmdsn));
             tmf_respond(c, req, in_window ? ISCSI_TMF_RSP_COMPLETE : ISCSI_TMF_RSP_NO_TASK);
             return;
         }
@@ -183,7 +183,8 @@ void tmf_handle(struct iscsi_conn *c)
         abort_conn_tasks(c, UINT64_MAX, 0, false);
         abort_other_conns(c, true, UINT64_MAX, 0, false);
         scsi_target_reset(tgt, s->nexus, fn == ISCSI_TMF_TARGET_COLD_RESET);
-        LOG_INFO("%s: TARGET %s RESET", c->peer, fn == ISCSI_TMF_TARGET_COLD_RESET ? "COLD" : "WARM");
+        LOG_INFO("%s: TARGET %s RESET", c->peer,
+                 fn == ISCSI_TMF_TARGET_COLD_RESET ? "COLD" : "WARM");
         tmf_respond(c, req, ISCSI_TMF_RSP_COMPLETE);
         if (fn == ISCSI_TMF_TARGET_COLD_RESET) {
             /* §11.5.1: a cold reset also closes the session's connections (after the answer). */
@@ -194,8 +195,9 @@ void tmf_handle(struct iscsi_conn *c)
     case ISCSI_TMF_CLEAR_ACA:
     case ISCSI_TMF_TASK_REASSIGN:
     default:
-        tmf_respond(c, req, fn == ISCSI_TMF_TASK_REASSIGN ? ISCSI_TMF_RSP_NO_REASSIGN
-                                                          : ISCSI_TMF_RSP_NOT_SUPPORTED);
+        tmf_respond(c, req,
+                    fn == ISCSI_TMF_TASK_REASSIGN ? ISCSI_TMF_RSP_NO_REASSIGN
+                                                  : ISCSI_TMF_RSP_NOT_SUPPORTED);
         return;
     }
 }

@@ -9,7 +9,10 @@ struct list_node {
     struct list_node *next, *prev;
 };
 
-#define LIST_INIT(name) {&(name), &(name)}
+#define LIST_INIT(name)                                                                            \
+    {                                                                                              \
+        &(name), &(name)                                                                           \
+    }
 #define container_of(ptr, type, member) ((type *)((char *)(ptr)-offsetof(type, member)))
 #define list_entry(node, type, member) container_of(node, type, member)
 #define list_for_each_safe(pos, tmp, head)                                                         \
