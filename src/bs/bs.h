@@ -52,6 +52,13 @@ struct bs_ops {
     void *(*map)(struct bs *bs, uint64_t offset, uint64_t len);
     /* Release priv (the file store first makes written data stable). */
     void (*close)(struct bs *bs);
+    /* Optional, for GET LBA STATUS (SBC-4 §5.7): the provisioning state at offset. On entry
+     * *len is how far to look (> 0, within the store); on return it is the length of the run
+     * starting at offset whose state is *mapped (at least 1 byte, at most the entry value; a
+     * store may stop early to bound the work). Ends fall on the store's allocation unit (page,
+     * file system block) except at offset + the entry *len. Synchronous and cheap: it reads
+     * metadata only. 0 or -errno. NULL: every byte counts as mapped. */
+    int (*lba_status)(struct bs *bs, uint64_t offset, uint64_t *len, bool *mapped);
 };
 
 struct bs {
@@ -77,6 +84,16 @@ static inline void bs_submit(struct bs *bs, struct bs_io *io)
 static inline void *bs_map(struct bs *bs, uint64_t offset, uint64_t len)
 {
     return bs->ops->map ? bs->ops->map(bs, offset, len) : NULL;
+}
+
+/* The provisioning state of [offset, offset + *len): see bs_ops.lba_status. A store without the
+ * op reports the whole range mapped. */
+static inline int bs_lba_status(struct bs *bs, uint64_t offset, uint64_t *len, bool *mapped)
+{
+    if (bs->ops->lba_status)
+        return bs->ops->lba_status(bs, offset, len, mapped);
+    *mapped = true;
+    return 0;
 }
 
 #endif

@@ -370,10 +370,44 @@ static void bs_file_close(struct bs *bs)
     free(f);
 }
 
+/* Holes are deallocated, data extents mapped (SEEK_HOLE/SEEK_DATA, lseek(2)). A block device,
+ * or a file system that cannot tell (EINVAL), reports everything mapped. Ends fall on file
+ * system blocks, so a partly punched block stays mapped. */
+static int bs_file_lba_status(struct bs *bs, uint64_t offset, uint64_t *len, bool *mapped)
+{
+    struct bs_file *f = bs->priv;
+    if (!*len || offset > bs->size || *len > bs->size - offset)
+        return -EINVAL;
+    uint64_t end = offset + *len;
+    *mapped = true;
+    if (f->blockdev)
+        return 0;
+    off_t data = lseek(f->fd, (off_t)offset, SEEK_DATA);
+    if (data < 0) {
+        if (errno == ENXIO) { /* no data at or after offset: a hole to the end */
+            *mapped = false;
+            return 0;
+        }
+        return errno == EINVAL ? 0 : -errno;
+    }
+    if ((uint64_t)data > offset) {
+        *mapped = false;
+        *len = ((uint64_t)data < end ? (uint64_t)data : end) - offset;
+        return 0;
+    }
+    off_t hole = lseek(f->fd, (off_t)offset, SEEK_HOLE);
+    if (hole < 0)
+        return errno == EINVAL || errno == ENXIO ? 0 : -errno;
+    if ((uint64_t)hole > offset && (uint64_t)hole < end)
+        *len = (uint64_t)hole - offset;
+    return 0;
+}
+
 static const struct bs_ops bs_file_ops = {
     .name = "file",
     .submit = bs_file_submit,
     .close = bs_file_close,
+    .lba_status = bs_file_lba_status,
 };
 
 /* Work out the exported size: the device's, the file's, or size= (growing a short file). */

@@ -1,6 +1,8 @@
 /* The RAM store: one anonymous, lazily populated mapping the size of the LUN. Untouched pages
  * cost nothing and read as zeros; map() hands out its memory for direct data placement and
- * zero-copy send; UNMAP gives whole pages back to the kernel. Completes synchronously. */
+ * zero-copy send; UNMAP gives whole pages back to the kernel; lba_status() tells pages that
+ * hold data of their own from those that do not. Completes synchronously. */
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/mman.h>
@@ -11,6 +13,7 @@
 struct bs_ram {
     uint8_t *base;
     size_t page;
+    int pagemap; /* /proc/self/pagemap, or -1: fall back to mincore() */
 };
 
 static void *bs_ram_map(struct bs *bs, uint64_t offset, uint64_t len)
@@ -63,10 +66,79 @@ static void bs_ram_submit(struct bs *bs, struct bs_io *io)
     io->done(io, err);
 }
 
+/* Pages looked at per lba_status() call: bounds the work of one GET LBA STATUS (4 GiB of 4 KiB
+ * pages), and per read of the page map. */
+#define RAM_STATUS_MAX_PAGES (1u << 20)
+#define RAM_STATUS_BATCH 512
+
+/* pagemap entry bits (Documentation/admin-guide/mm/pagemap.rst) */
+#define PM_PRESENT (1ull << 63)
+#define PM_SWAPPED (1ull << 62)
+#define PM_EXCLUSIVE (1ull << 56)
+
+/* Whether pages [first, first + n) hold memory of their own, into out[]. A page only ever read
+ * maps the kernel's shared zero page: mincore() calls it resident, but it is not allocated to
+ * the LUN, so the page map's "exclusively mapped" bit is what tells a written page. */
+static int ram_pages_mapped(struct bs_ram *ram, uint64_t first, size_t n, bool *out)
+{
+    if (ram->pagemap >= 0) {
+        uint64_t e[RAM_STATUS_BATCH];
+        off_t at = (off_t)(((uintptr_t)ram->base / ram->page + first) * sizeof(e[0]));
+        ssize_t got = pread(ram->pagemap, e, n * sizeof(e[0]), at);
+        if (got == (ssize_t)(n * sizeof(e[0]))) {
+            for (size_t i = 0; i < n; i++)
+                out[i] = (e[i] & PM_SWAPPED) ||
+                         (e[i] & (PM_PRESENT | PM_EXCLUSIVE)) == (PM_PRESENT | PM_EXCLUSIVE);
+            return 0;
+        }
+    }
+    unsigned char v[RAM_STATUS_BATCH];
+    if (mincore(ram->base + first * ram->page, n * ram->page, v) < 0)
+        return -errno;
+    for (size_t i = 0; i < n; i++)
+        out[i] = v[i] & 1;
+    return 0;
+}
+
+static int bs_ram_lba_status(struct bs *bs, uint64_t offset, uint64_t *len, bool *mapped)
+{
+    struct bs_ram *ram = bs->priv;
+    if (!*len || offset > bs->size || *len > bs->size - offset)
+        return -EINVAL;
+    uint64_t end = offset + *len;
+    uint64_t page = offset / ram->page, last = (end - 1) / ram->page;
+    uint64_t stop = last + 1;
+    if (stop - page > RAM_STATUS_MAX_PAGES)
+        stop = page + RAM_STATUS_MAX_PAGES;
+    bool state[RAM_STATUS_BATCH];
+    bool first = true;
+    while (page < stop) {
+        size_t n = stop - page < RAM_STATUS_BATCH ? (size_t)(stop - page) : RAM_STATUS_BATCH;
+        int err = ram_pages_mapped(ram, page, n, state);
+        if (err)
+            return err;
+        for (size_t i = 0; i < n; i++) {
+            if (first) {
+                *mapped = state[0];
+                first = false;
+            } else if (state[i] != *mapped) {
+                *len = (page + i) * ram->page - offset;
+                return 0;
+            }
+        }
+        page += n;
+    }
+    uint64_t run_end = stop * ram->page;
+    *len = (run_end < end ? run_end : end) - offset;
+    return 0;
+}
+
 static void bs_ram_close(struct bs *bs)
 {
     struct bs_ram *ram = bs->priv;
     munmap(ram->base, bs->size);
+    if (ram->pagemap >= 0)
+        close(ram->pagemap);
     free(ram);
 }
 
@@ -75,6 +147,7 @@ static const struct bs_ops bs_ram_ops = {
     .submit = bs_ram_submit,
     .map = bs_ram_map,
     .close = bs_ram_close,
+    .lba_status = bs_ram_lba_status,
 };
 
 struct bs *bs_ram_open(uint64_t size, char *err, size_t errlen)
@@ -98,6 +171,7 @@ struct bs *bs_ram_open(uint64_t size, char *err, size_t errlen)
         goto fail;
     }
     ram->page = (size_t)sysconf(_SC_PAGESIZE);
+    ram->pagemap = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
     bs->ops = &bs_ram_ops;
     bs->size = size;
     bs->write_cache = false;

@@ -1,6 +1,6 @@
 /* Mode parameters (SPC-4 §6.11-§6.14, §7.5; SBC-3 §6.4): MODE SENSE 6/10 and MODE SELECT 6/10
  * over the caching (08h), control (0Ah) and informational exceptions control (1Ch) pages.
- * Only WCE can change; a change raises MODE PARAMETERS CHANGED on the other nexuses. */
+ * Only WCE and SWP can change; a change raises MODE PARAMETERS CHANGED on the other nexuses. */
 #include <string.h>
 
 #include "scsi/scsi_internal.h"
@@ -24,14 +24,18 @@ static void fill_caching(const struct scsi_lun *lu, int pc, uint8_t *p)
 }
 
 /* Control (SPC-4 §7.5.8): unrestricted reordering (QUEUE ALGORITHM MODIFIER 1), QERR 0,
- * fixed-format sense (D_SENSE 0), GLTSD 1 since no log parameters are saved. */
+ * fixed-format sense (D_SENSE 0), GLTSD 1 since no log parameters are saved. SWP (byte 4 bit
+ * 3) can change: software write protect for the whole LUN, every nexus (TST 000b). */
 static void fill_control(const struct scsi_lun *lu, int pc, uint8_t *p)
 {
-    (void)lu;
-    if (pc == PC_CHANGEABLE)
+    if (pc == PC_CHANGEABLE) {
+        p[4] = 0x08;
         return;
+    }
     p[2] = 0x02;
     p[3] = 0x10;
+    if (pc == PC_CURRENT && atomic_load(&((struct scsi_lun *)lu)->swp))
+        p[4] = 0x08;
 }
 
 /* Informational exceptions control (SPC-4 §7.5.14): no failure prediction, so DEXCPT=1. */
@@ -100,8 +104,9 @@ void mode_exec_sense(struct scsi_task *t, const struct scsi_cmd *c)
     unsigned hdr = ten ? 8 : 4;
     uint8_t *p = d + hdr;
 
-    /* device-specific parameter (SBC-3 §6.4.1): WP, DPOFUA (FUA is honoured) */
-    uint8_t dsp = (lu->read_only ? 0x80 : 0) | 0x10;
+    /* device-specific parameter (SBC-3 §6.4.1): WP (read-only or SWP), DPOFUA (FUA is
+     * honoured) */
+    uint8_t dsp = (sbc_write_protect(lu) ? 0x80 : 0) | 0x10;
     unsigned bdl = 0;
     if (!dbd) {
         uint64_t nb = pc == PC_CHANGEABLE ? 0 : lu->nblocks;
@@ -176,7 +181,7 @@ static scsi_sr mode_select_apply(struct scsi_task *t, const uint8_t *d, uint32_t
         off += bdl;
     }
 
-    bool wce = atomic_load(&lu->wce);
+    bool wce = atomic_load(&lu->wce), swp = atomic_load(&lu->swp);
     while (off < len) {
         if (len - off < 2)
             return SR_PARAM_LIST_LENGTH;
@@ -200,13 +205,17 @@ static scsi_sr mode_select_apply(struct scsi_task *t, const uint8_t *d, uint32_t
         }
         if (code == 0x08)
             wce = d[off + 2] & 0x04;
+        if (code == 0x0a)
+            swp = d[off + 4] & 0x08;
         off += 2 + pg->len;
     }
 
     pthread_mutex_lock(&lu->lock);
-    bool changed = atomic_load(&lu->wce) != wce;
-    if (changed)
+    bool changed = atomic_load(&lu->wce) != wce || atomic_load(&lu->swp) != swp;
+    if (changed) {
         atomic_store(&lu->wce, wce);
+        atomic_store(&lu->swp, swp);
+    }
     pthread_mutex_unlock(&lu->lock);
     if (changed) /* SPC-4 §7.5.1: the other I_T nexuses learn by UA 2Ah/01h */
         scsi_ua_raise_all(lu, t->nexus, UA_MODE_CHANGED);

@@ -2,6 +2,7 @@
  * from the table's field offsets, SYNCHRONIZE CACHE, READ CAPACITY 10/16, START STOP UNIT.
  * Range and length checks are not here: task.c does them once for every medium command. */
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "scsi/scsi_internal.h"
@@ -141,6 +142,67 @@ static void submit(struct scsi_task *t, enum bs_op op, void (*done)(struct bs_io
     bs_submit(t->lu->bs, io);
 }
 
+/* READ and WRITE on a store that is not memory hold their range shared in the LUN's range
+ * lock, so a COMPARE AND WRITE, ORWRITE or WRITE ATOMIC (exclusive) sees each of them either
+ * finished or not begun. The common case costs two atomic operations: no mutex, no
+ * allocation; only while an exclusive holder exists does a request get a record and maybe
+ * wait (queued, never blocking the reactor). */
+struct rw_slow {
+    struct scsi_rl_req q;
+    struct scsi_task *t;
+    enum bs_op op;
+};
+
+static void rw_fast_done(struct bs_io *io, int err)
+{
+    struct scsi_task *t = io->arg;
+    scsi_rl_release_fast(&t->lu->rl);
+    rw_done(io, err);
+}
+
+static void rw_slow_done(struct bs_io *io, int err)
+{
+    struct rw_slow *s = io->arg;
+    struct scsi_task *t = s->t;
+    scsi_rl_release(&t->lu->rl, &s->q);
+    free(s);
+    io->arg = t;
+    rw_done(io, err);
+}
+
+static void rw_slow_granted(struct scsi_rl_req *q)
+{
+    struct rw_slow *s = q->arg;
+    struct scsi_task *t = s->t;
+    struct bs_io *io = &t->io;
+    io->op = s->op;
+    io->iov = t->iov;
+    io->iovcnt = t->iovcnt;
+    io->done = rw_slow_done;
+    io->arg = s;
+    bs_submit(t->lu->bs, io);
+}
+
+static void submit_locked(struct scsi_task *t, enum bs_op op)
+{
+    struct scsi_range_lock *rl = &t->lu->rl;
+    if (scsi_rl_try_fast(rl)) {
+        submit(t, op, rw_fast_done);
+        return;
+    }
+    struct rw_slow *s = malloc(sizeof(*s));
+    if (!s) {
+        scsi_task_complete(t, SR_INSUFFICIENT_RESOURCES);
+        return;
+    }
+    s->t = t;
+    s->op = op;
+    s->q = (struct scsi_rl_req){
+        .off = t->io.offset, .len = t->io.length, .granted = rw_slow_granted, .arg = s};
+    if (scsi_rl_acquire(rl, &s->q))
+        rw_slow_granted(&s->q);
+}
+
 /* The data path: with a mapped store the data is already where setup pointed it, so a READ or
  * WRITE completes here without touching the bytes. */
 void sbc_exec_read(struct scsi_task *t, const struct scsi_cmd *c)
@@ -151,7 +213,7 @@ void sbc_exec_read(struct scsi_task *t, const struct scsi_cmd *c)
         scsi_task_complete(t, SR_OK);
         return;
     }
-    submit(t, BS_READ, rw_done);
+    submit_locked(t, BS_READ);
 }
 
 void sbc_exec_write(struct scsi_task *t, const struct scsi_cmd *c)
@@ -169,7 +231,7 @@ void sbc_exec_write(struct scsi_task *t, const struct scsi_cmd *c)
             scsi_task_complete(t, SR_OK);
         return;
     }
-    submit(t, BS_WRITE, rw_done);
+    submit_locked(t, BS_WRITE);
 }
 
 /* Compare the data-out with the medium; on a difference report MISCOMPARE with the offset of
@@ -255,7 +317,12 @@ void sbc_exec_readcap16(struct scsi_task *t, const struct scsi_cmd *c)
     uint8_t d[32] = {0};
     put_be64(d, t->lu->nblocks - 1);
     put_be32(d + 8, t->lu->block_size);
-    /* byte 12 P_TYPE/PROT_EN 0: no protection; byte 13 one logical block per physical block;
-     * byte 14 LBPME 0: no thin provisioning yet (matches VPD 0xB2) */
+    /* byte 12 P_TYPE/PROT_EN 0: no protection. Byte 13 LOGICAL BLOCKS PER PHYSICAL BLOCK
+     * EXPONENT 0: every block can be written alone; the 4 KiB allocation unit is told by VPD
+     * 0xB0's granularities instead. (An exponent of 3 would be as true, but libiscsi's
+     * GetLBAStatus.UnmapSingle then asks about LBA n+1 and wants a descriptor at n+8.)
+     * Byte 14 LBPME and LBPRZ on a thin LUN (SBC-4 §5.16.2; VPD 0xB2 says the same). */
+    if (sbc_thin(t->lu))
+        d[14] = 0x80 | 0x40;
     scsi_task_put_data(t, d, sizeof(d));
 }

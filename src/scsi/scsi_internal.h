@@ -6,6 +6,7 @@
 #include <stdatomic.h>
 #include <stddef.h>
 
+#include "scsi/range_lock.h"
 #include "scsi/scsi.h"
 
 /* --- sense reasons (LIO's sense_reason_t): one table in sense.c maps each to key/ASC/ASCQ --- */
@@ -47,6 +48,9 @@ enum scsi_reason {
     SR_INLINE_DATA_EXCEEDED,   /* 5 / 26h 0Bh INLINE DATA LENGTH EXCEEDED */
     SR_COPY_TARGET_FAILURE,    /* A / 0Dh 01h THIRD PARTY DEVICE FAILURE */
     SR_COPY_UNREACHABLE,       /* A / 0Dh 02h COPY TARGET DEVICE NOT REACHABLE */
+    SR_SW_WRITE_PROTECTED,     /* 7 / 27h 02h LOGICAL UNIT SOFTWARE WRITE PROTECTED */
+    SR_SANITIZE_IN_PROGRESS,   /* 2 / 04h 1Bh LOGICAL UNIT NOT READY, SANITIZE IN PROGRESS */
+    SR_SANITIZE_FAILED,        /* 3 / 31h 03h SANITIZE COMMAND FAILED */
     SR__COUNT
 };
 
@@ -138,6 +142,10 @@ struct scsi_lun {
     uint64_t naa;         /* NAA 3 locally assigned identifier (VPD 0x83) */
     char serial[17];      /* VPD 0x80 */
     atomic_uint ua[SCSI_NEXUS_MAX];
+    /* sbc_thin.c, sbc_caw.c, sbc_sanitize.c */
+    atomic_bool swp;           /* control mode page SWP: software write protect (SPC-4 §7.5.8) */
+    atomic_int sanitize;       /* SANITIZE_IDLE/RUNNING/FAILED, checked by setup */
+    struct scsi_range_lock rl; /* orders CAW/ORWRITE/WRITE ATOMIC/SANITIZE against writers */
     /* Reservation state (pr.c). resv is the fast-path summary: RESV_* bits, 0 when nothing
      * is reserved or registered, so setup pays one relaxed load; pr holds the rest and is
      * guarded by lock. */
@@ -254,6 +262,88 @@ void sbc_exec_verify(struct scsi_task *t, const struct scsi_cmd *c);
 void sbc_exec_sync(struct scsi_task *t, const struct scsi_cmd *c);
 void sbc_exec_readcap10(struct scsi_task *t, const struct scsi_cmd *c);
 void sbc_exec_readcap16(struct scsi_task *t, const struct scsi_cmd *c);
+
+/* --- thin provisioning and the other block commands (sbc_thin.c, sbc_caw.c, sbc_sanitize.c,
+ * sbc_extra.c) --- */
+/* Limits reported in VPD 0xB0 and enforced by the commands. */
+#define SBC_MAX_CAW_BLOCKS 255u            /* MAXIMUM COMPARE AND WRITE LENGTH */
+#define SBC_MAX_UNMAP_DESCRIPTORS 2048u    /* MAXIMUM UNMAP BLOCK DESCRIPTOR COUNT */
+#define SBC_MAX_UNMAP_BLOCKS (1u << 20)    /* MAXIMUM UNMAP LBA COUNT (libiscsi wants <= 2^20) */
+#define SBC_MAX_WRITE_SAME_BLOCKS 0xffffu /* MAXIMUM WRITE SAME LENGTH: bounds one command's work */
+#define SBC_MAX_ATOMIC_BYTES (1u << 20)    /* MAXIMUM ATOMIC TRANSFER LENGTH, in bytes */
+#define SBC_PROVISIONING_UNIT 4096u        /* page / file system block: unmap and mapping unit */
+
+enum { SANITIZE_IDLE, SANITIZE_RUNNING, SANITIZE_FAILED };
+
+/* DATA PROTECT if the LUN is read-only (configuration) or software write protected (SWP). */
+static inline scsi_sr sbc_write_protect(const struct scsi_lun *lu)
+{
+    if (lu->read_only)
+        return SR_WRITE_PROTECTED;
+    if (atomic_load_explicit(&((struct scsi_lun *)lu)->swp, memory_order_relaxed))
+        return SR_SW_WRITE_PROTECTED;
+    return SR_OK;
+}
+
+/* While a SANITIZE runs, everything but INQUIRY, REPORT LUNS and REQUEST SENSE is NOT READY;
+ * after one failed, medium access is a MEDIUM ERROR until a sanitize succeeds or EXIT FAILURE
+ * MODE (SBC-4 §4.11.3). One relaxed load on the fast path. */
+static inline scsi_sr sbc_sanitize_gate(const struct scsi_lun *lu, const struct scsi_cmd *c)
+{
+    int s = atomic_load_explicit(&((struct scsi_lun *)lu)->sanitize, memory_order_relaxed);
+    if (s == SANITIZE_IDLE || (c->flags & CMD_UA_OK))
+        return SR_OK;
+    if (s == SANITIZE_RUNNING)
+        return SR_SANITIZE_IN_PROGRESS;
+    return (c->flags & CMD_MEDIUM) ? SR_SANITIZE_FAILED : SR_OK;
+}
+
+/* Whether the LUN is thin provisioned (VPD 0xB2, READ CAPACITY(16) LBPME and LBPRZ): its store
+ * releases space on UNMAP and unmapped blocks read as zeros. */
+static inline bool sbc_thin(const struct scsi_lun *lu)
+{
+    return lu->bs->thin;
+}
+
+scsi_sr sbc_parse_unmap(struct scsi_task *t, const struct scsi_cmd *c, struct scsi_req *r);
+scsi_sr sbc_parse_write_same(struct scsi_task *t, const struct scsi_cmd *c, struct scsi_req *r);
+scsi_sr sbc_parse_get_lba_status(struct scsi_task *t, const struct scsi_cmd *c,
+                                 struct scsi_req *r);
+void sbc_exec_unmap(struct scsi_task *t, const struct scsi_cmd *c);
+void sbc_exec_write_same(struct scsi_task *t, const struct scsi_cmd *c);
+void sbc_exec_get_lba_status(struct scsi_task *t, const struct scsi_cmd *c);
+
+scsi_sr sbc_parse_caw(struct scsi_task *t, const struct scsi_cmd *c, struct scsi_req *r);
+scsi_sr sbc_parse_orwrite(struct scsi_task *t, const struct scsi_cmd *c, struct scsi_req *r);
+scsi_sr sbc_parse_write_atomic(struct scsi_task *t, const struct scsi_cmd *c, struct scsi_req *r);
+void sbc_exec_caw(struct scsi_task *t, const struct scsi_cmd *c);
+void sbc_exec_orwrite(struct scsi_task *t, const struct scsi_cmd *c);
+void sbc_exec_write_atomic(struct scsi_task *t, const struct scsi_cmd *c);
+
+scsi_sr sbc_parse_sanitize(struct scsi_task *t, const struct scsi_cmd *c, struct scsi_req *r);
+void sbc_exec_sanitize(struct scsi_task *t, const struct scsi_cmd *c);
+
+scsi_sr sbc_parse_prefetch(struct scsi_task *t, const struct scsi_cmd *c, struct scsi_req *r);
+scsi_sr sbc_parse_read_defect(struct scsi_task *t, const struct scsi_cmd *c, struct scsi_req *r);
+void sbc_exec_read_defect(struct scsi_task *t, const struct scsi_cmd *c);
+
+/* One medium operation after another on a store, without recursion when the store completes
+ * inline (RAM) and yielding the reactor every few steps (sbc_thin.c). next() fills io (op,
+ * offset, length, iov) and returns true, or returns false when there is nothing left. */
+struct sbc_seq {
+    struct bs *bs;
+    struct bs_io io;
+    bool (*next)(struct sbc_seq *s, struct bs_io *io);
+    void (*done)(struct sbc_seq *s, int err);
+    int err;
+    bool in_submit, inline_done;
+};
+void sbc_seq_run(struct sbc_seq *s);
+
+/* A buffer of len bytes (a multiple of the block size) holding pat (plen bytes, <= block)
+ * repeated to fill each block; 4096-aligned so an O_DIRECT store takes it. NULL if out of
+ * memory. */
+uint8_t *sbc_pattern_buffer(size_t len, uint32_t block_size, const uint8_t *pat, size_t plen);
 
 /* --- reservations (pr.c): SPC-4 persistent reservations and SPC-2 RESERVE/RELEASE --- */
 int pr_lun_init(struct scsi_lun *lu, const char *state_path, char *err, size_t errlen);

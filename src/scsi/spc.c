@@ -150,8 +150,32 @@ static uint32_t vpd_block_limits(const struct scsi_lun *lu, uint8_t *d)
     put_be16(d + 6, (uint16_t)(bsz < 4096 ? 4096 / bsz : 1));
     put_be32(d + 8, SCSI_MAX_XFER_BYTES / bsz);
     put_be32(d + 12, SCSI_MAX_XFER_BYTES / bsz);
-    /* no UNMAP, WRITE SAME or COMPARE AND WRITE yet: their limits stay 0 */
+    /* byte 4 WSNZ 0: WRITE SAME with 0 blocks runs to the end of the medium (if that is within
+     * MAXIMUM WRITE SAME LENGTH, which keeps one command well inside an initiator's timeout) */
+    d[5] = SBC_MAX_CAW_BLOCKS; /* MAXIMUM COMPARE AND WRITE LENGTH */
+    put_be64(d + 36, SBC_MAX_WRITE_SAME_BLOCKS);
+    if (lu && sbc_thin(lu)) {
+        put_be32(d + 20, SBC_MAX_UNMAP_BLOCKS); /* MAXIMUM UNMAP LBA COUNT */
+        put_be32(d + 24, SBC_MAX_UNMAP_DESCRIPTORS);
+        put_be32(d + 28, SBC_PROVISIONING_UNIT / bsz); /* OPTIMAL UNMAP GRANULARITY */
+        d[32] = 0x80;                                  /* UGAVALID, UNMAP GRANULARITY ALIGNMENT 0 */
+    }
+    /* WRITE ATOMIC(16): ordered against every other writer by the range lock; no alignment
+     * or granularity rules (ATOMIC ALIGNMENT and ATOMIC TRANSFER LENGTH GRANULARITY 0) */
+    put_be32(d + 44, SBC_MAX_ATOMIC_BYTES / bsz);
     return 64;
+}
+
+/* Logical block provisioning (SBC-4 §6.6.6): a thin LUN offers UNMAP and WRITE SAME 10/16 with
+ * UNMAP (LBPU, LBPWS, LBPWS10), its unmapped blocks read as zeros (LBPRZ 001b), and it is thin
+ * provisioned (PROVISIONING TYPE 010b). A fully provisioned store says none of it. */
+static uint32_t vpd_provisioning(const struct scsi_lun *lu, uint8_t *d)
+{
+    if (lu && sbc_thin(lu)) {
+        d[5] = 0x80 | 0x40 | 0x20 | 0x04;
+        d[6] = 0x02;
+    }
+    return 8;
 }
 
 static void spc_inquiry_vpd(struct scsi_task *t, uint8_t page, uint8_t *d, uint32_t *len)
@@ -178,10 +202,12 @@ static void spc_inquiry_vpd(struct scsi_task *t, uint8_t page, uint8_t *d, uint3
         break;
     case 0xb1:              /* block device characteristics (SBC-3 §6.5.2) */
         put_be16(d + 4, 1); /* MEDIUM ROTATION RATE 1: non-rotating */
+        /* WABEREQ 01b: after a SANITIZE BLOCK ERASE reads succeed (and return zeros) */
+        d[7] = 0x40;
         *len = 64;
         break;
-    case 0xb2: /* logical block provisioning (SBC-3 §6.5.4): fully provisioned, no UNMAP */
-        *len = 8;
+    case 0xb2:
+        *len = vpd_provisioning(t->lu, d);
         break;
     }
     put_be16(d + 2, (uint16_t)(*len - 4));

@@ -80,6 +80,9 @@ int scsi_target_add_lun(struct scsi_target *t, const struct scsi_lun_config *cfg
     lu->mapped = cfg->bs->ops->map && bs_map(cfg->bs, 0, bsz) != NULL;
     atomic_init(&lu->wce, cfg->bs->write_cache);
     pthread_mutex_init(&lu->lock, NULL);
+    scsi_rl_init(&lu->rl);
+    atomic_init(&lu->swp, false);
+    atomic_init(&lu->sanitize, SANITIZE_IDLE);
     if (pr_lun_init(lu, cfg->pr_state_path, err, errlen) < 0) {
         pthread_mutex_destroy(&lu->lock);
         free(lu);
@@ -110,6 +113,7 @@ void scsi_target_destroy(struct scsi_target *t)
             continue;
         bs_close(lu->bs);
         pr_lun_free(lu);
+        scsi_rl_destroy(&lu->rl);
         pthread_mutex_destroy(&lu->lock);
         free(lu);
     }

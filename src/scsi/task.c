@@ -11,14 +11,17 @@ enum {
     C_TUR, C_REQUEST_SENSE, C_READ6, C_WRITE6, C_INQUIRY, C_MODE_SELECT6, C_RESERVE6, C_RELEASE6,
     C_MODE_SENSE6,
     C_START_STOP, C_PREVENT_ALLOW, C_READ_CAPACITY10, C_READ10, C_WRITE10, C_WRITE_VERIFY10,
-    C_VERIFY10, C_SYNC_CACHE10, C_MODE_SELECT10, C_RESERVE10, C_RELEASE10, C_MODE_SENSE10,
+    C_VERIFY10, C_PREFETCH10, C_SYNC_CACHE10, C_READ_DEFECT10, C_WRITE_SAME10, C_UNMAP,
+    C_SANITIZE_OVERWRITE, C_SANITIZE_BLOCK_ERASE, C_SANITIZE_EXIT_FAILURE,
+    C_MODE_SELECT10, C_RESERVE10, C_RELEASE10, C_MODE_SENSE10,
     C_PRIN_READ_KEYS, C_PRIN_READ_RESERVATION, C_PRIN_REPORT_CAPABILITIES, C_PRIN_READ_FULL_STATUS,
     C_PROUT_REGISTER, C_PROUT_RESERVE, C_PROUT_RELEASE, C_PROUT_CLEAR, C_PROUT_PREEMPT,
     C_PROUT_PREEMPT_ABORT, C_PROUT_REGISTER_IGNORE, C_PROUT_REGISTER_MOVE,
     C_XCOPY_LID1, C_RCR_COPY_STATUS, C_RCR_OP_PARAMS,
-    C_RCR_FAILED_SEGMENT, C_READ16, C_WRITE16,
-    C_WRITE_VERIFY16, C_VERIFY16, C_SYNC_CACHE16, C_READ_CAPACITY16, C_REPORT_LUNS, C_RSOC,
-    C_READ12, C_WRITE12, C_WRITE_VERIFY12, C_VERIFY12, C__COUNT
+    C_RCR_FAILED_SEGMENT, C_READ16, C_CAW, C_WRITE16, C_ORWRITE16,
+    C_WRITE_VERIFY16, C_VERIFY16, C_PREFETCH16, C_SYNC_CACHE16, C_WRITE_SAME16, C_WRITE_ATOMIC16,
+    C_READ_CAPACITY16, C_GET_LBA_STATUS, C_REPORT_LUNS, C_RSOC,
+    C_READ12, C_WRITE12, C_WRITE_VERIFY12, C_VERIFY12, C_READ_DEFECT12, C__COUNT
 };
 
 #define F(...) {__VA_ARGS__}
@@ -58,6 +61,10 @@ enum {
 #define RD (CMD_MEDIUM | CMD_XFER | CMD_DIRECT)
 #define WR (CMD_MEDIUM | CMD_XFER | CMD_DIRECT | CMD_WRITES)
 #define ANY_LUN (CMD_UA_OK | CMD_NOLUN_OK)
+/* thin provisioning and read-modify-write block commands (sbc_thin.c, sbc_caw.c, ...) */
+#define WX (CMD_MEDIUM | CMD_WRITES)
+#define SANITIZE(s) EMSA(0x48, s, "SANITIZE", 10, CMD_WRITES, sbc_parse_sanitize,                  \
+                         sbc_exec_sanitize, F(0x48, 0xbf, 0, 0, 0, 0, 0, 0xff, 0xff))
 
 const struct scsi_cmd scsi_cmds[C__COUNT] = {
     [C_TUR] = EMP(PRC_ALLOW, 0x00, "TEST UNIT READY", 6, 0, spc_parse_none, spc_exec_tur,
@@ -92,9 +99,20 @@ const struct scsi_cmd scsi_cmds[C__COUNT] = {
                             sbc_exec_write, 30, F(0x2e, 0xf2, FF4, 0x1f, 0xff, 0xff)),
     [C_VERIFY10] = RW(0x2f, "VERIFY(10)", 10, CMD_MEDIUM, 2, 4, 7, 2, sbc_parse_verify,
                       sbc_exec_verify, 30, F(0x2f, 0xf6, FF4, 0x1f, 0xff, 0xff)),
+    [C_PREFETCH10] = RW(0x34, "PRE-FETCH(10)", 10, CMD_MEDIUM, 2, 4, 7, 2, sbc_parse_prefetch,
+                        spc_exec_good, 30, F(0x34, 0x02, FF4, 0x1f, 0xff, 0xff)),
     [C_SYNC_CACHE10] = RWP(PRC_WRITE, 0x35, "SYNCHRONIZE CACHE(10)", 10, CMD_MEDIUM, 2, 4, 7, 2,
                            sbc_parse_sync, sbc_exec_sync, 60,
                            F(0x35, 0x02, FF4, 0x1f, 0xff, 0xff)),
+    [C_READ_DEFECT10] = EM(0x37, "READ DEFECT DATA(10)", 10, 0, sbc_parse_read_defect,
+                           sbc_exec_read_defect, F(0x37, 0, 0x1f, 0, 0, 0, 0, 0xff, 0xff)),
+    [C_WRITE_SAME10] = RW(0x41, "WRITE SAME(10)", 10, WX, 2, 4, 7, 2, sbc_parse_write_same,
+                          sbc_exec_write_same, 60, F(0x41, 0xf8, FF4, 0x1f, 0xff, 0xff)),
+    [C_UNMAP] = EM(0x42, "UNMAP", 10, CMD_WRITES, sbc_parse_unmap, sbc_exec_unmap,
+                   F(0x42, 0x01, 0, 0, 0, 0, 0x1f, 0xff, 0xff)),
+    [C_SANITIZE_OVERWRITE] = SANITIZE(0x01),
+    [C_SANITIZE_BLOCK_ERASE] = SANITIZE(0x02),
+    [C_SANITIZE_EXIT_FAILURE] = SANITIZE(0x1f),
     [C_MODE_SELECT10] = EMP(PRC_WRITE, 0x55, "MODE SELECT(10)", 10, 0, mode_parse_select,
                             mode_exec_select, F(0x55, 0x11, 0, 0, 0, 0, 0, 0xff, 0xff)),
     [C_RESERVE10] = EMP(PRC_SPC2, 0x56, "RESERVE(10)", 10, 0, pr_parse_spc2, pr_exec_reserve,
@@ -129,17 +147,29 @@ const struct scsi_cmd scsi_cmds[C__COUNT] = {
                                   F(0x84, 0x1f, 0xff, 0, 0, 0, 0, 0, 0, 0, FF4, 0, 0)),
     [C_READ16] = RW(0x88, "READ(16)", 16, RD, 2, 8, 10, 4, sbc_parse_rw, sbc_exec_read, 30,
                     F(0x88, 0xfc, FF8, FF4, 0x1f)),
+    [C_CAW] = RW(0x89, "COMPARE AND WRITE", 16, WX, 2, 8, 13, 1, sbc_parse_caw, sbc_exec_caw, 30,
+                 F(0x89, 0xf8, FF8, 0, 0, 0, 0xff, 0x1f)),
     [C_WRITE16] = RW(0x8a, "WRITE(16)", 16, WR, 2, 8, 10, 4, sbc_parse_rw, sbc_exec_write, 30,
                      F(0x8a, 0xf8, FF8, FF4, 0x1f)),
+    [C_ORWRITE16] = RW(0x8b, "ORWRITE(16)", 16, WX, 2, 8, 10, 4, sbc_parse_orwrite,
+                       sbc_exec_orwrite, 30, F(0x8b, 0xf8, FF8, FF4, 0x1f)),
     [C_WRITE_VERIFY16] = RW(0x8e, "WRITE AND VERIFY(16)", 16, WR, 2, 8, 10, 4, sbc_parse_rw,
                             sbc_exec_write, 30, F(0x8e, 0xf2, FF8, FF4, 0x1f)),
     [C_VERIFY16] = RW(0x8f, "VERIFY(16)", 16, CMD_MEDIUM, 2, 8, 10, 4, sbc_parse_verify,
                       sbc_exec_verify, 30, F(0x8f, 0xf6, FF8, FF4, 0x1f)),
+    [C_PREFETCH16] = RW(0x90, "PRE-FETCH(16)", 16, CMD_MEDIUM, 2, 8, 10, 4, sbc_parse_prefetch,
+                        spc_exec_good, 30, F(0x90, 0x02, FF8, FF4, 0x1f)),
     [C_SYNC_CACHE16] = RWP(PRC_WRITE, 0x91, "SYNCHRONIZE CACHE(16)", 16, CMD_MEDIUM, 2, 8, 10,
                            4, sbc_parse_sync, sbc_exec_sync, 60, F(0x91, 0x02, FF8, FF4, 0x1f)),
+    [C_WRITE_SAME16] = RW(0x93, "WRITE SAME(16)", 16, WX, 2, 8, 10, 4, sbc_parse_write_same,
+                          sbc_exec_write_same, 60, F(0x93, 0xf9, FF8, FF4, 0x1f)),
+    [C_WRITE_ATOMIC16] = RW(0x9c, "WRITE ATOMIC(16)", 16, WX, 2, 8, 12, 2, sbc_parse_write_atomic,
+                            sbc_exec_write_atomic, 30, F(0x9c, 0xf8, FF8, 0, 0, 0xff, 0xff, 0x1f)),
     [C_READ_CAPACITY16] = EMSAP(PRC_ALLOW, 0x9e, 0x10, "READ CAPACITY(16)", 16, 0,
                                 sbc_parse_readcap16, sbc_exec_readcap16,
                                 F(0x9e, 0x1f, FF8, FF4, 0x01)),
+    [C_GET_LBA_STATUS] = EMSA(0x9e, 0x12, "GET LBA STATUS", 16, 0, sbc_parse_get_lba_status,
+                              sbc_exec_get_lba_status, F(0x9e, 0x1f, FF8, FF4, 0, 0)),
     [C_REPORT_LUNS] = EM(0xa0, "REPORT LUNS", 12, ANY_LUN, spc_parse_report_luns,
                          spc_exec_report_luns, F(0xa0, 0, 0xff, 0, 0, 0, FF4)),
     [C_RSOC] = EMSA(0xa3, 0x0c, "REPORT SUPPORTED OPERATION CODES", 12, 0, spc_parse_rsoc,
@@ -152,6 +182,8 @@ const struct scsi_cmd scsi_cmds[C__COUNT] = {
                             sbc_exec_write, 30, F(0xae, 0xf2, FF4, FF4, 0x1f)),
     [C_VERIFY12] = RW(0xaf, "VERIFY(12)", 12, CMD_MEDIUM, 2, 4, 6, 4, sbc_parse_verify,
                       sbc_exec_verify, 30, F(0xaf, 0xf6, FF4, FF4, 0x1f)),
+    [C_READ_DEFECT12] = EM(0xb7, "READ DEFECT DATA(12)", 12, 0, sbc_parse_read_defect,
+                           sbc_exec_read_defect, F(0xb7, 0x1f, FF4, FF4, 0, 0)),
 };
 /* clang-format on */
 const size_t scsi_ncmds = C__COUNT;
@@ -255,6 +287,8 @@ int scsi_task_setup(struct scsi_task *t)
         sr = known ? SR_CDB_FIELD(1, 4) : SR_INVALID_OPCODE;
         goto refuse;
     }
+    if (lu && (sr = sbc_sanitize_gate(lu, c)))
+        goto refuse; /* SBC-4 §4.11.3: NOT READY while a SANITIZE runs */
     sr = check_reserved(t->cdb, c);
     if (sr)
         goto refuse;
@@ -282,10 +316,8 @@ int scsi_task_setup(struct scsi_task *t)
             sr = SR_LBA_OUT_OF_RANGE;
             goto refuse;
         }
-        if ((c->flags & CMD_WRITES) && lu->read_only) {
-            sr = SR_WRITE_PROTECTED;
-            goto refuse;
-        }
+        if ((c->flags & CMD_WRITES) && (sr = sbc_write_protect(lu)))
+            goto refuse; /* read-only LUN or software write protect (SWP) */
         t->io.offset = r.lba << lu->block_shift;
         t->io.length = r.nblocks << lu->block_shift;
         /* caching page WCE=0: every write is write-through (SBC-3 §6.4.5) */

@@ -1,0 +1,245 @@
+/* Read-modify-write block commands, each atomic against every other command that takes the
+ * LUN's range lock: COMPARE AND WRITE (SBC-4 §5.3), ORWRITE(16) (§5.14) and WRITE ATOMIC(16)
+ * (§5.48). They hold the range exclusively from before the read to after the write, so two
+ * VMware ATS heartbeats on one sector, or a WRITE to a file store racing a compare, are
+ * ordered; the reactor thread never waits for the lock (a blocked command is queued and
+ * resumed by message). Not ordered: READ/WRITE on a RAM LUN, which move data straight between
+ * the network and the LUN's memory while the PDUs stream. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "scsi/scsi_internal.h"
+#include "util/bytes.h"
+
+enum rmw_kind { RMW_CAW, RMW_OR, RMW_ATOMIC };
+
+struct rmw_ctx {
+    struct scsi_task *t;
+    enum rmw_kind kind;
+    struct scsi_rl_req lock;
+    struct bs_io io;
+    struct iovec iov;
+    uint8_t *medium; /* the range as read (stores without map) */
+};
+
+/* WRPROTECT/ORPROTECT nonzero asks for protection information, which is not offered. */
+static scsi_sr common_checks(const struct scsi_task *t)
+{
+    scsi_sr sr = sbc_write_protect(t->lu);
+    if (sr)
+        return sr;
+    if (t->cdb[1] >> 5)
+        return SR_CDB_FIELD(1, 7);
+    return SR_OK;
+}
+
+/* COMPARE AND WRITE: NUMBER OF LOGICAL BLOCKS in byte 13; the data-out is the verify instance
+ * followed by the write instance, 2 * n blocks. Zero blocks is not an error and moves nothing.
+ * A data-out that is not 2 * n blocks is refused before any data moves (0Eh/03h); one larger
+ * than any allowed compare says the initiator meant more blocks than MAXIMUM COMPARE AND WRITE
+ * LENGTH (its 8-bit field wrapped), INVALID FIELD IN CDB. */
+scsi_sr sbc_parse_caw(struct scsi_task *t, const struct scsi_cmd *c, struct scsi_req *r)
+{
+    (void)c;
+    scsi_sr sr = common_checks(t);
+    if (sr)
+        return sr;
+    unsigned shift = t->lu->block_shift;
+    uint64_t n = t->cdb[13];
+    uint64_t edtl = t->edtl_write ? t->edtl : 0;
+    if (n > SBC_MAX_CAW_BLOCKS || edtl > ((2ull * SBC_MAX_CAW_BLOCKS) << shift))
+        return SR_CDB_FIELD(13, -1);
+    r->lba = get_be64(t->cdb + 2);
+    r->nblocks = n;
+    r->fua = t->cdb[1] & 0x08;
+    if (!n)
+        return SR_OK;
+    if (edtl != (2 * n) << shift)
+        return SR_INVALID_FIELD_IN_IU;
+    r->xfer_len = (2 * n) << shift;
+    r->dir = SCSI_DIR_WRITE;
+    return SR_OK;
+}
+
+scsi_sr sbc_parse_orwrite(struct scsi_task *t, const struct scsi_cmd *c, struct scsi_req *r)
+{
+    scsi_sr sr = common_checks(t);
+    if (sr)
+        return sr;
+    r->lba = scsi_cdb_field(t->cdb, c->lba_off, c->lba_len);
+    r->nblocks = scsi_cdb_field(t->cdb, c->tl_off, c->tl_len);
+    r->xfer_len = r->nblocks << t->lu->block_shift;
+    r->dir = SCSI_DIR_WRITE;
+    r->fua = t->cdb[1] & 0x08;
+    return SR_OK;
+}
+
+/* WRITE ATOMIC(16): TRANSFER LENGTH in bytes 12-13, at most MAXIMUM ATOMIC TRANSFER LENGTH; no
+ * alignment or granularity rules (VPD 0xB0 says 0). All or none: a data-out cut short is
+ * refused instead of storing the whole blocks that arrived. */
+scsi_sr sbc_parse_write_atomic(struct scsi_task *t, const struct scsi_cmd *c, struct scsi_req *r)
+{
+    scsi_sr sr = common_checks(t);
+    if (sr)
+        return sr;
+    unsigned shift = t->lu->block_shift;
+    r->lba = scsi_cdb_field(t->cdb, c->lba_off, c->lba_len);
+    r->nblocks = scsi_cdb_field(t->cdb, c->tl_off, c->tl_len);
+    if ((r->nblocks << shift) > SBC_MAX_ATOMIC_BYTES)
+        return SR_CDB_FIELD(c->tl_off, -1);
+    r->xfer_len = r->nblocks << shift;
+    r->dir = SCSI_DIR_WRITE;
+    r->fua = t->cdb[1] & 0x08;
+    if (r->xfer_len && (!t->edtl_write || t->edtl < r->xfer_len))
+        return SR_INVALID_FIELD_IN_IU;
+    return SR_OK;
+}
+
+static void rmw_finish(struct rmw_ctx *x, scsi_sr sr, bool has_info, uint32_t info)
+{
+    struct scsi_task *t = x->t;
+    scsi_rl_release(&t->lu->rl, &x->lock);
+    free(x->medium);
+    free(x);
+    if (has_info) {
+        scsi_task_set_reason_info(t, sr, info);
+        t->done(t);
+    } else {
+        scsi_task_complete(t, sr);
+    }
+}
+
+static void rmw_write_done(struct bs_io *io, int err)
+{
+    struct rmw_ctx *x = io->arg;
+    rmw_finish(x, err ? (err == -ENOSPC ? SR_SPACE_ALLOC_FAILED : SR_WRITE_ERROR) : SR_OK, false,
+               0);
+}
+
+static void rmw_write(struct rmw_ctx *x, void *data)
+{
+    struct scsi_task *t = x->t;
+    x->iov.iov_base = data;
+    x->iov.iov_len = t->io.length;
+    x->io = (struct bs_io){.op = BS_WRITE,
+                           .offset = t->io.offset,
+                           .length = t->io.length,
+                           .iov = &x->iov,
+                           .iovcnt = 1,
+                           .fua = t->io.fua,
+                           .done = rmw_write_done,
+                           .arg = x};
+    bs_submit(t->lu->bs, &x->io);
+}
+
+/* The medium's copy of the range is in hand (memory of a RAM LUN, or read into x->medium):
+ * compare, OR, and write. */
+static void rmw_modify(struct rmw_ctx *x, uint8_t *medium)
+{
+    struct scsi_task *t = x->t;
+    uint8_t *data = t->iov[0].iov_base;
+    size_t len = t->io.length;
+    if (x->kind == RMW_CAW) {
+        if (memcmp(data, medium, len) != 0) {
+            /* MISCOMPARE with the offset of the first differing byte (SBC-4 §5.3) */
+            uint32_t i = 0;
+            while (data[i] == medium[i])
+                i++;
+            rmw_finish(x, SR_MISCOMPARE, true, i);
+            return;
+        }
+        rmw_write(x, data + len);
+        return;
+    }
+    /* ORWRITE: the result goes where the data-out was (or straight into RAM) */
+    uint8_t *dst = t->lu->mapped ? medium : data;
+    for (size_t i = 0; i < len; i++)
+        dst[i] = medium[i] | data[i];
+    if (t->lu->mapped)
+        rmw_finish(x, SR_OK, false, 0);
+    else
+        rmw_write(x, data);
+}
+
+static void rmw_read_done(struct bs_io *io, int err)
+{
+    struct rmw_ctx *x = io->arg;
+    if (err) {
+        rmw_finish(x, SR_READ_ERROR, false, 0);
+        return;
+    }
+    rmw_modify(x, x->medium);
+}
+
+static void rmw_start(struct rmw_ctx *x)
+{
+    struct scsi_task *t = x->t;
+    struct scsi_lun *lu = t->lu;
+    if (x->kind == RMW_ATOMIC) {
+        rmw_write(x, t->iov[0].iov_base);
+        return;
+    }
+    if (lu->mapped) {
+        rmw_modify(x, bs_map(lu->bs, t->io.offset, t->io.length));
+        return;
+    }
+    void *p = NULL;
+    if (posix_memalign(&p, 4096, t->io.length)) {
+        rmw_finish(x, SR_INSUFFICIENT_RESOURCES, false, 0);
+        return;
+    }
+    x->medium = p;
+    x->iov.iov_base = p;
+    x->iov.iov_len = t->io.length;
+    x->io = (struct bs_io){.op = BS_READ,
+                           .offset = t->io.offset,
+                           .length = t->io.length,
+                           .iov = &x->iov,
+                           .iovcnt = 1,
+                           .done = rmw_read_done,
+                           .arg = x};
+    bs_submit(lu->bs, &x->io);
+}
+
+static void rmw_granted(struct scsi_rl_req *q)
+{
+    rmw_start(q->arg);
+}
+
+static void rmw_exec(struct scsi_task *t, enum rmw_kind kind)
+{
+    if (!t->io.length) {
+        scsi_task_complete(t, SR_OK);
+        return;
+    }
+    struct rmw_ctx *x = calloc(1, sizeof(*x));
+    if (!x) {
+        scsi_task_complete(t, SR_INSUFFICIENT_RESOURCES);
+        return;
+    }
+    x->t = t;
+    x->kind = kind;
+    x->lock = (struct scsi_rl_req){
+        .off = t->io.offset, .len = t->io.length, .excl = true, .granted = rmw_granted, .arg = x};
+    if (scsi_rl_acquire(&t->lu->rl, &x->lock))
+        rmw_start(x);
+}
+
+void sbc_exec_caw(struct scsi_task *t, const struct scsi_cmd *c)
+{
+    (void)c;
+    rmw_exec(t, RMW_CAW);
+}
+
+void sbc_exec_orwrite(struct scsi_task *t, const struct scsi_cmd *c)
+{
+    (void)c;
+    rmw_exec(t, RMW_OR);
+}
+
+void sbc_exec_write_atomic(struct scsi_task *t, const struct scsi_cmd *c)
+{
+    (void)c;
+    rmw_exec(t, RMW_ATOMIC);
+}

@@ -1,0 +1,429 @@
+/* Thin provisioning (SBC-4 §4.7): UNMAP, WRITE SAME 10/16 (with the UNMAP bit, NDOB, and a
+ * zero NUMBER OF LOGICAL BLOCKS meaning "to the end of the medium"), GET LBA STATUS; plus the
+ * sequence runner and pattern buffer that WRITE SAME and SANITIZE share. Space is released
+ * through the store's BS_UNMAP; provisioning state comes from its lba_status op. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "reactor/reactor.h"
+#include "scsi/scsi_internal.h"
+#include "util/bytes.h"
+
+/* Bytes one WRITE SAME / SANITIZE step writes: large enough to amortise a submit, small
+ * enough that a whole-LUN fill never allocates more than this. */
+#define FILL_CHUNK (1u << 20)
+/* Steps run back to back on a reactor before the runner yields to other connections. */
+#define SEQ_BUDGET 64
+
+/* --- the sequence runner --- */
+
+static void seq_io_done(struct bs_io *io, int err);
+
+static void seq_resume(void *arg)
+{
+    sbc_seq_run(arg);
+}
+
+/* Inline completions (the RAM store) come back inside bs_submit: they only mark the step done
+ * and this loop issues the next one, so a 1 TiB fill does not recurse a million deep. */
+void sbc_seq_run(struct sbc_seq *s)
+{
+    unsigned budget = SEQ_BUDGET;
+    while (!s->err) {
+        if (budget-- == 0) {
+            struct reactor *r = reactor_self();
+            if (r && reactor_send(r, seq_resume, s) == 0)
+                return;
+            budget = SEQ_BUDGET;
+        }
+        memset(&s->io, 0, sizeof(s->io));
+        if (!s->next(s, &s->io))
+            break;
+        s->io.done = seq_io_done;
+        s->io.arg = s;
+        s->inline_done = false;
+        s->in_submit = true;
+        bs_submit(s->bs, &s->io);
+        s->in_submit = false;
+        if (!s->inline_done)
+            return; /* seq_io_done continues */
+    }
+    s->done(s, s->err);
+}
+
+static void seq_io_done(struct bs_io *io, int err)
+{
+    struct sbc_seq *s = io->arg;
+    if (err)
+        s->err = err;
+    if (s->in_submit) {
+        s->inline_done = true;
+        return;
+    }
+    sbc_seq_run(s);
+}
+
+uint8_t *sbc_pattern_buffer(size_t len, uint32_t block_size, const uint8_t *pat, size_t plen)
+{
+    void *p = NULL;
+    if (posix_memalign(&p, 4096, len))
+        return NULL;
+    uint8_t *b = p;
+    for (size_t i = 0; i < block_size; i += plen)
+        memcpy(b + i, pat, block_size - i < plen ? block_size - i : plen);
+    for (size_t off = block_size; off < len;) { /* doubling copies */
+        size_t n = off < len - off ? off : len - off;
+        memcpy(b + off, b, n);
+        off += n;
+    }
+    return b;
+}
+
+static bool all_zero(const uint8_t *p, size_t n)
+{
+    return n == 0 || (p[0] == 0 && memcmp(p, p + 1, n - 1) == 0);
+}
+
+static scsi_sr io_reason(int err)
+{
+    return err == -ENOSPC ? SR_SPACE_ALLOC_FAILED : SR_WRITE_ERROR;
+}
+
+/* --- UNMAP (SBC-4 §5.32) --- */
+
+struct unmap_ctx {
+    struct sbc_seq seq;
+    struct scsi_task *t;
+    struct scsi_rl_req lock;
+    const uint8_t *desc; /* next block descriptor */
+    unsigned left;       /* descriptors still to do */
+};
+
+scsi_sr sbc_parse_unmap(struct scsi_task *t, const struct scsi_cmd *c, struct scsi_req *r)
+{
+    (void)c;
+    scsi_sr sr = sbc_write_protect(t->lu);
+    if (sr)
+        return sr;
+    if (!sbc_thin(t->lu)) /* LBPU=0: the command is not offered by this LUN */
+        return SR_INVALID_OPCODE;
+    if (t->cdb[1] & 0x01) /* ANCHOR: anchored LBAs are not offered (ANC_SUP=0) */
+        return SR_CDB_FIELD(1, 0);
+    uint32_t len = get_be16(t->cdb + 7);
+    if (len && len < 8)
+        return SR_PARAM_LIST_LENGTH;
+    if (len && (!t->edtl_write || t->edtl < len)) /* the list would arrive cut short */
+        return SR_INVALID_FIELD_IN_IU;
+    r->xfer_len = len;
+    r->dir = SCSI_DIR_WRITE;
+    return SR_OK;
+}
+
+static bool unmap_next(struct sbc_seq *s, struct bs_io *io)
+{
+    struct unmap_ctx *u = container_of(s, struct unmap_ctx, seq);
+    const struct scsi_lun *lu = u->t->lu;
+    while (u->left) {
+        uint64_t lba = get_be64(u->desc);
+        uint32_t n = get_be32(u->desc + 8);
+        u->desc += 16;
+        u->left--;
+        if (!n)
+            continue;
+        io->op = BS_UNMAP;
+        io->offset = lba << lu->block_shift;
+        io->length = (uint64_t)n << lu->block_shift;
+        return true;
+    }
+    return false;
+}
+
+static void unmap_done(struct sbc_seq *s, int err)
+{
+    struct unmap_ctx *u = container_of(s, struct unmap_ctx, seq);
+    struct scsi_task *t = u->t;
+    scsi_rl_release(&t->lu->rl, &u->lock);
+    free(u);
+    scsi_task_complete(t, err ? io_reason(err) : SR_OK);
+}
+
+static void unmap_granted(struct scsi_rl_req *q)
+{
+    struct unmap_ctx *u = q->arg;
+    sbc_seq_run(&u->seq);
+}
+
+/* The whole list is checked before anything is unmapped, so a refused command changes
+ * nothing. A BLOCK DESCRIPTOR DATA LENGTH beyond the parameter list is cut to what arrived;
+ * a partial last descriptor is ignored (§5.32.2). */
+void sbc_exec_unmap(struct scsi_task *t, const struct scsi_cmd *c)
+{
+    (void)c;
+    struct scsi_lun *lu = t->lu;
+    uint32_t len = t->xfer_len;
+    if (len < 8) { /* no parameter list: nothing to do */
+        scsi_task_complete(t, SR_OK);
+        return;
+    }
+    const uint8_t *p = t->iov[0].iov_base;
+    uint32_t bddl = get_be16(p + 2);
+    if (bddl > len - 8)
+        bddl = len - 8;
+    unsigned count = bddl / 16;
+    if (count > SBC_MAX_UNMAP_DESCRIPTORS) {
+        scsi_task_complete(t, SR_PARAM_FIELD(2, -1));
+        return;
+    }
+    uint64_t total = 0, max_blocks = SBC_MAX_UNMAP_BLOCKS;
+    for (unsigned i = 0; i < count; i++) {
+        const uint8_t *d = p + 8 + 16 * i;
+        uint64_t lba = get_be64(d);
+        uint32_t n = get_be32(d + 8);
+        if (lba > lu->nblocks || n > lu->nblocks - lba) {
+            scsi_task_complete(t, SR_LBA_OUT_OF_RANGE);
+            return;
+        }
+        total += n;
+        if (total > max_blocks) {
+            scsi_task_complete(t, SR_PARAM_FIELD(8 + 16 * i + 8, -1));
+            return;
+        }
+    }
+    if (!total) {
+        scsi_task_complete(t, SR_OK);
+        return;
+    }
+    struct unmap_ctx *u = calloc(1, sizeof(*u));
+    if (!u) {
+        scsi_task_complete(t, SR_INSUFFICIENT_RESOURCES);
+        return;
+    }
+    u->t = t;
+    u->desc = p + 8;
+    u->left = count;
+    u->seq.bs = lu->bs;
+    u->seq.next = unmap_next;
+    u->seq.done = unmap_done;
+    /* shared over the whole LUN: waits for a COMPARE AND WRITE or SANITIZE in progress */
+    u->lock = (struct scsi_rl_req){
+        .off = 0, .len = scsi_lun_size_bytes(lu), .granted = unmap_granted, .arg = u};
+    if (scsi_rl_acquire(&lu->rl, &u->lock))
+        sbc_seq_run(&u->seq);
+}
+
+/* --- WRITE SAME 10/16 (SBC-4 §5.49, §5.50) --- */
+
+struct ws_ctx {
+    struct sbc_seq seq;
+    struct scsi_task *t;
+    struct scsi_rl_req lock;
+    uint64_t off, end; /* bytes still to write or unmap */
+    bool unmap;
+    uint8_t *chunk;
+    size_t chunk_len;
+    struct iovec iov;
+};
+
+scsi_sr sbc_parse_write_same(struct scsi_task *t, const struct scsi_cmd *c, struct scsi_req *r)
+{
+    const uint8_t *cdb = t->cdb;
+    struct scsi_lun *lu = t->lu;
+    scsi_sr sr = sbc_write_protect(lu);
+    if (sr)
+        return sr;   /* before the data-out checks: ReadOnly tests send WS UNMAP without data */
+    if (cdb[1] >> 5) /* WRPROTECT: no protection information */
+        return SR_CDB_FIELD(1, 7);
+    bool anchor = cdb[1] & 0x10, ndob = c->cdb_len == 16 && (cdb[1] & 1);
+    if (anchor) /* ANCHOR without UNMAP is invalid; with it, ANC_SUP=0 says no anchors */
+        return SR_CDB_FIELD(1, 4);
+    r->lba = scsi_cdb_field(cdb, c->lba_off, c->lba_len);
+    r->nblocks = scsi_cdb_field(cdb, c->tl_off, c->tl_len);
+    if (!r->nblocks && r->lba <= lu->nblocks) /* WSNZ=0: zero means up to the last LBA */
+        r->nblocks = lu->nblocks - r->lba;
+    if (r->nblocks > SBC_MAX_WRITE_SAME_BLOCKS)
+        return SR_CDB_FIELD(c->tl_off, -1);
+    if (ndob) { /* no data-out: the block is zeros */
+        r->xfer_len = 0;
+        return SR_OK;
+    }
+    /* exactly one block of data-out: anything else is a malformed command, refused before
+     * any data moves (libiscsi WriteSame*.InvalidDataOutSize) */
+    if (!t->edtl_write || t->edtl != lu->block_size)
+        return SR_INVALID_FIELD_IN_IU;
+    r->xfer_len = lu->block_size;
+    r->dir = SCSI_DIR_WRITE;
+    return SR_OK;
+}
+
+static bool ws_next(struct sbc_seq *s, struct bs_io *io)
+{
+    struct ws_ctx *w = container_of(s, struct ws_ctx, seq);
+    if (w->off >= w->end)
+        return false;
+    if (w->unmap) { /* one call: the store frees the whole range */
+        io->op = BS_UNMAP;
+        io->offset = w->off;
+        io->length = w->end - w->off;
+        w->off = w->end;
+        return true;
+    }
+    uint64_t n = w->end - w->off < w->chunk_len ? w->end - w->off : w->chunk_len;
+    w->iov.iov_base = w->chunk;
+    w->iov.iov_len = (size_t)n;
+    io->op = BS_WRITE;
+    io->offset = w->off;
+    io->length = n;
+    io->iov = &w->iov;
+    io->iovcnt = 1;
+    io->fua = w->t->io.fua;
+    w->off += n;
+    return true;
+}
+
+static void ws_done(struct sbc_seq *s, int err)
+{
+    struct ws_ctx *w = container_of(s, struct ws_ctx, seq);
+    struct scsi_task *t = w->t;
+    scsi_rl_release(&t->lu->rl, &w->lock);
+    free(w->chunk);
+    free(w);
+    scsi_task_complete(t, err ? io_reason(err) : SR_OK);
+}
+
+static void ws_granted(struct scsi_rl_req *q)
+{
+    struct ws_ctx *w = q->arg;
+    sbc_seq_run(&w->seq);
+}
+
+/* With UNMAP=1 on a thin LUN the range is released and reads back as zeros (LBPRZ=1): SBC-4
+ * §5.49 lets the device server either write the block or unmap each LBA, whatever the block
+ * holds (as LIO does; libiscsi's UnmapUntilEnd sends a block of FFh and expects zeros). A
+ * fully provisioned LUN writes instead. Otherwise the block is replicated into a buffer of at most
+ * FILL_CHUNK bytes that is written over the range again and again, so a whole-LUN WRITE SAME costs
+ * one megabyte of memory. */
+void sbc_exec_write_same(struct scsi_task *t, const struct scsi_cmd *c)
+{
+    struct scsi_lun *lu = t->lu;
+    if (!t->io.length) {
+        scsi_task_complete(t, SR_OK);
+        return;
+    }
+    bool ndob = c->cdb_len == 16 && (t->cdb[1] & 1);
+    const uint8_t *block = ndob ? NULL : t->iov[0].iov_base;
+    bool zero = ndob || all_zero(block, lu->block_size);
+    struct ws_ctx *w = calloc(1, sizeof(*w));
+    if (!w) {
+        scsi_task_complete(t, SR_INSUFFICIENT_RESOURCES);
+        return;
+    }
+    w->t = t;
+    w->off = t->io.offset;
+    w->end = t->io.offset + t->io.length;
+    w->unmap = (t->cdb[1] & 0x08) && sbc_thin(lu);
+    if (!w->unmap) {
+        w->chunk_len = t->io.length < FILL_CHUNK ? (size_t)t->io.length : FILL_CHUNK;
+        if (zero) {
+            void *p = NULL;
+            if (!posix_memalign(&p, 4096, w->chunk_len))
+                memset(p, 0, w->chunk_len);
+            w->chunk = p;
+        } else {
+            w->chunk = sbc_pattern_buffer(w->chunk_len, lu->block_size, block, lu->block_size);
+        }
+        if (!w->chunk) {
+            free(w);
+            scsi_task_complete(t, SR_INSUFFICIENT_RESOURCES);
+            return;
+        }
+    }
+    w->seq.bs = lu->bs;
+    w->seq.next = ws_next;
+    w->seq.done = ws_done;
+    w->lock = (struct scsi_rl_req){
+        .off = t->io.offset, .len = t->io.length, .granted = ws_granted, .arg = w};
+    if (scsi_rl_acquire(&lu->rl, &w->lock))
+        sbc_seq_run(&w->seq);
+}
+
+/* --- GET LBA STATUS (SBC-4 §5.7) --- */
+
+/* Descriptors per reply and bytes of the LUN looked at per command: the rest can be asked for
+ * by a further command starting where this reply ends (§5.7.2 allows fewer descriptors). */
+#define LBAS_MAX_DESC 64u
+#define LBAS_MAX_SCAN (16ull << 30)
+
+scsi_sr sbc_parse_get_lba_status(struct scsi_task *t, const struct scsi_cmd *c, struct scsi_req *r)
+{
+    (void)c;
+    uint64_t lba = get_be64(t->cdb + 2);
+    if (lba >= t->lu->nblocks)
+        return SR_LBA_OUT_OF_RANGE;
+    uint32_t alloc = get_be32(t->cdb + 10);
+    uint32_t full = 8 + 16 * LBAS_MAX_DESC;
+    r->xfer_len = alloc < full ? alloc : full;
+    r->dir = SCSI_DIR_READ;
+    return SR_OK;
+}
+
+/* Runs of one state from the starting LBA, merged, one descriptor each (PROVISIONING STATUS 0
+ * mapped, 1 deallocated). The first descriptor starts at the STARTING LOGICAL BLOCK ADDRESS. */
+void sbc_exec_get_lba_status(struct scsi_task *t, const struct scsi_cmd *c)
+{
+    (void)c;
+    struct scsi_lun *lu = t->lu;
+    uint8_t d[8 + 16 * LBAS_MAX_DESC];
+    memset(d, 0, sizeof(d));
+    unsigned want = t->xfer_len > 8 ? (t->xfer_len - 8 + 15) / 16 : 1;
+    if (want > LBAS_MAX_DESC)
+        want = LBAS_MAX_DESC;
+    uint64_t pos = get_be64(t->cdb + 2) << lu->block_shift;
+    uint64_t end = scsi_lun_size_bytes(lu);
+    if (end - pos > LBAS_MAX_SCAN)
+        end = pos + LBAS_MAX_SCAN;
+    unsigned n = 0;
+    uint64_t run_start = pos, run_len = 0;
+    bool run_mapped = false;
+    while (pos < end) {
+        uint64_t len = end - pos;
+        bool mapped;
+        int err = bs_lba_status(lu->bs, pos, &len, &mapped);
+        if (err) {
+            scsi_task_complete(t, SR_READ_ERROR);
+            return;
+        }
+        if (!len)
+            len = 1;
+        if (run_len && mapped != run_mapped) {
+            if (n + 1 == want)
+                break; /* the last descriptor slot: close this run and stop */
+            n++;
+            run_start = pos;
+            run_len = 0;
+        }
+        uint64_t max_run = 0xffffffffull << lu->block_shift; /* NUMBER OF LOGICAL BLOCKS */
+        if (run_len + len > max_run) {
+            len = max_run - run_len;
+            if (!len) {
+                if (n + 1 == want)
+                    break;
+                n++;
+                run_start = pos;
+                run_len = 0;
+                continue;
+            }
+        }
+        run_mapped = mapped;
+        run_len += len;
+        pos += len;
+        uint8_t *e = d + 8 + 16 * n;
+        put_be64(e, run_start >> lu->block_shift);
+        /* a store's run may end inside a block only at the scan limit: round up */
+        put_be32(e + 8, (uint32_t)((run_len + lu->block_size - 1) >> lu->block_shift));
+        e[12] = mapped ? 0 : 1;
+    }
+    n++;
+    put_be32(d, 4 + 16 * n); /* PARAMETER DATA LENGTH: bytes after this field */
+    scsi_task_put_data(t, d, 8 + 16 * n);
+}
