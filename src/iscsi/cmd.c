@@ -37,6 +37,8 @@ void cmd_task_free(struct iscsi_task *t)
     }
     conn_task_hash_del(c, t);
     list_del(&t->r2t_node);
+    c->buf_bytes -= t->buf_charge;
+    t->buf_charge = 0;
     scsi_task_release(&t->scsi);
     list_del(&t->node);
     c->ntasks--;
@@ -399,8 +401,22 @@ void cmd_handle_scsi_header(struct iscsi_conn *c)
     conn_task_hash_add(c, t);
     c->rx_task = t;
 
-    if (scsi_task_setup(st) < 0)
+    if (scsi_task_setup(st) < 0) {
         t->refused = true;
+    } else if (st->buf) {
+        /* A store without memory mapping needs a buffer per command: bound what one connection
+         * holds, answering TASK SET FULL beyond it (SAM-5 §5.3.1) so the initiator backs off. */
+        if (c->buf_bytes && c->buf_bytes + st->xfer_len > ISCSI_CONN_BUF_BUDGET) {
+            scsi_task_release(st);
+            st->status = SCSI_STATUS_TASK_SET_FULL;
+            st->sense_len = 0;
+            st->dir = SCSI_DIR_NONE;
+            t->refused = true;
+        } else {
+            t->buf_charge = st->xfer_len;
+            c->buf_bytes += st->xfer_len;
+        }
+    }
     uint32_t dlen = c->rx_dlen;
     if (st->edtl_write) {
         const struct iscsi_params *sp = &c->session->params;

@@ -26,7 +26,9 @@
 #define ISCSI_CMD_WINDOW 128u /* commands a session may have in flight (MaxCmdSN - ExpCmdSN + 1)   \
                                */
 #define ISCSI_MAX_CONNECTIONS 8u
-#define ISCSI_MAX_R2T 8u /* MaxOutstandingR2T we accept at most */
+#define ISCSI_MAX_R2T 8u
+/* Bytes of command buffers (stores that are not RAM) one connection may hold at once. */
+#define ISCSI_CONN_BUF_BUDGET (64u << 20) /* MaxOutstandingR2T we accept at most */
 
 struct iscsi_conn;
 struct iscsi_session;
@@ -93,6 +95,7 @@ struct iscsi_task {
     uint32_t unsol_next_off; /* next buffer offset of the unsolicited sequence */
     uint32_t datasn_in;      /* Data-In DataSN */
     uint32_t pending_tx;     /* PDUs of this task still in the tx queue */
+    uint32_t buf_charge;     /* bytes of conn->buf_bytes this task holds */
     struct iscsi_task *hash_next;
     struct list_node node;         /* conn->tasks or session pending list */
     struct list_node r2t_node;     /* conn->r2t_waiting */
@@ -178,6 +181,7 @@ struct iscsi_conn {
     struct list_node tasks; /* every task of this connection */
     struct list_node task_free;
     unsigned ntasks;
+    uint64_t buf_bytes;           /* command buffers held by this connection's tasks */
     struct list_node
         r2t_waiting; /* tasks with more data to solicit than MaxOutstandingR2T allows */
     uint32_t next_ttt;
