@@ -86,6 +86,10 @@ start_common() {
             "$LT" --config "$WORK/run.conf" >"$WORK/target.out" 2>>"$WORK/target.log" &
         elif [ "$mode" = raw ]; then
             "$LT" "$@" >"$WORK/target.out" 2>>"$WORK/target.log" &
+        elif [ -n "${SECOND_PORTAL:-}" ]; then
+            # the same target through a second portal (libiscsi's MultipathIO tests)
+            "$LT" --listen "127.0.0.1:$PORT" --listen "127.0.0.2:$PORT" "$@" \
+                >"$WORK/target.out" 2>>"$WORK/target.log" &
         else
             "$LT" --listen "127.0.0.1:$PORT" "$@" >"$WORK/target.out" 2>>"$WORK/target.log" &
         fi

@@ -1,5 +1,5 @@
 #!/bin/bash
-# libiscsi's conformance suite, iscsi-test-cu -d -t ALL, against the embedded default's LUN
+# libiscsi's conformance suite, iscsi-test-cu -d -S -t ALL through two portals, against the embedded default's LUN
 # (iqn.2026-11.org.linerate:default, LUN 0 = ram:1G, allocated as written). Every test listed in
 # testcu-expected-pass.txt must pass (a regression fails the build); tests that pass and are not
 # listed are reported. The verbose log is kept in $TESTCU_LOG (default: the build directory).
@@ -11,10 +11,12 @@ log=${TESTCU_LOG:-$WORK/testcu.log}
 expected=$IT_DIR/testcu-expected-pass.txt
 [ -f "$expected" ] || fail "$expected is missing"
 
-start_target --threads 2
+# Two portals of one target, so that the MultipathIO tests run; -S allows SANITIZE.
+SECOND_PORTAL=1 start_target --threads 2
 url=iscsi://127.0.0.1:$PORT/$iqn/0
-note "iscsi-test-cu -d -t ALL $url (log: $log)"
-timeout 1500 iscsi-test-cu -d -t ALL "$url" >"$log" 2>&1
+url2=iscsi://127.0.0.2:$PORT/$iqn/0
+note "iscsi-test-cu -d -S -t ALL $url $url2 (log: $log)"
+timeout 1500 iscsi-test-cu -d -S -t ALL "$url" "$url2" >"$log" 2>&1
 rc=$?
 [ $rc -eq 124 ] && echo "iscsi-test-cu timed out; tests without a verdict count as failed" >&2
 awk -f "$IT_DIR/testcu-summary.awk" "$log" >"$WORK/summary"
