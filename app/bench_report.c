@@ -204,8 +204,8 @@ static double nice_ceiling(double v)
     if (v <= 0)
         return 1;
     double p = pow(10, floor(log10(v)));
-    double steps[] = {1, 2, 2.5, 5, 10};
-    for (int i = 0; i < 5; i++)
+    double steps[] = {1, 1.5, 2, 2.5, 3, 4, 5, 6, 8, 10};
+    for (int i = 0; i < 10; i++)
         if (steps[i] * p >= v)
             return steps[i] * p;
     return 10 * p;

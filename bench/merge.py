@@ -66,7 +66,7 @@ def svg(cells, configs, out):
     vals = [float(r["mb_per_s"]) for r in cells.values() if r["mb_per_s"]]
     ymax = max(vals or [1]) * 1.05
     p = 10 ** math.floor(math.log10(ymax))
-    ymax = next(s * p for s in (1, 2, 2.5, 5, 10) if s * p >= ymax)
+    ymax = next(s * p for s in (1, 1.5, 2, 2.5, 3, 4, 5, 6, 8, 10) if s * p >= ymax)
     x0, x1 = math.log2(sizes[0]), math.log2(sizes[-1]) if len(sizes) > 1 else math.log2(sizes[0]) + 1
     X = lambda s: L + (math.log2(s) - x0) / (x1 - x0) * pw
     Y = lambda v: T + ph - v / ymax * ph
