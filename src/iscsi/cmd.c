@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "iscsi/conn.h"
+#include "util/iov.h"
 #include "util/log.h"
 
 #define CONN_TASKS_MAX 1024u /* immediate commands bypass the CmdSN window; bound them too */
@@ -123,22 +124,8 @@ static void send_scsi_response(struct iscsi_conn *c, struct iscsi_task *t)
 static void pdu_map_task_data(struct tx_pdu *p, const struct scsi_task *st, uint32_t off,
                               uint32_t len)
 {
-    p->datacnt = 0;
+    p->datacnt = iov_slice(st->iov, st->iovcnt, off, len, p->data, SCSI_TASK_IOV_MAX);
     p->dlen = len;
-    for (int i = 0; i < st->iovcnt && len; i++) {
-        if (off >= st->iov[i].iov_len) {
-            off -= (uint32_t)st->iov[i].iov_len;
-            continue;
-        }
-        uint32_t k = (uint32_t)st->iov[i].iov_len - off;
-        if (k > len)
-            k = len;
-        p->data[p->datacnt].iov_base = (uint8_t *)st->iov[i].iov_base + off;
-        p->data[p->datacnt].iov_len = k;
-        p->datacnt++;
-        len -= k;
-        off = 0;
-    }
 }
 
 /* Data-In PDUs of at most the initiator's MaxRecvDataSegmentLength, F at the end of each
@@ -324,22 +311,8 @@ static void send_r2ts(struct iscsi_conn *c, struct iscsi_task *t)
 static void rx_into_task(struct iscsi_conn *c, struct iscsi_task *t, uint32_t off, uint32_t len)
 {
     const struct scsi_task *st = &t->scsi;
-    c->rx_dstcnt = 0;
     c->rx_task = t;
-    for (int i = 0; i < st->iovcnt && len; i++) {
-        if (off >= st->iov[i].iov_len) {
-            off -= (uint32_t)st->iov[i].iov_len;
-            continue;
-        }
-        uint32_t k = (uint32_t)st->iov[i].iov_len - off;
-        if (k > len)
-            k = len;
-        c->rx_dst[c->rx_dstcnt].iov_base = (uint8_t *)st->iov[i].iov_base + off;
-        c->rx_dst[c->rx_dstcnt].iov_len = k;
-        c->rx_dstcnt++;
-        len -= k;
-        off = 0;
-    }
+    c->rx_dstcnt = iov_slice(st->iov, st->iovcnt, off, len, c->rx_dst, SCSI_TASK_IOV_MAX);
     if (c->rx_dstcnt == 0)
         c->rx_discard = true;
 }

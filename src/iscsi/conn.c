@@ -14,6 +14,7 @@
 
 #include "iscsi/conn.h"
 #include "util/crc32c.h"
+#include "util/iov.h"
 #include "util/log.h"
 
 #define TX_IOV_MAX 256
@@ -485,6 +486,31 @@ static bool rx_check_header(struct iscsi_conn *c)
     return true;
 }
 
+/* Collect a 4-byte digest from rxbuf and check it against the running CRC. Returns true once it
+ * is complete and good; a bad digest closes the connection (ERL 0 cannot recover, §7.8). */
+static bool rx_take_digest(struct iscsi_conn *c, const uint8_t *p, uint32_t avail,
+                           const char *which)
+{
+    uint32_t n = 4 - c->rx_got;
+    if (n > avail)
+        n = avail;
+    memcpy(c->rx_digest + c->rx_got, p, n);
+    c->rx_got += n;
+    c->rx_head += n;
+    if (c->rx_got < 4)
+        return false;
+    c->rx_got = 0;
+    uint32_t want = crc32c_final(c->rx_crc), got;
+    memcpy(&got, c->rx_digest, 4);
+    if (want == got)
+        return true;
+    LOG_WARN("%s: %s digest error on %s ITT 0x%08x (got 0x%08x, computed 0x%08x)", c->peer, which,
+             iscsi_opcode_name(bhs_opcode(&c->rx_bhs)), bhs_get32(&c->rx_bhs, BHS_ITT), got, want);
+    conn_close(c, strcmp(which, "header") == 0 ? "header digest error (ERL 0)"
+                                               : "data digest error (ERL 0)");
+    return false;
+}
+
 /* Walk the bytes in rxbuf[head, tail). */
 static void rx_parse(struct iscsi_conn *c)
 {
@@ -535,51 +561,19 @@ static void rx_parse(struct iscsi_conn *c)
             break;
         }
         case RX_HDIGEST:
-            n = 4 - c->rx_got;
-            if (n > avail)
-                n = avail;
-            memcpy(c->rx_digest + c->rx_got, p, n);
-            c->rx_got += n;
-            c->rx_head += n;
-            if (c->rx_got < 4)
+            if (!rx_take_digest(c, p, avail, "header"))
                 break;
-            c->rx_got = 0;
-            {
-                uint32_t want = crc32c_final(c->rx_crc), got;
-                memcpy(&got, c->rx_digest, 4);
-                if (want != got) {
-                    LOG_WARN("%s: header digest error on %s (got 0x%08x, computed 0x%08x)", c->peer,
-                             iscsi_opcode_name(bhs_opcode(&c->rx_bhs)), got, want);
-                    conn_close(c, "header digest error (ERL 0)");
-                    return;
-                }
-            }
             rx_header_complete(c);
             break;
         case RX_DATA: {
             n = c->rx_padded - c->rx_got;
             if (n > avail)
                 n = avail;
-            /* copy into the destination iovec at offset rx_got (pad bytes are dropped) */
-            uint32_t off = c->rx_got, left = n;
-            const uint8_t *src = p;
+            /* into the destination at offset rx_got (pad bytes fall off its end) */
             if (c->ddigest)
                 c->rx_crc = crc32c_update(c->rx_crc, p, n);
-            if (!c->rx_discard) {
-                for (int i = 0; i < c->rx_dstcnt && left; i++) {
-                    if (off >= c->rx_dst[i].iov_len) {
-                        off -= (uint32_t)c->rx_dst[i].iov_len;
-                        continue;
-                    }
-                    uint32_t k = (uint32_t)c->rx_dst[i].iov_len - off;
-                    if (k > left)
-                        k = left;
-                    memcpy((uint8_t *)c->rx_dst[i].iov_base + off, src, k);
-                    src += k;
-                    left -= k;
-                    off = 0;
-                }
-            }
+            if (!c->rx_discard)
+                iov_copy_in(c->rx_dst, c->rx_dstcnt, c->rx_got, p, n);
             c->rx_got += n;
             c->rx_head += n;
             if (c->rx_got < c->rx_padded)
@@ -594,28 +588,9 @@ static void rx_parse(struct iscsi_conn *c)
             break;
         }
         case RX_DDIGEST:
-            n = 4 - c->rx_got;
-            if (n > avail)
-                n = avail;
-            memcpy(c->rx_digest + c->rx_got, p, n);
-            c->rx_got += n;
-            c->rx_head += n;
-            if (c->rx_got < 4)
+            if (!rx_take_digest(c, p, avail, "data"))
                 break;
-            c->rx_got = 0;
             c->rx_state = RX_BHS;
-            {
-                uint32_t want = crc32c_final(c->rx_crc), got;
-                memcpy(&got, c->rx_digest, 4);
-                if (want != got) {
-                    LOG_WARN("%s: data digest error on %s ITT 0x%08x (got 0x%08x, computed "
-                             "0x%08x)",
-                             c->peer, iscsi_opcode_name(bhs_opcode(&c->rx_bhs)),
-                             bhs_get32(&c->rx_bhs, BHS_ITT), got, want);
-                    conn_close(c, "data digest error (ERL 0)");
-                    return;
-                }
-            }
             conn_handle_pdu(c);
             break;
         }
@@ -629,24 +604,12 @@ static void rx_parse(struct iscsi_conn *c)
 static ssize_t rx_read_direct(struct iscsi_conn *c, size_t *asked)
 {
     struct iovec iov[SCSI_TASK_IOV_MAX + 2];
-    int n = 0;
+    /* never past the data segment: padding and what follows go to the rx buffer */
     uint32_t data_left = c->rx_dlen > c->rx_got ? c->rx_dlen - c->rx_got : 0;
-    uint32_t off = c->rx_got;
-    for (int i = 0; i < c->rx_dstcnt && n < SCSI_TASK_IOV_MAX; i++) {
-        if (off >= c->rx_dst[i].iov_len) {
-            off -= (uint32_t)c->rx_dst[i].iov_len;
-            continue;
-        }
-        iov[n].iov_base = (uint8_t *)c->rx_dst[i].iov_base + off;
-        iov[n].iov_len = c->rx_dst[i].iov_len - off;
-        off = 0;
-        n++;
-    }
+    int n = iov_slice(c->rx_dst, c->rx_dstcnt, c->rx_got, data_left, iov, SCSI_TASK_IOV_MAX + 1);
     uint32_t direct = 0;
     for (int i = 0; i < n; i++)
         direct += (uint32_t)iov[i].iov_len;
-    if (direct > data_left) /* never past the data segment */
-        direct = data_left;
     iov[n].iov_base = c->rxbuf;
     iov[n].iov_len = ISCSI_RXBUF_SIZE;
     *asked = 0;

@@ -1,0 +1,53 @@
+/* iovec helpers: the data of a task lives in up to a few iovecs (RAM LUN memory or a buffer);
+ * PDUs and receive destinations are windows [off, off+len) into them. */
+#ifndef LR_UTIL_IOV_H
+#define LR_UTIL_IOV_H
+
+#include <stdint.h>
+#include <string.h>
+#include <sys/uio.h>
+
+/* Fill dst (at most max entries) with the window [off, off+len) of src. Returns the entry
+ * count; the window is cut short if src or max runs out. */
+static inline int iov_slice(const struct iovec *src, int n, uint64_t off, uint64_t len,
+                            struct iovec *dst, int max)
+{
+    int k = 0;
+    for (int i = 0; i < n && len && k < max; i++) {
+        if (off >= src[i].iov_len) {
+            off -= src[i].iov_len;
+            continue;
+        }
+        uint64_t take = src[i].iov_len - off;
+        if (take > len)
+            take = len;
+        dst[k].iov_base = (uint8_t *)src[i].iov_base + off;
+        dst[k].iov_len = (size_t)take;
+        k++;
+        len -= take;
+        off = 0;
+    }
+    return k;
+}
+
+/* Copy len bytes from buf into the iovec at offset off; bytes past its end are dropped. */
+static inline void iov_copy_in(const struct iovec *dst, int n, uint64_t off, const void *buf,
+                               uint64_t len)
+{
+    const uint8_t *p = buf;
+    for (int i = 0; i < n && len; i++) {
+        if (off >= dst[i].iov_len) {
+            off -= dst[i].iov_len;
+            continue;
+        }
+        uint64_t k = dst[i].iov_len - off;
+        if (k > len)
+            k = len;
+        memcpy((uint8_t *)dst[i].iov_base + off, p, (size_t)k);
+        p += k;
+        len -= k;
+        off = 0;
+    }
+}
+
+#endif
