@@ -97,8 +97,9 @@ scsi_sr sbc_parse_readcap16(struct scsi_task *t, const struct scsi_cmd *c, struc
     return SR_OK;
 }
 
-/* START STOP UNIT (SBC-3 §5.20): the medium is always ready and not removable, so START and
- * LOEJ change nothing; a power condition is accepted and ignored. */
+/* START STOP UNIT (SBC-3 §5.20): nothing to check beyond the usage mask; sbc_removable.c runs
+ * it (LOEJ ejects and loads a removable medium; otherwise START, LOEJ and a power condition
+ * change nothing: the medium is always ready). */
 scsi_sr sbc_parse_start_stop(struct scsi_task *t, const struct scsi_cmd *c, struct scsi_req *r)
 {
     (void)t, (void)c, (void)r;

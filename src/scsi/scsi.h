@@ -61,6 +61,10 @@ struct scsi_lun_config {
     struct bs *bs;         /* the store; the LUN takes ownership */
     uint32_t block_size;   /* 512 or 4096; 0 means 512 */
     bool read_only;
+    /* Removable medium (SBC-3 §4.3): INQUIRY RMB=1, PREVENT ALLOW MEDIUM REMOVAL is kept per
+     * I_T nexus and START STOP UNIT with LOEJ=1 ejects and loads; while ejected, commands that
+     * need the medium are NOT READY, MEDIUM NOT PRESENT. false: the medium is always there. */
+    bool removable;
     /* Where persistent reservations made with APTPL=1 are kept (SPC-4 §5.13.5): loaded by
      * scsi_target_add_lun, rewritten atomically on every change while APTPL is in force.
      * NULL: APTPL is refused (PTPL_C=0). The string is copied. */

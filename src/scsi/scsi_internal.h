@@ -51,6 +51,8 @@ enum scsi_reason {
     SR_SW_WRITE_PROTECTED,     /* 7 / 27h 02h LOGICAL UNIT SOFTWARE WRITE PROTECTED */
     SR_SANITIZE_IN_PROGRESS,   /* 2 / 04h 1Bh LOGICAL UNIT NOT READY, SANITIZE IN PROGRESS */
     SR_SANITIZE_FAILED,        /* 3 / 31h 03h SANITIZE COMMAND FAILED */
+    SR_MEDIUM_NOT_PRESENT,     /* 2 / 3Ah 00h MEDIUM NOT PRESENT */
+    SR_REMOVAL_PREVENTED,      /* 5 / 53h 02h MEDIUM REMOVAL PREVENTED */
     SR__COUNT
 };
 
@@ -151,6 +153,13 @@ struct scsi_lun {
      * guarded by lock. */
     atomic_uint resv;
     struct pr_state *pr;
+    /* Removable medium (sbc_removable.c). medium_absent is read once per command by setup;
+     * prevent[slot] says which I_T nexuses sent PREVENT ALLOW MEDIUM REMOVAL with PREVENT=1,
+     * nprevent how many; both guarded by lock. */
+    bool removable;
+    atomic_bool medium_absent;
+    uint16_t nprevent;
+    bool prevent[SCSI_NEXUS_MAX];
 };
 
 /* Add UA bits for one nexus slot; a reset UA replaces whatever was pending (SAM-5 §5.14). */
@@ -169,6 +178,8 @@ enum {
     CMD_MEDIUM = 1u << 4,   /* addresses blocks: LBA range checked centrally */
     CMD_SA = 1u << 5,       /* has service actions (CDB byte 1 bits 4:0) */
     CMD_XFER = 1u << 6,     /* moves its blocks (transfer length bounded by MAX_XFER) */
+    /* no block range, but NOT READY without a medium (TEST UNIT READY, READ CAPACITY, ...) */
+    CMD_NEEDS_MEDIUM = 1u << 7,
 };
 
 /* How a row meets a reservation held by another I_T nexus (the scsi_cmd.pr column), from
@@ -344,6 +355,25 @@ void sbc_seq_run(struct sbc_seq *s);
  * repeated to fill each block; 4096-aligned so an O_DIRECT store takes it. NULL if out of
  * memory. */
 uint8_t *sbc_pattern_buffer(size_t len, uint32_t block_size, const uint8_t *pat, size_t plen);
+
+/* --- removable medium (sbc_removable.c): SBC-3 §5.x START STOP UNIT, SPC-4 §6.13 PREVENT
+ * ALLOW MEDIUM REMOVAL --- */
+/* NOT READY, MEDIUM NOT PRESENT for a command that needs the medium while it is ejected
+ * (CMD_MEDIUM and CMD_NEEDS_MEDIUM rows); one relaxed load, false on fixed LUNs. */
+static inline scsi_sr sbc_medium_gate(const struct scsi_lun *lu, const struct scsi_cmd *c)
+{
+    if (!(c->flags & (CMD_MEDIUM | CMD_NEEDS_MEDIUM)))
+        return SR_OK;
+    return atomic_load_explicit(&((struct scsi_lun *)lu)->medium_absent, memory_order_relaxed)
+               ? SR_MEDIUM_NOT_PRESENT
+               : SR_OK;
+}
+void sbc_exec_start_stop(struct scsi_task *t, const struct scsi_cmd *c);
+void sbc_exec_prevent_allow(struct scsi_task *t, const struct scsi_cmd *c);
+/* Prevention ends for one nexus (I_T nexus loss) or for every nexus (LUN reset, target
+ * reset): SPC-4 §6.13. Take lu->lock. */
+void sbc_prevent_clear_nexus(struct scsi_lun *lu, const struct scsi_nexus *n);
+void sbc_prevent_clear_all(struct scsi_lun *lu);
 
 /* --- reservations (pr.c): SPC-4 persistent reservations and SPC-2 RESERVE/RELEASE --- */
 int pr_lun_init(struct scsi_lun *lu, const char *state_path, char *err, size_t errlen);

@@ -23,7 +23,7 @@ void spc_exec_good(struct scsi_task *t, const struct scsi_cmd *c)
 void spc_exec_tur(struct scsi_task *t, const struct scsi_cmd *c)
 {
     (void)c;
-    scsi_task_complete(t, SR_OK); /* the medium is always ready */
+    scsi_task_complete(t, SR_OK); /* setup refused it if the medium is out */
 }
 
 /* --- INQUIRY (SPC-4 §6.6) --- */
@@ -75,6 +75,8 @@ static uint32_t inquiry_standard(const struct scsi_task *t, uint8_t *d)
 {
     memset(d, 0, 96);
     d[0] = peripheral(t);
+    if (t->lu && t->lu->removable) /* RMB: removable medium */
+        d[1] = 0x80;
     d[2] = 0x06;        /* VERSION: SPC-4 */
     d[3] = 0x10 | 0x02; /* HISUP, RESPONSE DATA FORMAT 2 */
     d[4] = 96 - 5;      /* ADDITIONAL LENGTH */

@@ -77,6 +77,8 @@ int scsi_target_add_lun(struct scsi_target *t, const struct scsi_lun_config *cfg
     lu->block_shift = bsz == 4096 ? 12 : 9;
     lu->nblocks = cfg->bs->size >> lu->block_shift;
     lu->read_only = cfg->read_only;
+    lu->removable = cfg->removable;
+    atomic_init(&lu->medium_absent, false);
     lu->mapped = cfg->bs->ops->map && bs_map(cfg->bs, 0, bsz) != NULL;
     atomic_init(&lu->wce, cfg->bs->write_cache);
     pthread_mutex_init(&lu->lock, NULL);
@@ -211,9 +213,12 @@ void scsi_nexus_lost(struct scsi_nexus *n)
 {
     xcopy_nexus_lost(n);
     struct scsi_target *t = n->target;
-    for (uint32_t i = 0; i < t->nluns; i++)
-        if (t->luns[i])
+    for (uint32_t i = 0; i < t->nluns; i++) {
+        if (t->luns[i]) {
             pr_spc2_release_nexus(t->luns[i], n);
+            sbc_prevent_clear_nexus(t->luns[i], n); /* SPC-4 §6.13 */
+        }
+    }
 }
 
 /* --- unit attentions --- */
@@ -274,6 +279,8 @@ void scsi_lun_reset(struct scsi_lun *lu, struct scsi_nexus *by)
         return;
     scsi_ua_raise_all(lu, NULL, UA_BUS_DEVICE_RESET);
     pr_spc2_release_all(lu); /* SPC-2 §5.5.1; persistent reservations survive (SPC-4 §5.13.1) */
+    /* SPC-4 §6.13: a logical unit reset ends medium removal prevention */
+    sbc_prevent_clear_all(lu);
 }
 
 /* TARGET WARM RESET is a logical unit reset of every LUN (SAM-5 §6.3.2/§7.x), hence 29h/03h;
@@ -286,6 +293,7 @@ void scsi_target_reset(struct scsi_target *t, struct scsi_nexus *by, bool cold)
             continue;
         scsi_ua_raise_all(t->luns[i], NULL, cold ? UA_POWER_ON : UA_BUS_DEVICE_RESET);
         pr_spc2_release_all(t->luns[i]);
+        sbc_prevent_clear_all(t->luns[i]);
     }
 }
 

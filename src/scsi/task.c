@@ -61,13 +61,15 @@ enum {
 #define RD (CMD_MEDIUM | CMD_XFER | CMD_DIRECT)
 #define WR (CMD_MEDIUM | CMD_XFER | CMD_DIRECT | CMD_WRITES)
 #define ANY_LUN (CMD_UA_OK | CMD_NOLUN_OK)
+/* no block range, but the medium must be loaded (removable LUNs) */
+#define NM CMD_NEEDS_MEDIUM
 /* thin provisioning and read-modify-write block commands (sbc_thin.c, sbc_caw.c, ...) */
 #define WX (CMD_MEDIUM | CMD_WRITES)
-#define SANITIZE(s) EMSA(0x48, s, "SANITIZE", 10, CMD_WRITES, sbc_parse_sanitize,                  \
+#define SANITIZE(s) EMSA(0x48, s, "SANITIZE", 10, CMD_WRITES | NM, sbc_parse_sanitize,                  \
                          sbc_exec_sanitize, F(0x48, 0xbf, 0, 0, 0, 0, 0, 0xff, 0xff))
 
 const struct scsi_cmd scsi_cmds[C__COUNT] = {
-    [C_TUR] = EMP(PRC_ALLOW, 0x00, "TEST UNIT READY", 6, 0, spc_parse_none, spc_exec_tur,
+    [C_TUR] = EMP(PRC_ALLOW, 0x00, "TEST UNIT READY", 6, NM, spc_parse_none, spc_exec_tur,
                   F(0x00)),
     [C_REQUEST_SENSE] = EM(0x03, "REQUEST SENSE", 6, ANY_LUN, spc_parse_request_sense,
                            spc_exec_request_sense, F(0x03, 0x01, 0, 0, 0xff)),
@@ -86,10 +88,10 @@ const struct scsi_cmd scsi_cmds[C__COUNT] = {
     [C_MODE_SENSE6] = EM(0x1a, "MODE SENSE(6)", 6, 0, mode_parse_sense, mode_exec_sense,
                          F(0x1a, 0x08, 0xff, 0xff, 0xff)),
     [C_START_STOP] = EMP(PRC_CDB, 0x1b, "START STOP UNIT", 6, 0, sbc_parse_start_stop,
-                         spc_exec_good, F(0x1b, 0x01, 0, 0x0f, 0xf7)),
+                         sbc_exec_start_stop, F(0x1b, 0x01, 0, 0x0f, 0xf7)),
     [C_PREVENT_ALLOW] = EMP(PRC_CDB, 0x1e, "PREVENT ALLOW MEDIUM REMOVAL", 6, 0, spc_parse_none,
-                            spc_exec_good, F(0x1e, 0, 0, 0, 0x03)),
-    [C_READ_CAPACITY10] = EMP(PRC_ALLOW, 0x25, "READ CAPACITY(10)", 10, 0, sbc_parse_readcap10,
+                            sbc_exec_prevent_allow, F(0x1e, 0, 0, 0, 0x03)),
+    [C_READ_CAPACITY10] = EMP(PRC_ALLOW, 0x25, "READ CAPACITY(10)", 10, NM, sbc_parse_readcap10,
                               sbc_exec_readcap10, F(0x25, 0, FF4, 0, 0, 0x01)),
     [C_READ10] = RW(0x28, "READ(10)", 10, RD, 2, 4, 7, 2, sbc_parse_rw, sbc_exec_read, 30,
                     F(0x28, 0xfc, FF4, 0x1f, 0xff, 0xff)),
@@ -104,11 +106,11 @@ const struct scsi_cmd scsi_cmds[C__COUNT] = {
     [C_SYNC_CACHE10] = RWP(PRC_WRITE, 0x35, "SYNCHRONIZE CACHE(10)", 10, CMD_MEDIUM, 2, 4, 7, 2,
                            sbc_parse_sync, sbc_exec_sync, 60,
                            F(0x35, 0x02, FF4, 0x1f, 0xff, 0xff)),
-    [C_READ_DEFECT10] = EM(0x37, "READ DEFECT DATA(10)", 10, 0, sbc_parse_read_defect,
+    [C_READ_DEFECT10] = EM(0x37, "READ DEFECT DATA(10)", 10, NM, sbc_parse_read_defect,
                            sbc_exec_read_defect, F(0x37, 0, 0x1f, 0, 0, 0, 0, 0xff, 0xff)),
     [C_WRITE_SAME10] = RW(0x41, "WRITE SAME(10)", 10, WX, 2, 4, 7, 2, sbc_parse_write_same,
                           sbc_exec_write_same, 60, F(0x41, 0xf8, FF4, 0x1f, 0xff, 0xff)),
-    [C_UNMAP] = EM(0x42, "UNMAP", 10, CMD_WRITES, sbc_parse_unmap, sbc_exec_unmap,
+    [C_UNMAP] = EM(0x42, "UNMAP", 10, CMD_WRITES | NM, sbc_parse_unmap, sbc_exec_unmap,
                    F(0x42, 0x01, 0, 0, 0, 0, 0x1f, 0xff, 0xff)),
     [C_SANITIZE_OVERWRITE] = SANITIZE(0x01),
     [C_SANITIZE_BLOCK_ERASE] = SANITIZE(0x02),
@@ -165,10 +167,10 @@ const struct scsi_cmd scsi_cmds[C__COUNT] = {
                           sbc_exec_write_same, 60, F(0x93, 0xf9, FF8, FF4, 0x1f)),
     [C_WRITE_ATOMIC16] = RW(0x9c, "WRITE ATOMIC(16)", 16, WX, 2, 8, 12, 2, sbc_parse_write_atomic,
                             sbc_exec_write_atomic, 30, F(0x9c, 0xf8, FF8, 0, 0, 0xff, 0xff, 0x1f)),
-    [C_READ_CAPACITY16] = EMSAP(PRC_ALLOW, 0x9e, 0x10, "READ CAPACITY(16)", 16, 0,
+    [C_READ_CAPACITY16] = EMSAP(PRC_ALLOW, 0x9e, 0x10, "READ CAPACITY(16)", 16, NM,
                                 sbc_parse_readcap16, sbc_exec_readcap16,
                                 F(0x9e, 0x1f, FF8, FF4, 0x01)),
-    [C_GET_LBA_STATUS] = EMSA(0x9e, 0x12, "GET LBA STATUS", 16, 0, sbc_parse_get_lba_status,
+    [C_GET_LBA_STATUS] = EMSA(0x9e, 0x12, "GET LBA STATUS", 16, NM, sbc_parse_get_lba_status,
                               sbc_exec_get_lba_status, F(0x9e, 0x1f, FF8, FF4, 0, 0)),
     [C_REPORT_LUNS] = EM(0xa0, "REPORT LUNS", 12, ANY_LUN, spc_parse_report_luns,
                          spc_exec_report_luns, F(0xa0, 0, 0xff, 0, 0, 0, FF4)),
@@ -182,7 +184,7 @@ const struct scsi_cmd scsi_cmds[C__COUNT] = {
                             sbc_exec_write, 30, F(0xae, 0xf2, FF4, FF4, 0x1f)),
     [C_VERIFY12] = RW(0xaf, "VERIFY(12)", 12, CMD_MEDIUM, 2, 4, 6, 4, sbc_parse_verify,
                       sbc_exec_verify, 30, F(0xaf, 0xf6, FF4, FF4, 0x1f)),
-    [C_READ_DEFECT12] = EM(0xb7, "READ DEFECT DATA(12)", 12, 0, sbc_parse_read_defect,
+    [C_READ_DEFECT12] = EM(0xb7, "READ DEFECT DATA(12)", 12, NM, sbc_parse_read_defect,
                            sbc_exec_read_defect, F(0xb7, 0x1f, FF4, FF4, 0, 0)),
 };
 /* clang-format on */
@@ -289,6 +291,8 @@ int scsi_task_setup(struct scsi_task *t)
     }
     if (lu && (sr = sbc_sanitize_gate(lu, c)))
         goto refuse; /* SBC-4 §4.11.3: NOT READY while a SANITIZE runs */
+    if (lu && (sr = sbc_medium_gate(lu, c)))
+        goto refuse; /* removable LUN, medium ejected: NOT READY, MEDIUM NOT PRESENT */
     sr = check_reserved(t->cdb, c);
     if (sr)
         goto refuse;

@@ -123,7 +123,8 @@ static scsi_sr parse_b2b(struct scsi_task *t, const uint8_t *d, unsigned off,
     for (int k = 0; k < 2; k++) {
         uint16_t idx = get_be16(d + 4 + 2 * k);
         lu[k] = idx == XCOPY_OWN_LUN ? t->lu : idx < ncscd ? cscd[idx] : NULL;
-        if (!lu[k])
+        /* an ejected removable medium cannot be copied from or to */
+        if (!lu[k] || atomic_load_explicit(&lu[k]->medium_absent, memory_order_relaxed))
             return SR_COPY_UNREACHABLE;
     }
     s->src = lu[0];

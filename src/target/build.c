@@ -103,6 +103,7 @@ static int build_luns(const struct target_node_conf *c, const char *state_dir,
                                      .bs = bs,
                                      .block_size = l->block_size,
                                      .read_only = l->read_only,
+                                     .removable = l->removable,
                                      .pr_state_path = state_dir ? pr_path : NULL};
         reason[0] = '\0';
         int rc = scsi_target_add_lun(scsi, &lc, reason, sizeof(reason));
@@ -115,9 +116,9 @@ static int build_luns(const struct target_node_conf *c, const char *state_dir,
         }
         struct scsi_lun *lu = scsi_target_lun(scsi, l->lun);
         unsigned long long bytes = lu ? (unsigned long long)scsi_lun_size_bytes(lu) : 0;
-        LOG_INFO("target %s: LUN %llu = %s, %llu bytes (%s), %u-byte blocks, %s", c->name,
+        LOG_INFO("target %s: LUN %llu = %s, %llu bytes (%s), %u-byte blocks, %s%s", c->name,
                  (unsigned long long)l->lun, l->bs_spec, bytes, human_size(bytes).s, l->block_size,
-                 l->read_only ? "read-only" : "read-write");
+                 l->read_only ? "read-only" : "read-write", l->removable ? ", removable" : "");
     }
     return 0;
 }

@@ -34,6 +34,8 @@ static const char usage_text[] =
     "                                                    creates/extends a file, direct\n"
     "                                                    uses O_DIRECT\n"
     "                         followed by LUN options: ,ro (read-only) ,bs=512|4096\n"
+    "                         ,removable (START STOP UNIT ejects and loads the medium;\n"
+    "                         PREVENT ALLOW MEDIUM REMOVAL holds it)\n"
     "                         SIZE takes k, M, G, T suffixes (powers of 1024).\n"
     "                         Default: one LUN, " TARGET_DEFAULT_LUN "\n"
     "  --allow IQN            only these initiators may log in (repeatable;\n"

@@ -300,12 +300,13 @@ int target_check_iscsi_name(const char *s, char *err, size_t errlen)
     return 0;
 }
 
-/* Split the LUN options (",ro", ",rw", ",bs=512|4096") off a store spec; the rest goes to
- * bs_open_spec() unchanged. lun->lun and origin are left to the caller. */
+/* Split the LUN options (",ro", ",rw", ",removable", ",bs=512|4096") off a store spec; the rest
+ * goes to bs_open_spec() unchanged. lun->lun and origin are left to the caller. */
 int target_parse_lun_spec(const char *spec, struct target_lun_conf *lun, char *err, size_t errlen)
 {
     lun->block_size = 512;
     lun->read_only = false;
+    lun->removable = false;
     lun->bs_spec = NULL;
     if (!strchr(spec, ':')) {
         snprintf(err, errlen, "bad LUN spec '%s': expected ram:SIZE, null:SIZE or file:PATH", spec);
@@ -329,6 +330,10 @@ int target_parse_lun_spec(const char *spec, struct target_lun_conf *lun, char *e
         }
         if (!first && strcmp(tok, "rw") == 0) {
             lun->read_only = false;
+            continue;
+        }
+        if (!first && strcmp(tok, "removable") == 0) {
+            lun->removable = true;
             continue;
         }
         if (!first && (strncmp(tok, "bs=", 3) == 0 || strncmp(tok, "block-size=", 11) == 0)) {

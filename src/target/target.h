@@ -42,6 +42,7 @@ struct target_lun_conf {
     char *bs_spec;       /* "ram:1G", "file:/x,size=1G,direct" */
     uint32_t block_size; /* 512 or 4096 */
     bool read_only;
+    bool removable; /* ",removable": RMB=1, START STOP UNIT ejects/loads, PREVENT ALLOW holds */
     char origin[TARGET_ORIGIN_MAX]; /* "FILE:LINE" or "--lun SPEC", for error messages */
 };
 

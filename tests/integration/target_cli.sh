@@ -94,6 +94,29 @@ grep -q "127.0.0.1:$PORT" "$WORK/e" || fail "no address in: $(cat "$WORK/e")"
 stop_target
 [ "$STOP_RC" -eq 0 ] || fail "SIGTERM'd daemon exited $STOP_RC, not 0"
 
+note "LUN option ,removable from a config file and from --lun: logged, INQUIRY RMB=1 only there"
+if command -v iscsi-inq >/dev/null 2>&1; then
+    iqn=iqn.2026-11.org.linerate:rmb
+    printf '[target %s]\nportal = 127.0.0.1:@PORT@\nlun = ram:1M,removable\nlun = ram:1M,ro\n' \
+        "$iqn" >"$WORK/rmb.conf"
+    start_target_config "$WORK/rmb.conf"
+    grep -q "INFO .*LUN 0 = ram:1M, .*read-write, removable" "$WORK/target.log" ||
+        fail "no 'removable' in the LUN 0 log line"
+    grep "INFO .*LUN 1 = " "$WORK/target.log" | grep -q removable && fail "LUN 1 logged removable"
+    run_to 30 iscsi-inq "iscsi://127.0.0.1:$PORT/$iqn/0" || { show_cmd_out; fail "iscsi-inq exited $?"; }
+    grep -qx "Removable:1" "$WORK/cmd.out" || { show_cmd_out; fail "LUN 0 not removable"; }
+    run_to 30 iscsi-inq "iscsi://127.0.0.1:$PORT/$iqn/1" || { show_cmd_out; fail "iscsi-inq exited $?"; }
+    grep -qx "Removable:0" "$WORK/cmd.out" || { show_cmd_out; fail "LUN 1 removable"; }
+    stop_target
+    [ "$STOP_RC" -eq 0 ] || fail "SIGTERM'd daemon exited $STOP_RC, not 0"
+    start_target --lun ram:1M,bs=4096,removable --threads 1
+    grep -q "INFO .*LUN 0 = ram:1M, .*4096-byte blocks, read-write, removable" "$WORK/target.log" ||
+        fail "--lun ram:1M,bs=4096,removable: no 'removable' in the log line"
+    stop_target
+else
+    echo "(iscsi-inq is not installed: ,removable not checked)"
+fi
+
 note "no arguments: the embedded default on 127.0.0.1:3260"
 if port_busy 3260; then
     echo "(port 3260 is taken on this machine: default run not checked)"
