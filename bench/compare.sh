@@ -1,0 +1,258 @@
+#!/bin/bash
+# compare.sh: the five figures of issue 4, measured side by side in one run on loopback.
+#
+#   bench/compare.sh [BUILD_DIR]          full run, about 6-10 minutes
+#   QUICK=1 bench/compare.sh              one repetition of everything, about 2 minutes
+#
+# Environment: REPS (repetitions of each pair, default 3; QUICK=1 sets 1), SECS (seconds per
+# linerate-bench cell, default 1.5), OUT (directory for the results, default bench/results).
+#
+# It starts linerate-target (default RAM LUN, default --threads), tgt (../shared/tools/peer-tgt,
+# RAM-file LUN in /dev/shm, digests offered) and an iperf3 server on free loopback ports, fills
+# both LUNs once (so reads move real data: qemu answers reads of regions a thin LUN reports
+# unmapped with zeros, without reading), then repeats each pair of measurements REPS times,
+# alternating the targets, and takes medians:
+#   1. qbench (qemu-img bench over libiscsi, QD 32) 4 KiB read and write IOPS, linerate / tgt
+#   2. qbench 256 KiB read and write MB/s / iperf3 single-stream loopback MB/s
+#   3. 64 KiB reads with qbench's parameters: target CPU (utime+stime of the target process
+#      from /proc/PID/stat over the run) per KB moved, linerate / tgt
+#   4. linerate-bench, 1 connection, 4k..256k read and write: digests on vs off
+#   5. linerate-bench 4 KiB: 2-connection MC/S vs 1 connection at the same QD, and
+#      --sessions 8 aggregate IOPS against linerate vs against tgt
+# Prints the table of ratios with their goals (PASS/FAIL) and writes OUT/compare-DATE.md and
+# OUT/compare-DATE.raw (one measurement per line: test target rep key value).
+set -u
+root=$(cd "$(dirname "$0")/.." && pwd)
+build=${1:-$root/build}
+out=${OUT:-$root/bench/results}
+quick=${QUICK:-0}
+reps=${REPS:-$([ "$quick" = 1 ] && echo 1 || echo 3)}
+secs=${SECS:-$([ "$quick" = 1 ] && echo 1 || echo 1.5)}
+qbench=${QBENCH:-$root/../shared/tools/qbench}
+peer=${PEER_TGT:-$root/../shared/tools/peer-tgt}
+bench=$build/linerate-bench
+target=$build/linerate-target
+stamp=$(date +%Y%m%d-%H%M%S)
+mkdir -p "$out"
+raw=$out/compare-$stamp.raw
+md=$out/compare-$stamp.md
+work=$(mktemp -d /tmp/linerate-compare.XXXXXX)
+hz=$(getconf CLK_TCK)
+t_start=$(date +%s)
+
+for x in "$bench" "$target" "$qbench" "$peer"; do
+  [ -x "$x" ] || { echo "compare.sh: $x is missing (run make)" >&2; exit 2; }
+done
+for x in qemu-img iperf3 tgtd; do
+  command -v $x >/dev/null || { echo "compare.sh: $x is not installed" >&2; exit 2; }
+done
+
+log() { echo "compare: $*" >&2; }
+record() { echo "$*" >>"$raw"; }   # test target rep key value
+
+port_free() { [ -z "$(ss -Hltn "sport = :$1" 2>/dev/null)" ]; }
+free_port() {   # a port P with P and P+1000 (tgt's control port) free
+  local p
+  for _ in $(seq 100); do
+    p=$((20000 + RANDOM % 11000))   # tgtadm -C takes at most 32767
+    port_free $p && port_free $((p + 1000)) && { echo $p; return; }
+  done
+  echo "compare.sh: no free port" >&2; exit 1
+}
+
+lr_pid=; tgt_port=; iperf_pid=
+cleanup() {
+  [ -n "$lr_pid" ] && kill "$lr_pid" 2>/dev/null && wait "$lr_pid" 2>/dev/null
+  [ -n "$tgt_port" ] && "$peer" stop "$tgt_port" >/dev/null 2>&1
+  [ -n "$iperf_pid" ] && kill "$iperf_pid" 2>/dev/null
+  rm -rf "$work"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# ---- daemons ----
+lr_port=$(free_port)
+"$target" --listen 127.0.0.1:$lr_port --log-level warn >"$work/lr.url" 2>"$work/lr.log" &
+lr_pid=$!
+for _ in $(seq 50); do [ -s "$work/lr.url" ] && break; sleep 0.1; done
+lr_url=$(head -1 "$work/lr.url")
+[ -n "$lr_url" ] || { echo "compare.sh: linerate-target did not start:" >&2; cat "$work/lr.log" >&2; exit 1; }
+
+tgt_port=$(free_port)
+tgt_url=$("$peer" start $tgt_port 1024) || { tgt_port=; echo "compare.sh: tgt did not start" >&2; exit 1; }
+tgt_pid=$(cat /tmp/peer-tgt-$tgt_port/pid)
+# tgt refuses digests unless told to offer them (for the record; figure 4 is linerate's own)
+tgtadm -C $((tgt_port + 1000)) --lld iscsi --mode target --op update --tid 1 --name HeaderDigest --value CRC32C,None
+tgtadm -C $((tgt_port + 1000)) --lld iscsi --mode target --op update --tid 1 --name DataDigest --value CRC32C,None
+
+iperf_port=$(free_port)
+iperf3 -s -p $iperf_port -B 127.0.0.1 >/dev/null 2>&1 &
+iperf_pid=$!
+
+log "linerate-target pid $lr_pid $lr_url"
+log "tgt pid $tgt_pid $tgt_url"
+log "reps $reps, bench cell ${secs}s; raw numbers in $raw"
+{
+  echo "# compare.sh $stamp  reps=$reps secs=$secs"
+  echo "# $(uname -r), $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg)"
+  echo "# linerate $lr_url pid $lr_pid; tgt $tgt_url pid $tgt_pid; $(git -C "$root" rev-parse --short HEAD 2>/dev/null)"
+} >"$raw"
+
+# Fill both LUNs once: 1 GiB of 1 MiB writes.
+for u in "$lr_url" "$tgt_url"; do
+  qemu-img bench -f raw -t none -n -w -s 1048576 -d 8 -c 1024 "$u" >/dev/null 2>&1 ||
+    { echo "compare.sh: cannot fill $u" >&2; exit 1; }
+done
+
+cpu_ticks() { awk '{print $14 + $15}' /proc/$1/stat; }
+
+# qbench output lines: "read 4096 91.5 MB/s 22346 IOPS"
+run_qbench() {   # test who rep url sizes
+  local t=$1 who=$2 rep=$3 url=$4 sizes=$5
+  "$qbench" "$url" "$sizes" 32 >"$work/qb" 2>&1
+  while read -r op size mbs _ iops _; do
+    [ "$mbs" = FAILED ] && { record "$t $who $rep ${op}_${size}_failed 1"; continue; }
+    record "$t $who $rep ${op}_${size}_mbs $mbs"
+    record "$t $who $rep ${op}_${size}_iops $iops"
+  done <"$work/qb"
+}
+
+# 64 KiB reads with qbench's parameters (1 GiB, QD 32); the target's CPU over the run.
+run_cpu64() {   # who rep url pid
+  local who=$1 rep=$2 url=$3 pid=$4 c0 c1 t
+  c0=$(cpu_ticks $pid)
+  t=$(qemu-img bench -f raw -t none -n -s 65536 -d 32 -c 16384 "$url" 2>&1 |
+      sed -n 's/Run completed in \([0-9.]*\) seconds./\1/p')
+  c1=$(cpu_ticks $pid)
+  [ -n "$t" ] || { record "3 $who $rep failed 1"; return; }
+  # KB moved: 16384 x 64
+  record "3 $who $rep us_per_kb $(awk -v d=$((c1 - c0)) -v hz=$hz 'BEGIN{printf "%.4f", d * 1e6 / hz / (16384 * 64)}')"
+  record "3 $who $rep read_65536_mbs $(awk -v t=$t 'BEGIN{printf "%.1f", 16384 * 65536 / t / 1e6}')"
+}
+
+run_iperf() {   # rep
+  local mbs
+  mbs=$(iperf3 -c 127.0.0.1 -p $iperf_port -t 2 -O 0.5 -J 2>/dev/null |
+        python3 -c 'import json,sys; j=json.load(sys.stdin); print("%.1f" % (j["end"]["sum_received"]["bits_per_second"] / 8e6))' 2>/dev/null)
+  [ -n "$mbs" ] && record "2 iperf3 $1 mbs $mbs"
+}
+
+# linerate-bench csv: size,rw,digest,connections,qd,mb_per_s,iops,...
+run_bench() {   # test who rep url args...
+  local t=$1 who=$2 rep=$3 url=$4; shift 4
+  "$bench" --format csv --seconds "$secs" "$@" "$url" >"$work/lb.csv" 2>"$work/lb.err" ||
+    { record "$t $who $rep bench_failed 1"; tail -3 "$work/lb.err" >&2; }
+  tail -n +2 "$work/lb.csv" | while IFS=, read -r size rw dg conns qd mbs iops _; do
+    [ -n "$mbs" ] && record "$t $who $rep ${rw}_${size}_d${dg}_c${conns}_mbs $mbs"
+    [ -n "$iops" ] && record "$t $who $rep ${rw}_${size}_d${dg}_c${conns}_iops $iops"
+  done
+}
+
+sizes4=4k,8k,16k,64k,128k,256k
+for rep in $(seq "$reps"); do
+  # alternate which target goes first from one repetition to the next
+  if [ $((rep % 2)) = 1 ]; then order="lr tgt"; else order="tgt lr"; fi
+  log "rep $rep/$reps: 1. qbench 4 KiB"
+  for who in $order; do
+    if [ $who = lr ]; then run_qbench 1 lr $rep "$lr_url" 4096; else run_qbench 1 tgt $rep "$tgt_url" 4096; fi
+  done
+  log "rep $rep/$reps: 2. qbench 256 KiB and iperf3"
+  run_iperf $rep
+  run_qbench 2 lr $rep "$lr_url" 262144
+  log "rep $rep/$reps: 3. 64 KiB reads, target CPU"
+  for who in $order; do
+    if [ $who = lr ]; then run_cpu64 lr $rep "$lr_url" $lr_pid; else run_cpu64 tgt $rep "$tgt_url" $tgt_pid; fi
+  done
+  log "rep $rep/$reps: 4. digests off/on"
+  if [ $((rep % 2)) = 1 ]; then dorder="off on"; else dorder="on off"; fi
+  for d in $dorder; do
+    run_bench 4 lr $rep "$lr_url" --sizes $sizes4 --rw read,write --digest $d --connections 1
+  done
+  log "rep $rep/$reps: 5. MC/S and 8 sessions"
+  run_bench 5 lr $rep "$lr_url" --sizes 4k --rw read,write --connections 1,2
+  for who in $order; do
+    if [ $who = lr ]; then u=$lr_url; else u=$tgt_url; fi
+    run_bench 5s $who $rep "$u" --sizes 4k --rw read,write --sessions 8
+  done
+done
+
+# ---- medians and ratios ----
+med() {   # test who key -> median over reps (empty if none)
+  awk -v t="$1" -v w="$2" -v k="$3" '$1 == t && $2 == w && $4 == k {v[n++] = $5}
+    END { if (!n) exit; for (i = 0; i < n; i++) for (j = i + 1; j < n; j++) if (v[j] < v[i]) { x = v[i]; v[i] = v[j]; v[j] = x }
+          m = n % 2 ? v[int(n / 2)] : (v[n / 2 - 1] + v[n / 2]) / 2; printf (m >= 1000 ? "%.0f" : "%.4g"), m }' "$raw"
+}
+rows=(); fails=0
+# verdict NAME NUM DEN OP GOAL DETAIL
+ratio_row() {
+  local name=$1 a=$2 b=$3 op=$4 goal=$5 detail=$6 r v
+  if [ -z "$a" ] || [ -z "$b" ]; then
+    r="n/a"; v=FAIL
+  else
+    r=$(awk -v a="$a" -v b="$b" 'BEGIN{ if (b == 0) print "inf"; else printf "%.2f", a / b }')
+    v=$(awk -v r="$r" -v g="$goal" -v op="$op" 'BEGIN{ ok = (op == ">=") ? (r + 0 >= g) : (r + 0 <= g); print ok ? "PASS" : "FAIL" }')
+  fi
+  [ "$v" = FAIL ] && fails=$((fails + 1))
+  rows+=("| $name | $detail | $r | $op $goal | $v |")
+}
+
+for op in read write; do
+  a=$(med 1 lr ${op}_4096_iops); b=$(med 1 tgt ${op}_4096_iops)
+  ratio_row "1. 4 KiB $op IOPS, linerate / tgt (qbench QD 32)" "$a" "$b" ">=" 2.5 "$a / $b IOPS"
+done
+ip=$(med 2 iperf3 mbs)
+for op in read write; do
+  a=$(med 2 lr ${op}_262144_mbs)
+  ratio_row "2. 256 KiB $op MB/s, linerate (qbench) / iperf3 1 stream" "$a" "$ip" ">=" 0.8 "$a / $ip MB/s"
+done
+a=$(med 3 lr us_per_kb); b=$(med 3 tgt us_per_kb)
+ratio_row "3. 64 KiB read, target CPU per KB, linerate / tgt" "$a" "$b" "<=" 0.5 \
+  "$a / $b µs/KB ($(med 3 lr read_65536_mbs) / $(med 3 tgt read_65536_mbs) MB/s)"
+worst=; worst_d=
+for s in 4096 8192 16384 65536 131072 262144; do
+  for op in read write; do
+    on=$(med 4 lr ${op}_${s}_don_c1_mbs); off=$(med 4 lr ${op}_${s}_doff_c1_mbs)
+    [ -n "$on" ] && [ -n "$off" ] || { worst=0; worst_d="$op $s missing"; continue; }
+    r=$(awk -v a="$on" -v b="$off" 'BEGIN{printf "%.3f", a / b}')
+    if [ -z "$worst" ] || awk -v r="$r" -v w="$worst" 'BEGIN{exit !(r < w)}'; then
+      worst=$r; worst_d="$op $((s / 1024))k: $on / $off MB/s"
+    fi
+  done
+done
+ratio_row "4. digests on / off MB/s, worst size 4k..256k (linerate-bench, 1 conn)" "$worst" 1 ">=" 0.95 "$worst_d"
+for op in read write; do
+  a=$(med 5 lr ${op}_4096_doff_c2_iops); b=$(med 5 lr ${op}_4096_doff_c1_iops)
+  ratio_row "5a. 4 KiB $op IOPS, 2-conn MC/S / 1 conn (QD 32)" "$a" "$b" ">=" 1.3 "$a / $b IOPS"
+done
+for op in read write; do
+  a=$(med 5s lr ${op}_4096_doff_c1_iops); b=$(med 5s tgt ${op}_4096_doff_c1_iops)
+  ratio_row "5b. 4 KiB $op IOPS, --sessions 8, linerate / tgt" "$a" "$b" ">=" 2 "$a / $b IOPS"
+done
+
+# digest detail table (figure 4)
+dtable() {
+  echo "| size | read off | read on | write off | write on |"
+  echo "|---:|---:|---:|---:|---:|"
+  for s in 4096 8192 16384 65536 131072 262144; do
+    echo "| $((s / 1024))k | $(med 4 lr read_${s}_doff_c1_mbs) | $(med 4 lr read_${s}_don_c1_mbs) | $(med 4 lr write_${s}_doff_c1_mbs) | $(med 4 lr write_${s}_don_c1_mbs) |"
+  done
+}
+
+elapsed=$(($(date +%s) - t_start))
+{
+  echo "# linerate vs tgt, iperf3: issue 4 figures ($stamp)"
+  echo
+  echo "\`bench/compare.sh\` (reps=$reps, medians; linerate-bench cells ${secs}s), $(nproc) CPUs, load average at the start $(sed -n 2p "$raw" | sed 's/.*load //'), $elapsed s."
+  echo "Raw numbers: \`$(basename "$raw")\`."
+  echo
+  echo "| figure | measured | ratio | goal | |"
+  echo "|---|---|---:|---:|---|"
+  printf '%s\n' "${rows[@]}"
+  echo
+  echo "Figure 4, linerate-bench MB/s by size, digests off/on (1 connection, QD 32):"
+  echo
+  dtable
+} >"$md"
+cat "$md"
+log "$fails of ${#rows[@]} figures FAIL; summary in $md"
+exit 0
