@@ -79,7 +79,7 @@ lr_url=$(head -1 "$work/lr.url")
 [ -n "$lr_url" ] || { echo "compare.sh: linerate-target did not start:" >&2; cat "$work/lr.log" >&2; exit 1; }
 
 tgt_port=$(free_port)
-tgt_url=$("$peer" start $tgt_port 1024) || { tgt_port=; echo "compare.sh: tgt did not start" >&2; exit 1; }
+tgt_url=$("$peer" start $tgt_port 1024) || { echo "compare.sh: tgt did not start" >&2; exit 1; }
 tgt_pid=$(cat /tmp/peer-tgt-$tgt_port/pid)
 # tgt refuses digests unless told to offer them (for the record; figure 4 is linerate's own)
 tgtadm -C $((tgt_port + 1000)) --lld iscsi --mode target --op update --tid 1 --name HeaderDigest --value CRC32C,None
