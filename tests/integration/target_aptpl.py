@@ -1,0 +1,134 @@
+#!/usr/bin/env python3
+"""Persistent reservation steps for target_aptpl.sh, through hostile.py's raw initiator.
+
+usage: target_aptpl.py PORT TARGET-IQN STEP
+  reserve APTPL    initiator A registers key KEY_A with APTPL=0|1 and RESERVEs Write Exclusive
+  check-kept       after a restart: READ KEYS lists KEY_A, READ RESERVATION says A holds Write
+                   Exclusive; initiator B's WRITE(10) is RESERVATION CONFLICT, its READ(10) and
+                   A's WRITE(10) are GOOD
+  check-forgotten  after a restart: no key, no reservation; B's WRITE(10) is GOOD
+Initiator A always logs in with the same ISID: registrations belong to the I_T nexus
+(initiator name + ISID). Exit 0 when every check holds, 1 with the reason otherwise.
+Python 3 standard library only."""
+
+import os
+import struct
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import hostile  # noqa: E402  (the raw initiator: Session, sense_kaa, cdb_rw10)
+
+INIT_A = "iqn.2026-11.org.linerate:aptpl-a"
+INIT_B = "iqn.2026-11.org.linerate:aptpl-b"
+ISID_A = bytes([0x80, 0x00, 0x00, 0x00, 0x0a, 0x01])
+ISID_B = bytes([0x80, 0x00, 0x00, 0x00, 0x0b, 0x01])
+KEY_A = 0xA1A2A3A4A5A6A7A8
+WRITE_EXCLUSIVE = 1
+GOOD, CHECK_CONDITION, RESERVATION_CONFLICT = 0x00, 0x02, 0x18
+
+
+def fail(msg):
+    print("FAIL: " + msg, file=sys.stderr)
+    sys.exit(1)
+
+
+def session(port, name, isid):
+    s = hostile.Session(port, name=name, isid=isid).login()
+    # a new I_T nexus starts with a power-on unit attention: take it
+    st, sense, _ = s.scsi_retry_ua(b"\x00" * 6)
+    if st != GOOD:
+        fail("%s: TEST UNIT READY status 0x%02x sense %s" % (name, st, hostile.sense_kaa(sense)))
+    return s
+
+
+def prout(s, sa, key=0, sa_key=0, type_=0, aptpl=False):
+    param = struct.pack(">QQ4xB3x", key, sa_key, 0x01 if aptpl else 0)
+    cdb = struct.pack(">BBBxxIB", 0x5F, sa, type_, len(param), 0)
+    st, sense, _ = s.scsi(cdb, write_data=param)
+    return st, sense
+
+
+def prin(s, sa, alloc=256):
+    cdb = struct.pack(">BBxxxxxHB", 0x5E, sa, alloc, 0)
+    st, sense, data = s.scsi(cdb, read_len=alloc)
+    if st != GOOD:
+        fail("PERSISTENT RESERVE IN sa %d: status 0x%02x sense %s" %
+             (sa, st, hostile.sense_kaa(sense)))
+    return data
+
+
+def read_keys(s):
+    d = prin(s, 0x00)
+    n = struct.unpack(">I", d[4:8])[0] // 8
+    return [struct.unpack(">Q", d[8 + 8 * i:16 + 8 * i])[0] for i in range(n)]
+
+
+def read_reservation(s):
+    """(key, type) or None."""
+    d = prin(s, 0x01)
+    if struct.unpack(">I", d[4:8])[0] == 0:
+        return None
+    return struct.unpack(">Q", d[8:16])[0], d[21] & 0x0F
+
+
+def io(s, op, lba=100):
+    data = bytes([0x5A]) * 512 if op == 0x2A else None
+    st, sense, _ = s.scsi(hostile.cdb_rw10(op, lba, 1), read_len=0 if data else 512,
+                          write_data=data)
+    return st, sense
+
+
+def expect(what, st, sense, want):
+    if st != want:
+        fail("%s: status 0x%02x (sense %s), expected 0x%02x" %
+             (what, st, hostile.sense_kaa(sense), want))
+    print("ok: %s -> status 0x%02x" % (what, st))
+
+
+def main():
+    if len(sys.argv) < 4:
+        fail(__doc__)
+    port, hostile.TARGET, step = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+    a = session(port, INIT_A, ISID_A)
+    if step == "reserve":
+        aptpl = sys.argv[4] == "1"
+        st, sense = prout(a, 0x00, sa_key=KEY_A, aptpl=aptpl)
+        expect("A: REGISTER key 0x%x APTPL=%d" % (KEY_A, aptpl), st, sense, GOOD)
+        st, sense = prout(a, 0x01, key=KEY_A, type_=WRITE_EXCLUSIVE)
+        expect("A: RESERVE Write Exclusive", st, sense, GOOD)
+        if read_keys(a) != [KEY_A] or read_reservation(a) != (KEY_A, WRITE_EXCLUSIVE):
+            fail("after RESERVE: keys %s reservation %s" % (read_keys(a), read_reservation(a)))
+        a.logout()
+        return
+    b = session(port, INIT_B, ISID_B)
+    keys, resv = read_keys(b), read_reservation(b)
+    print("READ KEYS %s, READ RESERVATION %s" %
+          ([hex(k) for k in keys], resv and (hex(resv[0]), resv[1])))
+    if step == "check-kept":
+        if keys != [KEY_A]:
+            fail("after the restart READ KEYS lists %s, expected [0x%x]" % (keys, KEY_A))
+        if resv != (KEY_A, WRITE_EXCLUSIVE):
+            fail("after the restart READ RESERVATION says %s, expected (0x%x, %d)" %
+                 (resv, KEY_A, WRITE_EXCLUSIVE))
+        st, sense = io(b, 0x2A)
+        expect("B: WRITE(10) under A's Write Exclusive", st, sense, RESERVATION_CONFLICT)
+        st, sense = io(b, 0x28)
+        expect("B: READ(10) under A's Write Exclusive", st, sense, GOOD)
+        st, sense = io(a, 0x2A)
+        expect("A (holder): WRITE(10)", st, sense, GOOD)
+    elif step == "check-forgotten":
+        if keys or resv:
+            fail("without APTPL the restart kept keys %s reservation %s" % (keys, resv))
+        st, sense = io(b, 0x2A)
+        expect("B: WRITE(10) with nothing reserved", st, sense, GOOD)
+    else:
+        fail("unknown step " + step)
+    b.logout()
+    a.logout()
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    except hostile.TestFailure as e:
+        fail(str(e))
