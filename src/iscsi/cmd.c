@@ -43,11 +43,6 @@ void cmd_task_free(struct iscsi_task *t)
     scsi_task_release(&t->scsi);
     list_del(&t->node);
     c->ntasks--;
-    if (t->start_queued) {
-        /* pending_run() (session.c) still points at it: the task is reused only from there */
-        t->freed_while_queued = true;
-        return;
-    }
     list_add_tail(&c->task_free, &t->node);
 }
 
@@ -230,13 +225,39 @@ static void cmd_exec(struct iscsi_task *t)
 /* Run once all data is in and the command's CmdSN turn has come. */
 static void cmd_maybe_exec(struct iscsi_task *t)
 {
-    /* A task released from the CmdSN queue runs from pending_run() -> cmd_start(), not
-     * earlier because its last Data-Out arrived first (it would run twice). */
-    if (t->state == TASK_QUEUED || t->start_queued || t->data_received < t->data_expected)
+    /* A task waiting for its CmdSN turn stays TASK_QUEUED until conn_run_released() (on this
+     * thread) takes it, even if its last Data-Out arrives first. */
+    if (t->state == TASK_QUEUED || t->data_received < t->data_expected)
         return;
     if (t->refused && t->unsol_remaining)
         return;
     cmd_exec(t);
+}
+
+/* The session moved these tasks from its CmdSN queue to c->released (MC/S: they arrived ahead
+ * of a command on another connection). Runs on c's reactor, the only thread that touches the
+ * tasks' state. */
+void conn_run_released(void *arg)
+{
+    struct iscsi_conn *c = arg;
+    struct list_node ready;
+    list_init(&ready);
+    if (!c->dead && c->session) {
+        pthread_mutex_lock(&c->session->lock);
+        c->release_kicked = false;
+        if (!list_empty(&c->released)) {
+            ready.next = c->released.next;
+            ready.prev = c->released.prev;
+            ready.next->prev = &ready;
+            ready.prev->next = &ready;
+            list_init(&c->released);
+        }
+        pthread_mutex_unlock(&c->session->lock);
+    }
+    struct list_node *n;
+    while (!c->dead && (n = list_pop(&ready)) != NULL)
+        cmd_start(list_entry(n, struct iscsi_task, pending_node));
+    conn_put(c);
 }
 
 void cmd_start(struct iscsi_task *t)

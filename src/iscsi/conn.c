@@ -91,6 +91,7 @@ void iscsi_conn_accept(struct iscsi_server *srv, struct reactor *r, int fd,
     list_init(&c->tasks);
     list_init(&c->task_free);
     list_init(&c->r2t_waiting);
+    list_init(&c->released);
     list_init(&c->session_node);
     iscsi_text_init(&c->login_in);
     iscsi_text_init(&c->login_out);
@@ -133,6 +134,7 @@ void conn_close(struct iscsi_conn *c, const char *why)
     if (c->dead)
         return;
     c->dead = true;
+    c->logged_out = c->phase == CONN_LOGGED_OUT;
     c->phase = CONN_CLOSING;
     if (why)
         LOG_INFO("%s: closing connection%s%s: %s", c->peer,
@@ -883,13 +885,16 @@ static void conn_timer_fire(void *arg)
             conn_close(c, "login timed out");
             return;
         }
-    } else if (c->phase == CONN_FFP && srv->nop_interval_s) {
-        if (c->nop_outstanding) {
+    } else if (c->phase == CONN_FFP) {
+        if (c->session)
+            session_check_gap(c->session, now);
+        bool pings = srv->nop_interval_s != 0;
+        if (pings && c->nop_outstanding) {
             if (now - c->nop_sent_ms > (uint64_t)srv->nop_timeout_s * 1000) {
                 conn_close(c, "no answer to NOP-In ping");
                 return;
             }
-        } else if (now - c->last_rx_ms > (uint64_t)srv->nop_interval_s * 1000) {
+        } else if (pings && now - c->last_rx_ms > (uint64_t)srv->nop_interval_s * 1000) {
             conn_send_nop_ping(c);
         }
     }

@@ -23,10 +23,12 @@
 #define ISCSI_TARGET_MRDSL_MAX (256u * 1024u)
 #define ISCSI_RXBUF_SIZE (256u * 1024u)
 #define ISCSI_TASK_HASH_SIZE 256u
-#define ISCSI_CMD_WINDOW 128u /* commands a session may have in flight (MaxCmdSN - ExpCmdSN + 1)   \
-                               */
+#define ISCSI_CMD_WINDOW                                                                           \
+    128u /* commands a session may have in flight (MaxCmdSN - ExpCmdSN + 1)                        \
+          */
 #define ISCSI_MAX_CONNECTIONS 8u
 #define ISCSI_MAX_R2T 8u
+#define ISCSI_GAP_GRACE_MS 2000u
 /* Bytes of command buffers (stores that are not RAM) one connection may hold at once. */
 #define ISCSI_CONN_BUF_BUDGET (64u << 20) /* MaxOutstandingR2T we accept at most */
 
@@ -80,8 +82,6 @@ struct iscsi_task {
     bool refused; /* setup refused: swallow data-out, then answer */
     bool aborted; /* a TMF aborted it: never answer */
     bool in_hash;
-    bool start_queued;       /* the session sent pending_run() for it (CmdSN turn came) */
-    bool freed_while_queued; /* freed meanwhile: pending_run() returns it to the pool */
     enum iscsi_task_state state;
     /* write bookkeeping */
     uint32_t data_expected; /* bytes of data-out this task will receive in total */
@@ -181,9 +181,14 @@ struct iscsi_conn {
     struct list_node tasks; /* every task of this connection */
     struct list_node task_free;
     unsigned ntasks;
-    uint64_t buf_bytes;           /* command buffers held by this connection's tasks */
+    uint64_t buf_bytes; /* command buffers held by this connection's tasks */
     struct list_node
         r2t_waiting; /* tasks with more data to solicit than MaxOutstandingR2T allows */
+    /* MC/S ordering: tasks whose CmdSN turn came while they waited (session->lock guards the
+     * list and the flag); run on this connection's reactor by conn_run_released(). */
+    struct list_node released;
+    bool release_kicked;
+    struct reactor_deferred release_hook;
     uint32_t next_ttt;
 
     /* liveness */
@@ -195,6 +200,7 @@ struct iscsi_conn {
 
     struct reactor_deferred free_hook;
     bool dead;
+    bool logged_out; /* closed after a Logout, not dropped */
 };
 
 /* ---------- sessions ---------- */
@@ -218,6 +224,9 @@ struct iscsi_session {
     struct list_node pending; /* commands that arrived ahead of ExpCmdSN (MC/S) */
     int refs;
     bool closing;
+    /* A connection of this session died: CmdSNs it carried may never arrive (ERL 0). */
+    bool lost_conn;
+    uint64_t stalled_since_ms; /* commands queued behind a gap since then (0: none) */
 };
 
 /* conn.c */
@@ -264,6 +273,9 @@ void session_close_conn_by_cid(struct iscsi_session *s, uint16_t cid);
 int session_cmdsn_check(struct iscsi_session *s, struct iscsi_task *t);
 void session_cmd_done(struct iscsi_session *s);
 void session_pending_remove(struct iscsi_session *s, struct iscsi_task *t);
+/* Called once a second per connection: after a connection loss, a CmdSN gap that has held
+ * commands back for ISCSI_GAP_GRACE_MS is given up and the window moves on. */
+void session_check_gap(struct iscsi_session *s, uint64_t now_ms);
 /* The ExpCmdSN / MaxCmdSN pair for a response. */
 void session_window(struct iscsi_session *s, uint32_t *exp, uint32_t *max);
 
@@ -274,6 +286,8 @@ void cmd_handle_data_out_header(struct iscsi_conn *c);
 void cmd_handle_data_out_done(struct iscsi_conn *c);
 void cmd_task_free(struct iscsi_task *t);
 void cmd_start(struct iscsi_task *t);
+/* Run the tasks the session released to this connection (its reactor's thread). */
+void conn_run_released(void *arg);
 /* Abort: never answer; release when the store lets go. */
 void cmd_task_abort(struct iscsi_task *t);
 void cmd_conn_teardown(struct iscsi_conn *c);

@@ -126,6 +126,8 @@ void session_remove_conn(struct iscsi_session *s, struct iscsi_conn *c)
     bool last = --s->nconns == 0;
     if (last)
         s->closing = true;
+    else if (!c->logged_out)
+        s->lost_conn = true; /* it died rather than logged out: see session_check_gap() */
     pthread_mutex_unlock(&s->lock);
     c->session = NULL;
     if (last) {
@@ -225,25 +227,14 @@ void session_window(struct iscsi_session *s, uint32_t *exp, uint32_t *max)
     pthread_mutex_unlock(&s->lock);
 }
 
-static void pending_run(void *arg)
+static void conn_released_msg(void *arg)
 {
-    struct iscsi_task *t = arg;
-    struct iscsi_conn *c = t->conn;
-    t->start_queued = false;
-    if (t->freed_while_queued) {
-        /* aborted or torn down while this message was on its way */
-        t->freed_while_queued = false;
-        list_add_tail(&c->task_free, &t->node);
-    } else if (c->dead) {
-        cmd_task_free(t);
-    } else {
-        cmd_start(t);
-    }
-    conn_put(c);
+    conn_run_released(arg);
 }
 
-/* With the lock held: take every queued command whose turn has come and start it on its
- * connection's reactor. */
+/* With the lock held: every queued command whose turn has come moves to its connection's
+ * released list; the connection gets one kick (a deferred call on its own reactor, or one
+ * message to another) however many commands a burst releases. */
 static void session_drain_locked(struct iscsi_session *s)
 {
     bool progress = true;
@@ -253,14 +244,17 @@ static void session_drain_locked(struct iscsi_session *s)
             struct iscsi_task *t = list_entry(n, struct iscsi_task, pending_node);
             if (t->cmdsn != s->exp_cmdsn)
                 continue;
+            struct iscsi_conn *c = t->conn;
             list_del(&t->pending_node);
+            list_add_tail(&c->released, &t->pending_node);
             s->exp_cmdsn++;
-            t->state = TASK_DATA_OUT;
-            t->start_queued = true;
-            conn_get(t->conn);
-            if (reactor_send(t->conn->reactor, pending_run, t) < 0) {
-                t->start_queued = false;
-                atomic_fetch_sub(&t->conn->refs, 1);
+            if (!c->release_kicked) {
+                c->release_kicked = true;
+                conn_get(c); /* dropped by conn_run_released() */
+                if (reactor_self() == c->reactor)
+                    reactor_defer(c->reactor, &c->release_hook, conn_run_released, c);
+                else if (reactor_send(c->reactor, conn_released_msg, c) < 0)
+                    atomic_fetch_sub(&c->refs, 1); /* out of memory: the kick is lost */
             }
             progress = true;
             break;
@@ -302,7 +296,8 @@ int session_cmdsn_check(struct iscsi_session *s, struct iscsi_task *t)
     return 0;
 }
 
-/* Remove a queued task whose connection is going away; its CmdSN will never run. */
+/* Remove a queued task (from the CmdSN queue or its connection's released list: the same node,
+ * the same lock) whose connection is going away or that was aborted. */
 void session_pending_remove(struct iscsi_session *s, struct iscsi_task *t)
 {
     pthread_mutex_lock(&s->lock);
@@ -326,5 +321,35 @@ void session_cmd_done(struct iscsi_session *s)
     pthread_mutex_lock(&s->lock);
     if (s->in_flight)
         s->in_flight--;
+    pthread_mutex_unlock(&s->lock);
+}
+
+/* ERL 0 has no connection recovery (RFC 7143 §7.1.5): commands that were on a connection when
+ * it died and never reached us leave holes in the CmdSN sequence, and the commands behind a
+ * hole would wait forever on the surviving connections. Once a connection of the session has
+ * died, a hole that has held commands back for a grace period is taken as lost: ExpCmdSN
+ * jumps to the oldest waiting command. (A command merely reordered across connections arrives
+ * within microseconds, far inside the grace period.) */
+void session_check_gap(struct iscsi_session *s, uint64_t now_ms)
+{
+    pthread_mutex_lock(&s->lock);
+    if (!s->lost_conn || list_empty(&s->pending)) {
+        s->stalled_since_ms = 0;
+    } else if (!s->stalled_since_ms) {
+        s->stalled_since_ms = now_ms;
+    } else if (now_ms - s->stalled_since_ms >= ISCSI_GAP_GRACE_MS) {
+        uint32_t oldest = list_entry(s->pending.next, struct iscsi_task, pending_node)->cmdsn;
+        for (struct list_node *n = s->pending.next; n != &s->pending; n = n->next) {
+            uint32_t sn = list_entry(n, struct iscsi_task, pending_node)->cmdsn;
+            if (sn_lt(sn, oldest))
+                oldest = sn;
+        }
+        LOG_WARN("session TSIH %u of %s: CmdSN %u..%u lost with a dropped connection; "
+                 "going on from %u",
+                 s->tsih, s->initiator_name, s->exp_cmdsn, oldest - 1, oldest);
+        s->exp_cmdsn = oldest;
+        s->stalled_since_ms = 0;
+        session_drain_locked(s);
+    }
     pthread_mutex_unlock(&s->lock);
 }
