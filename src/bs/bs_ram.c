@@ -14,7 +14,7 @@
 struct bs_ram {
     uint8_t *base;
     size_t page;
-    int pagemap; /* /proc/self/pagemap, or -1: fall back to mincore() */
+    int pagemap;  /* /proc/self/pagemap, or -1: fall back to mincore() */
     bool no_scan; /* the kernel has no PAGEMAP_SCAN: read the page map */
 };
 

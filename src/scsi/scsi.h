@@ -51,15 +51,15 @@ struct scsi_target;
 struct scsi_nexus {
     char initiator_port[256]; /* "iqn.x,i,0x<isid>" (RFC 7143 §4.2.7.1 iSCSI initiator port name) */
     char initiator_name[224];
-    uint64_t id;              /* unique within the target, never reused */
+    uint64_t id; /* unique within the target, never reused */
     int refs;
     struct scsi_target *target;
 };
 
 struct scsi_lun_config {
-    uint64_t lun;          /* LUN number as the initiator addresses it */
-    struct bs *bs;         /* the store; the LUN takes ownership */
-    uint32_t block_size;   /* 512 or 4096; 0 means 512 */
+    uint64_t lun;        /* LUN number as the initiator addresses it */
+    struct bs *bs;       /* the store; the LUN takes ownership */
+    uint32_t block_size; /* 512 or 4096; 0 means 512 */
     bool read_only;
     /* Removable medium (SBC-3 §4.3): INQUIRY RMB=1, PREVENT ALLOW MEDIUM REMOVAL is kept per
      * I_T nexus and START STOP UNIT with LOEJ=1 ejects and loads; while ejected, commands that
@@ -73,18 +73,18 @@ struct scsi_lun_config {
 
 /* A SCSI target device: its LUNs and its one target port. */
 struct scsi_target {
-    char name[224];          /* iSCSI target name */
-    uint16_t tpgt;           /* target portal group tag = relative target port id */
-    struct scsi_lun **luns;  /* luns[i] is LUN i; NULL holes allowed */
+    char name[224];         /* iSCSI target name */
+    uint16_t tpgt;          /* target portal group tag = relative target port id */
+    struct scsi_lun **luns; /* luns[i] is LUN i; NULL holes allowed */
     uint32_t nluns;
-    pthread_mutex_t lock;    /* nexus list */
-    void *priv;              /* SCSI core's per-target state */
+    pthread_mutex_t lock; /* nexus list */
+    void *priv;           /* SCSI core's per-target state */
     /* Set by the transport (NULL: skipped). PREEMPT AND ABORT calls it, on the thread running
      * that command and with no SCSI core lock held, for each I_T nexus with a live session
      * whose registration it removed: abort that nexus's tasks on lu as ABORT TASK SET would
      * (SPC-4 §5.13.11.2.5). The PREEMPT AND ABORT task itself completes after the calls. */
     void (*abort_nexus_tasks)(struct scsi_target *t, struct scsi_nexus *n, struct scsi_lun *lu);
-    void *transport_ctx;     /* the transport's own pointer, for that hook */
+    void *transport_ctx; /* the transport's own pointer, for that hook */
 };
 
 struct scsi_task {
@@ -93,27 +93,27 @@ struct scsi_task {
     uint64_t lun;
     struct scsi_target *target;
     struct scsi_nexus *nexus;
-    uint32_t edtl;            /* expected data transfer length from the transport */
+    uint32_t edtl;              /* expected data transfer length from the transport */
     bool edtl_read, edtl_write; /* transport's R and W bits */
     uint32_t tag;
     void (*done)(struct scsi_task *t);
     void *transport_priv;
 
     /* set by scsi_task_setup() */
-    struct scsi_lun *lu;      /* NULL if the LUN does not exist */
+    struct scsi_lun *lu; /* NULL if the LUN does not exist */
     enum scsi_dir dir;
-    uint32_t xfer_len;        /* bytes the CDB asks to move (data-out for writes) */
+    uint32_t xfer_len; /* bytes the CDB asks to move (data-out for writes) */
     struct iovec iov[SCSI_TASK_IOV_MAX];
-    int iovcnt;               /* buffers for the data: xfer_len bytes in total */
+    int iovcnt; /* buffers for the data: xfer_len bytes in total */
 
     /* set by scsi_task_exec() (or by setup when it refuses) */
-    uint32_t data_len;        /* reads: bytes of t->iov valid to send (may be < xfer_len) */
+    uint32_t data_len; /* reads: bytes of t->iov valid to send (may be < xfer_len) */
     uint8_t status;
     uint8_t sense[SCSI_SENSE_MAX];
     uint8_t sense_len;
 
     /* private to the SCSI core */
-    void *buf;                /* buffer allocated by setup */
+    void *buf; /* buffer allocated by setup */
     struct bs_io io;
     int state;
 };

@@ -202,7 +202,8 @@ static int cli_collect(struct cli_args *a, int argc, char **argv)
                                 optarg);
             break;
         case OPT_STATE_DIR:
-            if (optarg[0] != '/' || strlen(optarg) >= sizeof(((struct target_config *)0)->state_dir))
+            if (optarg[0] != '/' ||
+                strlen(optarg) >= sizeof(((struct target_config *)0)->state_dir))
                 return cli_fail("--state-dir: bad value '%s': expected an absolute path", optarg);
             a->state_dir = optarg;
             break;
