@@ -277,13 +277,14 @@ void sbc_exec_readcap16(struct scsi_task *t, const struct scsi_cmd *c);
 /* --- thin provisioning and the other block commands (sbc_thin.c, sbc_caw.c, sbc_sanitize.c,
  * sbc_extra.c) --- */
 /* Limits reported in VPD 0xB0 and enforced by the commands. */
-#define SBC_MAX_CAW_BLOCKS 255u           /* MAXIMUM COMPARE AND WRITE LENGTH */
-#define SBC_MAX_UNMAP_DESCRIPTORS 2048u   /* MAXIMUM UNMAP BLOCK DESCRIPTOR COUNT */
-#define SBC_MAX_UNMAP_BLOCKS (1u << 20)   /* MAXIMUM UNMAP LBA COUNT (libiscsi wants <= 2^20) */
-#define SBC_MAX_WRITE_SAME_BLOCKS 0xffffu /* MAXIMUM WRITE SAME LENGTH: bounds one command's work  \
-                                           */
-#define SBC_MAX_ATOMIC_BYTES (1u << 20)   /* MAXIMUM ATOMIC TRANSFER LENGTH, in bytes */
-#define SBC_PROVISIONING_UNIT 4096u       /* page / file system block: unmap and mapping unit */
+#define SBC_MAX_CAW_BLOCKS 255u         /* MAXIMUM COMPARE AND WRITE LENGTH */
+#define SBC_MAX_UNMAP_DESCRIPTORS 2048u /* MAXIMUM UNMAP BLOCK DESCRIPTOR COUNT */
+#define SBC_MAX_UNMAP_BLOCKS (1u << 20) /* MAXIMUM UNMAP LBA COUNT (libiscsi wants <= 2^20) */
+#define SBC_MAX_WRITE_SAME_BLOCKS                                                                  \
+    0xffffu                             /* MAXIMUM WRITE SAME LENGTH: bounds one command's work    \
+                                         */
+#define SBC_MAX_ATOMIC_BYTES (1u << 20) /* MAXIMUM ATOMIC TRANSFER LENGTH, in bytes */
+#define SBC_PROVISIONING_UNIT 4096u     /* page / file system block: unmap and mapping unit */
 
 enum { SANITIZE_IDLE, SANITIZE_RUNNING, SANITIZE_FAILED };
 
