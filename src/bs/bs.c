@@ -1,4 +1,4 @@
-/* The --lun SPEC parser ("ram:SIZE", "null:SIZE", "file:PATH[,size=SIZE][,direct]") that turns
+/* The --lun SPEC parser ("ram:SIZE", "null:SIZE", "file:PATH[,size=SIZE][,direct][,ro]") that turns
  * a line of configuration into an open store, and bs_close(). Per-type code lives in
  * bs_null.c, bs_ram.c and bs_file.c. */
 #include <stdarg.h>
@@ -77,7 +77,7 @@ static struct bs *bs_open_file(char *rest, char *err, size_t errlen)
     snprintf(who, sizeof(who), "file:%.280s", path);
 
     uint64_t size = 0;
-    bool direct = false;
+    bool direct = false, read_only = false;
     while (opts) {
         char *opt = opts;
         opts = strchr(opts, ',');
@@ -88,12 +88,14 @@ static struct bs *bs_open_file(char *rest, char *err, size_t errlen)
                 return NULL;
         } else if (strcmp(opt, "direct") == 0) {
             direct = true;
+        } else if (strcmp(opt, "ro") == 0) {
+            read_only = true; /* a read-only LUN: the file needs no write permission */
         } else {
             bs_err(err, errlen, "%s: unknown option '%s'", who, opt);
             return NULL;
         }
     }
-    return bs_file_open(path, size, direct, err, errlen);
+    return bs_file_open(path, size, direct, read_only, err, errlen);
 }
 
 struct bs *bs_open_spec(const char *spec, char *err, size_t errlen)

@@ -453,10 +453,13 @@ static int file_size(int fd, const char *path, uint64_t want, bool *blockdev, ui
     return 0;
 }
 
-struct bs *bs_file_open(const char *path, uint64_t size, bool direct, char *err, size_t errlen)
+struct bs *bs_file_open(const char *path, uint64_t size, bool direct, bool read_only, char *err,
+                        size_t errlen)
 {
-    /* O_CREAT only with size=: without it a new file would be an empty LUN. */
-    int flags = O_RDWR | O_CLOEXEC | (direct ? O_DIRECT : 0) | (size ? O_CREAT : 0);
+    /* O_CREAT only with size=: without it a new file would be an empty LUN. A read-only LUN
+     * opens the file read-only (it may lack write permission) and never creates it. */
+    int flags = O_CLOEXEC | (direct ? O_DIRECT : 0);
+    flags |= read_only ? O_RDONLY : O_RDWR | (size ? O_CREAT : 0);
     int fd = open(path, flags, 0644);
     if (fd < 0) {
         snprintf(err, errlen, "file:%s: %s", path, strerror(errno));

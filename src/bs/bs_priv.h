@@ -13,7 +13,8 @@
 struct bs *bs_null_open(uint64_t size, char *err, size_t errlen);
 struct bs *bs_ram_open(uint64_t size, char *err, size_t errlen);
 /* size 0: use the file's or device's own size. */
-struct bs *bs_file_open(const char *path, uint64_t size, bool direct, char *err, size_t errlen);
+struct bs *bs_file_open(const char *path, uint64_t size, bool direct, bool read_only, char *err,
+                        size_t errlen);
 
 /* Validate a request against the store before touching anything: 0 or -EINVAL. The SCSI core
  * checks LBA ranges centrally; this only keeps a caller bug from reaching memory or disk. */

@@ -89,7 +89,11 @@ static int build_luns(const struct target_node_conf *c, const char *state_dir,
     for (unsigned i = 0; i < c->nluns; i++) {
         const struct target_lun_conf *l = &c->luns[i];
         char reason[512] = "";
-        struct bs *bs = bs_open_spec(l->bs_spec, reason, sizeof(reason));
+        /* A read-only file LUN opens its file read-only (the SCSI core refuses the writes). */
+        char spec[1024];
+        snprintf(spec, sizeof(spec), "%s%s", l->bs_spec,
+                 l->read_only && strncmp(l->bs_spec, "file:", 5) == 0 ? ",ro" : "");
+        struct bs *bs = bs_open_spec(spec, reason, sizeof(reason));
         if (!bs) {
             snprintf(err, errlen, "%s: cannot open LUN %llu: %s", l->origin,
                      (unsigned long long)l->lun, reason[0] ? reason : "failed");

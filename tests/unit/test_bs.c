@@ -215,6 +215,19 @@ static void test_spec_good(void **state)
     bs_close(bs);
     assert_int_equal(stat(path, &st), 0);
     assert_int_equal(st.st_size, 2 << 20); /* never shrunk */
+
+    /* ,ro opens the file read-only: reads work, a write fails, and a missing file is not made */
+    snprintf(spec, sizeof(spec), "file:%s,ro", path);
+    bs = open_ok(spec);
+    assert_int_equal(bs->size, 2 << 20);
+    static uint8_t blk[512];
+    assert_int_equal(submit_buf(bs, BS_READ, 0, blk, sizeof(blk), false), 0);
+    assert_true(submit_buf(bs, BS_WRITE, 0, blk, sizeof(blk), false) < 0);
+    bs_close(bs);
+    char missing[128];
+    tmp_path(missing, sizeof(missing), "missing-ro.img");
+    snprintf(spec, sizeof(spec), "file:%s,size=1M,ro", missing);
+    assert_null(bs_open_spec(spec, (char[256]){0}, 256));
 }
 
 static void expect_error(const char *spec, const char *message)
