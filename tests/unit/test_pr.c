@@ -17,10 +17,11 @@
 #include "scsi/scsi_internal.h"
 #include "util/bytes.h"
 
+#include "scsi_fixture.h"
+
 #define TGT_NAME "iqn.2024-01.io.linerate:pr"
 #define INI1 "iqn.2024-01.test:init1"
 #define INI2 "iqn.2024-01.test:init2"
-#define INI3 "iqn.2024-01.test:init3"
 #define CONFLICT SCSI_STATUS_RESERVATION_CONFLICT
 #define GOOD SCSI_STATUS_GOOD
 #define CHECK SCSI_STATUS_CHECK_CONDITION
@@ -37,11 +38,6 @@ struct fx {
     unsigned naborted;
 };
 
-static void on_done(struct scsi_task *t)
-{
-    (void)t;
-}
-
 static void on_abort(struct scsi_target *tg, struct scsi_nexus *n, struct scsi_lun *lu)
 {
     struct fx *f = (struct fx *)((char *)tg - offsetof(struct fx, tg));
@@ -53,24 +49,7 @@ static void on_abort(struct scsi_target *tg, struct scsi_nexus *n, struct scsi_l
 static int run(struct fx *f, struct scsi_nexus *n, const uint8_t *cdb, const void *out,
                size_t out_len)
 {
-    struct scsi_task *t = &f->t;
-    scsi_task_release(t);
-    scsi_task_init(t);
-    memcpy(t->cdb, cdb, SCSI_CDB_MAX);
-    t->target = &f->tg;
-    t->nexus = n;
-    t->done = on_done;
-    t->edtl = (uint32_t)out_len;
-    t->edtl_write = out != NULL;
-    t->edtl_read = out == NULL;
-    if (scsi_task_setup(t) == 0) {
-        if (t->dir == SCSI_DIR_WRITE) {
-            size_t want = out_len < t->xfer_len ? out_len : t->xfer_len;
-            memcpy(t->iov[0].iov_base, out, want);
-        }
-        scsi_task_exec(t);
-    }
-    return t->status;
+    return sfx_run(&f->t, &f->tg, n, 0, cdb, out, out_len, 0, 0);
 }
 
 static const uint8_t *data(struct fx *f)
@@ -80,10 +59,7 @@ static const uint8_t *data(struct fx *f)
 
 static void assert_sense(const struct scsi_task *t, uint8_t key, uint8_t asc, uint8_t ascq)
 {
-    assert_int_equal(t->status, CHECK);
-    assert_int_equal(t->sense[2] & 0x0f, key);
-    assert_int_equal(t->sense[12], asc);
-    assert_int_equal(t->sense[13], ascq);
+    sfx_assert_sense(t, 0, key, asc, ascq);
 }
 
 /* PERSISTENT RESERVE OUT with a 24-byte parameter list (or pll bytes of it) */
@@ -156,11 +132,10 @@ static void add_lun(struct fx *f)
 
 static void nexuses(struct fx *f)
 {
-    const uint8_t i1[6] = {0x80, 0, 0, 0, 0, 1}, i2[6] = {0x80, 0, 0, 0, 0, 2},
-                  i3[6] = {0x80, 0, 0, 0, 0, 3};
-    f->n1 = scsi_nexus_get(&f->tg, INI1, i1);
-    f->n2 = scsi_nexus_get(&f->tg, INI2, i2);
-    f->n3 = scsi_nexus_get(&f->tg, INI3, i3);
+    /* INI1, INI2 and iqn.2024-01.test:init3 */
+    f->n1 = sfx_nexus_get(&f->tg, 1);
+    f->n2 = sfx_nexus_get(&f->tg, 2);
+    f->n3 = sfx_nexus_get(&f->tg, 3);
     assert_int_equal(take_ua(f, f->n1), 0x2900);
     assert_int_equal(take_ua(f, f->n2), 0x2900);
     assert_int_equal(take_ua(f, f->n3), 0x2900);
@@ -182,11 +157,7 @@ static int setup(void **state)
 
 static void target_down(struct fx *f)
 {
-    scsi_task_release(&f->t);
-    scsi_nexus_put(f->n1);
-    scsi_nexus_put(f->n2);
-    scsi_nexus_put(f->n3);
-    scsi_target_destroy(&f->tg);
+    sfx_target_down(&f->tg, &f->t, f->n1, f->n2, f->n3);
 }
 
 static int teardown(void **state)

@@ -16,6 +16,8 @@
 #include "scsi/scsi_internal.h"
 #include "util/bytes.h"
 
+#include "scsi_fixture.h"
+
 enum { FIXED = 0, RMB = 1 }; /* LUN 0 fixed ram:1M, LUN 1 removable ram:1M */
 
 struct fx {
@@ -24,44 +26,11 @@ struct fx {
     struct scsi_task t;
 };
 
-static int done_calls;
-static void on_done(struct scsi_task *t)
-{
-    (void)t;
-    done_calls++;
-}
-
 /* One command from nexus n: setup, data-out (out_len bytes), exec. Returns the status. */
 static int run_on(struct fx *f, struct scsi_nexus *n, uint64_t lun, const uint8_t *cdb,
                   const void *out, size_t out_len)
 {
-    struct scsi_task *t = &f->t;
-    scsi_task_release(t);
-    scsi_task_init(t);
-    memcpy(t->cdb, cdb, SCSI_CDB_MAX);
-    t->lun = lun;
-    t->target = &f->tg;
-    t->nexus = n;
-    t->done = on_done;
-    t->edtl = out ? (uint32_t)out_len : 4096;
-    t->edtl_write = out != NULL;
-    t->edtl_read = out == NULL;
-    done_calls = 0;
-    if (scsi_task_setup(t) == 0) {
-        if (t->dir == SCSI_DIR_WRITE) {
-            size_t off = 0, want = out_len < t->xfer_len ? out_len : t->xfer_len;
-            for (int i = 0; i < t->iovcnt && off < want; i++) {
-                size_t k = t->iov[i].iov_len < want - off ? t->iov[i].iov_len : want - off;
-                memcpy(t->iov[i].iov_base, (const uint8_t *)out + off, k);
-                off += k;
-            }
-        }
-        scsi_task_exec(t);
-        assert_int_equal(done_calls, 1);
-    } else {
-        assert_int_equal(done_calls, 0);
-    }
-    return t->status;
+    return sfx_run(&f->t, &f->tg, n, lun, cdb, out, out_len, 4096, SFX_CHECK_DONE);
 }
 
 static int run(struct fx *f, uint64_t lun, const uint8_t *cdb)
@@ -71,10 +40,7 @@ static int run(struct fx *f, uint64_t lun, const uint8_t *cdb)
 
 static void assert_sense(const struct scsi_task *t, uint8_t key, uint8_t asc, uint8_t ascq)
 {
-    assert_int_equal(t->status, SCSI_STATUS_CHECK_CONDITION);
-    assert_int_equal(t->sense[2] & 0x0f, key);
-    assert_int_equal(t->sense[12], asc);
-    assert_int_equal(t->sense[13], ascq);
+    sfx_assert_sense(t, 0, key, asc, ascq);
 }
 
 static const uint8_t TUR[16] = {0x00};
@@ -128,9 +94,8 @@ static int setup(void **state)
         assert_non_null(c.bs);
         assert_int_equal(scsi_target_add_lun(&f->tg, &c, err, sizeof(err)), 0);
     }
-    const uint8_t isid1[6] = {0x80, 0, 0, 0, 0, 1}, isid2[6] = {0x80, 0, 0, 0, 0, 2};
-    f->n1 = scsi_nexus_get(&f->tg, "iqn.2024-01.test:init1", isid1);
-    f->n2 = scsi_nexus_get(&f->tg, "iqn.2024-01.test:init2", isid2);
+    f->n1 = sfx_nexus_get(&f->tg, 1);
+    f->n2 = sfx_nexus_get(&f->tg, 2);
     clear_uas(f);
     *state = f;
     return 0;
@@ -139,10 +104,7 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     struct fx *f = *state;
-    scsi_task_release(&f->t);
-    scsi_nexus_put(f->n1);
-    scsi_nexus_put(f->n2);
-    scsi_target_destroy(&f->tg);
+    sfx_target_down(&f->tg, &f->t, f->n1, f->n2, NULL);
     free(f);
     return 0;
 }

@@ -17,55 +17,7 @@
 #include "scsi/scsi_internal.h"
 #include "util/bytes.h"
 
-/* --- a fully provisioned store without map(): the read/compare/write path --- */
-struct mstore {
-    uint8_t *mem;
-    int writes, reads;
-};
-
-static void m_submit(struct bs *bs, struct bs_io *io)
-{
-    struct mstore *m = bs->priv;
-    uint64_t off = io->offset;
-    if (io->op == BS_READ || io->op == BS_WRITE) {
-        for (int i = 0; i < io->iovcnt && off < io->offset + io->length; i++) {
-            size_t n = io->iov[i].iov_len;
-            if (n > io->offset + io->length - off)
-                n = io->offset + io->length - off;
-            if (io->op == BS_READ)
-                memcpy(io->iov[i].iov_base, m->mem + off, n);
-            else
-                memcpy(m->mem + off, io->iov[i].iov_base, n);
-            off += n;
-        }
-        if (io->op == BS_WRITE)
-            m->writes++;
-        else
-            m->reads++;
-    }
-    io->done(io, 0);
-}
-
-static void m_close(struct bs *bs)
-{
-    struct mstore *m = bs->priv;
-    free(m->mem);
-    free(m);
-}
-
-static const struct bs_ops mstore_ops = {.name = "test", .submit = m_submit, .close = m_close};
-
-static struct bs *mstore_open(uint64_t size, struct mstore **out)
-{
-    struct bs *bs = calloc(1, sizeof(*bs));
-    struct mstore *m = calloc(1, sizeof(*m));
-    m->mem = calloc(1, size);
-    bs->ops = &mstore_ops;
-    bs->size = size;
-    bs->priv = m;
-    *out = m;
-    return bs;
-}
+#include "scsi_fixture.h"
 
 /* --- fixture: LUN 0 ram 4M/512 (thin), LUN 1 test store 1M (full, no map), LUN 2 read-only
  * ram 1M, LUN 3 file 4M (thin, holes), LUN 4 ram 1M/4096 --- */
@@ -73,56 +25,15 @@ static struct bs *mstore_open(uint64_t size, struct mstore **out)
 struct fx {
     struct scsi_target tg;
     struct scsi_nexus *n1, *n2;
-    struct mstore *m;
+    struct sfx_store *m; /* LUN 1: fully provisioned, no map() */
     struct scsi_task t;
     char path[64];
 };
 
-static int done_calls;
-static void on_done(struct scsi_task *t)
-{
-    (void)t;
-    done_calls++;
-}
-
-static void add_lun(struct fx *f, uint64_t lun, struct bs *bs, uint32_t bsz, bool ro)
-{
-    char err[128];
-    assert_non_null(bs);
-    struct scsi_lun_config c = {.lun = lun, .bs = bs, .block_size = bsz, .read_only = ro};
-    assert_int_equal(scsi_target_add_lun(&f->tg, &c, err, sizeof(err)), 0);
-}
-
 /* One command: setup, out_len data-out bytes (EDTL), exec. Returns the status. */
 static int run(struct fx *f, uint64_t lun, const uint8_t *cdb, const void *out, size_t out_len)
 {
-    struct scsi_task *t = &f->t;
-    scsi_task_release(t);
-    scsi_task_init(t);
-    memcpy(t->cdb, cdb, SCSI_CDB_MAX);
-    t->lun = lun;
-    t->target = &f->tg;
-    t->nexus = f->n1;
-    t->done = on_done;
-    t->edtl = out ? (uint32_t)out_len : 4096;
-    t->edtl_write = out != NULL;
-    t->edtl_read = out == NULL;
-    done_calls = 0;
-    if (scsi_task_setup(t) == 0) {
-        if (t->dir == SCSI_DIR_WRITE) {
-            size_t off = 0, want = out_len < t->xfer_len ? out_len : t->xfer_len;
-            for (int i = 0; i < t->iovcnt && off < want; i++) {
-                size_t k = t->iov[i].iov_len < want - off ? t->iov[i].iov_len : want - off;
-                memcpy(t->iov[i].iov_base, (const uint8_t *)out + off, k);
-                off += k;
-            }
-        }
-        scsi_task_exec(t);
-        assert_int_equal(done_calls, 1);
-    } else {
-        assert_int_equal(done_calls, 0);
-    }
-    return t->status;
+    return sfx_run(&f->t, &f->tg, f->n1, lun, cdb, out, out_len, 4096, SFX_CHECK_DONE);
 }
 
 static const uint8_t *data(struct fx *f)
@@ -132,10 +43,7 @@ static const uint8_t *data(struct fx *f)
 
 static void assert_sense(const struct scsi_task *t, uint8_t key, uint8_t asc, uint8_t ascq)
 {
-    assert_int_equal(t->status, SCSI_STATUS_CHECK_CONDITION);
-    assert_int_equal(t->sense[2] & 0x0f, key);
-    assert_int_equal(t->sense[12], asc);
-    assert_int_equal(t->sense[13], ascq);
+    sfx_assert_sense(t, 0, key, asc, ascq);
 }
 
 static void cdb10(uint8_t *c, uint8_t op, uint8_t b1, uint32_t lba, uint16_t n)
@@ -188,19 +96,18 @@ static int setup(void **state)
     struct fx *f = calloc(1, sizeof(*f));
     char err[128], spec[96];
     assert_int_equal(scsi_target_init(&f->tg, "iqn.2024-01.io.linerate:sbcx", 1), 0);
-    add_lun(f, 0, bs_open_spec("ram:4M", err, sizeof(err)), 512, false);
-    add_lun(f, 1, mstore_open(1 << 20, &f->m), 512, false);
-    add_lun(f, 2, bs_open_spec("ram:1M", err, sizeof(err)), 512, true);
+    sfx_add_lun(&f->tg, 0, bs_open_spec("ram:4M", err, sizeof(err)), 512, false);
+    sfx_add_lun(&f->tg, 1, sfx_store_open(1 << 20, false, &f->m), 512, false);
+    sfx_add_lun(&f->tg, 2, bs_open_spec("ram:1M", err, sizeof(err)), 512, true);
     snprintf(f->path, sizeof(f->path), "/tmp/lr-sbcx-XXXXXX");
     int fd = mkstemp(f->path);
     assert_true(fd >= 0);
     close(fd);
     snprintf(spec, sizeof(spec), "file:%s,size=4M", f->path);
-    add_lun(f, 3, bs_open_spec(spec, err, sizeof(err)), 512, false);
-    add_lun(f, 4, bs_open_spec("ram:1M", err, sizeof(err)), 4096, false);
-    const uint8_t isid1[6] = {0x80, 0, 0, 0, 0, 1}, isid2[6] = {0x80, 0, 0, 0, 0, 2};
-    f->n1 = scsi_nexus_get(&f->tg, "iqn.2024-01.test:init1", isid1);
-    f->n2 = scsi_nexus_get(&f->tg, "iqn.2024-01.test:init2", isid2);
+    sfx_add_lun(&f->tg, 3, bs_open_spec(spec, err, sizeof(err)), 512, false);
+    sfx_add_lun(&f->tg, 4, bs_open_spec("ram:1M", err, sizeof(err)), 4096, false);
+    f->n1 = sfx_nexus_get(&f->tg, 1);
+    f->n2 = sfx_nexus_get(&f->tg, 2);
     for (uint64_t lun = 0; lun < 5; lun++)
         run(f, lun, TUR, NULL, 0);
     *state = f;
@@ -210,10 +117,7 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     struct fx *f = *state;
-    scsi_task_release(&f->t);
-    scsi_nexus_put(f->n1);
-    scsi_nexus_put(f->n2);
-    scsi_target_destroy(&f->tg);
+    sfx_target_down(&f->tg, &f->t, f->n1, f->n2, NULL);
     unlink(f->path);
     free(f);
     return 0;
@@ -879,18 +783,18 @@ static void test_caw_waits_for_range(void **state)
     t->target = &f->tg;
     t->lun = 1;
     t->nexus = f->n1;
-    t->done = on_done;
+    t->done = sfx_on_done;
     t->edtl = sizeof(buf);
     t->edtl_write = true;
-    done_calls = 0;
+    sfx_done_calls = 0;
     assert_int_equal(scsi_task_setup(t), 0);
     memcpy(t->iov[0].iov_base, buf, sizeof(buf));
     int writes = f->m->writes;
     scsi_task_exec(t);
-    assert_int_equal(done_calls, 0); /* queued */
+    assert_int_equal(sfx_done_calls, 0); /* queued */
     assert_int_equal(f->m->writes, writes);
     scsi_rl_release(&lu->rl, &hold); /* no reactor here: the grant runs inline */
-    assert_int_equal(done_calls, 1);
+    assert_int_equal(sfx_done_calls, 1);
     assert_int_equal(t->status, SCSI_STATUS_GOOD);
     assert_blocks(f, 1, 0, 1, 'B', 512);
 }

@@ -13,65 +13,7 @@
 #include "scsi/scsi_internal.h" /* struct scsi_lun: to check where the data went */
 #include "util/bytes.h"
 
-/* --- a store without map(): the submit path, FUA and FLUSH are observable --- */
-struct mstore {
-    uint8_t *mem;
-    int flushes, writes;
-    bool last_fua;
-};
-
-static void m_submit(struct bs *bs, struct bs_io *io)
-{
-    struct mstore *m = bs->priv;
-    uint64_t off = io->offset;
-    switch (io->op) {
-    case BS_READ:
-    case BS_WRITE:
-        for (int i = 0; i < io->iovcnt && off < io->offset + io->length; i++) {
-            size_t n = io->iov[i].iov_len;
-            if (n > io->offset + io->length - off)
-                n = io->offset + io->length - off;
-            if (io->op == BS_READ)
-                memcpy(io->iov[i].iov_base, m->mem + off, n);
-            else
-                memcpy(m->mem + off, io->iov[i].iov_base, n);
-            off += n;
-        }
-        if (io->op == BS_WRITE) {
-            m->writes++;
-            m->last_fua = io->fua;
-        }
-        break;
-    case BS_FLUSH:
-        m->flushes++;
-        break;
-    default:
-        break;
-    }
-    io->done(io, 0);
-}
-
-static void m_close(struct bs *bs)
-{
-    struct mstore *m = bs->priv;
-    free(m->mem);
-    free(m);
-}
-
-static const struct bs_ops mstore_ops = {.name = "test", .submit = m_submit, .close = m_close};
-
-static struct bs *mstore_open(uint64_t size, bool write_cache, struct mstore **out)
-{
-    struct bs *bs = calloc(1, sizeof(*bs));
-    struct mstore *m = calloc(1, sizeof(*m));
-    m->mem = calloc(1, size);
-    bs->ops = &mstore_ops;
-    bs->size = size;
-    bs->write_cache = write_cache;
-    bs->priv = m;
-    *out = m;
-    return bs;
-}
+#include "scsi_fixture.h"
 
 /* --- fixture: LUN 0 ram 64M/512, LUN 1 test store 1M (volatile cache), LUN 2 read-only ram,
  * LUN 3 ram 16M/4096; two nexuses with their power-on UAs already cleared --- */
@@ -79,59 +21,16 @@ static struct bs *mstore_open(uint64_t size, bool write_cache, struct mstore **o
 struct fx {
     struct scsi_target tg;
     struct scsi_nexus *n1, *n2;
-    struct mstore *m;
+    struct sfx_store *m; /* LUN 1: FUA and FLUSH observable */
     struct scsi_task t;
 };
-
-static int done_calls;
-static void on_done(struct scsi_task *t)
-{
-    (void)t;
-    done_calls++;
-}
-
-static void add_lun(struct fx *f, uint64_t lun, struct bs *bs, uint32_t bsz, bool ro)
-{
-    char err[128];
-    assert_non_null(bs);
-    struct scsi_lun_config c = {.lun = lun, .bs = bs, .block_size = bsz, .read_only = ro};
-    assert_int_equal(scsi_target_add_lun(&f->tg, &c, err, sizeof(err)), 0);
-}
 
 /* Runs one command: setup, data-out copied in, exec. Returns the status; t stays set up for
  * inspection until the next run or teardown. */
 static int run(struct fx *f, struct scsi_nexus *n, uint64_t lun, const uint8_t *cdb,
                const void *out, size_t out_len)
 {
-    struct scsi_task *t = &f->t;
-    scsi_task_release(t);
-    scsi_task_init(t);
-    memcpy(t->cdb, cdb, SCSI_CDB_MAX);
-    t->lun = lun;
-    t->target = &f->tg;
-    t->nexus = n;
-    t->done = on_done;
-    t->edtl = (uint32_t)out_len; /* as a transport fills it from the command PDU */
-    t->edtl_write = out != NULL;
-    t->edtl_read = out == NULL;
-    done_calls = 0;
-    if (scsi_task_setup(t) == 0) {
-        if (t->dir == SCSI_DIR_WRITE) {
-            /* like the transport: min(CDB length, EDTL) bytes arrive */
-            size_t off = 0, want = out_len < t->xfer_len ? out_len : t->xfer_len;
-            for (int i = 0; i < t->iovcnt && off < want; i++) {
-                size_t k = t->iov[i].iov_len < want - off ? t->iov[i].iov_len : want - off;
-                memcpy(t->iov[i].iov_base, (const uint8_t *)out + off, k);
-                off += k;
-            }
-        }
-        scsi_task_exec(t);
-        assert_int_equal(done_calls, 1);
-    } else {
-        assert_int_equal(done_calls, 0);
-        assert_int_equal(t->status, SCSI_STATUS_CHECK_CONDITION);
-    }
-    return t->status;
+    return sfx_run(&f->t, &f->tg, n, lun, cdb, out, out_len, 0, SFX_CHECK_DONE | SFX_CHECK_REFUSAL);
 }
 
 static const uint8_t *data(struct fx *f)
@@ -141,21 +40,14 @@ static const uint8_t *data(struct fx *f)
 
 static void assert_sense(const struct scsi_task *t, uint8_t key, uint8_t asc, uint8_t ascq)
 {
-    assert_int_equal(t->status, SCSI_STATUS_CHECK_CONDITION);
-    assert_int_equal(t->sense_len, 18);
-    assert_int_equal(t->sense[0] & 0x7f, 0x70);
-    assert_int_equal(t->sense[7], 10);
-    assert_int_equal(t->sense[2] & 0x0f, key);
-    assert_int_equal(t->sense[12], asc);
-    assert_int_equal(t->sense[13], ascq);
+    sfx_assert_sense(t, SFX_SENSE_LEN | SFX_SENSE_FIXED, key, asc, ascq);
 }
 
 /* INVALID FIELD IN CDB with the field pointer at byte (SPC-4 §4.5.2.4.2) */
 static void assert_cdb_field(const struct scsi_task *t, unsigned byte)
 {
     assert_sense(t, 0x5, 0x24, 0x00);
-    assert_int_equal(t->sense[15] & 0xc0, 0xc0); /* SKSV, C/D=1 */
-    assert_int_equal(get_be16(t->sense + 16), byte);
+    sfx_assert_field_pointer(t, 0xc0, byte); /* SKSV, C/D=1 */
 }
 
 static const uint8_t TUR[16] = {0x00};
@@ -165,13 +57,12 @@ static int setup(void **state)
     struct fx *f = calloc(1, sizeof(*f));
     char err[128];
     assert_int_equal(scsi_target_init(&f->tg, TGT_NAME, 1), 0);
-    add_lun(f, 0, bs_open_spec("ram:64M", err, sizeof(err)), 512, false);
-    add_lun(f, 1, mstore_open(1 << 20, true, &f->m), 512, false);
-    add_lun(f, 2, bs_open_spec("ram:1M", err, sizeof(err)), 512, true);
-    add_lun(f, 3, bs_open_spec("ram:16M", err, sizeof(err)), 4096, false);
-    const uint8_t isid1[6] = {0x80, 0, 0, 0, 0, 1}, isid2[6] = {0x80, 0, 0, 0, 0, 2};
-    f->n1 = scsi_nexus_get(&f->tg, "iqn.2024-01.test:init1", isid1);
-    f->n2 = scsi_nexus_get(&f->tg, "iqn.2024-01.test:init2", isid2);
+    sfx_add_lun(&f->tg, 0, bs_open_spec("ram:64M", err, sizeof(err)), 512, false);
+    sfx_add_lun(&f->tg, 1, sfx_store_open(1 << 20, true, &f->m), 512, false);
+    sfx_add_lun(&f->tg, 2, bs_open_spec("ram:1M", err, sizeof(err)), 512, true);
+    sfx_add_lun(&f->tg, 3, bs_open_spec("ram:16M", err, sizeof(err)), 4096, false);
+    f->n1 = sfx_nexus_get(&f->tg, 1);
+    f->n2 = sfx_nexus_get(&f->tg, 2);
     for (uint64_t lun = 0; lun < 4; lun++) {
         run(f, f->n1, lun, TUR, NULL, 0);
         run(f, f->n2, lun, TUR, NULL, 0);
@@ -183,10 +74,7 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     struct fx *f = *state;
-    scsi_task_release(&f->t);
-    scsi_nexus_put(f->n1);
-    scsi_nexus_put(f->n2);
-    scsi_target_destroy(&f->tg);
+    sfx_target_down(&f->tg, &f->t, f->n1, f->n2, NULL);
     free(f);
     return 0;
 }

@@ -16,6 +16,8 @@
 #include "scsi/scsi_internal.h" /* lun->naa: the designator an initiator reads from VPD 0x83 */
 #include "util/bytes.h"
 
+#include "scsi_fixture.h"
+
 /* --- a store without map(): completions inline, or queued until the test pumps them --- */
 struct mstore {
     uint8_t *mem;
@@ -120,14 +122,6 @@ static void on_done(struct scsi_task *t)
     (*(int *)t->transport_priv)++;
 }
 
-static void add_lun(struct fx *f, uint64_t lun, struct bs *bs, uint32_t bsz, bool ro)
-{
-    char err[128];
-    assert_non_null(bs);
-    struct scsi_lun_config c = {.lun = lun, .bs = bs, .block_size = bsz, .read_only = ro};
-    assert_int_equal(scsi_target_add_lun(&f->tg, &c, err, sizeof(err)), 0);
-}
-
 /* Sets up and starts one command with out_len bytes of data-out; returns once exec returned
  * (the task may still be running on deferred completions). */
 static void start(struct fx *f, struct scsi_nexus *n, uint64_t lun, const uint8_t *cdb,
@@ -169,19 +163,14 @@ static int run(struct fx *f, struct scsi_nexus *n, uint64_t lun, const uint8_t *
 
 static void assert_sense(const struct scsi_task *t, uint8_t key, uint8_t asc, uint8_t ascq)
 {
-    assert_int_equal(t->status, SCSI_STATUS_CHECK_CONDITION);
-    assert_int_equal(t->sense_len, 18);
-    assert_int_equal(t->sense[2] & 0x0f, key);
-    assert_int_equal(t->sense[12], asc);
-    assert_int_equal(t->sense[13], ascq);
+    sfx_assert_sense(t, SFX_SENSE_LEN, key, asc, ascq);
 }
 
 /* ILLEGAL REQUEST with a field pointer into the parameter list (C/D=0) */
 static void assert_param_field(const struct scsi_task *t, uint8_t asc, uint8_t ascq, unsigned byte)
 {
     assert_sense(t, 0x5, asc, ascq);
-    assert_int_equal(t->sense[15] & 0xc0, 0x80); /* SKSV, C/D=0 */
-    assert_int_equal(get_be16(t->sense + 16), byte);
+    sfx_assert_field_pointer(t, 0x80, byte); /* SKSV, C/D=0 */
 }
 
 static const uint8_t TUR[16] = {0x00};
@@ -192,14 +181,13 @@ static int setup(void **state)
     char err[128];
     f->cur = &f->t;
     assert_int_equal(scsi_target_init(&f->tg, "iqn.2024-01.io.linerate:xcopy", 1), 0);
-    add_lun(f, 0, bs_open_spec("ram:64M", err, sizeof(err)), 512, false);
-    add_lun(f, 1, mstore_open(4 << 20, &f->m1), 512, false);
-    add_lun(f, 2, bs_open_spec("ram:1M", err, sizeof(err)), 512, true);
-    add_lun(f, 3, bs_open_spec("ram:16M", err, sizeof(err)), 4096, false);
-    add_lun(f, 4, mstore_open(4 << 20, &f->m4), 512, false);
-    const uint8_t isid1[6] = {0x80, 0, 0, 0, 0, 1}, isid2[6] = {0x80, 0, 0, 0, 0, 2};
-    f->n1 = scsi_nexus_get(&f->tg, "iqn.2024-01.test:init1", isid1);
-    f->n2 = scsi_nexus_get(&f->tg, "iqn.2024-01.test:init2", isid2);
+    sfx_add_lun(&f->tg, 0, bs_open_spec("ram:64M", err, sizeof(err)), 512, false);
+    sfx_add_lun(&f->tg, 1, mstore_open(4 << 20, &f->m1), 512, false);
+    sfx_add_lun(&f->tg, 2, bs_open_spec("ram:1M", err, sizeof(err)), 512, true);
+    sfx_add_lun(&f->tg, 3, bs_open_spec("ram:16M", err, sizeof(err)), 4096, false);
+    sfx_add_lun(&f->tg, 4, mstore_open(4 << 20, &f->m4), 512, false);
+    f->n1 = sfx_nexus_get(&f->tg, 1);
+    f->n2 = sfx_nexus_get(&f->tg, 2);
     for (uint64_t lun = 0; lun < 5; lun++) {
         run(f, f->n1, lun, TUR, NULL, 0);
         run(f, f->n2, lun, TUR, NULL, 0);
@@ -211,11 +199,8 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     struct fx *f = *state;
-    scsi_task_release(&f->t);
     scsi_task_release(&f->t2);
-    scsi_nexus_put(f->n1);
-    scsi_nexus_put(f->n2);
-    scsi_target_destroy(&f->tg);
+    sfx_target_down(&f->tg, &f->t, f->n1, f->n2, NULL);
     free(f);
     return 0;
 }
