@@ -11,7 +11,7 @@ secs=${3:-5}
 mkdir -p "$out"
 bench=$build/linerate-bench
 sizes=512,1k,2k,4k,8k,16k,64k,128k,256k
-port=$((20000 + RANDOM % 20000))
+port=$((20000 + RANDOM % 10000)) # tgtadm -C takes control ports below 32768
 
 "$build/linerate-target" --listen "127.0.0.1:$port" --lun ram:1G --log-level warn \
   >"$out/target.url" 2>"$out/target.log" &
