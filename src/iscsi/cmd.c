@@ -481,9 +481,35 @@ void cmd_handle_scsi_data_done(struct iscsi_conn *c)
 
 /* ---------------- Data-Out ---------------- */
 
+/* A Data-Out that does not continue its sequence (DataSN or offset) means a PDU was lost, and
+ * at ERL 0 nothing is retransmitted. RFC 7143 §7.8 lets the target end the command instead of
+ * the connection: swallow the rest of the task's data, then answer CHECK CONDITION, ABORTED
+ * COMMAND, PROTOCOL SERVICE CRC ERROR (a sequence error implies a digest error, §7.9). */
+static void data_out_sequence_failed(struct iscsi_conn *c, struct iscsi_task *t, const char *why,
+                                     uint32_t ttt, uint32_t datasn, uint32_t off, uint32_t len)
+{
+    LOG_WARN("%s: ITT 0x%08x: %s (TTT 0x%08x DataSN %u offset %u length %u); the command ends "
+             "with CHECK CONDITION",
+             c->peer, t->itt, why, ttt, datasn, off, len);
+    t->seq_failed = true;
+    t->r2t_offset = t->data_expected; /* solicit nothing more */
+}
+
+/* After a sequence error, once every outstanding R2T and the unsolicited burst are closed by
+ * their F bit, the command is answered. */
+static void data_out_maybe_terminate(struct iscsi_task *t)
+{
+    if (!t->seq_failed || t->refused || t->r2t_outstanding || t->unsol_remaining)
+        return;
+    t->refused = true;
+    scsi_task_set_sense(&t->scsi, 0x0b, 0x47, 0x05);
+    t->data_expected = t->data_received;
+}
+
 /* Data-Out header checks (§11.7): the PDU must continue its sequence exactly — right TTT,
- * next DataSN, next offset (DataPDUInOrder=Yes), within the burst. At ERL 0 a sequence error
- * cannot be recovered: the connection is dropped. */
+ * next DataSN, next offset (DataPDUInOrder=Yes), within the burst. A TTT we never gave or a
+ * PDU longer than its burst is a protocol error that closes the connection; a DataSN or offset
+ * out of sequence ends just the command (above). */
 void cmd_handle_data_out_header(struct iscsi_conn *c)
 {
     struct iscsi_bhs *h = &c->rx_bhs;
@@ -497,33 +523,35 @@ void cmd_handle_data_out_header(struct iscsi_conn *c)
     uint32_t off = bhs_get32(h, BHS_BUFFER_OFFSET);
     uint32_t datasn = bhs_get32(h, BHS_DATASN);
     uint32_t len = c->rx_dlen;
-    const char *err = NULL;
+    const char *err = NULL, *seq_err = NULL;
     if (ttt == ISCSI_RSVD_TAG) {
-        if (len > t->unsol_remaining)
+        if (len > t->unsol_remaining && !t->seq_failed)
             err = "unsolicited Data-Out beyond FirstBurstLength";
         else if (datasn != t->unsol_datasn)
-            err = "unsolicited Data-Out DataSN out of sequence";
+            seq_err = "unsolicited Data-Out DataSN out of sequence";
         else if (off != t->unsol_next_off)
-            err = "unsolicited Data-Out buffer offset out of order";
+            seq_err = "unsolicited Data-Out buffer offset out of order";
     } else {
         struct r2t_seq *seq = r2t_slot_find(t, ttt);
         if (!seq)
             err = "Data-Out with an unknown Target Transfer Tag";
         else if (datasn != seq->datasn)
-            err = "Data-Out DataSN out of sequence";
+            seq_err = "Data-Out DataSN out of sequence";
         else if (off != seq->offset + seq->got)
-            err = "Data-Out buffer offset out of order";
-        else if (len > seq->len - seq->got)
+            seq_err = "Data-Out buffer offset out of order";
+        else if (len > seq->len - seq->got && !t->seq_failed)
             err = "Data-Out longer than the R2T asked for";
     }
     if (err) {
         LOG_WARN("%s: ITT 0x%08x: %s (TTT 0x%08x DataSN %u offset %u length %u)", c->peer, t->itt,
                  err, ttt, datasn, off, len);
-        conn_close(c, "Data-Out sequence error (ERL 0)");
+        conn_close(c, "Data-Out protocol error (ERL 0)");
         return;
     }
+    if (seq_err && !t->seq_failed)
+        data_out_sequence_failed(c, t, seq_err, ttt, datasn, off, len);
     c->rx_task = t;
-    if (t->refused || off >= t->data_expected) {
+    if (t->seq_failed || t->refused || off >= t->data_expected) {
         c->rx_discard = true;
         return;
     }
@@ -545,7 +573,7 @@ void cmd_handle_data_out_done(struct iscsi_conn *c)
     uint32_t off = bhs_get32(h, BHS_BUFFER_OFFSET);
     uint32_t len = c->rx_dlen;
     bool final = h->b[1] & ISCSI_FLAG_FINAL;
-    if (off < t->data_expected) {
+    if (!t->seq_failed && off < t->data_expected) {
         uint32_t take = len;
         if (take > t->data_expected - off)
             take = t->data_expected - off;
@@ -554,15 +582,15 @@ void cmd_handle_data_out_done(struct iscsi_conn *c)
     if (ttt == ISCSI_RSVD_TAG) {
         t->unsol_datasn++;
         t->unsol_next_off += len;
-        t->unsol_remaining -= len;
+        t->unsol_remaining = len >= t->unsol_remaining ? 0 : t->unsol_remaining - len;
         if (final)
             t->unsol_remaining = 0; /* the initiator ended the unsolicited burst early */
     } else {
         struct r2t_seq *seq = r2t_slot_find(t, ttt);
-        seq->got += len;
+        seq->got = len >= seq->len - seq->got ? seq->len : seq->got + len;
         seq->datasn++;
         if (final || seq->got == seq->len) {
-            if (seq->got != seq->len) {
+            if (seq->got != seq->len && !t->seq_failed) {
                 LOG_WARN("%s: ITT 0x%08x: R2T sequence ended after %u of %u bytes", c->peer, t->itt,
                          seq->got, seq->len);
                 conn_close(c, "Data-Out sequence error (ERL 0)");
@@ -570,10 +598,11 @@ void cmd_handle_data_out_done(struct iscsi_conn *c)
             }
             seq->used = false;
             t->r2t_outstanding--;
-            if (!t->refused)
+            if (!t->refused && !t->seq_failed)
                 send_r2ts(c, t);
         }
     }
+    data_out_maybe_terminate(t);
     cmd_maybe_exec(t);
 }
 

@@ -79,8 +79,9 @@ struct iscsi_task {
     uint32_t cmdsn;
     uint32_t edtl;
     bool immediate;
-    bool refused; /* setup refused: swallow data-out, then answer */
-    bool aborted; /* a TMF aborted it: never answer */
+    bool refused;    /* setup refused: swallow data-out, then answer */
+    bool aborted;    /* a TMF aborted it: never answer */
+    bool seq_failed; /* a Data-Out sequence error: swallow the rest, then CHECK CONDITION */
     bool in_hash;
     enum iscsi_task_state state;
     /* write bookkeeping */

@@ -653,9 +653,10 @@ class Hostile:
         s.nop()
         # A write waiting for R2T data, then one bad Data-Out (wrong TTT, offsets beyond the
         # buffer or out of order, wrong DataSN, more than the R2T asked for). ERL 0 allows
-        # dropping the PDU (then the good data completes the write) or closing the connection.
+        # dropping the PDU (then the good data completes the write), ending the command with
+        # CHECK CONDITION once its data is in (RFC 7143 §7.8), or closing the connection.
         blocks = 16
-        do_res = {"closed": 0, "dropped": 0, "rejected": 0}
+        do_res = {"closed": 0, "dropped": 0, "rejected": 0, "terminated": 0}
 
         def start_write(sess, wd):
             itt = sess.next_itt()
@@ -667,14 +668,23 @@ class Hostile:
             return itt, struct.unpack(">I", rh[20:24])[0]
 
         def finish_write(sess, itt, ttt, wd, what):
+            """Returns "dropped" (the bad PDU was ignored, the write completed) or "terminated"
+            (RFC 7143 §7.8: the command ended with CHECK CONDITION, ABORTED COMMAND)."""
             sess.c.send_pdu(bhs(OP_DATA_OUT, 0x80, b"\0" * 8, itt, ttt, 0, sess.expstatsn,
                                 struct.pack(">III", 0, 0, 0), data=wd), wd)
             rh, rd = sess.recv()
             check(rh[0] & 0x3F == OP_SCSI_RSP and struct.unpack(">I", rh[16:20])[0] == itt,
                   "write after %s: no status (op 0x%02x)" % (what, rh[0]))
+            if rh[3] == 2:
+                sense = rd[2:2 + struct.unpack(">H", rd[0:2])[0]] if len(rd) >= 2 else b""
+                check(sense_kaa(sense)[0] == 0x0B,
+                      "write after %s: CHECK CONDITION %s, not ABORTED COMMAND" %
+                      (what, sense_kaa(sense)))
+                return "terminated"
             check(rh[3] == 0, "write after %s: status 0x%02x" % (what, rh[3]))
             st, _, back = sess.scsi(cdb_rw10(0x28, 1000, blocks), read_len=len(wd))
             check(st == 0 and back == wd, "write after %s: data corrupted" % what)
+            return "dropped"
 
         wlen = blocks * BLOCK
         bad = [("offset 1 GiB", 0, 1 << 30, 0, 512), ("offset = EDTL", 0, wlen, 0, 512),
@@ -694,8 +704,7 @@ class Hostile:
             if o == "closed":
                 do_res["closed"] += 1
             elif o == "timeout":
-                finish_write(s, itt, ttt, wd, what)
-                do_res["dropped"] += 1
+                do_res[finish_write(s, itt, ttt, wd, what)] += 1
             else:
                 check(o[0][0] & 0x3F == OP_REJECT, "bad Data-Out (%s): answered with 0x%02x" %
                       (what, o[0][0]))
