@@ -81,14 +81,11 @@ static uint32_t task_wanted(const struct iscsi_task *t)
 
 static void send_scsi_response(struct iscsi_conn *c, struct iscsi_task *t)
 {
-    struct tx_pdu *p = conn_tx_alloc(c);
-    if (!p) {
-        conn_close(c, "out of memory");
+    struct tx_pdu *p = conn_pdu_new(c, ISCSI_OP_SCSI_RSP, 0);
+    if (!p)
         return;
-    }
     struct iscsi_bhs *h = (struct iscsi_bhs *)p->hdr;
     uint8_t flags = ISCSI_FLAG_FINAL;
-    bhs_init(h, ISCSI_OP_SCSI_RSP, 0);
     h->b[BHS_RESPONSE] = 0; /* command completed at target */
     h->b[BHS_STATUS] = t->scsi.status;
     bhs_put32(h, BHS_ITT, t->itt);
@@ -139,11 +136,9 @@ static void send_data_in(struct iscsi_conn *c, struct iscsi_task *t)
             len = c->max_send_dsl;
         if (len > burst - in_burst)
             len = burst - in_burst;
-        struct tx_pdu *p = conn_tx_alloc(c);
-        if (!p) {
-            conn_close(c, "out of memory");
+        struct tx_pdu *p = conn_pdu_new(c, ISCSI_OP_DATA_IN, 0);
+        if (!p)
             break;
-        }
         struct iscsi_bhs *h = (struct iscsi_bhs *)p->hdr;
         bool last = off + len == total;
         in_burst += len;
@@ -152,7 +147,6 @@ static void send_data_in(struct iscsi_conn *c, struct iscsi_task *t)
             flags |= ISCSI_FLAG_FINAL;
             in_burst = 0;
         }
-        bhs_init(h, ISCSI_OP_DATA_IN, 0);
         memcpy(h->b + BHS_LUN, t->req.b + BHS_LUN, 8);
         bhs_put32(h, BHS_ITT, t->itt);
         bhs_put32(h, BHS_TTT, ISCSI_RSVD_TAG);
@@ -302,17 +296,14 @@ static void send_r2ts(struct iscsi_conn *c, struct iscsi_task *t)
         uint32_t len = t->data_expected - t->r2t_offset;
         if (len > burst)
             len = burst;
-        struct tx_pdu *p = conn_tx_alloc(c);
-        if (!p) {
-            conn_close(c, "out of memory");
+        struct tx_pdu *p = conn_pdu_new(c, ISCSI_OP_R2T, ISCSI_FLAG_FINAL);
+        if (!p)
             return;
-        }
         uint32_t ttt = c->next_ttt++;
         if (ttt == ISCSI_RSVD_TAG)
             ttt = c->next_ttt++;
         *seq = (struct r2t_seq){.ttt = ttt, .offset = t->r2t_offset, .len = len, .used = true};
         struct iscsi_bhs *h = (struct iscsi_bhs *)p->hdr;
-        bhs_init(h, ISCSI_OP_R2T, ISCSI_FLAG_FINAL);
         memcpy(h->b + BHS_LUN, t->req.b + BHS_LUN, 8);
         bhs_put32(h, BHS_ITT, t->itt);
         bhs_put32(h, BHS_TTT, ttt);

@@ -225,6 +225,17 @@ static void tx_release(struct iscsi_conn *c, struct tx_pdu *p)
     }
 }
 
+struct tx_pdu *conn_pdu_new(struct iscsi_conn *c, enum iscsi_opcode op, uint8_t flags)
+{
+    struct tx_pdu *p = conn_tx_alloc(c);
+    if (!p) {
+        conn_close(c, "out of memory");
+        return NULL;
+    }
+    bhs_init((struct iscsi_bhs *)p->hdr, op, flags);
+    return p;
+}
+
 void conn_send(struct iscsi_conn *c, struct tx_pdu *p)
 {
     if (c->dead) {
@@ -373,13 +384,10 @@ void conn_fill_sn(struct iscsi_conn *c, struct iscsi_bhs *h, bool advance)
 /* RFC 7143 §11.17: a Reject carries the offending header as its data. */
 void conn_send_reject(struct iscsi_conn *c, const struct iscsi_bhs *bad, uint8_t reason)
 {
-    struct tx_pdu *p = conn_tx_alloc(c);
-    if (!p) {
-        conn_close(c, "out of memory");
+    struct tx_pdu *p = conn_pdu_new(c, ISCSI_OP_REJECT, ISCSI_FLAG_FINAL);
+    if (!p)
         return;
-    }
     struct iscsi_bhs *h = (struct iscsi_bhs *)p->hdr;
-    bhs_init(h, ISCSI_OP_REJECT, ISCSI_FLAG_FINAL);
     h->b[BHS_REJECT_REASON] = reason;
     bhs_put32(h, BHS_ITT, ISCSI_RSVD_TAG);
     conn_fill_sn(c, h, true);
@@ -746,13 +754,10 @@ static void nop_out_handle(struct iscsi_conn *c)
     }
     if (itt == ISCSI_RSVD_TAG)
         return; /* a ping that asks for no answer */
-    struct tx_pdu *p = conn_tx_alloc(c);
-    if (!p) {
-        conn_close(c, "out of memory");
+    struct tx_pdu *p = conn_pdu_new(c, ISCSI_OP_NOP_IN, ISCSI_FLAG_FINAL);
+    if (!p)
         return;
-    }
     struct iscsi_bhs *h = (struct iscsi_bhs *)p->hdr;
-    bhs_init(h, ISCSI_OP_NOP_IN, ISCSI_FLAG_FINAL);
     memcpy(h->b + BHS_LUN, req->b + BHS_LUN, 8);
     bhs_put32(h, BHS_ITT, itt);
     bhs_put32(h, BHS_TTT, ISCSI_RSVD_TAG);
@@ -781,13 +786,10 @@ static void logout_handle(struct iscsi_conn *c)
         conn_send_reject(c, req, ISCSI_REJECT_PROTOCOL_ERROR);
         return;
     }
-    struct tx_pdu *p = conn_tx_alloc(c);
-    if (!p) {
-        conn_close(c, "out of memory");
+    struct tx_pdu *p = conn_pdu_new(c, ISCSI_OP_LOGOUT_RSP, ISCSI_FLAG_FINAL);
+    if (!p)
         return;
-    }
     struct iscsi_bhs *h = (struct iscsi_bhs *)p->hdr;
-    bhs_init(h, ISCSI_OP_LOGOUT_RSP, ISCSI_FLAG_FINAL);
     h->b[BHS_RESPONSE] = response;
     bhs_put32(h, BHS_ITT, bhs_get32(req, BHS_ITT));
     conn_fill_sn(c, h, true);
@@ -857,11 +859,10 @@ static void conn_handle_pdu(struct iscsi_conn *c)
 
 static void conn_send_nop_ping(struct iscsi_conn *c)
 {
-    struct tx_pdu *p = conn_tx_alloc(c);
+    struct tx_pdu *p = conn_pdu_new(c, ISCSI_OP_NOP_IN, ISCSI_FLAG_FINAL);
     if (!p)
         return;
     struct iscsi_bhs *h = (struct iscsi_bhs *)p->hdr;
-    bhs_init(h, ISCSI_OP_NOP_IN, ISCSI_FLAG_FINAL);
     bhs_put32(h, BHS_ITT, ISCSI_RSVD_TAG);
     c->nop_ttt = c->next_ttt++;
     if (c->nop_ttt == ISCSI_RSVD_TAG)

@@ -34,13 +34,11 @@ static void text_send_chunk(struct iscsi_conn *c, const struct iscsi_bhs *req)
     uint32_t max = c->max_send_dsl;
     uint32_t n = left < max ? left : max;
     bool more = left > n;
-    struct tx_pdu *p = conn_tx_alloc(c);
-    if (!p) {
-        conn_close(c, "out of memory");
+    struct tx_pdu *p =
+        conn_pdu_new(c, ISCSI_OP_TEXT_RSP, more ? ISCSI_FLAG_CONTINUE : ISCSI_FLAG_FINAL);
+    if (!p)
         return;
-    }
     struct iscsi_bhs *h = (struct iscsi_bhs *)p->hdr;
-    bhs_init(h, ISCSI_OP_TEXT_RSP, more ? ISCSI_FLAG_CONTINUE : ISCSI_FLAG_FINAL);
     memcpy(h->b + BHS_LUN, req->b + BHS_LUN, 8);
     bhs_put32(h, BHS_ITT, bhs_get32(req, BHS_ITT));
     bhs_put32(h, BHS_TTT, more ? TEXT_TTT : ISCSI_RSVD_TAG);
@@ -86,11 +84,10 @@ void text_handle(struct iscsi_conn *c)
     }
     if (cont || !final) {
         /* More request text follows: answer empty, asking for it (§11.10.2). */
-        struct tx_pdu *p = conn_tx_alloc(c);
+        struct tx_pdu *p = conn_pdu_new(c, ISCSI_OP_TEXT_RSP, 0);
         if (!p)
             return;
         struct iscsi_bhs *h = (struct iscsi_bhs *)p->hdr;
-        bhs_init(h, ISCSI_OP_TEXT_RSP, 0);
         bhs_put32(h, BHS_ITT, bhs_get32(req, BHS_ITT));
         bhs_put32(h, BHS_TTT, TEXT_TTT);
         conn_fill_sn(c, h, true);

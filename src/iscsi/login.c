@@ -53,13 +53,10 @@ void login_conn_cleanup(struct iscsi_conn *c)
 
 static struct tx_pdu *login_rsp_alloc(struct iscsi_conn *c, uint8_t flags)
 {
-    struct tx_pdu *p = conn_tx_alloc(c);
-    if (!p) {
-        conn_close(c, "out of memory");
+    struct tx_pdu *p = conn_pdu_new(c, ISCSI_OP_LOGIN_RSP, flags);
+    if (!p)
         return NULL;
-    }
     struct iscsi_bhs *h = (struct iscsi_bhs *)p->hdr;
-    bhs_init(h, ISCSI_OP_LOGIN_RSP, flags);
     h->b[BHS_VERSION_MAX] = 0;
     h->b[BHS_VERSION_MIN] = 0; /* version-active */
     memcpy(h->b + BHS_ISID, c->login_isid, 6);

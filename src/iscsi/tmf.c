@@ -10,13 +10,10 @@
 
 static void tmf_respond(struct iscsi_conn *c, const struct iscsi_bhs *req, uint8_t response)
 {
-    struct tx_pdu *p = conn_tx_alloc(c);
-    if (!p) {
-        conn_close(c, "out of memory");
+    struct tx_pdu *p = conn_pdu_new(c, ISCSI_OP_TMF_RSP, ISCSI_FLAG_FINAL);
+    if (!p)
         return;
-    }
     struct iscsi_bhs *h = (struct iscsi_bhs *)p->hdr;
-    bhs_init(h, ISCSI_OP_TMF_RSP, ISCSI_FLAG_FINAL);
     h->b[BHS_RESPONSE] = response;
     bhs_put32(h, BHS_ITT, bhs_get32(req, BHS_ITT));
     conn_fill_sn(c, h, true);
