@@ -22,12 +22,9 @@ struct sanitize_ctx {
     struct scsi_lun *lu;
     struct scsi_task *t; /* NULL once answered early (IMMED=1) */
     struct scsi_rl_req lock;
-    bool unmap, invert;
+    bool invert;
     unsigned passes, pass;
-    uint64_t off, size;
-    uint8_t *chunk;
-    size_t chunk_len;
-    struct iovec iov;
+    struct sbc_fill fill; /* one pass over the whole LUN */
 };
 
 scsi_sr sbc_parse_sanitize(struct scsi_task *t, const struct scsi_cmd *c, struct scsi_req *r)
@@ -53,32 +50,15 @@ scsi_sr sbc_parse_sanitize(struct scsi_task *t, const struct scsi_cmd *c, struct
 static bool sanitize_next(struct sbc_seq *s, struct bs_io *io)
 {
     struct sanitize_ctx *z = container_of(s, struct sanitize_ctx, seq);
-    if (z->off >= z->size) {
+    if (z->fill.off >= z->fill.end) {
         if (++z->pass >= z->passes)
             return false;
-        z->off = 0;
+        z->fill.off = 0;
         if (z->invert) /* §5.30.2.2: the pattern is inverted between consecutive passes */
-            for (size_t i = 0; i < z->chunk_len; i++)
-                z->chunk[i] = (uint8_t)~z->chunk[i];
+            for (size_t i = 0; i < z->fill.chunk_len; i++)
+                z->fill.chunk[i] = (uint8_t)~z->fill.chunk[i];
     }
-    if (z->unmap) {
-        io->op = BS_UNMAP;
-        io->offset = 0;
-        io->length = z->size;
-        z->off = z->size;
-        return true;
-    }
-    uint64_t n = z->size - z->off < z->chunk_len ? z->size - z->off : z->chunk_len;
-    z->iov.iov_base = z->chunk;
-    z->iov.iov_len = (size_t)n;
-    io->op = BS_WRITE;
-    io->offset = z->off;
-    io->length = n;
-    io->iov = &z->iov;
-    io->iovcnt = 1;
-    io->fua = true; /* sanitized means on the medium, not in a cache */
-    z->off += n;
-    return true;
+    return sbc_fill_next(&z->fill, io);
 }
 
 static void sanitize_done(struct sbc_seq *s, int err)
@@ -88,7 +68,7 @@ static void sanitize_done(struct sbc_seq *s, int err)
     struct scsi_task *t = z->t;
     scsi_rl_release(&lu->rl, &z->lock);
     atomic_store(&lu->sanitize, err ? SANITIZE_FAILED : SANITIZE_IDLE);
-    free(z->chunk);
+    free(z->fill.chunk);
     free(z);
     if (t)
         scsi_task_complete(t, err ? SR_SANITIZE_FAILED : SR_OK);
@@ -144,16 +124,17 @@ void sbc_exec_sanitize(struct scsi_task *t, const struct scsi_cmd *c)
     }
     z->lu = lu;
     z->t = t;
-    z->size = scsi_lun_size_bytes(lu);
+    z->fill.end = scsi_lun_size_bytes(lu);
+    z->fill.fua = true; /* sanitized means on the medium, not in a cache */
     z->passes = count;
     z->invert = invert;
-    z->unmap = c->sa == SA_BLOCK_ERASE && sbc_thin(lu);
-    if (!z->unmap) {
+    z->fill.unmap = c->sa == SA_BLOCK_ERASE && sbc_thin(lu);
+    if (!z->fill.unmap) {
         static const uint8_t zero[1];
-        z->chunk_len = z->size < SANITIZE_CHUNK ? (size_t)z->size : SANITIZE_CHUNK;
-        z->chunk = plen ? sbc_pattern_buffer(z->chunk_len, lu->block_size, p + 4, plen)
-                        : sbc_pattern_buffer(z->chunk_len, lu->block_size, zero, 1);
-        if (!z->chunk) {
+        z->fill.chunk_len = z->fill.end < SANITIZE_CHUNK ? (size_t)z->fill.end : SANITIZE_CHUNK;
+        z->fill.chunk = plen ? sbc_pattern_buffer(z->fill.chunk_len, lu->block_size, p + 4, plen)
+                             : sbc_pattern_buffer(z->fill.chunk_len, lu->block_size, zero, 1);
+        if (!z->fill.chunk) {
             free(z);
             scsi_task_complete(t, SR_INSUFFICIENT_RESOURCES);
             return;
@@ -162,7 +143,7 @@ void sbc_exec_sanitize(struct scsi_task *t, const struct scsi_cmd *c)
     int idle = SANITIZE_IDLE, failed = SANITIZE_FAILED;
     if (!atomic_compare_exchange_strong(&lu->sanitize, &idle, SANITIZE_RUNNING) &&
         !atomic_compare_exchange_strong(&lu->sanitize, &failed, SANITIZE_RUNNING)) {
-        free(z->chunk);
+        free(z->fill.chunk);
         free(z);
         scsi_task_complete(t, SR_SANITIZE_IN_PROGRESS); /* another one got there first */
         return;
@@ -175,7 +156,7 @@ void sbc_exec_sanitize(struct scsi_task *t, const struct scsi_cmd *c)
     z->seq.next = sanitize_next;
     z->seq.done = sanitize_done;
     z->lock = (struct scsi_rl_req){
-        .off = 0, .len = z->size, .excl = true, .granted = sanitize_granted, .arg = z};
+        .off = 0, .len = z->fill.end, .excl = true, .granted = sanitize_granted, .arg = z};
     if (scsi_rl_acquire(&lu->rl, &z->lock))
         sbc_seq_run(&z->seq);
 }

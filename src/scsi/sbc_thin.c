@@ -214,15 +214,35 @@ void sbc_exec_unmap(struct scsi_task *t, const struct scsi_cmd *c)
 
 /* --- WRITE SAME 10/16 (SBC-4 §5.49, §5.50) --- */
 
+bool sbc_fill_next(struct sbc_fill *f, struct bs_io *io)
+{
+    if (f->off >= f->end)
+        return false;
+    if (f->unmap) { /* one call: the store frees the whole range */
+        io->op = BS_UNMAP;
+        io->offset = f->off;
+        io->length = f->end - f->off;
+        f->off = f->end;
+        return true;
+    }
+    uint64_t n = f->end - f->off < f->chunk_len ? f->end - f->off : f->chunk_len;
+    f->iov.iov_base = f->chunk;
+    f->iov.iov_len = (size_t)n;
+    io->op = BS_WRITE;
+    io->offset = f->off;
+    io->length = n;
+    io->iov = &f->iov;
+    io->iovcnt = 1;
+    io->fua = f->fua;
+    f->off += n;
+    return true;
+}
+
 struct ws_ctx {
     struct sbc_seq seq;
     struct scsi_task *t;
     struct scsi_rl_req lock;
-    uint64_t off, end; /* bytes still to write or unmap */
-    bool unmap;
-    uint8_t *chunk;
-    size_t chunk_len;
-    struct iovec iov;
+    struct sbc_fill fill; /* the bytes still to write or unmap */
 };
 
 scsi_sr sbc_parse_write_same(struct scsi_task *t, const struct scsi_cmd *c, struct scsi_req *r)
@@ -259,26 +279,7 @@ scsi_sr sbc_parse_write_same(struct scsi_task *t, const struct scsi_cmd *c, stru
 static bool ws_next(struct sbc_seq *s, struct bs_io *io)
 {
     struct ws_ctx *w = container_of(s, struct ws_ctx, seq);
-    if (w->off >= w->end)
-        return false;
-    if (w->unmap) { /* one call: the store frees the whole range */
-        io->op = BS_UNMAP;
-        io->offset = w->off;
-        io->length = w->end - w->off;
-        w->off = w->end;
-        return true;
-    }
-    uint64_t n = w->end - w->off < w->chunk_len ? w->end - w->off : w->chunk_len;
-    w->iov.iov_base = w->chunk;
-    w->iov.iov_len = (size_t)n;
-    io->op = BS_WRITE;
-    io->offset = w->off;
-    io->length = n;
-    io->iov = &w->iov;
-    io->iovcnt = 1;
-    io->fua = w->t->io.fua;
-    w->off += n;
-    return true;
+    return sbc_fill_next(&w->fill, io);
 }
 
 static void ws_done(struct sbc_seq *s, int err)
@@ -286,7 +287,7 @@ static void ws_done(struct sbc_seq *s, int err)
     struct ws_ctx *w = container_of(s, struct ws_ctx, seq);
     struct scsi_task *t = w->t;
     scsi_rl_release(&t->lu->rl, &w->lock);
-    free(w->chunk);
+    free(w->fill.chunk);
     free(w);
     scsi_task_complete(t, err ? io_reason(err) : SR_OK);
 }
@@ -319,20 +320,22 @@ void sbc_exec_write_same(struct scsi_task *t, const struct scsi_cmd *c)
         return;
     }
     w->t = t;
-    w->off = t->io.offset;
-    w->end = t->io.offset + t->io.length;
-    w->unmap = (t->cdb[1] & 0x08) && sbc_thin(lu);
-    if (!w->unmap) {
-        w->chunk_len = t->io.length < FILL_CHUNK ? (size_t)t->io.length : FILL_CHUNK;
+    w->fill.off = t->io.offset;
+    w->fill.end = t->io.offset + t->io.length;
+    w->fill.fua = t->io.fua;
+    w->fill.unmap = (t->cdb[1] & 0x08) && sbc_thin(lu);
+    if (!w->fill.unmap) {
+        w->fill.chunk_len = t->io.length < FILL_CHUNK ? (size_t)t->io.length : FILL_CHUNK;
         if (zero) {
             void *p = NULL;
-            if (!posix_memalign(&p, 4096, w->chunk_len))
-                memset(p, 0, w->chunk_len);
-            w->chunk = p;
+            if (!posix_memalign(&p, 4096, w->fill.chunk_len))
+                memset(p, 0, w->fill.chunk_len);
+            w->fill.chunk = p;
         } else {
-            w->chunk = sbc_pattern_buffer(w->chunk_len, lu->block_size, block, lu->block_size);
+            w->fill.chunk =
+                sbc_pattern_buffer(w->fill.chunk_len, lu->block_size, block, lu->block_size);
         }
-        if (!w->chunk) {
+        if (!w->fill.chunk) {
             free(w);
             scsi_task_complete(t, SR_INSUFFICIENT_RESOURCES);
             return;

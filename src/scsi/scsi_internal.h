@@ -357,6 +357,18 @@ void sbc_seq_run(struct sbc_seq *s);
  * memory. */
 uint8_t *sbc_pattern_buffer(size_t len, uint32_t block_size, const uint8_t *pat, size_t plen);
 
+/* A range [off, end) written chunk by chunk from one pattern buffer, or unmapped in one request:
+ * what WRITE SAME and SANITIZE share. */
+struct sbc_fill {
+    uint64_t off, end;
+    bool unmap, fua;
+    uint8_t *chunk; /* chunk_len bytes of pattern (NULL when unmapping) */
+    size_t chunk_len;
+    struct iovec iov;
+};
+/* The next request of the fill into io; false once the range is done. */
+bool sbc_fill_next(struct sbc_fill *f, struct bs_io *io);
+
 /* --- removable medium (sbc_removable.c): SBC-3 §5.x START STOP UNIT, SPC-4 §6.13 PREVENT
  * ALLOW MEDIUM REMOVAL --- */
 /* NOT READY, MEDIUM NOT PRESENT for a command that needs the medium while it is ejected
