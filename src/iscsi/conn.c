@@ -236,6 +236,19 @@ struct tx_pdu *conn_pdu_new(struct iscsi_conn *c, enum iscsi_opcode op, uint8_t 
     return p;
 }
 
+void conn_send_response(struct iscsi_conn *c, enum iscsi_opcode op, const struct iscsi_bhs *req,
+                        uint8_t response)
+{
+    struct tx_pdu *p = conn_pdu_new(c, op, ISCSI_FLAG_FINAL);
+    if (!p)
+        return;
+    struct iscsi_bhs *h = (struct iscsi_bhs *)p->hdr;
+    h->b[BHS_RESPONSE] = response;
+    bhs_put32(h, BHS_ITT, bhs_get32(req, BHS_ITT));
+    conn_fill_sn(c, h, true);
+    conn_send(c, p);
+}
+
 void conn_send(struct iscsi_conn *c, struct tx_pdu *p)
 {
     if (c->dead) {
@@ -786,16 +799,8 @@ static void logout_handle(struct iscsi_conn *c)
         conn_send_reject(c, req, ISCSI_REJECT_PROTOCOL_ERROR);
         return;
     }
-    struct tx_pdu *p = conn_pdu_new(c, ISCSI_OP_LOGOUT_RSP, ISCSI_FLAG_FINAL);
-    if (!p)
-        return;
-    struct iscsi_bhs *h = (struct iscsi_bhs *)p->hdr;
-    h->b[BHS_RESPONSE] = response;
-    bhs_put32(h, BHS_ITT, bhs_get32(req, BHS_ITT));
-    conn_fill_sn(c, h, true);
-    put_be16(h->b + BHS_TIME2WAIT, 0);
-    put_be16(h->b + BHS_TIME2RETAIN, 0);
-    conn_send(c, p);
+    /* Time2Wait and Time2Retain stay 0: nothing to wait for or retain at ERL 0 (§11.15). */
+    conn_send_response(c, ISCSI_OP_LOGOUT_RSP, req, response);
     if (response != 0)
         return;
     LOG_INFO("%s: logout (%s)", c->peer,

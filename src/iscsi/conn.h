@@ -236,6 +236,10 @@ struct tx_pdu *conn_tx_alloc(struct iscsi_conn *c);
 /* A PDU with its BHS started (opcode, flags); NULL, with the connection closed, when memory ran
  * out. */
 struct tx_pdu *conn_pdu_new(struct iscsi_conn *c, enum iscsi_opcode op, uint8_t flags);
+/* A response that carries only a Response byte, the request's ITT and the sequence numbers
+ * (TMF, Logout). */
+void conn_send_response(struct iscsi_conn *c, enum iscsi_opcode op, const struct iscsi_bhs *req,
+                        uint8_t response);
 /* Queue a PDU with a copy of `data` (text, sense, reject): header must be filled except the
  * data segment length, which is set here. */
 void conn_send_copy(struct iscsi_conn *c, struct tx_pdu *p, const void *data, uint32_t len);

@@ -10,14 +10,7 @@
 
 static void tmf_respond(struct iscsi_conn *c, const struct iscsi_bhs *req, uint8_t response)
 {
-    struct tx_pdu *p = conn_pdu_new(c, ISCSI_OP_TMF_RSP, ISCSI_FLAG_FINAL);
-    if (!p)
-        return;
-    struct iscsi_bhs *h = (struct iscsi_bhs *)p->hdr;
-    h->b[BHS_RESPONSE] = response;
-    bhs_put32(h, BHS_ITT, bhs_get32(req, BHS_ITT));
-    conn_fill_sn(c, h, true);
-    conn_send(c, p);
+    conn_send_response(c, ISCSI_OP_TMF_RSP, req, response);
 }
 
 /* Abort every task of this connection matching the LUN (all LUNs if lun == UINT64_MAX), and
