@@ -183,6 +183,28 @@ void session_close_conn_by_cid(struct iscsi_session *s, uint16_t cid)
     pthread_mutex_unlock(&s->lock);
 }
 
+/* TARGET COLD RESET (RFC 7143 §11.5.1): the target closes all of its TCP connections to all
+ * initiators, ending every session of this target node; keep (the connection that asked) closes
+ * itself once its answer is out. */
+void session_close_node_sessions(struct iscsi_server *srv, struct iscsi_node *node,
+                                 struct iscsi_conn *keep)
+{
+    pthread_mutex_lock(&srv->sessions_lock);
+    for (unsigned i = 1; i < srv->sessions_cap; i++) {
+        struct iscsi_session *s = srv->sessions[i];
+        if (!s || s->node != node)
+            continue;
+        pthread_mutex_lock(&s->lock);
+        for (struct list_node *n = s->conns.next; n != &s->conns; n = n->next) {
+            struct iscsi_conn *c = list_entry(n, struct iscsi_conn, session_node);
+            if (c != keep)
+                conn_close_async(c, "target cold reset");
+        }
+        pthread_mutex_unlock(&s->lock);
+    }
+    pthread_mutex_unlock(&srv->sessions_lock);
+}
+
 /* §6.3.5: a leading login with the ISID of a live session of the same initiator and target
  * ends that session (its tasks are aborted); the I_T nexus and its reservations survive. */
 void session_reinstate(struct iscsi_server *srv, const char *initiator, const uint8_t isid[6],

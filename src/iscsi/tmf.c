@@ -177,9 +177,10 @@ void tmf_handle(struct iscsi_conn *c)
                  fn == ISCSI_TMF_TARGET_COLD_RESET ? "COLD" : "WARM");
         tmf_respond(c, req, ISCSI_TMF_RSP_COMPLETE);
         if (fn == ISCSI_TMF_TARGET_COLD_RESET) {
-            /* §11.5.1: a cold reset also closes the session's connections (after the answer). */
+            /* §11.5.1: a cold reset closes every connection to every initiator; this one
+             * after its answer. */
             c->phase = CONN_LOGGED_OUT;
-            session_close_other_conns(s, c);
+            session_close_node_sessions(c->srv, s->node, c);
         }
         return;
     case ISCSI_TMF_CLEAR_ACA:
