@@ -319,10 +319,10 @@ void sbc_exec_readcap16(struct scsi_task *t, const struct scsi_cmd *c)
     put_be64(d, t->lu->nblocks - 1);
     put_be32(d + 8, t->lu->block_size);
     /* byte 12 P_TYPE/PROT_EN 0: no protection. Byte 13 LOGICAL BLOCKS PER PHYSICAL BLOCK
-     * EXPONENT 0: every block can be written alone; the 4 KiB allocation unit is told by VPD
-     * 0xB0's granularities instead. (An exponent of 3 would be as true, but libiscsi's
-     * GetLBAStatus.UnmapSingle then asks about LBA n+1 and wants a descriptor at n+8.)
-     * Byte 14 LBPME and LBPRZ on a thin LUN (SBC-4 §5.16.2; VPD 0xB2 says the same). */
+     * EXPONENT: 0 unless the LUN was given a physical block size (the RAM store writes every
+     * block alone; its 4 KiB allocation unit is told by VPD 0xB0's granularities). Byte 14
+     * LBPME and LBPRZ on a thin LUN (SBC-4 §5.16.2; VPD 0xB2 says the same). */
+    d[13] = t->lu->phys_exp;
     if (sbc_thin(t->lu))
         d[14] = 0x80 | 0x40;
     scsi_task_put_data(t, d, sizeof(d));

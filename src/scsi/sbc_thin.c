@@ -27,6 +27,26 @@ static void seq_resume(void *arg)
 
 /* Inline completions (the RAM store) come back inside bs_submit: they only mark the step done
  * and this loop issues the next one, so a 1 TiB fill does not recurse a million deep. */
+/* A paced sequence that is ahead of its rate waits on a timer; true if it now waits. */
+static bool seq_pace(struct sbc_seq *s)
+{
+    if (!s->rate)
+        return false;
+    struct reactor *r = reactor_self();
+    if (!r)
+        return false;
+    uint64_t now = reactor_now_ms();
+    if (!s->start_ms) {
+        s->start_ms = now;
+        return false;
+    }
+    uint64_t due = s->start_ms + s->bytes * 1000 / s->rate;
+    if (due <= now)
+        return false;
+    reactor_timer_start(r, &s->pace_timer, due - now, seq_resume, s);
+    return true;
+}
+
 void sbc_seq_run(struct sbc_seq *s)
 {
     unsigned budget = SEQ_BUDGET;
@@ -37,9 +57,13 @@ void sbc_seq_run(struct sbc_seq *s)
                 return;
             budget = SEQ_BUDGET;
         }
+        if (seq_pace(s))
+            return;
         memset(&s->io, 0, sizeof(s->io));
         if (!s->next(s, &s->io))
             break;
+        if (s->io.op != BS_UNMAP)
+            s->bytes += s->io.length;
         s->io.done = seq_io_done;
         s->io.arg = s;
         s->inline_done = false;

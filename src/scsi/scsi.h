@@ -60,11 +60,20 @@ struct scsi_lun_config {
     uint64_t lun;        /* LUN number as the initiator addresses it */
     struct bs *bs;       /* the store; the LUN takes ownership */
     uint32_t block_size; /* 512 or 4096; 0 means 512 */
+    /* Physical block size told to initiators (READ CAPACITY 16 LOGICAL BLOCKS PER PHYSICAL
+     * BLOCK EXPONENT, VPD 0xB0 OPTIMAL TRANSFER LENGTH GRANULARITY): a power-of-two multiple
+     * of block_size up to 64 KiB, e.g. 4096 for a 512e LUN on a 4K-sector disk; 0 means
+     * block_size (every logical block is written alone). */
+    uint32_t phys_block_size;
     bool read_only;
     /* Removable medium (SBC-3 §4.3): INQUIRY RMB=1, PREVENT ALLOW MEDIUM REMOVAL is kept per
      * I_T nexus and START STOP UNIT with LOEJ=1 ejects and loads; while ejected, commands that
      * need the medium are NOT READY, MEDIUM NOT PRESENT. false: the medium is always there. */
     bool removable;
+    /* Bytes per second SANITIZE OVERWRITE (and BLOCK ERASE on a fully provisioned LUN) writes
+     * at most, so a background sanitize leaves the store and the reactor to other LUNs (as
+     * md's sync_speed_max does for a resync); 0: as fast as the store goes. */
+    uint64_t sanitize_rate;
     /* Where persistent reservations made with APTPL=1 are kept (SPC-4 §5.13.5): loaded by
      * scsi_target_add_lun, rewritten atomically on every change while APTPL is in force.
      * NULL: APTPL is refused (PTPL_C=0). The string is copied. */

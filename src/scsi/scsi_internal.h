@@ -6,6 +6,7 @@
 #include <stdatomic.h>
 #include <stddef.h>
 
+#include "reactor/reactor.h"
 #include "scsi/range_lock.h"
 #include "scsi/scsi.h"
 
@@ -137,6 +138,7 @@ struct scsi_lun {
     uint64_t nblocks;
     uint32_t block_size;
     uint8_t block_shift;
+    uint8_t phys_exp; /* log2(physical block size / block_size) */
     bool read_only;
     bool mapped;          /* bs_map() works: READ/WRITE go straight to store memory */
     atomic_bool wce;      /* caching mode page WCE; read lock-free on the write path */
@@ -147,6 +149,7 @@ struct scsi_lun {
     /* sbc_thin.c, sbc_caw.c, sbc_sanitize.c */
     atomic_bool swp;           /* control mode page SWP: software write protect (SPC-4 §7.5.8) */
     atomic_int sanitize;       /* SANITIZE_IDLE/RUNNING/FAILED, checked by setup */
+    uint64_t sanitize_rate;    /* bytes/s a sanitize writes at most; 0: no limit */
     struct scsi_range_lock rl; /* orders CAW/ORWRITE/WRITE ATOMIC/SANITIZE against writers */
     /* Reservation state (pr.c). resv is the fast-path summary: RESV_* bits, 0 when nothing
      * is reserved or registered, so setup pays one relaxed load; pr holds the rest and is
@@ -349,6 +352,10 @@ struct sbc_seq {
     void (*done)(struct sbc_seq *s, int err);
     int err;
     bool in_submit, inline_done;
+    /* Pacing: with rate (bytes per second) set, a step that would run ahead of
+     * start_ms + bytes / rate waits on pace_timer first (only on a reactor thread). */
+    uint64_t rate, start_ms, bytes;
+    struct reactor_timer pace_timer;
 };
 void sbc_seq_run(struct sbc_seq *s);
 

@@ -149,7 +149,10 @@ static uint32_t vpd_block_limits(const struct scsi_lun *lu, uint8_t *d)
 {
     uint32_t bsz = lu ? lu->block_size : 512;
     put_be16(d + 2, 0x3c);
-    put_be16(d + 6, (uint16_t)(bsz < 4096 ? 4096 / bsz : 1));
+    uint32_t granularity = bsz < 4096 ? 4096 / bsz : 1; /* OPTIMAL TRANSFER LENGTH GRANULARITY */
+    if (lu && (1u << lu->phys_exp) > granularity)
+        granularity = 1u << lu->phys_exp;
+    put_be16(d + 6, (uint16_t)granularity);
     put_be32(d + 8, SCSI_MAX_XFER_BYTES / bsz);
     put_be32(d + 12, SCSI_MAX_XFER_BYTES / bsz);
     /* byte 4 WSNZ 0: WRITE SAME with 0 blocks runs to the end of the medium (if that is within

@@ -46,6 +46,13 @@ int scsi_target_add_lun(struct scsi_target *t, const struct scsi_lun_config *cfg
         snprintf(err, errlen, "LUN %" PRIu64 ": block size %u (want 512 or 4096)", cfg->lun, bsz);
         return -EINVAL;
     }
+    uint32_t pbs = cfg->phys_block_size;
+    if (pbs && (pbs < bsz || pbs > 65536 || (pbs & (pbs - 1)))) {
+        snprintf(err, errlen,
+                 "LUN %" PRIu64 ": physical block size %u (want a power of two from %u to 65536)",
+                 cfg->lun, pbs, bsz);
+        return -EINVAL;
+    }
     if (cfg->lun >= 16384) {
         snprintf(err, errlen, "LUN %" PRIu64 ": above 16383 (flat space addressing)", cfg->lun);
         return -EINVAL;
@@ -78,6 +85,9 @@ int scsi_target_add_lun(struct scsi_target *t, const struct scsi_lun_config *cfg
     lu->nblocks = cfg->bs->size >> lu->block_shift;
     lu->read_only = cfg->read_only;
     lu->removable = cfg->removable;
+    while (cfg->phys_block_size && (bsz << lu->phys_exp) < cfg->phys_block_size)
+        lu->phys_exp++;
+    lu->sanitize_rate = cfg->sanitize_rate;
     atomic_init(&lu->medium_absent, false);
     lu->mapped = cfg->bs->ops->map && bs_map(cfg->bs, 0, bsz) != NULL;
     atomic_init(&lu->wce, cfg->bs->write_cache);

@@ -108,6 +108,8 @@ static int build_luns(const struct target_node_conf *c, const char *state_dir,
                                      .block_size = l->block_size,
                                      .read_only = l->read_only,
                                      .removable = l->removable,
+                                     .phys_block_size = l->phys_block_size,
+                                     .sanitize_rate = l->sanitize_rate,
                                      .pr_state_path = state_dir ? pr_path : NULL};
         reason[0] = '\0';
         int rc = scsi_target_add_lun(scsi, &lc, reason, sizeof(reason));

@@ -300,13 +300,16 @@ int target_check_iscsi_name(const char *s, char *err, size_t errlen)
     return 0;
 }
 
-/* Split the LUN options (",ro", ",rw", ",removable", ",bs=512|4096") off a store spec; the rest
+/* Split the LUN options (",ro", ",rw", ",removable", ",bs=512|4096", ",pbs=SIZE",
+ * ",sanitize-rate=SIZE") off a store spec; the rest
  * goes to bs_open_spec() unchanged. lun->lun and origin are left to the caller. */
 int target_parse_lun_spec(const char *spec, struct target_lun_conf *lun, char *err, size_t errlen)
 {
     lun->block_size = 512;
     lun->read_only = false;
     lun->removable = false;
+    lun->sanitize_rate = TARGET_DEFAULT_SANITIZE_RATE;
+    lun->phys_block_size = 0;
     lun->bs_spec = NULL;
     if (!strchr(spec, ':')) {
         snprintf(err, errlen, "bad LUN spec '%s': expected ram:SIZE, null:SIZE or file:PATH", spec);
@@ -334,6 +337,31 @@ int target_parse_lun_spec(const char *spec, struct target_lun_conf *lun, char *e
         }
         if (!first && strcmp(tok, "removable") == 0) {
             lun->removable = true;
+            continue;
+        }
+        if (!first && strncmp(tok, "pbs=", 4) == 0) {
+            uint64_t pbs;
+            if (size_parse(tok + 4, &pbs) < 0 || pbs > 65536) {
+                snprintf(err, errlen,
+                         "bad physical block size '%s' in LUN spec '%s': e.g. 4k, at most 64k",
+                         tok + 4, spec);
+                free(copy);
+                free(out);
+                return -1;
+            }
+            lun->phys_block_size = (uint32_t)pbs;
+            continue;
+        }
+        if (!first && strncmp(tok, "sanitize-rate=", 14) == 0) {
+            if (size_parse(tok + 14, &lun->sanitize_rate) < 0) {
+                snprintf(err, errlen,
+                         "bad sanitize rate '%s' in LUN spec '%s': bytes per second, "
+                         "e.g. 200M, or 0 for no limit",
+                         tok + 14, spec);
+                free(copy);
+                free(out);
+                return -1;
+            }
             continue;
         }
         if (!first && (strncmp(tok, "bs=", 3) == 0 || strncmp(tok, "block-size=", 11) == 0)) {

@@ -17,6 +17,8 @@
 #define TARGET_DEFAULT_PORTAL "127.0.0.1:3260"
 #define TARGET_DEFAULT_LUN "ram:1G"
 #define TARGET_DEFAULT_PORT 3260
+/* md's default sync_speed_max (200000 KiB/s): background sanitize leaves room for other LUNs */
+#define TARGET_DEFAULT_SANITIZE_RATE (200ull << 20)
 #define TARGET_THREADS_MAX 256
 #define TARGET_LUN_MAX 16383 /* flat space addressing (SAM-5 §4.7.7) */
 #define TARGET_ORIGIN_MAX 512
@@ -43,6 +45,8 @@ struct target_lun_conf {
     uint32_t block_size; /* 512 or 4096 */
     bool read_only;
     bool removable; /* ",removable": RMB=1, START STOP UNIT ejects/loads, PREVENT ALLOW holds */
+    uint32_t phys_block_size; /* ",pbs=SIZE": physical block size told to initiators; 0: = bs */
+    uint64_t sanitize_rate;   /* ",sanitize-rate=SIZE": bytes/s a SANITIZE writes; 0 unlimited */
     char origin[TARGET_ORIGIN_MAX]; /* "FILE:LINE" or "--lun SPEC", for error messages */
 };
 

@@ -5,6 +5,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <errno.h>
 #include <string.h>
 
 #include <cmocka.h>
@@ -391,10 +392,43 @@ static void test_read_capacity(void **state)
     assert_int_equal(get_be64(data(f)), (64u << 20) / 512 - 1);
     assert_int_equal(get_be32(data(f) + 8), 512);
     assert_int_equal(data(f)[12], 0);           /* no protection */
+    assert_int_equal(data(f)[13], 0);           /* every logical block is a physical one */
     assert_int_equal(data(f)[14] & 0x80, 0x80); /* LBPME: RAM is thin (test_sbc_extra.c) */
     rc16[13] = 12;
     run(f, f->n1, 0, rc16, NULL, 0);
     assert_int_equal(f->t.data_len, 12);
+}
+
+/* A LUN given a physical block size (512e) says so in READ CAPACITY 16 and VPD 0xB0; sizes
+ * that are not a power-of-two multiple of the block size are refused when the LUN is added. */
+static void test_physical_block_size(void **state)
+{
+    struct fx *f = *state;
+    char err[160];
+    struct scsi_lun_config c = {.lun = 6,
+                                .bs = bs_open_spec("ram:1M", err, sizeof(err)),
+                                .block_size = 512,
+                                .phys_block_size = 4096};
+    assert_int_equal(scsi_target_add_lun(&f->tg, &c, err, sizeof(err)), 0);
+    uint8_t rc16[16] = {0x9e, 0x10, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 32};
+    run(f, f->n1, 6, rc16, NULL, 0); /* the new LUN's power-on unit attention */
+    sfx_assert_sense(&f->t, 1, 0x06, 0x29, 0x00);
+    assert_int_equal(run(f, f->n1, 6, rc16, NULL, 0), SCSI_STATUS_GOOD);
+    assert_int_equal(data(f)[13], 3); /* 2^3 logical blocks per physical block */
+    uint8_t b0[6] = {0x12, 1, 0xb0, 0, 64};
+    assert_int_equal(run(f, f->n1, 6, b0, NULL, 0), SCSI_STATUS_GOOD);
+    assert_true(get_be16(data(f) + 6) % 8 == 0); /* OPTIMAL TRANSFER LENGTH GRANULARITY */
+
+    static const uint32_t bad[] = {256, 3072, 131072};
+    for (unsigned i = 0; i < 3; i++) {
+        struct bs *bs = bs_open_spec("ram:1M", err, sizeof(err));
+        struct scsi_lun_config b = {
+            .lun = 7, .bs = bs, .block_size = 512, .phys_block_size = bad[i]};
+        err[0] = '\0';
+        assert_int_equal(scsi_target_add_lun(&f->tg, &b, err, sizeof(err)), -EINVAL);
+        assert_non_null(strstr(err, "physical block size"));
+        bs_close(bs); /* not taken on failure */
+    }
 }
 
 /* --- READ/WRITE --- */
@@ -814,6 +848,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_inquiry_standard, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_physical_block_size, setup, teardown),
         cmocka_unit_test_setup_teardown(test_inquiry_missing_lun, setup, teardown),
         cmocka_unit_test_setup_teardown(test_inquiry_bad_fields, setup, teardown),
         cmocka_unit_test_setup_teardown(test_inquiry_vpd, setup, teardown),
