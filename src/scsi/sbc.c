@@ -224,6 +224,10 @@ void sbc_exec_write(struct scsi_task *t, const struct scsi_cmd *c)
         scsi_task_complete(t, SR_OK);
         return;
     }
+    if (t->rl_fast) { /* the data is all in place: COMPARE AND WRITE may look now */
+        t->rl_fast = false;
+        scsi_rl_release_fast(&t->lu->rl);
+    }
     if (!t->buf) {
         /* written in place; a store with a volatile cache still owes FUA a flush */
         if (t->io.fua && t->lu->bs->write_cache)

@@ -125,6 +125,10 @@ struct scsi_task {
     void *buf; /* buffer allocated by setup */
     struct bs_io io;
     int state;
+    /* A WRITE placed straight into LUN memory holds the LUN's range lock shared (fast) from
+     * setup until its data is all in, so COMPARE AND WRITE and the other exclusive users
+     * never see it half written (released by exec, or by release if it never got there). */
+    bool rl_fast;
 };
 
 /* --- targets, LUNs, nexuses --- */

@@ -350,6 +350,12 @@ int scsi_task_setup(struct scsi_task *t)
         t->io.length = ((uint64_t)avail >> lu->block_shift) << lu->block_shift;
         direct = false;
     }
+    if (direct && t->dir == SCSI_DIR_WRITE) {
+        /* An exclusive holder (COMPARE AND WRITE, ORWRITE, WRITE ATOMIC, SANITIZE) is at work
+         * or waiting: this write takes a buffer and queues behind it in exec instead. */
+        direct = scsi_rl_try_fast(&lu->rl);
+        t->rl_fast = direct;
+    }
     if (t->xfer_len) {
         if (direct) {
             /* direct data placement: the transport reads/sends the LUN's own memory */
@@ -388,6 +394,10 @@ void scsi_task_exec(struct scsi_task *t)
 
 void scsi_task_release(struct scsi_task *t)
 {
+    if (t->rl_fast) { /* a direct write that never reached exec (aborted, connection lost) */
+        t->rl_fast = false;
+        scsi_rl_release_fast(&t->lu->rl);
+    }
     free(t->buf);
     t->buf = NULL;
     t->iovcnt = 0;

@@ -448,6 +448,78 @@ static void test_compare_and_write(void **state)
     assert_int_equal(run(f, 0, c, buf, 512), SCSI_STATUS_GOOD);
 }
 
+/* Set up a command on t as a transport would (no data yet); returns setup's result. */
+static int setup_only(struct fx *f, struct scsi_task *t, const uint8_t *cdb, uint32_t out_len)
+{
+    scsi_task_init(t);
+    memcpy(t->cdb, cdb, SCSI_CDB_MAX);
+    t->target = &f->tg;
+    t->nexus = f->n1;
+    t->done = sfx_on_done;
+    t->edtl = out_len;
+    t->edtl_write = true;
+    return scsi_task_setup(t);
+}
+
+/* A WRITE placed straight into RAM LUN memory keeps a COMPARE AND WRITE of the LUN waiting
+ * until all its data is in, so the compare never sees a half-written block; a WRITE set up
+ * while the COMPARE AND WRITE waits takes a buffer and is stored after it. */
+static void test_caw_ordered_with_direct_write(void **state)
+{
+    struct fx *f = *state;
+    write_blocks(f, 0, 7, 1, 'A', 512);
+    struct scsi_task w, w2;
+    uint8_t wcdb[16], c[16], buf[1024];
+    cdb10(wcdb, 0x2a, 0, 7, 1);
+    assert_int_equal(setup_only(f, &w, wcdb, 512), 0);
+    assert_true(w.rl_fast);              /* direct: the transport fills LUN memory */
+    memset(w.iov[0].iov_base, 'Z', 256); /* half of its data has arrived */
+
+    memset(buf, 'A', 512);
+    memset(buf + 512, 'B', 512);
+    caw_cdb(c, 7, 1);
+    sfx_done_calls = 0;
+    assert_int_equal(setup_only(f, &f->t, c, sizeof(buf)), 0);
+    memcpy(f->t.iov[0].iov_base, buf, sizeof(buf));
+    scsi_task_exec(&f->t);
+    assert_int_equal(sfx_done_calls, 0); /* waits for the write */
+
+    assert_int_equal(setup_only(f, &w2, wcdb, 512), 0);
+    assert_false(w2.rl_fast); /* behind the waiting COMPARE AND WRITE: buffered */
+    memset(w2.iov[0].iov_base, 'Y', 512);
+    scsi_task_exec(&w2);
+    assert_int_equal(sfx_done_calls, 0);
+
+    memset((uint8_t *)w.iov[0].iov_base + 256, 'Z', 256); /* the rest arrives */
+    scsi_task_exec(&w);
+    /* the write completed, then the COMPARE AND WRITE found 'Z', then the buffered write */
+    assert_int_equal(sfx_done_calls, 3);
+    assert_int_equal(f->t.status, SCSI_STATUS_CHECK_CONDITION);
+    assert_sense(&f->t, 0xe, 0x1d, 0x00);
+    assert_int_equal(get_be32(f->t.sense + 3), 0); /* differs from the first byte */
+    assert_blocks(f, 0, 7, 1, 'Y', 512);
+    scsi_task_release(&w);
+    scsi_task_release(&w2);
+}
+
+/* A direct WRITE that never reaches exec (aborted, connection lost) lets go when released. */
+static void test_direct_write_released_unfinished(void **state)
+{
+    struct fx *f = *state;
+    struct scsi_task w;
+    uint8_t wcdb[16], c[16], buf[1024];
+    write_blocks(f, 0, 9, 1, 'A', 512);
+    cdb10(wcdb, 0x2a, 0, 9, 1);
+    assert_int_equal(setup_only(f, &w, wcdb, 512), 0);
+    assert_true(w.rl_fast);
+    scsi_task_release(&w); /* never executed */
+    memset(buf, 'A', 512);
+    memset(buf + 512, 'B', 512);
+    caw_cdb(c, 9, 1);
+    assert_int_equal(run(f, 0, c, buf, sizeof(buf)), SCSI_STATUS_GOOD);
+    assert_blocks(f, 0, 9, 1, 'B', 512);
+}
+
 static void test_compare_and_write_refusals(void **state)
 {
     struct fx *f = *state;
@@ -809,6 +881,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_write_same_refusals, setup, teardown),
         cmocka_unit_test_setup_teardown(test_get_lba_status, setup, teardown),
         cmocka_unit_test_setup_teardown(test_compare_and_write, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_caw_ordered_with_direct_write, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_direct_write_released_unfinished, setup, teardown),
         cmocka_unit_test_setup_teardown(test_compare_and_write_refusals, setup, teardown),
         cmocka_unit_test_setup_teardown(test_orwrite_and_atomic, setup, teardown),
         cmocka_unit_test_setup_teardown(test_prefetch_and_defects, setup, teardown),
