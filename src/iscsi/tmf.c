@@ -2,6 +2,7 @@
  * this boundary: ABORT TASK, ABORT TASK SET, CLEAR TASK SET, LOGICAL UNIT RESET, TARGET WARM and
  * COLD RESET. Aborted tasks are never answered; a task still in the store is released when the
  * store lets go of its buffers. */
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -92,6 +93,150 @@ static void abort_other_conns(struct iscsi_conn *self, bool whole_target, uint64
     pthread_mutex_unlock(&srv->sessions_lock);
 }
 
+/* ---------------- ABORT TASK ---------------- */
+
+/* The live task of this connection with that ITT: one already answered (its response queued)
+ * or already aborted is not there to abort. Runs on c's reactor only. */
+static struct iscsi_task *conn_abortable_task(struct iscsi_conn *c, uint32_t itt)
+{
+    for (struct list_node *ln = c->tasks.next; ln != &c->tasks; ln = ln->next) {
+        struct iscsi_task *t = list_entry(ln, struct iscsi_task, node);
+        if (t->itt == itt && !t->aborted && t->state != TASK_SENDING)
+            return t;
+    }
+    return NULL;
+}
+
+/* Abort the task ABORT TASK named, if the TMF's LUN is the task's; the TMF Response code.
+ * Runs on the task's reactor. */
+static uint8_t abort_named_task(struct iscsi_task *t, uint64_t lun, uint16_t tmf_cid)
+{
+    struct iscsi_conn *c = t->conn;
+    if (t->scsi.lun != lun)
+        return ISCSI_TMF_RSP_NO_TASK;
+    if (tmf_cid == c->cid)
+        LOG_INFO("%s: ABORT TASK ITT 0x%08x", c->peer, t->itt);
+    else
+        LOG_INFO("%s: ABORT TASK ITT 0x%08x (TMF on CID %u)", c->peer, t->itt, tmf_cid);
+    cmd_task_abort(t);
+    return ISCSI_TMF_RSP_COMPLETE;
+}
+
+/* The task ABORT TASK names is identified by its ITT within the session, whatever connection
+ * carries it (RFC 7143 §11.5.1): an MC/S initiator may send the TMF on another connection than
+ * the task's. A task not on the TMF's own connection is looked for on every other connection
+ * of the session, each on its own reactor by message (its task list is its thread's alone),
+ * and the last of them to finish hands the answer back to the TMF's connection: the TMF
+ * Response leaves only once the task is aborted, or known to be on no connection. */
+struct abort_task_req {
+    struct iscsi_conn *c; /* the TMF's connection (a reference held until the answer) */
+    struct iscsi_bhs req; /* the TMF Request */
+    uint64_t lun;
+    uint32_t rtt;
+    uint8_t if_absent;     /* §11.5.1 b/c, from the CmdSN window when the TMF arrived */
+    bool unreachable;      /* a connection could not be asked (out of memory) */
+    atomic_uint legs;      /* connections still looking, + 1 while the messages go out */
+    atomic_bool aborted;   /* a connection had the task and aborted it */
+    atomic_bool wrong_lun; /* a connection had the ITT, on another LUN than the TMF's */
+};
+
+struct abort_task_leg {
+    struct abort_task_req *r;
+    struct iscsi_conn *c; /* the connection looked at (a reference held) */
+};
+
+/* On the TMF's connection's reactor, once every connection has looked. */
+static void abort_task_answer(void *arg)
+{
+    struct abort_task_req *r = arg;
+    struct iscsi_conn *c = r->c;
+    uint8_t rsp = r->if_absent;
+    if (atomic_load(&r->aborted))
+        rsp = ISCSI_TMF_RSP_COMPLETE;
+    else if (atomic_load(&r->wrong_lun))
+        rsp = ISCSI_TMF_RSP_NO_TASK;
+    else if (r->unreachable)
+        rsp = ISCSI_TMF_RSP_REJECTED; /* the task may live on where we could not look */
+    if (!c->dead && c->phase == CONN_FFP)
+        tmf_respond(c, &r->req, rsp);
+    conn_put(c);
+    free(r);
+}
+
+static void abort_task_leg_done(struct abort_task_req *r)
+{
+    if (atomic_fetch_sub(&r->legs, 1) != 1)
+        return;
+    if (reactor_self() == r->c->reactor) {
+        abort_task_answer(r);
+    } else if (reactor_send(r->c->reactor, abort_task_answer, r) < 0) {
+        /* Out of memory: the TMF goes unanswered (the initiator's TMF timeout escalates). The
+         * reference cannot be dropped here, on the wrong thread: the connection leaks. */
+        LOG_ERR("%s: ABORT TASK ITT 0x%08x: out of memory, no TMF Response", r->c->peer, r->rtt);
+        free(r);
+    }
+}
+
+/* On the reactor of one other connection of the session. */
+static void abort_task_leg_run(void *arg)
+{
+    struct abort_task_leg *l = arg;
+    struct abort_task_req *r = l->r;
+    struct iscsi_task *t = l->c->dead ? NULL : conn_abortable_task(l->c, r->rtt);
+    if (t) {
+        if (abort_named_task(t, r->lun, r->c->cid) == ISCSI_TMF_RSP_COMPLETE)
+            atomic_store(&r->aborted, true);
+        else
+            atomic_store(&r->wrong_lun, true);
+    }
+    conn_put(l->c);
+    free(l);
+    abort_task_leg_done(r);
+}
+
+static void abort_task_other_conns(struct iscsi_conn *self, const struct iscsi_bhs *req,
+                                   uint32_t rtt, uint64_t lun, uint8_t if_absent)
+{
+    struct iscsi_session *s = self->session;
+    struct abort_task_req *r = malloc(sizeof(*r));
+    if (!r) {
+        tmf_respond(self, req, ISCSI_TMF_RSP_REJECTED);
+        return;
+    }
+    r->c = self;
+    r->req = *req;
+    r->lun = lun;
+    r->rtt = rtt;
+    r->if_absent = if_absent;
+    r->unreachable = false;
+    atomic_init(&r->legs, 1);
+    atomic_init(&r->aborted, false);
+    atomic_init(&r->wrong_lun, false);
+    conn_get(self);
+    pthread_mutex_lock(&s->lock);
+    for (struct list_node *n = s->conns.next; n != &s->conns; n = n->next) {
+        struct iscsi_conn *o = list_entry(n, struct iscsi_conn, session_node);
+        if (o == self)
+            continue;
+        struct abort_task_leg *l = malloc(sizeof(*l));
+        if (!l) {
+            r->unreachable = true;
+            continue;
+        }
+        *l = (struct abort_task_leg){r, o};
+        conn_get(o);
+        atomic_fetch_add(&r->legs, 1);
+        if (reactor_send(o->reactor, abort_task_leg_run, l) < 0) {
+            atomic_fetch_sub(&r->legs, 1);
+            atomic_fetch_sub(&o->refs, 1); /* o is still in the session: not the last one */
+            free(l);
+            r->unreachable = true;
+        }
+    }
+    pthread_mutex_unlock(&s->lock);
+    abort_task_leg_done(r); /* answers right here when there was nobody else to ask */
+}
+
 void tmf_handle(struct iscsi_conn *c)
 {
     struct iscsi_bhs *req = &c->rx_bhs;
@@ -114,31 +259,19 @@ void tmf_handle(struct iscsi_conn *c)
     switch (fn) {
     case ISCSI_TMF_ABORT_TASK: {
         uint32_t rtt = bhs_get32(req, BHS_RTT);
-        struct iscsi_task *t = NULL;
-        for (struct list_node *ln = c->tasks.next; ln != &c->tasks; ln = ln->next) {
-            struct iscsi_task *x = list_entry(ln, struct iscsi_task, node);
-            if (x->itt == rtt && !x->aborted && x->state != TASK_SENDING) {
-                t = x;
-                break;
-            }
-        }
-        if (!t) {
-            /* §11.6.1: a task we never saw whose RefCmdSN is still inside the window (and
-             * before this TMF) is considered received and aborted: "function complete". A
-             * task that already completed is outside the window: "task does not exist". */
-            uint32_t ref = bhs_get32(req, BHS_REFCMDSN);
-            bool in_window =
-                sn_le(win_exp, ref) && sn_le(ref, win_max) && (immediate || sn_lt(ref, cmdsn));
-            tmf_respond(c, req, in_window ? ISCSI_TMF_RSP_COMPLETE : ISCSI_TMF_RSP_NO_TASK);
+        struct iscsi_task *t = conn_abortable_task(c, rtt);
+        if (t) { /* the common case, answered at once: the task is on this connection */
+            tmf_respond(c, req, abort_named_task(t, lun, c->cid));
             return;
         }
-        if (t->scsi.lun != lun) {
-            tmf_respond(c, req, ISCSI_TMF_RSP_NO_TASK);
-            return;
-        }
-        LOG_INFO("%s: ABORT TASK ITT 0x%08x", c->peer, rtt);
-        cmd_task_abort(t);
-        tmf_respond(c, req, ISCSI_TMF_RSP_COMPLETE);
+        /* §11.5.1: a task no connection has whose RefCmdSN is still inside the window (and
+         * before this TMF) is considered received and aborted: "function complete". A task
+         * that already completed is outside the window: "task does not exist". */
+        uint32_t ref = bhs_get32(req, BHS_REFCMDSN);
+        bool in_window =
+            sn_le(win_exp, ref) && sn_le(ref, win_max) && (immediate || sn_lt(ref, cmdsn));
+        abort_task_other_conns(c, req, rtt, lun,
+                               in_window ? ISCSI_TMF_RSP_COMPLETE : ISCSI_TMF_RSP_NO_TASK);
         return;
     }
     case ISCSI_TMF_ABORT_TASK_SET:

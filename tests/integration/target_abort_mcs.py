@@ -1,0 +1,286 @@
+#!/usr/bin/env python3
+"""ABORT TASK across the connections of one MC/S session (RFC 7143 §11.5.1).
+
+usage: target_abort_mcs.py PATH/TO/linerate-target
+
+The task named by ABORT TASK is identified by its ITT within the session: an initiator may send
+the TMF on another connection than the one carrying the command. For each of --threads 1 (both
+connections on one reactor) and --threads 2 (on two reactors), with a raw initiator (hostile.py's)
+and a session of two connections (the second logs in with the ISID and TSIH of the first and a
+new CID), InitialR2T=Yes and ImmediateData=No:
+  1. a WRITE on connection 1 gets its R2T and half of the burst (the task is in the middle of
+     Data-Out); ABORT TASK for its ITT on connection 2 must answer 0 (Function complete), not 1
+     (Task does not exist); the rest of the burst, sent anyway, is dropped, and the WRITE is
+     never answered on either connection;
+  2. the same with the TMF on the task's own connection (the local path);
+  3. ABORT TASK for an ITT no connection has: RefCmdSN of a command already done answers 1 (Task
+     does not exist), RefCmdSN not yet received answers 0 (Function complete) (§11.5.1 b/c);
+  4. the session still works: WRITE + READ back on both connections, TEST UNIT READY, logout;
+     the daemon exits 0 on SIGTERM.
+Exit 0 when every check holds, 1 with the reason otherwise. Python 3 standard library only."""
+
+import os
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import hostile  # noqa: E402  (the raw initiator: Session, Conn, bhs, login_pdu)
+from hostile import (OP_DATA_OUT, OP_R2T, OP_SCSI, OP_SCSI_RSP, OP_TMF, OP_TMF_RSP,  # noqa: E402
+                     TestFailure, bhs, check, cdb_rw10)
+
+DEADLINE = time.monotonic() + 100  # meson timeout is 120 s
+BLOCK = 512
+WRITE_BLOCKS = 64  # 32 KiB: one R2T of MaxBurstLength
+TMF_ABORT_TASK = 1
+RSP_COMPLETE, RSP_NO_TASK = 0, 1
+ISID = bytes([0x80, 0x00, 0x00, 0x00, 0xab, 0x01])
+
+
+def left():
+    t = DEADLINE - time.monotonic()
+    check(t > 0, "out of time")
+    return t
+
+
+class Daemon:
+    def __init__(self, binary, threads):
+        self.log = tempfile.NamedTemporaryFile(prefix="abort-mcs-target-", suffix=".log",
+                                               delete=False)
+        for _ in range(5):
+            s = socket.socket()
+            s.bind(("127.0.0.1", 0))
+            self.port = s.getsockname()[1]
+            s.close()
+            self.proc = subprocess.Popen(
+                [binary, "--listen", "127.0.0.1:%d" % self.port, "--target-name",
+                 hostile.TARGET, "--lun", "ram:16M", "--threads", str(threads),
+                 "--log-level", "info"], stdout=subprocess.DEVNULL, stderr=self.log)
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline and self.proc.poll() is None:
+                try:
+                    socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
+                    return
+                except OSError:
+                    time.sleep(0.05)
+            if self.proc.poll() is None:
+                self.proc.kill()
+                self.proc.wait()
+        raise TestFailure("daemon did not start listening")
+
+    def tail(self, n=30):
+        with open(self.log.name, errors="replace") as f:
+            return "".join(f.readlines()[-n:])
+
+    def stop(self):
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            rc = self.proc.wait(15)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+            raise TestFailure("daemon did not exit within 15 s of SIGTERM")
+        check(rc == 0, "daemon exited %d on SIGTERM" % rc)
+
+    def kill(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+
+class McsSession:
+    """Two connections of one session. Each is a hostile.Session (its own StatSN); the CmdSN
+    and the ITTs are the session's, kept in step here."""
+
+    def __init__(self, port):
+        want = {"MaxConnections": "2", "InitialR2T": "Yes", "ImmediateData": "No",
+                "MaxBurstLength": "262144", "FirstBurstLength": "65536"}
+        self.c1 = hostile.Session(port, isid=ISID, want=want).login()
+        self.c2 = self.join(port, cid=1)
+        self.itt = 0x1000
+        self.cmdsn = self.c1.cmdsn
+        self.answered = []  # (connection, ITT) of every SCSI Response seen
+
+    def join(self, port, cid):
+        """A second connection: same ISID, the first login's TSIH, a new CID (§5.3.2)."""
+        c1 = self.c1
+        s = hostile.Session(port, isid=ISID)
+        s.c = hostile.Conn(port)
+        sec = [("InitiatorName", c1.name), ("TargetName", hostile.TARGET), ("AuthMethod", "None")]
+        h, d = hostile.login_pdu(sec, csg=0, nsg=1, isid=ISID, tsih=c1.tsih, cid=cid,
+                                 itt=0x900 + cid, cmdsn=c1.cmdsn)
+        s.c.send_pdu(h, d)
+        rh, _ = s.c.recv_pdu()
+        check(rh[0] & 0x3F == hostile.OP_LOGIN_RSP and hostile.login_status(rh) == 0,
+              "second connection: security stage status 0x%04x" % hostile.login_status(rh))
+        ops = [("HeaderDigest", "None"), ("DataDigest", "None"),
+               ("MaxRecvDataSegmentLength", "65536")]
+        h, d = hostile.login_pdu(ops, csg=1, nsg=3, isid=ISID, tsih=c1.tsih, cid=cid,
+                                 itt=0x901 + cid, cmdsn=c1.cmdsn,
+                                 expstatsn=struct.unpack(">I", rh[24:28])[0] + 1)
+        s.c.send_pdu(h, d)
+        rh, rd = s.c.recv_pdu()
+        check(rh[0] & 0x3F == hostile.OP_LOGIN_RSP and hostile.login_status(rh) == 0,
+              "second connection: operational stage status 0x%04x (MaxConnections=%s)" %
+              (hostile.login_status(rh), hostile.parse_kv(rd).get("MaxConnections")))
+        check(rh[1] & 0x80 and rh[1] & 3 == 3, "second connection: no full feature phase")
+        check(struct.unpack(">H", rh[14:16])[0] == c1.tsih, "second connection: another TSIH")
+        s.expstatsn = struct.unpack(">I", rh[24:28])[0] + 1
+        s.tsih = c1.tsih
+        s.target_mrdsl = int(hostile.parse_kv(rd).get("MaxRecvDataSegmentLength", "8192"))
+        s.immediate = False
+        s.first_burst = c1.first_burst
+        s.max_burst = c1.max_burst
+        return s
+
+    def next_itt(self):
+        self.itt += 1
+        return self.itt
+
+    def scsi(self, conn, cdb, **kw):
+        """A whole command on one connection, through hostile.Session.scsi."""
+        conn.itt = self.next_itt() - 1  # Session.scsi takes next_itt() itself
+        conn.cmdsn = self.cmdsn
+        res = conn.scsi(cdb, **kw)
+        self.cmdsn = conn.cmdsn
+        return res
+
+    def recv(self, conn, timeout):
+        """Next PDU on conn; a SCSI Response is remembered (aborted tasks must have none)."""
+        h, d = conn.recv(timeout)
+        if h[0] & 0x3F == OP_SCSI_RSP:
+            self.answered.append((conn, struct.unpack(">I", h[16:20])[0]))
+        return h, d
+
+    def start_write(self, conn, lba):
+        """WRITE(10) without immediate data: returns (ITT, CmdSN, TTT, R2T length) once the
+        R2T is in; the task then waits for Data-Out."""
+        itt, cmdsn = self.next_itt(), self.cmdsn
+        wlen = WRITE_BLOCKS * BLOCK
+        conn.c.send_pdu(bhs(OP_SCSI, 0xA1, hostile.lun_field(0), itt, wlen, cmdsn,
+                            conn.expstatsn, cdb_rw10(0x2A, lba, WRITE_BLOCKS)))
+        self.cmdsn += 1
+        rh, _ = self.recv(conn, min(5, left()))
+        check(rh[0] & 0x3F == OP_R2T and struct.unpack(">I", rh[16:20])[0] == itt,
+              "WRITE without immediate data: op 0x%02x instead of an R2T" % rh[0])
+        ttt = struct.unpack(">I", rh[20:24])[0]
+        off, want = struct.unpack(">II", rh[40:48])
+        check(off == 0 and want == wlen, "R2T for offset %d length %d" % (off, want))
+        return itt, cmdsn, ttt, want
+
+    def data_out(self, conn, itt, ttt, datasn, off, data, final):
+        conn.c.send_pdu(bhs(OP_DATA_OUT, 0x80 if final else 0, hostile.lun_field(0), itt, ttt,
+                            0, conn.expstatsn, struct.pack(">III", 0, datasn, off), data=data),
+                        data)
+
+    def abort_task(self, conn, rtt, refcmdsn):
+        """Immediate ABORT TASK; returns the TMF Response code."""
+        itt = self.next_itt()
+        conn.c.send_pdu(bhs(OP_TMF, 0x80 | TMF_ABORT_TASK, hostile.lun_field(0), itt, rtt,
+                            self.cmdsn, conn.expstatsn, struct.pack(">II", refcmdsn, 0),
+                            immediate=True))
+        while True:
+            rh, _ = self.recv(conn, min(5, left()))
+            op = rh[0] & 0x3F
+            if op == OP_TMF_RSP:
+                check(struct.unpack(">I", rh[16:20])[0] == itt, "TMF Response for another ITT")
+                return rh[2]
+            check(op == OP_SCSI_RSP, "waiting for the TMF Response: op 0x%02x" % op)
+
+    def quiet(self, conn, seconds):
+        """Nothing may arrive on conn for a while (an aborted task is never answered)."""
+        try:
+            rh, _ = self.recv(conn, seconds)
+        except socket.timeout:
+            return
+        raise TestFailure("unexpected PDU op 0x%02x ITT 0x%08x" %
+                          (rh[0], struct.unpack(">I", rh[16:20])[0]))
+
+
+def abort_mid_data_out(m, task_conn, tmf_conn, lba, what):
+    """A WRITE on task_conn in the middle of its Data-Out, aborted from tmf_conn."""
+    itt, cmdsn, ttt, want = m.start_write(task_conn, lba)
+    data = bytes([0xEE]) * want
+    half = want // 2
+    m.data_out(task_conn, itt, ttt, 0, 0, data[:half], False)
+    rsp = m.abort_task(tmf_conn, itt, cmdsn)
+    check(rsp == RSP_COMPLETE, "%s: ABORT TASK answered %d (%s), expected 0 (Function complete)"
+          % (what, rsp, {1: "Task does not exist"}.get(rsp, "?")))
+    # The rest of the burst was already on its way: the target must drop it quietly.
+    m.data_out(task_conn, itt, ttt, 1, half, data[half:], True)
+    m.quiet(task_conn, min(1.0, left()))
+    m.quiet(tmf_conn, min(0.3, left()))
+    check(all(i != itt for _, i in m.answered), "%s: the aborted WRITE was answered" % what)
+    print("ok: %s: ABORT TASK ITT 0x%x -> %d (Function complete), WRITE never answered, late "
+          "Data-Out dropped" % (what, itt, rsp), flush=True)
+
+
+def io_check(m, conn, lba, what):
+    data = bytes((lba + i) & 0xFF for i in range(8 * BLOCK))
+    st, _, _ = m.scsi(conn, cdb_rw10(0x2A, lba, 8), write_data=data)
+    check(st == 0, "%s: WRITE status 0x%02x" % (what, st))
+    st, _, back = m.scsi(conn, cdb_rw10(0x28, lba, 8), read_len=len(data))
+    check(st == 0 and back == data, "%s: READ back status 0x%02x, data %s" %
+          (what, st, "equal" if back == data else "differs"))
+    st, _, _ = m.scsi(conn, bytes(6))
+    check(st == 0, "%s: TEST UNIT READY status 0x%02x" % (what, st))
+
+
+def run(binary, threads):
+    d = Daemon(binary, threads)
+    try:
+        m = McsSession(d.port)
+        st, _, _ = m.c1.scsi_retry_ua(bytes(6))  # the new I_T nexus's UNIT ATTENTION
+        m.cmdsn = m.c1.cmdsn
+        check(st == 0, "first TEST UNIT READY status 0x%02x" % st)
+        tag = "threads=%d" % threads
+        abort_mid_data_out(m, m.c1, m.c2, 100, tag + ", task on CID 0, TMF on CID 1")
+        abort_mid_data_out(m, m.c2, m.c1, 200, tag + ", task on CID 1, TMF on CID 0")
+        abort_mid_data_out(m, m.c1, m.c1, 300, tag + ", task and TMF on CID 0")
+        rsp = m.abort_task(m.c2, 0x7777777, m.cmdsn - 1)
+        check(rsp == RSP_NO_TASK, "ABORT TASK of a finished command (RefCmdSN %d) answered %d, "
+              "expected 1 (Task does not exist)" % (m.cmdsn - 1, rsp))
+        rsp = m.abort_task(m.c2, 0x7777778, m.cmdsn)
+        check(rsp == RSP_COMPLETE, "ABORT TASK with RefCmdSN not yet received answered %d, "
+              "expected 0 (Function complete)" % rsp)
+        print("ok: %s: unknown ITT -> 1 (RefCmdSN done), 0 (RefCmdSN not yet received)" % tag,
+              flush=True)
+        io_check(m, m.c1, 1000, tag + ", CID 0 afterwards")
+        io_check(m, m.c2, 2000, tag + ", CID 1 afterwards")
+        check(all(i < 0x7777777 for _, i in m.answered), "a nonexistent task was answered")
+        print("ok: %s: WRITE/READ/TEST UNIT READY on both connections afterwards" % tag,
+              flush=True)
+        m.c1.cmdsn = m.cmdsn
+        m.c1.logout()
+        m.c2.c.close()
+        d.stop()
+        print("ok: %s: logout, SIGTERM -> exit 0" % tag, flush=True)
+    except (TestFailure, OSError, hostile.Closed) as e:
+        d.kill()
+        raise TestFailure("%s\n--- daemon log:\n%s" % (e, d.tail()))
+    finally:
+        d.kill()
+    os.unlink(d.log.name)
+
+
+def main():
+    if len(sys.argv) != 2:
+        print(__doc__, file=sys.stderr)
+        return 2
+    binary = os.path.abspath(sys.argv[1])
+    try:
+        for threads in (1, 2):
+            run(binary, threads)
+    except TestFailure as e:
+        print("FAIL: %s" % e, flush=True)
+        return 1
+    print("PASS")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
