@@ -4,7 +4,7 @@
 #   bench/compare.sh [BUILD_DIR]          full run, about 6-10 minutes
 #   QUICK=1 bench/compare.sh              one repetition of everything, about 2 minutes
 #
-# Environment: REPS (repetitions of each pair, default 3; QUICK=1 sets 1), SECS (seconds per
+# Environment: REPS (repetitions of each pair, default 5; QUICK=1 sets 1), SECS (seconds per
 # linerate-bench cell, default 1.5), OUT (directory for the results, default bench/results).
 #
 # It starts linerate-target (default RAM LUN, default --threads), tgt (../shared/tools/peer-tgt,
@@ -16,8 +16,10 @@
 #   2. qbench 256 KiB read and write MB/s / iperf3 single-stream loopback MB/s
 #   3. 64 KiB reads with qbench's parameters: target CPU (utime+stime of the target process
 #      from /proc/PID/stat over the run) per KB moved, linerate / tgt
-#   4. linerate-bench, 1 connection, 4k..256k read and write: digests on vs off
-#   5. linerate-bench 4 KiB: 2-connection MC/S vs 1 connection at the same QD, and
+#   4. linerate-bench, 1 connection, 4k..256k read and write: digests on vs off, each size's
+#      two cells back to back; the figure is the median over repetitions of on/off
+#   5. linerate-bench 4 KiB: 2-connection MC/S vs 1 connection at the same QD (median of the
+#      paired ratios), and
 #      --sessions 8 aggregate IOPS against linerate vs against tgt
 # Prints the table of ratios with their goals (PASS/FAIL) and writes OUT/compare-DATE.md and
 # OUT/compare-DATE.raw (one measurement per line: test target rep key value).
@@ -26,7 +28,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 build=${1:-$root/build}
 out=${OUT:-$root/bench/results}
 quick=${QUICK:-0}
-reps=${REPS:-$([ "$quick" = 1 ] && echo 1 || echo 3)}
+reps=${REPS:-$([ "$quick" = 1 ] && echo 1 || echo 5)}
 secs=${SECS:-$([ "$quick" = 1 ] && echo 1 || echo 1.5)}
 qbench=${QBENCH:-$root/../shared/tools/qbench}
 peer=${PEER_TGT:-$root/../shared/tools/peer-tgt}
@@ -164,9 +166,11 @@ for rep in $(seq "$reps"); do
     if [ $who = lr ]; then run_cpu64 lr $rep "$lr_url" $lr_pid; else run_cpu64 tgt $rep "$tgt_url" $tgt_pid; fi
   done
   log "rep $rep/$reps: 4. digests off/on"
-  if [ $((rep % 2)) = 1 ]; then dorder="off on"; else dorder="on off"; fi
-  for d in $dorder; do
-    run_bench 4 lr $rep "$lr_url" --sizes $sizes4 --rw read,write --digest $d --connections 1
+  # each size's off and on cells back to back (first one, then the other, alternating by
+  # repetition), so that a ratio compares two runs a few seconds apart
+  if [ $((rep % 2)) = 1 ]; then dorder="off,on"; else dorder="on,off"; fi
+  for s in ${sizes4//,/ }; do
+    run_bench 4 lr $rep "$lr_url" --sizes $s --rw read,write --digest $dorder --connections 1
   done
   log "rep $rep/$reps: 5. MC/S and 8 sessions"
   run_bench 5 lr $rep "$lr_url" --sizes 4k --rw read,write --connections 1,2
@@ -181,6 +185,14 @@ med() {   # test who key -> median over reps (empty if none)
   awk -v t="$1" -v w="$2" -v k="$3" '$1 == t && $2 == w && $4 == k {v[n++] = $5}
     END { if (!n) exit; for (i = 0; i < n; i++) for (j = i + 1; j < n; j++) if (v[j] < v[i]) { x = v[i]; v[i] = v[j]; v[j] = x }
           m = n % 2 ? v[int(n / 2)] : (v[n / 2 - 1] + v[n / 2]) / 2; printf (m >= 1000 ? "%.0f" : "%.4g"), m }' "$raw"
+}
+# test who key_a key_b -> median over reps of the ratio a/b measured in the same repetition
+med_ratio() {
+  awk -v t="$1" -v w="$2" -v ka="$3" -v kb="$4" '$1 == t && $2 == w && $4 == ka {a[$3] = $5}
+    $1 == t && $2 == w && $4 == kb {b[$3] = $5}
+    END { for (r in a) if ((r in b) && b[r] > 0) v[n++] = a[r] / b[r]; if (!n) exit
+          for (i = 0; i < n; i++) for (j = i + 1; j < n; j++) if (v[j] < v[i]) { x = v[i]; v[i] = v[j]; v[j] = x }
+          printf "%.3f", n % 2 ? v[int(n / 2)] : (v[n / 2 - 1] + v[n / 2]) / 2 }' "$raw"
 }
 rows=(); fails=0
 # verdict NAME NUM DEN OP GOAL DETAIL
@@ -212,17 +224,19 @@ worst=; worst_d=
 for s in 4096 8192 16384 65536 131072 262144; do
   for op in read write; do
     on=$(med 4 lr ${op}_${s}_don_c1_mbs); off=$(med 4 lr ${op}_${s}_doff_c1_mbs)
-    [ -n "$on" ] && [ -n "$off" ] || { worst=0; worst_d="$op $s missing"; continue; }
-    r=$(awk -v a="$on" -v b="$off" 'BEGIN{printf "%.3f", a / b}')
+    r=$(med_ratio 4 lr ${op}_${s}_don_c1_mbs ${op}_${s}_doff_c1_mbs)
+    [ -n "$r" ] || { worst=0; worst_d="$op $s missing"; continue; }
     if [ -z "$worst" ] || awk -v r="$r" -v w="$worst" 'BEGIN{exit !(r < w)}'; then
-      worst=$r; worst_d="$op $((s / 1024))k: $on / $off MB/s"
+      worst=$r; worst_d="$op $((s / 1024))k: median of paired ratios (medians $on / $off MB/s)"
     fi
   done
 done
 ratio_row "4. digests on / off MB/s, worst size 4k..256k (linerate-bench, 1 conn)" "$worst" 1 ">=" 0.95 "$worst_d"
 for op in read write; do
   a=$(med 5 lr ${op}_4096_doff_c2_iops); b=$(med 5 lr ${op}_4096_doff_c1_iops)
-  ratio_row "5a. 4 KiB $op IOPS, 2-conn MC/S / 1 conn (QD 32)" "$a" "$b" ">=" 1.3 "$a / $b IOPS"
+  r=$(med_ratio 5 lr ${op}_4096_doff_c2_iops ${op}_4096_doff_c1_iops)
+  ratio_row "5a. 4 KiB $op IOPS, 2-conn MC/S / 1 conn (QD 32)" "$r" 1 ">=" 1.3 \
+    "median of paired ratios (medians $a / $b IOPS)"
 done
 for op in read write; do
   a=$(med 5s lr ${op}_4096_doff_c1_iops); b=$(med 5s tgt ${op}_4096_doff_c1_iops)
