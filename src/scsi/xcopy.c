@@ -22,6 +22,7 @@ enum {
     XCOPY_MAX_LIST = 1024,  /* MAXIMUM DESCRIPTOR LIST LENGTH */
     XCOPY_MAX_INLINE = 0,   /* no segment type reads inline data */
     XCOPY_CHUNK = 1u << 20, /* bytes per read/write on a store without map() */
+    XCOPY_MOVE_BUDGET = 16, /* RAM-to-RAM chunks (16 MiB) per reactor turn */
     XCOPY_OWN_LUN = 0xffff, /* CSCD index meaning the LUN that received the command */
     XCOPY_RCR_STATUS_LEN = 12,
     XCOPY_RCR_OPP_LEN = 46,
@@ -66,6 +67,7 @@ struct xcopy_op {
     uint64_t chunk, chunk_src, chunk_dst;
     int err;
     bool driving, again;
+    unsigned moves; /* RAM-to-RAM chunks since the reactor last had a turn */
     void *bounce;
     struct iovec iov;
     struct bs_io io;
@@ -338,6 +340,13 @@ static void submit(struct xcopy_op *op, struct scsi_lun *lu, enum bs_op bop, uin
     bs_submit(lu->bs, &op->io);
 }
 
+static void drive(struct xcopy_op *op);
+
+static void drive_msg(void *arg)
+{
+    drive(arg);
+}
+
 /* Issues the next I/O, or copies mapped memory directly, or finishes. Returns true once op is
  * finished (and freed). */
 static bool step(struct xcopy_op *op)
@@ -364,16 +373,25 @@ static bool step(struct xcopy_op *op)
             held_update(op, false);
             continue;
         }
-        if (s->src->mapped && s->dst->mapped) {
-            /* both in RAM: memmove is right for overlapping ranges of one LUN too */
-            memmove(bs_map(s->dst->bs, s->dst_off, s->bytes),
-                    bs_map(s->src->bs, s->src_off, s->bytes), s->bytes);
-            op->seg_done = s->bytes;
-            op->total += s->bytes;
-            continue;
-        }
         op->chunk = left < XCOPY_CHUNK ? left : XCOPY_CHUNK;
         uint64_t pos = s->backward ? left - op->chunk : op->seg_done;
+        if (s->src->mapped && s->dst->mapped) {
+            /* both in RAM: memmove is right for overlapping ranges of one LUN too (the chunk
+             * order, backward when the destination is above, does the rest). A chunk at a
+             * time, and the reactor gets a turn every XCOPY_MOVE_BUDGET chunks, so a copy of
+             * gigabytes does not stall the other connections of this thread. */
+            if (op->moves++ == XCOPY_MOVE_BUDGET) {
+                op->moves = 0;
+                struct reactor *r = reactor_self();
+                if (r && reactor_send(r, drive_msg, op) == 0)
+                    return false;
+            }
+            memmove(bs_map(s->dst->bs, s->dst_off + pos, op->chunk),
+                    bs_map(s->src->bs, s->src_off + pos, op->chunk), op->chunk);
+            op->seg_done += op->chunk;
+            op->total += op->chunk;
+            continue;
+        }
         op->chunk_src = s->src_off + pos;
         op->chunk_dst = s->dst_off + pos;
         if (s->src->mapped) { /* write the destination straight from the source's memory */

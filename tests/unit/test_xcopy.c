@@ -336,6 +336,27 @@ static void test_copy_within_ram_lun(void **state)
     free(want);
 }
 
+/* RAM-to-RAM copies move a chunk (1 MiB) at a time: overlapping segments of several chunks
+ * still end as one memmove would leave them, in both directions. */
+static void test_copy_within_ram_lun_chunks(void **state)
+{
+    struct fx *f = *state;
+    size_t len = 16u << 20;
+    uint8_t *exp = malloc(len);
+    fill(ram(f, 0, 0), len, 7);
+    memcpy(exp, ram(f, 0, 0), len);
+    struct plist l;
+    plist_init(&l);
+    add_cscd(&l, f, 0);
+    add_b2b(&l, 0, 0, 9000, 100, 1100);    /* 4.4 MiB up by 0.5 MiB: backward */
+    add_b2b(&l, 0, 0, 7000, 20000, 19000); /* 3.4 MiB down by 0.5 MiB: forward */
+    assert_int_equal(xcopy(f, 0, &l, list_finish(&l, 4, 3)), SCSI_STATUS_GOOD);
+    memmove(exp + 1100 * 512, exp + 100 * 512, 9000 * 512);
+    memmove(exp + 19000 * 512, exp + 20000 * 512, 7000 * 512);
+    assert_memory_equal(ram(f, 0, 0), exp, len);
+    free(exp);
+}
+
 static void test_copy_across_luns(void **state)
 {
     struct fx *f = *state;
@@ -898,6 +919,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_copy_within_ram_lun, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_copy_within_ram_lun_chunks, setup, teardown),
         cmocka_unit_test_setup_teardown(test_copy_across_luns, setup, teardown),
         cmocka_unit_test_setup_teardown(test_copy_within_unmapped_lun, setup, teardown),
         cmocka_unit_test_setup_teardown(test_copy_deferred_and_status, setup, teardown),
