@@ -68,6 +68,10 @@ struct xcopy_op {
     int err;
     bool driving, again;
     unsigned moves; /* RAM-to-RAM chunks since the reactor last had a turn */
+    /* The destination range of segs[cur], held shared in its LUN's range lock while the
+     * segment is written, so a COMPARE AND WRITE there sees it either done or not begun. */
+    struct scsi_rl_req lock;
+    struct scsi_lun *locked; /* whose range lock holds op->lock; NULL when none */
     void *bounce;
     struct iovec iov;
     struct bs_io io;
@@ -312,9 +316,18 @@ void xcopy_nexus_lost(struct scsi_nexus *n)
 
 /* --- running the copy --- */
 
+static void unlock_segment(struct xcopy_op *op)
+{
+    if (op->locked) {
+        scsi_rl_release(&op->locked->rl, &op->lock);
+        op->locked = NULL;
+    }
+}
+
 static void finish(struct xcopy_op *op, scsi_sr sr)
 {
     struct scsi_task *t = op->t;
+    unlock_segment(op);
     scsi_task_set_reason(t, sr);
     held_update(op, true);
     free(op->bounce);
@@ -347,6 +360,11 @@ static void drive_msg(void *arg)
     drive(arg);
 }
 
+static void segment_granted(struct scsi_rl_req *q)
+{
+    drive(q->arg);
+}
+
 /* Issues the next I/O, or copies mapped memory directly, or finishes. Returns true once op is
  * finished (and freed). */
 static bool step(struct xcopy_op *op)
@@ -368,10 +386,18 @@ static bool step(struct xcopy_op *op)
         }
         uint64_t left = s->bytes - op->seg_done;
         if (!left) {
+            unlock_segment(op);
             op->cur++;
             op->seg_done = 0;
             held_update(op, false);
             continue;
+        }
+        if (!op->locked) {
+            op->locked = s->dst;
+            op->lock = (struct scsi_rl_req){
+                .off = s->dst_off, .len = s->bytes, .granted = segment_granted, .arg = op};
+            if (!scsi_rl_acquire(&s->dst->rl, &op->lock))
+                return false; /* segment_granted drives on */
         }
         op->chunk = left < XCOPY_CHUNK ? left : XCOPY_CHUNK;
         uint64_t pos = s->backward ? left - op->chunk : op->seg_done;

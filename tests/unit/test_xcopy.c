@@ -432,6 +432,45 @@ static void test_copy_within_unmapped_lun(void **state)
     free(exp);
 }
 
+/* A COMPARE AND WRITE of a range an EXTENDED COPY is writing waits for that segment to be
+ * copied: it compares against the copied data, not a half-copied range. */
+static void test_copy_ordered_with_compare_and_write(void **state)
+{
+    struct fx *f = *state;
+    fill(ram(f, 0, 0), 1 << 20, 9);
+    memset(f->m4->mem, 'A', 4 << 20);
+    f->m4->defer = true;
+    struct plist l;
+    plist_init(&l);
+    add_cscd(&l, f, 0);
+    add_cscd(&l, f, 4);
+    add_b2b(&l, 0, 1, 2048, 0, 0); /* 1 MiB from RAM into the deferred store: one write */
+    int caw_done = 0;
+    xcopy_start(f, f->n1, 4, &l, list_finish(&l, 5, 0));
+    assert_int_equal(f->m4->nqueue, 1);
+
+    uint8_t cdb[16] = {0x89}, buf[1024];
+    put_be64(cdb + 2, 0);
+    cdb[13] = 1;
+    memcpy(buf, ram(f, 0, 0), 512); /* what the copy will have put there */
+    memset(buf + 512, 'C', 512);
+    f->cur = &f->t2;
+    start(f, f->n1, 4, cdb, buf, sizeof(buf), &caw_done);
+    assert_int_equal(caw_done, 0);
+    assert_int_equal(f->m4->nqueue, 1); /* the CAW waits for the copy's segment: no I/O yet */
+    m_pump1(f->m4);                     /* the copy's write completes; the CAW starts */
+    assert_int_equal(task_done_main, 1);
+    assert_int_equal(f->t.status, SCSI_STATUS_GOOD);
+    m_pump(f->m4); /* the CAW's read and write */
+    assert_int_equal(caw_done, 1);
+    assert_int_equal(f->t2.status, SCSI_STATUS_GOOD); /* compared equal to the copied block */
+    uint8_t want[512];
+    memset(want, 'C', 512);
+    assert_memory_equal(f->m4->mem, want, 512);
+    assert_memory_equal(f->m4->mem + 512, ram(f, 0, 512), (1 << 20) - 512);
+    f->cur = &f->t;
+}
+
 /* Completions that arrive later drive the copy on; RECEIVE COPY RESULTS sees it running. */
 static void test_copy_deferred_and_status(void **state)
 {
@@ -922,6 +961,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_copy_within_ram_lun_chunks, setup, teardown),
         cmocka_unit_test_setup_teardown(test_copy_across_luns, setup, teardown),
         cmocka_unit_test_setup_teardown(test_copy_within_unmapped_lun, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_copy_ordered_with_compare_and_write, setup, teardown),
         cmocka_unit_test_setup_teardown(test_copy_deferred_and_status, setup, teardown),
         cmocka_unit_test_setup_teardown(test_refusals_lengths, setup, teardown),
         cmocka_unit_test_setup_teardown(test_refusals_descriptors, setup, teardown),
