@@ -415,7 +415,7 @@ static void test_physical_block_size(void **state)
     sfx_assert_sense(&f->t, 1, 0x06, 0x29, 0x00);
     assert_int_equal(run(f, f->n1, 6, rc16, NULL, 0), SCSI_STATUS_GOOD);
     assert_int_equal(data(f)[13], 3); /* 2^3 logical blocks per physical block */
-    uint8_t b0[6] = {0x12, 1, 0xb0, 0, 64};
+    uint8_t b0[16] = {0x12, 1, 0xb0, 0, 64};
     assert_int_equal(run(f, f->n1, 6, b0, NULL, 0), SCSI_STATUS_GOOD);
     assert_true(get_be16(data(f) + 6) % 8 == 0); /* OPTIMAL TRANSFER LENGTH GRANULARITY */
 
