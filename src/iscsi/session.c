@@ -233,6 +233,35 @@ void session_reinstate(struct iscsi_server *srv, const char *initiator, const ui
 
 /* ---------------- CmdSN window ---------------- */
 
+/* Taken CmdSNs (see struct iscsi_session) live in [ExpCmdSN, MaxCmdSN], at most
+ * ISCSI_CMD_WINDOW apart, so sn % ISCSI_CMD_WINDOW names each one alone; a power of two keeps
+ * that true across the 2^32 wrap. */
+_Static_assert(ISCSI_CMD_WINDOW % 64 == 0 && (ISCSI_CMD_WINDOW & (ISCSI_CMD_WINDOW - 1)) == 0,
+               "taken CmdSN bitmap");
+
+static bool sn_is_taken(const struct iscsi_session *s, uint32_t sn)
+{
+    unsigned b = sn % ISCSI_CMD_WINDOW;
+    return s->ntaken && (s->taken[b / 64] >> (b % 64) & 1);
+}
+
+static void sn_untake(struct iscsi_session *s, uint32_t sn)
+{
+    unsigned b = sn % ISCSI_CMD_WINDOW;
+    s->taken[b / 64] &= ~(UINT64_C(1) << (b % 64));
+    s->ntaken--;
+}
+
+static struct iscsi_task *pending_find(struct iscsi_session *s, uint32_t sn)
+{
+    for (struct list_node *n = s->pending.next; n != &s->pending; n = n->next) {
+        struct iscsi_task *t = list_entry(n, struct iscsi_task, pending_node);
+        if (t->cmdsn == sn)
+            return t;
+    }
+    return NULL;
+}
+
 static void session_update_max(struct iscsi_session *s)
 {
     uint32_t want = s->exp_cmdsn + ISCSI_CMD_WINDOW - 1 - s->in_flight;
@@ -255,33 +284,54 @@ static void conn_released_msg(void *arg)
 }
 
 /* With the lock held: every queued command whose turn has come moves to its connection's
- * released list; the connection gets one kick (a deferred call on its own reactor, or one
- * message to another) however many commands a burst releases. */
+ * released list, and ExpCmdSN steps over taken CmdSNs; the connection gets one kick (a
+ * deferred call on its own reactor, or one message to another) however many commands a burst
+ * releases. */
 static void session_drain_locked(struct iscsi_session *s)
 {
-    bool progress = true;
-    while (progress && !list_empty(&s->pending)) {
-        progress = false;
-        for (struct list_node *n = s->pending.next; n != &s->pending; n = n->next) {
-            struct iscsi_task *t = list_entry(n, struct iscsi_task, pending_node);
-            if (t->cmdsn != s->exp_cmdsn)
-                continue;
-            struct iscsi_conn *c = t->conn;
-            list_del(&t->pending_node);
-            list_add_tail(&c->released, &t->pending_node);
+    while (!list_empty(&s->pending) || s->ntaken) {
+        if (sn_is_taken(s, s->exp_cmdsn)) {
+            sn_untake(s, s->exp_cmdsn);
             s->exp_cmdsn++;
-            if (!c->release_kicked) {
-                c->release_kicked = true;
-                conn_get(c); /* dropped by conn_run_released() */
-                if (reactor_self() == c->reactor)
-                    reactor_defer(c->reactor, &c->release_hook, conn_run_released, c);
-                else if (reactor_send(c->reactor, conn_released_msg, c) < 0)
-                    atomic_fetch_sub(&c->refs, 1); /* out of memory: the kick is lost */
-            }
-            progress = true;
-            break;
+            continue;
+        }
+        struct iscsi_task *t = pending_find(s, s->exp_cmdsn);
+        if (!t)
+            return;
+        struct iscsi_conn *c = t->conn;
+        list_del(&t->pending_node);
+        list_add_tail(&c->released, &t->pending_node);
+        s->exp_cmdsn++;
+        if (!c->release_kicked) {
+            c->release_kicked = true;
+            conn_get(c); /* dropped by conn_run_released() */
+            if (reactor_self() == c->reactor)
+                reactor_defer(c->reactor, &c->release_hook, conn_run_released, c);
+            else if (reactor_send(c->reactor, conn_released_msg, c) < 0)
+                atomic_fetch_sub(&c->refs, 1); /* out of memory: the kick is lost */
         }
     }
+}
+
+/* With the lock held: CmdSN sn counts as received although no command will run with it. At
+ * ExpCmdSN the window moves on at once; ahead of it the CmdSN is marked taken for
+ * session_drain_locked() to step over. Nothing for a CmdSN outside the window (already passed,
+ * or never granted) or one already received (a queued command has it, or it is taken). */
+static void session_take_locked(struct iscsi_session *s, uint32_t sn, uint32_t itt)
+{
+    if (sn_lt(sn, s->exp_cmdsn) || sn_lt(s->max_cmdsn, sn))
+        return;
+    if (sn == s->exp_cmdsn) {
+        s->exp_cmdsn++;
+        session_drain_locked(s);
+        return;
+    }
+    if (sn_is_taken(s, sn) || pending_find(s, sn))
+        return;
+    unsigned b = sn % ISCSI_CMD_WINDOW;
+    s->taken[b / 64] |= UINT64_C(1) << (b % 64);
+    s->taken_itt[b] = itt;
+    s->ntaken++;
 }
 
 int session_cmdsn_check(struct iscsi_session *s, struct iscsi_task *t)
@@ -296,6 +346,19 @@ int session_cmdsn_check(struct iscsi_session *s, struct iscsi_task *t)
         pthread_mutex_unlock(&s->lock);
         return -1;
     }
+    if (sn_is_taken(s, t->cmdsn)) {
+        /* Already received: most likely the very command an ABORT TASK took before it came
+         * (RFC 7143 §11.5.1 b), which must not run nor be answered; else a duplicate. */
+        uint32_t by = s->taken_itt[t->cmdsn % ISCSI_CMD_WINDOW];
+        pthread_mutex_unlock(&s->lock);
+        if (by == t->itt)
+            LOG_INFO("%s: CmdSN %u ITT 0x%08x came after it was aborted: dropped", t->conn->peer,
+                     t->cmdsn, t->itt);
+        else
+            LOG_DEBUG("%s: CmdSN %u ITT 0x%08x: that CmdSN was already received, dropped",
+                      t->conn->peer, t->cmdsn, t->itt);
+        return -1;
+    }
     s->in_flight++;
     if (t->cmdsn == s->exp_cmdsn) {
         s->exp_cmdsn++;
@@ -304,13 +367,10 @@ int session_cmdsn_check(struct iscsi_session *s, struct iscsi_task *t)
         return 1;
     }
     /* Ahead of a gap (another connection's command is still on its way): wait. */
-    for (struct list_node *n = s->pending.next; n != &s->pending; n = n->next) {
-        struct iscsi_task *o = list_entry(n, struct iscsi_task, pending_node);
-        if (o->cmdsn == t->cmdsn) { /* a duplicate within the window: ignore it (§4.2.2.1) */
-            s->in_flight--;
-            pthread_mutex_unlock(&s->lock);
-            return -1;
-        }
+    if (pending_find(s, t->cmdsn)) { /* a duplicate within the window: ignore it (§4.2.2.1) */
+        s->in_flight--;
+        pthread_mutex_unlock(&s->lock);
+        return -1;
     }
     t->state = TASK_QUEUED;
     list_add_tail(&s->pending, &t->pending_node);
@@ -319,22 +379,32 @@ int session_cmdsn_check(struct iscsi_session *s, struct iscsi_task *t)
 }
 
 /* Remove a queued task (from the CmdSN queue or its connection's released list: the same node,
- * the same lock) whose connection is going away or that was aborted. */
+ * the same lock) whose connection is going away or that was aborted. One still waiting for its
+ * turn was received all the same: its CmdSN stays taken, or the hole it left would hold back
+ * every later command. */
 void session_pending_remove(struct iscsi_session *s, struct iscsi_task *t)
 {
     pthread_mutex_lock(&s->lock);
     list_del(&t->pending_node);
     s->in_flight--;
+    if (!t->immediate)
+        session_take_locked(s, t->cmdsn, t->itt); /* nothing for a released one: below ExpCmdSN */
     pthread_mutex_unlock(&s->lock);
 }
 
+/* At ExpCmdSN the window moves on; ahead of a gap (MC/S: an earlier command still on another
+ * connection) the CmdSN is taken, so the window steps over it once the gap fills. */
 void session_consume_cmdsn(struct iscsi_session *s, uint32_t cmdsn)
 {
     pthread_mutex_lock(&s->lock);
-    if (cmdsn == s->exp_cmdsn) {
-        s->exp_cmdsn++;
-        session_drain_locked(s);
-    }
+    session_take_locked(s, cmdsn, ISCSI_RSVD_TAG);
+    pthread_mutex_unlock(&s->lock);
+}
+
+void session_take_cmdsn(struct iscsi_session *s, uint32_t cmdsn, uint32_t itt)
+{
+    pthread_mutex_lock(&s->lock);
+    session_take_locked(s, cmdsn, itt);
     pthread_mutex_unlock(&s->lock);
 }
 
@@ -365,6 +435,14 @@ void session_check_gap(struct iscsi_session *s, uint64_t now_ms)
             uint32_t sn = list_entry(n, struct iscsi_task, pending_node)->cmdsn;
             if (sn_lt(sn, oldest))
                 oldest = sn;
+        }
+        /* A CmdSN taken inside the hole counts as received: only the ones before it are lost
+         * (and ExpCmdSN must not jump over a taken bit, which would stay set behind it). */
+        for (uint32_t sn = s->exp_cmdsn; s->ntaken && sn_lt(sn, oldest); sn++) {
+            if (sn_is_taken(s, sn)) {
+                oldest = sn;
+                break;
+            }
         }
         LOG_WARN("session TSIH %u of %s: CmdSN %u..%u lost with a dropped connection; "
                  "going on from %u",

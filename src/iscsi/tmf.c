@@ -270,6 +270,13 @@ void tmf_handle(struct iscsi_conn *c)
         uint32_t ref = bhs_get32(req, BHS_REFCMDSN);
         bool in_window =
             sn_le(win_exp, ref) && sn_le(ref, win_max) && (immediate || sn_lt(ref, cmdsn));
+        /* Considered received: the command may still be on its way (on another connection,
+         * or just behind this TMF). Its CmdSN is taken now, before the other connections
+         * look, so it is dropped whenever it comes and the window moves past it. Had it come
+         * meanwhile, nothing is taken (it is queued, or ExpCmdSN is past it) and the search
+         * below finds and aborts it (a queued task aborted keeps its CmdSN taken). */
+        if (in_window)
+            session_take_cmdsn(s, ref, rtt);
         abort_task_other_conns(c, req, rtt, lun,
                                in_window ? ISCSI_TMF_RSP_COMPLETE : ISCSI_TMF_RSP_NO_TASK);
         return;

@@ -13,9 +13,18 @@ new CID), InitialR2T=Yes and ImmediateData=No:
      (Task does not exist); the rest of the burst, sent anyway, is dropped, and the WRITE is
      never answered on either connection;
   2. the same with the TMF on the task's own connection (the local path);
-  3. ABORT TASK for an ITT no connection has: RefCmdSN of a command already done answers 1 (Task
+  3. ABORT TASK for a command that has not arrived yet (§11.5.1 b: RefCmdSN inside the window,
+     before the TMF): it answers 0 (Function complete) and that CmdSN counts as received, so
+     the command, arriving afterwards with that CmdSN and ITT, is dropped silently (no R2T, no
+     SCSI Response within 1 s) and the window moves past it: with RefCmdSN = ExpCmdSN and the
+     command on the TMF's connection or the other one; with RefCmdSN one ahead of ExpCmdSN
+     (a command queued behind it on the other connection runs once the hole before it fills);
+     and with a non-immediate TMF whose own CmdSN follows RefCmdSN; and a command queued
+     behind a hole (CID 1), aborted from CID 0, still counts as received: once the hole fills
+     the commands after it run;
+  4. ABORT TASK for an ITT no connection has: RefCmdSN of a command already done answers 1 (Task
      does not exist), RefCmdSN not yet received answers 0 (Function complete) (§11.5.1 b/c);
-  4. the session still works: WRITE + READ back on both connections, TEST UNIT READY, logout;
+  5. the session still works: WRITE + READ back on both connections, TEST UNIT READY, logout;
      the daemon exits 0 on SIGTERM.
 Exit 0 when every check holds, 1 with the reason otherwise. Python 3 standard library only."""
 
@@ -177,12 +186,13 @@ class McsSession:
                             0, conn.expstatsn, struct.pack(">III", 0, datasn, off), data=data),
                         data)
 
-    def abort_task(self, conn, rtt, refcmdsn):
-        """Immediate ABORT TASK; returns the TMF Response code."""
+    def abort_task(self, conn, rtt, refcmdsn, cmdsn=None):
+        """ABORT TASK, immediate unless given its own CmdSN (which the caller accounts for);
+        returns the TMF Response code."""
         itt = self.next_itt()
         conn.c.send_pdu(bhs(OP_TMF, 0x80 | TMF_ABORT_TASK, hostile.lun_field(0), itt, rtt,
-                            self.cmdsn, conn.expstatsn, struct.pack(">II", refcmdsn, 0),
-                            immediate=True))
+                            self.cmdsn if cmdsn is None else cmdsn, conn.expstatsn,
+                            struct.pack(">II", refcmdsn, 0), immediate=cmdsn is None))
         while True:
             rh, _ = self.recv(conn, min(5, left()))
             op = rh[0] & 0x3F
@@ -190,6 +200,24 @@ class McsSession:
                 check(struct.unpack(">I", rh[16:20])[0] == itt, "TMF Response for another ITT")
                 return rh[2]
             check(op == OP_SCSI_RSP, "waiting for the TMF Response: op 0x%02x" % op)
+
+    def send_cmd(self, conn, itt, cmdsn, cdb, wlen=0):
+        """A SCSI Command PDU alone, without waiting: TEST UNIT READY, or a WRITE of wlen bytes
+        without immediate data (it gets an R2T once it runs)."""
+        flags = 0x80 | (0x20 if wlen else 0) | 0x01  # F, W, SIMPLE
+        conn.c.send_pdu(bhs(OP_SCSI, flags, hostile.lun_field(0), itt, wlen, cmdsn,
+                            conn.expstatsn, cdb.ljust(16, b"\0")))
+
+    def expect_good(self, conn, itt, what):
+        """The next PDU on conn is the GOOD SCSI Response of itt."""
+        try:
+            rh, _ = self.recv(conn, min(5, left()))
+        except socket.timeout:
+            raise TestFailure("%s: no SCSI Response for ITT 0x%x within 5 s" % (what, itt))
+        got = struct.unpack(">I", rh[16:20])[0]
+        check(rh[0] & 0x3F == OP_SCSI_RSP and got == itt and rh[3] == 0,
+              "%s: op 0x%02x ITT 0x%x status 0x%02x, expected GOOD for ITT 0x%x" %
+              (what, rh[0] & 0x3F, got, rh[3], itt))
 
     def quiet(self, conn, seconds):
         """Nothing may arrive on conn for a while (an aborted task is never answered)."""
@@ -219,6 +247,92 @@ def abort_mid_data_out(m, task_conn, tmf_conn, lba, what):
           "Data-Out dropped" % (what, itt, rsp), flush=True)
 
 
+def abort_before_command(m, tmf_conn, cmd_conn, what):
+    """§11.5.1 b: ABORT TASK (immediate) for ITT X with RefCmdSN = ExpCmdSN N, before the
+    command X with CmdSN N arrives: Function complete, CmdSN N counts as received, so the
+    command is dropped when it comes (a WRITE: neither R2T nor SCSI Response) and CmdSN N+1
+    runs."""
+    n, x = m.cmdsn, m.next_itt()
+    rsp = m.abort_task(tmf_conn, x, n)
+    check(rsp == RSP_COMPLETE, "%s: ABORT TASK of CmdSN %d not yet received answered %d, "
+          "expected 0 (Function complete)" % (what, n, rsp))
+    m.send_cmd(cmd_conn, x, n, cdb_rw10(0x2A, 400, 8), wlen=8 * BLOCK)
+    m.cmdsn = n + 1
+    m.quiet(cmd_conn, min(1.0, left()))
+    if tmf_conn is not cmd_conn:
+        m.quiet(tmf_conn, min(0.2, left()))
+    st, _, _ = m.scsi(cmd_conn, bytes(6), timeout=min(5, left()))
+    check(st == 0, "%s: TEST UNIT READY with CmdSN %d after the dropped one: status 0x%02x" %
+          (what, n + 1, st))
+    print("ok: %s: ABORT TASK ITT 0x%x RefCmdSN %d -> 0, the WRITE arriving afterwards with "
+          "CmdSN %d dropped (no R2T, no response in 1 s), CmdSN %d answered" %
+          (what, x, n, n, n + 1), flush=True)
+
+
+def abort_ahead_of_window(m, what):
+    """§11.5.1 b with RefCmdSN one ahead of ExpCmdSN N: ABORT TASK (immediate) for Y with
+    RefCmdSN N+1 on CID 0; a TEST UNIT READY with CmdSN N+2 on CID 1 waits for N; N (CID 0)
+    runs and N+2 follows, the aborted N+1 being taken as received; Y arriving late with CmdSN
+    N+1 is dropped."""
+    n, y = m.cmdsn, m.next_itt()
+    rsp = m.abort_task(m.c1, y, n + 1)
+    check(rsp == RSP_COMPLETE, "%s: ABORT TASK of CmdSN %d not yet received answered %d, "
+          "expected 0 (Function complete)" % (what, n + 1, rsp))
+    z2 = m.next_itt()
+    m.send_cmd(m.c2, z2, n + 2, bytes(6))
+    m.quiet(m.c2, min(0.2, left()))  # CmdSN N has not come: it waits
+    z0 = m.next_itt()
+    m.send_cmd(m.c1, z0, n, bytes(6))
+    m.expect_good(m.c1, z0, "%s: CmdSN %d" % (what, n))
+    m.expect_good(m.c2, z2, "%s: CmdSN %d, behind the aborted %d" % (what, n + 2, n + 1))
+    m.send_cmd(m.c2, y, n + 1, cdb_rw10(0x2A, 400, 8), wlen=8 * BLOCK)
+    m.cmdsn = n + 3
+    m.quiet(m.c2, min(1.0, left()))
+    m.quiet(m.c1, min(0.2, left()))
+    print("ok: %s: ABORT TASK ITT 0x%x RefCmdSN %d (ExpCmdSN %d) -> 0, CmdSN %d then %d "
+          "answered, the late WRITE with CmdSN %d dropped" % (what, y, n + 1, n, n, n + 2, n + 1),
+          flush=True)
+
+
+def abort_non_immediate(m, what):
+    """§11.5.1 b with a non-immediate TMF: ABORT TASK with CmdSN N+1 on CID 1 for X, RefCmdSN
+    N; the command X (CmdSN N) arriving afterwards on CID 0 is dropped and both CmdSNs are
+    used up: CmdSN N+2 runs."""
+    n, x = m.cmdsn, m.next_itt()
+    rsp = m.abort_task(m.c2, x, n, cmdsn=n + 1)
+    check(rsp == RSP_COMPLETE, "%s: non-immediate ABORT TASK of CmdSN %d not yet received "
+          "answered %d, expected 0 (Function complete)" % (what, n, rsp))
+    m.send_cmd(m.c1, x, n, cdb_rw10(0x2A, 400, 8), wlen=8 * BLOCK)
+    m.cmdsn = n + 2
+    m.quiet(m.c1, min(1.0, left()))
+    st, _, _ = m.scsi(m.c1, bytes(6), timeout=min(5, left()))
+    check(st == 0, "%s: TEST UNIT READY with CmdSN %d after the TMF's: status 0x%02x" %
+          (what, n + 2, st))
+    print("ok: %s: non-immediate ABORT TASK (CmdSN %d) ITT 0x%x RefCmdSN %d -> 0, the WRITE "
+          "arriving afterwards dropped, CmdSN %d answered" % (what, n + 1, x, n, n + 2),
+          flush=True)
+
+
+def abort_queued(m, what):
+    """A TEST UNIT READY with CmdSN N+1 on CID 1 waits for N; ABORT TASK for it on CID 0 answers
+    Function complete; N then N+2 (CID 0) run: the aborted command's CmdSN left no hole."""
+    n, y = m.cmdsn, m.next_itt()
+    m.send_cmd(m.c2, y, n + 1, bytes(6))
+    m.quiet(m.c2, min(0.2, left()))  # CmdSN N has not come: it waits
+    rsp = m.abort_task(m.c1, y, n + 1)
+    check(rsp == RSP_COMPLETE, "%s: ABORT TASK of a queued command answered %d, expected 0 "
+          "(Function complete)" % (what, rsp))
+    z0, z2 = m.next_itt(), m.next_itt()
+    m.send_cmd(m.c1, z0, n, bytes(6))
+    m.send_cmd(m.c1, z2, n + 2, bytes(6))
+    m.expect_good(m.c1, z0, "%s: CmdSN %d" % (what, n))
+    m.expect_good(m.c1, z2, "%s: CmdSN %d, behind the aborted %d" % (what, n + 2, n + 1))
+    m.cmdsn = n + 3
+    m.quiet(m.c2, min(0.3, left()))
+    print("ok: %s: queued command CmdSN %d ITT 0x%x aborted from the other connection -> 0, "
+          "never answered, CmdSN %d then %d answered" % (what, n + 1, y, n, n + 2), flush=True)
+
+
 def io_check(m, conn, lba, what):
     data = bytes((lba + i) & 0xFF for i in range(8 * BLOCK))
     st, _, _ = m.scsi(conn, cdb_rw10(0x2A, lba, 8), write_data=data)
@@ -241,12 +355,18 @@ def run(binary, threads):
         abort_mid_data_out(m, m.c1, m.c2, 100, tag + ", task on CID 0, TMF on CID 1")
         abort_mid_data_out(m, m.c2, m.c1, 200, tag + ", task on CID 1, TMF on CID 0")
         abort_mid_data_out(m, m.c1, m.c1, 300, tag + ", task and TMF on CID 0")
+        abort_before_command(m, m.c1, m.c1, tag + ", TMF and command on CID 0")
+        abort_before_command(m, m.c2, m.c1, tag + ", TMF on CID 1, command on CID 0")
+        abort_ahead_of_window(m, tag)
+        abort_non_immediate(m, tag)
+        abort_queued(m, tag)
         rsp = m.abort_task(m.c2, 0x7777777, m.cmdsn - 1)
         check(rsp == RSP_NO_TASK, "ABORT TASK of a finished command (RefCmdSN %d) answered %d, "
               "expected 1 (Task does not exist)" % (m.cmdsn - 1, rsp))
         rsp = m.abort_task(m.c2, 0x7777778, m.cmdsn)
         check(rsp == RSP_COMPLETE, "ABORT TASK with RefCmdSN not yet received answered %d, "
               "expected 0 (Function complete)" % rsp)
+        m.cmdsn += 1  # that CmdSN now counts as received (§11.5.1 b): the next one follows
         print("ok: %s: unknown ITT -> 1 (RefCmdSN done), 0 (RefCmdSN not yet received)" % tag,
               flush=True)
         io_check(m, m.c1, 1000, tag + ", CID 0 afterwards")
