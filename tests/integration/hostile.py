@@ -369,10 +369,13 @@ def sense_kaa(sense):
 
 
 class Daemon:
-    def __init__(self, binary):
+    """linerate-target on a free loopback port (other tests reuse it with their own LUN,
+    threads and log level)."""
+
+    def __init__(self, binary, threads=2, lun="ram:%d" % LUN_BYTES, log_level="warn",
+                 prefix="hostile-target-"):
         self.binary = binary
-        self.log = tempfile.NamedTemporaryFile(prefix="hostile-target-", suffix=".log",
-                                               delete=False)
+        self.log = tempfile.NamedTemporaryFile(prefix=prefix, suffix=".log", delete=False)
         for attempt in range(5):
             s = socket.socket()
             s.bind(("127.0.0.1", 0))
@@ -380,7 +383,7 @@ class Daemon:
             s.close()
             self.proc = subprocess.Popen(
                 [binary, "--listen", "127.0.0.1:%d" % self.port, "--target-name", TARGET,
-                 "--lun", "ram:%d" % LUN_BYTES, "--threads", "2", "--log-level", "warn"],
+                 "--lun", lun, "--threads", str(threads), "--log-level", log_level],
                 stdout=subprocess.DEVNULL, stderr=self.log)
             deadline = time.monotonic() + 10
             while time.monotonic() < deadline and self.proc.poll() is None:

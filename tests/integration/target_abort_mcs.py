@@ -34,7 +34,6 @@ import socket
 import struct
 import subprocess
 import sys
-import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -56,34 +55,13 @@ def left():
     return t
 
 
-class Daemon:
+class Daemon(hostile.Daemon):
     def __init__(self, binary, threads):
-        self.log = tempfile.NamedTemporaryFile(prefix="abort-mcs-target-", suffix=".log",
-                                               delete=False)
-        for _ in range(5):
-            s = socket.socket()
-            s.bind(("127.0.0.1", 0))
-            self.port = s.getsockname()[1]
-            s.close()
-            self.proc = subprocess.Popen(
-                [binary, "--listen", "127.0.0.1:%d" % self.port, "--target-name",
-                 hostile.TARGET, "--lun", "ram:16M", "--threads", str(threads),
-                 "--log-level", "info"], stdout=subprocess.DEVNULL, stderr=self.log)
-            deadline = time.monotonic() + 10
-            while time.monotonic() < deadline and self.proc.poll() is None:
-                try:
-                    socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
-                    return
-                except OSError:
-                    time.sleep(0.05)
-            if self.proc.poll() is None:
-                self.proc.kill()
-                self.proc.wait()
-        raise TestFailure("daemon did not start listening")
+        super().__init__(binary, threads=threads, lun="ram:16M", log_level="info",
+                         prefix="abort-mcs-target-")
 
     def tail(self, n=30):
-        with open(self.log.name, errors="replace") as f:
-            return "".join(f.readlines()[-n:])
+        return self.log_tail(n)
 
     def stop(self):
         self.proc.send_signal(signal.SIGTERM)
