@@ -144,9 +144,11 @@ run_bench() {   # test who rep url args...
   local t=$1 who=$2 rep=$3 url=$4; shift 4
   "$bench" --format csv --seconds "$secs" "$@" "$url" >"$work/lb.csv" 2>"$work/lb.err" ||
     { record "$t $who $rep bench_failed 1"; tail -3 "$work/lb.err" >&2; }
-  tail -n +2 "$work/lb.csv" | while IFS=, read -r size rw dg conns qd mbs iops _; do
+  tail -n +2 "$work/lb.csv" | while IFS=, read -r size rw dg conns qd mbs iops _ _ ini tgt; do
     [ -n "$mbs" ] && record "$t $who $rep ${rw}_${size}_d${dg}_c${conns}_mbs $mbs"
     [ -n "$iops" ] && record "$t $who $rep ${rw}_${size}_d${dg}_c${conns}_iops $iops"
+    # with --target-pid: CPU (initiator + target) per KB moved
+    [ -n "${tgt:-}" ] && record "$t $who $rep ${rw}_${size}_d${dg}_c${conns}_cpukb $(awk -v a="$ini" -v b="$tgt" 'BEGIN{printf "%.4f", a + b}')"
   done
 }
 
@@ -170,7 +172,8 @@ for rep in $(seq "$reps"); do
   # repetition), so that a ratio compares two runs a few seconds apart
   if [ $((rep % 2)) = 1 ]; then dorder="off,on"; else dorder="on,off"; fi
   for s in ${sizes4//,/ }; do
-    run_bench 4 lr $rep "$lr_url" --sizes $s --rw read,write --digest $dorder --connections 1
+    run_bench 4 lr $rep "$lr_url" --sizes $s --rw read,write --digest $dorder --connections 1 \
+      --target-pid "$lr_pid"
   done
   log "rep $rep/$reps: 5. MC/S and 8 sessions"
   run_bench 5 lr $rep "$lr_url" --sizes 4k --rw read,write --connections 1,2
@@ -243,6 +246,19 @@ for op in read write; do
   ratio_row "5b. 4 KiB $op IOPS, --sessions 8, linerate / tgt" "$a" "$b" ">=" 2 "$a / $b IOPS"
 done
 
+# what digests cost in CPU (initiator + target µs per KB, on / off, median of paired ratios):
+# steadier than MB/s on a machine where the client and the target share the CPUs
+cpu_worst=; cpu_worst_d=
+for s in 4096 8192 16384 65536 131072 262144; do
+  for op in read write; do
+    r=$(med_ratio 4 lr ${op}_${s}_don_c1_cpukb ${op}_${s}_doff_c1_cpukb)
+    [ -n "$r" ] || continue
+    if [ -z "$cpu_worst" ] || awk -v r="$r" -v w="$cpu_worst" 'BEGIN{exit !(r > w)}'; then
+      cpu_worst=$r; cpu_worst_d="$op $((s / 1024))k"
+    fi
+  done
+done
+
 # digest detail table (figure 4)
 dtable() {
   echo "| size | read off | read on | write off | write on |"
@@ -266,6 +282,10 @@ elapsed=$(($(date +%s) - t_start))
   echo "Figure 4, linerate-bench MB/s by size, digests off/on (1 connection, QD 32):"
   echo
   dtable
+  if [ -n "$cpu_worst" ]; then
+    echo
+    echo "Digests in CPU: initiator + target µs per KB moved, on / off, worst size: $cpu_worst ($cpu_worst_d; median of paired ratios)."
+  fi
 } >"$md"
 cat "$md"
 log "$fails of ${#rows[@]} figures FAIL; summary in $md"
