@@ -122,9 +122,12 @@ static int build_luns(const struct target_node_conf *c, const char *state_dir,
         }
         struct scsi_lun *lu = scsi_target_lun(scsi, l->lun);
         unsigned long long bytes = lu ? (unsigned long long)scsi_lun_size_bytes(lu) : 0;
-        LOG_INFO("target %s: LUN %llu = %s, %llu bytes (%s), %u-byte blocks, %s%s", c->name,
+        char pbs[48] = "";
+        if (l->phys_block_size && l->phys_block_size != l->block_size)
+            snprintf(pbs, sizeof(pbs), " (%u-byte physical)", l->phys_block_size);
+        LOG_INFO("target %s: LUN %llu = %s, %llu bytes (%s), %u-byte blocks%s, %s%s", c->name,
                  (unsigned long long)l->lun, l->bs_spec, bytes, human_size(bytes).s, l->block_size,
-                 l->read_only ? "read-only" : "read-write", l->removable ? ", removable" : "");
+                 pbs, l->read_only ? "read-only" : "read-write", l->removable ? ", removable" : "");
     }
     return 0;
 }

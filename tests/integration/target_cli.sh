@@ -32,6 +32,10 @@ expect_usage --listen --listen "[::1"
 expect_usage --lun --lun
 expect_usage --lun --lun justtext
 expect_usage --lun --lun ram:1G,bs=1000
+expect_usage "physical block size" --lun ram:1M,pbs=3k
+expect_usage "physical block size" --lun ram:1M,bs=4096,pbs=2k
+expect_usage "physical block size" --lun ram:1M,pbs=128k
+expect_usage "sanitize rate" --lun ram:1M,sanitize-rate=fast
 expect_usage --lun --lun bogus:1G
 expect_usage --lun --lun "file:$WORK/no/such/dir/disk.img"
 expect_usage --threads --threads 0
