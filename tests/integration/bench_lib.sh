@@ -7,11 +7,12 @@ note() { echo "== $*" >&2; }
 
 port_free() { ! ss -Hltn "sport = :$1" 2>/dev/null | grep -q .; }
 
-# A free port P (and P+1000, which peer-tgt uses for its control channel).
+# free_port: a port P with P and P+1000 free (peer-tgt's control port is P+1000, and
+# tgtadm -C takes at most 32767, so P stays below 31767).
 free_port() {
   local p
   for _ in $(seq 200); do
-    p=$((20000 + RANDOM % 20000))
+    p=$((20000 + RANDOM % 11000))
     port_free "$p" && port_free $((p + 1000)) && { echo "$p"; return 0; }
   done
   return 1
