@@ -799,6 +799,16 @@ static void logout_handle(struct iscsi_conn *c)
         conn_send_reject(c, req, ISCSI_REJECT_PROTOCOL_ERROR);
         return;
     }
+    /* A logout that ends the session ends its I_T nexus before the answer goes out: the
+     * initiator may act on another session the moment it has the Logout Response. */
+    struct iscsi_session *s = c->session;
+    if (response == 0 && s && s->nexus) {
+        pthread_mutex_lock(&s->lock);
+        bool ends_session = reason == ISCSI_LOGOUT_CLOSE_SESSION || (victim == c && s->nconns == 1);
+        pthread_mutex_unlock(&s->lock);
+        if (ends_session)
+            scsi_nexus_logout(s->nexus);
+    }
     /* Time2Wait and Time2Retain stay 0: nothing to wait for or retain at ERL 0 (§11.15). */
     conn_send_response(c, ISCSI_OP_LOGOUT_RSP, req, response);
     if (response != 0)

@@ -148,6 +148,11 @@ void scsi_nexus_put(struct scsi_nexus *n);
  * when the last reference goes, so a transport that puts the nexus when a session ends need not
  * call it itself. Idempotent. */
 void scsi_nexus_lost(struct scsi_nexus *n);
+/* A logout is ending the only session of this nexus: do what I_T nexus loss does now, before
+ * the transport confirms the logout, so that the initiator's next command (on another session)
+ * finds the SPC-2 reservation and PREVENT state of this nexus gone. Nothing if another session
+ * still holds the nexus. The last put does it again, harmlessly. */
+void scsi_nexus_logout(struct scsi_nexus *n);
 
 /* --- tasks --- */
 void scsi_task_init(struct scsi_task *t);

@@ -219,6 +219,16 @@ void scsi_nexus_put(struct scsi_nexus *n)
         scsi_nexus_lost(n);
 }
 
+void scsi_nexus_logout(struct scsi_nexus *n)
+{
+    struct scsi_target *t = n->target;
+    pthread_mutex_lock(&t->lock);
+    bool only = n->refs == 1;
+    pthread_mutex_unlock(&t->lock);
+    if (only)
+        scsi_nexus_lost(n);
+}
+
 void scsi_nexus_lost(struct scsi_nexus *n)
 {
     xcopy_nexus_lost(n);
