@@ -287,8 +287,12 @@ void session_take_cmdsn(struct iscsi_session *s, uint32_t cmdsn, uint32_t itt);
 struct iscsi_conn *session_find_conn(struct iscsi_session *s, uint16_t cid);
 /* Ask the connections to close, each on its own reactor. */
 void session_close_other_conns(struct iscsi_session *s, struct iscsi_conn *keep);
-void session_close_node_sessions(struct iscsi_server *srv, struct iscsi_node *node,
-                                 struct iscsi_conn *keep);
+/* Close (by message to its reactor) every connection c of every live session s for which
+ * match(s, c, arg) holds; the session table and each session are locked meanwhile. */
+void session_close_conns_where(struct iscsi_server *srv,
+                               bool (*match)(const struct iscsi_session *s,
+                                             const struct iscsi_conn *c, const void *arg),
+                               const void *arg, const char *why);
 void session_close_conn_by_cid(struct iscsi_session *s, uint16_t cid);
 /* CmdSN check for a non-immediate command (RFC 7143 §4.2.2.1). Returns 1 to run now, 0 if it was
  * queued until its turn, -1 if it is outside the window (silently ignore). */

@@ -45,23 +45,18 @@ bool iscsi_node_allows(const struct iscsi_node *node, const char *initiator_name
     return false;
 }
 
+static bool conn_on_reactor(const struct iscsi_session *s, const struct iscsi_conn *c,
+                            const void *arg)
+{
+    (void)s;
+    return c->reactor == arg;
+}
+
 /* Runs on reactor r: every connection whose session lives here (and every connection still in
  * login) is found through the session table and the reactor's load; connections close, which
  * fails their queued commands and releases in-flight ones when the store completes them. */
+
 void iscsi_server_close_reactor_conns(struct iscsi_server *srv, struct reactor *r)
 {
-    pthread_mutex_lock(&srv->sessions_lock);
-    for (unsigned i = 1; i < srv->sessions_cap; i++) {
-        struct iscsi_session *s = srv->sessions[i];
-        if (!s)
-            continue;
-        pthread_mutex_lock(&s->lock);
-        for (struct list_node *n = s->conns.next; n != &s->conns; n = n->next) {
-            struct iscsi_conn *c = list_entry(n, struct iscsi_conn, session_node);
-            if (c->reactor == r)
-                conn_close_async(c, "target shutting down");
-        }
-        pthread_mutex_unlock(&s->lock);
-    }
-    pthread_mutex_unlock(&srv->sessions_lock);
+    session_close_conns_where(srv, conn_on_reactor, r, "target shutting down");
 }

@@ -183,22 +183,21 @@ void session_close_conn_by_cid(struct iscsi_session *s, uint16_t cid)
     pthread_mutex_unlock(&s->lock);
 }
 
-/* TARGET COLD RESET (RFC 7143 §11.5.1): the target closes all of its TCP connections to all
- * initiators, ending every session of this target node; keep (the connection that asked) closes
- * itself once its answer is out. */
-void session_close_node_sessions(struct iscsi_server *srv, struct iscsi_node *node,
-                                 struct iscsi_conn *keep)
+void session_close_conns_where(struct iscsi_server *srv,
+                               bool (*match)(const struct iscsi_session *s,
+                                             const struct iscsi_conn *c, const void *arg),
+                               const void *arg, const char *why)
 {
     pthread_mutex_lock(&srv->sessions_lock);
     for (unsigned i = 1; i < srv->sessions_cap; i++) {
         struct iscsi_session *s = srv->sessions[i];
-        if (!s || s->node != node)
+        if (!s)
             continue;
         pthread_mutex_lock(&s->lock);
         for (struct list_node *n = s->conns.next; n != &s->conns; n = n->next) {
             struct iscsi_conn *c = list_entry(n, struct iscsi_conn, session_node);
-            if (c != keep)
-                conn_close_async(c, "target cold reset");
+            if (match(s, c, arg))
+                conn_close_async(c, why);
         }
         pthread_mutex_unlock(&s->lock);
     }

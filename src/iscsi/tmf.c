@@ -237,6 +237,16 @@ static void abort_task_other_conns(struct iscsi_conn *self, const struct iscsi_b
     abort_task_leg_done(r); /* answers right here when there was nobody else to ask */
 }
 
+/* TARGET COLD RESET (RFC 7143 §11.5.1) closes all of the target's TCP connections to all
+ * initiators: every connection of a session of the asking connection's node but that one,
+ * which closes itself once its answer is out. */
+static bool other_conn_of_node(const struct iscsi_session *s, const struct iscsi_conn *c,
+                               const void *arg)
+{
+    const struct iscsi_conn *self = arg;
+    return c != self && s->node == self->session->node;
+}
+
 void tmf_handle(struct iscsi_conn *c)
 {
     struct iscsi_bhs *req = &c->rx_bhs;
@@ -320,7 +330,7 @@ void tmf_handle(struct iscsi_conn *c)
             /* §11.5.1: a cold reset closes every connection to every initiator; this one
              * after its answer. */
             c->phase = CONN_LOGGED_OUT;
-            session_close_node_sessions(c->srv, s->node, c);
+            session_close_conns_where(c->srv, other_conn_of_node, c, "target cold reset");
         }
         return;
     case ISCSI_TMF_CLEAR_ACA:
