@@ -25,7 +25,8 @@ static void usage(FILE *f)
             "  --rw LIST            read,write,randread,randwrite,mixed (default read,write)\n"
             "  --digest LIST        off,on: HeaderDigest+DataDigest CRC32C (default off)\n"
             "  --connections LIST   MC/S connections per session (default 1)\n"
-            "  --sessions N         independent sessions in parallel, one thread each (default 1)\n"
+            "  --sessions N         independent sessions in parallel (default 1)\n"
+            "                       (sessions and connections share one thread per CPU)\n"
             "  --qd N               outstanding commands per session (default 32)\n"
             "  --seconds S          time per cell (default 5)\n"
             "  --verify             write stamped blocks, read them back, fail on the first bad\n"
@@ -412,9 +413,11 @@ static uint32_t start_config(struct run *R, bool digest, uint32_t conns)
 {
     const struct bench_opts *o = R->o;
     R->n = 0;
-    /* One reactor thread per CPU at most; sessions are spread over them round robin. */
+    /* One reactor thread per CPU at most; sessions, and the connections of an MC/S session,
+     * are spread over them round robin (connection j of session i on thread i + j). */
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-    unsigned want = o->sessions < (unsigned)(cpus > 0 ? cpus : 1) ? o->sessions : (unsigned)cpus;
+    unsigned total = o->sessions * conns;
+    unsigned want = total < (unsigned)(cpus > 0 ? cpus : 1) ? total : (unsigned)cpus;
     for (R->nloops = 0; R->nloops < want; R->nloops++)
         if (!(R->loops[R->nloops] = bench_loop_start((int)R->nloops)))
             break;
@@ -423,8 +426,10 @@ static uint32_t start_config(struct run *R, bool digest, uint32_t conns)
         return 0;
     }
     for (unsigned i = 0; i < o->sessions; i++) {
-        struct worker *w = worker_start((int)i, o, digest, conns, &R->done,
-                                        bench_loop_reactor(R->loops[i % R->nloops]));
+        struct reactor *conn_r[LR_MAX_CONNECTIONS];
+        for (unsigned j = 0; j < conns && j < LR_MAX_CONNECTIONS; j++)
+            conn_r[j] = bench_loop_reactor(R->loops[(i + j) % R->nloops]);
+        struct worker *w = worker_start((int)i, o, digest, conns, &R->done, conn_r[0], conn_r);
         if (!w) {
             fprintf(stderr, "linerate-bench: cannot set up session %u\n", i);
             break;
@@ -454,8 +459,11 @@ static uint32_t start_config(struct run *R, bool digest, uint32_t conns)
                 "linerate-bench: asked for %u connections per session, the target granted "
                 "MaxConnections=%u; falling back to %u connection%s%s\n",
                 conns, granted, up, up == 1 ? "" : "s", up == 1 ? " (no MC/S)" : "");
-    fprintf(stderr, "linerate-bench: %u session%s logged in, %u connection%s each, block size %u\n",
-            R->n, R->n == 1 ? "" : "s", up, up == 1 ? "" : "s", worker_block_size(R->w[0]));
+    fprintf(stderr,
+            "linerate-bench: %u session%s logged in, %u connection%s each, block size %u, "
+            "on %u initiator thread%s\n",
+            R->n, R->n == 1 ? "" : "s", up, up == 1 ? "" : "s", worker_block_size(R->w[0]),
+            R->nloops, R->nloops == 1 ? "" : "s");
     return up;
 }
 

@@ -31,6 +31,9 @@ struct worker {
     uint32_t conns_asked;
     sem_t *done;
     struct reactor *r; /* shared with the other sessions of its bench_loop */
+    /* Each connection's reactor in full feature phase. With more than one thread the session's
+     * callbacks run on them, under the session lock; what runs on r takes that lock too. */
+    struct reactor *conn_r[LR_MAX_CONNECTIONS];
     struct lr_session *s;
     enum wstep step;
     char err[256];
@@ -163,7 +166,7 @@ struct reactor *bench_loop_reactor(const struct bench_loop *l)
 }
 
 struct worker *worker_start(int id, const struct bench_opts *o, bool digest, uint32_t conns,
-                            sem_t *done, struct reactor *r)
+                            sem_t *done, struct reactor *r, struct reactor *const *conn_r)
 {
     struct worker *w = calloc(1, sizeof(*w));
     if (!w)
@@ -173,6 +176,8 @@ struct worker *worker_start(int id, const struct bench_opts *o, bool digest, uin
     w->digest = digest;
     w->conns_asked = conns;
     w->done = done;
+    for (uint32_t i = 0; i < conns && i < LR_MAX_CONNECTIONS; i++)
+        w->conn_r[i] = conn_r[i];
     w->rng = 0x9e3779b97f4a7c15ull ^ ((uint64_t)id << 32) ^ now_ns();
     w->r = r;
     uint32_t maxsize = 0;
@@ -263,6 +268,7 @@ static void do_login(void *arg)
         .max_tasks = o->qd + 8,
         .cmd_timeout_ms = 15000,
     };
+    memcpy(so.conn_reactors, w->conn_r, sizeof(so.conn_reactors));
     w->failed = false;
     w->step = WS_LOGIN;
     w->s = lr_session_create(w->r, &so);
@@ -282,10 +288,17 @@ void worker_post_login(struct worker *w)
 
 static void issue(struct worker *w);
 
+static void cell_finish_msg(void *arg);
+
 static void cell_maybe_done(struct worker *w)
 {
     if (w->outstanding || !w->stopping || w->step != WS_CELL)
         return;
+    if (reactor_self() != w->r) {
+        /* the last command completed on another connection's thread: the timers are r's */
+        reactor_send(w->r, cell_finish_msg, w);
+        return;
+    }
     reactor_timer_stop(w->r, &w->timer);
     reactor_timer_stop(w->r, &w->kill_timer);
     w->st.elapsed_ns = now_ns() - w->start_ns;
@@ -368,11 +381,21 @@ static void issue(struct worker *w)
     }
 }
 
+static void cell_finish_msg(void *arg)
+{
+    struct worker *w = arg;
+    lr_session_lock(w->s);
+    cell_maybe_done(w);
+    lr_session_unlock(w->s);
+}
+
 static void cell_timer(void *arg)
 {
     struct worker *w = arg;
+    lr_session_lock(w->s);
     w->stopping = true;
     cell_maybe_done(w);
+    lr_session_unlock(w->s);
 }
 
 static void kill_timer(void *arg)
@@ -396,6 +419,7 @@ static void do_cell(void *arg)
     w->size = m->size;
     w->rw = m->rw;
     free(m);
+    lr_session_lock(w->s);
     memset(&w->st, 0, sizeof(w->st));
     w->failed = false;
     w->stopping = false;
@@ -408,6 +432,7 @@ static void do_cell(void *arg)
         reactor_timer_start(w->r, &w->kill_timer, w->o->kill_conn_ms, kill_timer, w);
     issue(w);
     cell_maybe_done(w);
+    lr_session_unlock(w->s);
 }
 
 void worker_post_cell(struct worker *w, uint32_t size, enum bench_rw rw)
@@ -538,6 +563,7 @@ static void verify_issue(struct worker *w)
 static void do_verify(void *arg)
 {
     struct worker *w = arg;
+    lr_session_lock(w->s);
     w->failed = false;
     w->vfailed = false;
     w->vblocks = 0;
@@ -558,6 +584,7 @@ static void do_verify(void *arg)
     w->step = WS_VERIFY_WRITE;
     verify_issue(w);
     verify_done(w);
+    lr_session_unlock(w->s);
 }
 
 void worker_post_verify(struct worker *w)

@@ -1,6 +1,7 @@
 /* linerate's asynchronous iSCSI initiator: sessions of one or more connections (MC/S) driven
  * by the caller's reactor, discovery, login, READ/WRITE with callbacks, logout.
- * Everything of one session runs on one reactor thread; no call here is thread-safe. */
+ * A session runs on its reactor's thread, and no call here is thread-safe, unless
+ * lr_session_opts.conn_reactors puts its connections on other reactors: see there. */
 #ifndef LINERATE_INITIATOR_H
 #define LINERATE_INITIATOR_H
 
@@ -69,6 +70,13 @@ struct lr_session_opts {
     uint32_t cmd_timeout_ms;   /* default 30000; 0 = default */
     uint32_t login_timeout_ms; /* default 10000 */
     uint32_t max_tasks;        /* task slots (outstanding + queued); default 1024 */
+    /* MC/S over several threads: connection i moves to conn_reactors[i] (NULL: stays) once the
+     * session is logged in, and comes back for logout. The session then takes a lock of its
+     * own: every entry point below takes it, callbacks run with it held (so callbacks of one
+     * session never run at the same time, on whatever thread), and the caller takes it with
+     * lr_session_lock() to touch, from elsewhere, state its callbacks share. Login, logout and
+     * destroy are called on the session's reactor, outside callbacks. */
+    struct reactor *conn_reactors[LR_MAX_CONNECTIONS];
 };
 
 /* The negotiated outcome, for reports. */
@@ -95,6 +103,9 @@ int lr_session_login(struct lr_session *s, lr_done_fn done, void *arg);
  * connections are gone. */
 int lr_session_logout(struct lr_session *s, lr_done_fn done, void *arg);
 void lr_session_get_info(const struct lr_session *s, struct lr_session_info *info);
+/* The session's lock (recursive; nothing when all connections share the session's reactor). */
+void lr_session_lock(struct lr_session *s);
+void lr_session_unlock(struct lr_session *s);
 
 /* SCSI commands. buf must stay valid until done() runs. Returns 0, or -1 when the session
  * cannot take the task (no slot left, no connection). */

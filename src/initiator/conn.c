@@ -36,6 +36,8 @@ struct ini_conn *ini_conn_new(struct lr_session *s, unsigned idx, uint16_t cid)
     c->cid = cid;
     c->fd = -1;
     c->state = ICS_IDLE;
+    c->r = s->r;
+    list_init(&c->inbox);
     c->peer_mrdsl = 8192; /* RFC 7143 §13.12 default until declared */
     list_init(&c->txq);
     list_init(&c->txfree);
@@ -74,7 +76,7 @@ void ini_conn_free(struct ini_conn *c)
     if (!c)
         return;
     if (c->registered)
-        reactor_fd_del(c->s->r, &c->rfd);
+        reactor_fd_del(c->r, &c->rfd);
     if (c->fd >= 0)
         close(c->fd);
     reactor_timer_stop(c->s->r, &c->login_timer);
@@ -116,7 +118,7 @@ int ini_conn_connect(struct ini_conn *c, const char *host, uint16_t port)
     }
     c->fd = fd;
     c->state = ICS_CONNECTING;
-    if (reactor_fd_add(c->s->r, &c->rfd, fd, EPOLLOUT, conn_io, c) < 0) {
+    if (reactor_fd_add(c->r, &c->rfd, fd, EPOLLOUT, conn_io, c) < 0) {
         close(fd);
         c->fd = -1;
         return -1;
@@ -132,7 +134,7 @@ void ini_conn_fail(struct ini_conn *c, const char *why)
         return;
     c->fail_why = why;
     if (c->registered) {
-        reactor_fd_del(c->s->r, &c->rfd);
+        reactor_fd_del(c->r, &c->rfd);
         c->registered = false;
     }
     if (c->fd >= 0) {
@@ -144,6 +146,61 @@ void ini_conn_fail(struct ini_conn *c, const char *why)
     c->rx_state = IRX_HDR;
     c->rx_start = c->rx_end = 0;
     ini_session_conn_down(c);
+}
+
+static void conn_fail_msg(void *arg)
+{
+    struct ini_conn *c = arg;
+    ini_lock(c->s);
+    if (c->fail_req)
+        ini_conn_fail(c, c->fail_req);
+    ini_unlock(c->s);
+}
+
+void ini_conn_fail_any(struct ini_conn *c, const char *why)
+{
+    if (!c->s->mt || c->r == reactor_self()) {
+        ini_conn_fail(c, why);
+        return;
+    }
+    if (c->state == ICS_DEAD || c->fail_req)
+        return;
+    c->fail_req = why;
+    if (reactor_send(c->r, conn_fail_msg, c) < 0)
+        c->fail_req = NULL; /* out of memory: a later timeout tick asks again */
+}
+
+void ini_conn_move(struct ini_conn *c, struct reactor *to)
+{
+    struct lr_session *s = c->s;
+    ini_lock(s); /* held twice: the flush below keeps it through its sendmsg */
+    /* What this thread still owes the connection goes out from here first. */
+    struct list_node *n;
+    while ((n = list_pop(&c->inbox)) != NULL) {
+        struct ini_task *t = list_entry(n, struct ini_task, node);
+        c->outstanding--;
+        t->state = ITS_ACTIVE;
+        ini_task_send(c, t);
+    }
+    c->inbox_kicked = false;
+    if (c->flush_d.queued) {
+        list_del(&c->flush_d.node);
+        c->flush_d.queued = false;
+        ini_conn_flush(c);
+    }
+    if (c->registered) {
+        reactor_fd_del(c->r, &c->rfd);
+        c->registered = false;
+    }
+    c->r = to;
+    if (c->fd >= 0 && c->state != ICS_DEAD) {
+        if (reactor_fd_add(to, &c->rfd, c->fd, EPOLLIN | (c->want_out ? EPOLLOUT : 0), conn_io, c) <
+            0)
+            ini_conn_fail(c, "cannot move the connection to its thread");
+        else
+            c->registered = true;
+    }
+    ini_unlock(s);
 }
 
 /* A socket call failed: keep its errno for the log line. */
@@ -166,7 +223,10 @@ struct ini_txpdu *ini_conn_pdu(struct ini_conn *c)
 
 static void conn_flush_deferred(void *arg)
 {
-    ini_conn_flush(arg);
+    struct ini_conn *c = arg;
+    ini_lock(c->s);
+    ini_conn_flush(c);
+    ini_unlock(c->s);
 }
 
 /* Digests are computed as the PDU is queued (RFC 7143 §10.2.3: CRC32C over the BHS+AHS and over
@@ -201,7 +261,7 @@ void ini_conn_send(struct ini_conn *c, struct ini_txpdu *p, const void *data, ui
     }
     list_add_tail(&c->txq, &p->node);
     if (c->registered)
-        reactor_defer(c->s->r, &c->flush_d, conn_flush_deferred, c);
+        reactor_defer(c->r, &c->flush_d, conn_flush_deferred, c);
 }
 
 static void conn_set_out(struct ini_conn *c, bool on)
@@ -209,7 +269,7 @@ static void conn_set_out(struct ini_conn *c, bool on)
     if (c->want_out == on || !c->registered)
         return;
     c->want_out = on;
-    reactor_fd_mod(c->s->r, &c->rfd, EPOLLIN | (on ? EPOLLOUT : 0));
+    reactor_fd_mod(c->r, &c->rfd, EPOLLIN | (on ? EPOLLOUT : 0));
 }
 
 /* Everything queued in one loop turn goes out in as few sendmsg calls as possible (corking). */
@@ -240,7 +300,11 @@ void ini_conn_flush(struct ini_conn *c)
             }
         }
         struct msghdr mh = {.msg_iov = iov, .msg_iovlen = (size_t)n};
+        /* Only this thread touches the queue and the socket: other threads hand tasks over
+         * through the inbox, so the session lock need not be held across the call. */
+        bool rel = ini_io_release(c->s);
         ssize_t w = sendmsg(c->fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+        ini_io_retake(c->s, rel);
         if (w < 0) {
             if (errno == EAGAIN || errno == EWOULDBLOCK) {
                 conn_set_out(c, true);
@@ -415,7 +479,9 @@ static void conn_readable(struct ini_conn *c)
             uint32_t want = c->rx_dlen - c->rx_got;
             struct iovec iov[2] = {{c->rx_dest + c->rx_got, want}, {c->rxbuf, rx_buffer_ask(c)}};
             asked = want + iov[1].iov_len;
+            bool rel = ini_io_release(c->s);
             n = readv(c->fd, iov, 2);
+            ini_io_retake(c->s, rel);
             if (n > 0) {
                 uint32_t take = (uint32_t)n < want ? (uint32_t)n : want;
                 c->rx_got += take;
@@ -430,7 +496,9 @@ static void conn_readable(struct ini_conn *c)
                 c->rx_start = 0;
             }
             asked = rx_buffer_ask(c);
+            bool rel = ini_io_release(c->s);
             n = recv(c->fd, c->rxbuf + c->rx_end, asked, MSG_DONTWAIT);
+            ini_io_retake(c->s, rel);
             if (n > 0)
                 c->rx_end += (uint32_t)n;
         }
@@ -454,9 +522,8 @@ static void conn_readable(struct ini_conn *c)
     }
 }
 
-static void conn_io(void *arg, uint32_t events)
+static void conn_io_locked(struct ini_conn *c, uint32_t events)
 {
-    struct ini_conn *c = arg;
     if (c->state == ICS_CONNECTING) {
         int err = 0;
         socklen_t l = sizeof(err);
@@ -473,7 +540,7 @@ static void conn_io(void *arg, uint32_t events)
                                                            : ((struct sockaddr_in *)&ss)->sin_port);
         c->state = ICS_LOGIN;
         c->want_out = false;
-        reactor_fd_mod(c->s->r, &c->rfd, EPOLLIN);
+        reactor_fd_mod(c->r, &c->rfd, EPOLLIN);
         ini_session_conn_connected(c);
         return;
     }
@@ -485,4 +552,12 @@ static void conn_io(void *arg, uint32_t events)
         ini_conn_flush(c);
     if (c->state != ICS_DEAD && (events & (EPOLLERR | EPOLLHUP)) && !(events & EPOLLIN))
         ini_conn_fail(c, "connection error");
+}
+
+static void conn_io(void *arg, uint32_t events)
+{
+    struct ini_conn *c = arg;
+    ini_lock(c->s);
+    conn_io_locked(c, events);
+    ini_unlock(c->s);
 }

@@ -4,6 +4,7 @@
 #ifndef LR_INITIATOR_INI_H
 #define LR_INITIATOR_INI_H
 
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -83,8 +84,14 @@ struct ini_conn {
     uint16_t cid;
     int fd; /* -1: detached (unit tests feed bytes and inspect the queue) */
     enum ini_conn_state state;
+    struct reactor *r; /* whose thread does this connection's I/O (session.c moves it) */
     struct reactor_fd rfd;
     struct reactor_deferred flush_d;
+    /* Tasks handed over by another thread (they go out from this connection's thread) */
+    struct list_node inbox;
+    bool inbox_kicked;
+    const char *fail_req; /* another thread asked this connection to fail */
+    struct reactor_deferred move_d;
     bool registered, want_out;
     uint16_t local_port;
 
@@ -128,6 +135,10 @@ void ini_conn_send(struct ini_conn *c, struct ini_txpdu *p, const void *data, ui
 void ini_conn_flush(struct ini_conn *c);
 /* Close the socket, mark the connection dead, tell the session. Idempotent. */
 void ini_conn_fail(struct ini_conn *c, const char *why);
+/* The same from any thread holding the session lock: done on the connection's own thread. */
+void ini_conn_fail_any(struct ini_conn *c, const char *why);
+/* Re-register the connection's socket on r (on the thread that owns it now, with the lock). */
+void ini_conn_move(struct ini_conn *c, struct reactor *r);
 /* Push received bytes through the parser as if recv() had returned them (tests). */
 int ini_conn_feed(struct ini_conn *c, const void *bytes, uint32_t len);
 
@@ -198,6 +209,15 @@ struct lr_session {
     struct list_node resendq; /* tasks with a CmdSN whose command never left a dead connection */
     struct reactor_timer tick;
     struct reactor_deferred kick_d;
+    struct ini_conn *completing; /* the connection whose task's callback is running */
+
+    /* conn_reactors in use: the lock below and where connections live */
+    bool mt;
+    pthread_mutex_t mu; /* recursive */
+    unsigned depth;     /* how deep the holder holds it (only the holder reads it) */
+    struct reactor_deferred spread_d;
+    unsigned gathering; /* connections still on their way back (session_gather) */
+    void (*gather_then)(struct lr_session *s);
 
     lr_done_fn login_done, logout_done;
     void *login_arg, *logout_arg;
@@ -208,6 +228,16 @@ struct lr_session {
     void *disc_arg;
     struct iscsi_text disc_text;
 };
+
+/* The session lock (session.c); all no-ops unless s->mt. ini_io_release drops it around a
+ * socket call when held exactly once (an outermost reactor callback) and says whether it did. */
+void ini_lock(struct lr_session *s);
+void ini_unlock(struct lr_session *s);
+bool ini_io_release(struct lr_session *s);
+void ini_io_retake(struct lr_session *s, bool released);
+/* Hand task t (CmdSN assigned) to connection c: sent now on c's thread, else through c's
+ * inbox (sched.c). */
+void ini_conn_submit(struct ini_conn *c, struct ini_task *t);
 
 void ini_session_conn_connected(struct ini_conn *c);
 void ini_session_conn_down(struct ini_conn *c);

@@ -20,9 +20,13 @@ struct ini_task *ini_task_lookup(struct lr_session *s, uint32_t itt)
     return t->state == ITS_ACTIVE && t->itt == itt ? t : NULL;
 }
 
-uint32_t lr_session_inflight(const struct lr_session *s)
+uint32_t lr_session_inflight(const struct lr_session *cs)
 {
-    return s->inflight;
+    struct lr_session *s = (struct lr_session *)cs;
+    ini_lock(s);
+    uint32_t n = s->inflight;
+    ini_unlock(s);
+    return n;
 }
 
 /* §4.2.2.1: MaxCmdSN and ExpCmdSN from the target only move forward, and a MaxCmdSN below
@@ -44,14 +48,24 @@ void ini_session_update_window(struct lr_session *s, uint32_t exp, uint32_t max)
 
 void lr_session_next_conn(struct lr_session *s, int idx)
 {
+    ini_lock(s);
     s->next_conn = idx;
+    ini_unlock(s);
 }
 
+/* A command issued from a task's callback goes on that task's connection: each connection then
+ * keeps its own share of the queue depth going, as independent sessions would, instead of
+ * every completion pulling commands over to whichever connection has fewest outstanding (which
+ * ties the connections into one lock step and, with connections on several threads, hands
+ * every command across). Other commands go to the least loaded connection, round robin on
+ * ties. */
 static struct ini_conn *pick_conn(struct lr_session *s, const struct ini_task *t)
 {
     if (t->want_conn >= 0 && (unsigned)t->want_conn < s->nconns &&
         s->conns[t->want_conn]->state == ICS_FFP)
         return s->conns[t->want_conn];
+    if (s->completing && s->completing->state == ICS_FFP)
+        return s->completing;
     struct ini_conn *best = NULL;
     unsigned n = s->nconns;
     for (unsigned k = 0; k < n; k++) {
@@ -88,8 +102,7 @@ void ini_session_kick(struct lr_session *s)
         if (!c)
             break;
         list_del(&t->node);
-        t->state = ITS_ACTIVE;
-        ini_task_send(c, t);
+        ini_conn_submit(c, t);
     }
     while (!list_empty(&s->waitq) && sn_le(s->cmdsn, s->maxcmdsn)) {
         struct ini_task *t = list_entry(s->waitq.next, struct ini_task, node);
@@ -99,11 +112,46 @@ void ini_session_kick(struct lr_session *s)
         list_del(&t->node);
         t->cmdsn = s->cmdsn++;
         t->has_cmdsn = true;
-        t->state = ITS_ACTIVE;
-        ini_task_send(c, t);
+        ini_conn_submit(c, t);
     }
     if (conns_any_up(s) == false)
         fail_all_waiting(s, LR_ERR_NO_CONN, "no connection left in the session");
+}
+
+static void conn_inbox_msg(void *arg)
+{
+    struct ini_conn *c = arg;
+    struct lr_session *s = c->s;
+    ini_lock(s);
+    c->inbox_kicked = false;
+    struct list_node *n;
+    while ((n = list_pop(&c->inbox)) != NULL) {
+        struct ini_task *t = list_entry(n, struct ini_task, node);
+        c->outstanding--; /* counted again by ini_task_send */
+        t->state = ITS_ACTIVE;
+        ini_task_send(c, t);
+    }
+    ini_unlock(s);
+}
+
+void ini_conn_submit(struct ini_conn *c, struct ini_task *t)
+{
+    struct lr_session *s = c->s;
+    if (!s->mt || c->r == reactor_self()) {
+        t->state = ITS_ACTIVE;
+        ini_task_send(c, t);
+        return;
+    }
+    /* Waiting with its CmdSN (the tick leaves it alone); counted on c for pick_conn. */
+    t->state = ITS_WAITING;
+    t->conn = NULL;
+    c->outstanding++;
+    list_add_tail(&c->inbox, &t->node);
+    if (!c->inbox_kicked) {
+        c->inbox_kicked = true;
+        if (reactor_send(c->r, conn_inbox_msg, c) < 0)
+            ini_conn_fail_any(c, "out of memory"); /* its inbox goes to the resend queue */
+    }
 }
 
 bool conns_any_up(const struct lr_session *s)
@@ -117,8 +165,9 @@ bool conns_any_up(const struct lr_session *s)
 void ini_task_complete(struct lr_session *s, struct ini_task *t, struct lr_result *res)
 {
     res->conn = t->conn ? (int)t->conn->idx : -1;
-    if (t->state == ITS_ACTIVE && t->conn)
-        t->conn->outstanding--;
+    struct ini_conn *on = t->state == ITS_ACTIVE ? t->conn : NULL;
+    if (on)
+        on->outstanding--;
     lr_done_fn done = t->done;
     void *arg = t->arg;
     t->state = ITS_FREE;
@@ -126,12 +175,16 @@ void ini_task_complete(struct lr_session *s, struct ini_task *t, struct lr_resul
     t->buf = NULL;
     s->free_idx[s->nfree++] = t->itt & ITT_IDX_MASK;
     s->inflight--;
-    if (done)
+    if (done) {
+        struct ini_conn *outer = s->completing;
+        s->completing = on;
         done(arg, res);
+        s->completing = outer;
+    }
 }
 
-int lr_scsi(struct lr_session *s, const uint8_t *cdb, unsigned cdb_len, enum lr_dir dir, void *buf,
-            uint32_t len, lr_done_fn done, void *arg)
+static int scsi_locked(struct lr_session *s, const uint8_t *cdb, unsigned cdb_len, enum lr_dir dir,
+                       void *buf, uint32_t len, lr_done_fn done, void *arg)
 {
     if (!s->logged_in || s->logging_out || s->destroyed || !s->nfree || cdb_len > 16 ||
         !conns_any_up(s))
@@ -156,6 +209,15 @@ int lr_scsi(struct lr_session *s, const uint8_t *cdb, unsigned cdb_len, enum lr_
     list_add_tail(&s->waitq, &t->node);
     ini_session_kick(s);
     return 0;
+}
+
+int lr_scsi(struct lr_session *s, const uint8_t *cdb, unsigned cdb_len, enum lr_dir dir, void *buf,
+            uint32_t len, lr_done_fn done, void *arg)
+{
+    ini_lock(s);
+    int rc = scsi_locked(s, cdb, cdb_len, dir, buf, len, done, arg);
+    ini_unlock(s);
+    return rc;
 }
 
 /* SBC-4 §5.15/§5.16 and §5.40/§5.41: the 10-byte forms carry a 32-bit LBA and a 16-bit block

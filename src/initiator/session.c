@@ -93,6 +93,16 @@ struct lr_session *lr_session_create(struct reactor *r, const struct lr_session_
     s->next_conn = -1;
     list_init(&s->waitq);
     list_init(&s->resendq);
+    for (unsigned i = 0; i < s->o.connections; i++)
+        if (s->o.conn_reactors[i] && s->o.conn_reactors[i] != r)
+            s->mt = true;
+    if (s->mt) {
+        pthread_mutexattr_t a;
+        pthread_mutexattr_init(&a);
+        pthread_mutexattr_settype(&a, PTHREAD_MUTEX_RECURSIVE);
+        pthread_mutex_init(&s->mu, &a);
+        pthread_mutexattr_destroy(&a);
+    }
     iscsi_text_init(&s->disc_text);
     reactor_timer_start(r, &s->tick, INI_TICK_MS, session_tick, s);
     return s;
@@ -107,10 +117,123 @@ static void unqueue_deferred(struct reactor_deferred *d)
     }
 }
 
-void lr_session_destroy(struct lr_session *s)
+/* ---- the session lock (only with connections on other reactors) ---- */
+
+void ini_lock(struct lr_session *s)
 {
-    if (!s)
+    if (!s->mt)
         return;
+    pthread_mutex_lock(&s->mu);
+    s->depth++;
+}
+
+void ini_unlock(struct lr_session *s)
+{
+    if (!s->mt)
+        return;
+    s->depth--;
+    pthread_mutex_unlock(&s->mu);
+}
+
+bool ini_io_release(struct lr_session *s)
+{
+    if (!s->mt || s->depth != 1)
+        return false;
+    s->depth = 0;
+    pthread_mutex_unlock(&s->mu);
+    return true;
+}
+
+void ini_io_retake(struct lr_session *s, bool released)
+{
+    if (released) {
+        pthread_mutex_lock(&s->mu);
+        s->depth = 1;
+    }
+}
+
+void lr_session_lock(struct lr_session *s)
+{
+    ini_lock(s);
+}
+
+void lr_session_unlock(struct lr_session *s)
+{
+    ini_unlock(s);
+}
+
+/* After login: each connection goes to its reactor (run on the session's reactor after the
+ * events of the turn, so that no event of this turn is left for a connection that moved). */
+static void session_spread(void *arg)
+{
+    struct lr_session *s = arg;
+    ini_lock(s);
+    for (unsigned i = 0; i < s->nconns; i++) {
+        struct ini_conn *c = s->conns[i];
+        struct reactor *to = s->o.conn_reactors[i];
+        if (to && to != c->r && c->state == ICS_FFP)
+            ini_conn_move(c, to);
+    }
+    ini_unlock(s);
+}
+
+static void conn_gathered(void *arg)
+{
+    struct lr_session *s = arg;
+    ini_lock(s);
+    bool last = --s->gathering == 0;
+    void (*then)(struct lr_session *) = last ? s->gather_then : NULL;
+    ini_unlock(s);
+    if (then)
+        then(s);
+}
+
+static void conn_move_home(void *arg)
+{
+    struct ini_conn *c = arg;
+    struct lr_session *s = c->s;
+    ini_lock(s);
+    ini_conn_move(c, s->r);
+    ini_unlock(s);
+    if (reactor_send(s->r, conn_gathered, s) < 0)
+        LOG_ERR("initiator: out of memory: a session's logout stalls");
+}
+
+static void conn_move_home_msg(void *arg)
+{
+    struct ini_conn *c = arg;
+    /* after this turn's events: one of them may still be for this connection */
+    reactor_defer(c->r, &c->move_d, conn_move_home, c);
+}
+
+/* Before logout and destroy: every connection back on the session's reactor, then then(s) runs
+ * there. Nothing blocks (a reactor thread waiting for another could wait for itself: sessions
+ * share threads); the messages already queued to a connection's thread go before its move. */
+static void session_gather(struct lr_session *s, void (*then)(struct lr_session *))
+{
+    unsigned away = 0;
+    ini_lock(s);
+    bool again = s->gathering != 0;
+    s->gather_then = then; /* a destroy during a logout's gather takes over */
+    for (unsigned i = 0; i < s->nconns && !again; i++) {
+        struct ini_conn *c = s->conns[i];
+        if (c->r == s->r)
+            continue;
+        if (reactor_send(c->r, conn_move_home_msg, c) < 0) {
+            LOG_ERR("initiator: out of memory: connection %u stays on its thread", c->idx);
+            continue;
+        }
+        away++;
+    }
+    if (!again)
+        s->gathering = away;
+    ini_unlock(s);
+    if (!again && !away)
+        then(s);
+}
+
+static void session_free(struct lr_session *s)
+{
     s->destroyed = true;
     for (unsigned i = 0; i < s->nconns; i++)
         ini_conn_fail(s->conns[i], "session destroyed");
@@ -123,14 +246,30 @@ void lr_session_destroy(struct lr_session *s)
     }
     for (unsigned i = 0; i < s->nconns; i++) {
         unqueue_deferred(&s->conns[i]->flush_d);
+        unqueue_deferred(&s->conns[i]->move_d);
         ini_conn_free(s->conns[i]);
     }
     unqueue_deferred(&s->kick_d);
+    unqueue_deferred(&s->spread_d);
     reactor_timer_stop(s->r, &s->tick);
     iscsi_text_free(&s->disc_text);
     free(s->tasks);
     free(s->free_idx);
+    if (s->mt)
+        pthread_mutex_destroy(&s->mu);
     free(s);
+}
+
+/* With connections on other threads still, the freeing (and the callbacks of aborted tasks)
+ * happens once they are back, on the session's reactor. */
+void lr_session_destroy(struct lr_session *s)
+{
+    if (!s)
+        return;
+    ini_lock(s);
+    s->logging_out = true; /* no new command meanwhile */
+    ini_unlock(s);
+    session_gather(s, session_free);
 }
 
 static unsigned conns_up(const struct lr_session *s)
@@ -141,8 +280,10 @@ static unsigned conns_up(const struct lr_session *s)
     return n;
 }
 
-void lr_session_get_info(const struct lr_session *s, struct lr_session_info *info)
+void lr_session_get_info(const struct lr_session *cs, struct lr_session_info *info)
 {
+    struct lr_session *s = (struct lr_session *)cs; /* the lock is not part of the state */
+    ini_lock(s);
     memset(info, 0, sizeof(*info));
     info->connections_asked = s->o.connections;
     info->connections_granted = s->granted;
@@ -161,20 +302,26 @@ void lr_session_get_info(const struct lr_session *s, struct lr_session_info *inf
     info->cmdsn = s->cmdsn;
     info->expcmdsn = s->expcmdsn;
     info->maxcmdsn = s->maxcmdsn;
+    ini_unlock(s);
 }
 
-uint16_t lr_session_conn_port(const struct lr_session *s, unsigned i)
+uint16_t lr_session_conn_port(const struct lr_session *cs, unsigned i)
 {
-    if (i >= s->nconns || s->conns[i]->state == ICS_DEAD)
-        return 0;
-    return s->conns[i]->local_port;
+    struct lr_session *s = (struct lr_session *)cs;
+    ini_lock(s);
+    uint16_t port = i < s->nconns && s->conns[i]->state != ICS_DEAD ? s->conns[i]->local_port : 0;
+    ini_unlock(s);
+    return port;
 }
 
 void lr_session_conn_kill(struct lr_session *s, unsigned i)
 {
-    /* As if the network dropped it: the peer sees a reset/FIN, we see the loss on next read. */
+    /* As if the network dropped it: the peer sees a reset/FIN, we see the loss on next read.
+     * (The socket is closed only under the lock, so the descriptor is still this one.) */
+    ini_lock(s);
     if (i < s->nconns && s->conns[i]->fd >= 0)
         shutdown(s->conns[i]->fd, SHUT_RDWR);
+    ini_unlock(s);
 }
 
 /* ---- login ---- */
@@ -186,15 +333,20 @@ static void login_finish(struct lr_session *s)
     lr_done_fn done = s->login_done;
     s->login_done = NULL;
     struct lr_result r = s->login_res;
-    if (r.err == LR_OK)
+    if (r.err == LR_OK) {
         s->logged_in = true;
+        if (s->mt)
+            reactor_defer(s->r, &s->spread_d, session_spread, s);
+    }
     done(s->login_arg, &r);
 }
 
 static void login_timeout(void *arg)
 {
     struct ini_conn *c = arg;
+    ini_lock(c->s);
     ini_conn_fail(c, "login timed out");
+    ini_unlock(c->s);
 }
 
 static struct ini_conn *session_add_conn(struct lr_session *s)
@@ -357,6 +509,13 @@ void ini_session_conn_down(struct ini_conn *c)
         LOG_WARN("initiator: connection %u (cid %u, port %u) lost: %s%s%s", c->idx, c->cid,
                  c->local_port, c->fail_why, c->fail_errno ? ": " : "",
                  c->fail_errno ? strerror(c->fail_errno) : "");
+    /* Tasks handed over to it and not yet sent: like any unsent command, they go again. */
+    struct list_node *n;
+    while ((n = list_pop(&c->inbox)) != NULL) {
+        c->outstanding--;
+        list_add_tail(&s->resendq, n);
+    }
+    c->inbox_kicked = false;
     for (uint32_t i = 0; i < s->ntasks; i++) {
         struct ini_task *t = &s->tasks[i];
         if (t->state != ITS_ACTIVE || t->conn != c)
@@ -414,8 +573,11 @@ static void log_window(struct lr_session *s)
 static void session_tick(void *arg)
 {
     struct lr_session *s = arg;
+    ini_lock(s);
     uint64_t now = reactor_now_ms();
-    for (uint32_t i = 0; i < s->ntasks; i++) {
+    /* While connections come back for logout or destroy, none is told to fail from here: the
+     * message could reach its old thread after the move (the logout has its own timer). */
+    for (uint32_t i = 0; i < s->ntasks && !s->gathering; i++) {
         struct ini_task *t = &s->tasks[i];
         if (t->state == ITS_FREE || t->deadline_ms > now)
             continue;
@@ -425,7 +587,7 @@ static void session_tick(void *arg)
             LOG_WARN("initiator: task %08x (CmdSN %u) timed out on connection %u", t->itt, t->cmdsn,
                      t->conn->idx);
             log_window(s);
-            ini_conn_fail(t->conn, "command timeout");
+            ini_conn_fail_any(t->conn, "command timeout");
         } else if (t->state == ITS_WAITING && !t->has_cmdsn) {
             list_del(&t->node);
             struct lr_result r = {.err = LR_ERR_TIMEOUT, .what = "no CmdSN window"};
@@ -434,6 +596,7 @@ static void session_tick(void *arg)
     }
     if (!s->destroyed)
         reactor_timer_start(s->r, &s->tick, INI_TICK_MS, session_tick, s);
+    ini_unlock(s);
 }
 
 /* ---- login / logout entry points ---- */
@@ -460,19 +623,20 @@ static struct ini_conn *first_up(struct lr_session *s)
 static void logout_timeout(void *arg)
 {
     struct lr_session *s = arg;
+    ini_lock(s);
     for (unsigned i = 0; i < s->nconns; i++)
         ini_conn_fail(s->conns[i], "logout timed out");
+    ini_unlock(s);
 }
 
-int lr_session_logout(struct lr_session *s, lr_done_fn done, void *arg)
+static int logout_now(struct lr_session *s)
 {
     struct ini_conn *c = first_up(s);
-    s->logout_done = done;
-    s->logout_arg = arg;
     s->logging_out = true;
     if (!c) {
+        lr_done_fn done = s->logout_done;
         s->logout_done = NULL;
-        done(arg, &res_ok);
+        done(s->logout_arg, &res_ok);
         return 0;
     }
     /* RFC 7143 §11.14: close the session; sent immediate, so CmdSN is not advanced. */
@@ -490,6 +654,37 @@ int lr_session_logout(struct lr_session *s, lr_done_fn done, void *arg)
     reactor_timer_stop(s->r, &c->login_timer);
     reactor_timer_start(s->r, &c->login_timer, 5000, logout_timeout, s);
     return 0;
+}
+
+static void logout_gathered(struct lr_session *s)
+{
+    ini_lock(s);
+    if (logout_now(s) < 0)
+        for (unsigned i = 0; i < s->nconns; i++)
+            ini_conn_fail(s->conns[i], "out of memory for the logout"); /* done() from there */
+    ini_unlock(s);
+}
+
+int lr_session_logout(struct lr_session *s, lr_done_fn done, void *arg)
+{
+    ini_lock(s);
+    s->logout_done = done;
+    s->logout_arg = arg;
+    bool away = false;
+    for (unsigned i = 0; i < s->nconns; i++)
+        away |= s->conns[i]->r != s->r;
+    int rc = 0;
+    if (away) {
+        /* The logout runs once every connection is back on this thread, as in a one-thread
+         * session; meanwhile no new command is taken. */
+        s->logging_out = true;
+        ini_unlock(s);
+        session_gather(s, logout_gathered);
+        return 0;
+    }
+    rc = logout_now(s);
+    ini_unlock(s);
+    return rc;
 }
 
 void ini_session_logout_rsp(struct ini_conn *c, const uint8_t *hdr)

@@ -46,6 +46,11 @@ run --verify --sizes 64k --rw randread --connections 2 --seconds 0.3 --format cs
   >/dev/null 2>"$tmp/err" || { cat "$tmp/err"; fail "verify failed"; }
 grep -q "verify passed" "$tmp/err" || fail "no verify verdict"
 grep -q "2 connections each" "$tmp/err" || { cat "$tmp/err"; fail "verify did not use 2 connections"; }
+# with two CPUs the two connections run on two initiator threads (the session's lock, hand-over
+# of commands between threads, and the move back for logout are what this run exercises)
+if [ "$(nproc)" -ge 2 ]; then
+  grep -q "on 2 initiator threads" "$tmp/err" || { cat "$tmp/err"; fail "the 2 connections did not get 2 threads"; }
+fi
 
 note "one connection of a 4-connection session dropped mid-run"
 LINERATE_BENCH_KILL_CONN_MS=600 run --sizes 64k --rw write --connections 4 --seconds 2 \
