@@ -71,11 +71,12 @@ struct lr_session_opts {
     uint32_t login_timeout_ms; /* default 10000 */
     uint32_t max_tasks;        /* task slots (outstanding + queued); default 1024 */
     /* MC/S over several threads: connection i moves to conn_reactors[i] (NULL: stays) once the
-     * session is logged in, and comes back for logout. The session then takes a lock of its
-     * own: every entry point below takes it, callbacks run with it held (so callbacks of one
-     * session never run at the same time, on whatever thread), and the caller takes it with
-     * lr_session_lock() to touch, from elsewhere, state its callbacks share. Login, logout and
-     * destroy are called on the session's reactor, outside callbacks. */
+     * session is logged in, and comes back for logout. If any of them names another reactor
+     * than the session's, the session takes a lock of its own: the calls below other than
+     * login take it, callbacks run with it held (so callbacks of one session never run at the
+     * same time, on whatever thread), and the caller takes it with lr_session_lock() to touch,
+     * from elsewhere, state its callbacks share. Login, logout and destroy are called on the
+     * session's reactor, outside callbacks; see lr_session_destroy. */
     struct reactor *conn_reactors[LR_MAX_CONNECTIONS];
 };
 
@@ -92,7 +93,11 @@ struct lr_session_info {
 };
 
 struct lr_session *lr_session_create(struct reactor *r, const struct lr_session_opts *o);
-/* Frees everything; in-flight tasks complete with LR_ERR_ABORTED. */
+/* Frees everything; in-flight tasks complete with LR_ERR_ABORTED. With connections on other
+ * reactors (conn_reactors) it returns at once and does this on the session's reactor once
+ * every connection is back there, meanwhile tasks may still complete normally on their
+ * threads; those reactors must keep running until then. Destroying after logout's done()
+ * leaves nothing for later. */
 void lr_session_destroy(struct lr_session *s);
 
 /* Log in the leading connection, then the others (non-leading, same TSIH, new CIDs).
@@ -103,7 +108,7 @@ int lr_session_login(struct lr_session *s, lr_done_fn done, void *arg);
  * connections are gone. */
 int lr_session_logout(struct lr_session *s, lr_done_fn done, void *arg);
 void lr_session_get_info(const struct lr_session *s, struct lr_session_info *info);
-/* The session's lock (recursive; nothing when all connections share the session's reactor). */
+/* The session's lock (recursive; nothing unless conn_reactors names another reactor). */
 void lr_session_lock(struct lr_session *s);
 void lr_session_unlock(struct lr_session *s);
 

@@ -152,7 +152,10 @@ static void conn_fail_msg(void *arg)
 {
     struct ini_conn *c = arg;
     ini_lock(c->s);
-    if (c->fail_req)
+    c->s->msgs--;
+    if (c->r != reactor_self())
+        c->fail_req = NULL; /* it moved meanwhile: the next tick asks its new thread */
+    else if (c->fail_req)
         ini_conn_fail(c, c->fail_req);
     ini_unlock(c->s);
 }
@@ -166,7 +169,9 @@ void ini_conn_fail_any(struct ini_conn *c, const char *why)
     if (c->state == ICS_DEAD || c->fail_req)
         return;
     c->fail_req = why;
-    if (reactor_send(c->r, conn_fail_msg, c) < 0)
+    if (reactor_send(c->r, conn_fail_msg, c) == 0)
+        c->s->msgs++;
+    else
         c->fail_req = NULL; /* out of memory: a later timeout tick asks again */
 }
 
@@ -304,7 +309,7 @@ void ini_conn_flush(struct ini_conn *c)
          * through the inbox, so the session lock need not be held across the call. */
         bool rel = ini_io_release(c->s);
         ssize_t w = sendmsg(c->fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
-        ini_io_retake(c->s, rel);
+        ini_io_retake(c->s, rel); /* keeps errno */
         if (w < 0) {
             if (errno == EAGAIN || errno == EWOULDBLOCK) {
                 conn_set_out(c, true);
@@ -481,7 +486,7 @@ static void conn_readable(struct ini_conn *c)
             asked = want + iov[1].iov_len;
             bool rel = ini_io_release(c->s);
             n = readv(c->fd, iov, 2);
-            ini_io_retake(c->s, rel);
+            ini_io_retake(c->s, rel); /* keeps errno */
             if (n > 0) {
                 uint32_t take = (uint32_t)n < want ? (uint32_t)n : want;
                 c->rx_got += take;
@@ -498,7 +503,7 @@ static void conn_readable(struct ini_conn *c)
             asked = rx_buffer_ask(c);
             bool rel = ini_io_release(c->s);
             n = recv(c->fd, c->rxbuf + c->rx_end, asked, MSG_DONTWAIT);
-            ini_io_retake(c->s, rel);
+            ini_io_retake(c->s, rel); /* keeps errno */
             if (n > 0)
                 c->rx_end += (uint32_t)n;
         }

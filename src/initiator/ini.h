@@ -217,6 +217,7 @@ struct lr_session {
     unsigned depth;     /* how deep the holder holds it (only the holder reads it) */
     struct reactor_deferred spread_d;
     unsigned gathering; /* connections still on their way back (session_gather) */
+    unsigned msgs;      /* hand-over and fail messages sent and not yet run */
     void (*gather_then)(struct lr_session *s);
 
     lr_done_fn login_done, logout_done;

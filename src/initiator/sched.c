@@ -53,18 +53,16 @@ void lr_session_next_conn(struct lr_session *s, int idx)
     ini_unlock(s);
 }
 
-/* A command issued from a task's callback goes on that task's connection: each connection then
- * keeps its own share of the queue depth going, as independent sessions would, instead of
- * every completion pulling commands over to whichever connection has fewest outstanding (which
- * ties the connections into one lock step and, with connections on several threads, hands
- * every command across). Other commands go to the least loaded connection, round robin on
- * ties. */
+/* Commands go to the least loaded connection, round robin on ties. With connections on
+ * several threads, a command issued from a task's callback goes on that task's connection
+ * instead: each connection keeps its own share of the queue depth going on its own thread, as
+ * independent sessions would, rather than every completion handing a command across. */
 static struct ini_conn *pick_conn(struct lr_session *s, const struct ini_task *t)
 {
     if (t->want_conn >= 0 && (unsigned)t->want_conn < s->nconns &&
         s->conns[t->want_conn]->state == ICS_FFP)
         return s->conns[t->want_conn];
-    if (s->completing && s->completing->state == ICS_FFP)
+    if (s->mt && s->completing && s->completing->state == ICS_FFP)
         return s->completing;
     struct ini_conn *best = NULL;
     unsigned n = s->nconns;
@@ -123,6 +121,13 @@ static void conn_inbox_msg(void *arg)
     struct ini_conn *c = arg;
     struct lr_session *s = c->s;
     ini_lock(s);
+    s->msgs--;
+    if (c->r != reactor_self()) {
+        /* sent before the connection moved: the move took the inbox along, and anything
+         * handed over since went with a message to its new thread */
+        ini_unlock(s);
+        return;
+    }
     c->inbox_kicked = false;
     struct list_node *n;
     while ((n = list_pop(&c->inbox)) != NULL) {
@@ -149,7 +154,9 @@ void ini_conn_submit(struct ini_conn *c, struct ini_task *t)
     list_add_tail(&c->inbox, &t->node);
     if (!c->inbox_kicked) {
         c->inbox_kicked = true;
-        if (reactor_send(c->r, conn_inbox_msg, c) < 0)
+        if (reactor_send(c->r, conn_inbox_msg, c) == 0)
+            s->msgs++;
+        else
             ini_conn_fail_any(c, "out of memory"); /* its inbox goes to the resend queue */
     }
 }

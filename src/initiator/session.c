@@ -1,6 +1,7 @@
 /* An initiator session: its connections' lifecycle (leading login, then non-leading logins of
  * the other MC/S connections with the session's TSIH, RFC 7143 §6.3, §4.3.2), connection loss
  * and timeouts, and logout (§11.14-§11.15). Task scheduling lives in sched.c. */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -147,8 +148,10 @@ bool ini_io_release(struct lr_session *s)
 void ini_io_retake(struct lr_session *s, bool released)
 {
     if (released) {
+        int e = errno; /* of the socket call just made */
         pthread_mutex_lock(&s->mu);
         s->depth = 1;
+        errno = e;
     }
 }
 
@@ -168,7 +171,8 @@ static void session_spread(void *arg)
 {
     struct lr_session *s = arg;
     ini_lock(s);
-    for (unsigned i = 0; i < s->nconns; i++) {
+    /* a logout or destroy that came first in this turn keeps every connection here */
+    for (unsigned i = 0; i < s->nconns && !s->logging_out && !s->destroyed; i++) {
         struct ini_conn *c = s->conns[i];
         struct reactor *to = s->o.conn_reactors[i];
         if (to && to != c->r && c->state == ICS_FFP)
@@ -193,7 +197,8 @@ static void conn_move_home(void *arg)
     struct ini_conn *c = arg;
     struct lr_session *s = c->s;
     ini_lock(s);
-    ini_conn_move(c, s->r);
+    if (c->r != s->r)
+        ini_conn_move(c, s->r);
     ini_unlock(s);
     if (reactor_send(s->r, conn_gathered, s) < 0)
         LOG_ERR("initiator: out of memory: a session's logout stalls");
@@ -207,33 +212,38 @@ static void conn_move_home_msg(void *arg)
 }
 
 /* Before logout and destroy: every connection back on the session's reactor, then then(s) runs
- * there. Nothing blocks (a reactor thread waiting for another could wait for itself: sessions
- * share threads); the messages already queued to a connection's thread go before its move. */
+ * there. Unless all are home with no message of ours under way (then at once), each
+ * connection's thread gets a message, home or not, and answers on the session's reactor:
+ * reactor messages are FIFO, so every message queued for this session before (a hand-over, a
+ * fail request) has run by then. Nothing blocks (a reactor thread waiting for another could
+ * wait for itself: sessions share threads). */
 static void session_gather(struct lr_session *s, void (*then)(struct lr_session *))
 {
-    unsigned away = 0;
+    unsigned sent = 0;
     ini_lock(s);
     bool again = s->gathering != 0;
     s->gather_then = then; /* a destroy during a logout's gather takes over */
-    for (unsigned i = 0; i < s->nconns && !again; i++) {
+    bool needed = s->msgs != 0;
+    for (unsigned i = 0; i < s->nconns; i++)
+        needed |= s->conns[i]->r != s->r;
+    for (unsigned i = 0; needed && !again && i < s->nconns; i++) {
         struct ini_conn *c = s->conns[i];
-        if (c->r == s->r)
-            continue;
         if (reactor_send(c->r, conn_move_home_msg, c) < 0) {
             LOG_ERR("initiator: out of memory: connection %u stays on its thread", c->idx);
             continue;
         }
-        away++;
+        sent++;
     }
     if (!again)
-        s->gathering = away;
+        s->gathering = sent;
     ini_unlock(s);
-    if (!again && !away)
+    if (!again && !sent)
         then(s);
 }
 
 static void session_free(struct lr_session *s)
 {
+    ini_lock(s); /* callbacks of aborted tasks run with it, as all callbacks do */
     s->destroyed = true;
     for (unsigned i = 0; i < s->nconns; i++)
         ini_conn_fail(s->conns[i], "session destroyed");
@@ -244,6 +254,7 @@ static void session_free(struct lr_session *s)
         t->conn = NULL;
         ini_task_complete(s, t, &r);
     }
+    ini_unlock(s);
     for (unsigned i = 0; i < s->nconns; i++) {
         unqueue_deferred(&s->conns[i]->flush_d);
         unqueue_deferred(&s->conns[i]->move_d);
@@ -509,11 +520,13 @@ void ini_session_conn_down(struct ini_conn *c)
         LOG_WARN("initiator: connection %u (cid %u, port %u) lost: %s%s%s", c->idx, c->cid,
                  c->local_port, c->fail_why, c->fail_errno ? ": " : "",
                  c->fail_errno ? strerror(c->fail_errno) : "");
-    /* Tasks handed over to it and not yet sent: like any unsent command, they go again. */
+    /* Tasks handed over to it and not yet sent are its unsent commands, handled below. */
     struct list_node *n;
     while ((n = list_pop(&c->inbox)) != NULL) {
-        c->outstanding--;
-        list_add_tail(&s->resendq, n);
+        struct ini_task *t = list_entry(n, struct ini_task, node);
+        t->state = ITS_ACTIVE;
+        t->conn = c;
+        t->cmd_sent = false;
     }
     c->inbox_kicked = false;
     for (uint32_t i = 0; i < s->ntasks; i++) {
@@ -633,6 +646,8 @@ static int logout_now(struct lr_session *s)
 {
     struct ini_conn *c = first_up(s);
     s->logging_out = true;
+    if (!s->logout_done)
+        return 0; /* every connection died while coming back: done() has run already */
     if (!c) {
         lr_done_fn done = s->logout_done;
         s->logout_done = NULL;
@@ -670,11 +685,7 @@ int lr_session_logout(struct lr_session *s, lr_done_fn done, void *arg)
     ini_lock(s);
     s->logout_done = done;
     s->logout_arg = arg;
-    bool away = false;
-    for (unsigned i = 0; i < s->nconns; i++)
-        away |= s->conns[i]->r != s->r;
-    int rc = 0;
-    if (away) {
+    if (s->mt) {
         /* The logout runs once every connection is back on this thread, as in a one-thread
          * session; meanwhile no new command is taken. */
         s->logging_out = true;
@@ -682,7 +693,7 @@ int lr_session_logout(struct lr_session *s, lr_done_fn done, void *arg)
         session_gather(s, logout_gathered);
         return 0;
     }
-    rc = logout_now(s);
+    int rc = logout_now(s);
     ini_unlock(s);
     return rc;
 }
