@@ -2,7 +2,8 @@
 # linerate-bench against linerate-target: the 16 cells of issue 3 with real 4-connection MC/S
 # sessions (4 TCP connections open at once), --verify over 2 connections, one connection of a
 # 4-connection session dropped mid-run (the other three carry on, the target stays healthy),
-# and a digest-on capture decoded by tshark with good header and data digests.
+# three 2-connection sessions sharing the initiator's threads, and a digest-on capture decoded
+# by tshark with good header and data digests.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/bench_lib.sh"
@@ -51,6 +52,16 @@ grep -q "2 connections each" "$tmp/err" || { cat "$tmp/err"; fail "verify did no
 if [ "$(nproc)" -ge 2 ]; then
   grep -q "on 2 initiator threads" "$tmp/err" || { cat "$tmp/err"; fail "the 2 connections did not get 2 threads"; }
 fi
+
+note "3 MC/S sessions of 2 connections sharing the initiator threads, with --verify"
+# Each thread carries one session's home and another session's connection: a logout that
+# waited for its connections' threads would wait for itself (timeout 120 would fail it).
+run --verify --sizes 4k --rw read,write --sessions 3 --connections 2 --seconds 0.3 --format csv \
+  "$url" >"$tmp/share.csv" 2>"$tmp/err" || { cat "$tmp/err"; fail "3 sessions x 2 connections failed"; }
+csv_check "$tmp/share.csv" 2
+grep -q "3 sessions logged in, 2 connections each" "$tmp/err" || { cat "$tmp/err"; fail "not 3 x 2"; }
+grep -q "verify passed" "$tmp/err" || { cat "$tmp/err"; fail "no verify verdict"; }
+alive
 
 note "one connection of a 4-connection session dropped mid-run"
 LINERATE_BENCH_KILL_CONN_MS=600 run --sizes 64k --rw write --connections 4 --seconds 2 \
