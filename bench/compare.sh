@@ -7,7 +7,8 @@
 # Environment: REPS (repetitions of each pair, default 5; QUICK=1 sets 1), SECS (seconds per
 # linerate-bench cell, default 1.5), OUT (directory for the results, default bench/results).
 #
-# It starts linerate-target (default RAM LUN, default --threads), tgt (../shared/tools/peer-tgt,
+# It starts linerate-target (default RAM LUN, default --threads), a second one on a null LUN
+# (the client's ceiling for figure 1: a LUN that does no work), tgt (../shared/tools/peer-tgt,
 # RAM-file LUN in /dev/shm, digests offered) and an iperf3 server on free loopback ports, fills
 # both LUNs once (so reads move real data: qemu answers reads of regions a thin LUN reports
 # unmapped with zeros, without reading), then repeats each pair of measurements REPS times,
@@ -19,7 +20,7 @@
 #   4. linerate-bench, 1 connection, 4k..256k read and write: digests on vs off, each size's
 #      two cells back to back; the figure is the median over repetitions of on/off
 #   5. linerate-bench 4 KiB: 2-connection MC/S vs 1 connection at the same QD (median of the
-#      paired ratios), and
+#      paired ratios; the bench runs the two connections on two initiator threads), and
 #      --sessions 8 aggregate IOPS against linerate vs against tgt
 # Prints the table of ratios with their goals (PASS/FAIL) and writes OUT/compare-DATE.md and
 # OUT/compare-DATE.raw (one measurement per line: test target rep key value).
@@ -62,9 +63,10 @@ free_port() {   # a port P with P and P+1000 (tgt's control port) free
   echo "compare.sh: no free port" >&2; exit 1
 }
 
-lr_pid=; tgt_port=; iperf_pid=
+lr_pid=; null_pid=; tgt_port=; iperf_pid=
 cleanup() {
   [ -n "$lr_pid" ] && kill "$lr_pid" 2>/dev/null && wait "$lr_pid" 2>/dev/null
+  [ -n "$null_pid" ] && kill "$null_pid" 2>/dev/null && wait "$null_pid" 2>/dev/null
   [ -n "$tgt_port" ] && "$peer" stop "$tgt_port" >/dev/null 2>&1
   [ -n "$iperf_pid" ] && kill "$iperf_pid" 2>/dev/null
   rm -rf "$work"
@@ -79,6 +81,16 @@ lr_pid=$!
 for _ in $(seq 50); do [ -s "$work/lr.url" ] && break; sleep 0.1; done
 lr_url=$(head -1 "$work/lr.url")
 [ -n "$lr_url" ] || { echo "compare.sh: linerate-target did not start:" >&2; cat "$work/lr.log" >&2; exit 1; }
+
+# The client's own ceiling: a second linerate-target whose LUN does no work (null store:
+# reads return zeros, writes are dropped). What qemu-img reaches there is what it can drive.
+null_port=$(free_port)
+"$target" --listen 127.0.0.1:$null_port --lun null:1G --log-level warn >"$work/null.url" \
+  2>"$work/null.log" &
+null_pid=$!
+for _ in $(seq 50); do [ -s "$work/null.url" ] && break; sleep 0.1; done
+null_url=$(head -1 "$work/null.url")
+[ -n "$null_url" ] || { echo "compare.sh: the null-LUN target did not start:" >&2; cat "$work/null.log" >&2; exit 1; }
 
 tgt_port=$(free_port)
 tgt_url=$("$peer" start $tgt_port 1024) || { echo "compare.sh: tgt did not start" >&2; exit 1; }
@@ -160,6 +172,7 @@ for rep in $(seq "$reps"); do
   for who in $order; do
     if [ $who = lr ]; then run_qbench 1 lr $rep "$lr_url" 4096; else run_qbench 1 tgt $rep "$tgt_url" 4096; fi
   done
+  run_qbench 1 null $rep "$null_url" 4096
   log "rep $rep/$reps: 2. qbench 256 KiB and iperf3"
   run_iperf $rep
   run_qbench 2 lr $rep "$lr_url" 262144
@@ -286,6 +299,13 @@ elapsed=$(($(date +%s) - t_start))
     echo
     echo "Digests in CPU: initiator + target µs per KB moved, on / off, worst size: $cpu_worst ($cpu_worst_d; median of paired ratios)."
   fi
+  echo
+  echo "The client's ceiling (figure 1): qemu-img against a linerate-target whose LUN does no work (null store)"
+  for op in read write; do
+    n=$(med 1 null ${op}_4096_iops); b=$(med 1 tgt ${op}_4096_iops)
+    [ -n "$n" ] && [ -n "$b" ] &&
+      echo "- 4 KiB $op: $n IOPS, $(awk -v a="$n" -v b="$b" 'BEGIN{printf "%.2f", a / b}') × tgt's $b (the LUN does nothing: what this client and loopback TCP allow here)."
+  done
 } >"$md"
 cat "$md"
 log "$fails of ${#rows[@]} figures FAIL; summary in $md"
