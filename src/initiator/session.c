@@ -594,7 +594,9 @@ static void session_tick(void *arg)
         struct ini_task *t = &s->tasks[i];
         if (t->state == ITS_FREE || t->deadline_ms > now)
             continue;
-        if (t->state == ITS_ACTIVE && t->conn) {
+        if (t->state == ITS_ACTIVE && t->conn && t->conn->fail_req) {
+            continue; /* its connection was asked to fail (on its thread): once is enough */
+        } else if (t->state == ITS_ACTIVE && t->conn) {
             /* ERL 0 has no task-level recovery worth the name: drop the connection, which
              * fails its tasks and keeps late answers from touching the caller's buffers. */
             LOG_WARN("initiator: task %08x (CmdSN %u) timed out on connection %u", t->itt, t->cmdsn,
