@@ -2,8 +2,8 @@
 # linerate-bench against linerate-target: the 16 cells of issue 3 with real 4-connection MC/S
 # sessions (4 TCP connections open at once), --verify over 2 connections, one connection of a
 # 4-connection session dropped mid-run (the other three carry on, the target stays healthy),
-# three 2-connection sessions sharing the initiator's threads, and a digest-on capture decoded
-# by tshark with good header and data digests.
+# three 2-connection sessions sharing the initiator's threads, command timeouts when the target
+# stops answering, and a digest-on capture decoded by tshark with good header and data digests.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/bench_lib.sh"
@@ -92,6 +92,26 @@ if ss -K -Htn "sport = :1" >/dev/null 2>&1; then
 else
   echo "SKIP (part): ss -K not supported here" >&2
 fi
+
+note "the target stops answering (SIGSTOP) under a 2-connection session on two threads"
+# The session's timer (on one thread) finds the commands late and has each connection failed
+# on its own thread; the cell ends with the failures counted and the bench exits 1.
+run --sizes 4k --rw read --connections 2 --seconds 30 --format csv "$url" >"$tmp/stop.csv" \
+  2>"$tmp/err" &
+bpid=$!
+sleep 2
+kill -STOP "$tpid"
+wait $bpid
+rc=$?
+kill -CONT "$tpid"
+[ $rc -eq 1 ] || { cat "$tmp/err"; fail "bench exited $rc with the target stopped (want 1)"; }
+grep -q "timed out on connection" "$tmp/err" || { cat "$tmp/err"; fail "no command timeout reported"; }
+grep -q "0 of 2 connections left" "$tmp/err" || { cat "$tmp/err"; fail "the connections were not dropped"; }
+csv_check "$tmp/stop.csv" 1
+alive
+run --sizes 4k --rw read --connections 2 --seconds 0.3 --format csv "$url" >"$tmp/after2.csv" \
+  2>"$tmp/err" || { cat "$tmp/err"; fail "target unhealthy after SIGCONT"; }
+csv_check "$tmp/after2.csv" 1
 
 note "tshark decodes a digest-on run with good digests"
 if ! command -v tshark >/dev/null; then
