@@ -23,6 +23,13 @@ url=$(head -1 "$tmp/url")
 case $url in iscsi://*) ;; *) cat "$tmp/target.log"; fail "linerate-target printed no URL";; esac
 run() { timeout 120 "$bench" "$@"; }
 alive() { kill -0 "$tpid" 2>/dev/null || { cat "$tmp/target.log"; fail "linerate-target died"; }; }
+# still_serving CONNS WHAT: the target is alive and runs a short cell with CONNS connections
+still_serving() {
+  alive
+  run --sizes 4k --rw read --connections "$1" --seconds 0.3 --format csv "$url" >"$tmp/after.csv" \
+    2>"$tmp/err" || { cat "$tmp/err"; fail "target unhealthy after $2"; }
+  csv_check "$tmp/after.csv" 1
+}
 
 note "16 cells: 4k,256k x read,write x digest off,on x 1,4 connections"
 run --sizes 4k,256k --rw read,write --digest off,on --connections 1,4 --seconds 0.5 \
@@ -71,10 +78,7 @@ rc=$?
 grep -q "dropping connection 1" "$tmp/err" || fail "test hook did not fire"
 grep -q "3 of 4 connections left" "$tmp/err" || { cat "$tmp/err"; fail "the other three did not go on"; }
 csv_check "$tmp/kill.csv" 1
-alive
-run --sizes 4k --rw read --connections 4 --seconds 0.3 --format csv "$url" >"$tmp/after.csv" \
-  2>"$tmp/err" || { cat "$tmp/err"; fail "target unhealthy after the drop"; }
-csv_check "$tmp/after.csv" 1
+still_serving 4 "the drop"
 
 note "one connection's socket destroyed from outside (ss -K) mid-run"
 if ss -K -Htn "sport = :1" >/dev/null 2>&1; then
@@ -108,10 +112,7 @@ kill -CONT "$tpid"
 grep -q "timed out on connection" "$tmp/err" || { cat "$tmp/err"; fail "no command timeout reported"; }
 grep -q "0 of 2 connections left" "$tmp/err" || { cat "$tmp/err"; fail "the connections were not dropped"; }
 csv_check "$tmp/stop.csv" 1
-alive
-run --sizes 4k --rw read --connections 2 --seconds 0.3 --format csv "$url" >"$tmp/after2.csv" \
-  2>"$tmp/err" || { cat "$tmp/err"; fail "target unhealthy after SIGCONT"; }
-csv_check "$tmp/after2.csv" 1
+still_serving 2 "SIGCONT"
 
 note "tshark decodes a digest-on run with good digests"
 if ! command -v tshark >/dev/null; then
