@@ -64,10 +64,10 @@ struct bench_loop *bench_loop_start(int id);
 void bench_loop_stop(struct bench_loop *l);
 struct reactor *bench_loop_reactor(const struct bench_loop *l);
 
-/* bench_worker.c: a worker runs on its reactor r, its connections on conn_r[0..conns-1]
- * (conn_r[0] is r); the main thread posts a step and waits on `done` for each worker. */
+/* bench_worker.c: a worker's connections run on conn_r[0..conns-1], the worker itself (login,
+ * timers, logout) on conn_r[0]; the main thread posts a step and waits on `done` for each. */
 struct worker *worker_start(int id, const struct bench_opts *o, bool digest, uint32_t conns,
-                            sem_t *done, struct reactor *r, struct reactor *const *conn_r);
+                            sem_t *done, struct reactor *const *conn_r);
 void worker_post_login(struct worker *w);
 void worker_post_cell(struct worker *w, uint32_t size, enum bench_rw rw);
 void worker_post_verify(struct worker *w);

@@ -429,7 +429,7 @@ static uint32_t start_config(struct run *R, bool digest, uint32_t conns)
         struct reactor *conn_r[LR_MAX_CONNECTIONS];
         for (unsigned j = 0; j < conns && j < LR_MAX_CONNECTIONS; j++)
             conn_r[j] = bench_loop_reactor(R->loops[(i + j) % R->nloops]);
-        struct worker *w = worker_start((int)i, o, digest, conns, &R->done, conn_r[0], conn_r);
+        struct worker *w = worker_start((int)i, o, digest, conns, &R->done, conn_r);
         if (!w) {
             fprintf(stderr, "linerate-bench: cannot set up session %u\n", i);
             break;

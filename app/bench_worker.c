@@ -166,7 +166,7 @@ struct reactor *bench_loop_reactor(const struct bench_loop *l)
 }
 
 struct worker *worker_start(int id, const struct bench_opts *o, bool digest, uint32_t conns,
-                            sem_t *done, struct reactor *r, struct reactor *const *conn_r)
+                            sem_t *done, struct reactor *const *conn_r)
 {
     struct worker *w = calloc(1, sizeof(*w));
     if (!w)
@@ -179,7 +179,7 @@ struct worker *worker_start(int id, const struct bench_opts *o, bool digest, uin
     for (uint32_t i = 0; i < conns && i < LR_MAX_CONNECTIONS; i++)
         w->conn_r[i] = conn_r[i];
     w->rng = 0x9e3779b97f4a7c15ull ^ ((uint64_t)id << 32) ^ now_ns();
-    w->r = r;
+    w->r = conn_r[0];
     uint32_t maxsize = 0;
     for (unsigned i = 0; i < o->nsizes; i++)
         maxsize = o->sizes[i] > maxsize ? o->sizes[i] : maxsize;

@@ -180,19 +180,9 @@ void ini_conn_move(struct ini_conn *c, struct reactor *to)
     struct lr_session *s = c->s;
     ini_lock(s); /* held twice: the flush below keeps it through its sendmsg */
     /* What this thread still owes the connection goes out from here first. */
-    struct list_node *n;
-    while ((n = list_pop(&c->inbox)) != NULL) {
-        struct ini_task *t = list_entry(n, struct ini_task, node);
-        c->outstanding--;
-        t->state = ITS_ACTIVE;
-        ini_task_send(c, t);
-    }
-    c->inbox_kicked = false;
-    if (c->flush_d.queued) {
-        list_del(&c->flush_d.node);
-        c->flush_d.queued = false;
+    ini_conn_drain_inbox(c);
+    if (reactor_undefer(&c->flush_d))
         ini_conn_flush(c);
-    }
     if (c->registered) {
         reactor_fd_del(c->r, &c->rfd);
         c->registered = false;

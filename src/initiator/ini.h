@@ -208,7 +208,6 @@ struct lr_session {
     struct list_node waitq;   /* tasks waiting for the CmdSN window or a connection */
     struct list_node resendq; /* tasks with a CmdSN whose command never left a dead connection */
     struct reactor_timer tick;
-    struct reactor_deferred kick_d;
     struct ini_conn *completing; /* the connection whose task's callback is running */
 
     /* conn_reactors in use: the lock below and where connections live */
@@ -239,6 +238,8 @@ void ini_io_retake(struct lr_session *s, bool released);
 /* Hand task t (CmdSN assigned) to connection c: sent now on c's thread, else through c's
  * inbox (sched.c). */
 void ini_conn_submit(struct ini_conn *c, struct ini_task *t);
+/* Send what the inbox holds (on c's thread, with the lock). */
+void ini_conn_drain_inbox(struct ini_conn *c);
 
 void ini_session_conn_connected(struct ini_conn *c);
 void ini_session_conn_down(struct ini_conn *c);

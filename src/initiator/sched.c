@@ -116,18 +116,8 @@ void ini_session_kick(struct lr_session *s)
         fail_all_waiting(s, LR_ERR_NO_CONN, "no connection left in the session");
 }
 
-static void conn_inbox_msg(void *arg)
+void ini_conn_drain_inbox(struct ini_conn *c)
 {
-    struct ini_conn *c = arg;
-    struct lr_session *s = c->s;
-    ini_lock(s);
-    s->msgs--;
-    if (c->r != reactor_self()) {
-        /* sent before the connection moved: the move took the inbox along, and anything
-         * handed over since went with a message to its new thread */
-        ini_unlock(s);
-        return;
-    }
     c->inbox_kicked = false;
     struct list_node *n;
     while ((n = list_pop(&c->inbox)) != NULL) {
@@ -136,6 +126,18 @@ static void conn_inbox_msg(void *arg)
         t->state = ITS_ACTIVE;
         ini_task_send(c, t);
     }
+}
+
+static void conn_inbox_msg(void *arg)
+{
+    struct ini_conn *c = arg;
+    struct lr_session *s = c->s;
+    ini_lock(s);
+    s->msgs--;
+    /* A message that reaches the old thread of a connection that moved does nothing: the move
+     * took the inbox along, and anything handed over since went to its new thread. */
+    if (c->r == reactor_self())
+        ini_conn_drain_inbox(c);
     ini_unlock(s);
 }
 

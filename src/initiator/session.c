@@ -109,15 +109,6 @@ struct lr_session *lr_session_create(struct reactor *r, const struct lr_session_
     return s;
 }
 
-static void unqueue_deferred(struct reactor_deferred *d)
-{
-    /* The reactor runs deferred hooks from an intrusive list: take ours out before freeing. */
-    if (d->queued) {
-        list_del(&d->node);
-        d->queued = false;
-    }
-}
-
 /* ---- the session lock (only with connections on other reactors) ---- */
 
 void ini_lock(struct lr_session *s)
@@ -256,12 +247,11 @@ static void session_free(struct lr_session *s)
     }
     ini_unlock(s);
     for (unsigned i = 0; i < s->nconns; i++) {
-        unqueue_deferred(&s->conns[i]->flush_d);
-        unqueue_deferred(&s->conns[i]->move_d);
+        reactor_undefer(&s->conns[i]->flush_d);
+        reactor_undefer(&s->conns[i]->move_d);
         ini_conn_free(s->conns[i]);
     }
-    unqueue_deferred(&s->kick_d);
-    unqueue_deferred(&s->spread_d);
+    reactor_undefer(&s->spread_d);
     reactor_timer_stop(s->r, &s->tick);
     iscsi_text_free(&s->disc_text);
     free(s->tasks);

@@ -172,6 +172,15 @@ void reactor_defer(struct reactor *r, struct reactor_deferred *d, reactor_fn fn,
     list_add_tail(&r->deferred, &d->node);
 }
 
+bool reactor_undefer(struct reactor_deferred *d)
+{
+    if (!d->queued)
+        return false;
+    list_del(&d->node);
+    d->queued = false;
+    return true;
+}
+
 int reactor_send(struct reactor *r, reactor_fn fn, void *arg)
 {
     struct reactor_msg *m = malloc(sizeof(*m));

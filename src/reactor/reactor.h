@@ -58,6 +58,9 @@ uint64_t reactor_now_ms(void);
 
 /* Queue fn(arg) to run at the end of this loop turn (idempotent while queued). */
 void reactor_defer(struct reactor *r, struct reactor_deferred *d, reactor_fn fn, void *arg);
+/* Take d out of its reactor's queue if it is there (on that reactor's thread, before freeing
+ * d or running its work now). Returns whether it was queued. */
+bool reactor_undefer(struct reactor_deferred *d);
 
 /* Run fn(arg) on r's thread. Safe from any thread. Returns 0 or -errno. */
 int reactor_send(struct reactor *r, reactor_fn fn, void *arg);
