@@ -229,8 +229,6 @@ struct iscsi_session {
      * arriving with one is dropped. Bit sn % ISCSI_CMD_WINDOW: they all lie in
      * [ExpCmdSN, MaxCmdSN], so the window bounds them and nothing is allocated. */
     uint64_t taken[ISCSI_CMD_WINDOW / 64];
-    uint32_t taken_itt[ISCSI_CMD_WINDOW]; /* the ITT it was taken for (ISCSI_RSVD_TAG: none) */
-    unsigned ntaken;
     int refs;
     bool closing;
     /* A connection of this session died: CmdSNs it carried may never arrive (ERL 0). */
@@ -278,12 +276,11 @@ void session_add_conn(struct iscsi_session *s, struct iscsi_conn *c);
 void session_reinstate(struct iscsi_server *srv, const char *initiator, const uint8_t isid[6],
                        struct iscsi_node *node, struct iscsi_conn *except);
 void session_put(struct iscsi_session *s);
-/* A non-SCSI, non-immediate request (NOP-Out, Text, TMF, Logout) used up its CmdSN. */
+/* CmdSN cmdsn counts as received with no command to run: a non-SCSI, non-immediate request
+ * (NOP-Out, Text, TMF, Logout) used it up, or an ABORT TASK named a task no connection has
+ * with RefCmdSN inside the window (RFC 7143 §11.5.1 b). ExpCmdSN steps over it, and a command
+ * arriving later with it is dropped unanswered. Nothing if it was received meanwhile. */
 void session_consume_cmdsn(struct iscsi_session *s, uint32_t cmdsn);
-/* ABORT TASK of a task no connection has, RefCmdSN inside the window (RFC 7143 §11.5.1 b):
- * that CmdSN counts as received. ExpCmdSN steps over it, and the command, should it arrive
- * later, is dropped unanswered. Nothing if the CmdSN was received meanwhile. */
-void session_take_cmdsn(struct iscsi_session *s, uint32_t cmdsn, uint32_t itt);
 struct iscsi_conn *session_find_conn(struct iscsi_session *s, uint16_t cid);
 /* Ask the connections to close, each on its own reactor. */
 void session_close_other_conns(struct iscsi_session *s, struct iscsi_conn *keep);

@@ -55,7 +55,6 @@ static bool conn_on_reactor(const struct iscsi_session *s, const struct iscsi_co
 /* Runs on reactor r: every connection whose session lives here (and every connection still in
  * login) is found through the session table and the reactor's load; connections close, which
  * fails their queued commands and releases in-flight ones when the store completes them. */
-
 void iscsi_server_close_reactor_conns(struct iscsi_server *srv, struct reactor *r)
 {
     session_close_conns_where(srv, conn_on_reactor, r, "target shutting down");

@@ -238,17 +238,24 @@ void session_reinstate(struct iscsi_server *srv, const char *initiator, const ui
 _Static_assert(ISCSI_CMD_WINDOW % 64 == 0 && (ISCSI_CMD_WINDOW & (ISCSI_CMD_WINDOW - 1)) == 0,
                "taken CmdSN bitmap");
 
+static bool any_taken(const struct iscsi_session *s)
+{
+    uint64_t any = 0;
+    for (unsigned i = 0; i < ISCSI_CMD_WINDOW / 64; i++)
+        any |= s->taken[i];
+    return any != 0;
+}
+
 static bool sn_is_taken(const struct iscsi_session *s, uint32_t sn)
 {
     unsigned b = sn % ISCSI_CMD_WINDOW;
-    return s->ntaken && (s->taken[b / 64] >> (b % 64) & 1);
+    return s->taken[b / 64] >> (b % 64) & 1;
 }
 
 static void sn_untake(struct iscsi_session *s, uint32_t sn)
 {
     unsigned b = sn % ISCSI_CMD_WINDOW;
     s->taken[b / 64] &= ~(UINT64_C(1) << (b % 64));
-    s->ntaken--;
 }
 
 static struct iscsi_task *pending_find(struct iscsi_session *s, uint32_t sn)
@@ -288,7 +295,7 @@ static void conn_released_msg(void *arg)
  * releases. */
 static void session_drain_locked(struct iscsi_session *s)
 {
-    while (!list_empty(&s->pending) || s->ntaken) {
+    while (!list_empty(&s->pending) || any_taken(s)) {
         if (sn_is_taken(s, s->exp_cmdsn)) {
             sn_untake(s, s->exp_cmdsn);
             s->exp_cmdsn++;
@@ -316,7 +323,7 @@ static void session_drain_locked(struct iscsi_session *s)
  * ExpCmdSN the window moves on at once; ahead of it the CmdSN is marked taken for
  * session_drain_locked() to step over. Nothing for a CmdSN outside the window (already passed,
  * or never granted) or one already received (a queued command has it, or it is taken). */
-static void session_take_locked(struct iscsi_session *s, uint32_t sn, uint32_t itt)
+static void session_take_locked(struct iscsi_session *s, uint32_t sn)
 {
     if (sn_lt(sn, s->exp_cmdsn) || sn_lt(s->max_cmdsn, sn))
         return;
@@ -329,8 +336,6 @@ static void session_take_locked(struct iscsi_session *s, uint32_t sn, uint32_t i
         return;
     unsigned b = sn % ISCSI_CMD_WINDOW;
     s->taken[b / 64] |= UINT64_C(1) << (b % 64);
-    s->taken_itt[b] = itt;
-    s->ntaken++;
 }
 
 int session_cmdsn_check(struct iscsi_session *s, struct iscsi_task *t)
@@ -348,14 +353,10 @@ int session_cmdsn_check(struct iscsi_session *s, struct iscsi_task *t)
     if (sn_is_taken(s, t->cmdsn)) {
         /* Already received: most likely the very command an ABORT TASK took before it came
          * (RFC 7143 §11.5.1 b), which must not run nor be answered; else a duplicate. */
-        uint32_t by = s->taken_itt[t->cmdsn % ISCSI_CMD_WINDOW];
         pthread_mutex_unlock(&s->lock);
-        if (by == t->itt)
-            LOG_INFO("%s: CmdSN %u ITT 0x%08x came after it was aborted: dropped", t->conn->peer,
-                     t->cmdsn, t->itt);
-        else
-            LOG_DEBUG("%s: CmdSN %u ITT 0x%08x: that CmdSN was already received, dropped",
-                      t->conn->peer, t->cmdsn, t->itt);
+        LOG_INFO("%s: CmdSN %u ITT 0x%08x: that CmdSN was already received (aborted before it "
+                 "came, or a duplicate): dropped",
+                 t->conn->peer, t->cmdsn, t->itt);
         return -1;
     }
     s->in_flight++;
@@ -387,7 +388,7 @@ void session_pending_remove(struct iscsi_session *s, struct iscsi_task *t)
     list_del(&t->pending_node);
     s->in_flight--;
     if (!t->immediate)
-        session_take_locked(s, t->cmdsn, t->itt); /* nothing for a released one: below ExpCmdSN */
+        session_take_locked(s, t->cmdsn); /* nothing for a released one: below ExpCmdSN */
     pthread_mutex_unlock(&s->lock);
 }
 
@@ -396,14 +397,7 @@ void session_pending_remove(struct iscsi_session *s, struct iscsi_task *t)
 void session_consume_cmdsn(struct iscsi_session *s, uint32_t cmdsn)
 {
     pthread_mutex_lock(&s->lock);
-    session_take_locked(s, cmdsn, ISCSI_RSVD_TAG);
-    pthread_mutex_unlock(&s->lock);
-}
-
-void session_take_cmdsn(struct iscsi_session *s, uint32_t cmdsn, uint32_t itt)
-{
-    pthread_mutex_lock(&s->lock);
-    session_take_locked(s, cmdsn, itt);
+    session_take_locked(s, cmdsn);
     pthread_mutex_unlock(&s->lock);
 }
 
@@ -437,7 +431,7 @@ void session_check_gap(struct iscsi_session *s, uint64_t now_ms)
         }
         /* A CmdSN taken inside the hole counts as received: only the ones before it are lost
          * (and ExpCmdSN must not jump over a taken bit, which would stay set behind it). */
-        for (uint32_t sn = s->exp_cmdsn; s->ntaken && sn_lt(sn, oldest); sn++) {
+        for (uint32_t sn = s->exp_cmdsn; any_taken(s) && sn_lt(sn, oldest); sn++) {
             if (sn_is_taken(s, sn)) {
                 oldest = sn;
                 break;

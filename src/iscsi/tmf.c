@@ -286,7 +286,7 @@ void tmf_handle(struct iscsi_conn *c)
          * meanwhile, nothing is taken (it is queued, or ExpCmdSN is past it) and the search
          * below finds and aborts it (a queued task aborted keeps its CmdSN taken). */
         if (in_window)
-            session_take_cmdsn(s, ref, rtt);
+            session_consume_cmdsn(s, ref);
         abort_task_other_conns(c, req, rtt, lun,
                                in_window ? ISCSI_TMF_RSP_COMPLETE : ISCSI_TMF_RSP_NO_TASK);
         return;

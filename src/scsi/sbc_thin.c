@@ -25,8 +25,6 @@ static void seq_resume(void *arg)
     sbc_seq_run(arg);
 }
 
-/* Inline completions (the RAM store) come back inside bs_submit: they only mark the step done
- * and this loop issues the next one, so a 1 TiB fill does not recurse a million deep. */
 /* A paced sequence that is ahead of its rate waits on a timer; true if it now waits. */
 static bool seq_pace(struct sbc_seq *s)
 {
@@ -47,6 +45,8 @@ static bool seq_pace(struct sbc_seq *s)
     return true;
 }
 
+/* Inline completions (the RAM store) come back inside bs_submit: they only mark the step done
+ * and this loop issues the next one, so a 1 TiB fill does not recurse a million deep. */
 void sbc_seq_run(struct sbc_seq *s)
 {
     unsigned budget = SEQ_BUDGET;

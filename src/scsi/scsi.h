@@ -53,6 +53,7 @@ struct scsi_nexus {
     char initiator_name[224];
     uint64_t id; /* unique within the target, never reused */
     int refs;
+    bool lost; /* I_T nexus loss done since the last session took it (under target lock) */
     struct scsi_target *target;
 };
 
@@ -151,7 +152,7 @@ void scsi_nexus_lost(struct scsi_nexus *n);
 /* A logout is ending the only session of this nexus: do what I_T nexus loss does now, before
  * the transport confirms the logout, so that the initiator's next command (on another session)
  * finds the SPC-2 reservation and PREVENT state of this nexus gone. Nothing if another session
- * still holds the nexus. The last put does it again, harmlessly. */
+ * still holds the nexus; the last put then does not do it a second time. */
 void scsi_nexus_logout(struct scsi_nexus *n);
 
 /* --- tasks --- */

@@ -85,8 +85,7 @@ int scsi_target_add_lun(struct scsi_target *t, const struct scsi_lun_config *cfg
     lu->nblocks = cfg->bs->size >> lu->block_shift;
     lu->read_only = cfg->read_only;
     lu->removable = cfg->removable;
-    while (cfg->phys_block_size && (bsz << lu->phys_exp) < cfg->phys_block_size)
-        lu->phys_exp++;
+    lu->phys_exp = pbs ? (uint8_t)__builtin_ctz(pbs / bsz) : 0; /* a power of two, checked above */
     lu->sanitize_rate = cfg->sanitize_rate;
     atomic_init(&lu->medium_absent, false);
     lu->mapped = cfg->bs->ops->map && bs_map(cfg->bs, 0, bsz) != NULL;
@@ -174,6 +173,7 @@ struct scsi_nexus *scsi_nexus_get(struct scsi_target *t, const char *initiator_n
                 free_slot = (int)s;
         } else if (strcmp(n->pub.initiator_port, port) == 0) {
             n->pub.refs++;
+            n->pub.lost = false;
             pthread_mutex_unlock(&t->lock);
             return &n->pub;
         } else if (n->pub.refs == 0 && idle_slot < 0) {
@@ -207,15 +207,23 @@ struct scsi_nexus *scsi_nexus_get(struct scsi_target *t, const char *initiator_n
     return n ? &n->pub : NULL;
 }
 
+/* With the target lock: whether I_T nexus loss is still to be done for n, which it now is. */
+static bool nexus_loss_due_locked(struct scsi_nexus *n)
+{
+    bool due = !n->lost;
+    n->lost = true;
+    return due;
+}
+
 void scsi_nexus_put(struct scsi_nexus *n)
 {
     if (!n)
         return;
     struct scsi_target *t = n->target;
     pthread_mutex_lock(&t->lock);
-    bool last = --n->refs == 0;
+    bool due = --n->refs == 0 && nexus_loss_due_locked(n);
     pthread_mutex_unlock(&t->lock);
-    if (last)
+    if (due)
         scsi_nexus_lost(n);
 }
 
@@ -223,9 +231,9 @@ void scsi_nexus_logout(struct scsi_nexus *n)
 {
     struct scsi_target *t = n->target;
     pthread_mutex_lock(&t->lock);
-    bool only = n->refs == 1;
+    bool due = n->refs == 1 && nexus_loss_due_locked(n);
     pthread_mutex_unlock(&t->lock);
-    if (only)
+    if (due)
         scsi_nexus_lost(n);
 }
 
