@@ -234,6 +234,7 @@ struct iscsi_session {
     /* A connection of this session died: CmdSNs it carried may never arrive (ERL 0). */
     bool lost_conn;
     uint64_t stalled_since_ms; /* commands queued behind a gap since then (0: none) */
+    uint32_t stalled_exp;      /* ExpCmdSN then: the gap holds only while it has not moved */
 };
 
 /* conn.c */

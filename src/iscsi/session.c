@@ -413,15 +413,17 @@ void session_cmd_done(struct iscsi_session *s)
  * it died and never reached us leave holes in the CmdSN sequence, and the commands behind a
  * hole would wait forever on the surviving connections. Once a connection of the session has
  * died, a hole that has held commands back for a grace period is taken as lost: ExpCmdSN
- * jumps to the oldest waiting command. (A command merely reordered across connections arrives
- * within microseconds, far inside the grace period.) */
+ * jumps to the oldest waiting command. A gap holds only while ExpCmdSN stays where it was:
+ * with MC/S some command is nearly always waiting for another connection's (each for
+ * microseconds), and such a queue that never empties is traffic, not a hole. */
 void session_check_gap(struct iscsi_session *s, uint64_t now_ms)
 {
     pthread_mutex_lock(&s->lock);
     if (!s->lost_conn || list_empty(&s->pending)) {
         s->stalled_since_ms = 0;
-    } else if (!s->stalled_since_ms) {
+    } else if (!s->stalled_since_ms || s->stalled_exp != s->exp_cmdsn) {
         s->stalled_since_ms = now_ms;
+        s->stalled_exp = s->exp_cmdsn;
     } else if (now_ms - s->stalled_since_ms >= ISCSI_GAP_GRACE_MS) {
         uint32_t oldest = list_entry(s->pending.next, struct iscsi_task, pending_node)->cmdsn;
         for (struct list_node *n = s->pending.next; n != &s->pending; n = n->next) {

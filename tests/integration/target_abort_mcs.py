@@ -24,7 +24,8 @@ new CID), InitialR2T=Yes and ImmediateData=No:
      the commands after it run;
   4. ABORT TASK for an ITT no connection has: RefCmdSN of a command already done answers 1 (Task
      does not exist), RefCmdSN not yet received answers 0 (Function complete) (§11.5.1 b/c);
-  5. the session still works: WRITE + READ back on both connections, TEST UNIT READY, logout;
+  5. the session still works: WRITE + READ back on both connections, TEST UNIT READY;
+  6. CID 0 dies holding CmdSN N: N+1, waiting on CID 1, runs once the hole has held ~2 s; logout;
      the daemon exits 0 on SIGTERM.
 Exit 0 when every check holds, 1 with the reason otherwise. Python 3 standard library only."""
 
@@ -311,6 +312,28 @@ def abort_queued(m, what):
           "never answered, CmdSN %d then %d answered" % (what, n + 1, y, n, n + 2), flush=True)
 
 
+def hole_given_up(m, what):
+    """ERL 0 after a connection died: CmdSN N never comes (it left with CID 0), N+1 waits on
+    CID 1; once the gap has held for the grace period (2 s) with ExpCmdSN not moving, the
+    target takes N as lost and runs N+1."""
+    n, x = m.cmdsn, m.next_itt()
+    m.send_cmd(m.c2, x, n + 1, bytes(6))
+    m.quiet(m.c2, min(0.5, left()))  # held back behind the hole while CID 0 lives
+    m.c1.c.close()  # CID 0 dies without a logout
+    t0 = time.monotonic()
+    try:
+        rh, _ = m.recv(m.c2, min(8, left()))
+    except socket.timeout:
+        raise TestFailure("%s: CmdSN %d still held 8 s after the connection died" % (what, n + 1))
+    got = struct.unpack(">I", rh[16:20])[0]
+    check(rh[0] & 0x3F == OP_SCSI_RSP and got == x and rh[3] == 0,
+          "%s: op 0x%02x ITT 0x%x status 0x%02x, expected GOOD for ITT 0x%x" %
+          (what, rh[0] & 0x3F, got, rh[3], x))
+    m.cmdsn = n + 2
+    print("ok: %s: CmdSN %d, held behind the hole of CmdSN %d, ran %.1f s after CID 0 died" %
+          (what, n + 1, n, time.monotonic() - t0), flush=True)
+
+
 def io_check(m, conn, lba, what):
     data = bytes((lba + i) & 0xFF for i in range(8 * BLOCK))
     st, _, _ = m.scsi(conn, cdb_rw10(0x2A, lba, 8), write_data=data)
@@ -352,9 +375,9 @@ def run(binary, threads):
         check(all(i < 0x7777777 for _, i in m.answered), "a nonexistent task was answered")
         print("ok: %s: WRITE/READ/TEST UNIT READY on both connections afterwards" % tag,
               flush=True)
-        m.c1.cmdsn = m.cmdsn
-        m.c1.logout()
-        m.c2.c.close()
+        hole_given_up(m, tag)
+        m.c2.cmdsn = m.cmdsn
+        m.c2.logout()
         d.stop()
         print("ok: %s: logout, SIGTERM -> exit 0" % tag, flush=True)
     except (TestFailure, OSError, hostile.Closed) as e:
