@@ -48,8 +48,19 @@ struct bs_ops {
      * an iovec shorter than length completes with -EINVAL. */
     void (*submit)(struct bs *bs, struct bs_io *io);
     /* Memory of [offset, offset+len) if the store lives in RAM, for direct data placement and
-     * zero-copy send; NULL if it does not (then the caller uses a buffer and submit()). */
-    void *(*map)(struct bs *bs, uint64_t offset, uint64_t len);
+     * in-place compares and copies; NULL if it does not (then the caller uses a buffer and
+     * submit()). With `write` the caller is about to store data there: the store counts the
+     * range as mapped (provisioned) from now on, and the caller calls map() with `write` again
+     * once the data is in (an UNMAP running meanwhile may have given the pages back). Without
+     * it the caller only reads; reading a never-written range through the mapping may cost the
+     * process memory (the kernel decides), so the READ data path uses read_iov() instead. */
+    void *(*map)(struct bs *bs, uint64_t offset, uint64_t len, bool write);
+    /* Optional, with map(): [offset, offset+len) for sending in place, as at most max iovecs:
+     * the store's memory where it holds data, a shared read-only zero buffer where it does
+     * not, so reading a thin LUN touches no memory of its own. Returns the entry count, or 0
+     * when the range needs more than max entries (then the caller uses a buffer and submit()).
+     * Absent: one entry, the map() memory. */
+    int (*read_iov)(struct bs *bs, uint64_t offset, uint64_t len, struct iovec *iov, int max);
     /* Release priv (the file store first makes written data stable). */
     void (*close)(struct bs *bs);
     /* Optional, for GET LBA STATUS (SBC-4 §5.7): the provisioning state at offset. On entry
@@ -81,9 +92,30 @@ static inline void bs_submit(struct bs *bs, struct bs_io *io)
     bs->ops->submit(bs, io);
 }
 
-static inline void *bs_map(struct bs *bs, uint64_t offset, uint64_t len)
+/* Store memory to write [offset, offset+len) in place (see bs_ops.map), or NULL. */
+static inline void *bs_map_write(struct bs *bs, uint64_t offset, uint64_t len)
 {
-    return bs->ops->map ? bs->ops->map(bs, offset, len) : NULL;
+    return bs->ops->map ? bs->ops->map(bs, offset, len, true) : NULL;
+}
+
+/* Store memory to read [offset, offset+len) in place (compares, copies), or NULL. */
+static inline void *bs_map_read(struct bs *bs, uint64_t offset, uint64_t len)
+{
+    return bs->ops->map ? bs->ops->map(bs, offset, len, false) : NULL;
+}
+
+/* [offset, offset+len) as iovecs to send from (see bs_ops.read_iov): the count, or 0 when the
+ * store has no memory or the range needs more than max entries. */
+static inline int bs_read_iov(struct bs *bs, uint64_t offset, uint64_t len, struct iovec *iov,
+                              int max)
+{
+    if (bs->ops->read_iov)
+        return bs->ops->read_iov(bs, offset, len, iov, max);
+    void *p = bs_map_read(bs, offset, len);
+    if (!p || max < 1)
+        return 0;
+    iov[0] = (struct iovec){.iov_base = p, .iov_len = (size_t)len};
+    return 1;
 }
 
 /* The provisioning state of [offset, offset + *len): see bs_ops.lba_status. A store without the

@@ -1,47 +1,173 @@
-/* The RAM store: one anonymous, lazily populated mapping the size of the LUN. Untouched pages
- * cost nothing and read as zeros; map() hands out its memory for direct data placement and
- * zero-copy send; UNMAP gives whole pages back to the kernel; lba_status() tells pages that
- * hold data of their own from those that do not. Completes synchronously. */
-#include <fcntl.h>
+/* The RAM store: one anonymous, lazily populated mapping the size of the LUN, and an allocation
+ * map of its own (one bit per page) that says which pages may hold data. The map, not the
+ * kernel's page tables, is the provisioning state (SBC-4 §4.7.3): only WRITE (and what writes:
+ * WRITE SAME, COMPARE AND WRITE, EXTENDED COPY, SANITIZE OVERWRITE) maps a page, only UNMAP
+ * (and WRITE SAME with UNMAP, SANITIZE BLOCK ERASE) deallocates one, and a READ never does: a
+ * never-written range is served from a shared zero buffer without touching the mapping, so
+ * reading a large thin LUN costs no memory on any kernel. Completes synchronously. */
+#include <assert.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
 #include "bs/bs_priv.h"
 
+/* Invariant: a page whose bit is clear reads as zeros in the mapping. Writers set the bits
+ * before the data lands (and again after, see below); UNMAP clears the bits of whole pages
+ * before it gives them back with MADV_DONTNEED. Concurrent commands on other reactors use
+ * atomic word updates, and every interleaving of a write with an overlapping UNMAP ends with
+ * either the bit set or the page zero, never a clear bit over data. */
 struct bs_ram {
     uint8_t *base;
     size_t page;
-    int pagemap;  /* /proc/self/pagemap, or -1: fall back to mincore() */
-    bool no_scan; /* the kernel has no PAGEMAP_SCAN: read the page map */
+    unsigned page_shift;
+    uint64_t npages;
+    _Atomic uint64_t *alloc; /* bit p set: page p may hold data (mapped) */
 };
 
-static void *bs_ram_map(struct bs *bs, uint64_t offset, uint64_t len)
+/* The zero buffer that unmapped runs are sent from: real, written memory (so no kernel's
+ * zero-page policy is involved), shared by every RAM LUN and never written after setup. */
+#define RAM_ZERO_LEN (1u << 20)
+static uint8_t *ram_zeros;
+static pthread_once_t ram_zeros_once = PTHREAD_ONCE_INIT;
+
+static void ram_zeros_init(void)
 {
-    struct bs_ram *ram = bs->priv;
-    if (offset > bs->size || len > bs->size - offset)
-        return NULL;
-    return ram->base + offset;
+    void *p = NULL;
+    if (posix_memalign(&p, 4096, RAM_ZERO_LEN) == 0) {
+        memset(p, 0, RAM_ZERO_LEN);
+        ram_zeros = p;
+    }
 }
 
-/* Zero [offset, offset+len): whole pages go back to the kernel (MADV_DONTNEED on a private
- * anonymous mapping makes them read as zeros again and frees the memory), the partial pages at
- * either end are cleared by hand. */
-static void bs_ram_unmap(struct bs_ram *ram, uint64_t offset, uint64_t len)
+/* ---- the allocation map ---------------------------------------------------------------- */
+
+/* Set or clear the bits of pages [first, end). */
+static void ram_bits(struct bs_ram *ram, uint64_t first, uint64_t end, bool set)
+{
+    while (first < end) {
+        uint64_t w = first / 64, lo = first % 64;
+        uint64_t n = end - first < 64 - lo ? end - first : 64 - lo;
+        uint64_t mask = (n == 64 ? ~0ull : ((1ull << n) - 1)) << lo;
+        if (set)
+            atomic_fetch_or_explicit(&ram->alloc[w], mask, memory_order_release);
+        else
+            atomic_fetch_and_explicit(&ram->alloc[w], ~mask, memory_order_release);
+        first += n;
+    }
+}
+
+static bool ram_bit(struct bs_ram *ram, uint64_t p)
+{
+    return (atomic_load_explicit(&ram->alloc[p / 64], memory_order_acquire) >> (p % 64)) & 1;
+}
+
+/* Mark the pages that [offset, offset+len) touches as mapped. */
+static void ram_mark(struct bs_ram *ram, uint64_t offset, uint64_t len)
+{
+    if (len)
+        ram_bits(ram, offset >> ram->page_shift, ((offset + len - 1) >> ram->page_shift) + 1, true);
+}
+
+/* The run of pages from `first` (before `limit`) whose bits equal first's: its length in
+ * pages (at least 1), first's state in *mapped. A word of the map at a time. */
+static uint64_t ram_run(struct bs_ram *ram, uint64_t first, uint64_t limit, bool *mapped)
+{
+    bool m = ram_bit(ram, first);
+    uint64_t p = first;
+    while (p < limit) {
+        uint64_t w = atomic_load_explicit(&ram->alloc[p / 64], memory_order_acquire);
+        uint64_t differ = (m ? ~w : w) >> (p % 64); /* ones where a page's state is not m */
+        if (differ) {
+            p += (uint64_t)__builtin_ctzll(differ);
+            break;
+        }
+        p += 64 - p % 64;
+    }
+    *mapped = m;
+    if (p > limit)
+        p = limit;
+    return p > first ? p - first : 1; /* a page changed under us: report it alone */
+}
+
+/* ---- data ---------------------------------------------------------------------------------- */
+
+/* Copy n bytes of src (zeros when src is NULL) into the iovec, starting `at` bytes into it. A
+ * buffer that already is the source (the caller mapped the range and submitted anyway) is left
+ * alone: memcpy onto itself is undefined. */
+static void iov_put(const struct iovec *iov, uint64_t at, const uint8_t *src, uint64_t n)
+{
+    for (int i = 0; n; i++) {
+        if (at >= iov[i].iov_len) {
+            at -= iov[i].iov_len;
+            continue;
+        }
+        uint8_t *dst = (uint8_t *)iov[i].iov_base + at;
+        size_t k = iov[i].iov_len - at < n ? iov[i].iov_len - at : (size_t)n;
+        if (!src)
+            memset(dst, 0, k);
+        else if (dst != src)
+            memcpy(dst, src, k);
+        if (src)
+            src += k;
+        n -= k;
+        at = 0;
+    }
+}
+
+/* READ: mapped runs are copied, unmapped ones zero-filled; the mapping of a never-written page
+ * is not read. */
+static void ram_read(struct bs_ram *ram, const struct bs_io *io)
+{
+    uint64_t off = io->offset, end = io->offset + io->length;
+    while (off < end) {
+        bool m;
+        uint64_t p = off >> ram->page_shift;
+        uint64_t run_end = (p + ram_run(ram, p, ram->npages, &m)) << ram->page_shift;
+        if (run_end > end)
+            run_end = end;
+        iov_put(io->iov, off - io->offset, m ? ram->base + off : NULL, run_end - off);
+        off = run_end;
+    }
+}
+
+/* Clear [a, b) in the pages that hold data; a page without data already reads as zeros and
+ * is left untouched. */
+static void ram_zero_part(struct bs_ram *ram, uint64_t a, uint64_t b)
+{
+    while (a < b) {
+        uint64_t next = ((a >> ram->page_shift) + 1) << ram->page_shift;
+        uint64_t e = next < b ? next : b;
+        if (ram_bit(ram, a >> ram->page_shift))
+            memset(ram->base + a, 0, e - a);
+        a = e;
+    }
+}
+
+/* UNMAP: whole pages are deallocated (bits cleared first, then the memory given back:
+ * MADV_DONTNEED on a private anonymous mapping makes them read as zeros again); the partial
+ * pages at either end keep their state and have their part cleared. */
+static void ram_unmap(struct bs_ram *ram, uint64_t offset, uint64_t len)
 {
     uint64_t end = offset + len;
-    uint64_t first = (offset + ram->page - 1) / ram->page * ram->page;
-    uint64_t last = end / ram->page * ram->page;
+    uint64_t first = (offset + ram->page - 1) >> ram->page_shift;
+    uint64_t last = end >> ram->page_shift; /* whole pages are [first, last) */
     if (first >= last) {
-        memset(ram->base + offset, 0, len);
+        ram_zero_part(ram, offset, end);
         return;
     }
-    memset(ram->base + offset, 0, first - offset);
-    memset(ram->base + last, 0, end - last);
-    if (madvise(ram->base + first, last - first, MADV_DONTNEED) < 0)
-        memset(ram->base + first, 0, last - first);
+    uint64_t head = first << ram->page_shift, tail = last << ram->page_shift;
+    ram_zero_part(ram, offset, head);
+    ram_zero_part(ram, tail, end);
+    ram_bits(ram, first, last, false);
+    if (madvise(ram->base + head, tail - head, MADV_DONTNEED) < 0) {
+        /* the memory cannot go back: the pages still have to read as zeros */
+        ram_bits(ram, first, last, true);
+        memset(ram->base + head, 0, tail - head);
+    }
 }
 
 static void bs_ram_submit(struct bs *bs, struct bs_io *io)
@@ -51,15 +177,19 @@ static void bs_ram_submit(struct bs *bs, struct bs_io *io)
     if (!err) {
         switch (io->op) {
         case BS_READ:
-            bs_copy_to_iov(io->iov, ram->base + io->offset, io->length);
+            ram_read(ram, io);
             break;
         case BS_WRITE:
+            /* mapped before the data lands and again after: an UNMAP on another reactor in
+             * between cannot leave data under a clear bit */
+            ram_mark(ram, io->offset, io->length);
             bs_copy_from_iov(ram->base + io->offset, io->iov, io->length);
+            ram_mark(ram, io->offset, io->length);
             break;
         case BS_FLUSH: /* nothing volatile to make stable: RAM is all there is */
             break;
         case BS_UNMAP:
-            bs_ram_unmap(ram, io->offset, io->length);
+            ram_unmap(ram, io->offset, io->length);
             break;
         default:
             err = -EINVAL;
@@ -68,111 +198,46 @@ static void bs_ram_submit(struct bs *bs, struct bs_io *io)
     io->done(io, err);
 }
 
+static void *bs_ram_map(struct bs *bs, uint64_t offset, uint64_t len, bool write)
+{
+    struct bs_ram *ram = bs->priv;
+    if (offset > bs->size || len > bs->size - offset)
+        return NULL;
+    if (write)
+        ram_mark(ram, offset, len);
+    return ram->base + offset;
+}
+
+static int bs_ram_read_iov(struct bs *bs, uint64_t offset, uint64_t len, struct iovec *iov, int max)
+{
+    struct bs_ram *ram = bs->priv;
+    if (offset > bs->size || len > bs->size - offset || !ram_zeros)
+        return 0;
+    int n = 0;
+    uint64_t off = offset, end = offset + len;
+    while (off < end) {
+        bool m;
+        uint64_t p = off >> ram->page_shift;
+        uint64_t run_end = (p + ram_run(ram, p, ram->npages, &m)) << ram->page_shift;
+        if (run_end > end)
+            run_end = end;
+        while (off < run_end) { /* a zero run longer than the zero buffer takes several */
+            uint64_t k = run_end - off;
+            if (!m && k > RAM_ZERO_LEN)
+                k = RAM_ZERO_LEN;
+            if (n == max)
+                return 0;
+            iov[n++] =
+                (struct iovec){.iov_base = m ? ram->base + off : ram_zeros, .iov_len = (size_t)k};
+            off += k;
+        }
+    }
+    return n;
+}
+
 /* Pages looked at per lba_status() call: bounds the work of one GET LBA STATUS (4 GiB of 4 KiB
- * pages), and per read of the page map. */
+ * pages, 16384 words of the map). */
 #define RAM_STATUS_MAX_PAGES (1u << 20)
-#define RAM_STATUS_BATCH 512
-
-/* pagemap entry bits (Documentation/admin-guide/mm/pagemap.rst) */
-#define PM_PRESENT (1ull << 63)
-#define PM_SWAPPED (1ull << 62)
-#define PM_EXCLUSIVE (1ull << 56)
-
-/* Whether pages [first, first + n) hold memory of their own, into out[]. A page only ever read
- * maps the kernel's shared zero page: mincore() calls it resident, but it is not allocated to
- * the LUN, so the page map's "exclusively mapped" bit is what tells a written page. */
-/* PAGEMAP_SCAN (Linux 6.7): the kernel walks the range and returns runs of pages with equal
- * categories, instead of one 8-byte entry per page. Much cheaper than read() of the page map
- * on a populated LUN (qemu asks GET LBA STATUS of the whole LUN before large reads). Defined
- * here because older uapi headers lack it. */
-#ifndef PAGEMAP_SCAN
-struct pm_scan_arg {
-    uint64_t size, flags, start, end, walk_end, vec, vec_len, max_pages;
-    uint64_t category_inverted, category_mask, category_anyof_mask, return_mask;
-};
-struct page_region {
-    uint64_t start, end, categories;
-};
-#define PAGEMAP_SCAN _IOWR('f', 16, struct pm_scan_arg)
-#define PAGE_IS_PRESENT (1ull << 3)
-#define PAGE_IS_SWAPPED (1ull << 4)
-#define PAGE_IS_PFNZERO (1ull << 5)
-#endif
-
-/* Runs of pages from page `first`: *mapped for the first run, its length in pages as the
- * return value; 0 when PAGEMAP_SCAN is not available. */
-static size_t ram_scan_run(struct bs_ram *ram, uint64_t first, uint64_t n, bool *mapped)
-{
-    if (ram->pagemap < 0 || ram->no_scan)
-        return 0;
-    struct page_region v[16];
-    uint64_t start = (uint64_t)(uintptr_t)ram->base + first * ram->page;
-    struct pm_scan_arg a = {
-        .size = sizeof(a),
-        .start = start,
-        .end = start + n * ram->page,
-        .vec = (uint64_t)(uintptr_t)v,
-        .vec_len = 16,
-        .return_mask = PAGE_IS_PRESENT | PAGE_IS_SWAPPED | PAGE_IS_PFNZERO,
-    };
-    long got = ioctl(ram->pagemap, PAGEMAP_SCAN, &a);
-    if (got < 0) {
-        ram->no_scan = true;
-        return 0;
-    }
-    /* pages absent from the answer (holes) are not mapped; regions come sorted */
-    uint64_t at = start, end = a.walk_end ? a.walk_end : a.end;
-    bool first_state = false, have = false;
-    for (long i = 0; i <= got; i++) {
-        uint64_t rs = i < got ? v[i].start : end, re = i < got ? v[i].end : end;
-        if (rs > at) { /* a gap: unmapped */
-            if (!have) {
-                first_state = false;
-                have = true;
-            } else if (first_state) {
-                break;
-            }
-            at = rs;
-        }
-        if (i == got)
-            break;
-        uint64_t c = v[i].categories;
-        bool m = (c & PAGE_IS_SWAPPED) || ((c & PAGE_IS_PRESENT) && !(c & PAGE_IS_PFNZERO));
-        if (!have) {
-            first_state = m;
-            have = true;
-        } else if (m != first_state) {
-            break;
-        }
-        at = re;
-    }
-    if (!have || at == start)
-        return 0;
-    *mapped = first_state;
-    /* a full vector may have stopped the walk early: report only what was seen */
-    return (at - start) / ram->page;
-}
-
-static int ram_pages_mapped(struct bs_ram *ram, uint64_t first, size_t n, bool *out)
-{
-    if (ram->pagemap >= 0) {
-        uint64_t e[RAM_STATUS_BATCH];
-        off_t at = (off_t)(((uintptr_t)ram->base / ram->page + first) * sizeof(e[0]));
-        ssize_t got = pread(ram->pagemap, e, n * sizeof(e[0]), at);
-        if (got == (ssize_t)(n * sizeof(e[0]))) {
-            for (size_t i = 0; i < n; i++)
-                out[i] = (e[i] & PM_SWAPPED) ||
-                         (e[i] & (PM_PRESENT | PM_EXCLUSIVE)) == (PM_PRESENT | PM_EXCLUSIVE);
-            return 0;
-        }
-    }
-    unsigned char v[RAM_STATUS_BATCH];
-    if (mincore(ram->base + first * ram->page, n * ram->page, v) < 0)
-        return -errno;
-    for (size_t i = 0; i < n; i++)
-        out[i] = v[i] & 1;
-    return 0;
-}
 
 static int bs_ram_lba_status(struct bs *bs, uint64_t offset, uint64_t *len, bool *mapped)
 {
@@ -180,37 +245,11 @@ static int bs_ram_lba_status(struct bs *bs, uint64_t offset, uint64_t *len, bool
     if (!*len || offset > bs->size || *len > bs->size - offset)
         return -EINVAL;
     uint64_t end = offset + *len;
-    uint64_t page = offset / ram->page, last = (end - 1) / ram->page;
-    uint64_t stop = last + 1;
+    uint64_t page = offset >> ram->page_shift;
+    uint64_t stop = ((end - 1) >> ram->page_shift) + 1;
     if (stop - page > RAM_STATUS_MAX_PAGES)
         stop = page + RAM_STATUS_MAX_PAGES;
-    bool m = false;
-    size_t run = ram_scan_run(ram, page, stop - page, &m);
-    if (run) {
-        *mapped = m;
-        uint64_t run_end = (page + run) * ram->page;
-        *len = (run_end < end ? run_end : end) - offset;
-        return 0;
-    }
-    bool state[RAM_STATUS_BATCH];
-    bool first = true;
-    while (page < stop) {
-        size_t n = stop - page < RAM_STATUS_BATCH ? (size_t)(stop - page) : RAM_STATUS_BATCH;
-        int err = ram_pages_mapped(ram, page, n, state);
-        if (err)
-            return err;
-        for (size_t i = 0; i < n; i++) {
-            if (first) {
-                *mapped = state[0];
-                first = false;
-            } else if (state[i] != *mapped) {
-                *len = (page + i) * ram->page - offset;
-                return 0;
-            }
-        }
-        page += n;
-    }
-    uint64_t run_end = stop * ram->page;
+    uint64_t run_end = (page + ram_run(ram, page, stop, mapped)) << ram->page_shift;
     *len = (run_end < end ? run_end : end) - offset;
     return 0;
 }
@@ -219,8 +258,7 @@ static void bs_ram_close(struct bs *bs)
 {
     struct bs_ram *ram = bs->priv;
     munmap(ram->base, bs->size);
-    if (ram->pagemap >= 0)
-        close(ram->pagemap);
+    free(ram->alloc);
     free(ram);
 }
 
@@ -228,6 +266,7 @@ static const struct bs_ops bs_ram_ops = {
     .name = "ram",
     .submit = bs_ram_submit,
     .map = bs_ram_map,
+    .read_iov = bs_ram_read_iov,
     .close = bs_ram_close,
     .lba_status = bs_ram_lba_status,
 };
@@ -244,6 +283,18 @@ struct bs *bs_ram_open(uint64_t size, char *err, size_t errlen)
         snprintf(err, errlen, "ram: size too large for this machine");
         goto fail;
     }
+    pthread_once(&ram_zeros_once, ram_zeros_init);
+    ram->page = (size_t)sysconf(_SC_PAGESIZE);
+    assert(ram->page && !(ram->page & (ram->page - 1)));
+    ram->page_shift = (unsigned)__builtin_ctzl(ram->page);
+    ram->npages = (size + ram->page - 1) >> ram->page_shift;
+    /* the map is 1/32768 of the LUN with 4 KiB pages: 32 MiB for a 1 TiB LUN */
+    ram->alloc = calloc((ram->npages + 63) / 64, sizeof(*ram->alloc));
+    if (!ram->alloc || !ram_zeros) {
+        snprintf(err, errlen, "ram: out of memory for the allocation map of %llu bytes",
+                 (unsigned long long)size);
+        goto fail;
+    }
     /* MAP_NORESERVE: a 1T LUN on a 64G host is fine as long as it is never filled. */
     ram->base = mmap(NULL, size, PROT_READ | PROT_WRITE,
                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
@@ -252,8 +303,6 @@ struct bs *bs_ram_open(uint64_t size, char *err, size_t errlen)
                  strerror(errno));
         goto fail;
     }
-    ram->page = (size_t)sysconf(_SC_PAGESIZE);
-    ram->pagemap = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
     bs->ops = &bs_ram_ops;
     bs->size = size;
     bs->write_cache = false;
@@ -261,6 +310,8 @@ struct bs *bs_ram_open(uint64_t size, char *err, size_t errlen)
     bs->priv = ram;
     return bs;
 fail:
+    if (ram)
+        free(ram->alloc);
     free(ram);
     free(bs);
     return NULL;

@@ -320,8 +320,8 @@ static void conn_flush(void *arg)
         struct iovec iov[TX_IOV_MAX];
         int n = 0;
         uint32_t skip = c->tx_off;
-        for (struct list_node *ln = c->txq.next; ln != &c->txq && n < TX_IOV_MAX - 8;
-             ln = ln->next) {
+        for (struct list_node *ln = c->txq.next;
+             ln != &c->txq && n <= TX_IOV_MAX - (SCSI_TASK_IOV_MAX + 2); ln = ln->next) {
             struct tx_pdu *p = list_entry(ln, struct tx_pdu, node);
             struct iovec parts[SCSI_TASK_IOV_MAX + 2];
             int np = 0;

@@ -204,12 +204,12 @@ static void submit_locked(struct scsi_task *t, enum bs_op op)
         rw_slow_granted(&s->q);
 }
 
-/* The data path: with a mapped store the data is already where setup pointed it, so a READ or
- * WRITE completes here without touching the bytes. */
+/* The data path: with a mapped store the data is already where setup pointed it (no task
+ * buffer), so a READ or WRITE completes here without touching the bytes. */
 void sbc_exec_read(struct scsi_task *t, const struct scsi_cmd *c)
 {
     (void)c;
-    if (t->lu->mapped || !t->xfer_len) {
+    if (!t->buf || !t->xfer_len) {
         t->data_len = t->xfer_len;
         scsi_task_complete(t, SR_OK);
         return;
@@ -229,7 +229,9 @@ void sbc_exec_write(struct scsi_task *t, const struct scsi_cmd *c)
         scsi_rl_release_fast(&t->lu->rl);
     }
     if (!t->buf) {
-        /* written in place; a store with a volatile cache still owes FUA a flush */
+        /* written in place: mapped again now the data is in (an UNMAP may have run since
+         * setup); a store with a volatile cache still owes FUA a flush */
+        bs_map_write(t->lu->bs, t->io.offset, t->io.length);
         if (t->io.fua && t->lu->bs->write_cache)
             submit(t, BS_FLUSH, rw_done);
         else
@@ -279,7 +281,7 @@ void sbc_exec_verify(struct scsi_task *t, const struct scsi_cmd *c)
         return;
     }
     if (t->lu->mapped) {
-        verify_compare(t, bs_map(t->lu->bs, t->io.offset, t->io.length));
+        verify_compare(t, bs_map_read(t->lu->bs, t->io.offset, t->io.length));
         return;
     }
     /* setup left room for the medium's copy after the data-out in the same buffer */

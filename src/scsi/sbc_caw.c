@@ -153,7 +153,7 @@ static void rmw_modify(struct rmw_ctx *x, uint8_t *medium)
         return;
     }
     /* ORWRITE: the result goes where the data-out was (or straight into RAM) */
-    uint8_t *dst = t->lu->mapped ? medium : data;
+    uint8_t *dst = t->lu->mapped ? bs_map_write(t->lu->bs, t->io.offset, len) : data;
     for (size_t i = 0; i < len; i++)
         dst[i] = medium[i] | data[i];
     if (t->lu->mapped)
@@ -181,7 +181,7 @@ static void rmw_start(struct rmw_ctx *x)
         return;
     }
     if (lu->mapped) {
-        rmw_modify(x, bs_map(lu->bs, t->io.offset, t->io.length));
+        rmw_modify(x, bs_map_read(lu->bs, t->io.offset, t->io.length));
         return;
     }
     void *p = NULL;

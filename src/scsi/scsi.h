@@ -37,7 +37,7 @@ enum scsi_status {
 enum scsi_dir { SCSI_DIR_NONE, SCSI_DIR_READ, SCSI_DIR_WRITE };
 
 #define SCSI_SENSE_MAX 96
-#define SCSI_TASK_IOV_MAX 4
+#define SCSI_TASK_IOV_MAX 16
 #define SCSI_CDB_MAX 16
 /* Largest transfer one command may ask for (VPD 0xB0 MAXIMUM TRANSFER LENGTH says so);
  * bounds every allocation a CDB can cause. */

@@ -88,7 +88,7 @@ int scsi_target_add_lun(struct scsi_target *t, const struct scsi_lun_config *cfg
     lu->phys_exp = pbs ? (uint8_t)__builtin_ctz(pbs / bsz) : 0; /* a power of two, checked above */
     lu->sanitize_rate = cfg->sanitize_rate;
     atomic_init(&lu->medium_absent, false);
-    lu->mapped = cfg->bs->ops->map && bs_map(cfg->bs, 0, bsz) != NULL;
+    lu->mapped = bs_map_read(cfg->bs, 0, bsz) != NULL;
     atomic_init(&lu->wce, cfg->bs->write_cache);
     pthread_mutex_init(&lu->lock, NULL);
     scsi_rl_init(&lu->rl);

@@ -358,12 +358,19 @@ int scsi_task_setup(struct scsi_task *t)
     }
     if (t->xfer_len) {
         if (direct) {
-            /* direct data placement: the transport reads/sends the LUN's own memory */
-            void *p = bs_map(lu->bs, t->io.offset, t->xfer_len);
-            if (p) {
-                t->iov[0].iov_base = p;
-                t->iov[0].iov_len = t->xfer_len;
-                t->iovcnt = 1;
+            /* direct data placement: the transport reads into / sends from the LUN's own
+             * memory; a READ of never-written blocks is sent from the store's zero buffer, and
+             * one too fragmented for the iovecs takes a buffer */
+            if (t->dir == SCSI_DIR_WRITE) {
+                void *p = bs_map_write(lu->bs, t->io.offset, t->xfer_len);
+                if (p) {
+                    t->iov[0].iov_base = p;
+                    t->iov[0].iov_len = t->xfer_len;
+                    t->iovcnt = 1;
+                }
+            } else {
+                t->iovcnt =
+                    bs_read_iov(lu->bs, t->io.offset, t->xfer_len, t->iov, SCSI_TASK_IOV_MAX);
             }
         }
         if (!t->iovcnt) {

@@ -73,7 +73,7 @@ struct xcopy_op {
     struct scsi_rl_req lock;
     struct scsi_lun *locked; /* whose range lock holds op->lock; NULL when none */
     void *bounce;
-    struct iovec iov;
+    struct iovec iov[SCSI_TASK_IOV_MAX];
     struct bs_io io;
 };
 
@@ -337,20 +337,34 @@ static void finish(struct xcopy_op *op, scsi_sr sr)
 
 static void io_done(struct bs_io *io, int err);
 
-static void submit(struct xcopy_op *op, struct scsi_lun *lu, enum bs_op bop, uint64_t off,
-                   void *buf)
+/* Submit op->chunk bytes at off of lu, from or into op->iov[0..n). */
+static void submit_iov(struct xcopy_op *op, struct scsi_lun *lu, enum bs_op bop, uint64_t off,
+                       int n)
 {
-    op->iov.iov_base = buf;
-    op->iov.iov_len = op->chunk;
     op->io.op = bop;
     op->io.offset = off;
     op->io.length = op->chunk;
-    op->io.iov = &op->iov;
-    op->io.iovcnt = 1;
+    op->io.iov = op->iov;
+    op->io.iovcnt = n;
     op->io.fua = bop == BS_WRITE && !atomic_load_explicit(&lu->wce, memory_order_relaxed);
     op->io.done = io_done;
     op->io.arg = op;
     bs_submit(lu->bs, &op->io);
+}
+
+static void submit(struct xcopy_op *op, struct scsi_lun *lu, enum bs_op bop, uint64_t off,
+                   void *buf)
+{
+    op->iov[0] = (struct iovec){.iov_base = buf, .iov_len = op->chunk};
+    submit_iov(op, lu, bop, off, 1);
+}
+
+/* Whether [off, off+len) of a LUN holds no data at all (never written or unmapped). */
+static bool range_deallocated(struct scsi_lun *lu, uint64_t off, uint64_t len)
+{
+    bool mapped;
+    uint64_t run = len;
+    return lu->bs->thin && bs_lba_status(lu->bs, off, &run, &mapped) == 0 && !mapped && run == len;
 }
 
 static void drive(struct xcopy_op *op);
@@ -412,22 +426,34 @@ static bool step(struct xcopy_op *op)
                 if (r && reactor_send(r, drive_msg, op) == 0)
                     return false;
             }
-            memmove(bs_map(s->dst->bs, s->dst_off + pos, op->chunk),
-                    bs_map(s->src->bs, s->src_off + pos, op->chunk), op->chunk);
+            uint64_t src_off = s->src_off + pos, dst_off = s->dst_off + pos;
+            if (range_deallocated(s->src, src_off, op->chunk)) {
+                /* nothing written there: the destination is deallocated too (it then reads
+                 * as zeros, LBPRZ), rather than filled with zeros, so a copy of a thin LUN
+                 * stays thin */
+                op->phase = XC_LAST;
+                submit(op, s->dst, BS_UNMAP, dst_off, NULL);
+                return false;
+            }
+            memmove(bs_map_write(s->dst->bs, dst_off, op->chunk),
+                    bs_map_read(s->src->bs, src_off, op->chunk), op->chunk);
+            bs_map_write(s->dst->bs, dst_off, op->chunk); /* mapped again now the data is in */
             op->seg_done += op->chunk;
             op->total += op->chunk;
             continue;
         }
         op->chunk_src = s->src_off + pos;
         op->chunk_dst = s->dst_off + pos;
-        if (s->src->mapped) { /* write the destination straight from the source's memory */
+        int n = s->src->mapped
+                    ? bs_read_iov(s->src->bs, op->chunk_src, op->chunk, op->iov, SCSI_TASK_IOV_MAX)
+                    : 0;
+        if (n) { /* write the destination straight from the source's memory (or zeros) */
             op->phase = XC_LAST;
-            submit(op, s->dst, BS_WRITE, op->chunk_dst,
-                   bs_map(s->src->bs, op->chunk_src, op->chunk));
+            submit_iov(op, s->dst, BS_WRITE, op->chunk_dst, n);
         } else if (s->dst->mapped) { /* read the source straight into the destination */
             op->phase = XC_LAST;
             submit(op, s->src, BS_READ, op->chunk_src,
-                   bs_map(s->dst->bs, op->chunk_dst, op->chunk));
+                   bs_map_write(s->dst->bs, op->chunk_dst, op->chunk));
         } else {
             if (!op->bounce && posix_memalign(&op->bounce, 4096, XCOPY_CHUNK)) {
                 op->bounce = NULL;
@@ -462,6 +488,10 @@ static void io_done(struct bs_io *io, int err)
     } else if (op->phase == XC_BOUNCE) {
         op->phase = XC_BOUNCED;
     } else {
+        if (io->op == BS_READ) { /* read into RAM LUN memory: mapped again now it is in */
+            const struct xcopy_seg *s = &op->segs[op->cur];
+            bs_map_write(s->dst->bs, op->chunk_dst, op->chunk);
+        }
         op->phase = XC_IDLE;
         op->seg_done += op->chunk;
         op->total += op->chunk;

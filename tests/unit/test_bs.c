@@ -314,7 +314,7 @@ static void test_null(void **state)
     assert_true(all_zero(buf, sizeof(buf)));
     assert_int_equal(submit_buf(bs, BS_FLUSH, 0, NULL, 0, false), 0);
     assert_int_equal(submit_buf(bs, BS_UNMAP, 0, NULL, 65536, false), 0);
-    assert_null(bs_map(bs, 0, 512));
+    assert_null(bs_map_read(bs, 0, 512));
     /* out of range */
     assert_int_equal(submit_buf(bs, BS_READ, 65536 - 512, buf, 1024, false), -EINVAL);
     bs_close(bs);
@@ -346,7 +346,7 @@ static void test_ram_round_trip(void **state)
     assert_int_equal(rd[8192], 0x5a);
 
     /* the map is the store's memory */
-    uint8_t *m = bs_map(bs, 4096, 512);
+    uint8_t *m = bs_map_read(bs, 4096, 512);
     assert_non_null(m);
     assert_memory_equal(m, wr + 4096, 512);
     m[0] ^= 0xff;
@@ -378,17 +378,165 @@ static void test_ram_round_trip(void **state)
     bs_close(bs);
 }
 
+/* The state of [off, off+len) as lba_status reports its first run: 1 mapped, 0 deallocated;
+ * *run gets the run's length. */
+static int ram_state(struct bs *bs, uint64_t off, uint64_t len, uint64_t *run)
+{
+    bool mapped = false;
+    *run = len;
+    assert_int_equal(bs_lba_status(bs, off, run, &mapped), 0);
+    return mapped;
+}
+
+/* VmRSS of this process in KiB. */
+static long rss_kib(void)
+{
+    FILE *f = fopen("/proc/self/status", "r");
+    assert_non_null(f);
+    char line[256];
+    long kib = -1;
+    while (fgets(line, sizeof(line), f))
+        if (strncmp(line, "VmRSS:", 6) == 0)
+            kib = atol(line + 6);
+    fclose(f);
+    assert_true(kib > 0);
+    return kib;
+}
+
+/* The provisioning state is the store's own allocation map (SBC-4 §4.7): a READ, whichever way
+ * it goes, never maps a page; WRITE and write-mapping do; UNMAP gives whole pages back and
+ * keeps partial ones. Does not depend on what the kernel does on a read fault. */
+static void test_ram_allocation_map(void **state)
+{
+    (void)state;
+    const uint64_t size = 1 << 20;
+    struct bs *bs = open_ok("ram:1M");
+    uint8_t *buf = malloc(size);
+    assert_non_null(buf);
+    uint64_t run;
+
+    assert_int_equal(ram_state(bs, 0, size, &run), 0);
+    assert_int_equal(run, size);
+    /* reads by copy, by iovec and through the read map leave everything deallocated */
+    memset(buf, 0xff, size);
+    assert_int_equal(submit_buf(bs, BS_READ, 0, buf, size, false), 0);
+    assert_true(all_zero(buf, size));
+    struct iovec iov[16];
+    int n = bs_read_iov(bs, 0, size, iov, 16);
+    assert_int_equal(n, 1);
+    assert_int_equal(iov[0].iov_len, size);
+    assert_ptr_not_equal(iov[0].iov_base, bs_map_read(bs, 0, size)); /* the zero buffer */
+    assert_true(all_zero(iov[0].iov_base, size));
+    const volatile uint8_t *m = bs_map_read(bs, 0, size);
+    unsigned sum = 0;
+    for (uint64_t i = 0; i < size; i += 4096)
+        sum += m[i];
+    assert_int_equal(sum, 0);
+    assert_int_equal(ram_state(bs, 0, size, &run), 0);
+    assert_int_equal(run, size);
+
+    /* one 512-byte write maps its page, nothing more */
+    memset(buf, 0x5a, 512);
+    assert_int_equal(submit_buf(bs, BS_WRITE, 3 * 4096 + 1024, buf, 512, false), 0);
+    assert_int_equal(ram_state(bs, 0, size, &run), 0);
+    assert_int_equal(run, 3 * 4096);
+    assert_int_equal(ram_state(bs, 3 * 4096, size - 3 * 4096, &run), 1);
+    assert_int_equal(run, 4096);
+    assert_int_equal(ram_state(bs, 4 * 4096, size - 4 * 4096, &run), 0);
+    assert_int_equal(run, size - 4 * 4096);
+    /* a READ across it: memory where mapped, zero buffer around it */
+    n = bs_read_iov(bs, 0, 8 * 4096, iov, 16);
+    assert_int_equal(n, 3);
+    assert_int_equal(iov[0].iov_len, 3 * 4096);
+    assert_ptr_equal(iov[1].iov_base, bs_map_read(bs, 3 * 4096, 4096));
+    assert_int_equal(iov[1].iov_len, 4096);
+    assert_int_equal(iov[2].iov_len, 4 * 4096);
+    assert_int_equal(((uint8_t *)iov[1].iov_base)[1024], 0x5a);
+    assert_int_equal(bs_read_iov(bs, 0, 8 * 4096, iov, 2), 0); /* does not fit: 0 */
+
+    /* write-mapping counts as written: direct data placement */
+    uint8_t *w = bs_map_write(bs, 64 * 1024, 8192);
+    assert_non_null(w);
+    assert_int_equal(ram_state(bs, 64 * 1024, 8192, &run), 1);
+    assert_int_equal(run, 8192);
+    memset(w, 0x77, 8192);
+
+    /* UNMAP of part of a page keeps it mapped (and zeroes that part); of the whole page,
+     * deallocates it */
+    assert_int_equal(submit_buf(bs, BS_UNMAP, 3 * 4096 + 1024, NULL, 512, false), 0);
+    assert_int_equal(ram_state(bs, 3 * 4096, 4096, &run), 1);
+    assert_int_equal(submit_buf(bs, BS_READ, 3 * 4096, buf, 4096, false), 0);
+    assert_true(all_zero(buf, 4096));
+    assert_int_equal(submit_buf(bs, BS_UNMAP, 3 * 4096 - 512, NULL, 4096 + 1024, false), 0);
+    assert_int_equal(ram_state(bs, 0, 64 * 1024, &run), 0);
+    assert_int_equal(run, 64 * 1024);
+    /* an unaligned UNMAP over two written pages: the whole page between goes, the ends stay */
+    assert_int_equal(submit_buf(bs, BS_UNMAP, 64 * 1024 + 512, NULL, 4096, false), 0);
+    assert_int_equal(ram_state(bs, 64 * 1024, 8192, &run), 1);
+    assert_int_equal(run, 8192);
+    assert_int_equal(submit_buf(bs, BS_READ, 64 * 1024, buf, 8192, false), 0);
+    assert_int_equal(buf[0], 0x77);
+    assert_true(all_zero(buf + 512, 4096));
+    assert_int_equal(buf[4608], 0x77);
+    assert_int_equal(submit_buf(bs, BS_UNMAP, 60 * 1024, NULL, 16 * 1024, false), 0);
+    assert_int_equal(ram_state(bs, 0, size, &run), 0);
+    assert_int_equal(run, size);
+
+    /* a fragmented range: more runs than iovecs */
+    for (uint64_t p = 0; p < 64; p += 2)
+        assert_int_equal(submit_buf(bs, BS_WRITE, p * 4096, buf, 512, false), 0);
+    assert_int_equal(bs_read_iov(bs, 0, 64 * 4096, iov, 16), 0);
+    assert_int_equal(bs_read_iov(bs, 0, 16 * 4096, iov, 16), 16);
+    assert_int_equal(ram_state(bs, 0, size, &run), 1);
+    assert_int_equal(run, 4096);
+    free(buf);
+    bs_close(bs);
+}
+
+/* Reading 1 GiB of a never-written 64 GiB RAM LUN, by copy and by iovec, costs the process no
+ * memory: RSS stays within a few MiB (the zero buffer is 1 MiB). */
+static void test_ram_thin_read_costs_nothing(void **state)
+{
+    (void)state;
+    struct bs *bs = open_ok("ram:64G");
+    const uint64_t chunk = 1 << 20;
+    uint8_t *buf = malloc(chunk);
+    assert_non_null(buf);
+    memset(buf, 1, chunk);
+    long before = rss_kib();
+    unsigned long sum = 0;
+    for (uint64_t off = 0; off < (1ull << 30); off += chunk) {
+        assert_int_equal(submit_buf(bs, BS_READ, off, buf, chunk, false), 0);
+        sum += buf[chunk - 1];
+        struct iovec iov[16];
+        int n = bs_read_iov(bs, off + (32ull << 30), chunk * 8, iov, 16);
+        assert_true(n > 0);
+        for (int i = 0; i < n; i++) /* what the transport would send */
+            for (size_t k = 0; k < iov[i].iov_len; k += 4096)
+                sum += ((const uint8_t *)iov[i].iov_base)[k];
+    }
+    long after = rss_kib();
+    assert_int_equal(sum, 0);
+    if (after - before > 4096)
+        fail_msg("RSS grew by %ld KiB reading 9 GiB of an unwritten LUN", after - before);
+    uint64_t run;
+    assert_int_equal(ram_state(bs, 0, 64ull << 30, &run), 0);
+    free(buf);
+    bs_close(bs);
+}
+
 static void test_ram_bounds(void **state)
 {
     (void)state;
     struct bs *bs = open_ok("ram:64k");
-    assert_non_null(bs_map(bs, 0, 65536));
-    assert_non_null(bs_map(bs, 65536 - 512, 512));
-    assert_ptr_equal((uint8_t *)bs_map(bs, 512, 512), (uint8_t *)bs_map(bs, 0, 512) + 512);
-    assert_null(bs_map(bs, 65536 - 512, 1024));
-    assert_null(bs_map(bs, 65536 + 512, 0));
-    assert_null(bs_map(bs, UINT64_MAX - 100, 512)); /* offset + len wraps */
-    assert_null(bs_map(bs, 512, UINT64_MAX));
+    assert_non_null(bs_map_read(bs, 0, 65536));
+    assert_non_null(bs_map_read(bs, 65536 - 512, 512));
+    assert_ptr_equal((uint8_t *)bs_map_read(bs, 512, 512),
+                     (uint8_t *)bs_map_read(bs, 0, 512) + 512);
+    assert_null(bs_map_read(bs, 65536 - 512, 1024));
+    assert_null(bs_map_read(bs, 65536 + 512, 0));
+    assert_null(bs_map_read(bs, UINT64_MAX - 100, 512)); /* offset + len wraps */
+    assert_null(bs_map_read(bs, 512, UINT64_MAX));
 
     uint8_t buf[1024];
     assert_int_equal(submit_buf(bs, BS_WRITE, 65536 - 512, buf, 1024, false), -EINVAL);
@@ -706,6 +854,8 @@ int main(void)
         cmocka_unit_test(test_null),
         cmocka_unit_test(test_ram_round_trip),
         cmocka_unit_test(test_ram_bounds),
+        cmocka_unit_test(test_ram_allocation_map),
+        cmocka_unit_test(test_ram_thin_read_costs_nothing),
         cmocka_unit_test(test_file_sync_persistence),
         cmocka_unit_test(test_file_short_read_sync),
         cmocka_unit_test(test_file_uring),

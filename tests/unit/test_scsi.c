@@ -451,7 +451,7 @@ static void test_rw_ram_direct(void **state)
     /* zero-copy: the data went straight into the RAM LUN */
     struct scsi_lun *lu = scsi_target_lun(&f->tg, 0);
     assert_int_equal(f->t.iovcnt, 1);
-    assert_ptr_equal(f->t.iov[0].iov_base, bs_map(lu->bs, 10 * 512, 8192));
+    assert_ptr_equal(f->t.iov[0].iov_base, bs_map_read(lu->bs, 10 * 512, 8192));
     assert_null(f->t.buf);
 
     uint8_t r16[16] = {0x88, 0, 0, 0, 0, 0, 0, 0, 0, 10, 0, 0, 0, 16};

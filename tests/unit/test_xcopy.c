@@ -287,9 +287,15 @@ static const uint8_t *data(struct fx *f)
     return f->cur->iov[0].iov_base;
 }
 
+/* A RAM LUN's memory to look at, and to set up data in (counted as written, as a WRITE would). */
 static uint8_t *ram(struct fx *f, uint64_t lun, uint64_t off)
 {
-    return bs_map(f->tg.luns[lun]->bs, off, 1);
+    return bs_map_read(f->tg.luns[lun]->bs, off, 1);
+}
+
+static uint8_t *ram_w(struct fx *f, uint64_t lun, uint64_t off, uint64_t len)
+{
+    return bs_map_write(f->tg.luns[lun]->bs, off, len);
 }
 
 static void fill(uint8_t *p, size_t n, unsigned seed)
@@ -304,7 +310,7 @@ static void test_copy_within_ram_lun(void **state)
 {
     struct fx *f = *state;
     uint8_t *want = malloc(1 << 20);
-    fill(ram(f, 0, 0), 1 << 20, 1);
+    fill(ram_w(f, 0, 0, 1 << 20), 1 << 20, 1);
     memcpy(want, ram(f, 0, 0), 1 << 20);
 
     struct plist l;
@@ -343,7 +349,7 @@ static void test_copy_within_ram_lun_chunks(void **state)
     struct fx *f = *state;
     size_t len = 16u << 20;
     uint8_t *exp = malloc(len);
-    fill(ram(f, 0, 0), len, 7);
+    fill(ram_w(f, 0, 0, len), len, 7);
     memcpy(exp, ram(f, 0, 0), len);
     struct plist l;
     plist_init(&l);
@@ -361,7 +367,7 @@ static void test_copy_across_luns(void **state)
 {
     struct fx *f = *state;
     /* ram LUN 0 -> test store LUN 1: written from the source's memory in 1 MiB chunks */
-    fill(ram(f, 0, 0), 3 << 20, 2);
+    fill(ram_w(f, 0, 0, 3 << 20), 3 << 20, 2);
     struct plist l;
     plist_init(&l);
     add_cscd(&l, f, 0);
@@ -412,6 +418,37 @@ static void test_copy_across_luns(void **state)
     assert_int_equal(f->m1->fua_writes, 1);
 }
 
+/* A copy between RAM LUNs keeps them thin: a chunk of the source never written deallocates
+ * the destination's chunk (which then reads as zeros) instead of filling it with zeros; a
+ * written chunk maps it. */
+static void test_copy_keeps_ram_thin(void **state)
+{
+    struct fx *f = *state;
+    struct bs *bs = f->tg.luns[0]->bs;
+    const uint64_t mib = 1 << 20, dst = 32 * mib;
+    fill(ram_w(f, 0, 0, mib), mib, 3);
+    memset(ram_w(f, 0, dst, 2 * mib), 0xee, 2 * mib); /* old data where the copy goes */
+    struct plist l;
+    plist_init(&l);
+    add_cscd(&l, f, 0);
+    add_b2b(&l, 0, 0, 4096, 0, dst / 512); /* 1 MiB written, then 1 MiB never written */
+    assert_int_equal(xcopy(f, 0, &l, list_finish(&l, 1, 0)), SCSI_STATUS_GOOD);
+    assert_memory_equal(ram(f, 0, dst), ram(f, 0, 0), mib);
+    bool mapped = false;
+    uint64_t run = 2 * mib;
+    assert_int_equal(bs_lba_status(bs, dst, &run, &mapped), 0);
+    assert_true(mapped);
+    assert_int_equal(run, mib);
+    run = mib;
+    assert_int_equal(bs_lba_status(bs, dst + mib, &run, &mapped), 0);
+    assert_false(mapped);
+    assert_int_equal(run, mib);
+    const uint8_t *old = ram(f, 0, dst + mib);
+    for (uint64_t i = 0; i < mib; i++)
+        if (old[i])
+            fail_msg("byte %llu of the deallocated chunk is %#x", (unsigned long long)i, old[i]);
+}
+
 /* An overlapping copy inside a store without map() goes backward when the destination is
  * above the source, chunk by chunk, and ends as memmove would. */
 static void test_copy_within_unmapped_lun(void **state)
@@ -437,7 +474,7 @@ static void test_copy_within_unmapped_lun(void **state)
 static void test_copy_ordered_with_compare_and_write(void **state)
 {
     struct fx *f = *state;
-    fill(ram(f, 0, 0), 1 << 20, 9);
+    fill(ram_w(f, 0, 0, 1 << 20), 1 << 20, 9);
     memset(f->m4->mem, 'A', 4 << 20);
     f->m4->defer = true;
     struct plist l;
@@ -655,8 +692,8 @@ static void test_refusals_copy_aborted(void **state)
 {
     struct fx *f = *state;
     struct plist l;
-    memset(ram(f, 0, 0), 0x11, 4096);
-    memset(ram(f, 0, 4096), 0x22, 4096);
+    memset(ram_w(f, 0, 0, 4096), 0x11, 4096);
+    memset(ram_w(f, 0, 4096, 4096), 0x22, 4096);
 
     /* destination index past the CSCD list (libiscsi ValidSegDescr) */
     plist_init(&l);
@@ -961,6 +998,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_copy_within_ram_lun_chunks, setup, teardown),
         cmocka_unit_test_setup_teardown(test_copy_across_luns, setup, teardown),
         cmocka_unit_test_setup_teardown(test_copy_within_unmapped_lun, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_copy_keeps_ram_thin, setup, teardown),
         cmocka_unit_test_setup_teardown(test_copy_ordered_with_compare_and_write, setup, teardown),
         cmocka_unit_test_setup_teardown(test_copy_deferred_and_status, setup, teardown),
         cmocka_unit_test_setup_teardown(test_refusals_lengths, setup, teardown),
