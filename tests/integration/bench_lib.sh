@@ -7,7 +7,7 @@ note() { echo "== $*" >&2; }
 
 port_free() { ! ss -Hltn "sport = :$1" 2>/dev/null | grep -q .; }
 
-# free_port: a port P with P and P+1000 free (peer-tgt's control port is P+1000, and
+# free_port: a port P with P and P+1000 free (tgt_peer.sh's control port is P+1000, and
 # tgtadm -C takes at most 32767, so P stays below 31767).
 free_port() {
   local p

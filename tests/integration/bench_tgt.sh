@@ -1,5 +1,5 @@
 #!/bin/bash
-# linerate-bench against tgt, the interop peer (../shared/tools/peer-tgt): the seed's cells in
+# linerate-bench against tgt, the interop peer (started by tgt_peer.sh): the seed's cells in
 # csv, the MC/S fallback (tgt grants one connection; the bench says so), digests on when tgt
 # offers them, --verify, and a refused login reported with its status class/detail.
 set -u
@@ -8,14 +8,27 @@ here=$(cd "$(dirname "$0")" && pwd)
 build=${1:?usage: bench_tgt.sh BUILD_DIR}
 bench=$build/linerate-bench
 [ -x "$bench" ] || fail "$bench not built"
-root=$(git -C "$here" rev-parse --show-toplevel 2>/dev/null) || root=$here/../..
-peer=$root/../shared/tools/peer-tgt
-[ -x "$peer" ] || skip "peer-tgt not found at $peer (the shared tools are not next to the repo)"
-command -v tgtd >/dev/null || command -v apt-get >/dev/null || skip "tgt is not installed"
-port=$(free_port) || skip "no free loopback port"
-url=$("$peer" start "$port" 256) || skip "peer-tgt could not start tgt on port $port"
+# tgtd and tgtadm live in /usr/sbin, which a non-login PATH may lack.
+PATH=$PATH:/usr/sbin:/sbin
+# tgt is a test dependency (scripts/install-deps test installs it): skip only when it is truly
+# absent, and say so.
+command -v tgtd >/dev/null && command -v tgtadm >/dev/null ||
+  skip "tgtd/tgtadm not found: install Debian's tgt (scripts/install-deps test)"
+# The repo's own helper starts tgtd; a port someone takes between free_port and tgtd's bind
+# (exit 75) is only bad luck, so try a few.
+peer=$here/tgt_peer.sh
+url= port=
+for _ in 1 2 3 4 5; do
+  port=$(free_port) || fail "no free loopback port"
+  url=$("$peer" start "$port" 256)
+  rc=$?
+  [ "$rc" -eq 75 ] || break
+done
+[ "$rc" -eq 0 ] || fail "tgt_peer.sh could not start tgtd on port $port (exit $rc)"
 tmp=$(mktemp -d)
 trap '"$peer" stop "$port" >/dev/null 2>&1; rm -rf "$tmp"' EXIT
+# An interrupted run still stops its tgtd (bash runs the EXIT trap on exit).
+trap 'exit 1' INT TERM HUP
 run() { timeout 120 "$bench" "$@"; }
 
 note "16 cells, 1 and 4 connections asked: tgt grants 1, the bench falls back and says so"
