@@ -125,10 +125,11 @@ static void iov_put(const struct iovec *iov, uint64_t at, const uint8_t *src, ui
 static void ram_read(struct bs_ram *ram, const struct bs_io *io)
 {
     uint64_t off = io->offset, end = io->offset + io->length;
+    uint64_t limit = ((end - 1) >> ram->page_shift) + 1; /* look no further than the range */
     while (off < end) {
         bool m;
         uint64_t p = off >> ram->page_shift;
-        uint64_t run_end = (p + ram_run(ram, p, ram->npages, &m)) << ram->page_shift;
+        uint64_t run_end = (p + ram_run(ram, p, limit, &m)) << ram->page_shift;
         if (run_end > end)
             run_end = end;
         iov_put(io->iov, off - io->offset, m ? ram->base + off : NULL, run_end - off);
@@ -221,10 +222,11 @@ static int bs_ram_read_iov(struct bs *bs, uint64_t offset, uint64_t len, struct 
         return 0;
     int n = 0;
     uint64_t off = offset, end = offset + len;
+    uint64_t limit = ((end - 1) >> ram->page_shift) + 1; /* look no further than the range */
     while (off < end) {
         bool m;
         uint64_t p = off >> ram->page_shift;
-        uint64_t run_end = (p + ram_run(ram, p, ram->npages, &m)) << ram->page_shift;
+        uint64_t run_end = (p + ram_run(ram, p, limit, &m)) << ram->page_shift;
         if (run_end > end)
             run_end = end;
         while (off < run_end) { /* a zero run longer than the zero buffer takes several */
