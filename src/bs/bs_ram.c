@@ -47,17 +47,21 @@ static void ram_zeros_init(void)
 
 /* ---- the allocation map ---------------------------------------------------------------- */
 
-/* Set or clear the bits of pages [first, end). */
+/* Set or clear the bits of pages [first, end). A word that already has the bits set is only
+ * read: rewrites of mapped data (the steady state) cost no locked instruction and leave the
+ * cache line shared between reactors. */
 static void ram_bits(struct bs_ram *ram, uint64_t first, uint64_t end, bool set)
 {
     while (first < end) {
         uint64_t w = first / 64, lo = first % 64;
         uint64_t n = end - first < 64 - lo ? end - first : 64 - lo;
-        uint64_t mask = (n == 64 ? ~0ull : ((1ull << n) - 1)) << lo;
-        if (set)
-            atomic_fetch_or_explicit(&ram->alloc[w], mask, memory_order_release);
-        else
+        uint64_t mask = (~0ull >> (64 - n)) << lo;
+        if (set) {
+            if ((atomic_load_explicit(&ram->alloc[w], memory_order_relaxed) & mask) != mask)
+                atomic_fetch_or_explicit(&ram->alloc[w], mask, memory_order_release);
+        } else {
             atomic_fetch_and_explicit(&ram->alloc[w], ~mask, memory_order_release);
+        }
         first += n;
     }
 }
