@@ -158,10 +158,12 @@ void scsi_nexus_logout(struct scsi_nexus *n);
 /* --- tasks --- */
 void scsi_task_init(struct scsi_task *t);
 /* 0: go on to the data phase / exec. -1: refused; status and sense are set, nothing to exec
- * (calling scsi_task_exec anyway just calls done). When the transport will not deliver all the
- * data-out (no W bit, or edtl < xfer_len): WRITE/WRITE AND VERIFY store only the whole blocks
- * of the first edtl bytes (xfer_len stays the CDB's, for the overflow residual); other
- * commands are refused with 0Eh/03h. For emulated data-in commands
+ * (calling scsi_task_exec anyway just calls done); dir is SCSI_DIR_NONE and xfer_len 0, except
+ * when the transport will not deliver all the data-out (no W bit, or edtl < xfer_len). Then
+ * (FCP-4 §9.4.2) WRITE and WRITE AND VERIFY with an edtl of whole blocks store those blocks
+ * (0, GOOD); anything else is refused with 0Eh/03h before any data is placed, iovcnt 0, the
+ * data-out to be dropped. Either way dir (SCSI_DIR_WRITE) and xfer_len stay the CDB's, for the
+ * transport's overflow residual. For emulated data-in commands
  * xfer_len may be below the allocation length (capped at the full response size); residuals
  * come from data_len. */
 int scsi_task_setup(struct scsi_task *t);

@@ -518,9 +518,9 @@ static void test_rw_refusals(void **state)
     assert_int_equal(run(f, f->n1, 2, r2, NULL, 0), SCSI_STATUS_GOOD);
 }
 
-/* EDTL below the CDB's transfer length (RFC 7143 §11.4.5.1 overflow): GOOD, and only the whole
- * blocks that arrived reach the medium, the rest of the range untouched (libiscsi
- * iSCSIResiduals.Write10Residuals). */
+/* EDTL below the CDB's transfer length (RFC 7143 §11.4.5.1 overflow): whole blocks of EDTL are
+ * stored, GOOD, the rest of the range untouched; EDTL cutting a block is refused with 0Eh/03h
+ * and nothing stored (FCP-4 §9.4.2 a) and b), libiscsi iSCSIResiduals.Write10Residuals). */
 static void test_write_edtl_short(void **state)
 {
     struct fx *f = *state;
@@ -533,7 +533,12 @@ static void test_write_edtl_short(void **state)
         assert_int_equal(run(f, f->n1, lun, w2, b, 512), SCSI_STATUS_GOOD);
         assert_int_equal(f->t.xfer_len, 1024); /* the transport's residual is 512 overflow */
         uint8_t w1[16] = {0x2a, 0, 0, 0, 0, 0, 0, 0, 1};
-        assert_int_equal(run(f, f->n1, lun, w1, b, 200), SCSI_STATUS_GOOD);  /* < 1 block */
+        run(f, f->n1, lun, w1, b, 200); /* < 1 block */
+        assert_sense(&f->t, 0x5, 0x0e, 0x03);
+        assert_int_equal(f->t.xfer_len, 512); /* the transport's residual is 312 overflow */
+        uint8_t w1b[16] = {0x2a, 0, 0, 0, 0, 1, 0, 0, 1}; /* LBA 1 */
+        run(f, f->n1, lun, w1b, b, 200);
+        assert_sense(&f->t, 0x5, 0x0e, 0x03);
         assert_int_equal(run(f, f->n1, lun, w1, NULL, 0), SCSI_STATUS_GOOD); /* no W bit */
         uint8_t r2[16] = {0x28, 0, 0, 0, 0, 0, 0, 0, 2};
         run(f, f->n1, lun, r2, NULL, 0);
