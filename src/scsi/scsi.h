@@ -154,6 +154,13 @@ void scsi_nexus_lost(struct scsi_nexus *n);
  * finds the SPC-2 reservation and PREVENT state of this nexus gone. Nothing if another session
  * still holds the nexus; the last put then does not do it a second time. */
 void scsi_nexus_logout(struct scsi_nexus *n);
+/* The session holding this nexus ended without a logout: its connection was lost (or timed
+ * out, or the target closed it) or a new login reinstated it (RFC 7143 §6.3.5). SAM-5 §6.3.4:
+ * unit attention I_T NEXUS LOSS OCCURRED (29h/07h) on every LUN for this initiator port, to
+ * be reported by its next command on whichever session takes the nexus next; not added where
+ * a power-on or reset UA is still pending. A logout is no loss the initiator has to be told
+ * of: the transport does not call this then. */
+void scsi_nexus_loss_ua(struct scsi_nexus *n);
 
 /* --- tasks --- */
 void scsi_task_init(struct scsi_task *t);

@@ -369,6 +369,62 @@ static void test_ua_resets(void **state)
     assert_int_equal(run(f, f->n2, 0, rc, NULL, 0), SCSI_STATUS_GOOD);
 }
 
+/* I_T nexus loss (SAM-5 §6.3.4): 29h/07h on every LUN for that initiator port only, once;
+ * not over a pending reset UA, which a later reset replaces; ahead of other UAs. */
+static void test_ua_nexus_loss(void **state)
+{
+    struct fx *f = *state;
+    scsi_nexus_loss_ua(f->n1);
+    uint8_t inq[16] = {0x12, 0, 0, 0, 36};
+    assert_int_equal(run(f, f->n1, 0, inq, NULL, 0), SCSI_STATUS_GOOD); /* left pending */
+    for (uint64_t lun = 0; lun < 4; lun++) {
+        assert_int_equal(run(f, f->n2, lun, TUR, NULL, 0), SCSI_STATUS_GOOD);
+        run(f, f->n1, lun, TUR, NULL, 0);
+        assert_sense(&f->t, 0x6, 0x29, 0x07);
+        assert_int_equal(run(f, f->n1, lun, TUR, NULL, 0), SCSI_STATUS_GOOD);
+    }
+
+    /* a reset UA pending: the loss adds nothing; a loss pending: a reset replaces it */
+    struct scsi_lun *lu = scsi_target_lun(&f->tg, 0);
+    scsi_lun_reset(lu, f->n2);
+    scsi_nexus_loss_ua(f->n1);
+    run(f, f->n1, 0, TUR, NULL, 0);
+    assert_sense(&f->t, 0x6, 0x29, 0x03);
+    assert_int_equal(run(f, f->n1, 0, TUR, NULL, 0), SCSI_STATUS_GOOD);
+    run(f, f->n1, 1, TUR, NULL, 0); /* LUN 1 had no reset: the loss is reported there */
+    assert_sense(&f->t, 0x6, 0x29, 0x07);
+    run(f, f->n2, 0, TUR, NULL, 0);
+    assert_sense(&f->t, 0x6, 0x29, 0x03);
+    scsi_nexus_loss_ua(f->n1);
+    scsi_lun_reset(lu, f->n2);
+    run(f, f->n1, 0, TUR, NULL, 0);
+    assert_sense(&f->t, 0x6, 0x29, 0x03);
+    assert_int_equal(run(f, f->n1, 0, TUR, NULL, 0), SCSI_STATUS_GOOD);
+    run(f, f->n2, 0, TUR, NULL, 0);
+    for (uint64_t lun = 1; lun < 4; lun++)
+        run(f, f->n1, lun, TUR, NULL, 0);
+
+    /* other UAs stay, reported after it */
+    scsi_lun_tasks_cleared(lu, f->n1);
+    scsi_nexus_loss_ua(f->n1);
+    run(f, f->n1, 0, TUR, NULL, 0);
+    assert_sense(&f->t, 0x6, 0x29, 0x07);
+    run(f, f->n1, 0, TUR, NULL, 0);
+    assert_sense(&f->t, 0x6, 0x2f, 0x01);
+    assert_int_equal(run(f, f->n1, 0, TUR, NULL, 0), SCSI_STATUS_GOOD);
+
+    /* a nexus new to the target has its power-on UA: a loss before it is cleared adds none */
+    const uint8_t isid[6] = {0x40, 9, 9, 9, 9, 9};
+    struct scsi_nexus *n = scsi_nexus_get(&f->tg, "iqn.2024-01.test:lossy", isid);
+    scsi_nexus_loss_ua(n);
+    scsi_nexus_put(n);
+    n = scsi_nexus_get(&f->tg, "iqn.2024-01.test:lossy", isid); /* the initiator is back */
+    run(f, n, 2, TUR, NULL, 0);
+    assert_sense(&f->t, 0x6, 0x29, 0x00);
+    assert_int_equal(run(f, n, 2, TUR, NULL, 0), SCSI_STATUS_GOOD);
+    scsi_nexus_put(n);
+}
+
 /* --- READ CAPACITY --- */
 
 static void test_read_capacity(void **state)
@@ -862,6 +918,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_missing_lun_and_opcodes, setup, teardown),
         cmocka_unit_test_setup_teardown(test_ua_new_nexus, setup, teardown),
         cmocka_unit_test_setup_teardown(test_ua_resets, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_ua_nexus_loss, setup, teardown),
         cmocka_unit_test_setup_teardown(test_read_capacity, setup, teardown),
         cmocka_unit_test_setup_teardown(test_rw_ram_direct, setup, teardown),
         cmocka_unit_test_setup_teardown(test_rw_refusals, setup, teardown),
