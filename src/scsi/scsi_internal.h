@@ -422,6 +422,8 @@ scsi_sr xcopy_parse(struct scsi_task *t, const struct scsi_cmd *c, struct scsi_r
 scsi_sr xcopy_parse_rcr(struct scsi_task *t, const struct scsi_cmd *c, struct scsi_req *r);
 void xcopy_exec(struct scsi_task *t, const struct scsi_cmd *c);
 void xcopy_exec_rcr(struct scsi_task *t, const struct scsi_cmd *c);
+/* The descriptors of VPD page 8Fh (third-party copy) at d; returns their length. */
+uint32_t xcopy_vpd_descriptors(uint8_t *d);
 /* I_T nexus loss discards the copy results held for it. Takes target->lock. */
 void xcopy_nexus_lost(struct scsi_nexus *n);
 
