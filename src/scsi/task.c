@@ -342,15 +342,15 @@ int scsi_task_setup(struct scsi_task *t)
          * §9.4.2, which initiators and libiscsi's iSCSIResiduals tests apply to iSCSI, allows
          * a) processing the command up to EDTL, b) CHECK CONDITION, ILLEGAL REQUEST, INVALID
          * FIELD IN COMMAND INFORMATION UNIT with nothing transferred, or c) ABORTED COMMAND.
-         * The rule here, for every data-out command (LIO's): a) when what arrives is itself a
-         * complete command, i.e. a plain block write (WRITE, WRITE AND VERIFY) and EDTL a whole
-         * number of blocks: those blocks are stored, GOOD (EDTL 0: none; libiscsi 1.19's
-         * Write*Residuals require GOOD and the first block written for 2 blocks with EDTL 512);
-         * b) otherwise, nothing written: a torn block, part of a parameter list, of COMPARE AND
-         * WRITE's compare data, of WRITE SAME's block or of an atomic write is no command. In
-         * both, dir and xfer_len stay the CDB's so the transport reports the overflow residual
-         * (RFC 7143 §11.4.5.1: xfer_len - EDTL); with b) it takes none of the data. EDTL above
-         * the CDB's need (underflow) is served normally. */
+         * The rule here, for every data-out command: a) when what arrives is itself a complete
+         * command, i.e. a plain block write (WRITE, WRITE AND VERIFY) and EDTL a whole number of
+         * blocks: those blocks are stored, GOOD (EDTL 0: none; LIO does the same; libiscsi
+         * 1.19's Write*Residuals require GOOD and the first block written for 2 blocks with
+         * EDTL 512); b) otherwise, nothing written: a torn block, part of a parameter list, of
+         * COMPARE AND WRITE's compare data, of WRITE SAME's block or of an atomic write is no
+         * command. In both, dir and xfer_len stay the CDB's so the transport reports the overflow
+         * residual (RFC 7143 §11.4.5.1: xfer_len - EDTL); with b) it takes none of the data. EDTL
+         * above the CDB's need (underflow) is served normally. */
         bool blocks = (c->flags & (CMD_DIRECT | CMD_WRITES)) == (CMD_DIRECT | CMD_WRITES);
         if (!blocks || (avail & (lu->block_size - 1))) {
             scsi_task_set_reason(t, SR_INVALID_FIELD_IN_IU);
