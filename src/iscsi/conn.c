@@ -805,6 +805,8 @@ static void logout_handle(struct iscsi_conn *c)
     if (response == 0 && s && s->nexus) {
         pthread_mutex_lock(&s->lock);
         bool ends_session = reason == ISCSI_LOGOUT_CLOSE_SESSION || (victim == c && s->nconns == 1);
+        if (ends_session)
+            s->logged_out = true;
         pthread_mutex_unlock(&s->lock);
         if (ends_session)
             scsi_nexus_logout(s->nexus);

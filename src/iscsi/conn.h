@@ -233,6 +233,8 @@ struct iscsi_session {
     bool closing;
     /* A connection of this session died: CmdSNs it carried may never arrive (ERL 0). */
     bool lost_conn;
+    bool logged_out; /* a Logout ends it: its end is no I_T nexus loss to report */
+    bool loss_done;  /* its end was seen (last connection gone, or reinstated): UA raised once */
     uint64_t stalled_since_ms; /* commands queued behind a gap since then (0: none) */
     uint32_t stalled_exp;      /* ExpCmdSN then: the gap holds only while it has not moved */
 };

@@ -119,17 +119,31 @@ void session_add_conn(struct iscsi_session *s, struct iscsi_conn *c)
     c->session = s;
 }
 
+/* With s->lock: whether the session's end, seen now, is an I_T nexus loss to report (SAM-5
+ * §6.3.4): it ends without a Logout (connection lost or timed out, closed by the target, or
+ * reinstated) and was not seen ending before. */
+static bool session_loss_due_locked(struct iscsi_session *s)
+{
+    bool due = s->nexus && !s->logged_out && !s->loss_done;
+    s->loss_done = true;
+    return due;
+}
+
 void session_remove_conn(struct iscsi_session *s, struct iscsi_conn *c)
 {
     pthread_mutex_lock(&s->lock);
     list_del(&c->session_node);
-    bool last = --s->nconns == 0;
-    if (last)
+    bool last = --s->nconns == 0, loss = false;
+    if (last) {
         s->closing = true;
-    else if (!c->logged_out)
+        loss = session_loss_due_locked(s);
+    } else if (!c->logged_out) {
         s->lost_conn = true; /* it died rather than logged out: see session_check_gap() */
+    }
     pthread_mutex_unlock(&s->lock);
     c->session = NULL;
+    if (loss)
+        scsi_nexus_loss_ua(s->nexus);
     if (last) {
         struct iscsi_server *srv = s->srv;
         pthread_mutex_lock(&srv->sessions_lock);
@@ -205,7 +219,9 @@ void session_close_conns_where(struct iscsi_server *srv,
 }
 
 /* §6.3.5: a leading login with the ISID of a live session of the same initiator and target
- * ends that session (its tasks are aborted); the I_T nexus and its reservations survive. */
+ * ends that session (its tasks are aborted); the I_T nexus and its reservations survive, and
+ * the nexus gets its I_T NEXUS LOSS OCCURRED UA now, before the new session's first command
+ * (SAM-5 §6.3.4), not whenever the old connections finish closing. */
 void session_reinstate(struct iscsi_server *srv, const char *initiator, const uint8_t isid[6],
                        struct iscsi_node *node, struct iscsi_conn *except)
 {
@@ -219,6 +235,8 @@ void session_reinstate(struct iscsi_server *srv, const char *initiator, const ui
         srv->sessions[i] = NULL; /* the new session must not find it */
         pthread_mutex_lock(&s->lock);
         s->closing = true;
+        if (session_loss_due_locked(s))
+            scsi_nexus_loss_ua(s->nexus); /* takes the target lock, which nests in these */
         for (struct list_node *n = s->conns.next; n != &s->conns; n = n->next) {
             struct iscsi_conn *c = list_entry(n, struct iscsi_conn, session_node);
             if (c != except)

@@ -8,6 +8,8 @@ small raw-socket iSCSI initiator and keeps using it (WRITE/READ 10 with immediat
 TEST UNIT READY, data compared) between hostile actions, which are bounded in count and time:
   a) malformed PDUs         b) garbage login keys      c) garbage CDBs on the good session
   d) idle / half-open floods e) abrupt closes (RST) mid-login, mid-Data-Out, mid-Data-In
+  f) I_T nexus loss: a session lost (RST) or reinstated leaves I_T NEXUS LOSS OCCURRED for its
+     initiator port's next command, a Logout nothing
 The daemon must answer with protocol answers (Reject, login status, CHECK CONDITION) or close
 only the offending connection, never crash, keep its RSS bounded, and exit 0 on SIGTERM.
 Python 3 standard library only."""
@@ -1119,6 +1121,44 @@ class Hostile:
         self.report("e) abrupt closes", "RST %s; new login + 1 MiB write/read ok" %
                     ", ".join("%s x%d" % x for x in n.items()))
 
+    # ------------------------------------------------------------ (f) I_T nexus loss
+
+    def cat_nexus_loss(self):
+        # SAM-5 §6.3.4: a session that ends without a Logout is an I_T nexus loss, reported
+        # as UNIT ATTENTION 29h/07h to the next command of that initiator port (same name and
+        # ISID), once, and to no one else; a Logout is not.
+        isid = bytes([0x80, 0x00, 0x4E, 0x58, 0x00, 0x01])
+
+        def expect_loss(s, what):
+            st, sense, _ = s.scsi(bytes(6))
+            check(st == 2 and sense_kaa(sense) == (6, 0x29, 0x07),
+                  "%s: TUR status 0x%02x sense %r, want UNIT ATTENTION 29h/07h" %
+                  (what, st, sense_kaa(sense)))
+            st, sense, _ = s.scsi(bytes(6))
+            check(st == 0, "%s: 29h/07h reported twice (%r)" % (what, sense_kaa(sense)))
+
+        s = Session(self.port, isid=isid).login()
+        st, _, _ = s.scsi_retry_ua(bytes(6))  # the new nexus's power-on UA
+        check(st == 0, "nexus loss: first TUR failed")
+        s.c.reset()  # connection lost
+        s = Session(self.port, isid=isid).login()
+        expect_loss(s, "login after RST")
+        s2 = Session(self.port, isid=isid).login()  # reinstates s (RFC 7143 §6.3.5)
+        expect_loss(s2, "session reinstatement")
+        s.c.close()
+        st, sense, _ = self.good.scsi(bytes(6))
+        check(st == 0, "nexus loss of another port reached the good session (%r)" %
+              (sense_kaa(sense),))
+        s2.logout()
+        s3 = Session(self.port, isid=isid).login()
+        st, sense, _ = s3.scsi(bytes(6))
+        check(st == 0, "login after a Logout: TUR status 0x%02x sense %r, want GOOD" %
+              (st, sense_kaa(sense)))
+        s3.logout()
+        self.good_io("nexus loss")
+        self.report("f) I_T nexus loss", "29h/07h once after RST and after reinstatement, "
+                    "none after Logout")
+
     def finish(self):
         self.good.logout()
         check(self.d.alive(), "daemon died before SIGTERM\n" + self.d.log_tail())
@@ -1149,7 +1189,7 @@ def main():
         return 1
     failed = []
     cats = [("a", t.cat_malformed), ("b", t.cat_login), ("c", t.cat_cdb), ("d", t.cat_floods),
-            ("e", t.cat_abrupt)]
+            ("e", t.cat_abrupt), ("f", t.cat_nexus_loss)]
     only = os.environ.get("HOSTILE_ONLY")
     for key, fn in cats:
         if only and key not in only:
