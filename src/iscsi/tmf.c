@@ -274,12 +274,15 @@ void tmf_handle(struct iscsi_conn *c)
             tmf_respond(c, req, abort_named_task(t, lun, c->cid));
             return;
         }
-        /* §11.5.1: a task no connection has whose RefCmdSN is still inside the window (and
-         * before this TMF) is considered received and aborted: "function complete". A task
-         * that already completed is outside the window: "task does not exist". */
+        /* §11.5.1 b: a task no connection has whose RefCmdSN is inside the window and less
+         * than the CmdSN of the TMF itself is considered received and aborted: "function
+         * complete". Otherwise (c) "task does not exist" and nothing is taken: a task that
+         * already completed is below the window, and one whose RefCmdSN is not below the
+         * TMF's CmdSN was not issued before it. That holds for an immediate TMF too, whose
+         * CmdSN is the one the next command will carry: RefCmdSN = CmdSN names a command the
+         * initiator has not sent, and taking it would drop that command unanswered. */
         uint32_t ref = bhs_get32(req, BHS_REFCMDSN);
-        bool in_window =
-            sn_le(win_exp, ref) && sn_le(ref, win_max) && (immediate || sn_lt(ref, cmdsn));
+        bool in_window = sn_le(win_exp, ref) && sn_le(ref, win_max) && sn_lt(ref, cmdsn);
         /* Considered received: the command may still be on its way (on another connection,
          * or just behind this TMF). Its CmdSN is taken now, before the other connections
          * look, so it is dropped whenever it comes and the window moves past it. Had it come
