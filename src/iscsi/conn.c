@@ -24,6 +24,7 @@
 #define LOGIN_DATA_MAX 8192u       /* RFC 7143 §13.12: login PDUs carry at most 8192 bytes */
 
 static void conn_flush(void *arg);
+static void conn_pending_done(struct iscsi_conn *c);
 static void conn_timer_fire(void *arg);
 static void conn_handle_header(struct iscsi_conn *c);
 static void conn_handle_pdu(struct iscsi_conn *c);
@@ -139,6 +140,7 @@ void iscsi_conn_accept(struct iscsi_server *srv, struct reactor *r, int fd,
     if (reactor_fd_add(r, &c->rfd, fd, EPOLLIN | EPOLLRDHUP, NULL, c) < 0) {
         LOG_ERR("%s: cannot watch socket", c->peer);
         close(fd);
+        conn_pending_done(c);
         conn_put(c);
         return;
     }
