@@ -507,9 +507,11 @@ void cmd_handle_scsi_data_done(struct iscsi_conn *c)
 static void data_out_sequence_failed(struct iscsi_conn *c, struct iscsi_task *t, const char *why,
                                      uint32_t ttt, uint32_t datasn, uint32_t off, uint32_t len)
 {
-    LOG_WARN("%s: ITT 0x%08x: %s (TTT 0x%08x DataSN %u offset %u length %u); the command ends "
-             "with CHECK CONDITION",
-             c->peer, t->itt, why, ttt, datasn, off, len);
+    CONN_LOG_LIMITED(
+        c, LOG_LVL_WARN,
+        "%s: ITT 0x%08x: %s (TTT 0x%08x DataSN %u offset %u length %u); the command ends "
+        "with CHECK CONDITION",
+        c->peer, t->itt, why, ttt, datasn, off, len);
     t->seq_failed = true;
     t->r2t_offset = t->data_expected; /* solicit nothing more */
 }

@@ -172,7 +172,7 @@ void conn_close(struct iscsi_conn *c, const char *why)
     conn_pending_done(c);
     unsigned sup = log_limit_take_suppressed(&c->log_rl);
     if (sup)
-        LOG_INFO("%s: %u more rejects not logged", c->peer, sup);
+        LOG_INFO("%s: %u more lines not logged", c->peer, sup);
     reactor_undefer(&c->rx_resume_hook);
     reactor_timer_stop(c->reactor, &c->timer);
     reactor_fd_del(c->reactor, &c->rfd);
@@ -502,13 +502,8 @@ void conn_send_reject(struct iscsi_conn *c, const struct iscsi_bhs *bad, uint8_t
     bhs_put32(h, BHS_ITT, ISCSI_RSVD_TAG);
     conn_fill_sn(c, h, true);
     /* One line per rejected PDU would let a peer write the log at wire speed. */
-    unsigned sup;
-    if (log_limit_allow(&c->log_rl, reactor_now_ms(), &sup)) {
-        if (sup)
-            LOG_INFO("%s: %u more rejects not logged", c->peer, sup);
-        LOG_INFO("%s: reject %s (reason 0x%02x)", c->peer, iscsi_opcode_name(bhs_opcode(bad)),
-                 reason);
-    }
+    CONN_LOG_LIMITED(c, LOG_LVL_INFO, "%s: reject %s (reason 0x%02x)", c->peer,
+                     iscsi_opcode_name(bhs_opcode(bad)), reason);
     conn_send_copy(c, p, bad->b, ISCSI_BHS_LEN);
 }
 

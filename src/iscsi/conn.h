@@ -255,6 +255,18 @@ struct iscsi_session {
     uint32_t stalled_exp;      /* ExpCmdSN then: the gap holds only while it has not moved */
 };
 
+/* A line a peer can cause at will, one per PDU (a reject, a TMF, a broken Data-Out sequence):
+ * through the connection's limiter, on the connection's own thread. */
+#define CONN_LOG_LIMITED(c, level, ...)                                                            \
+    do {                                                                                           \
+        unsigned sup_;                                                                             \
+        if (log_limit_allow(&(c)->log_rl, reactor_now_ms(), &sup_)) {                              \
+            if (sup_)                                                                              \
+                log_msg(level, "%s: %u more lines not logged", (c)->peer, sup_);                   \
+            log_msg(level, __VA_ARGS__);                                                           \
+        }                                                                                          \
+    } while (0)
+
 /* conn.c */
 void conn_send(struct iscsi_conn *c, struct tx_pdu *p);
 struct tx_pdu *conn_tx_alloc(struct iscsi_conn *c);

@@ -391,9 +391,11 @@ int session_cmdsn_check(struct iscsi_session *s, struct iscsi_task *t)
         /* Already received: most likely the very command an ABORT TASK took before it came
          * (RFC 7143 §11.5.1 b), which must not run nor be answered; else a duplicate. */
         pthread_mutex_unlock(&s->lock);
-        LOG_INFO("%s: CmdSN %u ITT 0x%08x: that CmdSN was already received (aborted before it "
-                 "came, or a duplicate): dropped",
-                 t->conn->peer, t->cmdsn, t->itt);
+        CONN_LOG_LIMITED(
+            t->conn, LOG_LVL_INFO,
+            "%s: CmdSN %u ITT 0x%08x: that CmdSN was already received (aborted before it "
+            "came, or a duplicate): dropped",
+            t->conn->peer, t->cmdsn, t->itt);
         return -1;
     }
     s->in_flight++;
