@@ -21,7 +21,8 @@ the per-address limits matter.
             answered first burst is accepted); immediate ABORT TASK with RefCmdSN = its own
             CmdSN is "task does not exist" and takes nothing; a READ flagged W and not R is
             rejected (0x09); 1300 non-immediate READs sent without reading are all answered
-  sessions  max-sessions-per-target refuses one session too many with 0x0302; 200 concurrent
+  sessions  max-sessions-per-target refuses one session too many with 0x0302, max-sessions
+            one discovery session too many (they count in the total); 200 concurrent
             sessions, each logged out and in again 5 times (1000 logins): descriptors back to
             baseline, RSS back near it
   conns     2000 idle connections from 40 addresses held, 400 of them with half a BHS: each
@@ -556,10 +557,21 @@ def cat_sessions(binary):
             check("0x0302" in str(e) or "operational stage refused" in str(e),
                   "the session past the limit: %s" % e)
         extra.logout()
-        disc, _ = discovery_login(b.d.port, "127.0.7.250")
-        disc.close()
-        b.say("max-sessions-per-target %d: the session past it refused with 0x0302; a "
-              "discovery session still fits" % (nsess + 2))
+        time.sleep(0.3)  # the logged-out session leaves the table once its answer is sent
+        # max-sessions counts discovery sessions too: 201 normal ones leave room for 9
+        discs = []
+        try:
+            while len(discs) < 20:
+                discs.append(discovery_login(b.d.port, "127.0.7.250")[0])
+        except TestFailure as e:
+            check("0x0302" in str(e), "discovery session past max-sessions: %s" % e)
+        check(len(discs) == nsess + 10 - (nsess + 1), "%d discovery sessions fitted beside %d "
+              "normal ones under max-sessions %d" % (len(discs), nsess + 1, nsess + 10))
+        for c in discs:
+            c.close()
+        b.say("max-sessions-per-target %d: the session past it refused with 0x0302; "
+              "max-sessions %d: %d discovery sessions fitted beside %d normal ones, the next "
+              "refused with 0x0302" % (nsess + 2, nsess + 10, len(discs), nsess + 1))
         for s in sessions:
             s.scsi_retry_ua(bytes(6))
         for s in sessions:
