@@ -166,9 +166,9 @@ void conn_close(struct iscsi_conn *c, const char *why)
     c->logged_out = c->phase == CONN_LOGGED_OUT;
     c->phase = CONN_CLOSING;
     if (why)
-        LOG_INFO("%s: closing connection%s%s: %s", c->peer,
-                 c->session && c->session->node ? " to " : "",
-                 c->session && c->session->node ? c->session->node->name : "", why);
+        CONN_LOG_LOGIN(c, LOG_LVL_INFO, "%s: closing connection%s%s: %s", c->peer,
+                       c->session && c->session->node ? " to " : "",
+                       c->session && c->session->node ? c->session->node->name : "", why);
     conn_pending_done(c);
     unsigned sup = log_limit_take_suppressed(&c->log_rl);
     if (sup)

@@ -267,6 +267,21 @@ struct iscsi_session {
         }                                                                                          \
     } while (0)
 
+/* A line about a connection still in login (its refusal, its close): connecting costs a peer
+ * nothing, so these go through one server-wide limiter; lines about logged-in connections do
+ * not. */
+#define CONN_LOG_LOGIN(c, level, ...)                                                              \
+    do {                                                                                           \
+        unsigned sup_;                                                                             \
+        if (!(c)->pending_counted) {                                                               \
+            log_msg(level, __VA_ARGS__);                                                           \
+        } else if (iscsi_server_log_allow((c)->srv, &sup_)) {                                      \
+            if (sup_)                                                                              \
+                log_msg(level, "%u more lines about connections not logged in not logged", sup_);  \
+            log_msg(level, __VA_ARGS__);                                                           \
+        }                                                                                          \
+    } while (0)
+
 /* conn.c */
 void conn_send(struct iscsi_conn *c, struct tx_pdu *p);
 struct tx_pdu *conn_tx_alloc(struct iscsi_conn *c);
@@ -298,6 +313,8 @@ void conn_close_async(struct iscsi_conn *c, const char *why);
 bool iscsi_server_pending_add(struct iscsi_server *srv, const uint8_t *addr, uint8_t len,
                               const char *peer);
 void iscsi_server_pending_del(struct iscsi_server *srv, const uint8_t *addr, uint8_t len);
+/* The server-wide limiter for lines about connections that never logged in. */
+bool iscsi_server_log_allow(struct iscsi_server *srv, unsigned *suppressed);
 
 /* login.c */
 void login_handle(struct iscsi_conn *c);

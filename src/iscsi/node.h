@@ -83,6 +83,7 @@ struct iscsi_server {
     unsigned npending;
     struct iscsi_pending_addr **pending_hash;
     struct log_limit refuse_log; /* refused connections (pending_lock) */
+    struct log_limit login_log;  /* connections that never logged in (pending_lock) */
 };
 
 int iscsi_server_init(struct iscsi_server *srv);

@@ -119,6 +119,14 @@ bool iscsi_server_pending_add(struct iscsi_server *srv, const uint8_t *addr, uin
     return why == NULL;
 }
 
+bool iscsi_server_log_allow(struct iscsi_server *srv, unsigned *suppressed)
+{
+    pthread_mutex_lock(&srv->pending_lock);
+    bool ok = log_limit_allow(&srv->login_log, reactor_now_ms(), suppressed);
+    pthread_mutex_unlock(&srv->pending_lock);
+    return ok;
+}
+
 void iscsi_server_pending_del(struct iscsi_server *srv, const uint8_t *addr, uint8_t len)
 {
     pthread_mutex_lock(&srv->pending_lock);

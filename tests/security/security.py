@@ -334,6 +334,21 @@ def cat_login(binary):
               "every 0.25 s after %.1f s, an empty Login Request every 0.25 s after %.1f s" %
               (dt, dt2, dt3))
         b.io()
+        # 4. 300 connections whose login is refused (no such target): one log line each would
+        # let any peer write the log at its connection rate
+        for i in range(300):
+            c = Conn(b.d.port, src="127.0.4.%d" % (10 + i % 200))
+            h, d = login_pdu([("InitiatorName", "iqn.2026-11.org.evil:nosuch"),
+                              ("TargetName", "iqn.2026-11.org.evil:nosuch")], csg=0, nsg=1)
+            c.send_pdu(h, d)
+            rh, _ = c.recv_pdu()
+            check(login_status(rh) == 0x0203, "login to no target: status 0x%04x" %
+                  login_status(rh))
+            c.close()
+        refused = log_text(b.d).count("login refused")
+        check(refused <= 2 * 10, "%d 'login refused' lines for 300 refused logins: they must "
+              "be rate-limited" % refused)
+        b.say("300 logins refused (no such target): %d 'login refused' lines logged" % refused)
         b.finish()
     finally:
         b.kill()
