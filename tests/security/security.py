@@ -15,14 +15,16 @@ the per-address limits matter.
             the daemon stops reading it, RSS stays bounded, the legitimate session keeps its
             latency); a flood of PDUs it rejects, never read (RSS bounded, a few log lines)
   login     login-timeout is a deadline from accept: an idle connection, a one-byte-a-second
-            login and an empty continued Login Request every 0.5 s are all cut at 2 s;
-            max-pending-logins-per-address and max-pending-logins refuse connections past them
+            login and an empty continued Login Request every 0.25 s are all cut at 2 s; 300
+            refused logins leave a few log lines; max-pending-logins-per-address and
+            max-pending-logins refuse connections past them
   protocol  FirstBurstLength answered clamped to MaxBurstLength (an immediate write of the
             answered first burst is accepted); immediate ABORT TASK with RefCmdSN = its own
             CmdSN is "task does not exist" and takes nothing; a READ flagged W and not R is
             rejected (0x09); 1300 non-immediate READs sent without reading are all answered
   sessions  max-sessions-per-target refuses one session too many with 0x0302, max-sessions
-            one discovery session too many (they count in the total); 200 concurrent
+            one discovery session too many (they count in the total); a session offering
+            MaxConnections=16 takes 8 connections, the 9th is refused with 0x0206; 200 concurrent
             sessions, each logged out and in again 5 times (1000 logins): descriptors back to
             baseline, RSS back near it
   conns     2000 idle connections from 40 addresses held, 400 of them with half a BHS: each
@@ -549,6 +551,25 @@ def cat_protocol(binary):
 # ---------------------------------------------------------------- sessions
 
 
+def join_session(port, s, cid):
+    """Log a new connection (CID cid) into session s (its ISID and TSIH); (conn, status)."""
+    c = Conn(port, src="127.0.0.1")
+    # SessionType is a leading-only key (§13.21): not sent on a connection that joins
+    h, d = login_pdu([("InitiatorName", s.name), ("TargetName", TARGET),
+                      ("AuthMethod", "None")], csg=0, nsg=1, isid=s.isid, tsih=s.tsih, cid=cid, itt=0x7000 + cid, cmdsn=s.cmdsn)
+    c.send_pdu(h, d)
+    rh, _ = c.recv_pdu()
+    if login_status(rh):
+        return c, login_status(rh)
+    h, d = login_pdu([("HeaderDigest", "None"), ("DataDigest", "None"),
+                      ("MaxRecvDataSegmentLength", "65536")], csg=1, nsg=3, isid=s.isid,
+                     tsih=s.tsih, cid=cid, itt=0x7000 + cid, cmdsn=s.cmdsn,
+                     expstatsn=struct.unpack(">I", rh[24:28])[0] + 1)
+    c.send_pdu(h, d)
+    rh, _ = c.recv_pdu()
+    return c, login_status(rh)
+
+
 def cat_sessions(binary):
     nsess, rounds = 200, 5
     b = Bench(binary, "sessions", ["max-sessions = %d" % (nsess + 10),
@@ -592,6 +613,26 @@ def cat_sessions(binary):
         for s in sessions:
             s.logout()
         sessions = []
+        time.sleep(0.5)
+        # connections per session: MaxConnections offered 16, answered 8; the 9th is refused
+        mcs = Session(b.d.port, name="iqn.2026-11.org.linerate:mcs",
+                      want={"MaxConnections": "16"}).login()
+        joined = []
+        status = 0
+        for cid in range(1, 9):
+            c, status = join_session(b.d.port, mcs, cid)
+            if status:
+                c.close()
+                break
+            joined.append(c)
+        check(len(joined) == 7 and status == 0x0206, "%d connections joined a session of "
+              "MaxConnections 8 before a refusal 0x%04x (expected 7 and 0x0206)" %
+              (len(joined), status))
+        for c in joined:
+            c.close()
+        mcs.logout()
+        b.say("MaxConnections offered 16 (the target's limit is 8): 7 more connections joined, "
+              "the 9th was refused with 0x0206 (too many connections)")
         time.sleep(0.5)
         fd_warm, rss_warm = nfds(b.pid), rss_kb(b.pid)
         t0 = time.monotonic()
