@@ -105,9 +105,10 @@ class Closed(Exception):
 class Conn:
     """A raw iSCSI connection (no digests)."""
 
-    def __init__(self, port, timeout=5.0):
+    def __init__(self, port, timeout=5.0, src=None):
         self.port = port
-        self.sock = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=timeout,
+                                             source_address=(src, 0) if src else None)
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.timeout = timeout
 
@@ -202,8 +203,9 @@ class Session:
     """A minimal initiator for one normal session: login, SCSI commands with immediate data,
     R2T and Data-In, NOP answers."""
 
-    def __init__(self, port, name=INITIATOR, isid=None, want=None):
+    def __init__(self, port, name=INITIATOR, isid=None, want=None, src=None):
         self.port = port
+        self.src = src  # source address (any 127.x.y.z): the target limits logins per address
         self.name = name
         self.isid = isid or bytes([0x80, 0x00, 0x12, 0x34, 0x00, random.randrange(256)])
         self.itt = 0x100
@@ -217,7 +219,7 @@ class Session:
         return self.itt
 
     def login(self):
-        self.c = Conn(self.port)
+        self.c = Conn(self.port, src=self.src)
         sec = [("InitiatorName", self.name), ("TargetName", TARGET), ("SessionType", "Normal"),
                ("AuthMethod", "None")]
         h, d = login_pdu(sec, csg=0, nsg=1, isid=self.isid, itt=self.next_itt(),
@@ -375,17 +377,29 @@ class Daemon:
     threads and log level)."""
 
     def __init__(self, binary, threads=2, lun="ram:%d" % LUN_BYTES, log_level="warn",
-                 prefix="hostile-target-"):
+                 prefix="hostile-target-", config=None):
+        """config: global config-file lines ("login-timeout = 2"); the daemon is then started
+        with --config and a file holding them, the portal and the target."""
         self.binary = binary
         self.log = tempfile.NamedTemporaryFile(prefix=prefix, suffix=".log", delete=False)
+        self.conf = None
         for attempt in range(5):
             s = socket.socket()
             s.bind(("127.0.0.1", 0))
             self.port = s.getsockname()[1]
             s.close()
+            args = [binary, "--listen", "127.0.0.1:%d" % self.port, "--target-name", TARGET,
+                    "--lun", lun]
+            if config is not None:
+                self.conf = tempfile.NamedTemporaryFile("w", prefix=prefix, suffix=".conf",
+                                                        delete=False)
+                self.conf.write("\n".join(list(config) + [
+                    "portal = 127.0.0.1:%d" % self.port, "[target %s]" % TARGET,
+                    "lun = %s" % lun]) + "\n")
+                self.conf.close()
+                args = [binary, "--config", self.conf.name]
             self.proc = subprocess.Popen(
-                [binary, "--listen", "127.0.0.1:%d" % self.port, "--target-name", TARGET,
-                 "--lun", lun, "--threads", str(threads), "--log-level", log_level],
+                args + ["--threads", str(threads), "--log-level", log_level],
                 stdout=subprocess.DEVNULL, stderr=self.log)
             deadline = time.monotonic() + 10
             while time.monotonic() < deadline and self.proc.poll() is None:
@@ -1037,8 +1051,9 @@ class Hostile:
             while n < 40 and time.monotonic() < t_end:
                 lat.append(self.good_io("idle flood"))
                 n += 1
-            # A new session can log in while the flood is there.
-            s2 = self.ffp_session()
+            # A new session can log in while the flood is there: from another address, since
+            # the flood's own (127.0.0.1) is at max-pending-logins-per-address.
+            s2 = self.ffp_session(src="127.0.0.2")
             st, _, _ = s2.scsi_retry_ua(bytes(6))
             check(st == 0, "new session during the flood: TUR failed")
             s2.logout()
