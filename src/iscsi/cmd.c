@@ -74,6 +74,19 @@ static void set_residual(struct iscsi_bhs *h, uint8_t *flags, uint32_t wanted, u
     }
 }
 
+/* The Expected Data Transfer Length that applies to the command's direction: EDTL counts the
+ * bytes of the direction(s) the R and W bits name (RFC 7143 §11.3.5), so a command that reads
+ * from an initiator that did not set R expects none (it gets no Data-In: residual overflow of
+ * all it produced), and likewise a write without W. */
+static uint32_t task_edtl(const struct iscsi_task *t)
+{
+    if (t->scsi.dir == SCSI_DIR_READ && !t->scsi.edtl_read)
+        return 0;
+    if (t->scsi.dir == SCSI_DIR_WRITE && !t->scsi.edtl_write)
+        return 0;
+    return t->edtl;
+}
+
 /* The bytes a command wanted to move, for the residual (§11.4.5): what the CDB asked for on a
  * write, what the device produced on a read. */
 static uint32_t task_wanted(const struct iscsi_task *t)
@@ -96,7 +109,8 @@ static void send_scsi_response(struct iscsi_conn *c, struct iscsi_task *t)
     h->b[BHS_STATUS] = t->scsi.status;
     bhs_put32(h, BHS_ITT, t->itt);
     if (!t->refused || t->scsi.dir != SCSI_DIR_NONE)
-        set_residual(h, &flags, task_wanted(t), t->edtl, ISCSI_RSP_OVERFLOW, ISCSI_RSP_UNDERFLOW);
+        set_residual(h, &flags, task_wanted(t), task_edtl(t), ISCSI_RSP_OVERFLOW,
+                     ISCSI_RSP_UNDERFLOW);
     else if (t->edtl) /* refused before any transfer: nothing of EDTL moved */
         set_residual(h, &flags, 0, t->edtl, ISCSI_RSP_OVERFLOW, ISCSI_RSP_UNDERFLOW);
     h->b[1] = flags;
@@ -186,7 +200,7 @@ static void send_data_in(struct iscsi_conn *c, struct iscsi_task *t)
 static void cmd_respond(struct iscsi_conn *c, struct iscsi_task *t)
 {
     if (t->scsi.dir == SCSI_DIR_READ && t->scsi.status == SCSI_STATUS_GOOD && t->scsi.data_len &&
-        t->edtl && !t->refused)
+        task_edtl(t) && !t->refused)
         send_data_in(c, t);
     else
         send_scsi_response(c, t);
@@ -229,7 +243,8 @@ static void cmd_maybe_exec(struct iscsi_task *t)
      * thread) takes it, even if its last Data-Out arrives first. */
     if (t->state == TASK_QUEUED || t->data_received < t->data_expected)
         return;
-    if (t->refused && t->unsol_remaining)
+    /* a command that takes none of its data-out answers once the unsolicited burst is in */
+    if ((t->refused || !t->data_expected) && t->unsol_remaining)
         return;
     cmd_exec(t);
 }
@@ -347,7 +362,6 @@ void cmd_handle_scsi_header(struct iscsi_conn *c)
 {
     struct iscsi_bhs *req = &c->rx_bhs;
     c->rx_task = NULL;
-    c->rx_reject = 0;
     if (!c->session || c->discovery || bhs_ahs_bytes(req) ||
         (bhs_immediate(req) && c->ntasks >= CONN_TASKS_MAX) || immediate_data_illegal(c)) {
         c->rx_discard = true; /* answered once the PDU is complete */
@@ -395,21 +409,6 @@ void cmd_handle_scsi_header(struct iscsi_conn *c)
 
     if (scsi_task_setup(st) < 0) {
         t->refused = true;
-    } else if (st->dir == SCSI_DIR_READ && st->edtl_write && !st->edtl_read) {
-        /* The W and R bits describe the data transfer, and they contradict the CDB: a command
-         * that reads, flagged as one that writes and not reads. RFC 7143 §11.17.1 (note 2): a
-         * target should use reason 0x09 "Invalid PDU field" for invalid values of PDU fields
-         * that describe a task or a data transfer. The command never becomes a task (§7.2:
-         * a Reject of the command PDU itself is its only answer); its CmdSN stays used. */
-        if (order == 0)
-            session_pending_remove(c->session, t);
-        else
-            session_cmd_done(c->session);
-        cmd_task_free(t);
-        c->rx_task = NULL;
-        c->rx_discard = true;
-        c->rx_reject = ISCSI_REJECT_INVALID_PDU_FIELD;
-        return;
     } else if (st->buf) {
         /* A store without memory mapping needs a buffer per command: bound what one connection
          * holds, answering TASK SET FULL beyond it (SAM-5 §5.3.1) so the initiator backs off. */
@@ -427,9 +426,11 @@ void cmd_handle_scsi_header(struct iscsi_conn *c)
     uint32_t dlen = c->rx_dlen;
     if (st->edtl_write) {
         const struct iscsi_params *sp = &c->session->params;
-        uint32_t xfer = t->refused ? 0 : st->xfer_len;
-        /* We take at most what both the CDB and EDTL allow; unsolicited data beyond that is
-         * received and dropped. */
+        /* We take at most what both the CDB and EDTL allow, and only for a command that
+         * writes: data sent with any other (a READ flagged W, say) must not land in its
+         * buffers, which for a RAM LUN are the LUN's memory or the shared zero buffer.
+         * Unsolicited data beyond that is received and dropped, and none is solicited. */
+        uint32_t xfer = t->refused || st->dir != SCSI_DIR_WRITE ? 0 : st->xfer_len;
         t->data_expected = xfer < t->edtl ? xfer : t->edtl;
         uint32_t unsol = dlen;
         if (!sp->initial_r2t && !(flags & ISCSI_FLAG_FINAL)) {
@@ -440,7 +441,7 @@ void cmd_handle_scsi_header(struct iscsi_conn *c)
         t->unsol_next_off = dlen;
         /* R2Ts solicit what the unsolicited data will not cover. */
         t->r2t_offset = unsol < t->data_expected ? unsol : t->data_expected;
-        if (dlen && !t->refused)
+        if (dlen && t->data_expected)
             rx_into_task(c, t, 0, dlen < t->data_expected ? dlen : t->data_expected);
         else if (dlen)
             c->rx_discard = true;
@@ -480,8 +481,7 @@ void cmd_handle_scsi_data_done(struct iscsi_conn *c)
         /* Not turned into a task: say why, unless it was silently ignored by CmdSN rules. A
          * rejected non-immediate command still used its CmdSN on the initiator's side: the
          * window moves past it, or every later command would wait for it forever. */
-        uint8_t reason = c->rx_reject ? c->rx_reject : scsi_cmd_reject_reason(c, req);
-        c->rx_reject = 0;
+        uint8_t reason = scsi_cmd_reject_reason(c, req);
         if (reason) {
             if (c->session && !bhs_immediate(req))
                 session_consume_cmdsn(c->session, bhs_get32(req, BHS_CMDSN));

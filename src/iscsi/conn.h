@@ -173,7 +173,6 @@ struct iscsi_conn {
     bool rx_discard;            /* data goes to the bit bucket */
     struct iscsi_task *rx_task; /* task the data segment belongs to */
     uint32_t rx_data_off;       /* buffer offset of the data segment in the task */
-    uint8_t rx_reject;          /* Reject reason the header phase decided (0: none) */
     uint8_t *rxbuf;
     uint32_t rxbuf_size;
     uint32_t rx_head, rx_tail;

@@ -20,8 +20,9 @@ the per-address limits matter.
             max-pending-logins refuse connections past them
   protocol  FirstBurstLength answered clamped to MaxBurstLength (an immediate write of the
             answered first burst is accepted); immediate ABORT TASK with RefCmdSN = its own
-            CmdSN is "task does not exist" and takes nothing; a READ flagged W and not R is
-            rejected (0x09); 1300 non-immediate READs sent without reading are all answered
+            CmdSN is "task does not exist" and takes nothing; a READ flagged W and not R gets
+            no Data-In and its data-out goes nowhere; 1300 non-immediate READs sent without
+            reading are all answered
   sessions  max-sessions-per-target refuses one session too many with 0x0302, max-sessions
             one discovery session too many (they count in the total); a session offering
             MaxConnections=16 takes 8 connections, the 9th is refused with 0x0206; 200 concurrent
@@ -479,22 +480,37 @@ def proto_abort(b):
 
 
 def proto_read_w(b):
-    """Defect 5: a READ flagged W and not R (§11.17.1 note 2: Reject 0x09)."""
+    """Defect 5: a READ flagged W and not R, with immediate data. Neither direction the bits
+    name is the command's (RFC 7143 §11.3.5): the initiator expects no input, so it gets no
+    Data-In (GOOD, residual overflow of all the READ produced: libiscsi's Read10Invalid wants
+    GOOD), and its data-out is dropped. It must not land anywhere: a direct READ's buffers are
+    the LUN's own memory, or the zero buffer every never-written block is sent from."""
     s = Session(b.d.port, name="iqn.2026-11.org.linerate:readw").login()
     s.scsi_retry_ua(bytes(6))
+    check(s.immediate, "the session did not get ImmediateData=Yes")
+    lba = 3000  # never written by this suite
+    junk = bytes([0xA5]) * (8 * BLOCK)
     itt = s.next_itt()
     s.c.send_pdu(bhs(OP_SCSI, 0x80 | 0x20 | 0x01, lun_field(0), itt, 8 * BLOCK, s.cmdsn,
-                     s.expstatsn, cdb_rw10(0x28, 0, 8).ljust(16, b"\0")))
+                     s.expstatsn, cdb_rw10(0x28, lba, 8).ljust(16, b"\0"), data=junk), junk)
     s.cmdsn += 1
     rh, rd = s.recv(5)
-    check(rh[0] & 0x3F == OP_REJECT and rh[2] == 0x09,
-          "READ with W set and R clear answered op 0x%02x (reason 0x%02x), expected "
-          "Reject 0x09" % (rh[0] & 0x3F, rh[2]))
-    check(rd[16:20] == struct.pack(">I", itt), "the Reject does not carry the READ's header")
-    st, _, _ = s.scsi(bytes(6), timeout=3)
-    check(st == 0, "TEST UNIT READY after the rejected READ: status 0x%02x" % st)
-    b.say("READ(10) with W set, R clear -> Reject 0x09 (Invalid PDU field), nothing else; "
-          "the next CmdSN runs")
+    check(rh[0] & 0x3F == OP_SCSI_RSP,
+          "READ with W set and R clear answered op 0x%02x, expected a SCSI Response without "
+          "Data-In" % (rh[0] & 0x3F))
+    check(struct.unpack(">I", rh[16:20])[0] == itt, "the SCSI Response is for another ITT")
+    residual = struct.unpack(">I", rh[44:48])[0]
+    check(rh[3] == 0 and rh[1] & 0x04 and residual == 8 * BLOCK,
+          "READ with W set and R clear: status 0x%02x flags 0x%02x residual %d, expected GOOD "
+          "with an overflow of %d" % (rh[3], rh[1], residual, 8 * BLOCK))
+    st, _, back = s.scsi(cdb_rw10(0x28, lba, 8), read_len=8 * BLOCK)
+    check(st == 0 and back == bytes(8 * BLOCK), "the READ's data-out reached the blocks it read")
+    st, _, back = s.scsi(cdb_rw10(0x28, lba + 4096, 256), read_len=256 * BLOCK)
+    check(st == 0 and back == bytes(256 * BLOCK),
+          "the READ's data-out reached the zero buffer: never-written blocks read non-zero")
+    b.say("READ(10) with W set, R clear and 4 KiB of immediate data -> GOOD, no Data-In, "
+          "residual overflow 4096; the data went nowhere (the blocks and never-written ones "
+          "still read zeros)")
     s.logout()
 
 
