@@ -34,6 +34,7 @@
 
 struct iscsi_conn;
 struct iscsi_session;
+struct iscsi_auth;
 
 /* ---------- transmit ---------- */
 
@@ -141,6 +142,7 @@ struct iscsi_conn {
     uint32_t login_itt;
     struct iscsi_node *node; /* target chosen at login (NULL for discovery) */
     bool discovery;
+    struct iscsi_auth *auth; /* CHAP exchange (iscsi/auth.h); NULL when not required */
 
     /* negotiated */
     bool hdigest, ddigest;

@@ -10,11 +10,13 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "iscsi/chap.h"
 #include "iscsi/keys.h"
 #include "scsi/scsi.h"
 
 struct reactor;
 struct iscsi_session;
+struct auth_guard;
 
 /* A portal as SendTargets reports it: "127.0.0.1:3260" or "[::1]:3260", with its group tag. */
 struct iscsi_portal_addr {
@@ -32,6 +34,7 @@ struct iscsi_node {
     unsigned nallow;
     struct iscsi_params params; /* this node's limits/preferences for negotiation */
     uint16_t tpgt;
+    struct chap_creds chap; /* chap.user empty: no CHAP for this target */
 };
 
 struct iscsi_server {
@@ -52,6 +55,9 @@ struct iscsi_server {
     unsigned nop_timeout_s;
     /* Seconds a connection may take to complete login before it is dropped. */
     unsigned login_timeout_s;
+    /* CHAP for discovery sessions (user empty: none) and the guard against guessing. */
+    struct chap_creds discovery_chap;
+    struct auth_guard *auth_guard;
 };
 
 int iscsi_server_init(struct iscsi_server *srv);
