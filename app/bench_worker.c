@@ -226,8 +226,7 @@ static void on_login(void *arg, const struct lr_result *res)
         char why[160];
         if (res->err == LR_ERR_LOGIN)
             snprintf(why, sizeof(why), "login refused, status class %u detail %u (%s)",
-                     res->login_status >> 8, res->login_status & 0xff,
-                     res->what ? res->what : "-");
+                     res->login_status >> 8, res->login_status & 0xff, res->what ? res->what : "-");
         else
             snprintf(why, sizeof(why), "%s (%s)", lr_err_name(res->err),
                      res->what ? res->what : "-");
