@@ -494,6 +494,34 @@ static void test_out_of_order(void **state)
     fx_free(&f);
 }
 
+/* libiscsi with CHAP credentials, answered AuthMethod=None, declares its names again in
+ * the operational stage: the same declaration in a later request is accepted, a different
+ * one or a duplicate inside one request is still refused (RFC 7143 §6.2). */
+static void test_repeated_declaration(void **state)
+{
+    (void)state;
+    struct iscsi_text in, out;
+    struct iscsi_neg n;
+    static const char sec[] = "InitiatorName=iqn.2026-11.x:i\0TargetName=iqn.2026-11.x:t\0"
+                              "SessionType=Normal\0AuthMethod=CHAP,None";
+    static const char op_same[] = "InitiatorName=iqn.2026-11.x:i\0TargetName=iqn.2026-11.x:t\0"
+                                  "SessionType=Normal\0MaxBurstLength=8192";
+    static const char op_other[] = "InitiatorName=iqn.2026-11.x:other";
+    static const char twice[] = "InitiatorName=iqn.2026-11.x:i\0InitiatorName=iqn.2026-11.x:i";
+    iscsi_text_init(&in);
+    iscsi_text_init(&out);
+    iscsi_neg_init(&n, ISCSI_SIDE_TARGET, NULL);
+    assert_int_equal(iscsi_neg_handle(&n, ISCSI_STAGE_SECURITY, sec, sizeof(sec), &out), 0);
+    assert_int_equal(iscsi_neg_handle(&n, ISCSI_STAGE_OPERATIONAL, op_same, sizeof(op_same), &out),
+                     0);
+    assert_int_not_equal(
+        iscsi_neg_handle(&n, ISCSI_STAGE_OPERATIONAL, op_other, sizeof(op_other), &out), 0);
+    iscsi_neg_init(&n, ISCSI_SIDE_TARGET, NULL);
+    assert_int_not_equal(iscsi_neg_handle(&n, ISCSI_STAGE_SECURITY, twice, sizeof(twice), &out), 0);
+    iscsi_text_free(&in);
+    iscsi_text_free(&out);
+}
+
 static void test_backoff(void **state)
 {
     (void)state;
@@ -533,6 +561,7 @@ int main(void)
         cmocka_unit_test(test_failures),
         cmocka_unit_test(test_out_of_order),
         cmocka_unit_test(test_backoff),
+        cmocka_unit_test(test_repeated_declaration),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
