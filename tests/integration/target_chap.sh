@@ -188,6 +188,16 @@ for s in "${SECRETS[@]}" wrong-secret-000; do
     grep -qF -- "$s" "$WORK/cmd.out" && { show_cmd_out; fail "bench printed a secret"; }
 done
 
+if command -v iscsi-test-cu >/dev/null 2>&1; then
+    # libiscsi's suite has no CHAP tests of its own; its iSCSI tests (CmdSN, DataSN,
+    # residuals, TMF, NOP) log in again and again, here every time through mutual CHAP
+    note "iscsi-test-cu through mutual CHAP: iSCSI, Inquiry, Read10, Write10, Reserve6"
+    ok "iscsi-test-cu" iscsi-test-cu -t iSCSI,SCSI.Inquiry,SCSI.Read10,SCSI.Write10,SCSI.Reserve6 \
+        "iscsi://bob%$S_BOB@$h/$B/0?$mutual"
+    grep -Eq "tests +[0-9]+ +[0-9]+ +[0-9]+ +0 " "$WORK/cmd.out" || { show_cmd_out; fail "iscsi-test-cu: failures"; }
+    grep -E "^ +tests " "$WORK/cmd.out"
+fi
+
 stop_target
 [ "$STOP_RC" -eq 0 ] || fail "SIGTERM'd daemon exited $STOP_RC, not 0"
 note "the log: refusals at warn with address, initiator and target; no secret"
