@@ -6,6 +6,7 @@
 #include "target/target.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "util/secrets.h"
@@ -93,11 +94,17 @@ static int want_name(struct secret_want *want, unsigned *n, const char *name, ui
 int target_chap_load(struct target_config *cfg, char *err, size_t errlen)
 {
     unsigned nref = cfg->ntargets + 1, nwant = 0;
-    struct creds_ref refs[nref];
-    /* two names per set at most; secrets read into one buffer each */
-    struct secret_want want[2 * nref];
-    uint8_t bufs[2 * nref][SECRETS_MAX_LEN];
+    /* two names per set at most; secrets read into one buffer each (on the heap: a config
+     * may have many targets) */
+    struct creds_ref *refs = calloc(nref, sizeof(*refs));
+    struct secret_want *want = calloc(2 * nref, sizeof(*want));
+    uint8_t(*bufs)[SECRETS_MAX_LEN] = calloc(2 * nref, sizeof(*bufs));
     unsigned used = 0;
+    int rc = -1;
+    if (!refs || !want || !bufs) {
+        snprintf(err, errlen, "out of memory");
+        goto out;
+    }
     for (unsigned i = 0; i < nref; i++) {
         struct chap_creds *c = i < cfg->ntargets ? &cfg->targets[i].chap : &cfg->discovery_chap;
         refs[i] = (struct creds_ref){.c = c, .user_idx = -1, .mutual_idx = -1};
@@ -110,14 +117,14 @@ int target_chap_load(struct target_config *cfg, char *err, size_t errlen)
                      "needs one-way CHAP first)",
                      i < cfg->ntargets ? cfg->targets[i].origin : "discovery-chap-mutual-user",
                      refs[i].what);
-            return -1;
+            goto out;
         }
         if (!c->user[0])
             continue;
         if (!cfg->chap_secrets[0]) {
             snprintf(err, errlen, "%s: CHAP user %s is configured but no chap-secrets file",
                      i < cfg->ntargets ? cfg->targets[i].origin : "discovery-chap-user", c->user);
-            return -1;
+            goto out;
         }
         refs[i].user_idx = want_name(want, &nwant, c->user, bufs[used]);
         used = nwant;
@@ -126,9 +133,7 @@ int target_chap_load(struct target_config *cfg, char *err, size_t errlen)
             used = nwant;
         }
     }
-    if (nwant == 0)
-        return 0;
-    int rc = secrets_load(cfg->chap_secrets, want, nwant, err, errlen);
+    rc = nwant ? secrets_load(cfg->chap_secrets, want, nwant, err, errlen) : 0;
     for (unsigned i = 0; rc == 0 && i < nref; i++) {
         struct chap_creds *c = refs[i].c;
         if (refs[i].user_idx < 0)
@@ -154,6 +159,11 @@ int target_chap_load(struct target_config *cfg, char *err, size_t errlen)
         LOG_INFO("%s%s: CHAP user %s%s%s", i < cfg->ntargets ? "target " : "", refs[i].what,
                  c->user, c->mutual_user[0] ? ", mutual as " : "", c->mutual_user);
     }
-    chap_wipe(bufs, sizeof(bufs));
+out:
+    if (bufs)
+        chap_wipe(bufs, 2 * nref * sizeof(*bufs));
+    free(bufs);
+    free(want);
+    free(refs);
     return rc;
 }
