@@ -2,7 +2,9 @@
  * independently with Python's hashlib, the binary encodings of §6.1 (hex, base64, bounds),
  * CHAP_A choice, and the target's exchange (iscsi/auth.c) through the negotiation engine:
  * one-way, mutual, wrong user, wrong secret, malformed keys, reflection and replay of the
- * initiator's challenge, keys out of order, and the failure back-off. No sockets. */
+ * initiator's challenge, keys out of order, and the failure back-off; and the initiator
+ * library's login state machine (src/initiator/login.c) against that target engine in memory:
+ * one-way, mutual, algorithm choice, and each side refusing the other. No sockets. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -12,6 +14,7 @@
 #include <string.h>
 #include <cmocka.h>
 
+#include "initiator/ini.h"
 #include "iscsi/auth.h"
 #include "iscsi/chap.h"
 #include "iscsi/keys.h"
@@ -522,6 +525,179 @@ static void test_repeated_declaration(void **state)
     iscsi_text_free(&out);
 }
 
+/* ---- the initiator library against the target engine ---- */
+
+static void creds(struct chap_creds *c, const char *user, const char *secret, const char *muser,
+                  const char *msecret, unsigned algs)
+{
+    memset(c, 0, sizeof(*c));
+    snprintf(c->user, sizeof(c->user), "%s", user);
+    c->secret_len = strlen(secret);
+    memcpy(c->secret, secret, c->secret_len);
+    if (muser) {
+        snprintf(c->mutual_user, sizeof(c->mutual_user), "%s", muser);
+        c->mutual_secret_len = strlen(msecret);
+        memcpy(c->mutual_secret, msecret, c->mutual_secret_len);
+    }
+    c->algs = algs;
+}
+
+/* A login between ini_login and a minimal target built on the negotiation engine and
+ * iscsi_auth (login.c's stage rules). Returns 0 when the initiator reached full feature
+ * phase, else the failing status; *who says which side refused ('I' or 'T'), *alg the CHAP
+ * algorithm used. */
+static int pair_login(const struct chap_creds *ic, const struct chap_creds *tc, char *who, int *alg)
+{
+    struct iscsi_params local;
+    iscsi_params_default(&local);
+    struct ini_login l;
+    static const uint8_t isid[6] = {0x80, 0, 0, 0, 0, 1};
+    ini_login_init(&l, &local, true, false, "iqn.2026-11.x:i", "iqn.2026-11.x:t", isid, 0, 0, 1, 1);
+    l.chap = ic;
+    struct iscsi_neg tn;
+    iscsi_neg_init(&tn, ISCSI_SIDE_TARGET, NULL);
+    struct iscsi_auth *a = tc ? iscsi_auth_new(tc) : NULL;
+    struct auth_guard *g = auth_guard_new();
+    if (a) {
+        tn.auth_required = true;
+        tn.auth_key = iscsi_auth_key;
+        tn.auth_ctx = a;
+    }
+    struct iscsi_text out;
+    iscsi_text_init(&out);
+    struct iscsi_bhs req, rsp;
+    int result = -1;
+    *who = '?';
+    assert_int_equal(ini_login_start(&l, &req), 0);
+    for (int round = 0; round < 12 && result < 0; round++) {
+        uint8_t f = req.b[1];
+        enum iscsi_stage csg = (enum iscsi_stage)ISCSI_LOGIN_CSG(f);
+        bool transit = f & ISCSI_LOGIN_TRANSIT;
+        iscsi_text_reset(&out);
+        uint16_t st = (uint16_t)iscsi_neg_handle(&tn, csg, l.tx.data, l.tx.len, &out);
+        if (!st && csg == ISCSI_STAGE_SECURITY && a) {
+            bool may;
+            st = (uint16_t)iscsi_auth_step(a, &tn, g, &out, &may);
+            if (!st && transit && !may)
+                transit = false;
+        }
+        if (!st && csg != ISCSI_STAGE_SECURITY && a && a->state != AUTH_DONE)
+            st = ISCSI_LOGIN_AUTH_FAILED;
+        if (st && csg == ISCSI_STAGE_SECURITY && a)
+            st = ISCSI_LOGIN_AUTH_FAILED; /* login.c: every security refusal is 0201h */
+        uint8_t rf = (uint8_t)(csg << 2);
+        if (transit && !st)
+            rf |= (uint8_t)(ISCSI_LOGIN_TRANSIT | ISCSI_LOGIN_NSG(f));
+        bhs_init(&rsp, ISCSI_OP_LOGIN_RSP, st ? 0 : rf);
+        bhs_put32(&rsp, BHS_ITT, 1);
+        bhs_put32(&rsp, BHS_STATSN, (uint32_t)round);
+        if (transit && ISCSI_LOGIN_NSG(f) == ISCSI_STAGE_FULL_FEATURE)
+            put_be16(rsp.b + BHS_TSIH, 5);
+        rsp.b[BHS_STATUS_CLASS] = (uint8_t)(st >> 8);
+        rsp.b[BHS_STATUS_DETAIL] = (uint8_t)st;
+        if (st)
+            *who = 'T';
+        enum ini_login_step step =
+            ini_login_rx(&l, &rsp, (const uint8_t *)out.data, st ? 0 : out.len, &req);
+        if (step == ILSTEP_DONE)
+            result = 0;
+        else if (step == ILSTEP_FAILED) {
+            result = l.status;
+            if (!st)
+                *who = 'I';
+        }
+    }
+    *alg = l.chap_alg;
+    ini_login_free(&l);
+    iscsi_text_free(&out);
+    iscsi_auth_free(a);
+    auth_guard_free(g);
+    return result;
+}
+
+static void test_initiator_pairs(void **state)
+{
+    (void)state;
+    struct chap_creds ic, tc;
+    char who;
+    int alg;
+    /* one-way, every algorithm: the strongest both allow */
+    creds(&ic, "alice", USER_SECRET, NULL, NULL, 0);
+    creds(&tc, "alice", USER_SECRET, NULL, NULL, 0);
+    assert_int_equal(pair_login(&ic, &tc, &who, &alg), 0);
+    assert_int_equal(alg, CHAP_ALG_SHA3_256);
+    tc.algs = CHAP_ALGS_MD5 | CHAP_ALGS_SHA256;
+    assert_int_equal(pair_login(&ic, &tc, &who, &alg), 0);
+    assert_int_equal(alg, CHAP_ALG_SHA256);
+    ic.algs = CHAP_ALGS_MD5;
+    assert_int_equal(pair_login(&ic, &tc, &who, &alg), 0);
+    assert_int_equal(alg, CHAP_ALG_MD5);
+    /* no common algorithm */
+    tc.algs = CHAP_ALGS_SHA256;
+    assert_int_equal(pair_login(&ic, &tc, &who, &alg), ISCSI_LOGIN_AUTH_FAILED);
+    assert_int_equal(who, 'T');
+    /* mutual */
+    creds(&ic, "alice", USER_SECRET, "tgt", TARGET_SECRET, 0);
+    creds(&tc, "alice", USER_SECRET, "tgt", TARGET_SECRET, 0);
+    assert_int_equal(pair_login(&ic, &tc, &who, &alg), 0);
+    /* wrong secret: the target refuses */
+    creds(&ic, "alice", "another-secret-99", NULL, NULL, 0);
+    creds(&tc, "alice", USER_SECRET, NULL, NULL, 0);
+    assert_int_equal(pair_login(&ic, &tc, &who, &alg), ISCSI_LOGIN_AUTH_FAILED);
+    assert_int_equal(who, 'T');
+    /* wrong user */
+    creds(&ic, "mallory", USER_SECRET, NULL, NULL, 0);
+    assert_int_equal(pair_login(&ic, &tc, &who, &alg), ISCSI_LOGIN_AUTH_FAILED);
+    assert_int_equal(who, 'T');
+    /* the target's mutual secret is wrong: the initiator refuses */
+    creds(&ic, "alice", USER_SECRET, "tgt", TARGET_SECRET, 0);
+    creds(&tc, "alice", USER_SECRET, "tgt", "an-impostor-secret", 0);
+    assert_int_equal(pair_login(&ic, &tc, &who, &alg), ISCSI_LOGIN_AUTH_FAILED);
+    assert_int_equal(who, 'I');
+    /* the target answers as another user */
+    creds(&tc, "alice", USER_SECRET, "other", TARGET_SECRET, 0);
+    assert_int_equal(pair_login(&ic, &tc, &who, &alg), ISCSI_LOGIN_AUTH_FAILED);
+    assert_int_equal(who, 'I');
+    /* mutual asked of a one-way target, and the reverse: the target refuses both */
+    creds(&tc, "alice", USER_SECRET, NULL, NULL, 0);
+    assert_int_equal(pair_login(&ic, &tc, &who, &alg), ISCSI_LOGIN_AUTH_FAILED);
+    assert_int_equal(who, 'T');
+    creds(&ic, "alice", USER_SECRET, NULL, NULL, 0);
+    creds(&tc, "alice", USER_SECRET, "tgt", TARGET_SECRET, 0);
+    assert_int_equal(pair_login(&ic, &tc, &who, &alg), ISCSI_LOGIN_AUTH_FAILED);
+    assert_int_equal(who, 'T');
+    /* one-way credentials and a target without CHAP: AuthMethod=None is accepted */
+    assert_int_equal(pair_login(&ic, NULL, &who, &alg), 0);
+    /* mutual credentials and a target without CHAP: the initiator insists (only "CHAP") */
+    creds(&ic, "alice", USER_SECRET, "tgt", TARGET_SECRET, 0);
+    assert_int_not_equal(pair_login(&ic, NULL, &who, &alg), 0);
+    /* no credentials and a CHAP target: refused */
+    assert_int_equal(pair_login(NULL, &tc, &who, &alg), ISCSI_LOGIN_AUTH_FAILED);
+}
+
+static void test_url(void **state)
+{
+    (void)state;
+    struct lr_url u;
+    assert_int_equal(lr_url_parse("iscsi://alice%s3cr%et-x@127.0.0.1:3299/iqn.2026-11.x:t/1", &u),
+                     0);
+    assert_string_equal(u.chap_user, "alice");
+    assert_string_equal(u.chap_secret, "s3cr%et-x");
+    assert_string_equal(u.host, "127.0.0.1");
+    assert_int_equal(u.port, 3299);
+    assert_string_equal(u.target, "iqn.2026-11.x:t");
+    assert_int_equal(lr_url_parse("iscsi://bob%pw@[::1]/iqn.x:y/0", &u), 0);
+    assert_string_equal(u.host, "::1");
+    assert_string_equal(u.chap_user, "bob");
+    assert_int_equal(lr_url_parse("iscsi://127.0.0.1/iqn.x:y/0", &u), 0);
+    assert_string_equal(u.chap_user, "");
+    assert_int_equal(lr_url_parse("iscsi://alice@h/iqn.x:y/0", &u), -1);  /* no secret */
+    assert_int_equal(lr_url_parse("iscsi://%pw@h/iqn.x:y/0", &u), -1);    /* no user */
+    assert_int_equal(lr_url_parse("iscsi://alice%@h/iqn.x:y/0", &u), -1); /* empty secret */
+    assert_int_equal(lr_url_parse("iscsi://alice%secret@h/iqn", &u), -1);
+    assert_string_equal(u.chap_secret, ""); /* a failed parse leaves no secret behind */
+}
+
 static void test_backoff(void **state)
 {
     (void)state;
@@ -560,6 +736,8 @@ int main(void)
         cmocka_unit_test(test_mutual),
         cmocka_unit_test(test_failures),
         cmocka_unit_test(test_out_of_order),
+        cmocka_unit_test(test_initiator_pairs),
+        cmocka_unit_test(test_url),
         cmocka_unit_test(test_backoff),
         cmocka_unit_test(test_repeated_declaration),
     };
