@@ -21,7 +21,7 @@
 static void usage(FILE *f)
 {
     fprintf(f,
-            "usage: linerate-bench [options] iscsi://HOST[:PORT]/IQN/LUN\n"
+            "usage: linerate-bench [options] iscsi://[USER%%SECRET@]HOST[:PORT]/IQN/LUN\n"
             "  --sizes LIST         block sizes (default 512,1k,2k,4k,8k,16k,64k,128k,256k)\n"
             "  --rw LIST            read,write,randread,randwrite,mixed (default read,write)\n"
             "  --digest LIST        off,on: HeaderDigest+DataDigest CRC32C (default off)\n"
