@@ -169,9 +169,10 @@ note "linerate-bench: one-way and mutual"
 bopt=(--sizes 4k --rw read,write --seconds 0.5 --format csv --verify)
 ok "bench one-way (URL)" "$BENCH" "${bopt[@]}" "iscsi://alice%$S_ALICE@$h/$A/0"
 grep -q "verify passed" "$WORK/cmd.out" || { show_cmd_out; fail "bench one-way: no verify"; }
-ok "bench mutual (--chap-secrets)" "$BENCH" "${bopt[@]}" --chap-secrets "$sec" --chap-user bob \
-    --chap-mutual-user tgt-bob "iscsi://$h/$B/0"
+ok "bench mutual (--chap-secrets), 2-connection MC/S" "$BENCH" "${bopt[@]}" --connections 2 \
+    --chap-secrets "$sec" --chap-user bob --chap-mutual-user tgt-bob "iscsi://$h/$B/0"
 grep -q "verify passed" "$WORK/cmd.out" || { show_cmd_out; fail "bench mutual: no verify"; }
+grep -q "^4096,read,off,2," "$WORK/cmd.out" || { show_cmd_out; fail "bench mutual: not 2 connections"; }
 ok "bench mutual (environment)" env LINERATE_CHAP_USER=bob LINERATE_CHAP_SECRET="$S_BOB" \
     LINERATE_CHAP_MUTUAL_USER=tgt-bob LINERATE_CHAP_MUTUAL_SECRET="$S_TGT" \
     "$BENCH" "${bopt[@]}" "iscsi://$h/$B/0"
