@@ -41,8 +41,9 @@ struct iscsi_auth {
     int r_len;
     const char *why;              /* for the log: what went wrong (never a secret) */
     char user[CHAP_NAME_MAX + 1]; /* who authenticated (for discovery filtering) */
-    /* a failure waiting for its delayed answer */
+    /* a failure waiting for its delayed answer, and its log line's reason */
     bool failing;
+    char detail[CHAP_NAME_MAX + 256];
     struct reactor_timer fail_timer;
 };
 

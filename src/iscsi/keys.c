@@ -741,6 +741,7 @@ enum iscsi_login_status iscsi_neg_handle(struct iscsi_neg *n, enum iscsi_stage s
     struct iscsi_text_iter it;
     const char *key, *value;
     int r;
+    n->received_before = n->received; /* what earlier texts declared (same_declaration) */
 
     /* SessionType decides which keys are Irrelevant, whatever its position in the text */
     if (n->side == ISCSI_SIDE_TARGET && n->session_type == ISCSI_SESSION_NONE) {
@@ -752,7 +753,6 @@ enum iscsi_login_status iscsi_neg_handle(struct iscsi_neg *n, enum iscsi_stage s
                 break;
             }
     }
-    n->received_before = n->received;
     iscsi_text_iter_init(&it, text, len);
     while ((r = iscsi_text_next(&it, &key, &value)) == 1) {
         enum iscsi_login_status st = handle_pair(n, stage, key, value, out);

@@ -95,9 +95,12 @@ static void login_fill_sn(struct iscsi_conn *c, struct iscsi_bhs *h)
     bhs_put32(h, BHS_MAXCMDSN, max);
 }
 
-/* Send the refusal and close once the answer is out (§11.13.5). */
-static void login_refuse(struct iscsi_conn *c, enum iscsi_login_status st)
+/* Refuse the login with a status and close once the answer is out (§11.13.5). */
+static void login_fail(struct iscsi_conn *c, enum iscsi_login_status st, const char *detail)
 {
+    LOG_WARN("%s: login refused (%s, status 0x%04x)%s%s%s%s", c->peer, login_status_text(st), st,
+             c->neg.initiator_name[0] ? " initiator " : "", c->neg.initiator_name,
+             detail ? ": " : "", detail ? detail : "");
     struct tx_pdu *p = login_rsp_alloc(c, 0);
     if (!p)
         return;
@@ -109,20 +112,11 @@ static void login_refuse(struct iscsi_conn *c, enum iscsi_login_status st)
     c->phase = CONN_LOGGED_OUT; /* close after flushing */
 }
 
-/* Refuse the login with a status (logged with the reason). */
-static void login_fail(struct iscsi_conn *c, enum iscsi_login_status st, const char *detail)
-{
-    LOG_WARN("%s: login refused (%s, status 0x%04x)%s%s%s%s", c->peer, login_status_text(st), st,
-             c->neg.initiator_name[0] ? " initiator " : "", c->neg.initiator_name,
-             detail ? ": " : "", detail ? detail : "");
-    login_refuse(c, st);
-}
-
 static void login_auth_fail_fire(void *arg)
 {
     struct iscsi_conn *c = arg;
     if (!c->dead)
-        login_refuse(c, ISCSI_LOGIN_AUTH_FAILED);
+        login_fail(c, ISCSI_LOGIN_AUTH_FAILED, c->auth->detail);
 }
 
 /* An authentication failure: always status 0201h, whatever the cause (unknown user, wrong
@@ -132,18 +126,19 @@ static void login_auth_fail_fire(void *arg)
  * ignores what it sends meanwhile. */
 static void login_fail_auth(struct iscsi_conn *c, const char *why)
 {
-    char addr[sizeof(c->peer)];
+    char addr[sizeof(c->peer)], local[sizeof(c->auth->detail)];
     peer_addr(c, addr, sizeof(addr));
     unsigned n = 0;
     uint32_t ms = c->srv->auth_guard ? auth_guard_failed(c->srv->auth_guard, addr, &n) : 0;
-    LOG_WARN("%s: login refused (authentication failed, status 0x0201): initiator %s, %s%s: "
-             "%s; failure %u in a row from %s, answered in %u ms",
-             c->peer, c->neg.initiator_name[0] ? c->neg.initiator_name : "(none)",
+    /* one warn line, when the answer goes: address, initiator (login_fail), target, reason */
+    char *detail = c->auth ? c->auth->detail : local;
+    snprintf(detail, sizeof(local),
+             "CHAP, %s%s: %s; failure %u in a row from %s, answered after %u ms",
              c->discovery ? "discovery session" : "target ",
              c->discovery ? "" : (c->node ? c->node->name : c->neg.target_name),
              why ? why : "authentication failed", n, addr, ms);
     if (!c->auth || !ms) {
-        login_refuse(c, ISCSI_LOGIN_AUTH_FAILED);
+        login_fail(c, ISCSI_LOGIN_AUTH_FAILED, detail);
         return;
     }
     c->auth->failing = true;

@@ -32,9 +32,9 @@ struct iscsi_node {
     unsigned nportals;
     char (*allow)[ISCSI_NAME_MAX + 1]; /* initiator names allowed; none listed = everyone */
     unsigned nallow;
+    struct chap_creds chap;     /* chap.user empty: no CHAP for this target */
     struct iscsi_params params; /* this node's limits/preferences for negotiation */
     uint16_t tpgt;
-    struct chap_creds chap; /* chap.user empty: no CHAP for this target */
 };
 
 struct iscsi_server {
@@ -49,15 +49,15 @@ struct iscsi_server {
     uint16_t next_tsih;
     atomic_bool shutting_down;
     atomic_int nconns;
+    /* CHAP for discovery sessions (user empty: none) and the guard against guessing. */
+    struct chap_creds discovery_chap;
+    struct auth_guard *auth_guard;
     /* Seconds of silence before the target pings an idle connection with NOP-In, and before it
      * drops a connection whose ping went unanswered. */
     unsigned nop_interval_s;
     unsigned nop_timeout_s;
     /* Seconds a connection may take to complete login before it is dropped. */
     unsigned login_timeout_s;
-    /* CHAP for discovery sessions (user empty: none) and the guard against guessing. */
-    struct chap_creds discovery_chap;
-    struct auth_guard *auth_guard;
 };
 
 int iscsi_server_init(struct iscsi_server *srv);
