@@ -111,6 +111,11 @@ int target_node_add_lun(struct target_node_conf *n, struct target_lun_conf *lun,
                         size_t errlen);
 int target_node_add_allow(struct target_node_conf *n, const char *iqn);
 
+/* --- cli.c --- */
+/* Parse argv into cfg. Returns -1 to go on and serve, or an exit code (0 after --help or
+ * --version, 2 after a bad argument, the message already printed). */
+int target_cli_parse(struct target_config *cfg, int argc, char **argv);
+
 /* --- chap_conf.c: CHAP keys of the config file and command line, and the secrets --- */
 /* A CHAP key (chap-secrets, discovery-chap-user, discovery-chap-mutual-user, chap-algorithms
  * globally; chap-user, chap-mutual-user, chap-algorithms in a target, node != NULL).
@@ -120,11 +125,6 @@ int target_chap_key(struct target_config *cfg, struct target_node_conf *node, co
 /* Once everything is parsed: read the secrets of every configured user from chap_secrets.
  * Returns 0, or -1 with "FILE...: reason" in err (never a secret). */
 int target_chap_load(struct target_config *cfg, char *err, size_t errlen);
-
-/* --- cli.c --- */
-/* Parse argv into cfg. Returns -1 to go on and serve, or an exit code (0 after --help or
- * --version, 2 after a bad argument, the message already printed). */
-int target_cli_parse(struct target_config *cfg, int argc, char **argv);
 
 /* --- build.c: config -> SCSI targets + iSCSI nodes --- */
 struct target_built {
