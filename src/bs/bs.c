@@ -44,23 +44,29 @@ static int bs_parse_size(const char *who, const char *s, uint64_t *out, char *er
     return 0;
 }
 
-/* "ram:SIZE" and "null:SIZE" take no options; anything after a comma is named as unknown. */
+/* "ram:SIZE[,prealloc]" and "null:SIZE"; any other option is named as unknown. */
 static struct bs *bs_open_mem(const char *type, char *rest, char *err, size_t errlen)
 {
-    char *opt = strchr(rest, ',');
-    if (opt) {
-        *opt++ = '\0';
-        char *end = strchr(opt, ',');
-        if (end)
-            *end = '\0';
-        bs_err(err, errlen, "%s: unknown option '%s'", type, opt);
-        return NULL;
+    bool ram = strcmp(type, "ram") == 0, prealloc = false;
+    char *opts = strchr(rest, ',');
+    if (opts)
+        *opts++ = '\0';
+    while (opts) {
+        char *opt = opts;
+        opts = strchr(opts, ',');
+        if (opts)
+            *opts++ = '\0';
+        if (ram && strcmp(opt, "prealloc") == 0) {
+            prealloc = true;
+        } else {
+            bs_err(err, errlen, "%s: unknown option '%s'", type, opt);
+            return NULL;
+        }
     }
     uint64_t size;
     if (bs_parse_size(type, rest, &size, err, errlen) < 0)
         return NULL;
-    return strcmp(type, "ram") == 0 ? bs_ram_open(size, err, errlen)
-                                    : bs_null_open(size, err, errlen);
+    return ram ? bs_ram_open(size, prealloc, err, errlen) : bs_null_open(size, err, errlen);
 }
 
 static struct bs *bs_open_file(char *rest, char *err, size_t errlen)

@@ -11,7 +11,8 @@
 /* Each returns a filled struct bs (ops, size, flags, priv, desc left to the caller) or NULL
  * with a one-line reason in err. */
 struct bs *bs_null_open(uint64_t size, char *err, size_t errlen);
-struct bs *bs_ram_open(uint64_t size, char *err, size_t errlen);
+/* prealloc: the memory is allocated (and touched) now and the LUN is fully provisioned. */
+struct bs *bs_ram_open(uint64_t size, bool prealloc, char *err, size_t errlen);
 /* size 0: use the file's or device's own size. */
 struct bs *bs_file_open(const char *path, uint64_t size, bool direct, bool read_only, char *err,
                         size_t errlen);

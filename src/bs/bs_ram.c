@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "bs/bs_priv.h"
+#include "util/log.h"
 
 /* Invariant: a page whose bit is clear reads as zeros in the mapping. Writers set the bits
  * before the data lands (and again after, see below); UNMAP clears the bits of whole pages
@@ -26,6 +27,7 @@ struct bs_ram {
     unsigned page_shift;
     uint64_t npages;
     _Atomic uint64_t *alloc; /* bit p set: page p may hold data (mapped) */
+    bool prealloc;           /* ",prealloc": every page allocated at open and kept */
 };
 
 /* The zero buffer that unmapped runs are sent from: real, written memory (so no kernel's
@@ -45,17 +47,21 @@ static void ram_zeros_init(void)
 
 /* ---- the allocation map ---------------------------------------------------------------- */
 
-/* Set or clear the bits of pages [first, end). */
+/* Set or clear the bits of pages [first, end). A word that already has the bits set is only
+ * read: rewrites of mapped data (the steady state) cost no locked instruction and leave the
+ * cache line shared between reactors. */
 static void ram_bits(struct bs_ram *ram, uint64_t first, uint64_t end, bool set)
 {
     while (first < end) {
         uint64_t w = first / 64, lo = first % 64;
         uint64_t n = end - first < 64 - lo ? end - first : 64 - lo;
-        uint64_t mask = (n == 64 ? ~0ull : ((1ull << n) - 1)) << lo;
-        if (set)
-            atomic_fetch_or_explicit(&ram->alloc[w], mask, memory_order_release);
-        else
+        uint64_t mask = (~0ull >> (64 - n)) << lo;
+        if (set) {
+            if ((atomic_load_explicit(&ram->alloc[w], memory_order_relaxed) & mask) != mask)
+                atomic_fetch_or_explicit(&ram->alloc[w], mask, memory_order_release);
+        } else {
             atomic_fetch_and_explicit(&ram->alloc[w], ~mask, memory_order_release);
+        }
         first += n;
     }
 }
@@ -123,10 +129,11 @@ static void iov_put(const struct iovec *iov, uint64_t at, const uint8_t *src, ui
 static void ram_read(struct bs_ram *ram, const struct bs_io *io)
 {
     uint64_t off = io->offset, end = io->offset + io->length;
+    uint64_t limit = ((end - 1) >> ram->page_shift) + 1; /* look no further than the range */
     while (off < end) {
         bool m;
         uint64_t p = off >> ram->page_shift;
-        uint64_t run_end = (p + ram_run(ram, p, ram->npages, &m)) << ram->page_shift;
+        uint64_t run_end = (p + ram_run(ram, p, limit, &m)) << ram->page_shift;
         if (run_end > end)
             run_end = end;
         iov_put(io->iov, off - io->offset, m ? ram->base + off : NULL, run_end - off);
@@ -153,6 +160,10 @@ static void ram_zero_part(struct bs_ram *ram, uint64_t a, uint64_t b)
 static void ram_unmap(struct bs_ram *ram, uint64_t offset, uint64_t len)
 {
     uint64_t end = offset + len;
+    if (ram->prealloc) { /* fully provisioned: the memory stays, zeroed */
+        memset(ram->base + offset, 0, len);
+        return;
+    }
     uint64_t first = (offset + ram->page - 1) >> ram->page_shift;
     uint64_t last = end >> ram->page_shift; /* whole pages are [first, last) */
     if (first >= last) {
@@ -215,10 +226,11 @@ static int bs_ram_read_iov(struct bs *bs, uint64_t offset, uint64_t len, struct 
         return 0;
     int n = 0;
     uint64_t off = offset, end = offset + len;
+    uint64_t limit = ((end - 1) >> ram->page_shift) + 1; /* look no further than the range */
     while (off < end) {
         bool m;
         uint64_t p = off >> ram->page_shift;
-        uint64_t run_end = (p + ram_run(ram, p, ram->npages, &m)) << ram->page_shift;
+        uint64_t run_end = (p + ram_run(ram, p, limit, &m)) << ram->page_shift;
         if (run_end > end)
             run_end = end;
         while (off < run_end) { /* a zero run longer than the zero buffer takes several */
@@ -271,7 +283,39 @@ static const struct bs_ops bs_ram_ops = {
     .lba_status = bs_ram_lba_status,
 };
 
-struct bs *bs_ram_open(uint64_t size, char *err, size_t errlen)
+/* ",prealloc": allocate the whole LUN now, so the benchmark (or the first guest boot) does not
+ * pay a page fault per page of first writes. A reserved huge page pool is used when it has room
+ * (MAP_HUGETLB, whole 2 MiB pages), otherwise ordinary memory asked to be backed by transparent
+ * huge pages where the system allows it (MADV_HUGEPAGE); MADV_POPULATE_WRITE (Linux 5.14)
+ * faults it all in, or a write per page where the kernel lacks it. */
+static int ram_prealloc(struct bs_ram *ram, uint64_t size, const char **how)
+{
+    *how = "huge page pool";
+    if (size % (2u << 20) == 0) {
+        ram->base = mmap(NULL, size, PROT_READ | PROT_WRITE,
+                         MAP_PRIVATE | MAP_ANONYMOUS | MAP_HUGETLB | MAP_POPULATE, -1, 0);
+        if (ram->base != MAP_FAILED)
+            return 0;
+    }
+    ram->base = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (ram->base == MAP_FAILED)
+        return -errno;
+    *how = madvise(ram->base, size, MADV_HUGEPAGE) == 0 ? "transparent huge pages if the system "
+                                                          "grants them"
+                                                        : "4 KiB pages";
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23
+#endif
+    if (madvise(ram->base, size, MADV_POPULATE_WRITE) == 0)
+        return 0;
+    if (errno != EINVAL) /* ENOMEM, EFAULT: there is not that much memory to have */
+        return -errno;
+    for (uint64_t off = 0; off < size; off += ram->page)
+        ((volatile uint8_t *)ram->base)[off] = 0;
+    return 0;
+}
+
+struct bs *bs_ram_open(uint64_t size, bool prealloc, char *err, size_t errlen)
 {
     struct bs *bs = calloc(1, sizeof(*bs));
     struct bs_ram *ram = calloc(1, sizeof(*ram));
@@ -295,18 +339,33 @@ struct bs *bs_ram_open(uint64_t size, char *err, size_t errlen)
                  (unsigned long long)size);
         goto fail;
     }
-    /* MAP_NORESERVE: a 1T LUN on a 64G host is fine as long as it is never filled. */
-    ram->base = mmap(NULL, size, PROT_READ | PROT_WRITE,
-                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    if (ram->base == MAP_FAILED) {
-        snprintf(err, errlen, "ram: cannot map %llu bytes: %s", (unsigned long long)size,
-                 strerror(errno));
-        goto fail;
+    if (prealloc) {
+        const char *how;
+        int e = ram_prealloc(ram, size, &how);
+        if (e) {
+            if (ram->base != MAP_FAILED)
+                munmap(ram->base, size);
+            snprintf(err, errlen, "ram: cannot preallocate %llu bytes: %s",
+                     (unsigned long long)size, strerror(-e));
+            goto fail;
+        }
+        LOG_INFO("bs ram: %llu bytes preallocated (%s)", (unsigned long long)size, how);
+        ram->prealloc = true;
+        ram_bits(ram, 0, ram->npages, true);
+    } else {
+        /* MAP_NORESERVE: a 1T LUN on a 64G host is fine as long as it is never filled. */
+        ram->base = mmap(NULL, size, PROT_READ | PROT_WRITE,
+                         MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        if (ram->base == MAP_FAILED) {
+            snprintf(err, errlen, "ram: cannot map %llu bytes: %s", (unsigned long long)size,
+                     strerror(errno));
+            goto fail;
+        }
     }
     bs->ops = &bs_ram_ops;
     bs->size = size;
     bs->write_cache = false;
-    bs->thin = true;
+    bs->thin = !prealloc; /* a preallocated LUN is fully provisioned: no UNMAP */
     bs->priv = ram;
     return bs;
 fail:

@@ -10,7 +10,13 @@
 #include "util/iov.h"
 #include "util/log.h"
 
-#define CONN_TASKS_MAX 1024u /* immediate commands bypass the CmdSN window; bound them too */
+/* Immediate commands bypass the CmdSN window (RFC 7143 §4.2.2.1), so they are bounded here:
+ * past this many tasks on the connection one is rejected with reason 0x06, "Immediate Command
+ * Reject - too many immediate commands" (§11.17.1). Non-immediate commands are bounded by the
+ * window the target grants (MaxCmdSN); one inside it is always taken (outside it, it is
+ * silently ignored, §4.2.2.1), and tasks whose answers wait to be sent are bounded by
+ * max-tx-backlog, past which the connection stops reading. */
+#define CONN_TASKS_MAX 1024u
 
 /* ---------------- task pool ---------------- */
 
@@ -341,8 +347,9 @@ void cmd_handle_scsi_header(struct iscsi_conn *c)
 {
     struct iscsi_bhs *req = &c->rx_bhs;
     c->rx_task = NULL;
-    if (!c->session || c->discovery || bhs_ahs_bytes(req) || c->ntasks >= CONN_TASKS_MAX ||
-        immediate_data_illegal(c)) {
+    c->rx_reject = 0;
+    if (!c->session || c->discovery || bhs_ahs_bytes(req) ||
+        (bhs_immediate(req) && c->ntasks >= CONN_TASKS_MAX) || immediate_data_illegal(c)) {
         c->rx_discard = true; /* answered once the PDU is complete */
         return;
     }
@@ -388,6 +395,21 @@ void cmd_handle_scsi_header(struct iscsi_conn *c)
 
     if (scsi_task_setup(st) < 0) {
         t->refused = true;
+    } else if (st->dir == SCSI_DIR_READ && st->edtl_write && !st->edtl_read) {
+        /* The W and R bits describe the data transfer, and they contradict the CDB: a command
+         * that reads, flagged as one that writes and not reads. RFC 7143 §11.17.1 (note 2): a
+         * target should use reason 0x09 "Invalid PDU field" for invalid values of PDU fields
+         * that describe a task or a data transfer. The command never becomes a task (§7.2:
+         * a Reject of the command PDU itself is its only answer); its CmdSN stays used. */
+        if (order == 0)
+            session_pending_remove(c->session, t);
+        else
+            session_cmd_done(c->session);
+        cmd_task_free(t);
+        c->rx_task = NULL;
+        c->rx_discard = true;
+        c->rx_reject = ISCSI_REJECT_INVALID_PDU_FIELD;
+        return;
     } else if (st->buf) {
         /* A store without memory mapping needs a buffer per command: bound what one connection
          * holds, answering TASK SET FULL beyond it (SAM-5 §5.3.1) so the initiator backs off. */
@@ -429,6 +451,26 @@ void cmd_handle_scsi_header(struct iscsi_conn *c)
         t->state = TASK_QUEUED;
 }
 
+/* Why a SCSI Command PDU the header phase did not turn into a task is rejected (0: it was
+ * silently ignored by the CmdSN rules). */
+static uint8_t scsi_cmd_reject_reason(struct iscsi_conn *c, const struct iscsi_bhs *req)
+{
+    if (!c->session || c->discovery)
+        return ISCSI_REJECT_PROTOCOL_ERROR;
+    if (bhs_ahs_bytes(req))
+        return ISCSI_REJECT_CMD_NOT_SUPPORTED;
+    if (immediate_data_illegal(c))
+        return ISCSI_REJECT_PROTOCOL_ERROR;
+    if (bhs_get32(req, BHS_ITT) == ISCSI_RSVD_TAG)
+        return ISCSI_REJECT_INVALID_PDU_FIELD;
+    if (bhs_immediate(req) && c->ntasks >= CONN_TASKS_MAX)
+        return ISCSI_REJECT_IMMEDIATE_CMD_REJECT;
+    struct iscsi_task *dup = conn_task_find(c, bhs_get32(req, BHS_ITT));
+    if (dup && dup->cmdsn != bhs_get32(req, BHS_CMDSN))
+        return ISCSI_REJECT_TASK_IN_PROGRESS;
+    return 0;
+}
+
 void cmd_handle_scsi_data_done(struct iscsi_conn *c)
 {
     struct iscsi_bhs *req = &c->rx_bhs;
@@ -438,22 +480,8 @@ void cmd_handle_scsi_data_done(struct iscsi_conn *c)
         /* Not turned into a task: say why, unless it was silently ignored by CmdSN rules. A
          * rejected non-immediate command still used its CmdSN on the initiator's side: the
          * window moves past it, or every later command would wait for it forever. */
-        uint8_t reason = 0;
-        if (!c->session || c->discovery)
-            reason = ISCSI_REJECT_PROTOCOL_ERROR;
-        else if (bhs_ahs_bytes(req))
-            reason = ISCSI_REJECT_CMD_NOT_SUPPORTED;
-        else if (immediate_data_illegal(c))
-            reason = ISCSI_REJECT_PROTOCOL_ERROR;
-        else if (bhs_get32(req, BHS_ITT) == ISCSI_RSVD_TAG)
-            reason = ISCSI_REJECT_INVALID_PDU_FIELD;
-        else if (c->ntasks >= CONN_TASKS_MAX)
-            reason = ISCSI_REJECT_IMMEDIATE_CMD_REJECT;
-        else {
-            struct iscsi_task *dup = conn_task_find(c, bhs_get32(req, BHS_ITT));
-            if (dup && dup->cmdsn != bhs_get32(req, BHS_CMDSN))
-                reason = ISCSI_REJECT_TASK_IN_PROGRESS;
-        }
+        uint8_t reason = c->rx_reject ? c->rx_reject : scsi_cmd_reject_reason(c, req);
+        c->rx_reject = 0;
         if (reason) {
             if (c->session && !bhs_immediate(req))
                 session_consume_cmdsn(c->session, bhs_get32(req, BHS_CMDSN));
@@ -479,9 +507,11 @@ void cmd_handle_scsi_data_done(struct iscsi_conn *c)
 static void data_out_sequence_failed(struct iscsi_conn *c, struct iscsi_task *t, const char *why,
                                      uint32_t ttt, uint32_t datasn, uint32_t off, uint32_t len)
 {
-    LOG_WARN("%s: ITT 0x%08x: %s (TTT 0x%08x DataSN %u offset %u length %u); the command ends "
-             "with CHECK CONDITION",
-             c->peer, t->itt, why, ttt, datasn, off, len);
+    CONN_LOG_LIMITED(
+        c, LOG_LVL_WARN,
+        "%s: ITT 0x%08x: %s (TTT 0x%08x DataSN %u offset %u length %u); the command ends "
+        "with CHECK CONDITION",
+        c->peer, t->itt, why, ttt, datasn, off, len);
     t->seq_failed = true;
     t->r2t_offset = t->data_expected; /* solicit nothing more */
 }

@@ -24,6 +24,7 @@
 #define LOGIN_DATA_MAX 8192u       /* RFC 7143 §13.12: login PDUs carry at most 8192 bytes */
 
 static void conn_flush(void *arg);
+static void conn_pending_done(struct iscsi_conn *c);
 static void conn_timer_fire(void *arg);
 static void conn_handle_header(struct iscsi_conn *c);
 static void conn_handle_pdu(struct iscsi_conn *c);
@@ -63,18 +64,52 @@ void conn_put(struct iscsi_conn *c)
 void iscsi_conn_accept(struct iscsi_server *srv, struct reactor *r, int fd,
                        const struct iscsi_portal_addr *portal)
 {
-    /* The receive buffer is allocated when the first bytes arrive and the data buffer starts
-     * at the login size, grown on first use in full feature phase: hundreds of idle or
-     * half-open connections cost a few KiB each, not 512 KiB. */
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof(ss);
+    char host[48] = "?", peer[64];
+    unsigned port = 0;
+    uint8_t addr[16];
+    uint8_t addr_len = 0;
+    memset(&ss, 0, sizeof(ss));
+    if (getpeername(fd, (struct sockaddr *)&ss, &sl) == 0) {
+        if (ss.ss_family == AF_INET) {
+            struct sockaddr_in *sin = (struct sockaddr_in *)&ss;
+            inet_ntop(AF_INET, &sin->sin_addr, host, sizeof(host));
+            port = ntohs(sin->sin_port);
+            memcpy(addr, &sin->sin_addr, 4);
+            addr_len = 4;
+        } else if (ss.ss_family == AF_INET6) {
+            struct sockaddr_in6 *sin6 = (struct sockaddr_in6 *)&ss;
+            inet_ntop(AF_INET6, &sin6->sin6_addr, host, sizeof(host));
+            port = ntohs(sin6->sin6_port);
+            memcpy(addr, &sin6->sin6_addr, 16);
+            addr_len = 16;
+        }
+    }
+    snprintf(peer, sizeof(peer), ss.ss_family == AF_INET6 ? "[%s]:%u" : "%s:%u", host, port);
+    /* The pending-login limits are checked before anything is allocated for the connection:
+     * past them it is closed at once, costing a descriptor for a moment and nothing else. */
+    if (!iscsi_server_pending_add(srv, addr, addr_len, peer)) {
+        close(fd);
+        return;
+    }
+    /* The receive buffer is allocated when the first bytes arrive, at the login size, and the
+     * data buffer starts at the login size too; both grow on first use in full feature phase:
+     * hundreds of idle or half-open connections cost a few KiB each, not 512 KiB. */
     struct iscsi_conn *c = calloc(1, sizeof(*c));
     uint8_t *databuf = malloc(LOGIN_DATA_MAX);
     if (!c || !databuf) {
         LOG_ERR("out of memory accepting a connection");
         free(c);
         free(databuf);
+        iscsi_server_pending_del(srv, addr, addr_len);
         close(fd);
         return;
     }
+    memcpy(c->peer_addr, addr, addr_len);
+    c->peer_addr_len = addr_len;
+    c->pending_counted = true;
+    snprintf(c->peer, sizeof(c->peer), "%s", peer);
     c->srv = srv;
     c->reactor = r;
     c->fd = fd;
@@ -97,36 +132,30 @@ void iscsi_conn_accept(struct iscsi_server *srv, struct reactor *r, int fd,
     iscsi_text_init(&c->login_out);
     atomic_fetch_add(&srv->nconns, 1);
     reactor_load_add(r, 1);
-
-    struct sockaddr_storage ss;
-    socklen_t sl = sizeof(ss);
-    char host[48] = "?";
-    unsigned port = 0;
-    if (getpeername(fd, (struct sockaddr *)&ss, &sl) == 0) {
-        if (ss.ss_family == AF_INET) {
-            struct sockaddr_in *sin = (struct sockaddr_in *)&ss;
-            inet_ntop(AF_INET, &sin->sin_addr, host, sizeof(host));
-            port = ntohs(sin->sin_port);
-        } else if (ss.ss_family == AF_INET6) {
-            struct sockaddr_in6 *sin6 = (struct sockaddr_in6 *)&ss;
-            inet_ntop(AF_INET6, &sin6->sin6_addr, host, sizeof(host));
-            port = ntohs(sin6->sin6_port);
-        }
-    }
-    snprintf(c->peer, sizeof(c->peer), ss.ss_family == AF_INET6 ? "[%s]:%u" : "%s:%u", host, port);
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 
     c->last_rx_ms = reactor_now_ms();
+    c->accept_ms = c->last_rx_ms;
     if (reactor_fd_add(r, &c->rfd, fd, EPOLLIN | EPOLLRDHUP, NULL, c) < 0) {
         LOG_ERR("%s: cannot watch socket", c->peer);
         close(fd);
+        conn_pending_done(c);
         conn_put(c);
         return;
     }
     c->rfd.fn = conn_on_event;
     reactor_timer_start(r, &c->timer, 1000, conn_timer_fire, c);
     LOG_DEBUG("%s: connected on portal %s", c->peer, portal ? portal->text : "?");
+}
+
+/* The connection is no longer one waiting to log in (logged in, or closing). */
+static void conn_pending_done(struct iscsi_conn *c)
+{
+    if (!c->pending_counted)
+        return;
+    c->pending_counted = false;
+    iscsi_server_pending_del(c->srv, c->peer_addr, c->peer_addr_len);
 }
 
 void conn_close(struct iscsi_conn *c, const char *why)
@@ -137,9 +166,14 @@ void conn_close(struct iscsi_conn *c, const char *why)
     c->logged_out = c->phase == CONN_LOGGED_OUT;
     c->phase = CONN_CLOSING;
     if (why)
-        LOG_INFO("%s: closing connection%s%s: %s", c->peer,
-                 c->session && c->session->node ? " to " : "",
-                 c->session && c->session->node ? c->session->node->name : "", why);
+        CONN_LOG_LOGIN(c, LOG_LVL_INFO, "%s: closing connection%s%s: %s", c->peer,
+                       c->session && c->session->node ? " to " : "",
+                       c->session && c->session->node ? c->session->node->name : "", why);
+    conn_pending_done(c);
+    unsigned sup = log_limit_take_suppressed(&c->log_rl);
+    if (sup)
+        LOG_INFO("%s: %u more lines not logged", c->peer, sup);
+    reactor_undefer(&c->rx_resume_hook);
     reactor_timer_stop(c->reactor, &c->timer);
     reactor_fd_del(c->reactor, &c->rfd);
     shutdown(c->fd, SHUT_RDWR);
@@ -249,6 +283,14 @@ void conn_send_response(struct iscsi_conn *c, enum iscsi_opcode op, const struct
     conn_send(c, p);
 }
 
+/* What a queued PDU counts against max-tx-backlog: the bytes it owns (a copy: text, sense,
+ * NOP-In echo, Reject) and its bookkeeping. Data-In sent from where the data lives (LUN memory,
+ * a task buffer already bounded per connection) is not copied and costs only the bookkeeping. */
+static uint64_t tx_charge(const struct tx_pdu *p)
+{
+    return ISCSI_TX_PDU_CHARGE + (p->owned ? p->dlen : 0);
+}
+
 void conn_send(struct iscsi_conn *c, struct tx_pdu *p)
 {
     if (c->dead) {
@@ -283,6 +325,7 @@ void conn_send(struct iscsi_conn *c, struct tx_pdu *p)
         p->trailer_len += 4;
     }
     list_add_tail(&c->txq, &p->node);
+    c->tx_backlog += tx_charge(p);
     reactor_defer(c->reactor, &c->flush_hook, conn_flush, c);
 }
 
@@ -304,12 +347,64 @@ void conn_send_copy(struct iscsi_conn *c, struct tx_pdu *p, const void *data, ui
     conn_send(c, p);
 }
 
+static void conn_update_events(struct iscsi_conn *c)
+{
+    if (c->dead)
+        return;
+    reactor_fd_mod(c->reactor, &c->rfd,
+                   (c->rx_paused ? 0 : EPOLLIN | EPOLLRDHUP) | (c->want_write ? EPOLLOUT : 0));
+}
+
 static void conn_set_want_write(struct iscsi_conn *c, bool on)
 {
     if (c->want_write == on || c->dead)
         return;
     c->want_write = on;
-    reactor_fd_mod(c->reactor, &c->rfd, EPOLLIN | EPOLLRDHUP | (on ? EPOLLOUT : 0));
+    conn_update_events(c);
+}
+
+/* ---------------- receive back-pressure ---------------- */
+
+/* A peer that sends requests and does not read the answers (a NOP-Out flood, rejected PDUs,
+ * commands) would make the reply queue grow without bound: past max-tx-backlog the target
+ * stops reading from it, so its requests wait in the socket and TCP flow control pushes back
+ * on the sender. A stuck peer then also stops answering NOP-In and is dropped at nop-timeout. */
+static bool conn_tx_over(const struct iscsi_conn *c)
+{
+    uint64_t max = c->srv->limits.max_tx_backlog;
+    return max && c->tx_backlog > max;
+}
+
+static void conn_rx_pause(struct iscsi_conn *c)
+{
+    if (c->rx_paused)
+        return;
+    c->rx_paused = true;
+    LOG_DEBUG("%s: %llu bytes of replies unsent: not reading until they drain", c->peer,
+              (unsigned long long)c->tx_backlog);
+    conn_update_events(c);
+}
+
+static void rx_parse(struct iscsi_conn *c);
+
+/* Bytes already received when the connection paused are parsed before anything new is read. */
+static void conn_rx_resume(void *arg)
+{
+    struct iscsi_conn *c = arg;
+    if (c->dead || c->rx_paused || !c->rxbuf)
+        return;
+    conn_get(c);
+    rx_parse(c);
+    conn_put(c);
+}
+
+static void conn_rx_maybe_resume(struct iscsi_conn *c)
+{
+    if (!c->rx_paused || c->tx_backlog > c->srv->limits.max_tx_backlog / 2)
+        return;
+    c->rx_paused = false;
+    conn_update_events(c);
+    reactor_defer(c->reactor, &c->rx_resume_hook, conn_rx_resume, c);
 }
 
 /* Write as much of the queue as the socket takes, in as few writev calls as possible. */
@@ -363,11 +458,13 @@ static void conn_flush(void *arg)
                 break;
             done -= len;
             list_del(&p->node);
+            c->tx_backlog -= tx_charge(p);
             if (p->sent)
                 p->sent(p, true);
             tx_release(c, p);
         }
         c->tx_off = (uint32_t)done;
+        conn_rx_maybe_resume(c);
     }
     if (c->dead)
         return;
@@ -404,7 +501,9 @@ void conn_send_reject(struct iscsi_conn *c, const struct iscsi_bhs *bad, uint8_t
     h->b[BHS_REJECT_REASON] = reason;
     bhs_put32(h, BHS_ITT, ISCSI_RSVD_TAG);
     conn_fill_sn(c, h, true);
-    LOG_INFO("%s: reject %s (reason 0x%02x)", c->peer, iscsi_opcode_name(bhs_opcode(bad)), reason);
+    /* One line per rejected PDU would let a peer write the log at wire speed. */
+    CONN_LOG_LIMITED(c, LOG_LVL_INFO, "%s: reject %s (reason 0x%02x)", c->peer,
+                     iscsi_opcode_name(bhs_opcode(bad)), reason);
     conn_send_copy(c, p, bad->b, ISCSI_BHS_LEN);
 }
 
@@ -538,6 +637,10 @@ static bool rx_take_digest(struct iscsi_conn *c, const uint8_t *p, uint32_t avai
 static void rx_parse(struct iscsi_conn *c)
 {
     while (!c->dead && c->rx_head < c->rx_tail) {
+        if (conn_tx_over(c)) {
+            conn_rx_pause(c); /* the rest stays in rxbuf until the replies drain */
+            return;
+        }
         uint8_t *p = c->rxbuf + c->rx_head;
         uint32_t avail = c->rx_tail - c->rx_head;
         uint32_t n;
@@ -634,7 +737,7 @@ static ssize_t rx_read_direct(struct iscsi_conn *c, size_t *asked)
     for (int i = 0; i < n; i++)
         direct += (uint32_t)iov[i].iov_len;
     iov[n].iov_base = c->rxbuf;
-    iov[n].iov_len = ISCSI_RXBUF_SIZE;
+    iov[n].iov_len = c->rxbuf_size;
     *asked = 0;
     for (int i = 0; i <= n; i++)
         *asked += iov[i].iov_len;
@@ -668,11 +771,22 @@ static ssize_t rx_read_direct(struct iscsi_conn *c, size_t *asked)
 static void conn_rx(struct iscsi_conn *c)
 {
     uint32_t budget = RX_BUDGET_BYTES;
-    if (!c->rxbuf && !(c->rxbuf = malloc(ISCSI_RXBUF_SIZE))) {
-        conn_close(c, "out of memory");
-        return;
+    uint32_t want = c->phase == CONN_LOGIN ? ISCSI_RXBUF_LOGIN_SIZE : ISCSI_RXBUF_SIZE;
+    if (c->rxbuf_size < want) {
+        /* realloc keeps bytes not parsed yet (offsets are relative) */
+        uint8_t *b = realloc(c->rxbuf, want);
+        if (!b) {
+            conn_close(c, "out of memory");
+            return;
+        }
+        c->rxbuf = b;
+        c->rxbuf_size = want;
     }
     while (!c->dead && budget) {
+        if (c->rx_paused || conn_tx_over(c)) {
+            conn_rx_pause(c);
+            return;
+        }
         ssize_t r;
         size_t asked;
         if (c->rx_state == RX_DATA && !c->rx_discard && c->rx_head == c->rx_tail &&
@@ -680,9 +794,9 @@ static void conn_rx(struct iscsi_conn *c)
             c->rx_dlen > c->rx_got) {
             r = rx_read_direct(c, &asked);
         } else {
-            if (c->rx_tail == ISCSI_RXBUF_SIZE) /* cannot happen: parse drains fully */
+            if (c->rx_tail == c->rxbuf_size) /* cannot happen: parse drains unless paused */
                 c->rx_head = c->rx_tail = 0;
-            asked = ISCSI_RXBUF_SIZE - c->rx_tail;
+            asked = c->rxbuf_size - c->rx_tail;
             r = recv(c->fd, c->rxbuf + c->rx_tail, asked, MSG_DONTWAIT);
             if (r > 0)
                 c->rx_tail += (uint32_t)r;
@@ -701,6 +815,8 @@ static void conn_rx(struct iscsi_conn *c)
         }
         budget = (uint32_t)r >= budget ? 0 : budget - (uint32_t)r;
         rx_parse(c);
+        if (c->rx_paused)
+            return;
         /* A short read drained the socket: the next recv would only say EAGAIN. Epoll is
          * level-triggered, so anything arriving later wakes us again. */
         if ((size_t)r < asked)
@@ -714,7 +830,9 @@ void conn_on_event(void *arg, uint32_t events)
     if (c->dead)
         return;
     conn_get(c);
-    if (events & (EPOLLIN | EPOLLERR | EPOLLHUP | EPOLLRDHUP))
+    if (c->rx_paused && (events & (EPOLLERR | EPOLLHUP)))
+        conn_close(c, "peer went away"); /* not read while paused: nothing else would see it */
+    else if (events & (EPOLLIN | EPOLLERR | EPOLLHUP | EPOLLRDHUP))
         conn_rx(c);
     if (!c->dead && (events & EPOLLOUT))
         conn_flush(c);
@@ -805,6 +923,8 @@ static void logout_handle(struct iscsi_conn *c)
     if (response == 0 && s && s->nexus) {
         pthread_mutex_lock(&s->lock);
         bool ends_session = reason == ISCSI_LOGOUT_CLOSE_SESSION || (victim == c && s->nconns == 1);
+        if (ends_session)
+            s->logged_out = true;
         pthread_mutex_unlock(&s->lock);
         if (ends_session)
             scsi_nexus_logout(s->nexus);
@@ -828,6 +948,8 @@ static void conn_handle_pdu(struct iscsi_conn *c)
     enum iscsi_opcode op = bhs_opcode(&c->rx_bhs);
     if (c->phase == CONN_LOGIN) {
         login_handle(c);
+        if (c->phase != CONN_LOGIN)
+            conn_pending_done(c); /* logged in, or refused and closing */
         return;
     }
     if (c->phase != CONN_FFP)
@@ -897,7 +1019,9 @@ static void conn_timer_fire(void *arg)
     uint64_t now = reactor_now_ms();
     struct iscsi_server *srv = c->srv;
     if (c->phase == CONN_LOGIN) {
-        if (now - c->last_rx_ms > (uint64_t)srv->login_timeout_s * 1000) {
+        /* A deadline from accept, not an idle timer: a peer that keeps sending Login Requests
+         * (or one byte a second) must not hold a pending-login slot for ever. */
+        if (now - c->accept_ms >= (uint64_t)srv->login_timeout_s * 1000) {
             conn_close(c, "login timed out");
             return;
         }

@@ -22,6 +22,12 @@
 /* Our own limits (what we declare / accept at most). */
 #define ISCSI_TARGET_MRDSL_MAX (256u * 1024u)
 #define ISCSI_RXBUF_SIZE (256u * 1024u)
+/* Until login completes requests carry at most 8 KiB of data (RFC 7143 §13.12): a small
+ * receive buffer keeps each pending connection cheap; it grows at full feature phase. */
+#define ISCSI_RXBUF_LOGIN_SIZE (16u * 1024u)
+/* What one queued reply PDU counts against max-tx-backlog besides the bytes it owns: its
+ * tx_pdu and a share of the task it answers, which it keeps alive until sent. */
+#define ISCSI_TX_PDU_CHARGE 1024u
 #define ISCSI_TASK_HASH_SIZE 256u
 #define ISCSI_CMD_WINDOW                                                                           \
     128u /* commands a session may have in flight (MaxCmdSN - ExpCmdSN + 1)                        \
@@ -121,6 +127,10 @@ struct iscsi_conn {
     struct reactor_fd rfd;
     int fd;
     char peer[64];
+    uint8_t peer_addr[16]; /* source address (IPv4 in the first 4 bytes) for the limits */
+    uint8_t peer_addr_len; /* 4, 16, or 0 if unknown */
+    bool pending_counted;  /* counted in the server's pending logins until login ends */
+    uint64_t accept_ms;    /* the login deadline runs from here */
     const struct iscsi_portal_addr *portal;
     enum conn_phase phase;
     uint16_t cid;
@@ -165,7 +175,9 @@ struct iscsi_conn {
     bool rx_discard;            /* data goes to the bit bucket */
     struct iscsi_task *rx_task; /* task the data segment belongs to */
     uint32_t rx_data_off;       /* buffer offset of the data segment in the task */
+    uint8_t rx_reject;          /* Reject reason the header phase decided (0: none) */
     uint8_t *rxbuf;
+    uint32_t rxbuf_size;
     uint32_t rx_head, rx_tail;
     uint8_t *databuf;      /* data segments that are not task data (text, nop, ...) */
     uint32_t databuf_size; /* LOGIN_DATA_MAX until a larger segment needs more */
@@ -178,6 +190,12 @@ struct iscsi_conn {
     unsigned tx_free_count;
     struct reactor_deferred flush_hook;
     bool want_write;
+    /* Memory held by unsent replies (see ISCSI_TX_PDU_CHARGE); above the server's
+     * max_tx_backlog the connection stops reading requests until it drains to half. */
+    uint64_t tx_backlog;
+    bool rx_paused;
+    struct reactor_deferred rx_resume_hook;
+    struct log_limit log_rl; /* lines this peer can cause per PDU (rejects) */
 
     /* tasks */
     struct iscsi_task *task_hash[ISCSI_TASK_HASH_SIZE];
@@ -235,9 +253,38 @@ struct iscsi_session {
     bool closing;
     /* A connection of this session died: CmdSNs it carried may never arrive (ERL 0). */
     bool lost_conn;
+    bool logged_out; /* a Logout ends it: its end is no I_T nexus loss to report */
+    bool loss_done;  /* its end was seen (last connection gone, or reinstated): UA raised once */
     uint64_t stalled_since_ms; /* commands queued behind a gap since then (0: none) */
     uint32_t stalled_exp;      /* ExpCmdSN then: the gap holds only while it has not moved */
 };
+
+/* A line a peer can cause at will, one per PDU (a reject, a TMF, a broken Data-Out sequence):
+ * through the connection's limiter, on the connection's own thread. */
+#define CONN_LOG_LIMITED(c, level, ...)                                                            \
+    do {                                                                                           \
+        unsigned sup_;                                                                             \
+        if (log_limit_allow(&(c)->log_rl, reactor_now_ms(), &sup_)) {                              \
+            if (sup_)                                                                              \
+                log_msg(level, "%s: %u more lines not logged", (c)->peer, sup_);                   \
+            log_msg(level, __VA_ARGS__);                                                           \
+        }                                                                                          \
+    } while (0)
+
+/* A line about a connection still in login (its refusal, its close): connecting costs a peer
+ * nothing, so these go through one server-wide limiter; lines about logged-in connections do
+ * not. */
+#define CONN_LOG_LOGIN(c, level, ...)                                                              \
+    do {                                                                                           \
+        unsigned sup_;                                                                             \
+        if (!(c)->pending_counted) {                                                               \
+            log_msg(level, __VA_ARGS__);                                                           \
+        } else if (iscsi_server_log_allow((c)->srv, &sup_)) {                                      \
+            if (sup_)                                                                              \
+                log_msg(level, "%u more lines about connections not logged in not logged", sup_);  \
+            log_msg(level, __VA_ARGS__);                                                           \
+        }                                                                                          \
+    } while (0)
 
 /* conn.c */
 void conn_send(struct iscsi_conn *c, struct tx_pdu *p);
@@ -264,6 +311,14 @@ void conn_put(struct iscsi_conn *c);
 void conn_on_event(void *arg, uint32_t events);
 /* Close from any thread: hops to the connection's reactor. */
 void conn_close_async(struct iscsi_conn *c, const char *why);
+
+/* server.c: connections not yet logged in (max-pending-logins and its per-address share).
+ * add returns false, counting nothing, when a limit is reached. */
+bool iscsi_server_pending_add(struct iscsi_server *srv, const uint8_t *addr, uint8_t len,
+                              const char *peer);
+void iscsi_server_pending_del(struct iscsi_server *srv, const uint8_t *addr, uint8_t len);
+/* The server-wide limiter for lines about connections that never logged in. */
+bool iscsi_server_log_allow(struct iscsi_server *srv, unsigned *suppressed);
 
 /* login.c */
 void login_handle(struct iscsi_conn *c);

@@ -579,6 +579,14 @@ static enum iscsi_login_status handle_offer(struct iscsi_neg *n, enum key_id id,
             break;
         ours = clamp(ours, k->min, k->max);
         v = k->type == KT_MIN ? (v < ours ? v : ours) : (v > ours ? v : ours);
+        /* §13.14: FirstBurstLength MUST NOT exceed MaxBurstLength. The answer is what will be
+         * enforced, so it is clamped here (MaxBurstLength of the same text is settled first,
+         * see iscsi_neg_handle), not only in iscsi_neg_result. */
+        if (id == KEY_FIRST_BURST && v > n->result.max_burst)
+            v = n->result.max_burst;
+        if (id == KEY_MAX_BURST && (n->done & (1ull << KEY_FIRST_BURST)) &&
+            v < n->result.first_burst)
+            return fail(key, value, "below the FirstBurstLength already agreed (§13.14)");
         pset(&n->result, k, v);
         return iscsi_text_addf(out, key, "%u", v), ISCSI_LOGIN_OK;
     case KT_DECL_NUM:
@@ -753,15 +761,21 @@ enum iscsi_login_status iscsi_neg_handle(struct iscsi_neg *n, enum iscsi_stage s
                 break;
             }
     }
-    iscsi_text_iter_init(&it, text, len);
-    while ((r = iscsi_text_next(&it, &key, &value)) == 1) {
-        enum iscsi_login_status st = handle_pair(n, stage, key, value, out);
-        if (st != ISCSI_LOGIN_OK)
-            return st;
-    }
-    if (r < 0) {
-        LOG_WARN("negotiation: malformed key=value text");
-        return ISCSI_LOGIN_INITIATOR_ERROR;
+    /* Two passes: FirstBurstLength last, so that its answer is clamped to the MaxBurstLength
+     * agreed in the same text whatever their order (§13.14). */
+    for (int pass = 0; pass < 2; pass++) {
+        iscsi_text_iter_init(&it, text, len);
+        while ((r = iscsi_text_next(&it, &key, &value)) == 1) {
+            if ((strcmp(key, keys[KEY_FIRST_BURST].name) == 0) != (pass == 1))
+                continue;
+            enum iscsi_login_status st = handle_pair(n, stage, key, value, out);
+            if (st != ISCSI_LOGIN_OK)
+                return st;
+        }
+        if (r < 0) {
+            LOG_WARN("negotiation: malformed key=value text");
+            return ISCSI_LOGIN_INITIATOR_ERROR;
+        }
     }
     if (n->side == ISCSI_SIDE_TARGET && stage == ISCSI_STAGE_OPERATIONAL)
         declare_mrdsl(n, out);

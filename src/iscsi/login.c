@@ -98,9 +98,9 @@ static void login_fill_sn(struct iscsi_conn *c, struct iscsi_bhs *h)
 /* Refuse the login with a status and close once the answer is out (§11.13.5). */
 static void login_fail(struct iscsi_conn *c, enum iscsi_login_status st, const char *detail)
 {
-    LOG_WARN("%s: login refused (%s, status 0x%04x)%s%s%s%s", c->peer, login_status_text(st), st,
-             c->neg.initiator_name[0] ? " initiator " : "", c->neg.initiator_name,
-             detail ? ": " : "", detail ? detail : "");
+    CONN_LOG_LOGIN(c, LOG_LVL_WARN, "%s: login refused (%s, status 0x%04x)%s%s%s%s", c->peer,
+                   login_status_text(st), st, c->neg.initiator_name[0] ? " initiator " : "",
+                   c->neg.initiator_name, detail ? ": " : "", detail ? detail : "");
     struct tx_pdu *p = login_rsp_alloc(c, 0);
     if (!p)
         return;

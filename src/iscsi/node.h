@@ -13,6 +13,7 @@
 #include "iscsi/chap.h"
 #include "iscsi/keys.h"
 #include "scsi/scsi.h"
+#include "util/log.h"
 
 struct reactor;
 struct iscsi_session;
@@ -23,6 +24,26 @@ struct iscsi_portal_addr {
     char text[80];
     uint16_t tpgt;
 };
+
+/* What one peer may make the daemon hold (README "Limits"). Checked where the thing is created:
+ * at accept, at session creation, when a reply is queued; never per byte. 0 means no limit. */
+struct iscsi_limits {
+    /* Memory a connection's unsent replies may hold (copies, plus ISCSI_TX_PDU_CHARGE per PDU)
+     * before the target stops reading its requests; reading resumes below half of it. */
+    uint64_t max_tx_backlog;
+    unsigned max_pending_logins;          /* connections not yet logged in, in total */
+    unsigned max_pending_logins_per_addr; /* ... from one source address */
+    unsigned max_sessions;                /* sessions in total (discovery included) */
+    unsigned max_sessions_per_target;     /* normal sessions of one target */
+};
+
+#define ISCSI_DEFAULT_MAX_TX_BACKLOG (4ull << 20)
+#define ISCSI_DEFAULT_MAX_PENDING_LOGINS 1024u
+#define ISCSI_DEFAULT_MAX_PENDING_LOGINS_PER_ADDR 64u
+#define ISCSI_DEFAULT_MAX_SESSIONS 4096u
+#define ISCSI_DEFAULT_MAX_SESSIONS_PER_TARGET 1024u
+
+struct iscsi_pending_addr;
 
 struct iscsi_node {
     char name[ISCSI_NAME_MAX + 1];
@@ -35,6 +56,7 @@ struct iscsi_node {
     struct chap_creds chap;     /* chap.user empty: no CHAP for this target */
     struct iscsi_params params; /* this node's limits/preferences for negotiation */
     uint16_t tpgt;
+    unsigned nsessions; /* live normal sessions (the server's sessions_lock) */
 };
 
 struct iscsi_server {
@@ -58,12 +80,25 @@ struct iscsi_server {
     unsigned nop_timeout_s;
     /* Seconds a connection may take to complete login before it is dropped. */
     unsigned login_timeout_s;
+    struct iscsi_limits limits;
+    unsigned nsessions;           /* sessions in the table (sessions_lock) */
+    struct log_limit session_log; /* sessions refused at max-sessions (sessions_lock) */
+    /* Connections not yet logged in, in total and per source address (a small hash of
+     * counters, touched at accept and when login ends: never per PDU). */
+    pthread_mutex_t pending_lock;
+    unsigned npending;
+    struct iscsi_pending_addr **pending_hash;
+    struct log_limit refuse_log; /* refused connections (pending_lock) */
+    struct log_limit login_log;  /* connections that never logged in (pending_lock) */
 };
 
 int iscsi_server_init(struct iscsi_server *srv);
 void iscsi_server_destroy(struct iscsi_server *srv);
 struct iscsi_node *iscsi_server_find_node(struct iscsi_server *srv, const char *name);
 bool iscsi_node_allows(const struct iscsi_node *node, const char *initiator_name);
+
+/* The default limits (ISCSI_DEFAULT_*). */
+void iscsi_limits_default(struct iscsi_limits *l);
 
 /* Take over an accepted, non-blocking socket. Must be called on reactor r's thread. */
 void iscsi_conn_accept(struct iscsi_server *srv, struct reactor *r, int fd,

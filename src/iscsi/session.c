@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "iscsi/conn.h"
+#include "reactor/reactor.h"
 #include "util/log.h"
 
 static void session_free(struct iscsi_session *s)
@@ -38,9 +39,41 @@ struct iscsi_session *session_lookup(struct iscsi_server *srv, uint16_t tsih)
     return s;
 }
 
+/* max-sessions and max-sessions-per-target (README "Limits"): a login past them is refused
+ * with 0x0302 Out of resources (RFC 7143 §11.13.5). Called with sessions_lock held. */
+static bool session_limit_reached(struct iscsi_server *srv, const struct iscsi_session *s)
+{
+    const struct iscsi_limits *l = &srv->limits;
+    const char *which = NULL;
+    if (l->max_sessions && srv->nsessions >= l->max_sessions)
+        which = "max-sessions";
+    else if (s->node && l->max_sessions_per_target &&
+             s->node->nsessions >= l->max_sessions_per_target)
+        which = "max-sessions-per-target";
+    if (!which)
+        return false;
+    unsigned sup;
+    if (log_limit_allow(&srv->session_log, reactor_now_ms(), &sup)) {
+        if (sup)
+            LOG_WARN("%u more sessions refused (not logged)", sup);
+        LOG_WARN("session of %s refused: %s reached (%u sessions)", s->initiator_name, which,
+                 srv->nsessions);
+    }
+    return true;
+}
+
+static void session_table_count(struct iscsi_server *srv, struct iscsi_session *s, int delta)
+{
+    srv->nsessions += (unsigned)delta;
+    if (s->node)
+        s->node->nsessions += (unsigned)delta;
+}
+
 /* A free TSIH; 0 is reserved (§11.12.6). Called with sessions_lock held. */
 static int session_table_insert(struct iscsi_server *srv, struct iscsi_session *s)
 {
+    if (session_limit_reached(srv, s))
+        return -1;
     for (unsigned tries = 0; tries < 65535; tries++) {
         uint16_t tsih = srv->next_tsih++;
         if (tsih == 0)
@@ -61,6 +94,7 @@ static int session_table_insert(struct iscsi_server *srv, struct iscsi_session *
         if (!srv->sessions[tsih]) {
             srv->sessions[tsih] = s;
             s->tsih = tsih;
+            session_table_count(srv, s, 1);
             return 0;
         }
     }
@@ -119,23 +153,39 @@ void session_add_conn(struct iscsi_session *s, struct iscsi_conn *c)
     c->session = s;
 }
 
+/* With s->lock: whether the session's end, seen now, is an I_T nexus loss to report (SAM-5
+ * §6.3.4): it ends without a Logout (connection lost or timed out, closed by the target, or
+ * reinstated) and was not seen ending before. */
+static bool session_loss_due_locked(struct iscsi_session *s)
+{
+    bool due = s->nexus && !s->logged_out && !s->loss_done;
+    s->loss_done = true;
+    return due;
+}
+
 void session_remove_conn(struct iscsi_session *s, struct iscsi_conn *c)
 {
     pthread_mutex_lock(&s->lock);
     list_del(&c->session_node);
-    bool last = --s->nconns == 0;
-    if (last)
+    bool last = --s->nconns == 0, loss = false;
+    if (last) {
         s->closing = true;
-    else if (!c->logged_out)
+        loss = session_loss_due_locked(s);
+    } else if (!c->logged_out) {
         s->lost_conn = true; /* it died rather than logged out: see session_check_gap() */
+    }
     pthread_mutex_unlock(&s->lock);
     c->session = NULL;
+    if (loss)
+        scsi_nexus_loss_ua(s->nexus);
     if (last) {
         struct iscsi_server *srv = s->srv;
         pthread_mutex_lock(&srv->sessions_lock);
         bool in_table = s->tsih < srv->sessions_cap && srv->sessions[s->tsih] == s;
-        if (in_table)
+        if (in_table) {
             srv->sessions[s->tsih] = NULL;
+            session_table_count(srv, s, -1);
+        }
         pthread_mutex_unlock(&srv->sessions_lock);
         LOG_INFO("session TSIH %u of %s ended", s->tsih, s->initiator_name);
         if (in_table)
@@ -205,7 +255,9 @@ void session_close_conns_where(struct iscsi_server *srv,
 }
 
 /* §6.3.5: a leading login with the ISID of a live session of the same initiator and target
- * ends that session (its tasks are aborted); the I_T nexus and its reservations survive. */
+ * ends that session (its tasks are aborted); the I_T nexus and its reservations survive, and
+ * the nexus gets its I_T NEXUS LOSS OCCURRED UA now, before the new session's first command
+ * (SAM-5 §6.3.4), not whenever the old connections finish closing. */
 void session_reinstate(struct iscsi_server *srv, const char *initiator, const uint8_t isid[6],
                        struct iscsi_node *node, struct iscsi_conn *except)
 {
@@ -217,8 +269,11 @@ void session_reinstate(struct iscsi_server *srv, const char *initiator, const ui
             continue;
         LOG_INFO("session TSIH %u of %s reinstated by a new login", s->tsih, initiator);
         srv->sessions[i] = NULL; /* the new session must not find it */
+        session_table_count(srv, s, -1);
         pthread_mutex_lock(&s->lock);
         s->closing = true;
+        if (session_loss_due_locked(s))
+            scsi_nexus_loss_ua(s->nexus); /* takes the target lock, which nests in these */
         for (struct list_node *n = s->conns.next; n != &s->conns; n = n->next) {
             struct iscsi_conn *c = list_entry(n, struct iscsi_conn, session_node);
             if (c != except)
@@ -354,9 +409,11 @@ int session_cmdsn_check(struct iscsi_session *s, struct iscsi_task *t)
         /* Already received: most likely the very command an ABORT TASK took before it came
          * (RFC 7143 §11.5.1 b), which must not run nor be answered; else a duplicate. */
         pthread_mutex_unlock(&s->lock);
-        LOG_INFO("%s: CmdSN %u ITT 0x%08x: that CmdSN was already received (aborted before it "
-                 "came, or a duplicate): dropped",
-                 t->conn->peer, t->cmdsn, t->itt);
+        CONN_LOG_LIMITED(
+            t->conn, LOG_LVL_INFO,
+            "%s: CmdSN %u ITT 0x%08x: that CmdSN was already received (aborted before it "
+            "came, or a duplicate): dropped",
+            t->conn->peer, t->cmdsn, t->itt);
         return -1;
     }
     s->in_flight++;

@@ -115,9 +115,10 @@ static uint8_t abort_named_task(struct iscsi_task *t, uint64_t lun, uint16_t tmf
     if (t->scsi.lun != lun)
         return ISCSI_TMF_RSP_NO_TASK;
     if (tmf_cid == c->cid)
-        LOG_INFO("%s: ABORT TASK ITT 0x%08x", c->peer, t->itt);
+        CONN_LOG_LIMITED(c, LOG_LVL_INFO, "%s: ABORT TASK ITT 0x%08x", c->peer, t->itt);
     else
-        LOG_INFO("%s: ABORT TASK ITT 0x%08x (TMF on CID %u)", c->peer, t->itt, tmf_cid);
+        CONN_LOG_LIMITED(c, LOG_LVL_INFO, "%s: ABORT TASK ITT 0x%08x (TMF on CID %u)", c->peer,
+                         t->itt, tmf_cid);
     cmd_task_abort(t);
     return ISCSI_TMF_RSP_COMPLETE;
 }
@@ -274,12 +275,15 @@ void tmf_handle(struct iscsi_conn *c)
             tmf_respond(c, req, abort_named_task(t, lun, c->cid));
             return;
         }
-        /* §11.5.1: a task no connection has whose RefCmdSN is still inside the window (and
-         * before this TMF) is considered received and aborted: "function complete". A task
-         * that already completed is outside the window: "task does not exist". */
+        /* §11.5.1 b: a task no connection has whose RefCmdSN is inside the window and less
+         * than the CmdSN of the TMF itself is considered received and aborted: "function
+         * complete". Otherwise (c) "task does not exist" and nothing is taken: a task that
+         * already completed is below the window, and one whose RefCmdSN is not below the
+         * TMF's CmdSN was not issued before it. That holds for an immediate TMF too, whose
+         * CmdSN is the one the next command will carry: RefCmdSN = CmdSN names a command the
+         * initiator has not sent, and taking it would drop that command unanswered. */
         uint32_t ref = bhs_get32(req, BHS_REFCMDSN);
-        bool in_window =
-            sn_le(win_exp, ref) && sn_le(ref, win_max) && (immediate || sn_lt(ref, cmdsn));
+        bool in_window = sn_le(win_exp, ref) && sn_le(ref, win_max) && sn_lt(ref, cmdsn);
         /* Considered received: the command may still be on its way (on another connection,
          * or just behind this TMF). Its CmdSN is taken now, before the other connections
          * look, so it is dropped whenever it comes and the window moves past it. Had it come
@@ -299,9 +303,9 @@ void tmf_handle(struct iscsi_conn *c)
         }
         unsigned n = abort_conn_tasks(c, lun, cmdsn, true);
         abort_other_conns(c, fn == ISCSI_TMF_CLEAR_TASK_SET, lun, cmdsn, true);
-        LOG_INFO("%s: %s on LUN %llu: %u task(s) aborted", c->peer,
-                 fn == ISCSI_TMF_ABORT_TASK_SET ? "ABORT TASK SET" : "CLEAR TASK SET",
-                 (unsigned long long)lun, n);
+        CONN_LOG_LIMITED(c, LOG_LVL_INFO, "%s: %s on LUN %llu: %u task(s) aborted", c->peer,
+                         fn == ISCSI_TMF_ABORT_TASK_SET ? "ABORT TASK SET" : "CLEAR TASK SET",
+                         (unsigned long long)lun, n);
         if (fn == ISCSI_TMF_CLEAR_TASK_SET)
             scsi_lun_tasks_cleared(lu, s->nexus);
         tmf_respond(c, req, ISCSI_TMF_RSP_COMPLETE);
@@ -315,7 +319,8 @@ void tmf_handle(struct iscsi_conn *c)
         abort_conn_tasks(c, lun, 0, false);
         abort_other_conns(c, true, lun, 0, false);
         scsi_lun_reset(lu, s->nexus);
-        LOG_INFO("%s: LOGICAL UNIT RESET on LUN %llu", c->peer, (unsigned long long)lun);
+        CONN_LOG_LIMITED(c, LOG_LVL_INFO, "%s: LOGICAL UNIT RESET on LUN %llu", c->peer,
+                         (unsigned long long)lun);
         tmf_respond(c, req, ISCSI_TMF_RSP_COMPLETE);
         return;
     case ISCSI_TMF_TARGET_WARM_RESET:
@@ -323,8 +328,8 @@ void tmf_handle(struct iscsi_conn *c)
         abort_conn_tasks(c, UINT64_MAX, 0, false);
         abort_other_conns(c, true, UINT64_MAX, 0, false);
         scsi_target_reset(tgt, s->nexus, fn == ISCSI_TMF_TARGET_COLD_RESET);
-        LOG_INFO("%s: TARGET %s RESET", c->peer,
-                 fn == ISCSI_TMF_TARGET_COLD_RESET ? "COLD" : "WARM");
+        CONN_LOG_LIMITED(c, LOG_LVL_INFO, "%s: TARGET %s RESET", c->peer,
+                         fn == ISCSI_TMF_TARGET_COLD_RESET ? "COLD" : "WARM");
         tmf_respond(c, req, ISCSI_TMF_RSP_COMPLETE);
         if (fn == ISCSI_TMF_TARGET_COLD_RESET) {
             /* §11.5.1: a cold reset closes every connection to every initiator; this one

@@ -55,7 +55,9 @@ scsi_sr sbc_parse_caw(struct scsi_task *t, const struct scsi_cmd *c, struct scsi
     r->fua = t->cdb[1] & 0x08;
     if (!n)
         return SR_OK;
-    if (edtl != (2 * n) << shift)
+    /* more data-out than the compare and write blocks: malformed (libiscsi
+     * CompareAndWrite.InvalidDataOutSize); less is setup's data-out shortfall rule */
+    if (edtl > (2 * n) << shift)
         return SR_INVALID_FIELD_IN_IU;
     r->xfer_len = (2 * n) << shift;
     r->dir = SCSI_DIR_WRITE;
@@ -76,8 +78,8 @@ scsi_sr sbc_parse_orwrite(struct scsi_task *t, const struct scsi_cmd *c, struct 
 }
 
 /* WRITE ATOMIC(16): TRANSFER LENGTH in bytes 12-13, at most MAXIMUM ATOMIC TRANSFER LENGTH; no
- * alignment or granularity rules (VPD 0xB0 says 0). All or none: a data-out cut short is
- * refused instead of storing the whole blocks that arrived. */
+ * alignment or granularity rules (VPD 0xB0 says 0). A data-out cut short is refused by setup
+ * (nothing written), as for every data-out command. */
 scsi_sr sbc_parse_write_atomic(struct scsi_task *t, const struct scsi_cmd *c, struct scsi_req *r)
 {
     scsi_sr sr = common_checks(t);
@@ -91,8 +93,6 @@ scsi_sr sbc_parse_write_atomic(struct scsi_task *t, const struct scsi_cmd *c, st
     r->xfer_len = r->nblocks << shift;
     r->dir = SCSI_DIR_WRITE;
     r->fua = t->cdb[1] & 0x08;
-    if (r->xfer_len && (!t->edtl_write || t->edtl < r->xfer_len))
-        return SR_INVALID_FIELD_IN_IU;
     return SR_OK;
 }
 

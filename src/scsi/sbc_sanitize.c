@@ -37,8 +37,6 @@ scsi_sr sbc_parse_sanitize(struct scsi_task *t, const struct scsi_cmd *c, struct
         /* a header and a pattern of 1 to block-size bytes (§5.30.2.2) */
         if (len < 5 || len > t->lu->block_size + 4)
             return SR_CDB_FIELD(7, -1);
-        if (!t->edtl_write || t->edtl < len)
-            return SR_INVALID_FIELD_IN_IU;
         r->xfer_len = len;
         r->dir = SCSI_DIR_WRITE;
     } else if (len) { /* BLOCK ERASE and EXIT FAILURE MODE take no parameter list */

@@ -137,8 +137,6 @@ scsi_sr sbc_parse_unmap(struct scsi_task *t, const struct scsi_cmd *c, struct sc
     uint32_t len = get_be16(t->cdb + 7);
     if (len && len < 8)
         return SR_PARAM_LIST_LENGTH;
-    if (len && (!t->edtl_write || t->edtl < len)) /* the list would arrive cut short */
-        return SR_INVALID_FIELD_IN_IU;
     r->xfer_len = len;
     r->dir = SCSI_DIR_WRITE;
     return SR_OK;
@@ -291,9 +289,9 @@ scsi_sr sbc_parse_write_same(struct scsi_task *t, const struct scsi_cmd *c, stru
         r->xfer_len = 0;
         return SR_OK;
     }
-    /* exactly one block of data-out: anything else is a malformed command, refused before
-     * any data moves (libiscsi WriteSame*.InvalidDataOutSize) */
-    if (!t->edtl_write || t->edtl != lu->block_size)
+    /* one block of data-out: more is a malformed command, refused before any data moves
+     * (libiscsi WriteSame*.InvalidDataOutSize); less is setup's data-out shortfall rule */
+    if (t->edtl_write && t->edtl > lu->block_size)
         return SR_INVALID_FIELD_IN_IU;
     r->xfer_len = lu->block_size;
     r->dir = SCSI_DIR_WRITE;

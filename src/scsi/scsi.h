@@ -154,14 +154,23 @@ void scsi_nexus_lost(struct scsi_nexus *n);
  * finds the SPC-2 reservation and PREVENT state of this nexus gone. Nothing if another session
  * still holds the nexus; the last put then does not do it a second time. */
 void scsi_nexus_logout(struct scsi_nexus *n);
+/* The session holding this nexus ended without a logout: its connection was lost (or timed
+ * out, or the target closed it) or a new login reinstated it (RFC 7143 §6.3.5). SAM-5 §6.3.4:
+ * unit attention I_T NEXUS LOSS OCCURRED (29h/07h) on every LUN for this initiator port, to
+ * be reported by its next command on whichever session takes the nexus next; not added where
+ * a power-on or reset UA is still pending. A logout is no loss the initiator has to be told
+ * of: the transport does not call this then. */
+void scsi_nexus_loss_ua(struct scsi_nexus *n);
 
 /* --- tasks --- */
 void scsi_task_init(struct scsi_task *t);
 /* 0: go on to the data phase / exec. -1: refused; status and sense are set, nothing to exec
- * (calling scsi_task_exec anyway just calls done). When the transport will not deliver all the
- * data-out (no W bit, or edtl < xfer_len): WRITE/WRITE AND VERIFY store only the whole blocks
- * of the first edtl bytes (xfer_len stays the CDB's, for the overflow residual); other
- * commands are refused with 0Eh/03h. For emulated data-in commands
+ * (calling scsi_task_exec anyway just calls done); dir is SCSI_DIR_NONE and xfer_len 0, except
+ * when the transport will not deliver all the data-out (no W bit, or edtl < xfer_len). Then
+ * (FCP-4 §9.4.2) WRITE and WRITE AND VERIFY with an edtl of whole blocks store those blocks
+ * (0, GOOD); anything else is refused with 0Eh/03h before any data is placed, iovcnt 0, the
+ * data-out to be dropped. Either way dir (SCSI_DIR_WRITE) and xfer_len stay the CDB's, for the
+ * transport's overflow residual. For emulated data-in commands
  * xfer_len may be below the allocation length (capped at the full response size); residuals
  * come from data_len. */
 int scsi_task_setup(struct scsi_task *t);

@@ -32,6 +32,7 @@ enum scsi_reason {
     SR_UA_POWER_ON_RESET,      /* 6 / 29h 00h */
     SR_UA_POWER_ON,            /* 6 / 29h 01h */
     SR_UA_BUS_DEVICE_RESET,    /* 6 / 29h 03h */
+    SR_UA_NEXUS_LOSS,          /* 6 / 29h 07h I_T NEXUS LOSS OCCURRED */
     SR_UA_MODE_CHANGED,        /* 6 / 2Ah 01h */
     SR_UA_CAPACITY_CHANGED,    /* 6 / 2Ah 09h */
     SR_UA_COMMANDS_CLEARED,    /* 6 / 2Fh 01h */
@@ -85,13 +86,16 @@ enum {
     UA_POWER_ON_RESET = 1u << 0,
     UA_POWER_ON = 1u << 1,
     UA_BUS_DEVICE_RESET = 1u << 2,
-    UA_MODE_CHANGED = 1u << 3,
-    UA_CAPACITY_CHANGED = 1u << 4,
-    UA_COMMANDS_CLEARED = 1u << 5,
-    UA_LUNS_CHANGED = 1u << 6,
-    UA_RESV_PREEMPTED = 1u << 7, /* SPC-4 §5.13: persistent reservation events */
-    UA_RESV_RELEASED = 1u << 8,
-    UA_REG_PREEMPTED = 1u << 9,
+    /* The nexus's session ended without a logout (SAM-5 §6.3.4); below the resets, which
+     * say more, and above the rest, which it does not clear. */
+    UA_NEXUS_LOSS = 1u << 3,
+    UA_MODE_CHANGED = 1u << 4,
+    UA_CAPACITY_CHANGED = 1u << 5,
+    UA_COMMANDS_CLEARED = 1u << 6,
+    UA_LUNS_CHANGED = 1u << 7,
+    UA_RESV_PREEMPTED = 1u << 8, /* SPC-4 §5.13: persistent reservation events */
+    UA_RESV_RELEASED = 1u << 9,
+    UA_REG_PREEMPTED = 1u << 10,
     UA_RESETS = UA_POWER_ON_RESET | UA_POWER_ON | UA_BUS_DEVICE_RESET,
 };
 
@@ -165,7 +169,8 @@ struct scsi_lun {
     bool prevent[SCSI_NEXUS_MAX];
 };
 
-/* Add UA bits for one nexus slot; a reset UA replaces whatever was pending (SAM-5 §5.14). */
+/* Add UA bits for one nexus slot; a reset UA replaces whatever was pending (SAM-5 §5.14), and
+ * an I_T nexus loss UA is not added while a reset UA is pending. */
 void scsi_ua_raise(struct scsi_lun *lu, unsigned slot, unsigned bits);
 /* Raise bits for every nexus of the target except skip (NULL: all). */
 void scsi_ua_raise_all(struct scsi_lun *lu, const struct scsi_nexus *skip, unsigned bits);
@@ -417,6 +422,8 @@ scsi_sr xcopy_parse(struct scsi_task *t, const struct scsi_cmd *c, struct scsi_r
 scsi_sr xcopy_parse_rcr(struct scsi_task *t, const struct scsi_cmd *c, struct scsi_req *r);
 void xcopy_exec(struct scsi_task *t, const struct scsi_cmd *c);
 void xcopy_exec_rcr(struct scsi_task *t, const struct scsi_cmd *c);
+/* The descriptors of VPD page 8Fh (third-party copy) at d; returns their length. */
+uint32_t xcopy_vpd_descriptors(uint8_t *d);
 /* I_T nexus loss discards the copy results held for it. Takes target->lock. */
 void xcopy_nexus_lost(struct scsi_nexus *n);
 

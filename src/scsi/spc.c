@@ -28,7 +28,10 @@ void spc_exec_tur(struct scsi_task *t, const struct scsi_cmd *c)
 
 /* --- INQUIRY (SPC-4 §6.6) --- */
 
-static const uint8_t vpd_pages[] = {0x00, 0x80, 0x83, 0xb0, 0xb1, 0xb2};
+/* The pages answered, ascending: SUPPORTED VPD PAGES lists exactly these (SPC-4 §7.8.13).
+ * Block Limits Extension (B7h) is not among them: its fields describe stream writes (SBC-4
+ * WRITE STREAM), which are not offered. */
+static const uint8_t vpd_pages[] = {0x00, 0x80, 0x83, 0x86, 0x8f, 0xb0, 0xb1, 0xb2};
 
 scsi_sr spc_parse_inquiry(struct scsi_task *t, const struct scsi_cmd *c, struct scsi_req *r)
 {
@@ -144,6 +147,19 @@ static uint32_t vpd_device_id(const struct scsi_task *t, uint8_t *d)
     return (uint32_t)(p - d);
 }
 
+/* Extended INQUIRY Data (SPC-4 §7.8.7): no protection information (SPT, GRD_CHK, APP_CHK,
+ * REF_CHK 0); task attribute SIMPLE only (SIMPSUP): commands run in CmdSN order whatever
+ * their attribute, so HEAD OF QUEUE and ORDERED are not claimed; V_SUP when the store has a
+ * volatile write cache (the caching mode page's WCE, SYNCHRONIZE CACHE and FUA matter), NV_SUP
+ * 0; no microcode download, self-test, referrals or priorities. */
+static uint32_t vpd_extended_inquiry(const struct scsi_lun *lu, uint8_t *d)
+{
+    d[5] = 0x01; /* SIMPSUP */
+    if (lu && lu->bs->write_cache)
+        d[6] = 0x01; /* V_SUP */
+    return 64;
+}
+
 /* Block limits (SBC-3 §6.5.3): the transfer bound is SCSI_MAX_XFER_BYTES; 4 KiB granularity. */
 static uint32_t vpd_block_limits(const struct scsi_lun *lu, uint8_t *d)
 {
@@ -201,6 +217,12 @@ static void spc_inquiry_vpd(struct scsi_task *t, uint8_t page, uint8_t *d, uint3
     }
     case 0x83:
         *len = vpd_device_id(t, d);
+        break;
+    case 0x86:
+        *len = vpd_extended_inquiry(t->lu, d);
+        break;
+    case 0x8f: /* third-party copy: the copy manager of xcopy.c */
+        *len = 4 + xcopy_vpd_descriptors(d + 4);
         break;
     case 0xb0:
         *len = vpd_block_limits(t->lu, d);

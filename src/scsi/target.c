@@ -249,6 +249,18 @@ void scsi_nexus_lost(struct scsi_nexus *n)
     }
 }
 
+void scsi_nexus_loss_ua(struct scsi_nexus *n)
+{
+    struct scsi_target *t = n->target;
+    unsigned slot = scsi_nexus_slot(n);
+    /* under the target lock, as scsi_target_add_lun sets a new LUN's UAs */
+    pthread_mutex_lock(&t->lock);
+    for (uint32_t i = 0; i < t->nluns; i++)
+        if (t->luns[i])
+            scsi_ua_raise(t->luns[i], slot, UA_NEXUS_LOSS);
+    pthread_mutex_unlock(&t->lock);
+}
+
 /* --- unit attentions --- */
 
 void scsi_ua_raise(struct scsi_lun *lu, unsigned slot, unsigned bits)
@@ -257,6 +269,17 @@ void scsi_ua_raise(struct scsi_lun *lu, unsigned slot, unsigned bits)
         /* A reset supersedes the conditions it found pending (SAM-5 §5.14: the reset UA is
          * reported and the older ones are cleared with the state they described). */
         atomic_store(&lu->ua[slot], bits);
+        return;
+    }
+    if (bits & UA_NEXUS_LOSS) {
+        /* A pending power-on or reset UA already tells the initiator that everything an I_T
+         * nexus loss clears is gone (SAM-5 §6.3.1: a reset does all a nexus loss does and
+         * more), so 29h/07h after it would report the same event twice. */
+        unsigned v = atomic_load(&lu->ua[slot]);
+        do {
+            if (v & UA_RESETS)
+                return;
+        } while (!atomic_compare_exchange_weak(&lu->ua[slot], &v, v | bits));
         return;
     }
     atomic_fetch_or(&lu->ua[slot], bits);
@@ -275,10 +298,11 @@ void scsi_ua_raise_all(struct scsi_lun *lu, const struct scsi_nexus *skip, unsig
     pthread_mutex_unlock(&t->lock);
 }
 
+/* by bit number of the UA_* bits */
 static const scsi_sr ua_reason[] = {
-    SR_UA_POWER_ON_RESET,   SR_UA_POWER_ON,         SR_UA_BUS_DEVICE_RESET, SR_UA_MODE_CHANGED,
-    SR_UA_CAPACITY_CHANGED, SR_UA_COMMANDS_CLEARED, SR_UA_LUNS_CHANGED,     SR_UA_RESV_PREEMPTED,
-    SR_UA_RESV_RELEASED,    SR_UA_REG_PREEMPTED,
+    SR_UA_POWER_ON_RESET, SR_UA_POWER_ON,         SR_UA_BUS_DEVICE_RESET, SR_UA_NEXUS_LOSS,
+    SR_UA_MODE_CHANGED,   SR_UA_CAPACITY_CHANGED, SR_UA_COMMANDS_CLEARED, SR_UA_LUNS_CHANGED,
+    SR_UA_RESV_PREEMPTED, SR_UA_RESV_RELEASED,    SR_UA_REG_PREEMPTED,
 };
 
 /* Lock-free: a compare-and-swap clears exactly the bit reported, so two connections of one

@@ -338,16 +338,25 @@ int scsi_task_setup(struct scsi_task *t)
     bool direct = (c->flags & CMD_DIRECT) && lu && lu->mapped;
     uint32_t avail = t->edtl_write ? t->edtl : 0;
     if (t->dir == SCSI_DIR_WRITE && avail < t->xfer_len) {
-        if (!(c->flags & CMD_WRITES)) {
-            /* a parameter list or compare data cut short: refuse (SPC-4 0Eh/03h, as LIO) */
-            sr = SR_INVALID_FIELD_IN_IU;
-            goto refuse;
+        /* Data-out shortfall: EDTL (or no W bit) below what the CDB asks to send. FCP-4
+         * §9.4.2, which initiators and libiscsi's iSCSIResiduals tests apply to iSCSI, allows
+         * a) processing the command up to EDTL, b) CHECK CONDITION, ILLEGAL REQUEST, INVALID
+         * FIELD IN COMMAND INFORMATION UNIT with nothing transferred, or c) ABORTED COMMAND.
+         * The rule here, for every data-out command: a) when what arrives is itself a complete
+         * command, i.e. a plain block write (WRITE, WRITE AND VERIFY) and EDTL a whole number of
+         * blocks: those blocks are stored, GOOD (EDTL 0: none; LIO does the same; libiscsi
+         * 1.19's Write*Residuals require GOOD and the first block written for 2 blocks with
+         * EDTL 512); b) otherwise, nothing written: a torn block, part of a parameter list, of
+         * COMPARE AND WRITE's compare data, of WRITE SAME's block or of an atomic write is no
+         * command. In both, dir and xfer_len stay the CDB's so the transport reports the overflow
+         * residual (RFC 7143 §11.4.5.1: xfer_len - EDTL); with b) it takes none of the data. EDTL
+         * above the CDB's need (underflow) is served normally. */
+        bool blocks = (c->flags & (CMD_DIRECT | CMD_WRITES)) == (CMD_DIRECT | CMD_WRITES);
+        if (!blocks || (avail & (lu->block_size - 1))) {
+            scsi_task_set_reason(t, SR_INVALID_FIELD_IN_IU);
+            return -1;
         }
-        /* RFC 7143 §11.4.5.1 overflow: the initiator sends only EDTL bytes. Store just the
-         * whole blocks among them (libiscsi's WriteXXResiduals expect GOOD, an overflow
-         * residual, and the rest of the range untouched); a bounce buffer keeps the partial
-         * block out of the medium. xfer_len stays the CDB's for the residual. */
-        t->io.length = ((uint64_t)avail >> lu->block_shift) << lu->block_shift;
+        t->io.length = avail; /* a bounce buffer keeps the rest of the range untouched */
         direct = false;
     }
     if (direct && t->dir == SCSI_DIR_WRITE) {

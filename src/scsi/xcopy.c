@@ -573,6 +573,49 @@ static uint32_t rcr_operating_parameters(uint8_t *d)
     return XCOPY_RCR_OPP_LEN;
 }
 
+/* Third-party Copy VPD page 8Fh (SPC-4 §7.8.17), the descriptors after its 4-byte header: how
+ * an initiator that reads VPD pages rather than OPERATING PARAMETERS (ESXi, Windows) learns
+ * the commands, descriptor types and limits parse_list enforces. No ROD token descriptors:
+ * POPULATE TOKEN / WRITE USING TOKEN are not offered. Returns the bytes written at d. */
+uint32_t xcopy_vpd_descriptors(uint8_t *d)
+{
+    uint8_t *p = d;
+    /* Supported Commands (0001h, §7.8.17.4): EXTENDED COPY (LID1) and the RECEIVE COPY
+     * RESULTS service actions of the opcode table; each descriptor padded to 4 bytes */
+    static const uint8_t cmds[] = {
+        0x83, 1, 0x00, 0x84, 3, RCR_COPY_STATUS, RCR_OPERATING_PARAMETERS, RCR_FAILED_SEGMENT};
+    put_be16(p, 0x0001);
+    put_be16(p + 2, (4 + 1 + sizeof(cmds) + 3) / 4 * 4 - 4);
+    p[4] = sizeof(cmds);
+    memcpy(p + 5, cmds, sizeof(cmds));
+    p += 4 + get_be16(p + 2);
+    /* Parameter Data (0004h, §7.8.17.5) */
+    put_be16(p, 0x0004);
+    put_be16(p + 2, 28);
+    put_be16(p + 8, XCOPY_MAX_CSCD);
+    put_be16(p + 10, XCOPY_MAX_SEGS);
+    put_be32(p + 12, XCOPY_MAX_LIST);
+    put_be32(p + 16, XCOPY_MAX_INLINE);
+    p += 32;
+    /* Supported Descriptors (0008h, §7.8.17.6): the block to block segment and the
+     * identification CSCD descriptor, as OPERATING PARAMETERS lists them */
+    put_be16(p, 0x0008);
+    put_be16(p + 2, 4);
+    p[4] = 2;
+    p[5] = 0x02;
+    p[6] = 0xe4;
+    p += 8;
+    /* General Copy Operations (8001h, §7.8.17.10): the same counts and segment bound as
+     * OPERATING PARAMETERS; granularities 0 (log2: 1 byte) */
+    put_be16(p, 0x8001);
+    put_be16(p + 2, 32);
+    put_be32(p + 4, XCOPY_HELD_MAX); /* TOTAL CONCURRENT COPIES */
+    put_be32(p + 8, XCOPY_HELD_MAX); /* MAXIMUM IDENTIFIED CONCURRENT COPIES */
+    put_be32(p + 12, XCOPY_MAX_SEG_BYTES);
+    p += 36;
+    return (uint32_t)(p - d);
+}
+
 void xcopy_exec_rcr(struct scsi_task *t, const struct scsi_cmd *c)
 {
     uint8_t d[XCOPY_RCR_FSD_HDR + 18] = {0};

@@ -41,6 +41,7 @@ void target_config_init(struct target_config *cfg)
     cfg->nop_interval_s = 15;
     cfg->nop_timeout_s = 30;
     cfg->login_timeout_s = 15;
+    iscsi_limits_default(&cfg->limits);
     snprintf(cfg->state_dir, sizeof(cfg->state_dir), "%s", TARGET_DEFAULT_STATE_DIR);
 }
 
@@ -596,6 +597,10 @@ static int cfg_global_key(struct cfg_parser *ps, const char *key, const char *va
             cfg->nop_timeout_s = (unsigned)x;
         else
             cfg->login_timeout_s = (unsigned)x;
+    } else if (target_limits_is_key(key)) {
+        char reason[256];
+        if (target_limits_key(&cfg->limits, key, val, reason, sizeof(reason)) < 0)
+            return cfg_fail(ps, ps->line, "%s", reason);
     } else if (strcmp(key, "portal") == 0) {
         struct target_portal p;
         char reason[512];
@@ -690,7 +695,7 @@ static int cfg_target_key(struct cfg_parser *ps, const char *key, const char *va
         static const char *const global_only[] = {"threads",     "log-level",     "nop-interval",
                                                   "nop-timeout", "login-timeout", "state-dir"};
         for (unsigned i = 0; i < 6; i++)
-            if (strcmp(key, global_only[i]) == 0)
+            if (strcmp(key, global_only[i]) == 0 || target_limits_is_key(key))
                 return cfg_fail(ps, ps->line,
                                 "'%s' belongs in the global section (before any [target])", key);
         return cfg_fail(ps, ps->line, "unknown key '%s' in [target %s]", key, n->name);

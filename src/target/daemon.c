@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -337,6 +338,7 @@ static int daemon_start(struct daemon *d)
     d->srv.nop_interval_s = d->cfg.nop_interval_s;
     d->srv.nop_timeout_s = d->cfg.nop_timeout_s;
     d->srv.login_timeout_s = d->cfg.login_timeout_s;
+    d->srv.limits = d->cfg.limits;
     atomic_store(&d->srv.shutting_down, false);
 
     /* Listeners are registered before reactor 0 runs, so no message is needed. */
@@ -437,6 +439,24 @@ static void daemon_free(struct daemon *d)
     free(d->threads);
 }
 
+/* Every connection is a descriptor: the soft limit (often 1024) is raised to the hard one, so
+ * that max-pending-logins and max-sessions, not the shell's ulimit, decide how many the daemon
+ * holds. Past the hard limit accept() fails with EMFILE and accepting pauses (accept_pause). */
+static void raise_fd_limit(void)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) < 0 || rl.rlim_cur >= rl.rlim_max)
+        return;
+    rlim_t was = rl.rlim_cur;
+    rl.rlim_cur = rl.rlim_max;
+    if (setrlimit(RLIMIT_NOFILE, &rl) < 0)
+        LOG_WARN("cannot raise the descriptor limit from %llu to %llu: %s", (unsigned long long)was,
+                 (unsigned long long)rl.rlim_max, strerror(errno));
+    else
+        LOG_DEBUG("descriptor limit raised from %llu to %llu", (unsigned long long)was,
+                  (unsigned long long)rl.rlim_max);
+}
+
 /* Signals are blocked in every thread (the mask is inherited by the reactor threads) and
  * taken synchronously by the main thread with sigwait(), so no handler runs in a reactor. */
 static void block_signals(sigset_t *set)
@@ -483,6 +503,7 @@ int target_main(int argc, char **argv)
 
     sigset_t set;
     block_signals(&set);
+    raise_fd_limit();
 
     char err[1024];
     if (target_build(&d->cfg, &d->built, err, sizeof(err)) < 0) {

@@ -76,6 +76,7 @@ struct target_config {
     unsigned login_timeout_s;
     /* Where persistent reservations with APTPL are kept across restarts (SPC-4 §5.13.5). */
     char state_dir[256];
+    struct iscsi_limits limits; /* limits.c */
     struct target_node_conf *targets;
     unsigned ntargets;
     /* CHAP: the secrets file, discovery-chap-user / discovery-chap-mutual-user, and the
@@ -110,6 +111,13 @@ int target_node_add_portal(struct target_node_conf *n, const struct target_porta
 int target_node_add_lun(struct target_node_conf *n, struct target_lun_conf *lun, char *err,
                         size_t errlen);
 int target_node_add_allow(struct target_node_conf *n, const char *iqn);
+
+/* --- limits.c: the global limit keys --- */
+bool target_limits_is_key(const char *key);
+/* Returns 1 if `key` is a limit key and was set, 0 if it is not one, -1 with a reason in err
+ * on a bad value. */
+int target_limits_key(struct iscsi_limits *l, const char *key, const char *val, char *err,
+                      size_t errlen);
 
 /* --- cli.c --- */
 /* Parse argv into cfg. Returns -1 to go on and serve, or an exit code (0 after --help or

@@ -51,3 +51,26 @@ void log_msg(enum log_level level, const char *fmt, ...)
     ssize_t w = write(STDERR_FILENO, line, (size_t)n);
     (void)w;
 }
+
+bool log_limit_allow(struct log_limit *l, unsigned long long now_ms, unsigned *suppressed)
+{
+    *suppressed = 0;
+    if (now_ms - l->window_start_ms >= LOG_LIMIT_WINDOW_MS || l->window_start_ms == 0) {
+        l->window_start_ms = now_ms ? now_ms : 1;
+        l->in_window = 0;
+    }
+    if (l->in_window >= LOG_LIMIT_BURST) {
+        l->suppressed++;
+        return false;
+    }
+    l->in_window++;
+    *suppressed = log_limit_take_suppressed(l);
+    return true;
+}
+
+unsigned log_limit_take_suppressed(struct log_limit *l)
+{
+    unsigned n = l->suppressed;
+    l->suppressed = 0;
+    return n;
+}

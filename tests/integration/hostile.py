@@ -8,6 +8,8 @@ small raw-socket iSCSI initiator and keeps using it (WRITE/READ 10 with immediat
 TEST UNIT READY, data compared) between hostile actions, which are bounded in count and time:
   a) malformed PDUs         b) garbage login keys      c) garbage CDBs on the good session
   d) idle / half-open floods e) abrupt closes (RST) mid-login, mid-Data-Out, mid-Data-In
+  f) I_T nexus loss: a session lost (RST) or reinstated leaves I_T NEXUS LOSS OCCURRED for its
+     initiator port's next command, a Logout nothing
 The daemon must answer with protocol answers (Reject, login status, CHECK CONDITION) or close
 only the offending connection, never crash, keep its RSS bounded, and exit 0 on SIGTERM.
 Python 3 standard library only."""
@@ -103,9 +105,10 @@ class Closed(Exception):
 class Conn:
     """A raw iSCSI connection (no digests)."""
 
-    def __init__(self, port, timeout=5.0):
+    def __init__(self, port, timeout=5.0, src=None):
         self.port = port
-        self.sock = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=timeout,
+                                             source_address=(src, 0) if src else None)
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.timeout = timeout
 
@@ -200,8 +203,9 @@ class Session:
     """A minimal initiator for one normal session: login, SCSI commands with immediate data,
     R2T and Data-In, NOP answers."""
 
-    def __init__(self, port, name=INITIATOR, isid=None, want=None):
+    def __init__(self, port, name=INITIATOR, isid=None, want=None, src=None):
         self.port = port
+        self.src = src  # source address (any 127.x.y.z): the target limits logins per address
         self.name = name
         self.isid = isid or bytes([0x80, 0x00, 0x12, 0x34, 0x00, random.randrange(256)])
         self.itt = 0x100
@@ -215,7 +219,7 @@ class Session:
         return self.itt
 
     def login(self):
-        self.c = Conn(self.port)
+        self.c = Conn(self.port, src=self.src)
         sec = [("InitiatorName", self.name), ("TargetName", TARGET), ("SessionType", "Normal"),
                ("AuthMethod", "None")]
         h, d = login_pdu(sec, csg=0, nsg=1, isid=self.isid, itt=self.next_itt(),
@@ -373,17 +377,29 @@ class Daemon:
     threads and log level)."""
 
     def __init__(self, binary, threads=2, lun="ram:%d" % LUN_BYTES, log_level="warn",
-                 prefix="hostile-target-"):
+                 prefix="hostile-target-", config=None):
+        """config: global config-file lines ("login-timeout = 2"); the daemon is then started
+        with --config and a file holding them, the portal and the target."""
         self.binary = binary
         self.log = tempfile.NamedTemporaryFile(prefix=prefix, suffix=".log", delete=False)
+        self.conf = None
         for attempt in range(5):
             s = socket.socket()
             s.bind(("127.0.0.1", 0))
             self.port = s.getsockname()[1]
             s.close()
+            args = [binary, "--listen", "127.0.0.1:%d" % self.port, "--target-name", TARGET,
+                    "--lun", lun]
+            if config is not None:
+                self.conf = tempfile.NamedTemporaryFile("w", prefix=prefix, suffix=".conf",
+                                                        delete=False)
+                self.conf.write("\n".join(list(config) + [
+                    "portal = 127.0.0.1:%d" % self.port, "[target %s]" % TARGET,
+                    "lun = %s" % lun]) + "\n")
+                self.conf.close()
+                args = [binary, "--config", self.conf.name]
             self.proc = subprocess.Popen(
-                [binary, "--listen", "127.0.0.1:%d" % self.port, "--target-name", TARGET,
-                 "--lun", lun, "--threads", str(threads), "--log-level", log_level],
+                args + ["--threads", str(threads), "--log-level", log_level],
                 stdout=subprocess.DEVNULL, stderr=self.log)
             deadline = time.monotonic() + 10
             while time.monotonic() < deadline and self.proc.poll() is None:
@@ -1035,8 +1051,9 @@ class Hostile:
             while n < 40 and time.monotonic() < t_end:
                 lat.append(self.good_io("idle flood"))
                 n += 1
-            # A new session can log in while the flood is there.
-            s2 = self.ffp_session()
+            # A new session can log in while the flood is there: from another address, since
+            # the flood's own (127.0.0.1) is at max-pending-logins-per-address.
+            s2 = self.ffp_session(src="127.0.0.2")
             st, _, _ = s2.scsi_retry_ua(bytes(6))
             check(st == 0, "new session during the flood: TUR failed")
             s2.logout()
@@ -1119,6 +1136,44 @@ class Hostile:
         self.report("e) abrupt closes", "RST %s; new login + 1 MiB write/read ok" %
                     ", ".join("%s x%d" % x for x in n.items()))
 
+    # ------------------------------------------------------------ (f) I_T nexus loss
+
+    def cat_nexus_loss(self):
+        # SAM-5 §6.3.4: a session that ends without a Logout is an I_T nexus loss, reported
+        # as UNIT ATTENTION 29h/07h to the next command of that initiator port (same name and
+        # ISID), once, and to no one else; a Logout is not.
+        isid = bytes([0x80, 0x00, 0x4E, 0x58, 0x00, 0x01])
+
+        def expect_loss(s, what):
+            st, sense, _ = s.scsi(bytes(6))
+            check(st == 2 and sense_kaa(sense) == (6, 0x29, 0x07),
+                  "%s: TUR status 0x%02x sense %r, want UNIT ATTENTION 29h/07h" %
+                  (what, st, sense_kaa(sense)))
+            st, sense, _ = s.scsi(bytes(6))
+            check(st == 0, "%s: 29h/07h reported twice (%r)" % (what, sense_kaa(sense)))
+
+        s = Session(self.port, isid=isid).login()
+        st, _, _ = s.scsi_retry_ua(bytes(6))  # the new nexus's power-on UA
+        check(st == 0, "nexus loss: first TUR failed")
+        s.c.reset()  # connection lost
+        s = Session(self.port, isid=isid).login()
+        expect_loss(s, "login after RST")
+        s2 = Session(self.port, isid=isid).login()  # reinstates s (RFC 7143 §6.3.5)
+        expect_loss(s2, "session reinstatement")
+        s.c.close()
+        st, sense, _ = self.good.scsi(bytes(6))
+        check(st == 0, "nexus loss of another port reached the good session (%r)" %
+              (sense_kaa(sense),))
+        s2.logout()
+        s3 = Session(self.port, isid=isid).login()
+        st, sense, _ = s3.scsi(bytes(6))
+        check(st == 0, "login after a Logout: TUR status 0x%02x sense %r, want GOOD" %
+              (st, sense_kaa(sense)))
+        s3.logout()
+        self.good_io("nexus loss")
+        self.report("f) I_T nexus loss", "29h/07h once after RST and after reinstatement, "
+                    "none after Logout")
+
     def finish(self):
         self.good.logout()
         check(self.d.alive(), "daemon died before SIGTERM\n" + self.d.log_tail())
@@ -1149,7 +1204,7 @@ def main():
         return 1
     failed = []
     cats = [("a", t.cat_malformed), ("b", t.cat_login), ("c", t.cat_cdb), ("d", t.cat_floods),
-            ("e", t.cat_abrupt)]
+            ("e", t.cat_abrupt), ("f", t.cat_nexus_loss)]
     only = os.environ.get("HOSTILE_ONLY")
     for key, fn in cats:
         if only and key not in only:

@@ -13,8 +13,9 @@ new CID), InitialR2T=Yes and ImmediateData=No:
      (Task does not exist); the rest of the burst, sent anyway, is dropped, and the WRITE is
      never answered on either connection;
   2. the same with the TMF on the task's own connection (the local path);
-  3. ABORT TASK for a command that has not arrived yet (§11.5.1 b: RefCmdSN inside the window,
-     before the TMF): it answers 0 (Function complete) and that CmdSN counts as received, so
+  3. ABORT TASK for a command issued but not arrived yet (§11.5.1 b: RefCmdSN inside the
+     window and below the TMF's own CmdSN, which for an immediate TMF is the next command's):
+     it answers 0 (Function complete) and that CmdSN counts as received, so
      the command, arriving afterwards with that CmdSN and ITT, is dropped silently (no R2T, no
      SCSI Response within 1 s) and the window moves past it: with RefCmdSN = ExpCmdSN and the
      command on the TMF's connection or the other one; with RefCmdSN one ahead of ExpCmdSN
@@ -23,7 +24,9 @@ new CID), InitialR2T=Yes and ImmediateData=No:
      behind a hole (CID 1), aborted from CID 0, still counts as received: once the hole fills
      the commands after it run;
   4. ABORT TASK for an ITT no connection has: RefCmdSN of a command already done answers 1 (Task
-     does not exist), RefCmdSN not yet received answers 0 (Function complete) (§11.5.1 b/c);
+     does not exist), so does RefCmdSN equal to the immediate TMF's own CmdSN (not issued yet:
+     nothing is taken, issue 11), RefCmdSN issued and not yet received answers 0 (Function
+     complete) (§11.5.1 b/c);
   5. the session still works: WRITE + READ back on both connections, TEST UNIT READY;
   6. CID 0 dies holding CmdSN N: N+1, waiting on CID 1, runs once the hole has held ~2 s; logout;
      the daemon exits 0 on SIGTERM.
@@ -227,11 +230,13 @@ def abort_mid_data_out(m, task_conn, tmf_conn, lba, what):
 
 
 def abort_before_command(m, tmf_conn, cmd_conn, what):
-    """§11.5.1 b: ABORT TASK (immediate) for ITT X with RefCmdSN = ExpCmdSN N, before the
-    command X with CmdSN N arrives: Function complete, CmdSN N counts as received, so the
-    command is dropped when it comes (a WRITE: neither R2T nor SCSI Response) and CmdSN N+1
-    runs."""
+    """§11.5.1 b: the initiator has issued command X with CmdSN N (still on its way), then
+    ABORT TASK (immediate, so carrying CmdSN N+1, the next one) for X with RefCmdSN = ExpCmdSN
+    N arrives first: RefCmdSN is in the window and below the TMF's CmdSN, so Function
+    complete, CmdSN N counts as received, and the command is dropped when it comes (a WRITE:
+    neither R2T nor SCSI Response) and CmdSN N+1 runs."""
     n, x = m.cmdsn, m.next_itt()
+    m.cmdsn = n + 1  # X was issued with CmdSN N before the TMF
     rsp = m.abort_task(tmf_conn, x, n)
     check(rsp == RSP_COMPLETE, "%s: ABORT TASK of CmdSN %d not yet received answered %d, "
           "expected 0 (Function complete)" % (what, n, rsp))
@@ -249,11 +254,12 @@ def abort_before_command(m, tmf_conn, cmd_conn, what):
 
 
 def abort_ahead_of_window(m, what):
-    """§11.5.1 b with RefCmdSN one ahead of ExpCmdSN N: ABORT TASK (immediate) for Y with
-    RefCmdSN N+1 on CID 0; a TEST UNIT READY with CmdSN N+2 on CID 1 waits for N; N (CID 0)
-    runs and N+2 follows, the aborted N+1 being taken as received; Y arriving late with CmdSN
-    N+1 is dropped."""
+    """§11.5.1 b with RefCmdSN one ahead of ExpCmdSN N: the initiator has issued N and N+1
+    (Y), then ABORT TASK (immediate, CmdSN N+2) for Y with RefCmdSN N+1 on CID 0; a TEST UNIT
+    READY with CmdSN N+2 on CID 1 waits for N; N (CID 0) runs and N+2 follows, the aborted N+1
+    being taken as received; Y arriving late with CmdSN N+1 is dropped."""
     n, y = m.cmdsn, m.next_itt()
+    m.cmdsn = n + 2  # N and N+1 were issued before the TMF
     rsp = m.abort_task(m.c1, y, n + 1)
     check(rsp == RSP_COMPLETE, "%s: ABORT TASK of CmdSN %d not yet received answered %d, "
           "expected 0 (Function complete)" % (what, n + 1, rsp))
@@ -364,12 +370,18 @@ def run(binary, threads):
         rsp = m.abort_task(m.c2, 0x7777777, m.cmdsn - 1)
         check(rsp == RSP_NO_TASK, "ABORT TASK of a finished command (RefCmdSN %d) answered %d, "
               "expected 1 (Task does not exist)" % (m.cmdsn - 1, rsp))
+        # An immediate TMF carries the CmdSN of the next command: RefCmdSN equal to it names a
+        # command not yet issued, so §11.5.1 b does not apply (RefCmdSN must be below the TMF's
+        # CmdSN): Task does not exist, and that CmdSN stays free for the next command.
         rsp = m.abort_task(m.c2, 0x7777778, m.cmdsn)
+        check(rsp == RSP_NO_TASK, "ABORT TASK with RefCmdSN = its own CmdSN answered %d, "
+              "expected 1 (Task does not exist)" % rsp)
+        m.cmdsn += 1  # the initiator issued CmdSN n, lost on its way; the TMF carries n+1
+        rsp = m.abort_task(m.c2, 0x7777779, m.cmdsn - 1)
         check(rsp == RSP_COMPLETE, "ABORT TASK with RefCmdSN not yet received answered %d, "
               "expected 0 (Function complete)" % rsp)
-        m.cmdsn += 1  # that CmdSN now counts as received (§11.5.1 b): the next one follows
-        print("ok: %s: unknown ITT -> 1 (RefCmdSN done), 0 (RefCmdSN not yet received)" % tag,
-              flush=True)
+        print("ok: %s: unknown ITT -> 1 (RefCmdSN done), 1 (RefCmdSN = the TMF's CmdSN), "
+              "0 (RefCmdSN issued, not yet received)" % tag, flush=True)
         io_check(m, m.c1, 1000, tag + ", CID 0 afterwards")
         io_check(m, m.c2, 2000, tag + ", CID 1 afterwards")
         check(all(i < 0x7777777 for _, i in m.answered), "a nonexistent task was answered")

@@ -190,10 +190,12 @@ for s in "${SECRETS[@]}" wrong-secret-000; do
 done
 
 if command -v iscsi-test-cu >/dev/null 2>&1; then
-    # libiscsi's suite has no CHAP tests of its own; its iSCSI tests (CmdSN, DataSN,
-    # residuals, TMF, NOP) log in again and again, here every time through mutual CHAP
-    note "iscsi-test-cu through mutual CHAP: iSCSI, Inquiry, Read10, Write10, Reserve6"
-    ok "iscsi-test-cu" iscsi-test-cu -t iSCSI,SCSI.Inquiry,SCSI.Read10,SCSI.Write10,SCSI.Reserve6 \
+    # libiscsi's suite has no CHAP tests of its own; its iSCSI tests (CmdSN, DataSN, TMF) log
+    # in again and again, here every time through mutual CHAP. (iSCSIResiduals is left to
+    # target-testcu: its conformance is not what this test is about.)
+    note "iscsi-test-cu through mutual CHAP: iSCSI CmdSN/DataSN/TMF, Inquiry, Read10, Write10, Reserve6"
+    ok "iscsi-test-cu" iscsi-test-cu \
+        -t iSCSI.iSCSIcmdsn,iSCSI.iSCSIdatasn,iSCSI.iSCSITMF,SCSI.Inquiry,SCSI.Read10,SCSI.Write10,SCSI.Reserve6 \
         "iscsi://bob%$S_BOB@$h/$B/0?$mutual"
     grep -Eq "tests +[0-9]+ +[0-9]+ +[0-9]+ +0 " "$WORK/cmd.out" || { show_cmd_out; fail "iscsi-test-cu: failures"; }
     grep -E "^ +tests " "$WORK/cmd.out"

@@ -31,14 +31,19 @@ if [ -d /dev/shm ] && [ -w /dev/shm ]; then base=/dev/shm; else base=${TMPDIR:-/
 dir=$base/linerate-tgt-peer.$port
 sock=/var/run/tgtd/socket.$ctl
 
-# ours PID: PID is alive (not a zombie) and is the tgtd that start ran for this control port;
-# a pid file alone could name a recycled pid.
-ours() {
+# alive PID: PID exists and is not a zombie.
+alive() {
   local pid=$1 state
   [ -n "$pid" ] && [ -r "/proc/$pid/cmdline" ] || return 1
   state=$(awk '{ print $3 }' "/proc/$pid/stat" 2>/dev/null) || return 1
-  [ "$state" != Z ] || return 1
-  tr '\0' ' ' <"/proc/$pid/cmdline" | grep -q "^tgtd -f -C $ctl --iscsi portal=127.0.0.1:$port "
+  [ "$state" != Z ]
+}
+
+# ours PID: PID is alive and is the tgtd that start ran for this control port; a pid file alone
+# could name a recycled pid.
+ours() {
+  alive "$1" || return 1
+  tr '\0' ' ' <"/proc/$1/cmdline" | grep -q "^tgtd -f -C $ctl --iscsi portal=127.0.0.1:$port "
 }
 
 stop() {
@@ -87,13 +92,15 @@ start() {
   # Ready when tgtd answers on its control socket. tgtd opens that socket and then binds its
   # portals before it serves, so by then the portal is bound or never will be: a tgtd that
   # could not bind the port keeps running without it, so check who listens there.
+  # Until the child has exec'd tgtd its command line is still the shell's or env's (seen on a
+  # loaded machine), so only liveness counts here; `ours` holds once tgtd answers.
   local up=
   for _ in $(seq 100); do
-    ours "$pid" || break
+    alive "$pid" || break
     if tgtadm -C "$ctl" --op show --mode sys >/dev/null 2>&1; then up=1; break; fi
     sleep 0.1
   done
-  if ! ours "$pid"; then
+  if ! alive "$pid"; then
     if grep -q "another tgtd is using" "$dir/tgtd.log"; then
       echo "tgt_peer.sh: control socket $sock is taken (port $port)" >&2
       rm -rf "$dir"

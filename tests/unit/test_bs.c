@@ -256,6 +256,8 @@ static void test_spec_bad(void **state)
     expect_error("ram:0", "ram: size 0 is not a positive multiple of 512");
     expect_error("ram:1000", "ram: size 1000 is not a positive multiple of 512");
     expect_error("null:1G,direct", "null: unknown option 'direct'");
+    expect_error("null:1G,prealloc", "null: unknown option 'prealloc'");
+    expect_error("ram:1G,prealloc,thin", "ram: unknown option 'thin'");
     expect_error("ram:1G,ro,x", "ram: unknown option 'ro'");
     expect_error("file:", "file: path missing");
     expect_error("file:,size=1M", "file: path missing");
@@ -490,6 +492,30 @@ static void test_ram_allocation_map(void **state)
     assert_int_equal(ram_state(bs, 0, size, &run), 1);
     assert_int_equal(run, 4096);
     free(buf);
+    bs_close(bs);
+}
+
+/* ",prealloc": the memory is there from the start and the LUN is fully provisioned (not thin,
+ * every block mapped, reads sent from its own memory); BS_UNMAP only zeroes. */
+static void test_ram_prealloc(void **state)
+{
+    (void)state;
+    struct bs *bs = open_ok("ram:4M,prealloc");
+    assert_false(bs->thin);
+    uint64_t run;
+    assert_int_equal(ram_state(bs, 0, 4 << 20, &run), 1);
+    assert_int_equal(run, 4 << 20);
+    struct iovec iov[2];
+    assert_int_equal(bs_read_iov(bs, 0, 1 << 20, iov, 2), 1);
+    assert_ptr_equal(iov[0].iov_base, bs_map_read(bs, 0, 1 << 20));
+    uint8_t buf[8192];
+    memset(buf, 0x3c, sizeof(buf));
+    assert_int_equal(submit_buf(bs, BS_WRITE, 4096, buf, sizeof(buf), false), 0);
+    assert_int_equal(submit_buf(bs, BS_UNMAP, 4096, NULL, sizeof(buf), false), 0);
+    assert_int_equal(submit_buf(bs, BS_READ, 4096, buf, sizeof(buf), false), 0);
+    assert_true(all_zero(buf, sizeof(buf)));
+    assert_int_equal(ram_state(bs, 0, 4 << 20, &run), 1);
+    assert_int_equal(run, 4 << 20);
     bs_close(bs);
 }
 
@@ -856,6 +882,7 @@ int main(void)
         cmocka_unit_test(test_ram_bounds),
         cmocka_unit_test(test_ram_allocation_map),
         cmocka_unit_test(test_ram_thin_read_costs_nothing),
+        cmocka_unit_test(test_ram_prealloc),
         cmocka_unit_test(test_file_sync_persistence),
         cmocka_unit_test(test_file_short_read_sync),
         cmocka_unit_test(test_file_uring),

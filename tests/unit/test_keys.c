@@ -846,6 +846,9 @@ static void test_full_negotiation(void **state)
     iscsi_text_free(&rsp);
 }
 
+/* §13.14: FirstBurstLength MUST NOT exceed MaxBurstLength, and the answer is what the target
+ * enforces: the answer itself is clamped, whichever key comes first in the text (issue 11: a
+ * 64 KiB FirstBurstLength answered as offered, then enforced as 16 KiB). */
 static void test_first_burst_clamped(void **state)
 {
     (void)state;
@@ -853,11 +856,30 @@ static void test_first_burst_clamped(void **state)
     target_with(&n, NULL);
     assert_int_equal(feed(&n, OP, &out, "MaxBurstLength=16384", "FirstBurstLength=65536", NULL),
                      LOGIN_OK);
-    assert_int_equal(n.result.first_burst, 65536);
+    assert_answer(&out, "FirstBurstLength", "16384");
+    assert_answer(&out, "MaxBurstLength", "16384");
+    assert_int_equal(n.result.first_burst, 16384);
     struct iscsi_params r;
     iscsi_neg_result(&n, &r);
     assert_int_equal(r.max_burst, 16384);
-    assert_int_equal(r.first_burst, 16384); /* §13.14: never above MaxBurstLength */
+    assert_int_equal(r.first_burst, 16384);
+
+    target_with(&n, NULL); /* FirstBurstLength before MaxBurstLength in the text */
+    assert_int_equal(feed(&n, OP, &out, "FirstBurstLength=65536", "MaxBurstLength=16384", NULL),
+                     LOGIN_OK);
+    assert_answer(&out, "FirstBurstLength", "16384");
+    assert_int_equal(n.result.first_burst, 16384);
+
+    target_with(&n, NULL); /* not negotiated: bounded by the RFC default MaxBurstLength */
+    assert_int_equal(feed(&n, OP, &out, "FirstBurstLength=1048576", NULL), LOGIN_OK);
+    assert_answer(&out, "FirstBurstLength", "65536"); /* ours (the RFC default) is lower */
+
+    /* A MaxBurstLength below the FirstBurstLength agreed in an earlier text cannot be answered
+     * without breaking the earlier answer: the login fails. */
+    target_with(&n, NULL);
+    assert_int_equal(feed(&n, OP, &out, "FirstBurstLength=65536", NULL), LOGIN_OK);
+    assert_answer(&out, "FirstBurstLength", "65536");
+    assert_int_equal(feed(&n, OP, &out, "MaxBurstLength=16384", NULL), IERR);
 }
 
 static void test_ffp_restart(void **state)

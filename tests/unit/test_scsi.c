@@ -126,6 +126,117 @@ static void test_inquiry_bad_fields(void **state)
     assert_cdb_field(&f->t, 1);
 }
 
+/* SUPPORTED VPD PAGES (SPC-4 §7.8.13) lists exactly the pages answered, ascending: each one
+ * listed answers with its own page code and a length that matches, on a LUN and where no LUN
+ * is; every page code not listed is INVALID FIELD IN CDB. */
+static void test_inquiry_vpd_list_exact(void **state)
+{
+    struct fx *f = *state;
+    uint8_t cdb[16] = {0x12, 1, 0x00, 0, 255};
+    assert_int_equal(run(f, f->n1, 0, cdb, NULL, 0), SCSI_STATUS_GOOD);
+    uint8_t list[256];
+    unsigned n = get_be16(data(f) + 2);
+    memcpy(list, data(f) + 4, n);
+    bool listed[256] = {false};
+    for (unsigned i = 0; i < n; i++) {
+        if (i)
+            assert_true(list[i] > list[i - 1]);
+        listed[list[i]] = true;
+    }
+    for (unsigned lun = 0; lun < 10; lun += 9) { /* LUN 0, and LUN 9 which is not there */
+        for (unsigned pg = 0; pg < 256; pg++) {
+            cdb[2] = (uint8_t)pg;
+            int st = run(f, f->n1, lun, cdb, NULL, 0);
+            if (!listed[pg]) {
+                assert_cdb_field(&f->t, 2);
+                continue;
+            }
+            assert_int_equal(st, SCSI_STATUS_GOOD);
+            assert_int_equal(data(f)[0], lun ? 0x7f : 0x00);
+            assert_int_equal(data(f)[1], pg);
+            assert_int_equal(f->t.data_len, 4 + get_be16(data(f) + 2));
+        }
+    }
+}
+
+/* Extended INQUIRY Data (86h, SPC-4 §7.8.7): SIMPLE task attribute only, no protection
+ * information; V_SUP only where the store has a volatile write cache (LUN 1's test store). */
+static void test_inquiry_vpd_extended(void **state)
+{
+    struct fx *f = *state;
+    uint8_t cdb[16] = {0x12, 1, 0x86, 0, 255};
+    for (uint64_t lun = 0; lun < 2; lun++) {
+        assert_int_equal(run(f, f->n1, lun, cdb, NULL, 0), SCSI_STATUS_GOOD);
+        const uint8_t *d = data(f);
+        assert_int_equal(f->t.data_len, 64);
+        assert_int_equal(get_be16(d + 2), 0x3c);
+        assert_int_equal(d[4], 0x00); /* no SPT, GRD_CHK, APP_CHK, REF_CHK */
+        assert_int_equal(d[5], 0x01); /* SIMPSUP; not HEADSUP, ORDSUP, GROUP_SUP, UASK_SUP */
+        assert_int_equal(d[6], lun == 1 ? 0x01 : 0x00); /* V_SUP */
+        for (unsigned i = 7; i < 64; i++)
+            assert_int_equal(d[i], 0);
+    }
+}
+
+/* One third-party copy descriptor of page 8Fh by type; NULL if absent. */
+static const uint8_t *tpc_descriptor(const uint8_t *d, uint16_t type)
+{
+    uint32_t end = 4 + get_be16(d + 2);
+    for (uint32_t off = 4; off + 4 <= end; off += 4 + get_be16(d + off + 2)) {
+        assert_int_equal(get_be16(d + off + 2) % 4, 0); /* each a multiple of 4 bytes */
+        if (get_be16(d + off) == type)
+            return d + off;
+    }
+    return NULL;
+}
+
+/* Third-party Copy (8Fh, SPC-4 §7.8.17): what xcopy.c takes, the same limits RECEIVE COPY
+ * RESULTS (OPERATING PARAMETERS) reports, and no ROD token descriptors. */
+static void test_inquiry_vpd_third_party_copy(void **state)
+{
+    struct fx *f = *state;
+    uint8_t cdb[16] = {0x12, 1, 0x8f, 0, 255};
+    assert_int_equal(run(f, f->n1, 0, cdb, NULL, 0), SCSI_STATUS_GOOD);
+    uint8_t d[256];
+    memcpy(d, data(f), f->t.data_len);
+    assert_int_equal(f->t.data_len, 4 + get_be16(d + 2));
+    assert_null(tpc_descriptor(d, 0x0000)); /* no block device ROD token limits */
+    assert_null(tpc_descriptor(d, 0x0106));
+    assert_null(tpc_descriptor(d, 0x0108));
+
+    const uint8_t *sc = tpc_descriptor(d, 0x0001); /* supported commands */
+    assert_non_null(sc);
+    static const uint8_t cmds[] = {0x83, 1, 0x00, 0x84, 3, 0x00, 0x03, 0x04};
+    assert_int_equal(sc[4], sizeof(cmds));
+    assert_memory_equal(sc + 5, cmds, sizeof(cmds));
+
+    const uint8_t *sd = tpc_descriptor(d, 0x0008); /* supported descriptors */
+    assert_non_null(sd);
+    assert_int_equal(sd[4], 2);
+    assert_int_equal(sd[5], 0x02); /* block device to block device segment */
+    assert_int_equal(sd[6], 0xe4); /* identification CSCD descriptor */
+
+    uint8_t op[16] = {0x84, 0x03, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 64}; /* OPERATING PARAMETERS */
+    assert_int_equal(run(f, f->n1, 0, op, NULL, 0), SCSI_STATUS_GOOD);
+    const uint8_t *o = data(f);
+    const uint8_t *pd = tpc_descriptor(d, 0x0004); /* parameter data */
+    assert_non_null(pd);
+    assert_int_equal(get_be16(pd + 2), 28);
+    assert_int_equal(get_be16(pd + 8), get_be16(o + 8));   /* MAXIMUM CSCD DESCRIPTOR COUNT */
+    assert_int_equal(get_be16(pd + 10), get_be16(o + 10)); /* MAXIMUM SEGMENT DESCRIPTOR COUNT */
+    assert_int_equal(get_be32(pd + 12), get_be32(o + 12)); /* MAXIMUM DESCRIPTOR LIST LENGTH */
+    assert_int_equal(get_be32(pd + 16), get_be32(o + 20)); /* MAXIMUM INLINE DATA LENGTH */
+    const uint8_t *gco = tpc_descriptor(d, 0x8001);        /* general copy operations */
+    assert_non_null(gco);
+    assert_int_equal(get_be16(gco + 2), 32);
+    assert_int_equal(get_be32(gco + 4), get_be16(o + 34));  /* TOTAL CONCURRENT COPIES */
+    assert_int_equal(get_be32(gco + 8), o[36]);             /* MAXIMUM (IDENTIFIED) CONCURRENT */
+    assert_int_equal(get_be32(gco + 12), get_be32(o + 16)); /* MAXIMUM SEGMENT LENGTH */
+    assert_int_equal(get_be16(o + 8), 16);
+    assert_int_equal(get_be16(o + 10), 32);
+    assert_int_equal(get_be32(o + 16), 32u << 20);
+}
+
 static const uint8_t *find_designator(const uint8_t *d, uint8_t assoc_type)
 {
     uint32_t len = 4 + get_be16(d + 2);
@@ -140,7 +251,8 @@ static void test_inquiry_vpd(void **state)
     struct fx *f = *state;
     uint8_t cdb[16] = {0x12, 1, 0x00, 0, 255};
     assert_int_equal(run(f, f->n1, 0, cdb, NULL, 0), SCSI_STATUS_GOOD);
-    static const uint8_t pages[] = {0, 0x00, 0x00, 6, 0x00, 0x80, 0x83, 0xb0, 0xb1, 0xb2};
+    static const uint8_t pages[] = {0,    0x00, 0x00, 8,    0x00, 0x80,
+                                    0x83, 0x86, 0x8f, 0xb0, 0xb1, 0xb2};
     assert_int_equal(f->t.data_len, sizeof(pages));
     assert_memory_equal(data(f), pages, sizeof(pages));
 
@@ -369,6 +481,62 @@ static void test_ua_resets(void **state)
     assert_int_equal(run(f, f->n2, 0, rc, NULL, 0), SCSI_STATUS_GOOD);
 }
 
+/* I_T nexus loss (SAM-5 §6.3.4): 29h/07h on every LUN for that initiator port only, once;
+ * not over a pending reset UA, which a later reset replaces; ahead of other UAs. */
+static void test_ua_nexus_loss(void **state)
+{
+    struct fx *f = *state;
+    scsi_nexus_loss_ua(f->n1);
+    uint8_t inq[16] = {0x12, 0, 0, 0, 36};
+    assert_int_equal(run(f, f->n1, 0, inq, NULL, 0), SCSI_STATUS_GOOD); /* left pending */
+    for (uint64_t lun = 0; lun < 4; lun++) {
+        assert_int_equal(run(f, f->n2, lun, TUR, NULL, 0), SCSI_STATUS_GOOD);
+        run(f, f->n1, lun, TUR, NULL, 0);
+        assert_sense(&f->t, 0x6, 0x29, 0x07);
+        assert_int_equal(run(f, f->n1, lun, TUR, NULL, 0), SCSI_STATUS_GOOD);
+    }
+
+    /* a reset UA pending: the loss adds nothing; a loss pending: a reset replaces it */
+    struct scsi_lun *lu = scsi_target_lun(&f->tg, 0);
+    scsi_lun_reset(lu, f->n2);
+    scsi_nexus_loss_ua(f->n1);
+    run(f, f->n1, 0, TUR, NULL, 0);
+    assert_sense(&f->t, 0x6, 0x29, 0x03);
+    assert_int_equal(run(f, f->n1, 0, TUR, NULL, 0), SCSI_STATUS_GOOD);
+    run(f, f->n1, 1, TUR, NULL, 0); /* LUN 1 had no reset: the loss is reported there */
+    assert_sense(&f->t, 0x6, 0x29, 0x07);
+    run(f, f->n2, 0, TUR, NULL, 0);
+    assert_sense(&f->t, 0x6, 0x29, 0x03);
+    scsi_nexus_loss_ua(f->n1);
+    scsi_lun_reset(lu, f->n2);
+    run(f, f->n1, 0, TUR, NULL, 0);
+    assert_sense(&f->t, 0x6, 0x29, 0x03);
+    assert_int_equal(run(f, f->n1, 0, TUR, NULL, 0), SCSI_STATUS_GOOD);
+    run(f, f->n2, 0, TUR, NULL, 0);
+    for (uint64_t lun = 1; lun < 4; lun++)
+        run(f, f->n1, lun, TUR, NULL, 0);
+
+    /* other UAs stay, reported after it */
+    scsi_lun_tasks_cleared(lu, f->n1);
+    scsi_nexus_loss_ua(f->n1);
+    run(f, f->n1, 0, TUR, NULL, 0);
+    assert_sense(&f->t, 0x6, 0x29, 0x07);
+    run(f, f->n1, 0, TUR, NULL, 0);
+    assert_sense(&f->t, 0x6, 0x2f, 0x01);
+    assert_int_equal(run(f, f->n1, 0, TUR, NULL, 0), SCSI_STATUS_GOOD);
+
+    /* a nexus new to the target has its power-on UA: a loss before it is cleared adds none */
+    const uint8_t isid[6] = {0x40, 9, 9, 9, 9, 9};
+    struct scsi_nexus *n = scsi_nexus_get(&f->tg, "iqn.2024-01.test:lossy", isid);
+    scsi_nexus_loss_ua(n);
+    scsi_nexus_put(n);
+    n = scsi_nexus_get(&f->tg, "iqn.2024-01.test:lossy", isid); /* the initiator is back */
+    run(f, n, 2, TUR, NULL, 0);
+    assert_sense(&f->t, 0x6, 0x29, 0x00);
+    assert_int_equal(run(f, n, 2, TUR, NULL, 0), SCSI_STATUS_GOOD);
+    scsi_nexus_put(n);
+}
+
 /* --- READ CAPACITY --- */
 
 static void test_read_capacity(void **state)
@@ -518,9 +686,9 @@ static void test_rw_refusals(void **state)
     assert_int_equal(run(f, f->n1, 2, r2, NULL, 0), SCSI_STATUS_GOOD);
 }
 
-/* EDTL below the CDB's transfer length (RFC 7143 §11.4.5.1 overflow): GOOD, and only the whole
- * blocks that arrived reach the medium, the rest of the range untouched (libiscsi
- * iSCSIResiduals.Write10Residuals). */
+/* EDTL below the CDB's transfer length (RFC 7143 §11.4.5.1 overflow): whole blocks of EDTL are
+ * stored, GOOD, the rest of the range untouched; EDTL cutting a block is refused with 0Eh/03h
+ * and nothing stored (FCP-4 §9.4.2 a) and b), libiscsi iSCSIResiduals.Write10Residuals). */
 static void test_write_edtl_short(void **state)
 {
     struct fx *f = *state;
@@ -533,7 +701,12 @@ static void test_write_edtl_short(void **state)
         assert_int_equal(run(f, f->n1, lun, w2, b, 512), SCSI_STATUS_GOOD);
         assert_int_equal(f->t.xfer_len, 1024); /* the transport's residual is 512 overflow */
         uint8_t w1[16] = {0x2a, 0, 0, 0, 0, 0, 0, 0, 1};
-        assert_int_equal(run(f, f->n1, lun, w1, b, 200), SCSI_STATUS_GOOD);  /* < 1 block */
+        run(f, f->n1, lun, w1, b, 200); /* < 1 block */
+        assert_sense(&f->t, 0x5, 0x0e, 0x03);
+        assert_int_equal(f->t.xfer_len, 512); /* the transport's residual is 312 overflow */
+        uint8_t w1b[16] = {0x2a, 0, 0, 0, 0, 1, 0, 0, 1}; /* LBA 1 */
+        run(f, f->n1, lun, w1b, b, 200);
+        assert_sense(&f->t, 0x5, 0x0e, 0x03);
         assert_int_equal(run(f, f->n1, lun, w1, NULL, 0), SCSI_STATUS_GOOD); /* no W bit */
         uint8_t r2[16] = {0x28, 0, 0, 0, 0, 0, 0, 0, 2};
         run(f, f->n1, lun, r2, NULL, 0);
@@ -852,11 +1025,15 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_inquiry_missing_lun, setup, teardown),
         cmocka_unit_test_setup_teardown(test_inquiry_bad_fields, setup, teardown),
         cmocka_unit_test_setup_teardown(test_inquiry_vpd, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_inquiry_vpd_list_exact, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_inquiry_vpd_extended, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_inquiry_vpd_third_party_copy, setup, teardown),
         cmocka_unit_test_setup_teardown(test_inquiry_vpd_block, setup, teardown),
         cmocka_unit_test_setup_teardown(test_report_luns, setup, teardown),
         cmocka_unit_test_setup_teardown(test_missing_lun_and_opcodes, setup, teardown),
         cmocka_unit_test_setup_teardown(test_ua_new_nexus, setup, teardown),
         cmocka_unit_test_setup_teardown(test_ua_resets, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_ua_nexus_loss, setup, teardown),
         cmocka_unit_test_setup_teardown(test_read_capacity, setup, teardown),
         cmocka_unit_test_setup_teardown(test_rw_ram_direct, setup, teardown),
         cmocka_unit_test_setup_teardown(test_rw_refusals, setup, teardown),

@@ -1,0 +1,57 @@
+/* The global limit keys of the config file (README "Limits"): what one peer, or all of them
+ * together, may make the daemon hold. A table row per key: name, range, where it goes. */
+#include <stdio.h>
+#include <string.h>
+
+#include "target/target.h"
+#include "util/size.h"
+
+struct limit_key {
+    const char *name;
+    uint64_t lo, hi;
+    size_t off; /* in struct iscsi_limits */
+    bool wide;  /* a uint64_t field, else unsigned */
+};
+
+#define LIM(f) offsetof(struct iscsi_limits, f)
+
+/* 0 turns a limit off (for a benchmark or a closed network), except max-tx-backlog, which
+ * is at least one largest reply so that any single answer can be queued. */
+static const struct limit_key limit_keys[] = {
+    {"max-tx-backlog", 64u << 10, 1ull << 32, LIM(max_tx_backlog), true},
+    {"max-pending-logins", 0, 1u << 20, LIM(max_pending_logins), false},
+    {"max-pending-logins-per-address", 0, 1u << 20, LIM(max_pending_logins_per_addr), false},
+    {"max-sessions", 0, 65535, LIM(max_sessions), false},
+    {"max-sessions-per-target", 0, 65535, LIM(max_sessions_per_target), false},
+};
+
+bool target_limits_is_key(const char *key)
+{
+    for (size_t i = 0; i < sizeof(limit_keys) / sizeof(limit_keys[0]); i++)
+        if (strcmp(key, limit_keys[i].name) == 0)
+            return true;
+    return false;
+}
+
+int target_limits_key(struct iscsi_limits *l, const char *key, const char *val, char *err,
+                      size_t errlen)
+{
+    for (size_t i = 0; i < sizeof(limit_keys) / sizeof(limit_keys[0]); i++) {
+        const struct limit_key *k = &limit_keys[i];
+        if (strcmp(key, k->name) != 0)
+            continue;
+        uint64_t x;
+        if (size_parse(val, &x) < 0 || x < k->lo || x > k->hi) {
+            snprintf(err, errlen, "bad value '%s' for %s: expected %llu..%llu", val, key,
+                     (unsigned long long)k->lo, (unsigned long long)k->hi);
+            return -1;
+        }
+        char *f = (char *)l + k->off;
+        if (k->wide)
+            *(uint64_t *)f = x;
+        else
+            *(unsigned *)f = (unsigned)x;
+        return 1;
+    }
+    return 0;
+}
