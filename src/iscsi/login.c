@@ -130,6 +130,12 @@ static void login_fail_auth(struct iscsi_conn *c, const char *why)
     peer_addr(c, addr, sizeof(addr));
     unsigned n = 0;
     uint32_t ms = c->srv->auth_guard ? auth_guard_failed(c->srv->auth_guard, addr, &n) : 0;
+    /* the answer must beat the login deadline (login-timeout from accept, checked once a
+     * second), or the initiator would see a silent close instead of 0201h */
+    uint64_t now = reactor_now_ms();
+    uint64_t deadline = c->accept_ms + (uint64_t)c->srv->login_timeout_s * 1000;
+    if (ms && now + ms + 1500 > deadline)
+        ms = deadline > now + 1500 ? (uint32_t)(deadline - now - 1500) : 0;
     /* one warn line, when the answer goes: address, initiator (login_fail), target, reason */
     char *detail = c->auth ? c->auth->detail : local;
     snprintf(detail, sizeof(local),

@@ -209,4 +209,25 @@ grep -q "WARN .*status 0x0201.*initiator iqn.*target $A: wrong CHAP_R.*from 127.
 for s in "${SECRETS[@]}" wrong-secret-000; do
     grep -qF -- "$s" "$WORK/target.log" && fail "a secret is in the log"
 done
+note "back-off within the login deadline: login-timeout = 4 caps the third answer at 2.5 s"
+cat >"$WORK/short.conf" <<EOF
+portal = 127.0.0.1:@PORT@
+login-timeout = 4
+chap-secrets = $sec
+[target $A]
+lun = ram:8M
+chap-user = alice
+EOF
+start_target_config "$WORK/short.conf"
+for i in 1 2 3; do
+    t0=$(date +%s%N)
+    no "wrong secret #$i" iscsi-inq "iscsi://alice%wrong-secret-000@127.0.0.1:$PORT/$A/0"
+    t1=$(date +%s%N)
+    grep -q "Authentication failure" "$WORK/cmd.out" || { show_cmd_out; fail "#$i: no 0201h answer"; }
+done
+ms=$(((t1 - t0) / 1000000))
+echo "third failure answered after $ms ms"
+[ "$ms" -ge 2000 ] && [ "$ms" -lt 3500 ] || fail "third failure answered after $ms ms, want ~2500"
+stop_target
+[ "$STOP_RC" -eq 0 ] || fail "SIGTERM'd daemon exited $STOP_RC, not 0"
 echo PASS
