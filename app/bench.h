@@ -20,7 +20,9 @@ enum bench_rw { RW_READ, RW_WRITE, RW_RANDREAD, RW_RANDWRITE, RW_MIXED, RW_COUNT
 enum bench_fmt { FMT_TABLE, FMT_CSV, FMT_JSON };
 
 struct bench_opts {
-    struct lr_url url;
+    struct lr_url url; /* CHAP user and secret from USER%SECRET@ or the options below */
+    char chap_mutual_user[256];
+    char chap_mutual_secret[256];
     uint32_t sizes[BENCH_MAX_LIST];
     unsigned nsizes;
     enum bench_rw rws[RW_COUNT];

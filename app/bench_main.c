@@ -15,12 +15,13 @@
 
 #include "bench.h"
 #include "util/log.h"
+#include "util/secrets.h"
 #include "util/size.h"
 
 static void usage(FILE *f)
 {
     fprintf(f,
-            "usage: linerate-bench [options] iscsi://HOST[:PORT]/IQN/LUN\n"
+            "usage: linerate-bench [options] iscsi://[USER%%SECRET@]HOST[:PORT]/IQN/LUN\n"
             "  --sizes LIST         block sizes (default 512,1k,2k,4k,8k,16k,64k,128k,256k)\n"
             "  --rw LIST            read,write,randread,randwrite,mixed (default read,write)\n"
             "  --digest LIST        off,on: HeaderDigest+DataDigest CRC32C (default off)\n"
@@ -33,6 +34,11 @@ static void usage(FILE *f)
             "  --format FMT         table (default), csv or json\n"
             "  --svg FILE           draw MB/s against block size\n"
             "  --target-pid PID     measure the target's CPU per KB from /proc/PID/stat\n"
+            "  --chap-user NAME     log in with CHAP as NAME (or USER%%SECRET@ in the URL)\n"
+            "  --chap-mutual-user NAME  mutual CHAP: the target must prove itself as NAME\n"
+            "  --chap-secrets FILE  the secrets of those users ('NAME SECRET' lines, mode 600)\n"
+            "                       or LINERATE_CHAP_SECRET / LINERATE_CHAP_MUTUAL_SECRET\n"
+            "                       (LINERATE_CHAP_USER, LINERATE_CHAP_MUTUAL_USER for names)\n"
             "  --help               this text\n"
             "Progress goes to stderr, results to stdout.\n");
 }
@@ -108,6 +114,74 @@ static int parse_uint(const char *s, unsigned long max, unsigned long *out)
     return 0;
 }
 
+static int copy_name(char *dst, const char *src, const char *what)
+{
+    if (strlen(src) >= 256 || !src[0]) {
+        fprintf(stderr, "linerate-bench: bad %s\n", what);
+        return -1;
+    }
+    strcpy(dst, src);
+    return 0;
+}
+
+/* CHAP credentials: names from the URL, options or environment; secrets from the URL, a
+ * secrets file (same rules as the target's) or the environment, never echoed. */
+static int chap_setup(struct bench_opts *o, const char *user, const char *mutual, const char *file)
+{
+    if (!o->url.chap_user[0] && user && copy_name(o->url.chap_user, user, "--chap-user") < 0)
+        return -1;
+    if (mutual && copy_name(o->chap_mutual_user, mutual, "--chap-mutual-user") < 0)
+        return -1;
+    if (o->chap_mutual_user[0] && !o->url.chap_user[0]) {
+        fprintf(stderr, "linerate-bench: mutual CHAP needs a CHAP user too\n");
+        return -1;
+    }
+    uint8_t sec[2][SECRETS_MAX_LEN + 1];
+    struct secret_want want[2];
+    unsigned n = 0;
+    if (file) {
+        if (o->url.chap_user[0] && !o->url.chap_secret[0])
+            want[n++] = (struct secret_want){.name = o->url.chap_user, .secret = sec[0]};
+        if (o->chap_mutual_user[0])
+            want[n++] = (struct secret_want){.name = o->chap_mutual_user, .secret = sec[1]};
+        char err[512];
+        if (n && secrets_load(file, want, n, err, sizeof(err)) < 0) {
+            fprintf(stderr, "linerate-bench: %s\n", err);
+            explicit_bzero(sec, sizeof(sec));
+            return -1;
+        }
+        for (unsigned i = 0; i < n; i++) {
+            char *dst = want[i].secret == sec[0] ? o->url.chap_secret : o->chap_mutual_secret;
+            memcpy(dst, want[i].secret, want[i].len);
+            dst[want[i].len] = '\0';
+        }
+        explicit_bzero(sec, sizeof(sec));
+    }
+    const char *env;
+    if (o->url.chap_user[0] && !o->url.chap_secret[0] && (env = getenv("LINERATE_CHAP_SECRET")) &&
+        strlen(env) < sizeof(o->url.chap_secret))
+        strcpy(o->url.chap_secret, env);
+    if (o->chap_mutual_user[0] && !o->chap_mutual_secret[0] &&
+        (env = getenv("LINERATE_CHAP_MUTUAL_SECRET")) &&
+        strlen(env) < sizeof(o->chap_mutual_secret))
+        strcpy(o->chap_mutual_secret, env);
+    if (o->url.chap_user[0] && !o->url.chap_secret[0]) {
+        fprintf(stderr,
+                "linerate-bench: no CHAP secret for user %s (URL, --chap-secrets or "
+                "LINERATE_CHAP_SECRET)\n",
+                o->url.chap_user);
+        return -1;
+    }
+    if (o->chap_mutual_user[0] && !o->chap_mutual_secret[0]) {
+        fprintf(stderr,
+                "linerate-bench: no CHAP secret for mutual user %s (--chap-secrets or "
+                "LINERATE_CHAP_MUTUAL_SECRET)\n",
+                o->chap_mutual_user);
+        return -1;
+    }
+    return 0;
+}
+
 static int parse_opts(int argc, char **argv, struct bench_opts *o)
 {
     static const struct option longs[] = {
@@ -122,6 +196,9 @@ static int parse_opts(int argc, char **argv, struct bench_opts *o)
         {"format", required_argument, NULL, 'f'},
         {"svg", required_argument, NULL, 'g'},
         {"target-pid", required_argument, NULL, 'p'},
+        {"chap-user", required_argument, NULL, 'U'},
+        {"chap-mutual-user", required_argument, NULL, 'M'},
+        {"chap-secrets", required_argument, NULL, 'K'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -131,6 +208,8 @@ static int parse_opts(int argc, char **argv, struct bench_opts *o)
     o->seconds = 5;
     const char *sizes = "512,1k,2k,4k,8k,16k,64k,128k,256k", *rws = "read,write";
     const char *digests = "off", *conns = "1";
+    const char *chap_user = getenv("LINERATE_CHAP_USER");
+    const char *chap_mutual = getenv("LINERATE_CHAP_MUTUAL_USER"), *chap_file = NULL;
     unsigned long v;
     int c;
     while ((c = getopt_long(argc, argv, "", longs, NULL)) != -1) {
@@ -185,6 +264,15 @@ static int parse_opts(int argc, char **argv, struct bench_opts *o)
                 goto bad;
             o->target_pid = (pid_t)v;
             break;
+        case 'U':
+            chap_user = optarg;
+            break;
+        case 'M':
+            chap_mutual = optarg;
+            break;
+        case 'K':
+            chap_file = optarg;
+            break;
         case 'h':
             usage(stdout);
             exit(0);
@@ -206,10 +294,18 @@ static int parse_opts(int argc, char **argv, struct bench_opts *o)
         return -1;
     }
     if (lr_url_parse(argv[optind], &o->url) < 0) {
-        fprintf(stderr, "linerate-bench: bad URL '%s' (want iscsi://HOST[:PORT]/IQN/LUN)\n",
-                argv[optind]);
+        /* the URL may hold a secret: not echoed */
+        fprintf(stderr,
+                "linerate-bench: bad URL (want iscsi://[USER%%SECRET@]HOST[:PORT]/IQN/LUN)\n");
         return -1;
     }
+    /* a secret given in the URL leaves the command line that `ps` shows */
+    char *at = strchr(argv[optind], '@');
+    if (o->url.chap_secret[0] && at)
+        for (char *p = strchr(argv[optind], '%'); p && p < at; p++)
+            *p = 'x';
+    if (chap_setup(o, chap_user, chap_mutual, chap_file) < 0)
+        return -1;
     const char *kill = getenv("LINERATE_BENCH_KILL_CONN_MS");
     if (kill && *kill)
         o->kill_conn_ms = (uint32_t)strtoul(kill, NULL, 10);

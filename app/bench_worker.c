@@ -225,8 +225,8 @@ static void on_login(void *arg, const struct lr_result *res)
     if (res->err != LR_OK) {
         char why[160];
         if (res->err == LR_ERR_LOGIN)
-            snprintf(why, sizeof(why), "login refused, status class %u detail %u",
-                     res->login_status >> 8, res->login_status & 0xff);
+            snprintf(why, sizeof(why), "login refused, status class %u detail %u (%s)",
+                     res->login_status >> 8, res->login_status & 0xff, res->what ? res->what : "-");
         else
             snprintf(why, sizeof(why), "%s (%s)", lr_err_name(res->err),
                      res->what ? res->what : "-");
@@ -267,6 +267,10 @@ static void do_login(void *arg)
         .connections = w->conns_asked,
         .max_tasks = o->qd + 8,
         .cmd_timeout_ms = 15000,
+        .chap_user = o->url.chap_user[0] ? o->url.chap_user : NULL,
+        .chap_secret = o->url.chap_secret,
+        .chap_mutual_user = o->chap_mutual_user[0] ? o->chap_mutual_user : NULL,
+        .chap_mutual_secret = o->chap_mutual_secret,
     };
     memcpy(so.conn_reactors, w->conn_r, sizeof(so.conn_reactors));
     w->failed = false;

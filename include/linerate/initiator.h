@@ -44,14 +44,18 @@ struct lr_result {
 
 typedef void (*lr_done_fn)(void *arg, const struct lr_result *res);
 
-/* iscsi://HOST[:PORT]/IQN/LUN */
+/* iscsi://[USER%SECRET@]HOST[:PORT]/IQN/LUN, the CHAP credentials spelt as libiscsi does
+ * (the secret may not contain '@' or '/'). lr_url_wipe clears the secret. */
 struct lr_url {
     char host[256];
     uint16_t port;
     char target[224];
     uint64_t lun;
+    char chap_user[256]; /* "" without credentials */
+    char chap_secret[256];
 };
 int lr_url_parse(const char *s, struct lr_url *u);
+void lr_url_wipe(struct lr_url *u);
 
 struct lr_session_opts {
     const char *initiator_name; /* default iqn.2026-01.org.linerate:bench */
@@ -78,6 +82,14 @@ struct lr_session_opts {
      * from elsewhere, state its callbacks share. Login, logout and destroy are called on the
      * session's reactor, outside callbacks; see lr_session_destroy. */
     struct reactor *conn_reactors[LR_MAX_CONNECTIONS];
+    /* CHAP (RFC 7143 §12.1.3): log in as chap_user proving chap_secret; with
+     * chap_mutual_user the target must prove itself as that user with chap_mutual_secret
+     * (mutual CHAP: the login fails if it does not). NULL: no CHAP (AuthMethod=None).
+     * chap_algorithms: "sha3-256,sha256,md5" style list, NULL for all. Copied at create,
+     * wiped at destroy, never logged nor put in an error. */
+    const char *chap_user, *chap_secret;
+    const char *chap_mutual_user, *chap_mutual_secret;
+    const char *chap_algorithms;
 };
 
 /* The negotiated outcome, for reports. */
@@ -143,5 +155,8 @@ typedef void (*lr_discovery_fn)(void *arg, const struct lr_result *res, const ch
                                 uint32_t len);
 int lr_discover(struct reactor *r, const char *host, uint16_t port, const char *initiator_name,
                 lr_discovery_fn done, void *arg);
+/* The same with session options (host, port, initiator name, CHAP; target_name ignored). */
+int lr_discover_opts(struct reactor *r, const struct lr_session_opts *o, lr_discovery_fn done,
+                     void *arg);
 
 #endif

@@ -111,6 +111,15 @@ int lr_discover(struct reactor *r, const char *host, uint16_t port, const char *
                 lr_discovery_fn done, void *arg)
 {
     struct lr_session_opts o = {.initiator_name = initiator_name, .host = host, .port = port};
+    return lr_discover_opts(r, &o, done, arg);
+}
+
+int lr_discover_opts(struct reactor *r, const struct lr_session_opts *opts, lr_discovery_fn done,
+                     void *arg)
+{
+    struct lr_session_opts o = *opts;
+    o.target_name = NULL; /* a discovery session */
+    o.connections = 1;
     struct disc *d = calloc(1, sizeof(*d));
     if (!d)
         return -1;
@@ -125,8 +134,13 @@ int lr_discover(struct reactor *r, const char *host, uint16_t port, const char *
     return lr_session_login(d->s, disc_login_done, d);
 }
 
-/* iscsi://HOST[:PORT]/IQN/LUN, HOST possibly a bracketed IPv6 address. */
-int lr_url_parse(const char *s, struct lr_url *u)
+void lr_url_wipe(struct lr_url *u)
+{
+    chap_wipe(u->chap_secret, sizeof(u->chap_secret));
+}
+
+/* iscsi://[USER%SECRET@]HOST[:PORT]/IQN/LUN, HOST possibly a bracketed IPv6 address. */
+static int url_parse(const char *s, struct lr_url *u)
 {
     memset(u, 0, sizeof(*u));
     u->port = 3260;
@@ -136,6 +150,17 @@ int lr_url_parse(const char *s, struct lr_url *u)
     const char *slash = strchr(s, '/');
     if (!slash)
         return -1;
+    /* libiscsi's spelling of CHAP credentials: USER%SECRET@ before the host */
+    const char *at = memchr(s, '@', (size_t)(slash - s));
+    if (at) {
+        const char *pct = memchr(s, '%', (size_t)(at - s));
+        if (!pct || pct == s || at == pct + 1 || (size_t)(pct - s) >= sizeof(u->chap_user) ||
+            (size_t)(at - pct - 1) >= sizeof(u->chap_secret))
+            return -1;
+        memcpy(u->chap_user, s, (size_t)(pct - s));
+        memcpy(u->chap_secret, pct + 1, (size_t)(at - pct - 1));
+        s = at + 1;
+    }
     const char *hend = slash;
     const char *colon = NULL;
     if (*s == '[') {
@@ -172,6 +197,14 @@ int lr_url_parse(const char *s, struct lr_url *u)
         return -1;
     u->lun = lun;
     return 0;
+}
+
+int lr_url_parse(const char *s, struct lr_url *u)
+{
+    int rc = url_parse(s, u);
+    if (rc < 0)
+        lr_url_wipe(u); /* nothing half-parsed stays behind */
+    return rc;
 }
 
 const char *lr_err_name(enum lr_err e)

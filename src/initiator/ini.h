@@ -8,6 +8,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "iscsi/chap.h"
 #include "iscsi/keys.h"
 #include "iscsi/pdu.h"
 #include "linerate/initiator.h"
@@ -36,6 +37,20 @@ struct ini_login {
     unsigned rounds;
     uint16_t status; /* login status class << 8 | detail on failure */
     const char *why;
+    /* CHAP (RFC 7143 §12.1.3), when chap && chap->user[0]: set by the caller after init */
+    const struct chap_creds *chap;
+    enum { ICH_START, ICH_A_SENT, ICH_R_SENT, ICH_DONE } chap_state;
+    int chap_alg;
+    bool got_a, got_i, got_c, got_n, got_r, chap_bad;
+    char t_a[ISCSI_VALUE_MAX + 1];
+    uint8_t t_id;
+    uint8_t t_chal[CHAP_CHALLENGE_MAX];
+    int t_chal_len;
+    char t_n[CHAP_NAME_MAX + 1];
+    uint8_t t_r[CHAP_DIGEST_MAX];
+    int t_r_len;
+    uint8_t want_r[CHAP_DIGEST_MAX]; /* what the target must answer our challenge with */
+    int want_r_len;
 };
 
 void ini_login_init(struct ini_login *l, const struct iscsi_params *local, bool leading,
@@ -186,6 +201,7 @@ struct lr_session {
     char target_name[ISCSI_NAME_MAX + 1];
     char host[256];
     bool discovery;
+    struct chap_creds chap;     /* CHAP credentials (user empty: none) */
     struct iscsi_params local;  /* what we ask for */
     struct iscsi_params params; /* what the leading login settled */
     uint8_t isid[6];

@@ -53,6 +53,34 @@ struct lr_session *lr_session_create(struct reactor *r, const struct lr_session_
     if (s->o.max_tasks > 32768)
         s->o.max_tasks = 32768;
 
+    if (o->chap_user && o->chap_user[0]) {
+        /* copied: the caller's strings may go; ours are wiped in session_free */
+        struct chap_creds *cr = &s->chap;
+        size_t ul = strlen(o->chap_user), sl = o->chap_secret ? strlen(o->chap_secret) : 0;
+        size_t mul = o->chap_mutual_user ? strlen(o->chap_mutual_user) : 0;
+        size_t msl = o->chap_mutual_secret ? strlen(o->chap_mutual_secret) : 0;
+        char err[128];
+        if (ul > CHAP_NAME_MAX || sl == 0 || sl > CHAP_SECRET_MAX || mul > CHAP_NAME_MAX ||
+            msl > CHAP_SECRET_MAX || (mul && !msl) ||
+            (o->chap_algorithms &&
+             chap_algs_parse(o->chap_algorithms, &cr->algs, err, sizeof(err)) < 0)) {
+            chap_wipe(cr, sizeof(*cr));
+            free(s);
+            return NULL;
+        }
+        memcpy(cr->user, o->chap_user, ul + 1);
+        memcpy(cr->secret, o->chap_secret, sl);
+        cr->secret_len = sl;
+        if (mul) {
+            memcpy(cr->mutual_user, o->chap_mutual_user, mul + 1);
+            memcpy(cr->mutual_secret, o->chap_mutual_secret, msl);
+            cr->mutual_secret_len = msl;
+        }
+    }
+    /* the caller's pointers are not kept */
+    s->o.chap_user = s->o.chap_secret = s->o.chap_mutual_user = s->o.chap_mutual_secret = NULL;
+    s->o.chap_algorithms = NULL;
+
     iscsi_params_default(&s->local);
     s->local.header_digest = o->header_digest;
     s->local.data_digest = o->data_digest;
@@ -86,6 +114,7 @@ struct lr_session *lr_session_create(struct reactor *r, const struct lr_session_
     if (!s->tasks || !s->free_idx) {
         free(s->tasks);
         free(s->free_idx);
+        chap_wipe(&s->chap, sizeof(s->chap));
         free(s);
         return NULL;
     }
@@ -254,6 +283,7 @@ static void session_free(struct lr_session *s)
     reactor_undefer(&s->spread_d);
     reactor_timer_stop(s->r, &s->tick);
     iscsi_text_free(&s->disc_text);
+    chap_wipe(&s->chap, sizeof(s->chap));
     free(s->tasks);
     free(s->free_idx);
     if (s->mt)
@@ -394,6 +424,7 @@ void ini_session_conn_connected(struct ini_conn *c)
     bool leading = c->idx == 0;
     ini_login_init(&c->login, &s->local, leading, s->discovery, s->initiator_name, s->target_name,
                    s->isid, leading ? 0 : s->tsih, c->cid, INI_LOGIN_ITT + c->idx, s->cmdsn);
+    c->login.chap = &s->chap;
     c->login_active = true;
     struct iscsi_bhs req;
     if (ini_login_start(&c->login, &req) < 0) {

@@ -40,6 +40,7 @@
 
 struct iscsi_conn;
 struct iscsi_session;
+struct iscsi_auth;
 
 /* ---------- transmit ---------- */
 
@@ -151,6 +152,7 @@ struct iscsi_conn {
     uint32_t login_itt;
     struct iscsi_node *node; /* target chosen at login (NULL for discovery) */
     bool discovery;
+    struct iscsi_auth *auth; /* CHAP exchange (iscsi/auth.h); NULL when not required */
 
     /* negotiated */
     bool hdigest, ddigest;

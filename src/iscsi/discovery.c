@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "iscsi/auth.h"
 #include "iscsi/conn.h"
 #include "util/log.h"
 
@@ -21,6 +22,11 @@ void discovery_send_targets(struct iscsi_conn *c, const char *which, struct iscs
             continue;
         /* In a normal session, an empty value or the session's own target (§C.1) */
         if (!iscsi_node_allows(n, initiator))
+            continue;
+        /* Only what the asker could log in to: a CHAP target is listed to a session that
+         * authenticated as that target's CHAP user (discovery CHAP with the same name). */
+        if (n->chap.user[0] &&
+            !(c->auth && c->auth->state == AUTH_DONE && strcmp(c->auth->user, n->chap.user) == 0))
             continue;
         iscsi_text_add(out, "TargetName", n->name);
         for (unsigned p = 0; p < n->nportals; p++)

@@ -332,6 +332,9 @@ static uint8_t stage_bit(enum iscsi_stage stage)
 
 static enum iscsi_login_status fail(const char *key, const char *value, const char *why)
 {
+    /* CHAP values stay out of logs: a response with its challenge allows offline guessing */
+    if (!strncmp(key, "CHAP_", 5))
+        value = "...";
     LOG_WARN("negotiation: %s=%.64s: %s", key, value, why);
     return ISCSI_LOGIN_INITIATOR_ERROR;
 }
@@ -607,6 +610,22 @@ static enum iscsi_login_status handle_offer(struct iscsi_neg *n, enum key_id id,
     return ISCSI_LOGIN_OK;
 }
 
+/* Is this the value already declared for InitiatorName, TargetName or SessionType? */
+static bool same_declaration(const struct iscsi_neg *n, enum key_id id, bool ffp, const char *v)
+{
+    switch (id) {
+    case KEY_INITIATOR_NAME:
+        return !strcmp(n->initiator_name, v);
+    case KEY_TARGET_NAME:
+        return !ffp && !strcmp(n->target_name, v);
+    case KEY_SESSION_TYPE:
+        return (!strcmp(v, "Normal") && n->session_type == ISCSI_SESSION_NORMAL) ||
+               (!strcmp(v, "Discovery") && n->session_type == ISCSI_SESSION_DISCOVERY);
+    default:
+        return false;
+    }
+}
+
 /* One received pair: the checks every key gets (§6.2, §13 "Use"/"Senders"), then either
  * the answer to our offer or the peer's offer/declaration. */
 static enum iscsi_login_status handle_pair(struct iscsi_neg *n, enum iscsi_stage stage,
@@ -628,8 +647,14 @@ static enum iscsi_login_status handle_pair(struct iscsi_neg *n, enum iscsi_stage
     bool target_list = from_target && ffp && id == KEY_TARGET_NAME; /* SendTargets answer */
 
     /* §6.2: declaring or negotiating a key more than once is a protocol error */
-    if ((n->received & bit) && !(k->flags & F_REPEAT) && !target_list)
+    if ((n->received & bit) && !(k->flags & F_REPEAT) && !target_list) {
+        /* ...but §6.2 only says "should not": libiscsi with CHAP credentials, answered
+         * AuthMethod=None, declares its names again in the operational stage. The same
+         * declaration in a later request is harmless; anything else is still refused. */
+        if ((n->received_before & bit) && same_declaration(n, id, ffp, value))
+            return ISCSI_LOGIN_OK;
         return fail(key, value, "key sent twice");
+    }
     n->received |= bit;
     if (!(k->senders & (from_target ? S_T : S_I)) || (from_target && id == KEY_TARGET_NAME && !ffp))
         return fail(key, value,
@@ -724,6 +749,7 @@ enum iscsi_login_status iscsi_neg_handle(struct iscsi_neg *n, enum iscsi_stage s
     struct iscsi_text_iter it;
     const char *key, *value;
     int r;
+    n->received_before = n->received; /* what earlier texts declared (same_declaration) */
 
     /* SessionType decides which keys are Irrelevant, whatever its position in the text */
     if (n->side == ISCSI_SIDE_TARGET && n->session_type == ISCSI_SESSION_NONE) {

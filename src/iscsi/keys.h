@@ -116,6 +116,8 @@ struct iscsi_neg {
     uint64_t offered;  /* keys we offered and are awaiting an answer for */
     uint64_t done;     /* keys whose value is settled */
     uint64_t sent;     /* keys we have sent (offers and declarations) */
+    /* `received` as it was before the text being handled (repeated declarations) */
+    uint64_t received_before;
 };
 
 /* Starts with result = RFC defaults, leading = true, session_type = NONE (treated as Normal). */

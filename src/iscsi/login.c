@@ -1,11 +1,13 @@
 /* The login phase on the target (RFC 7143 §6): stages and transit rules, text spread over
  * C-bit PDUs both ways, key negotiation through the shared engine, target lookup and ACL,
- * session creation, reinstatement (§6.3.5) and joining an existing session (MC/S), and a
- * login status class/detail for every refusal. */
+ * CHAP in the security stage (iscsi/auth.c; a target or discovery with CHAP configured cannot
+ * be entered without it), session creation, reinstatement (§6.3.5) and joining an existing
+ * session (MC/S), and a login status class/detail for every refusal. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "iscsi/auth.h"
 #include "iscsi/conn.h"
 #include "util/log.h"
 
@@ -49,6 +51,20 @@ void login_conn_cleanup(struct iscsi_conn *c)
 {
     iscsi_text_reset(&c->login_in);
     iscsi_text_reset(&c->login_out);
+    if (c->auth) {
+        reactor_timer_stop(c->reactor, &c->auth->fail_timer);
+        iscsi_auth_free(c->auth);
+        c->auth = NULL;
+    }
+}
+
+/* The peer's address without the port: what the failure back-off counts by. */
+static void peer_addr(const struct iscsi_conn *c, char *out, size_t len)
+{
+    snprintf(out, len, "%s", c->peer);
+    char *colon = strrchr(out, ':');
+    if (colon && colon != out)
+        *colon = '\0';
 }
 
 static struct tx_pdu *login_rsp_alloc(struct iscsi_conn *c, uint8_t flags)
@@ -94,6 +110,45 @@ static void login_fail(struct iscsi_conn *c, enum iscsi_login_status st, const c
     login_fill_sn(c, h);
     conn_send(c, p);
     c->phase = CONN_LOGGED_OUT; /* close after flushing */
+}
+
+static void login_auth_fail_fire(void *arg)
+{
+    struct iscsi_conn *c = arg;
+    if (!c->dead)
+        login_fail(c, ISCSI_LOGIN_AUTH_FAILED, c->auth->detail);
+}
+
+/* An authentication failure: always status 0201h, whatever the cause (unknown user, wrong
+ * secret, malformed or missing key), so that a prober learns nothing from the answer. The
+ * answer waits 1 s, 2 s, 4 s... up to 10 s by failures in a row from this address (a reactor
+ * timer, the reactor keeps serving), which makes guessing secrets slow; the connection
+ * ignores what it sends meanwhile. */
+static void login_fail_auth(struct iscsi_conn *c, const char *why)
+{
+    char addr[sizeof(c->peer)], local[sizeof(c->auth->detail)];
+    peer_addr(c, addr, sizeof(addr));
+    unsigned n = 0;
+    uint32_t ms = c->srv->auth_guard ? auth_guard_failed(c->srv->auth_guard, addr, &n) : 0;
+    /* the answer must beat the login deadline (login-timeout from accept, checked once a
+     * second), or the initiator would see a silent close instead of 0201h */
+    uint64_t now = reactor_now_ms();
+    uint64_t deadline = c->accept_ms + (uint64_t)c->srv->login_timeout_s * 1000;
+    if (ms && now + ms + 1500 > deadline)
+        ms = deadline > now + 1500 ? (uint32_t)(deadline - now - 1500) : 0;
+    /* one warn line, when the answer goes: address, initiator (login_fail), target, reason */
+    char *detail = c->auth ? c->auth->detail : local;
+    snprintf(detail, sizeof(local),
+             "CHAP, %s%s: %s; failure %u in a row from %s, answered after %u ms",
+             c->discovery ? "discovery session" : "target ",
+             c->discovery ? "" : (c->node ? c->node->name : c->neg.target_name),
+             why ? why : "authentication failed", n, addr, ms);
+    if (!c->auth || !ms) {
+        login_fail(c, ISCSI_LOGIN_AUTH_FAILED, detail);
+        return;
+    }
+    c->auth->failing = true;
+    reactor_timer_start(c->reactor, &c->auth->fail_timer, ms, login_auth_fail_fire, c);
 }
 
 /* Send the next chunk of login_out; C bit while more follows (§6.1.1, text over PDUs). */
@@ -160,6 +215,18 @@ static enum iscsi_login_status login_pick_node(struct iscsi_conn *c, const char 
     local.erl = 0;
     iscsi_neg_init(&c->neg, ISCSI_SIDE_TARGET, &local);
     c->neg.leading = c->login_tsih == 0;
+    /* CHAP configured for this target (or for discovery): AuthMethod=None is refused and the
+     * CHAP keys go to this connection's exchange (RFC 7143 §12.1.3). */
+    const struct chap_creds *cr =
+        discovery ? &c->srv->discovery_chap : (c->node ? &c->node->chap : NULL);
+    if (cr && cr->user[0]) {
+        c->auth = iscsi_auth_new(cr);
+        if (!c->auth)
+            return ISCSI_LOGIN_OUT_OF_RESOURCES;
+        c->neg.auth_required = true;
+        c->neg.auth_key = iscsi_auth_key;
+        c->neg.auth_ctx = c->auth;
+    }
     return ISCSI_LOGIN_OK;
 }
 
@@ -255,6 +322,8 @@ void login_handle(struct iscsi_conn *c)
     enum iscsi_stage nsg = (enum iscsi_stage)ISCSI_LOGIN_NSG(flags);
     bool first = !c->login_started;
     c->login_started = true;
+    if (c->auth && c->auth->failing)
+        return; /* the refusal is on its way */
 
     if (first) {
         memcpy(c->login_isid, req->b + BHS_ISID, 6);
@@ -321,6 +390,12 @@ void login_handle(struct iscsi_conn *c)
     st = iscsi_neg_handle(&c->neg, csg, c->login_in.data, c->login_in.len, &c->login_out);
     iscsi_text_reset(&c->login_in);
     if (st != ISCSI_LOGIN_OK) {
+        /* In the security stage of a CHAP login every refusal is an authentication failure:
+         * a malformed CHAP key answers like a wrong secret. */
+        if (c->auth && csg == ISCSI_STAGE_SECURITY) {
+            login_fail_auth(c, c->auth->why ? c->auth->why : "security keys refused");
+            return;
+        }
         login_fail(c, st, "key negotiation failed");
         return;
     }
@@ -340,12 +415,37 @@ void login_handle(struct iscsi_conn *c)
         }
         c->login_first_done = true;
     }
+    if (csg == ISCSI_STAGE_SECURITY && c->auth) {
+        bool may_transit;
+        st = iscsi_auth_step(c->auth, &c->neg, c->srv->auth_guard, &c->login_out, &may_transit);
+        if (st != ISCSI_LOGIN_OK) {
+            login_fail_auth(c, c->auth->why);
+            return;
+        }
+        if (transit && !may_transit) {
+            /* §6.2: the target answers T=0 while CHAP goes on (libiscsi asks to transit in
+             * the request that proposes AuthMethod); with no CHAP under way the request
+             * tries to leave the security stage unauthenticated. */
+            if (c->auth->state == AUTH_WAIT_METHOD) {
+                login_fail_auth(c, "security stage left without AuthMethod=CHAP");
+                return;
+            }
+            transit = false;
+        }
+    }
     if (csg == ISCSI_STAGE_SECURITY && transit && !c->neg.auth_none_agreed &&
         !c->neg.auth_chap_agreed) {
         if (c->neg.auth_required) {
-            login_fail(c, ISCSI_LOGIN_AUTH_FAILED, "authentication required");
+            login_fail_auth(c, "authentication required");
             return;
         }
+    }
+    /* §12: with CHAP configured the security stage cannot be skipped (a first request with
+     * CSG=1, or operational negotiation before the exchange completed). */
+    if (csg != ISCSI_STAGE_SECURITY && c->neg.auth_required &&
+        !(c->auth && c->auth->state == AUTH_DONE)) {
+        login_fail_auth(c, "operational stage without authentication");
+        return;
     }
     /* Our own declarations for the operational stage (MaxRecvDataSegmentLength). */
     if (csg == ISCSI_STAGE_OPERATIONAL)
@@ -388,12 +488,19 @@ static void login_after_final(struct iscsi_conn *c, uint8_t rsp_flags)
             c->hdigest = p.header_digest;
             c->ddigest = p.data_digest;
             c->phase = CONN_FFP;
+            if (c->auth && c->srv->auth_guard) {
+                char addr[sizeof(c->peer)];
+                peer_addr(c, addr, sizeof(addr));
+                auth_guard_succeeded(c->srv->auth_guard, addr);
+            }
             LOG_INFO("%s: login complete: %s session TSIH %u, initiator %s%s%s, CID %u, "
-                     "digests %s/%s, MRDSL %u/%u",
+                     "digests %s/%s, MRDSL %u/%u%s%s%s%s",
                      c->peer, c->discovery ? "discovery" : "normal", c->session->tsih,
                      c->neg.initiator_name, c->node ? ", target " : "",
                      c->node ? c->node->name : "", c->cid, c->hdigest ? "crc32c" : "none",
-                     c->ddigest ? "crc32c" : "none", c->max_recv_dsl, c->max_send_dsl);
+                     c->ddigest ? "crc32c" : "none", c->max_recv_dsl, c->max_send_dsl,
+                     c->auth ? ", CHAP " : "", c->auth ? chap_alg_name(c->auth->alg) : "",
+                     c->auth ? " as " : "", c->auth ? c->auth->user : "");
         }
     }
 }

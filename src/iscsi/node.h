@@ -10,12 +10,14 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "iscsi/chap.h"
 #include "iscsi/keys.h"
 #include "scsi/scsi.h"
 #include "util/log.h"
 
 struct reactor;
 struct iscsi_session;
+struct auth_guard;
 
 /* A portal as SendTargets reports it: "127.0.0.1:3260" or "[::1]:3260", with its group tag. */
 struct iscsi_portal_addr {
@@ -51,6 +53,7 @@ struct iscsi_node {
     unsigned nportals;
     char (*allow)[ISCSI_NAME_MAX + 1]; /* initiator names allowed; none listed = everyone */
     unsigned nallow;
+    struct chap_creds chap;     /* chap.user empty: no CHAP for this target */
     struct iscsi_params params; /* this node's limits/preferences for negotiation */
     uint16_t tpgt;
     unsigned nsessions; /* live normal sessions (the server's sessions_lock) */
@@ -68,6 +71,9 @@ struct iscsi_server {
     uint16_t next_tsih;
     atomic_bool shutting_down;
     atomic_int nconns;
+    /* CHAP for discovery sessions (user empty: none) and the guard against guessing. */
+    struct chap_creds discovery_chap;
+    struct auth_guard *auth_guard;
     /* Seconds of silence before the target pings an idle connection with NOP-In, and before it
      * drops a connection whose ping went unanswered. */
     unsigned nop_interval_s;

@@ -4,6 +4,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "iscsi/auth.h"
 #include "iscsi/conn.h"
 #include "reactor/reactor.h"
 #include "util/log.h"
@@ -40,13 +41,17 @@ int iscsi_server_init(struct iscsi_server *srv)
     srv->nop_interval_s = 15;
     srv->nop_timeout_s = 30;
     srv->login_timeout_s = 15;
-    return 0;
+    srv->auth_guard = auth_guard_new();
+    return srv->auth_guard ? 0 : -1;
 }
 
 void iscsi_server_destroy(struct iscsi_server *srv)
 {
     free(srv->sessions);
     srv->sessions = NULL;
+    auth_guard_free(srv->auth_guard);
+    srv->auth_guard = NULL;
+    chap_wipe(&srv->discovery_chap, sizeof(srv->discovery_chap));
     pthread_mutex_destroy(&srv->sessions_lock);
     for (unsigned i = 0; srv->pending_hash && i < PENDING_HASH_SIZE; i++) {
         while (srv->pending_hash[i]) {

@@ -19,6 +19,7 @@ static void node_free(struct iscsi_node *n)
         return;
     free(n->portals);
     free(n->allow);
+    chap_wipe(&n->chap, sizeof(n->chap));
     free(n);
 }
 
@@ -32,6 +33,7 @@ static struct iscsi_node *node_make(const struct target_node_conf *c, struct scs
     n->scsi = scsi;
     n->tpgt = TARGET_TPGT;
     n->params = c->params;
+    n->chap = c->chap;
     n->portals = calloc(c->nportals ? c->nportals : 1, sizeof(*n->portals));
     n->allow = calloc(c->nallow ? c->nallow : 1, sizeof(*n->allow));
     if (!n->portals || !n->allow) {

@@ -46,6 +46,16 @@ static const char usage_text[] =
     "                         Default: one LUN, " TARGET_DEFAULT_LUN "\n"
     "  --allow IQN            only these initiators may log in (repeatable;\n"
     "                         default: everyone)\n"
+    "  --chap-secrets FILE    CHAP secrets, one 'NAME SECRET' per line (mode 600, owned\n"
+    "                         by this user; secrets of 12 bytes or more)\n"
+    "  --chap-user NAME       initiators must log in with CHAP as NAME\n"
+    "  --chap-mutual-user NAME  and the target answers their challenge as NAME\n"
+    "  --discovery-chap-user NAME  discovery sessions must log in with CHAP as NAME\n"
+    "                         (a CHAP target is listed only to discovery sessions that\n"
+    "                         authenticated as its own CHAP user)\n"
+    "  --discovery-chap-mutual-user NAME  and the target answers them as NAME\n"
+    "  --chap-algorithms LIST sha3-256,sha256,md5 (default: all; the strongest the\n"
+    "                         initiator offers is used)\n"
     "  --threads N            reactor threads (default: number of online CPUs)\n"
     "  --config FILE          serve the targets described in FILE instead (see\n"
     "                         examples/linerate.conf); --threads and --log-level still\n"
@@ -80,6 +90,12 @@ enum {
     OPT_CONFIG,
     OPT_LOG_LEVEL,
     OPT_STATE_DIR,
+    OPT_CHAP_SECRETS,
+    OPT_CHAP_USER,
+    OPT_CHAP_MUTUAL_USER,
+    OPT_DISC_CHAP_USER,
+    OPT_DISC_CHAP_MUTUAL_USER,
+    OPT_CHAP_ALGS,
 };
 
 static const struct option long_opts[] = {
@@ -91,6 +107,12 @@ static const struct option long_opts[] = {
     {"config", required_argument, NULL, OPT_CONFIG},
     {"log-level", required_argument, NULL, OPT_LOG_LEVEL},
     {"state-dir", required_argument, NULL, OPT_STATE_DIR},
+    {"chap-secrets", required_argument, NULL, OPT_CHAP_SECRETS},
+    {"chap-user", required_argument, NULL, OPT_CHAP_USER},
+    {"chap-mutual-user", required_argument, NULL, OPT_CHAP_MUTUAL_USER},
+    {"discovery-chap-user", required_argument, NULL, OPT_DISC_CHAP_USER},
+    {"discovery-chap-mutual-user", required_argument, NULL, OPT_DISC_CHAP_MUTUAL_USER},
+    {"chap-algorithms", required_argument, NULL, OPT_CHAP_ALGS},
     {"help", no_argument, NULL, 'h'},
     {"version", no_argument, NULL, 'V'},
     {NULL, 0, NULL, 0},
@@ -130,6 +152,9 @@ struct cli_args {
     int threads;   /* -1: not given */
     int log_level; /* -1: not given */
     const char *state_dir;
+    /* CHAP, indexed by OPT_CHAP_SECRETS.. OPT_CHAP_ALGS */
+    const char *chap[OPT_CHAP_ALGS - OPT_CHAP_SECRETS + 1];
+    bool any_chap;
 };
 
 static int push_arg(char ***arr, unsigned *n, char *v)
@@ -213,6 +238,17 @@ static int cli_collect(struct cli_args *a, int argc, char **argv)
                 return cli_fail("--state-dir: bad value '%s': expected an absolute path", optarg);
             a->state_dir = optarg;
             break;
+        case OPT_CHAP_SECRETS:
+        case OPT_CHAP_USER:
+        case OPT_CHAP_MUTUAL_USER:
+        case OPT_DISC_CHAP_USER:
+        case OPT_DISC_CHAP_MUTUAL_USER:
+        case OPT_CHAP_ALGS:
+            if (a->chap[c - OPT_CHAP_SECRETS])
+                return cli_fail("--%s given twice", opt_name(c));
+            a->chap[c - OPT_CHAP_SECRETS] = optarg;
+            a->any_chap = true;
+            break;
         case ':':
             if (optopt >= 256)
                 return cli_fail("option '--%s' needs a value", opt_name(optopt));
@@ -225,9 +261,9 @@ static int cli_collect(struct cli_args *a, int argc, char **argv)
     }
     if (optind < argc)
         return cli_fail("unexpected argument '%s'", argv[optind]);
-    if (a->config && (a->nlisten || a->nluns || a->nallow || a->target_name))
-        return cli_fail("--config cannot be combined with --listen, --target-name, --lun or "
-                        "--allow: describe the targets in the config file");
+    if (a->config && (a->nlisten || a->nluns || a->nallow || a->target_name || a->any_chap))
+        return cli_fail("--config cannot be combined with --listen, --target-name, --lun, "
+                        "--allow or --chap-*: describe the targets in the config file");
     return -1;
 }
 
@@ -265,6 +301,31 @@ static int cli_build_node(struct target_config *cfg, const struct cli_args *a)
             return cli_fail("out of memory");
     if (target_config_finish(cfg) < 0)
         return cli_fail("out of memory");
+    /* CHAP options map onto the config keys of the same names (target or global). */
+    static const char *const keys[] = {"chap-secrets",
+                                       "chap-user",
+                                       "chap-mutual-user",
+                                       "discovery-chap-user",
+                                       "discovery-chap-mutual-user",
+                                       "chap-algorithms"};
+    for (int i = 0; i <= OPT_CHAP_ALGS - OPT_CHAP_SECRETS; i++) {
+        const char *v = a->chap[i];
+        if (!v)
+            continue;
+        if (i == 0) { /* a relative path is fine on the command line */
+            if (strlen(v) >= sizeof(cfg->chap_secrets))
+                return cli_fail("--chap-secrets: path too long");
+            snprintf(cfg->chap_secrets, sizeof(cfg->chap_secrets), "%s", v);
+            continue;
+        }
+        bool target_key = i == 1 || i == 2;
+        if (target_chap_key(cfg, target_key ? n : NULL, keys[i], v, err, sizeof(err)) < 0)
+            return cli_fail("--%s: %s", keys[i], err);
+    }
+    if (target_chap_load(cfg, err, sizeof(err)) < 0) {
+        fprintf(stderr, "linerate-target: %s\n", err);
+        return TARGET_EXIT_USAGE;
+    }
     return -1;
 }
 

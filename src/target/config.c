@@ -52,6 +52,7 @@ static void node_conf_free(struct target_node_conf *n)
     free(n->luns);
     free(n->portals);
     free(n->allow);
+    chap_wipe(&n->chap, sizeof(n->chap));
 }
 
 void target_config_free(struct target_config *cfg)
@@ -60,7 +61,7 @@ void target_config_free(struct target_config *cfg)
         node_conf_free(&cfg->targets[i]);
     free(cfg->targets);
     free(cfg->listen);
-    memset(cfg, 0, sizeof(*cfg));
+    chap_wipe(cfg, sizeof(*cfg));
 }
 
 /* Grow an array by one zeroed element; returns the new element or NULL. */
@@ -610,7 +611,13 @@ static int cfg_global_key(struct cfg_parser *ps, const char *key, const char *va
             return cfg_fail(ps, ps->line, "out of memory");
         *e = p;
     } else {
-        int r = cfg_session_key(ps, &ps->global_params, key, val);
+        char reason[512];
+        int r = target_chap_key(cfg, NULL, key, val, reason, sizeof(reason));
+        if (r < 0)
+            return cfg_fail(ps, ps->line, "%s", reason);
+        if (r > 0)
+            return 0;
+        r = cfg_session_key(ps, &ps->global_params, key, val);
         if (r < 0)
             return -1;
         if (r == 0) {
@@ -676,7 +683,12 @@ static int cfg_target_key(struct cfg_parser *ps, const char *key, const char *va
         snprintf(n->alias, sizeof(n->alias), "%s", val);
         return 0;
     }
-    int r = cfg_session_key(ps, &n->params, key, val);
+    int r = target_chap_key(ps->cfg, n, key, val, reason, sizeof(reason));
+    if (r < 0)
+        return cfg_fail(ps, ps->line, "%s", reason);
+    if (r > 0)
+        return 0;
+    r = cfg_session_key(ps, &n->params, key, val);
     if (r < 0)
         return -1;
     if (r == 0) {
@@ -759,6 +771,8 @@ int target_config_load(struct target_config *cfg, const char *path, char *err, s
         rc = cfg_fail(&ps, ps.line ? ps.line : 1, "no [target IQN] section: nothing to serve");
     if (rc == 0 && target_config_finish(cfg) < 0)
         rc = cfg_fail(&ps, ps.line, "out of memory");
+    if (rc == 0)
+        rc = target_chap_load(cfg, err, errlen);
     free(buf);
     free(ps.global_portals);
     fclose(f);

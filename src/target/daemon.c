@@ -334,6 +334,7 @@ static int daemon_start(struct daemon *d)
     d->srv.nnodes = d->built.n;
     d->srv.reactors = d->reactors;
     d->srv.nreactors = d->nreactors;
+    d->srv.discovery_chap = d->cfg.discovery_chap;
     d->srv.nop_interval_s = d->cfg.nop_interval_s;
     d->srv.nop_timeout_s = d->cfg.nop_timeout_s;
     d->srv.login_timeout_s = d->cfg.login_timeout_s;

@@ -9,6 +9,7 @@
 #include <stdint.h>
 #include <sys/socket.h>
 
+#include "iscsi/chap.h"
 #include "iscsi/keys.h"
 #include "iscsi/node.h"
 #include "util/log.h"
@@ -60,6 +61,8 @@ struct target_node_conf {
     char (*allow)[ISCSI_NAME_MAX + 1];
     unsigned nallow;
     struct iscsi_params params;
+    /* chap-user / chap-mutual-user / chap-algorithms; the secrets come from chap-secrets */
+    struct chap_creds chap;
     char origin[TARGET_ORIGIN_MAX];
 };
 
@@ -76,6 +79,11 @@ struct target_config {
     struct iscsi_limits limits; /* limits.c */
     struct target_node_conf *targets;
     unsigned ntargets;
+    /* CHAP: the secrets file, discovery-chap-user / discovery-chap-mutual-user, and the
+     * default chap-algorithms (0: all) for targets that name none. */
+    char chap_secrets[1024];
+    struct chap_creds discovery_chap;
+    unsigned chap_algs;
     /* Union of every target's portals: what the daemon listens on. */
     struct target_portal *listen;
     unsigned nlisten;
@@ -115,6 +123,16 @@ int target_limits_key(struct iscsi_limits *l, const char *key, const char *val, 
 /* Parse argv into cfg. Returns -1 to go on and serve, or an exit code (0 after --help or
  * --version, 2 after a bad argument, the message already printed). */
 int target_cli_parse(struct target_config *cfg, int argc, char **argv);
+
+/* --- chap_conf.c: CHAP keys of the config file and command line, and the secrets --- */
+/* A CHAP key (chap-secrets, discovery-chap-user, discovery-chap-mutual-user, chap-algorithms
+ * globally; chap-user, chap-mutual-user, chap-algorithms in a target, node != NULL).
+ * Returns 1 if it was one (applied), 0 if not a CHAP key, -1 with a reason in err. */
+int target_chap_key(struct target_config *cfg, struct target_node_conf *node, const char *key,
+                    const char *val, char *err, size_t errlen);
+/* Once everything is parsed: read the secrets of every configured user from chap_secrets.
+ * Returns 0, or -1 with "FILE...: reason" in err (never a secret). */
+int target_chap_load(struct target_config *cfg, char *err, size_t errlen);
 
 /* --- build.c: config -> SCSI targets + iSCSI nodes --- */
 struct target_built {

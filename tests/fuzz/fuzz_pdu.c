@@ -1,9 +1,10 @@
 /* libFuzzer harness for the target's PDU receive path (src/iscsi/conn.c and everything it
  * dispatches to: login, SCSI command / R2T / Data-Out, TMF, Text, NOP, Logout, Reject).
  *
- * An iscsi_server with one node (a 1 MiB RAM LUN) and one reactor are built once. For every
- * input, one end of a socketpair is handed to iscsi_conn_accept(); the input is written into
- * the other end, followed by a write shutdown, and the reactor runs until the connection has
+ * An iscsi_server with two nodes (a 1 MiB RAM LUN each; the second, FUZZ_CHAP_TARGET, wants
+ * mutual CHAP so that raw login input reaches the CHAP exchange) and one reactor are built once.
+ * For every input, one end of a socketpair is handed to iscsi_conn_accept(); the input is written
+ * into the other end, followed by a write shutdown, and the reactor runs until the connection has
  * closed and been freed (or a bounded number of turns, after which the peer is closed hard;
  * a connection that still does not go away is a hang and aborts). Everything the target sends
  * is read and discarded.
@@ -31,14 +32,15 @@
 
 #define FUZZ_TARGET "iqn.2026-11.org.linerate:fuzz"
 #define FUZZ_INITIATOR "iqn.2026-11.org.linerate:fuzz-initiator"
+#define FUZZ_CHAP_TARGET "iqn.2026-11.org.linerate:fuzz-chap"
 #define TURNS_SOFT 2000 /* then the peer end is closed completely */
 #define TURNS_HARD 4000 /* then the connection is stuck: a bug */
 #define MAX_INPUT (1u << 20)
 
 static struct {
     struct scsi_target scsi;
-    struct iscsi_node node;
-    struct iscsi_node *nodes[1];
+    struct iscsi_node node, chap_node;
+    struct iscsi_node *nodes[2];
     struct iscsi_portal_addr portal;
     struct iscsi_server srv;
     struct reactor *r;
@@ -90,10 +92,21 @@ static void setup_once(void)
     G.node.params.max_outstanding_r2t = 8;
     G.node.params.header_digest = true;
     G.node.params.data_digest = true;
+    /* the same LUN behind a target with mutual CHAP (alice / tgt, see seeds.py) */
+    G.chap_node = G.node;
+    snprintf(G.chap_node.name, sizeof(G.chap_node.name), "%s", FUZZ_CHAP_TARGET);
+    struct chap_creds *cr = &G.chap_node.chap;
+    snprintf(cr->user, sizeof(cr->user), "alice");
+    memcpy(cr->secret, "fuzz-secret-alice", 17);
+    cr->secret_len = 17;
+    snprintf(cr->mutual_user, sizeof(cr->mutual_user), "tgt");
+    memcpy(cr->mutual_secret, "fuzz-secret-target", 18);
+    cr->mutual_secret_len = 18;
     iscsi_server_init(&G.srv);
     G.nodes[0] = &G.node;
+    G.nodes[1] = &G.chap_node;
     G.srv.nodes = G.nodes;
-    G.srv.nnodes = 1;
+    G.srv.nnodes = 2;
     G.r = reactor_create(0);
     if (!G.r)
         abort();

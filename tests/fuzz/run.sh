@@ -48,7 +48,7 @@ for name in $NAMES; do
     "$CC" $SAN -fsanitize=fuzzer -O1 -D_GNU_SOURCE -std=gnu11 -Wall -Wextra -Werror \
         -Wno-missing-field-initializers -I"$ROOT/src" -I"$ROOT/include" \
         -o "$BUILD/$name" "$src" -Wl,--start-group $LINK -Wl,--end-group \
-        -lisal -luring -lpthread
+        -lisal -luring -lpthread -lcrypto
     mkdir -p "$BUILD/corpus/$name"
     seeds="$BUILD/seeds/$name"
     [ -d "$seeds" ] || seeds=""

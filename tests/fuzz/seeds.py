@@ -80,6 +80,19 @@ def main():
     p["login_2step"] = (p["login_sec"]
                         + login([("HeaderDigest", "None"), ("MaxRecvDataSegmentLength", "8192")],
                                 csg=1, nsg=3))
+    # CHAP (mutual) with FUZZ_CHAP_TARGET: AuthMethod, CHAP_A, then an answer (wrong: the
+    # challenge is random) with the initiator's own challenge, in hex and in base64
+    chap = [("InitiatorName", "iqn.2026-11.org.linerate:seed"),
+            ("TargetName", "iqn.2026-11.org.linerate:fuzz-chap"),
+            ("SessionType", "Normal"), ("AuthMethod", "CHAP,None")]
+    p["chap_a"] = (b"\x00" + login(chap)
+                   + login([("CHAP_A", "8,7,5")], transit=False))
+    p["chap_answer_hex"] = (p["chap_a"]
+                            + login([("CHAP_N", "alice"), ("CHAP_R", "0x" + "ab" * 32),
+                                     ("CHAP_I", "7"), ("CHAP_C", "0x" + "5a" * 24)]))
+    p["chap_answer_b64"] = (p["chap_a"]
+                            + login([("CHAP_N", "alice"), ("CHAP_R", "0b" + "q" * 43 + "="),
+                                     ("CHAP_I", "0x07"), ("CHAP_C", "0b" + "WlpaWlpa" * 4)]))
     for harness, files in seeds.items():
         d = os.path.join(out, harness)
         os.makedirs(d, exist_ok=True)
