@@ -6,6 +6,10 @@
 # Environment: FUZZ_SECONDS (default 20), FUZZ_BUILD (default build-fuzz), FUZZ_CC (clang),
 # FUZZ_ARGS (extra libFuzzer flags). Crashes are written to $FUZZ_BUILD/artifacts/ and make the
 # script fail; reproduce with `$FUZZ_BUILD/fuzz_pdu $FUZZ_BUILD/artifacts/crash-...`.
+# Corpus: each harness starts from tests/fuzz/corpus/<harness>/ (kept in the repository, so CI
+# starts where earlier runs got to) plus fresh seeds (seeds.py); the checkout is only read, new
+# finds go to $FUZZ_BUILD/corpus/<harness>/. `FUZZ_UPDATE_CORPUS=1 tests/fuzz/run.sh` (by hand,
+# never in CI) then merges everything into a minimized tests/fuzz/corpus/<harness>/ to commit.
 set -eu
 
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
@@ -13,6 +17,17 @@ BUILD=${FUZZ_BUILD:-$ROOT/build-fuzz}
 SECS=${FUZZ_SECONDS:-20}
 CC=${FUZZ_CC:-clang}
 SAN="-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer -g"
+
+UPDATE=${FUZZ_UPDATE_CORPUS:-0}
+# The corpus in the checkout changes only on request, and never in CI: a CI run must leave
+# the tree as it found it (scripts/test runs in the clone).
+if [ "$UPDATE" = 1 ] && [ "${CI:-}" = true ]; then
+    echo "fuzz: FUZZ_UPDATE_CORPUS=1 writes into the checkout; not in CI" >&2
+    exit 1
+fi
+# Beyond these the corpus is no longer "small": the merge fails rather than bloat the repo.
+CORPUS_MAX_FILES=300
+CORPUS_MAX_KB=1024
 
 command -v "$CC" >/dev/null 2>&1 || { echo "fuzz: $CC not found (apt-get install clang)" >&2; exit 1; }
 
@@ -35,9 +50,59 @@ else
 fi
 
 mkdir -p "$BUILD/artifacts"
-# Seed corpora (valid PDU sequences, login texts) generated fresh, merged with what earlier
-# runs found.
+# Seed corpora (valid PDU sequences, login texts, CHAP exchanges) generated fresh, used with
+# the committed corpus and what earlier runs in this build dir found.
+rm -rf "$BUILD/seeds"
 python3 "$ROOT/tests/fuzz/seeds.py" "$BUILD/seeds"
+
+# Merge with libFuzzer's -merge=1, on edge coverage (-use_counters=0: a merge on full features,
+# edges times hit-count buckets, keeps several hundred inputs per harness; the counts are found
+# again within seconds). First incrementally: the committed corpus is kept as it is and only the
+# inputs (this build dir's finds, the seeds) that reach an edge it does not are added, so the
+# commit shows just those (file names are content hashes). If that outgrows the size limits,
+# everything is merged afresh into the smallest set covering all the edges.
+merge_into() {
+    new=$1 start=$2 kept=$3 seeds=$4
+    rm -rf "$new"
+    mkdir -p "$new"
+    if [ -n "$start" ]; then
+        find "$start" -type f -exec cp {} "$new"/ \;
+        kept=""
+    fi
+    # shellcheck disable=SC2086
+    ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
+        UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+        "$BUILD/$name" -merge=1 -use_counters=0 -timeout=20 -rss_limit_mb=2048 \
+        -max_len=65536 "$new" $kept "$BUILD/corpus/$name" $seeds >"$BUILD/$name-merge.log" 2>&1
+}
+
+corpus_fits() {
+    files=$(find "$1" -type f | wc -l)
+    kb=$(($(find "$1" -type f -exec cat {} + | wc -c) / 1024))
+    [ "$files" -le $CORPUS_MAX_FILES ] && [ "$kb" -le $CORPUS_MAX_KB ]
+}
+
+update_corpus() {
+    name=$1 kept=$2 seeds=$3
+    dest="$ROOT/tests/fuzz/corpus/$name"
+    new="$BUILD/corpus-merge/$name"
+    for start in "$kept" ""; do
+        if ! merge_into "$new" "$start" "$kept" "$seeds"; then
+            echo "fuzz: $name: merge FAILED (log: $BUILD/$name-merge.log)" >&2
+            return 1
+        fi
+        corpus_fits "$new" && break
+    done
+    if ! corpus_fits "$new"; then
+        echo "fuzz: $name: merged corpus too big ($files files, $kb KiB; at most" \
+            "$CORPUS_MAX_FILES and $CORPUS_MAX_KB KiB): $dest left alone" >&2
+        return 1
+    fi
+    rm -rf "$dest"
+    mkdir -p "$dest"
+    find "$new" -type f -exec cp {} "$dest"/ \;
+    echo "fuzz: $name: corpus $dest: $files files, $kb KiB"
+}
 
 status=0
 for name in $NAMES; do
@@ -52,19 +117,26 @@ for name in $NAMES; do
     mkdir -p "$BUILD/corpus/$name"
     seeds="$BUILD/seeds/$name"
     [ -d "$seeds" ] || seeds=""
+    kept="$ROOT/tests/fuzz/corpus/$name"
+    [ -d "$kept" ] || kept=""
     echo "fuzz: running $name for ${SECS}s"
+    # libFuzzer writes new inputs to the first directory only: the build dir's, never the
+    # committed corpus after it
     # shellcheck disable=SC2086
     if ! ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
         UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
         "$BUILD/$name" -max_total_time="$SECS" -timeout=20 -rss_limit_mb=2048 \
             -max_len=65536 -print_final_stats=1 -artifact_prefix="$BUILD/artifacts/$name-" \
-            ${FUZZ_ARGS:-} "$BUILD/corpus/$name" $seeds >"$BUILD/$name.log" 2>&1; then
+            ${FUZZ_ARGS:-} "$BUILD/corpus/$name" $kept $seeds >"$BUILD/$name.log" 2>&1; then
         echo "fuzz: $name FAILED (log: $BUILD/$name.log)" >&2
         tail -n 60 "$BUILD/$name.log" >&2
         status=1
     else
         grep -E '^stat::number_of_executed_units|^stat::peak_rss_mb' "$BUILD/$name.log" |
             sed "s/^/fuzz: $name: /"
+        if [ "$UPDATE" = 1 ] && ! update_corpus "$name" "$kept" "$seeds"; then
+            status=1
+        fi
     fi
 done
 exit $status

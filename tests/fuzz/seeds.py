@@ -2,7 +2,14 @@
 """Write seed inputs for the libFuzzer harnesses in tests/fuzz into DIR/<harness>/.
 
 fuzz_pdu: first byte = mode (0 raw login phase, 1 after a normal login, 2 after a discovery
-login, see fuzz_pdu.c), then iSCSI PDUs."""
+login, see fuzz_pdu.c), then iSCSI PDUs.
+fuzz_keys: first byte = options, then a login text (0xff splits it into two requests).
+fuzz_chap: first byte = options (bit 0 mutual, bits 1-3 algorithms, bit 4 keys straight to the
+hook, bit 5 AuthMethod agreed late, bit 6 an address per connection), then connections separated by 0xfe, each login requests' texts separated by 0xff; the
+harness pins the target's CHAP_I/CHAP_C to CHAP_ID/CHAP_CHALLENGE below, so the responses here
+are the right ones (see fuzz_chap.c)."""
+import base64
+import hashlib
 import os
 import struct
 import sys
@@ -45,13 +52,153 @@ def login(kv, csg=0, nsg=1, transit=True, tsih=0, itt=0, cmdsn=0):
     return pdu(0x03, flags, itt, hdr_lun, 0, cmdsn, 0, rest, body, immediate=True)
 
 
+def kvtext(kv):
+    return b"".join(k.encode() + b"=" + v.encode() + b"\0" for k, v in kv)
+
+
+# fuzz_chap.c's credentials and pinned challenge
+CHAP_USER = "alice"
+CHAP_SECRET = b"alice-secret-16b"
+CHAP_MUTUAL_USER = "iqn.2026-11.org.linerate:fuzz"
+CHAP_MUTUAL_SECRET = b"target-secret-16"
+CHAP_ID = 0x2A
+CHAP_CHALLENGE = bytes((i * 37 + 11) & 0xFF for i in range(32))
+CHAP_HASH = {5: hashlib.md5, 7: hashlib.sha256, 8: hashlib.sha3_256}
+
+
+def chap_response(alg, ident, secret, challenge):
+    """RFC 1994: H(identifier || secret || challenge)."""
+    return CHAP_HASH[alg](bytes([ident]) + secret + challenge).digest()
+
+
+def hexval(b, upper=False):
+    return ("0X" + b.hex().upper()) if upper else ("0x" + b.hex())
+
+
+def b64val(b, pad=True):
+    v = base64.b64encode(b).decode()
+    return "0b" + (v if pad else v.rstrip("="))
+
+
+def chap_seeds():
+    """fuzz_chap inputs: whole exchanges, good and bad."""
+    first = [("InitiatorName", "iqn.2026-11.org.linerate:seed"),
+             ("TargetName", "iqn.2026-11.org.linerate:fuzz"),
+             ("SessionType", "Normal"), ("AuthMethod", "CHAP,None")]
+
+    def conn(*reqs):
+        return b"\xff".join(kvtext(r) for r in reqs)
+
+    def inp(opt, *conns):
+        return bytes([opt]) + b"\xfe".join(conns)
+
+    def good(alg, enc=hexval, offer=None):
+        rsp = chap_response(alg, CHAP_ID, CHAP_SECRET, CHAP_CHALLENGE)
+        return [first, [("CHAP_A", offer or str(alg))],
+                [("CHAP_N", CHAP_USER), ("CHAP_R", enc(rsp))]]
+
+    def mutual(alg, chal, ident=7, enc=hexval):
+        reqs = good(alg, enc)
+        reqs[2] += [("CHAP_I", str(ident)), ("CHAP_C", enc(chal))]
+        return reqs
+
+    c = {}
+    names = {5: "md5", 7: "sha256", 8: "sha3"}
+    for alg, name in names.items():
+        c["oneway_" + name] = inp(0, conn(*good(alg)))
+        c["oneway_%s_b64" % name] = inp(0, conn(*good(alg, b64val)))
+        c["mutual_" + name] = inp(1, conn(*mutual(alg, bytes(range(100, 132)))))
+    c["oneway_b64_nopad"] = inp(0, conn(*good(7, lambda b: b64val(b, False))))
+    c["oneway_hex_upper"] = inp(0, conn(*good(5, lambda b: hexval(b, True))))
+    c["oneway_offer_list"] = inp(0, conn(*good(8, offer="0x8,7,5,99")))
+    # only MD5 allowed (bits 1-3 = CHAP_ALGS_MD5): "8,7,5" picks MD5
+    c["oneway_md5_only"] = inp(2, conn(*good(5, offer="8,7,5")))
+    c["mutual_b64_16"] = inp(1, conn(*mutual(7, b"\x5a" * 16, ident=0, enc=b64val)))
+    c["mutual_hex_id"] = inp(1, conn(*mutual(8, bytes(range(64)), ident=255)))
+    # AuthMethod and CHAP_A in one request (libiscsi does so)
+    r = good(7)
+    c["oneway_one_request"] = inp(0, conn(first + r[1], r[2]))
+    # a replayed initiator challenge on a second connection (the guard refuses it)
+    m = conn(*mutual(7, b"\x11" * 24))
+    c["mutual_replay"] = inp(1, m, m)
+    # the initiator reflects our own challenge
+    c["mutual_reflect"] = inp(1, conn(*mutual(7, CHAP_CHALLENGE, ident=CHAP_ID)))
+    # failures
+    bad = good(7)
+    bad[2] = [("CHAP_N", CHAP_USER), ("CHAP_R", "0x" + "00" * 32)]
+    c["wrong_response"] = inp(0, conn(*bad))
+    bad = good(7)
+    bad[2][0] = ("CHAP_N", "mallory")
+    c["wrong_user"] = inp(0, conn(*bad))
+    c["no_mutual"] = inp(1, conn(*good(7)))
+    c["unasked_mutual"] = inp(0, conn(*mutual(7, b"\x22" * 32)))
+    c["alg_reject"] = inp(2, conn(first, [("CHAP_A", "7,8")]))
+    c["alg_malformed"] = inp(0, conn(first, [("CHAP_A", "5,,x7")]))
+    c["r_odd_hex"] = inp(0, conn(first, [("CHAP_A", "5")],
+                                 [("CHAP_N", CHAP_USER), ("CHAP_R", "0x" + "a" * 31)]))
+    c["r_bad_b64"] = inp(0, conn(first, [("CHAP_A", "5")],
+                                 [("CHAP_N", CHAP_USER), ("CHAP_R", "0bA===")]))
+    c["c_oversized"] = inp(1, conn(*mutual(5, b"\x33" * 1025)))
+    c["i_too_big"] = inp(1, conn(*mutual(5, b"\x44" * 16, ident=256)))
+    c["n_too_long"] = inp(0, conn(first, [("CHAP_A", "5")],
+                                  [("CHAP_N", "n" * 256), ("CHAP_R", "0x00")]))
+    c["nr_before_a"] = inp(0, conn(first, [("CHAP_N", CHAP_USER), ("CHAP_R", "0x00")]))
+    c["a_twice"] = inp(0, conn(first, [("CHAP_A", "5")], [("CHAP_A", "5")]))
+    c["empty_request"] = inp(0, conn(first, []))
+    c["key_after_done"] = inp(0, conn(*(good(5) + [[("CHAP_A", "5")]])))
+    c["chap_without_method"] = inp(0, conn([("CHAP_A", "5")]))
+    # straight to the hook (bit 4): any key name reaches it
+    c["direct"] = inp(0x10, conn([("CHAP_A", "7")], [("CHAP_N", CHAP_USER), (
+        "CHAP_R", hexval(chap_response(7, CHAP_ID, CHAP_SECRET, CHAP_CHALLENGE)))]))
+    c["direct_unknown"] = inp(0x10, conn([("CHAP_X", "1")]))
+    c["direct_after_done"] = inp(0x10, conn([("CHAP_A", "5")], [("CHAP_N", CHAP_USER), (
+        "CHAP_R", hexval(chap_response(5, CHAP_ID, CHAP_SECRET, CHAP_CHALLENGE)))],
+        [("CHAP_A", "5")]))
+    # bit 5: CHAP keys before AuthMethod=CHAP was agreed
+    c["direct_before_method"] = inp(0x30, conn([("CHAP_A", "5")]))
+    # failures from one address, then a success there, then one failure (bit 6 clear), and
+    # the same from an address per connection (bit 6 set)
+    w = conn(*bad)
+    g = conn(*good(5))
+    c["guard_one_addr"] = inp(0, w, w, w, g, w)
+    c["guard_addr_each"] = inp(0x40, w, w, g, w)
+    return c
+
+
+def keys_seeds():
+    """fuzz_keys inputs: a security-stage text, 0xff, an operational-stage text."""
+    sec = kvtext([("InitiatorName", "iqn.2026-11.org.linerate:seed"),
+                  ("TargetName", "iqn.2026-11.org.linerate:fuzz"),
+                  ("SessionType", "Normal"), ("AuthMethod", "None")])
+    op = kvtext([("HeaderDigest", "CRC32C,None"), ("DataDigest", "None"),
+                 ("MaxConnections", "4"), ("InitialR2T", "No"), ("ImmediateData", "Yes"),
+                 ("MaxRecvDataSegmentLength", "262144"), ("MaxBurstLength", "1048576"),
+                 ("FirstBurstLength", "65536"), ("DefaultTime2Wait", "2"),
+                 ("DefaultTime2Retain", "20"), ("MaxOutstandingR2T", "1"),
+                 ("DataPDUInOrder", "Yes"), ("DataSequenceInOrder", "Yes"),
+                 ("ErrorRecoveryLevel", "0"), ("X-com.example.foo", "bar")])
+    return {
+        "login": b"\x00" + sec + b"\xff" + op,
+        "login_digests": b"\x03" + sec + b"\xff" + op,
+        "discovery": b"\x40" + kvtext([("InitiatorName", "iqn.2026-11.org.linerate:seed"),
+                                        ("SessionType", "Discovery")]) + b"\xff" + op,
+        "chap_required": b"\x30" + sec.replace(b"=None", b"=CHAP,None")
+        + kvtext([("CHAP_A", "5")]),
+        "answers": b"\x80" + kvtext([("HeaderDigest", "None"), ("MaxBurstLength", "Reject"),
+                                      ("InitialR2T", "Irrelevant"),
+                                      ("TargetPortalGroupTag", "1")]),
+        "sendtargets": b"\x08" + kvtext([("SendTargets", "All"),
+                                          ("MaxRecvDataSegmentLength", "8192")]),
+    }
+
+
 def cdb10(op, lba, blocks):
     return struct.pack(">BBIBHB", op, 0, lba, 0, blocks, 0)
 
 
 def main():
     out = sys.argv[1]
-    seeds = {"fuzz_pdu": {}}
+    seeds = {"fuzz_pdu": {}, "fuzz_chap": chap_seeds(), "fuzz_keys": keys_seeds()}
     p = seeds["fuzz_pdu"]
     tur = bytes(6)
     inq = bytes([0x12, 0, 0, 0, 96, 0])
