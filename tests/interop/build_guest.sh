@@ -60,7 +60,14 @@ if [ ${#missing[@]} -ne 0 ]; then
     (cd "$OUT/debs" && apt-get download -q "${missing[@]}" 2>&1 | grep -v -e unsandboxed -e '^Get:' >&2) ||
         true
     for p in "${missing[@]}"; do
-        compgen -G "$OUT/debs/${p}_*.deb" >/dev/null || die "apt-get download $p failed"
+        compgen -G "$OUT/debs/${p}_*.deb" >/dev/null && continue
+        # stale package lists name versions the mirror no longer has: refresh them once
+        if [ "$(id -u)" -eq 0 ] && [ -z "${BUILD_GUEST_UPDATED:-}" ]; then
+            msg "apt-get download $p failed; apt-get update and again"
+            apt-get update -qq >/dev/null 2>&1 || true
+            BUILD_GUEST_UPDATED=1 exec "$0" "$OUT"
+        fi
+        die "apt-get download $p failed"
     done
 fi
 

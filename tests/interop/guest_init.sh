@@ -17,9 +17,16 @@ exec </dev/null >/dev/console 2>&1
 
 npass=0
 nfail=0
+T0=$(cut -d. -f1 /proc/uptime)
 say() { echo "LTI $*"; }
-pass() { say "PASS $*"; npass=$((npass + 1)); }
-fail() { say "FAIL $*"; nfail=$((nfail + 1)); }
+# the guest's seconds since the previous verdict: where the time goes under TCG
+lap() {
+    t=$(cut -d. -f1 /proc/uptime)
+    LAP="[$((t - T0)) s]"
+    T0=$t
+}
+pass() { lap; say "PASS $* $LAP"; npass=$((npass + 1)); }
+fail() { lap; say "FAIL $* $LAP"; nfail=$((nfail + 1)); }
 finish() {
     if [ "$nfail" -ne 0 ]; then
         echo "--- guest dmesg (last 60 lines)"
@@ -82,7 +89,7 @@ node.conn[0].iscsi.DataDigest = None
 CONF
 iscsid || die "boot: iscsid did not start"
 sleep 1
-say "BOOTED $(uname -r)"
+say "BOOTED $(uname -r), crc32c by $(awk '/^name/ {n = $3} /^driver/ {d = $3} /^priority/ && n == "crc32c" {print d, $3}' /proc/crypto | sort -k2n | tail -n 1 | cut -d' ' -f1)"
 
 dd if=/dev/urandom of=/tmp/pat bs=1M count=$MB 2>/dev/null
 PAT=$(sha256sum </tmp/pat | cut -d' ' -f1)
@@ -148,6 +155,7 @@ t_fio() { # NAME DEV
     if timeout 240 fio --name=lt --filename="$2" --direct=1 --ioengine=libaio --iodepth=16 \
         --rw=randrw --bs=4k --size=${FIO_MB}M --verify=crc32c --verify_fatal=1 \
         --do_verify=1 >/tmp/fio.out 2>&1 && grep -q 'err= 0' /tmp/fio.out; then
+        grep -E '^ +(read|write):|verify' /tmp/fio.out | sed 's/^ */    | /'
         pass "$1: fio 4k randrw $FIO_MB MiB iodepth 16 with crc32c verify"
     else
         tailof /tmp/fio.out 25
@@ -208,6 +216,8 @@ t_drop() { # NAME DEV0 DEV1 (DEV1 holds the pattern)
     [ $midio = yes ] || { fail "$1: the I/O had stopped before the drop was seen"; return; }
     got=$(dd if="$2" bs=256k count=64 iflag=direct 2>/dev/null | sha256sum | cut -d' ' -f1)
     [ "$got" = "$PAT16" ] || { fail "$1: LUN 0 differs after the drop"; return; }
+    # what the kernel said about the drop and the recovery, for the log
+    dmesg | grep -E 'connection|session' | tail -n 6 | sed 's/^/    | /'
     pass "$1: target dropped the connection mid-I/O, session back, writer + reader saw no error"
 }
 

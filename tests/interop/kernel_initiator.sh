@@ -26,7 +26,9 @@ keep_logs() {
     [ -n "${INTEROP_LOGS:-}" ] || return 0
     mkdir -p "$INTEROP_LOGS" && cp "$WORK"/console.log "$WORK"/target.log "$INTEROP_LOGS"/ 2>/dev/null
 }
-trap '[ -n "$QPID" ] && kill -KILL "$QPID" 2>/dev/null; keep_logs; it_cleanup' EXIT
+# TERM, not KILL: QPID is timeout(1), which passes TERM on to qemu but would leave it running
+# if it were killed itself.
+trap '[ -n "$QPID" ] && kill -TERM "$QPID" 2>/dev/null; keep_logs; it_cleanup' EXIT
 
 note "guest image ($GUEST)"
 "$HERE/build_guest.sh" "$GUEST" || fail "could not build the guest image (build_guest.sh)"
