@@ -14,7 +14,7 @@
 set -euo pipefail
 
 HERE=$(cd "$(dirname "$0")" && pwd)
-OUT=${1:-${XDG_CACHE_HOME:-$HOME/.cache}/linerate/interop-guest}
+OUT=${1:-${XDG_CACHE_HOME:-${HOME:-/tmp}/.cache}/linerate/interop-guest}
 mkdir -p "$OUT/debs"
 OUT=$(cd "$OUT" && pwd)
 

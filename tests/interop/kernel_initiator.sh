@@ -15,7 +15,7 @@ command -v qemu-system-x86_64 >/dev/null 2>&1 ||
     skip "qemu-system-x86_64 is not installed: the kernel-initiator interop test needs it (scripts/install-deps test installs qemu-system-x86)"
 need ss timeout
 
-GUEST=${LINERATE_GUEST_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/linerate/interop-guest}
+GUEST=${LINERATE_GUEST_DIR:-${XDG_CACHE_HOME:-${HOME:-/tmp}/.cache}/linerate/interop-guest}
 # Whole guest run, boot to poweroff; it takes 2-4 minutes on 2 TCG cores.
 QEMU_TIMEOUT_S=${QEMU_TIMEOUT_S:-600}
 IQN=iqn.2026-11.org.linerate:interop
