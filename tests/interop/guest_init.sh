@@ -252,6 +252,9 @@ run_mode() { # None|CRC32C
     fi
     d0=$(lun_dev 0) || die "$m: no disk for LUN 0"
     d1=$(lun_dev 1) || die "$m: no disk for LUN 1"
+    # The user-mode network of a TCG guest on a busy host stalls for seconds: give commands
+    # 120 s (not 30) before the SCSI layer aborts them, so a stall is not taken for a hang.
+    for d in $d0 $d1; do echo 120 >"/sys/block/${d#/dev/}/device/timeout"; done
     t_dd "$m ram LUN 0" "$d0"
     t_dd "$m file LUN 1" "$d1"
     [ "$DROP" = 1 ] && t_drop "$m drop" "$d0" "$d1"

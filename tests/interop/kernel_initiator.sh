@@ -16,8 +16,12 @@ command -v qemu-system-x86_64 >/dev/null 2>&1 ||
 need ss timeout
 
 GUEST=${LINERATE_GUEST_DIR:-${XDG_CACHE_HOME:-${HOME:-/tmp}/.cache}/linerate/interop-guest}
-# Whole guest run, boot to poweroff; it takes 2-4 minutes on 2 TCG cores.
-QEMU_TIMEOUT_S=${QEMU_TIMEOUT_S:-600}
+# Whole guest run, boot to poweroff: 2.5-4 minutes on 2 otherwise idle cores, but the
+# user-mode network stalls for seconds at a time when the host is busy (the same with tgt as
+# the target), and then the large dd round trips take several times longer.
+QEMU_TIMEOUT_S=${QEMU_TIMEOUT_S:-900}
+# A guest that does not reach its /init (bad image, kernel panic) is given up early.
+BOOT_TIMEOUT_S=${BOOT_TIMEOUT_S:-180}
 IQN=iqn.2026-11.org.linerate:interop
 QPID=""
 
@@ -63,6 +67,14 @@ drops=0
 while kill -0 "$QPID" 2>/dev/null; do
     tr -d '\r' <"$WORK/console.log" | grep -a '^LTI ' >"$WORK/lti.txt"
     n=$(wc -l <"$WORK/lti.txt")
+    if [ "$n" -eq 0 ] && [ $((SECONDS - t0)) -gt "$BOOT_TIMEOUT_S" ]; then
+        kill -TERM "$QPID"
+        wait "$QPID"
+        QPID=""
+        echo "--- guest console (last 40 lines):" >&2
+        tr -d '\r' <"$WORK/console.log" | tail -n 40 >&2
+        fail "the guest did not reach its /init in ${BOOT_TIMEOUT_S}s"
+    fi
     if [ "$n" -gt "$shown" ]; then
         sed -n "$((shown + 1)),${n}p" "$WORK/lti.txt" | while IFS= read -r l; do
             echo "$l"
