@@ -36,6 +36,11 @@ fi
 [ -n "$kpkg" ] || die "apt-cache does not know linux-image-amd64 (run apt-get update)"
 kver=${kpkg#linux-image-}
 
+# One builder at a time (make check and make interop may both ask); the second one waits,
+# then finds the image built.
+exec 9>"$OUT/lock"
+flock 9
+
 stamp=$(cat "$0" "$HERE/guest_init.sh" | sha256sum | cut -c1-16)-$kver
 if [ -f "$OUT/stamp" ] && [ "$(cat "$OUT/stamp")" = "$stamp" ] &&
     [ -s "$OUT/vmlinuz" ] && [ -s "$OUT/initrd.img" ]; then
@@ -46,10 +51,10 @@ msg "building the guest image in $OUT (kernel $kver)"
 # The tools, and the library packages they need, recursively (only lib* packages: the
 # tools' other dependencies are scripts, perl, udev... that the guest does without).
 tools=(busybox-static open-iscsi e2fsprogs fio)
-libs=$(apt-cache depends --recurse --no-recommends --no-suggests --no-conflicts --no-breaks \
-    --no-replaces --no-enhances "${tools[@]}" 2>/dev/null |
+mapfile -t libs < <(apt-cache depends --recurse --no-recommends --no-suggests --no-conflicts \
+    --no-breaks --no-replaces --no-enhances "${tools[@]}" 2>/dev/null |
     grep -E '^lib[a-z0-9.+-]+$' | grep -Ev 'perl|python' | sort -u)
-pkgs=("${tools[@]}" $libs "$kpkg")
+pkgs=("${tools[@]}" "${libs[@]}" "$kpkg")
 missing=()
 for p in "${pkgs[@]}"; do
     compgen -G "$OUT/debs/${p}_*.deb" >/dev/null || missing+=("$p")

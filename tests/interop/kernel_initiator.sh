@@ -63,7 +63,6 @@ QPID=$!
 # destroying the target's end of every connection on its port (the accepted sockets, whose
 # local port is the target's; the listening socket is not established and stays).
 shown=0
-drops=0
 while kill -0 "$QPID" 2>/dev/null; do
     tr -d '\r' <"$WORK/console.log" | grep -a '^LTI ' >"$WORK/lti.txt"
     n=$(wc -l <"$WORK/lti.txt")
