@@ -221,6 +221,38 @@ t_drop() { # NAME DEV0 DEV1 (DEV1 holds the pattern)
     pass "$1: target dropped the connection mid-I/O, session back, writer + reader saw no error"
 }
 
+# The same drop under fio: 16 4 KiB commands in flight at any time, so the kernel has a
+# queue of them to retry on the new session, and every block written is read back.
+t_drop_fio() { # NAME DEV
+    n0=$(conn_errors)
+    timeout 300 fio --name=lt --filename="$2" --direct=1 --ioengine=libaio --iodepth=16 \
+        --rw=randrw --bs=4k --size=48M --verify=crc32c --verify_fatal=1 --do_verify=1 \
+        >/tmp/fio.out 2>&1 &
+    fp=$!
+    sleep 2
+    say "DROP"
+    i=0
+    while [ "$(conn_errors)" -eq "$n0" ] && [ $i -lt 600 ]; do
+        sleep 0.1
+        i=$((i + 1))
+    done
+    midio=yes
+    kill -0 $fp 2>/dev/null || midio=no
+    wait $fp
+    rc=$?
+    if [ "$(conn_errors)" -eq "$n0" ]; then
+        fail "$1: the connection was not dropped within 60 s of LTI DROP"
+    elif [ $rc -ne 0 ] || ! grep -q 'err= 0' /tmp/fio.out; then
+        tailof /tmp/fio.out 25
+        fail "$1: fio failed across the drop (exit $rc)"
+    elif [ $midio = no ]; then
+        fail "$1: fio had finished before the drop was seen"
+    else
+        grep -E '^ +(read|write):' /tmp/fio.out | sed 's/^ */    | /'
+        pass "$1: target dropped the connection under fio randrw iodepth 16, verify clean"
+    fi
+}
+
 run_mode() { # None|CRC32C
     dg=$1
     m="digest=$dg"
@@ -258,6 +290,7 @@ run_mode() { # None|CRC32C
     t_dd "$m ram LUN 0" "$d0"
     t_dd "$m file LUN 1" "$d1"
     [ "$DROP" = 1 ] && t_drop "$m drop" "$d0" "$d1"
+    [ "$DROP" = 1 ] && t_drop_fio "$m drop fio LUN 1" "$d1"
     t_fs "$m ram LUN 0" "$d0"
     t_fs "$m file LUN 1" "$d1"
     t_fio "$m ram LUN 0" "$d0"

@@ -107,8 +107,8 @@ if grep -q '^LTI FAIL' "$WORK/lti.txt" || ! grep -q 'fail=0$' <<<"$done_line"; t
     fail "the kernel initiator reported failures"
 fi
 npass=$(grep -c '^LTI PASS' "$WORK/lti.txt")
-# 2 modes x (discovery, login, 2 dd, drop, 2 ext4, 2 fio, logout)
-want=$((2 * (9 + drop)))
+# 2 modes x (discovery, login, 2 dd, 2 drops, 2 ext4, 2 fio, logout)
+want=$((2 * (9 + 2 * drop)))
 [ "$npass" -eq "$want" ] || { show_console; fail "$npass steps passed, $want expected"; }
 
 stop_target
