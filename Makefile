@@ -1,11 +1,12 @@
 # Thin wrapper over Meson/Ninja: `make` builds into build/, `make check` runs every test,
 # `make asan-check` runs the unit and integration tests under ASan+UBSan (build-asan/),
 # `make fuzz` builds the libFuzzer harnesses with clang and runs each briefly (build-fuzz/),
-# `make format-check` checks every C file against .clang-format.
+# `make format-check` checks every C file against .clang-format, `make interop` runs the
+# Linux kernel initiator against linerate-target in a qemu guest (tests/interop).
 MESON ?= meson
 BUILD ?= build
 
-.PHONY: all check unit-check asan-check fuzz clean format-check
+.PHONY: all check unit-check asan-check interop fuzz clean format-check
 
 all: $(BUILD)/build.ninja
 	ninja -C $(BUILD)
@@ -26,6 +27,10 @@ asan-check: build-asan/build.ninja
 	ninja -C build-asan
 	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
 		$(MESON) test -C build-asan --print-errorlogs --timeout-multiplier 4
+
+# Also part of `make check` (meson suite integration); this runs it alone, its steps shown.
+interop: all
+	$(MESON) test -C $(BUILD) --print-errorlogs --verbose --suite interop
 
 # FUZZ_SECONDS=600 make fuzz for a longer run.
 fuzz:

@@ -1,0 +1,315 @@
+#!/bin/sh
+# /init of the interop guest (busybox sh, PID 1): loads the initiator's modules, brings up the
+# qemu user-mode network (the host's loopback is 10.0.2.2), and drives linerate-target with
+# the Linux kernel initiator (open-iscsi + iscsi_tcp), digests off and then on: SendTargets,
+# login, a dd round trip on each LUN, the target dropping the connection in the middle of I/O,
+# ext4 + fsck, fio randrw with verify, logout. Every step prints "LTI PASS name" or
+# "LTI FAIL name: why" on the serial console; "LTI DROP" asks the host to destroy the
+# target's sockets; "LTI DONE pass=N fail=M" ends the run, then the guest powers off.
+# Parameters come from the kernel command line: lt_port= lt_iqn= lt_drop=0|1.
+export PATH=/sbin:/bin LD_LIBRARY_PATH=/lib/x86_64-linux-gnu
+mount -t proc proc /proc
+mount -t sysfs sysfs /sys
+mount -t devtmpfs devtmpfs /dev
+mount -t tmpfs tmpfs /tmp
+mount -t tmpfs tmpfs /run
+exec </dev/null >/dev/console 2>&1
+
+npass=0
+nfail=0
+T0=$(cut -d. -f1 /proc/uptime)
+say() { echo "LTI $*"; }
+# the guest's seconds since the previous verdict: where the time goes under TCG
+lap() {
+    t=$(cut -d. -f1 /proc/uptime)
+    LAP="[$((t - T0)) s]"
+    T0=$t
+}
+pass() { lap; say "PASS $* $LAP"; npass=$((npass + 1)); }
+fail() { lap; say "FAIL $* $LAP"; nfail=$((nfail + 1)); }
+finish() {
+    if [ "$nfail" -ne 0 ]; then
+        echo "--- guest dmesg (last 60 lines)"
+        dmesg | tail -n 60
+    fi
+    say "DONE pass=$npass fail=$nfail"
+    sync
+    poweroff -f
+    sleep 60
+}
+die() { fail "$*"; finish; }
+# show the last lines of what a failed step printed
+tailof() { tail -n "${2:-15}" "$1" | sed 's/^/    | /'; }
+
+PORT=
+IQN=
+DROP=1
+for w in $(cat /proc/cmdline); do
+    case $w in
+    lt_port=*) PORT=${w#lt_port=} ;;
+    lt_iqn=*) IQN=${w#lt_iqn=} ;;
+    lt_drop=*) DROP=${w#lt_drop=} ;;
+    esac
+done
+[ -n "$PORT" ] && [ -n "$IQN" ] || die "boot: no lt_port= / lt_iqn= on the kernel command line"
+HOST=10.0.2.2
+PORTAL=$HOST:$PORT
+MB=64   # dd round trip per LUN
+FIO_MB=16
+
+for m in $(cat /lib/modules/load.order); do
+    if ! insmod "/lib/modules/$m" 2>/tmp/insmod.err; then
+        # the SSE4.2 CRC32C is only a faster provider; crc32c_generic is the one relied on
+        case $m in crc32c-intel.ko) ;; *) tailof /tmp/insmod.err; die "boot: insmod $m" ;; esac
+    fi
+done
+ip link set lo up
+ip link set eth0 up && ip addr add 10.0.2.15/24 dev eth0 && ip route add default via "$HOST" ||
+    die "boot: network"
+
+mkdir -p /etc/iscsi /run/lock/iscsi /var/lock /var/lib/iscsi /mnt
+# iscsid serves only iscsiadm processes whose peer uid getpwuid() names "root"
+echo "root:x:0:0:root:/:/bin/sh" >/etc/passwd
+echo "root:x:0:" >/etc/group
+echo "InitiatorName=iqn.2026-11.org.linerate:interop-guest" >/etc/iscsi/initiatorname.iscsi
+# Timeouts for a slow (TCG) guest: pings every 5 s but 15 s to answer; a lost connection is
+# retried for 120 s before its commands fail (the drop test must see them retried, not failed).
+cat >/etc/iscsi/iscsid.conf <<CONF
+node.startup = manual
+node.session.timeo.replacement_timeout = 120
+node.conn[0].timeo.login_timeout = 15
+node.conn[0].timeo.logout_timeout = 15
+node.conn[0].timeo.noop_out_interval = 5
+node.conn[0].timeo.noop_out_timeout = 15
+node.session.err_timeo.abort_timeout = 15
+node.session.err_timeo.lu_reset_timeout = 30
+node.session.initial_login_retry_max = 4
+node.conn[0].iscsi.HeaderDigest = None
+node.conn[0].iscsi.DataDigest = None
+CONF
+iscsid || die "boot: iscsid did not start"
+sleep 1
+say "BOOTED $(uname -r), crc32c by $(awk '/^name/ {n = $3} /^driver/ {d = $3} /^priority/ && n == "crc32c" {print d, $3}' /proc/crypto | sort -k2n | tail -n 1 | cut -d' ' -f1)"
+
+dd if=/dev/urandom of=/tmp/pat bs=1M count=$MB 2>/dev/null
+PAT=$(sha256sum </tmp/pat | cut -d' ' -f1)
+PAT16=$(head -c $((16 << 20)) /tmp/pat | sha256sum | cut -d' ' -f1)
+
+# The sd device of LUN $1 of the (only) iSCSI session, waiting for the kernel's scan.
+lun_dev() {
+    i=0
+    while [ $i -lt 300 ]; do
+        for d in /sys/class/scsi_disk/*:*:*:"$1"/device/block/*; do
+            [ -e "$d" ] && [ -b "/dev/${d##*/}" ] && { echo "/dev/${d##*/}"; return 0; }
+        done
+        sleep 0.1
+        i=$((i + 1))
+    done
+    return 1
+}
+
+sess_state() { cat /sys/class/iscsi_session/session*/state 2>/dev/null | head -n 1; }
+conn_errors() { dmesg | grep -c 'detected conn error'; }
+
+# dd round trip: the pattern written with O_DIRECT, read back with O_DIRECT, compared.
+t_dd() { # NAME DEV
+    if ! dd if=/tmp/pat of="$2" bs=1M oflag=direct conv=fsync 2>/tmp/dd.err; then
+        tailof /tmp/dd.err
+        fail "$1: dd write $MB MiB"
+        return
+    fi
+    got=$(dd if="$2" bs=1M count=$MB iflag=direct 2>/tmp/dd.err | sha256sum | cut -d' ' -f1)
+    if [ "$got" = "$PAT" ]; then pass "$1: dd $MB MiB write + read, checksum equal"; else
+        tailof /tmp/dd.err
+        fail "$1: dd read back differs ($got)"
+    fi
+}
+
+# ext4: mkfs, files written, umount, fsck -n clean, remount (page cache dropped), checksums.
+t_fs() { # NAME DEV
+    mkfs.ext4 -q -F "$2" >/tmp/fs.out 2>&1 || { tailof /tmp/fs.out; fail "$1: mkfs.ext4"; return; }
+    mount -t ext4 "$2" /mnt || { fail "$1: mount"; return; }
+    for i in 1 2 3 4 5 6; do
+        dd if=/dev/urandom of=/mnt/f$i bs=64k count=$((i * 8)) 2>/dev/null
+    done
+    mkdir /mnt/d && cp /sbin/iscsid /sbin/e2fsck /mnt/d/
+    (cd /mnt && sha256sum f* d/*) >/tmp/sums
+    umount /mnt || { fail "$1: umount"; return; }
+    if ! e2fsck -f -n "$2" >/tmp/fs.out 2>&1; then
+        tailof /tmp/fs.out
+        fail "$1: e2fsck -n after umount"
+        return
+    fi
+    echo 3 >/proc/sys/vm/drop_caches
+    mount -t ext4 "$2" /mnt || { fail "$1: remount"; return; }
+    if (cd /mnt && sha256sum -c /tmp/sums) >/tmp/fs.out 2>&1; then
+        pass "$1: mkfs.ext4, 8 files, umount, fsck -n clean, remount, checksums equal"
+    else
+        tailof /tmp/fs.out
+        fail "$1: file checksums after remount"
+    fi
+    umount /mnt
+}
+
+t_fio() { # NAME DEV
+    if timeout 240 fio --name=lt --filename="$2" --direct=1 --ioengine=libaio --iodepth=16 \
+        --rw=randrw --bs=4k --size=${FIO_MB}M --verify=crc32c --verify_fatal=1 \
+        --do_verify=1 >/tmp/fio.out 2>&1 && grep -q 'err= 0' /tmp/fio.out; then
+        grep -E '^ +(read|write):|verify' /tmp/fio.out | sed 's/^ */    | /'
+        pass "$1: fio 4k randrw $FIO_MB MiB iodepth 16 with crc32c verify"
+    else
+        tailof /tmp/fio.out 25
+        fail "$1: fio randrw verify"
+    fi
+}
+
+# The target drops the connection in the middle of I/O (the host destroys its sockets with
+# ss -K on "LTI DROP"): a writer on LUN 0 and a reader on LUN 1 keep going through the
+# drop, the kernel logs in again and retries, and neither sees an error or wrong data.
+t_drop() { # NAME DEV0 DEV1 (DEV1 holds the pattern)
+    rm -f /tmp/stop /tmp/bad.*
+    n0=$(conn_errors)
+    (while [ ! -e /tmp/stop ]; do
+        dd if=/tmp/pat of="$2" bs=256k count=64 oflag=direct 2>/tmp/w.err ||
+            { cp /tmp/w.err /tmp/bad.write; break; }
+    done) &
+    wp=$!
+    (while [ ! -e /tmp/stop ]; do
+        got=$(dd if="$3" bs=256k count=64 iflag=direct 2>/tmp/r.err | sha256sum | cut -d' ' -f1)
+        [ "$got" = "$PAT16" ] || { echo "read $got" | cat - /tmp/r.err >/tmp/bad.read; break; }
+    done) &
+    rp=$!
+    sleep 2
+    say "DROP"
+    i=0
+    while [ "$(conn_errors)" -eq "$n0" ] && [ $i -lt 600 ]; do
+        sleep 0.1
+        i=$((i + 1))
+    done
+    if [ "$(conn_errors)" -eq "$n0" ]; then
+        touch /tmp/stop
+        wait
+        fail "$1: the connection was not dropped within 60 s of LTI DROP"
+        return
+    fi
+    midio=yes
+    kill -0 $wp 2>/dev/null && kill -0 $rp 2>/dev/null || midio=no
+    i=0
+    while [ "$(sess_state)" != LOGGED_IN ] && [ $i -lt 1200 ]; do
+        sleep 0.1
+        i=$((i + 1))
+    done
+    st=$(sess_state)
+    sleep 3 # I/O goes on over the new connection
+    touch /tmp/stop
+    wait
+    if [ "$st" != LOGGED_IN ]; then
+        fail "$1: session is $st 120 s after the drop"
+        return
+    fi
+    for b in /tmp/bad.*; do
+        [ -e "$b" ] || continue
+        tailof "$b"
+        fail "$1: ${b#/tmp/bad.} failed across the drop"
+        return
+    done
+    [ $midio = yes ] || { fail "$1: the I/O had stopped before the drop was seen"; return; }
+    got=$(dd if="$2" bs=256k count=64 iflag=direct 2>/dev/null | sha256sum | cut -d' ' -f1)
+    [ "$got" = "$PAT16" ] || { fail "$1: LUN 0 differs after the drop"; return; }
+    # what the kernel said about the drop and the recovery, for the log
+    dmesg | grep -E 'connection|session' | tail -n 6 | sed 's/^/    | /'
+    pass "$1: target dropped the connection mid-I/O, session back, writer + reader saw no error"
+}
+
+# The same drop under fio: 16 4 KiB commands in flight at any time, so the kernel has a
+# queue of them to retry on the new session, and every block written is read back.
+t_drop_fio() { # NAME DEV
+    n0=$(conn_errors)
+    timeout 300 fio --name=lt --filename="$2" --direct=1 --ioengine=libaio --iodepth=16 \
+        --rw=randrw --bs=4k --size=48M --verify=crc32c --verify_fatal=1 --do_verify=1 \
+        >/tmp/fio.out 2>&1 &
+    fp=$!
+    sleep 2
+    say "DROP"
+    i=0
+    while [ "$(conn_errors)" -eq "$n0" ] && [ $i -lt 600 ]; do
+        sleep 0.1
+        i=$((i + 1))
+    done
+    midio=yes
+    kill -0 $fp 2>/dev/null || midio=no
+    wait $fp
+    rc=$?
+    if [ "$(conn_errors)" -eq "$n0" ]; then
+        fail "$1: the connection was not dropped within 60 s of LTI DROP"
+    elif [ $rc -ne 0 ] || ! grep -q 'err= 0' /tmp/fio.out; then
+        tailof /tmp/fio.out 25
+        fail "$1: fio failed across the drop (exit $rc)"
+    elif [ $midio = no ]; then
+        fail "$1: fio had finished before the drop was seen"
+    else
+        grep -E '^ +(read|write):' /tmp/fio.out | sed 's/^ */    | /'
+        pass "$1: target dropped the connection under fio randrw iodepth 16, verify clean"
+    fi
+}
+
+run_mode() { # None|CRC32C
+    dg=$1
+    m="digest=$dg"
+    if iscsiadm -m discovery -t sendtargets -p "$PORTAL" >/tmp/disc.out 2>&1 &&
+        grep -q ":$PORT,1 $IQN\$" /tmp/disc.out; then
+        pass "$m: sendtargets discovery lists $IQN"
+    else
+        tailof /tmp/disc.out
+        fail "$m: sendtargets discovery"
+    fi
+    # SendTargets answers with the target's own portal (127.0.0.1:PORT on the host), which the
+    # guest reaches through the user-mode network's 10.0.2.2: log in there instead.
+    iscsiadm -m node -o delete >/dev/null 2>&1
+    iscsiadm -m node -o new -T "$IQN" -p "$PORTAL" >/dev/null 2>&1 || die "$m: iscsiadm -o new"
+    for k in HeaderDigest DataDigest; do
+        iscsiadm -m node -T "$IQN" -p "$PORTAL" -o update -n "node.conn[0].iscsi.$k" -v "$dg" ||
+            die "$m: iscsiadm -o update $k"
+    done
+    if ! iscsiadm -m node -T "$IQN" -p "$PORTAL" --login >/tmp/login.out 2>&1; then
+        tailof /tmp/login.out
+        die "$m: login"
+    fi
+    iscsiadm -m session -P 2 >/tmp/sess.out 2>&1
+    if grep -q "HeaderDigest: $dg" /tmp/sess.out && grep -q "DataDigest: $dg" /tmp/sess.out; then
+        pass "$m: login, HeaderDigest and DataDigest $dg negotiated"
+    else
+        tailof /tmp/sess.out 40
+        fail "$m: login did not negotiate digests $dg"
+    fi
+    d0=$(lun_dev 0) || die "$m: no disk for LUN 0"
+    d1=$(lun_dev 1) || die "$m: no disk for LUN 1"
+    # The user-mode network of a TCG guest on a busy host stalls for seconds: give commands
+    # 120 s (not 30) before the SCSI layer aborts them, so a stall is not taken for a hang.
+    for d in $d0 $d1; do echo 120 >"/sys/block/${d#/dev/}/device/timeout"; done
+    t_dd "$m ram LUN 0" "$d0"
+    t_dd "$m file LUN 1" "$d1"
+    [ "$DROP" = 1 ] && t_drop "$m drop" "$d0" "$d1"
+    [ "$DROP" = 1 ] && t_drop_fio "$m drop fio LUN 1" "$d1"
+    t_fs "$m ram LUN 0" "$d0"
+    t_fs "$m file LUN 1" "$d1"
+    t_fio "$m ram LUN 0" "$d0"
+    t_fio "$m file LUN 1" "$d1"
+    if iscsiadm -m node -T "$IQN" -p "$PORTAL" --logout >/tmp/logout.out 2>&1 &&
+        ! iscsiadm -m session >/dev/null 2>&1 && [ ! -e "$d0" ]; then
+        pass "$m: logout, no session left, disks gone"
+    else
+        tailof /tmp/logout.out
+        die "$m: logout"
+    fi
+    # no I/O error reached the block layer in this mode
+    if dmesg | grep -E 'I/O error|critical (target|medium)|Buffer I/O' >/tmp/ioerr.out; then
+        tailof /tmp/ioerr.out
+        fail "$m: the kernel logged I/O errors"
+    fi
+    dmesg -c >/dev/null
+}
+
+run_mode None
+run_mode CRC32C
+finish
