@@ -6,7 +6,12 @@
 # ext4 + fsck, fio randrw with verify, logout. Every step prints "LTI PASS name" or
 # "LTI FAIL name: why" on the serial console; "LTI DROP" asks the host to destroy the
 # target's sockets; "LTI DONE pass=N fail=M" ends the run, then the guest powers off.
-# Parameters come from the kernel command line: lt_port= lt_iqn= lt_drop=0|1.
+# Then, once and digests off, CHAP against the second target daemon (lt_cport): SendTargets
+# with and without discovery CHAP, one-way and mutual logins with a dd round trip, a wrong
+# secret, a wrong user and a missing mutual pair refused, a target answering with the wrong
+# mutual secret refused by the initiator, SHA3-256 and SHA-256 logins.
+# Parameters come from the kernel command line: lt_port= lt_iqn= lt_drop=0|1, and lt_cport=
+# with the CHAP secrets lt_sa= (alice) lt_sb= (bob) lt_st= (tgt-bob) lt_sd= (disco-t).
 export PATH=/sbin:/bin LD_LIBRARY_PATH=/lib/x86_64-linux-gnu
 mount -t proc proc /proc
 mount -t sysfs sysfs /sys
@@ -44,16 +49,29 @@ tailof() { tail -n "${2:-15}" "$1" | sed 's/^/    | /'; }
 PORT=
 IQN=
 DROP=1
+CPORT=
+S_ALICE=
+S_BOB=
+S_TGT=
+S_DISC=
 for w in $(cat /proc/cmdline); do
     case $w in
     lt_port=*) PORT=${w#lt_port=} ;;
     lt_iqn=*) IQN=${w#lt_iqn=} ;;
     lt_drop=*) DROP=${w#lt_drop=} ;;
+    lt_cport=*) CPORT=${w#lt_cport=} ;;
+    lt_sa=*) S_ALICE=${w#lt_sa=} ;;
+    lt_sb=*) S_BOB=${w#lt_sb=} ;;
+    lt_st=*) S_TGT=${w#lt_st=} ;;
+    lt_sd=*) S_DISC=${w#lt_sd=} ;;
     esac
 done
 [ -n "$PORT" ] && [ -n "$IQN" ] || die "boot: no lt_port= / lt_iqn= on the kernel command line"
+[ -n "$CPORT" ] && [ -n "$S_ALICE" ] && [ -n "$S_BOB" ] && [ -n "$S_TGT" ] && [ -n "$S_DISC" ] ||
+    die "boot: no lt_cport= / lt_sa= / lt_sb= / lt_st= / lt_sd= on the kernel command line"
 HOST=10.0.2.2
 PORTAL=$HOST:$PORT
+CPORTAL=$HOST:$CPORT
 MB=64   # dd round trip per LUN
 FIO_MB=16
 
@@ -310,6 +328,151 @@ run_mode() { # None|CRC32C
     dmesg -c >/dev/null
 }
 
+# ---- CHAP (the second daemon), once, digests off ----
+# iscsiadm's exit status when the target answers a login with 0201h (authentication failure)
+EAUTH=24
+CMB=4 # dd round trip per CHAP login
+dd if=/tmp/pat of=/tmp/pat4 bs=1M count=$CMB 2>/dev/null
+PAT4=$(sha256sum </tmp/pat4 | cut -d' ' -f1)
+
+# cnode IQN [NAME=VALUE...]: a fresh node record for IQN at the CHAP portal with those settings
+cnode() {
+    t=$1
+    shift
+    iscsiadm -m node -T "$t" -p "$CPORTAL" -o delete >/dev/null 2>&1
+    iscsiadm -m node -o new -T "$t" -p "$CPORTAL" >/tmp/node.out 2>&1 || return 1
+    for kv in "$@"; do
+        iscsiadm -m node -T "$t" -p "$CPORTAL" -o update -n "${kv%%=*}" -v "${kv#*=}" \
+            >>/tmp/node.out 2>&1 || return 1
+    done
+}
+clogin() { iscsiadm -m node -T "$1" -p "$CPORTAL" --login >/tmp/login.out 2>&1; }
+clogout() {
+    iscsiadm -m node -T "$1" -p "$CPORTAL" --logout >/tmp/logout.out 2>&1 &&
+        ! iscsiadm -m session >/dev/null 2>&1
+}
+# c_ok NAME IQN USER [dd]: log in (node record set up by the caller), check the session is
+# CHAP as USER, optionally a dd round trip on LUN 0, log out.
+c_ok() {
+    if ! clogin "$2"; then
+        tailof /tmp/login.out
+        fail "$1: login failed"
+        return
+    fi
+    iscsiadm -m session -P 2 >/tmp/sess.out 2>&1
+    if grep -q "username: $3\$" /tmp/sess.out; then
+        pass "$1: login"
+    else
+        tailof /tmp/sess.out 40
+        fail "$1: the session does not show CHAP user $3"
+    fi
+    if [ "${4:-}" = dd ]; then
+        if d=$(lun_dev 0); then
+            echo 120 >"/sys/block/${d#/dev/}/device/timeout"
+            if dd if=/tmp/pat4 of="$d" bs=1M oflag=direct conv=fsync 2>/tmp/dd.err &&
+                got=$(dd if="$d" bs=1M count=$CMB iflag=direct 2>>/tmp/dd.err |
+                    sha256sum | cut -d' ' -f1) && [ "$got" = "$PAT4" ]; then
+                pass "$1: dd $CMB MiB write + read, checksum equal"
+            else
+                tailof /tmp/dd.err
+                fail "$1: dd round trip"
+            fi
+        else
+            fail "$1: no disk for LUN 0"
+        fi
+    fi
+    clogout "$2" || { tailof /tmp/logout.out; fail "$1: logout"; }
+}
+# c_refused NAME IQN: the login must fail with the authentication-failure status
+c_refused() {
+    clogin "$2"
+    rc=$?
+    if [ $rc -eq $EAUTH ]; then
+        pass "$1: refused (iscsiadm exit $rc, authorization failure)"
+    else
+        tailof /tmp/login.out
+        fail "$1: iscsiadm login exited $rc, not $EAUTH"
+        iscsiadm -m session >/dev/null 2>&1 && clogout "$2"
+    fi
+}
+
+run_chap() {
+    m=chap
+    T1=$IQN-oneway TM=$IQN-mutual T3=$IQN-sha3 T2=$IQN-sha256
+    iscsiadm -m node -o delete >/dev/null 2>&1
+    # SendTargets without credentials: the target wants discovery CHAP
+    iscsiadm -m discovery -t sendtargets -p "$CPORTAL" >/tmp/disc.out 2>&1
+    rc=$?
+    if [ $rc -ne 0 ] && ! grep -q "$IQN" /tmp/disc.out; then
+        pass "$m: sendtargets without credentials refused (iscsiadm exit $rc)"
+    else
+        tailof /tmp/disc.out
+        fail "$m: sendtargets without credentials: exit $rc"
+    fi
+    # with discovery CHAP, mutual: lists the targets alice may use, not bob's
+    iscsiadm -m discoverydb -t sendtargets -p "$CPORTAL" -o delete >/dev/null 2>&1
+    iscsiadm -m discoverydb -t sendtargets -p "$CPORTAL" -o new >/tmp/disc.out 2>&1
+    for kv in authmethod=CHAP username=alice "password=$S_ALICE" username_in=disco-t \
+        "password_in=$S_DISC"; do
+        iscsiadm -m discoverydb -t sendtargets -p "$CPORTAL" -o update \
+            -n "discovery.sendtargets.auth.${kv%%=*}" -v "${kv#*=}" >>/tmp/disc.out 2>&1
+    done
+    if iscsiadm -m discoverydb -t sendtargets -p "$CPORTAL" --discover >/tmp/disc.out 2>&1 &&
+        grep -q ":$CPORT,1 $T1\$" /tmp/disc.out && grep -q ":$CPORT,1 $T3\$" /tmp/disc.out &&
+        grep -q ":$CPORT,1 $T2\$" /tmp/disc.out && ! grep -q "$TM" /tmp/disc.out; then
+        pass "$m: sendtargets with mutual discovery CHAP lists alice's 3 targets, not bob's"
+    else
+        tailof /tmp/disc.out
+        fail "$m: sendtargets with discovery CHAP"
+    fi
+    iscsiadm -m node -o delete >/dev/null 2>&1
+    a=node.session.auth
+    # failures alternate with successes: the target delays the answer to each failure in a
+    # row from one address (1 s, 2 s, 4 s...), and a success starts that over
+    cnode "$T1" $a.authmethod=CHAP $a.username=alice "$a.password=$S_ALICE" ||
+        { tailof /tmp/node.out; die "$m: iscsiadm -o new/update"; }
+    c_ok "$m one-way" "$T1" alice dd
+    cnode "$T1" $a.authmethod=CHAP $a.username=alice $a.password=wrong-secret-0000
+    c_refused "$m one-way, wrong secret" "$T1"
+    cnode "$TM" $a.authmethod=CHAP $a.username=bob "$a.password=$S_BOB" \
+        $a.username_in=tgt-bob "$a.password_in=$S_TGT"
+    c_ok "$m mutual" "$TM" bob dd
+    # the target's answer checked by the initiator: with the wrong secret for tgt-bob it
+    # must not log in (the target, having authenticated bob, sees no failure)
+    cnode "$TM" $a.authmethod=CHAP $a.username=bob "$a.password=$S_BOB" \
+        $a.username_in=tgt-bob $a.password_in=wrong-secret-0000
+    clogin "$TM"
+    rc=$?
+    if [ $rc -ne 0 ] && ! iscsiadm -m session >/dev/null 2>&1; then
+        pass "$m mutual, wrong target secret: the initiator refused the target (exit $rc)"
+    else
+        tailof /tmp/login.out
+        fail "$m mutual, wrong target secret: iscsiadm login exited $rc"
+        clogout "$TM"
+    fi
+    cnode "$T1" $a.authmethod=CHAP $a.username=mallory "$a.password=$S_ALICE"
+    c_refused "$m one-way, wrong user" "$T1"
+    if ! iscsiadm -m node -T "$T1" -p "$CPORTAL" -o show | grep -q "^$a.chap_algs = "; then
+        fail "$m: this open-iscsi has no $a.chap_algs"
+    fi
+    # a target allowing only SHA3-256 (only SHA-256): the login proves the digest was used
+    cnode "$T3" $a.authmethod=CHAP $a.username=alice "$a.password=$S_ALICE" \
+        $a.chap_algs=SHA3-256
+    c_ok "$m SHA3-256 only" "$T3" alice
+    cnode "$TM" $a.authmethod=CHAP $a.username=bob "$a.password=$S_BOB"
+    c_refused "$m mutual target, no username_in/password_in" "$TM"
+    cnode "$T2" $a.authmethod=CHAP $a.username=alice "$a.password=$S_ALICE" $a.chap_algs=SHA256
+    c_ok "$m SHA256 only" "$T2" alice
+    cnode "$T3" $a.authmethod=CHAP $a.username=alice "$a.password=$S_ALICE" $a.chap_algs=MD5
+    c_refused "$m SHA3-256-only target, MD5 offered" "$T3"
+    iscsiadm -m node -o delete >/dev/null 2>&1
+    if dmesg | grep -E 'I/O error|critical (target|medium)|Buffer I/O' >/tmp/ioerr.out; then
+        tailof /tmp/ioerr.out
+        fail "$m: the kernel logged I/O errors"
+    fi
+}
+
 run_mode None
 run_mode CRC32C
+run_chap
 finish

@@ -6,6 +6,11 @@
 # reaches it through the user-mode network as 10.0.2.2 and runs guest_init.sh's steps, digests
 # off and on, printing "LTI PASS/FAIL" on the serial console. On "LTI DROP" this script
 # destroys the target's side of the connections (ss -K), the drop the kernel must recover from.
+# A second linerate-target on another port serves CHAP-protected targets (one-way, mutual, one
+# allowing only SHA3-256 and one only SHA-256) behind mutual discovery CHAP; the guest then
+# logs in to them once (digests off) with iscsiadm's node.session.auth.* and
+# discovery.sendtargets.auth.*, and is refused with a wrong secret, a wrong user and without
+# the mutual pair (and refuses the target itself when its mutual secret is wrong). The secrets are made up for each run and reach the guest on its command line.
 # Exit 77 (meson SKIP) when qemu-system-x86_64 is missing.
 set -u
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -24,15 +29,18 @@ QEMU_TIMEOUT_S=${QEMU_TIMEOUT_S:-900}
 BOOT_TIMEOUT_S=${BOOT_TIMEOUT_S:-180}
 IQN=iqn.2026-11.org.linerate:interop
 QPID=""
+CPID=""
 
 # INTEROP_LOGS=DIR keeps the guest console and the target's log there.
 keep_logs() {
     [ -n "${INTEROP_LOGS:-}" ] || return 0
-    mkdir -p "$INTEROP_LOGS" && cp "$WORK"/console.log "$WORK"/target.log "$INTEROP_LOGS"/ 2>/dev/null
+    mkdir -p "$INTEROP_LOGS" && cp "$WORK"/console.log "$WORK"/{target,chap}.log "$INTEROP_LOGS"/ 2>/dev/null
 }
 # TERM, not KILL: QPID is timeout(1), which passes TERM on to qemu but would leave it running
 # if it were killed itself.
-trap '[ -n "$QPID" ] && kill -TERM "$QPID" 2>/dev/null; keep_logs; it_cleanup' EXIT
+trap '[ -n "$QPID" ] && kill -TERM "$QPID" 2>/dev/null
+[ -n "$CPID" ] && kill -KILL "$CPID" 2>/dev/null
+keep_logs; it_cleanup' EXIT
 
 note "guest image ($GUEST)"
 "$HERE/build_guest.sh" "$GUEST" || fail "could not build the guest image (build_guest.sh)"
@@ -44,9 +52,43 @@ if ! ss -K -Htn "sport = :1" >/dev/null 2>&1; then
     drop=0
 fi
 
-start_target --target-name "$IQN" --lun ram:128M --lun "file:$WORK/lun1.img,size=128M"
-note "linerate-target on 127.0.0.1:$PORT; booting the guest"
+# The CHAP daemon: users alice (one-way, and discovery), bob (mutual, the target answering as
+# tgt-bob), the target answering discovery as disco-t. Its log goes to chap.log.
+secret() { tr -dc A-Za-z0-9 </dev/urandom | head -c 20; }
+S_ALICE=$(secret) S_BOB=$(secret) S_TGT=$(secret) S_DISC=$(secret)
+(umask 077 && printf '%s\n' "alice $S_ALICE" "bob $S_BOB" "tgt-bob $S_TGT" \
+    "disco-t $S_DISC" >"$WORK/chap-secrets")
+cat >"$WORK/chap.conf" <<EOF
+portal = 127.0.0.1:@PORT@
+chap-secrets = $WORK/chap-secrets
+discovery-chap-user = alice
+discovery-chap-mutual-user = disco-t
+[target $IQN-oneway]
+lun = ram:16M
+chap-user = alice
+[target $IQN-mutual]
+lun = ram:16M
+chap-user = bob
+chap-mutual-user = tgt-bob
+[target $IQN-sha3]
+lun = ram:16M
+chap-user = alice
+chap-algorithms = sha3-256
+[target $IQN-sha256]
+lun = ram:16M
+chap-user = alice
+chap-algorithms = sha256
+EOF
+start_target_config "$WORK/chap.conf"
+# shellcheck disable=SC2153 # PORT is set by start_target_config
+CPORT=$PORT CPID=$LT_PID
+LT_PID=""
+mv "$WORK/target.log" "$WORK/chap.log" # the daemon keeps writing to it under the new name
 
+start_target --target-name "$IQN" --lun ram:128M --lun "file:$WORK/lun1.img,size=128M"
+note "linerate-target on 127.0.0.1:$PORT, the CHAP one on 127.0.0.1:$CPORT; booting the guest"
+
+chap="lt_cport=$CPORT lt_sa=$S_ALICE lt_sb=$S_BOB lt_st=$S_TGT lt_sd=$S_DISC"
 t0=$SECONDS
 : >"$WORK/console.log"
 # -cpu max: the SSE4.2 crc32 instruction for the kernel's crc32c-intel (digests, ext4).
@@ -54,7 +96,7 @@ t0=$SECONDS
 timeout "$QEMU_TIMEOUT_S" qemu-system-x86_64 -nodefaults -machine pc -accel tcg -cpu max \
     -smp 2 -m 1024 -display none -no-reboot \
     -kernel "$GUEST/vmlinuz" -initrd "$GUEST/initrd.img" \
-    -append "console=ttyS0 quiet loglevel=4 panic=-1 lt_port=$PORT lt_iqn=$IQN lt_drop=$drop" \
+    -append "console=ttyS0 quiet loglevel=4 panic=-1 lt_port=$PORT lt_iqn=$IQN lt_drop=$drop $chap" \
     -netdev user,id=n0 -device virtio-net-pci,netdev=n0 \
     -serial "file:$WORK/console.log" >"$WORK/qemu.out" 2>&1 &
 QPID=$!
@@ -97,6 +139,8 @@ show_console() {
     echo "--- guest console (last 80 lines):" >&2
     tr -d '\r' <"$WORK/console.log" | tail -n 80 >&2
     [ -s "$WORK/qemu.out" ] && { echo "--- qemu:" >&2; cat "$WORK/qemu.out" >&2; }
+    echo "--- the CHAP linerate-target's log (last 20 lines):" >&2
+    tail -n 20 "$WORK/chap.log" >&2
 }
 [ "$qrc" -eq 124 ] && { show_console; fail "the guest did not finish in ${QEMU_TIMEOUT_S}s"; }
 [ "$qrc" -eq 0 ] || { show_console; fail "qemu exited with $qrc"; }
@@ -107,10 +151,26 @@ if grep -q '^LTI FAIL' "$WORK/lti.txt" || ! grep -q 'fail=0$' <<<"$done_line"; t
     fail "the kernel initiator reported failures"
 fi
 npass=$(grep -c '^LTI PASS' "$WORK/lti.txt")
-# 2 modes x (discovery, login, 2 dd, 2 drops, 2 ext4, 2 fio, logout)
-want=$((2 * (9 + 2 * drop)))
+# 2 modes x (discovery, login, 2 dd, 2 drops, 2 ext4, 2 fio, logout), and the CHAP steps
+nchap=13
+want=$((2 * (9 + 2 * drop) + nchap))
 [ "$npass" -eq "$want" ] || { show_console; fail "$npass steps passed, $want expected"; }
 
 stop_target
 [ "$STOP_RC" -eq 0 ] || fail "linerate-target exited with $STOP_RC after SIGTERM"
-note "PASS: kernel initiator, $npass steps"
+
+# The CHAP daemon refused each bad login for the reason the guest meant, and logged no secret.
+for why in "wrong CHAP_R (wrong secret)" "CHAP_N is not the configured user" \
+    "mutual CHAP is configured and the initiator did not challenge us" \
+    "no CHAP_A algorithm both sides allow"; do
+    grep -qF "$why" "$WORK/chap.log" ||
+        { tail -n 30 "$WORK/chap.log" >&2; fail "the CHAP target did not log '$why'"; }
+done
+for s in "$S_ALICE" "$S_BOB" "$S_TGT" "$S_DISC"; do
+    grep -qF "$s" "$WORK/chap.log" "$WORK/target.log" && fail "a CHAP secret reached a target's log"
+done
+LT_PID=$CPID CPID=""
+mv "$WORK/target.log" "$WORK/main.log" && mv "$WORK/chap.log" "$WORK/target.log" # fail shows it
+stop_target
+[ "$STOP_RC" -eq 0 ] || fail "the CHAP linerate-target exited with $STOP_RC after SIGTERM"
+note "PASS: kernel initiator, $npass steps ($nchap of them CHAP)"
