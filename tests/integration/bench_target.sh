@@ -114,6 +114,21 @@ grep -q "0 of 2 connections left" "$tmp/err" || { cat "$tmp/err"; fail "the conn
 csv_check "$tmp/stop.csv" 1
 still_serving 2 "SIGCONT"
 
+# stop_capture PID: SIGINT to the tshark that timeout(1) PID runs, then at most 10 s before
+# tshark and its dumpcap are killed
+stop_capture() {
+  local ts
+  ts=$(pgrep -P "$1" -x tshark)
+  [ -n "$ts" ] && kill -INT "$ts" 2>/dev/null
+  for _ in $(seq 100); do kill -0 "$1" 2>/dev/null || break; sleep 0.1; done
+  if kill -0 "$1" 2>/dev/null; then
+    echo "tshark did not stop on SIGINT: killed" >&2
+    [ -n "$ts" ] && kill -KILL $(pgrep -P "$ts") "$ts" 2>/dev/null
+    kill -KILL "$1" 2>/dev/null
+  fi
+  wait "$1" 2>/dev/null
+}
+
 note "tshark decodes a digest-on run with good digests"
 if ! command -v tshark >/dev/null; then
   echo "SKIP (part): tshark not installed (apt-get install -y tshark)" >&2
@@ -121,14 +136,16 @@ else
   # A capture can miss the start of a short run on a loaded machine (tshark needs the login
   # to know digests are on): up to three tries; a bad digest fails at once.
   for try in 1 2 3; do
-    tshark -i lo -f "tcp port $port" -w "$tmp/cap.pcap" -q 2>"$tmp/tshark.err" &
+    # bounded: tshark (its dumpcap) has been seen to ignore SIGINT on a loaded machine, and an
+    # unbounded wait would hang the test until meson's timeout
+    timeout -k 5 60 tshark -i lo -f "tcp port $port" -w "$tmp/cap.pcap" -q 2>"$tmp/tshark.err" &
     shark=$!
     for _ in $(seq 50); do grep -q "Capturing on" "$tmp/tshark.err" && break; sleep 0.1; done
     sleep 0.3
     run --sizes 4k,64k --rw read,write --digest on --qd 2 --seconds 0.2 --format csv "$url" \
       >/dev/null 2>"$tmp/err" || fail "digest run failed"
     sleep 0.5
-    kill -INT $shark; wait $shark 2>/dev/null
+    stop_capture $shark
     tshark -r "$tmp/cap.pcap" -o "iscsi.target_ports:$port" -Y iscsi -V 2>/dev/null >"$tmp/dec"
     good_h=$(grep -c "HeaderDigest: .*Good CRC32" "$tmp/dec")
     good_d=$(grep -c "DataDigest: .*Good CRC32" "$tmp/dec")
