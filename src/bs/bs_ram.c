@@ -99,6 +99,15 @@ static uint64_t ram_run(struct bs_ram *ram, uint64_t first, uint64_t limit, bool
     return p > first ? p - first : 1; /* a page changed under us: report it alone */
 }
 
+/* The end of the run of pages in one state that holds byte `off`, in bytes and at most `end`
+ * (the map is looked at no further than the page of end - 1); the state in *mapped. */
+static uint64_t ram_run_end(struct bs_ram *ram, uint64_t off, uint64_t end, bool *mapped)
+{
+    uint64_t p = off >> ram->page_shift, limit = ((end - 1) >> ram->page_shift) + 1;
+    uint64_t run_end = (p + ram_run(ram, p, limit, mapped)) << ram->page_shift;
+    return run_end < end ? run_end : end;
+}
+
 /* ---- data ---------------------------------------------------------------------------------- */
 
 /* Copy n bytes of src (zeros when src is NULL) into the iovec, starting `at` bytes into it. A
@@ -129,13 +138,9 @@ static void iov_put(const struct iovec *iov, uint64_t at, const uint8_t *src, ui
 static void ram_read(struct bs_ram *ram, const struct bs_io *io)
 {
     uint64_t off = io->offset, end = io->offset + io->length;
-    uint64_t limit = ((end - 1) >> ram->page_shift) + 1; /* look no further than the range */
     while (off < end) {
         bool m;
-        uint64_t p = off >> ram->page_shift;
-        uint64_t run_end = (p + ram_run(ram, p, limit, &m)) << ram->page_shift;
-        if (run_end > end)
-            run_end = end;
+        uint64_t run_end = ram_run_end(ram, off, end, &m);
         iov_put(io->iov, off - io->offset, m ? ram->base + off : NULL, run_end - off);
         off = run_end;
     }
@@ -226,13 +231,9 @@ static int bs_ram_read_iov(struct bs *bs, uint64_t offset, uint64_t len, struct 
         return 0;
     int n = 0;
     uint64_t off = offset, end = offset + len;
-    uint64_t limit = ((end - 1) >> ram->page_shift) + 1; /* look no further than the range */
     while (off < end) {
         bool m;
-        uint64_t p = off >> ram->page_shift;
-        uint64_t run_end = (p + ram_run(ram, p, limit, &m)) << ram->page_shift;
-        if (run_end > end)
-            run_end = end;
+        uint64_t run_end = ram_run_end(ram, off, end, &m);
         while (off < run_end) { /* a zero run longer than the zero buffer takes several */
             uint64_t k = run_end - off;
             if (!m && k > RAM_ZERO_LEN)
@@ -257,12 +258,8 @@ static int bs_ram_lba_status(struct bs *bs, uint64_t offset, uint64_t *len, bool
     if (!*len || offset > bs->size || *len > bs->size - offset)
         return -EINVAL;
     uint64_t end = offset + *len;
-    uint64_t page = offset >> ram->page_shift;
-    uint64_t stop = ((end - 1) >> ram->page_shift) + 1;
-    if (stop - page > RAM_STATUS_MAX_PAGES)
-        stop = page + RAM_STATUS_MAX_PAGES;
-    uint64_t run_end = (page + ram_run(ram, page, stop, mapped)) << ram->page_shift;
-    *len = (run_end < end ? run_end : end) - offset;
+    uint64_t stop = ((offset >> ram->page_shift) + RAM_STATUS_MAX_PAGES) << ram->page_shift;
+    *len = ram_run_end(ram, offset, end < stop ? end : stop, mapped) - offset;
     return 0;
 }
 

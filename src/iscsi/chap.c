@@ -2,6 +2,7 @@
  * algorithm table, the response digest through OpenSSL's EVP interface, the binary value
  * encodings of §6.1, CHAP_I, random challenges and constant-time comparison. */
 #include "iscsi/chap.h"
+#include "iscsi/keys.h"
 
 #include <errno.h>
 #include <openssl/crypto.h>
@@ -93,37 +94,6 @@ int chap_algs_parse(const char *list, unsigned *out, char *err, size_t errlen)
     return 0;
 }
 
-/* §6.1 numerical value: decimal, or 0x hex; at most 32 bits. */
-static int parse_u32(const char *s, size_t n, uint32_t *out)
-{
-    uint64_t v = 0;
-    unsigned base = 10;
-    if (n > 2 && s[0] == '0' && (s[1] == 'x' || s[1] == 'X')) {
-        base = 16;
-        s += 2;
-        n -= 2;
-    }
-    if (n == 0 || n > 10)
-        return -1;
-    for (size_t i = 0; i < n; i++) {
-        char c = s[i];
-        unsigned d;
-        if (c >= '0' && c <= '9')
-            d = (unsigned)(c - '0');
-        else if (base == 16 && c >= 'a' && c <= 'f')
-            d = (unsigned)(c - 'a' + 10);
-        else if (base == 16 && c >= 'A' && c <= 'F')
-            d = (unsigned)(c - 'A' + 10);
-        else
-            return -1;
-        v = v * base + d;
-    }
-    if (v > UINT32_MAX)
-        return -1;
-    *out = (uint32_t)v;
-    return 0;
-}
-
 int chap_pick_alg(const char *list, unsigned allowed)
 {
     if (!allowed)
@@ -136,7 +106,7 @@ int chap_pick_alg(const char *list, unsigned allowed)
         size_t n = strcspn(p, ",");
         uint32_t v;
         /* §6.2.1: values we do not understand are skipped, but the list must be well formed */
-        if (parse_u32(p, n, &v) < 0)
+        if (iscsi_parse_number(p, n, &v) < 0)
             return -1;
         offered |= chap_alg_bit((int)v);
         p += n;
@@ -281,7 +251,7 @@ int chap_encode_hex(const uint8_t *bin, size_t n, char *out, size_t outlen)
 int chap_parse_id(const char *value, uint8_t *id)
 {
     uint32_t v;
-    if (parse_u32(value, strlen(value), &v) < 0 || v > 255)
+    if (iscsi_parse_number(value, strlen(value), &v) < 0 || v > 255)
         return -1;
     *id = (uint8_t)v;
     return 0;

@@ -211,24 +211,26 @@ static uint32_t clamp(uint32_t v, uint32_t lo, uint32_t hi)
 
 /* §6.1: numerical values are decimal constants or hex constants ("0x"/"0X" and digits).
  * Everything we negotiate fits 32 bits; a bigger number is simply out of range. */
-static int parse_num(const char *s, uint32_t *out)
+int iscsi_parse_number(const char *s, size_t n, uint32_t *out)
 {
     uint64_t v = 0;
     unsigned base = 10;
-    if (s[0] == '0' && (s[1] == 'x' || s[1] == 'X')) {
+    if (n > 2 && s[0] == '0' && (s[1] == 'x' || s[1] == 'X')) {
         base = 16;
         s += 2;
+        n -= 2;
     }
-    if (!*s)
+    if (!n)
         return -1;
-    for (; *s; s++) {
+    for (size_t i = 0; i < n; i++) {
+        char c = s[i];
         unsigned d;
-        if (*s >= '0' && *s <= '9')
-            d = (unsigned)(*s - '0');
-        else if (base == 16 && *s >= 'a' && *s <= 'f')
-            d = (unsigned)(*s - 'a' + 10);
-        else if (base == 16 && *s >= 'A' && *s <= 'F')
-            d = (unsigned)(*s - 'A' + 10);
+        if (c >= '0' && c <= '9')
+            d = (unsigned)(c - '0');
+        else if (base == 16 && c >= 'a' && c <= 'f')
+            d = (unsigned)(c - 'a' + 10);
+        else if (base == 16 && c >= 'A' && c <= 'F')
+            d = (unsigned)(c - 'A' + 10);
         else
             return -1;
         v = v * base + d;
@@ -237,6 +239,11 @@ static int parse_num(const char *s, uint32_t *out)
     }
     *out = (uint32_t)v;
     return 0;
+}
+
+static int parse_num(const char *s, uint32_t *out)
+{
+    return iscsi_parse_number(s, strlen(s), out);
 }
 
 /* §6.1: boolean-value is exactly "Yes" or "No" (case-sensitive). */

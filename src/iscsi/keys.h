@@ -36,6 +36,9 @@ void iscsi_text_init(struct iscsi_text *t);
 void iscsi_text_free(struct iscsi_text *t);
 void iscsi_text_reset(struct iscsi_text *t);
 /* Append "key=value\0". Returns 0 or -1 (and sets overflow) if it would exceed the cap. */
+/* An RFC 7143 §6.1 numerical value of n bytes (decimal, or "0x" hex) that fits 32 bits: 0 and
+ * *out, or -1. */
+int iscsi_parse_number(const char *s, size_t n, uint32_t *out);
 int iscsi_text_add(struct iscsi_text *t, const char *key, const char *value);
 int iscsi_text_addf(struct iscsi_text *t, const char *key, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
