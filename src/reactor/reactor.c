@@ -32,6 +32,10 @@ struct reactor {
     struct list_node deferred; /* end-of-turn hooks */
     atomic_int load;
     atomic_bool stopping;
+    /* The batch of events being dispatched: a descriptor removed meanwhile loses its entry, so
+     * that the owner may free it before the batch is done (see reactor_fd_del). */
+    struct epoll_event *batch;
+    int batch_n;
 };
 
 static __thread struct reactor *current_reactor;
@@ -131,6 +135,12 @@ void reactor_fd_del(struct reactor *r, struct reactor_fd *h)
 {
     epoll_ctl(r->epfd, EPOLL_CTL_DEL, h->fd, NULL);
     h->fn = NULL;
+    /* An event for h may still wait in the batch being dispatched, after the callback (or
+     * message) that removes h, which may also free it: h->fn = NULL is not enough then. */
+    if (r == current_reactor)
+        for (int i = 0; i < r->batch_n; i++)
+            if (r->batch[i].data.ptr == h)
+                r->batch[i].data.ptr = NULL;
 }
 
 void reactor_timer_start(struct reactor *r, struct reactor_timer *t, uint64_t ms, reactor_fn fn,
@@ -253,11 +263,14 @@ void reactor_run(struct reactor *r)
             LOG_ERR("reactor %d: epoll_wait: %m", r->id);
             break;
         }
+        r->batch = events;
+        r->batch_n = n;
         for (int i = 0; i < n; i++) {
             struct reactor_fd *h = events[i].data.ptr;
-            if (h->fn)
+            if (h && h->fn)
                 h->fn(h->arg, events[i].events);
         }
+        r->batch_n = 0;
         reactor_run_deferred(r);
     }
     reactor_run_deferred(r);

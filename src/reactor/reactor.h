@@ -15,7 +15,9 @@ struct reactor;
 typedef void (*reactor_fd_fn)(void *arg, uint32_t events);
 typedef void (*reactor_fn)(void *arg);
 
-/* A registered descriptor. Embedded by its owner; valid until reactor_fd_del(). */
+/* A registered descriptor. Embedded by its owner; valid until reactor_fd_del(). Removed on its
+ * reactor's thread, it may be freed at once, even by a callback or message in the middle of a
+ * batch of events that still holds one for it: that event is dropped. */
 struct reactor_fd {
     int fd;
     uint32_t events;
