@@ -7,6 +7,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <string.h>
+#include <sys/uio.h>
 
 #include "util/bytes.h"
 
@@ -244,6 +245,30 @@ static inline bool sn_le(uint32_t a, uint32_t b)
 {
     return a == b || (int32_t)(a - b) < 0;
 }
+
+/* Most pieces a data segment may be placed into directly (a task's scatter list, 16 entries,
+ * plus one spare for a slice that starts inside an entry). */
+#define ISCSI_PDU_DST_MAX 17
+
+/* A received PDU as the wire engine hands it to a side's handlers (RFC 7143 §11): the header,
+ * where its data segment went, and what the header phase decided. Handlers take
+ * (conn, struct iscsi_pdu_in *) and return a status; nothing about "the current PDU" is read
+ * from connection fields.
+ *
+ * Header phase: the handler may set dst/dstcnt (place the data segment straight into a task's
+ * memory), discard (swallow it), task and reject_reason. Otherwise the engine receives the data
+ * segment into its own buffer and `data` points at it when the PDU handler runs. */
+struct iscsi_pdu_in {
+    struct iscsi_bhs bhs;
+    uint32_t dlen;       /* DataSegmentLength */
+    const uint8_t *data; /* the data segment in the engine's buffer (NULL: placed/discarded) */
+    struct iovec dst[ISCSI_PDU_DST_MAX];
+    int dstcnt;            /* > 0: the data segment goes to dst */
+    bool discard;          /* the data segment goes to the bit bucket */
+    bool data_digest_bad;  /* ERL >= 1: the data digest did not match (ERL 0 closes instead) */
+    uint8_t reject_reason; /* the header phase's verdict: Reject with this reason (0: none) */
+    void *task;            /* the side's task this PDU belongs to, found by the header phase */
+};
 
 const char *iscsi_opcode_name(enum iscsi_opcode op);
 
