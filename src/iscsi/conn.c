@@ -2,6 +2,7 @@
  * digest, data, data digest) that walks every complete PDU in one recv's worth of bytes and
  * reads large payloads straight into their final place; the transmit queue flushed once per
  * loop turn with writev; NOP-In liveness pings; and teardown. */
+#include <assert.h>
 #include <errno.h>
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -26,8 +27,6 @@
 static void conn_flush(void *arg);
 static void conn_pending_done(struct iscsi_conn *c);
 static void conn_timer_fire(void *arg);
-static void conn_handle_header(struct iscsi_conn *c);
-static void conn_handle_pdu(struct iscsi_conn *c);
 
 /* ---------------- lifetime ---------------- */
 
@@ -189,11 +188,23 @@ void conn_close(struct iscsi_conn *c, const char *why)
             p->sent(p, false);
         free(p);
     }
+    if (c->rx_pdu.task) { /* closed in the middle of a PDU placed into a task */
+        struct iscsi_task *t = c->rx_pdu.task;
+        c->rx_pdu.task = NULL;
+        task_put(t);
+    }
     cmd_conn_teardown(c);
     login_conn_cleanup(c);
     if (c->session)
         session_remove_conn(c->session, c);
     conn_put(c);
+}
+
+int conn_fail(struct iscsi_conn *c, int status)
+{
+    if (status < 0)
+        conn_close(c, iscsi_status_str(status));
+    return status;
 }
 
 struct conn_close_msg {
@@ -248,7 +259,7 @@ struct tx_pdu *conn_tx_alloc(struct iscsi_conn *c)
     return p;
 }
 
-static void tx_release(struct iscsi_conn *c, struct tx_pdu *p)
+void conn_tx_release(struct iscsi_conn *c, struct tx_pdu *p)
 {
     free(p->owned);
     if (c->tx_free_count < TX_FREE_KEEP) {
@@ -262,25 +273,24 @@ static void tx_release(struct iscsi_conn *c, struct tx_pdu *p)
 struct tx_pdu *conn_pdu_new(struct iscsi_conn *c, enum iscsi_opcode op, uint8_t flags)
 {
     struct tx_pdu *p = conn_tx_alloc(c);
-    if (!p) {
-        conn_close(c, "out of memory");
+    if (!p)
         return NULL;
-    }
     bhs_init((struct iscsi_bhs *)p->hdr, op, flags);
     return p;
 }
 
-void conn_send_response(struct iscsi_conn *c, enum iscsi_opcode op, const struct iscsi_bhs *req,
-                        uint8_t response)
+int conn_send_response(struct iscsi_conn *c, enum iscsi_opcode op, const struct iscsi_bhs *req,
+                       uint8_t response)
 {
     struct tx_pdu *p = conn_pdu_new(c, op, ISCSI_FLAG_FINAL);
     if (!p)
-        return;
+        return ISCSI_ERR_NOMEM;
     struct iscsi_bhs *h = (struct iscsi_bhs *)p->hdr;
     h->b[BHS_RESPONSE] = response;
     bhs_put32(h, BHS_ITT, bhs_get32(req, BHS_ITT));
     conn_fill_sn(c, h, true);
     conn_send(c, p);
+    return ISCSI_OK;
 }
 
 /* What a queued PDU counts against max-tx-backlog: the bytes it owns (a copy: text, sense,
@@ -329,14 +339,15 @@ void conn_send(struct iscsi_conn *c, struct tx_pdu *p)
     reactor_defer(c->reactor, &c->flush_hook, conn_flush, c);
 }
 
-void conn_send_copy(struct iscsi_conn *c, struct tx_pdu *p, const void *data, uint32_t len)
+int conn_send_copy(struct iscsi_conn *c, struct tx_pdu *p, const void *data, uint32_t len)
 {
     if (len) {
         p->owned = malloc(len);
         if (!p->owned) {
-            tx_release(c, p);
-            conn_close(c, "out of memory");
-            return;
+            if (p->sent)
+                p->sent(p, false);
+            conn_tx_release(c, p);
+            return ISCSI_ERR_NOMEM;
         }
         memcpy(p->owned, data, len);
         p->data[0].iov_base = p->owned;
@@ -345,6 +356,7 @@ void conn_send_copy(struct iscsi_conn *c, struct tx_pdu *p, const void *data, ui
     }
     p->dlen = len;
     conn_send(c, p);
+    return ISCSI_OK;
 }
 
 static void conn_update_events(struct iscsi_conn *c)
@@ -385,13 +397,14 @@ static void conn_rx_pause(struct iscsi_conn *c)
     conn_update_events(c);
 }
 
-static void rx_parse(struct iscsi_conn *c);
+static int rx_parse(struct iscsi_conn *c);
 
 /* Bytes already received when the connection paused are parsed before anything new is read. */
 static void conn_rx_resume(void *arg)
 {
     struct iscsi_conn *c = arg;
-    if (c->dead || c->rx_paused || !c->rxbuf)
+    assert(!c->dead); /* conn_close() undefers it, and only a live flush defers it */
+    if (c->rx_paused || !c->rxbuf)
         return;
     conn_get(c);
     rx_parse(c);
@@ -461,7 +474,7 @@ static void conn_flush(void *arg)
             c->tx_backlog -= tx_charge(p);
             if (p->sent)
                 p->sent(p, true);
-            tx_release(c, p);
+            conn_tx_release(c, p);
         }
         c->tx_off = (uint32_t)done;
         conn_rx_maybe_resume(c);
@@ -484,7 +497,7 @@ void conn_fill_sn(struct iscsi_conn *c, struct iscsi_bhs *h, bool advance)
     if (c->session) {
         session_window(c->session, &exp, &max);
     } else {
-        exp = bhs_get32(&c->rx_bhs, BHS_CMDSN);
+        exp = c->login_cmdsn;
         max = exp;
     }
     bhs_put32(h, BHS_EXPCMDSN, exp);
@@ -492,11 +505,11 @@ void conn_fill_sn(struct iscsi_conn *c, struct iscsi_bhs *h, bool advance)
 }
 
 /* RFC 7143 §11.17: a Reject carries the offending header as its data. */
-void conn_send_reject(struct iscsi_conn *c, const struct iscsi_bhs *bad, uint8_t reason)
+int conn_send_reject(struct iscsi_conn *c, const struct iscsi_bhs *bad, uint8_t reason)
 {
     struct tx_pdu *p = conn_pdu_new(c, ISCSI_OP_REJECT, ISCSI_FLAG_FINAL);
     if (!p)
-        return;
+        return ISCSI_ERR_NOMEM;
     struct iscsi_bhs *h = (struct iscsi_bhs *)p->hdr;
     h->b[BHS_REJECT_REASON] = reason;
     bhs_put32(h, BHS_ITT, ISCSI_RSVD_TAG);
@@ -504,7 +517,7 @@ void conn_send_reject(struct iscsi_conn *c, const struct iscsi_bhs *bad, uint8_t
     /* One line per rejected PDU would let a peer write the log at wire speed. */
     CONN_LOG_LIMITED(c, LOG_LVL_INFO, "%s: reject %s (reason 0x%02x)", c->peer,
                      iscsi_opcode_name(bhs_opcode(bad)), reason);
-    conn_send_copy(c, p, bad->b, ISCSI_BHS_LEN);
+    return conn_send_copy(c, p, bad->b, ISCSI_BHS_LEN);
 }
 
 /* ---------------- task lookup ---------------- */
@@ -545,73 +558,78 @@ struct iscsi_task *conn_task_find(struct iscsi_conn *c, uint32_t itt)
 /* ---------------- receive ---------------- */
 
 /* Where the data segment of the current PDU goes when no handler claimed it. */
-static bool rx_dest_databuf(struct iscsi_conn *c)
+static int rx_dest_databuf(struct iscsi_conn *c, struct iscsi_pdu_in *p)
 {
-    if (c->rx_dlen > c->databuf_size) {
-        /* rx_check_header bounded rx_dlen by what we declared (at most MRDSL_MAX) */
-        uint32_t size = c->rx_dlen > ISCSI_TARGET_MRDSL_MAX ? c->rx_dlen : ISCSI_TARGET_MRDSL_MAX;
+    if (p->dlen > c->databuf_size) {
+        /* rx_check_header bounded dlen by what we declared (at most MRDSL_MAX) */
+        uint32_t size = p->dlen > ISCSI_TARGET_MRDSL_MAX ? p->dlen : ISCSI_TARGET_MRDSL_MAX;
         uint8_t *b = realloc(c->databuf, size);
-        if (!b) {
-            conn_close(c, "out of memory");
-            return false;
-        }
+        if (!b)
+            return ISCSI_ERR_NOMEM;
         c->databuf = b;
         c->databuf_size = size;
     }
-    c->rx_dst[0].iov_base = c->databuf;
-    c->rx_dst[0].iov_len = c->rx_dlen;
-    c->rx_dstcnt = 1;
-    return true;
+    p->dst[0].iov_base = c->databuf;
+    p->dst[0].iov_len = p->dlen;
+    p->dstcnt = p->dlen ? 1 : 0;
+    p->data = c->databuf;
+    return ISCSI_OK;
 }
 
-static void rx_begin_data_or_finish(struct iscsi_conn *c)
+static int rx_begin_data_or_finish(struct iscsi_conn *c)
 {
     c->rx_got = 0;
     c->rx_crc = CRC32C_INIT;
     if (c->rx_padded == 0) {
         c->rx_state = RX_BHS;
-        conn_handle_pdu(c);
-        return;
+        return conn_pdu_done(c, &c->rx_pdu);
     }
     c->rx_state = RX_DATA;
+    return ISCSI_OK;
 }
 
-/* Header (and its digest) complete. */
-static void rx_header_complete(struct iscsi_conn *c)
+/* Header (and its digest) complete: the header phase decides where the data segment goes. */
+static int rx_header_complete(struct iscsi_conn *c)
 {
-    c->rx_dstcnt = 0;
-    c->rx_discard = false;
-    c->rx_task = NULL;
-    conn_handle_header(c);
-    if (c->dead)
-        return;
-    if (c->rx_dstcnt == 0 && !c->rx_discard && c->rx_dlen && !rx_dest_databuf(c))
-        return;
-    rx_begin_data_or_finish(c);
+    struct iscsi_pdu_in *p = &c->rx_pdu;
+    p->data = NULL;
+    p->dstcnt = 0;
+    p->discard = false;
+    p->data_digest_bad = false;
+    p->reject_reason = 0;
+    assert(!p->task); /* released at the end of the previous PDU */
+    int rc = conn_pdu_header(c, p);
+    if (rc < 0)
+        return rc;
+    if (p->dstcnt == 0 && !p->discard) {
+        rc = rx_dest_databuf(c, p);
+        if (rc < 0)
+            return conn_fail(c, rc);
+    }
+    return rx_begin_data_or_finish(c);
 }
 
-static bool rx_check_header(struct iscsi_conn *c)
+static int rx_check_header(struct iscsi_conn *c)
 {
-    struct iscsi_bhs *h = &c->rx_bhs;
-    enum iscsi_opcode op = bhs_opcode(h);
-    c->rx_dlen = bhs_dlength(h);
-    c->rx_padded = ISCSI_PAD(c->rx_dlen);
+    struct iscsi_pdu_in *p = &c->rx_pdu;
+    enum iscsi_opcode op = bhs_opcode(&p->bhs);
+    p->dlen = bhs_dlength(&p->bhs);
+    c->rx_padded = ISCSI_PAD(p->dlen);
     /* Checked before anything is allocated or read: the data segment is bounded by what we
      * declared (§13.12), 8192 during login. */
     uint32_t limit = c->phase == CONN_LOGIN ? LOGIN_DATA_MAX : c->max_recv_dsl;
-    if (c->rx_dlen > limit) {
+    if (p->dlen > limit) {
         LOG_WARN("%s: %s data segment of %u bytes exceeds MaxRecvDataSegmentLength %u", c->peer,
-                 iscsi_opcode_name(op), c->rx_dlen, limit);
-        conn_close(c, "oversized data segment (protocol error)");
-        return false;
+                 iscsi_opcode_name(op), p->dlen, limit);
+        return conn_fail(c, ISCSI_ERR_OVERSIZED);
     }
-    return true;
+    return ISCSI_OK;
 }
 
-/* Collect a 4-byte digest from rxbuf and check it against the running CRC. Returns true once it
- * is complete and good; a bad digest closes the connection (ERL 0 cannot recover, §7.8). */
-static bool rx_take_digest(struct iscsi_conn *c, const uint8_t *p, uint32_t avail,
-                           const char *which)
+/* Collect a 4-byte digest from rxbuf and check it against the running CRC. Returns 1 once it
+ * is complete and good, 0 while bytes are missing; a bad digest closes the connection (ERL 0
+ * cannot recover, §7.8) and returns its status. */
+static int rx_take_digest(struct iscsi_conn *c, const uint8_t *p, uint32_t avail, bool header)
 {
     uint32_t n = 4 - c->rx_got;
     if (n > avail)
@@ -620,26 +638,27 @@ static bool rx_take_digest(struct iscsi_conn *c, const uint8_t *p, uint32_t avai
     c->rx_got += n;
     c->rx_head += n;
     if (c->rx_got < 4)
-        return false;
+        return 0;
     c->rx_got = 0;
     uint32_t want = crc32c_final(c->rx_crc), got;
     memcpy(&got, c->rx_digest, 4);
     if (want == got)
-        return true;
-    LOG_WARN("%s: %s digest error on %s ITT 0x%08x (got 0x%08x, computed 0x%08x)", c->peer, which,
-             iscsi_opcode_name(bhs_opcode(&c->rx_bhs)), bhs_get32(&c->rx_bhs, BHS_ITT), got, want);
-    conn_close(c, strcmp(which, "header") == 0 ? "header digest error (ERL 0)"
-                                               : "data digest error (ERL 0)");
-    return false;
+        return 1;
+    LOG_WARN("%s: %s digest error on %s ITT 0x%08x (got 0x%08x, computed 0x%08x)", c->peer,
+             header ? "header" : "data", iscsi_opcode_name(bhs_opcode(&c->rx_pdu.bhs)),
+             bhs_get32(&c->rx_pdu.bhs, BHS_ITT), got, want);
+    return conn_fail(c, header ? ISCSI_ERR_HDIGEST : ISCSI_ERR_DDIGEST);
 }
 
-/* Walk the bytes in rxbuf[head, tail). */
-static void rx_parse(struct iscsi_conn *c)
+/* Walk the bytes in rxbuf[head, tail). A negative status: the connection was closed. */
+static int rx_parse(struct iscsi_conn *c)
 {
-    while (!c->dead && c->rx_head < c->rx_tail) {
+    struct iscsi_pdu_in *pdu = &c->rx_pdu;
+    int rc = ISCSI_OK;
+    while (rc >= 0 && c->rx_head < c->rx_tail) {
         if (conn_tx_over(c)) {
             conn_rx_pause(c); /* the rest stays in rxbuf until the replies drain */
-            return;
+            return ISCSI_OK;
         }
         uint8_t *p = c->rxbuf + c->rx_head;
         uint32_t avail = c->rx_tail - c->rx_head;
@@ -649,28 +668,29 @@ static void rx_parse(struct iscsi_conn *c)
             n = ISCSI_BHS_LEN - c->rx_got;
             if (n > avail)
                 n = avail;
-            memcpy(c->rx_bhs.b + c->rx_got, p, n);
+            memcpy(pdu->bhs.b + c->rx_got, p, n);
             c->rx_got += n;
             c->rx_head += n;
             if (c->rx_got < ISCSI_BHS_LEN)
                 break;
             c->rx_got = 0;
             c->last_rx_ms = reactor_now_ms();
-            if (!rx_check_header(c))
-                return;
+            rc = rx_check_header(c);
+            if (rc < 0)
+                break;
             if (c->hdigest)
-                c->rx_crc = crc32c_update(CRC32C_INIT, c->rx_bhs.b, ISCSI_BHS_LEN);
-            if (bhs_ahs_bytes(&c->rx_bhs))
+                c->rx_crc = crc32c_update(CRC32C_INIT, pdu->bhs.b, ISCSI_BHS_LEN);
+            if (bhs_ahs_bytes(&pdu->bhs))
                 c->rx_state = RX_AHS;
             else if (c->hdigest)
                 c->rx_state = RX_HDIGEST;
             else
-                rx_header_complete(c);
+                rc = rx_header_complete(c);
             break;
         case RX_AHS: {
             /* We use no AHS (no extended CDBs, no bidirectional): skip it, but keep it in the
              * header digest. The command handler refuses commands that needed it. */
-            uint32_t total = bhs_ahs_bytes(&c->rx_bhs);
+            uint32_t total = bhs_ahs_bytes(&pdu->bhs);
             n = total - c->rx_got;
             if (n > avail)
                 n = avail;
@@ -683,13 +703,13 @@ static void rx_parse(struct iscsi_conn *c)
             if (c->hdigest)
                 c->rx_state = RX_HDIGEST;
             else
-                rx_header_complete(c);
+                rc = rx_header_complete(c);
             break;
         }
         case RX_HDIGEST:
-            if (!rx_take_digest(c, p, avail, "header"))
-                break;
-            rx_header_complete(c);
+            rc = rx_take_digest(c, p, avail, true);
+            if (rc > 0)
+                rc = rx_header_complete(c);
             break;
         case RX_DATA: {
             n = c->rx_padded - c->rx_got;
@@ -698,8 +718,8 @@ static void rx_parse(struct iscsi_conn *c)
             /* into the destination at offset rx_got (pad bytes fall off its end) */
             if (c->ddigest)
                 c->rx_crc = crc32c_update(c->rx_crc, p, n);
-            if (!c->rx_discard)
-                iov_copy_in(c->rx_dst, c->rx_dstcnt, c->rx_got, p, n);
+            if (!pdu->discard)
+                iov_copy_in(pdu->dst, pdu->dstcnt, c->rx_got, p, n);
             c->rx_got += n;
             c->rx_head += n;
             if (c->rx_got < c->rx_padded)
@@ -709,36 +729,45 @@ static void rx_parse(struct iscsi_conn *c)
                 c->rx_state = RX_DDIGEST;
             } else {
                 c->rx_state = RX_BHS;
-                conn_handle_pdu(c);
+                rc = conn_pdu_done(c, pdu);
             }
             break;
         }
         case RX_DDIGEST:
-            if (!rx_take_digest(c, p, avail, "data"))
-                break;
-            c->rx_state = RX_BHS;
-            conn_handle_pdu(c);
+            rc = rx_take_digest(c, p, avail, false);
+            if (rc > 0) {
+                c->rx_state = RX_BHS;
+                rc = conn_pdu_done(c, pdu);
+            }
             break;
         }
+        /* Only a negative status closes the connection: nothing a handler calls closes it. */
+        assert(rc < 0 || !c->dead);
     }
+    if (rc < 0)
+        return rc;
     if (c->rx_head == c->rx_tail)
         c->rx_head = c->rx_tail = 0;
+    return ISCSI_OK;
 }
 
 /* Direct data placement: the rx buffer is empty and a large payload is due, so read it
- * straight into its destination; whatever follows it lands in the rx buffer. */
-static ssize_t rx_read_direct(struct iscsi_conn *c, size_t *asked)
+ * straight into its destination; whatever follows it lands in the rx buffer. *status: a
+ * negative one when the PDU it completed closed the connection. */
+static ssize_t rx_read_direct(struct iscsi_conn *c, size_t *asked, int *status)
 {
+    struct iscsi_pdu_in *p = &c->rx_pdu;
     struct iovec iov[SCSI_TASK_IOV_MAX + 2];
     /* never past the data segment: padding and what follows go to the rx buffer */
-    uint32_t data_left = c->rx_dlen > c->rx_got ? c->rx_dlen - c->rx_got : 0;
-    int n = iov_slice(c->rx_dst, c->rx_dstcnt, c->rx_got, data_left, iov, SCSI_TASK_IOV_MAX + 1);
+    uint32_t data_left = p->dlen > c->rx_got ? p->dlen - c->rx_got : 0;
+    int n = iov_slice(p->dst, p->dstcnt, c->rx_got, data_left, iov, SCSI_TASK_IOV_MAX + 1);
     uint32_t direct = 0;
     for (int i = 0; i < n; i++)
         direct += (uint32_t)iov[i].iov_len;
     iov[n].iov_base = c->rxbuf;
     iov[n].iov_len = c->rxbuf_size;
     *asked = 0;
+    *status = ISCSI_OK;
     for (int i = 0; i <= n; i++)
         *asked += iov[i].iov_len;
     ssize_t r = readv(c->fd, iov, n + 1);
@@ -762,7 +791,7 @@ static ssize_t rx_read_direct(struct iscsi_conn *c, size_t *asked)
             c->rx_state = RX_DDIGEST;
         } else {
             c->rx_state = RX_BHS;
-            conn_handle_pdu(c);
+            *status = conn_pdu_done(c, p);
         }
     }
     return r;
@@ -776,23 +805,27 @@ static void conn_rx(struct iscsi_conn *c)
         /* realloc keeps bytes not parsed yet (offsets are relative) */
         uint8_t *b = realloc(c->rxbuf, want);
         if (!b) {
-            conn_close(c, "out of memory");
+            conn_fail(c, ISCSI_ERR_NOMEM);
             return;
         }
         c->rxbuf = b;
         c->rxbuf_size = want;
     }
-    while (!c->dead && budget) {
+    while (budget) {
         if (c->rx_paused || conn_tx_over(c)) {
             conn_rx_pause(c);
             return;
         }
         ssize_t r;
         size_t asked;
-        if (c->rx_state == RX_DATA && !c->rx_discard && c->rx_head == c->rx_tail &&
-            c->rx_dlen - (c->rx_got < c->rx_dlen ? c->rx_got : c->rx_dlen) >= RX_DIRECT_MIN &&
-            c->rx_dlen > c->rx_got) {
-            r = rx_read_direct(c, &asked);
+        const struct iscsi_pdu_in *p = &c->rx_pdu;
+        if (c->rx_state == RX_DATA && !p->discard && c->rx_head == c->rx_tail &&
+            p->dlen - (c->rx_got < p->dlen ? c->rx_got : p->dlen) >= RX_DIRECT_MIN &&
+            p->dlen > c->rx_got) {
+            int st;
+            r = rx_read_direct(c, &asked, &st);
+            if (st < 0)
+                return;
         } else {
             if (c->rx_tail == c->rxbuf_size) /* cannot happen: parse drains unless paused */
                 c->rx_head = c->rx_tail = 0;
@@ -814,8 +847,7 @@ static void conn_rx(struct iscsi_conn *c)
             return;
         }
         budget = (uint32_t)r >= budget ? 0 : budget - (uint32_t)r;
-        rx_parse(c);
-        if (c->rx_paused)
+        if (rx_parse(c) < 0 || c->rx_paused)
             return;
         /* A short read drained the socket: the next recv would only say EAGAIN. Epoll is
          * level-triggered, so anything arriving later wakes us again. */
@@ -846,33 +878,36 @@ static bool opcode_allowed_in_login(enum iscsi_opcode op)
     return op == ISCSI_OP_LOGIN_REQ;
 }
 
-static void conn_handle_header(struct iscsi_conn *c)
+static int pdu_header_dispatch(struct iscsi_conn *c, struct iscsi_pdu_in *p)
 {
-    enum iscsi_opcode op = bhs_opcode(&c->rx_bhs);
+    enum iscsi_opcode op = bhs_opcode(&p->bhs);
     if (c->phase == CONN_LOGIN) {
         if (!opcode_allowed_in_login(op)) {
             LOG_WARN("%s: %s before login completed", c->peer, iscsi_opcode_name(op));
-            conn_close(c, "PDU not allowed during login");
+            return ISCSI_ERR_NOT_IN_LOGIN;
         }
-        return;
+        return ISCSI_OK;
     }
     if (op != ISCSI_OP_LOGIN_REQ && op != ISCSI_OP_SNACK)
-        c->exp_statsn = bhs_get32(&c->rx_bhs, BHS_EXPSTATSN);
+        c->exp_statsn = bhs_get32(&p->bhs, BHS_EXPSTATSN);
     switch (op) {
     case ISCSI_OP_SCSI_CMD:
-        cmd_handle_scsi_header(c);
-        break;
+        return cmd_handle_scsi_header(c, p);
     case ISCSI_OP_DATA_OUT:
-        cmd_handle_data_out_header(c);
-        break;
+        return cmd_handle_data_out_header(c, p);
     default:
-        break;
+        return ISCSI_OK;
     }
 }
 
-static void nop_out_handle(struct iscsi_conn *c)
+int conn_pdu_header(struct iscsi_conn *c, struct iscsi_pdu_in *p)
 {
-    struct iscsi_bhs *req = &c->rx_bhs;
+    return conn_fail(c, pdu_header_dispatch(c, p));
+}
+
+static int nop_out_handle(struct iscsi_conn *c, struct iscsi_pdu_in *p)
+{
+    struct iscsi_bhs *req = &p->bhs;
     uint32_t itt = bhs_get32(req, BHS_ITT);
     uint32_t ttt = bhs_get32(req, BHS_TTT);
     if (!bhs_immediate(req) && c->session)
@@ -881,24 +916,24 @@ static void nop_out_handle(struct iscsi_conn *c)
         /* The answer to our ping (RFC 7143 §11.18). */
         if (c->nop_outstanding && ttt == c->nop_ttt)
             c->nop_outstanding = false;
-        return;
+        return ISCSI_OK;
     }
     if (itt == ISCSI_RSVD_TAG)
-        return; /* a ping that asks for no answer */
-    struct tx_pdu *p = conn_pdu_new(c, ISCSI_OP_NOP_IN, ISCSI_FLAG_FINAL);
-    if (!p)
-        return;
-    struct iscsi_bhs *h = (struct iscsi_bhs *)p->hdr;
+        return ISCSI_OK; /* a ping that asks for no answer */
+    struct tx_pdu *rsp = conn_pdu_new(c, ISCSI_OP_NOP_IN, ISCSI_FLAG_FINAL);
+    if (!rsp)
+        return ISCSI_ERR_NOMEM;
+    struct iscsi_bhs *h = (struct iscsi_bhs *)rsp->hdr;
     memcpy(h->b + BHS_LUN, req->b + BHS_LUN, 8);
     bhs_put32(h, BHS_ITT, itt);
     bhs_put32(h, BHS_TTT, ISCSI_RSVD_TAG);
     conn_fill_sn(c, h, true);
-    conn_send_copy(c, p, c->databuf, c->rx_dlen); /* ping data echoed back */
+    return conn_send_copy(c, rsp, p->data, p->dlen); /* ping data echoed back */
 }
 
-static void logout_handle(struct iscsi_conn *c)
+static int logout_handle(struct iscsi_conn *c, struct iscsi_pdu_in *p)
 {
-    struct iscsi_bhs *req = &c->rx_bhs;
+    struct iscsi_bhs *req = &p->bhs;
     uint8_t reason = req->b[1] & 0x7f;
     uint8_t response = 0;
     if (!bhs_immediate(req) && c->session)
@@ -914,8 +949,7 @@ static void logout_handle(struct iscsi_conn *c)
     } else if (reason == ISCSI_LOGOUT_REMOVE_FOR_RECOVERY) {
         response = 2; /* connection recovery is not supported (ERL 0) */
     } else if (reason != ISCSI_LOGOUT_CLOSE_SESSION) {
-        conn_send_reject(c, req, ISCSI_REJECT_PROTOCOL_ERROR);
-        return;
+        return conn_send_reject(c, req, ISCSI_REJECT_PROTOCOL_ERROR);
     }
     /* A logout that ends the session ends its I_T nexus before the answer goes out: the
      * initiator may act on another session the moment it has the Logout Response. */
@@ -930,9 +964,9 @@ static void logout_handle(struct iscsi_conn *c)
             scsi_nexus_logout(s->nexus);
     }
     /* Time2Wait and Time2Retain stay 0: nothing to wait for or retain at ERL 0 (§11.15). */
-    conn_send_response(c, ISCSI_OP_LOGOUT_RSP, req, response);
-    if (response != 0)
-        return;
+    int rc = conn_send_response(c, ISCSI_OP_LOGOUT_RSP, req, response);
+    if (rc < 0 || response != 0)
+        return rc;
     LOG_INFO("%s: logout (%s)", c->peer,
              reason == ISCSI_LOGOUT_CLOSE_SESSION ? "close session" : "close connection");
     if (reason == ISCSI_LOGOUT_CLOSE_SESSION && c->session)
@@ -941,64 +975,66 @@ static void logout_handle(struct iscsi_conn *c)
         session_close_conn_by_cid(c->session, victim->cid);
     if (victim == c || reason == ISCSI_LOGOUT_CLOSE_SESSION)
         c->phase = CONN_LOGGED_OUT; /* closes once the response is on the wire */
+    return ISCSI_OK;
 }
 
-static void conn_handle_pdu(struct iscsi_conn *c)
+static int pdu_done_dispatch(struct iscsi_conn *c, struct iscsi_pdu_in *p)
 {
-    enum iscsi_opcode op = bhs_opcode(&c->rx_bhs);
+    enum iscsi_opcode op = bhs_opcode(&p->bhs);
     if (c->phase == CONN_LOGIN) {
-        login_handle(c);
+        int rc = login_handle(c, p);
         if (c->phase != CONN_LOGIN)
             conn_pending_done(c); /* logged in, or refused and closing */
-        return;
+        return rc;
     }
     if (c->phase != CONN_FFP)
-        return; /* logged out: ignore whatever else arrives */
+        return ISCSI_OK; /* logged out: ignore whatever else arrives */
     if (c->discovery && op != ISCSI_OP_TEXT_REQ && op != ISCSI_OP_LOGOUT_REQ &&
         op != ISCSI_OP_NOP_OUT) {
         /* RFC 7143 §4.3: a discovery session carries Text, NOP and Logout only. */
-        conn_send_reject(c, &c->rx_bhs, ISCSI_REJECT_PROTOCOL_ERROR);
-        return;
+        return conn_send_reject(c, &p->bhs, ISCSI_REJECT_PROTOCOL_ERROR);
     }
     switch (op) {
     case ISCSI_OP_SCSI_CMD:
-        cmd_handle_scsi_data_done(c);
-        break;
+        return cmd_handle_scsi_data_done(c, p);
     case ISCSI_OP_DATA_OUT:
-        cmd_handle_data_out_done(c);
-        break;
+        return cmd_handle_data_out_done(c, p);
     case ISCSI_OP_NOP_OUT:
-        nop_out_handle(c);
-        break;
+        return nop_out_handle(c, p);
     case ISCSI_OP_TEXT_REQ:
-        text_handle(c);
-        break;
+        return text_handle(c, p);
     case ISCSI_OP_TMF_REQ:
-        tmf_handle(c);
-        break;
+        return tmf_handle(c, p);
     case ISCSI_OP_LOGOUT_REQ:
-        logout_handle(c);
-        break;
+        return logout_handle(c, p);
     case ISCSI_OP_LOGIN_REQ:
-        conn_send_reject(c, &c->rx_bhs, ISCSI_REJECT_PROTOCOL_ERROR);
-        break;
+        return conn_send_reject(c, &p->bhs, ISCSI_REJECT_PROTOCOL_ERROR);
     case ISCSI_OP_SNACK:
         /* ERL 0: no SNACK support (RFC 7143 §11.16) */
-        conn_send_reject(c, &c->rx_bhs, ISCSI_REJECT_CMD_NOT_SUPPORTED);
-        break;
+        return conn_send_reject(c, &p->bhs, ISCSI_REJECT_CMD_NOT_SUPPORTED);
     default:
-        conn_send_reject(c, &c->rx_bhs, ISCSI_REJECT_CMD_NOT_SUPPORTED);
-        break;
+        return conn_send_reject(c, &p->bhs, ISCSI_REJECT_CMD_NOT_SUPPORTED);
     }
+}
+
+int conn_pdu_done(struct iscsi_conn *c, struct iscsi_pdu_in *p)
+{
+    int rc = pdu_done_dispatch(c, p);
+    if (p->task) {
+        struct iscsi_task *t = p->task;
+        p->task = NULL;
+        task_put(t); /* the receive engine's: the data segment is in */
+    }
+    return conn_fail(c, rc);
 }
 
 /* ---------------- liveness ---------------- */
 
-static void conn_send_nop_ping(struct iscsi_conn *c)
+static int conn_send_nop_ping(struct iscsi_conn *c)
 {
     struct tx_pdu *p = conn_pdu_new(c, ISCSI_OP_NOP_IN, ISCSI_FLAG_FINAL);
     if (!p)
-        return;
+        return ISCSI_ERR_NOMEM;
     struct iscsi_bhs *h = (struct iscsi_bhs *)p->hdr;
     bhs_put32(h, BHS_ITT, ISCSI_RSVD_TAG);
     c->nop_ttt = c->next_ttt++;
@@ -1009,34 +1045,38 @@ static void conn_send_nop_ping(struct iscsi_conn *c)
     c->nop_outstanding = true;
     c->nop_sent_ms = reactor_now_ms();
     conn_send(c, p);
+    return ISCSI_OK;
 }
 
-static void conn_timer_fire(void *arg)
+/* Once a second: the login deadline, the CmdSN gap check, NOP-In liveness. A negative status
+ * closes the connection. */
+static int conn_timer_check(struct iscsi_conn *c)
 {
-    struct iscsi_conn *c = arg;
-    if (c->dead)
-        return;
     uint64_t now = reactor_now_ms();
     struct iscsi_server *srv = c->srv;
     if (c->phase == CONN_LOGIN) {
         /* A deadline from accept, not an idle timer: a peer that keeps sending Login Requests
          * (or one byte a second) must not hold a pending-login slot for ever. */
-        if (now - c->accept_ms >= (uint64_t)srv->login_timeout_s * 1000) {
-            conn_close(c, "login timed out");
-            return;
-        }
+        if (now - c->accept_ms >= (uint64_t)srv->login_timeout_s * 1000)
+            return ISCSI_ERR_LOGIN_TIMEOUT;
     } else if (c->phase == CONN_FFP) {
         if (c->session)
             session_check_gap(c->session, now);
         bool pings = srv->nop_interval_s != 0;
         if (pings && c->nop_outstanding) {
-            if (now - c->nop_sent_ms > (uint64_t)srv->nop_timeout_s * 1000) {
-                conn_close(c, "no answer to NOP-In ping");
-                return;
-            }
+            if (now - c->nop_sent_ms > (uint64_t)srv->nop_timeout_s * 1000)
+                return ISCSI_ERR_NOP_TIMEOUT;
         } else if (pings && now - c->last_rx_ms > (uint64_t)srv->nop_interval_s * 1000) {
-            conn_send_nop_ping(c);
+            return conn_send_nop_ping(c);
         }
     }
-    reactor_timer_start(c->reactor, &c->timer, 1000, conn_timer_fire, c);
+    return ISCSI_OK;
+}
+
+static void conn_timer_fire(void *arg)
+{
+    struct iscsi_conn *c = arg;
+    assert(!c->dead); /* conn_close() stops the timer */
+    if (conn_fail(c, conn_timer_check(c)) == ISCSI_OK)
+        reactor_timer_start(c->reactor, &c->timer, 1000, conn_timer_fire, c);
 }

@@ -9,9 +9,9 @@
 #include "iscsi/conn.h"
 #include "util/log.h"
 
-static void tmf_respond(struct iscsi_conn *c, const struct iscsi_bhs *req, uint8_t response)
+static int tmf_respond(struct iscsi_conn *c, const struct iscsi_bhs *req, uint8_t response)
 {
-    conn_send_response(c, ISCSI_OP_TMF_RSP, req, response);
+    return conn_send_response(c, ISCSI_OP_TMF_RSP, req, response);
 }
 
 /* Abort every task of this connection matching the LUN (all LUNs if lun == UINT64_MAX), and
@@ -49,7 +49,7 @@ struct abort_msg {
 static void abort_msg_run(void *arg)
 {
     struct abort_msg *m = arg;
-    if (!m->c->dead)
+    if (!m->c->dead) /* a message: the connection may have closed since it was sent */
         abort_conn_tasks(m->c, m->lun, m->before_cmdsn, m->use_cmdsn);
     conn_put(m->c);
     free(m);
@@ -146,36 +146,55 @@ struct abort_task_leg {
     struct iscsi_conn *c; /* the connection looked at (a reference held) */
 };
 
-/* On the TMF's connection's reactor, once every connection has looked. */
-static void abort_task_answer(void *arg)
+/* On the TMF's connection's reactor, once every connection has looked: answer and free the
+ * request. The caller drops the request's reference on the connection. */
+static int abort_task_respond(struct abort_task_req *r)
 {
-    struct abort_task_req *r = arg;
     struct iscsi_conn *c = r->c;
     uint8_t rsp = r->if_absent;
+    int rc = ISCSI_OK;
     if (atomic_load(&r->aborted))
         rsp = ISCSI_TMF_RSP_COMPLETE;
     else if (atomic_load(&r->wrong_lun))
         rsp = ISCSI_TMF_RSP_NO_TASK;
     else if (r->unreachable)
         rsp = ISCSI_TMF_RSP_REJECTED; /* the task may live on where we could not look */
+    /* the other connections answered asynchronously: this one may have closed or logged out */
     if (!c->dead && c->phase == CONN_FFP)
-        tmf_respond(c, &r->req, rsp);
-    conn_put(c);
+        rc = tmf_respond(c, &r->req, rsp);
     free(r);
+    return rc;
 }
 
-static void abort_task_leg_done(struct abort_task_req *r)
+/* The answer by message, outside any handler of the connection. */
+static void abort_task_answer(void *arg)
+{
+    struct abort_task_req *r = arg;
+    struct iscsi_conn *c = r->c;
+    conn_fail(c, abort_task_respond(r));
+    conn_put(c);
+}
+
+/* A connection has looked. The last one answers: here when on the TMF's connection's reactor
+ * (the status of queuing the answer is returned, for the caller to pass up or act on), else by
+ * message. */
+static int abort_task_leg_done(struct abort_task_req *r)
 {
     if (atomic_fetch_sub(&r->legs, 1) != 1)
-        return;
+        return ISCSI_OK;
     if (reactor_self() == r->c->reactor) {
-        abort_task_answer(r);
+        struct iscsi_conn *c = r->c;
+        int rc = abort_task_respond(r);
+        conn_put(c); /* not the last reference: the caller's turn holds one (conn_on_event's,
+                        or the leg's, which took its own) */
+        return rc;
     } else if (reactor_send(r->c->reactor, abort_task_answer, r) < 0) {
         /* Out of memory: the TMF goes unanswered (the initiator's TMF timeout escalates). The
          * reference cannot be dropped here, on the wrong thread: the connection leaks. */
         LOG_ERR("%s: ABORT TASK ITT 0x%08x: out of memory, no TMF Response", r->c->peer, r->rtt);
         free(r);
     }
+    return ISCSI_OK;
 }
 
 /* On the reactor of one other connection of the session. */
@@ -183,6 +202,8 @@ static void abort_task_leg_run(void *arg)
 {
     struct abort_task_leg *l = arg;
     struct abort_task_req *r = l->r;
+    struct iscsi_conn *tmf_conn = r->c;
+    /* a message: the connection looked at may have closed since */
     struct iscsi_task *t = l->c->dead ? NULL : conn_abortable_task(l->c, r->rtt);
     if (t) {
         if (abort_named_task(t, r->lun, r->c->cid) == ISCSI_TMF_RSP_COMPLETE)
@@ -192,18 +213,26 @@ static void abort_task_leg_run(void *arg)
     }
     conn_put(l->c);
     free(l);
-    abort_task_leg_done(r);
+    /* Answered here if the TMF's connection shares this reactor: outside its handlers, so a
+     * failure to queue the answer closes it here. (Tested before the leg is done: r and its
+     * reference on the connection live until then.) */
+    bool here = reactor_self() == tmf_conn->reactor;
+    if (here)
+        conn_get(tmf_conn);
+    int rc = abort_task_leg_done(r);
+    if (here) {
+        conn_fail(tmf_conn, rc);
+        conn_put(tmf_conn);
+    }
 }
 
-static void abort_task_other_conns(struct iscsi_conn *self, const struct iscsi_bhs *req,
-                                   uint32_t rtt, uint64_t lun, uint8_t if_absent)
+static int abort_task_other_conns(struct iscsi_conn *self, const struct iscsi_bhs *req,
+                                  uint32_t rtt, uint64_t lun, uint8_t if_absent)
 {
     struct iscsi_session *s = self->session;
     struct abort_task_req *r = malloc(sizeof(*r));
-    if (!r) {
-        tmf_respond(self, req, ISCSI_TMF_RSP_REJECTED);
-        return;
-    }
+    if (!r)
+        return tmf_respond(self, req, ISCSI_TMF_RSP_REJECTED);
     r->c = self;
     r->req = *req;
     r->lun = lun;
@@ -235,7 +264,7 @@ static void abort_task_other_conns(struct iscsi_conn *self, const struct iscsi_b
         }
     }
     pthread_mutex_unlock(&s->lock);
-    abort_task_leg_done(r); /* answers right here when there was nobody else to ask */
+    return abort_task_leg_done(r); /* answers right here when there was nobody else to ask */
 }
 
 /* TARGET COLD RESET (RFC 7143 §11.5.1) closes all of the target's TCP connections to all
@@ -248,15 +277,14 @@ static bool other_conn_of_node(const struct iscsi_session *s, const struct iscsi
     return c != self && s->node == self->session->node;
 }
 
-void tmf_handle(struct iscsi_conn *c)
+int tmf_handle(struct iscsi_conn *c, struct iscsi_pdu_in *p)
 {
-    struct iscsi_bhs *req = &c->rx_bhs;
+    struct iscsi_bhs *req = &p->bhs;
     uint8_t fn = req->b[BHS_TMF_FUNCTION] & 0x7f;
     uint32_t cmdsn = bhs_get32(req, BHS_CMDSN);
     bool immediate = bhs_immediate(req);
     if (!(req->b[1] & ISCSI_FLAG_FINAL)) {
-        conn_send_reject(c, req, ISCSI_REJECT_PROTOCOL_ERROR);
-        return;
+        return conn_send_reject(c, req, ISCSI_REJECT_PROTOCOL_ERROR);
     }
     struct iscsi_session *s = c->session;
     uint32_t win_exp, win_max; /* the window as it was when the TMF arrived */
@@ -272,8 +300,7 @@ void tmf_handle(struct iscsi_conn *c)
         uint32_t rtt = bhs_get32(req, BHS_RTT);
         struct iscsi_task *t = conn_abortable_task(c, rtt);
         if (t) { /* the common case, answered at once: the task is on this connection */
-            tmf_respond(c, req, abort_named_task(t, lun, c->cid));
-            return;
+            return tmf_respond(c, req, abort_named_task(t, lun, c->cid));
         }
         /* §11.5.1 b: a task no connection has whose RefCmdSN is inside the window and less
          * than the CmdSN of the TMF itself is considered received and aborted: "function
@@ -291,15 +318,13 @@ void tmf_handle(struct iscsi_conn *c)
          * below finds and aborts it (a queued task aborted keeps its CmdSN taken). */
         if (in_window)
             session_consume_cmdsn(s, ref);
-        abort_task_other_conns(c, req, rtt, lun,
-                               in_window ? ISCSI_TMF_RSP_COMPLETE : ISCSI_TMF_RSP_NO_TASK);
-        return;
+        return abort_task_other_conns(c, req, rtt, lun,
+                                      in_window ? ISCSI_TMF_RSP_COMPLETE : ISCSI_TMF_RSP_NO_TASK);
     }
     case ISCSI_TMF_ABORT_TASK_SET:
     case ISCSI_TMF_CLEAR_TASK_SET: {
         if (!lu) {
-            tmf_respond(c, req, ISCSI_TMF_RSP_NO_LUN);
-            return;
+            return tmf_respond(c, req, ISCSI_TMF_RSP_NO_LUN);
         }
         unsigned n = abort_conn_tasks(c, lun, cmdsn, true);
         abort_other_conns(c, fn == ISCSI_TMF_CLEAR_TASK_SET, lun, cmdsn, true);
@@ -308,43 +333,40 @@ void tmf_handle(struct iscsi_conn *c)
                          (unsigned long long)lun, n);
         if (fn == ISCSI_TMF_CLEAR_TASK_SET)
             scsi_lun_tasks_cleared(lu, s->nexus);
-        tmf_respond(c, req, ISCSI_TMF_RSP_COMPLETE);
-        return;
+        return tmf_respond(c, req, ISCSI_TMF_RSP_COMPLETE);
     }
     case ISCSI_TMF_LOGICAL_UNIT_RESET:
         if (!lu) {
-            tmf_respond(c, req, ISCSI_TMF_RSP_NO_LUN);
-            return;
+            return tmf_respond(c, req, ISCSI_TMF_RSP_NO_LUN);
         }
         abort_conn_tasks(c, lun, 0, false);
         abort_other_conns(c, true, lun, 0, false);
         scsi_lun_reset(lu, s->nexus);
         CONN_LOG_LIMITED(c, LOG_LVL_INFO, "%s: LOGICAL UNIT RESET on LUN %llu", c->peer,
                          (unsigned long long)lun);
-        tmf_respond(c, req, ISCSI_TMF_RSP_COMPLETE);
-        return;
+        return tmf_respond(c, req, ISCSI_TMF_RSP_COMPLETE);
     case ISCSI_TMF_TARGET_WARM_RESET:
-    case ISCSI_TMF_TARGET_COLD_RESET:
+    case ISCSI_TMF_TARGET_COLD_RESET: {
         abort_conn_tasks(c, UINT64_MAX, 0, false);
         abort_other_conns(c, true, UINT64_MAX, 0, false);
         scsi_target_reset(tgt, s->nexus, fn == ISCSI_TMF_TARGET_COLD_RESET);
         CONN_LOG_LIMITED(c, LOG_LVL_INFO, "%s: TARGET %s RESET", c->peer,
                          fn == ISCSI_TMF_TARGET_COLD_RESET ? "COLD" : "WARM");
-        tmf_respond(c, req, ISCSI_TMF_RSP_COMPLETE);
-        if (fn == ISCSI_TMF_TARGET_COLD_RESET) {
+        int rc = tmf_respond(c, req, ISCSI_TMF_RSP_COMPLETE);
+        if (rc == ISCSI_OK && fn == ISCSI_TMF_TARGET_COLD_RESET) {
             /* §11.5.1: a cold reset closes every connection to every initiator; this one
              * after its answer. */
             c->phase = CONN_LOGGED_OUT;
             session_close_conns_where(c->srv, other_conn_of_node, c, "target cold reset");
         }
-        return;
+        return rc;
+    }
     case ISCSI_TMF_CLEAR_ACA:
     case ISCSI_TMF_TASK_REASSIGN:
     default:
-        tmf_respond(c, req,
-                    fn == ISCSI_TMF_TASK_REASSIGN ? ISCSI_TMF_RSP_NO_REASSIGN
-                                                  : ISCSI_TMF_RSP_NOT_SUPPORTED);
-        return;
+        return tmf_respond(c, req,
+                           fn == ISCSI_TMF_TASK_REASSIGN ? ISCSI_TMF_RSP_NO_REASSIGN
+                                                         : ISCSI_TMF_RSP_NOT_SUPPORTED);
     }
 }
 
