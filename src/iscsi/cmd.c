@@ -231,11 +231,11 @@ static void cmd_scsi_done(struct scsi_task *st)
     struct iscsi_task *t = st->transport_priv;
     struct iscsi_conn *c = t->conn;
     int rc = ISCSI_OK;
-    if (c->dead || t->aborted) {
-        /* an aborted task counted in flight until the store let go; a dead connection's
-         * session no longer counts anything of it */
-        if (c->session && !c->dead)
-            session_cmd_done(c->session);
+    if (c->dead) {
+        /* closed while the store had it: conn_close() detached the session, nothing to
+         * count or answer */
+    } else if (t->aborted) {
+        session_cmd_done(c->session); /* it counted in flight until the store let go */
     } else {
         rc = cmd_respond(c, t);
     }

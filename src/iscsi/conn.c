@@ -303,13 +303,9 @@ static uint64_t tx_charge(const struct tx_pdu *p)
 
 void conn_send(struct iscsi_conn *c, struct tx_pdu *p)
 {
-    if (c->dead) {
-        if (p->sent)
-            p->sent(p, false);
-        free(p->owned);
-        free(p);
-        return;
-    }
+    /* Handlers run on live connections only, and the asynchronous senders (store completions,
+     * TMF answers, timers) check first. */
+    assert(!c->dead);
     struct iscsi_bhs *h = (struct iscsi_bhs *)p->hdr;
     bhs_set_dlength(h, p->dlen);
     p->hdr_len = ISCSI_BHS_LEN;
