@@ -259,7 +259,7 @@ struct tx_pdu *conn_tx_alloc(struct iscsi_conn *c)
     return p;
 }
 
-void conn_tx_release(struct iscsi_conn *c, struct tx_pdu *p)
+static void tx_release(struct iscsi_conn *c, struct tx_pdu *p)
 {
     free(p->owned);
     if (c->tx_free_count < TX_FREE_KEEP) {
@@ -342,7 +342,7 @@ int conn_send_copy(struct iscsi_conn *c, struct tx_pdu *p, const void *data, uin
         if (!p->owned) {
             if (p->sent)
                 p->sent(p, false);
-            conn_tx_release(c, p);
+            tx_release(c, p);
             return ISCSI_ERR_NOMEM;
         }
         memcpy(p->owned, data, len);
@@ -470,7 +470,7 @@ static void conn_flush(void *arg)
             c->tx_backlog -= tx_charge(p);
             if (p->sent)
                 p->sent(p, true);
-            conn_tx_release(c, p);
+            tx_release(c, p);
         }
         c->tx_off = (uint32_t)done;
         conn_rx_maybe_resume(c);

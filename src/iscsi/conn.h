@@ -131,7 +131,7 @@ struct iscsi_task {
     unsigned refs;           /* see above; on the connection's thread only */
     uint32_t buf_charge;     /* bytes of conn->buf_bytes this task holds */
     struct iscsi_task *hash_next;
-    struct list_node node;     /* conn->tasks or session pending list */
+    struct list_node node;     /* conn->tasks (conn->task_free once freed) */
     struct list_node r2t_node; /* conn->r2t_waiting */
     struct cmdsn_wait wait;    /* session->pending, then conn->released (MC/S order) */
 };
@@ -335,8 +335,6 @@ int conn_fail(struct iscsi_conn *c, int status);
 
 void conn_send(struct iscsi_conn *c, struct tx_pdu *p);
 struct tx_pdu *conn_tx_alloc(struct iscsi_conn *c);
-/* Return an unqueued PDU (one a failed send left in our hands). */
-void conn_tx_release(struct iscsi_conn *c, struct tx_pdu *p);
 /* A PDU with its BHS started (opcode, flags); NULL when memory ran out (the caller returns
  * ISCSI_ERR_NOMEM). */
 struct tx_pdu *conn_pdu_new(struct iscsi_conn *c, enum iscsi_opcode op, uint8_t flags);
