@@ -37,6 +37,7 @@ struct bench_opts {
     enum bench_fmt fmt;
     const char *svg;
     pid_t target_pid;
+    uint32_t erl;          /* --erl: ErrorRecoveryLevel asked for */
     uint32_t kill_conn_ms; /* test hook (LINERATE_BENCH_KILL_CONN_MS): drop connection 1 */
 };
 

@@ -39,6 +39,10 @@ static void usage(FILE *f)
             "  --chap-secrets FILE  the secrets of those users ('NAME SECRET' lines, mode 600)\n"
             "                       or LINERATE_CHAP_SECRET / LINERATE_CHAP_MUTUAL_SECRET\n"
             "                       (LINERATE_CHAP_USER, LINERATE_CHAP_MUTUAL_USER for names)\n"
+            "  --erl N              ask for ErrorRecoveryLevel N (RFC 7143 §7; default 0).\n"
+            "                       This build performs level 0 only and refuses 1 and 2:\n"
+            "                       at ERL 0 a lost connection or a digest error fails the\n"
+            "                       commands it carried, and the bench counts them\n"
             "  --help               this text\n"
             "Progress goes to stderr, results to stdout.\n");
 }
@@ -199,6 +203,7 @@ static int parse_opts(int argc, char **argv, struct bench_opts *o)
         {"chap-user", required_argument, NULL, 'U'},
         {"chap-mutual-user", required_argument, NULL, 'M'},
         {"chap-secrets", required_argument, NULL, 'K'},
+        {"erl", required_argument, NULL, 'E'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -272,6 +277,21 @@ static int parse_opts(int argc, char **argv, struct bench_opts *o)
             break;
         case 'K':
             chap_file = optarg;
+            break;
+        case 'E':
+            if (strlen(optarg) != 1 || optarg[0] < '0' || optarg[0] > '2') {
+                fprintf(stderr, "linerate-bench: bad --erl value '%s': expected 0, 1 or 2\n",
+                        optarg);
+                return -1;
+            }
+            o->erl = (uint32_t)(optarg[0] - '0');
+            if (o->erl > lr_erl_max()) {
+                fprintf(stderr,
+                        "linerate-bench: --erl %u is not implemented yet (the highest this "
+                        "build performs is %u)\n",
+                        o->erl, lr_erl_max());
+                return -1;
+            }
             break;
         case 'h':
             usage(stdout);

@@ -242,11 +242,12 @@ static void on_login(void *arg, const struct lr_result *res)
         fprintf(stderr,
                 "linerate-bench: negotiated TSIH %u: HeaderDigest=%s DataDigest=%s "
                 "ImmediateData=%s InitialR2T=%s FirstBurstLength=%u MaxBurstLength=%u "
-                "MaxOutstandingR2T=%u target MaxRecvDataSegmentLength=%u, %u of %u connections\n",
+                "MaxOutstandingR2T=%u ErrorRecoveryLevel=%u target MaxRecvDataSegmentLength=%u, "
+                "%u of %u connections\n",
                 info.tsih, info.header_digest ? "CRC32C" : "None",
                 info.data_digest ? "CRC32C" : "None", info.immediate_data ? "Yes" : "No",
                 info.initial_r2t ? "Yes" : "No", info.first_burst, info.max_burst,
-                info.max_outstanding_r2t, info.peer_max_recv_dsl, info.connections_up,
+                info.max_outstanding_r2t, info.erl, info.peer_max_recv_dsl, info.connections_up,
                 info.connections_asked);
     w->step = WS_CAPACITY;
     if (lr_read_capacity(w->s, on_capacity, w) < 0)
@@ -271,6 +272,7 @@ static void do_login(void *arg)
         .chap_secret = o->url.chap_secret,
         .chap_mutual_user = o->chap_mutual_user[0] ? o->chap_mutual_user : NULL,
         .chap_mutual_secret = o->chap_mutual_secret,
+        .error_recovery_level = o->erl,
     };
     memcpy(so.conn_reactors, w->conn_r, sizeof(so.conn_reactors));
     w->failed = false;

@@ -20,8 +20,17 @@ static const struct lr_result res_ok = {.err = LR_OK};
 
 static void session_tick(void *arg);
 
+unsigned lr_erl_max(void)
+{
+    return ISCSI_ERL_IMPLEMENTED;
+}
+
 struct lr_session *lr_session_create(struct reactor *r, const struct lr_session_opts *o)
 {
+    if (o->error_recovery_level > ISCSI_ERL_IMPLEMENTED) {
+        errno = ENOTSUP;
+        return NULL;
+    }
     struct lr_session *s = calloc(1, sizeof(*s));
     if (!s)
         return NULL;
@@ -90,7 +99,7 @@ struct lr_session *lr_session_create(struct reactor *r, const struct lr_session_
     s->local.max_recv_dsl = s->o.max_recv_dsl;
     s->local.max_burst = s->o.max_burst;
     s->local.first_burst = s->o.first_burst;
-    s->local.erl = 0;
+    s->local.erl = o->error_recovery_level;
     iscsi_params_default(&s->params);
 
     /* ISID (RFC 7143 §11.12.5): type 0x80 "random" with a per-session qualifier, so that
@@ -333,6 +342,7 @@ void lr_session_get_info(const struct lr_session *cs, struct lr_session_info *in
     info->cmdsn = s->cmdsn;
     info->expcmdsn = s->expcmdsn;
     info->maxcmdsn = s->maxcmdsn;
+    info->erl = s->params.erl;
     ini_unlock(s);
 }
 

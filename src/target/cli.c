@@ -56,6 +56,11 @@ static const char usage_text[] =
     "  --discovery-chap-mutual-user NAME  and the target answers them as NAME\n"
     "  --chap-algorithms LIST sha3-256,sha256,md5 (default: all; the strongest the\n"
     "                         initiator offers is used)\n"
+    "  --error-recovery-level N  the highest ErrorRecoveryLevel (RFC 7143 §7) offered;\n"
+    "                         the initiator's offer and this are negotiated down to the\n"
+    "                         smaller (default 0). This build performs level 0 only:\n"
+    "                         a connection lost, or a digest error, fails the commands\n"
+    "                         it carried; 1 and 2 are refused as not implemented yet\n"
     "  --threads N            reactor threads (default: number of online CPUs)\n"
     "  --config FILE          serve the targets described in FILE instead (see\n"
     "                         examples/linerate.conf); --threads and --log-level still\n"
@@ -96,6 +101,7 @@ enum {
     OPT_DISC_CHAP_USER,
     OPT_DISC_CHAP_MUTUAL_USER,
     OPT_CHAP_ALGS,
+    OPT_ERL,
 };
 
 static const struct option long_opts[] = {
@@ -113,6 +119,7 @@ static const struct option long_opts[] = {
     {"discovery-chap-user", required_argument, NULL, OPT_DISC_CHAP_USER},
     {"discovery-chap-mutual-user", required_argument, NULL, OPT_DISC_CHAP_MUTUAL_USER},
     {"chap-algorithms", required_argument, NULL, OPT_CHAP_ALGS},
+    {"error-recovery-level", required_argument, NULL, OPT_ERL},
     {"help", no_argument, NULL, 'h'},
     {"version", no_argument, NULL, 'V'},
     {NULL, 0, NULL, 0},
@@ -152,6 +159,7 @@ struct cli_args {
     int threads;   /* -1: not given */
     int log_level; /* -1: not given */
     const char *state_dir;
+    int erl; /* -1: not given */
     /* CHAP, indexed by OPT_CHAP_SECRETS.. OPT_CHAP_ALGS */
     const char *chap[OPT_CHAP_ALGS - OPT_CHAP_SECRETS + 1];
     bool any_chap;
@@ -249,6 +257,13 @@ static int cli_collect(struct cli_args *a, int argc, char **argv)
             a->chap[c - OPT_CHAP_SECRETS] = optarg;
             a->any_chap = true;
             break;
+        case OPT_ERL: {
+            uint32_t erl;
+            if (target_parse_erl(optarg, &erl, err, sizeof(err)) < 0)
+                return cli_fail("--error-recovery-level: %s", err);
+            a->erl = (int)erl;
+            break;
+        }
         case ':':
             if (optopt >= 256)
                 return cli_fail("option '--%s' needs a value", opt_name(optopt));
@@ -261,9 +276,11 @@ static int cli_collect(struct cli_args *a, int argc, char **argv)
     }
     if (optind < argc)
         return cli_fail("unexpected argument '%s'", argv[optind]);
-    if (a->config && (a->nlisten || a->nluns || a->nallow || a->target_name || a->any_chap))
+    if (a->config &&
+        (a->nlisten || a->nluns || a->nallow || a->target_name || a->any_chap || a->erl >= 0))
         return cli_fail("--config cannot be combined with --listen, --target-name, --lun, "
-                        "--allow or --chap-*: describe the targets in the config file");
+                        "--allow, --chap-* or --error-recovery-level: describe the targets in "
+                        "the config file");
     return -1;
 }
 
@@ -299,6 +316,8 @@ static int cli_build_node(struct target_config *cfg, const struct cli_args *a)
     for (unsigned i = 0; i < a->nallow; i++)
         if (target_node_add_allow(n, a->allow[i]) < 0)
             return cli_fail("out of memory");
+    if (a->erl >= 0)
+        n->params.erl = (uint32_t)a->erl;
     if (target_config_finish(cfg) < 0)
         return cli_fail("out of memory");
     /* CHAP options map onto the config keys of the same names (target or global). */
@@ -331,7 +350,7 @@ static int cli_build_node(struct target_config *cfg, const struct cli_args *a)
 
 int target_cli_parse(struct target_config *cfg, int argc, char **argv)
 {
-    struct cli_args a = {.threads = -1, .log_level = -1};
+    struct cli_args a = {.threads = -1, .log_level = -1, .erl = -1};
     int rc = cli_collect(&a, argc, argv);
     if (rc < 0) {
         if (a.config) {

@@ -111,6 +111,8 @@ int target_node_add_portal(struct target_node_conf *n, const struct target_porta
 int target_node_add_lun(struct target_node_conf *n, struct target_lun_conf *lun, char *err,
                         size_t errlen);
 int target_node_add_allow(struct target_node_conf *n, const char *iqn);
+/* error-recovery-level: 0..2, and at most ISCSI_ERL_IMPLEMENTED. */
+int target_parse_erl(const char *val, uint32_t *out, char *err, size_t errlen);
 
 /* --- limits.c: the global limit keys --- */
 bool target_limits_is_key(const char *key);

@@ -1,6 +1,7 @@
 /* Initiator unit tests without sockets: the login state machine fed with canned Login
  * Responses, and a two-connection (MC/S) session whose connections are detached (no fd):
  * target PDUs are pushed through the receive parser and the transmit queues are inspected. */
+#include <errno.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -452,6 +453,25 @@ static void test_stale_response_ignored(void **state)
     lr_session_destroy(s);
 }
 
+/* The session asks for the level it is given, and never for one the library cannot perform
+ * (RFC 7143 §13.20: what is agreed, the target relies on). */
+static void test_erl_option(void **state)
+{
+    (void)state;
+    struct lr_session_opts o = {.host = "127.0.0.1", .target_name = "iqn.x:t"};
+    o.error_recovery_level = lr_erl_max();
+    struct lr_session *s = lr_session_create(R, &o);
+    assert_non_null(s);
+    assert_int_equal(s->local.erl, lr_erl_max());
+    lr_session_destroy(s);
+    for (uint32_t erl = lr_erl_max() + 1; erl <= 3; erl++) {
+        o.error_recovery_level = erl;
+        errno = 0;
+        assert_null(lr_session_create(R, &o));
+        assert_int_equal(errno, ENOTSUP);
+    }
+}
+
 static void test_url(void **state)
 {
     (void)state;
@@ -482,6 +502,7 @@ int main(void)
         cmocka_unit_test(test_conn_loss_keeps_session),
         cmocka_unit_test(test_digests_and_nop),
         cmocka_unit_test(test_stale_response_ignored),
+        cmocka_unit_test(test_erl_option),
         cmocka_unit_test(test_url),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
