@@ -43,6 +43,21 @@ static void usage(FILE *f)
             "                       This build performs level 0 only and refuses 1 and 2:\n"
             "                       at ERL 0 a lost connection or a digest error fails the\n"
             "                       commands it carried, and the bench counts them\n"
+            "  --inject LIST        faults to inject, a testing aid; comma-separated:\n"
+            "                         kill-connection=SECONDS  cut one connection of each\n"
+            "                           session that often (round robin over its\n"
+            "                           connections; 0.01..3600)\n"
+            "                         digest-error=RATE  corrupt that fraction of the data\n"
+            "                           digests sent (0 <= RATE < 1)\n"
+            "                         drop-pdu=RATE      leave that fraction of PDUs unsent\n"
+            "                       e.g. --inject kill-connection=1. This build applies\n"
+            "                       kill-connection only and refuses the other two as not\n"
+            "                       implemented yet. Without recovery (ERL 0, the only level\n"
+            "                       this build performs) a cut connection fails the commands\n"
+            "                       it carried and is not replaced: the bench counts the\n"
+            "                       failed commands, reports them with what was injected,\n"
+            "                       exits 1, and logs in again between cells once a session\n"
+            "                       has no connection left\n"
             "  --help               this text\n"
             "Progress goes to stderr, results to stdout.\n");
 }
@@ -204,6 +219,7 @@ static int parse_opts(int argc, char **argv, struct bench_opts *o)
         {"chap-mutual-user", required_argument, NULL, 'M'},
         {"chap-secrets", required_argument, NULL, 'K'},
         {"erl", required_argument, NULL, 'E'},
+        {"inject", required_argument, NULL, 'I'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -293,6 +309,15 @@ static int parse_opts(int argc, char **argv, struct bench_opts *o)
                 return -1;
             }
             break;
+        case 'I': {
+            char why[256];
+            if (inject_parse(optarg, &o->inject, why, sizeof(why)) < 0 ||
+                inject_check_available(&o->inject, why, sizeof(why)) < 0) {
+                fprintf(stderr, "linerate-bench: --inject: %s\n", why);
+                return -1;
+            }
+            break;
+        }
         case 'h':
             usage(stdout);
             exit(0);
@@ -326,9 +351,6 @@ static int parse_opts(int argc, char **argv, struct bench_opts *o)
             *p = 'x';
     if (chap_setup(o, chap_user, chap_mutual, chap_file) < 0)
         return -1;
-    const char *kill = getenv("LINERATE_BENCH_KILL_CONN_MS");
-    if (kill && *kill)
-        o->kill_conn_ms = (uint32_t)strtoul(kill, NULL, 10);
     return 0;
 }
 
@@ -502,6 +524,9 @@ static void run_cell(struct run *R, struct bench_cell *cell, unsigned idx, unsig
         bytes += st[i].bytes;
         ops += st[i].ops;
         errors += st[i].errors;
+        cell->conns_cut += st[i].conns_cut;
+        cell->digests_corrupted += st[i].digests_corrupted;
+        cell->pdus_dropped += st[i].pdus_dropped;
         elapsed = st[i].elapsed_ns > elapsed ? st[i].elapsed_ns : elapsed;
         uint32_t u = worker_conns_up(R->w[i]);
         up = u < up ? u : up;
@@ -518,6 +543,9 @@ static void run_cell(struct run *R, struct bench_cell *cell, unsigned idx, unsig
     if (up < cell->conns)
         fprintf(stderr, "linerate-bench: %u of %u connections left at the end of the cell\n", up,
                 cell->conns);
+    if (cell->conns_cut)
+        fprintf(stderr, "linerate-bench: --inject: %llu connection%s cut in this cell\n",
+                (unsigned long long)cell->conns_cut, cell->conns_cut == 1 ? "" : "s");
     if (errors)
         fprintf(stderr, "linerate-bench: %llu commands failed in this cell\n",
                 (unsigned long long)errors);

@@ -59,6 +59,7 @@ struct worker {
     struct reactor_timer timer, kill_timer;
     struct bench_stats st;
     bool lost_reported;
+    unsigned kill_next; /* --inject kill-connection: the next connection to cut */
 
     /* --verify */
     uint64_t gen, vchunks, vnext, vdone, vblocks, vcross;
@@ -273,6 +274,7 @@ static void do_login(void *arg)
         .chap_mutual_user = o->chap_mutual_user[0] ? o->chap_mutual_user : NULL,
         .chap_mutual_secret = o->chap_mutual_secret,
         .error_recovery_level = o->erl,
+        .faults = {.digest_error = o->inject.digest_error, .drop_pdu = o->inject.drop_pdu},
     };
     memcpy(so.conn_reactors, w->conn_r, sizeof(so.conn_reactors));
     w->failed = false;
@@ -311,6 +313,9 @@ static void cell_maybe_done(struct worker *w)
     struct lr_session_info info;
     lr_session_get_info(w->s, &info);
     w->conns_up = info.connections_up;
+    /* the session's counters run over its life; the cell reports its own share */
+    w->st.digests_corrupted = info.digests_corrupted - w->st.digests_corrupted;
+    w->st.pdus_dropped = info.pdus_dropped - w->st.pdus_dropped;
     finish_step(w);
 }
 
@@ -404,12 +409,31 @@ static void cell_timer(void *arg)
     lr_session_unlock(w->s);
 }
 
+/* --inject kill-connection: cut the next live connection, round robin, every SECONDS of the
+ * cell. At ERL 0 nothing replaces it: its commands fail and are counted by on_io. */
 static void kill_timer(void *arg)
 {
     struct worker *w = arg;
-    fprintf(stderr, "linerate-bench: session %d: test hook: dropping connection 1 (port %u)\n",
-            w->id, lr_session_conn_port(w->s, 1));
-    lr_session_conn_kill(w->s, 1);
+    lr_session_lock(w->s);
+    if (!w->stopping) {
+        unsigned n = w->conns_asked;
+        for (unsigned k = 0; k < n; k++) {
+            unsigned i = (w->kill_next + k) % n;
+            uint16_t port = lr_session_conn_port(w->s, i);
+            if (!port)
+                continue;
+            fprintf(stderr,
+                    "linerate-bench: session %d: --inject: cutting connection %u (port %u)\n",
+                    w->id, i, port);
+            lr_session_conn_kill(w->s, i);
+            w->st.conns_cut++;
+            w->kill_next = (i + 1) % n;
+            break;
+        }
+        reactor_timer_start(w->r, &w->kill_timer, (uint64_t)(w->o->inject.kill_conn_s * 1000),
+                            kill_timer, w);
+    }
+    lr_session_unlock(w->s);
 }
 
 struct cell_msg {
@@ -434,8 +458,14 @@ static void do_cell(void *arg)
     w->step = WS_CELL;
     w->start_ns = now_ns();
     reactor_timer_start(w->r, &w->timer, (uint64_t)(w->o->seconds * 1000), cell_timer, w);
-    if (w->o->kill_conn_ms)
-        reactor_timer_start(w->r, &w->kill_timer, w->o->kill_conn_ms, kill_timer, w);
+    if (w->o->inject.kill_conn_s > 0)
+        reactor_timer_start(w->r, &w->kill_timer, (uint64_t)(w->o->inject.kill_conn_s * 1000),
+                            kill_timer, w);
+    /* the session's fault counters now, so that the cell reports what it added */
+    struct lr_session_info info;
+    lr_session_get_info(w->s, &info);
+    w->st.digests_corrupted = info.digests_corrupted;
+    w->st.pdus_dropped = info.pdus_dropped;
     issue(w);
     cell_maybe_done(w);
     lr_session_unlock(w->s);

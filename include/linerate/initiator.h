@@ -94,6 +94,15 @@ struct lr_session_opts {
      * may answer lower (lr_session_info.erl says what was agreed). Above lr_erl_max()
      * lr_session_create fails with errno ENOTSUP: we never offer recovery we cannot do. */
     uint32_t error_recovery_level;
+    /* Fault injection, a testing aid (linerate-bench --inject): the fraction of data digests
+     * this session's connections send corrupted, and of PDUs they leave unsent, each
+     * 0 <= rate < 1 (else EINVAL). The connections' transmit path applies them; this build
+     * has none that does, so non-zero rates fail lr_session_create with ENOTSUP rather than
+     * being ignored. Cutting connections needs no option: lr_session_conn_kill. */
+    struct lr_faults {
+        double digest_error;
+        double drop_pdu;
+    } faults;
 };
 
 /* The highest ErrorRecoveryLevel this library performs. */
@@ -110,6 +119,8 @@ struct lr_session_info {
     uint16_t tsih;
     uint32_t cmdsn, expcmdsn, maxcmdsn;
     uint32_t erl; /* ErrorRecoveryLevel agreed */
+    /* What lr_session_opts.faults did so far, over all connections. */
+    uint64_t digests_corrupted, pdus_dropped;
 };
 
 struct lr_session *lr_session_create(struct reactor *r, const struct lr_session_opts *o);

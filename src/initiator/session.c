@@ -31,6 +31,17 @@ struct lr_session *lr_session_create(struct reactor *r, const struct lr_session_
         errno = ENOTSUP;
         return NULL;
     }
+    const struct lr_faults *f = &o->faults;
+    if (!(f->digest_error >= 0 && f->digest_error < 1 && f->drop_pdu >= 0 && f->drop_pdu < 1)) {
+        errno = EINVAL;
+        return NULL;
+    }
+    if (f->digest_error > 0 || f->drop_pdu > 0) {
+        /* Corrupting and dropping belong to the connections' transmit path, which does
+         * neither yet: say so rather than run a "faulty" session that is not. */
+        errno = ENOTSUP;
+        return NULL;
+    }
     struct lr_session *s = calloc(1, sizeof(*s));
     if (!s)
         return NULL;

@@ -454,7 +454,8 @@ static void test_stale_response_ignored(void **state)
 }
 
 /* The session asks for the level it is given, and never for one the library cannot perform
- * (RFC 7143 §13.20: what is agreed, the target relies on). */
+ * (RFC 7143 §13.20: what is agreed, the target relies on); fault rates it cannot apply are
+ * refused the same way. */
 static void test_erl_option(void **state)
 {
     (void)state;
@@ -470,6 +471,27 @@ static void test_erl_option(void **state)
         assert_null(lr_session_create(R, &o));
         assert_int_equal(errno, ENOTSUP);
     }
+    /* fault rates: out of range is EINVAL; in range, nothing applies them yet: ENOTSUP */
+    o.error_recovery_level = 0;
+    const struct {
+        double digest, drop;
+        int err;
+    } faults[] = {{-0.1, 0, EINVAL},
+                  {1, 0, EINVAL},
+                  {0, 1.5, EINVAL},
+                  {0.001, 0, ENOTSUP},
+                  {0, 0.5, ENOTSUP}};
+    for (size_t i = 0; i < sizeof(faults) / sizeof(faults[0]); i++) {
+        o.faults.digest_error = faults[i].digest;
+        o.faults.drop_pdu = faults[i].drop;
+        errno = 0;
+        assert_null(lr_session_create(R, &o));
+        assert_int_equal(errno, faults[i].err);
+    }
+    o.faults.digest_error = o.faults.drop_pdu = 0;
+    s = lr_session_create(R, &o);
+    assert_non_null(s);
+    lr_session_destroy(s);
 }
 
 static void test_url(void **state)
