@@ -494,6 +494,8 @@ static void login_after_final(struct iscsi_conn *c, uint8_t rsp_flags)
             c->hdigest = p.header_digest;
             c->ddigest = p.data_digest;
             c->phase = CONN_FFP;
+            if (!c->discovery)
+                conn_inject_start(c);
             if (c->auth && c->srv->auth_guard) {
                 char addr[sizeof(c->peer)];
                 peer_addr(c, addr, sizeof(addr));

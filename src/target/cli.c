@@ -62,6 +62,16 @@ static const char usage_text[] =
     "                         a connection lost, or a digest error, fails the commands\n"
     "                         it carried; 1 and 2 are refused as not implemented yet\n"
     "  --threads N            reactor threads (default: number of online CPUs)\n"
+    "  --inject LIST          a testing aid, never for production: faults the target\n"
+    "                         causes itself (also with --config). LIST is comma-separated:\n"
+    "                           kill-connection=SECONDS  close one logged-in connection\n"
+    "                             (of any normal session) that often (0.01..3600)\n"
+    "                           digest-error=RATE  corrupt that fraction of the data\n"
+    "                             digests sent (0 <= RATE < 1)\n"
+    "                           drop-pdu=RATE      leave that fraction of PDUs unsent\n"
+    "                         This build applies kill-connection only and refuses the\n"
+    "                         other two as not implemented yet. At ErrorRecoveryLevel 0\n"
+    "                         the commands of a closed connection fail\n"
     "  --config FILE          serve the targets described in FILE instead (see\n"
     "                         examples/linerate.conf); --threads and --log-level still\n"
     "                         apply, --listen/--target-name/--lun/--allow may not be used\n"
@@ -102,6 +112,7 @@ enum {
     OPT_DISC_CHAP_MUTUAL_USER,
     OPT_CHAP_ALGS,
     OPT_ERL,
+    OPT_INJECT,
 };
 
 static const struct option long_opts[] = {
@@ -120,6 +131,7 @@ static const struct option long_opts[] = {
     {"discovery-chap-mutual-user", required_argument, NULL, OPT_DISC_CHAP_MUTUAL_USER},
     {"chap-algorithms", required_argument, NULL, OPT_CHAP_ALGS},
     {"error-recovery-level", required_argument, NULL, OPT_ERL},
+    {"inject", required_argument, NULL, OPT_INJECT},
     {"help", no_argument, NULL, 'h'},
     {"version", no_argument, NULL, 'V'},
     {NULL, 0, NULL, 0},
@@ -160,6 +172,8 @@ struct cli_args {
     int log_level; /* -1: not given */
     const char *state_dir;
     int erl; /* -1: not given */
+    bool inject_given;
+    struct inject_spec inject;
     /* CHAP, indexed by OPT_CHAP_SECRETS.. OPT_CHAP_ALGS */
     const char *chap[OPT_CHAP_ALGS - OPT_CHAP_SECRETS + 1];
     bool any_chap;
@@ -264,6 +278,14 @@ static int cli_collect(struct cli_args *a, int argc, char **argv)
             a->erl = (int)erl;
             break;
         }
+        case OPT_INJECT:
+            if (a->inject_given)
+                return cli_fail("--inject given twice (put every fault in one list)");
+            if (inject_parse(optarg, &a->inject, err, sizeof(err)) < 0 ||
+                inject_check_available(&a->inject, err, sizeof(err)) < 0)
+                return cli_fail("--inject: %s", err);
+            a->inject_given = true;
+            break;
         case ':':
             if (optopt >= 256)
                 return cli_fail("option '--%s' needs a value", opt_name(optopt));
@@ -370,6 +392,7 @@ int target_cli_parse(struct target_config *cfg, int argc, char **argv)
             cfg->log_level = (enum log_level)a.log_level;
         if (a.state_dir)
             snprintf(cfg->state_dir, sizeof(cfg->state_dir), "%s", a.state_dir);
+        cfg->inject = a.inject;
     }
     free(a.listen);
     free(a.luns);

@@ -12,6 +12,7 @@
 #include "iscsi/chap.h"
 #include "iscsi/keys.h"
 #include "iscsi/node.h"
+#include "util/inject.h"
 #include "util/log.h"
 
 #define TARGET_DEFAULT_NAME "iqn.2026-11.org.linerate:default"
@@ -84,6 +85,8 @@ struct target_config {
     char chap_secrets[1024];
     struct chap_creds discovery_chap;
     unsigned chap_algs;
+    /* --inject: faults for tests (util/inject.h); all zero in normal use. */
+    struct inject_spec inject;
     /* Union of every target's portals: what the daemon listens on. */
     struct target_portal *listen;
     unsigned nlisten;

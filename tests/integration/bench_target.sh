@@ -2,7 +2,8 @@
 # linerate-bench against linerate-target: the 16 cells of issue 3 with real 4-connection MC/S
 # sessions (4 TCP connections open at once), --verify over 2 connections, one connection of a
 # 4-connection session cut mid-run by --inject kill-connection (the other three carry on, the
-# failures are counted, the target stays healthy), --inject and --erl refusals,
+# failures are counted, the target stays healthy), a target that cuts connections itself
+# (linerate-target --inject), --inject and --erl refusals,
 # three 2-connection sessions sharing the initiator's threads, command timeouts when the target
 # stops answering, and a digest-on capture decoded by tshark with good header and data digests.
 set -u
@@ -89,6 +90,29 @@ if [ "$failed" -gt 0 ]; then
 fi
 csv_check "$tmp/kill.csv" 1
 still_serving 4 "the cut"
+
+note "linerate-target --inject kill-connection: the target cuts one connection every 0.5 s"
+port2=$(free_port) || skip "no free loopback port"
+"$target" --listen "127.0.0.1:$port2" --lun ram:64M --threads 1 --inject kill-connection=0.5 \
+  >"$tmp/url2" 2>"$tmp/target2.log" &
+tpid2=$!
+for _ in $(seq 50); do [ -s "$tmp/url2" ] && break; sleep 0.1; done
+url2=$(head -1 "$tmp/url2")
+run --sizes 64k --rw write --connections 4 --seconds 1.3 --format csv "$url2" >"$tmp/tkill.csv" \
+  2>"$tmp/err"
+rc=$?
+kill "$tpid2"; wait "$tpid2"
+trc=$?
+[ $trc -eq 0 ] || { cat "$tmp/target2.log"; fail "the --inject target exited $trc"; }
+[ $rc -eq 1 ] || { cat "$tmp/err"; fail "connections cut under load: bench exited $rc, not 1"; }
+grep -q "closing connection .*--inject kill-connection=0.5 (cut 1)" "$tmp/target2.log" ||
+  { cat "$tmp/target2.log"; fail "the target did not cut a connection"; }
+cuts=$(grep -c "closing connection .*--inject kill-connection" "$tmp/target2.log")
+# one every 0.5 s from the first login, over a 1.3 s cell plus login and logout, 4 at most
+[ "$cuts" -ge 2 ] && [ "$cuts" -le 4 ] || { cat "$tmp/target2.log"; fail "expected 2 to 4 cuts, saw $cuts"; }
+grep -q "connection closed by the target" "$tmp/err" || { cat "$tmp/err"; fail "the bench saw no cut"; }
+grep -q "commands failed in this cell" "$tmp/err" || { cat "$tmp/err"; fail "failed commands not counted"; }
+alive
 
 note "--inject: bad lists are refused before connecting, naming the item"
 for bad in "" "kill-connection" "kill-connection=0" "kill-connection=1,kill-connection=2" \

@@ -7,7 +7,7 @@
 note "--help and --version"
 "$LT" --help >"$WORK/help" 2>&1 || fail "--help exited $?"
 for w in --listen --target-name --lun --threads --config --log-level --allow ram: null: file: \
-    --error-recovery-level Examples; do
+    --error-recovery-level --inject kill-connection= Examples; do
     grep -q -- "$w" "$WORK/help" || fail "--help does not mention $w"
 done
 "$LT" --version >"$WORK/ver" 2>&1 || fail "--version exited $?"
@@ -53,6 +53,18 @@ expect_usage "expected 0, 1 or 2" --error-recovery-level 01
 expect_usage "error-recovery-level 1 is not implemented yet" --error-recovery-level 1
 expect_usage "error-recovery-level 2 is not implemented yet" --error-recovery-level 2
 expect_usage --error-recovery-level --config "$WORK/missing.conf" --error-recovery-level 0
+# --inject (testing aid): the bench's syntax, every bad list refused with the item named
+expect_usage "--inject: empty list" --inject ""
+expect_usage "--inject: 'kill-connection': expected NAME=VALUE" --inject kill-connection
+expect_usage "0.01..3600" --inject kill-connection=0
+expect_usage "0.01..3600" --inject kill-connection=soon
+expect_usage "0 <= RATE < 1" --inject digest-error=1
+expect_usage "0 <= RATE < 1" --inject drop-pdu=-0.5
+expect_usage "unknown fault" --inject kill-connections=1
+expect_usage "given twice" --inject kill-connection=1,kill-connection=2
+expect_usage "--inject given twice" --inject kill-connection=1 --inject kill-connection=2
+expect_usage "digest-error is not implemented yet" --inject kill-connection=1,digest-error=0.001
+expect_usage "drop-pdu is not implemented yet" --inject drop-pdu=0.001
 
 # bad_config LINE WORD: the config in $WORK/bad.conf is refused with bad.conf:LINE: and WORD.
 bad_config() {
@@ -154,7 +166,9 @@ else
 fi
 stop_target
 [ "$STOP_RC" -eq 0 ] || fail "SIGTERM'd daemon exited $STOP_RC, not 0"
-start_target --lun ram:1M --threads 1 --error-recovery-level 0
+start_target --lun ram:1M --threads 1 --error-recovery-level 0 --inject kill-connection=30
+grep -q "WARN .*test hook: --inject kill-connection=30" "$WORK/target.log" ||
+    fail "--inject is not announced in the log"
 stop_target
 [ "$STOP_RC" -eq 0 ] || fail "--error-recovery-level 0: daemon exited $STOP_RC, not 0"
 
