@@ -45,8 +45,9 @@ static void usage(FILE *f)
             "                       commands it carried, and the bench counts them\n"
             "  --inject LIST        faults to inject, a testing aid; comma-separated:\n"
             "                         kill-connection=SECONDS  cut one connection of each\n"
-            "                           session that often (round robin over its\n"
-            "                           connections; 0.01..3600)\n"
+            "                           session that often, in every cell and during\n"
+            "                           --verify (round robin over its connections;\n"
+            "                           0.01..3600)\n"
             "                         digest-error=RATE  corrupt that fraction of the data\n"
             "                           digests sent (0 <= RATE < 1)\n"
             "                         drop-pdu=RATE      leave that fraction of PDUs unsent\n"
@@ -638,9 +639,10 @@ static int run_verify(struct run *R)
         worker_post_verify(R->w[i]);
     wait_all(R);
     int bad = 0;
-    uint64_t blocks = 0, cross = 0;
+    uint64_t blocks = 0, cross = 0, cut = 0;
     for (unsigned i = 0; i < R->n; i++) {
         cross += worker_verify_cross(R->w[i]);
+        cut += worker_stats(R->w[i])->conns_cut;
         const char *e = worker_error(R->w[i]);
         const char *f = worker_verify_failure(R->w[i]);
         blocks += worker_verify_blocks(R->w[i]);
@@ -649,6 +651,9 @@ static int run_verify(struct run *R)
             bad = 1;
         }
     }
+    if (R->o->inject.kill_conn_s > 0)
+        fprintf(stderr, "linerate-bench: --inject: %llu connection%s cut during --verify\n",
+                (unsigned long long)cut, cut == 1 ? "" : "s");
     if (!bad)
         fprintf(stderr,
                 "linerate-bench: verify passed: %llu blocks written and read back "

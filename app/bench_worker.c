@@ -415,7 +415,9 @@ static void kill_timer(void *arg)
 {
     struct worker *w = arg;
     lr_session_lock(w->s);
-    if (!w->stopping) {
+    bool loading = (w->step == WS_CELL && !w->stopping) || w->step == WS_VERIFY_WRITE ||
+                   w->step == WS_VERIFY_READ;
+    if (loading) {
         unsigned n = w->conns_asked;
         for (unsigned k = 0; k < n; k++) {
             unsigned i = (w->kill_next + k) % n;
@@ -516,6 +518,18 @@ static const char *check(const uint8_t *b, uint32_t bs, uint64_t lba, uint64_t g
 
 static void verify_issue(struct worker *w);
 
+/* The end of --verify: the kill timer is w->r's, stopped there. */
+static void verify_finish(void *arg)
+{
+    struct worker *w = arg;
+    if (reactor_self() != w->r) {
+        reactor_send(w->r, verify_finish, w);
+        return;
+    }
+    reactor_timer_stop(w->r, &w->kill_timer);
+    finish_step(w);
+}
+
 static void verify_done(struct worker *w)
 {
     if (w->outstanding)
@@ -526,7 +540,10 @@ static void verify_done(struct worker *w)
         verify_issue(w);
         return;
     }
-    finish_step(w);
+    if (w->step == WS_VERIFY_WRITE || w->step == WS_VERIFY_READ) {
+        w->step = WS_IDLE; /* once: a late completion finds nothing left to finish */
+        verify_finish(w);
+    }
 }
 
 static void on_verify_io(void *arg, const struct lr_result *res)
@@ -618,6 +635,12 @@ static void do_verify(void *arg)
     w->vnconns = info.connections_up;
     w->vnext = w->vdone = 0;
     w->step = WS_VERIFY_WRITE;
+    w->st.conns_cut = 0;
+    /* --inject kill-connection cuts during --verify too: under recovery (ERL 2) no command
+     * may fail and no block may differ; at ERL 0 the failures are the verdict */
+    if (w->o->inject.kill_conn_s > 0)
+        reactor_timer_start(w->r, &w->kill_timer, (uint64_t)(w->o->inject.kill_conn_s * 1000),
+                            kill_timer, w);
     verify_issue(w);
     verify_done(w);
     lr_session_unlock(w->s);

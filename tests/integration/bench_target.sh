@@ -91,6 +91,23 @@ fi
 csv_check "$tmp/kill.csv" 1
 still_serving 4 "the cut"
 
+note "--verify under --inject kill-connection: the cut is reported, and so is its outcome"
+# At ERL 0 a command in flight on the cut connection fails and the verdict names it; when the
+# cut finds none in flight (re-sent elsewhere, or between commands) every block still checks.
+# Either way the bench may not call it a pass with a failed command, nor hide the cut.
+run --verify --inject kill-connection=0.05 --sizes 4k --rw read --connections 2 --seconds 0.3 \
+  --format csv "$url" >/dev/null 2>"$tmp/err"
+rc=$?
+[ $rc -le 1 ] || { cat "$tmp/err"; fail "bench exited $rc"; }
+grep -q -- "--inject: 1 connection cut during --verify" "$tmp/err" || { cat "$tmp/err"; fail "cut during --verify not reported"; }
+if grep -q "verify FAILED" "$tmp/err"; then
+  grep -q "verify FAILED in session 0: .*failed: connection" "$tmp/err" || { cat "$tmp/err"; fail "verdict does not name the lost connection"; }
+  [ $rc -eq 1 ] || fail "verify failed but the bench exited $rc"
+else
+  grep -q "verify passed" "$tmp/err" || { cat "$tmp/err"; fail "no verify verdict"; }
+fi
+alive
+
 note "linerate-target --inject kill-connection: the target cuts one connection every 0.5 s"
 port2=$(free_port) || skip "no free loopback port"
 "$target" --listen "127.0.0.1:$port2" --lun ram:64M --threads 1 --inject kill-connection=0.5 \
