@@ -274,14 +274,19 @@ static void do_login(void *arg)
         .chap_mutual_user = o->chap_mutual_user[0] ? o->chap_mutual_user : NULL,
         .chap_mutual_secret = o->chap_mutual_secret,
         .error_recovery_level = o->erl,
-        .faults = {.digest_error = o->inject.digest_error, .drop_pdu = o->inject.drop_pdu},
     };
     memcpy(so.conn_reactors, w->conn_r, sizeof(so.conn_reactors));
     w->failed = false;
     w->step = WS_LOGIN;
     w->s = lr_session_create(w->r, &so);
     if (!w->s) {
-        fail_step(w, "%s", "cannot create session");
+        fail_step(w, "cannot create session: %s", strerror(errno));
+        return;
+    }
+    struct lr_faults f = {.digest_error = o->inject.digest_error, .drop_pdu = o->inject.drop_pdu};
+    if ((f.digest_error > 0 || f.drop_pdu > 0) && lr_session_set_faults(w->s, &f) < 0) {
+        fail_step(w, "--inject: the initiator library cannot inject these faults: %s",
+                  strerror(errno));
         return;
     }
     lr_session_login(w->s, on_login, w);
@@ -314,8 +319,10 @@ static void cell_maybe_done(struct worker *w)
     lr_session_get_info(w->s, &info);
     w->conns_up = info.connections_up;
     /* the session's counters run over its life; the cell reports its own share */
-    w->st.digests_corrupted = info.digests_corrupted - w->st.digests_corrupted;
-    w->st.pdus_dropped = info.pdus_dropped - w->st.pdus_dropped;
+    struct lr_fault_counts fc;
+    lr_session_fault_counts(w->s, &fc);
+    w->st.digests_corrupted = fc.digests_corrupted - w->st.digests_corrupted;
+    w->st.pdus_dropped = fc.pdus_dropped - w->st.pdus_dropped;
     finish_step(w);
 }
 
@@ -464,10 +471,10 @@ static void do_cell(void *arg)
         reactor_timer_start(w->r, &w->kill_timer, (uint64_t)(w->o->inject.kill_conn_s * 1000),
                             kill_timer, w);
     /* the session's fault counters now, so that the cell reports what it added */
-    struct lr_session_info info;
-    lr_session_get_info(w->s, &info);
-    w->st.digests_corrupted = info.digests_corrupted;
-    w->st.pdus_dropped = info.pdus_dropped;
+    struct lr_fault_counts fc;
+    lr_session_fault_counts(w->s, &fc);
+    w->st.digests_corrupted = fc.digests_corrupted;
+    w->st.pdus_dropped = fc.pdus_dropped;
     issue(w);
     cell_maybe_done(w);
     lr_session_unlock(w->s);

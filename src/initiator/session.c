@@ -31,17 +31,7 @@ struct lr_session *lr_session_create(struct reactor *r, const struct lr_session_
         errno = ENOTSUP;
         return NULL;
     }
-    const struct lr_faults *f = &o->faults;
-    if (!(f->digest_error >= 0 && f->digest_error < 1 && f->drop_pdu >= 0 && f->drop_pdu < 1)) {
-        errno = EINVAL;
-        return NULL;
-    }
-    if (f->digest_error > 0 || f->drop_pdu > 0) {
-        /* Corrupting and dropping belong to the connections' transmit path, which does
-         * neither yet: say so rather than run a "faulty" session that is not. */
-        errno = ENOTSUP;
-        return NULL;
-    }
+
     struct lr_session *s = calloc(1, sizeof(*s));
     if (!s)
         return NULL;
@@ -373,6 +363,32 @@ void lr_session_conn_kill(struct lr_session *s, unsigned i)
     ini_lock(s);
     if (i < s->nconns && s->conns[i]->fd >= 0)
         shutdown(s->conns[i]->fd, SHUT_RDWR);
+    ini_unlock(s);
+}
+
+int lr_session_set_faults(struct lr_session *s, const struct lr_faults *f)
+{
+    if (!(f->digest_error >= 0 && f->digest_error < 1 && f->drop_pdu >= 0 && f->drop_pdu < 1)) {
+        errno = EINVAL;
+        return -1;
+    }
+    if (f->digest_error > 0 || f->drop_pdu > 0) {
+        /* Corrupting and dropping belong to the connections' transmit path, which does
+         * neither yet: say so rather than run a "faulty" session that is not. */
+        errno = ENOTSUP;
+        return -1;
+    }
+    ini_lock(s);
+    s->faults = *f;
+    ini_unlock(s);
+    return 0;
+}
+
+void lr_session_fault_counts(const struct lr_session *cs, struct lr_fault_counts *out)
+{
+    struct lr_session *s = (struct lr_session *)cs; /* the lock is not part of the state */
+    ini_lock(s);
+    *out = s->fault_counts;
     ini_unlock(s);
 }
 

@@ -473,6 +473,8 @@ static void test_erl_option(void **state)
     }
     /* fault rates: out of range is EINVAL; in range, nothing applies them yet: ENOTSUP */
     o.error_recovery_level = 0;
+    s = lr_session_create(R, &o);
+    assert_non_null(s);
     const struct {
         double digest, drop;
         int err;
@@ -482,15 +484,16 @@ static void test_erl_option(void **state)
                   {0.001, 0, ENOTSUP},
                   {0, 0.5, ENOTSUP}};
     for (size_t i = 0; i < sizeof(faults) / sizeof(faults[0]); i++) {
-        o.faults.digest_error = faults[i].digest;
-        o.faults.drop_pdu = faults[i].drop;
+        struct lr_faults f = {.digest_error = faults[i].digest, .drop_pdu = faults[i].drop};
         errno = 0;
-        assert_null(lr_session_create(R, &o));
+        assert_int_equal(lr_session_set_faults(s, &f), -1);
         assert_int_equal(errno, faults[i].err);
     }
-    o.faults.digest_error = o.faults.drop_pdu = 0;
-    s = lr_session_create(R, &o);
-    assert_non_null(s);
+    struct lr_faults none = {0, 0};
+    assert_int_equal(lr_session_set_faults(s, &none), 0);
+    struct lr_fault_counts fc;
+    lr_session_fault_counts(s, &fc);
+    assert_true(fc.digests_corrupted == 0 && fc.pdus_dropped == 0);
     lr_session_destroy(s);
 }
 
