@@ -822,6 +822,40 @@ static void test_nop_no_answer(void **state)
     tgt_free(t);
 }
 
+/* ---- Text (§11.10, §11.11) ---- */
+
+/* SendTargets in a normal session (§13.3, Appendix C): "All" is for discovery sessions and
+ * answered with Reject; an empty value lists the session's own target. A non-immediate Text
+ * Request uses up its CmdSN. */
+static void test_text_send_targets(void **state)
+{
+    (void)state;
+    struct tgt *t = up();
+    static const char all[] = "SendTargets=All";
+    struct tgt_pdu p;
+    uint32_t sn = tgt_next_cmdsn(t);
+    tgt_pdu_text(&p, 0x700, sn, all, sizeof(all));
+    tgt_send(t, &p);
+    struct tgt_rsp r = expect(t, ISCSI_OP_TEXT_RSP);
+    assert_int_equal(r.itt, 0x700);
+    assert_int_equal(r.flags, ISCSI_FLAG_FINAL);
+    assert_int_equal(r.ttt, ISCSI_RSVD_TAG);
+    assert_int_equal(r.expcmdsn, sn + 1);
+    static const char rej[] = "SendTargets=Reject";
+    assert_int_equal(r.dlen, sizeof(rej));
+    assert_memory_equal(r.data, rej, sizeof(rej));
+    static const char own[] = "SendTargets=";
+    tgt_pdu_text(&p, 0x701, tgt_next_cmdsn(t), own, sizeof(own));
+    tgt_send(t, &p);
+    r = expect(t, ISCSI_OP_TEXT_RSP);
+    assert_int_equal(r.itt, 0x701);
+    static const char want[] = "TargetName=" TGT_TARGET_NAME;
+    assert_int_equal(r.dlen, sizeof(want)); /* the harness's node has no portal */
+    assert_memory_equal(r.data, want, sizeof(want));
+    expect_none(t);
+    tgt_free(t);
+}
+
 /* ---- Logout (§11.14, §11.15) ---- */
 
 static struct tgt_rsp logout(struct tgt *t, uint8_t reason, uint16_t cid)
@@ -1006,6 +1040,7 @@ int main(void)
         cmocka_unit_test(test_tmf_unsupported),
         cmocka_unit_test(test_nop_ping_echo),
         cmocka_unit_test(test_nop_no_answer),
+        cmocka_unit_test(test_text_send_targets),
         cmocka_unit_test(test_logout_close_session),
         cmocka_unit_test(test_logout_close_connection),
         cmocka_unit_test(test_logout_remove_for_recovery),
