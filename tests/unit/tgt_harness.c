@@ -30,7 +30,8 @@ struct tgt {
     /* what the connection wrote and tgt_recv() has not parsed yet */
     uint8_t *rx;
     size_t rx_len, rx_cap;
-    uint8_t *last; /* the data segment of the PDU tgt_recv() returned last */
+    uint8_t *last;  /* the data segment of the PDU tgt_recv() returned last */
+    size_t tx_room; /* the largest PDU the target may send, and some */
     /* the bytes tgt_feed() hands the connection from the reactor's turn */
     struct reactor_deferred feed_hook;
     const uint8_t *feed_buf;
@@ -58,11 +59,13 @@ static void run_until_idle(struct tgt *t)
         assert_true(++turns < TGT_TURNS_MAX);
 }
 
-/* Everything the connection queued moves to t->rx, as the socket would take it. */
+/* Everything the connection queued moves to t->rx, as the socket would take it. The room
+ * offered each time holds the largest PDU the target may send (a transmit engine may take
+ * whole PDUs only). */
 static void collect_tx(struct tgt *t)
 {
     for (;;) {
-        if (t->rx_cap - t->rx_len < 65536) {
+        while (t->rx_cap - t->rx_len < t->tx_room) {
             t->rx_cap = t->rx_cap ? t->rx_cap * 2 : 262144;
             t->rx = realloc(t->rx, t->rx_cap);
             assert_non_null(t->rx);
@@ -405,6 +408,8 @@ struct tgt *tgt_login(const struct tgt_opts *o)
     conn_get(t->conn); /* ours: the connection stays readable after it closes */
     t->cmdsn = o->cmdsn;
     t->next_itt = 1;
+    /* Data-In up to the initiator's MRDSL; text, sense and login answers below 64 KiB. */
+    t->tx_room = ISCSI_BHS_LEN + 2 * ISCSI_DIGEST_LEN + ISCSI_PAD(o->mrdsl) + 65536;
     login(t, o);
     /* The new nexus has a POWER ON unit attention pending (SPC-4 §6.6): the first command
      * takes it, so that tests start from a quiet LUN. */
