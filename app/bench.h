@@ -11,7 +11,8 @@
 #include <sys/types.h>
 
 #include "linerate/initiator.h"
-#include "reactor/reactor.h"
+#include "linerate/initiator_test.h"
+#include "linerate/reactor.h"
 
 #define BENCH_MAX_LIST 32
 #define BENCH_HIST_BUCKETS 640
