@@ -198,10 +198,9 @@ static void submit_locked(struct scsi_task *t, enum bs_op op)
     }
     s->t = t;
     s->op = op;
-    s->q = (struct scsi_rl_req){.off = scsi_core(t)->io.offset,
-                                .len = scsi_core(t)->io.length,
-                                .granted = rw_slow_granted,
-                                .arg = s};
+    const struct bs_io *io = &scsi_core(t)->io;
+    s->q = (struct scsi_rl_req){
+        .off = io->offset, .len = io->length, .granted = rw_slow_granted, .arg = s};
     if (scsi_rl_acquire(rl, &s->q))
         rw_slow_granted(&s->q);
 }
@@ -222,19 +221,20 @@ void sbc_exec_read(struct scsi_task *t, const struct scsi_cmd *c)
 void sbc_exec_write(struct scsi_task *t, const struct scsi_cmd *c)
 {
     (void)c;
-    if (!scsi_core(t)->io.length) { /* nothing to store (possibly cut to EDTL by setup) */
+    struct scsi_task_core *k = scsi_core(t);
+    if (!k->io.length) { /* nothing to store (possibly cut to EDTL by setup) */
         scsi_task_complete(t, SR_OK);
         return;
     }
-    if (scsi_core(t)->rl_fast) { /* the data is all in place: COMPARE AND WRITE may look now */
-        scsi_core(t)->rl_fast = false;
+    if (k->rl_fast) { /* the data is all in place: COMPARE AND WRITE may look now */
+        k->rl_fast = false;
         scsi_rl_release_fast(&t->lu->rl);
     }
-    if (!scsi_core(t)->buf) {
+    if (!k->buf) {
         /* written in place: mapped again now the data is in (an UNMAP may have run since
          * setup); a store with a volatile cache still owes FUA a flush */
-        bs_map_write(t->lu->bs, scsi_core(t)->io.offset, scsi_core(t)->io.length);
-        if (scsi_core(t)->io.fua && t->lu->bs->write_cache)
+        bs_map_write(t->lu->bs, k->io.offset, k->io.length);
+        if (k->io.fua && t->lu->bs->write_cache)
             submit(t, BS_FLUSH, rw_done);
         else
             scsi_task_complete(t, SR_OK);
@@ -282,14 +282,16 @@ void sbc_exec_verify(struct scsi_task *t, const struct scsi_cmd *c)
         scsi_task_complete(t, SR_OK);
         return;
     }
+    struct scsi_task_core *k = scsi_core(t);
+    struct bs_io *io = &k->io;
     if (t->lu->mapped) {
-        verify_compare(t, bs_map_read(t->lu->bs, scsi_core(t)->io.offset, scsi_core(t)->io.length));
+        verify_compare(t, bs_map_read(t->lu->bs, io->offset, io->length));
         return;
     }
-    /* setup left room for the medium's copy after the data-out in the same buffer */
-    struct bs_io *io = &scsi_core(t)->io;
-    t->iov[1].iov_base = (uint8_t *)scsi_core(t)->buf + ((t->xfer_len + 4095) & ~4095u);
-    t->iov[1].iov_len = scsi_core(t)->io.length;
+    /* setup left room for the medium's copy after the data-out in the same buffer (the row's
+     * CMD_SCRATCH) */
+    t->iov[1].iov_base = (uint8_t *)k->buf + ((t->xfer_len + 4095) & ~4095u);
+    t->iov[1].iov_len = io->length;
     io->op = BS_READ;
     io->iov = &t->iov[1];
     io->iovcnt = 1;

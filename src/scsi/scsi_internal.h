@@ -279,6 +279,12 @@ static inline struct scsi_task_core *scsi_core(struct scsi_task *t)
     return (struct scsi_task_core *)(void *)t->core.bytes;
 }
 
+/* The medium range setup checked for a CMD_MEDIUM row: offset and length in bytes, fua. */
+static inline const struct bs_io *scsi_task_range(struct scsi_task *t)
+{
+    return &scsi_core(t)->io;
+}
+
 extern const struct scsi_cmd scsi_cmds[];
 extern const size_t scsi_ncmds;
 const struct scsi_cmd *scsi_cmd_lookup(uint8_t opcode, uint8_t sa, bool *opcode_known);
