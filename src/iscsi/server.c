@@ -147,8 +147,6 @@ void iscsi_server_pending_del(struct iscsi_server *srv, const uint8_t *addr, uin
     pthread_mutex_unlock(&srv->pending_lock);
 }
 
-/* iSCSI names compare case-insensitively: they are normalised to lower case (RFC 7143 §4.2.7.2,
- * stringprep per RFC 3722). */
 void iscsi_server_set_nodes(struct iscsi_server *srv, struct iscsi_node **nodes, unsigned n)
 {
     srv->nodes = nodes;
@@ -161,6 +159,8 @@ void iscsi_server_set_nodes(struct iscsi_server *srv, struct iscsi_node **nodes,
     }
 }
 
+/* iSCSI names compare case-insensitively: they are normalised to lower case (RFC 7143 §4.2.7.2,
+ * stringprep per RFC 3722). */
 struct iscsi_node *iscsi_server_find_node(struct iscsi_server *srv, const char *name)
 {
     for (unsigned i = 0; i < srv->nnodes; i++)

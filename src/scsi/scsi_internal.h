@@ -56,7 +56,7 @@ enum scsi_reason {
     SR_SANITIZE_FAILED,        /* 3 / 31h 03h SANITIZE COMMAND FAILED */
     SR_MEDIUM_NOT_PRESENT,     /* 2 / 3Ah 00h MEDIUM NOT PRESENT */
     SR_REMOVAL_PREVENTED,      /* 5 / 53h 02h MEDIUM REMOVAL PREVENTED */
-    SR_TASK_SET_FULL,          /* status 28h, no sense (SAM-5 §5.3.1); the transport's */
+    SR_TASK_SET_FULL,          /* status 28h, no sense (SAM-5 §5.3.1): scsi_task_refuse */
     SR_PROTOCOL_CRC_ERROR,     /* B / 47h 05h PROTOCOL SERVICE CRC ERROR (RFC 7143 §11.4.7.2) */
     SR__COUNT
 };
@@ -258,8 +258,8 @@ struct scsi_cmd {
 
 /* What the core keeps per task, in scsi_task.core (opaque to transports). Set by setup. */
 struct scsi_task_core {
-    const struct scsi_cmd
-        *cmd;        /* the opcode-table row to run; NULL: refused, exec only calls done */
+    /* the opcode-table row to run; NULL: refused, exec only calls done */
+    const struct scsi_cmd *cmd;
     void *buf;       /* buffer allocated by setup (t->buffered) */
     struct bs_io io; /* the medium range (offset, length, fua) and the store request */
     /* A WRITE placed straight into LUN memory holds the LUN's range lock shared (fast) from
@@ -272,8 +272,9 @@ _Static_assert(sizeof(struct scsi_task_core) <= SCSI_TASK_CORE_BYTES,
 _Static_assert(_Alignof(struct scsi_task_core) <= _Alignof(struct scsi_task),
                "struct scsi_task_core needs more alignment than scsi_task.core has");
 
-/* The core's state of a task. Only the SCSI core goes through this; the storage is never
- * accessed as its declared type (scsi_task_init clears it with memset). */
+/* The core's state of a task. The storage is only ever accessed through this type (and cleared
+ * with memset by scsi_task_init), never as the union's own members, so no two accesses of
+ * different types meet there. */
 static inline struct scsi_task_core *scsi_core(struct scsi_task *t)
 {
     return (struct scsi_task_core *)(void *)t->core.bytes;
