@@ -339,6 +339,7 @@ static void test_transport_refusal(void **state)
             cdb10(c, 0x2a, 0, 2, 2);
             int writes = f->m->writes;
             struct scsi_task *t = &f->t;
+            scsi_task_release(t); /* the previous command's, as sfx_run does */
             scsi_task_init(t);
             memcpy(t->cdb, c, 16);
             t->lun = lun;
