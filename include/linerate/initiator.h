@@ -92,7 +92,14 @@ struct lr_session_opts {
     const char *chap_user, *chap_secret;
     const char *chap_mutual_user, *chap_mutual_secret;
     const char *chap_algorithms;
+    /* ErrorRecoveryLevel to ask for (RFC 7143 §7, §13.20): 0 (default), 1 or 2; the target
+     * may answer lower (lr_session_info.erl says what was agreed). Above lr_erl_max()
+     * lr_session_create fails with errno ENOTSUP: we never offer recovery we cannot do. */
+    uint32_t error_recovery_level;
 };
+
+/* The highest ErrorRecoveryLevel this library performs. */
+unsigned lr_erl_max(void);
 
 /* The negotiated outcome, for reports. */
 struct lr_session_info {
@@ -104,6 +111,7 @@ struct lr_session_info {
     uint32_t max_burst, first_burst, peer_max_recv_dsl, max_recv_dsl, max_outstanding_r2t;
     uint16_t tsih;
     uint32_t cmdsn, expcmdsn, maxcmdsn;
+    uint32_t erl; /* ErrorRecoveryLevel agreed */
 };
 
 struct lr_session *lr_session_create(struct reactor *r, const struct lr_session_opts *o);
