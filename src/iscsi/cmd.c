@@ -31,6 +31,7 @@ static struct iscsi_task *task_alloc(struct iscsi_conn *c)
     t->conn = c;
     t->refs = 1; /* the protocol side's */
     list_init(&t->r2t_node);
+    list_init(&t->retained_node);
     list_init(&t->wait.node);
     t->wait.release = session_release_task;
     list_add_tail(&c->tasks, &t->node);
@@ -52,6 +53,7 @@ void task_put(struct iscsi_task *t)
         return;
     struct iscsi_conn *c = t->conn;
     assert(list_empty(&t->wait.node)); /* no longer waiting for its CmdSN turn */
+    assert(list_empty(&t->retained_node)); /* the retained list holds a reference */
     assert(c->rx_pdu.task != t);       /* the receive engine holds a reference while placing */
     conn_task_hash_del(c, t);
     list_del(&t->r2t_node);
@@ -62,6 +64,18 @@ void task_put(struct iscsi_task *t)
     list_del(&t->node);
     c->ntasks--;
     list_add_tail(&c->task_free, &t->node);
+}
+
+/* The newest task with that ITT other than `except`, not aborted. */
+static struct iscsi_task *task_lookup_except(struct iscsi_conn *c, uint32_t itt,
+                                             const struct iscsi_task *except)
+{
+    for (struct list_node *n = c->tasks.prev; n != &c->tasks; n = n->prev) {
+        struct iscsi_task *t = list_entry(n, struct iscsi_task, node);
+        if (t != except && t->itt == itt && !t->aborted)
+            return t;
+    }
+    return NULL;
 }
 
 /* ---------------- responses ---------------- */
@@ -110,7 +124,18 @@ static uint32_t task_wanted(const struct iscsi_task *t)
     return 0;
 }
 
-static int send_scsi_response(struct iscsi_conn *c, struct iscsi_task *t)
+/* The sequence numbers of a PDU sent again (§11.16): the StatSN it went out with, the current
+ * ExpCmdSN and MaxCmdSN. */
+static void fill_sn_again(struct iscsi_conn *c, struct iscsi_bhs *h, uint32_t statsn)
+{
+    conn_fill_sn(c, h, false);
+    bhs_put32(h, BHS_STATSN, statsn);
+}
+
+/* The SCSI Response of a task; `again`: a retransmission of the one sent (same StatSN, the
+ * command counted done already), with snack_tag set for an R-Data SNACK (§11.16.3). */
+static int scsi_response(struct iscsi_conn *c, struct iscsi_task *t, bool again,
+                         uint32_t snack_tag)
 {
     struct tx_pdu *p = conn_pdu_new(c, ISCSI_OP_SCSI_RSP, 0);
     if (!p)
@@ -127,8 +152,14 @@ static int send_scsi_response(struct iscsi_conn *c, struct iscsi_task *t)
         set_residual(h, &flags, 0, t->edtl, ISCSI_RSP_OVERFLOW, ISCSI_RSP_UNDERFLOW);
     h->b[1] = flags;
     bhs_put32(h, BHS_EXPDATASN, t->scsi.dir == SCSI_DIR_READ ? t->datasn_in : t->r2tsn);
-    session_cmd_done(c->session);
-    conn_fill_sn(c, h, true);
+    if (again) {
+        bhs_put32(h, BHS_TTT, snack_tag); /* the SNACK Tag field of a SCSI Response */
+        fill_sn_again(c, h, t->statsn);
+    } else {
+        session_cmd_done(c->session);
+        t->statsn = c->statsn;
+        conn_fill_sn(c, h, true);
+    }
     task_get(t);
     p->sent = task_pdu_sent;
     p->arg = t;
@@ -143,6 +174,11 @@ static int send_scsi_response(struct iscsi_conn *c, struct iscsi_task *t)
     return ISCSI_OK;
 }
 
+static int send_scsi_response(struct iscsi_conn *c, struct iscsi_task *t)
+{
+    return scsi_response(c, t, false, 0);
+}
+
 /* Point a PDU's data at [off, off+len) of the task's buffers. */
 static void pdu_map_task_data(struct tx_pdu *p, const struct scsi_task *st, uint32_t off,
                               uint32_t len)
@@ -151,13 +187,91 @@ static void pdu_map_task_data(struct tx_pdu *p, const struct scsi_task *st, uint
     p->dlen = len;
 }
 
+/* Data-In PDU k of a read as send_data_in() cut it: its offset and length, and whether it ends
+ * a MaxBurstLength sequence (F). PDUs of din_pdu_len fill each burst of din_burst bytes, the
+ * last of each burst and of the transfer shorter. */
+static void data_in_seg(const struct iscsi_task *t, uint32_t k, uint32_t *off, uint32_t *len,
+                        bool *final)
+{
+    uint32_t ppb = (t->din_burst + t->din_pdu_len - 1) / t->din_pdu_len; /* PDUs per burst */
+    uint32_t b = k / ppb, j = k % ppb;
+    uint32_t bstart = b * t->din_burst;
+    uint32_t blen = t->din_total - bstart < t->din_burst ? t->din_total - bstart : t->din_burst;
+    *off = bstart + j * t->din_pdu_len;
+    *len = blen - j * t->din_pdu_len < t->din_pdu_len ? blen - j * t->din_pdu_len : t->din_pdu_len;
+    *final = j * t->din_pdu_len + *len == blen;
+}
+
+uint32_t cmd_data_in_count(const struct iscsi_task *t)
+{
+    if (!t->din_total)
+        return 0;
+    uint32_t ppb = (t->din_burst + t->din_pdu_len - 1) / t->din_pdu_len;
+    uint32_t full = t->din_total / t->din_burst, rest = t->din_total % t->din_burst;
+    return full * ppb + (rest + t->din_pdu_len - 1) / t->din_pdu_len;
+}
+
+enum data_in_mode {
+    DIN_FIRST,     /* the original transmission */
+    DIN_AGAIN,     /* an exact replica (Data SNACK, §11.16) */
+    DIN_NO_STATUS, /* resegmented (R-Data SNACK): a SCSI Response follows with the status */
+};
+
+/* Queue Data-In DataSN `datasn`: [off, off+len) of the task's data, F if `final`, and on the
+ * last PDU the status (phase collapse, §11.7.4). */
+static int queue_data_in(struct iscsi_conn *c, struct iscsi_task *t, uint32_t datasn,
+                         uint32_t off, uint32_t len, bool final, enum data_in_mode mode)
+{
+    struct scsi_task *st = &t->scsi;
+    struct tx_pdu *p = conn_pdu_new(c, ISCSI_OP_DATA_IN, 0);
+    if (!p)
+        return ISCSI_ERR_NOMEM;
+    struct iscsi_bhs *h = (struct iscsi_bhs *)p->hdr;
+    bool last = off + len == t->din_total;
+    uint8_t flags = final || last ? ISCSI_FLAG_FINAL : 0;
+    memcpy(h->b + BHS_LUN, t->req.b + BHS_LUN, 8);
+    bhs_put32(h, BHS_ITT, t->itt);
+    bhs_put32(h, BHS_TTT, ISCSI_RSVD_TAG);
+    bhs_put32(h, BHS_DATASN, datasn);
+    bhs_put32(h, BHS_BUFFER_OFFSET, off);
+    if (last && mode != DIN_NO_STATUS) {
+        flags |= ISCSI_DATAIN_STATUS;
+        h->b[BHS_STATUS] = st->status;
+        set_residual(h, &flags, st->data_len, t->edtl, ISCSI_DATAIN_OVERFLOW,
+                     ISCSI_DATAIN_UNDERFLOW);
+        if (mode == DIN_AGAIN) {
+            fill_sn_again(c, h, t->statsn);
+        } else {
+            session_cmd_done(c->session);
+            t->statsn = c->statsn;
+            conn_fill_sn(c, h, true);
+        }
+    } else {
+        uint32_t exp, max;
+        session_window(c->session, &exp, &max);
+        bhs_put32(h, BHS_EXPCMDSN, exp);
+        bhs_put32(h, BHS_MAXCMDSN, max);
+    }
+    h->b[1] = flags;
+    pdu_map_task_data(p, st, off, len);
+    task_get(t);
+    p->sent = task_pdu_sent;
+    p->arg = t;
+    conn_send(c, p);
+    return ISCSI_OK;
+}
+
 /* Data-In PDUs of at most the initiator's MaxRecvDataSegmentLength, F at the end of each
- * MaxBurstLength sequence, the last one carrying the status (§11.7.4). */
+ * MaxBurstLength sequence, the last one carrying the status (§11.7.4). The segmentation is
+ * recorded on the task: at ERL >= 1 a Data SNACK re-creates any PDU from its DataSN. */
 static int send_data_in(struct iscsi_conn *c, struct iscsi_task *t)
 {
     struct scsi_task *st = &t->scsi;
     uint32_t total = st->data_len < t->edtl ? st->data_len : t->edtl;
     uint32_t burst = c->session->params.max_burst ? c->session->params.max_burst : 262144;
+    t->din_total = total;
+    t->din_pdu_len = c->max_send_dsl;
+    t->din_burst = burst;
     uint32_t off = 0, in_burst = 0;
     while (off < total) {
         uint32_t len = total - off;
@@ -165,44 +279,102 @@ static int send_data_in(struct iscsi_conn *c, struct iscsi_task *t)
             len = c->max_send_dsl;
         if (len > burst - in_burst)
             len = burst - in_burst;
-        struct tx_pdu *p = conn_pdu_new(c, ISCSI_OP_DATA_IN, 0);
-        if (!p)
-            return ISCSI_ERR_NOMEM;
-        struct iscsi_bhs *h = (struct iscsi_bhs *)p->hdr;
-        bool last = off + len == total;
         in_burst += len;
-        uint8_t flags = 0;
-        if (last || in_burst == burst) {
-            flags |= ISCSI_FLAG_FINAL;
+        bool final = in_burst == burst;
+        if (final)
             in_burst = 0;
-        }
-        memcpy(h->b + BHS_LUN, t->req.b + BHS_LUN, 8);
-        bhs_put32(h, BHS_ITT, t->itt);
-        bhs_put32(h, BHS_TTT, ISCSI_RSVD_TAG);
-        bhs_put32(h, BHS_DATASN, t->datasn_in++);
-        bhs_put32(h, BHS_BUFFER_OFFSET, off);
-        if (last) {
-            flags |= ISCSI_DATAIN_STATUS;
-            h->b[BHS_STATUS] = st->status;
-            set_residual(h, &flags, st->data_len, t->edtl, ISCSI_DATAIN_OVERFLOW,
-                         ISCSI_DATAIN_UNDERFLOW);
-            session_cmd_done(c->session);
-            conn_fill_sn(c, h, true);
-        } else {
-            uint32_t exp, max;
-            session_window(c->session, &exp, &max);
-            bhs_put32(h, BHS_EXPCMDSN, exp);
-            bhs_put32(h, BHS_MAXCMDSN, max);
-        }
-        h->b[1] = flags;
-        pdu_map_task_data(p, st, off, len);
-        task_get(t);
-        p->sent = task_pdu_sent;
-        p->arg = t;
-        conn_send(c, p);
+        int rc = queue_data_in(c, t, t->datasn_in++, off, len, final, DIN_FIRST);
+        if (rc < 0)
+            return rc;
         off += len;
     }
     return ISCSI_OK;
+}
+
+int cmd_resend_data_in(struct iscsi_conn *c, struct iscsi_task *t, uint32_t beg, uint32_t n)
+{
+    uint32_t count = cmd_data_in_count(t);
+    uint32_t end = n ? beg + n : count;
+    assert(beg < end && end <= count); /* snack.c checked the run */
+    for (uint32_t k = beg; k < end; k++) {
+        uint32_t off, len;
+        bool final;
+        data_in_seg(t, k, &off, &len, &final);
+        int rc = queue_data_in(c, t, k, off, len, final, DIN_AGAIN);
+        if (rc < 0)
+            return rc;
+    }
+    return ISCSI_OK;
+}
+
+int cmd_resend_status(struct iscsi_conn *c, struct iscsi_task *t)
+{
+    assert(t->state == TASK_RETAINED);
+    /* A status that went out in the last Data-In (phase collapse) is that PDU again: the
+     * numbered response to replicate exactly (§11.16). */
+    uint32_t count = cmd_data_in_count(t);
+    if (count)
+        return cmd_resend_data_in(c, t, count - 1, 1);
+    return scsi_response(c, t, true, 0);
+}
+
+/* R-Data SNACK (§11.16.3): every Data-In again, cut to the initiator's current
+ * MaxRecvDataSegmentLength and numbered from 0, then a SCSI Response with the SNACK Tag and
+ * the original StatSN. */
+int cmd_resend_resegmented(struct iscsi_conn *c, struct iscsi_task *t, uint32_t snack_tag)
+{
+    assert(t->state == TASK_RETAINED);
+    if (t->din_total) {
+        t->din_pdu_len = c->max_send_dsl;
+        uint32_t count = cmd_data_in_count(t);
+        for (uint32_t k = 0; k < count; k++) {
+            uint32_t off, len;
+            bool final;
+            data_in_seg(t, k, &off, &len, &final);
+            int rc = queue_data_in(c, t, k, off, len, final, DIN_NO_STATUS);
+            if (rc < 0)
+                return rc;
+        }
+        t->datasn_in = count;
+    }
+    return scsi_response(c, t, true, snack_tag);
+}
+
+/* ERL >= 1: past this many retained tasks the initiator is pinged so that its answer's
+ * ExpStatSN releases them; past twice as many the oldest are let go (a SNACK for them is then
+ * refused): an initiator that never acknowledges cannot make the target hold more. The bound
+ * is max-tx-backlog, each retained task counted as a queued reply. Reading is not paused for
+ * it, as for the transmit backlog: the ExpStatSN that releases them must still be read. */
+static void retained_bound(struct iscsi_conn *c)
+{
+    uint64_t max = c->srv->limits.max_tx_backlog;
+    unsigned limit = max ? (unsigned)(max / ISCSI_TX_PDU_CHARGE) : CONN_TASKS_MAX;
+    if (limit < 16)
+        limit = 16;
+    if (c->nretained > limit && !c->nop_outstanding)
+        conn_send_nop_ping(c);
+    while (c->nretained > 2 * limit) {
+        struct iscsi_task *t = list_entry(c->retained.next, struct iscsi_task, retained_node);
+        CONN_LOG_LIMITED(c, LOG_LVL_WARN,
+                         "%s: StatSN %u not acknowledged (ExpStatSN %u): ITT 0x%08x no longer "
+                         "kept for retransmission",
+                         c->peer, t->statsn, c->exp_statsn, t->itt);
+        list_del(&t->retained_node);
+        c->nretained--;
+        task_put(t);
+    }
+}
+
+void cmd_ack_statsn(struct iscsi_conn *c, uint32_t exp_statsn)
+{
+    while (!list_empty(&c->retained)) {
+        struct iscsi_task *t = list_entry(c->retained.next, struct iscsi_task, retained_node);
+        if (!sn_lt(t->statsn, exp_statsn))
+            break;
+        list_del(&t->retained_node);
+        c->nretained--;
+        task_put(t); /* the retained list's */
+    }
 }
 
 /* Answer the command; the protocol side is then done with it and drops its reference (the
@@ -217,6 +389,16 @@ static int cmd_respond(struct iscsi_conn *c, struct iscsi_task *t)
         rc = send_data_in(c, t);
     else
         rc = send_scsi_response(c, t);
+    if (rc == ISCSI_OK && conn_erl(c) >= 1) {
+        /* RFC 7143 §7.1, §11.16: kept until ExpStatSN acknowledges its StatSN, for a SNACK or
+         * a command retry; the protocol side's reference becomes the retained list's. Sent in
+         * StatSN order, so appending keeps the list sorted. */
+        t->state = TASK_RETAINED;
+        list_add_tail(&c->retained, &t->retained_node);
+        c->nretained++;
+        retained_bound(c);
+        return rc;
+    }
     task_put(t);
     return rc;
 }
@@ -331,8 +513,29 @@ static struct r2t_seq *r2t_slot_find(struct iscsi_task *t, uint32_t ttt)
     return NULL;
 }
 
+/* Queue the R2T of an open sequence (again: the same R2TSN, TTT, offset, length and StatSN
+ * field, current ExpCmdSN/MaxCmdSN, §11.16). */
+static int queue_r2t(struct iscsi_conn *c, struct iscsi_task *t, const struct r2t_seq *seq)
+{
+    struct tx_pdu *p = conn_pdu_new(c, ISCSI_OP_R2T, ISCSI_FLAG_FINAL);
+    if (!p)
+        return ISCSI_ERR_NOMEM;
+    struct iscsi_bhs *h = (struct iscsi_bhs *)p->hdr;
+    memcpy(h->b + BHS_LUN, t->req.b + BHS_LUN, 8);
+    bhs_put32(h, BHS_ITT, t->itt);
+    bhs_put32(h, BHS_TTT, seq->ttt);
+    fill_sn_again(c, h, seq->statsn);
+    bhs_put32(h, BHS_R2TSN, seq->r2tsn);
+    bhs_put32(h, BHS_BUFFER_OFFSET, seq->offset);
+    bhs_put32(h, BHS_DESIRED_LEN, seq->len);
+    conn_send(c, p);
+    return ISCSI_OK;
+}
+
 /* Solicit what is still missing, at most MaxOutstandingR2T sequences at a time, each at most
- * MaxBurstLength (§11.8). Each R2T gets its own TTT so Data-Out PDUs name their sequence. */
+ * MaxBurstLength (§11.8). Each R2T gets its own TTT so Data-Out PDUs name their sequence.
+ * At ERL >= 1 the holes lost Data-Out left go first: a recovery R2T each (§7.8, §7.9), with a
+ * new TTT and the next R2TSN. */
 static int send_r2ts(struct iscsi_conn *c, struct iscsi_task *t)
 {
     uint32_t max_out = c->session->params.max_outstanding_r2t;
@@ -341,33 +544,49 @@ static int send_r2ts(struct iscsi_conn *c, struct iscsi_task *t)
         max_out = 1;
     if (max_out > ISCSI_MAX_R2T)
         max_out = ISCSI_MAX_R2T;
-    while (t->r2t_offset < t->data_expected && t->r2t_outstanding < max_out) {
+    while ((t->nholes || t->r2t_offset < t->data_expected) && t->r2t_outstanding < max_out) {
         struct r2t_seq *seq = r2t_slot_free(t);
         if (!seq)
             return ISCSI_OK;
-        uint32_t len = t->data_expected - t->r2t_offset;
-        if (len > burst)
-            len = burst;
-        struct tx_pdu *p = conn_pdu_new(c, ISCSI_OP_R2T, ISCSI_FLAG_FINAL);
-        if (!p)
-            return ISCSI_ERR_NOMEM;
+        uint32_t off, len;
+        if (t->nholes) {
+            struct data_hole *hole = &t->holes[0];
+            off = hole->off;
+            len = hole->len < burst ? hole->len : burst;
+            hole->off += len;
+            hole->len -= len;
+            if (!hole->len)
+                memmove(&t->holes[0], &t->holes[1], --t->nholes * sizeof(t->holes[0]));
+        } else {
+            off = t->r2t_offset;
+            len = t->data_expected - off;
+            if (len > burst)
+                len = burst;
+            t->r2t_offset += len;
+        }
         uint32_t ttt = c->next_ttt++;
         if (ttt == ISCSI_RSVD_TAG)
             ttt = c->next_ttt++;
-        *seq = (struct r2t_seq){.ttt = ttt, .offset = t->r2t_offset, .len = len, .used = true};
-        struct iscsi_bhs *h = (struct iscsi_bhs *)p->hdr;
-        memcpy(h->b + BHS_LUN, t->req.b + BHS_LUN, 8);
-        bhs_put32(h, BHS_ITT, t->itt);
-        bhs_put32(h, BHS_TTT, ttt);
-        conn_fill_sn(c, h, false);
-        bhs_put32(h, BHS_R2TSN, t->r2tsn++);
-        bhs_put32(h, BHS_BUFFER_OFFSET, t->r2t_offset);
-        bhs_put32(h, BHS_DESIRED_LEN, len);
-        conn_send(c, p);
-        t->r2t_offset += len;
+        *seq = (struct r2t_seq){.ttt = ttt,
+                                .offset = off,
+                                .len = len,
+                                .r2tsn = t->r2tsn++,
+                                .statsn = c->statsn,
+                                .used = true};
+        int rc = queue_r2t(c, t, seq);
+        if (rc < 0)
+            return rc;
         t->r2t_outstanding++;
     }
     return ISCSI_OK;
+}
+
+int cmd_resend_r2t(struct iscsi_conn *c, struct iscsi_task *t, uint32_t r2tsn)
+{
+    for (unsigned i = 0; i < ISCSI_MAX_R2T; i++)
+        if (t->r2t[i].used && t->r2t[i].r2tsn == r2tsn)
+            return queue_r2t(c, t, &t->r2t[i]);
+    return ISCSI_ERR_PROTOCOL; /* snack.c checked it is open */
 }
 
 /* ---------------- SCSI Command PDU ---------------- */
@@ -414,6 +633,33 @@ static uint8_t scsi_cmd_refusal(struct iscsi_conn *c, const struct iscsi_pdu_in 
     return 0;
 }
 
+/* ERL >= 1: a command arriving again with the ITT and CmdSN of one received before (a command
+ * retry, §6.2.1, §7.2) is not run twice. One still in progress is ignored, its status will
+ * come; one answered and not yet acknowledged gets its answer again, exactly as sent (the
+ * Data-In and the status with the original StatSN). Otherwise (acknowledged, or unknown) it is
+ * ignored as any command outside the window is (§4.2.2.1). */
+static int cmd_retry(struct iscsi_conn *c, const struct iscsi_task *fresh)
+{
+    if (conn_erl(c) == 0)
+        return ISCSI_OK;
+    struct iscsi_task *old = task_lookup_except(c, fresh->itt, fresh);
+    if (!old || old->cmdsn != fresh->cmdsn || old->state != TASK_RETAINED)
+        return ISCSI_OK;
+    CONN_LOG_LIMITED(c, LOG_LVL_INFO, "%s: CmdSN %u ITT 0x%08x retried: its answer sent again",
+                     c->peer, old->cmdsn, old->itt);
+    if (cmd_data_in_count(old))
+        return cmd_resend_data_in(c, old, 0, 0);
+    return scsi_response(c, old, true, 0);
+}
+
+/* A command that does not run (outside the window, a duplicate, its digest bad): the
+ * protocol side lets go. */
+static void cmd_drop_new(struct iscsi_conn *c, struct iscsi_task *t)
+{
+    conn_task_hash_del(c, t);
+    task_put(t);
+}
+
 /* Header phase: the verdict (p->reject_reason, or the new task in p->task) and where the
  * immediate data goes. Refused or dropped commands swallow their data and are answered, if at
  * all, once the PDU is complete (cmd_handle_scsi_data_done). */
@@ -439,6 +685,7 @@ int cmd_handle_scsi_header(struct iscsi_conn *c, struct iscsi_pdu_in *p)
     t->edtl = bhs_get32(req, BHS_EDTL);
     t->immediate = bhs_immediate(req);
     t->state = TASK_DATA_OUT;
+    t->data_out_ms = c->last_rx_ms;
 
     struct scsi_task *st = &t->scsi;
     memcpy(st->cdb, req->b + BHS_CDB, SCSI_CDB_MAX);
@@ -451,7 +698,23 @@ int cmd_handle_scsi_header(struct iscsi_conn *c, struct iscsi_pdu_in *p)
     st->tag = itt;
     st->transport_priv = t;
 
-    enum cmdsn_verdict order = session_cmdsn_check(c->session, t->cmdsn, t->immediate, &t->wait);
+    enum cmdsn_verdict order;
+    if (conn_erl(c) >= 1 && c->ddigest && p->dlen) {
+        /* ERL >= 1: immediate data whose digest turns out bad makes the whole command
+         * rejected and its CmdSN not received (§7.3, §7.8): the initiator retries it with the
+         * same CmdSN. So the window takes it only at the end of the PDU; here only a CmdSN
+         * plainly outside it is turned away, before its data is placed anywhere. */
+        uint32_t exp, max;
+        session_window(c->session, &exp, &max);
+        if (!t->immediate && (sn_lt(t->cmdsn, exp) || sn_lt(max, t->cmdsn))) {
+            order = CMDSN_OUTSIDE;
+        } else {
+            order = CMDSN_RUN;
+            t->cmdsn_pending = true;
+        }
+    } else {
+        order = session_cmdsn_check(c->session, t->cmdsn, t->immediate, &t->wait);
+    }
     if (order == CMDSN_RECEIVED)
         CONN_LOG_LIMITED(
             c, LOG_LVL_INFO,
@@ -461,9 +724,10 @@ int cmd_handle_scsi_header(struct iscsi_conn *c, struct iscsi_pdu_in *p)
     if (order < 0) {
         /* Outside the window or a duplicate: silently ignored (§4.2.2.1). */
         LOG_DEBUG("%s: CmdSN %u outside the window, command ignored", c->peer, t->cmdsn);
-        task_put(t);
         p->discard = true;
-        return ISCSI_OK;
+        int rc = cmd_retry(c, t);
+        task_put(t);
+        return rc;
     }
     conn_task_hash_add(c, t);
     task_get(t); /* the receive engine's, until the end of this PDU */
@@ -519,6 +783,8 @@ int cmd_handle_scsi_data_done(struct iscsi_conn *c, struct iscsi_pdu_in *p)
     struct iscsi_bhs *req = &p->bhs;
     struct iscsi_task *t = p->task;
     if (!t) {
+        if (p->data_digest_bad) /* ERL >= 1: as below; the retry gets the real verdict */
+            return conn_send_reject(c, req, ISCSI_REJECT_DIGEST_ERROR);
         if (!p->reject_reason)
             return ISCSI_OK; /* silently ignored by the CmdSN rules */
         /* A rejected non-immediate command still used its CmdSN on the initiator's side: the
@@ -529,6 +795,25 @@ int cmd_handle_scsi_data_done(struct iscsi_conn *c, struct iscsi_pdu_in *p)
     }
     if (t->aborted)
         return ISCSI_OK; /* a TMF took it while its data came in */
+    if (t->cmdsn_pending) {
+        t->cmdsn_pending = false;
+        if (p->data_digest_bad) {
+            /* RFC 7143 §7.8: a bad data digest on a command PDU (its immediate data) is
+             * answered with Reject 0x02 and the command discarded; §7.3: its CmdSN is not
+             * received, the initiator retries it with the same CmdSN and ITT. */
+            cmd_drop_new(c, t);
+            return conn_send_reject(c, req, ISCSI_REJECT_DIGEST_ERROR);
+        }
+        enum cmdsn_verdict order =
+            session_cmdsn_check(c->session, t->cmdsn, t->immediate, &t->wait);
+        if (order < 0) {
+            int rc = cmd_retry(c, t);
+            cmd_drop_new(c, t);
+            return rc;
+        }
+        if (order == CMDSN_QUEUED)
+            t->state = TASK_QUEUED; /* released on this thread, after this handler returns */
+    }
     if (t->scsi.edtl_write) {
         uint32_t got = p->dlen < t->data_expected ? p->dlen : t->data_expected;
         t->data_received += got;
@@ -557,6 +842,32 @@ static void data_out_sequence_failed(struct iscsi_conn *c, struct iscsi_task *t,
         c->peer, t->itt, why, ttt, datasn, off, len);
     t->seq_failed = true;
     t->r2t_offset = t->data_expected; /* solicit nothing more */
+}
+
+/* ERL >= 1: [off, off+len) of the write was lost on the way (a Data-Out dropped for its header
+ * digest, rejected for its data digest, or never sent): solicit it again with a recovery R2T
+ * (§7.8, §7.9). False when the task has no room for another hole. */
+static bool hole_add(struct iscsi_task *t, uint32_t off, uint32_t len)
+{
+    if (off >= t->data_expected)
+        return true; /* beyond what we take: nothing to ask for again */
+    if (len > t->data_expected - off)
+        len = t->data_expected - off;
+    if (!len)
+        return true;
+    if (t->nholes == ISCSI_MAX_HOLES)
+        return false;
+    t->holes[t->nholes++] = (struct data_hole){.off = off, .len = len};
+    return true;
+}
+
+/* ERL >= 1: a Data-Out continues its sequence past PDUs that never came (DataSN and offset both
+ * ahead, still inside the sequence): the skipped range is a hole and this PDU is taken at its
+ * offset (§7.9: a sequence error implies a digest error, recovered like one). */
+static bool data_out_gap(uint32_t exp_datasn, uint32_t exp_off, uint32_t datasn, uint32_t off,
+                         uint32_t end)
+{
+    return sn_lt(exp_datasn, datasn) && off > exp_off && off < end;
 }
 
 /* After a sequence error, once every outstanding R2T and the unsolicited burst are closed by
@@ -589,7 +900,21 @@ int cmd_handle_data_out_header(struct iscsi_conn *c, struct iscsi_pdu_in *p)
     uint32_t datasn = bhs_get32(h, BHS_DATASN);
     uint32_t len = p->dlen;
     const char *err = NULL, *seq_err = NULL;
+    bool erl1 = conn_erl(c) >= 1;
+    if (erl1)
+        t->data_out_ms = c->last_rx_ms;
     if (ttt == ISCSI_RSVD_TAG) {
+        if (erl1 && !t->seq_failed &&
+            data_out_gap(t->unsol_datasn, t->unsol_next_off, datasn, off,
+                         t->unsol_next_off + t->unsol_remaining)) {
+            uint32_t gap = off - t->unsol_next_off;
+            if (!hole_add(t, t->unsol_next_off, gap))
+                data_out_sequence_failed(c, t, "too many Data-Out PDUs lost", ttt, datasn, off,
+                                         len);
+            t->unsol_remaining -= gap;
+            t->unsol_next_off = off;
+            t->unsol_datasn = datasn;
+        }
         if (len > t->unsol_remaining && !t->seq_failed)
             err = "unsolicited Data-Out beyond FirstBurstLength";
         else if (datasn != t->unsol_datasn)
@@ -598,6 +923,25 @@ int cmd_handle_data_out_header(struct iscsi_conn *c, struct iscsi_pdu_in *p)
             seq_err = "unsolicited Data-Out buffer offset out of order";
     } else {
         struct r2t_seq *seq = r2t_slot_find(t, ttt);
+        if (!seq && erl1 && sn_lt(ttt, c->next_ttt)) {
+            /* A sequence the stall check gave up on (its range solicited again under a new
+             * TTT): what still comes for it is late, and dropped. */
+            CONN_LOG_LIMITED(c, LOG_LVL_INFO,
+                             "%s: ITT 0x%08x: late Data-Out for closed TTT 0x%08x dropped",
+                             c->peer, t->itt, ttt);
+            p->discard = true;
+            return ISCSI_OK;
+        }
+        if (seq && erl1 && !t->seq_failed &&
+            data_out_gap(seq->datasn, seq->offset + seq->got, datasn, off,
+                         seq->offset + seq->len)) {
+            uint32_t gap = off - (seq->offset + seq->got);
+            if (!hole_add(t, seq->offset + seq->got, gap))
+                data_out_sequence_failed(c, t, "too many Data-Out PDUs lost", ttt, datasn, off,
+                                         len);
+            seq->got += gap;
+            seq->datasn = datasn;
+        }
         if (!seq)
             err = "Data-Out with an unknown Target Transfer Tag";
         else if (datasn != seq->datasn)
@@ -637,7 +981,18 @@ int cmd_handle_data_out_done(struct iscsi_conn *c, struct iscsi_pdu_in *p)
     uint32_t off = bhs_get32(h, BHS_BUFFER_OFFSET);
     uint32_t len = p->dlen;
     bool final = h->b[1] & ISCSI_FLAG_FINAL;
-    if (!t->seq_failed && off < t->data_expected) {
+    if (p->data_digest_bad) {
+        /* ERL >= 1 only (ERL 0 closes the connection in the engine): RFC 7143 §7.8, a data PDU
+         * with a bad data digest is rejected with reason 0x02 and its payload discarded (what
+         * direct placement wrote is overwritten by the recovery); the range is solicited again
+         * by a recovery R2T. The PDU still moves its sequence on. */
+        int rc = conn_send_reject(c, h, ISCSI_REJECT_DIGEST_ERROR);
+        if (rc < 0)
+            return rc;
+        if (!t->seq_failed && !t->refused && !hole_add(t, off, len))
+            data_out_sequence_failed(c, t, "too many Data-Out PDUs lost", ttt,
+                                     bhs_get32(h, BHS_DATASN), off, len);
+    } else if (!t->seq_failed && off < t->data_expected) {
         uint32_t take = len;
         if (take > t->data_expected - off)
             take = t->data_expected - off;
@@ -669,8 +1024,68 @@ int cmd_handle_data_out_done(struct iscsi_conn *c, struct iscsi_pdu_in *p)
             }
         }
     }
+    if (t->nholes && !t->refused && !t->seq_failed) {
+        /* ERL >= 1: a recovery R2T per hole, as soon as MaxOutstandingR2T lets one go */
+        int rc = send_r2ts(c, t);
+        if (rc < 0)
+            return rc;
+    }
     data_out_maybe_terminate(t);
     return cmd_maybe_exec(c, t);
+}
+
+/* ERL >= 1: a write whose Data-Out stopped (the final PDU of a sequence, or an R2T, lost on the
+ * way) would wait for ever: after ISCSI_DATA_OUT_STALL_MS without progress, what is missing of
+ * each open sequence becomes a hole, the sequence is closed, and recovery R2Ts solicit the
+ * holes under new TTTs (§7.9). */
+int cmd_check_stalled(struct iscsi_conn *c, uint64_t now_ms)
+{
+    struct list_node *n, *tmp;
+    list_for_each_safe(n, tmp, &c->tasks)
+    {
+        struct iscsi_task *t = list_entry(n, struct iscsi_task, node);
+        if (t->aborted || t->refused || t->seq_failed ||
+            (t->state != TASK_DATA_OUT && t->state != TASK_QUEUED))
+            continue;
+        if (!t->r2t_outstanding && !t->unsol_remaining)
+            continue;
+        if (now_ms - t->data_out_ms < ISCSI_DATA_OUT_STALL_MS)
+            continue;
+        t->data_out_ms = now_ms;
+        bool room = true;
+        for (unsigned i = 0; i < ISCSI_MAX_R2T; i++) {
+            struct r2t_seq *seq = &t->r2t[i];
+            if (!seq->used)
+                continue;
+            room = room && hole_add(t, seq->offset + seq->got, seq->len - seq->got);
+            seq->used = false;
+            t->r2t_outstanding--;
+        }
+        if (t->unsol_remaining) {
+            room = room && hole_add(t, t->unsol_next_off, t->unsol_remaining);
+            t->unsol_remaining = 0;
+        }
+        CONN_LOG_LIMITED(c, LOG_LVL_INFO,
+                         "%s: ITT 0x%08x: Data-Out stalled; soliciting the missing data again",
+                         c->peer, t->itt);
+        int rc;
+        if (!room) {
+            data_out_sequence_failed(c, t, "too many Data-Out PDUs lost", ISCSI_RSVD_TAG, 0, 0,
+                                     0);
+            data_out_maybe_terminate(t);
+            rc = cmd_maybe_exec(c, t);
+        } else {
+            rc = send_r2ts(c, t);
+        }
+        if (rc < 0)
+            return rc;
+    }
+    return ISCSI_OK;
+}
+
+struct iscsi_task *cmd_task_lookup(struct iscsi_conn *c, uint32_t itt)
+{
+    return task_lookup_except(c, itt, NULL);
 }
 
 /* ---------------- abort and teardown ---------------- */
@@ -684,10 +1099,17 @@ void cmd_task_abort(struct iscsi_task *t)
     t->aborted = true;
     if (t->state == TASK_SENDING)
         return; /* already answered: the protocol side let go when it queued the answer */
+    if (t->state == TASK_RETAINED) {
+        /* answered and kept for retransmission: no longer (the retained list's reference) */
+        list_del(&t->retained_node);
+        c->nretained--;
+        task_put(t);
+        return;
+    }
     if (t->state == TASK_QUEUED) {
         assert(c->session);
         session_cmdsn_cancel(c->session, &t->wait);
-    } else if (t->state == TASK_DATA_OUT && c->session) {
+    } else if (t->state == TASK_DATA_OUT && c->session && !t->cmdsn_pending) {
         session_cmd_done(c->session);
     } /* TASK_EXEC: it counts in flight until the store lets go (cmd_scsi_done) */
     conn_task_hash_del(c, t);
@@ -699,12 +1121,18 @@ void cmd_task_abort(struct iscsi_task *t)
 void cmd_conn_teardown(struct iscsi_conn *c)
 {
     struct list_node *n, *tmp;
+    /* Retained answers: nothing can ask for them any more (ERL 1 has no connection
+     * recovery). */
+    while ((n = list_pop(&c->retained)) != NULL) {
+        c->nretained--;
+        task_put(list_entry(n, struct iscsi_task, retained_node));
+    }
     list_for_each_safe(n, tmp, &c->tasks)
     {
         struct iscsi_task *t = list_entry(n, struct iscsi_task, node);
         /* Answered or aborted ones: the protocol side let go already, and the rest of their
          * holders (queued PDUs, dropped by conn_close(); the store) let go on their own. */
-        if (!t->aborted && t->state != TASK_SENDING)
+        if (!t->aborted && t->state != TASK_SENDING && t->state != TASK_RETAINED)
             cmd_task_abort(t);
     }
 }

@@ -90,6 +90,7 @@ static struct iscsi_conn *conn_alloc(struct iscsi_server *srv, struct reactor *r
     list_init(&c->txq);
     list_init(&c->tx_free);
     list_init(&c->tasks);
+    list_init(&c->retained);
     list_init(&c->task_free);
     list_init(&c->r2t_waiting);
     list_init(&c->released);
@@ -924,8 +925,12 @@ static int pdu_header_dispatch(struct iscsi_conn *c, struct iscsi_pdu_in *p)
         }
         return ISCSI_OK;
     }
-    if (op != ISCSI_OP_LOGIN_REQ && op != ISCSI_OP_SNACK)
+    if (op != ISCSI_OP_LOGIN_REQ && (op != ISCSI_OP_SNACK || conn_erl(c) >= 1)) {
         c->exp_statsn = bhs_get32(&p->bhs, BHS_EXPSTATSN);
+        /* ERL >= 1: what the initiator acknowledged needs keeping no longer (§4.2.2.2) */
+        if (!list_empty(&c->retained))
+            cmd_ack_statsn(c, c->exp_statsn);
+    }
     switch (op) {
     case ISCSI_OP_SCSI_CMD:
         return cmd_handle_scsi_header(c, p);
@@ -1046,8 +1051,10 @@ static int pdu_done_dispatch(struct iscsi_conn *c, struct iscsi_pdu_in *p)
     case ISCSI_OP_LOGIN_REQ:
         return conn_send_reject(c, &p->bhs, ISCSI_REJECT_PROTOCOL_ERROR);
     case ISCSI_OP_SNACK:
-        /* ERL 0: no SNACK support (RFC 7143 §11.16) */
-        return conn_send_reject(c, &p->bhs, ISCSI_REJECT_CMD_NOT_SUPPORTED);
+        /* ERL 0: no SNACK support (RFC 7143 §11.16: only ERL > 0 must support it) */
+        if (conn_erl(c) == 0)
+            return conn_send_reject(c, &p->bhs, ISCSI_REJECT_CMD_NOT_SUPPORTED);
+        return snack_handle(c, p);
     default:
         return conn_send_reject(c, &p->bhs, ISCSI_REJECT_CMD_NOT_SUPPORTED);
     }
@@ -1066,7 +1073,7 @@ int conn_pdu_done(struct iscsi_conn *c, struct iscsi_pdu_in *p)
 
 /* ---------------- liveness ---------------- */
 
-static int conn_send_nop_ping(struct iscsi_conn *c)
+int conn_send_nop_ping(struct iscsi_conn *c)
 {
     struct tx_pdu *p = conn_pdu_new(c, ISCSI_OP_NOP_IN, ISCSI_FLAG_FINAL);
     if (!p)
@@ -1139,6 +1146,11 @@ static int conn_timer_check(struct iscsi_conn *c)
     } else if (c->phase == CONN_FFP) {
         if (c->session)
             session_check_gap(c->session, now);
+        if (conn_erl(c) >= 1) {
+            int rc = cmd_check_stalled(c, now);
+            if (rc < 0)
+                return rc;
+        }
         bool pings = srv->nop_interval_s != 0;
         if (pings && c->nop_outstanding) {
             if (now - c->nop_sent_ms > (uint64_t)srv->nop_timeout_s * 1000)

@@ -34,6 +34,12 @@
           */
 #define ISCSI_MAX_CONNECTIONS 8u
 #define ISCSI_MAX_R2T 8u
+/* ERL >= 1: missing ranges of a write's Data-Out one task may have waiting for recovery R2Ts
+ * (DataPDUInOrder=Yes keeps them few); one more ends the command as ERL 0 would. */
+#define ISCSI_MAX_HOLES 8u
+/* ERL >= 1: a write whose Data-Out stops arriving for this long with sequences still open
+ * (their final PDU lost) has the missing ranges solicited again by recovery R2Ts (§7.9). */
+#define ISCSI_DATA_OUT_STALL_MS 500u
 #define ISCSI_GAP_GRACE_MS 2000u
 /* Bytes of command buffers (stores that are not RAM) one connection may hold at once. */
 #define ISCSI_CONN_BUF_BUDGET (64u << 20) /* MaxOutstandingR2T we accept at most */
@@ -85,6 +91,7 @@ enum iscsi_task_state {
     TASK_DATA_OUT, /* receiving write data (immediate/unsolicited/solicited) */
     TASK_EXEC,     /* in the SCSI core / backing store */
     TASK_SENDING,  /* response queued */
+    TASK_RETAINED, /* ERL >= 1: answered, kept until ExpStatSN acknowledges its StatSN */
 };
 
 /* One solicited Data-Out sequence (an R2T and the PDUs that answer it). */
@@ -93,7 +100,14 @@ struct r2t_seq {
     uint32_t offset, len;
     uint32_t got;    /* bytes received so far, in order (DataPDUInOrder=Yes) */
     uint32_t datasn; /* next expected DataSN within the sequence (§11.7.2) */
+    uint32_t r2tsn;  /* of the R2T that opened it: a Data/R2T SNACK names it (§11.16) */
+    uint32_t statsn; /* the StatSN field it carried, for an exact replica */
     bool used;
+};
+
+/* ERL >= 1: a range of write data lost on the way (§7.8, §7.9), to be solicited again. */
+struct data_hole {
+    uint32_t off, len;
 };
 
 /* Task lifetime: `refs` counts its holders, and task_put() dropping the last one is the only
@@ -116,6 +130,8 @@ struct iscsi_task {
     bool aborted;    /* a TMF aborted it: never answer */
     bool seq_failed; /* a Data-Out sequence error: swallow the rest, then CHECK CONDITION */
     bool in_hash;
+    bool cmdsn_pending; /* ERL >= 1, immediate data under a data digest: the CmdSN is looked
+                           at once the digest is known good (§7.3), not in flight till then */
     enum iscsi_task_state state;
     /* write bookkeeping */
     uint32_t data_expected; /* bytes of data-out this task will receive in total */
@@ -128,6 +144,15 @@ struct iscsi_task {
     uint32_t unsol_datasn;   /* next DataSN of the unsolicited sequence */
     uint32_t unsol_next_off; /* next buffer offset of the unsolicited sequence */
     uint32_t datasn_in;      /* Data-In DataSN */
+    /* ERL >= 1 (RFC 7143 §7.1): what a retransmission needs. The status's StatSN, and the
+     * Data-In segmentation used at send time (PDU size, burst, bytes), from which DataSN k's
+     * offset and length follow, so a Data SNACK re-sends exact replicas (§11.16). */
+    uint32_t statsn;
+    uint32_t din_pdu_len, din_burst, din_total;
+    struct data_hole holes[ISCSI_MAX_HOLES]; /* write data to solicit again */
+    unsigned nholes;
+    uint64_t data_out_ms; /* last Data-Out progress (the stall check) */
+    struct list_node retained_node; /* conn->retained, in StatSN order */
     unsigned refs;           /* see above; on the connection's thread only */
     uint32_t buf_charge;     /* bytes of conn->buf_bytes this task holds */
     struct iscsi_task *hash_next;
@@ -235,6 +260,11 @@ struct iscsi_conn {
     bool release_kicked;
     struct reactor_deferred release_hook;
     uint32_t next_ttt;
+    /* ERL >= 1: answered tasks whose StatSN the initiator has not acknowledged yet, in StatSN
+     * order; each holds a task reference (the protocol side's, kept). Released from the head
+     * as ExpStatSN advances (§4.2.2.2). */
+    struct list_node retained;
+    unsigned nretained;
 
     /* --inject (the server's, handed over at accept): kill-connection runs on inject_timer,
      * digest-error and drop-pdu are for the transmit path */
@@ -354,6 +384,9 @@ int conn_send_response(struct iscsi_conn *c, enum iscsi_opcode op, const struct 
  * `sent` called with ok = false). */
 int conn_send_copy(struct iscsi_conn *c, struct tx_pdu *p, const void *data, uint32_t len);
 void conn_close(struct iscsi_conn *c, const char *why);
+/* A NOP-In ping (TTT set, no StatSN consumed, §11.19) whose answer the liveness timer waits
+ * for; its ExpStatSN also releases retained tasks. ISCSI_OK or ISCSI_ERR_NOMEM. */
+int conn_send_nop_ping(struct iscsi_conn *c);
 /* RFC 7143 §11.17. ISCSI_OK or ISCSI_ERR_NOMEM. */
 int conn_send_reject(struct iscsi_conn *c, const struct iscsi_bhs *bad, uint8_t reason);
 /* Fill StatSN (and advance it if `advance`), ExpCmdSN and MaxCmdSN of a response header. */
@@ -381,6 +414,9 @@ size_t iscsi_conn_feed(struct iscsi_conn *c, const void *bytes, size_t len);
  * once its last answer is taken. Returns the byte count. */
 size_t iscsi_conn_take_tx(struct iscsi_conn *c, void *buf, size_t cap);
 bool iscsi_conn_is_closed(const struct iscsi_conn *c);
+/* The highest ErrorRecoveryLevel the target offers (login.c): ISCSI_ERL_IMPLEMENTED. Unit
+ * tests of the recovery paths raise it before logging in; nothing else touches it. */
+extern unsigned iscsi_target_erl_max;
 
 /* server.c: connections not yet logged in (max-pending-logins and its per-address share).
  * add returns false, counting nothing, when a limit is reached. */
@@ -454,6 +490,32 @@ void conn_run_released(void *arg);
  * keep the task until they let go). */
 void cmd_task_abort(struct iscsi_task *t);
 void cmd_conn_teardown(struct iscsi_conn *c);
+/* The ErrorRecoveryLevel in force on the connection (0 until the session exists). */
+static inline unsigned conn_erl(const struct iscsi_conn *c)
+{
+    return c->session ? c->session->params.erl : 0;
+}
+/* ERL >= 1: the initiator acknowledged every StatSN below exp_statsn: release the retained
+ * tasks it covers (§4.2.2.2). */
+void cmd_ack_statsn(struct iscsi_conn *c, uint32_t exp_statsn);
+/* ERL >= 1, once a second: re-solicit the Data-Out of writes whose sequences stalled. */
+int cmd_check_stalled(struct iscsi_conn *c, uint64_t now_ms);
+/* A task of this connection by ITT among every state (the hash holds only those taking
+ * Data-Out): the newest one not aborted, or NULL. For SNACK and command retries, which are
+ * rare; a linear walk. */
+struct iscsi_task *cmd_task_lookup(struct iscsi_conn *c, uint32_t itt);
+/* ERL >= 1 retransmissions (snack.c): Data-In PDUs [beg, beg+n) of a read (n = 0: to the
+ * end), with the original DataSN, offset, flags and, on the last, status and StatSN; the
+ * status of an answered task again, exactly as it went out; an R2T by R2TSN. */
+int cmd_resend_data_in(struct iscsi_conn *c, struct iscsi_task *t, uint32_t beg, uint32_t n);
+int cmd_resend_status(struct iscsi_conn *c, struct iscsi_task *t);
+int cmd_resend_r2t(struct iscsi_conn *c, struct iscsi_task *t, uint32_t r2tsn);
+int cmd_resend_resegmented(struct iscsi_conn *c, struct iscsi_task *t, uint32_t snack_tag);
+/* The Data-In DataSN count of an answered read (0 for any other task). */
+uint32_t cmd_data_in_count(const struct iscsi_task *t);
+
+/* snack.c: the SNACK Request handler (RFC 7143 §11.16). */
+int snack_handle(struct iscsi_conn *c, struct iscsi_pdu_in *p);
 
 /* tmf.c */
 int tmf_handle(struct iscsi_conn *c, struct iscsi_pdu_in *p);

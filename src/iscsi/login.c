@@ -12,6 +12,8 @@
 #include "iscsi/conn.h"
 #include "util/log.h"
 
+unsigned iscsi_target_erl_max = ISCSI_ERL_IMPLEMENTED;
+
 static const char *login_status_text(enum iscsi_login_status st)
 {
     switch (st) {
@@ -219,7 +221,7 @@ static enum iscsi_login_status login_pick_node(struct iscsi_conn *c, const char 
     /* The configuration never holds a level we cannot perform (target_parse_erl). A
      * discovery session only exchanges Text: a lost answer is simply asked again, so it
      * stays at ERL 0 whatever the first node prefers. */
-    assert(local.erl <= ISCSI_ERL_IMPLEMENTED);
+    assert(local.erl <= iscsi_target_erl_max);
     if (discovery)
         local.erl = 0;
     iscsi_neg_init(&c->neg, ISCSI_SIDE_TARGET, &local);

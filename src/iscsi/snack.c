@@ -1,0 +1,148 @@
+/* SNACK Request on the target (RFC 7143 §11.16), at ErrorRecoveryLevel >= 1: the initiator
+ * asks for Data-In, R2T or status PDUs again, acknowledges Data-In (DataACK), or asks for a
+ * read's data cut anew (R-Data). What is asked for is rebuilt from the task: answered tasks
+ * stay retained until ExpStatSN acknowledges their status (cmd.c), Data-In is re-read from
+ * where the data lives and cut the way it was the first time, an R2T comes from its open
+ * sequence. A SNACK for anything not sent, or already acknowledged, is rejected with reason
+ * Protocol Error (§11.16: MUST). At ERL 0 the dispatcher answers SNACK with "command not
+ * supported" and never comes here. */
+#include <assert.h>
+
+#include "iscsi/conn.h"
+#include "util/log.h"
+
+#define SNACK_BEGRUN 40
+#define SNACK_RUNLENGTH 44
+
+enum snack_type {
+    SNACK_DATA_R2T = 0,
+    SNACK_STATUS = 1,
+    SNACK_DATA_ACK = 2,
+    SNACK_RDATA = 3,
+};
+
+static int snack_reject(struct iscsi_conn *c, const struct iscsi_bhs *req, uint8_t reason,
+                        const char *why)
+{
+    CONN_LOG_LIMITED(c, LOG_LVL_INFO, "%s: SNACK type %u ITT 0x%08x BegRun %u RunLength %u: %s",
+                     c->peer, req->b[1] & 0x0f, bhs_get32(req, BHS_ITT),
+                     bhs_get32(req, SNACK_BEGRUN), bhs_get32(req, SNACK_RUNLENGTH), why);
+    return conn_send_reject(c, req, reason);
+}
+
+/* An answered task not yet acknowledged, by ITT (a task in progress, or one let go, is not). */
+static struct iscsi_task *retained_task(struct iscsi_conn *c, uint32_t itt)
+{
+    struct iscsi_task *t = cmd_task_lookup(c, itt);
+    return t && t->state == TASK_RETAINED ? t : NULL;
+}
+
+/* Data/R2T SNACK: BegRun/RunLength count DataSNs of a read's Data-In, or R2TSNs of a write's
+ * R2Ts; 0/0 asks for every unacknowledged one (§11.16.6, §11.16.7). */
+static int snack_data_r2t(struct iscsi_conn *c, const struct iscsi_bhs *req)
+{
+    uint32_t itt = bhs_get32(req, BHS_ITT);
+    uint32_t beg = bhs_get32(req, SNACK_BEGRUN);
+    uint32_t run = bhs_get32(req, SNACK_RUNLENGTH);
+    struct iscsi_task *t = cmd_task_lookup(c, itt);
+    if (!t)
+        return snack_reject(c, req, ISCSI_REJECT_PROTOCOL_ERROR, "no such task (acknowledged?)");
+    if (t->scsi.dir == SCSI_DIR_READ) {
+        /* Data-In goes out only with the status (cmd_respond): a read not yet answered has
+         * sent none. */
+        uint32_t count = t->state == TASK_RETAINED ? cmd_data_in_count(t) : 0;
+        if (beg >= count || (run && (run > count - beg)))
+            return snack_reject(c, req, ISCSI_REJECT_PROTOCOL_ERROR, "Data-In not sent");
+        return cmd_resend_data_in(c, t, beg, run);
+    }
+    if (t->scsi.dir == SCSI_DIR_WRITE && t->state != TASK_RETAINED) {
+        /* R2TSN beg.. of the open sequences; an R2T whose sequence closed was answered (its
+         * Data-Out acknowledges it) or superseded by a recovery R2T, and one never sent was
+         * never sent: all refused. */
+        uint32_t end = run ? beg + run : t->r2tsn;
+        if (!sn_lt(beg, end) || sn_lt(t->r2tsn, end))
+            return snack_reject(c, req, ISCSI_REJECT_PROTOCOL_ERROR, "R2T not sent");
+        bool all = !beg && !run;
+        unsigned sent = 0;
+        for (unsigned i = 0; i < ISCSI_MAX_R2T; i++) {
+            const struct r2t_seq *seq = &t->r2t[i];
+            if (!seq->used || sn_lt(seq->r2tsn, beg) || !sn_lt(seq->r2tsn, end))
+                continue;
+            if (!all && seq->got)
+                continue; /* Data-Out came for it: the initiator has it */
+            int rc = cmd_resend_r2t(c, t, seq->r2tsn);
+            if (rc < 0)
+                return rc;
+            sent++;
+        }
+        if (!sent && !all)
+            return snack_reject(c, req, ISCSI_REJECT_PROTOCOL_ERROR,
+                                "R2T already answered or not open");
+        return ISCSI_OK;
+    }
+    return snack_reject(c, req, ISCSI_REJECT_PROTOCOL_ERROR, "nothing of that task to re-send");
+}
+
+/* Status SNACK: the numbered responses StatSN BegRun.. (RunLength 0: up to the last sent)
+ * again, as exact replicas (§11.16). StatSNs below ExpStatSN were acknowledged; at or past our
+ * StatSN never sent. Only SCSI responses are kept: a StatSN in the run that another response
+ * carried (NOP-In, TMF, Text, Logout, Reject) is not re-sent. */
+static int snack_status(struct iscsi_conn *c, const struct iscsi_bhs *req)
+{
+    uint32_t beg = bhs_get32(req, SNACK_BEGRUN);
+    uint32_t run = bhs_get32(req, SNACK_RUNLENGTH);
+    uint32_t end = run ? beg + run : c->statsn;
+    if (sn_lt(beg, c->exp_statsn))
+        return snack_reject(c, req, ISCSI_REJECT_PROTOCOL_ERROR, "status acknowledged already");
+    if (!sn_lt(beg, end) || sn_lt(c->statsn, end))
+        return snack_reject(c, req, ISCSI_REJECT_PROTOCOL_ERROR, "status not sent");
+    for (struct list_node *n = c->retained.next; n != &c->retained; n = n->next) {
+        struct iscsi_task *t = list_entry(n, struct iscsi_task, retained_node);
+        if (sn_lt(t->statsn, beg))
+            continue;
+        if (!sn_lt(t->statsn, end))
+            break; /* the list is in StatSN order */
+        int rc = cmd_resend_status(c, t);
+        if (rc < 0)
+            return rc;
+    }
+    return ISCSI_OK;
+}
+
+/* DataACK: acknowledges Data-In of a sequence whose last PDU had the A bit (§11.16). This
+ * target never sets A (it keeps a read's data until the status is acknowledged), so no
+ * DataACK is valid: reason "Invalid DataACK" (§11.17.1). */
+static int snack_data_ack(struct iscsi_conn *c, const struct iscsi_bhs *req)
+{
+    return snack_reject(c, req, ISCSI_REJECT_INVALID_DATA_ACK, "no Data-In asked for a DataACK");
+}
+
+/* R-Data SNACK (§11.16.3): a read's data again, cut to the current MaxRecvDataSegmentLength,
+ * then a SCSI Response carrying the SNACK Tag. BegRun and RunLength must be 0. */
+static int snack_rdata(struct iscsi_conn *c, const struct iscsi_bhs *req)
+{
+    if (bhs_get32(req, SNACK_BEGRUN) || bhs_get32(req, SNACK_RUNLENGTH))
+        return snack_reject(c, req, ISCSI_REJECT_PROTOCOL_ERROR, "R-Data SNACK with a run");
+    struct iscsi_task *t = retained_task(c, bhs_get32(req, BHS_ITT));
+    if (!t || t->scsi.dir != SCSI_DIR_READ)
+        return snack_reject(c, req, ISCSI_REJECT_PROTOCOL_ERROR, "no answered read to re-send");
+    return cmd_resend_resegmented(c, t, bhs_get32(req, BHS_TTT));
+}
+
+int snack_handle(struct iscsi_conn *c, struct iscsi_pdu_in *p)
+{
+    const struct iscsi_bhs *req = &p->bhs;
+    assert(conn_erl(c) >= 1);
+    switch (req->b[1] & 0x0f) {
+    case SNACK_DATA_R2T:
+        return snack_data_r2t(c, req);
+    case SNACK_STATUS:
+        return snack_status(c, req);
+    case SNACK_DATA_ACK:
+        return snack_data_ack(c, req);
+    case SNACK_RDATA:
+        return snack_rdata(c, req);
+    default:
+        return snack_reject(c, req, ISCSI_REJECT_PROTOCOL_ERROR, "unknown SNACK type");
+    }
+}
