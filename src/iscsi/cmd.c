@@ -52,9 +52,9 @@ void task_put(struct iscsi_task *t)
     if (--t->refs > 0)
         return;
     struct iscsi_conn *c = t->conn;
-    assert(list_empty(&t->wait.node)); /* no longer waiting for its CmdSN turn */
+    assert(list_empty(&t->wait.node));     /* no longer waiting for its CmdSN turn */
     assert(list_empty(&t->retained_node)); /* the retained list holds a reference */
-    assert(c->rx_pdu.task != t);       /* the receive engine holds a reference while placing */
+    assert(c->rx_pdu.task != t);           /* the receive engine holds a reference while placing */
     conn_task_hash_del(c, t);
     list_del(&t->r2t_node);
     assert(c->buf_bytes >= t->buf_charge);
@@ -134,8 +134,7 @@ static void fill_sn_again(struct iscsi_conn *c, struct iscsi_bhs *h, uint32_t st
 
 /* The SCSI Response of a task; `again`: a retransmission of the one sent (same StatSN, the
  * command counted done already), with snack_tag set for an R-Data SNACK (§11.16.3). */
-static int scsi_response(struct iscsi_conn *c, struct iscsi_task *t, bool again,
-                         uint32_t snack_tag)
+static int scsi_response(struct iscsi_conn *c, struct iscsi_task *t, bool again, uint32_t snack_tag)
 {
     struct tx_pdu *p = conn_pdu_new(c, ISCSI_OP_SCSI_RSP, 0);
     if (!p)
@@ -219,8 +218,8 @@ enum data_in_mode {
 
 /* Queue Data-In DataSN `datasn`: [off, off+len) of the task's data, F if `final`, and on the
  * last PDU the status (phase collapse, §11.7.4). */
-static int queue_data_in(struct iscsi_conn *c, struct iscsi_task *t, uint32_t datasn,
-                         uint32_t off, uint32_t len, bool final, enum data_in_mode mode)
+static int queue_data_in(struct iscsi_conn *c, struct iscsi_task *t, uint32_t datasn, uint32_t off,
+                         uint32_t len, bool final, enum data_in_mode mode)
 {
     struct scsi_task *st = &t->scsi;
     struct tx_pdu *p = conn_pdu_new(c, ISCSI_OP_DATA_IN, 0);
@@ -927,8 +926,8 @@ int cmd_handle_data_out_header(struct iscsi_conn *c, struct iscsi_pdu_in *p)
             /* A sequence the stall check gave up on (its range solicited again under a new
              * TTT): what still comes for it is late, and dropped. */
             CONN_LOG_LIMITED(c, LOG_LVL_INFO,
-                             "%s: ITT 0x%08x: late Data-Out for closed TTT 0x%08x dropped",
-                             c->peer, t->itt, ttt);
+                             "%s: ITT 0x%08x: late Data-Out for closed TTT 0x%08x dropped", c->peer,
+                             t->itt, ttt);
             p->discard = true;
             return ISCSI_OK;
         }
@@ -1070,8 +1069,7 @@ int cmd_check_stalled(struct iscsi_conn *c, uint64_t now_ms)
                          c->peer, t->itt);
         int rc;
         if (!room) {
-            data_out_sequence_failed(c, t, "too many Data-Out PDUs lost", ISCSI_RSVD_TAG, 0, 0,
-                                     0);
+            data_out_sequence_failed(c, t, "too many Data-Out PDUs lost", ISCSI_RSVD_TAG, 0, 0, 0);
             data_out_maybe_terminate(t);
             rc = cmd_maybe_exec(c, t);
         } else {

@@ -673,6 +673,14 @@ static int rx_take_digest(struct iscsi_conn *c, const uint8_t *p, uint32_t avail
     memcpy(&got, c->rx_digest, 4);
     if (want == got)
         return 1;
+    if (!header && conn_erl(c) >= 1) {
+        /* ERL >= 1: the handler rejects the PDU and recovers (RFC 7143 §7.8) */
+        CONN_LOG_LIMITED(c, LOG_LVL_INFO, "%s: data digest error on %s ITT 0x%08x", c->peer,
+                         iscsi_opcode_name(bhs_opcode(&c->rx_pdu.bhs)),
+                         bhs_get32(&c->rx_pdu.bhs, BHS_ITT));
+        c->rx_pdu.data_digest_bad = true;
+        return 1;
+    }
     LOG_WARN("%s: %s digest error on %s ITT 0x%08x (got 0x%08x, computed 0x%08x)", c->peer,
              header ? "header" : "data", iscsi_opcode_name(bhs_opcode(&c->rx_pdu.bhs)),
              bhs_get32(&c->rx_pdu.bhs, BHS_ITT), got, want);
@@ -1034,6 +1042,12 @@ static int pdu_done_dispatch(struct iscsi_conn *c, struct iscsi_pdu_in *p)
         op != ISCSI_OP_NOP_OUT) {
         /* RFC 7143 §4.3: a discovery session carries Text, NOP and Logout only. */
         return conn_send_reject(c, &p->bhs, ISCSI_REJECT_PROTOCOL_ERROR);
+    }
+    if (p->data_digest_bad && op != ISCSI_OP_SCSI_CMD && op != ISCSI_OP_DATA_OUT) {
+        /* ERL >= 1 (ERL 0 closes): a request whose data digest is bad is rejected with reason
+         * 0x02 and discarded, its CmdSN not received (RFC 7143 §7.3, §7.8); the initiator
+         * sends it again. SCSI Command and Data-Out recover in their handlers. */
+        return conn_send_reject(c, &p->bhs, ISCSI_REJECT_DIGEST_ERROR);
     }
     switch (op) {
     case ISCSI_OP_SCSI_CMD:

@@ -151,10 +151,10 @@ struct iscsi_task {
     uint32_t din_pdu_len, din_burst, din_total;
     struct data_hole holes[ISCSI_MAX_HOLES]; /* write data to solicit again */
     unsigned nholes;
-    uint64_t data_out_ms; /* last Data-Out progress (the stall check) */
+    uint64_t data_out_ms;           /* last Data-Out progress (the stall check) */
     struct list_node retained_node; /* conn->retained, in StatSN order */
-    unsigned refs;           /* see above; on the connection's thread only */
-    uint32_t buf_charge;     /* bytes of conn->buf_bytes this task holds */
+    unsigned refs;                  /* see above; on the connection's thread only */
+    uint32_t buf_charge;            /* bytes of conn->buf_bytes this task holds */
     struct iscsi_task *hash_next;
     struct list_node node;     /* conn->tasks (conn->task_free once freed) */
     struct list_node r2t_node; /* conn->r2t_waiting */

@@ -1010,6 +1010,426 @@ static void test_bytewise_feed(void **state)
     tgt_free(t);
 }
 
+/* ---- ErrorRecoveryLevel 1 (RFC 7143 §7.1-§7.9, §11.16) ---- */
+
+#define SNACK_DATA 0
+#define SNACK_STATUS 1
+#define SNACK_DATA_ACK 2
+
+static struct tgt *up_erl1(bool data_digest)
+{
+    struct tgt_opts o;
+    tgt_opts_default(&o);
+    o.erl = 1;
+    o.data_digest = data_digest;
+    return tgt_login(&o);
+}
+
+/* A PDU kept whole, to compare a retransmission with. */
+struct kept {
+    struct tgt_rsp r;
+    uint8_t data[4096];
+};
+
+static void keep(struct kept *k, const struct tgt_rsp *r)
+{
+    assert_true(r->dlen <= sizeof(k->data));
+    k->r = *r;
+    memcpy(k->data, r->data, r->dlen);
+}
+
+/* §11.16: a retransmission is an exact replica but for ExpCmdSN, MaxCmdSN (and ExpDataSN,
+ * which the PDUs compared here do not carry). */
+static void assert_replica(const struct kept *k, const struct tgt_rsp *r)
+{
+    assert_memory_equal(k->r.bhs.b, r->bhs.b, BHS_EXPCMDSN);
+    assert_memory_equal(k->r.bhs.b + BHS_MAXCMDSN + 4, r->bhs.b + BHS_MAXCMDSN + 4,
+                        ISCSI_BHS_LEN - BHS_MAXCMDSN - 4);
+    assert_int_equal(k->r.dlen, r->dlen);
+    assert_memory_equal(k->data, r->data, r->dlen);
+}
+
+static void send_snack(struct tgt *t, uint8_t type, uint32_t itt, uint32_t begrun,
+                       uint32_t runlength)
+{
+    struct tgt_pdu p;
+    tgt_pdu_snack(&p, type, itt, ISCSI_RSVD_TAG, begrun, runlength);
+    tgt_send(t, &p);
+}
+
+static void expect_reject(struct tgt *t, uint8_t reason, enum iscsi_opcode of)
+{
+    struct tgt_rsp r = expect(t, ISCSI_OP_REJECT);
+    assert_int_equal(r.reason, reason);
+    assert_int_equal(r.dlen, ISCSI_BHS_LEN);
+    assert_int_equal(r.data[0] & 0x3f, of);
+}
+
+/* An immediate NOP-Out that asks for no answer: only its ExpStatSN matters. */
+static void ack_statsn(struct tgt *t, uint32_t expstatsn)
+{
+    tgt_set_expstatsn(t, expstatsn);
+    struct tgt_pdu p;
+    tgt_pdu_nop_out(&p, ISCSI_RSVD_TAG, ISCSI_RSVD_TAG, tgt_peek_cmdsn(t), true, NULL, 0);
+    tgt_send(t, &p);
+    expect_none(t);
+}
+
+/* READ(10) of 40 KiB at lba 100 written with `seed`: its 10 Data-In PDUs kept in k. */
+static uint32_t read_40k(struct tgt *t, struct kept *k)
+{
+    uint8_t cdb[16];
+    tgt_cdb_rw10(cdb, READ10, 100, 80);
+    struct tgt_pdu p;
+    uint32_t itt = tgt_new_itt(t);
+    tgt_pdu_scsi_cmd(&p, itt, tgt_next_cmdsn(t), cdb, 40960, ISCSI_FLAG_FINAL | ISCSI_CMD_READ,
+                     NULL, 0);
+    tgt_send(t, &p);
+    for (uint32_t i = 0; i < 10; i++) {
+        struct tgt_rsp d = expect(t, ISCSI_OP_DATA_IN);
+        assert_int_equal(d.datasn, i);
+        keep(&k[i], &d);
+    }
+    expect_none(t);
+    return itt;
+}
+
+/* An answered task is kept until ExpStatSN passes its StatSN: a Status SNACK gets its status
+ * again before that, and is rejected (Protocol Error, §11.16) after. */
+static void test_erl1_retained_until_expstatsn(void **state)
+{
+    (void)state;
+    struct tgt *t = up_erl1(false);
+    tgt_hold_expstatsn(t, true);
+    uint32_t exp = tgt_expstatsn(t);
+    uint32_t itt = send_tur(t, tgt_next_cmdsn(t), false);
+    struct tgt_rsp r = expect_good(t, itt);
+    struct kept k;
+    keep(&k, &r);
+    assert_int_equal(r.statsn, exp);
+    send_snack(t, SNACK_STATUS, ISCSI_RSVD_TAG, r.statsn, 1);
+    struct tgt_rsp again = expect(t, ISCSI_OP_SCSI_RSP);
+    assert_replica(&k, &again);
+    expect_none(t);
+    /* a StatSN never sent */
+    send_snack(t, SNACK_STATUS, ISCSI_RSVD_TAG, r.statsn + 1, 1);
+    expect_reject(t, 0x04, ISCSI_OP_SNACK);
+    /* acknowledged: released, and a SNACK for it is a protocol error */
+    ack_statsn(t, r.statsn + 2); /* the Reject used StatSN r.statsn + 1 */
+    send_snack(t, SNACK_STATUS, ISCSI_RSVD_TAG, r.statsn, 1);
+    expect_reject(t, 0x04, ISCSI_OP_SNACK);
+    /* a Data SNACK for the acknowledged task too */
+    send_snack(t, SNACK_DATA, itt, 0, 0);
+    expect_reject(t, 0x04, ISCSI_OP_SNACK);
+    assert_false(tgt_closed(t));
+    tgt_free(t);
+}
+
+/* Data SNACK: the Data-In PDUs asked for come again as exact replicas (same DataSN, offset,
+ * flags, data; the last with its status and original StatSN). */
+static void test_erl1_data_snack_replicas(void **state)
+{
+    (void)state;
+    struct tgt *t = up_erl1(false);
+    static uint8_t buf[40960];
+    fill(buf, sizeof(buf), 41);
+    assert_int_equal(write_blocks(t, 100, buf, sizeof(buf)).status, 0);
+    tgt_hold_expstatsn(t, true);
+    static struct kept k[10];
+    uint32_t itt = read_40k(t, k);
+    assert_true(k[9].r.flags & ISCSI_DATAIN_STATUS);
+    /* DataSN 2..4 */
+    send_snack(t, SNACK_DATA, itt, 2, 3);
+    for (uint32_t i = 2; i < 5; i++) {
+        struct tgt_rsp d = expect(t, ISCSI_OP_DATA_IN);
+        assert_replica(&k[i], &d);
+    }
+    expect_none(t);
+    /* RunLength 0: from BegRun to the last, which carries the status again */
+    send_snack(t, SNACK_DATA, itt, 7, 0);
+    for (uint32_t i = 7; i < 10; i++) {
+        struct tgt_rsp d = expect(t, ISCSI_OP_DATA_IN);
+        assert_replica(&k[i], &d);
+    }
+    expect_none(t);
+    /* 0/0: all of it */
+    send_snack(t, SNACK_DATA, itt, 0, 0);
+    for (uint32_t i = 0; i < 10; i++) {
+        struct tgt_rsp d = expect(t, ISCSI_OP_DATA_IN);
+        assert_replica(&k[i], &d);
+    }
+    expect_none(t);
+    /* beyond what was sent */
+    send_snack(t, SNACK_DATA, itt, 10, 1);
+    expect_reject(t, 0x04, ISCSI_OP_SNACK);
+    send_snack(t, SNACK_DATA, itt, 8, 3);
+    expect_reject(t, 0x04, ISCSI_OP_SNACK);
+    /* a Status SNACK for a status that went out in the last Data-In: that PDU again */
+    send_snack(t, SNACK_STATUS, ISCSI_RSVD_TAG, k[9].r.statsn, 1);
+    struct tgt_rsp d = expect(t, ISCSI_OP_DATA_IN);
+    assert_replica(&k[9], &d);
+    /* DataACK: this target never sets the A bit */
+    send_snack(t, SNACK_DATA_ACK, ISCSI_RSVD_TAG, 1, 0);
+    expect_reject(t, 0x08, ISCSI_OP_SNACK);
+    assert_false(tgt_closed(t));
+    tgt_free(t);
+}
+
+/* Status SNACK with RunLength 0: every unacknowledged SCSI status from BegRun, in order. */
+static void test_erl1_status_snack_run(void **state)
+{
+    (void)state;
+    struct tgt *t = up_erl1(false);
+    tgt_hold_expstatsn(t, true);
+    struct kept k[3];
+    for (int i = 0; i < 3; i++) {
+        uint32_t itt = send_tur(t, tgt_next_cmdsn(t), false);
+        struct tgt_rsp r = expect_good(t, itt);
+        keep(&k[i], &r);
+    }
+    send_snack(t, SNACK_STATUS, ISCSI_RSVD_TAG, k[1].r.statsn, 0);
+    for (int i = 1; i < 3; i++) {
+        struct tgt_rsp r = expect(t, ISCSI_OP_SCSI_RSP);
+        assert_replica(&k[i], &r);
+    }
+    expect_none(t);
+    /* ExpStatSN past the first only: the others stay */
+    ack_statsn(t, k[1].r.statsn);
+    send_snack(t, SNACK_STATUS, ISCSI_RSVD_TAG, k[0].r.statsn, 1);
+    expect_reject(t, 0x04, ISCSI_OP_SNACK);
+    send_snack(t, SNACK_STATUS, ISCSI_RSVD_TAG, k[2].r.statsn, 1);
+    struct tgt_rsp r = expect(t, ISCSI_OP_SCSI_RSP);
+    assert_replica(&k[2], &r);
+    tgt_free(t);
+}
+
+/* A command retried with its ITT and CmdSN (§6.2.1): answered again from the retained task
+ * while unacknowledged (the read's Data-In and status, exact replicas), ignored after. */
+static void test_erl1_command_retry(void **state)
+{
+    (void)state;
+    struct tgt *t = up_erl1(false);
+    static uint8_t buf[40960];
+    fill(buf, sizeof(buf), 5);
+    assert_int_equal(write_blocks(t, 100, buf, sizeof(buf)).status, 0);
+    tgt_hold_expstatsn(t, true);
+    static struct kept k[10];
+    uint32_t sn = tgt_peek_cmdsn(t);
+    uint32_t itt = read_40k(t, k);
+    uint8_t cdb[16];
+    tgt_cdb_rw10(cdb, READ10, 100, 80);
+    struct tgt_pdu p;
+    tgt_pdu_scsi_cmd(&p, itt, sn, cdb, 40960, ISCSI_FLAG_FINAL | ISCSI_CMD_READ, NULL, 0);
+    tgt_send(t, &p);
+    for (uint32_t i = 0; i < 10; i++) {
+        struct tgt_rsp d = expect(t, ISCSI_OP_DATA_IN);
+        assert_replica(&k[i], &d);
+    }
+    expect_none(t);
+    /* the window did not move for the retry */
+    uint32_t next = send_tur(t, tgt_next_cmdsn(t), false);
+    struct tgt_rsp r = expect_good(t, next);
+    assert_int_equal(r.expcmdsn, sn + 2);
+    /* acknowledged: a retry now is a stale duplicate, ignored */
+    ack_statsn(t, r.statsn + 1);
+    tgt_send(t, &p);
+    expect_none(t);
+    assert_false(tgt_closed(t));
+    tgt_free(t);
+}
+
+/* A Data-Out lost on the way (its header digest failed, so it never arrived): the next one of
+ * the sequence is taken at its offset and the hole solicited again by a recovery R2T (§7.9). */
+static void test_erl1_data_out_gap_recovery_r2t(void **state)
+{
+    (void)state;
+    struct tgt *t = up_erl1(false);
+    static uint8_t buf[24576], back[24576];
+    fill(buf, sizeof(buf), 9);
+    uint8_t cdb[16];
+    tgt_cdb_rw10(cdb, WRITE10, 200, 48);
+    struct tgt_pdu p;
+    uint32_t itt = tgt_new_itt(t);
+    tgt_pdu_scsi_cmd(&p, itt, tgt_next_cmdsn(t), cdb, sizeof(buf),
+                     ISCSI_FLAG_FINAL | ISCSI_CMD_WRITE, buf, 8192);
+    tgt_send(t, &p);
+    struct tgt_rsp r0 = expect(t, ISCSI_OP_R2T);
+    expect_none(t);
+    assert_int_equal(r0.offset, 8192);
+    assert_int_equal(r0.desired_len, 16384);
+    /* DataSN 0, (1 lost), 2, 3 */
+    for (uint32_t sn = 0; sn < 4; sn++) {
+        if (sn == 1)
+            continue;
+        uint32_t off = 8192 + sn * 4096;
+        tgt_pdu_data_out(&p, itt, r0.ttt, sn, off, buf + off, 4096, sn == 3);
+        tgt_send(t, &p);
+    }
+    struct tgt_rsp rr = expect(t, ISCSI_OP_R2T);
+    expect_none(t);
+    assert_int_equal(rr.itt, itt);
+    assert_int_not_equal(rr.ttt, r0.ttt);
+    assert_int_equal(rr.datasn, 1); /* the next R2TSN */
+    assert_int_equal(rr.offset, 12288);
+    assert_int_equal(rr.desired_len, 4096);
+    answer_r2t(t, &rr, buf, 4096);
+    struct tgt_rsp r = expect_good(t, itt);
+    assert_int_equal(r.datasn, 2); /* ExpDataSN: two R2Ts */
+    /* the data is whole */
+    tgt_cdb_rw10(cdb, READ10, 200, 48);
+    itt = tgt_new_itt(t);
+    tgt_pdu_scsi_cmd(&p, itt, tgt_next_cmdsn(t), cdb, sizeof(back),
+                     ISCSI_FLAG_FINAL | ISCSI_CMD_READ, NULL, 0);
+    tgt_send(t, &p);
+    for (uint32_t k = 0; k < 6; k++) {
+        struct tgt_rsp d = expect(t, ISCSI_OP_DATA_IN);
+        memcpy(back + d.offset, d.data, d.dlen);
+    }
+    assert_memory_equal(back, buf, sizeof(buf));
+    tgt_free(t);
+}
+
+/* A Data-Out with a bad data digest: Reject 0x02 with its header, its payload discarded, and
+ * a recovery R2T for its range once MaxOutstandingR2T allows; the data ends up right (§7.8). */
+static void test_erl1_data_out_bad_digest(void **state)
+{
+    (void)state;
+    struct tgt *t = up_erl1(true);
+    static uint8_t buf[40960], back[40960];
+    fill(buf, sizeof(buf), 13);
+    uint8_t cdb[16];
+    tgt_cdb_rw10(cdb, WRITE10, 300, 80);
+    struct tgt_pdu p;
+    uint32_t itt = tgt_new_itt(t);
+    tgt_pdu_scsi_cmd(&p, itt, tgt_next_cmdsn(t), cdb, sizeof(buf),
+                     ISCSI_FLAG_FINAL | ISCSI_CMD_WRITE, buf, 8192);
+    tgt_send(t, &p);
+    struct tgt_rsp r0 = expect(t, ISCSI_OP_R2T);
+    struct tgt_rsp r1 = expect(t, ISCSI_OP_R2T);
+    expect_none(t);
+    for (uint32_t sn = 0; sn < 4; sn++) {
+        uint32_t off = r0.offset + sn * 4096;
+        tgt_pdu_data_out(&p, itt, r0.ttt, sn, off, buf + off, 4096, sn == 3);
+        p.bad_digest = sn == 2;
+        tgt_send(t, &p);
+        if (sn == 2) {
+            struct tgt_rsp rj = expect(t, ISCSI_OP_REJECT);
+            assert_int_equal(rj.reason, 0x02);
+            assert_int_equal(rj.dlen, ISCSI_BHS_LEN);
+            assert_int_equal(rj.data[0] & 0x3f, ISCSI_OP_DATA_OUT);
+            assert_int_equal(get_be32(rj.data + BHS_DATASN), 2);
+            expect_none(t); /* two R2Ts out already (MaxOutstandingR2T) */
+        }
+    }
+    /* r0's sequence closed: the recovery R2T goes before any new range */
+    struct tgt_rsp rr = expect(t, ISCSI_OP_R2T);
+    expect_none(t);
+    assert_int_equal(rr.datasn, 2);
+    assert_int_equal(rr.offset, r0.offset + 8192);
+    assert_int_equal(rr.desired_len, 4096);
+    answer_r2t(t, &r1, buf, 4096);
+    expect_none(t);
+    answer_r2t(t, &rr, buf, 4096);
+    struct tgt_rsp r = expect_good(t, itt);
+    assert_int_equal(r.datasn, 3);
+    tgt_cdb_rw10(cdb, READ10, 300, 80);
+    itt = tgt_new_itt(t);
+    tgt_pdu_scsi_cmd(&p, itt, tgt_next_cmdsn(t), cdb, sizeof(back),
+                     ISCSI_FLAG_FINAL | ISCSI_CMD_READ, NULL, 0);
+    tgt_send(t, &p);
+    for (uint32_t k = 0; k < 10; k++) {
+        struct tgt_rsp d = expect(t, ISCSI_OP_DATA_IN);
+        memcpy(back + d.offset, d.data, d.dlen);
+    }
+    assert_memory_equal(back, buf, sizeof(buf));
+    tgt_free(t);
+}
+
+/* Immediate data with a bad digest: Reject 0x02, the command discarded and its CmdSN not
+ * received (§7.3): the retry with the same CmdSN and ITT runs. */
+static void test_erl1_command_bad_digest_retried(void **state)
+{
+    (void)state;
+    struct tgt *t = up_erl1(true);
+    static uint8_t buf[4096], back[4096];
+    fill(buf, sizeof(buf), 21);
+    uint8_t cdb[16];
+    tgt_cdb_rw10(cdb, WRITE10, 400, 8);
+    struct tgt_pdu p;
+    uint32_t itt = tgt_new_itt(t);
+    uint32_t sn = tgt_next_cmdsn(t);
+    tgt_pdu_scsi_cmd(&p, itt, sn, cdb, sizeof(buf), ISCSI_FLAG_FINAL | ISCSI_CMD_WRITE, buf,
+                     sizeof(buf));
+    p.bad_digest = true;
+    tgt_send(t, &p);
+    struct tgt_rsp rj = expect(t, ISCSI_OP_REJECT);
+    expect_none(t);
+    assert_int_equal(rj.reason, 0x02);
+    assert_int_equal(rj.data[0] & 0x3f, ISCSI_OP_SCSI_CMD);
+    assert_int_equal(rj.expcmdsn, sn); /* not received */
+    p.bad_digest = false;
+    tgt_send(t, &p);
+    struct tgt_rsp r = expect_good(t, itt);
+    assert_int_equal(r.expcmdsn, sn + 1);
+    tgt_cdb_rw10(cdb, READ10, 400, 8);
+    itt = tgt_new_itt(t);
+    tgt_pdu_scsi_cmd(&p, itt, tgt_next_cmdsn(t), cdb, sizeof(back),
+                     ISCSI_FLAG_FINAL | ISCSI_CMD_READ, NULL, 0);
+    tgt_send(t, &p);
+    struct tgt_rsp d = expect(t, ISCSI_OP_DATA_IN);
+    assert_int_equal(d.dlen, sizeof(back));
+    assert_memory_equal(d.data, buf, sizeof(buf));
+    tgt_free(t);
+}
+
+/* R2T SNACK: an R2T the initiator missed comes again as an exact replica (§11.16). */
+static void test_erl1_r2t_snack(void **state)
+{
+    (void)state;
+    struct tgt *t = up_erl1(false);
+    static uint8_t buf[49152];
+    fill(buf, sizeof(buf), 17);
+    uint8_t cdb[16];
+    tgt_cdb_rw10(cdb, WRITE10, 500, 96);
+    struct tgt_pdu p;
+    uint32_t itt = tgt_new_itt(t);
+    tgt_pdu_scsi_cmd(&p, itt, tgt_next_cmdsn(t), cdb, sizeof(buf),
+                     ISCSI_FLAG_FINAL | ISCSI_CMD_WRITE, buf, 8192);
+    tgt_send(t, &p);
+    struct tgt_rsp r0 = expect(t, ISCSI_OP_R2T);
+    struct tgt_rsp r1 = expect(t, ISCSI_OP_R2T);
+    struct kept k;
+    keep(&k, &r1);
+    send_snack(t, SNACK_DATA, itt, 1, 1);
+    struct tgt_rsp again = expect(t, ISCSI_OP_R2T);
+    assert_replica(&k, &again);
+    expect_none(t);
+    /* an R2TSN never sent */
+    send_snack(t, SNACK_DATA, itt, 5, 1);
+    expect_reject(t, 0x04, ISCSI_OP_SNACK);
+    answer_r2t(t, &r0, buf, 4096);
+    struct tgt_rsp r2 = expect(t, ISCSI_OP_R2T);
+    /* R2TSN 0 was answered in full: acknowledged */
+    send_snack(t, SNACK_DATA, itt, 0, 1);
+    expect_reject(t, 0x04, ISCSI_OP_SNACK);
+    answer_r2t(t, &r1, buf, 4096);
+    answer_r2t(t, &r2, buf, 4096);
+    expect_good(t, itt);
+    tgt_free(t);
+}
+
+/* At ERL 0 nothing is retained: a Status SNACK is still "command not supported". */
+static void test_erl0_snack_unchanged(void **state)
+{
+    (void)state;
+    struct tgt *t = up();
+    uint32_t itt = send_tur(t, tgt_next_cmdsn(t), false);
+    struct tgt_rsp r = expect_good(t, itt);
+    send_snack(t, SNACK_STATUS, ISCSI_RSVD_TAG, r.statsn, 1);
+    expect_reject(t, 0x05, ISCSI_OP_SNACK);
+    tgt_free(t);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1046,6 +1466,15 @@ int main(void)
         cmocka_unit_test(test_logout_remove_for_recovery),
         cmocka_unit_test(test_reject_unknown_opcode),
         cmocka_unit_test(test_reject_snack_at_erl0),
+        cmocka_unit_test(test_erl1_retained_until_expstatsn),
+        cmocka_unit_test(test_erl1_data_snack_replicas),
+        cmocka_unit_test(test_erl1_status_snack_run),
+        cmocka_unit_test(test_erl1_command_retry),
+        cmocka_unit_test(test_erl1_data_out_gap_recovery_r2t),
+        cmocka_unit_test(test_erl1_data_out_bad_digest),
+        cmocka_unit_test(test_erl1_command_bad_digest_retried),
+        cmocka_unit_test(test_erl1_r2t_snack),
+        cmocka_unit_test(test_erl0_snack_unchanged),
         cmocka_unit_test(test_reject_login_in_ffp),
         cmocka_unit_test(test_oversized_data_segment_closes),
         cmocka_unit_test(test_bytewise_feed),

@@ -14,6 +14,7 @@
 
 #include "iscsi/conn.h"
 #include "reactor/reactor.h"
+#include "util/crc32c.h"
 #include "target/target.h"
 
 #define TGT_TURNS_MAX 10000 /* a reactor that never goes idle is a bug in the test or code */
@@ -27,6 +28,8 @@ struct tgt {
     uint32_t cmdsn, exp_statsn, next_itt;
     uint32_t login_exp, login_max, target_mrdsl;
     uint16_t tsih;
+    bool ddigest;        /* DataDigest=CRC32C negotiated */
+    bool hold_expstatsn; /* tgt_recv() leaves exp_statsn alone */
     /* what the connection wrote and tgt_recv() has not parsed yet */
     uint8_t *rx;
     size_t rx_len, rx_cap;
@@ -105,7 +108,8 @@ size_t tgt_feed(struct tgt *t, const void *bytes, size_t len)
 void tgt_send(struct tgt *t, const struct tgt_pdu *p)
 {
     uint32_t padded = ISCSI_PAD(p->dlen);
-    size_t len = ISCSI_BHS_LEN + padded;
+    uint32_t digest = t->ddigest && p->dlen ? ISCSI_DIGEST_LEN : 0;
+    size_t len = ISCSI_BHS_LEN + padded + digest;
     uint8_t *buf = calloc(1, len);
     assert_non_null(buf);
     memcpy(buf, p->bhs.b, ISCSI_BHS_LEN);
@@ -113,6 +117,12 @@ void tgt_send(struct tgt *t, const struct tgt_pdu *p)
     put_be32(buf + BHS_EXPSTATSN, t->exp_statsn);
     if (p->dlen)
         memcpy(buf + ISCSI_BHS_LEN, p->data, p->dlen);
+    if (digest) { /* over data and pad, as it goes on the wire (RFC 7143 §13.1) */
+        uint32_t crc = crc32c(buf + ISCSI_BHS_LEN, padded);
+        if (p->bad_digest)
+            crc ^= 0x1;
+        memcpy(buf + ISCSI_BHS_LEN + padded, &crc, ISCSI_DIGEST_LEN);
+    }
     tgt_feed(t, buf, len);
     free(buf);
 }
@@ -124,8 +134,9 @@ static size_t rx_pdu_len(const struct tgt *t)
 {
     if (t->rx_len < ISCSI_BHS_LEN)
         return 0;
-    size_t len = ISCSI_BHS_LEN + t->rx[BHS_TOTAL_AHS_LEN] * 4u +
-                 ISCSI_PAD(get_be24(t->rx + BHS_DATA_SEG_LEN));
+    uint32_t dlen = get_be24(t->rx + BHS_DATA_SEG_LEN);
+    size_t len = ISCSI_BHS_LEN + t->rx[BHS_TOTAL_AHS_LEN] * 4u + ISCSI_PAD(dlen) +
+                 (t->ddigest && dlen ? ISCSI_DIGEST_LEN : 0);
     return t->rx_len >= len ? len : 0;
 }
 
@@ -136,8 +147,9 @@ unsigned tgt_pending(struct tgt *t)
     size_t off = 0;
     while (t->rx_len - off >= ISCSI_BHS_LEN) {
         const uint8_t *h = t->rx + off;
-        size_t len =
-            ISCSI_BHS_LEN + h[BHS_TOTAL_AHS_LEN] * 4u + ISCSI_PAD(get_be24(h + BHS_DATA_SEG_LEN));
+        uint32_t dlen = get_be24(h + BHS_DATA_SEG_LEN);
+        size_t len = ISCSI_BHS_LEN + h[BHS_TOTAL_AHS_LEN] * 4u + ISCSI_PAD(dlen) +
+                     (t->ddigest && dlen ? ISCSI_DIGEST_LEN : 0);
         if (t->rx_len - off < len)
             break;
         off += len;
@@ -195,6 +207,12 @@ bool tgt_recv(struct tgt *t, struct tgt_rsp *r)
     assert_non_null(t->last);
     memcpy(t->last, t->rx + ISCSI_BHS_LEN + h->b[BHS_TOTAL_AHS_LEN] * 4u, r->dlen);
     r->data = t->last;
+    if (t->ddigest && r->dlen) { /* the target's data digest must be right */
+        const uint8_t *seg = t->rx + ISCSI_BHS_LEN + h->b[BHS_TOTAL_AHS_LEN] * 4u;
+        uint32_t crc = crc32c(seg, ISCSI_PAD(r->dlen)), got;
+        memcpy(&got, seg + ISCSI_PAD(r->dlen), ISCSI_DIGEST_LEN);
+        assert_int_equal(got, crc);
+    }
     memmove(t->rx, t->rx + len, t->rx_len - len);
     t->rx_len -= len;
     /* A response that carries a StatSN advances the initiator's ExpStatSN (§4.2.2.2); NOP-In
@@ -204,11 +222,26 @@ bool tgt_recv(struct tgt *t, struct tgt_rsp *r)
                       r->opcode == ISCSI_OP_REJECT || r->opcode == ISCSI_OP_LOGIN_RSP ||
                       (r->opcode == ISCSI_OP_NOP_IN && r->itt != ISCSI_RSVD_TAG) ||
                       (r->opcode == ISCSI_OP_DATA_IN && (r->flags & ISCSI_DATAIN_STATUS));
-    if (has_statsn)
+    if (has_statsn && !t->hold_expstatsn && !sn_lt(r->statsn, t->exp_statsn))
         t->exp_statsn = r->statsn + 1;
     if (r->opcode == ISCSI_OP_SCSI_RSP)
         parse_sense(r);
     return true;
+}
+
+void tgt_hold_expstatsn(struct tgt *t, bool hold)
+{
+    t->hold_expstatsn = hold;
+}
+
+void tgt_set_expstatsn(struct tgt *t, uint32_t expstatsn)
+{
+    t->exp_statsn = expstatsn;
+}
+
+uint32_t tgt_expstatsn(const struct tgt *t)
+{
+    return t->exp_statsn;
 }
 
 bool tgt_closed(const struct tgt *t)
@@ -342,6 +375,11 @@ static void build_target(struct tgt *t, const struct tgt_opts *o)
     if (target_build(&t->cfg, &t->built, err, sizeof(err)) < 0)
         fail_msg("target_build: %s", err);
     assert_int_equal(iscsi_server_init(&t->srv), 0);
+    if (o->erl) {
+        /* the config refuses a level above ISCSI_ERL_IMPLEMENTED; the test sets it itself */
+        iscsi_target_erl_max = o->erl;
+        t->built.nodes[0]->params.erl = o->erl;
+    }
     iscsi_server_set_nodes(&t->srv, t->built.nodes, t->built.n);
     t->srv.reactors = &t->r;
     t->srv.nreactors = 1;
@@ -366,10 +404,11 @@ static void login(struct tgt *t, const struct tgt_opts *o)
     char text[1024];
     int n = snprintf(text, sizeof(text),
                      "InitiatorName=%s%cTargetName=%s%cSessionType=Normal%c"
-                     "HeaderDigest=None%cDataDigest=None%cErrorRecoveryLevel=0%c"
+                     "HeaderDigest=None%cDataDigest=%s%cErrorRecoveryLevel=%u%c"
                      "ImmediateData=%s%cInitialR2T=%s%cFirstBurstLength=%u%c"
                      "MaxBurstLength=%u%cMaxRecvDataSegmentLength=%u%cMaxOutstandingR2T=%u",
-                     TGT_INITIATOR_NAME, 0, TGT_TARGET_NAME, 0, 0, 0, 0, 0,
+                     TGT_INITIATOR_NAME, 0, TGT_TARGET_NAME, 0, 0, 0,
+                     o->data_digest ? "CRC32C" : "None", 0, o->erl, 0,
                      o->immediate_data ? "Yes" : "No", 0, o->initial_r2t ? "Yes" : "No", 0,
                      o->first_burst, 0, o->max_burst, 0, o->mrdsl, 0, o->max_outstanding_r2t);
     assert_true(n > 0 && (size_t)n < sizeof(text));
@@ -391,6 +430,13 @@ static void login(struct tgt *t, const struct tgt_opts *o)
     const char *v = text_value(r.data, r.dlen, "MaxRecvDataSegmentLength");
     assert_non_null(v);
     t->target_mrdsl = (uint32_t)strtoul(v, NULL, 10);
+    v = text_value(r.data, r.dlen, "ErrorRecoveryLevel");
+    assert_non_null(v);
+    assert_int_equal(strtoul(v, NULL, 10), o->erl);
+    v = text_value(r.data, r.dlen, "DataDigest");
+    assert_non_null(v);
+    assert_string_equal(v, o->data_digest ? "CRC32C" : "None");
+    t->ddigest = o->data_digest; /* from the first PDU after the final Login Response */
     assert_false(tgt_recv(t, &r));
     assert_false(tgt_closed(t));
 }
@@ -436,6 +482,7 @@ void tgt_free(struct tgt *t)
     target_built_free(&t->built);
     target_config_free(&t->cfg);
     reactor_destroy(t->r);
+    iscsi_target_erl_max = ISCSI_ERL_IMPLEMENTED;
     free(t->rx);
     free(t->last);
     free(t);

@@ -29,10 +29,14 @@ struct tgt_opts {
     uint32_t max_outstanding_r2t;
     uint32_t lun_mib; /* size of LUN 0 (RAM) */
     uint32_t cmdsn;   /* CmdSN of the Login Request: the first command's (§11.12.7) */
+    /* ErrorRecoveryLevel offered (and made possible on the target for this test only, past
+     * ISCSI_ERL_IMPLEMENTED: the recovery paths are tested before the level is enabled) */
+    uint8_t erl;
+    bool data_digest; /* DataDigest=CRC32C both ways */
 };
 
 /* ImmediateData=Yes, InitialR2T=No, FirstBurstLength 8 KiB, MaxBurstLength 16 KiB, MRDSL 4 KiB,
- * MaxOutstandingR2T 2, a 4 MiB LUN, CmdSN 1. */
+ * MaxOutstandingR2T 2, a 4 MiB LUN, CmdSN 1, ERL 0, no digests. */
 void tgt_opts_default(struct tgt_opts *o);
 
 struct tgt;
@@ -64,6 +68,7 @@ struct tgt_pdu {
     struct iscsi_bhs bhs;
     const void *data;
     uint32_t dlen;
+    bool bad_digest; /* with DataDigest on: send a wrong data digest */
 };
 
 /* SCSI Command on LUN 0: flags are ISCSI_FLAG_FINAL / ISCSI_CMD_READ / ISCSI_CMD_WRITE
@@ -95,6 +100,12 @@ void tgt_send(struct tgt *t, const struct tgt_pdu *p);
 /* Feed raw bytes (a header alone, a PDU split anywhere), then as tgt_send. Returns the bytes
  * the connection took. */
 size_t tgt_feed(struct tgt *t, const void *bytes, size_t len);
+
+/* ExpStatSN of the requests: by default each answer with a StatSN advances it (§4.2.2.2);
+ * held, it stays where it is (an initiator that has not acknowledged), or is set at will. */
+void tgt_hold_expstatsn(struct tgt *t, bool hold);
+void tgt_set_expstatsn(struct tgt *t, uint32_t expstatsn);
+uint32_t tgt_expstatsn(const struct tgt *t);
 
 /* ---- answers ---- */
 
