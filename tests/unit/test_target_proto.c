@@ -1418,6 +1418,59 @@ static void test_erl1_r2t_snack(void **state)
     tgt_free(t);
 }
 
+/* The final Data-Out of a sequence lost: the sequence never closes, and after the stall
+ * deadline the missing range is solicited again under a new TTT; what still comes for the old
+ * TTT is dropped without closing the connection (§7.9). */
+static void test_erl1_data_out_stall(void **state)
+{
+    (void)state;
+    struct tgt *t = up_erl1(false);
+    static uint8_t buf[24576], back[24576];
+    fill(buf, sizeof(buf), 33);
+    uint8_t cdb[16];
+    tgt_cdb_rw10(cdb, WRITE10, 600, 48);
+    struct tgt_pdu p;
+    uint32_t itt = tgt_new_itt(t);
+    tgt_pdu_scsi_cmd(&p, itt, tgt_next_cmdsn(t), cdb, sizeof(buf),
+                     ISCSI_FLAG_FINAL | ISCSI_CMD_WRITE, buf, 8192);
+    tgt_send(t, &p);
+    struct tgt_rsp r0 = expect(t, ISCSI_OP_R2T);
+    for (uint32_t sn = 0; sn < 3; sn++) { /* DataSN 3, the final one, lost */
+        uint32_t off = r0.offset + sn * 4096;
+        tgt_pdu_data_out(&p, itt, r0.ttt, sn, off, buf + off, 4096, false);
+        tgt_send(t, &p);
+    }
+    expect_none(t);
+    tgt_timer_after(t, 100); /* not stalled yet */
+    expect_none(t);
+    tgt_timer_after(t, 5000);
+    struct tgt_rsp rr = expect(t, ISCSI_OP_R2T);
+    expect_none(t);
+    assert_int_not_equal(rr.ttt, r0.ttt);
+    assert_int_equal(rr.datasn, 1);
+    assert_int_equal(rr.offset, r0.offset + 12288);
+    assert_int_equal(rr.desired_len, 4096);
+    /* the lost PDU turns up late: dropped */
+    uint32_t off = r0.offset + 12288;
+    tgt_pdu_data_out(&p, itt, r0.ttt, 3, off, buf + off, 4096, true);
+    tgt_send(t, &p);
+    expect_none(t);
+    assert_false(tgt_closed(t));
+    answer_r2t(t, &rr, buf, 4096);
+    expect_good(t, itt);
+    tgt_cdb_rw10(cdb, READ10, 600, 48);
+    itt = tgt_new_itt(t);
+    tgt_pdu_scsi_cmd(&p, itt, tgt_next_cmdsn(t), cdb, sizeof(back),
+                     ISCSI_FLAG_FINAL | ISCSI_CMD_READ, NULL, 0);
+    tgt_send(t, &p);
+    for (uint32_t k = 0; k < 6; k++) {
+        struct tgt_rsp d = expect(t, ISCSI_OP_DATA_IN);
+        memcpy(back + d.offset, d.data, d.dlen);
+    }
+    assert_memory_equal(back, buf, sizeof(buf));
+    tgt_free(t);
+}
+
 /* At ERL 0 nothing is retained: a Status SNACK is still "command not supported". */
 static void test_erl0_snack_unchanged(void **state)
 {
@@ -1474,6 +1527,7 @@ int main(void)
         cmocka_unit_test(test_erl1_data_out_bad_digest),
         cmocka_unit_test(test_erl1_command_bad_digest_retried),
         cmocka_unit_test(test_erl1_r2t_snack),
+        cmocka_unit_test(test_erl1_data_out_stall),
         cmocka_unit_test(test_erl0_snack_unchanged),
         cmocka_unit_test(test_reject_login_in_ffp),
         cmocka_unit_test(test_oversized_data_segment_closes),

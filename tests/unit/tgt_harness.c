@@ -229,6 +229,14 @@ bool tgt_recv(struct tgt *t, struct tgt_rsp *r)
     return true;
 }
 
+void tgt_timer_after(struct tgt *t, unsigned ms)
+{
+    int rc = cmd_check_stalled(t->conn, reactor_now_ms() + ms);
+    conn_fail(t->conn, rc);
+    run_until_idle(t);
+    collect_tx(t);
+}
+
 void tgt_hold_expstatsn(struct tgt *t, bool hold)
 {
     t->hold_expstatsn = hold;

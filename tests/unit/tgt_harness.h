@@ -107,6 +107,10 @@ void tgt_hold_expstatsn(struct tgt *t, bool hold);
 void tgt_set_expstatsn(struct tgt *t, uint32_t expstatsn);
 uint32_t tgt_expstatsn(const struct tgt *t);
 
+/* What the connection's once-a-second timer does at ERL >= 1 after `ms` more milliseconds
+ * (the Data-Out stall check), then the answers collected as after tgt_send(). */
+void tgt_timer_after(struct tgt *t, unsigned ms);
+
 /* ---- answers ---- */
 
 struct tgt_rsp {
