@@ -1125,6 +1125,7 @@ void cmd_conn_teardown(struct iscsi_conn *c)
         c->nretained--;
         task_put(list_entry(n, struct iscsi_task, retained_node));
     }
+    snack_conn_cleanup(c);
     list_for_each_safe(n, tmp, &c->tasks)
     {
         struct iscsi_task *t = list_entry(n, struct iscsi_task, node);

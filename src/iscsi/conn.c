@@ -349,6 +349,8 @@ void conn_send(struct iscsi_conn *c, struct tx_pdu *p)
         memcpy(p->trailer + pad, &crc, 4);
         p->trailer_len += 4;
     }
+    if (conn_erl(c) >= 1)
+        snack_keep_response(c, h, p->data, p->datacnt, p->dlen);
     list_add_tail(&c->txq, &p->node);
     c->tx_backlog += tx_charge(p);
     reactor_defer(c->reactor, &c->flush_hook, conn_flush, c);

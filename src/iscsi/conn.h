@@ -265,6 +265,11 @@ struct iscsi_conn {
      * as ExpStatSN advances (§4.2.2.2). */
     struct list_node retained;
     unsigned nretained;
+    /* ERL >= 1: copies of the last responses that used a StatSN and are not a task's (Reject,
+     * NOP-In, TMF, Text, Logout), for a Status SNACK (snack.c); allocated on first use. */
+    struct rsp_copy *rsp_ring;
+    unsigned rsp_ring_next;
+    bool rsp_resending;
 
     /* --inject (the server's, handed over at accept): kill-connection runs on inject_timer,
      * digest-error and drop-pdu are for the transmit path */
@@ -516,6 +521,11 @@ uint32_t cmd_data_in_count(const struct iscsi_task *t);
 
 /* snack.c: the SNACK Request handler (RFC 7143 §11.16). */
 int snack_handle(struct iscsi_conn *c, struct iscsi_pdu_in *p);
+/* ERL >= 1: a response about to be queued; one that used a StatSN and answers no task is
+ * copied for a Status SNACK (the last ISCSI_RSP_RING of them). */
+void snack_keep_response(struct iscsi_conn *c, const struct iscsi_bhs *h, const struct iovec *data,
+                         int datacnt, uint32_t dlen);
+void snack_conn_cleanup(struct iscsi_conn *c);
 
 /* tmf.c */
 int tmf_handle(struct iscsi_conn *c, struct iscsi_pdu_in *p);

@@ -7,6 +7,8 @@
  * Protocol Error (§11.16: MUST). At ERL 0 the dispatcher answers SNACK with "command not
  * supported" and never comes here. */
 #include <assert.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "iscsi/conn.h"
 #include "util/log.h"
@@ -20,6 +22,88 @@ enum snack_type {
     SNACK_DATA_ACK = 2,
     SNACK_RDATA = 3,
 };
+
+/* Responses kept besides the tasks: few are in flight at once (a TMF, a NOP-In, a Reject). A
+ * Status SNACK for one overwritten meanwhile gets nothing back. */
+#define ISCSI_RSP_RING 16u
+
+struct rsp_copy {
+    uint32_t statsn;
+    bool used;
+    struct iscsi_bhs bhs;
+    uint8_t *data;
+    uint32_t dlen;
+};
+
+static bool keeps_response(const struct iscsi_bhs *h)
+{
+    switch (bhs_opcode(h)) {
+    case ISCSI_OP_NOP_IN: /* an answer to a NOP-Out; a ping (ITT reserved) takes no StatSN */
+        return bhs_get32(h, BHS_ITT) != ISCSI_RSVD_TAG;
+    case ISCSI_OP_REJECT:
+    case ISCSI_OP_TMF_RSP:
+    case ISCSI_OP_TEXT_RSP:
+    case ISCSI_OP_LOGOUT_RSP:
+        return true;
+    default:
+        return false; /* SCSI Response and Data-In: rebuilt from the retained task */
+    }
+}
+
+void snack_keep_response(struct iscsi_conn *c, const struct iscsi_bhs *h, const struct iovec *data,
+                         int datacnt, uint32_t dlen)
+{
+    if (c->rsp_resending || !keeps_response(h))
+        return;
+    if (!c->rsp_ring) {
+        c->rsp_ring = calloc(ISCSI_RSP_RING, sizeof(*c->rsp_ring));
+        if (!c->rsp_ring)
+            return; /* kept nothing: a SNACK for it gets nothing, as for one overwritten */
+    }
+    struct rsp_copy *k = &c->rsp_ring[c->rsp_ring_next++ % ISCSI_RSP_RING];
+    free(k->data);
+    *k = (struct rsp_copy){.statsn = bhs_get32(h, BHS_STATSN), .bhs = *h};
+    if (dlen) {
+        k->data = malloc(dlen);
+        if (!k->data)
+            return;
+        uint32_t off = 0;
+        for (int i = 0; i < datacnt && off < dlen; i++) {
+            uint32_t n = data[i].iov_len < dlen - off ? (uint32_t)data[i].iov_len : dlen - off;
+            memcpy(k->data + off, data[i].iov_base, n);
+            off += n;
+        }
+        k->dlen = dlen;
+    }
+    k->used = true;
+}
+
+void snack_conn_cleanup(struct iscsi_conn *c)
+{
+    if (!c->rsp_ring)
+        return;
+    for (unsigned i = 0; i < ISCSI_RSP_RING; i++)
+        free(c->rsp_ring[i].data);
+    free(c->rsp_ring);
+    c->rsp_ring = NULL;
+}
+
+/* A kept response again: the same header and data but for the current ExpCmdSN and MaxCmdSN
+ * (§11.16). Queued through conn_send, which copies it into the ring once more (same StatSN). */
+static int resend_copy(struct iscsi_conn *c, const struct rsp_copy *k)
+{
+    struct tx_pdu *p = conn_pdu_new(c, bhs_opcode(&k->bhs), 0);
+    if (!p)
+        return ISCSI_ERR_NOMEM;
+    struct iscsi_bhs *h = (struct iscsi_bhs *)p->hdr;
+    *h = k->bhs;
+    conn_fill_sn(c, h, false);
+    bhs_put32(h, BHS_STATSN, k->statsn);
+    c->rsp_resending = true; /* the ring has it already */
+    int rc = conn_send_copy(c, p, k->data, k->dlen);
+    c->rsp_resending = false;
+    return rc;
+}
 
 static int snack_reject(struct iscsi_conn *c, const struct iscsi_bhs *req, uint8_t reason,
                         const char *why)
@@ -85,8 +169,8 @@ static int snack_data_r2t(struct iscsi_conn *c, const struct iscsi_bhs *req)
 
 /* Status SNACK: the numbered responses StatSN BegRun.. (RunLength 0: up to the last sent)
  * again, as exact replicas (§11.16). StatSNs below ExpStatSN were acknowledged; at or past our
- * StatSN never sent. Only SCSI responses are kept: a StatSN in the run that another response
- * carried (NOP-In, TMF, Text, Logout, Reject) is not re-sent. */
+ * StatSN never sent. SCSI responses come from the retained tasks, the others (NOP-In, TMF,
+ * Text, Logout, Reject) from the copies of the last ISCSI_RSP_RING of them. */
 static int snack_status(struct iscsi_conn *c, const struct iscsi_bhs *req)
 {
     uint32_t beg = bhs_get32(req, SNACK_BEGRUN);
@@ -96,13 +180,38 @@ static int snack_status(struct iscsi_conn *c, const struct iscsi_bhs *req)
         return snack_reject(c, req, ISCSI_REJECT_PROTOCOL_ERROR, "status acknowledged already");
     if (!sn_lt(beg, end) || sn_lt(c->statsn, end))
         return snack_reject(c, req, ISCSI_REJECT_PROTOCOL_ERROR, "status not sent");
+    /* the kept responses in the run, in StatSN order, merged with the retained tasks' */
+    const struct rsp_copy *kept[ISCSI_RSP_RING];
+    unsigned nkept = 0;
+    for (unsigned i = 0; c->rsp_ring && i < ISCSI_RSP_RING; i++) {
+        const struct rsp_copy *k = &c->rsp_ring[i];
+        if (!k->used || sn_lt(k->statsn, beg) || !sn_lt(k->statsn, end))
+            continue;
+        unsigned at = nkept++;
+        while (at && sn_lt(k->statsn, kept[at - 1]->statsn)) {
+            kept[at] = kept[at - 1];
+            at--;
+        }
+        kept[at] = k;
+    }
+    unsigned ki = 0;
     for (struct list_node *n = c->retained.next; n != &c->retained; n = n->next) {
         struct iscsi_task *t = list_entry(n, struct iscsi_task, retained_node);
         if (sn_lt(t->statsn, beg))
             continue;
         if (!sn_lt(t->statsn, end))
             break; /* the list is in StatSN order */
+        for (; ki < nkept && sn_lt(kept[ki]->statsn, t->statsn); ki++) {
+            int rc = resend_copy(c, kept[ki]);
+            if (rc < 0)
+                return rc;
+        }
         int rc = cmd_resend_status(c, t);
+        if (rc < 0)
+            return rc;
+    }
+    for (; ki < nkept; ki++) {
+        int rc = resend_copy(c, kept[ki]);
         if (rc < 0)
             return rc;
     }

@@ -1113,7 +1113,18 @@ static void test_erl1_retained_until_expstatsn(void **state)
     expect_none(t);
     /* a StatSN never sent */
     send_snack(t, SNACK_STATUS, ISCSI_RSVD_TAG, r.statsn + 1, 1);
-    expect_reject(t, 0x04, ISCSI_OP_SNACK);
+    struct tgt_rsp rj = expect(t, ISCSI_OP_REJECT);
+    assert_int_equal(rj.reason, 0x04);
+    assert_int_equal(rj.statsn, r.statsn + 1);
+    struct kept kr;
+    keep(&kr, &rj);
+    /* that Reject used a StatSN: a Status SNACK for it gets the Reject again */
+    send_snack(t, SNACK_STATUS, ISCSI_RSVD_TAG, r.statsn, 0);
+    again = expect(t, ISCSI_OP_SCSI_RSP);
+    assert_replica(&k, &again);
+    rj = expect(t, ISCSI_OP_REJECT);
+    assert_replica(&kr, &rj);
+    expect_none(t);
     /* acknowledged: released, and a SNACK for it is a protocol error */
     ack_statsn(t, r.statsn + 2); /* the Reject used StatSN r.statsn + 1 */
     send_snack(t, SNACK_STATUS, ISCSI_RSVD_TAG, r.statsn, 1);
