@@ -1048,6 +1048,8 @@ int cmd_check_stalled(struct iscsi_conn *c, uint64_t now_ms)
             continue;
         if (!t->r2t_outstanding && !t->unsol_remaining)
             continue;
+        if (c->rx_pdu.task == t)
+            continue; /* a Data-Out for it is arriving right now: not stalled */
         if (now_ms - t->data_out_ms < ISCSI_DATA_OUT_STALL_MS)
             continue;
         t->data_out_ms = now_ms;

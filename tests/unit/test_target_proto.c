@@ -1482,6 +1482,36 @@ static void test_erl1_data_out_stall(void **state)
     tgt_free(t);
 }
 
+/* R-Data SNACK (§11.16.3): the read's data again, cut to the current MRDSL, without the status
+ * in the last Data-In, then a SCSI Response with the SNACK Tag and the original StatSN. */
+static void test_erl1_rdata_snack(void **state)
+{
+    (void)state;
+    struct tgt *t = up_erl1(false);
+    static uint8_t buf[40960], back[40960];
+    fill(buf, sizeof(buf), 61);
+    assert_int_equal(write_blocks(t, 100, buf, sizeof(buf)).status, 0);
+    tgt_hold_expstatsn(t, true);
+    static struct kept k[10];
+    uint32_t itt = read_40k(t, k);
+    struct tgt_pdu p;
+    tgt_pdu_snack(&p, 3, itt, 0x5a5a0001, 0, 0);
+    tgt_send(t, &p);
+    for (uint32_t i = 0; i < 10; i++) {
+        struct tgt_rsp d = expect(t, ISCSI_OP_DATA_IN);
+        assert_int_equal(d.datasn, i);
+        assert_int_equal(d.flags & ISCSI_DATAIN_STATUS, 0);
+        memcpy(back + d.offset, d.data, d.dlen);
+    }
+    struct tgt_rsp r = expect_good(t, itt);
+    expect_none(t);
+    assert_int_equal(r.statsn, k[9].r.statsn);
+    assert_int_equal(r.ttt, 0x5a5a0001); /* SNACK Tag */
+    assert_int_equal(r.datasn, 10);      /* ExpDataSN */
+    assert_memory_equal(back, buf, sizeof(buf));
+    tgt_free(t);
+}
+
 /* At ERL 0 nothing is retained: a Status SNACK is still "command not supported". */
 static void test_erl0_snack_unchanged(void **state)
 {
@@ -1539,6 +1569,7 @@ int main(void)
         cmocka_unit_test(test_erl1_command_bad_digest_retried),
         cmocka_unit_test(test_erl1_r2t_snack),
         cmocka_unit_test(test_erl1_data_out_stall),
+        cmocka_unit_test(test_erl1_rdata_snack),
         cmocka_unit_test(test_erl0_snack_unchanged),
         cmocka_unit_test(test_reject_login_in_ffp),
         cmocka_unit_test(test_oversized_data_segment_closes),
