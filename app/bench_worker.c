@@ -36,6 +36,11 @@ struct worker {
     struct reactor *conn_r[LR_MAX_CONNECTIONS];
     struct lr_session *s;
     enum wstep step;
+    /* The main thread posts one step at a time (and waits for it), with step_msg; finish_msg
+     * brings the end of a cell to r, after_msg runs the session's destroy after its logout. */
+    struct reactor_msg step_msg, finish_msg, after_msg;
+    uint32_t cell_size; /* the cell the main thread posted */
+    enum bench_rw cell_rw;
     char err[256];
     bool failed;
     uint64_t lun_blocks;
@@ -124,6 +129,7 @@ static void fail_step(struct worker *w, const char *fmt, const char *detail)
 struct bench_loop {
     struct reactor *r;
     pthread_t th;
+    struct reactor_msg stop_msg;
 };
 
 static void *loop_thread(void *arg)
@@ -154,7 +160,7 @@ static void do_stop(void *arg)
 
 void bench_loop_stop(struct bench_loop *l)
 {
-    reactor_send(l->r, do_stop, l->r);
+    reactor_post(l->r, &l->stop_msg, do_stop, l->r);
     pthread_join(l->th, NULL);
     reactor_destroy(l->r);
     free(l);
@@ -285,7 +291,7 @@ static void do_login(void *arg)
 
 void worker_post_login(struct worker *w)
 {
-    reactor_send(w->r, do_login, w);
+    reactor_post(w->r, &w->step_msg, do_login, w);
 }
 
 /* ---- load cells ---- */
@@ -300,7 +306,7 @@ static void cell_maybe_done(struct worker *w)
         return;
     if (reactor_self() != w->r) {
         /* the last command completed on another connection's thread: the timers are r's */
-        reactor_send(w->r, cell_finish_msg, w);
+        reactor_post(w->r, &w->finish_msg, cell_finish_msg, w);
         return;
     }
     reactor_timer_stop(w->r, &w->timer);
@@ -410,19 +416,11 @@ static void kill_timer(void *arg)
     lr_session_conn_kill(w->s, 1);
 }
 
-struct cell_msg {
-    struct worker *w;
-    uint32_t size;
-    enum bench_rw rw;
-};
-
 static void do_cell(void *arg)
 {
-    struct cell_msg *m = arg;
-    struct worker *w = m->w;
-    w->size = m->size;
-    w->rw = m->rw;
-    free(m);
+    struct worker *w = arg;
+    w->size = w->cell_size;
+    w->rw = w->cell_rw;
     lr_session_lock(w->s);
     memset(&w->st, 0, sizeof(w->st));
     w->failed = false;
@@ -441,11 +439,9 @@ static void do_cell(void *arg)
 
 void worker_post_cell(struct worker *w, uint32_t size, enum bench_rw rw)
 {
-    struct cell_msg *m = malloc(sizeof(*m));
-    m->w = w;
-    m->size = size;
-    m->rw = rw;
-    reactor_send(w->r, do_cell, m);
+    w->cell_size = size;
+    w->cell_rw = rw;
+    reactor_post(w->r, &w->step_msg, do_cell, w);
 }
 
 /* ---- --verify: every block stamped with its LBA, a generation and a checksum ---- */
@@ -593,7 +589,7 @@ static void do_verify(void *arg)
 
 void worker_post_verify(struct worker *w)
 {
-    reactor_send(w->r, do_verify, w);
+    reactor_post(w->r, &w->step_msg, do_verify, w);
 }
 
 /* ---- logout and teardown ---- */
@@ -611,7 +607,7 @@ static void on_logout(void *arg, const struct lr_result *res)
     struct worker *w = arg;
     (void)res;
     /* Not from inside the session's own callback: destroy on the next loop turn. */
-    reactor_send(w->r, free_session, w);
+    reactor_post(w->r, &w->after_msg, free_session, w);
 }
 
 static void do_logout(void *arg)
@@ -628,7 +624,7 @@ static void do_logout(void *arg)
 
 void worker_post_logout(struct worker *w)
 {
-    reactor_send(w->r, do_logout, w);
+    reactor_post(w->r, &w->step_msg, do_logout, w);
 }
 
 /* After its loop stopped: nothing runs on the reactor any more. */
