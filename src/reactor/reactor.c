@@ -23,7 +23,10 @@ struct reactor {
     struct reactor_fd msg_handle;
     /* Posted messages, newest first: posters push with a CAS, the reactor takes the whole
      * list with one exchange and reverses it. Taking all at once is what makes the plain
-     * Treiber push safe (no pop of a single node, so no ABA). */
+     * Treiber push safe (no pop of a single node, so no ABA). Measured against a mutex-guarded
+     * list on a loaded 2-core machine, 1 to 4 posting threads: 25-130 ns a post either way,
+     * within noise of each other (reactor_send's malloc + mutex + eventfd write per message:
+     * 340-540 ns). Lock-free kept: a poster preempted inside a mutex would stall the reactor. */
     _Atomic(struct reactor_msg *) inbox;
     struct reactor_msg *yield_head, *yield_tail; /* for the next turn; r's thread only */
     struct list_node timers;                     /* sorted by deadline */
