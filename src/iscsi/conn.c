@@ -65,6 +65,48 @@ void conn_put(struct iscsi_conn *c)
         reactor_post(c->reactor, &c->free_msg, conn_free, c);
 }
 
+/* A connection's fields before it has a socket: login phase, login-sized buffers, empty
+ * queues, counted in the server and the reactor's load. NULL when memory ran out. */
+static struct iscsi_conn *conn_alloc(struct iscsi_server *srv, struct reactor *r,
+                                     const struct iscsi_portal_addr *portal)
+{
+    /* The receive buffer is allocated when the first bytes arrive, at the login size, and the
+     * data buffer starts at the login size too; both grow on first use in full feature phase:
+     * hundreds of idle or half-open connections cost a few KiB each, not 512 KiB. */
+    struct iscsi_conn *c = calloc(1, sizeof(*c));
+    uint8_t *databuf = malloc(LOGIN_DATA_MAX);
+    if (!c || !databuf) {
+        free(c);
+        free(databuf);
+        return NULL;
+    }
+    c->srv = srv;
+    c->reactor = r;
+    c->fd = -1;
+    c->portal = portal;
+    c->databuf = databuf;
+    c->databuf_size = LOGIN_DATA_MAX;
+    c->refs = 1;
+    c->phase = CONN_LOGIN;
+    c->max_recv_dsl = LOGIN_DATA_MAX;
+    c->max_send_dsl = LOGIN_DATA_MAX;
+    c->next_ttt = 1;
+    list_init(&c->txq);
+    list_init(&c->tx_free);
+    list_init(&c->tasks);
+    list_init(&c->task_free);
+    list_init(&c->r2t_waiting);
+    list_init(&c->released);
+    list_init(&c->session_node);
+    iscsi_text_init(&c->login_in);
+    iscsi_text_init(&c->login_out);
+    atomic_fetch_add(&srv->nconns, 1);
+    reactor_load_add(r, 1);
+    c->last_rx_ms = reactor_now_ms();
+    c->accept_ms = c->last_rx_ms;
+    return c;
+}
+
 void iscsi_conn_accept(struct iscsi_server *srv, struct reactor *r, int fd,
                        const struct iscsi_portal_addr *portal)
 {
@@ -97,15 +139,9 @@ void iscsi_conn_accept(struct iscsi_server *srv, struct reactor *r, int fd,
         close(fd);
         return;
     }
-    /* The receive buffer is allocated when the first bytes arrive, at the login size, and the
-     * data buffer starts at the login size too; both grow on first use in full feature phase:
-     * hundreds of idle or half-open connections cost a few KiB each, not 512 KiB. */
-    struct iscsi_conn *c = calloc(1, sizeof(*c));
-    uint8_t *databuf = malloc(LOGIN_DATA_MAX);
-    if (!c || !databuf) {
+    struct iscsi_conn *c = conn_alloc(srv, r, portal);
+    if (!c) {
         LOG_ERR("out of memory accepting a connection");
-        free(c);
-        free(databuf);
         iscsi_server_pending_del(srv, addr, addr_len);
         close(fd);
         return;
@@ -114,36 +150,14 @@ void iscsi_conn_accept(struct iscsi_server *srv, struct reactor *r, int fd,
     c->peer_addr_len = addr_len;
     c->pending_counted = true;
     snprintf(c->peer, sizeof(c->peer), "%s", peer);
-    c->srv = srv;
-    c->reactor = r;
     c->fd = fd;
-    c->portal = portal;
-    c->databuf = databuf;
-    c->databuf_size = LOGIN_DATA_MAX;
-    c->refs = 1;
-    c->phase = CONN_LOGIN;
-    c->max_recv_dsl = LOGIN_DATA_MAX;
-    c->max_send_dsl = LOGIN_DATA_MAX;
-    c->next_ttt = 1;
-    list_init(&c->txq);
-    list_init(&c->tx_free);
-    list_init(&c->tasks);
-    list_init(&c->task_free);
-    list_init(&c->r2t_waiting);
-    list_init(&c->released);
-    list_init(&c->session_node);
-    iscsi_text_init(&c->login_in);
-    iscsi_text_init(&c->login_out);
-    atomic_fetch_add(&srv->nconns, 1);
-    reactor_load_add(r, 1);
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 
-    c->last_rx_ms = reactor_now_ms();
-    c->accept_ms = c->last_rx_ms;
     if (reactor_fd_add(r, &c->rfd, fd, EPOLLIN | EPOLLRDHUP, NULL, c) < 0) {
         LOG_ERR("%s: cannot watch socket", c->peer);
         close(fd);
+        c->fd = -1;
         conn_pending_done(c);
         conn_put(c);
         return;
@@ -179,10 +193,12 @@ void conn_close(struct iscsi_conn *c, const char *why)
         LOG_INFO("%s: %u more lines not logged", c->peer, sup);
     reactor_undefer(&c->rx_resume_hook);
     reactor_timer_stop(c->reactor, &c->timer);
-    reactor_fd_del(c->reactor, &c->rfd);
-    shutdown(c->fd, SHUT_RDWR);
-    close(c->fd);
-    c->fd = -1;
+    if (c->fd >= 0) { /* a detached connection (test seam) has none */
+        reactor_fd_del(c->reactor, &c->rfd);
+        shutdown(c->fd, SHUT_RDWR);
+        close(c->fd);
+        c->fd = -1;
+    }
     /* Drop everything queued: the PDUs' owners learn they were not sent. */
     struct list_node *n;
     while ((n = list_pop(&c->txq)) != NULL) {
@@ -344,7 +360,7 @@ void conn_send_copy(struct iscsi_conn *c, struct tx_pdu *p, const void *data, ui
 
 static void conn_update_events(struct iscsi_conn *c)
 {
-    if (c->dead)
+    if (c->dead || c->fd < 0)
         return;
     reactor_fd_mod(c->reactor, &c->rfd,
                    (c->rx_paused ? 0 : EPOLLIN | EPOLLRDHUP) | (c->want_write ? EPOLLOUT : 0));
@@ -402,36 +418,65 @@ static void conn_rx_maybe_resume(struct iscsi_conn *c)
     reactor_defer(c->reactor, &c->rx_resume_hook, conn_rx_resume, c);
 }
 
+/* The queued bytes from tx_off on, as at most `max` iovecs (whole PDUs while they fit). */
+static int tx_gather(struct iscsi_conn *c, struct iovec *iov, int max)
+{
+    int n = 0;
+    uint32_t skip = c->tx_off;
+    for (struct list_node *ln = c->txq.next; ln != &c->txq && n <= max - (SCSI_TASK_IOV_MAX + 2);
+         ln = ln->next) {
+        struct tx_pdu *p = list_entry(ln, struct tx_pdu, node);
+        struct iovec parts[SCSI_TASK_IOV_MAX + 2];
+        int np = 0;
+        parts[np++] = (struct iovec){p->hdr, p->hdr_len};
+        for (int i = 0; i < p->datacnt; i++)
+            parts[np++] = p->data[i];
+        if (p->trailer_len)
+            parts[np++] = (struct iovec){p->trailer, p->trailer_len};
+        for (int i = 0; i < np; i++) {
+            if (skip >= parts[i].iov_len) {
+                skip -= (uint32_t)parts[i].iov_len;
+                continue;
+            }
+            iov[n].iov_base = (char *)parts[i].iov_base + skip;
+            iov[n].iov_len = parts[i].iov_len - skip;
+            skip = 0;
+            if (iov[n].iov_len)
+                n++;
+        }
+    }
+    return n;
+}
+
+/* `w` more bytes of the queue are on the wire: retire every PDU now fully written. */
+static void tx_retire(struct iscsi_conn *c, uint64_t w)
+{
+    uint64_t done = w + c->tx_off;
+    while (!list_empty(&c->txq)) {
+        struct tx_pdu *p = list_entry(c->txq.next, struct tx_pdu, node);
+        uint64_t len = p->hdr_len + p->dlen + p->trailer_len;
+        if (done < len)
+            break;
+        done -= len;
+        list_del(&p->node);
+        c->tx_backlog -= tx_charge(p);
+        if (p->sent)
+            p->sent(p, true);
+        tx_release(c, p);
+    }
+    c->tx_off = (uint32_t)done;
+    conn_rx_maybe_resume(c);
+}
+
 /* Write as much of the queue as the socket takes, in as few writev calls as possible. */
 static void conn_flush(void *arg)
 {
     struct iscsi_conn *c = arg;
+    if (c->fd < 0)
+        return; /* detached (test seam): iscsi_conn_take_tx() empties the queue */
     while (!c->dead && !list_empty(&c->txq)) {
         struct iovec iov[TX_IOV_MAX];
-        int n = 0;
-        uint32_t skip = c->tx_off;
-        for (struct list_node *ln = c->txq.next;
-             ln != &c->txq && n <= TX_IOV_MAX - (SCSI_TASK_IOV_MAX + 2); ln = ln->next) {
-            struct tx_pdu *p = list_entry(ln, struct tx_pdu, node);
-            struct iovec parts[SCSI_TASK_IOV_MAX + 2];
-            int np = 0;
-            parts[np++] = (struct iovec){p->hdr, p->hdr_len};
-            for (int i = 0; i < p->datacnt; i++)
-                parts[np++] = p->data[i];
-            if (p->trailer_len)
-                parts[np++] = (struct iovec){p->trailer, p->trailer_len};
-            for (int i = 0; i < np; i++) {
-                if (skip >= parts[i].iov_len) {
-                    skip -= (uint32_t)parts[i].iov_len;
-                    continue;
-                }
-                iov[n].iov_base = (char *)parts[i].iov_base + skip;
-                iov[n].iov_len = parts[i].iov_len - skip;
-                skip = 0;
-                if (iov[n].iov_len)
-                    n++;
-            }
-        }
+        int n = tx_gather(c, iov, TX_IOV_MAX);
         struct msghdr mh = {.msg_iov = iov, .msg_iovlen = (size_t)n};
         ssize_t w = sendmsg(c->fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
         if (w < 0) {
@@ -444,22 +489,7 @@ static void conn_flush(void *arg)
             conn_close(c, errno == EPIPE || errno == ECONNRESET ? "peer went away" : "send failed");
             return;
         }
-        /* Retire every PDU that is now fully written. */
-        uint64_t done = (uint64_t)w + c->tx_off;
-        while (!list_empty(&c->txq)) {
-            struct tx_pdu *p = list_entry(c->txq.next, struct tx_pdu, node);
-            uint64_t len = p->hdr_len + p->dlen + p->trailer_len;
-            if (done < len)
-                break;
-            done -= len;
-            list_del(&p->node);
-            c->tx_backlog -= tx_charge(p);
-            if (p->sent)
-                p->sent(p, true);
-            tx_release(c, p);
-        }
-        c->tx_off = (uint32_t)done;
-        conn_rx_maybe_resume(c);
+        tx_retire(c, (uint64_t)w);
     }
     if (c->dead)
         return;
@@ -763,20 +793,28 @@ static ssize_t rx_read_direct(struct iscsi_conn *c, size_t *asked)
     return r;
 }
 
-static void conn_rx(struct iscsi_conn *c)
+/* The receive buffer at the size of the connection's phase; false (closed) without memory. */
+static bool conn_rxbuf_ready(struct iscsi_conn *c)
 {
-    uint32_t budget = RX_BUDGET_BYTES;
     uint32_t want = c->phase == CONN_LOGIN ? ISCSI_RXBUF_LOGIN_SIZE : ISCSI_RXBUF_SIZE;
     if (c->rxbuf_size < want) {
         /* realloc keeps bytes not parsed yet (offsets are relative) */
         uint8_t *b = realloc(c->rxbuf, want);
         if (!b) {
             conn_close(c, "out of memory");
-            return;
+            return false;
         }
         c->rxbuf = b;
         c->rxbuf_size = want;
     }
+    return true;
+}
+
+static void conn_rx(struct iscsi_conn *c)
+{
+    uint32_t budget = RX_BUDGET_BYTES;
+    if (!conn_rxbuf_ready(c))
+        return;
     while (!c->dead && budget) {
         if (c->rx_paused || conn_tx_over(c)) {
             conn_rx_pause(c);
@@ -1034,4 +1072,63 @@ static void conn_timer_fire(void *arg)
         }
     }
     reactor_timer_start(c->reactor, &c->timer, 1000, conn_timer_fire, c);
+}
+
+/* ---------------- test seams ---------------- */
+
+struct iscsi_conn *iscsi_conn_new_detached(struct iscsi_server *srv, struct reactor *r)
+{
+    struct iscsi_conn *c = conn_alloc(srv, r, NULL);
+    if (c)
+        snprintf(c->peer, sizeof(c->peer), "detached");
+    return c;
+}
+
+size_t iscsi_conn_feed(struct iscsi_conn *c, const void *bytes, size_t len)
+{
+    const uint8_t *src = bytes;
+    size_t used = 0;
+    conn_get(c);
+    while (!c->dead && !c->rx_paused && used < len && conn_rxbuf_ready(c)) {
+        if (c->rx_head == c->rx_tail)
+            c->rx_head = c->rx_tail = 0;
+        size_t n = len - used;
+        if (n > c->rxbuf_size - c->rx_tail)
+            n = c->rxbuf_size - c->rx_tail;
+        if (n == 0)
+            break;
+        memcpy(c->rxbuf + c->rx_tail, src + used, n);
+        c->rx_tail += (uint32_t)n;
+        used += n;
+        rx_parse(c);
+    }
+    conn_put(c);
+    return used;
+}
+
+size_t iscsi_conn_take_tx(struct iscsi_conn *c, void *buf, size_t cap)
+{
+    uint8_t *dst = buf;
+    size_t got = 0;
+    while (!c->dead && !list_empty(&c->txq) && got < cap) {
+        struct iovec iov[TX_IOV_MAX];
+        int n = tx_gather(c, iov, TX_IOV_MAX);
+        size_t w = 0;
+        for (int i = 0; i < n && got + w < cap; i++) {
+            size_t k = iov[i].iov_len < cap - got - w ? iov[i].iov_len : cap - got - w;
+            memcpy(dst + got + w, iov[i].iov_base, k);
+            w += k;
+        }
+        got += w;
+        tx_retire(c, w);
+    }
+    /* What conn_flush() does once a logged-out connection's last answer is written. */
+    if (!c->dead && c->phase == CONN_LOGGED_OUT && list_empty(&c->txq))
+        conn_close(c, NULL);
+    return got;
+}
+
+bool iscsi_conn_is_closed(const struct iscsi_conn *c)
+{
+    return c->dead;
 }
