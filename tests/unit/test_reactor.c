@@ -404,6 +404,35 @@ static void test_yield_loop_not_starving(void **state)
     close(sp.p[1]);
 }
 
+/* reactor_poll, one turn on the caller's thread: a step yielded during the turn waits for the
+ * next one. */
+struct polled {
+    struct reactor *r;
+    struct reactor_msg msg;
+    unsigned runs;
+};
+
+static void polled_step(void *arg)
+{
+    struct polled *p = arg;
+    if (++p->runs < 2)
+        assert_true(reactor_yield(p->r, &p->msg, polled_step, p));
+}
+
+static void test_poll_runs_yielded_once_per_turn(void **state)
+{
+    (void)state;
+    struct polled p = {.r = reactor_create(0)};
+    assert_non_null(p.r);
+    assert_true(reactor_post(p.r, &p.msg, polled_step, &p));
+    assert_true(reactor_poll(p.r) > 0); /* the message: it yields the second step */
+    assert_int_equal(p.runs, 1);
+    assert_int_equal(reactor_poll(p.r), 1);
+    assert_int_equal(p.runs, 2);
+    assert_int_equal(reactor_poll(p.r), 0);
+    reactor_destroy(p.r);
+}
+
 /* ---- teardown ---- */
 
 struct td {
@@ -468,6 +497,7 @@ int main(void)
         cmocka_unit_test(test_post_again_from_callback),
         cmocka_unit_test(test_yield_lets_fd_run),
         cmocka_unit_test(test_yield_loop_not_starving),
+        cmocka_unit_test(test_poll_runs_yielded_once_per_turn),
         cmocka_unit_test(test_destroy_runs_queued),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
