@@ -215,6 +215,11 @@ struct iscsi_conn {
     struct reactor_msg release_msg;       /* the kick from another thread */
     uint32_t next_ttt;
 
+    /* --inject (the server's, handed over at accept): kill-connection runs on inject_timer,
+     * digest-error and drop-pdu are for the transmit path */
+    struct inject_spec inject;
+    struct reactor_timer inject_timer;
+
     /* liveness */
     struct reactor_timer timer;
     uint64_t last_rx_ms;
@@ -291,6 +296,8 @@ struct iscsi_session {
     } while (0)
 
 /* conn.c */
+/* Entered full feature phase in a normal session: arm --inject kill-connection, if asked. */
+void conn_inject_start(struct iscsi_conn *c);
 void conn_send(struct iscsi_conn *c, struct tx_pdu *p);
 struct tx_pdu *conn_tx_alloc(struct iscsi_conn *c);
 /* A PDU with its BHS started (opcode, flags); NULL, with the connection closed, when memory ran
