@@ -37,8 +37,9 @@ struct worker {
     struct lr_session *s;
     enum wstep step;
     /* The main thread posts one step at a time (and waits for it), with step_msg; finish_msg
-     * brings the end of a cell to r, after_msg runs the session's destroy after its logout. */
-    struct reactor_msg step_msg, finish_msg, after_msg;
+     * and verify_msg bring the end of a cell or of --verify to r, after_msg runs the session's
+     * destroy after its logout. */
+    struct reactor_msg step_msg, finish_msg, verify_msg, after_msg;
     uint32_t cell_size; /* the cell the main thread posted */
     enum bench_rw cell_rw;
     char err[256];
@@ -526,7 +527,7 @@ static void verify_finish(void *arg)
 {
     struct worker *w = arg;
     if (reactor_self() != w->r) {
-        reactor_send(w->r, verify_finish, w);
+        reactor_post(w->r, &w->verify_msg, verify_finish, w);
         return;
     }
     reactor_timer_stop(w->r, &w->kill_timer);
