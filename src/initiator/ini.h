@@ -12,6 +12,7 @@
 #include "iscsi/keys.h"
 #include "iscsi/pdu.h"
 #include "linerate/initiator.h"
+#include "linerate/initiator_test.h"
 #include "reactor/reactor.h"
 #include "util/list.h"
 

@@ -393,12 +393,7 @@ static bool nexus_conn(const struct iscsi_session *s, const struct iscsi_conn *c
 void iscsi_abort_nexus_tasks(struct scsi_target *t, struct scsi_nexus *n, struct scsi_lun *lu)
 {
     struct iscsi_server *srv = t->transport_ctx;
-    uint64_t lun = UINT64_MAX;
-    for (uint32_t i = 0; i < t->nluns; i++)
-        if (t->luns[i] == lu)
-            lun = i;
-    if (!srv || lun == UINT64_MAX)
-        return;
+    uint64_t lun = scsi_lun_id(lu);
     struct abort_fanout *f = fanout_build(srv, nexus_match, n, NULL);
     if (!f) {
         /* The reservation is preempted already and the tasks must not run on: closing the
