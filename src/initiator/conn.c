@@ -169,10 +169,8 @@ void ini_conn_fail_any(struct ini_conn *c, const char *why)
     if (c->state == ICS_DEAD || c->fail_req)
         return;
     c->fail_req = why;
-    if (reactor_send(c->r, conn_fail_msg, c) == 0)
+    if (reactor_post(c->r, &c->fail_msg, conn_fail_msg, c))
         c->s->msgs++;
-    else
-        c->fail_req = NULL; /* out of memory: a later timeout tick asks again */
 }
 
 void ini_conn_move(struct ini_conn *c, struct reactor *to)
@@ -188,6 +186,7 @@ void ini_conn_move(struct ini_conn *c, struct reactor *to)
         c->registered = false;
     }
     c->r = to;
+    c->moves++; /* kicks go to it with the other inbox message */
     if (c->fd >= 0 && c->state != ICS_DEAD) {
         if (reactor_fd_add(to, &c->rfd, c->fd, EPOLLIN | (c->want_out ? EPOLLOUT : 0), conn_io, c) <
             0)

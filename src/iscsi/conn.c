@@ -54,10 +54,13 @@ static void conn_free(void *arg)
 
 void conn_put(struct iscsi_conn *c)
 {
-    /* The last reference may be dropped on another thread only by a message that first hopped
-     * to this reactor, so the free always runs on the owner's thread. */
-    if (atomic_fetch_sub(&c->refs, 1) == 1)
+    if (atomic_fetch_sub(&c->refs, 1) != 1)
+        return;
+    /* The free always runs on the owner's thread: the rest of c is that thread's alone. */
+    if (reactor_self() == c->reactor)
         reactor_defer(c->reactor, &c->free_hook, conn_free, c);
+    else
+        reactor_post(c->reactor, &c->free_msg, conn_free, c);
 }
 
 /* A connection's fields before it has a socket: login phase, login-sized buffers, empty
@@ -226,32 +229,23 @@ int conn_fail(struct iscsi_conn *c, int status)
     return status;
 }
 
-struct conn_close_msg {
-    struct iscsi_conn *c;
-    const char *why;
-};
-
 static void conn_close_msg_run(void *arg)
 {
-    struct conn_close_msg *m = arg;
-    conn_close(m->c, m->why);
-    conn_put(m->c);
-    free(m);
+    struct iscsi_conn *c = arg;
+    conn_close(c, atomic_load(&c->close_why));
+    conn_put(c);
 }
 
-/* The caller guarantees c is alive (it holds the session lock with c in the session's list). */
 void conn_close_async(struct iscsi_conn *c, const char *why)
 {
-    struct conn_close_msg *m = malloc(sizeof(*m));
-    if (!m)
-        return;
-    m->c = c;
-    m->why = why;
-    conn_get(c);
-    if (reactor_send(c->reactor, conn_close_msg_run, m) < 0) {
-        atomic_fetch_sub(&c->refs, 1);
-        free(m);
-    }
+    assert(why);
+    const char *none = NULL;
+    if (!atomic_compare_exchange_strong(&c->close_why, &none, why))
+        return;  /* already asked: that message closes it */
+    conn_get(c); /* the message's, dropped once it has run */
+    bool queued = reactor_post(c->reactor, &c->close_msg, conn_close_msg_run, c);
+    assert(queued); /* close_why is set once, so close_msg is posted once */
+    (void)queued;
 }
 
 /* ---------------- transmit ---------------- */

@@ -188,6 +188,9 @@ struct iscsi_conn {
     struct iscsi_session *session;
     struct list_node session_node;
     atomic_int refs; /* pending completions and cross-thread messages */
+    /* conn_close_async: the first reason given wins, and it is posted once (never reset) */
+    _Atomic(const char *) close_why;
+    struct reactor_msg close_msg;
 
     /* login */
     struct iscsi_neg neg;
@@ -258,7 +261,8 @@ struct iscsi_conn {
      * list and the flag); run on this connection's reactor by conn_run_released(). */
     struct list_node released;
     bool release_kicked;
-    struct reactor_deferred release_hook;
+    struct reactor_deferred release_hook; /* the kick from this connection's own reactor */
+    struct reactor_msg release_msg;       /* the kick from another thread */
     uint32_t next_ttt;
     /* ERL >= 1: answered tasks whose StatSN the initiator has not acknowledged yet, in StatSN
      * order; each holds a task reference (the protocol side's, kept). Released from the head
@@ -287,7 +291,8 @@ struct iscsi_conn {
      * call leaves its status here instead of closing the connection under the caller. */
     int *exec_status;
 
-    struct reactor_deferred free_hook;
+    struct reactor_deferred free_hook; /* the last reference dropped on the owner's thread */
+    struct reactor_msg free_msg;       /* ... or on another one */
     bool dead;
     bool logged_out; /* closed after a Logout, not dropped */
 };
@@ -400,9 +405,12 @@ void conn_task_hash_add(struct iscsi_conn *c, struct iscsi_task *t);
 void conn_task_hash_del(struct iscsi_conn *c, struct iscsi_task *t);
 struct iscsi_task *conn_task_find(struct iscsi_conn *c, uint32_t itt);
 void conn_get(struct iscsi_conn *c);
+/* From any thread: the connection is freed on its own reactor's thread. */
 void conn_put(struct iscsi_conn *c);
 void conn_on_event(void *arg, uint32_t events);
-/* Close from any thread: hops to the connection's reactor. */
+/* Close from any thread: hops to the connection's reactor (a message embedded in c, so it
+ * cannot fail; a second request before the close is a no-op, the first reason stands). The
+ * caller guarantees c is alive (typically: the session lock held with c in its list). */
 void conn_close_async(struct iscsi_conn *c, const char *why);
 
 /* Test seams (tests/unit/tgt_harness.c): a connection without a socket, driven by feeding it

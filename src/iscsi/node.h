@@ -115,7 +115,7 @@ void iscsi_limits_default(struct iscsi_limits *l);
 void iscsi_conn_accept(struct iscsi_server *srv, struct reactor *r, int fd,
                        const struct iscsi_portal_addr *portal);
 
-/* SIGTERM path: called once on each reactor's thread (via reactor_send) to fail in-flight
+/* SIGTERM path: called once on each reactor's thread (via a message) to fail in-flight
  * commands cleanly and close every connection it owns. */
 void iscsi_server_close_reactor_conns(struct iscsi_server *srv, struct reactor *r);
 

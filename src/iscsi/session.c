@@ -343,11 +343,6 @@ void session_window(struct iscsi_session *s, uint32_t *exp, uint32_t *max)
     pthread_mutex_unlock(&s->lock);
 }
 
-static void conn_released_msg(void *arg)
-{
-    conn_run_released(arg);
-}
-
 /* With the session lock held: a queued task's turn came. It moves to its connection's released
  * list (the same node, the same lock), and the connection gets one kick (a deferred call on its
  * own reactor, or one message to another) however many commands a burst releases. */
@@ -361,8 +356,8 @@ void session_release_task(struct cmdsn_wait *w)
         conn_get(c); /* dropped by conn_run_released() */
         if (reactor_self() == c->reactor)
             reactor_defer(c->reactor, &c->release_hook, conn_run_released, c);
-        else if (reactor_send(c->reactor, conn_released_msg, c) < 0)
-            atomic_fetch_sub(&c->refs, 1); /* out of memory: the kick is lost */
+        else
+            reactor_post(c->reactor, &c->release_msg, conn_run_released, c);
     }
 }
 
