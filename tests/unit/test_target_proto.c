@@ -1356,6 +1356,51 @@ static void test_erl1_data_out_bad_digest(void **state)
     tgt_free(t);
 }
 
+/* Unsolicited Data-Out with a bad data digest: rejected, and its range solicited by a recovery
+ * R2T like any lost data (the unsolicited burst becomes solicited for it). */
+static void test_erl1_unsolicited_bad_digest(void **state)
+{
+    (void)state;
+    struct tgt *t = up_erl1(true);
+    static uint8_t buf[16384], back[16384];
+    fill(buf, sizeof(buf), 71);
+    uint8_t cdb[16];
+    tgt_cdb_rw10(cdb, WRITE10, 700, 32);
+    struct tgt_pdu p;
+    uint32_t itt = tgt_new_itt(t);
+    /* F=0: 4 KiB immediate, 4 KiB unsolicited Data-Out, R2T for the 8 KiB beyond FirstBurst */
+    tgt_pdu_scsi_cmd(&p, itt, tgt_next_cmdsn(t), cdb, sizeof(buf), ISCSI_CMD_WRITE, buf, 4096);
+    tgt_send(t, &p);
+    struct tgt_rsp r0 = expect(t, ISCSI_OP_R2T);
+    expect_none(t);
+    assert_int_equal(r0.offset, 8192);
+    tgt_pdu_data_out(&p, itt, ISCSI_RSVD_TAG, 0, 4096, buf + 4096, 4096, true);
+    p.bad_digest = true;
+    tgt_send(t, &p);
+    struct tgt_rsp rj = expect(t, ISCSI_OP_REJECT);
+    assert_int_equal(rj.reason, 0x02);
+    struct tgt_rsp rr = expect(t, ISCSI_OP_R2T); /* MaxOutstandingR2T 2: room for it */
+    expect_none(t);
+    assert_int_equal(rr.datasn, 1);
+    assert_int_equal(rr.offset, 4096);
+    assert_int_equal(rr.desired_len, 4096);
+    answer_r2t(t, &r0, buf, 4096);
+    expect_none(t);
+    answer_r2t(t, &rr, buf, 4096);
+    expect_good(t, itt);
+    tgt_cdb_rw10(cdb, READ10, 700, 32);
+    itt = tgt_new_itt(t);
+    tgt_pdu_scsi_cmd(&p, itt, tgt_next_cmdsn(t), cdb, sizeof(back),
+                     ISCSI_FLAG_FINAL | ISCSI_CMD_READ, NULL, 0);
+    tgt_send(t, &p);
+    for (uint32_t k = 0; k < 4; k++) {
+        struct tgt_rsp d = expect(t, ISCSI_OP_DATA_IN);
+        memcpy(back + d.offset, d.data, d.dlen);
+    }
+    assert_memory_equal(back, buf, sizeof(buf));
+    tgt_free(t);
+}
+
 /* Immediate data with a bad digest: Reject 0x02, the command discarded and its CmdSN not
  * received (§7.3): the retry with the same CmdSN and ITT runs. */
 static void test_erl1_command_bad_digest_retried(void **state)
@@ -1566,6 +1611,7 @@ int main(void)
         cmocka_unit_test(test_erl1_command_retry),
         cmocka_unit_test(test_erl1_data_out_gap_recovery_r2t),
         cmocka_unit_test(test_erl1_data_out_bad_digest),
+        cmocka_unit_test(test_erl1_unsolicited_bad_digest),
         cmocka_unit_test(test_erl1_command_bad_digest_retried),
         cmocka_unit_test(test_erl1_r2t_snack),
         cmocka_unit_test(test_erl1_data_out_stall),
