@@ -38,6 +38,12 @@ static struct iscsi_task *task_alloc(struct iscsi_conn *c)
 void cmd_task_free(struct iscsi_task *t)
 {
     struct iscsi_conn *c = t->conn;
+    /* Its data segment may be arriving right now: the rest goes to the bit bucket. */
+    struct iscsi_pdu_in *in = wire_rx_current(&c->w);
+    if (in && in->task == t) {
+        in->task = NULL;
+        in->discard = true;
+    }
     if (c->rx_task == t) {
         c->rx_task = NULL;
         c->rx_discard = true;
@@ -54,7 +60,7 @@ void cmd_task_free(struct iscsi_task *t)
 
 /* ---------------- responses ---------------- */
 
-static void task_pdu_sent(struct tx_pdu *p, bool ok)
+static void task_pdu_sent(struct wire_pdu *p, bool ok)
 {
     struct iscsi_task *t = p->arg;
     (void)ok;
@@ -100,7 +106,7 @@ static uint32_t task_wanted(const struct iscsi_task *t)
 
 static void send_scsi_response(struct iscsi_conn *c, struct iscsi_task *t)
 {
-    struct tx_pdu *p = conn_pdu_new(c, ISCSI_OP_SCSI_RSP, 0);
+    struct wire_pdu *p = conn_pdu_new(c, ISCSI_OP_SCSI_RSP, 0);
     if (!p)
         return;
     struct iscsi_bhs *h = (struct iscsi_bhs *)p->hdr;
@@ -133,7 +139,7 @@ static void send_scsi_response(struct iscsi_conn *c, struct iscsi_task *t)
 }
 
 /* Point a PDU's data at [off, off+len) of the task's buffers. */
-static void pdu_map_task_data(struct tx_pdu *p, const struct scsi_task *st, uint32_t off,
+static void pdu_map_task_data(struct wire_pdu *p, const struct scsi_task *st, uint32_t off,
                               uint32_t len)
 {
     p->datacnt = iov_slice(st->iov, st->iovcnt, off, len, p->data, SCSI_TASK_IOV_MAX);
@@ -156,7 +162,7 @@ static void send_data_in(struct iscsi_conn *c, struct iscsi_task *t)
             len = c->max_send_dsl;
         if (len > burst - in_burst)
             len = burst - in_burst;
-        struct tx_pdu *p = conn_pdu_new(c, ISCSI_OP_DATA_IN, 0);
+        struct wire_pdu *p = conn_pdu_new(c, ISCSI_OP_DATA_IN, 0);
         if (!p)
             break;
         struct iscsi_bhs *h = (struct iscsi_bhs *)p->hdr;
@@ -317,7 +323,7 @@ static void send_r2ts(struct iscsi_conn *c, struct iscsi_task *t)
         uint32_t len = t->data_expected - t->r2t_offset;
         if (len > burst)
             len = burst;
-        struct tx_pdu *p = conn_pdu_new(c, ISCSI_OP_R2T, ISCSI_FLAG_FINAL);
+        struct wire_pdu *p = conn_pdu_new(c, ISCSI_OP_R2T, ISCSI_FLAG_FINAL);
         if (!p)
             return;
         uint32_t ttt = c->next_ttt++;

@@ -1,7 +1,7 @@
-/* A target connection's byte engine: the resumable receive state machine (BHS, AHS, header
- * digest, data, data digest) that walks every complete PDU in one recv's worth of bytes and
- * reads large payloads straight into their final place; the transmit queue flushed once per
- * loop turn with writev; NOP-In liveness pings; and teardown. */
+/* A target connection: accept, its side of the wire engine (iscsi/wire.h: the header phase
+ * chooses where payloads go, complete PDUs are dispatched, the engine's failures close the
+ * connection here), the transmit helpers the handlers use, NOP-In liveness pings, and
+ * teardown. */
 #include <errno.h>
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -17,13 +17,9 @@
 #include "util/iov.h"
 #include "util/log.h"
 
-#define TX_IOV_MAX 256
-#define TX_FREE_KEEP 64
-#define RX_DIRECT_MIN 4096u        /* payloads at least this big bypass the rx buffer */
-#define RX_BUDGET_BYTES (4u << 20) /* per wake-up, so one busy peer cannot starve others */
-#define LOGIN_DATA_MAX 8192u       /* RFC 7143 §13.12: login PDUs carry at most 8192 bytes */
+#define RX_LARGE (32u * 1024u) /* payloads this big: read headers alone, payloads direct */
 
-static void conn_flush(void *arg);
+static const struct wire_ops conn_wire_ops;
 static void conn_pending_done(struct iscsi_conn *c);
 static void conn_timer_fire(void *arg);
 static void conn_handle_header(struct iscsi_conn *c);
@@ -42,12 +38,9 @@ static void conn_free(void *arg)
     struct list_node *n;
     while ((n = list_pop(&c->task_free)) != NULL)
         free(list_entry(n, struct iscsi_task, node));
-    while ((n = list_pop(&c->tx_free)) != NULL)
-        free(list_entry(n, struct tx_pdu, node));
+    wire_free(&c->w);
     iscsi_text_free(&c->login_in);
     iscsi_text_free(&c->login_out);
-    free(c->rxbuf);
-    free(c->databuf);
     atomic_fetch_sub(&c->srv->nconns, 1);
     reactor_load_add(c->reactor, -1);
     free(c);
@@ -93,15 +86,12 @@ void iscsi_conn_accept(struct iscsi_server *srv, struct reactor *r, int fd,
         close(fd);
         return;
     }
-    /* The receive buffer is allocated when the first bytes arrive, at the login size, and the
-     * data buffer starts at the login size too; both grow on first use in full feature phase:
-     * hundreds of idle or half-open connections cost a few KiB each, not 512 KiB. */
+    /* The engine allocates its receive buffer when the first bytes arrive, at the login size,
+     * and its data buffer on the first segment that needs it; both grow in full feature
+     * phase: hundreds of idle or half-open connections cost a few KiB each, not 512 KiB. */
     struct iscsi_conn *c = calloc(1, sizeof(*c));
-    uint8_t *databuf = malloc(LOGIN_DATA_MAX);
-    if (!c || !databuf) {
+    if (!c) {
         LOG_ERR("out of memory accepting a connection");
-        free(c);
-        free(databuf);
         iscsi_server_pending_del(srv, addr, addr_len);
         close(fd);
         return;
@@ -112,17 +102,15 @@ void iscsi_conn_accept(struct iscsi_server *srv, struct reactor *r, int fd,
     snprintf(c->peer, sizeof(c->peer), "%s", peer);
     c->srv = srv;
     c->reactor = r;
-    c->fd = fd;
     c->portal = portal;
-    c->databuf = databuf;
-    c->databuf_size = LOGIN_DATA_MAX;
     c->refs = 1;
     c->phase = CONN_LOGIN;
-    c->max_recv_dsl = LOGIN_DATA_MAX;
-    c->max_send_dsl = LOGIN_DATA_MAX;
+    c->max_recv_dsl = WIRE_LOGIN_DSL;
+    c->max_send_dsl = WIRE_LOGIN_DSL;
     c->next_ttt = 1;
-    list_init(&c->txq);
-    list_init(&c->tx_free);
+    wire_init(&c->w, &conn_wire_ops, c, c->peer);
+    wire_set_limits(&c->w, WIRE_LOGIN_DSL, ISCSI_RXBUF_LOGIN_SIZE);
+    c->w.max_backlog = srv->limits.max_tx_backlog;
     list_init(&c->tasks);
     list_init(&c->task_free);
     list_init(&c->r2t_waiting);
@@ -137,14 +125,14 @@ void iscsi_conn_accept(struct iscsi_server *srv, struct reactor *r, int fd,
 
     c->last_rx_ms = reactor_now_ms();
     c->accept_ms = c->last_rx_ms;
-    if (reactor_fd_add(r, &c->rfd, fd, EPOLLIN | EPOLLRDHUP, NULL, c) < 0) {
+    if (wire_attach(&c->w, r, fd, conn_on_event, c) < 0) {
         LOG_ERR("%s: cannot watch socket", c->peer);
         close(fd);
+        c->w.fd = -1;
         conn_pending_done(c);
         conn_put(c);
         return;
     }
-    c->rfd.fn = conn_on_event;
     reactor_timer_start(r, &c->timer, 1000, conn_timer_fire, c);
     LOG_DEBUG("%s: connected on portal %s", c->peer, portal ? portal->text : "?");
 }
@@ -173,22 +161,10 @@ void conn_close(struct iscsi_conn *c, const char *why)
     unsigned sup = log_limit_take_suppressed(&c->log_rl);
     if (sup)
         LOG_INFO("%s: %u more lines not logged", c->peer, sup);
-    reactor_undefer(&c->rx_resume_hook);
     reactor_timer_stop(c->reactor, &c->timer);
-    reactor_fd_del(c->reactor, &c->rfd);
-    shutdown(c->fd, SHUT_RDWR);
-    close(c->fd);
-    c->fd = -1;
-    /* Drop everything queued: the PDUs' owners learn they were not sent. */
-    struct list_node *n;
-    while ((n = list_pop(&c->txq)) != NULL) {
-        struct tx_pdu *p = list_entry(n, struct tx_pdu, node);
-        free(p->owned);
-        p->owned = NULL;
-        if (p->sent)
-            p->sent(p, false);
-        free(p);
-    }
+    /* Closes the socket and drops everything queued: the PDUs' owners learn they were not
+     * sent. */
+    wire_close(&c->w);
     cmd_conn_teardown(c);
     login_conn_cleanup(c);
     if (c->session)
@@ -226,42 +202,14 @@ void conn_close_async(struct iscsi_conn *c, const char *why)
 
 /* ---------------- transmit ---------------- */
 
-struct tx_pdu *conn_tx_alloc(struct iscsi_conn *c)
+struct wire_pdu *conn_tx_alloc(struct iscsi_conn *c)
 {
-    struct list_node *n = list_pop(&c->tx_free);
-    struct tx_pdu *p;
-    if (n) {
-        c->tx_free_count--;
-        p = list_entry(n, struct tx_pdu, node);
-    } else {
-        p = malloc(sizeof(*p));
-        if (!p)
-            return NULL;
-    }
-    memset(p, 0, offsetof(struct tx_pdu, hdr) + ISCSI_BHS_LEN);
-    p->datacnt = 0;
-    p->dlen = 0;
-    p->owned = NULL;
-    p->sent = NULL;
-    p->arg = NULL;
-    list_init(&p->node);
-    return p;
+    return wire_pdu_get(&c->w);
 }
 
-static void tx_release(struct iscsi_conn *c, struct tx_pdu *p)
+struct wire_pdu *conn_pdu_new(struct iscsi_conn *c, enum iscsi_opcode op, uint8_t flags)
 {
-    free(p->owned);
-    if (c->tx_free_count < TX_FREE_KEEP) {
-        c->tx_free_count++;
-        list_add_tail(&c->tx_free, &p->node);
-    } else {
-        free(p);
-    }
-}
-
-struct tx_pdu *conn_pdu_new(struct iscsi_conn *c, enum iscsi_opcode op, uint8_t flags)
-{
-    struct tx_pdu *p = conn_tx_alloc(c);
+    struct wire_pdu *p = conn_tx_alloc(c);
     if (!p) {
         conn_close(c, "out of memory");
         return NULL;
@@ -273,7 +221,7 @@ struct tx_pdu *conn_pdu_new(struct iscsi_conn *c, enum iscsi_opcode op, uint8_t 
 void conn_send_response(struct iscsi_conn *c, enum iscsi_opcode op, const struct iscsi_bhs *req,
                         uint8_t response)
 {
-    struct tx_pdu *p = conn_pdu_new(c, op, ISCSI_FLAG_FINAL);
+    struct wire_pdu *p = conn_pdu_new(c, op, ISCSI_FLAG_FINAL);
     if (!p)
         return;
     struct iscsi_bhs *h = (struct iscsi_bhs *)p->hdr;
@@ -283,58 +231,17 @@ void conn_send_response(struct iscsi_conn *c, enum iscsi_opcode op, const struct
     conn_send(c, p);
 }
 
-/* What a queued PDU counts against max-tx-backlog: the bytes it owns (a copy: text, sense,
- * NOP-In echo, Reject) and its bookkeeping. Data-In sent from where the data lives (LUN memory,
- * a task buffer already bounded per connection) is not copied and costs only the bookkeeping. */
-static uint64_t tx_charge(const struct tx_pdu *p)
+void conn_send(struct iscsi_conn *c, struct wire_pdu *p)
 {
-    return ISCSI_TX_PDU_CHARGE + (p->owned ? p->dlen : 0);
+    wire_send(&c->w, p);
 }
 
-void conn_send(struct iscsi_conn *c, struct tx_pdu *p)
-{
-    if (c->dead) {
-        if (p->sent)
-            p->sent(p, false);
-        free(p->owned);
-        free(p);
-        return;
-    }
-    struct iscsi_bhs *h = (struct iscsi_bhs *)p->hdr;
-    bhs_set_dlength(h, p->dlen);
-    p->hdr_len = ISCSI_BHS_LEN;
-    if (c->hdigest) {
-        uint32_t crc = crc32c(p->hdr, ISCSI_BHS_LEN);
-        memcpy(p->hdr + ISCSI_BHS_LEN, &crc, 4); /* little-endian on the wire (x86/arm LE) */
-        p->hdr_len += 4;
-    }
-    p->trailer_len = 0;
-    uint32_t pad = ISCSI_PAD(p->dlen) - p->dlen;
-    if (pad) {
-        memset(p->trailer, 0, pad);
-        p->trailer_len = pad;
-    }
-    if (c->ddigest && p->dlen) {
-        uint32_t crc = CRC32C_INIT;
-        for (int i = 0; i < p->datacnt; i++)
-            crc = crc32c_update(crc, p->data[i].iov_base, p->data[i].iov_len);
-        if (pad)
-            crc = crc32c_update(crc, p->trailer, pad);
-        crc = crc32c_final(crc);
-        memcpy(p->trailer + pad, &crc, 4);
-        p->trailer_len += 4;
-    }
-    list_add_tail(&c->txq, &p->node);
-    c->tx_backlog += tx_charge(p);
-    reactor_defer(c->reactor, &c->flush_hook, conn_flush, c);
-}
-
-void conn_send_copy(struct iscsi_conn *c, struct tx_pdu *p, const void *data, uint32_t len)
+void conn_send_copy(struct iscsi_conn *c, struct wire_pdu *p, const void *data, uint32_t len)
 {
     if (len) {
         p->owned = malloc(len);
         if (!p->owned) {
-            tx_release(c, p);
+            wire_pdu_put(&c->w, p);
             conn_close(c, "out of memory");
             return;
         }
@@ -345,132 +252,6 @@ void conn_send_copy(struct iscsi_conn *c, struct tx_pdu *p, const void *data, ui
     }
     p->dlen = len;
     conn_send(c, p);
-}
-
-static void conn_update_events(struct iscsi_conn *c)
-{
-    if (c->dead)
-        return;
-    reactor_fd_mod(c->reactor, &c->rfd,
-                   (c->rx_paused ? 0 : EPOLLIN | EPOLLRDHUP) | (c->want_write ? EPOLLOUT : 0));
-}
-
-static void conn_set_want_write(struct iscsi_conn *c, bool on)
-{
-    if (c->want_write == on || c->dead)
-        return;
-    c->want_write = on;
-    conn_update_events(c);
-}
-
-/* ---------------- receive back-pressure ---------------- */
-
-/* A peer that sends requests and does not read the answers (a NOP-Out flood, rejected PDUs,
- * commands) would make the reply queue grow without bound: past max-tx-backlog the target
- * stops reading from it, so its requests wait in the socket and TCP flow control pushes back
- * on the sender. A stuck peer then also stops answering NOP-In and is dropped at nop-timeout. */
-static bool conn_tx_over(const struct iscsi_conn *c)
-{
-    uint64_t max = c->srv->limits.max_tx_backlog;
-    return max && c->tx_backlog > max;
-}
-
-static void conn_rx_pause(struct iscsi_conn *c)
-{
-    if (c->rx_paused)
-        return;
-    c->rx_paused = true;
-    LOG_DEBUG("%s: %llu bytes of replies unsent: not reading until they drain", c->peer,
-              (unsigned long long)c->tx_backlog);
-    conn_update_events(c);
-}
-
-static void rx_parse(struct iscsi_conn *c);
-
-/* Bytes already received when the connection paused are parsed before anything new is read. */
-static void conn_rx_resume(void *arg)
-{
-    struct iscsi_conn *c = arg;
-    if (c->dead || c->rx_paused || !c->rxbuf)
-        return;
-    conn_get(c);
-    rx_parse(c);
-    conn_put(c);
-}
-
-static void conn_rx_maybe_resume(struct iscsi_conn *c)
-{
-    if (!c->rx_paused || c->tx_backlog > c->srv->limits.max_tx_backlog / 2)
-        return;
-    c->rx_paused = false;
-    conn_update_events(c);
-    reactor_defer(c->reactor, &c->rx_resume_hook, conn_rx_resume, c);
-}
-
-/* Write as much of the queue as the socket takes, in as few writev calls as possible. */
-static void conn_flush(void *arg)
-{
-    struct iscsi_conn *c = arg;
-    while (!c->dead && !list_empty(&c->txq)) {
-        struct iovec iov[TX_IOV_MAX];
-        int n = 0;
-        uint32_t skip = c->tx_off;
-        for (struct list_node *ln = c->txq.next;
-             ln != &c->txq && n <= TX_IOV_MAX - (SCSI_TASK_IOV_MAX + 2); ln = ln->next) {
-            struct tx_pdu *p = list_entry(ln, struct tx_pdu, node);
-            struct iovec parts[SCSI_TASK_IOV_MAX + 2];
-            int np = 0;
-            parts[np++] = (struct iovec){p->hdr, p->hdr_len};
-            for (int i = 0; i < p->datacnt; i++)
-                parts[np++] = p->data[i];
-            if (p->trailer_len)
-                parts[np++] = (struct iovec){p->trailer, p->trailer_len};
-            for (int i = 0; i < np; i++) {
-                if (skip >= parts[i].iov_len) {
-                    skip -= (uint32_t)parts[i].iov_len;
-                    continue;
-                }
-                iov[n].iov_base = (char *)parts[i].iov_base + skip;
-                iov[n].iov_len = parts[i].iov_len - skip;
-                skip = 0;
-                if (iov[n].iov_len)
-                    n++;
-            }
-        }
-        struct msghdr mh = {.msg_iov = iov, .msg_iovlen = (size_t)n};
-        ssize_t w = sendmsg(c->fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
-        if (w < 0) {
-            if (errno == EAGAIN || errno == EWOULDBLOCK) {
-                conn_set_want_write(c, true);
-                return;
-            }
-            if (errno == EINTR)
-                continue;
-            conn_close(c, errno == EPIPE || errno == ECONNRESET ? "peer went away" : "send failed");
-            return;
-        }
-        /* Retire every PDU that is now fully written. */
-        uint64_t done = (uint64_t)w + c->tx_off;
-        while (!list_empty(&c->txq)) {
-            struct tx_pdu *p = list_entry(c->txq.next, struct tx_pdu, node);
-            uint64_t len = p->hdr_len + p->dlen + p->trailer_len;
-            if (done < len)
-                break;
-            done -= len;
-            list_del(&p->node);
-            c->tx_backlog -= tx_charge(p);
-            if (p->sent)
-                p->sent(p, true);
-            tx_release(c, p);
-        }
-        c->tx_off = (uint32_t)done;
-        conn_rx_maybe_resume(c);
-    }
-    if (c->dead)
-        return;
-    conn_set_want_write(c, false);
-    if (c->phase == CONN_LOGGED_OUT && list_empty(&c->txq))
-        conn_close(c, NULL);
 }
 
 /* ---------------- sequence numbers and common answers ---------------- */
@@ -494,7 +275,7 @@ void conn_fill_sn(struct iscsi_conn *c, struct iscsi_bhs *h, bool advance)
 /* RFC 7143 §11.17: a Reject carries the offending header as its data. */
 void conn_send_reject(struct iscsi_conn *c, const struct iscsi_bhs *bad, uint8_t reason)
 {
-    struct tx_pdu *p = conn_pdu_new(c, ISCSI_OP_REJECT, ISCSI_FLAG_FINAL);
+    struct wire_pdu *p = conn_pdu_new(c, ISCSI_OP_REJECT, ISCSI_FLAG_FINAL);
     if (!p)
         return;
     struct iscsi_bhs *h = (struct iscsi_bhs *)p->hdr;
@@ -542,287 +323,7 @@ struct iscsi_task *conn_task_find(struct iscsi_conn *c, uint32_t itt)
     return NULL;
 }
 
-/* ---------------- receive ---------------- */
-
-/* Where the data segment of the current PDU goes when no handler claimed it. */
-static bool rx_dest_databuf(struct iscsi_conn *c)
-{
-    if (c->rx_dlen > c->databuf_size) {
-        /* rx_check_header bounded rx_dlen by what we declared (at most MRDSL_MAX) */
-        uint32_t size = c->rx_dlen > ISCSI_TARGET_MRDSL_MAX ? c->rx_dlen : ISCSI_TARGET_MRDSL_MAX;
-        uint8_t *b = realloc(c->databuf, size);
-        if (!b) {
-            conn_close(c, "out of memory");
-            return false;
-        }
-        c->databuf = b;
-        c->databuf_size = size;
-    }
-    c->rx_dst[0].iov_base = c->databuf;
-    c->rx_dst[0].iov_len = c->rx_dlen;
-    c->rx_dstcnt = 1;
-    return true;
-}
-
-static void rx_begin_data_or_finish(struct iscsi_conn *c)
-{
-    c->rx_got = 0;
-    c->rx_crc = CRC32C_INIT;
-    if (c->rx_padded == 0) {
-        c->rx_state = RX_BHS;
-        conn_handle_pdu(c);
-        return;
-    }
-    c->rx_state = RX_DATA;
-}
-
-/* Header (and its digest) complete. */
-static void rx_header_complete(struct iscsi_conn *c)
-{
-    c->rx_dstcnt = 0;
-    c->rx_discard = false;
-    c->rx_task = NULL;
-    conn_handle_header(c);
-    if (c->dead)
-        return;
-    if (c->rx_dstcnt == 0 && !c->rx_discard && c->rx_dlen && !rx_dest_databuf(c))
-        return;
-    rx_begin_data_or_finish(c);
-}
-
-static bool rx_check_header(struct iscsi_conn *c)
-{
-    struct iscsi_bhs *h = &c->rx_bhs;
-    enum iscsi_opcode op = bhs_opcode(h);
-    c->rx_dlen = bhs_dlength(h);
-    c->rx_padded = ISCSI_PAD(c->rx_dlen);
-    /* Checked before anything is allocated or read: the data segment is bounded by what we
-     * declared (§13.12), 8192 during login. */
-    uint32_t limit = c->phase == CONN_LOGIN ? LOGIN_DATA_MAX : c->max_recv_dsl;
-    if (c->rx_dlen > limit) {
-        LOG_WARN("%s: %s data segment of %u bytes exceeds MaxRecvDataSegmentLength %u", c->peer,
-                 iscsi_opcode_name(op), c->rx_dlen, limit);
-        conn_close(c, "oversized data segment (protocol error)");
-        return false;
-    }
-    return true;
-}
-
-/* Collect a 4-byte digest from rxbuf and check it against the running CRC. Returns true once it
- * is complete and good; a bad digest closes the connection (ERL 0 cannot recover, §7.8). */
-static bool rx_take_digest(struct iscsi_conn *c, const uint8_t *p, uint32_t avail,
-                           const char *which)
-{
-    uint32_t n = 4 - c->rx_got;
-    if (n > avail)
-        n = avail;
-    memcpy(c->rx_digest + c->rx_got, p, n);
-    c->rx_got += n;
-    c->rx_head += n;
-    if (c->rx_got < 4)
-        return false;
-    c->rx_got = 0;
-    uint32_t want = crc32c_final(c->rx_crc), got;
-    memcpy(&got, c->rx_digest, 4);
-    if (want == got)
-        return true;
-    LOG_WARN("%s: %s digest error on %s ITT 0x%08x (got 0x%08x, computed 0x%08x)", c->peer, which,
-             iscsi_opcode_name(bhs_opcode(&c->rx_bhs)), bhs_get32(&c->rx_bhs, BHS_ITT), got, want);
-    conn_close(c, strcmp(which, "header") == 0 ? "header digest error (ERL 0)"
-                                               : "data digest error (ERL 0)");
-    return false;
-}
-
-/* Walk the bytes in rxbuf[head, tail). */
-static void rx_parse(struct iscsi_conn *c)
-{
-    while (!c->dead && c->rx_head < c->rx_tail) {
-        if (conn_tx_over(c)) {
-            conn_rx_pause(c); /* the rest stays in rxbuf until the replies drain */
-            return;
-        }
-        uint8_t *p = c->rxbuf + c->rx_head;
-        uint32_t avail = c->rx_tail - c->rx_head;
-        uint32_t n;
-        switch (c->rx_state) {
-        case RX_BHS:
-            n = ISCSI_BHS_LEN - c->rx_got;
-            if (n > avail)
-                n = avail;
-            memcpy(c->rx_bhs.b + c->rx_got, p, n);
-            c->rx_got += n;
-            c->rx_head += n;
-            if (c->rx_got < ISCSI_BHS_LEN)
-                break;
-            c->rx_got = 0;
-            c->last_rx_ms = reactor_now_ms();
-            if (!rx_check_header(c))
-                return;
-            if (c->hdigest)
-                c->rx_crc = crc32c_update(CRC32C_INIT, c->rx_bhs.b, ISCSI_BHS_LEN);
-            if (bhs_ahs_bytes(&c->rx_bhs))
-                c->rx_state = RX_AHS;
-            else if (c->hdigest)
-                c->rx_state = RX_HDIGEST;
-            else
-                rx_header_complete(c);
-            break;
-        case RX_AHS: {
-            /* We use no AHS (no extended CDBs, no bidirectional): skip it, but keep it in the
-             * header digest. The command handler refuses commands that needed it. */
-            uint32_t total = bhs_ahs_bytes(&c->rx_bhs);
-            n = total - c->rx_got;
-            if (n > avail)
-                n = avail;
-            c->rx_crc = crc32c_update(c->rx_crc, p, n);
-            c->rx_got += n;
-            c->rx_head += n;
-            if (c->rx_got < total)
-                break;
-            c->rx_got = 0;
-            if (c->hdigest)
-                c->rx_state = RX_HDIGEST;
-            else
-                rx_header_complete(c);
-            break;
-        }
-        case RX_HDIGEST:
-            if (!rx_take_digest(c, p, avail, "header"))
-                break;
-            rx_header_complete(c);
-            break;
-        case RX_DATA: {
-            n = c->rx_padded - c->rx_got;
-            if (n > avail)
-                n = avail;
-            /* into the destination at offset rx_got (pad bytes fall off its end) */
-            if (c->ddigest)
-                c->rx_crc = crc32c_update(c->rx_crc, p, n);
-            if (!c->rx_discard)
-                iov_copy_in(c->rx_dst, c->rx_dstcnt, c->rx_got, p, n);
-            c->rx_got += n;
-            c->rx_head += n;
-            if (c->rx_got < c->rx_padded)
-                break;
-            c->rx_got = 0;
-            if (c->ddigest) {
-                c->rx_state = RX_DDIGEST;
-            } else {
-                c->rx_state = RX_BHS;
-                conn_handle_pdu(c);
-            }
-            break;
-        }
-        case RX_DDIGEST:
-            if (!rx_take_digest(c, p, avail, "data"))
-                break;
-            c->rx_state = RX_BHS;
-            conn_handle_pdu(c);
-            break;
-        }
-    }
-    if (c->rx_head == c->rx_tail)
-        c->rx_head = c->rx_tail = 0;
-}
-
-/* Direct data placement: the rx buffer is empty and a large payload is due, so read it
- * straight into its destination; whatever follows it lands in the rx buffer. */
-static ssize_t rx_read_direct(struct iscsi_conn *c, size_t *asked)
-{
-    struct iovec iov[SCSI_TASK_IOV_MAX + 2];
-    /* never past the data segment: padding and what follows go to the rx buffer */
-    uint32_t data_left = c->rx_dlen > c->rx_got ? c->rx_dlen - c->rx_got : 0;
-    int n = iov_slice(c->rx_dst, c->rx_dstcnt, c->rx_got, data_left, iov, SCSI_TASK_IOV_MAX + 1);
-    uint32_t direct = 0;
-    for (int i = 0; i < n; i++)
-        direct += (uint32_t)iov[i].iov_len;
-    iov[n].iov_base = c->rxbuf;
-    iov[n].iov_len = c->rxbuf_size;
-    *asked = 0;
-    for (int i = 0; i <= n; i++)
-        *asked += iov[i].iov_len;
-    ssize_t r = readv(c->fd, iov, n + 1);
-    if (r <= 0)
-        return r;
-    uint32_t into_dst = (uint32_t)r < direct ? (uint32_t)r : direct;
-    if (c->ddigest) {
-        uint32_t left = into_dst;
-        for (int i = 0; i < n && left; i++) {
-            uint32_t k = iov[i].iov_len < left ? (uint32_t)iov[i].iov_len : left;
-            c->rx_crc = crc32c_update(c->rx_crc, iov[i].iov_base, k);
-            left -= k;
-        }
-    }
-    c->rx_got += into_dst;
-    c->rx_head = 0;
-    c->rx_tail = (uint32_t)r - into_dst;
-    if (c->rx_got == c->rx_padded) {
-        c->rx_got = 0;
-        if (c->ddigest) {
-            c->rx_state = RX_DDIGEST;
-        } else {
-            c->rx_state = RX_BHS;
-            conn_handle_pdu(c);
-        }
-    }
-    return r;
-}
-
-static void conn_rx(struct iscsi_conn *c)
-{
-    uint32_t budget = RX_BUDGET_BYTES;
-    uint32_t want = c->phase == CONN_LOGIN ? ISCSI_RXBUF_LOGIN_SIZE : ISCSI_RXBUF_SIZE;
-    if (c->rxbuf_size < want) {
-        /* realloc keeps bytes not parsed yet (offsets are relative) */
-        uint8_t *b = realloc(c->rxbuf, want);
-        if (!b) {
-            conn_close(c, "out of memory");
-            return;
-        }
-        c->rxbuf = b;
-        c->rxbuf_size = want;
-    }
-    while (!c->dead && budget) {
-        if (c->rx_paused || conn_tx_over(c)) {
-            conn_rx_pause(c);
-            return;
-        }
-        ssize_t r;
-        size_t asked;
-        if (c->rx_state == RX_DATA && !c->rx_discard && c->rx_head == c->rx_tail &&
-            c->rx_dlen - (c->rx_got < c->rx_dlen ? c->rx_got : c->rx_dlen) >= RX_DIRECT_MIN &&
-            c->rx_dlen > c->rx_got) {
-            r = rx_read_direct(c, &asked);
-        } else {
-            if (c->rx_tail == c->rxbuf_size) /* cannot happen: parse drains unless paused */
-                c->rx_head = c->rx_tail = 0;
-            asked = c->rxbuf_size - c->rx_tail;
-            r = recv(c->fd, c->rxbuf + c->rx_tail, asked, MSG_DONTWAIT);
-            if (r > 0)
-                c->rx_tail += (uint32_t)r;
-        }
-        if (r == 0) {
-            conn_close(c, c->phase == CONN_LOGGED_OUT ? NULL : "peer closed the connection");
-            return;
-        }
-        if (r < 0) {
-            if (errno == EAGAIN || errno == EWOULDBLOCK)
-                return;
-            if (errno == EINTR)
-                continue;
-            conn_close(c, "receive failed");
-            return;
-        }
-        budget = (uint32_t)r >= budget ? 0 : budget - (uint32_t)r;
-        rx_parse(c);
-        if (c->rx_paused)
-            return;
-        /* A short read drained the socket: the next recv would only say EAGAIN. Epoll is
-         * level-triggered, so anything arriving later wakes us again. */
-        if ((size_t)r < asked)
-            break;
-    }
-}
+/* ---------------- the engine's view of this connection ---------------- */
 
 void conn_on_event(void *arg, uint32_t events)
 {
@@ -830,12 +331,7 @@ void conn_on_event(void *arg, uint32_t events)
     if (c->dead)
         return;
     conn_get(c);
-    if (c->rx_paused && (events & (EPOLLERR | EPOLLHUP)))
-        conn_close(c, "peer went away"); /* not read while paused: nothing else would see it */
-    else if (events & (EPOLLIN | EPOLLERR | EPOLLHUP | EPOLLRDHUP))
-        conn_rx(c);
-    if (!c->dead && (events & EPOLLOUT))
-        conn_flush(c);
+    wire_event(&c->w, events);
     conn_put(c);
 }
 
@@ -885,7 +381,7 @@ static void nop_out_handle(struct iscsi_conn *c)
     }
     if (itt == ISCSI_RSVD_TAG)
         return; /* a ping that asks for no answer */
-    struct tx_pdu *p = conn_pdu_new(c, ISCSI_OP_NOP_IN, ISCSI_FLAG_FINAL);
+    struct wire_pdu *p = conn_pdu_new(c, ISCSI_OP_NOP_IN, ISCSI_FLAG_FINAL);
     if (!p)
         return;
     struct iscsi_bhs *h = (struct iscsi_bhs *)p->hdr;
@@ -950,6 +446,13 @@ static void conn_handle_pdu(struct iscsi_conn *c)
         login_handle(c);
         if (c->phase != CONN_LOGIN)
             conn_pending_done(c); /* logged in, or refused and closing */
+        if (c->phase == CONN_FFP && !c->dead) {
+            /* Digests start with the first PDU after the final Login Response, which is
+             * queued already (§13.1); the limit we declared holds from now on (§13.12). */
+            wire_set_digests(&c->w, c->hdigest, c->ddigest);
+            wire_set_limits(&c->w, c->max_recv_dsl, ISCSI_RXBUF_SIZE);
+            c->w.rx_large_min = RX_LARGE;
+        }
         return;
     }
     if (c->phase != CONN_FFP)
@@ -992,11 +495,75 @@ static void conn_handle_pdu(struct iscsi_conn *c)
     }
 }
 
+/* The engine's ops. Until the handlers take (conn, struct iscsi_pdu_in *), the PDU is copied
+ * into the connection fields they read, and their header-phase choices back into the PDU. */
+static int conn_wire_hdr(void *ctx, struct iscsi_pdu_in *p)
+{
+    struct iscsi_conn *c = ctx;
+    c->last_rx_ms = reactor_now_ms();
+    c->rx_bhs = p->bhs;
+    c->rx_dlen = p->dlen;
+    c->rx_dstcnt = 0;
+    c->rx_discard = false;
+    c->rx_task = NULL;
+    c->databuf = NULL;
+    conn_handle_header(c);
+    if (c->dead)
+        return WIRE_OK; /* closed already: the engine stops */
+    p->discard = c->rx_discard;
+    p->task = c->rx_task;
+    p->dstcnt = c->rx_dstcnt;
+    if (c->rx_dstcnt)
+        memcpy(p->dst, c->rx_dst, (size_t)c->rx_dstcnt * sizeof(p->dst[0]));
+    return WIRE_OK;
+}
+
+static int conn_wire_pdu(void *ctx, struct iscsi_pdu_in *p)
+{
+    struct iscsi_conn *c = ctx;
+    if (p->data_digest_bad) {
+        /* Only delivered at ERL >= 1, which is not negotiated yet: close as at ERL 0. */
+        conn_close(c, "data digest error");
+        return WIRE_OK;
+    }
+    c->rx_task = p->task; /* cleared if the task was freed while its data arrived */
+    c->rx_discard = p->discard;
+    c->databuf = p->data;
+    conn_handle_pdu(c);
+    return WIRE_OK;
+}
+
+/* The one place an engine failure closes the connection. */
+static void conn_wire_fail(void *ctx, int status)
+{
+    struct iscsi_conn *c = ctx;
+    const char *why = wire_status_str(status);
+    if (status == WIRE_E_PEER_CLOSED && c->phase == CONN_LOGGED_OUT)
+        conn_close(c, NULL); /* the initiator closing after its Logout: nothing to say */
+    else
+        conn_close(c, why ? why : "protocol error");
+}
+
+/* A Logout Response is on the wire: the connection ends (RFC 7143 §11.15). */
+static void conn_wire_drained(void *ctx)
+{
+    struct iscsi_conn *c = ctx;
+    if (c->phase == CONN_LOGGED_OUT)
+        conn_close(c, NULL);
+}
+
+static const struct wire_ops conn_wire_ops = {
+    .hdr = conn_wire_hdr,
+    .pdu = conn_wire_pdu,
+    .fail = conn_wire_fail,
+    .drained = conn_wire_drained,
+};
+
 /* ---------------- liveness ---------------- */
 
 static void conn_send_nop_ping(struct iscsi_conn *c)
 {
-    struct tx_pdu *p = conn_pdu_new(c, ISCSI_OP_NOP_IN, ISCSI_FLAG_FINAL);
+    struct wire_pdu *p = conn_pdu_new(c, ISCSI_OP_NOP_IN, ISCSI_FLAG_FINAL);
     if (!p)
         return;
     struct iscsi_bhs *h = (struct iscsi_bhs *)p->hdr;
