@@ -240,7 +240,9 @@ static int rx_deliver(struct wire *w)
         w->rx_skip = false;
         return WIRE_OK;
     }
-    w->rx_large = w->rx_large_min && p->dstcnt > 0 && p->dlen >= w->rx_large_min;
+    /* Data-less PDUs between large payloads (R2T, status) keep the mode on. */
+    if (p->dlen)
+        w->rx_large = w->rx_large_min && p->dstcnt > 0 && p->dlen >= w->rx_large_min;
     p->data = w->rx_in_buf ? w->databuf : NULL;
     int st = w->ops->pdu(w->ctx, p);
     return st < 0 ? wire_fail(w, st) : WIRE_OK;
@@ -263,7 +265,9 @@ static int rx_header_complete(struct wire *w)
     w->rx_got = 0;
     w->rx_crc = CRC32C_INIT;
     w->rx_in_buf = false;
-    if (!w->rx_skip) {
+    if (w->rx_skip) {
+        p->discard = true; /* nothing of this PDU is delivered */
+    } else {
         int st = w->ops->hdr(w->ctx, p);
         if (st < 0)
             return wire_fail(w, st);
