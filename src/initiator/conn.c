@@ -38,6 +38,8 @@ struct ini_conn *ini_conn_new(struct lr_session *s, unsigned idx, uint16_t cid)
     wire_init(&c->w, &ini_wire_ops, c, "initiator");
     wire_set_limits(&c->w, WIRE_LOGIN_DSL, INI_RXBUF);
     c->w.rx_large_min = INI_RX_LARGE;
+    /* A bad data digest fails the task it belongs to, not the connection (§7.8). */
+    c->w.ddigest_deliver = true;
     return c;
 }
 
@@ -268,7 +270,8 @@ static const struct wire_ops ini_wire_ops = {
 
 int ini_conn_feed(struct ini_conn *c, const void *bytes, uint32_t len)
 {
-    return wire_feed(&c->w, bytes, len) < 0 || c->state == ICS_DEAD ? -1 : 0;
+    wire_feed(&c->w, bytes, len);
+    return c->state == ICS_DEAD ? -1 : 0;
 }
 
 static void conn_io_locked(struct ini_conn *c, uint32_t events)

@@ -54,6 +54,43 @@ void conn_put(struct iscsi_conn *c)
         reactor_defer(c->reactor, &c->free_hook, conn_free, c);
 }
 
+/* A connection's fields before it has a socket: login phase, login-sized buffers, empty
+ * queues, counted in the server and the reactor's load. NULL when memory ran out. */
+static struct iscsi_conn *conn_alloc(struct iscsi_server *srv, struct reactor *r,
+                                     const struct iscsi_portal_addr *portal)
+{
+    /* The engine allocates its receive buffer when the first bytes arrive, at the login size,
+     * and its data buffer on the first segment that needs it; both grow in full feature
+     * phase: hundreds of idle or half-open connections cost a few KiB each, not 512 KiB. */
+    struct iscsi_conn *c = calloc(1, sizeof(*c));
+    if (!c)
+        return NULL;
+    c->srv = srv;
+    c->reactor = r;
+    c->portal = portal;
+    c->refs = 1;
+    c->phase = CONN_LOGIN;
+    c->max_recv_dsl = WIRE_LOGIN_DSL;
+    c->max_send_dsl = WIRE_LOGIN_DSL;
+    c->next_ttt = 1;
+    wire_init(&c->w, &conn_wire_ops, c, c->peer);
+    wire_set_limits(&c->w, WIRE_LOGIN_DSL, ISCSI_RXBUF_LOGIN_SIZE);
+    c->w.max_backlog = srv->limits.max_tx_backlog;
+    c->w.r = r; /* deferred work (receive resume) runs there even without a socket */
+    list_init(&c->tasks);
+    list_init(&c->task_free);
+    list_init(&c->r2t_waiting);
+    list_init(&c->released);
+    list_init(&c->session_node);
+    iscsi_text_init(&c->login_in);
+    iscsi_text_init(&c->login_out);
+    atomic_fetch_add(&srv->nconns, 1);
+    reactor_load_add(r, 1);
+    c->last_rx_ms = reactor_now_ms();
+    c->accept_ms = c->last_rx_ms;
+    return c;
+}
+
 void iscsi_conn_accept(struct iscsi_server *srv, struct reactor *r, int fd,
                        const struct iscsi_portal_addr *portal)
 {
@@ -86,10 +123,7 @@ void iscsi_conn_accept(struct iscsi_server *srv, struct reactor *r, int fd,
         close(fd);
         return;
     }
-    /* The engine allocates its receive buffer when the first bytes arrive, at the login size,
-     * and its data buffer on the first segment that needs it; both grow in full feature
-     * phase: hundreds of idle or half-open connections cost a few KiB each, not 512 KiB. */
-    struct iscsi_conn *c = calloc(1, sizeof(*c));
+    struct iscsi_conn *c = conn_alloc(srv, r, portal);
     if (!c) {
         LOG_ERR("out of memory accepting a connection");
         iscsi_server_pending_del(srv, addr, addr_len);
@@ -100,31 +134,9 @@ void iscsi_conn_accept(struct iscsi_server *srv, struct reactor *r, int fd,
     c->peer_addr_len = addr_len;
     c->pending_counted = true;
     snprintf(c->peer, sizeof(c->peer), "%s", peer);
-    c->srv = srv;
-    c->reactor = r;
-    c->portal = portal;
-    c->refs = 1;
-    c->phase = CONN_LOGIN;
-    c->max_recv_dsl = WIRE_LOGIN_DSL;
-    c->max_send_dsl = WIRE_LOGIN_DSL;
-    c->next_ttt = 1;
-    wire_init(&c->w, &conn_wire_ops, c, c->peer);
-    wire_set_limits(&c->w, WIRE_LOGIN_DSL, ISCSI_RXBUF_LOGIN_SIZE);
-    c->w.max_backlog = srv->limits.max_tx_backlog;
-    list_init(&c->tasks);
-    list_init(&c->task_free);
-    list_init(&c->r2t_waiting);
-    list_init(&c->released);
-    list_init(&c->session_node);
-    iscsi_text_init(&c->login_in);
-    iscsi_text_init(&c->login_out);
-    atomic_fetch_add(&srv->nconns, 1);
-    reactor_load_add(r, 1);
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 
-    c->last_rx_ms = reactor_now_ms();
-    c->accept_ms = c->last_rx_ms;
     if (wire_attach(&c->w, r, fd, conn_on_event, c) < 0) {
         LOG_ERR("%s: cannot watch socket", c->peer);
         close(fd);
@@ -606,4 +618,33 @@ static void conn_timer_fire(void *arg)
         }
     }
     reactor_timer_start(c->reactor, &c->timer, 1000, conn_timer_fire, c);
+}
+
+/* ---------------- test seams ---------------- */
+
+struct iscsi_conn *iscsi_conn_new_detached(struct iscsi_server *srv, struct reactor *r)
+{
+    struct iscsi_conn *c = conn_alloc(srv, r, NULL);
+    if (c)
+        snprintf(c->peer, sizeof(c->peer), "detached");
+    return c;
+}
+
+size_t iscsi_conn_feed(struct iscsi_conn *c, const void *bytes, size_t len)
+{
+    conn_get(c);
+    size_t used = wire_feed(&c->w, bytes, len);
+    conn_put(c);
+    return used;
+}
+
+size_t iscsi_conn_take_tx(struct iscsi_conn *c, void *buf, size_t cap)
+{
+    /* the engine's drained op closes a logged-out connection once its last answer is taken */
+    return wire_take_tx(&c->w, buf, cap);
+}
+
+bool iscsi_conn_is_closed(const struct iscsi_conn *c)
+{
+    return c->dead;
 }

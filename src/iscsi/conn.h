@@ -273,6 +273,21 @@ void conn_on_event(void *arg, uint32_t events);
 /* Close from any thread: hops to the connection's reactor. */
 void conn_close_async(struct iscsi_conn *c, const char *why);
 
+/* Test seams (tests/unit/tgt_harness.c): a connection without a socket, driven by feeding it
+ * bytes and taking what it would have written. Everything runs on the caller's thread; the
+ * reactor r still runs the deferred work (completions, frees) when the caller runs it. */
+/* A connection in login phase with no descriptor and no timer (no login deadline, no NOP-In
+ * pings): the caller closes it with conn_close(). NULL when memory ran out. */
+struct iscsi_conn *iscsi_conn_new_detached(struct iscsi_server *srv, struct reactor *r);
+/* Receive `len` bytes as if read from the socket; returns how many were taken (fewer when the
+ * connection closed, or paused reading because its replies are not being taken). */
+size_t iscsi_conn_feed(struct iscsi_conn *c, const void *bytes, size_t len);
+/* Take up to `cap` bytes of the transmit queue as the socket would (PDUs may be split across
+ * calls), running the sent callbacks of the PDUs taken whole; closes a logged-out connection
+ * once its last answer is taken. Returns the byte count. */
+size_t iscsi_conn_take_tx(struct iscsi_conn *c, void *buf, size_t cap);
+bool iscsi_conn_is_closed(const struct iscsi_conn *c);
+
 /* server.c: connections not yet logged in (max-pending-logins and its per-address share).
  * add returns false, counting nothing, when a limit is reached. */
 bool iscsi_server_pending_add(struct iscsi_server *srv, const uint8_t *addr, uint8_t len,

@@ -69,6 +69,7 @@ static int wire_fail(struct wire *w, int status)
     assert(status < 0);
     if (w->dead)
         return status;
+    w->status = status;
     w->ops->fail(w->ctx, status);
     if (!w->dead)
         wire_close(w);
@@ -92,6 +93,8 @@ void wire_close(struct wire *w)
     if (w->dead)
         return;
     w->dead = true;
+    if (!w->status)
+        w->status = WIRE_E_OWNER; /* the owner closed it */
     reactor_undefer(&w->rx_resume_hook);
     reactor_undefer(&w->flush_hook);
     if (w->registered) {
@@ -337,7 +340,7 @@ static int rx_digest_done(struct wire *w, bool header)
     if (want == got)
         return header ? rx_header_complete(w) : rx_deliver(w);
     const struct iscsi_bhs *h = &w->in.bhs;
-    if (w->erl == 0) {
+    if (w->erl == 0 && (header || !w->ddigest_deliver)) {
         /* RFC 7143 §7.8: at ERL 0 a digest error ends the connection. */
         LOG_WARN("%s: %s digest error on %s ITT 0x%08x (got 0x%08x, computed 0x%08x)", w->name,
                  header ? "header" : "data", iscsi_opcode_name(bhs_opcode(h)),
@@ -350,7 +353,8 @@ static int rx_digest_done(struct wire *w, bool header)
         w->rx_skip = true;
         return rx_header_complete(w);
     }
-    /* §7.8: the PDU goes to its handler, which Rejects it (reason 0x02) and recovers. */
+    /* §7.8: the PDU goes to its handler: a target Rejects it (reason 0x02) and recovers, an
+     * initiator discards it and recovers or fails the task. */
     w->stats.ddigest_errors++;
     w->in.data_digest_bad = true;
     return rx_deliver(w);
@@ -599,31 +603,34 @@ int wire_event(struct wire *w, uint32_t events)
     return w->dead ? WIRE_E_OWNER : WIRE_OK;
 }
 
-int wire_feed(struct wire *w, const void *bytes, size_t len)
+size_t wire_feed(struct wire *w, const void *bytes, size_t len)
 {
-    if (w->rxbuf_size < w->rxbuf_want) {
-        uint8_t *b = realloc(w->rxbuf, w->rxbuf_want);
-        if (!b)
-            return wire_fail(w, WIRE_E_NOMEM);
-        w->rxbuf = b;
-        w->rxbuf_size = w->rxbuf_want;
-    }
     const uint8_t *src = bytes;
-    while (len && !w->dead) {
-        if (w->rx_tail == w->rxbuf_size)
-            return WIRE_OK; /* paused with a full buffer: the rest is not taken */
+    size_t used = 0;
+    while (used < len && !w->dead && !w->rx_paused) {
+        if (w->rxbuf_size < w->rxbuf_want) {
+            uint8_t *b = realloc(w->rxbuf, w->rxbuf_want);
+            if (!b) {
+                wire_fail(w, WIRE_E_NOMEM);
+                break;
+            }
+            w->rxbuf = b;
+            w->rxbuf_size = w->rxbuf_want;
+        }
         uint32_t n = w->rxbuf_size - w->rx_tail;
-        n = len < n ? (uint32_t)len : n;
-        memcpy(w->rxbuf + w->rx_tail, src, n);
+        n = len - used < n ? (uint32_t)(len - used) : n;
+        memcpy(w->rxbuf + w->rx_tail, src + used, n);
         w->rx_tail += n;
         w->stats.rx_bytes += n;
-        src += n;
-        len -= n;
-        int st = rx_parse(w);
-        if (st < 0)
-            return st;
+        used += n;
+        rx_parse(w);
     }
-    return w->dead ? WIRE_E_OWNER : WIRE_OK;
+    return used;
+}
+
+int wire_status(const struct wire *w)
+{
+    return w->dead ? w->status : WIRE_OK;
 }
 
 struct iscsi_pdu_in *wire_rx_current(struct wire *w)
@@ -845,23 +852,28 @@ size_t wire_take_tx(struct wire *w, void *buf, size_t cap)
 {
     uint8_t *out = buf;
     size_t used = 0;
-    while (!w->dead && !list_empty(&w->txq)) {
-        struct wire_pdu *p = list_entry(w->txq.next, struct wire_pdu, node);
-        assert(w->tx_off == 0);
-        if (used + pdu_wire_len(p) > cap)
-            break;
-        if (!p->dropped) {
-            struct iovec iov[WIRE_DATA_IOV_MAX + 2];
-            int n = 0;
-            gather(p, 0, iov, &n, WIRE_DATA_IOV_MAX + 2);
-            for (int i = 0; i < n; i++) {
-                memcpy(out + used, iov[i].iov_base, iov[i].iov_len);
-                used += iov[i].iov_len;
-            }
+    while (!w->dead && !list_empty(&w->txq) && used < cap) {
+        struct iovec iov[TX_IOV_MAX];
+        int n = 0;
+        uint32_t skip = w->tx_off;
+        for (struct list_node *ln = w->txq.next; ln != &w->txq; ln = ln->next) {
+            if (!gather(list_entry(ln, struct wire_pdu, node), skip, iov, &n, TX_IOV_MAX))
+                break;
+            skip = 0;
         }
-        w->stats.tx_bytes += pdu_wire_len(p);
-        tx_retire(w, pdu_wire_len(p));
+        size_t k = 0;
+        for (int i = 0; i < n && used + k < cap; i++) {
+            size_t m = iov[i].iov_len < cap - used - k ? iov[i].iov_len : cap - used - k;
+            memcpy(out + used + k, iov[i].iov_base, m);
+            k += m;
+        }
+        used += k;
+        w->stats.tx_bytes += k;
+        tx_retire(w, k);
+        rx_maybe_resume(w);
     }
-    rx_maybe_resume(w);
+    /* as after a flush that emptied the queue */
+    if (!w->dead && list_empty(&w->txq) && w->ops->drained)
+        w->ops->drained(w->ctx);
     return used;
 }

@@ -15,6 +15,7 @@
  *     struct wire w;
  *     wire_init(&w, &my_ops, my_ctx, "test");
  *     wire_feed(&w, bytes, len);            // my_ops.hdr / my_ops.pdu run for each PDU
+ *     st = wire_status(&w);                 // WIRE_OK, or why it stopped (ops->fail ran)
  *     n = wire_take_tx(&w, buf, sizeof buf); // what the handlers queued, as on the wire
  *     wire_free(&w);
  */
@@ -128,12 +129,16 @@ struct wire {
     bool registered;
     bool tx_hold;   /* not writable yet (a connect in progress): queue only */
     bool dead;      /* closed: nothing is read or written any more */
+    int status;     /* why it stopped (enum wire_status, an owner's, or WIRE_E_OWNER) */
     int fail_errno; /* errno of the socket call that failed, 0 otherwise */
 
     /* negotiated (RFC 7143 §13): digests and ErrorRecoveryLevel after login, and the data
      * segment limit we declared (8192 until login completes, §13.12) */
     bool hdigest, ddigest;
     uint8_t erl;
+    /* At ERL 0, deliver a PDU whose data digest is bad (data_digest_bad) instead of stopping:
+     * the initiator discards it and fails only its task (RFC 7143 §7.8 b); the target closes. */
+    bool ddigest_deliver;
     uint32_t max_recv_dsl;
 
     /* receive */
@@ -216,11 +221,16 @@ static inline bool wire_tx_empty(const struct wire *w)
 /* Unsent PDUs (for logs). */
 unsigned wire_tx_count(const struct wire *w);
 
-/* Test seam: bytes in as if recv returned them (an engine with no socket). Returns WIRE_OK or
- * the status the engine stopped with (ops->fail has run). */
-int wire_feed(struct wire *w, const void *bytes, size_t len);
-/* Test seam: serialize the transmit queue (as it would go on the wire) into buf, retiring the
- * PDUs that fit entirely (sent(p, true)). Returns the bytes written. */
+/* Test seam: bytes in as if recv returned them (an engine with no socket). Returns how many
+ * were taken: fewer when the engine stopped (see wire_status) or paused reading because its
+ * replies are not being taken. */
+size_t wire_feed(struct wire *w, const void *bytes, size_t len);
+/* WIRE_OK while the engine runs, else the status it stopped with (WIRE_E_OWNER: the owner
+ * closed it). */
+int wire_status(const struct wire *w);
+/* Test seam: take up to cap bytes of the transmit queue as the socket would (a PDU may be
+ * split across calls), running sent(p, true) for each PDU taken whole and the drained op once
+ * the queue is empty. Returns the byte count. */
 size_t wire_take_tx(struct wire *w, void *buf, size_t cap);
 
 /* The PDU being received, while its data segment is still arriving (NULL otherwise): the

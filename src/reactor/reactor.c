@@ -222,18 +222,23 @@ int reactor_load(const struct reactor *r)
     return atomic_load(&((struct reactor *)r)->load);
 }
 
-static void reactor_run_deferred(struct reactor *r)
+/* Returns how many hooks ran. */
+static int reactor_run_deferred(struct reactor *r)
 {
     /* A hook may queue further hooks (a flush that completes I/O); run until quiet. */
     struct list_node *n;
+    int ran = 0;
     while ((n = list_pop(&r->deferred)) != NULL) {
         struct reactor_deferred *d = list_entry(n, struct reactor_deferred, node);
         d->queued = false;
         d->fn(d->arg);
+        ran++;
     }
+    return ran;
 }
 
-static int reactor_run_timers(struct reactor *r)
+/* Runs the expired timers (counted in *ran if given); returns ms until the next, or -1. */
+static int reactor_run_timers(struct reactor *r, int *ran)
 {
     uint64_t now = reactor_now_ms();
     while (!list_empty(&r->timers)) {
@@ -243,8 +248,43 @@ static int reactor_run_timers(struct reactor *r)
         list_del(&t->node);
         t->armed = false;
         t->fn(t->arg);
+        if (ran)
+            (*ran)++;
     }
     return -1;
+}
+
+/* Dispatch one batch of ready descriptors; returns how many callbacks ran. */
+static int reactor_dispatch(struct reactor *r, struct epoll_event *events, int n)
+{
+    int ran = 0;
+    r->batch = events;
+    r->batch_n = n;
+    for (int i = 0; i < n; i++) {
+        struct reactor_fd *h = events[i].data.ptr;
+        if (h && h->fn) {
+            h->fn(h->arg, events[i].events);
+            ran++;
+        }
+    }
+    r->batch_n = 0;
+    return ran;
+}
+
+int reactor_poll(struct reactor *r)
+{
+    struct epoll_event events[REACTOR_MAX_EVENTS];
+    struct reactor *prev = current_reactor;
+    current_reactor = r;
+    int ran = 0;
+    reactor_run_timers(r, &ran);
+    ran += reactor_run_deferred(r);
+    int n = epoll_wait(r->epfd, events, REACTOR_MAX_EVENTS, 0);
+    if (n > 0)
+        ran += reactor_dispatch(r, events, n);
+    ran += reactor_run_deferred(r);
+    current_reactor = prev;
+    return ran;
 }
 
 void reactor_run(struct reactor *r)
@@ -252,7 +292,7 @@ void reactor_run(struct reactor *r)
     struct epoll_event events[REACTOR_MAX_EVENTS];
     current_reactor = r;
     while (!atomic_load(&r->stopping)) {
-        int timeout = reactor_run_timers(r);
+        int timeout = reactor_run_timers(r, NULL);
         reactor_run_deferred(r);
         if (timeout < 0 || timeout > 1000)
             timeout = 1000;
@@ -263,14 +303,7 @@ void reactor_run(struct reactor *r)
             LOG_ERR("reactor %d: epoll_wait: %m", r->id);
             break;
         }
-        r->batch = events;
-        r->batch_n = n;
-        for (int i = 0; i < n; i++) {
-            struct reactor_fd *h = events[i].data.ptr;
-            if (h && h->fn)
-                h->fn(h->arg, events[i].events);
-        }
-        r->batch_n = 0;
+        reactor_dispatch(r, events, n);
         reactor_run_deferred(r);
     }
     reactor_run_deferred(r);

@@ -74,5 +74,10 @@ int reactor_load(const struct reactor *r);
 /* Run the loop on the calling thread until reactor_stop(). */
 void reactor_run(struct reactor *r);
 void reactor_stop(struct reactor *r);
+/* One turn without blocking, on the calling thread (which must not be running another
+ * reactor's loop): expired timers, deferred hooks, ready descriptors and messages, deferred
+ * hooks again. Returns how many callbacks ran; 0 means r was idle. Tests drive a reactor this
+ * way, keeping everything on their own thread. */
+int reactor_poll(struct reactor *r);
 
 #endif

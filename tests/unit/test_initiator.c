@@ -168,6 +168,7 @@ struct done_log {
     uint8_t status;
     uint32_t sense_len;
     uint8_t sense_key;
+    uint32_t residual;
 };
 
 static void on_done(void *arg, const struct lr_result *r)
@@ -178,6 +179,7 @@ static void on_done(void *arg, const struct lr_result *r)
     d->status = r->scsi_status;
     d->sense_len = r->sense_len;
     d->sense_key = r->sense_len > 2 ? r->sense[2] & 0xf : 0;
+    d->residual = r->residual;
 }
 
 static struct reactor *R;
@@ -451,6 +453,263 @@ static void test_stale_response_ignored(void **state)
     lr_session_destroy(s);
 }
 
+/* InitialR2T=No: immediate data up to the target's MRDSL, unsolicited Data-Out to
+ * FirstBurstLength, then every R2T answered by its own sequence (TTT echoed, DataSN from 0,
+ * offsets from the R2T, F on the last); an R2T beyond MaxBurstLength is a protocol error. */
+static void test_write_unsolicited_and_r2t_sequences(void **state)
+{
+    (void)state;
+    struct lr_session *s = fake_session(1, 1, 8);
+    s->params.initial_r2t = false;
+    s->params.first_burst = 16384;
+    s->params.max_burst = 16384;
+    static uint8_t buf[65536];
+    struct done_log d = {0};
+    assert_int_equal(lr_write(s, 0, 128, 512, buf, on_done, &d), 0);
+    struct ini_conn *c = s->conns[0];
+    assert_int_equal(txq_len(c), 2);
+    const struct wire_pdu *cmd = txq_at(c, 0);
+    assert_int_equal(cmd->dlen, 8192); /* immediate: the target's MRDSL */
+    assert_int_equal(cmd->hdr[1] & (ISCSI_FLAG_FINAL | ISCSI_CMD_WRITE), ISCSI_CMD_WRITE);
+    uint32_t itt = get_be32(cmd->hdr + BHS_ITT);
+    const struct wire_pdu *u = txq_at(c, 1);
+    assert_int_equal(u->hdr[0], ISCSI_OP_DATA_OUT);
+    assert_int_equal(u->hdr[1], ISCSI_FLAG_FINAL);
+    assert_int_equal(get_be32(u->hdr + BHS_TTT), ISCSI_RSVD_TAG);
+    assert_int_equal(get_be32(u->hdr + BHS_DATASN), 0);
+    assert_int_equal(get_be32(u->hdr + BHS_BUFFER_OFFSET), 8192);
+    assert_int_equal(u->dlen, 8192);
+    /* two R2Ts in one read */
+    uint8_t r2t[2][ISCSI_BHS_LEN];
+    for (unsigned k = 0; k < 2; k++) {
+        rsp_hdr(r2t[k], ISCSI_OP_R2T, ISCSI_FLAG_FINAL, itt, 2, 2, 9);
+        put_be32(r2t[k] + BHS_TTT, 0xa0 + k);
+        put_be32(r2t[k] + BHS_R2TSN, k);
+        put_be32(r2t[k] + BHS_BUFFER_OFFSET, 16384 + 16384 * k);
+        put_be32(r2t[k] + BHS_DESIRED_LEN, 16384);
+    }
+    assert_int_equal(ini_conn_feed(c, r2t, sizeof(r2t)), 0);
+    assert_int_equal(txq_len(c), 6);
+    for (unsigned k = 0; k < 4; k++) {
+        const struct wire_pdu *p = txq_at(c, 2 + k);
+        assert_int_equal(p->hdr[0], ISCSI_OP_DATA_OUT);
+        assert_int_equal(get_be32(p->hdr + BHS_ITT), itt);
+        assert_int_equal(get_be32(p->hdr + BHS_TTT), 0xa0 + k / 2);
+        assert_int_equal(get_be32(p->hdr + BHS_DATASN), k % 2);
+        assert_int_equal(get_be32(p->hdr + BHS_BUFFER_OFFSET), 16384 + 8192 * k);
+        assert_int_equal(!!(p->hdr[1] & ISCSI_FLAG_FINAL), k % 2 == 1);
+        assert_int_equal(p->dlen, 8192);
+        assert_ptr_equal(p->data[0].iov_base, buf + 16384 + 8192 * k);
+    }
+    assert_int_equal(d.calls, 0);
+    /* DesiredDataTransferLength above MaxBurstLength (§11.8.4): the task fails, the
+     * connection drops */
+    put_be32(r2t[0] + BHS_BUFFER_OFFSET, 0);
+    put_be32(r2t[0] + BHS_DESIRED_LEN, 32768);
+    assert_int_equal(ini_conn_feed(c, r2t[0], ISCSI_BHS_LEN), -1);
+    assert_int_equal(d.calls, 1);
+    assert_int_equal(d.last, LR_ERR_PROTOCOL);
+    assert_int_equal(c->state, ICS_DEAD);
+    lr_session_destroy(s);
+}
+
+/* One Data-In PDU: header (+ data) as the target sends it. */
+static size_t data_in(uint8_t *pdu, uint32_t itt, uint32_t datasn, uint32_t off, uint32_t len,
+                      uint8_t flags, uint32_t statsn, uint32_t residual)
+{
+    rsp_hdr(pdu, ISCSI_OP_DATA_IN, flags, itt, statsn, 2, 9);
+    put_be24(pdu + BHS_DATA_SEG_LEN, len);
+    put_be32(pdu + BHS_TTT, ISCSI_RSVD_TAG);
+    put_be32(pdu + BHS_DATASN, datasn);
+    put_be32(pdu + BHS_BUFFER_OFFSET, off);
+    put_be32(pdu + BHS_RESIDUAL, residual);
+    memset(pdu + ISCSI_BHS_LEN, (int)(0x40 + datasn), len);
+    return ISCSI_BHS_LEN + len;
+}
+
+/* A Data-In DataSN gap means a lost PDU: at ERL 0 nothing is retransmitted, the task fails
+ * when its status arrives (§7.1); the connection and the next task carry on. */
+static void test_data_in_datasn_gap(void **state)
+{
+    (void)state;
+    struct lr_session *s = fake_session(1, 1, 8);
+    struct ini_conn *c = s->conns[0];
+    static uint8_t buf[12288];
+    static uint8_t pdu[ISCSI_BHS_LEN + 4096];
+    struct done_log d = {0};
+    assert_int_equal(lr_read(s, 0, 24, 512, buf, on_done, &d), 0);
+    uint32_t itt = get_be32(txq_at(c, 0)->hdr + BHS_ITT);
+    size_t n = data_in(pdu, itt, 0, 0, 4096, 0, 0, 0);
+    assert_int_equal(ini_conn_feed(c, pdu, (uint32_t)n), 0);
+    n = data_in(pdu, itt, 2, 4096, 4096, 0, 0, 0); /* DataSN 1 lost */
+    assert_int_equal(ini_conn_feed(c, pdu, (uint32_t)n), 0);
+    assert_int_equal(d.calls, 0);
+    n = data_in(pdu, itt, 3, 8192, 4096, ISCSI_FLAG_FINAL | ISCSI_DATAIN_STATUS, 4, 0);
+    assert_int_equal(ini_conn_feed(c, pdu, (uint32_t)n), 0);
+    assert_int_equal(d.calls, 1);
+    assert_int_equal(d.last, LR_ERR_PROTOCOL);
+    assert_int_equal(c->state, ICS_FFP);
+    assert_int_equal(c->expstatsn, 5);
+    /* in sequence: fine */
+    assert_int_equal(lr_read(s, 0, 24, 512, buf, on_done, &d), 0);
+    itt = get_be32(txq_at(c, 1)->hdr + BHS_ITT);
+    for (uint32_t k = 0; k < 3; k++) {
+        n = data_in(pdu, itt, k, 4096 * k, 4096,
+                    k == 2 ? ISCSI_FLAG_FINAL | ISCSI_DATAIN_STATUS : 0, 5, 0);
+        assert_int_equal(ini_conn_feed(c, pdu, (uint32_t)n), 0);
+    }
+    assert_int_equal(d.calls, 2);
+    assert_int_equal(d.last, LR_OK);
+    assert_int_equal(buf[4096], 0x41);
+    lr_session_destroy(s);
+}
+
+/* A data digest error on Data-In fails the task, not the connection (the PDU boundaries are
+ * intact); a data digest error on a NOP-In is dropped (§7.8). */
+static void test_data_in_digest_error(void **state)
+{
+    (void)state;
+    struct lr_session *s = fake_session(1, 1, 8);
+    struct ini_conn *c = s->conns[0];
+    wire_set_digests(&c->w, false, true);
+    static uint8_t buf[512];
+    uint8_t pdu[ISCSI_BHS_LEN + 512 + 4];
+    struct done_log d = {0};
+    assert_int_equal(lr_read(s, 0, 1, 512, buf, on_done, &d), 0);
+    uint32_t itt = get_be32(txq_at(c, 0)->hdr + BHS_ITT);
+    data_in(pdu, itt, 0, 0, 512, ISCSI_FLAG_FINAL | ISCSI_DATAIN_STATUS, 3, 0);
+    put_le32(pdu + ISCSI_BHS_LEN + 512, crc32c(pdu + ISCSI_BHS_LEN, 512) ^ 1);
+    assert_int_equal(ini_conn_feed(c, pdu, sizeof(pdu)), 0);
+    assert_int_equal(d.calls, 1);
+    assert_int_equal(d.last, LR_ERR_PROTOCOL);
+    assert_int_equal(c->state, ICS_FFP);
+    /* a ping with a bad data digest is not answered */
+    uint8_t nop[ISCSI_BHS_LEN + 4 + 4];
+    rsp_hdr(nop, ISCSI_OP_NOP_IN, ISCSI_FLAG_FINAL, ISCSI_RSVD_TAG, 4, 1, 8);
+    put_be32(nop + BHS_TTT, 0x99);
+    put_be24(nop + BHS_DATA_SEG_LEN, 4);
+    memcpy(nop + ISCSI_BHS_LEN, "ping", 4);
+    put_le32(nop + ISCSI_BHS_LEN + 4, crc32c("ping", 4) ^ 1);
+    unsigned before = txq_len(c);
+    assert_int_equal(ini_conn_feed(c, nop, sizeof(nop)), 0);
+    assert_int_equal(txq_len(c), before);
+    lr_session_destroy(s);
+}
+
+/* The residual of a Data-In with status or of a SCSI Response reaches the caller. An
+ * overflow is reported in the same field as an underflow (lr_result has no flag for it). */
+static void test_residuals_reported(void **state)
+{
+    (void)state;
+    struct lr_session *s = fake_session(1, 1, 8);
+    struct ini_conn *c = s->conns[0];
+    static uint8_t buf[4096];
+    uint8_t pdu[ISCSI_BHS_LEN + 2048];
+    struct done_log d = {0};
+    assert_int_equal(lr_read(s, 0, 8, 512, buf, on_done, &d), 0);
+    uint32_t itt = get_be32(txq_at(c, 0)->hdr + BHS_ITT);
+    data_in(pdu, itt, 0, 0, 2048, ISCSI_FLAG_FINAL | ISCSI_DATAIN_STATUS | ISCSI_DATAIN_UNDERFLOW,
+            3, 2048);
+    assert_int_equal(ini_conn_feed(c, pdu, sizeof(pdu)), 0);
+    assert_int_equal(d.calls, 1);
+    assert_int_equal(d.last, LR_OK);
+    assert_int_equal(d.residual, 2048);
+    /* SCSI Response with underflow, then with overflow */
+    const uint8_t flags[2] = {ISCSI_RSP_UNDERFLOW, ISCSI_RSP_OVERFLOW};
+    for (unsigned k = 0; k < 2; k++) {
+        assert_int_equal(lr_write(s, 0, 8, 512, buf, on_done, &d), 0);
+        itt = get_be32(txq_at(c, 1 + k)->hdr + BHS_ITT);
+        uint8_t rsp[ISCSI_BHS_LEN];
+        rsp_hdr(rsp, ISCSI_OP_SCSI_RSP, ISCSI_FLAG_FINAL | flags[k], itt, 4 + k, 2, 9);
+        put_be32(rsp + BHS_RESIDUAL, 1024u >> k);
+        assert_int_equal(ini_conn_feed(c, rsp, sizeof(rsp)), 0);
+        assert_int_equal(d.calls, 2 + k);
+        assert_int_equal(d.last, LR_OK);
+        assert_int_equal(d.residual, 1024u >> k);
+    }
+    lr_session_destroy(s);
+}
+
+/* A NOP-In that is no ping (TTT reserved) is not answered; one answering a NOP-Out of ours
+ * (ITT set) carries a StatSN, one with ITT reserved does not (§11.19). */
+static void test_nop_in_not_a_ping(void **state)
+{
+    (void)state;
+    struct lr_session *s = fake_session(1, 1, 8);
+    struct ini_conn *c = s->conns[0];
+    c->expstatsn = 3;
+    uint8_t nop[ISCSI_BHS_LEN];
+    rsp_hdr(nop, ISCSI_OP_NOP_IN, ISCSI_FLAG_FINAL, ISCSI_RSVD_TAG, 3, 1, 8);
+    put_be32(nop + BHS_TTT, ISCSI_RSVD_TAG);
+    assert_int_equal(ini_conn_feed(c, nop, sizeof(nop)), 0);
+    assert_int_equal(txq_len(c), 0);
+    assert_int_equal(c->expstatsn, 3);
+    rsp_hdr(nop, ISCSI_OP_NOP_IN, ISCSI_FLAG_FINAL, 0x1234, 3, 1, 8);
+    put_be32(nop + BHS_TTT, ISCSI_RSVD_TAG);
+    assert_int_equal(ini_conn_feed(c, nop, sizeof(nop)), 0);
+    assert_int_equal(txq_len(c), 0);
+    assert_int_equal(c->expstatsn, 4);
+    lr_session_destroy(s);
+}
+
+/* A Reject carries the rejected header (§11.17): a rejected SCSI Command fails its task; any
+ * other is counted. The connection stays, and the Reject's StatSN is acknowledged. */
+static void test_reject_handling(void **state)
+{
+    (void)state;
+    struct lr_session *s = fake_session(1, 1, 8);
+    struct ini_conn *c = s->conns[0];
+    static uint8_t buf[512];
+    struct done_log d = {0};
+    assert_int_equal(lr_read(s, 0, 1, 512, buf, on_done, &d), 0);
+    uint8_t rej[2 * ISCSI_BHS_LEN];
+    rsp_hdr(rej, ISCSI_OP_REJECT, ISCSI_FLAG_FINAL, ISCSI_RSVD_TAG, 6, 1, 8);
+    rej[BHS_REJECT_REASON] = ISCSI_REJECT_INVALID_PDU_FIELD;
+    put_be24(rej + BHS_DATA_SEG_LEN, ISCSI_BHS_LEN);
+    memcpy(rej + ISCSI_BHS_LEN, txq_at(c, 0)->hdr, ISCSI_BHS_LEN);
+    assert_int_equal(ini_conn_feed(c, rej, sizeof(rej)), 0);
+    assert_int_equal(d.calls, 1);
+    assert_int_equal(d.last, LR_ERR_PROTOCOL);
+    assert_int_equal(c->rejects, 1);
+    assert_int_equal(c->state, ICS_FFP);
+    assert_int_equal(c->expstatsn, 7);
+    /* a rejected NOP-Out: nothing to fail */
+    memset(rej + ISCSI_BHS_LEN, 0, ISCSI_BHS_LEN);
+    rej[ISCSI_BHS_LEN] = ISCSI_OP_NOP_OUT | ISCSI_BHS_IMMEDIATE;
+    put_be32(rej + BHS_STATSN, 7);
+    assert_int_equal(ini_conn_feed(c, rej, sizeof(rej)), 0);
+    assert_int_equal(d.calls, 1);
+    assert_int_equal(c->rejects, 2);
+    assert_int_equal(c->state, ICS_FFP);
+    lr_session_destroy(s);
+}
+
+/* Async Message (§11.9): a SCSI async event (0) and a renegotiation request (4) leave the
+ * connection as it is; a logout request (1) drops the connection today, where RFC 7143
+ * §11.9.1 asks the initiator to log it out within Parameter3 seconds. */
+static void test_async_message(void **state)
+{
+    (void)state;
+    struct lr_session *s = fake_session(1, 1, 8);
+    struct ini_conn *c = s->conns[0];
+    uint8_t am[ISCSI_BHS_LEN];
+    const uint8_t events[3] = {0, 4, 1};
+    for (unsigned k = 0; k < 3; k++) {
+        rsp_hdr(am, ISCSI_OP_ASYNC_MSG, ISCSI_FLAG_FINAL, ISCSI_RSVD_TAG, 10 + k, 1, 8);
+        am[BHS_ASYNC_EVENT] = events[k];
+        put_be16(am + BHS_ASYNC_PARAM3, 5);
+        int rc = ini_conn_feed(c, am, sizeof(am));
+        if (events[k] != 1) {
+            assert_int_equal(rc, 0);
+            assert_int_equal(c->state, ICS_FFP);
+            assert_int_equal(c->expstatsn, 11 + k);
+        } else {
+            assert_int_equal(c->state, ICS_DEAD);
+        }
+    }
+    lr_session_destroy(s);
+}
+
 static void test_url(void **state)
 {
     (void)state;
@@ -481,6 +740,13 @@ int main(void)
         cmocka_unit_test(test_conn_loss_keeps_session),
         cmocka_unit_test(test_digests_and_nop),
         cmocka_unit_test(test_stale_response_ignored),
+        cmocka_unit_test(test_write_unsolicited_and_r2t_sequences),
+        cmocka_unit_test(test_data_in_datasn_gap),
+        cmocka_unit_test(test_data_in_digest_error),
+        cmocka_unit_test(test_residuals_reported),
+        cmocka_unit_test(test_nop_in_not_a_ping),
+        cmocka_unit_test(test_reject_handling),
+        cmocka_unit_test(test_async_message),
         cmocka_unit_test(test_url),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);

@@ -84,6 +84,16 @@ static void owner_init(struct owner *o, bool hd, bool dd, uint8_t erl)
     o->w.erl = erl;
 }
 
+/* Feed everything; WIRE_OK, or the status the engine stopped with. */
+static int feed(struct owner *o, const void *b, size_t n)
+{
+    size_t used = wire_feed(&o->w, b, n);
+    if (o->w.dead)
+        return wire_status(&o->w);
+    assert_int_equal(used, n);
+    return WIRE_OK;
+}
+
 /* ---- building PDUs as a peer would ---- */
 
 struct stream {
@@ -162,8 +172,8 @@ static void test_split_everywhere(void **state)
         for (size_t cut = 0; cut <= s.len; cut++) {
             struct owner o;
             owner_init(&o, hd, dd, 0);
-            assert_int_equal(wire_feed(&o.w, s.b, cut), WIRE_OK);
-            assert_int_equal(wire_feed(&o.w, s.b + cut, s.len - cut), WIRE_OK);
+            assert_int_equal(feed(&o, s.b, cut), WIRE_OK);
+            assert_int_equal(feed(&o, s.b + cut, s.len - cut), WIRE_OK);
             check_three(&o, big);
             wire_free(&o.w);
         }
@@ -171,7 +181,7 @@ static void test_split_everywhere(void **state)
         struct owner o;
         owner_init(&o, hd, dd, 0);
         for (size_t i = 0; i < s.len; i++)
-            assert_int_equal(wire_feed(&o.w, s.b + i, 1), WIRE_OK);
+            assert_int_equal(feed(&o, s.b + i, 1), WIRE_OK);
         check_three(&o, big);
         assert_int_equal(o.w.stats.rx_bytes, s.len);
         wire_free(&o.w);
@@ -191,7 +201,7 @@ static void test_header_digest_error(void **state)
     /* ERL 0: the connection ends (RFC 7143 §7.8) */
     struct owner o;
     owner_init(&o, true, true, 0);
-    assert_int_equal(wire_feed(&o.w, s.b, s.len), WIRE_E_HDIGEST);
+    assert_int_equal(feed(&o, s.b, s.len), WIRE_E_HDIGEST);
     assert_int_equal(o.fails, 1);
     assert_int_equal(o.last_fail, WIRE_E_HDIGEST);
     assert_int_equal(o.pdus, 1);
@@ -200,7 +210,7 @@ static void test_header_digest_error(void **state)
 
     /* ERL 1: that PDU is dropped silently, its data skipped by its length, the next arrives */
     owner_init(&o, true, true, 1);
-    assert_int_equal(wire_feed(&o.w, s.b, s.len), WIRE_OK);
+    assert_int_equal(feed(&o, s.b, s.len), WIRE_OK);
     assert_int_equal(o.fails, 0);
     assert_int_equal(o.pdus, 2);
     assert_int_equal(o.hdrs, 2);
@@ -221,14 +231,22 @@ static void test_data_digest_error(void **state)
 
     struct owner o;
     owner_init(&o, true, true, 0);
-    assert_int_equal(wire_feed(&o.w, s.b, s.len), WIRE_E_DDIGEST);
+    assert_int_equal(feed(&o, s.b, s.len), WIRE_E_DDIGEST);
     assert_int_equal(o.last_fail, WIRE_E_DDIGEST);
     assert_int_equal(o.pdus, 2);
     wire_free(&o.w);
 
+    /* ERL 0 on an initiator: delivered marked, it fails only that task (§7.8 b) */
+    owner_init(&o, true, true, 0);
+    o.w.ddigest_deliver = true;
+    assert_int_equal(feed(&o, s.b, s.len), WIRE_OK);
+    assert_int_equal(o.pdus, 3);
+    assert_true(o.seen[2].dd_bad);
+    wire_free(&o.w);
+
     /* ERL 1: delivered, marked, for the side to Reject (reason 0x02) and recover */
     owner_init(&o, true, true, 1);
-    assert_int_equal(wire_feed(&o.w, s.b, s.len), WIRE_OK);
+    assert_int_equal(feed(&o, s.b, s.len), WIRE_OK);
     assert_int_equal(o.pdus, 3);
     assert_false(o.seen[1].dd_bad);
     assert_true(o.seen[2].dd_bad);
@@ -236,7 +254,7 @@ static void test_data_digest_error(void **state)
     /* the engine carries on with the next PDU */
     struct stream t = {.len = 0};
     put_pdu(&t, ISCSI_OP_TEXT_RSP, 9, 0, text5, 5, true, true);
-    assert_int_equal(wire_feed(&o.w, t.b, t.len), WIRE_OK);
+    assert_int_equal(feed(&o, t.b, t.len), WIRE_OK);
     assert_int_equal(o.pdus, 4);
     assert_false(o.seen[3].dd_bad);
     wire_free(&o.w);
@@ -251,7 +269,7 @@ static void test_oversized_refused_before_allocation(void **state)
     wire_set_limits(&o.w, WIRE_LOGIN_DSL, 0); /* login: 8192 */
     uint8_t h[ISCSI_BHS_LEN] = {ISCSI_OP_LOGIN_RSP};
     put_be24(h + BHS_DATA_SEG_LEN, WIRE_LOGIN_DSL + 1);
-    assert_int_equal(wire_feed(&o.w, h, sizeof(h)), WIRE_E_OVERSIZED);
+    assert_int_equal(feed(&o, h, sizeof(h)), WIRE_E_OVERSIZED);
     assert_int_equal(o.hdrs, 0);
     assert_null(o.w.databuf);
     assert_int_equal(o.w.databuf_size, 0);
@@ -264,7 +282,7 @@ static void test_oversized_refused_before_allocation(void **state)
     uint8_t d[100] = {0};
     s.len = 0;
     put_pdu(&s, ISCSI_OP_LOGIN_RSP, 1, 0, d, 100, false, false);
-    assert_int_equal(wire_feed(&o.w, s.b, s.len), WIRE_OK);
+    assert_int_equal(feed(&o, s.b, s.len), WIRE_OK);
     assert_int_equal(o.w.databuf_size, WIRE_LOGIN_DSL);
     wire_free(&o.w);
 
@@ -274,7 +292,7 @@ static void test_oversized_refused_before_allocation(void **state)
     memset(h, 0, sizeof(h));
     h[0] = ISCSI_OP_DATA_IN;
     put_be24(h + BHS_DATA_SEG_LEN, 1u << 20);
-    assert_int_equal(wire_feed(&o.w, h, sizeof(h)), WIRE_E_OVERSIZED);
+    assert_int_equal(feed(&o, h, sizeof(h)), WIRE_E_OVERSIZED);
     assert_null(o.w.databuf);
     wire_free(&o.w);
 }
@@ -300,8 +318,8 @@ static void test_direct_placement(void **state)
         o.dst[0] = (struct iovec){a, 100};
         o.dst[1] = (struct iovec){b, 103};
         o.dstcnt = 2;
-        assert_int_equal(wire_feed(&o.w, s.b, cut), WIRE_OK);
-        assert_int_equal(wire_feed(&o.w, s.b + cut, s.len - cut), WIRE_OK);
+        assert_int_equal(feed(&o, s.b, cut), WIRE_OK);
+        assert_int_equal(feed(&o, s.b + cut, s.len - cut), WIRE_OK);
         assert_int_equal(o.pdus, 2);
         assert_true(o.seen[0].placed);
         assert_memory_equal(a, data, 100);
@@ -324,7 +342,7 @@ static void test_discard(void **state)
     struct owner o;
     owner_init(&o, false, true, 0);
     o.discard = true;
-    assert_int_equal(wire_feed(&o.w, s.b, s.len), WIRE_OK);
+    assert_int_equal(feed(&o, s.b, s.len), WIRE_OK);
     assert_int_equal(o.pdus, 3);
     assert_true(o.seen[1].placed && o.seen[2].placed); /* no data handed over */
     assert_null(o.w.databuf);
@@ -385,7 +403,7 @@ static void test_tx_gather_and_digests(void **state)
     /* ... and another engine reads them back */
     struct owner rx;
     owner_init(&rx, true, true, 0);
-    assert_int_equal(wire_feed(&rx.w, out, n), WIRE_OK);
+    assert_int_equal(feed(&rx, out, n), WIRE_OK);
     assert_int_equal(rx.pdus, 2);
     assert_memory_equal(rx.seen[0].data, "abcdefghij", 10);
     assert_int_equal(rx.seen[1].itt, 2);
@@ -417,7 +435,7 @@ static void test_faults(void **state)
     static uint8_t out[8192];
     size_t n = wire_take_tx(&tx.w, out, sizeof(out));
     owner_init(&rx, true, true, 1);
-    assert_int_equal(wire_feed(&rx.w, out, n), WIRE_OK);
+    assert_int_equal(feed(&rx, out, n), WIRE_OK);
     assert_int_equal(rx.pdus, 11);
     for (int i = 0; i < 10; i++)
         assert_true(rx.seen[i].dd_bad);
@@ -438,7 +456,7 @@ static void test_faults(void **state)
         n = wire_take_tx(&tx.w, out, sizeof(out));
         assert_int_equal(tx.sent_ok, 40); /* dropped ones count as sent: lost on the wire */
         owner_init(&rx, false, false, 0);
-        assert_int_equal(wire_feed(&rx.w, out, n), WIRE_OK);
+        assert_int_equal(feed(&rx, out, n), WIRE_OK);
         got[run] = rx.pdus;
         for (int i = 0; i < rx.pdus; i++)
             pattern[run][i] = rx.seen[i].itt;

@@ -1,0 +1,1054 @@
+/* The target's iSCSI protocol engine fed with request PDUs through tgt_harness.c, the way SPDK
+ * tests its opcode handlers: the CmdSN window, immediate and unsolicited data, R2T and Data-Out
+ * sequencing, Data-In and residuals, task management, NOP, Logout and Reject, each asserted
+ * against RFC 7143 and what the target does today. The session is the harness's default
+ * (tgt_opts_default): ImmediateData=Yes, InitialR2T=No, FirstBurstLength 8 KiB,
+ * MaxBurstLength 16 KiB, the initiator's MaxRecvDataSegmentLength 4 KiB, MaxOutstandingR2T 2,
+ * ERL 0, digests off. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "tgt_harness.h"
+
+#define WINDOW 128u /* MaxCmdSN - ExpCmdSN + 1 the target grants (ISCSI_CMD_WINDOW) */
+#define READ10 0x28
+#define WRITE10 0x2a
+
+/* ---- helpers ---- */
+
+static struct tgt *up(void)
+{
+    struct tgt_opts o;
+    tgt_opts_default(&o);
+    return tgt_login(&o);
+}
+
+static struct tgt_rsp expect(struct tgt *t, enum iscsi_opcode op)
+{
+    struct tgt_rsp r;
+    assert_true(tgt_recv(t, &r));
+    assert_int_equal(r.opcode, op);
+    return r;
+}
+
+static void expect_none(struct tgt *t)
+{
+    assert_int_equal(tgt_pending(t), 0);
+}
+
+/* TEST UNIT READY with CmdSN sn; returns its ITT. */
+static uint32_t send_tur(struct tgt *t, uint32_t sn, bool immediate)
+{
+    uint8_t cdb[16] = {0};
+    struct tgt_pdu p;
+    uint32_t itt = tgt_new_itt(t);
+    tgt_pdu_scsi_cmd(&p, itt, sn, cdb, 0, ISCSI_FLAG_FINAL, NULL, 0);
+    if (immediate)
+        tgt_pdu_set_immediate(&p);
+    tgt_send(t, &p);
+    return itt;
+}
+
+static struct tgt_rsp expect_good(struct tgt *t, uint32_t itt)
+{
+    struct tgt_rsp r = expect(t, ISCSI_OP_SCSI_RSP);
+    assert_int_equal(r.itt, itt);
+    assert_int_equal(r.flags & ISCSI_FLAG_FINAL, ISCSI_FLAG_FINAL);
+    assert_int_equal(r.response, 0);
+    assert_int_equal(r.status, 0);
+    return r;
+}
+
+static void fill(uint8_t *buf, size_t len, uint8_t seed)
+{
+    for (size_t i = 0; i < len; i++)
+        buf[i] = (uint8_t)(seed + i * 7 + (i >> 9));
+}
+
+/* Answer an R2T with Data-Out PDUs of at most `pdu` bytes from buf. */
+static void answer_r2t(struct tgt *t, const struct tgt_rsp *r2t, const uint8_t *buf, uint32_t pdu)
+{
+    uint32_t sn = 0;
+    for (uint32_t off = 0; off < r2t->desired_len; off += pdu) {
+        uint32_t len = r2t->desired_len - off < pdu ? r2t->desired_len - off : pdu;
+        struct tgt_pdu p;
+        tgt_pdu_data_out(&p, r2t->itt, r2t->ttt, sn++, r2t->offset + off, buf + r2t->offset + off,
+                         len, off + len == r2t->desired_len);
+        tgt_send(t, &p);
+    }
+}
+
+/* WRITE(10) of len bytes at lba: immediate data up to FirstBurstLength (8 KiB), every R2T
+ * answered; returns the SCSI Response. */
+static struct tgt_rsp write_blocks(struct tgt *t, uint32_t lba, const uint8_t *buf, uint32_t len)
+{
+    uint8_t cdb[16];
+    tgt_cdb_rw10(cdb, WRITE10, lba, (uint16_t)(len / TGT_BLOCK));
+    uint32_t imm = len < 8192 ? len : 8192;
+    struct tgt_pdu p;
+    uint32_t itt = tgt_new_itt(t);
+    tgt_pdu_scsi_cmd(&p, itt, tgt_next_cmdsn(t), cdb, len, ISCSI_FLAG_FINAL | ISCSI_CMD_WRITE, buf,
+                     imm);
+    tgt_send(t, &p);
+    struct tgt_rsp r;
+    for (;;) {
+        assert_true(tgt_recv(t, &r));
+        if (r.opcode != ISCSI_OP_R2T)
+            break;
+        answer_r2t(t, &r, buf, 4096);
+    }
+    assert_int_equal(r.opcode, ISCSI_OP_SCSI_RSP);
+    assert_int_equal(r.itt, itt);
+    return r;
+}
+
+/* ---- CmdSN window (RFC 7143 §4.2.2.1, §3.2.2.1) ---- */
+
+static void test_cmdsn_login_window(void **state)
+{
+    (void)state;
+    struct tgt *t = up();
+    /* The Login Request's CmdSN (1) is the first command's; the target grants WINDOW. */
+    assert_int_equal(tgt_login_expcmdsn(t), 1);
+    assert_int_equal(tgt_login_maxcmdsn(t), WINDOW);
+    tgt_free(t);
+}
+
+static void test_cmdsn_in_order(void **state)
+{
+    (void)state;
+    struct tgt *t = up();
+    uint32_t statsn = 0;
+    for (int i = 0; i < 3; i++) {
+        uint32_t sn = tgt_next_cmdsn(t);
+        struct tgt_rsp r = expect_good(t, send_tur(t, sn, false));
+        assert_int_equal(r.expcmdsn, sn + 1);
+        assert_int_equal(r.maxcmdsn, sn + WINDOW); /* nothing in flight: the whole window */
+        if (i)
+            assert_int_equal(r.statsn, statsn + 1);
+        statsn = r.statsn;
+    }
+    tgt_free(t);
+}
+
+/* A command ahead of ExpCmdSN waits for the gap; once it fills, the commands run in CmdSN
+ * order (§4.2.2.1: delivered to SCSI in order), so the answers come in that order. */
+static void test_cmdsn_out_of_order(void **state)
+{
+    (void)state;
+    struct tgt *t = up();
+    uint32_t sn0 = tgt_next_cmdsn(t), sn1 = tgt_next_cmdsn(t), sn2 = tgt_next_cmdsn(t);
+    uint32_t a = send_tur(t, sn2, false);
+    uint32_t b = send_tur(t, sn1, false);
+    expect_none(t);
+    /* a NOP-In for an immediate ping shows ExpCmdSN held at the gap, MaxCmdSN not shrunk */
+    struct tgt_pdu p;
+    tgt_pdu_nop_out(&p, 0x4242, ISCSI_RSVD_TAG, sn0, true, NULL, 0);
+    tgt_send(t, &p);
+    struct tgt_rsp r = expect(t, ISCSI_OP_NOP_IN);
+    assert_int_equal(r.expcmdsn, sn0);
+    assert_int_equal(r.maxcmdsn, sn0 - 1 + WINDOW);
+    uint32_t c = send_tur(t, sn0, false);
+    uint32_t order[3] = {c, b, a};
+    uint32_t statsn = r.statsn;
+    for (int i = 0; i < 3; i++) {
+        r = expect_good(t, order[i]);
+        assert_int_equal(r.statsn, statsn + 1);
+        statsn = r.statsn;
+        assert_int_equal(r.expcmdsn, sn2 + 1);
+    }
+    assert_int_equal(r.maxcmdsn, sn2 + WINDOW);
+    expect_none(t);
+    tgt_free(t);
+}
+
+/* Outside [ExpCmdSN, MaxCmdSN] a command is silently ignored (§4.2.2.1), as is a second
+ * command with the CmdSN of one waiting in the queue. */
+static void test_cmdsn_outside_window_dropped(void **state)
+{
+    (void)state;
+    struct tgt *t = up();
+    uint32_t sn = tgt_next_cmdsn(t);
+    struct tgt_rsp r = expect_good(t, send_tur(t, sn, false));
+    uint32_t max = r.maxcmdsn;
+    send_tur(t, sn, false); /* below ExpCmdSN: already received */
+    expect_none(t);
+    send_tur(t, max + 1, false); /* beyond MaxCmdSN */
+    expect_none(t);
+    /* a queued CmdSN sent twice: the second is ignored */
+    uint32_t s1 = tgt_next_cmdsn(t), s2 = tgt_next_cmdsn(t);
+    uint32_t first = send_tur(t, s2, false);
+    send_tur(t, s2, false);
+    expect_none(t);
+    uint32_t gap = send_tur(t, s1, false);
+    expect_good(t, gap);
+    r = expect_good(t, first);
+    assert_int_equal(r.expcmdsn, s2 + 1);
+    expect_none(t);
+    assert_false(tgt_closed(t));
+    tgt_free(t);
+}
+
+/* An immediate command carries the next CmdSN but does not advance ExpCmdSN (§3.2.2.1). */
+static void test_cmdsn_immediate_does_not_advance(void **state)
+{
+    (void)state;
+    struct tgt *t = up();
+    uint32_t sn = tgt_peek_cmdsn(t);
+    struct tgt_rsp r = expect_good(t, send_tur(t, sn, true));
+    assert_int_equal(r.expcmdsn, sn);
+    assert_int_equal(r.maxcmdsn, sn - 1 + WINDOW);
+    /* the same CmdSN then goes to the next non-immediate command */
+    r = expect_good(t, send_tur(t, tgt_next_cmdsn(t), false));
+    assert_int_equal(r.expcmdsn, sn + 1);
+    tgt_free(t);
+}
+
+/* A non-immediate NOP-Out uses up its CmdSN (§11.18): the window moves past it, and a command
+ * sent with that CmdSN afterwards is below the window. */
+static void test_cmdsn_nop_out_consumes(void **state)
+{
+    (void)state;
+    struct tgt *t = up();
+    uint32_t sn = tgt_next_cmdsn(t);
+    struct tgt_pdu p;
+    tgt_pdu_nop_out(&p, 0x77, ISCSI_RSVD_TAG, sn, false, NULL, 0);
+    tgt_send(t, &p);
+    struct tgt_rsp r = expect(t, ISCSI_OP_NOP_IN);
+    assert_int_equal(r.itt, 0x77);
+    assert_int_equal(r.expcmdsn, sn + 1);
+    send_tur(t, sn, false);
+    expect_none(t);
+    r = expect_good(t, send_tur(t, tgt_next_cmdsn(t), false));
+    assert_int_equal(r.expcmdsn, sn + 2);
+    /* a non-immediate NOP-Out ahead of a gap is taken, and the window steps over it */
+    uint32_t g = tgt_next_cmdsn(t), n = tgt_next_cmdsn(t);
+    tgt_pdu_nop_out(&p, 0x78, ISCSI_RSVD_TAG, n, false, NULL, 0);
+    tgt_send(t, &p);
+    r = expect(t, ISCSI_OP_NOP_IN);
+    assert_int_equal(r.expcmdsn, g); /* answered at once, the gap still open */
+    r = expect_good(t, send_tur(t, g, false));
+    assert_int_equal(r.expcmdsn, n + 1);
+    tgt_free(t);
+}
+
+/* ---- immediate and unsolicited data, R2T, Data-Out (§11.3, §11.7, §11.8) ---- */
+
+static void test_write_unsolicited_then_r2t(void **state)
+{
+    (void)state;
+    struct tgt *t = up();
+    static uint8_t buf[65536], back[65536];
+    fill(buf, sizeof(buf), 3);
+    uint8_t cdb[16];
+    tgt_cdb_rw10(cdb, WRITE10, 16, 128);
+    struct tgt_pdu p;
+    uint32_t itt = tgt_new_itt(t);
+    /* F=0: unsolicited Data-Out follows, up to FirstBurstLength (InitialR2T=No) */
+    tgt_pdu_scsi_cmd(&p, itt, tgt_next_cmdsn(t), cdb, sizeof(buf), ISCSI_CMD_WRITE, buf, 4096);
+    tgt_send(t, &p);
+    /* the target solicits what FirstBurstLength does not cover, MaxBurstLength per R2T, at
+     * most MaxOutstandingR2T (2) at a time */
+    struct tgt_rsp r0 = expect(t, ISCSI_OP_R2T);
+    struct tgt_rsp r1 = expect(t, ISCSI_OP_R2T);
+    expect_none(t);
+    assert_int_equal(r0.itt, itt);
+    assert_int_equal(r0.flags, ISCSI_FLAG_FINAL);
+    assert_int_equal(r0.datasn, 0); /* R2TSN */
+    assert_int_equal(r0.offset, 8192);
+    assert_int_equal(r0.desired_len, 16384);
+    assert_int_equal(r1.datasn, 1);
+    assert_int_equal(r1.offset, 8192 + 16384);
+    assert_int_equal(r1.desired_len, 16384);
+    assert_int_not_equal(r0.ttt, ISCSI_RSVD_TAG);
+    assert_int_not_equal(r1.ttt, ISCSI_RSVD_TAG);
+    assert_int_not_equal(r0.ttt, r1.ttt);
+    assert_int_equal(r1.statsn, r0.statsn); /* an R2T does not use a StatSN */
+    /* the unsolicited Data-Out: TTT reserved, its own DataSN from 0 */
+    tgt_pdu_data_out(&p, itt, ISCSI_RSVD_TAG, 0, 4096, buf + 4096, 4096, true);
+    tgt_send(t, &p);
+    expect_none(t);
+    /* each completed R2T lets the next one out */
+    answer_r2t(t, &r0, buf, 4096);
+    struct tgt_rsp r2 = expect(t, ISCSI_OP_R2T);
+    assert_int_equal(r2.datasn, 2);
+    assert_int_equal(r2.offset, 40960);
+    assert_int_equal(r2.desired_len, 16384);
+    expect_none(t);
+    answer_r2t(t, &r1, buf, 4096);
+    struct tgt_rsp r3 = expect(t, ISCSI_OP_R2T);
+    assert_int_equal(r3.datasn, 3);
+    assert_int_equal(r3.offset, 57344);
+    assert_int_equal(r3.desired_len, 8192);
+    answer_r2t(t, &r2, buf, 4096);
+    expect_none(t);
+    answer_r2t(t, &r3, buf, 4096);
+    struct tgt_rsp r = expect_good(t, itt);
+    assert_int_equal(r.flags, ISCSI_FLAG_FINAL); /* no residual */
+    assert_int_equal(r.residual, 0);
+    assert_int_equal(r.datasn, 4); /* ExpDataSN: the R2Ts sent (§11.4.8) */
+    assert_int_equal(r.statsn, r0.statsn);
+    assert_int_equal(r.dlen, 0);
+
+    /* READ returns the same bytes: MRDSL-sized Data-In, F closing each MaxBurstLength
+     * sequence, the status in the last one (S) and nothing else (phase collapse, §11.7.4) */
+    tgt_cdb_rw10(cdb, READ10, 16, 128);
+    itt = tgt_new_itt(t);
+    uint32_t sn = tgt_next_cmdsn(t);
+    tgt_pdu_scsi_cmd(&p, itt, sn, cdb, sizeof(back), ISCSI_FLAG_FINAL | ISCSI_CMD_READ, NULL, 0);
+    tgt_send(t, &p);
+    for (uint32_t k = 0; k < 16; k++) {
+        struct tgt_rsp d = expect(t, ISCSI_OP_DATA_IN);
+        bool last = k == 15;
+        assert_int_equal(d.itt, itt);
+        assert_int_equal(d.ttt, ISCSI_RSVD_TAG);
+        assert_int_equal(d.datasn, k);
+        assert_int_equal(d.offset, k * 4096);
+        assert_int_equal(d.dlen, 4096);
+        assert_int_equal(!!(d.flags & ISCSI_FLAG_FINAL), k % 4 == 3);
+        assert_int_equal(!!(d.flags & ISCSI_DATAIN_STATUS), last);
+        assert_int_equal(d.flags & (ISCSI_DATAIN_OVERFLOW | ISCSI_DATAIN_UNDERFLOW), 0);
+        assert_int_equal(d.expcmdsn, sn + 1);
+        if (last) {
+            assert_int_equal(d.status, 0);
+            assert_int_equal(d.statsn, r.statsn + 1);
+            assert_int_equal(d.residual, 0);
+        }
+        memcpy(back + d.offset, d.data, d.dlen);
+    }
+    expect_none(t);
+    assert_memory_equal(back, buf, sizeof(buf));
+    tgt_free(t);
+}
+
+/* InitialR2T=Yes, ImmediateData=No: nothing unsolicited, the first R2T starts at 0. */
+static void test_write_initial_r2t(void **state)
+{
+    (void)state;
+    struct tgt_opts o;
+    tgt_opts_default(&o);
+    o.initial_r2t = true;
+    o.immediate_data = false;
+    struct tgt *t = tgt_login(&o);
+    static uint8_t buf[20480];
+    fill(buf, sizeof(buf), 9);
+    uint8_t cdb[16];
+    tgt_cdb_rw10(cdb, WRITE10, 0, 40);
+    struct tgt_pdu p;
+    uint32_t itt = tgt_new_itt(t);
+    tgt_pdu_scsi_cmd(&p, itt, tgt_next_cmdsn(t), cdb, sizeof(buf),
+                     ISCSI_FLAG_FINAL | ISCSI_CMD_WRITE, NULL, 0);
+    tgt_send(t, &p);
+    struct tgt_rsp r0 = expect(t, ISCSI_OP_R2T), r1 = expect(t, ISCSI_OP_R2T);
+    assert_int_equal(r0.offset, 0);
+    assert_int_equal(r0.desired_len, 16384);
+    assert_int_equal(r1.offset, 16384);
+    assert_int_equal(r1.desired_len, 4096);
+    answer_r2t(t, &r1, buf, 4096); /* sequences may complete in any order */
+    answer_r2t(t, &r0, buf, 8192);
+    expect_good(t, itt);
+    /* immediate data with ImmediateData=No is a protocol error: Reject, the CmdSN used up */
+    uint32_t sn = tgt_next_cmdsn(t);
+    tgt_pdu_scsi_cmd(&p, tgt_new_itt(t), sn, cdb, 512, ISCSI_FLAG_FINAL | ISCSI_CMD_WRITE, buf,
+                     512);
+    tgt_send(t, &p);
+    struct tgt_rsp r = expect(t, ISCSI_OP_REJECT);
+    assert_int_equal(r.reason, 0x04);
+    assert_int_equal(r.expcmdsn, sn + 1);
+    assert_int_equal(r.dlen, 48);
+    assert_memory_equal(r.data, p.bhs.b, 4); /* the rejected header comes back */
+    tgt_free(t);
+}
+
+/* Immediate data beyond FirstBurstLength is a protocol error (§13.14): Reject 0x04, and the
+ * CmdSN counts as used so later commands do not wait for it. */
+static void test_write_immediate_beyond_first_burst(void **state)
+{
+    (void)state;
+    struct tgt *t = up();
+    static uint8_t buf[12288];
+    uint8_t cdb[16];
+    tgt_cdb_rw10(cdb, WRITE10, 0, 24);
+    struct tgt_pdu p;
+    uint32_t sn = tgt_next_cmdsn(t);
+    tgt_pdu_scsi_cmd(&p, tgt_new_itt(t), sn, cdb, sizeof(buf), ISCSI_FLAG_FINAL | ISCSI_CMD_WRITE,
+                     buf, sizeof(buf));
+    tgt_send(t, &p);
+    struct tgt_rsp r = expect(t, ISCSI_OP_REJECT);
+    assert_int_equal(r.reason, 0x04);
+    assert_int_equal(r.itt, ISCSI_RSVD_TAG);
+    expect_good(t, send_tur(t, tgt_next_cmdsn(t), false));
+    tgt_free(t);
+}
+
+/* Unsolicited Data-Out beyond FirstBurstLength: the connection is closed (ERL 0). */
+static void test_unsolicited_beyond_first_burst_closes(void **state)
+{
+    (void)state;
+    struct tgt *t = up();
+    static uint8_t buf[65536];
+    uint8_t cdb[16];
+    tgt_cdb_rw10(cdb, WRITE10, 0, 128);
+    struct tgt_pdu p;
+    uint32_t itt = tgt_new_itt(t);
+    tgt_pdu_scsi_cmd(&p, itt, tgt_next_cmdsn(t), cdb, sizeof(buf), ISCSI_CMD_WRITE, buf, 4096);
+    tgt_send(t, &p);
+    expect(t, ISCSI_OP_R2T);
+    expect(t, ISCSI_OP_R2T);
+    tgt_pdu_data_out(&p, itt, ISCSI_RSVD_TAG, 0, 4096, buf, 8192, true);
+    tgt_send(t, &p);
+    assert_true(tgt_closed(t));
+    tgt_free(t);
+}
+
+/* A Data-Out out of sequence (wrong DataSN, or wrong BufferOffset with DataPDUInOrder=Yes)
+ * ends the command, not the connection (§7.8 lets an ERL 0 target do either): the rest of
+ * the data is swallowed, then CHECK CONDITION, ABORTED COMMAND, 47h/05h (PROTOCOL SERVICE
+ * CRC ERROR). */
+static void data_out_out_of_sequence(bool wrong_datasn)
+{
+    struct tgt *t = up();
+    static uint8_t buf[16384];
+    uint8_t cdb[16];
+    tgt_cdb_rw10(cdb, WRITE10, 0, 32);
+    struct tgt_pdu p;
+    uint32_t itt = tgt_new_itt(t);
+    /* no immediate data, F=1: everything is solicited, one R2T of 16 KiB */
+    tgt_pdu_scsi_cmd(&p, itt, tgt_next_cmdsn(t), cdb, sizeof(buf),
+                     ISCSI_FLAG_FINAL | ISCSI_CMD_WRITE, NULL, 0);
+    tgt_send(t, &p);
+    struct tgt_rsp r2t = expect(t, ISCSI_OP_R2T);
+    assert_int_equal(r2t.offset, 0);
+    assert_int_equal(r2t.desired_len, 16384);
+    tgt_pdu_data_out(&p, itt, r2t.ttt, wrong_datasn ? 1 : 0, wrong_datasn ? 0 : 4096, buf, 4096,
+                     false);
+    tgt_send(t, &p);
+    expect_none(t);
+    for (uint32_t k = 1; k < 4; k++) {
+        tgt_pdu_data_out(&p, itt, r2t.ttt, k, k * 4096, buf, 4096, k == 3);
+        tgt_send(t, &p);
+    }
+    struct tgt_rsp r = expect(t, ISCSI_OP_SCSI_RSP);
+    assert_int_equal(r.itt, itt);
+    assert_int_equal(r.status, 0x02);
+    assert_true(r.has_sense);
+    assert_int_equal(r.sense_key, 0x0b);
+    assert_int_equal(r.asc, 0x47);
+    assert_int_equal(r.ascq, 0x05);
+    /* No residual is reported although none of the data was stored: the command is refused
+     * after setup, when the transfer length was already accepted (see the report of issue
+     * 12's tests: §11.4.5 is only meaningful with GOOD status, so initiators ignore it). */
+    assert_int_equal(r.flags, ISCSI_FLAG_FINAL);
+    assert_int_equal(r.residual, 0);
+    assert_false(tgt_closed(t));
+    expect_good(t, send_tur(t, tgt_next_cmdsn(t), false));
+    tgt_free(t);
+}
+
+static void test_data_out_wrong_datasn(void **state)
+{
+    (void)state;
+    data_out_out_of_sequence(true);
+}
+
+static void test_data_out_wrong_offset(void **state)
+{
+    (void)state;
+    data_out_out_of_sequence(false);
+}
+
+/* A Target Transfer Tag the target never gave closes the connection. */
+static void test_data_out_unknown_ttt_closes(void **state)
+{
+    (void)state;
+    struct tgt *t = up();
+    static uint8_t buf[16384];
+    uint8_t cdb[16];
+    tgt_cdb_rw10(cdb, WRITE10, 0, 32);
+    struct tgt_pdu p;
+    uint32_t itt = tgt_new_itt(t);
+    tgt_pdu_scsi_cmd(&p, itt, tgt_next_cmdsn(t), cdb, sizeof(buf),
+                     ISCSI_FLAG_FINAL | ISCSI_CMD_WRITE, NULL, 0);
+    tgt_send(t, &p);
+    struct tgt_rsp r2t = expect(t, ISCSI_OP_R2T);
+    tgt_pdu_data_out(&p, itt, r2t.ttt + 100, 0, 0, buf, 4096, false);
+    tgt_send(t, &p);
+    assert_true(tgt_closed(t));
+    tgt_free(t);
+}
+
+/* An R2T's sequence ended (F) before all the data it asked for: closed (ERL 0). */
+static void test_data_out_short_sequence_closes(void **state)
+{
+    (void)state;
+    struct tgt *t = up();
+    static uint8_t buf[16384];
+    uint8_t cdb[16];
+    tgt_cdb_rw10(cdb, WRITE10, 0, 32);
+    struct tgt_pdu p;
+    uint32_t itt = tgt_new_itt(t);
+    tgt_pdu_scsi_cmd(&p, itt, tgt_next_cmdsn(t), cdb, sizeof(buf),
+                     ISCSI_FLAG_FINAL | ISCSI_CMD_WRITE, NULL, 0);
+    tgt_send(t, &p);
+    struct tgt_rsp r2t = expect(t, ISCSI_OP_R2T);
+    tgt_pdu_data_out(&p, itt, r2t.ttt, 0, 0, buf, 4096, true);
+    tgt_send(t, &p);
+    assert_true(tgt_closed(t));
+    tgt_free(t);
+}
+
+/* Data-Out for a task that already ended (or never was) is dropped without an answer. */
+static void test_data_out_unknown_itt_dropped(void **state)
+{
+    (void)state;
+    struct tgt *t = up();
+    static uint8_t buf[4096];
+    struct tgt_pdu p;
+    tgt_pdu_data_out(&p, 0x5555, 7, 0, 0, buf, sizeof(buf), true);
+    tgt_send(t, &p);
+    expect_none(t);
+    assert_false(tgt_closed(t));
+    tgt_free(t);
+}
+
+/* ---- Data-In and residuals (§11.4.5, §11.7) ---- */
+
+static void test_read_bursts_and_final_status(void **state)
+{
+    (void)state;
+    struct tgt *t = up();
+    static uint8_t buf[40960], back[40960];
+    fill(buf, sizeof(buf), 77);
+    struct tgt_rsp w = write_blocks(t, 100, buf, sizeof(buf));
+    assert_int_equal(w.status, 0);
+    uint8_t cdb[16];
+    tgt_cdb_rw10(cdb, READ10, 100, 80);
+    struct tgt_pdu p;
+    uint32_t itt = tgt_new_itt(t);
+    tgt_pdu_scsi_cmd(&p, itt, tgt_next_cmdsn(t), cdb, sizeof(back),
+                     ISCSI_FLAG_FINAL | ISCSI_CMD_READ, NULL, 0);
+    tgt_send(t, &p);
+    /* 10 PDUs of 4 KiB; sequences of 16 KiB end at DataSN 3 and 7, the last at 9 */
+    for (uint32_t k = 0; k < 10; k++) {
+        struct tgt_rsp d = expect(t, ISCSI_OP_DATA_IN);
+        assert_int_equal(d.datasn, k);
+        assert_int_equal(d.offset, k * 4096);
+        assert_int_equal(!!(d.flags & ISCSI_FLAG_FINAL), k == 3 || k == 7 || k == 9);
+        assert_int_equal(!!(d.flags & ISCSI_DATAIN_STATUS), k == 9);
+        memcpy(back + d.offset, d.data, d.dlen);
+    }
+    expect_none(t);
+    assert_memory_equal(back, buf, sizeof(buf));
+    tgt_free(t);
+}
+
+/* EDTL larger than the CDB's transfer: underflow, the residual is what was not moved. */
+static void test_read_residual_underflow(void **state)
+{
+    (void)state;
+    struct tgt *t = up();
+    uint8_t cdb[16];
+    tgt_cdb_rw10(cdb, READ10, 0, 8);
+    struct tgt_pdu p;
+    uint32_t itt = tgt_new_itt(t);
+    tgt_pdu_scsi_cmd(&p, itt, tgt_next_cmdsn(t), cdb, 8192, ISCSI_FLAG_FINAL | ISCSI_CMD_READ, NULL,
+                     0);
+    tgt_send(t, &p);
+    struct tgt_rsp d = expect(t, ISCSI_OP_DATA_IN);
+    assert_int_equal(d.dlen, 4096);
+    assert_int_equal(d.flags, ISCSI_FLAG_FINAL | ISCSI_DATAIN_STATUS | ISCSI_DATAIN_UNDERFLOW);
+    assert_int_equal(d.residual, 4096);
+    assert_int_equal(d.status, 0);
+    expect_none(t);
+    tgt_free(t);
+}
+
+/* EDTL smaller than the CDB's transfer: only EDTL bytes are sent, overflow residual. */
+static void test_read_residual_overflow(void **state)
+{
+    (void)state;
+    struct tgt *t = up();
+    uint8_t cdb[16];
+    tgt_cdb_rw10(cdb, READ10, 0, 8);
+    struct tgt_pdu p;
+    uint32_t itt = tgt_new_itt(t);
+    tgt_pdu_scsi_cmd(&p, itt, tgt_next_cmdsn(t), cdb, 2048, ISCSI_FLAG_FINAL | ISCSI_CMD_READ, NULL,
+                     0);
+    tgt_send(t, &p);
+    struct tgt_rsp d = expect(t, ISCSI_OP_DATA_IN);
+    assert_int_equal(d.dlen, 2048);
+    assert_int_equal(d.flags, ISCSI_FLAG_FINAL | ISCSI_DATAIN_STATUS | ISCSI_DATAIN_OVERFLOW);
+    assert_int_equal(d.residual, 2048);
+    expect_none(t);
+    tgt_free(t);
+}
+
+static void test_write_residuals(void **state)
+{
+    (void)state;
+    struct tgt *t = up();
+    static uint8_t buf[4096];
+    uint8_t cdb[16];
+    struct tgt_pdu p;
+    /* 8 blocks, EDTL 8192: underflow of 4096 */
+    tgt_cdb_rw10(cdb, WRITE10, 0, 8);
+    uint32_t itt = tgt_new_itt(t);
+    tgt_pdu_scsi_cmd(&p, itt, tgt_next_cmdsn(t), cdb, 8192, ISCSI_FLAG_FINAL | ISCSI_CMD_WRITE, buf,
+                     4096);
+    tgt_send(t, &p);
+    struct tgt_rsp r = expect_good(t, itt);
+    assert_int_equal(r.flags, ISCSI_FLAG_FINAL | ISCSI_RSP_UNDERFLOW);
+    assert_int_equal(r.residual, 4096);
+    /* 8 blocks, EDTL 2048 (whole blocks): the four blocks are stored (FCP-4 §9.4.2), GOOD,
+     * overflow of 2048 */
+    itt = tgt_new_itt(t);
+    tgt_pdu_scsi_cmd(&p, itt, tgt_next_cmdsn(t), cdb, 2048, ISCSI_FLAG_FINAL | ISCSI_CMD_WRITE, buf,
+                     2048);
+    tgt_send(t, &p);
+    r = expect_good(t, itt);
+    assert_int_equal(r.flags, ISCSI_FLAG_FINAL | ISCSI_RSP_OVERFLOW);
+    assert_int_equal(r.residual, 2048);
+    tgt_free(t);
+}
+
+/* A refused command answers with a SCSI Response and sense, no Data-In, and the whole EDTL as
+ * underflow (nothing moved). */
+static void test_read_check_condition(void **state)
+{
+    (void)state;
+    struct tgt *t = up();
+    uint8_t cdb[16];
+    tgt_cdb_rw10(cdb, READ10, 8192, 1); /* the 4 MiB LUN has 8192 blocks */
+    struct tgt_pdu p;
+    uint32_t itt = tgt_new_itt(t);
+    tgt_pdu_scsi_cmd(&p, itt, tgt_next_cmdsn(t), cdb, 512, ISCSI_FLAG_FINAL | ISCSI_CMD_READ, NULL,
+                     0);
+    tgt_send(t, &p);
+    struct tgt_rsp r = expect(t, ISCSI_OP_SCSI_RSP);
+    assert_int_equal(r.status, 0x02);
+    assert_int_equal(r.sense_key, 0x05);
+    assert_int_equal(r.asc, 0x21);
+    assert_int_equal(r.ascq, 0x00);
+    assert_int_equal(r.flags, ISCSI_FLAG_FINAL | ISCSI_RSP_UNDERFLOW);
+    assert_int_equal(r.residual, 512);
+    expect_none(t);
+    tgt_free(t);
+}
+
+/* ---- task management (§11.5, §11.6) ---- */
+
+/* ABORT TASK of a command waiting for its CmdSN turn: Function Complete, the task is never
+ * answered, and its CmdSN counts as received so the window moves past it. */
+static void test_tmf_abort_task_queued(void **state)
+{
+    (void)state;
+    struct tgt *t = up();
+    uint32_t sn0 = tgt_next_cmdsn(t), sn1 = tgt_next_cmdsn(t);
+    uint32_t a = send_tur(t, sn1, false);
+    expect_none(t);
+    struct tgt_pdu p;
+    tgt_pdu_tmf(&p, ISCSI_TMF_ABORT_TASK, 0x900, a, sn1, tgt_peek_cmdsn(t), true);
+    tgt_send(t, &p);
+    struct tgt_rsp r = expect(t, ISCSI_OP_TMF_RSP);
+    assert_int_equal(r.itt, 0x900);
+    assert_int_equal(r.response, ISCSI_TMF_RSP_COMPLETE);
+    assert_int_equal(r.flags, ISCSI_FLAG_FINAL);
+    uint32_t b = send_tur(t, sn0, false);
+    r = expect_good(t, b);
+    assert_int_equal(r.expcmdsn, sn1 + 1);
+    expect_none(t);
+    tgt_free(t);
+}
+
+/* ABORT TASK of a write waiting for Data-Out: aborted, its later Data-Out dropped. */
+static void test_tmf_abort_task_data_out(void **state)
+{
+    (void)state;
+    struct tgt *t = up();
+    static uint8_t buf[65536];
+    uint8_t cdb[16];
+    tgt_cdb_rw10(cdb, WRITE10, 0, 128);
+    struct tgt_pdu p;
+    uint32_t itt = tgt_new_itt(t), sn = tgt_next_cmdsn(t);
+    tgt_pdu_scsi_cmd(&p, itt, sn, cdb, sizeof(buf), ISCSI_CMD_WRITE, buf, 4096);
+    tgt_send(t, &p);
+    struct tgt_rsp r2t = expect(t, ISCSI_OP_R2T);
+    expect(t, ISCSI_OP_R2T);
+    tgt_pdu_tmf(&p, ISCSI_TMF_ABORT_TASK, 0x901, itt, sn, tgt_peek_cmdsn(t), true);
+    tgt_send(t, &p);
+    struct tgt_rsp r = expect(t, ISCSI_OP_TMF_RSP);
+    assert_int_equal(r.response, ISCSI_TMF_RSP_COMPLETE);
+    answer_r2t(t, &r2t, buf, 4096);
+    expect_none(t);
+    assert_false(tgt_closed(t));
+    expect_good(t, send_tur(t, tgt_next_cmdsn(t), false));
+    tgt_free(t);
+}
+
+/* ABORT TASK of an ITT nobody has: "Task does not exist" when RefCmdSN is outside the window
+ * (§11.5.1 c); "Function complete" when it is inside and before the TMF's CmdSN (§11.5.1 b),
+ * and the command, arriving later, is dropped unanswered. */
+static void test_tmf_abort_task_unknown(void **state)
+{
+    (void)state;
+    struct tgt *t = up();
+    uint32_t done_sn = tgt_next_cmdsn(t);
+    expect_good(t, send_tur(t, done_sn, false));
+    struct tgt_pdu p;
+    tgt_pdu_tmf(&p, ISCSI_TMF_ABORT_TASK, 0x902, 0xdead, done_sn, tgt_peek_cmdsn(t), true);
+    tgt_send(t, &p);
+    struct tgt_rsp r = expect(t, ISCSI_OP_TMF_RSP);
+    assert_int_equal(r.itt, 0x902);
+    assert_int_equal(r.response, ISCSI_TMF_RSP_NO_TASK);
+    /* the command with CmdSN sn was sent but has not arrived yet */
+    uint32_t sn = tgt_next_cmdsn(t);
+    tgt_pdu_tmf(&p, ISCSI_TMF_ABORT_TASK, 0x903, 0xbeef, sn, tgt_peek_cmdsn(t), true);
+    tgt_send(t, &p);
+    r = expect(t, ISCSI_OP_TMF_RSP);
+    assert_int_equal(r.response, ISCSI_TMF_RSP_COMPLETE);
+    assert_int_equal(r.expcmdsn, sn + 1);
+    send_tur(t, sn, false);
+    expect_none(t);
+    r = expect_good(t, send_tur(t, tgt_next_cmdsn(t), false));
+    assert_int_equal(r.expcmdsn, sn + 2);
+    tgt_free(t);
+}
+
+/* LOGICAL UNIT RESET: queued tasks aborted (never answered), then the nexus sees the unit
+ * attention 29h/03h (BUS DEVICE RESET FUNCTION OCCURRED). */
+static void test_tmf_lun_reset(void **state)
+{
+    (void)state;
+    struct tgt *t = up();
+    uint32_t sn0 = tgt_next_cmdsn(t), sn1 = tgt_next_cmdsn(t);
+    send_tur(t, sn1, false);
+    struct tgt_pdu p;
+    tgt_pdu_tmf(&p, ISCSI_TMF_LOGICAL_UNIT_RESET, 0x904, ISCSI_RSVD_TAG, 0, tgt_peek_cmdsn(t),
+                true);
+    tgt_send(t, &p);
+    struct tgt_rsp r = expect(t, ISCSI_OP_TMF_RSP);
+    assert_int_equal(r.response, ISCSI_TMF_RSP_COMPLETE);
+    uint32_t b = send_tur(t, sn0, false);
+    r = expect(t, ISCSI_OP_SCSI_RSP);
+    assert_int_equal(r.itt, b);
+    assert_int_equal(r.status, 0x02);
+    assert_int_equal(r.sense_key, 0x06);
+    assert_int_equal(r.asc, 0x29);
+    assert_int_equal(r.ascq, 0x03);
+    assert_int_equal(r.expcmdsn, sn1 + 1);
+    expect_none(t);
+    expect_good(t, send_tur(t, tgt_next_cmdsn(t), false));
+    tgt_free(t);
+}
+
+static void test_tmf_unsupported(void **state)
+{
+    (void)state;
+    struct tgt *t = up();
+    struct tgt_pdu p;
+    /* TASK REASSIGN at ERL 0: "Task allegiance reassignment not supported" (§11.6.1 e) */
+    tgt_pdu_tmf(&p, ISCSI_TMF_TASK_REASSIGN, 0x905, 0x1, 0, tgt_peek_cmdsn(t), true);
+    tgt_send(t, &p);
+    struct tgt_rsp r = expect(t, ISCSI_OP_TMF_RSP);
+    assert_int_equal(r.itt, 0x905);
+    assert_int_equal(r.response, ISCSI_TMF_RSP_NO_REASSIGN);
+    /* CLEAR ACA (no ACA here) and an undefined function: "not supported" */
+    tgt_pdu_tmf(&p, ISCSI_TMF_CLEAR_ACA, 0x906, ISCSI_RSVD_TAG, 0, tgt_peek_cmdsn(t), true);
+    tgt_send(t, &p);
+    r = expect(t, ISCSI_OP_TMF_RSP);
+    assert_int_equal(r.response, ISCSI_TMF_RSP_NOT_SUPPORTED);
+    tgt_pdu_tmf(&p, 14, 0x907, ISCSI_RSVD_TAG, 0, tgt_peek_cmdsn(t), true);
+    tgt_send(t, &p);
+    r = expect(t, ISCSI_OP_TMF_RSP);
+    assert_int_equal(r.response, ISCSI_TMF_RSP_NOT_SUPPORTED);
+    /* ABORT TASK SET on a LUN that does not exist */
+    tgt_pdu_tmf(&p, ISCSI_TMF_ABORT_TASK_SET, 0x908, ISCSI_RSVD_TAG, 0, tgt_peek_cmdsn(t), true);
+    p.bhs.b[BHS_LUN + 1] = 5;
+    tgt_send(t, &p);
+    r = expect(t, ISCSI_OP_TMF_RSP);
+    assert_int_equal(r.response, ISCSI_TMF_RSP_NO_LUN);
+    /* a TMF Request without F is a protocol error */
+    tgt_pdu_tmf(&p, ISCSI_TMF_ABORT_TASK_SET, 0x909, ISCSI_RSVD_TAG, 0, tgt_peek_cmdsn(t), true);
+    p.bhs.b[1] &= (uint8_t)~ISCSI_FLAG_FINAL;
+    tgt_send(t, &p);
+    r = expect(t, ISCSI_OP_REJECT);
+    assert_int_equal(r.reason, 0x04);
+    expect_none(t);
+    tgt_free(t);
+}
+
+/* ---- NOP (§11.18, §11.19) ---- */
+
+static void test_nop_ping_echo(void **state)
+{
+    (void)state;
+    struct tgt *t = up();
+    struct tgt_pdu p;
+    tgt_pdu_nop_out(&p, 0xabc, ISCSI_RSVD_TAG, tgt_peek_cmdsn(t), true, "ping!", 5);
+    p.bhs.b[BHS_LUN + 1] = 3;
+    tgt_send(t, &p);
+    struct tgt_rsp r = expect(t, ISCSI_OP_NOP_IN);
+    assert_int_equal(r.itt, 0xabc);
+    assert_int_equal(r.ttt, ISCSI_RSVD_TAG);
+    assert_int_equal(r.flags, ISCSI_FLAG_FINAL);
+    assert_int_equal(r.dlen, 5);
+    assert_memory_equal(r.data, "ping!", 5);
+    assert_int_equal(r.bhs.b[BHS_LUN + 1], 3); /* LUN echoed */
+    uint32_t statsn = r.statsn;
+    tgt_send(t, &p);
+    r = expect(t, ISCSI_OP_NOP_IN);
+    assert_int_equal(r.statsn, statsn + 1); /* an answer to a ping uses a StatSN */
+    expect_none(t);
+    tgt_free(t);
+}
+
+/* ITT 0xffffffff (immediate): no answer (§11.18.3). */
+static void test_nop_no_answer(void **state)
+{
+    (void)state;
+    struct tgt *t = up();
+    struct tgt_pdu p;
+    tgt_pdu_nop_out(&p, ISCSI_RSVD_TAG, ISCSI_RSVD_TAG, tgt_peek_cmdsn(t), true, NULL, 0);
+    tgt_send(t, &p);
+    expect_none(t);
+    struct tgt_rsp r = expect_good(t, send_tur(t, tgt_next_cmdsn(t), false));
+    assert_int_equal(r.expcmdsn, tgt_peek_cmdsn(t));
+    tgt_free(t);
+}
+
+/* ---- Text (§11.10, §11.11) ---- */
+
+/* SendTargets in a normal session (§13.3, Appendix C): "All" is for discovery sessions and
+ * answered with Reject; an empty value lists the session's own target. A non-immediate Text
+ * Request uses up its CmdSN. */
+static void test_text_send_targets(void **state)
+{
+    (void)state;
+    struct tgt *t = up();
+    static const char all[] = "SendTargets=All";
+    struct tgt_pdu p;
+    uint32_t sn = tgt_next_cmdsn(t);
+    tgt_pdu_text(&p, 0x700, sn, all, sizeof(all));
+    tgt_send(t, &p);
+    struct tgt_rsp r = expect(t, ISCSI_OP_TEXT_RSP);
+    assert_int_equal(r.itt, 0x700);
+    assert_int_equal(r.flags, ISCSI_FLAG_FINAL);
+    assert_int_equal(r.ttt, ISCSI_RSVD_TAG);
+    assert_int_equal(r.expcmdsn, sn + 1);
+    static const char rej[] = "SendTargets=Reject";
+    assert_int_equal(r.dlen, sizeof(rej));
+    assert_memory_equal(r.data, rej, sizeof(rej));
+    static const char own[] = "SendTargets=";
+    tgt_pdu_text(&p, 0x701, tgt_next_cmdsn(t), own, sizeof(own));
+    tgt_send(t, &p);
+    r = expect(t, ISCSI_OP_TEXT_RSP);
+    assert_int_equal(r.itt, 0x701);
+    static const char want[] = "TargetName=" TGT_TARGET_NAME;
+    assert_int_equal(r.dlen, sizeof(want)); /* the harness's node has no portal */
+    assert_memory_equal(r.data, want, sizeof(want));
+    expect_none(t);
+    tgt_free(t);
+}
+
+/* ---- Logout (§11.14, §11.15) ---- */
+
+static struct tgt_rsp logout(struct tgt *t, uint8_t reason, uint16_t cid)
+{
+    struct tgt_pdu p;
+    uint32_t sn = tgt_next_cmdsn(t);
+    tgt_pdu_logout(&p, reason, 0x600, cid, sn, false);
+    tgt_send(t, &p);
+    struct tgt_rsp r = expect(t, ISCSI_OP_LOGOUT_RSP);
+    assert_int_equal(r.itt, 0x600);
+    assert_int_equal(r.flags, ISCSI_FLAG_FINAL);
+    assert_int_equal(r.expcmdsn, sn + 1);
+    assert_int_equal(get_be16(r.bhs.b + BHS_TIME2WAIT), 0);
+    assert_int_equal(get_be16(r.bhs.b + BHS_TIME2RETAIN), 0);
+    return r;
+}
+
+static void test_logout_close_session(void **state)
+{
+    (void)state;
+    struct tgt *t = up();
+    struct tgt_rsp r = logout(t, ISCSI_LOGOUT_CLOSE_SESSION, 1);
+    assert_int_equal(r.response, 0);
+    assert_true(tgt_closed(t)); /* once the answer is written */
+    tgt_free(t);
+}
+
+static void test_logout_close_connection(void **state)
+{
+    (void)state;
+    struct tgt *t = up();
+    struct tgt_rsp r = logout(t, ISCSI_LOGOUT_CLOSE_CONNECTION, 7);
+    assert_int_equal(r.response, 1); /* CID not found */
+    assert_false(tgt_closed(t));
+    r = logout(t, ISCSI_LOGOUT_CLOSE_CONNECTION, 1);
+    assert_int_equal(r.response, 0);
+    assert_true(tgt_closed(t));
+    tgt_free(t);
+}
+
+/* Removing a connection for recovery needs ERL 2: response 2, "connection recovery is not
+ * supported" (§11.15.1), and the connection stays. */
+static void test_logout_remove_for_recovery(void **state)
+{
+    (void)state;
+    struct tgt *t = up();
+    struct tgt_rsp r = logout(t, ISCSI_LOGOUT_REMOVE_FOR_RECOVERY, 1);
+    assert_int_equal(r.response, 2);
+    assert_false(tgt_closed(t));
+    expect_good(t, send_tur(t, tgt_next_cmdsn(t), false));
+    /* an undefined reason code is a protocol error */
+    struct tgt_pdu p;
+    tgt_pdu_logout(&p, 3, 0x601, 1, tgt_next_cmdsn(t), false);
+    tgt_send(t, &p);
+    r = expect(t, ISCSI_OP_REJECT);
+    assert_int_equal(r.reason, 0x04);
+    assert_false(tgt_closed(t));
+    tgt_free(t);
+}
+
+/* ---- Reject (§11.17) ---- */
+
+static void test_reject_unknown_opcode(void **state)
+{
+    (void)state;
+    struct tgt *t = up();
+    struct tgt_pdu p;
+    tgt_pdu_nop_out(&p, 0x31, ISCSI_RSVD_TAG, tgt_peek_cmdsn(t), true, NULL, 0);
+    p.bhs.b[0] = ISCSI_BHS_IMMEDIATE | 0x0f; /* no such initiator opcode */
+    tgt_send(t, &p);
+    struct tgt_rsp r = expect(t, ISCSI_OP_REJECT);
+    assert_int_equal(r.reason, 0x05); /* Command not supported */
+    assert_int_equal(r.flags, ISCSI_FLAG_FINAL);
+    assert_int_equal(r.itt, ISCSI_RSVD_TAG);
+    assert_int_equal(r.dlen, 48);
+    assert_int_equal(r.data[0], ISCSI_BHS_IMMEDIATE | 0x0f);
+    assert_int_equal(get_be32(r.data + BHS_ITT), 0x31);
+    assert_false(tgt_closed(t));
+    tgt_free(t);
+}
+
+static void test_reject_snack_at_erl0(void **state)
+{
+    (void)state;
+    struct tgt *t = up();
+    struct tgt_pdu p;
+    tgt_pdu_snack(&p, 0, 0x32, ISCSI_RSVD_TAG, 0, 0);
+    tgt_send(t, &p);
+    struct tgt_rsp r = expect(t, ISCSI_OP_REJECT);
+    assert_int_equal(r.reason, 0x05);
+    assert_int_equal(r.data[0] & ISCSI_OPCODE_MASK, ISCSI_OP_SNACK);
+    assert_false(tgt_closed(t));
+    tgt_free(t);
+}
+
+static void test_reject_login_in_ffp(void **state)
+{
+    (void)state;
+    struct tgt *t = up();
+    static const char text[] = "InitiatorName=" TGT_INITIATOR_NAME;
+    struct tgt_pdu p;
+    tgt_pdu_login(&p, 0x33, tgt_peek_cmdsn(t), text, sizeof(text));
+    tgt_send(t, &p);
+    struct tgt_rsp r = expect(t, ISCSI_OP_REJECT);
+    assert_int_equal(r.reason, 0x04); /* Protocol Error */
+    assert_false(tgt_closed(t));
+    tgt_free(t);
+}
+
+/* A data segment longer than the MaxRecvDataSegmentLength we declared: closed at the header,
+ * before any of the data is read (§13.12). */
+static void test_oversized_data_segment_closes(void **state)
+{
+    (void)state;
+    struct tgt *t = up();
+    uint8_t hdr[ISCSI_BHS_LEN] = {0};
+    hdr[0] = ISCSI_OP_NOP_OUT | ISCSI_BHS_IMMEDIATE;
+    hdr[1] = ISCSI_FLAG_FINAL;
+    put_be24(hdr + BHS_DATA_SEG_LEN, tgt_target_mrdsl(t) + 4);
+    put_be32(hdr + BHS_ITT, 0x34);
+    put_be32(hdr + BHS_TTT, ISCSI_RSVD_TAG);
+    put_be32(hdr + BHS_CMDSN, tgt_peek_cmdsn(t));
+    tgt_feed(t, hdr, sizeof(hdr));
+    assert_true(tgt_closed(t));
+    expect_none(t);
+    tgt_free(t);
+}
+
+/* A request split at every byte boundary is parsed the same (the receive state machine
+ * resumes anywhere). */
+static void test_bytewise_feed(void **state)
+{
+    (void)state;
+    struct tgt *t = up();
+    uint8_t pdu[ISCSI_BHS_LEN + 8] = {0};
+    pdu[0] = ISCSI_OP_NOP_OUT | ISCSI_BHS_IMMEDIATE;
+    pdu[1] = ISCSI_FLAG_FINAL;
+    put_be24(pdu + BHS_DATA_SEG_LEN, 6);
+    put_be32(pdu + BHS_ITT, 0x35);
+    put_be32(pdu + BHS_TTT, ISCSI_RSVD_TAG);
+    put_be32(pdu + BHS_CMDSN, tgt_peek_cmdsn(t));
+    memcpy(pdu + ISCSI_BHS_LEN, "abcdef", 6);
+    for (size_t i = 0; i < sizeof(pdu); i++) {
+        assert_int_equal(tgt_feed(t, pdu + i, 1), 1);
+        if (i + 1 < sizeof(pdu))
+            expect_none(t);
+    }
+    struct tgt_rsp r = expect(t, ISCSI_OP_NOP_IN);
+    assert_int_equal(r.itt, 0x35);
+    assert_int_equal(r.dlen, 6);
+    assert_memory_equal(r.data, "abcdef", 6);
+    tgt_free(t);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_cmdsn_login_window),
+        cmocka_unit_test(test_cmdsn_in_order),
+        cmocka_unit_test(test_cmdsn_out_of_order),
+        cmocka_unit_test(test_cmdsn_outside_window_dropped),
+        cmocka_unit_test(test_cmdsn_immediate_does_not_advance),
+        cmocka_unit_test(test_cmdsn_nop_out_consumes),
+        cmocka_unit_test(test_write_unsolicited_then_r2t),
+        cmocka_unit_test(test_write_initial_r2t),
+        cmocka_unit_test(test_write_immediate_beyond_first_burst),
+        cmocka_unit_test(test_unsolicited_beyond_first_burst_closes),
+        cmocka_unit_test(test_data_out_wrong_datasn),
+        cmocka_unit_test(test_data_out_wrong_offset),
+        cmocka_unit_test(test_data_out_unknown_ttt_closes),
+        cmocka_unit_test(test_data_out_short_sequence_closes),
+        cmocka_unit_test(test_data_out_unknown_itt_dropped),
+        cmocka_unit_test(test_read_bursts_and_final_status),
+        cmocka_unit_test(test_read_residual_underflow),
+        cmocka_unit_test(test_read_residual_overflow),
+        cmocka_unit_test(test_write_residuals),
+        cmocka_unit_test(test_read_check_condition),
+        cmocka_unit_test(test_tmf_abort_task_queued),
+        cmocka_unit_test(test_tmf_abort_task_data_out),
+        cmocka_unit_test(test_tmf_abort_task_unknown),
+        cmocka_unit_test(test_tmf_lun_reset),
+        cmocka_unit_test(test_tmf_unsupported),
+        cmocka_unit_test(test_nop_ping_echo),
+        cmocka_unit_test(test_nop_no_answer),
+        cmocka_unit_test(test_text_send_targets),
+        cmocka_unit_test(test_logout_close_session),
+        cmocka_unit_test(test_logout_close_connection),
+        cmocka_unit_test(test_logout_remove_for_recovery),
+        cmocka_unit_test(test_reject_unknown_opcode),
+        cmocka_unit_test(test_reject_snack_at_erl0),
+        cmocka_unit_test(test_reject_login_in_ffp),
+        cmocka_unit_test(test_oversized_data_segment_closes),
+        cmocka_unit_test(test_bytewise_feed),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,478 @@
+/* The target-side harness (tgt_harness.h). The only file of the tests that knows the
+ * connection's internals: the detached connection seam of src/iscsi/conn.c (feed bytes, take
+ * the bytes it would have written), conn_close() and the connection reference. The server and
+ * the node are built the way the daemon builds them (target_build, iscsi_server_init). */
+#include "tgt_harness.h"
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "iscsi/conn.h"
+#include "reactor/reactor.h"
+#include "target/target.h"
+
+#define TGT_TURNS_MAX 10000 /* a reactor that never goes idle is a bug in the test or code */
+
+struct tgt {
+    struct reactor *r;
+    struct target_config cfg;
+    struct target_built built;
+    struct iscsi_server srv;
+    struct iscsi_conn *conn; /* a reference held until tgt_free() */
+    uint32_t cmdsn, exp_statsn, next_itt;
+    uint32_t login_exp, login_max, target_mrdsl;
+    uint16_t tsih;
+    /* what the connection wrote and tgt_recv() has not parsed yet */
+    uint8_t *rx;
+    size_t rx_len, rx_cap;
+    uint8_t *last;  /* the data segment of the PDU tgt_recv() returned last */
+    size_t tx_room; /* the largest PDU the target may send, and some */
+    /* the bytes tgt_feed() hands the connection from the reactor's turn */
+    struct reactor_deferred feed_hook;
+    const uint8_t *feed_buf;
+    size_t feed_len, feed_used;
+};
+
+void tgt_opts_default(struct tgt_opts *o)
+{
+    *o = (struct tgt_opts){.immediate_data = true,
+                           .initial_r2t = false,
+                           .first_burst = 8192,
+                           .max_burst = 16384,
+                           .mrdsl = 4096,
+                           .max_outstanding_r2t = 2,
+                           .lun_mib = 4,
+                           .cmdsn = 1};
+}
+
+/* ---- driving the connection ---- */
+
+static void run_until_idle(struct tgt *t)
+{
+    int turns = 0;
+    while (reactor_poll(t->r) > 0)
+        assert_true(++turns < TGT_TURNS_MAX);
+}
+
+/* Everything the connection queued moves to t->rx, as the socket would take it. The room
+ * offered each time holds the largest PDU the target may send (a transmit engine may take
+ * whole PDUs only). */
+static void collect_tx(struct tgt *t)
+{
+    for (;;) {
+        while (t->rx_cap - t->rx_len < t->tx_room) {
+            t->rx_cap = t->rx_cap ? t->rx_cap * 2 : 262144;
+            t->rx = realloc(t->rx, t->rx_cap);
+            assert_non_null(t->rx);
+        }
+        size_t n = iscsi_conn_take_tx(t->conn, t->rx + t->rx_len, t->rx_cap - t->rx_len);
+        t->rx_len += n;
+        run_until_idle(t); /* sent callbacks may free tasks, resume reading, close */
+        if (n == 0)
+            break;
+    }
+}
+
+/* Runs inside a reactor turn, as the socket's event handler would. */
+static void feed_run(void *arg)
+{
+    struct tgt *t = arg;
+    t->feed_used +=
+        iscsi_conn_feed(t->conn, t->feed_buf + t->feed_used, t->feed_len - t->feed_used);
+}
+
+size_t tgt_feed(struct tgt *t, const void *bytes, size_t len)
+{
+    t->feed_buf = bytes;
+    t->feed_len = len;
+    t->feed_used = 0;
+    /* A connection that paused reading (replies not taken) resumes once they are taken. */
+    for (int rounds = 0; rounds < 64 && t->feed_used < len && !iscsi_conn_is_closed(t->conn);
+         rounds++) {
+        reactor_defer(t->r, &t->feed_hook, feed_run, t);
+        run_until_idle(t);
+        collect_tx(t);
+    }
+    collect_tx(t);
+    return t->feed_used;
+}
+
+void tgt_send(struct tgt *t, const struct tgt_pdu *p)
+{
+    uint32_t padded = ISCSI_PAD(p->dlen);
+    size_t len = ISCSI_BHS_LEN + padded;
+    uint8_t *buf = calloc(1, len);
+    assert_non_null(buf);
+    memcpy(buf, p->bhs.b, ISCSI_BHS_LEN);
+    put_be24(buf + BHS_DATA_SEG_LEN, p->dlen);
+    put_be32(buf + BHS_EXPSTATSN, t->exp_statsn);
+    if (p->dlen)
+        memcpy(buf + ISCSI_BHS_LEN, p->data, p->dlen);
+    tgt_feed(t, buf, len);
+    free(buf);
+}
+
+/* ---- answers ---- */
+
+/* Bytes of the first whole PDU in t->rx (digests are off), or 0 if it is not all there. */
+static size_t rx_pdu_len(const struct tgt *t)
+{
+    if (t->rx_len < ISCSI_BHS_LEN)
+        return 0;
+    size_t len = ISCSI_BHS_LEN + t->rx[BHS_TOTAL_AHS_LEN] * 4u +
+                 ISCSI_PAD(get_be24(t->rx + BHS_DATA_SEG_LEN));
+    return t->rx_len >= len ? len : 0;
+}
+
+unsigned tgt_pending(struct tgt *t)
+{
+    collect_tx(t);
+    unsigned n = 0;
+    size_t off = 0;
+    while (t->rx_len - off >= ISCSI_BHS_LEN) {
+        const uint8_t *h = t->rx + off;
+        size_t len =
+            ISCSI_BHS_LEN + h[BHS_TOTAL_AHS_LEN] * 4u + ISCSI_PAD(get_be24(h + BHS_DATA_SEG_LEN));
+        if (t->rx_len - off < len)
+            break;
+        off += len;
+        n++;
+    }
+    return n;
+}
+
+static void parse_sense(struct tgt_rsp *r)
+{
+    if (r->dlen < 2)
+        return;
+    uint32_t slen = get_be16(r->data);
+    const uint8_t *s = r->data + 2;
+    if (slen < 4 || slen + 2 > r->dlen)
+        return;
+    r->has_sense = true;
+    if ((s[0] & 0x7f) >= 0x72) { /* descriptor format (SPC-4 §4.5.2) */
+        r->sense_key = s[1] & 0x0f;
+        r->asc = s[2];
+        r->ascq = s[3];
+    } else if (slen >= 14) { /* fixed format (SPC-4 §4.5.3) */
+        r->sense_key = s[2] & 0x0f;
+        r->asc = s[12];
+        r->ascq = s[13];
+    }
+}
+
+bool tgt_recv(struct tgt *t, struct tgt_rsp *r)
+{
+    collect_tx(t);
+    memset(r, 0, sizeof(*r));
+    size_t len = rx_pdu_len(t);
+    if (!len)
+        return false;
+    memcpy(r->bhs.b, t->rx, ISCSI_BHS_LEN);
+    const struct iscsi_bhs *h = &r->bhs;
+    r->opcode = bhs_opcode(h);
+    r->flags = h->b[1];
+    r->itt = bhs_get32(h, BHS_ITT);
+    r->ttt = bhs_get32(h, BHS_TTT);
+    r->statsn = bhs_get32(h, BHS_STATSN);
+    r->expcmdsn = bhs_get32(h, BHS_EXPCMDSN);
+    r->maxcmdsn = bhs_get32(h, BHS_MAXCMDSN);
+    r->datasn = bhs_get32(h, BHS_DATASN);
+    r->offset = bhs_get32(h, BHS_BUFFER_OFFSET);
+    r->desired_len = bhs_get32(h, BHS_DESIRED_LEN);
+    r->residual = bhs_get32(h, BHS_RESIDUAL);
+    r->response = h->b[BHS_RESPONSE];
+    r->status = h->b[BHS_STATUS];
+    r->reason = h->b[BHS_REJECT_REASON];
+    r->dlen = bhs_dlength(h);
+    free(t->last);
+    t->last = malloc(r->dlen ? r->dlen : 1);
+    assert_non_null(t->last);
+    memcpy(t->last, t->rx + ISCSI_BHS_LEN + h->b[BHS_TOTAL_AHS_LEN] * 4u, r->dlen);
+    r->data = t->last;
+    memmove(t->rx, t->rx + len, t->rx_len - len);
+    t->rx_len -= len;
+    /* A response that carries a StatSN advances the initiator's ExpStatSN (§4.2.2.2); NOP-In
+     * pings (ITT reserved), R2T and Data-In without status do not. */
+    bool has_statsn = r->opcode == ISCSI_OP_SCSI_RSP || r->opcode == ISCSI_OP_TMF_RSP ||
+                      r->opcode == ISCSI_OP_LOGOUT_RSP || r->opcode == ISCSI_OP_TEXT_RSP ||
+                      r->opcode == ISCSI_OP_REJECT || r->opcode == ISCSI_OP_LOGIN_RSP ||
+                      (r->opcode == ISCSI_OP_NOP_IN && r->itt != ISCSI_RSVD_TAG) ||
+                      (r->opcode == ISCSI_OP_DATA_IN && (r->flags & ISCSI_DATAIN_STATUS));
+    if (has_statsn)
+        t->exp_statsn = r->statsn + 1;
+    if (r->opcode == ISCSI_OP_SCSI_RSP)
+        parse_sense(r);
+    return true;
+}
+
+bool tgt_closed(const struct tgt *t)
+{
+    return iscsi_conn_is_closed(t->conn);
+}
+
+/* ---- requests ---- */
+
+static void pdu_init(struct tgt_pdu *p, enum iscsi_opcode op, uint8_t flags, uint32_t itt)
+{
+    memset(p, 0, sizeof(*p));
+    bhs_init(&p->bhs, op, flags);
+    bhs_put32(&p->bhs, BHS_ITT, itt);
+}
+
+void tgt_pdu_scsi_cmd(struct tgt_pdu *p, uint32_t itt, uint32_t cmdsn, const uint8_t cdb[16],
+                      uint32_t edtl, uint8_t flags, const void *imm, uint32_t imm_len)
+{
+    pdu_init(p, ISCSI_OP_SCSI_CMD, flags, itt);
+    bhs_put32(&p->bhs, BHS_EDTL, edtl);
+    bhs_put32(&p->bhs, BHS_CMDSN, cmdsn);
+    memcpy(p->bhs.b + BHS_CDB, cdb, 16);
+    p->data = imm;
+    p->dlen = imm_len;
+}
+
+void tgt_pdu_set_immediate(struct tgt_pdu *p)
+{
+    p->bhs.b[0] |= ISCSI_BHS_IMMEDIATE;
+}
+
+void tgt_cdb_rw10(uint8_t cdb[16], uint8_t op, uint32_t lba, uint16_t blocks)
+{
+    memset(cdb, 0, 16);
+    cdb[0] = op;
+    put_be32(cdb + 2, lba);
+    put_be16(cdb + 7, blocks);
+}
+
+void tgt_pdu_data_out(struct tgt_pdu *p, uint32_t itt, uint32_t ttt, uint32_t datasn,
+                      uint32_t offset, const void *data, uint32_t len, bool final)
+{
+    pdu_init(p, ISCSI_OP_DATA_OUT, final ? ISCSI_FLAG_FINAL : 0, itt);
+    bhs_put32(&p->bhs, BHS_TTT, ttt);
+    bhs_put32(&p->bhs, BHS_DATASN, datasn);
+    bhs_put32(&p->bhs, BHS_BUFFER_OFFSET, offset);
+    p->data = data;
+    p->dlen = len;
+}
+
+void tgt_pdu_nop_out(struct tgt_pdu *p, uint32_t itt, uint32_t ttt, uint32_t cmdsn, bool immediate,
+                     const void *data, uint32_t len)
+{
+    pdu_init(p, ISCSI_OP_NOP_OUT, ISCSI_FLAG_FINAL, itt);
+    if (immediate)
+        tgt_pdu_set_immediate(p);
+    bhs_put32(&p->bhs, BHS_TTT, ttt);
+    bhs_put32(&p->bhs, BHS_CMDSN, cmdsn);
+    p->data = data;
+    p->dlen = len;
+}
+
+void tgt_pdu_tmf(struct tgt_pdu *p, uint8_t function, uint32_t itt, uint32_t rtt, uint32_t refcmdsn,
+                 uint32_t cmdsn, bool immediate)
+{
+    pdu_init(p, ISCSI_OP_TMF_REQ, (uint8_t)(ISCSI_FLAG_FINAL | function), itt);
+    if (immediate)
+        tgt_pdu_set_immediate(p);
+    bhs_put32(&p->bhs, BHS_RTT, rtt);
+    bhs_put32(&p->bhs, BHS_CMDSN, cmdsn);
+    bhs_put32(&p->bhs, BHS_REFCMDSN, refcmdsn);
+}
+
+void tgt_pdu_logout(struct tgt_pdu *p, uint8_t reason, uint32_t itt, uint16_t cid, uint32_t cmdsn,
+                    bool immediate)
+{
+    pdu_init(p, ISCSI_OP_LOGOUT_REQ, (uint8_t)(ISCSI_FLAG_FINAL | reason), itt);
+    if (immediate)
+        tgt_pdu_set_immediate(p);
+    put_be16(p->bhs.b + BHS_CID, cid);
+    bhs_put32(&p->bhs, BHS_CMDSN, cmdsn);
+}
+
+void tgt_pdu_text(struct tgt_pdu *p, uint32_t itt, uint32_t cmdsn, const char *text, uint32_t len)
+{
+    pdu_init(p, ISCSI_OP_TEXT_REQ, ISCSI_FLAG_FINAL, itt);
+    bhs_put32(&p->bhs, BHS_TTT, ISCSI_RSVD_TAG);
+    bhs_put32(&p->bhs, BHS_CMDSN, cmdsn);
+    p->data = text;
+    p->dlen = len;
+}
+
+void tgt_pdu_snack(struct tgt_pdu *p, uint8_t type, uint32_t itt, uint32_t ttt, uint32_t begrun,
+                   uint32_t runlength)
+{
+    pdu_init(p, ISCSI_OP_SNACK, (uint8_t)(ISCSI_FLAG_FINAL | type), itt);
+    bhs_put32(&p->bhs, BHS_TTT, ttt);
+    bhs_put32(&p->bhs, 40, begrun);
+    bhs_put32(&p->bhs, 44, runlength);
+}
+
+void tgt_pdu_login(struct tgt_pdu *p, uint32_t itt, uint32_t cmdsn, const char *text, uint32_t len)
+{
+    pdu_init(p, ISCSI_OP_LOGIN_REQ,
+             ISCSI_LOGIN_TRANSIT | (ISCSI_STAGE_OPERATIONAL << 2) | ISCSI_STAGE_FULL_FEATURE, itt);
+    tgt_pdu_set_immediate(p);
+    static const uint8_t isid[6] = {0x80, 0x12, 0x34, 0x56, 0x00, 0x01};
+    memcpy(p->bhs.b + BHS_ISID, isid, 6);
+    put_be16(p->bhs.b + BHS_CID, 1);
+    bhs_put32(&p->bhs, BHS_CMDSN, cmdsn);
+    p->data = text;
+    p->dlen = len;
+}
+
+/* ---- setup ---- */
+
+static void build_target(struct tgt *t, const struct tgt_opts *o)
+{
+    char err[512] = "", spec[64];
+    target_config_init(&t->cfg);
+    t->cfg.state_dir[0] = '\0'; /* no APTPL file under /var/lib in a unit test */
+    struct target_node_conf *n = target_config_add_node(&t->cfg, TGT_TARGET_NAME, "harness");
+    assert_non_null(n);
+    struct target_lun_conf lun = {0};
+    snprintf(spec, sizeof(spec), "ram:%uM", o->lun_mib);
+    assert_int_equal(target_parse_lun_spec(spec, &lun, err, sizeof(err)), 0);
+    lun.lun = 0;
+    snprintf(lun.origin, sizeof(lun.origin), "harness");
+    assert_int_equal(target_node_add_lun(n, &lun, err, sizeof(err)), 0);
+    if (target_build(&t->cfg, &t->built, err, sizeof(err)) < 0)
+        fail_msg("target_build: %s", err);
+    assert_int_equal(iscsi_server_init(&t->srv), 0);
+    t->srv.nodes = t->built.nodes;
+    t->srv.nnodes = t->built.n;
+    t->srv.reactors = &t->r;
+    t->srv.nreactors = 1;
+}
+
+/* The value of key in a key=value\0 text, or NULL. */
+static const char *text_value(const uint8_t *data, uint32_t len, const char *key)
+{
+    size_t kl = strlen(key);
+    for (uint32_t off = 0; off < len;) {
+        const char *kv = (const char *)data + off;
+        size_t n = strnlen(kv, len - off);
+        if (n > kl && memcmp(kv, key, kl) == 0 && kv[kl] == '=')
+            return kv + kl + 1;
+        off += (uint32_t)n + 1;
+    }
+    return NULL;
+}
+
+static void login(struct tgt *t, const struct tgt_opts *o)
+{
+    char text[1024];
+    int n = snprintf(text, sizeof(text),
+                     "InitiatorName=%s%cTargetName=%s%cSessionType=Normal%c"
+                     "HeaderDigest=None%cDataDigest=None%cErrorRecoveryLevel=0%c"
+                     "ImmediateData=%s%cInitialR2T=%s%cFirstBurstLength=%u%c"
+                     "MaxBurstLength=%u%cMaxRecvDataSegmentLength=%u%cMaxOutstandingR2T=%u",
+                     TGT_INITIATOR_NAME, 0, TGT_TARGET_NAME, 0, 0, 0, 0, 0,
+                     o->immediate_data ? "Yes" : "No", 0, o->initial_r2t ? "Yes" : "No", 0,
+                     o->first_burst, 0, o->max_burst, 0, o->mrdsl, 0, o->max_outstanding_r2t);
+    assert_true(n > 0 && (size_t)n < sizeof(text));
+    struct tgt_pdu p;
+    tgt_pdu_login(&p, 0x1000, o->cmdsn, text, (uint32_t)n + 1);
+    tgt_send(t, &p);
+    struct tgt_rsp r;
+    assert_true(tgt_recv(t, &r));
+    assert_int_equal(r.opcode, ISCSI_OP_LOGIN_RSP);
+    assert_int_equal(r.bhs.b[BHS_STATUS_CLASS], 0);
+    assert_int_equal(r.bhs.b[BHS_STATUS_DETAIL], 0);
+    assert_int_equal(r.flags & ISCSI_LOGIN_TRANSIT, ISCSI_LOGIN_TRANSIT);
+    assert_int_equal(ISCSI_LOGIN_NSG(r.flags), ISCSI_STAGE_FULL_FEATURE);
+    assert_int_equal(r.itt, 0x1000);
+    t->tsih = get_be16(r.bhs.b + BHS_TSIH);
+    assert_int_not_equal(t->tsih, 0);
+    t->login_exp = r.expcmdsn;
+    t->login_max = r.maxcmdsn;
+    const char *v = text_value(r.data, r.dlen, "MaxRecvDataSegmentLength");
+    assert_non_null(v);
+    t->target_mrdsl = (uint32_t)strtoul(v, NULL, 10);
+    assert_false(tgt_recv(t, &r));
+    assert_false(tgt_closed(t));
+}
+
+struct tgt *tgt_login(const struct tgt_opts *o)
+{
+    struct tgt *t = calloc(1, sizeof(*t));
+    assert_non_null(t);
+    t->r = reactor_create(0);
+    assert_non_null(t->r);
+    build_target(t, o);
+    t->conn = iscsi_conn_new_detached(&t->srv, t->r);
+    assert_non_null(t->conn);
+    conn_get(t->conn); /* ours: the connection stays readable after it closes */
+    t->cmdsn = o->cmdsn;
+    t->next_itt = 1;
+    /* Data-In up to the initiator's MRDSL; text, sense and login answers below 64 KiB. */
+    t->tx_room = ISCSI_BHS_LEN + 2 * ISCSI_DIGEST_LEN + ISCSI_PAD(o->mrdsl) + 65536;
+    login(t, o);
+    /* The new nexus has a POWER ON unit attention pending (SPC-4 §6.6): the first command
+     * takes it, so that tests start from a quiet LUN. */
+    uint8_t cdb[16] = {0};
+    struct tgt_pdu p;
+    tgt_pdu_scsi_cmd(&p, tgt_new_itt(t), tgt_next_cmdsn(t), cdb, 0, ISCSI_FLAG_FINAL, NULL, 0);
+    tgt_send(t, &p);
+    struct tgt_rsp r;
+    assert_true(tgt_recv(t, &r));
+    assert_int_equal(r.opcode, ISCSI_OP_SCSI_RSP);
+    assert_int_equal(r.status, 0x02);
+    assert_int_equal(r.sense_key, 0x06);
+    assert_int_equal(r.asc, 0x29);
+    assert_false(tgt_recv(t, &r));
+    return t;
+}
+
+void tgt_free(struct tgt *t)
+{
+    if (!iscsi_conn_is_closed(t->conn))
+        conn_close(t->conn, NULL);
+    conn_put(t->conn);
+    run_until_idle(t);
+    iscsi_server_destroy(&t->srv);
+    target_built_free(&t->built);
+    target_config_free(&t->cfg);
+    reactor_destroy(t->r);
+    free(t->rx);
+    free(t->last);
+    free(t);
+}
+
+uint32_t tgt_next_cmdsn(struct tgt *t)
+{
+    return t->cmdsn++;
+}
+
+uint32_t tgt_peek_cmdsn(const struct tgt *t)
+{
+    return t->cmdsn;
+}
+
+uint32_t tgt_new_itt(struct tgt *t)
+{
+    return t->next_itt++;
+}
+
+uint32_t tgt_login_expcmdsn(const struct tgt *t)
+{
+    return t->login_exp;
+}
+
+uint32_t tgt_login_maxcmdsn(const struct tgt *t)
+{
+    return t->login_max;
+}
+
+uint32_t tgt_target_mrdsl(const struct tgt *t)
+{
+    return t->target_mrdsl;
+}
+
+uint16_t tgt_tsih(const struct tgt *t)
+{
+    return t->tsih;
+}

@@ -1,0 +1,127 @@
+/* A target-side iSCSI harness for unit tests: a server with one target node (one RAM LUN), one
+ * connection with no socket that logs in by real Login Request PDUs, request builders, and the
+ * target's answers parsed one PDU at a time. Tests feed bytes and check what comes out; they
+ * see nothing of the connection's internals (only tgt_harness.c does), so a change of the
+ * target's receive/transmit engine is absorbed in that one file. Everything runs on the test's
+ * thread; a reactor is driven until idle after each request so deferred work (completions,
+ * task frees, flushes) has happened before the test looks. */
+#ifndef LR_TESTS_UNIT_TGT_HARNESS_H
+#define LR_TESTS_UNIT_TGT_HARNESS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "iscsi/pdu.h"
+
+#define TGT_TARGET_NAME "iqn.2026-12.org.linerate:harness"
+#define TGT_INITIATOR_NAME "iqn.2026-12.org.linerate:harness-ini"
+#define TGT_BLOCK 512u
+
+/* What the initiator side of the login offers (RFC 7143 §13); the target's defaults are
+ * larger or more permissive, so these are what the session ends up with. */
+struct tgt_opts {
+    bool immediate_data;
+    bool initial_r2t;
+    uint32_t first_burst;
+    uint32_t max_burst;
+    uint32_t mrdsl; /* the initiator's MaxRecvDataSegmentLength: the target's Data-In size */
+    uint32_t max_outstanding_r2t;
+    uint32_t lun_mib; /* size of LUN 0 (RAM) */
+    uint32_t cmdsn;   /* CmdSN of the Login Request: the first command's (§11.12.7) */
+};
+
+/* ImmediateData=Yes, InitialR2T=No, FirstBurstLength 8 KiB, MaxBurstLength 16 KiB, MRDSL 4 KiB,
+ * MaxOutstandingR2T 2, a 4 MiB LUN, CmdSN 1. */
+void tgt_opts_default(struct tgt_opts *o);
+
+struct tgt;
+
+/* Build the server and node, log in (asserting a successful leading login to full feature
+ * phase), take the new nexus's POWER ON unit attention with a TEST UNIT READY (CmdSN
+ * o->cmdsn: the test's first command has o->cmdsn + 1), and return the harness. */
+struct tgt *tgt_login(const struct tgt_opts *o);
+/* Close the connection if it is still open and free everything. */
+void tgt_free(struct tgt *t);
+
+/* CmdSN bookkeeping of the test's "initiator": the next CmdSN (and advance it), or peek. */
+uint32_t tgt_next_cmdsn(struct tgt *t);
+uint32_t tgt_peek_cmdsn(const struct tgt *t);
+/* A fresh Initiator Task Tag. */
+uint32_t tgt_new_itt(struct tgt *t);
+/* What the login answered: ExpCmdSN/MaxCmdSN of the final Login Response, the target's
+ * declared MaxRecvDataSegmentLength, the TSIH. */
+uint32_t tgt_login_expcmdsn(const struct tgt *t);
+uint32_t tgt_login_maxcmdsn(const struct tgt *t);
+uint32_t tgt_target_mrdsl(const struct tgt *t);
+uint16_t tgt_tsih(const struct tgt *t);
+
+/* ---- requests ---- */
+
+/* A request PDU: header and data segment (not owned). Builders fill every field they name;
+ * a test may change header bytes before sending (a wrong DataSN, an unknown opcode). */
+struct tgt_pdu {
+    struct iscsi_bhs bhs;
+    const void *data;
+    uint32_t dlen;
+};
+
+/* SCSI Command on LUN 0: flags are ISCSI_FLAG_FINAL / ISCSI_CMD_READ / ISCSI_CMD_WRITE
+ * (simple task attribute); imm is immediate data. */
+void tgt_pdu_scsi_cmd(struct tgt_pdu *p, uint32_t itt, uint32_t cmdsn, const uint8_t cdb[16],
+                      uint32_t edtl, uint8_t flags, const void *imm, uint32_t imm_len);
+/* Mark a request immediate (bit 6 of byte 0). */
+void tgt_pdu_set_immediate(struct tgt_pdu *p);
+/* READ(10) (0x28) or WRITE(10) (0x2a) of `blocks` 512-byte blocks at lba. */
+void tgt_cdb_rw10(uint8_t cdb[16], uint8_t op, uint32_t lba, uint16_t blocks);
+void tgt_pdu_data_out(struct tgt_pdu *p, uint32_t itt, uint32_t ttt, uint32_t datasn,
+                      uint32_t offset, const void *data, uint32_t len, bool final);
+void tgt_pdu_nop_out(struct tgt_pdu *p, uint32_t itt, uint32_t ttt, uint32_t cmdsn, bool immediate,
+                     const void *data, uint32_t len);
+void tgt_pdu_tmf(struct tgt_pdu *p, uint8_t function, uint32_t itt, uint32_t rtt, uint32_t refcmdsn,
+                 uint32_t cmdsn, bool immediate);
+void tgt_pdu_logout(struct tgt_pdu *p, uint8_t reason, uint32_t itt, uint16_t cid, uint32_t cmdsn,
+                    bool immediate);
+void tgt_pdu_text(struct tgt_pdu *p, uint32_t itt, uint32_t cmdsn, const char *text, uint32_t len);
+void tgt_pdu_snack(struct tgt_pdu *p, uint8_t type, uint32_t itt, uint32_t ttt, uint32_t begrun,
+                   uint32_t runlength);
+/* A Login Request (CSG=1, NSG=3, T=1) with the given text, for a connection in full feature
+ * phase. */
+void tgt_pdu_login(struct tgt_pdu *p, uint32_t itt, uint32_t cmdsn, const char *text, uint32_t len);
+
+/* Send a request: ExpStatSN is filled in, the bytes are fed to the connection, the reactor
+ * runs until idle and the target's answers are collected for tgt_recv(). */
+void tgt_send(struct tgt *t, const struct tgt_pdu *p);
+/* Feed raw bytes (a header alone, a PDU split anywhere), then as tgt_send. Returns the bytes
+ * the connection took. */
+size_t tgt_feed(struct tgt *t, const void *bytes, size_t len);
+
+/* ---- answers ---- */
+
+struct tgt_rsp {
+    struct iscsi_bhs bhs;
+    enum iscsi_opcode opcode;
+    uint8_t flags;
+    uint32_t itt, ttt, statsn, expcmdsn, maxcmdsn;
+    uint32_t datasn;      /* DataSN (Data-In), R2TSN (R2T), ExpDataSN (SCSI Response) */
+    uint32_t offset;      /* BufferOffset (Data-In, R2T) */
+    uint32_t desired_len; /* DesiredDataTransferLength (R2T) */
+    uint32_t residual;    /* ResidualCount (SCSI Response, Data-In with S) */
+    uint8_t response;     /* SCSI/TMF/Logout Response */
+    uint8_t status;       /* SCSI status (SCSI Response, Data-In with S) */
+    uint8_t reason;       /* Reject reason */
+    const uint8_t *data;  /* the data segment, valid until the next tgt_recv() or tgt_free() */
+    uint32_t dlen;
+    /* SCSI Response with sense data (§11.4.7): key, ASC, ASCQ (fixed or descriptor format) */
+    bool has_sense;
+    uint8_t sense_key, asc, ascq;
+};
+
+/* The next PDU the target sent, or false if there is none. */
+bool tgt_recv(struct tgt *t, struct tgt_rsp *r);
+/* How many whole PDUs are waiting for tgt_recv(). */
+unsigned tgt_pending(struct tgt *t);
+/* Whether the target closed the connection. */
+bool tgt_closed(const struct tgt *t);
+
+#endif
