@@ -1,5 +1,5 @@
 /* Internals of the initiator shared by its files: the login state machine (login.c), a
- * connection with its transmit queue and resumable receive parser (conn.c), tasks (task.c) and
+ * connection on the wire engine (conn.c, iscsi/wire.h), tasks (task.c) and
  * the session that spreads tasks over its connections under one CmdSN window (session.c). */
 #ifndef LR_INITIATOR_INI_H
 #define LR_INITIATOR_INI_H

@@ -1,7 +1,8 @@
 /* Target-side iSCSI internals: connections, sessions and tasks, and the functions the
- * files of this layer call on each other. conn.c moves bytes (receive state machine, transmit
- * queue), login.c runs the login phase, session.c owns sessions and the CmdSN window, cmd.c the
- * SCSI command / R2T / Data-Out / Data-In flow, tmf.c task management, discovery.c Text. */
+ * files of this layer call on each other. conn.c is the target's side of the wire engine
+ * (iscsi/wire.h moves the bytes) and dispatches PDUs, login.c runs the login phase, session.c owns
+ * sessions and the CmdSN window, cmd.c the SCSI command / R2T / Data-Out / Data-In flow, tmf.c task
+ * management, discovery.c Text. */
 #ifndef LR_ISCSI_CONN_H
 #define LR_ISCSI_CONN_H
 
