@@ -8,10 +8,12 @@
 #include <semaphore.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <sys/types.h>
 
 #include "linerate/initiator.h"
 #include "reactor/reactor.h"
+#include "util/inject.h"
 
 #define BENCH_MAX_LIST 32
 #define BENCH_HIST_BUCKETS 640
@@ -37,7 +39,8 @@ struct bench_opts {
     enum bench_fmt fmt;
     const char *svg;
     pid_t target_pid;
-    uint32_t kill_conn_ms; /* test hook (LINERATE_BENCH_KILL_CONN_MS): drop connection 1 */
+    uint32_t erl;              /* --erl: ErrorRecoveryLevel asked for */
+    struct inject_spec inject; /* --inject */
 };
 
 /* One cell of the table. NAN in a double means "unknown" (printed empty). */
@@ -50,10 +53,13 @@ struct bench_cell {
     bool ran;
     double mb_per_s, iops, p50_us, p99_us, ini_us_per_kb, tgt_us_per_kb;
     uint64_t errors;
+    /* --inject: what was done to the sessions during the cell */
+    uint64_t conns_cut, digests_corrupted, pdus_dropped;
 };
 
 struct bench_stats {
     uint64_t bytes, ops, errors, conn_lost;
+    uint64_t conns_cut, digests_corrupted, pdus_dropped; /* --inject */
     uint64_t hist[BENCH_HIST_BUCKETS];
     uint64_t elapsed_ns;
 };
@@ -93,6 +99,10 @@ double bench_hist_value_us(unsigned bucket);
 /* bench_report.c */
 const char *bench_rw_name(enum bench_rw rw);
 void bench_report(const struct bench_opts *o, const struct bench_cell *cells, unsigned n);
+/* "Injected: LIST over N cells: K connections cut, ..., F commands failed (ErrorRecoveryLevel
+ * L)": what --inject did, stated with the failures it caused. */
+void bench_inject_summary(FILE *f, const struct bench_opts *o, const struct bench_cell *cells,
+                          unsigned n);
 int bench_svg(const char *path, const struct bench_opts *o, const struct bench_cell *cells,
               unsigned n);
 

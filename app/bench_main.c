@@ -39,6 +39,26 @@ static void usage(FILE *f)
             "  --chap-secrets FILE  the secrets of those users ('NAME SECRET' lines, mode 600)\n"
             "                       or LINERATE_CHAP_SECRET / LINERATE_CHAP_MUTUAL_SECRET\n"
             "                       (LINERATE_CHAP_USER, LINERATE_CHAP_MUTUAL_USER for names)\n"
+            "  --erl N              ask for ErrorRecoveryLevel N (RFC 7143 §7; default 0).\n"
+            "                       This build performs level 0 only and refuses 1 and 2:\n"
+            "                       at ERL 0 a lost connection or a digest error fails the\n"
+            "                       commands it carried, and the bench counts them\n"
+            "  --inject LIST        faults to inject, a testing aid; comma-separated:\n"
+            "                         kill-connection=SECONDS  cut one connection of each\n"
+            "                           session that often, in every cell and during\n"
+            "                           --verify (round robin over its connections;\n"
+            "                           0.01..3600)\n"
+            "                         digest-error=RATE  corrupt that fraction of the data\n"
+            "                           digests sent (0 <= RATE < 1)\n"
+            "                         drop-pdu=RATE      leave that fraction of PDUs unsent\n"
+            "                       e.g. --inject kill-connection=1. This build applies\n"
+            "                       kill-connection only and refuses the other two as not\n"
+            "                       implemented yet. Without recovery (ERL 0, the only level\n"
+            "                       this build performs) a cut connection fails the commands\n"
+            "                       it carried and is not replaced: the bench counts the\n"
+            "                       failed commands, reports them with what was injected,\n"
+            "                       exits 1, and logs in again between cells once a session\n"
+            "                       has no connection left\n"
             "  --help               this text\n"
             "Progress goes to stderr, results to stdout.\n");
 }
@@ -199,6 +219,8 @@ static int parse_opts(int argc, char **argv, struct bench_opts *o)
         {"chap-user", required_argument, NULL, 'U'},
         {"chap-mutual-user", required_argument, NULL, 'M'},
         {"chap-secrets", required_argument, NULL, 'K'},
+        {"erl", required_argument, NULL, 'E'},
+        {"inject", required_argument, NULL, 'I'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -273,6 +295,30 @@ static int parse_opts(int argc, char **argv, struct bench_opts *o)
         case 'K':
             chap_file = optarg;
             break;
+        case 'E':
+            if (strlen(optarg) != 1 || optarg[0] < '0' || optarg[0] > '2') {
+                fprintf(stderr, "linerate-bench: bad --erl value '%s': expected 0, 1 or 2\n",
+                        optarg);
+                return -1;
+            }
+            o->erl = (uint32_t)(optarg[0] - '0');
+            if (o->erl > lr_erl_max()) {
+                fprintf(stderr,
+                        "linerate-bench: --erl %u is not implemented yet (the highest this "
+                        "build performs is %u)\n",
+                        o->erl, lr_erl_max());
+                return -1;
+            }
+            break;
+        case 'I': {
+            char why[256];
+            if (inject_parse(optarg, &o->inject, why, sizeof(why)) < 0 ||
+                inject_check_available(&o->inject, why, sizeof(why)) < 0) {
+                fprintf(stderr, "linerate-bench: --inject: %s\n", why);
+                return -1;
+            }
+            break;
+        }
         case 'h':
             usage(stdout);
             exit(0);
@@ -306,9 +352,6 @@ static int parse_opts(int argc, char **argv, struct bench_opts *o)
             *p = 'x';
     if (chap_setup(o, chap_user, chap_mutual, chap_file) < 0)
         return -1;
-    const char *kill = getenv("LINERATE_BENCH_KILL_CONN_MS");
-    if (kill && *kill)
-        o->kill_conn_ms = (uint32_t)strtoul(kill, NULL, 10);
     return 0;
 }
 
@@ -482,6 +525,9 @@ static void run_cell(struct run *R, struct bench_cell *cell, unsigned idx, unsig
         bytes += st[i].bytes;
         ops += st[i].ops;
         errors += st[i].errors;
+        cell->conns_cut += st[i].conns_cut;
+        cell->digests_corrupted += st[i].digests_corrupted;
+        cell->pdus_dropped += st[i].pdus_dropped;
         elapsed = st[i].elapsed_ns > elapsed ? st[i].elapsed_ns : elapsed;
         uint32_t u = worker_conns_up(R->w[i]);
         up = u < up ? u : up;
@@ -498,6 +544,9 @@ static void run_cell(struct run *R, struct bench_cell *cell, unsigned idx, unsig
     if (up < cell->conns)
         fprintf(stderr, "linerate-bench: %u of %u connections left at the end of the cell\n", up,
                 cell->conns);
+    if (cell->conns_cut)
+        fprintf(stderr, "linerate-bench: --inject: %llu connection%s cut in this cell\n",
+                (unsigned long long)cell->conns_cut, cell->conns_cut == 1 ? "" : "s");
     if (errors)
         fprintf(stderr, "linerate-bench: %llu commands failed in this cell\n",
                 (unsigned long long)errors);
@@ -590,9 +639,10 @@ static int run_verify(struct run *R)
         worker_post_verify(R->w[i]);
     wait_all(R);
     int bad = 0;
-    uint64_t blocks = 0, cross = 0;
+    uint64_t blocks = 0, cross = 0, cut = 0;
     for (unsigned i = 0; i < R->n; i++) {
         cross += worker_verify_cross(R->w[i]);
+        cut += worker_stats(R->w[i])->conns_cut;
         const char *e = worker_error(R->w[i]);
         const char *f = worker_verify_failure(R->w[i]);
         blocks += worker_verify_blocks(R->w[i]);
@@ -601,6 +651,9 @@ static int run_verify(struct run *R)
             bad = 1;
         }
     }
+    if (R->o->inject.kill_conn_s > 0)
+        fprintf(stderr, "linerate-bench: --inject: %llu connection%s cut during --verify\n",
+                (unsigned long long)cut, cut == 1 ? "" : "s");
     if (!bad)
         fprintf(stderr,
                 "linerate-bench: verify passed: %llu blocks written and read back "

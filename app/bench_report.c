@@ -75,7 +75,11 @@ static void report_json(const struct bench_cell *cells, unsigned n)
         num(stdout, c->ini_us_per_kb, "%.3f", "null");
         printf(", \"target_us_per_kb\": ");
         num(stdout, c->tgt_us_per_kb, "%.3f", "null");
-        printf(", \"errors\": %llu}%s\n", (unsigned long long)c->errors, i + 1 < n ? "," : "");
+        printf(", \"errors\": %llu, \"conns_cut\": %llu, \"digests_corrupted\": %llu, "
+               "\"pdus_dropped\": %llu}%s\n",
+               (unsigned long long)c->errors, (unsigned long long)c->conns_cut,
+               (unsigned long long)c->digests_corrupted, (unsigned long long)c->pdus_dropped,
+               i + 1 < n ? "," : "");
     }
     printf("]\n");
 }
@@ -178,6 +182,32 @@ static void report_table(const struct bench_opts *o, const struct bench_cell *ce
     }
 }
 
+void bench_inject_summary(FILE *f, const struct bench_opts *o, const struct bench_cell *cells,
+                          unsigned n)
+{
+    uint64_t cut = 0, corrupted = 0, dropped = 0, failed = 0;
+    unsigned ran = 0;
+    for (unsigned i = 0; i < n; i++) {
+        ran += cells[i].ran;
+        cut += cells[i].conns_cut;
+        corrupted += cells[i].digests_corrupted;
+        dropped += cells[i].pdus_dropped;
+        failed += cells[i].errors;
+    }
+    char what[160];
+    inject_format(&o->inject, what, sizeof(what));
+    fprintf(f, "Injected: %s over %u cell%s:", what, ran, ran == 1 ? "" : "s");
+    if (o->inject.kill_conn_s > 0)
+        fprintf(f, " %llu connection%s cut,", (unsigned long long)cut, cut == 1 ? "" : "s");
+    if (o->inject.digest_error > 0)
+        fprintf(f, " %llu data digest%s corrupted,", (unsigned long long)corrupted,
+                corrupted == 1 ? "" : "s");
+    if (o->inject.drop_pdu > 0)
+        fprintf(f, " %llu PDU%s dropped,", (unsigned long long)dropped, dropped == 1 ? "" : "s");
+    fprintf(f, " %llu command%s failed (ErrorRecoveryLevel %u)\n", (unsigned long long)failed,
+            failed == 1 ? "" : "s", o->erl);
+}
+
 void bench_report(const struct bench_opts *o, const struct bench_cell *cells, unsigned n)
 {
     switch (o->fmt) {
@@ -189,7 +219,15 @@ void bench_report(const struct bench_opts *o, const struct bench_cell *cells, un
         break;
     case FMT_TABLE:
         report_table(o, cells, n);
+        if (inject_any(&o->inject)) {
+            printf("\n");
+            bench_inject_summary(stdout, o, cells, n);
+        }
         break;
+    }
+    if (inject_any(&o->inject)) {
+        fputs("linerate-bench: ", stderr);
+        bench_inject_summary(stderr, o, cells, n);
     }
     fflush(stdout);
 }

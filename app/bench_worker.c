@@ -59,6 +59,7 @@ struct worker {
     struct reactor_timer timer, kill_timer;
     struct bench_stats st;
     bool lost_reported;
+    unsigned kill_next; /* --inject kill-connection: the next connection to cut */
 
     /* --verify */
     uint64_t gen, vchunks, vnext, vdone, vblocks, vcross;
@@ -242,11 +243,12 @@ static void on_login(void *arg, const struct lr_result *res)
         fprintf(stderr,
                 "linerate-bench: negotiated TSIH %u: HeaderDigest=%s DataDigest=%s "
                 "ImmediateData=%s InitialR2T=%s FirstBurstLength=%u MaxBurstLength=%u "
-                "MaxOutstandingR2T=%u target MaxRecvDataSegmentLength=%u, %u of %u connections\n",
+                "MaxOutstandingR2T=%u ErrorRecoveryLevel=%u target MaxRecvDataSegmentLength=%u, "
+                "%u of %u connections\n",
                 info.tsih, info.header_digest ? "CRC32C" : "None",
                 info.data_digest ? "CRC32C" : "None", info.immediate_data ? "Yes" : "No",
                 info.initial_r2t ? "Yes" : "No", info.first_burst, info.max_burst,
-                info.max_outstanding_r2t, info.peer_max_recv_dsl, info.connections_up,
+                info.max_outstanding_r2t, info.erl, info.peer_max_recv_dsl, info.connections_up,
                 info.connections_asked);
     w->step = WS_CAPACITY;
     if (lr_read_capacity(w->s, on_capacity, w) < 0)
@@ -271,13 +273,20 @@ static void do_login(void *arg)
         .chap_secret = o->url.chap_secret,
         .chap_mutual_user = o->chap_mutual_user[0] ? o->chap_mutual_user : NULL,
         .chap_mutual_secret = o->chap_mutual_secret,
+        .error_recovery_level = o->erl,
     };
     memcpy(so.conn_reactors, w->conn_r, sizeof(so.conn_reactors));
     w->failed = false;
     w->step = WS_LOGIN;
     w->s = lr_session_create(w->r, &so);
     if (!w->s) {
-        fail_step(w, "%s", "cannot create session");
+        fail_step(w, "cannot create session: %s", strerror(errno));
+        return;
+    }
+    struct lr_faults f = {.digest_error = o->inject.digest_error, .drop_pdu = o->inject.drop_pdu};
+    if ((f.digest_error > 0 || f.drop_pdu > 0) && lr_session_set_faults(w->s, &f) < 0) {
+        fail_step(w, "--inject: the initiator library cannot inject these faults: %s",
+                  strerror(errno));
         return;
     }
     lr_session_login(w->s, on_login, w);
@@ -309,6 +318,11 @@ static void cell_maybe_done(struct worker *w)
     struct lr_session_info info;
     lr_session_get_info(w->s, &info);
     w->conns_up = info.connections_up;
+    /* the session's counters run over its life; the cell reports its own share */
+    struct lr_fault_counts fc;
+    lr_session_fault_counts(w->s, &fc);
+    w->st.digests_corrupted = fc.digests_corrupted - w->st.digests_corrupted;
+    w->st.pdus_dropped = fc.pdus_dropped - w->st.pdus_dropped;
     finish_step(w);
 }
 
@@ -402,12 +416,33 @@ static void cell_timer(void *arg)
     lr_session_unlock(w->s);
 }
 
+/* --inject kill-connection: cut the next live connection, round robin, every SECONDS of the
+ * cell. At ERL 0 nothing replaces it: its commands fail and are counted by on_io. */
 static void kill_timer(void *arg)
 {
     struct worker *w = arg;
-    fprintf(stderr, "linerate-bench: session %d: test hook: dropping connection 1 (port %u)\n",
-            w->id, lr_session_conn_port(w->s, 1));
-    lr_session_conn_kill(w->s, 1);
+    lr_session_lock(w->s);
+    bool loading = (w->step == WS_CELL && !w->stopping) || w->step == WS_VERIFY_WRITE ||
+                   w->step == WS_VERIFY_READ;
+    if (loading) {
+        unsigned n = w->conns_asked;
+        for (unsigned k = 0; k < n; k++) {
+            unsigned i = (w->kill_next + k) % n;
+            uint16_t port = lr_session_conn_port(w->s, i);
+            if (!port)
+                continue;
+            fprintf(stderr,
+                    "linerate-bench: session %d: --inject: cutting connection %u (port %u)\n",
+                    w->id, i, port);
+            lr_session_conn_kill(w->s, i);
+            w->st.conns_cut++;
+            w->kill_next = (i + 1) % n;
+            break;
+        }
+        reactor_timer_start(w->r, &w->kill_timer, (uint64_t)(w->o->inject.kill_conn_s * 1000),
+                            kill_timer, w);
+    }
+    lr_session_unlock(w->s);
 }
 
 struct cell_msg {
@@ -432,8 +467,14 @@ static void do_cell(void *arg)
     w->step = WS_CELL;
     w->start_ns = now_ns();
     reactor_timer_start(w->r, &w->timer, (uint64_t)(w->o->seconds * 1000), cell_timer, w);
-    if (w->o->kill_conn_ms)
-        reactor_timer_start(w->r, &w->kill_timer, w->o->kill_conn_ms, kill_timer, w);
+    if (w->o->inject.kill_conn_s > 0)
+        reactor_timer_start(w->r, &w->kill_timer, (uint64_t)(w->o->inject.kill_conn_s * 1000),
+                            kill_timer, w);
+    /* the session's fault counters now, so that the cell reports what it added */
+    struct lr_fault_counts fc;
+    lr_session_fault_counts(w->s, &fc);
+    w->st.digests_corrupted = fc.digests_corrupted;
+    w->st.pdus_dropped = fc.pdus_dropped;
     issue(w);
     cell_maybe_done(w);
     lr_session_unlock(w->s);
@@ -484,6 +525,18 @@ static const char *check(const uint8_t *b, uint32_t bs, uint64_t lba, uint64_t g
 
 static void verify_issue(struct worker *w);
 
+/* The end of --verify: the kill timer is w->r's, stopped there. */
+static void verify_finish(void *arg)
+{
+    struct worker *w = arg;
+    if (reactor_self() != w->r) {
+        reactor_send(w->r, verify_finish, w);
+        return;
+    }
+    reactor_timer_stop(w->r, &w->kill_timer);
+    finish_step(w);
+}
+
 static void verify_done(struct worker *w)
 {
     if (w->outstanding)
@@ -494,7 +547,10 @@ static void verify_done(struct worker *w)
         verify_issue(w);
         return;
     }
-    finish_step(w);
+    if (w->step == WS_VERIFY_WRITE || w->step == WS_VERIFY_READ) {
+        w->step = WS_IDLE; /* once: a late completion finds nothing left to finish */
+        verify_finish(w);
+    }
 }
 
 static void on_verify_io(void *arg, const struct lr_result *res)
@@ -586,6 +642,12 @@ static void do_verify(void *arg)
     w->vnconns = info.connections_up;
     w->vnext = w->vdone = 0;
     w->step = WS_VERIFY_WRITE;
+    w->st.conns_cut = 0;
+    /* --inject kill-connection cuts during --verify too: under recovery (ERL 2) no command
+     * may fail and no block may differ; at ERL 0 the failures are the verdict */
+    if (w->o->inject.kill_conn_s > 0)
+        reactor_timer_start(w->r, &w->kill_timer, (uint64_t)(w->o->inject.kill_conn_s * 1000),
+                            kill_timer, w);
     verify_issue(w);
     verify_done(w);
     lr_session_unlock(w->s);

@@ -90,7 +90,14 @@ struct lr_session_opts {
     const char *chap_user, *chap_secret;
     const char *chap_mutual_user, *chap_mutual_secret;
     const char *chap_algorithms;
+    /* ErrorRecoveryLevel to ask for (RFC 7143 §7, §13.20): 0 (default), 1 or 2; the target
+     * may answer lower (lr_session_info.erl says what was agreed). Above lr_erl_max()
+     * lr_session_create fails with errno ENOTSUP: we never offer recovery we cannot do. */
+    uint32_t error_recovery_level;
 };
+
+/* The highest ErrorRecoveryLevel this library performs. */
+unsigned lr_erl_max(void);
 
 /* The negotiated outcome, for reports. */
 struct lr_session_info {
@@ -102,6 +109,7 @@ struct lr_session_info {
     uint32_t max_burst, first_burst, peer_max_recv_dsl, max_recv_dsl, max_outstanding_r2t;
     uint16_t tsih;
     uint32_t cmdsn, expcmdsn, maxcmdsn;
+    uint32_t erl; /* ErrorRecoveryLevel agreed */
 };
 
 struct lr_session *lr_session_create(struct reactor *r, const struct lr_session_opts *o);
@@ -148,6 +156,19 @@ uint32_t lr_session_inflight(const struct lr_session *s);
  * and dropping connection i as if the network had (shutdown of the socket). */
 uint16_t lr_session_conn_port(const struct lr_session *s, unsigned i);
 void lr_session_conn_kill(struct lr_session *s, unsigned i);
+/* Fault injection for tests and the bench (--inject), set before lr_session_login: the
+ * fraction of data digests the session's connections send corrupted and of PDUs they leave
+ * unsent, each 0 <= rate < 1 (else -1, errno EINVAL). The connections' transmit path applies
+ * them; this build has none that does, so non-zero rates fail with ENOTSUP rather than being
+ * ignored. lr_session_fault_counts: what they did so far, over all connections. */
+struct lr_faults {
+    double digest_error, drop_pdu;
+};
+struct lr_fault_counts {
+    uint64_t digests_corrupted, pdus_dropped;
+};
+int lr_session_set_faults(struct lr_session *s, const struct lr_faults *f);
+void lr_session_fault_counts(const struct lr_session *s, struct lr_fault_counts *out);
 
 /* Discovery: SendTargets=All on a discovery session; done() gets the raw key=value\0 text
  * (TargetName=..., TargetAddress=...) or an error. */

@@ -215,6 +215,10 @@ struct lr_session {
     void *login_arg, *logout_arg;
     struct lr_result login_res;
 
+    /* lr_session_set_faults, for the connections' transmit path, and what it did */
+    struct lr_faults faults;
+    struct lr_fault_counts fault_counts;
+
     /* discovery */
     lr_discovery_fn disc_done;
     void *disc_arg;

@@ -20,8 +20,18 @@ static const struct lr_result res_ok = {.err = LR_OK};
 
 static void session_tick(void *arg);
 
+unsigned lr_erl_max(void)
+{
+    return ISCSI_ERL_IMPLEMENTED;
+}
+
 struct lr_session *lr_session_create(struct reactor *r, const struct lr_session_opts *o)
 {
+    if (o->error_recovery_level > ISCSI_ERL_IMPLEMENTED) {
+        errno = ENOTSUP;
+        return NULL;
+    }
+
     struct lr_session *s = calloc(1, sizeof(*s));
     if (!s)
         return NULL;
@@ -90,7 +100,7 @@ struct lr_session *lr_session_create(struct reactor *r, const struct lr_session_
     s->local.max_recv_dsl = s->o.max_recv_dsl;
     s->local.max_burst = s->o.max_burst;
     s->local.first_burst = s->o.first_burst;
-    s->local.erl = 0;
+    s->local.erl = o->error_recovery_level;
     iscsi_params_default(&s->params);
 
     /* ISID (RFC 7143 §11.12.5): type 0x80 "random" with a per-session qualifier, so that
@@ -333,6 +343,7 @@ void lr_session_get_info(const struct lr_session *cs, struct lr_session_info *in
     info->cmdsn = s->cmdsn;
     info->expcmdsn = s->expcmdsn;
     info->maxcmdsn = s->maxcmdsn;
+    info->erl = s->params.erl;
     ini_unlock(s);
 }
 
@@ -352,6 +363,32 @@ void lr_session_conn_kill(struct lr_session *s, unsigned i)
     ini_lock(s);
     if (i < s->nconns && s->conns[i]->w.fd >= 0)
         shutdown(s->conns[i]->w.fd, SHUT_RDWR);
+    ini_unlock(s);
+}
+
+int lr_session_set_faults(struct lr_session *s, const struct lr_faults *f)
+{
+    if (!(f->digest_error >= 0 && f->digest_error < 1 && f->drop_pdu >= 0 && f->drop_pdu < 1)) {
+        errno = EINVAL;
+        return -1;
+    }
+    if (f->digest_error > 0 || f->drop_pdu > 0) {
+        /* Corrupting and dropping belong to the connections' transmit path, which does
+         * neither yet: say so rather than run a "faulty" session that is not. */
+        errno = ENOTSUP;
+        return -1;
+    }
+    ini_lock(s);
+    s->faults = *f;
+    ini_unlock(s);
+    return 0;
+}
+
+void lr_session_fault_counts(const struct lr_session *cs, struct lr_fault_counts *out)
+{
+    struct lr_session *s = (struct lr_session *)cs; /* the lock is not part of the state */
+    ini_lock(s);
+    *out = s->fault_counts;
     ini_unlock(s);
 }
 

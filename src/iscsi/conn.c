@@ -73,6 +73,7 @@ static struct iscsi_conn *conn_alloc(struct iscsi_server *srv, struct reactor *r
     c->max_recv_dsl = WIRE_LOGIN_DSL;
     c->max_send_dsl = WIRE_LOGIN_DSL;
     c->next_ttt = 1;
+    c->inject = srv->inject;
     wire_init(&c->w, &conn_wire_ops, c, c->peer);
     wire_set_limits(&c->w, WIRE_LOGIN_DSL, ISCSI_RXBUF_LOGIN_SIZE);
     c->w.max_backlog = srv->limits.max_tx_backlog;
@@ -174,6 +175,7 @@ void conn_close(struct iscsi_conn *c, const char *why)
     if (sup)
         LOG_INFO("%s: %u more lines not logged", c->peer, sup);
     reactor_timer_stop(c->reactor, &c->timer);
+    reactor_timer_stop(c->reactor, &c->inject_timer);
     /* Closes the socket and drops everything queued: the PDUs' owners learn they were not
      * sent. */
     wire_close(&c->w);
@@ -588,6 +590,47 @@ static void conn_send_nop_ping(struct iscsi_conn *c)
     c->nop_outstanding = true;
     c->nop_sent_ms = reactor_now_ms();
     conn_send(c, p);
+}
+
+/* --inject kill-connection: how often a connection looks at the server's deadline. A quarter
+ * of the period keeps the cuts close to it; 5 ms at least, so that a tiny period cannot turn
+ * into a busy loop, and 250 ms at most. */
+static uint64_t inject_tick_ms(const struct iscsi_conn *c)
+{
+    uint64_t t = (uint64_t)(c->inject.kill_conn_s * 1000) / 4;
+    return t < 5 ? 5 : t > 250 ? 250 : t;
+}
+
+static void conn_inject_fire(void *arg)
+{
+    struct iscsi_conn *c = arg;
+    if (c->dead)
+        return;
+    struct iscsi_server *srv = c->srv;
+    uint64_t now = reactor_now_ms();
+    uint64_t due = atomic_load(&srv->inject_next_cut_ms);
+    /* One cut per period server-wide: whoever moves the deadline on is the one cut. */
+    if (now >= due &&
+        atomic_compare_exchange_strong(&srv->inject_next_cut_ms, &due,
+                                       now + (uint64_t)(c->inject.kill_conn_s * 1000))) {
+        char why[96];
+        snprintf(why, sizeof(why), "--inject kill-connection=%g (cut %u)", c->inject.kill_conn_s,
+                 atomic_fetch_add(&srv->inject_cuts, 1) + 1);
+        conn_close(c, why);
+        return;
+    }
+    reactor_timer_start(c->reactor, &c->inject_timer, inject_tick_ms(c), conn_inject_fire, c);
+}
+
+void conn_inject_start(struct iscsi_conn *c)
+{
+    if (!(c->inject.kill_conn_s > 0))
+        return;
+    /* The first connection to log in starts the clock: the first cut comes a period later. */
+    uint64_t unarmed = 0;
+    atomic_compare_exchange_strong(&c->srv->inject_next_cut_ms, &unarmed,
+                                   reactor_now_ms() + (uint64_t)(c->inject.kill_conn_s * 1000));
+    reactor_timer_start(c->reactor, &c->inject_timer, inject_tick_ms(c), conn_inject_fire, c);
 }
 
 static void conn_timer_fire(void *arg)

@@ -174,6 +174,11 @@ struct iscsi_conn {
     struct reactor_deferred release_hook;
     uint32_t next_ttt;
 
+    /* --inject (the server's, handed over at accept): kill-connection runs on inject_timer,
+     * digest-error and drop-pdu are for the transmit path */
+    struct inject_spec inject;
+    struct reactor_timer inject_timer;
+
     /* liveness */
     struct reactor_timer timer;
     uint64_t last_rx_ms;
@@ -249,6 +254,8 @@ struct iscsi_session {
     } while (0)
 
 /* conn.c */
+/* Entered full feature phase in a normal session: arm --inject kill-connection, if asked. */
+void conn_inject_start(struct iscsi_conn *c);
 void conn_send(struct iscsi_conn *c, struct wire_pdu *p);
 struct wire_pdu *conn_tx_alloc(struct iscsi_conn *c);
 /* A PDU with its BHS started (opcode, flags); NULL, with the connection closed, when memory ran

@@ -78,6 +78,13 @@ struct iscsi_params {
 /* The RFC 7143 defaults. */
 void iscsi_params_default(struct iscsi_params *p);
 
+/* The highest ErrorRecoveryLevel (RFC 7143 §7, §13.20) this build performs, target and
+ * initiator alike. Neither end ever offers more than this: a level is negotiated as the
+ * minimum of both offers, and once agreed the peer relies on it (a header digest error
+ * silently dropped at ERL 1 is only recovered if this end retransmits on SNACK). The
+ * configuration refuses a higher level rather than quietly lowering it. */
+#define ISCSI_ERL_IMPLEMENTED 0u
+
 enum iscsi_side { ISCSI_SIDE_TARGET, ISCSI_SIDE_INITIATOR };
 enum iscsi_session_type { ISCSI_SESSION_NONE, ISCSI_SESSION_NORMAL, ISCSI_SESSION_DISCOVERY };
 

@@ -3,6 +3,7 @@
  * CHAP in the security stage (iscsi/auth.c; a target or discovery with CHAP configured cannot
  * be entered without it), session creation, reinstatement (§6.3.5) and joining an existing
  * session (MC/S), and a login status class/detail for every refusal. */
+#include <assert.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -212,7 +213,12 @@ static enum iscsi_login_status login_pick_node(struct iscsi_conn *c, const char 
         local.max_connections = ISCSI_MAX_CONNECTIONS;
     if (local.max_outstanding_r2t > ISCSI_MAX_R2T)
         local.max_outstanding_r2t = ISCSI_MAX_R2T;
-    local.erl = 0;
+    /* The configuration never holds a level we cannot perform (target_parse_erl). A
+     * discovery session only exchanges Text: a lost answer is simply asked again, so it
+     * stays at ERL 0 whatever the first node prefers. */
+    assert(local.erl <= ISCSI_ERL_IMPLEMENTED);
+    if (discovery)
+        local.erl = 0;
     iscsi_neg_init(&c->neg, ISCSI_SIDE_TARGET, &local);
     c->neg.leading = c->login_tsih == 0;
     /* CHAP configured for this target (or for discovery): AuthMethod=None is refused and the
@@ -488,19 +494,22 @@ static void login_after_final(struct iscsi_conn *c, uint8_t rsp_flags)
             c->hdigest = p.header_digest;
             c->ddigest = p.data_digest;
             c->phase = CONN_FFP;
+            if (!c->discovery)
+                conn_inject_start(c);
             if (c->auth && c->srv->auth_guard) {
                 char addr[sizeof(c->peer)];
                 peer_addr(c, addr, sizeof(addr));
                 auth_guard_succeeded(c->srv->auth_guard, addr);
             }
             LOG_INFO("%s: login complete: %s session TSIH %u, initiator %s%s%s, CID %u, "
-                     "digests %s/%s, MRDSL %u/%u%s%s%s%s",
+                     "digests %s/%s, MRDSL %u/%u, ErrorRecoveryLevel %u%s%s%s%s",
                      c->peer, c->discovery ? "discovery" : "normal", c->session->tsih,
                      c->neg.initiator_name, c->node ? ", target " : "",
                      c->node ? c->node->name : "", c->cid, c->hdigest ? "crc32c" : "none",
                      c->ddigest ? "crc32c" : "none", c->max_recv_dsl, c->max_send_dsl,
-                     c->auth ? ", CHAP " : "", c->auth ? chap_alg_name(c->auth->alg) : "",
-                     c->auth ? " as " : "", c->auth ? c->auth->user : "");
+                     c->session->params.erl, c->auth ? ", CHAP " : "",
+                     c->auth ? chap_alg_name(c->auth->alg) : "", c->auth ? " as " : "",
+                     c->auth ? c->auth->user : "");
         }
     }
 }

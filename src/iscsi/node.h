@@ -13,6 +13,7 @@
 #include "iscsi/chap.h"
 #include "iscsi/keys.h"
 #include "scsi/scsi.h"
+#include "util/inject.h"
 #include "util/log.h"
 
 struct reactor;
@@ -90,6 +91,12 @@ struct iscsi_server {
     struct iscsi_pending_addr **pending_hash;
     struct log_limit refuse_log; /* refused connections (pending_lock) */
     struct log_limit login_log;  /* connections that never logged in (pending_lock) */
+    /* --inject, a testing aid: handed to every connection at accept. kill-connection cuts one
+     * logged-in connection of a normal session every kill_conn_s seconds, server-wide: the
+     * first connection to find inject_next_cut_ms passed moves it on and closes itself. */
+    struct inject_spec inject;
+    _Atomic uint64_t inject_next_cut_ms; /* 0: not armed yet (no connection logged in) */
+    atomic_uint inject_cuts;             /* connections cut so far */
 };
 
 int iscsi_server_init(struct iscsi_server *srv);

@@ -56,7 +56,22 @@ static const char usage_text[] =
     "  --discovery-chap-mutual-user NAME  and the target answers them as NAME\n"
     "  --chap-algorithms LIST sha3-256,sha256,md5 (default: all; the strongest the\n"
     "                         initiator offers is used)\n"
+    "  --error-recovery-level N  the highest ErrorRecoveryLevel (RFC 7143 §7) offered;\n"
+    "                         the initiator's offer and this are negotiated down to the\n"
+    "                         smaller (default 0). This build performs level 0 only:\n"
+    "                         a connection lost, or a digest error, fails the commands\n"
+    "                         it carried; 1 and 2 are refused as not implemented yet\n"
     "  --threads N            reactor threads (default: number of online CPUs)\n"
+    "  --inject LIST          a testing aid, never for production: faults the target\n"
+    "                         causes itself (also with --config). LIST is comma-separated:\n"
+    "                           kill-connection=SECONDS  close one logged-in connection\n"
+    "                             (of any normal session) that often (0.01..3600)\n"
+    "                           digest-error=RATE  corrupt that fraction of the data\n"
+    "                             digests sent (0 <= RATE < 1)\n"
+    "                           drop-pdu=RATE      leave that fraction of PDUs unsent\n"
+    "                         This build applies kill-connection only and refuses the\n"
+    "                         other two as not implemented yet. At ErrorRecoveryLevel 0\n"
+    "                         the commands of a closed connection fail\n"
     "  --config FILE          serve the targets described in FILE instead (see\n"
     "                         examples/linerate.conf); --threads and --log-level still\n"
     "                         apply, --listen/--target-name/--lun/--allow may not be used\n"
@@ -96,6 +111,8 @@ enum {
     OPT_DISC_CHAP_USER,
     OPT_DISC_CHAP_MUTUAL_USER,
     OPT_CHAP_ALGS,
+    OPT_ERL,
+    OPT_INJECT,
 };
 
 static const struct option long_opts[] = {
@@ -113,6 +130,8 @@ static const struct option long_opts[] = {
     {"discovery-chap-user", required_argument, NULL, OPT_DISC_CHAP_USER},
     {"discovery-chap-mutual-user", required_argument, NULL, OPT_DISC_CHAP_MUTUAL_USER},
     {"chap-algorithms", required_argument, NULL, OPT_CHAP_ALGS},
+    {"error-recovery-level", required_argument, NULL, OPT_ERL},
+    {"inject", required_argument, NULL, OPT_INJECT},
     {"help", no_argument, NULL, 'h'},
     {"version", no_argument, NULL, 'V'},
     {NULL, 0, NULL, 0},
@@ -152,6 +171,9 @@ struct cli_args {
     int threads;   /* -1: not given */
     int log_level; /* -1: not given */
     const char *state_dir;
+    int erl; /* -1: not given */
+    bool inject_given;
+    struct inject_spec inject;
     /* CHAP, indexed by OPT_CHAP_SECRETS.. OPT_CHAP_ALGS */
     const char *chap[OPT_CHAP_ALGS - OPT_CHAP_SECRETS + 1];
     bool any_chap;
@@ -249,6 +271,21 @@ static int cli_collect(struct cli_args *a, int argc, char **argv)
             a->chap[c - OPT_CHAP_SECRETS] = optarg;
             a->any_chap = true;
             break;
+        case OPT_ERL: {
+            uint32_t erl;
+            if (target_parse_erl(optarg, &erl, err, sizeof(err)) < 0)
+                return cli_fail("--error-recovery-level: %s", err);
+            a->erl = (int)erl;
+            break;
+        }
+        case OPT_INJECT:
+            if (a->inject_given)
+                return cli_fail("--inject given twice (put every fault in one list)");
+            if (inject_parse(optarg, &a->inject, err, sizeof(err)) < 0 ||
+                inject_check_available(&a->inject, err, sizeof(err)) < 0)
+                return cli_fail("--inject: %s", err);
+            a->inject_given = true;
+            break;
         case ':':
             if (optopt >= 256)
                 return cli_fail("option '--%s' needs a value", opt_name(optopt));
@@ -261,9 +298,11 @@ static int cli_collect(struct cli_args *a, int argc, char **argv)
     }
     if (optind < argc)
         return cli_fail("unexpected argument '%s'", argv[optind]);
-    if (a->config && (a->nlisten || a->nluns || a->nallow || a->target_name || a->any_chap))
+    if (a->config &&
+        (a->nlisten || a->nluns || a->nallow || a->target_name || a->any_chap || a->erl >= 0))
         return cli_fail("--config cannot be combined with --listen, --target-name, --lun, "
-                        "--allow or --chap-*: describe the targets in the config file");
+                        "--allow, --chap-* or --error-recovery-level: describe the targets in "
+                        "the config file");
     return -1;
 }
 
@@ -299,6 +338,8 @@ static int cli_build_node(struct target_config *cfg, const struct cli_args *a)
     for (unsigned i = 0; i < a->nallow; i++)
         if (target_node_add_allow(n, a->allow[i]) < 0)
             return cli_fail("out of memory");
+    if (a->erl >= 0)
+        n->params.erl = (uint32_t)a->erl;
     if (target_config_finish(cfg) < 0)
         return cli_fail("out of memory");
     /* CHAP options map onto the config keys of the same names (target or global). */
@@ -331,7 +372,7 @@ static int cli_build_node(struct target_config *cfg, const struct cli_args *a)
 
 int target_cli_parse(struct target_config *cfg, int argc, char **argv)
 {
-    struct cli_args a = {.threads = -1, .log_level = -1};
+    struct cli_args a = {.threads = -1, .log_level = -1, .erl = -1};
     int rc = cli_collect(&a, argc, argv);
     if (rc < 0) {
         if (a.config) {
@@ -351,6 +392,7 @@ int target_cli_parse(struct target_config *cfg, int argc, char **argv)
             cfg->log_level = (enum log_level)a.log_level;
         if (a.state_dir)
             snprintf(cfg->state_dir, sizeof(cfg->state_dir), "%s", a.state_dir);
+        cfg->inject = a.inject;
     }
     free(a.listen);
     free(a.luns);

@@ -393,6 +393,26 @@ int target_parse_lun_spec(const char *spec, struct target_lun_conf *lun, char *e
     return 0;
 }
 
+/* RFC 7143 §13.20: 0, 1 or 2. A level above ISCSI_ERL_IMPLEMENTED is refused, not lowered:
+ * whoever asks for recovery must learn that this build cannot give it. */
+int target_parse_erl(const char *val, uint32_t *out, char *err, size_t errlen)
+{
+    if (val[0] < '0' || val[0] > '2' || val[1] != '\0') {
+        snprintf(err, errlen, "bad value '%s' for error-recovery-level: expected 0, 1 or 2", val);
+        return -1;
+    }
+    uint32_t x = (uint32_t)(val[0] - '0');
+    if (x > ISCSI_ERL_IMPLEMENTED) {
+        snprintf(err, errlen,
+                 "error-recovery-level %u is not implemented yet (the highest this build "
+                 "performs is %u)",
+                 x, ISCSI_ERL_IMPLEMENTED);
+        return -1;
+    }
+    *out = x;
+    return 0;
+}
+
 /* --- the config file --- */
 
 struct cfg_parser {
@@ -493,6 +513,12 @@ static int cfg_session_key(struct cfg_parser *ps, struct iscsi_params *p, const 
         if (parse_bool(val, &b) < 0)
             return cfg_fail(ps, ps->line, "bad value '%s' for %s: expected yes or no", val, key);
         *bools[i] = b;
+        return 1;
+    }
+    if (strcmp(key, "error-recovery-level") == 0) {
+        char reason[256];
+        if (target_parse_erl(val, &p->erl, reason, sizeof(reason)) < 0)
+            return cfg_fail(ps, ps->line, "%s", reason);
         return 1;
     }
     if (strcmp(key, "header-digest") == 0 || strcmp(key, "data-digest") == 0) {

@@ -338,6 +338,7 @@ static int daemon_start(struct daemon *d)
     d->srv.nop_interval_s = d->cfg.nop_interval_s;
     d->srv.nop_timeout_s = d->cfg.nop_timeout_s;
     d->srv.login_timeout_s = d->cfg.login_timeout_s;
+    d->srv.inject = d->cfg.inject;
     d->srv.limits = d->cfg.limits;
     atomic_store(&d->srv.shutting_down, false);
 
@@ -368,6 +369,11 @@ static int daemon_start(struct daemon *d)
              d->cfg.login_timeout_s);
     for (unsigned i = 0; i < d->nlisteners; i++)
         LOG_INFO("listening on %s", d->listeners[i].portal.text);
+    if (inject_any(&d->cfg.inject)) {
+        char what[160];
+        inject_format(&d->cfg.inject, what, sizeof(what));
+        LOG_WARN("test hook: --inject %s: this target breaks its own connections on purpose", what);
+    }
     return 0;
 }
 

@@ -12,6 +12,7 @@
 #include "iscsi/chap.h"
 #include "iscsi/keys.h"
 #include "iscsi/node.h"
+#include "util/inject.h"
 #include "util/log.h"
 
 #define TARGET_DEFAULT_NAME "iqn.2026-11.org.linerate:default"
@@ -84,6 +85,8 @@ struct target_config {
     char chap_secrets[1024];
     struct chap_creds discovery_chap;
     unsigned chap_algs;
+    /* --inject: faults for tests (util/inject.h); all zero in normal use. */
+    struct inject_spec inject;
     /* Union of every target's portals: what the daemon listens on. */
     struct target_portal *listen;
     unsigned nlisten;
@@ -111,6 +114,8 @@ int target_node_add_portal(struct target_node_conf *n, const struct target_porta
 int target_node_add_lun(struct target_node_conf *n, struct target_lun_conf *lun, char *err,
                         size_t errlen);
 int target_node_add_allow(struct target_node_conf *n, const char *iqn);
+/* error-recovery-level: 0..2, and at most ISCSI_ERL_IMPLEMENTED. */
+int target_parse_erl(const char *val, uint32_t *out, char *err, size_t errlen);
 
 /* --- limits.c: the global limit keys --- */
 bool target_limits_is_key(const char *key);

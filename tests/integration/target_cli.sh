@@ -7,7 +7,7 @@
 note "--help and --version"
 "$LT" --help >"$WORK/help" 2>&1 || fail "--help exited $?"
 for w in --listen --target-name --lun --threads --config --log-level --allow ram: null: file: \
-    Examples; do
+    --error-recovery-level --inject kill-connection= Examples; do
     grep -q -- "$w" "$WORK/help" || fail "--help does not mention $w"
 done
 "$LT" --version >"$WORK/ver" 2>&1 || fail "--version exited $?"
@@ -46,6 +46,25 @@ expect_usage --target-name --target-name iqn.2026-13.org.x:y
 expect_usage --allow --allow someone
 expect_usage "cannot open config file" --config "$WORK/missing.conf"
 expect_usage --config --config "$WORK/missing.conf" --lun ram:1M
+# ErrorRecoveryLevel: RFC 7143 §13.20 range, and never a level this build cannot perform
+expect_usage "expected 0, 1 or 2" --error-recovery-level 3
+expect_usage "expected 0, 1 or 2" --error-recovery-level one
+expect_usage "expected 0, 1 or 2" --error-recovery-level 01
+expect_usage "error-recovery-level 1 is not implemented yet" --error-recovery-level 1
+expect_usage "error-recovery-level 2 is not implemented yet" --error-recovery-level 2
+expect_usage --error-recovery-level --config "$WORK/missing.conf" --error-recovery-level 0
+# --inject (testing aid): the bench's syntax, every bad list refused with the item named
+expect_usage "--inject: empty list" --inject ""
+expect_usage "--inject: 'kill-connection': expected NAME=VALUE" --inject kill-connection
+expect_usage "0.01..3600" --inject kill-connection=0
+expect_usage "0.01..3600" --inject kill-connection=soon
+expect_usage "0 <= RATE < 1" --inject digest-error=1
+expect_usage "0 <= RATE < 1" --inject drop-pdu=-0.5
+expect_usage "unknown fault" --inject kill-connections=1
+expect_usage "given twice" --inject kill-connection=1,kill-connection=2
+expect_usage "--inject given twice" --inject kill-connection=1 --inject kill-connection=2
+expect_usage "digest-error is not implemented yet" --inject kill-connection=1,digest-error=0.001
+expect_usage "drop-pdu is not implemented yet" --inject drop-pdu=0.001
 
 # bad_config LINE WORD: the config in $WORK/bad.conf is refused with bad.conf:LINE: and WORD.
 bad_config() {
@@ -92,6 +111,14 @@ printf 'this is not a config\n' >"$WORK/bad.conf"
 bad_config 1 "key = value"
 printf '# empty\n' >"$WORK/bad.conf"
 bad_config 1 "no [target"
+printf 'error-recovery-level = 1\n%s\n' "$good_head" >"$WORK/bad.conf"
+bad_config 1 "error-recovery-level 1 is not implemented yet"
+printf '%s\nerror-recovery-level = 2\n' "$good_head" >"$WORK/bad.conf"
+bad_config 5 "error-recovery-level 2 is not implemented yet"
+printf '%s\nerror-recovery-level = 3\n' "$good_head" >"$WORK/bad.conf"
+bad_config 5 "expected 0, 1 or 2"
+printf '%s\nerror_recovery_level = yes\n' "$good_head" >"$WORK/bad.conf"
+bad_config 5 "expected 0, 1 or 2"
 
 note "an address in use: exit 1 and a message"
 start_target --lun ram:1M --threads 1
@@ -124,6 +151,26 @@ if command -v iscsi-inq >/dev/null 2>&1; then
 else
     echo "(iscsi-inq is not installed: ,removable not checked)"
 fi
+
+note "error-recovery-level 0 (global and per target) is accepted, negotiated and logged"
+printf 'error-recovery-level = 0\n[target iqn.2026-11.org.linerate:erl]\nportal = 127.0.0.1:@PORT@\nerror-recovery-level = 0\nlun = ram:1M\n' \
+    >"$WORK/erl.conf"
+start_target_config "$WORK/erl.conf"
+if command -v iscsi-inq >/dev/null 2>&1; then
+    run_to 30 iscsi-inq "iscsi://127.0.0.1:$PORT/iqn.2026-11.org.linerate:erl/0" ||
+        { show_cmd_out; fail "iscsi-inq exited $?"; }
+    grep -q "login complete: normal session.*ErrorRecoveryLevel 0" "$WORK/target.log" ||
+        fail "the login line does not state ErrorRecoveryLevel 0: $(grep 'login complete' "$WORK/target.log")"
+else
+    echo "(iscsi-inq is not installed: the login line is not checked)"
+fi
+stop_target
+[ "$STOP_RC" -eq 0 ] || fail "SIGTERM'd daemon exited $STOP_RC, not 0"
+start_target --lun ram:1M --threads 1 --error-recovery-level 0 --inject kill-connection=30
+grep -q "WARN .*test hook: --inject kill-connection=30" "$WORK/target.log" ||
+    fail "--inject is not announced in the log"
+stop_target
+[ "$STOP_RC" -eq 0 ] || fail "--error-recovery-level 0: daemon exited $STOP_RC, not 0"
 
 note "no arguments: the embedded default on 127.0.0.1:3260"
 if port_busy 3260; then

@@ -1,6 +1,7 @@
 /* Initiator unit tests without sockets: the login state machine fed with canned Login
  * Responses, and a two-connection (MC/S) session whose connections are detached (no fd):
  * target PDUs are pushed through the receive parser and the transmit queues are inspected. */
+#include <errno.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -453,6 +454,50 @@ static void test_stale_response_ignored(void **state)
     lr_session_destroy(s);
 }
 
+/* The session asks for the level it is given, and never for one the library cannot perform
+ * (RFC 7143 §13.20: what is agreed, the target relies on); fault rates it cannot apply are
+ * refused the same way. */
+static void test_erl_option(void **state)
+{
+    (void)state;
+    struct lr_session_opts o = {.host = "127.0.0.1", .target_name = "iqn.x:t"};
+    o.error_recovery_level = lr_erl_max();
+    struct lr_session *s = lr_session_create(R, &o);
+    assert_non_null(s);
+    assert_int_equal(s->local.erl, lr_erl_max());
+    lr_session_destroy(s);
+    for (uint32_t erl = lr_erl_max() + 1; erl <= 3; erl++) {
+        o.error_recovery_level = erl;
+        errno = 0;
+        assert_null(lr_session_create(R, &o));
+        assert_int_equal(errno, ENOTSUP);
+    }
+    /* fault rates: out of range is EINVAL; in range, nothing applies them yet: ENOTSUP */
+    o.error_recovery_level = 0;
+    s = lr_session_create(R, &o);
+    assert_non_null(s);
+    const struct {
+        double digest, drop;
+        int err;
+    } faults[] = {{-0.1, 0, EINVAL},
+                  {1, 0, EINVAL},
+                  {0, 1.5, EINVAL},
+                  {0.001, 0, ENOTSUP},
+                  {0, 0.5, ENOTSUP}};
+    for (size_t i = 0; i < sizeof(faults) / sizeof(faults[0]); i++) {
+        struct lr_faults f = {.digest_error = faults[i].digest, .drop_pdu = faults[i].drop};
+        errno = 0;
+        assert_int_equal(lr_session_set_faults(s, &f), -1);
+        assert_int_equal(errno, faults[i].err);
+    }
+    struct lr_faults none = {0, 0};
+    assert_int_equal(lr_session_set_faults(s, &none), 0);
+    struct lr_fault_counts fc;
+    lr_session_fault_counts(s, &fc);
+    assert_true(fc.digests_corrupted == 0 && fc.pdus_dropped == 0);
+    lr_session_destroy(s);
+}
+
 /* InitialR2T=No: immediate data up to the target's MRDSL, unsolicited Data-Out to
  * FirstBurstLength, then every R2T answered by its own sequence (TTT echoed, DataSN from 0,
  * offsets from the R2T, F on the last); an R2T beyond MaxBurstLength is a protocol error. */
@@ -740,6 +785,7 @@ int main(void)
         cmocka_unit_test(test_conn_loss_keeps_session),
         cmocka_unit_test(test_digests_and_nop),
         cmocka_unit_test(test_stale_response_ignored),
+        cmocka_unit_test(test_erl_option),
         cmocka_unit_test(test_write_unsolicited_and_r2t_sequences),
         cmocka_unit_test(test_data_in_datasn_gap),
         cmocka_unit_test(test_data_in_digest_error),

@@ -756,6 +756,116 @@ static void test_settled_without_optional_answers(void **state)
     assert_false(n.result.immediate_data);
 }
 
+/* ---- ErrorRecoveryLevel (RFC 7143 §13.20): Minimum, 0..2, leading connection only ---- */
+
+static uint32_t erl_local;
+static void local_erl(struct iscsi_params *p)
+{
+    p->erl = erl_local;
+}
+
+/* The target's answer to ErrorRecoveryLevel=`offer` when configured with `local`. */
+static const char *erl_answer(uint32_t local, const char *offer)
+{
+    char pair[64];
+    snprintf(pair, sizeof(pair), "ErrorRecoveryLevel=%s", offer);
+    erl_local = local;
+    return ask(local_erl, pair);
+}
+
+static void test_erl_negotiation(void **state)
+{
+    (void)state;
+    /* Whatever a build performs, the table allows 0..2 and never more */
+    _Static_assert(ISCSI_ERL_IMPLEMENTED <= 2, "RFC 7143 defines levels 0, 1 and 2");
+    /* the result is the smaller of the two levels, whichever side is lower */
+    for (uint32_t mine = 0; mine <= 2; mine++)
+        for (uint32_t theirs = 0; theirs <= 2; theirs++) {
+            char offer[4], want[4];
+            snprintf(offer, sizeof(offer), "%u", theirs);
+            snprintf(want, sizeof(want), "%u", mine < theirs ? mine : theirs);
+            assert_string_equal(erl_answer(mine, offer), want);
+        }
+    /* a target at ERL 0 answers 0 to an initiator asking for 2, and holds to it */
+    struct iscsi_neg n;
+    erl_local = 0;
+    target_with(&n, local_erl);
+    assert_int_equal(feed(&n, OP, &out, "ErrorRecoveryLevel=2", NULL), LOGIN_OK);
+    assert_answer(&out, "ErrorRecoveryLevel", "0");
+    struct iscsi_params r;
+    iscsi_neg_result(&n, &r);
+    assert_int_equal(r.erl, 0);
+    erl_local = 2;
+    target_with(&n, local_erl);
+    assert_int_equal(feed(&n, OP, &out, "ErrorRecoveryLevel=0x1", NULL), LOGIN_OK);
+    assert_answer(&out, "ErrorRecoveryLevel", "1"); /* §6.1 hex, answered in decimal */
+    assert_int_equal(n.result.erl, 1);
+
+    /* §6.2.2: a value outside 0..2, or not a number, is answered Reject and the level keeps
+     * its default, 0 (§13.20), even on a target that could do 2 */
+    const char *bad[] = {"3", "4294967295", "4294967296", "-1", "1.0", "one", "", "0x", " 1"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        assert_string_equal(erl_answer(2, bad[i]), "Reject");
+        erl_local = 2;
+        target_with(&n, local_erl);
+        char pair[64];
+        snprintf(pair, sizeof(pair), "ErrorRecoveryLevel=%s", bad[i]);
+        assert_int_equal(feed(&n, OP, &out, pair, NULL), LOGIN_OK);
+        assert_int_equal(n.result.erl, 0);
+    }
+    /* "Reject"/"Irrelevant"/"NotUnderstood" are answers, never offers: the login fails */
+    target_with(&n, NULL);
+    assert_int_equal(feed(&n, OP, &out, "ErrorRecoveryLevel=Reject", NULL), IERR);
+
+    /* where it may appear: operational stage of the leading connection, once (§6.2, §13.20
+     * "LO", §6.3: not in the security stage, not renegotiated in full feature phase) */
+    target_with(&n, NULL);
+    assert_int_equal(feed(&n, SEC, &out, "ErrorRecoveryLevel=1", NULL), IERR);
+    target_with(&n, NULL);
+    n.leading = false;
+    assert_int_equal(feed(&n, OP, &out, "ErrorRecoveryLevel=0", NULL), IERR);
+    target_with(&n, NULL);
+    assert_int_equal(feed(&n, OP, &out, "ErrorRecoveryLevel=0", NULL), LOGIN_OK);
+    assert_int_equal(feed(&n, OP, &out, "ErrorRecoveryLevel=0", NULL), IERR); /* twice */
+    target_with(&n, NULL);
+    iscsi_neg_restart(&n);
+    assert_int_equal(feed(&n, FFP, &out, "ErrorRecoveryLevel=0", NULL), IERR);
+
+    /* the initiator: it offers its level, and only an answer at or below it is legal */
+    struct iscsi_params il;
+    initiator_local(&il);
+    il.erl = 2;
+    const struct {
+        const char *answer;
+        enum iscsi_login_status st;
+        uint32_t result;
+    } answers[] = {
+        {"ErrorRecoveryLevel=2", LOGIN_OK, 2}, {"ErrorRecoveryLevel=1", LOGIN_OK, 1},
+        {"ErrorRecoveryLevel=0", LOGIN_OK, 0}, {"ErrorRecoveryLevel=3", IERR, 0},
+        {"ErrorRecoveryLevel=x", IERR, 0},     {"ErrorRecoveryLevel=Reject", LOGIN_OK, 0},
+    };
+    for (size_t i = 0; i < sizeof(answers) / sizeof(answers[0]); i++) {
+        iscsi_neg_init(&n, ISCSI_SIDE_INITIATOR, &il);
+        iscsi_text_reset(&out);
+        assert_int_equal(iscsi_neg_offer(&n, OP, &out), 0);
+        assert_answer(&out, "ErrorRecoveryLevel", "2");
+        assert_int_equal(feed(&n, OP, &out, answers[i].answer, NULL), answers[i].st);
+        if (answers[i].st == LOGIN_OK)
+            assert_int_equal(n.result.erl, answers[i].result);
+    }
+    /* an initiator at 0 cannot be raised by the target (the same holds for any level) */
+    il.erl = 0;
+    iscsi_neg_init(&n, ISCSI_SIDE_INITIATOR, &il);
+    iscsi_text_reset(&out);
+    assert_int_equal(iscsi_neg_offer(&n, OP, &out), 0);
+    assert_int_equal(feed(&n, OP, &out, "ErrorRecoveryLevel=2", NULL), IERR);
+    /* a discovery session negotiates it too (it is not "Irrelevant" there) */
+    target_with(&n, NULL);
+    assert_int_equal(feed(&n, OP, &out, "SessionType=Discovery", "ErrorRecoveryLevel=1", NULL),
+                     LOGIN_OK);
+    assert_answer(&out, "ErrorRecoveryLevel", "0");
+}
+
 /* ---- a whole login, in memory ---- */
 
 static void exchange(struct iscsi_neg *from, struct iscsi_neg *to, enum iscsi_stage stage,
@@ -1012,6 +1122,7 @@ int main(void)
         cmocka_unit_test(test_initiator_offer),
         cmocka_unit_test(test_initiator_checks_answers),
         cmocka_unit_test(test_settled_without_optional_answers),
+        cmocka_unit_test(test_erl_negotiation),
         cmocka_unit_test(test_full_negotiation),
         cmocka_unit_test(test_first_burst_clamped),
         cmocka_unit_test(test_ffp_restart),

@@ -1,0 +1,39 @@
+/* Fault injection, a testing aid shared by linerate-bench and linerate-target: the `--inject
+ * LIST` syntax, its validation and its description in reports. What each fault does is up to
+ * the end that applies it. LIST is comma-separated NAME=VALUE items, each NAME at most once:
+ *
+ *   kill-connection=SECONDS  cut one connection that often (0.01..3600, fractions allowed)
+ *   digest-error=RATE        corrupt that fraction of the data digests sent (0 <= RATE < 1)
+ *   drop-pdu=RATE            leave that fraction of the PDUs unsent (0 <= RATE < 1)
+ *
+ * e.g. "kill-connection=1,digest-error=0.0001". */
+#ifndef LR_UTIL_INJECT_H
+#define LR_UTIL_INJECT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#define INJECT_KILL_MIN_S 0.01
+#define INJECT_KILL_MAX_S 3600.0
+
+struct inject_spec {
+    double kill_conn_s;  /* 0: connections are never cut */
+    double digest_error; /* fraction of data digests sent corrupted */
+    double drop_pdu;     /* fraction of PDUs not sent */
+};
+
+/* Parse LIST into *out (zeroed first). Returns 0, or -1 with a reason naming the item in err. */
+int inject_parse(const char *list, struct inject_spec *out, char *err, size_t errlen);
+
+/* Anything to inject at all. */
+bool inject_any(const struct inject_spec *s);
+
+/* The faults set, in LIST syntax ("kill-connection=1.5,digest-error=0.0001"; "none"). */
+void inject_format(const struct inject_spec *s, char *buf, size_t len);
+
+/* Whether this build can apply every fault asked for: kill-connection always; digest-error and
+ * drop-pdu need a transmit path that corrupts and drops, which neither end has yet, so they are
+ * refused rather than silently ignored. Returns 0, or -1 with a reason in err. */
+int inject_check_available(const struct inject_spec *s, char *err, size_t errlen);
+
+#endif
