@@ -481,6 +481,7 @@ static void conn_logged_in(struct ini_conn *c)
      * leading login only. */
     wire_set_digests(&c->w, p.header_digest, p.data_digest);
     wire_set_limits(&c->w, s->local.max_recv_dsl, 0);
+    c->w.erl = (uint8_t)(c->idx == 0 ? p.erl : s->params.erl); /* session-wide (§13.20) */
     c->peer_mrdsl = p.peer_max_recv_dsl ? p.peer_max_recv_dsl : 8192;
     c->expstatsn = c->login.expstatsn;
     c->state = ICS_FFP;

@@ -465,6 +465,7 @@ static void conn_handle_pdu(struct iscsi_conn *c)
              * queued already (§13.1); the limit we declared holds from now on (§13.12). */
             wire_set_digests(&c->w, c->hdigest, c->ddigest);
             wire_set_limits(&c->w, c->max_recv_dsl, ISCSI_RXBUF_SIZE);
+            c->w.erl = c->session ? (uint8_t)c->session->params.erl : 0; /* §13.20 */
             c->w.rx_large_min = RX_LARGE;
         }
         return;
