@@ -219,6 +219,9 @@ static void ini_wire_fail(void *ctx, int status)
     case WIRE_E_PEER_CLOSED:
         why = "connection closed by the target";
         break;
+    case WIRE_E_PEER_GONE:
+        why = "connection reset by the target";
+        break;
     case WIRE_E_OVERSIZED:
         why = "data segment longer than MaxRecvDataSegmentLength";
         break;
