@@ -12,7 +12,8 @@
 #include <sys/types.h>
 
 #include "linerate/initiator.h"
-#include "reactor/reactor.h"
+#include "linerate/initiator_test.h"
+#include "linerate/reactor.h"
 #include "util/inject.h"
 
 #define BENCH_MAX_LIST 32

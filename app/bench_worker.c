@@ -56,7 +56,7 @@ struct worker {
     bool stopping;
     unsigned outstanding;
     uint64_t start_ns, next_seq, rng;
-    struct reactor_timer timer, kill_timer;
+    struct lr_timer *timer, *kill_timer;
     struct bench_stats st;
     bool lost_reported;
     unsigned kill_next; /* --inject kill-connection: the next connection to cut */
@@ -130,7 +130,7 @@ struct bench_loop {
 static void *loop_thread(void *arg)
 {
     struct bench_loop *l = arg;
-    reactor_run(l->r);
+    lr_reactor_run(l->r);
     return NULL;
 }
 
@@ -139,9 +139,9 @@ struct bench_loop *bench_loop_start(int id)
     struct bench_loop *l = calloc(1, sizeof(*l));
     if (!l)
         return NULL;
-    l->r = reactor_create(id);
+    l->r = lr_reactor_create(id);
     if (!l->r || pthread_create(&l->th, NULL, loop_thread, l) != 0) {
-        reactor_destroy(l->r);
+        lr_reactor_destroy(l->r);
         free(l);
         return NULL;
     }
@@ -150,14 +150,15 @@ struct bench_loop *bench_loop_start(int id)
 
 static void do_stop(void *arg)
 {
-    reactor_stop(arg);
+    lr_reactor_stop(arg);
 }
 
 void bench_loop_stop(struct bench_loop *l)
 {
-    reactor_send(l->r, do_stop, l->r);
+    /* after the messages already sent to it */
+    lr_reactor_call(l->r, do_stop, l->r);
     pthread_join(l->th, NULL);
-    reactor_destroy(l->r);
+    lr_reactor_destroy(l->r);
     free(l);
 }
 
@@ -165,6 +166,9 @@ struct reactor *bench_loop_reactor(const struct bench_loop *l)
 {
     return l->r;
 }
+
+static void cell_timer(void *arg);
+static void kill_timer(void *arg);
 
 struct worker *worker_start(int id, const struct bench_opts *o, bool digest, uint32_t conns,
                             sem_t *done, struct reactor *const *conn_r)
@@ -181,13 +185,19 @@ struct worker *worker_start(int id, const struct bench_opts *o, bool digest, uin
         w->conn_r[i] = conn_r[i];
     w->rng = 0x9e3779b97f4a7c15ull ^ ((uint64_t)id << 32) ^ now_ns();
     w->r = conn_r[0];
+    w->timer = lr_timer_new(w->r, cell_timer, w);
+    w->kill_timer = lr_timer_new(w->r, kill_timer, w);
+    if (!w->timer || !w->kill_timer) {
+        worker_free(w);
+        return NULL;
+    }
     uint32_t maxsize = 0;
     for (unsigned i = 0; i < o->nsizes; i++)
         maxsize = o->sizes[i] > maxsize ? o->sizes[i] : maxsize;
     w->slot_bytes = (maxsize + 4095) & ~(size_t)4095;
     w->nslots = o->qd;
     if (posix_memalign((void **)&w->mem, 4096, w->slot_bytes * w->nslots) != 0) {
-        free(w);
+        worker_free(w);
         return NULL;
     }
     /* Written data is not all zeros, so nothing along the path can take a shortcut. */
@@ -294,7 +304,7 @@ static void do_login(void *arg)
 
 void worker_post_login(struct worker *w)
 {
-    reactor_send(w->r, do_login, w);
+    lr_reactor_call(w->r, do_login, w);
 }
 
 /* ---- load cells ---- */
@@ -307,13 +317,13 @@ static void cell_maybe_done(struct worker *w)
 {
     if (w->outstanding || !w->stopping || w->step != WS_CELL)
         return;
-    if (reactor_self() != w->r) {
+    if (lr_reactor_self() != w->r) {
         /* the last command completed on another connection's thread: the timers are r's */
-        reactor_send(w->r, cell_finish_msg, w);
+        lr_reactor_call(w->r, cell_finish_msg, w);
         return;
     }
-    reactor_timer_stop(w->r, &w->timer);
-    reactor_timer_stop(w->r, &w->kill_timer);
+    lr_timer_stop(w->timer);
+    lr_timer_stop(w->kill_timer);
     w->st.elapsed_ns = now_ns() - w->start_ns;
     struct lr_session_info info;
     lr_session_get_info(w->s, &info);
@@ -439,8 +449,7 @@ static void kill_timer(void *arg)
             w->kill_next = (i + 1) % n;
             break;
         }
-        reactor_timer_start(w->r, &w->kill_timer, (uint64_t)(w->o->inject.kill_conn_s * 1000),
-                            kill_timer, w);
+        lr_timer_start(w->kill_timer, (uint64_t)(w->o->inject.kill_conn_s * 1000));
     }
     lr_session_unlock(w->s);
 }
@@ -466,10 +475,9 @@ static void do_cell(void *arg)
     w->next_seq = 0;
     w->step = WS_CELL;
     w->start_ns = now_ns();
-    reactor_timer_start(w->r, &w->timer, (uint64_t)(w->o->seconds * 1000), cell_timer, w);
+    lr_timer_start(w->timer, (uint64_t)(w->o->seconds * 1000));
     if (w->o->inject.kill_conn_s > 0)
-        reactor_timer_start(w->r, &w->kill_timer, (uint64_t)(w->o->inject.kill_conn_s * 1000),
-                            kill_timer, w);
+        lr_timer_start(w->kill_timer, (uint64_t)(w->o->inject.kill_conn_s * 1000));
     /* the session's fault counters now, so that the cell reports what it added */
     struct lr_fault_counts fc;
     lr_session_fault_counts(w->s, &fc);
@@ -486,7 +494,7 @@ void worker_post_cell(struct worker *w, uint32_t size, enum bench_rw rw)
     m->w = w;
     m->size = size;
     m->rw = rw;
-    reactor_send(w->r, do_cell, m);
+    lr_reactor_call(w->r, do_cell, m);
 }
 
 /* ---- --verify: every block stamped with its LBA, a generation and a checksum ---- */
@@ -529,11 +537,11 @@ static void verify_issue(struct worker *w);
 static void verify_finish(void *arg)
 {
     struct worker *w = arg;
-    if (reactor_self() != w->r) {
-        reactor_send(w->r, verify_finish, w);
+    if (lr_reactor_self() != w->r) {
+        lr_reactor_call(w->r, verify_finish, w);
         return;
     }
-    reactor_timer_stop(w->r, &w->kill_timer);
+    lr_timer_stop(w->kill_timer);
     finish_step(w);
 }
 
@@ -646,8 +654,7 @@ static void do_verify(void *arg)
     /* --inject kill-connection cuts during --verify too: under recovery (ERL 2) no command
      * may fail and no block may differ; at ERL 0 the failures are the verdict */
     if (w->o->inject.kill_conn_s > 0)
-        reactor_timer_start(w->r, &w->kill_timer, (uint64_t)(w->o->inject.kill_conn_s * 1000),
-                            kill_timer, w);
+        lr_timer_start(w->kill_timer, (uint64_t)(w->o->inject.kill_conn_s * 1000));
     verify_issue(w);
     verify_done(w);
     lr_session_unlock(w->s);
@@ -655,7 +662,7 @@ static void do_verify(void *arg)
 
 void worker_post_verify(struct worker *w)
 {
-    reactor_send(w->r, do_verify, w);
+    lr_reactor_call(w->r, do_verify, w);
 }
 
 /* ---- logout and teardown ---- */
@@ -673,7 +680,7 @@ static void on_logout(void *arg, const struct lr_result *res)
     struct worker *w = arg;
     (void)res;
     /* Not from inside the session's own callback: destroy on the next loop turn. */
-    reactor_send(w->r, free_session, w);
+    lr_reactor_call(w->r, free_session, w);
 }
 
 static void do_logout(void *arg)
@@ -690,7 +697,7 @@ static void do_logout(void *arg)
 
 void worker_post_logout(struct worker *w)
 {
-    reactor_send(w->r, do_logout, w);
+    lr_reactor_call(w->r, do_logout, w);
 }
 
 /* After its loop stopped: nothing runs on the reactor any more. */
@@ -698,6 +705,8 @@ void worker_free(struct worker *w)
 {
     if (w->s)
         lr_session_destroy(w->s);
+    lr_timer_free(w->timer);
+    lr_timer_free(w->kill_timer);
     free(w->mem);
     free(w->vconn);
     free(w->slots);

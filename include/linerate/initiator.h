@@ -1,14 +1,16 @@
 /* linerate's asynchronous iSCSI initiator: sessions of one or more connections (MC/S) driven
- * by the caller's reactor, discovery, login, READ/WRITE with callbacks, logout.
- * A session runs on its reactor's thread, and no call here is thread-safe, unless
- * lr_session_opts.conn_reactors puts its connections on other reactors: see there. */
+ * by the caller's reactor (linerate/reactor.h), discovery, login, READ/WRITE with callbacks,
+ * logout. A session runs on its reactor's thread, and no call here is thread-safe, unless
+ * lr_session_opts.conn_reactors puts its connections on other reactors: see there. Hooks for
+ * tests (steering and dropping connections) are in linerate/initiator_test.h. */
 #ifndef LINERATE_INITIATOR_H
 #define LINERATE_INITIATOR_H
 
 #include <stdbool.h>
 #include <stdint.h>
 
-struct reactor;
+#include "linerate/reactor.h"
+
 struct lr_session;
 
 #define LR_MAX_CONNECTIONS 16
@@ -147,28 +149,8 @@ typedef void (*lr_capacity_fn)(void *arg, const struct lr_result *res, uint64_t 
                                uint32_t block_size);
 int lr_read_capacity(struct lr_session *s, lr_capacity_fn done, void *arg);
 
-/* Send the next submitted task on connection idx if it is up (connection allegiance then
- * keeps all of that task there). For --verify and tests: read back on another connection. */
-void lr_session_next_conn(struct lr_session *s, int idx);
 /* Tasks handed to the session and not yet completed. */
 uint32_t lr_session_inflight(const struct lr_session *s);
-/* Connection hooks for tests and the bench: the local TCP port of connection i (0 if down),
- * and dropping connection i as if the network had (shutdown of the socket). */
-uint16_t lr_session_conn_port(const struct lr_session *s, unsigned i);
-void lr_session_conn_kill(struct lr_session *s, unsigned i);
-/* Fault injection for tests and the bench (--inject), set before lr_session_login: the
- * fraction of data digests the session's connections send corrupted and of PDUs they leave
- * unsent, each 0 <= rate < 1 (else -1, errno EINVAL). The connections' transmit path applies
- * them; this build has none that does, so non-zero rates fail with ENOTSUP rather than being
- * ignored. lr_session_fault_counts: what they did so far, over all connections. */
-struct lr_faults {
-    double digest_error, drop_pdu;
-};
-struct lr_fault_counts {
-    uint64_t digests_corrupted, pdus_dropped;
-};
-int lr_session_set_faults(struct lr_session *s, const struct lr_faults *f);
-void lr_session_fault_counts(const struct lr_session *s, struct lr_fault_counts *out);
 
 /* Discovery: SendTargets=All on a discovery session; done() gets the raw key=value\0 text
  * (TargetName=..., TargetAddress=...) or an error. */

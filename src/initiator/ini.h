@@ -13,6 +13,7 @@
 #include "iscsi/pdu.h"
 #include "iscsi/wire.h"
 #include "linerate/initiator.h"
+#include "linerate/initiator_test.h"
 #include "reactor/reactor.h"
 #include "util/list.h"
 

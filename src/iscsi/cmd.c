@@ -415,14 +415,11 @@ void cmd_handle_scsi_header(struct iscsi_conn *c)
 
     if (scsi_task_setup(st) < 0) {
         t->refused = true;
-    } else if (st->buf) {
+    } else if (st->buffered) {
         /* A store without memory mapping needs a buffer per command: bound what one connection
          * holds, answering TASK SET FULL beyond it (SAM-5 §5.3.1) so the initiator backs off. */
         if (c->buf_bytes && c->buf_bytes + st->xfer_len > ISCSI_CONN_BUF_BUDGET) {
-            scsi_task_release(st);
-            st->status = SCSI_STATUS_TASK_SET_FULL;
-            st->sense_len = 0;
-            st->dir = SCSI_DIR_NONE;
+            scsi_task_refuse(st, SCSI_REFUSE_TASK_SET_FULL);
             t->refused = true;
         } else {
             t->buf_charge = st->xfer_len;
@@ -529,7 +526,7 @@ static void data_out_maybe_terminate(struct iscsi_task *t)
     if (!t->seq_failed || t->refused || t->r2t_outstanding || t->unsol_remaining)
         return;
     t->refused = true;
-    scsi_task_set_sense(&t->scsi, 0x0b, 0x47, 0x05);
+    scsi_task_refuse(&t->scsi, SCSI_REFUSE_PROTOCOL_CRC_ERROR);
     t->data_expected = t->data_received;
 }
 

@@ -101,6 +101,10 @@ struct iscsi_server {
 
 int iscsi_server_init(struct iscsi_server *srv);
 void iscsi_server_destroy(struct iscsi_server *srv);
+/* Serve these nodes (the array is the caller's and outlives the server). Each node's SCSI
+ * target gets the server as its transport: PREEMPT AND ABORT reaches the preempted nexus's
+ * iSCSI tasks through it. Before the reactors run. */
+void iscsi_server_set_nodes(struct iscsi_server *srv, struct iscsi_node **nodes, unsigned n);
 struct iscsi_node *iscsi_server_find_node(struct iscsi_server *srv, const char *name);
 bool iscsi_node_allows(const struct iscsi_node *node, const char *initiator_name);
 

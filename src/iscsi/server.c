@@ -147,6 +147,18 @@ void iscsi_server_pending_del(struct iscsi_server *srv, const uint8_t *addr, uin
     pthread_mutex_unlock(&srv->pending_lock);
 }
 
+void iscsi_server_set_nodes(struct iscsi_server *srv, struct iscsi_node **nodes, unsigned n)
+{
+    srv->nodes = nodes;
+    srv->nnodes = n;
+    for (unsigned i = 0; i < n; i++) {
+        struct scsi_target *t = nodes[i]->scsi;
+        /* The SCSI core never sees a PDU: the tasks of a preempted nexus are ours to abort. */
+        t->transport_ctx = srv;
+        t->abort_nexus_tasks = iscsi_abort_nexus_tasks;
+    }
+}
+
 /* iSCSI names compare case-insensitively: they are normalised to lower case (RFC 7143 §4.2.7.2,
  * stringprep per RFC 3722). */
 struct iscsi_node *iscsi_server_find_node(struct iscsi_server *srv, const char *name)

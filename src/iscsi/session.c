@@ -127,11 +127,6 @@ struct iscsi_session *session_create(struct iscsi_conn *c, const struct iscsi_pa
         }
     }
     pthread_mutex_lock(&c->srv->sessions_lock);
-    if (s->node && !s->node->scsi->abort_nexus_tasks) {
-        /* PREEMPT AND ABORT reaches the tasks through us (the SCSI core never sees a PDU). */
-        s->node->scsi->transport_ctx = c->srv;
-        s->node->scsi->abort_nexus_tasks = iscsi_abort_nexus_tasks;
-    }
     int rc = session_table_insert(c->srv, s);
     pthread_mutex_unlock(&c->srv->sessions_lock);
     if (rc < 0) {

@@ -354,12 +354,7 @@ void tmf_handle(struct iscsi_conn *c)
 void iscsi_abort_nexus_tasks(struct scsi_target *t, struct scsi_nexus *n, struct scsi_lun *lu)
 {
     struct iscsi_server *srv = t->transport_ctx;
-    uint64_t lun = UINT64_MAX;
-    for (uint32_t i = 0; i < t->nluns; i++)
-        if (t->luns[i] == lu)
-            lun = i;
-    if (!srv || lun == UINT64_MAX)
-        return;
+    uint64_t lun = scsi_lun_id(lu);
     pthread_mutex_lock(&srv->sessions_lock);
     for (unsigned i = 1; i < srv->sessions_cap; i++) {
         struct iscsi_session *s = srv->sessions[i];

@@ -583,10 +583,10 @@ static void victim_add(struct scsi_lun *lu, struct pr_victims *v, const char *po
     struct scsi_target_priv *p = t->priv;
     pthread_mutex_lock(&t->lock);
     for (unsigned s = 0; s < SCSI_NEXUS_MAX && v->count < SCSI_NEXUS_MAX; s++) {
-        struct scsi_nexus *n = p->nexus[s] ? &p->nexus[s]->pub : NULL;
-        if (n && n->refs > 0 && strcmp(n->initiator_port, port) == 0) {
+        struct scsi_nexus_impl *n = p->nexus[s];
+        if (n && n->refs > 0 && strcmp(n->pub.initiator_port, port) == 0) {
             n->refs++; /* held until the abort hook has run */
-            v->n[v->count++] = n;
+            v->n[v->count++] = &n->pub;
             break;
         }
     }

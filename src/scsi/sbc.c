@@ -129,7 +129,7 @@ static void rw_done(struct bs_io *io, int err)
 
 static void submit(struct scsi_task *t, enum bs_op op, void (*done)(struct bs_io *, int))
 {
-    struct bs_io *io = &t->io;
+    struct bs_io *io = &scsi_core(t)->io;
     io->op = op;
     if (op == BS_READ || op == BS_WRITE) {
         io->iov = t->iov;
@@ -175,7 +175,7 @@ static void rw_slow_granted(struct scsi_rl_req *q)
 {
     struct rw_slow *s = q->arg;
     struct scsi_task *t = s->t;
-    struct bs_io *io = &t->io;
+    struct bs_io *io = &scsi_core(t)->io;
     io->op = s->op;
     io->iov = t->iov;
     io->iovcnt = t->iovcnt;
@@ -198,8 +198,9 @@ static void submit_locked(struct scsi_task *t, enum bs_op op)
     }
     s->t = t;
     s->op = op;
+    const struct bs_io *io = &scsi_core(t)->io;
     s->q = (struct scsi_rl_req){
-        .off = t->io.offset, .len = t->io.length, .granted = rw_slow_granted, .arg = s};
+        .off = io->offset, .len = io->length, .granted = rw_slow_granted, .arg = s};
     if (scsi_rl_acquire(rl, &s->q))
         rw_slow_granted(&s->q);
 }
@@ -209,7 +210,7 @@ static void submit_locked(struct scsi_task *t, enum bs_op op)
 void sbc_exec_read(struct scsi_task *t, const struct scsi_cmd *c)
 {
     (void)c;
-    if (!t->buf || !t->xfer_len) {
+    if (!scsi_core(t)->buf || !t->xfer_len) {
         t->data_len = t->xfer_len;
         scsi_task_complete(t, SR_OK);
         return;
@@ -220,19 +221,20 @@ void sbc_exec_read(struct scsi_task *t, const struct scsi_cmd *c)
 void sbc_exec_write(struct scsi_task *t, const struct scsi_cmd *c)
 {
     (void)c;
-    if (!t->io.length) { /* nothing to store (possibly cut to EDTL by setup) */
+    struct scsi_task_core *k = scsi_core(t);
+    if (!k->io.length) { /* nothing to store (possibly cut to EDTL by setup) */
         scsi_task_complete(t, SR_OK);
         return;
     }
-    if (t->rl_fast) { /* the data is all in place: COMPARE AND WRITE may look now */
-        t->rl_fast = false;
+    if (k->rl_fast) { /* the data is all in place: COMPARE AND WRITE may look now */
+        k->rl_fast = false;
         scsi_rl_release_fast(&t->lu->rl);
     }
-    if (!t->buf) {
+    if (!k->buf) {
         /* written in place: mapped again now the data is in (an UNMAP may have run since
          * setup); a store with a volatile cache still owes FUA a flush */
-        bs_map_write(t->lu->bs, t->io.offset, t->io.length);
-        if (t->io.fua && t->lu->bs->write_cache)
+        bs_map_write(t->lu->bs, k->io.offset, k->io.length);
+        if (k->io.fua && t->lu->bs->write_cache)
             submit(t, BS_FLUSH, rw_done);
         else
             scsi_task_complete(t, SR_OK);
@@ -248,7 +250,7 @@ static void verify_compare(struct scsi_task *t, const uint8_t *medium)
     const uint8_t *data = t->iov[0].iov_base;
     uint32_t bsz = t->lu->block_size;
     bool one_block = ((t->cdb[1] >> 1) & 3) == 3;
-    uint64_t len = t->io.length;
+    uint64_t len = scsi_core(t)->io.length;
     for (uint64_t off = 0; off < len; off += bsz) {
         const uint8_t *want = one_block ? data : data + off;
         if (memcmp(want, medium + off, bsz) == 0)
@@ -280,14 +282,16 @@ void sbc_exec_verify(struct scsi_task *t, const struct scsi_cmd *c)
         scsi_task_complete(t, SR_OK);
         return;
     }
+    struct scsi_task_core *k = scsi_core(t);
+    struct bs_io *io = &k->io;
     if (t->lu->mapped) {
-        verify_compare(t, bs_map_read(t->lu->bs, t->io.offset, t->io.length));
+        verify_compare(t, bs_map_read(t->lu->bs, io->offset, io->length));
         return;
     }
-    /* setup left room for the medium's copy after the data-out in the same buffer */
-    struct bs_io *io = &t->io;
-    t->iov[1].iov_base = (uint8_t *)t->buf + ((t->xfer_len + 4095) & ~4095u);
-    t->iov[1].iov_len = t->io.length;
+    /* setup left room for the medium's copy after the data-out in the same buffer (the row's
+     * CMD_SCRATCH) */
+    t->iov[1].iov_base = (uint8_t *)k->buf + ((t->xfer_len + 4095) & ~4095u);
+    t->iov[1].iov_len = io->length;
     io->op = BS_READ;
     io->iov = &t->iov[1];
     io->iovcnt = 1;

@@ -121,13 +121,13 @@ static void rmw_write(struct rmw_ctx *x, void *data)
 {
     struct scsi_task *t = x->t;
     x->iov.iov_base = data;
-    x->iov.iov_len = t->io.length;
+    x->iov.iov_len = scsi_task_range(t)->length;
     x->io = (struct bs_io){.op = BS_WRITE,
-                           .offset = t->io.offset,
-                           .length = t->io.length,
+                           .offset = scsi_task_range(t)->offset,
+                           .length = scsi_task_range(t)->length,
                            .iov = &x->iov,
                            .iovcnt = 1,
-                           .fua = t->io.fua,
+                           .fua = scsi_task_range(t)->fua,
                            .done = rmw_write_done,
                            .arg = x};
     bs_submit(t->lu->bs, &x->io);
@@ -139,7 +139,7 @@ static void rmw_modify(struct rmw_ctx *x, uint8_t *medium)
 {
     struct scsi_task *t = x->t;
     uint8_t *data = t->iov[0].iov_base;
-    size_t len = t->io.length;
+    size_t len = scsi_task_range(t)->length;
     if (x->kind == RMW_CAW) {
         if (memcmp(data, medium, len) != 0) {
             /* MISCOMPARE with the offset of the first differing byte (SBC-4 §5.3) */
@@ -153,7 +153,7 @@ static void rmw_modify(struct rmw_ctx *x, uint8_t *medium)
         return;
     }
     /* ORWRITE: the result goes where the data-out was (or straight into RAM) */
-    uint8_t *dst = t->lu->mapped ? bs_map_write(t->lu->bs, t->io.offset, len) : data;
+    uint8_t *dst = t->lu->mapped ? bs_map_write(t->lu->bs, scsi_task_range(t)->offset, len) : data;
     for (size_t i = 0; i < len; i++)
         dst[i] = medium[i] | data[i];
     if (t->lu->mapped)
@@ -181,20 +181,20 @@ static void rmw_start(struct rmw_ctx *x)
         return;
     }
     if (lu->mapped) {
-        rmw_modify(x, bs_map_read(lu->bs, t->io.offset, t->io.length));
+        rmw_modify(x, bs_map_read(lu->bs, scsi_task_range(t)->offset, scsi_task_range(t)->length));
         return;
     }
     void *p = NULL;
-    if (posix_memalign(&p, 4096, t->io.length)) {
+    if (posix_memalign(&p, 4096, scsi_task_range(t)->length)) {
         rmw_finish(x, SR_INSUFFICIENT_RESOURCES, false, 0);
         return;
     }
     x->medium = p;
     x->iov.iov_base = p;
-    x->iov.iov_len = t->io.length;
+    x->iov.iov_len = scsi_task_range(t)->length;
     x->io = (struct bs_io){.op = BS_READ,
-                           .offset = t->io.offset,
-                           .length = t->io.length,
+                           .offset = scsi_task_range(t)->offset,
+                           .length = scsi_task_range(t)->length,
                            .iov = &x->iov,
                            .iovcnt = 1,
                            .done = rmw_read_done,
@@ -209,7 +209,7 @@ static void rmw_granted(struct scsi_rl_req *q)
 
 static void rmw_exec(struct scsi_task *t, enum rmw_kind kind)
 {
-    if (!t->io.length) {
+    if (!scsi_task_range(t)->length) {
         scsi_task_complete(t, SR_OK);
         return;
     }
@@ -220,8 +220,11 @@ static void rmw_exec(struct scsi_task *t, enum rmw_kind kind)
     }
     x->t = t;
     x->kind = kind;
-    x->lock = (struct scsi_rl_req){
-        .off = t->io.offset, .len = t->io.length, .excl = true, .granted = rmw_granted, .arg = x};
+    x->lock = (struct scsi_rl_req){.off = scsi_task_range(t)->offset,
+                                   .len = scsi_task_range(t)->length,
+                                   .excl = true,
+                                   .granted = rmw_granted,
+                                   .arg = x};
     if (scsi_rl_acquire(&t->lu->rl, &x->lock))
         rmw_start(x);
 }

@@ -48,8 +48,8 @@ void sbc_exec_start_stop(struct scsi_task *t, const struct scsi_cmd *c)
     }
     /* Stopping with NO_FLUSH=0 writes the cache back first (SBC-3 §5.20); new writes are
      * already refused, so whatever reached the store before the eject is what is flushed. */
-    t->io = (struct bs_io){.op = BS_FLUSH, .done = eject_flushed, .arg = t};
-    bs_submit(lu->bs, &t->io);
+    scsi_core(t)->io = (struct bs_io){.op = BS_FLUSH, .done = eject_flushed, .arg = t};
+    bs_submit(lu->bs, &scsi_core(t)->io);
 }
 
 void sbc_exec_prevent_allow(struct scsi_task *t, const struct scsi_cmd *c)

@@ -329,7 +329,7 @@ static void ws_granted(struct scsi_rl_req *q)
 void sbc_exec_write_same(struct scsi_task *t, const struct scsi_cmd *c)
 {
     struct scsi_lun *lu = t->lu;
-    if (!t->io.length) {
+    if (!scsi_task_range(t)->length) {
         scsi_task_complete(t, SR_OK);
         return;
     }
@@ -342,12 +342,14 @@ void sbc_exec_write_same(struct scsi_task *t, const struct scsi_cmd *c)
         return;
     }
     w->t = t;
-    w->fill.off = t->io.offset;
-    w->fill.end = t->io.offset + t->io.length;
-    w->fill.fua = t->io.fua;
+    w->fill.off = scsi_task_range(t)->offset;
+    w->fill.end = scsi_task_range(t)->offset + scsi_task_range(t)->length;
+    w->fill.fua = scsi_task_range(t)->fua;
     w->fill.unmap = (t->cdb[1] & 0x08) && sbc_thin(lu);
     if (!w->fill.unmap) {
-        w->fill.chunk_len = t->io.length < FILL_CHUNK ? (size_t)t->io.length : FILL_CHUNK;
+        w->fill.chunk_len = scsi_task_range(t)->length < FILL_CHUNK
+                                ? (size_t)scsi_task_range(t)->length
+                                : FILL_CHUNK;
         if (zero) {
             void *p = NULL;
             if (!posix_memalign(&p, 4096, w->fill.chunk_len))
@@ -366,8 +368,10 @@ void sbc_exec_write_same(struct scsi_task *t, const struct scsi_cmd *c)
     w->seq.bs = lu->bs;
     w->seq.next = ws_next;
     w->seq.done = ws_done;
-    w->lock = (struct scsi_rl_req){
-        .off = t->io.offset, .len = t->io.length, .granted = ws_granted, .arg = w};
+    w->lock = (struct scsi_rl_req){.off = scsi_task_range(t)->offset,
+                                   .len = scsi_task_range(t)->length,
+                                   .granted = ws_granted,
+                                   .arg = w};
     if (scsi_rl_acquire(&lu->rl, &w->lock))
         sbc_seq_run(&w->seq);
 }

@@ -20,8 +20,6 @@
 #include <stdint.h>
 #include <sys/uio.h>
 
-#include "bs/bs.h"
-
 /* SAM-5 status codes */
 enum scsi_status {
     SCSI_STATUS_GOOD = 0x00,
@@ -39,10 +37,13 @@ enum scsi_dir { SCSI_DIR_NONE, SCSI_DIR_READ, SCSI_DIR_WRITE };
 #define SCSI_SENSE_MAX 96
 #define SCSI_TASK_IOV_MAX 16
 #define SCSI_CDB_MAX 16
+/* Room for the SCSI core's private per-task state (struct scsi_task_core). */
+#define SCSI_TASK_CORE_BYTES 160
 /* Largest transfer one command may ask for (VPD 0xB0 MAXIMUM TRANSFER LENGTH says so);
  * bounds every allocation a CDB can cause. */
 #define SCSI_MAX_XFER_BYTES (8u << 20)
 
+struct bs;
 struct scsi_lun;
 struct scsi_target;
 
@@ -52,14 +53,12 @@ struct scsi_nexus {
     char initiator_port[256]; /* "iqn.x,i,0x<isid>" (RFC 7143 §4.2.7.1 iSCSI initiator port name) */
     char initiator_name[224];
     uint64_t id; /* unique within the target, never reused */
-    int refs;
-    bool lost; /* I_T nexus loss done since the last session took it (under target lock) */
     struct scsi_target *target;
 };
 
 struct scsi_lun_config {
     uint64_t lun;        /* LUN number as the initiator addresses it */
-    struct bs *bs;       /* the store; the LUN takes ownership */
+    struct bs *bs;       /* the store (bs/bs.h); the LUN takes ownership */
     uint32_t block_size; /* 512 or 4096; 0 means 512 */
     /* Physical block size told to initiators (READ CAPACITY 16 LOGICAL BLOCKS PER PHYSICAL
      * BLOCK EXPONENT, VPD 0xB0 OPTIMAL TRANSFER LENGTH GRANULARITY): a power-of-two multiple
@@ -115,6 +114,10 @@ struct scsi_task {
     uint32_t xfer_len; /* bytes the CDB asks to move (data-out for writes) */
     struct iovec iov[SCSI_TASK_IOV_MAX];
     int iovcnt; /* buffers for the data: xfer_len bytes in total */
+    /* The data lives in a buffer setup allocated (the store is not memory mapped, or the
+     * command needs a copy), held until release: a transport may bound how much of that one
+     * peer holds (scsi_task_refuse, SCSI_REFUSE_TASK_SET_FULL). */
+    bool buffered;
 
     /* set by scsi_task_exec() (or by setup when it refuses) */
     uint32_t data_len; /* reads: bytes of t->iov valid to send (may be < xfer_len) */
@@ -122,14 +125,15 @@ struct scsi_task {
     uint8_t sense[SCSI_SENSE_MAX];
     uint8_t sense_len;
 
-    /* private to the SCSI core */
-    void *buf; /* buffer allocated by setup */
-    struct bs_io io;
-    int state;
-    /* A WRITE placed straight into LUN memory holds the LUN's range lock shared (fast) from
-     * setup until its data is all in, so COMPARE AND WRITE and the other exclusive users
-     * never see it half written (released by exec, or by release if it never got there). */
-    bool rl_fast;
+    /* The SCSI core's own per-task state (struct scsi_task_core in scsi_internal.h: the
+     * command's opcode-table row, the store request, the range lock it holds). Embedded so a
+     * command costs no allocation; opaque so no transport reads it; its size is checked
+     * against the real struct at compile time. */
+    union {
+        void *align_ptr;
+        uint64_t align_u64;
+        unsigned char bytes[SCSI_TASK_CORE_BYTES];
+    } core;
 };
 
 /* --- targets, LUNs, nexuses --- */
@@ -191,6 +195,8 @@ void scsi_lun_tasks_cleared(struct scsi_lun *lu, struct scsi_nexus *victim);
 
 struct scsi_lun *scsi_target_lun(struct scsi_target *t, uint64_t lun);
 uint64_t scsi_lun_size_bytes(const struct scsi_lun *lu);
+/* The LUN number this LUN answers to (the inverse of scsi_target_lun). */
+uint64_t scsi_lun_id(const struct scsi_lun *lu);
 /* Flush a LUN's store (shutdown). Blocking; not for reactor threads in steady state. */
 int scsi_lun_flush_sync(struct scsi_lun *lu);
 
@@ -199,7 +205,22 @@ int scsi_lun_flush_sync(struct scsi_lun *lu);
 uint64_t scsi_lun_from_wire(const uint8_t w[8]);
 void scsi_lun_to_wire(uint64_t lun, uint8_t w[8]);
 
-/* Set status CHECK CONDITION with fixed-format sense (key, ASC, ASCQ). */
-void scsi_task_set_sense(struct scsi_task *t, uint8_t key, uint8_t asc, uint8_t ascq);
+/* Why a transport ends a command itself instead of letting it run (or finish running). */
+enum scsi_refusal {
+    /* SAM-5 §5.3.1 TASK SET FULL, no sense: the transport has no room for the command now
+     * (buffers, say); the initiator retries later. Before any data moved: dir becomes
+     * SCSI_DIR_NONE and xfer_len 0, as when setup refuses. */
+    SCSI_REFUSE_TASK_SET_FULL,
+    /* CHECK CONDITION, ABORTED COMMAND, 47h/05h PROTOCOL SERVICE CRC ERROR: data-out was lost
+     * to a digest or sequence error that the connection does not recover (RFC 7143 §7.8 b,
+     * §7.9; the sense is the "Protocol Service CRC error" row of §11.4.7.2). dir and xfer_len
+     * stay, so the transport's residual still counts what the CDB asked for. */
+    SCSI_REFUSE_PROTOCOL_CRC_ERROR,
+};
+/* The transport refuses t, after scsi_task_setup() and before (or instead of) the rest of its
+ * data: releases what setup took (buffer, range lock; scsi_task_release later is harmless),
+ * sets status and sense from the reason, and makes scsi_task_exec() only call done. Call it
+ * once nothing more will be placed in t->iov. */
+void scsi_task_refuse(struct scsi_task *t, enum scsi_refusal why);
 
 #endif

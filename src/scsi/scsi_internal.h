@@ -6,6 +6,7 @@
 #include <stdatomic.h>
 #include <stddef.h>
 
+#include "bs/bs.h"
 #include "reactor/reactor.h"
 #include "scsi/range_lock.h"
 #include "scsi/scsi.h"
@@ -55,6 +56,8 @@ enum scsi_reason {
     SR_SANITIZE_FAILED,        /* 3 / 31h 03h SANITIZE COMMAND FAILED */
     SR_MEDIUM_NOT_PRESENT,     /* 2 / 3Ah 00h MEDIUM NOT PRESENT */
     SR_REMOVAL_PREVENTED,      /* 5 / 53h 02h MEDIUM REMOVAL PREVENTED */
+    SR_TASK_SET_FULL,          /* status 28h, no sense (SAM-5 §5.3.1): scsi_task_refuse */
+    SR_PROTOCOL_CRC_ERROR,     /* B / 47h 05h PROTOCOL SERVICE CRC ERROR (RFC 7143 §11.4.7.2) */
     SR__COUNT
 };
 
@@ -121,9 +124,16 @@ struct xcopy_result {
 struct scsi_nexus_impl {
     struct scsi_nexus pub;
     unsigned slot;
+    int refs;  /* sessions holding it, plus PREEMPT AND ABORT while it calls the hook */
+    bool lost; /* I_T nexus loss done since the last session took it (under target lock) */
     uint64_t xcopy_seq;
     struct xcopy_result xcopy[XCOPY_HELD_MAX];
 };
+
+static inline struct scsi_nexus_impl *scsi_nexus_impl(struct scsi_nexus *n)
+{
+    return (struct scsi_nexus_impl *)n;
+}
 
 static inline unsigned scsi_nexus_slot(const struct scsi_nexus *n)
 {
@@ -188,6 +198,9 @@ enum {
     CMD_XFER = 1u << 6,     /* moves its blocks (transfer length bounded by MAX_XFER) */
     /* no block range, but NOT READY without a medium (TEST UNIT READY, READ CAPACITY, ...) */
     CMD_NEEDS_MEDIUM = 1u << 7,
+    /* with data-out on a store that is not memory mapped, setup allocates room after the
+     * data to read the medium into (VERIFY with BYTCHK compares the two) */
+    CMD_SCRATCH = 1u << 8,
 };
 
 /* How a row meets a reservation held by another I_T nexus (the scsi_cmd.pr column), from
@@ -231,7 +244,7 @@ struct scsi_cmd {
     uint8_t opcode;
     uint8_t sa;
     uint8_t cdb_len;
-    uint8_t flags;
+    uint16_t flags; /* CMD_* */
     /* READ/WRITE-like rows: where the LBA and TRANSFER LENGTH fields are */
     uint8_t lba_off, lba_len, tl_off, tl_len;
     scsi_parse_fn parse;
@@ -242,6 +255,36 @@ struct scsi_cmd {
     uint32_t timeout_s; /* recommended timeout for RSOC's timeouts descriptor */
     uint8_t pr;         /* PRC_*: how reservations held by others affect it */
 };
+
+/* What the core keeps per task, in scsi_task.core (opaque to transports). Set by setup. */
+struct scsi_task_core {
+    /* the opcode-table row to run; NULL: refused, exec only calls done */
+    const struct scsi_cmd *cmd;
+    void *buf;       /* buffer allocated by setup (t->buffered) */
+    struct bs_io io; /* the medium range (offset, length, fua) and the store request */
+    /* A WRITE placed straight into LUN memory holds the LUN's range lock shared (fast) from
+     * setup until its data is all in, so COMPARE AND WRITE and the other exclusive users
+     * never see it half written (released by exec, or by release if it never got there). */
+    bool rl_fast;
+};
+_Static_assert(sizeof(struct scsi_task_core) <= SCSI_TASK_CORE_BYTES,
+               "SCSI_TASK_CORE_BYTES too small for struct scsi_task_core");
+_Static_assert(_Alignof(struct scsi_task_core) <= _Alignof(struct scsi_task),
+               "struct scsi_task_core needs more alignment than scsi_task.core has");
+
+/* The core's state of a task. The storage is only ever accessed through this type (and cleared
+ * with memset by scsi_task_init), never as the union's own members, so no two accesses of
+ * different types meet there. */
+static inline struct scsi_task_core *scsi_core(struct scsi_task *t)
+{
+    return (struct scsi_task_core *)(void *)t->core.bytes;
+}
+
+/* The medium range setup checked for a CMD_MEDIUM row: offset and length in bytes, fua. */
+static inline const struct bs_io *scsi_task_range(struct scsi_task *t)
+{
+    return &scsi_core(t)->io;
+}
 
 extern const struct scsi_cmd scsi_cmds[];
 extern const size_t scsi_ncmds;

@@ -65,6 +65,7 @@ static const struct {
     [SR_INLINE_DATA_EXCEEDED] = {KEY_ILLEGAL_REQUEST, 0x26, 0x0b},
     [SR_COPY_TARGET_FAILURE] = {KEY_COPY_ABORTED, 0x0d, 0x01},
     [SR_COPY_UNREACHABLE] = {KEY_COPY_ABORTED, 0x0d, 0x02},
+    [SR_PROTOCOL_CRC_ERROR] = {KEY_ABORTED_COMMAND, 0x47, 0x05},
 };
 
 static uint8_t sense_encode(uint8_t *buf, uint8_t key, uint8_t asc, uint8_t ascq, scsi_sr sks,
@@ -103,8 +104,10 @@ static void set_reason(struct scsi_task *t, scsi_sr sr, bool has_info, uint32_t 
         t->sense_len = 0;
         return;
     }
-    if (SR_REASON(sr) == SR_RESERVATION_CONFLICT) { /* a status of its own, without sense */
-        t->status = SCSI_STATUS_RESERVATION_CONFLICT;
+    if (SR_REASON(sr) == SR_RESERVATION_CONFLICT || SR_REASON(sr) == SR_TASK_SET_FULL) {
+        /* a status of its own, without sense */
+        t->status = SR_REASON(sr) == SR_TASK_SET_FULL ? SCSI_STATUS_TASK_SET_FULL
+                                                      : SCSI_STATUS_RESERVATION_CONFLICT;
         t->sense_len = 0;
         t->data_len = 0;
         return;
@@ -122,11 +125,4 @@ void scsi_task_set_reason(struct scsi_task *t, scsi_sr sr)
 void scsi_task_set_reason_info(struct scsi_task *t, scsi_sr sr, uint32_t info)
 {
     set_reason(t, sr, true, info);
-}
-
-void scsi_task_set_sense(struct scsi_task *t, uint8_t key, uint8_t asc, uint8_t ascq)
-{
-    t->status = SCSI_STATUS_CHECK_CONDITION;
-    t->sense_len = sense_encode(t->sense, key, asc, ascq, 0, false, 0);
-    t->data_len = 0;
 }

@@ -151,6 +151,11 @@ uint64_t scsi_lun_size_bytes(const struct scsi_lun *lu)
     return lu->nblocks << lu->block_shift;
 }
 
+uint64_t scsi_lun_id(const struct scsi_lun *lu)
+{
+    return lu->id;
+}
+
 /* --- nexuses --- */
 
 /* RFC 7143 §4.2.7.1: the initiator port name is "<iSCSI name>,i,0x<ISID in hex>". Nexuses are
@@ -172,11 +177,11 @@ struct scsi_nexus *scsi_nexus_get(struct scsi_target *t, const char *initiator_n
             if (free_slot < 0)
                 free_slot = (int)s;
         } else if (strcmp(n->pub.initiator_port, port) == 0) {
-            n->pub.refs++;
-            n->pub.lost = false;
+            n->refs++;
+            n->lost = false;
             pthread_mutex_unlock(&t->lock);
             return &n->pub;
-        } else if (n->pub.refs == 0 && idle_slot < 0) {
+        } else if (n->refs == 0 && idle_slot < 0) {
             idle_slot = (int)s;
         }
     }
@@ -195,7 +200,7 @@ struct scsi_nexus *scsi_nexus_get(struct scsi_target *t, const char *initiator_n
         snprintf(n->pub.initiator_port, sizeof(n->pub.initiator_port), "%s", port);
         snprintf(n->pub.initiator_name, sizeof(n->pub.initiator_name), "%s", initiator_name);
         n->pub.id = p->next_nexus_id++;
-        n->pub.refs = 1;
+        n->refs = 1;
         n->pub.target = t;
         p->nexus[slot] = n;
         /* A new I_T nexus starts with a power-on/reset UA on every LUN (SAM-5 §5.14). */
@@ -208,7 +213,7 @@ struct scsi_nexus *scsi_nexus_get(struct scsi_target *t, const char *initiator_n
 }
 
 /* With the target lock: whether I_T nexus loss is still to be done for n, which it now is. */
-static bool nexus_loss_due_locked(struct scsi_nexus *n)
+static bool nexus_loss_due_locked(struct scsi_nexus_impl *n)
 {
     bool due = !n->lost;
     n->lost = true;
@@ -221,7 +226,8 @@ void scsi_nexus_put(struct scsi_nexus *n)
         return;
     struct scsi_target *t = n->target;
     pthread_mutex_lock(&t->lock);
-    bool due = --n->refs == 0 && nexus_loss_due_locked(n);
+    struct scsi_nexus_impl *ni = scsi_nexus_impl(n);
+    bool due = --ni->refs == 0 && nexus_loss_due_locked(ni);
     pthread_mutex_unlock(&t->lock);
     if (due)
         scsi_nexus_lost(n);
@@ -231,7 +237,8 @@ void scsi_nexus_logout(struct scsi_nexus *n)
 {
     struct scsi_target *t = n->target;
     pthread_mutex_lock(&t->lock);
-    bool due = n->refs == 1 && nexus_loss_due_locked(n);
+    struct scsi_nexus_impl *ni = scsi_nexus_impl(n);
+    bool due = ni->refs == 1 && nexus_loss_due_locked(ni);
     pthread_mutex_unlock(&t->lock);
     if (due)
         scsi_nexus_lost(n);

@@ -1,6 +1,7 @@
 /* The opcode table and the life of a task: setup (refuse early, check ranges once, decide where
  * the data lives), exec (dispatch to the row's handler), release. Adding a command is adding a
  * row here plus its parse/exec functions. */
+#include <assert.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -99,7 +100,7 @@ const struct scsi_cmd scsi_cmds[C__COUNT] = {
                      F(0x2a, 0xf8, FF4, 0x1f, 0xff, 0xff)),
     [C_WRITE_VERIFY10] = RW(0x2e, "WRITE AND VERIFY(10)", 10, WR, 2, 4, 7, 2, sbc_parse_rw,
                             sbc_exec_write, 30, F(0x2e, 0xf2, FF4, 0x1f, 0xff, 0xff)),
-    [C_VERIFY10] = RW(0x2f, "VERIFY(10)", 10, CMD_MEDIUM, 2, 4, 7, 2, sbc_parse_verify,
+    [C_VERIFY10] = RW(0x2f, "VERIFY(10)", 10, CMD_MEDIUM | CMD_SCRATCH, 2, 4, 7, 2, sbc_parse_verify,
                       sbc_exec_verify, 30, F(0x2f, 0xf6, FF4, 0x1f, 0xff, 0xff)),
     [C_PREFETCH10] = RW(0x34, "PRE-FETCH(10)", 10, CMD_MEDIUM, 2, 4, 7, 2, sbc_parse_prefetch,
                         spc_exec_good, 30, F(0x34, 0x02, FF4, 0x1f, 0xff, 0xff)),
@@ -159,7 +160,7 @@ const struct scsi_cmd scsi_cmds[C__COUNT] = {
                        sbc_exec_orwrite, 30, F(0x8b, 0xf8, FF8, FF4, 0x1f)),
     [C_WRITE_VERIFY16] = RW(0x8e, "WRITE AND VERIFY(16)", 16, WR, 2, 8, 10, 4, sbc_parse_rw,
                             sbc_exec_write, 30, F(0x8e, 0xf2, FF8, FF4, 0x1f)),
-    [C_VERIFY16] = RW(0x8f, "VERIFY(16)", 16, CMD_MEDIUM, 2, 8, 10, 4, sbc_parse_verify,
+    [C_VERIFY16] = RW(0x8f, "VERIFY(16)", 16, CMD_MEDIUM | CMD_SCRATCH, 2, 8, 10, 4, sbc_parse_verify,
                       sbc_exec_verify, 30, F(0x8f, 0xf6, FF8, FF4, 0x1f)),
     [C_PREFETCH16] = RW(0x90, "PRE-FETCH(16)", 16, CMD_MEDIUM, 2, 8, 10, 4, sbc_parse_prefetch,
                         spc_exec_good, 30, F(0x90, 0x02, FF8, FF4, 0x1f)),
@@ -184,7 +185,7 @@ const struct scsi_cmd scsi_cmds[C__COUNT] = {
                      F(0xaa, 0xf8, FF4, FF4, 0x1f)),
     [C_WRITE_VERIFY12] = RW(0xae, "WRITE AND VERIFY(12)", 12, WR, 2, 4, 6, 4, sbc_parse_rw,
                             sbc_exec_write, 30, F(0xae, 0xf2, FF4, FF4, 0x1f)),
-    [C_VERIFY12] = RW(0xaf, "VERIFY(12)", 12, CMD_MEDIUM, 2, 4, 6, 4, sbc_parse_verify,
+    [C_VERIFY12] = RW(0xaf, "VERIFY(12)", 12, CMD_MEDIUM | CMD_SCRATCH, 2, 4, 6, 4, sbc_parse_verify,
                       sbc_exec_verify, 30, F(0xaf, 0xf6, FF4, FF4, 0x1f)),
     [C_READ_DEFECT12] = EM(0xb7, "READ DEFECT DATA(12)", 12, NM, sbc_parse_read_defect,
                            sbc_exec_read_defect, F(0xb7, 0x1f, FF4, FF4, 0, 0)),
@@ -241,12 +242,14 @@ static scsi_sr check_reserved(const uint8_t *cdb, const struct scsi_cmd *c)
 
 static scsi_sr alloc_buffer(struct scsi_task *t, size_t extra)
 {
+    struct scsi_task_core *k = scsi_core(t);
     void *p = NULL;
     /* page aligned: an O_DIRECT file store takes the buffer as it is */
     size_t n = (((size_t)t->xfer_len + 4095) & ~(size_t)4095) + ((extra + 4095) & ~(size_t)4095);
     if (posix_memalign(&p, 4096, n))
         return SR_INSUFFICIENT_RESOURCES;
-    t->buf = p;
+    k->buf = p;
+    t->buffered = true;
     t->iov[0].iov_base = p;
     t->iov[0].iov_len = t->xfer_len;
     t->iovcnt = 1;
@@ -255,6 +258,7 @@ static scsi_sr alloc_buffer(struct scsi_task *t, size_t extra)
 
 int scsi_task_setup(struct scsi_task *t)
 {
+    struct scsi_task_core *k = scsi_core(t);
     struct scsi_lun *lu = t->target ? scsi_target_lun(t->target, t->lun) : NULL;
     t->lu = lu;
     t->dir = SCSI_DIR_NONE;
@@ -263,8 +267,9 @@ int scsi_task_setup(struct scsi_task *t)
     t->data_len = 0;
     t->status = SCSI_STATUS_GOOD;
     t->sense_len = 0;
-    t->buf = NULL;
-    t->state = 0;
+    t->buffered = false;
+    k->buf = NULL;
+    k->cmd = NULL;
 
     bool known;
     const struct scsi_cmd *c = scsi_cmd_lookup(t->cdb[0], t->cdb[1] & 0x1f, &known);
@@ -324,12 +329,12 @@ int scsi_task_setup(struct scsi_task *t)
         }
         if ((c->flags & CMD_WRITES) && (sr = sbc_write_protect(lu)))
             goto refuse; /* read-only LUN or software write protect (SWP) */
-        t->io.offset = r.lba << lu->block_shift;
-        t->io.length = r.nblocks << lu->block_shift;
+        k->io.offset = r.lba << lu->block_shift;
+        k->io.length = r.nblocks << lu->block_shift;
         /* caching page WCE=0: every write is write-through (SBC-3 §6.4.5) */
-        t->io.fua = r.fua || !atomic_load_explicit(&lu->wce, memory_order_relaxed);
-        if (c->exec == sbc_exec_verify && r.xfer_len && !lu->mapped)
-            scratch = t->io.length; /* room to read the medium for the compare */
+        k->io.fua = r.fua || !atomic_load_explicit(&lu->wce, memory_order_relaxed);
+        if ((c->flags & CMD_SCRATCH) && r.xfer_len && !lu->mapped)
+            scratch = k->io.length; /* room to read the medium for the compare */
     } else if (r.xfer_len > SCSI_MAX_XFER_BYTES) {
         r.xfer_len = SCSI_MAX_XFER_BYTES; /* parse caps allocation lengths; belt and braces */
     }
@@ -356,14 +361,14 @@ int scsi_task_setup(struct scsi_task *t)
             scsi_task_set_reason(t, SR_INVALID_FIELD_IN_IU);
             return -1;
         }
-        t->io.length = avail; /* a bounce buffer keeps the rest of the range untouched */
+        k->io.length = avail; /* a bounce buffer keeps the rest of the range untouched */
         direct = false;
     }
     if (direct && t->dir == SCSI_DIR_WRITE) {
         /* An exclusive holder (COMPARE AND WRITE, ORWRITE, WRITE ATOMIC, SANITIZE) is at work
          * or waiting: this write takes a buffer and queues behind it in exec instead. */
         direct = scsi_rl_try_fast(&lu->rl);
-        t->rl_fast = direct;
+        k->rl_fast = direct;
     }
     if (t->xfer_len) {
         if (direct) {
@@ -371,7 +376,7 @@ int scsi_task_setup(struct scsi_task *t)
              * memory; a READ of never-written blocks is sent from the store's zero buffer, and
              * one too fragmented for the iovecs takes a buffer */
             if (t->dir == SCSI_DIR_WRITE) {
-                void *p = bs_map_write(lu->bs, t->io.offset, t->xfer_len);
+                void *p = bs_map_write(lu->bs, k->io.offset, t->xfer_len);
                 if (p) {
                     t->iov[0].iov_base = p;
                     t->iov[0].iov_len = t->xfer_len;
@@ -379,7 +384,7 @@ int scsi_task_setup(struct scsi_task *t)
                 }
             } else {
                 t->iovcnt =
-                    bs_read_iov(lu->bs, t->io.offset, t->xfer_len, t->iov, SCSI_TASK_IOV_MAX);
+                    bs_read_iov(lu->bs, k->io.offset, t->xfer_len, t->iov, SCSI_TASK_IOV_MAX);
             }
         }
         if (!t->iovcnt) {
@@ -388,7 +393,7 @@ int scsi_task_setup(struct scsi_task *t)
                 goto refuse;
         }
     }
-    t->state = (int)(c - scsi_cmds) + 1;
+    k->cmd = c;
     return 0;
 
 refuse:
@@ -400,24 +405,42 @@ refuse:
 
 void scsi_task_exec(struct scsi_task *t)
 {
-    if (t->state <= 0) { /* setup refused it: status and sense are already set */
+    const struct scsi_cmd *c = scsi_core(t)->cmd;
+    if (!c) { /* refused by setup or the transport: status and sense are already set */
         t->done(t);
         return;
     }
-    const struct scsi_cmd *c = &scsi_cmds[t->state - 1];
     c->exec(t, c);
 }
 
 void scsi_task_release(struct scsi_task *t)
 {
-    if (t->rl_fast) { /* a direct write that never reached exec (aborted, connection lost) */
-        t->rl_fast = false;
+    struct scsi_task_core *k = scsi_core(t);
+    if (k->rl_fast) { /* a direct write that never reached exec (aborted, connection lost) */
+        k->rl_fast = false;
         scsi_rl_release_fast(&t->lu->rl);
     }
-    free(t->buf);
-    t->buf = NULL;
+    free(k->buf);
+    k->buf = NULL;
+    t->buffered = false;
     t->iovcnt = 0;
-    t->state = 0;
+    k->cmd = NULL;
+}
+
+void scsi_task_refuse(struct scsi_task *t, enum scsi_refusal why)
+{
+    scsi_task_release(t);
+    switch (why) {
+    case SCSI_REFUSE_TASK_SET_FULL:
+        scsi_task_set_reason(t, SR_TASK_SET_FULL);
+        t->dir = SCSI_DIR_NONE;
+        t->xfer_len = 0;
+        return;
+    case SCSI_REFUSE_PROTOCOL_CRC_ERROR:
+        scsi_task_set_reason(t, SR_PROTOCOL_CRC_ERROR);
+        return;
+    }
+    assert(!"unknown scsi_refusal");
 }
 
 void scsi_task_complete(struct scsi_task *t, scsi_sr sr)

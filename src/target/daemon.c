@@ -330,8 +330,7 @@ static int daemon_start(struct daemon *d)
         return -1;
     }
     d->srv_ready = true;
-    d->srv.nodes = d->built.nodes;
-    d->srv.nnodes = d->built.n;
+    iscsi_server_set_nodes(&d->srv, d->built.nodes, d->built.n);
     d->srv.reactors = d->reactors;
     d->srv.nreactors = d->nreactors;
     d->srv.discovery_chap = d->cfg.discovery_chap;

@@ -105,8 +105,7 @@ static void setup_once(void)
     iscsi_server_init(&G.srv);
     G.nodes[0] = &G.node;
     G.nodes[1] = &G.chap_node;
-    G.srv.nodes = G.nodes;
-    G.srv.nnodes = 2;
+    iscsi_server_set_nodes(&G.srv, G.nodes, 2);
     G.r = reactor_create(0);
     if (!G.r)
         abort();

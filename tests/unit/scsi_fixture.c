@@ -10,6 +10,7 @@
 
 #include <cmocka.h>
 
+#include "bs/bs.h"
 #include "scsi_fixture.h"
 #include "util/bytes.h"
 

@@ -82,7 +82,7 @@ static void assert_shortfall(struct fx *f, uint64_t lun, const uint8_t *cdb, con
     assert_int_equal(f->t.dir, SCSI_DIR_WRITE);
     assert_int_equal(f->t.xfer_len, want_xfer); /* residual: want_xfer - edtl, overflow */
     assert_int_equal(f->t.iovcnt, 0);
-    assert_null(f->t.buf);
+    assert_false(f->t.buffered);
     assert_int_equal(f->m->writes, writes);
 }
 
@@ -326,6 +326,63 @@ static void test_mode_select(void **state)
 }
 
 /* VERIFY 10/12/16 with BYTCHK=01b: the compare data cut short is refused, not compared. */
+/* A transport refusing a command after setup (scsi_task_refuse): the buffer and the range
+ * lock are given back, exec only calls done, nothing reaches the medium. TASK SET FULL is a
+ * status without sense before any data moved; a lost data-out is ABORTED COMMAND, PROTOCOL
+ * SERVICE CRC ERROR (RFC 7143 §11.4.7.2) with the CDB's transfer kept for the residual. */
+static void test_transport_refusal(void **state)
+{
+    struct fx *f = *state;
+    for (uint64_t lun = 0; lun < 2; lun++) {
+        for (int why = 0; why < 2; why++) {
+            uint8_t c[16];
+            cdb10(c, 0x2a, 0, 2, 2);
+            int writes = f->m->writes;
+            struct scsi_task *t = &f->t;
+            scsi_task_release(t); /* the previous command's, as sfx_run does */
+            scsi_task_init(t);
+            memcpy(t->cdb, c, 16);
+            t->lun = lun;
+            t->target = &f->tg;
+            t->nexus = f->n1;
+            t->edtl = 1024;
+            t->edtl_write = true;
+            t->done = sfx_on_done;
+            assert_int_equal(scsi_task_setup(t), 0);
+            assert_int_equal(t->buffered, lun == 1); /* LUN 0: direct into RAM */
+            memset(t->iov[0].iov_base, 'b', 512);    /* part of the data-out arrived */
+            scsi_task_refuse(t, why ? SCSI_REFUSE_PROTOCOL_CRC_ERROR : SCSI_REFUSE_TASK_SET_FULL);
+            assert_false(t->buffered);
+            assert_int_equal(t->iovcnt, 0);
+            if (why) {
+                sfx_assert_sense(t, SFX_SENSE_LEN | SFX_SENSE_FIXED, 0xb, 0x47, 0x05);
+                assert_int_equal(t->dir, SCSI_DIR_WRITE);
+                assert_int_equal(t->xfer_len, 1024);
+            } else {
+                assert_int_equal(t->status, SCSI_STATUS_TASK_SET_FULL);
+                assert_int_equal(t->sense_len, 0);
+                assert_int_equal(t->dir, SCSI_DIR_NONE);
+                assert_int_equal(t->xfer_len, 0);
+            }
+            sfx_done_calls = 0;
+            scsi_task_exec(t);
+            assert_int_equal(sfx_done_calls, 1);
+            scsi_task_release(t); /* again: harmless */
+            assert_int_equal(f->m->writes, writes);
+            if (lun == 1)
+                assert_untouched(f, lun);
+        }
+    }
+    /* the range lock went back with the refusal: a COMPARE AND WRITE runs at once */
+    uint8_t c[16] = {0x89}, buf[1024];
+    put_be64(c + 2, 2);
+    c[13] = 1;
+    memset(buf, 'b', 512); /* LUN 0 block 2 holds the 'b's placed before the refusal */
+    memset(buf + 512, 'c', 512);
+    assert_int_equal(run(f, 0, c, buf, sizeof(buf)), SCSI_STATUS_GOOD);
+    assert_int_equal(scsi_lun_id(scsi_target_lun(&f->tg, 1)), 1);
+}
+
 static void test_verify_bytchk(void **state)
 {
     struct fx *f = *state;
@@ -356,6 +413,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_persistent_reserve_out, setup, teardown),
         cmocka_unit_test_setup_teardown(test_mode_select, setup, teardown),
         cmocka_unit_test_setup_teardown(test_verify_bytchk, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_transport_refusal, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

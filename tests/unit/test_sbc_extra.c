@@ -15,6 +15,7 @@
 
 #include "scsi/scsi.h"
 #include "scsi/scsi_internal.h"
+#include "scsi/scsi_internal.h"
 #include "util/bytes.h"
 
 #include "scsi_fixture.h"
@@ -472,7 +473,7 @@ static void test_caw_ordered_with_direct_write(void **state)
     uint8_t wcdb[16], c[16], buf[1024];
     cdb10(wcdb, 0x2a, 0, 7, 1);
     assert_int_equal(setup_only(f, &w, wcdb, 512), 0);
-    assert_true(w.rl_fast);              /* direct: the transport fills LUN memory */
+    assert_true(scsi_core(&w)->rl_fast); /* direct: the transport fills LUN memory */
     memset(w.iov[0].iov_base, 'Z', 256); /* half of its data has arrived */
 
     memset(buf, 'A', 512);
@@ -485,7 +486,7 @@ static void test_caw_ordered_with_direct_write(void **state)
     assert_int_equal(sfx_done_calls, 0); /* waits for the write */
 
     assert_int_equal(setup_only(f, &w2, wcdb, 512), 0);
-    assert_false(w2.rl_fast); /* behind the waiting COMPARE AND WRITE: buffered */
+    assert_false(scsi_core(&w2)->rl_fast); /* behind the waiting COMPARE AND WRITE: buffered */
     memset(w2.iov[0].iov_base, 'Y', 512);
     scsi_task_exec(&w2);
     assert_int_equal(sfx_done_calls, 0);
@@ -511,7 +512,7 @@ static void test_direct_write_released_unfinished(void **state)
     write_blocks(f, 0, 9, 1, 'A', 512);
     cdb10(wcdb, 0x2a, 0, 9, 1);
     assert_int_equal(setup_only(f, &w, wcdb, 512), 0);
-    assert_true(w.rl_fast);
+    assert_true(scsi_core(&w)->rl_fast);
     scsi_task_release(&w); /* never executed */
     memset(buf, 'A', 512);
     memset(buf + 512, 'B', 512);

@@ -620,12 +620,12 @@ static void test_rw_ram_direct(void **state)
     struct scsi_lun *lu = scsi_target_lun(&f->tg, 0);
     assert_int_equal(f->t.iovcnt, 1);
     assert_ptr_equal(f->t.iov[0].iov_base, bs_map_read(lu->bs, 10 * 512, 8192));
-    assert_null(f->t.buf);
+    assert_false(f->t.buffered);
 
     uint8_t r16[16] = {0x88, 0, 0, 0, 0, 0, 0, 0, 0, 10, 0, 0, 0, 16};
     assert_int_equal(run(f, f->n1, 0, r16, NULL, 0), SCSI_STATUS_GOOD);
     assert_int_equal(f->t.data_len, 8192);
-    assert_null(f->t.buf);
+    assert_false(f->t.buffered);
     memcpy(back, data(f), 8192);
     assert_memory_equal(back, out, 8192);
 
@@ -727,7 +727,7 @@ static void test_rw_submit_path(void **state)
     fill(out, sizeof(out), 11);
     uint8_t w16[16] = {0x8a, 0, 0, 0, 0, 0, 0, 0, 0, 5, 0, 0, 0, 8};
     assert_int_equal(run(f, f->n1, 1, w16, out, sizeof(out)), SCSI_STATUS_GOOD);
-    assert_non_null(f->t.buf); /* no map(): a task buffer and a submitted bs_io */
+    assert_true(f->t.buffered); /* no map(): a task buffer and a submitted bs_io */
     assert_int_equal(f->m->writes, 1);
     assert_false(f->m->last_fua); /* WCE=1 (volatile cache) and no FUA */
     assert_memory_equal(f->m->mem + 5 * 512, out, 4096);

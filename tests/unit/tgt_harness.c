@@ -342,8 +342,7 @@ static void build_target(struct tgt *t, const struct tgt_opts *o)
     if (target_build(&t->cfg, &t->built, err, sizeof(err)) < 0)
         fail_msg("target_build: %s", err);
     assert_int_equal(iscsi_server_init(&t->srv), 0);
-    t->srv.nodes = t->built.nodes;
-    t->srv.nnodes = t->built.n;
+    iscsi_server_set_nodes(&t->srv, t->built.nodes, t->built.n);
     t->srv.reactors = &t->r;
     t->srv.nreactors = 1;
 }

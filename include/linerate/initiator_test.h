@@ -1,0 +1,33 @@
+/* Hooks into an initiator session for tests and the bench's --verify and --inject modes:
+ * steer a task to one connection, find or drop a connection, inject faults. Not for
+ * applications: a session chooses its connections itself, and recovers from losing one on its
+ * own. */
+#ifndef LINERATE_INITIATOR_TEST_H
+#define LINERATE_INITIATOR_TEST_H
+
+#include <stdint.h>
+
+#include "linerate/initiator.h"
+
+/* Send the next submitted task on connection idx if it is up (connection allegiance then
+ * keeps all of that task there): read back on another connection than the one that wrote. */
+void lr_session_next_conn(struct lr_session *s, int idx);
+/* The local TCP port of connection i (0 if down), to find it from outside (ss, iptables). */
+uint16_t lr_session_conn_port(const struct lr_session *s, unsigned i);
+/* Drop connection i as if the network had (shutdown of the socket). */
+void lr_session_conn_kill(struct lr_session *s, unsigned i);
+/* Fault injection (the bench's --inject), set before lr_session_login: the fraction of data
+ * digests the session's connections send corrupted and of PDUs they leave unsent, each
+ * 0 <= rate < 1 (else -1, errno EINVAL). The connections' transmit path applies them; this
+ * build has none that does, so non-zero rates fail with ENOTSUP rather than being ignored.
+ * lr_session_fault_counts: what they did so far, over all connections. */
+struct lr_faults {
+    double digest_error, drop_pdu;
+};
+struct lr_fault_counts {
+    uint64_t digests_corrupted, pdus_dropped;
+};
+int lr_session_set_faults(struct lr_session *s, const struct lr_faults *f);
+void lr_session_fault_counts(const struct lr_session *s, struct lr_fault_counts *out);
+
+#endif
