@@ -22,7 +22,7 @@ struct disc {
 static void text_request(struct ini_conn *c, uint32_t ttt, const char *kv, uint32_t len)
 {
     struct lr_session *s = c->s;
-    struct ini_txpdu *p = ini_conn_pdu(c);
+    struct wire_pdu *p = ini_conn_pdu(c);
     if (!p) {
         ini_conn_fail(c, "out of memory");
         return;

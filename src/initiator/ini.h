@@ -1,5 +1,5 @@
 /* Internals of the initiator shared by its files: the login state machine (login.c), a
- * connection with its transmit queue and resumable receive parser (conn.c), tasks (task.c) and
+ * connection on the wire engine (conn.c, iscsi/wire.h), tasks (task.c) and
  * the session that spreads tasks over its connections under one CmdSN window (session.c). */
 #ifndef LR_INITIATOR_INI_H
 #define LR_INITIATOR_INI_H
@@ -11,6 +11,7 @@
 #include "iscsi/chap.h"
 #include "iscsi/keys.h"
 #include "iscsi/pdu.h"
+#include "iscsi/wire.h"
 #include "linerate/initiator.h"
 #include "linerate/initiator_test.h"
 #include "reactor/reactor.h"
@@ -72,17 +73,6 @@ enum ini_login_step ini_login_rx(struct ini_login *l, const struct iscsi_bhs *rs
 struct ini_task;
 struct lr_session;
 
-struct ini_txpdu {
-    struct list_node node;
-    uint8_t hdr[ISCSI_BHS_LEN + ISCSI_DIGEST_LEN];
-    uint8_t trailer[8]; /* pad (0..3) + data digest */
-    uint8_t hdr_len, trailer_len;
-    const uint8_t *data;
-    uint32_t data_len;
-    void *owned;             /* freed once sent (login/text payloads) */
-    struct ini_task *cmd_of; /* this PDU is the SCSI Command of that task */
-};
-
 enum ini_conn_state {
     ICS_IDLE,
     ICS_CONNECTING,
@@ -92,17 +82,15 @@ enum ini_conn_state {
     ICS_DEAD,
 };
 
-enum ini_rx_state { IRX_HDR, IRX_DATA, IRX_TRAILER };
-
 struct ini_conn {
     struct lr_session *s;
     unsigned idx;
     uint16_t cid;
-    int fd; /* -1: detached (unit tests feed bytes and inspect the queue) */
+    /* The socket, receive machine and transmit queue (iscsi/wire.h). fd -1: detached (unit
+     * tests feed bytes with wire_feed and inspect the queue). */
+    struct wire w;
     enum ini_conn_state state;
     struct reactor *r; /* whose thread does this connection's I/O (session.c moves it) */
-    struct reactor_fd rfd;
-    struct reactor_deferred flush_d;
     /* Tasks handed over by another thread (they go out from this connection's thread) */
     struct list_node inbox;
     bool inbox_kicked;
@@ -115,31 +103,16 @@ struct ini_conn {
     struct reactor_msg fail_msg;
     struct reactor_deferred move_d;
     struct reactor_msg move_msg, gathered_msg; /* session_gather(): there and back */
-    bool registered, want_out;
     uint16_t local_port;
 
-    /* per-connection negotiated values (RFC 7143 §13: digests and MRDSL are per connection) */
-    bool hdr_digest, data_digest;
+    /* per-connection negotiated values (RFC 7143 §13: digests and MRDSL are per connection;
+     * the digests themselves are w.hdigest / w.ddigest) */
     uint32_t peer_mrdsl;
     uint32_t expstatsn;
     uint32_t outstanding; /* tasks allegiant to this connection */
 
-    struct list_node txq, txfree;
-    uint32_t tx_off; /* bytes of the head PDU already written */
-    uint64_t tx_bytes, rx_bytes;
     uint64_t stale_pdus; /* responses for tasks we do not have */
     uint64_t rejects;
-
-    uint8_t *rxbuf;
-    uint32_t rx_cap, rx_start, rx_end;
-    enum ini_rx_state rx_state;
-    uint8_t rx_hdr[ISCSI_BHS_LEN];
-    uint32_t rx_dlen, rx_got, rx_tneed, rx_tgot;
-    bool rx_large; /* the last Data-In was large: read headers alone, payloads direct */
-    uint8_t *rx_dest;
-    uint8_t rx_trailer[8];
-    uint8_t *rx_data; /* private buffer for data not placed into a task */
-    uint32_t rx_data_cap;
 
     struct ini_login login;
     bool login_active;
@@ -152,9 +125,11 @@ struct ini_conn *ini_conn_new(struct lr_session *s, unsigned idx, uint16_t cid);
 void ini_conn_free(struct ini_conn *c);
 /* Non-blocking connect; the session hears of the outcome through ini_session_conn_ready. */
 int ini_conn_connect(struct ini_conn *c, const char *host, uint16_t port);
-struct ini_txpdu *ini_conn_pdu(struct ini_conn *c);
+struct wire_pdu *ini_conn_pdu(struct ini_conn *c);
 /* Append a PDU (hdr filled except digests and DataSegmentLength, which are set here). */
-void ini_conn_send(struct ini_conn *c, struct ini_txpdu *p, const void *data, uint32_t len);
+void ini_conn_send(struct ini_conn *c, struct wire_pdu *p, const void *data, uint32_t len);
+/* The SCSI Command PDU p of task t: t->cmd_sent is set once it is in the socket. */
+void ini_conn_mark_cmd(struct wire_pdu *p, struct ini_task *t);
 void ini_conn_flush(struct ini_conn *c);
 /* Close the socket, mark the connection dead, tell the session. Idempotent. */
 void ini_conn_fail(struct ini_conn *c, const char *why);
@@ -162,7 +137,8 @@ void ini_conn_fail(struct ini_conn *c, const char *why);
 void ini_conn_fail_any(struct ini_conn *c, const char *why);
 /* Re-register the connection's socket on r (on the thread that owns it now, with the lock). */
 void ini_conn_move(struct ini_conn *c, struct reactor *r);
-/* Push received bytes through the parser as if recv() had returned them (tests). */
+/* Push received bytes through the parser as if recv() had returned them (tests): 0, or -1 once
+ * the connection failed. */
 int ini_conn_feed(struct ini_conn *c, const void *bytes, uint32_t len);
 
 /* ---- tasks (task.c) ---- */
@@ -282,18 +258,5 @@ struct ini_task *ini_task_lookup(struct lr_session *s, uint32_t itt);
 void ini_session_text_rsp(struct ini_conn *c, const uint8_t *hdr, const uint8_t *data,
                           uint32_t dlen);
 void ini_session_logout_rsp(struct ini_conn *c, const uint8_t *hdr);
-
-static inline void put_le32(uint8_t *p, uint32_t v)
-{
-    p[0] = (uint8_t)v;
-    p[1] = (uint8_t)(v >> 8);
-    p[2] = (uint8_t)(v >> 16);
-    p[3] = (uint8_t)(v >> 24);
-}
-
-static inline uint32_t get_le32(const uint8_t *p)
-{
-    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
 
 #endif

@@ -283,7 +283,7 @@ static void session_free(struct lr_session *s)
     }
     ini_unlock(s);
     for (unsigned i = 0; i < s->nconns; i++) {
-        reactor_undefer(&s->conns[i]->flush_d);
+        reactor_undefer(&s->conns[i]->w.flush_hook);
         reactor_undefer(&s->conns[i]->move_d);
         ini_conn_free(s->conns[i]);
     }
@@ -327,8 +327,8 @@ void lr_session_get_info(const struct lr_session *cs, struct lr_session_info *in
     info->connections_granted = s->granted;
     info->connections_up = conns_up(s);
     const struct ini_conn *c0 = s->nconns ? s->conns[0] : NULL;
-    info->header_digest = c0 && c0->hdr_digest;
-    info->data_digest = c0 && c0->data_digest;
+    info->header_digest = c0 && c0->w.hdigest;
+    info->data_digest = c0 && c0->w.ddigest;
     info->immediate_data = s->params.immediate_data;
     info->initial_r2t = s->params.initial_r2t;
     info->max_burst = s->params.max_burst;
@@ -358,8 +358,8 @@ void lr_session_conn_kill(struct lr_session *s, unsigned i)
     /* As if the network dropped it: the peer sees a reset/FIN, we see the loss on next read.
      * (The socket is closed only under the lock, so the descriptor is still this one.) */
     ini_lock(s);
-    if (i < s->nconns && s->conns[i]->fd >= 0)
-        shutdown(s->conns[i]->fd, SHUT_RDWR);
+    if (i < s->nconns && s->conns[i]->w.fd >= 0)
+        shutdown(s->conns[i]->w.fd, SHUT_RDWR);
     ini_unlock(s);
 }
 
@@ -432,7 +432,7 @@ static struct ini_conn *session_add_conn(struct lr_session *s)
 
 static void send_login_pdu(struct ini_conn *c, const struct iscsi_bhs *req)
 {
-    struct ini_txpdu *p = ini_conn_pdu(c);
+    struct wire_pdu *p = ini_conn_pdu(c);
     if (!p) {
         ini_conn_fail(c, "out of memory");
         return;
@@ -476,8 +476,9 @@ static void conn_logged_in(struct ini_conn *c)
     reactor_timer_stop(s->r, &c->login_timer);
     /* Connection-scope results (RFC 7143 §13.1, §13.12); session-scope ones come from the
      * leading login only. */
-    c->hdr_digest = p.header_digest;
-    c->data_digest = p.data_digest;
+    wire_set_digests(&c->w, p.header_digest, p.data_digest);
+    wire_set_limits(&c->w, s->local.max_recv_dsl, 0);
+    c->w.erl = (uint8_t)(c->idx == 0 ? p.erl : s->params.erl); /* session-wide (§13.20) */
     c->peer_mrdsl = p.peer_max_recv_dsl ? p.peer_max_recv_dsl : 8192;
     c->expstatsn = c->login.expstatsn;
     c->state = ICS_FFP;
@@ -623,10 +624,7 @@ static void log_window(struct lr_session *s)
         struct ini_task *t = &s->tasks[i];
         if (t->state == ITS_FREE || !t->has_cmdsn || t->cmdsn != s->expcmdsn)
             continue;
-        unsigned q = 0;
-        if (t->conn)
-            for (struct list_node *n = t->conn->txq.next; n != &t->conn->txq; n = n->next)
-                q++;
+        unsigned q = t->conn ? wire_tx_count(&t->conn->w) : 0;
         LOG_WARN("initiator: target ExpCmdSN %u MaxCmdSN %u, next CmdSN %u: CmdSN %u is task "
                  "%08x on connection %d, command %s (%u PDUs queued there)",
                  s->expcmdsn, s->maxcmdsn, s->cmdsn, t->cmdsn, t->itt,
@@ -712,7 +710,7 @@ static int logout_now(struct lr_session *s)
         return 0;
     }
     /* RFC 7143 §11.14: close the session; sent immediate, so CmdSN is not advanced. */
-    struct ini_txpdu *p = ini_conn_pdu(c);
+    struct wire_pdu *p = ini_conn_pdu(c);
     if (!p)
         return -1;
     struct iscsi_bhs *h = (struct iscsi_bhs *)p->hdr;

@@ -34,7 +34,7 @@ static void data_out(struct ini_conn *c, struct ini_task *t, uint32_t ttt, uint3
     uint32_t end = off + len;
     while (off < end) {
         uint32_t n = end - off < c->peer_mrdsl ? end - off : c->peer_mrdsl;
-        struct ini_txpdu *p = ini_conn_pdu(c);
+        struct wire_pdu *p = ini_conn_pdu(c);
         if (!p) {
             ini_conn_fail(c, "out of memory");
             return;
@@ -55,7 +55,7 @@ static void data_out(struct ini_conn *c, struct ini_task *t, uint32_t ttt, uint3
 void ini_task_send(struct ini_conn *c, struct ini_task *t)
 {
     struct lr_session *s = c->s;
-    struct ini_txpdu *p = ini_conn_pdu(c);
+    struct wire_pdu *p = ini_conn_pdu(c);
     if (!p) {
         ini_conn_fail(c, "out of memory");
         return;
@@ -93,7 +93,7 @@ void ini_task_send(struct ini_conn *c, struct ini_task *t)
     bhs_put32(h, BHS_CMDSN, t->cmdsn);
     bhs_put32(h, BHS_EXPSTATSN, c->expstatsn);
     memcpy(h->b + BHS_CDB, t->cdb, t->cdb_len);
-    p->cmd_of = t;
+    ini_conn_mark_cmd(p, t);
     ini_conn_send(c, p, imm ? t->buf : NULL, imm);
     if (unsol)
         data_out(c, t, ISCSI_RSVD_TAG, imm, unsol);
@@ -251,7 +251,7 @@ static void rx_nop_in(struct ini_conn *c, const uint8_t *hdr, const uint8_t *dat
         return; /* answer to a NOP-Out of ours, or a no-reply notice */
     /* RFC 7143 §11.18/§11.19: the target pings; answer with a NOP-Out echoing TTT and LUN and
      * the ping data, ITT reserved, immediate (CmdSN not advanced). */
-    struct ini_txpdu *p = ini_conn_pdu(c);
+    struct wire_pdu *p = ini_conn_pdu(c);
     if (!p)
         return;
     struct iscsi_bhs *h = (struct iscsi_bhs *)p->hdr;

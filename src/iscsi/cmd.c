@@ -54,7 +54,7 @@ void task_put(struct iscsi_task *t)
     struct iscsi_conn *c = t->conn;
     assert(list_empty(&t->wait.node));     /* no longer waiting for its CmdSN turn */
     assert(list_empty(&t->retained_node)); /* the retained list holds a reference */
-    assert(c->rx_pdu.task != t);           /* the receive engine holds a reference while placing */
+    assert(c->w.in.task != t);             /* the receive engine holds a reference while placing */
     conn_task_hash_del(c, t);
     list_del(&t->r2t_node);
     assert(c->buf_bytes >= t->buf_charge);
@@ -82,7 +82,7 @@ static struct iscsi_task *task_lookup_except(struct iscsi_conn *c, uint32_t itt,
 
 /* Each queued PDU that answers a task holds a reference, so the data it points at (the task's
  * buffers) stays until it is on the wire or dropped. */
-static void task_pdu_sent(struct tx_pdu *p, bool ok)
+static void task_pdu_sent(struct wire_pdu *p, bool ok)
 {
     (void)ok;
     task_put(p->arg);
@@ -136,7 +136,7 @@ static void fill_sn_again(struct iscsi_conn *c, struct iscsi_bhs *h, uint32_t st
  * command counted done already), with snack_tag set for an R-Data SNACK (§11.16.3). */
 static int scsi_response(struct iscsi_conn *c, struct iscsi_task *t, bool again, uint32_t snack_tag)
 {
-    struct tx_pdu *p = conn_pdu_new(c, ISCSI_OP_SCSI_RSP, 0);
+    struct wire_pdu *p = conn_pdu_new(c, ISCSI_OP_SCSI_RSP, 0);
     if (!p)
         return ISCSI_ERR_NOMEM;
     struct iscsi_bhs *h = (struct iscsi_bhs *)p->hdr;
@@ -179,7 +179,7 @@ static int send_scsi_response(struct iscsi_conn *c, struct iscsi_task *t)
 }
 
 /* Point a PDU's data at [off, off+len) of the task's buffers. */
-static void pdu_map_task_data(struct tx_pdu *p, const struct scsi_task *st, uint32_t off,
+static void pdu_map_task_data(struct wire_pdu *p, const struct scsi_task *st, uint32_t off,
                               uint32_t len)
 {
     p->datacnt = iov_slice(st->iov, st->iovcnt, off, len, p->data, SCSI_TASK_IOV_MAX);
@@ -222,7 +222,7 @@ static int queue_data_in(struct iscsi_conn *c, struct iscsi_task *t, uint32_t da
                          uint32_t len, bool final, enum data_in_mode mode)
 {
     struct scsi_task *st = &t->scsi;
-    struct tx_pdu *p = conn_pdu_new(c, ISCSI_OP_DATA_IN, 0);
+    struct wire_pdu *p = conn_pdu_new(c, ISCSI_OP_DATA_IN, 0);
     if (!p)
         return ISCSI_ERR_NOMEM;
     struct iscsi_bhs *h = (struct iscsi_bhs *)p->hdr;
@@ -347,7 +347,7 @@ int cmd_resend_resegmented(struct iscsi_conn *c, struct iscsi_task *t, uint32_t 
 static void retained_bound(struct iscsi_conn *c)
 {
     uint64_t max = c->srv->limits.max_tx_backlog;
-    unsigned limit = max ? (unsigned)(max / ISCSI_TX_PDU_CHARGE) : CONN_TASKS_MAX;
+    unsigned limit = max ? (unsigned)(max / WIRE_PDU_CHARGE) : CONN_TASKS_MAX;
     if (limit < 16)
         limit = 16;
     if (c->nretained > limit && !c->nop_outstanding)
@@ -516,7 +516,7 @@ static struct r2t_seq *r2t_slot_find(struct iscsi_task *t, uint32_t ttt)
  * field, current ExpCmdSN/MaxCmdSN, §11.16). */
 static int queue_r2t(struct iscsi_conn *c, struct iscsi_task *t, const struct r2t_seq *seq)
 {
-    struct tx_pdu *p = conn_pdu_new(c, ISCSI_OP_R2T, ISCSI_FLAG_FINAL);
+    struct wire_pdu *p = conn_pdu_new(c, ISCSI_OP_R2T, ISCSI_FLAG_FINAL);
     if (!p)
         return ISCSI_ERR_NOMEM;
     struct iscsi_bhs *h = (struct iscsi_bhs *)p->hdr;
@@ -1048,7 +1048,7 @@ int cmd_check_stalled(struct iscsi_conn *c, uint64_t now_ms)
             continue;
         if (!t->r2t_outstanding && !t->unsol_remaining)
             continue;
-        if (c->rx_pdu.task == t)
+        if (wire_rx_current(&c->w) && wire_rx_current(&c->w)->task == t)
             continue; /* a Data-Out for it is arriving right now: not stalled */
         if (now_ms - t->data_out_ms < ISCSI_DATA_OUT_STALL_MS)
             continue;
@@ -1113,9 +1113,9 @@ void cmd_task_abort(struct iscsi_task *t)
         session_cmd_done(c->session);
     } /* TASK_EXEC: it counts in flight until the store lets go (cmd_scsi_done) */
     conn_task_hash_del(c, t);
-    if (c->rx_pdu.task == t)
-        c->rx_pdu.discard = true; /* the rest of the data segment being received: dropped */
-    task_put(t);                  /* the protocol side's */
+    if (c->w.in.task == t)
+        c->w.in.discard = true; /* the rest of the data segment being received: dropped */
+    task_put(t);                /* the protocol side's */
 }
 
 void cmd_conn_teardown(struct iscsi_conn *c)

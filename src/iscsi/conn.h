@@ -1,7 +1,8 @@
 /* Target-side iSCSI internals: connections, sessions and tasks, and the functions the
- * files of this layer call on each other. conn.c moves bytes (receive state machine, transmit
- * queue), login.c runs the login phase, session.c owns sessions and the CmdSN window, cmd.c the
- * SCSI command / R2T / Data-Out / Data-In flow, tmf.c task management, discovery.c Text. */
+ * files of this layer call on each other. conn.c is the target's side of the wire engine
+ * (iscsi/wire.h moves the bytes) and dispatches PDUs, login.c runs the login phase, session.c owns
+ * sessions and the CmdSN window, cmd.c the SCSI command / R2T / Data-Out / Data-In flow, tmf.c task
+ * management, discovery.c Text. */
 #ifndef LR_ISCSI_CONN_H
 #define LR_ISCSI_CONN_H
 
@@ -15,6 +16,7 @@
 #include "iscsi/keys.h"
 #include "iscsi/node.h"
 #include "iscsi/pdu.h"
+#include "iscsi/wire.h"
 #include "reactor/reactor.h"
 #include "scsi/scsi.h"
 #include "util/list.h"
@@ -25,9 +27,6 @@
 /* Until login completes requests carry at most 8 KiB of data (RFC 7143 §13.12): a small
  * receive buffer keeps each pending connection cheap; it grows at full feature phase. */
 #define ISCSI_RXBUF_LOGIN_SIZE (16u * 1024u)
-/* What one queued reply PDU counts against max-tx-backlog besides the bytes it owns: its
- * tx_pdu and a share of the task it answers, which it keeps alive until sent. */
-#define ISCSI_TX_PDU_CHARGE 1024u
 #define ISCSI_TASK_HASH_SIZE 256u
 #define ISCSI_CMD_WINDOW                                                                           \
     128u /* commands a session may have in flight (MaxCmdSN - ExpCmdSN + 1)                        \
@@ -50,21 +49,9 @@ struct iscsi_auth;
 
 /* ---------- transmit ---------- */
 
-/* One PDU queued for sending: header (+digest), data from wherever it lives, padding and data
- * digest. `sent` runs once the bytes are on the socket (or the connection died). */
-struct tx_pdu {
-    struct list_node node;
-    uint8_t hdr[ISCSI_BHS_LEN + ISCSI_DIGEST_LEN];
-    uint32_t hdr_len;
-    struct iovec data[SCSI_TASK_IOV_MAX];
-    int datacnt;
-    uint32_t dlen;
-    uint8_t trailer[3 + ISCSI_DIGEST_LEN];
-    uint32_t trailer_len;
-    char *owned; /* malloc'd data this PDU frees (text, sense, reject copy) */
-    void (*sent)(struct tx_pdu *p, bool ok);
-    void *arg;
-};
+/* A PDU to send is the wire engine's (iscsi/wire.h): header, data from wherever it lives,
+ * `sent` once the bytes are on the socket (or the connection died). */
+_Static_assert(WIRE_DATA_IOV_MAX == SCSI_TASK_IOV_MAX, "Data-In is sent from a task's iovecs");
 
 /* ---------- the CmdSN window ---------- */
 
@@ -163,8 +150,6 @@ struct iscsi_task {
 
 /* ---------- connections ---------- */
 
-enum rx_state { RX_BHS, RX_AHS, RX_HDIGEST, RX_DATA, RX_DDIGEST };
-
 enum conn_phase {
     CONN_LOGIN,
     CONN_FFP,
@@ -175,8 +160,8 @@ enum conn_phase {
 struct iscsi_conn {
     struct iscsi_server *srv;
     struct reactor *reactor;
-    struct reactor_fd rfd;
-    int fd;
+    /* The socket, receive machine and transmit queue (iscsi/wire.h). */
+    struct wire w;
     char peer[64];
     uint8_t peer_addr[16]; /* source address (IPv4 in the first 4 bytes) for the limits */
     uint8_t peer_addr_len; /* 4, 16, or 0 if unknown */
@@ -218,35 +203,9 @@ struct iscsi_conn {
     uint32_t statsn;
     uint32_t exp_statsn; /* from the initiator */
 
-    /* receive */
-    enum rx_state rx_state;
-    uint32_t rx_got;
-    /* The PDU being received: filled by the engine, given to conn_pdu_header() once its header
-     * is in and to conn_pdu_done() once its data segment is. Its `task`, when set, holds a
-     * reference (released by conn_pdu_done() or by conn_close()). */
-    struct iscsi_pdu_in rx_pdu;
-    uint8_t rx_digest[4];
-    uint32_t rx_padded;
-    uint32_t rx_crc;
-    uint8_t *rxbuf;
-    uint32_t rxbuf_size;
-    uint32_t rx_head, rx_tail;
-    uint8_t *databuf;      /* data segments that are not task data (text, nop, ...) */
-    uint32_t databuf_size; /* LOGIN_DATA_MAX until a larger segment needs more */
-    uint8_t discard[4096];
-
-    /* transmit */
-    struct list_node txq;
-    uint32_t tx_off; /* bytes of the head PDU already written */
-    struct list_node tx_free;
-    unsigned tx_free_count;
-    struct reactor_deferred flush_hook;
-    bool want_write;
-    /* Memory held by unsent replies (see ISCSI_TX_PDU_CHARGE); above the server's
-     * max_tx_backlog the connection stops reading requests until it drains to half. */
-    uint64_t tx_backlog;
-    bool rx_paused;
-    struct reactor_deferred rx_resume_hook;
+    /* The PDU being received is the engine's, c->w.in: given to conn_pdu_header() once its
+     * header is in and to conn_pdu_done() once its data segment is. Its `task`, when set,
+     * holds a reference (released by conn_pdu_done() or by conn_close()). */
     struct log_limit log_rl; /* lines this peer can cause per PDU (rejects) */
 
     /* tasks */
@@ -380,11 +339,11 @@ int conn_fail(struct iscsi_conn *c, int status);
 
 /* Entered full feature phase in a normal session: arm --inject kill-connection, if asked. */
 void conn_inject_start(struct iscsi_conn *c);
-void conn_send(struct iscsi_conn *c, struct tx_pdu *p);
-struct tx_pdu *conn_tx_alloc(struct iscsi_conn *c);
+void conn_send(struct iscsi_conn *c, struct wire_pdu *p);
+struct wire_pdu *conn_tx_alloc(struct iscsi_conn *c);
 /* A PDU with its BHS started (opcode, flags); NULL when memory ran out (the caller returns
  * ISCSI_ERR_NOMEM). */
-struct tx_pdu *conn_pdu_new(struct iscsi_conn *c, enum iscsi_opcode op, uint8_t flags);
+struct wire_pdu *conn_pdu_new(struct iscsi_conn *c, enum iscsi_opcode op, uint8_t flags);
 /* A response that carries only a Response byte, the request's ITT and the sequence numbers
  * (TMF, Logout). ISCSI_OK or ISCSI_ERR_NOMEM. */
 int conn_send_response(struct iscsi_conn *c, enum iscsi_opcode op, const struct iscsi_bhs *req,
@@ -392,7 +351,7 @@ int conn_send_response(struct iscsi_conn *c, enum iscsi_opcode op, const struct 
 /* Queue a PDU with a copy of `data` (text, sense, reject): header must be filled except the
  * data segment length, which is set here. ISCSI_OK, or ISCSI_ERR_NOMEM with p released (its
  * `sent` called with ok = false). */
-int conn_send_copy(struct iscsi_conn *c, struct tx_pdu *p, const void *data, uint32_t len);
+int conn_send_copy(struct iscsi_conn *c, struct wire_pdu *p, const void *data, uint32_t len);
 void conn_close(struct iscsi_conn *c, const char *why);
 /* A NOP-In ping (TTT set, no StatSN consumed, §11.19) whose answer the liveness timer waits
  * for; its ExpStatSN also releases retained tasks. ISCSI_OK or ISCSI_ERR_NOMEM. */

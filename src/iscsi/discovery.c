@@ -40,7 +40,7 @@ static int text_send_chunk(struct iscsi_conn *c, const struct iscsi_bhs *req)
     uint32_t max = c->max_send_dsl;
     uint32_t n = left < max ? left : max;
     bool more = left > n;
-    struct tx_pdu *p =
+    struct wire_pdu *p =
         conn_pdu_new(c, ISCSI_OP_TEXT_RSP, more ? ISCSI_FLAG_CONTINUE : ISCSI_FLAG_FINAL);
     if (!p)
         return ISCSI_ERR_NOMEM;
@@ -89,7 +89,7 @@ int text_handle(struct iscsi_conn *c, struct iscsi_pdu_in *pdu)
     }
     if (cont || !final) {
         /* More request text follows: answer empty, asking for it (§11.10.2). */
-        struct tx_pdu *p = conn_pdu_new(c, ISCSI_OP_TEXT_RSP, 0);
+        struct wire_pdu *p = conn_pdu_new(c, ISCSI_OP_TEXT_RSP, 0);
         if (!p)
             return ISCSI_ERR_NOMEM;
         struct iscsi_bhs *h = (struct iscsi_bhs *)p->hdr;

@@ -70,9 +70,9 @@ static void peer_addr(const struct iscsi_conn *c, char *out, size_t len)
         *colon = '\0';
 }
 
-static struct tx_pdu *login_rsp_alloc(struct iscsi_conn *c, uint8_t flags)
+static struct wire_pdu *login_rsp_alloc(struct iscsi_conn *c, uint8_t flags)
 {
-    struct tx_pdu *p = conn_pdu_new(c, ISCSI_OP_LOGIN_RSP, flags);
+    struct wire_pdu *p = conn_pdu_new(c, ISCSI_OP_LOGIN_RSP, flags);
     if (!p)
         return NULL;
     struct iscsi_bhs *h = (struct iscsi_bhs *)p->hdr;
@@ -104,7 +104,7 @@ static int login_fail(struct iscsi_conn *c, enum iscsi_login_status st, const ch
     CONN_LOG_LOGIN(c, LOG_LVL_WARN, "%s: login refused (%s, status 0x%04x)%s%s%s%s", c->peer,
                    login_status_text(st), st, c->neg.initiator_name[0] ? " initiator " : "",
                    c->neg.initiator_name, detail ? ": " : "", detail ? detail : "");
-    struct tx_pdu *p = login_rsp_alloc(c, 0);
+    struct wire_pdu *p = login_rsp_alloc(c, 0);
     if (!p)
         return ISCSI_ERR_NOMEM;
     struct iscsi_bhs *h = (struct iscsi_bhs *)p->hdr;
@@ -162,7 +162,7 @@ static int login_send_chunk(struct iscsi_conn *c, uint8_t transit_flags)
     bool more = left > n;
     uint8_t flags = more ? ISCSI_FLAG_CONTINUE : transit_flags;
     flags |= (uint8_t)(c->login_stage << 2);
-    struct tx_pdu *p = login_rsp_alloc(c, flags);
+    struct wire_pdu *p = login_rsp_alloc(c, flags);
     if (!p)
         return ISCSI_ERR_NOMEM;
     struct iscsi_bhs *h = (struct iscsi_bhs *)p->hdr;
@@ -375,7 +375,7 @@ int login_handle(struct iscsi_conn *c, struct iscsi_pdu_in *p)
     }
     if (cont) {
         /* More text follows: acknowledge with an empty response in the same stage. */
-        struct tx_pdu *rsp = login_rsp_alloc(c, (uint8_t)(csg << 2));
+        struct wire_pdu *rsp = login_rsp_alloc(c, (uint8_t)(csg << 2));
         if (!rsp)
             return ISCSI_ERR_NOMEM;
         login_fill_sn(c, (struct iscsi_bhs *)rsp->hdr);

@@ -29,7 +29,7 @@ struct iscsi_portal_addr {
 /* What one peer may make the daemon hold (README "Limits"). Checked where the thing is created:
  * at accept, at session creation, when a reply is queued; never per byte. 0 means no limit. */
 struct iscsi_limits {
-    /* Memory a connection's unsent replies may hold (copies, plus ISCSI_TX_PDU_CHARGE per PDU)
+    /* Memory a connection's unsent replies may hold (copies, plus WIRE_PDU_CHARGE per PDU)
      * before the target stops reading its requests; reading resumes below half of it. */
     uint64_t max_tx_backlog;
     unsigned max_pending_logins;          /* connections not yet logged in, in total */

@@ -92,7 +92,7 @@ void snack_conn_cleanup(struct iscsi_conn *c)
  * (§11.16). Queued through conn_send, which copies it into the ring once more (same StatSN). */
 static int resend_copy(struct iscsi_conn *c, const struct rsp_copy *k)
 {
-    struct tx_pdu *p = conn_pdu_new(c, bhs_opcode(&k->bhs), 0);
+    struct wire_pdu *p = conn_pdu_new(c, bhs_opcode(&k->bhs), 0);
     if (!p)
         return ISCSI_ERR_NOMEM;
     struct iscsi_bhs *h = (struct iscsi_bhs *)p->hdr;

@@ -1,5 +1,6 @@
-/* Big-endian field access for wire formats (iSCSI BHS, SCSI CDBs and sense).
- * Every multi-byte field in RFC 7143 and SPC/SBC is big-endian ("network order"). */
+/* Field access for wire formats. Every multi-byte field in RFC 7143 and SPC/SBC is big-endian
+ * ("network order"); the one exception is the iSCSI digest, a CRC32C sent least significant
+ * byte first (RFC 7143 §12.1), hence the little-endian pair at the end. */
 #ifndef LR_UTIL_BYTES_H
 #define LR_UTIL_BYTES_H
 
@@ -50,6 +51,19 @@ static inline void put_be64(uint8_t *p, uint64_t v)
 {
     put_be32(p, (uint32_t)(v >> 32));
     put_be32(p + 4, (uint32_t)v);
+}
+
+static inline void put_le32(uint8_t *p, uint32_t v)
+{
+    p[0] = (uint8_t)v;
+    p[1] = (uint8_t)(v >> 8);
+    p[2] = (uint8_t)(v >> 16);
+    p[3] = (uint8_t)(v >> 24);
+}
+
+static inline uint32_t get_le32(const uint8_t *p)
+{
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
 }
 
 #endif

@@ -195,6 +195,7 @@ static struct lr_session *fake_session(unsigned nconns, uint32_t exp, uint32_t m
         struct ini_conn *c = ini_conn_new(s, i, (uint16_t)i);
         c->state = ICS_FFP;
         c->peer_mrdsl = 8192;
+        wire_set_limits(&c->w, 262144, 0); /* what conn_logged_in sets */
         s->conns[s->nconns++] = c;
     }
     s->params.immediate_data = true;
@@ -210,18 +211,15 @@ static struct lr_session *fake_session(unsigned nconns, uint32_t exp, uint32_t m
 
 static unsigned txq_len(const struct ini_conn *c)
 {
-    unsigned n = 0;
-    for (const struct list_node *it = c->txq.next; it != &c->txq; it = it->next)
-        n++;
-    return n;
+    return wire_tx_count(&c->w);
 }
 
-static const struct ini_txpdu *txq_at(const struct ini_conn *c, unsigned k)
+static const struct wire_pdu *txq_at(const struct ini_conn *c, unsigned k)
 {
-    const struct list_node *it = c->txq.next;
+    const struct list_node *it = c->w.txq.next;
     while (k--)
         it = it->next;
-    return list_entry(it, struct ini_txpdu, node);
+    return list_entry(it, struct wire_pdu, node);
 }
 
 static void rsp_hdr(uint8_t *h, enum iscsi_opcode op, uint8_t flags, uint32_t itt, uint32_t statsn,
@@ -328,8 +326,8 @@ static void test_write_r2t_data_out(void **state)
     assert_int_equal(lr_write(s, 0, 128, 512, buf, on_done, &d), 0);
     struct ini_conn *c = s->conns[0];
     assert_int_equal(txq_len(c), 1);
-    const struct ini_txpdu *cmd = txq_at(c, 0);
-    assert_int_equal(cmd->data_len, 8192);
+    const struct wire_pdu *cmd = txq_at(c, 0);
+    assert_int_equal(cmd->dlen, 8192);
     assert_int_equal(cmd->hdr[1] & (ISCSI_FLAG_FINAL | ISCSI_CMD_WRITE),
                      ISCSI_FLAG_FINAL | ISCSI_CMD_WRITE);
     assert_int_equal(get_be32(cmd->hdr + BHS_EDTL), 65536);
@@ -343,13 +341,14 @@ static void test_write_r2t_data_out(void **state)
     assert_int_equal(ini_conn_feed(c, r2t, sizeof(r2t)), 0);
     assert_int_equal(txq_len(c), 8);
     for (unsigned k = 1; k < 8; k++) {
-        const struct ini_txpdu *p = txq_at(c, k);
+        const struct wire_pdu *p = txq_at(c, k);
         assert_int_equal(p->hdr[0], ISCSI_OP_DATA_OUT);
         assert_int_equal(get_be32(p->hdr + BHS_TTT), 0x1234);
         assert_int_equal(get_be32(p->hdr + BHS_DATASN), k - 1);
         assert_int_equal(get_be32(p->hdr + BHS_BUFFER_OFFSET), 8192 * k);
-        assert_int_equal(p->data_len, 8192);
-        assert_ptr_equal(p->data, buf + 8192 * k); /* sent from the caller's buffer */
+        assert_int_equal(p->dlen, 8192);
+        assert_int_equal(p->datacnt, 1);
+        assert_ptr_equal(p->data[0].iov_base, buf + 8192 * k); /* sent from the caller's buffer */
         assert_int_equal(!!(p->hdr[1] & ISCSI_FLAG_FINAL), k == 7);
     }
     /* an R2T outside the buffer is a protocol error: the task fails, the connection drops */
@@ -372,7 +371,7 @@ static void test_conn_loss_keeps_session(void **state)
         lr_read(s, (uint64_t)i, 1, 512, buf[i], on_done, &d);
     /* connection 0 carried two commands: one reached the socket, one did not */
     struct ini_conn *c0 = s->conns[0], *c1 = s->conns[1];
-    struct ini_task *sent = txq_at(c0, 0)->cmd_of, *unsent = txq_at(c0, 1)->cmd_of;
+    struct ini_task *sent = txq_at(c0, 0)->arg, *unsent = txq_at(c0, 1)->arg;
     sent->cmd_sent = true;
     uint32_t unsent_sn = unsent->cmdsn;
     ini_conn_fail(c0, "test: connection dropped");
@@ -398,7 +397,7 @@ static void test_digests_and_nop(void **state)
     (void)state;
     struct lr_session *s = fake_session(1, 1, 8);
     struct ini_conn *c = s->conns[0];
-    c->hdr_digest = c->data_digest = true;
+    wire_set_digests(&c->w, true, true);
     /* a target ping (NOP-In with a TTT and 5 bytes of data) with good digests */
     uint8_t pdu[ISCSI_BHS_LEN + 4 + 8 + 4];
     rsp_hdr(pdu, ISCSI_OP_NOP_IN, ISCSI_FLAG_FINAL, ISCSI_RSVD_TAG, 3, 1, 8);
@@ -410,14 +409,14 @@ static void test_digests_and_nop(void **state)
     put_le32(data + 8, crc32c(data, 8));
     assert_int_equal(ini_conn_feed(c, pdu, ISCSI_BHS_LEN + 4 + 8 + 4), 0);
     assert_int_equal(txq_len(c), 1);
-    const struct ini_txpdu *p = txq_at(c, 0);
+    const struct wire_pdu *p = txq_at(c, 0);
     assert_int_equal(p->hdr[0], ISCSI_OP_NOP_OUT | ISCSI_BHS_IMMEDIATE);
     assert_int_equal(get_be32(p->hdr + BHS_TTT), 0x77);
     assert_int_equal(get_be32(p->hdr + BHS_ITT), ISCSI_RSVD_TAG);
     assert_int_equal(p->hdr_len, ISCSI_BHS_LEN + 4);
     assert_int_equal(get_le32(p->hdr + ISCSI_BHS_LEN), crc32c(p->hdr, ISCSI_BHS_LEN));
-    assert_int_equal(p->data_len, 5);
-    assert_memory_equal(p->data, "hello", 5);
+    assert_int_equal(p->dlen, 5);
+    assert_memory_equal(p->data[0].iov_base, "hello", 5);
     assert_int_equal(p->trailer_len, 3 + 4);
     assert_int_equal(get_le32(p->trailer + 3), crc32c("hello\0\0\0", 8));
     /* a bad header digest ends the connection (RFC 7143 §7.8 at ERL 0) */
@@ -514,17 +513,17 @@ static void test_write_unsolicited_and_r2t_sequences(void **state)
     assert_int_equal(lr_write(s, 0, 128, 512, buf, on_done, &d), 0);
     struct ini_conn *c = s->conns[0];
     assert_int_equal(txq_len(c), 2);
-    const struct ini_txpdu *cmd = txq_at(c, 0);
-    assert_int_equal(cmd->data_len, 8192); /* immediate: the target's MRDSL */
+    const struct wire_pdu *cmd = txq_at(c, 0);
+    assert_int_equal(cmd->dlen, 8192); /* immediate: the target's MRDSL */
     assert_int_equal(cmd->hdr[1] & (ISCSI_FLAG_FINAL | ISCSI_CMD_WRITE), ISCSI_CMD_WRITE);
     uint32_t itt = get_be32(cmd->hdr + BHS_ITT);
-    const struct ini_txpdu *u = txq_at(c, 1);
+    const struct wire_pdu *u = txq_at(c, 1);
     assert_int_equal(u->hdr[0], ISCSI_OP_DATA_OUT);
     assert_int_equal(u->hdr[1], ISCSI_FLAG_FINAL);
     assert_int_equal(get_be32(u->hdr + BHS_TTT), ISCSI_RSVD_TAG);
     assert_int_equal(get_be32(u->hdr + BHS_DATASN), 0);
     assert_int_equal(get_be32(u->hdr + BHS_BUFFER_OFFSET), 8192);
-    assert_int_equal(u->data_len, 8192);
+    assert_int_equal(u->dlen, 8192);
     /* two R2Ts in one read */
     uint8_t r2t[2][ISCSI_BHS_LEN];
     for (unsigned k = 0; k < 2; k++) {
@@ -537,15 +536,15 @@ static void test_write_unsolicited_and_r2t_sequences(void **state)
     assert_int_equal(ini_conn_feed(c, r2t, sizeof(r2t)), 0);
     assert_int_equal(txq_len(c), 6);
     for (unsigned k = 0; k < 4; k++) {
-        const struct ini_txpdu *p = txq_at(c, 2 + k);
+        const struct wire_pdu *p = txq_at(c, 2 + k);
         assert_int_equal(p->hdr[0], ISCSI_OP_DATA_OUT);
         assert_int_equal(get_be32(p->hdr + BHS_ITT), itt);
         assert_int_equal(get_be32(p->hdr + BHS_TTT), 0xa0 + k / 2);
         assert_int_equal(get_be32(p->hdr + BHS_DATASN), k % 2);
         assert_int_equal(get_be32(p->hdr + BHS_BUFFER_OFFSET), 16384 + 8192 * k);
         assert_int_equal(!!(p->hdr[1] & ISCSI_FLAG_FINAL), k % 2 == 1);
-        assert_int_equal(p->data_len, 8192);
-        assert_ptr_equal(p->data, buf + 16384 + 8192 * k);
+        assert_int_equal(p->dlen, 8192);
+        assert_ptr_equal(p->data[0].iov_base, buf + 16384 + 8192 * k);
     }
     assert_int_equal(d.calls, 0);
     /* DesiredDataTransferLength above MaxBurstLength (§11.8.4): the task fails, the
@@ -617,7 +616,7 @@ static void test_data_in_digest_error(void **state)
     (void)state;
     struct lr_session *s = fake_session(1, 1, 8);
     struct ini_conn *c = s->conns[0];
-    c->data_digest = true;
+    wire_set_digests(&c->w, false, true);
     static uint8_t buf[512];
     uint8_t pdu[ISCSI_BHS_LEN + 512 + 4];
     struct done_log d = {0};
