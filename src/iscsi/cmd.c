@@ -651,6 +651,18 @@ static int cmd_retry(struct iscsi_conn *c, const struct iscsi_task *fresh)
     return scsi_response(c, old, true, 0);
 }
 
+/* ERL >= 1: an immediate command takes no CmdSN of its own (§4.2.2.1), so the window cannot
+ * tell its retry from a new command. One whose ITT and CmdSN name an immediate task that ran
+ * and is not acknowledged (this PDU's ExpStatSN has released those the initiator has) is the
+ * retry of it. A linear walk, for immediate commands only, which are rare. */
+static bool cmd_immediate_retry(struct iscsi_conn *c, const struct iscsi_task *fresh)
+{
+    if (conn_erl(c) == 0)
+        return false;
+    const struct iscsi_task *old = task_lookup_except(c, fresh->itt, fresh);
+    return old && old->immediate && old->cmdsn == fresh->cmdsn && old->state >= TASK_EXEC;
+}
+
 /* A command that does not run (outside the window, a duplicate, its digest bad): the
  * protocol side lets go. */
 static void cmd_drop_new(struct iscsi_conn *c, struct iscsi_task *t)
@@ -698,7 +710,9 @@ int cmd_handle_scsi_header(struct iscsi_conn *c, struct iscsi_pdu_in *p)
     st->transport_priv = t;
 
     enum cmdsn_verdict order;
-    if (conn_erl(c) >= 1 && c->ddigest && p->dlen) {
+    if (t->immediate && cmd_immediate_retry(c, t)) {
+        order = CMDSN_OUTSIDE; /* answered (or ignored) as a retry below */
+    } else if (conn_erl(c) >= 1 && c->ddigest && p->dlen) {
         /* ERL >= 1: immediate data whose digest turns out bad makes the whole command
          * rejected and its CmdSN not received (§7.3, §7.8): the initiator retries it with the
          * same CmdSN. So the window takes it only at the end of the PDU; here only a CmdSN

@@ -1245,6 +1245,24 @@ static void test_erl1_command_retry(void **state)
     ack_statsn(t, r.statsn + 1);
     tgt_send(t, &p);
     expect_none(t);
+    /* an immediate command (no CmdSN of its own): its retry is known by ITT and CmdSN while
+     * its status is not acknowledged; once it is, the same pair is a new command */
+    uint32_t isn = tgt_peek_cmdsn(t);
+    uint32_t iitt = send_tur(t, isn, true);
+    struct tgt_rsp ir = expect_good(t, iitt);
+    struct kept ik;
+    keep(&ik, &ir);
+    uint8_t tur[16] = {0};
+    tgt_pdu_scsi_cmd(&p, iitt, isn, tur, 0, ISCSI_FLAG_FINAL, NULL, 0);
+    tgt_pdu_set_immediate(&p);
+    tgt_send(t, &p);
+    struct tgt_rsp iagain = expect(t, ISCSI_OP_SCSI_RSP);
+    assert_replica(&ik, &iagain);
+    expect_none(t);
+    ack_statsn(t, ir.statsn + 1);
+    tgt_send(t, &p);
+    struct tgt_rsp inew = expect_good(t, iitt);
+    assert_int_equal(inew.statsn, ir.statsn + 1);
     assert_false(tgt_closed(t));
     tgt_free(t);
 }
