@@ -358,6 +358,8 @@ static void retained_bound(struct iscsi_conn *c)
                          "%s: StatSN %u not acknowledged (ExpStatSN %u): ITT 0x%08x no longer "
                          "kept for retransmission",
                          c->peer, t->statsn, c->exp_statsn, t->itt);
+        c->retain_floor = t->statsn + 1;
+        c->retain_dropped = true;
         list_del(&t->retained_node);
         c->nretained--;
         task_put(t);

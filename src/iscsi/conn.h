@@ -228,6 +228,10 @@ struct iscsi_conn {
      * as ExpStatSN advances (§4.2.2.2). */
     struct list_node retained;
     unsigned nretained;
+    /* StatSNs below retain_floor were let go unacknowledged (the bound): a SNACK for one is
+     * refused (valid once retain_dropped) */
+    uint32_t retain_floor;
+    bool retain_dropped;
     /* ERL >= 1: copies of the last responses that used a StatSN and are not a task's (Reject,
      * NOP-In, TMF, Text, Logout), for a Status SNACK (snack.c); allocated on first use. */
     struct rsp_copy *rsp_ring;

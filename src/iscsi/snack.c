@@ -178,6 +178,9 @@ static int snack_status(struct iscsi_conn *c, const struct iscsi_bhs *req)
     uint32_t end = run ? beg + run : c->statsn;
     if (sn_lt(beg, c->exp_statsn))
         return snack_reject(c, req, ISCSI_REJECT_PROTOCOL_ERROR, "status acknowledged already");
+    if (c->retain_dropped && sn_lt(beg, c->retain_floor))
+        return snack_reject(c, req, ISCSI_REJECT_PROTOCOL_ERROR,
+                            "status no longer kept (never acknowledged)");
     if (!sn_lt(beg, end) || sn_lt(c->statsn, end))
         return snack_reject(c, req, ISCSI_REJECT_PROTOCOL_ERROR, "status not sent");
     /* the kept responses in the run, in StatSN order, merged with the retained tasks' */

@@ -1575,6 +1575,55 @@ static void test_erl1_rdata_snack(void **state)
     tgt_free(t);
 }
 
+/* An initiator that does not acknowledge cannot make the target keep answers without bound: past
+ * max-tx-backlog / 1 KiB retained tasks (16 at least) it is pinged, and its answer's ExpStatSN
+ * releases them; past twice as many the oldest are let go (a SNACK for them is refused). */
+static void test_erl1_retained_bound(void **state)
+{
+    (void)state;
+    struct tgt_opts o;
+    tgt_opts_default(&o);
+    o.erl = 1;
+    o.max_tx_backlog = 16 * 1024; /* 16 retained tasks */
+    struct tgt *t = tgt_login(&o);
+    tgt_hold_expstatsn(t, true);
+    ack_statsn(t, tgt_expstatsn(t)); /* the login's TEST UNIT READY: released */
+    uint32_t first = 0;
+    for (int i = 0; i < 16; i++) {
+        struct tgt_rsp r = expect_good(t, send_tur(t, tgt_next_cmdsn(t), false));
+        if (i == 0)
+            first = r.statsn;
+        expect_none(t);
+    }
+    /* the 17th: a NOP-In ping follows its status */
+    uint32_t itt = send_tur(t, tgt_next_cmdsn(t), false);
+    struct tgt_rsp last = expect_good(t, itt);
+    struct tgt_rsp ping = expect(t, ISCSI_OP_NOP_IN);
+    expect_none(t);
+    assert_int_equal(ping.itt, ISCSI_RSVD_TAG);
+    assert_int_not_equal(ping.ttt, ISCSI_RSVD_TAG);
+    assert_int_equal(ping.statsn, last.statsn + 1); /* a ping takes no StatSN */
+    /* still kept: the first status can be asked for */
+    send_snack(t, SNACK_STATUS, ISCSI_RSVD_TAG, first, 1);
+    assert_int_equal(expect(t, ISCSI_OP_SCSI_RSP).statsn, first);
+    /* past 32, the oldest are let go */
+    for (int i = 0; i < 16; i++)
+        expect_good(t, send_tur(t, tgt_next_cmdsn(t), false));
+    expect_none(t);
+    send_snack(t, SNACK_STATUS, ISCSI_RSVD_TAG, first, 1);
+    expect_reject(t, 0x04, ISCSI_OP_SNACK);
+    /* the answer to the ping acknowledges them all */
+    tgt_set_expstatsn(t, last.statsn + 16 + 2); /* 16 more statuses and the Reject */
+    struct tgt_pdu p;
+    tgt_pdu_nop_out(&p, ISCSI_RSVD_TAG, ping.ttt, tgt_peek_cmdsn(t), true, NULL, 0);
+    tgt_send(t, &p);
+    expect_none(t);
+    send_snack(t, SNACK_STATUS, ISCSI_RSVD_TAG, last.statsn, 1);
+    expect_reject(t, 0x04, ISCSI_OP_SNACK);
+    assert_false(tgt_closed(t));
+    tgt_free(t);
+}
+
 /* At ERL 0 nothing is retained: a Status SNACK is still "command not supported". */
 static void test_erl0_snack_unchanged(void **state)
 {
@@ -1634,6 +1683,7 @@ int main(void)
         cmocka_unit_test(test_erl1_r2t_snack),
         cmocka_unit_test(test_erl1_data_out_stall),
         cmocka_unit_test(test_erl1_rdata_snack),
+        cmocka_unit_test(test_erl1_retained_bound),
         cmocka_unit_test(test_erl0_snack_unchanged),
         cmocka_unit_test(test_reject_login_in_ffp),
         cmocka_unit_test(test_oversized_data_segment_closes),

@@ -383,6 +383,8 @@ static void build_target(struct tgt *t, const struct tgt_opts *o)
     if (target_build(&t->cfg, &t->built, err, sizeof(err)) < 0)
         fail_msg("target_build: %s", err);
     assert_int_equal(iscsi_server_init(&t->srv), 0);
+    if (o->max_tx_backlog)
+        t->srv.limits.max_tx_backlog = o->max_tx_backlog;
     if (o->erl) {
         /* the config refuses a level above ISCSI_ERL_IMPLEMENTED; the test sets it itself */
         iscsi_target_erl_max = o->erl;

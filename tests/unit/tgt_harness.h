@@ -32,7 +32,8 @@ struct tgt_opts {
     /* ErrorRecoveryLevel offered (and made possible on the target for this test only, past
      * ISCSI_ERL_IMPLEMENTED: the recovery paths are tested before the level is enabled) */
     uint8_t erl;
-    bool data_digest; /* DataDigest=CRC32C both ways */
+    bool data_digest;        /* DataDigest=CRC32C both ways */
+    uint64_t max_tx_backlog; /* the target's max-tx-backlog (0: its default) */
 };
 
 /* ImmediateData=Yes, InitialR2T=No, FirstBurstLength 8 KiB, MaxBurstLength 16 KiB, MRDSL 4 KiB,
