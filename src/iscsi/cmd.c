@@ -947,6 +947,15 @@ int cmd_handle_data_out_header(struct iscsi_conn *c, struct iscsi_pdu_in *p)
             p->discard = true;
             return ISCSI_OK;
         }
+        if (seq && erl1 && sn_lt(datasn, seq->datasn) && off < seq->offset + seq->got) {
+            /* A PDU of the sequence again (the R2T was re-sent and answered twice): what it
+             * carries is here already, and dropped. */
+            CONN_LOG_LIMITED(c, LOG_LVL_INFO,
+                             "%s: ITT 0x%08x: Data-Out DataSN %u for TTT 0x%08x again: dropped",
+                             c->peer, t->itt, datasn, ttt);
+            p->discard = true;
+            return ISCSI_OK;
+        }
         if (seq && erl1 && !t->seq_failed &&
             data_out_gap(seq->datasn, seq->offset + seq->got, datasn, off,
                          seq->offset + seq->len)) {

@@ -146,13 +146,13 @@ static int snack_data_r2t(struct iscsi_conn *c, const struct iscsi_bhs *req)
         uint32_t end = run ? beg + run : t->r2tsn;
         if (!sn_lt(beg, end) || sn_lt(t->r2tsn, end))
             return snack_reject(c, req, ISCSI_REJECT_PROTOCOL_ERROR, "R2T not sent");
-        bool all = !beg && !run;
+        bool all = !beg && !run; /* every unacknowledged one: none may be */
         unsigned sent = 0;
         for (unsigned i = 0; i < ISCSI_MAX_R2T; i++) {
             const struct r2t_seq *seq = &t->r2t[i];
             if (!seq->used || sn_lt(seq->r2tsn, beg) || !sn_lt(seq->r2tsn, end))
                 continue;
-            if (!all && seq->got)
+            if (seq->got)
                 continue; /* Data-Out came for it: the initiator has it */
             int rc = cmd_resend_r2t(c, t, seq->r2tsn);
             if (rc < 0)

@@ -1486,7 +1486,21 @@ static void test_erl1_r2t_snack(void **state)
     /* R2TSN 0 was answered in full: acknowledged */
     send_snack(t, SNACK_DATA, itt, 0, 1);
     expect_reject(t, 0x04, ISCSI_OP_SNACK);
-    answer_r2t(t, &r1, buf, 4096);
+    /* R2TSN 1 answered twice (the original and the copy both arrived): the PDUs seen already
+     * are dropped, the command goes on */
+    for (uint32_t sn = 0; sn < 4; sn++) {
+        uint32_t off = r1.offset + sn * 4096;
+        tgt_pdu_data_out(&p, itt, r1.ttt, sn, off, buf + off, 4096, sn == 3);
+        tgt_send(t, &p);
+        if (sn == 1) {
+            tgt_pdu_data_out(&p, itt, r1.ttt, 0, r1.offset, buf + r1.offset, 4096, false);
+            tgt_send(t, &p);
+        }
+    }
+    expect_none(t);
+    answer_r2t(t, &again, buf, 4096); /* the copy's whole sequence, late: dropped */
+    expect_none(t);
+    assert_false(tgt_closed(t));
     answer_r2t(t, &r2, buf, 4096);
     expect_good(t, itt);
     tgt_free(t);
