@@ -118,6 +118,8 @@ struct ini_conn *ini_conn_new(struct lr_session *s, unsigned idx, uint16_t cid);
 void ini_conn_free(struct ini_conn *c);
 /* Non-blocking connect; the session hears of the outcome through ini_session_conn_ready. */
 int ini_conn_connect(struct ini_conn *c, const char *host, uint16_t port);
+/* The session's injected faults (lr_session_set_faults) onto c's transmit path. */
+void ini_conn_set_faults(struct ini_conn *c);
 struct wire_pdu *ini_conn_pdu(struct ini_conn *c);
 /* Append a PDU (hdr filled except digests and DataSegmentLength, which are set here). */
 void ini_conn_send(struct ini_conn *c, struct wire_pdu *p, const void *data, uint32_t len);
@@ -216,9 +218,9 @@ struct lr_session {
     void *login_arg, *logout_arg;
     struct lr_result login_res;
 
-    /* lr_session_set_faults, for the connections' transmit path, and what it did */
+    /* lr_session_set_faults: applied by each connection's engine (ini_conn_set_faults), whose
+     * counters lr_session_fault_counts sums */
     struct lr_faults faults;
-    struct lr_fault_counts fault_counts;
 
     /* discovery */
     lr_discovery_fn disc_done;

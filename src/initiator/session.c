@@ -372,14 +372,11 @@ int lr_session_set_faults(struct lr_session *s, const struct lr_faults *f)
         errno = EINVAL;
         return -1;
     }
-    if (f->digest_error > 0 || f->drop_pdu > 0) {
-        /* Corrupting and dropping belong to the connections' transmit path, which does
-         * neither yet: say so rather than run a "faulty" session that is not. */
-        errno = ENOTSUP;
-        return -1;
-    }
     ini_lock(s);
     s->faults = *f;
+    /* connections that exist already (normally none: set before login) take them too */
+    for (unsigned i = 0; i < s->nconns; i++)
+        ini_conn_set_faults(s->conns[i]);
     ini_unlock(s);
     return 0;
 }
@@ -388,7 +385,13 @@ void lr_session_fault_counts(const struct lr_session *cs, struct lr_fault_counts
 {
     struct lr_session *s = (struct lr_session *)cs; /* the lock is not part of the state */
     ini_lock(s);
-    *out = s->fault_counts;
+    /* every connection the session ever had stays in conns[] (dead ones too) until it is
+     * freed with the session, so their engines' counters add up to the session's */
+    memset(out, 0, sizeof(*out));
+    for (unsigned i = 0; i < s->nconns; i++) {
+        out->digests_corrupted += s->conns[i]->w.stats.injected_digest_errors;
+        out->pdus_dropped += s->conns[i]->w.stats.injected_drops;
+    }
     ini_unlock(s);
 }
 
