@@ -13,6 +13,8 @@
 #include "util/log.h"
 
 #define INI_TICK_MS 200
+/* At ERL >= 1 the tick also drives the recovery timer (recovery.c): finer grained. */
+#define INI_TICK_ERL_MS 50
 #define INI_LOGOUT_ITT 0x80000001u
 #define INI_LOGIN_ITT 0x80000000u
 
@@ -487,6 +489,7 @@ static void conn_logged_in(struct ini_conn *c)
     c->w.erl = (uint8_t)(c->idx == 0 ? p.erl : s->params.erl); /* session-wide (§13.20) */
     c->peer_mrdsl = p.peer_max_recv_dsl ? p.peer_max_recv_dsl : 8192;
     c->expstatsn = c->login.expstatsn;
+    ini_erl_start(c);
     c->state = ICS_FFP;
     ini_login_free(&c->login);
     c->login_active = false;
@@ -668,8 +671,12 @@ static void session_tick(void *arg)
             ini_task_complete(s, t, &r);
         }
     }
+    /* ERL >= 1: connections with no progress get a recovery round (recovery.c) */
+    for (unsigned i = 0; i < s->nconns && !s->gathering && !s->logging_out && !s->destroyed; i++)
+        ini_erl_tick(s->conns[i], now);
     if (!s->destroyed)
-        reactor_timer_start(s->r, &s->tick, INI_TICK_MS, session_tick, s);
+        reactor_timer_start(s->r, &s->tick, s->params.erl ? INI_TICK_ERL_MS : INI_TICK_MS,
+                            session_tick, s);
     ini_unlock(s);
 }
 
