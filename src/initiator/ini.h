@@ -178,6 +178,7 @@ struct ini_task {
      * before them (completed once they have), the next R2TSN, a SNACK the target refused. */
     uint8_t nmiss;
     bool status_held, snack_refused, miss_overflow;
+    bool snack_early; /* a Data SNACK refused before the status arrived: asked again then */
     uint32_t miss_beg[INI_MISS_MAX], miss_len[INI_MISS_MAX];
     uint32_t held_statsn;
     uint32_t exp_r2tsn;

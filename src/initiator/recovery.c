@@ -24,10 +24,11 @@
  *   CmdSN: retried), and the SNACKs still unanswered are sent again.
  * A SNACK the target Rejects ends what it asked for: a Data SNACK fails the task (§7.8 a: the
  *   target ends it with CHECK CONDITION, or it has sent its status, which we then do not take
- *   as good); StatSNs refused, or still missing after INI_ERL_GIVEUP_ROUNDS rounds, are
- *   skipped so that ExpStatSN moves on (their tasks end by the command timeout).
- * Not done: DataACK (the A bit; our target never sets it), R-Data SNACK (no MRDSL change in
- * full feature phase). */
+ *   as good) -- unless the status has not arrived yet: a target may count Data-In as sent
+ *   only once its status is, so the SNACK is sent again when the status comes; StatSNs refused, or
+ * still missing after INI_ERL_GIVEUP_ROUNDS rounds, are skipped so that ExpStatSN moves on (their
+ * tasks end by the command timeout). Not done: DataACK (the A bit; our target never sets it),
+ * R-Data SNACK (no MRDSL change in full feature phase). */
 #include <stddef.h>
 #include <string.h>
 
@@ -268,6 +269,11 @@ static void task_status(struct ini_conn *c, struct ini_task *t, uint32_t statsn,
         t->status_held = true;
         t->held_statsn = statsn;
         ini_erl_statsn(c, statsn, true);
+        if (t->snack_early) { /* refused while the status was on its way: now it is not */
+            t->snack_early = false;
+            for (unsigned k = 0; k < t->nmiss; k++)
+                send_snack(c, SNACK_TYPE_DATA, t->itt, t->miss_beg[k], t->miss_len[k]);
+        }
         return;
     }
     t->status_held = false;
@@ -385,7 +391,11 @@ bool ini_erl_reject(struct ini_conn *c, const uint8_t *hdr, const uint8_t *data,
                  c->idx, data[1] & SNACK_TYPE_MASK, itt, beg, run, reason);
         if ((data[1] & SNACK_TYPE_MASK) == SNACK_TYPE_DATA) {
             struct ini_task *t = ini_task_lookup(c->s, itt);
-            if (t && t->conn == c) {
+            if (t && t->conn == c && !t->status_held && t->dir == LR_DIR_READ) {
+                /* Before the status, a target may not count the Data-In as sent yet (its
+                 * status still queued behind them): asked again once the status is in. */
+                t->snack_early = true;
+            } else if (t && t->conn == c) {
                 t->snack_refused = true;
                 task_maybe_done(c, t);
             }

@@ -104,7 +104,7 @@ void ini_task_send(struct ini_conn *c, struct ini_task *t)
     t->data_in = 0;
     t->digest_bad = false;
     t->nmiss = 0;
-    t->status_held = t->snack_refused = t->miss_overflow = false;
+    t->status_held = t->snack_refused = t->miss_overflow = t->snack_early = false;
     t->exp_r2tsn = 0;
     t->retry_ms = 0;
     c->outstanding++;

@@ -1170,6 +1170,34 @@ static void test_erl1_snack_rejected(void **state)
     assert_int_equal(d.last, LR_ERR_PROTOCOL);
     assert_int_equal(c->expstatsn, 7);
     assert_int_equal(c->state, ICS_FFP);
+    /* refused before the status came (the target counts Data-In as sent with its status):
+     * asked again when the status arrives, and the retransmission completes the task */
+    take_all(c);
+    assert_int_equal(lr_read(s, 0, 16, 512, buf, on_done, &d), 0);
+    itt = get_be32(txq_at(c, 0)->hdr + BHS_ITT);
+    take_all(c);
+    n = data_in(pdu, itt, 1, 4096, 4096, 0, 0, 0);
+    assert_int_equal(ini_conn_feed(c, pdu, (uint32_t)n), 0);
+    assert_int_equal(txq_len(c), 1);
+    rsp_hdr(rej, ISCSI_OP_REJECT, ISCSI_FLAG_FINAL, ISCSI_RSVD_TAG, 7, 3, 64);
+    rej[BHS_REJECT_REASON] = ISCSI_REJECT_PROTOCOL_ERROR;
+    put_be24(rej + BHS_DATA_SEG_LEN, ISCSI_BHS_LEN);
+    memcpy(rej + ISCSI_BHS_LEN, txq_at(c, 0)->hdr, ISCSI_BHS_LEN);
+    take_all(c);
+    assert_int_equal(ini_conn_feed(c, rej, sizeof(rej)), 0);
+    assert_int_equal(d.calls, 1);
+    uint8_t rsp[ISCSI_BHS_LEN];
+    rsp_hdr(rsp, ISCSI_OP_SCSI_RSP, ISCSI_FLAG_FINAL, itt, 8, 3, 64);
+    put_be32(rsp + BHS_EXPDATASN, 2);
+    assert_int_equal(ini_conn_feed(c, rsp, sizeof(rsp)), 0);
+    assert_int_equal(d.calls, 1);
+    assert_int_equal(txq_len(c), 1);
+    assert_snack(txq_at(c, 0), 0, itt, 0, 1, 8);
+    n = data_in(pdu, itt, 0, 0, 4096, 0, 0, 0);
+    assert_int_equal(ini_conn_feed(c, pdu, (uint32_t)n), 0);
+    assert_int_equal(d.calls, 2);
+    assert_int_equal(d.last, LR_OK);
+    assert_int_equal(c->expstatsn, 9);
     lr_session_destroy(s);
 }
 
