@@ -43,7 +43,7 @@
 #define SNACK_RUNLENGTH 44
 
 /* No PDU for a task of the connection for this long while tasks are outstanding: a round. */
-#define INI_ERL_QUIET_MS 100
+#define INI_ERL_QUIET_MS 50
 /* Rounds a missing StatSN is asked for before it is skipped. */
 #define INI_ERL_GIVEUP_ROUNDS 20
 
