@@ -121,7 +121,7 @@ struct ini_conn {
     uint64_t last_progress_ms; /* a PDU for one of our tasks arrived */
     uint64_t last_round_ms;    /* the last recovery round (ping, SNACKs again) */
     unsigned rounds;           /* recovery rounds since the last progress */
-    unsigned stat_stuck;       /* rounds expstatsn did not move while StatSNs were missing */
+    uint64_t stuck_since_ms;   /* expstatsn has been stuck_at since, StatSNs missing */
     uint32_t stuck_at;
     bool rec_req;             /* a recovery round was asked of this connection's thread */
     uint64_t snacks, retries; /* SNACKs and command retries sent */

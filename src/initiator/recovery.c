@@ -25,10 +25,11 @@
  * A SNACK the target Rejects ends what it asked for: a Data SNACK fails the task (§7.8 a: the
  *   target ends it with CHECK CONDITION, or it has sent its status, which we then do not take
  *   as good) -- unless the status has not arrived yet: a target may count Data-In as sent
- *   only once its status is, so the SNACK is sent again when the status comes; StatSNs refused, or
- * still missing after INI_ERL_GIVEUP_ROUNDS rounds, are skipped so that ExpStatSN moves on (their
- * tasks end by the command timeout). Not done: DataACK (the A bit; our target never sets it),
- * R-Data SNACK (no MRDSL change in full feature phase). */
+ *   only once its status is, so the SNACK is sent again when the status comes. StatSNs
+ *   refused, or still missing after INI_ERL_GIVEUP_MS, are skipped so that ExpStatSN moves on
+ *   (their tasks end by the command timeout).
+ * Not done: DataACK (the A bit; our target never sets it), R-Data SNACK (no MRDSL change in
+ * full feature phase). */
 #include <stddef.h>
 #include <string.h>
 
@@ -42,10 +43,14 @@
 #define SNACK_BEGRUN 40
 #define SNACK_RUNLENGTH 44
 
-/* No PDU for a task of the connection for this long while tasks are outstanding: a round. */
-#define INI_ERL_QUIET_MS 50
-/* Rounds a missing StatSN is asked for before it is skipped. */
-#define INI_ERL_GIVEUP_ROUNDS 20
+/* No PDU for a task of the connection for this long while tasks are outstanding: a round.
+ * A lost command holds up the session's whole CmdSN window at the target until its retry, so
+ * this is short; rounds without progress back off (doubling, up to 64 times this), so that a
+ * slow target costs a ping now and then, not a stream of them. */
+#define INI_ERL_QUIET_MS 10
+#define INI_ERL_BACKOFF_MAX 6
+/* How long a missing StatSN is asked for before it is skipped. */
+#define INI_ERL_GIVEUP_MS 3000
 
 static void send_snack(struct ini_conn *c, uint8_t type, uint32_t itt, uint32_t beg, uint32_t run)
 {
@@ -454,16 +459,19 @@ static void recovery_round(struct ini_conn *c)
     if (c->state != ICS_FFP)
         return;
     c->rounds++;
-    /* StatSNs still missing: asked for again, or given up on after enough rounds */
+    uint64_t now = reactor_now_ms();
+    /* StatSNs still missing: asked for again, or given up on after long enough */
     if (c->expstatsn != c->statsn_hi) {
-        if (c->stuck_at != c->expstatsn) {
+        if (c->stuck_at != c->expstatsn || !c->stuck_since_ms) {
             c->stuck_at = c->expstatsn;
-            c->stat_stuck = 0;
+            c->stuck_since_ms = now;
         }
-        if (++c->stat_stuck >= INI_ERL_GIVEUP_ROUNDS) {
-            LOG_WARN("initiator: connection %u: StatSN %u..%u still missing after %u rounds: "
+        if (now - c->stuck_since_ms >= INI_ERL_GIVEUP_MS) {
+            LOG_WARN("initiator: connection %u: StatSN %u..%u still missing after %llu ms: "
                      "given up",
-                     c->idx, c->expstatsn, c->statsn_hi - 1, c->stat_stuck);
+                     c->idx, c->expstatsn, c->statsn_hi - 1,
+                     (unsigned long long)(now - c->stuck_since_ms));
+            c->stuck_since_ms = 0;
             stat_skip(c, c->expstatsn, c->statsn_hi);
         } else {
             uint32_t n = c->statsn_hi - c->expstatsn;
@@ -508,7 +516,9 @@ void ini_erl_tick(struct ini_conn *c, uint64_t now)
         return;
     if (!c->outstanding && c->expstatsn == c->statsn_hi)
         return;
-    if (now - c->last_progress_ms < INI_ERL_QUIET_MS || now - c->last_round_ms < INI_ERL_QUIET_MS)
+    unsigned backoff = c->rounds < INI_ERL_BACKOFF_MAX ? c->rounds : INI_ERL_BACKOFF_MAX;
+    if (now - c->last_progress_ms < INI_ERL_QUIET_MS ||
+        now - c->last_round_ms < (uint64_t)INI_ERL_QUIET_MS << backoff)
         return;
     c->last_round_ms = now;
     struct lr_session *s = c->s;

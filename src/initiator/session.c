@@ -14,7 +14,7 @@
 
 #define INI_TICK_MS 200
 /* At ERL >= 1 the tick also drives the recovery timer (recovery.c): finer grained. */
-#define INI_TICK_ERL_MS 50
+#define INI_TICK_ERL_MS 10
 #define INI_LOGOUT_ITT 0x80000001u
 #define INI_LOGIN_ITT 0x80000000u
 
