@@ -252,6 +252,8 @@ static void rx_scsi_rsp(struct ini_conn *c, const uint8_t *hdr, const uint8_t *d
         stale_pdu(c, "SCSI Response", hdr);
         if (c->w.erl >= 1 && dd_ok)
             ini_erl_statsn(c, get_be32(hdr + BHS_STATSN), false);
+        else if (c->w.erl >= 1) /* its StatSN, if still missing, asked for again */
+            ini_erl_statsn_lost(c, get_be32(hdr + BHS_STATSN));
         return;
     }
     if (c->w.erl >= 1) {
