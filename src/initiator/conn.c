@@ -144,10 +144,8 @@ void ini_conn_fail_any(struct ini_conn *c, const char *why)
     if (c->state == ICS_DEAD || c->fail_req)
         return;
     c->fail_req = why;
-    if (reactor_send(c->r, conn_fail_msg, c) == 0)
+    if (reactor_post(c->r, &c->fail_msg, conn_fail_msg, c))
         c->s->msgs++;
-    else
-        c->fail_req = NULL; /* out of memory: a later timeout tick asks again */
 }
 
 void ini_conn_move(struct ini_conn *c, struct reactor *to)
@@ -159,6 +157,7 @@ void ini_conn_move(struct ini_conn *c, struct reactor *to)
     if (reactor_undefer(&c->w.flush_hook))
         ini_conn_flush(c);
     c->r = to;
+    c->moves++; /* kicks go to it with the other inbox message */
     if (wire_move(&c->w, to) < 0)
         ini_conn_fail(c, "cannot move the connection to its thread");
     ini_unlock(s);

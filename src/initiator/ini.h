@@ -99,8 +99,15 @@ struct ini_conn {
     /* Tasks handed over by another thread (they go out from this connection's thread) */
     struct list_node inbox;
     bool inbox_kicked;
+    /* The kick, one per side of the last move: one still pending on the thread the connection
+     * left (where it does nothing) must not swallow a kick meant for its new thread. Moves go
+     * out and back (session_spread, session_gather), so a third side is never needed. */
+    struct reactor_msg inbox_msg[2];
+    unsigned moves;
     const char *fail_req; /* another thread asked this connection to fail */
+    struct reactor_msg fail_msg;
     struct reactor_deferred move_d;
+    struct reactor_msg move_msg, gathered_msg; /* session_gather(): there and back */
     uint16_t local_port;
 
     /* per-connection negotiated values (RFC 7143 §13: digests and MRDSL are per connection;

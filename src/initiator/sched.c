@@ -156,10 +156,10 @@ void ini_conn_submit(struct ini_conn *c, struct ini_task *t)
     list_add_tail(&c->inbox, &t->node);
     if (!c->inbox_kicked) {
         c->inbox_kicked = true;
-        if (reactor_send(c->r, conn_inbox_msg, c) == 0)
+        /* Not queued: the kick from before a failure reset inbox_kicked is still pending on
+         * this same thread, and drains the inbox when it runs. */
+        if (reactor_post(c->r, &c->inbox_msg[c->moves & 1], conn_inbox_msg, c))
             s->msgs++;
-        else
-            ini_conn_fail_any(c, "out of memory"); /* its inbox goes to the resend queue */
     }
 }
 

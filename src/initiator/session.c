@@ -215,7 +215,7 @@ static void session_spread(void *arg)
 
 static void conn_gathered(void *arg)
 {
-    struct lr_session *s = arg;
+    struct lr_session *s = ((struct ini_conn *)arg)->s;
     ini_lock(s);
     bool last = --s->gathering == 0;
     void (*then)(struct lr_session *) = last ? s->gather_then : NULL;
@@ -232,8 +232,7 @@ static void conn_move_home(void *arg)
     if (c->r != s->r)
         ini_conn_move(c, s->r);
     ini_unlock(s);
-    if (reactor_send(s->r, conn_gathered, s) < 0)
-        LOG_ERR("initiator: out of memory: a session's logout stalls");
+    reactor_post(s->r, &c->gathered_msg, conn_gathered, c);
 }
 
 static void conn_move_home_msg(void *arg)
@@ -260,11 +259,9 @@ static void session_gather(struct lr_session *s, void (*then)(struct lr_session 
         needed |= s->conns[i]->r != s->r;
     for (unsigned i = 0; needed && !again && i < s->nconns; i++) {
         struct ini_conn *c = s->conns[i];
-        if (reactor_send(c->r, conn_move_home_msg, c) < 0) {
-            LOG_ERR("initiator: out of memory: connection %u stays on its thread", c->idx);
-            continue;
-        }
-        sent++;
+        /* not pending: the last gather's messages have all run (gathering is back to 0) */
+        if (reactor_post(c->r, &c->move_msg, conn_move_home_msg, c))
+            sent++;
     }
     if (!again)
         s->gathering = sent;

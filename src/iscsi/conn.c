@@ -2,6 +2,7 @@
  * chooses where payloads go, complete PDUs are dispatched, the engine's failures close the
  * connection here), the transmit helpers the handlers use, NOP-In liveness pings, and
  * teardown. */
+#include <assert.h>
 #include <errno.h>
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -22,8 +23,6 @@
 static const struct wire_ops conn_wire_ops;
 static void conn_pending_done(struct iscsi_conn *c);
 static void conn_timer_fire(void *arg);
-static void conn_handle_header(struct iscsi_conn *c);
-static void conn_handle_pdu(struct iscsi_conn *c);
 
 /* ---------------- lifetime ---------------- */
 
@@ -48,10 +47,13 @@ static void conn_free(void *arg)
 
 void conn_put(struct iscsi_conn *c)
 {
-    /* The last reference may be dropped on another thread only by a message that first hopped
-     * to this reactor, so the free always runs on the owner's thread. */
-    if (atomic_fetch_sub(&c->refs, 1) == 1)
+    if (atomic_fetch_sub(&c->refs, 1) != 1)
+        return;
+    /* The free always runs on the owner's thread: the rest of c is that thread's alone. */
+    if (reactor_self() == c->reactor)
         reactor_defer(c->reactor, &c->free_hook, conn_free, c);
+    else
+        reactor_post(c->reactor, &c->free_msg, conn_free, c);
 }
 
 /* A connection's fields before it has a socket: login phase, login-sized buffers, empty
@@ -192,6 +194,11 @@ void conn_close(struct iscsi_conn *c, const char *why)
     /* Closes the socket and drops everything queued: the PDUs' owners learn they were not
      * sent. */
     wire_close(&c->w);
+    if (c->w.in.task) { /* closed in the middle of a PDU placed into a task */
+        struct iscsi_task *t = c->w.in.task;
+        c->w.in.task = NULL;
+        task_put(t);
+    }
     cmd_conn_teardown(c);
     login_conn_cleanup(c);
     if (c->session)
@@ -199,32 +206,30 @@ void conn_close(struct iscsi_conn *c, const char *why)
     conn_put(c);
 }
 
-struct conn_close_msg {
-    struct iscsi_conn *c;
-    const char *why;
-};
+int conn_fail(struct iscsi_conn *c, int status)
+{
+    if (status < 0)
+        conn_close(c, iscsi_status_str(status));
+    return status;
+}
 
 static void conn_close_msg_run(void *arg)
 {
-    struct conn_close_msg *m = arg;
-    conn_close(m->c, m->why);
-    conn_put(m->c);
-    free(m);
+    struct iscsi_conn *c = arg;
+    conn_close(c, atomic_load(&c->close_why));
+    conn_put(c);
 }
 
-/* The caller guarantees c is alive (it holds the session lock with c in the session's list). */
 void conn_close_async(struct iscsi_conn *c, const char *why)
 {
-    struct conn_close_msg *m = malloc(sizeof(*m));
-    if (!m)
-        return;
-    m->c = c;
-    m->why = why;
-    conn_get(c);
-    if (reactor_send(c->reactor, conn_close_msg_run, m) < 0) {
-        atomic_fetch_sub(&c->refs, 1);
-        free(m);
-    }
+    assert(why);
+    const char *none = NULL;
+    if (!atomic_compare_exchange_strong(&c->close_why, &none, why))
+        return;  /* already asked: that message closes it */
+    conn_get(c); /* the message's, dropped once it has run */
+    bool queued = reactor_post(c->reactor, &c->close_msg, conn_close_msg_run, c);
+    assert(queued); /* close_why is set once, so close_msg is posted once */
+    (void)queued;
 }
 
 /* ---------------- transmit ---------------- */
@@ -237,40 +242,43 @@ struct wire_pdu *conn_tx_alloc(struct iscsi_conn *c)
 struct wire_pdu *conn_pdu_new(struct iscsi_conn *c, enum iscsi_opcode op, uint8_t flags)
 {
     struct wire_pdu *p = conn_tx_alloc(c);
-    if (!p) {
-        conn_close(c, "out of memory");
+    if (!p)
         return NULL;
-    }
     bhs_init((struct iscsi_bhs *)p->hdr, op, flags);
     return p;
 }
 
-void conn_send_response(struct iscsi_conn *c, enum iscsi_opcode op, const struct iscsi_bhs *req,
-                        uint8_t response)
+int conn_send_response(struct iscsi_conn *c, enum iscsi_opcode op, const struct iscsi_bhs *req,
+                       uint8_t response)
 {
     struct wire_pdu *p = conn_pdu_new(c, op, ISCSI_FLAG_FINAL);
     if (!p)
-        return;
+        return ISCSI_ERR_NOMEM;
     struct iscsi_bhs *h = (struct iscsi_bhs *)p->hdr;
     h->b[BHS_RESPONSE] = response;
     bhs_put32(h, BHS_ITT, bhs_get32(req, BHS_ITT));
     conn_fill_sn(c, h, true);
     conn_send(c, p);
+    return ISCSI_OK;
 }
 
 void conn_send(struct iscsi_conn *c, struct wire_pdu *p)
 {
+    /* Handlers run on live connections only, and the asynchronous senders (store completions,
+     * TMF answers, timers) check first. */
+    assert(!c->dead);
     wire_send(&c->w, p);
 }
 
-void conn_send_copy(struct iscsi_conn *c, struct wire_pdu *p, const void *data, uint32_t len)
+int conn_send_copy(struct iscsi_conn *c, struct wire_pdu *p, const void *data, uint32_t len)
 {
     if (len) {
         p->owned = malloc(len);
         if (!p->owned) {
+            if (p->sent)
+                p->sent(p, false);
             wire_pdu_put(&c->w, p);
-            conn_close(c, "out of memory");
-            return;
+            return ISCSI_ERR_NOMEM;
         }
         memcpy(p->owned, data, len);
         p->data[0].iov_base = p->owned;
@@ -279,6 +287,7 @@ void conn_send_copy(struct iscsi_conn *c, struct wire_pdu *p, const void *data, 
     }
     p->dlen = len;
     conn_send(c, p);
+    return ISCSI_OK;
 }
 
 /* ---------------- sequence numbers and common answers ---------------- */
@@ -292,7 +301,7 @@ void conn_fill_sn(struct iscsi_conn *c, struct iscsi_bhs *h, bool advance)
     if (c->session) {
         session_window(c->session, &exp, &max);
     } else {
-        exp = bhs_get32(&c->rx_bhs, BHS_CMDSN);
+        exp = c->login_cmdsn;
         max = exp;
     }
     bhs_put32(h, BHS_EXPCMDSN, exp);
@@ -300,11 +309,11 @@ void conn_fill_sn(struct iscsi_conn *c, struct iscsi_bhs *h, bool advance)
 }
 
 /* RFC 7143 §11.17: a Reject carries the offending header as its data. */
-void conn_send_reject(struct iscsi_conn *c, const struct iscsi_bhs *bad, uint8_t reason)
+int conn_send_reject(struct iscsi_conn *c, const struct iscsi_bhs *bad, uint8_t reason)
 {
     struct wire_pdu *p = conn_pdu_new(c, ISCSI_OP_REJECT, ISCSI_FLAG_FINAL);
     if (!p)
-        return;
+        return ISCSI_ERR_NOMEM;
     struct iscsi_bhs *h = (struct iscsi_bhs *)p->hdr;
     h->b[BHS_REJECT_REASON] = reason;
     bhs_put32(h, BHS_ITT, ISCSI_RSVD_TAG);
@@ -312,7 +321,7 @@ void conn_send_reject(struct iscsi_conn *c, const struct iscsi_bhs *bad, uint8_t
     /* One line per rejected PDU would let a peer write the log at wire speed. */
     CONN_LOG_LIMITED(c, LOG_LVL_INFO, "%s: reject %s (reason 0x%02x)", c->peer,
                      iscsi_opcode_name(bhs_opcode(bad)), reason);
-    conn_send_copy(c, p, bad->b, ISCSI_BHS_LEN);
+    return conn_send_copy(c, p, bad->b, ISCSI_BHS_LEN);
 }
 
 /* ---------------- task lookup ---------------- */
@@ -369,33 +378,36 @@ static bool opcode_allowed_in_login(enum iscsi_opcode op)
     return op == ISCSI_OP_LOGIN_REQ;
 }
 
-static void conn_handle_header(struct iscsi_conn *c)
+static int pdu_header_dispatch(struct iscsi_conn *c, struct iscsi_pdu_in *p)
 {
-    enum iscsi_opcode op = bhs_opcode(&c->rx_bhs);
+    enum iscsi_opcode op = bhs_opcode(&p->bhs);
     if (c->phase == CONN_LOGIN) {
         if (!opcode_allowed_in_login(op)) {
             LOG_WARN("%s: %s before login completed", c->peer, iscsi_opcode_name(op));
-            conn_close(c, "PDU not allowed during login");
+            return ISCSI_ERR_NOT_IN_LOGIN;
         }
-        return;
+        return ISCSI_OK;
     }
     if (op != ISCSI_OP_LOGIN_REQ && op != ISCSI_OP_SNACK)
-        c->exp_statsn = bhs_get32(&c->rx_bhs, BHS_EXPSTATSN);
+        c->exp_statsn = bhs_get32(&p->bhs, BHS_EXPSTATSN);
     switch (op) {
     case ISCSI_OP_SCSI_CMD:
-        cmd_handle_scsi_header(c);
-        break;
+        return cmd_handle_scsi_header(c, p);
     case ISCSI_OP_DATA_OUT:
-        cmd_handle_data_out_header(c);
-        break;
+        return cmd_handle_data_out_header(c, p);
     default:
-        break;
+        return ISCSI_OK;
     }
 }
 
-static void nop_out_handle(struct iscsi_conn *c)
+int conn_pdu_header(struct iscsi_conn *c, struct iscsi_pdu_in *p)
 {
-    struct iscsi_bhs *req = &c->rx_bhs;
+    return conn_fail(c, pdu_header_dispatch(c, p));
+}
+
+static int nop_out_handle(struct iscsi_conn *c, struct iscsi_pdu_in *p)
+{
+    struct iscsi_bhs *req = &p->bhs;
     uint32_t itt = bhs_get32(req, BHS_ITT);
     uint32_t ttt = bhs_get32(req, BHS_TTT);
     if (!bhs_immediate(req) && c->session)
@@ -404,24 +416,24 @@ static void nop_out_handle(struct iscsi_conn *c)
         /* The answer to our ping (RFC 7143 §11.18). */
         if (c->nop_outstanding && ttt == c->nop_ttt)
             c->nop_outstanding = false;
-        return;
+        return ISCSI_OK;
     }
     if (itt == ISCSI_RSVD_TAG)
-        return; /* a ping that asks for no answer */
-    struct wire_pdu *p = conn_pdu_new(c, ISCSI_OP_NOP_IN, ISCSI_FLAG_FINAL);
-    if (!p)
-        return;
-    struct iscsi_bhs *h = (struct iscsi_bhs *)p->hdr;
+        return ISCSI_OK; /* a ping that asks for no answer */
+    struct wire_pdu *rsp = conn_pdu_new(c, ISCSI_OP_NOP_IN, ISCSI_FLAG_FINAL);
+    if (!rsp)
+        return ISCSI_ERR_NOMEM;
+    struct iscsi_bhs *h = (struct iscsi_bhs *)rsp->hdr;
     memcpy(h->b + BHS_LUN, req->b + BHS_LUN, 8);
     bhs_put32(h, BHS_ITT, itt);
     bhs_put32(h, BHS_TTT, ISCSI_RSVD_TAG);
     conn_fill_sn(c, h, true);
-    conn_send_copy(c, p, c->databuf, c->rx_dlen); /* ping data echoed back */
+    return conn_send_copy(c, rsp, p->data, p->dlen); /* ping data echoed back */
 }
 
-static void logout_handle(struct iscsi_conn *c)
+static int logout_handle(struct iscsi_conn *c, struct iscsi_pdu_in *p)
 {
-    struct iscsi_bhs *req = &c->rx_bhs;
+    struct iscsi_bhs *req = &p->bhs;
     uint8_t reason = req->b[1] & 0x7f;
     uint8_t response = 0;
     if (!bhs_immediate(req) && c->session)
@@ -437,8 +449,7 @@ static void logout_handle(struct iscsi_conn *c)
     } else if (reason == ISCSI_LOGOUT_REMOVE_FOR_RECOVERY) {
         response = 2; /* connection recovery is not supported (ERL 0) */
     } else if (reason != ISCSI_LOGOUT_CLOSE_SESSION) {
-        conn_send_reject(c, req, ISCSI_REJECT_PROTOCOL_ERROR);
-        return;
+        return conn_send_reject(c, req, ISCSI_REJECT_PROTOCOL_ERROR);
     }
     /* A logout that ends the session ends its I_T nexus before the answer goes out: the
      * initiator may act on another session the moment it has the Logout Response. */
@@ -453,9 +464,9 @@ static void logout_handle(struct iscsi_conn *c)
             scsi_nexus_logout(s->nexus);
     }
     /* Time2Wait and Time2Retain stay 0: nothing to wait for or retain at ERL 0 (§11.15). */
-    conn_send_response(c, ISCSI_OP_LOGOUT_RSP, req, response);
-    if (response != 0)
-        return;
+    int rc = conn_send_response(c, ISCSI_OP_LOGOUT_RSP, req, response);
+    if (rc < 0 || response != 0)
+        return rc;
     LOG_INFO("%s: logout (%s)", c->peer,
              reason == ISCSI_LOGOUT_CLOSE_SESSION ? "close session" : "close connection");
     if (reason == ISCSI_LOGOUT_CLOSE_SESSION && c->session)
@@ -464,86 +475,75 @@ static void logout_handle(struct iscsi_conn *c)
         session_close_conn_by_cid(c->session, victim->cid);
     if (victim == c || reason == ISCSI_LOGOUT_CLOSE_SESSION)
         c->phase = CONN_LOGGED_OUT; /* closes once the response is on the wire */
+    return ISCSI_OK;
 }
 
-static void conn_handle_pdu(struct iscsi_conn *c)
+static int pdu_done_dispatch(struct iscsi_conn *c, struct iscsi_pdu_in *p)
 {
-    enum iscsi_opcode op = bhs_opcode(&c->rx_bhs);
+    enum iscsi_opcode op = bhs_opcode(&p->bhs);
     if (c->phase == CONN_LOGIN) {
-        login_handle(c);
+        int rc = login_handle(c, p);
         if (c->phase != CONN_LOGIN)
             conn_pending_done(c); /* logged in, or refused and closing */
-        if (c->phase == CONN_FFP && !c->dead) {
+        if (rc == ISCSI_OK && c->phase == CONN_FFP) {
             /* Digests start with the first PDU after the final Login Response, which is
              * queued already (§13.1); the limit we declared holds from now on (§13.12). */
             wire_set_digests(&c->w, c->hdigest, c->ddigest);
             wire_set_limits(&c->w, c->max_recv_dsl, ISCSI_RXBUF_SIZE);
-            c->w.erl = c->session ? (uint8_t)c->session->params.erl : 0; /* §13.20 */
             c->w.rx_large_min = RX_LARGE;
+            c->w.erl = c->session ? (uint8_t)c->session->params.erl : 0; /* §13.20 */
         }
-        return;
+        return rc;
     }
     if (c->phase != CONN_FFP)
-        return; /* logged out: ignore whatever else arrives */
+        return ISCSI_OK; /* logged out: ignore whatever else arrives */
     if (c->discovery && op != ISCSI_OP_TEXT_REQ && op != ISCSI_OP_LOGOUT_REQ &&
         op != ISCSI_OP_NOP_OUT) {
         /* RFC 7143 §4.3: a discovery session carries Text, NOP and Logout only. */
-        conn_send_reject(c, &c->rx_bhs, ISCSI_REJECT_PROTOCOL_ERROR);
-        return;
+        return conn_send_reject(c, &p->bhs, ISCSI_REJECT_PROTOCOL_ERROR);
     }
     switch (op) {
     case ISCSI_OP_SCSI_CMD:
-        cmd_handle_scsi_data_done(c);
-        break;
+        return cmd_handle_scsi_data_done(c, p);
     case ISCSI_OP_DATA_OUT:
-        cmd_handle_data_out_done(c);
-        break;
+        return cmd_handle_data_out_done(c, p);
     case ISCSI_OP_NOP_OUT:
-        nop_out_handle(c);
-        break;
+        return nop_out_handle(c, p);
     case ISCSI_OP_TEXT_REQ:
-        text_handle(c);
-        break;
+        return text_handle(c, p);
     case ISCSI_OP_TMF_REQ:
-        tmf_handle(c);
-        break;
+        return tmf_handle(c, p);
     case ISCSI_OP_LOGOUT_REQ:
-        logout_handle(c);
-        break;
+        return logout_handle(c, p);
     case ISCSI_OP_LOGIN_REQ:
-        conn_send_reject(c, &c->rx_bhs, ISCSI_REJECT_PROTOCOL_ERROR);
-        break;
+        return conn_send_reject(c, &p->bhs, ISCSI_REJECT_PROTOCOL_ERROR);
     case ISCSI_OP_SNACK:
         /* ERL 0: no SNACK support (RFC 7143 §11.16) */
-        conn_send_reject(c, &c->rx_bhs, ISCSI_REJECT_CMD_NOT_SUPPORTED);
-        break;
+        return conn_send_reject(c, &p->bhs, ISCSI_REJECT_CMD_NOT_SUPPORTED);
     default:
-        conn_send_reject(c, &c->rx_bhs, ISCSI_REJECT_CMD_NOT_SUPPORTED);
-        break;
+        return conn_send_reject(c, &p->bhs, ISCSI_REJECT_CMD_NOT_SUPPORTED);
     }
 }
 
-/* The engine's ops. Until the handlers take (conn, struct iscsi_pdu_in *), the PDU is copied
- * into the connection fields they read, and their header-phase choices back into the PDU. */
+int conn_pdu_done(struct iscsi_conn *c, struct iscsi_pdu_in *p)
+{
+    int rc = pdu_done_dispatch(c, p);
+    if (p->task) {
+        struct iscsi_task *t = p->task;
+        p->task = NULL;
+        task_put(t); /* the receive engine's: the data segment is in */
+    }
+    return conn_fail(c, rc);
+}
+
+/* The engine's ops: the dispatcher above closes the connection for a handler's negative
+ * status (conn_fail), so the engine only has to stop; its own failures close it here. */
 static int conn_wire_hdr(void *ctx, struct iscsi_pdu_in *p)
 {
     struct iscsi_conn *c = ctx;
     c->last_rx_ms = reactor_now_ms();
-    c->rx_bhs = p->bhs;
-    c->rx_dlen = p->dlen;
-    c->rx_dstcnt = 0;
-    c->rx_discard = false;
-    c->rx_task = NULL;
-    c->databuf = NULL;
-    conn_handle_header(c);
-    if (c->dead)
-        return WIRE_OK; /* closed already: the engine stops */
-    p->discard = c->rx_discard;
-    p->task = c->rx_task;
-    p->dstcnt = c->rx_dstcnt;
-    if (c->rx_dstcnt)
-        memcpy(p->dst, c->rx_dst, (size_t)c->rx_dstcnt * sizeof(p->dst[0]));
-    return WIRE_OK;
+    assert(!p->task); /* released at the end of the previous PDU */
+    return conn_pdu_header(c, p) < 0 ? WIRE_E_OWNER : WIRE_OK;
 }
 
 static int conn_wire_pdu(void *ctx, struct iscsi_pdu_in *p)
@@ -551,14 +551,15 @@ static int conn_wire_pdu(void *ctx, struct iscsi_pdu_in *p)
     struct iscsi_conn *c = ctx;
     if (p->data_digest_bad) {
         /* Only delivered at ERL >= 1, which is not negotiated yet: close as at ERL 0. */
-        conn_close(c, "data digest error");
-        return WIRE_OK;
+        if (p->task) {
+            struct iscsi_task *t = p->task;
+            p->task = NULL;
+            task_put(t);
+        }
+        conn_fail(c, ISCSI_ERR_DDIGEST);
+        return WIRE_E_OWNER;
     }
-    c->rx_task = p->task; /* cleared if the task was freed while its data arrived */
-    c->rx_discard = p->discard;
-    c->databuf = p->data;
-    conn_handle_pdu(c);
-    return WIRE_OK;
+    return conn_pdu_done(c, p) < 0 ? WIRE_E_OWNER : WIRE_OK;
 }
 
 /* The one place an engine failure closes the connection. */
@@ -589,11 +590,11 @@ static const struct wire_ops conn_wire_ops = {
 
 /* ---------------- liveness ---------------- */
 
-static void conn_send_nop_ping(struct iscsi_conn *c)
+static int conn_send_nop_ping(struct iscsi_conn *c)
 {
     struct wire_pdu *p = conn_pdu_new(c, ISCSI_OP_NOP_IN, ISCSI_FLAG_FINAL);
     if (!p)
-        return;
+        return ISCSI_ERR_NOMEM;
     struct iscsi_bhs *h = (struct iscsi_bhs *)p->hdr;
     bhs_put32(h, BHS_ITT, ISCSI_RSVD_TAG);
     c->nop_ttt = c->next_ttt++;
@@ -604,6 +605,7 @@ static void conn_send_nop_ping(struct iscsi_conn *c)
     c->nop_outstanding = true;
     c->nop_sent_ms = reactor_now_ms();
     conn_send(c, p);
+    return ISCSI_OK;
 }
 
 /* --inject kill-connection: how often a connection looks at the server's deadline. A quarter
@@ -647,34 +649,37 @@ void conn_inject_start(struct iscsi_conn *c)
     reactor_timer_start(c->reactor, &c->inject_timer, inject_tick_ms(c), conn_inject_fire, c);
 }
 
-static void conn_timer_fire(void *arg)
+/* Once a second: the login deadline, the CmdSN gap check, NOP-In liveness. A negative status
+ * closes the connection. */
+static int conn_timer_check(struct iscsi_conn *c)
 {
-    struct iscsi_conn *c = arg;
-    if (c->dead)
-        return;
     uint64_t now = reactor_now_ms();
     struct iscsi_server *srv = c->srv;
     if (c->phase == CONN_LOGIN) {
         /* A deadline from accept, not an idle timer: a peer that keeps sending Login Requests
          * (or one byte a second) must not hold a pending-login slot for ever. */
-        if (now - c->accept_ms >= (uint64_t)srv->login_timeout_s * 1000) {
-            conn_close(c, "login timed out");
-            return;
-        }
+        if (now - c->accept_ms >= (uint64_t)srv->login_timeout_s * 1000)
+            return ISCSI_ERR_LOGIN_TIMEOUT;
     } else if (c->phase == CONN_FFP) {
         if (c->session)
             session_check_gap(c->session, now);
         bool pings = srv->nop_interval_s != 0;
         if (pings && c->nop_outstanding) {
-            if (now - c->nop_sent_ms > (uint64_t)srv->nop_timeout_s * 1000) {
-                conn_close(c, "no answer to NOP-In ping");
-                return;
-            }
+            if (now - c->nop_sent_ms > (uint64_t)srv->nop_timeout_s * 1000)
+                return ISCSI_ERR_NOP_TIMEOUT;
         } else if (pings && now - c->last_rx_ms > (uint64_t)srv->nop_interval_s * 1000) {
-            conn_send_nop_ping(c);
+            return conn_send_nop_ping(c);
         }
     }
-    reactor_timer_start(c->reactor, &c->timer, 1000, conn_timer_fire, c);
+    return ISCSI_OK;
+}
+
+static void conn_timer_fire(void *arg)
+{
+    struct iscsi_conn *c = arg;
+    assert(!c->dead); /* conn_close() stops the timer */
+    if (conn_fail(c, conn_timer_check(c)) == ISCSI_OK)
+        reactor_timer_start(c->reactor, &c->timer, 1000, conn_timer_fire, c);
 }
 
 /* ---------------- test seams ---------------- */

@@ -47,6 +47,24 @@ struct iscsi_auth;
  * `sent` once the bytes are on the socket (or the connection died). */
 _Static_assert(WIRE_DATA_IOV_MAX == SCSI_TASK_IOV_MAX, "Data-In is sent from a task's iovecs");
 
+/* ---------- the CmdSN window ---------- */
+
+/* A command waiting in its session's CmdSN queue for its turn (RFC 7143 §4.2.2.1): ExpCmdSN
+ * reaching `cmdsn` unlinks it and calls `release`, with the session lock held. */
+struct cmdsn_wait {
+    struct list_node node;
+    uint32_t cmdsn;
+    void (*release)(struct cmdsn_wait *w);
+};
+
+/* What the window says about an arriving command (session_cmdsn_check). */
+enum cmdsn_verdict {
+    CMDSN_RUN = 1,       /* its turn (or immediate): run it now */
+    CMDSN_QUEUED = 0,    /* ahead of ExpCmdSN: queued until its turn, then released */
+    CMDSN_OUTSIDE = -1,  /* outside [ExpCmdSN, MaxCmdSN], or a duplicate of a queued one */
+    CMDSN_RECEIVED = -2, /* that CmdSN was taken already (an ABORT TASK took it, §11.5.1 b) */
+};
+
 /* ---------- tasks ---------- */
 
 enum iscsi_task_state {
@@ -65,6 +83,14 @@ struct r2t_seq {
     bool used;
 };
 
+/* Task lifetime: `refs` counts its holders, and task_put() dropping the last one is the only
+ * place a task is freed (unhashed, its buffer charge released, back to the connection's free
+ * list). The holders:
+ *   - the protocol side, from the SCSI Command until the response is queued, the task is
+ *     aborted, or its connection is torn down (or the command is dropped by the CmdSN rules);
+ *   - the receive engine while a data segment is being placed into its buffers (pdu_in.task);
+ *   - the SCSI core / store from scsi_task_exec() until its completion;
+ *   - every queued PDU whose data or completion points at it (Data-In, SCSI Response). */
 struct iscsi_task {
     struct scsi_task scsi;
     struct iscsi_conn *conn;
@@ -89,12 +115,12 @@ struct iscsi_task {
     uint32_t unsol_datasn;   /* next DataSN of the unsolicited sequence */
     uint32_t unsol_next_off; /* next buffer offset of the unsolicited sequence */
     uint32_t datasn_in;      /* Data-In DataSN */
-    uint32_t pending_tx;     /* PDUs of this task still in the tx queue */
+    unsigned refs;           /* see above; on the connection's thread only */
     uint32_t buf_charge;     /* bytes of conn->buf_bytes this task holds */
     struct iscsi_task *hash_next;
-    struct list_node node;         /* conn->tasks or session pending list */
-    struct list_node r2t_node;     /* conn->r2t_waiting */
-    struct list_node pending_node; /* session->pending (waiting for its CmdSN) */
+    struct list_node node;     /* conn->tasks (conn->task_free once freed) */
+    struct list_node r2t_node; /* conn->r2t_waiting */
+    struct cmdsn_wait wait;    /* session->pending, then conn->released (MC/S order) */
 };
 
 /* ---------- connections ---------- */
@@ -122,6 +148,9 @@ struct iscsi_conn {
     struct iscsi_session *session;
     struct list_node session_node;
     atomic_int refs; /* pending completions and cross-thread messages */
+    /* conn_close_async: the first reason given wins, and it is posted once (never reset) */
+    _Atomic(const char *) close_why;
+    struct reactor_msg close_msg;
 
     /* login */
     struct iscsi_neg neg;
@@ -135,6 +164,7 @@ struct iscsi_conn {
     uint8_t login_isid[6];
     uint16_t login_tsih;
     uint32_t login_itt;
+    uint32_t login_cmdsn;    /* of the last Login Request: ExpCmdSN until the session exists */
     struct iscsi_node *node; /* target chosen at login (NULL for discovery) */
     bool discovery;
     struct iscsi_auth *auth; /* CHAP exchange (iscsi/auth.h); NULL when not required */
@@ -148,16 +178,10 @@ struct iscsi_conn {
     uint32_t statsn;
     uint32_t exp_statsn; /* from the initiator */
 
-    /* The PDU being handled, as the handlers read it until they take a struct iscsi_pdu_in
-     * (copied from the engine's PDU by the glue in conn.c). */
-    struct iscsi_bhs rx_bhs;
-    uint32_t rx_dlen;
-    struct iovec rx_dst[SCSI_TASK_IOV_MAX + 1];
-    int rx_dstcnt;
-    bool rx_discard;            /* data goes to the bit bucket */
-    struct iscsi_task *rx_task; /* task the data segment belongs to */
-    const uint8_t *databuf;     /* the data segment when not placed (text, nop, ...) */
-    struct log_limit log_rl;    /* lines this peer can cause per PDU (rejects) */
+    /* The PDU being received is the engine's, c->w.in: given to conn_pdu_header() once its
+     * header is in and to conn_pdu_done() once its data segment is. Its `task`, when set,
+     * holds a reference (released by conn_pdu_done() or by conn_close()). */
+    struct log_limit log_rl; /* lines this peer can cause per PDU (rejects) */
 
     /* tasks */
     struct iscsi_task *task_hash[ISCSI_TASK_HASH_SIZE];
@@ -171,7 +195,8 @@ struct iscsi_conn {
      * list and the flag); run on this connection's reactor by conn_run_released(). */
     struct list_node released;
     bool release_kicked;
-    struct reactor_deferred release_hook;
+    struct reactor_deferred release_hook; /* the kick from this connection's own reactor */
+    struct reactor_msg release_msg;       /* the kick from another thread */
     uint32_t next_ttt;
 
     /* --inject (the server's, handed over at accept): kill-connection runs on inject_timer,
@@ -186,7 +211,12 @@ struct iscsi_conn {
     uint64_t nop_sent_ms;
     uint32_t nop_ttt;
 
-    struct reactor_deferred free_hook;
+    /* Set while cmd_exec() hands a task to the SCSI core: a completion that runs inside that
+     * call leaves its status here instead of closing the connection under the caller. */
+    int *exec_status;
+
+    struct reactor_deferred free_hook; /* the last reference dropped on the owner's thread */
+    struct reactor_msg free_msg;       /* ... or on another one */
     bool dead;
     bool logged_out; /* closed after a Logout, not dropped */
 };
@@ -254,31 +284,54 @@ struct iscsi_session {
     } while (0)
 
 /* conn.c */
+
+/* The PDU dispatcher: the receive engine's two calls per received PDU. Both take the
+ * connection's PDU (struct iscsi_pdu_in), run the handler for its opcode and phase, and return
+ * its status (enum iscsi_status); a negative status has closed the connection (here, the one
+ * place a handler's verdict closes it) and the engine must stop.
+ *   conn_pdu_header: the BHS is in (and checked: digest, length). The handler may place the
+ *     data segment (p->dst/dstcnt, or p->discard) and leave its verdict in p->reject_reason /
+ *     p->task; with neither dst nor discard set, the engine receives the data into its buffer.
+ *   conn_pdu_done: the data segment is in (p->data points at it when it went to the engine's
+ *     buffer). Runs the end-of-PDU handler with the header phase's verdict, then releases
+ *     p->task's reference. */
+int conn_pdu_header(struct iscsi_conn *c, struct iscsi_pdu_in *p);
+int conn_pdu_done(struct iscsi_conn *c, struct iscsi_pdu_in *p);
+/* Close for a negative status (its reason from iscsi_status_str()); nothing for ISCSI_OK. For
+ * the dispatcher and for asynchronous paths that queue PDUs outside it (store completions,
+ * timers, cross-thread messages). Returns status. */
+int conn_fail(struct iscsi_conn *c, int status);
+
 /* Entered full feature phase in a normal session: arm --inject kill-connection, if asked. */
 void conn_inject_start(struct iscsi_conn *c);
 void conn_send(struct iscsi_conn *c, struct wire_pdu *p);
 struct wire_pdu *conn_tx_alloc(struct iscsi_conn *c);
-/* A PDU with its BHS started (opcode, flags); NULL, with the connection closed, when memory ran
- * out. */
+/* A PDU with its BHS started (opcode, flags); NULL when memory ran out (the caller returns
+ * ISCSI_ERR_NOMEM). */
 struct wire_pdu *conn_pdu_new(struct iscsi_conn *c, enum iscsi_opcode op, uint8_t flags);
 /* A response that carries only a Response byte, the request's ITT and the sequence numbers
- * (TMF, Logout). */
-void conn_send_response(struct iscsi_conn *c, enum iscsi_opcode op, const struct iscsi_bhs *req,
-                        uint8_t response);
+ * (TMF, Logout). ISCSI_OK or ISCSI_ERR_NOMEM. */
+int conn_send_response(struct iscsi_conn *c, enum iscsi_opcode op, const struct iscsi_bhs *req,
+                       uint8_t response);
 /* Queue a PDU with a copy of `data` (text, sense, reject): header must be filled except the
- * data segment length, which is set here. */
-void conn_send_copy(struct iscsi_conn *c, struct wire_pdu *p, const void *data, uint32_t len);
+ * data segment length, which is set here. ISCSI_OK, or ISCSI_ERR_NOMEM with p released (its
+ * `sent` called with ok = false). */
+int conn_send_copy(struct iscsi_conn *c, struct wire_pdu *p, const void *data, uint32_t len);
 void conn_close(struct iscsi_conn *c, const char *why);
-void conn_send_reject(struct iscsi_conn *c, const struct iscsi_bhs *bad, uint8_t reason);
+/* RFC 7143 §11.17. ISCSI_OK or ISCSI_ERR_NOMEM. */
+int conn_send_reject(struct iscsi_conn *c, const struct iscsi_bhs *bad, uint8_t reason);
 /* Fill StatSN (and advance it if `advance`), ExpCmdSN and MaxCmdSN of a response header. */
 void conn_fill_sn(struct iscsi_conn *c, struct iscsi_bhs *h, bool advance);
 void conn_task_hash_add(struct iscsi_conn *c, struct iscsi_task *t);
 void conn_task_hash_del(struct iscsi_conn *c, struct iscsi_task *t);
 struct iscsi_task *conn_task_find(struct iscsi_conn *c, uint32_t itt);
 void conn_get(struct iscsi_conn *c);
+/* From any thread: the connection is freed on its own reactor's thread. */
 void conn_put(struct iscsi_conn *c);
 void conn_on_event(void *arg, uint32_t events);
-/* Close from any thread: hops to the connection's reactor. */
+/* Close from any thread: hops to the connection's reactor (a message embedded in c, so it
+ * cannot fail; a second request before the close is a no-op, the first reason stands). The
+ * caller guarantees c is alive (typically: the session lock held with c in its list). */
 void conn_close_async(struct iscsi_conn *c, const char *why);
 
 /* Test seams (tests/unit/tgt_harness.c): a connection without a socket, driven by feeding it
@@ -305,7 +358,7 @@ void iscsi_server_pending_del(struct iscsi_server *srv, const uint8_t *addr, uin
 bool iscsi_server_log_allow(struct iscsi_server *srv, unsigned *suppressed);
 
 /* login.c */
-void login_handle(struct iscsi_conn *c);
+int login_handle(struct iscsi_conn *c, struct iscsi_pdu_in *p);
 void login_conn_cleanup(struct iscsi_conn *c);
 
 /* session.c */
@@ -333,36 +386,48 @@ void session_close_conns_where(struct iscsi_server *srv,
                                              const struct iscsi_conn *c, const void *arg),
                                const void *arg, const char *why);
 void session_close_conn_by_cid(struct iscsi_session *s, uint16_t cid);
-/* CmdSN check for a non-immediate command (RFC 7143 §4.2.2.1). Returns 1 to run now, 0 if it was
- * queued until its turn, -1 if it is outside the window (silently ignore). */
-int session_cmdsn_check(struct iscsi_session *s, struct iscsi_task *t);
+/* The CmdSN window (RFC 7143 §4.2.2.1) works on (session, CmdSN) alone, without a connection
+ * (tests/unit/test_cmdsn.c drives it directly). session_cmdsn_init: the window starts at
+ * ExpCmdSN = exp (the leading Login's CmdSN, §11.12.7).
+ * session_cmdsn_check: a command arrives. Immediate ones run at once; CMDSN_QUEUED links `w`
+ * (its cmdsn and release set by the caller) into the queue until ExpCmdSN reaches it. RUN and
+ * QUEUED count the command in flight until session_cmd_done() or session_cmdsn_cancel(). */
+void session_cmdsn_init(struct iscsi_session *s, uint32_t exp);
+enum cmdsn_verdict session_cmdsn_check(struct iscsi_session *s, uint32_t cmdsn, bool immediate,
+                                       struct cmdsn_wait *w);
 void session_cmd_done(struct iscsi_session *s);
-void session_pending_remove(struct iscsi_session *s, struct iscsi_task *t);
+/* A queued or released command goes away (aborted, connection gone) before it ran: it no
+ * longer counts in flight, and its CmdSN stays received (taken). */
+void session_cmdsn_cancel(struct iscsi_session *s, struct cmdsn_wait *w);
+/* The release of a task's cmdsn_wait: onto its connection's released list, with one kick. */
+void session_release_task(struct cmdsn_wait *w);
 /* Called once a second per connection: after a connection loss, a CmdSN gap that has held
  * commands back for ISCSI_GAP_GRACE_MS is given up and the window moves on. */
 void session_check_gap(struct iscsi_session *s, uint64_t now_ms);
 /* The ExpCmdSN / MaxCmdSN pair for a response. */
 void session_window(struct iscsi_session *s, uint32_t *exp, uint32_t *max);
 
-/* cmd.c */
-void cmd_handle_scsi_header(struct iscsi_conn *c);
-void cmd_handle_scsi_data_done(struct iscsi_conn *c);
-void cmd_handle_data_out_header(struct iscsi_conn *c);
-void cmd_handle_data_out_done(struct iscsi_conn *c);
-void cmd_task_free(struct iscsi_task *t);
-void cmd_start(struct iscsi_task *t);
+/* cmd.c: the SCSI Command and Data-Out handlers (header phase, end of PDU). */
+int cmd_handle_scsi_header(struct iscsi_conn *c, struct iscsi_pdu_in *p);
+int cmd_handle_scsi_data_done(struct iscsi_conn *c, struct iscsi_pdu_in *p);
+int cmd_handle_data_out_header(struct iscsi_conn *c, struct iscsi_pdu_in *p);
+int cmd_handle_data_out_done(struct iscsi_conn *c, struct iscsi_pdu_in *p);
+void task_get(struct iscsi_task *t);
+/* Drop a reference; the last one frees the task (see struct iscsi_task). */
+void task_put(struct iscsi_task *t);
 /* Run the tasks the session released to this connection (its reactor's thread). */
 void conn_run_released(void *arg);
-/* Abort: never answer; release when the store lets go. */
+/* Abort: never answer; the protocol side drops its reference (the store's and queued PDUs'
+ * keep the task until they let go). */
 void cmd_task_abort(struct iscsi_task *t);
 void cmd_conn_teardown(struct iscsi_conn *c);
 
 /* tmf.c */
-void tmf_handle(struct iscsi_conn *c);
+int tmf_handle(struct iscsi_conn *c, struct iscsi_pdu_in *p);
 void iscsi_abort_nexus_tasks(struct scsi_target *t, struct scsi_nexus *n, struct scsi_lun *lu);
 
 /* discovery.c */
-void text_handle(struct iscsi_conn *c);
+int text_handle(struct iscsi_conn *c, struct iscsi_pdu_in *p);
 /* Append SendTargets results for `which` ("All" or a name) visible to this initiator. */
 void discovery_send_targets(struct iscsi_conn *c, const char *which, struct iscsi_text *out);
 

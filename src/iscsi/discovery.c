@@ -34,7 +34,7 @@ void discovery_send_targets(struct iscsi_conn *c, const char *which, struct iscs
     }
 }
 
-static void text_send_chunk(struct iscsi_conn *c, const struct iscsi_bhs *req)
+static int text_send_chunk(struct iscsi_conn *c, const struct iscsi_bhs *req)
 {
     uint32_t left = c->login_out.len - c->login_out_off;
     uint32_t max = c->max_send_dsl;
@@ -43,62 +43,61 @@ static void text_send_chunk(struct iscsi_conn *c, const struct iscsi_bhs *req)
     struct wire_pdu *p =
         conn_pdu_new(c, ISCSI_OP_TEXT_RSP, more ? ISCSI_FLAG_CONTINUE : ISCSI_FLAG_FINAL);
     if (!p)
-        return;
+        return ISCSI_ERR_NOMEM;
     struct iscsi_bhs *h = (struct iscsi_bhs *)p->hdr;
     memcpy(h->b + BHS_LUN, req->b + BHS_LUN, 8);
     bhs_put32(h, BHS_ITT, bhs_get32(req, BHS_ITT));
     bhs_put32(h, BHS_TTT, more ? TEXT_TTT : ISCSI_RSVD_TAG);
     conn_fill_sn(c, h, true);
-    conn_send_copy(c, p, c->login_out.data + c->login_out_off, n);
+    int rc = conn_send_copy(c, p, c->login_out.data + c->login_out_off, n);
+    if (rc < 0)
+        return rc;
     c->login_out_off += n;
     if (!more) {
         iscsi_text_reset(&c->login_out);
         c->login_out_off = 0;
     }
+    return ISCSI_OK;
 }
 
-void text_handle(struct iscsi_conn *c)
+int text_handle(struct iscsi_conn *c, struct iscsi_pdu_in *pdu)
 {
-    struct iscsi_bhs *req = &c->rx_bhs;
+    struct iscsi_bhs *req = &pdu->bhs;
     bool final = req->b[1] & ISCSI_FLAG_FINAL;
     bool cont = req->b[1] & ISCSI_FLAG_CONTINUE;
     uint32_t ttt = bhs_get32(req, BHS_TTT);
     if (!bhs_immediate(req))
         session_consume_cmdsn(c->session, bhs_get32(req, BHS_CMDSN));
     if (final && cont) {
-        conn_send_reject(c, req, ISCSI_REJECT_PROTOCOL_ERROR);
-        return;
+        return conn_send_reject(c, req, ISCSI_REJECT_PROTOCOL_ERROR);
     }
     /* Continuing our long answer. */
     if (ttt == TEXT_TTT && c->login_out.len && c->login_out_off < c->login_out.len) {
-        text_send_chunk(c, req);
-        return;
+        return text_send_chunk(c, req);
     }
     if (ttt != ISCSI_RSVD_TAG && ttt != TEXT_TTT) {
-        conn_send_reject(c, req, ISCSI_REJECT_INVALID_PDU_FIELD);
-        return;
+        return conn_send_reject(c, req, ISCSI_REJECT_INVALID_PDU_FIELD);
     }
     if (ttt == ISCSI_RSVD_TAG) {
         /* A new exchange resets any unfinished one (§11.10.4). */
         iscsi_text_reset(&c->login_out);
         c->login_out_off = 0;
     }
-    if (iscsi_text_append(&c->login_in, c->databuf, c->rx_dlen) < 0) {
+    if (iscsi_text_append(&c->login_in, pdu->data, pdu->dlen) < 0) {
         iscsi_text_reset(&c->login_in);
-        conn_send_reject(c, req, ISCSI_REJECT_PROTOCOL_ERROR);
-        return;
+        return conn_send_reject(c, req, ISCSI_REJECT_PROTOCOL_ERROR);
     }
     if (cont || !final) {
         /* More request text follows: answer empty, asking for it (§11.10.2). */
         struct wire_pdu *p = conn_pdu_new(c, ISCSI_OP_TEXT_RSP, 0);
         if (!p)
-            return;
+            return ISCSI_ERR_NOMEM;
         struct iscsi_bhs *h = (struct iscsi_bhs *)p->hdr;
         bhs_put32(h, BHS_ITT, bhs_get32(req, BHS_ITT));
         bhs_put32(h, BHS_TTT, TEXT_TTT);
         conn_fill_sn(c, h, true);
         conn_send(c, p);
-        return;
+        return ISCSI_OK;
     }
     iscsi_neg_restart(&c->neg);
     c->neg.ffp = true;
@@ -108,8 +107,7 @@ void text_handle(struct iscsi_conn *c)
     iscsi_text_reset(&c->login_in);
     if (st != ISCSI_LOGIN_OK) {
         iscsi_text_reset(&c->login_out);
-        conn_send_reject(c, req, ISCSI_REJECT_PROTOCOL_ERROR);
-        return;
+        return conn_send_reject(c, req, ISCSI_REJECT_PROTOCOL_ERROR);
     }
     if (c->neg.send_targets_seen) {
         const char *which = c->neg.send_targets;
@@ -120,9 +118,8 @@ void text_handle(struct iscsi_conn *c)
     }
     if (c->login_out.overflow) {
         iscsi_text_reset(&c->login_out);
-        conn_send_reject(c, req, ISCSI_REJECT_LONG_OP_REJECT);
-        return;
+        return conn_send_reject(c, req, ISCSI_REJECT_LONG_OP_REJECT);
     }
     c->login_out_off = 0;
-    text_send_chunk(c, req);
+    return text_send_chunk(c, req);
 }

@@ -89,7 +89,7 @@ static void login_fill_sn(struct iscsi_conn *c, struct iscsi_bhs *h)
         session_window(c->session, &exp, &max);
     } else {
         /* Login does not advance CmdSN: the login request's CmdSN is the first command's. */
-        exp = bhs_get32(&c->rx_bhs, BHS_CMDSN);
+        exp = c->login_cmdsn;
         max = exp + ISCSI_CMD_WINDOW - 1;
     }
     bhs_put32(h, BHS_EXPCMDSN, exp);
@@ -97,27 +97,28 @@ static void login_fill_sn(struct iscsi_conn *c, struct iscsi_bhs *h)
 }
 
 /* Refuse the login with a status and close once the answer is out (§11.13.5). */
-static void login_fail(struct iscsi_conn *c, enum iscsi_login_status st, const char *detail)
+static int login_fail(struct iscsi_conn *c, enum iscsi_login_status st, const char *detail)
 {
     CONN_LOG_LOGIN(c, LOG_LVL_WARN, "%s: login refused (%s, status 0x%04x)%s%s%s%s", c->peer,
                    login_status_text(st), st, c->neg.initiator_name[0] ? " initiator " : "",
                    c->neg.initiator_name, detail ? ": " : "", detail ? detail : "");
     struct wire_pdu *p = login_rsp_alloc(c, 0);
     if (!p)
-        return;
+        return ISCSI_ERR_NOMEM;
     struct iscsi_bhs *h = (struct iscsi_bhs *)p->hdr;
     h->b[BHS_STATUS_CLASS] = (uint8_t)(st >> 8);
     h->b[BHS_STATUS_DETAIL] = (uint8_t)st;
     login_fill_sn(c, h);
     conn_send(c, p);
     c->phase = CONN_LOGGED_OUT; /* close after flushing */
+    return ISCSI_OK;
 }
 
 static void login_auth_fail_fire(void *arg)
 {
     struct iscsi_conn *c = arg;
-    if (!c->dead)
-        login_fail(c, ISCSI_LOGIN_AUTH_FAILED, c->auth->detail);
+    assert(!c->dead); /* conn_close() stops this timer (login_conn_cleanup) */
+    conn_fail(c, login_fail(c, ISCSI_LOGIN_AUTH_FAILED, c->auth->detail));
 }
 
 /* An authentication failure: always status 0201h, whatever the cause (unknown user, wrong
@@ -125,7 +126,7 @@ static void login_auth_fail_fire(void *arg)
  * answer waits 1 s, 2 s, 4 s... up to 10 s by failures in a row from this address (a reactor
  * timer, the reactor keeps serving), which makes guessing secrets slow; the connection
  * ignores what it sends meanwhile. */
-static void login_fail_auth(struct iscsi_conn *c, const char *why)
+static int login_fail_auth(struct iscsi_conn *c, const char *why)
 {
     char addr[sizeof(c->peer)], local[sizeof(c->auth->detail)];
     peer_addr(c, addr, sizeof(addr));
@@ -144,16 +145,15 @@ static void login_fail_auth(struct iscsi_conn *c, const char *why)
              c->discovery ? "discovery session" : "target ",
              c->discovery ? "" : (c->node ? c->node->name : c->neg.target_name),
              why ? why : "authentication failed", n, addr, ms);
-    if (!c->auth || !ms) {
-        login_fail(c, ISCSI_LOGIN_AUTH_FAILED, detail);
-        return;
-    }
+    if (!c->auth || !ms)
+        return login_fail(c, ISCSI_LOGIN_AUTH_FAILED, detail);
     c->auth->failing = true;
     reactor_timer_start(c->reactor, &c->auth->fail_timer, ms, login_auth_fail_fire, c);
+    return ISCSI_OK;
 }
 
 /* Send the next chunk of login_out; C bit while more follows (§6.1.1, text over PDUs). */
-static void login_send_chunk(struct iscsi_conn *c, uint8_t transit_flags)
+static int login_send_chunk(struct iscsi_conn *c, uint8_t transit_flags)
 {
     uint32_t left = c->login_out.len - c->login_out_off;
     uint32_t n = left < 8192u ? left : 8192u;
@@ -162,18 +162,21 @@ static void login_send_chunk(struct iscsi_conn *c, uint8_t transit_flags)
     flags |= (uint8_t)(c->login_stage << 2);
     struct wire_pdu *p = login_rsp_alloc(c, flags);
     if (!p)
-        return;
+        return ISCSI_ERR_NOMEM;
     struct iscsi_bhs *h = (struct iscsi_bhs *)p->hdr;
     if (!more && (transit_flags & ISCSI_LOGIN_TRANSIT) &&
         ISCSI_LOGIN_NSG(transit_flags) == ISCSI_STAGE_FULL_FEATURE && c->session)
         put_be16(h->b + BHS_TSIH, c->session->tsih);
     login_fill_sn(c, h);
-    conn_send_copy(c, p, c->login_out.data + c->login_out_off, n);
+    int rc = conn_send_copy(c, p, c->login_out.data + c->login_out_off, n);
+    if (rc < 0)
+        return rc;
     c->login_out_off += n;
     if (!more) {
         iscsi_text_reset(&c->login_out);
         c->login_out_off = 0;
     }
+    return ISCSI_OK;
 }
 
 /* The whole first request is in: choose the target before negotiating, since its parameters
@@ -318,9 +321,9 @@ static enum iscsi_login_status login_enter_ffp(struct iscsi_conn *c)
 
 static void login_after_final(struct iscsi_conn *c, uint8_t rsp_flags);
 
-void login_handle(struct iscsi_conn *c)
+int login_handle(struct iscsi_conn *c, struct iscsi_pdu_in *p)
 {
-    struct iscsi_bhs *req = &c->rx_bhs;
+    struct iscsi_bhs *req = &p->bhs;
     uint8_t flags = req->b[1];
     bool transit = flags & ISCSI_LOGIN_TRANSIT;
     bool cont = flags & ISCSI_FLAG_CONTINUE;
@@ -328,8 +331,9 @@ void login_handle(struct iscsi_conn *c)
     enum iscsi_stage nsg = (enum iscsi_stage)ISCSI_LOGIN_NSG(flags);
     bool first = !c->login_started;
     c->login_started = true;
+    c->login_cmdsn = bhs_get32(req, BHS_CMDSN);
     if (c->auth && c->auth->failing)
-        return; /* the refusal is on its way */
+        return ISCSI_OK; /* the refusal is on its way */
 
     if (first) {
         memcpy(c->login_isid, req->b + BHS_ISID, 6);
@@ -342,43 +346,39 @@ void login_handle(struct iscsi_conn *c)
         if (c->statsn == 0)
             c->statsn = 1;
         if (req->b[BHS_VERSION_MIN] > 0) {
-            login_fail(c, ISCSI_LOGIN_UNSUPPORTED_VERSION, NULL);
-            return;
+            return login_fail(c, ISCSI_LOGIN_UNSUPPORTED_VERSION, NULL);
         }
     } else {
         if (memcmp(c->login_isid, req->b + BHS_ISID, 6) != 0 ||
             c->login_tsih != get_be16(req->b + BHS_TSIH)) {
-            login_fail(c, ISCSI_LOGIN_INITIATOR_ERROR, "ISID or TSIH changed during login");
-            return;
+            return login_fail(c, ISCSI_LOGIN_INITIATOR_ERROR, "ISID or TSIH changed during login");
         }
         c->login_itt = bhs_get32(req, BHS_ITT);
     }
     if (csg == 2 || csg == ISCSI_STAGE_FULL_FEATURE || csg != c->login_stage ||
         (transit && (nsg == 2 || nsg <= csg)) || (transit && cont)) {
-        login_fail(c, ISCSI_LOGIN_INITIATOR_ERROR, "invalid stage transition");
-        return;
+        return login_fail(c, ISCSI_LOGIN_INITIATOR_ERROR, "invalid stage transition");
     }
 
     /* The initiator is pulling the rest of a long response of ours (empty request, C=0). */
     if (c->login_out.len && c->login_out_off && c->login_out_off < c->login_out.len) {
-        login_send_chunk(c, c->login_rsp_flags);
-        if (c->login_out.len == 0)
+        int rc = login_send_chunk(c, c->login_rsp_flags);
+        if (rc == ISCSI_OK && c->login_out.len == 0)
             login_after_final(c, c->login_rsp_flags);
-        return;
+        return rc;
     }
 
-    if (iscsi_text_append(&c->login_in, c->databuf, c->rx_dlen) < 0) {
-        login_fail(c, ISCSI_LOGIN_OUT_OF_RESOURCES, "login text too long");
-        return;
+    if (iscsi_text_append(&c->login_in, p->data, p->dlen) < 0) {
+        return login_fail(c, ISCSI_LOGIN_OUT_OF_RESOURCES, "login text too long");
     }
     if (cont) {
         /* More text follows: acknowledge with an empty response in the same stage. */
-        struct wire_pdu *p = login_rsp_alloc(c, (uint8_t)(csg << 2));
-        if (!p)
-            return;
-        login_fill_sn(c, (struct iscsi_bhs *)p->hdr);
-        conn_send(c, p);
-        return;
+        struct wire_pdu *rsp = login_rsp_alloc(c, (uint8_t)(csg << 2));
+        if (!rsp)
+            return ISCSI_ERR_NOMEM;
+        login_fill_sn(c, (struct iscsi_bhs *)rsp->hdr);
+        conn_send(c, rsp);
+        return ISCSI_OK;
     }
 
     enum iscsi_login_status st;
@@ -388,8 +388,7 @@ void login_handle(struct iscsi_conn *c)
         if (st != ISCSI_LOGIN_OK) {
             iscsi_neg_init(&c->neg, ISCSI_SIDE_TARGET, NULL);
             /* keep the name for the log line */
-            login_fail(c, st, "unknown TargetName");
-            return;
+            return login_fail(c, st, "unknown TargetName");
         }
     }
     iscsi_text_reset(&c->login_out);
@@ -399,17 +398,14 @@ void login_handle(struct iscsi_conn *c)
         /* In the security stage of a CHAP login every refusal is an authentication failure:
          * a malformed CHAP key answers like a wrong secret. */
         if (c->auth && csg == ISCSI_STAGE_SECURITY) {
-            login_fail_auth(c, c->auth->why ? c->auth->why : "security keys refused");
-            return;
+            return login_fail_auth(c, c->auth->why ? c->auth->why : "security keys refused");
         }
-        login_fail(c, st, "key negotiation failed");
-        return;
+        return login_fail(c, st, "key negotiation failed");
     }
     if (!c->login_first_done) {
         st = login_check_identity(c, &why);
         if (st != ISCSI_LOGIN_OK) {
-            login_fail(c, st, why);
-            return;
+            return login_fail(c, st, why);
         }
         if (c->neg.session_type == ISCSI_SESSION_NONE)
             c->neg.session_type = ISCSI_SESSION_NORMAL; /* §13.21 default */
@@ -425,16 +421,14 @@ void login_handle(struct iscsi_conn *c)
         bool may_transit;
         st = iscsi_auth_step(c->auth, &c->neg, c->srv->auth_guard, &c->login_out, &may_transit);
         if (st != ISCSI_LOGIN_OK) {
-            login_fail_auth(c, c->auth->why);
-            return;
+            return login_fail_auth(c, c->auth->why);
         }
         if (transit && !may_transit) {
             /* §6.2: the target answers T=0 while CHAP goes on (libiscsi asks to transit in
              * the request that proposes AuthMethod); with no CHAP under way the request
              * tries to leave the security stage unauthenticated. */
             if (c->auth->state == AUTH_WAIT_METHOD) {
-                login_fail_auth(c, "security stage left without AuthMethod=CHAP");
-                return;
+                return login_fail_auth(c, "security stage left without AuthMethod=CHAP");
             }
             transit = false;
         }
@@ -442,23 +436,20 @@ void login_handle(struct iscsi_conn *c)
     if (csg == ISCSI_STAGE_SECURITY && transit && !c->neg.auth_none_agreed &&
         !c->neg.auth_chap_agreed) {
         if (c->neg.auth_required) {
-            login_fail_auth(c, "authentication required");
-            return;
+            return login_fail_auth(c, "authentication required");
         }
     }
     /* §12: with CHAP configured the security stage cannot be skipped (a first request with
      * CSG=1, or operational negotiation before the exchange completed). */
     if (csg != ISCSI_STAGE_SECURITY && c->neg.auth_required &&
         !(c->auth && c->auth->state == AUTH_DONE)) {
-        login_fail_auth(c, "operational stage without authentication");
-        return;
+        return login_fail_auth(c, "operational stage without authentication");
     }
     /* Our own declarations for the operational stage (MaxRecvDataSegmentLength). */
     if (csg == ISCSI_STAGE_OPERATIONAL)
         iscsi_neg_offer(&c->neg, ISCSI_STAGE_OPERATIONAL, &c->login_out);
     if (c->login_out.overflow) {
-        login_fail(c, ISCSI_LOGIN_OUT_OF_RESOURCES, "login response too long");
-        return;
+        return login_fail(c, ISCSI_LOGIN_OUT_OF_RESOURCES, "login response too long");
     }
 
     uint8_t rsp_flags = 0;
@@ -467,17 +458,17 @@ void login_handle(struct iscsi_conn *c)
         if (nsg == ISCSI_STAGE_FULL_FEATURE) {
             st = login_enter_ffp(c);
             if (st != ISCSI_LOGIN_OK) {
-                login_fail(c, st, "cannot complete login");
-                return;
+                return login_fail(c, st, "cannot complete login");
             }
         }
     }
     c->login_rsp_flags = rsp_flags;
     c->login_out_off = 0;
-    login_send_chunk(c, rsp_flags);
-    if (c->login_out.len) /* more to pull: stay in this stage */
-        return;
+    int rc = login_send_chunk(c, rsp_flags);
+    if (rc < 0 || c->login_out.len) /* more to pull: stay in this stage */
+        return rc;
     login_after_final(c, rsp_flags);
+    return ISCSI_OK;
 }
 
 /* The last response of a stage is out: move to the next stage. */

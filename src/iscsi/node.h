@@ -29,7 +29,7 @@ struct iscsi_portal_addr {
 /* What one peer may make the daemon hold (README "Limits"). Checked where the thing is created:
  * at accept, at session creation, when a reply is queued; never per byte. 0 means no limit. */
 struct iscsi_limits {
-    /* Memory a connection's unsent replies may hold (copies, plus ISCSI_TX_PDU_CHARGE per PDU)
+    /* Memory a connection's unsent replies may hold (copies, plus WIRE_PDU_CHARGE per PDU)
      * before the target stops reading its requests; reading resumes below half of it. */
     uint64_t max_tx_backlog;
     unsigned max_pending_logins;          /* connections not yet logged in, in total */
@@ -115,7 +115,7 @@ void iscsi_limits_default(struct iscsi_limits *l);
 void iscsi_conn_accept(struct iscsi_server *srv, struct reactor *r, int fd,
                        const struct iscsi_portal_addr *portal);
 
-/* SIGTERM path: called once on each reactor's thread (via reactor_send) to fail in-flight
+/* SIGTERM path: called once on each reactor's thread (via a message) to fail in-flight
  * commands cleanly and close every connection it owns. */
 void iscsi_server_close_reactor_conns(struct iscsi_server *srv, struct reactor *r);
 

@@ -1,6 +1,27 @@
-/* PDU codec helpers shared by target and initiator (RFC 7143 §11). For now: opcode names for
- * log lines; the BHS accessors themselves are inline in pdu.h. */
+/* PDU codec helpers shared by target and initiator (RFC 7143 §11): opcode names and handler
+ * status reasons for log lines; the BHS accessors themselves are inline in pdu.h. */
 #include "iscsi/pdu.h"
+
+static const char *const status_reason[ISCSI_STATUS_COUNT] = {
+    [0] = "ok",
+    [-ISCSI_ERR_PROTOCOL] = "protocol error (ERL 0)",
+    [-ISCSI_ERR_NOMEM] = "out of memory",
+    [-ISCSI_ERR_NOT_IN_LOGIN] = "PDU not allowed during login",
+    [-ISCSI_ERR_OVERSIZED] = "oversized data segment (protocol error)",
+    [-ISCSI_ERR_HDIGEST] = "header digest error (ERL 0)",
+    [-ISCSI_ERR_DDIGEST] = "data digest error (ERL 0)",
+    [-ISCSI_ERR_DATA_OUT] = "Data-Out protocol error (ERL 0)",
+    [-ISCSI_ERR_DATA_OUT_SEQ] = "Data-Out sequence error (ERL 0)",
+    [-ISCSI_ERR_LOGIN_TIMEOUT] = "login timed out",
+    [-ISCSI_ERR_NOP_TIMEOUT] = "no answer to NOP-In ping",
+};
+
+const char *iscsi_status_str(int status)
+{
+    if (status > 0 || status <= -ISCSI_STATUS_COUNT)
+        return "?";
+    return status_reason[-status];
+}
 
 const char *iscsi_opcode_name(enum iscsi_opcode op)
 {

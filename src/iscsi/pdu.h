@@ -270,6 +270,29 @@ struct iscsi_pdu_in {
     void *task;            /* the side's task this PDU belongs to, found by the header phase */
 };
 
+/* What a PDU handler returns. ISCSI_OK: go on with the next PDU. Negative: the connection
+ * cannot go on (at ERL 0 an error that is neither answered with a Reject nor with a SCSI status
+ * ends the connection, RFC 7143 §7.1.5/§7.8); the side's dispatcher closes it, in that one
+ * place, logging iscsi_status_str(). Handlers and the functions that queue PDUs only return
+ * these; they never close the connection themselves. */
+enum iscsi_status {
+    ISCSI_OK = 0,
+    ISCSI_ERR_PROTOCOL = -1,      /* a protocol error ERL 0 cannot recover from */
+    ISCSI_ERR_NOMEM = -2,         /* a reply or a buffer could not be allocated */
+    ISCSI_ERR_NOT_IN_LOGIN = -3,  /* a PDU other than Login before login completed (§6.1) */
+    ISCSI_ERR_OVERSIZED = -4,     /* data segment beyond MaxRecvDataSegmentLength (§13.12) */
+    ISCSI_ERR_HDIGEST = -5,       /* header digest mismatch (ERL 0: §7.8) */
+    ISCSI_ERR_DDIGEST = -6,       /* data digest mismatch (ERL 0: §7.8) */
+    ISCSI_ERR_DATA_OUT = -7,      /* Data-Out with a TTT we never gave, or beyond its burst */
+    ISCSI_ERR_DATA_OUT_SEQ = -8,  /* an R2T sequence ended (F bit) short of its length */
+    ISCSI_ERR_LOGIN_TIMEOUT = -9, /* login not complete within login-timeout of accept */
+    ISCSI_ERR_NOP_TIMEOUT = -10,  /* no answer to a NOP-In ping within nop-timeout */
+};
+#define ISCSI_STATUS_COUNT 11 /* entries of the reason table (0 .. -10) */
+
+/* The reason logged when a status closes a connection ("?" for an unknown value). */
+const char *iscsi_status_str(int status);
+
 const char *iscsi_opcode_name(enum iscsi_opcode op);
 
 #endif

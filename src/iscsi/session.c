@@ -2,6 +2,7 @@
  * by ISID (RFC 7143 §6.3.5), connections joining and leaving (MC/S), and the session-wide
  * CmdSN window: commands are handed to SCSI in CmdSN order whatever connection they arrive
  * on (§4.2.2.1), and MaxCmdSN grants at most ISCSI_CMD_WINDOW commands in flight. */
+#include <assert.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -114,10 +115,8 @@ struct iscsi_session *session_create(struct iscsi_conn *c, const struct iscsi_pa
     s->params = *p;
     pthread_mutex_init(&s->lock, NULL);
     list_init(&s->conns);
-    list_init(&s->pending);
     /* The login request's CmdSN is the CmdSN of the first command (§11.12.7). */
-    s->exp_cmdsn = bhs_get32(&c->rx_bhs, BHS_CMDSN);
-    s->max_cmdsn = s->exp_cmdsn + ISCSI_CMD_WINDOW - 1;
+    session_cmdsn_init(s, c->login_cmdsn);
     s->refs = 1;
     if (s->node) {
         s->nexus = scsi_nexus_get(s->node->scsi, s->initiator_name, s->isid);
@@ -308,14 +307,24 @@ static void sn_untake(struct iscsi_session *s, uint32_t sn)
     s->taken[b / 64] &= ~(UINT64_C(1) << (b % 64));
 }
 
-static struct iscsi_task *pending_find(struct iscsi_session *s, uint32_t sn)
+static struct cmdsn_wait *pending_find(struct iscsi_session *s, uint32_t sn)
 {
     for (struct list_node *n = s->pending.next; n != &s->pending; n = n->next) {
-        struct iscsi_task *t = list_entry(n, struct iscsi_task, pending_node);
-        if (t->cmdsn == sn)
-            return t;
+        struct cmdsn_wait *w = list_entry(n, struct cmdsn_wait, node);
+        if (w->cmdsn == sn)
+            return w;
     }
     return NULL;
+}
+
+void session_cmdsn_init(struct iscsi_session *s, uint32_t exp)
+{
+    list_init(&s->pending);
+    s->exp_cmdsn = exp;
+    s->max_cmdsn = exp + ISCSI_CMD_WINDOW - 1;
+    s->in_flight = 0;
+    memset(s->taken, 0, sizeof(s->taken));
+    s->stalled_since_ms = 0;
 }
 
 static void session_update_max(struct iscsi_session *s)
@@ -334,15 +343,26 @@ void session_window(struct iscsi_session *s, uint32_t *exp, uint32_t *max)
     pthread_mutex_unlock(&s->lock);
 }
 
-static void conn_released_msg(void *arg)
+/* With the session lock held: a queued task's turn came. It moves to its connection's released
+ * list (the same node, the same lock), and the connection gets one kick (a deferred call on its
+ * own reactor, or one message to another) however many commands a burst releases. */
+void session_release_task(struct cmdsn_wait *w)
 {
-    conn_run_released(arg);
+    struct iscsi_task *t = list_entry(w, struct iscsi_task, wait);
+    struct iscsi_conn *c = t->conn;
+    list_add_tail(&c->released, &w->node);
+    if (!c->release_kicked) {
+        c->release_kicked = true;
+        conn_get(c); /* dropped by conn_run_released() */
+        if (reactor_self() == c->reactor)
+            reactor_defer(c->reactor, &c->release_hook, conn_run_released, c);
+        else
+            reactor_post(c->reactor, &c->release_msg, conn_run_released, c);
+    }
 }
 
-/* With the lock held: every queued command whose turn has come moves to its connection's
- * released list, and ExpCmdSN steps over taken CmdSNs; the connection gets one kick (a
- * deferred call on its own reactor, or one message to another) however many commands a burst
- * releases. */
+/* With the lock held: every queued command whose turn has come is released, in CmdSN order,
+ * and ExpCmdSN steps over taken CmdSNs. */
 static void session_drain_locked(struct iscsi_session *s)
 {
     while (!list_empty(&s->pending) || any_taken(s)) {
@@ -351,21 +371,12 @@ static void session_drain_locked(struct iscsi_session *s)
             s->exp_cmdsn++;
             continue;
         }
-        struct iscsi_task *t = pending_find(s, s->exp_cmdsn);
-        if (!t)
+        struct cmdsn_wait *w = pending_find(s, s->exp_cmdsn);
+        if (!w)
             return;
-        struct iscsi_conn *c = t->conn;
-        list_del(&t->pending_node);
-        list_add_tail(&c->released, &t->pending_node);
+        list_del(&w->node);
         s->exp_cmdsn++;
-        if (!c->release_kicked) {
-            c->release_kicked = true;
-            conn_get(c); /* dropped by conn_run_released() */
-            if (reactor_self() == c->reactor)
-                reactor_defer(c->reactor, &c->release_hook, conn_run_released, c);
-            else if (reactor_send(c->reactor, conn_released_msg, c) < 0)
-                atomic_fetch_sub(&c->refs, 1); /* out of memory: the kick is lost */
-        }
+        w->release(w);
     }
 }
 
@@ -388,59 +399,56 @@ static void session_take_locked(struct iscsi_session *s, uint32_t sn)
     s->taken[b / 64] |= UINT64_C(1) << (b % 64);
 }
 
-int session_cmdsn_check(struct iscsi_session *s, struct iscsi_task *t)
+enum cmdsn_verdict session_cmdsn_check(struct iscsi_session *s, uint32_t cmdsn, bool immediate,
+                                       struct cmdsn_wait *w)
 {
     pthread_mutex_lock(&s->lock);
-    if (t->immediate) {
+    if (immediate) {
         s->in_flight++;
         pthread_mutex_unlock(&s->lock);
-        return 1;
+        return CMDSN_RUN;
     }
-    if (sn_lt(t->cmdsn, s->exp_cmdsn) || sn_lt(s->max_cmdsn, t->cmdsn)) {
+    if (sn_lt(cmdsn, s->exp_cmdsn) || sn_lt(s->max_cmdsn, cmdsn)) {
         pthread_mutex_unlock(&s->lock);
-        return -1;
+        return CMDSN_OUTSIDE;
     }
-    if (sn_is_taken(s, t->cmdsn)) {
+    if (sn_is_taken(s, cmdsn)) {
         /* Already received: most likely the very command an ABORT TASK took before it came
          * (RFC 7143 §11.5.1 b), which must not run nor be answered; else a duplicate. */
         pthread_mutex_unlock(&s->lock);
-        CONN_LOG_LIMITED(
-            t->conn, LOG_LVL_INFO,
-            "%s: CmdSN %u ITT 0x%08x: that CmdSN was already received (aborted before it "
-            "came, or a duplicate): dropped",
-            t->conn->peer, t->cmdsn, t->itt);
-        return -1;
+        return CMDSN_RECEIVED;
     }
     s->in_flight++;
-    if (t->cmdsn == s->exp_cmdsn) {
+    if (cmdsn == s->exp_cmdsn) {
         s->exp_cmdsn++;
         session_drain_locked(s);
         pthread_mutex_unlock(&s->lock);
-        return 1;
+        return CMDSN_RUN;
     }
     /* Ahead of a gap (another connection's command is still on its way): wait. */
-    if (pending_find(s, t->cmdsn)) { /* a duplicate within the window: ignore it (§4.2.2.1) */
+    if (pending_find(s, cmdsn)) { /* a duplicate within the window: ignore it (§4.2.2.1) */
         s->in_flight--;
         pthread_mutex_unlock(&s->lock);
-        return -1;
+        return CMDSN_OUTSIDE;
     }
-    t->state = TASK_QUEUED;
-    list_add_tail(&s->pending, &t->pending_node);
+    w->cmdsn = cmdsn;
+    list_add_tail(&s->pending, &w->node);
     pthread_mutex_unlock(&s->lock);
-    return 0;
+    return CMDSN_QUEUED;
 }
 
-/* Remove a queued task (from the CmdSN queue or its connection's released list: the same node,
- * the same lock) whose connection is going away or that was aborted. One still waiting for its
- * turn was received all the same: its CmdSN stays taken, or the hole it left would hold back
- * every later command. */
-void session_pending_remove(struct iscsi_session *s, struct iscsi_task *t)
+/* Remove a queued command (from the CmdSN queue or its connection's released list: the same
+ * node, the same lock) whose connection is going away or that was aborted. One still waiting
+ * for its turn was received all the same: its CmdSN stays taken, or the hole it left would hold
+ * back every later command. */
+void session_cmdsn_cancel(struct iscsi_session *s, struct cmdsn_wait *w)
 {
     pthread_mutex_lock(&s->lock);
-    list_del(&t->pending_node);
+    list_del(&w->node);
+    assert(s->in_flight > 0);
     s->in_flight--;
-    if (!t->immediate)
-        session_take_locked(s, t->cmdsn); /* nothing for a released one: below ExpCmdSN */
+    /* Only non-immediate commands queue. Nothing for a released one: below ExpCmdSN. */
+    session_take_locked(s, w->cmdsn);
     pthread_mutex_unlock(&s->lock);
 }
 
@@ -477,9 +485,9 @@ void session_check_gap(struct iscsi_session *s, uint64_t now_ms)
         s->stalled_since_ms = now_ms;
         s->stalled_exp = s->exp_cmdsn;
     } else if (now_ms - s->stalled_since_ms >= ISCSI_GAP_GRACE_MS) {
-        uint32_t oldest = list_entry(s->pending.next, struct iscsi_task, pending_node)->cmdsn;
+        uint32_t oldest = list_entry(s->pending.next, struct cmdsn_wait, node)->cmdsn;
         for (struct list_node *n = s->pending.next; n != &s->pending; n = n->next) {
-            uint32_t sn = list_entry(n, struct iscsi_task, pending_node)->cmdsn;
+            uint32_t sn = list_entry(n, struct cmdsn_wait, node)->cmdsn;
             if (sn_lt(sn, oldest))
                 oldest = sn;
         }

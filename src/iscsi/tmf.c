@@ -2,6 +2,7 @@
  * this boundary: ABORT TASK, ABORT TASK SET, CLEAR TASK SET, LOGICAL UNIT RESET, TARGET WARM and
  * COLD RESET. Aborted tasks are never answered; a task still in the store is released when the
  * store lets go of its buffers. */
+#include <assert.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,9 +10,9 @@
 #include "iscsi/conn.h"
 #include "util/log.h"
 
-static void tmf_respond(struct iscsi_conn *c, const struct iscsi_bhs *req, uint8_t response)
+static int tmf_respond(struct iscsi_conn *c, const struct iscsi_bhs *req, uint8_t response)
 {
-    conn_send_response(c, ISCSI_OP_TMF_RSP, req, response);
+    return conn_send_response(c, ISCSI_OP_TMF_RSP, req, response);
 }
 
 /* Abort every task of this connection matching the LUN (all LUNs if lun == UINT64_MAX), and
@@ -35,62 +36,6 @@ static unsigned abort_conn_tasks(struct iscsi_conn *c, uint64_t lun, uint32_t be
         n++;
     }
     return n;
-}
-
-/* Tasks on other connections live on other reactors: each connection aborts its own, by
- * message. */
-struct abort_msg {
-    struct iscsi_conn *c;
-    uint64_t lun;
-    uint32_t before_cmdsn;
-    bool use_cmdsn;
-};
-
-static void abort_msg_run(void *arg)
-{
-    struct abort_msg *m = arg;
-    if (!m->c->dead)
-        abort_conn_tasks(m->c, m->lun, m->before_cmdsn, m->use_cmdsn);
-    conn_put(m->c);
-    free(m);
-}
-
-static void abort_conn_tasks_async(struct iscsi_conn *c, uint64_t lun, uint32_t before_cmdsn,
-                                   bool use_cmdsn)
-{
-    struct abort_msg *m = malloc(sizeof(*m));
-    if (!m)
-        return;
-    *m = (struct abort_msg){c, lun, before_cmdsn, use_cmdsn};
-    conn_get(c);
-    if (reactor_send(c->reactor, abort_msg_run, m) < 0) {
-        conn_put(c);
-        free(m);
-    }
-}
-
-/* Abort matching tasks on every other connection: of this session only (ABORT TASK SET, the
- * I_T nexus's tasks), or of every session of the target (CLEAR TASK SET, resets: the task set
- * is shared by all nexuses, SAM-5 §8.3). */
-static void abort_other_conns(struct iscsi_conn *self, bool whole_target, uint64_t lun,
-                              uint32_t before_cmdsn, bool use_cmdsn)
-{
-    struct iscsi_session *own = self->session;
-    struct iscsi_server *srv = self->srv;
-    pthread_mutex_lock(&srv->sessions_lock);
-    for (unsigned i = 1; i < srv->sessions_cap; i++) {
-        struct iscsi_session *s = srv->sessions[i];
-        if (!s || (s != own && (!whole_target || s->node != own->node)))
-            continue;
-        pthread_mutex_lock(&s->lock);
-        for (struct list_node *n = s->conns.next; n != &s->conns; n = n->next) {
-            struct iscsi_conn *c = list_entry(n, struct iscsi_conn, session_node);
-            if (c != self)
-                abort_conn_tasks_async(c, lun, before_cmdsn, s == own && use_cmdsn);
-        }
-        pthread_mutex_unlock(&s->lock);
-    }
-    pthread_mutex_unlock(&srv->sessions_lock);
 }
 
 /* ---------------- ABORT TASK ---------------- */
@@ -123,119 +68,225 @@ static uint8_t abort_named_task(struct iscsi_task *t, uint64_t lun, uint16_t tmf
     return ISCSI_TMF_RSP_COMPLETE;
 }
 
+/* ---------------- fan-out to the other connections ---------------- */
+
+/* Tasks on other connections live on other reactors (a task list is its thread's alone): each
+ * connection aborts its own, reached by a message. The messages are embedded in one fan-out
+ * object, one leg per connection, allocated before anything is aborted: out of memory is then
+ * answered FUNCTION REJECTED with nothing done, and once it exists every leg gets there. The
+ * last leg to finish frees it, or for ABORT TASK hands the answer back to the TMF's
+ * connection. */
+struct abort_fanout;
+
+struct abort_leg {
+    struct abort_fanout *f;
+    struct iscsi_conn *c; /* the connection looked at (a reference held) */
+    bool use_cmdsn;
+    struct reactor_msg msg;
+};
+
+struct abort_fanout {
+    uint64_t lun; /* UINT64_MAX: every LUN */
+    uint32_t before_cmdsn;
+    /* ABORT TASK: the task with ITT rtt, and the answer given on the TMF's connection */
+    bool by_itt;
+    uint32_t rtt;
+    uint16_t tmf_cid;
+    struct iscsi_conn *c;  /* the TMF's connection (a reference held), or NULL: no answer */
+    struct iscsi_bhs req;  /* the TMF Request */
+    uint8_t if_absent;     /* §11.5.1 b/c, from the CmdSN window when the TMF arrived */
+    atomic_bool aborted;   /* a connection had the task and aborted it */
+    atomic_bool wrong_lun; /* a connection had the ITT, on another LUN than the TMF's */
+    struct reactor_msg answer_msg;
+    atomic_uint legs_left; /* legs still running, + 1 while they are posted */
+    unsigned nlegs, cap;
+    struct abort_leg leg[];
+};
+
+/* Which sessions a fan-out reaches: < 0 not this one; else use_cmdsn for its legs. */
+typedef int (*fanout_match)(const struct iscsi_session *s, const void *arg);
+
+/* A fan-out with one leg per connection, skip excepted, of every session match() takes; NULL
+ * out of memory. The connections are counted, then the legs allocated and filled in a second
+ * walk with the table held: a connection that joined a session in between (logging in during
+ * the TMF, so carrying none of the tasks concerned) is left out. */
+static struct abort_fanout *fanout_build(struct iscsi_server *srv, fanout_match match,
+                                         const void *arg, const struct iscsi_conn *skip)
+{
+    unsigned n = 0;
+    pthread_mutex_lock(&srv->sessions_lock);
+    for (unsigned i = 1; i < srv->sessions_cap; i++) {
+        struct iscsi_session *s = srv->sessions[i];
+        if (!s || match(s, arg) < 0)
+            continue;
+        pthread_mutex_lock(&s->lock);
+        for (struct list_node *ln = s->conns.next; ln != &s->conns; ln = ln->next)
+            n += list_entry(ln, struct iscsi_conn, session_node) != skip;
+        pthread_mutex_unlock(&s->lock);
+    }
+    struct abort_fanout *f = calloc(1, sizeof(*f) + n * sizeof(f->leg[0]));
+    for (unsigned i = 1; f && i < srv->sessions_cap; i++) {
+        struct iscsi_session *s = srv->sessions[i];
+        int use_cmdsn = s ? match(s, arg) : -1;
+        if (use_cmdsn < 0)
+            continue;
+        pthread_mutex_lock(&s->lock);
+        for (struct list_node *ln = s->conns.next; ln != &s->conns && f->nlegs < n; ln = ln->next) {
+            struct iscsi_conn *c = list_entry(ln, struct iscsi_conn, session_node);
+            if (c == skip)
+                continue;
+            conn_get(c); /* c is in the session: alive */
+            f->leg[f->nlegs++] = (struct abort_leg){.f = f, .c = c, .use_cmdsn = use_cmdsn};
+        }
+        pthread_mutex_unlock(&s->lock);
+    }
+    pthread_mutex_unlock(&srv->sessions_lock);
+    if (f)
+        atomic_init(&f->legs_left, f->nlegs + 1);
+    return f;
+}
+
+/* On the TMF's connection's reactor, once every connection has looked: answer, free the
+ * fan-out and drop its reference on the connection (never the last one: the caller holds
+ * another). Returns the status of queuing the answer, for the caller to pass up or act on. */
+static int abort_task_respond(struct abort_fanout *f)
+{
+    struct iscsi_conn *c = f->c;
+    uint8_t rsp = f->if_absent;
+    int rc = ISCSI_OK;
+    if (atomic_load(&f->aborted))
+        rsp = ISCSI_TMF_RSP_COMPLETE;
+    else if (atomic_load(&f->wrong_lun))
+        rsp = ISCSI_TMF_RSP_NO_TASK;
+    /* the other connections answered asynchronously: this one may have closed or logged out */
+    if (!c->dead && c->phase == CONN_FFP)
+        rc = tmf_respond(c, &f->req, rsp);
+    free(f);
+    conn_put(c);
+    return rc;
+}
+
+/* The answer by message, outside any handler of the connection: a failure to queue it closes
+ * the connection here. */
+static void abort_task_answer(void *arg)
+{
+    struct abort_fanout *f = arg;
+    struct iscsi_conn *c = f->c;
+    conn_get(c);
+    conn_fail(c, abort_task_respond(f));
+    conn_put(c);
+}
+
+/* A leg is done. The last one answers ABORT TASK: right here when on the TMF's connection's
+ * reactor (the status of queuing the answer is returned), else by message. */
+static int fanout_leg_done(struct abort_fanout *f)
+{
+    if (atomic_fetch_sub(&f->legs_left, 1) != 1)
+        return ISCSI_OK;
+    if (!f->c) {
+        free(f);
+        return ISCSI_OK;
+    }
+    if (reactor_self() == f->c->reactor)
+        return abort_task_respond(f);
+    reactor_post(f->c->reactor, &f->answer_msg, abort_task_answer, f);
+    return ISCSI_OK;
+}
+
+/* On the reactor of the leg's connection. */
+static void abort_leg_run(void *arg)
+{
+    struct abort_leg *l = arg;
+    struct abort_fanout *f = l->f;
+    if (l->c->dead) {
+        /* its tasks went with it */
+    } else if (!f->by_itt) {
+        abort_conn_tasks(l->c, f->lun, f->before_cmdsn, l->use_cmdsn);
+    } else {
+        struct iscsi_task *t = conn_abortable_task(l->c, f->rtt);
+        if (t && abort_named_task(t, f->lun, f->tmf_cid) == ISCSI_TMF_RSP_COMPLETE)
+            atomic_store(&f->aborted, true);
+        else if (t)
+            atomic_store(&f->wrong_lun, true);
+    }
+    conn_put(l->c);
+    /* Answered here if the TMF's connection shares this reactor: outside its handlers, so a
+     * failure to queue the answer closes it here. (Read before the leg is done: f and its
+     * reference on the connection live until then.) */
+    struct iscsi_conn *tmf_conn = f->c;
+    bool here = tmf_conn && reactor_self() == tmf_conn->reactor;
+    if (here)
+        conn_get(tmf_conn);
+    int rc = fanout_leg_done(f);
+    if (here) {
+        conn_fail(tmf_conn, rc);
+        conn_put(tmf_conn);
+    }
+}
+
+/* Returns the status of an ABORT TASK answered right here (nobody else to ask). */
+static int fanout_send(struct abort_fanout *f)
+{
+    for (unsigned i = 0; i < f->nlegs; i++) {
+        struct abort_leg *l = &f->leg[i];
+        reactor_post(l->c->reactor, &l->msg, abort_leg_run, l);
+    }
+    return fanout_leg_done(f); /* finishes right here when there was nobody to ask */
+}
+
+struct scope {
+    const struct iscsi_session *own;
+    bool whole_target;
+    bool use_cmdsn;
+};
+
+static int scope_match(const struct iscsi_session *s, const void *arg)
+{
+    const struct scope *sc = arg;
+    if (s != sc->own && (!sc->whole_target || s->node != sc->own->node))
+        return -1;
+    return s == sc->own && sc->use_cmdsn;
+}
+
+/* Abort matching tasks on every other connection: of this session only (ABORT TASK SET, the
+ * I_T nexus's tasks), or of every session of the target (CLEAR TASK SET, resets: the task set
+ * is shared by all nexuses, SAM-5 §8.3). false (out of memory): nothing is done. */
+static bool abort_other_conns(struct iscsi_conn *self, bool whole_target, uint64_t lun,
+                              uint32_t before_cmdsn, bool use_cmdsn)
+{
+    struct scope sc = {self->session, whole_target, use_cmdsn};
+    struct abort_fanout *f = fanout_build(self->srv, scope_match, &sc, self);
+    if (!f)
+        return false;
+    f->lun = lun;
+    f->before_cmdsn = before_cmdsn;
+    int rc = fanout_send(f); /* no answer to give: always OK */
+    assert(rc == ISCSI_OK);
+    (void)rc;
+    return true;
+}
+
 /* The task ABORT TASK names is identified by its ITT within the session, whatever connection
  * carries it (RFC 7143 §11.5.1): an MC/S initiator may send the TMF on another connection than
  * the task's. A task not on the TMF's own connection is looked for on every other connection
- * of the session, each on its own reactor by message (its task list is its thread's alone),
- * and the last of them to finish hands the answer back to the TMF's connection: the TMF
- * Response leaves only once the task is aborted, or known to be on no connection. */
-struct abort_task_req {
-    struct iscsi_conn *c; /* the TMF's connection (a reference held until the answer) */
-    struct iscsi_bhs req; /* the TMF Request */
-    uint64_t lun;
-    uint32_t rtt;
-    uint8_t if_absent;     /* §11.5.1 b/c, from the CmdSN window when the TMF arrived */
-    bool unreachable;      /* a connection could not be asked (out of memory) */
-    atomic_uint legs;      /* connections still looking, + 1 while the messages go out */
-    atomic_bool aborted;   /* a connection had the task and aborted it */
-    atomic_bool wrong_lun; /* a connection had the ITT, on another LUN than the TMF's */
-};
-
-struct abort_task_leg {
-    struct abort_task_req *r;
-    struct iscsi_conn *c; /* the connection looked at (a reference held) */
-};
-
-/* On the TMF's connection's reactor, once every connection has looked. */
-static void abort_task_answer(void *arg)
+ * of the session, and the last of them to finish hands the answer back: the TMF Response
+ * leaves only once the task is aborted, or known to be on no connection. */
+static int abort_task_other_conns(struct iscsi_conn *self, const struct iscsi_bhs *req,
+                                  uint32_t rtt, uint64_t lun, uint8_t if_absent)
 {
-    struct abort_task_req *r = arg;
-    struct iscsi_conn *c = r->c;
-    uint8_t rsp = r->if_absent;
-    if (atomic_load(&r->aborted))
-        rsp = ISCSI_TMF_RSP_COMPLETE;
-    else if (atomic_load(&r->wrong_lun))
-        rsp = ISCSI_TMF_RSP_NO_TASK;
-    else if (r->unreachable)
-        rsp = ISCSI_TMF_RSP_REJECTED; /* the task may live on where we could not look */
-    if (!c->dead && c->phase == CONN_FFP)
-        tmf_respond(c, &r->req, rsp);
-    conn_put(c);
-    free(r);
-}
-
-static void abort_task_leg_done(struct abort_task_req *r)
-{
-    if (atomic_fetch_sub(&r->legs, 1) != 1)
-        return;
-    if (reactor_self() == r->c->reactor) {
-        abort_task_answer(r);
-    } else if (reactor_send(r->c->reactor, abort_task_answer, r) < 0) {
-        /* Out of memory: the TMF goes unanswered (the initiator's TMF timeout escalates). The
-         * reference cannot be dropped here, on the wrong thread: the connection leaks. */
-        LOG_ERR("%s: ABORT TASK ITT 0x%08x: out of memory, no TMF Response", r->c->peer, r->rtt);
-        free(r);
-    }
-}
-
-/* On the reactor of one other connection of the session. */
-static void abort_task_leg_run(void *arg)
-{
-    struct abort_task_leg *l = arg;
-    struct abort_task_req *r = l->r;
-    struct iscsi_task *t = l->c->dead ? NULL : conn_abortable_task(l->c, r->rtt);
-    if (t) {
-        if (abort_named_task(t, r->lun, r->c->cid) == ISCSI_TMF_RSP_COMPLETE)
-            atomic_store(&r->aborted, true);
-        else
-            atomic_store(&r->wrong_lun, true);
-    }
-    conn_put(l->c);
-    free(l);
-    abort_task_leg_done(r);
-}
-
-static void abort_task_other_conns(struct iscsi_conn *self, const struct iscsi_bhs *req,
-                                   uint32_t rtt, uint64_t lun, uint8_t if_absent)
-{
-    struct iscsi_session *s = self->session;
-    struct abort_task_req *r = malloc(sizeof(*r));
-    if (!r) {
-        tmf_respond(self, req, ISCSI_TMF_RSP_REJECTED);
-        return;
-    }
-    r->c = self;
-    r->req = *req;
-    r->lun = lun;
-    r->rtt = rtt;
-    r->if_absent = if_absent;
-    r->unreachable = false;
-    atomic_init(&r->legs, 1);
-    atomic_init(&r->aborted, false);
-    atomic_init(&r->wrong_lun, false);
+    struct scope sc = {self->session, false, false};
+    struct abort_fanout *f = fanout_build(self->srv, scope_match, &sc, self);
+    if (!f)
+        return tmf_respond(self, req, ISCSI_TMF_RSP_REJECTED);
+    f->lun = lun;
+    f->by_itt = true;
+    f->rtt = rtt;
+    f->tmf_cid = self->cid;
+    f->req = *req;
+    f->if_absent = if_absent;
     conn_get(self);
-    pthread_mutex_lock(&s->lock);
-    for (struct list_node *n = s->conns.next; n != &s->conns; n = n->next) {
-        struct iscsi_conn *o = list_entry(n, struct iscsi_conn, session_node);
-        if (o == self)
-            continue;
-        struct abort_task_leg *l = malloc(sizeof(*l));
-        if (!l) {
-            r->unreachable = true;
-            continue;
-        }
-        *l = (struct abort_task_leg){r, o};
-        conn_get(o);
-        atomic_fetch_add(&r->legs, 1);
-        if (reactor_send(o->reactor, abort_task_leg_run, l) < 0) {
-            atomic_fetch_sub(&r->legs, 1);
-            atomic_fetch_sub(&o->refs, 1); /* o is still in the session: not the last one */
-            free(l);
-            r->unreachable = true;
-        }
-    }
-    pthread_mutex_unlock(&s->lock);
-    abort_task_leg_done(r); /* answers right here when there was nobody else to ask */
+    f->c = self;
+    return fanout_send(f);
 }
 
 /* TARGET COLD RESET (RFC 7143 §11.5.1) closes all of the target's TCP connections to all
@@ -248,15 +299,14 @@ static bool other_conn_of_node(const struct iscsi_session *s, const struct iscsi
     return c != self && s->node == self->session->node;
 }
 
-void tmf_handle(struct iscsi_conn *c)
+int tmf_handle(struct iscsi_conn *c, struct iscsi_pdu_in *p)
 {
-    struct iscsi_bhs *req = &c->rx_bhs;
+    struct iscsi_bhs *req = &p->bhs;
     uint8_t fn = req->b[BHS_TMF_FUNCTION] & 0x7f;
     uint32_t cmdsn = bhs_get32(req, BHS_CMDSN);
     bool immediate = bhs_immediate(req);
     if (!(req->b[1] & ISCSI_FLAG_FINAL)) {
-        conn_send_reject(c, req, ISCSI_REJECT_PROTOCOL_ERROR);
-        return;
+        return conn_send_reject(c, req, ISCSI_REJECT_PROTOCOL_ERROR);
     }
     struct iscsi_session *s = c->session;
     uint32_t win_exp, win_max; /* the window as it was when the TMF arrived */
@@ -272,8 +322,7 @@ void tmf_handle(struct iscsi_conn *c)
         uint32_t rtt = bhs_get32(req, BHS_RTT);
         struct iscsi_task *t = conn_abortable_task(c, rtt);
         if (t) { /* the common case, answered at once: the task is on this connection */
-            tmf_respond(c, req, abort_named_task(t, lun, c->cid));
-            return;
+            return tmf_respond(c, req, abort_named_task(t, lun, c->cid));
         }
         /* §11.5.1 b: a task no connection has whose RefCmdSN is inside the window and less
          * than the CmdSN of the TMF itself is considered received and aborted: "function
@@ -291,81 +340,89 @@ void tmf_handle(struct iscsi_conn *c)
          * below finds and aborts it (a queued task aborted keeps its CmdSN taken). */
         if (in_window)
             session_consume_cmdsn(s, ref);
-        abort_task_other_conns(c, req, rtt, lun,
-                               in_window ? ISCSI_TMF_RSP_COMPLETE : ISCSI_TMF_RSP_NO_TASK);
-        return;
+        return abort_task_other_conns(c, req, rtt, lun,
+                                      in_window ? ISCSI_TMF_RSP_COMPLETE : ISCSI_TMF_RSP_NO_TASK);
     }
     case ISCSI_TMF_ABORT_TASK_SET:
     case ISCSI_TMF_CLEAR_TASK_SET: {
         if (!lu) {
-            tmf_respond(c, req, ISCSI_TMF_RSP_NO_LUN);
-            return;
+            return tmf_respond(c, req, ISCSI_TMF_RSP_NO_LUN);
+        }
+        if (!abort_other_conns(c, fn == ISCSI_TMF_CLEAR_TASK_SET, lun, cmdsn, true)) {
+            return tmf_respond(c, req, ISCSI_TMF_RSP_REJECTED);
         }
         unsigned n = abort_conn_tasks(c, lun, cmdsn, true);
-        abort_other_conns(c, fn == ISCSI_TMF_CLEAR_TASK_SET, lun, cmdsn, true);
         CONN_LOG_LIMITED(c, LOG_LVL_INFO, "%s: %s on LUN %llu: %u task(s) aborted", c->peer,
                          fn == ISCSI_TMF_ABORT_TASK_SET ? "ABORT TASK SET" : "CLEAR TASK SET",
                          (unsigned long long)lun, n);
         if (fn == ISCSI_TMF_CLEAR_TASK_SET)
             scsi_lun_tasks_cleared(lu, s->nexus);
-        tmf_respond(c, req, ISCSI_TMF_RSP_COMPLETE);
-        return;
+        return tmf_respond(c, req, ISCSI_TMF_RSP_COMPLETE);
     }
     case ISCSI_TMF_LOGICAL_UNIT_RESET:
         if (!lu) {
-            tmf_respond(c, req, ISCSI_TMF_RSP_NO_LUN);
-            return;
+            return tmf_respond(c, req, ISCSI_TMF_RSP_NO_LUN);
+        }
+        if (!abort_other_conns(c, true, lun, 0, false)) {
+            return tmf_respond(c, req, ISCSI_TMF_RSP_REJECTED);
         }
         abort_conn_tasks(c, lun, 0, false);
-        abort_other_conns(c, true, lun, 0, false);
         scsi_lun_reset(lu, s->nexus);
         CONN_LOG_LIMITED(c, LOG_LVL_INFO, "%s: LOGICAL UNIT RESET on LUN %llu", c->peer,
                          (unsigned long long)lun);
-        tmf_respond(c, req, ISCSI_TMF_RSP_COMPLETE);
-        return;
+        return tmf_respond(c, req, ISCSI_TMF_RSP_COMPLETE);
     case ISCSI_TMF_TARGET_WARM_RESET:
-    case ISCSI_TMF_TARGET_COLD_RESET:
+    case ISCSI_TMF_TARGET_COLD_RESET: {
+        if (!abort_other_conns(c, true, UINT64_MAX, 0, false))
+            return tmf_respond(c, req, ISCSI_TMF_RSP_REJECTED);
         abort_conn_tasks(c, UINT64_MAX, 0, false);
-        abort_other_conns(c, true, UINT64_MAX, 0, false);
         scsi_target_reset(tgt, s->nexus, fn == ISCSI_TMF_TARGET_COLD_RESET);
         CONN_LOG_LIMITED(c, LOG_LVL_INFO, "%s: TARGET %s RESET", c->peer,
                          fn == ISCSI_TMF_TARGET_COLD_RESET ? "COLD" : "WARM");
-        tmf_respond(c, req, ISCSI_TMF_RSP_COMPLETE);
-        if (fn == ISCSI_TMF_TARGET_COLD_RESET) {
+        int rc = tmf_respond(c, req, ISCSI_TMF_RSP_COMPLETE);
+        if (rc == ISCSI_OK && fn == ISCSI_TMF_TARGET_COLD_RESET) {
             /* §11.5.1: a cold reset closes every connection to every initiator; this one
              * after its answer. */
             c->phase = CONN_LOGGED_OUT;
             session_close_conns_where(c->srv, other_conn_of_node, c, "target cold reset");
         }
-        return;
+        return rc;
+    }
     case ISCSI_TMF_CLEAR_ACA:
     case ISCSI_TMF_TASK_REASSIGN:
     default:
-        tmf_respond(c, req,
-                    fn == ISCSI_TMF_TASK_REASSIGN ? ISCSI_TMF_RSP_NO_REASSIGN
-                                                  : ISCSI_TMF_RSP_NOT_SUPPORTED);
-        return;
+        return tmf_respond(c, req,
+                           fn == ISCSI_TMF_TASK_REASSIGN ? ISCSI_TMF_RSP_NO_REASSIGN
+                                                         : ISCSI_TMF_RSP_NOT_SUPPORTED);
     }
 }
 
 /* PREEMPT AND ABORT (SPC-4 §5.13.11.2.5): the SCSI core asks for the tasks of a preempted
  * nexus on one LUN to be aborted, as ABORT TASK SET would, on every connection of every
  * session of that nexus. */
+static int nexus_match(const struct iscsi_session *s, const void *arg)
+{
+    return s->nexus == arg ? 0 : -1;
+}
+
+static bool nexus_conn(const struct iscsi_session *s, const struct iscsi_conn *c, const void *arg)
+{
+    (void)c;
+    return s->nexus == arg;
+}
+
 void iscsi_abort_nexus_tasks(struct scsi_target *t, struct scsi_nexus *n, struct scsi_lun *lu)
 {
     struct iscsi_server *srv = t->transport_ctx;
     uint64_t lun = scsi_lun_id(lu);
-    pthread_mutex_lock(&srv->sessions_lock);
-    for (unsigned i = 1; i < srv->sessions_cap; i++) {
-        struct iscsi_session *s = srv->sessions[i];
-        if (!s || s->nexus != n)
-            continue;
-        pthread_mutex_lock(&s->lock);
-        for (struct list_node *ln = s->conns.next; ln != &s->conns; ln = ln->next) {
-            struct iscsi_conn *c = list_entry(ln, struct iscsi_conn, session_node);
-            abort_conn_tasks_async(c, lun, 0, false);
-        }
-        pthread_mutex_unlock(&s->lock);
+    struct abort_fanout *f = fanout_build(srv, nexus_match, n, NULL);
+    if (!f) {
+        /* The reservation is preempted already and the tasks must not run on: closing the
+         * nexus's connections ends every task they carry (ERL 0, RFC 7143 §7.1.5). */
+        LOG_WARN("PREEMPT AND ABORT: out of memory, closing the preempted nexus's connections");
+        session_close_conns_where(srv, nexus_conn, n, "PREEMPT AND ABORT (out of memory)");
+        return;
     }
-    pthread_mutex_unlock(&srv->sessions_lock);
+    f->lun = lun;
+    (void)fanout_send(f); /* no answer to give */
 }

@@ -67,7 +67,7 @@ struct wire_ops {
     /* The engine stopped with `status`: close the connection (which calls wire_close). Called
      * once, never after wire_close. */
     void (*fail)(void *ctx, int status);
-    /* Optional: the transmit queue was just emptied by a flush. */
+    /* Optional: a flush (or wire_take_tx) left the transmit queue empty. */
     void (*drained)(void *ctx);
     /* Optional: the lock the engine's own deferred work (flush, receive resume) runs under,
      * and dropping it around a socket call (released: whether it was dropped). */

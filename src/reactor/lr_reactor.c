@@ -1,6 +1,7 @@
 /* The public face of the reactor (include/linerate/reactor.h): what a user of the initiator
  * library needs to run sessions, as thin wrappers over the internal API, and timers that the
  * caller holds by pointer so their layout stays the reactor's own. */
+#include <errno.h>
 #include <stdlib.h>
 
 #include "linerate/reactor.h"
@@ -26,9 +27,33 @@ void lr_reactor_stop(struct reactor *r)
     reactor_stop(r);
 }
 
+/* The public call carries no storage of the caller's (its types are opaque), so it allocates
+ * the message here, where the failure is returned to the application (-ENOMEM); the internal
+ * rule is unchanged: posting itself cannot fail. */
+struct lr_call {
+    struct reactor_msg msg;
+    void (*fn)(void *arg);
+    void *arg;
+};
+
+static void lr_call_run(void *p)
+{
+    struct lr_call *c = p;
+    void (*fn)(void *) = c->fn;
+    void *arg = c->arg;
+    free(c);
+    fn(arg);
+}
+
 int lr_reactor_call(struct reactor *r, void (*fn)(void *arg), void *arg)
 {
-    return reactor_send(r, fn, arg);
+    struct lr_call *c = calloc(1, sizeof(*c));
+    if (!c)
+        return -ENOMEM;
+    c->fn = fn;
+    c->arg = arg;
+    reactor_post(r, &c->msg, lr_call_run, c);
+    return 0;
 }
 
 struct reactor *lr_reactor_self(void)

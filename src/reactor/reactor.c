@@ -1,10 +1,11 @@
 /* epoll-based reactor: fds, timers (sorted list; there are few per reactor: one idle timer
- * per connection), cross-thread messages through an eventfd-signalled queue, and end-of-turn
+ * per connection), cross-thread messages embedded by their owners and linked into a lock-free
+ * inbox that an eventfd signals, steps yielded to the next turn, and end-of-turn
  * hooks that give connections a place to flush everything they produced in one writev. */
 #include "reactor/reactor.h"
 
+#include <assert.h>
 #include <errno.h>
-#include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <sys/eventfd.h>
@@ -15,21 +16,21 @@
 
 #define REACTOR_MAX_EVENTS 128
 
-struct reactor_msg {
-    reactor_fn fn;
-    void *arg;
-    struct reactor_msg *next;
-};
-
 struct reactor {
     int id;
     int epfd;
     int msg_efd;
     struct reactor_fd msg_handle;
-    pthread_mutex_t msg_lock;
-    struct reactor_msg *msg_head, *msg_tail;
-    struct list_node timers;   /* sorted by deadline */
-    struct list_node deferred; /* end-of-turn hooks */
+    /* Posted messages, newest first: posters push with a CAS, the reactor takes the whole
+     * list with one exchange and reverses it. Taking all at once is what makes the plain
+     * Treiber push safe (no pop of a single node, so no ABA). Measured against a mutex-guarded
+     * list on a loaded 2-core machine, 1 to 4 posting threads: 25-130 ns a post either way,
+     * within noise of each other (reactor_send's malloc + mutex + eventfd write per message:
+     * 340-540 ns). Lock-free kept: a poster preempted inside a mutex would stall the reactor. */
+    _Atomic(struct reactor_msg *) inbox;
+    struct reactor_msg *yield_head, *yield_tail; /* for the next turn; r's thread only */
+    struct list_node timers;                     /* sorted by deadline */
+    struct list_node deferred;                   /* end-of-turn hooks */
     atomic_int load;
     atomic_bool stopping;
     /* The batch of events being dispatched: a descriptor removed meanwhile loses its entry, so
@@ -47,23 +48,57 @@ uint64_t reactor_now_ms(void)
     return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
+/* Run a chain of messages in order. fn and arg are read and the next link taken before
+ * pending is cleared: from then on another thread may post m again and rewrite them, and fn
+ * may free m. */
+static int run_msgs(struct reactor_msg *m)
+{
+    int ran = 0;
+    for (; m; ran++) {
+        struct reactor_msg *next = m->next;
+        reactor_fn fn = m->fn;
+        void *arg = m->arg;
+        atomic_store_explicit(&m->pending, false, memory_order_release);
+        fn(arg);
+        m = next;
+    }
+    return ran;
+}
+
+/* Returns whether there were any. */
+static bool reactor_run_inbox(struct reactor *r)
+{
+    struct reactor_msg *m = atomic_exchange_explicit(&r->inbox, NULL, memory_order_acquire);
+    if (!m)
+        return false;
+    struct reactor_msg *fifo = NULL;
+    while (m) {
+        struct reactor_msg *next = m->next;
+        m->next = fifo;
+        fifo = m;
+        m = next;
+    }
+    run_msgs(fifo);
+    return true;
+}
+
 static void reactor_drain_messages(void *arg, uint32_t events)
 {
     struct reactor *r = arg;
     (void)events;
+    /* Read the eventfd before taking the inbox: a post that finds the inbox empty after the
+     * exchange writes it again, so no wake-up is lost. */
     uint64_t v;
     ssize_t n = read(r->msg_efd, &v, sizeof(v));
     (void)n;
-    pthread_mutex_lock(&r->msg_lock);
-    struct reactor_msg *m = r->msg_head;
-    r->msg_head = r->msg_tail = NULL;
-    pthread_mutex_unlock(&r->msg_lock);
-    while (m) {
-        struct reactor_msg *next = m->next;
-        m->fn(m->arg);
-        free(m);
-        m = next;
-    }
+    reactor_run_inbox(r);
+}
+
+static struct reactor_msg *take_yielded(struct reactor *r)
+{
+    struct reactor_msg *m = r->yield_head;
+    r->yield_head = r->yield_tail = NULL;
+    return m;
 }
 
 struct reactor *reactor_create(int id)
@@ -83,21 +118,33 @@ struct reactor *reactor_create(int id)
         free(r);
         return NULL;
     }
-    pthread_mutex_init(&r->msg_lock, NULL);
     list_init(&r->timers);
     list_init(&r->deferred);
     reactor_fd_add(r, &r->msg_handle, r->msg_efd, EPOLLIN, reactor_drain_messages, r);
     return r;
 }
 
+static int reactor_run_deferred(struct reactor *r);
+
 void reactor_destroy(struct reactor *r)
 {
     if (!r)
         return;
-    reactor_drain_messages(r, 0);
+    struct reactor *was = current_reactor;
+    current_reactor = r; /* the only thread left touching r */
+    for (;;) {
+        bool any = reactor_run_inbox(r);
+        struct reactor_msg *y = take_yielded(r);
+        any |= y != NULL;
+        run_msgs(y);
+        any |= !list_empty(&r->deferred);
+        reactor_run_deferred(r);
+        if (!any)
+            break;
+    }
+    current_reactor = was;
     close(r->msg_efd);
     close(r->epfd);
-    pthread_mutex_destroy(&r->msg_lock);
     free(r);
 }
 
@@ -191,25 +238,40 @@ bool reactor_undefer(struct reactor_deferred *d)
     return true;
 }
 
-int reactor_send(struct reactor *r, reactor_fn fn, void *arg)
+bool reactor_post(struct reactor *r, struct reactor_msg *m, reactor_fn fn, void *arg)
 {
-    struct reactor_msg *m = malloc(sizeof(*m));
-    if (!m)
-        return -ENOMEM;
+    if (atomic_exchange_explicit(&m->pending, true, memory_order_acq_rel))
+        return false;
+    m->fn = fn;
+    m->arg = arg;
+    struct reactor_msg *head = atomic_load_explicit(&r->inbox, memory_order_relaxed);
+    do
+        m->next = head;
+    while (!atomic_compare_exchange_weak_explicit(&r->inbox, &head, m, memory_order_release,
+                                                  memory_order_relaxed));
+    if (!head) { /* otherwise whoever made the inbox non-empty has woken r */
+        uint64_t one = 1;
+        ssize_t n = write(r->msg_efd, &one, sizeof(one));
+        (void)n;
+    }
+    return true;
+}
+
+bool reactor_yield(struct reactor *r, struct reactor_msg *m, reactor_fn fn, void *arg)
+{
+    assert(r == current_reactor);
+    if (atomic_load_explicit(&m->pending, memory_order_relaxed))
+        return false;
+    atomic_store_explicit(&m->pending, true, memory_order_relaxed);
     m->fn = fn;
     m->arg = arg;
     m->next = NULL;
-    pthread_mutex_lock(&r->msg_lock);
-    if (r->msg_tail)
-        r->msg_tail->next = m;
+    if (r->yield_tail)
+        r->yield_tail->next = m;
     else
-        r->msg_head = m;
-    r->msg_tail = m;
-    pthread_mutex_unlock(&r->msg_lock);
-    uint64_t one = 1;
-    ssize_t n = write(r->msg_efd, &one, sizeof(one));
-    (void)n;
-    return 0;
+        r->yield_head = m;
+    r->yield_tail = m;
+    return true;
 }
 
 void reactor_load_add(struct reactor *r, int delta)
@@ -279,9 +341,11 @@ int reactor_poll(struct reactor *r)
     int ran = 0;
     reactor_run_timers(r, &ran);
     ran += reactor_run_deferred(r);
+    struct reactor_msg *yielded = take_yielded(r); /* as in reactor_run: after the events */
     int n = epoll_wait(r->epfd, events, REACTOR_MAX_EVENTS, 0);
     if (n > 0)
         ran += reactor_dispatch(r, events, n);
+    ran += run_msgs(yielded);
     ran += reactor_run_deferred(r);
     current_reactor = prev;
     return ran;
@@ -296,14 +360,19 @@ void reactor_run(struct reactor *r)
         reactor_run_deferred(r);
         if (timeout < 0 || timeout > 1000)
             timeout = 1000;
+        /* What yielded before this epoll_wait runs after its events; what yields from now on
+         * waits for the next turn. */
+        struct reactor_msg *yielded = take_yielded(r);
+        if (yielded)
+            timeout = 0;
         int n = epoll_wait(r->epfd, events, REACTOR_MAX_EVENTS, timeout);
-        if (n < 0) {
-            if (errno == EINTR)
-                continue;
+        if (n < 0 && errno != EINTR) {
             LOG_ERR("reactor %d: epoll_wait: %m", r->id);
+            run_msgs(yielded);
             break;
         }
-        reactor_dispatch(r, events, n);
+        reactor_dispatch(r, events, n > 0 ? n : 0);
+        run_msgs(yielded);
         reactor_run_deferred(r);
     }
     reactor_run_deferred(r);

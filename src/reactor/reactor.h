@@ -1,9 +1,18 @@
 /* One event loop per thread (epoll). A reactor owns the file descriptors registered on it,
- * runs timers, runs functions sent to it from other threads (messages), and calls its
- * end-of-turn hooks after each batch of events so that replies are flushed together. */
+ * runs timers, runs functions posted to it from other threads (messages), and calls its
+ * end-of-turn hooks after each batch of events so that replies are flushed together.
+ *
+ * Messages are embedded; posting cannot fail. A struct reactor_msg lives in the object it is
+ * about (a connection, a task, one leg of a fan-out), the way a reactor_deferred does, so the
+ * cross-thread path never allocates and has nothing to run dry. Code that needs a variable
+ * number of messages in flight embeds one in each object that exists anyway, or allocates the
+ * object that carries them up front, where running out of memory has a protocol answer (a TMF
+ * answered FUNCTION REJECTED, a command INSUFFICIENT RESOURCES, a connection refused), never
+ * at the moment of posting. */
 #ifndef LR_REACTOR_H
 #define LR_REACTOR_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <sys/epoll.h>
@@ -42,7 +51,21 @@ struct reactor_deferred {
     struct list_node node;
 };
 
+/* A message: fn(arg) run on a reactor's thread (see the policy above). Zeroed means idle. The
+ * owner keeps it, and what fn needs, alive until fn has started (typically the message holds a
+ * reference that fn drops); it may free or reuse it from fn itself. */
+struct reactor_msg {
+    reactor_fn fn;
+    void *arg;
+    struct reactor_msg *next;
+    atomic_bool pending; /* posted or yielded, fn not started yet */
+};
+
 struct reactor *reactor_create(int id);
+/* After its loop has returned, on a thread of the caller's choice: messages still queued
+ * (posted or yielded) and deferred hooks are run there, not dropped, until none is left (a
+ * message typically holds a reference its fn drops); reactor_self() is r meanwhile. Posting
+ * to r after it is destroyed is a bug. */
 void reactor_destroy(struct reactor *r);
 int reactor_id(const struct reactor *r);
 /* The reactor running on the calling thread, or NULL. */
@@ -64,8 +87,21 @@ void reactor_defer(struct reactor *r, struct reactor_deferred *d, reactor_fn fn,
  * d or running its work now). Returns whether it was queued. */
 bool reactor_undefer(struct reactor_deferred *d);
 
-/* Run fn(arg) on r's thread. Safe from any thread. Returns 0 or -errno. */
-int reactor_send(struct reactor *r, reactor_fn fn, void *arg);
+/* Run fn(arg) on r's thread, from any thread (r's own included): m is linked into r's inbox
+ * (a lock-free list; the eventfd is written only when the inbox was empty) and runs on a later
+ * turn of r's loop. Messages from one thread run in the order they were posted. Cannot fail.
+ * A message already pending is not queued twice: the post does nothing and returns false
+ * (the earlier post's fn and arg stand), so a message is a kick and several posts before it
+ * runs make one run. Returns true when this call queued m. pending is cleared just before fn
+ * runs, so fn may post m again; that run comes on a later turn, after other events. */
+bool reactor_post(struct reactor *r, struct reactor_msg *m, reactor_fn fn, void *arg);
+
+/* On r's own thread: run fn(arg) on the next loop turn, after the next epoll_wait (which then
+ * does not block) has dispatched whatever descriptors are ready. For long work done in steps:
+ * unlike reactor_defer, whose hooks run until none is left within the turn (a hook deferring
+ * itself would never let the loop go on), a step that yields again lets the other descriptors
+ * run between two steps. Same kick semantics as reactor_post (false: already pending). */
+bool reactor_yield(struct reactor *r, struct reactor_msg *m, reactor_fn fn, void *arg);
 
 /* Load hint for the listener: connections currently owned (maintained by the owners). */
 void reactor_load_add(struct reactor *r, int delta);
@@ -75,9 +111,9 @@ int reactor_load(const struct reactor *r);
 void reactor_run(struct reactor *r);
 void reactor_stop(struct reactor *r);
 /* One turn without blocking, on the calling thread (which must not be running another
- * reactor's loop): expired timers, deferred hooks, ready descriptors and messages, deferred
- * hooks again. Returns how many callbacks ran; 0 means r was idle. Tests drive a reactor this
- * way, keeping everything on their own thread. */
+ * reactor's loop): expired timers, deferred hooks, ready descriptors and messages, what was
+ * yielded before the turn, deferred hooks again. Returns how many callbacks ran; 0 means r was
+ * idle. Tests drive a reactor this way, keeping everything on their own thread. */
 int reactor_poll(struct reactor *r);
 
 #endif

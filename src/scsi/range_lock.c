@@ -77,7 +77,9 @@ static void resume(struct scsi_rl_req *ready)
     while (ready) {
         struct scsi_rl_req *q = ready;
         ready = q->ready;
-        if (!q->r || reactor_send(q->r, granted_msg, q) < 0)
+        if (q->r)
+            reactor_post(q->r, &q->grant_msg, granted_msg, q);
+        else
             q->granted(q);
     }
 }

@@ -11,9 +11,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "reactor/reactor.h"
 #include "util/list.h"
-
-struct reactor;
 
 struct scsi_rl_req {
     uint64_t off, len; /* bytes */
@@ -26,6 +25,7 @@ struct scsi_rl_req {
     struct reactor *r;
     struct list_node node; /* in held or waiting */
     struct scsi_rl_req *ready;
+    struct reactor_msg grant_msg;
 };
 
 struct scsi_range_lock {

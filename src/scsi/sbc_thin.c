@@ -53,8 +53,10 @@ void sbc_seq_run(struct sbc_seq *s)
     while (!s->err) {
         if (budget-- == 0) {
             struct reactor *r = reactor_self();
-            if (r && reactor_send(r, seq_resume, s) == 0)
+            if (r) {
+                reactor_yield(r, &s->yield_msg, seq_resume, s);
                 return;
+            }
             budget = SEQ_BUDGET;
         }
         if (seq_pace(s))

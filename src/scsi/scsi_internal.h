@@ -404,6 +404,7 @@ struct sbc_seq {
      * start_ms + bytes / rate waits on pace_timer first (only on a reactor thread). */
     uint64_t rate, start_ms, bytes;
     struct reactor_timer pace_timer;
+    struct reactor_msg yield_msg; /* the next step, after the reactor's other events */
 };
 void sbc_seq_run(struct sbc_seq *s);
 

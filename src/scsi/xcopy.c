@@ -67,7 +67,8 @@ struct xcopy_op {
     uint64_t chunk, chunk_src, chunk_dst;
     int err;
     bool driving, again;
-    unsigned moves; /* RAM-to-RAM chunks since the reactor last had a turn */
+    unsigned moves;               /* RAM-to-RAM chunks since the reactor last had a turn */
+    struct reactor_msg yield_msg; /* the next chunk, after the reactor's other events */
     /* The destination range of segs[cur], held shared in its LUN's range lock while the
      * segment is written, so a COMPARE AND WRITE there sees it either done or not begun. */
     struct scsi_rl_req lock;
@@ -369,7 +370,7 @@ static bool range_deallocated(struct scsi_lun *lu, uint64_t off, uint64_t len)
 
 static void drive(struct xcopy_op *op);
 
-static void drive_msg(void *arg)
+static void drive_yielded(void *arg)
 {
     drive(arg);
 }
@@ -423,8 +424,10 @@ static bool step(struct xcopy_op *op)
             if (op->moves++ == XCOPY_MOVE_BUDGET) {
                 op->moves = 0;
                 struct reactor *r = reactor_self();
-                if (r && reactor_send(r, drive_msg, op) == 0)
+                if (r) {
+                    reactor_yield(r, &op->yield_msg, drive_yielded, op);
                     return false;
+                }
             }
             uint64_t src_off = s->src_off + pos, dst_off = s->dst_off + pos;
             if (range_deallocated(s->src, src_off, op->chunk)) {

@@ -40,6 +40,7 @@ struct sync_call {
     struct reactor *r;
     void (*fn)(struct daemon *d, struct reactor *r);
     sem_t done;
+    struct reactor_msg msg;
 };
 
 struct daemon {
@@ -66,6 +67,7 @@ struct handoff {
     struct reactor *r;
     int fd;
     const struct iscsi_portal_addr *portal;
+    struct reactor_msg msg;
 };
 
 /* --- listening --- */
@@ -136,13 +138,7 @@ static void hand_off(struct daemon *d, int fd, const struct iscsi_portal_addr *p
     *h = (struct handoff){.d = d, .r = r, .fd = fd, .portal = portal};
     /* Count the connection before it arrives, so the next accept sees it. */
     reactor_load_add(r, 1);
-    if (reactor_send(r, handoff_run, h) < 0) {
-        reactor_load_add(r, -1);
-        LOG_WARN("accept on %s: cannot reach reactor %d, connection dropped", portal->text,
-                 reactor_id(r));
-        close(fd);
-        free(h);
-    }
+    reactor_post(r, &h->msg, handoff_run, h);
 }
 
 static void listeners_set_events(struct daemon *d, uint32_t events)
@@ -219,7 +215,8 @@ static void sync_call_run(void *arg)
 }
 
 /* Run fn on r's thread and wait (bounded) for it. Returns 0, or -1 if it did not finish in
- * time; then `c` must stay valid, which is why callers keep it in the daemon's lifetime. */
+ * time; then `c` must stay valid and is not used again (its message may still be queued),
+ * which is why callers keep each call in the daemon's lifetime. */
 static int sync_call(struct sync_call *c, struct daemon *d, struct reactor *r,
                      void (*fn)(struct daemon *, struct reactor *))
 {
@@ -227,8 +224,7 @@ static int sync_call(struct sync_call *c, struct daemon *d, struct reactor *r,
     c->r = r;
     c->fn = fn;
     sem_init(&c->done, 0, 0);
-    if (reactor_send(r, sync_call_run, c) < 0)
-        return -1;
+    reactor_post(r, &c->msg, sync_call_run, c);
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     ts.tv_sec += SYNC_CALL_TIMEOUT_S;
@@ -379,12 +375,13 @@ static int daemon_start(struct daemon *d)
 /* Stop accepting, close every connection, stop the reactors. Safe on a partial start. */
 static void daemon_stop(struct daemon *d)
 {
-    struct sync_call *calls = calloc(d->nreactors + 1, sizeof(*calls));
+    /* Per reactor: its connections closed, then its stop; and reactor 0's listeners. */
+    struct sync_call *calls = calloc(2 * d->nreactors + 1, sizeof(*calls));
     bool running = d->nthreads_started == d->nreactors && d->nreactors > 0 && calls;
     if (d->srv_ready)
         atomic_store(&d->srv.shutting_down, true);
     if (running) {
-        if (sync_call(&calls[d->nreactors], d, d->reactors[0], close_listeners_on_r0) < 0)
+        if (sync_call(&calls[2 * d->nreactors], d, d->reactors[0], close_listeners_on_r0) < 0)
             LOG_WARN("reactor 0 did not close the listeners in time");
         if (d->srv_ready) {
             for (unsigned i = 0; i < d->nreactors; i++)
@@ -404,15 +401,16 @@ static void daemon_stop(struct daemon *d)
     /* A stop message queued behind everything already sent lets each reactor finish what is
      * in its queue (hand-offs, completions) before it leaves its loop. */
     for (unsigned i = 0; i < d->nthreads_started; i++) {
-        struct sync_call *c = calls ? &calls[i] : NULL;
+        struct sync_call *c = calls ? &calls[d->nreactors + i] : NULL;
         if (c) {
             c->d = d;
             c->r = d->reactors[i];
             c->fn = stop_reactor;
             sem_init(&c->done, 0, 0);
-        }
-        if (!c || reactor_send(d->reactors[i], sync_call_run, c) < 0)
+            reactor_post(d->reactors[i], &c->msg, sync_call_run, c);
+        } else {
             reactor_stop(d->reactors[i]);
+        }
     }
     for (unsigned i = 0; i < d->nthreads_started; i++)
         pthread_join(d->threads[i], NULL);

@@ -52,6 +52,7 @@ struct run {
     size_t len, off;
     bool shut, hard_closed, accepted;
     unsigned turns;
+    struct reactor_msg tick_msg;
 };
 
 static void setup_once(void)
@@ -198,13 +199,13 @@ static void tick(void *arg)
         fprintf(stderr, "fuzz_pdu: connection still open after %u reactor turns\n", ru->turns);
         abort();
     }
-    if (reactor_send(G.r, tick, ru) < 0)
-        abort();
+    reactor_yield(G.r, &ru->tick_msg, tick, ru);
 }
 
 struct start {
     struct run *ru;
     int fd;
+    struct reactor_msg msg;
 };
 
 static void start(void *arg)
@@ -238,8 +239,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         abort();
     struct run ru = {.peer = sv[1], .data = wire, .len = ll + size};
     struct start st = {.ru = &ru, .fd = sv[0]};
-    if (reactor_send(G.r, start, &st) < 0)
-        abort();
+    reactor_post(G.r, &st.msg, start, &st);
     reactor_run(G.r);
     if (atomic_load(&G.srv.nconns) != 0) {
         fprintf(stderr, "fuzz_pdu: reactor stopped with a connection alive\n");

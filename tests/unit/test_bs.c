@@ -107,6 +107,7 @@ static bool all_zero(const uint8_t *p, size_t len)
 
 struct batch {
     struct reactor *r;
+    struct reactor_msg start_msg;
     struct bs *bs;
     struct bs_io *ios;
     int *errs;
@@ -160,7 +161,7 @@ static int run_batch(struct bs *bs, struct bs_io *ios, int *errs, int n)
         errs[i] = 1; /* not a possible result: catches a missing completion */
     pthread_t t;
     assert_int_equal(pthread_create(&t, NULL, batch_thread, b.r), 0);
-    assert_int_equal(reactor_send(b.r, batch_start, &b), 0);
+    reactor_post(b.r, &b.start_msg, batch_start, &b);
     pthread_join(t, NULL);
     reactor_destroy(b.r);
     assert_int_equal(b.completed, n);
@@ -735,6 +736,7 @@ static void test_file_uring(void **state)
  * completion handler. Each of N blocks is written, then read back with the same bs_io. */
 struct chain {
     struct reactor *r;
+    struct reactor_msg start_msg;
     struct bs *bs;
     struct bs_io *ios;
     struct iovec *iov;
@@ -795,7 +797,7 @@ static void test_file_uring_chain(void **state)
     assert_non_null(c.r);
     pthread_t t;
     assert_int_equal(pthread_create(&t, NULL, batch_thread, c.r), 0);
-    assert_int_equal(reactor_send(c.r, chain_start, &c), 0);
+    reactor_post(c.r, &c.start_msg, chain_start, &c);
     pthread_join(t, NULL);
     reactor_destroy(c.r);
     assert_int_equal(c.left, 0);
