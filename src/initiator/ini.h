@@ -130,8 +130,9 @@ struct ini_conn {
     unsigned rounds;           /* recovery rounds since the last progress */
     uint64_t stuck_since_ms;   /* expstatsn has been stuck_at since, StatSNs missing */
     uint32_t stuck_at;
-    bool rec_req;             /* a recovery round was asked of this connection's thread */
-    uint64_t snacks, retries; /* SNACKs and command retries sent */
+    bool rec_req;                  /* a recovery round was asked of this connection's thread */
+    struct reactor_msg rec_msg[2]; /* that request, one per side of the last move */
+    uint64_t snacks, retries;      /* SNACKs and command retries sent */
 
     struct ini_login login;
     bool login_active;

@@ -527,8 +527,8 @@ void ini_erl_tick(struct ini_conn *c, uint64_t now)
         return;
     }
     c->rec_req = true;
-    if (reactor_send(c->r, round_msg, c) == 0)
+    /* one message per side of the last move, as the inbox kick (ini.h): one still pending on
+     * the thread the connection left must not swallow this one */
+    if (reactor_post(c->r, &c->rec_msg[c->moves & 1], round_msg, c))
         s->msgs++;
-    else
-        c->rec_req = false; /* out of memory: the next tick asks again */
 }
