@@ -73,8 +73,10 @@ enum ini_login_step ini_login_rx(struct ini_login *l, const struct iscsi_bhs *rs
 struct ini_task;
 struct lr_session;
 
-/* StatSNs tracked beyond the first missing one (ERL >= 1); a jump past it is taken as is. */
-#define INI_STATSN_WINDOW 256
+/* StatSNs tracked from the first missing one (ERL >= 1; 8 KiB of bits, twice, per connection:
+ * a lost response and its retransmission may take a few hundred thousand IOPS worth of
+ * round trips); a jump past it is taken as is. A power of two. */
+#define INI_STATSN_WINDOW 65536u
 /* Missing DataSN runs a read task tracks (ERL >= 1); more fail the task as at ERL 0. */
 #define INI_MISS_MAX 8
 

@@ -49,6 +49,8 @@
  * slow target costs a ping now and then, not a stream of them. */
 #define INI_ERL_QUIET_MS 10
 #define INI_ERL_BACKOFF_MAX 6
+/* What was asked for and has not come is asked for again this often. */
+#define INI_ERL_RESEND_MS 30
 /* How long a missing StatSN is asked for before it is skipped. */
 #define INI_ERL_GIVEUP_MS 3000
 
@@ -74,35 +76,30 @@ static void send_snack(struct ini_conn *c, uint8_t type, uint32_t itt, uint32_t 
     ini_conn_send(c, p, NULL, 0);
 }
 
-/* ---- StatSN window: bit k stands for expstatsn + k ---- */
+/* ---- StatSN window: a ring of bits, StatSN x at x % INI_STATSN_WINDOW, meaningful for
+ * [expstatsn, statsn_hi) and clear elsewhere ---- */
 
-#define WIN_WORDS (INI_STATSN_WINDOW / 64)
-
-static bool win_get(const uint64_t *w, uint32_t k)
+static bool win_get(const uint64_t *w, uint32_t sn)
 {
+    uint32_t k = sn % INI_STATSN_WINDOW;
     return (w[k / 64] >> (k % 64)) & 1;
 }
 
-static void win_set(uint64_t *w, uint32_t k, bool v)
+static void win_set(uint64_t *w, uint32_t sn, bool v)
 {
+    uint32_t k = sn % INI_STATSN_WINDOW;
     if (v)
         w[k / 64] |= 1ull << (k % 64);
     else
         w[k / 64] &= ~(1ull << (k % 64));
 }
 
-static void win_shift1(uint64_t *w)
-{
-    for (unsigned i = 0; i < WIN_WORDS; i++)
-        w[i] = w[i] >> 1 | (i + 1 < WIN_WORDS ? w[i + 1] << 63 : 0);
-}
-
 /* ExpStatSN moves over every StatSN received whose task has all its data. */
 static void stat_advance(struct ini_conn *c)
 {
-    while (c->expstatsn != c->statsn_hi && win_get(c->stat_got, 0) && !win_get(c->stat_held, 0)) {
-        win_shift1(c->stat_got);
-        win_shift1(c->stat_held);
+    while (c->expstatsn != c->statsn_hi && win_get(c->stat_got, c->expstatsn) &&
+           !win_get(c->stat_held, c->expstatsn)) {
+        win_set(c->stat_got, c->expstatsn, false);
         c->expstatsn++;
     }
 }
@@ -148,9 +145,8 @@ void ini_erl_statsn(struct ini_conn *c, uint32_t statsn, bool held)
     stat_reveal(c, statsn);
     if (sn_le(c->statsn_hi, statsn))
         c->statsn_hi = statsn + 1;
-    uint32_t k = statsn - c->expstatsn;
-    win_set(c->stat_got, k, true);
-    win_set(c->stat_held, k, held);
+    win_set(c->stat_got, statsn, true);
+    win_set(c->stat_held, statsn, held);
     stat_advance(c);
 }
 
@@ -163,7 +159,7 @@ void ini_erl_statsn_lost(struct ini_conn *c, uint32_t statsn)
         stat_reveal(c, statsn + 1); /* this one and any before it never seen */
         return;
     }
-    if (!win_get(c->stat_got, statsn - c->expstatsn)) /* a retransmission, damaged again */
+    if (!win_get(c->stat_got, statsn)) /* a retransmission, damaged again */
         send_snack(c, SNACK_TYPE_STATUS, ISCSI_RSVD_TAG, statsn, 1);
 }
 
@@ -171,7 +167,7 @@ static void statsn_release(struct ini_conn *c, uint32_t statsn)
 {
     if (sn_lt(statsn, c->expstatsn) || sn_le(c->statsn_hi, statsn))
         return;
-    win_set(c->stat_held, statsn - c->expstatsn, false);
+    win_set(c->stat_held, statsn, false);
     stat_advance(c);
 }
 
@@ -183,7 +179,7 @@ static void stat_skip(struct ini_conn *c, uint32_t beg, uint32_t end)
     if (sn_lt(c->statsn_hi, end))
         end = c->statsn_hi;
     for (uint32_t sn = beg; sn_lt(sn, end); sn++)
-        win_set(c->stat_got, sn - c->expstatsn, true);
+        win_set(c->stat_got, sn, true);
     stat_advance(c);
 }
 
@@ -474,15 +470,14 @@ static void recovery_round(struct ini_conn *c)
             c->stuck_since_ms = 0;
             stat_skip(c, c->expstatsn, c->statsn_hi);
         } else {
-            uint32_t n = c->statsn_hi - c->expstatsn;
-            for (uint32_t k = 0; k < n; k++) {
-                if (win_get(c->stat_got, k))
+            for (uint32_t sn = c->expstatsn; sn != c->statsn_hi; sn++) {
+                if (win_get(c->stat_got, sn))
                     continue;
                 uint32_t run = 1;
-                while (k + run < n && !win_get(c->stat_got, k + run))
+                while (sn + run != c->statsn_hi && !win_get(c->stat_got, sn + run))
                     run++;
-                send_snack(c, SNACK_TYPE_STATUS, ISCSI_RSVD_TAG, c->expstatsn + k, run);
-                k += run;
+                send_snack(c, SNACK_TYPE_STATUS, ISCSI_RSVD_TAG, sn, run);
+                sn += run - 1;
             }
         }
     }
@@ -514,11 +509,15 @@ void ini_erl_tick(struct ini_conn *c, uint64_t now)
 {
     if (c->state != ICS_FFP || c->w.erl == 0 || c->rec_req)
         return;
-    if (!c->outstanding && c->expstatsn == c->statsn_hi)
-        return;
+    /* Something asked for and not in yet (a StatSN missing, or a status held for its data):
+     * asked again every INI_ERL_RESEND_MS even while other traffic flows, since the
+     * retransmission itself may be lost and nothing else would show it. Otherwise a round
+     * only for a connection quiet with tasks outstanding, backing off. */
+    bool pending = c->expstatsn != c->statsn_hi;
     unsigned backoff = c->rounds < INI_ERL_BACKOFF_MAX ? c->rounds : INI_ERL_BACKOFF_MAX;
-    if (now - c->last_progress_ms < INI_ERL_QUIET_MS ||
-        now - c->last_round_ms < (uint64_t)INI_ERL_QUIET_MS << backoff)
+    bool quiet = c->outstanding && now - c->last_progress_ms >= INI_ERL_QUIET_MS &&
+                 now - c->last_round_ms >= (uint64_t)INI_ERL_QUIET_MS << backoff;
+    if (!quiet && !(pending && now - c->last_round_ms >= INI_ERL_RESEND_MS))
         return;
     c->last_round_ms = now;
     struct lr_session *s = c->s;
