@@ -492,6 +492,8 @@ static void conn_logged_in(struct ini_conn *c)
     c->login_active = false;
     if (c->idx == 0) {
         s->params = p;
+        if (p.erl) /* the tick drives the recovery timer from now on: at its finer pace */
+            reactor_timer_start(s->r, &s->tick, INI_TICK_ERL_MS, session_tick, s);
         s->tsih = c->login.tsih;
         s->expcmdsn = c->login.exp_cmdsn;
         s->maxcmdsn = c->login.max_cmdsn;

@@ -1144,6 +1144,54 @@ static void test_erl1_quiet_ping_retry_and_status_snack(void **state)
     lr_session_destroy(s);
 }
 
+/* A response asked for and not come (its retransmission lost too) is asked for again while
+ * other traffic flows: nothing else would show it, and the target keeps what it may have to
+ * send again only for so long. */
+static void test_erl1_resnack_while_busy(void **state)
+{
+    (void)state;
+    struct lr_session *s = erl1_session(5);
+    struct ini_conn *c = s->conns[0];
+    static uint8_t buf[3][512];
+    struct done_log d = {0};
+    uint32_t itt[3];
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(lr_write(s, (uint64_t)i, 1, 512, buf[i], on_done, &d), 0);
+        itt[i] = get_be32(txq_at(c, (unsigned)i)->hdr + BHS_ITT);
+    }
+    take_all(c);
+    uint8_t rsp[ISCSI_BHS_LEN];
+    rsp_hdr(rsp, ISCSI_OP_SCSI_RSP, ISCSI_FLAG_FINAL, itt[1], 6, 3, 64); /* 5 lost */
+    assert_int_equal(ini_conn_feed(c, rsp, sizeof(rsp)), 0);
+    assert_int_equal(txq_len(c), 1);
+    assert_snack(txq_at(c, 0), 1, ISCSI_RSVD_TAG, 5, 1, 5);
+    take_all(c);
+    uint64_t now = reactor_now_ms();
+    ini_erl_tick(c, now + 1000); /* a round: the SNACK again, and a ping */
+    assert_int_equal(txq_len(c), 2);
+    assert_snack(txq_at(c, 0), 1, ISCSI_RSVD_TAG, 5, 1, 5);
+    take_all(c);
+    /* traffic goes on (the connection is not quiet), StatSN 5 still missing: asked again */
+    rsp_hdr(rsp, ISCSI_OP_SCSI_RSP, ISCSI_FLAG_FINAL, itt[2], 7, 4, 64);
+    assert_int_equal(ini_conn_feed(c, rsp, sizeof(rsp)), 0);
+    assert_int_equal(txq_len(c), 0);
+    c->last_progress_ms = now + 1005; /* the ticks' clock is made up: traffic came then */
+    ini_erl_tick(c, now + 1010);      /* too soon */
+    assert_int_equal(txq_len(c), 0);
+    c->last_progress_ms = now + 1035; /* and then: never quiet */
+    ini_erl_tick(c, now + 1040);
+    assert_true(txq_len(c) >= 1);
+    assert_snack(txq_at(c, 0), 1, ISCSI_RSVD_TAG, 5, 1, 5);
+    take_all(c);
+    rsp_hdr(rsp, ISCSI_OP_SCSI_RSP, ISCSI_FLAG_FINAL, itt[0], 5, 4, 64);
+    assert_int_equal(ini_conn_feed(c, rsp, sizeof(rsp)), 0);
+    assert_int_equal(d.calls, 3);
+    assert_int_equal(c->expstatsn, 8);
+    ini_erl_tick(c, now + 2000); /* nothing pending, nothing outstanding */
+    assert_int_equal(txq_len(c), 0);
+    lr_session_destroy(s);
+}
+
 /* A Data SNACK the target refuses (Reject, §7.8 a) ends the task with an error once its
  * status is in, rather than waiting for data that will not come. */
 static void test_erl1_snack_rejected(void **state)
@@ -1246,6 +1294,7 @@ int main(void)
         cmocka_unit_test(test_erl1_reject_digest_retries_command),
         cmocka_unit_test(test_erl1_recovery_r2t),
         cmocka_unit_test(test_erl1_quiet_ping_retry_and_status_snack),
+        cmocka_unit_test(test_erl1_resnack_while_busy),
         cmocka_unit_test(test_erl1_snack_rejected),
         cmocka_unit_test(test_url),
     };
