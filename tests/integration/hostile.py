@@ -203,11 +203,17 @@ class Session:
     """A minimal initiator for one normal session: login, SCSI commands with immediate data,
     R2T and Data-In, NOP answers."""
 
+    count = 0
+
     def __init__(self, port, name=INITIATOR, isid=None, want=None, src=None):
         self.port = port
         self.src = src  # source address (any 127.x.y.z): the target limits logins per address
         self.name = name
-        self.isid = isid or bytes([0x80, 0x00, 0x12, 0x34, 0x00, random.randrange(256)])
+        # Each session its own ISID, from a qualifier no raw login PDU uses (those take
+        # 80 00 12 34 00 xx): a successful login with the same name and ISID would reinstate
+        # the session (RFC 7143 6.3.5) and close it under the test.
+        Session.count += 1
+        self.isid = isid or bytes([0x80, 0x00, 0x12, 0x35]) + struct.pack(">H", Session.count)
         self.itt = 0x100
         self.cmdsn = 1
         self.expstatsn = 0
