@@ -17,10 +17,10 @@ uint16_t lr_session_conn_port(const struct lr_session *s, unsigned i);
 /* Drop connection i as if the network had (shutdown of the socket). */
 void lr_session_conn_kill(struct lr_session *s, unsigned i);
 /* Fault injection (the bench's --inject), set before lr_session_login: the fraction of data
- * digests the session's connections send corrupted and of PDUs they leave unsent, each
- * 0 <= rate < 1 (else -1, errno EINVAL). The connections' transmit path applies them; this
- * build has none that does, so non-zero rates fail with ENOTSUP rather than being ignored.
- * lr_session_fault_counts: what they did so far, over all connections. */
+ * digests the session's connections send corrupted (once DataDigest is negotiated) and of
+ * their SCSI Command and Data-Out PDUs they leave unsent (what ErrorRecoveryLevel 1 repairs),
+ * each 0 <= rate < 1 (else -1, errno EINVAL). lr_session_fault_counts: what they did so far,
+ * over all connections. */
 struct lr_faults {
     double digest_error, drop_pdu;
 };

@@ -40,7 +40,29 @@ struct ini_conn *ini_conn_new(struct lr_session *s, unsigned idx, uint16_t cid)
     c->w.rx_large_min = INI_RX_LARGE;
     /* A bad data digest fails the task it belongs to, not the connection (§7.8). */
     c->w.ddigest_deliver = true;
+    ini_conn_set_faults(c);
     return c;
+}
+
+/* Fault injection (the bench's --inject) on this connection's transmit path. Only the PDUs
+ * that ErrorRecoveryLevel 1 repairs from the target's side of the wire may be dropped: a lost
+ * SCSI Command leaves a CmdSN hole that the initiator plugs by retrying it (RFC 7143 §7.2.1),
+ * a lost Data-Out a DataSN/offset hole that the target fills with a recovery R2T (§7.8, §7.9).
+ * Login, Text, Logout, NOP-Out, SNACK and TMF requests are never dropped. Data digests are
+ * corrupted on any PDU that has data (the engine does so only once DataDigest is negotiated):
+ * the target Rejects it (reason 0x02) and recovers. At ERL 0 the same faults end in what ERL 0
+ * does: commands that time out or fail, counted by the caller. */
+void ini_conn_set_faults(struct ini_conn *c)
+{
+    const struct lr_faults *f = &c->s->faults;
+    struct wire_faults wf = {
+        .digest_error = f->digest_error,
+        .drop_pdu = f->drop_pdu,
+        .drop_ops = 1ull << ISCSI_OP_SCSI_CMD | 1ull << ISCSI_OP_DATA_OUT,
+        /* per connection and session, so that two connections do not fault in step */
+        .seed = 0x9e3779b97f4a7c15ull * (c->idx + 1) ^ get_be32(c->s->isid + 1),
+    };
+    wire_set_faults(&c->w, &wf);
 }
 
 void ini_conn_free(struct ini_conn *c)

@@ -73,6 +73,13 @@ enum ini_login_step ini_login_rx(struct ini_login *l, const struct iscsi_bhs *rs
 struct ini_task;
 struct lr_session;
 
+/* StatSNs tracked from the first missing one (ERL >= 1; 8 KiB of bits, twice, per connection:
+ * a lost response and its retransmission may take a few hundred thousand IOPS worth of
+ * round trips); a jump past it is taken as is. A power of two. */
+#define INI_STATSN_WINDOW 65536u
+/* Missing DataSN runs a read task tracks (ERL >= 1); more fail the task as at ERL 0. */
+#define INI_MISS_MAX 8
+
 enum ini_conn_state {
     ICS_IDLE,
     ICS_CONNECTING,
@@ -114,6 +121,21 @@ struct ini_conn {
     uint64_t stale_pdus; /* responses for tasks we do not have */
     uint64_t rejects;
 
+    /* ErrorRecoveryLevel >= 1 (recovery.c, RFC 7143 §7.8-§7.9): the StatSNs received beyond
+     * expstatsn (bit k: expstatsn + k; held: received, but its task still misses data, so not
+     * acknowledged yet, §7.9), one past the highest seen, and the quiet-period timer state. */
+    uint64_t stat_got[INI_STATSN_WINDOW / 64];
+    uint64_t stat_held[INI_STATSN_WINDOW / 64];
+    uint32_t statsn_hi;
+    uint64_t last_progress_ms; /* a PDU for one of our tasks arrived */
+    uint64_t last_round_ms;    /* the last recovery round (ping, SNACKs again) */
+    unsigned rounds;           /* recovery rounds since the last progress */
+    uint64_t stuck_since_ms;   /* expstatsn has been stuck_at since, StatSNs missing */
+    uint32_t stuck_at;
+    bool rec_req;                  /* a recovery round was asked of this connection's thread */
+    struct reactor_msg rec_msg[2]; /* that request, one per side of the last move */
+    uint64_t snacks, retries;      /* SNACKs and command retries sent */
+
     struct ini_login login;
     bool login_active;
     struct reactor_timer login_timer;
@@ -125,6 +147,8 @@ struct ini_conn *ini_conn_new(struct lr_session *s, unsigned idx, uint16_t cid);
 void ini_conn_free(struct ini_conn *c);
 /* Non-blocking connect; the session hears of the outcome through ini_session_conn_ready. */
 int ini_conn_connect(struct ini_conn *c, const char *host, uint16_t port);
+/* The session's injected faults (lr_session_set_faults) onto c's transmit path. */
+void ini_conn_set_faults(struct ini_conn *c);
 struct wire_pdu *ini_conn_pdu(struct ini_conn *c);
 /* Append a PDU (hdr filled except digests and DataSegmentLength, which are set here). */
 void ini_conn_send(struct ini_conn *c, struct wire_pdu *p, const void *data, uint32_t len);
@@ -158,8 +182,18 @@ struct ini_task {
     bool has_cmdsn; /* CmdSN assigned (it must reach the target to keep the window going) */
     bool cmd_sent;  /* the SCSI Command PDU is entirely in the socket */
     bool digest_bad;
-    uint32_t exp_datasn;
-    uint32_t data_in; /* bytes received */
+    uint32_t exp_datasn; /* one past the highest DataSN received */
+    uint32_t data_in;    /* bytes received */
+    /* ERL >= 1 (recovery.c): Data-In DataSNs still missing (runs), the status that arrived
+     * before them (completed once they have), the next R2TSN, a SNACK the target refused. */
+    uint8_t nmiss;
+    bool status_held, snack_refused, miss_overflow;
+    bool snack_early; /* a Data SNACK refused before the status arrived: asked again then */
+    uint32_t miss_beg[INI_MISS_MAX], miss_len[INI_MISS_MAX];
+    uint32_t held_statsn;
+    uint32_t exp_r2tsn;
+    uint64_t retry_ms; /* last command retry */
+    struct lr_result held;
     uint64_t deadline_ms;
     int want_conn; /* preferred connection index, -1 for any */
     lr_done_fn done;
@@ -175,6 +209,47 @@ uint8_t *ini_task_rx_dest(struct ini_conn *c, const uint8_t *hdr, uint32_t dlen)
 /* A complete full-feature-phase PDU arrived. */
 void ini_rx_ffp(struct ini_conn *c, const uint8_t *hdr, const uint8_t *data, uint32_t dlen,
                 bool data_digest_ok);
+/* The command PDU of t (with its immediate and unsolicited data) again, unchanged: a retry
+ * (RFC 7143 §7.2.1). */
+void ini_task_resend_cmd(struct ini_conn *c, struct ini_task *t);
+/* The status of a Data-In with S or of a SCSI Response into *r (§11.4, §11.7.4). */
+void ini_task_result(struct ini_task *t, const uint8_t *hdr, const uint8_t *data, uint32_t dlen,
+                     struct lr_result *r);
+/* Data-Out PDUs answering an R2T (or unsolicited, ttt reserved), from the task's buffer. */
+void ini_task_data_out(struct ini_conn *c, struct ini_task *t, uint32_t ttt, uint32_t off,
+                       uint32_t len);
+
+/* ---- ErrorRecoveryLevel >= 1 (recovery.c, RFC 7143 §7.1-§7.9, §11.16) ---- */
+
+/* Any PDU from the target: the recovery timer's notion of progress. */
+static inline void ini_erl_progress(struct ini_conn *c, uint64_t now)
+{
+    c->last_progress_ms = now;
+    c->rounds = 0;
+}
+/* A numbered response with StatSN arrived (held: its task still misses data). */
+void ini_erl_statsn(struct ini_conn *c, uint32_t statsn, bool held);
+/* A numbered response was discarded (data digest error): ask for it again. */
+void ini_erl_statsn_lost(struct ini_conn *c, uint32_t statsn);
+void ini_erl_data_in(struct ini_conn *c, struct ini_task *t, const uint8_t *hdr,
+                     const uint8_t *data, uint32_t dlen, bool dd_ok);
+void ini_erl_scsi_rsp(struct ini_conn *c, struct ini_task *t, const uint8_t *hdr,
+                      const uint8_t *data, uint32_t dlen, bool dd_ok);
+/* An R2T: an R2TSN gap asks for the missing R2Ts; old ones (recovery) are answered too. */
+void ini_erl_r2t(struct ini_conn *c, struct ini_task *t, const uint8_t *hdr);
+/* A Reject (data: the rejected header): a command with a bad immediate-data digest is
+ * retried, a refused SNACK ends what it asked for. Returns true if it was dealt with. */
+bool ini_erl_reject(struct ini_conn *c, const uint8_t *hdr, const uint8_t *data, uint32_t dlen);
+/* The answer to our NOP-Out ping. */
+void ini_erl_pong(struct ini_conn *c, const uint8_t *hdr);
+/* The session tick (any thread, with the lock): a connection with tasks and no progress for
+ * a quiet period gets a recovery round on its own thread. */
+void ini_erl_tick(struct ini_conn *c, uint64_t now);
+/* Set at full feature phase: StatSN tracking starts at expstatsn. */
+void ini_erl_start(struct ini_conn *c);
+
+/* NOP-Out pings of the recovery timer: ITT INI_PING_ITT + connection index. */
+#define INI_PING_ITT 0x80001000u
 
 /* ---- session (session.c) ---- */
 
@@ -223,9 +298,9 @@ struct lr_session {
     void *login_arg, *logout_arg;
     struct lr_result login_res;
 
-    /* lr_session_set_faults, for the connections' transmit path, and what it did */
+    /* lr_session_set_faults: applied by each connection's engine (ini_conn_set_faults), whose
+     * counters lr_session_fault_counts sums */
     struct lr_faults faults;
-    struct lr_fault_counts fault_counts;
 
     /* discovery */
     lr_discovery_fn disc_done;

@@ -13,6 +13,8 @@
 #include "util/log.h"
 
 #define INI_TICK_MS 200
+/* At ERL >= 1 the tick also drives the recovery timer (recovery.c): finer grained. */
+#define INI_TICK_ERL_MS 10
 #define INI_LOGOUT_ITT 0x80000001u
 #define INI_LOGIN_ITT 0x80000000u
 
@@ -369,14 +371,11 @@ int lr_session_set_faults(struct lr_session *s, const struct lr_faults *f)
         errno = EINVAL;
         return -1;
     }
-    if (f->digest_error > 0 || f->drop_pdu > 0) {
-        /* Corrupting and dropping belong to the connections' transmit path, which does
-         * neither yet: say so rather than run a "faulty" session that is not. */
-        errno = ENOTSUP;
-        return -1;
-    }
     ini_lock(s);
     s->faults = *f;
+    /* connections that exist already (normally none: set before login) take them too */
+    for (unsigned i = 0; i < s->nconns; i++)
+        ini_conn_set_faults(s->conns[i]);
     ini_unlock(s);
     return 0;
 }
@@ -385,7 +384,13 @@ void lr_session_fault_counts(const struct lr_session *cs, struct lr_fault_counts
 {
     struct lr_session *s = (struct lr_session *)cs; /* the lock is not part of the state */
     ini_lock(s);
-    *out = s->fault_counts;
+    /* every connection the session ever had stays in conns[] (dead ones too) until it is
+     * freed with the session, so their engines' counters add up to the session's */
+    memset(out, 0, sizeof(*out));
+    for (unsigned i = 0; i < s->nconns; i++) {
+        out->digests_corrupted += s->conns[i]->w.stats.injected_digest_errors;
+        out->pdus_dropped += s->conns[i]->w.stats.injected_drops;
+    }
     ini_unlock(s);
 }
 
@@ -481,11 +486,14 @@ static void conn_logged_in(struct ini_conn *c)
     c->w.erl = (uint8_t)(c->idx == 0 ? p.erl : s->params.erl); /* session-wide (§13.20) */
     c->peer_mrdsl = p.peer_max_recv_dsl ? p.peer_max_recv_dsl : 8192;
     c->expstatsn = c->login.expstatsn;
+    ini_erl_start(c);
     c->state = ICS_FFP;
     ini_login_free(&c->login);
     c->login_active = false;
     if (c->idx == 0) {
         s->params = p;
+        if (p.erl) /* the tick drives the recovery timer from now on: at its finer pace */
+            reactor_timer_start(s->r, &s->tick, INI_TICK_ERL_MS, session_tick, s);
         s->tsih = c->login.tsih;
         s->expcmdsn = c->login.exp_cmdsn;
         s->maxcmdsn = c->login.max_cmdsn;
@@ -662,8 +670,12 @@ static void session_tick(void *arg)
             ini_task_complete(s, t, &r);
         }
     }
+    /* ERL >= 1: connections with no progress get a recovery round (recovery.c) */
+    for (unsigned i = 0; i < s->nconns && !s->gathering && !s->logging_out && !s->destroyed; i++)
+        ini_erl_tick(s->conns[i], now);
     if (!s->destroyed)
-        reactor_timer_start(s->r, &s->tick, INI_TICK_MS, session_tick, s);
+        reactor_timer_start(s->r, &s->tick, s->params.erl ? INI_TICK_ERL_MS : INI_TICK_MS,
+                            session_tick, s);
     ini_unlock(s);
 }
 

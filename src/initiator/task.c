@@ -2,6 +2,7 @@
  * immediate data and unsolicited Data-Out up to FirstBurstLength, Data-Out answering R2Ts,
  * Data-In placement and phase-collapsed status, SCSI Response with sense, NOP-In pings,
  * Reject and Async messages in full feature phase. */
+#include <assert.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,8 +26,8 @@ static void fill_lun(uint8_t *p, uint64_t lun)
     }
 }
 
-static void data_out(struct ini_conn *c, struct ini_task *t, uint32_t ttt, uint32_t off,
-                     uint32_t len)
+void ini_task_data_out(struct ini_conn *c, struct ini_task *t, uint32_t ttt, uint32_t off,
+                       uint32_t len)
 {
     /* RFC 7143 §11.7: one sequence of Data-Out PDUs, each at most the target's
      * MaxRecvDataSegmentLength; DataSN restarts at 0 per sequence; F on the last. */
@@ -52,7 +53,8 @@ static void data_out(struct ini_conn *c, struct ini_task *t, uint32_t ttt, uint3
     }
 }
 
-void ini_task_send(struct ini_conn *c, struct ini_task *t)
+/* The SCSI Command PDU of t with its immediate data, and its unsolicited Data-Out. */
+static void send_cmd(struct ini_conn *c, struct ini_task *t)
 {
     struct lr_session *s = c->s;
     struct wire_pdu *p = ini_conn_pdu(c);
@@ -60,13 +62,7 @@ void ini_task_send(struct ini_conn *c, struct ini_task *t)
         ini_conn_fail(c, "out of memory");
         return;
     }
-    t->conn = c;
     t->cmd_sent = false;
-    t->exp_datasn = 0;
-    t->data_in = 0;
-    t->digest_bad = false;
-    c->outstanding++;
-
     uint32_t imm = 0, unsol = 0;
     if (t->dir == LR_DIR_WRITE) {
         /* RFC 7143 §13.13-§13.14: with ImmediateData=Yes the command carries data up to
@@ -96,7 +92,34 @@ void ini_task_send(struct ini_conn *c, struct ini_task *t)
     ini_conn_mark_cmd(p, t);
     ini_conn_send(c, p, imm ? t->buf : NULL, imm);
     if (unsol)
-        data_out(c, t, ISCSI_RSVD_TAG, imm, unsol);
+        ini_task_data_out(c, t, ISCSI_RSVD_TAG, imm, unsol);
+}
+
+void ini_task_send(struct ini_conn *c, struct ini_task *t)
+{
+    if (c->w.erl >= 1 && c->outstanding == 0)
+        ini_erl_progress(c, reactor_now_ms()); /* the quiet period starts now */
+    t->conn = c;
+    t->exp_datasn = 0;
+    t->data_in = 0;
+    t->digest_bad = false;
+    t->nmiss = 0;
+    t->status_held = t->snack_refused = t->miss_overflow = t->snack_early = false;
+    t->exp_r2tsn = 0;
+    t->retry_ms = 0;
+    c->outstanding++;
+    send_cmd(c, t);
+}
+
+/* RFC 7143 §7.2.1: the retry carries the original ITT, flags, LUN, CDB and CmdSN, on the
+ * connection of the original; the immediate data goes with it again (it is "implicitly
+ * recovered" by the retry), and so does the unsolicited data. */
+void ini_task_resend_cmd(struct ini_conn *c, struct ini_task *t)
+{
+    assert(t->conn == c && t->has_cmdsn);
+    c->retries++;
+    t->retry_ms = reactor_now_ms();
+    send_cmd(c, t);
 }
 
 uint8_t *ini_task_rx_dest(struct ini_conn *c, const uint8_t *hdr, uint32_t dlen)
@@ -126,22 +149,19 @@ static void task_fail(struct ini_conn *c, struct ini_task *t, const char *what)
     ini_task_complete(c->s, t, &r);
 }
 
-/* Status from a Data-In with S or a SCSI Response (RFC 7143 §11.4, §11.7.4). */
-static void task_status(struct ini_conn *c, struct ini_task *t, const uint8_t *hdr,
-                        const uint8_t *data, uint32_t dlen)
+void ini_task_result(struct ini_task *t, const uint8_t *hdr, const uint8_t *data, uint32_t dlen,
+                     struct lr_result *r)
 {
-    struct lr_result r;
-    result_init(&r, LR_OK, NULL);
-    r.scsi_status = hdr[BHS_STATUS];
+    result_init(r, LR_OK, NULL);
+    r->scsi_status = hdr[BHS_STATUS];
     uint8_t flags = hdr[BHS_FLAGS];
     if (flags & (ISCSI_RSP_UNDERFLOW | ISCSI_RSP_OVERFLOW))
-        r.residual = get_be32(hdr + BHS_RESIDUAL);
+        r->residual = get_be32(hdr + BHS_RESIDUAL);
     if ((hdr[0] & ISCSI_OPCODE_MASK) == ISCSI_OP_SCSI_RSP) {
-        r.response = hdr[BHS_RESPONSE];
-        if (r.response != 0) {
-            result_init(&r, LR_ERR_PROTOCOL, "target failure (iSCSI response code)");
-            r.response = hdr[BHS_RESPONSE];
-            ini_task_complete(c->s, t, &r);
+        r->response = hdr[BHS_RESPONSE];
+        if (r->response != 0) {
+            result_init(r, LR_ERR_PROTOCOL, "target failure (iSCSI response code)");
+            r->response = hdr[BHS_RESPONSE];
             return;
         }
         /* §11.4.7: the data segment holds SenseLength (2 bytes) and the sense data. */
@@ -151,16 +171,24 @@ static void task_status(struct ini_conn *c, struct ini_task *t, const uint8_t *h
                 sl = dlen - 2;
             if (sl > LR_SENSE_MAX)
                 sl = LR_SENSE_MAX;
-            memcpy(r.sense, data + 2, sl);
-            r.sense_len = sl;
+            memcpy(r->sense, data + 2, sl);
+            r->sense_len = sl;
         }
     }
     if (t->digest_bad) {
-        result_init(&r, LR_ERR_PROTOCOL, "data digest error on Data-In");
-    } else if (r.scsi_status != SCSI_STATUS_GOOD) {
-        r.err = LR_SCSI_STATUS;
-        r.what = r.scsi_status == SCSI_STATUS_CHECK_CONDITION ? "CHECK CONDITION" : "SCSI status";
+        result_init(r, LR_ERR_PROTOCOL, "data digest error on Data-In");
+    } else if (r->scsi_status != SCSI_STATUS_GOOD) {
+        r->err = LR_SCSI_STATUS;
+        r->what = r->scsi_status == SCSI_STATUS_CHECK_CONDITION ? "CHECK CONDITION" : "SCSI status";
     }
+}
+
+/* Status from a Data-In with S or a SCSI Response (RFC 7143 §11.4, §11.7.4). */
+static void task_status(struct ini_conn *c, struct ini_task *t, const uint8_t *hdr,
+                        const uint8_t *data, uint32_t dlen)
+{
+    struct lr_result r;
+    ini_task_result(t, hdr, data, dlen, &r);
     ini_task_complete(c->s, t, &r);
 }
 
@@ -183,6 +211,12 @@ static void rx_data_in(struct ini_conn *c, const uint8_t *hdr, const uint8_t *da
     struct ini_task *t = ini_task_lookup(c->s, get_be32(hdr + BHS_ITT));
     if (!t || t->conn != c) {
         stale_pdu(c, "Data-In", hdr);
+        if (c->w.erl >= 1 && (hdr[BHS_FLAGS] & ISCSI_DATAIN_STATUS))
+            ini_erl_statsn(c, get_be32(hdr + BHS_STATSN), false);
+        return;
+    }
+    if (c->w.erl >= 1) {
+        ini_erl_data_in(c, t, hdr, data, dlen, dd_ok);
         return;
     }
     uint8_t flags = hdr[BHS_FLAGS];
@@ -216,6 +250,14 @@ static void rx_scsi_rsp(struct ini_conn *c, const uint8_t *hdr, const uint8_t *d
     struct ini_task *t = ini_task_lookup(c->s, get_be32(hdr + BHS_ITT));
     if (!t || t->conn != c) {
         stale_pdu(c, "SCSI Response", hdr);
+        if (c->w.erl >= 1 && dd_ok)
+            ini_erl_statsn(c, get_be32(hdr + BHS_STATSN), false);
+        else if (c->w.erl >= 1) /* its StatSN, if still missing, asked for again */
+            ini_erl_statsn_lost(c, get_be32(hdr + BHS_STATSN));
+        return;
+    }
+    if (c->w.erl >= 1) {
+        ini_erl_scsi_rsp(c, t, hdr, data, dlen, dd_ok);
         return;
     }
     if (!dd_ok)
@@ -241,7 +283,11 @@ static void rx_r2t(struct ini_conn *c, const uint8_t *hdr)
         ini_conn_fail(c, "bad R2T");
         return;
     }
-    data_out(c, t, get_be32(hdr + BHS_TTT), off, len);
+    if (c->w.erl >= 1) {
+        ini_erl_r2t(c, t, hdr);
+        return;
+    }
+    ini_task_data_out(c, t, get_be32(hdr + BHS_TTT), off, len);
 }
 
 static void rx_nop_in(struct ini_conn *c, const uint8_t *hdr, const uint8_t *data, uint32_t dlen)
@@ -297,7 +343,20 @@ void ini_rx_ffp(struct ini_conn *c, const uint8_t *hdr, const uint8_t *data, uin
     enum iscsi_opcode op = (enum iscsi_opcode)(hdr[0] & ISCSI_OPCODE_MASK);
     if (op != ISCSI_OP_LOGIN_RSP) {
         ini_session_update_window(c->s, get_be32(hdr + BHS_EXPCMDSN), get_be32(hdr + BHS_MAXCMDSN));
-        if (pdu_has_statsn(op, hdr)) {
+        if (c->w.erl >= 1) {
+            /* §7.9: a StatSN gap is a lost response, asked for again (recovery.c). A SCSI
+             * Response's StatSN waits for its task's data, so its handler records it; any
+             * other response with a bad data digest is discarded and asked for again (§7.8). */
+            if (op != ISCSI_OP_NOP_IN) /* pings and their answers are no task's progress */
+                ini_erl_progress(c, reactor_now_ms());
+            if (pdu_has_statsn(op, hdr) && op != ISCSI_OP_SCSI_RSP) {
+                if (!data_digest_ok) {
+                    ini_erl_statsn_lost(c, get_be32(hdr + BHS_STATSN));
+                    return;
+                }
+                ini_erl_statsn(c, get_be32(hdr + BHS_STATSN), false);
+            }
+        } else if (pdu_has_statsn(op, hdr)) {
             uint32_t statsn = get_be32(hdr + BHS_STATSN);
             if (sn_le(c->expstatsn, statsn))
                 c->expstatsn = statsn + 1;
@@ -316,6 +375,10 @@ void ini_rx_ffp(struct ini_conn *c, const uint8_t *hdr, const uint8_t *data, uin
     case ISCSI_OP_NOP_IN:
         if (!data_digest_ok)
             return; /* §7.8: a digest error on a NOP-In is simply dropped */
+        if (c->w.erl >= 1 && get_be32(hdr + BHS_ITT) == INI_PING_ITT + c->idx) {
+            ini_erl_pong(c, hdr);
+            return;
+        }
         rx_nop_in(c, hdr, data, dlen);
         break;
     case ISCSI_OP_TEXT_RSP:
@@ -330,6 +393,8 @@ void ini_rx_ffp(struct ini_conn *c, const uint8_t *hdr, const uint8_t *data, uin
         if (dlen >= ISCSI_BHS_LEN && (data[0] & ISCSI_OPCODE_MASK) == ISCSI_OP_SCSI_CMD)
             t = ini_task_lookup(c->s, get_be32(data + BHS_ITT));
         c->rejects++;
+        if (c->w.erl >= 1 && ini_erl_reject(c, hdr, data, dlen))
+            break;
         if (c->rejects <= 5 || (c->rejects & (c->rejects - 1)) == 0)
             LOG_WARN("initiator: connection %u: target rejected a PDU (reason 0x%02x, opcode "
                      "0x%02x; %llu so far)",

@@ -79,6 +79,19 @@ static struct iscsi_conn *conn_alloc(struct iscsi_server *srv, struct reactor *r
     wire_init(&c->w, &conn_wire_ops, c, c->peer);
     wire_set_limits(&c->w, WIRE_LOGIN_DSL, ISCSI_RXBUF_LOGIN_SIZE);
     c->w.max_backlog = srv->limits.max_tx_backlog;
+    /* --inject digest-error/drop-pdu on what this connection sends. Only what an ERL 1
+     * initiator repairs may be dropped: Data-In (a DataSN gap, or an ExpDataSN in the status
+     * above what arrived: Data SNACK) and SCSI Response (a StatSN gap, or a NOP-In answer
+     * showing one: Status SNACK), RFC 7143 §7.8, §7.9. Digests are corrupted on any PDU with
+     * data once DataDigest is negotiated. At ERL 0 they end in what ERL 0 does. */
+    static atomic_uint_fast64_t inject_seq;
+    struct wire_faults wf = {
+        .digest_error = c->inject.digest_error,
+        .drop_pdu = c->inject.drop_pdu,
+        .drop_ops = 1ull << ISCSI_OP_DATA_IN | 1ull << ISCSI_OP_SCSI_RSP,
+        .seed = 0x2545f4914f6cdd1dull * (atomic_fetch_add(&inject_seq, 1) + 1),
+    };
+    wire_set_faults(&c->w, &wf);
     c->w.r = r; /* deferred work (receive resume) runs there even without a socket */
     list_init(&c->tasks);
     list_init(&c->retained);

@@ -31,9 +31,9 @@ bool inject_any(const struct inject_spec *s);
 /* The faults set, in LIST syntax ("kill-connection=1.5,digest-error=0.0001"; "none"). */
 void inject_format(const struct inject_spec *s, char *buf, size_t len);
 
-/* Whether this build can apply every fault asked for: kill-connection always; digest-error and
- * drop-pdu need a transmit path that corrupts and drops, which neither end has yet, so they are
- * refused rather than silently ignored. Returns 0, or -1 with a reason in err. */
+/* Whether this build can apply every fault asked for (a fault it could not apply is refused
+ * rather than silently ignored): all of them now, kill-connection by the ends, digest-error
+ * and drop-pdu by the wire engine's transmit path. Returns 0, or -1 with a reason in err. */
 int inject_check_available(const struct inject_spec *s, char *err, size_t errlen);
 
 #endif

@@ -3,7 +3,7 @@
 # sessions (4 TCP connections open at once), --verify over 2 connections, one connection of a
 # 4-connection session cut mid-run by --inject kill-connection (the other three carry on, the
 # failures are counted, the target stays healthy), a target that cuts connections itself
-# (linerate-target --inject), --inject and --erl refusals,
+# (linerate-target --inject), --inject digest-error at ERL 0, --inject and --erl refusals,
 # three 2-connection sessions sharing the initiator's threads, command timeouts when the target
 # stops answering, and a digest-on capture decoded by tshark with good header and data digests.
 set -u
@@ -141,13 +141,16 @@ for bad in "" "kill-connection" "kill-connection=0" "kill-connection=1,kill-conn
   [ $rc -eq 2 ] || fail "--inject '$bad' exited $rc, not 2"
   grep -q "^linerate-bench: --inject: " "$tmp/err" || fail "--inject '$bad': $(cat "$tmp/err")"
 done
-# valid, but nothing in this build corrupts or drops: refused by name, not ignored
-for f in digest-error=0.0001 drop-pdu=0.01; do
-  "$bench" --inject "kill-connection=1,$f" "$url" >/dev/null 2>"$tmp/err"
-  rc=$?
-  [ $rc -eq 2 ] || fail "--inject $f exited $rc, not 2"
-  grep -q "${f%%=*} is not implemented yet" "$tmp/err" || fail "--inject $f: $(cat "$tmp/err")"
-done
+
+note "--inject digest-error at ERL 0: a bad digest closes the connection, failures are counted"
+run --inject digest-error=0.05 --digest on --sizes 4k --rw write --seconds 0.5 --format csv \
+  "$url" >/dev/null 2>"$tmp/err"
+rc=$?
+[ $rc -eq 1 ] || { cat "$tmp/err"; fail "digest-error at ERL 0 exited $rc, not 1"; }
+grep -Eq "Injected: digest-error=0.05 over 1 cell: [1-9][0-9]* data digests? corrupted, [1-9][0-9]* commands? failed \(ErrorRecoveryLevel 0\)" \
+  "$tmp/err" || { cat "$tmp/err"; fail "corrupted digests or failed commands not reported"; }
+grep -q "data digest error" "$tmp/target.log" || fail "the target saw no digest error"
+alive
 "$bench" --erl 1 "$url" >/dev/null 2>"$tmp/err"
 [ $? -eq 2 ] && grep -q "not implemented yet" "$tmp/err" || fail "--erl 1: $(cat "$tmp/err")"
 

@@ -63,8 +63,6 @@ expect_usage "0 <= RATE < 1" --inject drop-pdu=-0.5
 expect_usage "unknown fault" --inject kill-connections=1
 expect_usage "given twice" --inject kill-connection=1,kill-connection=2
 expect_usage "--inject given twice" --inject kill-connection=1 --inject kill-connection=2
-expect_usage "digest-error is not implemented yet" --inject kill-connection=1,digest-error=0.001
-expect_usage "drop-pdu is not implemented yet" --inject drop-pdu=0.001
 
 # bad_config LINE WORD: the config in $WORK/bad.conf is refused with bad.conf:LINE: and WORD.
 bad_config() {

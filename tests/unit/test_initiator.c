@@ -472,18 +472,14 @@ static void test_erl_option(void **state)
         assert_null(lr_session_create(R, &o));
         assert_int_equal(errno, ENOTSUP);
     }
-    /* fault rates: out of range is EINVAL; in range, nothing applies them yet: ENOTSUP */
+    /* fault rates: out of range is EINVAL; in range, the connections' engines apply them */
     o.error_recovery_level = 0;
     s = lr_session_create(R, &o);
     assert_non_null(s);
     const struct {
         double digest, drop;
         int err;
-    } faults[] = {{-0.1, 0, EINVAL},
-                  {1, 0, EINVAL},
-                  {0, 1.5, EINVAL},
-                  {0.001, 0, ENOTSUP},
-                  {0, 0.5, ENOTSUP}};
+    } faults[] = {{-0.1, 0, EINVAL}, {1, 0, EINVAL}, {0, 1.5, EINVAL}};
     for (size_t i = 0; i < sizeof(faults) / sizeof(faults[0]); i++) {
         struct lr_faults f = {.digest_error = faults[i].digest, .drop_pdu = faults[i].drop};
         errno = 0;
@@ -495,6 +491,48 @@ static void test_erl_option(void **state)
     struct lr_fault_counts fc;
     lr_session_fault_counts(s, &fc);
     assert_true(fc.digests_corrupted == 0 && fc.pdus_dropped == 0);
+    lr_session_destroy(s);
+}
+
+/* Injected faults reach the connections' engines: SCSI Commands and Data-Out may be dropped
+ * (what ERL 1 repairs), other PDUs never; data digests are corrupted once negotiated. The
+ * session reports what its connections did. */
+static void test_faults_applied(void **state)
+{
+    (void)state;
+    struct lr_session *s = fake_session(1, 1, 64);
+    struct ini_conn *c = s->conns[0];
+    struct lr_faults f = {.digest_error = 0.5, .drop_pdu = 0.5};
+    assert_int_equal(lr_session_set_faults(s, &f), 0);
+    assert_true(c->w.faults_on);
+    assert_int_equal(c->w.faults.drop_ops, 1ull << ISCSI_OP_SCSI_CMD | 1ull << ISCSI_OP_DATA_OUT);
+    wire_set_digests(&c->w, false, true);
+    static uint8_t buf[32][512];
+    struct done_log d = {0};
+    for (int i = 0; i < 32; i++)
+        assert_int_equal(lr_write(s, (uint64_t)i, 1, 512, buf[i], on_done, &d), 0);
+    /* a target ping's answer (a NOP-Out) is never dropped */
+    uint8_t nop[ISCSI_BHS_LEN];
+    rsp_hdr(nop, ISCSI_OP_NOP_IN, ISCSI_FLAG_FINAL, ISCSI_RSVD_TAG, 1, 1, 64);
+    put_be32(nop + BHS_TTT, 0x55);
+    assert_int_equal(ini_conn_feed(c, nop, sizeof(nop)), 0);
+    unsigned dropped = 0, corrupted = 0, n = txq_len(c);
+    for (unsigned k = 0; k < n; k++) {
+        const struct wire_pdu *p = txq_at(c, k);
+        if ((p->hdr[0] & ISCSI_OPCODE_MASK) == ISCSI_OP_NOP_OUT)
+            assert_false(p->dropped);
+        dropped += p->dropped;
+        if (!p->dropped && p->dlen)
+            corrupted +=
+                get_le32(p->trailer + p->trailer_len - 4) != crc32c(p->data[0].iov_base, p->dlen);
+    }
+    assert_int_equal(n, 33);
+    assert_true(dropped > 0 && dropped < 32);
+    assert_true(corrupted > 0);
+    struct lr_fault_counts fc;
+    lr_session_fault_counts(s, &fc);
+    assert_int_equal(fc.pdus_dropped, dropped);
+    assert_int_equal(fc.digests_corrupted, corrupted);
     lr_session_destroy(s);
 }
 
@@ -755,6 +793,462 @@ static void test_async_message(void **state)
     lr_session_destroy(s);
 }
 
+/* ---- ErrorRecoveryLevel 1 (recovery.c) ---- */
+
+/* A session whose connection negotiated ERL 1, its next StatSN expstatsn. */
+static struct lr_session *erl1_session(uint32_t expstatsn)
+{
+    struct lr_session *s = fake_session(1, 1, 64);
+    struct ini_conn *c = s->conns[0];
+    s->params.erl = 1;
+    c->w.erl = 1;
+    c->expstatsn = expstatsn;
+    ini_erl_start(c);
+    return s;
+}
+
+/* Drain the transmit queue as the socket would (commands count as sent). */
+static void take_all(struct ini_conn *c)
+{
+    static uint8_t sink[1 << 20];
+    while (wire_take_tx(&c->w, sink, sizeof(sink)))
+        ;
+}
+
+static void assert_snack(const struct wire_pdu *p, uint8_t type, uint32_t itt, uint32_t beg,
+                         uint32_t run, uint32_t expstatsn)
+{
+    assert_int_equal(p->hdr[0], ISCSI_OP_SNACK);
+    assert_int_equal(p->hdr[1], ISCSI_FLAG_FINAL | type);
+    assert_int_equal(get_be32(p->hdr + BHS_ITT), itt);
+    assert_int_equal(get_be32(p->hdr + BHS_TTT), ISCSI_RSVD_TAG);
+    assert_int_equal(get_be32(p->hdr + BHS_EXPSTATSN), expstatsn);
+    assert_int_equal(get_be32(p->hdr + 40), beg); /* BegRun */
+    assert_int_equal(get_be32(p->hdr + 44), run); /* RunLength */
+    assert_int_equal(p->dlen, 0);
+}
+
+/* A PDU of header + data (a multiple of 4) with its data digest appended, good or bad. */
+static size_t with_ddigest(uint8_t *out, const uint8_t *pdu, size_t n, bool bad)
+{
+    memcpy(out, pdu, n);
+    if (n == ISCSI_BHS_LEN)
+        return n;
+    put_le32(out + n, crc32c(pdu + ISCSI_BHS_LEN, n - ISCSI_BHS_LEN) ^ (bad ? 1u : 0u));
+    return n + 4;
+}
+
+/* §7.9: a DataSN gap is answered by a Data SNACK for the missing run; the status that arrives
+ * meanwhile waits, unacknowledged (ExpStatSN stays), until the retransmission fills the hole;
+ * then the task completes with the right data. */
+static void test_erl1_data_in_gap_snack(void **state)
+{
+    (void)state;
+    struct lr_session *s = erl1_session(5);
+    struct ini_conn *c = s->conns[0];
+    static uint8_t buf[12288];
+    static uint8_t pdu[ISCSI_BHS_LEN + 4096];
+    struct done_log d = {0};
+    assert_int_equal(lr_read(s, 0, 24, 512, buf, on_done, &d), 0);
+    uint32_t itt = get_be32(txq_at(c, 0)->hdr + BHS_ITT);
+    take_all(c);
+    size_t n = data_in(pdu, itt, 0, 0, 4096, 0, 0, 0);
+    assert_int_equal(ini_conn_feed(c, pdu, (uint32_t)n), 0);
+    assert_int_equal(txq_len(c), 0);
+    /* DataSN 1 lost: the last one arrives with the status */
+    n = data_in(pdu, itt, 2, 8192, 4096, ISCSI_FLAG_FINAL | ISCSI_DATAIN_STATUS, 5, 0);
+    assert_int_equal(ini_conn_feed(c, pdu, (uint32_t)n), 0);
+    assert_int_equal(txq_len(c), 1);
+    assert_snack(txq_at(c, 0), 0, itt, 1, 1, 5);
+    assert_int_equal(d.calls, 0);
+    assert_int_equal(c->expstatsn, 5); /* not acknowledged while data is missing */
+    /* the retransmission of DataSN 1 completes the task */
+    n = data_in(pdu, itt, 1, 4096, 4096, 0, 0, 0);
+    assert_int_equal(ini_conn_feed(c, pdu, (uint32_t)n), 0);
+    assert_int_equal(d.calls, 1);
+    assert_int_equal(d.last, LR_OK);
+    assert_int_equal(c->expstatsn, 6);
+    assert_int_equal(buf[0], 0x40);
+    assert_int_equal(buf[4096], 0x41);
+    assert_int_equal(buf[8191], 0x41);
+    assert_int_equal(buf[8192], 0x42);
+    assert_int_equal(c->state, ICS_FFP);
+    lr_session_destroy(s);
+}
+
+/* §7.8: a Data-In with a bad data digest is missing itself (Data SNACK for it); a SCSI
+ * Response whose ExpDataSN is past the last DataSN received shows the tail lost (§11.4.8). */
+static void test_erl1_data_digest_and_expdatasn(void **state)
+{
+    (void)state;
+    struct lr_session *s = erl1_session(5);
+    struct ini_conn *c = s->conns[0];
+    wire_set_digests(&c->w, false, true);
+    static uint8_t buf[12288];
+    static uint8_t pdu[ISCSI_BHS_LEN + 4096], wire_bytes[ISCSI_BHS_LEN + 4096 + 4];
+    struct done_log d = {0};
+    assert_int_equal(lr_read(s, 0, 24, 512, buf, on_done, &d), 0);
+    uint32_t itt = get_be32(txq_at(c, 0)->hdr + BHS_ITT);
+    take_all(c);
+    size_t n = data_in(pdu, itt, 0, 0, 4096, 0, 0, 0);
+    n = with_ddigest(wire_bytes, pdu, n, false);
+    assert_int_equal(ini_conn_feed(c, wire_bytes, (uint32_t)n), 0);
+    n = data_in(pdu, itt, 1, 4096, 4096, 0, 0, 0);
+    n = with_ddigest(wire_bytes, pdu, n, true);
+    assert_int_equal(ini_conn_feed(c, wire_bytes, (uint32_t)n), 0);
+    assert_int_equal(txq_len(c), 1);
+    assert_snack(txq_at(c, 0), 0, itt, 1, 1, 5);
+    /* DataSN 2 never arrives; the SCSI Response says three were sent */
+    uint8_t rsp[ISCSI_BHS_LEN];
+    rsp_hdr(rsp, ISCSI_OP_SCSI_RSP, ISCSI_FLAG_FINAL, itt, 5, 2, 64);
+    put_be32(rsp + BHS_EXPDATASN, 3);
+    assert_int_equal(ini_conn_feed(c, rsp, sizeof(rsp)), 0);
+    assert_int_equal(txq_len(c), 2);
+    assert_snack(txq_at(c, 1), 0, itt, 2, 1, 5);
+    assert_int_equal(d.calls, 0);
+    assert_int_equal(c->expstatsn, 5);
+    /* the retransmissions, in any order */
+    n = data_in(pdu, itt, 2, 8192, 4096, 0, 0, 0);
+    n = with_ddigest(wire_bytes, pdu, n, false);
+    assert_int_equal(ini_conn_feed(c, wire_bytes, (uint32_t)n), 0);
+    assert_int_equal(d.calls, 0);
+    n = data_in(pdu, itt, 1, 4096, 4096, 0, 0, 0);
+    n = with_ddigest(wire_bytes, pdu, n, false);
+    assert_int_equal(ini_conn_feed(c, wire_bytes, (uint32_t)n), 0);
+    assert_int_equal(d.calls, 1);
+    assert_int_equal(d.last, LR_OK);
+    assert_int_equal(buf[4096], 0x41);
+    assert_int_equal(buf[12287], 0x42);
+    assert_int_equal(c->expstatsn, 6);
+    lr_session_destroy(s);
+}
+
+/* §7.9: a StatSN gap is a lost response: Status SNACK for the run, ExpStatSN stays at the
+ * first missing one until the retransmissions arrive. A response with a bad data digest is
+ * discarded and asked for again (§7.8). */
+static void test_erl1_statsn_gap_snack(void **state)
+{
+    (void)state;
+    struct lr_session *s = erl1_session(5);
+    struct ini_conn *c = s->conns[0];
+    wire_set_digests(&c->w, false, true);
+    static uint8_t buf[2][512];
+    struct done_log d = {0};
+    assert_int_equal(lr_write(s, 0, 1, 512, buf[0], on_done, &d), 0);
+    assert_int_equal(lr_write(s, 1, 1, 512, buf[1], on_done, &d), 0);
+    uint32_t itt_a = get_be32(txq_at(c, 0)->hdr + BHS_ITT);
+    uint32_t itt_b = get_be32(txq_at(c, 1)->hdr + BHS_ITT);
+    take_all(c);
+    /* B's response (StatSN 7) arrives; 5 (A's) and 6 (a Reject, say) were lost */
+    uint8_t rsp[ISCSI_BHS_LEN];
+    rsp_hdr(rsp, ISCSI_OP_SCSI_RSP, ISCSI_FLAG_FINAL, itt_b, 7, 3, 64);
+    assert_int_equal(ini_conn_feed(c, rsp, sizeof(rsp)), 0);
+    assert_int_equal(d.calls, 1); /* B is complete: its status needs no data */
+    assert_int_equal(txq_len(c), 1);
+    assert_snack(txq_at(c, 0), 1, ISCSI_RSVD_TAG, 5, 2, 5);
+    assert_int_equal(c->expstatsn, 5);
+    /* A's response comes back with sense data and a bad digest: discarded, asked again */
+    uint8_t sense_rsp[ISCSI_BHS_LEN + 20], wire_bytes[ISCSI_BHS_LEN + 20 + 4];
+    rsp_hdr(sense_rsp, ISCSI_OP_SCSI_RSP, ISCSI_FLAG_FINAL, itt_a, 5, 3, 64);
+    sense_rsp[BHS_STATUS] = 0x02;
+    put_be24(sense_rsp + BHS_DATA_SEG_LEN, 20);
+    memset(sense_rsp + ISCSI_BHS_LEN, 0, 20);
+    put_be16(sense_rsp + ISCSI_BHS_LEN, 18);
+    sense_rsp[ISCSI_BHS_LEN + 2] = 0x70;
+    sense_rsp[ISCSI_BHS_LEN + 4] = 0x06;
+    size_t n = with_ddigest(wire_bytes, sense_rsp, sizeof(sense_rsp), true);
+    assert_int_equal(ini_conn_feed(c, wire_bytes, (uint32_t)n), 0);
+    assert_int_equal(d.calls, 1);
+    assert_int_equal(txq_len(c), 2);
+    assert_snack(txq_at(c, 1), 1, ISCSI_RSVD_TAG, 5, 1, 5);
+    n = with_ddigest(wire_bytes, sense_rsp, sizeof(sense_rsp), false);
+    assert_int_equal(ini_conn_feed(c, wire_bytes, (uint32_t)n), 0);
+    assert_int_equal(d.calls, 2);
+    assert_int_equal(d.last, LR_SCSI_STATUS);
+    assert_int_equal(d.sense_key, 0x06);
+    assert_int_equal(c->expstatsn, 6);
+    /* StatSN 6 retransmitted (a Reject of a NOP-Out): ExpStatSN moves past B's too */
+    uint8_t rej[2 * ISCSI_BHS_LEN], rej_wire[2 * ISCSI_BHS_LEN + 4];
+    rsp_hdr(rej, ISCSI_OP_REJECT, ISCSI_FLAG_FINAL, ISCSI_RSVD_TAG, 6, 3, 64);
+    rej[BHS_REJECT_REASON] = ISCSI_REJECT_PROTOCOL_ERROR;
+    put_be24(rej + BHS_DATA_SEG_LEN, ISCSI_BHS_LEN);
+    memset(rej + ISCSI_BHS_LEN, 0, ISCSI_BHS_LEN);
+    rej[ISCSI_BHS_LEN] = ISCSI_OP_NOP_OUT | ISCSI_BHS_IMMEDIATE;
+    n = with_ddigest(rej_wire, rej, sizeof(rej), false);
+    assert_int_equal(ini_conn_feed(c, rej_wire, (uint32_t)n), 0);
+    assert_int_equal(c->expstatsn, 8);
+    assert_int_equal(c->state, ICS_FFP);
+    lr_session_destroy(s);
+}
+
+/* §7.8/§7.2.1: a Reject (reason 0x02) of a SCSI Command whose immediate data was damaged is
+ * answered by the same command again: same ITT, CmdSN, CDB, immediate data; the task goes on.
+ * A Reject 0x02 of a Data-Out fails nothing (the target sends a recovery R2T). */
+static void test_erl1_reject_digest_retries_command(void **state)
+{
+    (void)state;
+    struct lr_session *s = erl1_session(5);
+    struct ini_conn *c = s->conns[0];
+    static uint8_t buf[65536];
+    struct done_log d = {0};
+    assert_int_equal(lr_write(s, 0, 128, 512, buf, on_done, &d), 0);
+    uint8_t cmd[ISCSI_BHS_LEN];
+    memcpy(cmd, txq_at(c, 0)->hdr, ISCSI_BHS_LEN);
+    take_all(c);
+    uint8_t rej[2 * ISCSI_BHS_LEN];
+    rsp_hdr(rej, ISCSI_OP_REJECT, ISCSI_FLAG_FINAL, ISCSI_RSVD_TAG, 5, 1, 64);
+    rej[BHS_REJECT_REASON] = ISCSI_REJECT_DIGEST_ERROR;
+    put_be24(rej + BHS_DATA_SEG_LEN, ISCSI_BHS_LEN);
+    memcpy(rej + ISCSI_BHS_LEN, cmd, ISCSI_BHS_LEN);
+    assert_int_equal(ini_conn_feed(c, rej, sizeof(rej)), 0);
+    assert_int_equal(d.calls, 0);
+    assert_int_equal(txq_len(c), 1);
+    const struct wire_pdu *p = txq_at(c, 0);
+    assert_memory_equal(p->hdr, cmd, BHS_EXPSTATSN); /* opcode .. CmdSN unchanged */
+    assert_memory_equal(p->hdr + BHS_CDB, cmd + BHS_CDB, 16);
+    assert_int_equal(get_be32(p->hdr + BHS_EXPSTATSN), 6);
+    assert_int_equal(p->dlen, 8192);
+    assert_ptr_equal(p->data[0].iov_base, buf);
+    assert_int_equal(c->retries, 1);
+    assert_int_equal(c->expstatsn, 6);
+    take_all(c);
+    /* a Reject 0x02 of a Data-Out: nothing to do but wait for the recovery R2T */
+    memset(rej + ISCSI_BHS_LEN, 0, ISCSI_BHS_LEN);
+    rej[ISCSI_BHS_LEN] = ISCSI_OP_DATA_OUT;
+    put_be32(rej + ISCSI_BHS_LEN + BHS_ITT, get_be32(cmd + BHS_ITT));
+    put_be32(rej + BHS_STATSN, 6);
+    assert_int_equal(ini_conn_feed(c, rej, sizeof(rej)), 0);
+    assert_int_equal(d.calls, 0);
+    assert_int_equal(txq_len(c), 0);
+    assert_int_equal(c->state, ICS_FFP);
+    lr_session_destroy(s);
+}
+
+/* R2Ts at ERL 1: an R2TSN gap asks for the missing R2T (Data/R2T SNACK, §7.9); an R2T for a
+ * range already sent (a recovery R2T, §7.8, numbered before the next expected) is answered
+ * with the data again under its new TTT. */
+static void test_erl1_recovery_r2t(void **state)
+{
+    (void)state;
+    struct lr_session *s = erl1_session(5);
+    struct ini_conn *c = s->conns[0];
+    s->params.max_burst = 16384;
+    static uint8_t buf[65536];
+    struct done_log d = {0};
+    assert_int_equal(lr_write(s, 0, 128, 512, buf, on_done, &d), 0);
+    uint32_t itt = get_be32(txq_at(c, 0)->hdr + BHS_ITT);
+    take_all(c);
+    uint8_t r2t[ISCSI_BHS_LEN];
+    rsp_hdr(r2t, ISCSI_OP_R2T, ISCSI_FLAG_FINAL, itt, 5, 2, 64);
+    put_be32(r2t + BHS_TTT, 0x10);
+    put_be32(r2t + BHS_R2TSN, 0);
+    put_be32(r2t + BHS_BUFFER_OFFSET, 8192);
+    put_be32(r2t + BHS_DESIRED_LEN, 16384);
+    assert_int_equal(ini_conn_feed(c, r2t, sizeof(r2t)), 0);
+    assert_int_equal(txq_len(c), 2);
+    take_all(c);
+    /* R2TSN 1 lost: R2TSN 2 arrives */
+    put_be32(r2t + BHS_TTT, 0x12);
+    put_be32(r2t + BHS_R2TSN, 2);
+    put_be32(r2t + BHS_BUFFER_OFFSET, 40960);
+    assert_int_equal(ini_conn_feed(c, r2t, sizeof(r2t)), 0);
+    assert_int_equal(txq_len(c), 3);
+    assert_snack(txq_at(c, 0), 0, itt, 1, 1, 5);
+    assert_int_equal(get_be32(txq_at(c, 1)->hdr + BHS_TTT), 0x12);
+    take_all(c);
+    /* a recovery R2T for the first range (8 KiB of it), new TTT, numbered before */
+    put_be32(r2t + BHS_TTT, 0x20);
+    put_be32(r2t + BHS_R2TSN, 0);
+    put_be32(r2t + BHS_BUFFER_OFFSET, 16384);
+    put_be32(r2t + BHS_DESIRED_LEN, 8192);
+    assert_int_equal(ini_conn_feed(c, r2t, sizeof(r2t)), 0);
+    assert_int_equal(txq_len(c), 1);
+    const struct wire_pdu *p = txq_at(c, 0);
+    assert_int_equal(p->hdr[0], ISCSI_OP_DATA_OUT);
+    assert_int_equal(p->hdr[1], ISCSI_FLAG_FINAL);
+    assert_int_equal(get_be32(p->hdr + BHS_TTT), 0x20);
+    assert_int_equal(get_be32(p->hdr + BHS_DATASN), 0);
+    assert_int_equal(get_be32(p->hdr + BHS_BUFFER_OFFSET), 16384);
+    assert_ptr_equal(p->data[0].iov_base, buf + 16384);
+    assert_int_equal(d.calls, 0);
+    assert_int_equal(c->state, ICS_FFP);
+    lr_session_destroy(s);
+}
+
+/* Nothing after the lost PDU to show a gap: the recovery timer pings after a quiet period.
+ * The answer's ExpCmdSN still at a sent command's CmdSN means the target never got it: the
+ * command is retried (§7.2.1). Its StatSN past ExpStatSN shows a lost last response: Status
+ * SNACK. At ERL 0 the timer does nothing. */
+static void test_erl1_quiet_ping_retry_and_status_snack(void **state)
+{
+    (void)state;
+    struct lr_session *s = erl1_session(5);
+    struct ini_conn *c = s->conns[0];
+    static uint8_t buf[512];
+    struct done_log d = {0};
+    assert_int_equal(lr_read(s, 0, 1, 512, buf, on_done, &d), 0);
+    uint8_t cmd[ISCSI_BHS_LEN];
+    memcpy(cmd, txq_at(c, 0)->hdr, ISCSI_BHS_LEN);
+    take_all(c);
+    uint64_t now = reactor_now_ms();
+    ini_erl_tick(c, now); /* not quiet long enough yet */
+    assert_int_equal(txq_len(c), 0);
+    ini_erl_tick(c, now + 1000);
+    assert_int_equal(txq_len(c), 1);
+    const struct wire_pdu *p = txq_at(c, 0);
+    assert_int_equal(p->hdr[0], ISCSI_OP_NOP_OUT | ISCSI_BHS_IMMEDIATE);
+    assert_int_equal(get_be32(p->hdr + BHS_ITT), INI_PING_ITT);
+    assert_int_equal(get_be32(p->hdr + BHS_TTT), ISCSI_RSVD_TAG);
+    assert_int_equal(get_be32(p->hdr + BHS_CMDSN), 2);
+    take_all(c);
+    /* the answer: ExpCmdSN 1, the read's CmdSN: retried */
+    uint8_t pong[ISCSI_BHS_LEN];
+    rsp_hdr(pong, ISCSI_OP_NOP_IN, ISCSI_FLAG_FINAL, INI_PING_ITT, 5, 1, 64);
+    put_be32(pong + BHS_TTT, ISCSI_RSVD_TAG);
+    assert_int_equal(ini_conn_feed(c, pong, sizeof(pong)), 0);
+    assert_int_equal(c->expstatsn, 6);
+    assert_int_equal(txq_len(c), 1);
+    assert_memory_equal(txq_at(c, 0)->hdr, cmd, BHS_EXPSTATSN);
+    assert_int_equal(c->retries, 1);
+    take_all(c);
+    /* later the status is lost: the next round's answer shows StatSN 6 missing */
+    ini_erl_tick(c, now + 2000);
+    assert_int_equal(txq_len(c), 1);
+    take_all(c);
+    rsp_hdr(pong, ISCSI_OP_NOP_IN, ISCSI_FLAG_FINAL, INI_PING_ITT, 7, 2, 65);
+    put_be32(pong + BHS_TTT, ISCSI_RSVD_TAG);
+    assert_int_equal(ini_conn_feed(c, pong, sizeof(pong)), 0);
+    assert_int_equal(txq_len(c), 1);
+    assert_snack(txq_at(c, 0), 1, ISCSI_RSVD_TAG, 6, 1, 6);
+    assert_int_equal(c->retries, 1); /* ExpCmdSN moved: no retry */
+    take_all(c);
+    /* the retransmitted status completes the read; ExpStatSN past the pong's */
+    uint8_t din[ISCSI_BHS_LEN + 512];
+    size_t n = data_in(din, get_be32(cmd + BHS_ITT), 0, 0, 512,
+                       ISCSI_FLAG_FINAL | ISCSI_DATAIN_STATUS, 6, 0);
+    assert_int_equal(ini_conn_feed(c, din, (uint32_t)n), 0);
+    assert_int_equal(d.calls, 1);
+    assert_int_equal(d.last, LR_OK);
+    assert_int_equal(c->expstatsn, 8);
+    /* nothing outstanding: no more rounds */
+    ini_erl_tick(c, now + 3000);
+    assert_int_equal(txq_len(c), 0);
+    lr_session_destroy(s);
+    /* ERL 0: no timer */
+    s = fake_session(1, 1, 64);
+    c = s->conns[0];
+    assert_int_equal(lr_read(s, 0, 1, 512, buf, on_done, &d), 0);
+    take_all(c);
+    ini_erl_tick(c, reactor_now_ms() + 10000);
+    assert_int_equal(txq_len(c), 0);
+    lr_session_destroy(s);
+}
+
+/* A response asked for and not come (its retransmission lost too) is asked for again while
+ * other traffic flows: nothing else would show it, and the target keeps what it may have to
+ * send again only for so long. */
+static void test_erl1_resnack_while_busy(void **state)
+{
+    (void)state;
+    struct lr_session *s = erl1_session(5);
+    struct ini_conn *c = s->conns[0];
+    static uint8_t buf[3][512];
+    struct done_log d = {0};
+    uint32_t itt[3];
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(lr_write(s, (uint64_t)i, 1, 512, buf[i], on_done, &d), 0);
+        itt[i] = get_be32(txq_at(c, (unsigned)i)->hdr + BHS_ITT);
+    }
+    take_all(c);
+    uint8_t rsp[ISCSI_BHS_LEN];
+    rsp_hdr(rsp, ISCSI_OP_SCSI_RSP, ISCSI_FLAG_FINAL, itt[1], 6, 3, 64); /* 5 lost */
+    assert_int_equal(ini_conn_feed(c, rsp, sizeof(rsp)), 0);
+    assert_int_equal(txq_len(c), 1);
+    assert_snack(txq_at(c, 0), 1, ISCSI_RSVD_TAG, 5, 1, 5);
+    take_all(c);
+    uint64_t now = reactor_now_ms();
+    ini_erl_tick(c, now + 1000); /* a round: the SNACK again, and a ping */
+    assert_int_equal(txq_len(c), 2);
+    assert_snack(txq_at(c, 0), 1, ISCSI_RSVD_TAG, 5, 1, 5);
+    take_all(c);
+    /* traffic goes on (the connection is not quiet), StatSN 5 still missing: asked again */
+    rsp_hdr(rsp, ISCSI_OP_SCSI_RSP, ISCSI_FLAG_FINAL, itt[2], 7, 4, 64);
+    assert_int_equal(ini_conn_feed(c, rsp, sizeof(rsp)), 0);
+    assert_int_equal(txq_len(c), 0);
+    c->last_progress_ms = now + 1005; /* the ticks' clock is made up: traffic came then */
+    ini_erl_tick(c, now + 1010);      /* too soon */
+    assert_int_equal(txq_len(c), 0);
+    c->last_progress_ms = now + 1035; /* and then: never quiet */
+    ini_erl_tick(c, now + 1040);
+    assert_true(txq_len(c) >= 1);
+    assert_snack(txq_at(c, 0), 1, ISCSI_RSVD_TAG, 5, 1, 5);
+    take_all(c);
+    rsp_hdr(rsp, ISCSI_OP_SCSI_RSP, ISCSI_FLAG_FINAL, itt[0], 5, 4, 64);
+    assert_int_equal(ini_conn_feed(c, rsp, sizeof(rsp)), 0);
+    assert_int_equal(d.calls, 3);
+    assert_int_equal(c->expstatsn, 8);
+    ini_erl_tick(c, now + 2000); /* nothing pending, nothing outstanding */
+    assert_int_equal(txq_len(c), 0);
+    lr_session_destroy(s);
+}
+
+/* A Data SNACK the target refuses (Reject, §7.8 a) ends the task with an error once its
+ * status is in, rather than waiting for data that will not come. */
+static void test_erl1_snack_rejected(void **state)
+{
+    (void)state;
+    struct lr_session *s = erl1_session(5);
+    struct ini_conn *c = s->conns[0];
+    static uint8_t buf[8192];
+    static uint8_t pdu[ISCSI_BHS_LEN + 4096];
+    struct done_log d = {0};
+    assert_int_equal(lr_read(s, 0, 16, 512, buf, on_done, &d), 0);
+    uint32_t itt = get_be32(txq_at(c, 0)->hdr + BHS_ITT);
+    take_all(c);
+    size_t n = data_in(pdu, itt, 1, 4096, 4096, ISCSI_FLAG_FINAL | ISCSI_DATAIN_STATUS, 5, 0);
+    assert_int_equal(ini_conn_feed(c, pdu, (uint32_t)n), 0);
+    assert_int_equal(txq_len(c), 1);
+    uint8_t rej[2 * ISCSI_BHS_LEN];
+    rsp_hdr(rej, ISCSI_OP_REJECT, ISCSI_FLAG_FINAL, ISCSI_RSVD_TAG, 6, 2, 64);
+    rej[BHS_REJECT_REASON] = ISCSI_REJECT_SNACK_REJECT;
+    put_be24(rej + BHS_DATA_SEG_LEN, ISCSI_BHS_LEN);
+    memcpy(rej + ISCSI_BHS_LEN, txq_at(c, 0)->hdr, ISCSI_BHS_LEN);
+    assert_int_equal(ini_conn_feed(c, rej, sizeof(rej)), 0);
+    assert_int_equal(d.calls, 1);
+    assert_int_equal(d.last, LR_ERR_PROTOCOL);
+    assert_int_equal(c->expstatsn, 7);
+    assert_int_equal(c->state, ICS_FFP);
+    /* refused before the status came (the target counts Data-In as sent with its status):
+     * asked again when the status arrives, and the retransmission completes the task */
+    take_all(c);
+    assert_int_equal(lr_read(s, 0, 16, 512, buf, on_done, &d), 0);
+    itt = get_be32(txq_at(c, 0)->hdr + BHS_ITT);
+    take_all(c);
+    n = data_in(pdu, itt, 1, 4096, 4096, 0, 0, 0);
+    assert_int_equal(ini_conn_feed(c, pdu, (uint32_t)n), 0);
+    assert_int_equal(txq_len(c), 1);
+    rsp_hdr(rej, ISCSI_OP_REJECT, ISCSI_FLAG_FINAL, ISCSI_RSVD_TAG, 7, 3, 64);
+    rej[BHS_REJECT_REASON] = ISCSI_REJECT_PROTOCOL_ERROR;
+    put_be24(rej + BHS_DATA_SEG_LEN, ISCSI_BHS_LEN);
+    memcpy(rej + ISCSI_BHS_LEN, txq_at(c, 0)->hdr, ISCSI_BHS_LEN);
+    take_all(c);
+    assert_int_equal(ini_conn_feed(c, rej, sizeof(rej)), 0);
+    assert_int_equal(d.calls, 1);
+    uint8_t rsp[ISCSI_BHS_LEN];
+    rsp_hdr(rsp, ISCSI_OP_SCSI_RSP, ISCSI_FLAG_FINAL, itt, 8, 3, 64);
+    put_be32(rsp + BHS_EXPDATASN, 2);
+    assert_int_equal(ini_conn_feed(c, rsp, sizeof(rsp)), 0);
+    assert_int_equal(d.calls, 1);
+    assert_int_equal(txq_len(c), 1);
+    assert_snack(txq_at(c, 0), 0, itt, 0, 1, 8);
+    n = data_in(pdu, itt, 0, 0, 4096, 0, 0, 0);
+    assert_int_equal(ini_conn_feed(c, pdu, (uint32_t)n), 0);
+    assert_int_equal(d.calls, 2);
+    assert_int_equal(d.last, LR_OK);
+    assert_int_equal(c->expstatsn, 9);
+    lr_session_destroy(s);
+}
+
 static void test_url(void **state)
 {
     (void)state;
@@ -786,6 +1280,7 @@ int main(void)
         cmocka_unit_test(test_digests_and_nop),
         cmocka_unit_test(test_stale_response_ignored),
         cmocka_unit_test(test_erl_option),
+        cmocka_unit_test(test_faults_applied),
         cmocka_unit_test(test_write_unsolicited_and_r2t_sequences),
         cmocka_unit_test(test_data_in_datasn_gap),
         cmocka_unit_test(test_data_in_digest_error),
@@ -793,6 +1288,14 @@ int main(void)
         cmocka_unit_test(test_nop_in_not_a_ping),
         cmocka_unit_test(test_reject_handling),
         cmocka_unit_test(test_async_message),
+        cmocka_unit_test(test_erl1_data_in_gap_snack),
+        cmocka_unit_test(test_erl1_data_digest_and_expdatasn),
+        cmocka_unit_test(test_erl1_statsn_gap_snack),
+        cmocka_unit_test(test_erl1_reject_digest_retries_command),
+        cmocka_unit_test(test_erl1_recovery_r2t),
+        cmocka_unit_test(test_erl1_quiet_ping_retry_and_status_snack),
+        cmocka_unit_test(test_erl1_resnack_while_busy),
+        cmocka_unit_test(test_erl1_snack_rejected),
         cmocka_unit_test(test_url),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
