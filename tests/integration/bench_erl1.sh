@@ -6,7 +6,6 @@
 # §7.8, §7.9): the bench drops SCSI Commands (retried) and Data-Out (recovery R2T), the target
 # Data-In (Data SNACK) and SCSI Responses (Status SNACK); corrupted data digests are Rejected
 # (reason 0x02) by the target and SNACKed by the initiator.
-# Skips while either end refuses level 1 (ISCSI_ERL_IMPLEMENTED < 1 in src/iscsi/keys.h).
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/bench_lib.sh"
@@ -30,7 +29,6 @@ for _ in $(seq 50); do
     wait "$tpid"
     rc=$?
     tpid=
-    grep -q "not implemented yet" "$tmp/target.log" && skip "linerate-target: $(cat "$tmp/target.log")"
     cat "$tmp/target.log"
     fail "linerate-target exited $rc"
   fi
@@ -39,11 +37,6 @@ done
 url=$(head -1 "$tmp/url")
 case $url in iscsi://*) ;; *) cat "$tmp/target.log"; fail "linerate-target printed no URL";; esac
 alive() { kill -0 "$tpid" 2>/dev/null || { cat "$tmp/target.log"; fail "linerate-target died"; }; }
-
-"$bench" --erl 1 --help >/dev/null 2>"$tmp/err"
-if [ $? -eq 2 ] && grep -q "not implemented yet" "$tmp/err"; then
-  skip "linerate-bench: $(cat "$tmp/err")"
-fi
 
 for conns in 2 4; do
   note "--erl 1 --verify --inject $faults, $conns connections, faults on both ends"
