@@ -765,6 +765,19 @@ static bool gather(const struct wire_pdu *p, uint32_t skip, struct iovec *iov, i
     return true;
 }
 
+/* The unwritten part of the queue, from its head, as far as TX_IOV_MAX pieces go. */
+static int gather_queue(const struct wire *w, struct iovec iov[TX_IOV_MAX])
+{
+    int n = 0;
+    uint32_t skip = w->tx_off;
+    for (const struct list_node *ln = w->txq.next; ln != &w->txq; ln = ln->next) {
+        if (!gather(list_entry(ln, struct wire_pdu, node), skip, iov, &n, TX_IOV_MAX))
+            break;
+        skip = 0;
+    }
+    return n;
+}
+
 /* `bytes` more of the queue are on the wire: retire every PDU now fully written. */
 static void tx_retire(struct wire *w, uint64_t bytes)
 {
@@ -793,13 +806,7 @@ int wire_flush(struct wire *w)
         return WIRE_OK;
     while (!w->dead && !list_empty(&w->txq)) {
         struct iovec iov[TX_IOV_MAX];
-        int n = 0;
-        uint32_t skip = w->tx_off;
-        for (struct list_node *ln = w->txq.next; ln != &w->txq; ln = ln->next) {
-            if (!gather(list_entry(ln, struct wire_pdu, node), skip, iov, &n, TX_IOV_MAX))
-                break;
-            skip = 0;
-        }
+        int n = gather_queue(w, iov);
         ssize_t sent = 0;
         if (n) {
             struct msghdr mh = {.msg_iov = iov, .msg_iovlen = (size_t)n};
@@ -854,13 +861,7 @@ size_t wire_take_tx(struct wire *w, void *buf, size_t cap)
     size_t used = 0;
     while (!w->dead && !list_empty(&w->txq) && used < cap) {
         struct iovec iov[TX_IOV_MAX];
-        int n = 0;
-        uint32_t skip = w->tx_off;
-        for (struct list_node *ln = w->txq.next; ln != &w->txq; ln = ln->next) {
-            if (!gather(list_entry(ln, struct wire_pdu, node), skip, iov, &n, TX_IOV_MAX))
-                break;
-            skip = 0;
-        }
+        int n = gather_queue(w, iov);
         size_t k = 0;
         for (int i = 0; i < n && used + k < cap; i++) {
             size_t m = iov[i].iov_len < cap - used - k ? iov[i].iov_len : cap - used - k;
