@@ -22,8 +22,9 @@ out=${OUT:-$root/bench/results}
 mkdir -p "$out"
 work=$(mktemp -d /tmp/linerate-erlcost.XXXXXX)
 pids=()
-cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done; wait 2>/dev/null; rm -rf "$work"; }
+cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done; wait 2>/dev/null; [ -n "${KEEP:-}" ] || rm -rf "$work"; }
 trap cleanup EXIT
+[ -n "${KEEP:-}" ] && echo "erl-cost: work in $work" >&2
 
 start() {   # name extra-args...
   local name=$1 port; shift
@@ -67,7 +68,7 @@ md=$out/erl-cost-$(date +%Y%m%d-%H%M%S).md
       for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (x[j] + 0 < x[i] + 0) { t = x[i]; x[i] = x[j]; x[j] = t }
       return n % 2 ? x[(n + 1) / 2] : (x[n / 2] + x[n / 2 + 1]) / 2 }
     END { for (c in k) { a = med(v[c, "clean"]); b = med(v[c, "faulty"])
-      printf "| %s | %.0f | %.0f | %.3f |\n", c, a, b, a > 0 ? b / a : 0 } }' "$raw" | sort
+      printf "| %s | %.0f | %.0f | %.3f |\n", c, a, b, (a > 0 ? b / a : 0) } }' "$raw" | sort
   echo
   echo "Faults injected by the bench (the target corrupts its Data-In digests at the same rate):"
   echo
