@@ -206,6 +206,10 @@ void ini_task_send(struct ini_conn *c, struct ini_task *t);
 /* Data placement: where the payload of the PDU whose header is hdr goes (task buffer for
  * Data-In), or NULL for the connection's private buffer. */
 uint8_t *ini_task_rx_dest(struct ini_conn *c, const uint8_t *hdr, uint32_t dlen);
+/* Check a Data-In's window against task t's buffer (closing the connection if it lies outside)
+ * and, if copy, copy a payload the engine did not place there directly. */
+bool ini_task_place_data_in(struct ini_conn *c, struct ini_task *t, const uint8_t *hdr,
+                            const uint8_t *data, uint32_t dlen, bool copy);
 /* A complete full-feature-phase PDU arrived. */
 void ini_rx_ffp(struct ini_conn *c, const uint8_t *hdr, const uint8_t *data, uint32_t dlen,
                 bool data_digest_ok);

@@ -298,15 +298,10 @@ void ini_erl_data_in(struct ini_conn *c, struct ini_task *t, const uint8_t *hdr,
 {
     uint32_t datasn = get_be32(hdr + BHS_DATASN);
     if (dlen) {
-        uint32_t off = get_be32(hdr + BHS_BUFFER_OFFSET);
-        if (t->dir != LR_DIR_READ || off > t->len || dlen > t->len - off) {
-            ini_conn_fail(c, "Data-In outside the task's buffer");
-            return;
-        }
         /* A damaged payload may have landed in the buffer already (direct placement): the
          * retransmission overwrites it. */
-        if (dd_ok && data != t->buf + off)
-            memcpy(t->buf + off, data, dlen);
+        if (!ini_task_place_data_in(c, t, hdr, data, dlen, dd_ok))
+            return;
         if (dd_ok)
             t->data_in += dlen;
     }

@@ -205,6 +205,19 @@ static void stale_pdu(struct ini_conn *c, const char *what, const uint8_t *hdr)
                  (unsigned long long)c->stale_pdus);
 }
 
+bool ini_task_place_data_in(struct ini_conn *c, struct ini_task *t, const uint8_t *hdr,
+                            const uint8_t *data, uint32_t dlen, bool copy)
+{
+    uint32_t off = get_be32(hdr + BHS_BUFFER_OFFSET);
+    if (t->dir != LR_DIR_READ || off > t->len || dlen > t->len - off) {
+        ini_conn_fail(c, "Data-In outside the task's buffer");
+        return false;
+    }
+    if (copy && data != t->buf + off) /* not placed directly by the engine */
+        memcpy(t->buf + off, data, dlen);
+    return true;
+}
+
 static void rx_data_in(struct ini_conn *c, const uint8_t *hdr, const uint8_t *data, uint32_t dlen,
                        bool dd_ok)
 {
@@ -221,13 +234,8 @@ static void rx_data_in(struct ini_conn *c, const uint8_t *hdr, const uint8_t *da
     }
     uint8_t flags = hdr[BHS_FLAGS];
     if (dlen) {
-        uint32_t off = get_be32(hdr + BHS_BUFFER_OFFSET);
-        if (t->dir != LR_DIR_READ || off > t->len || dlen > t->len - off) {
-            ini_conn_fail(c, "Data-In outside the task's buffer");
+        if (!ini_task_place_data_in(c, t, hdr, data, dlen, true))
             return;
-        }
-        if (data != t->buf + off) /* not placed directly (should not happen) */
-            memcpy(t->buf + off, data, dlen);
         if (get_be32(hdr + BHS_DATASN) != t->exp_datasn)
             t->digest_bad = true; /* a lost PDU: at ERL 0 the task fails (RFC 7143 §7.1) */
         t->exp_datasn++;

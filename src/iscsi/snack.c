@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "iscsi/conn.h"
+#include "util/iov.h"
 #include "util/log.h"
 
 #define SNACK_BEGRUN 40
@@ -67,12 +68,7 @@ void snack_keep_response(struct iscsi_conn *c, const struct iscsi_bhs *h, const 
         k->data = malloc(dlen);
         if (!k->data)
             return;
-        uint32_t off = 0;
-        for (int i = 0; i < datacnt && off < dlen; i++) {
-            uint32_t n = data[i].iov_len < dlen - off ? (uint32_t)data[i].iov_len : dlen - off;
-            memcpy(k->data + off, data[i].iov_base, n);
-            off += n;
-        }
+        iov_copy_out(data, datacnt, k->data, dlen);
         k->dlen = dlen;
     }
     k->used = true;

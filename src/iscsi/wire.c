@@ -862,12 +862,7 @@ size_t wire_take_tx(struct wire *w, void *buf, size_t cap)
     while (!w->dead && !list_empty(&w->txq) && used < cap) {
         struct iovec iov[TX_IOV_MAX];
         int n = gather_queue(w, iov);
-        size_t k = 0;
-        for (int i = 0; i < n && used + k < cap; i++) {
-            size_t m = iov[i].iov_len < cap - used - k ? iov[i].iov_len : cap - used - k;
-            memcpy(out + used + k, iov[i].iov_base, m);
-            k += m;
-        }
+        size_t k = (size_t)iov_copy_out(iov, n, out + used, cap - used);
         used += k;
         w->stats.tx_bytes += k;
         tx_retire(w, k);

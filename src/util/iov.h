@@ -50,4 +50,18 @@ static inline void iov_copy_in(const struct iovec *dst, int n, uint64_t off, con
     }
 }
 
+/* Copy up to len bytes of the iovec, from its start, into buf. Returns the bytes copied (fewer
+ * when the iovec is shorter). */
+static inline uint64_t iov_copy_out(const struct iovec *src, int n, void *buf, uint64_t len)
+{
+    uint8_t *p = buf;
+    uint64_t done = 0;
+    for (int i = 0; i < n && done < len; i++) {
+        uint64_t k = src[i].iov_len < len - done ? src[i].iov_len : len - done;
+        memcpy(p + done, src[i].iov_base, (size_t)k);
+        done += k;
+    }
+    return done;
+}
+
 #endif
