@@ -42,6 +42,10 @@ struct lr_result {
     uint8_t sense[LR_SENSE_MAX];
     const char *what; /* short human description of the error, static string */
     int conn;         /* index of the connection the task ran on, -1 if none */
+    /* ErrorRecoveryLevel 2: the connection the command went out on was lost and the task was
+     * carried on over another one (TASK REASSIGN, or a retry of a command the target never
+     * got; RFC 7143 §7.2) */
+    bool recovered;
 };
 
 typedef void (*lr_done_fn)(void *arg, const struct lr_result *res);

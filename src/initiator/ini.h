@@ -80,6 +80,10 @@ struct lr_session;
 /* Missing DataSN runs a read task tracks (ERL >= 1); more fail the task as at ERL 0. */
 #define INI_MISS_MAX 8
 
+/* The ErrorRecoveryLevel the initiator performs (lr_erl_max). The target's own limit is
+ * ISCSI_ERL_IMPLEMENTED (iscsi/keys.h): each end offers only what it does. */
+#define INI_ERL_IMPLEMENTED 2u
+
 enum ini_conn_state {
     ICS_IDLE,
     ICS_CONNECTING,
@@ -136,6 +140,17 @@ struct ini_conn {
     struct reactor_msg rec_msg[2]; /* that request, one per side of the last move */
     uint64_t snacks, retries;      /* SNACKs and command retries sent */
 
+    /* ERL 2 and logout of one connection (erl2.c) */
+    bool leading;   /* its login is the session's leading one (TSIH 0) */
+    bool reconnect; /* a later login of a slot whose connection was lost (same CID, §6.3.4) */
+    bool draining;  /* Async event 1: no new command; logged out once its tasks are done */
+    bool logout_sent, logged_out; /* our Logout for this connection; its response said 0 */
+    uint64_t drain_deadline_ms;
+    bool erl2_req;                  /* connection recovery work asked of its thread */
+    struct reactor_msg erl2_msg[2]; /* that request, one per side of the last move */
+    struct reactor_deferred spread_d;
+    struct ini_conn *retired; /* earlier connections of this slot, freed with the session */
+
     struct ini_login login;
     bool login_active;
     struct reactor_timer login_timer;
@@ -167,7 +182,9 @@ int ini_conn_feed(struct ini_conn *c, const void *bytes, uint32_t len);
 
 /* ---- tasks (task.c) ---- */
 
-enum ini_task_state { ITS_FREE, ITS_WAITING, ITS_ACTIVE };
+/* ITS_ORPHAN (ERL 2): the command reached the target over a connection since lost; the task
+ * waits, with no connection, to be reassigned (erl2.c). */
+enum ini_task_state { ITS_FREE, ITS_WAITING, ITS_ACTIVE, ITS_ORPHAN };
 
 struct ini_task {
     uint32_t itt; /* index | generation << 16 */
@@ -193,6 +210,12 @@ struct ini_task {
     uint32_t held_statsn;
     uint32_t exp_r2tsn;
     uint64_t retry_ms; /* last command retry */
+    /* ERL 2 (erl2.c): the slot (= CID) of the connection it was allegiant to when that died;
+     * in an inbox for a TASK REASSIGN (not the command); the TMF sent and not answered; the
+     * next R2T sets the R2TSN expected (numbering after a reassignment is the target's);
+     * reported as recovered (lr_result.recovered). */
+    uint8_t orphan_slot;
+    bool reassign, reassigning, r2tsn_resync, recovered;
     struct lr_result held;
     uint64_t deadline_ms;
     int want_conn; /* preferred connection index, -1 for any */
@@ -201,6 +224,8 @@ struct ini_task {
     struct list_node node; /* session wait queue */
 };
 
+/* SAM-5 single level LUN into the 8 bytes at p. */
+void ini_fill_lun(uint8_t *p, uint64_t lun);
 /* Build and queue the command PDU (+ immediate and unsolicited data) on c. */
 void ini_task_send(struct ini_conn *c, struct ini_task *t);
 /* Data placement: where the payload of the PDU whose header is hdr goes (task buffer for
@@ -255,6 +280,58 @@ void ini_erl_start(struct ini_conn *c);
 /* NOP-Out pings of the recovery timer: ITT INI_PING_ITT + connection index. */
 #define INI_PING_ITT 0x80001000u
 
+/* ---- ErrorRecoveryLevel 2: connection recovery (erl2.c, RFC 7143 §7.1.4, §7.2.2, §6.3.4,
+ * §11.5.1, §11.9.1, §11.14-§11.15) ---- */
+
+/* Where the cleanup of a lost connection's state at the target stands, per slot (= CID). */
+enum ini_cr_state {
+    CR_NONE,
+    CR_WAIT,    /* Time2Wait running: no logout, reassignment or login for the CID yet */
+    CR_LOGOUT,  /* Logout "remove the connection for recovery" sent on another connection */
+    CR_RELOGIN, /* no other connection: a login with the same CID cleans up (reinstatement) */
+    CR_CLEAN,   /* the target let go of the connection: its tasks are reassigned */
+};
+
+struct ini_cr {
+    enum ini_cr_state st;
+    uint64_t wait_until;   /* Time2Wait: nothing for this CID before */
+    uint64_t retain_until; /* Time2Retain: its orphans fail after (0: none waiting) */
+    uint32_t expstatsn;    /* the lost connection's: the Logout's ExpStatSN (§11.14) */
+    int logout_on;         /* slot carrying our Logout, -1 */
+    bool logout_queued;
+    uint64_t logout_sent_ms;
+    bool async_set; /* Async event 2/3 gave Time2Wait/Time2Retain (§11.9.1) */
+    uint32_t async_t2w, async_t2r;
+    bool up_once;           /* the slot reached full feature phase once: restored when lost */
+    uint64_t next_login_ms; /* next reconnect attempt */
+    unsigned failed_logins;
+};
+
+/* ITTs of our own non-task requests (bit 31 set: never a task's) */
+#define INI_LOGOUT_ITT 0x80000001u  /* Logout of the session */
+#define INI_CLOGOUT_ITT 0x80000100u /* + slot: Logout of one connection */
+#define INI_TMF_ITT 0x80010000u     /* + task index: TASK REASSIGN */
+
+/* The connection went down at ERL 2: its sent tasks become orphans of its slot. */
+void ini_erl2_conn_down(struct ini_conn *c);
+/* The session tick (its reactor, with the lock): logouts asked by the target, and at ERL 2 the
+ * recovery state machine. ini_erl2_advance: the machine alone (from any thread: what must
+ * run on the session's reactor, reconnecting, waits for the tick there). */
+void ini_erl2_tick(struct lr_session *s, uint64_t now);
+void ini_erl2_advance(struct lr_session *s, uint64_t now);
+/* A reconnect login of slot c->idx reached full feature phase, or failed. */
+void ini_erl2_login_done(struct ini_conn *c);
+void ini_erl2_login_failed(struct ini_conn *c);
+/* On c's thread: send the TASK REASSIGN of t (taken from the inbox or handed directly). */
+void ini_erl2_send_reassign(struct ini_conn *c, struct ini_task *t);
+/* Responses: TMF (TASK REASSIGN), Logout of one connection (ITT INI_CLOGOUT_ITT + slot). */
+void ini_erl2_tmf_rsp(struct ini_conn *c, const uint8_t *hdr);
+void ini_erl2_logout_rsp(struct ini_conn *c, const uint8_t *hdr);
+/* Async Message (§11.9.1) */
+void ini_erl2_async(struct ini_conn *c, const uint8_t *hdr);
+/* Commands are accepted while the session recovers with no connection up. */
+bool ini_erl2_recovering(const struct lr_session *s);
+
 /* ---- session (session.c) ---- */
 
 struct lr_session {
@@ -287,7 +364,10 @@ struct lr_session {
     struct list_node waitq;   /* tasks waiting for the CmdSN window or a connection */
     struct list_node resendq; /* tasks with a CmdSN whose command never left a dead connection */
     struct reactor_timer tick;
-    struct ini_conn *completing; /* the connection whose task's callback is running */
+    struct ini_conn *completing;          /* the connection whose task's callback is running */
+    struct ini_cr cr[LR_MAX_CONNECTIONS]; /* ERL 2: per slot (= CID) */
+    uint64_t erl2_giveup_ms; /* no connection up: nothing is tried after (0: some are up) */
+    bool advancing, advance_again;
 
     /* conn_reactors in use: the lock below and where connections live */
     bool mt;
@@ -337,5 +417,12 @@ struct ini_task *ini_task_lookup(struct lr_session *s, uint32_t itt);
 void ini_session_text_rsp(struct ini_conn *c, const uint8_t *hdr, const uint8_t *data,
                           uint32_t dlen);
 void ini_session_logout_rsp(struct ini_conn *c, const uint8_t *hdr);
+/* ERL 2: a new connection for slot i (same CID), non-leading login with the session's TSIH;
+ * the old one is kept as retired. Returns it, or NULL. */
+struct ini_conn *ini_session_reconnect(struct lr_session *s, unsigned i);
+/* An immediate Logout Request on c (§11.14): reason, CID, ITT, ExpStatSN. */
+int ini_session_send_logout(struct ini_conn *c, uint8_t reason, uint16_t cid, uint32_t itt,
+                            uint32_t expstatsn);
+unsigned ini_conns_up(const struct lr_session *s);
 
 #endif

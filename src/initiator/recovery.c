@@ -352,6 +352,12 @@ void ini_erl_scsi_rsp(struct ini_conn *c, struct ini_task *t, const uint8_t *hdr
 void ini_erl_r2t(struct ini_conn *c, struct ini_task *t, const uint8_t *hdr)
 {
     uint32_t r2tsn = get_be32(hdr + BHS_R2TSN);
+    if (t->r2tsn_resync) {
+        /* the first R2T since a TASK REASSIGN (ERL 2): the target numbers on from its own
+         * count, which R2Ts lost with the old connection may have moved (§7.2.2) */
+        t->r2tsn_resync = false;
+        t->exp_r2tsn = r2tsn;
+    }
     if (sn_le(t->exp_r2tsn, r2tsn)) {
         if (r2tsn != t->exp_r2tsn) /* §7.9: R2Ts lost before this one */
             send_snack(c, SNACK_TYPE_DATA, t->itt, t->exp_r2tsn, r2tsn - t->exp_r2tsn);
@@ -416,7 +422,7 @@ void ini_erl_pong(struct ini_conn *c, const uint8_t *hdr)
     for (uint32_t i = 0; i < s->ntasks; i++) {
         struct ini_task *t = &s->tasks[i];
         if (t->state == ITS_ACTIVE && t->conn == c && t->has_cmdsn && t->cmd_sent &&
-            t->cmdsn == s->expcmdsn && now - t->retry_ms >= INI_ERL_QUIET_MS) {
+            !t->reassigning && t->cmdsn == s->expcmdsn && now - t->retry_ms >= INI_ERL_QUIET_MS) {
             LOG_DEBUG("initiator: connection %u: retrying task %08x (CmdSN %u)", c->idx, t->itt,
                       t->cmdsn);
             ini_task_resend_cmd(c, t);

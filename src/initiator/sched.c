@@ -60,15 +60,15 @@ void lr_session_next_conn(struct lr_session *s, int idx)
 static struct ini_conn *pick_conn(struct lr_session *s, const struct ini_task *t)
 {
     if (t->want_conn >= 0 && (unsigned)t->want_conn < s->nconns &&
-        s->conns[t->want_conn]->state == ICS_FFP)
+        s->conns[t->want_conn]->state == ICS_FFP && !s->conns[t->want_conn]->draining)
         return s->conns[t->want_conn];
-    if (s->mt && s->completing && s->completing->state == ICS_FFP)
+    if (s->mt && s->completing && s->completing->state == ICS_FFP && !s->completing->draining)
         return s->completing;
     struct ini_conn *best = NULL;
     unsigned n = s->nconns;
     for (unsigned k = 0; k < n; k++) {
         struct ini_conn *c = s->conns[(s->rr + k) % n];
-        if (c->state != ICS_FFP)
+        if (c->state != ICS_FFP || c->draining) /* draining: the target asked for its logout */
             continue;
         if (!best || c->outstanding < best->outstanding)
             best = c;
@@ -112,7 +112,8 @@ void ini_session_kick(struct lr_session *s)
         t->has_cmdsn = true;
         ini_conn_submit(c, t);
     }
-    if (conns_any_up(s) == false)
+    /* at ERL 2 they wait while the session reconnects (erl2.c) */
+    if (conns_any_up(s) == false && !ini_erl2_recovering(s))
         fail_all_waiting(s, LR_ERR_NO_CONN, "no connection left in the session");
 }
 
@@ -124,7 +125,10 @@ void ini_conn_drain_inbox(struct ini_conn *c)
         struct ini_task *t = list_entry(n, struct ini_task, node);
         c->outstanding--; /* counted again by ini_task_send */
         t->state = ITS_ACTIVE;
-        ini_task_send(c, t);
+        if (t->reassign)
+            ini_erl2_send_reassign(c, t);
+        else
+            ini_task_send(c, t);
     }
 }
 
@@ -146,7 +150,10 @@ void ini_conn_submit(struct ini_conn *c, struct ini_task *t)
     struct lr_session *s = c->s;
     if (!s->mt || c->r == reactor_self()) {
         t->state = ITS_ACTIVE;
-        ini_task_send(c, t);
+        if (t->reassign)
+            ini_erl2_send_reassign(c, t);
+        else
+            ini_task_send(c, t);
         return;
     }
     /* Waiting with its CmdSN (the tick leaves it alone); counted on c for pick_conn. */
@@ -174,6 +181,7 @@ bool conns_any_up(const struct lr_session *s)
 void ini_task_complete(struct lr_session *s, struct ini_task *t, struct lr_result *res)
 {
     res->conn = t->conn ? (int)t->conn->idx : -1;
+    res->recovered = t->recovered;
     struct ini_conn *on = t->state == ITS_ACTIVE ? t->conn : NULL;
     if (on)
         on->outstanding--;
@@ -196,7 +204,7 @@ static int scsi_locked(struct lr_session *s, const uint8_t *cdb, unsigned cdb_le
                        void *buf, uint32_t len, lr_done_fn done, void *arg)
 {
     if (!s->logged_in || s->logging_out || s->destroyed || !s->nfree || cdb_len > 16 ||
-        !conns_any_up(s))
+        (!conns_any_up(s) && !ini_erl2_recovering(s)))
         return -1;
     uint32_t idx = s->free_idx[--s->nfree];
     struct ini_task *t = &s->tasks[idx];

@@ -1,6 +1,7 @@
 /* An initiator session: its connections' lifecycle (leading login, then non-leading logins of
  * the other MC/S connections with the session's TSIH, RFC 7143 §6.3, §4.3.2), connection loss
  * and timeouts, and logout (§11.14-§11.15). Task scheduling lives in sched.c. */
+#include <assert.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,7 +16,6 @@
 #define INI_TICK_MS 200
 /* At ERL >= 1 the tick also drives the recovery timer (recovery.c): finer grained. */
 #define INI_TICK_ERL_MS 10
-#define INI_LOGOUT_ITT 0x80000001u
 #define INI_LOGIN_ITT 0x80000000u
 
 static const struct lr_result res_ok = {.err = LR_OK};
@@ -24,12 +24,12 @@ static void session_tick(void *arg);
 
 unsigned lr_erl_max(void)
 {
-    return ISCSI_ERL_IMPLEMENTED;
+    return INI_ERL_IMPLEMENTED;
 }
 
 struct lr_session *lr_session_create(struct reactor *r, const struct lr_session_opts *o)
 {
-    if (o->error_recovery_level > ISCSI_ERL_IMPLEMENTED) {
+    if (o->error_recovery_level > INI_ERL_IMPLEMENTED) {
         errno = ENOTSUP;
         return NULL;
     }
@@ -103,6 +103,13 @@ struct lr_session *lr_session_create(struct reactor *r, const struct lr_session_
     s->local.max_burst = s->o.max_burst;
     s->local.first_burst = s->o.first_burst;
     s->local.erl = o->error_recovery_level;
+    /* ERL 2: DefaultTime2Wait is how long a lost connection's tasks wait before the logout that
+     * frees them for reassignment (RFC 7143 §13.15, result the larger of both offers). We need
+     * no wait; a target that does answers more. Lower levels keep the default offer. */
+    if (o->error_recovery_level >= 2)
+        s->local.default_time2wait = 0;
+    for (unsigned i = 0; i < LR_MAX_CONNECTIONS; i++)
+        s->cr[i].logout_on = -1;
     iscsi_params_default(&s->params);
 
     /* ISID (RFC 7143 §11.12.5): type 0x80 "random" with a per-session qualifier, so that
@@ -285,9 +292,13 @@ static void session_free(struct lr_session *s)
     }
     ini_unlock(s);
     for (unsigned i = 0; i < s->nconns; i++) {
-        reactor_undefer(&s->conns[i]->w.flush_hook);
-        reactor_undefer(&s->conns[i]->move_d);
-        ini_conn_free(s->conns[i]);
+        for (struct ini_conn *c = s->conns[i], *next; c; c = next) {
+            next = c->retired; /* earlier connections of the slot (ERL 2 reconnects) */
+            reactor_undefer(&c->w.flush_hook);
+            reactor_undefer(&c->move_d);
+            reactor_undefer(&c->spread_d);
+            ini_conn_free(c);
+        }
     }
     reactor_undefer(&s->spread_d);
     reactor_timer_stop(s->r, &s->tick);
@@ -312,7 +323,7 @@ void lr_session_destroy(struct lr_session *s)
     session_gather(s, session_free);
 }
 
-static unsigned conns_up(const struct lr_session *s)
+unsigned ini_conns_up(const struct lr_session *s)
 {
     unsigned n = 0;
     for (unsigned i = 0; i < s->nconns; i++)
@@ -327,7 +338,7 @@ void lr_session_get_info(const struct lr_session *cs, struct lr_session_info *in
     memset(info, 0, sizeof(*info));
     info->connections_asked = s->o.connections;
     info->connections_granted = s->granted;
-    info->connections_up = conns_up(s);
+    info->connections_up = ini_conns_up(s);
     const struct ini_conn *c0 = s->nconns ? s->conns[0] : NULL;
     info->header_digest = c0 && c0->w.hdigest;
     info->data_digest = c0 && c0->w.ddigest;
@@ -387,10 +398,11 @@ void lr_session_fault_counts(const struct lr_session *cs, struct lr_fault_counts
     /* every connection the session ever had stays in conns[] (dead ones too) until it is
      * freed with the session, so their engines' counters add up to the session's */
     memset(out, 0, sizeof(*out));
-    for (unsigned i = 0; i < s->nconns; i++) {
-        out->digests_corrupted += s->conns[i]->w.stats.injected_digest_errors;
-        out->pdus_dropped += s->conns[i]->w.stats.injected_drops;
-    }
+    for (unsigned i = 0; i < s->nconns; i++)
+        for (const struct ini_conn *c = s->conns[i]; c; c = c->retired) {
+            out->digests_corrupted += c->w.stats.injected_digest_errors;
+            out->pdus_dropped += c->w.stats.injected_drops;
+        }
     ini_unlock(s);
 }
 
@@ -425,6 +437,7 @@ static struct ini_conn *session_add_conn(struct lr_session *s)
     struct ini_conn *c = ini_conn_new(s, i, (uint16_t)i);
     if (!c)
         return NULL;
+    c->leading = i == 0;
     s->conns[s->nconns++] = c;
     c->login_active = true; /* login phase until full feature phase (texts are zeroed) */
     reactor_timer_start(s->r, &c->login_timer, s->o.login_timeout_ms, login_timeout, c);
@@ -460,7 +473,7 @@ static void send_login_pdu(struct ini_conn *c, const struct iscsi_bhs *req)
 void ini_session_conn_connected(struct ini_conn *c)
 {
     struct lr_session *s = c->s;
-    bool leading = c->idx == 0;
+    bool leading = c->leading;
     ini_login_init(&c->login, &s->local, leading, s->discovery, s->initiator_name, s->target_name,
                    s->isid, leading ? 0 : s->tsih, c->cid, INI_LOGIN_ITT + c->idx, s->cmdsn);
     c->login.chap = &s->chap;
@@ -473,6 +486,17 @@ void ini_session_conn_connected(struct ini_conn *c)
     send_login_pdu(c, &req);
 }
 
+static void conn_spread_one(void *arg)
+{
+    struct ini_conn *c = arg;
+    struct lr_session *s = c->s;
+    ini_lock(s);
+    struct reactor *to = s->o.conn_reactors[c->idx];
+    if (!s->logging_out && !s->destroyed && c->state == ICS_FFP && to && to != c->r)
+        ini_conn_move(c, to);
+    ini_unlock(s);
+}
+
 static void conn_logged_in(struct ini_conn *c)
 {
     struct lr_session *s = c->s;
@@ -483,14 +507,15 @@ static void conn_logged_in(struct ini_conn *c)
      * leading login only. */
     wire_set_digests(&c->w, p.header_digest, p.data_digest);
     wire_set_limits(&c->w, s->local.max_recv_dsl, 0);
-    c->w.erl = (uint8_t)(c->idx == 0 ? p.erl : s->params.erl); /* session-wide (§13.20) */
+    c->w.erl = (uint8_t)(c->leading ? p.erl : s->params.erl); /* session-wide (§13.20) */
     c->peer_mrdsl = p.peer_max_recv_dsl ? p.peer_max_recv_dsl : 8192;
     c->expstatsn = c->login.expstatsn;
     ini_erl_start(c);
     c->state = ICS_FFP;
     ini_login_free(&c->login);
     c->login_active = false;
-    if (c->idx == 0) {
+    s->cr[c->idx].up_once = true;
+    if (c->leading) {
         s->params = p;
         if (p.erl) /* the tick drives the recovery timer from now on: at its finer pace */
             reactor_timer_start(s->r, &s->tick, INI_TICK_ERL_MS, session_tick, s);
@@ -514,8 +539,14 @@ static void conn_logged_in(struct ini_conn *c)
         return;
     }
     ini_session_update_window(s, c->login.exp_cmdsn, c->login.max_cmdsn);
-    if (s->nlogins_pending && --s->nlogins_pending == 0)
+    if (c->reconnect) {
+        ini_erl2_login_done(c);
+        /* to its thread, as session_spread did for the first ones */
+        if (s->mt)
+            reactor_defer(s->r, &c->spread_d, conn_spread_one, c);
+    } else if (s->nlogins_pending && --s->nlogins_pending == 0) {
         login_finish(s);
+    }
     ini_session_kick(s);
 }
 
@@ -549,7 +580,14 @@ static void conn_login_lost(struct ini_conn *c)
     c->login_active = false;
     if (s->destroyed)
         return;
-    if (c->idx == 0) {
+    if (c->reconnect) {
+        LOG_WARN("initiator: connection %u (cid %u) reconnect failed: %s%s%s", c->idx, c->cid,
+                 c->fail_why, c->fail_errno ? ": " : "",
+                 c->fail_errno ? strerror(c->fail_errno) : "");
+        ini_erl2_login_failed(c);
+        return;
+    }
+    if (c->leading) {
         if (c->fail_errno)
             LOG_WARN("initiator: %s:%u: %s: %s", s->host, s->o.port, c->fail_why,
                      strerror(c->fail_errno));
@@ -586,8 +624,21 @@ void ini_session_conn_down(struct ini_conn *c)
                  c->fail_errno ? strerror(c->fail_errno) : "");
     /* Tasks handed over to it and not yet sent are its unsent commands, handled below. */
     struct list_node *n;
+    /* ERL 2 (RFC 7143 §7.1.4): the target keeps the tasks of a lost connection for
+     * reassignment, unless we logged the connection out ourselves ("close the connection"
+     * terminates them, §11.14). */
+    bool recover = s->params.erl >= 2 && c->w.erl >= 2 && s->logged_in && !s->destroyed &&
+                   !s->logging_out && !c->logged_out;
     while ((n = list_pop(&c->inbox)) != NULL) {
         struct ini_task *t = list_entry(n, struct ini_task, node);
+        if (t->reassign) {
+            /* its TASK REASSIGN never left: it waits for another connection (erl2.c) */
+            c->outstanding--;
+            t->reassign = false;
+            t->state = ITS_ORPHAN;
+            t->conn = NULL;
+            continue;
+        }
         t->state = ITS_ACTIVE;
         t->conn = c;
         t->cmd_sent = false;
@@ -597,6 +648,14 @@ void ini_session_conn_down(struct ini_conn *c)
         struct ini_task *t = &s->tasks[i];
         if (t->state != ITS_ACTIVE || t->conn != c)
             continue;
+        if (recover && (t->cmd_sent || t->reassigning)) {
+            c->outstanding--;
+            t->state = ITS_ORPHAN;
+            t->conn = NULL;
+            t->orphan_slot = (uint8_t)c->idx;
+            t->reassigning = false;
+            continue;
+        }
         if (!t->cmd_sent && !s->destroyed && !s->logging_out) {
             /* The command never fully left: the target cannot have it, so its CmdSN would be
              * a hole in the session's sequence. Send it again on another connection. */
@@ -613,7 +672,9 @@ void ini_session_conn_down(struct ini_conn *c)
             r.err = LR_ERR_TIMEOUT;
         ini_task_complete(s, t, &r);
     }
-    if (s->logging_out && conns_up(s) == 0 && s->logout_done) {
+    if (recover)
+        ini_erl2_conn_down(c);
+    if (s->logging_out && ini_conns_up(s) == 0 && s->logout_done) {
         lr_done_fn done = s->logout_done;
         s->logout_done = NULL;
         done(s->logout_arg, &res_ok);
@@ -673,6 +734,9 @@ static void session_tick(void *arg)
     /* ERL >= 1: connections with no progress get a recovery round (recovery.c) */
     for (unsigned i = 0; i < s->nconns && !s->gathering && !s->logging_out && !s->destroyed; i++)
         ini_erl_tick(s->conns[i], now);
+    /* Logouts asked for (Async event 1) and ERL 2 connection recovery (erl2.c) */
+    if (!s->gathering && !s->logging_out && !s->destroyed)
+        ini_erl2_tick(s, now);
     if (!s->destroyed)
         reactor_timer_start(s->r, &s->tick, s->params.erl ? INI_TICK_ERL_MS : INI_TICK_MS,
                             session_tick, s);
@@ -721,21 +785,56 @@ static int logout_now(struct lr_session *s)
         done(s->logout_arg, &res_ok);
         return 0;
     }
-    /* RFC 7143 §11.14: close the session; sent immediate, so CmdSN is not advanced. */
+    /* RFC 7143 §11.14: close the session */
+    if (ini_session_send_logout(c, ISCSI_LOGOUT_CLOSE_SESSION, c->cid, INI_LOGOUT_ITT,
+                                c->expstatsn) < 0)
+        return -1;
+    reactor_timer_stop(s->r, &c->login_timer);
+    reactor_timer_start(s->r, &c->login_timer, 5000, logout_timeout, s);
+    return 0;
+}
+
+int ini_session_send_logout(struct ini_conn *c, uint8_t reason, uint16_t cid, uint32_t itt,
+                            uint32_t expstatsn)
+{
+    /* §11.14: sent immediate, so CmdSN is not advanced (and a CmdSN hole left by a lost
+     * connection, which this logout may be about, does not hold it up). The CID is the
+     * connection to close (reserved when closing the session: ours, then), ExpStatSN the last
+     * one of that connection (§11.14.4). */
     struct wire_pdu *p = ini_conn_pdu(c);
     if (!p)
         return -1;
     struct iscsi_bhs *h = (struct iscsi_bhs *)p->hdr;
-    bhs_init(h, ISCSI_OP_LOGOUT_REQ, ISCSI_FLAG_FINAL | ISCSI_LOGOUT_CLOSE_SESSION);
+    bhs_init(h, ISCSI_OP_LOGOUT_REQ, (uint8_t)(ISCSI_FLAG_FINAL | reason));
     h->b[0] |= ISCSI_BHS_IMMEDIATE;
-    bhs_put32(h, BHS_ITT, INI_LOGOUT_ITT);
-    put_be16(h->b + BHS_CID, c->cid);
-    bhs_put32(h, BHS_CMDSN, s->cmdsn);
-    bhs_put32(h, BHS_EXPSTATSN, c->expstatsn);
+    bhs_put32(h, BHS_ITT, itt);
+    put_be16(h->b + BHS_CID, cid);
+    bhs_put32(h, BHS_CMDSN, c->s->cmdsn);
+    bhs_put32(h, BHS_EXPSTATSN, expstatsn);
     ini_conn_send(c, p, NULL, 0);
-    reactor_timer_stop(s->r, &c->login_timer);
-    reactor_timer_start(s->r, &c->login_timer, 5000, logout_timeout, s);
     return 0;
+}
+
+struct ini_conn *ini_session_reconnect(struct lr_session *s, unsigned i)
+{
+    assert(i < s->nconns && s->conns[i]->state == ICS_DEAD);
+    struct ini_conn *old = s->conns[i];
+    struct ini_conn *c = ini_conn_new(s, i, old->cid);
+    if (!c)
+        return NULL;
+    /* the old one stays allocated (messages may still name it) and counted (fault totals);
+     * its engine is closed already, its buffers can go */
+    wire_free(&old->w);
+    c->retired = old;
+    c->reconnect = true;
+    s->conns[i] = c;
+    c->login_active = true;
+    reactor_timer_start(s->r, &c->login_timer, s->o.login_timeout_ms, login_timeout, c);
+    if (ini_conn_connect(c, s->host, s->o.port) < 0) {
+        ini_conn_fail(c, "cannot connect");
+        return NULL;
+    }
+    return c;
 }
 
 static void logout_gathered(struct lr_session *s)
@@ -768,6 +867,10 @@ int lr_session_logout(struct lr_session *s, lr_done_fn done, void *arg)
 void ini_session_logout_rsp(struct ini_conn *c, const uint8_t *hdr)
 {
     struct lr_session *s = c->s;
+    if (get_be32(hdr + BHS_ITT) != INI_LOGOUT_ITT) {
+        ini_erl2_logout_rsp(c, hdr); /* one connection's (erl2.c) */
+        return;
+    }
     if (hdr[BHS_RESPONSE] != 0)
         LOG_WARN("initiator: logout response %u", hdr[BHS_RESPONSE]);
     reactor_timer_stop(s->r, &c->login_timer);

@@ -14,7 +14,7 @@
 #define SCSI_STATUS_CHECK_CONDITION 0x02
 #define ISCSI_ATTR_SIMPLE 0x01
 
-static void fill_lun(uint8_t *p, uint64_t lun)
+void ini_fill_lun(uint8_t *p, uint64_t lun)
 {
     /* SAM-5 single level LUN: peripheral (< 256) or flat (< 16384) addressing. */
     memset(p, 0, 8);
@@ -42,7 +42,7 @@ void ini_task_data_out(struct ini_conn *c, struct ini_task *t, uint32_t ttt, uin
         }
         struct iscsi_bhs *h = (struct iscsi_bhs *)p->hdr;
         bhs_init(h, ISCSI_OP_DATA_OUT, off + n == end ? ISCSI_FLAG_FINAL : 0);
-        fill_lun(h->b + BHS_LUN, c->s->o.lun);
+        ini_fill_lun(h->b + BHS_LUN, c->s->o.lun);
         bhs_put32(h, BHS_ITT, t->itt);
         bhs_put32(h, BHS_TTT, ttt);
         bhs_put32(h, BHS_EXPSTATSN, c->expstatsn);
@@ -83,7 +83,7 @@ static void send_cmd(struct ini_conn *c, struct ini_task *t)
     else if (t->dir == LR_DIR_WRITE)
         flags |= ISCSI_CMD_WRITE;
     bhs_init(h, ISCSI_OP_SCSI_CMD, flags);
-    fill_lun(h->b + BHS_LUN, s->o.lun);
+    ini_fill_lun(h->b + BHS_LUN, s->o.lun);
     bhs_put32(h, BHS_ITT, t->itt);
     bhs_put32(h, BHS_EDTL, t->dir == LR_DIR_NONE ? 0 : t->len);
     bhs_put32(h, BHS_CMDSN, t->cmdsn);
@@ -107,6 +107,7 @@ void ini_task_send(struct ini_conn *c, struct ini_task *t)
     t->status_held = t->snack_refused = t->miss_overflow = t->snack_early = false;
     t->exp_r2tsn = 0;
     t->retry_ms = 0;
+    t->reassign = t->reassigning = t->r2tsn_resync = false;
     c->outstanding++;
     send_cmd(c, t);
 }
@@ -412,13 +413,12 @@ void ini_rx_ffp(struct ini_conn *c, const uint8_t *hdr, const uint8_t *data, uin
             task_fail(c, t, "command rejected by the target");
         break;
     }
-    case ISCSI_OP_ASYNC_MSG: {
-        uint8_t ev = hdr[BHS_ASYNC_EVENT];
-        LOG_WARN("initiator: connection %u: async event %u", c->idx, ev);
-        if (ev == 1 || ev == 2) /* §11.9.1: logout requested / connection will be dropped */
-            ini_conn_fail(c, "target asked to drop the connection");
+    case ISCSI_OP_ASYNC_MSG:
+        ini_erl2_async(c, hdr); /* §11.9.1 (erl2.c) */
         break;
-    }
+    case ISCSI_OP_TMF_RSP:
+        ini_erl2_tmf_rsp(c, hdr); /* we send TMF only to reassign tasks (ERL 2) */
+        break;
     default:
         ini_conn_fail(c, "unexpected PDU in full feature phase");
         break;

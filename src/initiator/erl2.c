@@ -1,0 +1,562 @@
+/* ErrorRecoveryLevel 2 on the initiator: connection recovery (RFC 7143 §7.1.4, §7.2.2), and
+ * the logout of one connection the target asks for (Async Message, §11.9.1, every level).
+ *
+ * When a connection of an ERL 2 session is lost, the tasks whose command reached the socket
+ * are not failed: they become orphans of the connection's slot (its CID; session.c). Then,
+ * per slot (struct ini_cr):
+ * - Time2Wait (DefaultTime2Wait, or Parameter2 of an Async event 2/3) passes first: §13.15
+ *   forbids a logout, a reassignment or a login for the CID before.
+ * - Cleanup at the target (§11.14): a Logout "remove the connection for recovery" (reason 2)
+ *   for the CID, immediate, on another connection in full feature phase, ExpStatSN the lost
+ *   connection's last; or, with no connection up, a login with the session's TSIH and the same
+ *   CID, which logs the old one out implicitly (connection reinstatement, §6.3.4). The target
+ *   discards the commands of that connection it had not acknowledged through ExpCmdSN
+ *   (§11.14), and keeps the others for reassignment.
+ * - Each orphan then: a CmdSN the target has not acknowledged (ExpCmdSN in the response that
+ *   confirmed the cleanup is not past it) was never executed: its command is retried, same
+ *   ITT, CmdSN, CDB and data, on another connection (§7.2.1: allowed once the original is
+ *   logged out), so that the CmdSN hole closes. The others get a TASK REASSIGN (§11.5.1,
+ *   function 8, immediate, RTT = the task's ITT, LUN the task's, ExpDataSN = the first DataSN
+ *   not received for a read, 0 for a write; the task keeps its CmdSN, the TMF carries the
+ *   session's next one without taking it) on the least loaded live connection. From the
+ *   moment the TMF is queued the task belongs to that connection: Data-In from ExpDataSN, R2Ts
+ *   answered from the task's buffer, the status. "Function complete" needs nothing more;
+ *   "task does not exist" for a CmdSN not acknowledged retries the command, otherwise and for
+ *   any other answer the task alone fails (LR_ERR_CONN_LOST).
+ * - Orphans still waiting Time2Retain after Time2Wait (§13.16, or the Logout Response's own
+ *   values, §11.15) fail with LR_ERR_CONN_LOST.
+ * - The slot is logged in again (same CID, non-leading, TSIH) once its cleanup is done, to
+ *   keep the connection count; failed logins are tried again, backing off.
+ * The session keeps taking commands while it recovers with no connection up (they wait), and
+ * fails them once nothing can come back. The machine runs from the session tick (its reactor,
+ * every 10 ms at ERL >= 1) and right after a loss; the PDUs for a connection go out on its
+ * own thread (a message, as recovery rounds do). */
+#include <string.h>
+
+#include "initiator/ini.h"
+#include "util/log.h"
+
+/* No answer to our Logout (reason 2) for this long: cleanup by login instead. */
+#define INI_ERL2_LOGOUT_MS 5000
+/* Reconnect attempts back off from this, doubling, up to 32 times it. */
+#define INI_ERL2_RELOGIN_MS 50
+
+static uint64_t secs_ms(uint32_t s)
+{
+    return (uint64_t)s * 1000;
+}
+
+static bool conn_usable(const struct ini_conn *c)
+{
+    return c->state == ICS_FFP && !c->draining && !c->logout_sent;
+}
+
+/* The least loaded connection that can carry new work, other than slot not. */
+static struct ini_conn *live_conn(struct lr_session *s, int not )
+{
+    struct ini_conn *best = NULL;
+    for (unsigned i = 0; i < s->nconns; i++) {
+        struct ini_conn *c = s->conns[i];
+        if ((int)i == not || !conn_usable(c))
+            continue;
+        if (!best || c->outstanding < best->outstanding)
+            best = c;
+    }
+    return best;
+}
+
+static unsigned orphans_of(const struct lr_session *s, unsigned slot)
+{
+    unsigned n = 0;
+    for (uint32_t i = 0; i < s->ntasks; i++)
+        n += s->tasks[i].state == ITS_ORPHAN && s->tasks[i].orphan_slot == slot;
+    return n;
+}
+
+static void fail_orphans(struct lr_session *s, unsigned slot, const char *why)
+{
+    for (uint32_t i = 0; i < s->ntasks; i++) {
+        struct ini_task *t = &s->tasks[i];
+        if (t->state != ITS_ORPHAN || t->orphan_slot != slot)
+            continue;
+        struct lr_result r = {.err = LR_ERR_CONN_LOST, .what = why};
+        ini_task_complete(s, t, &r);
+    }
+    s->cr[slot].retain_until = 0;
+}
+
+bool ini_erl2_recovering(const struct lr_session *s)
+{
+    if (s->params.erl < 2 || !s->logged_in || s->logging_out || s->destroyed)
+        return false;
+    if (s->erl2_giveup_ms && reactor_now_ms() >= s->erl2_giveup_ms)
+        return false;
+    for (unsigned i = 0; i < s->nconns; i++)
+        if (s->cr[i].st != CR_NONE || (s->cr[i].up_once && s->conns[i]->state != ICS_FFP))
+            return true;
+    return false;
+}
+
+/* ---- PDUs on a connection's own thread ---- */
+
+static void send_logout(struct ini_conn *c, uint8_t reason, unsigned slot, uint32_t expstatsn)
+{
+    struct lr_session *s = c->s;
+    uint32_t itt = reason == ISCSI_LOGOUT_CLOSE_SESSION ? INI_LOGOUT_ITT : INI_CLOGOUT_ITT + slot;
+    LOG_INFO("initiator: connection %u: Logout reason %u for cid %u (ExpStatSN %u)", c->idx, reason,
+             s->conns[slot]->cid, expstatsn);
+    if (ini_session_send_logout(c, reason, s->conns[slot]->cid, itt, expstatsn) < 0)
+        ini_conn_fail(c, "out of memory");
+}
+
+/* What recovery wants sent on c: Logouts it carries for lost connections, its own Logout once
+ * drained after an Async event 1. */
+static void erl2_run(struct ini_conn *c)
+{
+    struct lr_session *s = c->s;
+    if (c->state != ICS_FFP)
+        return;
+    for (unsigned i = 0; i < s->nconns && c->state == ICS_FFP; i++) {
+        struct ini_cr *cr = &s->cr[i];
+        if (cr->st == CR_LOGOUT && cr->logout_on == (int)c->idx && !cr->logout_queued) {
+            cr->logout_queued = true;
+            send_logout(c, ISCSI_LOGOUT_REMOVE_FOR_RECOVERY, i, cr->expstatsn);
+        }
+    }
+    if (c->state != ICS_FFP || !c->draining || c->logout_sent)
+        return;
+    if (c->outstanding && reactor_now_ms() < c->drain_deadline_ms)
+        return;
+    /* §11.9.1: "close the connection", or "close the session" for the last one. What is still
+     * running on it then is terminated by the target (§11.14). */
+    c->logout_sent = true;
+    if (live_conn(s, (int)c->idx)) {
+        send_logout(c, ISCSI_LOGOUT_CLOSE_CONNECTION, c->idx, c->expstatsn);
+    } else {
+        s->logging_out = true; /* the session ends: no new command */
+        send_logout(c, ISCSI_LOGOUT_CLOSE_SESSION, c->idx, c->expstatsn);
+    }
+}
+
+static void erl2_msg(void *arg)
+{
+    struct ini_conn *c = arg;
+    struct lr_session *s = c->s;
+    ini_lock(s);
+    s->msgs--;
+    c->erl2_req = false;
+    if (c->r == reactor_self()) /* else it moved: the next tick asks its new thread */
+        erl2_run(c);
+    ini_unlock(s);
+}
+
+static void erl2_kick(struct ini_conn *c)
+{
+    struct lr_session *s = c->s;
+    if (!s->mt || c->r == reactor_self()) {
+        erl2_run(c);
+        return;
+    }
+    if (c->erl2_req)
+        return;
+    c->erl2_req = true;
+    /* one message per side of the last move (ini.h, inbox_msg) */
+    if (reactor_post(c->r, &c->erl2_msg[c->moves & 1], erl2_msg, c))
+        s->msgs++;
+}
+
+void ini_erl2_send_reassign(struct ini_conn *c, struct ini_task *t)
+{
+    struct lr_session *s = c->s;
+    t->reassign = false;
+    t->reassigning = true;
+    t->conn = c;
+    c->outstanding++;
+    t->deadline_ms = reactor_now_ms() + s->o.cmd_timeout_ms;
+    /* §11.5 ExpDataSN: for a read, where the Data-In resume; what came before is ours (the
+     * first hole, if Data-In were missing). Data PDUs of the old allegiance we did not count
+     * are to be discarded, and the target sends from there. For a write 0: the target asks
+     * with R2Ts for whatever it lacks. */
+    uint32_t expdatasn = 0;
+    if (t->dir == LR_DIR_READ)
+        expdatasn = t->nmiss ? t->miss_beg[0] : t->exp_datasn;
+    t->exp_datasn = expdatasn;
+    t->nmiss = 0;
+    t->status_held = t->snack_refused = t->miss_overflow = t->snack_early = false;
+    t->r2tsn_resync = true;
+    if (c->w.erl >= 1 && c->outstanding == 1)
+        ini_erl_progress(c, reactor_now_ms());
+    struct wire_pdu *p = ini_conn_pdu(c);
+    if (!p) {
+        ini_conn_fail(c, "out of memory");
+        return;
+    }
+    /* §11.5: immediate (a numbered TMF would wait behind the CmdSN holes the loss left), so
+     * CmdSN is the session's next and is not taken; RefCmdSN is reserved for this function. */
+    struct iscsi_bhs *h = (struct iscsi_bhs *)p->hdr;
+    bhs_init(h, ISCSI_OP_TMF_REQ, ISCSI_FLAG_FINAL | ISCSI_TMF_TASK_REASSIGN);
+    h->b[0] |= ISCSI_BHS_IMMEDIATE;
+    ini_fill_lun(h->b + BHS_LUN, s->o.lun);
+    bhs_put32(h, BHS_ITT, INI_TMF_ITT + (t->itt & 0xffffu));
+    bhs_put32(h, BHS_RTT, t->itt);
+    bhs_put32(h, BHS_CMDSN, s->cmdsn);
+    bhs_put32(h, BHS_EXPSTATSN, c->expstatsn);
+    bhs_put32(h, BHS_TMF_EXPDATASN, expdatasn);
+    LOG_DEBUG("initiator: connection %u: TASK REASSIGN %08x (CmdSN %u, ExpDataSN %u)", c->idx,
+              t->itt, t->cmdsn, expdatasn);
+    ini_conn_send(c, p, NULL, 0);
+}
+
+void ini_erl2_tmf_rsp(struct ini_conn *c, const uint8_t *hdr)
+{
+    struct lr_session *s = c->s;
+    uint32_t k = get_be32(hdr + BHS_ITT) - INI_TMF_ITT;
+    struct ini_task *t = k < s->ntasks ? &s->tasks[k] : NULL;
+    if (!t || t->state != ITS_ACTIVE || t->conn != c || !t->reassigning) {
+        c->stale_pdus++;
+        LOG_WARN("initiator: connection %u: TMF response %08x for no reassignment of ours", c->idx,
+                 get_be32(hdr + BHS_ITT));
+        return;
+    }
+    t->reassigning = false;
+    uint8_t rsp = hdr[BHS_RESPONSE];
+    if (rsp == ISCSI_TMF_RSP_COMPLETE)
+        return; /* §11.6.1: the data and the status follow on this connection */
+    if (rsp == ISCSI_TMF_RSP_NO_TASK && sn_le(c->s->expcmdsn, t->cmdsn)) {
+        /* never executed (its CmdSN still expected): §7.2.1 retry, the original connection
+         * being logged out */
+        LOG_INFO("initiator: connection %u: task %08x unknown to the target, CmdSN %u not "
+                 "acknowledged: command retried",
+                 c->idx, t->itt, t->cmdsn);
+        c->outstanding--;
+        c->retries++;
+        ini_task_send(c, t);
+        return;
+    }
+    LOG_WARN("initiator: connection %u: TASK REASSIGN of %08x refused (response %u)", c->idx,
+             t->itt, rsp);
+    struct lr_result r = {.err = LR_ERR_CONN_LOST,
+                          .what = rsp == ISCSI_TMF_RSP_NO_TASK
+                                      ? "connection lost; the target no longer has the task"
+                                      : "connection lost; task reassignment refused"};
+    ini_task_complete(s, t, &r);
+}
+
+/* ---- the state machine, per slot ---- */
+
+void ini_erl2_conn_down(struct ini_conn *c)
+{
+    struct lr_session *s = c->s;
+    struct ini_cr *cr = &s->cr[c->idx];
+    uint64_t now = reactor_now_ms();
+    uint32_t t2w = s->params.default_time2wait, t2r = s->params.default_time2retain;
+    if (cr->async_set) { /* §11.9.1: the target said how long, for this drop */
+        t2w = cr->async_t2w;
+        t2r = cr->async_t2r;
+        cr->async_set = false;
+    }
+    cr->wait_until = now + secs_ms(t2w);
+    cr->expstatsn = c->expstatsn;
+    cr->logout_on = -1;
+    cr->logout_queued = false;
+    cr->next_login_ms = cr->wait_until;
+    cr->failed_logins = 0;
+    unsigned n = orphans_of(s, c->idx);
+    if (n && t2r == 0) {
+        /* §11.9.1, §13.16: nothing is kept for us */
+        fail_orphans(s, c->idx, "connection lost; the target keeps no task (Time2Retain 0)");
+        n = 0;
+    }
+    cr->retain_until = n ? cr->wait_until + secs_ms(t2r) : 0;
+    cr->st = n ? CR_WAIT : CR_NONE;
+    LOG_INFO("initiator: connection %u (cid %u) lost at ERL 2: %u task%s to recover, "
+             "Time2Wait %u s, Time2Retain %u s",
+             c->idx, c->cid, n, n == 1 ? "" : "s", t2w, t2r);
+    ini_erl2_advance(s, now);
+}
+
+/* Orphans of slot, once the target let go of the lost connection: retried or reassigned. */
+static void place_orphans(struct lr_session *s, unsigned slot)
+{
+    bool retried = false;
+    for (uint32_t i = 0; i < s->ntasks; i++) {
+        struct ini_task *t = &s->tasks[i];
+        if (t->state != ITS_ORPHAN || t->orphan_slot != slot)
+            continue;
+        t->recovered = true;
+        t->deadline_ms = reactor_now_ms() + s->o.cmd_timeout_ms;
+        if (sn_le(s->expcmdsn, t->cmdsn)) {
+            /* not acknowledged: the cleanup discarded it, or it never arrived (§11.14) */
+            t->state = ITS_WAITING;
+            list_add_tail(&s->resendq, &t->node);
+            retried = true;
+            continue;
+        }
+        struct ini_conn *c = live_conn(s, -1);
+        if (!c)
+            break; /* no connection yet: the next round */
+        t->reassign = true;
+        ini_conn_submit(c, t);
+    }
+    if (retried)
+        ini_session_kick(s);
+}
+
+static void advance_once(struct lr_session *s, uint64_t now)
+{
+    bool home = !s->mt || reactor_self() == s->r;
+    if (ini_conns_up(s))
+        s->erl2_giveup_ms = 0;
+    else if (!s->erl2_giveup_ms)
+        s->erl2_giveup_ms =
+            now + secs_ms(s->params.default_time2wait) + secs_ms(s->params.default_time2retain);
+    for (unsigned i = 0; i < s->nconns; i++) {
+        struct ini_cr *cr = &s->cr[i];
+        struct ini_conn *c = s->conns[i];
+        if (cr->retain_until && now >= cr->retain_until) {
+            LOG_WARN("initiator: cid %u: Time2Retain passed with %u task%s not reassigned", c->cid,
+                     orphans_of(s, i), orphans_of(s, i) == 1 ? "" : "s");
+            fail_orphans(s, i, "connection lost; not recovered within Time2Retain");
+            if (cr->st != CR_RELOGIN)
+                cr->st = CR_NONE;
+        }
+        switch (cr->st) {
+        case CR_NONE:
+            break;
+        case CR_WAIT: {
+            if (now < cr->wait_until)
+                break;
+            if (!orphans_of(s, i)) {
+                cr->st = CR_NONE; /* nothing to free: the reconnect's login cleans up */
+                break;
+            }
+            struct ini_conn *l = live_conn(s, (int)i);
+            if (l) {
+                cr->st = CR_LOGOUT;
+                cr->logout_on = (int)l->idx;
+                cr->logout_queued = false;
+                cr->logout_sent_ms = now;
+                erl2_kick(l);
+            } else {
+                cr->st = CR_RELOGIN;
+            }
+            break;
+        }
+        case CR_LOGOUT: {
+            struct ini_conn *l = s->conns[cr->logout_on];
+            if (l->state != ICS_FFP || now - cr->logout_sent_ms >= INI_ERL2_LOGOUT_MS) {
+                /* lost with its carrier, or unanswered: again, or by a login */
+                cr->st = CR_WAIT;
+                cr->wait_until = now;
+                cr->logout_on = -1;
+                s->advance_again = true;
+            } else if (!cr->logout_queued) {
+                erl2_kick(l); /* a kick that reached its old thread after a move */
+            }
+            break;
+        }
+        case CR_RELOGIN:
+            break;
+        case CR_CLEAN:
+            if (now < cr->wait_until)
+                break; /* the Logout Response's Time2Wait (§11.15) */
+            place_orphans(s, i);
+            if (!orphans_of(s, i)) {
+                cr->st = CR_NONE;
+                cr->retain_until = 0;
+            }
+            break;
+        }
+        /* The slot logs in again once its cleanup is settled (not while a Logout for its CID
+         * is under way: that one would log the new connection out). */
+        if (home && cr->up_once && c->state == ICS_DEAD && !c->login_active &&
+            (cr->st == CR_NONE || cr->st == CR_RELOGIN || cr->st == CR_CLEAN) &&
+            now >= cr->next_login_ms && now >= cr->wait_until &&
+            (!s->erl2_giveup_ms || now < s->erl2_giveup_ms)) {
+            LOG_INFO("initiator: connection %u (cid %u): logging in again", i, c->cid);
+            cr->next_login_ms = now + ((uint64_t)INI_ERL2_RELOGIN_MS
+                                       << (cr->failed_logins < 5 ? cr->failed_logins : 5));
+            ini_session_reconnect(s, i);
+        }
+    }
+}
+
+void ini_erl2_advance(struct lr_session *s, uint64_t now)
+{
+    if (s->params.erl < 2 || !s->logged_in || s->logging_out || s->destroyed)
+        return;
+    if (s->advancing) { /* called again from inside (a connection failing on a send) */
+        s->advance_again = true;
+        return;
+    }
+    s->advancing = true;
+    do {
+        s->advance_again = false;
+        advance_once(s, now);
+    } while (s->advance_again && !s->logging_out && !s->destroyed);
+    s->advancing = false;
+    if (!conns_any_up(s) && !ini_erl2_recovering(s))
+        ini_session_kick(s); /* nothing will come back: the waiting fail */
+}
+
+void ini_erl2_tick(struct lr_session *s, uint64_t now)
+{
+    for (unsigned i = 0; i < s->nconns; i++) {
+        struct ini_conn *c = s->conns[i];
+        if (c->state == ICS_FFP && c->draining && !c->logout_sent &&
+            (c->outstanding == 0 || now >= c->drain_deadline_ms))
+            erl2_kick(c);
+    }
+    ini_erl2_advance(s, now);
+}
+
+void ini_erl2_login_done(struct ini_conn *c)
+{
+    struct lr_session *s = c->s;
+    struct ini_cr *cr = &s->cr[c->idx];
+    cr->failed_logins = 0;
+    LOG_INFO("initiator: connection %u (cid %u) logged in again", c->idx, c->cid);
+    if (cr->st == CR_RELOGIN) {
+        /* §6.3.4: the login with the same CID logged the old connection out */
+        cr->st = CR_CLEAN;
+        cr->wait_until = 0;
+    }
+    ini_erl2_advance(s, reactor_now_ms());
+}
+
+void ini_erl2_login_failed(struct ini_conn *c)
+{
+    struct lr_session *s = c->s;
+    struct ini_cr *cr = &s->cr[c->idx];
+    cr->failed_logins++;
+    if (c->login.status == ISCSI_LOGIN_SESSION_DOES_NOT_EXIST) {
+        /* §11.13.5: the target ended the session; nothing of it comes back */
+        LOG_WARN("initiator: the target no longer has the session: recovery given up");
+        s->erl2_giveup_ms = reactor_now_ms();
+        for (unsigned i = 0; i < s->nconns; i++) {
+            fail_orphans(s, i, "connection lost; the target ended the session");
+            s->cr[i].st = CR_NONE;
+            s->cr[i].up_once = false;
+        }
+        ini_session_kick(s);
+        return;
+    }
+    if (cr->st == CR_RELOGIN) {
+        cr->st = CR_WAIT; /* another connection may have come up to carry a Logout */
+        cr->wait_until = 0;
+    }
+}
+
+void ini_erl2_logout_rsp(struct ini_conn *c, const uint8_t *hdr)
+{
+    struct lr_session *s = c->s;
+    uint32_t slot = get_be32(hdr + BHS_ITT) - INI_CLOGOUT_ITT;
+    uint8_t rsp = hdr[BHS_RESPONSE];
+    uint16_t t2w = get_be16(hdr + BHS_TIME2WAIT), t2r = get_be16(hdr + BHS_TIME2RETAIN);
+    uint64_t now = reactor_now_ms();
+    if (slot >= s->nconns) {
+        c->stale_pdus++;
+        return;
+    }
+    if (slot == c->idx && c->logout_sent) {
+        /* our "close the connection" after an Async event 1: §11.15, it closes both ends */
+        c->logged_out = rsp == 0;
+        s->cr[slot].wait_until = now; /* nothing of it to recover; log in again at once */
+        s->cr[slot].next_login_ms = now;
+        ini_conn_fail(c, "logged out at the target's request");
+        return;
+    }
+    struct ini_cr *cr = &s->cr[slot];
+    if (cr->st != CR_LOGOUT || cr->logout_on != (int)c->idx) {
+        c->stale_pdus++;
+        return; /* given up on already (timed out, carrier changed) */
+    }
+    cr->logout_on = -1;
+    switch (rsp) {
+    case 0:
+        /* §11.15: Time2Wait before reassigning, Time2Retain after it; 0: nothing kept */
+        LOG_INFO("initiator: cid %u removed for recovery (Time2Wait %u, Time2Retain %u)",
+                 s->conns[slot]->cid, t2w, t2r);
+        cr->st = CR_CLEAN;
+        cr->wait_until = now + secs_ms(t2w);
+        if (t2r == 0) {
+            fail_orphans(s, slot, "connection lost; the target kept no task (Time2Retain 0)");
+            cr->st = CR_NONE;
+        } else {
+            cr->retain_until = cr->wait_until + secs_ms(t2r);
+        }
+        break;
+    case 2: /* connection recovery not supported */
+        LOG_WARN("initiator: the target does not support connection recovery");
+        fail_orphans(s, slot, "connection lost; the target does not recover connections");
+        cr->st = CR_NONE;
+        break;
+    default: /* 1: CID not found, 3: cleanup failed: a login with the CID does it (§6.3.4) */
+        LOG_WARN("initiator: Logout for cid %u answered %u: cleanup by login", s->conns[slot]->cid,
+                 rsp);
+        cr->st = CR_RELOGIN;
+        cr->wait_until = now + (rsp == 3 ? secs_ms(t2w) : 0);
+        cr->next_login_ms = cr->wait_until;
+        break;
+    }
+    ini_erl2_advance(s, now);
+}
+
+/* ---- Async Message (§11.9.1) ---- */
+
+void ini_erl2_async(struct ini_conn *c, const uint8_t *hdr)
+{
+    struct lr_session *s = c->s;
+    uint8_t ev = hdr[BHS_ASYNC_EVENT];
+    uint16_t p1 = get_be16(hdr + BHS_ASYNC_PARAM1), p2 = get_be16(hdr + BHS_ASYNC_PARAM2),
+             p3 = get_be16(hdr + BHS_ASYNC_PARAM3);
+    LOG_WARN("initiator: connection %u: async event %u (parameters %u %u %u)", c->idx, ev, p1, p2,
+             p3);
+    bool erl2 = s->params.erl >= 2 && c->w.erl >= 2;
+    switch (ev) {
+    case 1:
+        /* The target asks for this connection's logout, within Parameter3 seconds, with
+         * "close the connection" or "close the session": no new command goes on it, and the
+         * Logout leaves once its tasks are done or the time is nearly up (erl2_run). */
+        if (!c->draining) {
+            c->draining = true;
+            uint64_t grace = secs_ms(p3);
+            c->drain_deadline_ms = reactor_now_ms() + (grace > 500 ? grace - 500 : grace / 2);
+        }
+        erl2_run(c);
+        break;
+    case 2:
+        /* Parameter1's connection will be dropped: at ERL 2 we drop it now and recover with
+         * the times given (Parameter2 = Time2Wait, Parameter3 = Time2Retain). */
+        if (!erl2) {
+            ini_conn_fail(c, "target asked to drop the connection");
+            break;
+        }
+        for (unsigned i = 0; i < s->nconns; i++) {
+            struct ini_conn *x = s->conns[i];
+            if (x->cid != p1 || x->state != ICS_FFP)
+                continue;
+            s->cr[i].async_set = true;
+            s->cr[i].async_t2w = p2;
+            s->cr[i].async_t2r = p3;
+            ini_conn_fail_any(x, "target will drop the connection (Async event 2)");
+        }
+        break;
+    case 3:
+        /* every connection of the session will be dropped */
+        if (!erl2)
+            break;
+        for (unsigned i = 0; i < s->nconns; i++) {
+            struct ini_conn *x = s->conns[i];
+            if (x->state != ICS_FFP)
+                continue;
+            s->cr[i].async_set = true;
+            s->cr[i].async_t2w = p2;
+            s->cr[i].async_t2r = p3;
+            ini_conn_fail_any(x, "target will drop the session's connections (Async event 3)");
+        }
+        break;
+    default: /* 0 SCSI event, 4 renegotiation, 255 vendor: nothing we act on */
+        break;
+    }
+}
