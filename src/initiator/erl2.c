@@ -85,16 +85,21 @@ static void fail_orphans(struct lr_session *s, unsigned slot, const char *why)
     s->cr[slot].retain_until = 0;
 }
 
-bool ini_erl2_recovering(const struct lr_session *s)
+static bool recovering_at(const struct lr_session *s, uint64_t now)
 {
     if (s->params.erl < 2 || !s->logged_in || s->logging_out || s->destroyed)
         return false;
-    if (s->erl2_giveup_ms && reactor_now_ms() >= s->erl2_giveup_ms)
+    if (s->erl2_giveup_ms && now >= s->erl2_giveup_ms)
         return false;
     for (unsigned i = 0; i < s->nconns; i++)
         if (s->cr[i].st != CR_NONE || (s->cr[i].up_once && s->conns[i]->state != ICS_FFP))
             return true;
     return false;
+}
+
+bool ini_erl2_recovering(const struct lr_session *s)
+{
+    return recovering_at(s, reactor_now_ms());
 }
 
 /* ---- PDUs on a connection's own thread ---- */
@@ -395,8 +400,8 @@ void ini_erl2_advance(struct lr_session *s, uint64_t now)
         advance_once(s, now);
     } while (s->advance_again && !s->logging_out && !s->destroyed);
     s->advancing = false;
-    if (!conns_any_up(s) && !ini_erl2_recovering(s))
-        ini_session_kick(s); /* nothing will come back: the waiting fail */
+    if (!conns_any_up(s) && !recovering_at(s, now)) /* nothing will come back */
+        ini_session_fail_waiting(s, LR_ERR_NO_CONN, "no connection left in the session");
 }
 
 void ini_erl2_tick(struct lr_session *s, uint64_t now)

@@ -411,6 +411,8 @@ void ini_session_login_rx(struct ini_conn *c, const uint8_t *hdr, const uint8_t 
 /* ExpCmdSN/MaxCmdSN from any response (RFC 7143 §4.2.2.1 rules). */
 void ini_session_update_window(struct lr_session *s, uint32_t exp, uint32_t max);
 void ini_session_kick(struct lr_session *s);
+/* Fail every task waiting for the window or a connection (resendq, waitq). */
+void ini_session_fail_waiting(struct lr_session *s, enum lr_err e, const char *what);
 bool conns_any_up(const struct lr_session *s);
 void ini_task_complete(struct lr_session *s, struct ini_task *t, struct lr_result *res);
 struct ini_task *ini_task_lookup(struct lr_session *s, uint32_t itt);

@@ -78,7 +78,7 @@ static struct ini_conn *pick_conn(struct lr_session *s, const struct ini_task *t
     return best;
 }
 
-static void fail_all_waiting(struct lr_session *s, enum lr_err e, const char *what)
+void ini_session_fail_waiting(struct lr_session *s, enum lr_err e, const char *what)
 {
     struct list_node *n;
     while ((n = list_pop(&s->resendq)) != NULL || (n = list_pop(&s->waitq)) != NULL) {
@@ -114,7 +114,7 @@ void ini_session_kick(struct lr_session *s)
     }
     /* at ERL 2 they wait while the session reconnects (erl2.c) */
     if (conns_any_up(s) == false && !ini_erl2_recovering(s))
-        fail_all_waiting(s, LR_ERR_NO_CONN, "no connection left in the session");
+        ini_session_fail_waiting(s, LR_ERR_NO_CONN, "no connection left in the session");
 }
 
 void ini_conn_drain_inbox(struct ini_conn *c)

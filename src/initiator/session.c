@@ -290,6 +290,9 @@ static void session_free(struct lr_session *s)
         t->conn = NULL;
         ini_task_complete(s, t, &r);
     }
+    for (uint32_t i = 0; i < s->ntasks; i++) /* ERL 2: waiting to be reassigned */
+        if (s->tasks[i].state == ITS_ORPHAN)
+            ini_task_complete(s, &s->tasks[i], &r);
     ini_unlock(s);
     for (unsigned i = 0; i < s->nconns; i++) {
         for (struct ini_conn *c = s->conns[i], *next; c; c = next) {

@@ -767,9 +767,17 @@ static void test_reject_handling(void **state)
     lr_session_destroy(s);
 }
 
+/* Drain the transmit queue as the socket would (commands count as sent). */
+static void take_all(struct ini_conn *c)
+{
+    static uint8_t sink[1 << 20];
+    while (wire_take_tx(&c->w, sink, sizeof(sink)))
+        ;
+}
+
 /* Async Message (§11.9): a SCSI async event (0) and a renegotiation request (4) leave the
- * connection as it is; a logout request (1) drops the connection today, where RFC 7143
- * §11.9.1 asks the initiator to log it out within Parameter3 seconds. */
+ * connection as it is; a logout request (1) is answered by a Logout (§11.9.1): with no task
+ * outstanding at once, and for the only connection "close the session". */
 static void test_async_message(void **state)
 {
     (void)state;
@@ -781,16 +789,348 @@ static void test_async_message(void **state)
         rsp_hdr(am, ISCSI_OP_ASYNC_MSG, ISCSI_FLAG_FINAL, ISCSI_RSVD_TAG, 10 + k, 1, 8);
         am[BHS_ASYNC_EVENT] = events[k];
         put_be16(am + BHS_ASYNC_PARAM3, 5);
-        int rc = ini_conn_feed(c, am, sizeof(am));
-        if (events[k] != 1) {
-            assert_int_equal(rc, 0);
-            assert_int_equal(c->state, ICS_FFP);
-            assert_int_equal(c->expstatsn, 11 + k);
-        } else {
-            assert_int_equal(c->state, ICS_DEAD);
-        }
+        assert_int_equal(ini_conn_feed(c, am, sizeof(am)), 0);
+        assert_int_equal(c->state, ICS_FFP);
+        assert_int_equal(c->expstatsn, 11 + k);
     }
+    assert_int_equal(txq_len(c), 1);
+    const uint8_t *h = txq_at(c, 0)->hdr;
+    assert_int_equal(h[0], ISCSI_OP_LOGOUT_REQ | ISCSI_BHS_IMMEDIATE);
+    assert_int_equal(h[1], ISCSI_FLAG_FINAL | ISCSI_LOGOUT_CLOSE_SESSION);
+    assert_int_equal(get_be32(h + BHS_ITT), INI_LOGOUT_ITT);
+    assert_int_equal(get_be32(h + BHS_EXPSTATSN), 13);
+    /* no new command meanwhile; the answer closes the session */
+    static uint8_t buf[512];
+    struct done_log d = {0};
+    assert_int_equal(lr_read(s, 0, 1, 512, buf, on_done, &d), -1);
+    uint8_t rsp[ISCSI_BHS_LEN];
+    rsp_hdr(rsp, ISCSI_OP_LOGOUT_RSP, ISCSI_FLAG_FINAL, INI_LOGOUT_ITT, 13, 1, 8);
+    assert_int_equal(ini_conn_feed(c, rsp, sizeof(rsp)), -1);
+    assert_int_equal(c->state, ICS_DEAD);
     lr_session_destroy(s);
+}
+
+/* §11.9.1 with another connection up: the asked one takes no new command, and once its task
+ * is done it is logged out with "close the connection" (its CID); that task is not failed. */
+static void test_async_logout_request_drains(void **state)
+{
+    (void)state;
+    struct lr_session *s = fake_session(2, 1, 64);
+    struct ini_conn *c0 = s->conns[0], *c1 = s->conns[1];
+    c0->expstatsn = 20;
+    static uint8_t buf[2][4096];
+    struct done_log d = {0};
+    lr_session_next_conn(s, 0);
+    assert_int_equal(lr_read(s, 0, 8, 512, buf[0], on_done, &d), 0);
+    uint32_t itt = get_be32(txq_at(c0, 0)->hdr + BHS_ITT);
+    take_all(c0);
+    uint8_t am[ISCSI_BHS_LEN];
+    rsp_hdr(am, ISCSI_OP_ASYNC_MSG, ISCSI_FLAG_FINAL, ISCSI_RSVD_TAG, 20, 1, 64);
+    am[BHS_ASYNC_EVENT] = 1;
+    put_be16(am + BHS_ASYNC_PARAM3, 10);
+    assert_int_equal(ini_conn_feed(c0, am, sizeof(am)), 0);
+    assert_int_equal(txq_len(c0), 0); /* its task still runs */
+    /* new work, even steered there, goes to the other connection */
+    lr_session_next_conn(s, 0);
+    assert_int_equal(lr_read(s, 8, 8, 512, buf[1], on_done, &d), 0);
+    assert_int_equal(txq_len(c0), 0);
+    assert_int_equal(txq_len(c1), 1);
+    static uint8_t pdu[ISCSI_BHS_LEN + 4096];
+    size_t n = data_in(pdu, itt, 0, 0, 4096, ISCSI_FLAG_FINAL | ISCSI_DATAIN_STATUS, 21, 0);
+    assert_int_equal(ini_conn_feed(c0, pdu, (uint32_t)n), 0);
+    assert_int_equal(d.calls, 1);
+    assert_int_equal(d.last, LR_OK);
+    ini_erl2_tick(s, reactor_now_ms());
+    assert_int_equal(txq_len(c0), 1);
+    const uint8_t *h = txq_at(c0, 0)->hdr;
+    assert_int_equal(h[0], ISCSI_OP_LOGOUT_REQ | ISCSI_BHS_IMMEDIATE);
+    assert_int_equal(h[1], ISCSI_FLAG_FINAL | ISCSI_LOGOUT_CLOSE_CONNECTION);
+    assert_int_equal(get_be16(h + BHS_CID), c0->cid);
+    assert_int_equal(get_be32(h + BHS_ITT), INI_CLOGOUT_ITT + 0);
+    assert_int_equal(get_be32(h + BHS_EXPSTATSN), 22);
+    uint8_t rsp[ISCSI_BHS_LEN];
+    rsp_hdr(rsp, ISCSI_OP_LOGOUT_RSP, ISCSI_FLAG_FINAL, INI_CLOGOUT_ITT + 0, 22, 2, 64);
+    assert_int_equal(ini_conn_feed(c0, rsp, sizeof(rsp)), -1);
+    assert_int_equal(c0->state, ICS_DEAD);
+    assert_int_equal(c1->state, ICS_FFP); /* the session goes on */
+    assert_int_equal(d.calls, 1);
+    lr_session_destroy(s);
+}
+
+/* ---- ErrorRecoveryLevel 2 (erl2.c) ---- */
+
+/* nconns connections at ERL 2, DefaultTime2Wait 0, DefaultTime2Retain 20, each connection's
+ * next StatSN 5 */
+static struct lr_session *erl2_session(unsigned nconns)
+{
+    struct lr_session *s = fake_session(nconns, 1, 64);
+    s->params.erl = 2;
+    s->params.default_time2wait = 0;
+    s->params.default_time2retain = 20;
+    for (unsigned i = 0; i < nconns; i++) {
+        struct ini_conn *c = s->conns[i];
+        c->w.erl = 2;
+        c->expstatsn = 5;
+        ini_erl_start(c);
+    }
+    return s;
+}
+
+static void assert_reassign(const struct wire_pdu *p, uint32_t itt, uint32_t expdatasn,
+                            uint32_t cmdsn)
+{
+    assert_int_equal(p->hdr[0], ISCSI_OP_TMF_REQ | ISCSI_BHS_IMMEDIATE);
+    assert_int_equal(p->hdr[1], ISCSI_FLAG_FINAL | ISCSI_TMF_TASK_REASSIGN); /* 0x88 */
+    assert_int_equal(p->hdr[BHS_LUN + 1], 1);                                /* the task's LUN */
+    assert_int_equal(get_be32(p->hdr + BHS_ITT), INI_TMF_ITT + (itt & 0xffff));
+    assert_int_equal(get_be32(p->hdr + BHS_RTT), itt);
+    assert_int_equal(get_be32(p->hdr + BHS_CMDSN), cmdsn);
+    assert_int_equal(get_be32(p->hdr + BHS_REFCMDSN), 0); /* reserved for TASK REASSIGN */
+    assert_int_equal(get_be32(p->hdr + BHS_TMF_EXPDATASN), expdatasn);
+    assert_int_equal(p->dlen, 0);
+}
+
+static const struct wire_pdu *find_pdu(const struct ini_conn *c, uint8_t op, uint32_t off,
+                                       uint32_t val)
+{
+    for (unsigned k = 0; k < txq_len(c); k++) {
+        const struct wire_pdu *p = txq_at(c, k);
+        if ((p->hdr[0] & ISCSI_OPCODE_MASK) == op && get_be32(p->hdr + off) == val)
+            return p;
+    }
+    return NULL;
+}
+
+struct rec_log {
+    int calls;
+    enum lr_err last;
+    bool recovered;
+};
+
+static void on_rec(void *arg, const struct lr_result *r)
+{
+    struct rec_log *d = arg;
+    d->calls++;
+    d->last = r->err;
+    d->recovered = r->recovered;
+}
+
+/* §7.1.4, §11.14, §11.5.1: a connection lost at ERL 2 fails nothing. On the other connection:
+ * Logout reason 2 for its CID (immediate, ExpStatSN its last), then on "closed" a TASK
+ * REASSIGN per task, keeping its CmdSN (the TMF carries the next one, not taken): a read
+ * resumes at the DataSN after the last received, a write answers the target's new R2Ts from
+ * its buffer. */
+static void test_erl2_logout_reassign_resume(void **state)
+{
+    (void)state;
+    struct lr_session *s = erl2_session(2);
+    struct ini_conn *c0 = s->conns[0], *c1 = s->conns[1];
+    static uint8_t rbuf[8192], wbuf[16384];
+    static uint8_t pdu[ISCSI_BHS_LEN + 8192];
+    for (unsigned i = 0; i < sizeof(wbuf); i++)
+        wbuf[i] = (uint8_t)(i * 7);
+    struct rec_log dr = {0}, dw = {0};
+    lr_session_next_conn(s, 0);
+    assert_int_equal(lr_read(s, 0, 16, 512, rbuf, on_rec, &dr), 0);
+    lr_session_next_conn(s, 0);
+    assert_int_equal(lr_write(s, 100, 32, 512, wbuf, on_rec, &dw), 0);
+    uint32_t ritt = get_be32(txq_at(c0, 0)->hdr + BHS_ITT);
+    uint32_t witt = get_be32(txq_at(c0, 1)->hdr + BHS_ITT);
+    assert_int_equal(get_be32(txq_at(c0, 1)->hdr + BHS_CMDSN), 2);
+    take_all(c0);
+    /* the first half of the read arrives; the target acknowledged both commands */
+    size_t n = data_in(pdu, ritt, 0, 0, 4096, 0, 0, 0);
+    assert_int_equal(ini_conn_feed(c0, pdu, (uint32_t)n), 0);
+    ini_session_update_window(s, 3, 66);
+    ini_conn_fail(c0, "test: connection cut");
+    assert_int_equal(dr.calls + dw.calls, 0);
+    assert_int_equal(lr_session_inflight(s), 2);
+
+    assert_int_equal(txq_len(c1), 1);
+    const uint8_t *h = txq_at(c1, 0)->hdr;
+    assert_int_equal(h[0], ISCSI_OP_LOGOUT_REQ | ISCSI_BHS_IMMEDIATE);
+    assert_int_equal(h[1], ISCSI_FLAG_FINAL | ISCSI_LOGOUT_REMOVE_FOR_RECOVERY);
+    assert_int_equal(get_be16(h + BHS_CID), c0->cid);
+    assert_int_equal(get_be32(h + BHS_ITT), INI_CLOGOUT_ITT + 0);
+    assert_int_equal(get_be32(h + BHS_CMDSN), 3);
+    assert_int_equal(get_be32(h + BHS_EXPSTATSN), 5); /* the lost connection's */
+    take_all(c1);
+
+    uint8_t rsp[ISCSI_BHS_LEN];
+    rsp_hdr(rsp, ISCSI_OP_LOGOUT_RSP, ISCSI_FLAG_FINAL, INI_CLOGOUT_ITT + 0, 5, 3, 66);
+    put_be16(rsp + BHS_TIME2WAIT, 0);
+    put_be16(rsp + BHS_TIME2RETAIN, 20);
+    assert_int_equal(ini_conn_feed(c1, rsp, sizeof(rsp)), 0);
+    assert_int_equal(txq_len(c1), 2);
+    assert_reassign(find_pdu(c1, ISCSI_OP_TMF_REQ, BHS_RTT, ritt), ritt, 1, 3);
+    assert_reassign(find_pdu(c1, ISCSI_OP_TMF_REQ, BHS_RTT, witt), witt, 0, 3);
+    assert_int_equal(s->cmdsn, 3); /* no CmdSN taken */
+    take_all(c1);
+
+    /* read: function complete, then Data-In from DataSN 1 with the status */
+    rsp_hdr(rsp, ISCSI_OP_TMF_RSP, ISCSI_FLAG_FINAL, INI_TMF_ITT + (ritt & 0xffff), 6, 3, 66);
+    rsp[BHS_RESPONSE] = ISCSI_TMF_RSP_COMPLETE;
+    assert_int_equal(ini_conn_feed(c1, rsp, sizeof(rsp)), 0);
+    n = data_in(pdu, ritt, 1, 4096, 4096, ISCSI_FLAG_FINAL | ISCSI_DATAIN_STATUS, 7, 0);
+    assert_int_equal(ini_conn_feed(c1, pdu, (uint32_t)n), 0);
+    assert_int_equal(dr.calls, 1);
+    assert_int_equal(dr.last, LR_OK);
+    assert_true(dr.recovered);
+    assert_int_equal(rbuf[0], 0x40);
+    assert_int_equal(rbuf[4096], 0x41);
+    assert_int_equal(txq_len(c1), 0); /* no SNACK: nothing missing */
+
+    /* write: function complete, then an R2T for all of it, numbered on by the target */
+    rsp_hdr(rsp, ISCSI_OP_TMF_RSP, ISCSI_FLAG_FINAL, INI_TMF_ITT + (witt & 0xffff), 8, 3, 66);
+    assert_int_equal(ini_conn_feed(c1, rsp, sizeof(rsp)), 0);
+    uint8_t r2t[ISCSI_BHS_LEN];
+    rsp_hdr(r2t, ISCSI_OP_R2T, ISCSI_FLAG_FINAL, witt, 9, 3, 66);
+    put_be32(r2t + BHS_TTT, 0x77);
+    put_be32(r2t + BHS_R2TSN, 3);
+    put_be32(r2t + BHS_BUFFER_OFFSET, 0);
+    put_be32(r2t + BHS_DESIRED_LEN, 16384);
+    assert_int_equal(ini_conn_feed(c1, r2t, sizeof(r2t)), 0);
+    assert_int_equal(txq_len(c1), 2); /* two Data-Out, no R2T SNACK */
+    for (unsigned k = 0; k < 2; k++) {
+        const struct wire_pdu *p = txq_at(c1, k);
+        assert_int_equal(p->hdr[0], ISCSI_OP_DATA_OUT);
+        assert_int_equal(get_be32(p->hdr + BHS_ITT), witt);
+        assert_int_equal(get_be32(p->hdr + BHS_TTT), 0x77);
+        assert_int_equal(get_be32(p->hdr + BHS_DATASN), k);
+        assert_int_equal(get_be32(p->hdr + BHS_BUFFER_OFFSET), 8192 * k);
+        assert_ptr_equal(p->data[0].iov_base, wbuf + 8192 * k);
+    }
+    take_all(c1);
+    rsp_hdr(rsp, ISCSI_OP_SCSI_RSP, ISCSI_FLAG_FINAL, witt, 9, 3, 66);
+    assert_int_equal(ini_conn_feed(c1, rsp, sizeof(rsp)), 0);
+    assert_int_equal(dw.calls, 1);
+    assert_int_equal(dw.last, LR_OK);
+    assert_true(dw.recovered);
+    assert_int_equal(c1->expstatsn, 10);
+    assert_int_equal(c1->state, ICS_FFP);
+    lr_session_destroy(s);
+}
+
+/* A task the target no longer has fails alone; one whose CmdSN the target had not
+ * acknowledged when it confirmed the logout was discarded (§11.14) or never arrived: its
+ * command is retried on the surviving connection, same ITT and CmdSN (§7.2.1). */
+static void test_erl2_refused_and_retried(void **state)
+{
+    (void)state;
+    struct lr_session *s = erl2_session(2);
+    struct ini_conn *c0 = s->conns[0], *c1 = s->conns[1];
+    static uint8_t buf[3][4096];
+    static uint8_t pdu[ISCSI_BHS_LEN + 4096];
+    struct rec_log d[3] = {{0}};
+    uint32_t itt[3];
+    for (int i = 0; i < 3; i++) {
+        lr_session_next_conn(s, 0);
+        assert_int_equal(lr_read(s, (uint64_t)i * 8, 8, 512, buf[i], on_rec, &d[i]), 0);
+        itt[i] = get_be32(txq_at(c0, (unsigned)i)->hdr + BHS_ITT);
+    }
+    take_all(c0);
+    ini_conn_fail(c0, "test: connection cut");
+    take_all(c1); /* the Logout */
+    uint8_t rsp[ISCSI_BHS_LEN];
+    /* CmdSN 1 and 2 acknowledged, 3 not */
+    rsp_hdr(rsp, ISCSI_OP_LOGOUT_RSP, ISCSI_FLAG_FINAL, INI_CLOGOUT_ITT + 0, 5, 3, 66);
+    put_be16(rsp + BHS_TIME2RETAIN, 20);
+    assert_int_equal(ini_conn_feed(c1, rsp, sizeof(rsp)), 0);
+    assert_int_equal(txq_len(c1), 3);
+    assert_reassign(find_pdu(c1, ISCSI_OP_TMF_REQ, BHS_RTT, itt[0]), itt[0], 0, 4);
+    assert_reassign(find_pdu(c1, ISCSI_OP_TMF_REQ, BHS_RTT, itt[1]), itt[1], 0, 4);
+    const struct wire_pdu *retry = find_pdu(c1, ISCSI_OP_SCSI_CMD, BHS_ITT, itt[2]);
+    assert_non_null(retry);
+    assert_int_equal(get_be32(retry->hdr + BHS_CMDSN), 3);
+    assert_int_equal(retry->hdr[BHS_CDB], 0x28);
+    take_all(c1);
+    /* task 0: the target no longer has it */
+    rsp_hdr(rsp, ISCSI_OP_TMF_RSP, ISCSI_FLAG_FINAL, INI_TMF_ITT + (itt[0] & 0xffff), 6, 3, 66);
+    rsp[BHS_RESPONSE] = ISCSI_TMF_RSP_NO_TASK;
+    assert_int_equal(ini_conn_feed(c1, rsp, sizeof(rsp)), 0);
+    assert_int_equal(d[0].calls, 1);
+    assert_int_equal(d[0].last, LR_ERR_CONN_LOST);
+    assert_int_equal(d[1].calls + d[2].calls, 0);
+    assert_int_equal(c1->state, ICS_FFP);
+    /* task 1: reassigned; task 2: its retry answered */
+    rsp_hdr(rsp, ISCSI_OP_TMF_RSP, ISCSI_FLAG_FINAL, INI_TMF_ITT + (itt[1] & 0xffff), 7, 3, 66);
+    rsp[BHS_RESPONSE] = ISCSI_TMF_RSP_COMPLETE;
+    assert_int_equal(ini_conn_feed(c1, rsp, sizeof(rsp)), 0);
+    for (int i = 1; i < 3; i++) {
+        size_t n = data_in(pdu, itt[i], 0, 0, 4096, ISCSI_FLAG_FINAL | ISCSI_DATAIN_STATUS,
+                           (uint32_t)(7 + i), 0);
+        assert_int_equal(ini_conn_feed(c1, pdu, (uint32_t)n), 0);
+        assert_int_equal(d[i].calls, 1);
+        assert_int_equal(d[i].last, LR_OK);
+        assert_true(d[i].recovered);
+    }
+    assert_int_equal(lr_session_inflight(s), 0);
+    lr_session_destroy(s);
+}
+
+/* With no connection left the tasks wait (and new commands queue) until Time2Retain after
+ * Time2Wait; then they fail with LR_ERR_CONN_LOST, the queued ones with LR_ERR_NO_CONN. */
+static void test_erl2_time2retain_expiry(void **state)
+{
+    (void)state;
+    struct lr_session *s = erl2_session(1);
+    s->params.default_time2retain = 2;
+    struct ini_conn *c = s->conns[0];
+    static uint8_t buf[2][4096];
+    struct rec_log d = {0}, q = {0};
+    assert_int_equal(lr_read(s, 0, 8, 512, buf[0], on_rec, &d), 0);
+    take_all(c);
+    ini_session_update_window(s, 2, 65);
+    uint64_t t0 = reactor_now_ms();
+    ini_conn_fail(c, "test: connection cut");
+    assert_int_equal(d.calls, 0);
+    assert_true(ini_erl2_recovering(s));
+    assert_int_equal(lr_read(s, 8, 8, 512, buf[1], on_rec, &q), 0); /* queued */
+    ini_erl2_advance(s, t0 + 1000);
+    assert_int_equal(d.calls + q.calls, 0);
+    ini_erl2_advance(s, t0 + 2100);
+    assert_int_equal(d.calls, 1);
+    assert_int_equal(d.last, LR_ERR_CONN_LOST);
+    assert_int_equal(q.calls, 1);
+    assert_int_equal(q.last, LR_ERR_NO_CONN);
+    assert_int_equal(lr_session_inflight(s), 0);
+    lr_session_destroy(s);
+}
+
+/* Async event 2 at ERL 2 (§11.9.1): the named connection is dropped by us at once, and its
+ * tasks recover with Parameter2 as Time2Wait: no Logout before it has passed. */
+static void test_erl2_async_drop_notice(void **state)
+{
+    (void)state;
+    struct lr_session *s = erl2_session(2);
+    struct ini_conn *c0 = s->conns[0], *c1 = s->conns[1];
+    static uint8_t buf[4096];
+    struct rec_log d = {0};
+    lr_session_next_conn(s, 0);
+    assert_int_equal(lr_read(s, 0, 8, 512, buf, on_rec, &d), 0);
+    take_all(c0);
+    ini_session_update_window(s, 2, 65);
+    uint8_t am[ISCSI_BHS_LEN];
+    rsp_hdr(am, ISCSI_OP_ASYNC_MSG, ISCSI_FLAG_FINAL, ISCSI_RSVD_TAG, 5, 2, 65);
+    am[BHS_ASYNC_EVENT] = 2;
+    put_be16(am + BHS_ASYNC_PARAM1, c0->cid);
+    put_be16(am + BHS_ASYNC_PARAM2, 1);
+    put_be16(am + BHS_ASYNC_PARAM3, 10);
+    uint64_t t0 = reactor_now_ms();
+    assert_int_equal(ini_conn_feed(c1, am, sizeof(am)), 0);
+    assert_int_equal(c0->state, ICS_DEAD);
+    assert_int_equal(c1->state, ICS_FFP);
+    assert_int_equal(d.calls, 0);
+    assert_int_equal(txq_len(c1), 0); /* Time2Wait 1 s first */
+    ini_erl2_advance(s, t0 + 1001);
+    assert_int_equal(txq_len(c1), 1);
+    const uint8_t *h = txq_at(c1, 0)->hdr;
+    assert_int_equal(h[1], ISCSI_FLAG_FINAL | ISCSI_LOGOUT_REMOVE_FOR_RECOVERY);
+    assert_int_equal(get_be16(h + BHS_CID), c0->cid);
+    assert_int_equal(s->cr[0].retain_until, s->cr[0].wait_until + 10000);
+    lr_session_destroy(s);
+    assert_int_equal(d.calls, 1);
+    assert_int_equal(d.last, LR_ERR_ABORTED);
 }
 
 /* ---- ErrorRecoveryLevel 1 (recovery.c) ---- */
@@ -805,14 +1145,6 @@ static struct lr_session *erl1_session(uint32_t expstatsn)
     c->expstatsn = expstatsn;
     ini_erl_start(c);
     return s;
-}
-
-/* Drain the transmit queue as the socket would (commands count as sent). */
-static void take_all(struct ini_conn *c)
-{
-    static uint8_t sink[1 << 20];
-    while (wire_take_tx(&c->w, sink, sizeof(sink)))
-        ;
 }
 
 static void assert_snack(const struct wire_pdu *p, uint8_t type, uint32_t itt, uint32_t beg,
@@ -1288,6 +1620,11 @@ int main(void)
         cmocka_unit_test(test_nop_in_not_a_ping),
         cmocka_unit_test(test_reject_handling),
         cmocka_unit_test(test_async_message),
+        cmocka_unit_test(test_async_logout_request_drains),
+        cmocka_unit_test(test_erl2_logout_reassign_resume),
+        cmocka_unit_test(test_erl2_refused_and_retried),
+        cmocka_unit_test(test_erl2_time2retain_expiry),
+        cmocka_unit_test(test_erl2_async_drop_notice),
         cmocka_unit_test(test_erl1_data_in_gap_snack),
         cmocka_unit_test(test_erl1_data_digest_and_expdatasn),
         cmocka_unit_test(test_erl1_statsn_gap_snack),
