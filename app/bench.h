@@ -65,6 +65,12 @@ struct bench_stats {
     uint64_t elapsed_ns;
 };
 
+/* --inject kill-connection at ErrorRecoveryLevel 2: what one cut stalled, in ms from the cut
+ * to the first and to the last completion of a command carried over from the cut connection */
+struct bench_stall {
+    double first_ms, last_ms;
+};
+
 struct worker;
 struct bench_loop;
 
@@ -93,6 +99,9 @@ const char *worker_verify_failure(const struct worker *w); /* NULL when every bl
 uint64_t worker_verify_blocks(const struct worker *w);
 /* Chunks read back over another connection than the one that wrote them. */
 uint64_t worker_verify_cross(const struct worker *w);
+/* The stalls of its cuts so far, the cuts with nothing to recover, the commands recovered. */
+const struct bench_stall *worker_stalls(const struct worker *w, unsigned *n, uint64_t *unmeasured,
+                                        uint64_t *recovered);
 
 unsigned bench_hist_bucket(uint64_t ns);
 double bench_hist_value_us(unsigned bucket);
@@ -104,6 +113,9 @@ void bench_report(const struct bench_opts *o, const struct bench_cell *cells, un
  * L)": what --inject did, stated with the failures it caused. */
 void bench_inject_summary(FILE *f, const struct bench_opts *o, const struct bench_cell *cells,
                           unsigned n);
+/* "Stall after a cut: N cuts ..., first recovered completion median/p90/max, ..." */
+void bench_stall_summary(FILE *f, const struct bench_stall *st, unsigned n, uint64_t unmeasured,
+                         uint64_t recovered);
 int bench_svg(const char *path, const struct bench_opts *o, const struct bench_cell *cells,
               unsigned n);
 

@@ -40,11 +40,15 @@ static void usage(FILE *f)
             "                       or LINERATE_CHAP_SECRET / LINERATE_CHAP_MUTUAL_SECRET\n"
             "                       (LINERATE_CHAP_USER, LINERATE_CHAP_MUTUAL_USER for names)\n"
             "  --erl N              ask for ErrorRecoveryLevel N (RFC 7143 §7; default 0).\n"
-            "                       This build performs 0 and 1 and refuses 2. At ERL 0 a\n"
-            "                       lost connection or a digest error fails the commands it\n"
-            "                       carried, and the bench counts them; at ERL 1 digest\n"
-            "                       errors and lost PDUs are recovered (SNACK, retry,\n"
-            "                       recovery R2T), a lost connection still fails its commands\n"
+            "                       At ERL 0 a lost connection or a digest error fails the\n"
+            "                       commands it carried, and the bench counts them; at ERL 1\n"
+            "                       digest errors and lost PDUs are recovered (SNACK, retry,\n"
+            "                       recovery R2T), a lost connection still fails its\n"
+            "                       commands; at ERL 2 those move to another connection\n"
+            "                       (Logout for recovery, TASK REASSIGN) and the lost one\n"
+            "                       logs in again. With kill-connection at ERL 2 each cut's\n"
+            "                       stall is printed (cut to the first completion of a\n"
+            "                       command carried over) with a summary at the end\n"
             "  --inject LIST        faults to inject, a testing aid; comma-separated:\n"
             "                         kill-connection=SECONDS  cut one connection of each\n"
             "                           session that often, in every cell and during\n"
@@ -469,6 +473,10 @@ struct run {
     struct bench_loop *loops[256];
     unsigned nloops;
     sem_t done;
+    /* --inject kill-connection: every session's cut stalls over the run */
+    struct bench_stall *stalls;
+    unsigned nstalls;
+    uint64_t cuts_unmeasured, recovered;
 };
 
 static void wait_all(struct run *R)
@@ -623,6 +631,19 @@ static void stop_config(struct run *R)
     for (unsigned i = 0; i < R->nloops; i++)
         bench_loop_stop(R->loops[i]);
     R->nloops = 0;
+    for (unsigned i = 0; i < R->n; i++) {
+        unsigned n;
+        uint64_t unmeasured, recovered;
+        const struct bench_stall *st = worker_stalls(R->w[i], &n, &unmeasured, &recovered);
+        struct bench_stall *all = realloc(R->stalls, (R->nstalls + n + 1) * sizeof(*all));
+        if (all) {
+            memcpy(all + R->nstalls, st, n * sizeof(*st));
+            R->stalls = all;
+            R->nstalls += n;
+        }
+        R->cuts_unmeasured += unmeasured;
+        R->recovered += recovered;
+    }
     for (unsigned i = 0; i < R->n; i++)
         worker_free(R->w[i]);
     R->n = 0;
@@ -742,11 +763,16 @@ int main(int argc, char **argv)
         }
     }
     bench_report(&o, cells, total);
+    if (o.inject.kill_conn_s > 0 && o.erl >= 2) {
+        fputs("linerate-bench: ", stderr);
+        bench_stall_summary(stderr, R.stalls, R.nstalls, R.cuts_unmeasured, R.recovered);
+    }
     if (o.svg && bench_svg(o.svg, &o, cells, total) < 0) {
         fprintf(stderr, "linerate-bench: cannot write %s: %s\n", o.svg, strerror(errno));
         rc = 1;
     }
     sem_destroy(&R.done);
+    free(R.stalls);
     free(cells);
     return rc;
 }

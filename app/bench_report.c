@@ -3,6 +3,7 @@
  * of MB/s against block size (log x axis), one line per configuration. */
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "bench.h"
@@ -206,6 +207,53 @@ void bench_inject_summary(FILE *f, const struct bench_opts *o, const struct benc
         fprintf(f, " %llu PDU%s dropped,", (unsigned long long)dropped, dropped == 1 ? "" : "s");
     fprintf(f, " %llu command%s failed (ErrorRecoveryLevel %u)\n", (unsigned long long)failed,
             failed == 1 ? "" : "s", o->erl);
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Nearest-rank percentile of sorted v[0..n-1] */
+static double pct(const double *v, unsigned n, double p)
+{
+    unsigned k = (unsigned)ceil(p / 100.0 * n);
+    return v[k ? k - 1 : 0];
+}
+
+void bench_stall_summary(FILE *f, const struct bench_stall *st, unsigned n, uint64_t unmeasured,
+                         uint64_t recovered)
+{
+    fprintf(f,
+            "Recovery: %llu command%s carried over to another connection (TASK REASSIGN or "
+            "retry); ",
+            (unsigned long long)recovered, recovered == 1 ? "" : "s");
+    if (!n) {
+        fprintf(f, "no cut stalled a command (%llu cut%s had none to recover)\n",
+                (unsigned long long)unmeasured, unmeasured == 1 ? "" : "s");
+        return;
+    }
+    double *a = malloc(n * sizeof(*a)), *b = malloc(n * sizeof(*b));
+    if (!a || !b) {
+        free(a);
+        free(b);
+        return;
+    }
+    for (unsigned i = 0; i < n; i++) {
+        a[i] = st[i].first_ms;
+        b[i] = st[i].last_ms;
+    }
+    qsort(a, n, sizeof(*a), cmp_double);
+    qsort(b, n, sizeof(*b), cmp_double);
+    fprintf(f,
+            "stall after a cut, %u cut%s measured (%llu had no command to recover): cut to the "
+            "first recovered completion median %.1f ms, p90 %.1f ms, max %.1f ms; to the last "
+            "median %.1f ms, p90 %.1f ms, max %.1f ms\n",
+            n, n == 1 ? "" : "s", (unsigned long long)unmeasured, pct(a, n, 50), pct(a, n, 90),
+            a[n - 1], pct(b, n, 50), pct(b, n, 90), b[n - 1]);
+    free(a);
+    free(b);
 }
 
 void bench_report(const struct bench_opts *o, const struct bench_cell *cells, unsigned n)

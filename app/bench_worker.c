@@ -60,6 +60,15 @@ struct worker {
     struct bench_stats st;
     bool lost_reported;
     unsigned kill_next; /* --inject kill-connection: the next connection to cut */
+    /* The stall a cut causes (ErrorRecoveryLevel 2): from the cut to the first completion of a
+     * command carried over from the cut connection (lr_result.recovered), and to the last one
+     * before the next cut. Under the session lock (completions run on any connection's
+     * thread). */
+    uint64_t cut_ns, cut_first_ns, cut_last_ns; /* cut_ns 0: no cut open */
+    unsigned cut_conn;
+    struct bench_stall *stalls;
+    unsigned nstalls, stalls_cap;
+    uint64_t cuts_unmeasured, recovered;
 
     /* --verify */
     uint64_t gen, vchunks, vnext, vdone, vblocks, vcross;
@@ -169,6 +178,48 @@ struct reactor *bench_loop_reactor(const struct bench_loop *l)
 
 static void cell_timer(void *arg);
 static void kill_timer(void *arg);
+
+/* A command carried over to another connection completed (ERL 2). */
+static void note_recovered(struct worker *w, uint64_t t)
+{
+    w->recovered++;
+    if (!w->cut_ns)
+        return;
+    if (!w->cut_first_ns) {
+        w->cut_first_ns = t;
+        fprintf(stderr,
+                "linerate-bench: session %d: --inject: connection %u: first recovered command "
+                "completed %.1f ms after the cut\n",
+                w->id, w->cut_conn, (t - w->cut_ns) / 1e6);
+    }
+    w->cut_last_ns = t;
+}
+
+/* The open cut's figures are final (the next cut, or the end of the step). */
+static void close_cut(struct worker *w)
+{
+    if (!w->cut_ns)
+        return;
+    if (!w->cut_first_ns) {
+        w->cuts_unmeasured++; /* nothing of it to recover: no command was on it */
+    } else {
+        if (w->nstalls == w->stalls_cap) {
+            unsigned cap = w->stalls_cap ? w->stalls_cap * 2 : 64;
+            struct bench_stall *n = realloc(w->stalls, cap * sizeof(*n));
+            if (!n) {
+                w->cut_ns = 0;
+                return;
+            }
+            w->stalls = n;
+            w->stalls_cap = cap;
+        }
+        w->stalls[w->nstalls++] = (struct bench_stall){
+            .first_ms = (w->cut_first_ns - w->cut_ns) / 1e6,
+            .last_ms = (w->cut_last_ns - w->cut_ns) / 1e6,
+        };
+    }
+    w->cut_ns = w->cut_first_ns = w->cut_last_ns = 0;
+}
 
 struct worker *worker_start(int id, const struct bench_opts *o, bool digest, uint32_t conns,
                             sem_t *done, struct reactor *const *conn_r)
@@ -324,6 +375,7 @@ static void cell_maybe_done(struct worker *w)
     }
     lr_timer_stop(w->timer);
     lr_timer_stop(w->kill_timer);
+    close_cut(w);
     w->st.elapsed_ns = now_ns() - w->start_ns;
     struct lr_session_info info;
     lr_session_get_info(w->s, &info);
@@ -343,6 +395,8 @@ static void on_io(void *arg, const struct lr_result *res)
     uint64_t t = now_ns();
     w->outstanding--;
     w->free_slots[w->nfree++] = (unsigned)(sl - w->slots);
+    if (res->recovered)
+        note_recovered(w, t);
     if (res->err == LR_OK) {
         w->st.bytes += sl->len;
         w->st.ops++;
@@ -444,6 +498,9 @@ static void kill_timer(void *arg)
             fprintf(stderr,
                     "linerate-bench: session %d: --inject: cutting connection %u (port %u)\n",
                     w->id, i, port);
+            close_cut(w);
+            w->cut_ns = now_ns();
+            w->cut_conn = i;
             lr_session_conn_kill(w->s, i);
             w->st.conns_cut++;
             w->kill_next = (i + 1) % n;
@@ -541,7 +598,10 @@ static void verify_finish(void *arg)
         lr_reactor_call(w->r, verify_finish, w);
         return;
     }
+    lr_session_lock(w->s);
     lr_timer_stop(w->kill_timer);
+    close_cut(w);
+    lr_session_unlock(w->s);
     finish_step(w);
 }
 
@@ -567,6 +627,8 @@ static void on_verify_io(void *arg, const struct lr_result *res)
     struct worker *w = sl->w;
     w->outstanding--;
     w->free_slots[w->nfree++] = (unsigned)(sl - w->slots);
+    if (res->recovered)
+        note_recovered(w, now_ns());
     if (res->err != LR_OK) {
         if (!w->failed)
             snprintf(w->err, sizeof(w->err), "verify %s at LBA %llu failed: %s",
@@ -709,6 +771,7 @@ void worker_free(struct worker *w)
     lr_timer_free(w->kill_timer);
     free(w->mem);
     free(w->vconn);
+    free(w->stalls);
     free(w->slots);
     free(w->free_slots);
     free(w);
@@ -757,4 +820,13 @@ uint64_t worker_verify_blocks(const struct worker *w)
 uint64_t worker_verify_cross(const struct worker *w)
 {
     return w->vcross;
+}
+
+const struct bench_stall *worker_stalls(const struct worker *w, unsigned *n, uint64_t *unmeasured,
+                                        uint64_t *recovered)
+{
+    *n = w->nstalls;
+    *unmeasured = w->cuts_unmeasured;
+    *recovered = w->recovered;
+    return w->stalls;
 }
