@@ -62,8 +62,6 @@ static struct ini_conn *pick_conn(struct lr_session *s, const struct ini_task *t
     if (t->want_conn >= 0 && (unsigned)t->want_conn < s->nconns &&
         s->conns[t->want_conn]->state == ICS_FFP && !s->conns[t->want_conn]->draining)
         return s->conns[t->want_conn];
-    if (s->mt && s->completing && s->completing->state == ICS_FFP && !s->completing->draining)
-        return s->completing;
     struct ini_conn *best = NULL;
     unsigned n = s->nconns;
     for (unsigned k = 0; k < n; k++) {
@@ -73,6 +71,12 @@ static struct ini_conn *pick_conn(struct lr_session *s, const struct ini_task *t
         if (!best || c->outstanding < best->outstanding)
             best = c;
     }
+    /* ...unless another one carries clearly less: a connection that logged in again (ERL 2)
+     * starts with nothing and would otherwise never get its share back */
+    struct ini_conn *cur = s->completing;
+    if (s->mt && cur && cur->state == ICS_FFP && !cur->draining &&
+        (!best || cur->outstanding < best->outstanding + 4))
+        return cur;
     if (best)
         s->rr = (best->idx + 1) % n;
     return best;
