@@ -300,17 +300,21 @@ static void on_login(void *arg, const struct lr_result *res)
     w->granted = info.connections_granted;
     w->conns_up = info.connections_up;
     w->digests = info.header_digest && info.data_digest;
+    char t2[64] = "";
+    if (info.erl >= 2) /* what a lost connection's commands wait, then may wait at most */
+        snprintf(t2, sizeof(t2), " DefaultTime2Wait=%u DefaultTime2Retain=%u", info.time2wait,
+                 info.time2retain);
     if (w->id == 0)
         fprintf(stderr,
                 "linerate-bench: negotiated TSIH %u: HeaderDigest=%s DataDigest=%s "
                 "ImmediateData=%s InitialR2T=%s FirstBurstLength=%u MaxBurstLength=%u "
                 "MaxOutstandingR2T=%u ErrorRecoveryLevel=%u target MaxRecvDataSegmentLength=%u, "
-                "%u of %u connections\n",
+                "%u of %u connections%s\n",
                 info.tsih, info.header_digest ? "CRC32C" : "None",
                 info.data_digest ? "CRC32C" : "None", info.immediate_data ? "Yes" : "No",
                 info.initial_r2t ? "Yes" : "No", info.first_burst, info.max_burst,
                 info.max_outstanding_r2t, info.erl, info.peer_max_recv_dsl, info.connections_up,
-                info.connections_asked);
+                info.connections_asked, t2);
     w->step = WS_CAPACITY;
     if (lr_read_capacity(w->s, on_capacity, w) < 0)
         fail_step(w, "%s", "cannot queue READ CAPACITY");

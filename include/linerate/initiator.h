@@ -116,6 +116,9 @@ struct lr_session_info {
     uint16_t tsih;
     uint32_t cmdsn, expcmdsn, maxcmdsn;
     uint32_t erl; /* ErrorRecoveryLevel agreed */
+    /* DefaultTime2Wait/DefaultTime2Retain agreed (s): at ERL 2 the wait before a lost
+     * connection's tasks are reassigned, and how long after it the target keeps them */
+    uint32_t time2wait, time2retain;
 };
 
 struct lr_session *lr_session_create(struct reactor *r, const struct lr_session_opts *o);

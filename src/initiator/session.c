@@ -357,6 +357,8 @@ void lr_session_get_info(const struct lr_session *cs, struct lr_session_info *in
     info->expcmdsn = s->expcmdsn;
     info->maxcmdsn = s->maxcmdsn;
     info->erl = s->params.erl;
+    info->time2wait = s->params.default_time2wait;
+    info->time2retain = s->params.default_time2retain;
     ini_unlock(s);
 }
 
