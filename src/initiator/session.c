@@ -642,6 +642,8 @@ void ini_session_conn_down(struct ini_conn *c)
             t->reassign = false;
             t->state = ITS_ORPHAN;
             t->conn = NULL;
+            /* placed again with this slot's (the first slot's placing may be over) */
+            t->orphan_slot = (uint8_t)c->idx;
             continue;
         }
         t->state = ITS_ACTIVE;
