@@ -308,6 +308,7 @@ struct ini_cr {
 };
 
 /* ITTs of our own non-task requests (bit 31 set: never a task's) */
+#define INI_LOGIN_ITT 0x80000000u   /* + slot: Login */
 #define INI_LOGOUT_ITT 0x80000001u  /* Logout of the session */
 #define INI_CLOGOUT_ITT 0x80000100u /* + slot: Logout of one connection */
 #define INI_TMF_ITT 0x80010000u     /* + task index: TASK REASSIGN */

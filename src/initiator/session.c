@@ -16,7 +16,6 @@
 #define INI_TICK_MS 200
 /* At ERL >= 1 the tick also drives the recovery timer (recovery.c): finer grained. */
 #define INI_TICK_ERL_MS 10
-#define INI_LOGIN_ITT 0x80000000u
 
 static const struct lr_result res_ok = {.err = LR_OK};
 

@@ -1133,6 +1133,70 @@ static void test_erl2_async_drop_notice(void **state)
     assert_int_equal(d.last, LR_ERR_ABORTED);
 }
 
+/* With no connection left the slot logs in again: non-leading, the session's TSIH and ISID and
+ * the lost connection's CID, so that the target logs the old one out implicitly (§6.3.4);
+ * then its tasks are reassigned on the new connection. */
+static void test_erl2_reinstatement_login(void **state)
+{
+    (void)state;
+    struct lr_session *s = erl2_session(1);
+    s->tsih = 0x1234;
+    struct ini_conn *c0 = s->conns[0];
+    static uint8_t buf[4096];
+    struct rec_log d = {0};
+    assert_int_equal(lr_read(s, 0, 8, 512, buf, on_rec, &d), 0);
+    uint32_t itt = get_be32(txq_at(c0, 0)->hdr + BHS_ITT);
+    take_all(c0);
+    ini_session_update_window(s, 2, 65);
+    ini_conn_fail(c0, "test: connection cut");
+    assert_int_equal(s->cr[0].st, CR_RELOGIN);
+    /* what ini_session_reconnect does, on a detached connection */
+    struct ini_conn *c = ini_conn_new(s, 0, c0->cid);
+    c->retired = c0;
+    c->reconnect = true;
+    s->conns[0] = c;
+    c->login_active = true;
+    c->state = ICS_LOGIN;
+    ini_session_conn_connected(c);
+    assert_int_equal(txq_len(c), 1);
+    const uint8_t *h = txq_at(c, 0)->hdr;
+    assert_int_equal(h[0] & ISCSI_OPCODE_MASK, ISCSI_OP_LOGIN_REQ);
+    assert_int_equal(get_be16(h + BHS_TSIH), 0x1234);
+    assert_int_equal(get_be16(h + BHS_CID), c0->cid);
+    assert_memory_equal(h + BHS_ISID, s->isid, 6);
+    take_all(c);
+    /* security, then operational stage, then full feature phase */
+    uint8_t pdu[ISCSI_BHS_LEN + 256];
+    struct iscsi_bhs *rsp = (struct iscsi_bhs *)pdu;
+    static const char sec[] = "AuthMethod=None";
+    login_rsp(rsp, ISCSI_LOGIN_TRANSIT | (ISCSI_STAGE_SECURITY << 2) | ISCSI_STAGE_OPERATIONAL,
+              INI_LOGIN_ITT + 0, 0x1234, 0);
+    put_be24(pdu + BHS_DATA_SEG_LEN, sizeof(sec));
+    memset(pdu + ISCSI_BHS_LEN, 0, 256);
+    memcpy(pdu + ISCSI_BHS_LEN, sec, sizeof(sec));
+    assert_int_equal(ini_conn_feed(c, pdu, ISCSI_BHS_LEN + 16), 0);
+    assert_int_equal(txq_len(c), 1);
+    take_all(c);
+    static const char op[] = "HeaderDigest=None\0DataDigest=None\0MaxRecvDataSegmentLength=8192";
+    login_rsp(rsp, ISCSI_LOGIN_TRANSIT | (ISCSI_STAGE_OPERATIONAL << 2) | ISCSI_STAGE_FULL_FEATURE,
+              INI_LOGIN_ITT + 0, 0x1234, 0);
+    bhs_put32(rsp, BHS_EXPCMDSN, 2);
+    bhs_put32(rsp, BHS_MAXCMDSN, 65);
+    put_be24(pdu + BHS_DATA_SEG_LEN, sizeof(op));
+    memset(pdu + ISCSI_BHS_LEN, 0, 256);
+    memcpy(pdu + ISCSI_BHS_LEN, op, sizeof(op));
+    assert_int_equal(ini_conn_feed(c, pdu, ISCSI_BHS_LEN + ((sizeof(op) + 3) & ~3u)), 0);
+    assert_int_equal(c->state, ICS_FFP);
+    assert_int_equal(c->w.erl, 2);
+    /* the task is reassigned on it */
+    assert_int_equal(txq_len(c), 1);
+    assert_reassign(txq_at(c, 0), itt, 0, 2);
+    assert_int_equal(get_be32(txq_at(c, 0)->hdr + BHS_EXPSTATSN), 8); /* login StatSN 7 + 1 */
+    assert_int_equal(d.calls, 0);
+    lr_session_destroy(s);
+    assert_int_equal(d.calls, 1);
+}
+
 /* ---- ErrorRecoveryLevel 1 (recovery.c) ---- */
 
 /* A session whose connection negotiated ERL 1, its next StatSN expstatsn. */
@@ -1625,6 +1689,7 @@ int main(void)
         cmocka_unit_test(test_erl2_refused_and_retried),
         cmocka_unit_test(test_erl2_time2retain_expiry),
         cmocka_unit_test(test_erl2_async_drop_notice),
+        cmocka_unit_test(test_erl2_reinstatement_login),
         cmocka_unit_test(test_erl1_data_in_gap_snack),
         cmocka_unit_test(test_erl1_data_digest_and_expdatasn),
         cmocka_unit_test(test_erl1_statsn_gap_snack),
