@@ -25,7 +25,7 @@ struct iscsi_orphans {
 
 struct iscsi_orphans *orphans_new(struct iscsi_conn *c)
 {
-    assert(c->session && reactor_self() == c->reactor);
+    assert(c->session);
     struct iscsi_orphans *g = calloc(1, sizeof(*g));
     if (!g)
         return NULL;
