@@ -1387,7 +1387,8 @@ static int reassign_data_out(struct iscsi_conn *c, struct iscsi_task *t)
     return cmd_maybe_exec(c, t);
 }
 
-int cmd_task_adopt(struct iscsi_conn *c, struct iscsi_task *t, uint32_t exp_datasn)
+/* An orphan joins c's lists (on c's thread). */
+static void orphan_attach(struct iscsi_conn *c, struct iscsi_task *t)
 {
     assert(t->conn == c && t->orphan == ORPHAN_NO && !t->aborted);
     struct iscsi_session *s = t->orphan_sess;
@@ -1395,9 +1396,44 @@ int cmd_task_adopt(struct iscsi_conn *c, struct iscsi_task *t, uint32_t exp_data
     list_add_tail(&c->tasks, &t->node);
     c->ntasks++;
     c->buf_bytes += t->buf_charge;
+    session_put(s); /* the orphan's; c holds the session */
+}
+
+int cmd_task_adopt_abort(struct iscsi_conn *c, struct iscsi_task *t)
+{
+    orphan_attach(c, t);
+    if (t->state == TASK_RETAINED) {
+        /* answered: its status again (retained on c until acknowledged), then the TMF
+         * Response; nothing left to abort */
+        int rc = scsi_response(c, t, RSP_REASSIGN, 0);
+        if (rc < 0) {
+            task_put(t);
+            return rc;
+        }
+        list_add_tail(&c->retained, &t->retained_node);
+        c->nretained++;
+        return ISCSI_OK;
+    }
+    if (t->state == TASK_EXEC) {
+        /* completed while orphaned, never answered: it counted in flight until now */
+        t->aborted = true;
+        session_cmd_done(c->session);
+        task_put(t);
+        return ISCSI_OK;
+    }
+    if (t->orphan_released) {
+        t->orphan_released = false;
+        t->state = TASK_DATA_OUT;
+    }
+    cmd_task_abort(t);
+    return ISCSI_OK;
+}
+
+int cmd_task_adopt(struct iscsi_conn *c, struct iscsi_task *t, uint32_t exp_datasn)
+{
+    orphan_attach(c, t);
     CONN_LOG_LIMITED(c, LOG_LVL_INFO, "%s: ITT 0x%08x reassigned from CID %u to CID %u", c->peer,
                      t->itt, t->orphan_cid, c->cid);
-    session_put(s); /* the orphan's; c holds the session */
     switch (t->state) {
     case TASK_RETAINED:
         return reassign_answered(c, t, exp_datasn);
@@ -1420,10 +1456,11 @@ static void cmd_orphan_arrive(void *arg)
     struct iscsi_task *t = arg;
     struct iscsi_conn *c = t->claim;
     t->claim = NULL;
-    if (c->dead || c->phase != CONN_FFP || !c->session) {
-        LOG_INFO("ITT 0x%08x: its new connection (CID %u) closed before it completed: "
-                 "terminated",
-                 t->itt, c->cid);
+    if (c->dead || c->phase != CONN_FFP || !c->session || t->abort_on_arrival) {
+        if (!t->abort_on_arrival)
+            LOG_INFO("ITT 0x%08x: its new connection (CID %u) closed before it completed: "
+                     "terminated",
+                     t->itt, c->cid);
         session_cmd_done(t->orphan_sess); /* it counted in flight */
         t->conn = NULL;
         task_put(t);

@@ -165,6 +165,7 @@ struct iscsi_task {
     struct iscsi_session *orphan_sess; /* a session reference, while orphaned */
     struct iscsi_conn *claim;          /* TASK REASSIGN took it while ORPHAN_BUSY (a ref) */
     struct reactor_msg move_msg;       /* ... and the completion hands it over by this */
+    bool abort_on_arrival;             /* ... and ABORT TASK took it meanwhile */
 };
 
 /* ---------- connections ---------- */
@@ -521,7 +522,8 @@ bool orphans_has_itt(struct iscsi_session *s, uint32_t itt);
 enum orphan_claim {
     CLAIM_NONE,  /* no orphan with that ITT */
     CLAIM_NOW,   /* *out is c's now (conn set, not yet on c's lists): cmd_task_adopt() it */
-    CLAIM_LATER, /* the store has it: its completion hands it to c (a reference held) */
+    CLAIM_LATER, /* the store has it: its completion hands it to c (a reference held);
+                  *out only for fields c's thread alone reads (abort_on_arrival) */
 };
 /* TASK REASSIGN on c takes the orphan with that ITT; *cid: the connection it was on. */
 enum orphan_claim orphans_claim(struct iscsi_session *s, uint32_t itt, struct iscsi_conn *c,
@@ -553,6 +555,9 @@ void cmd_conn_teardown(struct iscsi_conn *c);
  * status lost again with a new StatSN of c, a write's missing data solicited by R2Ts with new
  * TTTs and R2TSNs going on from the task's, a command never answered answered. */
 int cmd_task_adopt(struct iscsi_conn *c, struct iscsi_task *t, uint32_t exp_datasn);
+/* ERL 2, ABORT TASK on c took orphan t (CLAIM_NOW): it joins c and is aborted there, a status
+ * issued and not acknowledged issued again first (RFC 7143 §11.5.1). */
+int cmd_task_adopt_abort(struct iscsi_conn *c, struct iscsi_task *t);
 /* The ErrorRecoveryLevel in force on the connection (0 until the session exists). */
 static inline unsigned conn_erl(const struct iscsi_conn *c)
 {

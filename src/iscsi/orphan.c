@@ -94,9 +94,10 @@ static void orphans_expire(struct iscsi_orphans *g, bool by_msg)
         task_put(t);
     }
     if (n)
-        LOG_INFO("session TSIH %u of %s: %u task(s) of CID %u not reassigned within "
-                 "Time2Wait + Time2Retain: terminated",
-                 s->tsih, s->initiator_name, n, g->cid);
+        LOG_INFO("session TSIH %u of %s: %u task(s) of CID %u %s: terminated", s->tsih,
+                 s->initiator_name, n, g->cid,
+                 by_msg ? "ended with the session or the daemon"
+                        : "not reassigned within Time2Wait + Time2Retain");
     if (end)
         session_end(s, loss);
     session_put(s);
@@ -190,6 +191,7 @@ enum orphan_claim orphans_claim(struct iscsi_session *s, uint32_t itt, struct is
                 /* the store still has it: its completion hands it to c */
                 conn_get(c);
                 t->claim = c;
+                *out = t; /* for c's thread only: the completion posts it there */
                 r = CLAIM_LATER;
             } else {
                 t->orphan = ORPHAN_NO;

@@ -307,6 +307,28 @@ static int abort_task_other_conns(struct iscsi_conn *self, const struct iscsi_bh
 
 /* ---------------- TASK REASSIGN (ERL 2) ---------------- */
 
+/* ABORT TASK for an orphan, on another connection than its lost one (RFC 7143 §11.5.1): the
+ * request gives the task a new allegiance and aborts it; a status issued and not acknowledged
+ * is issued again before the Task Management Response. One the store still has is aborted
+ * when it arrives. */
+static int abort_orphan(struct iscsi_conn *c, const struct iscsi_bhs *req, uint32_t rtt)
+{
+    struct iscsi_task *t = NULL;
+    uint16_t cid = 0;
+    enum orphan_claim claim = orphans_claim(c->session, rtt, c, &t, &cid);
+    CONN_LOG_LIMITED(c, LOG_LVL_INFO, "%s: ABORT TASK ITT 0x%08x, an orphan of CID %u", c->peer,
+                     rtt, cid);
+    int rc = ISCSI_OK;
+    if (claim == CLAIM_NOW)
+        rc = cmd_task_adopt_abort(c, t);
+    else if (claim == CLAIM_LATER)
+        t->abort_on_arrival = true; /* read on this thread, by cmd_orphan_arrive */
+    if (rc < 0)
+        return rc;
+    return tmf_respond(c, req,
+                       claim == CLAIM_NONE ? ISCSI_TMF_RSP_NO_TASK : ISCSI_TMF_RSP_COMPLETE);
+}
+
 /* RFC 7143 §11.5.1, §7.2.2: the task named by RTT moves to this connection if it is an orphan
  * (its connection failed, was logged out for recovery or reinstated): "function complete",
  * and the task resumes here after the response. One a live connection still has is "task
@@ -401,6 +423,8 @@ int tmf_handle(struct iscsi_conn *c, struct iscsi_pdu_in *p)
         if (t) { /* the common case, answered at once: the task is on this connection */
             return tmf_respond(c, req, abort_named_task(t, lun, c->cid));
         }
+        if (conn_erl(c) >= 2 && orphans_has_itt(s, rtt))
+            return abort_orphan(c, req, rtt);
         /* §11.5.1 b: a task no connection has whose RefCmdSN is inside the window and less
          * than the CmdSN of the TMF itself is considered received and aborted: "function
          * complete". Otherwise (c) "task does not exist" and nothing is taken: a task that

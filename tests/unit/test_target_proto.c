@@ -2017,6 +2017,46 @@ static void test_erl2_async_drop(void **state)
     tgt_free(t);
 }
 
+/* ABORT TASK on another connection for a task of a lost one (§11.5.1): it takes the task and
+ * aborts it; a status issued and not acknowledged comes again first, then the response. */
+static void test_erl2_abort_orphan(void **state)
+{
+    (void)state;
+    struct tgt *t = up_erl2();
+    int c2 = tgt_login_conn(t, 2, NULL);
+    tgt_use(t, 0);
+    tgt_hold_expstatsn(t, true);
+    uint32_t sn = tgt_next_cmdsn(t);
+    uint32_t tur = send_tur(t, sn, false);
+    expect_good(t, tur);
+    static uint8_t buf[32768];
+    fill(buf, sizeof(buf), 2);
+    uint8_t cdb[16];
+    tgt_cdb_rw10(cdb, WRITE10, 500, 64);
+    struct tgt_pdu p;
+    uint32_t wsn = tgt_next_cmdsn(t), witt = tgt_new_itt(t);
+    tgt_pdu_scsi_cmd(&p, witt, wsn, cdb, sizeof(buf), ISCSI_FLAG_FINAL | ISCSI_CMD_WRITE, buf,
+                     4096);
+    tgt_send(t, &p);
+    expect(t, ISCSI_OP_R2T);
+    expect(t, ISCSI_OP_R2T);
+    tgt_kill(t);
+    tgt_use(t, c2);
+    tgt_pdu_tmf(&p, 1 /* ABORT TASK */, tgt_new_itt(t), tur, sn, tgt_peek_cmdsn(t), true);
+    tgt_send(t, &p);
+    expect_good(t, tur);
+    expect_tmf(t, 0);
+    tgt_pdu_tmf(&p, 1, tgt_new_itt(t), witt, wsn, tgt_peek_cmdsn(t), true);
+    tgt_send(t, &p);
+    expect_tmf(t, 0);
+    expect_none(t);
+    send_reassign(t, witt, 0);
+    expect_tmf(t, ISCSI_TMF_RSP_NO_TASK);
+    /* the window is whole: the session goes on */
+    expect_good(t, send_tur(t, tgt_next_cmdsn(t), false));
+    tgt_free(t);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -2076,6 +2116,7 @@ int main(void)
         cmocka_unit_test(test_erl2_reinstatement_keeps_tasks),
         cmocka_unit_test(test_erl2_queued_command_discarded),
         cmocka_unit_test(test_erl2_async_drop),
+        cmocka_unit_test(test_erl2_abort_orphan),
         cmocka_unit_test(test_reject_login_in_ffp),
         cmocka_unit_test(test_oversized_data_segment_closes),
         cmocka_unit_test(test_bytewise_feed),
