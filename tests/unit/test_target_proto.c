@@ -9,8 +9,10 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -2057,6 +2059,79 @@ static void test_erl2_abort_orphan(void **state)
     tgt_free(t);
 }
 
+/* A file LUN (io_uring: the read completes on a later reactor turn): the connection is lost
+ * while the store has the read and TASK REASSIGN takes it in that same turn ("function
+ * complete"); its Data-In and status come on the new connection once the store completes it. */
+static void test_erl2_reassign_in_store(void **state)
+{
+    (void)state;
+    char path[] = "/tmp/linerate-erl2-XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    close(fd);
+    char spec[128];
+    snprintf(spec, sizeof(spec), "file:%s,size=1M", path);
+    struct tgt_opts o;
+    tgt_opts_default(&o);
+    o.erl = 2;
+    o.max_connections = 4;
+    o.lun_spec = spec;
+    struct tgt *t = tgt_login(&o);
+    static uint8_t buf[16384];
+    fill(buf, sizeof(buf), 7);
+    uint8_t cdb[16];
+    tgt_cdb_rw10(cdb, WRITE10, 8, 32);
+    struct tgt_pdu p;
+    uint32_t witt = tgt_new_itt(t);
+    tgt_pdu_scsi_cmd(&p, witt, tgt_next_cmdsn(t), cdb, sizeof(buf),
+                     ISCSI_FLAG_FINAL | ISCSI_CMD_WRITE, buf, 8192);
+    tgt_send(t, &p);
+    struct tgt_rsp r2t = expect(t, ISCSI_OP_R2T);
+    answer_r2t(t, &r2t, buf, 4096);
+    for (int i = 0; i < 200 && !tgt_pending(t); i++)
+        tgt_wait_ms(t, 10);
+    expect_good(t, witt);
+    tgt_cdb_rw10(cdb, READ10, 8, 32);
+    uint32_t itt = tgt_new_itt(t);
+    tgt_pdu_scsi_cmd(&p, itt, tgt_next_cmdsn(t), cdb, sizeof(buf),
+                     ISCSI_FLAG_FINAL | ISCSI_CMD_READ, NULL, 0);
+    tgt_hold_expstatsn(t, true);
+    int c2 = tgt_login_conn(t, 2, NULL);
+    tgt_use(t, 0);
+    struct tgt_pdu tmf;
+    tgt_pdu_tmf(&tmf, TMF_TASK_REASSIGN, tgt_new_itt(t), itt, 0, tgt_peek_cmdsn(t), true);
+    tgt_send_kill_send(t, &p, c2, &tmf); /* the read is in the store when it is claimed */
+    expect_tmf(t, 0);
+    tgt_wait_ms(t, 200);
+    for (uint32_t i = 0; i < 4; i++) {
+        struct tgt_rsp d = expect(t, ISCSI_OP_DATA_IN);
+        assert_int_equal(d.datasn, i);
+        assert_memory_equal(d.data, buf + i * 4096, 4096);
+        assert_int_equal(d.flags & ISCSI_DATAIN_STATUS, i == 3 ? ISCSI_DATAIN_STATUS : 0);
+    }
+    expect_none(t);
+    /* again, but the store completes it before anyone claims it: it waits, answered by the
+     * connection that reassigns it */
+    int c3 = tgt_login_conn(t, 3, NULL);
+    tgt_hold_expstatsn(t, true);
+    tgt_use(t, c2);
+    itt = tgt_new_itt(t);
+    tgt_pdu_scsi_cmd(&p, itt, tgt_next_cmdsn(t), cdb, sizeof(buf),
+                     ISCSI_FLAG_FINAL | ISCSI_CMD_READ, NULL, 0);
+    struct tgt_pdu nop;
+    tgt_pdu_nop_out(&nop, ISCSI_RSVD_TAG, ISCSI_RSVD_TAG, tgt_peek_cmdsn(t), true, NULL, 0);
+    tgt_send_kill_send(t, &p, c3, &nop);
+    tgt_wait_ms(t, 200);
+    expect_none(t);
+    send_reassign(t, itt, 0);
+    expect_tmf(t, 0);
+    for (uint32_t i = 0; i < 4; i++)
+        assert_int_equal(expect(t, ISCSI_OP_DATA_IN).datasn, i);
+    expect_none(t);
+    tgt_free(t);
+    unlink(path);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -2117,6 +2192,7 @@ int main(void)
         cmocka_unit_test(test_erl2_queued_command_discarded),
         cmocka_unit_test(test_erl2_async_drop),
         cmocka_unit_test(test_erl2_abort_orphan),
+        cmocka_unit_test(test_erl2_reassign_in_store),
         cmocka_unit_test(test_reject_login_in_ffp),
         cmocka_unit_test(test_oversized_data_segment_closes),
         cmocka_unit_test(test_bytewise_feed),

@@ -122,7 +122,8 @@ size_t tgt_feed(struct tgt *t, const void *bytes, size_t len)
     return t->feed_used;
 }
 
-void tgt_send(struct tgt *t, const struct tgt_pdu *p)
+/* The bytes of a request as the current connection would get them (malloc'd). */
+static uint8_t *pdu_bytes(const struct tgt *t, const struct tgt_pdu *p, size_t *lenp)
 {
     uint32_t padded = ISCSI_PAD(p->dlen);
     uint32_t digest = t->ddigest && p->dlen ? ISCSI_DIGEST_LEN : 0;
@@ -140,6 +141,14 @@ void tgt_send(struct tgt *t, const struct tgt_pdu *p)
             crc ^= 0x1;
         memcpy(buf + ISCSI_BHS_LEN + padded, &crc, ISCSI_DIGEST_LEN);
     }
+    *lenp = len;
+    return buf;
+}
+
+void tgt_send(struct tgt *t, const struct tgt_pdu *p)
+{
+    size_t len;
+    uint8_t *buf = pdu_bytes(t, p, &len);
     tgt_feed(t, buf, len);
     free(buf);
 }
@@ -386,13 +395,16 @@ void tgt_pdu_login(struct tgt_pdu *p, uint32_t itt, uint32_t cmdsn, const char *
 
 static void build_target(struct tgt *t, const struct tgt_opts *o)
 {
-    char err[512] = "", spec[64];
+    char err[512] = "", spec[256];
     target_config_init(&t->cfg);
     t->cfg.state_dir[0] = '\0'; /* no APTPL file under /var/lib in a unit test */
     struct target_node_conf *n = target_config_add_node(&t->cfg, TGT_TARGET_NAME, "harness");
     assert_non_null(n);
     struct target_lun_conf lun = {0};
-    snprintf(spec, sizeof(spec), "ram:%uM", o->lun_mib);
+    if (o->lun_spec)
+        snprintf(spec, sizeof(spec), "%s", o->lun_spec);
+    else
+        snprintf(spec, sizeof(spec), "ram:%uM", o->lun_mib);
     assert_int_equal(target_parse_lun_spec(spec, &lun, err, sizeof(err)), 0);
     lun.lun = 0;
     snprintf(lun.origin, sizeof(lun.origin), "harness");
@@ -680,4 +692,33 @@ void tgt_async_drop(struct tgt *t)
 {
     assert_int_equal(conn_send_async_drop(t->conn), 0);
     collect_tx(t);
+}
+
+struct turn {
+    struct iscsi_conn *a, *b;
+    uint8_t *abuf, *bbuf;
+    size_t alen, blen;
+};
+
+static void turn_run(void *arg)
+{
+    struct turn *tu = arg;
+    assert_int_equal(iscsi_conn_feed(tu->a, tu->abuf, tu->alen), tu->alen);
+    conn_close(tu->a, "test: connection lost");
+    assert_int_equal(iscsi_conn_feed(tu->b, tu->bbuf, tu->blen), tu->blen);
+}
+
+void tgt_send_kill_send(struct tgt *t, const struct tgt_pdu *first, int other,
+                        const struct tgt_pdu *second)
+{
+    struct turn tu = {.a = t->conn};
+    tu.abuf = pdu_bytes(t, first, &tu.alen);
+    tgt_use(t, other);
+    tu.b = t->conn;
+    tu.bbuf = pdu_bytes(t, second, &tu.blen);
+    reactor_defer(t->r, &t->feed_hook, turn_run, &tu);
+    run_until_idle(t);
+    collect_tx(t);
+    free(tu.abuf);
+    free(tu.bbuf);
 }

@@ -38,6 +38,7 @@ struct tgt_opts {
      * defaults 2 and 20 apply) */
     int time2wait, time2retain;
     uint32_t max_connections; /* MaxConnections offered (0: not offered, RFC default 1) */
+    const char *lun_spec;     /* LUN 0 as --lun takes it instead of ram:<lun_mib>M */
 };
 
 /* ImmediateData=Yes, InitialR2T=No, FirstBurstLength 8 KiB, MaxBurstLength 16 KiB, MRDSL 4 KiB,
@@ -158,6 +159,11 @@ int tgt_current(const struct tgt *t);
 void tgt_kill(struct tgt *t);
 /* Let `ms` milliseconds of real time pass with the reactor running (timers fire). */
 void tgt_wait_ms(struct tgt *t, unsigned ms);
+/* In one reactor turn (before anything the first starts in a store can complete): `first` is
+ * fed to the current connection, the connection fails, and `second` is fed to connection
+ * `other`, which becomes the current one. */
+void tgt_send_kill_send(struct tgt *t, const struct tgt_pdu *first, int other,
+                        const struct tgt_pdu *second);
 /* The target announces it will drop the current connection (Async Message event 2). */
 void tgt_async_drop(struct tgt *t);
 
