@@ -230,3 +230,45 @@ enum orphan_fate orphans_store_done(struct iscsi_task *t)
     pthread_mutex_unlock(&s->lock);
     return f;
 }
+
+unsigned orphans_abort(struct iscsi_server *srv, orphans_match match, const void *arg, uint64_t lun,
+                       uint32_t before_cmdsn)
+{
+    struct list_node dead;
+    list_init(&dead);
+    unsigned n = 0;
+    pthread_mutex_lock(&srv->sessions_lock);
+    for (unsigned i = 1; i < srv->sessions_cap; i++) {
+        struct iscsi_session *s = srv->sessions[i];
+        int use_cmdsn = s ? match(s, arg) : -1;
+        if (use_cmdsn < 0)
+            continue;
+        pthread_mutex_lock(&s->lock);
+        for (struct list_node *gn = s->orphan_groups.next; gn != &s->orphan_groups; gn = gn->next) {
+            struct iscsi_orphans *g = list_entry(gn, struct iscsi_orphans, node);
+            struct list_node *ln, *tmp;
+            list_for_each_safe(ln, tmp, &g->tasks)
+            {
+                struct iscsi_task *t = list_entry(ln, struct iscsi_task, node);
+                if (lun != UINT64_MAX && t->scsi.lun != lun)
+                    continue;
+                if (use_cmdsn && !t->immediate && !sn_lt(t->cmdsn, before_cmdsn))
+                    continue;
+                list_del(&t->node);
+                n++;
+                if (t->orphan == ORPHAN_BUSY) {
+                    t->orphan_expired = true; /* its completion frees it */
+                    continue;
+                }
+                orphan_uncount_locked(s, t);
+                list_add_tail(&dead, &t->node);
+            }
+        }
+        pthread_mutex_unlock(&s->lock);
+    }
+    pthread_mutex_unlock(&srv->sessions_lock);
+    struct list_node *ln;
+    while ((ln = list_pop(&dead)) != NULL)
+        task_put(list_entry(ln, struct iscsi_task, node)); /* the group's, the last */
+    return n;
+}

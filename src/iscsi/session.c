@@ -280,8 +280,11 @@ void session_close_conns_where(struct iscsi_server *srv,
         pthread_mutex_lock(&s->lock);
         for (struct list_node *n = s->conns.next; n != &s->conns; n = n->next) {
             struct iscsi_conn *c = list_entry(n, struct iscsi_conn, session_node);
-            if (match(s, c, arg))
-                conn_close_async(c, why);
+            if (!match(s, c, arg))
+                continue;
+            /* a cold reset, a preempted nexus, shutdown: its tasks end with it (ERL 2) */
+            atomic_store(&c->terminate_tasks, true);
+            conn_close_async(c, why);
         }
         pthread_mutex_unlock(&s->lock);
     }

@@ -274,6 +274,8 @@ static bool abort_other_conns(struct iscsi_conn *self, bool whole_target, uint64
     struct abort_fanout *f = fanout_build(self->srv, scope_match, &sc, self);
     if (!f)
         return false;
+    /* ERL 2: tasks of lost connections waiting for reassignment are in the task set too */
+    orphans_abort(self->srv, scope_match, &sc, lun, before_cmdsn);
     f->lun = lun;
     f->before_cmdsn = before_cmdsn;
     int rc = fanout_send(f); /* no answer to give: always OK */
@@ -518,6 +520,7 @@ void iscsi_abort_nexus_tasks(struct scsi_target *t, struct scsi_nexus *n, struct
 {
     struct iscsi_server *srv = t->transport_ctx;
     uint64_t lun = scsi_lun_id(lu);
+    orphans_abort(srv, nexus_match, n, lun, 0); /* ERL 2: those waiting for reassignment */
     struct abort_fanout *f = fanout_build(srv, nexus_match, n, NULL);
     if (!f) {
         /* The reservation is preempted already and the tasks must not run on: closing the

@@ -2132,6 +2132,29 @@ static void test_erl2_reassign_in_store(void **state)
     unlink(path);
 }
 
+/* A LOGICAL UNIT RESET ends the tasks of a lost connection waiting for reassignment as it
+ * ends the live ones: TASK REASSIGN then finds nothing. */
+static void test_erl2_lun_reset_ends_orphans(void **state)
+{
+    (void)state;
+    struct tgt *t = up_erl2();
+    int c2 = tgt_login_conn(t, 2, NULL);
+    tgt_use(t, 0);
+    tgt_hold_expstatsn(t, true);
+    struct kept k[10];
+    uint32_t itt = read_40k(t, k);
+    tgt_kill(t);
+    tgt_use(t, c2);
+    struct tgt_pdu p;
+    tgt_pdu_tmf(&p, 5 /* LOGICAL UNIT RESET */, tgt_new_itt(t), ISCSI_RSVD_TAG, 0,
+                tgt_peek_cmdsn(t), true);
+    tgt_send(t, &p);
+    expect_tmf(t, 0);
+    send_reassign(t, itt, 0);
+    expect_tmf(t, ISCSI_TMF_RSP_NO_TASK);
+    tgt_free(t);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -2193,6 +2216,7 @@ int main(void)
         cmocka_unit_test(test_erl2_async_drop),
         cmocka_unit_test(test_erl2_abort_orphan),
         cmocka_unit_test(test_erl2_reassign_in_store),
+        cmocka_unit_test(test_erl2_lun_reset_ends_orphans),
         cmocka_unit_test(test_reject_login_in_ffp),
         cmocka_unit_test(test_oversized_data_segment_closes),
         cmocka_unit_test(test_bytewise_feed),
