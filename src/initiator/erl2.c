@@ -21,8 +21,9 @@
  *   session's next one without taking it) on the least loaded live connection. From the
  *   moment the TMF is queued the task belongs to that connection: Data-In from ExpDataSN, R2Ts
  *   answered from the task's buffer, the status. "Function complete" needs nothing more;
- *   "task does not exist" for a CmdSN not acknowledged retries the command, otherwise and for
- *   any other answer the task alone fails (LR_ERR_CONN_LOST).
+ *   "task does not exist" for a CmdSN not acknowledged retries the command; "task still
+ *   allegiant" (the target's close of the old connection not done yet) asks again shortly;
+ *   any other answer fails the task alone (LR_ERR_CONN_LOST).
  * - Orphans still waiting Time2Retain after Time2Wait (§13.16, or the Logout Response's own
  *   values, §11.15) fail with LR_ERR_CONN_LOST.
  * - The slot is logged in again (same CID, non-leading, TSIH) once its cleanup is done, to
@@ -38,6 +39,8 @@
 
 /* No answer to our Logout (reason 2) for this long: cleanup by login instead. */
 #define INI_ERL2_LOGOUT_MS 5000
+/* "Task still allegiant": asked again after this long. */
+#define INI_ERL2_ALLEGIANT_MS 50
 /* Reconnect attempts back off from this, doubling, up to 32 times it. */
 #define INI_ERL2_RELOGIN_MS 50
 
@@ -236,6 +239,27 @@ void ini_erl2_tmf_rsp(struct ini_conn *c, const uint8_t *hdr)
         c->outstanding--;
         c->retries++;
         ini_task_send(c, t);
+        return;
+    }
+    if (rsp == ISCSI_TMF_RSP_TASK_ALLEGIANT) {
+        /* §11.6.1: the target has not let go of the old connection yet (its close is under
+         * way there). Asked again shortly; if that connection's CID is not in use by a new
+         * connection of ours, after logging it out again. Time2Retain bounds the asking. */
+        unsigned slot = t->orphan_slot;
+        struct ini_cr *cr = &s->cr[slot];
+        uint64_t now = reactor_now_ms();
+        LOG_INFO("initiator: connection %u: task %08x still allegiant to cid %u: asked again",
+                 c->idx, t->itt, s->conns[slot]->cid);
+        c->outstanding--;
+        t->state = ITS_ORPHAN;
+        t->conn = NULL;
+        if (!cr->retain_until)
+            cr->retain_until = now + secs_ms(s->params.default_time2retain);
+        if (cr->st == CR_NONE || cr->st == CR_CLEAN) {
+            bool cid_free = s->conns[slot]->state == ICS_DEAD && !s->conns[slot]->login_active;
+            cr->st = cid_free ? CR_WAIT : CR_CLEAN;
+            cr->wait_until = now + INI_ERL2_ALLEGIANT_MS;
+        }
         return;
     }
     LOG_WARN("initiator: connection %u: TASK REASSIGN of %08x refused (response %u)", c->idx,

@@ -1133,6 +1133,49 @@ static void test_erl2_async_drop_notice(void **state)
     assert_int_equal(d.last, LR_ERR_ABORTED);
 }
 
+/* "Task still allegiant" (§11.6.1): the target had not let go of the old connection; the
+ * task is not failed: the CID is logged out again and the task reassigned again. */
+static void test_erl2_still_allegiant_asks_again(void **state)
+{
+    (void)state;
+    struct lr_session *s = erl2_session(2);
+    struct ini_conn *c0 = s->conns[0], *c1 = s->conns[1];
+    static uint8_t buf[4096];
+    struct rec_log d = {0};
+    lr_session_next_conn(s, 0);
+    assert_int_equal(lr_read(s, 0, 8, 512, buf, on_rec, &d), 0);
+    uint32_t itt = get_be32(txq_at(c0, 0)->hdr + BHS_ITT);
+    take_all(c0);
+    ini_session_update_window(s, 2, 65);
+    ini_conn_fail(c0, "test: connection cut");
+    take_all(c1);
+    uint8_t rsp[ISCSI_BHS_LEN];
+    rsp_hdr(rsp, ISCSI_OP_LOGOUT_RSP, ISCSI_FLAG_FINAL, INI_CLOGOUT_ITT + 0, 5, 2, 65);
+    put_be16(rsp + BHS_TIME2RETAIN, 20);
+    assert_int_equal(ini_conn_feed(c1, rsp, sizeof(rsp)), 0);
+    assert_reassign(txq_at(c1, 0), itt, 0, 2);
+    take_all(c1);
+    rsp_hdr(rsp, ISCSI_OP_TMF_RSP, ISCSI_FLAG_FINAL, INI_TMF_ITT + (itt & 0xffff), 6, 2, 65);
+    rsp[BHS_RESPONSE] = ISCSI_TMF_RSP_TASK_ALLEGIANT;
+    uint64_t t0 = reactor_now_ms();
+    assert_int_equal(ini_conn_feed(c1, rsp, sizeof(rsp)), 0);
+    assert_int_equal(d.calls, 0);
+    assert_int_equal(c1->outstanding, 0);
+    assert_int_equal(txq_len(c1), 0);
+    ini_erl2_advance(s, t0 + 60);
+    assert_int_equal(txq_len(c1), 1); /* the Logout again */
+    const uint8_t *h = txq_at(c1, 0)->hdr;
+    assert_int_equal(h[1], ISCSI_FLAG_FINAL | ISCSI_LOGOUT_REMOVE_FOR_RECOVERY);
+    assert_int_equal(get_be16(h + BHS_CID), c0->cid);
+    take_all(c1);
+    rsp_hdr(rsp, ISCSI_OP_LOGOUT_RSP, ISCSI_FLAG_FINAL, INI_CLOGOUT_ITT + 0, 7, 2, 65);
+    put_be16(rsp + BHS_TIME2RETAIN, 20);
+    assert_int_equal(ini_conn_feed(c1, rsp, sizeof(rsp)), 0);
+    assert_int_equal(txq_len(c1), 1);
+    assert_reassign(txq_at(c1, 0), itt, 0, 2);
+    lr_session_destroy(s);
+}
+
 /* With no connection left the slot logs in again: non-leading, the session's TSIH and ISID and
  * the lost connection's CID, so that the target logs the old one out implicitly (§6.3.4);
  * then its tasks are reassigned on the new connection. */
@@ -1690,6 +1733,7 @@ int main(void)
         cmocka_unit_test(test_erl2_time2retain_expiry),
         cmocka_unit_test(test_erl2_async_drop_notice),
         cmocka_unit_test(test_erl2_reinstatement_login),
+        cmocka_unit_test(test_erl2_still_allegiant_asks_again),
         cmocka_unit_test(test_erl1_data_in_gap_snack),
         cmocka_unit_test(test_erl1_data_digest_and_expdatasn),
         cmocka_unit_test(test_erl1_statsn_gap_snack),
