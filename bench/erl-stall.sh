@@ -47,7 +47,7 @@ url=$(head -1 "$work/url")
 case $url in iscsi://*) ;; *) cat "$work/target.log" >&2; echo "erl-stall: no target" >&2; exit 2;; esac
 
 # Enough time for CUTS cuts with commands on them, with room for cuts that find none.
-secs=$(awk -v c="$cuts" -v i="$interval" 'BEGIN { printf "%d", c * i * 1.5 + 2 }')
+secs=$(awk -v c="$cuts" -v i="$interval" 'BEGIN { printf "%d", c * i * 2.5 + 2 }')
 timeout $((secs * 4 + 120)) "$build/linerate-bench" --erl 2 --connections 4 --qd 32 \
   --sizes 4k --rw mixed --seconds "$secs" --inject "kill-connection=$interval" --format csv \
   "$url" >"$work/cells.csv" 2>"$work/err"
