@@ -12,18 +12,17 @@
  *   CID, which logs the old one out implicitly (connection reinstatement, §6.3.4). The target
  *   discards the commands of that connection it had not acknowledged through ExpCmdSN
  *   (§11.14), and keeps the others for reassignment.
- * - Each orphan then: a CmdSN the target has not acknowledged (ExpCmdSN in the response that
- *   confirmed the cleanup is not past it) was never executed: its command is retried, same
- *   ITT, CmdSN, CDB and data, on another connection (§7.2.1: allowed once the original is
- *   logged out), so that the CmdSN hole closes. The others get a TASK REASSIGN (§11.5.1,
- *   function 8, immediate, RTT = the task's ITT, LUN the task's, ExpDataSN = the first DataSN
- *   not received for a read, 0 for a write; the task keeps its CmdSN, the TMF carries the
- *   session's next one without taking it) on the least loaded live connection. From the
- *   moment the TMF is queued the task belongs to that connection: Data-In from ExpDataSN, R2Ts
- *   answered from the task's buffer, the status. "Function complete" needs nothing more;
- *   "task does not exist" for a CmdSN not acknowledged retries the command; "task still
- *   allegiant" (the target's close of the old connection not done yet) asks again shortly;
- *   any other answer fails the task alone (LR_ERR_CONN_LOST).
+ * - Each orphan then gets a TASK REASSIGN (§11.5.1, function 8, immediate, RTT = the task's
+ *   ITT, LUN the task's, ExpDataSN = the first DataSN not received for a read, 0 for a write;
+ *   the task keeps its CmdSN, the TMF carries the session's next one without taking it) on
+ *   the least loaded live connection. From the moment the TMF is queued the task belongs to
+ *   that connection: Data-In from ExpDataSN, R2Ts answered from the task's buffer, the
+ *   status. "Function complete" needs nothing more. "Task does not exist" for a CmdSN the
+ *   target has not acknowledged (ExpCmdSN of that answer not past it): the cleanup discarded
+ *   it or it never arrived (§11.14), so its command is retried, same ITT, CmdSN, CDB and
+ *   data, on that connection (§7.2.1: allowed once the original is logged out) and the CmdSN
+ *   hole closes. "Task still allegiant" (the target's close of the old connection not done
+ *   yet) asks again shortly. Any other answer fails the task alone (LR_ERR_CONN_LOST).
  * - Orphans still waiting Time2Retain after Time2Wait (§13.16, or the Logout Response's own
  *   values, §11.15) fail with LR_ERR_CONN_LOST.
  * - The slot is logged in again (same CID, non-leading, TSIH) once its cleanup is done, to
@@ -304,31 +303,23 @@ void ini_erl2_conn_down(struct ini_conn *c)
     ini_erl2_advance(s, now);
 }
 
-/* Orphans of slot, once the target let go of the lost connection: retried or reassigned. */
+/* Orphans of slot, once the target let go of the lost connection: each gets a TASK REASSIGN.
+ * Even one whose CmdSN the target had not acknowledged: the cleanup should have discarded it
+ * (§11.14), but only the target knows whether it did yet (its close of the connection may run
+ * after its answer); retried only on "task does not exist". */
 static void place_orphans(struct lr_session *s, unsigned slot)
 {
-    bool retried = false;
     for (uint32_t i = 0; i < s->ntasks; i++) {
         struct ini_task *t = &s->tasks[i];
         if (t->state != ITS_ORPHAN || t->orphan_slot != slot)
             continue;
-        t->recovered = true;
-        t->deadline_ms = reactor_now_ms() + s->o.cmd_timeout_ms;
-        if (sn_le(s->expcmdsn, t->cmdsn)) {
-            /* not acknowledged: the cleanup discarded it, or it never arrived (§11.14) */
-            t->state = ITS_WAITING;
-            list_add_tail(&s->resendq, &t->node);
-            retried = true;
-            continue;
-        }
         struct ini_conn *c = live_conn(s, -1);
         if (!c)
             break; /* no connection yet: the next round */
+        t->recovered = true;
         t->reassign = true;
         ini_conn_submit(c, t);
     }
-    if (retried)
-        ini_session_kick(s);
 }
 
 static void advance_once(struct lr_session *s, uint64_t now)

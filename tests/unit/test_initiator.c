@@ -1012,8 +1012,8 @@ static void test_erl2_logout_reassign_resume(void **state)
 }
 
 /* A task the target no longer has fails alone; one whose CmdSN the target had not
- * acknowledged when it confirmed the logout was discarded (§11.14) or never arrived: its
- * command is retried on the surviving connection, same ITT and CmdSN (§7.2.1). */
+ * acknowledged was discarded by the logout (§11.14) or never arrived: on "task does not
+ * exist" its command is retried on the surviving connection, same ITT and CmdSN (§7.2.1). */
 static void test_erl2_refused_and_retried(void **state)
 {
     (void)state;
@@ -1036,15 +1036,12 @@ static void test_erl2_refused_and_retried(void **state)
     rsp_hdr(rsp, ISCSI_OP_LOGOUT_RSP, ISCSI_FLAG_FINAL, INI_CLOGOUT_ITT + 0, 5, 3, 66);
     put_be16(rsp + BHS_TIME2RETAIN, 20);
     assert_int_equal(ini_conn_feed(c1, rsp, sizeof(rsp)), 0);
+    /* every one is asked for, the target knowing best what it kept */
     assert_int_equal(txq_len(c1), 3);
-    assert_reassign(find_pdu(c1, ISCSI_OP_TMF_REQ, BHS_RTT, itt[0]), itt[0], 0, 4);
-    assert_reassign(find_pdu(c1, ISCSI_OP_TMF_REQ, BHS_RTT, itt[1]), itt[1], 0, 4);
-    const struct wire_pdu *retry = find_pdu(c1, ISCSI_OP_SCSI_CMD, BHS_ITT, itt[2]);
-    assert_non_null(retry);
-    assert_int_equal(get_be32(retry->hdr + BHS_CMDSN), 3);
-    assert_int_equal(retry->hdr[BHS_CDB], 0x28);
+    for (int i = 0; i < 3; i++)
+        assert_reassign(find_pdu(c1, ISCSI_OP_TMF_REQ, BHS_RTT, itt[i]), itt[i], 0, 4);
     take_all(c1);
-    /* task 0: the target no longer has it */
+    /* task 0 (CmdSN 1, acknowledged): the target no longer has it: it fails alone */
     rsp_hdr(rsp, ISCSI_OP_TMF_RSP, ISCSI_FLAG_FINAL, INI_TMF_ITT + (itt[0] & 0xffff), 6, 3, 66);
     rsp[BHS_RESPONSE] = ISCSI_TMF_RSP_NO_TASK;
     assert_int_equal(ini_conn_feed(c1, rsp, sizeof(rsp)), 0);
@@ -1052,13 +1049,27 @@ static void test_erl2_refused_and_retried(void **state)
     assert_int_equal(d[0].last, LR_ERR_CONN_LOST);
     assert_int_equal(d[1].calls + d[2].calls, 0);
     assert_int_equal(c1->state, ICS_FFP);
-    /* task 1: reassigned; task 2: its retry answered */
-    rsp_hdr(rsp, ISCSI_OP_TMF_RSP, ISCSI_FLAG_FINAL, INI_TMF_ITT + (itt[1] & 0xffff), 7, 3, 66);
+    assert_int_equal(txq_len(c1), 0);
+    /* task 2 (CmdSN 3, not acknowledged): discarded: its command again, same ITT and CmdSN */
+    rsp_hdr(rsp, ISCSI_OP_TMF_RSP, ISCSI_FLAG_FINAL, INI_TMF_ITT + (itt[2] & 0xffff), 7, 3, 66);
+    rsp[BHS_RESPONSE] = ISCSI_TMF_RSP_NO_TASK;
+    assert_int_equal(ini_conn_feed(c1, rsp, sizeof(rsp)), 0);
+    assert_int_equal(d[2].calls, 0);
+    assert_int_equal(txq_len(c1), 1);
+    const struct wire_pdu *retry = txq_at(c1, 0);
+    assert_int_equal(retry->hdr[0], ISCSI_OP_SCSI_CMD);
+    assert_int_equal(get_be32(retry->hdr + BHS_ITT), itt[2]);
+    assert_int_equal(get_be32(retry->hdr + BHS_CMDSN), 3);
+    assert_int_equal(retry->hdr[BHS_CDB], 0x28);
+    assert_int_equal(s->cmdsn, 4); /* no new CmdSN */
+    take_all(c1);
+    /* task 1: reassigned; then both answered */
+    rsp_hdr(rsp, ISCSI_OP_TMF_RSP, ISCSI_FLAG_FINAL, INI_TMF_ITT + (itt[1] & 0xffff), 8, 3, 66);
     rsp[BHS_RESPONSE] = ISCSI_TMF_RSP_COMPLETE;
     assert_int_equal(ini_conn_feed(c1, rsp, sizeof(rsp)), 0);
     for (int i = 1; i < 3; i++) {
         size_t n = data_in(pdu, itt[i], 0, 0, 4096, ISCSI_FLAG_FINAL | ISCSI_DATAIN_STATUS,
-                           (uint32_t)(7 + i), 0);
+                           (uint32_t)(8 + i), 0);
         assert_int_equal(ini_conn_feed(c1, pdu, (uint32_t)n), 0);
         assert_int_equal(d[i].calls, 1);
         assert_int_equal(d[i].last, LR_OK);
