@@ -2155,6 +2155,39 @@ static void test_erl2_lun_reset_ends_orphans(void **state)
     tgt_free(t);
 }
 
+/* The new connection takes smaller Data-In PDUs (MaxRecvDataSegmentLength 2 KiB): the rest of
+ * the read from ExpDataSN is cut anew, DataSN going on from it, F at the end of each 16 KiB
+ * burst, the status in the last (§11.5.1: the number of PDUs may change). */
+static void test_erl2_reassign_read_smaller_pdus(void **state)
+{
+    (void)state;
+    struct tgt *t = up_erl2();
+    static uint8_t buf[40960];
+    fill(buf, sizeof(buf), 4);
+    assert_int_equal(write_blocks(t, 100, buf, sizeof(buf)).status, 0);
+    tgt_hold_expstatsn(t, true);
+    struct kept k[10];
+    uint32_t itt = read_40k(t, k);
+    tgt_kill(t);
+    tgt_set_join_mrdsl(t, 2048);
+    tgt_login_conn(t, 2, NULL);
+    send_reassign(t, itt, 4); /* DataSN 4 began at 16 KiB */
+    expect_tmf(t, 0);
+    for (uint32_t i = 0; i < 12; i++) {
+        struct tgt_rsp d = expect(t, ISCSI_OP_DATA_IN);
+        uint32_t off = 16384 + i * 2048;
+        assert_int_equal(d.datasn, 4 + i);
+        assert_int_equal(d.offset, off);
+        assert_int_equal(d.dlen, 2048);
+        assert_memory_equal(d.data, buf + off, 2048);
+        bool burst_end = (off + 2048) % 16384 == 0 || off + 2048 == sizeof(buf);
+        assert_int_equal(d.flags & ISCSI_FLAG_FINAL, burst_end ? ISCSI_FLAG_FINAL : 0);
+        assert_int_equal(d.flags & ISCSI_DATAIN_STATUS, i == 11 ? ISCSI_DATAIN_STATUS : 0);
+    }
+    expect_none(t);
+    tgt_free(t);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -2217,6 +2250,7 @@ int main(void)
         cmocka_unit_test(test_erl2_abort_orphan),
         cmocka_unit_test(test_erl2_reassign_in_store),
         cmocka_unit_test(test_erl2_lun_reset_ends_orphans),
+        cmocka_unit_test(test_erl2_reassign_read_smaller_pdus),
         cmocka_unit_test(test_reject_login_in_ffp),
         cmocka_unit_test(test_oversized_data_segment_closes),
         cmocka_unit_test(test_bytewise_feed),

@@ -615,6 +615,11 @@ static void side_load(struct tgt *t, const struct tgt_side *sd)
     t->rx_cap = sd->rx_cap;
 }
 
+void tgt_set_join_mrdsl(struct tgt *t, uint32_t mrdsl)
+{
+    t->opts.mrdsl = mrdsl;
+}
+
 void tgt_use(struct tgt *t, int idx)
 {
     assert_true(idx >= 0 && idx < t->nsides);

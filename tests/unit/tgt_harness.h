@@ -152,6 +152,8 @@ bool tgt_closed(const struct tgt *t);
  * answers go through it until tgt_use(). With status NULL the login must succeed; else the
  * Login Response's status class/detail is stored there. Returns its index. */
 int tgt_login_conn(struct tgt *t, uint16_t cid, uint16_t *status);
+/* The MaxRecvDataSegmentLength the next connections declare (the first one's by default). */
+void tgt_set_join_mrdsl(struct tgt *t, uint32_t mrdsl);
 /* Make connection idx the one tgt_send()/tgt_recv() and the rest act on. */
 void tgt_use(struct tgt *t, int idx);
 int tgt_current(const struct tgt *t);
