@@ -7,7 +7,8 @@
 # fails and nothing mismatches. Then the same with the target cutting connections too (its
 # --inject kill-connection, which at ERL 2 announces every other cut with an Async Message
 # event 2, §11.9.1). Checked from the bench's output: connections were cut, commands were
-# carried over, none failed, verify clean.
+# carried over, none failed, verify clean; and once with cuts every 50 ms so that the --verify
+# pass itself loses connections.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/bench_lib.sh"
@@ -78,8 +79,27 @@ run() {
   alive
 }
 
+# --verify itself under cuts: every 50 ms over 4 connections, so that the write and read-back
+# pass (a fraction of a second unhurt) loses connections too
+run_verify_cut() {
+  note "--erl 2 --verify --inject kill-connection=0.05, 4 connections: cuts during --verify"
+  timeout 600 "$bench" --erl 2 --verify --inject kill-connection=0.05 --connections 4 \
+    --sizes 4k --rw randwrite --seconds 1 --format csv "$url" >"$tmp/cells.csv" 2>"$tmp/err"
+  local rc=$?
+  [ $rc -eq 0 ] || { cat "$tmp/err"; tail -50 "$tmp/target.log"; fail "bench exited $rc"; }
+  grep -q "verify passed" "$tmp/err" || { cat "$tmp/err"; fail "no verify verdict"; }
+  local vcut
+  vcut=$(sed -n 's/.*--inject: \([0-9]*\) connections\{0,1\} cut during --verify.*/\1/p' "$tmp/err")
+  grep "cut during --verify" "$tmp/err" >&2
+  [ "${vcut:-0}" -gt 0 ] || { cat "$tmp/err"; fail "no connection cut during --verify"; }
+  grep "Injected: " "$tmp/err" | tail -1 | grep -Eq " 0 commands failed \(ErrorRecoveryLevel 2\)$" \
+    || { cat "$tmp/err"; fail "commands failed under connection recovery"; }
+  alive
+}
+
 start_target
 for conns in 2 4; do run "$conns" bench; done
+run_verify_cut
 start_target --inject kill-connection=1.5
 for conns in 2 4; do run "$conns" "bench and target"; done
 echo "PASS: ERL 2 under cut connections, 2 and 4 connections, verify clean, nothing failed" >&2
