@@ -1144,6 +1144,39 @@ static void test_erl2_async_drop_notice(void **state)
     assert_int_equal(d.last, LR_ERR_ABORTED);
 }
 
+/* Async event 3 at ERL 2 (§11.9.1): every connection of the session is dropped by us at once;
+ * with none left each slot's cleanup is a login with its CID (reinstatement), and the tasks
+ * wait, kept for Parameter3 (Time2Retain) after Parameter2 (Time2Wait). */
+static void test_erl2_async_session_drop(void **state)
+{
+    (void)state;
+    struct lr_session *s = erl2_session(2);
+    static uint8_t buf[2][4096];
+    struct rec_log d = {0};
+    for (int i = 0; i < 2; i++) {
+        lr_session_next_conn(s, i);
+        assert_int_equal(lr_read(s, (uint64_t)i * 8, 8, 512, buf[i], on_rec, &d), 0);
+        take_all(s->conns[i]);
+    }
+    ini_session_update_window(s, 3, 66);
+    uint8_t am[ISCSI_BHS_LEN];
+    rsp_hdr(am, ISCSI_OP_ASYNC_MSG, ISCSI_FLAG_FINAL, ISCSI_RSVD_TAG, 5, 3, 66);
+    am[BHS_ASYNC_EVENT] = 3;
+    put_be16(am + BHS_ASYNC_PARAM2, 0);
+    put_be16(am + BHS_ASYNC_PARAM3, 7);
+    assert_int_equal(ini_conn_feed(s->conns[1], am, sizeof(am)), -1);
+    for (int i = 0; i < 2; i++) {
+        assert_int_equal(s->conns[i]->state, ICS_DEAD);
+        assert_int_equal(s->cr[i].st, CR_RELOGIN);
+        assert_int_equal(s->cr[i].retain_until, s->cr[i].wait_until + 7000);
+    }
+    assert_int_equal(d.calls, 0);
+    assert_int_equal(lr_session_inflight(s), 2);
+    assert_true(ini_erl2_recovering(s));
+    lr_session_destroy(s);
+    assert_int_equal(d.calls, 2);
+}
+
 /* "Task still allegiant" (§11.6.1): the target had not let go of the old connection; the
  * task is not failed: the CID is logged out again and the task reassigned again. */
 static void test_erl2_still_allegiant_asks_again(void **state)
@@ -1745,6 +1778,7 @@ int main(void)
         cmocka_unit_test(test_erl2_async_drop_notice),
         cmocka_unit_test(test_erl2_reinstatement_login),
         cmocka_unit_test(test_erl2_still_allegiant_asks_again),
+        cmocka_unit_test(test_erl2_async_session_drop),
         cmocka_unit_test(test_erl1_data_in_gap_snack),
         cmocka_unit_test(test_erl1_data_digest_and_expdatasn),
         cmocka_unit_test(test_erl1_statsn_gap_snack),
