@@ -115,6 +115,51 @@ void iscsi_limits_default(struct iscsi_limits *l);
 void iscsi_conn_accept(struct iscsi_server *srv, struct reactor *r, int fd,
                        const struct iscsi_portal_addr *portal);
 
+/* --- admin.c: what linerate-ctl sees of sessions and does to them (any thread but a
+ * reactor's; the session table lock is held only while copying) --- */
+
+#define ISCSI_ADMIN_CONNS_MAX 8 /* connections reported per session */
+
+struct iscsi_conn_info {
+    uint16_t cid;
+    char peer[64];   /* "10.0.0.2:53211" */
+    char portal[80]; /* the portal it connected to */
+    int reactor;     /* id of the reactor thread serving it */
+    bool header_digest, data_digest;
+    uint32_t max_recv_dsl; /* what the target receives at most */
+    uint32_t max_send_dsl; /* what the initiator receives at most */
+};
+
+struct iscsi_session_info {
+    uint16_t tsih;
+    uint8_t isid[6];
+    char initiator[ISCSI_NAME_MAX + 1];
+    char target[ISCSI_NAME_MAX + 1]; /* "" for a discovery session */
+    bool discovery;
+    struct iscsi_params params; /* negotiated */
+    uint32_t in_flight;         /* commands received and not yet answered */
+    uint64_t age_ms;
+    unsigned nconns;
+    struct iscsi_conn_info conns[ISCSI_ADMIN_CONNS_MAX];
+};
+
+/* A copy of every live session, in TSIH order: *out is malloc'd (free it), *n its length.
+ * 0, or -ENOMEM. */
+int iscsi_server_list_sessions(struct iscsi_server *srv, struct iscsi_session_info **out,
+                               unsigned *n);
+/* Whether a session with this TSIH is live (not ending). */
+bool iscsi_server_session_alive(struct iscsi_server *srv, uint16_t tsih);
+/* Ask the initiator to log the session out: an Async Message "target requests Logout"
+ * (AsyncEvent 1, RFC 7143 §11.9.1) on every connection, Parameter3 = time2wait_s, the
+ * seconds it has to do so. Returns the number of connections asked, or -ENOENT. */
+int iscsi_server_request_logout(struct iscsi_server *srv, uint16_t tsih, unsigned time2wait_s);
+/* Close every connection of a session (the initiator sees its connections drop, an ERL 0
+ * session ends; RFC 7143 §6.3). 0, or -ENOENT. */
+int iscsi_server_close_session(struct iscsi_server *srv, uint16_t tsih, const char *why);
+/* Close one connection of a session. 0, -ENOENT (no session) or -ESRCH (no such CID). */
+int iscsi_server_close_conn(struct iscsi_server *srv, uint16_t tsih, uint16_t cid,
+                            const char *why);
+
 /* SIGTERM path: called once on each reactor's thread (via a message) to fail in-flight
  * commands cleanly and close every connection it owns. */
 void iscsi_server_close_reactor_conns(struct iscsi_server *srv, struct reactor *r);
