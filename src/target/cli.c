@@ -79,6 +79,11 @@ static const char usage_text[] =
     "  --log-level LEVEL      error, warn, info (default) or debug; logs go to stderr\n"
     "  --state-dir DIR        where persistent reservations with APTPL are kept across\n"
     "                         restarts (default " TARGET_DEFAULT_STATE_DIR ")\n"
+    "  --ctl-socket PATH|none the Unix socket linerate-ctl administers the daemon through\n"
+    "                         (mode 0600; only root or this daemon's user may use it).\n"
+    "                         Default " TARGET_DEFAULT_CTL_SOCKET ", skipped with a\n"
+    "                         warning if it cannot be created or another daemon has it;\n"
+    "                         a PATH given here must work. none: no control socket\n"
     "  -h, --help             show this help and exit\n"
     "  -V, --version          show the version and exit\n"
     "\n"
@@ -92,6 +97,9 @@ static const char usage_text[] =
     "  iscsi-ls iscsi://127.0.0.1:3260\n"
     "  qemu-img info iscsi://127.0.0.1:3260/" TARGET_DEFAULT_NAME "/0\n"
     "  iscsiadm -m discovery -t st -p 127.0.0.1:3260\n"
+    "\n"
+    "While it runs, linerate-ctl shows sessions and LUNs and adds, removes, resizes and\n"
+    "write-protects LUNs (see linerate-ctl --help).\n"
     "\n"
     "SIGTERM or SIGINT stops accepting, closes every connection, flushes file LUNs and\n"
     "exits 0. Exit codes: 0 ok, 1 runtime error (e.g. address in use), 2 bad argument or\n"
@@ -114,6 +122,7 @@ enum {
     OPT_CHAP_ALGS,
     OPT_ERL,
     OPT_INJECT,
+    OPT_CTL_SOCKET,
 };
 
 static const struct option long_opts[] = {
@@ -133,6 +142,7 @@ static const struct option long_opts[] = {
     {"chap-algorithms", required_argument, NULL, OPT_CHAP_ALGS},
     {"error-recovery-level", required_argument, NULL, OPT_ERL},
     {"inject", required_argument, NULL, OPT_INJECT},
+    {"ctl-socket", required_argument, NULL, OPT_CTL_SOCKET},
     {"help", no_argument, NULL, 'h'},
     {"version", no_argument, NULL, 'V'},
     {NULL, 0, NULL, 0},
@@ -173,6 +183,7 @@ struct cli_args {
     int log_level; /* -1: not given */
     const char *state_dir;
     int erl; /* -1: not given */
+    const char *ctl_socket;
     bool inject_given;
     struct inject_spec inject;
     /* CHAP, indexed by OPT_CHAP_SECRETS.. OPT_CHAP_ALGS */
@@ -277,6 +288,14 @@ static int cli_collect(struct cli_args *a, int argc, char **argv)
             if (target_parse_erl(optarg, &erl, err, sizeof(err)) < 0)
                 return cli_fail("--error-recovery-level: %s", err);
             a->erl = (int)erl;
+            break;
+        }
+        case OPT_CTL_SOCKET: {
+            struct target_config probe;
+            memset(&probe, 0, sizeof(probe));
+            if (target_set_ctl_socket(&probe, optarg, err, sizeof(err)) < 0)
+                return cli_fail("--ctl-socket: %s", err);
+            a->ctl_socket = optarg;
             break;
         }
         case OPT_INJECT:
@@ -393,6 +412,10 @@ int target_cli_parse(struct target_config *cfg, int argc, char **argv)
             cfg->log_level = (enum log_level)a.log_level;
         if (a.state_dir)
             snprintf(cfg->state_dir, sizeof(cfg->state_dir), "%s", a.state_dir);
+        if (a.ctl_socket) { /* the command line wins over the config file's ctl-socket */
+            char err[256];
+            target_set_ctl_socket(cfg, a.ctl_socket, err, sizeof(err));
+        }
         cfg->inject = a.inject;
     }
     free(a.listen);

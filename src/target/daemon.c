@@ -18,48 +18,13 @@
 #include <unistd.h>
 
 #include "reactor/reactor.h"
+#include "target/daemon.h"
 
 #define LISTEN_BACKLOG 1024
 #define ACCEPTS_PER_WAKEUP 64  /* then let reactor 0 serve its own connections */
 #define ACCEPT_PAUSE_MS 200    /* out of descriptors: retry accepting after this */
 #define SHUTDOWN_DRAIN_MS 2000 /* how long connections get to close at shutdown */
 #define SYNC_CALL_TIMEOUT_S 5
-
-struct daemon;
-
-struct listener {
-    struct reactor_fd h;
-    int fd;
-    struct iscsi_portal_addr portal;
-    struct daemon *d;
-};
-
-/* A function run on a reactor's thread while the main thread waits for it. */
-struct sync_call {
-    struct daemon *d;
-    struct reactor *r;
-    void (*fn)(struct daemon *d, struct reactor *r);
-    sem_t done;
-    struct reactor_msg msg;
-};
-
-struct daemon {
-    struct target_config cfg;
-    struct target_built built;
-    struct iscsi_server srv;
-    bool srv_ready;
-    struct reactor **reactors;
-    pthread_t *threads;
-    unsigned nreactors;
-    unsigned nthreads_started;
-    struct listener *listeners;
-    unsigned nlisteners;
-    /* Accept throttling when out of descriptors; touched only on reactor 0. */
-    struct reactor_timer accept_pause;
-    bool accept_paused;
-    bool accept_warned;
-    unsigned next_rr; /* tie-break among equally loaded reactors */
-};
 
 /* A connection on its way from the listener to its reactor. */
 struct handoff {
@@ -432,6 +397,9 @@ static void daemon_stop(struct daemon *d)
 
 static void daemon_free(struct daemon *d)
 {
+    ctl_stop(d);
+    /* No reactor runs any more: LUNs removed at run time that commands still held go now. */
+    ctl_reap_zombies(d, true);
     if (d->srv_ready)
         iscsi_server_destroy(&d->srv);
     d->srv_ready = false;
@@ -515,7 +483,11 @@ int target_main(int argc, char **argv)
         free(d);
         return TARGET_EXIT_USAGE;
     }
-    if (daemon_open_listeners(d) < 0 || daemon_start(d) < 0) {
+    /* The control socket is created while this is the only thread (its mode is set with the
+     * umask) and served once the reactors run. */
+    if (ctl_open(d) < 0 || daemon_open_listeners(d) < 0 || daemon_start(d) < 0 ||
+        ctl_start(d) < 0) {
+        ctl_stop(d);
         daemon_stop(d);
         daemon_free(d);
         free(d);
@@ -525,6 +497,8 @@ int target_main(int argc, char **argv)
 
     int sig = wait_for_shutdown(&set);
     LOG_INFO("%s: shutting down", sig == SIGINT ? "SIGINT" : "SIGTERM");
+    /* No administration while the reactors go away; a request waiting gives up. */
+    ctl_stop(d);
     daemon_stop(d);
     int failed = target_built_flush(&d->built);
     daemon_free(d);

@@ -1,0 +1,83 @@
+/* Private to src/target: the running daemon's state, shared by daemon.c (start, serve, stop)
+ * and the control socket (ctl.c, ctl_cmds.c), which reads it and changes LUNs while the
+ * reactors serve. */
+#ifndef LR_TARGET_DAEMON_H
+#define LR_TARGET_DAEMON_H
+
+#include <pthread.h>
+#include <semaphore.h>
+#include <stdatomic.h>
+
+#include "reactor/reactor.h"
+#include "target/target.h"
+
+struct ctl_server;
+
+struct daemon;
+
+struct listener {
+    struct reactor_fd h;
+    int fd;
+    struct iscsi_portal_addr portal;
+    struct daemon *d;
+};
+
+/* A function run on a reactor's thread while the main thread waits for it. */
+struct sync_call {
+    struct daemon *d;
+    struct reactor *r;
+    void (*fn)(struct daemon *d, struct reactor *r);
+    sem_t done;
+    struct reactor_msg msg;
+};
+
+struct daemon {
+    struct target_config cfg;
+    struct target_built built;
+    struct iscsi_server srv;
+    bool srv_ready;
+    struct reactor **reactors;
+    pthread_t *threads;
+    unsigned nreactors;
+    unsigned nthreads_started;
+    struct listener *listeners;
+    unsigned nlisteners;
+    /* Accept throttling when out of descriptors; touched only on reactor 0. */
+    struct reactor_timer accept_pause;
+    bool accept_paused;
+    bool accept_warned;
+    unsigned next_rr; /* tie-break among equally loaded reactors */
+    /* The control socket (ctl.c); NULL when there is none. */
+    struct ctl_server *ctl;
+    /* LUNs removed by linerate-ctl that commands still held when it stopped waiting: freed
+     * by the control thread once their last user lets go, or at exit. Control thread only
+     * (and the main thread after the control thread stopped). */
+    struct ctl_zombie *zombies;
+};
+
+/* --- ctl.c: the control socket (docs/ctl-protocol.md), on a thread of its own --- */
+/* Create cfg.ctl_socket (mode 0600), before any other thread runs. Returns 0 with d->ctl set,
+ * or NULL when there is to be none ("none", or the default path could not be used: a
+ * warning); -1 when a path that was asked for could not be used (the reason printed). */
+int ctl_open(struct daemon *d);
+/* Start serving it (after the reactors run). 0 or -1. */
+int ctl_start(struct daemon *d);
+/* Stop serving, remove the socket file, free the server; d->ctl becomes NULL. Nothing if
+ * there is none. Waits for the request being served (its waits end early on stop). */
+void ctl_stop(struct daemon *d);
+/* Whether ctl_stop has begun: long waits in a request give up. */
+bool ctl_stopping(const struct daemon *d);
+
+/* --- ctl_cmds.c: the requests --- */
+/* Serve one request line (JSON-RPC 2.0, without its newline): the response line, malloc'd,
+ * without newline; NULL only when out of memory. */
+char *ctl_request(struct daemon *d, const char *line, size_t len);
+/* The answer to a request that could not be read (too long, ...): a JSON-RPC error object
+ * with a null id, malloc'd; NULL when out of memory. */
+char *ctl_error_line(int code, const char *message);
+/* Free the removed LUNs whose last user let go; all of them with `all` (at exit, once no
+ * reactor runs). */
+void ctl_reap_zombies(struct daemon *d, bool all);
+
+
+#endif
