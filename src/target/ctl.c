@@ -26,7 +26,7 @@
 #define CTL_IDLE_MS 60000u             /* a client silent this long is closed */
 #define CTL_OUT_MAX (64u << 20)        /* unread responses one client may leave queued */
 #define CTL_REAP_MS 1000u              /* removed LUNs still in use are looked at this often */
-#define CTL_BACKLOG 128
+#define CTL_BACKLOG 1024
 
 /* JSON-RPC error codes the transport itself answers with (ctl_cmds.c has the others). */
 #define CTL_ERR_DENIED (-32001)
