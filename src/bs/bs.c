@@ -137,8 +137,8 @@ struct bs *bs_open_spec(const char *spec, char *err, size_t errlen)
 int bs_grow(struct bs *bs, uint64_t size, char *err, size_t errlen)
 {
     if (size < bs->size) {
-        snprintf(err, errlen, "%s: cannot shrink (%llu < %llu bytes): data would be lost",
-                 bs->desc, (unsigned long long)size, (unsigned long long)bs->size);
+        snprintf(err, errlen, "%s: cannot shrink (%llu < %llu bytes): data would be lost", bs->desc,
+                 (unsigned long long)size, (unsigned long long)bs->size);
         return -1;
     }
     if (size == bs->size)

@@ -425,7 +425,8 @@ static int bs_file_grow(struct bs *bs, uint64_t size, char *err, size_t errlen)
         }
     } else {
         struct stat st;
-        if (fstat(f->fd, &st) < 0 || ((uint64_t)st.st_size < size && ftruncate(f->fd, (off_t)size) < 0)) {
+        if (fstat(f->fd, &st) < 0 ||
+            ((uint64_t)st.st_size < size && ftruncate(f->fd, (off_t)size) < 0)) {
             snprintf(err, errlen, "%s: cannot extend to %llu bytes: %s", bs->desc,
                      (unsigned long long)size, strerror(errno));
             return -1;

@@ -47,8 +47,9 @@ int ctl_call(const char *path, const char *method, json_t *params, unsigned time
     snprintf(a.sun_path, sizeof(a.sun_path), "%s", path);
     int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (fd < 0 || connect(fd, (struct sockaddr *)&a, sizeof(a)) < 0) {
-        snprintf(err, errlen, "cannot connect to %s: %s (is linerate-target running? see "
-                              "--socket)",
+        snprintf(err, errlen,
+                 "cannot connect to %s: %s (is linerate-target running? see "
+                 "--socket)",
                  path, strerror(errno));
         if (fd >= 0)
             close(fd);

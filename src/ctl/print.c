@@ -98,7 +98,8 @@ static char *join(json_t *arr)
     size_t len = 1;
     size_t i;
     json_t *v;
-    json_array_foreach(arr, i, v) len += strlen(json_string_value(v) ? json_string_value(v) : "") + 1;
+    json_array_foreach(arr, i, v) len +=
+        strlen(json_string_value(v) ? json_string_value(v) : "") + 1;
     char *s = calloc(1, len);
     if (!s)
         return NULL;
@@ -141,12 +142,12 @@ static void lun_row(struct table *t, json_t *o)
     human_bytes((unsigned long long)num(o, "bytes"), size, sizeof(size));
     snprintf(bs, sizeof(bs), "%lld", num(o, "block_size"));
     snprintf(cmds, sizeof(cmds), "%lld", num(o, "commands"));
-    table_row(t, (const char *[]){str(o, "target"), lun, size, bs, flag(o, "read_only") ? "ro" : "rw",
-                                  cmds, str(o, "store")});
+    table_row(t, (const char *[]){str(o, "target"), lun, size, bs,
+                                  flag(o, "read_only") ? "ro" : "rw", cmds, str(o, "store")});
 }
 
-static const char *const lun_head[] = {"TARGET", "LUN", "SIZE", "BLOCK", "MODE", "IN-FLIGHT",
-                                       "STORE"};
+static const char *const lun_head[] = {"TARGET", "LUN",       "SIZE", "BLOCK",
+                                       "MODE",   "IN-FLIGHT", "STORE"};
 
 static void print_luns(FILE *out, json_t *r)
 {
@@ -211,9 +212,9 @@ static void print_connections(FILE *out, json_t *r)
         snprintf(tsih, sizeof(tsih), "%lld", num(c, "tsih"));
         snprintf(cid, sizeof(cid), "%lld", num(c, "cid"));
         snprintf(re, sizeof(re), "%lld", num(c, "reactor"));
-        table_row(&t, (const char *[]){tsih, cid, str(c, "initiator"), str(c, "peer"),
-                                       str(c, "portal"), re, str(c, "header_digest"),
-                                       str(c, "data_digest")});
+        table_row(&t,
+                  (const char *[]){tsih, cid, str(c, "initiator"), str(c, "peer"), str(c, "portal"),
+                                   re, str(c, "header_digest"), str(c, "data_digest")});
     }
     table_print(out, &t);
 }
@@ -264,8 +265,7 @@ void ctl_print_result(FILE *out, const char *kind, json_t *r)
                     str(r, "target"), num(r, "lun"), num(r, "commands_left"));
     } else if (strcmp(kind, "logout") == 0) {
         fprintf(out, "session TSIH %lld: %s (%lld ms)\n", num(r, "tsih"),
-                flag(r, "forced") ? "no logout in time; its connections were closed"
-                                  : "logged out",
+                flag(r, "forced") ? "no logout in time; its connections were closed" : "logged out",
                 num(r, "waited_ms"));
     } else if (strcmp(kind, "dropped") == 0) {
         fprintf(out, "session TSIH %lld: connection CID %lld closed\n", num(r, "tsih"),

@@ -84,8 +84,7 @@ int ctl_req_from_argv(int argc, char **argv, struct ctl_req *req, char *err, siz
             req->kind = things[i];
             if (i == 1 && argc > 2) /* show luns TARGET */
                 json_object_set_new(p, "target", json_string(argv[2]));
-            return verb_opts(argc, argv, i == 1 && argc > 2 ? 3 : 2, p, false, false, err,
-                             errlen);
+            return verb_opts(argc, argv, i == 1 && argc > 2 ? 3 : 2, p, false, false, err, errlen);
         }
         return usage_err(err, errlen,
                          "show what? targets, luns [TARGET], sessions, connections or portals");
@@ -103,18 +102,18 @@ int ctl_req_from_argv(int argc, char **argv, struct ctl_req *req, char *err, siz
         bool set = is(verb, "set"), resize = is(verb, "resize");
         int need = set || resize ? 5 : 4;
         if (argc < need)
-            return usage_err(err, errlen, "usage: %s", set      ? "set lun TARGET N ro|rw"
-                                                       : resize ? "resize lun TARGET N SIZE"
-                                                                : "remove lun TARGET N "
-                                                                  "[--timeout S]");
+            return usage_err(err, errlen, "usage: %s",
+                             set      ? "set lun TARGET N ro|rw"
+                             : resize ? "resize lun TARGET N SIZE"
+                                      : "remove lun TARGET N "
+                                        "[--timeout S]");
         json_object_set_new(p, "target", json_string(argv[2]));
         if (num_arg(argv[3], "LUN", 16383, &v, err, errlen) < 0)
             return -1;
         json_object_set_new(p, "lun", json_integer(v));
         if (set) {
             if (!is(argv[4], "ro") && !is(argv[4], "rw"))
-                return usage_err(err, errlen, "set lun TARGET N ro|rw: '%s' is neither",
-                                 argv[4]);
+                return usage_err(err, errlen, "set lun TARGET N ro|rw: '%s' is neither", argv[4]);
             json_object_set_new(p, "read_only", json_boolean(is(argv[4], "ro")));
             req->method = "set_lun";
             req->kind = "lun";

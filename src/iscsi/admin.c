@@ -121,7 +121,7 @@ int iscsi_server_request_logout(struct iscsi_server *srv, uint16_t tsih, unsigne
         struct iscsi_conn *c = list_entry(ln, struct iscsi_conn, session_node);
         struct logout_req *q = calloc(1, sizeof(*q));
         if (!q)
-            break; /* the caller's fallback (closing the session) still works */
+            break;   /* the caller's fallback (closing the session) still works */
         conn_get(c); /* alive while in the list, which the lock keeps it in */
         q->c = c;
         q->time2wait_s = time2wait_s;

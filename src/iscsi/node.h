@@ -157,8 +157,7 @@ int iscsi_server_request_logout(struct iscsi_server *srv, uint16_t tsih, unsigne
  * session ends; RFC 7143 §6.3). 0, or -ENOENT. */
 int iscsi_server_close_session(struct iscsi_server *srv, uint16_t tsih, const char *why);
 /* Close one connection of a session. 0, -ENOENT (no session) or -ESRCH (no such CID). */
-int iscsi_server_close_conn(struct iscsi_server *srv, uint16_t tsih, uint16_t cid,
-                            const char *why);
+int iscsi_server_close_conn(struct iscsi_server *srv, uint16_t tsih, uint16_t cid, const char *why);
 
 /* SIGTERM path: called once on each reactor's thread (via a message) to fail in-flight
  * commands cleanly and close every connection it owns. */

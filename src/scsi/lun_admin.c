@@ -77,13 +77,16 @@ int scsi_lun_grow(struct scsi_lun *lu, uint64_t bytes, char *err, size_t errlen)
 {
     uint64_t now = scsi_lun_size_bytes(lu);
     if (bytes % lu->block_size) {
-        snprintf(err, errlen, "LUN %" PRIu64 ": %" PRIu64 " bytes is not a whole number of %u-byte blocks",
+        snprintf(err, errlen,
+                 "LUN %" PRIu64 ": %" PRIu64 " bytes is not a whole number of %u-byte blocks",
                  lu->id, bytes, lu->block_size);
         return -1;
     }
     if (bytes < now) {
-        snprintf(err, errlen, "LUN %" PRIu64 ": cannot shrink from %" PRIu64 " to %" PRIu64
-                 " bytes (data would be lost)", lu->id, now, bytes);
+        snprintf(err, errlen,
+                 "LUN %" PRIu64 ": cannot shrink from %" PRIu64 " to %" PRIu64
+                 " bytes (data would be lost)",
+                 lu->id, now, bytes);
         return -1;
     }
     if (bytes == now)

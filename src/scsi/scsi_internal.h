@@ -165,13 +165,13 @@ struct scsi_lun {
     _Atomic uint64_t nblocks;
     uint32_t block_size;
     uint8_t block_shift;
-    uint8_t phys_exp;        /* log2(physical block size / block_size) */
-    atomic_bool read_only;   /* configuration; changed at run time by scsi_lun_set_read_only */
-    bool mapped;          /* bs_map() works: READ/WRITE go straight to store memory */
-    atomic_bool wce;      /* caching mode page WCE; read lock-free on the write path */
-    pthread_mutex_t lock; /* mode-page changes and the UA they raise */
-    uint64_t naa;         /* NAA 3 locally assigned identifier (VPD 0x83) */
-    char serial[17];      /* VPD 0x80 */
+    uint8_t phys_exp;      /* log2(physical block size / block_size) */
+    atomic_bool read_only; /* configuration; changed at run time by scsi_lun_set_read_only */
+    bool mapped;           /* bs_map() works: READ/WRITE go straight to store memory */
+    atomic_bool wce;       /* caching mode page WCE; read lock-free on the write path */
+    pthread_mutex_t lock;  /* mode-page changes and the UA they raise */
+    uint64_t naa;          /* NAA 3 locally assigned identifier (VPD 0x83) */
+    char serial[17];       /* VPD 0x80 */
     atomic_uint ua[SCSI_NEXUS_MAX];
     struct scsi_lun_users users[SCSI_LUN_USER_SHARDS];
     /* sbc_thin.c, sbc_caw.c, sbc_sanitize.c */

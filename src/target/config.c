@@ -738,9 +738,9 @@ static int cfg_target_key(struct cfg_parser *ps, const char *key, const char *va
     if (r < 0)
         return -1;
     if (r == 0) {
-        static const char *const global_only[] = {"threads",       "log-level", "nop-interval",
-                                                  "nop-timeout",   "login-timeout",
-                                                  "state-dir",     "ctl-socket"};
+        static const char *const global_only[] = {"threads",     "log-level",     "nop-interval",
+                                                  "nop-timeout", "login-timeout", "state-dir",
+                                                  "ctl-socket"};
         for (unsigned i = 0; i < sizeof(global_only) / sizeof(global_only[0]); i++)
             if (strcmp(key, global_only[i]) == 0 || target_limits_is_key(key))
                 return cfg_fail(ps, ps->line,

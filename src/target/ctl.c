@@ -21,11 +21,11 @@
 #include "target/daemon.h"
 #include "util/list.h"
 
-#define CTL_LINE_MAX (64u * 1024u)     /* a request line, newline excluded */
-#define CTL_CLIENTS_MAX 64u            /* connected at once; more are answered busy */
-#define CTL_IDLE_MS 60000u             /* a client silent this long is closed */
-#define CTL_OUT_MAX (64u << 20)        /* unread responses one client may leave queued */
-#define CTL_REAP_MS 1000u              /* removed LUNs still in use are looked at this often */
+#define CTL_LINE_MAX (64u * 1024u) /* a request line, newline excluded */
+#define CTL_CLIENTS_MAX 64u        /* connected at once; more are answered busy */
+#define CTL_IDLE_MS 60000u         /* a client silent this long is closed */
+#define CTL_OUT_MAX (64u << 20)    /* unread responses one client may leave queued */
+#define CTL_REAP_MS 1000u          /* removed LUNs still in use are looked at this often */
 #define CTL_BACKLOG 1024
 
 /* JSON-RPC error codes the transport itself answers with (ctl_cmds.c has the others). */
@@ -101,8 +101,8 @@ static void client_events(struct ctl_client *c)
 static int client_flush(struct ctl_client *c)
 {
     while (c->outoff < c->outlen) {
-        ssize_t n = send(c->fd, c->out + c->outoff, c->outlen - c->outoff,
-                         MSG_NOSIGNAL | MSG_DONTWAIT);
+        ssize_t n =
+            send(c->fd, c->out + c->outoff, c->outlen - c->outoff, MSG_NOSIGNAL | MSG_DONTWAIT);
         if (n > 0) {
             c->outoff += (size_t)n;
             continue;

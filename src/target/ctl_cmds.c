@@ -89,8 +89,7 @@ static int param_uint(json_t *params, const char *key, uint64_t max, uint64_t *o
     json_t *v = params ? json_object_get(params, key) : NULL;
     if (!v)
         return 0;
-    if (!json_is_integer(v) || json_integer_value(v) < 0 ||
-        (uint64_t)json_integer_value(v) > max) {
+    if (!json_is_integer(v) || json_integer_value(v) < 0 || (uint64_t)json_integer_value(v) > max) {
         fail(e, ERR_INVALID_PARAMS, "parameter '%s' must be an integer from 0 to %llu", key,
              (unsigned long long)max);
         return -1;
@@ -235,11 +234,10 @@ static json_t *m_show_targets(struct daemon *d, json_t *params, struct req_err *
         json_t *allow = json_array();
         for (unsigned k = 0; k < n->nallow; k++)
             json_array_append_new(allow, json_string(n->allow[k]));
-        json_array_append_new(
-            a, json_pack("{s:s, s:s, s:o, s:i, s:o, s:b, s:i}", "name", n->name, "alias",
-                         n->alias, "portals", portal_list(n), "luns", (int)node_lun_count(n),
-                         "allow", allow, "chap", n->chap.user[0] != '\0', "sessions",
-                         (int)nsess));
+        json_array_append_new(a, json_pack("{s:s, s:s, s:o, s:i, s:o, s:b, s:i}", "name", n->name,
+                                           "alias", n->alias, "portals", portal_list(n), "luns",
+                                           (int)node_lun_count(n), "allow", allow, "chap",
+                                           n->chap.user[0] != '\0', "sessions", (int)nsess));
     }
     return a;
 }
@@ -248,11 +246,11 @@ static json_t *lun_json(const char *target, const struct scsi_lun *lu)
 {
     struct scsi_lun_info li;
     scsi_lun_get_info(lu, &li);
-    return json_pack("{s:s, s:I, s:s, s:I, s:i, s:i, s:b, s:b, s:b, s:I}", "target", target,
-                     "lun", (json_int_t)li.lun, "store", li.store, "bytes", (json_int_t)li.bytes,
+    return json_pack("{s:s, s:I, s:s, s:I, s:i, s:i, s:b, s:b, s:b, s:I}", "target", target, "lun",
+                     (json_int_t)li.lun, "store", li.store, "bytes", (json_int_t)li.bytes,
                      "block_size", (int)li.block_size, "physical_block_size",
-                     (int)li.phys_block_size, "read_only", li.read_only, "removable",
-                     li.removable, "thin", li.thin, "commands", (json_int_t)li.users);
+                     (int)li.phys_block_size, "read_only", li.read_only, "removable", li.removable,
+                     "thin", li.thin, "commands", (json_int_t)li.users);
 }
 
 static json_t *m_show_luns(struct daemon *d, json_t *params, struct req_err *e)
@@ -310,23 +308,21 @@ static json_t *params_json(const struct iscsi_params *p)
                      "max_connections", (int)p->max_connections, "initial_r2t", p->initial_r2t,
                      "immediate_data", p->immediate_data, "max_recv_data_segment_length",
                      (json_int_t)p->max_recv_dsl, "initiator_max_recv_data_segment_length",
-                     (json_int_t)p->peer_max_recv_dsl, "max_burst_length",
-                     (json_int_t)p->max_burst, "first_burst_length", (json_int_t)p->first_burst,
-                     "default_time2wait", (int)p->default_time2wait, "default_time2retain",
-                     (int)p->default_time2retain, "max_outstanding_r2t",
-                     (int)p->max_outstanding_r2t, "data_pdu_in_order", p->data_pdu_in_order,
-                     "data_sequence_in_order", p->data_sequence_in_order,
+                     (json_int_t)p->peer_max_recv_dsl, "max_burst_length", (json_int_t)p->max_burst,
+                     "first_burst_length", (json_int_t)p->first_burst, "default_time2wait",
+                     (int)p->default_time2wait, "default_time2retain", (int)p->default_time2retain,
+                     "max_outstanding_r2t", (int)p->max_outstanding_r2t, "data_pdu_in_order",
+                     p->data_pdu_in_order, "data_sequence_in_order", p->data_sequence_in_order,
                      "error_recovery_level", (int)p->erl);
 }
 
 static json_t *conn_json(const struct iscsi_conn_info *c)
 {
-    return json_pack("{s:i, s:s, s:s, s:i, s:s, s:s, s:I, s:I}", "cid", (int)c->cid, "peer",
-                     c->peer, "portal", c->portal, "reactor", c->reactor, "header_digest",
-                     c->header_digest ? "CRC32C" : "None", "data_digest",
-                     c->data_digest ? "CRC32C" : "None", "max_recv_data_segment_length",
-                     (json_int_t)c->max_recv_dsl, "max_send_data_segment_length",
-                     (json_int_t)c->max_send_dsl);
+    return json_pack(
+        "{s:i, s:s, s:s, s:i, s:s, s:s, s:I, s:I}", "cid", (int)c->cid, "peer", c->peer, "portal",
+        c->portal, "reactor", c->reactor, "header_digest", c->header_digest ? "CRC32C" : "None",
+        "data_digest", c->data_digest ? "CRC32C" : "None", "max_recv_data_segment_length",
+        (json_int_t)c->max_recv_dsl, "max_send_data_segment_length", (json_int_t)c->max_send_dsl);
 }
 
 static json_t *sessions_or_conns(struct daemon *d, bool conns, struct req_err *e)
@@ -357,9 +353,8 @@ static json_t *sessions_or_conns(struct daemon *d, bool conns, struct req_err *e
             a, json_pack("{s:i, s:s, s:s, s:s, s:s, s:f, s:I, s:o, s:o}", "tsih", (int)s->tsih,
                          "isid", isid, "initiator", s->initiator, "target", s->target, "type",
                          s->discovery ? "discovery" : "normal", "age_seconds",
-                         (double)s->age_ms / 1000.0, "commands_in_flight",
-                         (json_int_t)s->in_flight, "connections", cl, "parameters",
-                         params_json(&s->params)));
+                         (double)s->age_ms / 1000.0, "commands_in_flight", (json_int_t)s->in_flight,
+                         "connections", cl, "parameters", params_json(&s->params)));
     }
     free(v);
     return a;
@@ -558,9 +553,8 @@ static json_t *m_logout_session(struct daemon *d, json_t *params, struct req_err
     }
     LOG_INFO("session TSIH %llu: logout requested by linerate-ctl%s", (unsigned long long)tsih,
              forced ? "; not done in time, connections closed" : "");
-    return json_pack("{s:I, s:i, s:b, s:I}", "tsih", (json_int_t)tsih, "connections_asked",
-                     asked, "forced", forced, "waited_ms",
-                     (json_int_t)(reactor_now_ms() - t0));
+    return json_pack("{s:I, s:i, s:b, s:I}", "tsih", (json_int_t)tsih, "connections_asked", asked,
+                     "forced", forced, "waited_ms", (json_int_t)(reactor_now_ms() - t0));
 }
 
 static json_t *m_drop_connection(struct daemon *d, json_t *params, struct req_err *e)
@@ -569,8 +563,8 @@ static json_t *m_drop_connection(struct daemon *d, json_t *params, struct req_er
     if (param_uint_req(params, "tsih", 65535, &tsih, e) < 0 ||
         param_uint_req(params, "cid", 65535, &cid, e) < 0)
         return NULL;
-    int rc = iscsi_server_close_conn(&d->srv, (uint16_t)tsih, (uint16_t)cid,
-                                     "dropped by linerate-ctl");
+    int rc =
+        iscsi_server_close_conn(&d->srv, (uint16_t)tsih, (uint16_t)cid, "dropped by linerate-ctl");
     if (rc == -ENOENT)
         return fail(e, ERR_NOT_FOUND, "no session with TSIH %llu", (unsigned long long)tsih);
     if (rc < 0)
@@ -639,8 +633,8 @@ static char *dump(json_t *resp)
 
 static json_t *error_obj(json_t *id, int code, const char *message)
 {
-    return json_pack("{s:s, s:O?, s:{s:i, s:s}}", "jsonrpc", "2.0", "id", id, "error", "code",
-                     code, "message", message);
+    return json_pack("{s:s, s:O?, s:{s:i, s:s}}", "jsonrpc", "2.0", "id", id, "error", "code", code,
+                     "message", message);
 }
 
 char *ctl_error_line(int code, const char *message)
@@ -684,8 +678,8 @@ char *ctl_request(struct daemon *d, const char *line, size_t len)
             struct req_err e = {0};
             json_t *result = m->fn(d, params, &e);
             if (result)
-                out = dump(json_pack("{s:s, s:O?, s:o}", "jsonrpc", "2.0", "id", id, "result",
-                                     result));
+                out = dump(
+                    json_pack("{s:s, s:O?, s:o}", "jsonrpc", "2.0", "id", id, "result", result));
             else
                 out = dump(error_obj(id, e.code ? e.code : ERR_INTERNAL,
                                      e.code ? e.msg : "out of memory"));

@@ -79,5 +79,4 @@ char *ctl_error_line(int code, const char *message);
  * reactor runs). */
 void ctl_reap_zombies(struct daemon *d, bool all);
 
-
 #endif
