@@ -272,6 +272,17 @@ void ctl_print_result(FILE *out, const char *kind, json_t *r)
                 num(r, "cid"));
     } else if (strcmp(kind, "log-level") == 0) {
         fprintf(out, "log level %s (was %s)\n", str(r, "level"), str(r, "was"));
+    } else if (strcmp(kind, "reload") == 0) {
+        size_t i;
+        json_t *v;
+        fprintf(out, "reloaded %s\n", str(r, "config"));
+        json_array_foreach(json_object_get(r, "applied"), i, v)
+            fprintf(out, "  applied: %s\n", json_string_value(v));
+        json_array_foreach(json_object_get(r, "needs_restart"), i, v)
+            fprintf(out, "  not applied (needs a restart): %s\n", json_string_value(v));
+        if (!json_array_size(json_object_get(r, "applied")) &&
+            !json_array_size(json_object_get(r, "needs_restart")))
+            fprintf(out, "  no change\n");
     } else if (strcmp(kind, "version") == 0) {
         fprintf(out, "linerate-target %s, pid %lld, %lld reactor threads, log level %s\n",
                 str(r, "version"), num(r, "pid"), num(r, "reactors"), str(r, "log_level"));

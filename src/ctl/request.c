@@ -158,6 +158,11 @@ int ctl_req_from_argv(int argc, char **argv, struct ctl_req *req, char *err, siz
         req->kind = "log-level";
         return verb_opts(argc, argv, 3, p, false, false, err, errlen);
     }
+    if (is(verb, "reload")) {
+        req->method = "reload";
+        req->kind = "reload";
+        return verb_opts(argc, argv, 1, p, false, false, err, errlen);
+    }
     if (is(verb, "call")) { /* any method, params as JSON: for scripts and new methods */
         if (argc < 2 || argc > 3)
             return usage_err(err, errlen, "usage: call METHOD [PARAMS-JSON-OBJECT]");

@@ -85,8 +85,7 @@ static int mkdir_p(const char *dir)
     return mkdir(path, 0755) < 0 && errno != EEXIST ? -1 : 0;
 }
 
-int target_build_lun(const char *state_dir, const char *target, const struct target_lun_conf *l,
-                     struct scsi_target *scsi, char *err, size_t errlen)
+struct bs *target_open_lun_store(const struct target_lun_conf *l, char *err, size_t errlen)
 {
     char reason[512] = "";
     /* A read-only file LUN opens its file read-only (the SCSI core refuses the writes). */
@@ -94,11 +93,16 @@ int target_build_lun(const char *state_dir, const char *target, const struct tar
     snprintf(spec, sizeof(spec), "%s%s", l->bs_spec,
              l->read_only && strncmp(l->bs_spec, "file:", 5) == 0 ? ",ro" : "");
     struct bs *bs = bs_open_spec(spec, reason, sizeof(reason));
-    if (!bs) {
+    if (!bs)
         snprintf(err, errlen, "%s: cannot open LUN %llu: %s", l->origin, (unsigned long long)l->lun,
                  reason[0] ? reason : "failed");
-        return -1;
-    }
+    return bs;
+}
+
+int target_add_lun_store(const char *state_dir, const char *target, const struct target_lun_conf *l,
+                         struct bs *bs, struct scsi_target *scsi, char *err, size_t errlen)
+{
+    char reason[512] = "";
     char pr_path[512];
     if (state_dir)
         snprintf(pr_path, sizeof(pr_path), "%s/%s-lun%llu.pr", state_dir, target,
@@ -111,7 +115,6 @@ int target_build_lun(const char *state_dir, const char *target, const struct tar
                                  .phys_block_size = l->phys_block_size,
                                  .sanitize_rate = l->sanitize_rate,
                                  .pr_state_path = state_dir ? pr_path : NULL};
-    reason[0] = '\0';
     int rc = scsi_target_add_lun(scsi, &lc, reason, sizeof(reason));
     if (rc < 0) {
         /* The LUN takes ownership of the store only on success. */
@@ -129,6 +132,13 @@ int target_build_lun(const char *state_dir, const char *target, const struct tar
              (unsigned long long)l->lun, l->bs_spec, bytes, human_size(bytes).s, l->block_size, pbs,
              l->read_only ? "read-only" : "read-write", l->removable ? ", removable" : "");
     return 0;
+}
+
+int target_build_lun(const char *state_dir, const char *target, const struct target_lun_conf *l,
+                     struct scsi_target *scsi, char *err, size_t errlen)
+{
+    struct bs *bs = target_open_lun_store(l, err, errlen);
+    return bs ? target_add_lun_store(state_dir, target, l, bs, scsi, err, errlen) : -1;
 }
 
 const char *target_state_dir(const struct target_config *cfg)

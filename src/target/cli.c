@@ -100,7 +100,8 @@ static const char usage_text[] =
     "  iscsiadm -m discovery -t st -p 127.0.0.1:3260\n"
     "\n"
     "While it runs, linerate-ctl shows sessions and LUNs and adds, removes, resizes and\n"
-    "write-protects LUNs (see linerate-ctl --help).\n"
+    "write-protects LUNs (see linerate-ctl --help). SIGHUP (or linerate-ctl reload)\n"
+    "re-reads --config and applies what changed in the LUNs and the log level.\n"
     "\n"
     "SIGTERM or SIGINT stops accepting, closes every connection, flushes file LUNs and\n"
     "exits 0. Exit codes: 0 ok, 1 runtime error (e.g. address in use), 2 bad argument or\n"
@@ -413,6 +414,14 @@ int target_cli_parse(struct target_config *cfg, int argc, char **argv)
             cfg->log_level = (enum log_level)a.log_level;
         if (a.state_dir)
             snprintf(cfg->state_dir, sizeof(cfg->state_dir), "%s", a.state_dir);
+        cfg->cli_threads = a.threads > 0;
+        cfg->cli_log_level = a.log_level >= 0;
+        cfg->cli_state_dir = a.state_dir != NULL;
+        if (a.config) { /* absolute, so a reload finds it whatever the cwd became */
+            char *abs = realpath(a.config, NULL);
+            snprintf(cfg->config_path, sizeof(cfg->config_path), "%s", abs ? abs : a.config);
+            free(abs);
+        }
         if (a.ctl_socket) { /* the command line wins over the config file's ctl-socket */
             char err[256];
             target_set_ctl_socket(cfg, a.ctl_socket, err, sizeof(err));

@@ -9,6 +9,7 @@
  * after CTL_IDLE_MS: bad input gets an error line, never a stuck or crashed daemon. */
 #include <errno.h>
 #include <fcntl.h>
+#include <jansson.h>
 #include <libgen.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -62,6 +63,7 @@ struct ctl_server {
     unsigned nclients;
     struct reactor_timer reap;
     struct reactor_msg stop_msg;
+    struct reactor_msg reload_msg; /* SIGHUP */
     struct log_limit refuse_log;
 };
 
@@ -472,6 +474,32 @@ int ctl_start(struct daemon *d)
     s->thread_started = true;
     LOG_INFO("control socket %s (mode 0600; linerate-ctl --socket %s)", s->path, s->path);
     return 0;
+}
+
+static void reload_run(struct daemon *d)
+{
+    char err[1024];
+    json_t *r = ctl_reload(d, err, sizeof(err));
+    if (r)
+        json_decref(r);
+    else
+        LOG_ERR("reload: %s; nothing changed", err);
+}
+
+static void reload_on_thread(void *arg)
+{
+    struct ctl_server *s = arg;
+    reload_run(s->d);
+}
+
+void ctl_reload_signal(struct daemon *d)
+{
+    LOG_INFO("SIGHUP: reloading %s", d->cfg.config_path[0] ? d->cfg.config_path : "(no --config)");
+    /* On the control thread, in line with the requests that change the same state. */
+    if (d->ctl && d->ctl->thread_started)
+        reactor_post(d->ctl->r, &d->ctl->reload_msg, reload_on_thread, d->ctl);
+    else
+        reload_run(d);
 }
 
 bool ctl_stopping(const struct daemon *d)

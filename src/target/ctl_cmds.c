@@ -374,11 +374,69 @@ static json_t *m_show_connections(struct daemon *d, json_t *params, struct req_e
 
 /* --- LUNs --- */
 
+static void zombie_add(struct daemon *d, const char *target, uint64_t lun, struct scsi_lun *lu);
+
+/* Record a LUN in the running configuration (what reload compares the file with): takes
+ * l->bs_spec. */
+static void conf_lun_add(struct daemon *d, unsigned t, struct target_lun_conf *l)
+{
+    char err[256];
+    if (target_node_add_lun(&d->cfg.targets[t], l, err, sizeof(err)) < 0) {
+        LOG_WARN("target %s: LUN %llu not recorded for reload: %s", d->cfg.targets[t].name,
+                 (unsigned long long)l->lun, err);
+        free(l->bs_spec);
+    }
+}
+
+static struct target_lun_conf *conf_lun_find(struct daemon *d, unsigned t, uint64_t lun)
+{
+    struct target_node_conf *c = &d->cfg.targets[t];
+    for (unsigned i = 0; i < c->nluns; i++)
+        if (c->luns[i].lun == lun)
+            return &c->luns[i];
+    return NULL;
+}
+
+static void conf_lun_del(struct daemon *d, unsigned t, uint64_t lun)
+{
+    struct target_node_conf *c = &d->cfg.targets[t];
+    struct target_lun_conf *l = conf_lun_find(d, t, lun);
+    if (!l)
+        return;
+    free(l->bs_spec);
+    size_t i = (size_t)(l - c->luns);
+    memmove(l, l + 1, (c->nluns - i - 1) * sizeof(*l));
+    c->nluns--;
+}
+
+int ctl_lun_add(struct daemon *d, unsigned t, struct target_lun_conf *l, struct bs *bs, char *err,
+                size_t errlen)
+{
+    struct iscsi_node *n = d->built.nodes[t];
+    const char *state_dir = target_state_dir(&d->cfg);
+    int rc = bs ? target_add_lun_store(state_dir, n->name, l, bs, n->scsi, err, errlen)
+                : target_build_lun(state_dir, n->name, l, n->scsi, err, errlen);
+    if (rc < 0) {
+        free(l->bs_spec);
+        l->bs_spec = NULL;
+        return -1;
+    }
+    /* SPC-4: the initiators learn of the new LUN by REPORTED LUNS DATA HAS CHANGED on the
+     * LUNs they already use. */
+    scsi_target_luns_changed(n->scsi, scsi_target_lun(n->scsi, l->lun));
+    conf_lun_add(d, t, l);
+    return 0;
+}
+
 static json_t *m_add_lun(struct daemon *d, json_t *params, struct req_err *e)
 {
-    struct iscsi_node *n = param_target(d, params, e);
-    if (!n)
+    const char *name = param_str(params, "target", true, e);
+    if (!name)
         return NULL;
+    unsigned t;
+    struct iscsi_node *n = find_node(d, name, &t);
+    if (!n)
+        return fail(e, ERR_NOT_FOUND, "no target named '%s'", name);
     const char *spec = param_str(params, "spec", true, e);
     if (!spec)
         return NULL;
@@ -408,17 +466,11 @@ static json_t *m_add_lun(struct daemon *d, json_t *params, struct req_err *e)
     }
     l.lun = num;
     snprintf(l.origin, sizeof(l.origin), "linerate-ctl add lun '%s'", spec);
-    int rc = target_build_lun(target_state_dir(&d->cfg), n->name, &l, n->scsi, err, sizeof(err));
-    free(l.bs_spec);
-    if (rc < 0)
+    if (ctl_lun_add(d, t, &l, NULL, err, sizeof(err)) < 0)
         return fail(e, ERR_FAILED, "%s", err);
-    struct scsi_lun *lu = scsi_target_lun(n->scsi, num);
-    /* SPC-4: the initiators learn of the new LUN by REPORTED LUNS DATA HAS CHANGED on the
-     * LUNs they already use. */
-    scsi_target_luns_changed(n->scsi, lu);
     LOG_INFO("target %s: LUN %llu added by linerate-ctl (%s)", n->name, (unsigned long long)num,
              spec);
-    return lun_json(n->name, lu);
+    return lun_json(n->name, scsi_target_lun(n->scsi, num));
 }
 
 static void zombie_add(struct daemon *d, const char *target, uint64_t lun, struct scsi_lun *lu)
@@ -454,39 +506,58 @@ void ctl_reap_zombies(struct daemon *d, bool all)
     }
 }
 
-static json_t *m_remove_lun(struct daemon *d, json_t *params, struct req_err *e)
+int ctl_lun_remove(struct daemon *d, unsigned t, uint64_t num, unsigned timeout_s,
+                   struct ctl_removed *out)
 {
-    struct iscsi_node *n = param_target(d, params, e);
-    uint64_t num, timeout = REMOVE_TIMEOUT_S;
-    if (!n || !param_lun(n, params, &num, e) ||
-        param_uint(params, "timeout", TIMEOUT_MAX_S, &timeout, e) < 0)
-        return NULL;
+    struct iscsi_node *n = d->built.nodes[t];
     struct scsi_lun *lu = scsi_target_detach_lun(n->scsi, num);
     if (!lu)
-        return fail(e, ERR_NOT_FOUND, "target %s has no LUN %llu", n->name,
-                    (unsigned long long)num);
+        return -1;
+    conf_lun_del(d, t, num);
     uint64_t t0 = reactor_now_ms();
     /* New commands now fail LOGICAL UNIT NOT SUPPORTED; those that found it run on. */
     bool settled = reactors_barrier(d) == 0;
-    uint64_t deadline = t0 + timeout * 1000;
+    uint64_t deadline = t0 + (uint64_t)timeout_s * 1000;
     while (settled && scsi_lun_users(lu) > 0 && reactor_now_ms() < deadline && !ctl_stopping(d))
         sleep_ms(10);
     long users = settled ? scsi_lun_users(lu) : -1;
     scsi_target_luns_changed(n->scsi, NULL);
-    uint64_t waited = reactor_now_ms() - t0;
+    out->waited_ms = reactor_now_ms() - t0;
+    out->left = users < 0 ? 0 : users;
+    out->closed = users == 0;
     if (users == 0) {
         scsi_lun_free(lu); /* a file store makes written data stable first */
-        LOG_INFO("target %s: LUN %llu removed by linerate-ctl (%llu ms)", n->name,
-                 (unsigned long long)num, (unsigned long long)waited);
+        LOG_INFO("target %s: LUN %llu removed (%llu ms)", n->name, (unsigned long long)num,
+                 (unsigned long long)out->waited_ms);
     } else {
         zombie_add(d, n->name, num, lu);
-        LOG_WARN("target %s: LUN %llu removed by linerate-ctl; %ld command%s still hold it, its "
-                 "store closes when they end",
-                 n->name, (unsigned long long)num, users, users == 1 ? "" : "s");
+        LOG_WARN("target %s: LUN %llu removed; %ld command%s still hold it, its store closes "
+                 "when they end",
+                 n->name, (unsigned long long)num, out->left, out->left == 1 ? "" : "s");
     }
+    return 0;
+}
+
+static json_t *m_remove_lun(struct daemon *d, json_t *params, struct req_err *e)
+{
+    const char *name = param_str(params, "target", true, e);
+    if (!name)
+        return NULL;
+    unsigned t;
+    struct iscsi_node *n = find_node(d, name, &t);
+    if (!n)
+        return fail(e, ERR_NOT_FOUND, "no target named '%s'", name);
+    uint64_t num, timeout = REMOVE_TIMEOUT_S;
+    if (!param_lun(n, params, &num, e) ||
+        param_uint(params, "timeout", TIMEOUT_MAX_S, &timeout, e) < 0)
+        return NULL;
+    struct ctl_removed r;
+    if (ctl_lun_remove(d, t, num, (unsigned)timeout, &r) < 0)
+        return fail(e, ERR_NOT_FOUND, "target %s has no LUN %llu", n->name,
+                    (unsigned long long)num);
     return json_pack("{s:s, s:I, s:I, s:b, s:I}", "target", n->name, "lun", (json_int_t)num,
-                     "waited_ms", (json_int_t)waited, "closed", users == 0, "commands_left",
-                     (json_int_t)(users < 0 ? 0 : users));
+                     "waited_ms", (json_int_t)r.waited_ms, "closed", r.closed, "commands_left",
+                     (json_int_t)r.left);
 }
 
 static json_t *m_set_lun(struct daemon *d, json_t *params, struct req_err *e)
@@ -502,6 +573,12 @@ static json_t *m_set_lun(struct daemon *d, json_t *params, struct req_err *e)
     char err[512];
     if (scsi_lun_set_read_only(lu, json_is_true(ro), err, sizeof(err)) < 0)
         return fail(e, ERR_FAILED, "%s", err);
+    unsigned t;
+    if (find_node(d, n->name, &t)) {
+        struct target_lun_conf *l = conf_lun_find(d, t, num);
+        if (l)
+            l->read_only = json_is_true(ro);
+    }
     LOG_INFO("target %s: LUN %llu set %s by linerate-ctl", n->name, (unsigned long long)num,
              json_is_true(ro) ? "read-only" : "read-write");
     return lun_json(n->name, lu);
@@ -575,6 +652,16 @@ static json_t *m_drop_connection(struct daemon *d, json_t *params, struct req_er
 
 /* --- the rest --- */
 
+static json_t *m_reload(struct daemon *d, json_t *params, struct req_err *e)
+{
+    (void)params;
+    char err[1024];
+    json_t *r = ctl_reload(d, err, sizeof(err));
+    if (!r)
+        return fail(e, ERR_FAILED, "%s", err);
+    return r;
+}
+
 static const char *const level_names[] = {"error", "warn", "info", "debug"};
 
 static json_t *m_set_log_level(struct daemon *d, json_t *params, struct req_err *e)
@@ -620,6 +707,7 @@ static const struct method methods[] = {
     {"logout_session", m_logout_session},
     {"drop_connection", m_drop_connection},
     {"set_log_level", m_set_log_level},
+    {"reload", m_reload},
 };
 
 /* --- the envelope --- */

@@ -442,14 +442,15 @@ static void block_signals(sigset_t *set)
     pthread_sigmask(SIG_BLOCK, &with_pipe, NULL);
 }
 
-static int wait_for_shutdown(const sigset_t *set)
+/* SIGHUP re-reads --config and applies the difference (ctl_reload.c), on the control thread. */
+static int wait_for_shutdown(struct daemon *d, const sigset_t *set)
 {
     for (;;) {
         int sig = 0;
         if (sigwait(set, &sig) != 0)
             continue;
         if (sig == SIGHUP) {
-            LOG_INFO("SIGHUP ignored (configuration reload is not supported)");
+            ctl_reload_signal(d);
             continue;
         }
         return sig;
@@ -495,7 +496,7 @@ int target_main(int argc, char **argv)
     }
     print_urls(&d->cfg);
 
-    int sig = wait_for_shutdown(&set);
+    int sig = wait_for_shutdown(d, &set);
     LOG_INFO("%s: shutting down", sig == SIGINT ? "SIGINT" : "SIGTERM");
     /* No administration while the reactors go away; a request waiting gives up. */
     ctl_stop(d);

@@ -75,8 +75,33 @@ char *ctl_request(struct daemon *d, const char *line, size_t len);
 /* The answer to a request that could not be read (too long, ...): a JSON-RPC error object
  * with a null id, malloc'd; NULL when out of memory. */
 char *ctl_error_line(int code, const char *message);
+/* Add LUN l to target number t (d->built / d->cfg index) on the store bs, or on one opened
+ * now (bs NULL); the initiators get REPORTED LUNS DATA HAS CHANGED and l (its bs_spec taken)
+ * joins the running configuration. -1 with "ORIGIN: reason" in err (bs closed). */
+int ctl_lun_add(struct daemon *d, unsigned t, struct target_lun_conf *l, struct bs *bs, char *err,
+                size_t errlen);
+/* Remove LUN `lun` of target number t: detach, wait (at most timeout_s) for the commands
+ * holding it, close its store, or leave that to ctl_reap_zombies. -1 if there is no such LUN. */
+struct ctl_removed {
+    uint64_t waited_ms;
+    long left; /* commands still holding it */
+    bool closed;
+};
+int ctl_lun_remove(struct daemon *d, unsigned t, uint64_t lun, unsigned timeout_s,
+                   struct ctl_removed *out);
 /* Free the removed LUNs whose last user let go; all of them with `all` (at exit, once no
  * reactor runs). */
 void ctl_reap_zombies(struct daemon *d, bool all);
+
+/* --- ctl_reload.c: reload (linerate-ctl reload, SIGHUP) --- */
+/* Re-read cfg.config_path and apply what can change at run time: LUNs added, removed and
+ * write-protected, the log level; the rest is listed as needing a restart. A file with an
+ * error, or a new store that cannot be opened, changes nothing (err: "FILE:LINE: reason").
+ * Returns the report (a JSON object, caller owns it) or NULL. On the control thread (or the
+ * main thread when there is none). */
+struct json_t;
+struct json_t *ctl_reload(struct daemon *d, char *err, size_t errlen);
+/* SIGHUP: run a reload on the control thread (or here when there is none) and log it. */
+void ctl_reload_signal(struct daemon *d);
 
 #endif

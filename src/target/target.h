@@ -85,6 +85,9 @@ struct target_config {
      * only a warning; a path that was asked for must work or the daemon does not start. */
     char ctl_socket[TARGET_CTL_PATH_MAX];
     bool ctl_socket_set;
+    /* --config FILE, for reload ("" without); which settings the command line fixed over it. */
+    char config_path[1024];
+    bool cli_log_level, cli_threads, cli_state_dir;
     struct iscsi_limits limits; /* limits.c */
     struct target_node_conf *targets;
     unsigned ntargets;
@@ -150,6 +153,7 @@ int target_chap_key(struct target_config *cfg, struct target_node_conf *node, co
 int target_chap_load(struct target_config *cfg, char *err, size_t errlen);
 
 /* --- build.c: config -> SCSI targets + iSCSI nodes --- */
+struct bs;
 struct target_built {
     struct scsi_target **scsi;
     struct iscsi_node **nodes;
@@ -161,6 +165,12 @@ int target_build(const struct target_config *cfg, struct target_built *b, char *
  * state_dir may be NULL (no APTPL). On error returns -1 with "ORIGIN: reason" in err. */
 int target_build_lun(const char *state_dir, const char *target, const struct target_lun_conf *l,
                      struct scsi_target *scsi, char *err, size_t errlen);
+/* The same in two steps, so that a reload opens every new store before it changes anything:
+ * open the store (NULL with "ORIGIN: reason" in err), then add it (the LUN takes the store;
+ * on error it is closed). */
+struct bs *target_open_lun_store(const struct target_lun_conf *l, char *err, size_t errlen);
+int target_add_lun_store(const char *state_dir, const char *target, const struct target_lun_conf *l,
+                         struct bs *bs, struct scsi_target *scsi, char *err, size_t errlen);
 /* cfg's state directory, created if missing; NULL (with a warning) if it cannot be. */
 const char *target_state_dir(const struct target_config *cfg);
 /* Flush every LUN's store; returns the number of LUNs that failed to flush. */

@@ -309,22 +309,70 @@ r = talk(b'{"jsonrpc":"2.0","id":2,"method":"show_targets"}\n')
 assert "result" in r, r
 EOF
 ctl_ok version
+ctl reload >"$WORK/ctl.out" 2>&1
+[ $? -eq 1 ] && grep -q "without --config" "$WORK/ctl.out" || fail "reload without --config"
 
 note "SIGTERM: exit 0, socket removed"
 stop_target
 [ "$STOP_RC" -eq 0 ] || fail "exit $STOP_RC"
 [ -e "$SOCK" ] && fail "the socket file is still there"
 
-note "ctl-socket from the config file"
-cat >"$WORK/ctl.conf" <<EOF
-ctl-socket = $WORK/conf.sock
-[target $T]
-portal = 127.0.0.1:@PORT@
-lun = ram:8M
-EOF
+note "ctl-socket from the config file; reload (good and bad files) and SIGHUP"
+conf_lines() { # the config with these LUN (and other) lines in the target's section
+    printf 'ctl-socket = %s\n[target %s]\nportal = 127.0.0.1:%s\n' "$WORK/conf.sock" "$T" "$1"
+    shift
+    printf '%s\n' "$@"
+}
+conf_lines @PORT@ "lun 0 = ram:8M" "lun 1 = ram:4M" "lun 2 = ram:4M" >"$WORK/ctl.conf"
 start_target_config "$WORK/ctl.conf"
-SOCK=$WORK/conf.sock ctl_ok show luns
+SOCK=$WORK/conf.sock
+ctl_ok show luns
 grep -q "8 MiB" "$WORK/ctl.out" || fail "config ctl-socket: $(cat "$WORK/ctl.out")"
+URL="iscsi://127.0.0.1:$PORT/$T"
+timeout 120 qemu-img bench -f raw -c 60000 -d 8 -s 4096 -w "$URL/0" >"$WORK/load2.log" 2>&1 &
+LOAD_PID=$!
+# the daemon reads $WORK/run.conf (start_target_config's copy): change that one
+conf_lines "$PORT" "lun 0 = ram:8M" "lun 2 = ram:4M,ro" "lun 3 = ram:2M" >"$WORK/run.conf"
+ctl_ok --json reload
+python3 - "$WORK/ctl.out" <<'EOF' || fail "reload: $(cat "$WORK/ctl.out")"
+import json, sys
+r = json.load(open(sys.argv[1]))
+a = " | ".join(r["applied"])
+assert "LUN 1 removed" in a and "LUN 2 read-only" in a and "LUN 3 added" in a, a
+assert not r["needs_restart"], r["needs_restart"]
+EOF
+ctl_ok --json show luns
+[ "$(jget '[(l["lun"], l["read_only"]) for l in d]' <"$WORK/ctl.out")" = \
+    "[(0, False), (2, True), (3, False)]" ] || fail "LUNs after reload: $(cat "$WORK/ctl.out")"
+conf_lines "$PORT" "lun 0 = ram:8M" "lun 2 = ram:4M,ro" "lun 3 = ram:2M" "lun 4 = ram:1M" \
+    "lun 5 = file:$WORK/missing/x.img" >"$WORK/run.conf"
+ctl reload >"$WORK/ctl.out" 2>&1
+[ $? -eq 1 ] && grep -q "run.conf:8: cannot open LUN 5" "$WORK/ctl.out" ||
+    fail "a store that cannot be opened: $(cat "$WORK/ctl.out")"
+conf_lines "$PORT" "lun 0 = ram:8M" "lun 4 = ram:1M" "this is not a key" >"$WORK/run.conf"
+ctl reload >"$WORK/ctl.out" 2>&1
+[ $? -eq 1 ] && grep -q "run.conf:6:" "$WORK/ctl.out" ||
+    fail "a syntax error: $(cat "$WORK/ctl.out")"
+ctl_ok --json show luns
+[ "$(jget '[l["lun"] for l in d]' <"$WORK/ctl.out")" = "[0, 2, 3]" ] ||
+    fail "a bad reload changed something: $(cat "$WORK/ctl.out")"
+# SIGHUP does the same
+conf_lines "$PORT" "lun 0 = ram:8M" "lun 2 = ram:4M" "lun 3 = ram:2M" "lun 4 = ram:1M" \
+    >"$WORK/run.conf"
+kill -HUP "$LT_PID"
+for ((i = 0; i < 50; i++)); do
+    ctl --json show luns | grep -q '"lun": 4' && break
+    sleep 0.1
+done
+ctl_ok --json show luns
+[ "$(jget '[(l["lun"], l["read_only"]) for l in d]' <"$WORK/ctl.out")" = \
+    "[(0, False), (2, False), (3, False), (4, False)]" ] ||
+    fail "LUNs after SIGHUP: $(cat "$WORK/ctl.out")"
+grep -q "SIGHUP: reloading" "$WORK/target.log" || fail "SIGHUP not logged"
+wait $LOAD_PID || {
+    tail -n 5 "$WORK/load2.log" >&2
+    fail "the load on LUN 0 failed during the reloads"
+}
 stop_target
 [ "$STOP_RC" -eq 0 ] || fail "exit $STOP_RC"
 echo "PASS"
