@@ -64,7 +64,7 @@ static void test_grow_capacity_ua(void **state)
     setup_target(&tg, &n, &t);
     struct scsi_lun *lu = scsi_target_lun(&tg, 0);
     char err[256];
-    assert_int_equal(scsi_lun_grow(lu, 1000, err, sizeof(err)), -1); /* not whole blocks */
+    assert_int_equal(scsi_lun_grow(lu, 1000, err, sizeof(err)), -1);       /* not whole blocks */
     assert_int_equal(scsi_lun_grow(lu, 512 * 1024, err, sizeof(err)), -1); /* shrinking */
     assert_non_null(strstr(err, "shrink"));
     assert_int_equal(scsi_lun_grow(lu, 4u << 20, err, sizeof(err)), 0);
