@@ -283,6 +283,16 @@ void ctl_print_result(FILE *out, const char *kind, json_t *r)
         if (!json_array_size(json_object_get(r, "applied")) &&
             !json_array_size(json_object_get(r, "needs_restart")))
             fprintf(out, "  no change\n");
+    } else if (strcmp(kind, "target-added") == 0) {
+        char *portals = join(json_object_get(r, "portals"));
+        fprintf(out, "target %s added on %s with %lld LUN%s\n", str(r, "target"),
+                portals ? portals : "", num(r, "luns"), num(r, "luns") == 1 ? "" : "s");
+        free(portals);
+    } else if (strcmp(kind, "target-removed") == 0) {
+        fprintf(out, "target %s removed (%lld session%s ended, %lld LUN%s removed%s)\n",
+                str(r, "target"), num(r, "sessions_ended"), num(r, "sessions_ended") == 1 ? "" : "s",
+                num(r, "luns_removed"), num(r, "luns_removed") == 1 ? "" : "s",
+                num(r, "commands_left") ? "; some commands still hold a store" : "");
     } else if (strcmp(kind, "version") == 0) {
         fprintf(out, "linerate-target %s, pid %lld, %lld reactor threads, log level %s\n",
                 str(r, "version"), num(r, "pid"), num(r, "reactors"), str(r, "log_level"));

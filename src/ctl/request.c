@@ -161,7 +161,59 @@ int ctl_req_from_argv(int argc, char **argv, struct ctl_req *req, char *err, siz
     if (is(verb, "reload")) {
         req->method = "reload";
         req->kind = "reload";
-        return verb_opts(argc, argv, 1, p, false, false, err, errlen);
+        for (int i = 1; i < argc; i++) {
+            if (!is(argv[i], "--force"))
+                return usage_err(err, errlen, "usage: reload [--force]");
+            json_object_set_new(p, "force", json_true());
+        }
+        return 0;
+    }
+    if (is(verb, "add") && is(what, "target")) {
+        if (argc < 3)
+            return usage_err(err, errlen,
+                             "usage: add target IQN --portal ADDR[:PORT]... [--lun SPEC]... "
+                             "[--allow IQN]... [--alias TEXT]");
+        req->method = "add_target";
+        req->kind = "target-added";
+        json_object_set_new(p, "target", json_string(argv[2]));
+        json_t *portals = json_array(), *luns = json_array(), *allow = json_array();
+        json_object_set_new(p, "portals", portals);
+        json_object_set_new(p, "luns", luns);
+        json_object_set_new(p, "allow", allow);
+        for (int i = 3; i < argc; i++) {
+            if (i + 1 >= argc)
+                return usage_err(err, errlen, "'%s' needs a value", argv[i]);
+            if (is(argv[i], "--portal"))
+                json_array_append_new(portals, json_string(argv[++i]));
+            else if (is(argv[i], "--lun"))
+                json_array_append_new(luns, json_string(argv[++i]));
+            else if (is(argv[i], "--allow"))
+                json_array_append_new(allow, json_string(argv[++i]));
+            else if (is(argv[i], "--alias"))
+                json_object_set_new(p, "alias", json_string(argv[++i]));
+            else
+                return usage_err(err, errlen, "unexpected argument '%s'", argv[i]);
+        }
+        return 0;
+    }
+    if (is(verb, "remove") && is(what, "target")) {
+        if (argc < 3)
+            return usage_err(err, errlen, "usage: remove target IQN [--force] [--timeout S]");
+        req->method = "remove_target";
+        req->kind = "target-removed";
+        json_object_set_new(p, "target", json_string(argv[2]));
+        for (int i = 3; i < argc; i++) {
+            if (is(argv[i], "--force")) {
+                json_object_set_new(p, "force", json_true());
+            } else if (is(argv[i], "--timeout") && i + 1 < argc) {
+                if (num_arg(argv[++i], "timeout", 3600, &v, err, errlen) < 0)
+                    return -1;
+                json_object_set_new(p, "timeout", json_integer(v));
+            } else {
+                return usage_err(err, errlen, "unexpected argument '%s'", argv[i]);
+            }
+        }
+        return 0;
     }
     if (is(verb, "call")) { /* any method, params as JSON: for scripts and new methods */
         if (argc < 2 || argc > 3)

@@ -60,7 +60,14 @@ struct iscsi_node {
     unsigned nsessions; /* live normal sessions (the server's sessions_lock) */
 };
 
+/* Nodes one server can serve at once (slots of iscsi_server.nodes). */
+#define ISCSI_NODES_MAX 4096u
+
 struct iscsi_server {
+    /* The nodes served: ISCSI_NODES_MAX slots allocated at init, so that a node added at run
+     * time (linerate-ctl) never moves the array under a reactor reading it; a removed node's
+     * slot is NULL. Slots and the bound nnodes are stored with release by the one writer (the
+     * daemon's start, then its control thread) and read with acquire (iscsi_server_node). */
     struct iscsi_node **nodes;
     unsigned nnodes;
     struct reactor **reactors;
@@ -101,10 +108,18 @@ struct iscsi_server {
 
 int iscsi_server_init(struct iscsi_server *srv);
 void iscsi_server_destroy(struct iscsi_server *srv);
-/* Serve these nodes (the array is the caller's and outlives the server). Each node's SCSI
- * target gets the server as its transport: PREEMPT AND ABORT reaches the preempted nexus's
- * iSCSI tasks through it. Before the reactors run. */
+/* Serve these nodes (copied into the server's slots; the nodes themselves are the caller's and
+ * outlive the server). Each node's SCSI target gets the server as its transport: PREEMPT AND
+ * ABORT reaches the preempted nexus's iSCSI tasks through it. Before the reactors run. */
 void iscsi_server_set_nodes(struct iscsi_server *srv, struct iscsi_node **nodes, unsigned n);
+/* Serve one more node, at run time too (the first free slot). 0 or -ENOSPC. */
+int iscsi_server_add_node(struct iscsi_server *srv, struct iscsi_node *node);
+/* Stop serving a node: new logins and SendTargets no longer find it. Its sessions go on (the
+ * caller ends them) and the node must outlive them. */
+void iscsi_server_remove_node(struct iscsi_server *srv, struct iscsi_node *node);
+/* Slot i (< iscsi_server_node_bound) of the node table: a node or NULL. */
+unsigned iscsi_server_node_bound(struct iscsi_server *srv);
+struct iscsi_node *iscsi_server_node(struct iscsi_server *srv, unsigned i);
 struct iscsi_node *iscsi_server_find_node(struct iscsi_server *srv, const char *name);
 bool iscsi_node_allows(const struct iscsi_node *node, const char *initiator_name);
 

@@ -13,7 +13,7 @@
 
 #define TARGET_TPGT 1
 
-static void node_free(struct iscsi_node *n)
+void target_node_free(struct iscsi_node *n)
 {
     if (!n)
         return;
@@ -23,7 +23,7 @@ static void node_free(struct iscsi_node *n)
     free(n);
 }
 
-static struct iscsi_node *node_make(const struct target_node_conf *c, struct scsi_target *scsi)
+struct iscsi_node *target_node_make(const struct target_node_conf *c, struct scsi_target *scsi)
 {
     struct iscsi_node *n = calloc(1, sizeof(*n));
     if (!n)
@@ -37,7 +37,7 @@ static struct iscsi_node *node_make(const struct target_node_conf *c, struct scs
     n->portals = calloc(c->nportals ? c->nportals : 1, sizeof(*n->portals));
     n->allow = calloc(c->nallow ? c->nallow : 1, sizeof(*n->allow));
     if (!n->portals || !n->allow) {
-        node_free(n);
+        target_node_free(n);
         return NULL;
     }
     for (unsigned i = 0; i < c->nportals; i++) {
@@ -192,7 +192,7 @@ int target_build(const struct target_config *cfg, struct target_built *b, char *
         for (unsigned i = 0; i < c->nluns; i++)
             if (target_build_lun(state_dir, c->name, &c->luns[i], scsi, err, errlen) < 0)
                 goto fail;
-        b->nodes[t] = node_make(c, scsi);
+        b->nodes[t] = target_node_make(c, scsi);
         if (!b->nodes[t]) {
             snprintf(err, errlen, "out of memory");
             goto fail;
@@ -226,7 +226,7 @@ void target_built_free(struct target_built *b)
 {
     for (unsigned t = 0; t < b->n; t++) {
         if (b->nodes)
-            node_free(b->nodes[t]);
+            target_node_free(b->nodes[t]);
         if (b->scsi && b->scsi[t]) {
             scsi_target_destroy(b->scsi[t]);
             free(b->scsi[t]);

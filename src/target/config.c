@@ -105,6 +105,43 @@ struct target_node_conf *target_config_add_node(struct target_config *cfg, const
     return n;
 }
 
+void target_config_remove_node(struct target_config *cfg, unsigned idx)
+{
+    node_conf_free(&cfg->targets[idx]);
+    memmove(&cfg->targets[idx], &cfg->targets[idx + 1],
+            (cfg->ntargets - idx - 1) * sizeof(cfg->targets[0]));
+    cfg->ntargets--;
+}
+
+struct target_node_conf *target_config_copy_node(struct target_config *cfg,
+                                                 const struct target_node_conf *src)
+{
+    struct target_node_conf *n = target_config_add_node(cfg, src->name, src->origin);
+    if (!n)
+        return NULL;
+    snprintf(n->alias, sizeof(n->alias), "%s", src->alias);
+    n->params = src->params;
+    n->chap = src->chap;
+    bool ok = true;
+    for (unsigned i = 0; ok && i < src->nportals; i++)
+        ok = target_node_add_portal(n, &src->portals[i]) == 0;
+    for (unsigned i = 0; ok && i < src->nallow; i++)
+        ok = target_node_add_allow(n, src->allow[i]) == 0;
+    for (unsigned i = 0; ok && i < src->nluns; i++) {
+        struct target_lun_conf l = src->luns[i];
+        char err[256];
+        l.bs_spec = strdup(src->luns[i].bs_spec);
+        ok = l.bs_spec && target_node_add_lun(n, &l, err, sizeof(err)) == 0;
+        if (!ok)
+            free(l.bs_spec);
+    }
+    if (!ok) {
+        target_config_remove_node(cfg, cfg->ntargets - 1);
+        return NULL;
+    }
+    return n;
+}
+
 int target_node_add_portal(struct target_node_conf *n, const struct target_portal *p)
 {
     for (unsigned i = 0; i < n->nportals; i++)

@@ -479,7 +479,7 @@ int ctl_start(struct daemon *d)
 static void reload_run(struct daemon *d)
 {
     char err[1024];
-    json_t *r = ctl_reload(d, err, sizeof(err));
+    json_t *r = ctl_reload(d, false, err, sizeof(err));
     if (r)
         json_decref(r);
     else

@@ -107,6 +107,11 @@ static int param_uint_req(json_t *params, const char *key, uint64_t max, uint64_
     return rc == 1 ? 0 : -1;
 }
 
+static bool param_bool(json_t *params, const char *key)
+{
+    return params && json_is_true(json_object_get(params, key));
+}
+
 static struct iscsi_node *find_node(struct daemon *d, const char *name, unsigned *idx)
 {
     for (unsigned i = 0; i < d->built.n; i++) {
@@ -274,24 +279,29 @@ static json_t *m_show_luns(struct daemon *d, json_t *params, struct req_err *e)
     return a;
 }
 
+static json_t *portal_json(struct daemon *d, const struct listener *l)
+{
+    json_t *targets = json_array();
+    for (unsigned t = 0; t < d->built.n; t++) {
+        const struct iscsi_node *n = d->built.nodes[t];
+        for (unsigned p = 0; p < n->nportals; p++)
+            if (strcmp(n->portals[p].text, l->portal.text) == 0)
+                json_array_append_new(targets, json_string(n->name));
+    }
+    return json_pack("{s:s, s:i, s:b, s:o}", "portal", l->portal.text, "tpgt", (int)l->portal.tpgt,
+                     "listening", l->fd >= 0, "targets", targets);
+}
+
+/* The listeners are fixed but for those added with a target, which only this thread adds. */
 static json_t *m_show_portals(struct daemon *d, json_t *params, struct req_err *e)
 {
     (void)params;
     (void)e;
     json_t *a = json_array();
-    for (unsigned i = 0; i < d->cfg.nlisten; i++) {
-        const char *text = d->cfg.listen[i].text;
-        json_t *targets = json_array();
-        for (unsigned t = 0; t < d->built.n; t++) {
-            const struct iscsi_node *n = d->built.nodes[t];
-            for (unsigned p = 0; p < n->nportals; p++)
-                if (strcmp(n->portals[p].text, text) == 0)
-                    json_array_append_new(targets, json_string(n->name));
-        }
-        bool listening = i < d->nlisteners && d->listeners[i].fd >= 0;
-        json_array_append_new(a, json_pack("{s:s, s:i, s:b, s:o}", "portal", text, "tpgt", 1,
-                                           "listening", listening, "targets", targets));
-    }
+    for (unsigned i = 0; i < d->nlisteners; i++)
+        json_array_append_new(a, portal_json(d, &d->listeners[i]));
+    for (const struct listener *l = d->extra_listeners; l; l = l->next)
+        json_array_append_new(a, portal_json(d, l));
     return a;
 }
 
@@ -607,6 +617,118 @@ static json_t *m_resize_lun(struct daemon *d, json_t *params, struct req_err *e)
     return lun_json(n->name, lu);
 }
 
+/* --- targets --- */
+
+/* The strings of an optional array parameter; -1 (e set) if it is not an array of strings. */
+static int param_strings(json_t *params, const char *key, json_t **out, struct req_err *e)
+{
+    json_t *a = params ? json_object_get(params, key) : NULL;
+    *out = a;
+    if (!a)
+        return 0;
+    size_t i;
+    json_t *v;
+    if (!json_is_array(a))
+        goto bad;
+    json_array_foreach(a, i, v) if (!json_is_string(v)) goto bad;
+    return 0;
+bad:
+    fail(e, ERR_INVALID_PARAMS, "parameter '%s' must be an array of strings", key);
+    return -1;
+}
+
+static json_t *m_add_target(struct daemon *d, json_t *params, struct req_err *e)
+{
+    const char *name = param_str(params, "target", true, e);
+    json_t *portals, *luns, *allow;
+    if (!name || param_strings(params, "portals", &portals, e) < 0 ||
+        param_strings(params, "luns", &luns, e) < 0 || param_strings(params, "allow", &allow, e) < 0)
+        return NULL;
+    const char *alias = param_str(params, "alias", false, e);
+    if (e->code)
+        return NULL;
+    char err[1024];
+    if (target_check_iscsi_name(name, err, sizeof(err)) < 0)
+        return fail(e, ERR_INVALID_PARAMS, "target name: %s", err);
+    if (!json_array_size(portals))
+        return fail(e, ERR_INVALID_PARAMS, "a target needs at least one portal");
+    /* A one-target configuration, checked as the command line's is, then served. */
+    struct target_config tmp;
+    target_config_init(&tmp);
+    struct target_node_conf *c = target_config_add_node(&tmp, name, "linerate-ctl add target");
+    json_t *res = NULL;
+    size_t i;
+    json_t *v;
+    if (!c) {
+        fail(e, ERR_INTERNAL, "out of memory");
+        goto out;
+    }
+    if (alias && strlen(alias) >= sizeof(c->alias)) {
+        fail(e, ERR_INVALID_PARAMS, "alias too long");
+        goto out;
+    }
+    snprintf(c->alias, sizeof(c->alias), "%s", alias ? alias : "");
+    json_array_foreach(portals, i, v)
+    {
+        struct target_portal p;
+        if (target_parse_portal(json_string_value(v), &p, err, sizeof(err)) < 0 ||
+            target_node_add_portal(c, &p) < 0) {
+            fail(e, ERR_INVALID_PARAMS, "portal '%s': %s", json_string_value(v), err);
+            goto out;
+        }
+    }
+    json_array_foreach(allow, i, v)
+    {
+        if (target_check_iscsi_name(json_string_value(v), err, sizeof(err)) < 0 ||
+            target_node_add_allow(c, json_string_value(v)) < 0) {
+            fail(e, ERR_INVALID_PARAMS, "allow '%s': %s", json_string_value(v), err);
+            goto out;
+        }
+    }
+    json_array_foreach(luns, i, v)
+    {
+        struct target_lun_conf l;
+        memset(&l, 0, sizeof(l));
+        if (target_parse_lun_spec(json_string_value(v), &l, err, sizeof(err)) < 0) {
+            fail(e, ERR_INVALID_PARAMS, "bad LUN spec '%s': %s", json_string_value(v), err);
+            goto out;
+        }
+        l.lun = i;
+        snprintf(l.origin, sizeof(l.origin), "linerate-ctl add target, LUN %zu '%s'", i,
+                 json_string_value(v));
+        if (target_node_add_lun(c, &l, err, sizeof(err)) < 0) {
+            free(l.bs_spec);
+            fail(e, ERR_INVALID_PARAMS, "%s", err);
+            goto out;
+        }
+    }
+    if (ctl_target_add(d, c, err, sizeof(err)) < 0) {
+        fail(e, ERR_FAILED, "%s", err);
+        goto out;
+    }
+    res = json_pack("{s:s, s:o, s:i}", "target", name, "portals", json_deep_copy(portals), "luns",
+                    (int)json_array_size(luns));
+out:
+    target_config_free(&tmp);
+    return res;
+}
+
+static json_t *m_remove_target(struct daemon *d, json_t *params, struct req_err *e)
+{
+    const char *name = param_str(params, "target", true, e);
+    uint64_t timeout = LOGOUT_TIMEOUT_S;
+    if (!name || param_uint(params, "timeout", TIMEOUT_MAX_S, &timeout, e) < 0)
+        return NULL;
+    struct ctl_target_removed r;
+    char err[512];
+    int rc = ctl_target_remove(d, name, param_bool(params, "force"), (unsigned)timeout, &r, err,
+                               sizeof(err));
+    if (rc < 0)
+        return fail(e, rc == -ENOENT ? ERR_NOT_FOUND : ERR_FAILED, "%s", err);
+    return json_pack("{s:s, s:i, s:i, s:I}", "target", name, "sessions_ended", (int)r.sessions,
+                     "luns_removed", (int)r.luns, "commands_left", (json_int_t)r.commands_left);
+}
+
 /* --- sessions --- */
 
 static json_t *m_logout_session(struct daemon *d, json_t *params, struct req_err *e)
@@ -654,9 +776,8 @@ static json_t *m_drop_connection(struct daemon *d, json_t *params, struct req_er
 
 static json_t *m_reload(struct daemon *d, json_t *params, struct req_err *e)
 {
-    (void)params;
     char err[1024];
-    json_t *r = ctl_reload(d, err, sizeof(err));
+    json_t *r = ctl_reload(d, param_bool(params, "force"), err, sizeof(err));
     if (!r)
         return fail(e, ERR_FAILED, "%s", err);
     return r;
@@ -708,6 +829,8 @@ static const struct method methods[] = {
     {"drop_connection", m_drop_connection},
     {"set_log_level", m_set_log_level},
     {"reload", m_reload},
+    {"add_target", m_add_target},
+    {"remove_target", m_remove_target},
 };
 
 /* --- the envelope --- */

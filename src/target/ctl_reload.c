@@ -1,9 +1,11 @@
 /* reload (linerate-ctl reload, SIGHUP): re-read the --config file and apply the difference with
- * what runs. What can change at run time is applied: LUNs added (the file's number), removed
+ * what runs. What can change at run time is applied: targets added and removed (one with
+ * sessions only with force, which logs them out), LUNs added (the file's number), removed
  * (their commands finish first, as remove lun does) and write-protected or not, and the log
- * level. The rest (targets, portals, allow lists, CHAP, session keys, threads, limits) is
- * listed as needing a restart, not half applied. A file that does not load, or a new LUN's store
+ * level. The rest (a running target's portals, allow list, CHAP, session keys; threads, limits)
+ * is listed as needing a restart, not half applied. A file that does not load, or a new store
  * that cannot be opened, changes nothing: every new store is opened before anything changes. */
+#include <errno.h>
 #include <jansson.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -111,20 +113,11 @@ static void diff_fixed(const struct target_config *run, const struct target_conf
         !same_chap(&run->discovery_chap, &file->discovery_chap) ||
         run->chap_algs != file->chap_algs)
         note(restart, "chap-secrets, discovery CHAP or chap-algorithms");
-    for (unsigned i = 0; i < file->ntargets; i++)
-        if (!find_conf(run, file->targets[i].name))
-            note(restart, "new target %s (targets are added by a restart in this version)",
-                 file->targets[i].name);
     for (unsigned i = 0; i < run->ntargets; i++) {
         const struct target_node_conf *r = &run->targets[i];
         const struct target_node_conf *f = find_conf(file, r->name);
-        if (!f) {
-            note(restart,
-                 "target %s is gone from the file (targets are removed by a restart in "
-                 "this version)",
-                 r->name);
-            continue;
-        }
+        if (!f)
+            continue; /* removed as a whole, below */
         if (!same_portals(r, f))
             note(restart, "target %s: portals", r->name);
         if (!same_allow(r, f))
@@ -145,7 +138,20 @@ struct pending_add {
     struct bs *bs;
 };
 
-json_t *ctl_reload(struct daemon *d, char *err, size_t errlen)
+/* A new target's stores can be opened (then closed again: the real opening comes with the
+ * target), so that a file naming one that cannot changes nothing. */
+static int check_new_target(const struct target_node_conf *c, char *err, size_t errlen)
+{
+    for (unsigned i = 0; i < c->nluns; i++) {
+        struct bs *bs = target_open_lun_store(&c->luns[i], err, errlen);
+        if (!bs)
+            return -1;
+        bs_close(bs);
+    }
+    return 0;
+}
+
+json_t *ctl_reload(struct daemon *d, bool force, char *err, size_t errlen)
 {
     if (!d->cfg.config_path[0]) {
         snprintf(err, errlen, "the daemon was started without --config: nothing to reload");
@@ -211,6 +217,9 @@ json_t *ctl_reload(struct daemon *d, char *err, size_t errlen)
             nadds++;
         }
     }
+    for (unsigned i = 0; i < file.ntargets && rc == 0; i++)
+        if (!find_conf(&d->cfg, file.targets[i].name))
+            rc = check_new_target(&file.targets[i], err, errlen);
     if (rc < 0) {
         for (unsigned i = 0; i < nadds; i++) {
             bs_close(adds[i].bs);
@@ -276,6 +285,38 @@ json_t *ctl_reload(struct daemon *d, char *err, size_t errlen)
             note(restart, "target %s: LUN %llu: %s", name, (unsigned long long)num, why);
     }
     free(adds);
+
+    /* Whole targets last: removing one renumbers the running ones. */
+    for (unsigned t = 0; t < d->cfg.ntargets;) {
+        char name[ISCSI_NAME_MAX + 1];
+        snprintf(name, sizeof(name), "%s", d->cfg.targets[t].name);
+        if (find_conf(&file, name)) {
+            t++;
+            continue;
+        }
+        struct ctl_target_removed tr;
+        char why[512];
+        int trc = ctl_target_remove(d, name, force, RELOAD_REMOVE_TIMEOUT_S, &tr, why,
+                                    sizeof(why));
+        if (trc == 0) {
+            note(applied, "target %s removed (%u session%s ended)", name, tr.sessions,
+                 tr.sessions == 1 ? "" : "s");
+        } else {
+            note(restart, "%s%s", why, trc == -EBUSY ? " (reload --force logs them out)" : "");
+            t++;
+        }
+    }
+    for (unsigned i = 0; i < file.ntargets; i++) {
+        const struct target_node_conf *f = &file.targets[i];
+        if (find_conf(&d->cfg, f->name))
+            continue;
+        char why[1024];
+        if (ctl_target_add(d, f, why, sizeof(why)) == 0)
+            note(applied, "target %s added (%u LUN%s)", f->name, f->nluns,
+                 f->nluns == 1 ? "" : "s");
+        else
+            note(restart, "target %s not added: %s", f->name, why);
+    }
 
     if (!d->cfg.cli_log_level && file.log_level != log_get_level()) {
         static const char *const names[] = {"error", "warn", "info", "debug"};

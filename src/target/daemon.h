@@ -20,6 +20,7 @@ struct listener {
     int fd;
     struct iscsi_portal_addr portal;
     struct daemon *d;
+    struct listener *next; /* in d->extra_listeners */
 };
 
 /* A function run on a reactor's thread while the main thread waits for it. */
@@ -42,6 +43,9 @@ struct daemon {
     unsigned nthreads_started;
     struct listener *listeners;
     unsigned nlisteners;
+    /* Listeners opened at run time for a target added by linerate-ctl: linked (and watched) on
+     * reactor 0, freed at exit. */
+    struct listener *extra_listeners;
     /* Accept throttling when out of descriptors; touched only on reactor 0. */
     struct reactor_timer accept_pause;
     bool accept_paused;
@@ -53,7 +57,16 @@ struct daemon {
      * by the control thread once their last user lets go, or at exit. Control thread only
      * (and the main thread after the control thread stopped). */
     struct ctl_zombie *zombies;
+    /* Targets removed at run time: their node and SCSI target (LUNs gone already) stay until
+     * exit, as sessions that were ending may still point at them. */
+    struct ctl_retired *retired;
 };
+
+/* --- daemon.c, for the control thread --- */
+/* Make sure the daemon listens on portal p (opening and watching a new socket on reactor 0 if
+ * no listener has its address). 0, or -1 with a reason in err. */
+int daemon_listen_portal(struct daemon *d, const struct target_portal *p, char *err,
+                         size_t errlen);
 
 /* --- ctl.c: the control socket (docs/ctl-protocol.md), on a thread of its own --- */
 /* Create cfg.ctl_socket (mode 0600), before any other thread runs. Returns 0 with d->ctl set,
@@ -93,14 +106,34 @@ int ctl_lun_remove(struct daemon *d, unsigned t, uint64_t lun, unsigned timeout_
  * reactor runs). */
 void ctl_reap_zombies(struct daemon *d, bool all);
 
+/* --- ctl_targets.c: whole targets at run time --- */
+/* Serve target c (copied): listeners for its portals, its LUNs, its node in the server's
+ * table. -1 with a reason (ORIGIN: for a LUN) in err, nothing added. */
+int ctl_target_add(struct daemon *d, const struct target_node_conf *c, char *err,
+                   size_t errlen);
+struct ctl_target_removed {
+    unsigned sessions; /* that had to end */
+    unsigned luns;
+    long commands_left; /* still holding a removed LUN at the timeout */
+};
+/* Stop serving a target: refused (-EBUSY) while it has sessions unless force, which asks them
+ * to log out and closes what is left after timeout_s; then its LUNs are removed. -ENOENT,
+ * -EBUSY, -ENOMEM with a reason in err, or 0. */
+int ctl_target_remove(struct daemon *d, const char *name, bool force, unsigned timeout_s,
+                      struct ctl_target_removed *out, char *err, size_t errlen);
+/* At exit, once no reactor runs: free the removed targets' nodes and SCSI targets. */
+void ctl_free_retired(struct daemon *d);
+
 /* --- ctl_reload.c: reload (linerate-ctl reload, SIGHUP) --- */
-/* Re-read cfg.config_path and apply what can change at run time: LUNs added, removed and
- * write-protected, the log level; the rest is listed as needing a restart. A file with an
+/* Re-read cfg.config_path and apply what can change at run time: targets added and removed
+ * (with force, a removed target's sessions are logged out; without, a target with sessions
+ * stays), LUNs added, removed and write-protected, the log level; the rest is listed as
+ * needing a restart. A file with an
  * error, or a new store that cannot be opened, changes nothing (err: "FILE:LINE: reason").
  * Returns the report (a JSON object, caller owns it) or NULL. On the control thread (or the
  * main thread when there is none). */
 struct json_t;
-struct json_t *ctl_reload(struct daemon *d, char *err, size_t errlen);
+struct json_t *ctl_reload(struct daemon *d, bool force, char *err, size_t errlen);
 /* SIGHUP: run a reload on the control thread (or here when there is none) and log it. */
 void ctl_reload_signal(struct daemon *d);
 

@@ -111,6 +111,11 @@ void target_params_default(struct iscsi_params *p);
 /* Add a target named `name` (validated by the caller); returns it or NULL on ENOMEM. */
 struct target_node_conf *target_config_add_node(struct target_config *cfg, const char *name,
                                                 const char *origin);
+/* Drop target idx (its LUN specs, portals, allow list, CHAP) from cfg. */
+void target_config_remove_node(struct target_config *cfg, unsigned idx);
+/* Append a deep copy of src to cfg; NULL on ENOMEM (cfg unchanged). */
+struct target_node_conf *target_config_copy_node(struct target_config *cfg,
+                                                 const struct target_node_conf *src);
 /* Compute cfg->listen as the union of all targets' portals. Returns 0 or -1 (ENOMEM). */
 int target_config_finish(struct target_config *cfg);
 /* Load a config file. On error returns -1 with "FILE:LINE: reason" in err. */
@@ -161,6 +166,10 @@ struct target_built {
 };
 /* Open every store and build the targets. On error returns -1 with "ORIGIN: reason" in err. */
 int target_build(const struct target_config *cfg, struct target_built *b, char *err, size_t errlen);
+/* The iSCSI node of a configured target (portals, allow list, CHAP, parameters) on `scsi`;
+ * NULL when out of memory. target_node_free releases it (not the SCSI target). */
+struct iscsi_node *target_node_make(const struct target_node_conf *c, struct scsi_target *scsi);
+void target_node_free(struct iscsi_node *n);
 /* Open one LUN's store and add it to `scsi` (at start, and when linerate-ctl adds one).
  * state_dir may be NULL (no APTPL). On error returns -1 with "ORIGIN: reason" in err. */
 int target_build_lun(const char *state_dir, const char *target, const struct target_lun_conf *l,
