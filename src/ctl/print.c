@@ -290,8 +290,9 @@ void ctl_print_result(FILE *out, const char *kind, json_t *r)
         free(portals);
     } else if (strcmp(kind, "target-removed") == 0) {
         fprintf(out, "target %s removed (%lld session%s ended, %lld LUN%s removed%s)\n",
-                str(r, "target"), num(r, "sessions_ended"), num(r, "sessions_ended") == 1 ? "" : "s",
-                num(r, "luns_removed"), num(r, "luns_removed") == 1 ? "" : "s",
+                str(r, "target"), num(r, "sessions_ended"),
+                num(r, "sessions_ended") == 1 ? "" : "s", num(r, "luns_removed"),
+                num(r, "luns_removed") == 1 ? "" : "s",
                 num(r, "commands_left") ? "; some commands still hold a store" : "");
     } else if (strcmp(kind, "version") == 0) {
         fprintf(out, "linerate-target %s, pid %lld, %lld reactor threads, log level %s\n",

@@ -642,7 +642,8 @@ static json_t *m_add_target(struct daemon *d, json_t *params, struct req_err *e)
     const char *name = param_str(params, "target", true, e);
     json_t *portals, *luns, *allow;
     if (!name || param_strings(params, "portals", &portals, e) < 0 ||
-        param_strings(params, "luns", &luns, e) < 0 || param_strings(params, "allow", &allow, e) < 0)
+        param_strings(params, "luns", &luns, e) < 0 ||
+        param_strings(params, "allow", &allow, e) < 0)
         return NULL;
     const char *alias = param_str(params, "alias", false, e);
     if (e->code)

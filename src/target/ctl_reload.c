@@ -296,8 +296,7 @@ json_t *ctl_reload(struct daemon *d, bool force, char *err, size_t errlen)
         }
         struct ctl_target_removed tr;
         char why[512];
-        int trc = ctl_target_remove(d, name, force, RELOAD_REMOVE_TIMEOUT_S, &tr, why,
-                                    sizeof(why));
+        int trc = ctl_target_remove(d, name, force, RELOAD_REMOVE_TIMEOUT_S, &tr, why, sizeof(why));
         if (trc == 0) {
             note(applied, "target %s removed (%u session%s ended)", name, tr.sessions,
                  tr.sessions == 1 ? "" : "s");

@@ -65,8 +65,7 @@ struct daemon {
 /* --- daemon.c, for the control thread --- */
 /* Make sure the daemon listens on portal p (opening and watching a new socket on reactor 0 if
  * no listener has its address). 0, or -1 with a reason in err. */
-int daemon_listen_portal(struct daemon *d, const struct target_portal *p, char *err,
-                         size_t errlen);
+int daemon_listen_portal(struct daemon *d, const struct target_portal *p, char *err, size_t errlen);
 
 /* --- ctl.c: the control socket (docs/ctl-protocol.md), on a thread of its own --- */
 /* Create cfg.ctl_socket (mode 0600), before any other thread runs. Returns 0 with d->ctl set,
@@ -109,8 +108,7 @@ void ctl_reap_zombies(struct daemon *d, bool all);
 /* --- ctl_targets.c: whole targets at run time --- */
 /* Serve target c (copied): listeners for its portals, its LUNs, its node in the server's
  * table. -1 with a reason (ORIGIN: for a LUN) in err, nothing added. */
-int ctl_target_add(struct daemon *d, const struct target_node_conf *c, char *err,
-                   size_t errlen);
+int ctl_target_add(struct daemon *d, const struct target_node_conf *c, char *err, size_t errlen);
 struct ctl_target_removed {
     unsigned sessions; /* that had to end */
     unsigned luns;

@@ -209,6 +209,43 @@ ctl_ok set log-level info
 ctl set log-level loud >/dev/null 2>&1
 [ $? -eq 1 ] || fail "a bad log level was accepted"
 
+note "add target on a new portal; remove target: refused with a session, then --force"
+T2=iqn.2026-11.org.linerate:second
+for ((i = 0; i < 30; i++)); do
+    P2=$((20000 + RANDOM % 10000))
+    port_busy "$P2" || break
+done
+ctl_ok add target "$T2" --portal "127.0.0.1:$P2" --lun ram:8M --lun null:1G --alias second
+run_to 30 iscsi-ls -s "iscsi://127.0.0.1:$P2" || {
+    show_cmd_out
+    fail "iscsi-ls of the added target"
+}
+grep -q "Target:$T2" "$WORK/cmd.out" && grep -q "Lun:1" "$WORK/cmd.out" ||
+    fail "the added target is not served: $(cat "$WORK/cmd.out")"
+ctl_ok show portals
+grep -q "127.0.0.1:$P2.*listening.*$T2" "$WORK/ctl.out" || fail "show portals: $(cat "$WORK/ctl.out")"
+ctl add target "$T2" --portal "127.0.0.1:$P2" >"$WORK/ctl.out" 2>&1
+[ $? -eq 1 ] || fail "the same target added twice"
+"$BENCH" --sizes 4k --rw read --qd 4 --seconds 20 --format csv "iscsi://127.0.0.1:$P2/$T2/0" \
+    >"$WORK/bench-t2.log" 2>&1 &
+BPID=$!
+for ((i = 0; i < 100; i++)); do
+    ctl --json show sessions | grep -q "\"target\": \"$T2\"" && break
+    sleep 0.1
+done
+ctl remove target "$T2" >"$WORK/ctl.out" 2>&1
+[ $? -eq 1 ] && grep -q "has 1 session" "$WORK/ctl.out" ||
+    fail "removing a target with a session: $(cat "$WORK/ctl.out")"
+ctl_ok --json remove target "$T2" --force --timeout 2
+[ "$(jget 'd["luns_removed"]' <"$WORK/ctl.out")" = 2 ] || fail "remove target: $(cat "$WORK/ctl.out")"
+kill "$BPID" 2>/dev/null
+wait "$BPID" 2>/dev/null
+ctl_ok --json show targets
+[ "$(jget '[t["name"] for t in d]' <"$WORK/ctl.out")" = "['$T']" ] ||
+    fail "targets after remove: $(cat "$WORK/ctl.out")"
+run_to 30 iscsi-ls -s "iscsi://127.0.0.1:$P2"
+grep -q "Target:$T2" "$WORK/cmd.out" && fail "the removed target is still listed"
+
 note "stop the load: it must have seen no error"
 touch "$WORK/load.stop"
 wait $LOAD_PID
@@ -369,6 +406,17 @@ ctl_ok --json show luns
     "[(0, False), (2, False), (3, False), (4, False)]" ] ||
     fail "LUNs after SIGHUP: $(cat "$WORK/ctl.out")"
 grep -q "SIGHUP: reloading" "$WORK/target.log" || fail "SIGHUP not logged"
+# whole targets through reload
+conf_lines "$PORT" "lun 0 = ram:8M" "lun 2 = ram:4M" "lun 3 = ram:2M" "lun 4 = ram:1M" \
+    "[target $T:third]" "portal = 127.0.0.1:$PORT" "lun = ram:1M" >"$WORK/run.conf"
+ctl_ok reload
+grep -q "target $T:third added" "$WORK/ctl.out" || fail "reload add target: $(cat "$WORK/ctl.out")"
+run_to 30 iscsi-ls -s "iscsi://127.0.0.1:$PORT"
+grep -q "Target:$T:third" "$WORK/cmd.out" || fail "reloaded target not served: $(cat "$WORK/cmd.out")"
+conf_lines "$PORT" "lun 0 = ram:8M" "lun 2 = ram:4M" "lun 3 = ram:2M" "lun 4 = ram:1M" \
+    >"$WORK/run.conf"
+ctl_ok reload
+grep -q "target $T:third removed" "$WORK/ctl.out" || fail "reload remove target: $(cat "$WORK/ctl.out")"
 wait $LOAD_PID || {
     tail -n 5 "$WORK/load2.log" >&2
     fail "the load on LUN 0 failed during the reloads"
