@@ -216,9 +216,9 @@ int scsi_lun_flush_sync(struct scsi_lun *lu);
 struct scsi_lun *scsi_target_detach_lun(struct scsi_target *t, uint64_t lun);
 /* Tasks and background work (an IMMED sanitize, a copy naming it) holding lu. */
 long scsi_lun_users(const struct scsi_lun *lu);
-/* The target's LUN inventory changed: REPORTED LUNS DATA HAS CHANGED (3Fh/0Eh, SPC-4 §7.x
- * "unit attention conditions") for every I_T nexus on every LUN but `except` (the new LUN,
- * which tells its own story with POWER ON, RESET). */
+/* The target's LUN inventory changed: REPORTED LUNS DATA HAS CHANGED (3Fh/0Eh; SPC-4 REPORT
+ * LUNS: a changed logical unit inventory is a unit attention for every I_T nexus) on every LUN
+ * but `except` (the new LUN, which tells its own story with POWER ON, RESET). */
 void scsi_target_luns_changed(struct scsi_target *t, const struct scsi_lun *except);
 /* Write-protect (or not) a LUN: the next write fails DATA PROTECT, WRITE PROTECTED; every
  * nexus gets MODE PARAMETERS CHANGED (2Ah/01h: the WP bit of the mode parameter header
