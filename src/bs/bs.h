@@ -1,5 +1,6 @@
-/* Backing stores behind one small vtable: null, ram, file. The SCSI core addresses a store
- * in bytes; a store never sees a CDB. Completions run on the reactor thread that submitted. */
+/* Backing stores behind one small vtable: null, ram, file, rbd (Ceph, when built with librbd). The
+ * SCSI core addresses a store in bytes; a store never sees a CDB. Completions run on the reactor
+ * thread that submitted. */
 #ifndef LR_BS_H
 #define LR_BS_H
 
@@ -8,6 +9,7 @@
 #include <stdint.h>
 #include <sys/uio.h>
 
+#include "reactor/reactor.h"
 #include "util/list.h"
 
 struct bs;
@@ -24,6 +26,11 @@ struct bs_io_state {
     struct list_node node; /* per-ring overflow queue while the ring is full */
     int head, tail;        /* iov entries trimmed in place, -1 if none */
     struct iovec head_orig, tail_orig;
+    /* Stores completing on another thread (rbd): the submitting reactor, the message that
+     * hands the completion back to it, and the result carried across. */
+    struct reactor *r;
+    struct reactor_msg msg;
+    int res;
 };
 
 /* One request. The store owns it from bs_submit() until done() runs. For a store opened with
@@ -78,10 +85,14 @@ struct bs {
     bool write_cache; /* volatile cache present: WRITE without FUA may need FLUSH */
     bool thin;        /* UNMAP releases space */
     char desc[256];   /* what the store is, for logs: "ram:1G", "file:/srv/a.img" */
+    /* A stable identity of the medium itself, the same wherever it is opened (the RBD image
+     * id), for designators that must agree across gateways; empty when the store has none. */
+    char medium_id[64];
     void *priv;
 };
 
-/* Parse a --lun SPEC ("ram:SIZE", "null:SIZE", "file:PATH[,size=SIZE][,direct]") and open the
+/* Parse a --lun SPEC ("ram:SIZE", "null:SIZE", "file:PATH[,size=SIZE][,direct]",
+ * "rbd:POOL/IMAGE[,conf=PATH][,id=CLIENT][,size=SIZE][,timeout=SECONDS][,ro]") and open the
  * store. On failure returns NULL and writes a one-line reason into err. */
 struct bs *bs_open_spec(const char *spec, char *err, size_t errlen);
 /* Close and free a store. No request may be in flight. */

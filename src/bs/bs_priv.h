@@ -17,6 +17,21 @@ struct bs *bs_ram_open(uint64_t size, bool prealloc, char *err, size_t errlen);
 struct bs *bs_file_open(const char *path, uint64_t size, bool direct, bool read_only, char *err,
                         size_t errlen);
 
+/* rbd:POOL/IMAGE (bs_rbd.c, built when librbd is found: LR_HAVE_RBD). Empty strings mean "the
+ * default": conf the Ceph search path ($CEPH_CONF, /etc/ceph/ceph.conf), client_id "admin". */
+#define BS_RBD_DEFAULT_TIMEOUT_S 30
+struct bs_rbd_params {
+    char pool[128];
+    char image[128];
+    char conf[256];
+    char client_id[64];
+    uint64_t size;      /* create the image with this size when it is missing; 0: never */
+    unsigned timeout_s; /* an OSD or monitor silent this long fails the request: -ETIMEDOUT */
+    bool read_only;
+};
+/* Blocks while it connects: call before the reactors run. */
+struct bs *bs_rbd_open(const struct bs_rbd_params *p, char *err, size_t errlen);
+
 /* Validate a request against the store before touching anything: 0 or -EINVAL. The SCSI core
  * checks LBA ranges centrally; this only keeps a caller bug from reaching memory or disk. */
 static inline int bs_io_check(const struct bs *bs, const struct bs_io *io)

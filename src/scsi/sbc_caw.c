@@ -113,8 +113,7 @@ static void rmw_finish(struct rmw_ctx *x, scsi_sr sr, bool has_info, uint32_t in
 static void rmw_write_done(struct bs_io *io, int err)
 {
     struct rmw_ctx *x = io->arg;
-    rmw_finish(x, err ? (err == -ENOSPC ? SR_SPACE_ALLOC_FAILED : SR_WRITE_ERROR) : SR_OK, false,
-               0);
+    rmw_finish(x, err ? sbc_io_reason(BS_WRITE, err) : SR_OK, false, 0);
 }
 
 static void rmw_write(struct rmw_ctx *x, void *data)
@@ -166,7 +165,7 @@ static void rmw_read_done(struct bs_io *io, int err)
 {
     struct rmw_ctx *x = io->arg;
     if (err) {
-        rmw_finish(x, SR_READ_ERROR, false, 0);
+        rmw_finish(x, sbc_io_reason(BS_READ, err), false, 0);
         return;
     }
     rmw_modify(x, x->medium);

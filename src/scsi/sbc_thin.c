@@ -113,7 +113,7 @@ static bool all_zero(const uint8_t *p, size_t n)
 
 static scsi_sr io_reason(int err)
 {
-    return err == -ENOSPC ? SR_SPACE_ALLOC_FAILED : SR_WRITE_ERROR;
+    return sbc_io_reason(BS_WRITE, err);
 }
 
 /* --- UNMAP (SBC-4 §5.32) --- */
