@@ -15,7 +15,18 @@
 struct bs;
 struct reactor;
 
-enum bs_op { BS_READ, BS_WRITE, BS_FLUSH, BS_UNMAP };
+enum bs_op {
+    BS_READ,
+    BS_WRITE,
+    BS_FLUSH,
+    BS_UNMAP,
+    /* Only for a store that offers them (struct bs: write_same, caw_unit); bs_io_check()
+     * refuses them elsewhere, so the SCSI core emulates them with READ and WRITE there. */
+    BS_WRITE_SAME,        /* iov[0] (its iov_len bytes, dividing length) repeated over the range */
+    BS_COMPARE_AND_WRITE, /* iov[0]: length bytes to compare with the medium; iov[1]: length
+                             bytes written if they are equal, atomically; else -EILSEQ with
+                             io->miscompare the offset of the first differing byte */
+};
 
 /* Store-private progress of one request; callers need not initialise it. The file store may
  * trim the first and last entries of io->iov in place while the request is in flight (to
@@ -42,7 +53,8 @@ struct bs_io {
     uint64_t length;
     struct iovec *iov; /* READ/WRITE: buffers totalling length bytes */
     int iovcnt;
-    bool fua; /* WRITE: stable before completion (RWF_DSYNC on the file store) */
+    bool fua;            /* WRITE: stable before completion (RWF_DSYNC on the file store) */
+    uint64_t miscompare; /* out, COMPARE AND WRITE failing with -EILSEQ: see enum bs_op */
     /* Called exactly once, possibly before bs_submit() returns, with 0 or -errno. */
     void (*done)(struct bs_io *io, int err);
     void *arg;
@@ -84,7 +96,12 @@ struct bs {
     uint64_t size;    /* bytes */
     bool write_cache; /* volatile cache present: WRITE without FUA may need FLUSH */
     bool thin;        /* UNMAP releases space */
-    char desc[256];   /* what the store is, for logs: "ram:1G", "file:/srv/a.img" */
+    bool write_same;  /* BS_WRITE_SAME is served by the store itself */
+    /* BS_COMPARE_AND_WRITE is served by the store, atomically for every client of the medium
+     * (several gateways of one RBD image), for a range that stays within one aligned unit of
+     * this many bytes (an RBD object); 0: not offered. */
+    uint64_t caw_unit;
+    char desc[256]; /* what the store is, for logs: "ram:1G", "file:/srv/a.img" */
     /* A stable identity of the medium itself, the same wherever it is opened (the RBD image
      * id), for designators that must agree across gateways; empty when the store has none. */
     char medium_id[64];

@@ -1,8 +1,10 @@
 /* The rbd store: a Ceph RBD image through librbd's asynchronous API. READ and WRITE go to
  * rbd_aio_readv/rbd_aio_writev straight from the task's iovecs, FLUSH (and FUA after a write)
- * to rbd_aio_flush, UNMAP to rbd_aio_discard. librbd completes on its own finisher thread; the
- * callback only records the result and posts the request's embedded message back to the
- * reactor that submitted it, where done() runs, so the SCSI core never sees another thread.
+ * to rbd_aio_flush, UNMAP to rbd_aio_discard, WRITE SAME to rbd_aio_writesame and COMPARE AND
+ * WRITE within one 512-byte sector to rbd_aio_compare_and_write. librbd completes on its own
+ * finisher thread; the callback only records the result and posts the request's embedded message
+ * back to the reactor that submitted it, where done() runs, so the SCSI core never sees another
+ * thread.
  *
  * Blocking calls happen only off the reactors: the image is opened (and created with size=)
  * by bs_rbd_open() while the target is being built, before any reactor runs, and closed by
@@ -32,6 +34,7 @@ struct bs_rbd {
     rados_ioctx_t ioctx;
     rbd_image_t image;
     atomic_bool fenced; /* blocklisted: every request fails with -ESHUTDOWN */
+    uint64_t obj_size;  /* bytes per RADOS object of the image */
 };
 
 /* st.done counts the steps of a request: 0 the operation itself, 1 the flush a FUA write
@@ -81,6 +84,20 @@ static void rbd_fenced(struct bs *bs)
                 bs->desc);
 }
 
+/* The SCSI core wants the first differing byte relative to the start of the compare. librbd
+ * means to report it as an image offset, but 16.2 reports the start of the object plus the
+ * offset within the compare; both are told apart because a compare never crosses a 512-byte
+ * sector (caw_unit), so it starts either at the object's start or 512 bytes or more into it. */
+static uint64_t rbd_miscompare_rel(const struct bs_io *io, uint64_t obj_size)
+{
+    uint64_t m = io->miscompare;
+    if (m >= io->offset && m - io->offset < io->length)
+        return m - io->offset;
+    if (obj_size && m % obj_size < io->length)
+        return m % obj_size;
+    return 0;
+}
+
 /* On the submitting thread: the next step or the caller's done(). */
 static void rbd_step_done(struct bs_io *io)
 {
@@ -88,7 +105,8 @@ static void rbd_step_done(struct bs_io *io)
     int res = io->st.res;
     if (res == -RBD_EBLOCKLISTED)
         rbd_fenced(bs);
-    if (res == 0 && io->op == BS_WRITE && io->fua && io->st.done == STEP_OP) {
+    bool writes = io->op == BS_WRITE || io->op == BS_WRITE_SAME || io->op == BS_COMPARE_AND_WRITE;
+    if (res == 0 && writes && io->fua && io->st.done == STEP_OP) {
         /* librbd has no write-through flag: a FUA write is a write and then a flush, the
          * command answered once both are done (SBC-4 §5.45 FUA). */
         rbd_iov_restore(io);
@@ -98,7 +116,9 @@ static void rbd_step_done(struct bs_io *io)
             return;
     }
     rbd_iov_restore(io);
-    if (res != 0 && res != -RBD_EBLOCKLISTED)
+    if (io->op == BS_COMPARE_AND_WRITE && res == -EILSEQ)
+        io->miscompare = rbd_miscompare_rel(io, ((struct bs_rbd *)bs->priv)->obj_size);
+    if (res != 0 && res != -RBD_EBLOCKLISTED && res != -EILSEQ)
         LOG_DEBUG("bs %s: op %d at %llu+%llu: %s", bs->desc, (int)io->op,
                   (unsigned long long)io->offset, (unsigned long long)io->length, strerror(-res));
     io->done(io, res);
@@ -146,6 +166,18 @@ static int rbd_issue(struct bs_rbd *b, struct bs_io *io)
             break;
         case BS_UNMAP:
             ret = rbd_aio_discard(b->image, io->offset, io->length, c);
+            break;
+        case BS_WRITE_SAME:
+            ret = rbd_aio_writesame(b->image, io->offset, io->length, io->iov[0].iov_base,
+                                    io->iov[0].iov_len, c, 0);
+            break;
+        case BS_COMPARE_AND_WRITE:
+            /* one RADOS operation (cmpext + write) on one object: atomic in the cluster,
+             * so across gateways too; a mismatch is -EILSEQ */
+            io->miscompare = 0;
+            ret = (int)rbd_aio_compare_and_write(b->image, io->offset, io->length,
+                                                 io->iov[0].iov_base, io->iov[1].iov_base, c,
+                                                 &io->miscompare, 0);
             break;
         default:
             ret = -EINVAL;
@@ -327,6 +359,14 @@ struct bs *bs_rbd_open(const struct bs_rbd_params *p, char *err, size_t errlen)
     bs->write_cache = true;
     /* Discarded objects are deleted, partial ones zeroed (rbd_skip_partial_discard off). */
     bs->thin = true;
+    bs->write_same = true;
+    rbd_image_info_t info;
+    if (rbd_stat(b->image, &info, sizeof(info)) == 0)
+        b->obj_size = info.obj_size;
+    /* librbd 16 compares and writes only within one 512-byte sector (-EINVAL otherwise): a
+     * one-block COMPARE AND WRITE on a 512-byte-block LUN (VMware's ATS heartbeat) is served
+     * by the cluster; longer ones are emulated under the LUN's range lock (sbc_caw.c). */
+    bs->caw_unit = 512;
     bs->priv = b;
     return bs;
 

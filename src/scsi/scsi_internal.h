@@ -425,6 +425,7 @@ uint8_t *sbc_pattern_buffer(size_t len, uint32_t block_size, const uint8_t *pat,
 struct sbc_fill {
     uint64_t off, end;
     bool unmap, fua;
+    bool same; /* one BS_WRITE_SAME of the chunk (one block) over the range: the store repeats it */
     uint8_t *chunk; /* chunk_len bytes of pattern (NULL when unmapping) */
     size_t chunk_len;
     struct iovec iov;
