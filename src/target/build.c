@@ -86,7 +86,7 @@ static int mkdir_p(const char *dir)
 }
 
 static int build_luns(const struct target_node_conf *c, const char *state_dir,
-                      struct scsi_target *scsi, char *err, size_t errlen)
+                      unsigned rbd_timeout_s, struct scsi_target *scsi, char *err, size_t errlen)
 {
     for (unsigned i = 0; i < c->nluns; i++) {
         const struct target_lun_conf *l = &c->luns[i];
@@ -95,7 +95,13 @@ static int build_luns(const struct target_node_conf *c, const char *state_dir,
          * refuses the writes). */
         char spec[1024];
         bool ro_store = strncmp(l->bs_spec, "file:", 5) == 0 || strncmp(l->bs_spec, "rbd:", 4) == 0;
-        snprintf(spec, sizeof(spec), "%s%s", l->bs_spec, l->read_only && ro_store ? ",ro" : "");
+        /* rbd-timeout is the default of the LUN's own timeout= */
+        char timeout[32] = "";
+        if (rbd_timeout_s && strncmp(l->bs_spec, "rbd:", 4) == 0 &&
+            !strstr(l->bs_spec, ",timeout="))
+            snprintf(timeout, sizeof(timeout), ",timeout=%u", rbd_timeout_s);
+        snprintf(spec, sizeof(spec), "%s%s%s", l->bs_spec, l->read_only && ro_store ? ",ro" : "",
+                 timeout);
         struct bs *bs = bs_open_spec(spec, reason, sizeof(reason));
         if (!bs) {
             snprintf(err, errlen, "%s: cannot open LUN %llu: %s", l->origin,
@@ -177,7 +183,7 @@ int target_build(const struct target_config *cfg, struct target_built *b, char *
                  c->nallow ? "initiator allow-list" : "open to every initiator");
         for (unsigned i = 0; i < c->nallow; i++)
             LOG_INFO("target %s: allow %s", c->name, c->allow[i]);
-        if (build_luns(c, state_dir, scsi, err, errlen) < 0)
+        if (build_luns(c, state_dir, cfg->rbd_timeout_s, scsi, err, errlen) < 0)
             goto fail;
         b->nodes[t] = node_make(c, scsi);
         if (!b->nodes[t]) {

@@ -612,6 +612,11 @@ static int cfg_global_key(struct cfg_parser *ps, const char *key, const char *va
                             "bad value '%s' for log-level: expected error, warn, info or debug",
                             val);
         cfg->log_level = (enum log_level)lvl;
+    } else if (strcmp(key, "rbd-timeout") == 0) {
+        if (parse_uint_range(val, 1, 3600, &x) < 0)
+            return cfg_fail(ps, ps->line, "bad value '%s' for %s: expected seconds, 1..3600", val,
+                            key);
+        cfg->rbd_timeout_s = (unsigned)x;
     } else if (strcmp(key, "nop-interval") == 0 || strcmp(key, "nop-timeout") == 0 ||
                strcmp(key, "login-timeout") == 0) {
         if (parse_uint_range(val, 1, 3600, &x) < 0)
@@ -719,8 +724,9 @@ static int cfg_target_key(struct cfg_parser *ps, const char *key, const char *va
         return -1;
     if (r == 0) {
         static const char *const global_only[] = {"threads",     "log-level",     "nop-interval",
-                                                  "nop-timeout", "login-timeout", "state-dir"};
-        for (unsigned i = 0; i < 6; i++)
+                                                  "nop-timeout", "login-timeout", "state-dir",
+                                                  "rbd-timeout"};
+        for (unsigned i = 0; i < sizeof(global_only) / sizeof(global_only[0]); i++)
             if (strcmp(key, global_only[i]) == 0 || target_limits_is_key(key))
                 return cfg_fail(ps, ps->line,
                                 "'%s' belongs in the global section (before any [target])", key);
