@@ -79,9 +79,11 @@ tgt_url=""
 if [ -z "${NO_TGT:-}" ] && [ -x "$peer" ]; then
     echo "== tgt (bs_rbd) on 127.0.0.1:$tport"
     rbd create --size 1G rbd/bench-tgt && fill rbd/bench-tgt
-    if tgt_url=$(PEER_RBD_IMAGE=rbd/bench-tgt "$peer" start "$tport" 1024 rbd 2>"$work/tgt.err"); then
-        tgt_up=1
-    else
+    # peer-tgt installs tgt-rbd on first use; tgtd then has to start again to load it
+    dpkg-query -W -f='${Status}' tgt-rbd 2>/dev/null | grep -q "install ok" ||
+        apt-get install -y -q tgt-rbd >/dev/null 2>&1
+    tgt_up=1 # stop even a half-started tgtd on exit
+    if ! tgt_url=$(PEER_RBD_IMAGE=rbd/bench-tgt "$peer" start "$tport" 1024 rbd 2>"$work/tgt.err"); then
         echo "tgt not available: $(tail -n 2 "$work/tgt.err")"
         tgt_url=""
     fi
