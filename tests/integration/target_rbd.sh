@@ -1,8 +1,8 @@
 #!/bin/bash
 # rbd: LUNs over a real single-node Ceph cluster (scripts/ceph-mini: one mon, one mgr, one
 # memstore OSD on loopback), never a mock; skips when Ceph or librbd is not installed.
-#   - the image is created by size=, its size is the LUN's, and a read-only rbd LUN refuses
-#     writes with DATA PROTECT;
+#   - the image is created by size=, its size is the LUN's, and a read-only rbd LUN of the same
+#     image (opened read-only) reads the data and refuses a qemu-img write;
 #   - qemu-img convert round trip of a random 64 MiB image, compared byte for byte, and the
 #     same bytes read with `rbd export` straight from the cluster (the data is in Ceph, not in
 #     the gateway);
@@ -10,7 +10,10 @@
 #     again;
 #   - linerate-bench --verify (stamped blocks written and read back over 2 connections), and
 #     a short 4k random write/read run through the asynchronous path with queue depth 32;
-#   - bad specs are refused at start with a reason (missing pool, malformed spec).
+#   - bad specs are refused at start with a reason (missing pool, malformed spec);
+#   - the OSD stopped (SIGSTOP) under a LUN with timeout=4: READ, WRITE and SYNCHRONIZE CACHE
+#     end in ABORTED COMMAND / TIMEOUT ON LOGICAL UNIT after the timeout, not a hang; after
+#     SIGCONT the same READ is GOOD with the data (target_rbd_stall.py).
 . "$(dirname "$0")/lt_lib.sh"
 need qemu-img cmp sha256sum
 qemu-img --help 2>/dev/null | grep -qw iscsi ||
@@ -46,7 +49,7 @@ run_to 120 rbd export rbd/it-disk "$WORK/export.img" || { show_cmd_out; fail "rb
 [ "$(sha256sum <"$WORK/export.img" | cut -d' ' -f1)" = "$want" ] ||
     fail "the image in the cluster differs from what was written"
 
-note "read-only LUN of the same image: reads the data, refuses writes (DATA PROTECT)"
+note "read-only LUN of the same image: reads the data, refuses writes"
 run_to 120 qemu-img convert -f raw -O raw "iscsi://127.0.0.1:$PORT/$iqn/1" "$WORK/ro.img" ||
     { show_cmd_out; fail "read from the read-only LUN"; }
 [ "$(sha256sum <"$WORK/ro.img" | cut -d' ' -f1)" = "$want" ] || fail "read-only LUN reads other data"
@@ -71,8 +74,17 @@ grep -q "verify passed" "$WORK/cmd.out" || { show_cmd_out; fail "no verify verdi
 note "4k random write and read at queue depth 32"
 run_to 120 "$BENCH" --sizes 4k --rw randwrite,randread --qd 32 --seconds 2 --format csv "$url" ||
     { show_cmd_out; fail "bench failed"; }
-grep -i "4k\|iops" "$WORK/cmd.out" | head -n 4
+grep "randwrite\|randread" "$WORK/cmd.out" | sed "s/^/   /"
 
+stop_target
+[ "$STOP_RC" -eq 0 ] || fail "SIGTERM'd daemon exited $STOP_RC, not 0"
+
+note "the OSD stopped (SIGSTOP) under a LUN with timeout=4: retryable sense, then GOOD again"
+start_target --target-name "$iqn" --threads 2 --lun rbd:rbd/it-stall,size=16M,timeout=4
+osd_pid=$(cat "$CEPH_MINI_DIR"/run/osd.*.pid)
+run_to 120 python3 "$IT_DIR/target_rbd_stall.py" "$PORT" "$iqn" "$osd_pid" 4 ||
+    { kill -CONT "$osd_pid" 2>/dev/null; show_cmd_out; fail "OSD stall"; }
+sed 's/^/   /' "$WORK/cmd.out"
 stop_target
 [ "$STOP_RC" -eq 0 ] || fail "SIGTERM'd daemon exited $STOP_RC, not 0"
 grep -q "blocklisted" "$WORK/target.log" && fail "the gateway says it was blocklisted"
