@@ -368,6 +368,14 @@ struct bs *bs_rbd_open(const struct bs_rbd_params *p, char *err, size_t errlen)
      * by the cluster; longer ones are emulated under the LUN's range lock (sbc_caw.c). */
     bs->caw_unit = 512;
     bs->priv = b;
+    /* The client address is what an operator fences (ceph osd blocklist add ADDR) to take
+     * this gateway off the image. */
+    char *addrs = NULL;
+    if (rados_getaddrs(b->cluster, &addrs) == 0 && addrs) {
+        LOG_INFO("%s: image id %s, %llu bytes, Ceph client %s", who, bs->medium_id,
+                 (unsigned long long)size, addrs);
+        rados_buffer_free(addrs);
+    }
     return bs;
 
 fail:

@@ -13,7 +13,11 @@
 #   - bad specs are refused at start with a reason (missing pool, malformed spec);
 #   - the OSD stopped (SIGSTOP) under a LUN with timeout=4: READ, WRITE and SYNCHRONIZE CACHE
 #     end in ABORTED COMMAND / TIMEOUT ON LOGICAL UNIT after the timeout, not a hang; after
-#     SIGCONT the same READ is GOOD with the data (target_rbd_stall.py).
+#     SIGCONT the same READ is GOOD with the data (target_rbd_stall.py);
+#   - the gateway's Ceph client blocklisted (ceph osd blocklist add, its address from the
+#     log): every command then ends in NOT READY / MANUAL INTERVENTION REQUIRED, at once after
+#     the first, the log says the LUN was given up, and SIGTERM exits 1 (the LUN could not be
+#     flushed) without hanging (target_rbd_fence.py).
 . "$(dirname "$0")/lt_lib.sh"
 need qemu-img cmp sha256sum
 qemu-img --help 2>/dev/null | grep -qw iscsi ||
@@ -88,4 +92,19 @@ sed 's/^/   /' "$WORK/cmd.out"
 stop_target
 [ "$STOP_RC" -eq 0 ] || fail "SIGTERM'd daemon exited $STOP_RC, not 0"
 grep -q "blocklisted" "$WORK/target.log" && fail "the gateway says it was blocklisted"
+
+note "the gateway blocklisted by the cluster gives the LUN up: NOT READY, said in the log"
+start_target --target-name "$iqn" --threads 2 --lun rbd:rbd/it-fence,size=16M,timeout=10
+addr=$(grep -o 'rbd:rbd/it-fence: image id .*Ceph client .*' "$WORK/target.log" | tail -n 1 |
+    awk '{ print $NF }')
+[ -n "$addr" ] || fail "no Ceph client address in the log"
+run_to 180 python3 "$IT_DIR/target_rbd_fence.py" "$PORT" "$iqn" "$addr" ||
+    { show_cmd_out; fail "blocklisted gateway"; }
+sed 's/^/   /' "$WORK/cmd.out"
+grep -q "was blocklisted by the Ceph cluster: giving up the LUN" "$WORK/target.log" ||
+    fail "the log does not say the LUN was given up"
+# SIGTERM: it exits (promptly), 1 because the fenced LUN could not be flushed
+stop_target
+[ "$STOP_RC" -eq 1 ] || fail "SIGTERM'd fenced daemon exited $STOP_RC, not 1"
+grep -q "flush failed" "$WORK/target.log" || fail "no flush failure logged for the fenced LUN"
 echo PASS
