@@ -99,7 +99,7 @@ struct bs {
     bool write_same;  /* BS_WRITE_SAME is served by the store itself */
     /* BS_COMPARE_AND_WRITE is served by the store, atomically for every client of the medium
      * (several gateways of one RBD image), for a range that stays within one aligned unit of
-     * this many bytes (an RBD object); 0: not offered. */
+     * this many bytes (512 for rbd: librbd 16 compares within one sector); 0: not offered. */
     uint64_t caw_unit;
     char desc[256]; /* what the store is, for logs: "ram:1G", "file:/srv/a.img" */
     /* A stable identity of the medium itself, the same wherever it is opened (the RBD image
