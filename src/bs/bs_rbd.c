@@ -7,9 +7,10 @@
  * thread.
  *
  * Blocking calls happen only off the reactors: the image is opened (and created with size=)
- * by bs_rbd_open() while the target is being built, before any reactor runs, and closed by
- * bs_close() after they stopped. A thread without a reactor (unit tests, the shutdown flush)
- * waits for each completion itself.
+ * by bs_rbd_open() while the target is being built, before any reactor runs, or on the
+ * control thread when linerate-ctl adds the LUN; it is resized (grow) and closed there too, or
+ * by bs_close() after the reactors stopped. A thread without a reactor (unit tests, the shutdown
+ * flush) waits for each completion itself.
  *
  * Cluster trouble becomes an errno the SCSI core maps to sense (sbc_io_reason): -ETIMEDOUT
  * when an OSD does not answer within timeout= (rados_osd_op_timeout), -EROFS, -ENOSPC as
@@ -249,10 +250,34 @@ static void bs_rbd_close(struct bs *bs)
     free(b);
 }
 
+/* linerate-ctl grow, on the daemon's control thread (rbd_resize blocks on the cluster, so it
+ * never runs on a reactor). An image someone already grew with `rbd resize` is taken at the
+ * size asked for as it is. */
+static int bs_rbd_grow(struct bs *bs, uint64_t size, char *err, size_t errlen)
+{
+    struct bs_rbd *b = bs->priv;
+    if (bs->read_only) {
+        snprintf(err, errlen, "%s: opened read-only, cannot grow", bs->desc);
+        return -1;
+    }
+    uint64_t have;
+    int ret = rbd_get_size(b->image, &have);
+    if (ret == 0 && have < size)
+        ret = rbd_resize(b->image, size);
+    if (ret < 0) {
+        snprintf(err, errlen, "%s: cannot resize the image to %llu bytes: %s", bs->desc,
+                 (unsigned long long)size, strerror(-ret));
+        return -1;
+    }
+    __atomic_store_n(&bs->size, size, __ATOMIC_RELEASE);
+    return 0;
+}
+
 static const struct bs_ops bs_rbd_ops = {
     .name = "rbd",
     .submit = bs_rbd_submit,
     .close = bs_rbd_close,
+    .grow = bs_rbd_grow,
 };
 
 /* Settings the store relies on, whatever ceph.conf says. */
@@ -354,6 +379,7 @@ struct bs *bs_rbd_open(const struct bs_rbd_params *p, char *err, size_t errlen)
         bs->medium_id[0] = '\0';
     bs->ops = &bs_rbd_ops;
     bs->size = size;
+    bs->read_only = p->read_only;
     /* librbd's writeback cache (rbd cache, on by default) is volatile: SYNCHRONIZE CACHE and
      * FUA must reach rbd_aio_flush. */
     bs->write_cache = true;

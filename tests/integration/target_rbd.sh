@@ -10,6 +10,9 @@
 #     again;
 #   - linerate-bench --verify (stamped blocks written and read back over 2 connections), and
 #     a short 4k random write/read run through the asynchronous path with queue depth 32;
+#   - linerate-ctl resize grows the image (rbd_resize, on the control thread) and takes an
+#     image already grown by `rbd resize`; READ CAPACITY says so; an rbd LUN is added and
+#     removed live; the data is unchanged;
 #   - bad specs are refused at start with a reason (missing pool, malformed spec);
 #   - the OSD stopped (SIGSTOP) under a LUN with timeout=4: READ, WRITE and SYNCHRONIZE CACHE
 #     end in ABORTED COMMAND / TIMEOUT ON LOGICAL UNIT after the timeout, not a hang; after
@@ -64,7 +67,7 @@ fi
 note "restart: the data stays in the cluster"
 stop_target
 [ "$STOP_RC" -eq 0 ] || fail "SIGTERM'd daemon exited $STOP_RC, not 0"
-start_target --target-name "$iqn" --threads 2 --lun rbd:rbd/it-disk
+start_target --target-name "$iqn" --threads 2 --lun rbd:rbd/it-disk --ctl-socket "$WORK/ctl.sock"
 url=iscsi://127.0.0.1:$PORT/$iqn/0
 rm -f "$WORK/back.img"
 run_to 300 qemu-img convert -f raw -O raw "$url" "$WORK/back.img" || { show_cmd_out; fail "read"; }
@@ -79,6 +82,31 @@ note "4k random write and read at queue depth 32"
 run_to 120 "$BENCH" --sizes 4k --rw randwrite,randread --qd 32 --seconds 2 --format csv "$url" ||
     { show_cmd_out; fail "bench failed"; }
 grep "randwrite\|randread" "$WORK/cmd.out" | sed "s/^/   /"
+
+note "linerate-ctl: grow the image (rbd_resize on the control thread), take one grown by rbd resize, add and remove an rbd LUN live"
+ctl() { run_to 120 "$(dirname "$LT")/linerate-ctl" --socket "$WORK/ctl.sock" "$@" || { show_cmd_out; fail "linerate-ctl $*"; }; }
+capacity() { # URL: bytes, from READ CAPACITY(16)
+    run_to 30 iscsi-readcapacity16 -s "$1" || { show_cmd_out; fail "iscsi-readcapacity16 $1"; }
+    tail -n 1 "$WORK/cmd.out"
+}
+rm -f "$WORK/pre.img"
+run_to 300 qemu-img convert -f raw -O raw "$url" "$WORK/pre.img" || { show_cmd_out; fail "read"; }
+pre=$(sha256sum <"$WORK/pre.img" | cut -d' ' -f1)
+ctl resize lun "$iqn" 0 96M
+rbd info rbd/it-disk 2>/dev/null | grep -q "size 96 MiB" || fail "the image was not resized to 96 MiB"
+[ "$(capacity "$url")" = 100663296 ] || fail "READ CAPACITY after resize: $(cat "$WORK/cmd.out")"
+run_to 60 rbd resize --size 128M rbd/it-disk || { show_cmd_out; fail "rbd resize"; }
+ctl resize lun "$iqn" 0 128M
+[ "$(capacity "$url")" = 134217728 ] || fail "READ CAPACITY after rbd resize: $(cat "$WORK/cmd.out")"
+ctl add lun "$iqn" rbd:rbd/it-live,size=8M
+[ "$(capacity "iscsi://127.0.0.1:$PORT/$iqn/1")" = 8388608 ] || fail "live rbd LUN: $(cat "$WORK/cmd.out")"
+ctl remove lun "$iqn" 1
+rm -f "$WORK/back.img"
+run_to 300 qemu-img convert -f raw -O raw "$url" "$WORK/back.img" || { show_cmd_out; fail "read"; }
+[ "$(head -c 64M "$WORK/back.img" | sha256sum | cut -d' ' -f1)" = "$pre" ] ||
+    fail "data differs after the resizes"
+[ "$(tail -c +67108865 "$WORK/back.img" | tr -d '\0' | wc -c)" = 0 ] ||
+    fail "the grown part does not read as zeros"
 
 stop_target
 [ "$STOP_RC" -eq 0 ] || fail "SIGTERM'd daemon exited $STOP_RC, not 0"
