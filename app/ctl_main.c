@@ -34,7 +34,7 @@ static const char usage_text[] =
     "                                flight complete first (up to S seconds, default 30;\n"
     "                                after that its store closes when they end)\n"
     "  set lun TARGET N ro|rw        write-protect it, or not (MODE PARAMETERS CHANGED)\n"
-    "  resize lun TARGET N SIZE      grow a ram, null or file LUN to SIZE (k, M, G, T\n"
+    "  resize lun TARGET N SIZE      grow a ram, null, file or rbd LUN to SIZE (k, M, G, T\n"
     "                                suffixes); initiators get CAPACITY DATA HAS CHANGED\n"
     "  logout session TSIH [--timeout S]  ask the initiator to log out (Async Message);\n"
     "                                after S seconds (default 10) its connections close\n"

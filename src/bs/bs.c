@@ -1,6 +1,6 @@
-/* The --lun SPEC parser ("ram:SIZE", "null:SIZE", "file:PATH[,size=SIZE][,direct][,ro]") that turns
- * a line of configuration into an open store, and bs_close(). Per-type code lives in
- * bs_null.c, bs_ram.c and bs_file.c. */
+/* The --lun SPEC parser ("ram:SIZE", "null:SIZE", "file:PATH[,size=SIZE][,direct][,ro]",
+ * "rbd:POOL/IMAGE[,...]") that turns a line of configuration into an open store, and
+ * bs_close(). Per-type code lives in bs_null.c, bs_ram.c, bs_file.c and bs_rbd.c. */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -104,6 +104,66 @@ static struct bs *bs_open_file(char *rest, char *err, size_t errlen)
     return bs_file_open(path, size, direct, read_only, err, errlen);
 }
 
+/* "rbd:POOL/IMAGE[,conf=PATH][,id=CLIENT][,size=SIZE][,timeout=SECONDS][,ro]" */
+static struct bs *bs_open_rbd(char *rest, char *err, size_t errlen)
+{
+    char *opts = strchr(rest, ',');
+    if (opts)
+        *opts++ = '\0';
+    char *slash = strchr(rest, '/');
+    if (!slash || slash == rest || !slash[1] || strchr(slash + 1, '/')) {
+        bs_err(err, errlen, "rbd:%s: expected rbd:POOL/IMAGE", rest);
+        return NULL;
+    }
+    *slash = '\0';
+    struct bs_rbd_params p = {.timeout_s = BS_RBD_DEFAULT_TIMEOUT_S};
+    if (strlen(rest) >= sizeof(p.pool) || strlen(slash + 1) >= sizeof(p.image)) {
+        bs_err(err, errlen, "rbd: pool or image name too long");
+        return NULL;
+    }
+    snprintf(p.pool, sizeof(p.pool), "%s", rest);
+    snprintf(p.image, sizeof(p.image), "%s", slash + 1);
+    char who[300];
+    snprintf(who, sizeof(who), "rbd:%s/%s", p.pool, p.image);
+    while (opts) {
+        char *opt = opts;
+        opts = strchr(opts, ',');
+        if (opts)
+            *opts++ = '\0';
+        if (strncmp(opt, "size=", 5) == 0) {
+            if (bs_parse_size(who, opt + 5, &p.size, err, errlen) < 0)
+                return NULL;
+        } else if (strncmp(opt, "conf=", 5) == 0 && opt[5] && strlen(opt + 5) < sizeof(p.conf)) {
+            snprintf(p.conf, sizeof(p.conf), "%s", opt + 5);
+        } else if (strncmp(opt, "id=", 3) == 0 && opt[3] && strlen(opt + 3) < sizeof(p.client_id)) {
+            snprintf(p.client_id, sizeof(p.client_id), "%s", opt + 3);
+        } else if (strncmp(opt, "timeout=", 8) == 0) {
+            char *end;
+            unsigned long v = strtoul(opt + 8, &end, 10);
+            if (!opt[8] || *end || v < 1 || v > 3600) {
+                bs_err(err, errlen, "%s: bad timeout '%s' (expected seconds, 1..3600)", who,
+                       opt + 8);
+                return NULL;
+            }
+            p.timeout_s = (unsigned)v;
+        } else if (strcmp(opt, "ro") == 0) {
+            p.read_only = true;
+        } else {
+            bs_err(err, errlen, "%s: unknown or bad option '%s'", who, opt);
+            return NULL;
+        }
+    }
+#ifdef LR_HAVE_RBD
+    return bs_rbd_open(&p, err, errlen);
+#else
+    bs_err(err, errlen,
+           "%s: this linerate-target was built without librbd (install librbd-dev "
+           "and rebuild)",
+           who);
+    return NULL;
+#endif
+}
+
 struct bs *bs_open_spec(const char *spec, char *err, size_t errlen)
 {
     if (!spec || !*spec) {
@@ -126,8 +186,10 @@ struct bs *bs_open_spec(const char *spec, char *err, size_t errlen)
         bs = bs_open_mem(copy, rest, err, errlen);
     else if (strcmp(copy, "file") == 0)
         bs = bs_open_file(rest, err, errlen);
+    else if (strcmp(copy, "rbd") == 0)
+        bs = bs_open_rbd(rest, err, errlen);
     else
-        bs_err(err, errlen, "unknown store type '%s' (expected ram, null or file)", copy);
+        bs_err(err, errlen, "unknown store type '%s' (expected ram, null, file or rbd)", copy);
     if (bs)
         snprintf(bs->desc, sizeof(bs->desc), "%s", spec);
     free(copy);

@@ -1,5 +1,6 @@
-/* Backing stores behind one small vtable: null, ram, file. The SCSI core addresses a store
- * in bytes; a store never sees a CDB. Completions run on the reactor thread that submitted. */
+/* Backing stores behind one small vtable: null, ram, file, rbd (Ceph, when built with librbd). The
+ * SCSI core addresses a store in bytes; a store never sees a CDB. Completions run on the reactor
+ * thread that submitted. */
 #ifndef LR_BS_H
 #define LR_BS_H
 
@@ -8,12 +9,24 @@
 #include <stdint.h>
 #include <sys/uio.h>
 
+#include "reactor/reactor.h"
 #include "util/list.h"
 
 struct bs;
 struct reactor;
 
-enum bs_op { BS_READ, BS_WRITE, BS_FLUSH, BS_UNMAP };
+enum bs_op {
+    BS_READ,
+    BS_WRITE,
+    BS_FLUSH,
+    BS_UNMAP,
+    /* Only for a store that offers them (struct bs: write_same, caw_unit); bs_io_check()
+     * refuses them elsewhere, so the SCSI core emulates them with READ and WRITE there. */
+    BS_WRITE_SAME,        /* iov[0] (its iov_len bytes, dividing length) repeated over the range */
+    BS_COMPARE_AND_WRITE, /* iov[0]: length bytes to compare with the medium; iov[1]: length
+                             bytes written if they are equal, atomically; else -EILSEQ with
+                             io->miscompare the offset of the first differing byte */
+};
 
 /* Store-private progress of one request; callers need not initialise it. The file store may
  * trim the first and last entries of io->iov in place while the request is in flight (to
@@ -24,6 +37,11 @@ struct bs_io_state {
     struct list_node node; /* per-ring overflow queue while the ring is full */
     int head, tail;        /* iov entries trimmed in place, -1 if none */
     struct iovec head_orig, tail_orig;
+    /* Stores completing on another thread (rbd): the submitting reactor, the message that
+     * hands the completion back to it, and the result carried across. */
+    struct reactor *r;
+    struct reactor_msg msg;
+    int res;
 };
 
 /* One request. The store owns it from bs_submit() until done() runs. For a store opened with
@@ -35,7 +53,8 @@ struct bs_io {
     uint64_t length;
     struct iovec *iov; /* READ/WRITE: buffers totalling length bytes */
     int iovcnt;
-    bool fua; /* WRITE: stable before completion (RWF_DSYNC on the file store) */
+    bool fua;            /* WRITE: stable before completion (RWF_DSYNC on the file store) */
+    uint64_t miscompare; /* out, COMPARE AND WRITE failing with -EILSEQ: see enum bs_op */
     /* Called exactly once, possibly before bs_submit() returns, with 0 or -errno. */
     void (*done)(struct bs_io *io, int err);
     void *arg;
@@ -82,11 +101,20 @@ struct bs {
     bool write_cache; /* volatile cache present: WRITE without FUA may need FLUSH */
     bool thin;        /* UNMAP releases space */
     bool read_only;   /* opened read-only: writes would fail */
-    char desc[256];   /* what the store is, for logs: "ram:1G", "file:/srv/a.img" */
+    bool write_same;  /* BS_WRITE_SAME is served by the store itself */
+    /* BS_COMPARE_AND_WRITE is served by the store, atomically for every client of the medium
+     * (several gateways of one RBD image), for a range that stays within one aligned unit of
+     * this many bytes (512 for rbd: librbd 16 compares within one sector); 0: not offered. */
+    uint64_t caw_unit;
+    char desc[256]; /* what the store is, for logs: "ram:1G", "file:/srv/a.img" */
+    /* A stable identity of the medium itself, the same wherever it is opened (the RBD image
+     * id), for designators that must agree across gateways; empty when the store has none. */
+    char medium_id[64];
     void *priv;
 };
 
-/* Parse a --lun SPEC ("ram:SIZE", "null:SIZE", "file:PATH[,size=SIZE][,direct]") and open the
+/* Parse a --lun SPEC ("ram:SIZE", "null:SIZE", "file:PATH[,size=SIZE][,direct]",
+ * "rbd:POOL/IMAGE[,conf=PATH][,id=CLIENT][,size=SIZE][,timeout=SECONDS][,ro]") and open the
  * store. On failure returns NULL and writes a one-line reason into err. */
 struct bs *bs_open_spec(const char *spec, char *err, size_t errlen);
 /* Grow the store (see bs_ops.grow); the new size is published last, with release. 0 or -1

@@ -1,6 +1,7 @@
 /* The file store: a regular file or a block device behind io_uring. Each reactor thread gets
  * its own ring, created on its first submit, whose completion eventfd sits in that reactor's
  * epoll set; a thread without a running reactor (unit tests, shutdown) does plain syscalls. */
+#include <assert.h>
 #include <fcntl.h>
 #include <linux/fs.h>
 #include <liburing.h>
@@ -222,6 +223,10 @@ static void file_ring_start(struct file_ring *fr, struct bs_io *io)
     case BS_UNMAP:
         io_uring_prep_fallocate(sqe, f->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
                                 (off_t)io->offset, (off_t)io->length);
+        break;
+    default: /* the optional ops: bs_io_check() refused them, the file store offers none */
+        assert(!"unreachable bs op");
+        io_uring_prep_nop(sqe);
         break;
     }
     io_uring_sqe_set_data(sqe, io);

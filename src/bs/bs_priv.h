@@ -17,17 +17,49 @@ struct bs *bs_ram_open(uint64_t size, bool prealloc, char *err, size_t errlen);
 struct bs *bs_file_open(const char *path, uint64_t size, bool direct, bool read_only, char *err,
                         size_t errlen);
 
+/* rbd:POOL/IMAGE (bs_rbd.c, built when librbd is found: LR_HAVE_RBD). Empty strings mean "the
+ * default": conf the Ceph search path ($CEPH_CONF, /etc/ceph/ceph.conf), client_id "admin". */
+#define BS_RBD_DEFAULT_TIMEOUT_S 30
+struct bs_rbd_params {
+    char pool[128];
+    char image[128];
+    char conf[256];
+    char client_id[64];
+    uint64_t size;      /* create the image with this size when it is missing; 0: never */
+    unsigned timeout_s; /* an OSD or monitor silent this long fails the request: -ETIMEDOUT */
+    bool read_only;
+};
+/* Blocks while it connects: call before the reactors run. */
+struct bs *bs_rbd_open(const struct bs_rbd_params *p, char *err, size_t errlen);
+
 /* Validate a request against the store before touching anything: 0 or -EINVAL. The SCSI core
  * checks LBA ranges centrally; this only keeps a caller bug from reaching memory or disk. */
 static inline int bs_io_check(const struct bs *bs, const struct bs_io *io)
 {
-    if (io->op != BS_READ && io->op != BS_WRITE && io->op != BS_FLUSH && io->op != BS_UNMAP)
-        return -EINVAL;
-    if (io->op == BS_FLUSH)
+    switch (io->op) {
+    case BS_READ:
+    case BS_WRITE:
+    case BS_UNMAP:
+        break;
+    case BS_FLUSH:
         return 0;
+    case BS_WRITE_SAME:
+        if (!bs->write_same || io->iovcnt < 1 || !io->iov || !io->iov[0].iov_len ||
+            io->length % io->iov[0].iov_len)
+            return -EINVAL;
+        break;
+    case BS_COMPARE_AND_WRITE:
+        if (!bs->caw_unit || io->iovcnt != 2 || !io->iov || io->iov[0].iov_len != io->length ||
+            io->iov[1].iov_len != io->length ||
+            io->offset / bs->caw_unit != (io->offset + io->length - 1) / bs->caw_unit)
+            return -EINVAL;
+        break;
+    default:
+        return -EINVAL;
+    }
     if (io->offset > bs->size || io->length > bs->size - io->offset)
         return -EINVAL;
-    if (io->op == BS_UNMAP)
+    if (io->op == BS_UNMAP || io->op == BS_WRITE_SAME || io->op == BS_COMPARE_AND_WRITE)
         return 0;
     if (io->iovcnt < 0 || (io->iovcnt > 0 && !io->iov))
         return -EINVAL;

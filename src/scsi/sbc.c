@@ -106,20 +106,32 @@ scsi_sr sbc_parse_start_stop(struct scsi_task *t, const struct scsi_cmd *c, stru
     return SR_OK;
 }
 
-static scsi_sr io_error(enum bs_op op, int err)
+/* What a store's error says to the initiator. Every store may fail with -EIO (a MEDIUM ERROR
+ * for the direction) or -ENOSPC (a thin store out of space); a network store (rbd) also with
+ * -EROFS (the medium became read-only: a snapshot, a lost exclusive lock), -ETIMEDOUT (its
+ * cluster did not answer within the store's timeout: retryable) and -ESHUTDOWN (the store gave
+ * the LUN up, e.g. the cluster blocklisted this gateway: only an operator can help). */
+scsi_sr sbc_io_reason(enum bs_op op, int err)
 {
-    if (err == -ENOSPC)
+    switch (err) {
+    case -ENOSPC:
         return SR_SPACE_ALLOC_FAILED;
-    if (op == BS_READ)
-        return SR_READ_ERROR;
-    return SR_WRITE_ERROR;
+    case -EROFS:
+        return SR_WRITE_PROTECTED;
+    case -ETIMEDOUT:
+        return SR_LU_TIMEOUT;
+    case -ESHUTDOWN:
+        return SR_NOT_READY_MANUAL;
+    default:
+        return op == BS_READ ? SR_READ_ERROR : SR_WRITE_ERROR;
+    }
 }
 
 static void rw_done(struct bs_io *io, int err)
 {
     struct scsi_task *t = io->arg;
     if (err) {
-        scsi_task_complete(t, io_error(io->op, err));
+        scsi_task_complete(t, sbc_io_reason(io->op, err));
         return;
     }
     if (io->op == BS_READ)
@@ -269,7 +281,7 @@ static void verify_read_done(struct bs_io *io, int err)
 {
     struct scsi_task *t = io->arg;
     if (err) {
-        scsi_task_complete(t, SR_READ_ERROR);
+        scsi_task_complete(t, sbc_io_reason(BS_READ, err));
         return;
     }
     verify_compare(t, t->iov[1].iov_base);
@@ -303,7 +315,7 @@ void sbc_exec_verify(struct scsi_task *t, const struct scsi_cmd *c)
 static void sync_done(struct bs_io *io, int err)
 {
     struct scsi_task *t = io->arg;
-    scsi_task_complete(t, err ? SR_WRITE_ERROR : SR_OK);
+    scsi_task_complete(t, err ? sbc_io_reason(BS_FLUSH, err) : SR_OK);
 }
 
 void sbc_exec_sync(struct scsi_task *t, const struct scsi_cmd *c)

@@ -20,7 +20,8 @@ struct rmw_ctx {
     struct scsi_rl_req lock;
     struct bs_io io;
     struct iovec iov;
-    uint8_t *medium; /* the range as read (stores without map) */
+    struct iovec caw_iov[2]; /* the store's own COMPARE AND WRITE: verify, write instances */
+    uint8_t *medium;         /* the range as read (stores without map) */
 };
 
 /* WRPROTECT/ORPROTECT nonzero asks for protection information, which is not offered. */
@@ -113,8 +114,7 @@ static void rmw_finish(struct rmw_ctx *x, scsi_sr sr, bool has_info, uint32_t in
 static void rmw_write_done(struct bs_io *io, int err)
 {
     struct rmw_ctx *x = io->arg;
-    rmw_finish(x, err ? (err == -ENOSPC ? SR_SPACE_ALLOC_FAILED : SR_WRITE_ERROR) : SR_OK, false,
-               0);
+    rmw_finish(x, err ? sbc_io_reason(BS_WRITE, err) : SR_OK, false, 0);
 }
 
 static void rmw_write(struct rmw_ctx *x, void *data)
@@ -166,16 +166,53 @@ static void rmw_read_done(struct bs_io *io, int err)
 {
     struct rmw_ctx *x = io->arg;
     if (err) {
-        rmw_finish(x, SR_READ_ERROR, false, 0);
+        rmw_finish(x, sbc_io_reason(BS_READ, err), false, 0);
         return;
     }
     rmw_modify(x, x->medium);
+}
+
+static void caw_store_done(struct bs_io *io, int err)
+{
+    struct rmw_ctx *x = io->arg;
+    if (err == -EILSEQ) /* MISCOMPARE with the offset of the first differing byte */
+        rmw_finish(x, SR_MISCOMPARE, true, (uint32_t)io->miscompare);
+    else
+        rmw_finish(x, err ? sbc_io_reason(BS_WRITE, err) : SR_OK, false, 0);
+}
+
+/* A store that compares and writes itself (rbd: one RADOS operation on one object) is atomic
+ * for every client of the medium, other gateways included, which the range lock alone is
+ * not; the lock still orders the command with this LUN's other users. */
+static bool caw_in_store(struct rmw_ctx *x)
+{
+    struct scsi_task *t = x->t;
+    struct bs *bs = t->lu->bs;
+    const struct bs_io *r = scsi_task_range(t);
+    if (x->kind != RMW_CAW || !bs->caw_unit ||
+        r->offset / bs->caw_unit != (r->offset + r->length - 1) / bs->caw_unit)
+        return false;
+    uint8_t *data = t->iov[0].iov_base;
+    x->caw_iov[0] = (struct iovec){.iov_base = data, .iov_len = r->length};
+    x->caw_iov[1] = (struct iovec){.iov_base = data + r->length, .iov_len = r->length};
+    x->io = (struct bs_io){.op = BS_COMPARE_AND_WRITE,
+                           .offset = r->offset,
+                           .length = r->length,
+                           .iov = x->caw_iov,
+                           .iovcnt = 2,
+                           .fua = r->fua,
+                           .done = caw_store_done,
+                           .arg = x};
+    bs_submit(bs, &x->io);
+    return true;
 }
 
 static void rmw_start(struct rmw_ctx *x)
 {
     struct scsi_task *t = x->t;
     struct scsi_lun *lu = t->lu;
+    if (caw_in_store(x))
+        return;
     if (x->kind == RMW_ATOMIC) {
         rmw_write(x, t->iov[0].iov_base);
         return;

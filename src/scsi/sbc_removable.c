@@ -17,7 +17,7 @@
 static void eject_flushed(struct bs_io *io, int err)
 {
     struct scsi_task *t = io->arg;
-    scsi_task_complete(t, err ? SR_WRITE_ERROR : SR_OK);
+    scsi_task_complete(t, err ? sbc_io_reason(BS_FLUSH, err) : SR_OK);
 }
 
 void sbc_exec_start_stop(struct scsi_task *t, const struct scsi_cmd *c)

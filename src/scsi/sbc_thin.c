@@ -113,7 +113,7 @@ static bool all_zero(const uint8_t *p, size_t n)
 
 static scsi_sr io_reason(int err)
 {
-    return err == -ENOSPC ? SR_SPACE_ALLOC_FAILED : SR_WRITE_ERROR;
+    return sbc_io_reason(BS_WRITE, err);
 }
 
 /* --- UNMAP (SBC-4 §5.32) --- */
@@ -249,6 +249,18 @@ bool sbc_fill_next(struct sbc_fill *f, struct bs_io *io)
         f->off = f->end;
         return true;
     }
+    if (f->same) {
+        f->iov.iov_base = f->chunk;
+        f->iov.iov_len = f->chunk_len;
+        io->op = BS_WRITE_SAME;
+        io->offset = f->off;
+        io->length = f->end - f->off;
+        io->iov = &f->iov;
+        io->iovcnt = 1;
+        io->fua = f->fua;
+        f->off = f->end;
+        return true;
+    }
     uint64_t n = f->end - f->off < f->chunk_len ? f->end - f->off : f->chunk_len;
     f->iov.iov_base = f->chunk;
     f->iov.iov_len = (size_t)n;
@@ -348,7 +360,25 @@ void sbc_exec_write_same(struct scsi_task *t, const struct scsi_cmd *c)
     w->fill.end = scsi_task_range(t)->offset + scsi_task_range(t)->length;
     w->fill.fua = scsi_task_range(t)->fua;
     w->fill.unmap = (t->cdb[1] & 0x08) && sbc_thin(lu);
-    if (!w->fill.unmap) {
+    /* a store that repeats the block itself (rbd_aio_writesame) gets one request and one
+     * block instead of a megabyte of pattern written chunk by chunk */
+    w->fill.same = !w->fill.unmap && lu->bs->write_same;
+    if (w->fill.same) {
+        void *p = NULL;
+        if (!posix_memalign(&p, 4096, lu->block_size)) {
+            if (zero)
+                memset(p, 0, lu->block_size);
+            else
+                memcpy(p, block, lu->block_size);
+        }
+        w->fill.chunk = p;
+        w->fill.chunk_len = lu->block_size;
+        if (!w->fill.chunk) {
+            free(w);
+            scsi_task_complete(t, SR_INSUFFICIENT_RESOURCES);
+            return;
+        }
+    } else if (!w->fill.unmap) {
         w->fill.chunk_len = scsi_task_range(t)->length < FILL_CHUNK
                                 ? (size_t)scsi_task_range(t)->length
                                 : FILL_CHUNK;

@@ -58,6 +58,10 @@ enum scsi_reason {
     SR_REMOVAL_PREVENTED,      /* 5 / 53h 02h MEDIUM REMOVAL PREVENTED */
     SR_TASK_SET_FULL,          /* status 28h, no sense (SAM-5 §5.3.1): scsi_task_refuse */
     SR_PROTOCOL_CRC_ERROR,     /* B / 47h 05h PROTOCOL SERVICE CRC ERROR (RFC 7143 §11.4.7.2) */
+    SR_LU_TIMEOUT,             /* B / 3Eh 02h TIMEOUT ON LOGICAL UNIT: the store's backend did
+                                  not answer in time; ABORTED COMMAND, so initiators retry */
+    SR_NOT_READY_MANUAL,       /* 2 / 04h 03h LOGICAL UNIT NOT READY, MANUAL INTERVENTION
+                                  REQUIRED: the store gave up (e.g. fenced by its cluster) */
     SR__COUNT
 };
 
@@ -357,6 +361,9 @@ void sbc_exec_readcap16(struct scsi_task *t, const struct scsi_cmd *c);
 
 enum { SANITIZE_IDLE, SANITIZE_RUNNING, SANITIZE_FAILED };
 
+/* The reason for a store's -errno on an operation (sbc.c): MEDIUM ERROR by default. */
+scsi_sr sbc_io_reason(enum bs_op op, int err);
+
 /* DATA PROTECT if the LUN is read-only (configuration) or software write protected (SWP). */
 static inline scsi_sr sbc_write_protect(const struct scsi_lun *lu)
 {
@@ -436,6 +443,7 @@ uint8_t *sbc_pattern_buffer(size_t len, uint32_t block_size, const uint8_t *pat,
 struct sbc_fill {
     uint64_t off, end;
     bool unmap, fua;
+    bool same; /* one BS_WRITE_SAME of the chunk (one block) over the range: the store repeats it */
     uint8_t *chunk; /* chunk_len bytes of pattern (NULL when unmapping) */
     size_t chunk_len;
     struct iovec iov;

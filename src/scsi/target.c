@@ -99,7 +99,11 @@ int scsi_target_add_lun(struct scsi_target *t, const struct scsi_lun_config *cfg
         free(lu);
         return -EIO;
     }
-    uint64_t h = lun_hash(t->name, cfg->lun);
+    /* A store with an identity of its own (an RBD image id) names the LU by it, so every
+     * gateway exporting that image reports the same NAA and serial (multipath joins the
+     * paths); otherwise the target name and LUN number do. */
+    uint64_t h =
+        cfg->bs->medium_id[0] ? lun_hash(cfg->bs->medium_id, 0) : lun_hash(t->name, cfg->lun);
     lu->naa = (3ull << 60) | (h & 0x0fffffffffffffffull); /* NAA 3: locally assigned */
     snprintf(lu->serial, sizeof(lu->serial), "%016" PRIx64, h);
 

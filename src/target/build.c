@@ -88,10 +88,11 @@ static int mkdir_p(const char *dir)
 struct bs *target_open_lun_store(const struct target_lun_conf *l, char *err, size_t errlen)
 {
     char reason[512] = "";
-    /* A read-only file LUN opens its file read-only (the SCSI core refuses the writes). */
+    /* A read-only file or rbd LUN opens its file or image read-only (the SCSI core refuses
+     * the writes). */
     char spec[1024];
-    snprintf(spec, sizeof(spec), "%s%s", l->bs_spec,
-             l->read_only && strncmp(l->bs_spec, "file:", 5) == 0 ? ",ro" : "");
+    bool ro_store = strncmp(l->bs_spec, "file:", 5) == 0 || strncmp(l->bs_spec, "rbd:", 4) == 0;
+    snprintf(spec, sizeof(spec), "%s%s", l->bs_spec, l->read_only && ro_store ? ",ro" : "");
     struct bs *bs = bs_open_spec(spec, reason, sizeof(reason));
     if (!bs)
         snprintf(err, errlen, "%s: cannot open LUN %llu: %s", l->origin, (unsigned long long)l->lun,

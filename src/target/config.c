@@ -673,6 +673,11 @@ static int cfg_global_key(struct cfg_parser *ps, const char *key, const char *va
                             "bad value '%s' for log-level: expected error, warn, info or debug",
                             val);
         cfg->log_level = (enum log_level)lvl;
+    } else if (strcmp(key, "rbd-timeout") == 0) {
+        if (parse_uint_range(val, 1, 3600, &x) < 0)
+            return cfg_fail(ps, ps->line, "bad value '%s' for %s: expected seconds, 1..3600", val,
+                            key);
+        cfg->rbd_timeout_s = (unsigned)x;
     } else if (strcmp(key, "nop-interval") == 0 || strcmp(key, "nop-timeout") == 0 ||
                strcmp(key, "login-timeout") == 0) {
         if (parse_uint_range(val, 1, 3600, &x) < 0)
@@ -749,6 +754,18 @@ static int cfg_target_key(struct cfg_parser *ps, const char *key, const char *va
             return cfg_fail(ps, ps->line, "too many LUNs: at most %d", TARGET_LUN_MAX + 1);
         if (target_parse_lun_spec(val, &lun, reason, sizeof(reason)) < 0)
             return cfg_fail(ps, ps->line, "%s", reason);
+        /* rbd-timeout (global, so read before any target) is the default of timeout= */
+        if (ps->cfg->rbd_timeout_s && strncmp(lun.bs_spec, "rbd:", 4) == 0 &&
+            !strstr(lun.bs_spec, ",timeout=")) {
+            size_t len = strlen(lun.bs_spec) + 32;
+            char *spec = realloc(lun.bs_spec, len);
+            if (!spec) {
+                free(lun.bs_spec);
+                return cfg_fail(ps, ps->line, "out of memory");
+            }
+            snprintf(spec + strlen(spec), 32, ",timeout=%u", ps->cfg->rbd_timeout_s);
+            lun.bs_spec = spec;
+        }
         snprintf(lun.origin, sizeof(lun.origin), "%s:%u", ps->path, ps->line);
         if (target_node_add_lun(n, &lun, reason, sizeof(reason)) < 0) {
             free(lun.bs_spec);
@@ -781,7 +798,7 @@ static int cfg_target_key(struct cfg_parser *ps, const char *key, const char *va
     if (r == 0) {
         static const char *const global_only[] = {"threads",     "log-level",     "nop-interval",
                                                   "nop-timeout", "login-timeout", "state-dir",
-                                                  "ctl-socket"};
+                                                  "ctl-socket",  "rbd-timeout"};
         for (unsigned i = 0; i < sizeof(global_only) / sizeof(global_only[0]); i++)
             if (strcmp(key, global_only[i]) == 0 || target_limits_is_key(key))
                 return cfg_fail(ps, ps->line,

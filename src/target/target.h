@@ -78,6 +78,10 @@ struct target_config {
     unsigned nop_interval_s;
     unsigned nop_timeout_s;
     unsigned login_timeout_s;
+    /* rbd-timeout: an OSD or monitor silent this long fails the command with a retryable
+     * sense (rados_osd_op_timeout); the default of rbd: LUNs without timeout=. 0: the store's
+     * own default. */
+    unsigned rbd_timeout_s;
     /* Where persistent reservations with APTPL are kept across restarts (SPC-4 §5.13.5). */
     char state_dir[256];
     /* The control socket: "" with ctl_socket_set means "none" (no control socket). Unless

@@ -19,6 +19,7 @@ it_cleanup() {
         kill -KILL "$LT_PID" 2>/dev/null
         wait "$LT_PID" 2>/dev/null
     fi
+    [ -n "${CEPH_MINI_DIR:-}" ] && "$CEPH_MINI" stop "$CEPH_MINI_DIR" >/dev/null 2>&1
     rm -rf "$WORK"
 }
 trap it_cleanup EXIT
@@ -136,4 +137,35 @@ run_to() {
 show_cmd_out() {
     echo "--- output of the last command:" >&2
     tail -n 30 "$WORK/cmd.out" >&2
+}
+
+# --- a Ceph cluster for rbd: LUNs (scripts/ceph-mini) ---
+CEPH_MINI=$(cd "$IT_DIR/../.." && pwd)/scripts/ceph-mini
+CEPH_MINI_DIR=""
+
+# start_ceph: a single-node cluster with the pool rbd on a free loopback port, stopped on exit;
+# exports CEPH_CONF. Skips (77) when this build has no rbd store (LT_HAVE_RBD=0 from meson) or
+# the Ceph daemons are not installed: never a stand-in for Ceph.
+start_ceph() {
+    [ "${LT_HAVE_RBD:-1}" = 1 ] ||
+        skip "linerate-target was built without librbd (install librbd-dev librados-dev: scripts/install-deps test)"
+    local b try
+    for b in ceph-mon ceph-osd ceph-mgr ceph rados rbd monmaptool; do
+        command -v "$b" >/dev/null 2>&1 ||
+            skip "$b is not installed: no Ceph cluster for the rbd tests (scripts/install-deps test installs ceph-mon ceph-osd ceph-mgr ceph-common)"
+    done
+    for ((try = 0; try < 10; try++)); do
+        export CEPH_MINI_PORT=$((30000 + (RANDOM % 90) * 100 + 89))
+        port_busy "$CEPH_MINI_PORT" && continue
+        CEPH_MINI_DIR=$WORK/ceph
+        if "$CEPH_MINI" start "$CEPH_MINI_DIR" >"$WORK/ceph.env" 2>"$WORK/ceph.err"; then
+            export CEPH_CONF=$CEPH_MINI_DIR/ceph.conf
+            note "$(tail -n 1 "$WORK/ceph.err")"
+            return 0
+        fi
+        CEPH_MINI_DIR=""
+        grep -q "is taken" "$WORK/ceph.err" && continue
+        fail "scripts/ceph-mini start failed: $(tail -n 5 "$WORK/ceph.err")"
+    done
+    fail "no free port for the Ceph monitor"
 }

@@ -7,6 +7,9 @@
 #         expected list testcu-expected-pass.txt
 #   file  the same against --lun file:$WORK/lun.img,size=1G,removable,pbs=4k (io_uring file
 #         store, holes punched by UNMAP); testcu-expected-pass-file.txt
+#   rbd   the same against --lun rbd:rbd/testcu,size=1G,removable,pbs=4k on a single-node Ceph
+#         cluster started for the pass (scripts/ceph-mini; skipped without Ceph or librbd);
+#         testcu-expected-pass-rbd.txt
 #   ro    -t ALL.ReadOnly against --lun ram:64M,ro (ReadOnly.ReadOnlySBC needs a write-protected
 #         LUN: it is skipped otherwise); testcu-expected-pass-ro.txt
 #   single  the two tests that cannot pass in the two-portal run, each for a reason in the
@@ -40,6 +43,12 @@ file)
     tests=(ALL)
     log=${log%.log}-file.log
     ;;
+rbd)
+    expected=$IT_DIR/testcu-expected-pass-rbd.txt
+    lun=rbd:rbd/testcu,size=1G,removable,pbs=4k
+    tests=(ALL)
+    log=${log%.log}-rbd.log
+    ;;
 ro)
     expected=$IT_DIR/testcu-expected-pass-ro.txt
     lun=ram:64M,ro
@@ -52,9 +61,10 @@ single)
     tests=(SCSI.Sanitize SCSI.GetLBAStatus)
     log=${log%.log}-single.log
     ;;
-*) fail "usage: $0 [ram|file|ro|single]" ;;
+*) fail "usage: $0 [ram|file|rbd|ro|single]" ;;
 esac
 [ -f "$expected" ] || fail "$expected is missing"
+[ "$mode" = rbd ] && start_ceph
 
 if [ "$mode" = single ]; then
     cat >"$WORK/single.conf" <<EOF

@@ -1,5 +1,6 @@
 /* The fixture the SCSI core unit tests share (see scsi_fixture.h): the test store, LUN and
  * nexus setup, running one command as a transport would, and the sense checks. */
+#include <errno.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -18,7 +19,36 @@ static void store_submit(struct bs *bs, struct bs_io *io)
 {
     struct sfx_store *m = bs->priv;
     uint64_t off = io->offset;
+    if (m->fail_err) {
+        io->done(io, m->fail_err);
+        return;
+    }
     switch (io->op) {
+    case BS_WRITE_SAME: {
+        size_t plen = io->iov[0].iov_len;
+        assert_true(bs->write_same && plen && io->length % plen == 0);
+        for (uint64_t o = 0; o < io->length; o += plen)
+            memcpy(m->mem + io->offset + o, io->iov[0].iov_base, plen);
+        m->write_sames++;
+        m->last_same_len = io->length;
+        m->last_fua = io->fua;
+        break;
+    }
+    case BS_COMPARE_AND_WRITE: {
+        assert_true(bs->caw_unit && io->iovcnt == 2);
+        assert_int_equal(io->offset / bs->caw_unit, (io->offset + io->length - 1) / bs->caw_unit);
+        m->caws++;
+        const uint8_t *cmp = io->iov[0].iov_base;
+        for (uint64_t i = 0; i < io->length; i++) {
+            if (cmp[i] != m->mem[io->offset + i]) {
+                io->miscompare = i;
+                io->done(io, -EILSEQ);
+                return;
+            }
+        }
+        memcpy(m->mem + io->offset, io->iov[1].iov_base, io->length);
+        break;
+    }
     case BS_READ:
     case BS_WRITE:
         for (int i = 0; i < io->iovcnt && off < io->offset + io->length; i++) {

@@ -16,6 +16,12 @@ struct sfx_store {
     uint8_t *mem;
     int reads, writes, flushes;
     bool last_fua;
+    /* A stand-in for a store whose completions come from elsewhere (rbd): nonzero fail_err
+     * completes every request with it, untouched. With bs->write_same / bs->caw_unit set the
+     * store serves BS_WRITE_SAME and BS_COMPARE_AND_WRITE itself and counts them. */
+    int fail_err;
+    int write_sames, caws;
+    uint64_t last_same_len;
 };
 
 struct bs *sfx_store_open(uint64_t size, bool write_cache, struct sfx_store **out);

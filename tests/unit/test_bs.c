@@ -247,8 +247,8 @@ static void test_spec_bad(void **state)
     (void)state;
     expect_error(NULL, "empty store spec (expected ram:SIZE, null:SIZE or file:PATH)");
     expect_error("", "empty store spec (expected ram:SIZE, null:SIZE or file:PATH)");
-    expect_error("foo:1G", "unknown store type 'foo' (expected ram, null or file)");
-    expect_error("RAM:1G", "unknown store type 'RAM' (expected ram, null or file)");
+    expect_error("foo:1G", "unknown store type 'foo' (expected ram, null, file or rbd)");
+    expect_error("RAM:1G", "unknown store type 'RAM' (expected ram, null, file or rbd)");
     expect_error("ram", "ram: size missing");
     expect_error("ram:", "ram: size missing");
     expect_error("null:", "null: size missing");
@@ -258,6 +258,17 @@ static void test_spec_bad(void **state)
     expect_error("ram:1000", "ram: size 1000 is not a positive multiple of 512");
     expect_error("null:1G,direct", "null: unknown option 'direct'");
     expect_error("null:1G,prealloc", "null: unknown option 'prealloc'");
+    /* rbd: the spec is checked before any cluster is contacted */
+    expect_error("rbd:", "rbd:: expected rbd:POOL/IMAGE");
+    expect_error("rbd:pool", "rbd:pool: expected rbd:POOL/IMAGE");
+    expect_error("rbd:/img", "rbd:/img: expected rbd:POOL/IMAGE");
+    expect_error("rbd:pool/", "rbd:pool/: expected rbd:POOL/IMAGE");
+    expect_error("rbd:a/b/c", "rbd:a/b/c: expected rbd:POOL/IMAGE");
+    expect_error("rbd:p/i,timeout=0", "rbd:p/i: bad timeout '0' (expected seconds, 1..3600)");
+    expect_error("rbd:p/i,timeout=x", "rbd:p/i: bad timeout 'x' (expected seconds, 1..3600)");
+    expect_error("rbd:p/i,size=1000", "rbd:p/i: size 1000 is not a positive multiple of 512");
+    expect_error("rbd:p/i,direct", "rbd:p/i: unknown or bad option 'direct'");
+    expect_error("rbd:p/i,conf=", "rbd:p/i: unknown or bad option 'conf='");
     expect_error("ram:1G,prealloc,thin", "ram: unknown option 'thin'");
     expect_error("ram:1G,ro,x", "ram: unknown option 'ro'");
     expect_error("file:", "file: path missing");

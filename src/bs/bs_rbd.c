@@ -1,0 +1,424 @@
+/* The rbd store: a Ceph RBD image through librbd's asynchronous API. READ and WRITE go to
+ * rbd_aio_readv/rbd_aio_writev straight from the task's iovecs, FLUSH (and FUA after a write)
+ * to rbd_aio_flush, UNMAP to rbd_aio_discard, WRITE SAME to rbd_aio_writesame and COMPARE AND
+ * WRITE within one 512-byte sector to rbd_aio_compare_and_write. librbd completes on its own
+ * finisher thread; the callback only records the result and posts the request's embedded message
+ * back to the reactor that submitted it, where done() runs, so the SCSI core never sees another
+ * thread.
+ *
+ * Blocking calls happen only off the reactors: the image is opened (and created with size=)
+ * by bs_rbd_open() while the target is being built, before any reactor runs, or on the
+ * control thread when linerate-ctl adds the LUN; it is resized (grow) and closed there too, or
+ * by bs_close() after the reactors stopped. A thread without a reactor (unit tests, the shutdown
+ * flush) waits for each completion itself.
+ *
+ * Cluster trouble becomes an errno the SCSI core maps to sense (sbc_io_reason): -ETIMEDOUT
+ * when an OSD does not answer within timeout= (rados_osd_op_timeout), -EROFS, -ENOSPC as
+ * librbd says. -ESHUTDOWN (EBLOCKLISTED: the cluster fenced this client) is final: the store
+ * logs it once and fails every later request at once with -ESHUTDOWN rather than queue I/O
+ * that can never be written. */
+#include <limits.h>
+#include <rados/librados.h>
+#include <rbd/librbd.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "bs/bs_priv.h"
+#include "util/log.h"
+
+/* librados says EBLOCKLISTED for ESHUTDOWN (ceph's include/errno.h); the C headers do not. */
+#define RBD_EBLOCKLISTED ESHUTDOWN
+
+struct bs_rbd {
+    rados_t cluster;
+    rados_ioctx_t ioctx;
+    rbd_image_t image;
+    atomic_bool fenced; /* blocklisted: every request fails with -ESHUTDOWN */
+    uint64_t obj_size;  /* bytes per RADOS object of the image */
+};
+
+/* st.done counts the steps of a request: 0 the operation itself, 1 the flush a FUA write
+ * owes. */
+enum { STEP_OP = 0, STEP_FUA_FLUSH = 1 };
+
+/* ---- the part of the caller's iovec that covers length ---------------------------------- */
+
+/* librbd transfers the sum of the entries; the caller's vector may be longer than length
+ * (bs_io_check allows it). Trim the last entry in place, restored before done(). */
+static int rbd_iov_fit(struct bs_io *io)
+{
+    uint64_t acc = 0;
+    int j = 0;
+    while (acc + io->iov[j].iov_len < io->length) {
+        acc += io->iov[j].iov_len;
+        j++;
+    }
+    io->st.tail = -1;
+    if (io->iov[j].iov_len > io->length - acc) {
+        io->st.tail = j;
+        io->st.tail_orig = io->iov[j];
+        io->iov[j].iov_len = (size_t)(io->length - acc);
+    }
+    return j + 1;
+}
+
+static void rbd_iov_restore(struct bs_io *io)
+{
+    if ((io->op == BS_READ || io->op == BS_WRITE) && io->st.tail >= 0) {
+        io->iov[io->st.tail] = io->st.tail_orig;
+        io->st.tail = -1;
+    }
+}
+
+/* ---- completion -------------------------------------------------------------------------- */
+
+static int rbd_start(struct bs_rbd *b, struct bs_io *io);
+
+static void rbd_fenced(struct bs *bs)
+{
+    struct bs_rbd *b = bs->priv;
+    if (!atomic_exchange(&b->fenced, true))
+        LOG_ERR("bs %s: this client was blocklisted by the Ceph cluster: giving up the LUN "
+                "(every command fails from now on; restart the gateway once the cluster "
+                "lets it back)",
+                bs->desc);
+}
+
+/* The SCSI core wants the first differing byte relative to the start of the compare. librbd
+ * means to report it as an image offset, but 16.2 reports the start of the object plus the
+ * offset within the compare; both are told apart because a compare never crosses a 512-byte
+ * sector (caw_unit), so it starts either at the object's start or 512 bytes or more into it. */
+static uint64_t rbd_miscompare_rel(const struct bs_io *io, uint64_t obj_size)
+{
+    uint64_t m = io->miscompare;
+    if (m >= io->offset && m - io->offset < io->length)
+        return m - io->offset;
+    if (obj_size && m % obj_size < io->length)
+        return m % obj_size;
+    return 0;
+}
+
+/* On the submitting thread: the next step or the caller's done(). */
+static void rbd_step_done(struct bs_io *io)
+{
+    struct bs *bs = io->st.bs;
+    int res = io->st.res;
+    if (res == -RBD_EBLOCKLISTED)
+        rbd_fenced(bs);
+    bool writes = io->op == BS_WRITE || io->op == BS_WRITE_SAME || io->op == BS_COMPARE_AND_WRITE;
+    if (res == 0 && writes && io->fua && io->st.done == STEP_OP) {
+        /* librbd has no write-through flag: a FUA write is a write and then a flush, the
+         * command answered once both are done (SBC-4 §5.45 FUA). */
+        rbd_iov_restore(io);
+        io->st.done = STEP_FUA_FLUSH;
+        res = rbd_start(bs->priv, io);
+        if (res == 0)
+            return;
+    }
+    rbd_iov_restore(io);
+    if (io->op == BS_COMPARE_AND_WRITE && res == -EILSEQ)
+        io->miscompare = rbd_miscompare_rel(io, ((struct bs_rbd *)bs->priv)->obj_size);
+    if (res != 0 && res != -RBD_EBLOCKLISTED && res != -EILSEQ)
+        LOG_DEBUG("bs %s: op %d at %llu+%llu: %s", bs->desc, (int)io->op,
+                  (unsigned long long)io->offset, (unsigned long long)io->length, strerror(-res));
+    io->done(io, res);
+}
+
+static void rbd_on_reactor(void *arg)
+{
+    rbd_step_done(arg);
+}
+
+/* librbd's finisher thread: record the result, hand the request back. Nothing here may
+ * touch the SCSI core. */
+static void rbd_cb(rbd_completion_t c, void *arg)
+{
+    struct bs_io *io = arg;
+    ssize_t r = rbd_aio_get_return_value(c);
+    rbd_aio_release(c);
+    io->st.res = r < 0 ? (int)r : 0;
+    reactor_post(io->st.r, &io->st.msg, rbd_on_reactor, io);
+}
+
+/* Issue the current step of io. With a reactor the completion comes back through rbd_cb;
+ * without one this thread waits for it and finishes the step itself. 0 when the step was
+ * issued (and, without a reactor, completed: st.res holds its result), or -errno when librbd
+ * refused it. */
+static int rbd_issue(struct bs_rbd *b, struct bs_io *io)
+{
+    rbd_completion_t c;
+    bool async = io->st.r != NULL;
+    int ret = rbd_aio_create_completion(io, async ? rbd_cb : NULL, &c);
+    if (ret < 0)
+        return ret;
+    if (io->st.done == STEP_FUA_FLUSH) {
+        ret = rbd_aio_flush(b->image, c);
+    } else {
+        switch (io->op) {
+        case BS_READ:
+            ret = rbd_aio_readv(b->image, io->iov, rbd_iov_fit(io), io->offset, c);
+            break;
+        case BS_WRITE:
+            ret = rbd_aio_writev(b->image, io->iov, rbd_iov_fit(io), io->offset, c);
+            break;
+        case BS_FLUSH:
+            ret = rbd_aio_flush(b->image, c);
+            break;
+        case BS_UNMAP:
+            ret = rbd_aio_discard(b->image, io->offset, io->length, c);
+            break;
+        case BS_WRITE_SAME:
+            ret = rbd_aio_writesame(b->image, io->offset, io->length, io->iov[0].iov_base,
+                                    io->iov[0].iov_len, c, 0);
+            break;
+        case BS_COMPARE_AND_WRITE:
+            /* one RADOS operation (cmpext + write) on one object: atomic in the cluster,
+             * so across gateways too; a mismatch is -EILSEQ */
+            io->miscompare = 0;
+            ret = (int)rbd_aio_compare_and_write(b->image, io->offset, io->length,
+                                                 io->iov[0].iov_base, io->iov[1].iov_base, c,
+                                                 &io->miscompare, 0);
+            break;
+        default:
+            ret = -EINVAL;
+        }
+    }
+    if (ret < 0) {
+        rbd_iov_restore(io);
+        rbd_aio_release(c);
+        return ret;
+    }
+    if (!async) {
+        rbd_aio_wait_for_complete(c);
+        ssize_t r = rbd_aio_get_return_value(c);
+        rbd_aio_release(c);
+        io->st.res = r < 0 ? (int)r : 0;
+    }
+    return 0;
+}
+
+/* Start the current step; without a reactor run the request to its end here. */
+static int rbd_start(struct bs_rbd *b, struct bs_io *io)
+{
+    int ret = rbd_issue(b, io);
+    if (ret < 0 || io->st.r)
+        return ret;
+    rbd_step_done(io); /* synchronous: the step is complete */
+    return 0;
+}
+
+static void bs_rbd_submit(struct bs *bs, struct bs_io *io)
+{
+    struct bs_rbd *b = bs->priv;
+    int err = bs_io_check(bs, io);
+    if (err) {
+        io->done(io, err);
+        return;
+    }
+    if (atomic_load_explicit(&b->fenced, memory_order_relaxed)) {
+        io->done(io, -RBD_EBLOCKLISTED);
+        return;
+    }
+    if ((io->op == BS_READ || io->op == BS_WRITE || io->op == BS_UNMAP) && io->length == 0) {
+        io->done(io, 0);
+        return;
+    }
+    io->st.bs = bs;
+    io->st.done = STEP_OP;
+    io->st.tail = io->st.head = -1;
+    io->st.res = 0;
+    io->st.r = reactor_self();
+    io->st.msg = (struct reactor_msg){0};
+    err = rbd_start(b, io);
+    if (err < 0) {
+        if (err == -RBD_EBLOCKLISTED)
+            rbd_fenced(bs);
+        io->done(io, err);
+    }
+}
+
+static void bs_rbd_close(struct bs *bs)
+{
+    struct bs_rbd *b = bs->priv;
+    /* rbd_close flushes librbd's cache (writes acknowledged without FUA). */
+    int ret = rbd_close(b->image);
+    if (ret < 0)
+        LOG_ERR("bs %s: closing the image: %s", bs->desc, strerror(-ret));
+    rados_ioctx_destroy(b->ioctx);
+    rados_shutdown(b->cluster);
+    free(b);
+}
+
+/* linerate-ctl grow, on the daemon's control thread (rbd_resize blocks on the cluster, so it
+ * never runs on a reactor). An image someone already grew with `rbd resize` is taken at the
+ * size asked for as it is. */
+static int bs_rbd_grow(struct bs *bs, uint64_t size, char *err, size_t errlen)
+{
+    struct bs_rbd *b = bs->priv;
+    if (bs->read_only) {
+        snprintf(err, errlen, "%s: opened read-only, cannot grow", bs->desc);
+        return -1;
+    }
+    uint64_t have;
+    int ret = rbd_get_size(b->image, &have);
+    if (ret == 0 && have < size)
+        ret = rbd_resize(b->image, size);
+    if (ret < 0) {
+        snprintf(err, errlen, "%s: cannot resize the image to %llu bytes: %s", bs->desc,
+                 (unsigned long long)size, strerror(-ret));
+        return -1;
+    }
+    __atomic_store_n(&bs->size, size, __ATOMIC_RELEASE);
+    return 0;
+}
+
+static const struct bs_ops bs_rbd_ops = {
+    .name = "rbd",
+    .submit = bs_rbd_submit,
+    .close = bs_rbd_close,
+    .grow = bs_rbd_grow,
+};
+
+/* Settings the store relies on, whatever ceph.conf says. */
+static int rbd_conf(rados_t cluster, const char *who, unsigned timeout_s, char *err, size_t errlen)
+{
+    char t[16];
+    snprintf(t, sizeof(t), "%u", timeout_s);
+    const char *const set[][2] = {
+        /* An OSD or monitor that does not answer becomes -ETIMEDOUT, which the initiator may
+         * retry, instead of a command that never completes. */
+        {"rados_osd_op_timeout", t},
+        {"rados_mon_op_timeout", t},
+        {"client_mount_timeout", t},
+        /* UNMAP promises zeros (LBPRZ): a discard that does not cover whole objects must zero
+         * its range instead of being skipped. */
+        {"rbd_skip_partial_discard", "false"},
+    };
+    for (size_t i = 0; i < sizeof(set) / sizeof(set[0]); i++) {
+        int ret = rados_conf_set(cluster, set[i][0], set[i][1]);
+        if (ret < 0) {
+            snprintf(err, errlen, "%s: setting %s: %s", who, set[i][0], strerror(-ret));
+            return -1;
+        }
+    }
+    return 0;
+}
+
+struct bs *bs_rbd_open(const struct bs_rbd_params *p, char *err, size_t errlen)
+{
+    char who[300];
+    snprintf(who, sizeof(who), "rbd:%s/%s", p->pool, p->image);
+    struct bs_rbd *b = calloc(1, sizeof(*b));
+    struct bs *bs = calloc(1, sizeof(*bs));
+    if (!b || !bs) {
+        snprintf(err, errlen, "%s: out of memory", who);
+        free(b);
+        free(bs);
+        return NULL;
+    }
+    const char *stage = "rados_create";
+    bool have_ioctx = false, have_image = false;
+    int ret = rados_create(&b->cluster, p->client_id[0] ? p->client_id : NULL);
+    if (ret < 0)
+        goto fail_nocluster;
+    /* conf= or else $CEPH_CONF or the default search path (/etc/ceph/ceph.conf, ...). */
+    stage = "reading the Ceph configuration";
+    ret = rados_conf_read_file(b->cluster, p->conf[0] ? p->conf : NULL);
+    if (ret < 0)
+        goto fail;
+    rados_conf_parse_env(b->cluster, NULL); /* CEPH_ARGS */
+    if (rbd_conf(b->cluster, who, p->timeout_s, err, errlen) < 0) {
+        rados_shutdown(b->cluster);
+        goto fail_quiet;
+    }
+    stage = "connecting to the cluster";
+    ret = rados_connect(b->cluster);
+    if (ret < 0)
+        goto fail;
+    stage = "opening the pool";
+    ret = rados_ioctx_create(b->cluster, p->pool, &b->ioctx);
+    if (ret < 0)
+        goto fail;
+    have_ioctx = true;
+    stage = "opening the image";
+    ret = p->read_only ? rbd_open_read_only(b->ioctx, p->image, &b->image, NULL)
+                       : rbd_open(b->ioctx, p->image, &b->image, NULL);
+    if (ret == -ENOENT && p->size && !p->read_only) {
+        /* size= creates a missing image, with the default features of the cluster */
+        stage = "creating the image";
+        int order = 0;
+        ret = rbd_create(b->ioctx, p->image, p->size, &order);
+        if (ret == 0) {
+            LOG_INFO("%s: created, %llu bytes", who, (unsigned long long)p->size);
+            stage = "opening the image";
+            ret = rbd_open(b->ioctx, p->image, &b->image, NULL);
+        }
+    }
+    if (ret < 0)
+        goto fail;
+    have_image = true;
+    uint64_t size;
+    stage = "reading the image size";
+    ret = rbd_get_size(b->image, &size);
+    if (ret < 0)
+        goto fail;
+    if (p->size && p->size != size)
+        LOG_WARN("%s: the image has %llu bytes, not size=%llu: exporting %llu (size= only "
+                 "creates a missing image)",
+                 who, (unsigned long long)size, (unsigned long long)p->size,
+                 (unsigned long long)size);
+    if (size == 0 || size % 512) {
+        snprintf(err, errlen, "%s: image size %llu is not a positive multiple of 512", who,
+                 (unsigned long long)size);
+        goto fail_quiet_all;
+    }
+    /* The image id is the image's own, the same from every client: what a designator shared
+     * by several gateways is derived from. */
+    if (rbd_get_id(b->image, bs->medium_id, sizeof(bs->medium_id)) < 0)
+        bs->medium_id[0] = '\0';
+    bs->ops = &bs_rbd_ops;
+    bs->size = size;
+    bs->read_only = p->read_only;
+    /* librbd's writeback cache (rbd cache, on by default) is volatile: SYNCHRONIZE CACHE and
+     * FUA must reach rbd_aio_flush. */
+    bs->write_cache = true;
+    /* Discarded objects are deleted, partial ones zeroed (rbd_skip_partial_discard off). */
+    bs->thin = true;
+    bs->write_same = true;
+    rbd_image_info_t info;
+    if (rbd_stat(b->image, &info, sizeof(info)) == 0)
+        b->obj_size = info.obj_size;
+    /* librbd 16 compares and writes only within one 512-byte sector (-EINVAL otherwise): a
+     * one-block COMPARE AND WRITE on a 512-byte-block LUN (VMware's ATS heartbeat) is served
+     * by the cluster; longer ones are emulated under the LUN's range lock (sbc_caw.c). */
+    bs->caw_unit = 512;
+    bs->priv = b;
+    /* The client address is what an operator fences (ceph osd blocklist add ADDR) to take
+     * this gateway off the image. */
+    char *addrs = NULL;
+    if (rados_getaddrs(b->cluster, &addrs) == 0 && addrs) {
+        LOG_INFO("%s: image id %s, %llu bytes, Ceph client %s", who, bs->medium_id,
+                 (unsigned long long)size, addrs);
+        rados_buffer_free(addrs);
+    }
+    return bs;
+
+fail:
+    snprintf(err, errlen, "%s: %s: %s", who, stage, strerror(-ret));
+fail_quiet_all:
+    if (have_image)
+        rbd_close(b->image);
+    if (have_ioctx)
+        rados_ioctx_destroy(b->ioctx);
+    rados_shutdown(b->cluster);
+fail_quiet:
+    free(b);
+    free(bs);
+    return NULL;
+fail_nocluster:
+    snprintf(err, errlen, "%s: %s: %s", who, stage, strerror(-ret));
+    free(b);
+    free(bs);
+    return NULL;
+}
