@@ -441,9 +441,10 @@ static int nop_out_handle(struct iscsi_conn *c, struct iscsi_pdu_in *p)
 /* The Logout Response (RFC 7143 §11.15). Time2Wait and Time2Retain are given for a removal for
  * recovery at ERL 2 (§11.15.1, §11.15.2): how long the initiator waits before reassigning the
  * connection's tasks, and for how long after that the target keeps them. Otherwise they stay 0:
- * nothing to wait for or to retain. */
+ * nothing to wait for or to retain. `gone`: the connection had already ended and its tasks wait
+ * as orphans, so there is nothing left to clean up and the reassignment may start at once. */
 static int logout_respond(struct iscsi_conn *c, const struct iscsi_bhs *req, uint8_t response,
-                          bool recovery)
+                          bool recovery, bool gone)
 {
     struct wire_pdu *p = conn_pdu_new(c, ISCSI_OP_LOGOUT_RSP, ISCSI_FLAG_FINAL);
     if (!p)
@@ -452,7 +453,7 @@ static int logout_respond(struct iscsi_conn *c, const struct iscsi_bhs *req, uin
     h->b[BHS_RESPONSE] = response;
     bhs_put32(h, BHS_ITT, bhs_get32(req, BHS_ITT));
     if (recovery) {
-        put_be16(h->b + BHS_TIME2WAIT, (uint16_t)c->session->params.default_time2wait);
+        put_be16(h->b + BHS_TIME2WAIT, gone ? 0 : (uint16_t)c->session->params.default_time2wait);
         put_be16(h->b + BHS_TIME2RETAIN, (uint16_t)c->session->params.default_time2retain);
     }
     conn_fill_sn(c, h, true);
@@ -506,7 +507,7 @@ static int logout_handle(struct iscsi_conn *c, struct iscsi_pdu_in *p)
         if (ends_session)
             scsi_nexus_logout(s->nexus);
     }
-    int rc = logout_respond(c, req, response, recovery && response == 0);
+    int rc = logout_respond(c, req, response, recovery && response == 0, victim == NULL);
     if (rc < 0 || response != 0)
         return rc;
     LOG_INFO("%s: logout (%s%s)", c->peer,
