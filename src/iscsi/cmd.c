@@ -52,6 +52,17 @@ void task_put(struct iscsi_task *t)
     if (--t->refs > 0)
         return;
     struct iscsi_conn *c = t->conn;
+    if (!c) {
+        /* ERL 2: an orphan never reassigned (orphan.c), on no connection's lists: its buffer
+         * charge left with it, and it holds a session reference of its own. */
+        assert(t->orphan == ORPHAN_NO || t->orphan == ORPHAN_IDLE);
+        assert(list_empty(&t->wait.node) && list_empty(&t->retained_node));
+        struct iscsi_session *s = t->orphan_sess;
+        scsi_task_release(&t->scsi);
+        free(t);
+        session_put(s);
+        return;
+    }
     assert(list_empty(&t->wait.node));     /* no longer waiting for its CmdSN turn */
     assert(list_empty(&t->retained_node)); /* the retained list holds a reference */
     assert(c->w.in.task != t);             /* the receive engine holds a reference while placing */
@@ -132,9 +143,33 @@ static void fill_sn_again(struct iscsi_conn *c, struct iscsi_bhs *h, uint32_t st
     bhs_put32(h, BHS_STATSN, statsn);
 }
 
-/* The SCSI Response of a task; `again`: a retransmission of the one sent (same StatSN, the
- * command counted done already), with snack_tag set for an R-Data SNACK (§11.16.3). */
-static int scsi_response(struct iscsi_conn *c, struct iscsi_task *t, bool again, uint32_t snack_tag)
+/* How a status goes out: the first time; a retransmission of the one sent (same StatSN, the
+ * command counted done already, §11.16); after TASK REASSIGN, on a new connection with a new
+ * StatSN of its own (the command counted done already, RFC 7143 §7.2.2). */
+enum rsp_mode {
+    RSP_FIRST,
+    RSP_AGAIN,
+    RSP_REASSIGN,
+};
+
+/* The status fields of a response: StatSN, ExpCmdSN, MaxCmdSN as `mode` says. */
+static void fill_status_sn(struct iscsi_conn *c, struct iscsi_task *t, struct iscsi_bhs *h,
+                           enum rsp_mode mode)
+{
+    if (mode == RSP_AGAIN) {
+        fill_sn_again(c, h, t->statsn);
+        return;
+    }
+    if (mode == RSP_FIRST)
+        session_cmd_done(c->session);
+    t->statsn = c->statsn;
+    conn_fill_sn(c, h, true);
+}
+
+/* The SCSI Response of a task (see enum rsp_mode), with snack_tag set for an R-Data SNACK
+ * (§11.16.3). */
+static int scsi_response(struct iscsi_conn *c, struct iscsi_task *t, enum rsp_mode mode,
+                         uint32_t snack_tag)
 {
     struct wire_pdu *p = conn_pdu_new(c, ISCSI_OP_SCSI_RSP, 0);
     if (!p)
@@ -151,14 +186,9 @@ static int scsi_response(struct iscsi_conn *c, struct iscsi_task *t, bool again,
         set_residual(h, &flags, 0, t->edtl, ISCSI_RSP_OVERFLOW, ISCSI_RSP_UNDERFLOW);
     h->b[1] = flags;
     bhs_put32(h, BHS_EXPDATASN, t->scsi.dir == SCSI_DIR_READ ? t->datasn_in : t->r2tsn);
-    if (again) {
+    if (mode == RSP_AGAIN)
         bhs_put32(h, BHS_TTT, snack_tag); /* the SNACK Tag field of a SCSI Response */
-        fill_sn_again(c, h, t->statsn);
-    } else {
-        session_cmd_done(c->session);
-        t->statsn = c->statsn;
-        conn_fill_sn(c, h, true);
-    }
+    fill_status_sn(c, t, h, mode);
     task_get(t);
     p->sent = task_pdu_sent;
     p->arg = t;
@@ -175,7 +205,7 @@ static int scsi_response(struct iscsi_conn *c, struct iscsi_task *t, bool again,
 
 static int send_scsi_response(struct iscsi_conn *c, struct iscsi_task *t)
 {
-    return scsi_response(c, t, false, 0);
+    return scsi_response(c, t, RSP_FIRST, 0);
 }
 
 /* Point a PDU's data at [off, off+len) of the task's buffers. */
@@ -214,6 +244,7 @@ enum data_in_mode {
     DIN_FIRST,     /* the original transmission */
     DIN_AGAIN,     /* an exact replica (Data SNACK, §11.16) */
     DIN_NO_STATUS, /* resegmented (R-Data SNACK): a SCSI Response follows with the status */
+    DIN_REASSIGN,  /* after TASK REASSIGN: the status with a new StatSN (RSP_REASSIGN) */
 };
 
 /* Queue Data-In DataSN `datasn`: [off, off+len) of the task's data, F if `final`, and on the
@@ -238,13 +269,10 @@ static int queue_data_in(struct iscsi_conn *c, struct iscsi_task *t, uint32_t da
         h->b[BHS_STATUS] = st->status;
         set_residual(h, &flags, st->data_len, t->edtl, ISCSI_DATAIN_OVERFLOW,
                      ISCSI_DATAIN_UNDERFLOW);
-        if (mode == DIN_AGAIN) {
-            fill_sn_again(c, h, t->statsn);
-        } else {
-            session_cmd_done(c->session);
-            t->statsn = c->statsn;
-            conn_fill_sn(c, h, true);
-        }
+        fill_status_sn(c, t, h,
+                       mode == DIN_AGAIN      ? RSP_AGAIN
+                       : mode == DIN_REASSIGN ? RSP_REASSIGN
+                                              : RSP_FIRST);
     } else {
         uint32_t exp, max;
         session_window(c->session, &exp, &max);
@@ -314,7 +342,7 @@ int cmd_resend_status(struct iscsi_conn *c, struct iscsi_task *t)
     uint32_t count = cmd_data_in_count(t);
     if (count)
         return cmd_resend_data_in(c, t, count - 1, 1);
-    return scsi_response(c, t, true, 0);
+    return scsi_response(c, t, RSP_AGAIN, 0);
 }
 
 /* R-Data SNACK (§11.16.3): every Data-In again, cut to the initiator's current
@@ -336,7 +364,7 @@ int cmd_resend_resegmented(struct iscsi_conn *c, struct iscsi_task *t, uint32_t 
         }
         t->datasn_in = count;
     }
-    return scsi_response(c, t, true, snack_tag);
+    return scsi_response(c, t, RSP_AGAIN, snack_tag);
 }
 
 /* ERL >= 1: past this many retained tasks the initiator is pinged so that its answer's
@@ -409,11 +437,21 @@ static int cmd_respond(struct iscsi_conn *c, struct iscsi_task *t)
 /* The SCSI core's completion: at once, inside scsi_task_exec() (cmd_exec then returns its
  * status), or later from the store, when the connection may have closed or a TMF aborted the
  * task meanwhile. */
+static void cmd_orphan_store_done(struct iscsi_task *t);
+
 static void cmd_scsi_done(struct scsi_task *st)
 {
     struct iscsi_task *t = st->transport_priv;
     struct iscsi_conn *c = t->conn;
     int rc = ISCSI_OK;
+    if (t->orphan == ORPHAN_BUSY) {
+        /* ERL 2: its connection is gone (c lives on by the store's reference to it); the
+         * orphan group keeps the task, now answered by whoever reassigns it */
+        task_put(t); /* the SCSI core's */
+        cmd_orphan_store_done(t);
+        conn_put(c);
+        return;
+    }
     if (c->dead) {
         /* closed while the store had it: conn_close() detached the session, nothing to
          * count or answer */
@@ -650,7 +688,7 @@ static int cmd_retry(struct iscsi_conn *c, const struct iscsi_task *fresh)
                      c->peer, old->cmdsn, old->itt);
     if (cmd_data_in_count(old))
         return cmd_resend_data_in(c, old, 0, 0);
-    return scsi_response(c, old, true, 0);
+    return scsi_response(c, old, RSP_AGAIN, 0);
 }
 
 /* ERL >= 1: an immediate command takes no CmdSN of its own (§4.2.2.1), so the window cannot
@@ -1143,9 +1181,89 @@ void cmd_task_abort(struct iscsi_task *t)
     task_put(t);                /* the protocol side's */
 }
 
+/* ERL 2: whether the tasks of c, closing now, are kept for reassignment (RFC 7143 §7.2.2)
+ * rather than terminated (§11.14.5): not when the daemon shuts down, a Logout said "close the
+ * connection", or Time2Retain is 0 (nothing is kept, §11.15.2); the session ending with it
+ * (closed, reinstated, logged out) is looked at under its lock. */
+static bool conn_keeps_tasks(const struct iscsi_conn *c)
+{
+    const struct iscsi_session *s = c->session;
+    if (!s || conn_erl(c) < 2 || !s->params.default_time2retain ||
+        atomic_load(&c->srv->shutting_down) || atomic_load(&c->terminate_tasks))
+        return false;
+    return !c->logged_out || c->recovery_logout;
+}
+
+/* ERL 2: the tasks of c become orphans of g, with the session's lock held throughout. Kept:
+ * every task the CmdSN window acknowledged (run, running, answered and not acknowledged,
+ * taking Data-Out, or released and not yet run). Left to the caller: those still queued for
+ * their CmdSN turn, which are discarded (§11.14: not acknowledged via ExpCmdSN), aborted ones,
+ * and a command whose immediate data never completed (its CmdSN not received). Returns false,
+ * keeping nothing, when the session is ending anyway. */
+static bool orphan_conn_tasks(struct iscsi_conn *c, struct iscsi_orphans *g)
+{
+    struct iscsi_session *s = c->session;
+    pthread_mutex_lock(&s->lock);
+    if (s->closing || s->logged_out) {
+        pthread_mutex_unlock(&s->lock);
+        return false;
+    }
+    struct list_node *n, *tmp;
+    while ((n = list_pop(&c->released)) != NULL)
+        list_entry(n, struct iscsi_task, wait.node)->orphan_released = true;
+    list_for_each_safe(n, tmp, &c->tasks)
+    {
+        struct iscsi_task *t = list_entry(n, struct iscsi_task, node);
+        if (t->aborted || t->state == TASK_SENDING || t->cmdsn_pending ||
+            (t->state == TASK_QUEUED && !t->orphan_released))
+            continue;
+        list_del(&t->node);
+        c->ntasks--;
+        conn_task_hash_del(c, t);
+        list_del(&t->r2t_node);
+        assert(c->buf_bytes >= t->buf_charge);
+        c->buf_bytes -= t->buf_charge; /* the charge goes with the task */
+        if (t->state == TASK_RETAINED) {
+            list_del(&t->retained_node); /* its reference becomes the group's */
+            c->nretained--;
+        }
+        if (t->state == TASK_EXEC) {
+            t->orphan = ORPHAN_BUSY; /* completes on c, which the store's reference keeps */
+        } else {
+            t->orphan = ORPHAN_IDLE;
+            t->conn = NULL;
+        }
+        orphans_add_locked(g, t);
+    }
+    pthread_mutex_unlock(&s->lock);
+    return true;
+}
+
+/* A queued command of a connection removed for recovery: dropped unanswered with its CmdSN
+ * not received (session_cmdsn_discard), so that the initiator's retry of it runs. */
+static void cmd_task_discard(struct iscsi_task *t)
+{
+    struct iscsi_conn *c = t->conn;
+    assert(t->state == TASK_QUEUED && !t->aborted);
+    t->aborted = true;
+    session_cmdsn_discard(c->session, &t->wait);
+    conn_task_hash_del(c, t);
+    task_put(t);
+}
+
 void cmd_conn_teardown(struct iscsi_conn *c)
 {
     struct list_node *n, *tmp;
+    bool kept = false;
+    if (conn_keeps_tasks(c)) {
+        struct iscsi_orphans *g = orphans_new(c);
+        kept = g && orphan_conn_tasks(c, g);
+        if (kept)
+            orphans_publish(g, c->session->params.default_time2wait,
+                            c->session->params.default_time2retain);
+        else if (g)
+            orphans_discard(g);
+    }
     /* Retained answers: nothing can ask for them any more (ERL 1 has no connection
      * recovery). */
     while ((n = list_pop(&c->retained)) != NULL) {
@@ -1158,7 +1276,215 @@ void cmd_conn_teardown(struct iscsi_conn *c)
         struct iscsi_task *t = list_entry(n, struct iscsi_task, node);
         /* Answered or aborted ones: the protocol side let go already, and the rest of their
          * holders (queued PDUs, dropped by conn_close(); the store) let go on their own. */
-        if (!t->aborted && t->state != TASK_SENDING && t->state != TASK_RETAINED)
+        if (kept && t->state == TASK_QUEUED && !t->aborted)
+            cmd_task_discard(t);
+        else if (!t->aborted && t->state != TASK_SENDING && t->state != TASK_RETAINED)
             cmd_task_abort(t);
+    }
+}
+
+/* ---------------- ERL 2: reassignment ---------------- */
+
+/* A read answered on the dead connection, its status not acknowledged: Data-In from DataSN k0
+ * on (the initiator acknowledged those before, §11.5.1 ExpDataSN), the last one with the
+ * status and a new StatSN of c. Cut as the first time unless c takes smaller PDUs (its
+ * MaxRecvDataSegmentLength): then the rest is cut anew, DataSN going on from k0 (§11.5.1: the
+ * number of PDUs may change with the reassignment). */
+static int resend_data_in_from(struct iscsi_conn *c, struct iscsi_task *t, uint32_t k0)
+{
+    uint32_t count = cmd_data_in_count(t);
+    uint32_t off, len;
+    bool final;
+    data_in_seg(t, k0, &off, &len, &final);
+    if (t->din_pdu_len <= c->max_send_dsl) {
+        for (uint32_t k = k0; k < count; k++) {
+            data_in_seg(t, k, &off, &len, &final);
+            int rc = queue_data_in(c, t, k, off, len, final, DIN_REASSIGN);
+            if (rc < 0)
+                return rc;
+        }
+        return ISCSI_OK;
+    }
+    uint32_t sn = k0, pdu = c->max_send_dsl;
+    while (off < t->din_total) {
+        uint32_t bend = (off / t->din_burst + 1) * t->din_burst;
+        if (bend > t->din_total)
+            bend = t->din_total;
+        uint32_t n = bend - off < pdu ? bend - off : pdu;
+        int rc = queue_data_in(c, t, sn++, off, n, off + n == bend, DIN_REASSIGN);
+        if (rc < 0)
+            return rc;
+        off += n;
+    }
+    if (k0 == 0) /* all of it cut anew: a Data SNACK later finds it as sent now */
+        t->din_pdu_len = pdu;
+    t->datasn_in = sn;
+    return ISCSI_OK;
+}
+
+/* An answered task whose status the initiator did not acknowledge on the dead connection
+ * (§7.2.2: "sending (or resending) the status"): a read's Data-In from ExpDataSN, any other's
+ * SCSI Response, with a new StatSN of c; then retained on c until acknowledged there. */
+static int reassign_answered(struct iscsi_conn *c, struct iscsi_task *t, uint32_t exp_datasn)
+{
+    uint32_t count = cmd_data_in_count(t);
+    int rc;
+    /* §11.5.1: ExpDataSN is 0 or at most the last DataSN sent + 1; any other value is
+     * ignored (0: the acknowledgement reference unchanged, which is 0 here: this target never
+     * asks for DataACK). */
+    if (exp_datasn > count)
+        exp_datasn = 0;
+    if (count && exp_datasn < count)
+        rc = resend_data_in_from(c, t, exp_datasn);
+    else
+        rc = scsi_response(c, t, RSP_REASSIGN, 0);
+    if (rc < 0) {
+        task_put(t);
+        return rc;
+    }
+    list_add_tail(&c->retained, &t->retained_node); /* the newest StatSN: order kept */
+    c->nretained++;
+    retained_bound(c);
+    return ISCSI_OK;
+}
+
+/* A write (or a command waiting for its data) whose Data-Out was under way on the dead
+ * connection: what its open R2T sequences and its unsolicited burst had not brought is
+ * solicited again on c, by R2Ts with c's TTTs and R2TSNs going on from the task's (the
+ * initiator does not send unsolicited data again after a reassignment). */
+static int reassign_data_out(struct iscsi_conn *c, struct iscsi_task *t)
+{
+    if (t->orphan_released) {
+        t->orphan_released = false;
+        t->state = TASK_DATA_OUT; /* its CmdSN turn came while it was an orphan */
+    }
+    bool room = true;
+    for (unsigned i = 0; i < ISCSI_MAX_R2T; i++) {
+        struct r2t_seq *seq = &t->r2t[i];
+        if (!seq->used)
+            continue;
+        room = room && hole_add(t, seq->offset + seq->got, seq->len - seq->got);
+        seq->used = false;
+    }
+    t->r2t_outstanding = 0;
+    if (t->unsol_remaining) {
+        room = room && hole_add(t, t->unsol_next_off, t->unsol_remaining);
+        t->unsol_remaining = 0;
+    }
+    if (!room && !t->seq_failed && !t->refused)
+        data_out_sequence_failed(c, t,
+                                 "too many Data-Out ranges to solicit again after "
+                                 "TASK REASSIGN",
+                                 ISCSI_RSVD_TAG, 0, 0, 0);
+    t->data_out_ms = reactor_now_ms();
+    conn_task_hash_add(c, t);
+    if (!t->refused && !t->seq_failed && (t->nholes || t->r2t_offset < t->data_expected)) {
+        int rc = send_r2ts(c, t);
+        if (rc < 0)
+            return rc;
+    }
+    data_out_maybe_terminate(t);
+    return cmd_maybe_exec(c, t);
+}
+
+/* An orphan joins c's lists (on c's thread). */
+static void orphan_attach(struct iscsi_conn *c, struct iscsi_task *t)
+{
+    assert(t->conn == c && t->orphan == ORPHAN_NO && !t->aborted);
+    struct iscsi_session *s = t->orphan_sess;
+    t->orphan_sess = NULL;
+    list_add_tail(&c->tasks, &t->node);
+    c->ntasks++;
+    c->buf_bytes += t->buf_charge;
+    session_put(s); /* the orphan's; c holds the session */
+}
+
+int cmd_task_adopt_abort(struct iscsi_conn *c, struct iscsi_task *t)
+{
+    orphan_attach(c, t);
+    if (t->state == TASK_RETAINED) {
+        /* answered: its status again (retained on c until acknowledged), then the TMF
+         * Response; nothing left to abort */
+        int rc = scsi_response(c, t, RSP_REASSIGN, 0);
+        if (rc < 0) {
+            task_put(t);
+            return rc;
+        }
+        list_add_tail(&c->retained, &t->retained_node);
+        c->nretained++;
+        return ISCSI_OK;
+    }
+    if (t->state == TASK_EXEC) {
+        /* completed while orphaned, never answered: it counted in flight until now */
+        t->aborted = true;
+        session_cmd_done(c->session);
+        task_put(t);
+        return ISCSI_OK;
+    }
+    if (t->orphan_released) {
+        t->orphan_released = false;
+        t->state = TASK_DATA_OUT;
+    }
+    cmd_task_abort(t);
+    return ISCSI_OK;
+}
+
+int cmd_task_adopt(struct iscsi_conn *c, struct iscsi_task *t, uint32_t exp_datasn)
+{
+    orphan_attach(c, t);
+    CONN_LOG_LIMITED(c, LOG_LVL_INFO, "%s: ITT 0x%08x reassigned from CID %u to CID %u", c->peer,
+                     t->itt, t->orphan_cid, c->cid);
+    switch (t->state) {
+    case TASK_RETAINED:
+        return reassign_answered(c, t, exp_datasn);
+    case TASK_EXEC: /* completed while it had no connection, never answered */
+        return cmd_respond(c, t);
+    case TASK_QUEUED:
+    case TASK_DATA_OUT:
+        return reassign_data_out(c, t);
+    case TASK_SENDING:
+        break;
+    }
+    assert(!"an answered task is never an orphan");
+    return ISCSI_ERR_PROTOCOL;
+}
+
+/* On the new connection's reactor: a task claimed while the store had it arrives (its status
+ * not sent yet). If that connection went away meanwhile the command ends unanswered. */
+static void cmd_orphan_arrive(void *arg)
+{
+    struct iscsi_task *t = arg;
+    struct iscsi_conn *c = t->claim;
+    t->claim = NULL;
+    if (c->dead || c->phase != CONN_FFP || !c->session || t->abort_on_arrival) {
+        if (!t->abort_on_arrival)
+            LOG_INFO("ITT 0x%08x: its new connection (CID %u) closed before it completed: "
+                     "terminated",
+                     t->itt, c->cid);
+        session_cmd_done(t->orphan_sess); /* it counted in flight */
+        t->conn = NULL;
+        task_put(t);
+    } else {
+        t->conn = c;
+        conn_fail(c, cmd_task_adopt(c, t, 0));
+    }
+    conn_put(c); /* the claim's */
+}
+
+/* The store let go of an orphan (on the dead connection's reactor, the SCSI core's reference
+ * dropped): it stays in its group, goes to the connection that claimed it meanwhile, or ends
+ * if Time2Retain passed. */
+static void cmd_orphan_store_done(struct iscsi_task *t)
+{
+    switch (orphans_store_done(t)) {
+    case FATE_STAY:
+        break; /* the group's now: not touched here any more */
+    case FATE_MOVE:
+        reactor_post(t->claim->reactor, &t->move_msg, cmd_orphan_arrive, t);
+        break;
+    case FATE_FREE:
+        t->conn = NULL;
+        task_put(t); /* the group's: the last */
+        break;
     }
 }

@@ -180,7 +180,7 @@ void conn_close(struct iscsi_conn *c, const char *why)
     if (c->dead)
         return;
     c->dead = true;
-    c->logged_out = c->phase == CONN_LOGGED_OUT;
+    c->logged_out = c->phase == CONN_LOGGED_OUT && !c->async_drop;
     c->phase = CONN_CLOSING;
     if (why)
         CONN_LOG_LOGIN(c, LOG_LVL_INFO, "%s: closing connection%s%s: %s", c->peer,
@@ -438,6 +438,28 @@ static int nop_out_handle(struct iscsi_conn *c, struct iscsi_pdu_in *p)
     return conn_send_copy(c, rsp, p->data, p->dlen); /* ping data echoed back */
 }
 
+/* The Logout Response (RFC 7143 §11.15). Time2Wait and Time2Retain are given for a removal for
+ * recovery at ERL 2 (§11.15.1, §11.15.2): how long the initiator waits before reassigning the
+ * connection's tasks, and for how long after that the target keeps them. Otherwise they stay 0:
+ * nothing to wait for or to retain. */
+static int logout_respond(struct iscsi_conn *c, const struct iscsi_bhs *req, uint8_t response,
+                          bool recovery)
+{
+    struct wire_pdu *p = conn_pdu_new(c, ISCSI_OP_LOGOUT_RSP, ISCSI_FLAG_FINAL);
+    if (!p)
+        return ISCSI_ERR_NOMEM;
+    struct iscsi_bhs *h = (struct iscsi_bhs *)p->hdr;
+    h->b[BHS_RESPONSE] = response;
+    bhs_put32(h, BHS_ITT, bhs_get32(req, BHS_ITT));
+    if (recovery) {
+        put_be16(h->b + BHS_TIME2WAIT, (uint16_t)c->session->params.default_time2wait);
+        put_be16(h->b + BHS_TIME2RETAIN, (uint16_t)c->session->params.default_time2retain);
+    }
+    conn_fill_sn(c, h, true);
+    conn_send(c, p);
+    return ISCSI_OK;
+}
+
 static int logout_handle(struct iscsi_conn *c, struct iscsi_pdu_in *p)
 {
     struct iscsi_bhs *req = &p->bhs;
@@ -446,6 +468,7 @@ static int logout_handle(struct iscsi_conn *c, struct iscsi_pdu_in *p)
     if (!bhs_immediate(req) && c->session)
         session_consume_cmdsn(c->session, bhs_get32(req, BHS_CMDSN));
     struct iscsi_conn *victim = c;
+    bool recovery = false;
     if (reason == ISCSI_LOGOUT_CLOSE_CONNECTION) {
         uint16_t cid = get_be16(req->b + BHS_CID);
         if (cid != c->cid) {
@@ -454,14 +477,27 @@ static int logout_handle(struct iscsi_conn *c, struct iscsi_pdu_in *p)
                 response = 1; /* CID not found */
         }
     } else if (reason == ISCSI_LOGOUT_REMOVE_FOR_RECOVERY) {
-        response = 2; /* connection recovery is not supported (ERL 0) */
+        if (conn_erl(c) < 2) {
+            response = 2; /* connection recovery is not supported (ERL < 2) */
+        } else {
+            /* §11.14.1 reason 2: the connection is closed and its tasks kept for a new
+             * allegiance. One that is gone already (failed, its tasks orphaned) is only
+             * logically closed (§11.14): its group answers for it. */
+            recovery = true;
+            uint16_t cid = get_be16(req->b + BHS_CID);
+            if (cid != c->cid) {
+                victim = session_find_conn(c->session, cid);
+                if (!victim && !orphans_cid_known(c->session, cid))
+                    response = 1; /* CID not found */
+            }
+        }
     } else if (reason != ISCSI_LOGOUT_CLOSE_SESSION) {
         return conn_send_reject(c, req, ISCSI_REJECT_PROTOCOL_ERROR);
     }
     /* A logout that ends the session ends its I_T nexus before the answer goes out: the
      * initiator may act on another session the moment it has the Logout Response. */
     struct iscsi_session *s = c->session;
-    if (response == 0 && s && s->nexus) {
+    if (response == 0 && s && s->nexus && !recovery) {
         pthread_mutex_lock(&s->lock);
         bool ends_session = reason == ISCSI_LOGOUT_CLOSE_SESSION || (victim == c && s->nconns == 1);
         if (ends_session)
@@ -470,18 +506,22 @@ static int logout_handle(struct iscsi_conn *c, struct iscsi_pdu_in *p)
         if (ends_session)
             scsi_nexus_logout(s->nexus);
     }
-    /* Time2Wait and Time2Retain stay 0: nothing to wait for or retain at ERL 0 (§11.15). */
-    int rc = conn_send_response(c, ISCSI_OP_LOGOUT_RSP, req, response);
+    int rc = logout_respond(c, req, response, recovery && response == 0);
     if (rc < 0 || response != 0)
         return rc;
-    LOG_INFO("%s: logout (%s)", c->peer,
-             reason == ISCSI_LOGOUT_CLOSE_SESSION ? "close session" : "close connection");
+    LOG_INFO("%s: logout (%s%s)", c->peer,
+             reason == ISCSI_LOGOUT_CLOSE_SESSION ? "close session"
+             : recovery                           ? "remove connection for recovery"
+                                                  : "close connection",
+             victim && victim != c ? ", another connection" : "");
     if (reason == ISCSI_LOGOUT_CLOSE_SESSION && c->session)
         session_close_other_conns(c->session, c);
-    else if (victim != c)
-        session_close_conn_by_cid(c->session, victim->cid);
-    if (victim == c || reason == ISCSI_LOGOUT_CLOSE_SESSION)
+    else if (victim && victim != c)
+        session_close_conn_by_cid(c->session, victim->cid, !recovery);
+    if (victim == c || reason == ISCSI_LOGOUT_CLOSE_SESSION) {
         c->phase = CONN_LOGGED_OUT; /* closes once the response is on the wire */
+        c->recovery_logout = recovery;
+    }
     return ISCSI_OK;
 }
 
@@ -581,12 +621,13 @@ static void conn_wire_fail(void *ctx, int status)
         conn_close(c, why ? why : "protocol error");
 }
 
-/* A Logout Response is on the wire: the connection ends (RFC 7143 §11.15). */
+/* A Logout Response (RFC 7143 §11.15), or an Async Message that announced the drop, is on the
+ * wire: the connection ends. */
 static void conn_wire_drained(void *ctx)
 {
     struct iscsi_conn *c = ctx;
     if (c->phase == CONN_LOGGED_OUT)
-        conn_close(c, NULL);
+        conn_close(c, c->async_drop ? "dropped after Async Message event 2" : NULL);
 }
 
 static const struct wire_ops conn_wire_ops = {
@@ -625,11 +666,36 @@ static uint64_t inject_tick_ms(const struct iscsi_conn *c)
     return t < 5 ? 5 : t > 250 ? 250 : t;
 }
 
+int conn_send_async_drop(struct iscsi_conn *c)
+{
+    struct iscsi_session *s = c->session;
+    assert(s && conn_erl(c) >= 2);
+    struct wire_pdu *p = conn_pdu_new(c, ISCSI_OP_ASYNC_MSG, ISCSI_FLAG_FINAL);
+    if (!p)
+        return ISCSI_ERR_NOMEM;
+    struct iscsi_bhs *h = (struct iscsi_bhs *)p->hdr;
+    bhs_put32(h, BHS_ITT, ISCSI_RSVD_TAG);
+    conn_fill_sn(c, h, true); /* a status PDU: it takes a StatSN (§11.9) */
+    h->b[BHS_ASYNC_EVENT] = ISCSI_ASYNC_DROP_CONNECTION;
+    put_be16(h->b + BHS_ASYNC_PARAM1, c->cid);
+    put_be16(h->b + BHS_ASYNC_PARAM2, (uint16_t)s->params.default_time2wait);
+    put_be16(h->b + BHS_ASYNC_PARAM3, (uint16_t)s->params.default_time2retain);
+    conn_send(c, p);
+    /* nothing more is read or answered; the connection closes once the message is out */
+    c->async_drop = true;
+    c->phase = CONN_LOGGED_OUT;
+    return ISCSI_OK;
+}
+
 static void conn_inject_fire(void *arg)
 {
     struct iscsi_conn *c = arg;
     if (c->dead)
         return;
+    if (c->async_drop) { /* the Async Message is not out yet: cut now */
+        conn_close(c, "--inject kill-connection (Async Message not taken)");
+        return;
+    }
     struct iscsi_server *srv = c->srv;
     uint64_t now = reactor_now_ms();
     uint64_t due = atomic_load(&srv->inject_next_cut_ms);
@@ -638,8 +704,18 @@ static void conn_inject_fire(void *arg)
         atomic_compare_exchange_strong(&srv->inject_next_cut_ms, &due,
                                        now + (uint64_t)(c->inject.kill_conn_s * 1000))) {
         char why[96];
+        unsigned cut = atomic_fetch_add(&srv->inject_cuts, 1) + 1;
+        /* ERL 2: every other cut is announced first (Async Message event 2, RFC 7143 §11.9.1),
+         * so that both the announced and the silent loss are exercised. */
+        if (conn_erl(c) >= 2 && cut % 2 == 0 && conn_send_async_drop(c) == ISCSI_OK) {
+            LOG_INFO("%s: --inject kill-connection=%g (cut %u): Async Message \"will drop "
+                     "CID %u\" sent",
+                     c->peer, c->inject.kill_conn_s, cut, c->cid);
+            reactor_timer_start(c->reactor, &c->inject_timer, 1000, conn_inject_fire, c);
+            return;
+        }
         snprintf(why, sizeof(why), "--inject kill-connection=%g (cut %u)", c->inject.kill_conn_s,
-                 atomic_fetch_add(&srv->inject_cuts, 1) + 1);
+                 cut);
         conn_close(c, why);
         return;
     }

@@ -92,6 +92,15 @@ struct r2t_seq {
     bool used;
 };
 
+/* ERL 2 (RFC 7143 §7.2.2): a task whose connection failed or was logged out for recovery
+ * outlives it in its session's orphan set (session.c) until TASK REASSIGN moves it to another
+ * connection or Time2Retain ends it. */
+enum task_orphan {
+    ORPHAN_NO,   /* on a connection */
+    ORPHAN_IDLE, /* waiting in the orphan set, touched only under its session's lock */
+    ORPHAN_BUSY, /* in the orphan set while the store has it: its completion decides */
+};
+
 /* ERL >= 1: a range of write data lost on the way (§7.8, §7.9), to be solicited again. */
 struct data_hole {
     uint32_t off, len;
@@ -146,6 +155,17 @@ struct iscsi_task {
     struct list_node node;     /* conn->tasks (conn->task_free once freed) */
     struct list_node r2t_node; /* conn->r2t_waiting */
     struct cmdsn_wait wait;    /* session->pending, then conn->released (MC/S order) */
+    /* ERL 2, while orphaned (the session's lock guards these; see enum task_orphan). `node`
+     * then links it into its orphan group instead of conn->tasks, and conn is NULL (or, while
+     * ORPHAN_BUSY, the dead connection the store completes on). */
+    enum task_orphan orphan;
+    uint16_t orphan_cid;               /* the connection it was allegiant to */
+    bool orphan_released;              /* its CmdSN turn came while it had no connection */
+    bool orphan_expired;               /* Time2Retain ended while the store had it */
+    struct iscsi_session *orphan_sess; /* a session reference, while orphaned */
+    struct iscsi_conn *claim;          /* TASK REASSIGN took it while ORPHAN_BUSY (a ref) */
+    struct reactor_msg move_msg;       /* ... and the completion hands it over by this */
+    bool abort_on_arrival;             /* ... and ABORT TASK took it meanwhile */
 };
 
 /* ---------- connections ---------- */
@@ -258,6 +278,13 @@ struct iscsi_conn {
     struct reactor_msg free_msg;       /* ... or on another one */
     bool dead;
     bool logged_out; /* closed after a Logout, not dropped */
+    /* ERL 2: how its tasks end when it closes. A Logout "close the connection" (of this one or
+     * from another connection) terminates them (RFC 7143 §11.14.5 a);
+     * "remove the connection for recovery", a failure, a reinstatement keep them for
+     * reassignment (§7.2.2). */
+    atomic_bool terminate_tasks;
+    bool recovery_logout; /* logged out with reason 2: its tasks are kept */
+    bool async_drop;      /* an Async Message "will drop" is queued: close once it is out */
 };
 
 /* ---------- sessions ---------- */
@@ -291,6 +318,10 @@ struct iscsi_session {
     bool lost_conn;
     bool logged_out; /* a Logout ends it: its end is no I_T nexus loss to report */
     bool loss_done;  /* its end was seen (last connection gone, or reinstated): UA raised once */
+    /* ERL 2: the tasks of connections that died or were logged out for recovery, one group per
+     * connection (struct iscsi_orphans, session.c), until reassigned or Time2Retain passes.
+     * While any remain the session outlives its last connection. */
+    struct list_node orphan_groups;
     uint64_t stalled_since_ms; /* commands queued behind a gap since then (0: none) */
     uint32_t stalled_exp;      /* ExpCmdSN then: the gap holds only while it has not moved */
 };
@@ -341,6 +372,10 @@ int conn_pdu_done(struct iscsi_conn *c, struct iscsi_pdu_in *p);
  * timers, cross-thread messages). Returns status. */
 int conn_fail(struct iscsi_conn *c, int status);
 
+/* ERL 2: Async Message event 2, "the target will drop this connection" (RFC 7143 §11.9.1:
+ * Parameter1 the CID, Parameter2 Time2Wait, Parameter3 Time2Retain); the connection reads no
+ * more and closes once it is out. ISCSI_OK or ISCSI_ERR_NOMEM. */
+int conn_send_async_drop(struct iscsi_conn *c);
 /* Entered full feature phase in a normal session: arm --inject kill-connection, if asked. */
 void conn_inject_start(struct iscsi_conn *c);
 void conn_send(struct iscsi_conn *c, struct wire_pdu *p);
@@ -430,7 +465,20 @@ void session_close_conns_where(struct iscsi_server *srv,
                                bool (*match)(const struct iscsi_session *s,
                                              const struct iscsi_conn *c, const void *arg),
                                const void *arg, const char *why);
-void session_close_conn_by_cid(struct iscsi_session *s, uint16_t cid);
+/* Close the connection with that CID (by message to its reactor). terminate: its tasks end
+ * with it (a Logout "close the connection", §11.14.5 a); else at ERL 2 they are kept for
+ * reassignment (a reinstatement or a Logout "remove the connection for recovery", §6.3.4). */
+void session_close_conn_by_cid(struct iscsi_session *s, uint16_t cid, bool terminate);
+void session_get(struct iscsi_session *s);
+/* With s->lock: the session has no connection and no orphan group left and nobody ended it
+ * yet: it ends now (closing set); *loss tells whether its end is an I_T nexus loss. */
+bool session_unused_locked(struct iscsi_session *s, bool *loss);
+/* The end of a session session_unused_locked() chose: the nexus loss UA, out of the table. */
+void session_end(struct iscsi_session *s, bool loss);
+/* A queued command whose connection was removed for recovery before its turn came: it is
+ * discarded (RFC 7143 §11.14: requests not acknowledged via ExpCmdSN) and its CmdSN stays
+ * not received, so the initiator's retry of it is taken. */
+void session_cmdsn_discard(struct iscsi_session *s, struct cmdsn_wait *w);
 /* The CmdSN window (RFC 7143 §4.2.2.1) works on (session, CmdSN) alone, without a connection
  * (tests/unit/test_cmdsn.c drives it directly). session_cmdsn_init: the window starts at
  * ExpCmdSN = exp (the leading Login's CmdSN, §11.12.7).
@@ -452,6 +500,49 @@ void session_check_gap(struct iscsi_session *s, uint64_t now_ms);
 /* The ExpCmdSN / MaxCmdSN pair for a response. */
 void session_window(struct iscsi_session *s, uint32_t *exp, uint32_t *max);
 
+/* orphan.c: ERL 2, tasks kept across the loss of their connection (RFC 7143 §7.2.2). */
+struct iscsi_orphans;
+/* A group for the tasks of c, which is closing (on c's reactor, c->session set); NULL when
+ * memory ran out (the tasks then end as at ERL < 2). */
+struct iscsi_orphans *orphans_new(struct iscsi_conn *c);
+/* With the session lock held: t (detached from its connection, orphan state set) joins g. */
+void orphans_add_locked(struct iscsi_orphans *g, struct iscsi_task *t);
+/* The group, filled, becomes visible to TASK REASSIGN; it expires after Time2Wait +
+ * Time2Retain seconds. */
+void orphans_publish(struct iscsi_orphans *g, uint32_t time2wait, uint32_t time2retain);
+/* A group that got no task: freed. */
+void orphans_discard(struct iscsi_orphans *g);
+/* With s->lock: every group of s (on reactor `only`, or all for NULL) expires now, by a message
+ * to its reactor (session reinstatement, shutdown). */
+void orphans_expire_all_locked(struct iscsi_session *s, const struct reactor *only);
+/* Whether a connection with this CID left tasks (or left recently: its group lives). */
+bool orphans_cid_known(struct iscsi_session *s, uint16_t cid);
+/* Whether an orphan of s has that ITT. */
+bool orphans_has_itt(struct iscsi_session *s, uint32_t itt);
+enum orphan_claim {
+    CLAIM_NONE,  /* no orphan with that ITT */
+    CLAIM_NOW,   /* *out is c's now (conn set, not yet on c's lists): cmd_task_adopt() it */
+    CLAIM_LATER, /* the store has it: its completion hands it to c (a reference held);
+                  *out only for fields c's thread alone reads (abort_on_arrival) */
+};
+/* TASK REASSIGN on c takes the orphan with that ITT; *cid: the connection it was on. */
+enum orphan_claim orphans_claim(struct iscsi_session *s, uint32_t itt, struct iscsi_conn *c,
+                                struct iscsi_task **out, uint16_t *cid);
+enum orphan_fate {
+    FATE_STAY, /* back in its group, completed, to be answered when reassigned */
+    FATE_MOVE, /* claimed meanwhile: hand it to t->claim */
+    FATE_FREE, /* expired meanwhile: free it */
+};
+/* Which sessions a task-set function reaches: < 0 not this one; else whether only tasks
+ * issued before the TMF (CmdSN below before_cmdsn) are concerned. */
+typedef int (*orphans_match)(const struct iscsi_session *s, const void *arg);
+/* ABORT TASK SET, CLEAR TASK SET, resets, PREEMPT AND ABORT: the orphans on LUN lun (UINT64_MAX:
+ * every LUN) of the sessions match() takes end as their live tasks do. Returns how many. */
+unsigned orphans_abort(struct iscsi_server *srv, orphans_match match, const void *arg, uint64_t lun,
+                       uint32_t before_cmdsn);
+/* The store completed an ORPHAN_BUSY task (on the dead connection's reactor). */
+enum orphan_fate orphans_store_done(struct iscsi_task *t);
+
 /* cmd.c: the SCSI Command and Data-Out handlers (header phase, end of PDU). */
 int cmd_handle_scsi_header(struct iscsi_conn *c, struct iscsi_pdu_in *p);
 int cmd_handle_scsi_data_done(struct iscsi_conn *c, struct iscsi_pdu_in *p);
@@ -466,6 +557,14 @@ void conn_run_released(void *arg);
  * keep the task until they let go). */
 void cmd_task_abort(struct iscsi_task *t);
 void cmd_conn_teardown(struct iscsi_conn *c);
+/* ERL 2, TASK REASSIGN on c took t (CLAIM_NOW, its Task Management Response queued): t joins
+ * c and resumes (RFC 7143 §7.2.2): a read's Data-In again from exp_datasn with the status, a
+ * status lost again with a new StatSN of c, a write's missing data solicited by R2Ts with new
+ * TTTs and R2TSNs going on from the task's, a command never answered answered. */
+int cmd_task_adopt(struct iscsi_conn *c, struct iscsi_task *t, uint32_t exp_datasn);
+/* ERL 2, ABORT TASK on c took orphan t (CLAIM_NOW): it joins c and is aborted there, a status
+ * issued and not acknowledged issued again first (RFC 7143 §11.5.1). */
+int cmd_task_adopt_abort(struct iscsi_conn *c, struct iscsi_task *t);
 /* The ErrorRecoveryLevel in force on the connection (0 until the session exists). */
 static inline unsigned conn_erl(const struct iscsi_conn *c)
 {

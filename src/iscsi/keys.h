@@ -83,7 +83,7 @@ void iscsi_params_default(struct iscsi_params *p);
  * minimum of both offers, and once agreed the peer relies on it (a header digest error
  * silently dropped at ERL 1 is only recovered if this end retransmits on SNACK). The
  * configuration refuses a higher level rather than quietly lowering it. */
-#define ISCSI_ERL_IMPLEMENTED 1u
+#define ISCSI_ERL_IMPLEMENTED 2u
 
 enum iscsi_side { ISCSI_SIDE_TARGET, ISCSI_SIDE_INITIATOR };
 enum iscsi_session_type { ISCSI_SESSION_NONE, ISCSI_SESSION_NORMAL, ISCSI_SESSION_DISCOVERY };

@@ -295,15 +295,20 @@ static enum iscsi_login_status login_enter_ffp(struct iscsi_conn *c)
         struct iscsi_session *s = session_lookup(c->srv, c->login_tsih);
         if (!s)
             return ISCSI_LOGIN_SESSION_DOES_NOT_EXIST;
+        /* §6.3.4: at ERL 2 a target must take a connection that reinstates one of the
+         * session's (same CID) even at MaxConnections: it replaces that one. */
+        bool reinstating = s->params.erl >= 2 && session_find_conn(s, c->cid);
         pthread_mutex_lock(&s->lock);
-        bool full = s->nconns >= s->params.max_connections || s->closing;
+        bool full = s->nconns - (reinstating ? 1u : 0u) >= s->params.max_connections || s->closing;
         pthread_mutex_unlock(&s->lock);
         if (full) {
             session_put(s);
             return ISCSI_LOGIN_TOO_MANY_CONNECTIONS;
         }
-        /* Connection reinstatement (§6.3.4): a new login with a CID in use replaces it. */
-        session_close_conn_by_cid(s, c->cid);
+        /* Connection reinstatement (§6.3.4): a new login with a CID in use replaces it, an
+         * implicit Logout "remove the connection for recovery" at ERL 2 (its tasks kept for
+         * TASK REASSIGN), "close the connection" below (§11.14). */
+        session_close_conn_by_cid(s, c->cid, s->params.erl < 2);
         /* Session-wide values come from the leading login; connection-only ones are ours. */
         struct iscsi_params sp = s->params;
         sp.header_digest = p.header_digest;

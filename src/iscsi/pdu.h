@@ -120,6 +120,17 @@ enum iscsi_stage {
 #define BHS_ASYNC_PARAM2 40
 #define BHS_ASYNC_PARAM3 42
 
+/* Async Message AsyncEvent codes (RFC 7143 §11.9.1). */
+enum iscsi_async_event {
+    ISCSI_ASYNC_SCSI_EVENT = 0,
+    ISCSI_ASYNC_REQUEST_LOGOUT = 1,
+    ISCSI_ASYNC_DROP_CONNECTION = 2, /* Parameter1 CID, Parameter2 Time2Wait, 3 Time2Retain */
+    ISCSI_ASYNC_DROP_ALL_CONNECTIONS = 3,
+    ISCSI_ASYNC_NEGOTIATE = 4,
+    ISCSI_ASYNC_TASK_TERMINATION = 5,
+    ISCSI_ASYNC_VENDOR = 255,
+};
+
 #define ISCSI_RSVD_TAG 0xffffffffu
 
 /* Login status (RFC 7143 §11.13.5), as class << 8 | detail */

@@ -192,4 +192,15 @@ static bool conn_on_reactor(const struct iscsi_session *s, const struct iscsi_co
 void iscsi_server_close_reactor_conns(struct iscsi_server *srv, struct reactor *r)
 {
     session_close_conns_where(srv, conn_on_reactor, r, "target shutting down");
+    /* ERL 2: tasks kept for reassignment whose timers run here end now */
+    pthread_mutex_lock(&srv->sessions_lock);
+    for (unsigned i = 1; i < srv->sessions_cap; i++) {
+        struct iscsi_session *s = srv->sessions[i];
+        if (!s)
+            continue;
+        pthread_mutex_lock(&s->lock);
+        orphans_expire_all_locked(s, r);
+        pthread_mutex_unlock(&s->lock);
+    }
+    pthread_mutex_unlock(&srv->sessions_lock);
 }

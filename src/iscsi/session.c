@@ -28,6 +28,13 @@ void session_put(struct iscsi_session *s)
         session_free(s);
 }
 
+void session_get(struct iscsi_session *s)
+{
+    pthread_mutex_lock(&s->srv->sessions_lock);
+    s->refs++;
+    pthread_mutex_unlock(&s->srv->sessions_lock);
+}
+
 struct iscsi_session *session_lookup(struct iscsi_server *srv, uint16_t tsih)
 {
     struct iscsi_session *s = NULL;
@@ -115,6 +122,7 @@ struct iscsi_session *session_create(struct iscsi_conn *c, const struct iscsi_pa
     s->params = *p;
     pthread_mutex_init(&s->lock, NULL);
     list_init(&s->conns);
+    list_init(&s->orphan_groups);
     /* The login request's CmdSN is the CmdSN of the first command (§11.12.7). */
     session_cmdsn_init(s, c->login_cmdsn);
     s->refs = 1;
@@ -157,12 +165,51 @@ static bool session_loss_due_locked(struct iscsi_session *s)
     return due;
 }
 
+/* The session ends: out of the session table (if a reinstatement has not taken it out already),
+ * and the table's reference dropped. */
+static void session_table_remove(struct iscsi_session *s)
+{
+    struct iscsi_server *srv = s->srv;
+    pthread_mutex_lock(&srv->sessions_lock);
+    bool in_table = s->tsih < srv->sessions_cap && srv->sessions[s->tsih] == s;
+    if (in_table) {
+        srv->sessions[s->tsih] = NULL;
+        session_table_count(srv, s, -1);
+    }
+    pthread_mutex_unlock(&srv->sessions_lock);
+    LOG_INFO("session TSIH %u of %s ended", s->tsih, s->initiator_name);
+    if (in_table)
+        session_put(s); /* the table's reference */
+}
+
+bool session_unused_locked(struct iscsi_session *s, bool *loss)
+{
+    *loss = false;
+    if (s->nconns || !list_empty(&s->orphan_groups) || s->closing)
+        return false;
+    s->closing = true;
+    *loss = session_loss_due_locked(s);
+    return true;
+}
+
+void session_end(struct iscsi_session *s, bool loss)
+{
+    if (loss)
+        scsi_nexus_loss_ua(s->nexus);
+    session_table_remove(s);
+}
+
 void session_remove_conn(struct iscsi_session *s, struct iscsi_conn *c)
 {
     pthread_mutex_lock(&s->lock);
     list_del(&c->session_node);
     bool last = --s->nconns == 0, loss = false;
-    if (last) {
+    if (last && !list_empty(&s->orphan_groups)) {
+        /* ERL 2: tasks wait for reassignment; a login with this TSIH may still come (RFC 7143
+         * §6.3.4, §7.2.2). The session ends when the last group expires (orphans_expire). */
+        last = false;
+        s->lost_conn = true;
+    } else if (last) {
         s->closing = true;
         loss = session_loss_due_locked(s);
     } else if (!c->logged_out) {
@@ -172,19 +219,8 @@ void session_remove_conn(struct iscsi_session *s, struct iscsi_conn *c)
     c->session = NULL;
     if (loss)
         scsi_nexus_loss_ua(s->nexus);
-    if (last) {
-        struct iscsi_server *srv = s->srv;
-        pthread_mutex_lock(&srv->sessions_lock);
-        bool in_table = s->tsih < srv->sessions_cap && srv->sessions[s->tsih] == s;
-        if (in_table) {
-            srv->sessions[s->tsih] = NULL;
-            session_table_count(srv, s, -1);
-        }
-        pthread_mutex_unlock(&srv->sessions_lock);
-        LOG_INFO("session TSIH %u of %s ended", s->tsih, s->initiator_name);
-        if (in_table)
-            session_put(s); /* the table's reference */
-    }
+    if (last)
+        session_table_remove(s);
     session_put(s); /* the connection's reference */
 }
 
@@ -216,13 +252,17 @@ void session_close_other_conns(struct iscsi_session *s, struct iscsi_conn *keep)
     pthread_mutex_unlock(&s->lock);
 }
 
-void session_close_conn_by_cid(struct iscsi_session *s, uint16_t cid)
+void session_close_conn_by_cid(struct iscsi_session *s, uint16_t cid, bool terminate)
 {
     pthread_mutex_lock(&s->lock);
     for (struct list_node *n = s->conns.next; n != &s->conns; n = n->next) {
         struct iscsi_conn *c = list_entry(n, struct iscsi_conn, session_node);
-        if (c->cid == cid)
-            conn_close_async(c, "connection reinstated or logged out by another connection");
+        if (c->cid != cid)
+            continue;
+        if (terminate) /* read by its reactor once the close message runs */
+            atomic_store(&c->terminate_tasks, true);
+        conn_close_async(c, terminate ? "connection logged out by another connection"
+                                      : "connection reinstated or removed for recovery");
     }
     pthread_mutex_unlock(&s->lock);
 }
@@ -240,8 +280,11 @@ void session_close_conns_where(struct iscsi_server *srv,
         pthread_mutex_lock(&s->lock);
         for (struct list_node *n = s->conns.next; n != &s->conns; n = n->next) {
             struct iscsi_conn *c = list_entry(n, struct iscsi_conn, session_node);
-            if (match(s, c, arg))
-                conn_close_async(c, why);
+            if (!match(s, c, arg))
+                continue;
+            /* a cold reset, a preempted nexus, shutdown: its tasks end with it (ERL 2) */
+            atomic_store(&c->terminate_tasks, true);
+            conn_close_async(c, why);
         }
         pthread_mutex_unlock(&s->lock);
     }
@@ -273,6 +316,8 @@ void session_reinstate(struct iscsi_server *srv, const char *initiator, const ui
             if (c != except)
                 conn_close_async(c, "session reinstatement");
         }
+        /* ERL 2: tasks kept for reassignment end with the session (§11.14.5 d) */
+        orphans_expire_all_locked(s, NULL);
         pthread_mutex_unlock(&s->lock);
         s->refs--; /* the table's reference; the connections still hold theirs */
     }
@@ -452,6 +497,15 @@ void session_cmdsn_cancel(struct iscsi_session *s, struct cmdsn_wait *w)
     pthread_mutex_unlock(&s->lock);
 }
 
+void session_cmdsn_discard(struct iscsi_session *s, struct cmdsn_wait *w)
+{
+    pthread_mutex_lock(&s->lock);
+    list_del(&w->node);
+    assert(s->in_flight > 0);
+    s->in_flight--;
+    pthread_mutex_unlock(&s->lock);
+}
+
 /* At ExpCmdSN the window moves on; ahead of a gap (MC/S: an earlier command still on another
  * connection) the CmdSN is taken, so the window steps over it once the gap fills. */
 void session_consume_cmdsn(struct iscsi_session *s, uint32_t cmdsn)
@@ -476,6 +530,17 @@ void session_cmd_done(struct iscsi_session *s)
  * jumps to the oldest waiting command. A gap holds only while ExpCmdSN stays where it was:
  * with MC/S some command is nearly always waiting for another connection's (each for
  * microseconds), and such a queue that never empties is traffic, not a hole. */
+/* At ERL 2 a command lost with its connection is retried by the initiator once it has
+ * recovered (RFC 7143 §7.2: TASK REASSIGN answers "task does not exist" for it), which may take
+ * Time2Wait and then up to Time2Retain: the hole is held that long before it is given up. */
+static uint64_t session_gap_grace_ms(const struct iscsi_session *s)
+{
+    if (s->params.erl < 2)
+        return ISCSI_GAP_GRACE_MS;
+    uint64_t ms = 1000ull * (s->params.default_time2wait + s->params.default_time2retain);
+    return ms > ISCSI_GAP_GRACE_MS ? ms : ISCSI_GAP_GRACE_MS;
+}
+
 void session_check_gap(struct iscsi_session *s, uint64_t now_ms)
 {
     pthread_mutex_lock(&s->lock);
@@ -484,7 +549,7 @@ void session_check_gap(struct iscsi_session *s, uint64_t now_ms)
     } else if (!s->stalled_since_ms || s->stalled_exp != s->exp_cmdsn) {
         s->stalled_since_ms = now_ms;
         s->stalled_exp = s->exp_cmdsn;
-    } else if (now_ms - s->stalled_since_ms >= ISCSI_GAP_GRACE_MS) {
+    } else if (now_ms - s->stalled_since_ms >= session_gap_grace_ms(s)) {
         uint32_t oldest = list_entry(s->pending.next, struct cmdsn_wait, node)->cmdsn;
         for (struct list_node *n = s->pending.next; n != &s->pending; n = n->next) {
             uint32_t sn = list_entry(n, struct cmdsn_wait, node)->cmdsn;

@@ -95,6 +95,8 @@ struct abort_fanout {
     struct iscsi_conn *c;  /* the TMF's connection (a reference held), or NULL: no answer */
     struct iscsi_bhs req;  /* the TMF Request */
     uint8_t if_absent;     /* §11.5.1 b/c, from the CmdSN window when the TMF arrived */
+    bool reassign;         /* TASK REASSIGN: only look for the task, abort nothing */
+    atomic_bool live;      /* ... a live connection has it (still allegiant) */
     atomic_bool aborted;   /* a connection had the task and aborted it */
     atomic_bool wrong_lun; /* a connection had the ITT, on another LUN than the TMF's */
     struct reactor_msg answer_msg;
@@ -149,11 +151,20 @@ static struct abort_fanout *fanout_build(struct iscsi_server *srv, fanout_match 
 /* On the TMF's connection's reactor, once every connection has looked: answer, free the
  * fan-out and drop its reference on the connection (never the last one: the caller holds
  * another). Returns the status of queuing the answer, for the caller to pass up or act on. */
+static int reassign_answer(struct iscsi_conn *c, const struct iscsi_bhs *req, bool live);
+
 static int abort_task_respond(struct abort_fanout *f)
 {
     struct iscsi_conn *c = f->c;
     uint8_t rsp = f->if_absent;
     int rc = ISCSI_OK;
+    if (f->reassign) {
+        if (!c->dead && c->phase == CONN_FFP)
+            rc = reassign_answer(c, &f->req, atomic_load(&f->live));
+        free(f);
+        conn_put(c);
+        return rc;
+    }
     if (atomic_load(&f->aborted))
         rsp = ISCSI_TMF_RSP_COMPLETE;
     else if (atomic_load(&f->wrong_lun))
@@ -200,6 +211,11 @@ static void abort_leg_run(void *arg)
     struct abort_fanout *f = l->f;
     if (l->c->dead) {
         /* its tasks went with it */
+    } else if (f->reassign) {
+        /* a connection logged out for recovery, or announced as dropped, is not allegiant any
+         * more: its tasks become orphans when it closes */
+        if (!l->c->recovery_logout && !l->c->async_drop && cmd_task_lookup(l->c, f->rtt))
+            atomic_store(&f->live, true);
     } else if (!f->by_itt) {
         abort_conn_tasks(l->c, f->lun, f->before_cmdsn, l->use_cmdsn);
     } else {
@@ -258,6 +274,8 @@ static bool abort_other_conns(struct iscsi_conn *self, bool whole_target, uint64
     struct abort_fanout *f = fanout_build(self->srv, scope_match, &sc, self);
     if (!f)
         return false;
+    /* ERL 2: tasks of lost connections waiting for reassignment are in the task set too */
+    orphans_abort(self->srv, scope_match, &sc, lun, before_cmdsn);
     f->lun = lun;
     f->before_cmdsn = before_cmdsn;
     int rc = fanout_send(f); /* no answer to give: always OK */
@@ -286,6 +304,89 @@ static int abort_task_other_conns(struct iscsi_conn *self, const struct iscsi_bh
     f->if_absent = if_absent;
     conn_get(self);
     f->c = self;
+    return fanout_send(f);
+}
+
+/* ---------------- TASK REASSIGN (ERL 2) ---------------- */
+
+/* ABORT TASK for an orphan, on another connection than its lost one (RFC 7143 §11.5.1): the
+ * request gives the task a new allegiance and aborts it; a status issued and not acknowledged
+ * is issued again before the Task Management Response. One the store still has is aborted
+ * when it arrives. */
+static int abort_orphan(struct iscsi_conn *c, const struct iscsi_bhs *req, uint32_t rtt)
+{
+    struct iscsi_task *t = NULL;
+    uint16_t cid = 0;
+    enum orphan_claim claim = orphans_claim(c->session, rtt, c, &t, &cid);
+    CONN_LOG_LIMITED(c, LOG_LVL_INFO, "%s: ABORT TASK ITT 0x%08x, an orphan of CID %u", c->peer,
+                     rtt, cid);
+    int rc = ISCSI_OK;
+    if (claim == CLAIM_NOW)
+        rc = cmd_task_adopt_abort(c, t);
+    else if (claim == CLAIM_LATER)
+        t->abort_on_arrival = true; /* read on this thread, by cmd_orphan_arrive */
+    if (rc < 0)
+        return rc;
+    return tmf_respond(c, req,
+                       claim == CLAIM_NONE ? ISCSI_TMF_RSP_NO_TASK : ISCSI_TMF_RSP_COMPLETE);
+}
+
+/* RFC 7143 §11.5.1, §7.2.2: the task named by RTT moves to this connection if it is an orphan
+ * (its connection failed, was logged out for recovery or reinstated): "function complete",
+ * and the task resumes here after the response. One a live connection still has is "task
+ * still allegiant"; none at all, "task does not exist" (a command never received, or
+ * discarded unacknowledged with its connection: the initiator retries it). */
+static int reassign_answer(struct iscsi_conn *c, const struct iscsi_bhs *req, bool live)
+{
+    uint32_t rtt = bhs_get32(req, BHS_RTT);
+    uint32_t exp_datasn = bhs_get32(req, BHS_TMF_EXPDATASN);
+    struct iscsi_task *t = NULL;
+    uint16_t cid = 0;
+    enum orphan_claim claim = orphans_claim(c->session, rtt, c, &t, &cid);
+    if (claim == CLAIM_NONE) {
+        uint8_t rsp = live ? ISCSI_TMF_RSP_TASK_ALLEGIANT : ISCSI_TMF_RSP_NO_TASK;
+        CONN_LOG_LIMITED(c, LOG_LVL_INFO, "%s: TASK REASSIGN ITT 0x%08x: %s", c->peer, rtt,
+                         live ? "task still allegiant" : "task does not exist");
+        return tmf_respond(c, req, rsp);
+    }
+    /* §11.6: the new allegiance takes effect only after the response is issued */
+    int rc = tmf_respond(c, req, ISCSI_TMF_RSP_COMPLETE);
+    if (claim == CLAIM_LATER) {
+        CONN_LOG_LIMITED(c, LOG_LVL_INFO,
+                         "%s: ITT 0x%08x reassigned from CID %u to CID %u (moves once the store "
+                         "completes it)",
+                         c->peer, rtt, cid, c->cid);
+        return rc;
+    }
+    int rc2 = cmd_task_adopt(c, t, exp_datasn); /* even if the response failed: c owns it */
+    return rc < 0 ? rc : rc2;
+}
+
+static int task_reassign(struct iscsi_conn *c, const struct iscsi_bhs *req)
+{
+    uint32_t rtt = bhs_get32(req, BHS_RTT);
+    if (cmd_task_lookup(c, rtt)) /* allegiant to this very connection */
+        return tmf_respond(c, req, ISCSI_TMF_RSP_TASK_ALLEGIANT);
+    if (orphans_has_itt(c->session, rtt))
+        return reassign_answer(c, req, false);
+    /* Not an orphan (yet): every other connection of the session is asked whether it still
+     * has the task. Their answers come back after anything posted to them before (the close
+     * of a reinstated connection, or of one a Logout removed for recovery): by then such a
+     * connection's tasks are orphans, and the answer looks for them again. */
+    struct scope sc = {c->session, false, false};
+    struct abort_fanout *f = fanout_build(c->srv, scope_match, &sc, c);
+    if (!f)
+        return tmf_respond(c, req, ISCSI_TMF_RSP_REJECTED);
+    if (!f->nlegs) {
+        free(f);
+        return reassign_answer(c, req, false);
+    }
+    f->reassign = true;
+    f->by_itt = true;
+    f->rtt = rtt;
+    f->req = *req;
+    conn_get(c);
+    f->c = c;
     return fanout_send(f);
 }
 
@@ -324,6 +425,8 @@ int tmf_handle(struct iscsi_conn *c, struct iscsi_pdu_in *p)
         if (t) { /* the common case, answered at once: the task is on this connection */
             return tmf_respond(c, req, abort_named_task(t, lun, c->cid));
         }
+        if (conn_erl(c) >= 2 && orphans_has_itt(s, rtt))
+            return abort_orphan(c, req, rtt);
         /* §11.5.1 b: a task no connection has whose RefCmdSN is inside the window and less
          * than the CmdSN of the TMF itself is considered received and aborted: "function
          * complete". Otherwise (c) "task does not exist" and nothing is taken: a task that
@@ -388,12 +491,14 @@ int tmf_handle(struct iscsi_conn *c, struct iscsi_pdu_in *p)
         }
         return rc;
     }
-    case ISCSI_TMF_CLEAR_ACA:
     case ISCSI_TMF_TASK_REASSIGN:
+        /* §7.2.2: below ERL 2 allegiance reassignment is not supported */
+        if (conn_erl(c) < 2)
+            return tmf_respond(c, req, ISCSI_TMF_RSP_NO_REASSIGN);
+        return task_reassign(c, req);
+    case ISCSI_TMF_CLEAR_ACA:
     default:
-        return tmf_respond(c, req,
-                           fn == ISCSI_TMF_TASK_REASSIGN ? ISCSI_TMF_RSP_NO_REASSIGN
-                                                         : ISCSI_TMF_RSP_NOT_SUPPORTED);
+        return tmf_respond(c, req, ISCSI_TMF_RSP_NOT_SUPPORTED);
     }
 }
 
@@ -415,6 +520,7 @@ void iscsi_abort_nexus_tasks(struct scsi_target *t, struct scsi_nexus *n, struct
 {
     struct iscsi_server *srv = t->transport_ctx;
     uint64_t lun = scsi_lun_id(lu);
+    orphans_abort(srv, nexus_match, n, lun, 0); /* ERL 2: those waiting for reassignment */
     struct abort_fanout *f = fanout_build(srv, nexus_match, n, NULL);
     if (!f) {
         /* The reservation is preempted already and the tasks must not run on: closing the

@@ -495,6 +495,10 @@ static int cfg_session_key(struct cfg_parser *ps, struct iscsi_params *p, const 
         {"max-recv-data-segment-length", &p->max_recv_dsl, DSL_MIN, DSL_MAX},
         {"max-connections", &p->max_connections, 1, 65535},
         {"max-outstanding-r2t", &p->max_outstanding_r2t, 1, 65535},
+        /* RFC 7143 §13.15, §13.16: ERL 2 connection recovery waits this long before tasks
+         * are reassigned, and keeps them this long after (0: nothing is kept) */
+        {"default-time2wait", &p->default_time2wait, 0, 3600},
+        {"default-time2retain", &p->default_time2retain, 0, 3600},
     };
     for (unsigned i = 0; i < sizeof(nums) / sizeof(nums[0]); i++) {
         if (strcmp(key, nums[i].name) != 0)

@@ -151,8 +151,8 @@ grep -Eq "Injected: digest-error=0.05 over 1 cell: [1-9][0-9]* data digests? cor
   "$tmp/err" || { cat "$tmp/err"; fail "corrupted digests or failed commands not reported"; }
 grep -q "data digest error" "$tmp/target.log" || fail "the target saw no digest error"
 alive
-"$bench" --erl 2 "$url" >/dev/null 2>"$tmp/err"
-[ $? -eq 2 ] && grep -q "not implemented yet" "$tmp/err" || fail "--erl 2: $(cat "$tmp/err")"
+"$bench" --erl 3 "$url" >/dev/null 2>"$tmp/err"
+[ $? -eq 2 ] && grep -q "expected 0, 1 or 2" "$tmp/err" || fail "--erl 3: $(cat "$tmp/err")"
 
 note "one connection's socket destroyed from outside (ss -K) mid-run"
 if ss -K -Htn "sport = :1" >/dev/null 2>&1; then

@@ -54,7 +54,6 @@ expect_usage --config --config "$WORK/missing.conf" --lun ram:1M
 expect_usage "expected 0, 1 or 2" --error-recovery-level 3
 expect_usage "expected 0, 1 or 2" --error-recovery-level one
 expect_usage "expected 0, 1 or 2" --error-recovery-level 01
-expect_usage "error-recovery-level 2 is not implemented yet" --error-recovery-level 2
 expect_usage --error-recovery-level --config "$WORK/missing.conf" --error-recovery-level 0
 # --inject (testing aid): the bench's syntax, every bad list refused with the item named
 expect_usage "--inject: empty list" --inject ""
@@ -112,10 +111,10 @@ printf 'this is not a config\n' >"$WORK/bad.conf"
 bad_config 1 "key = value"
 printf '# empty\n' >"$WORK/bad.conf"
 bad_config 1 "no [target"
-printf 'error-recovery-level = 2\n%s\n' "$good_head" >"$WORK/bad.conf"
-bad_config 1 "error-recovery-level 2 is not implemented yet"
-printf '%s\nerror-recovery-level = 2\n' "$good_head" >"$WORK/bad.conf"
-bad_config 5 "error-recovery-level 2 is not implemented yet"
+printf 'default-time2retain = 3601\n%s\n' "$good_head" >"$WORK/bad.conf"
+bad_config 1 "bad value '3601' for default-time2retain: expected 0..3600"
+printf '%s\ndefault-time2wait = -1\n' "$good_head" >"$WORK/bad.conf"
+bad_config 5 "for default-time2wait: expected 0..3600"
 printf '%s\nerror-recovery-level = 3\n' "$good_head" >"$WORK/bad.conf"
 bad_config 5 "expected 0, 1 or 2"
 printf '%s\nerror_recovery_level = yes\n' "$good_head" >"$WORK/bad.conf"
@@ -153,8 +152,8 @@ else
     echo "(iscsi-inq is not installed: ,removable not checked)"
 fi
 
-note "error-recovery-level 0 global, 1 per target: accepted, negotiated down to libiscsi's 0, logged"
-printf 'error-recovery-level = 0\n[target iqn.2026-11.org.linerate:erl]\nportal = 127.0.0.1:@PORT@\nerror-recovery-level = 1\nlun = ram:1M\n' \
+note "error-recovery-level 0 global, 2 per target: accepted, negotiated down to libiscsi's 0, logged"
+printf 'error-recovery-level = 0\ndefault-time2wait = 1\n[target iqn.2026-11.org.linerate:erl]\nportal = 127.0.0.1:@PORT@\nerror-recovery-level = 2\ndefault-time2retain = 5\nlun = ram:1M\n' \
     >"$WORK/erl.conf"
 start_target_config "$WORK/erl.conf"
 if command -v iscsi-inq >/dev/null 2>&1; then

@@ -9,8 +9,10 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -1650,6 +1652,542 @@ static void test_erl0_snack_unchanged(void **state)
     tgt_free(t);
 }
 
+/* ---- ERL 2: connection recovery (RFC 7143 §7.2.2, §11.5.1, §11.14, §11.15, §6.3.4) ---- */
+
+#define TMF_TASK_REASSIGN 8
+
+static struct tgt *up_erl2(void)
+{
+    struct tgt_opts o;
+    tgt_opts_default(&o);
+    o.erl = 2;
+    o.max_connections = 4;
+    return tgt_login(&o);
+}
+
+/* TASK REASSIGN (immediate) for the task with ITT rtt, resuming reads at exp_datasn. */
+static void send_reassign(struct tgt *t, uint32_t rtt, uint32_t exp_datasn)
+{
+    struct tgt_pdu p;
+    tgt_pdu_tmf(&p, TMF_TASK_REASSIGN, tgt_new_itt(t), rtt, 0, tgt_peek_cmdsn(t), true);
+    bhs_put32(&p.bhs, BHS_TMF_EXPDATASN, exp_datasn);
+    tgt_send(t, &p);
+}
+
+static struct tgt_rsp expect_tmf(struct tgt *t, uint8_t response)
+{
+    struct tgt_rsp r = expect(t, ISCSI_OP_TMF_RSP);
+    assert_int_equal(r.response, response);
+    return r;
+}
+
+static struct tgt_rsp send_logout(struct tgt *t, uint8_t reason, uint16_t cid)
+{
+    struct tgt_pdu p;
+    tgt_pdu_logout(&p, reason, tgt_new_itt(t), cid, tgt_peek_cmdsn(t), true);
+    tgt_send(t, &p);
+    return expect(t, ISCSI_OP_LOGOUT_RSP);
+}
+
+/* Logout "remove the connection for recovery" at ERL 2 (§11.14.1, §11.15): response 0 with
+ * Time2Wait and Time2Retain, the named connection closed; a CID that never was is "CID not
+ * found"; one already gone is still answered for. */
+static void test_erl2_logout_recovery(void **state)
+{
+    (void)state;
+    struct tgt *t = up_erl2();
+    int c2 = tgt_login_conn(t, 2, NULL);
+    struct tgt_rsp r = send_logout(t, ISCSI_LOGOUT_REMOVE_FOR_RECOVERY, 1);
+    assert_int_equal(r.response, 0);
+    assert_int_equal(get_be16(r.bhs.b + BHS_TIME2WAIT), 2);
+    assert_int_equal(get_be16(r.bhs.b + BHS_TIME2RETAIN), 20);
+    assert_false(tgt_closed(t));
+    tgt_use(t, 0);
+    assert_true(tgt_closed(t));
+    tgt_use(t, c2);
+    r = send_logout(t, ISCSI_LOGOUT_REMOVE_FOR_RECOVERY, 7);
+    assert_int_equal(r.response, 1);
+    assert_int_equal(get_be16(r.bhs.b + BHS_TIME2WAIT), 0);
+    r = send_logout(t, ISCSI_LOGOUT_REMOVE_FOR_RECOVERY, 1);
+    assert_int_equal(r.response, 0);
+    assert_int_equal(get_be16(r.bhs.b + BHS_TIME2RETAIN), 20);
+    /* the session goes on */
+    expect_good(t, send_tur(t, tgt_next_cmdsn(t), false));
+    tgt_free(t);
+}
+
+/* The only connection fails with a read answered but not acknowledged; the session outlives
+ * it, a login with its TSIH joins it, and TASK REASSIGN with ExpDataSN 4 gets "function
+ * complete" then Data-In 4..9 again on the new connection, the status in the last with a new
+ * StatSN of that connection (§7.2.2, §11.5.1). */
+static void test_erl2_reassign_read(void **state)
+{
+    (void)state;
+    struct tgt *t = up_erl2();
+    static uint8_t buf[40960];
+    fill(buf, sizeof(buf), 9);
+    assert_int_equal(write_blocks(t, 100, buf, sizeof(buf)).status, 0);
+    tgt_hold_expstatsn(t, true);
+    struct kept k[10];
+    uint32_t itt = read_40k(t, k);
+    tgt_kill(t);
+    tgt_login_conn(t, 2, NULL); /* the session survived with no connection */
+    tgt_hold_expstatsn(t, true);
+    send_reassign(t, itt, 4);
+    struct tgt_rsp tmf = expect_tmf(t, 0);
+    for (uint32_t i = 4; i < 10; i++) {
+        struct tgt_rsp d = expect(t, ISCSI_OP_DATA_IN);
+        assert_int_equal(d.itt, itt);
+        assert_int_equal(d.datasn, i);
+        assert_int_equal(d.offset, i * 4096);
+        assert_int_equal(d.dlen, 4096);
+        assert_memory_equal(d.data, buf + i * 4096, 4096);
+        assert_int_equal(d.flags & ISCSI_DATAIN_STATUS, i == 9 ? ISCSI_DATAIN_STATUS : 0);
+        assert_int_equal(d.flags & ISCSI_FLAG_FINAL, k[i].r.flags & ISCSI_FLAG_FINAL);
+        if (i == 9) {
+            assert_int_equal(d.status, 0);
+            assert_int_equal(d.statsn, tmf.statsn + 1);
+        }
+    }
+    expect_none(t);
+    /* it is retained on the new connection now: a Status SNACK there gets it */
+    send_snack(t, SNACK_STATUS, ISCSI_RSVD_TAG, tmf.statsn + 1, 1);
+    struct tgt_rsp again = expect(t, ISCSI_OP_DATA_IN);
+    assert_int_equal(again.datasn, 9);
+    assert_int_equal(again.statsn, tmf.statsn + 1);
+    /* reassigned once: not an orphan any more, and on this very connection */
+    send_reassign(t, itt, 0);
+    expect_tmf(t, ISCSI_TMF_RSP_TASK_ALLEGIANT);
+    tgt_free(t);
+}
+
+/* A write whose Data-Out was under way: after TASK REASSIGN what had not arrived is solicited
+ * by R2Ts on the new connection, with new TTTs and R2TSNs going on from the task's; the data
+ * lands whole. */
+static void test_erl2_reassign_write(void **state)
+{
+    (void)state;
+    struct tgt *t = up_erl2();
+    static uint8_t buf[32768];
+    fill(buf, sizeof(buf), 3);
+    uint8_t cdb[16];
+    tgt_cdb_rw10(cdb, WRITE10, 200, 64);
+    struct tgt_pdu p;
+    uint32_t itt = tgt_new_itt(t);
+    tgt_pdu_scsi_cmd(&p, itt, tgt_next_cmdsn(t), cdb, sizeof(buf),
+                     ISCSI_FLAG_FINAL | ISCSI_CMD_WRITE, buf, 4096);
+    tgt_send(t, &p);
+    struct tgt_rsp r1 = expect(t, ISCSI_OP_R2T), r2 = expect(t, ISCSI_OP_R2T);
+    assert_int_equal(r1.datasn, 0);
+    assert_int_equal(r1.offset, 4096);
+    assert_int_equal(r1.desired_len, 16384);
+    assert_int_equal(r2.datasn, 1);
+    assert_int_equal(r2.offset, 20480);
+    assert_int_equal(r2.desired_len, 12288);
+    /* half of the first sequence arrives, then the connection is lost */
+    for (uint32_t i = 0; i < 2; i++) {
+        tgt_pdu_data_out(&p, itt, r1.ttt, i, 4096 + i * 4096, buf + 4096 + i * 4096, 4096, false);
+        tgt_send(t, &p);
+    }
+    expect_none(t);
+    tgt_kill(t);
+    tgt_login_conn(t, 2, NULL);
+    send_reassign(t, itt, 0);
+    expect_tmf(t, 0);
+    struct tgt_rsp n1 = expect(t, ISCSI_OP_R2T), n2 = expect(t, ISCSI_OP_R2T);
+    expect_none(t);
+    assert_int_equal(n1.itt, itt);
+    assert_int_equal(n1.datasn, 2); /* R2TSN goes on */
+    assert_int_equal(n1.offset, 12288);
+    assert_int_equal(n1.desired_len, 8192);
+    assert_int_equal(n2.datasn, 3);
+    assert_int_equal(n2.offset, 20480);
+    assert_int_equal(n2.desired_len, 12288);
+    assert_int_not_equal(n1.ttt, n2.ttt);
+    assert_int_not_equal(n1.ttt, ISCSI_RSVD_TAG);
+    answer_r2t(t, &n1, buf, 4096);
+    answer_r2t(t, &n2, buf, 4096);
+    struct tgt_rsp st = expect_good(t, itt);
+    assert_int_equal(st.datasn, 4); /* ExpDataSN of a write: the R2Ts sent */
+    expect_none(t);
+    /* read back on the new connection */
+    tgt_cdb_rw10(cdb, READ10, 200, 64);
+    uint32_t ritt = tgt_new_itt(t);
+    tgt_pdu_scsi_cmd(&p, ritt, tgt_next_cmdsn(t), cdb, sizeof(buf),
+                     ISCSI_FLAG_FINAL | ISCSI_CMD_READ, NULL, 0);
+    tgt_send(t, &p);
+    for (uint32_t i = 0; i < 8; i++) {
+        struct tgt_rsp d = expect(t, ISCSI_OP_DATA_IN);
+        assert_int_equal(d.offset, i * 4096);
+        assert_memory_equal(d.data, buf + i * 4096, 4096);
+    }
+    expect_none(t);
+    tgt_free(t);
+}
+
+/* Commands completed on the lost connection whose status the initiator never got (not
+ * acknowledged by ExpStatSN): TASK REASSIGN resends the status on the new connection with a
+ * StatSN of that connection. */
+static void test_erl2_reassign_status_lost(void **state)
+{
+    (void)state;
+    struct tgt *t = up_erl2();
+    int c2 = tgt_login_conn(t, 2, NULL);
+    tgt_use(t, 0);
+    tgt_hold_expstatsn(t, true);
+    uint32_t tur = send_tur(t, tgt_next_cmdsn(t), false);
+    expect_good(t, tur);
+    static uint8_t buf[4096];
+    fill(buf, sizeof(buf), 5);
+    uint32_t wr = write_blocks(t, 300, buf, sizeof(buf)).itt;
+    tgt_kill(t);
+    tgt_use(t, c2);
+    send_reassign(t, tur, 0);
+    struct tgt_rsp tmf = expect_tmf(t, 0);
+    struct tgt_rsp r = expect_good(t, tur);
+    assert_int_equal(r.statsn, tmf.statsn + 1);
+    send_reassign(t, wr, 0);
+    tmf = expect_tmf(t, 0);
+    r = expect_good(t, wr);
+    assert_int_equal(r.statsn, tmf.statsn + 1);
+    assert_int_equal(r.residual, 0);
+    expect_none(t);
+    tgt_free(t);
+}
+
+/* TASK REASSIGN for an ITT no connection and no orphan has: "task does not exist"; for a task
+ * a live connection still carries (no recovery Logout for it): "task still allegiant". */
+static void test_erl2_reassign_unknown_or_allegiant(void **state)
+{
+    (void)state;
+    struct tgt *t = up_erl2();
+    int c2 = tgt_login_conn(t, 2, NULL);
+    tgt_use(t, 0);
+    tgt_hold_expstatsn(t, true);
+    struct kept k[10];
+    uint32_t itt = read_40k(t, k);
+    tgt_use(t, c2);
+    send_reassign(t, 0xdead, 0);
+    expect_tmf(t, ISCSI_TMF_RSP_NO_TASK);
+    send_reassign(t, itt, 0);
+    expect_tmf(t, ISCSI_TMF_RSP_TASK_ALLEGIANT);
+    tgt_use(t, 0);
+    send_reassign(t, itt, 0); /* on its own connection */
+    expect_tmf(t, ISCSI_TMF_RSP_TASK_ALLEGIANT);
+    expect_none(t);
+    tgt_free(t);
+}
+
+/* Below ERL 2 allegiance reassignment is not supported (§7.2.2): response 4. */
+static void test_erl1_reassign_refused(void **state)
+{
+    (void)state;
+    struct tgt *t = up_erl1(false);
+    uint32_t itt = send_tur(t, tgt_next_cmdsn(t), false);
+    expect_good(t, itt);
+    send_reassign(t, itt, 0);
+    expect_tmf(t, ISCSI_TMF_RSP_NO_REASSIGN);
+    struct tgt_rsp r = send_logout(t, ISCSI_LOGOUT_REMOVE_FOR_RECOVERY, 1);
+    assert_int_equal(r.response, 2); /* recovery not supported */
+    tgt_free(t);
+}
+
+/* Time2Wait + Time2Retain after the loss, tasks not reassigned are terminated and freed
+ * (§11.14.5 c); a session with no connection left ends with them, and its TSIH is no longer
+ * accepted. */
+static void test_erl2_time2retain_expiry(void **state)
+{
+    (void)state;
+    struct tgt_opts o;
+    tgt_opts_default(&o);
+    o.erl = 2;
+    o.max_connections = 4;
+    o.time2wait = 0;
+    o.time2retain = 1;
+    struct tgt *t = tgt_login(&o);
+    int c2 = tgt_login_conn(t, 2, NULL);
+    tgt_use(t, 0);
+    tgt_hold_expstatsn(t, true);
+    struct kept k[10];
+    uint32_t itt = read_40k(t, k);
+    static uint8_t buf[32768];
+    fill(buf, sizeof(buf), 1);
+    uint8_t cdb[16];
+    tgt_cdb_rw10(cdb, WRITE10, 400, 64); /* a write waiting for its R2Ts' data */
+    struct tgt_pdu p;
+    uint32_t witt = tgt_new_itt(t);
+    tgt_pdu_scsi_cmd(&p, witt, tgt_next_cmdsn(t), cdb, sizeof(buf),
+                     ISCSI_FLAG_FINAL | ISCSI_CMD_WRITE, buf, 4096);
+    tgt_send(t, &p);
+    expect(t, ISCSI_OP_R2T);
+    expect(t, ISCSI_OP_R2T);
+    tgt_kill(t);
+    tgt_use(t, c2);
+    tgt_wait_ms(t, 1300);
+    send_reassign(t, itt, 0);
+    expect_tmf(t, ISCSI_TMF_RSP_NO_TASK);
+    send_reassign(t, witt, 0);
+    expect_tmf(t, ISCSI_TMF_RSP_NO_TASK);
+    /* the window has them back: the session goes on */
+    expect_good(t, send_tur(t, tgt_next_cmdsn(t), false));
+    /* the last connection fails: the session lives for Time2Retain, then ends */
+    tgt_kill(t);
+    tgt_wait_ms(t, 1300);
+    uint16_t status = 0;
+    tgt_login_conn(t, 3, &status);
+    assert_int_equal(status, ISCSI_LOGIN_SESSION_DOES_NOT_EXIST);
+    tgt_free(t);
+}
+
+/* A login with the TSIH and the CID of a live connection reinstates it (§6.3.4): at ERL 2 the
+ * old connection's tasks are kept (an implicit Logout reason 2, §11.14) and reassigned to the
+ * new one, Data-In from ExpDataSN 0 again. */
+static void test_erl2_reinstatement_keeps_tasks(void **state)
+{
+    (void)state;
+    struct tgt *t = up_erl2();
+    tgt_hold_expstatsn(t, true);
+    struct kept k[10];
+    uint32_t itt = read_40k(t, k);
+    int again = tgt_login_conn(t, 1, NULL);
+    tgt_use(t, 0);
+    assert_true(tgt_closed(t));
+    tgt_use(t, again);
+    send_reassign(t, itt, 0);
+    struct tgt_rsp tmf = expect_tmf(t, 0);
+    for (uint32_t i = 0; i < 10; i++) {
+        struct tgt_rsp d = expect(t, ISCSI_OP_DATA_IN);
+        assert_int_equal(d.datasn, i);
+        assert_int_equal(d.dlen, k[i].r.dlen);
+        assert_memory_equal(d.data, k[i].data, d.dlen);
+        if (i == 9)
+            assert_int_equal(d.statsn, tmf.statsn + 1);
+    }
+    expect_none(t);
+    tgt_free(t);
+}
+
+/* A command queued behind a CmdSN gap when its connection is lost was never acknowledged by
+ * ExpCmdSN: it is discarded (§11.14), TASK REASSIGN does not find it, and its CmdSN is still
+ * free for the initiator's retry, which runs once the gap is filled. */
+static void test_erl2_queued_command_discarded(void **state)
+{
+    (void)state;
+    struct tgt *t = up_erl2();
+    int c2 = tgt_login_conn(t, 2, NULL);
+    tgt_use(t, 0);
+    uint32_t gap = tgt_next_cmdsn(t); /* lost on the way */
+    uint32_t sn = tgt_next_cmdsn(t);
+    uint32_t itt = send_tur(t, sn, false);
+    expect_none(t);
+    tgt_kill(t);
+    tgt_use(t, c2);
+    send_reassign(t, itt, 0);
+    expect_tmf(t, ISCSI_TMF_RSP_NO_TASK);
+    uint32_t first = send_tur(t, gap, false);
+    expect_good(t, first);
+    uint8_t cdb[16] = {0};
+    struct tgt_pdu p;
+    tgt_pdu_scsi_cmd(&p, itt, sn, cdb, 0, ISCSI_FLAG_FINAL, NULL, 0); /* the retry */
+    tgt_send(t, &p);
+    expect_good(t, itt);
+    expect_none(t);
+    tgt_free(t);
+}
+
+/* Async Message event 2 (§11.9.1): the target will drop the connection: Parameter1 its CID,
+ * Parameter2 Time2Wait, Parameter3 Time2Retain; a StatSN used; the connection closes once it
+ * is out. */
+static void test_erl2_async_drop(void **state)
+{
+    (void)state;
+    struct tgt *t = up_erl2();
+    uint32_t exp = tgt_expstatsn(t);
+    tgt_async_drop(t);
+    struct tgt_rsp r = expect(t, ISCSI_OP_ASYNC_MSG);
+    assert_int_equal(r.itt, ISCSI_RSVD_TAG);
+    assert_int_equal(r.flags, ISCSI_FLAG_FINAL);
+    assert_int_equal(r.statsn, exp);
+    assert_int_equal(r.bhs.b[BHS_ASYNC_EVENT], 2);
+    assert_int_equal(get_be16(r.bhs.b + BHS_ASYNC_PARAM1), 1);
+    assert_int_equal(get_be16(r.bhs.b + BHS_ASYNC_PARAM2), 2);
+    assert_int_equal(get_be16(r.bhs.b + BHS_ASYNC_PARAM3), 20);
+    assert_true(tgt_closed(t));
+    /* the session survives for reassignment: a new connection joins it */
+    tgt_login_conn(t, 2, NULL);
+    expect_good(t, send_tur(t, tgt_next_cmdsn(t), false));
+    tgt_free(t);
+}
+
+/* ABORT TASK on another connection for a task of a lost one (§11.5.1): it takes the task and
+ * aborts it; a status issued and not acknowledged comes again first, then the response. */
+static void test_erl2_abort_orphan(void **state)
+{
+    (void)state;
+    struct tgt *t = up_erl2();
+    int c2 = tgt_login_conn(t, 2, NULL);
+    tgt_use(t, 0);
+    tgt_hold_expstatsn(t, true);
+    uint32_t sn = tgt_next_cmdsn(t);
+    uint32_t tur = send_tur(t, sn, false);
+    expect_good(t, tur);
+    static uint8_t buf[32768];
+    fill(buf, sizeof(buf), 2);
+    uint8_t cdb[16];
+    tgt_cdb_rw10(cdb, WRITE10, 500, 64);
+    struct tgt_pdu p;
+    uint32_t wsn = tgt_next_cmdsn(t), witt = tgt_new_itt(t);
+    tgt_pdu_scsi_cmd(&p, witt, wsn, cdb, sizeof(buf), ISCSI_FLAG_FINAL | ISCSI_CMD_WRITE, buf,
+                     4096);
+    tgt_send(t, &p);
+    expect(t, ISCSI_OP_R2T);
+    expect(t, ISCSI_OP_R2T);
+    tgt_kill(t);
+    tgt_use(t, c2);
+    tgt_pdu_tmf(&p, 1 /* ABORT TASK */, tgt_new_itt(t), tur, sn, tgt_peek_cmdsn(t), true);
+    tgt_send(t, &p);
+    expect_good(t, tur);
+    expect_tmf(t, 0);
+    tgt_pdu_tmf(&p, 1, tgt_new_itt(t), witt, wsn, tgt_peek_cmdsn(t), true);
+    tgt_send(t, &p);
+    expect_tmf(t, 0);
+    expect_none(t);
+    send_reassign(t, witt, 0);
+    expect_tmf(t, ISCSI_TMF_RSP_NO_TASK);
+    /* the window is whole: the session goes on */
+    expect_good(t, send_tur(t, tgt_next_cmdsn(t), false));
+    tgt_free(t);
+}
+
+/* A file LUN (io_uring: the read completes on a later reactor turn): the connection is lost
+ * while the store has the read and TASK REASSIGN takes it in that same turn ("function
+ * complete"); its Data-In and status come on the new connection once the store completes it. */
+static void test_erl2_reassign_in_store(void **state)
+{
+    (void)state;
+    char path[] = "/tmp/linerate-erl2-XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    close(fd);
+    char spec[128];
+    snprintf(spec, sizeof(spec), "file:%s,size=1M", path);
+    struct tgt_opts o;
+    tgt_opts_default(&o);
+    o.erl = 2;
+    o.max_connections = 4;
+    o.lun_spec = spec;
+    struct tgt *t = tgt_login(&o);
+    static uint8_t buf[16384];
+    fill(buf, sizeof(buf), 7);
+    uint8_t cdb[16];
+    tgt_cdb_rw10(cdb, WRITE10, 8, 32);
+    struct tgt_pdu p;
+    uint32_t witt = tgt_new_itt(t);
+    tgt_pdu_scsi_cmd(&p, witt, tgt_next_cmdsn(t), cdb, sizeof(buf),
+                     ISCSI_FLAG_FINAL | ISCSI_CMD_WRITE, buf, 8192);
+    tgt_send(t, &p);
+    struct tgt_rsp r2t = expect(t, ISCSI_OP_R2T);
+    answer_r2t(t, &r2t, buf, 4096);
+    for (int i = 0; i < 200 && !tgt_pending(t); i++)
+        tgt_wait_ms(t, 10);
+    expect_good(t, witt);
+    tgt_cdb_rw10(cdb, READ10, 8, 32);
+    uint32_t itt = tgt_new_itt(t);
+    tgt_pdu_scsi_cmd(&p, itt, tgt_next_cmdsn(t), cdb, sizeof(buf),
+                     ISCSI_FLAG_FINAL | ISCSI_CMD_READ, NULL, 0);
+    tgt_hold_expstatsn(t, true);
+    int c2 = tgt_login_conn(t, 2, NULL);
+    tgt_use(t, 0);
+    struct tgt_pdu tmf;
+    tgt_pdu_tmf(&tmf, TMF_TASK_REASSIGN, tgt_new_itt(t), itt, 0, tgt_peek_cmdsn(t), true);
+    tgt_send_kill_send(t, &p, c2, &tmf); /* the read is in the store when it is claimed */
+    expect_tmf(t, 0);
+    tgt_wait_ms(t, 200);
+    for (uint32_t i = 0; i < 4; i++) {
+        struct tgt_rsp d = expect(t, ISCSI_OP_DATA_IN);
+        assert_int_equal(d.datasn, i);
+        assert_memory_equal(d.data, buf + i * 4096, 4096);
+        assert_int_equal(d.flags & ISCSI_DATAIN_STATUS, i == 3 ? ISCSI_DATAIN_STATUS : 0);
+    }
+    expect_none(t);
+    /* again, but the store completes it before anyone claims it: it waits, answered by the
+     * connection that reassigns it */
+    int c3 = tgt_login_conn(t, 3, NULL);
+    tgt_hold_expstatsn(t, true);
+    tgt_use(t, c2);
+    itt = tgt_new_itt(t);
+    tgt_pdu_scsi_cmd(&p, itt, tgt_next_cmdsn(t), cdb, sizeof(buf),
+                     ISCSI_FLAG_FINAL | ISCSI_CMD_READ, NULL, 0);
+    struct tgt_pdu nop;
+    tgt_pdu_nop_out(&nop, ISCSI_RSVD_TAG, ISCSI_RSVD_TAG, tgt_peek_cmdsn(t), true, NULL, 0);
+    tgt_send_kill_send(t, &p, c3, &nop);
+    tgt_wait_ms(t, 200);
+    expect_none(t);
+    send_reassign(t, itt, 0);
+    expect_tmf(t, 0);
+    for (uint32_t i = 0; i < 4; i++)
+        assert_int_equal(expect(t, ISCSI_OP_DATA_IN).datasn, i);
+    expect_none(t);
+    tgt_free(t);
+    unlink(path);
+}
+
+/* A LOGICAL UNIT RESET ends the tasks of a lost connection waiting for reassignment as it
+ * ends the live ones: TASK REASSIGN then finds nothing. */
+static void test_erl2_lun_reset_ends_orphans(void **state)
+{
+    (void)state;
+    struct tgt *t = up_erl2();
+    int c2 = tgt_login_conn(t, 2, NULL);
+    tgt_use(t, 0);
+    tgt_hold_expstatsn(t, true);
+    struct kept k[10];
+    uint32_t itt = read_40k(t, k);
+    tgt_kill(t);
+    tgt_use(t, c2);
+    struct tgt_pdu p;
+    tgt_pdu_tmf(&p, 5 /* LOGICAL UNIT RESET */, tgt_new_itt(t), ISCSI_RSVD_TAG, 0,
+                tgt_peek_cmdsn(t), true);
+    tgt_send(t, &p);
+    expect_tmf(t, 0);
+    send_reassign(t, itt, 0);
+    expect_tmf(t, ISCSI_TMF_RSP_NO_TASK);
+    tgt_free(t);
+}
+
+/* The new connection takes smaller Data-In PDUs (MaxRecvDataSegmentLength 2 KiB): the rest of
+ * the read from ExpDataSN is cut anew, DataSN going on from it, F at the end of each 16 KiB
+ * burst, the status in the last (§11.5.1: the number of PDUs may change). */
+static void test_erl2_reassign_read_smaller_pdus(void **state)
+{
+    (void)state;
+    struct tgt *t = up_erl2();
+    static uint8_t buf[40960];
+    fill(buf, sizeof(buf), 4);
+    assert_int_equal(write_blocks(t, 100, buf, sizeof(buf)).status, 0);
+    tgt_hold_expstatsn(t, true);
+    struct kept k[10];
+    uint32_t itt = read_40k(t, k);
+    tgt_kill(t);
+    tgt_set_join_mrdsl(t, 2048);
+    tgt_login_conn(t, 2, NULL);
+    send_reassign(t, itt, 4); /* DataSN 4 began at 16 KiB */
+    expect_tmf(t, 0);
+    for (uint32_t i = 0; i < 12; i++) {
+        struct tgt_rsp d = expect(t, ISCSI_OP_DATA_IN);
+        uint32_t off = 16384 + i * 2048;
+        assert_int_equal(d.datasn, 4 + i);
+        assert_int_equal(d.offset, off);
+        assert_int_equal(d.dlen, 2048);
+        assert_memory_equal(d.data, buf + off, 2048);
+        bool burst_end = (off + 2048) % 16384 == 0 || off + 2048 == sizeof(buf);
+        assert_int_equal(d.flags & ISCSI_FLAG_FINAL, burst_end ? ISCSI_FLAG_FINAL : 0);
+        assert_int_equal(d.flags & ISCSI_DATAIN_STATUS, i == 11 ? ISCSI_DATAIN_STATUS : 0);
+    }
+    expect_none(t);
+    tgt_free(t);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1699,6 +2237,20 @@ int main(void)
         cmocka_unit_test(test_erl1_rdata_snack),
         cmocka_unit_test(test_erl1_retained_bound),
         cmocka_unit_test(test_erl0_snack_unchanged),
+        cmocka_unit_test(test_erl2_logout_recovery),
+        cmocka_unit_test(test_erl2_reassign_read),
+        cmocka_unit_test(test_erl2_reassign_write),
+        cmocka_unit_test(test_erl2_reassign_status_lost),
+        cmocka_unit_test(test_erl2_reassign_unknown_or_allegiant),
+        cmocka_unit_test(test_erl1_reassign_refused),
+        cmocka_unit_test(test_erl2_time2retain_expiry),
+        cmocka_unit_test(test_erl2_reinstatement_keeps_tasks),
+        cmocka_unit_test(test_erl2_queued_command_discarded),
+        cmocka_unit_test(test_erl2_async_drop),
+        cmocka_unit_test(test_erl2_abort_orphan),
+        cmocka_unit_test(test_erl2_reassign_in_store),
+        cmocka_unit_test(test_erl2_lun_reset_ends_orphans),
+        cmocka_unit_test(test_erl2_reassign_read_smaller_pdus),
         cmocka_unit_test(test_reject_login_in_ffp),
         cmocka_unit_test(test_oversized_data_segment_closes),
         cmocka_unit_test(test_bytewise_feed),

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <cmocka.h>
 
@@ -18,6 +19,16 @@
 #include "target/target.h"
 
 #define TGT_TURNS_MAX 10000 /* a reactor that never goes idle is a bug in the test or code */
+#define TGT_CONNS_MAX 4
+
+/* What belongs to one connection of the session (the current one lives in struct tgt). */
+struct tgt_side {
+    struct iscsi_conn *conn;
+    uint32_t exp_statsn;
+    bool ddigest, hold_expstatsn;
+    uint8_t *rx;
+    size_t rx_len, rx_cap;
+};
 
 struct tgt {
     struct reactor *r;
@@ -39,6 +50,10 @@ struct tgt {
     struct reactor_deferred feed_hook;
     const uint8_t *feed_buf;
     size_t feed_len, feed_used;
+    /* every connection of the session; sides[cur] is stale while cur is the current one */
+    struct tgt_side sides[TGT_CONNS_MAX];
+    int nsides, cur;
+    struct tgt_opts opts;
 };
 
 void tgt_opts_default(struct tgt_opts *o)
@@ -50,7 +65,9 @@ void tgt_opts_default(struct tgt_opts *o)
                            .mrdsl = 4096,
                            .max_outstanding_r2t = 2,
                            .lun_mib = 4,
-                           .cmdsn = 1};
+                           .cmdsn = 1,
+                           .time2wait = -1,
+                           .time2retain = -1};
 }
 
 /* ---- driving the connection ---- */
@@ -105,7 +122,8 @@ size_t tgt_feed(struct tgt *t, const void *bytes, size_t len)
     return t->feed_used;
 }
 
-void tgt_send(struct tgt *t, const struct tgt_pdu *p)
+/* The bytes of a request as the current connection would get them (malloc'd). */
+static uint8_t *pdu_bytes(const struct tgt *t, const struct tgt_pdu *p, size_t *lenp)
 {
     uint32_t padded = ISCSI_PAD(p->dlen);
     uint32_t digest = t->ddigest && p->dlen ? ISCSI_DIGEST_LEN : 0;
@@ -123,6 +141,14 @@ void tgt_send(struct tgt *t, const struct tgt_pdu *p)
             crc ^= 0x1;
         memcpy(buf + ISCSI_BHS_LEN + padded, &crc, ISCSI_DIGEST_LEN);
     }
+    *lenp = len;
+    return buf;
+}
+
+void tgt_send(struct tgt *t, const struct tgt_pdu *p)
+{
+    size_t len;
+    uint8_t *buf = pdu_bytes(t, p, &len);
     tgt_feed(t, buf, len);
     free(buf);
 }
@@ -369,13 +395,16 @@ void tgt_pdu_login(struct tgt_pdu *p, uint32_t itt, uint32_t cmdsn, const char *
 
 static void build_target(struct tgt *t, const struct tgt_opts *o)
 {
-    char err[512] = "", spec[64];
+    char err[512] = "", spec[256];
     target_config_init(&t->cfg);
     t->cfg.state_dir[0] = '\0'; /* no APTPL file under /var/lib in a unit test */
     struct target_node_conf *n = target_config_add_node(&t->cfg, TGT_TARGET_NAME, "harness");
     assert_non_null(n);
     struct target_lun_conf lun = {0};
-    snprintf(spec, sizeof(spec), "ram:%uM", o->lun_mib);
+    if (o->lun_spec)
+        snprintf(spec, sizeof(spec), "%s", o->lun_spec);
+    else
+        snprintf(spec, sizeof(spec), "ram:%uM", o->lun_mib);
     assert_int_equal(target_parse_lun_spec(spec, &lun, err, sizeof(err)), 0);
     lun.lun = 0;
     snprintf(lun.origin, sizeof(lun.origin), "harness");
@@ -390,6 +419,10 @@ static void build_target(struct tgt *t, const struct tgt_opts *o)
         iscsi_target_erl_max = o->erl;
         t->built.nodes[0]->params.erl = o->erl;
     }
+    if (o->time2wait >= 0)
+        t->built.nodes[0]->params.default_time2wait = (uint32_t)o->time2wait;
+    if (o->time2retain >= 0)
+        t->built.nodes[0]->params.default_time2retain = (uint32_t)o->time2retain;
     iscsi_server_set_nodes(&t->srv, t->built.nodes, t->built.n);
     t->srv.reactors = &t->r;
     t->srv.nreactors = 1;
@@ -422,6 +455,16 @@ static void login(struct tgt *t, const struct tgt_opts *o)
                      o->immediate_data ? "Yes" : "No", 0, o->initial_r2t ? "Yes" : "No", 0,
                      o->first_burst, 0, o->max_burst, 0, o->mrdsl, 0, o->max_outstanding_r2t);
     assert_true(n > 0 && (size_t)n < sizeof(text));
+    if (o->max_connections)
+        n += 1 + snprintf(text + n + 1, sizeof(text) - (size_t)n - 1, "MaxConnections=%u",
+                          o->max_connections);
+    if (o->time2wait >= 0) /* KT_MAX: the larger offer wins, ours equals the target's */
+        n += 1 + snprintf(text + n + 1, sizeof(text) - (size_t)n - 1, "DefaultTime2Wait=%d",
+                          o->time2wait);
+    if (o->time2retain >= 0)
+        n += 1 + snprintf(text + n + 1, sizeof(text) - (size_t)n - 1, "DefaultTime2Retain=%d",
+                          o->time2retain);
+    assert_true((size_t)n < sizeof(text));
     struct tgt_pdu p;
     tgt_pdu_login(&p, 0x1000, o->cmdsn, text, (uint32_t)n + 1);
     tgt_send(t, &p);
@@ -461,6 +504,9 @@ struct tgt *tgt_login(const struct tgt_opts *o)
     t->conn = iscsi_conn_new_detached(&t->srv, t->r);
     assert_non_null(t->conn);
     conn_get(t->conn); /* ours: the connection stays readable after it closes */
+    t->nsides = 1;
+    t->cur = 0;
+    t->opts = *o;
     t->cmdsn = o->cmdsn;
     t->next_itt = 1;
     /* Data-In up to the initiator's MRDSL; text, sense and login answers below 64 KiB. */
@@ -484,9 +530,21 @@ struct tgt *tgt_login(const struct tgt_opts *o)
 
 void tgt_free(struct tgt *t)
 {
-    if (!iscsi_conn_is_closed(t->conn))
-        conn_close(t->conn, NULL);
-    conn_put(t->conn);
+    /* As the daemon stops: nothing is kept for reassignment any more (ERL 2), and what was
+     * kept ends now. */
+    atomic_store(&t->srv.shutting_down, true);
+    iscsi_server_close_reactor_conns(&t->srv, t->r);
+    run_until_idle(t);
+    tgt_use(t, 0);
+    for (int i = 0; i < t->nsides; i++) {
+        struct tgt_side *sd = i == t->cur ? NULL : &t->sides[i];
+        struct iscsi_conn *c = sd ? sd->conn : t->conn;
+        if (!iscsi_conn_is_closed(c))
+            conn_close(c, NULL);
+        conn_put(c);
+        if (sd)
+            free(sd->rx);
+    }
     run_until_idle(t);
     iscsi_server_destroy(&t->srv);
     target_built_free(&t->built);
@@ -531,4 +589,141 @@ uint32_t tgt_target_mrdsl(const struct tgt *t)
 uint16_t tgt_tsih(const struct tgt *t)
 {
     return t->tsih;
+}
+
+/* ---- more connections (MC/S, ERL 2 recovery) ---- */
+
+static void side_save(struct tgt *t, struct tgt_side *sd)
+{
+    *sd = (struct tgt_side){.conn = t->conn,
+                            .exp_statsn = t->exp_statsn,
+                            .ddigest = t->ddigest,
+                            .hold_expstatsn = t->hold_expstatsn,
+                            .rx = t->rx,
+                            .rx_len = t->rx_len,
+                            .rx_cap = t->rx_cap};
+}
+
+static void side_load(struct tgt *t, const struct tgt_side *sd)
+{
+    t->conn = sd->conn;
+    t->exp_statsn = sd->exp_statsn;
+    t->ddigest = sd->ddigest;
+    t->hold_expstatsn = sd->hold_expstatsn;
+    t->rx = sd->rx;
+    t->rx_len = sd->rx_len;
+    t->rx_cap = sd->rx_cap;
+}
+
+void tgt_set_join_mrdsl(struct tgt *t, uint32_t mrdsl)
+{
+    t->opts.mrdsl = mrdsl;
+}
+
+void tgt_use(struct tgt *t, int idx)
+{
+    assert_true(idx >= 0 && idx < t->nsides);
+    if (idx == t->cur)
+        return;
+    side_save(t, &t->sides[t->cur]);
+    side_load(t, &t->sides[idx]);
+    t->cur = idx;
+}
+
+int tgt_current(const struct tgt *t)
+{
+    return t->cur;
+}
+
+int tgt_login_conn(struct tgt *t, uint16_t cid, uint16_t *status)
+{
+    assert_true(t->nsides < TGT_CONNS_MAX);
+    side_save(t, &t->sides[t->cur]);
+    int idx = t->nsides++;
+    struct tgt_side sd = {0};
+    sd.conn = iscsi_conn_new_detached(&t->srv, t->r);
+    assert_non_null(sd.conn);
+    conn_get(sd.conn);
+    side_load(t, &sd);
+    t->cur = idx;
+    /* a connection joining the session: no leading-only keys (RFC 7143 §13) */
+    char text[512];
+    int n = snprintf(text, sizeof(text),
+                     "InitiatorName=%s%cTargetName=%s%c"
+                     "HeaderDigest=None%cDataDigest=%s%cMaxRecvDataSegmentLength=%u",
+                     TGT_INITIATOR_NAME, 0, TGT_TARGET_NAME, 0, 0,
+                     t->opts.data_digest ? "CRC32C" : "None", 0, t->opts.mrdsl);
+    assert_true(n > 0 && (size_t)n < sizeof(text));
+    struct tgt_pdu p;
+    tgt_pdu_login(&p, 0x2000 + (uint32_t)idx, t->cmdsn, text, (uint32_t)n + 1);
+    put_be16(p.bhs.b + BHS_TSIH, t->tsih);
+    put_be16(p.bhs.b + BHS_CID, cid);
+    tgt_send(t, &p);
+    struct tgt_rsp r;
+    assert_true(tgt_recv(t, &r));
+    assert_int_equal(r.opcode, ISCSI_OP_LOGIN_RSP);
+    uint16_t st = (uint16_t)(r.bhs.b[BHS_STATUS_CLASS] << 8 | r.bhs.b[BHS_STATUS_DETAIL]);
+    if (status)
+        *status = st;
+    else
+        assert_int_equal(st, 0);
+    if (st == 0) {
+        assert_int_equal(ISCSI_LOGIN_NSG(r.flags), ISCSI_STAGE_FULL_FEATURE);
+        assert_int_equal(get_be16(r.bhs.b + BHS_TSIH), t->tsih);
+        t->ddigest = t->opts.data_digest;
+    }
+    return idx;
+}
+
+void tgt_kill(struct tgt *t)
+{
+    conn_close(t->conn, "test: connection lost");
+    run_until_idle(t);
+}
+
+void tgt_wait_ms(struct tgt *t, unsigned ms)
+{
+    uint64_t until = reactor_now_ms() + ms;
+    while (reactor_now_ms() < until) {
+        run_until_idle(t);
+        struct timespec ts = {0, 5 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    run_until_idle(t);
+    collect_tx(t);
+}
+
+void tgt_async_drop(struct tgt *t)
+{
+    assert_int_equal(conn_send_async_drop(t->conn), 0);
+    collect_tx(t);
+}
+
+struct turn {
+    struct iscsi_conn *a, *b;
+    uint8_t *abuf, *bbuf;
+    size_t alen, blen;
+};
+
+static void turn_run(void *arg)
+{
+    struct turn *tu = arg;
+    assert_int_equal(iscsi_conn_feed(tu->a, tu->abuf, tu->alen), tu->alen);
+    conn_close(tu->a, "test: connection lost");
+    assert_int_equal(iscsi_conn_feed(tu->b, tu->bbuf, tu->blen), tu->blen);
+}
+
+void tgt_send_kill_send(struct tgt *t, const struct tgt_pdu *first, int other,
+                        const struct tgt_pdu *second)
+{
+    struct turn tu = {.a = t->conn};
+    tu.abuf = pdu_bytes(t, first, &tu.alen);
+    tgt_use(t, other);
+    tu.b = t->conn;
+    tu.bbuf = pdu_bytes(t, second, &tu.blen);
+    reactor_defer(t->r, &t->feed_hook, turn_run, &tu);
+    run_until_idle(t);
+    collect_tx(t);
+    free(tu.abuf);
+    free(tu.bbuf);
 }

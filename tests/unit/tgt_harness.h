@@ -34,10 +34,15 @@ struct tgt_opts {
     uint8_t erl;
     bool data_digest;        /* DataDigest=CRC32C both ways */
     uint64_t max_tx_backlog; /* the target's max-tx-backlog (0: its default) */
+    /* DefaultTime2Wait / DefaultTime2Retain of both sides (-1: not offered, the target's
+     * defaults 2 and 20 apply) */
+    int time2wait, time2retain;
+    uint32_t max_connections; /* MaxConnections offered (0: not offered, RFC default 1) */
+    const char *lun_spec;     /* LUN 0 as --lun takes it instead of ram:<lun_mib>M */
 };
 
 /* ImmediateData=Yes, InitialR2T=No, FirstBurstLength 8 KiB, MaxBurstLength 16 KiB, MRDSL 4 KiB,
- * MaxOutstandingR2T 2, a 4 MiB LUN, CmdSN 1, ERL 0, no digests. */
+ * MaxOutstandingR2T 2, a 4 MiB LUN, CmdSN 1, ERL 0, no digests, Time2Wait/Retain not offered. */
 void tgt_opts_default(struct tgt_opts *o);
 
 struct tgt;
@@ -139,5 +144,29 @@ bool tgt_recv(struct tgt *t, struct tgt_rsp *r);
 unsigned tgt_pending(struct tgt *t);
 /* Whether the target closed the connection. */
 bool tgt_closed(const struct tgt *t);
+
+/* ---- more connections of the session (index 0 is the leading one) ---- */
+
+/* A connection joining the session (TSIH of the leading login) with this CID: a new one, or
+ * the reinstatement of a CID in use (RFC 7143 §6.3.4). It becomes the current one: requests and
+ * answers go through it until tgt_use(). With status NULL the login must succeed; else the
+ * Login Response's status class/detail is stored there. Returns its index. */
+int tgt_login_conn(struct tgt *t, uint16_t cid, uint16_t *status);
+/* The MaxRecvDataSegmentLength the next connections declare (the first one's by default). */
+void tgt_set_join_mrdsl(struct tgt *t, uint32_t mrdsl);
+/* Make connection idx the one tgt_send()/tgt_recv() and the rest act on. */
+void tgt_use(struct tgt *t, int idx);
+int tgt_current(const struct tgt *t);
+/* The current connection fails (its TCP connection lost, as the target sees it). */
+void tgt_kill(struct tgt *t);
+/* Let `ms` milliseconds of real time pass with the reactor running (timers fire). */
+void tgt_wait_ms(struct tgt *t, unsigned ms);
+/* In one reactor turn (before anything the first starts in a store can complete): `first` is
+ * fed to the current connection, the connection fails, and `second` is fed to connection
+ * `other`, which becomes the current one. */
+void tgt_send_kill_send(struct tgt *t, const struct tgt_pdu *first, int other,
+                        const struct tgt_pdu *second);
+/* The target announces it will drop the current connection (Async Message event 2). */
+void tgt_async_drop(struct tgt *t);
 
 #endif

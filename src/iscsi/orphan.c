@@ -1,0 +1,274 @@
+/* ErrorRecoveryLevel 2 on the target: the tasks of a connection that failed, was logged out
+ * "for recovery" or was reinstated outlive it (RFC 7143 §7.2.2, §11.14.1 reason 2, §6.3.4) in
+ * an orphan group of their session, until TASK REASSIGN moves each to another connection
+ * (tmf.c, cmd.c) or Time2Wait + Time2Retain pass and they end (§11.14.5 c, §11.15.2). One
+ * group per connection: its timer runs on the dead connection's reactor, and everything in it
+ * is touched under the session's lock only. */
+#include <assert.h>
+#include <stdlib.h>
+
+#include "iscsi/conn.h"
+#include "reactor/reactor.h"
+#include "util/log.h"
+
+struct iscsi_orphans {
+    struct iscsi_session *s; /* a reference */
+    uint16_t cid;
+    unsigned ntasks;        /* orphaned at the start, for the log */
+    struct list_node tasks; /* the tasks still waiting, by their node (s->lock) */
+    struct list_node node;  /* s->orphan_groups (s->lock) */
+    struct reactor *r;      /* the dead connection's: the timer and the expiry run there */
+    struct reactor_timer timer;
+    struct reactor_msg expire_msg;
+    bool expire_posted; /* (s->lock) the expiry comes by expire_msg, not by the timer */
+};
+
+struct iscsi_orphans *orphans_new(struct iscsi_conn *c)
+{
+    assert(c->session);
+    struct iscsi_orphans *g = calloc(1, sizeof(*g));
+    if (!g)
+        return NULL;
+    g->s = c->session;
+    session_get(g->s);
+    g->cid = c->cid;
+    g->r = c->reactor;
+    list_init(&g->tasks);
+    list_init(&g->node);
+    return g;
+}
+
+void orphans_add_locked(struct iscsi_orphans *g, struct iscsi_task *t)
+{
+    list_add_tail(&g->tasks, &t->node);
+    t->orphan_cid = g->cid;
+    t->orphan_sess = g->s;
+    session_get(g->s); /* the task's own: it may leave the group before it ends */
+    g->ntasks++;
+}
+
+/* With the session lock held: a task ends unreassigned; what it counted in the CmdSN window
+ * is given back (an answered one counted nothing any more). */
+static void orphan_uncount_locked(struct iscsi_session *s, const struct iscsi_task *t)
+{
+    if (t->aborted || t->state == TASK_RETAINED || t->state == TASK_SENDING)
+        return;
+    if (t->cmdsn_pending)
+        return; /* never entered the window */
+    if (s->in_flight)
+        s->in_flight--;
+}
+
+/* The group ends: tasks still in it are terminated (§11.14.5 c) and freed, those the store
+ * still has are marked to be freed by their completion. The session ends with it if it has no
+ * connection and no other group left. `by_msg`: the expiry asked for by expire_msg; the timer
+ * leaves a group to that message once it is posted. On g->r. */
+static void orphans_expire(struct iscsi_orphans *g, bool by_msg)
+{
+    struct iscsi_session *s = g->s;
+    struct list_node dead;
+    list_init(&dead);
+    unsigned n = 0;
+    pthread_mutex_lock(&s->lock);
+    if (!by_msg && g->expire_posted) {
+        pthread_mutex_unlock(&s->lock);
+        return;
+    }
+    list_del(&g->node);
+    struct list_node *ln;
+    while ((ln = list_pop(&g->tasks)) != NULL) {
+        struct iscsi_task *t = list_entry(ln, struct iscsi_task, node);
+        n++;
+        if (t->orphan == ORPHAN_BUSY) {
+            t->orphan_expired = true; /* cmd_orphan_store_done() frees it */
+            continue;
+        }
+        orphan_uncount_locked(s, t);
+        list_add_tail(&dead, &t->node);
+    }
+    bool loss, end = session_unused_locked(s, &loss);
+    pthread_mutex_unlock(&s->lock);
+    while ((ln = list_pop(&dead)) != NULL) {
+        struct iscsi_task *t = list_entry(ln, struct iscsi_task, node);
+        assert(t->refs == 1 && !t->conn); /* the group's, and nobody else's */
+        task_put(t);
+    }
+    if (n)
+        LOG_INFO("session TSIH %u of %s: %u task(s) of CID %u %s: terminated", s->tsih,
+                 s->initiator_name, n, g->cid,
+                 by_msg ? "ended with the session or the daemon"
+                        : "not reassigned within Time2Wait + Time2Retain");
+    if (end)
+        session_end(s, loss);
+    session_put(s);
+    free(g);
+}
+
+static void orphans_timer_fire(void *arg)
+{
+    orphans_expire(arg, false);
+}
+
+static void orphans_expire_msg(void *arg)
+{
+    struct iscsi_orphans *g = arg;
+    reactor_timer_stop(g->r, &g->timer);
+    orphans_expire(g, true);
+}
+
+void orphans_publish(struct iscsi_orphans *g, uint32_t time2wait, uint32_t time2retain)
+{
+    struct iscsi_session *s = g->s;
+    /* Tasks taken over by another connection meanwhile leave the group; an empty group is
+     * kept anyway (its Time2Retain is what a Logout for its CID reports) until it expires. */
+    pthread_mutex_lock(&s->lock);
+    list_add_tail(&s->orphan_groups, &g->node);
+    pthread_mutex_unlock(&s->lock);
+    LOG_INFO("session TSIH %u of %s: CID %u gone at ErrorRecoveryLevel 2: %u task(s) kept for "
+             "reassignment for %u + %u s",
+             s->tsih, s->initiator_name, g->cid, g->ntasks, time2wait, time2retain);
+    reactor_timer_start(g->r, &g->timer, 1000ull * (time2wait + time2retain), orphans_timer_fire,
+                        g);
+}
+
+void orphans_discard(struct iscsi_orphans *g)
+{
+    assert(list_empty(&g->tasks));
+    session_put(g->s);
+    free(g);
+}
+
+void orphans_expire_all_locked(struct iscsi_session *s, const struct reactor *only)
+{
+    for (struct list_node *ln = s->orphan_groups.next; ln != &s->orphan_groups; ln = ln->next) {
+        struct iscsi_orphans *g = list_entry(ln, struct iscsi_orphans, node);
+        if ((only && g->r != only) || g->expire_posted)
+            continue;
+        g->expire_posted = true;
+        reactor_post(g->r, &g->expire_msg, orphans_expire_msg, g);
+    }
+}
+
+bool orphans_cid_known(struct iscsi_session *s, uint16_t cid)
+{
+    bool known = false;
+    pthread_mutex_lock(&s->lock);
+    for (struct list_node *ln = s->orphan_groups.next; ln != &s->orphan_groups; ln = ln->next)
+        known = known || list_entry(ln, struct iscsi_orphans, node)->cid == cid;
+    pthread_mutex_unlock(&s->lock);
+    return known;
+}
+
+bool orphans_has_itt(struct iscsi_session *s, uint32_t itt)
+{
+    bool found = false;
+    pthread_mutex_lock(&s->lock);
+    for (struct list_node *gn = s->orphan_groups.next; gn != &s->orphan_groups && !found;
+         gn = gn->next) {
+        struct iscsi_orphans *g = list_entry(gn, struct iscsi_orphans, node);
+        for (struct list_node *ln = g->tasks.next; ln != &g->tasks && !found; ln = ln->next)
+            found = list_entry(ln, struct iscsi_task, node)->itt == itt;
+    }
+    pthread_mutex_unlock(&s->lock);
+    return found;
+}
+
+enum orphan_claim orphans_claim(struct iscsi_session *s, uint32_t itt, struct iscsi_conn *c,
+                                struct iscsi_task **out, uint16_t *cid)
+{
+    enum orphan_claim r = CLAIM_NONE;
+    pthread_mutex_lock(&s->lock);
+    for (struct list_node *gn = s->orphan_groups.next; gn != &s->orphan_groups && !r;
+         gn = gn->next) {
+        struct iscsi_orphans *g = list_entry(gn, struct iscsi_orphans, node);
+        for (struct list_node *ln = g->tasks.next; ln != &g->tasks; ln = ln->next) {
+            struct iscsi_task *t = list_entry(ln, struct iscsi_task, node);
+            if (t->itt != itt)
+                continue;
+            list_del(&t->node);
+            *cid = g->cid;
+            if (t->orphan == ORPHAN_BUSY) {
+                /* the store still has it: its completion hands it to c */
+                conn_get(c);
+                t->claim = c;
+                *out = t; /* for c's thread only: the completion posts it there */
+                r = CLAIM_LATER;
+            } else {
+                t->orphan = ORPHAN_NO;
+                t->conn = c;
+                *out = t;
+                r = CLAIM_NOW;
+            }
+            break;
+        }
+    }
+    pthread_mutex_unlock(&s->lock);
+    return r;
+}
+
+enum orphan_fate orphans_store_done(struct iscsi_task *t)
+{
+    struct iscsi_session *s = t->orphan_sess;
+    enum orphan_fate f;
+    pthread_mutex_lock(&s->lock);
+    assert(t->orphan == ORPHAN_BUSY);
+    if (t->claim) {
+        t->orphan = ORPHAN_NO;
+        f = FATE_MOVE;
+    } else if (t->orphan_expired) {
+        t->orphan = ORPHAN_NO;
+        /* it counted in flight until the store let go */
+        if (s->in_flight)
+            s->in_flight--;
+        f = FATE_FREE;
+    } else {
+        /* still in its group, answered by whoever reassigns it: from now on the group's */
+        t->orphan = ORPHAN_IDLE;
+        t->conn = NULL;
+        f = FATE_STAY;
+    }
+    pthread_mutex_unlock(&s->lock);
+    return f;
+}
+
+unsigned orphans_abort(struct iscsi_server *srv, orphans_match match, const void *arg, uint64_t lun,
+                       uint32_t before_cmdsn)
+{
+    struct list_node dead;
+    list_init(&dead);
+    unsigned n = 0;
+    pthread_mutex_lock(&srv->sessions_lock);
+    for (unsigned i = 1; i < srv->sessions_cap; i++) {
+        struct iscsi_session *s = srv->sessions[i];
+        int use_cmdsn = s ? match(s, arg) : -1;
+        if (use_cmdsn < 0)
+            continue;
+        pthread_mutex_lock(&s->lock);
+        for (struct list_node *gn = s->orphan_groups.next; gn != &s->orphan_groups; gn = gn->next) {
+            struct iscsi_orphans *g = list_entry(gn, struct iscsi_orphans, node);
+            struct list_node *ln, *tmp;
+            list_for_each_safe(ln, tmp, &g->tasks)
+            {
+                struct iscsi_task *t = list_entry(ln, struct iscsi_task, node);
+                if (lun != UINT64_MAX && t->scsi.lun != lun)
+                    continue;
+                if (use_cmdsn && !t->immediate && !sn_lt(t->cmdsn, before_cmdsn))
+                    continue;
+                list_del(&t->node);
+                n++;
+                if (t->orphan == ORPHAN_BUSY) {
+                    t->orphan_expired = true; /* its completion frees it */
+                    continue;
+                }
+                orphan_uncount_locked(s, t);
+                list_add_tail(&dead, &t->node);
+            }
+        }
+        pthread_mutex_unlock(&s->lock);
+    }
+    pthread_mutex_unlock(&srv->sessions_lock);
+    struct list_node *ln;
+    while ((ln = list_pop(&dead)) != NULL)
+        task_put(list_entry(ln, struct iscsi_task, node)); /* the group's, the last */
+    return n;
+}

@@ -1,0 +1,179 @@
+#!/usr/bin/env python3
+"""ErrorRecoveryLevel 2 on the target, over real sockets (RFC 7143 §7.2.2, §11.5.1, §11.14,
+§6.3.4).
+
+usage: target_erl2.py PATH/TO/linerate-target
+
+For each of --threads 1 and --threads 2 (the two connections of the session on one reactor or
+on two), a daemon with error-recovery-level = 2 and a raw initiator (hostile.py's) logging in
+at ErrorRecoveryLevel=2 with two connections (CID 0 and 1):
+  1. a 256 KiB READ on CID 0 whose first two Data-In PDUs arrive; CID 0 is reset (RST); a
+     Logout "remove the connection for recovery" for CID 0 on CID 1 answers 0 with Time2Wait 2
+     and Time2Retain 20; TASK REASSIGN (immediate, ExpDataSN 2) on CID 1 answers 0 (function
+     complete), then Data-In DataSN 2 and 3 come on CID 1 with the right data, the status in
+     the last with the next StatSN of CID 1;
+  2. a WRITE on CID 1 gets its R2T and half of the burst; a login with the session's TSIH and
+     CID 1 reinstates that connection (the old one is closed by the target); TASK REASSIGN on
+     the new one answers 0 and an R2T (R2TSN 1) asks for the other half, after which the WRITE
+     is GOOD and the data reads back whole;
+  3. TASK REASSIGN of an ITT nobody has answers 1 (task does not exist);
+  4. logout, SIGTERM: the daemon exits 0; its log has the orphan and reassignment lines.
+Exit 0 when every check holds, 1 with the reason otherwise. Python 3 standard library only."""
+
+import os
+import struct
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import hostile  # noqa: E402
+import target_abort_mcs as mcs  # noqa: E402  (McsSession, Daemon)
+from hostile import (OP_DATA_IN, OP_LOGOUT, OP_LOGOUT_RSP, OP_R2T, OP_SCSI, OP_TMF,  # noqa: E402
+                     OP_TMF_RSP, TestFailure, bhs, check, cdb_rw10)
+
+TMF_TASK_REASSIGN = 8
+READ_LEN = 256 * 1024  # four Data-In PDUs of 64 KiB (our MaxRecvDataSegmentLength)
+
+
+class Erl2Session(mcs.McsSession):
+    """Two connections of one session at ErrorRecoveryLevel 2."""
+
+    def __init__(self, port):
+        want = {"MaxConnections": "2", "InitialR2T": "Yes", "ImmediateData": "No",
+                "MaxBurstLength": "262144", "FirstBurstLength": "65536",
+                "ErrorRecoveryLevel": "2"}
+        self.port = port
+        self.c1 = hostile.Session(port, isid=mcs.ISID, want=want).login()
+        self.c2 = self.join(port, cid=1)
+        self.itt = 0x1000
+        self.cmdsn = self.c1.cmdsn
+        self.answered = []
+
+    def reassign(self, conn, rtt, exp_datasn):
+        """TASK REASSIGN, immediate (§11.5.1); returns the TMF Response header."""
+        itt = self.next_itt()
+        conn.c.send_pdu(bhs(OP_TMF, 0x80 | TMF_TASK_REASSIGN, hostile.lun_field(0), itt, rtt,
+                            self.cmdsn, conn.expstatsn, struct.pack(">II", 0, exp_datasn),
+                            immediate=True))
+        rh, _ = conn.recv(5)
+        check(rh[0] & 0x3F == OP_TMF_RSP and struct.unpack(">I", rh[16:20])[0] == itt,
+              "TASK REASSIGN: op 0x%02x instead of its TMF Response" % (rh[0] & 0x3F))
+        return rh
+
+
+def read_reassigned(m, d):
+    lba = 0
+    data = os.urandom(READ_LEN)
+    m.scsi(m.c1, b"\0" * 6)  # takes the new nexus's POWER ON unit attention
+    st, _, _ = m.scsi(m.c1, cdb_rw10(0x2A, lba, READ_LEN // 512), write_data=data)
+    check(st == 0, "WRITE status 0x%02x" % st)
+    itt = m.next_itt()
+    m.c1.c.send_pdu(bhs(OP_SCSI, 0xC1, hostile.lun_field(0), itt, READ_LEN, m.cmdsn,
+                        m.c1.expstatsn, cdb_rw10(0x28, lba, READ_LEN // 512)))
+    m.cmdsn += 1
+    for sn in range(2):  # raw: what arrives is not acknowledged
+        rh, rd = m.c1.c.recv_pdu(5)
+        check(rh[0] & 0x3F == OP_DATA_IN and struct.unpack(">I", rh[36:40])[0] == sn,
+              "READ: op 0x%02x instead of Data-In DataSN %d" % (rh[0] & 0x3F, sn))
+        check(rd == data[sn * 65536:(sn + 1) * 65536], "READ: DataSN %d data differ" % sn)
+    m.c1.c.reset()
+    c2 = m.c2
+    litt = m.next_itt()
+    c2.c.send_pdu(bhs(OP_LOGOUT, 0x80 | 2, b"\0" * 8, litt, 0 << 16, m.cmdsn, c2.expstatsn,
+                      immediate=True))
+    rh, _ = c2.recv(5)
+    check(rh[0] & 0x3F == OP_LOGOUT_RSP and rh[2] == 0,
+          "Logout reason 2 for CID 0: op 0x%02x response %d" % (rh[0] & 0x3F, rh[2]))
+    t2w, t2r = struct.unpack(">HH", rh[40:44])
+    check((t2w, t2r) == (2, 20), "Logout Response Time2Wait/Retain %d/%d, not 2/20" % (t2w, t2r))
+    tmf = m.reassign(c2, itt, 2)
+    check(tmf[2] == 0, "TASK REASSIGN of the READ: response %d, not 0" % tmf[2])
+    tmf_statsn = struct.unpack(">I", tmf[24:28])[0]
+    for sn in (2, 3):
+        rh, rd = c2.recv(5)
+        check(rh[0] & 0x3F == OP_DATA_IN and struct.unpack(">I", rh[16:20])[0] == itt,
+              "after TASK REASSIGN: op 0x%02x instead of Data-In" % (rh[0] & 0x3F))
+        got_sn, off = struct.unpack(">I", rh[36:40])[0], struct.unpack(">I", rh[40:44])[0]
+        check(got_sn == sn and off == sn * 65536, "Data-In DataSN %d offset %d" % (got_sn, off))
+        check(rd == data[off:off + 65536], "reassigned Data-In DataSN %d: data differ" % sn)
+        if sn == 3:
+            check(rh[1] & 0x01 and rh[3] == 0, "the last Data-In carries no GOOD status")
+            statsn = struct.unpack(">I", rh[24:28])[0]
+            check(statsn == tmf_statsn + 1,
+                  "status StatSN %d, not CID 1's next (%d)" % (statsn, tmf_statsn + 1))
+    st, _, _ = m.scsi(c2, b"\0" * 6)
+    check(st == 0, "TEST UNIT READY after the reassignment: status 0x%02x" % st)
+
+
+def write_reinstated(m, d):
+    lba = 2048
+    itt, cmdsn, ttt, want = m.start_write(m.c2, lba)
+    data = os.urandom(want)
+    half = want // 2
+    m.data_out(m.c2, itt, ttt, 0, 0, data[:half], False)
+    old = m.c2
+    c3 = m.join(m.port, cid=1)  # reinstatement: same TSIH, same CID
+    check(old.c.wait_closed(3), "the reinstated connection was not closed by the target")
+    tmf = m.reassign(c3, itt, 0)
+    check(tmf[2] == 0, "TASK REASSIGN of the WRITE: response %d, not 0" % tmf[2])
+    rh, _ = c3.recv(5)
+    check(rh[0] & 0x3F == OP_R2T and struct.unpack(">I", rh[16:20])[0] == itt,
+          "after TASK REASSIGN: op 0x%02x instead of an R2T" % (rh[0] & 0x3F))
+    r2tsn = struct.unpack(">I", rh[36:40])[0]
+    off, length = struct.unpack(">II", rh[40:48])
+    check((r2tsn, off, length) == (1, half, want - half),
+          "recovery R2T: R2TSN %d offset %d length %d" % (r2tsn, off, length))
+    m.data_out(c3, itt, struct.unpack(">I", rh[20:24])[0], 0, off, data[off:], True)
+    m.expect_good(c3, itt, "the reassigned WRITE")
+    st, _, back = m.scsi(c3, cdb_rw10(0x28, lba, want // 512), read_len=want)
+    check(st == 0 and back == data, "the reassigned WRITE does not read back whole")
+    tmf = m.reassign(c3, 0xDEAD, 0)
+    check(tmf[2] == 1, "TASK REASSIGN of an unknown ITT: response %d, not 1" % tmf[2])
+    return c3
+
+
+def run(binary, threads):
+    tag = "threads %d" % threads
+    d = mcs.Daemon.__new__(mcs.Daemon)
+    hostile.Daemon.__init__(d, binary, threads=threads, lun="ram:16M", log_level="info",
+                            prefix="erl2-target-", config=["error-recovery-level = 2"])
+    try:
+        m = Erl2Session(d.port)
+        read_reassigned(m, d)
+        print("ok: %s: READ reassigned after Logout reason 2" % tag, flush=True)
+        c3 = write_reinstated(m, d)
+        print("ok: %s: WRITE reassigned after reinstatement" % tag, flush=True)
+        c3.cmdsn = m.cmdsn
+        c3.logout()
+        d.stop()
+        log = open(d.log.name).read()
+        check("kept for reassignment" in log, "no line about tasks kept for reassignment")
+        check("reassigned from CID 0 to CID 1" in log, "no line about the READ reassigned")
+        check("reassigned from CID 1 to CID 1" in log, "no line about the WRITE reassigned")
+        print("ok: %s: logout, SIGTERM -> exit 0, log lines" % tag, flush=True)
+    except (TestFailure, OSError, hostile.Closed) as e:
+        d.kill()
+        raise TestFailure("%s: %s\n--- daemon log:\n%s" % (tag, e, d.tail()))
+    finally:
+        d.kill()
+    os.unlink(d.log.name)
+    if d.conf:
+        os.unlink(d.conf.name)
+
+
+def main():
+    if len(sys.argv) != 2:
+        print(__doc__, file=sys.stderr)
+        return 2
+    binary = os.path.abspath(sys.argv[1])
+    try:
+        for threads in (1, 2):
+            run(binary, threads)
+    except TestFailure as e:
+        print("FAIL: %s" % e, flush=True)
+        return 1
+    print("PASS")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
