@@ -134,6 +134,22 @@ struct bs *bs_open_spec(const char *spec, char *err, size_t errlen)
     return bs;
 }
 
+int bs_grow(struct bs *bs, uint64_t size, char *err, size_t errlen)
+{
+    if (size < bs->size) {
+        snprintf(err, errlen, "%s: cannot shrink (%llu < %llu bytes): data would be lost", bs->desc,
+                 (unsigned long long)size, (unsigned long long)bs->size);
+        return -1;
+    }
+    if (size == bs->size)
+        return 0;
+    if (!bs->ops->grow) {
+        snprintf(err, errlen, "%s: a %s store cannot grow", bs->desc, bs->ops->name);
+        return -1;
+    }
+    return bs->ops->grow(bs, size, err, errlen);
+}
+
 void bs_close(struct bs *bs)
 {
     if (!bs)

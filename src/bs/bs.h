@@ -70,6 +70,10 @@ struct bs_ops {
      * file system block) except at offset + the entry *len. Synchronous and cheap: it reads
      * metadata only. 0 or -errno. NULL: every byte counts as mapped. */
     int (*lba_status)(struct bs *bs, uint64_t offset, uint64_t *len, bool *mapped);
+    /* Optional: grow to `size` bytes (> the current size) while requests run, for a LUN
+     * resized at run time. The new bytes read as zeros. 0, or -1 with a one-line reason in
+     * err. NULL: the store cannot grow. */
+    int (*grow)(struct bs *bs, uint64_t size, char *err, size_t errlen);
 };
 
 struct bs {
@@ -77,6 +81,7 @@ struct bs {
     uint64_t size;    /* bytes */
     bool write_cache; /* volatile cache present: WRITE without FUA may need FLUSH */
     bool thin;        /* UNMAP releases space */
+    bool read_only;   /* opened read-only: writes would fail */
     char desc[256];   /* what the store is, for logs: "ram:1G", "file:/srv/a.img" */
     void *priv;
 };
@@ -84,6 +89,9 @@ struct bs {
 /* Parse a --lun SPEC ("ram:SIZE", "null:SIZE", "file:PATH[,size=SIZE][,direct]") and open the
  * store. On failure returns NULL and writes a one-line reason into err. */
 struct bs *bs_open_spec(const char *spec, char *err, size_t errlen);
+/* Grow the store (see bs_ops.grow); the new size is published last, with release. 0 or -1
+ * with a reason in err. */
+int bs_grow(struct bs *bs, uint64_t size, char *err, size_t errlen);
 /* Close and free a store. No request may be in flight. */
 void bs_close(struct bs *bs);
 

@@ -403,11 +403,45 @@ static int bs_file_lba_status(struct bs *bs, uint64_t offset, uint64_t *len, boo
     return 0;
 }
 
+/* A regular file is extended (a sparse tail, reading as zeros); a block device can only be
+ * "grown" to the size it already has, after the device itself was grown. */
+static int bs_file_grow(struct bs *bs, uint64_t size, char *err, size_t errlen)
+{
+    struct bs_file *f = bs->priv;
+    if (bs->read_only) {
+        snprintf(err, errlen, "%s: opened read-only, cannot grow", bs->desc);
+        return -1;
+    }
+    if (f->blockdev) {
+        uint64_t have;
+        if (ioctl(f->fd, BLKGETSIZE64, &have) < 0) {
+            snprintf(err, errlen, "%s: BLKGETSIZE64: %s", bs->desc, strerror(errno));
+            return -1;
+        }
+        if (size > have) {
+            snprintf(err, errlen, "%s: the device has only %llu bytes", bs->desc,
+                     (unsigned long long)have);
+            return -1;
+        }
+    } else {
+        struct stat st;
+        if (fstat(f->fd, &st) < 0 ||
+            ((uint64_t)st.st_size < size && ftruncate(f->fd, (off_t)size) < 0)) {
+            snprintf(err, errlen, "%s: cannot extend to %llu bytes: %s", bs->desc,
+                     (unsigned long long)size, strerror(errno));
+            return -1;
+        }
+    }
+    __atomic_store_n(&bs->size, size, __ATOMIC_RELEASE);
+    return 0;
+}
+
 static const struct bs_ops bs_file_ops = {
     .name = "file",
     .submit = bs_file_submit,
     .close = bs_file_close,
     .lba_status = bs_file_lba_status,
+    .grow = bs_file_grow,
 };
 
 /* Work out the exported size: the device's, the file's, or size= (growing a short file). */
@@ -486,6 +520,7 @@ struct bs *bs_file_open(const char *path, uint64_t size, bool direct, bool read_
     bs->size = bytes;
     bs->write_cache = true; /* the page cache (or the disk's cache with O_DIRECT) is volatile */
     bs->thin = !blockdev;   /* punching holes in a file frees space; on a device it may not */
+    bs->read_only = read_only;
     bs->priv = f;
     return bs;
 }

@@ -20,9 +20,18 @@ static void bs_null_submit(struct bs *bs, struct bs_io *io)
     io->done(io, err);
 }
 
+static int bs_null_grow(struct bs *bs, uint64_t size, char *err, size_t errlen)
+{
+    (void)err;
+    (void)errlen;
+    __atomic_store_n(&bs->size, size, __ATOMIC_RELEASE);
+    return 0;
+}
+
 static const struct bs_ops bs_null_ops = {
     .name = "null",
     .submit = bs_null_submit,
+    .grow = bs_null_grow,
 };
 
 struct bs *bs_null_open(uint64_t size, char *err, size_t errlen)

@@ -28,7 +28,14 @@ struct bs_ram {
     uint64_t npages;
     _Atomic uint64_t *alloc; /* bit p set: page p may hold data (mapped) */
     bool prealloc;           /* ",prealloc": every page allocated at open and kept */
+    /* Bytes mapped (and covered by the allocation map): a thin LUN reserves room to grow
+     * into at run time (bs_ram_grow) without moving memory that tasks point into. */
+    uint64_t cap;
 };
+
+/* Address space a thin RAM LUN reserves beyond its size: as much again, at least 64 GiB.
+ * Untouched, it costs neither memory nor commit charge (MAP_NORESERVE). */
+#define RAM_GROW_MIN (64ull << 30)
 
 /* The zero buffer that unmapped runs are sent from: real, written memory (so no kernel's
  * zero-page policy is involved), shared by every RAM LUN and never written after setup. */
@@ -266,9 +273,24 @@ static int bs_ram_lba_status(struct bs *bs, uint64_t offset, uint64_t *len, bool
 static void bs_ram_close(struct bs *bs)
 {
     struct bs_ram *ram = bs->priv;
-    munmap(ram->base, bs->size);
+    munmap(ram->base, ram->cap);
     free(ram->alloc);
     free(ram);
+}
+
+/* Within the reserved mapping the new pages are untouched (zero) and their bits are clear;
+ * the size is published last, so no request sees the range before it is there. */
+static int bs_ram_grow(struct bs *bs, uint64_t size, char *err, size_t errlen)
+{
+    struct bs_ram *ram = bs->priv;
+    if (ram->prealloc || size > ram->cap) {
+        snprintf(err, errlen, "%s: can grow only up to %llu bytes (%s)", bs->desc,
+                 (unsigned long long)ram->cap,
+                 ram->prealloc ? "preallocated" : "the room reserved when it was created");
+        return -1;
+    }
+    __atomic_store_n(&bs->size, size, __ATOMIC_RELEASE);
+    return 0;
 }
 
 static const struct bs_ops bs_ram_ops = {
@@ -278,6 +300,7 @@ static const struct bs_ops bs_ram_ops = {
     .read_iov = bs_ram_read_iov,
     .close = bs_ram_close,
     .lba_status = bs_ram_lba_status,
+    .grow = bs_ram_grow,
 };
 
 /* ",prealloc": allocate the whole LUN now, so the benchmark (or the first guest boot) does not
@@ -328,7 +351,12 @@ struct bs *bs_ram_open(uint64_t size, bool prealloc, char *err, size_t errlen)
     ram->page = (size_t)sysconf(_SC_PAGESIZE);
     assert(ram->page && !(ram->page & (ram->page - 1)));
     ram->page_shift = (unsigned)__builtin_ctzl(ram->page);
-    ram->npages = (size + ram->page - 1) >> ram->page_shift;
+    ram->cap = size;
+    if (!prealloc) {
+        uint64_t room = size > RAM_GROW_MIN ? size : RAM_GROW_MIN;
+        ram->cap = size <= SIZE_MAX - room ? size + room : size;
+    }
+    ram->npages = (ram->cap + ram->page - 1) >> ram->page_shift;
     if (prealloc) {
         /* Faulting in more than the machine has would end with the OOM killer (with
          * overcommit, nothing refuses the mapping first): refused here, by name. */
@@ -340,7 +368,8 @@ struct bs *bs_ram_open(uint64_t size, bool prealloc, char *err, size_t errlen)
             goto fail;
         }
     }
-    /* the map is 1/32768 of the LUN with 4 KiB pages: 32 MiB for a 1 TiB LUN */
+    /* the map is 1/32768 of the LUN with 4 KiB pages: 32 MiB for a 1 TiB LUN (calloc'd, so
+     * the part for the room to grow is not touched until used) */
     ram->alloc = calloc((ram->npages + 63) / 64, sizeof(*ram->alloc));
     if (!ram->alloc || !ram_zeros) {
         snprintf(err, errlen, "ram: out of memory for the allocation map of %llu bytes",
@@ -362,8 +391,13 @@ struct bs *bs_ram_open(uint64_t size, bool prealloc, char *err, size_t errlen)
         ram_bits(ram, 0, ram->npages, true);
     } else {
         /* MAP_NORESERVE: a 1T LUN on a 64G host is fine as long as it is never filled. */
-        ram->base = mmap(NULL, size, PROT_READ | PROT_WRITE,
+        ram->base = mmap(NULL, ram->cap, PROT_READ | PROT_WRITE,
                          MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        if (ram->base == MAP_FAILED && ram->cap > size) { /* strict overcommit: no room */
+            ram->cap = size;
+            ram->base = mmap(NULL, size, PROT_READ | PROT_WRITE,
+                             MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        }
         if (ram->base == MAP_FAILED) {
             snprintf(err, errlen, "ram: cannot map %llu bytes: %s", (unsigned long long)size,
                      strerror(errno));

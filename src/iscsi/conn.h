@@ -298,6 +298,7 @@ struct iscsi_session {
     struct scsi_nexus *nexus;
     struct iscsi_params params;
     bool discovery;
+    uint64_t created_ms; /* reactor_now_ms() at login, for linerate-ctl's age */
 
     pthread_mutex_t lock; /* everything below */
     struct list_node conns;

@@ -16,9 +16,10 @@ void discovery_send_targets(struct iscsi_conn *c, const char *which, struct iscs
     struct iscsi_server *srv = c->srv;
     bool all = strcmp(which, "All") == 0;
     const char *initiator = c->session ? c->session->initiator_name : c->neg.initiator_name;
-    for (unsigned i = 0; i < srv->nnodes; i++) {
-        struct iscsi_node *n = srv->nodes[i];
-        if (!all && strcmp(which, n->name) != 0)
+    unsigned bound = iscsi_server_node_bound(srv);
+    for (unsigned i = 0; i < bound; i++) {
+        struct iscsi_node *n = iscsi_server_node(srv, i);
+        if (!n || (!all && strcmp(which, n->name) != 0))
             continue;
         /* In a normal session, an empty value or the session's own target (§C.1) */
         if (!iscsi_node_allows(n, initiator))

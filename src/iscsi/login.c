@@ -209,8 +209,15 @@ static enum iscsi_login_status login_pick_node(struct iscsi_conn *c, const char 
     } else {
         iscsi_params_default(&local);
         local.max_recv_dsl = ISCSI_TARGET_MRDSL_MAX;
-        if (c->srv->nnodes)
-            local = c->srv->nodes[0]->params;
+        /* a discovery session takes the first node's preferences */
+        unsigned bound = iscsi_server_node_bound(c->srv);
+        for (unsigned i = 0; i < bound; i++) {
+            struct iscsi_node *n = iscsi_server_node(c->srv, i);
+            if (n) {
+                local = n->params;
+                break;
+            }
+        }
     }
     if (local.max_recv_dsl > ISCSI_TARGET_MRDSL_MAX)
         local.max_recv_dsl = ISCSI_TARGET_MRDSL_MAX;

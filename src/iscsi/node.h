@@ -60,7 +60,14 @@ struct iscsi_node {
     unsigned nsessions; /* live normal sessions (the server's sessions_lock) */
 };
 
+/* Nodes one server can serve at once (slots of iscsi_server.nodes). */
+#define ISCSI_NODES_MAX 4096u
+
 struct iscsi_server {
+    /* The nodes served: ISCSI_NODES_MAX slots allocated at init, so that a node added at run
+     * time (linerate-ctl) never moves the array under a reactor reading it; a removed node's
+     * slot is NULL. Slots and the bound nnodes are stored with release by the one writer (the
+     * daemon's start, then its control thread) and read with acquire (iscsi_server_node). */
     struct iscsi_node **nodes;
     unsigned nnodes;
     struct reactor **reactors;
@@ -101,10 +108,18 @@ struct iscsi_server {
 
 int iscsi_server_init(struct iscsi_server *srv);
 void iscsi_server_destroy(struct iscsi_server *srv);
-/* Serve these nodes (the array is the caller's and outlives the server). Each node's SCSI
- * target gets the server as its transport: PREEMPT AND ABORT reaches the preempted nexus's
- * iSCSI tasks through it. Before the reactors run. */
+/* Serve these nodes (copied into the server's slots; the nodes themselves are the caller's and
+ * outlive the server). Each node's SCSI target gets the server as its transport: PREEMPT AND
+ * ABORT reaches the preempted nexus's iSCSI tasks through it. Before the reactors run. */
 void iscsi_server_set_nodes(struct iscsi_server *srv, struct iscsi_node **nodes, unsigned n);
+/* Serve one more node, at run time too (the first free slot). 0 or -ENOSPC. */
+int iscsi_server_add_node(struct iscsi_server *srv, struct iscsi_node *node);
+/* Stop serving a node: new logins and SendTargets no longer find it. Its sessions go on (the
+ * caller ends them) and the node must outlive them. */
+void iscsi_server_remove_node(struct iscsi_server *srv, struct iscsi_node *node);
+/* Slot i (< iscsi_server_node_bound) of the node table: a node or NULL. */
+unsigned iscsi_server_node_bound(struct iscsi_server *srv);
+struct iscsi_node *iscsi_server_node(struct iscsi_server *srv, unsigned i);
 struct iscsi_node *iscsi_server_find_node(struct iscsi_server *srv, const char *name);
 bool iscsi_node_allows(const struct iscsi_node *node, const char *initiator_name);
 
@@ -114,6 +129,50 @@ void iscsi_limits_default(struct iscsi_limits *l);
 /* Take over an accepted, non-blocking socket. Must be called on reactor r's thread. */
 void iscsi_conn_accept(struct iscsi_server *srv, struct reactor *r, int fd,
                        const struct iscsi_portal_addr *portal);
+
+/* --- admin.c: what linerate-ctl sees of sessions and does to them (any thread but a
+ * reactor's; the session table lock is held only while copying) --- */
+
+#define ISCSI_ADMIN_CONNS_MAX 8 /* connections reported per session */
+
+struct iscsi_conn_info {
+    uint16_t cid;
+    char peer[64];   /* "10.0.0.2:53211" */
+    char portal[80]; /* the portal it connected to */
+    int reactor;     /* id of the reactor thread serving it */
+    bool header_digest, data_digest;
+    uint32_t max_recv_dsl; /* what the target receives at most */
+    uint32_t max_send_dsl; /* what the initiator receives at most */
+};
+
+struct iscsi_session_info {
+    uint16_t tsih;
+    uint8_t isid[6];
+    char initiator[ISCSI_NAME_MAX + 1];
+    char target[ISCSI_NAME_MAX + 1]; /* "" for a discovery session */
+    bool discovery;
+    struct iscsi_params params; /* negotiated */
+    uint32_t in_flight;         /* commands received and not yet answered */
+    uint64_t age_ms;
+    unsigned nconns;
+    struct iscsi_conn_info conns[ISCSI_ADMIN_CONNS_MAX];
+};
+
+/* A copy of every live session, in TSIH order: *out is malloc'd (free it), *n its length.
+ * 0, or -ENOMEM. */
+int iscsi_server_list_sessions(struct iscsi_server *srv, struct iscsi_session_info **out,
+                               unsigned *n);
+/* Whether a session with this TSIH is live (not ending). */
+bool iscsi_server_session_alive(struct iscsi_server *srv, uint16_t tsih);
+/* Ask the initiator to log the session out: an Async Message "target requests Logout"
+ * (AsyncEvent 1, RFC 7143 §11.9.1) on every connection, Parameter3 = time2wait_s, the
+ * seconds it has to do so. Returns the number of connections asked, or -ENOENT. */
+int iscsi_server_request_logout(struct iscsi_server *srv, uint16_t tsih, unsigned time2wait_s);
+/* Close every connection of a session (the initiator sees its connections drop, an ERL 0
+ * session ends; RFC 7143 §6.3). 0, or -ENOENT. */
+int iscsi_server_close_session(struct iscsi_server *srv, uint16_t tsih, const char *why);
+/* Close one connection of a session. 0, -ENOENT (no session) or -ESRCH (no such CID). */
+int iscsi_server_close_conn(struct iscsi_server *srv, uint16_t tsih, uint16_t cid, const char *why);
 
 /* SIGTERM path: called once on each reactor's thread (via a message) to fail in-flight
  * commands cleanly and close every connection it owns. */

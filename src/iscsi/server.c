@@ -1,5 +1,7 @@
 /* The iSCSI server object: the nodes it serves, the session table, node lookup and ACLs, and
  * closing every connection of a reactor at shutdown. */
+#include <assert.h>
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -42,11 +44,15 @@ int iscsi_server_init(struct iscsi_server *srv)
     srv->nop_timeout_s = 30;
     srv->login_timeout_s = 15;
     srv->auth_guard = auth_guard_new();
-    return srv->auth_guard ? 0 : -1;
+    srv->nodes = calloc(ISCSI_NODES_MAX, sizeof(*srv->nodes));
+    return srv->auth_guard && srv->nodes ? 0 : -1;
 }
 
 void iscsi_server_destroy(struct iscsi_server *srv)
 {
+    free(srv->nodes);
+    srv->nodes = NULL;
+    srv->nnodes = 0;
     free(srv->sessions);
     srv->sessions = NULL;
     auth_guard_free(srv->auth_guard);
@@ -147,25 +153,60 @@ void iscsi_server_pending_del(struct iscsi_server *srv, const uint8_t *addr, uin
     pthread_mutex_unlock(&srv->pending_lock);
 }
 
+int iscsi_server_add_node(struct iscsi_server *srv, struct iscsi_node *node)
+{
+    unsigned i = 0;
+    while (i < ISCSI_NODES_MAX && srv->nodes[i])
+        i++;
+    if (i == ISCSI_NODES_MAX)
+        return -ENOSPC;
+    struct scsi_target *t = node->scsi;
+    /* The SCSI core never sees a PDU: the tasks of a preempted nexus are ours to abort. */
+    t->transport_ctx = srv;
+    t->abort_nexus_tasks = iscsi_abort_nexus_tasks;
+    /* Published whole, then the bound that lets readers look at it. */
+    __atomic_store_n(&srv->nodes[i], node, __ATOMIC_RELEASE);
+    if (i >= srv->nnodes)
+        __atomic_store_n(&srv->nnodes, i + 1, __ATOMIC_RELEASE);
+    return 0;
+}
+
+void iscsi_server_remove_node(struct iscsi_server *srv, struct iscsi_node *node)
+{
+    for (unsigned i = 0; i < srv->nnodes; i++)
+        if (srv->nodes[i] == node)
+            __atomic_store_n(&srv->nodes[i], NULL, __ATOMIC_RELEASE);
+}
+
 void iscsi_server_set_nodes(struct iscsi_server *srv, struct iscsi_node **nodes, unsigned n)
 {
-    srv->nodes = nodes;
-    srv->nnodes = n;
     for (unsigned i = 0; i < n; i++) {
-        struct scsi_target *t = nodes[i]->scsi;
-        /* The SCSI core never sees a PDU: the tasks of a preempted nexus are ours to abort. */
-        t->transport_ctx = srv;
-        t->abort_nexus_tasks = iscsi_abort_nexus_tasks;
+        int rc = iscsi_server_add_node(srv, nodes[i]);
+        assert(rc == 0); /* the configuration is bounded far below ISCSI_NODES_MAX */
+        (void)rc;
     }
+}
+
+unsigned iscsi_server_node_bound(struct iscsi_server *srv)
+{
+    return __atomic_load_n(&srv->nnodes, __ATOMIC_ACQUIRE);
+}
+
+struct iscsi_node *iscsi_server_node(struct iscsi_server *srv, unsigned i)
+{
+    return __atomic_load_n(&srv->nodes[i], __ATOMIC_ACQUIRE);
 }
 
 /* iSCSI names compare case-insensitively: they are normalised to lower case (RFC 7143 §4.2.7.2,
  * stringprep per RFC 3722). */
 struct iscsi_node *iscsi_server_find_node(struct iscsi_server *srv, const char *name)
 {
-    for (unsigned i = 0; i < srv->nnodes; i++)
-        if (strcasecmp(srv->nodes[i]->name, name) == 0)
-            return srv->nodes[i];
+    unsigned n = iscsi_server_node_bound(srv);
+    for (unsigned i = 0; i < n; i++) {
+        struct iscsi_node *node = iscsi_server_node(srv, i);
+        if (node && strcasecmp(node->name, name) == 0)
+            return node;
+    }
     return NULL;
 }
 

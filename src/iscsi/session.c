@@ -120,6 +120,7 @@ struct iscsi_session *session_create(struct iscsi_conn *c, const struct iscsi_pa
     memcpy(s->isid, c->login_isid, 6);
     memcpy(s->initiator_name, c->neg.initiator_name, sizeof(s->initiator_name));
     s->params = *p;
+    s->created_ms = reactor_now_ms();
     pthread_mutex_init(&s->lock, NULL);
     list_init(&s->conns);
     list_init(&s->orphan_groups);

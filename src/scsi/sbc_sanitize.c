@@ -70,6 +70,7 @@ static void sanitize_done(struct sbc_seq *s, int err)
     free(z);
     if (t)
         scsi_task_complete(t, err ? SR_SANITIZE_FAILED : SR_OK);
+    scsi_lun_user_put(lu); /* taken when the run began: it may outlive its task (IMMED) */
 }
 
 static void sanitize_granted(struct scsi_rl_req *q)
@@ -146,6 +147,8 @@ void sbc_exec_sanitize(struct scsi_task *t, const struct scsi_cmd *c)
         scsi_task_complete(t, SR_SANITIZE_IN_PROGRESS); /* another one got there first */
         return;
     }
+    /* The run holds the LUN like a task does, so a LUN removed at run time waits for it. */
+    scsi_lun_user_get(lu);
     if (t->cdb[1] & 0x80) { /* IMMED: answer now, work on; the parameters are copied */
         z->t = NULL;
         scsi_task_complete(t, SR_OK);

@@ -194,11 +194,54 @@ void scsi_target_reset(struct scsi_target *t, struct scsi_nexus *by, bool cold);
 void scsi_lun_tasks_cleared(struct scsi_lun *lu, struct scsi_nexus *victim);
 
 struct scsi_lun *scsi_target_lun(struct scsi_target *t, uint64_t lun);
+/* Close the store and free a LUN no task holds (scsi_target_destroy, scsi_lun_users() == 0). */
+void scsi_lun_free(struct scsi_lun *lu);
 uint64_t scsi_lun_size_bytes(const struct scsi_lun *lu);
 /* The LUN number this LUN answers to (the inverse of scsi_target_lun). */
 uint64_t scsi_lun_id(const struct scsi_lun *lu);
 /* Flush a LUN's store (shutdown). Blocking; not for reactor threads in steady state. */
 int scsi_lun_flush_sync(struct scsi_lun *lu);
+
+/* --- run-time changes (lun_admin.c), made by the daemon's control thread while reactors
+ * serve; none of these runs on a reactor. --- */
+
+/* LUN numbers 0..SCSI_LUN_SLOTS-1 (flat space addressing, SAM-5 §4.7.7). */
+#define SCSI_LUN_SLOTS 16384u
+
+/* Take LUN `lun` out of its target: from now on a new command to it fails LOGICAL UNIT NOT
+ * SUPPORTED and REPORT LUNS leaves it out. Commands already holding it (scsi_lun_users) run
+ * to completion; the caller waits until every reactor has finished the turn it was in (a
+ * command may have looked the LUN up just before), then until scsi_lun_users() is 0, and
+ * frees it with scsi_lun_free(). Returns the LUN, or NULL if there is none. */
+struct scsi_lun *scsi_target_detach_lun(struct scsi_target *t, uint64_t lun);
+/* Tasks and background work (an IMMED sanitize, a copy naming it) holding lu. */
+long scsi_lun_users(const struct scsi_lun *lu);
+/* The target's LUN inventory changed: REPORTED LUNS DATA HAS CHANGED (3Fh/0Eh; SPC-4 REPORT
+ * LUNS: a changed logical unit inventory is a unit attention for every I_T nexus) on every LUN
+ * but `except` (the new LUN, which tells its own story with POWER ON, RESET). */
+void scsi_target_luns_changed(struct scsi_target *t, const struct scsi_lun *except);
+/* Write-protect (or not) a LUN: the next write fails DATA PROTECT, WRITE PROTECTED; every
+ * nexus gets MODE PARAMETERS CHANGED (2Ah/01h: the WP bit of the mode parameter header
+ * changed). -1 with a reason when the store itself was opened read-only. */
+int scsi_lun_set_read_only(struct scsi_lun *lu, bool ro, char *err, size_t errlen);
+/* Grow a LUN to `bytes` (a whole number of blocks, never smaller): the store grows first,
+ * then the capacity READ CAPACITY reports, then every nexus gets CAPACITY DATA HAS CHANGED
+ * (2Ah/09h). -1 with a reason (store cannot grow, shrinking, not whole blocks). */
+int scsi_lun_grow(struct scsi_lun *lu, uint64_t bytes, char *err, size_t errlen);
+
+/* What `linerate-ctl show luns` reports of a LUN. */
+struct scsi_lun_info {
+    uint64_t lun;
+    uint64_t bytes;
+    uint32_t block_size;
+    uint32_t phys_block_size;
+    bool read_only;
+    bool removable;
+    bool thin;
+    const char *store; /* the store's description ("ram:64M", "file:/x") */
+    long users;        /* commands holding it now */
+};
+void scsi_lun_get_info(const struct scsi_lun *lu, struct scsi_lun_info *out);
 
 /* The transport's 8-byte LUN field (SAM-5 §4.7, flat/peripheral addressing) to a LUN number and
  * back. */

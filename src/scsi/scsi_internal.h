@@ -145,21 +145,35 @@ struct scsi_target_priv {
     uint64_t next_nexus_id;
 };
 
+/* Tasks holding a LUN (from scsi_task_setup until scsi_task_release), counted in shards so
+ * that reactors on different cores do not share a cache line per command: a task adds to the
+ * shard of the thread that set it up and subtracts from the shard of the thread releasing it,
+ * so a shard may go negative; only the sum means anything. A LUN detached at run time is freed
+ * once the sum reaches 0 (scsi_lun_users). */
+#define SCSI_LUN_USER_SHARDS 16
+struct scsi_lun_users {
+    atomic_long n;
+    char pad[64 - sizeof(atomic_long)];
+};
+
 struct scsi_lun {
     struct scsi_target *target;
     uint64_t id;
     struct bs *bs;
-    uint64_t nblocks;
+    /* Grows at run time (scsi_lun_grow, from linerate-ctl): every reader loads it once per
+     * command and sees the old or the new size, never a torn one. */
+    _Atomic uint64_t nblocks;
     uint32_t block_size;
     uint8_t block_shift;
-    uint8_t phys_exp; /* log2(physical block size / block_size) */
-    bool read_only;
-    bool mapped;          /* bs_map() works: READ/WRITE go straight to store memory */
-    atomic_bool wce;      /* caching mode page WCE; read lock-free on the write path */
-    pthread_mutex_t lock; /* mode-page changes and the UA they raise */
-    uint64_t naa;         /* NAA 3 locally assigned identifier (VPD 0x83) */
-    char serial[17];      /* VPD 0x80 */
+    uint8_t phys_exp;      /* log2(physical block size / block_size) */
+    atomic_bool read_only; /* configuration; changed at run time by scsi_lun_set_read_only */
+    bool mapped;           /* bs_map() works: READ/WRITE go straight to store memory */
+    atomic_bool wce;       /* caching mode page WCE; read lock-free on the write path */
+    pthread_mutex_t lock;  /* mode-page changes and the UA they raise */
+    uint64_t naa;          /* NAA 3 locally assigned identifier (VPD 0x83) */
+    char serial[17];       /* VPD 0x80 */
     atomic_uint ua[SCSI_NEXUS_MAX];
+    struct scsi_lun_users users[SCSI_LUN_USER_SHARDS];
     /* sbc_thin.c, sbc_caw.c, sbc_sanitize.c */
     atomic_bool swp;           /* control mode page SWP: software write protect (SPC-4 §7.5.8) */
     atomic_int sanitize;       /* SANITIZE_IDLE/RUNNING/FAILED, checked by setup */
@@ -184,6 +198,9 @@ struct scsi_lun {
 void scsi_ua_raise(struct scsi_lun *lu, unsigned slot, unsigned bits);
 /* Raise bits for every nexus of the target except skip (NULL: all). */
 void scsi_ua_raise_all(struct scsi_lun *lu, const struct scsi_nexus *skip, unsigned bits);
+/* A task starts or stops holding lu (struct scsi_lun_users). */
+void scsi_lun_user_get(struct scsi_lun *lu);
+void scsi_lun_user_put(struct scsi_lun *lu);
 /* Take the highest-priority pending UA of t's nexus; SR_OK if none. */
 scsi_sr scsi_ua_take(struct scsi_lun *lu, const struct scsi_nexus *n);
 
@@ -266,6 +283,7 @@ struct scsi_task_core {
      * setup until its data is all in, so COMPARE AND WRITE and the other exclusive users
      * never see it half written (released by exec, or by release if it never got there). */
     bool rl_fast;
+    bool lu_held; /* counted in t->lu's users until release */
 };
 _Static_assert(sizeof(struct scsi_task_core) <= SCSI_TASK_CORE_BYTES,
                "SCSI_TASK_CORE_BYTES too small for struct scsi_task_core");

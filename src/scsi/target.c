@@ -18,6 +18,15 @@ int scsi_target_init(struct scsi_target *t, const char *name, uint16_t tpgt)
         return -ENOMEM;
     p->next_nexus_id = 1;
     t->priv = p;
+    /* Every LUN number has its slot from the start, so a LUN added at run time never moves
+     * the array under a reactor reading it (128 KiB of address space; pages are touched only
+     * where LUNs are). */
+    t->luns = calloc(SCSI_LUN_SLOTS, sizeof(*t->luns));
+    if (!t->luns) {
+        free(p);
+        t->priv = NULL;
+        return -ENOMEM;
+    }
     pthread_mutex_init(&t->lock, NULL);
     return 0;
 }
@@ -53,7 +62,7 @@ int scsi_target_add_lun(struct scsi_target *t, const struct scsi_lun_config *cfg
                  cfg->lun, pbs, bsz);
         return -EINVAL;
     }
-    if (cfg->lun >= 16384) {
+    if (cfg->lun >= SCSI_LUN_SLOTS) {
         snprintf(err, errlen, "LUN %" PRIu64 ": above 16383 (flat space addressing)", cfg->lun);
         return -EINVAL;
     }
@@ -64,15 +73,6 @@ int scsi_target_add_lun(struct scsi_target *t, const struct scsi_lun_config *cfg
     if (cfg->lun < t->nluns && t->luns[cfg->lun]) {
         snprintf(err, errlen, "LUN %" PRIu64 ": already configured", cfg->lun);
         return -EEXIST;
-    }
-    if (cfg->lun >= t->nluns) {
-        uint32_t n = (uint32_t)cfg->lun + 1;
-        struct scsi_lun **luns = realloc(t->luns, n * sizeof(*luns));
-        if (!luns)
-            goto nomem;
-        memset(luns + t->nluns, 0, (n - t->nluns) * sizeof(*luns));
-        t->luns = luns;
-        t->nluns = n;
     }
     struct scsi_lun *lu = calloc(1, sizeof(*lu));
     if (!lu)
@@ -108,7 +108,10 @@ int scsi_target_add_lun(struct scsi_target *t, const struct scsi_lun_config *cfg
     pthread_mutex_lock(&t->lock);
     for (unsigned s = 0; s < SCSI_NEXUS_MAX; s++)
         atomic_init(&lu->ua[s], p->nexus[s] ? UA_POWER_ON_RESET : 0);
-    t->luns[cfg->lun] = lu;
+    /* Published whole (release), then the bound that lets readers look at it. */
+    __atomic_store_n(&t->luns[cfg->lun], lu, __ATOMIC_RELEASE);
+    if (cfg->lun >= t->nluns)
+        __atomic_store_n(&t->nluns, (uint32_t)cfg->lun + 1, __ATOMIC_RELEASE);
     pthread_mutex_unlock(&t->lock);
     return 0;
 nomem:
@@ -118,16 +121,9 @@ nomem:
 
 void scsi_target_destroy(struct scsi_target *t)
 {
-    for (uint32_t i = 0; i < t->nluns; i++) {
-        struct scsi_lun *lu = t->luns[i];
-        if (!lu)
-            continue;
-        bs_close(lu->bs);
-        pr_lun_free(lu);
-        scsi_rl_destroy(&lu->rl);
-        pthread_mutex_destroy(&lu->lock);
-        free(lu);
-    }
+    for (uint32_t i = 0; t->luns && i < t->nluns; i++)
+        if (t->luns[i])
+            scsi_lun_free(t->luns[i]);
     free(t->luns);
     t->luns = NULL;
     t->nluns = 0;
@@ -141,9 +137,21 @@ void scsi_target_destroy(struct scsi_target *t)
     pthread_mutex_destroy(&t->lock);
 }
 
+void scsi_lun_free(struct scsi_lun *lu)
+{
+    bs_close(lu->bs);
+    pr_lun_free(lu);
+    scsi_rl_destroy(&lu->rl);
+    pthread_mutex_destroy(&lu->lock);
+    free(lu);
+}
+
+/* The data path's lookup: the slot array never moves, a LUN is published with release. */
 struct scsi_lun *scsi_target_lun(struct scsi_target *t, uint64_t lun)
 {
-    return lun < t->nluns ? t->luns[lun] : NULL;
+    return lun < __atomic_load_n(&t->nluns, __ATOMIC_ACQUIRE)
+               ? __atomic_load_n(&t->luns[lun], __ATOMIC_ACQUIRE)
+               : NULL;
 }
 
 uint64_t scsi_lun_size_bytes(const struct scsi_lun *lu)

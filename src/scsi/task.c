@@ -261,6 +261,10 @@ int scsi_task_setup(struct scsi_task *t)
     struct scsi_task_core *k = scsi_core(t);
     struct scsi_lun *lu = t->target ? scsi_target_lun(t->target, t->lun) : NULL;
     t->lu = lu;
+    /* Held until release, so a LUN removed at run time outlives the commands using it. */
+    k->lu_held = lu != NULL;
+    if (lu)
+        scsi_lun_user_get(lu);
     t->dir = SCSI_DIR_NONE;
     t->xfer_len = 0;
     t->iovcnt = 0;
@@ -425,6 +429,10 @@ void scsi_task_release(struct scsi_task *t)
     t->buffered = false;
     t->iovcnt = 0;
     k->cmd = NULL;
+    if (k->lu_held) {
+        k->lu_held = false;
+        scsi_lun_user_put(t->lu);
+    }
 }
 
 void scsi_task_refuse(struct scsi_task *t, enum scsi_refusal why)

@@ -76,7 +76,18 @@ struct xcopy_op {
     void *bounce;
     struct iovec iov[SCSI_TASK_IOV_MAX];
     struct bs_io io;
+    /* The other LUNs the descriptors named, held (scsi_lun_user_get) until the copy ends so
+     * that removing one at run time waits for the copy. */
+    struct scsi_lun *users[XCOPY_MAX_CSCD];
+    unsigned nusers;
 };
+
+static void users_put(struct xcopy_op *op)
+{
+    for (unsigned i = 0; i < op->nusers; i++)
+        scsi_lun_user_put(op->users[i]);
+    op->nusers = 0;
+}
 
 /* --- parsing the parameter list (SPC-4 §6.4.3) --- */
 
@@ -208,6 +219,10 @@ static scsi_sr parse_list(struct scsi_task *t, const uint8_t *p, uint32_t len, s
         scsi_sr sr = parse_cscd(t, cs + o, XCOPY_HDR_LEN + o, &cscd[i]);
         if (sr)
             return sr;
+        if (cscd[i]) {
+            scsi_lun_user_get(cscd[i]);
+            op->users[op->nusers++] = cscd[i];
+        }
     }
     i = 0;
     for (uint32_t o = 0; o < slen; o += 4u + get_be16(ss + o + 2), i++) {
@@ -331,6 +346,7 @@ static void finish(struct xcopy_op *op, scsi_sr sr)
     unlock_segment(op);
     scsi_task_set_reason(t, sr);
     held_update(op, true);
+    users_put(op);
     free(op->bounce);
     free(op);
     t->done(t);
@@ -536,6 +552,7 @@ void xcopy_exec(struct scsi_task *t, const struct scsi_cmd *c)
     if (!sr)
         sr = held_begin(t, op);
     if (sr) {
+        users_put(op);
         free(op);
         scsi_task_complete(t, sr);
         return;

@@ -13,7 +13,7 @@
 
 #define TARGET_TPGT 1
 
-static void node_free(struct iscsi_node *n)
+void target_node_free(struct iscsi_node *n)
 {
     if (!n)
         return;
@@ -23,7 +23,7 @@ static void node_free(struct iscsi_node *n)
     free(n);
 }
 
-static struct iscsi_node *node_make(const struct target_node_conf *c, struct scsi_target *scsi)
+struct iscsi_node *target_node_make(const struct target_node_conf *c, struct scsi_target *scsi)
 {
     struct iscsi_node *n = calloc(1, sizeof(*n));
     if (!n)
@@ -37,7 +37,7 @@ static struct iscsi_node *node_make(const struct target_node_conf *c, struct scs
     n->portals = calloc(c->nportals ? c->nportals : 1, sizeof(*n->portals));
     n->allow = calloc(c->nallow ? c->nallow : 1, sizeof(*n->allow));
     if (!n->portals || !n->allow) {
-        node_free(n);
+        target_node_free(n);
         return NULL;
     }
     for (unsigned i = 0; i < c->nportals; i++) {
@@ -85,58 +85,64 @@ static int mkdir_p(const char *dir)
     return mkdir(path, 0755) < 0 && errno != EEXIST ? -1 : 0;
 }
 
-static int build_luns(const struct target_node_conf *c, const char *state_dir,
-                      struct scsi_target *scsi, char *err, size_t errlen)
+struct bs *target_open_lun_store(const struct target_lun_conf *l, char *err, size_t errlen)
 {
-    for (unsigned i = 0; i < c->nluns; i++) {
-        const struct target_lun_conf *l = &c->luns[i];
-        char reason[512] = "";
-        /* A read-only file LUN opens its file read-only (the SCSI core refuses the writes). */
-        char spec[1024];
-        snprintf(spec, sizeof(spec), "%s%s", l->bs_spec,
-                 l->read_only && strncmp(l->bs_spec, "file:", 5) == 0 ? ",ro" : "");
-        struct bs *bs = bs_open_spec(spec, reason, sizeof(reason));
-        if (!bs) {
-            snprintf(err, errlen, "%s: cannot open LUN %llu: %s", l->origin,
-                     (unsigned long long)l->lun, reason[0] ? reason : "failed");
-            return -1;
-        }
-        char pr_path[512];
-        if (state_dir)
-            snprintf(pr_path, sizeof(pr_path), "%s/%s-lun%llu.pr", state_dir, c->name,
-                     (unsigned long long)l->lun);
-        struct scsi_lun_config lc = {.lun = l->lun,
-                                     .bs = bs,
-                                     .block_size = l->block_size,
-                                     .read_only = l->read_only,
-                                     .removable = l->removable,
-                                     .phys_block_size = l->phys_block_size,
-                                     .sanitize_rate = l->sanitize_rate,
-                                     .pr_state_path = state_dir ? pr_path : NULL};
-        reason[0] = '\0';
-        int rc = scsi_target_add_lun(scsi, &lc, reason, sizeof(reason));
-        if (rc < 0) {
-            /* The LUN takes ownership of the store only on success. */
-            bs_close(bs);
-            snprintf(err, errlen, "%s: cannot add LUN %llu: %s", l->origin,
-                     (unsigned long long)l->lun, reason[0] ? reason : strerror(-rc));
-            return -1;
-        }
-        struct scsi_lun *lu = scsi_target_lun(scsi, l->lun);
-        unsigned long long bytes = lu ? (unsigned long long)scsi_lun_size_bytes(lu) : 0;
-        char pbs[48] = "";
-        if (l->phys_block_size && l->phys_block_size != l->block_size)
-            snprintf(pbs, sizeof(pbs), " (%u-byte physical)", l->phys_block_size);
-        LOG_INFO("target %s: LUN %llu = %s, %llu bytes (%s), %u-byte blocks%s, %s%s", c->name,
-                 (unsigned long long)l->lun, l->bs_spec, bytes, human_size(bytes).s, l->block_size,
-                 pbs, l->read_only ? "read-only" : "read-write", l->removable ? ", removable" : "");
+    char reason[512] = "";
+    /* A read-only file LUN opens its file read-only (the SCSI core refuses the writes). */
+    char spec[1024];
+    snprintf(spec, sizeof(spec), "%s%s", l->bs_spec,
+             l->read_only && strncmp(l->bs_spec, "file:", 5) == 0 ? ",ro" : "");
+    struct bs *bs = bs_open_spec(spec, reason, sizeof(reason));
+    if (!bs)
+        snprintf(err, errlen, "%s: cannot open LUN %llu: %s", l->origin, (unsigned long long)l->lun,
+                 reason[0] ? reason : "failed");
+    return bs;
+}
+
+int target_add_lun_store(const char *state_dir, const char *target, const struct target_lun_conf *l,
+                         struct bs *bs, struct scsi_target *scsi, char *err, size_t errlen)
+{
+    char reason[512] = "";
+    char pr_path[512];
+    if (state_dir)
+        snprintf(pr_path, sizeof(pr_path), "%s/%s-lun%llu.pr", state_dir, target,
+                 (unsigned long long)l->lun);
+    struct scsi_lun_config lc = {.lun = l->lun,
+                                 .bs = bs,
+                                 .block_size = l->block_size,
+                                 .read_only = l->read_only,
+                                 .removable = l->removable,
+                                 .phys_block_size = l->phys_block_size,
+                                 .sanitize_rate = l->sanitize_rate,
+                                 .pr_state_path = state_dir ? pr_path : NULL};
+    int rc = scsi_target_add_lun(scsi, &lc, reason, sizeof(reason));
+    if (rc < 0) {
+        /* The LUN takes ownership of the store only on success. */
+        bs_close(bs);
+        snprintf(err, errlen, "%s: cannot add LUN %llu: %s", l->origin, (unsigned long long)l->lun,
+                 reason[0] ? reason : strerror(-rc));
+        return -1;
     }
+    struct scsi_lun *lu = scsi_target_lun(scsi, l->lun);
+    unsigned long long bytes = lu ? (unsigned long long)scsi_lun_size_bytes(lu) : 0;
+    char pbs[48] = "";
+    if (l->phys_block_size && l->phys_block_size != l->block_size)
+        snprintf(pbs, sizeof(pbs), " (%u-byte physical)", l->phys_block_size);
+    LOG_INFO("target %s: LUN %llu = %s, %llu bytes (%s), %u-byte blocks%s, %s%s", target,
+             (unsigned long long)l->lun, l->bs_spec, bytes, human_size(bytes).s, l->block_size, pbs,
+             l->read_only ? "read-only" : "read-write", l->removable ? ", removable" : "");
     return 0;
 }
 
-int target_build(const struct target_config *cfg, struct target_built *b, char *err, size_t errlen)
+int target_build_lun(const char *state_dir, const char *target, const struct target_lun_conf *l,
+                     struct scsi_target *scsi, char *err, size_t errlen)
 {
-    memset(b, 0, sizeof(*b));
+    struct bs *bs = target_open_lun_store(l, err, errlen);
+    return bs ? target_add_lun_store(state_dir, target, l, bs, scsi, err, errlen) : -1;
+}
+
+const char *target_state_dir(const struct target_config *cfg)
+{
     /* APTPL needs somewhere to persist; without it the target refuses APTPL truthfully. */
     const char *state_dir = cfg->state_dir[0] ? cfg->state_dir : NULL;
     if (state_dir && mkdir_p(state_dir) < 0) {
@@ -144,6 +150,13 @@ int target_build(const struct target_config *cfg, struct target_built *b, char *
                  strerror(errno));
         state_dir = NULL;
     }
+    return state_dir;
+}
+
+int target_build(const struct target_config *cfg, struct target_built *b, char *err, size_t errlen)
+{
+    memset(b, 0, sizeof(*b));
+    const char *state_dir = target_state_dir(cfg);
     b->scsi = calloc(cfg->ntargets, sizeof(*b->scsi));
     b->nodes = calloc(cfg->ntargets, sizeof(*b->nodes));
     if (!b->scsi || !b->nodes) {
@@ -176,9 +189,10 @@ int target_build(const struct target_config *cfg, struct target_built *b, char *
                  c->nallow ? "initiator allow-list" : "open to every initiator");
         for (unsigned i = 0; i < c->nallow; i++)
             LOG_INFO("target %s: allow %s", c->name, c->allow[i]);
-        if (build_luns(c, state_dir, scsi, err, errlen) < 0)
-            goto fail;
-        b->nodes[t] = node_make(c, scsi);
+        for (unsigned i = 0; i < c->nluns; i++)
+            if (target_build_lun(state_dir, c->name, &c->luns[i], scsi, err, errlen) < 0)
+                goto fail;
+        b->nodes[t] = target_node_make(c, scsi);
         if (!b->nodes[t]) {
             snprintf(err, errlen, "out of memory");
             goto fail;
@@ -212,7 +226,7 @@ void target_built_free(struct target_built *b)
 {
     for (unsigned t = 0; t < b->n; t++) {
         if (b->nodes)
-            node_free(b->nodes[t]);
+            target_node_free(b->nodes[t]);
         if (b->scsi && b->scsi[t]) {
             scsi_target_destroy(b->scsi[t]);
             free(b->scsi[t]);

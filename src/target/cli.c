@@ -81,11 +81,17 @@ static const char usage_text[] =
     "                         ErrorRecoveryLevel 0 the commands of a closed connection\n"
     "                         fail, a Data-In lost or corrupted fails its command\n"
     "  --config FILE          serve the targets described in FILE instead (see\n"
-    "                         examples/linerate.conf); --threads and --log-level still\n"
-    "                         apply, --listen/--target-name/--lun/--allow may not be used\n"
+    "                         examples/linerate.conf); --threads, --log-level,\n"
+    "                         --state-dir and --ctl-socket still apply (over the file),\n"
+    "                         --listen/--target-name/--lun/--allow may not be used\n"
     "  --log-level LEVEL      error, warn, info (default) or debug; logs go to stderr\n"
     "  --state-dir DIR        where persistent reservations with APTPL are kept across\n"
     "                         restarts (default " TARGET_DEFAULT_STATE_DIR ")\n"
+    "  --ctl-socket PATH|none the Unix socket linerate-ctl administers the daemon through\n"
+    "                         (mode 0600; only root or this daemon's user may use it).\n"
+    "                         Default " TARGET_DEFAULT_CTL_SOCKET ", skipped with a\n"
+    "                         warning if it cannot be created or another daemon has it;\n"
+    "                         a PATH given here must work. none: no control socket\n"
     "  -h, --help             show this help and exit\n"
     "  -V, --version          show the version and exit\n"
     "\n"
@@ -99,6 +105,10 @@ static const char usage_text[] =
     "  iscsi-ls iscsi://127.0.0.1:3260\n"
     "  qemu-img info iscsi://127.0.0.1:3260/" TARGET_DEFAULT_NAME "/0\n"
     "  iscsiadm -m discovery -t st -p 127.0.0.1:3260\n"
+    "\n"
+    "While it runs, linerate-ctl shows sessions and LUNs and adds, removes, resizes and\n"
+    "write-protects LUNs (see linerate-ctl --help). SIGHUP (or linerate-ctl reload)\n"
+    "re-reads --config and applies what changed in the LUNs and the log level.\n"
     "\n"
     "SIGTERM or SIGINT stops accepting, closes every connection, flushes file LUNs and\n"
     "exits 0. Exit codes: 0 ok, 1 runtime error (e.g. address in use), 2 bad argument or\n"
@@ -121,6 +131,7 @@ enum {
     OPT_CHAP_ALGS,
     OPT_ERL,
     OPT_INJECT,
+    OPT_CTL_SOCKET,
 };
 
 static const struct option long_opts[] = {
@@ -140,6 +151,7 @@ static const struct option long_opts[] = {
     {"chap-algorithms", required_argument, NULL, OPT_CHAP_ALGS},
     {"error-recovery-level", required_argument, NULL, OPT_ERL},
     {"inject", required_argument, NULL, OPT_INJECT},
+    {"ctl-socket", required_argument, NULL, OPT_CTL_SOCKET},
     {"help", no_argument, NULL, 'h'},
     {"version", no_argument, NULL, 'V'},
     {NULL, 0, NULL, 0},
@@ -180,6 +192,7 @@ struct cli_args {
     int log_level; /* -1: not given */
     const char *state_dir;
     int erl; /* -1: not given */
+    const char *ctl_socket;
     bool inject_given;
     struct inject_spec inject;
     /* CHAP, indexed by OPT_CHAP_SECRETS.. OPT_CHAP_ALGS */
@@ -284,6 +297,14 @@ static int cli_collect(struct cli_args *a, int argc, char **argv)
             if (target_parse_erl(optarg, &erl, err, sizeof(err)) < 0)
                 return cli_fail("--error-recovery-level: %s", err);
             a->erl = (int)erl;
+            break;
+        }
+        case OPT_CTL_SOCKET: {
+            struct target_config probe;
+            memset(&probe, 0, sizeof(probe));
+            if (target_set_ctl_socket(&probe, optarg, err, sizeof(err)) < 0)
+                return cli_fail("--ctl-socket: %s", err);
+            a->ctl_socket = optarg;
             break;
         }
         case OPT_INJECT:
@@ -400,6 +421,18 @@ int target_cli_parse(struct target_config *cfg, int argc, char **argv)
             cfg->log_level = (enum log_level)a.log_level;
         if (a.state_dir)
             snprintf(cfg->state_dir, sizeof(cfg->state_dir), "%s", a.state_dir);
+        cfg->cli_threads = a.threads > 0;
+        cfg->cli_log_level = a.log_level >= 0;
+        cfg->cli_state_dir = a.state_dir != NULL;
+        if (a.config) { /* absolute, so a reload finds it whatever the cwd became */
+            char *abs = realpath(a.config, NULL);
+            snprintf(cfg->config_path, sizeof(cfg->config_path), "%s", abs ? abs : a.config);
+            free(abs);
+        }
+        if (a.ctl_socket) { /* the command line wins over the config file's ctl-socket */
+            char err[256];
+            target_set_ctl_socket(cfg, a.ctl_socket, err, sizeof(err));
+        }
         cfg->inject = a.inject;
     }
     free(a.listen);

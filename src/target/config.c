@@ -43,6 +43,22 @@ void target_config_init(struct target_config *cfg)
     cfg->login_timeout_s = 15;
     iscsi_limits_default(&cfg->limits);
     snprintf(cfg->state_dir, sizeof(cfg->state_dir), "%s", TARGET_DEFAULT_STATE_DIR);
+    snprintf(cfg->ctl_socket, sizeof(cfg->ctl_socket), "%s", TARGET_DEFAULT_CTL_SOCKET);
+}
+
+int target_set_ctl_socket(struct target_config *cfg, const char *val, char *err, size_t errlen)
+{
+    if (strcmp(val, "none") == 0) {
+        cfg->ctl_socket[0] = '\0';
+    } else if (val[0] != '/' || strlen(val) >= sizeof(cfg->ctl_socket)) {
+        snprintf(err, errlen, "bad value '%s': expected an absolute path under %d bytes, or none",
+                 val, TARGET_CTL_PATH_MAX);
+        return -1;
+    } else {
+        snprintf(cfg->ctl_socket, sizeof(cfg->ctl_socket), "%s", val);
+    }
+    cfg->ctl_socket_set = true;
+    return 0;
 }
 
 static void node_conf_free(struct target_node_conf *n)
@@ -86,6 +102,43 @@ struct target_node_conf *target_config_add_node(struct target_config *cfg, const
     snprintf(n->name, sizeof(n->name), "%s", name);
     snprintf(n->origin, sizeof(n->origin), "%s", origin);
     target_params_default(&n->params);
+    return n;
+}
+
+void target_config_remove_node(struct target_config *cfg, unsigned idx)
+{
+    node_conf_free(&cfg->targets[idx]);
+    memmove(&cfg->targets[idx], &cfg->targets[idx + 1],
+            (cfg->ntargets - idx - 1) * sizeof(cfg->targets[0]));
+    cfg->ntargets--;
+}
+
+struct target_node_conf *target_config_copy_node(struct target_config *cfg,
+                                                 const struct target_node_conf *src)
+{
+    struct target_node_conf *n = target_config_add_node(cfg, src->name, src->origin);
+    if (!n)
+        return NULL;
+    snprintf(n->alias, sizeof(n->alias), "%s", src->alias);
+    n->params = src->params;
+    n->chap = src->chap;
+    bool ok = true;
+    for (unsigned i = 0; ok && i < src->nportals; i++)
+        ok = target_node_add_portal(n, &src->portals[i]) == 0;
+    for (unsigned i = 0; ok && i < src->nallow; i++)
+        ok = target_node_add_allow(n, src->allow[i]) == 0;
+    for (unsigned i = 0; ok && i < src->nluns; i++) {
+        struct target_lun_conf l = src->luns[i];
+        char err[256];
+        l.bs_spec = strdup(src->luns[i].bs_spec);
+        ok = l.bs_spec && target_node_add_lun(n, &l, err, sizeof(err)) == 0;
+        if (!ok)
+            free(l.bs_spec);
+    }
+    if (!ok) {
+        target_config_remove_node(cfg, cfg->ntargets - 1);
+        return NULL;
+    }
     return n;
 }
 
@@ -609,6 +662,10 @@ static int cfg_global_key(struct cfg_parser *ps, const char *key, const char *va
             return cfg_fail(ps, ps->line, "bad value '%s' for state-dir: expected an absolute path",
                             val);
         snprintf(cfg->state_dir, sizeof(cfg->state_dir), "%s", val);
+    } else if (strcmp(key, "ctl-socket") == 0) {
+        char reason[256];
+        if (target_set_ctl_socket(cfg, val, reason, sizeof(reason)) < 0)
+            return cfg_fail(ps, ps->line, "ctl-socket: %s", reason);
     } else if (strcmp(key, "log-level") == 0) {
         int lvl = log_level_parse(val);
         if (lvl < 0)
@@ -723,8 +780,9 @@ static int cfg_target_key(struct cfg_parser *ps, const char *key, const char *va
         return -1;
     if (r == 0) {
         static const char *const global_only[] = {"threads",     "log-level",     "nop-interval",
-                                                  "nop-timeout", "login-timeout", "state-dir"};
-        for (unsigned i = 0; i < 6; i++)
+                                                  "nop-timeout", "login-timeout", "state-dir",
+                                                  "ctl-socket"};
+        for (unsigned i = 0; i < sizeof(global_only) / sizeof(global_only[0]); i++)
             if (strcmp(key, global_only[i]) == 0 || target_limits_is_key(key))
                 return cfg_fail(ps, ps->line,
                                 "'%s' belongs in the global section (before any [target])", key);

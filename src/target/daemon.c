@@ -18,48 +18,13 @@
 #include <unistd.h>
 
 #include "reactor/reactor.h"
+#include "target/daemon.h"
 
 #define LISTEN_BACKLOG 1024
 #define ACCEPTS_PER_WAKEUP 64  /* then let reactor 0 serve its own connections */
 #define ACCEPT_PAUSE_MS 200    /* out of descriptors: retry accepting after this */
 #define SHUTDOWN_DRAIN_MS 2000 /* how long connections get to close at shutdown */
 #define SYNC_CALL_TIMEOUT_S 5
-
-struct daemon;
-
-struct listener {
-    struct reactor_fd h;
-    int fd;
-    struct iscsi_portal_addr portal;
-    struct daemon *d;
-};
-
-/* A function run on a reactor's thread while the main thread waits for it. */
-struct sync_call {
-    struct daemon *d;
-    struct reactor *r;
-    void (*fn)(struct daemon *d, struct reactor *r);
-    sem_t done;
-    struct reactor_msg msg;
-};
-
-struct daemon {
-    struct target_config cfg;
-    struct target_built built;
-    struct iscsi_server srv;
-    bool srv_ready;
-    struct reactor **reactors;
-    pthread_t *threads;
-    unsigned nreactors;
-    unsigned nthreads_started;
-    struct listener *listeners;
-    unsigned nlisteners;
-    /* Accept throttling when out of descriptors; touched only on reactor 0. */
-    struct reactor_timer accept_pause;
-    bool accept_paused;
-    bool accept_warned;
-    unsigned next_rr; /* tie-break among equally loaded reactors */
-};
 
 /* A connection on its way from the listener to its reactor. */
 struct handoff {
@@ -146,6 +111,9 @@ static void listeners_set_events(struct daemon *d, uint32_t events)
     for (unsigned i = 0; i < d->nlisteners; i++)
         if (d->listeners[i].fd >= 0)
             reactor_fd_mod(d->reactors[0], &d->listeners[i].h, events);
+    for (struct listener *l = d->extra_listeners; l; l = l->next)
+        if (l->fd >= 0)
+            reactor_fd_mod(d->reactors[0], &l->h, events);
 }
 
 static void accept_resume(void *arg)
@@ -237,6 +205,13 @@ static int sync_call(struct sync_call *c, struct daemon *d, struct reactor *r,
 static void close_listeners_on_r0(struct daemon *d, struct reactor *r)
 {
     reactor_timer_stop(r, &d->accept_pause);
+    for (struct listener *l = d->extra_listeners; l; l = l->next) {
+        if (l->fd >= 0) {
+            reactor_fd_del(r, &l->h);
+            close(l->fd);
+            l->fd = -1;
+        }
+    }
     for (unsigned i = 0; i < d->nlisteners; i++) {
         struct listener *l = &d->listeners[i];
         if (l->fd < 0)
@@ -262,6 +237,100 @@ static void *reactor_thread(void *arg)
 {
     reactor_run(arg);
     return NULL;
+}
+
+/* --- listeners added at run time --- */
+
+/* A listener on its way to reactor 0, shared by the waiting control thread and the message,
+ * freed by the last of them (the control thread may give up waiting). */
+struct listen_call {
+    atomic_int refs;
+    sem_t done;
+    struct daemon *d;
+    struct listener *l;
+    int rc;
+    struct reactor_msg msg;
+};
+
+static void listen_call_put(struct listen_call *c)
+{
+    if (atomic_fetch_sub(&c->refs, 1) == 1) {
+        sem_destroy(&c->done);
+        free(c);
+    }
+}
+
+static void listen_call_run(void *arg)
+{
+    struct listen_call *c = arg;
+    struct daemon *d = c->d;
+    struct listener *l = c->l;
+    c->rc = atomic_load(&d->srv.shutting_down)
+                ? -ESHUTDOWN
+                : reactor_fd_add(d->reactors[0], &l->h, l->fd, d->accept_paused ? 0 : EPOLLIN,
+                                 on_accept, l);
+    if (c->rc == 0) {
+        l->next = d->extra_listeners;
+        d->extra_listeners = l;
+    } else {
+        close(l->fd);
+        free(l);
+    }
+    sem_post(&c->done);
+    listen_call_put(c);
+}
+
+static bool listening_on(struct daemon *d, const char *text)
+{
+    for (unsigned i = 0; i < d->nlisteners; i++)
+        if (strcmp(d->listeners[i].portal.text, text) == 0)
+            return true;
+    for (struct listener *l = d->extra_listeners; l; l = l->next)
+        if (strcmp(l->portal.text, text) == 0)
+            return true;
+    return false;
+}
+
+int daemon_listen_portal(struct daemon *d, const struct target_portal *p, char *err, size_t errlen)
+{
+    if (listening_on(d, p->text))
+        return 0;
+    struct listener *l = calloc(1, sizeof(*l));
+    struct listen_call *c = calloc(1, sizeof(*c));
+    if (!l || !c) {
+        free(l);
+        free(c);
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    l->d = d;
+    l->fd = -1;
+    int rc = listener_open(l, p);
+    if (rc < 0) {
+        snprintf(err, errlen, "cannot listen on %s: %s", p->text, strerror(-rc));
+        free(l);
+        free(c);
+        return -1;
+    }
+    atomic_init(&c->refs, 2);
+    sem_init(&c->done, 0, 0);
+    c->d = d;
+    c->l = l;
+    reactor_post(d->reactors[0], &c->msg, listen_call_run, c);
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_sec += SYNC_CALL_TIMEOUT_S;
+    int waited;
+    while ((waited = sem_timedwait(&c->done, &ts)) < 0 && errno == EINTR)
+        ;
+    rc = waited < 0 ? -ETIMEDOUT : c->rc;
+    listen_call_put(c);
+    if (rc < 0) {
+        snprintf(err, errlen, "cannot listen on %s: %s", p->text, strerror(-rc));
+        return -1;
+    }
+    LOG_INFO("listening on %s", p->text);
+    return 0;
 }
 
 /* --- lifecycle --- */
@@ -432,12 +501,23 @@ static void daemon_stop(struct daemon *d)
 
 static void daemon_free(struct daemon *d)
 {
+    ctl_stop(d);
+    /* No reactor runs any more: LUNs removed at run time that commands still held go now. */
+    ctl_reap_zombies(d, true);
     if (d->srv_ready)
         iscsi_server_destroy(&d->srv);
     d->srv_ready = false;
     target_built_free(&d->built);
+    ctl_free_retired(d);
     target_config_free(&d->cfg);
     free(d->listeners);
+    while (d->extra_listeners) {
+        struct listener *l = d->extra_listeners;
+        d->extra_listeners = l->next;
+        if (l->fd >= 0)
+            close(l->fd);
+        free(l);
+    }
     free(d->reactors);
     free(d->threads);
 }
@@ -474,14 +554,15 @@ static void block_signals(sigset_t *set)
     pthread_sigmask(SIG_BLOCK, &with_pipe, NULL);
 }
 
-static int wait_for_shutdown(const sigset_t *set)
+/* SIGHUP re-reads --config and applies the difference (ctl_reload.c), on the control thread. */
+static int wait_for_shutdown(struct daemon *d, const sigset_t *set)
 {
     for (;;) {
         int sig = 0;
         if (sigwait(set, &sig) != 0)
             continue;
         if (sig == SIGHUP) {
-            LOG_INFO("SIGHUP ignored (configuration reload is not supported)");
+            ctl_reload_signal(d);
             continue;
         }
         return sig;
@@ -515,7 +596,11 @@ int target_main(int argc, char **argv)
         free(d);
         return TARGET_EXIT_USAGE;
     }
-    if (daemon_open_listeners(d) < 0 || daemon_start(d) < 0) {
+    /* The control socket is created while this is the only thread (its mode is set with the
+     * umask) and served once the reactors run. */
+    if (ctl_open(d) < 0 || daemon_open_listeners(d) < 0 || daemon_start(d) < 0 ||
+        ctl_start(d) < 0) {
+        ctl_stop(d);
         daemon_stop(d);
         daemon_free(d);
         free(d);
@@ -523,8 +608,10 @@ int target_main(int argc, char **argv)
     }
     print_urls(&d->cfg);
 
-    int sig = wait_for_shutdown(&set);
+    int sig = wait_for_shutdown(d, &set);
     LOG_INFO("%s: shutting down", sig == SIGINT ? "SIGINT" : "SIGTERM");
+    /* No administration while the reactors go away; a request waiting gives up. */
+    ctl_stop(d);
     daemon_stop(d);
     int failed = target_built_flush(&d->built);
     daemon_free(d);

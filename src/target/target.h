@@ -68,6 +68,9 @@ struct target_node_conf {
 };
 
 #define TARGET_DEFAULT_STATE_DIR "/var/lib/linerate"
+/* The control socket linerate-ctl talks to (docs/ctl-protocol.md). */
+#define TARGET_DEFAULT_CTL_SOCKET "/run/linerate/ctl.sock"
+#define TARGET_CTL_PATH_MAX 108 /* sizeof(sockaddr_un.sun_path) */
 
 struct target_config {
     unsigned threads; /* 0: online CPUs */
@@ -77,6 +80,14 @@ struct target_config {
     unsigned login_timeout_s;
     /* Where persistent reservations with APTPL are kept across restarts (SPC-4 §5.13.5). */
     char state_dir[256];
+    /* The control socket: "" with ctl_socket_set means "none" (no control socket). Unless
+     * set (--ctl-socket or ctl-socket), the default path is tried and a failure to use it is
+     * only a warning; a path that was asked for must work or the daemon does not start. */
+    char ctl_socket[TARGET_CTL_PATH_MAX];
+    bool ctl_socket_set;
+    /* --config FILE, for reload ("" without); which settings the command line fixed over it. */
+    char config_path[1024];
+    bool cli_log_level, cli_threads, cli_state_dir;
     struct iscsi_limits limits; /* limits.c */
     struct target_node_conf *targets;
     unsigned ntargets;
@@ -100,6 +111,11 @@ void target_params_default(struct iscsi_params *p);
 /* Add a target named `name` (validated by the caller); returns it or NULL on ENOMEM. */
 struct target_node_conf *target_config_add_node(struct target_config *cfg, const char *name,
                                                 const char *origin);
+/* Drop target idx (its LUN specs, portals, allow list, CHAP) from cfg. */
+void target_config_remove_node(struct target_config *cfg, unsigned idx);
+/* Append a deep copy of src to cfg; NULL on ENOMEM (cfg unchanged). */
+struct target_node_conf *target_config_copy_node(struct target_config *cfg,
+                                                 const struct target_node_conf *src);
 /* Compute cfg->listen as the union of all targets' portals. Returns 0 or -1 (ENOMEM). */
 int target_config_finish(struct target_config *cfg);
 /* Load a config file. On error returns -1 with "FILE:LINE: reason" in err. */
@@ -114,6 +130,8 @@ int target_node_add_portal(struct target_node_conf *n, const struct target_porta
 int target_node_add_lun(struct target_node_conf *n, struct target_lun_conf *lun, char *err,
                         size_t errlen);
 int target_node_add_allow(struct target_node_conf *n, const char *iqn);
+/* --ctl-socket / ctl-socket: an absolute path shorter than TARGET_CTL_PATH_MAX, or "none". */
+int target_set_ctl_socket(struct target_config *cfg, const char *val, char *err, size_t errlen);
 /* error-recovery-level: 0..2, and at most ISCSI_ERL_IMPLEMENTED. */
 int target_parse_erl(const char *val, uint32_t *out, char *err, size_t errlen);
 
@@ -140,6 +158,7 @@ int target_chap_key(struct target_config *cfg, struct target_node_conf *node, co
 int target_chap_load(struct target_config *cfg, char *err, size_t errlen);
 
 /* --- build.c: config -> SCSI targets + iSCSI nodes --- */
+struct bs;
 struct target_built {
     struct scsi_target **scsi;
     struct iscsi_node **nodes;
@@ -147,6 +166,22 @@ struct target_built {
 };
 /* Open every store and build the targets. On error returns -1 with "ORIGIN: reason" in err. */
 int target_build(const struct target_config *cfg, struct target_built *b, char *err, size_t errlen);
+/* The iSCSI node of a configured target (portals, allow list, CHAP, parameters) on `scsi`;
+ * NULL when out of memory. target_node_free releases it (not the SCSI target). */
+struct iscsi_node *target_node_make(const struct target_node_conf *c, struct scsi_target *scsi);
+void target_node_free(struct iscsi_node *n);
+/* Open one LUN's store and add it to `scsi` (at start, and when linerate-ctl adds one).
+ * state_dir may be NULL (no APTPL). On error returns -1 with "ORIGIN: reason" in err. */
+int target_build_lun(const char *state_dir, const char *target, const struct target_lun_conf *l,
+                     struct scsi_target *scsi, char *err, size_t errlen);
+/* The same in two steps, so that a reload opens every new store before it changes anything:
+ * open the store (NULL with "ORIGIN: reason" in err), then add it (the LUN takes the store;
+ * on error it is closed). */
+struct bs *target_open_lun_store(const struct target_lun_conf *l, char *err, size_t errlen);
+int target_add_lun_store(const char *state_dir, const char *target, const struct target_lun_conf *l,
+                         struct bs *bs, struct scsi_target *scsi, char *err, size_t errlen);
+/* cfg's state directory, created if missing; NULL (with a warning) if it cannot be. */
+const char *target_state_dir(const struct target_config *cfg);
 /* Flush every LUN's store; returns the number of LUNs that failed to flush. */
 int target_built_flush(struct target_built *b);
 void target_built_free(struct target_built *b);

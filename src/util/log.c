@@ -3,21 +3,24 @@
 #include "util/log.h"
 
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
 
-static enum log_level log_threshold = LOG_LVL_INFO;
+/* Changed at run time by linerate-ctl's set log-level while every thread logs: relaxed
+ * atomic, a plain load on the hot path. */
+static _Atomic enum log_level log_threshold = LOG_LVL_INFO;
 
 void log_set_level(enum log_level level)
 {
-    log_threshold = level;
+    atomic_store_explicit(&log_threshold, level, memory_order_relaxed);
 }
 
 enum log_level log_get_level(void)
 {
-    return log_threshold;
+    return atomic_load_explicit(&log_threshold, memory_order_relaxed);
 }
 
 int log_level_parse(const char *name)
@@ -32,7 +35,7 @@ int log_level_parse(const char *name)
 void log_msg(enum log_level level, const char *fmt, ...)
 {
     static const char *const tags[] = {"ERROR", "WARN ", "INFO ", "DEBUG"};
-    if (level > log_threshold)
+    if (level > log_get_level())
         return;
     char line[1024];
     struct timespec ts;

@@ -1,0 +1,156 @@
+/* linerate-ctl: administers a running linerate-target through its control socket. */
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ctl/ctl.h"
+
+#ifndef LINERATE_VERSION
+#define LINERATE_VERSION "unknown"
+#endif
+
+#define DEFAULT_SOCKET "/run/linerate/ctl.sock"
+
+static const char usage_text[] =
+    "Usage: linerate-ctl [--socket PATH] [--json] [--wait SECONDS] COMMAND ...\n"
+    "\n"
+    "Administers a running linerate-target through its control socket (root, or the\n"
+    "daemon's own user, only). Tables by default; --json prints the daemon's answer.\n"
+    "\n"
+    "Commands:\n"
+    "  show targets                  targets, portals, LUN and session counts, access\n"
+    "  show luns [TARGET]            LUNs: size, block size, ro/rw, commands in flight\n"
+    "  show sessions                 initiator, ISID/TSIH, age, commands in flight,\n"
+    "                                negotiated parameters, connections (addresses,\n"
+    "                                reactor thread, digests)\n"
+    "  show connections              one line per connection\n"
+    "  show portals                  listening addresses and their targets\n"
+    "  add lun TARGET SPEC [--lun N] a new LUN (the lowest free number unless --lun);\n"
+    "                                SPEC as linerate-target --lun, e.g. ram:64M or\n"
+    "                                file:/srv/b.img,size=10G; initiators get REPORTED\n"
+    "                                LUNS DATA HAS CHANGED\n"
+    "  remove lun TARGET N [--timeout S]  new commands to it fail at once; commands in\n"
+    "                                flight complete first (up to S seconds, default 30;\n"
+    "                                after that its store closes when they end)\n"
+    "  set lun TARGET N ro|rw        write-protect it, or not (MODE PARAMETERS CHANGED)\n"
+    "  resize lun TARGET N SIZE      grow a ram, null or file LUN to SIZE (k, M, G, T\n"
+    "                                suffixes); initiators get CAPACITY DATA HAS CHANGED\n"
+    "  logout session TSIH [--timeout S]  ask the initiator to log out (Async Message);\n"
+    "                                after S seconds (default 10) its connections close\n"
+    "  drop connection TSIH CID      close one connection at once\n"
+    "  set log-level LEVEL           error, warn, info or debug\n"
+    "  add target IQN --portal ADDR[:PORT]... [--lun SPEC]... [--allow IQN]...\n"
+    "             [--alias TEXT]     serve a new target (LUNs numbered from 0; default\n"
+    "                                session keys, no CHAP: use the config file and\n"
+    "                                reload for those); a new portal address is listened on\n"
+    "  remove target IQN [--force] [--timeout S]  stop serving it: refused while it has\n"
+    "                                sessions, unless --force asks them to log out (closed\n"
+    "                                after S seconds, default 10); then its LUNs go\n"
+    "  reload [--force]              re-read the daemon's --config file and apply the\n"
+    "                                difference (as SIGHUP does): targets added and removed\n"
+    "                                (one with sessions only with --force), LUNs added,\n"
+    "                                removed, ro/rw, the log level; other changes are listed\n"
+    "                                as needing a restart. A file with an error changes\n"
+    "                                nothing and the answer says FILE:LINE\n"
+    "  version                       the daemon's version, pid and reactor threads\n"
+    "  call METHOD [PARAMS-JSON]     any method of docs/ctl-protocol.md\n"
+    "\n"
+    "Options:\n"
+    "  --socket PATH   the daemon's control socket (default $LINERATE_CTL_SOCKET, else\n"
+    "                  " DEFAULT_SOCKET ")\n"
+    "  --json          print the result as JSON (one object or array)\n"
+    "  --wait SECONDS  how long to wait for the answer (default 120)\n"
+    "  -h, --help      this help;  -V, --version  linerate-ctl's version\n"
+    "\n"
+    "Examples:\n"
+    "  linerate-ctl show sessions\n"
+    "  linerate-ctl add lun iqn.2026-11.org.linerate:default ram:64M\n"
+    "  linerate-ctl resize lun iqn.2026-11.org.linerate:default 1 128M\n"
+    "  linerate-ctl --json show luns | jq '.[].bytes'\n"
+    "\n"
+    "Exit codes: 0 done, 1 the daemon refused or failed (its message on stderr), 2 bad\n"
+    "command line, 3 no daemon or no valid answer.\n";
+
+int main(int argc, char **argv)
+{
+    static const struct option opts[] = {
+        {"socket", required_argument, NULL, 's'}, {"json", no_argument, NULL, 'j'},
+        {"wait", required_argument, NULL, 'w'},   {"help", no_argument, NULL, 'h'},
+        {"version", no_argument, NULL, 'V'},      {NULL, 0, NULL, 0},
+    };
+    const char *path = getenv("LINERATE_CTL_SOCKET");
+    if (!path || !*path)
+        path = DEFAULT_SOCKET;
+    bool json = false;
+    unsigned wait_s = 120;
+    int c;
+    /* '+': options end at the first command word, so "--lun N" belongs to the command. */
+    while ((c = getopt_long(argc, argv, "+hV", opts, NULL)) != -1) {
+        switch (c) {
+        case 's':
+            path = optarg;
+            break;
+        case 'j':
+            json = true;
+            break;
+        case 'w': {
+            char *end;
+            unsigned long v = strtoul(optarg, &end, 10);
+            if (!*optarg || *end || v < 1 || v > 86400) {
+                fprintf(stderr, "linerate-ctl: --wait: expected 1..86400 seconds\n");
+                return CTL_EXIT_USAGE;
+            }
+            wait_s = (unsigned)v;
+            break;
+        }
+        case 'h':
+            fputs(usage_text, stdout);
+            return CTL_EXIT_OK;
+        case 'V':
+            printf("linerate-ctl %s\n", LINERATE_VERSION);
+            return CTL_EXIT_OK;
+        default:
+            fprintf(stderr, "linerate-ctl: bad option (see --help)\n");
+            return CTL_EXIT_USAGE;
+        }
+    }
+    struct ctl_req req = {0};
+    char err[512];
+    if (ctl_req_from_argv(argc - optind, argv + optind, &req, err, sizeof(err)) < 0) {
+        fprintf(stderr, "linerate-ctl: %s\n", err);
+        json_decref(req.params);
+        return CTL_EXIT_USAGE;
+    }
+    json_t *resp;
+    if (ctl_call(path, req.method, req.params, wait_s, &resp, err, sizeof(err)) < 0) {
+        fprintf(stderr, "linerate-ctl: %s\n", err);
+        json_decref(req.params);
+        return CTL_EXIT_NO_DAEMON;
+    }
+    json_decref(req.params);
+    int rc = CTL_EXIT_OK;
+    json_t *error = json_object_get(resp, "error");
+    json_t *result = json_object_get(resp, "result");
+    if (error) {
+        const char *msg = json_string_value(json_object_get(error, "message"));
+        if (json) {
+            char *s = json_dumps(error, JSON_INDENT(2));
+            printf("%s\n", s ? s : "");
+            free(s);
+        }
+        fprintf(stderr, "linerate-ctl: %s\n", msg ? msg : "error");
+        rc = CTL_EXIT_FAILED;
+    } else if (!result) {
+        fprintf(stderr, "linerate-ctl: the answer has neither result nor error\n");
+        rc = CTL_EXIT_NO_DAEMON;
+    } else if (json) {
+        char *s = json_dumps(result, JSON_INDENT(2) | JSON_ENCODE_ANY);
+        printf("%s\n", s ? s : "");
+        free(s);
+    } else {
+        ctl_print_result(stdout, req.kind, result);
+    }
+    json_decref(resp);
+    return rc;
+}

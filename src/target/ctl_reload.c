@@ -1,0 +1,337 @@
+/* reload (linerate-ctl reload, SIGHUP): re-read the --config file and apply the difference with
+ * what runs. What can change at run time is applied: targets added and removed (one with
+ * sessions only with force, which logs them out), LUNs added (the file's number), removed
+ * (their commands finish first, as remove lun does) and write-protected or not, and the log
+ * level. The rest (a running target's portals, allow list, CHAP, session keys; threads, limits)
+ * is listed as needing a restart, not half applied. A file that does not load, or a new store
+ * that cannot be opened, changes nothing: every new store is opened before anything changes. */
+#include <errno.h>
+#include <jansson.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "bs/bs.h"
+#include "target/daemon.h"
+
+#define RELOAD_REMOVE_TIMEOUT_S 30
+
+static void note(json_t *list, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+static void note(json_t *list, const char *fmt, ...)
+{
+    char buf[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof(buf), fmt, ap);
+    va_end(ap);
+    json_array_append_new(list, json_string(buf));
+}
+
+static const struct target_node_conf *find_conf(const struct target_config *c, const char *name)
+{
+    for (unsigned i = 0; i < c->ntargets; i++)
+        if (strcasecmp(c->targets[i].name, name) == 0)
+            return &c->targets[i];
+    return NULL;
+}
+
+static const struct target_lun_conf *find_lun(const struct target_node_conf *n, uint64_t lun)
+{
+    for (unsigned i = 0; i < n->nluns; i++)
+        if (n->luns[i].lun == lun)
+            return &n->luns[i];
+    return NULL;
+}
+
+/* Everything of a LUN but its write protection, which can change in place. */
+static bool same_store(const struct target_lun_conf *a, const struct target_lun_conf *b)
+{
+    return strcmp(a->bs_spec, b->bs_spec) == 0 && a->block_size == b->block_size &&
+           a->removable == b->removable && a->phys_block_size == b->phys_block_size &&
+           a->sanitize_rate == b->sanitize_rate;
+}
+
+static bool same_params(const struct iscsi_params *a, const struct iscsi_params *b)
+{
+    return a->header_digest == b->header_digest && a->data_digest == b->data_digest &&
+           a->max_connections == b->max_connections && a->initial_r2t == b->initial_r2t &&
+           a->immediate_data == b->immediate_data && a->max_recv_dsl == b->max_recv_dsl &&
+           a->peer_max_recv_dsl == b->peer_max_recv_dsl && a->max_burst == b->max_burst &&
+           a->first_burst == b->first_burst && a->default_time2wait == b->default_time2wait &&
+           a->default_time2retain == b->default_time2retain &&
+           a->max_outstanding_r2t == b->max_outstanding_r2t &&
+           a->data_pdu_in_order == b->data_pdu_in_order &&
+           a->data_sequence_in_order == b->data_sequence_in_order && a->erl == b->erl;
+}
+
+static bool same_chap(const struct chap_creds *a, const struct chap_creds *b)
+{
+    return strcmp(a->user, b->user) == 0 && strcmp(a->mutual_user, b->mutual_user) == 0 &&
+           a->algs == b->algs && a->secret_len == b->secret_len &&
+           memcmp(a->secret, b->secret, a->secret_len) == 0 &&
+           a->mutual_secret_len == b->mutual_secret_len &&
+           memcmp(a->mutual_secret, b->mutual_secret, a->mutual_secret_len) == 0;
+}
+
+static bool same_portals(const struct target_node_conf *a, const struct target_node_conf *b)
+{
+    if (a->nportals != b->nportals)
+        return false;
+    for (unsigned i = 0; i < a->nportals; i++)
+        if (strcmp(a->portals[i].text, b->portals[i].text) != 0)
+            return false;
+    return true;
+}
+
+static bool same_allow(const struct target_node_conf *a, const struct target_node_conf *b)
+{
+    if (a->nallow != b->nallow)
+        return false;
+    for (unsigned i = 0; i < a->nallow; i++)
+        if (strcasecmp(a->allow[i], b->allow[i]) != 0)
+            return false;
+    return true;
+}
+
+/* Settings outside the LUNs that differ: each becomes a "needs a restart" line. */
+static void diff_fixed(const struct target_config *run, const struct target_config *file,
+                       json_t *restart)
+{
+    if (!run->cli_threads && run->threads != file->threads)
+        note(restart, "threads");
+    if (run->nop_interval_s != file->nop_interval_s || run->nop_timeout_s != file->nop_timeout_s ||
+        run->login_timeout_s != file->login_timeout_s)
+        note(restart, "nop-interval, nop-timeout or login-timeout");
+    if (memcmp(&run->limits, &file->limits, sizeof(run->limits)) != 0)
+        note(restart, "limits (max-*)");
+    if (!run->cli_state_dir && strcmp(run->state_dir, file->state_dir) != 0)
+        note(restart, "state-dir");
+    if (strcmp(run->chap_secrets, file->chap_secrets) != 0 ||
+        !same_chap(&run->discovery_chap, &file->discovery_chap) ||
+        run->chap_algs != file->chap_algs)
+        note(restart, "chap-secrets, discovery CHAP or chap-algorithms");
+    for (unsigned i = 0; i < run->ntargets; i++) {
+        const struct target_node_conf *r = &run->targets[i];
+        const struct target_node_conf *f = find_conf(file, r->name);
+        if (!f)
+            continue; /* removed as a whole, below */
+        if (!same_portals(r, f))
+            note(restart, "target %s: portals", r->name);
+        if (!same_allow(r, f))
+            note(restart, "target %s: allow", r->name);
+        if (strcmp(r->alias, f->alias) != 0)
+            note(restart, "target %s: alias", r->name);
+        if (!same_chap(&r->chap, &f->chap))
+            note(restart, "target %s: CHAP", r->name);
+        if (!same_params(&r->params, &f->params))
+            note(restart, "target %s: session keys", r->name);
+    }
+}
+
+/* A LUN to add, its store opened ahead. */
+struct pending_add {
+    unsigned t;
+    struct target_lun_conf l; /* bs_spec owned */
+    struct bs *bs;
+};
+
+/* A new target's stores can be opened (then closed again: the real opening comes with the
+ * target), so that a file naming one that cannot changes nothing. */
+static int check_new_target(const struct target_node_conf *c, char *err, size_t errlen)
+{
+    for (unsigned i = 0; i < c->nluns; i++) {
+        struct bs *bs = target_open_lun_store(&c->luns[i], err, errlen);
+        if (!bs)
+            return -1;
+        bs_close(bs);
+    }
+    return 0;
+}
+
+json_t *ctl_reload(struct daemon *d, bool force, char *err, size_t errlen)
+{
+    if (!d->cfg.config_path[0]) {
+        snprintf(err, errlen, "the daemon was started without --config: nothing to reload");
+        return NULL;
+    }
+    struct target_config file;
+    target_config_init(&file);
+    if (target_config_load(&file, d->cfg.config_path, err, errlen) < 0) {
+        target_config_free(&file);
+        return NULL; /* err: "FILE:LINE: reason"; nothing changed */
+    }
+    json_t *applied = json_array(), *restart = json_array();
+    diff_fixed(&d->cfg, &file, restart);
+
+    /* Plan per running target: removals, write-protection changes, additions. */
+    struct pending_add *adds = NULL;
+    unsigned nadds = 0;
+    int rc = 0;
+    for (unsigned t = 0; t < d->built.n && rc == 0; t++) {
+        const struct target_node_conf *run = &d->cfg.targets[t];
+        const struct target_node_conf *f = find_conf(&file, run->name);
+        if (!f)
+            continue;
+        for (unsigned i = 0; i < f->nluns && rc == 0; i++) {
+            const struct target_lun_conf *fl = &f->luns[i];
+            const struct target_lun_conf *rl = find_lun(run, fl->lun);
+            if (rl && same_store(rl, fl))
+                continue;
+            if (rl) {
+                note(restart,
+                     "target %s: LUN %llu changed its store (%s -> %s): remove it and add it "
+                     "again, or restart",
+                     run->name, (unsigned long long)fl->lun, rl->bs_spec, fl->bs_spec);
+                continue;
+            }
+            if (scsi_target_lun(d->built.nodes[t]->scsi, fl->lun)) {
+                note(restart, "target %s: LUN %llu is still being removed", run->name,
+                     (unsigned long long)fl->lun);
+                continue;
+            }
+            struct pending_add *grown = realloc(adds, (nadds + 1) * sizeof(*adds));
+            if (!grown) {
+                snprintf(err, errlen, "out of memory");
+                rc = -1;
+                break;
+            }
+            adds = grown;
+            struct pending_add *a = &adds[nadds];
+            a->t = t;
+            a->l = *fl;
+            a->bs = target_open_lun_store(fl, err, errlen);
+            if (!a->bs) {
+                rc = -1; /* err names FILE:LINE */
+                break;
+            }
+            a->l.bs_spec = strdup(fl->bs_spec);
+            if (!a->l.bs_spec) {
+                bs_close(a->bs);
+                snprintf(err, errlen, "out of memory");
+                rc = -1;
+                break;
+            }
+            nadds++;
+        }
+    }
+    for (unsigned i = 0; i < file.ntargets && rc == 0; i++)
+        if (!find_conf(&d->cfg, file.targets[i].name))
+            rc = check_new_target(&file.targets[i], err, errlen);
+    if (rc < 0) {
+        for (unsigned i = 0; i < nadds; i++) {
+            bs_close(adds[i].bs);
+            free(adds[i].l.bs_spec);
+        }
+        free(adds);
+        json_decref(applied);
+        json_decref(restart);
+        target_config_free(&file);
+        return NULL;
+    }
+
+    /* Nothing can fail the reload from here on: apply. LUNs gone from the file first, and
+     * write protection, then the new LUNs (their stores are open already). */
+    for (unsigned t = 0; t < d->built.n; t++) {
+        const struct target_node_conf *f = find_conf(&file, d->cfg.targets[t].name);
+        if (!f)
+            continue;
+        /* Iterate over a copy of the numbers: removing edits the running list. */
+        unsigned n = d->cfg.targets[t].nluns;
+        uint64_t *nums = calloc(n ? n : 1, sizeof(*nums));
+        for (unsigned i = 0; nums && i < n; i++)
+            nums[i] = d->cfg.targets[t].luns[i].lun;
+        for (unsigned i = 0; nums && i < n; i++) {
+            const struct target_lun_conf *fl = find_lun(f, nums[i]);
+            struct target_lun_conf *rl = NULL;
+            for (unsigned k = 0; k < d->cfg.targets[t].nluns; k++)
+                if (d->cfg.targets[t].luns[k].lun == nums[i])
+                    rl = &d->cfg.targets[t].luns[k];
+            if (!rl)
+                continue;
+            if (!fl) {
+                struct ctl_removed r;
+                if (ctl_lun_remove(d, t, nums[i], RELOAD_REMOVE_TIMEOUT_S, &r) == 0)
+                    note(applied, "target %s: LUN %llu removed%s", f->name,
+                         (unsigned long long)nums[i],
+                         r.closed ? "" : " (commands still hold it; its store closes later)");
+            } else if (same_store(rl, fl) && rl->read_only != fl->read_only) {
+                struct scsi_lun *lu = scsi_target_lun(d->built.nodes[t]->scsi, nums[i]);
+                char why[512];
+                if (lu && scsi_lun_set_read_only(lu, fl->read_only, why, sizeof(why)) == 0) {
+                    rl->read_only = fl->read_only;
+                    note(applied, "target %s: LUN %llu %s", f->name, (unsigned long long)nums[i],
+                         fl->read_only ? "read-only" : "read-write");
+                } else {
+                    note(restart, "target %s: LUN %llu: %s", f->name, (unsigned long long)nums[i],
+                         lu ? why : "not there");
+                }
+            }
+        }
+        free(nums);
+    }
+    for (unsigned i = 0; i < nadds; i++) {
+        struct pending_add *a = &adds[i];
+        const char *name = d->cfg.targets[a->t].name;
+        uint64_t num = a->l.lun;
+        char spec[256];
+        snprintf(spec, sizeof(spec), "%s", a->l.bs_spec);
+        char why[1024];
+        if (ctl_lun_add(d, a->t, &a->l, a->bs, why, sizeof(why)) == 0)
+            note(applied, "target %s: LUN %llu added (%s)", name, (unsigned long long)num, spec);
+        else
+            note(restart, "target %s: LUN %llu: %s", name, (unsigned long long)num, why);
+    }
+    free(adds);
+
+    /* Whole targets last: removing one renumbers the running ones. */
+    for (unsigned t = 0; t < d->cfg.ntargets;) {
+        char name[ISCSI_NAME_MAX + 1];
+        snprintf(name, sizeof(name), "%s", d->cfg.targets[t].name);
+        if (find_conf(&file, name)) {
+            t++;
+            continue;
+        }
+        struct ctl_target_removed tr;
+        char why[512];
+        int trc = ctl_target_remove(d, name, force, RELOAD_REMOVE_TIMEOUT_S, &tr, why, sizeof(why));
+        if (trc == 0) {
+            note(applied, "target %s removed (%u session%s ended)", name, tr.sessions,
+                 tr.sessions == 1 ? "" : "s");
+        } else {
+            note(restart, "%s%s", why, trc == -EBUSY ? " (reload --force logs them out)" : "");
+            t++;
+        }
+    }
+    for (unsigned i = 0; i < file.ntargets; i++) {
+        const struct target_node_conf *f = &file.targets[i];
+        if (find_conf(&d->cfg, f->name))
+            continue;
+        char why[1024];
+        if (ctl_target_add(d, f, why, sizeof(why)) == 0)
+            note(applied, "target %s added (%u LUN%s)", f->name, f->nluns,
+                 f->nluns == 1 ? "" : "s");
+        else
+            note(restart, "target %s not added: %s", f->name, why);
+    }
+
+    if (!d->cfg.cli_log_level && file.log_level != log_get_level()) {
+        static const char *const names[] = {"error", "warn", "info", "debug"};
+        log_set_level(file.log_level);
+        d->cfg.log_level = file.log_level;
+        note(applied, "log-level %s", names[file.log_level]);
+    }
+    target_config_free(&file);
+    size_t i;
+    json_t *v;
+    json_array_foreach(applied, i, v) LOG_INFO("reload: %s", json_string_value(v));
+    json_array_foreach(restart, i, v)
+        LOG_WARN("reload: not applied, needs a restart: %s", json_string_value(v));
+    LOG_INFO("reload of %s: %zu change%s applied, %zu needing a restart", d->cfg.config_path,
+             json_array_size(applied), json_array_size(applied) == 1 ? "" : "s",
+             json_array_size(restart));
+    return json_pack("{s:s, s:o, s:o}", "config", d->cfg.config_path, "applied", applied,
+                     "needs_restart", restart);
+}

@@ -1,0 +1,196 @@
+/* Whole targets added and removed while the daemon serves (linerate-ctl add/remove target,
+ * reload). A new target gets its listeners (opened on reactor 0 if no socket has its address
+ * yet), its SCSI target and LUNs, its iSCSI node, and is published in the server's node table,
+ * where logins and SendTargets find it. A removed target leaves the node table first (no new
+ * login finds it), its sessions are asked to log out (or it is refused while it has any,
+ * without force), its LUNs go as remove lun takes them, and its node and SCSI target are kept
+ * until exit: a session that was ending may still point at them. Control thread only. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+
+#include "target/daemon.h"
+
+#define TARGET_TPGT 1
+#define CLOSE_WAIT_MS 5000 /* after closing a removed target's sessions' connections */
+
+struct ctl_retired {
+    struct ctl_retired *next;
+    struct iscsi_node *node;
+    struct scsi_target *scsi;
+};
+
+static int find_target(struct daemon *d, const char *name)
+{
+    for (unsigned i = 0; i < d->built.n; i++)
+        if (strcasecmp(d->built.nodes[i]->name, name) == 0)
+            return (int)i;
+    return -1;
+}
+
+static unsigned node_sessions(struct daemon *d, const struct iscsi_node *n)
+{
+    pthread_mutex_lock(&d->srv.sessions_lock);
+    unsigned k = n->nsessions;
+    pthread_mutex_unlock(&d->srv.sessions_lock);
+    return k;
+}
+
+static void nap_ms(unsigned ms)
+{
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+static void scsi_free(struct scsi_target *scsi)
+{
+    scsi_target_destroy(scsi);
+    free(scsi);
+}
+
+int ctl_target_add(struct daemon *d, const struct target_node_conf *c, char *err, size_t errlen)
+{
+    if (find_target(d, c->name) >= 0) {
+        snprintf(err, errlen, "target %s is served already", c->name);
+        return -1;
+    }
+    if (c->nportals == 0) {
+        snprintf(err, errlen, "%s: target %s has no portal", c->origin, c->name);
+        return -1;
+    }
+    for (unsigned i = 0; i < c->nportals; i++)
+        if (daemon_listen_portal(d, &c->portals[i], err, errlen) < 0)
+            return -1;
+    struct scsi_target *scsi = calloc(1, sizeof(*scsi));
+    if (!scsi || scsi_target_init(scsi, c->name, TARGET_TPGT) < 0) {
+        free(scsi);
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    const char *state_dir = target_state_dir(&d->cfg);
+    for (unsigned i = 0; i < c->nluns; i++) {
+        if (target_build_lun(state_dir, c->name, &c->luns[i], scsi, err, errlen) < 0) {
+            scsi_free(scsi);
+            return -1;
+        }
+    }
+    struct iscsi_node *node = target_node_make(c, scsi);
+    struct scsi_target **gs = realloc(d->built.scsi, (d->built.n + 1) * sizeof(*gs));
+    if (gs)
+        d->built.scsi = gs;
+    struct iscsi_node **gn = realloc(d->built.nodes, (d->built.n + 1) * sizeof(*gn));
+    if (gn)
+        d->built.nodes = gn;
+    if (!node || !gs || !gn || !target_config_copy_node(&d->cfg, c)) {
+        target_node_free(node);
+        scsi_free(scsi);
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    if (iscsi_server_add_node(&d->srv, node) < 0) {
+        target_config_remove_node(&d->cfg, d->cfg.ntargets - 1);
+        target_node_free(node);
+        scsi_free(scsi);
+        snprintf(err, errlen, "the daemon serves %u targets already", ISCSI_NODES_MAX);
+        return -1;
+    }
+    d->built.scsi[d->built.n] = scsi;
+    d->built.nodes[d->built.n] = node;
+    d->built.n++;
+    target_config_finish(&d->cfg); /* the union of the portals, as at start */
+    LOG_INFO("target %s added (%u LUN%s)", c->name, c->nluns, c->nluns == 1 ? "" : "s");
+    return 0;
+}
+
+/* Ask every session of node n to log out, then close what is left after timeout_s. */
+static void end_sessions(struct daemon *d, struct iscsi_node *n, unsigned timeout_s)
+{
+    struct iscsi_session_info *v;
+    unsigned k;
+    if (iscsi_server_list_sessions(&d->srv, &v, &k) == 0) {
+        for (unsigned i = 0; i < k; i++)
+            if (strcasecmp(v[i].target, n->name) == 0)
+                iscsi_server_request_logout(&d->srv, v[i].tsih, timeout_s);
+        free(v);
+    }
+    for (unsigned ms = 0; node_sessions(d, n) && ms < timeout_s * 1000u && !ctl_stopping(d);
+         ms += 20)
+        nap_ms(20);
+    if (!node_sessions(d, n))
+        return;
+    if (iscsi_server_list_sessions(&d->srv, &v, &k) == 0) {
+        for (unsigned i = 0; i < k; i++)
+            if (strcasecmp(v[i].target, n->name) == 0)
+                iscsi_server_close_session(&d->srv, v[i].tsih, "its target was removed");
+        free(v);
+    }
+    for (unsigned ms = 0; node_sessions(d, n) && ms < CLOSE_WAIT_MS; ms += 20)
+        nap_ms(20);
+}
+
+int ctl_target_remove(struct daemon *d, const char *name, bool force, unsigned timeout_s,
+                      struct ctl_target_removed *out, char *err, size_t errlen)
+{
+    memset(out, 0, sizeof(*out));
+    int t = find_target(d, name);
+    if (t < 0) {
+        snprintf(err, errlen, "no target named '%s'", name);
+        return -ENOENT;
+    }
+    struct iscsi_node *n = d->built.nodes[t];
+    unsigned nsess = node_sessions(d, n);
+    if (nsess && !force) {
+        snprintf(err, errlen,
+                 "target %s has %u session%s: log %s out first (linerate-ctl logout session), or "
+                 "use --force",
+                 n->name, nsess, nsess == 1 ? "" : "s", nsess == 1 ? "it" : "them");
+        return -EBUSY;
+    }
+    struct ctl_retired *r = calloc(1, sizeof(*r));
+    if (!r) {
+        snprintf(err, errlen, "out of memory");
+        return -ENOMEM;
+    }
+    /* No new login or SendTargets finds it from now on. */
+    iscsi_server_remove_node(&d->srv, n);
+    out->sessions = nsess;
+    if (nsess)
+        end_sessions(d, n, timeout_s);
+    struct scsi_target *scsi = d->built.scsi[t];
+    for (uint64_t l = 0; l < scsi->nluns; l++) {
+        struct ctl_removed lr;
+        if (scsi_target_lun(scsi, l) && ctl_lun_remove(d, (unsigned)t, l, timeout_s, &lr) == 0) {
+            out->luns++;
+            out->commands_left += lr.left;
+        }
+    }
+    r->node = n;
+    r->scsi = scsi;
+    r->next = d->retired;
+    d->retired = r;
+    memmove(&d->built.scsi[t], &d->built.scsi[t + 1],
+            (d->built.n - (unsigned)t - 1) * sizeof(d->built.scsi[0]));
+    memmove(&d->built.nodes[t], &d->built.nodes[t + 1],
+            (d->built.n - (unsigned)t - 1) * sizeof(d->built.nodes[0]));
+    d->built.n--;
+    target_config_remove_node(&d->cfg, (unsigned)t);
+    target_config_finish(&d->cfg);
+    /* `name` may have been the configuration's, freed just now: the node's stays */
+    LOG_INFO("target %s removed (%u session%s ended, %u LUN%s)", n->name, nsess,
+             nsess == 1 ? "" : "s", out->luns, out->luns == 1 ? "" : "s");
+    return 0;
+}
+
+void ctl_free_retired(struct daemon *d)
+{
+    while (d->retired) {
+        struct ctl_retired *r = d->retired;
+        d->retired = r->next;
+        target_node_free(r->node);
+        scsi_free(r->scsi);
+        free(r);
+    }
+}

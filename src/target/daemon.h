@@ -1,0 +1,138 @@
+/* Private to src/target: the running daemon's state, shared by daemon.c (start, serve, stop)
+ * and the control socket (ctl.c, ctl_cmds.c), which reads it and changes LUNs while the
+ * reactors serve. */
+#ifndef LR_TARGET_DAEMON_H
+#define LR_TARGET_DAEMON_H
+
+#include <pthread.h>
+#include <semaphore.h>
+#include <stdatomic.h>
+
+#include "reactor/reactor.h"
+#include "target/target.h"
+
+struct ctl_server;
+
+struct daemon;
+
+struct listener {
+    struct reactor_fd h;
+    int fd;
+    struct iscsi_portal_addr portal;
+    struct daemon *d;
+    struct listener *next; /* in d->extra_listeners */
+};
+
+/* A function run on a reactor's thread while the main thread waits for it. */
+struct sync_call {
+    struct daemon *d;
+    struct reactor *r;
+    void (*fn)(struct daemon *d, struct reactor *r);
+    sem_t done;
+    struct reactor_msg msg;
+};
+
+struct daemon {
+    struct target_config cfg;
+    struct target_built built;
+    struct iscsi_server srv;
+    bool srv_ready;
+    struct reactor **reactors;
+    pthread_t *threads;
+    unsigned nreactors;
+    unsigned nthreads_started;
+    struct listener *listeners;
+    unsigned nlisteners;
+    /* Listeners opened at run time for a target added by linerate-ctl: linked (and watched) on
+     * reactor 0, freed at exit. */
+    struct listener *extra_listeners;
+    /* Accept throttling when out of descriptors; touched only on reactor 0. */
+    struct reactor_timer accept_pause;
+    bool accept_paused;
+    bool accept_warned;
+    unsigned next_rr; /* tie-break among equally loaded reactors */
+    /* The control socket (ctl.c); NULL when there is none. */
+    struct ctl_server *ctl;
+    /* LUNs removed by linerate-ctl that commands still held when it stopped waiting: freed
+     * by the control thread once their last user lets go, or at exit. Control thread only
+     * (and the main thread after the control thread stopped). */
+    struct ctl_zombie *zombies;
+    /* Targets removed at run time: their node and SCSI target (LUNs gone already) stay until
+     * exit, as sessions that were ending may still point at them. */
+    struct ctl_retired *retired;
+};
+
+/* --- daemon.c, for the control thread --- */
+/* Make sure the daemon listens on portal p (opening and watching a new socket on reactor 0 if
+ * no listener has its address). 0, or -1 with a reason in err. */
+int daemon_listen_portal(struct daemon *d, const struct target_portal *p, char *err, size_t errlen);
+
+/* --- ctl.c: the control socket (docs/ctl-protocol.md), on a thread of its own --- */
+/* Create cfg.ctl_socket (mode 0600), before any other thread runs. Returns 0 with d->ctl set,
+ * or NULL when there is to be none ("none", or the default path could not be used: a
+ * warning); -1 when a path that was asked for could not be used (the reason printed). */
+int ctl_open(struct daemon *d);
+/* Start serving it (after the reactors run). 0 or -1. */
+int ctl_start(struct daemon *d);
+/* Stop serving, remove the socket file, free the server; d->ctl becomes NULL. Nothing if
+ * there is none. Waits for the request being served (its waits end early on stop). */
+void ctl_stop(struct daemon *d);
+/* Whether ctl_stop has begun: long waits in a request give up. */
+bool ctl_stopping(const struct daemon *d);
+
+/* --- ctl_cmds.c: the requests --- */
+/* Serve one request line (JSON-RPC 2.0, without its newline): the response line, malloc'd,
+ * without newline; NULL only when out of memory. */
+char *ctl_request(struct daemon *d, const char *line, size_t len);
+/* The answer to a request that could not be read (too long, ...): a JSON-RPC error object
+ * with a null id, malloc'd; NULL when out of memory. */
+char *ctl_error_line(int code, const char *message);
+/* Add LUN l to target number t (d->built / d->cfg index) on the store bs, or on one opened
+ * now (bs NULL); the initiators get REPORTED LUNS DATA HAS CHANGED and l (its bs_spec taken)
+ * joins the running configuration. -1 with "ORIGIN: reason" in err (bs closed). */
+int ctl_lun_add(struct daemon *d, unsigned t, struct target_lun_conf *l, struct bs *bs, char *err,
+                size_t errlen);
+/* Remove LUN `lun` of target number t: detach, wait (at most timeout_s) for the commands
+ * holding it, close its store, or leave that to ctl_reap_zombies. -1 if there is no such LUN. */
+struct ctl_removed {
+    uint64_t waited_ms;
+    long left; /* commands still holding it */
+    bool closed;
+};
+int ctl_lun_remove(struct daemon *d, unsigned t, uint64_t lun, unsigned timeout_s,
+                   struct ctl_removed *out);
+/* Free the removed LUNs whose last user let go; all of them with `all` (at exit, once no
+ * reactor runs). */
+void ctl_reap_zombies(struct daemon *d, bool all);
+
+/* --- ctl_targets.c: whole targets at run time --- */
+/* Serve target c (copied): listeners for its portals, its LUNs, its node in the server's
+ * table. -1 with a reason (ORIGIN: for a LUN) in err, nothing added. */
+int ctl_target_add(struct daemon *d, const struct target_node_conf *c, char *err, size_t errlen);
+struct ctl_target_removed {
+    unsigned sessions; /* that had to end */
+    unsigned luns;
+    long commands_left; /* still holding a removed LUN at the timeout */
+};
+/* Stop serving a target: refused (-EBUSY) while it has sessions unless force, which asks them
+ * to log out and closes what is left after timeout_s; then its LUNs are removed. -ENOENT,
+ * -EBUSY, -ENOMEM with a reason in err, or 0. */
+int ctl_target_remove(struct daemon *d, const char *name, bool force, unsigned timeout_s,
+                      struct ctl_target_removed *out, char *err, size_t errlen);
+/* At exit, once no reactor runs: free the removed targets' nodes and SCSI targets. */
+void ctl_free_retired(struct daemon *d);
+
+/* --- ctl_reload.c: reload (linerate-ctl reload, SIGHUP) --- */
+/* Re-read cfg.config_path and apply what can change at run time: targets added and removed
+ * (with force, a removed target's sessions are logged out; without, a target with sessions
+ * stays), LUNs added, removed and write-protected, the log level; the rest is listed as
+ * needing a restart. A file with an
+ * error, or a new store that cannot be opened, changes nothing (err: "FILE:LINE: reason").
+ * Returns the report (a JSON object, caller owns it) or NULL. On the control thread (or the
+ * main thread when there is none). */
+struct json_t;
+struct json_t *ctl_reload(struct daemon *d, bool force, char *err, size_t errlen);
+/* SIGHUP: run a reload on the control thread (or here when there is none) and log it. */
+void ctl_reload_signal(struct daemon *d);
+
+#endif

@@ -1,0 +1,215 @@
+/* LUNs changed while they serve (scsi/lun_admin.c, bs_grow): what linerate-ctl's add, remove,
+ * set ro|rw and resize do to the SCSI core, checked through commands as an initiator sees
+ * them: the unit attentions (REPORTED LUNS DATA HAS CHANGED, CAPACITY DATA HAS CHANGED, MODE
+ * PARAMETERS CHANGED), the new capacity, write protection, and a detached LUN that outlives
+ * the command holding it. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "bs/bs.h"
+#include "scsi_fixture.h"
+#include "util/bytes.h"
+
+static const uint8_t TUR[16] = {0x00};
+static const uint8_t RC16[16] = {0x9e, 0x10, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 32};
+
+static int run(struct scsi_task *t, struct scsi_target *tg, struct scsi_nexus *n, uint64_t lun,
+               const uint8_t *cdb)
+{
+    return sfx_run(t, tg, n, lun, cdb, NULL, 0, 4096, SFX_CHECK_DONE | SFX_CHECK_REFUSAL);
+}
+
+static void write10(uint8_t cdb[16], uint32_t lba, uint16_t blocks)
+{
+    memset(cdb, 0, 16);
+    cdb[0] = 0x2a;
+    put_be32(cdb + 2, lba);
+    put_be16(cdb + 7, blocks);
+}
+
+static struct bs *ram(const char *spec)
+{
+    char err[256];
+    struct bs *bs = bs_open_spec(spec, err, sizeof(err));
+    if (!bs)
+        fail_msg("%s: %s", spec, err);
+    return bs;
+}
+
+/* A target with a RAM LUN 0 of 1 MiB and one nexus whose power-on UA is already reported. */
+static void setup_target(struct scsi_target *tg, struct scsi_nexus **n, struct scsi_task *t)
+{
+    assert_int_equal(scsi_target_init(tg, "iqn.2024-01.test:target", 1), 0);
+    sfx_add_lun(tg, 0, ram("ram:1M"), 512, false);
+    *n = sfx_nexus_get(tg, 1);
+    memset(t, 0, sizeof(*t));
+    assert_int_equal(run(t, tg, *n, 0, TUR), SCSI_STATUS_CHECK_CONDITION); /* 29h/00h */
+    assert_int_equal(run(t, tg, *n, 0, TUR), SCSI_STATUS_GOOD);
+}
+
+static void test_grow_capacity_ua(void **state)
+{
+    (void)state;
+    struct scsi_target tg;
+    struct scsi_nexus *n;
+    struct scsi_task t;
+    setup_target(&tg, &n, &t);
+    struct scsi_lun *lu = scsi_target_lun(&tg, 0);
+    char err[256];
+    assert_int_equal(scsi_lun_grow(lu, 1000, err, sizeof(err)), -1);       /* not whole blocks */
+    assert_int_equal(scsi_lun_grow(lu, 512 * 1024, err, sizeof(err)), -1); /* shrinking */
+    assert_non_null(strstr(err, "shrink"));
+    assert_int_equal(scsi_lun_grow(lu, 4u << 20, err, sizeof(err)), 0);
+    /* SBC: CAPACITY DATA HAS CHANGED first, then the new size */
+    assert_int_equal(run(&t, &tg, n, 0, RC16), SCSI_STATUS_CHECK_CONDITION);
+    sfx_assert_sense(&t, SFX_SENSE_FIXED, 0x06, 0x2a, 0x09);
+    assert_int_equal(run(&t, &tg, n, 0, RC16), SCSI_STATUS_GOOD);
+    assert_int_equal(get_be64(t.iov[0].iov_base), (4u << 20) / 512 - 1);
+    /* the grown part is there to write */
+    uint8_t cdb[16], data[512];
+    memset(data, 0x5a, sizeof(data));
+    write10(cdb, (4u << 20) / 512 - 1, 1);
+    assert_int_equal(sfx_run(&t, &tg, n, 0, cdb, data, sizeof(data), 0, SFX_CHECK_DONE),
+                     SCSI_STATUS_GOOD);
+    sfx_target_down(&tg, &t, n, NULL, NULL);
+}
+
+static void test_read_only_toggle(void **state)
+{
+    (void)state;
+    struct scsi_target tg;
+    struct scsi_nexus *n;
+    struct scsi_task t;
+    setup_target(&tg, &n, &t);
+    struct scsi_lun *lu = scsi_target_lun(&tg, 0);
+    char err[256];
+    uint8_t cdb[16], data[512] = {0};
+    write10(cdb, 0, 1);
+    assert_int_equal(scsi_lun_set_read_only(lu, true, err, sizeof(err)), 0);
+    assert_int_equal(run(&t, &tg, n, 0, TUR), SCSI_STATUS_CHECK_CONDITION);
+    sfx_assert_sense(&t, SFX_SENSE_FIXED, 0x06, 0x2a, 0x01); /* MODE PARAMETERS CHANGED */
+    assert_int_equal(sfx_run(&t, &tg, n, 0, cdb, data, sizeof(data), 0, SFX_CHECK_DONE),
+                     SCSI_STATUS_CHECK_CONDITION);
+    sfx_assert_sense(&t, SFX_SENSE_FIXED, 0x07, 0x27, 0x00); /* WRITE PROTECTED */
+    /* the same state again raises nothing */
+    assert_int_equal(scsi_lun_set_read_only(lu, true, err, sizeof(err)), 0);
+    assert_int_equal(run(&t, &tg, n, 0, TUR), SCSI_STATUS_GOOD);
+    assert_int_equal(scsi_lun_set_read_only(lu, false, err, sizeof(err)), 0);
+    assert_int_equal(run(&t, &tg, n, 0, TUR), SCSI_STATUS_CHECK_CONDITION);
+    assert_int_equal(sfx_run(&t, &tg, n, 0, cdb, data, sizeof(data), 0, SFX_CHECK_DONE),
+                     SCSI_STATUS_GOOD);
+    sfx_target_down(&tg, &t, n, NULL, NULL);
+}
+
+static void test_add_and_detach(void **state)
+{
+    (void)state;
+    struct scsi_target tg;
+    struct scsi_nexus *n;
+    struct scsi_task t, held;
+    setup_target(&tg, &n, &t);
+    sfx_add_lun(&tg, 3, ram("ram:1M"), 512, false);
+    struct scsi_lun *lu3 = scsi_target_lun(&tg, 3);
+    scsi_target_luns_changed(&tg, lu3);
+    /* the LUN in use hears REPORTED LUNS DATA HAS CHANGED, the new one POWER ON */
+    assert_int_equal(run(&t, &tg, n, 0, TUR), SCSI_STATUS_CHECK_CONDITION);
+    sfx_assert_sense(&t, SFX_SENSE_FIXED, 0x06, 0x3f, 0x0e);
+    assert_int_equal(run(&t, &tg, n, 3, TUR), SCSI_STATUS_CHECK_CONDITION);
+    sfx_assert_sense(&t, SFX_SENSE_FIXED, 0x06, 0x29, 0x00);
+    assert_int_equal(run(&t, &tg, n, 3, TUR), SCSI_STATUS_GOOD);
+    assert_int_equal(scsi_lun_users(lu3), 1); /* t still holds it (set up, not released) */
+    scsi_task_release(&t);
+    assert_int_equal(scsi_lun_users(lu3), 0);
+
+    /* a write set up on LUN 3 and not finished: detaching leaves it its LUN */
+    memset(&held, 0, sizeof(held));
+    uint8_t cdb[16];
+    write10(cdb, 0, 1);
+    scsi_task_init(&held);
+    memcpy(held.cdb, cdb, 16);
+    held.lun = 3;
+    held.target = &tg;
+    held.nexus = n;
+    held.edtl = 512;
+    held.edtl_write = true;
+    held.done = sfx_on_done;
+    assert_int_equal(scsi_task_setup(&held), 0);
+    assert_int_equal(scsi_lun_users(lu3), 1);
+    assert_ptr_equal(scsi_target_detach_lun(&tg, 3), lu3);
+    assert_null(scsi_target_lun(&tg, 3));
+    assert_null(scsi_target_detach_lun(&tg, 3));
+    /* new commands: LOGICAL UNIT NOT SUPPORTED */
+    assert_int_equal(run(&t, &tg, n, 3, TUR), SCSI_STATUS_CHECK_CONDITION);
+    sfx_assert_sense(&t, SFX_SENSE_FIXED, 0x05, 0x25, 0x00);
+    memset(held.iov[0].iov_base, 0xa5, 512);
+    scsi_task_exec(&held);
+    assert_int_equal(held.status, SCSI_STATUS_GOOD);
+    assert_int_equal(scsi_lun_users(lu3), 1);
+    scsi_task_release(&held);
+    assert_int_equal(scsi_lun_users(lu3), 0);
+    scsi_lun_free(lu3);
+    /* the number can be used again */
+    sfx_add_lun(&tg, 3, ram("ram:64k"), 512, false);
+    sfx_target_down(&tg, &t, n, NULL, NULL);
+}
+
+static void test_bs_grow(void **state)
+{
+    (void)state;
+    char err[256];
+    struct bs *bs = ram("ram:1M");
+    assert_int_equal(bs_grow(bs, 512 * 1024, err, sizeof(err)), -1);
+    assert_int_equal(bs_grow(bs, 8u << 20, err, sizeof(err)), 0);
+    assert_int_equal(bs->size, 8u << 20);
+    uint8_t *p = bs_map_read(bs, (8u << 20) - 4096, 4096);
+    assert_non_null(p);
+    for (int i = 0; i < 4096; i++)
+        assert_int_equal(p[i], 0);
+    bs_close(bs);
+
+    bs = ram("ram:1M,prealloc");
+    assert_int_equal(bs_grow(bs, 2u << 20, err, sizeof(err)), -1);
+    assert_non_null(strstr(err, "preallocated"));
+    bs_close(bs);
+
+    bs = ram("null:1M");
+    assert_int_equal(bs_grow(bs, 1u << 30, err, sizeof(err)), 0);
+    bs_close(bs);
+
+    char path[] = "/tmp/lr-test-grow-XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    close(fd);
+    char spec[128];
+    snprintf(spec, sizeof(spec), "file:%s,size=1M", path);
+    bs = ram(spec);
+    assert_int_equal(bs_grow(bs, 3u << 20, err, sizeof(err)), 0);
+    assert_int_equal(bs->size, 3u << 20);
+    bs_close(bs);
+    snprintf(spec, sizeof(spec), "file:%s,ro", path);
+    bs = ram(spec);
+    assert_int_equal(bs->size, 3u << 20);
+    assert_true(bs->read_only);
+    assert_int_equal(bs_grow(bs, 4u << 20, err, sizeof(err)), -1);
+    bs_close(bs);
+    unlink(path);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_grow_capacity_ua),
+        cmocka_unit_test(test_read_only_toggle),
+        cmocka_unit_test(test_add_and_detach),
+        cmocka_unit_test(test_bs_grow),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
