@@ -357,6 +357,17 @@ struct bs *bs_ram_open(uint64_t size, bool prealloc, char *err, size_t errlen)
         ram->cap = size <= SIZE_MAX - room ? size + room : size;
     }
     ram->npages = (ram->cap + ram->page - 1) >> ram->page_shift;
+    if (prealloc) {
+        /* Faulting in more than the machine has would end with the OOM killer (with
+         * overcommit, nothing refuses the mapping first): refused here, by name. */
+        uint64_t phys = (uint64_t)sysconf(_SC_PHYS_PAGES) * ram->page;
+        if (phys && size > phys) {
+            snprintf(err, errlen,
+                     "ram: cannot preallocate %llu bytes: this machine has %llu bytes of memory",
+                     (unsigned long long)size, (unsigned long long)phys);
+            goto fail;
+        }
+    }
     /* the map is 1/32768 of the LUN with 4 KiB pages: 32 MiB for a 1 TiB LUN (calloc'd, so
      * the part for the room to grow is not touched until used) */
     ram->alloc = calloc((ram->npages + 63) / 64, sizeof(*ram->alloc));

@@ -36,6 +36,10 @@ expect_usage "physical block size" --lun ram:1M,pbs=3k
 expect_usage "physical block size" --lun ram:1M,bs=4096,pbs=2k
 expect_usage "physical block size" --lun ram:1M,pbs=128k
 expect_usage "sanitize rate" --lun ram:1M,sanitize-rate=fast
+expect_usage "ram: unknown option 'preallocate'" --lun ram:1M,preallocate
+expect_usage "ram: unknown option 'bogus'" --lun ram:1M,prealloc,bogus
+expect_usage "null: unknown option 'prealloc'" --lun null:1M,prealloc
+expect_usage "ram: cannot preallocate 1125899906842624 bytes: this machine has" --lun ram:1024T,prealloc
 expect_usage --lun --lun bogus:1G
 expect_usage --lun --lun "file:$WORK/no/such/dir/disk.img"
 expect_usage --threads --threads 0

@@ -3,7 +3,8 @@
 # least 1 GiB of a never-written ram:64G LUN with linerate-bench leaves the daemon's RSS within a
 # few MiB and GET LBA STATUS (qemu-img map) still says "no data"; a write maps exactly its
 # range, and UNMAP (qemu-img discard through qemu-io) gives it back. Holds whatever the kernel's
-# transparent-huge-page or zero-page policy is: the store keeps its own allocation map.
+# transparent-huge-page or zero-page policy is: the store keeps its own allocation map. Then
+# ram:SIZE,prealloc: resident from the start, all of it mapped (not thin), data round trip.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/bench_lib.sh"
@@ -77,4 +78,33 @@ got=$(map_data)
 timeout 60 qemu-io -f raw -c "read -P 0 1M 64k" "$url" >/dev/null 2>"$tmp/err" ||
   { cat "$tmp/err"; fail "discarded range does not read as zeros"; }
 kill -0 "$tpid" 2>/dev/null || { cat "$tmp/target.log"; fail "linerate-target died"; }
-echo "PASS: thin RAM LUN" >&2
+kill "$tpid"
+wait "$tpid" 2>/dev/null
+tpid=
+
+note "ram:SIZE,prealloc: all of it resident from the start, fully provisioned, data round trip"
+port=$(free_port) || fail "no free loopback port"
+: >"$tmp/url"
+ASAN_OPTIONS=${ASAN_OPTIONS:-}${ASAN_OPTIONS:+:}quarantine_size_mb=4 \
+  "$target" --listen "127.0.0.1:$port" --lun ram:64M,prealloc --threads 2 \
+  >"$tmp/url" 2>"$tmp/target.log" &
+tpid=$!
+for _ in $(seq 300); do [ -s "$tmp/url" ] && break; sleep 0.1; done
+url=$(head -1 "$tmp/url")
+case $url in iscsi://*) ;; *) cat "$tmp/target.log"; fail "linerate-target printed no URL" ;; esac
+grep -q "INFO .*67108864 bytes preallocated" "$tmp/target.log" ||
+  { cat "$tmp/target.log"; fail "no 'preallocated' log line"; }
+# resident memory: RSS, plus pages from the huge page pool (MAP_HUGETLB), which RSS leaves out
+mem_kib() { awk '/^(VmRSS|HugetlbPages):/ { s += $2 } END { print s }' "/proc/$tpid/status"; }
+rss=$(mem_kib)
+[ "$rss" -ge 65536 ] || fail "resident $rss KiB, less than the 64 MiB LUN preallocated"
+# GET LBA STATUS: a fully provisioned LUN (no LBPME) is all data, written or not
+got=$(map_data)
+[ "$got" = "0+67108864" ] || fail "expected data at 0+67108864, qemu-img map says: $got"
+timeout 60 qemu-io -f raw -c "write -P 0xa5 3M 256k" "$url" >/dev/null 2>"$tmp/err" ||
+  { cat "$tmp/err"; fail "qemu-io write to the preallocated LUN failed"; }
+timeout 60 qemu-io -f raw -c "read -P 0xa5 3M 256k" -c "read -P 0 0 3M" "$url" >/dev/null 2>"$tmp/err" ||
+  { cat "$tmp/err"; fail "read back from the preallocated LUN"; }
+[ "$(mem_kib)" -le $((rss + 8192)) ] || fail "resident memory grew from $rss KiB writing a preallocated LUN"
+kill -0 "$tpid" 2>/dev/null || { cat "$tmp/target.log"; fail "linerate-target died"; }
+echo "PASS: thin RAM LUN, preallocated RAM LUN" >&2

@@ -270,6 +270,17 @@ static void test_spec_bad(void **state)
     expect_error("rbd:p/i,direct", "rbd:p/i: unknown or bad option 'direct'");
     expect_error("rbd:p/i,conf=", "rbd:p/i: unknown or bad option 'conf='");
     expect_error("ram:1G,prealloc,thin", "ram: unknown option 'thin'");
+    expect_error("ram:1G,preallocate", "ram: unknown option 'preallocate'");
+    {
+        /* more than the machine has is refused before anything is faulted in (no OOM kill) */
+        char want[256];
+        unsigned long long phys =
+            (unsigned long long)sysconf(_SC_PHYS_PAGES) * (unsigned long long)sysconf(_SC_PAGESIZE);
+        snprintf(want, sizeof(want),
+                 "ram: cannot preallocate %llu bytes: this machine has %llu bytes of memory",
+                 1ull << 50, phys);
+        expect_error("ram:1024T,prealloc", want);
+    }
     expect_error("ram:1G,ro,x", "ram: unknown option 'ro'");
     expect_error("file:", "file: path missing");
     expect_error("file:,size=1M", "file: path missing");
