@@ -216,28 +216,61 @@ static void pdu_map_task_data(struct wire_pdu *p, const struct scsi_task *st, ui
     p->dlen = len;
 }
 
-/* Data-In PDU k of a read as send_data_in() cut it: its offset and length, and whether it ends
- * a MaxBurstLength sequence (F). PDUs of din_pdu_len fill each burst of din_burst bytes, the
- * last of each burst and of the transfer shorter. */
+/* PDU j of a cut of [base, total) into PDUs of at most `pdu` bytes that also end at every
+ * multiple of `burst` (MaxBurstLength sequences, F on the last of each): its offset, length and
+ * F. base is 0 for the first transmission, a PDU's offset for a cut made anew (recut below). */
+static void cut_seg(uint32_t base, uint32_t pdu, uint32_t burst, uint32_t total, uint32_t j,
+                    uint32_t *off, uint32_t *len, bool *final)
+{
+    uint32_t bend = (base / burst + 1) * burst; /* the end of base's burst */
+    if (bend > total)
+        bend = total;
+    uint32_t first = (bend - base + pdu - 1) / pdu; /* PDUs of base's (partial) burst */
+    uint32_t bstart = base, blen = bend - base;
+    if (j >= first) {
+        uint32_t ppb = (burst + pdu - 1) / pdu; /* PDUs per whole burst */
+        j -= first;
+        bstart = bend + j / ppb * burst;
+        blen = total - bstart < burst ? total - bstart : burst;
+        j %= ppb;
+    }
+    *off = bstart + j * pdu;
+    *len = blen - j * pdu < pdu ? blen - j * pdu : pdu;
+    *final = j * pdu + *len == blen;
+}
+
+static uint32_t cut_count(uint32_t base, uint32_t pdu, uint32_t burst, uint32_t total)
+{
+    if (base >= total)
+        return 0;
+    uint32_t bend = (base / burst + 1) * burst;
+    if (bend > total)
+        bend = total;
+    uint32_t ppb = (burst + pdu - 1) / pdu;
+    uint32_t rest = total - bend;
+    return (bend - base + pdu - 1) / pdu + rest / burst * ppb + (rest % burst + pdu - 1) / pdu;
+}
+
+/* Data-In PDU k of a read as it was last sent: from send_data_in()'s cut, or for DataSNs from
+ * din_recut_sn on from the cut a reassignment made anew (resend_data_in_from). */
 static void data_in_seg(const struct iscsi_task *t, uint32_t k, uint32_t *off, uint32_t *len,
                         bool *final)
 {
-    uint32_t ppb = (t->din_burst + t->din_pdu_len - 1) / t->din_pdu_len; /* PDUs per burst */
-    uint32_t b = k / ppb, j = k % ppb;
-    uint32_t bstart = b * t->din_burst;
-    uint32_t blen = t->din_total - bstart < t->din_burst ? t->din_total - bstart : t->din_burst;
-    *off = bstart + j * t->din_pdu_len;
-    *len = blen - j * t->din_pdu_len < t->din_pdu_len ? blen - j * t->din_pdu_len : t->din_pdu_len;
-    *final = j * t->din_pdu_len + *len == blen;
+    if (t->din_recut_pdu && k >= t->din_recut_sn)
+        cut_seg(t->din_recut_off, t->din_recut_pdu, t->din_burst, t->din_total, k - t->din_recut_sn,
+                off, len, final);
+    else
+        cut_seg(0, t->din_pdu_len, t->din_burst, t->din_total, k, off, len, final);
 }
 
 uint32_t cmd_data_in_count(const struct iscsi_task *t)
 {
     if (!t->din_total)
         return 0;
-    uint32_t ppb = (t->din_burst + t->din_pdu_len - 1) / t->din_pdu_len;
-    uint32_t full = t->din_total / t->din_burst, rest = t->din_total % t->din_burst;
-    return full * ppb + (rest + t->din_pdu_len - 1) / t->din_pdu_len;
+    if (t->din_recut_pdu)
+        return t->din_recut_sn +
+               cut_count(t->din_recut_off, t->din_recut_pdu, t->din_burst, t->din_total);
+    return cut_count(0, t->din_pdu_len, t->din_burst, t->din_total);
 }
 
 enum data_in_mode {
@@ -353,6 +386,7 @@ int cmd_resend_resegmented(struct iscsi_conn *c, struct iscsi_task *t, uint32_t 
     assert(t->state == TASK_RETAINED);
     if (t->din_total) {
         t->din_pdu_len = c->max_send_dsl;
+        t->din_recut_pdu = 0; /* one cut again, numbered from 0 */
         uint32_t count = cmd_data_in_count(t);
         for (uint32_t k = 0; k < count; k++) {
             uint32_t off, len;
@@ -1296,7 +1330,9 @@ static int resend_data_in_from(struct iscsi_conn *c, struct iscsi_task *t, uint3
     uint32_t off, len;
     bool final;
     data_in_seg(t, k0, &off, &len, &final);
-    if (t->din_pdu_len <= c->max_send_dsl) {
+    /* the PDU size of the cut DataSN k0 on belongs to (a cut made anew is only ever smaller) */
+    uint32_t cur = t->din_recut_pdu && k0 >= t->din_recut_sn ? t->din_recut_pdu : t->din_pdu_len;
+    if (cur <= c->max_send_dsl) {
         for (uint32_t k = k0; k < count; k++) {
             data_in_seg(t, k, &off, &len, &final);
             int rc = queue_data_in(c, t, k, off, len, final, DIN_REASSIGN);
@@ -1305,20 +1341,31 @@ static int resend_data_in_from(struct iscsi_conn *c, struct iscsi_task *t, uint3
         }
         return ISCSI_OK;
     }
-    uint32_t sn = k0, pdu = c->max_send_dsl;
-    while (off < t->din_total) {
-        uint32_t bend = (off / t->din_burst + 1) * t->din_burst;
-        if (bend > t->din_total)
-            bend = t->din_total;
-        uint32_t n = bend - off < pdu ? bend - off : pdu;
-        int rc = queue_data_in(c, t, sn++, off, n, off + n == bend, DIN_REASSIGN);
+    /* DataSN k0 on cut anew from PDU k0's offset; what came before keeps its cut, so that a
+     * Data SNACK for any DataSN, before or after k0, gets that PDU as it was last sent. */
+    uint32_t pdu = c->max_send_dsl;
+    if (t->din_recut_pdu && k0 > t->din_recut_sn) {
+        /* one cut made anew is recorded, not two: this one starts where that one did (the
+         * initiator takes the PDUs it had again, over the same bytes) */
+        k0 = t->din_recut_sn;
+        off = t->din_recut_off;
+    }
+    if (k0 == 0) {
+        t->din_pdu_len = pdu;
+        t->din_recut_pdu = 0;
+    } else {
+        t->din_recut_sn = k0;
+        t->din_recut_off = off;
+        t->din_recut_pdu = pdu;
+    }
+    count = cmd_data_in_count(t);
+    for (uint32_t k = k0; k < count; k++) {
+        data_in_seg(t, k, &off, &len, &final);
+        int rc = queue_data_in(c, t, k, off, len, final, DIN_REASSIGN);
         if (rc < 0)
             return rc;
-        off += n;
     }
-    if (k0 == 0) /* all of it cut anew: a Data SNACK later finds it as sent now */
-        t->din_pdu_len = pdu;
-    t->datasn_in = sn;
+    t->datasn_in = count;
     return ISCSI_OK;
 }
 

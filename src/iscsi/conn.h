@@ -145,6 +145,10 @@ struct iscsi_task {
      * offset and length follow, so a Data SNACK re-sends exact replicas (§11.16). */
     uint32_t statsn;
     uint32_t din_pdu_len, din_burst, din_total;
+    /* ERL 2: Data-In from DataSN din_recut_sn on were cut anew into PDUs of din_recut_pdu
+     * bytes from offset din_recut_off (a TASK REASSIGN to a connection taking smaller PDUs,
+     * §11.5.1); 0: one cut throughout. A Data SNACK replays whichever cut a DataSN had. */
+    uint32_t din_recut_sn, din_recut_off, din_recut_pdu;
     struct data_hole holes[ISCSI_MAX_HOLES]; /* write data to solicit again */
     unsigned nholes;
     uint64_t data_out_ms;           /* last Data-Out progress (the stall check) */

@@ -1216,6 +1216,49 @@ static void test_erl1_status_snack_run(void **state)
     tgt_free(t);
 }
 
+/* Non-task responses are kept for Status SNACK in a ring of the last 16: one overwritten
+ * cannot be sent again, and the SNACK is answered with a Reject (Protocol Error, §11.16,
+ * §11.17.1) rather than nothing, which would leave the initiator waiting. A run reaching such
+ * a StatSN gets what is kept, then the Reject. */
+static void test_erl1_status_snack_past_ring(void **state)
+{
+    (void)state;
+    struct tgt *t = up_erl1(false);
+    tgt_hold_expstatsn(t, true);
+    struct kept k[17];
+    for (uint32_t i = 0; i < 17; i++) {
+        struct tgt_pdu p;
+        tgt_pdu_nop_out(&p, 0x500 + i, ISCSI_RSVD_TAG, tgt_peek_cmdsn(t), true, NULL, 0);
+        tgt_send(t, &p);
+        struct tgt_rsp r = expect(t, ISCSI_OP_NOP_IN);
+        keep(&k[i], &r);
+        if (i)
+            assert_int_equal(r.statsn, k[i - 1].r.statsn + 1);
+    }
+    /* the first answer's copy was overwritten by the 17th */
+    send_snack(t, SNACK_STATUS, ISCSI_RSVD_TAG, k[0].r.statsn, 1);
+    struct tgt_rsp rj = expect(t, ISCSI_OP_REJECT);
+    assert_int_equal(rj.reason, 0x04);
+    assert_int_equal(rj.data[0] & 0x3f, ISCSI_OP_SNACK);
+    expect_none(t);
+    /* that Reject is kept too, and pushed out the second answer: a run over the second and
+     * third gets the third again, then the Reject for the second */
+    send_snack(t, SNACK_STATUS, ISCSI_RSVD_TAG, k[1].r.statsn, 2);
+    struct tgt_rsp r = expect(t, ISCSI_OP_NOP_IN);
+    assert_replica(&k[2], &r);
+    expect_reject(t, 0x04, ISCSI_OP_SNACK);
+    expect_none(t);
+    /* the ones still kept are served alone, without a Reject */
+    send_snack(t, SNACK_STATUS, ISCSI_RSVD_TAG, k[15].r.statsn, 2);
+    for (int i = 15; i < 17; i++) {
+        r = expect(t, ISCSI_OP_NOP_IN);
+        assert_replica(&k[i], &r);
+    }
+    expect_none(t);
+    assert_false(tgt_closed(t));
+    tgt_free(t);
+}
+
 /* A command retried with its ITT and CmdSN (§6.2.1): answered again from the retained task
  * while unacknowledged (the read's Data-In and status, exact replicas), ignored after. */
 static void test_erl1_command_retry(void **state)
@@ -2173,8 +2216,10 @@ static void test_erl2_reassign_read_smaller_pdus(void **state)
     tgt_kill(t);
     tgt_set_join_mrdsl(t, 2048);
     tgt_login_conn(t, 2, NULL);
+    tgt_hold_expstatsn(t, true);
     send_reassign(t, itt, 4); /* DataSN 4 began at 16 KiB */
     expect_tmf(t, 0);
+    static struct kept nk[16];
     for (uint32_t i = 0; i < 12; i++) {
         struct tgt_rsp d = expect(t, ISCSI_OP_DATA_IN);
         uint32_t off = 16384 + i * 2048;
@@ -2185,8 +2230,25 @@ static void test_erl2_reassign_read_smaller_pdus(void **state)
         bool burst_end = (off + 2048) % 16384 == 0 || off + 2048 == sizeof(buf);
         assert_int_equal(d.flags & ISCSI_FLAG_FINAL, burst_end ? ISCSI_FLAG_FINAL : 0);
         assert_int_equal(d.flags & ISCSI_DATAIN_STATUS, i == 11 ? ISCSI_DATAIN_STATUS : 0);
+        keep(&nk[4 + i], &d);
     }
     expect_none(t);
+    /* A Data SNACK gets the PDUs of the new cut (§11.16: exact replicas), the last with its
+     * status, and DataSNs past it are not sent. */
+    send_snack(t, SNACK_DATA, itt, 5, 2);
+    for (uint32_t i = 5; i < 7; i++) {
+        struct tgt_rsp d = expect(t, ISCSI_OP_DATA_IN);
+        assert_replica(&nk[i], &d);
+    }
+    expect_none(t);
+    send_snack(t, SNACK_DATA, itt, 14, 0);
+    for (uint32_t i = 14; i < 16; i++) {
+        struct tgt_rsp d = expect(t, ISCSI_OP_DATA_IN);
+        assert_replica(&nk[i], &d);
+    }
+    expect_none(t);
+    send_snack(t, SNACK_DATA, itt, 16, 1);
+    expect_reject(t, 0x04, ISCSI_OP_SNACK);
     tgt_free(t);
 }
 
@@ -2229,6 +2291,7 @@ int main(void)
         cmocka_unit_test(test_erl1_retained_until_expstatsn),
         cmocka_unit_test(test_erl1_data_snack_replicas),
         cmocka_unit_test(test_erl1_status_snack_run),
+        cmocka_unit_test(test_erl1_status_snack_past_ring),
         cmocka_unit_test(test_erl1_command_retry),
         cmocka_unit_test(test_erl1_data_out_gap_recovery_r2t),
         cmocka_unit_test(test_erl1_data_out_bad_digest),
