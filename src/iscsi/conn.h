@@ -319,8 +319,10 @@ struct iscsi_session {
     uint64_t taken[ISCSI_CMD_WINDOW / 64];
     int refs;
     bool closing;
-    /* A connection of this session died: CmdSNs it carried may never arrive (ERL 0). */
+    /* A connection of this session died: CmdSNs it carried may never arrive, and none of them
+     * is past lost_upto (the MaxCmdSN granted when it died; the latest such death). */
     bool lost_conn;
+    uint32_t lost_upto;
     bool logged_out; /* a Logout ends it: its end is no I_T nexus loss to report */
     bool loss_done;  /* its end was seen (last connection gone, or reinstated): UA raised once */
     /* ERL 2: the tasks of connections that died or were logged out for recovery, one group per
@@ -499,8 +501,11 @@ void session_cmd_done(struct iscsi_session *s);
 void session_cmdsn_cancel(struct iscsi_session *s, struct cmdsn_wait *w);
 /* The release of a task's cmdsn_wait: onto its connection's released list, with one kick. */
 void session_release_task(struct cmdsn_wait *w);
+/* A connection of s died: the CmdSNs the window granted so far may never all arrive. */
+void session_note_lost_conn(struct iscsi_session *s);
 /* Called once a second per connection: after a connection loss, a CmdSN gap that has held
- * commands back for ISCSI_GAP_GRACE_MS is given up and the window moves on. */
+ * commands back for ISCSI_GAP_GRACE_MS is given up and the window moves on, up to the MaxCmdSN
+ * granted when the connection died. */
 void session_check_gap(struct iscsi_session *s, uint64_t now_ms);
 /* The ExpCmdSN / MaxCmdSN pair for a response. */
 void session_window(struct iscsi_session *s, uint32_t *exp, uint32_t *max);
