@@ -988,8 +988,10 @@ int cmd_handle_data_out_header(struct iscsi_conn *c, struct iscsi_pdu_in *p)
     uint32_t len = p->dlen;
     const char *err = NULL, *seq_err = NULL;
     bool erl1 = conn_erl(c) >= 1;
-    if (erl1)
+    if (erl1) {
         t->data_out_ms = c->last_rx_ms;
+        t->stall_rounds = 0;
+    }
     if (ttt == ISCSI_RSVD_TAG) {
         if (erl1 && !t->seq_failed &&
             data_out_gap(t->unsol_datasn, t->unsol_next_off, datasn, off,
@@ -1133,7 +1135,12 @@ int cmd_handle_data_out_done(struct iscsi_conn *c, struct iscsi_pdu_in *p)
 /* ERL >= 1: a write whose Data-Out stopped (the final PDU of a sequence, or an R2T, lost on the
  * way) would wait for ever: after ISCSI_DATA_OUT_STALL_MS without progress, what is missing of
  * each open sequence becomes a hole, the sequence is closed, and recovery R2Ts solicit the
- * holes under new TTTs (§7.9). */
+ * holes under new TTTs (§7.9). An initiator that answers none of ISCSI_DATA_OUT_STALL_ROUNDS
+ * such rounds is not recovering this command: rather than wait for ever (or drop a connection
+ * that carries other commands), the command alone ends with CHECK CONDITION, ABORTED COMMAND,
+ * 47h/05h, the termination §7.8 b and §7.9 give the target for data it does not recover; what
+ * still comes for it is dropped (its task is gone). Within-command recovery is the target's
+ * choice (§7.1.4.1 lets it end the command instead), so this stays inside ERL 1. */
 int cmd_check_stalled(struct iscsi_conn *c, uint64_t now_ms)
 {
     struct list_node *n, *tmp;
@@ -1150,6 +1157,7 @@ int cmd_check_stalled(struct iscsi_conn *c, uint64_t now_ms)
         if (now_ms - t->data_out_ms < ISCSI_DATA_OUT_STALL_MS)
             continue;
         t->data_out_ms = now_ms;
+        bool give_up = ++t->stall_rounds > ISCSI_DATA_OUT_STALL_ROUNDS;
         bool room = true;
         for (unsigned i = 0; i < ISCSI_MAX_R2T; i++) {
             struct r2t_seq *seq = &t->r2t[i];
@@ -1163,12 +1171,15 @@ int cmd_check_stalled(struct iscsi_conn *c, uint64_t now_ms)
             room = room && hole_add(t, t->unsol_next_off, t->unsol_remaining);
             t->unsol_remaining = 0;
         }
-        CONN_LOG_LIMITED(c, LOG_LVL_INFO,
-                         "%s: ITT 0x%08x: Data-Out stalled; soliciting the missing data again",
-                         c->peer, t->itt);
+        if (!give_up)
+            CONN_LOG_LIMITED(c, LOG_LVL_INFO,
+                             "%s: ITT 0x%08x: Data-Out stalled; soliciting the missing data again",
+                             c->peer, t->itt);
         int rc;
-        if (!room) {
-            data_out_sequence_failed(c, t, "too many Data-Out PDUs lost", ISCSI_RSVD_TAG, 0, 0, 0);
+        if (!room || give_up) {
+            data_out_sequence_failed(
+                c, t, give_up ? "no Data-Out for the recovery R2Ts" : "too many Data-Out PDUs lost",
+                ISCSI_RSVD_TAG, 0, 0, 0);
             data_out_maybe_terminate(t);
             rc = cmd_maybe_exec(c, t);
         } else {
@@ -1424,6 +1435,7 @@ static int reassign_data_out(struct iscsi_conn *c, struct iscsi_task *t)
                                  "TASK REASSIGN",
                                  ISCSI_RSVD_TAG, 0, 0, 0);
     t->data_out_ms = reactor_now_ms();
+    t->stall_rounds = 0; /* a new connection: its own rounds */
     conn_task_hash_add(c, t);
     if (!t->refused && !t->seq_failed && (t->nholes || t->r2t_offset < t->data_expected)) {
         int rc = send_r2ts(c, t);

@@ -39,6 +39,9 @@
 /* ERL >= 1: a write whose Data-Out stops arriving for this long with sequences still open
  * (their final PDU lost) has the missing ranges solicited again by recovery R2Ts (§7.9). */
 #define ISCSI_DATA_OUT_STALL_MS 500u
+/* ... and after this many such rounds with not one Data-Out for the command, it ends with CHECK
+ * CONDITION (its connection stays). */
+#define ISCSI_DATA_OUT_STALL_ROUNDS 4u
 #define ISCSI_GAP_GRACE_MS 2000u
 /* Bytes of command buffers (stores that are not RAM) one connection may hold at once. */
 #define ISCSI_CONN_BUF_BUDGET (64u << 20) /* MaxOutstandingR2T we accept at most */
@@ -152,6 +155,7 @@ struct iscsi_task {
     struct data_hole holes[ISCSI_MAX_HOLES]; /* write data to solicit again */
     unsigned nholes;
     uint64_t data_out_ms;           /* last Data-Out progress (the stall check) */
+    unsigned stall_rounds;          /* re-solicits since then (ISCSI_DATA_OUT_STALL_ROUNDS) */
     struct list_node retained_node; /* conn->retained, in StatSN order */
     unsigned refs;                  /* see above; on the connection's thread only */
     uint32_t buf_charge;            /* bytes of conn->buf_bytes this task holds */

@@ -1604,6 +1604,54 @@ static void test_erl1_data_out_stall(void **state)
     tgt_free(t);
 }
 
+/* An initiator that answers none of the recovery R2Ts: after ISCSI_DATA_OUT_STALL_ROUNDS
+ * re-solicits the command alone ends with CHECK CONDITION, ABORTED COMMAND, 47h/05h (§7.8 b,
+ * §7.9); the connection stays, what still comes for the command is dropped, and the next
+ * command runs. */
+static void test_erl1_data_out_stall_gives_up(void **state)
+{
+    (void)state;
+    struct tgt *t = up_erl1(false);
+    static uint8_t buf[24576];
+    fill(buf, sizeof(buf), 35);
+    uint8_t cdb[16];
+    tgt_cdb_rw10(cdb, WRITE10, 700, 48);
+    struct tgt_pdu p;
+    uint32_t itt = tgt_new_itt(t);
+    tgt_pdu_scsi_cmd(&p, itt, tgt_next_cmdsn(t), cdb, sizeof(buf),
+                     ISCSI_FLAG_FINAL | ISCSI_CMD_WRITE, buf, 8192);
+    tgt_send(t, &p);
+    struct tgt_rsp r0 = expect(t, ISCSI_OP_R2T);
+    expect_none(t);
+    unsigned ms = 0;
+    for (unsigned round = 1; round <= 4; round++) {
+        ms += 5000;
+        tgt_timer_after(t, ms);
+        struct tgt_rsp rr = expect(t, ISCSI_OP_R2T);
+        expect_none(t);
+        assert_int_equal(rr.offset, r0.offset);
+        assert_int_equal(rr.desired_len, r0.desired_len);
+        assert_int_equal(rr.datasn, round); /* R2TSN */
+    }
+    ms += 5000;
+    tgt_timer_after(t, ms);
+    struct tgt_rsp r = expect(t, ISCSI_OP_SCSI_RSP);
+    expect_none(t);
+    assert_int_equal(r.itt, itt);
+    assert_int_equal(r.status, 0x02);
+    assert_true(r.has_sense);
+    assert_int_equal(r.sense_key, 0x0b);
+    assert_int_equal(r.asc, 0x47);
+    assert_int_equal(r.ascq, 0x05);
+    /* the data turns up now: dropped, the connection stays */
+    tgt_pdu_data_out(&p, itt, r0.ttt, 0, r0.offset, buf + r0.offset, 4096, false);
+    tgt_send(t, &p);
+    expect_none(t);
+    assert_false(tgt_closed(t));
+    expect_good(t, send_tur(t, tgt_next_cmdsn(t), false));
+    tgt_free(t);
+}
+
 /* R-Data SNACK (§11.16.3): the read's data again, cut to the current MRDSL, without the status
  * in the last Data-In, then a SCSI Response with the SNACK Tag and the original StatSN. */
 static void test_erl1_rdata_snack(void **state)
@@ -2299,6 +2347,7 @@ int main(void)
         cmocka_unit_test(test_erl1_command_bad_digest_retried),
         cmocka_unit_test(test_erl1_r2t_snack),
         cmocka_unit_test(test_erl1_data_out_stall),
+        cmocka_unit_test(test_erl1_data_out_stall_gives_up),
         cmocka_unit_test(test_erl1_rdata_snack),
         cmocka_unit_test(test_erl1_retained_bound),
         cmocka_unit_test(test_erl0_snack_unchanged),
