@@ -1971,6 +1971,40 @@ static void test_erl2_reassign_unknown_or_allegiant(void **state)
     tgt_free(t);
 }
 
+/* TASK REASSIGN moves a SCSI command (§7.2.2: "continue an already active command"); a Text,
+ * TMF or Logout request is no such task and is not kept when its connection goes, so its ITT
+ * is answered "task does not exist" (1), as for any ITT the target does not hold: the
+ * initiator's answer to 1 for a CmdSN not yet acknowledged is to issue the request again. */
+static void test_erl2_reassign_non_scsi(void **state)
+{
+    (void)state;
+    struct tgt *t = up_erl2();
+    int c2 = tgt_login_conn(t, 2, NULL);
+    tgt_use(t, 0);
+    static const char all[] = "SendTargets=All";
+    struct tgt_pdu p;
+    tgt_pdu_text(&p, 0x700, tgt_next_cmdsn(t), all, sizeof(all));
+    tgt_send(t, &p);
+    expect(t, ISCSI_OP_TEXT_RSP);
+    tgt_pdu_tmf(&p, ISCSI_TMF_ABORT_TASK, 0x701, 0x7777, tgt_peek_cmdsn(t), tgt_peek_cmdsn(t),
+                true);
+    tgt_send(t, &p);
+    expect(t, ISCSI_OP_TMF_RSP);
+    tgt_kill(t);
+    tgt_use(t, c2);
+    struct tgt_rsp r = send_logout(t, ISCSI_LOGOUT_REMOVE_FOR_RECOVERY, 1);
+    assert_int_equal(r.response, 0);
+    send_reassign(t, 0x700, 0);
+    expect_tmf(t, ISCSI_TMF_RSP_NO_TASK);
+    send_reassign(t, 0x701, 0);
+    expect_tmf(t, ISCSI_TMF_RSP_NO_TASK);
+    send_reassign(t, r.itt, 0); /* the Logout just answered */
+    expect_tmf(t, ISCSI_TMF_RSP_NO_TASK);
+    expect_none(t);
+    assert_false(tgt_closed(t));
+    tgt_free(t);
+}
+
 /* Below ERL 2 allegiance reassignment is not supported (§7.2.2): response 4. */
 static void test_erl1_reassign_refused(void **state)
 {
@@ -2356,6 +2390,7 @@ int main(void)
         cmocka_unit_test(test_erl2_reassign_write),
         cmocka_unit_test(test_erl2_reassign_status_lost),
         cmocka_unit_test(test_erl2_reassign_unknown_or_allegiant),
+        cmocka_unit_test(test_erl2_reassign_non_scsi),
         cmocka_unit_test(test_erl1_reassign_refused),
         cmocka_unit_test(test_erl2_time2retain_expiry),
         cmocka_unit_test(test_erl2_reinstatement_keeps_tasks),
