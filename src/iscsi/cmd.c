@@ -1139,8 +1139,7 @@ int cmd_handle_data_out_done(struct iscsi_conn *c, struct iscsi_pdu_in *p)
  * such rounds is not recovering this command: rather than wait for ever (or drop a connection
  * that carries other commands), the command alone ends with CHECK CONDITION, ABORTED COMMAND,
  * 47h/05h, the termination §7.8 b and §7.9 give the target for data it does not recover; what
- * still comes for it is dropped (its task is gone). Within-command recovery is the target's
- * choice (§7.1.4.1 lets it end the command instead), so this stays inside ERL 1. */
+ * still comes for it is dropped (its task is gone). */
 int cmd_check_stalled(struct iscsi_conn *c, uint64_t now_ms)
 {
     struct list_node *n, *tmp;

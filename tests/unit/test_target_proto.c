@@ -1971,7 +1971,7 @@ static void test_erl2_reassign_unknown_or_allegiant(void **state)
     tgt_free(t);
 }
 
-/* TASK REASSIGN moves a SCSI command (§7.2.2: "continue an already active command"); a Text,
+/* TASK REASSIGN continues a SCSI command already under way (§7.2.2); a Text,
  * TMF or Logout request is no such task and is not kept when its connection goes, so its ITT
  * is answered "task does not exist" (1), as for any ITT the target does not hold: the
  * initiator's answer to 1 for a CmdSN not yet acknowledged is to issue the request again. */
