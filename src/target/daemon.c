@@ -591,6 +591,9 @@ int target_main(int argc, char **argv)
         return TARGET_EXIT_RUNTIME;
     }
     target_config_init(&d->cfg);
+    /* Lines logged while the config is read already go to the journal in its form; syslog,
+     * if asked for, takes over once the command line and the file have been read. */
+    log_set_dest(LOG_DEST_STDERR, "linerate-target");
     int rc = target_cli_parse(&d->cfg, argc, argv);
     if (rc >= 0) {
         target_config_free(&d->cfg);
@@ -598,7 +601,8 @@ int target_main(int argc, char **argv)
         return rc;
     }
     log_set_level(d->cfg.log_level);
-    log_set_dest(d->cfg.log_syslog ? LOG_DEST_SYSLOG : LOG_DEST_STDERR, "linerate-target");
+    if (d->cfg.log_syslog)
+        log_set_dest(LOG_DEST_SYSLOG, "linerate-target");
 
     sigset_t set;
     block_signals(&set);
