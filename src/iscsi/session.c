@@ -178,7 +178,10 @@ static void session_table_remove(struct iscsi_session *s)
         session_table_count(srv, s, -1);
     }
     pthread_mutex_unlock(&srv->sessions_lock);
-    LOG_INFO("session TSIH %u of %s ended", s->tsih, s->initiator_name);
+    char ini[2 * ISCSI_NAME_MAX + 3];
+    LOG_INFO("event=session-end initiator=%s%s%s tsih=%u",
+             log_quote(ini, sizeof(ini), s->initiator_name), s->node ? " target=" : "",
+             s->node ? s->node->name : "", s->tsih);
     if (in_table)
         session_put(s); /* the table's reference */
 }
@@ -322,7 +325,9 @@ void session_reinstate(struct iscsi_server *srv, const char *initiator, const ui
         if (!s || s->node != node || memcmp(s->isid, isid, 6) != 0 ||
             strcmp(s->initiator_name, initiator) != 0)
             continue;
-        LOG_INFO("session TSIH %u of %s reinstated by a new login", s->tsih, initiator);
+        char ini[2 * ISCSI_NAME_MAX + 3];
+        LOG_INFO("event=session-reinstated initiator=%s target=%s tsih=%u",
+                 log_quote(ini, sizeof(ini), initiator), node->name, s->tsih);
         srv->sessions[i] = NULL; /* the new session must not find it */
         session_table_count(srv, s, -1);
         pthread_mutex_lock(&s->lock);
