@@ -99,7 +99,8 @@ struct bs_ops {
      * exports the image), for state that must agree across them: persistent reservations.
      * `name` is a short tag ("pr"); the store derives the object's name from the medium's.
      * All block on the cluster: call them off the reactors.
-     * obj_read: the content, malloc'd into *buf (NULL, *len 0 when the object does not exist),
+     * obj_read: the content, malloc'd into *buf with a NUL after its *len bytes (NULL, *len 0
+     * when the object does not exist),
      * and its version (0 when it does not exist). 0 or -errno.
      * obj_write: replace the content if its version is still ver (0: the object must not
      * exist yet), atomically in the cluster; -ECANCELED when someone changed it first; the

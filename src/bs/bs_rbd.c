@@ -319,15 +319,16 @@ static int bs_rbd_obj_read(struct bs *bs, const char *name, char **buf, size_t *
     char *d = malloc(RBD_OBJ_MAX);
     if (!d)
         return -ENOMEM;
-    int ret = rados_read(b->obj_ioctx, oid, d, RBD_OBJ_MAX, 0);
+    int ret = rados_read(b->obj_ioctx, oid, d, RBD_OBJ_MAX - 1, 0);
     if (ret == -ENOENT) {
         free(d);
         return 0;
     }
-    if (ret < 0 || ret == (int)RBD_OBJ_MAX) {
+    if (ret < 0 || ret == (int)RBD_OBJ_MAX - 1) {
         free(d);
         return ret < 0 ? ret : -EFBIG;
     }
+    d[ret] = '\0';
     *ver = rados_get_last_version(b->obj_ioctx);
     *buf = d;
     *len = (size_t)ret;

@@ -57,10 +57,10 @@ static void offload_start(void)
 
 void scsi_offload_submit(struct scsi_offload *o)
 {
-    o->r = reactor_self();
+    o->r = o->detached ? NULL : reactor_self();
     o->msg = (struct reactor_msg){0};
     o->next = NULL;
-    if (!o->r) {
+    if (!o->r && !o->detached) {
         /* no reactor to come back to (unit tests, the control thread): blocking is allowed */
         o->work(o);
         o->done(o);
