@@ -112,12 +112,13 @@ struct bs_ops {
                      uint64_t *newver);
     int (*obj_notify)(struct bs *bs, const char *name, const void *buf, size_t len,
                       unsigned timeout_ms);
-    /* Watch the object (it must exist): cb(arg, buf, len) for every notify, on a store thread,
-     * acknowledged to the notifier once cb returns; cb(arg, NULL, 0) when the watch broke and
-     * notifies may have been missed (call obj_watch again to re-arm it). One watch per store,
-     * ended by close. 0 or -errno. */
+    /* Watch the object (it must exist): cb(arg, buf, len, 0) for every notify, on a store
+     * thread, acknowledged to the notifier once cb returns; cb(arg, NULL, 0, -errno) when the
+     * watch broke and notifies may have been missed (call obj_watch again to re-arm it;
+     * -ESHUTDOWN: the cluster fenced this client, the store fails everything from now on).
+     * One watch per store, ended by close. 0 or -errno. */
     int (*obj_watch)(struct bs *bs, const char *name,
-                     void (*cb)(void *arg, const void *buf, size_t len), void *arg);
+                     void (*cb)(void *arg, const void *buf, size_t len, int err), void *arg);
 };
 
 struct bs {

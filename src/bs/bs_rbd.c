@@ -45,7 +45,7 @@ struct bs_rbd {
     bool have_obj_ioctx;
     uint64_t watch; /* rados_watch2 handle, 0: none */
     char watch_oid[200];
-    void (*watch_cb)(void *arg, const void *buf, size_t len);
+    void (*watch_cb)(void *arg, const void *buf, size_t len, int err);
     void *watch_arg;
 };
 
@@ -382,7 +382,7 @@ static void rbd_watch_cb(void *arg, uint64_t notify_id, uint64_t handle, uint64_
 {
     (void)notifier_id;
     struct bs_rbd *b = arg;
-    b->watch_cb(b->watch_arg, data, data_len);
+    b->watch_cb(b->watch_arg, data, data_len, 0);
     rados_notify_ack(b->ioctx, b->watch_oid, notify_id, handle, NULL, 0);
 }
 
@@ -392,11 +392,11 @@ static void rbd_watch_err(void *arg, uint64_t handle, int err)
     struct bs_rbd *b = arg;
     LOG_WARN("rbd:%s: watch on %s broke (%s): re-arming it", b->image_name, b->watch_oid,
              strerror(-err));
-    b->watch_cb(b->watch_arg, NULL, 0);
+    b->watch_cb(b->watch_arg, NULL, 0, err);
 }
 
 static int bs_rbd_obj_watch(struct bs *bs, const char *name,
-                            void (*cb)(void *arg, const void *buf, size_t len), void *arg)
+                            void (*cb)(void *arg, const void *buf, size_t len, int err), void *arg)
 {
     struct bs_rbd *b = bs->priv;
     if (b->watch) {

@@ -18,10 +18,11 @@
  * command complete. So once an initiator has been told its reservation is taken, every gateway
  * that answered the notify refuses conflicting commands. A gateway that does not answer within
  * PR_NOTIFY_TIMEOUT_MS (dead or cut off) is logged; its own watch breaks, and until it has
- * re-read the object it refuses every command that the reservation rules check
- * (RESERVATION CONFLICT) rather than act on a stale copy. PERSISTENT RESERVE IN re-reads the
- * object first. The state outlives any one gateway: it belongs to the image, as the
- * registrations of a disk belong to the disk (PTPL_C is reported; APTPL is recorded). */
+ * re-read the object it refuses every command that the reservation rules check (ABORTED
+ * COMMAND / TIMEOUT ON LOGICAL UNIT, which initiators retry) rather than act on a stale copy.
+ * PERSISTENT RESERVE IN re-reads the object first. The state outlives any one gateway: it belongs
+ * to the image, as the registrations of a disk belong to the disk (PTPL_C is reported; APTPL is
+ * recorded). */
 #include <assert.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -81,6 +82,7 @@ struct pr_state {
     uint64_t version; /* shared: the object version the mirror holds */
     uint64_t token;   /* shared: names this gateway in its notifies */
     unsigned jobs;    /* shared: helper-thread jobs in flight (lu->lock) */
+    bool closing;     /* shared: pr_lun_drain waits; a failing re-read stops retrying */
     pthread_cond_t idle;
 };
 
@@ -648,7 +650,7 @@ static void shared_commit(struct pr_job *j)
     j->sr = SR_LU_TIMEOUT;
 }
 
-static void pr_notified(void *arg, const void *buf, size_t len);
+static void pr_notified(void *arg, const void *buf, size_t len, int err);
 
 static void job_work(struct scsi_offload *o)
 {
@@ -683,7 +685,13 @@ static void job_done(struct scsi_offload *o)
     struct pr_job *j = (struct pr_job *)o;
     struct scsi_lun *lu = j->lu;
     struct pr_state *ps = lu->pr;
-    if (j->kind == PRJ_RELOAD && j->err < 0) {
+    if (j->kind == PRJ_RELOAD && j->err == -ESHUTDOWN) {
+        /* fenced meanwhile: the store refuses everything; a stale mirror no longer matters */
+        pthread_mutex_lock(&lu->lock);
+        ps->stale = false;
+        resv_update(lu);
+        pthread_mutex_unlock(&lu->lock);
+    } else if (j->kind == PRJ_RELOAD && j->err < 0 && !ps->closing) {
         /* still cut off from the cluster: try again in a second (the mirror stays stale, so
          * the LUN refuses what the reservation rules check) */
         LOG_WARN("LUN %" PRIu64 " (%s): cannot re-read the reservation state: %s", lu->id,
@@ -759,10 +767,12 @@ static void job_run(struct scsi_task *t, enum pr_kind kind)
 
 /* The watch (a store thread): a notify carries a newer state and the side effects for this
  * gateway's nexuses; a broken watch (buf NULL) makes the mirror stale until re-read. */
-static void pr_notified(void *arg, const void *buf, size_t len)
+static void pr_notified(void *arg, const void *buf, size_t len, int err)
 {
     struct scsi_lun *lu = arg;
     struct pr_state *ps = lu->pr;
+    if (!buf && err == -ESHUTDOWN)
+        return; /* fenced: the store refuses every command from now on (bs_rbd.c) */
     if (!buf) {
         pthread_mutex_lock(&lu->lock);
         bool was = ps->stale;
@@ -787,16 +797,16 @@ static void pr_notified(void *arg, const void *buf, size_t len)
     if (f)
         sscanf(f + 1, "from %" SCNx64, &from);
     struct pr_state fresh = {.shared = true, .ptpl_c = true};
-    char err[PR_PORT_MAX + 64];
-    if (ver && state_parse(&fresh, text, true, "reservation notify", err, sizeof(err)) == 0) {
+    char why[PR_PORT_MAX + 64] = "no version";
+    if (ver && state_parse(&fresh, text, true, "reservation notify", why, sizeof(why)) == 0) {
         pthread_mutex_lock(&lu->lock);
         mirror_install(lu, &fresh, ver);
         pthread_mutex_unlock(&lu->lock);
         if (from != ps->token) /* the sender carried out its own */
             fx_apply(lu, text);
     } else {
-        LOG_WARN("LUN %" PRIu64 " (%s): ignoring a malformed reservation notify", lu->id,
-                 lu->bs->desc);
+        LOG_WARN("LUN %" PRIu64 " (%s): ignoring a malformed reservation notify: %s", lu->id,
+                 lu->bs->desc, why);
     }
     state_clear(&fresh);
     free(text);
@@ -888,6 +898,7 @@ void pr_lun_drain(struct scsi_lun *lu)
     if (!ps)
         return;
     pthread_mutex_lock(&lu->lock);
+    ps->closing = true;
     while (ps->jobs)
         pthread_cond_wait(&ps->idle, &lu->lock);
     pthread_mutex_unlock(&lu->lock);
@@ -938,8 +949,11 @@ scsi_sr pr_check(struct scsi_task *t, const struct scsi_cmd *c, unsigned resv)
     if (ps->stale) {
         /* shared state this gateway may have missed changes of: only the commands that go
          * to the cluster themselves (PERSISTENT RESERVE IN/OUT) and those no reservation
-         * restricts pass until it has been re-read */
-        conflict = cls != PRC_PR && cls != PRC_ALLOW;
+         * restricts pass until it has been re-read; the others end in ABORTED COMMAND /
+         * TIMEOUT ON LOGICAL UNIT, which initiators retry */
+        bool refuse = cls != PRC_PR && cls != PRC_ALLOW;
+        pthread_mutex_unlock(&lu->lock);
+        return refuse ? SR_LU_TIMEOUT : SR_OK;
     } else if (ps->spc2[0]) {
         /* SPC-2 §5.5.1: PERSISTENT RESERVE IN/OUT conflict whoever holds the RESERVE;
          * RESERVE/RELEASE decide for themselves; other commands pass only for the holder. */
