@@ -3,8 +3,9 @@
 # rbd image of scripts/ceph-mini's cluster under the same target name, each on its own port;
 # target_rbd_pr.py drives initiators through both (reservation through A against writes
 # through B, RELEASE, PREEMPT with its unit attention on the other gateway, CLEAR, SPC-2
-# RESERVE(6), concurrent REGISTERs through both gateways). Then gateway B is restarted: it
-# reads the state back from the cluster. Skipped (77) without Ceph or librbd; never a mock.
+# RESERVE(6), concurrent REGISTERs through both gateways); libiscsi's reservation suites run
+# with one URL per gateway (their second initiator goes through B). Then gateway B is
+# restarted: it reads the state back from the cluster. Skipped (77) without Ceph or librbd; never a mock.
 . "$(dirname "$0")/lt_lib.sh"
 need python3
 start_ceph
@@ -52,6 +53,24 @@ start_b
 python3 "$IT_DIR/target_rbd_pr.py" "$PORT" "$PORT_B" "$iqn" >"$WORK/pr.out" 2>&1 ||
     { cat "$WORK/pr.out" >&2; echo "--- gateway B log:" >&2; tail -n 20 "$WORK/b.log" >&2; fail "target_rbd_pr.py"; }
 sed 's/^/  /' "$WORK/pr.out"
+
+# libiscsi's reservation tests take their second initiator from the second URL when given two
+# (mp_sds[1]): with one URL per gateway every two-initiator test runs across gateways.
+if command -v iscsi-test-cu >/dev/null 2>&1; then
+    for suite in ProutRegister ProutReserve ProutClear ProutPreempt PrinReadKeys \
+        PrinReportCapabilities PrinServiceactionRange Reserve6; do
+        timeout 300 iscsi-test-cu -d -t "SCSI.$suite" "iscsi://127.0.0.1:$PORT/$iqn/0" \
+            "iscsi://127.0.0.1:$PORT_B/$iqn/0" >"$WORK/tcu.out" 2>&1
+        # the "tests" row of the run summary: Total Ran Passed Failed Inactive
+        read -r total ran passed failed _ < <(awk '$1 == "tests" { print $2, $3, $4, $5, $6 }' \
+            "$WORK/tcu.out")
+        note "iscsi-test-cu SCSI.$suite through A and B: ${passed:-0}/${total:-0} passed"
+        [ -n "${total:-}" ] && [ "$total" -gt 0 ] && [ "$passed" = "$total" ] && [ "$failed" = 0 ] ||
+            { grep -E "Test:|FAILED|CU_ASSERT" "$WORK/tcu.out" | head -n 20 >&2; fail "iscsi-test-cu SCSI.$suite across gateways"; }
+    done
+else
+    note "iscsi-test-cu is not installed: libiscsi's reservation tests across gateways not run"
+fi
 
 note "the state is in the cluster: rados -p rbd get pr-disk.linerate-pr"
 rados -p rbd get pr-disk.linerate-pr "$WORK/obj" || fail "no reservation object in the pool"
