@@ -14,12 +14,18 @@ iqn=iqn.2026-12.org.linerate:it-rbd-pr
 lun=rbd:rbd/pr-disk,size=64M
 
 B_PID=""
+B_RC=""
 stop_b() {
     if [ -n "$B_PID" ]; then
         kill -TERM "$B_PID" 2>/dev/null
         wait "$B_PID" 2>/dev/null
+        B_RC=$?
         B_PID=""
     fi
+}
+stop_b_ok() {
+    stop_b
+    [ "$B_RC" = 0 ] || fail "gateway B exited $B_RC, not 0: $(tail -n 20 "$WORK/b.log")"
 }
 trap 'stop_b; it_cleanup' EXIT
 
@@ -88,7 +94,7 @@ param = struct.pack(">QQ4xB3x", 0, 0x5151515151515151, 0)
 st, sense, _ = s.scsi(struct.pack(">BBBxxIB", 0x5F, 0, 0, len(param), 0), write_data=param, timeout=30)
 sys.exit(0 if st == 0 else 1)
 PY
-stop_b
+stop_b_ok
 start_b
 IT_DIR=$IT_DIR python3 - "$PORT_B" "$iqn" <<'PY' || fail "READ KEYS through the restarted gateway B"
 import os, struct, sys
@@ -103,7 +109,7 @@ keys = [struct.unpack(">Q", d[8 + 8 * i:16 + 8 * i])[0] for i in range(n)]
 print("  READ KEYS through B after its restart:", [hex(k) for k in keys])
 sys.exit(0 if st == 0 and keys == [0x5151515151515151] else 1)
 PY
-stop_b
+stop_b_ok
 stop_target
 [ "$STOP_RC" -eq 0 ] || fail "gateway A exited $STOP_RC, not 0"
 note "passed"
