@@ -30,7 +30,7 @@
 #define CHECK SCSI_STATUS_CHECK_CONDITION
 
 enum { WE = 1, EA = 3 };
-enum { REGISTER, RESERVE, RELEASE, CLEAR, PREEMPT };
+enum { REGISTER, RESERVE, RELEASE, CLEAR, PREEMPT, PREEMPT_ABORT };
 
 /* ---- the shared object ---- */
 
@@ -120,7 +120,9 @@ static int obj_watch(struct bs *bs, const char *name,
 /* ---- two gateways ---- */
 
 struct gw {
-    struct scsi_target tg;
+    struct scsi_target tg; /* first: on_abort finds the gateway from it */
+    struct scsi_nexus *aborted;
+    unsigned naborted;
     struct bs_ops ops;
     struct scsi_nexus *n[3]; /* initiators 1, 2, 3 */
     struct scsi_task t;
@@ -130,9 +132,18 @@ struct fx {
     struct gw a, b;
 };
 
+static void on_abort(struct scsi_target *tg, struct scsi_nexus *n, struct scsi_lun *lu)
+{
+    (void)lu;
+    struct gw *g = (struct gw *)tg;
+    g->aborted = n;
+    g->naborted++;
+}
+
 static void gw_up(struct gw *g)
 {
     assert_int_equal(scsi_target_init(&g->tg, TGT_NAME, 1), 0);
+    g->tg.abort_nexus_tasks = on_abort;
     struct sfx_store *m;
     struct bs *bs = sfx_store_open(1 << 20, false, &m);
     g->ops = *bs->ops;
@@ -281,6 +292,23 @@ static void test_preempt_ua_across(void **state)
     assert_int_equal(take_ua(&f->b, 2), 0); /* the sender hears nothing */
 }
 
+/* PREEMPT AND ABORT through A: the preempted initiator's tasks are aborted on B, where its
+ * nexus is, and on A, where it has one too; the sender's are not. */
+static void test_preempt_abort_across(void **state)
+{
+    struct fx *f = *state;
+    assert_int_equal(prout(&f->a, 1, REGISTER, 0, 0, 0xa1), GOOD);
+    assert_int_equal(prout(&f->b, 2, REGISTER, 0, 0, 0xb2), GOOD);
+    assert_int_equal(prout(&f->b, 2, RESERVE, WE, 0xb2, 0), GOOD);
+    assert_int_equal(prout(&f->a, 1, PREEMPT_ABORT, EA, 0xa1, 0xb2), GOOD);
+    assert_int_equal(f->b.naborted, 1);
+    assert_ptr_equal(f->b.aborted, f->b.n[1]);
+    assert_int_equal(f->a.naborted, 1);
+    assert_ptr_equal(f->a.aborted, f->a.n[1]);
+    assert_int_equal(take_ua(&f->b, 2), 0x2a05);
+    assert_int_equal(rw(&f->b, 2, false), CONFLICT);
+}
+
 /* A broken watch: until the object is read again, what the reservation rules check ends in
  * ABORTED COMMAND / TIMEOUT ON LOGICAL UNIT (retried), not in a decision on a stale copy. */
 static void test_broken_watch(void **state)
@@ -318,6 +346,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_reserve_across, setup, teardown),
         cmocka_unit_test_setup_teardown(test_lost_race, setup, teardown),
         cmocka_unit_test_setup_teardown(test_preempt_ua_across, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_preempt_abort_across, setup, teardown),
         cmocka_unit_test_setup_teardown(test_broken_watch, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
