@@ -16,7 +16,14 @@
  * when an OSD does not answer within timeout= (rados_osd_op_timeout), -EROFS, -ENOSPC as
  * librbd says. -ESHUTDOWN (EBLOCKLISTED: the cluster fenced this client) is final: the store
  * logs it once and fails every later request at once with -ESHUTDOWN rather than queue I/O
- * that can never be written. */
+ * that can never be written.
+ *
+ * Besides the image: GET LBA STATUS from its allocation (rbd_diff_iterate2, whole objects;
+ * blocking, so lba_status_blocks sends it to the SCSI core's helper thread), and the shared
+ * object "<image>.linerate-<name>" in the image's pool (librados: versioned reads, writes
+ * asserting the version read, watch/notify) where persistent reservations live so that every
+ * gateway of the image agrees on them (pr.c). Those calls block too and come from the helper
+ * thread, or from where the LUN is created. */
 #include <limits.h>
 #include <rados/librados.h>
 #include <rbd/librbd.h>

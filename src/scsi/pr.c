@@ -503,20 +503,29 @@ static scsi_sr spc2_release(struct pr_state *ps, const char *me)
  * side effects written to fx. */
 static scsi_sr job_apply(struct pr_job *j, struct pr_state *ps, FILE *fx)
 {
+    scsi_sr sr = SR_OK;
     switch (j->kind) {
     case PRJ_OUT:
-        return prout_apply(j->t, ps, fx);
+        sr = prout_apply(j->t, ps, fx);
+        break;
     case PRJ_RESERVE:
-        return spc2_reserve(ps, j->port);
+        sr = spc2_reserve(ps, j->port);
+        break;
     case PRJ_RELEASE:
-        return spc2_release(ps, j->port);
+        sr = spc2_release(ps, j->port);
+        break;
     case PRJ_SPC2_DROP:
         if (!j->port[0] || strcmp(ps->spc2, j->port) == 0)
             ps->spc2[0] = '\0';
-        return SR_OK;
+        break;
     default:
-        return SR_OK;
+        break;
     }
+    /* APTPL ends with the last registration (SPC-4 §5.13.5); state_persist sees to it for the
+     * state file */
+    if (ps->shared && ps->nregs == 0)
+        ps->aptpl = false;
+    return sr;
 }
 
 /* In memory (RAM and file LUNs): under the LUN lock, the APTPL file kept in step; the side
