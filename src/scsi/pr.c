@@ -784,11 +784,12 @@ static void pr_notified(void *arg, const void *buf, size_t len, int err)
         return; /* fenced: the store refuses every command from now on (bs_rbd.c) */
     if (!buf) {
         pthread_mutex_lock(&lu->lock);
-        bool was = ps->stale;
+        /* one re-read at a time, and none once pr_lun_drain has started (the LUN goes) */
+        bool skip = ps->stale || ps->closing;
         ps->stale = true;
         resv_update(lu);
         pthread_mutex_unlock(&lu->lock);
-        struct pr_job *j = was ? NULL : job_new(lu, NULL, PRJ_RELOAD, "");
+        struct pr_job *j = skip ? NULL : job_new(lu, NULL, PRJ_RELOAD, "");
         if (j)
             job_submit(j);
         return;
