@@ -75,14 +75,15 @@ struct pr_state {
     bool aptpl;               /* activate persist through power loss is in force */
     char spc2[PR_PORT_MAX];   /* SPC-2 RESERVE holder; "" when none */
     /* not part of the state itself: */
-    char *path;       /* APTPL state file; NULL: none */
-    bool ptpl_c;      /* APTPL can be honoured (a state file or the shared object) */
-    bool shared;      /* the state lives in the store's shared object (see the top) */
-    bool stale;       /* shared: the watch broke; the mirror may be behind until re-read */
-    uint64_t version; /* shared: the object version the mirror holds */
-    uint64_t token;   /* shared: names this gateway in its notifies */
-    unsigned jobs;    /* shared: helper-thread jobs in flight (lu->lock) */
-    bool closing;     /* shared: pr_lun_drain waits; a failing re-read stops retrying */
+    char *path;         /* APTPL state file; NULL: none */
+    bool ptpl_c;        /* APTPL can be honoured (a state file or the shared object) */
+    bool shared;        /* the state lives in the store's shared object (see the top) */
+    bool stale;         /* shared: the watch broke; the mirror may be behind until re-read */
+    uint64_t version;   /* shared: the object version the mirror holds */
+    uint64_t token;     /* shared: names this gateway in its notifies */
+    unsigned jobs;      /* shared: helper-thread jobs in flight (lu->lock) */
+    bool closing;       /* shared: pr_lun_drain waits; a failing re-read stops retrying */
+    bool reload_queued; /* shared: a re-read job waits for the helper thread */
     pthread_cond_t idle;
 };
 
@@ -667,8 +668,12 @@ static void job_work(struct scsi_offload *o)
     struct scsi_lun *lu = j->lu;
     if (j->kind == PRJ_IN || j->kind == PRJ_RELOAD) {
         int ret = 0;
-        if (j->kind == PRJ_RELOAD)
+        if (j->kind == PRJ_RELOAD) {
+            pthread_mutex_lock(&lu->lock);
+            lu->pr->reload_queued = false;
+            pthread_mutex_unlock(&lu->lock);
             ret = lu->bs->ops->obj_watch(lu->bs, "pr", pr_notified, lu);
+        }
         struct pr_state fresh;
         uint64_t ver = 0;
         if (ret == 0)
@@ -784,8 +789,10 @@ static void pr_notified(void *arg, const void *buf, size_t len, int err)
         return; /* fenced: the store refuses every command from now on (bs_rbd.c) */
     if (!buf) {
         pthread_mutex_lock(&lu->lock);
-        /* one re-read at a time, and none once pr_lun_drain has started (the LUN goes) */
-        bool skip = ps->stale || ps->closing;
+        /* one re-read queued at a time (one that already started re-arms a watch that may be
+         * this broken one: another follows it), none once pr_lun_drain has started */
+        bool skip = ps->reload_queued || ps->closing;
+        ps->reload_queued = !ps->closing;
         ps->stale = true;
         resv_update(lu);
         pthread_mutex_unlock(&lu->lock);
