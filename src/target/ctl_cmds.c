@@ -124,12 +124,14 @@ static struct iscsi_node *find_node(struct daemon *d, const char *name, unsigned
     return NULL;
 }
 
-static struct iscsi_node *param_target(struct daemon *d, json_t *params, struct req_err *e)
+/* The target a request names by its "target" parameter, and its index (idx may be NULL). */
+static struct iscsi_node *param_target(struct daemon *d, json_t *params, unsigned *idx,
+                                       struct req_err *e)
 {
     const char *name = param_str(params, "target", true, e);
     if (!name)
         return NULL;
-    struct iscsi_node *n = find_node(d, name, NULL);
+    struct iscsi_node *n = find_node(d, name, idx);
     if (!n)
         fail(e, ERR_NOT_FOUND, "no target named '%s'", name);
     return n;
@@ -444,13 +446,10 @@ int ctl_lun_add(struct daemon *d, unsigned t, struct target_lun_conf *l, struct 
 
 static json_t *m_add_lun(struct daemon *d, json_t *params, struct req_err *e)
 {
-    const char *name = param_str(params, "target", true, e);
-    if (!name)
-        return NULL;
     unsigned t;
-    struct iscsi_node *n = find_node(d, name, &t);
+    struct iscsi_node *n = param_target(d, params, &t, e);
     if (!n)
-        return fail(e, ERR_NOT_FOUND, "no target named '%s'", name);
+        return NULL;
     const char *spec = param_str(params, "spec", true, e);
     if (!spec)
         return NULL;
@@ -552,13 +551,10 @@ int ctl_lun_remove(struct daemon *d, unsigned t, uint64_t num, unsigned timeout_
 
 static json_t *m_remove_lun(struct daemon *d, json_t *params, struct req_err *e)
 {
-    const char *name = param_str(params, "target", true, e);
-    if (!name)
-        return NULL;
     unsigned t;
-    struct iscsi_node *n = find_node(d, name, &t);
+    struct iscsi_node *n = param_target(d, params, &t, e);
     if (!n)
-        return fail(e, ERR_NOT_FOUND, "no target named '%s'", name);
+        return NULL;
     uint64_t num, timeout = REMOVE_TIMEOUT_S;
     if (!param_lun(n, params, &num, e) ||
         param_uint(params, "timeout", TIMEOUT_MAX_S, &timeout, e) < 0)
@@ -574,7 +570,8 @@ static json_t *m_remove_lun(struct daemon *d, json_t *params, struct req_err *e)
 
 static json_t *m_set_lun(struct daemon *d, json_t *params, struct req_err *e)
 {
-    struct iscsi_node *n = param_target(d, params, e);
+    unsigned t;
+    struct iscsi_node *n = param_target(d, params, &t, e);
     uint64_t num;
     struct scsi_lun *lu = n ? param_lun(n, params, &num, e) : NULL;
     if (!lu)
@@ -585,12 +582,9 @@ static json_t *m_set_lun(struct daemon *d, json_t *params, struct req_err *e)
     char err[512];
     if (scsi_lun_set_read_only(lu, json_is_true(ro), err, sizeof(err)) < 0)
         return fail(e, ERR_FAILED, "%s", err);
-    unsigned t;
-    if (find_node(d, n->name, &t)) {
-        struct target_lun_conf *l = conf_lun_find(d, t, num);
-        if (l)
-            l->read_only = json_is_true(ro);
-    }
+    struct target_lun_conf *l = conf_lun_find(d, t, num);
+    if (l)
+        l->read_only = json_is_true(ro);
     LOG_INFO("target %s: LUN %llu set %s by linerate-ctl", n->name, (unsigned long long)num,
              json_is_true(ro) ? "read-only" : "read-write");
     return lun_json(n->name, lu);
@@ -598,7 +592,7 @@ static json_t *m_set_lun(struct daemon *d, json_t *params, struct req_err *e)
 
 static json_t *m_resize_lun(struct daemon *d, json_t *params, struct req_err *e)
 {
-    struct iscsi_node *n = param_target(d, params, e);
+    struct iscsi_node *n = param_target(d, params, NULL, e);
     uint64_t num;
     struct scsi_lun *lu = n ? param_lun(n, params, &num, e) : NULL;
     if (!lu)
