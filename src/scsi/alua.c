@@ -5,6 +5,7 @@
  * every group, and a standby port refuses what §5.16.2.4.5 does not allow. A gateway knows
  * the other groups only from its configuration: the states it reports for them are what the
  * operator wrote, identically, on every gateway. */
+#include <assert.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -125,8 +126,15 @@ void alua_exec_rtpg(struct scsi_task *t, const struct scsi_cmd *c)
         d[5] = 0;    /* IMPLICIT TRANSITION TIME: states never change while serving */
         p = d + 8;
     }
-    for (unsigned i = 0; i < lu->alua_ngroups; i++) {
-        const struct scsi_alua_group *g = &lu->alua[i];
+    /* In ascending group order, so every gateway returns the same bytes for the LUN. */
+    uint32_t last = 0;
+    for (unsigned k = 0; k < lu->alua_ngroups; k++) {
+        const struct scsi_alua_group *g = NULL;
+        for (unsigned i = 0; i < lu->alua_ngroups; i++)
+            if (lu->alua[i].id > last && (!g || lu->alua[i].id < g->id))
+                g = &lu->alua[i];
+        assert(g); /* ids are distinct (alua_lun_init) */
+        last = g->id;
         p[0] = g->state;           /* PREF 0 */
         p[1] = 0x04 | 0x02 | 0x01; /* S_SUP, AN_SUP, AO_SUP: the states configurable here */
         put_be16(p + 2, g->id);
