@@ -114,9 +114,14 @@ int target_alua_lun_opt(struct target_lun_conf *l, const char *tok, char *err, s
     return 0;
 }
 
+static uint16_t target_alua_tpgt_of(const struct target_alua_conf *a)
+{
+    return a->group ? a->group : 1;
+}
+
 uint16_t target_alua_tpgt(const struct target_node_conf *c)
 {
-    return c->alua.group ? c->alua.group : 1;
+    return target_alua_tpgt_of(&c->alua);
 }
 
 void target_alua_apply(const struct target_node_conf *c, struct scsi_target *scsi)
@@ -129,15 +134,37 @@ void target_alua_apply(const struct target_node_conf *c, struct scsi_target *scs
             scsi->alua_peers[scsi->alua_npeers++] = c->alua.peers[i];
 }
 
+static bool same_groups(const struct scsi_alua_group *a, const struct scsi_alua_group *b,
+                        unsigned n)
+{
+    for (unsigned i = 0; i < n; i++)
+        if (a[i].id != b[i].id || a[i].state != b[i].state)
+            return false;
+    return true;
+}
+
+bool target_alua_same(const struct target_alua_conf *a, const struct target_alua_conf *b)
+{
+    return target_alua_tpgt_of(a) == target_alua_tpgt_of(b) && a->state == b->state &&
+           a->npeers == b->npeers && same_groups(a->peers, b->peers, a->npeers);
+}
+
+void target_alua_describe(const struct target_node_conf *c, char *buf, size_t len)
+{
+    size_t off =
+        (size_t)snprintf(buf, len, "ALUA target port group %u (%s)", (unsigned)target_alua_tpgt(c),
+                         scsi_alua_state_name(c->alua.state));
+    for (unsigned i = 0; i < c->alua.npeers && off < len; i++)
+        off += (size_t)snprintf(buf + off, len - off, "%s %u (%s)", i ? "," : ", peers",
+                                (unsigned)c->alua.peers[i].id,
+                                scsi_alua_state_name((enum scsi_alua_state)c->alua.peers[i].state));
+}
+
 bool target_alua_lun_same(const struct target_lun_conf *a, const struct target_lun_conf *b)
 {
     if (a->alua_state_set != b->alua_state_set || a->alua_npeers != b->alua_npeers)
         return false;
     if (a->alua_state_set && a->alua_state != b->alua_state)
         return false;
-    for (unsigned i = 0; i < a->alua_npeers; i++)
-        if (a->alua_peers[i].id != b->alua_peers[i].id ||
-            a->alua_peers[i].state != b->alua_peers[i].state)
-            return false;
-    return true;
+    return same_groups(a->alua_peers, b->alua_peers, a->alua_npeers);
 }

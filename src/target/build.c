@@ -193,6 +193,11 @@ int target_build(const struct target_config *cfg, struct target_built *b, char *
                  c->nallow ? "initiator allow-list" : "open to every initiator");
         for (unsigned i = 0; i < c->nallow; i++)
             LOG_INFO("target %s: allow %s", c->name, c->allow[i]);
+        if (c->alua.group || c->alua.npeers) {
+            char alua[512];
+            target_alua_describe(c, alua, sizeof(alua));
+            LOG_INFO("target %s: %s", c->name, alua);
+        }
         for (unsigned i = 0; i < c->nluns; i++)
             if (target_build_lun(state_dir, c->name, &c->luns[i], scsi, err, errlen) < 0)
                 goto fail;

@@ -128,7 +128,7 @@ static void diff_fixed(const struct target_config *run, const struct target_conf
             note(restart, "target %s: CHAP", r->name);
         if (!same_params(&r->params, &f->params))
             note(restart, "target %s: session keys", r->name);
-        if (memcmp(&r->alua, &f->alua, sizeof(r->alua)) != 0)
+        if (!target_alua_same(&r->alua, &f->alua))
             note(restart, "target %s: ALUA (alua-group, alua-state, alua-peer)", r->name);
     }
 }

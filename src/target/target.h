@@ -156,6 +156,10 @@ int target_alua_lun_opt(struct target_lun_conf *l, const char *tok, char *err, s
 uint16_t target_alua_tpgt(const struct target_node_conf *c);
 /* Give a SCSI target made for c (scsi_target_init with target_alua_tpgt) its peer groups. */
 void target_alua_apply(const struct target_node_conf *c, struct scsi_target *scsi);
+/* The same target ALUA settings (reload). */
+bool target_alua_same(const struct target_alua_conf *a, const struct target_alua_conf *b);
+/* "ALUA target port group 1 (active/optimized), peers 2 (standby)" for the start-up log. */
+void target_alua_describe(const struct target_node_conf *c, char *buf, size_t len);
 /* The same LUN ALUA settings (reload). */
 bool target_alua_lun_same(const struct target_lun_conf *a, const struct target_lun_conf *b);
 int target_node_add_portal(struct target_node_conf *n, const struct target_portal *p);
