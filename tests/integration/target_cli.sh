@@ -65,6 +65,10 @@ expect_usage "0 <= RATE < 1" --inject drop-pdu=-0.5
 expect_usage "unknown fault" --inject kill-connections=1
 expect_usage "given twice" --inject kill-connection=1,kill-connection=2
 expect_usage "--inject given twice" --inject kill-connection=1 --inject kill-connection=2
+expect_usage "--alua-group: bad value '0' for alua-group" --alua-group 0
+expect_usage "--alua-peer: bad ALUA peer '2'" --alua-peer 2
+expect_usage "--alua-state: bad value 'up'" --alua-state up
+expect_usage "--alua-*" --config /dev/null --alua-group 2
 
 # bad_config LINE WORD: the config in $WORK/bad.conf is refused with bad.conf:LINE: and WORD.
 bad_config() {
