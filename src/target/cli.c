@@ -88,10 +88,12 @@ static const char usage_text[] =
     "                         fail, a Data-In lost or corrupted fails its command\n"
     "  --config FILE          serve the targets described in FILE instead (see\n"
     "                         examples/linerate.conf); --threads, --log-level,\n"
-    "                         --state-dir and --ctl-socket still apply (over the file),\n"
-    "                         --listen/--target-name/--lun/--allow/--alua-* may not be\n"
-    "                         used\n"
-    "  --log-level LEVEL      error, warn, info (default) or debug; logs go to stderr\n"
+    "                         --syslog, --state-dir and --ctl-socket still apply (over\n"
+    "                         the file), --listen/--target-name/--lun/--allow/--alua-*\n"
+    "                         may not be used\n"
+    "  --log-level LEVEL      error, warn, info (default) or debug\n"
+    "  --syslog               log to syslog (facility daemon) instead of stderr (also\n"
+    "                         with --config, over its log key)\n"
     "  --state-dir DIR        where persistent reservations with APTPL are kept across\n"
     "                         restarts (default " TARGET_DEFAULT_STATE_DIR ")\n"
     "  --ctl-socket PATH|none the Unix socket linerate-ctl administers the daemon through\n"
@@ -142,6 +144,7 @@ enum {
     OPT_ALUA_GROUP,
     OPT_ALUA_STATE,
     OPT_ALUA_PEER,
+    OPT_SYSLOG,
 };
 
 static const struct option long_opts[] = {
@@ -165,6 +168,7 @@ static const struct option long_opts[] = {
     {"alua-group", required_argument, NULL, OPT_ALUA_GROUP},
     {"alua-state", required_argument, NULL, OPT_ALUA_STATE},
     {"alua-peer", required_argument, NULL, OPT_ALUA_PEER},
+    {"syslog", no_argument, NULL, OPT_SYSLOG},
     {"help", no_argument, NULL, 'h'},
     {"version", no_argument, NULL, 'V'},
     {NULL, 0, NULL, 0},
@@ -206,6 +210,7 @@ struct cli_args {
     const char *state_dir;
     int erl; /* -1: not given */
     const char *ctl_socket;
+    bool syslog;
     bool inject_given;
     struct inject_spec inject;
     /* CHAP, indexed by OPT_CHAP_SECRETS.. OPT_CHAP_ALGS */
@@ -330,6 +335,9 @@ static int cli_collect(struct cli_args *a, int argc, char **argv)
             a->ctl_socket = optarg;
             break;
         }
+        case OPT_SYSLOG:
+            a->syslog = true;
+            break;
         case OPT_INJECT:
             if (a->inject_given)
                 return cli_fail("--inject given twice (put every fault in one list)");
@@ -448,6 +456,9 @@ int target_cli_parse(struct target_config *cfg, int argc, char **argv)
         cfg->cli_threads = a.threads > 0;
         cfg->cli_log_level = a.log_level >= 0;
         cfg->cli_state_dir = a.state_dir != NULL;
+        if (a.syslog)
+            cfg->log_syslog = true;
+        cfg->cli_syslog = a.syslog;
         if (a.config) { /* absolute, so a reload finds it whatever the cwd became */
             char *abs = realpath(a.config, NULL);
             snprintf(cfg->config_path, sizeof(cfg->config_path), "%s", abs ? abs : a.config);

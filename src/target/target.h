@@ -91,6 +91,8 @@ struct target_node_conf {
 struct target_config {
     unsigned threads; /* 0: online CPUs */
     enum log_level log_level;
+    /* log = stderr | syslog (--syslog): where log lines go; fixed until a restart. */
+    bool log_syslog;
     unsigned nop_interval_s;
     unsigned nop_timeout_s;
     unsigned login_timeout_s;
@@ -107,7 +109,7 @@ struct target_config {
     bool ctl_socket_set;
     /* --config FILE, for reload ("" without); which settings the command line fixed over it. */
     char config_path[1024];
-    bool cli_log_level, cli_threads, cli_state_dir;
+    bool cli_log_level, cli_threads, cli_state_dir, cli_syslog;
     struct iscsi_limits limits; /* limits.c */
     struct target_node_conf *targets;
     unsigned ntargets;
