@@ -56,6 +56,28 @@ struct scsi_nexus {
     struct scsi_target *target;
 };
 
+/* Asymmetric access states of a target port group (SPC-4 §6.27 table 256), as REPORT TARGET
+ * PORT GROUPS carries them. Only the three an implicit-ALUA gateway is configured with. */
+enum scsi_alua_state {
+    SCSI_ALUA_ACTIVE_OPTIMIZED = 0x0,
+    SCSI_ALUA_ACTIVE_NON_OPTIMIZED = 0x1,
+    SCSI_ALUA_STANDBY = 0x2,
+};
+
+/* Target port groups a target knows besides its own: one per other gateway exporting the same
+ * LUNs (implicit ALUA, SPC-4 §5.16). Group IDs are also the groups' relative target port IDs
+ * (one port per group). */
+#define SCSI_ALUA_GROUPS_MAX 16
+struct scsi_alua_group {
+    uint16_t id;   /* 1..65535 */
+    uint8_t state; /* enum scsi_alua_state */
+};
+
+/* "active/optimized" ("ao", "optimized"), "active/non-optimized" ("an", "non-optimized"),
+ * "standby" ("sb"): 0 and the state, or -1. */
+int scsi_alua_state_parse(const char *s, enum scsi_alua_state *out);
+const char *scsi_alua_state_name(enum scsi_alua_state s);
+
 struct scsi_lun_config {
     uint64_t lun;        /* LUN number as the initiator addresses it */
     struct bs *bs;       /* the store (bs/bs.h); the LUN takes ownership */
@@ -78,12 +100,22 @@ struct scsi_lun_config {
      * scsi_target_add_lun, rewritten atomically on every change while APTPL is in force.
      * NULL: APTPL is refused (PTPL_C=0). The string is copied. */
     const char *pr_state_path;
+    /* Access state of this target's own port group for this LUN; unless alua_state_set, the
+     * target's alua_state. */
+    bool alua_state_set;
+    enum scsi_alua_state alua_state;
+    /* States of other groups for this LUN, overriding the target's alua_peers (by id); a group
+     * named here that the target does not list is added for this LUN. */
+    struct scsi_alua_group alua_peers[SCSI_ALUA_GROUPS_MAX - 1];
+    unsigned alua_npeers;
 };
 
 /* A SCSI target device: its LUNs and its one target port. */
 struct scsi_target {
-    char name[224];         /* iSCSI target name */
-    uint16_t tpgt;          /* target portal group tag = relative target port id */
+    char name[224]; /* iSCSI target name */
+    /* Target portal group tag = relative target port id = target port group (implicit ALUA,
+     * SPC-4 §5.16: one port per group, one group per gateway). */
+    uint16_t tpgt;
     struct scsi_lun **luns; /* luns[i] is LUN i; NULL holes allowed */
     uint32_t nluns;
     pthread_mutex_t lock; /* nexus list */
@@ -94,6 +126,11 @@ struct scsi_target {
      * (SPC-4 §5.13.11.2.5). The PREEMPT AND ABORT task itself completes after the calls. */
     void (*abort_nexus_tasks)(struct scsi_target *t, struct scsi_nexus *n, struct scsi_lun *lu);
     void *transport_ctx; /* the transport's own pointer, for that hook */
+    /* The other gateways' target port groups and their default state for every LUN; set
+     * before the first LUN is added (scsi_target_add_lun copies them into the LUN). */
+    struct scsi_alua_group alua_peers[SCSI_ALUA_GROUPS_MAX - 1];
+    unsigned alua_npeers;
+    enum scsi_alua_state alua_state; /* own group's default for LUNs added (0: active/optimized) */
 };
 
 struct scsi_task {

@@ -62,6 +62,8 @@ enum scsi_reason {
                                   not answer in time; ABORTED COMMAND, so initiators retry */
     SR_NOT_READY_MANUAL,       /* 2 / 04h 03h LOGICAL UNIT NOT READY, MANUAL INTERVENTION
                                   REQUIRED: the store gave up (e.g. fenced by its cluster) */
+    SR_ALUA_STANDBY,           /* 2 / 04h 0Bh LOGICAL UNIT NOT ACCESSIBLE, TARGET PORT IN
+                                  STANDBY STATE (SPC-4 §5.16.2.4.5) */
     SR__COUNT
 };
 
@@ -195,6 +197,10 @@ struct scsi_lun {
     atomic_bool medium_absent;
     uint16_t nprevent;
     bool prevent[SCSI_NEXUS_MAX];
+    /* Implicit ALUA (alua.c): every target port group's access state for this LUN, this
+     * target's own group first; fixed once the LUN is added. */
+    struct scsi_alua_group alua[SCSI_ALUA_GROUPS_MAX];
+    uint8_t alua_ngroups;
 };
 
 /* Add UA bits for one nexus slot; a reset UA replaces whatever was pending (SAM-5 §5.14), and
@@ -222,6 +228,8 @@ enum {
     /* with data-out on a store that is not memory mapped, setup allocates room after the
      * data to read the medium into (VERIFY with BYTCHK compares the two) */
     CMD_SCRATCH = 1u << 8,
+    /* runs while this target port is in standby for the LUN (SPC-4 §5.16.2.4.5) */
+    CMD_STANDBY_OK = 1u << 9,
 };
 
 /* How a row meets a reservation held by another I_T nexus (the scsi_cmd.pr column), from
@@ -328,6 +336,13 @@ void spc_exec_tur(struct scsi_task *t, const struct scsi_cmd *c);
 void spc_exec_request_sense(struct scsi_task *t, const struct scsi_cmd *c);
 void spc_exec_rsoc(struct scsi_task *t, const struct scsi_cmd *c);
 void spc_exec_good(struct scsi_task *t, const struct scsi_cmd *c);
+/* implicit ALUA (alua.c) */
+scsi_sr alua_parse_rtpg(struct scsi_task *t, const struct scsi_cmd *c, struct scsi_req *r);
+void alua_exec_rtpg(struct scsi_task *t, const struct scsi_cmd *c);
+/* NOT READY 04h/0Bh for a command the standby state does not allow; SR_OK otherwise. */
+scsi_sr alua_gate(const struct scsi_lun *lu, const struct scsi_cmd *c);
+/* Fill lu->alua from the target's own group, its peers and the LUN's config. */
+void alua_lun_init(struct scsi_lun *lu, const struct scsi_lun_config *cfg);
 
 scsi_sr mode_parse_sense(struct scsi_task *t, const struct scsi_cmd *c, struct scsi_req *r);
 scsi_sr mode_parse_select(struct scsi_task *t, const struct scsi_cmd *c, struct scsi_req *r);

@@ -68,6 +68,7 @@ static const struct {
     [SR_PROTOCOL_CRC_ERROR] = {KEY_ABORTED_COMMAND, 0x47, 0x05},
     [SR_LU_TIMEOUT] = {KEY_ABORTED_COMMAND, 0x3e, 0x02},
     [SR_NOT_READY_MANUAL] = {KEY_NOT_READY, 0x04, 0x03},
+    [SR_ALUA_STANDBY] = {KEY_NOT_READY, 0x04, 0x0b},
 };
 
 static uint8_t sense_encode(uint8_t *buf, uint8_t key, uint8_t asc, uint8_t ascq, scsi_sr sks,

@@ -83,8 +83,9 @@ static uint32_t inquiry_standard(const struct scsi_task *t, uint8_t *d)
     d[2] = 0x06;        /* VERSION: SPC-4 */
     d[3] = 0x10 | 0x02; /* HISUP, RESPONSE DATA FORMAT 2 */
     d[4] = 96 - 5;      /* ADDITIONAL LENGTH */
-    d[5] = 0x08;        /* 3PC: EXTENDED COPY (xcopy.c) */
-    d[7] = 0x02;        /* CMDQUE */
+    /* 3PC: EXTENDED COPY (xcopy.c); TPGS 01b: implicit ALUA only (alua.c, SPC-4 §5.16) */
+    d[5] = 0x08 | 0x10;
+    d[7] = 0x02; /* CMDQUE */
     pad_copy(d + 8, "LINERATE", 8);
     pad_copy(d + 16, product_name(t->lu), 16);
     pad_copy(d + 32, "0001", 4);

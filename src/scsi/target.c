@@ -106,6 +106,7 @@ int scsi_target_add_lun(struct scsi_target *t, const struct scsi_lun_config *cfg
         cfg->bs->medium_id[0] ? lun_hash(cfg->bs->medium_id, 0) : lun_hash(t->name, cfg->lun);
     lu->naa = (3ull << 60) | (h & 0x0fffffffffffffffull); /* NAA 3: locally assigned */
     snprintf(lu->serial, sizeof(lu->serial), "%016" PRIx64, h);
+    alua_lun_init(lu, cfg);
 
     /* Every nexus already there meets this LUN for the first time. */
     struct scsi_target_priv *p = t->priv;

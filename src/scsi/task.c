@@ -21,7 +21,7 @@ enum {
     C_XCOPY_LID1, C_RCR_COPY_STATUS, C_RCR_OP_PARAMS,
     C_RCR_FAILED_SEGMENT, C_READ16, C_CAW, C_WRITE16, C_ORWRITE16,
     C_WRITE_VERIFY16, C_VERIFY16, C_PREFETCH16, C_SYNC_CACHE16, C_WRITE_SAME16, C_WRITE_ATOMIC16,
-    C_READ_CAPACITY16, C_GET_LBA_STATUS, C_REPORT_LUNS, C_RSOC,
+    C_READ_CAPACITY16, C_GET_LBA_STATUS, C_REPORT_LUNS, C_RTPG, C_RSOC,
     C_READ12, C_WRITE12, C_WRITE_VERIFY12, C_VERIFY12, C_READ_DEFECT12, C__COUNT
 };
 
@@ -54,14 +54,16 @@ enum {
     {.name = nm, .opcode = op, .sa = s, .cdb_len = len, .flags = (fl) | CMD_SA, .parse = pa,      \
      .exec = ex, .usage = __VA_ARGS__, .timeout_s = 5, .pr = prc}
 /* PERSISTENT RESERVE IN / OUT (SPC-4 §6.15, §6.16): one row per service action */
-#define PRIN(s, nm) EMSAP(PRC_PR, 0x5e, s, nm, 10, 0, pr_parse_in, pr_exec_in,                   \
+#define PRIN(s, nm) EMSAP(PRC_PR, 0x5e, s, nm, 10, SB, pr_parse_in, pr_exec_in,                   \
                           F(0x5e, 0x1f, 0, 0, 0, 0, 0, 0xff, 0xff))
-#define PROUT(s, nm) EMSAP(PRC_PR, 0x5f, s, nm, 10, 0, pr_parse_out, pr_exec_out,                 \
+#define PROUT(s, nm) EMSAP(PRC_PR, 0x5f, s, nm, 10, SB, pr_parse_out, pr_exec_out,                 \
                            F(0x5f, 0x1f, 0xff, 0, 0, 0xff, 0xff, 0xff, 0xff))
 
 #define RD (CMD_MEDIUM | CMD_XFER | CMD_DIRECT)
 #define WR (CMD_MEDIUM | CMD_XFER | CMD_DIRECT | CMD_WRITES)
-#define ANY_LUN (CMD_UA_OK | CMD_NOLUN_OK)
+#define ANY_LUN (CMD_UA_OK | CMD_NOLUN_OK | CMD_STANDBY_OK)
+/* allowed in the standby ALUA state (SPC-4 §5.16.2.4.5) */
+#define SB CMD_STANDBY_OK
 /* no block range, but the medium must be loaded (removable LUNs) */
 #define NM CMD_NEEDS_MEDIUM
 /* thin provisioning and read-modify-write block commands (sbc_thin.c, sbc_caw.c, ...) */
@@ -80,13 +82,13 @@ const struct scsi_cmd scsi_cmds[C__COUNT] = {
                     F(0x0a, 0x1f, 0xff, 0xff, 0xff)),
     [C_INQUIRY] = EM(0x12, "INQUIRY", 6, ANY_LUN, spc_parse_inquiry, spc_exec_inquiry,
                      F(0x12, 0x01, 0xff, 0xff, 0xff)),
-    [C_MODE_SELECT6] = EMP(PRC_WRITE, 0x15, "MODE SELECT(6)", 6, 0, mode_parse_select,
+    [C_MODE_SELECT6] = EMP(PRC_WRITE, 0x15, "MODE SELECT(6)", 6, SB, mode_parse_select,
                            mode_exec_select, F(0x15, 0x11, 0, 0, 0xff)),
     [C_RESERVE6] = EMP(PRC_SPC2, 0x16, "RESERVE(6)", 6, 0, pr_parse_spc2, pr_exec_reserve,
                        F(0x16, 0, 0, 0, 0)),
     [C_RELEASE6] = EMP(PRC_SPC2, 0x17, "RELEASE(6)", 6, 0, pr_parse_spc2, pr_exec_release,
                        F(0x17, 0, 0, 0, 0)),
-    [C_MODE_SENSE6] = EM(0x1a, "MODE SENSE(6)", 6, 0, mode_parse_sense, mode_exec_sense,
+    [C_MODE_SENSE6] = EM(0x1a, "MODE SENSE(6)", 6, SB, mode_parse_sense, mode_exec_sense,
                          F(0x1a, 0x08, 0xff, 0xff, 0xff)),
     [C_START_STOP] = EMP(PRC_CDB, 0x1b, "START STOP UNIT", 6, 0, sbc_parse_start_stop,
                          sbc_exec_start_stop, F(0x1b, 0x01, 0, 0x0f, 0xf7)),
@@ -116,13 +118,13 @@ const struct scsi_cmd scsi_cmds[C__COUNT] = {
     [C_SANITIZE_OVERWRITE] = SANITIZE(0x01),
     [C_SANITIZE_BLOCK_ERASE] = SANITIZE(0x02),
     [C_SANITIZE_EXIT_FAILURE] = SANITIZE(0x1f),
-    [C_MODE_SELECT10] = EMP(PRC_WRITE, 0x55, "MODE SELECT(10)", 10, 0, mode_parse_select,
+    [C_MODE_SELECT10] = EMP(PRC_WRITE, 0x55, "MODE SELECT(10)", 10, SB, mode_parse_select,
                             mode_exec_select, F(0x55, 0x11, 0, 0, 0, 0, 0, 0xff, 0xff)),
     [C_RESERVE10] = EMP(PRC_SPC2, 0x56, "RESERVE(10)", 10, 0, pr_parse_spc2, pr_exec_reserve,
                         F(0x56, 0, 0, 0, 0, 0, 0, 0, 0)),
     [C_RELEASE10] = EMP(PRC_SPC2, 0x57, "RELEASE(10)", 10, 0, pr_parse_spc2, pr_exec_release,
                         F(0x57, 0, 0, 0, 0, 0, 0, 0, 0)),
-    [C_MODE_SENSE10] = EM(0x5a, "MODE SENSE(10)", 10, 0, mode_parse_sense, mode_exec_sense,
+    [C_MODE_SENSE10] = EM(0x5a, "MODE SENSE(10)", 10, SB, mode_parse_sense, mode_exec_sense,
                           F(0x5a, 0x18, 0xff, 0xff, 0, 0, 0, 0xff, 0xff)),
     [C_PRIN_READ_KEYS] = PRIN(0x00, "PERSISTENT RESERVE IN/READ KEYS"),
     [C_PRIN_READ_RESERVATION] = PRIN(0x01, "PERSISTENT RESERVE IN/READ RESERVATION"),
@@ -177,6 +179,9 @@ const struct scsi_cmd scsi_cmds[C__COUNT] = {
                               sbc_exec_get_lba_status, F(0x9e, 0x1f, FF8, FF4, 0, 0)),
     [C_REPORT_LUNS] = EM(0xa0, "REPORT LUNS", 12, ANY_LUN, spc_parse_report_luns,
                          spc_exec_report_luns, F(0xa0, 0, 0xff, 0, 0, 0, FF4)),
+    /* MAINTENANCE IN: byte 1 bits 7:5 choose the parameter data format (SPC-4 §6.27) */
+    [C_RTPG] = EMSAP(PRC_ANY, 0xa3, 0x0a, "REPORT TARGET PORT GROUPS", 12, SB, alua_parse_rtpg,
+                     alua_exec_rtpg, F(0xa3, 0xff, 0, 0, 0, 0, FF4, 0, 0)),
     [C_RSOC] = EMSA(0xa3, 0x0c, "REPORT SUPPORTED OPERATION CODES", 12, 0, spc_parse_rsoc,
                     spc_exec_rsoc, F(0xa3, 0x1f, 0x87, 0xff, 0xff, 0xff, FF4)),
     [C_READ12] = RW(0xa8, "READ(12)", 12, RD, 2, 4, 6, 4, sbc_parse_rw, sbc_exec_read, 30,
@@ -300,6 +305,8 @@ int scsi_task_setup(struct scsi_task *t)
         sr = known ? SR_CDB_FIELD(1, 4) : SR_INVALID_OPCODE;
         goto refuse;
     }
+    if (lu && (sr = alua_gate(lu, c)))
+        goto refuse; /* this gateway's port group is in standby for the LUN */
     if (lu && (sr = sbc_sanitize_gate(lu, c)))
         goto refuse; /* SBC-4 §4.11.3: NOT READY while a SANITIZE runs */
     if (lu && (sr = sbc_medium_gate(lu, c)))

@@ -11,8 +11,6 @@
 
 #include "bs/bs.h"
 
-#define TARGET_TPGT 1
-
 void target_node_free(struct iscsi_node *n)
 {
     if (!n)
@@ -31,7 +29,7 @@ struct iscsi_node *target_node_make(const struct target_node_conf *c, struct scs
     snprintf(n->name, sizeof(n->name), "%s", c->name);
     snprintf(n->alias, sizeof(n->alias), "%s", c->alias);
     n->scsi = scsi;
-    n->tpgt = TARGET_TPGT;
+    n->tpgt = target_alua_tpgt(c);
     n->params = c->params;
     n->chap = c->chap;
     n->portals = calloc(c->nportals ? c->nportals : 1, sizeof(*n->portals));
@@ -42,7 +40,7 @@ struct iscsi_node *target_node_make(const struct target_node_conf *c, struct scs
     }
     for (unsigned i = 0; i < c->nportals; i++) {
         snprintf(n->portals[i].text, sizeof(n->portals[i].text), "%s", c->portals[i].text);
-        n->portals[i].tpgt = TARGET_TPGT;
+        n->portals[i].tpgt = target_alua_tpgt(c);
     }
     n->nportals = c->nportals;
     if (c->nallow)
@@ -115,7 +113,11 @@ int target_add_lun_store(const char *state_dir, const char *target, const struct
                                  .removable = l->removable,
                                  .phys_block_size = l->phys_block_size,
                                  .sanitize_rate = l->sanitize_rate,
-                                 .pr_state_path = state_dir ? pr_path : NULL};
+                                 .pr_state_path = state_dir ? pr_path : NULL,
+                                 .alua_state_set = l->alua_state_set,
+                                 .alua_state = l->alua_state,
+                                 .alua_npeers = l->alua_npeers};
+    memcpy(lc.alua_peers, l->alua_peers, sizeof(lc.alua_peers));
     int rc = scsi_target_add_lun(scsi, &lc, reason, sizeof(reason));
     if (rc < 0) {
         /* The LUN takes ownership of the store only on success. */
@@ -171,13 +173,14 @@ int target_build(const struct target_config *cfg, struct target_built *b, char *
             snprintf(err, errlen, "out of memory");
             goto fail;
         }
-        int rc = scsi_target_init(scsi, c->name, TARGET_TPGT);
+        int rc = scsi_target_init(scsi, c->name, target_alua_tpgt(c));
         if (rc < 0) {
             free(scsi);
             snprintf(err, errlen, "%s: cannot create target %s: %s", c->origin, c->name,
                      strerror(rc < -1 ? -rc : ENOMEM));
             goto fail;
         }
+        target_alua_apply(c, scsi);
         b->scsi[t] = scsi;
         b->n = t + 1;
         char portals[512] = "";
@@ -190,6 +193,11 @@ int target_build(const struct target_config *cfg, struct target_built *b, char *
                  c->nallow ? "initiator allow-list" : "open to every initiator");
         for (unsigned i = 0; i < c->nallow; i++)
             LOG_INFO("target %s: allow %s", c->name, c->allow[i]);
+        if (c->alua.group || c->alua.npeers) {
+            char alua[512];
+            target_alua_describe(c, alua, sizeof(alua));
+            LOG_INFO("target %s: %s", c->name, alua);
+        }
         for (unsigned i = 0; i < c->nluns; i++)
             if (target_build_lun(state_dir, c->name, &c->luns[i], scsi, err, errlen) < 0)
                 goto fail;

@@ -68,6 +68,12 @@ static const char usage_text[] =
     "                         lost connection for TASK REASSIGN on another one for\n"
     "                         DefaultTime2Wait + DefaultTime2Retain seconds (2 + 20; with\n"
     "                         --config: default-time2wait, default-time2retain = 0..3600)\n"
+    "  --alua-group ID        this gateway's ALUA target port group, also its TPGT and\n"
+    "                         relative target port ID (1..65535, default 1)\n"
+    "  --alua-state STATE     its state for the LUNs: active/optimized (default),\n"
+    "                         active/non-optimized or standby (per LUN: ,alua=STATE)\n"
+    "  --alua-peer ID:STATE   repeatable: another gateway exporting the same store, its\n"
+    "                         group and state (per LUN: ,alua-peer=ID:STATE)\n"
     "  --threads N            reactor threads (default: number of online CPUs)\n"
     "  --inject LIST          a testing aid, never for production: faults the target\n"
     "                         causes itself (also with --config). LIST is comma-separated:\n"
@@ -83,8 +89,8 @@ static const char usage_text[] =
     "  --config FILE          serve the targets described in FILE instead (see\n"
     "                         examples/linerate.conf); --threads, --log-level,\n"
     "                         --syslog, --state-dir and --ctl-socket still apply (over\n"
-    "                         the file), --listen/--target-name/--lun/--allow may not\n"
-    "                         be used\n"
+    "                         the file), --listen/--target-name/--lun/--allow/--alua-*\n"
+    "                         may not be used\n"
     "  --log-level LEVEL      error, warn, info (default) or debug\n"
     "  --syslog               log to syslog (facility daemon) instead of stderr (also\n"
     "                         with --config, over its log key)\n"
@@ -135,6 +141,9 @@ enum {
     OPT_ERL,
     OPT_INJECT,
     OPT_CTL_SOCKET,
+    OPT_ALUA_GROUP,
+    OPT_ALUA_STATE,
+    OPT_ALUA_PEER,
     OPT_SYSLOG,
 };
 
@@ -156,6 +165,9 @@ static const struct option long_opts[] = {
     {"error-recovery-level", required_argument, NULL, OPT_ERL},
     {"inject", required_argument, NULL, OPT_INJECT},
     {"ctl-socket", required_argument, NULL, OPT_CTL_SOCKET},
+    {"alua-group", required_argument, NULL, OPT_ALUA_GROUP},
+    {"alua-state", required_argument, NULL, OPT_ALUA_STATE},
+    {"alua-peer", required_argument, NULL, OPT_ALUA_PEER},
     {"syslog", no_argument, NULL, OPT_SYSLOG},
     {"help", no_argument, NULL, 'h'},
     {"version", no_argument, NULL, 'V'},
@@ -204,6 +216,9 @@ struct cli_args {
     /* CHAP, indexed by OPT_CHAP_SECRETS.. OPT_CHAP_ALGS */
     const char *chap[OPT_CHAP_ALGS - OPT_CHAP_SECRETS + 1];
     bool any_chap;
+    /* --alua-group, --alua-state, --alua-peer: checked as they come, applied to the node */
+    struct target_alua_conf alua;
+    bool any_alua;
 };
 
 static int push_arg(char ***arr, unsigned *n, char *v)
@@ -255,6 +270,13 @@ static int cli_collect(struct cli_args *a, int argc, char **argv)
                 return cli_fail("out of memory");
             break;
         }
+        case OPT_ALUA_GROUP:
+        case OPT_ALUA_STATE:
+        case OPT_ALUA_PEER:
+            if (target_alua_key(&a->alua, opt_name(c), optarg, err, sizeof(err)) < 0)
+                return cli_fail("--%s: %s", opt_name(c), err);
+            a->any_alua = true;
+            break;
         case OPT_ALLOW:
             if (target_check_iscsi_name(optarg, err, sizeof(err)) < 0)
                 return cli_fail("--allow: %s", err);
@@ -336,11 +358,11 @@ static int cli_collect(struct cli_args *a, int argc, char **argv)
     }
     if (optind < argc)
         return cli_fail("unexpected argument '%s'", argv[optind]);
-    if (a->config &&
-        (a->nlisten || a->nluns || a->nallow || a->target_name || a->any_chap || a->erl >= 0))
+    if (a->config && (a->nlisten || a->nluns || a->nallow || a->target_name || a->any_chap ||
+                      a->erl >= 0 || a->any_alua))
         return cli_fail("--config cannot be combined with --listen, --target-name, --lun, "
-                        "--allow, --chap-* or --error-recovery-level: describe the targets in "
-                        "the config file");
+                        "--allow, --chap-*, --alua-* or --error-recovery-level: describe the "
+                        "targets in the config file");
     return -1;
 }
 
@@ -378,6 +400,7 @@ static int cli_build_node(struct target_config *cfg, const struct cli_args *a)
             return cli_fail("out of memory");
     if (a->erl >= 0)
         n->params.erl = (uint32_t)a->erl;
+    n->alua = a->alua;
     if (target_config_finish(cfg) < 0)
         return cli_fail("out of memory");
     /* CHAP options map onto the config keys of the same names (target or global). */

@@ -122,6 +122,7 @@ struct target_node_conf *target_config_copy_node(struct target_config *cfg,
     snprintf(n->alias, sizeof(n->alias), "%s", src->alias);
     n->params = src->params;
     n->chap = src->chap;
+    n->alua = src->alua;
     bool ok = true;
     for (unsigned i = 0; ok && i < src->nportals; i++)
         ok = target_node_add_portal(n, &src->portals[i]) == 0;
@@ -356,7 +357,7 @@ int target_check_iscsi_name(const char *s, char *err, size_t errlen)
 }
 
 /* Split the LUN options (",ro", ",rw", ",removable", ",bs=512|4096", ",pbs=SIZE",
- * ",sanitize-rate=SIZE") off a store spec; the rest
+ * ",sanitize-rate=SIZE", ",alua=STATE", ",alua-peer=ID:STATE") off a store spec; the rest
  * goes to bs_open_spec() unchanged. lun->lun and origin are left to the caller. */
 int target_parse_lun_spec(const char *spec, struct target_lun_conf *lun, char *err, size_t errlen)
 {
@@ -365,6 +366,8 @@ int target_parse_lun_spec(const char *spec, struct target_lun_conf *lun, char *e
     lun->removable = false;
     lun->sanitize_rate = TARGET_DEFAULT_SANITIZE_RATE;
     lun->phys_block_size = 0;
+    lun->alua_state_set = false;
+    lun->alua_npeers = 0;
     lun->bs_spec = NULL;
     if (!strchr(spec, ':')) {
         snprintf(err, errlen, "bad LUN spec '%s': expected ram:SIZE, null:SIZE or file:PATH", spec);
@@ -406,6 +409,16 @@ int target_parse_lun_spec(const char *spec, struct target_lun_conf *lun, char *e
             }
             lun->phys_block_size = (uint32_t)pbs;
             continue;
+        }
+        if (!first) {
+            int r = target_alua_lun_opt(lun, tok, err, errlen);
+            if (r < 0) {
+                free(copy);
+                free(out);
+                return -1;
+            }
+            if (r > 0)
+                continue;
         }
         if (!first && strncmp(tok, "sanitize-rate=", 14) == 0) {
             if (size_parse(tok + 14, &lun->sanitize_rate) < 0) {
@@ -474,7 +487,8 @@ struct cfg_parser {
     unsigned line;
     char *err;
     size_t errlen;
-    struct iscsi_params global_params; /* session keys in the global section */
+    struct iscsi_params global_params;   /* session keys in the global section */
+    struct target_alua_conf global_alua; /* alua-* keys in the global section */
     struct target_portal *global_portals;
     unsigned nglobal_portals;
     struct target_node_conf *node; /* current [target] section, NULL in the global section */
@@ -643,6 +657,7 @@ static int cfg_section(struct cfg_parser *ps, char *s)
     if (!ps->node)
         return cfg_fail(ps, ps->line, "out of memory");
     ps->node->params = ps->global_params;
+    ps->node->alua = ps->global_alua;
     ps->node_line = ps->line;
     ps->next_lun = 0;
     return 0;
@@ -709,7 +724,12 @@ static int cfg_global_key(struct cfg_parser *ps, const char *key, const char *va
         *e = p;
     } else {
         char reason[512];
-        int r = target_chap_key(cfg, NULL, key, val, reason, sizeof(reason));
+        int r = target_alua_key(&ps->global_alua, key, val, reason, sizeof(reason));
+        if (r < 0)
+            return cfg_fail(ps, ps->line, "%s", reason);
+        if (r > 0)
+            return 0;
+        r = target_chap_key(cfg, NULL, key, val, reason, sizeof(reason));
         if (r < 0)
             return cfg_fail(ps, ps->line, "%s", reason);
         if (r > 0)
@@ -792,7 +812,12 @@ static int cfg_target_key(struct cfg_parser *ps, const char *key, const char *va
         snprintf(n->alias, sizeof(n->alias), "%s", val);
         return 0;
     }
-    int r = target_chap_key(ps->cfg, n, key, val, reason, sizeof(reason));
+    int r = target_alua_key(&n->alua, key, val, reason, sizeof(reason));
+    if (r < 0)
+        return cfg_fail(ps, ps->line, "%s", reason);
+    if (r > 0)
+        return 0;
+    r = target_chap_key(ps->cfg, n, key, val, reason, sizeof(reason));
     if (r < 0)
         return cfg_fail(ps, ps->line, "%s", reason);
     if (r > 0)

@@ -51,7 +51,7 @@ static bool same_store(const struct target_lun_conf *a, const struct target_lun_
 {
     return strcmp(a->bs_spec, b->bs_spec) == 0 && a->block_size == b->block_size &&
            a->removable == b->removable && a->phys_block_size == b->phys_block_size &&
-           a->sanitize_rate == b->sanitize_rate;
+           a->sanitize_rate == b->sanitize_rate && target_alua_lun_same(a, b);
 }
 
 static bool same_params(const struct iscsi_params *a, const struct iscsi_params *b)
@@ -130,6 +130,8 @@ static void diff_fixed(const struct target_config *run, const struct target_conf
             note(restart, "target %s: CHAP", r->name);
         if (!same_params(&r->params, &f->params))
             note(restart, "target %s: session keys", r->name);
+        if (!target_alua_same(&r->alua, &f->alua))
+            note(restart, "target %s: ALUA (alua-group, alua-state, alua-peer)", r->name);
     }
 }
 

@@ -14,7 +14,6 @@
 
 #include "target/daemon.h"
 
-#define TARGET_TPGT 1
 #define CLOSE_WAIT_MS 5000 /* after closing a removed target's sessions' connections */
 
 struct ctl_retired {
@@ -65,11 +64,12 @@ int ctl_target_add(struct daemon *d, const struct target_node_conf *c, char *err
         if (daemon_listen_portal(d, &c->portals[i], err, errlen) < 0)
             return -1;
     struct scsi_target *scsi = calloc(1, sizeof(*scsi));
-    if (!scsi || scsi_target_init(scsi, c->name, TARGET_TPGT) < 0) {
+    if (!scsi || scsi_target_init(scsi, c->name, target_alua_tpgt(c)) < 0) {
         free(scsi);
         snprintf(err, errlen, "out of memory");
         return -1;
     }
+    target_alua_apply(c, scsi);
     const char *state_dir = target_state_dir(&d->cfg);
     for (unsigned i = 0; i < c->nluns; i++) {
         if (target_build_lun(state_dir, c->name, &c->luns[i], scsi, err, errlen) < 0) {

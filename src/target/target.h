@@ -49,7 +49,22 @@ struct target_lun_conf {
     bool removable; /* ",removable": RMB=1, START STOP UNIT ejects/loads, PREVENT ALLOW holds */
     uint32_t phys_block_size; /* ",pbs=SIZE": physical block size told to initiators; 0: = bs */
     uint64_t sanitize_rate;   /* ",sanitize-rate=SIZE": bytes/s a SANITIZE writes; 0 unlimited */
+    /* ",alua=STATE": this gateway's ALUA state for the LUN (else the target's alua-state);
+     * ",alua-peer=ID:STATE" (repeatable): another gateway's, over the target's alua-peer */
+    bool alua_state_set;
+    enum scsi_alua_state alua_state;
+    struct scsi_alua_group alua_peers[SCSI_ALUA_GROUPS_MAX - 1];
+    unsigned alua_npeers;
     char origin[TARGET_ORIGIN_MAX]; /* "FILE:LINE" or "--lun SPEC", for error messages */
+};
+
+/* Implicit ALUA across gateways (alua_conf.c): which target port group this daemon is, the
+ * default state of its LUNs, and the other gateways' groups with their default states. */
+struct target_alua_conf {
+    uint16_t group; /* alua-group: also the TPGT and relative target port ID; 0 means 1 */
+    enum scsi_alua_state state;                             /* alua-state */
+    struct scsi_alua_group peers[SCSI_ALUA_GROUPS_MAX - 1]; /* alua-peer = ID:STATE */
+    unsigned npeers;
 };
 
 struct target_node_conf {
@@ -64,6 +79,7 @@ struct target_node_conf {
     struct iscsi_params params;
     /* chap-user / chap-mutual-user / chap-algorithms; the secrets come from chap-secrets */
     struct chap_creds chap;
+    struct target_alua_conf alua;
     char origin[TARGET_ORIGIN_MAX];
 };
 
@@ -132,6 +148,22 @@ int target_config_load(struct target_config *cfg, const char *path, char *err, s
 int target_parse_portal(const char *s, struct target_portal *p, char *err, size_t errlen);
 int target_check_iscsi_name(const char *s, char *err, size_t errlen);
 int target_parse_lun_spec(const char *spec, struct target_lun_conf *lun, char *err, size_t errlen);
+/* ALUA keys (alua-group, alua-state, alua-peer) of the global or a target section: 1 taken,
+ * 0 not an ALUA key, -1 bad value (reason in err). */
+int target_alua_key(struct target_alua_conf *a, const char *key, const char *val, char *err,
+                    size_t errlen);
+/* A LUN spec option (alua=STATE, alua-peer=ID:STATE): 1 taken, 0 not one, -1 bad value. */
+int target_alua_lun_opt(struct target_lun_conf *l, const char *tok, char *err, size_t errlen);
+/* The TPGT (= target port group, = relative target port ID) a target's portals carry. */
+uint16_t target_alua_tpgt(const struct target_node_conf *c);
+/* Give a SCSI target made for c (scsi_target_init with target_alua_tpgt) its peer groups. */
+void target_alua_apply(const struct target_node_conf *c, struct scsi_target *scsi);
+/* The same target ALUA settings (reload). */
+bool target_alua_same(const struct target_alua_conf *a, const struct target_alua_conf *b);
+/* "ALUA target port group 1 (active/optimized), peers 2 (standby)" for the start-up log. */
+void target_alua_describe(const struct target_node_conf *c, char *buf, size_t len);
+/* The same LUN ALUA settings (reload). */
+bool target_alua_lun_same(const struct target_lun_conf *a, const struct target_lun_conf *b);
 int target_node_add_portal(struct target_node_conf *n, const struct target_portal *p);
 int target_node_add_lun(struct target_node_conf *n, struct target_lun_conf *lun, char *err,
                         size_t errlen);

@@ -65,6 +65,10 @@ expect_usage "0 <= RATE < 1" --inject drop-pdu=-0.5
 expect_usage "unknown fault" --inject kill-connections=1
 expect_usage "given twice" --inject kill-connection=1,kill-connection=2
 expect_usage "--inject given twice" --inject kill-connection=1 --inject kill-connection=2
+expect_usage "--alua-group: bad value '0' for alua-group" --alua-group 0
+expect_usage "--alua-peer: bad ALUA peer '2'" --alua-peer 2
+expect_usage "--alua-state: bad value 'up'" --alua-state up
+expect_usage "--alua-*" --config /dev/null --alua-group 2
 
 # bad_config LINE WORD: the config in $WORK/bad.conf is refused with bad.conf:LINE: and WORD.
 bad_config() {
@@ -107,6 +111,18 @@ printf 'max-tx-backlog = 1k\n' >"$WORK/bad.conf"
 bad_config 1 "max-tx-backlog"
 printf '%s\nmax-sessions = 3\n' "$good_head" >"$WORK/bad.conf"
 bad_config 5 "belongs in the global section"
+printf '%s\nalua-group = 0\n' "$good_head" >"$WORK/bad.conf"
+bad_config 5 "alua-group: expected 1..65535"
+printf 'alua-state = sleepy\n%s\n' "$good_head" >"$WORK/bad.conf"
+bad_config 1 "bad value 'sleepy' for alua-state"
+printf '%s\nalua-peer = 2\n' "$good_head" >"$WORK/bad.conf"
+bad_config 5 "bad ALUA peer '2': expected GROUP:STATE"
+printf '%s\nalua-peer = 70000:standby\n' "$good_head" >"$WORK/bad.conf"
+bad_config 5 "bad ALUA peer"
+printf '%s\nlun 1 = ram:1M,alua=offline\n' "$good_head" >"$WORK/bad.conf"
+bad_config 5 "bad value 'offline' for alua"
+printf '%s\nlun 1 = ram:1M,alua-peer=x:ao\n' "$good_head" >"$WORK/bad.conf"
+bad_config 5 "bad ALUA peer 'x:ao'"
 printf 'this is not a config\n' >"$WORK/bad.conf"
 bad_config 1 "key = value"
 printf '# empty\n' >"$WORK/bad.conf"

@@ -1,0 +1,151 @@
+/* Implicit asymmetric logical unit access (ALUA, SPC-4 §5.16): several gateways export the
+ * same LUNs, each gateway is one target port in a target port group of its own, and every
+ * group has an access state per LUN, fixed by configuration. INQUIRY reports TPGS=01b
+ * (implicit only, so SET TARGET PORT GROUPS is not offered), REPORT TARGET PORT GROUPS lists
+ * every group, and a standby port refuses what §5.16.2.4.5 does not allow. A gateway knows
+ * the other groups only from its configuration: the states it reports for them are what the
+ * operator wrote, identically, on every gateway. */
+#include <assert.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "scsi/scsi_internal.h"
+#include "util/bytes.h"
+
+static const struct {
+    const char *name;
+    enum scsi_alua_state state;
+} state_names[] = {
+    {"active/optimized", SCSI_ALUA_ACTIVE_OPTIMIZED},
+    {"ao", SCSI_ALUA_ACTIVE_OPTIMIZED},
+    {"optimized", SCSI_ALUA_ACTIVE_OPTIMIZED},
+    {"active/non-optimized", SCSI_ALUA_ACTIVE_NON_OPTIMIZED},
+    {"an", SCSI_ALUA_ACTIVE_NON_OPTIMIZED},
+    {"non-optimized", SCSI_ALUA_ACTIVE_NON_OPTIMIZED},
+    {"standby", SCSI_ALUA_STANDBY},
+    {"sb", SCSI_ALUA_STANDBY},
+};
+
+int scsi_alua_state_parse(const char *s, enum scsi_alua_state *out)
+{
+    for (size_t i = 0; i < sizeof(state_names) / sizeof(state_names[0]); i++)
+        if (strcasecmp(s, state_names[i].name) == 0) {
+            *out = state_names[i].state;
+            return 0;
+        }
+    return -1;
+}
+
+const char *scsi_alua_state_name(enum scsi_alua_state s)
+{
+    switch (s) {
+    case SCSI_ALUA_ACTIVE_OPTIMIZED:
+        return "active/optimized";
+    case SCSI_ALUA_ACTIVE_NON_OPTIMIZED:
+        return "active/non-optimized";
+    case SCSI_ALUA_STANDBY:
+        return "standby";
+    }
+    return "?";
+}
+
+static struct scsi_alua_group *find_group(struct scsi_lun *lu, uint16_t id)
+{
+    for (unsigned i = 0; i < lu->alua_ngroups; i++)
+        if (lu->alua[i].id == id)
+            return &lu->alua[i];
+    return NULL;
+}
+
+void alua_lun_init(struct scsi_lun *lu, const struct scsi_lun_config *cfg)
+{
+    const struct scsi_target *tg = lu->target;
+    lu->alua[0].id = tg->tpgt ? tg->tpgt : 1; /* as VPD 0x83 reports it */
+    lu->alua[0].state = (uint8_t)(cfg->alua_state_set ? cfg->alua_state : tg->alua_state);
+    lu->alua_ngroups = 1;
+    for (unsigned i = 0; i < tg->alua_npeers && lu->alua_ngroups < SCSI_ALUA_GROUPS_MAX; i++)
+        if (!find_group(lu, tg->alua_peers[i].id))
+            lu->alua[lu->alua_ngroups++] = tg->alua_peers[i];
+    for (unsigned i = 0; i < cfg->alua_npeers; i++) {
+        struct scsi_alua_group *g = find_group(lu, cfg->alua_peers[i].id);
+        if (g && g != &lu->alua[0])
+            g->state = cfg->alua_peers[i].state;
+        else if (!g && lu->alua_ngroups < SCSI_ALUA_GROUPS_MAX)
+            lu->alua[lu->alua_ngroups++] = cfg->alua_peers[i];
+    }
+}
+
+scsi_sr alua_gate(const struct scsi_lun *lu, const struct scsi_cmd *c)
+{
+    /* SPC-4 §5.16.2.4.5: in standby the device server answers INQUIRY, LOG SELECT/SENSE, MODE
+     * SELECT/SENSE, REPORT LUNS, RECEIVE/SEND DIAGNOSTIC, REPORT and SET TARGET PORT GROUPS,
+     * REQUEST SENSE, PERSISTENT RESERVE IN/OUT and the echo buffer modes of READ/WRITE
+     * BUFFER (those offered here carry CMD_STANDBY_OK); anything else is NOT READY, LOGICAL
+     * UNIT NOT ACCESSIBLE, TARGET PORT IN STANDBY STATE. TEST UNIT READY included, which is
+     * how a multipath path checker learns the path is not for I/O. */
+    if (lu->alua[0].state == SCSI_ALUA_STANDBY && !(c->flags & CMD_STANDBY_OK))
+        return SR_ALUA_STANDBY;
+    return SR_OK;
+}
+
+/* --- REPORT TARGET PORT GROUPS (SPC-4 §6.27) --- */
+
+#define RTPG_FORMAT(cdb) ((cdb)[1] >> 5)
+
+static uint32_t rtpg_len(const struct scsi_lun *lu, uint8_t format)
+{
+    /* header, then per group an 8-byte descriptor plus one 4-byte target port descriptor */
+    return (format == 1 ? 8 : 4) + 12u * lu->alua_ngroups;
+}
+
+scsi_sr alua_parse_rtpg(struct scsi_task *t, const struct scsi_cmd *c, struct scsi_req *r)
+{
+    (void)c;
+    if (!t->lu)
+        return SR_LUN_NOT_SUPPORTED;
+    uint8_t format = RTPG_FORMAT(t->cdb);
+    if (format > 1) /* 000b length only, 001b extended header; the rest reserved */
+        return SR_CDB_FIELD(1, 5 + (31 - __builtin_clz(format)));
+    uint32_t alloc = get_be32(t->cdb + 6);
+    uint32_t full = rtpg_len(t->lu, format);
+    r->xfer_len = alloc < full ? alloc : full;
+    r->dir = SCSI_DIR_READ;
+    return SR_OK;
+}
+
+void alua_exec_rtpg(struct scsi_task *t, const struct scsi_cmd *c)
+{
+    (void)c;
+    const struct scsi_lun *lu = t->lu;
+    uint8_t format = RTPG_FORMAT(t->cdb);
+    uint8_t d[8 + 12 * SCSI_ALUA_GROUPS_MAX] = {0};
+    uint8_t *p = d + 4;
+    if (format == 1) {
+        d[4] = 0x10; /* FORMAT TYPE 001b */
+        d[5] = 0;    /* IMPLICIT TRANSITION TIME: states never change while serving */
+        p = d + 8;
+    }
+    /* In ascending group order, so every gateway returns the same bytes for the LUN. */
+    uint32_t last = 0;
+    for (unsigned k = 0; k < lu->alua_ngroups; k++) {
+        const struct scsi_alua_group *g = NULL;
+        for (unsigned i = 0; i < lu->alua_ngroups; i++)
+            if (lu->alua[i].id > last && (!g || lu->alua[i].id < g->id))
+                g = &lu->alua[i];
+        assert(g); /* ids are distinct (alua_lun_init) */
+        last = g->id;
+        p[0] = g->state;           /* PREF 0 */
+        p[1] = 0x04 | 0x02 | 0x01; /* S_SUP, AN_SUP, AO_SUP: the states configurable here */
+        put_be16(p + 2, g->id);
+        p[5] = 0x00;                /* STATUS CODE: no status available */
+        p[7] = 1;                   /* TARGET PORT COUNT: a gateway is one target port */
+        put_be16(p + 8 + 2, g->id); /* RELATIVE TARGET PORT IDENTIFIER = group id */
+        p += 12;
+    }
+    uint32_t len = (uint32_t)(p - d);
+    /* RETURN DATA LENGTH: the length of the list of target port groups, in either format
+     * (the extended header's four extra bytes are not counted) */
+    put_be32(d, len - (format == 1 ? 8 : 4));
+    scsi_task_put_data(t, d, len);
+}
