@@ -82,8 +82,9 @@ static const char usage_text[] =
     "                         fail, a Data-In lost or corrupted fails its command\n"
     "  --config FILE          serve the targets described in FILE instead (see\n"
     "                         examples/linerate.conf); --threads, --log-level,\n"
-    "                         --state-dir and --ctl-socket still apply (over the file),\n"
-    "                         --listen/--target-name/--lun/--allow may not be used\n"
+    "                         --state-dir, --ctl-socket and --metrics still apply (over\n"
+    "                         the file), --listen/--target-name/--lun/--allow may not\n"
+    "                         be used\n"
     "  --log-level LEVEL      error, warn, info (default) or debug; logs go to stderr\n"
     "  --state-dir DIR        where persistent reservations with APTPL are kept across\n"
     "                         restarts (default " TARGET_DEFAULT_STATE_DIR ")\n"
@@ -92,6 +93,11 @@ static const char usage_text[] =
     "                         Default " TARGET_DEFAULT_CTL_SOCKET ", skipped with a\n"
     "                         warning if it cannot be created or another daemon has it;\n"
     "                         a PATH given here must work. none: no control socket\n"
+    "  --metrics ADDR:PORT    serve Prometheus metrics at http://ADDR:PORT/metrics (off by\n"
+    "                         default; use a loopback address such as 127.0.0.1:9650\n"
+    "                         unless the network is trusted: there is no authentication).\n"
+    "                         Per LUN, session and portal: commands, bytes, latency\n"
+    "                         histograms, errors by sense key; see linerate-ctl stats\n"
     "  -h, --help             show this help and exit\n"
     "  -V, --version          show the version and exit\n"
     "\n"
@@ -132,6 +138,7 @@ enum {
     OPT_ERL,
     OPT_INJECT,
     OPT_CTL_SOCKET,
+    OPT_METRICS,
 };
 
 static const struct option long_opts[] = {
@@ -152,6 +159,7 @@ static const struct option long_opts[] = {
     {"error-recovery-level", required_argument, NULL, OPT_ERL},
     {"inject", required_argument, NULL, OPT_INJECT},
     {"ctl-socket", required_argument, NULL, OPT_CTL_SOCKET},
+    {"metrics", required_argument, NULL, OPT_METRICS},
     {"help", no_argument, NULL, 'h'},
     {"version", no_argument, NULL, 'V'},
     {NULL, 0, NULL, 0},
@@ -193,6 +201,7 @@ struct cli_args {
     const char *state_dir;
     int erl; /* -1: not given */
     const char *ctl_socket;
+    const char *metrics;
     bool inject_given;
     struct inject_spec inject;
     /* CHAP, indexed by OPT_CHAP_SECRETS.. OPT_CHAP_ALGS */
@@ -305,6 +314,14 @@ static int cli_collect(struct cli_args *a, int argc, char **argv)
             if (target_set_ctl_socket(&probe, optarg, err, sizeof(err)) < 0)
                 return cli_fail("--ctl-socket: %s", err);
             a->ctl_socket = optarg;
+            break;
+        }
+        case OPT_METRICS: {
+            struct target_config probe;
+            memset(&probe, 0, sizeof(probe));
+            if (target_set_metrics(&probe, optarg, err, sizeof(err)) < 0)
+                return cli_fail("--metrics: %s", err);
+            a->metrics = optarg;
             break;
         }
         case OPT_INJECT:
@@ -432,6 +449,10 @@ int target_cli_parse(struct target_config *cfg, int argc, char **argv)
         if (a.ctl_socket) { /* the command line wins over the config file's ctl-socket */
             char err[256];
             target_set_ctl_socket(cfg, a.ctl_socket, err, sizeof(err));
+        }
+        if (a.metrics) { /* likewise over the file's metrics */
+            char err[256];
+            target_set_metrics(cfg, a.metrics, err, sizeof(err));
         }
         cfg->inject = a.inject;
     }
