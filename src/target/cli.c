@@ -453,6 +453,7 @@ int target_cli_parse(struct target_config *cfg, int argc, char **argv)
         if (a.metrics) { /* likewise over the file's metrics */
             char err[256];
             target_set_metrics(cfg, a.metrics, err, sizeof(err));
+            cfg->cli_metrics = true;
         }
         cfg->inject = a.inject;
     }

@@ -282,18 +282,17 @@ static uint64_t field(const struct iostats_values *v, enum field f)
     }
 }
 
-static void family(struct buf *b, const struct st_snap *s, enum st_kind k, const char *suffix,
-                   const char *type, const char *help)
+static void family(struct buf *b, enum st_kind k, const char *suffix, const char *type,
+                   const char *help)
 {
     bprintf(b, "# HELP %s_%s %s\n# TYPE %s_%s %s\n", kind_prefix[k], suffix, help, kind_prefix[k],
             suffix, type);
-    (void)s;
 }
 
 static void simple_counter(struct buf *b, const struct st_snap *s, enum st_kind k, enum field f,
                            const char *suffix, const char *help)
 {
-    family(b, s, k, suffix, "counter", help);
+    family(b, k, suffix, "counter", help);
     for (unsigned i = 0; i < s->n; i++) {
         if (s->e[i].kind != k)
             continue;
@@ -309,7 +308,7 @@ static void kind_metrics(struct buf *b, const struct st_snap *s, enum st_kind k)
     const char *noun = kind_noun[k];
     snprintf(help, sizeof(help), "SCSI commands answered per %s, by op (read, write, other).",
              noun);
-    family(b, s, k, "commands_total", "counter", help);
+    family(b, k, "commands_total", "counter", help);
     for (unsigned i = 0; i < s->n; i++) {
         if (s->e[i].kind != k)
             continue;
@@ -326,7 +325,7 @@ static void kind_metrics(struct buf *b, const struct st_snap *s, enum st_kind k)
 
     snprintf(help, sizeof(help),
              "Command latency from the command PDU to its response per %s, by op.", noun);
-    family(b, s, k, "latency_seconds", "histogram", help);
+    family(b, k, "latency_seconds", "histogram", help);
     for (unsigned i = 0; i < s->n; i++) {
         const struct st_entry *e = &s->e[i];
         if (e->kind != k)
@@ -358,7 +357,7 @@ static void kind_metrics(struct buf *b, const struct st_snap *s, enum st_kind k)
              "Commands answered with an error per %s, by sense key (none: a status without "
              "sense such as RESERVATION CONFLICT or TASK SET FULL).",
              noun);
-    family(b, s, k, "errors_total", "counter", help);
+    family(b, k, "errors_total", "counter", help);
     for (unsigned i = 0; i < s->n; i++) {
         if (s->e[i].kind != k)
             continue;
@@ -373,7 +372,7 @@ static void kind_metrics(struct buf *b, const struct st_snap *s, enum st_kind k)
     }
     if (k != ST_PORTAL) {
         snprintf(help, sizeof(help), "Commands in flight per %s now.", noun);
-        family(b, s, k, "queue_depth", "gauge", help);
+        family(b, k, "queue_depth", "gauge", help);
         for (unsigned i = 0; i < s->n; i++) {
             if (s->e[i].kind != k)
                 continue;

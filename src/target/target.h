@@ -94,7 +94,7 @@ struct target_config {
     bool metrics_on;
     /* --config FILE, for reload ("" without); which settings the command line fixed over it. */
     char config_path[1024];
-    bool cli_log_level, cli_threads, cli_state_dir;
+    bool cli_log_level, cli_threads, cli_state_dir, cli_metrics;
     struct iscsi_limits limits; /* limits.c */
     struct target_node_conf *targets;
     unsigned ntargets;
