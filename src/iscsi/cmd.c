@@ -792,7 +792,7 @@ int cmd_handle_scsi_header(struct iscsi_conn *c, struct iscsi_pdu_in *p)
     t->immediate = bhs_immediate(req);
     t->state = TASK_DATA_OUT;
     t->data_out_ms = c->last_rx_ms;
-    t->arrival_ns = iostats_now_ns();
+    t->arrival_ns = c->last_rx_ns; /* read as its header completed: no clock reading here */
 
     struct scsi_task *st = &t->scsi;
     memcpy(st->cdb, req->b + BHS_CDB, SCSI_CDB_MAX);

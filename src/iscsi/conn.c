@@ -600,7 +600,10 @@ int conn_pdu_done(struct iscsi_conn *c, struct iscsi_pdu_in *p)
 static int conn_wire_hdr(void *ctx, struct iscsi_pdu_in *p)
 {
     struct iscsi_conn *c = ctx;
-    c->last_rx_ms = reactor_now_ms();
+    /* One clock reading per PDU serves both the liveness check and a command's latency
+     * (its arrival, iscsi_task.arrival_ns): the same CLOCK_MONOTONIC as reactor_now_ms. */
+    c->last_rx_ns = iostats_now_ns();
+    c->last_rx_ms = c->last_rx_ns / 1000000;
     assert(!p->task); /* released at the end of the previous PDU */
     return conn_pdu_header(c, p) < 0 ? WIRE_E_OWNER : WIRE_OK;
 }

@@ -271,6 +271,7 @@ struct iscsi_conn {
     /* liveness */
     struct reactor_timer timer;
     uint64_t last_rx_ms;
+    uint64_t last_rx_ns; /* when the last PDU header was complete */
     bool nop_outstanding;
     uint64_t nop_sent_ms;
     uint32_t nop_ttt;
