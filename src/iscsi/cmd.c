@@ -434,21 +434,22 @@ static enum iostats_op cmd_op(const uint8_t *cdb)
 static void cmd_count(struct iscsi_conn *c, struct iscsi_task *t)
 {
     const struct scsi_task *st = &t->scsi;
-    uint64_t lat = iostats_now_ns() - t->arrival_ns;
-    uint64_t bytes = 0;
-    if (st->status == SCSI_STATUS_GOOD && !t->refused) {
-        if (st->dir == SCSI_DIR_READ) {
+    struct iostats_sample s = {.op = cmd_op(st->cdb), .err_slot = -1};
+    s.lat_ns = iostats_now_ns() - t->arrival_ns;
+    s.bucket = iostats_lat_bucket(s.lat_ns);
+    if (st->status == SCSI_STATUS_GOOD) {
+        if (!t->refused && st->dir == SCSI_DIR_READ) {
             uint32_t edtl = task_edtl(t);
-            bytes = st->data_len < edtl ? st->data_len : edtl;
-        } else if (st->dir == SCSI_DIR_WRITE) {
-            bytes = t->data_expected;
+            s.bytes = st->data_len < edtl ? st->data_len : edtl;
+        } else if (!t->refused && st->dir == SCSI_DIR_WRITE) {
+            s.bytes = t->data_expected;
         }
+    } else {
+        s.err_slot = iostats_err_slot(st->status, st->sense, st->sense_len);
     }
-    enum iostats_op op = cmd_op(st->cdb);
-    int err = iostats_err_slot(st->status, st->sense, st->sense_len);
-    iostats_cmd(iostats_shard(scsi_task_lun_stats(st), c->rid), op, bytes, lat, err);
-    iostats_cmd(c->st_session, op, bytes, lat, err);
-    iostats_cmd(c->st_portal, op, bytes, lat, err);
+    iostats_cmd(iostats_shard(scsi_task_lun_stats(st), c->rid), &s);
+    iostats_cmd(c->st_session, &s);
+    iostats_cmd(c->st_portal, &s);
 }
 
 /* An event of task t (an R2T sent, an abort) on its LUN, session and portal. */

@@ -5,17 +5,6 @@
 #include <string.h>
 #include <time.h>
 
-/* One shard: struct iostats_values as atomics, so the reader's loads race with nothing. */
-struct iostats_shard {
-    _Atomic uint64_t cmds[IOSTATS_NOPS];
-    _Atomic uint64_t bytes[IOSTATS_NOPS];
-    _Atomic uint64_t lat_sum_ns[IOSTATS_NOPS];
-    _Atomic uint64_t lat[IOSTATS_NOPS][IOSTATS_LAT_BUCKETS];
-    _Atomic uint64_t errors[IOSTATS_ERR_SLOTS];
-    _Atomic uint64_t digest_errors, r2ts, aborts, resets;
-    bool shared; /* the non-reactor shard: several writers, so atomic adds */
-} __attribute__((aligned(64)));
-
 struct iostats {
     unsigned nshards;
     struct iostats_shard shard[];
@@ -55,23 +44,13 @@ struct iostats_shard *iostats_shard(struct iostats *s, int reactor)
     return &s->shard[reactor];
 }
 
-/* The single writer of a reactor shard needs no read-modify-write: load, add, store, all
- * relaxed (plain moves on x86 and arm64). */
-static inline void bump(struct iostats_shard *h, _Atomic uint64_t *v, uint64_t by)
+/* Events are rare (an R2T at most per 64 KiB or so): one function for both kinds of shard. */
+static void bump(struct iostats_shard *h, _Atomic uint64_t *v, uint64_t by)
 {
-    if (__builtin_expect(h->shared, 0))
+    if (h->shared)
         atomic_fetch_add_explicit(v, by, memory_order_relaxed);
     else
-        atomic_store_explicit(v, atomic_load_explicit(v, memory_order_relaxed) + by,
-                              memory_order_relaxed);
-}
-
-unsigned iostats_lat_bucket(uint64_t ns)
-{
-    if (ns < (1ull << IOSTATS_LAT_SHIFT))
-        return 0;
-    unsigned b = (unsigned)(63 - __builtin_clzll(ns)) - IOSTATS_LAT_SHIFT + 1;
-    return b < IOSTATS_LAT_BUCKETS ? b : IOSTATS_LAT_BUCKETS - 1;
+        iostats_bump(v, by);
 }
 
 double iostats_lat_bound_s(unsigned i)
@@ -81,18 +60,14 @@ double iostats_lat_bound_s(unsigned i)
     return (double)(1ull << (IOSTATS_LAT_SHIFT + i)) / 1e9;
 }
 
-void iostats_cmd(struct iostats_shard *h, enum iostats_op op, uint64_t bytes, uint64_t lat_ns,
-                 int err_slot)
+void iostats_cmd_shared(struct iostats_shard *h, const struct iostats_sample *c)
 {
-    if (!h)
-        return;
-    bump(h, &h->cmds[op], 1);
-    if (bytes)
-        bump(h, &h->bytes[op], bytes);
-    bump(h, &h->lat_sum_ns[op], lat_ns);
-    bump(h, &h->lat[op][iostats_lat_bucket(lat_ns)], 1);
-    if (err_slot >= 0)
-        bump(h, &h->errors[err_slot], 1);
+    atomic_fetch_add_explicit(&h->cmds[c->op], 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&h->bytes[c->op], c->bytes, memory_order_relaxed);
+    atomic_fetch_add_explicit(&h->lat_sum_ns[c->op], c->lat_ns, memory_order_relaxed);
+    atomic_fetch_add_explicit(&h->lat[c->op][c->bucket], 1, memory_order_relaxed);
+    if (c->err_slot >= 0)
+        atomic_fetch_add_explicit(&h->errors[c->err_slot], 1, memory_order_relaxed);
 }
 
 void iostats_event(struct iostats_shard *h, enum iostats_event ev)

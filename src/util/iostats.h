@@ -58,19 +58,71 @@ void iostats_add(struct iostats_values *out, const struct iostats_values *in);
 
 /* Monotonic nanoseconds, for a command's arrival and completion. */
 uint64_t iostats_now_ns(void);
-unsigned iostats_lat_bucket(uint64_t ns);
+static inline unsigned iostats_lat_bucket(uint64_t ns)
+{
+    if (ns < (1ull << IOSTATS_LAT_SHIFT))
+        return 0;
+    unsigned b = (unsigned)(63 - __builtin_clzll(ns)) - IOSTATS_LAT_SHIFT + 1;
+    return b < IOSTATS_LAT_BUCKETS ? b : IOSTATS_LAT_BUCKETS - 1;
+}
 /* Upper bound of latency bucket i in seconds (+Inf for the last). */
 double iostats_lat_bound_s(unsigned i);
 /* The sense key names used as label values ("illegal_request"...), slot 16 "none". */
 const char *iostats_err_name(unsigned slot);
 
-/* --- writers: `shard` is the calling thread's reactor id (-1 for any other thread) --- */
-struct iostats_shard;
+/* --- writers --- */
+
+/* One shard: struct iostats_values as atomics, so the reader's loads race with nothing. Here
+ * (not in iostats.c) so that counting inlines into the data path. */
+struct iostats_shard {
+    _Atomic uint64_t cmds[IOSTATS_NOPS];
+    _Atomic uint64_t bytes[IOSTATS_NOPS];
+    _Atomic uint64_t lat_sum_ns[IOSTATS_NOPS];
+    _Atomic uint64_t lat[IOSTATS_NOPS][IOSTATS_LAT_BUCKETS];
+    _Atomic uint64_t errors[IOSTATS_ERR_SLOTS];
+    _Atomic uint64_t digest_errors, r2ts, aborts, resets;
+    bool shared; /* the non-reactor shard: several writers, so atomic adds */
+} __attribute__((aligned(64)));
+
+/* The shard of the calling thread: `reactor` is its reactor id, -1 for any other thread.
+ * NULL for a NULL set (counting into it does nothing). */
 struct iostats_shard *iostats_shard(struct iostats *s, int reactor);
 
-/* One command answered: its class, bytes moved, latency, SCSI status and sense key. */
-void iostats_cmd(struct iostats_shard *h, enum iostats_op op, uint64_t bytes, uint64_t lat_ns,
-                 int err_slot);
+/* One command answered, computed once and added to each of its counter sets. */
+struct iostats_sample {
+    enum iostats_op op;
+    uint64_t bytes;
+    uint64_t lat_ns;
+    unsigned bucket; /* iostats_lat_bucket(lat_ns) */
+    int err_slot;    /* iostats_err_slot(): -1 for GOOD */
+};
+/* The shared shard's writers (slow path, iostats.c). */
+void iostats_cmd_shared(struct iostats_shard *h, const struct iostats_sample *c);
+
+/* The single writer of a reactor shard needs no read-modify-write: load, add, store, all
+ * relaxed (plain moves on x86 and arm64). */
+static inline void iostats_bump(_Atomic uint64_t *v, uint64_t by)
+{
+    atomic_store_explicit(v, atomic_load_explicit(v, memory_order_relaxed) + by,
+                          memory_order_relaxed);
+}
+
+static inline void iostats_cmd(struct iostats_shard *h, const struct iostats_sample *c)
+{
+    if (!h)
+        return;
+    if (__builtin_expect(h->shared, 0)) {
+        iostats_cmd_shared(h, c);
+        return;
+    }
+    iostats_bump(&h->cmds[c->op], 1);
+    iostats_bump(&h->bytes[c->op], c->bytes);
+    iostats_bump(&h->lat_sum_ns[c->op], c->lat_ns);
+    iostats_bump(&h->lat[c->op][c->bucket], 1);
+    if (c->err_slot >= 0)
+        iostats_bump(&h->errors[c->err_slot], 1);
+}
+
 enum iostats_event { IOSTATS_DIGEST_ERROR, IOSTATS_R2T, IOSTATS_ABORT, IOSTATS_RESET };
 void iostats_event(struct iostats_shard *h, enum iostats_event ev);
 

@@ -37,9 +37,13 @@ int main(int argc, char **argv)
         for (long i = 0; i < n; i++) {
             sink += (uint64_t)i;
             uint64_t lat = iostats_now_ns() - arrival;
-            enum iostats_op op = (enum iostats_op)(i & 1);
+            struct iostats_sample s = {.op = (enum iostats_op)(i & 1),
+                                       .bytes = 4096,
+                                       .lat_ns = lat,
+                                       .bucket = iostats_lat_bucket(lat),
+                                       .err_slot = -1};
             for (int k = 0; k < 3; k++)
-                iostats_cmd(h[k], op, 4096, lat, -1);
+                iostats_cmd(h[k], &s);
         }
         double count = (now_s() - t0) / (double)n;
         if (base < best_base)

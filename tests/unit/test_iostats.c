@@ -43,6 +43,15 @@ static void test_err_slot(void **state)
     assert_string_equal(iostats_err_name(IOSTATS_ERR_NO_SENSE_STATUS), "none");
 }
 
+static struct iostats_sample sample(enum iostats_op op, uint64_t bytes, uint64_t lat_ns, int err)
+{
+    return (struct iostats_sample){.op = op,
+                                   .bytes = bytes,
+                                   .lat_ns = lat_ns,
+                                   .bucket = iostats_lat_bucket(lat_ns),
+                                   .err_slot = err};
+}
+
 #define PER_THREAD 200000
 struct writer {
     struct iostats *s;
@@ -53,8 +62,9 @@ static void *write_many(void *arg)
 {
     struct writer *w = arg;
     struct iostats_shard *h = iostats_shard(w->s, w->reactor);
+    struct iostats_sample s = sample(IOSTATS_WRITE, 4096, 5000, -1);
     for (int i = 0; i < PER_THREAD; i++) {
-        iostats_cmd(h, IOSTATS_WRITE, 4096, 5000, -1);
+        iostats_cmd(h, &s);
         iostats_event(h, IOSTATS_R2T);
     }
     return NULL;
@@ -77,7 +87,8 @@ static void test_merge(void **state)
     assert_true(mid.cmds[IOSTATS_WRITE] <= 4ull * PER_THREAD);
     for (int i = 0; i < 4; i++)
         pthread_join(t[i], NULL);
-    iostats_cmd(iostats_shard(s, 0), IOSTATS_READ, 512, 3000000, 6);
+    struct iostats_sample rd = sample(IOSTATS_READ, 512, 3000000, 6);
+    iostats_cmd(iostats_shard(s, 0), &rd);
     struct iostats_values v;
     iostats_read(s, &v);
     assert_int_equal(v.cmds[IOSTATS_WRITE], 4ull * PER_THREAD);
@@ -93,7 +104,7 @@ static void test_merge(void **state)
     assert_int_equal(sum.r2ts, 8ull * PER_THREAD);
     iostats_free(s);
     /* a missing set (out of memory at creation) counts nothing and reads 0 */
-    iostats_cmd(iostats_shard(NULL, 0), IOSTATS_READ, 1, 1, -1);
+    iostats_cmd(iostats_shard(NULL, 0), &rd);
     iostats_read(NULL, &v);
     assert_int_equal(v.cmds[IOSTATS_READ], 0);
 }
