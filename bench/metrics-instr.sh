@@ -27,10 +27,10 @@ for r in $(seq "$rounds"); do
       --ctl-socket none --log-level warn >"$work/url" 2>"$work/target.log" &
     vpid=$!
     for _ in $(seq 300); do [ -s "$work/url" ] && break; sleep 0.1; done
-    callgrind_control -i on "$vpid" >/dev/null
+    callgrind_control -i on "$vpid" >/dev/null 2>&1
     "$dir/linerate-bench" --sizes 4k --rw write,read --seconds "$secs" --qd 8 --format json \
       "$(head -1 "$work/url")" >"$work/bench.json" 2>"$work/bench.err"
-    callgrind_control -i off "$vpid" >/dev/null
+    callgrind_control -i off "$vpid" >/dev/null 2>&1
     kill "$vpid"; wait "$vpid"; vpid=""
     ir=$(callgrind_annotate "$work/cg.out" 2>/dev/null | awk '/PROGRAM TOTALS/ {gsub(",", "", $1); print $1}')
     python3 - "$work/bench.json" "$ir" "$dir" "$r" "$secs" <<'PY'
