@@ -3,10 +3,16 @@
 # `make fuzz` builds the libFuzzer harnesses with clang and runs each briefly (build-fuzz/),
 # `make format-check` checks every C file against .clang-format, `make interop` runs the
 # Linux kernel initiator against linerate-target in a qemu guest (tests/interop).
+# `make install` installs the programs, man pages, systemd unit, default config (kept if there)
+# and example under PREFIX (default /usr/local; the config in SYSCONFDIR, default /etc), into
+# DESTDIR if set: `make install DESTDIR=/tmp/stage PREFIX=/usr`. `make deb` builds the Debian
+# package (debian/, dpkg-buildpackage) into ../ as Debian tools do.
 MESON ?= meson
 BUILD ?= build
+PREFIX ?= /usr/local
+SYSCONFDIR ?= /etc
 
-.PHONY: all check unit-check asan-check interop fuzz clean format-check
+.PHONY: all check unit-check asan-check interop fuzz clean format-check install deb
 
 all: $(BUILD)/build.ninja
 	ninja -C $(BUILD)
@@ -35,6 +41,13 @@ interop: all
 # FUZZ_SECONDS=600 make fuzz for a longer run.
 fuzz:
 	tests/fuzz/run.sh
+
+install: $(BUILD)/build.ninja
+	$(MESON) configure $(BUILD) -Dprefix=$(PREFIX) -Dsysconfdir=$(SYSCONFDIR)
+	$(MESON) install -C $(BUILD) $(if $(DESTDIR),--destdir $(DESTDIR))
+
+deb:
+	dpkg-buildpackage -us -uc -b
 
 format-check:
 	clang-format --dry-run --Werror $$(git ls-files '*.c' '*.h')

@@ -635,7 +635,7 @@ static void stop_config(struct run *R)
         unsigned n;
         uint64_t unmeasured, recovered;
         const struct bench_stall *st = worker_stalls(R->w[i], &n, &unmeasured, &recovered);
-        struct bench_stall *all = realloc(R->stalls, (R->nstalls + n + 1) * sizeof(*all));
+        struct bench_stall *all = n ? realloc(R->stalls, (R->nstalls + n) * sizeof(*all)) : NULL;
         if (all) {
             memcpy(all + R->nstalls, st, n * sizeof(*st));
             R->stalls = all;

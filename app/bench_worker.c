@@ -402,7 +402,11 @@ static void on_io(void *arg, const struct lr_result *res)
     if (res->recovered)
         note_recovered(w, t);
     if (res->err == LR_OK) {
-        w->st.bytes += sl->len;
+        /* an underflow moved fewer bytes than asked (§11.4.5): count what moved */
+        uint32_t moved = sl->len;
+        if (res->residual_kind == LR_RESIDUAL_UNDERFLOW)
+            moved = res->residual < sl->len ? sl->len - res->residual : 0;
+        w->st.bytes += moved;
         w->st.ops++;
         w->st.hist[bench_hist_bucket(t - sl->t0)]++;
     } else {
@@ -638,6 +642,15 @@ static void on_verify_io(void *arg, const struct lr_result *res)
             snprintf(w->err, sizeof(w->err), "verify %s at LBA %llu failed: %s",
                      sl->write ? "write" : "read", (unsigned long long)sl->lba,
                      res->what ? res->what : lr_err_name(res->err));
+        w->failed = true;
+    } else if (res->residual_kind != LR_RESIDUAL_NONE) {
+        /* GOOD status but not the whole chunk moved (or the target wanted more): the blocks
+         * the check would read are not what was asked for */
+        if (!w->failed)
+            snprintf(w->err, sizeof(w->err), "verify %s at LBA %llu: residual %s of %u bytes",
+                     sl->write ? "write" : "read", (unsigned long long)sl->lba,
+                     res->residual_kind == LR_RESIDUAL_UNDERFLOW ? "underflow" : "overflow",
+                     res->residual);
         w->failed = true;
     } else if (sl->write) {
         w->vconn[(sl->lba - w->region_start) / (w->vsize / w->bs)] = (int8_t)res->conn;

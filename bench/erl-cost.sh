@@ -21,8 +21,12 @@ out=${OUT:-$root/bench/results}
 . "$root/tests/integration/bench_lib.sh"
 mkdir -p "$out"
 work=$(mktemp -d /tmp/linerate-erlcost.XXXXXX)
-pids=()
-cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done; wait 2>/dev/null; [ -n "${KEEP:-}" ] || rm -rf "$work"; }
+# start() runs in a command substitution (a subshell): the targets' PIDs go to a file, or the
+# cleanup would not know them and the targets would outlive the script
+cleanup() {
+  [ -s "$work/pids" ] && while read -r p; do kill "$p" 2>/dev/null; done <"$work/pids"
+  wait 2>/dev/null; [ -n "${KEEP:-}" ] || rm -rf "$work"
+}
 trap cleanup EXIT
 [ -n "${KEEP:-}" ] && echo "erl-cost: work in $work" >&2
 
@@ -31,7 +35,7 @@ start() {   # name extra-args...
   port=$(free_port) || { echo "erl-cost: no free port" >&2; exit 2; }
   "$build/linerate-target" --listen "127.0.0.1:$port" --lun ram:256M,prealloc --threads 1 \
     --error-recovery-level 1 --log-level warn "$@" >"$work/$name.url" 2>"$work/$name.log" &
-  pids+=($!)
+  echo $! >>"$work/pids"
   for _ in $(seq 100); do [ -s "$work/$name.url" ] && break; sleep 0.1; done
   head -1 "$work/$name.url"
 }
@@ -61,14 +65,17 @@ md=$out/erl-cost-$(date +%Y%m%d-%H%M%S).md
 {
   echo "# ERL 1 recovery cost: digest-error=$rate on both ends vs clean ($reps reps, ${secs}s cells, $conns conn)"
   echo
-  echo "| cell | clean MB/s | faulty MB/s | faulty / clean |"
-  echo "|---|---|---|---|"
-  awk '{v[$3, $1] = v[$3, $1] " " $4; k[$3] = 1}
+  echo "| cell | clean MB/s | faulty MB/s | faulty / clean | median of per-rep ratios |"
+  echo "|---|---|---|---|---|"
+  # per-rep ratio: the clean and faulty run of one repetition ran back to back, so their ratio
+  # is less exposed to load that comes and goes on a shared machine than the ratio of medians
+  awk '{v[$3, $1] = v[$3, $1] " " $4; r[$3, $2, $1] = $4; n[$3] = $2 > n[$3] ? $2 : n[$3]}
     function med(s,   n, x, i, j, t) { n = split(s, x, " "); if (!n) return 0
       for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (x[j] + 0 < x[i] + 0) { t = x[i]; x[i] = x[j]; x[j] = t }
       return n % 2 ? x[(n + 1) / 2] : (x[n / 2] + x[n / 2 + 1]) / 2 }
-    END { for (c in k) { a = med(v[c, "clean"]); b = med(v[c, "faulty"])
-      printf "| %s | %.0f | %.0f | %.3f |\n", c, a, b, (a > 0 ? b / a : 0) } }' "$raw" | sort
+    END { for (c in n) { a = med(v[c, "clean"]); b = med(v[c, "faulty"]); p = ""
+        for (i = 1; i <= n[c]; i++) if (r[c, i, "clean"] > 0) p = p " " r[c, i, "faulty"] / r[c, i, "clean"]
+        printf "| %s | %.0f | %.0f | %.3f | %.3f |\n", c, a, b, (a > 0 ? b / a : 0), med(p) } }' "$raw" | sort
   echo
   echo "Faults injected by the bench (the target corrupts its Data-In digests at the same rate):"
   echo

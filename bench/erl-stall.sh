@@ -12,9 +12,10 @@
 # Writes OUT/erl-stall-DATE.md.
 #
 # The target offers DefaultTime2Wait=T2W (default 0): RFC 7143 §13.15 makes the initiator wait
-# that long before the logout that frees a lost connection's commands, and again the Logout
-# Response's Time2Wait before reassigning them (§11.15), so with the RFC's default of 2 s every
-# stall is over 4 s by definition; the initiator offers 0 at ERL 2.
+# that long before the logout that frees a lost connection's commands, and then the Logout
+# Response's Time2Wait before reassigning them (§11.15; linerate's target answers 0 there for
+# a connection it already lost), so with the RFC's default of 2 s every stall is over 2 s by
+# definition; the initiator offers 0 at ERL 2.
 #
 #   bench/erl-stall.sh [BUILD_DIR]   CUTS (20), INTERVAL (0.5), T2W (0), OUT (bench/results)
 set -u

@@ -32,12 +32,19 @@ enum lr_err {
 
 const char *lr_err_name(enum lr_err e);
 
+/* lr_result.residual_kind (the U and O bits of the SCSI Response or final Data-In) */
+enum lr_residual {
+    LR_RESIDUAL_NONE = 0,  /* exactly the expected length moved; residual is 0 */
+    LR_RESIDUAL_UNDERFLOW, /* residual bytes of the buffer were not transferred */
+    LR_RESIDUAL_OVERFLOW,  /* the command wanted residual bytes more than the buffer holds */
+};
+
 struct lr_result {
     enum lr_err err;
     uint8_t scsi_status;   /* 0x00 GOOD, 0x02 CHECK CONDITION, ... */
     uint8_t response;      /* iSCSI response code of a SCSI Response PDU */
     uint16_t login_status; /* LR_ERR_LOGIN: status class << 8 | status detail (RFC 7143 §11.13.5) */
-    uint32_t residual;     /* underflow (positive) residual count */
+    uint32_t residual;     /* ResidualCount of the response; residual_kind says which */
     uint32_t sense_len;
     uint8_t sense[LR_SENSE_MAX];
     const char *what; /* short human description of the error, static string */
@@ -46,6 +53,10 @@ struct lr_result {
      * carried on over another one (TASK REASSIGN, or a retry of a command the target never
      * got; RFC 7143 §7.2) */
     bool recovered;
+    /* enum lr_residual: what `residual` counts (RFC 7143 §11.4.5): bytes of the expected
+     * length that were not transferred (underflow), or bytes the command wanted beyond it that
+     * were not (overflow). A uint8_t, so lr_result keeps its size and layout. */
+    uint8_t residual_kind;
 };
 
 typedef void (*lr_done_fn)(void *arg, const struct lr_result *res);

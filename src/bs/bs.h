@@ -86,13 +86,39 @@ struct bs_ops {
      * *len is how far to look (> 0, within the store); on return it is the length of the run
      * starting at offset whose state is *mapped (at least 1 byte, at most the entry value; a
      * store may stop early to bound the work). Ends fall on the store's allocation unit (page,
-     * file system block) except at offset + the entry *len. Synchronous and cheap: it reads
-     * metadata only. 0 or -errno. NULL: every byte counts as mapped. */
+     * file system block, RADOS object) except at offset + the entry *len. Synchronous: it
+     * reads metadata only, cheaply unless the store sets lba_status_blocks (then it waits for
+     * the cluster and may only be called off the reactors). 0 or -errno. NULL: every byte
+     * counts as mapped. */
     int (*lba_status)(struct bs *bs, uint64_t offset, uint64_t *len, bool *mapped);
     /* Optional: grow to `size` bytes (> the current size) while requests run, for a LUN
      * resized at run time. The new bytes read as zeros. 0, or -1 with a one-line reason in
      * err. NULL: the store cannot grow. */
     int (*grow)(struct bs *bs, uint64_t size, char *err, size_t errlen);
+    /* Optional (rbd): a small object shared by every client of the medium (every gateway that
+     * exports the image), for state that must agree across them: persistent reservations.
+     * `name` is a short tag ("pr"); the store derives the object's name from the medium's.
+     * All block on the cluster: call them off the reactors.
+     * obj_read: the content, malloc'd into *buf with a NUL after its *len bytes (NULL, *len 0
+     * when the object does not exist),
+     * and its version (0 when it does not exist). 0 or -errno.
+     * obj_write: replace the content if its version is still ver (0: the object must not
+     * exist yet), atomically in the cluster; -ECANCELED when someone changed it first; the
+     * version written in *newver. 0 or -errno.
+     * obj_notify: hand buf to every watcher of the object (this client's own watch too) and
+     * wait up to timeout_ms until each has acknowledged: -ETIMEDOUT when one has not. */
+    int (*obj_read)(struct bs *bs, const char *name, char **buf, size_t *len, uint64_t *ver);
+    int (*obj_write)(struct bs *bs, const char *name, const void *buf, size_t len, uint64_t ver,
+                     uint64_t *newver);
+    int (*obj_notify)(struct bs *bs, const char *name, const void *buf, size_t len,
+                      unsigned timeout_ms);
+    /* Watch the object (it must exist): cb(arg, buf, len, 0) for every notify, on a store
+     * thread, acknowledged to the notifier once cb returns; cb(arg, NULL, 0, -errno) when the
+     * watch broke and notifies may have been missed (call obj_watch again to re-arm it;
+     * -ESHUTDOWN: the cluster fenced this client, the store fails everything from now on).
+     * One watch per store, ended by close. 0 or -errno. */
+    int (*obj_watch)(struct bs *bs, const char *name,
+                     void (*cb)(void *arg, const void *buf, size_t len, int err), void *arg);
 };
 
 struct bs {
@@ -106,6 +132,8 @@ struct bs {
      * (several gateways of one RBD image), for a range that stays within one aligned unit of
      * this many bytes (512 for rbd: librbd 16 compares within one sector); 0: not offered. */
     uint64_t caw_unit;
+    /* lba_status blocks (it asks the cluster): the SCSI core calls it off the reactors. */
+    bool lba_status_blocks;
     char desc[256]; /* what the store is, for logs: "ram:1G", "file:/srv/a.img" */
     /* A stable identity of the medium itself, the same wherever it is opened (the RBD image
      * id), for designators that must agree across gateways; empty when the store has none. */

@@ -16,7 +16,14 @@
  * when an OSD does not answer within timeout= (rados_osd_op_timeout), -EROFS, -ENOSPC as
  * librbd says. -ESHUTDOWN (EBLOCKLISTED: the cluster fenced this client) is final: the store
  * logs it once and fails every later request at once with -ESHUTDOWN rather than queue I/O
- * that can never be written. */
+ * that can never be written.
+ *
+ * Besides the image: GET LBA STATUS from its allocation (rbd_diff_iterate2, whole objects;
+ * blocking, so lba_status_blocks sends it to the SCSI core's helper thread), and the shared
+ * object "<image>.linerate-<name>" in the image's pool (librados: versioned reads, writes
+ * asserting the version read, watch/notify) where persistent reservations live so that every
+ * gateway of the image agrees on them (pr.c). Those calls block too and come from the helper
+ * thread, or from where the LUN is created. */
 #include <limits.h>
 #include <rados/librados.h>
 #include <rbd/librbd.h>
@@ -36,6 +43,17 @@ struct bs_rbd {
     rbd_image_t image;
     atomic_bool fenced; /* blocklisted: every request fails with -ESHUTDOWN */
     uint64_t obj_size;  /* bytes per RADOS object of the image */
+    char image_name[128];
+    /* The shared object (obj_* ops): its own I/O context, so that rados_get_last_version
+     * reads this thread's operation and not another's; used by one thread at a time (the
+     * SCSI core's helper thread). The watch and its acknowledgements use ioctx (librbd works
+     * on its own copies of it). */
+    rados_ioctx_t obj_ioctx;
+    bool have_obj_ioctx;
+    uint64_t watch; /* rados_watch2 handle, 0: none */
+    char watch_oid[200];
+    void (*watch_cb)(void *arg, const void *buf, size_t len, int err);
+    void *watch_arg;
 };
 
 /* st.done counts the steps of a request: 0 the operation itself, 1 the flush a FUA write
@@ -238,9 +256,179 @@ static void bs_rbd_submit(struct bs *bs, struct bs_io *io)
     }
 }
 
+/* ---- GET LBA STATUS: the image's allocation ------------------------------------------- */
+
+struct rbd_lbas {
+    uint64_t offset, end; /* the range asked about */
+    uint64_t first;       /* start of the first allocated extent at or after offset */
+    uint64_t run_end;     /* end of the allocated run starting at offset (when first == offset) */
+    bool found;
+};
+
+/* rbd_diff_iterate2 reports allocated extents in order; whole_object rounds them to RADOS
+ * objects (the allocation unit). Stops (-ECANCELED) once the run from offset is known. */
+static int rbd_lbas_cb(uint64_t off, size_t len, int exists, void *arg)
+{
+    struct rbd_lbas *l = arg;
+    if (!exists)
+        return 0;
+    uint64_t s = off < l->offset ? l->offset : off, e = off + len;
+    if (e <= s)
+        return 0;
+    if (!l->found) {
+        l->found = true;
+        l->first = s;
+        l->run_end = e;
+        return s > l->offset ? -ECANCELED : 0; /* a hole first: its end is all we need */
+    }
+    if (s > l->run_end)
+        return -ECANCELED; /* the allocated run from offset ended */
+    if (e > l->run_end)
+        l->run_end = e;
+    return 0;
+}
+
+/* Blocks on the cluster (lba_status_blocks): the SCSI core calls it on its helper thread. */
+static int bs_rbd_lba_status(struct bs *bs, uint64_t offset, uint64_t *len, bool *mapped)
+{
+    struct bs_rbd *b = bs->priv;
+    struct rbd_lbas l = {.offset = offset, .end = offset + *len};
+    int ret = rbd_diff_iterate2(b->image, NULL, offset, *len, 1, 1, rbd_lbas_cb, &l);
+    if (ret < 0 && ret != -ECANCELED)
+        return ret;
+    if (!l.found || l.first > offset) {
+        *mapped = false;
+        *len = (l.found ? l.first : l.end) - offset;
+    } else {
+        *mapped = true;
+        *len = (l.run_end < l.end ? l.run_end : l.end) - offset;
+    }
+    return 0;
+}
+
+/* ---- the shared object: "<image>.linerate-<name>" in the image's pool ------------------ */
+
+static void rbd_obj_oid(const struct bs_rbd *b, const char *name, char *oid, size_t n)
+{
+    snprintf(oid, n, "%s.linerate-%s", b->image_name, name);
+}
+
+#define RBD_OBJ_MAX (1u << 20) /* far more than any reservation state needs */
+
+static int bs_rbd_obj_read(struct bs *bs, const char *name, char **buf, size_t *len, uint64_t *ver)
+{
+    struct bs_rbd *b = bs->priv;
+    char oid[200];
+    rbd_obj_oid(b, name, oid, sizeof(oid));
+    *buf = NULL;
+    *len = 0;
+    *ver = 0;
+    char *d = malloc(RBD_OBJ_MAX);
+    if (!d)
+        return -ENOMEM;
+    int ret = rados_read(b->obj_ioctx, oid, d, RBD_OBJ_MAX - 1, 0);
+    if (ret == -ENOENT) {
+        free(d);
+        return 0;
+    }
+    if (ret < 0 || ret == (int)RBD_OBJ_MAX - 1) {
+        free(d);
+        return ret < 0 ? ret : -EFBIG;
+    }
+    d[ret] = '\0';
+    *ver = rados_get_last_version(b->obj_ioctx);
+    *buf = d;
+    *len = (size_t)ret;
+    return 0;
+}
+
+static int bs_rbd_obj_write(struct bs *bs, const char *name, const void *buf, size_t len,
+                            uint64_t ver, uint64_t *newver)
+{
+    struct bs_rbd *b = bs->priv;
+    char oid[200];
+    rbd_obj_oid(b, name, oid, sizeof(oid));
+    rados_write_op_t op = rados_create_write_op();
+    if (!op)
+        return -ENOMEM;
+    /* compare and swap in one RADOS operation: the OSD applies the write only if the object
+     * is still at the version read (or still absent) */
+    if (ver == 0)
+        rados_write_op_create(op, LIBRADOS_CREATE_EXCLUSIVE, NULL);
+    else
+        rados_write_op_assert_version(op, ver);
+    rados_write_op_write_full(op, buf, len);
+    int ret = rados_write_op_operate(op, b->obj_ioctx, oid, NULL, 0);
+    rados_release_write_op(op);
+    if (ret == -ERANGE || ret == -EOVERFLOW || ret == -EEXIST)
+        return -ECANCELED;
+    if (ret < 0)
+        return ret;
+    *newver = rados_get_last_version(b->obj_ioctx);
+    return 0;
+}
+
+static int bs_rbd_obj_notify(struct bs *bs, const char *name, const void *buf, size_t len,
+                             unsigned timeout_ms)
+{
+    struct bs_rbd *b = bs->priv;
+    char oid[200];
+    rbd_obj_oid(b, name, oid, sizeof(oid));
+    char *reply = NULL;
+    size_t reply_len = 0;
+    int ret = rados_notify2(b->obj_ioctx, oid, buf, (int)len, timeout_ms, &reply, &reply_len);
+    if (reply)
+        rados_buffer_free(reply);
+    return ret;
+}
+
+/* librados's watch thread: the owner's callback, then the acknowledgement the notifier
+ * waits for. */
+static void rbd_watch_cb(void *arg, uint64_t notify_id, uint64_t handle, uint64_t notifier_id,
+                         void *data, size_t data_len)
+{
+    (void)notifier_id;
+    struct bs_rbd *b = arg;
+    b->watch_cb(b->watch_arg, data, data_len, 0);
+    rados_notify_ack(b->ioctx, b->watch_oid, notify_id, handle, NULL, 0);
+}
+
+static void rbd_watch_err(void *arg, uint64_t handle, int err)
+{
+    (void)handle;
+    struct bs_rbd *b = arg;
+    LOG_WARN("rbd:%s: watch on %s broke (%s): re-arming it", b->image_name, b->watch_oid,
+             strerror(-err));
+    b->watch_cb(b->watch_arg, NULL, 0, err);
+}
+
+static int bs_rbd_obj_watch(struct bs *bs, const char *name,
+                            void (*cb)(void *arg, const void *buf, size_t len, int err), void *arg)
+{
+    struct bs_rbd *b = bs->priv;
+    if (b->watch) {
+        rados_unwatch2(b->ioctx, b->watch);
+        b->watch = 0;
+    }
+    rbd_obj_oid(b, name, b->watch_oid, sizeof(b->watch_oid));
+    b->watch_cb = cb;
+    b->watch_arg = arg;
+    uint64_t h = 0;
+    int ret = rados_watch2(b->ioctx, b->watch_oid, &h, rbd_watch_cb, rbd_watch_err, b);
+    if (ret == 0)
+        b->watch = h;
+    return ret;
+}
+
 static void bs_rbd_close(struct bs *bs)
 {
     struct bs_rbd *b = bs->priv;
+    if (b->watch) {
+        rados_unwatch2(b->ioctx, b->watch);
+        rados_watch_flush(b->cluster); /* no callback runs after this */
+    }
+    if (b->have_obj_ioctx)
+        rados_ioctx_destroy(b->obj_ioctx);
     /* rbd_close flushes librbd's cache (writes acknowledged without FUA). */
     int ret = rbd_close(b->image);
     if (ret < 0)
@@ -278,6 +466,11 @@ static const struct bs_ops bs_rbd_ops = {
     .submit = bs_rbd_submit,
     .close = bs_rbd_close,
     .grow = bs_rbd_grow,
+    .lba_status = bs_rbd_lba_status,
+    .obj_read = bs_rbd_obj_read,
+    .obj_write = bs_rbd_obj_write,
+    .obj_notify = bs_rbd_obj_notify,
+    .obj_watch = bs_rbd_obj_watch,
 };
 
 /* Settings the store relies on, whatever ceph.conf says. */
@@ -341,6 +534,12 @@ struct bs *bs_rbd_open(const struct bs_rbd_params *p, char *err, size_t errlen)
     if (ret < 0)
         goto fail;
     have_ioctx = true;
+    stage = "opening the pool for the shared objects";
+    ret = rados_ioctx_create(b->cluster, p->pool, &b->obj_ioctx);
+    if (ret < 0)
+        goto fail;
+    b->have_obj_ioctx = true;
+    snprintf(b->image_name, sizeof(b->image_name), "%s", p->image);
     stage = "opening the image";
     ret = p->read_only ? rbd_open_read_only(b->ioctx, p->image, &b->image, NULL)
                        : rbd_open(b->ioctx, p->image, &b->image, NULL);
@@ -386,6 +585,8 @@ struct bs *bs_rbd_open(const struct bs_rbd_params *p, char *err, size_t errlen)
     /* Discarded objects are deleted, partial ones zeroed (rbd_skip_partial_discard off). */
     bs->thin = true;
     bs->write_same = true;
+    /* GET LBA STATUS asks the cluster (rbd_diff_iterate2): off the reactors */
+    bs->lba_status_blocks = true;
     rbd_image_info_t info;
     if (rbd_stat(b->image, &info, sizeof(info)) == 0)
         b->obj_size = info.obj_size;
@@ -409,6 +610,8 @@ fail:
 fail_quiet_all:
     if (have_image)
         rbd_close(b->image);
+    if (b->have_obj_ioctx)
+        rados_ioctx_destroy(b->obj_ioctx);
     if (have_ioctx)
         rados_ioctx_destroy(b->ioctx);
     rados_shutdown(b->cluster);

@@ -139,6 +139,7 @@ uint8_t *ini_task_rx_dest(struct ini_conn *c, const uint8_t *hdr, uint32_t dlen)
 static void result_init(struct lr_result *r, enum lr_err e, const char *what)
 {
     memset(r, 0, offsetof(struct lr_result, sense));
+    r->residual_kind = LR_RESIDUAL_NONE; /* past sense, which is not cleared */
     r->err = e;
     r->what = what;
 }
@@ -156,8 +157,13 @@ void ini_task_result(struct ini_task *t, const uint8_t *hdr, const uint8_t *data
     result_init(r, LR_OK, NULL);
     r->scsi_status = hdr[BHS_STATUS];
     uint8_t flags = hdr[BHS_FLAGS];
-    if (flags & (ISCSI_RSP_UNDERFLOW | ISCSI_RSP_OVERFLOW))
+    /* U and O are the same bits in a SCSI Response and a Data-In with status (§11.4.5,
+     * §11.7.5); both set is a protocol error we read as underflow, the safer reading */
+    if (flags & (ISCSI_RSP_UNDERFLOW | ISCSI_RSP_OVERFLOW)) {
         r->residual = get_be32(hdr + BHS_RESIDUAL);
+        r->residual_kind =
+            flags & ISCSI_RSP_UNDERFLOW ? LR_RESIDUAL_UNDERFLOW : LR_RESIDUAL_OVERFLOW;
+    }
     if ((hdr[0] & ISCSI_OPCODE_MASK) == ISCSI_OP_SCSI_RSP) {
         r->response = hdr[BHS_RESPONSE];
         if (r->response != 0) {

@@ -216,28 +216,61 @@ static void pdu_map_task_data(struct wire_pdu *p, const struct scsi_task *st, ui
     p->dlen = len;
 }
 
-/* Data-In PDU k of a read as send_data_in() cut it: its offset and length, and whether it ends
- * a MaxBurstLength sequence (F). PDUs of din_pdu_len fill each burst of din_burst bytes, the
- * last of each burst and of the transfer shorter. */
+/* PDU j of a cut of [base, total) into PDUs of at most `pdu` bytes that also end at every
+ * multiple of `burst` (MaxBurstLength sequences, F on the last of each): its offset, length and
+ * F. base is 0 for the first transmission, a PDU's offset for a cut made anew (recut below). */
+static void cut_seg(uint32_t base, uint32_t pdu, uint32_t burst, uint32_t total, uint32_t j,
+                    uint32_t *off, uint32_t *len, bool *final)
+{
+    uint32_t bend = (base / burst + 1) * burst; /* the end of base's burst */
+    if (bend > total)
+        bend = total;
+    uint32_t first = (bend - base + pdu - 1) / pdu; /* PDUs of base's (partial) burst */
+    uint32_t bstart = base, blen = bend - base;
+    if (j >= first) {
+        uint32_t ppb = (burst + pdu - 1) / pdu; /* PDUs per whole burst */
+        j -= first;
+        bstart = bend + j / ppb * burst;
+        blen = total - bstart < burst ? total - bstart : burst;
+        j %= ppb;
+    }
+    *off = bstart + j * pdu;
+    *len = blen - j * pdu < pdu ? blen - j * pdu : pdu;
+    *final = j * pdu + *len == blen;
+}
+
+static uint32_t cut_count(uint32_t base, uint32_t pdu, uint32_t burst, uint32_t total)
+{
+    if (base >= total)
+        return 0;
+    uint32_t bend = (base / burst + 1) * burst;
+    if (bend > total)
+        bend = total;
+    uint32_t ppb = (burst + pdu - 1) / pdu;
+    uint32_t rest = total - bend;
+    return (bend - base + pdu - 1) / pdu + rest / burst * ppb + (rest % burst + pdu - 1) / pdu;
+}
+
+/* Data-In PDU k of a read as it was last sent: from send_data_in()'s cut, or for DataSNs from
+ * din_recut_sn on from the cut a reassignment made anew (resend_data_in_from). */
 static void data_in_seg(const struct iscsi_task *t, uint32_t k, uint32_t *off, uint32_t *len,
                         bool *final)
 {
-    uint32_t ppb = (t->din_burst + t->din_pdu_len - 1) / t->din_pdu_len; /* PDUs per burst */
-    uint32_t b = k / ppb, j = k % ppb;
-    uint32_t bstart = b * t->din_burst;
-    uint32_t blen = t->din_total - bstart < t->din_burst ? t->din_total - bstart : t->din_burst;
-    *off = bstart + j * t->din_pdu_len;
-    *len = blen - j * t->din_pdu_len < t->din_pdu_len ? blen - j * t->din_pdu_len : t->din_pdu_len;
-    *final = j * t->din_pdu_len + *len == blen;
+    if (t->din_recut_pdu && k >= t->din_recut_sn)
+        cut_seg(t->din_recut_off, t->din_recut_pdu, t->din_burst, t->din_total, k - t->din_recut_sn,
+                off, len, final);
+    else
+        cut_seg(0, t->din_pdu_len, t->din_burst, t->din_total, k, off, len, final);
 }
 
 uint32_t cmd_data_in_count(const struct iscsi_task *t)
 {
     if (!t->din_total)
         return 0;
-    uint32_t ppb = (t->din_burst + t->din_pdu_len - 1) / t->din_pdu_len;
-    uint32_t full = t->din_total / t->din_burst, rest = t->din_total % t->din_burst;
-    return full * ppb + (rest + t->din_pdu_len - 1) / t->din_pdu_len;
+    if (t->din_recut_pdu)
+        return t->din_recut_sn +
+               cut_count(t->din_recut_off, t->din_recut_pdu, t->din_burst, t->din_total);
+    return cut_count(0, t->din_pdu_len, t->din_burst, t->din_total);
 }
 
 enum data_in_mode {
@@ -353,6 +386,7 @@ int cmd_resend_resegmented(struct iscsi_conn *c, struct iscsi_task *t, uint32_t 
     assert(t->state == TASK_RETAINED);
     if (t->din_total) {
         t->din_pdu_len = c->max_send_dsl;
+        t->din_recut_pdu = 0; /* one cut again, numbered from 0 */
         uint32_t count = cmd_data_in_count(t);
         for (uint32_t k = 0; k < count; k++) {
             uint32_t off, len;
@@ -1011,8 +1045,10 @@ int cmd_handle_data_out_header(struct iscsi_conn *c, struct iscsi_pdu_in *p)
     uint32_t len = p->dlen;
     const char *err = NULL, *seq_err = NULL;
     bool erl1 = conn_erl(c) >= 1;
-    if (erl1)
+    if (erl1) {
         t->data_out_ms = c->last_rx_ms;
+        t->stall_rounds = 0;
+    }
     if (ttt == ISCSI_RSVD_TAG) {
         if (erl1 && !t->seq_failed &&
             data_out_gap(t->unsol_datasn, t->unsol_next_off, datasn, off,
@@ -1156,7 +1192,11 @@ int cmd_handle_data_out_done(struct iscsi_conn *c, struct iscsi_pdu_in *p)
 /* ERL >= 1: a write whose Data-Out stopped (the final PDU of a sequence, or an R2T, lost on the
  * way) would wait for ever: after ISCSI_DATA_OUT_STALL_MS without progress, what is missing of
  * each open sequence becomes a hole, the sequence is closed, and recovery R2Ts solicit the
- * holes under new TTTs (§7.9). */
+ * holes under new TTTs (§7.9). An initiator that answers none of ISCSI_DATA_OUT_STALL_ROUNDS
+ * such rounds is not recovering this command: rather than wait for ever (or drop a connection
+ * that carries other commands), the command alone ends with CHECK CONDITION, ABORTED COMMAND,
+ * 47h/05h, the termination §7.8 b and §7.9 give the target for data it does not recover; what
+ * still comes for it is dropped (its task is gone). */
 int cmd_check_stalled(struct iscsi_conn *c, uint64_t now_ms)
 {
     struct list_node *n, *tmp;
@@ -1173,6 +1213,7 @@ int cmd_check_stalled(struct iscsi_conn *c, uint64_t now_ms)
         if (now_ms - t->data_out_ms < ISCSI_DATA_OUT_STALL_MS)
             continue;
         t->data_out_ms = now_ms;
+        bool give_up = ++t->stall_rounds > ISCSI_DATA_OUT_STALL_ROUNDS;
         bool room = true;
         for (unsigned i = 0; i < ISCSI_MAX_R2T; i++) {
             struct r2t_seq *seq = &t->r2t[i];
@@ -1186,12 +1227,15 @@ int cmd_check_stalled(struct iscsi_conn *c, uint64_t now_ms)
             room = room && hole_add(t, t->unsol_next_off, t->unsol_remaining);
             t->unsol_remaining = 0;
         }
-        CONN_LOG_LIMITED(c, LOG_LVL_INFO,
-                         "%s: ITT 0x%08x: Data-Out stalled; soliciting the missing data again",
-                         c->peer, t->itt);
+        if (!give_up)
+            CONN_LOG_LIMITED(c, LOG_LVL_INFO,
+                             "%s: ITT 0x%08x: Data-Out stalled; soliciting the missing data again",
+                             c->peer, t->itt);
         int rc;
-        if (!room) {
-            data_out_sequence_failed(c, t, "too many Data-Out PDUs lost", ISCSI_RSVD_TAG, 0, 0, 0);
+        if (!room || give_up) {
+            data_out_sequence_failed(
+                c, t, give_up ? "no Data-Out for the recovery R2Ts" : "too many Data-Out PDUs lost",
+                ISCSI_RSVD_TAG, 0, 0, 0);
             data_out_maybe_terminate(t);
             rc = cmd_maybe_exec(c, t);
         } else {
@@ -1353,7 +1397,9 @@ static int resend_data_in_from(struct iscsi_conn *c, struct iscsi_task *t, uint3
     uint32_t off, len;
     bool final;
     data_in_seg(t, k0, &off, &len, &final);
-    if (t->din_pdu_len <= c->max_send_dsl) {
+    /* the PDU size of the cut DataSN k0 on belongs to (a cut made anew is only ever smaller) */
+    uint32_t cur = t->din_recut_pdu && k0 >= t->din_recut_sn ? t->din_recut_pdu : t->din_pdu_len;
+    if (cur <= c->max_send_dsl) {
         for (uint32_t k = k0; k < count; k++) {
             data_in_seg(t, k, &off, &len, &final);
             int rc = queue_data_in(c, t, k, off, len, final, DIN_REASSIGN);
@@ -1362,20 +1408,31 @@ static int resend_data_in_from(struct iscsi_conn *c, struct iscsi_task *t, uint3
         }
         return ISCSI_OK;
     }
-    uint32_t sn = k0, pdu = c->max_send_dsl;
-    while (off < t->din_total) {
-        uint32_t bend = (off / t->din_burst + 1) * t->din_burst;
-        if (bend > t->din_total)
-            bend = t->din_total;
-        uint32_t n = bend - off < pdu ? bend - off : pdu;
-        int rc = queue_data_in(c, t, sn++, off, n, off + n == bend, DIN_REASSIGN);
+    /* DataSN k0 on cut anew from PDU k0's offset; what came before keeps its cut, so that a
+     * Data SNACK for any DataSN, before or after k0, gets that PDU as it was last sent. */
+    uint32_t pdu = c->max_send_dsl;
+    if (t->din_recut_pdu && k0 > t->din_recut_sn) {
+        /* one cut made anew is recorded, not two: this one starts where that one did (the
+         * initiator takes the PDUs it had again, over the same bytes) */
+        k0 = t->din_recut_sn;
+        off = t->din_recut_off;
+    }
+    if (k0 == 0) {
+        t->din_pdu_len = pdu;
+        t->din_recut_pdu = 0;
+    } else {
+        t->din_recut_sn = k0;
+        t->din_recut_off = off;
+        t->din_recut_pdu = pdu;
+    }
+    count = cmd_data_in_count(t);
+    for (uint32_t k = k0; k < count; k++) {
+        data_in_seg(t, k, &off, &len, &final);
+        int rc = queue_data_in(c, t, k, off, len, final, DIN_REASSIGN);
         if (rc < 0)
             return rc;
-        off += n;
     }
-    if (k0 == 0) /* all of it cut anew: a Data SNACK later finds it as sent now */
-        t->din_pdu_len = pdu;
-    t->datasn_in = sn;
+    t->datasn_in = count;
     return ISCSI_OK;
 }
 
@@ -1434,6 +1491,7 @@ static int reassign_data_out(struct iscsi_conn *c, struct iscsi_task *t)
                                  "TASK REASSIGN",
                                  ISCSI_RSVD_TAG, 0, 0, 0);
     t->data_out_ms = reactor_now_ms();
+    t->stall_rounds = 0; /* a new connection: its own rounds */
     conn_task_hash_add(c, t);
     if (!t->refused && !t->seq_failed && (t->nholes || t->r2t_offset < t->data_expected)) {
         int rc = send_r2ts(c, t);

@@ -185,10 +185,15 @@ void conn_close(struct iscsi_conn *c, const char *why)
     c->dead = true;
     c->logged_out = c->phase == CONN_LOGGED_OUT && !c->async_drop;
     c->phase = CONN_CLOSING;
-    if (why)
-        CONN_LOG_LOGIN(c, LOG_LVL_INFO, "%s: closing connection%s%s: %s", c->peer,
-                       c->session && c->session->node ? " to " : "",
-                       c->session && c->session->node ? c->session->node->name : "", why);
+    if (why) { /* not after a logout: the connection is lost (docs/logging.md) */
+        char ini[2 * ISCSI_NAME_MAX + 3], reason[256];
+        struct iscsi_session *s = c->session;
+        CONN_LOG_LOGIN(
+            c, LOG_LVL_INFO, "event=conn-closed peer=%s%s%s%s%s tsih=%u cid=%u reason=%s", c->peer,
+            s ? " initiator=" : "", s ? log_quote(ini, sizeof(ini), s->initiator_name) : "",
+            s && s->node ? " target=" : "", s && s->node ? s->node->name : "", s ? s->tsih : 0,
+            c->cid, log_quote(reason, sizeof(reason), why));
+    }
     conn_pending_done(c);
     unsigned sup = log_limit_take_suppressed(&c->log_rl);
     if (sup)
@@ -513,11 +518,22 @@ static int logout_handle(struct iscsi_conn *c, struct iscsi_pdu_in *p)
     int rc = logout_respond(c, req, response, recovery && response == 0, victim == NULL);
     if (rc < 0 || response != 0)
         return rc;
-    LOG_INFO("%s: logout (%s%s)", c->peer,
-             reason == ISCSI_LOGOUT_CLOSE_SESSION ? "close session"
-             : recovery                           ? "remove connection for recovery"
-                                                  : "close connection",
-             victim && victim != c ? ", another connection" : "");
+    {
+        char ini[2 * ISCSI_NAME_MAX + 3];
+        struct iscsi_session *ls = c->session;
+        /* logout-cid: the connection logged out, when it is not this one (§11.14.3) */
+        char lcid[24] = "";
+        if (reason != ISCSI_LOGOUT_CLOSE_SESSION)
+            snprintf(lcid, sizeof(lcid), " logout-cid=%u", get_be16(req->b + BHS_CID));
+        LOG_INFO("event=logout peer=%s initiator=%s%s%s tsih=%u cid=%u reason=%s%s", c->peer,
+                 log_quote(ini, sizeof(ini), ls ? ls->initiator_name : ""),
+                 ls && ls->node ? " target=" : "", ls && ls->node ? ls->node->name : "",
+                 ls ? ls->tsih : 0, c->cid,
+                 reason == ISCSI_LOGOUT_CLOSE_SESSION ? "close-session"
+                 : recovery                           ? "recovery"
+                                                      : "close-connection",
+                 lcid);
+    }
     if (reason == ISCSI_LOGOUT_CLOSE_SESSION && c->session)
         session_close_other_conns(c->session, c);
     else if (victim && victim != c)

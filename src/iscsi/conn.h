@@ -39,6 +39,9 @@
 /* ERL >= 1: a write whose Data-Out stops arriving for this long with sequences still open
  * (their final PDU lost) has the missing ranges solicited again by recovery R2Ts (§7.9). */
 #define ISCSI_DATA_OUT_STALL_MS 500u
+/* ... and after this many such rounds with not one Data-Out for the command, it ends with CHECK
+ * CONDITION (its connection stays). */
+#define ISCSI_DATA_OUT_STALL_ROUNDS 4u
 #define ISCSI_GAP_GRACE_MS 2000u
 /* Bytes of command buffers (stores that are not RAM) one connection may hold at once. */
 #define ISCSI_CONN_BUF_BUDGET (64u << 20) /* MaxOutstandingR2T we accept at most */
@@ -146,9 +149,14 @@ struct iscsi_task {
      * offset and length follow, so a Data SNACK re-sends exact replicas (§11.16). */
     uint32_t statsn;
     uint32_t din_pdu_len, din_burst, din_total;
+    /* ERL 2: Data-In from DataSN din_recut_sn on were cut anew into PDUs of din_recut_pdu
+     * bytes from offset din_recut_off (a TASK REASSIGN to a connection taking smaller PDUs,
+     * §11.5.1); 0: one cut throughout. A Data SNACK replays whichever cut a DataSN had. */
+    uint32_t din_recut_sn, din_recut_off, din_recut_pdu;
     struct data_hole holes[ISCSI_MAX_HOLES]; /* write data to solicit again */
     unsigned nholes;
     uint64_t data_out_ms;           /* last Data-Out progress (the stall check) */
+    unsigned stall_rounds;          /* re-solicits since then (ISCSI_DATA_OUT_STALL_ROUNDS) */
     struct list_node retained_node; /* conn->retained, in StatSN order */
     unsigned refs;                  /* see above; on the connection's thread only */
     uint32_t buf_charge;            /* bytes of conn->buf_bytes this task holds */
@@ -322,8 +330,10 @@ struct iscsi_session {
     uint64_t taken[ISCSI_CMD_WINDOW / 64];
     int refs;
     bool closing;
-    /* A connection of this session died: CmdSNs it carried may never arrive (ERL 0). */
+    /* A connection of this session died: CmdSNs it carried may never arrive, and none of them
+     * is past lost_upto (the MaxCmdSN granted when it died; the latest such death). */
     bool lost_conn;
+    uint32_t lost_upto;
     bool logged_out; /* a Logout ends it: its end is no I_T nexus loss to report */
     bool loss_done;  /* its end was seen (last connection gone, or reinstated): UA raised once */
     /* ERL 2: the tasks of connections that died or were logged out for recovery, one group per
@@ -502,8 +512,11 @@ void session_cmd_done(struct iscsi_session *s);
 void session_cmdsn_cancel(struct iscsi_session *s, struct cmdsn_wait *w);
 /* The release of a task's cmdsn_wait: onto its connection's released list, with one kick. */
 void session_release_task(struct cmdsn_wait *w);
+/* A connection of s died: the CmdSNs the window granted so far may never all arrive. */
+void session_note_lost_conn(struct iscsi_session *s);
 /* Called once a second per connection: after a connection loss, a CmdSN gap that has held
- * commands back for ISCSI_GAP_GRACE_MS is given up and the window moves on. */
+ * commands back for ISCSI_GAP_GRACE_MS is given up and the window moves on, up to the MaxCmdSN
+ * granted when the connection died. */
 void session_check_gap(struct iscsi_session *s, uint64_t now_ms);
 /* The ExpCmdSN / MaxCmdSN pair for a response. */
 void session_window(struct iscsi_session *s, uint32_t *exp, uint32_t *max);

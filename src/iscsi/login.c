@@ -506,15 +506,18 @@ static void login_after_final(struct iscsi_conn *c, uint8_t rsp_flags)
                 peer_addr(c, addr, sizeof(addr));
                 auth_guard_succeeded(c->srv->auth_guard, addr);
             }
-            LOG_INFO("%s: login complete: %s session TSIH %u, initiator %s%s%s, CID %u, "
-                     "digests %s/%s, MRDSL %u/%u, ErrorRecoveryLevel %u%s%s%s%s",
-                     c->peer, c->discovery ? "discovery" : "normal", c->session->tsih,
-                     c->neg.initiator_name, c->node ? ", target " : "",
-                     c->node ? c->node->name : "", c->cid, c->hdigest ? "crc32c" : "none",
-                     c->ddigest ? "crc32c" : "none", c->max_recv_dsl, c->max_send_dsl,
-                     c->session->params.erl, c->auth ? ", CHAP " : "",
-                     c->auth ? chap_alg_name(c->auth->alg) : "", c->auth ? " as " : "",
-                     c->auth ? c->auth->user : "");
+            /* An event line (docs/logging.md): its keys are stable. */
+            char ini[2 * ISCSI_NAME_MAX + 3], user[2 * CHAP_NAME_MAX + 3];
+            LOG_INFO("event=login peer=%s initiator=%s%s%s type=%s tsih=%u cid=%u "
+                     "header-digest=%s data-digest=%s mrdsl=%u/%u erl=%u auth=%s%s%s%s",
+                     c->peer, log_quote(ini, sizeof(ini), c->neg.initiator_name),
+                     c->node ? " target=" : "", c->node ? c->node->name : "",
+                     c->discovery ? "discovery" : "normal", c->session->tsih, c->cid,
+                     c->hdigest ? "crc32c" : "none", c->ddigest ? "crc32c" : "none",
+                     c->max_recv_dsl, c->max_send_dsl, c->session->params.erl,
+                     c->auth ? "chap-" : "none", c->auth ? chap_alg_name(c->auth->alg) : "",
+                     c->auth ? " chap-user=" : "",
+                     c->auth ? log_quote(user, sizeof(user), c->auth->user) : "");
         }
     }
 }

@@ -182,7 +182,10 @@ static void session_table_remove(struct iscsi_session *s)
         session_table_count(srv, s, -1);
     }
     pthread_mutex_unlock(&srv->sessions_lock);
-    LOG_INFO("session TSIH %u of %s ended", s->tsih, s->initiator_name);
+    char ini[2 * ISCSI_NAME_MAX + 3];
+    LOG_INFO("event=session-end initiator=%s%s%s tsih=%u",
+             log_quote(ini, sizeof(ini), s->initiator_name), s->node ? " target=" : "",
+             s->node ? s->node->name : "", s->tsih);
     if (in_table)
         session_put(s); /* the table's reference */
 }
@@ -204,6 +207,23 @@ void session_end(struct iscsi_session *s, bool loss)
     session_table_remove(s);
 }
 
+/* A connection died (not logged out): the commands it carried and we never received can only
+ * be ones the initiator could number by then, i.e. up to the MaxCmdSN granted so far (it never
+ * shrinks, and CmdSNs past it are refused). Holes past that are not this death's. */
+static void session_lost_conn_locked(struct iscsi_session *s)
+{
+    if (!s->lost_conn || sn_lt(s->lost_upto, s->max_cmdsn))
+        s->lost_upto = s->max_cmdsn;
+    s->lost_conn = true;
+}
+
+void session_note_lost_conn(struct iscsi_session *s)
+{
+    pthread_mutex_lock(&s->lock);
+    session_lost_conn_locked(s);
+    pthread_mutex_unlock(&s->lock);
+}
+
 void session_remove_conn(struct iscsi_session *s, struct iscsi_conn *c)
 {
     pthread_mutex_lock(&s->lock);
@@ -213,12 +233,12 @@ void session_remove_conn(struct iscsi_session *s, struct iscsi_conn *c)
         /* ERL 2: tasks wait for reassignment; a login with this TSIH may still come (RFC 7143
          * §6.3.4, §7.2.2). The session ends when the last group expires (orphans_expire). */
         last = false;
-        s->lost_conn = true;
+        session_lost_conn_locked(s);
     } else if (last) {
         s->closing = true;
         loss = session_loss_due_locked(s);
     } else if (!c->logged_out) {
-        s->lost_conn = true; /* it died rather than logged out: see session_check_gap() */
+        session_lost_conn_locked(s); /* it died rather than logged out: session_check_gap() */
     }
     pthread_mutex_unlock(&s->lock);
     c->session = NULL;
@@ -311,7 +331,9 @@ void session_reinstate(struct iscsi_server *srv, const char *initiator, const ui
         if (!s || s->node != node || memcmp(s->isid, isid, 6) != 0 ||
             strcmp(s->initiator_name, initiator) != 0)
             continue;
-        LOG_INFO("session TSIH %u of %s reinstated by a new login", s->tsih, initiator);
+        char ini[2 * ISCSI_NAME_MAX + 3];
+        LOG_INFO("event=session-reinstated initiator=%s target=%s tsih=%u",
+                 log_quote(ini, sizeof(ini), initiator), node->name, s->tsih);
         srv->sessions[i] = NULL; /* the new session must not find it */
         session_table_count(srv, s, -1);
         pthread_mutex_lock(&s->lock);
@@ -530,13 +552,19 @@ void session_cmd_done(struct iscsi_session *s)
     pthread_mutex_unlock(&s->lock);
 }
 
-/* ERL 0 has no connection recovery (RFC 7143 §7.1.5): commands that were on a connection when
- * it died and never reached us leave holes in the CmdSN sequence, and the commands behind a
- * hole would wait forever on the surviving connections. Once a connection of the session has
- * died, a hole that has held commands back for a grace period is taken as lost: ExpCmdSN
- * jumps to the oldest waiting command. A gap holds only while ExpCmdSN stays where it was:
- * with MC/S some command is nearly always waiting for another connection's (each for
- * microseconds), and such a queue that never empties is traffic, not a hole. */
+/* Below ERL 2 there is no connection recovery (RFC 7143 §7.1.5, §7.2.2: only ERL 2 moves a
+ * task to another connection): commands that were on a connection when it died and never
+ * reached us leave holes in the CmdSN sequence, and the commands behind a hole would wait
+ * forever on the surviving connections. Once a connection of the session has died, a hole that
+ * has held commands back for a grace period is taken as lost: ExpCmdSN jumps to the oldest
+ * waiting command -- but never past lost_upto, the MaxCmdSN granted when a connection died:
+ * a later CmdSN cannot have been on it. A hole past that is a command of a live connection,
+ * which at ERL 1 the initiator retries on that connection (§7.2.1, a PDU dropped for its
+ * header digest) and at ERL 0 never goes missing without its connection; skipping it would
+ * drop the retry as outside the window. Once ExpCmdSN passes lost_upto the death is done
+ * with. A gap holds only while ExpCmdSN stays where it was: with MC/S some command is nearly
+ * always waiting for another connection's (each for microseconds), and such a queue that
+ * never empties is traffic, not a hole. */
 /* At ERL 2 a command lost with its connection is retried by the initiator once it has
  * recovered (RFC 7143 §7.2: TASK REASSIGN answers "task does not exist" for it), which may take
  * Time2Wait and then up to Time2Retain: the hole is held that long before it is given up. */
@@ -551,6 +579,8 @@ static uint64_t session_gap_grace_ms(const struct iscsi_session *s)
 void session_check_gap(struct iscsi_session *s, uint64_t now_ms)
 {
     pthread_mutex_lock(&s->lock);
+    if (s->lost_conn && sn_lt(s->lost_upto, s->exp_cmdsn))
+        s->lost_conn = false; /* every CmdSN the dead connection could carry is accounted for */
     if (!s->lost_conn || list_empty(&s->pending)) {
         s->stalled_since_ms = 0;
     } else if (!s->stalled_since_ms || s->stalled_exp != s->exp_cmdsn) {
@@ -565,6 +595,8 @@ void session_check_gap(struct iscsi_session *s, uint64_t now_ms)
         }
         /* A CmdSN taken inside the hole counts as received: only the ones before it are lost
          * (and ExpCmdSN must not jump over a taken bit, which would stay set behind it). */
+        if (sn_lt(s->lost_upto + 1, oldest))
+            oldest = s->lost_upto + 1; /* CmdSNs past it were never on the dead connection */
         for (uint32_t sn = s->exp_cmdsn; any_taken(s) && sn_lt(sn, oldest); sn++) {
             if (sn_is_taken(s, sn)) {
                 oldest = sn;

@@ -25,7 +25,7 @@ enum snack_type {
 };
 
 /* Responses kept besides the tasks: few are in flight at once (a TMF, a NOP-In, a Reject). A
- * Status SNACK for one overwritten meanwhile gets nothing back. */
+ * Status SNACK for one overwritten meanwhile is rejected (snack_status). */
 #define ISCSI_RSP_RING 16u
 
 struct rsp_copy {
@@ -42,6 +42,7 @@ static bool keeps_response(const struct iscsi_bhs *h)
     case ISCSI_OP_NOP_IN: /* an answer to a NOP-Out; a ping (ITT reserved) takes no StatSN */
         return bhs_get32(h, BHS_ITT) != ISCSI_RSVD_TAG;
     case ISCSI_OP_REJECT:
+    case ISCSI_OP_ASYNC_MSG: /* numbered too (§11.9) */
     case ISCSI_OP_TMF_RSP:
     case ISCSI_OP_TEXT_RSP:
     case ISCSI_OP_LOGOUT_RSP:
@@ -59,7 +60,7 @@ void snack_keep_response(struct iscsi_conn *c, const struct iscsi_bhs *h, const 
     if (!c->rsp_ring) {
         c->rsp_ring = calloc(ISCSI_RSP_RING, sizeof(*c->rsp_ring));
         if (!c->rsp_ring)
-            return; /* kept nothing: a SNACK for it gets nothing, as for one overwritten */
+            return; /* kept nothing: a SNACK for it is rejected, as for one overwritten */
     }
     struct rsp_copy *k = &c->rsp_ring[c->rsp_ring_next++ % ISCSI_RSP_RING];
     free(k->data);
@@ -166,7 +167,11 @@ static int snack_data_r2t(struct iscsi_conn *c, const struct iscsi_bhs *req)
 /* Status SNACK: the numbered responses StatSN BegRun.. (RunLength 0: up to the last sent)
  * again, as exact replicas (§11.16). StatSNs below ExpStatSN were acknowledged; at or past our
  * StatSN never sent. SCSI responses come from the retained tasks, the others (NOP-In, TMF,
- * Text, Logout, Reject) from the copies of the last ISCSI_RSP_RING of them. */
+ * Text, Logout, Reject, Async) from the copies of the last ISCSI_RSP_RING of them. A StatSN of
+ * the run found in neither (a copy overwritten, or not made for want of memory) cannot be
+ * sent: what can is, then the SNACK is rejected with reason Protocol Error (§11.17.1: the
+ * reason for a SNACK the target does not serve, as for one asking what was never sent), so
+ * the initiator stops waiting for that StatSN instead of asking for ever. */
 static int snack_status(struct iscsi_conn *c, const struct iscsi_bhs *req)
 {
     uint32_t beg = bhs_get32(req, SNACK_BEGRUN);
@@ -194,6 +199,7 @@ static int snack_status(struct iscsi_conn *c, const struct iscsi_bhs *req)
         kept[at] = k;
     }
     unsigned ki = 0;
+    uint32_t served = nkept; /* each StatSN is one response: the two sources never share one */
     for (struct list_node *n = c->retained.next; n != &c->retained; n = n->next) {
         struct iscsi_task *t = list_entry(n, struct iscsi_task, retained_node);
         if (sn_lt(t->statsn, beg))
@@ -208,12 +214,16 @@ static int snack_status(struct iscsi_conn *c, const struct iscsi_bhs *req)
         int rc = cmd_resend_status(c, t);
         if (rc < 0)
             return rc;
+        served++;
     }
     for (; ki < nkept; ki++) {
         int rc = resend_copy(c, kept[ki]);
         if (rc < 0)
             return rc;
     }
+    if (served != end - beg)
+        return snack_reject(c, req, ISCSI_REJECT_PROTOCOL_ERROR,
+                            "status no longer kept (older than the last 16 other responses)");
     return ISCSI_OK;
 }
 

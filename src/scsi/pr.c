@@ -1,13 +1,36 @@
 /* Reservations of a logical unit: SPC-4 persistent reservations (PERSISTENT RESERVE IN/OUT,
  * registrations keyed by I_T nexus, i.e. by initiator port name since a target has one target
  * port), the APTPL state file that carries them across restarts, SPC-2 RESERVE/RELEASE, and the
- * conflict check scsi_task_setup makes for every command while anything is reserved. */
+ * conflict check scsi_task_setup makes for every command while anything is reserved.
+ *
+ * Shared state (a store with obj_* ops: an RBD image that several gateways export). The state
+ * then lives in the cluster, in one object next to the image ("<image>.linerate-pr", the text
+ * format of the APTPL file plus "aptpl" and "spc2" lines), and each gateway keeps a mirror of
+ * it in lu->pr that the conflict check reads, so a READ or WRITE costs nothing more than on a
+ * RAM LUN. A change (PERSISTENT RESERVE OUT, RESERVE, RELEASE, the SPC-2 release on nexus loss
+ * or reset) runs on the SCSI core's helper thread (offload.c), never on a reactor: read the
+ * object and its version, apply the service action to that fresh copy, write it back only if
+ * the version is still the one read (compare and swap in the OSD; on a race, start over), then
+ * notify the object's watchers with the new state, its version and the side effects (unit
+ * attentions, PREEMPT AND ABORT's victims) and wait until every gateway has acknowledged. Each
+ * gateway's watch installs the state into its mirror (newer versions only) and raises the unit
+ * attentions / aborts the tasks of its own nexuses before it acknowledges; only then does the
+ * command complete. So once an initiator has been told its reservation is taken, every gateway
+ * that answered the notify refuses conflicting commands. A gateway that does not answer within
+ * PR_NOTIFY_TIMEOUT_MS (dead or cut off) is logged; its own watch breaks, and until it has
+ * re-read the object it refuses every command that the reservation rules check (ABORTED
+ * COMMAND / TIMEOUT ON LOGICAL UNIT, which initiators retry) rather than act on a stale copy.
+ * PERSISTENT RESERVE IN re-reads the object first. The state outlives any one gateway: it belongs
+ * to the image, as the registrations of a disk belong to the disk (PTPL_C is reported; APTPL is
+ * recorded). */
+#include <assert.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "scsi/scsi_internal.h"
@@ -50,9 +73,24 @@ struct pr_state {
     uint8_t type;             /* PR_*; 0: no persistent reservation */
     char holder[PR_PORT_MAX]; /* holder's port; unused for all-registrants types */
     bool aptpl;               /* activate persist through power loss is in force */
-    char *path;               /* APTPL state file; NULL: PTPL_C=0 */
     char spc2[PR_PORT_MAX];   /* SPC-2 RESERVE holder; "" when none */
+    /* not part of the state itself: */
+    char *path;         /* APTPL state file; NULL: none */
+    bool ptpl_c;        /* APTPL can be honoured (a state file or the shared object) */
+    bool shared;        /* the state lives in the store's shared object (see the top) */
+    bool stale;         /* shared: the watch broke; the mirror may be behind until re-read */
+    uint64_t version;   /* shared: the object version the mirror holds */
+    uint64_t token;     /* shared: names this gateway in its notifies */
+    unsigned jobs;      /* shared: helper-thread jobs in flight (lu->lock) */
+    bool closing;       /* shared: pr_lun_drain waits; a failing re-read stops retrying */
+    bool reload_queued; /* shared: a re-read job waits for the helper thread */
+    pthread_cond_t idle;
 };
+
+/* How long a change waits for every gateway to acknowledge it. */
+#define PR_NOTIFY_TIMEOUT_MS 10000
+/* Compare-and-swap attempts before a change gives up (ABORTED COMMAND: the initiator retries). */
+#define PR_CAS_TRIES 64
 
 static bool type_valid(unsigned type)
 {
@@ -130,8 +168,9 @@ static bool reg_remove(struct pr_state *ps, unsigned i)
 static void resv_update(struct scsi_lun *lu)
 {
     const struct pr_state *ps = lu->pr;
-    unsigned v =
-        (ps->spc2[0] ? RESV_SPC2 : 0) | (ps->type ? RESV_PR : 0) | (ps->nregs ? RESV_REGS : 0);
+    /* a stale mirror sends every command through pr_check, which refuses them */
+    unsigned v = (ps->spc2[0] ? RESV_SPC2 : 0) | (ps->type || ps->stale ? RESV_PR : 0) |
+                 (ps->nregs ? RESV_REGS : 0);
     atomic_store_explicit(&lu->resv, v, memory_order_release);
 }
 
@@ -151,34 +190,175 @@ static void ua_port(struct scsi_lun *lu, const char *port, unsigned bits)
     pthread_mutex_unlock(&t->lock);
 }
 
-/* UA to every registrant except the one at port `except`. */
-static void ua_registrants(struct scsi_lun *lu, const char *except, unsigned bits)
+/* The side effects of a change, recorded as text lines while the state is changed ("ua BITS
+ * PORT", "abort PORT") and carried out once it is committed: here, and on every other gateway
+ * from the notify (shared state), each for the nexuses it has. */
+static void fx_ua(FILE *fx, const char *port, unsigned bits)
 {
-    const struct pr_state *ps = lu->pr;
+    fprintf(fx, "ua %u %s\n", bits, port);
+}
+
+/* UA to every registrant of ps except the one at port `except`. */
+static void fx_ua_registrants(FILE *fx, const struct pr_state *ps, const char *except,
+                              unsigned bits)
+{
     for (unsigned i = 0; i < ps->nregs; i++)
         if (strcmp(ps->regs[i].port, except) != 0)
-            ua_port(lu, ps->regs[i].port, bits);
+            fx_ua(fx, ps->regs[i].port, bits);
+}
+
+/* PREEMPT AND ABORT: the tasks of every nexus of port on this LUN are aborted (as ABORT TASK
+ * SET would), on each gateway that has such a nexus. */
+static void abort_port(struct scsi_lun *lu, const char *port)
+{
+    struct scsi_target *t = lu->target;
+    if (!t->abort_nexus_tasks)
+        return;
+    struct scsi_target_priv *p = t->priv;
+    struct scsi_nexus *victim = NULL;
+    pthread_mutex_lock(&t->lock);
+    for (unsigned s = 0; s < SCSI_NEXUS_MAX; s++) {
+        struct scsi_nexus_impl *n = p->nexus[s];
+        if (n && n->refs > 0 && strcmp(n->pub.initiator_port, port) == 0) {
+            n->refs++; /* held until the abort hook has run */
+            victim = &n->pub;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&t->lock);
+    if (victim) {
+        t->abort_nexus_tasks(t, victim, lu);
+        scsi_nexus_put(victim);
+    }
+}
+
+/* Carry out the effect lines of text (other lines are ignored). Without lu->lock. */
+static void fx_apply(struct scsi_lun *lu, const char *text)
+{
+    for (const char *l = text; l && *l;) {
+        const char *nl = strchr(l, '\n');
+        size_t n = nl ? (size_t)(nl - l) : strlen(l);
+        char line[PR_PORT_MAX + 32], port[PR_PORT_MAX];
+        unsigned bits;
+        if (n < sizeof(line)) {
+            memcpy(line, l, n);
+            line[n] = '\0';
+            if (sscanf(line, "ua %u %255s", &bits, port) == 2)
+                ua_port(lu, port, bits);
+            else if (sscanf(line, "abort %255s", port) == 1)
+                abort_port(lu, port);
+        }
+        l = nl ? nl + 1 : NULL;
+    }
 }
 
 /* ---------------- APTPL state file ---------------- */
 
 /* Text, one item a line: "linerate-pr 1", "generation N", "reservation TYPE HOLDER|-",
- * "reg KEY PORT". Written to a temporary file, synced and renamed over the old one, so a
- * crash leaves either the old state or the new one. */
+ * "reg KEY PORT"; the shared object adds "aptpl 1" and "spc2 PORT" (the state file has no use
+ * for them: APTPL is in force while it exists, and SPC-2 reservations do not survive a
+ * restart). A malloc'd string, NULL when out of memory. */
+static char *state_format(const struct pr_state *ps)
+{
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    if (!f)
+        return NULL;
+    fprintf(f, "linerate-pr 1\ngeneration %" PRIu32 "\n", ps->generation);
+    if (ps->type)
+        fprintf(f, "reservation %u %s\n", ps->type,
+                type_all_reg(ps->type) || !ps->holder[0] ? "-" : ps->holder);
+    if (ps->shared && ps->aptpl)
+        fprintf(f, "aptpl 1\n");
+    if (ps->shared && ps->spc2[0])
+        fprintf(f, "spc2 %s\n", ps->spc2);
+    for (unsigned i = 0; i < ps->nregs; i++)
+        fprintf(f, "reg %016" PRIx64 " %s\n", ps->regs[i].key, ps->regs[i].port);
+    if (fclose(f) != 0) {
+        free(text);
+        return NULL;
+    }
+    return text;
+}
+
+/* The reverse, into ps (empty on entry). Lines of a notify that are not state ("version",
+ * "from", effects) are skipped when `notify`. 0, or -1 with a reason in err. */
+static int state_parse(struct pr_state *ps, const char *text, bool notify, const char *what,
+                       char *err, size_t errlen)
+{
+    unsigned lineno = 0;
+    for (const char *l = text; l && *l;) {
+        const char *nl = strchr(l, '\n');
+        size_t n = nl ? (size_t)(nl - l) : strlen(l);
+        char line[PR_PORT_MAX + 64], port[PR_PORT_MAX];
+        unsigned type, version, bits;
+        uint64_t key;
+        uint32_t gen;
+        const char *cur = l;
+        lineno++;
+        l = nl ? nl + 1 : NULL;
+        if (n >= sizeof(line))
+            goto bad;
+        memcpy(line, cur, n);
+        line[n] = '\0';
+        if (lineno == 1) {
+            if (sscanf(line, "linerate-pr %u", &version) != 1 || version != 1)
+                goto bad;
+        } else if (sscanf(line, "generation %" SCNu32, &gen) == 1) {
+            ps->generation = gen;
+        } else if (sscanf(line, "reservation %u %255s", &type, port) == 2 && type_valid(type)) {
+            ps->type = (uint8_t)type;
+            snprintf(ps->holder, sizeof(ps->holder), "%s", strcmp(port, "-") ? port : "");
+        } else if (sscanf(line, "reg %" SCNx64 " %255s", &key, port) == 2 && key) {
+            if (reg_add(ps, port, key) < 0) {
+                snprintf(err, errlen, "%s: out of memory", what);
+                return -1;
+            }
+        } else if (ps->shared && strcmp(line, "aptpl 1") == 0) {
+            ps->aptpl = true;
+        } else if (ps->shared && sscanf(line, "spc2 %255s", port) == 1) {
+            snprintf(ps->spc2, sizeof(ps->spc2), "%s", port);
+        } else if (notify && (sscanf(line, "version %" SCNu64, &key) == 1 ||
+                              sscanf(line, "from %" SCNx64, &key) == 1 ||
+                              sscanf(line, "ua %u %255s", &bits, port) == 2 ||
+                              sscanf(line, "abort %255s", port) == 1)) {
+            /* the notify's own lines */
+        } else if (n > 0) {
+            goto bad;
+        }
+        continue;
+    bad:
+        snprintf(err, errlen, "%s line %u: not a persistent reservation state line", what, lineno);
+        return -1;
+    }
+    if (ps->type && !type_all_reg(ps->type) && reg_find(ps, ps->holder) < 0) {
+        snprintf(err, errlen, "%s: reservation holder %s is not registered", what, ps->holder);
+        return -1;
+    }
+    if (ps->type && ps->nregs == 0)
+        ps->type = 0;
+    return 0;
+}
+
+/* Written to a temporary file, synced and renamed over the old one, so a crash leaves either
+ * the old state or the new one. */
 static int state_save(const struct pr_state *ps)
 {
     char tmp[4096];
     if (snprintf(tmp, sizeof(tmp), "%s.tmp", ps->path) >= (int)sizeof(tmp))
         return -ENAMETOOLONG;
+    char *text = state_format(ps);
+    if (!text)
+        return -ENOMEM;
     FILE *f = fopen(tmp, "w");
-    if (!f)
-        return -errno;
-    fprintf(f, "linerate-pr 1\ngeneration %" PRIu32 "\n", ps->generation);
-    if (ps->type)
-        fprintf(f, "reservation %u %s\n", ps->type,
-                type_all_reg(ps->type) || !ps->holder[0] ? "-" : ps->holder);
-    for (unsigned i = 0; i < ps->nregs; i++)
-        fprintf(f, "reg %016" PRIx64 " %s\n", ps->regs[i].key, ps->regs[i].port);
+    if (!f) {
+        int e = -errno;
+        free(text);
+        return e;
+    }
+    fputs(text, f);
+    free(text);
     int err = 0;
     if (fflush(f) != 0 || fsync(fileno(f)) != 0)
         err = -errno;
@@ -232,48 +412,459 @@ static int state_load(struct pr_state *ps, char *err, size_t errlen)
         snprintf(err, errlen, "%s: %s", ps->path, strerror(errno));
         return -1;
     }
-    char line[PR_PORT_MAX + 64];
-    unsigned lineno = 0;
-    int rc = 0;
-    while (fgets(line, sizeof(line), f)) {
-        lineno++;
-        char port[PR_PORT_MAX];
-        unsigned type, version;
-        uint64_t key;
-        uint32_t gen;
-        if (lineno == 1) {
-            if (sscanf(line, "linerate-pr %u", &version) != 1 || version != 1)
-                goto bad;
-        } else if (sscanf(line, "generation %" SCNu32, &gen) == 1) {
-            ps->generation = gen;
-        } else if (sscanf(line, "reservation %u %255s", &type, port) == 2 && type_valid(type)) {
-            ps->type = (uint8_t)type;
-            snprintf(ps->holder, sizeof(ps->holder), "%s", strcmp(port, "-") ? port : "");
-        } else if (sscanf(line, "reg %" SCNx64 " %255s", &key, port) == 2 && key) {
-            if (reg_add(ps, port, key) < 0) {
-                snprintf(err, errlen, "%s: out of memory", ps->path);
-                rc = -1;
-                break;
-            }
-        } else {
-            goto bad;
-        }
-        continue;
-    bad:
-        snprintf(err, errlen, "%s line %u: not a persistent reservation state line", ps->path,
-                 lineno);
-        rc = -1;
-        break;
-    }
+    char *text = NULL;
+    size_t cap = 0;
+    ssize_t n = getdelim(&text, &cap, '\0', f);
     fclose(f);
-    if (rc == 0 && ps->type && !type_all_reg(ps->type) && reg_find(ps, ps->holder) < 0) {
-        snprintf(err, errlen, "%s: reservation holder %s is not registered", ps->path, ps->holder);
-        rc = -1;
-    }
-    if (rc == 0 && ps->type && ps->nregs == 0)
-        ps->type = 0;
+    int rc = state_parse(ps, n > 0 ? text : "", false, ps->path, err, errlen);
+    free(text);
     ps->aptpl = rc == 0 && ps->nregs > 0;
     return rc;
+}
+
+/* ---------------- shared state: the mirror and the cluster ---------------- */
+
+static void state_clear(struct pr_state *ps)
+{
+    free(ps->regs);
+    ps->regs = NULL;
+    ps->nregs = ps->cap = 0;
+    ps->generation = 0;
+    ps->type = 0;
+    ps->holder[0] = ps->spc2[0] = '\0';
+    ps->aptpl = false;
+}
+
+/* Move the state of src (a fresh copy read from the cluster or a notify, at version ver) into
+ * the LUN's mirror if it is newer than what the mirror holds. With lu->lock. */
+static void mirror_install(struct scsi_lun *lu, struct pr_state *src, uint64_t ver)
+{
+    struct pr_state *ps = lu->pr;
+    if (ver < ps->version || (ver == ps->version && !ps->stale))
+        return;
+    free(ps->regs);
+    ps->regs = src->regs;
+    ps->nregs = src->nregs;
+    ps->cap = src->cap;
+    src->regs = NULL;
+    src->nregs = src->cap = 0;
+    ps->generation = src->generation;
+    ps->type = src->type;
+    memcpy(ps->holder, src->holder, sizeof(ps->holder));
+    ps->aptpl = src->aptpl;
+    memcpy(ps->spc2, src->spc2, sizeof(ps->spc2));
+    ps->version = ver;
+    ps->stale = false;
+    resv_update(lu);
+}
+
+/* ---------------- jobs: a change of the state, local or through the cluster ---------------- */
+
+enum pr_kind {
+    PRJ_OUT,       /* PERSISTENT RESERVE OUT */
+    PRJ_RESERVE,   /* SPC-2 RESERVE */
+    PRJ_RELEASE,   /* SPC-2 RELEASE */
+    PRJ_SPC2_DROP, /* SPC-2 reservation ends: nexus loss (port), reset ("") */
+    PRJ_IN,        /* PERSISTENT RESERVE IN: re-read the shared state first */
+    PRJ_RELOAD,    /* the watch broke: re-arm it and re-read */
+};
+
+struct pr_job {
+    struct scsi_offload off;
+    struct scsi_lun *lu;
+    struct scsi_task *t; /* NULL: no command waits for this one */
+    enum pr_kind kind;
+    char port[PR_PORT_MAX]; /* the sender's initiator port */
+    scsi_sr sr;
+    int err; /* the cluster's answer, PRJ_RELOAD */
+};
+
+static scsi_sr prout_apply(struct scsi_task *t, struct pr_state *ps, FILE *fx);
+
+/* SPC-2 RESERVE: conflicts with any persistent registration or another holder. */
+static scsi_sr spc2_reserve(struct pr_state *ps, const char *me)
+{
+    if (ps->nregs || ps->type || (ps->spc2[0] && strcmp(ps->spc2, me) != 0))
+        return SR_RESERVATION_CONFLICT;
+    snprintf(ps->spc2, sizeof(ps->spc2), "%s", me);
+    return SR_OK;
+}
+
+/* Releasing a reservation held by someone else, or none, is a successful no-op (SPC-2 §7.23). */
+static scsi_sr spc2_release(struct pr_state *ps, const char *me)
+{
+    if (ps->nregs || ps->type)
+        return SR_RESERVATION_CONFLICT;
+    if (strcmp(ps->spc2, me) == 0)
+        ps->spc2[0] = '\0';
+    return SR_OK;
+}
+
+/* The change a job makes, applied to ps (the mirror, or a fresh copy from the cluster), its
+ * side effects written to fx. */
+static scsi_sr job_apply(struct pr_job *j, struct pr_state *ps, FILE *fx)
+{
+    scsi_sr sr = SR_OK;
+    switch (j->kind) {
+    case PRJ_OUT:
+        sr = prout_apply(j->t, ps, fx);
+        break;
+    case PRJ_RESERVE:
+        sr = spc2_reserve(ps, j->port);
+        break;
+    case PRJ_RELEASE:
+        sr = spc2_release(ps, j->port);
+        break;
+    case PRJ_SPC2_DROP:
+        if (!j->port[0] || strcmp(ps->spc2, j->port) == 0)
+            ps->spc2[0] = '\0';
+        break;
+    default:
+        break;
+    }
+    /* APTPL ends with the last registration (SPC-4 §5.13.5); state_persist sees to it for the
+     * state file */
+    if (ps->shared && ps->nregs == 0)
+        ps->aptpl = false;
+    return sr;
+}
+
+/* In memory (RAM and file LUNs): under the LUN lock, the APTPL file kept in step; the side
+ * effects once the lock is dropped. */
+static scsi_sr job_local(struct pr_job *j)
+{
+    struct scsi_lun *lu = j->lu;
+    struct pr_state *ps = lu->pr;
+    char *fxt = NULL;
+    size_t fxlen = 0;
+    FILE *fx = open_memstream(&fxt, &fxlen);
+    if (!fx)
+        return SR_INSUFFICIENT_RESOURCES;
+    pthread_mutex_lock(&lu->lock);
+    bool was_aptpl = ps->aptpl;
+    uint32_t gen = ps->generation;
+    uint8_t type = ps->type;
+    scsi_sr sr = job_apply(j, ps, fx);
+    if (ps->generation != gen || ps->type != type || ps->aptpl != was_aptpl)
+        state_persist(ps, was_aptpl);
+    resv_update(lu);
+    pthread_mutex_unlock(&lu->lock);
+    if (fclose(fx) == 0)
+        fx_apply(lu, fxt);
+    free(fxt);
+    return sr;
+}
+
+static scsi_sr cluster_sr(int err)
+{
+    if (err == -ETIMEDOUT)
+        return SR_LU_TIMEOUT; /* ABORTED COMMAND: the initiator retries */
+    if (err == -ESHUTDOWN)
+        return SR_NOT_READY_MANUAL; /* blocklisted (bs_rbd.c) */
+    return SR_INTERNAL_FAILURE;
+}
+
+/* Read the shared object into a fresh state (shared, PTPL capable). 0 or -errno. */
+static int shared_read(struct scsi_lun *lu, struct pr_state *fresh, uint64_t *ver)
+{
+    struct bs *bs = lu->bs;
+    char *buf = NULL;
+    size_t len = 0;
+    *fresh = (struct pr_state){.shared = true, .ptpl_c = true};
+    int ret = bs->ops->obj_read(bs, "pr", &buf, &len, ver);
+    if (ret < 0)
+        return ret;
+    char err[PR_PORT_MAX + 64];
+    ret = state_parse(fresh, buf ? buf : "", false, "shared reservation state", err, sizeof(err));
+    free(buf);
+    if (ret < 0) {
+        LOG_ERR("LUN %" PRIu64 " (%s): %s", lu->id, bs->desc, err);
+        state_clear(fresh);
+        return -EBADMSG;
+    }
+    return 0;
+}
+
+/* On the helper thread: the compare-and-swap loop and the notify (see the top of the file). */
+static void shared_commit(struct pr_job *j)
+{
+    struct scsi_lun *lu = j->lu;
+    struct bs *bs = lu->bs;
+    for (unsigned tries = 0; tries < PR_CAS_TRIES; tries++) {
+        struct pr_state fresh;
+        uint64_t ver;
+        int ret = shared_read(lu, &fresh, &ver);
+        if (ret < 0) {
+            j->sr = cluster_sr(ret);
+            return;
+        }
+        char *before = state_format(&fresh), *fxt = NULL, *after = NULL, *note = NULL;
+        size_t fxlen = 0, notelen = 0;
+        FILE *fx = before ? open_memstream(&fxt, &fxlen) : NULL;
+        if (fx) {
+            j->sr = job_apply(j, &fresh, fx);
+            if (fclose(fx) == 0)
+                after = state_format(&fresh);
+        }
+        uint64_t nv = ver;
+        bool retry = false, ok = false;
+        if (!after) {
+            j->sr = SR_INSUFFICIENT_RESOURCES;
+        } else if (strcmp(before, after) != 0) {
+            ret = bs->ops->obj_write(bs, "pr", after, strlen(after), ver, &nv);
+            if (ret == -ECANCELED)
+                retry = true; /* another gateway changed it first: start over */
+            else if (ret < 0)
+                j->sr = cluster_sr(ret);
+            else
+                ok = true;
+        } else {
+            ok = true; /* nothing changed (a refusal, a no-op): nothing to write */
+        }
+        if (ok) {
+            pthread_mutex_lock(&lu->lock);
+            uint64_t token = lu->pr->token;
+            mirror_install(lu, &fresh, nv);
+            pthread_mutex_unlock(&lu->lock);
+            fx_apply(lu, fxt);
+            if (nv != ver) {
+                /* the new state, its version, who sent it and the side effects: every
+                 * gateway installs it and acts before it acknowledges */
+                FILE *f = open_memstream(&note, &notelen);
+                if (f) {
+                    fprintf(f, "%sversion %" PRIu64 "\nfrom %" PRIx64 "\n%s", after, nv, token,
+                            fxt);
+                    if (fclose(f) != 0) {
+                        free(note);
+                        note = NULL;
+                    }
+                }
+                ret = note ? bs->ops->obj_notify(bs, "pr", note, strlen(note), PR_NOTIFY_TIMEOUT_MS)
+                           : -ENOMEM;
+                if (ret < 0)
+                    LOG_WARN("LUN %" PRIu64 " (%s): reservation change %" PRIu64
+                             " committed, but not every gateway acknowledged it: %s",
+                             lu->id, bs->desc, nv, strerror(-ret));
+            }
+        }
+        state_clear(&fresh);
+        free(before);
+        free(after);
+        free(fxt);
+        free(note);
+        if (!retry)
+            return;
+    }
+    LOG_WARN("LUN %" PRIu64 " (%s): reservation change lost %u races in a row: giving up", lu->id,
+             bs->desc, PR_CAS_TRIES);
+    j->sr = SR_LU_TIMEOUT;
+}
+
+static void pr_notified(void *arg, const void *buf, size_t len, int err);
+
+static void job_work(struct scsi_offload *o)
+{
+    struct pr_job *j = (struct pr_job *)o;
+    struct scsi_lun *lu = j->lu;
+    if (j->kind == PRJ_IN || j->kind == PRJ_RELOAD) {
+        int ret = 0;
+        if (j->kind == PRJ_RELOAD) {
+            pthread_mutex_lock(&lu->lock);
+            lu->pr->reload_queued = false;
+            pthread_mutex_unlock(&lu->lock);
+            ret = lu->bs->ops->obj_watch(lu->bs, "pr", pr_notified, lu);
+        }
+        struct pr_state fresh;
+        uint64_t ver = 0;
+        if (ret == 0)
+            ret = shared_read(lu, &fresh, &ver);
+        if (ret == 0) {
+            pthread_mutex_lock(&lu->lock);
+            mirror_install(lu, &fresh, ver);
+            pthread_mutex_unlock(&lu->lock);
+            state_clear(&fresh);
+        }
+        j->err = ret;
+        j->sr = ret < 0 ? cluster_sr(ret) : SR_OK;
+        return;
+    }
+    shared_commit(j);
+}
+
+static uint8_t *prin_build(struct scsi_task *t, uint32_t *len);
+static void job_submit(struct pr_job *j);
+
+static void job_done(struct scsi_offload *o)
+{
+    struct pr_job *j = (struct pr_job *)o;
+    struct scsi_lun *lu = j->lu;
+    struct pr_state *ps = lu->pr;
+    if (j->kind == PRJ_RELOAD && j->err == -ESHUTDOWN) {
+        /* fenced meanwhile: the store refuses everything; a stale mirror no longer matters */
+        pthread_mutex_lock(&lu->lock);
+        ps->stale = false;
+        resv_update(lu);
+        pthread_mutex_unlock(&lu->lock);
+    } else if (j->kind == PRJ_RELOAD && j->err < 0 && !ps->closing) {
+        /* still cut off from the cluster: try again in a second (the mirror stays stale, so
+         * the LUN refuses what the reservation rules check) */
+        LOG_WARN("LUN %" PRIu64 " (%s): cannot re-read the reservation state: %s", lu->id,
+                 lu->bs->desc, strerror(-j->err));
+        sleep(1);
+        scsi_offload_submit(&j->off);
+        return;
+    }
+    if (j->t && j->kind == PRJ_IN && !j->sr) {
+        uint32_t len = 0;
+        pthread_mutex_lock(&lu->lock);
+        uint8_t *d = prin_build(j->t, &len);
+        pthread_mutex_unlock(&lu->lock);
+        if (d) {
+            scsi_task_put_data(j->t, d, len);
+            free(d);
+        } else {
+            scsi_task_complete(j->t, SR_INSUFFICIENT_RESOURCES);
+        }
+    } else if (j->t) {
+        scsi_task_complete(j->t, j->sr);
+    }
+    free(j);
+    pthread_mutex_lock(&lu->lock);
+    if (--ps->jobs == 0)
+        pthread_cond_broadcast(&ps->idle);
+    pthread_mutex_unlock(&lu->lock);
+}
+
+/* Run a job: on the helper thread for shared state, right here otherwise. */
+static void job_submit(struct pr_job *j)
+{
+    struct scsi_lun *lu = j->lu;
+    if (!lu->pr->shared) {
+        scsi_sr sr = job_local(j);
+        if (j->t)
+            scsi_task_complete(j->t, sr);
+        free(j);
+        return;
+    }
+    pthread_mutex_lock(&lu->lock);
+    lu->pr->jobs++;
+    pthread_mutex_unlock(&lu->lock);
+    j->off.work = job_work;
+    j->off.done = job_done;
+    j->off.detached = !j->t; /* nobody to answer: never block the caller */
+    scsi_offload_submit(&j->off);
+}
+
+static struct pr_job *job_new(struct scsi_lun *lu, struct scsi_task *t, enum pr_kind kind,
+                              const char *port)
+{
+    struct pr_job *j = calloc(1, sizeof(*j));
+    if (!j)
+        return NULL;
+    j->lu = lu;
+    j->t = t;
+    j->kind = kind;
+    snprintf(j->port, sizeof(j->port), "%s", port);
+    return j;
+}
+
+/* A task's job; a task that cannot have one is answered here. */
+static void job_run(struct scsi_task *t, enum pr_kind kind)
+{
+    struct pr_job *j = job_new(t->lu, t, kind, nexus_port(t));
+    if (!j) {
+        scsi_task_complete(t, SR_INSUFFICIENT_RESOURCES);
+        return;
+    }
+    job_submit(j);
+}
+
+/* The watch (a store thread): a notify carries a newer state and the side effects for this
+ * gateway's nexuses; a broken watch (buf NULL) makes the mirror stale until re-read. */
+static void pr_notified(void *arg, const void *buf, size_t len, int err)
+{
+    struct scsi_lun *lu = arg;
+    struct pr_state *ps = lu->pr;
+    if (!buf && err == -ESHUTDOWN)
+        return; /* fenced: the store refuses every command from now on (bs_rbd.c) */
+    if (!buf) {
+        pthread_mutex_lock(&lu->lock);
+        /* one re-read queued at a time (one that already started re-arms a watch that may be
+         * this broken one: another follows it), none once pr_lun_drain has started */
+        bool skip = ps->reload_queued || ps->closing;
+        ps->reload_queued = !ps->closing;
+        ps->stale = true;
+        resv_update(lu);
+        pthread_mutex_unlock(&lu->lock);
+        struct pr_job *j = skip ? NULL : job_new(lu, NULL, PRJ_RELOAD, "");
+        if (j)
+            job_submit(j);
+        return;
+    }
+    char *text = malloc(len + 1);
+    if (!text)
+        return;
+    memcpy(text, buf, len);
+    text[len] = '\0';
+    uint64_t ver = 0, from = 0;
+    const char *v = strstr(text, "\nversion ");
+    const char *f = strstr(text, "\nfrom ");
+    if (v)
+        sscanf(v + 1, "version %" SCNu64, &ver);
+    if (f)
+        sscanf(f + 1, "from %" SCNx64, &from);
+    struct pr_state fresh = {.shared = true, .ptpl_c = true};
+    char why[PR_PORT_MAX + 64] = "no version";
+    if (ver && state_parse(&fresh, text, true, "reservation notify", why, sizeof(why)) == 0) {
+        pthread_mutex_lock(&lu->lock);
+        mirror_install(lu, &fresh, ver);
+        pthread_mutex_unlock(&lu->lock);
+        if (from != ps->token) /* the sender carried out its own */
+            fx_apply(lu, text);
+    } else {
+        LOG_WARN("LUN %" PRIu64 " (%s): ignoring a malformed reservation notify: %s", lu->id,
+                 lu->bs->desc, why);
+    }
+    state_clear(&fresh);
+    free(text);
+}
+
+/* Shared state: the object is created if missing, read into the mirror, and watched. Runs
+ * where the store was opened (before the reactors, or on the control thread). */
+static int shared_init(struct scsi_lun *lu, char *err, size_t errlen)
+{
+    struct bs *bs = lu->bs;
+    struct pr_state *ps = lu->pr;
+    struct pr_state fresh;
+    uint64_t ver = 0;
+    int ret = shared_read(lu, &fresh, &ver);
+    if (ret == 0 && ver == 0) {
+        char *text = state_format(&fresh);
+        uint64_t nv;
+        ret = text ? bs->ops->obj_write(bs, "pr", text, strlen(text), 0, &nv) : -ENOMEM;
+        free(text);
+        if (ret == -ECANCELED) /* another gateway created it meanwhile */
+            ret = 0;
+        if (ret == 0)
+            ret = shared_read(lu, &fresh, &ver);
+    }
+    if (ret == 0)
+        ret = bs->ops->obj_watch(bs, "pr", pr_notified, lu);
+    if (ret < 0) {
+        snprintf(err, errlen, "LUN %" PRIu64 " (%s): persistent reservation state: %s", lu->id,
+                 bs->desc, strerror(-ret));
+        state_clear(&fresh);
+        return -1;
+    }
+    ps->stale = true; /* so that mirror_install takes version `ver` even if it is ps->version */
+    mirror_install(lu, &fresh, ver);
+    state_clear(&fresh);
+    if (ps->nregs || ps->spc2[0])
+        LOG_INFO("LUN %" PRIu64 ": %u persistent reservation key(s)%s%s from the cluster "
+                 "(%s)",
+                 lu->id, ps->nregs, ps->type ? " and a reservation" : "",
+                 ps->spc2[0] ? ", an SPC-2 reservation" : "", bs->desc);
+    return 0;
 }
 
 int pr_lun_init(struct scsi_lun *lu, const char *state_path, char *err, size_t errlen)
@@ -285,6 +876,28 @@ int pr_lun_init(struct scsi_lun *lu, const char *state_path, char *err, size_t e
         return -1;
     }
     lu->pr = ps;
+    pthread_cond_init(&ps->idle, NULL);
+    atomic_init(&lu->resv, 0);
+    const struct bs_ops *o = lu->bs->ops;
+    ps->shared = o->obj_read && o->obj_write && o->obj_notify && o->obj_watch;
+    if (ps->shared) {
+        if (ps->path) {
+            LOG_INFO("LUN %" PRIu64 " (%s): reservations live in the cluster; no state file",
+                     lu->id, lu->bs->desc);
+            free(ps->path);
+            ps->path = NULL;
+        }
+        ps->ptpl_c = true;
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ps->token = ((uint64_t)getpid() << 32) ^ (uint64_t)ts.tv_nsec ^ (uint64_t)(uintptr_t)lu;
+        if (shared_init(lu, err, errlen) < 0) {
+            pr_lun_free(lu);
+            return -1;
+        }
+        return 0;
+    }
+    ps->ptpl_c = ps->path != NULL;
     if (ps->path && state_load(ps, err, errlen) < 0) {
         pr_lun_free(lu);
         return -1;
@@ -292,9 +905,20 @@ int pr_lun_init(struct scsi_lun *lu, const char *state_path, char *err, size_t e
     if (ps->nregs)
         LOG_INFO("LUN %" PRIu64 ": %u persistent reservation key(s)%s restored from %s", lu->id,
                  ps->nregs, ps->type ? " and a reservation" : "", ps->path);
-    atomic_init(&lu->resv, 0);
     resv_update(lu);
     return 0;
+}
+
+void pr_lun_drain(struct scsi_lun *lu)
+{
+    struct pr_state *ps = lu->pr;
+    if (!ps)
+        return;
+    pthread_mutex_lock(&lu->lock);
+    ps->closing = true;
+    while (ps->jobs)
+        pthread_cond_wait(&ps->idle, &lu->lock);
+    pthread_mutex_unlock(&lu->lock);
 }
 
 void pr_lun_free(struct scsi_lun *lu)
@@ -302,6 +926,8 @@ void pr_lun_free(struct scsi_lun *lu)
     struct pr_state *ps = lu->pr;
     if (!ps)
         return;
+    assert(ps->jobs == 0);
+    pthread_cond_destroy(&ps->idle);
     free(ps->regs);
     free(ps->path);
     free(ps);
@@ -337,7 +963,15 @@ scsi_sr pr_check(struct scsi_task *t, const struct scsi_cmd *c, unsigned resv)
     const char *me = nexus_port(t);
     bool conflict = false;
     pthread_mutex_lock(&lu->lock);
-    if (ps->spc2[0]) {
+    if (ps->stale) {
+        /* shared state this gateway may have missed changes of: only the commands that go
+         * to the cluster themselves (PERSISTENT RESERVE IN/OUT) and those no reservation
+         * restricts pass until it has been re-read; the others end in ABORTED COMMAND /
+         * TIMEOUT ON LOGICAL UNIT, which initiators retry */
+        bool refuse = cls != PRC_PR && cls != PRC_ALLOW;
+        pthread_mutex_unlock(&lu->lock);
+        return refuse ? SR_LU_TIMEOUT : SR_OK;
+    } else if (ps->spc2[0]) {
         /* SPC-2 §5.5.1: PERSISTENT RESERVE IN/OUT conflict whoever holds the RESERVE;
          * RESERVE/RELEASE decide for themselves; other commands pass only for the holder. */
         if (cls == PRC_PR)
@@ -368,7 +1002,8 @@ scsi_sr pr_check(struct scsi_task *t, const struct scsi_cmd *c, unsigned resv)
 /* ---------------- SPC-2 RESERVE / RELEASE ---------------- */
 
 /* RESERVE(6)/(10), RELEASE(6)/(10) (SPC-2 §7.21-7.24): logical unit reservations only; the
- * third-party and extent forms are refused by the usage masks. */
+ * third-party and extent forms are refused by the usage masks. On shared state they hold
+ * across gateways like persistent reservations (the holder is the "spc2" line). */
 scsi_sr pr_parse_spc2(struct scsi_task *t, const struct scsi_cmd *c, struct scsi_req *r)
 {
     (void)t, (void)c, (void)r;
@@ -378,56 +1013,49 @@ scsi_sr pr_parse_spc2(struct scsi_task *t, const struct scsi_cmd *c, struct scsi
 void pr_exec_reserve(struct scsi_task *t, const struct scsi_cmd *c)
 {
     (void)c;
-    struct scsi_lun *lu = t->lu;
-    struct pr_state *ps = lu->pr;
-    const char *me = nexus_port(t);
-    scsi_sr sr = SR_OK;
-    pthread_mutex_lock(&lu->lock);
-    if (ps->nregs || ps->type || (ps->spc2[0] && strcmp(ps->spc2, me) != 0))
-        sr = SR_RESERVATION_CONFLICT;
-    else
-        snprintf(ps->spc2, sizeof(ps->spc2), "%s", me);
-    resv_update(lu);
-    pthread_mutex_unlock(&lu->lock);
-    scsi_task_complete(t, sr);
+    job_run(t, PRJ_RESERVE);
 }
 
-/* Releasing a reservation held by someone else, or none, is a successful no-op (SPC-2 §7.23). */
 void pr_exec_release(struct scsi_task *t, const struct scsi_cmd *c)
 {
     (void)c;
-    struct scsi_lun *lu = t->lu;
+    job_run(t, PRJ_RELEASE);
+}
+
+/* Nexus loss and resets end SPC-2 reservations: in the mirror at once (this gateway's next
+ * command sees it), and in the shared object by a job no command waits for. A gateway that
+ * dies holding one leaves it in the cluster until a LOGICAL UNIT RESET or target reset
+ * through any gateway ends it. */
+static void spc2_drop(struct scsi_lun *lu, const char *port)
+{
+    if (!(atomic_load_explicit(&lu->resv, memory_order_acquire) & RESV_SPC2))
+        return;
     struct pr_state *ps = lu->pr;
-    scsi_sr sr = SR_OK;
     pthread_mutex_lock(&lu->lock);
-    if (ps->nregs || ps->type)
-        sr = SR_RESERVATION_CONFLICT;
-    else if (strcmp(ps->spc2, nexus_port(t)) == 0)
+    bool had = ps->spc2[0] && (!port[0] || strcmp(ps->spc2, port) == 0);
+    if (had)
         ps->spc2[0] = '\0';
     resv_update(lu);
     pthread_mutex_unlock(&lu->lock);
-    scsi_task_complete(t, sr);
+    if (had && ps->shared) {
+        struct pr_job *j = job_new(lu, NULL, PRJ_SPC2_DROP, port);
+        if (j)
+            job_submit(j);
+        else
+            LOG_WARN("LUN %" PRIu64 ": out of memory: the SPC-2 reservation stays in the "
+                     "cluster",
+                     lu->id);
+    }
 }
 
 void pr_spc2_release_all(struct scsi_lun *lu)
 {
-    if (!(atomic_load_explicit(&lu->resv, memory_order_acquire) & RESV_SPC2))
-        return;
-    pthread_mutex_lock(&lu->lock);
-    lu->pr->spc2[0] = '\0';
-    resv_update(lu);
-    pthread_mutex_unlock(&lu->lock);
+    spc2_drop(lu, "");
 }
 
 void pr_spc2_release_nexus(struct scsi_lun *lu, const struct scsi_nexus *n)
 {
-    if (!(atomic_load_explicit(&lu->resv, memory_order_acquire) & RESV_SPC2))
-        return;
-    pthread_mutex_lock(&lu->lock);
-    if (strcmp(lu->pr->spc2, n->initiator_port) == 0)
-        lu->pr->spc2[0] = '\0';
-    resv_update(lu);
-    pthread_mutex_unlock(&lu->lock);
+    spc2_drop(lu, n->initiator_port);
 }
 
 /* ---------------- PERSISTENT RESERVE IN (SPC-4 §6.15) ---------------- */
@@ -500,8 +1128,8 @@ static uint8_t *prin_build(struct scsi_task *t, uint32_t *len)
     case 2: /* REPORT CAPABILITIES (§6.15.4) */
         put_be16(d, 8);
         /* CRH 0, SIP_C 0, ATP_C 0 (SPEC_I_PT and ALL_TG_PT are refused); PTPL_C when there
-         * is a state file */
-        d[2] = ps->path ? 0x01 : 0;
+         * is a state file or shared state */
+        d[2] = ps->ptpl_c ? 0x01 : 0;
         /* TMV 1; ALLOW COMMANDS 001b: TEST UNIT READY passes WE and EA reservations */
         d[3] = 0x80 | (1u << 4) | (ps->aptpl ? 0x01 : 0);
         d[4] = 0x80 | 0x40 | 0x20 | 0x08 | 0x02; /* WR_EX_AR EX_AC_RO WR_EX_RO EX_AC WR_EX */
@@ -530,6 +1158,11 @@ void pr_exec_in(struct scsi_task *t, const struct scsi_cmd *c)
 {
     (void)c;
     struct scsi_lun *lu = t->lu;
+    if (lu->pr->shared) {
+        /* re-read the cluster's state first: one round trip, on the helper thread */
+        job_run(t, PRJ_IN);
+        return;
+    }
     uint32_t len = 0;
     pthread_mutex_lock(&lu->lock);
     uint8_t *d = prin_build(t, &len);
@@ -569,34 +1202,9 @@ scsi_sr pr_parse_out(struct scsi_task *t, const struct scsi_cmd *c, struct scsi_
     return SR_OK;
 }
 
-/* What PREEMPT AND ABORT must abort once the lock is dropped. */
-struct pr_victims {
-    struct scsi_nexus *n[SCSI_NEXUS_MAX];
-    unsigned count;
-};
-
-static void victim_add(struct scsi_lun *lu, struct pr_victims *v, const char *port)
-{
-    if (!v)
-        return;
-    struct scsi_target *t = lu->target;
-    struct scsi_target_priv *p = t->priv;
-    pthread_mutex_lock(&t->lock);
-    for (unsigned s = 0; s < SCSI_NEXUS_MAX && v->count < SCSI_NEXUS_MAX; s++) {
-        struct scsi_nexus_impl *n = p->nexus[s];
-        if (n && n->refs > 0 && strcmp(n->pub.initiator_port, port) == 0) {
-            n->refs++; /* held until the abort hook has run */
-            v->n[v->count++] = &n->pub;
-            break;
-        }
-    }
-    pthread_mutex_unlock(&t->lock);
-}
-
 struct prout {
     struct scsi_task *t;
-    struct scsi_lun *lu;
-    struct pr_state *ps;
+    struct pr_state *ps; /* the mirror, or a fresh copy of the shared state */
     const char *me;
     int mine;          /* index of the sender's registration, -1 if not registered */
     uint64_t rk, sark; /* RESERVATION KEY, SERVICE ACTION RESERVATION KEY */
@@ -604,8 +1212,15 @@ struct prout {
     bool aptpl;
     const uint8_t *param;
     uint32_t pll;
-    struct pr_victims *victims; /* PREEMPT AND ABORT only */
+    FILE *fx;   /* side effects (fx_*) */
+    bool abort; /* PREEMPT AND ABORT: preempted nexuses lose their tasks */
 };
+
+static void fx_abort(const struct prout *x, const char *port)
+{
+    if (x->abort)
+        fprintf(x->fx, "abort %s\n", port);
+}
 
 /* Removes every registration with key, `keep` excepted (NULL: none), with UA REGISTRATIONS
  * PREEMPTED to each port removed other than the sender's. Returns how many went. */
@@ -620,8 +1235,8 @@ static unsigned remove_key(struct prout *x, uint64_t key, const char *keep)
             continue;
         }
         if (strcmp(rg->port, x->me) != 0) {
-            ua_port(x->lu, rg->port, UA_REG_PREEMPTED);
-            victim_add(x->lu, x->victims, rg->port);
+            fx_ua(x->fx, rg->port, UA_REG_PREEMPTED);
+            fx_abort(x, rg->port);
         }
         reg_remove(ps, i); /* moves the last one into i */
         n++;
@@ -654,7 +1269,7 @@ static scsi_sr pro_register(struct prout *x, bool ignore)
          * the other registrants hear of it (§5.13.11.2.3) */
         uint8_t type = ps->type;
         if (reg_remove(ps, (unsigned)x->mine) && type_reg_only(type))
-            ua_registrants(x->lu, x->me, UA_RESV_RELEASED);
+            fx_ua_registrants(x->fx, ps, x->me, UA_RESV_RELEASED);
     }
     ps->generation++;
     return SR_OK;
@@ -686,7 +1301,7 @@ static scsi_sr pro_release(struct prout *x)
     uint8_t type = ps->type;
     ps->type = 0;
     if (type_reg_only(type) || type_all_reg(type))
-        ua_registrants(x->lu, x->me, UA_RESV_RELEASED);
+        fx_ua_registrants(x->fx, ps, x->me, UA_RESV_RELEASED);
     return SR_OK;
 }
 
@@ -694,7 +1309,7 @@ static scsi_sr pro_release(struct prout *x)
 static scsi_sr pro_clear(struct prout *x)
 {
     struct pr_state *ps = x->ps;
-    ua_registrants(x->lu, x->me, UA_RESV_PREEMPTED);
+    fx_ua_registrants(x->fx, ps, x->me, UA_RESV_PREEMPTED);
     ps->nregs = 0;
     ps->type = 0;
     ps->generation++;
@@ -719,8 +1334,8 @@ static scsi_sr pro_preempt(struct prout *x)
                 i++;
                 continue;
             }
-            ua_port(x->lu, ps->regs[i].port, UA_REG_PREEMPTED);
-            victim_add(x->lu, x->victims, ps->regs[i].port);
+            fx_ua(x->fx, ps->regs[i].port, UA_REG_PREEMPTED);
+            fx_abort(x, ps->regs[i].port);
             ps->regs[i] = ps->regs[--ps->nregs];
         }
         ps->type = (uint8_t)x->type;
@@ -735,7 +1350,7 @@ static scsi_sr pro_preempt(struct prout *x)
             ps->type = (uint8_t)x->type;
             snprintf(ps->holder, sizeof(ps->holder), "%s", type_all_reg(x->type) ? "" : x->me);
             if (old != x->type)
-                ua_registrants(x->lu, x->me, UA_RESV_RELEASED);
+                fx_ua_registrants(x->fx, ps, x->me, UA_RESV_RELEASED);
         } else {
             if (!x->sark)
                 return SR_PARAM_FIELD(8, -1);
@@ -820,7 +1435,7 @@ static scsi_sr prout_param_check(const struct prout *x, unsigned sa)
 {
     const uint8_t *p = x->param;
     if (sa == PRO_REGISTER_MOVE) {
-        if ((p[17] & 0x01) && !x->ps->path)
+        if ((p[17] & 0x01) && !x->ps->ptpl_c)
             return SR_PARAM_FIELD(17, 0); /* APTPL without PTPL_C */
         return SR_OK;
     }
@@ -831,85 +1446,58 @@ static scsi_sr prout_param_check(const struct prout *x, unsigned sa)
     bool reg = sa == PRO_REGISTER || sa == PRO_REGISTER_IGNORE;
     if (reg && (p[20] & 0x04))
         return SR_PARAM_FIELD(20, 2); /* ALL_TG_PT: ATP_C is 0 */
-    if (reg && (p[20] & 0x01) && !x->ps->path)
+    if (reg && (p[20] & 0x01) && !x->ps->ptpl_c)
         return SR_PARAM_FIELD(20, 0); /* APTPL: PTPL_C is 0 */
     return SR_OK;
 }
 
-void pr_exec_out(struct scsi_task *t, const struct scsi_cmd *c)
+/* A PERSISTENT RESERVE OUT applied to ps (see job_apply). */
+static scsi_sr prout_apply(struct scsi_task *t, struct pr_state *ps, FILE *fx)
 {
-    (void)c;
-    struct scsi_lun *lu = t->lu;
     unsigned sa = t->cdb[1] & 0x1f;
-    struct pr_victims *victims = NULL;
-    if (sa == PRO_PREEMPT_ABORT && lu->target->abort_nexus_tasks) {
-        victims = calloc(1, sizeof(*victims));
-        if (!victims) {
-            scsi_task_complete(t, SR_INSUFFICIENT_RESOURCES);
-            return;
-        }
-    }
     struct prout x = {
         .t = t,
-        .lu = lu,
-        .ps = lu->pr,
+        .ps = ps,
         .me = nexus_port(t),
         .type = t->cdb[2] & 0x0f,
         .param = t->iov[0].iov_base,
         .pll = t->xfer_len,
-        .victims = victims,
+        .fx = fx,
+        .abort = sa == PRO_PREEMPT_ABORT,
     };
     x.rk = get_be64(x.param);
     x.sark = get_be64(x.param + 8);
     x.aptpl = x.param[20] & 0x01;
-
-    pthread_mutex_lock(&lu->lock);
-    struct pr_state *ps = x.ps;
-    bool was_aptpl = ps->aptpl;
-    uint32_t gen = ps->generation;
-    uint8_t type = ps->type;
     scsi_sr sr = prout_param_check(&x, sa);
     x.mine = reg_find(ps, x.me);
-    if (sr) {
-        /* refused before anything changes */
-    } else if (sa == PRO_REGISTER || sa == PRO_REGISTER_IGNORE) {
-        sr = pro_register(&x, sa == PRO_REGISTER_IGNORE);
-    } else if (x.mine < 0 || x.rk != ps->regs[x.mine].key) {
-        /* every other service action needs the sender registered under that key */
-        sr = SR_RESERVATION_CONFLICT;
-    } else {
-        switch (sa) {
-        case PRO_RESERVE:
-            sr = pro_reserve(&x);
-            break;
-        case PRO_RELEASE:
-            sr = pro_release(&x);
-            break;
-        case PRO_CLEAR:
-            sr = pro_clear(&x);
-            break;
-        case PRO_PREEMPT:
-        case PRO_PREEMPT_ABORT:
-            sr = pro_preempt(&x);
-            break;
-        case PRO_REGISTER_MOVE:
-            sr = pro_register_move(&x);
-            break;
-        default:
-            sr = SR_CDB_FIELD(1, 4);
-        }
+    if (sr)
+        return sr; /* refused before anything changes */
+    if (sa == PRO_REGISTER || sa == PRO_REGISTER_IGNORE)
+        return pro_register(&x, sa == PRO_REGISTER_IGNORE);
+    /* every other service action needs the sender registered under that key */
+    if (x.mine < 0 || x.rk != ps->regs[x.mine].key)
+        return SR_RESERVATION_CONFLICT;
+    switch (sa) {
+    case PRO_RESERVE:
+        return pro_reserve(&x);
+    case PRO_RELEASE:
+        return pro_release(&x);
+    case PRO_CLEAR:
+        return pro_clear(&x);
+    case PRO_PREEMPT:
+    case PRO_PREEMPT_ABORT:
+        return pro_preempt(&x);
+    case PRO_REGISTER_MOVE:
+        return pro_register_move(&x);
+    default:
+        return SR_CDB_FIELD(1, 4);
     }
-    if (ps->generation != gen || ps->type != type || ps->aptpl != was_aptpl)
-        state_persist(ps, was_aptpl);
-    resv_update(lu);
-    pthread_mutex_unlock(&lu->lock);
+}
 
-    if (victims) {
-        for (unsigned i = 0; i < victims->count; i++) {
-            lu->target->abort_nexus_tasks(lu->target, victims->n[i], lu);
-            scsi_nexus_put(victims->n[i]);
-        }
-        free(victims);
-    }
-    scsi_task_complete(t, sr);
+/* PREEMPT AND ABORT's aborts run once the change is committed (fx_apply), on this gateway
+ * through the transport's abort_nexus_tasks and on the others from the notify. */
+void pr_exec_out(struct scsi_task *t, const struct scsi_cmd *c)
+{
+    (void)c;
+    job_run(t, PRJ_OUT);
 }

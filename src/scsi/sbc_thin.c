@@ -429,17 +429,15 @@ scsi_sr sbc_parse_get_lba_status(struct scsi_task *t, const struct scsi_cmd *c, 
 }
 
 /* Runs of one state from the starting LBA, merged, one descriptor each (PROVISIONING STATUS 0
- * mapped, 1 deallocated). The first descriptor starts at the STARTING LOGICAL BLOCK ADDRESS. */
-void sbc_exec_get_lba_status(struct scsi_task *t, const struct scsi_cmd *c)
+ * mapped, 1 deallocated). The first descriptor starts at the STARTING LOGICAL BLOCK ADDRESS.
+ * Fills d (8 + 16 * LBAS_MAX_DESC bytes, zeroed) and its length; SR_OK or the reason. */
+static scsi_sr lbas_build(struct scsi_lun *lu, const uint8_t *cdb, uint32_t xfer_len, uint8_t *d,
+                          uint32_t *dlen)
 {
-    (void)c;
-    struct scsi_lun *lu = t->lu;
-    uint8_t d[8 + 16 * LBAS_MAX_DESC];
-    memset(d, 0, sizeof(d));
-    unsigned want = t->xfer_len > 8 ? (t->xfer_len - 8 + 15) / 16 : 1;
+    unsigned want = xfer_len > 8 ? (xfer_len - 8 + 15) / 16 : 1;
     if (want > LBAS_MAX_DESC)
         want = LBAS_MAX_DESC;
-    uint64_t pos = get_be64(t->cdb + 2) << lu->block_shift;
+    uint64_t pos = get_be64(cdb + 2) << lu->block_shift;
     uint64_t end = scsi_lun_size_bytes(lu);
     if (end - pos > LBAS_MAX_SCAN)
         end = pos + LBAS_MAX_SCAN;
@@ -450,10 +448,8 @@ void sbc_exec_get_lba_status(struct scsi_task *t, const struct scsi_cmd *c)
         uint64_t len = end - pos;
         bool mapped;
         int err = bs_lba_status(lu->bs, pos, &len, &mapped);
-        if (err) {
-            scsi_task_complete(t, SR_READ_ERROR);
-            return;
-        }
+        if (err)
+            return SR_READ_ERROR;
         if (!len)
             len = 1;
         if (run_len && mapped != run_mapped) {
@@ -486,5 +482,59 @@ void sbc_exec_get_lba_status(struct scsi_task *t, const struct scsi_cmd *c)
     }
     n++;
     put_be32(d, 4 + 16 * n); /* PARAMETER DATA LENGTH: bytes after this field */
-    scsi_task_put_data(t, d, 8 + 16 * n);
+    *dlen = 8 + 16 * n;
+    return SR_OK;
+}
+
+/* A store whose allocation map lives in the cluster (rbd) is asked on the SCSI core's helper
+ * thread; the reply goes out on the task's reactor. */
+struct lbas_job {
+    struct scsi_offload off;
+    struct scsi_task *t;
+    scsi_sr sr;
+    uint32_t dlen;
+    uint8_t d[8 + 16 * LBAS_MAX_DESC];
+};
+
+static void lbas_work(struct scsi_offload *o)
+{
+    struct lbas_job *j = (struct lbas_job *)o;
+    j->sr = lbas_build(j->t->lu, j->t->cdb, j->t->xfer_len, j->d, &j->dlen);
+}
+
+static void lbas_done(struct scsi_offload *o)
+{
+    struct lbas_job *j = (struct lbas_job *)o;
+    struct scsi_task *t = j->t;
+    if (j->sr)
+        scsi_task_complete(t, j->sr);
+    else
+        scsi_task_put_data(t, j->d, j->dlen);
+    free(j);
+}
+
+void sbc_exec_get_lba_status(struct scsi_task *t, const struct scsi_cmd *c)
+{
+    (void)c;
+    struct scsi_lun *lu = t->lu;
+    if (lu->bs->lba_status_blocks) {
+        struct lbas_job *j = calloc(1, sizeof(*j));
+        if (!j) {
+            scsi_task_complete(t, SR_INSUFFICIENT_RESOURCES);
+            return;
+        }
+        j->t = t;
+        j->off.work = lbas_work;
+        j->off.done = lbas_done;
+        scsi_offload_submit(&j->off);
+        return;
+    }
+    uint8_t d[8 + 16 * LBAS_MAX_DESC];
+    memset(d, 0, sizeof(d));
+    uint32_t dlen = 0;
+    scsi_sr sr = lbas_build(lu, t->cdb, t->xfer_len, d, &dlen);
+    if (sr)
+        scsi_task_complete(t, sr);
+    else
+        scsi_task_put_data(t, d, dlen);
 }

@@ -472,8 +472,25 @@ void sbc_exec_prevent_allow(struct scsi_task *t, const struct scsi_cmd *c);
 void sbc_prevent_clear_nexus(struct scsi_lun *lu, const struct scsi_nexus *n);
 void sbc_prevent_clear_all(struct scsi_lun *lu);
 
+/* --- the helper thread (offload.c) for work that blocks: work() runs there, then done() on
+ * the reactor that called scsi_offload_submit (both on the caller, in order, when it has no
+ * reactor; both on the helper thread when detached: for callers that may not block, such as a
+ * librados callback). The caller owns o until done() runs. --- */
+struct scsi_offload {
+    void (*work)(struct scsi_offload *o);
+    void (*done)(struct scsi_offload *o);
+    bool detached;
+    struct reactor *r;
+    struct reactor_msg msg;
+    struct scsi_offload *next;
+};
+void scsi_offload_submit(struct scsi_offload *o);
+
 /* --- reservations (pr.c): SPC-4 persistent reservations and SPC-2 RESERVE/RELEASE --- */
 int pr_lun_init(struct scsi_lun *lu, const char *state_path, char *err, size_t errlen);
+/* Wait for the LUN's reservation work still on the helper thread (shared state); before the
+ * store is closed. */
+void pr_lun_drain(struct scsi_lun *lu);
 void pr_lun_free(struct scsi_lun *lu);
 /* The central check scsi_task_setup makes when lu->resv is nonzero: SR_RESERVATION_CONFLICT
  * or SR_OK. */

@@ -145,6 +145,7 @@ void scsi_target_destroy(struct scsi_target *t)
 
 void scsi_lun_free(struct scsi_lun *lu)
 {
+    pr_lun_drain(lu); /* its helper-thread jobs use the store */
     bs_close(lu->bs);
     pr_lun_free(lu);
     scsi_rl_destroy(&lu->rl);

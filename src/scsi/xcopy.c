@@ -376,12 +376,14 @@ static void submit(struct xcopy_op *op, struct scsi_lun *lu, enum bs_op bop, uin
     submit_iov(op, lu, bop, off, 1);
 }
 
-/* Whether [off, off+len) of a LUN holds no data at all (never written or unmapped). */
+/* Whether [off, off+len) of a LUN holds no data at all (never written or unmapped). A store
+ * whose answer blocks on the cluster (rbd) is not asked on the reactor: the range is copied. */
 static bool range_deallocated(struct scsi_lun *lu, uint64_t off, uint64_t len)
 {
     bool mapped;
     uint64_t run = len;
-    return lu->bs->thin && bs_lba_status(lu->bs, off, &run, &mapped) == 0 && !mapped && run == len;
+    return lu->bs->thin && !lu->bs->lba_status_blocks &&
+           bs_lba_status(lu->bs, off, &run, &mapped) == 0 && !mapped && run == len;
 }
 
 static void drive(struct xcopy_op *op);

@@ -82,10 +82,12 @@ static const char usage_text[] =
     "                         fail, a Data-In lost or corrupted fails its command\n"
     "  --config FILE          serve the targets described in FILE instead (see\n"
     "                         examples/linerate.conf); --threads, --log-level,\n"
-    "                         --state-dir, --ctl-socket and --metrics still apply (over\n"
-    "                         the file), --listen/--target-name/--lun/--allow may not\n"
-    "                         be used\n"
-    "  --log-level LEVEL      error, warn, info (default) or debug; logs go to stderr\n"
+    "                         --syslog, --state-dir, --ctl-socket and --metrics still\n"
+    "                         apply (over the file), --listen/--target-name/--lun/--allow\n"
+    "                         may not be used\n"
+    "  --log-level LEVEL      error, warn, info (default) or debug\n"
+    "  --syslog               log to syslog (facility daemon) instead of stderr (also\n"
+    "                         with --config, over its log key)\n"
     "  --state-dir DIR        where persistent reservations with APTPL are kept across\n"
     "                         restarts (default " TARGET_DEFAULT_STATE_DIR ")\n"
     "  --ctl-socket PATH|none the Unix socket linerate-ctl administers the daemon through\n"
@@ -138,6 +140,7 @@ enum {
     OPT_ERL,
     OPT_INJECT,
     OPT_CTL_SOCKET,
+    OPT_SYSLOG,
     OPT_METRICS,
 };
 
@@ -159,6 +162,7 @@ static const struct option long_opts[] = {
     {"error-recovery-level", required_argument, NULL, OPT_ERL},
     {"inject", required_argument, NULL, OPT_INJECT},
     {"ctl-socket", required_argument, NULL, OPT_CTL_SOCKET},
+    {"syslog", no_argument, NULL, OPT_SYSLOG},
     {"metrics", required_argument, NULL, OPT_METRICS},
     {"help", no_argument, NULL, 'h'},
     {"version", no_argument, NULL, 'V'},
@@ -201,6 +205,7 @@ struct cli_args {
     const char *state_dir;
     int erl; /* -1: not given */
     const char *ctl_socket;
+    bool syslog;
     const char *metrics;
     bool inject_given;
     struct inject_spec inject;
@@ -316,6 +321,9 @@ static int cli_collect(struct cli_args *a, int argc, char **argv)
             a->ctl_socket = optarg;
             break;
         }
+        case OPT_SYSLOG:
+            a->syslog = true;
+            break;
         case OPT_METRICS: {
             struct target_config probe;
             memset(&probe, 0, sizeof(probe));
@@ -441,6 +449,9 @@ int target_cli_parse(struct target_config *cfg, int argc, char **argv)
         cfg->cli_threads = a.threads > 0;
         cfg->cli_log_level = a.log_level >= 0;
         cfg->cli_state_dir = a.state_dir != NULL;
+        if (a.syslog)
+            cfg->log_syslog = true;
+        cfg->cli_syslog = a.syslog;
         if (a.config) { /* absolute, so a reload finds it whatever the cwd became */
             char *abs = realpath(a.config, NULL);
             snprintf(cfg->config_path, sizeof(cfg->config_path), "%s", abs ? abs : a.config);

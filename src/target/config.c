@@ -696,6 +696,11 @@ static int cfg_global_key(struct cfg_parser *ps, const char *key, const char *va
                             "bad value '%s' for log-level: expected error, warn, info or debug",
                             val);
         cfg->log_level = (enum log_level)lvl;
+    } else if (strcmp(key, "log") == 0) {
+        int dest = log_dest_parse(val);
+        if (dest < 0)
+            return cfg_fail(ps, ps->line, "bad value '%s' for log: expected stderr or syslog", val);
+        cfg->log_syslog = dest == LOG_DEST_SYSLOG;
     } else if (strcmp(key, "rbd-timeout") == 0) {
         if (parse_uint_range(val, 1, 3600, &x) < 0)
             return cfg_fail(ps, ps->line, "bad value '%s' for %s: expected seconds, 1..3600", val,
@@ -819,9 +824,9 @@ static int cfg_target_key(struct cfg_parser *ps, const char *key, const char *va
     if (r < 0)
         return -1;
     if (r == 0) {
-        static const char *const global_only[] = {"threads",     "log-level",     "nop-interval",
-                                                  "nop-timeout", "login-timeout", "state-dir",
-                                                  "ctl-socket",  "rbd-timeout",   "metrics"};
+        static const char *const global_only[] = {
+            "threads",   "log-level",  "nop-interval", "nop-timeout", "login-timeout",
+            "state-dir", "ctl-socket", "rbd-timeout",  "log",         "metrics"};
         for (unsigned i = 0; i < sizeof(global_only) / sizeof(global_only[0]); i++)
             if (strcmp(key, global_only[i]) == 0 || target_limits_is_key(key))
                 return cfg_fail(ps, ps->line,

@@ -442,6 +442,10 @@ int ctl_lun_add(struct daemon *d, unsigned t, struct target_lun_conf *l, struct 
     /* SPC-4: the initiators learn of the new LUN by REPORTED LUNS DATA HAS CHANGED on the
      * LUNs they already use. */
     scsi_target_luns_changed(n->scsi, scsi_target_lun(n->scsi, l->lun));
+    char spec[2 * TARGET_ORIGIN_MAX + 3];
+    LOG_INFO("event=lun-added target=%s lun=%llu spec=%s ro=%s", n->name,
+             (unsigned long long)l->lun, log_quote(spec, sizeof(spec), l->bs_spec),
+             l->read_only ? "yes" : "no");
     conf_lun_add(d, t, l);
     return 0;
 }
@@ -486,8 +490,6 @@ static json_t *m_add_lun(struct daemon *d, json_t *params, struct req_err *e)
     snprintf(l.origin, sizeof(l.origin), "linerate-ctl add lun '%s'", spec);
     if (ctl_lun_add(d, t, &l, NULL, err, sizeof(err)) < 0)
         return fail(e, ERR_FAILED, "%s", err);
-    LOG_INFO("target %s: LUN %llu added by linerate-ctl (%s)", n->name, (unsigned long long)num,
-             spec);
     return lun_json(n->name, scsi_target_lun(n->scsi, num));
 }
 
@@ -545,13 +547,13 @@ int ctl_lun_remove(struct daemon *d, unsigned t, uint64_t num, unsigned timeout_
     out->closed = users == 0;
     if (users == 0) {
         scsi_lun_free(lu); /* a file store makes written data stable first */
-        LOG_INFO("target %s: LUN %llu removed (%llu ms)", n->name, (unsigned long long)num,
-                 (unsigned long long)out->waited_ms);
+        LOG_INFO("event=lun-removed target=%s lun=%llu waited-ms=%llu commands-left=0", n->name,
+                 (unsigned long long)num, (unsigned long long)out->waited_ms);
     } else {
         zombie_add(d, n->name, num, lu);
-        LOG_WARN("target %s: LUN %llu removed; %ld command%s still hold it, its store closes "
-                 "when they end",
-                 n->name, (unsigned long long)num, out->left, out->left == 1 ? "" : "s");
+        /* Its store closes when they end (ctl_reap_zombies). */
+        LOG_WARN("event=lun-removed target=%s lun=%llu waited-ms=%llu commands-left=%ld", n->name,
+                 (unsigned long long)num, (unsigned long long)out->waited_ms, out->left);
     }
     return 0;
 }

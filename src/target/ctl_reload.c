@@ -112,6 +112,8 @@ static void diff_fixed(const struct target_config *run, const struct target_conf
     if (!run->cli_metrics && (run->metrics_on != file->metrics_on ||
                               (run->metrics_on && strcmp(run->metrics.text, file->metrics.text))))
         note(restart, "metrics");
+    if (!run->cli_syslog && run->log_syslog != file->log_syslog)
+        note(restart, "log");
     if (strcmp(run->chap_secrets, file->chap_secrets) != 0 ||
         !same_chap(&run->discovery_chap, &file->discovery_chap) ||
         run->chap_algs != file->chap_algs)

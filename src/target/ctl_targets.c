@@ -101,7 +101,7 @@ int ctl_target_add(struct daemon *d, const struct target_node_conf *c, char *err
     d->built.nodes[d->built.n] = node;
     d->built.n++;
     target_config_finish(&d->cfg); /* the union of the portals, as at start */
-    LOG_INFO("target %s added (%u LUN%s)", c->name, c->nluns, c->nluns == 1 ? "" : "s");
+    LOG_INFO("event=target-added target=%s luns=%u", c->name, c->nluns);
     return 0;
 }
 
@@ -179,8 +179,7 @@ int ctl_target_remove(struct daemon *d, const char *name, bool force, unsigned t
     target_config_remove_node(&d->cfg, (unsigned)t);
     target_config_finish(&d->cfg);
     /* `name` may have been the configuration's, freed just now: the node's stays */
-    LOG_INFO("target %s removed (%u session%s ended, %u LUN%s)", n->name, nsess,
-             nsess == 1 ? "" : "s", out->luns, out->luns == 1 ? "" : "s");
+    LOG_INFO("event=target-removed target=%s sessions-ended=%u luns=%u", n->name, nsess, out->luns);
     return 0;
 }
 

@@ -19,6 +19,7 @@
 
 #include "reactor/reactor.h"
 #include "target/daemon.h"
+#include "util/sdnotify.h"
 
 #define LISTEN_BACKLOG 1024
 #define ACCEPTS_PER_WAKEUP 64  /* then let reactor 0 serve its own connections */
@@ -560,6 +561,19 @@ static void block_signals(sigset_t *set)
     pthread_sigmask(SIG_BLOCK, &with_pipe, NULL);
 }
 
+/* Tell a service manager (NOTIFY_SOCKET) that the daemon serves, and what. */
+static void notify_ready(const struct daemon *d)
+{
+    unsigned luns = 0;
+    for (unsigned t = 0; t < d->cfg.ntargets; t++)
+        luns += d->cfg.targets[t].nluns;
+    int rc = sd_notifyf_lr("READY=1\nSTATUS=serving %u target%s, %u LUN%s on %u portal%s",
+                           d->cfg.ntargets, d->cfg.ntargets == 1 ? "" : "s", luns,
+                           luns == 1 ? "" : "s", d->cfg.nlisten, d->cfg.nlisten == 1 ? "" : "s");
+    if (rc < 0)
+        LOG_WARN("NOTIFY_SOCKET: cannot notify the service manager: %s", strerror(-rc));
+}
+
 /* SIGHUP re-reads --config and applies the difference (ctl_reload.c), on the control thread. */
 static int wait_for_shutdown(struct daemon *d, const sigset_t *set)
 {
@@ -583,6 +597,9 @@ int target_main(int argc, char **argv)
         return TARGET_EXIT_RUNTIME;
     }
     target_config_init(&d->cfg);
+    /* Lines logged while the config is read already go to the journal in its form; syslog,
+     * if asked for, takes over once the command line and the file have been read. */
+    log_set_dest(LOG_DEST_STDERR, "linerate-target");
     int rc = target_cli_parse(&d->cfg, argc, argv);
     if (rc >= 0) {
         target_config_free(&d->cfg);
@@ -590,6 +607,8 @@ int target_main(int argc, char **argv)
         return rc;
     }
     log_set_level(d->cfg.log_level);
+    if (d->cfg.log_syslog)
+        log_set_dest(LOG_DEST_SYSLOG, "linerate-target");
 
     sigset_t set;
     block_signals(&set);
@@ -615,9 +634,12 @@ int target_main(int argc, char **argv)
         return TARGET_EXIT_RUNTIME;
     }
     print_urls(&d->cfg);
+    /* Type=notify: the service is up once it listens and the control socket answers. */
+    notify_ready(d);
 
     int sig = wait_for_shutdown(d, &set);
     LOG_INFO("%s: shutting down", sig == SIGINT ? "SIGINT" : "SIGTERM");
+    sd_notifyf_lr("STOPPING=1\nSTATUS=shutting down (%s)", sig == SIGINT ? "SIGINT" : "SIGTERM");
     /* No administration while the reactors go away; a request waiting gives up. */
     ctl_stop(d);
     daemon_stop(d);

@@ -75,6 +75,8 @@ struct target_node_conf {
 struct target_config {
     unsigned threads; /* 0: online CPUs */
     enum log_level log_level;
+    /* log = stderr | syslog (--syslog): where log lines go; fixed until a restart. */
+    bool log_syslog;
     unsigned nop_interval_s;
     unsigned nop_timeout_s;
     unsigned login_timeout_s;
@@ -94,7 +96,7 @@ struct target_config {
     bool metrics_on;
     /* --config FILE, for reload ("" without); which settings the command line fixed over it. */
     char config_path[1024];
-    bool cli_log_level, cli_threads, cli_state_dir, cli_metrics;
+    bool cli_log_level, cli_threads, cli_state_dir, cli_syslog, cli_metrics;
     struct iscsi_limits limits; /* limits.c */
     struct target_node_conf *targets;
     unsigned ntargets;

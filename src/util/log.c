@@ -1,11 +1,15 @@
-/* Logging to stderr with a level threshold. One write(2) per line so lines from reactor
- * threads never interleave. */
+/* Logging to stderr (or the journal's stream, or syslog) with a level threshold. One write(2)
+ * per line so lines from reactor threads never interleave. */
 #include "util/log.h"
 
+#include <assert.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <syslog.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -23,6 +27,61 @@ enum log_level log_get_level(void)
     return atomic_load_explicit(&log_threshold, memory_order_relaxed);
 }
 
+/* Set once by log_set_dest before the reactor threads start, read-only after. */
+static enum log_dest log_dest = LOG_DEST_STDERR;
+static bool log_journal; /* stderr is journald's stream: "<N>" prefixes, no time stamp */
+
+/* systemd sets JOURNAL_STREAM=DEV:INODE of the stream it connected to stderr; a child whose
+ * stderr was redirected elsewhere inherits the variable but not the stream (systemd.exec(5)). */
+static bool stderr_is_journal(void)
+{
+    const char *js = getenv("JOURNAL_STREAM");
+    unsigned long long dev, ino;
+    struct stat st;
+    if (!js || sscanf(js, "%llu:%llu", &dev, &ino) != 2 || fstat(STDERR_FILENO, &st) < 0)
+        return false;
+    return (unsigned long long)st.st_dev == dev && (unsigned long long)st.st_ino == ino;
+}
+
+void log_set_dest(enum log_dest dest, const char *ident)
+{
+    log_dest = dest;
+    log_journal = dest == LOG_DEST_STDERR && stderr_is_journal();
+    if (dest == LOG_DEST_SYSLOG)
+        openlog(ident, LOG_PID | LOG_NDELAY, LOG_DAEMON);
+}
+
+int log_dest_parse(const char *name)
+{
+    if (strcmp(name, "stderr") == 0)
+        return LOG_DEST_STDERR;
+    if (strcmp(name, "syslog") == 0)
+        return LOG_DEST_SYSLOG;
+    return -1;
+}
+
+const char *log_quote(char *buf, size_t len, const char *s)
+{
+    assert(len >= 3);
+    bool plain = s[0] != '\0';
+    for (const char *p = s; *p && plain; p++)
+        plain = (unsigned char)*p > ' ' && *p != '"' && *p != '\\' && *p != 0x7f;
+    if (plain) {
+        snprintf(buf, len, "%s", s);
+        return buf;
+    }
+    size_t n = 0;
+    buf[n++] = '"';
+    for (const char *p = s; *p && n + 3 < len; p++) {
+        if (*p == '"' || *p == '\\')
+            buf[n++] = '\\';
+        buf[n++] = (unsigned char)*p < ' ' || *p == 0x7f ? '?' : *p;
+    }
+    buf[n++] = '"';
+    buf[n] = '\0';
+    return buf;
+}
+
 int log_level_parse(const char *name)
 {
     static const char *const names[] = {"error", "warn", "info", "debug"};
@@ -35,16 +94,29 @@ int log_level_parse(const char *name)
 void log_msg(enum log_level level, const char *fmt, ...)
 {
     static const char *const tags[] = {"ERROR", "WARN ", "INFO ", "DEBUG"};
+    static const int prio[] = {LOG_ERR, LOG_WARNING, LOG_INFO, LOG_DEBUG};
     if (level > log_get_level())
         return;
     char line[1024];
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    struct tm tm;
-    gmtime_r(&ts.tv_sec, &tm);
-    int n = snprintf(line, sizeof(line), "%02d:%02d:%02d.%03ld %s ", tm.tm_hour, tm.tm_min,
-                     tm.tm_sec, ts.tv_nsec / 1000000, tags[level]);
     va_list ap;
+    if (log_dest == LOG_DEST_SYSLOG) {
+        va_start(ap, fmt);
+        vsnprintf(line, sizeof(line), fmt, ap);
+        va_end(ap);
+        syslog(prio[level], "%s", line);
+        return;
+    }
+    int n;
+    if (log_journal) { /* journald keeps its own time stamp; sd-daemon(3) priority prefix */
+        n = snprintf(line, sizeof(line), "<%d>", prio[level]);
+    } else {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        struct tm tm;
+        gmtime_r(&ts.tv_sec, &tm);
+        n = snprintf(line, sizeof(line), "%02d:%02d:%02d.%03ld %s ", tm.tm_hour, tm.tm_min,
+                     tm.tm_sec, ts.tv_nsec / 1000000, tags[level]);
+    }
     va_start(ap, fmt);
     n += vsnprintf(line + n, sizeof(line) - (size_t)n - 1, fmt, ap);
     va_end(ap);

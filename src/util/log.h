@@ -1,9 +1,14 @@
 /* Logging: one line per event, with a level; the daemon sets the threshold from --log-level.
- * Lines go to stderr as "LEVEL [thread] message". */
+ * Lines go to stderr as "HH:MM:SS.mmm LEVEL message" (UTC), to journald as "<PRIORITY>message"
+ * when stderr is the journal's stream (JOURNAL_STREAM), or to syslog(3) with --syslog.
+ * The events an operator searches for (login, logout, connection closed, session ended, LUN
+ * and target added or removed) are written as "event=NAME key=value ..." (docs/logging.md):
+ * that form is stable; the wording of other lines is not. */
 #ifndef LR_UTIL_LOG_H
 #define LR_UTIL_LOG_H
 
 #include <stdbool.h>
+#include <stddef.h>
 
 enum log_level { LOG_LVL_ERROR, LOG_LVL_WARN, LOG_LVL_INFO, LOG_LVL_DEBUG };
 
@@ -12,6 +17,20 @@ enum log_level log_get_level(void);
 /* Parses "error", "warn", "info", "debug"; returns -1 for anything else. */
 int log_level_parse(const char *name);
 void log_msg(enum log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Where lines go. Called once at start, before other threads log. */
+enum log_dest { LOG_DEST_STDERR, LOG_DEST_SYSLOG };
+/* LOG_DEST_STDERR: stderr, with "<N>" priority prefixes instead of the time stamp when
+ * stderr is the stream systemd's JOURNAL_STREAM names. LOG_DEST_SYSLOG: syslog(3) as `ident`,
+ * facility daemon. */
+void log_set_dest(enum log_dest dest, const char *ident);
+/* Parses "stderr" or "syslog"; -1 for anything else. */
+int log_dest_parse(const char *name);
+
+/* A value for an event line: s as is when it has no space, '"', '\\' or control character
+ * and is not empty, else double-quoted with '"' and '\\' escaped and control characters as
+ * '?'. Returns buf (truncated to len, always terminated). */
+const char *log_quote(char *buf, size_t len, const char *s);
 
 /* Rate limiting for lines a peer can cause at will (one per rejected PDU, one per refused
  * connection): at most LOG_LIMIT_BURST lines per LOG_LIMIT_WINDOW_MS per limiter, and the count

@@ -124,9 +124,9 @@ kill "$tpid2"; wait "$tpid2"
 trc=$?
 [ $trc -eq 0 ] || { cat "$tmp/target2.log"; fail "the --inject target exited $trc"; }
 [ $rc -eq 1 ] || { cat "$tmp/err"; fail "connections cut under load: bench exited $rc, not 1"; }
-grep -q "closing connection .*--inject kill-connection=0.5 (cut 1)" "$tmp/target2.log" ||
+grep -q 'event=conn-closed .*reason="--inject kill-connection=0.5 (cut 1)"' "$tmp/target2.log" ||
   { cat "$tmp/target2.log"; fail "the target did not cut a connection"; }
-cuts=$(grep -c "closing connection .*--inject kill-connection" "$tmp/target2.log")
+cuts=$(grep -c 'event=conn-closed .*reason="--inject kill-connection' "$tmp/target2.log")
 # one every 0.5 s from the first login, over a 1.3 s cell plus login and logout, 4 at most
 [ "$cuts" -ge 2 ] && [ "$cuts" -le 4 ] || { cat "$tmp/target2.log"; fail "expected 2 to 4 cuts, saw $cuts"; }
 grep -q "connection closed by the target" "$tmp/err" || { cat "$tmp/err"; fail "the bench saw no cut"; }

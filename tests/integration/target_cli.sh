@@ -159,8 +159,8 @@ start_target_config "$WORK/erl.conf"
 if command -v iscsi-inq >/dev/null 2>&1; then
     run_to 30 iscsi-inq "iscsi://127.0.0.1:$PORT/iqn.2026-11.org.linerate:erl/0" ||
         { show_cmd_out; fail "iscsi-inq exited $?"; }
-    grep -q "login complete: normal session.*ErrorRecoveryLevel 0" "$WORK/target.log" ||
-        fail "the login line does not state ErrorRecoveryLevel 0: $(grep 'login complete' "$WORK/target.log")"
+    grep -q "event=login .*type=normal .*erl=0" "$WORK/target.log" ||
+        fail "the login line does not state ErrorRecoveryLevel 0: $(grep 'event=login' "$WORK/target.log")"
 else
     echo "(iscsi-inq is not installed: the login line is not checked)"
 fi

@@ -48,8 +48,8 @@ for lun in 0 1; do
         { show_cmd_out; fail "read with header digest from LUN $lun"; }
     same "$WORK/random2.img" "$WORK/dback.img" "LUN $lun round trip with header digest"
 done
-# The engine logs each login's digests as "digests HEADER/DATA".
-grep -q "login complete.*digests crc32c/" "$WORK/target.log" ||
+# The engine logs each login's digests as "header-digest=... data-digest=..." (docs/logging.md).
+grep -q "event=login .*header-digest=crc32c " "$WORK/target.log" ||
     fail "no login with HeaderDigest=CRC32C in the target's log"
 
 # Put the first image back into the file LUN for the restart check.

@@ -196,7 +196,7 @@ static void test_gap_given_up_after_grace(void **state)
     session_check_gap(s, t0);
     session_check_gap(s, t0 + 10 * ISCSI_GAP_GRACE_MS);
     assert_int_equal(exp_cmdsn(s), 10); /* no connection lost: wait */
-    s->lost_conn = true;
+    session_note_lost_conn(s);
     session_check_gap(s, t0);
     session_check_gap(s, t0 + ISCSI_GAP_GRACE_MS - 1);
     assert_int_equal(exp_cmdsn(s), 10);
@@ -220,7 +220,7 @@ static void test_gap_moving_is_not_lost(void **state)
 {
     struct iscsi_session *s = *state;
     session_cmdsn_init(s, 0);
-    s->lost_conn = true;
+    session_note_lost_conn(s);
     assert_int_equal(arrive(s, 5, 5), CMDSN_QUEUED);
     session_check_gap(s, 1000);
     assert_int_equal(arrive(s, 0, 0), CMDSN_RUN); /* the window moved meanwhile */
@@ -229,6 +229,61 @@ static void test_gap_moving_is_not_lost(void **state)
     session_check_gap(s, 1000 + 2 * ISCSI_GAP_GRACE_MS);
     assert_int_equal(exp_cmdsn(s), 6);
     assert_int_equal(nreleased, 1);
+}
+
+/* Only CmdSNs the window had granted when the connection died can have died with it: a hole
+ * past that MaxCmdSN is a live connection's command (at ERL 1 retried after a header digest
+ * error, §7.2.1) and is waited for, however long. */
+static void test_gap_after_the_loss_is_waited_for(void **state)
+{
+    struct iscsi_session *s = *state;
+    session_cmdsn_init(s, 0);
+    uint32_t upto = max_cmdsn(s);
+    session_note_lost_conn(s);
+    /* the window moves on past everything granted at the loss */
+    for (uint32_t sn = 0; sn <= upto; sn++) {
+        assert_int_equal(arrive(s, sn, 0), CMDSN_RUN);
+        session_cmd_done(s);
+    }
+    /* a live connection's command upto + 1 is lost and retried late; upto + 2 waits */
+    assert_true(sn_lt(upto + 2, max_cmdsn(s))); /* granted now */
+    assert_int_equal(arrive(s, upto + 2, 1), CMDSN_QUEUED);
+    session_check_gap(s, 1000);
+    session_check_gap(s, 1000 + 10 * ISCSI_GAP_GRACE_MS);
+    assert_int_equal(exp_cmdsn(s), upto + 1);
+    assert_int_equal(nreleased, 0);
+    assert_int_equal(arrive(s, upto + 1, 0), CMDSN_RUN); /* the retry, in the window */
+    assert_int_equal(exp_cmdsn(s), upto + 3);
+    assert_int_equal(nreleased, 1);
+    assert_int_equal(released[0], upto + 2);
+}
+
+/* A hole reaching past the MaxCmdSN granted at the loss is given up only up to it. */
+static void test_gap_given_up_only_up_to_the_loss(void **state)
+{
+    struct iscsi_session *s = *state;
+    session_cmdsn_init(s, 0);
+    for (uint32_t sn = 0; sn < 100; sn++) {
+        assert_int_equal(arrive(s, sn, 0), CMDSN_RUN);
+        session_cmd_done(s);
+    }
+    uint32_t upto = max_cmdsn(s); /* 99 + ISCSI_CMD_WINDOW */
+    session_note_lost_conn(s);
+    /* 100..upto died with the connection; upto + 1 was a live one's, lost and not retried
+     * yet; upto + 2 waits behind both */
+    for (uint32_t sn = 100; sn < upto - 10; sn++) {
+        assert_int_equal(arrive(s, sn, 0), CMDSN_RUN);
+        session_cmd_done(s);
+    }
+    assert_true(sn_lt(upto + 2, max_cmdsn(s)));
+    assert_int_equal(arrive(s, upto + 2, 1), CMDSN_QUEUED);
+    session_check_gap(s, 1000);
+    session_check_gap(s, 1000 + ISCSI_GAP_GRACE_MS);
+    assert_int_equal(exp_cmdsn(s), upto + 1);
+    session_check_gap(s, 1000 + 10 * ISCSI_GAP_GRACE_MS);
+    session_check_gap(s, 1000 + 20 * ISCSI_GAP_GRACE_MS);
+    assert_int_equal(exp_cmdsn(s), upto + 1);
+    assert_int_equal(nreleased, 0);
 }
 
 /* Serial number arithmetic across 2^32 (RFC 1982): the window, the queue and the taken set
@@ -267,6 +322,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_cancel_keeps_cmdsn_taken, setup, teardown),
         cmocka_unit_test_setup_teardown(test_gap_given_up_after_grace, setup, teardown),
         cmocka_unit_test_setup_teardown(test_gap_moving_is_not_lost, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_gap_after_the_loss_is_waited_for, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_gap_given_up_only_up_to_the_loss, setup, teardown),
         cmocka_unit_test_setup_teardown(test_wraparound, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

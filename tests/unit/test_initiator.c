@@ -170,6 +170,7 @@ struct done_log {
     uint32_t sense_len;
     uint8_t sense_key;
     uint32_t residual;
+    uint8_t residual_kind;
 };
 
 static void on_done(void *arg, const struct lr_result *r)
@@ -181,6 +182,7 @@ static void on_done(void *arg, const struct lr_result *r)
     d->sense_len = r->sense_len;
     d->sense_key = r->sense_len > 2 ? r->sense[2] & 0xf : 0;
     d->residual = r->residual;
+    d->residual_kind = r->residual_kind;
 }
 
 static struct reactor *R;
@@ -679,8 +681,8 @@ static void test_data_in_digest_error(void **state)
     lr_session_destroy(s);
 }
 
-/* The residual of a Data-In with status or of a SCSI Response reaches the caller. An
- * overflow is reported in the same field as an underflow (lr_result has no flag for it). */
+/* The residual of a Data-In with status or of a SCSI Response reaches the caller, with its
+ * kind: underflow (U) or overflow (O), §11.4.5; none without either bit. */
 static void test_residuals_reported(void **state)
 {
     (void)state;
@@ -697,8 +699,10 @@ static void test_residuals_reported(void **state)
     assert_int_equal(d.calls, 1);
     assert_int_equal(d.last, LR_OK);
     assert_int_equal(d.residual, 2048);
+    assert_int_equal(d.residual_kind, LR_RESIDUAL_UNDERFLOW);
     /* SCSI Response with underflow, then with overflow */
     const uint8_t flags[2] = {ISCSI_RSP_UNDERFLOW, ISCSI_RSP_OVERFLOW};
+    const uint8_t kinds[2] = {LR_RESIDUAL_UNDERFLOW, LR_RESIDUAL_OVERFLOW};
     for (unsigned k = 0; k < 2; k++) {
         assert_int_equal(lr_write(s, 0, 8, 512, buf, on_done, &d), 0);
         itt = get_be32(txq_at(c, 1 + k)->hdr + BHS_ITT);
@@ -709,7 +713,17 @@ static void test_residuals_reported(void **state)
         assert_int_equal(d.calls, 2 + k);
         assert_int_equal(d.last, LR_OK);
         assert_int_equal(d.residual, 1024u >> k);
+        assert_int_equal(d.residual_kind, kinds[k]);
     }
+    /* and none: a clean response after them says so */
+    assert_int_equal(lr_write(s, 0, 8, 512, buf, on_done, &d), 0);
+    itt = get_be32(txq_at(c, 3)->hdr + BHS_ITT);
+    uint8_t rsp[ISCSI_BHS_LEN];
+    rsp_hdr(rsp, ISCSI_OP_SCSI_RSP, ISCSI_FLAG_FINAL, itt, 6, 2, 9);
+    assert_int_equal(ini_conn_feed(c, rsp, sizeof(rsp)), 0);
+    assert_int_equal(d.calls, 4);
+    assert_int_equal(d.residual, 0);
+    assert_int_equal(d.residual_kind, LR_RESIDUAL_NONE);
     lr_session_destroy(s);
 }
 

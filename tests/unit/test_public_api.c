@@ -42,10 +42,27 @@ static void test_reactor_session_timer(void **state)
     lr_reactor_destroy(run.r);
 }
 
+/* lr_result.residual_kind came after lr_result was published: it sits in the tail padding, so
+ * the size and every older field's offset are what they were, and a result built with
+ * designated initializers (zero) reads as "no residual". */
+static void test_result_residual_kind(void **state)
+{
+    (void)state;
+    size_t align = _Alignof(struct lr_result);
+    size_t old_end = offsetof(struct lr_result, recovered) + sizeof(bool);
+    assert_int_equal(sizeof(struct lr_result), (old_end + align - 1) / align * align);
+    assert_true(offsetof(struct lr_result, residual_kind) >= old_end);
+    struct lr_result r = {.err = LR_OK};
+    assert_int_equal(r.residual_kind, LR_RESIDUAL_NONE);
+    assert_int_equal(LR_RESIDUAL_NONE, 0);
+    assert_int_not_equal(LR_RESIDUAL_UNDERFLOW, LR_RESIDUAL_OVERFLOW);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_reactor_session_timer),
+        cmocka_unit_test(test_result_residual_kind),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

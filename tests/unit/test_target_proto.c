@@ -1216,6 +1216,49 @@ static void test_erl1_status_snack_run(void **state)
     tgt_free(t);
 }
 
+/* Non-task responses are kept for Status SNACK in a ring of the last 16: one overwritten
+ * cannot be sent again, and the SNACK is answered with a Reject (Protocol Error, §11.16,
+ * §11.17.1) rather than nothing, which would leave the initiator waiting. A run reaching such
+ * a StatSN gets what is kept, then the Reject. */
+static void test_erl1_status_snack_past_ring(void **state)
+{
+    (void)state;
+    struct tgt *t = up_erl1(false);
+    tgt_hold_expstatsn(t, true);
+    struct kept k[17];
+    for (uint32_t i = 0; i < 17; i++) {
+        struct tgt_pdu p;
+        tgt_pdu_nop_out(&p, 0x500 + i, ISCSI_RSVD_TAG, tgt_peek_cmdsn(t), true, NULL, 0);
+        tgt_send(t, &p);
+        struct tgt_rsp r = expect(t, ISCSI_OP_NOP_IN);
+        keep(&k[i], &r);
+        if (i)
+            assert_int_equal(r.statsn, k[i - 1].r.statsn + 1);
+    }
+    /* the first answer's copy was overwritten by the 17th */
+    send_snack(t, SNACK_STATUS, ISCSI_RSVD_TAG, k[0].r.statsn, 1);
+    struct tgt_rsp rj = expect(t, ISCSI_OP_REJECT);
+    assert_int_equal(rj.reason, 0x04);
+    assert_int_equal(rj.data[0] & 0x3f, ISCSI_OP_SNACK);
+    expect_none(t);
+    /* that Reject is kept too, and pushed out the second answer: a run over the second and
+     * third gets the third again, then the Reject for the second */
+    send_snack(t, SNACK_STATUS, ISCSI_RSVD_TAG, k[1].r.statsn, 2);
+    struct tgt_rsp r = expect(t, ISCSI_OP_NOP_IN);
+    assert_replica(&k[2], &r);
+    expect_reject(t, 0x04, ISCSI_OP_SNACK);
+    expect_none(t);
+    /* the ones still kept are served alone, without a Reject */
+    send_snack(t, SNACK_STATUS, ISCSI_RSVD_TAG, k[15].r.statsn, 2);
+    for (int i = 15; i < 17; i++) {
+        r = expect(t, ISCSI_OP_NOP_IN);
+        assert_replica(&k[i], &r);
+    }
+    expect_none(t);
+    assert_false(tgt_closed(t));
+    tgt_free(t);
+}
+
 /* A command retried with its ITT and CmdSN (§6.2.1): answered again from the retained task
  * while unacknowledged (the read's Data-In and status, exact replicas), ignored after. */
 static void test_erl1_command_retry(void **state)
@@ -1561,6 +1604,54 @@ static void test_erl1_data_out_stall(void **state)
     tgt_free(t);
 }
 
+/* An initiator that answers none of the recovery R2Ts: after ISCSI_DATA_OUT_STALL_ROUNDS
+ * re-solicits the command alone ends with CHECK CONDITION, ABORTED COMMAND, 47h/05h (§7.8 b,
+ * §7.9); the connection stays, what still comes for the command is dropped, and the next
+ * command runs. */
+static void test_erl1_data_out_stall_gives_up(void **state)
+{
+    (void)state;
+    struct tgt *t = up_erl1(false);
+    static uint8_t buf[24576];
+    fill(buf, sizeof(buf), 35);
+    uint8_t cdb[16];
+    tgt_cdb_rw10(cdb, WRITE10, 700, 48);
+    struct tgt_pdu p;
+    uint32_t itt = tgt_new_itt(t);
+    tgt_pdu_scsi_cmd(&p, itt, tgt_next_cmdsn(t), cdb, sizeof(buf),
+                     ISCSI_FLAG_FINAL | ISCSI_CMD_WRITE, buf, 8192);
+    tgt_send(t, &p);
+    struct tgt_rsp r0 = expect(t, ISCSI_OP_R2T);
+    expect_none(t);
+    unsigned ms = 0;
+    for (unsigned round = 1; round <= 4; round++) {
+        ms += 5000;
+        tgt_timer_after(t, ms);
+        struct tgt_rsp rr = expect(t, ISCSI_OP_R2T);
+        expect_none(t);
+        assert_int_equal(rr.offset, r0.offset);
+        assert_int_equal(rr.desired_len, r0.desired_len);
+        assert_int_equal(rr.datasn, round); /* R2TSN */
+    }
+    ms += 5000;
+    tgt_timer_after(t, ms);
+    struct tgt_rsp r = expect(t, ISCSI_OP_SCSI_RSP);
+    expect_none(t);
+    assert_int_equal(r.itt, itt);
+    assert_int_equal(r.status, 0x02);
+    assert_true(r.has_sense);
+    assert_int_equal(r.sense_key, 0x0b);
+    assert_int_equal(r.asc, 0x47);
+    assert_int_equal(r.ascq, 0x05);
+    /* the data turns up now: dropped, the connection stays */
+    tgt_pdu_data_out(&p, itt, r0.ttt, 0, r0.offset, buf + r0.offset, 4096, false);
+    tgt_send(t, &p);
+    expect_none(t);
+    assert_false(tgt_closed(t));
+    expect_good(t, send_tur(t, tgt_next_cmdsn(t), false));
+    tgt_free(t);
+}
+
 /* R-Data SNACK (§11.16.3): the read's data again, cut to the current MRDSL, without the status
  * in the last Data-In, then a SCSI Response with the SNACK Tag and the original StatSN. */
 static void test_erl1_rdata_snack(void **state)
@@ -1880,6 +1971,40 @@ static void test_erl2_reassign_unknown_or_allegiant(void **state)
     tgt_free(t);
 }
 
+/* TASK REASSIGN continues a SCSI command already under way (§7.2.2); a Text,
+ * TMF or Logout request is no such task and is not kept when its connection goes, so its ITT
+ * is answered "task does not exist" (1), as for any ITT the target does not hold: the
+ * initiator's answer to 1 for a CmdSN not yet acknowledged is to issue the request again. */
+static void test_erl2_reassign_non_scsi(void **state)
+{
+    (void)state;
+    struct tgt *t = up_erl2();
+    int c2 = tgt_login_conn(t, 2, NULL);
+    tgt_use(t, 0);
+    static const char all[] = "SendTargets=All";
+    struct tgt_pdu p;
+    tgt_pdu_text(&p, 0x700, tgt_next_cmdsn(t), all, sizeof(all));
+    tgt_send(t, &p);
+    expect(t, ISCSI_OP_TEXT_RSP);
+    tgt_pdu_tmf(&p, ISCSI_TMF_ABORT_TASK, 0x701, 0x7777, tgt_peek_cmdsn(t), tgt_peek_cmdsn(t),
+                true);
+    tgt_send(t, &p);
+    expect(t, ISCSI_OP_TMF_RSP);
+    tgt_kill(t);
+    tgt_use(t, c2);
+    struct tgt_rsp r = send_logout(t, ISCSI_LOGOUT_REMOVE_FOR_RECOVERY, 1);
+    assert_int_equal(r.response, 0);
+    send_reassign(t, 0x700, 0);
+    expect_tmf(t, ISCSI_TMF_RSP_NO_TASK);
+    send_reassign(t, 0x701, 0);
+    expect_tmf(t, ISCSI_TMF_RSP_NO_TASK);
+    send_reassign(t, r.itt, 0); /* the Logout just answered */
+    expect_tmf(t, ISCSI_TMF_RSP_NO_TASK);
+    expect_none(t);
+    assert_false(tgt_closed(t));
+    tgt_free(t);
+}
+
 /* Below ERL 2 allegiance reassignment is not supported (§7.2.2): response 4. */
 static void test_erl1_reassign_refused(void **state)
 {
@@ -2173,8 +2298,10 @@ static void test_erl2_reassign_read_smaller_pdus(void **state)
     tgt_kill(t);
     tgt_set_join_mrdsl(t, 2048);
     tgt_login_conn(t, 2, NULL);
+    tgt_hold_expstatsn(t, true);
     send_reassign(t, itt, 4); /* DataSN 4 began at 16 KiB */
     expect_tmf(t, 0);
+    static struct kept nk[16];
     for (uint32_t i = 0; i < 12; i++) {
         struct tgt_rsp d = expect(t, ISCSI_OP_DATA_IN);
         uint32_t off = 16384 + i * 2048;
@@ -2185,8 +2312,25 @@ static void test_erl2_reassign_read_smaller_pdus(void **state)
         bool burst_end = (off + 2048) % 16384 == 0 || off + 2048 == sizeof(buf);
         assert_int_equal(d.flags & ISCSI_FLAG_FINAL, burst_end ? ISCSI_FLAG_FINAL : 0);
         assert_int_equal(d.flags & ISCSI_DATAIN_STATUS, i == 11 ? ISCSI_DATAIN_STATUS : 0);
+        keep(&nk[4 + i], &d);
     }
     expect_none(t);
+    /* A Data SNACK gets the PDUs of the new cut (§11.16: exact replicas), the last with its
+     * status, and DataSNs past it are not sent. */
+    send_snack(t, SNACK_DATA, itt, 5, 2);
+    for (uint32_t i = 5; i < 7; i++) {
+        struct tgt_rsp d = expect(t, ISCSI_OP_DATA_IN);
+        assert_replica(&nk[i], &d);
+    }
+    expect_none(t);
+    send_snack(t, SNACK_DATA, itt, 14, 0);
+    for (uint32_t i = 14; i < 16; i++) {
+        struct tgt_rsp d = expect(t, ISCSI_OP_DATA_IN);
+        assert_replica(&nk[i], &d);
+    }
+    expect_none(t);
+    send_snack(t, SNACK_DATA, itt, 16, 1);
+    expect_reject(t, 0x04, ISCSI_OP_SNACK);
     tgt_free(t);
 }
 
@@ -2229,6 +2373,7 @@ int main(void)
         cmocka_unit_test(test_erl1_retained_until_expstatsn),
         cmocka_unit_test(test_erl1_data_snack_replicas),
         cmocka_unit_test(test_erl1_status_snack_run),
+        cmocka_unit_test(test_erl1_status_snack_past_ring),
         cmocka_unit_test(test_erl1_command_retry),
         cmocka_unit_test(test_erl1_data_out_gap_recovery_r2t),
         cmocka_unit_test(test_erl1_data_out_bad_digest),
@@ -2236,6 +2381,7 @@ int main(void)
         cmocka_unit_test(test_erl1_command_bad_digest_retried),
         cmocka_unit_test(test_erl1_r2t_snack),
         cmocka_unit_test(test_erl1_data_out_stall),
+        cmocka_unit_test(test_erl1_data_out_stall_gives_up),
         cmocka_unit_test(test_erl1_rdata_snack),
         cmocka_unit_test(test_erl1_retained_bound),
         cmocka_unit_test(test_erl0_snack_unchanged),
@@ -2244,6 +2390,7 @@ int main(void)
         cmocka_unit_test(test_erl2_reassign_write),
         cmocka_unit_test(test_erl2_reassign_status_lost),
         cmocka_unit_test(test_erl2_reassign_unknown_or_allegiant),
+        cmocka_unit_test(test_erl2_reassign_non_scsi),
         cmocka_unit_test(test_erl1_reassign_refused),
         cmocka_unit_test(test_erl2_time2retain_expiry),
         cmocka_unit_test(test_erl2_reinstatement_keeps_tasks),

@@ -1,0 +1,112 @@
+#!/usr/bin/env bash
+# The Debian package (issue 15): `dpkg-buildpackage -us -uc -b` on a copy of the tree, then
+#  - the .deb holds the programs, man pages, unit, example, and the config as a conffile, and
+#    its postinst enables and starts the unit (Debian's convention);
+#  - lintian finds no error (nor, here, any warning);
+#  - `dpkg --root` installs it into a throwaway root (maintainer scripts run: the unit is
+#    enabled there) and purges it again (conffile and enablement gone);
+#  - the installed daemon, with the installed config (its portal moved to a free port, a
+#    private control socket), tells a NOTIFY_SOCKET listener READY=1 and STOPPING=1, and the
+#    installed linerate-ctl answers `show targets` (tests/integration/target_service.py);
+#  - where systemd is PID 1 and LINERATE_TEST_SYSTEM_INSTALL=1, the package is installed for
+#    real, the service started by systemd, `linerate-ctl show targets` asked, and it is purged.
+# SKIP (77) without dpkg-buildpackage, debhelper or lintian (scripts/install-deps package), or
+# outside a git checkout.
+# Usage: package.sh SOURCE-DIR
+set -u
+src=$1
+command -v dpkg-buildpackage >/dev/null 2>&1 && command -v dh >/dev/null 2>&1 &&
+    command -v lintian >/dev/null 2>&1 ||
+    { echo "SKIP: needs dpkg-dev, debhelper, lintian (scripts/install-deps package)"; exit 77; }
+git -C "$src" rev-parse --git-dir >/dev/null 2>&1 || { echo "SKIP: $src is not a git checkout"; exit 77; }
+
+work=$(mktemp -d /tmp/linerate-pkg.XXXXXX)
+cleanup() {
+    if [ -d "$work/root/var/lib/dpkg" ] && dpkg --root="$work/root" -s linerate >/dev/null 2>&1; then
+        dpkg --root="$work/root" --force-script-chrootless --purge linerate >/dev/null 2>&1
+    fi
+    rm -rf "$work"
+}
+trap cleanup EXIT
+fail() { echo "FAIL: $*" >&2; exit 1; }
+note() { echo "== $*"; }
+
+note "dpkg-buildpackage -us -uc -b on the tracked and new files of $src"
+mkdir "$work/src"
+(cd "$src" && git ls-files -co --exclude-standard -z | grep -zv '^debian/linerate/' |
+    tar --null -cf - -T -) | tar -xf - -C "$work/src" || fail "cannot copy the tree"
+# nocheck: the unit tests run on their own in this suite; parallel=2: this machine's cores.
+(cd "$work/src" && DEB_BUILD_OPTIONS="nocheck parallel=2" dpkg-buildpackage -us -uc -b) \
+    >"$work/build.log" 2>&1 || { tail -n 40 "$work/build.log"; fail "dpkg-buildpackage failed"; }
+deb=$(ls "$work"/linerate_*_"$(dpkg --print-architecture)".deb 2>/dev/null)
+[ -f "$deb" ] || fail "no .deb in $work: $(ls "$work")"
+echo "ok: built $(basename "$deb") ($(stat -c %s "$deb") bytes)"
+
+note "contents"
+dpkg-deb -c "$deb" | awk '{print $6}' | sed 's#^\./#/#' >"$work/files"
+for f in /usr/sbin/linerate-target /usr/sbin/linerate-ctl /usr/bin/linerate-bench \
+    /usr/share/man/man8/linerate-target.8.gz /usr/share/man/man8/linerate-ctl.8.gz \
+    /usr/share/man/man1/linerate-bench.1.gz /usr/share/man/man5/linerate.conf.5.gz \
+    /lib/systemd/system/linerate-target.service /etc/linerate/linerate.conf \
+    /usr/share/doc/linerate/examples/linerate.conf /usr/share/doc/linerate/copyright; do
+    grep -qx "$f" "$work/files" || fail "$f is not in the package: $(cat "$work/files")"
+done
+dpkg-deb --ctrl-tarfile "$deb" | tar -xf - -C "$work" ./conffiles ./postinst ./prerm ./postrm ||
+    fail "no maintainer scripts or conffiles"
+grep -qx /etc/linerate/linerate.conf "$work/conffiles" || fail "the config is not a conffile"
+grep -q "deb-systemd-helper enable 'linerate-target.service'" "$work/postinst" ||
+    fail "postinst does not enable the unit"
+grep -q "deb-systemd-invoke \$_dh_action 'linerate-target.service'" "$work/postinst" ||
+    fail "postinst does not start the unit"
+echo "ok: programs, man pages, unit, example, config as conffile; postinst enables and starts"
+
+note "lintian"
+lintian --fail-on error "$deb" >"$work/lintian" 2>&1 ||
+    { cat "$work/lintian"; fail "lintian reports errors"; }
+grep -v 'root privileges' "$work/lintian" | sed 's/^/  /'
+echo "ok: lintian: no error ($(grep -c '^W:' "$work/lintian") warnings)"
+
+note "dpkg --root: install into a throwaway root, maintainer scripts included"
+root=$work/root
+mkdir -p "$root/var/lib/dpkg/info" "$root/var/lib/dpkg/updates"
+touch "$root/var/lib/dpkg/status"
+# The root has no libraries and no shell: dependencies are the host's, scripts run outside.
+dpkg --root="$root" --force-depends --force-script-chrootless -i "$deb" >"$work/dpkg.log" 2>&1 ||
+    { cat "$work/dpkg.log"; fail "dpkg -i into $root failed"; }
+[ -L "$root/etc/systemd/system/multi-user.target.wants/linerate-target.service" ] ||
+    fail "the unit is not enabled in the root after install"
+echo "ok: installed; linerate-target.service enabled (multi-user.target.wants)"
+# The dependencies dpkg computed must be what this host has (the binaries run below).
+deps=$(dpkg-deb -f "$deb" Depends | tr ',' '\n' | sed -E 's/^ *([a-z0-9.+-]+).*/\1/')
+for p in $deps; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" ||
+        fail "dependency $p is not installed on this host"
+done
+echo "ok: dependencies $(echo $deps) are installed here"
+
+note "the installed daemon and config under a NOTIFY_SOCKET listener"
+python3 "$src/tests/integration/target_service.py" "$root/usr/sbin/linerate-target" \
+    "$root/usr/sbin/linerate-ctl" "$root/etc/linerate/linerate.conf" ||
+    fail "the installed daemon does not behave as a Type=notify service"
+
+note "dpkg --purge"
+dpkg --root="$root" --force-script-chrootless --purge linerate >"$work/dpkg.log" 2>&1 ||
+    { cat "$work/dpkg.log"; fail "purge failed"; }
+[ ! -e "$root/etc/linerate/linerate.conf" ] || fail "the conffile survived purge"
+[ ! -e "$root/etc/systemd/system/multi-user.target.wants/linerate-target.service" ] ||
+    fail "the unit is still enabled after purge"
+[ ! -e "$root/usr/sbin/linerate-target" ] || fail "the daemon survived purge"
+echo "ok: purged: programs, conffile and enablement gone"
+
+if [ -d /run/systemd/system ] && [ "${LINERATE_TEST_SYSTEM_INSTALL:-0}" = 1 ]; then
+    note "systemd is PID 1: install for real, start, ask, purge"
+    dpkg -i "$deb" || fail "dpkg -i failed"
+    systemctl is-active --quiet linerate-target || { systemctl status linerate-target; fail "not active"; }
+    linerate-ctl show targets | grep -q iqn.2026-11.org.linerate:default || fail "show targets"
+    systemctl reload linerate-target || fail "systemctl reload"
+    dpkg --purge linerate || fail "purge failed"
+    echo "ok: the service ran under systemd and answered"
+else
+    echo "(systemd is not PID 1 here, or LINERATE_TEST_SYSTEM_INSTALL is not 1: the service is" \
+        "not started by systemd itself; the notify protocol was checked above)"
+fi

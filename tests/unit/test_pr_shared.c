@@ -1,0 +1,353 @@
+/* Persistent reservations held in a store's shared object (pr.c, "Shared state"), with two
+ * "gateways" (two targets, each with a LUN on its own store) over one in-process object that
+ * behaves as the RADOS object does for pr.c: versioned, written only if the version read is
+ * still current (compare and swap), notifies handed to every watcher. The real cluster is
+ * exercised by target-rbd-pr; this one injects what is hard to provoke there: a lost race,
+ * a broken watch. Without a reactor the helper-thread work runs on the caller, so commands
+ * complete before sfx_run returns (the re-read after a broken watch runs on the helper thread). */
+#include <errno.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "scsi/scsi.h"
+#include "scsi/scsi_internal.h"
+#include "util/bytes.h"
+
+#include "scsi_fixture.h"
+
+#define TGT_NAME "iqn.2024-01.io.linerate:pr-shared"
+#define CONFLICT SCSI_STATUS_RESERVATION_CONFLICT
+#define GOOD SCSI_STATUS_GOOD
+#define CHECK SCSI_STATUS_CHECK_CONDITION
+
+enum { WE = 1, EA = 3 };
+enum { REGISTER, RESERVE, RELEASE, CLEAR, PREEMPT, PREEMPT_ABORT };
+
+/* ---- the shared object ---- */
+
+static struct {
+    pthread_mutex_t lock;
+    char *text;
+    uint64_t ver;
+    struct {
+        void (*cb)(void *arg, const void *buf, size_t len, int err);
+        void *arg;
+    } w[2];
+    unsigned nw;
+    unsigned writes, lost_races, notifies;
+    bool race_next;  /* the next write finds the object changed by "someone else" */
+    bool fail_reads; /* reads fail with -ETIMEDOUT */
+    unsigned failed_reads;
+} obj = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+static int obj_read(struct bs *bs, const char *name, char **buf, size_t *len, uint64_t *ver)
+{
+    (void)bs;
+    assert_string_equal(name, "pr");
+    pthread_mutex_lock(&obj.lock);
+    int ret = obj.fail_reads ? -ETIMEDOUT : 0;
+    obj.failed_reads += ret < 0;
+    *buf = ret == 0 && obj.text ? strdup(obj.text) : NULL;
+    *len = *buf ? strlen(*buf) : 0;
+    *ver = obj.ver;
+    pthread_mutex_unlock(&obj.lock);
+    return ret;
+}
+
+static int obj_write(struct bs *bs, const char *name, const void *buf, size_t len, uint64_t ver,
+                     uint64_t *newver)
+{
+    (void)bs, (void)name;
+    pthread_mutex_lock(&obj.lock);
+    if (obj.race_next) {
+        /* a registration made through another gateway lands first */
+        obj.race_next = false;
+        char *t = NULL;
+        assert_true(asprintf(&t, "%sreg 00000000000000ee iqn.2024-01.test:other,i,0x800000000009\n",
+                             obj.text) > 0);
+        free(obj.text);
+        obj.text = t;
+        obj.ver++;
+    }
+    int ret = 0;
+    if (ver != obj.ver) {
+        obj.lost_races++;
+        ret = -ECANCELED;
+    } else {
+        free(obj.text);
+        obj.text = strndup(buf, len);
+        *newver = ++obj.ver;
+        obj.writes++;
+    }
+    pthread_mutex_unlock(&obj.lock);
+    return ret;
+}
+
+static int obj_notify(struct bs *bs, const char *name, const void *buf, size_t len,
+                      unsigned timeout_ms)
+{
+    (void)bs, (void)name, (void)timeout_ms;
+    obj.notifies++;
+    for (unsigned i = 0; i < obj.nw; i++)
+        obj.w[i].cb(obj.w[i].arg, buf, len, 0);
+    return 0;
+}
+
+static int obj_watch(struct bs *bs, const char *name,
+                     void (*cb)(void *arg, const void *buf, size_t len, int err), void *arg)
+{
+    (void)bs, (void)name;
+    for (unsigned i = 0; i < obj.nw; i++)
+        if (obj.w[i].arg == arg) { /* re-armed */
+            obj.w[i].cb = cb;
+            return 0;
+        }
+    assert_true(obj.nw < 2);
+    obj.w[obj.nw].cb = cb;
+    obj.w[obj.nw++].arg = arg;
+    return 0;
+}
+
+/* ---- two gateways ---- */
+
+struct gw {
+    struct scsi_target tg; /* first: on_abort finds the gateway from it */
+    struct scsi_nexus *aborted;
+    unsigned naborted;
+    struct bs_ops ops;
+    struct scsi_nexus *n[3]; /* initiators 1, 2, 3 */
+    struct scsi_task t;
+};
+
+struct fx {
+    struct gw a, b;
+};
+
+static void on_abort(struct scsi_target *tg, struct scsi_nexus *n, struct scsi_lun *lu)
+{
+    (void)lu;
+    struct gw *g = (struct gw *)tg;
+    g->aborted = n;
+    g->naborted++;
+}
+
+static void gw_up(struct gw *g)
+{
+    assert_int_equal(scsi_target_init(&g->tg, TGT_NAME, 1), 0);
+    g->tg.abort_nexus_tasks = on_abort;
+    struct sfx_store *m;
+    struct bs *bs = sfx_store_open(1 << 20, false, &m);
+    g->ops = *bs->ops;
+    g->ops.obj_read = obj_read;
+    g->ops.obj_write = obj_write;
+    g->ops.obj_notify = obj_notify;
+    g->ops.obj_watch = obj_watch;
+    bs->ops = &g->ops;
+    sfx_add_lun(&g->tg, 0, bs, 512, false);
+    for (uint8_t i = 0; i < 3; i++)
+        g->n[i] = sfx_nexus_get(&g->tg, (uint8_t)(i + 1));
+}
+
+static int run(struct gw *g, int ini, const uint8_t *cdb, const void *out, size_t out_len)
+{
+    return sfx_run(&g->t, &g->tg, g->n[ini - 1], 0, cdb, out, out_len, 0, 0);
+}
+
+static uint16_t take_ua(struct gw *g, int ini)
+{
+    uint8_t cdb[16] = {0x03, 0, 0, 0, 18};
+    run(g, ini, cdb, NULL, 0);
+    const uint8_t *d = g->t.iov[0].iov_base;
+    return (uint16_t)(d[12] << 8 | d[13]);
+}
+
+static int setup(void **state)
+{
+    obj.text = NULL;
+    obj.ver = obj.nw = obj.writes = obj.lost_races = obj.notifies = 0;
+    obj.race_next = obj.fail_reads = false;
+    obj.failed_reads = 0;
+    struct fx *f = calloc(1, sizeof(*f));
+    gw_up(&f->a);
+    gw_up(&f->b);
+    assert_int_equal(obj.nw, 2);
+    assert_non_null(obj.text); /* the first gateway created the object */
+    for (int i = 1; i <= 3; i++) {
+        assert_int_equal(take_ua(&f->a, i), 0x2900);
+        assert_int_equal(take_ua(&f->b, i), 0x2900);
+    }
+    *state = f;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    struct fx *f = *state;
+    sfx_target_down(&f->a.tg, &f->a.t, f->a.n[0], f->a.n[1], f->a.n[2]);
+    sfx_target_down(&f->b.tg, &f->b.t, f->b.n[0], f->b.n[1], f->b.n[2]);
+    free(f);
+    free(obj.text);
+    obj.text = NULL;
+    return 0;
+}
+
+static int prout(struct gw *g, int ini, unsigned sa, unsigned type, uint64_t rk, uint64_t sark)
+{
+    uint8_t cdb[16] = {0x5f, (uint8_t)sa, (uint8_t)type};
+    put_be32(cdb + 5, 24);
+    uint8_t p[24] = {0};
+    put_be64(p, rk);
+    put_be64(p + 8, sark);
+    return run(g, ini, cdb, p, sizeof(p));
+}
+
+static unsigned read_keys(struct gw *g, int ini, uint64_t *keys, unsigned max)
+{
+    uint8_t cdb[16] = {0x5e, 0};
+    put_be16(cdb + 7, 1024);
+    assert_int_equal(run(g, ini, cdb, NULL, 0), GOOD);
+    const uint8_t *d = g->t.iov[0].iov_base;
+    unsigned n = get_be32(d + 4) / 8;
+    for (unsigned i = 0; i < n && i < max; i++)
+        keys[i] = get_be64(d + 8 + 8 * i);
+    return n;
+}
+
+static int rw(struct gw *g, int ini, bool write)
+{
+    uint8_t cdb[16] = {write ? 0x2a : 0x28, 0, 0, 0, 0, 1, 0, 0, 1};
+    static uint8_t block[512];
+    return write ? run(g, ini, cdb, block, 512) : run(g, ini, cdb, NULL, 0);
+}
+
+/* A reservation taken through A holds for the other initiators through B, and goes away for
+ * them with the RELEASE through A. */
+static void test_reserve_across(void **state)
+{
+    struct fx *f = *state;
+    assert_int_equal(prout(&f->a, 1, REGISTER, 0, 0, 0xa1), GOOD);
+    assert_int_equal(prout(&f->b, 2, REGISTER, 0, 0, 0xb2), GOOD);
+    uint64_t k[4];
+    assert_int_equal(read_keys(&f->b, 3, k, 4), 2);
+    assert_true((k[0] == 0xa1 && k[1] == 0xb2) || (k[0] == 0xb2 && k[1] == 0xa1));
+    assert_int_equal(prout(&f->a, 1, RESERVE, WE, 0xa1, 0), GOOD);
+    assert_int_equal(rw(&f->b, 2, true), CONFLICT);
+    assert_int_equal(rw(&f->b, 3, true), CONFLICT);
+    assert_int_equal(rw(&f->b, 2, false), GOOD);
+    assert_int_equal(rw(&f->a, 1, true), GOOD);
+    /* the same initiator port through the other gateway is the holder there too */
+    assert_int_equal(rw(&f->b, 1, true), GOOD);
+    assert_int_equal(prout(&f->a, 1, RELEASE, WE, 0xa1, 0), GOOD);
+    assert_int_equal(rw(&f->b, 2, true), GOOD);
+    assert_int_equal(rw(&f->b, 3, true), GOOD);
+    /* an SPC-2 RESERVE through B holds on A */
+    assert_int_equal(prout(&f->a, 1, CLEAR, 0, 0xa1, 0), GOOD);
+    assert_int_equal(take_ua(&f->b, 2), 0x2a03); /* RESERVATIONS PREEMPTED, through B */
+    uint8_t reserve6[16] = {0x16}, release6[16] = {0x17};
+    assert_int_equal(run(&f->b, 2, reserve6, NULL, 0), GOOD);
+    assert_int_equal(rw(&f->a, 1, false), CONFLICT);
+    assert_int_equal(run(&f->b, 2, release6, NULL, 0), GOOD);
+    assert_int_equal(rw(&f->a, 1, false), GOOD);
+}
+
+/* A change that loses the race to another gateway's is made again on the newer state: no
+ * update is lost. */
+static void test_lost_race(void **state)
+{
+    struct fx *f = *state;
+    obj.race_next = true;
+    assert_int_equal(prout(&f->a, 1, REGISTER, 0, 0, 0xa1), GOOD);
+    assert_int_equal(obj.lost_races, 1);
+    uint64_t k[4];
+    assert_int_equal(read_keys(&f->b, 2, k, 4), 2);
+    assert_non_null(strstr(obj.text, "reg 00000000000000ee"));
+    assert_non_null(strstr(obj.text, "reg 00000000000000a1"));
+}
+
+/* PREEMPT through B: A's initiator hears REGISTRATIONS PREEMPTED through A (the notify carries
+ * the unit attention), and the refusal or no-op writes nothing. */
+static void test_preempt_ua_across(void **state)
+{
+    struct fx *f = *state;
+    assert_int_equal(prout(&f->a, 1, REGISTER, 0, 0, 0xa1), GOOD);
+    assert_int_equal(prout(&f->b, 2, REGISTER, 0, 0, 0xb2), GOOD);
+    assert_int_equal(prout(&f->a, 1, RESERVE, EA, 0xa1, 0), GOOD);
+    assert_int_equal(rw(&f->b, 2, false), CONFLICT);
+    unsigned writes = obj.writes;
+    assert_int_equal(prout(&f->b, 3, RESERVE, EA, 0x33, 0), CONFLICT); /* not registered */
+    assert_int_equal(obj.writes, writes);
+    assert_int_equal(prout(&f->b, 2, PREEMPT, WE, 0xb2, 0xa1), GOOD);
+    assert_int_equal(take_ua(&f->a, 1), 0x2a05);
+    assert_int_equal(rw(&f->a, 1, true), CONFLICT);
+    assert_int_equal(rw(&f->a, 1, false), GOOD);
+    assert_int_equal(take_ua(&f->b, 2), 0); /* the sender hears nothing */
+}
+
+/* PREEMPT AND ABORT through A: the preempted initiator's tasks are aborted on B, where its
+ * nexus is, and on A, where it has one too; the sender's are not. */
+static void test_preempt_abort_across(void **state)
+{
+    struct fx *f = *state;
+    assert_int_equal(prout(&f->a, 1, REGISTER, 0, 0, 0xa1), GOOD);
+    assert_int_equal(prout(&f->b, 2, REGISTER, 0, 0, 0xb2), GOOD);
+    assert_int_equal(prout(&f->b, 2, RESERVE, WE, 0xb2, 0), GOOD);
+    assert_int_equal(prout(&f->a, 1, PREEMPT_ABORT, EA, 0xa1, 0xb2), GOOD);
+    assert_int_equal(f->b.naborted, 1);
+    assert_ptr_equal(f->b.aborted, f->b.n[1]);
+    assert_int_equal(f->a.naborted, 1);
+    assert_ptr_equal(f->a.aborted, f->a.n[1]);
+    assert_int_equal(take_ua(&f->b, 2), 0x2a05);
+    assert_int_equal(rw(&f->b, 2, false), CONFLICT);
+}
+
+/* A broken watch: until the object is read again, what the reservation rules check ends in
+ * ABORTED COMMAND / TIMEOUT ON LOGICAL UNIT (retried), not in a decision on a stale copy. */
+static void test_broken_watch(void **state)
+{
+    struct fx *f = *state;
+    assert_int_equal(prout(&f->a, 1, REGISTER, 0, 0, 0xa1), GOOD);
+    obj.fail_reads = true;
+    obj.w[1].cb(obj.w[1].arg, NULL, 0, -ENOTCONN); /* gateway B's watch */
+    assert_int_equal(rw(&f->b, 2, false), CHECK);
+    sfx_assert_sense(&f->b.t, 0, 0x0b, 0x3e, 0x02);
+    uint8_t tur[16] = {0};
+    assert_int_equal(run(&f->b, 2, tur, NULL, 0), GOOD); /* no reservation restricts TUR */
+    /* the helper thread's first re-read fails: the mirror stays stale */
+    for (int i = 0; i < 50 && !__atomic_load_n(&obj.failed_reads, __ATOMIC_ACQUIRE); i++)
+        usleep(100 * 1000);
+    assert_true(obj.failed_reads > 0);
+    assert_int_equal(rw(&f->b, 2, false), CHECK);
+    pthread_mutex_lock(&obj.lock);
+    obj.fail_reads = false;
+    pthread_mutex_unlock(&obj.lock);
+    int st = CHECK;
+    for (int i = 0; i < 50 && st != GOOD; i++) {
+        usleep(100 * 1000); /* the re-read is retried every second */
+        st = rw(&f->b, 2, false);
+    }
+    assert_int_equal(st, GOOD);
+    uint64_t k[2];
+    assert_int_equal(read_keys(&f->b, 2, k, 2), 1);
+    assert_int_equal(k[0], 0xa1);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_reserve_across, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_lost_race, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_preempt_ua_across, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_preempt_abort_across, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_broken_watch, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
