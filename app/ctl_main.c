@@ -53,6 +53,12 @@ static const char usage_text[] =
     "                                removed, ro/rw, the log level; other changes are listed\n"
     "                                as needing a restart. A file with an error changes\n"
     "                                nothing and the answer says FILE:LINE\n"
+    "  stats [--watch S [--count N]] [--interval S] [--json] [--raw]\n"
+    "                                per LUN and per session: IOPS, read and write MB/s,\n"
+    "                                p50/p99 latency, commands in flight (QD) and errors\n"
+    "                                over an interval (default 1 s; --watch: a table every\n"
+    "                                S seconds until interrupted, or N of them); --raw:\n"
+    "                                the daemon's raw counters (method stats)\n"
     "  version                       the daemon's version, pid and reactor threads\n"
     "  call METHOD [PARAMS-JSON]     any method of docs/ctl-protocol.md\n"
     "\n"
@@ -65,6 +71,7 @@ static const char usage_text[] =
     "\n"
     "Examples:\n"
     "  linerate-ctl show sessions\n"
+    "  linerate-ctl stats --watch 2\n"
     "  linerate-ctl add lun iqn.2026-11.org.linerate:default ram:64M\n"
     "  linerate-ctl resize lun iqn.2026-11.org.linerate:default 1 128M\n"
     "  linerate-ctl --json show luns | jq '.[].bytes'\n"
@@ -115,6 +122,8 @@ int main(int argc, char **argv)
             return CTL_EXIT_USAGE;
         }
     }
+    if (optind < argc && strcmp(argv[optind], "stats") == 0)
+        return ctl_stats_main(path, json, wait_s, argc - optind, argv + optind);
     struct ctl_req req = {0};
     char err[512];
     if (ctl_req_from_argv(argc - optind, argv + optind, &req, err, sizeof(err)) < 0) {

@@ -32,6 +32,10 @@ int ctl_req_from_argv(int argc, char **argv, struct ctl_req *req, char *err, siz
 int ctl_call(const char *path, const char *method, json_t *params, unsigned timeout_s,
              json_t **response, char *err, size_t errlen);
 
+/* linerate-ctl stats ARGS... (argv[0] is "stats"): two or more `stats` snapshots turned into
+ * per-LUN and per-session IOPS, MB/s, p50/p99 over each interval. Returns an exit code. */
+int ctl_stats_main(const char *path, bool as_json, unsigned wait_s, int argc, char **argv);
+
 /* Print a successful result of the given kind as a human-readable table. */
 void ctl_print_result(FILE *out, const char *kind, json_t *result);
 

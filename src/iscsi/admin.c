@@ -55,6 +55,7 @@ int iscsi_server_list_sessions(struct iscsi_server *srv, struct iscsi_session_in
         si->age_ms = now >= s->created_ms ? now - s->created_ms : 0;
         pthread_mutex_lock(&s->lock);
         si->in_flight = s->in_flight;
+        iostats_read(s->stats, &si->stats);
         for (struct list_node *ln = s->conns.next; ln != &s->conns; ln = ln->next) {
             if (si->nconns == ISCSI_ADMIN_CONNS_MAX)
                 break;

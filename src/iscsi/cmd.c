@@ -440,12 +440,67 @@ void cmd_ack_statsn(struct iscsi_conn *c, uint32_t exp_statsn)
     }
 }
 
+/* ---------------- metrics ---------------- */
+
+/* Medium reads and writes by opcode (SBC-3): the metrics' read/write classes; everything else,
+ * INQUIRY to COMPARE AND WRITE, is "other". */
+static enum iostats_op cmd_op(const uint8_t *cdb)
+{
+    switch (cdb[0]) {
+    case 0x08:
+    case 0x28:
+    case 0xa8:
+    case 0x88: /* READ (6), (10), (12), (16) */
+        return IOSTATS_READ;
+    case 0x0a:
+    case 0x2a:
+    case 0xaa:
+    case 0x8a: /* WRITE (6), (10), (12), (16) */
+        return IOSTATS_WRITE;
+    default:
+        return IOSTATS_OTHER;
+    }
+}
+
+/* A command answered: one count each in this reactor's shard of its LUN's, session's and
+ * portal's counters (util/iostats.h: reactor-local stores, no lock, no atomic RMW). Bytes are
+ * those the command moved: the Data-In sent, or the data-out the store took (GOOD only). */
+static void cmd_count(struct iscsi_conn *c, struct iscsi_task *t)
+{
+    const struct scsi_task *st = &t->scsi;
+    struct iostats_sample s = {.op = cmd_op(st->cdb), .err_slot = -1};
+    s.lat_ns = iostats_now_ns() - t->arrival_ns;
+    s.bucket = iostats_lat_bucket(s.lat_ns);
+    if (st->status == SCSI_STATUS_GOOD) {
+        if (!t->refused && st->dir == SCSI_DIR_READ) {
+            uint32_t edtl = task_edtl(t);
+            s.bytes = st->data_len < edtl ? st->data_len : edtl;
+        } else if (!t->refused && st->dir == SCSI_DIR_WRITE) {
+            s.bytes = t->data_expected;
+        }
+    } else {
+        s.err_slot = iostats_err_slot(st->status, st->sense, st->sense_len);
+    }
+    iostats_cmd(iostats_shard(scsi_task_lun_stats(st), c->rid), &s);
+    iostats_cmd(c->st_session, &s);
+    iostats_cmd(c->st_portal, &s);
+}
+
+/* An event of task t (an R2T sent, an abort) on its LUN, session and portal. */
+void cmd_count_event(struct iscsi_conn *c, struct iscsi_task *t, enum iostats_event ev)
+{
+    iostats_event(iostats_shard(scsi_task_lun_stats(&t->scsi), c->rid), ev);
+    iostats_event(c->st_session, ev);
+    iostats_event(c->st_portal, ev);
+}
+
 /* Answer the command; the protocol side is then done with it and drops its reference (the
  * queued PDUs, and the store until its completion returns, keep the task). */
 static int cmd_respond(struct iscsi_conn *c, struct iscsi_task *t)
 {
     int rc;
     assert(!t->aborted && t->state != TASK_SENDING);
+    cmd_count(c, t);
     t->state = TASK_SENDING;
     if (t->scsi.dir == SCSI_DIR_READ && t->scsi.status == SCSI_STATUS_GOOD && t->scsi.data_len &&
         task_edtl(t) && !t->refused)
@@ -602,6 +657,7 @@ static int queue_r2t(struct iscsi_conn *c, struct iscsi_task *t, const struct r2
     bhs_put32(h, BHS_BUFFER_OFFSET, seq->offset);
     bhs_put32(h, BHS_DESIRED_LEN, seq->len);
     conn_send(c, p);
+    cmd_count_event(c, t, IOSTATS_R2T);
     return ISCSI_OK;
 }
 
@@ -771,6 +827,7 @@ int cmd_handle_scsi_header(struct iscsi_conn *c, struct iscsi_pdu_in *p)
     t->immediate = bhs_immediate(req);
     t->state = TASK_DATA_OUT;
     t->data_out_ms = c->last_rx_ms;
+    t->arrival_ns = c->last_rx_ns; /* read as its header completed: no clock reading here */
 
     struct scsi_task *st = &t->scsi;
     memcpy(st->cdb, req->b + BHS_CDB, SCSI_CDB_MAX);

@@ -70,6 +70,8 @@ static struct iscsi_conn *conn_alloc(struct iscsi_server *srv, struct reactor *r
     c->srv = srv;
     c->reactor = r;
     c->portal = portal;
+    c->rid = reactor_id(r);
+    c->st_portal = portal ? iostats_shard(portal->stats, c->rid) : NULL;
     c->refs = 1;
     c->phase = CONN_LOGIN;
     c->max_recv_dsl = WIRE_LOGIN_DSL;
@@ -77,6 +79,7 @@ static struct iscsi_conn *conn_alloc(struct iscsi_server *srv, struct reactor *r
     c->next_ttt = 1;
     c->inject = srv->inject;
     wire_init(&c->w, &conn_wire_ops, c, c->peer);
+    c->w.digest_count[1] = c->st_portal;
     wire_set_limits(&c->w, WIRE_LOGIN_DSL, ISCSI_RXBUF_LOGIN_SIZE);
     c->w.max_backlog = srv->limits.max_tx_backlog;
     /* --inject digest-error/drop-pdu on what this connection sends. Only what an ERL 1
@@ -613,7 +616,10 @@ int conn_pdu_done(struct iscsi_conn *c, struct iscsi_pdu_in *p)
 static int conn_wire_hdr(void *ctx, struct iscsi_pdu_in *p)
 {
     struct iscsi_conn *c = ctx;
-    c->last_rx_ms = reactor_now_ms();
+    /* One clock reading per PDU serves both the liveness check and a command's latency
+     * (its arrival, iscsi_task.arrival_ns): the same CLOCK_MONOTONIC as reactor_now_ms. */
+    c->last_rx_ns = iostats_now_ns();
+    c->last_rx_ms = c->last_rx_ns / 1000000;
     assert(!p->task); /* released at the end of the previous PDU */
     return conn_pdu_header(c, p) < 0 ? WIRE_E_OWNER : WIRE_OK;
 }

@@ -135,6 +135,7 @@ struct iscsi_task {
     /* write bookkeeping */
     uint32_t data_expected; /* bytes of data-out this task will receive in total */
     uint32_t data_received;
+    uint64_t arrival_ns;      /* when the command PDU came, for the latency histograms */
     uint32_t unsol_remaining; /* unsolicited bytes still due (sent without R2T) */
     uint32_t r2t_offset;      /* next offset to solicit */
     uint32_t r2t_outstanding; /* R2Ts sent and not yet fully answered */
@@ -196,6 +197,10 @@ struct iscsi_conn {
     bool pending_counted;  /* counted in the server's pending logins until login ends */
     uint64_t accept_ms;    /* the login deadline runs from here */
     const struct iscsi_portal_addr *portal;
+    /* This reactor's shards of the session's and portal's counters (util/iostats.h), and the
+     * reactor id that picks a LUN's; NULL when there are none. Reactor-local writes only. */
+    int rid;
+    struct iostats_shard *st_session, *st_portal;
     enum conn_phase phase;
     uint16_t cid;
     struct iscsi_session *session;
@@ -274,6 +279,7 @@ struct iscsi_conn {
     /* liveness */
     struct reactor_timer timer;
     uint64_t last_rx_ms;
+    uint64_t last_rx_ns; /* when the last PDU header was complete */
     bool nop_outstanding;
     uint64_t nop_sent_ms;
     uint32_t nop_ttt;
@@ -306,7 +312,8 @@ struct iscsi_session {
     struct scsi_nexus *nexus;
     struct iscsi_params params;
     bool discovery;
-    uint64_t created_ms; /* reactor_now_ms() at login, for linerate-ctl's age */
+    uint64_t created_ms;   /* reactor_now_ms() at login, for linerate-ctl's age */
+    struct iostats *stats; /* the metrics: per reactor shards, read by iscsi_server_list_sessions */
 
     pthread_mutex_t lock; /* everything below */
     struct list_node conns;
@@ -570,6 +577,8 @@ void conn_run_released(void *arg);
 /* Abort: never answer; the protocol side drops its reference (the store's and queued PDUs'
  * keep the task until they let go). */
 void cmd_task_abort(struct iscsi_task *t);
+/* Count an event of t (util/iostats.h) on its LUN, c's session and c's portal; on c's reactor. */
+void cmd_count_event(struct iscsi_conn *c, struct iscsi_task *t, enum iostats_event ev);
 void cmd_conn_teardown(struct iscsi_conn *c);
 /* ERL 2, TASK REASSIGN on c took t (CLAIM_NOW, its Task Management Response queued): t joins
  * c and resumes (RFC 7143 §7.2.2): a read's Data-In again from exp_datasn with the status, a

@@ -14,6 +14,7 @@
 #include "iscsi/keys.h"
 #include "scsi/scsi.h"
 #include "util/inject.h"
+#include "util/iostats.h"
 #include "util/log.h"
 
 struct reactor;
@@ -24,6 +25,8 @@ struct auth_guard;
 struct iscsi_portal_addr {
     char text[80];
     uint16_t tpgt;
+    /* The portal's I/O counters: set on a listener's copy (the daemon's), NULL elsewhere. */
+    struct iostats *stats;
 };
 
 /* What one peer may make the daemon hold (README "Limits"). Checked where the thing is created:
@@ -154,6 +157,7 @@ struct iscsi_session_info {
     struct iscsi_params params; /* negotiated */
     uint32_t in_flight;         /* commands received and not yet answered */
     uint64_t age_ms;
+    struct iostats_values stats; /* merged at the copy (util/iostats.h) */
     unsigned nconns;
     struct iscsi_conn_info conns[ISCSI_ADMIN_CONNS_MAX];
 };

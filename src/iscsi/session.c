@@ -15,6 +15,7 @@ static void session_free(struct iscsi_session *s)
     if (s->nexus)
         scsi_nexus_put(s->nexus);
     pthread_mutex_destroy(&s->lock);
+    iostats_free(s->stats);
     free(s);
 }
 
@@ -121,6 +122,7 @@ struct iscsi_session *session_create(struct iscsi_conn *c, const struct iscsi_pa
     memcpy(s->initiator_name, c->neg.initiator_name, sizeof(s->initiator_name));
     s->params = *p;
     s->created_ms = reactor_now_ms();
+    s->stats = iostats_new(); /* NULL (out of memory): the session just is not counted */
     pthread_mutex_init(&s->lock, NULL);
     list_init(&s->conns);
     list_init(&s->orphan_groups);
@@ -154,6 +156,8 @@ void session_add_conn(struct iscsi_session *s, struct iscsi_conn *c)
     s->nconns++;
     pthread_mutex_unlock(&s->lock);
     c->session = s;
+    c->st_session = iostats_shard(s->stats, c->rid);
+    c->w.digest_count[0] = c->st_session;
 }
 
 /* With s->lock: whether the session's end, seen now, is an I_T nexus loss to report (SAM-5
@@ -238,6 +242,8 @@ void session_remove_conn(struct iscsi_session *s, struct iscsi_conn *c)
     }
     pthread_mutex_unlock(&s->lock);
     c->session = NULL;
+    c->st_session = NULL; /* the session may go with the reference below */
+    c->w.digest_count[0] = NULL;
     if (loss)
         scsi_nexus_loss_ua(s->nexus);
     if (last)

@@ -32,6 +32,7 @@ static unsigned abort_conn_tasks(struct iscsi_conn *c, uint64_t lun, uint32_t be
             continue;
         if (t->aborted)
             continue;
+        cmd_count_event(c, t, IOSTATS_ABORT);
         cmd_task_abort(t);
         n++;
     }
@@ -64,6 +65,7 @@ static uint8_t abort_named_task(struct iscsi_task *t, uint64_t lun, uint16_t tmf
     else
         CONN_LOG_LIMITED(c, LOG_LVL_INFO, "%s: ABORT TASK ITT 0x%08x (TMF on CID %u)", c->peer,
                          t->itt, tmf_cid);
+    cmd_count_event(c, t, IOSTATS_ABORT);
     cmd_task_abort(t);
     return ISCSI_TMF_RSP_COMPLETE;
 }
@@ -471,6 +473,10 @@ int tmf_handle(struct iscsi_conn *c, struct iscsi_pdu_in *p)
         }
         abort_conn_tasks(c, lun, 0, false);
         scsi_lun_reset(lu, s->nexus);
+        /* lu is not held, but a LUN detached meanwhile is freed only after this loop turn */
+        iostats_event(iostats_shard(scsi_lun_stats(lu), c->rid), IOSTATS_RESET);
+        iostats_event(c->st_session, IOSTATS_RESET);
+        iostats_event(c->st_portal, IOSTATS_RESET);
         CONN_LOG_LIMITED(c, LOG_LVL_INFO, "%s: LOGICAL UNIT RESET on LUN %llu", c->peer,
                          (unsigned long long)lun);
         return tmf_respond(c, req, ISCSI_TMF_RSP_COMPLETE);
@@ -480,6 +486,8 @@ int tmf_handle(struct iscsi_conn *c, struct iscsi_pdu_in *p)
             return tmf_respond(c, req, ISCSI_TMF_RSP_REJECTED);
         abort_conn_tasks(c, UINT64_MAX, 0, false);
         scsi_target_reset(tgt, s->nexus, fn == ISCSI_TMF_TARGET_COLD_RESET);
+        iostats_event(c->st_session, IOSTATS_RESET);
+        iostats_event(c->st_portal, IOSTATS_RESET);
         CONN_LOG_LIMITED(c, LOG_LVL_INFO, "%s: TARGET %s RESET", c->peer,
                          fn == ISCSI_TMF_TARGET_COLD_RESET ? "COLD" : "WARM");
         int rc = tmf_respond(c, req, ISCSI_TMF_RSP_COMPLETE);

@@ -340,6 +340,8 @@ static int rx_digest_done(struct wire *w, bool header)
     if (want == got)
         return header ? rx_header_complete(w) : rx_deliver(w);
     const struct iscsi_bhs *h = &w->in.bhs;
+    for (unsigned i = 0; i < 2; i++)
+        iostats_event(w->digest_count[i], IOSTATS_DIGEST_ERROR);
     if (w->erl == 0 && (header || !w->ddigest_deliver)) {
         /* RFC 7143 §7.8: at ERL 0 a digest error ends the connection. */
         LOG_WARN("%s: %s digest error on %s ITT 0x%08x (got 0x%08x, computed 0x%08x)", w->name,

@@ -29,6 +29,7 @@
 
 #include "iscsi/pdu.h"
 #include "reactor/reactor.h"
+#include "util/iostats.h"
 #include "util/list.h"
 
 /* Pieces one transmitted data segment may live in (a task's scatter list, SCSI_TASK_IOV_MAX). */
@@ -178,6 +179,8 @@ struct wire {
     uint64_t prng;
 
     struct wire_stats stats;
+    /* Where a target's connection counts digest errors too (session, portal; NULL: not). */
+    struct iostats_shard *digest_count[2];
 };
 
 /* An engine with no socket, login limits, no digests, ERL 0. */

@@ -113,3 +113,14 @@ void scsi_lun_get_info(const struct scsi_lun *lu, struct scsi_lun_info *out)
         .users = scsi_lun_users(lu),
     };
 }
+
+struct iostats *scsi_lun_stats(const struct scsi_lun *lu)
+{
+    return lu->stats;
+}
+
+struct iostats *scsi_task_lun_stats(const struct scsi_task *t)
+{
+    const struct scsi_task_core *k = (const struct scsi_task_core *)t->core.bytes;
+    return k->lu_held ? t->lu->stats : NULL;
+}

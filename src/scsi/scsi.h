@@ -253,6 +253,11 @@ int scsi_lun_flush_sync(struct scsi_lun *lu);
 struct scsi_lun *scsi_target_detach_lun(struct scsi_target *t, uint64_t lun);
 /* Tasks and background work (an IMMED sanitize, a copy naming it) holding lu. */
 long scsi_lun_users(const struct scsi_lun *lu);
+/* The LUN's I/O counters (util/iostats.h), kept by the transport; NULL if there are none. */
+struct iostats *scsi_lun_stats(const struct scsi_lun *lu);
+/* The same for the LUN t holds (from setup until release or refuse), else NULL: a command the
+ * transport refused has let go of its LUN, which may be gone. */
+struct iostats *scsi_task_lun_stats(const struct scsi_task *t);
 /* The target's LUN inventory changed: REPORTED LUNS DATA HAS CHANGED (3Fh/0Eh; SPC-4 REPORT
  * LUNS: a changed logical unit inventory is a unit attention for every I_T nexus) on every LUN
  * but `except` (the new LUN, which tells its own story with POWER ON, RESET). */

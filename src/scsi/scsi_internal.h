@@ -10,6 +10,7 @@
 #include "reactor/reactor.h"
 #include "scsi/range_lock.h"
 #include "scsi/scsi.h"
+#include "util/iostats.h"
 
 /* --- sense reasons (LIO's sense_reason_t): one table in sense.c maps each to key/ASC/ASCQ --- */
 enum scsi_reason {
@@ -180,6 +181,7 @@ struct scsi_lun {
     char serial[17];       /* VPD 0x80 */
     atomic_uint ua[SCSI_NEXUS_MAX];
     struct scsi_lun_users users[SCSI_LUN_USER_SHARDS];
+    struct iostats *stats; /* the metrics (util/iostats.h); NULL if out of memory at add */
     /* sbc_thin.c, sbc_caw.c, sbc_sanitize.c */
     atomic_bool swp;           /* control mode page SWP: software write protect (SPC-4 §7.5.8) */
     atomic_int sanitize;       /* SANITIZE_IDLE/RUNNING/FAILED, checked by setup */

@@ -87,6 +87,7 @@ int scsi_target_add_lun(struct scsi_target *t, const struct scsi_lun_config *cfg
     lu->removable = cfg->removable;
     lu->phys_exp = pbs ? (uint8_t)__builtin_ctz(pbs / bsz) : 0; /* a power of two, checked above */
     lu->sanitize_rate = cfg->sanitize_rate;
+    lu->stats = iostats_new(); /* NULL: the LUN works, its metrics read 0 */
     atomic_init(&lu->medium_absent, false);
     lu->mapped = bs_map_read(cfg->bs, 0, bsz) != NULL;
     atomic_init(&lu->wce, cfg->bs->write_cache);
@@ -96,6 +97,7 @@ int scsi_target_add_lun(struct scsi_target *t, const struct scsi_lun_config *cfg
     atomic_init(&lu->sanitize, SANITIZE_IDLE);
     if (pr_lun_init(lu, cfg->pr_state_path, err, errlen) < 0) {
         pthread_mutex_destroy(&lu->lock);
+        iostats_free(lu->stats);
         free(lu);
         return -EIO;
     }
@@ -149,6 +151,7 @@ void scsi_lun_free(struct scsi_lun *lu)
     pr_lun_free(lu);
     scsi_rl_destroy(&lu->rl);
     pthread_mutex_destroy(&lu->lock);
+    iostats_free(lu->stats);
     free(lu);
 }
 

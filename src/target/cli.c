@@ -88,9 +88,9 @@ static const char usage_text[] =
     "                         fail, a Data-In lost or corrupted fails its command\n"
     "  --config FILE          serve the targets described in FILE instead (see\n"
     "                         examples/linerate.conf); --threads, --log-level,\n"
-    "                         --syslog, --state-dir and --ctl-socket still apply (over\n"
-    "                         the file), --listen/--target-name/--lun/--allow/--alua-*\n"
-    "                         may not be used\n"
+    "                         --syslog, --state-dir, --ctl-socket and --metrics still\n"
+    "                         apply (over the file), --listen/--target-name/--lun/--allow/\n"
+    "                         --alua-* may not be used\n"
     "  --log-level LEVEL      error, warn, info (default) or debug\n"
     "  --syslog               log to syslog (facility daemon) instead of stderr (also\n"
     "                         with --config, over its log key)\n"
@@ -101,6 +101,11 @@ static const char usage_text[] =
     "                         Default " TARGET_DEFAULT_CTL_SOCKET ", skipped with a\n"
     "                         warning if it cannot be created or another daemon has it;\n"
     "                         a PATH given here must work. none: no control socket\n"
+    "  --metrics ADDR:PORT    serve Prometheus metrics at http://ADDR:PORT/metrics (off by\n"
+    "                         default; use a loopback address such as 127.0.0.1:9650\n"
+    "                         unless the network is trusted: there is no authentication).\n"
+    "                         Per LUN, session and portal: commands, bytes, latency\n"
+    "                         histograms, errors by sense key; see linerate-ctl stats\n"
     "  -h, --help             show this help and exit\n"
     "  -V, --version          show the version and exit\n"
     "\n"
@@ -145,6 +150,7 @@ enum {
     OPT_ALUA_STATE,
     OPT_ALUA_PEER,
     OPT_SYSLOG,
+    OPT_METRICS,
 };
 
 static const struct option long_opts[] = {
@@ -169,6 +175,7 @@ static const struct option long_opts[] = {
     {"alua-state", required_argument, NULL, OPT_ALUA_STATE},
     {"alua-peer", required_argument, NULL, OPT_ALUA_PEER},
     {"syslog", no_argument, NULL, OPT_SYSLOG},
+    {"metrics", required_argument, NULL, OPT_METRICS},
     {"help", no_argument, NULL, 'h'},
     {"version", no_argument, NULL, 'V'},
     {NULL, 0, NULL, 0},
@@ -211,6 +218,7 @@ struct cli_args {
     int erl; /* -1: not given */
     const char *ctl_socket;
     bool syslog;
+    const char *metrics;
     bool inject_given;
     struct inject_spec inject;
     /* CHAP, indexed by OPT_CHAP_SECRETS.. OPT_CHAP_ALGS */
@@ -338,6 +346,14 @@ static int cli_collect(struct cli_args *a, int argc, char **argv)
         case OPT_SYSLOG:
             a->syslog = true;
             break;
+        case OPT_METRICS: {
+            struct target_config probe;
+            memset(&probe, 0, sizeof(probe));
+            if (target_set_metrics(&probe, optarg, err, sizeof(err)) < 0)
+                return cli_fail("--metrics: %s", err);
+            a->metrics = optarg;
+            break;
+        }
         case OPT_INJECT:
             if (a->inject_given)
                 return cli_fail("--inject given twice (put every fault in one list)");
@@ -467,6 +483,11 @@ int target_cli_parse(struct target_config *cfg, int argc, char **argv)
         if (a.ctl_socket) { /* the command line wins over the config file's ctl-socket */
             char err[256];
             target_set_ctl_socket(cfg, a.ctl_socket, err, sizeof(err));
+        }
+        if (a.metrics) { /* likewise over the file's metrics */
+            char err[256];
+            target_set_metrics(cfg, a.metrics, err, sizeof(err));
+            cfg->cli_metrics = true;
         }
         cfg->inject = a.inject;
     }

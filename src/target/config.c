@@ -229,6 +229,25 @@ static int parse_port(const char *s, uint16_t *port)
     return 0;
 }
 
+int target_set_metrics(struct target_config *cfg, const char *val, char *err, size_t errlen)
+{
+    if (strcmp(val, "none") == 0 || strcmp(val, "off") == 0) {
+        cfg->metrics_on = false;
+        return 0;
+    }
+    const char *colon = strrchr(val, ':');
+    const char *bracket = strrchr(val, ']');
+    if (!colon || (bracket && colon < bracket) || (!bracket && strchr(val, ':') != colon)) {
+        snprintf(err, errlen, "bad address '%s': expected ADDR:PORT (127.0.0.1:9650, [::1]:9650)",
+                 val);
+        return -1;
+    }
+    if (target_parse_portal(val, &cfg->metrics, err, errlen) < 0)
+        return -1;
+    cfg->metrics_on = true;
+    return 0;
+}
+
 /* "127.0.0.1:3260", "127.0.0.1", "[::1]:3260", "[::1]", "::1". Numeric addresses only: a
  * portal is what SendTargets tells initiators, so it must not depend on name resolution. */
 int target_parse_portal(const char *s, struct target_portal *p, char *err, size_t errlen)
@@ -681,6 +700,10 @@ static int cfg_global_key(struct cfg_parser *ps, const char *key, const char *va
         char reason[256];
         if (target_set_ctl_socket(cfg, val, reason, sizeof(reason)) < 0)
             return cfg_fail(ps, ps->line, "ctl-socket: %s", reason);
+    } else if (strcmp(key, "metrics") == 0) {
+        char reason[256];
+        if (target_set_metrics(cfg, val, reason, sizeof(reason)) < 0)
+            return cfg_fail(ps, ps->line, "metrics: %s", reason);
     } else if (strcmp(key, "log-level") == 0) {
         int lvl = log_level_parse(val);
         if (lvl < 0)
@@ -826,9 +849,9 @@ static int cfg_target_key(struct cfg_parser *ps, const char *key, const char *va
     if (r < 0)
         return -1;
     if (r == 0) {
-        static const char *const global_only[] = {"threads",     "log-level",     "nop-interval",
-                                                  "nop-timeout", "login-timeout", "state-dir",
-                                                  "ctl-socket",  "rbd-timeout",   "log"};
+        static const char *const global_only[] = {
+            "threads",   "log-level",  "nop-interval", "nop-timeout", "login-timeout",
+            "state-dir", "ctl-socket", "rbd-timeout",  "log",         "metrics"};
         for (unsigned i = 0; i < sizeof(global_only) / sizeof(global_only[0]); i++)
             if (strcmp(key, global_only[i]) == 0 || target_limits_is_key(key))
                 return cfg_fail(ps, ps->line,

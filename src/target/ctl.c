@@ -65,6 +65,7 @@ struct ctl_server {
     struct reactor_msg stop_msg;
     struct reactor_msg reload_msg; /* SIGHUP */
     struct log_limit refuse_log;
+    struct metrics_server *metrics; /* --metrics: served on this thread too (metrics.c) */
 };
 
 /* --- clients --- */
@@ -403,6 +404,7 @@ static int ctl_bind(struct ctl_server *s, char *why, size_t whylen)
 
 static void ctl_free(struct ctl_server *s)
 {
+    metrics_close(s->metrics);
     if (s->fd >= 0)
         close(s->fd);
     if (s->r)
@@ -414,7 +416,9 @@ int ctl_open(struct daemon *d)
 {
     d->ctl = NULL;
     const struct target_config *cfg = &d->cfg;
-    if (!cfg->ctl_socket[0])
+    /* The metrics endpoint runs on this thread too (it reads what requests change), so the
+     * thread runs for it even without a socket. */
+    if (!cfg->ctl_socket[0] && !cfg->metrics_on)
         return 0;
     struct ctl_server *s = calloc(1, sizeof(*s));
     if (!s) {
@@ -427,26 +431,39 @@ int ctl_open(struct daemon *d)
     list_init(&s->clients);
     atomic_init(&s->stopping, false);
     char why[256];
-    if (ctl_bind(s, why, sizeof(why)) < 0) {
+    if (cfg->ctl_socket[0] && ctl_bind(s, why, sizeof(why)) < 0) {
         if (s->fd >= 0)
             close(s->fd);
         s->fd = -1;
-        ctl_free(s);
         if (!cfg->ctl_socket_set) {
             LOG_WARN("control socket %s: %s; running without one (give --ctl-socket PATH)",
                      cfg->ctl_socket, why);
+        } else {
+            LOG_ERR("control socket %s: %s", cfg->ctl_socket, why);
+            fprintf(stderr, "linerate-target: control socket %s: %s\n", cfg->ctl_socket, why);
+            ctl_free(s);
+            return -1;
+        }
+        if (!cfg->metrics_on) {
+            ctl_free(s);
             return 0;
         }
-        LOG_ERR("control socket %s: %s", cfg->ctl_socket, why);
-        fprintf(stderr, "linerate-target: control socket %s: %s\n", cfg->ctl_socket, why);
-        return -1;
     }
+    if (s->fd < 0)
+        s->path[0] = '\0'; /* no socket: the thread serves the metrics only */
     /* A reactor id past the data reactors', for log lines */
     s->r = reactor_create(TARGET_THREADS_MAX);
-    if (!s->r || reactor_fd_add(s->r, &s->h, s->fd, EPOLLIN, on_accept, s) < 0) {
-        unlink(s->path);
+    if (!s->r || (s->fd >= 0 && reactor_fd_add(s->r, &s->h, s->fd, EPOLLIN, on_accept, s) < 0)) {
+        if (s->path[0])
+            unlink(s->path);
         ctl_free(s);
         fprintf(stderr, "linerate-target: control socket: cannot start its event loop\n");
+        return -1;
+    }
+    if (cfg->metrics_on && !(s->metrics = metrics_open(d, s->r))) {
+        if (s->path[0])
+            unlink(s->path);
+        ctl_free(s);
         return -1;
     }
     reactor_timer_start(s->r, &s->reap, CTL_REAP_MS, reap_tick, s);
@@ -472,7 +489,8 @@ int ctl_start(struct daemon *d)
         return -1;
     }
     s->thread_started = true;
-    LOG_INFO("control socket %s (mode 0600; linerate-ctl --socket %s)", s->path, s->path);
+    if (s->path[0])
+        LOG_INFO("control socket %s (mode 0600; linerate-ctl --socket %s)", s->path, s->path);
     return 0;
 }
 
@@ -513,7 +531,10 @@ static void stop_on_thread(void *arg)
     while (!list_empty(&s->clients))
         client_close(list_entry(s->clients.next, struct ctl_client, node));
     reactor_timer_stop(s->r, &s->reap);
-    reactor_fd_del(s->r, &s->h);
+    if (s->fd >= 0)
+        reactor_fd_del(s->r, &s->h);
+    metrics_close(s->metrics);
+    s->metrics = NULL;
     reactor_stop(s->r);
 }
 
@@ -531,7 +552,7 @@ void ctl_stop(struct daemon *d)
     }
     /* Only our own file: another daemon may have replaced it meanwhile. */
     struct stat st;
-    if (stat(s->path, &st) == 0 && st.st_dev == s->dev && st.st_ino == s->ino)
+    if (s->path[0] && stat(s->path, &st) == 0 && st.st_dev == s->dev && st.st_ino == s->ino)
         unlink(s->path);
     ctl_free(s);
     d->ctl = NULL;

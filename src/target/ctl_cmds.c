@@ -294,6 +294,14 @@ static json_t *portal_json(struct daemon *d, const struct listener *l)
                      "listening", l->fd >= 0, "targets", targets);
 }
 
+/* The raw counters (stats.c): linerate-ctl stats turns two of them into rates. */
+static json_t *m_stats(struct daemon *d, json_t *params, struct req_err *e)
+{
+    (void)params;
+    json_t *r = stats_json(d);
+    return r ? r : fail(e, ERR_INTERNAL, "out of memory");
+}
+
 /* The listeners are fixed but for those added with a target, which only this thread adds. */
 static json_t *m_show_portals(struct daemon *d, json_t *params, struct req_err *e)
 {
@@ -816,6 +824,7 @@ static const struct method methods[] = {
     {"show_targets", m_show_targets},
     {"show_luns", m_show_luns},
     {"show_portals", m_show_portals},
+    {"stats", m_stats},
     {"show_sessions", m_show_sessions},
     {"show_connections", m_show_connections},
     {"add_lun", m_add_lun},

@@ -109,6 +109,9 @@ static void diff_fixed(const struct target_config *run, const struct target_conf
         note(restart, "limits (max-*)");
     if (!run->cli_state_dir && strcmp(run->state_dir, file->state_dir) != 0)
         note(restart, "state-dir");
+    if (!run->cli_metrics && (run->metrics_on != file->metrics_on ||
+                              (run->metrics_on && strcmp(run->metrics.text, file->metrics.text))))
+        note(restart, "metrics");
     if (!run->cli_syslog && run->log_syslog != file->log_syslog)
         note(restart, "log");
     if (strcmp(run->chap_secrets, file->chap_secrets) != 0 ||

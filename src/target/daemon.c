@@ -58,6 +58,8 @@ static int listener_open(struct listener *l, const struct target_portal *p)
     l->fd = fd;
     snprintf(l->portal.text, sizeof(l->portal.text), "%s", p->text);
     l->portal.tpgt = 1;
+    if (!l->portal.stats)
+        l->portal.stats = iostats_new(); /* NULL: the portal's metrics read 0 */
     return 0;
 }
 
@@ -275,6 +277,7 @@ static void listen_call_run(void *arg)
         d->extra_listeners = l;
     } else {
         close(l->fd);
+        iostats_free(l->portal.stats);
         free(l);
     }
     sem_post(&c->done);
@@ -511,12 +514,15 @@ static void daemon_free(struct daemon *d)
     target_built_free(&d->built);
     ctl_free_retired(d);
     target_config_free(&d->cfg);
+    for (unsigned i = 0; i < d->nlisteners; i++)
+        iostats_free(d->listeners[i].portal.stats);
     free(d->listeners);
     while (d->extra_listeners) {
         struct listener *l = d->extra_listeners;
         d->extra_listeners = l->next;
         if (l->fd >= 0)
             close(l->fd);
+        iostats_free(l->portal.stats);
         free(l);
     }
     free(d->reactors);
@@ -608,6 +614,8 @@ int target_main(int argc, char **argv)
     block_signals(&set);
     raise_fd_limit();
 
+    /* Counter shards are per reactor: their number is known before the first LUN exists. */
+    iostats_set_reactors(d->cfg.threads ? d->cfg.threads : default_threads());
     char err[1024];
     if (target_build(&d->cfg, &d->built, err, sizeof(err)) < 0) {
         fprintf(stderr, "linerate-target: %s\n", err);

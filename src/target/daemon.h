@@ -4,6 +4,7 @@
 #ifndef LR_TARGET_DAEMON_H
 #define LR_TARGET_DAEMON_H
 
+#include <jansson.h>
 #include <pthread.h>
 #include <semaphore.h>
 #include <stdatomic.h>
@@ -12,6 +13,7 @@
 #include "target/target.h"
 
 struct ctl_server;
+struct metrics_server;
 
 struct daemon;
 
@@ -79,6 +81,18 @@ int ctl_start(struct daemon *d);
 void ctl_stop(struct daemon *d);
 /* Whether ctl_stop has begun: long waits in a request give up. */
 bool ctl_stopping(const struct daemon *d);
+
+/* --- stats.c: the metrics, read on the control thread --- */
+/* The `stats` method's result (docs/ctl-protocol.md); NULL when out of memory. */
+json_t *stats_json(struct daemon *d);
+/* The Prometheus text exposition of the same, malloc'd, its length in *len; NULL: no memory. */
+char *stats_prometheus(struct daemon *d, size_t *len);
+
+/* --- metrics.c: the Prometheus endpoint, on the control thread's event loop r --- */
+/* Listen on cfg.metrics and watch it on r (before r runs). NULL (reason printed) on failure. */
+struct metrics_server *metrics_open(struct daemon *d, struct reactor *r);
+/* On r's thread (or before it ran): close every client and the listener. */
+void metrics_close(struct metrics_server *s);
 
 /* --- ctl_cmds.c: the requests --- */
 /* Serve one request line (JSON-RPC 2.0, without its newline): the response line, malloc'd,

@@ -107,9 +107,12 @@ struct target_config {
      * only a warning; a path that was asked for must work or the daemon does not start. */
     char ctl_socket[TARGET_CTL_PATH_MAX];
     bool ctl_socket_set;
+    /* --metrics / metrics: the Prometheus endpoint's address (metrics.c); off unless set. */
+    struct target_portal metrics;
+    bool metrics_on;
     /* --config FILE, for reload ("" without); which settings the command line fixed over it. */
     char config_path[1024];
-    bool cli_log_level, cli_threads, cli_state_dir, cli_syslog;
+    bool cli_log_level, cli_threads, cli_state_dir, cli_syslog, cli_metrics;
     struct iscsi_limits limits; /* limits.c */
     struct target_node_conf *targets;
     unsigned ntargets;
@@ -145,6 +148,8 @@ int target_config_load(struct target_config *cfg, const char *path, char *err, s
 
 /* Validators and parsers shared by cli.c and config.c; on error they return -1 and write a
  * reason (without the origin) into err. */
+/* --metrics ADDR:PORT, or "none"/"off": the port is required (no default for it). */
+int target_set_metrics(struct target_config *cfg, const char *val, char *err, size_t errlen);
 int target_parse_portal(const char *s, struct target_portal *p, char *err, size_t errlen);
 int target_check_iscsi_name(const char *s, char *err, size_t errlen);
 int target_parse_lun_spec(const char *spec, struct target_lun_conf *lun, char *err, size_t errlen);

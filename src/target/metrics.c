@@ -1,0 +1,274 @@
+/* The Prometheus endpoint (--metrics ADDR:PORT): a minimal HTTP/1.x server answering
+ * `GET /metrics` with the text exposition format (stats.c) and nothing else. It lives on the
+ * control thread's event loop (ctl.c), never on a reactor, and reads what the `stats` method
+ * reads, the same way.
+ *
+ * An endpoint on TCP is reachable by whoever can reach the address, so it is hardened against
+ * what such peers send: a request head is at most METRICS_REQ_MAX bytes (larger: 431 and
+ * closed), must arrive whole within METRICS_REQ_MS of the connect (a slow sender is closed:
+ * slowloris), at most METRICS_CLIENTS_MAX connections at once (more are answered 503 and
+ * closed), one request per connection (Connection: close). Anything but GET gets 405, any path
+ * but /metrics 404, a request line that is not HTTP 400. Bodies are never read. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "target/daemon.h"
+
+#define METRICS_REQ_MAX 4096u   /* request line and headers */
+#define METRICS_CLIENTS_MAX 16u /* connected at once */
+#define METRICS_REQ_MS 5000u    /* to send the whole request head */
+#define METRICS_SEND_MS 30000u  /* to take the whole answer */
+#define METRICS_BACKLOG 64
+
+struct metrics_client {
+    struct metrics_server *srv;
+    int fd;
+    struct reactor_fd h;
+    struct reactor_timer deadline;
+    char in[METRICS_REQ_MAX];
+    size_t inlen;
+    char *out; /* the response once the request is read */
+    size_t outlen, outoff;
+    struct metrics_client *next, **pprev;
+};
+
+struct metrics_server {
+    struct daemon *d;
+    struct reactor *r;
+    int fd;
+    struct reactor_fd h;
+    struct metrics_client *clients;
+    unsigned nclients;
+    struct log_limit log_rl;
+};
+
+static void client_close(struct metrics_client *c)
+{
+    struct metrics_server *s = c->srv;
+    reactor_timer_stop(s->r, &c->deadline);
+    reactor_fd_del(s->r, &c->h);
+    close(c->fd);
+    *c->pprev = c->next;
+    if (c->next)
+        c->next->pprev = c->pprev;
+    s->nclients--;
+    free(c->out);
+    free(c);
+}
+
+static void client_timeout(void *arg)
+{
+    client_close(arg);
+}
+
+/* Send what is left; the connection closes once all is out (or on any error). */
+static void client_flush(struct metrics_client *c)
+{
+    while (c->outoff < c->outlen) {
+        ssize_t n =
+            send(c->fd, c->out + c->outoff, c->outlen - c->outoff, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (n > 0) {
+            c->outoff += (size_t)n;
+            continue;
+        }
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            reactor_fd_mod(c->srv->r, &c->h, EPOLLOUT);
+            return;
+        }
+        break;
+    }
+    client_close(c);
+}
+
+static void respond(struct metrics_client *c, const char *status, const char *type,
+                    const char *body, size_t bodylen)
+{
+    char head[256];
+    int hl = snprintf(head, sizeof(head),
+                      "HTTP/1.1 %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\n"
+                      "Connection: close\r\n\r\n",
+                      status, type, bodylen);
+    c->out = malloc((size_t)hl + bodylen);
+    if (!c->out) {
+        client_close(c);
+        return;
+    }
+    memcpy(c->out, head, (size_t)hl);
+    if (bodylen)
+        memcpy(c->out + hl, body, bodylen);
+    c->outlen = (size_t)hl + bodylen;
+    c->outoff = 0;
+    /* no more reading: the answer goes out, then the door closes */
+    reactor_timer_stop(c->srv->r, &c->deadline);
+    reactor_timer_start(c->srv->r, &c->deadline, METRICS_SEND_MS, client_timeout, c);
+    reactor_fd_mod(c->srv->r, &c->h, EPOLLOUT);
+    client_flush(c);
+}
+
+static void respond_error(struct metrics_client *c, const char *status)
+{
+    char body[128];
+    int n = snprintf(body, sizeof(body), "%s\n", status);
+    respond(c, status, "text/plain; charset=utf-8", body, (size_t)n);
+}
+
+/* A complete request head is in c->in (NUL-terminated): answer it. */
+static void serve(struct metrics_client *c)
+{
+    char *eol = strpbrk(c->in, "\r\n");
+    if (eol)
+        *eol = '\0';
+    /* request-line = method SP request-target SP HTTP-version (RFC 9112 §3) */
+    char *method = c->in, *sp1 = strchr(method, ' ');
+    char *target = sp1 ? sp1 + 1 : NULL, *sp2 = target ? strchr(target, ' ') : NULL;
+    if (!sp1 || !sp2 || strncmp(sp2 + 1, "HTTP/1.", 7) != 0 || strchr(sp2 + 1, ' ')) {
+        respond_error(c, "400 Bad Request");
+        return;
+    }
+    *sp1 = *sp2 = '\0';
+    if (strcmp(method, "GET") != 0) {
+        respond_error(c, "405 Method Not Allowed");
+        return;
+    }
+    size_t plen = strcspn(target, "?");
+    if (plen != strlen("/metrics") || strncmp(target, "/metrics", plen) != 0) {
+        respond_error(c, "404 Not Found");
+        return;
+    }
+    size_t len = 0;
+    char *text = stats_prometheus(c->srv->d, &len);
+    if (!text) {
+        respond_error(c, "500 Internal Server Error");
+        return;
+    }
+    respond(c, "200 OK", "text/plain; version=0.0.4; charset=utf-8", text, len);
+    free(text);
+}
+
+static void client_on_event(void *arg, uint32_t events)
+{
+    struct metrics_client *c = arg;
+    if (c->out) {
+        if (events & (EPOLLERR | EPOLLHUP))
+            client_close(c);
+        else
+            client_flush(c);
+        return;
+    }
+    for (;;) {
+        size_t room = sizeof(c->in) - 1 - c->inlen;
+        if (room == 0) {
+            respond_error(c, "431 Request Header Fields Too Large");
+            return;
+        }
+        ssize_t n = recv(c->fd, c->in + c->inlen, room, MSG_DONTWAIT);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+            return;
+        if (n <= 0) { /* closed or reset before a whole request: nothing to answer */
+            client_close(c);
+            return;
+        }
+        size_t from = c->inlen >= 3 ? c->inlen - 3 : 0;
+        c->inlen += (size_t)n;
+        c->in[c->inlen] = '\0';
+        /* the head ends with an empty line: CRLF CRLF, or bare LFs (RFC 9112 §2.2) */
+        if (strstr(c->in + from, "\r\n\r\n") || strstr(c->in + from, "\n\n")) {
+            if (memchr(c->in, '\0', c->inlen)) { /* a NUL byte in the head */
+                respond_error(c, "400 Bad Request");
+                return;
+            }
+            serve(c);
+            return;
+        }
+    }
+}
+
+static void on_accept(void *arg, uint32_t events)
+{
+    struct metrics_server *s = arg;
+    (void)events;
+    for (int i = 0; i < 64; i++) {
+        int fd = accept4(s->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd < 0)
+            return;
+        if (s->nclients >= METRICS_CLIENTS_MAX) {
+            static const char busy[] = "HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\n"
+                                       "Connection: close\r\n\r\n";
+            (void)!send(fd, busy, sizeof(busy) - 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+            close(fd);
+            unsigned sup;
+            if (log_limit_allow(&s->log_rl, reactor_now_ms(), &sup))
+                LOG_WARN("metrics: %u clients connected already: one more refused (503)",
+                         METRICS_CLIENTS_MAX);
+            continue;
+        }
+        struct metrics_client *c = calloc(1, sizeof(*c));
+        if (!c) {
+            close(fd);
+            continue;
+        }
+        c->srv = s;
+        c->fd = fd;
+        if (reactor_fd_add(s->r, &c->h, fd, EPOLLIN, client_on_event, c) < 0) {
+            free(c);
+            close(fd);
+            continue;
+        }
+        c->next = s->clients;
+        if (c->next)
+            c->next->pprev = &c->next;
+        c->pprev = &s->clients;
+        s->clients = c;
+        s->nclients++;
+        reactor_timer_start(s->r, &c->deadline, METRICS_REQ_MS, client_timeout, c);
+    }
+}
+
+struct metrics_server *metrics_open(struct daemon *d, struct reactor *r)
+{
+    const struct target_portal *p = &d->cfg.metrics;
+    struct metrics_server *s = calloc(1, sizeof(*s));
+    if (!s) {
+        fprintf(stderr, "linerate-target: out of memory\n");
+        return NULL;
+    }
+    s->d = d;
+    s->r = r;
+    s->fd = socket(p->addr.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    int one = 1;
+    if (s->fd >= 0)
+        setsockopt(s->fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    if (s->fd < 0 || bind(s->fd, (const struct sockaddr *)&p->addr, p->addrlen) < 0 ||
+        listen(s->fd, METRICS_BACKLOG) < 0 ||
+        reactor_fd_add(r, &s->h, s->fd, EPOLLIN, on_accept, s) < 0) {
+        int e = errno;
+        LOG_ERR("metrics: cannot listen on %s: %s", p->text, strerror(e));
+        fprintf(stderr, "linerate-target: metrics: cannot listen on %s: %s\n", p->text,
+                strerror(e));
+        if (s->fd >= 0)
+            close(s->fd);
+        free(s);
+        return NULL;
+    }
+    LOG_INFO("metrics at http://%s/metrics", p->text);
+    return s;
+}
+
+void metrics_close(struct metrics_server *s)
+{
+    if (!s)
+        return;
+    while (s->clients)
+        client_close(s->clients);
+    reactor_fd_del(s->r, &s->h);
+    close(s->fd);
+    free(s);
+}

@@ -1,0 +1,264 @@
+#!/usr/bin/env bash
+# The metrics (issue 15): linerate-target --metrics on a loopback port, a linerate-bench load,
+# a real scrape with curl checked by `promtool check metrics` when installed and always by the
+# strict parser prom_check.py; the counters moved by what the bench reports (bytes written and
+# read, commands, R2Ts for writes beyond FirstBurstLength, digest errors under injected
+# corruption at ERL 1); per-session series while a session is logged in; `linerate-ctl stats`
+# (table and --json) shows the LUN and the session with their rates. Then the endpoint's
+# defences: non-GET, wrong path, a garbage request line, a huge request head, a slowloris
+# sender, more clients than the limit: each gets a 4xx/503 or is closed, and the daemon scrapes
+# fine afterwards and exits 0 on SIGTERM. And the option's own checks.
+# Usage: target_metrics.sh  (LINERATE_TARGET from meson; linerate-ctl and linerate-bench beside it)
+set -u
+source "$(dirname "$0")/lt_lib.sh"
+need curl python3
+
+BUILD=$(dirname "$LT")
+CTL_BIN=$BUILD/linerate-ctl
+BENCH=$BUILD/linerate-bench
+[ -x "$CTL_BIN" ] || fail "$CTL_BIN is not built"
+[ -x "$BENCH" ] || fail "$BENCH is not built"
+T=iqn.2026-11.org.linerate:default
+SOCK=$WORK/ctl.sock
+CHECK=$IT_DIR/prom_check.py
+
+ctl() { "$CTL_BIN" --socket "$SOCK" "$@"; }
+
+# scrape NAME: the endpoint's body into $WORK/NAME.txt, checked; its series in $WORK/NAME.json
+scrape() {
+    local code
+    code=$(curl -s -o "$WORK/$1.txt" -w '%{http_code} %{content_type}' --max-time 10 \
+        "http://$MADDR/metrics") || fail "curl: no answer from http://$MADDR/metrics"
+    case "$code" in
+    "200 text/plain; version=0.0.4"*) ;;
+    *) fail "scrape: HTTP $code" ;;
+    esac
+    if command -v promtool >/dev/null 2>&1; then
+        promtool check metrics <"$WORK/$1.txt" >"$WORK/promtool.out" 2>&1 || {
+            cat "$WORK/promtool.out" >&2
+            fail "promtool check metrics rejects the scrape ($1)"
+        }
+    fi
+    python3 "$CHECK" "$WORK/$1.txt" --dump "$WORK/$1.json" || fail "prom_check rejects the scrape ($1)"
+}
+# val NAME SERIES: the value of a series (labels sorted) in scrape NAME, 0 if absent
+val() {
+    python3 -c 'import json,sys; print(int(float(json.load(open(sys.argv[1])).get(sys.argv[2], 0))))' \
+        "$WORK/$1.json" "$2"
+}
+LUN0="target=\"$T\""
+# lun_series SUFFIX [LABEL]: LUN 0's series, labels in sorted order (lun, op, target)
+lun_series() { echo "linerate_lun_$1{lun=\"0\",${2:+$2,}$LUN0}"; }
+
+# --- the option's own checks ---
+note "--metrics: a port is required, an address must be numeric"
+for bad in 127.0.0.1 localhost:9100 127.0.0.1:0 127.0.0.1:x; do
+    "$LT" --metrics "$bad" >/dev/null 2>"$WORK/err.txt"
+    rc=$?
+    [ $rc -eq 2 ] && grep -q -- "--metrics" "$WORK/err.txt" || fail "--metrics $bad: exit $rc"
+done
+
+# A free loopback port for the endpoint (start_target picks the iSCSI one).
+for ((i = 0; i < 50; i++)); do
+    MPORT=$((30000 + RANDOM % 10000))
+    port_busy "$MPORT" || break
+done
+MADDR=127.0.0.1:$MPORT
+
+note "start with --metrics $MADDR (and ERL 1 allowed, for the digest test)"
+start_target --lun ram:64M --threads 2 --ctl-socket "$SOCK" --metrics "$MADDR" \
+    --error-recovery-level 1
+grep -q "metrics at http://$MADDR/metrics" "$WORK/target.log" || fail "no metrics line in the log"
+URL="iscsi://127.0.0.1:$PORT/$T/0"
+
+note "a scrape before any I/O: every family present, the LUN's counters at 0"
+scrape m0
+for f in lun_commands_total lun_read_bytes_total lun_write_bytes_total lun_latency_seconds \
+    lun_errors_total lun_queue_depth lun_r2ts_total lun_aborts_total lun_resets_total \
+    session_commands_total session_latency_seconds session_digest_errors_total \
+    portal_commands_total portal_read_bytes_total portal_write_bytes_total \
+    portal_latency_seconds portal_digest_errors_total; do
+    grep -q "^# TYPE linerate_$f " "$WORK/m0.txt" || fail "no # TYPE linerate_$f"
+    grep -q "^# HELP linerate_$f " "$WORK/m0.txt" || fail "no # HELP linerate_$f"
+done
+grep -q '^# TYPE linerate_errors_total counter' "$WORK/m0.txt" || fail "no linerate_errors_total"
+[ "$(val m0 "$(lun_series write_bytes_total)")" = 0 ] || fail "LUN 0 wrote before any I/O"
+grep -q "^linerate_lun_latency_seconds_bucket{target=\"$T\",lun=\"0\",op=\"read\",le=\"+Inf\"} 0" \
+    "$WORK/m0.txt" || fail "no empty read histogram for LUN 0"
+
+note "linerate-bench 4k write then read, 2 s each"
+"$BENCH" --sizes 4k --rw write,read --seconds 2 --qd 16 --format json "$URL" \
+    >"$WORK/bench.json" 2>"$WORK/bench.err" || {
+    cat "$WORK/bench.err" >&2
+    fail "linerate-bench failed"
+}
+scrape m1
+# What the bench says it did: iops * seconds commands of 4096 bytes each.
+read -r bw br < <(python3 -c '
+import json, sys
+cells = {c["rw"]: c for c in json.load(open(sys.argv[1]))}
+assert cells["write"]["errors"] == 0 and cells["read"]["errors"] == 0, cells
+print(int(cells["write"]["iops"] * 2 * 4096), int(cells["read"]["iops"] * 2 * 4096))' "$WORK/bench.json") ||
+    fail "cannot read the bench's report: $(cat "$WORK/bench.json")"
+W=$(val m1 "$(lun_series write_bytes_total)")
+R=$(val m1 "$(lun_series read_bytes_total)")
+WC=$(val m1 "$(lun_series commands_total 'op="write"')")
+RC=$(val m1 "$(lun_series commands_total 'op="read"')")
+echo "bench: ~$bw bytes written, ~$br read; target: $W written ($WC commands), $R read ($RC)"
+# The bench's own figure is rounded (iops over its measured interval); its commands still in
+# flight when the interval closed complete later and count here too, so the target's count is
+# at least 99% of it, and at most what another second at that rate could add.
+python3 - "$W" "$bw" "$R" "$br" <<'EOF' || fail "byte counters do not match the bench"
+import sys
+w, bw, r, br = map(int, sys.argv[1:])
+assert w >= 0.99 * bw and w <= 1.5 * bw + 16 * 4096, (w, bw)
+assert r >= 0.99 * br and r <= 1.5 * br + 16 * 4096, (r, br)
+EOF
+[ "$W" -eq $((WC * 4096)) ] || fail "write bytes $W != 4096 * $WC write commands"
+[ "$R" -eq $((RC * 4096)) ] || fail "read bytes $R != 4096 * $RC read commands"
+for s in "linerate_portal_write_bytes_total{portal=\"127.0.0.1:$PORT\"}" \
+    "linerate_portal_read_bytes_total{portal=\"127.0.0.1:$PORT\"}"; do
+    pv=$(val m1 "$s")
+    case "$s" in *write*) lv=$W ;; *) lv=$R ;; esac
+    [ "$pv" -eq "$lv" ] || fail "$s = $pv, the only LUN says $lv"
+done
+cnt=$(val m1 "linerate_lun_latency_seconds_count{lun=\"0\",op=\"write\",$LUN0}")
+[ "$cnt" -eq "$WC" ] || fail "write latency count $cnt != $WC write commands"
+# The bench sees REPORT LUNS / READ CAPACITY etc. and the power-on unit attention.
+[ "$(val m1 "$(lun_series commands_total 'op="other"')")" -gt 0 ] || fail "no 'other' commands"
+
+note "while a session is logged in: its series, and linerate-ctl stats"
+"$BENCH" --sizes 4k --rw randwrite --seconds 4 --qd 8 "$URL" >"$WORK/bench2.out" 2>&1 &
+BPID=$!
+sleep 1.5
+scrape m2
+grep -q "^linerate_session_commands_total{target=\"$T\",initiator=\"[^\"]*\",isid=\"0x[0-9a-f]*\",tsih=\"[0-9]*\",op=\"write\"} [1-9]" \
+    "$WORK/m2.txt" || fail "no live session series: $(grep session_commands "$WORK/m2.txt")"
+ctl stats --interval 0.5 >"$WORK/stats.txt" 2>&1 || fail "linerate-ctl stats: $(cat "$WORK/stats.txt")"
+cat "$WORK/stats.txt"
+grep -q "^$T/0 " "$WORK/stats.txt" || fail "linerate-ctl stats has no LUN 0 line"
+awk -v t="$T/0" '$1 == t && $2 > 0 { ok = 1 } END { exit !ok }' "$WORK/stats.txt" ||
+    fail "linerate-ctl stats: LUN 0 shows no IOPS under load"
+grep -q "iqn.2026-01.org.linerate:bench" "$WORK/stats.txt" || fail "linerate-ctl stats: no session"
+ctl stats --json --watch 0.5 --count 2 >"$WORK/stats.json" 2>&1 || fail "stats --json failed"
+python3 - "$WORK/stats.json" "$T" <<'EOF' || fail "stats --json: $(cat "$WORK/stats.json")"
+import json, sys
+text = open(sys.argv[1]).read()
+dec, objs, i = json.JSONDecoder(), [], 0
+while i < len(text):
+    if text[i].isspace():
+        i += 1
+        continue
+    o, i = dec.raw_decode(text, i)
+    objs.append(o)
+assert len(objs) == 2, len(objs)
+for o in objs:
+    lun = [l for l in o["luns"] if l["target"] == sys.argv[2] and l["lun"] == 0][0]
+    assert lun["iops"] > 0 and lun["write_mb_per_s"] > 0, lun
+    assert lun["p50_s"] is not None and 0 < lun["p50_s"] <= lun["p99_s"], lun
+    assert o["sessions"] and o["sessions"][0]["iops"] > 0, o["sessions"]
+EOF
+wait "$BPID" || fail "the bench under stats failed: $(cat "$WORK/bench2.out")"
+
+note "R2Ts: 256k writes beyond FirstBurstLength are solicited"
+"$BENCH" --sizes 256k --rw write --seconds 1 --qd 4 "$URL" >"$WORK/bench3.out" 2>&1 ||
+    fail "256k bench failed: $(cat "$WORK/bench3.out")"
+scrape m3
+[ "$(val m3 "$(lun_series r2ts_total)")" -gt 0 ] || fail "no R2T counted on LUN 0"
+[ "$(val m3 "linerate_portal_r2ts_total{portal=\"127.0.0.1:$PORT\"}")" -gt 0 ] ||
+    fail "no R2T counted on the portal"
+
+note "digest errors: ERL 1 with corrupted data digests"
+"$BENCH" --sizes 64k --rw write --seconds 1 --qd 4 --digest on --erl 1 \
+    --inject digest-error=0.02 "$URL" >"$WORK/bench4.out" 2>&1
+grep -q "ErrorRecoveryLevel=1" "$WORK/bench4.out" || fail "ERL 1 not negotiated: $(cat "$WORK/bench4.out")"
+scrape m4
+dg=$(val m4 "linerate_portal_digest_errors_total{portal=\"127.0.0.1:$PORT\"}")
+echo "digest errors counted on the portal: $dg"
+[ "$dg" -gt 0 ] || fail "no digest error counted"
+
+note "bad HTTP requests get 4xx/503 or are closed; the daemon goes on"
+python3 - "$MPORT" <<'EOF' || fail "bad HTTP requests"
+import socket, sys, time
+port = int(sys.argv[1])
+
+def ask(data, wait=5.0):
+    s = socket.create_connection(("127.0.0.1", port), timeout=wait)
+    try:
+        s.sendall(data)
+    except OSError:
+        pass
+    out = b""
+    try:
+        while True:
+            b = s.recv(65536)
+            if not b:
+                break
+            out += b
+    except (ConnectionResetError, socket.timeout):
+        pass
+    s.close()
+    return out
+
+def status(resp):
+    return int(resp.split(b" ", 2)[1]) if resp.startswith(b"HTTP/1.1 ") else None
+
+checks = [
+    (b"POST /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\n\r\nabc", 405),
+    (b"HEAD /metrics HTTP/1.1\r\n\r\n", 405),
+    (b"GET / HTTP/1.1\r\n\r\n", 404),
+    (b"GET /metrics/../etc/passwd HTTP/1.1\r\n\r\n", 404),
+    (b"GET /metricsX HTTP/1.0\r\n\r\n", 404),
+    (b"HELLO\r\n\r\n", 400),
+    (b"GET /metrics SPDY/3\r\n\r\n", 400),
+    (b"GET /metrics HTTP/1.1\r\nX: " + b"a" * 100000 + b"\r\n\r\n", 431),
+]
+for req, want in checks:
+    got = status(ask(req))
+    assert got == want, (req[:40], got, want)
+r = ask(b"GET /metrics?x=1 HTTP/1.0\n\n")
+assert status(r) == 200 and b"linerate_lun_commands_total" in r, r[:100]
+
+# slowloris: one byte a second never completes a head; closed within the 5 s deadline
+s = socket.create_connection(("127.0.0.1", port))
+t0, closed = time.time(), False
+for c in b"GET /metrics HTTP/1.1\r\nX-Slow: " + b"z" * 30:
+    try:
+        s.send(bytes([c]))
+        s.settimeout(1.0)
+        if s.recv(1) == b"":
+            closed = True
+            break
+    except socket.timeout:
+        continue
+    except OSError:
+        closed = True
+        break
+took = time.time() - t0
+s.close()
+assert closed and took < 9, (closed, took)
+
+# more clients than the limit: the extra ones get 503 at once, the others stay served
+idle = [socket.create_connection(("127.0.0.1", port)) for _ in range(16)]
+time.sleep(0.3)
+r = ask(b"GET /metrics HTTP/1.1\r\n\r\n")
+assert status(r) == 503, r[:60]
+for s in idle:
+    s.close()
+time.sleep(0.3)
+r = ask(b"GET /metrics HTTP/1.1\r\n\r\n")
+assert status(r) == 200, r[:60]
+# a client that connects and resets at once
+for _ in range(50):
+    s = socket.create_connection(("127.0.0.1", port))
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+    s.close()
+print("bad requests: all refused as they should be")
+EOF
+kill -0 "$LT_PID" 2>/dev/null || fail "the daemon died"
+scrape m5
+
+note "SIGTERM: exit 0"
+stop_target
+[ "$STOP_RC" -eq 0 ] || fail "exit $STOP_RC"
+echo "PASS"
