@@ -130,6 +130,27 @@ run_to 60 qemu-img bench -f raw -c 16 -d 1 -s 4096 -w "$URL/1" || {
 }
 
 note "show sessions / connections while the load runs"
+# The qemu-img load logs in and out between its rounds, so the session checked is one of our
+# own that stays up meanwhile: a linerate-bench read load on LUN 0.
+victim_tsih() {
+    ctl --json show sessions | python3 -c '
+import json, sys
+for s in json.load(sys.stdin):
+    if s["initiator"].endswith(":bench"):
+        print(s["tsih"], s["connections"][0]["cid"]); break'
+}
+wait_bench_session() {
+    ids=""
+    for ((i = 0; i < 100; i++)); do
+        ids=$(victim_tsih)
+        [ -n "$ids" ] && return 0
+        sleep 0.1
+    done
+    fail "no linerate-bench session showed up"
+}
+"$BENCH" --sizes 4k --rw read --qd 4 --seconds 20 --format csv "$URL/0" >"$WORK/bench-show.log" 2>&1 &
+BPID=$!
+wait_bench_session
 ctl_ok --json show sessions
 python3 - "$WORK/ctl.out" <<'EOF' || fail "show sessions: $(cat "$WORK/ctl.out")"
 import json, sys
@@ -148,6 +169,8 @@ ctl_ok show sessions
 grep -q "TSIH" "$WORK/ctl.out" || fail "show sessions table: $(cat "$WORK/ctl.out")"
 ctl_ok show connections
 grep -q "REACTOR" "$WORK/ctl.out" || fail "show connections table"
+kill "$BPID" 2>/dev/null
+wait "$BPID" 2>/dev/null
 
 note "remove lun 1 with I/O in flight on it: that I/O ends cleanly, LUN 0's load goes on"
 timeout 120 qemu-img bench -f raw -c 400000 -d 16 -s 4096 -w "$URL/1" >"$WORK/victim.log" 2>&1 &
@@ -166,24 +189,11 @@ ctl_ok add lun "$T" ram:4M
 grep -q "^$T  1 " "$WORK/ctl.out" || fail "LUN 1 not reused: $(cat "$WORK/ctl.out")"
 
 note "logout session and drop connection (linerate-bench sessions on LUN 0)"
-victim_tsih() {
-    ctl --json show sessions | python3 -c '
-import json, sys
-for s in json.load(sys.stdin):
-    if s["initiator"].endswith(":bench"):
-        print(s["tsih"], s["connections"][0]["cid"]); break'
-}
 for what in logout drop; do
     "$BENCH" --sizes 4k --rw read --qd 4 --seconds 20 --format csv "$URL/0" \
         >"$WORK/bench-$what.log" 2>&1 &
     BPID=$!
-    ids=""
-    for ((i = 0; i < 100; i++)); do
-        ids=$(victim_tsih)
-        [ -n "$ids" ] && break
-        sleep 0.1
-    done
-    [ -n "$ids" ] || fail "no linerate-bench session showed up"
+    wait_bench_session
     set -- $ids
     if [ $what = logout ]; then
         ctl_ok logout session "$1" --timeout 3
