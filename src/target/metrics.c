@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "target/daemon.h"
+#include "util/list.h"
 
 #define METRICS_REQ_MAX 4096u   /* request line and headers */
 #define METRICS_CLIENTS_MAX 16u /* connected at once */
@@ -33,7 +34,7 @@ struct metrics_client {
     size_t inlen;
     char *out; /* the response once the request is read */
     size_t outlen, outoff;
-    struct metrics_client *next, **pprev;
+    struct list_node node; /* srv->clients */
 };
 
 struct metrics_server {
@@ -41,7 +42,7 @@ struct metrics_server {
     struct reactor *r;
     int fd;
     struct reactor_fd h;
-    struct metrics_client *clients;
+    struct list_node clients;
     unsigned nclients;
     struct log_limit log_rl;
 };
@@ -52,9 +53,7 @@ static void client_close(struct metrics_client *c)
     reactor_timer_stop(s->r, &c->deadline);
     reactor_fd_del(s->r, &c->h);
     close(c->fd);
-    *c->pprev = c->next;
-    if (c->next)
-        c->next->pprev = c->pprev;
+    list_del(&c->node);
     s->nclients--;
     free(c->out);
     free(c);
@@ -222,11 +221,7 @@ static void on_accept(void *arg, uint32_t events)
             close(fd);
             continue;
         }
-        c->next = s->clients;
-        if (c->next)
-            c->next->pprev = &c->next;
-        c->pprev = &s->clients;
-        s->clients = c;
+        list_add_tail(&s->clients, &c->node);
         s->nclients++;
         reactor_timer_start(s->r, &c->deadline, METRICS_REQ_MS, client_timeout, c);
     }
@@ -242,6 +237,7 @@ struct metrics_server *metrics_open(struct daemon *d, struct reactor *r)
     }
     s->d = d;
     s->r = r;
+    list_init(&s->clients);
     s->fd = socket(p->addr.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     int one = 1;
     if (s->fd >= 0)
@@ -266,8 +262,8 @@ void metrics_close(struct metrics_server *s)
 {
     if (!s)
         return;
-    while (s->clients)
-        client_close(s->clients);
+    while (!list_empty(&s->clients))
+        client_close(list_entry(s->clients.next, struct metrics_client, node));
     reactor_fd_del(s->r, &s->h);
     close(s->fd);
     free(s);
