@@ -12,70 +12,19 @@ Initiator A always logs in with the same ISID: registrations belong to the I_T n
 Python 3 standard library only."""
 
 import os
-import struct
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import hostile  # noqa: E402  (the raw initiator: Session, sense_kaa, cdb_rw10)
+import hostile  # noqa: E402  (the raw initiator: sense_kaa)
+from pr_lib import (GOOD, RESERVATION_CONFLICT, WRITE_EXCLUSIVE, fail, io, prout,  # noqa: E402
+                    read_reservation, session)
+import pr_lib  # noqa: E402
 
 INIT_A = "iqn.2026-11.org.linerate:aptpl-a"
 INIT_B = "iqn.2026-11.org.linerate:aptpl-b"
 ISID_A = bytes([0x80, 0x00, 0x00, 0x00, 0x0a, 0x01])
 ISID_B = bytes([0x80, 0x00, 0x00, 0x00, 0x0b, 0x01])
 KEY_A = 0xA1A2A3A4A5A6A7A8
-WRITE_EXCLUSIVE = 1
-GOOD, CHECK_CONDITION, RESERVATION_CONFLICT = 0x00, 0x02, 0x18
-
-
-def fail(msg):
-    print("FAIL: " + msg, file=sys.stderr)
-    sys.exit(1)
-
-
-def session(port, name, isid):
-    s = hostile.Session(port, name=name, isid=isid).login()
-    # a new I_T nexus starts with a power-on unit attention: take it
-    st, sense, _ = s.scsi_retry_ua(b"\x00" * 6)
-    if st != GOOD:
-        fail("%s: TEST UNIT READY status 0x%02x sense %s" % (name, st, hostile.sense_kaa(sense)))
-    return s
-
-
-def prout(s, sa, key=0, sa_key=0, type_=0, aptpl=False):
-    param = struct.pack(">QQ4xB3x", key, sa_key, 0x01 if aptpl else 0)
-    cdb = struct.pack(">BBBxxIB", 0x5F, sa, type_, len(param), 0)
-    st, sense, _ = s.scsi(cdb, write_data=param)
-    return st, sense
-
-
-def prin(s, sa, alloc=256):
-    cdb = struct.pack(">BBxxxxxHB", 0x5E, sa, alloc, 0)
-    st, sense, data = s.scsi(cdb, read_len=alloc)
-    if st != GOOD:
-        fail("PERSISTENT RESERVE IN sa %d: status 0x%02x sense %s" %
-             (sa, st, hostile.sense_kaa(sense)))
-    return data
-
-
-def read_keys(s):
-    d = prin(s, 0x00)
-    n = struct.unpack(">I", d[4:8])[0] // 8
-    return [struct.unpack(">Q", d[8 + 8 * i:16 + 8 * i])[0] for i in range(n)]
-
-
-def read_reservation(s):
-    """(key, type) or None."""
-    d = prin(s, 0x01)
-    if struct.unpack(">I", d[4:8])[0] == 0:
-        return None
-    return struct.unpack(">Q", d[8:16])[0], d[21] & 0x0F
-
-
-def io(s, op, lba=100):
-    data = bytes([0x5A]) * 512 if op == 0x2A else None
-    st, sense, _ = s.scsi(hostile.cdb_rw10(op, lba, 1), read_len=0 if data else 512,
-                          write_data=data)
-    return st, sense
 
 
 def expect(what, st, sense, want):
@@ -83,6 +32,11 @@ def expect(what, st, sense, want):
         fail("%s: status 0x%02x (sense %s), expected 0x%02x" %
              (what, st, hostile.sense_kaa(sense), want))
     print("ok: %s -> status 0x%02x" % (what, st))
+
+
+def read_keys(s):
+    """The registered keys (their PRGENERATION is not what these steps check)."""
+    return pr_lib.read_keys(s)[1]
 
 
 def main():

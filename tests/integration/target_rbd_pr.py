@@ -24,73 +24,24 @@ gateway B on PORT_B. Initiator X uses A, initiators Y and Z use B:
 Exit 0 when every check holds, 1 with the reason otherwise. Python 3 standard library only."""
 
 import os
-import struct
 import sys
 import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import hostile  # noqa: E402  (the raw initiator: Session, sense_kaa, cdb_rw10)
+import hostile  # noqa: E402  (the raw initiator: sense_kaa)
+from pr_lib import (CHECK_CONDITION, EXCLUSIVE_ACCESS, GOOD, RESERVATION_CONFLICT,  # noqa: E402
+                    WRITE_EXCLUSIVE, fail, io, prout, read_keys, read_reservation,
+                    session)
 
-GOOD, CHECK_CONDITION, RESERVATION_CONFLICT = 0x00, 0x02, 0x18
-WRITE_EXCLUSIVE, EXCLUSIVE_ACCESS = 1, 3
 REGISTER, RESERVE, RELEASE, CLEAR, PREEMPT, REGISTER_IGNORE = 0, 1, 2, 3, 4, 6
 KEY_X, KEY_Y = 0x1111111111111111, 0x2222222222222222
-
-
-def fail(msg):
-    print("FAIL: " + msg, file=sys.stderr)
-    sys.exit(1)
-
-
-def session(port, name):
-    s = hostile.Session(port, name=name).login()
-    st, sense, _ = s.scsi_retry_ua(b"\x00" * 6)
-    if st != GOOD:
-        fail("%s: TEST UNIT READY status 0x%02x sense %s" % (name, st, hostile.sense_kaa(sense)))
-    return s
-
-
-def prout(s, sa, key=0, sa_key=0, type_=0):
-    param = struct.pack(">QQ4xB3x", key, sa_key, 0)
-    cdb = struct.pack(">BBBxxIB", 0x5F, sa, type_, len(param), 0)
-    st, sense, _ = s.scsi(cdb, write_data=param, timeout=30)
-    return st, sense
 
 
 def prout_ok(s, what, *a, **kw):
     st, sense = prout(s, *a, **kw)
     if st != GOOD:
         fail("%s: status 0x%02x sense %s" % (what, st, hostile.sense_kaa(sense)))
-
-
-def prin(s, sa, alloc=1024):
-    cdb = struct.pack(">BBxxxxxHB", 0x5E, sa, alloc, 0)
-    st, sense, data = s.scsi(cdb, read_len=alloc, timeout=30)
-    if st != GOOD:
-        fail("PERSISTENT RESERVE IN sa %d: status 0x%02x sense %s" %
-             (sa, st, hostile.sense_kaa(sense)))
-    return data
-
-
-def read_keys(s):
-    d = prin(s, 0x00)
-    gen, n = struct.unpack(">II", d[0:8])
-    return gen, sorted(struct.unpack(">Q", d[8 + 8 * i:16 + 8 * i])[0] for i in range(n // 8))
-
-
-def read_reservation(s):
-    d = prin(s, 0x01)
-    if struct.unpack(">I", d[4:8])[0] == 0:
-        return None
-    return struct.unpack(">Q", d[8:16])[0], d[21] & 0x0F
-
-
-def io(s, op, lba=100):
-    data = bytes([0x5A]) * 512 if op == 0x2A else None
-    st, sense, _ = s.scsi(hostile.cdb_rw10(op, lba, 1), read_len=0 if data else 512,
-                          write_data=data)
-    return st, sense
 
 
 def expect_io(s, who, op, want):
