@@ -618,7 +618,14 @@ void conn_run_released(void *arg)
         t->state = TASK_DATA_OUT;
         rc = cmd_maybe_exec(c, t);
     }
-    /* what is left on `ready` after a failure is the teardown's: it takes the nodes back */
+    /* What is left after a failure goes back to c->released for the teardown: released,
+     * their CmdSNs acknowledged, so kept for reassignment at ERL 2 (orphan_conn_tasks). */
+    if (!list_empty(&ready)) {
+        pthread_mutex_lock(&c->session->lock);
+        while ((n = list_pop(&ready)) != NULL)
+            list_add_tail(&c->released, n);
+        pthread_mutex_unlock(&c->session->lock);
+    }
     conn_fail(c, rc);
     conn_put(c);
 }
@@ -908,10 +915,12 @@ int cmd_handle_scsi_header(struct iscsi_conn *c, struct iscsi_pdu_in *p)
         t->unsol_next_off = dlen;
         /* R2Ts solicit what the unsolicited data will not cover. */
         t->r2t_offset = unsol < t->data_expected ? unsol : t->data_expected;
-        if (dlen && t->data_expected)
-            rx_into_task(p, t, 0, dlen < t->data_expected ? dlen : t->data_expected);
-        else if (dlen)
+        if (dlen && t->data_expected) {
+            t->imm_pending = dlen < t->data_expected ? dlen : t->data_expected;
+            rx_into_task(p, t, 0, t->imm_pending);
+        } else if (dlen) {
             p->discard = true;
+        }
     } else if (dlen) {
         p->discard = true; /* data with a command that sends none: dropped */
     }
@@ -961,6 +970,7 @@ int cmd_handle_scsi_data_done(struct iscsi_conn *c, struct iscsi_pdu_in *p)
     if (t->scsi.edtl_write) {
         uint32_t got = p->dlen < t->data_expected ? p->dlen : t->data_expected;
         t->data_received += got;
+        t->imm_pending = 0;
     }
     if (!t->refused && t->data_expected > t->r2t_offset) {
         int rc = send_r2ts(c, t);
@@ -1297,10 +1307,12 @@ static bool conn_keeps_tasks(const struct iscsi_conn *c)
 
 /* ERL 2: the tasks of c become orphans of g, with the session's lock held throughout. Kept:
  * every task the CmdSN window acknowledged (run, running, answered and not acknowledged,
- * taking Data-Out, or released and not yet run). Left to the caller: those still queued for
- * their CmdSN turn, which are discarded (§11.14: not acknowledged via ExpCmdSN), aborted ones,
- * and a command whose immediate data never completed (its CmdSN not received). Returns false,
- * keeping nothing, when the session is ending anyway. */
+ * taking Data-Out, or released and not yet run). Those still queued for their CmdSN turn
+ * leave the CmdSN queue here, under the same lock (§11.14: not acknowledged via ExpCmdSN, so
+ * discarded; the caller frees them): left there, a command on another connection could
+ * release one a moment later, acknowledging a command nobody will run. Left to the caller as
+ * well: aborted ones and a command whose immediate data never came under a data digest (its
+ * CmdSN not received). Returns false, keeping nothing, when the session is ending anyway. */
 static bool orphan_conn_tasks(struct iscsi_conn *c, struct iscsi_orphans *g)
 {
     struct iscsi_session *s = c->session;
@@ -1315,8 +1327,11 @@ static bool orphan_conn_tasks(struct iscsi_conn *c, struct iscsi_orphans *g)
     list_for_each_safe(n, tmp, &c->tasks)
     {
         struct iscsi_task *t = list_entry(n, struct iscsi_task, node);
-        if (t->aborted || t->state == TASK_SENDING || t->cmdsn_pending ||
-            (t->state == TASK_QUEUED && !t->orphan_released))
+        if (t->state == TASK_QUEUED && !t->orphan_released && !t->aborted) {
+            session_cmdsn_discard_locked(s, &t->wait);
+            continue;
+        }
+        if (t->aborted || t->state == TASK_SENDING || t->cmdsn_pending)
             continue;
         list_del(&t->node);
         c->ntasks--;
@@ -1340,14 +1355,14 @@ static bool orphan_conn_tasks(struct iscsi_conn *c, struct iscsi_orphans *g)
     return true;
 }
 
-/* A queued command of a connection removed for recovery: dropped unanswered with its CmdSN
- * not received (session_cmdsn_discard), so that the initiator's retry of it runs. */
+/* A queued command of a connection removed for recovery, out of the CmdSN queue already
+ * (orphan_conn_tasks): dropped unanswered with its CmdSN not received, so that the
+ * initiator's retry of it runs. */
 static void cmd_task_discard(struct iscsi_task *t)
 {
     struct iscsi_conn *c = t->conn;
     assert(t->state == TASK_QUEUED && !t->aborted);
     t->aborted = true;
-    session_cmdsn_discard(c->session, &t->wait);
     conn_task_hash_del(c, t);
     task_put(t);
 }
@@ -1481,6 +1496,12 @@ static int reassign_data_out(struct iscsi_conn *c, struct iscsi_task *t)
         seq->used = false;
     }
     t->r2t_outstanding = 0;
+    /* the connection died inside the command PDU: its immediate data never came whole
+     * (its CmdSN was taken from the header, §7.2.2 still owes the command its data) */
+    if (t->imm_pending) {
+        room = room && hole_add(t, 0, t->imm_pending);
+        t->imm_pending = 0;
+    }
     if (t->unsol_remaining) {
         room = room && hole_add(t, t->unsol_next_off, t->unsol_remaining);
         t->unsol_remaining = 0;

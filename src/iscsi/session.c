@@ -526,13 +526,11 @@ void session_cmdsn_cancel(struct iscsi_session *s, struct cmdsn_wait *w)
     pthread_mutex_unlock(&s->lock);
 }
 
-void session_cmdsn_discard(struct iscsi_session *s, struct cmdsn_wait *w)
+void session_cmdsn_discard_locked(struct iscsi_session *s, struct cmdsn_wait *w)
 {
-    pthread_mutex_lock(&s->lock);
     list_del(&w->node);
     assert(s->in_flight > 0);
     s->in_flight--;
-    pthread_mutex_unlock(&s->lock);
 }
 
 /* At ExpCmdSN the window moves on; ahead of a gap (MC/S: an earlier command still on another

@@ -1918,6 +1918,55 @@ static void test_erl2_reassign_write(void **state)
     tgt_free(t);
 }
 
+/* The connection dies inside a write's command PDU: the header came (its CmdSN counts as
+ * received, ExpCmdSN moves past it) but the immediate data never came whole. TASK REASSIGN on
+ * a new connection must solicit that data by R2T (§7.2.2: the target owes the command the
+ * data it lacks) rather than wait for it forever; the data lands whole. */
+static void test_erl2_reassign_write_cut_in_immediate(void **state)
+{
+    (void)state;
+    struct tgt *t = up_erl2();
+    static uint8_t buf[8192];
+    fill(buf, sizeof(buf), 5);
+    uint8_t cdb[16];
+    tgt_cdb_rw10(cdb, WRITE10, 300, 16);
+    struct tgt_pdu p;
+    uint32_t itt = tgt_new_itt(t);
+    tgt_pdu_scsi_cmd(&p, itt, tgt_next_cmdsn(t), cdb, sizeof(buf),
+                     ISCSI_FLAG_FINAL | ISCSI_CMD_WRITE, buf, sizeof(buf));
+    /* the header and half of the immediate data, then the connection is lost */
+    static uint8_t wire[ISCSI_BHS_LEN + 4096];
+    memcpy(wire, p.bhs.b, ISCSI_BHS_LEN);
+    put_be24(wire + BHS_DATA_SEG_LEN, sizeof(buf));
+    put_be32(wire + BHS_EXPSTATSN, tgt_expstatsn(t));
+    memcpy(wire + ISCSI_BHS_LEN, buf, 4096);
+    assert_int_equal(tgt_feed(t, wire, sizeof(wire)), sizeof(wire));
+    expect_none(t);
+    tgt_kill(t);
+    tgt_login_conn(t, 2, NULL);
+    send_reassign(t, itt, 0);
+    expect_tmf(t, 0);
+    struct tgt_rsp r = expect(t, ISCSI_OP_R2T);
+    assert_int_equal(r.itt, itt);
+    assert_int_equal(r.offset, 0);
+    assert_int_equal(r.desired_len, sizeof(buf));
+    answer_r2t(t, &r, buf, 4096);
+    expect_good(t, itt);
+    expect_none(t);
+    tgt_cdb_rw10(cdb, READ10, 300, 16);
+    uint32_t ritt = tgt_new_itt(t);
+    tgt_pdu_scsi_cmd(&p, ritt, tgt_next_cmdsn(t), cdb, sizeof(buf),
+                     ISCSI_FLAG_FINAL | ISCSI_CMD_READ, NULL, 0);
+    tgt_send(t, &p);
+    for (uint32_t i = 0; i < 2; i++) {
+        struct tgt_rsp d = expect(t, ISCSI_OP_DATA_IN);
+        assert_int_equal(d.offset, i * 4096);
+        assert_memory_equal(d.data, buf + i * 4096, 4096);
+    }
+    expect_none(t);
+    tgt_free(t);
+}
+
 /* Commands completed on the lost connection whose status the initiator never got (not
  * acknowledged by ExpStatSN): TASK REASSIGN resends the status on the new connection with a
  * StatSN of that connection. */
@@ -2388,6 +2437,7 @@ int main(void)
         cmocka_unit_test(test_erl2_logout_recovery),
         cmocka_unit_test(test_erl2_reassign_read),
         cmocka_unit_test(test_erl2_reassign_write),
+        cmocka_unit_test(test_erl2_reassign_write_cut_in_immediate),
         cmocka_unit_test(test_erl2_reassign_status_lost),
         cmocka_unit_test(test_erl2_reassign_unknown_or_allegiant),
         cmocka_unit_test(test_erl2_reassign_non_scsi),
