@@ -1367,6 +1367,23 @@ static void cmd_task_discard(struct iscsi_task *t)
     task_put(t);
 }
 
+/* RFC 7143 §11.14.5 a: a connection logged out, explicitly or implicitly, with "close the
+ * connection" while tasks were still allegiant to it terminates them, and when the session
+ * goes on each affected LUN reports 47h/7Fh SOME COMMANDS CLEARED BY ISCSI PROTOCOL EVENT to
+ * the next command of the nexus. (Case b, a connection lost below ERL 2 in an MC/S session,
+ * is not reported yet: see docs/error-recovery.md.) */
+static bool conn_closed_with_session_going_on(const struct iscsi_conn *c)
+{
+    struct iscsi_session *s = c->session;
+    bool by_logout = (c->logged_out && !c->recovery_logout) || atomic_load(&c->closed_by_logout);
+    if (!s || !s->nexus || !by_logout)
+        return false;
+    pthread_mutex_lock(&s->lock);
+    bool on = !s->closing && !s->logged_out; /* a Logout that ends the session set this */
+    pthread_mutex_unlock(&s->lock);
+    return on;
+}
+
 void cmd_conn_teardown(struct iscsi_conn *c)
 {
     struct list_node *n, *tmp;
@@ -1387,15 +1404,19 @@ void cmd_conn_teardown(struct iscsi_conn *c)
         task_put(list_entry(n, struct iscsi_task, retained_node));
     }
     snack_conn_cleanup(c);
+    bool report = conn_closed_with_session_going_on(c);
     list_for_each_safe(n, tmp, &c->tasks)
     {
         struct iscsi_task *t = list_entry(n, struct iscsi_task, node);
         /* Answered or aborted ones: the protocol side let go already, and the rest of their
          * holders (queued PDUs, dropped by conn_close(); the store) let go on their own. */
-        if (kept && t->state == TASK_QUEUED && !t->aborted)
+        if (kept && t->state == TASK_QUEUED && !t->aborted) {
             cmd_task_discard(t);
-        else if (!t->aborted && t->state != TASK_SENDING && t->state != TASK_RETAINED)
+        } else if (!t->aborted && t->state != TASK_SENDING && t->state != TASK_RETAINED) {
+            if (report)
+                scsi_nexus_tasks_terminated(c->session->nexus, t->scsi.lun);
             cmd_task_abort(t);
+        }
     }
 }
 

@@ -300,6 +300,9 @@ struct iscsi_conn {
      * "remove the connection for recovery", a failure, a reinstatement keep them for
      * reassignment (§7.2.2). */
     atomic_bool terminate_tasks;
+    /* ... because a Logout "close the connection" (§11.14.1 reason 1) sent on another
+     * connection, or a reinstatement below ERL 2 (§6.3.4: the same, implicitly), named it */
+    atomic_bool closed_by_logout;
     bool recovery_logout; /* logged out with reason 2: its tasks are kept */
     bool async_drop;      /* an Async Message "will drop" is queued: close once it is out */
 };
