@@ -22,6 +22,7 @@ struct slot {
     uint64_t t0, lba;
     uint32_t len;
     bool write;
+    uint8_t ua_retries; /* issued again after a unit attention (ua_retry) */
 };
 
 struct worker {
@@ -59,6 +60,7 @@ struct worker {
     struct lr_timer *timer, *kill_timer;
     struct bench_stats st;
     bool lost_reported;
+    bool ua_reported;
     unsigned kill_next; /* --inject kill-connection: the next connection to cut */
     /* The stall a cut causes (ErrorRecoveryLevel 2): from the cut to the first completion of a
      * command carried over from the cut connection (lr_result.recovered), and to the last one
@@ -392,10 +394,48 @@ static void cell_maybe_done(struct worker *w)
     finish_step(w);
 }
 
+/* A unit attention (SAM-5 §5.14) reports an event on the logical unit -- a reset, a changed
+ * capacity, commands cleared by an iSCSI protocol event (RFC 7143 §11.14.5) -- and the command
+ * that received it did not run. As qemu's iSCSI driver and the Linux SCSI midlayer do, it is
+ * issued again (a few times at most: each UA is reported once) and the first is logged. */
+#define BENCH_UA_RETRIES 4
+
+static bool ua_retry(struct worker *w, struct slot *sl, const struct lr_result *res,
+                     lr_done_fn done)
+{
+    if (res->err != LR_SCSI_STATUS || res->sense_len < 3 || sl->ua_retries >= BENCH_UA_RETRIES)
+        return false;
+    bool desc = (res->sense[0] & 0x7f) >= 0x72; /* descriptor format (SPC-4 §4.5.2) */
+    uint8_t key = desc ? res->sense[1] & 0x0f : res->sense[2] & 0x0f;
+    if (key != 0x6)
+        return false;
+    uint8_t asc = 0, ascq = 0;
+    if (desc) {
+        asc = res->sense[2];
+        ascq = res->sense[3];
+    } else if (res->sense_len >= 14) {
+        asc = res->sense[12];
+        ascq = res->sense[13];
+    }
+    if (!w->ua_reported) {
+        fprintf(stderr,
+                "linerate-bench: session %d: unit attention %02Xh/%02Xh: command issued again\n",
+                w->id, asc, ascq);
+        w->ua_reported = true;
+    }
+    sl->ua_retries++;
+    uint32_t nb = sl->len / w->bs;
+    int rc = sl->write ? lr_write(w->s, sl->lba, nb, w->bs, sl->buf, done, sl)
+                       : lr_read(w->s, sl->lba, nb, w->bs, sl->buf, done, sl);
+    return rc == 0;
+}
+
 static void on_io(void *arg, const struct lr_result *res)
 {
     struct slot *sl = arg;
     struct worker *w = sl->w;
+    if (ua_retry(w, sl, res, on_io))
+        return; /* still outstanding */
     uint64_t t = now_ns();
     w->outstanding--;
     w->free_slots[w->nfree++] = (unsigned)(sl - w->slots);
@@ -456,6 +496,7 @@ static void issue(struct worker *w)
                      (w->rw == RW_MIXED && (xorshift(&w->rng) & 1));
         bool random = w->rw == RW_RANDREAD || w->rw == RW_RANDWRITE || w->rw == RW_MIXED;
         sl->lba = pick_lba(w, nb, random);
+        sl->ua_retries = 0;
         sl->len = w->size;
         sl->write = write;
         sl->t0 = now_ns();
@@ -633,6 +674,8 @@ static void on_verify_io(void *arg, const struct lr_result *res)
 {
     struct slot *sl = arg;
     struct worker *w = sl->w;
+    if (ua_retry(w, sl, res, on_verify_io))
+        return; /* still outstanding */
     w->outstanding--;
     w->free_slots[w->nfree++] = (unsigned)(sl - w->slots);
     if (res->recovered)
@@ -682,6 +725,7 @@ static void verify_issue(struct worker *w)
     while (w->nfree && w->vnext < w->vchunks && !w->failed) {
         struct slot *sl = &w->slots[w->free_slots[--w->nfree]];
         sl->lba = w->region_start + w->vnext * nb;
+        sl->ua_retries = 0;
         sl->len = w->vsize;
         sl->write = write;
         w->vnext++;

@@ -1367,19 +1367,24 @@ static void cmd_task_discard(struct iscsi_task *t)
     task_put(t);
 }
 
-/* RFC 7143 §11.14.5 a: a connection logged out, explicitly or implicitly, with "close the
- * connection" while tasks were still allegiant to it terminates them, and when the session
+/* RFC 7143 §11.14.5: tasks still allegiant to a connection that (a) was logged out,
+ * explicitly or implicitly, with "close the connection", or (b) failed with nothing keeping
+ * them for reassignment (below ERL 2, or Time2Retain 0) are terminated, and when the session
  * goes on each affected LUN reports 47h/7Fh SOME COMMANDS CLEARED BY ISCSI PROTOCOL EVENT to
- * the next command of the nexus. (Case b, a connection lost below ERL 2 in an MC/S session,
- * is not reported yet: see docs/error-recovery.md.) */
-static bool conn_closed_with_session_going_on(const struct iscsi_conn *c)
+ * the next command of the nexus. Not for connections a reset, a preempted nexus or shutdown
+ * closes: those report their own event, or nothing is left to tell. */
+static bool conn_end_clears_tasks(const struct iscsi_conn *c)
 {
     struct iscsi_session *s = c->session;
-    bool by_logout = (c->logged_out && !c->recovery_logout) || atomic_load(&c->closed_by_logout);
-    if (!s || !s->nexus || !by_logout)
+    bool by_logout = atomic_load(&c->closed_by_logout);
+    if (!s || !s->nexus || atomic_load(&c->srv->shutting_down) ||
+        (atomic_load(&c->terminate_tasks) && !by_logout) || (c->logged_out && c->recovery_logout))
         return false;
+    by_logout = by_logout || c->logged_out;
     pthread_mutex_lock(&s->lock);
-    bool on = !s->closing && !s->logged_out; /* a Logout that ends the session set this */
+    /* a Logout that ends the session set logged_out; a failed connection (case b) leaves the
+     * session to the others, c still counting among them here */
+    bool on = !s->closing && !s->logged_out && (by_logout || s->nconns > 1);
     pthread_mutex_unlock(&s->lock);
     return on;
 }
@@ -1404,7 +1409,7 @@ void cmd_conn_teardown(struct iscsi_conn *c)
         task_put(list_entry(n, struct iscsi_task, retained_node));
     }
     snack_conn_cleanup(c);
-    bool report = conn_closed_with_session_going_on(c);
+    bool report = conn_end_clears_tasks(c);
     list_for_each_safe(n, tmp, &c->tasks)
     {
         struct iscsi_task *t = list_entry(n, struct iscsi_task, node);

@@ -934,6 +934,46 @@ static void test_logout_close_connection_clears_tasks(void **state)
     tgt_free(t);
 }
 
+/* §11.14.5 b: below ERL 2 a connection of an MC/S session that fails with a write still
+ * waiting for its data ends that write; the other connection's next command on the LUN gets
+ * 47h/7Fh, once. A failed connection whose tasks were all answered clears nothing. */
+static void test_conn_failure_clears_tasks(void **state)
+{
+    (void)state;
+    struct tgt_opts o;
+    tgt_opts_default(&o);
+    o.max_connections = 3;
+    struct tgt *t = tgt_login(&o);
+    int c2 = tgt_login_conn(t, 2, NULL);
+    tgt_use(t, 0);
+    static uint8_t buf[16384];
+    fill(buf, sizeof(buf), 4);
+    uint8_t cdb[16];
+    tgt_cdb_rw10(cdb, WRITE10, 600, 32);
+    struct tgt_pdu p;
+    tgt_pdu_scsi_cmd(&p, tgt_new_itt(t), tgt_next_cmdsn(t), cdb, sizeof(buf),
+                     ISCSI_FLAG_FINAL | ISCSI_CMD_WRITE, buf, 4096);
+    tgt_send(t, &p);
+    expect(t, ISCSI_OP_R2T);
+    tgt_kill(t);
+    tgt_use(t, c2);
+    uint32_t tur = send_tur(t, tgt_next_cmdsn(t), false);
+    struct tgt_rsp r = expect(t, ISCSI_OP_SCSI_RSP);
+    assert_int_equal(r.itt, tur);
+    assert_int_equal(r.status, 0x02);
+    assert_int_equal(r.sense_key, 0x06);
+    assert_int_equal(r.asc, 0x47);
+    assert_int_equal(r.ascq, 0x7f);
+    expect_good(t, send_tur(t, tgt_next_cmdsn(t), false));
+    /* a third connection, idle, fails: nothing more to report */
+    int c3 = tgt_login_conn(t, 3, NULL);
+    tgt_kill(t);
+    (void)c3;
+    tgt_use(t, c2);
+    expect_good(t, send_tur(t, tgt_next_cmdsn(t), false));
+    tgt_free(t);
+}
+
 /* Removing a connection for recovery needs ERL 2: response 2, "connection recovery is not
  * supported" (§11.15.1), and the connection stays. */
 static void test_logout_remove_for_recovery(void **state)
@@ -2462,6 +2502,7 @@ int main(void)
         cmocka_unit_test(test_logout_close_session),
         cmocka_unit_test(test_logout_close_connection),
         cmocka_unit_test(test_logout_close_connection_clears_tasks),
+        cmocka_unit_test(test_conn_failure_clears_tasks),
         cmocka_unit_test(test_logout_remove_for_recovery),
         cmocka_unit_test(test_reject_unknown_opcode),
         cmocka_unit_test(test_reject_snack_at_erl0),
