@@ -1418,7 +1418,9 @@ void cmd_conn_teardown(struct iscsi_conn *c)
         if (kept && t->state == TASK_QUEUED && !t->aborted) {
             cmd_task_discard(t);
         } else if (!t->aborted && t->state != TASK_SENDING && t->state != TASK_RETAINED) {
-            if (report)
+            /* one whose immediate data was still under its digest check never had its
+             * CmdSN received (§7.3): the initiator retries it, nothing was cleared */
+            if (report && !t->cmdsn_pending)
                 scsi_nexus_tasks_terminated(c->session->nexus, t->scsi.lun);
             cmd_task_abort(t);
         }
