@@ -283,6 +283,14 @@ void ctl_print_result(FILE *out, const char *kind, json_t *r)
         if (!json_array_size(json_object_get(r, "applied")) &&
             !json_array_size(json_object_get(r, "needs_restart")))
             fprintf(out, "  no change\n");
+    } else if (strcmp(kind, "saved") == 0) {
+        size_t i;
+        json_t *v;
+        fprintf(out, "saved %s: %lld lines kept, %lld changed, %lld added, %lld removed\n",
+                str(r, "file"), num(r, "lines_kept"), num(r, "lines_changed"),
+                num(r, "lines_added"), num(r, "lines_removed"));
+        json_array_foreach(json_object_get(r, "differences"), i, v)
+            fprintf(out, "  still differs from what runs: %s\n", json_string_value(v));
     } else if (strcmp(kind, "target-added") == 0) {
         char *portals = join(json_object_get(r, "portals"));
         fprintf(out, "target %s added on %s with %lld LUN%s\n", str(r, "target"),

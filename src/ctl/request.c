@@ -3,6 +3,7 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "ctl/ctl.h"
 
@@ -165,6 +166,29 @@ int ctl_req_from_argv(int argc, char **argv, struct ctl_req *req, char *err, siz
             if (!is(argv[i], "--force"))
                 return usage_err(err, errlen, "usage: reload [--force]");
             json_object_set_new(p, "force", json_true());
+        }
+        return 0;
+    }
+    if (is(verb, "save")) {
+        if (argc > 2)
+            return usage_err(err, errlen, "usage: save [FILE]");
+        req->method = "save";
+        req->kind = "saved";
+        if (argc == 2) {
+            /* The daemon has its own working directory: a relative FILE is the caller's. */
+            char *abs = NULL;
+            if (argv[1][0] == '/') {
+                abs = strdup(argv[1]);
+            } else {
+                char *cwd = getcwd(NULL, 0);
+                if (cwd && asprintf(&abs, "%s/%s", cwd, argv[1]) < 0)
+                    abs = NULL;
+                free(cwd);
+            }
+            if (!abs)
+                return usage_err(err, errlen, "save: cannot make '%s' an absolute path", argv[1]);
+            json_object_set_new(p, "file", json_string(abs));
+            free(abs);
         }
         return 0;
     }

@@ -901,6 +901,12 @@ static int cfg_line(struct cfg_parser *ps, char *raw)
 
 int target_config_load(struct target_config *cfg, const char *path, char *err, size_t errlen)
 {
+    return target_config_load_defaults(cfg, path, NULL, err, errlen);
+}
+
+int target_config_load_defaults(struct target_config *cfg, const char *path,
+                                struct target_section_defaults *defs, char *err, size_t errlen)
+{
     struct cfg_parser ps = {.cfg = cfg, .path = path, .err = err, .errlen = errlen};
     target_params_default(&ps.global_params);
     FILE *f = fopen(path, "r");
@@ -931,6 +937,11 @@ int target_config_load(struct target_config *cfg, const char *path, char *err, s
         rc = cfg_fail(&ps, ps.line, "out of memory");
     if (rc == 0)
         rc = target_chap_load(cfg, err, errlen);
+    if (rc == 0 && defs) {
+        defs->params = ps.global_params;
+        defs->alua = ps.global_alua;
+        defs->chap_algs = cfg->chap_algs;
+    }
     free(buf);
     free(ps.global_portals);
     fclose(f);

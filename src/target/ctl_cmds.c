@@ -598,9 +598,34 @@ static json_t *m_set_lun(struct daemon *d, json_t *params, struct req_err *e)
     return lun_json(n->name, lu);
 }
 
+/* A resized LUN's spec says its new size where it gives one (ram:SIZE, null:SIZE, size=), so
+ * that save writes it and reload does not take it back. */
+static void conf_lun_resized(struct daemon *d, unsigned t, uint64_t num, uint64_t bytes)
+{
+    struct target_lun_conf *l = conf_lun_find(d, t, num);
+    if (!l)
+        return;
+    char size[32], *spec = l->bs_spec;
+    target_size_text(bytes, size, sizeof(size));
+    const char *start = NULL;
+    if (strncmp(spec, "ram:", 4) == 0 || strncmp(spec, "null:", 5) == 0)
+        start = strchr(spec, ':') + 1;
+    else if ((start = strstr(spec, ",size=")))
+        start += 6;
+    if (!start)
+        return; /* a file or image that keeps its size itself */
+    const char *end = start + strcspn(start, ",");
+    char *grown = NULL;
+    if (asprintf(&grown, "%.*s%s%s", (int)(start - spec), spec, size, end) < 0)
+        return;
+    free(l->bs_spec);
+    l->bs_spec = grown;
+}
+
 static json_t *m_resize_lun(struct daemon *d, json_t *params, struct req_err *e)
 {
-    struct iscsi_node *n = param_target(d, params, NULL, e);
+    unsigned t;
+    struct iscsi_node *n = param_target(d, params, &t, e);
     uint64_t num;
     struct scsi_lun *lu = n ? param_lun(n, params, &num, e) : NULL;
     if (!lu)
@@ -616,6 +641,7 @@ static json_t *m_resize_lun(struct daemon *d, json_t *params, struct req_err *e)
     uint64_t was = scsi_lun_size_bytes(lu);
     if (scsi_lun_grow(lu, bytes, err, sizeof(err)) < 0)
         return fail(e, ERR_FAILED, "%s", err);
+    conf_lun_resized(d, t, num, scsi_lun_size_bytes(lu));
     LOG_INFO("target %s: LUN %llu resized by linerate-ctl from %llu to %llu bytes", n->name,
              (unsigned long long)num, (unsigned long long)was, (unsigned long long)bytes);
     return lun_json(n->name, lu);
@@ -673,6 +699,8 @@ static json_t *m_add_target(struct daemon *d, json_t *params, struct req_err *e)
         goto out;
     }
     snprintf(c->alias, sizeof(c->alias), "%s", alias ? alias : "");
+    /* as a loaded target has it: the global CHAP algorithms (no CHAP user here anyway) */
+    c->chap.algs = d->cfg.chap_algs ? d->cfg.chap_algs : CHAP_ALGS_ALL;
     json_array_foreach(portals, i, v)
     {
         struct target_portal p;
@@ -788,6 +816,16 @@ static json_t *m_reload(struct daemon *d, json_t *params, struct req_err *e)
     return r;
 }
 
+static json_t *m_save(struct daemon *d, json_t *params, struct req_err *e)
+{
+    const char *file = param_str(params, "file", false, e);
+    if (e->code)
+        return NULL;
+    char err[2048];
+    json_t *r = ctl_save(d, file, err, sizeof(err));
+    return r ? r : fail(e, ERR_FAILED, "%s", err);
+}
+
 static const char *const level_names[] = {"error", "warn", "info", "debug"};
 
 static json_t *m_set_log_level(struct daemon *d, json_t *params, struct req_err *e)
@@ -835,6 +873,7 @@ static const struct method methods[] = {
     {"drop_connection", m_drop_connection},
     {"set_log_level", m_set_log_level},
     {"reload", m_reload},
+    {"save", m_save},
     {"add_target", m_add_target},
     {"remove_target", m_remove_target},
 };

@@ -76,24 +76,49 @@ static bool same_chap(const struct chap_creds *a, const struct chap_creds *b)
            memcmp(a->mutual_secret, b->mutual_secret, a->mutual_secret_len) == 0;
 }
 
+/* Portals and allow entries are sets: the order of their lines changes nothing a login sees
+ * (SendTargets lists the portals in the order they were added). */
+static bool has_portal(const struct target_node_conf *c, const char *text)
+{
+    for (unsigned i = 0; i < c->nportals; i++)
+        if (strcmp(c->portals[i].text, text) == 0)
+            return true;
+    return false;
+}
+
+static bool has_allow(const struct target_node_conf *c, const char *iqn)
+{
+    for (unsigned i = 0; i < c->nallow; i++)
+        if (strcasecmp(c->allow[i], iqn) == 0)
+            return true;
+    return false;
+}
+
 static bool same_portals(const struct target_node_conf *a, const struct target_node_conf *b)
 {
-    if (a->nportals != b->nportals)
-        return false;
     for (unsigned i = 0; i < a->nportals; i++)
-        if (strcmp(a->portals[i].text, b->portals[i].text) != 0)
+        if (!has_portal(b, a->portals[i].text))
+            return false;
+    for (unsigned i = 0; i < b->nportals; i++)
+        if (!has_portal(a, b->portals[i].text))
             return false;
     return true;
 }
 
 static bool same_allow(const struct target_node_conf *a, const struct target_node_conf *b)
 {
-    if (a->nallow != b->nallow)
-        return false;
     for (unsigned i = 0; i < a->nallow; i++)
-        if (strcasecmp(a->allow[i], b->allow[i]) != 0)
+        if (!has_allow(b, a->allow[i]))
+            return false;
+    for (unsigned i = 0; i < b->nallow; i++)
+        if (!has_allow(a, b->allow[i]))
             return false;
     return true;
+}
+
+bool ctl_lun_conf_same(const struct target_lun_conf *a, const struct target_lun_conf *b)
+{
+    return a->lun == b->lun && same_store(a, b) && a->read_only == b->read_only;
 }
 
 /* Settings outside the LUNs that differ: each becomes a "needs a restart" line. */
@@ -123,10 +148,6 @@ static void diff_fixed(const struct target_config *run, const struct target_conf
         const struct target_node_conf *f = find_conf(file, r->name);
         if (!f)
             continue; /* removed as a whole, below */
-        if (!same_portals(r, f))
-            note(restart, "target %s: portals", r->name);
-        if (!same_allow(r, f))
-            note(restart, "target %s: allow", r->name);
         if (strcmp(r->alias, f->alias) != 0)
             note(restart, "target %s: alias", r->name);
         if (!same_chap(&r->chap, &f->chap))
@@ -136,6 +157,54 @@ static void diff_fixed(const struct target_config *run, const struct target_conf
         if (!target_alua_same(&r->alua, &f->alua))
             note(restart, "target %s: ALUA (alua-group, alua-state, alua-peer)", r->name);
     }
+}
+
+/* A running target's portals and allow list that differ from the file's. */
+static void diff_access(const struct target_config *run, const struct target_config *file,
+                        json_t *list)
+{
+    for (unsigned i = 0; i < run->ntargets; i++) {
+        const struct target_node_conf *r = &run->targets[i];
+        const struct target_node_conf *f = find_conf(file, r->name);
+        if (f && !same_portals(r, f))
+            note(list, "target %s: portals", r->name);
+        if (f && !same_allow(r, f))
+            note(list, "target %s: allow", r->name);
+    }
+}
+
+void ctl_config_diff(const struct daemon *d, const struct target_config *file, json_t *out)
+{
+    const struct target_config *run = &d->cfg;
+    diff_fixed(run, file, out);
+    diff_access(run, file, out);
+    for (unsigned i = 0; i < run->ntargets; i++) {
+        const struct target_node_conf *r = &run->targets[i];
+        const struct target_node_conf *f = find_conf(file, r->name);
+        if (!f) {
+            note(out, "target %s: not in the file", r->name);
+            continue;
+        }
+        for (unsigned k = 0; k < r->nluns; k++) {
+            const struct target_lun_conf *fl = find_lun(f, r->luns[k].lun);
+            if (!fl)
+                note(out, "target %s: LUN %llu not in the file", r->name,
+                     (unsigned long long)r->luns[k].lun);
+            else if (!ctl_lun_conf_same(&r->luns[k], fl))
+                note(out, "target %s: LUN %llu differs (%s%s in the file, %s%s running)", r->name,
+                     (unsigned long long)fl->lun, fl->bs_spec, fl->read_only ? ",ro" : "",
+                     r->luns[k].bs_spec, r->luns[k].read_only ? ",ro" : "");
+        }
+        for (unsigned k = 0; k < f->nluns; k++)
+            if (!find_lun(r, f->luns[k].lun))
+                note(out, "target %s: LUN %llu only in the file", r->name,
+                     (unsigned long long)f->luns[k].lun);
+    }
+    for (unsigned i = 0; i < file->ntargets; i++)
+        if (!find_conf(run, file->targets[i].name))
+            note(out, "target %s: only in the file", file->targets[i].name);
+    if (!run->cli_log_level && file->log_level != log_get_level())
+        note(out, "log-level");
 }
 
 /* A LUN to add, its store opened ahead. */
@@ -172,6 +241,7 @@ json_t *ctl_reload(struct daemon *d, bool force, char *err, size_t errlen)
     }
     json_t *applied = json_array(), *restart = json_array();
     diff_fixed(&d->cfg, &file, restart);
+    diff_access(&d->cfg, &file, restart);
 
     /* Plan per running target: removals, write-protection changes, additions. */
     struct pending_add *adds = NULL;

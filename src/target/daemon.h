@@ -148,5 +148,17 @@ struct json_t;
 struct json_t *ctl_reload(struct daemon *d, bool force, char *err, size_t errlen);
 /* SIGHUP: run a reload on the control thread (or here when there is none) and log it. */
 void ctl_reload_signal(struct daemon *d);
+/* Every way the configuration `file` differs from what runs (what a reload would change or
+ * list as needing a restart), one string each appended to `out`. */
+void ctl_config_diff(const struct daemon *d, const struct target_config *file, struct json_t *out);
+/* The same LUN configuration: store spec, options and write protection. */
+bool ctl_lun_conf_same(const struct target_lun_conf *a, const struct target_lun_conf *b);
+
+/* --- ctl_save.c: linerate-ctl save --- */
+/* Write the running configuration to `path` (absolute; NULL: the --config file), keeping the
+ * --config file's lines where their entries still hold; atomic (temporary file + rename, same
+ * mode and owner). The report (a JSON object: file, lines kept/changed/added/removed, and the
+ * differences that remain between the saved file and what runs) or NULL with err. */
+struct json_t *ctl_save(struct daemon *d, const char *path, char *err, size_t errlen);
 
 #endif

@@ -7,6 +7,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <sys/socket.h>
 
 #include "iscsi/chap.h"
@@ -145,6 +146,16 @@ struct target_node_conf *target_config_copy_node(struct target_config *cfg,
 int target_config_finish(struct target_config *cfg);
 /* Load a config file. On error returns -1 with "FILE:LINE: reason" in err. */
 int target_config_load(struct target_config *cfg, const char *path, char *err, size_t errlen);
+/* What a [target] section takes from the global section of its file unless it says otherwise
+ * (session keys, ALUA), for writing a new section into that file. */
+struct target_section_defaults {
+    struct iscsi_params params;
+    struct target_alua_conf alua;
+    unsigned chap_algs; /* the global chap-algorithms (0: all) */
+};
+/* target_config_load, also giving the file's section defaults (defs may be NULL). */
+int target_config_load_defaults(struct target_config *cfg, const char *path,
+                                struct target_section_defaults *defs, char *err, size_t errlen);
 
 /* Validators and parsers shared by cli.c and config.c; on error they return -1 and write a
  * reason (without the origin) into err. */
@@ -178,12 +189,28 @@ int target_set_ctl_socket(struct target_config *cfg, const char *val, char *err,
 /* error-recovery-level: 0..2, and at most ISCSI_ERL_IMPLEMENTED. */
 int target_parse_erl(const char *val, uint32_t *out, char *err, size_t errlen);
 
+/* --- conf_write.c: the model as config file text (linerate-ctl save) --- */
+/* "64M" for 67108864: the largest whole unit (k, M, G, T), else bytes. */
+void target_size_text(uint64_t bytes, char *buf, size_t len);
+/* The spec a `lun =` line takes for l (store spec and LUN options). 0, or -1 if truncated. */
+int target_lun_spec_format(const struct target_lun_conf *l, char *buf, size_t len);
+/* "lun N = SPEC\n" */
+void target_conf_write_lun(FILE *f, const struct target_lun_conf *l);
+/* A whole [target] section: its keys, session keys and ALUA only where they differ from inh. */
+void target_conf_write_section(FILE *f, const struct target_node_conf *c,
+                               const struct target_section_defaults *inh);
+/* The global keys of cfg that differ from the defaults (a daemon started without a file),
+ * with `level` as the log level. */
+void target_conf_write_globals(FILE *f, const struct target_config *cfg, enum log_level level);
+
 /* --- limits.c: the global limit keys --- */
 bool target_limits_is_key(const char *key);
 /* Returns 1 if `key` is a limit key and was set, 0 if it is not one, -1 with a reason in err
  * on a bad value. */
 int target_limits_key(struct iscsi_limits *l, const char *key, const char *val, char *err,
                       size_t errlen);
+/* "max-sessions = N" lines for the limits that differ from the defaults. */
+void target_limits_write(FILE *f, const struct iscsi_limits *l);
 
 /* --- cli.c --- */
 /* Parse argv into cfg. Returns -1 to go on and serve, or an exit code (0 after --help or
