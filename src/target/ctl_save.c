@@ -242,8 +242,7 @@ static bool rewrite(struct doc *d, unsigned i, const char *fmt, ...)
     int pad = 2;
     if (c && (size_t)(c - t) > indent + strlen(body) + 1)
         pad = (int)((size_t)(c - t) - indent - strlen(body));
-    bool ok = str_add(&l->repl, "%.*s%s%*s%s", (int)indent, t, body, c ? pad : 0, "",
-                      c ? c : "");
+    bool ok = str_add(&l->repl, "%.*s%s%*s%s", (int)indent, t, body, c ? pad : 0, "", c ? c : "");
     free(body);
     if (!l->dead)
         d->changed++;
@@ -402,8 +401,8 @@ static bool edit_section(struct doc *d, unsigned s, const struct target_node_con
             continue;
         char spec[2048];
         target_lun_spec_format(&r->luns[i], spec, sizeof(spec));
-        ok = ok && insert_after(d, anchor, "lun %llu = %s", (unsigned long long)r->luns[i].lun,
-                                spec);
+        ok = ok &&
+             insert_after(d, anchor, "lun %llu = %s", (unsigned long long)r->luns[i].lun, spec);
     }
     /* An unnumbered line takes the number after the line before it: once a line before it is
      * gone, it says its number. */
@@ -564,8 +563,8 @@ json_t *ctl_save(struct daemon *dm, const char *path, char *err, size_t errlen)
         if (target_config_load_defaults(&file, layout, &defs, err, errlen) < 0) {
             char why[1024];
             snprintf(why, sizeof(why), "%s", err);
-            snprintf(err, errlen, "the config file no longer loads, so its layout cannot be kept: %s",
-                     why);
+            snprintf(err, errlen,
+                     "the config file no longer loads, so its layout cannot be kept: %s", why);
             goto out;
         }
         if (doc_read(&doc, layout, err, errlen) < 0)
@@ -605,7 +604,8 @@ json_t *ctl_save(struct daemon *dm, const char *path, char *err, size_t errlen)
         goto out;
     }
     mode_t mode = exists ? st.st_mode & 07777 : 0644;
-    if (fchmod(fd, mode) < 0 || (exists && fchown(fd, st.st_uid, st.st_gid) < 0 && errno != EPERM) ||
+    if (fchmod(fd, mode) < 0 ||
+        (exists && fchown(fd, st.st_uid, st.st_gid) < 0 && errno != EPERM) ||
         write_all(fd, text, strlen(text)) < 0 || fsync(fd) < 0) {
         snprintf(err, errlen, "cannot write %s: %s", tmp, strerror(errno));
         goto out;
@@ -619,8 +619,7 @@ json_t *ctl_save(struct daemon *dm, const char *path, char *err, size_t errlen)
     char why[1024];
     if (target_config_load(&saved, tmp, why, sizeof(why)) < 0) {
         target_config_free(&saved);
-        snprintf(err, errlen, "the text written would not load (%s); %s left as it was", why,
-                 dest);
+        snprintf(err, errlen, "the text written would not load (%s); %s left as it was", why, dest);
         goto out;
     }
     json_t *diffs = json_array();
