@@ -167,6 +167,24 @@ int target_node_add_allow(struct target_node_conf *n, const char *iqn)
     return 0;
 }
 
+void target_node_remove_portal(struct target_node_conf *n, const char *text)
+{
+    unsigned k = 0;
+    for (unsigned i = 0; i < n->nportals; i++)
+        if (strcmp(n->portals[i].text, text) != 0)
+            n->portals[k++] = n->portals[i];
+    n->nportals = k;
+}
+
+void target_node_remove_allow(struct target_node_conf *n, const char *iqn)
+{
+    unsigned k = 0;
+    for (unsigned i = 0; i < n->nallow; i++)
+        if (strcasecmp(n->allow[i], iqn) != 0)
+            memmove(n->allow[k++], n->allow[i], sizeof(n->allow[0]));
+    n->nallow = k;
+}
+
 /* Takes ownership of lun->bs_spec on success. */
 int target_node_add_lun(struct target_node_conf *n, struct target_lun_conf *lun, char *err,
                         size_t errlen)

@@ -762,6 +762,91 @@ static json_t *m_remove_target(struct daemon *d, json_t *params, struct req_err 
                      "luns_removed", (int)r.luns, "commands_left", (json_int_t)r.commands_left);
 }
 
+/* --- a running target's portals and allow list --- */
+
+static json_t *m_add_portal(struct daemon *d, json_t *params, struct req_err *e)
+{
+    unsigned t;
+    struct iscsi_node *n = param_target(d, params, &t, e);
+    const char *text = n ? param_str(params, "portal", true, e) : NULL;
+    if (!text)
+        return NULL;
+    struct target_portal p;
+    char err[512];
+    if (target_parse_portal(text, &p, err, sizeof(err)) < 0)
+        return fail(e, ERR_INVALID_PARAMS, "%s", err);
+    if (ctl_portal_add(d, t, &p, err, sizeof(err)) < 0)
+        return fail(e, ERR_FAILED, "%s", err);
+    return json_pack("{s:s, s:s, s:b}", "target", n->name, "portal", p.text, "listening", true);
+}
+
+static json_t *m_remove_portal(struct daemon *d, json_t *params, struct req_err *e)
+{
+    unsigned t;
+    struct iscsi_node *n = param_target(d, params, &t, e);
+    const char *text = n ? param_str(params, "portal", true, e) : NULL;
+    if (!text)
+        return NULL;
+    struct target_portal p;
+    char err[512];
+    if (target_parse_portal(text, &p, err, sizeof(err)) < 0)
+        return fail(e, ERR_INVALID_PARAMS, "%s", err);
+    /* sessions already on it carry on: count them for the answer */
+    unsigned on_it = 0;
+    struct iscsi_session_info *v;
+    unsigned k;
+    if (iscsi_server_list_sessions(&d->srv, &v, &k) == 0) {
+        for (unsigned i = 0; i < k; i++) {
+            bool here = false;
+            for (unsigned c = 0; c < v[i].nconns && !here; c++)
+                here = strcmp(v[i].conns[c].portal, p.text) == 0;
+            on_it += here && strcasecmp(v[i].target, n->name) == 0;
+        }
+        free(v);
+    }
+    bool closed;
+    int rc = ctl_portal_remove(d, t, p.text, false, &closed, err, sizeof(err));
+    if (rc < 0)
+        return fail(e, rc == -ENOENT ? ERR_NOT_FOUND : ERR_FAILED, "%s", err);
+    return json_pack("{s:s, s:s, s:b, s:i}", "target", n->name, "portal", p.text, "listener_closed",
+                     closed, "sessions_on_it", (int)on_it);
+}
+
+static json_t *m_add_allow(struct daemon *d, json_t *params, struct req_err *e)
+{
+    unsigned t;
+    struct iscsi_node *n = param_target(d, params, &t, e);
+    const char *iqn = n ? param_str(params, "initiator", true, e) : NULL;
+    if (!iqn)
+        return NULL;
+    char err[512];
+    if (target_check_iscsi_name(iqn, err, sizeof(err)) < 0)
+        return fail(e, ERR_INVALID_PARAMS, "%s", err);
+    bool was_open = n->nallow == 0;
+    if (ctl_allow_add(d, t, iqn, err, sizeof(err)) < 0)
+        return fail(e, ERR_FAILED, "%s", err);
+    return json_pack("{s:s, s:s, s:b}", "target", n->name, "initiator", iqn, "was_open", was_open);
+}
+
+static json_t *m_remove_allow(struct daemon *d, json_t *params, struct req_err *e)
+{
+    unsigned t;
+    struct iscsi_node *n = param_target(d, params, &t, e);
+    const char *iqn = n ? param_str(params, "initiator", true, e) : NULL;
+    uint64_t timeout = LOGOUT_TIMEOUT_S;
+    if (!iqn || param_uint(params, "timeout", TIMEOUT_MAX_S, &timeout, e) < 0)
+        return NULL;
+    bool force = param_bool(params, "force");
+    char err[512];
+    unsigned sessions;
+    int rc =
+        ctl_allow_remove(d, t, iqn, false, force, (unsigned)timeout, &sessions, err, sizeof(err));
+    if (rc < 0)
+        return fail(e, rc == -ENOENT ? ERR_NOT_FOUND : ERR_FAILED, "%s", err);
+    return json_pack("{s:s, s:s, s:i, s:b}", "target", n->name, "initiator", iqn, "sessions",
+                     (int)sessions, "sessions_ended", force);
+}
+
 /* --- sessions --- */
 
 static json_t *m_logout_session(struct daemon *d, json_t *params, struct req_err *e)
@@ -876,6 +961,10 @@ static const struct method methods[] = {
     {"save", m_save},
     {"add_target", m_add_target},
     {"remove_target", m_remove_target},
+    {"add_portal", m_add_portal},
+    {"remove_portal", m_remove_portal},
+    {"add_allow", m_add_allow},
+    {"remove_allow", m_remove_allow},
 };
 
 /* --- the envelope --- */

@@ -207,6 +207,67 @@ void ctl_config_diff(const struct daemon *d, const struct target_config *file, j
         note(out, "log-level");
 }
 
+/* Bring running target t's portals and allow list to the file's f: additions first, so that
+ * the target is never without a portal, nor open to everyone while one name replaces another.
+ * Sessions through a removed portal carry on; those of an initiator no longer allowed too,
+ * unless force logs them out. */
+static void apply_access(struct daemon *d, unsigned t, const struct target_node_conf *f, bool force,
+                         json_t *applied, json_t *restart)
+{
+    char name[ISCSI_NAME_MAX + 1], why[512];
+    snprintf(name, sizeof(name), "%s", d->cfg.targets[t].name);
+    for (unsigned i = 0; i < f->nportals; i++) {
+        if (has_portal(&d->cfg.targets[t], f->portals[i].text))
+            continue;
+        if (ctl_portal_add(d, t, &f->portals[i], why, sizeof(why)) == 0)
+            note(applied, "target %s: portal %s added", name, f->portals[i].text);
+        else
+            note(restart, "target %s: portal %s: %s", name, f->portals[i].text, why);
+    }
+    /* Iterate over a copy: removing edits the running list. */
+    struct target_node_conf run;
+    memset(&run, 0, sizeof(run));
+    for (unsigned i = 0; i < d->cfg.targets[t].nportals; i++)
+        target_node_add_portal(&run, &d->cfg.targets[t].portals[i]);
+    for (unsigned i = 0; i < d->cfg.targets[t].nallow; i++)
+        target_node_add_allow(&run, d->cfg.targets[t].allow[i]);
+    for (unsigned i = 0; i < run.nportals; i++) {
+        const char *p = run.portals[i].text;
+        bool closed;
+        if (has_portal(f, p))
+            continue;
+        if (ctl_portal_remove(d, t, p, true, &closed, why, sizeof(why)) == 0)
+            note(applied, "target %s: portal %s removed%s", name, p,
+                 closed ? " (its listener closed; sessions on it carry on)"
+                        : " (sessions on it carry on)");
+        else
+            note(restart, "target %s: portal %s: %s", name, p, why);
+    }
+    for (unsigned i = 0; i < f->nallow; i++) {
+        if (has_allow(&d->cfg.targets[t], f->allow[i]))
+            continue;
+        if (ctl_allow_add(d, t, f->allow[i], why, sizeof(why)) == 0)
+            note(applied, "target %s: allow %s added", name, f->allow[i]);
+        else
+            note(restart, "target %s: allow %s: %s", name, f->allow[i], why);
+    }
+    for (unsigned i = 0; i < run.nallow; i++) {
+        const char *iqn = run.allow[i];
+        unsigned sessions;
+        if (has_allow(f, iqn))
+            continue;
+        if (ctl_allow_remove(d, t, iqn, true, force, RELOAD_REMOVE_TIMEOUT_S, &sessions, why,
+                             sizeof(why)) == 0)
+            note(applied, "target %s: allow %s removed (%u session%s %s)", name, iqn, sessions,
+                 sessions == 1 ? "" : "s",
+                 force ? "logged out" : "carry on; reload --force logs them out");
+        else
+            note(restart, "target %s: allow %s: %s", name, iqn, why);
+    }
+    free(run.portals);
+    free(run.allow);
+}
+
 /* A LUN to add, its store opened ahead. */
 struct pending_add {
     unsigned t;
@@ -241,7 +302,6 @@ json_t *ctl_reload(struct daemon *d, bool force, char *err, size_t errlen)
     }
     json_t *applied = json_array(), *restart = json_array();
     diff_fixed(&d->cfg, &file, restart);
-    diff_access(&d->cfg, &file, restart);
 
     /* Plan per running target: removals, write-protection changes, additions. */
     struct pending_add *adds = NULL;
@@ -297,7 +357,25 @@ json_t *ctl_reload(struct daemon *d, bool force, char *err, size_t errlen)
     for (unsigned i = 0; i < file.ntargets && rc == 0; i++)
         if (!find_conf(&d->cfg, file.targets[i].name))
             rc = check_new_target(&file.targets[i], err, errlen);
+    /* A running target's new portal is listened on now, so that an address that cannot be
+     * bound refuses the reload before anything changed (the listener alone changes nothing:
+     * no target is served through it yet). */
+    for (unsigned t = 0; t < d->built.n && rc == 0; t++) {
+        const struct target_node_conf *f = find_conf(&file, d->cfg.targets[t].name);
+        for (unsigned i = 0; f && i < f->nportals && rc == 0; i++) {
+            char why[512];
+            if (!has_portal(&d->cfg.targets[t], f->portals[i].text) &&
+                daemon_listen_portal(d, &f->portals[i], why, sizeof(why)) < 0) {
+                snprintf(err, errlen, "%s: %s", f->origin, why);
+                rc = -1;
+            }
+        }
+    }
     if (rc < 0) {
+        for (unsigned i = 0; i < file.ntargets; i++)
+            for (unsigned k = 0; k < file.targets[i].nportals; k++)
+                if (!ctl_portal_in_use(d, file.targets[i].portals[k].text))
+                    daemon_unlisten_portal(d, file.targets[i].portals[k].text);
         for (unsigned i = 0; i < nadds; i++) {
             bs_close(adds[i].bs);
             free(adds[i].l.bs_spec);
@@ -362,6 +440,11 @@ json_t *ctl_reload(struct daemon *d, bool force, char *err, size_t errlen)
             note(restart, "target %s: LUN %llu: %s", name, (unsigned long long)num, why);
     }
     free(adds);
+    for (unsigned t = 0; t < d->built.n; t++) {
+        const struct target_node_conf *f = find_conf(&file, d->cfg.targets[t].name);
+        if (f)
+            apply_access(d, t, f, force, applied, restart);
+    }
 
     /* Whole targets last: removing one renumbers the running ones. */
     for (unsigned t = 0; t < d->cfg.ntargets;) {

@@ -184,6 +184,10 @@ int target_node_add_portal(struct target_node_conf *n, const struct target_porta
 int target_node_add_lun(struct target_node_conf *n, struct target_lun_conf *lun, char *err,
                         size_t errlen);
 int target_node_add_allow(struct target_node_conf *n, const char *iqn);
+/* Drop a portal (by its canonical text) or an allow entry (names compare without case);
+ * nothing if it is not there. */
+void target_node_remove_portal(struct target_node_conf *n, const char *text);
+void target_node_remove_allow(struct target_node_conf *n, const char *iqn);
 /* --ctl-socket / ctl-socket: an absolute path shorter than TARGET_CTL_PATH_MAX, or "none". */
 int target_set_ctl_socket(struct target_config *cfg, const char *val, char *err, size_t errlen);
 /* error-recovery-level: 0..2, and at most ISCSI_ERL_IMPLEMENTED. */
