@@ -12,9 +12,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <time.h>
 
 #include "bs/bs.h"
 #include "target/daemon.h"
+#include "util/sdnotify.h"
 
 #define RELOAD_REMOVE_TIMEOUT_S 30
 
@@ -288,12 +290,36 @@ static int check_new_target(const struct target_node_conf *c, char *err, size_t 
     return 0;
 }
 
+/* The reload proper; ctl_reload brackets it for the service manager. */
+static json_t *reload(struct daemon *d, bool force, char *err, size_t errlen);
+
 json_t *ctl_reload(struct daemon *d, bool force, char *err, size_t errlen)
 {
     if (!d->cfg.config_path[0]) {
         snprintf(err, errlen, "the daemon was started without --config: nothing to reload");
         return NULL;
     }
+    /* sd_notify(3), systemd 253 and later: RELOADING=1 with the CLOCK_MONOTONIC time it began
+     * (a Type=notify-reload unit waits for it), READY=1 once done, whether or not the file
+     * was taken. */
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    sd_notifyf_lr("RELOADING=1\nMONOTONIC_USEC=%llu\nSTATUS=reloading %s",
+                  (unsigned long long)now.tv_sec * 1000000ull +
+                      (unsigned long long)now.tv_nsec / 1000,
+                  d->cfg.config_path);
+    json_t *r = reload(d, force, err, errlen);
+    char note[1200];
+    if (r)
+        snprintf(note, sizeof(note), "reloaded %s", d->cfg.config_path);
+    else
+        snprintf(note, sizeof(note), "reload refused: %s", err);
+    daemon_notify_ready(d, note);
+    return r;
+}
+
+static json_t *reload(struct daemon *d, bool force, char *err, size_t errlen)
+{
     struct target_config file;
     target_config_init(&file);
     if (target_config_load(&file, d->cfg.config_path, err, errlen) < 0) {

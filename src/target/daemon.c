@@ -612,15 +612,17 @@ static void block_signals(sigset_t *set)
     pthread_sigmask(SIG_BLOCK, &with_pipe, NULL);
 }
 
-/* Tell a service manager (NOTIFY_SOCKET) that the daemon serves, and what. */
-static void notify_ready(const struct daemon *d)
+/* Tell a service manager (NOTIFY_SOCKET) that the daemon serves, and what (`note`, if any,
+ * goes after it in the STATUS line). */
+void daemon_notify_ready(const struct daemon *d, const char *note)
 {
     unsigned luns = 0;
     for (unsigned t = 0; t < d->cfg.ntargets; t++)
         luns += d->cfg.targets[t].nluns;
-    int rc = sd_notifyf_lr("READY=1\nSTATUS=serving %u target%s, %u LUN%s on %u portal%s",
+    int rc = sd_notifyf_lr("READY=1\nSTATUS=serving %u target%s, %u LUN%s on %u portal%s%s%s",
                            d->cfg.ntargets, d->cfg.ntargets == 1 ? "" : "s", luns,
-                           luns == 1 ? "" : "s", d->cfg.nlisten, d->cfg.nlisten == 1 ? "" : "s");
+                           luns == 1 ? "" : "s", d->cfg.nlisten, d->cfg.nlisten == 1 ? "" : "s",
+                           note ? "; " : "", note ? note : "");
     if (rc < 0)
         LOG_WARN("NOTIFY_SOCKET: cannot notify the service manager: %s", strerror(-rc));
 }
@@ -686,7 +688,7 @@ int target_main(int argc, char **argv)
     }
     print_urls(&d->cfg);
     /* Type=notify: the service is up once it listens and the control socket answers. */
-    notify_ready(d);
+    daemon_notify_ready(d, NULL);
 
     int sig = wait_for_shutdown(d, &set);
     LOG_INFO("%s: shutting down", sig == SIGINT ? "SIGINT" : "SIGTERM");

@@ -69,6 +69,9 @@ struct daemon {
 /* Make sure the daemon listens on portal p (opening and watching a new socket on reactor 0 if
  * no listener has its address). 0, or -1 with a reason in err. */
 int daemon_listen_portal(struct daemon *d, const struct target_portal *p, char *err, size_t errlen);
+/* READY=1 with a STATUS= line saying what is served (and `note`, NULL for none) to the
+ * service manager, if NOTIFY_SOCKET names one: at start, and when a reload ends. */
+void daemon_notify_ready(const struct daemon *d, const char *note);
 /* Stop listening on the address `text` (a portal no target has any more): the socket closes on
  * reactor 0; connections accepted through it carry on. 0 (also when not listening), or
  * -errno. */
