@@ -496,6 +496,19 @@ int target_parse_lun_spec(const char *spec, struct target_lun_conf *lun, char *e
     return 0;
 }
 
+int target_lun_rbd_timeout(struct target_lun_conf *l, unsigned rbd_timeout_s)
+{
+    if (!rbd_timeout_s || strncmp(l->bs_spec, "rbd:", 4) != 0 || strstr(l->bs_spec, ",timeout="))
+        return 0;
+    size_t len = strlen(l->bs_spec) + 32;
+    char *spec = realloc(l->bs_spec, len);
+    if (!spec)
+        return -1;
+    snprintf(spec + strlen(spec), 32, ",timeout=%u", rbd_timeout_s);
+    l->bs_spec = spec;
+    return 0;
+}
+
 /* RFC 7143 §13.20: 0, 1 or 2. A level above ISCSI_ERL_IMPLEMENTED is refused, not lowered:
  * whoever asks for recovery must learn that this build cannot give it. */
 int target_parse_erl(const char *val, uint32_t *out, char *err, size_t errlen)
@@ -821,16 +834,9 @@ static int cfg_target_key(struct cfg_parser *ps, const char *key, const char *va
         if (target_parse_lun_spec(val, &lun, reason, sizeof(reason)) < 0)
             return cfg_fail(ps, ps->line, "%s", reason);
         /* rbd-timeout (global, so read before any target) is the default of timeout= */
-        if (ps->cfg->rbd_timeout_s && strncmp(lun.bs_spec, "rbd:", 4) == 0 &&
-            !strstr(lun.bs_spec, ",timeout=")) {
-            size_t len = strlen(lun.bs_spec) + 32;
-            char *spec = realloc(lun.bs_spec, len);
-            if (!spec) {
-                free(lun.bs_spec);
-                return cfg_fail(ps, ps->line, "out of memory");
-            }
-            snprintf(spec + strlen(spec), 32, ",timeout=%u", ps->cfg->rbd_timeout_s);
-            lun.bs_spec = spec;
+        if (target_lun_rbd_timeout(&lun, ps->cfg->rbd_timeout_s) < 0) {
+            free(lun.bs_spec);
+            return cfg_fail(ps, ps->line, "out of memory");
         }
         snprintf(lun.origin, sizeof(lun.origin), "%s:%u", ps->path, ps->line);
         if (target_node_add_lun(n, &lun, reason, sizeof(reason)) < 0) {

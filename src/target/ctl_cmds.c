@@ -470,6 +470,10 @@ static json_t *m_add_lun(struct daemon *d, json_t *params, struct req_err *e)
     char err[1024];
     if (target_parse_lun_spec(spec, &l, err, sizeof(err)) < 0)
         return fail(e, ERR_INVALID_PARAMS, "bad LUN spec '%s': %s", spec, err);
+    if (target_lun_rbd_timeout(&l, d->cfg.rbd_timeout_s) < 0) {
+        free(l.bs_spec);
+        return fail(e, ERR_INTERNAL, "out of memory");
+    }
     if (given) {
         if (scsi_target_lun(n->scsi, num)) {
             free(l.bs_spec);
@@ -724,6 +728,11 @@ static json_t *m_add_target(struct daemon *d, json_t *params, struct req_err *e)
         memset(&l, 0, sizeof(l));
         if (target_parse_lun_spec(json_string_value(v), &l, err, sizeof(err)) < 0) {
             fail(e, ERR_INVALID_PARAMS, "bad LUN spec '%s': %s", json_string_value(v), err);
+            goto out;
+        }
+        if (target_lun_rbd_timeout(&l, d->cfg.rbd_timeout_s) < 0) {
+            free(l.bs_spec);
+            fail(e, ERR_INTERNAL, "out of memory");
             goto out;
         }
         l.lun = i;

@@ -164,6 +164,9 @@ int target_set_metrics(struct target_config *cfg, const char *val, char *err, si
 int target_parse_portal(const char *s, struct target_portal *p, char *err, size_t errlen);
 int target_check_iscsi_name(const char *s, char *err, size_t errlen);
 int target_parse_lun_spec(const char *spec, struct target_lun_conf *lun, char *err, size_t errlen);
+/* The global rbd-timeout as an rbd: LUN's timeout= when its spec names none (as a config line
+ * gets it; linerate-ctl's LUNs too). 0, or -1 when out of memory. */
+int target_lun_rbd_timeout(struct target_lun_conf *l, unsigned rbd_timeout_s);
 /* ALUA keys (alua-group, alua-state, alua-peer) of the global or a target section: 1 taken,
  * 0 not an ALUA key, -1 bad value (reason in err). */
 int target_alua_key(struct target_alua_conf *a, const char *key, const char *val, char *err,
