@@ -570,7 +570,8 @@ json_t *ctl_save(struct daemon *dm, const char *path, char *err, size_t errlen)
         if (doc_read(&doc, layout, err, errlen) < 0)
             goto out;
     }
-    if (!edit_globals(&doc, &dm->cfg, &file))
+    /* (without a layout, render writes every global key, the log level among them) */
+    if (layout && !edit_globals(&doc, &dm->cfg, &file))
         goto oom;
     for (unsigned s = 0; s < doc.ns; s++) {
         const struct target_node_conf *f = NULL, *r = NULL;

@@ -144,10 +144,12 @@ start_target --lun ram:32M --ctl-socket "$SOCK" --threads 1
 ctl save >"$WORK/ctl.out" 2>&1
 [ $? -eq 1 ] && grep -q "without --config" "$WORK/ctl.out" || fail "save without a file"
 ctl_ok add lun "$T" ram:8M,ro
+ctl_ok set log-level debug
 luns_of >"$WORK/luns.before"
 (cd "$WORK" && "$CTL_BIN" --socket "$SOCK" save fresh.conf >"$WORK/ctl.out" 2>&1) ||
     fail "save fresh.conf: $(cat "$WORK/ctl.out")"
 grep -q "still differs" "$WORK/ctl.out" && fail "save fresh.conf: $(cat "$WORK/ctl.out")"
+[ "$(grep -c '^log-level = debug$' "$WORK/fresh.conf")" = 1 ] || fail "fresh.conf: log-level"
 stop_target
 FIXED_PORT=$PORT start_target_config "$WORK/fresh.conf"
 luns_of >"$WORK/luns.after"
