@@ -45,6 +45,14 @@ void task_get(struct iscsi_task *t)
     t->refs++;
 }
 
+/* The task stops counting in its portal's queue depth (struct iscsi_task.st_queue): on the
+ * reactor that counted it, as every caller runs on the task's connection's thread. */
+static void task_queue_leave(struct iscsi_task *t)
+{
+    iostats_queue(t->st_queue, -1);
+    t->st_queue = NULL;
+}
+
 /* The one place a task is freed: when its last holder lets go (see struct iscsi_task). */
 void task_put(struct iscsi_task *t)
 {
@@ -63,7 +71,8 @@ void task_put(struct iscsi_task *t)
         session_put(s);
         return;
     }
-    assert(list_empty(&t->wait.node));     /* no longer waiting for its CmdSN turn */
+    task_queue_leave(t);               /* ended unanswered: aborted, dropped, its connection gone */
+    assert(list_empty(&t->wait.node)); /* no longer waiting for its CmdSN turn */
     assert(list_empty(&t->retained_node)); /* the retained list holds a reference */
     assert(c->w.in.task != t);             /* the receive engine holds a reference while placing */
     conn_task_hash_del(c, t);
@@ -484,6 +493,7 @@ static void cmd_count(struct iscsi_conn *c, struct iscsi_task *t)
     iostats_cmd(iostats_shard(scsi_task_lun_stats(st), c->rid), &s);
     iostats_cmd(c->st_session, &s);
     iostats_cmd(c->st_portal, &s);
+    task_queue_leave(t);
 }
 
 /* An event of task t (an R2T sent, an abort) on its LUN, session and portal. */
@@ -880,6 +890,9 @@ int cmd_handle_scsi_header(struct iscsi_conn *c, struct iscsi_pdu_in *p)
         task_put(t);
         return rc;
     }
+    /* received (the window took it, or queued it behind a gap): in the portal's queue depth */
+    t->st_queue = c->st_portal;
+    iostats_queue(t->st_queue, 1);
     conn_task_hash_add(c, t);
     task_get(t); /* the receive engine's, until the end of this PDU */
     p->task = t;
@@ -1343,6 +1356,7 @@ static bool orphan_conn_tasks(struct iscsi_conn *c, struct iscsi_orphans *g)
             list_del(&t->retained_node); /* its reference becomes the group's */
             c->nretained--;
         }
+        task_queue_leave(t); /* whoever reassigns it is another connection, maybe portal */
         if (t->state == TASK_EXEC) {
             t->orphan = ORPHAN_BUSY; /* completes on c, which the store's reference keeps */
         } else {
