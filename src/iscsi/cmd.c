@@ -504,6 +504,14 @@ void cmd_count_event(struct iscsi_conn *c, struct iscsi_task *t, enum iostats_ev
     iostats_event(c->st_portal, ev);
 }
 
+/* A data digest error in task t's data (immediate or Data-Out, ERL >= 1): its LUN's count. The
+ * engine counted it for the session and the portal already (wire.c); a header digest error,
+ * or data of a PDU with no task, names no LUN. */
+static void cmd_count_lun_digest_error(struct iscsi_conn *c, struct iscsi_task *t)
+{
+    iostats_event(iostats_shard(scsi_task_lun_stats(&t->scsi), c->rid), IOSTATS_DIGEST_ERROR);
+}
+
 /* Answer the command; the protocol side is then done with it and drops its reference (the
  * queued PDUs, and the store until its completion returns, keep the task). */
 static int cmd_respond(struct iscsi_conn *c, struct iscsi_task *t)
@@ -967,6 +975,7 @@ int cmd_handle_scsi_data_done(struct iscsi_conn *c, struct iscsi_pdu_in *p)
             /* RFC 7143 §7.8: a bad data digest on a command PDU (its immediate data) is
              * answered with Reject 0x02 and the command discarded; §7.3: its CmdSN is not
              * received, the initiator retries it with the same CmdSN and ITT. */
+            cmd_count_lun_digest_error(c, t);
             cmd_drop_new(c, t);
             return conn_send_reject(c, req, ISCSI_REJECT_DIGEST_ERROR);
         }
@@ -1164,6 +1173,7 @@ int cmd_handle_data_out_done(struct iscsi_conn *c, struct iscsi_pdu_in *p)
          * with a bad data digest is rejected with reason 0x02 and its payload discarded (what
          * direct placement wrote is overwritten by the recovery); the range is solicited again
          * by a recovery R2T. The PDU still moves its sequence on. */
+        cmd_count_lun_digest_error(c, t);
         int rc = conn_send_reject(c, h, ISCSI_REJECT_DIGEST_ERROR);
         if (rc < 0)
             return rc;

@@ -381,10 +381,14 @@ static void kind_metrics(struct buf *b, const struct st_snap *s, enum st_kind k)
         labels(b, &s->e[i]);
         bprintf(b, "} %" PRIu64 "\n", s->e[i].queue_depth);
     }
-    if (k != ST_LUN) {
+    if (k == ST_LUN)
+        /* a header digest error, or one in data no command owns, names no LUN */
+        snprintf(help, sizeof(help),
+                 "Data digest errors in the data of a command per LUN (ERL >= 1; header digest "
+                 "errors count per session and portal only).");
+    else
         snprintf(help, sizeof(help), "Header and data digest errors received per %s.", noun);
-        simple_counter(b, s, k, F_DIGEST, "digest_errors_total", help);
-    }
+    simple_counter(b, s, k, F_DIGEST, "digest_errors_total", help);
     snprintf(help, sizeof(help), "R2T PDUs sent per %s.", noun);
     simple_counter(b, s, k, F_R2TS, "r2ts_total", help);
     snprintf(help, sizeof(help), "Tasks aborted by task management functions per %s.", noun);

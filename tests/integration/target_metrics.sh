@@ -80,9 +80,11 @@ note "a scrape before any I/O: every family present, the LUN's counters at 0"
 scrape m0
 for f in lun_commands_total lun_read_bytes_total lun_write_bytes_total lun_latency_seconds \
     lun_errors_total lun_queue_depth lun_r2ts_total lun_aborts_total lun_resets_total \
-    session_commands_total session_latency_seconds session_digest_errors_total \
+    lun_digest_errors_total session_commands_total session_latency_seconds \
+    session_digest_errors_total session_queue_depth session_aborts_total session_resets_total \
     portal_commands_total portal_read_bytes_total portal_write_bytes_total \
-    portal_latency_seconds portal_digest_errors_total; do
+    portal_latency_seconds portal_digest_errors_total portal_queue_depth portal_r2ts_total \
+    portal_aborts_total portal_resets_total; do
     grep -q "^# TYPE linerate_$f " "$WORK/m0.txt" || fail "no # TYPE linerate_$f"
     grep -q "^# HELP linerate_$f " "$WORK/m0.txt" || fail "no # HELP linerate_$f"
 done
@@ -181,6 +183,9 @@ scrape m4
 dg=$(val m4 "linerate_portal_digest_errors_total{portal=\"127.0.0.1:$PORT\"}")
 echo "digest errors counted on the portal: $dg"
 [ "$dg" -gt 0 ] || fail "no digest error counted"
+# Only data digests are corrupted, each in a WRITE's data: LUN 0's count is the portal's.
+ldg=$(val m4 "$(lun_series digest_errors_total)")
+[ "$ldg" -eq "$dg" ] || fail "LUN 0 counted $ldg digest errors, the portal $dg"
 
 note "task management: aborts, resets and queue depths per LUN, session and portal"
 # metrics_tmf.py (one raw session) aborts a WRITE in Data-Out, leaves two more waiting for
