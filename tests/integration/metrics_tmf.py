@@ -11,10 +11,10 @@ usage: metrics_tmf.py PORT TARGET DIR
      LUN 0, the session and the portal. Writes DIR/busy.ready (the session's TSIH and ISID as
      JSON) and waits for DIR/busy.go while the shell scrapes.
   3. LOGICAL UNIT RESET on LUN 0 (aborting B and C: two more aborts, one reset) and TARGET WARM
-     RESET (one more reset, of the session and the portal), both answered 0; TEST UNIT READY
+     RESET (one more reset, of the session, the portal and each LUN), both answered 0; TEST UNIT READY
      on LUN 0 through the unit attention. Writes DIR/reset.ready, waits for DIR/reset.go.
   4. Logs out.
-LUN 1 sees nothing of it. Exit 0 when every step went as described, 1 with the reason."""
+LUN 1 sees no abort and one reset (the target's). Exit 0 when every step went as described, 1 with the reason."""
 
 import json
 import os

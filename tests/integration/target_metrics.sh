@@ -3,8 +3,11 @@
 # a real scrape with curl checked by `promtool check metrics` when installed and always by the
 # strict parser prom_check.py; the counters moved by what the bench reports (bytes written and
 # read, commands, R2Ts for writes beyond FirstBurstLength, digest errors under injected
-# corruption at ERL 1); per-session series while a session is logged in; `linerate-ctl stats`
-# (table and --json) shows the LUN and the session with their rates. Then the endpoint's
+# corruption at ERL 1, on the portal and the LUN); per-session series while a session is logged
+# in; `linerate-ctl stats` (table and --json) shows the LUN and the session with their rates;
+# task management from a raw session (metrics_tmf.py: ABORT TASK, LOGICAL UNIT RESET, TARGET
+# WARM RESET) moves the abort and reset counters and the queue depths of the LUN, the session
+# and the portal by exactly what it did, by scrape and linerate-ctl stats. Then the endpoint's
 # defences: non-GET, wrong path, a garbage request line, a huge request head, a slowloris
 # sender, more clients than the limit: each gets a 4xx/503 or is closed, and the daemon scrapes
 # fine afterwards and exits 0 on SIGTERM. And the option's own checks.
@@ -250,16 +253,16 @@ scrape m7
 expect m7 "linerate_portal_queue_depth{$PS}" 0
 expect m7 "$(lun_series queue_depth)" 0
 expect m7 "linerate_session_queue_depth{$SS}" 0
-# ABORT TASK, then LOGICAL UNIT RESET aborting the two waiting WRITEs
+# ABORT TASK, then LOGICAL UNIT RESET aborting the two waiting WRITEs; none on LUN 1
 expect m7 "linerate_portal_aborts_total{$PS}" $((PA0 + 3))
 expect m7 "$(lun_series aborts_total)" $((LA0 + 3))
 expect m7 "linerate_session_aborts_total{$SS}" 3
-# LOGICAL UNIT RESET of LUN 0, TARGET WARM RESET of the session's target
-expect m7 "$(lun_series resets_total)" $((LR0 + 1))
+# LOGICAL UNIT RESET of LUN 0, TARGET WARM RESET of the session's target (each of its LUNs)
+expect m7 "$(lun_series resets_total)" $((LR0 + 2))
 expect m7 "linerate_session_resets_total{$SS}" 2
 expect m7 "linerate_portal_resets_total{$PS}" $((PR0 + 2))
 expect m7 "$(printf "$LUN1" aborts_total)" 0
-expect m7 "$(printf "$LUN1" resets_total)" 0
+expect m7 "$(printf "$LUN1" resets_total)" 1
 ctl stats --raw >"$WORK/stats-raw.json" 2>&1 || fail "stats --raw: $(cat "$WORK/stats-raw.json")"
 python3 - "$WORK/stats-raw.json" "$T" "$TSIH" "127.0.0.1:$PORT" "$PA0" "$PR0" <<'EOF2' || fail "stats --raw after the resets: $(cat "$WORK/stats-raw.json")"
 import json, sys
@@ -274,7 +277,7 @@ c = portal["counters"]
 assert (c["aborts"] - pa0, c["resets"] - pr0, portal["queue_depth"]) == (3, 2, 0), portal
 assert portal["counters"]["digest_errors"] > 0, portal  # the ERL 1 bench above
 c = lun[1]["counters"]
-assert (c["aborts"], c["resets"], lun[1]["queue_depth"]) == (0, 0, 0), lun[1]
+assert (c["aborts"], c["resets"], lun[1]["queue_depth"]) == (0, 1, 0), lun[1]
 EOF2
 touch "$WORK/tmf/reset.go"
 wait "$TPID" || fail "metrics_tmf.py: $(cat "$WORK/tmf.out")"
