@@ -71,8 +71,9 @@ void task_put(struct iscsi_task *t)
         session_put(s);
         return;
     }
-    task_queue_leave(t);               /* ended unanswered: aborted, dropped, its connection gone */
-    assert(list_empty(&t->wait.node)); /* no longer waiting for its CmdSN turn */
+    /* ended unanswered (aborted, dropped, its connection gone): out of the queue depth */
+    task_queue_leave(t);
+    assert(list_empty(&t->wait.node));     /* no longer waiting for its CmdSN turn */
     assert(list_empty(&t->retained_node)); /* the retained list holds a reference */
     assert(c->w.in.task != t);             /* the receive engine holds a reference while placing */
     conn_task_hash_del(c, t);
@@ -898,7 +899,8 @@ int cmd_handle_scsi_header(struct iscsi_conn *c, struct iscsi_pdu_in *p)
         task_put(t);
         return rc;
     }
-    /* received (the window took it, or queued it behind a gap): in the portal's queue depth */
+    /* received (the window took it, queued it behind a gap, or will once a data digest is
+     * checked): in the portal's queue depth */
     t->st_queue = c->st_portal;
     iostats_queue(t->st_queue, 1);
     conn_task_hash_add(c, t);

@@ -372,7 +372,10 @@ static void kind_metrics(struct buf *b, const struct st_snap *s, enum st_kind k)
                     s->e[i].v.errors[j]);
         }
     }
-    snprintf(help, sizeof(help), "Commands received and not yet answered per %s now.", noun);
+    if (k == ST_LUN) /* scsi_lun_users: at ERL >= 1 until the answer is acknowledged */
+        snprintf(help, sizeof(help), "Commands holding the LUN now (received, not yet released).");
+    else
+        snprintf(help, sizeof(help), "Commands received and not yet answered per %s now.", noun);
     family(b, k, "queue_depth", "gauge", help);
     for (unsigned i = 0; i < s->n; i++) {
         if (s->e[i].kind != k)

@@ -40,7 +40,7 @@ struct iostats_values {
     uint64_t errors[IOSTATS_ERR_SLOTS];
     uint64_t digest_errors; /* header or data digest failures (RFC 7143 §7.8) */
     uint64_t r2ts;          /* R2T PDUs sent (§11.8), recovery R2Ts included */
-    uint64_t aborts;        /* tasks aborted by a TMF (ABORT TASK, ABORT/CLEAR TASK SET) */
+    uint64_t aborts;        /* tasks aborted by a TMF (ABORT TASK, ABORT/CLEAR TASK SET, resets) */
     uint64_t resets;        /* LOGICAL UNIT RESET, TARGET WARM/COLD RESET received */
     /* A gauge, not a counter: commands received and not yet answered (or ended) that entered
      * with iostats_queue(); the shards' sum, each shard never below 0 (see iostats_queue). */
