@@ -283,6 +283,32 @@ void ctl_print_result(FILE *out, const char *kind, json_t *r)
         if (!json_array_size(json_object_get(r, "applied")) &&
             !json_array_size(json_object_get(r, "needs_restart")))
             fprintf(out, "  no change\n");
+    } else if (strcmp(kind, "add_portal") == 0) {
+        fprintf(out, "target %s: portal %s added (listening)\n", str(r, "target"),
+                str(r, "portal"));
+    } else if (strcmp(kind, "remove_portal") == 0) {
+        fprintf(out, "target %s: portal %s removed%s; %lld session%s on it carr%s on\n",
+                str(r, "target"), str(r, "portal"),
+                flag(r, "listener_closed") ? ", its listener closed" : "", num(r, "sessions_on_it"),
+                num(r, "sessions_on_it") == 1 ? "" : "s",
+                num(r, "sessions_on_it") == 1 ? "ies" : "y");
+    } else if (strcmp(kind, "add_allow") == 0) {
+        fprintf(out, "target %s: %s allowed%s\n", str(r, "target"), str(r, "initiator"),
+                flag(r, "was_open") ? " (the target was open to every initiator: now only to "
+                                      "those allowed)"
+                                    : "");
+    } else if (strcmp(kind, "remove_allow") == 0) {
+        fprintf(out, "target %s: %s no longer allowed; %lld session%s %s\n", str(r, "target"),
+                str(r, "initiator"), num(r, "sessions"), num(r, "sessions") == 1 ? "" : "s",
+                flag(r, "sessions_ended") ? "logged out" : "carry on (--force logs them out)");
+    } else if (strcmp(kind, "saved") == 0) {
+        size_t i;
+        json_t *v;
+        fprintf(out, "saved %s: %lld lines kept, %lld changed, %lld added, %lld removed\n",
+                str(r, "file"), num(r, "lines_kept"), num(r, "lines_changed"),
+                num(r, "lines_added"), num(r, "lines_removed"));
+        json_array_foreach(json_object_get(r, "differences"), i, v)
+            fprintf(out, "  still differs from what runs: %s\n", json_string_value(v));
     } else if (strcmp(kind, "target-added") == 0) {
         char *portals = join(json_object_get(r, "portals"));
         fprintf(out, "target %s added on %s with %lld LUN%s\n", str(r, "target"),

@@ -3,6 +3,7 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "ctl/ctl.h"
 
@@ -165,6 +166,54 @@ int ctl_req_from_argv(int argc, char **argv, struct ctl_req *req, char *err, siz
             if (!is(argv[i], "--force"))
                 return usage_err(err, errlen, "usage: reload [--force]");
             json_object_set_new(p, "force", json_true());
+        }
+        return 0;
+    }
+    if ((is(verb, "add") || is(verb, "remove")) && (is(what, "portal") || is(what, "allow"))) {
+        bool add = is(verb, "add"), portal = is(what, "portal");
+        if (argc < 4)
+            return usage_err(err, errlen, "usage: %s %s TARGET %s%s", verb, what,
+                             portal ? "ADDR[:PORT]" : "INITIATOR-IQN",
+                             !add && !portal ? " [--force] [--timeout S]" : "");
+        static const char *const meth[2][2] = {{"remove_allow", "remove_portal"},
+                                               {"add_allow", "add_portal"}};
+        req->method = meth[add][portal];
+        req->kind = req->method;
+        json_object_set_new(p, "target", json_string(argv[2]));
+        json_object_set_new(p, portal ? "portal" : "initiator", json_string(argv[3]));
+        for (int i = 4; i < argc; i++) {
+            if (!add && !portal && is(argv[i], "--force")) {
+                json_object_set_new(p, "force", json_true());
+            } else if (!add && !portal && is(argv[i], "--timeout") && i + 1 < argc) {
+                if (num_arg(argv[++i], "timeout", 3600, &v, err, errlen) < 0)
+                    return -1;
+                json_object_set_new(p, "timeout", json_integer(v));
+            } else {
+                return usage_err(err, errlen, "unexpected argument '%s'", argv[i]);
+            }
+        }
+        return 0;
+    }
+    if (is(verb, "save")) {
+        if (argc > 2)
+            return usage_err(err, errlen, "usage: save [FILE]");
+        req->method = "save";
+        req->kind = "saved";
+        if (argc == 2) {
+            /* The daemon has its own working directory: a relative FILE is the caller's. */
+            char *abs = NULL;
+            if (argv[1][0] == '/') {
+                abs = strdup(argv[1]);
+            } else {
+                char *cwd = getcwd(NULL, 0);
+                if (cwd && asprintf(&abs, "%s/%s", cwd, argv[1]) < 0)
+                    abs = NULL;
+                free(cwd);
+            }
+            if (!abs)
+                return usage_err(err, errlen, "save: cannot make '%s' an absolute path", argv[1]);
+            json_object_set_new(p, "file", json_string(abs));
+            free(abs);
         }
         return 0;
     }

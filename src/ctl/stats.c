@@ -20,19 +20,36 @@ static long long jint(json_t *o, const char *k)
     return (long long)json_integer_value(json_object_get(o, k));
 }
 
-/* The entry of `prev` that is the same LUN or session as `cur`. */
-static json_t *match(json_t *prev, json_t *cur, bool lun)
+enum kind { K_LUN, K_SESSION, K_PORTAL, K_N };
+static const char *const kinds[K_N] = {"luns", "sessions", "portals"};
+
+static bool same_str(json_t *a, json_t *b, const char *k)
+{
+    const char *x = json_string_value(json_object_get(a, k));
+    const char *y = json_string_value(json_object_get(b, k));
+    return x && y && strcmp(x, y) == 0;
+}
+
+/* The entry of `prev` that is the same LUN, session or portal as `cur`. */
+static json_t *match(json_t *prev, json_t *cur, enum kind kind)
 {
     size_t i;
     json_t *e;
     json_array_foreach(prev, i, e)
     {
-        if (lun ? (jint(e, "lun") == jint(cur, "lun") &&
-                   strcmp(json_string_value(json_object_get(e, "target")),
-                          json_string_value(json_object_get(cur, "target"))) == 0)
-                : (jint(e, "tsih") == jint(cur, "tsih") &&
-                   strcmp(json_string_value(json_object_get(e, "isid")),
-                          json_string_value(json_object_get(cur, "isid"))) == 0))
+        bool same;
+        switch (kind) {
+        case K_LUN:
+            same = jint(e, "lun") == jint(cur, "lun") && same_str(e, cur, "target");
+            break;
+        case K_SESSION:
+            same = jint(e, "tsih") == jint(cur, "tsih") && same_str(e, cur, "isid");
+            break;
+        default:
+            same = same_str(e, cur, "portal");
+            break;
+        }
+        if (same)
             return e;
     }
     return NULL;
@@ -83,9 +100,18 @@ static double quantile(const double *h, unsigned n, json_t *bounds, double q)
     return NAN;
 }
 
+/* The growth of counters.KEY (digest_errors, r2ts, aborts, resets) since prev. */
+static long long event_delta(json_t *cur, json_t *prev, const char *key)
+{
+    long long c = jint(json_object_get(cur, "counters"), key);
+    long long p = prev ? jint(json_object_get(prev, "counters"), key) : 0;
+    return c > p ? c - p : 0;
+}
+
 struct rate {
     double iops, read_mbs, write_mbs, p50, p99;
     long long qd, errors;
+    long long digest_errors, r2ts, aborts, resets; /* over the interval */
 };
 
 static void rate_of(json_t *cur, json_t *prev, json_t *bounds, double dt, struct rate *r)
@@ -118,6 +144,10 @@ static void rate_of(json_t *cur, json_t *prev, json_t *bounds, double dt, struct
     r->qd = jint(cur, "queue_depth");
     long long e = errors_total(cur) - (prev ? errors_total(prev) : 0);
     r->errors = e > 0 ? e : 0;
+    r->digest_errors = event_delta(cur, prev, "digest_errors");
+    r->r2ts = event_delta(cur, prev, "r2ts");
+    r->aborts = event_delta(cur, prev, "aborts");
+    r->resets = event_delta(cur, prev, "resets");
 }
 
 static void lat_text(double s, char *out, size_t n)
@@ -146,37 +176,47 @@ static void report(FILE *out, json_t *prev, json_t *cur, bool as_json)
     if (dt <= 0)
         dt = 1e-9;
     json_t *bounds = json_object_get(cur, "latency_bounds_s");
-    json_t *jout =
-        as_json ? json_pack("{s:f, s:[], s:[]}", "interval_s", dt, "luns", "sessions") : NULL;
-    static const char *const kinds[2] = {"luns", "sessions"};
-    for (int k = 0; k < 2; k++) {
-        bool lun = k == 0;
+    json_t *jout = as_json ? json_pack("{s:f, s:[], s:[], s:[]}", "interval_s", dt, "luns",
+                                       "sessions", "portals")
+                           : NULL;
+    static const char *const heads[K_N] = {"LUN (TARGET/N)", "SESSION (TSIH INITIATOR)", "PORTAL"};
+    for (enum kind k = K_LUN; k < K_N; k++) {
+        bool lun = k == K_LUN;
         if (!as_json)
-            fprintf(out, "%-52s %9s %10s %10s %9s %9s %5s %6s\n",
-                    lun ? "LUN (TARGET/N)" : "SESSION (TSIH INITIATOR)", "IOPS", "READ MB/s",
-                    "WRITE MB/s", "p50", "p99", "QD", "ERRORS");
+            fprintf(out, "%s%-52s %9s %10s %10s %9s %9s %5s %6s\n", k ? "\n" : "", heads[k], "IOPS",
+                    "READ MB/s", "WRITE MB/s", "p50", "p99", "QD", "ERRORS");
         size_t i;
         json_t *e;
         json_array_foreach(json_object_get(cur, kinds[k]), i, e)
         {
             struct rate r;
-            rate_of(e, match(json_object_get(prev, kinds[k]), e, lun), bounds, dt, &r);
+            rate_of(e, match(json_object_get(prev, kinds[k]), e, k), bounds, dt, &r);
             char name[600];
             if (lun)
                 snprintf(name, sizeof(name), "%s/%lld",
                          json_string_value(json_object_get(e, "target")), jint(e, "lun"));
-            else
+            else if (k == K_SESSION)
                 snprintf(name, sizeof(name), "%lld %s", jint(e, "tsih"),
                          json_string_value(json_object_get(e, "initiator")));
+            else
+                snprintf(name, sizeof(name), "%s", json_string_value(json_object_get(e, "portal")));
             if (as_json) {
                 json_t *o =
                     json_pack("{s:f, s:f, s:f, s:o, s:o, s:I, s:I}", "iops", r.iops,
                               "read_mb_per_s", r.read_mbs, "write_mb_per_s", r.write_mbs, "p50_s",
                               num_or_null(r.p50), "p99_s", num_or_null(r.p99), "queue_depth",
                               (json_int_t)r.qd, "errors", (json_int_t)r.errors);
+                json_t *ev =
+                    json_pack("{s:I, s:I, s:I, s:I}", "digest_errors", (json_int_t)r.digest_errors,
+                              "r2ts", (json_int_t)r.r2ts, "aborts", (json_int_t)r.aborts, "resets",
+                              (json_int_t)r.resets);
+                json_object_update(o, ev);
+                json_decref(ev);
                 if (lun) {
                     json_object_set(o, "target", json_object_get(e, "target"));
                     json_object_set(o, "lun", json_object_get(e, "lun"));
+                } else if (k == K_PORTAL) {
+                    json_object_set(o, "portal", json_object_get(e, "portal"));
                 } else {
                     json_object_set(o, "tsih", json_object_get(e, "tsih"));
                     json_object_set(o, "initiator", json_object_get(e, "initiator"));
@@ -191,8 +231,6 @@ static void report(FILE *out, json_t *prev, json_t *cur, bool as_json)
             fprintf(out, "%-52s %9.0f %10.1f %10.1f %9s %9s %5lld %6lld\n", name, r.iops,
                     r.read_mbs, r.write_mbs, p50, p99, r.qd, r.errors);
         }
-        if (!as_json && lun)
-            fputc('\n', out);
     }
     if (as_json) {
         char *s = json_dumps(jout, JSON_INDENT(2));

@@ -45,6 +45,14 @@ void task_get(struct iscsi_task *t)
     t->refs++;
 }
 
+/* The task stops counting in its portal's queue depth (struct iscsi_task.st_queue): on the
+ * reactor that counted it, as every caller runs on the task's connection's thread. */
+static void task_queue_leave(struct iscsi_task *t)
+{
+    iostats_queue(t->st_queue, -1);
+    t->st_queue = NULL;
+}
+
 /* The one place a task is freed: when its last holder lets go (see struct iscsi_task). */
 void task_put(struct iscsi_task *t)
 {
@@ -63,6 +71,8 @@ void task_put(struct iscsi_task *t)
         session_put(s);
         return;
     }
+    /* ended unanswered (aborted, dropped, its connection gone): out of the queue depth */
+    task_queue_leave(t);
     assert(list_empty(&t->wait.node));     /* no longer waiting for its CmdSN turn */
     assert(list_empty(&t->retained_node)); /* the retained list holds a reference */
     assert(c->w.in.task != t);             /* the receive engine holds a reference while placing */
@@ -484,6 +494,7 @@ static void cmd_count(struct iscsi_conn *c, struct iscsi_task *t)
     iostats_cmd(iostats_shard(scsi_task_lun_stats(st), c->rid), &s);
     iostats_cmd(c->st_session, &s);
     iostats_cmd(c->st_portal, &s);
+    task_queue_leave(t);
 }
 
 /* An event of task t (an R2T sent, an abort) on its LUN, session and portal. */
@@ -492,6 +503,14 @@ void cmd_count_event(struct iscsi_conn *c, struct iscsi_task *t, enum iostats_ev
     iostats_event(iostats_shard(scsi_task_lun_stats(&t->scsi), c->rid), ev);
     iostats_event(c->st_session, ev);
     iostats_event(c->st_portal, ev);
+}
+
+/* A data digest error in task t's data (immediate or Data-Out, ERL >= 1): its LUN's count. The
+ * engine counted it for the session and the portal already (wire.c); a header digest error,
+ * or data of a PDU with no task, names no LUN. */
+static void cmd_count_lun_digest_error(struct iscsi_conn *c, struct iscsi_task *t)
+{
+    iostats_event(iostats_shard(scsi_task_lun_stats(&t->scsi), c->rid), IOSTATS_DIGEST_ERROR);
 }
 
 /* Answer the command; the protocol side is then done with it and drops its reference (the
@@ -880,6 +899,10 @@ int cmd_handle_scsi_header(struct iscsi_conn *c, struct iscsi_pdu_in *p)
         task_put(t);
         return rc;
     }
+    /* received (the window took it, queued it behind a gap, or will once a data digest is
+     * checked): in the portal's queue depth */
+    t->st_queue = c->st_portal;
+    iostats_queue(t->st_queue, 1);
     conn_task_hash_add(c, t);
     task_get(t); /* the receive engine's, until the end of this PDU */
     p->task = t;
@@ -954,6 +977,7 @@ int cmd_handle_scsi_data_done(struct iscsi_conn *c, struct iscsi_pdu_in *p)
             /* RFC 7143 §7.8: a bad data digest on a command PDU (its immediate data) is
              * answered with Reject 0x02 and the command discarded; §7.3: its CmdSN is not
              * received, the initiator retries it with the same CmdSN and ITT. */
+            cmd_count_lun_digest_error(c, t);
             cmd_drop_new(c, t);
             return conn_send_reject(c, req, ISCSI_REJECT_DIGEST_ERROR);
         }
@@ -1151,6 +1175,7 @@ int cmd_handle_data_out_done(struct iscsi_conn *c, struct iscsi_pdu_in *p)
          * with a bad data digest is rejected with reason 0x02 and its payload discarded (what
          * direct placement wrote is overwritten by the recovery); the range is solicited again
          * by a recovery R2T. The PDU still moves its sequence on. */
+        cmd_count_lun_digest_error(c, t);
         int rc = conn_send_reject(c, h, ISCSI_REJECT_DIGEST_ERROR);
         if (rc < 0)
             return rc;
@@ -1343,6 +1368,7 @@ static bool orphan_conn_tasks(struct iscsi_conn *c, struct iscsi_orphans *g)
             list_del(&t->retained_node); /* its reference becomes the group's */
             c->nretained--;
         }
+        task_queue_leave(t); /* whoever reassigns it is another connection, maybe portal */
         if (t->state == TASK_EXEC) {
             t->orphan = ORPHAN_BUSY; /* completes on c, which the store's reference keeps */
         } else {

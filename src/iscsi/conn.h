@@ -132,6 +132,10 @@ struct iscsi_task {
     bool cmdsn_pending; /* ERL >= 1, immediate data under a data digest: the CmdSN is looked
                            at once the digest is known good (§7.3), not in flight till then */
     enum iscsi_task_state state;
+    /* The portal shard whose in-flight gauge counts it (util/iostats.h: iostats_queue), from
+     * its acceptance into the CmdSN window until it is answered, freed, or orphaned (ERL 2):
+     * always on the connection's reactor that entered it; NULL once it left. */
+    struct iostats_shard *st_queue;
     /* write bookkeeping */
     uint32_t data_expected; /* bytes of data-out this task will receive in total */
     uint32_t data_received;

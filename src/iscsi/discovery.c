@@ -30,8 +30,10 @@ void discovery_send_targets(struct iscsi_conn *c, const char *which, struct iscs
             !(c->auth && c->auth->state == AUTH_DONE && strcmp(c->auth->user, n->chap.user) == 0))
             continue;
         iscsi_text_add(out, "TargetName", n->name);
+        pthread_mutex_lock(&n->access_lock); /* linerate-ctl may change them meanwhile */
         for (unsigned p = 0; p < n->nportals; p++)
             iscsi_text_addf(out, "TargetAddress", "%s,%u", n->portals[p].text, n->portals[p].tpgt);
+        pthread_mutex_unlock(&n->access_lock);
     }
 }
 

@@ -268,6 +268,13 @@ static enum iscsi_login_status login_check_identity(struct iscsi_conn *c, const 
         *why = n->target_name;
         return ISCSI_LOGIN_NOT_FOUND;
     }
+    /* A target is reached through its own portals, those SendTargets gives as its
+     * TargetAddress (RFC 7143 Appendix C); a listener shared with another target, or a portal
+     * removed from it at run time, does not lead to it. */
+    if (c->portal && !iscsi_node_has_portal(c->node, c->portal->text)) {
+        *why = "target not served on this portal";
+        return ISCSI_LOGIN_NOT_FOUND;
+    }
     if (!iscsi_node_allows(c->node, n->initiator_name)) {
         *why = c->node->name;
         return ISCSI_LOGIN_AUTHZ_FAILED;

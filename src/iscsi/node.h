@@ -53,6 +53,12 @@ struct iscsi_node {
     char name[ISCSI_NAME_MAX + 1];
     char alias[ISCSI_VALUE_MAX + 1]; /* "" for none */
     struct scsi_target *scsi;
+    /* Portals and allow list change at run time (linerate-ctl add/remove portal, allow):
+     * access_lock guards both arrays and their counts. Readers are logins and SendTargets,
+     * never a PDU of a session; the one writer is the daemon's control thread, which may read
+     * them without the lock. (A zeroed lock is a valid one: nodes built without
+     * iscsi_node_init_access, as the fuzzer's, work.) */
+    pthread_mutex_t access_lock;
     struct iscsi_portal_addr *portals; /* where this node is reachable */
     unsigned nportals;
     char (*allow)[ISCSI_NAME_MAX + 1]; /* initiator names allowed; none listed = everyone */
@@ -124,7 +130,17 @@ void iscsi_server_remove_node(struct iscsi_server *srv, struct iscsi_node *node)
 unsigned iscsi_server_node_bound(struct iscsi_server *srv);
 struct iscsi_node *iscsi_server_node(struct iscsi_server *srv, unsigned i);
 struct iscsi_node *iscsi_server_find_node(struct iscsi_server *srv, const char *name);
-bool iscsi_node_allows(const struct iscsi_node *node, const char *initiator_name);
+bool iscsi_node_allows(struct iscsi_node *node, const char *initiator_name);
+/* Whether a login through the portal `text` ("127.0.0.1:3260") may reach the node. */
+bool iscsi_node_has_portal(struct iscsi_node *node, const char *text);
+/* The node's portals and allow list at run time (one writer at a time; the arrays are
+ * replaced under access_lock). 0, -EEXIST (add: there already; names compare without case),
+ * -ENOENT (remove: not there) or -ENOMEM. */
+void iscsi_node_init_access(struct iscsi_node *node);
+int iscsi_node_add_portal(struct iscsi_node *node, const char *text, uint16_t tpgt);
+int iscsi_node_remove_portal(struct iscsi_node *node, const char *text);
+int iscsi_node_add_allow(struct iscsi_node *node, const char *initiator_name);
+int iscsi_node_remove_allow(struct iscsi_node *node, const char *initiator_name);
 
 /* The default limits (ISCSI_DEFAULT_*). */
 void iscsi_limits_default(struct iscsi_limits *l);

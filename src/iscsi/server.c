@@ -2,6 +2,7 @@
  * closing every connection of a reactor at shutdown. */
 #include <assert.h>
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -210,14 +211,115 @@ struct iscsi_node *iscsi_server_find_node(struct iscsi_server *srv, const char *
     return NULL;
 }
 
-bool iscsi_node_allows(const struct iscsi_node *node, const char *initiator_name)
+bool iscsi_node_allows(struct iscsi_node *node, const char *initiator_name)
 {
-    if (node->nallow == 0)
-        return true;
-    for (unsigned i = 0; i < node->nallow; i++)
+    pthread_mutex_lock(&node->access_lock);
+    bool ok = node->nallow == 0;
+    for (unsigned i = 0; !ok && i < node->nallow; i++)
+        ok = strcasecmp(node->allow[i], initiator_name) == 0;
+    pthread_mutex_unlock(&node->access_lock);
+    return ok;
+}
+
+bool iscsi_node_has_portal(struct iscsi_node *node, const char *text)
+{
+    pthread_mutex_lock(&node->access_lock);
+    bool ok = false;
+    for (unsigned i = 0; !ok && i < node->nportals; i++)
+        ok = strcmp(node->portals[i].text, text) == 0;
+    pthread_mutex_unlock(&node->access_lock);
+    return ok;
+}
+
+void iscsi_node_init_access(struct iscsi_node *node)
+{
+    pthread_mutex_init(&node->access_lock, NULL);
+}
+
+/* The arrays grow and shrink by a copy made outside the lock and swapped in under it, so a
+ * reader never sees one half-changed. */
+int iscsi_node_add_portal(struct iscsi_node *node, const char *text, uint16_t tpgt)
+{
+    if (iscsi_node_has_portal(node, text))
+        return -EEXIST;
+    unsigned n = node->nportals;
+    struct iscsi_portal_addr *a = calloc(n + 1, sizeof(*a));
+    if (!a)
+        return -ENOMEM;
+    memcpy(a, node->portals, n * sizeof(*a));
+    snprintf(a[n].text, sizeof(a[n].text), "%s", text);
+    a[n].tpgt = tpgt;
+    pthread_mutex_lock(&node->access_lock);
+    struct iscsi_portal_addr *old = node->portals;
+    node->portals = a;
+    node->nportals = n + 1;
+    pthread_mutex_unlock(&node->access_lock);
+    free(old);
+    return 0;
+}
+
+int iscsi_node_remove_portal(struct iscsi_node *node, const char *text)
+{
+    unsigned n = node->nportals, k = 0;
+    struct iscsi_portal_addr *a = calloc(n ? n : 1, sizeof(*a));
+    if (!a)
+        return -ENOMEM;
+    for (unsigned i = 0; i < n; i++)
+        if (strcmp(node->portals[i].text, text) != 0)
+            a[k++] = node->portals[i];
+    if (k == n) {
+        free(a);
+        return -ENOENT;
+    }
+    pthread_mutex_lock(&node->access_lock);
+    struct iscsi_portal_addr *old = node->portals;
+    node->portals = a;
+    node->nportals = k;
+    pthread_mutex_unlock(&node->access_lock);
+    free(old);
+    return 0;
+}
+
+int iscsi_node_add_allow(struct iscsi_node *node, const char *initiator_name)
+{
+    unsigned n = node->nallow;
+    for (unsigned i = 0; i < n; i++)
         if (strcasecmp(node->allow[i], initiator_name) == 0)
-            return true;
-    return false;
+            return -EEXIST;
+    char(*a)[ISCSI_NAME_MAX + 1] = calloc(n + 1, sizeof(*a));
+    if (!a)
+        return -ENOMEM;
+    memcpy(a, node->allow, n * sizeof(*a));
+    snprintf(a[n], sizeof(a[n]), "%s", initiator_name);
+    pthread_mutex_lock(&node->access_lock);
+    char(*old)[ISCSI_NAME_MAX + 1] = node->allow;
+    node->allow = a;
+    node->nallow = n + 1;
+    pthread_mutex_unlock(&node->access_lock);
+    free(old);
+    return 0;
+}
+
+int iscsi_node_remove_allow(struct iscsi_node *node, const char *initiator_name)
+{
+    unsigned n = node->nallow, k = 0;
+    char(*a)[ISCSI_NAME_MAX + 1] = calloc(n ? n : 1, sizeof(*a));
+    if (!a)
+        return -ENOMEM;
+    for (unsigned i = 0; i < n; i++)
+        if (strcasecmp(node->allow[i], initiator_name) != 0)
+            memcpy(a[k++], node->allow[i], sizeof(a[0]));
+    if (k == n) {
+        free(a);
+        return -ENOENT;
+    }
+    pthread_mutex_lock(&node->access_lock);
+    char(*old)[ISCSI_NAME_MAX + 1] = node->allow;
+    node->allow = a;
+    node->nallow = k;
+    pthread_mutex_unlock(&node->access_lock);
+    free(old);
+    return 0;
 }
 
 static bool conn_on_reactor(const struct iscsi_session *s, const struct iscsi_conn *c,

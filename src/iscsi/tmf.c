@@ -486,6 +486,13 @@ int tmf_handle(struct iscsi_conn *c, struct iscsi_pdu_in *p)
             return tmf_respond(c, req, ISCSI_TMF_RSP_REJECTED);
         abort_conn_tasks(c, UINT64_MAX, 0, false);
         scsi_target_reset(tgt, s->nexus, fn == ISCSI_TMF_TARGET_COLD_RESET);
+        /* A target reset resets each of its logical units (RFC 7143 §11.5.1): one on each LUN,
+         * looked up as scsi_target_reset() just did (not held; freed only after this turn) */
+        for (uint64_t l = 0; l < __atomic_load_n(&tgt->nluns, __ATOMIC_ACQUIRE); l++) {
+            struct scsi_lun *each = scsi_target_lun(tgt, l);
+            if (each)
+                iostats_event(iostats_shard(scsi_lun_stats(each), c->rid), IOSTATS_RESET);
+        }
         iostats_event(c->st_session, IOSTATS_RESET);
         iostats_event(c->st_portal, IOSTATS_RESET);
         CONN_LOG_LIMITED(c, LOG_LVL_INFO, "%s: TARGET %s RESET", c->peer,

@@ -17,6 +17,7 @@ void target_node_free(struct iscsi_node *n)
         return;
     free(n->portals);
     free(n->allow);
+    pthread_mutex_destroy(&n->access_lock);
     chap_wipe(&n->chap, sizeof(n->chap));
     free(n);
 }
@@ -28,6 +29,7 @@ struct iscsi_node *target_node_make(const struct target_node_conf *c, struct scs
         return NULL;
     snprintf(n->name, sizeof(n->name), "%s", c->name);
     snprintf(n->alias, sizeof(n->alias), "%s", c->alias);
+    iscsi_node_init_access(n);
     n->scsi = scsi;
     n->tpgt = target_alua_tpgt(c);
     n->params = c->params;

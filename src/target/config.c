@@ -167,6 +167,24 @@ int target_node_add_allow(struct target_node_conf *n, const char *iqn)
     return 0;
 }
 
+void target_node_remove_portal(struct target_node_conf *n, const char *text)
+{
+    unsigned k = 0;
+    for (unsigned i = 0; i < n->nportals; i++)
+        if (strcmp(n->portals[i].text, text) != 0)
+            n->portals[k++] = n->portals[i];
+    n->nportals = k;
+}
+
+void target_node_remove_allow(struct target_node_conf *n, const char *iqn)
+{
+    unsigned k = 0;
+    for (unsigned i = 0; i < n->nallow; i++)
+        if (strcasecmp(n->allow[i], iqn) != 0)
+            memmove(n->allow[k++], n->allow[i], sizeof(n->allow[0]));
+    n->nallow = k;
+}
+
 /* Takes ownership of lun->bs_spec on success. */
 int target_node_add_lun(struct target_node_conf *n, struct target_lun_conf *lun, char *err,
                         size_t errlen)
@@ -475,6 +493,19 @@ int target_parse_lun_spec(const char *spec, struct target_lun_conf *lun, char *e
         return -1;
     }
     lun->bs_spec = out;
+    return 0;
+}
+
+int target_lun_rbd_timeout(struct target_lun_conf *l, unsigned rbd_timeout_s)
+{
+    if (!rbd_timeout_s || strncmp(l->bs_spec, "rbd:", 4) != 0 || strstr(l->bs_spec, ",timeout="))
+        return 0;
+    size_t len = strlen(l->bs_spec) + 32;
+    char *spec = realloc(l->bs_spec, len);
+    if (!spec)
+        return -1;
+    snprintf(spec + strlen(spec), 32, ",timeout=%u", rbd_timeout_s);
+    l->bs_spec = spec;
     return 0;
 }
 
@@ -803,16 +834,9 @@ static int cfg_target_key(struct cfg_parser *ps, const char *key, const char *va
         if (target_parse_lun_spec(val, &lun, reason, sizeof(reason)) < 0)
             return cfg_fail(ps, ps->line, "%s", reason);
         /* rbd-timeout (global, so read before any target) is the default of timeout= */
-        if (ps->cfg->rbd_timeout_s && strncmp(lun.bs_spec, "rbd:", 4) == 0 &&
-            !strstr(lun.bs_spec, ",timeout=")) {
-            size_t len = strlen(lun.bs_spec) + 32;
-            char *spec = realloc(lun.bs_spec, len);
-            if (!spec) {
-                free(lun.bs_spec);
-                return cfg_fail(ps, ps->line, "out of memory");
-            }
-            snprintf(spec + strlen(spec), 32, ",timeout=%u", ps->cfg->rbd_timeout_s);
-            lun.bs_spec = spec;
+        if (target_lun_rbd_timeout(&lun, ps->cfg->rbd_timeout_s) < 0) {
+            free(lun.bs_spec);
+            return cfg_fail(ps, ps->line, "out of memory");
         }
         snprintf(lun.origin, sizeof(lun.origin), "%s:%u", ps->path, ps->line);
         if (target_node_add_lun(n, &lun, reason, sizeof(reason)) < 0) {
@@ -901,6 +925,12 @@ static int cfg_line(struct cfg_parser *ps, char *raw)
 
 int target_config_load(struct target_config *cfg, const char *path, char *err, size_t errlen)
 {
+    return target_config_load_defaults(cfg, path, NULL, err, errlen);
+}
+
+int target_config_load_defaults(struct target_config *cfg, const char *path,
+                                struct target_section_defaults *defs, char *err, size_t errlen)
+{
     struct cfg_parser ps = {.cfg = cfg, .path = path, .err = err, .errlen = errlen};
     target_params_default(&ps.global_params);
     FILE *f = fopen(path, "r");
@@ -931,6 +961,11 @@ int target_config_load(struct target_config *cfg, const char *path, char *err, s
         rc = cfg_fail(&ps, ps.line, "out of memory");
     if (rc == 0)
         rc = target_chap_load(cfg, err, errlen);
+    if (rc == 0 && defs) {
+        defs->params = ps.global_params;
+        defs->alua = ps.global_alua;
+        defs->chap_algs = cfg->chap_algs;
+    }
     free(buf);
     free(ps.global_portals);
     fclose(f);

@@ -470,6 +470,10 @@ static json_t *m_add_lun(struct daemon *d, json_t *params, struct req_err *e)
     char err[1024];
     if (target_parse_lun_spec(spec, &l, err, sizeof(err)) < 0)
         return fail(e, ERR_INVALID_PARAMS, "bad LUN spec '%s': %s", spec, err);
+    if (target_lun_rbd_timeout(&l, d->cfg.rbd_timeout_s) < 0) {
+        free(l.bs_spec);
+        return fail(e, ERR_INTERNAL, "out of memory");
+    }
     if (given) {
         if (scsi_target_lun(n->scsi, num)) {
             free(l.bs_spec);
@@ -598,9 +602,34 @@ static json_t *m_set_lun(struct daemon *d, json_t *params, struct req_err *e)
     return lun_json(n->name, lu);
 }
 
+/* A resized LUN's spec says its new size where it gives one (ram:SIZE, null:SIZE, size=), so
+ * that save writes it and reload does not take it back. */
+static void conf_lun_resized(struct daemon *d, unsigned t, uint64_t num, uint64_t bytes)
+{
+    struct target_lun_conf *l = conf_lun_find(d, t, num);
+    if (!l)
+        return;
+    char size[32], *spec = l->bs_spec;
+    target_size_text(bytes, size, sizeof(size));
+    const char *start = NULL;
+    if (strncmp(spec, "ram:", 4) == 0 || strncmp(spec, "null:", 5) == 0)
+        start = strchr(spec, ':') + 1;
+    else if ((start = strstr(spec, ",size=")))
+        start += 6;
+    if (!start)
+        return; /* a file or image that keeps its size itself */
+    const char *end = start + strcspn(start, ",");
+    char *grown = NULL;
+    if (asprintf(&grown, "%.*s%s%s", (int)(start - spec), spec, size, end) < 0)
+        return;
+    free(l->bs_spec);
+    l->bs_spec = grown;
+}
+
 static json_t *m_resize_lun(struct daemon *d, json_t *params, struct req_err *e)
 {
-    struct iscsi_node *n = param_target(d, params, NULL, e);
+    unsigned t;
+    struct iscsi_node *n = param_target(d, params, &t, e);
     uint64_t num;
     struct scsi_lun *lu = n ? param_lun(n, params, &num, e) : NULL;
     if (!lu)
@@ -616,6 +645,7 @@ static json_t *m_resize_lun(struct daemon *d, json_t *params, struct req_err *e)
     uint64_t was = scsi_lun_size_bytes(lu);
     if (scsi_lun_grow(lu, bytes, err, sizeof(err)) < 0)
         return fail(e, ERR_FAILED, "%s", err);
+    conf_lun_resized(d, t, num, scsi_lun_size_bytes(lu));
     LOG_INFO("target %s: LUN %llu resized by linerate-ctl from %llu to %llu bytes", n->name,
              (unsigned long long)num, (unsigned long long)was, (unsigned long long)bytes);
     return lun_json(n->name, lu);
@@ -673,6 +703,8 @@ static json_t *m_add_target(struct daemon *d, json_t *params, struct req_err *e)
         goto out;
     }
     snprintf(c->alias, sizeof(c->alias), "%s", alias ? alias : "");
+    /* as a loaded target has it: the global CHAP algorithms (no CHAP user here anyway) */
+    c->chap.algs = d->cfg.chap_algs ? d->cfg.chap_algs : CHAP_ALGS_ALL;
     json_array_foreach(portals, i, v)
     {
         struct target_portal p;
@@ -696,6 +728,11 @@ static json_t *m_add_target(struct daemon *d, json_t *params, struct req_err *e)
         memset(&l, 0, sizeof(l));
         if (target_parse_lun_spec(json_string_value(v), &l, err, sizeof(err)) < 0) {
             fail(e, ERR_INVALID_PARAMS, "bad LUN spec '%s': %s", json_string_value(v), err);
+            goto out;
+        }
+        if (target_lun_rbd_timeout(&l, d->cfg.rbd_timeout_s) < 0) {
+            free(l.bs_spec);
+            fail(e, ERR_INTERNAL, "out of memory");
             goto out;
         }
         l.lun = i;
@@ -732,6 +769,91 @@ static json_t *m_remove_target(struct daemon *d, json_t *params, struct req_err 
         return fail(e, rc == -ENOENT ? ERR_NOT_FOUND : ERR_FAILED, "%s", err);
     return json_pack("{s:s, s:i, s:i, s:I}", "target", name, "sessions_ended", (int)r.sessions,
                      "luns_removed", (int)r.luns, "commands_left", (json_int_t)r.commands_left);
+}
+
+/* --- a running target's portals and allow list --- */
+
+static json_t *m_add_portal(struct daemon *d, json_t *params, struct req_err *e)
+{
+    unsigned t;
+    struct iscsi_node *n = param_target(d, params, &t, e);
+    const char *text = n ? param_str(params, "portal", true, e) : NULL;
+    if (!text)
+        return NULL;
+    struct target_portal p;
+    char err[512];
+    if (target_parse_portal(text, &p, err, sizeof(err)) < 0)
+        return fail(e, ERR_INVALID_PARAMS, "%s", err);
+    if (ctl_portal_add(d, t, &p, err, sizeof(err)) < 0)
+        return fail(e, ERR_FAILED, "%s", err);
+    return json_pack("{s:s, s:s, s:b}", "target", n->name, "portal", p.text, "listening", true);
+}
+
+static json_t *m_remove_portal(struct daemon *d, json_t *params, struct req_err *e)
+{
+    unsigned t;
+    struct iscsi_node *n = param_target(d, params, &t, e);
+    const char *text = n ? param_str(params, "portal", true, e) : NULL;
+    if (!text)
+        return NULL;
+    struct target_portal p;
+    char err[512];
+    if (target_parse_portal(text, &p, err, sizeof(err)) < 0)
+        return fail(e, ERR_INVALID_PARAMS, "%s", err);
+    /* sessions already on it carry on: count them for the answer */
+    unsigned on_it = 0;
+    struct iscsi_session_info *v;
+    unsigned k;
+    if (iscsi_server_list_sessions(&d->srv, &v, &k) == 0) {
+        for (unsigned i = 0; i < k; i++) {
+            bool here = false;
+            for (unsigned c = 0; c < v[i].nconns && !here; c++)
+                here = strcmp(v[i].conns[c].portal, p.text) == 0;
+            on_it += here && strcasecmp(v[i].target, n->name) == 0;
+        }
+        free(v);
+    }
+    bool closed;
+    int rc = ctl_portal_remove(d, t, p.text, false, &closed, err, sizeof(err));
+    if (rc < 0)
+        return fail(e, rc == -ENOENT ? ERR_NOT_FOUND : ERR_FAILED, "%s", err);
+    return json_pack("{s:s, s:s, s:b, s:i}", "target", n->name, "portal", p.text, "listener_closed",
+                     closed, "sessions_on_it", (int)on_it);
+}
+
+static json_t *m_add_allow(struct daemon *d, json_t *params, struct req_err *e)
+{
+    unsigned t;
+    struct iscsi_node *n = param_target(d, params, &t, e);
+    const char *iqn = n ? param_str(params, "initiator", true, e) : NULL;
+    if (!iqn)
+        return NULL;
+    char err[512];
+    if (target_check_iscsi_name(iqn, err, sizeof(err)) < 0)
+        return fail(e, ERR_INVALID_PARAMS, "%s", err);
+    bool was_open = n->nallow == 0;
+    if (ctl_allow_add(d, t, iqn, err, sizeof(err)) < 0)
+        return fail(e, ERR_FAILED, "%s", err);
+    return json_pack("{s:s, s:s, s:b}", "target", n->name, "initiator", iqn, "was_open", was_open);
+}
+
+static json_t *m_remove_allow(struct daemon *d, json_t *params, struct req_err *e)
+{
+    unsigned t;
+    struct iscsi_node *n = param_target(d, params, &t, e);
+    const char *iqn = n ? param_str(params, "initiator", true, e) : NULL;
+    uint64_t timeout = LOGOUT_TIMEOUT_S;
+    if (!iqn || param_uint(params, "timeout", TIMEOUT_MAX_S, &timeout, e) < 0)
+        return NULL;
+    bool force = param_bool(params, "force");
+    char err[512];
+    unsigned sessions;
+    int rc =
+        ctl_allow_remove(d, t, iqn, false, force, (unsigned)timeout, &sessions, err, sizeof(err));
+    if (rc < 0)
+        return fail(e, rc == -ENOENT ? ERR_NOT_FOUND : ERR_FAILED, "%s", err);
+    return json_pack("{s:s, s:s, s:i, s:b}", "target", n->name, "initiator", iqn, "sessions",
+                     (int)sessions, "sessions_ended", force);
 }
 
 /* --- sessions --- */
@@ -788,6 +910,16 @@ static json_t *m_reload(struct daemon *d, json_t *params, struct req_err *e)
     return r;
 }
 
+static json_t *m_save(struct daemon *d, json_t *params, struct req_err *e)
+{
+    const char *file = param_str(params, "file", false, e);
+    if (e->code)
+        return NULL;
+    char err[2048];
+    json_t *r = ctl_save(d, file, err, sizeof(err));
+    return r ? r : fail(e, ERR_FAILED, "%s", err);
+}
+
 static const char *const level_names[] = {"error", "warn", "info", "debug"};
 
 static json_t *m_set_log_level(struct daemon *d, json_t *params, struct req_err *e)
@@ -835,8 +967,13 @@ static const struct method methods[] = {
     {"drop_connection", m_drop_connection},
     {"set_log_level", m_set_log_level},
     {"reload", m_reload},
+    {"save", m_save},
     {"add_target", m_add_target},
     {"remove_target", m_remove_target},
+    {"add_portal", m_add_portal},
+    {"remove_portal", m_remove_portal},
+    {"add_allow", m_add_allow},
+    {"remove_allow", m_remove_allow},
 };
 
 /* --- the envelope --- */

@@ -12,9 +12,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <time.h>
 
 #include "bs/bs.h"
 #include "target/daemon.h"
+#include "util/sdnotify.h"
 
 #define RELOAD_REMOVE_TIMEOUT_S 30
 
@@ -76,24 +78,49 @@ static bool same_chap(const struct chap_creds *a, const struct chap_creds *b)
            memcmp(a->mutual_secret, b->mutual_secret, a->mutual_secret_len) == 0;
 }
 
+/* Portals and allow entries are sets: the order of their lines changes nothing a login sees
+ * (SendTargets lists the portals in the order they were added). */
+static bool has_portal(const struct target_node_conf *c, const char *text)
+{
+    for (unsigned i = 0; i < c->nportals; i++)
+        if (strcmp(c->portals[i].text, text) == 0)
+            return true;
+    return false;
+}
+
+static bool has_allow(const struct target_node_conf *c, const char *iqn)
+{
+    for (unsigned i = 0; i < c->nallow; i++)
+        if (strcasecmp(c->allow[i], iqn) == 0)
+            return true;
+    return false;
+}
+
 static bool same_portals(const struct target_node_conf *a, const struct target_node_conf *b)
 {
-    if (a->nportals != b->nportals)
-        return false;
     for (unsigned i = 0; i < a->nportals; i++)
-        if (strcmp(a->portals[i].text, b->portals[i].text) != 0)
+        if (!has_portal(b, a->portals[i].text))
+            return false;
+    for (unsigned i = 0; i < b->nportals; i++)
+        if (!has_portal(a, b->portals[i].text))
             return false;
     return true;
 }
 
 static bool same_allow(const struct target_node_conf *a, const struct target_node_conf *b)
 {
-    if (a->nallow != b->nallow)
-        return false;
     for (unsigned i = 0; i < a->nallow; i++)
-        if (strcasecmp(a->allow[i], b->allow[i]) != 0)
+        if (!has_allow(b, a->allow[i]))
+            return false;
+    for (unsigned i = 0; i < b->nallow; i++)
+        if (!has_allow(a, b->allow[i]))
             return false;
     return true;
+}
+
+bool ctl_lun_conf_same(const struct target_lun_conf *a, const struct target_lun_conf *b)
+{
+    return a->lun == b->lun && same_store(a, b) && a->read_only == b->read_only;
 }
 
 /* Settings outside the LUNs that differ: each becomes a "needs a restart" line. */
@@ -123,10 +150,6 @@ static void diff_fixed(const struct target_config *run, const struct target_conf
         const struct target_node_conf *f = find_conf(file, r->name);
         if (!f)
             continue; /* removed as a whole, below */
-        if (!same_portals(r, f))
-            note(restart, "target %s: portals", r->name);
-        if (!same_allow(r, f))
-            note(restart, "target %s: allow", r->name);
         if (strcmp(r->alias, f->alias) != 0)
             note(restart, "target %s: alias", r->name);
         if (!same_chap(&r->chap, &f->chap))
@@ -136,6 +159,115 @@ static void diff_fixed(const struct target_config *run, const struct target_conf
         if (!target_alua_same(&r->alua, &f->alua))
             note(restart, "target %s: ALUA (alua-group, alua-state, alua-peer)", r->name);
     }
+}
+
+/* A running target's portals and allow list that differ from the file's. */
+static void diff_access(const struct target_config *run, const struct target_config *file,
+                        json_t *list)
+{
+    for (unsigned i = 0; i < run->ntargets; i++) {
+        const struct target_node_conf *r = &run->targets[i];
+        const struct target_node_conf *f = find_conf(file, r->name);
+        if (f && !same_portals(r, f))
+            note(list, "target %s: portals", r->name);
+        if (f && !same_allow(r, f))
+            note(list, "target %s: allow", r->name);
+    }
+}
+
+void ctl_config_diff(const struct daemon *d, const struct target_config *file, json_t *out)
+{
+    const struct target_config *run = &d->cfg;
+    diff_fixed(run, file, out);
+    diff_access(run, file, out);
+    for (unsigned i = 0; i < run->ntargets; i++) {
+        const struct target_node_conf *r = &run->targets[i];
+        const struct target_node_conf *f = find_conf(file, r->name);
+        if (!f) {
+            note(out, "target %s: not in the file", r->name);
+            continue;
+        }
+        for (unsigned k = 0; k < r->nluns; k++) {
+            const struct target_lun_conf *fl = find_lun(f, r->luns[k].lun);
+            if (!fl)
+                note(out, "target %s: LUN %llu not in the file", r->name,
+                     (unsigned long long)r->luns[k].lun);
+            else if (!ctl_lun_conf_same(&r->luns[k], fl))
+                note(out, "target %s: LUN %llu differs (%s%s in the file, %s%s running)", r->name,
+                     (unsigned long long)fl->lun, fl->bs_spec, fl->read_only ? ",ro" : "",
+                     r->luns[k].bs_spec, r->luns[k].read_only ? ",ro" : "");
+        }
+        for (unsigned k = 0; k < f->nluns; k++)
+            if (!find_lun(r, f->luns[k].lun))
+                note(out, "target %s: LUN %llu only in the file", r->name,
+                     (unsigned long long)f->luns[k].lun);
+    }
+    for (unsigned i = 0; i < file->ntargets; i++)
+        if (!find_conf(run, file->targets[i].name))
+            note(out, "target %s: only in the file", file->targets[i].name);
+    if (!run->cli_log_level && file->log_level != log_get_level())
+        note(out, "log-level");
+}
+
+/* Bring running target t's portals and allow list to the file's f: additions first, so that
+ * the target is never without a portal, nor open to everyone while one name replaces another.
+ * Sessions through a removed portal carry on; those of an initiator no longer allowed too,
+ * unless force logs them out. */
+static void apply_access(struct daemon *d, unsigned t, const struct target_node_conf *f, bool force,
+                         json_t *applied, json_t *restart)
+{
+    char name[ISCSI_NAME_MAX + 1], why[512];
+    snprintf(name, sizeof(name), "%s", d->cfg.targets[t].name);
+    for (unsigned i = 0; i < f->nportals; i++) {
+        if (has_portal(&d->cfg.targets[t], f->portals[i].text))
+            continue;
+        if (ctl_portal_add(d, t, &f->portals[i], why, sizeof(why)) == 0)
+            note(applied, "target %s: portal %s added", name, f->portals[i].text);
+        else
+            note(restart, "target %s: portal %s: %s", name, f->portals[i].text, why);
+    }
+    /* Iterate over a copy: removing edits the running list. */
+    struct target_node_conf run;
+    memset(&run, 0, sizeof(run));
+    for (unsigned i = 0; i < d->cfg.targets[t].nportals; i++)
+        target_node_add_portal(&run, &d->cfg.targets[t].portals[i]);
+    for (unsigned i = 0; i < d->cfg.targets[t].nallow; i++)
+        target_node_add_allow(&run, d->cfg.targets[t].allow[i]);
+    for (unsigned i = 0; i < run.nportals; i++) {
+        const char *p = run.portals[i].text;
+        bool closed;
+        if (has_portal(f, p))
+            continue;
+        if (ctl_portal_remove(d, t, p, true, &closed, why, sizeof(why)) == 0)
+            note(applied, "target %s: portal %s removed%s", name, p,
+                 closed ? " (its listener closed; sessions on it carry on)"
+                        : " (sessions on it carry on)");
+        else
+            note(restart, "target %s: portal %s: %s", name, p, why);
+    }
+    for (unsigned i = 0; i < f->nallow; i++) {
+        if (has_allow(&d->cfg.targets[t], f->allow[i]))
+            continue;
+        if (ctl_allow_add(d, t, f->allow[i], why, sizeof(why)) == 0)
+            note(applied, "target %s: allow %s added", name, f->allow[i]);
+        else
+            note(restart, "target %s: allow %s: %s", name, f->allow[i], why);
+    }
+    for (unsigned i = 0; i < run.nallow; i++) {
+        const char *iqn = run.allow[i];
+        unsigned sessions;
+        if (has_allow(f, iqn))
+            continue;
+        if (ctl_allow_remove(d, t, iqn, true, force, RELOAD_REMOVE_TIMEOUT_S, &sessions, why,
+                             sizeof(why)) == 0)
+            note(applied, "target %s: allow %s removed (%u session%s %s)", name, iqn, sessions,
+                 sessions == 1 ? "" : "s",
+                 force ? "logged out" : "carry on; reload --force logs them out");
+        else
+            note(restart, "target %s: allow %s: %s", name, iqn, why);
+    }
+    free(run.portals);
+    free(run.allow);
 }
 
 /* A LUN to add, its store opened ahead. */
@@ -158,12 +290,36 @@ static int check_new_target(const struct target_node_conf *c, char *err, size_t 
     return 0;
 }
 
+/* The reload proper; ctl_reload brackets it for the service manager. */
+static json_t *reload(struct daemon *d, bool force, char *err, size_t errlen);
+
 json_t *ctl_reload(struct daemon *d, bool force, char *err, size_t errlen)
 {
     if (!d->cfg.config_path[0]) {
         snprintf(err, errlen, "the daemon was started without --config: nothing to reload");
         return NULL;
     }
+    /* sd_notify(3), systemd 253 and later: RELOADING=1 with the CLOCK_MONOTONIC time it began
+     * (a Type=notify-reload unit waits for it), READY=1 once done, whether or not the file
+     * was taken. */
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    sd_notifyf_lr("RELOADING=1\nMONOTONIC_USEC=%llu\nSTATUS=reloading %s",
+                  (unsigned long long)now.tv_sec * 1000000ull +
+                      (unsigned long long)now.tv_nsec / 1000,
+                  d->cfg.config_path);
+    json_t *r = reload(d, force, err, errlen);
+    char note[1200];
+    if (r)
+        snprintf(note, sizeof(note), "reloaded %s", d->cfg.config_path);
+    else
+        snprintf(note, sizeof(note), "reload refused: %s", err);
+    daemon_notify_ready(d, note);
+    return r;
+}
+
+static json_t *reload(struct daemon *d, bool force, char *err, size_t errlen)
+{
     struct target_config file;
     target_config_init(&file);
     if (target_config_load(&file, d->cfg.config_path, err, errlen) < 0) {
@@ -227,7 +383,25 @@ json_t *ctl_reload(struct daemon *d, bool force, char *err, size_t errlen)
     for (unsigned i = 0; i < file.ntargets && rc == 0; i++)
         if (!find_conf(&d->cfg, file.targets[i].name))
             rc = check_new_target(&file.targets[i], err, errlen);
+    /* A running target's new portal is listened on now, so that an address that cannot be
+     * bound refuses the reload before anything changed (the listener alone changes nothing:
+     * no target is served through it yet). */
+    for (unsigned t = 0; t < d->built.n && rc == 0; t++) {
+        const struct target_node_conf *f = find_conf(&file, d->cfg.targets[t].name);
+        for (unsigned i = 0; f && i < f->nportals && rc == 0; i++) {
+            char why[512];
+            if (!has_portal(&d->cfg.targets[t], f->portals[i].text) &&
+                daemon_listen_portal(d, &f->portals[i], why, sizeof(why)) < 0) {
+                snprintf(err, errlen, "%s: %s", f->origin, why);
+                rc = -1;
+            }
+        }
+    }
     if (rc < 0) {
+        for (unsigned i = 0; i < file.ntargets; i++)
+            for (unsigned k = 0; k < file.targets[i].nportals; k++)
+                if (!ctl_portal_in_use(d, file.targets[i].portals[k].text))
+                    daemon_unlisten_portal(d, file.targets[i].portals[k].text);
         for (unsigned i = 0; i < nadds; i++) {
             bs_close(adds[i].bs);
             free(adds[i].l.bs_spec);
@@ -292,6 +466,11 @@ json_t *ctl_reload(struct daemon *d, bool force, char *err, size_t errlen)
             note(restart, "target %s: LUN %llu: %s", name, (unsigned long long)num, why);
     }
     free(adds);
+    for (unsigned t = 0; t < d->built.n; t++) {
+        const struct target_node_conf *f = find_conf(&file, d->cfg.targets[t].name);
+        if (f)
+            apply_access(d, t, f, force, applied, restart);
+    }
 
     /* Whole targets last: removing one renumbers the running ones. */
     for (unsigned t = 0; t < d->cfg.ntargets;) {

@@ -105,30 +105,58 @@ int ctl_target_add(struct daemon *d, const struct target_node_conf *c, char *err
     return 0;
 }
 
-/* Ask every session of node n to log out, then close what is left after timeout_s. */
-static void end_sessions(struct daemon *d, struct iscsi_node *n, unsigned timeout_s)
+/* The sessions of node n (of `initiator` only, unless NULL) in the table now. */
+static unsigned count_sessions(struct daemon *d, const struct iscsi_node *n, const char *initiator)
+{
+    if (!initiator)
+        return node_sessions(d, n);
+    struct iscsi_session_info *v;
+    unsigned k, found = 0;
+    if (iscsi_server_list_sessions(&d->srv, &v, &k) < 0)
+        return node_sessions(d, n); /* out of memory: err on the side of waiting */
+    for (unsigned i = 0; i < k; i++)
+        found += !v[i].discovery && strcasecmp(v[i].target, n->name) == 0 &&
+                 strcasecmp(v[i].initiator, initiator) == 0;
+    free(v);
+    return found;
+}
+
+/* Ask, or (close) force, the matching sessions to end. */
+static void each_session(struct daemon *d, const struct iscsi_node *n, const char *initiator,
+                         bool close, unsigned timeout_s, const char *why)
 {
     struct iscsi_session_info *v;
     unsigned k;
-    if (iscsi_server_list_sessions(&d->srv, &v, &k) == 0) {
-        for (unsigned i = 0; i < k; i++)
-            if (strcasecmp(v[i].target, n->name) == 0)
-                iscsi_server_request_logout(&d->srv, v[i].tsih, timeout_s);
-        free(v);
-    }
-    for (unsigned ms = 0; node_sessions(d, n) && ms < timeout_s * 1000u && !ctl_stopping(d);
-         ms += 20)
-        nap_ms(20);
-    if (!node_sessions(d, n))
+    if (iscsi_server_list_sessions(&d->srv, &v, &k) < 0)
         return;
-    if (iscsi_server_list_sessions(&d->srv, &v, &k) == 0) {
-        for (unsigned i = 0; i < k; i++)
-            if (strcasecmp(v[i].target, n->name) == 0)
-                iscsi_server_close_session(&d->srv, v[i].tsih, "its target was removed");
-        free(v);
+    for (unsigned i = 0; i < k; i++) {
+        if (v[i].discovery || strcasecmp(v[i].target, n->name) != 0 ||
+            (initiator && strcasecmp(v[i].initiator, initiator) != 0))
+            continue;
+        if (close)
+            iscsi_server_close_session(&d->srv, v[i].tsih, why);
+        else
+            iscsi_server_request_logout(&d->srv, v[i].tsih, timeout_s);
     }
-    for (unsigned ms = 0; node_sessions(d, n) && ms < CLOSE_WAIT_MS; ms += 20)
+    free(v);
+}
+
+unsigned ctl_end_sessions(struct daemon *d, struct iscsi_node *n, const char *initiator,
+                          unsigned timeout_s, const char *why)
+{
+    unsigned had = count_sessions(d, n, initiator);
+    if (!had)
+        return 0;
+    each_session(d, n, initiator, false, timeout_s, why);
+    for (unsigned ms = 0;
+         count_sessions(d, n, initiator) && ms < timeout_s * 1000u && !ctl_stopping(d); ms += 20)
         nap_ms(20);
+    if (!count_sessions(d, n, initiator))
+        return had;
+    each_session(d, n, initiator, true, timeout_s, why);
+    for (unsigned ms = 0; count_sessions(d, n, initiator) && ms < CLOSE_WAIT_MS; ms += 20)
+        nap_ms(20);
+    return had;
 }
 
 int ctl_target_remove(struct daemon *d, const char *name, bool force, unsigned timeout_s,
@@ -158,7 +186,7 @@ int ctl_target_remove(struct daemon *d, const char *name, bool force, unsigned t
     iscsi_server_remove_node(&d->srv, n);
     out->sessions = nsess;
     if (nsess)
-        end_sessions(d, n, timeout_s);
+        ctl_end_sessions(d, n, NULL, timeout_s, "its target was removed");
     struct scsi_target *scsi = d->built.scsi[t];
     for (uint64_t l = 0; l < scsi->nluns; l++) {
         struct ctl_removed lr;
@@ -178,6 +206,10 @@ int ctl_target_remove(struct daemon *d, const char *name, bool force, unsigned t
     d->built.n--;
     target_config_remove_node(&d->cfg, (unsigned)t);
     target_config_finish(&d->cfg);
+    /* Its portals that no other target has stop listening (the node keeps its list). */
+    for (unsigned i = 0; i < n->nportals; i++)
+        if (!ctl_portal_in_use(d, n->portals[i].text))
+            daemon_unlisten_portal(d, n->portals[i].text);
     /* `name` may have been the configuration's, freed just now: the node's stays */
     LOG_INFO("event=target-removed target=%s sessions-ended=%u luns=%u", n->name, nsess, out->luns);
     return 0;

@@ -244,13 +244,15 @@ static void *reactor_thread(void *arg)
 
 /* --- listeners added at run time --- */
 
-/* A listener on its way to reactor 0, shared by the waiting control thread and the message,
- * freed by the last of them (the control thread may give up waiting). */
+/* A listener on its way to or from reactor 0, shared by the waiting control thread and the
+ * message, freed by the last of them (the control thread may give up waiting). */
 struct listen_call {
     atomic_int refs;
     sem_t done;
     struct daemon *d;
     struct listener *l;
+    bool open; /* watch l (opened already), else stop watching it and close it */
+    bool link; /* a new listener: linked into d->extra_listeners once watched */
     int rc;
     struct reactor_msg msg;
 };
@@ -268,58 +270,54 @@ static void listen_call_run(void *arg)
     struct listen_call *c = arg;
     struct daemon *d = c->d;
     struct listener *l = c->l;
-    c->rc = atomic_load(&d->srv.shutting_down)
-                ? -ESHUTDOWN
-                : reactor_fd_add(d->reactors[0], &l->h, l->fd, d->accept_paused ? 0 : EPOLLIN,
-                                 on_accept, l);
-    if (c->rc == 0) {
-        l->next = d->extra_listeners;
-        d->extra_listeners = l;
+    if (!c->open) {
+        /* Connections accepted through it keep their pointer to l->portal (and its
+         * counters): the struct stays, only the socket goes. */
+        if (l->fd >= 0) {
+            reactor_fd_del(d->reactors[0], &l->h);
+            close(l->fd);
+            l->fd = -1;
+        }
+        c->rc = 0;
     } else {
-        close(l->fd);
-        iostats_free(l->portal.stats);
-        free(l);
+        c->rc = atomic_load(&d->srv.shutting_down)
+                    ? -ESHUTDOWN
+                    : reactor_fd_add(d->reactors[0], &l->h, l->fd, d->accept_paused ? 0 : EPOLLIN,
+                                     on_accept, l);
+        if (c->rc == 0 && c->link) {
+            l->next = d->extra_listeners;
+            d->extra_listeners = l;
+        } else if (c->rc < 0) {
+            close(l->fd);
+            l->fd = -1;
+            if (c->link) {
+                iostats_free(l->portal.stats);
+                free(l);
+            }
+        }
     }
     sem_post(&c->done);
     listen_call_put(c);
 }
 
-static bool listening_on(struct daemon *d, const char *text)
+/* Any listener for this address, listening or closed at run time. */
+static struct listener *find_listener(struct daemon *d, const char *text)
 {
     for (unsigned i = 0; i < d->nlisteners; i++)
         if (strcmp(d->listeners[i].portal.text, text) == 0)
-            return true;
+            return &d->listeners[i];
     for (struct listener *l = d->extra_listeners; l; l = l->next)
         if (strcmp(l->portal.text, text) == 0)
-            return true;
-    return false;
+            return l;
+    return NULL;
 }
 
-int daemon_listen_portal(struct daemon *d, const struct target_portal *p, char *err, size_t errlen)
+/* Post c to reactor 0 and wait (bounded) for it: 0, the call's error, or -ETIMEDOUT. */
+static int listen_call_wait(struct daemon *d, struct listen_call *c)
 {
-    if (listening_on(d, p->text))
-        return 0;
-    struct listener *l = calloc(1, sizeof(*l));
-    struct listen_call *c = calloc(1, sizeof(*c));
-    if (!l || !c) {
-        free(l);
-        free(c);
-        snprintf(err, errlen, "out of memory");
-        return -1;
-    }
-    l->d = d;
-    l->fd = -1;
-    int rc = listener_open(l, p);
-    if (rc < 0) {
-        snprintf(err, errlen, "cannot listen on %s: %s", p->text, strerror(-rc));
-        free(l);
-        free(c);
-        return -1;
-    }
     atomic_init(&c->refs, 2);
     sem_init(&c->done, 0, 0);
     c->d = d;
-    c->l = l;
     reactor_post(d->reactors[0], &c->msg, listen_call_run, c);
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
@@ -327,14 +325,67 @@ int daemon_listen_portal(struct daemon *d, const struct target_portal *p, char *
     int waited;
     while ((waited = sem_timedwait(&c->done, &ts)) < 0 && errno == EINTR)
         ;
-    rc = waited < 0 ? -ETIMEDOUT : c->rc;
+    int rc = waited < 0 ? -ETIMEDOUT : c->rc;
     listen_call_put(c);
+    return rc;
+}
+
+int daemon_listen_portal(struct daemon *d, const struct target_portal *p, char *err, size_t errlen)
+{
+    struct listener *l = find_listener(d, p->text);
+    if (l && l->fd >= 0)
+        return 0;
+    bool fresh = !l;
+    struct listen_call *c = calloc(1, sizeof(*c));
+    if (fresh)
+        l = calloc(1, sizeof(*l));
+    if (!l || !c) {
+        if (fresh)
+            free(l);
+        free(c);
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    if (fresh) {
+        l->d = d;
+        l->fd = -1;
+    }
+    int rc = listener_open(l, p); /* a closed listener keeps its counters */
+    if (rc < 0) {
+        snprintf(err, errlen, "cannot listen on %s: %s", p->text, strerror(-rc));
+        if (fresh) {
+            iostats_free(l->portal.stats);
+            free(l);
+        }
+        free(c);
+        return -1;
+    }
+    c->l = l;
+    c->open = true;
+    c->link = fresh;
+    rc = listen_call_wait(d, c);
     if (rc < 0) {
         snprintf(err, errlen, "cannot listen on %s: %s", p->text, strerror(-rc));
         return -1;
     }
     LOG_INFO("listening on %s", p->text);
     return 0;
+}
+
+int daemon_unlisten_portal(struct daemon *d, const char *text)
+{
+    struct listener *l = find_listener(d, text);
+    if (!l || l->fd < 0)
+        return 0;
+    struct listen_call *c = calloc(1, sizeof(*c));
+    if (!c)
+        return -ENOMEM;
+    c->l = l;
+    c->open = false;
+    int rc = listen_call_wait(d, c);
+    if (rc == 0)
+        LOG_INFO("stopped listening on %s", text);
+    return rc;
 }
 
 /* --- lifecycle --- */
@@ -561,15 +612,17 @@ static void block_signals(sigset_t *set)
     pthread_sigmask(SIG_BLOCK, &with_pipe, NULL);
 }
 
-/* Tell a service manager (NOTIFY_SOCKET) that the daemon serves, and what. */
-static void notify_ready(const struct daemon *d)
+/* Tell a service manager (NOTIFY_SOCKET) that the daemon serves, and what (`note`, if any,
+ * goes after it in the STATUS line). */
+void daemon_notify_ready(const struct daemon *d, const char *note)
 {
     unsigned luns = 0;
     for (unsigned t = 0; t < d->cfg.ntargets; t++)
         luns += d->cfg.targets[t].nluns;
-    int rc = sd_notifyf_lr("READY=1\nSTATUS=serving %u target%s, %u LUN%s on %u portal%s",
+    int rc = sd_notifyf_lr("READY=1\nSTATUS=serving %u target%s, %u LUN%s on %u portal%s%s%s",
                            d->cfg.ntargets, d->cfg.ntargets == 1 ? "" : "s", luns,
-                           luns == 1 ? "" : "s", d->cfg.nlisten, d->cfg.nlisten == 1 ? "" : "s");
+                           luns == 1 ? "" : "s", d->cfg.nlisten, d->cfg.nlisten == 1 ? "" : "s",
+                           note ? "; " : "", note ? note : "");
     if (rc < 0)
         LOG_WARN("NOTIFY_SOCKET: cannot notify the service manager: %s", strerror(-rc));
 }
@@ -635,7 +688,7 @@ int target_main(int argc, char **argv)
     }
     print_urls(&d->cfg);
     /* Type=notify: the service is up once it listens and the control socket answers. */
-    notify_ready(d);
+    daemon_notify_ready(d, NULL);
 
     int sig = wait_for_shutdown(d, &set);
     LOG_INFO("%s: shutting down", sig == SIGINT ? "SIGINT" : "SIGTERM");

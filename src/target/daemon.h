@@ -45,8 +45,9 @@ struct daemon {
     unsigned nthreads_started;
     struct listener *listeners;
     unsigned nlisteners;
-    /* Listeners opened at run time for a target added by linerate-ctl: linked (and watched) on
-     * reactor 0, freed at exit. */
+    /* Listeners opened at run time for a target or portal added by linerate-ctl: linked (and
+     * watched) on reactor 0, freed at exit. A listener whose portal no target has any more is
+     * closed (fd -1) but kept, initial ones too: connections point at its portal. */
     struct listener *extra_listeners;
     /* Accept throttling when out of descriptors; touched only on reactor 0. */
     struct reactor_timer accept_pause;
@@ -68,6 +69,13 @@ struct daemon {
 /* Make sure the daemon listens on portal p (opening and watching a new socket on reactor 0 if
  * no listener has its address). 0, or -1 with a reason in err. */
 int daemon_listen_portal(struct daemon *d, const struct target_portal *p, char *err, size_t errlen);
+/* READY=1 with a STATUS= line saying what is served (and `note`, NULL for none) to the
+ * service manager, if NOTIFY_SOCKET names one: at start, and when a reload ends. */
+void daemon_notify_ready(const struct daemon *d, const char *note);
+/* Stop listening on the address `text` (a portal no target has any more): the socket closes on
+ * reactor 0; connections accepted through it carry on. 0 (also when not listening), or
+ * -errno. */
+int daemon_unlisten_portal(struct daemon *d, const char *text);
 
 /* --- ctl.c: the control socket (docs/ctl-protocol.md), on a thread of its own --- */
 /* Create cfg.ctl_socket (mode 0600), before any other thread runs. Returns 0 with d->ctl set,
@@ -135,6 +143,34 @@ int ctl_target_remove(struct daemon *d, const char *name, bool force, unsigned t
                       struct ctl_target_removed *out, char *err, size_t errlen);
 /* At exit, once no reactor runs: free the removed targets' nodes and SCSI targets. */
 void ctl_free_retired(struct daemon *d);
+/* End the normal sessions of node n (only those of `initiator`, unless NULL): each is asked to
+ * log out, and what is left after timeout_s is closed (`why` in the log). Returns how many
+ * there were. */
+unsigned ctl_end_sessions(struct daemon *d, struct iscsi_node *n, const char *initiator,
+                          unsigned timeout_s, const char *why);
+
+/* --- ctl_access.c: a running target's portals and allow list --- */
+/* Whether any served target has the portal `text`. */
+bool ctl_portal_in_use(struct daemon *d, const char *text);
+/* Serve target t on portal p too (listening on it if nothing does yet). 0, or -EEXIST,
+ * -ENOMEM, -EADDRNOTAVAIL... with a reason in err. */
+int ctl_portal_add(struct daemon *d, unsigned t, const struct target_portal *p, char *err,
+                   size_t errlen);
+/* Stop serving target t on the portal `text`: new logins through it no longer reach the
+ * target, SendTargets stops listing it; sessions already on it carry on. The listener closes
+ * when no target has the portal any more (*closed). `last_ok`: the target's last portal may
+ * go (reload, whose file gives it another). 0, -ENOENT or -EBUSY (its last) with err. */
+int ctl_portal_remove(struct daemon *d, unsigned t, const char *text, bool last_ok, bool *closed,
+                      char *err, size_t errlen);
+/* Let initiator `iqn` log in to target t (the first entry closes an open target to everyone
+ * else). 0, -EEXIST or -ENOMEM with err. */
+int ctl_allow_add(struct daemon *d, unsigned t, const char *iqn, char *err, size_t errlen);
+/* Refuse new logins of `iqn` to target t (Authorization failure, 0202h); its sessions carry
+ * on unless force, which logs them out (closed after timeout_s). `last_ok`: the last entry may
+ * go, opening the target to every initiator (reload). *sessions: how many it had. 0, -ENOENT,
+ * -EBUSY (the last entry) or -ENOMEM with err. */
+int ctl_allow_remove(struct daemon *d, unsigned t, const char *iqn, bool last_ok, bool force,
+                     unsigned timeout_s, unsigned *sessions, char *err, size_t errlen);
 
 /* --- ctl_reload.c: reload (linerate-ctl reload, SIGHUP) --- */
 /* Re-read cfg.config_path and apply what can change at run time: targets added and removed
@@ -148,5 +184,17 @@ struct json_t;
 struct json_t *ctl_reload(struct daemon *d, bool force, char *err, size_t errlen);
 /* SIGHUP: run a reload on the control thread (or here when there is none) and log it. */
 void ctl_reload_signal(struct daemon *d);
+/* Every way the configuration `file` differs from what runs (what a reload would change or
+ * list as needing a restart), one string each appended to `out`. */
+void ctl_config_diff(const struct daemon *d, const struct target_config *file, struct json_t *out);
+/* The same LUN configuration: store spec, options and write protection. */
+bool ctl_lun_conf_same(const struct target_lun_conf *a, const struct target_lun_conf *b);
+
+/* --- ctl_save.c: linerate-ctl save --- */
+/* Write the running configuration to `path` (absolute; NULL: the --config file), keeping the
+ * --config file's lines where their entries still hold; atomic (temporary file + rename, same
+ * mode and owner). The report (a JSON object: file, lines kept/changed/added/removed, and the
+ * differences that remain between the saved file and what runs) or NULL with err. */
+struct json_t *ctl_save(struct daemon *d, const char *path, char *err, size_t errlen);
 
 #endif

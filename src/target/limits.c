@@ -55,3 +55,17 @@ int target_limits_key(struct iscsi_limits *l, const char *key, const char *val, 
     }
     return 0;
 }
+
+void target_limits_write(FILE *f, const struct iscsi_limits *l)
+{
+    struct iscsi_limits def;
+    iscsi_limits_default(&def);
+    for (size_t i = 0; i < sizeof(limit_keys) / sizeof(limit_keys[0]); i++) {
+        const struct limit_key *k = &limit_keys[i];
+        const char *a = (const char *)l + k->off, *b = (const char *)&def + k->off;
+        uint64_t v = k->wide ? *(const uint64_t *)a : *(const unsigned *)a;
+        uint64_t dv = k->wide ? *(const uint64_t *)b : *(const unsigned *)b;
+        if (v != dv)
+            fprintf(f, "%s = %llu\n", k->name, (unsigned long long)v);
+    }
+}

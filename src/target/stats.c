@@ -61,6 +61,8 @@ static void portal_add(struct st_snap *s, const struct listener *l)
         return;
     snprintf(e->portal, sizeof(e->portal), "%s", l->portal.text);
     iostats_read(l->portal.stats, &e->v);
+    /* the portal's own gauge (util/iostats.h: iostats_queue), as the session's in_flight */
+    e->queue_depth = e->v.in_flight;
 }
 
 static int snap_take(struct daemon *d, struct st_snap *s)
@@ -168,7 +170,7 @@ json_t *stats_json(struct daemon *d)
             break;
         case ST_PORTAL:
         default:
-            o = json_pack("{s:s}", "portal", e->portal);
+            o = json_pack("{s:s, s:o}", "portal", e->portal, "queue_depth", u64(e->queue_depth));
             json_array_append_new(portals, o);
             break;
         }
@@ -370,21 +372,26 @@ static void kind_metrics(struct buf *b, const struct st_snap *s, enum st_kind k)
                     s->e[i].v.errors[j]);
         }
     }
-    if (k != ST_PORTAL) {
-        snprintf(help, sizeof(help), "Commands in flight per %s now.", noun);
-        family(b, k, "queue_depth", "gauge", help);
-        for (unsigned i = 0; i < s->n; i++) {
-            if (s->e[i].kind != k)
-                continue;
-            bprintf(b, "%s_queue_depth{", kind_prefix[k]);
-            labels(b, &s->e[i]);
-            bprintf(b, "} %" PRIu64 "\n", s->e[i].queue_depth);
-        }
+    if (k == ST_LUN) /* scsi_lun_users: at ERL >= 1 until the answer is acknowledged */
+        snprintf(help, sizeof(help), "Commands holding the LUN now (received, not yet released).");
+    else
+        snprintf(help, sizeof(help), "Commands received and not yet answered per %s now.", noun);
+    family(b, k, "queue_depth", "gauge", help);
+    for (unsigned i = 0; i < s->n; i++) {
+        if (s->e[i].kind != k)
+            continue;
+        bprintf(b, "%s_queue_depth{", kind_prefix[k]);
+        labels(b, &s->e[i]);
+        bprintf(b, "} %" PRIu64 "\n", s->e[i].queue_depth);
     }
-    if (k != ST_LUN) {
+    if (k == ST_LUN)
+        /* a header digest error, or one in data no command owns, names no LUN */
+        snprintf(help, sizeof(help),
+                 "Data digest errors in the data of a command per LUN (ERL >= 1; header digest "
+                 "errors count per session and portal only).");
+    else
         snprintf(help, sizeof(help), "Header and data digest errors received per %s.", noun);
-        simple_counter(b, s, k, F_DIGEST, "digest_errors_total", help);
-    }
+    simple_counter(b, s, k, F_DIGEST, "digest_errors_total", help);
     snprintf(help, sizeof(help), "R2T PDUs sent per %s.", noun);
     simple_counter(b, s, k, F_R2TS, "r2ts_total", help);
     snprintf(help, sizeof(help), "Tasks aborted by task management functions per %s.", noun);

@@ -7,6 +7,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <sys/socket.h>
 
 #include "iscsi/chap.h"
@@ -145,6 +146,16 @@ struct target_node_conf *target_config_copy_node(struct target_config *cfg,
 int target_config_finish(struct target_config *cfg);
 /* Load a config file. On error returns -1 with "FILE:LINE: reason" in err. */
 int target_config_load(struct target_config *cfg, const char *path, char *err, size_t errlen);
+/* What a [target] section takes from the global section of its file unless it says otherwise
+ * (session keys, ALUA), for writing a new section into that file. */
+struct target_section_defaults {
+    struct iscsi_params params;
+    struct target_alua_conf alua;
+    unsigned chap_algs; /* the global chap-algorithms (0: all) */
+};
+/* target_config_load, also giving the file's section defaults (defs may be NULL). */
+int target_config_load_defaults(struct target_config *cfg, const char *path,
+                                struct target_section_defaults *defs, char *err, size_t errlen);
 
 /* Validators and parsers shared by cli.c and config.c; on error they return -1 and write a
  * reason (without the origin) into err. */
@@ -153,6 +164,9 @@ int target_set_metrics(struct target_config *cfg, const char *val, char *err, si
 int target_parse_portal(const char *s, struct target_portal *p, char *err, size_t errlen);
 int target_check_iscsi_name(const char *s, char *err, size_t errlen);
 int target_parse_lun_spec(const char *spec, struct target_lun_conf *lun, char *err, size_t errlen);
+/* The global rbd-timeout as an rbd: LUN's timeout= when its spec names none (as a config line
+ * gets it; linerate-ctl's LUNs too). 0, or -1 when out of memory. */
+int target_lun_rbd_timeout(struct target_lun_conf *l, unsigned rbd_timeout_s);
 /* ALUA keys (alua-group, alua-state, alua-peer) of the global or a target section: 1 taken,
  * 0 not an ALUA key, -1 bad value (reason in err). */
 int target_alua_key(struct target_alua_conf *a, const char *key, const char *val, char *err,
@@ -173,10 +187,28 @@ int target_node_add_portal(struct target_node_conf *n, const struct target_porta
 int target_node_add_lun(struct target_node_conf *n, struct target_lun_conf *lun, char *err,
                         size_t errlen);
 int target_node_add_allow(struct target_node_conf *n, const char *iqn);
+/* Drop a portal (by its canonical text) or an allow entry (names compare without case);
+ * nothing if it is not there. */
+void target_node_remove_portal(struct target_node_conf *n, const char *text);
+void target_node_remove_allow(struct target_node_conf *n, const char *iqn);
 /* --ctl-socket / ctl-socket: an absolute path shorter than TARGET_CTL_PATH_MAX, or "none". */
 int target_set_ctl_socket(struct target_config *cfg, const char *val, char *err, size_t errlen);
 /* error-recovery-level: 0..2, and at most ISCSI_ERL_IMPLEMENTED. */
 int target_parse_erl(const char *val, uint32_t *out, char *err, size_t errlen);
+
+/* --- conf_write.c: the model as config file text (linerate-ctl save) --- */
+/* "64M" for 67108864: the largest whole unit (k, M, G, T), else bytes. */
+void target_size_text(uint64_t bytes, char *buf, size_t len);
+/* The spec a `lun =` line takes for l (store spec and LUN options). 0, or -1 if truncated. */
+int target_lun_spec_format(const struct target_lun_conf *l, char *buf, size_t len);
+/* "lun N = SPEC\n" */
+void target_conf_write_lun(FILE *f, const struct target_lun_conf *l);
+/* A whole [target] section: its keys, session keys and ALUA only where they differ from inh. */
+void target_conf_write_section(FILE *f, const struct target_node_conf *c,
+                               const struct target_section_defaults *inh);
+/* The global keys of cfg that differ from the defaults (a daemon started without a file),
+ * with `level` as the log level. */
+void target_conf_write_globals(FILE *f, const struct target_config *cfg, enum log_level level);
 
 /* --- limits.c: the global limit keys --- */
 bool target_limits_is_key(const char *key);
@@ -184,6 +216,8 @@ bool target_limits_is_key(const char *key);
  * on a bad value. */
 int target_limits_key(struct iscsi_limits *l, const char *key, const char *val, char *err,
                       size_t errlen);
+/* "max-sessions = N" lines for the limits that differ from the defaults. */
+void target_limits_write(FILE *f, const struct iscsi_limits *l);
 
 /* --- cli.c --- */
 /* Parse argv into cfg. Returns -1 to go on and serve, or an exit code (0 after --help or

@@ -115,6 +115,7 @@ void iostats_read(const struct iostats *s, struct iostats_values *out)
         out->r2ts += ld(&h->r2ts);
         out->aborts += ld(&h->aborts);
         out->resets += ld(&h->resets);
+        out->in_flight += ld(&h->in_flight); /* wraps back: the sum is >= 0 */
     }
 }
 

@@ -40,8 +40,11 @@ struct iostats_values {
     uint64_t errors[IOSTATS_ERR_SLOTS];
     uint64_t digest_errors; /* header or data digest failures (RFC 7143 §7.8) */
     uint64_t r2ts;          /* R2T PDUs sent (§11.8), recovery R2Ts included */
-    uint64_t aborts;        /* tasks aborted by a TMF (ABORT TASK, ABORT/CLEAR TASK SET) */
+    uint64_t aborts;        /* tasks aborted by a TMF (ABORT TASK, ABORT/CLEAR TASK SET, resets) */
     uint64_t resets;        /* LOGICAL UNIT RESET, TARGET WARM/COLD RESET received */
+    /* A gauge, not a counter: commands received and not yet answered (or ended) that entered
+     * with iostats_queue(); the shards' sum, each shard never below 0 (see iostats_queue). */
+    uint64_t in_flight;
 };
 
 struct iostats;
@@ -81,7 +84,8 @@ struct iostats_shard {
     _Atomic uint64_t lat[IOSTATS_NOPS][IOSTATS_LAT_BUCKETS];
     _Atomic uint64_t errors[IOSTATS_ERR_SLOTS];
     _Atomic uint64_t digest_errors, r2ts, aborts, resets;
-    bool shared; /* the non-reactor shard: several writers, so atomic adds */
+    _Atomic uint64_t in_flight; /* iostats_queue: enters minus leaves, modulo 2^64 */
+    bool shared;                /* the non-reactor shard: several writers, so atomic adds */
 } __attribute__((aligned(64)));
 
 /* The shard of the calling thread: `reactor` is its reactor id, -1 for any other thread.
@@ -121,6 +125,20 @@ static inline void iostats_cmd(struct iostats_shard *h, const struct iostats_sam
     iostats_bump(&h->lat[c->op][c->bucket], 1);
     if (c->err_slot >= 0)
         iostats_bump(&h->errors[c->err_slot], 1);
+}
+
+/* A command enters (+1) or leaves (-1) the in-flight gauge of h. Both go to the same shard,
+ * from its own reactor (the caller keeps the shard it entered, iscsi_task.st_queue), so that
+ * a shard's gauge never goes below 0 and the reader's sum, even of shards read at different
+ * moments, never does either. */
+static inline void iostats_queue(struct iostats_shard *h, int d)
+{
+    if (!h)
+        return;
+    if (__builtin_expect(h->shared, 0))
+        atomic_fetch_add_explicit(&h->in_flight, (uint64_t)(int64_t)d, memory_order_relaxed);
+    else
+        iostats_bump(&h->in_flight, (uint64_t)(int64_t)d);
 }
 
 enum iostats_event { IOSTATS_DIGEST_ERROR, IOSTATS_R2T, IOSTATS_ABORT, IOSTATS_RESET };

@@ -53,6 +53,12 @@ port_busy() {
     (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null
 }
 
+# A port to try: LT_PORT_BASE + [0, LT_PORT_SPAN) (default 20000..29999), so that parallel
+# runs on one machine can be kept apart.
+random_port() {
+    echo $((${LT_PORT_BASE:-20000} + RANDOM % ${LT_PORT_SPAN:-10000}))
+}
+
 # Wait until the daemon printed its URLs (it is listening by then) or died.
 wait_ready() {
     local i
@@ -76,7 +82,7 @@ start_common() {
     shift
     for ((try = 0; try < 30; try++)); do
         if [ -z "${FIXED_PORT:-}" ]; then
-            PORT=$((20000 + RANDOM % 10000))
+            PORT=$(random_port)
             port_busy "$PORT" && continue
         else
             PORT=$FIXED_PORT

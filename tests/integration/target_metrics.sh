@@ -3,8 +3,11 @@
 # a real scrape with curl checked by `promtool check metrics` when installed and always by the
 # strict parser prom_check.py; the counters moved by what the bench reports (bytes written and
 # read, commands, R2Ts for writes beyond FirstBurstLength, digest errors under injected
-# corruption at ERL 1); per-session series while a session is logged in; `linerate-ctl stats`
-# (table and --json) shows the LUN and the session with their rates. Then the endpoint's
+# corruption at ERL 1, on the portal and the LUN); per-session series while a session is logged
+# in; `linerate-ctl stats` (table and --json) shows the LUN and the session with their rates;
+# task management from a raw session (metrics_tmf.py: ABORT TASK, LOGICAL UNIT RESET, TARGET
+# WARM RESET) moves the abort and reset counters and the queue depths of the LUN, the session
+# and the portal by exactly what it did, by scrape and linerate-ctl stats. Then the endpoint's
 # defences: non-GET, wrong path, a garbage request line, a huge request head, a slowloris
 # sender, more clients than the limit: each gets a 4xx/503 or is closed, and the daemon scrapes
 # fine afterwards and exits 0 on SIGTERM. And the option's own checks.
@@ -58,15 +61,20 @@ for bad in 127.0.0.1 localhost:9100 127.0.0.1:0 127.0.0.1:x; do
     [ $rc -eq 2 ] && grep -q -- "--metrics" "$WORK/err.txt" || fail "--metrics $bad: exit $rc"
 done
 
-# A free loopback port for the endpoint (start_target picks the iSCSI one).
+# A free loopback port for the endpoint (start_target picks the iSCSI one, in random_port's
+# range): from the span just above that range when LT_PORT_BASE is given, else 30000..39999.
 for ((i = 0; i < 50; i++)); do
-    MPORT=$((30000 + RANDOM % 10000))
+    if [ -n "${LT_PORT_BASE:-}" ]; then
+        MPORT=$((LT_PORT_BASE + ${LT_PORT_SPAN:-10000} + RANDOM % ${LT_PORT_SPAN:-10000}))
+    else
+        MPORT=$((30000 + RANDOM % 10000))
+    fi
     port_busy "$MPORT" || break
 done
 MADDR=127.0.0.1:$MPORT
 
 note "start with --metrics $MADDR (and ERL 1 allowed, for the digest test)"
-start_target --lun ram:64M --threads 2 --ctl-socket "$SOCK" --metrics "$MADDR" \
+start_target --lun ram:64M --lun ram:16M --threads 2 --ctl-socket "$SOCK" --metrics "$MADDR" \
     --error-recovery-level 1
 grep -q "metrics at http://$MADDR/metrics" "$WORK/target.log" || fail "no metrics line in the log"
 URL="iscsi://127.0.0.1:$PORT/$T/0"
@@ -75,9 +83,11 @@ note "a scrape before any I/O: every family present, the LUN's counters at 0"
 scrape m0
 for f in lun_commands_total lun_read_bytes_total lun_write_bytes_total lun_latency_seconds \
     lun_errors_total lun_queue_depth lun_r2ts_total lun_aborts_total lun_resets_total \
-    session_commands_total session_latency_seconds session_digest_errors_total \
+    lun_digest_errors_total session_commands_total session_latency_seconds \
+    session_digest_errors_total session_queue_depth session_aborts_total session_resets_total \
     portal_commands_total portal_read_bytes_total portal_write_bytes_total \
-    portal_latency_seconds portal_digest_errors_total; do
+    portal_latency_seconds portal_digest_errors_total portal_queue_depth portal_r2ts_total \
+    portal_aborts_total portal_resets_total; do
     grep -q "^# TYPE linerate_$f " "$WORK/m0.txt" || fail "no # TYPE linerate_$f"
     grep -q "^# HELP linerate_$f " "$WORK/m0.txt" || fail "no # HELP linerate_$f"
 done
@@ -176,6 +186,102 @@ scrape m4
 dg=$(val m4 "linerate_portal_digest_errors_total{portal=\"127.0.0.1:$PORT\"}")
 echo "digest errors counted on the portal: $dg"
 [ "$dg" -gt 0 ] || fail "no digest error counted"
+# Only data digests are corrupted, each in a WRITE's data: LUN 0's count is the portal's.
+ldg=$(val m4 "$(lun_series digest_errors_total)")
+[ "$ldg" -eq "$dg" ] || fail "LUN 0 counted $ldg digest errors, the portal $dg"
+
+note "task management: aborts, resets and queue depths per LUN, session and portal"
+# metrics_tmf.py (one raw session) aborts a WRITE in Data-Out, leaves two more waiting for
+# their Data-Out (scraped then: queue depth 2), and resets LUN 0 (aborting both) and the
+# target, stopping at DIR/NAME.ready until the shell writes DIR/NAME.go.
+# Baselines from m4: the bench sessions before may have counted on LUN 0 and the portal.
+PS="portal=\"127.0.0.1:$PORT\""
+PA0=$(val m4 "linerate_portal_aborts_total{$PS}")
+PR0=$(val m4 "linerate_portal_resets_total{$PS}")
+LA0=$(val m4 "$(lun_series aborts_total)")
+LR0=$(val m4 "$(lun_series resets_total)")
+LUN1="linerate_lun_%s{lun=\"1\",$LUN0}"
+mkdir -p "$WORK/tmf"
+python3 "$IT_DIR/metrics_tmf.py" "$PORT" "$T" "$WORK/tmf" >"$WORK/tmf.out" 2>&1 &
+TPID=$!
+# wait_stage NAME: metrics_tmf.py reached it (or fail with its output)
+wait_stage() {
+    local i
+    for ((i = 0; i < 300; i++)); do
+        [ -e "$WORK/tmf/$1.ready" ] && return 0
+        kill -0 "$TPID" 2>/dev/null || break
+        sleep 0.1
+    done
+    fail "metrics_tmf.py did not reach $1: $(cat "$WORK/tmf.out")"
+}
+# expect SCRAPE SERIES WANT: the series is there and has that value
+expect() {
+    local got
+    got=$(python3 -c 'import json,sys; v=json.load(open(sys.argv[1])).get(sys.argv[2]); print("absent" if v is None else int(float(v)))' \
+        "$WORK/$1.json" "$2")
+    [ "$got" = "$3" ] || fail "$1: $2 = $got, expected $3"
+}
+wait_stage busy
+read -r TSIH ISID < <(python3 -c 'import json,sys; i=json.load(open(sys.argv[1])); print(i["tsih"], i["isid"])' \
+    "$WORK/tmf/busy.ready")
+SS="initiator=\"iqn.2026-11.org.linerate:hostile-good\",isid=\"$ISID\",target=\"$T\",tsih=\"$TSIH\""
+scrape m6
+expect m6 "linerate_portal_queue_depth{$PS}" 2
+expect m6 "$(lun_series queue_depth)" 2
+expect m6 "linerate_session_queue_depth{$SS}" 2
+expect m6 "$(printf "$LUN1" queue_depth)" 0
+expect m6 "linerate_portal_aborts_total{$PS}" $((PA0 + 1))
+expect m6 "$(lun_series aborts_total)" $((LA0 + 1))
+expect m6 "linerate_session_aborts_total{$SS}" 1
+expect m6 "linerate_session_resets_total{$SS}" 0
+ctl stats --json --interval 0.2 >"$WORK/stats-busy.json" 2>&1 || fail "stats --json: $(cat "$WORK/stats-busy.json")"
+python3 - "$WORK/stats-busy.json" "$T" "$TSIH" "127.0.0.1:$PORT" <<'EOF2' || fail "stats --json while busy: $(cat "$WORK/stats-busy.json")"
+import json, sys
+o = json.load(open(sys.argv[1]))
+lun = {l["lun"]: l for l in o["luns"] if l["target"] == sys.argv[2]}
+sess = [x for x in o["sessions"] if x["tsih"] == int(sys.argv[3])][0]
+portal = [p for p in o["portals"] if p["portal"] == sys.argv[4]][0]
+assert lun[0]["queue_depth"] == 2 and lun[1]["queue_depth"] == 0, lun
+assert sess["queue_depth"] == 2 and portal["queue_depth"] == 2, (sess, portal)
+for e in (lun[0], lun[1], sess, portal):
+    assert e["aborts"] == 0 and e["resets"] == 0, e  # nothing happened in the interval
+EOF2
+touch "$WORK/tmf/busy.go"
+
+wait_stage reset
+scrape m7
+expect m7 "linerate_portal_queue_depth{$PS}" 0
+expect m7 "$(lun_series queue_depth)" 0
+expect m7 "linerate_session_queue_depth{$SS}" 0
+# ABORT TASK, then LOGICAL UNIT RESET aborting the two waiting WRITEs; none on LUN 1
+expect m7 "linerate_portal_aborts_total{$PS}" $((PA0 + 3))
+expect m7 "$(lun_series aborts_total)" $((LA0 + 3))
+expect m7 "linerate_session_aborts_total{$SS}" 3
+# LOGICAL UNIT RESET of LUN 0, TARGET WARM RESET of the session's target (each of its LUNs)
+expect m7 "$(lun_series resets_total)" $((LR0 + 2))
+expect m7 "linerate_session_resets_total{$SS}" 2
+expect m7 "linerate_portal_resets_total{$PS}" $((PR0 + 2))
+expect m7 "$(printf "$LUN1" aborts_total)" 0
+expect m7 "$(printf "$LUN1" resets_total)" 1
+ctl stats --raw >"$WORK/stats-raw.json" 2>&1 || fail "stats --raw: $(cat "$WORK/stats-raw.json")"
+python3 - "$WORK/stats-raw.json" "$T" "$TSIH" "127.0.0.1:$PORT" "$PA0" "$PR0" <<'EOF2' || fail "stats --raw after the resets: $(cat "$WORK/stats-raw.json")"
+import json, sys
+o = json.load(open(sys.argv[1]))
+lun = {l["lun"]: l for l in o["luns"] if l["target"] == sys.argv[2]}
+sess = [x for x in o["sessions"] if x["tsih"] == int(sys.argv[3])][0]
+portal = [p for p in o["portals"] if p["portal"] == sys.argv[4]][0]
+pa0, pr0 = int(sys.argv[5]), int(sys.argv[6])
+c = sess["counters"]
+assert (c["aborts"], c["resets"], sess["queue_depth"]) == (3, 2, 0), sess
+c = portal["counters"]
+assert (c["aborts"] - pa0, c["resets"] - pr0, portal["queue_depth"]) == (3, 2, 0), portal
+assert portal["counters"]["digest_errors"] > 0, portal  # the ERL 1 bench above
+c = lun[1]["counters"]
+assert (c["aborts"], c["resets"], lun[1]["queue_depth"]) == (0, 1, 0), lun[1]
+EOF2
+touch "$WORK/tmf/reset.go"
+wait "$TPID" || fail "metrics_tmf.py: $(cat "$WORK/tmf.out")"
+cat "$WORK/tmf.out"
 
 note "bad HTTP requests get 4xx/503 or are closed; the daemon goes on"
 python3 - "$MPORT" <<'EOF' || fail "bad HTTP requests"

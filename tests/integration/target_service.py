@@ -3,8 +3,9 @@
 
   a) the NOTIFY_SOCKET protocol (sd_notify(3)) as systemd's Type=notify sees it: a datagram
      listener gets READY=1 with a STATUS= line once the daemon listens and its control socket
-     answers (both are checked right after READY), then STOPPING=1 on SIGTERM, and the daemon
-     exits 0; with a path socket and with an abstract one ("@name");
+     answers (both are checked right after READY), RELOADING=1 with MONOTONIC_USEC= then
+     READY=1 around each reload (linerate-ctl reload, SIGHUP, a refused file), then STOPPING=1
+     on SIGTERM, and the daemon exits 0; with a path socket and with an abstract one ("@name");
   b) the event lines (docs/logging.md): login, logout, conn-closed, session-end, lun-added,
      lun-removed, each one line of key=value fields that a tokenizer consumes whole;
   c) stderr as journald's stream (JOURNAL_STREAM = its device:inode): "<6>" priority prefixes
@@ -76,7 +77,7 @@ class Service:
         self.port = free_port()
         self.sock_path = os.path.join(work, "ctl.sock")
         self.target_name = "iqn.2026-11.org.linerate:service"
-        conf = os.path.join(work, "service.conf")
+        conf = self.conf = os.path.join(work, "service.conf")
         if config_src:
             lines = open(config_src).read().splitlines()
             names = [l.split()[1].rstrip("]") for l in lines if l.startswith("[target ")]
@@ -185,6 +186,45 @@ def ready_checks(s):
     print("ok: READY=1, STATUS=%r; portal and control socket answer" % status)
 
 
+def reload_checks(s):
+    """A reload (linerate-ctl reload, SIGHUP, a refused file) between RELOADING=1 with
+    MONOTONIC_USEC= (sd_notify(3), systemd 253) and READY=1."""
+    good = open(s.conf).read()
+
+    def bracket(how, trigger):
+        before = time.monotonic_ns() // 1000
+        trigger()
+        msg = s.wait_message("RELOADING")
+        after = time.monotonic_ns() // 1000
+        check(msg["RELOADING"] == "1", "%s: RELOADING=%s" % (how, msg["RELOADING"]))
+        usec = msg.get("MONOTONIC_USEC", "")
+        check(usec.isdigit() and before <= int(usec) <= after,
+              "%s: MONOTONIC_USEC=%r not between %d and %d" % (how, usec, before, after))
+        ready = s.wait_message("READY")
+        check(ready["READY"] == "1" and "RELOADING" not in ready,
+              "%s: after RELOADING=1: %r" % (how, ready))
+        return ready.get("STATUS", "")
+
+    st = bracket("reload", lambda: s.ctl_run("reload"))
+    check(st.startswith("serving ") and "reloaded" in st, "reload: STATUS=%r" % st)
+    st = bracket("SIGHUP", lambda: s.proc.send_signal(signal.SIGHUP))
+    check("reloaded" in st, "SIGHUP: STATUS=%r" % st)
+    with open(s.conf, "a") as f:
+        f.write("no such key = 1\n")
+
+    def refused():
+        r = subprocess.run([s.ctl, "--socket", s.sock_path, "reload"], stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, text=True, timeout=60)
+        check(r.returncode == 1, "a bad file reloaded: %s" % r.stdout)
+
+    st = bracket("refused reload", refused)
+    check("reload refused" in st, "refused reload: STATUS=%r" % st)
+    with open(s.conf, "w") as f:
+        f.write(good)
+    print("ok: reload, SIGHUP and a refused reload between RELOADING=1 (MONOTONIC_USEC) and "
+          "READY=1")
+
+
 def event_checks(s):
     hostile.TARGET = s.target_name
     ini = "iqn.2026-11.org.linerate:service-test"
@@ -228,6 +268,7 @@ def main():
         s = Service(target, ctl, work, config)
         try:
             ready_checks(s)
+            reload_checks(s)
             event_checks(s)
             s.stop()
         finally:

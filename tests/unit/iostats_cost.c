@@ -1,7 +1,8 @@
 /* What counting adds per command, measured in a loop (bench/metrics-cost.sh prints it beside
  * the end-to-end A/B): the clock reading at the response (the arrival time comes from the
- * reading the connection already takes per PDU header) and the three counter updates (LUN,
- * session, portal) that cmd_count() makes on a reactor's own shards, against the same loop
+ * reading the connection already takes per PDU header), the three counter updates (LUN,
+ * session, portal) that cmd_count() makes on a reactor's own shards and the portal's queue
+ * depth in and out (cmd_handle_scsi_header, task_queue_leave), against the same loop
  * without them. Not a test: a figure. Usage: iostats_cost [ITERATIONS] */
 #include <stdio.h>
 #include <stdlib.h>
@@ -42,8 +43,10 @@ int main(int argc, char **argv)
                                        .lat_ns = lat,
                                        .bucket = iostats_lat_bucket(lat),
                                        .err_slot = -1};
+            iostats_queue(h[2], 1); /* the portal's queue depth: in at arrival ... */
             for (int k = 0; k < 3; k++)
                 iostats_cmd(h[k], &s);
+            iostats_queue(h[2], -1); /* ... out at the answer */
         }
         double count = (now_s() - t0) / (double)n;
         if (base < best_base)

@@ -109,12 +109,58 @@ static void test_merge(void **state)
     assert_int_equal(v.cmds[IOSTATS_READ], 0);
 }
 
+/* The in-flight gauge: each writer enters and leaves on its own shard, so while they run a
+ * reader never sees the sum below 0 nor above what is entered at most, and it ends at what is
+ * still in. */
+#define QUEUE_ROUNDS 200000
+static void *queue_many(void *arg)
+{
+    struct writer *w = arg;
+    struct iostats_shard *h = iostats_shard(w->s, w->reactor);
+    for (int i = 0; i < QUEUE_ROUNDS; i++) {
+        iostats_queue(h, 1);
+        iostats_queue(h, 1);
+        iostats_queue(h, -1);
+        iostats_queue(h, -1);
+    }
+    iostats_queue(h, 1); /* one stays in */
+    return NULL;
+}
+
+static void test_queue(void **state)
+{
+    (void)state;
+    iostats_set_reactors(2);
+    struct iostats *s = iostats_new();
+    assert_non_null(s);
+    struct writer w[4] = {{s, 0}, {s, 1}, {s, -1}, {s, -1}};
+    pthread_t t[4];
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(pthread_create(&t[i], NULL, queue_many, &w[i]), 0);
+    for (int k = 0; k < 1000; k++) {
+        struct iostats_values mid;
+        iostats_read(s, &mid);
+        assert_true(mid.in_flight <= 4 * 2); /* unsigned: a negative sum would be huge */
+    }
+    for (int i = 0; i < 4; i++)
+        pthread_join(t[i], NULL);
+    struct iostats_values v;
+    iostats_read(s, &v);
+    assert_int_equal(v.in_flight, 4);
+    iostats_queue(iostats_shard(s, 1), -1);
+    iostats_read(s, &v);
+    assert_int_equal(v.in_flight, 3);
+    iostats_queue(NULL, 1); /* no set: nothing */
+    iostats_free(s);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_buckets),
         cmocka_unit_test(test_err_slot),
         cmocka_unit_test(test_merge),
+        cmocka_unit_test(test_queue),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,148 @@
+/* A running target's portals and allow list (linerate-ctl add/remove portal and allow,
+ * reload). The iSCSI node's lists are what logins and SendTargets read (under its
+ * access_lock, iscsi/server.c); the running configuration follows them, for reload and save.
+ * A portal no target has any more stops listening, but connections that came through it carry
+ * on: removing a portal or an allow entry never cuts a session by itself (remove allow --force
+ * does, by logging the initiator's sessions out). Control thread only. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "target/daemon.h"
+
+bool ctl_portal_in_use(struct daemon *d, const char *text)
+{
+    for (unsigned t = 0; t < d->built.n; t++) {
+        const struct iscsi_node *n = d->built.nodes[t];
+        for (unsigned i = 0; i < n->nportals; i++)
+            if (strcmp(n->portals[i].text, text) == 0)
+                return true;
+    }
+    return false;
+}
+
+int ctl_portal_add(struct daemon *d, unsigned t, const struct target_portal *p, char *err,
+                   size_t errlen)
+{
+    struct iscsi_node *n = d->built.nodes[t];
+    if (iscsi_node_has_portal(n, p->text)) {
+        snprintf(err, errlen, "target %s has portal %s already", n->name, p->text);
+        return -EEXIST;
+    }
+    if (daemon_listen_portal(d, p, err, errlen) < 0)
+        return -EADDRNOTAVAIL;
+    struct target_node_conf *c = &d->cfg.targets[t];
+    if (target_node_add_portal(c, p) < 0 || iscsi_node_add_portal(n, p->text, n->tpgt) < 0) {
+        target_node_remove_portal(c, p->text);
+        if (!ctl_portal_in_use(d, p->text))
+            daemon_unlisten_portal(d, p->text);
+        snprintf(err, errlen, "out of memory");
+        return -ENOMEM;
+    }
+    target_config_finish(&d->cfg);
+    LOG_INFO("event=portal-added target=%s portal=%s", n->name, p->text);
+    return 0;
+}
+
+int ctl_portal_remove(struct daemon *d, unsigned t, const char *text, bool last_ok, bool *closed,
+                      char *err, size_t errlen)
+{
+    struct iscsi_node *n = d->built.nodes[t];
+    *closed = false;
+    if (!iscsi_node_has_portal(n, text)) {
+        snprintf(err, errlen, "target %s has no portal %s", n->name, text);
+        return -ENOENT;
+    }
+    if (n->nportals == 1 && !last_ok) {
+        snprintf(err, errlen,
+                 "%s is the last portal of target %s: add another first, or remove the target",
+                 text, n->name);
+        return -EBUSY;
+    }
+    int rc = iscsi_node_remove_portal(n, text);
+    if (rc < 0) {
+        snprintf(err, errlen, "out of memory");
+        return rc;
+    }
+    target_node_remove_portal(&d->cfg.targets[t], text);
+    target_config_finish(&d->cfg);
+    if (!ctl_portal_in_use(d, text)) {
+        rc = daemon_unlisten_portal(d, text);
+        *closed = rc == 0;
+        if (rc < 0)
+            LOG_WARN("portal %s: no target has it, but its listener did not close: %s", text,
+                     strerror(-rc));
+    }
+    LOG_INFO("event=portal-removed target=%s portal=%s listener-closed=%s", n->name, text,
+             *closed ? "yes" : "no");
+    return 0;
+}
+
+int ctl_allow_add(struct daemon *d, unsigned t, const char *iqn, char *err, size_t errlen)
+{
+    struct iscsi_node *n = d->built.nodes[t];
+    struct target_node_conf *c = &d->cfg.targets[t];
+    if (target_node_add_allow(c, iqn) < 0) {
+        snprintf(err, errlen, "out of memory");
+        return -ENOMEM;
+    }
+    int rc = iscsi_node_add_allow(n, iqn);
+    if (rc == -EEXIST) {
+        snprintf(err, errlen, "target %s allows %s already", n->name, iqn);
+        return rc;
+    }
+    if (rc < 0) {
+        target_node_remove_allow(c, iqn);
+        snprintf(err, errlen, "out of memory");
+        return rc;
+    }
+    LOG_INFO("event=allow-added target=%s initiator=%s", n->name, iqn);
+    return 0;
+}
+
+int ctl_allow_remove(struct daemon *d, unsigned t, const char *iqn, bool last_ok, bool force,
+                     unsigned timeout_s, unsigned *sessions, char *err, size_t errlen)
+{
+    struct iscsi_node *n = d->built.nodes[t];
+    *sessions = 0;
+    bool there = false;
+    for (unsigned i = 0; i < n->nallow && !there; i++)
+        there = strcasecmp(n->allow[i], iqn) == 0;
+    if (!there) {
+        snprintf(err, errlen, "target %s has no allow entry %s", n->name, iqn);
+        return -ENOENT;
+    }
+    /* An empty list lets everyone in: never the surprise of removing one name. */
+    if (n->nallow == 1 && !last_ok) {
+        snprintf(err, errlen,
+                 "%s is the last allow entry of target %s: without it every initiator may log "
+                 "in; add another first (or drop the allow lines from the config file and "
+                 "reload)",
+                 iqn, n->name);
+        return -EBUSY;
+    }
+    int rc = iscsi_node_remove_allow(n, iqn);
+    if (rc < 0) {
+        snprintf(err, errlen, "out of memory");
+        return rc;
+    }
+    target_node_remove_allow(&d->cfg.targets[t], iqn);
+    /* From here new logins of iqn are refused; its sessions are counted, and ended with force. */
+    if (force)
+        *sessions = ctl_end_sessions(d, n, iqn, timeout_s, "its initiator is no longer allowed");
+    else {
+        struct iscsi_session_info *v;
+        unsigned k;
+        if (iscsi_server_list_sessions(&d->srv, &v, &k) == 0) {
+            for (unsigned i = 0; i < k; i++)
+                *sessions += !v[i].discovery && strcasecmp(v[i].target, n->name) == 0 &&
+                             strcasecmp(v[i].initiator, iqn) == 0;
+            free(v);
+        }
+    }
+    LOG_INFO("event=allow-removed target=%s initiator=%s sessions=%u sessions-ended=%s", n->name,
+             iqn, *sessions, force ? "yes" : "no");
+    return 0;
+}

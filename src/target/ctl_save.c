@@ -1,0 +1,667 @@
+/* linerate-ctl save: the running configuration (with what add/remove/set/resize and reload
+ * changed) written back in the config file format. The daemon's --config file is the layout:
+ * a line whose entry still holds is kept as it is (comments, blank lines, spelling, order), a
+ * changed entry's line is rewritten in place (its indentation and trailing comment kept), a
+ * gone entry's line is dropped, a new entry goes after its kind's last line in the section,
+ * and a new target gets a section at the end. Written atomically: a temporary file in the same
+ * directory, with the old file's mode and owner, loaded back and compared with what runs
+ * before it is renamed over the old one. Control thread only. */
+#include <ctype.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <libgen.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "target/daemon.h"
+
+enum line_kind { L_OTHER, L_SECTION, L_KEY };
+
+struct sline {
+    char *text; /* as read, without the newline */
+    enum line_kind kind;
+    int sec; /* section index, -1 in the global part */
+    char key[64];
+    char *val;
+    uint64_t lun; /* a lun line's number, as the parser gives it */
+    bool numbered;
+    bool dead;
+    char *repl;  /* the line rewritten */
+    char *after; /* lines inserted after it, each ending in '\n' */
+};
+
+struct ssec {
+    char name[ISCSI_NAME_MAX + 1];
+    unsigned header, last_key;
+    const struct target_node_conf *file; /* its target in the loaded file */
+};
+
+struct doc {
+    struct sline *l;
+    unsigned n;
+    struct ssec *s;
+    unsigned ns;
+    char *head; /* inserted before the first line */
+    unsigned changed, added, removed;
+};
+
+static void doc_free(struct doc *d)
+{
+    for (unsigned i = 0; i < d->n; i++) {
+        free(d->l[i].text);
+        free(d->l[i].val);
+        free(d->l[i].repl);
+        free(d->l[i].after);
+    }
+    free(d->l);
+    free(d->s);
+    free(d->head);
+}
+
+static char *vfmt(const char *fmt, va_list ap)
+{
+    char *s = NULL;
+    if (vasprintf(&s, fmt, ap) < 0)
+        return NULL;
+    return s;
+}
+
+/* Append formatted text to a malloc'd string (NULL = empty). false when out of memory. */
+static bool str_add(char **dst, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+static bool str_add(char **dst, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    char *add = vfmt(fmt, ap);
+    va_end(ap);
+    if (!add)
+        return false;
+    size_t a = *dst ? strlen(*dst) : 0, b = strlen(add);
+    char *n = realloc(*dst, a + b + 1);
+    if (!n) {
+        free(add);
+        return false;
+    }
+    memcpy(n + a, add, b + 1);
+    *dst = n;
+    free(add);
+    return true;
+}
+
+/* Where a line's comment starts (as the parser sees it: '#' at the start or after white
+ * space), or NULL. */
+static const char *comment_of(const char *s)
+{
+    for (const char *p = s; *p; p++)
+        if (*p == '#' && (p == s || isspace((unsigned char)p[-1])))
+            return p;
+    return NULL;
+}
+
+static char *trim(char *s)
+{
+    while (isspace((unsigned char)*s))
+        s++;
+    size_t n = strlen(s);
+    while (n && isspace((unsigned char)s[n - 1]))
+        s[--n] = '\0';
+    return s;
+}
+
+/* Classify one line the way config.c's parser reads it (the file loaded already, so it is
+ * well formed). */
+static int classify(struct doc *d, struct sline *l, uint64_t *next_lun)
+{
+    char *copy = strdup(l->text);
+    if (!copy)
+        return -1;
+    const char *c = comment_of(copy);
+    if (c)
+        copy[c - copy] = '\0';
+    char *s = trim(copy);
+    l->kind = L_OTHER;
+    l->sec = (int)d->ns - 1;
+    if (*s == '[') {
+        size_t n = strlen(s);
+        if (n && s[n - 1] == ']')
+            s[n - 1] = '\0';
+        char *body = trim(s + 1);
+        char *name = trim(body + (strncmp(body, "target", 6) == 0 ? 6 : 0));
+        struct ssec *g = realloc(d->s, (d->ns + 1) * sizeof(*g));
+        if (!g) {
+            free(copy);
+            return -1;
+        }
+        d->s = g;
+        memset(&g[d->ns], 0, sizeof(g[0]));
+        snprintf(g[d->ns].name, sizeof(g[d->ns].name), "%s", name);
+        g[d->ns].header = g[d->ns].last_key = (unsigned)(l - d->l);
+        d->ns++;
+        l->kind = L_SECTION;
+        l->sec = (int)d->ns - 1;
+        *next_lun = 0;
+    } else if (*s && strchr(s, '=')) {
+        char *eq = strchr(s, '=');
+        *eq = '\0';
+        char *key = trim(s), *val = trim(eq + 1);
+        for (char *p = key; *p; p++)
+            *p = *p == '_' ? '-' : (char)tolower((unsigned char)*p);
+        size_t vl = strlen(val);
+        if (vl >= 2 && val[0] == '"' && val[vl - 1] == '"') {
+            val[vl - 1] = '\0';
+            val++;
+        }
+        l->kind = L_KEY;
+        snprintf(l->key, sizeof(l->key), "%s", key);
+        l->val = strdup(val);
+        if (!l->val) {
+            free(copy);
+            return -1;
+        }
+        if (strcmp(key, "lun") == 0 || strncmp(key, "lun ", 4) == 0) {
+            l->numbered = key[3] == ' ';
+            l->lun = l->numbered ? strtoull(trim(key + 4), NULL, 10) : *next_lun;
+            *next_lun = l->lun + 1;
+        }
+        if (l->sec >= 0)
+            d->s[l->sec].last_key = (unsigned)(l - d->l);
+    }
+    free(copy);
+    return 0;
+}
+
+static int doc_read(struct doc *d, const char *path, char *err, size_t errlen)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        snprintf(err, errlen, "cannot read %s: %s", path, strerror(errno));
+        return -1;
+    }
+    char *buf = NULL;
+    size_t cap = 0;
+    ssize_t len;
+    uint64_t next_lun = 0;
+    int rc = 0;
+    while (rc == 0 && (len = getline(&buf, &cap, f)) >= 0) {
+        while (len && (buf[len - 1] == '\n' || buf[len - 1] == '\r'))
+            buf[--len] = '\0';
+        struct sline *g = realloc(d->l, (d->n + 1) * sizeof(*g));
+        if (!g) {
+            rc = -1;
+            break;
+        }
+        d->l = g;
+        struct sline *l = &d->l[d->n];
+        memset(l, 0, sizeof(*l));
+        l->text = strdup(buf);
+        if (!l->text) {
+            rc = -1;
+            break;
+        }
+        d->n++;
+        rc = classify(d, l, &next_lun);
+    }
+    if (rc == 0 && ferror(f)) {
+        snprintf(err, errlen, "cannot read %s: %s", path, strerror(errno));
+        rc = -2;
+    }
+    free(buf);
+    fclose(f);
+    if (rc == -1)
+        snprintf(err, errlen, "out of memory");
+    return rc < 0 ? -1 : 0;
+}
+
+/* Rewrite line i as `key = value`, keeping its indentation and trailing comment. */
+static bool rewrite(struct doc *d, unsigned i, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static bool rewrite(struct doc *d, unsigned i, const char *fmt, ...)
+{
+    struct sline *l = &d->l[i];
+    va_list ap;
+    va_start(ap, fmt);
+    char *body = vfmt(fmt, ap);
+    va_end(ap);
+    if (!body)
+        return false;
+    const char *t = l->text;
+    size_t indent = strspn(t, " \t");
+    const char *c = comment_of(t);
+    free(l->repl);
+    l->repl = NULL;
+    /* the comment stays in its column if the new text leaves room */
+    int pad = 2;
+    if (c && (size_t)(c - t) > indent + strlen(body) + 1)
+        pad = (int)((size_t)(c - t) - indent - strlen(body));
+    bool ok = str_add(&l->repl, "%.*s%s%*s%s", (int)indent, t, body, c ? pad : 0, "", c ? c : "");
+    free(body);
+    if (!l->dead)
+        d->changed++;
+    return ok;
+}
+
+static void kill_line(struct doc *d, unsigned i)
+{
+    if (!d->l[i].dead)
+        d->removed++;
+    d->l[i].dead = true;
+}
+
+static bool insert_after(struct doc *d, unsigned i, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static bool insert_after(struct doc *d, unsigned i, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    char *s = vfmt(fmt, ap);
+    va_end(ap);
+    if (!s)
+        return false;
+    bool ok = str_add(&d->l[i].after, "%s\n", s);
+    free(s);
+    d->added++;
+    return ok;
+}
+
+static bool is_lun_key(const struct sline *l)
+{
+    return l->kind == L_KEY && (strcmp(l->key, "lun") == 0 || strncmp(l->key, "lun ", 4) == 0);
+}
+
+/* The last key line of section s for which `want` holds, or `fallback`. */
+static unsigned last_line(const struct doc *d, unsigned s, bool (*want)(const struct sline *),
+                          unsigned fallback)
+{
+    unsigned found = fallback;
+    for (unsigned i = d->s[s].header + 1; i < d->n && d->l[i].kind != L_SECTION; i++)
+        if (want(&d->l[i]))
+            found = i;
+    return found;
+}
+
+static bool is_portal(const struct sline *l)
+{
+    return l->kind == L_KEY && strcmp(l->key, "portal") == 0;
+}
+
+static bool is_allow(const struct sline *l)
+{
+    return l->kind == L_KEY && strcmp(l->key, "allow") == 0;
+}
+
+static bool is_alias(const struct sline *l)
+{
+    return l->kind == L_KEY && strcmp(l->key, "alias") == 0;
+}
+
+static bool has_portal(const struct target_node_conf *c, const char *text)
+{
+    for (unsigned i = 0; i < c->nportals; i++)
+        if (strcmp(c->portals[i].text, text) == 0)
+            return true;
+    return false;
+}
+
+static bool has_allow(const struct target_node_conf *c, const char *iqn)
+{
+    for (unsigned i = 0; i < c->nallow; i++)
+        if (strcasecmp(c->allow[i], iqn) == 0)
+            return true;
+    return false;
+}
+
+static const struct target_lun_conf *find_lun(const struct target_node_conf *c, uint64_t lun)
+{
+    for (unsigned i = 0; i < c->nluns; i++)
+        if (c->luns[i].lun == lun)
+            return &c->luns[i];
+    return NULL;
+}
+
+/* Bring section s (its target in the file: f) to what runs (r). */
+static bool edit_section(struct doc *d, unsigned s, const struct target_node_conf *r,
+                         const struct target_node_conf *f)
+{
+    bool ok = true;
+    unsigned hdr = d->s[s].header, end = hdr + 1;
+    while (end < d->n && d->l[end].kind != L_SECTION)
+        end++;
+
+    /* alias: the last alias line wins in the parser */
+    if (strcmp(r->alias, f->alias) != 0) {
+        unsigned last = last_line(d, s, is_alias, 0);
+        for (unsigned i = hdr + 1; i < end; i++)
+            if (is_alias(&d->l[i]) && (i != last || !r->alias[0]))
+                kill_line(d, i);
+        if (r->alias[0])
+            ok = ok && (last ? rewrite(d, last, "alias = %s", r->alias)
+                             : insert_after(d, hdr, "alias = %s", r->alias));
+    }
+
+    /* portals: a section without portal lines takes the global ones */
+    bool own_portals = last_line(d, s, is_portal, 0) != 0;
+    bool same = r->nportals == f->nportals;
+    for (unsigned i = 0; same && i < r->nportals; i++)
+        same = has_portal(f, r->portals[i].text);
+    if (!same && !own_portals) {
+        for (unsigned i = 0; i < r->nportals; i++)
+            ok = ok && insert_after(d, hdr, "portal = %s", r->portals[i].text);
+    } else if (!same) {
+        unsigned anchor = last_line(d, s, is_portal, hdr);
+        for (unsigned i = hdr + 1; i < end; i++) {
+            struct target_portal p;
+            char why[256];
+            if (is_portal(&d->l[i]) &&
+                (target_parse_portal(d->l[i].val, &p, why, sizeof(why)) < 0 ||
+                 !has_portal(r, p.text)))
+                kill_line(d, i);
+        }
+        for (unsigned i = 0; i < r->nportals; i++)
+            if (!has_portal(f, r->portals[i].text))
+                ok = ok && insert_after(d, anchor, "portal = %s", r->portals[i].text);
+    }
+
+    /* allow entries */
+    unsigned anchor = last_line(d, s, is_allow, d->s[s].last_key);
+    for (unsigned i = hdr + 1; i < end; i++)
+        if (is_allow(&d->l[i]) && !has_allow(r, d->l[i].val))
+            kill_line(d, i);
+    for (unsigned i = 0; i < r->nallow; i++)
+        if (!has_allow(f, r->allow[i]))
+            ok = ok && insert_after(d, anchor, "allow = %s", r->allow[i]);
+
+    /* LUNs: gone ones dropped, changed ones rewritten, new ones after the last lun line */
+    anchor = last_line(d, s, is_lun_key, d->s[s].last_key);
+    for (unsigned i = hdr + 1; i < end; i++) {
+        struct sline *l = &d->l[i];
+        if (!is_lun_key(l))
+            continue;
+        const struct target_lun_conf *rl = find_lun(r, l->lun), *fl = find_lun(f, l->lun);
+        if (!rl) {
+            kill_line(d, i);
+        } else if (!fl || !ctl_lun_conf_same(rl, fl)) {
+            char spec[2048];
+            target_lun_spec_format(rl, spec, sizeof(spec));
+            ok = ok && rewrite(d, i, "lun %llu = %s", (unsigned long long)rl->lun, spec);
+            l->numbered = true;
+        }
+    }
+    for (unsigned i = 0; i < r->nluns; i++) {
+        if (find_lun(f, r->luns[i].lun))
+            continue;
+        char spec[2048];
+        target_lun_spec_format(&r->luns[i], spec, sizeof(spec));
+        ok = ok &&
+             insert_after(d, anchor, "lun %llu = %s", (unsigned long long)r->luns[i].lun, spec);
+    }
+    /* An unnumbered line takes the number after the line before it: once a line before it is
+     * gone, it says its number. */
+    uint64_t next = 0;
+    for (unsigned i = hdr + 1; i < end; i++) {
+        struct sline *l = &d->l[i];
+        if (!is_lun_key(l) || l->dead)
+            continue;
+        if (!l->numbered && next != l->lun) {
+            ok = ok && rewrite(d, i, "lun %llu = %s", (unsigned long long)l->lun, l->val);
+            l->numbered = true;
+        }
+        next = l->lun + 1;
+    }
+    return ok;
+}
+
+/* The lines of section s, with the comment lines right above its header (its heading). */
+static void drop_section(struct doc *d, unsigned s)
+{
+    unsigned start = d->s[s].header;
+    while (start > 0 && d->l[start - 1].kind == L_OTHER) {
+        const char *t = d->l[start - 1].text + strspn(d->l[start - 1].text, " \t");
+        if (*t != '#')
+            break;
+        start--;
+    }
+    for (unsigned i = start; i <= d->s[s].last_key; i++)
+        kill_line(d, i);
+}
+
+static const char *const level_names[] = {"error", "warn", "info", "debug"};
+
+static bool edit_globals(struct doc *d, const struct target_config *run,
+                         const struct target_config *file)
+{
+    enum log_level lvl = log_get_level();
+    if (run->cli_log_level || lvl == file->log_level)
+        return true;
+    unsigned last = 0, last_global = 0;
+    bool found = false, any = false;
+    for (unsigned i = 0; i < d->n && d->l[i].sec < 0; i++) {
+        if (d->l[i].kind != L_KEY)
+            continue;
+        any = true;
+        last_global = i;
+        if (strcmp(d->l[i].key, "log-level") == 0) {
+            found = true;
+            last = i;
+        }
+    }
+    if (found)
+        return rewrite(d, last, "log-level = %s", level_names[lvl]);
+    if (any)
+        return insert_after(d, last_global, "log-level = %s", level_names[lvl]);
+    d->added++;
+    return str_add(&d->head, "log-level = %s\n", level_names[lvl]);
+}
+
+static int write_all(int fd, const char *s, size_t n)
+{
+    while (n) {
+        ssize_t w = write(fd, s, n);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            return -1;
+        s += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+/* The text of the saved file: the layout's lines edited, then the sections of targets the
+ * file does not have. */
+static char *render(struct doc *d, const struct daemon *dm, const struct target_config *file,
+                    const struct target_section_defaults *defs, bool have_layout)
+{
+    char *out = NULL;
+    size_t len = 0;
+    FILE *m = open_memstream(&out, &len);
+    if (!m)
+        return NULL;
+    if (!have_layout) {
+        fprintf(m, "# linerate-target configuration, written by linerate-ctl save\n");
+        target_conf_write_globals(m, &dm->cfg, log_get_level());
+    }
+    if (d->head)
+        fputs(d->head, m);
+    bool blank = have_layout; /* the last line written is empty (or none is) */
+    for (unsigned i = 0; i < d->n; i++) {
+        if (!d->l[i].dead) {
+            const char *t = d->l[i].repl ? d->l[i].repl : d->l[i].text;
+            fprintf(m, "%s\n", t);
+            blank = t[strspn(t, " \t")] == '\0';
+        }
+        if (d->l[i].after) {
+            fputs(d->l[i].after, m);
+            blank = false;
+        }
+    }
+    for (unsigned t = 0; t < dm->cfg.ntargets; t++) {
+        const struct target_node_conf *r = &dm->cfg.targets[t];
+        bool there = false;
+        for (unsigned i = 0; i < file->ntargets && !there; i++)
+            there = strcasecmp(file->targets[i].name, r->name) == 0;
+        if (there)
+            continue;
+        if (!blank)
+            fputc('\n', m);
+        blank = false;
+        target_conf_write_section(m, r, defs);
+        d->added += 1 + r->nportals + r->nluns + r->nallow;
+    }
+    if (fclose(m) != 0) {
+        free(out);
+        return NULL;
+    }
+    return out;
+}
+
+json_t *ctl_save(struct daemon *dm, const char *path, char *err, size_t errlen)
+{
+    const char *layout = dm->cfg.config_path[0] ? dm->cfg.config_path : NULL;
+    if (!path)
+        path = layout;
+    if (!path) {
+        snprintf(err, errlen,
+                 "the daemon was started without --config: name the file to save to "
+                 "(linerate-ctl save FILE)");
+        return NULL;
+    }
+    if (path[0] != '/') {
+        snprintf(err, errlen, "'%s': the file must be an absolute path", path);
+        return NULL;
+    }
+    /* A symbolic link stays one: the file it points to is what gets replaced. */
+    char real[PATH_MAX];
+    const char *dest = realpath(path, real) ? real : path;
+    struct stat st;
+    bool exists = stat(dest, &st) == 0;
+    if (exists && !S_ISREG(st.st_mode)) {
+        snprintf(err, errlen, "%s is not a regular file", dest);
+        return NULL;
+    }
+
+    struct doc doc = {0};
+    struct target_config file;
+    struct target_section_defaults defs;
+    target_config_init(&file);
+    target_params_default(&defs.params);
+    memset(&defs.alua, 0, sizeof(defs.alua));
+    defs.chap_algs = dm->cfg.chap_algs;
+    json_t *res = NULL;
+    char *text = NULL, tmp[PATH_MAX] = "";
+    int fd = -1;
+    if (layout) {
+        if (target_config_load_defaults(&file, layout, &defs, err, errlen) < 0) {
+            char why[1024];
+            snprintf(why, sizeof(why), "%s", err);
+            snprintf(err, errlen,
+                     "the config file no longer loads, so its layout cannot be kept: %s", why);
+            goto out;
+        }
+        if (doc_read(&doc, layout, err, errlen) < 0)
+            goto out;
+    }
+    /* (without a layout, render writes every global key, the log level among them) */
+    if (layout && !edit_globals(&doc, &dm->cfg, &file))
+        goto oom;
+    for (unsigned s = 0; s < doc.ns; s++) {
+        const struct target_node_conf *f = NULL, *r = NULL;
+        for (unsigned i = 0; i < file.ntargets && !f; i++)
+            if (strcasecmp(file.targets[i].name, doc.s[s].name) == 0)
+                f = &file.targets[i];
+        for (unsigned i = 0; i < dm->cfg.ntargets && !r; i++)
+            if (strcasecmp(dm->cfg.targets[i].name, doc.s[s].name) == 0)
+                r = &dm->cfg.targets[i];
+        if (!f)
+            continue; /* cannot be: the file loaded */
+        if (!r)
+            drop_section(&doc, s);
+        else if (!edit_section(&doc, s, r, f))
+            goto oom;
+    }
+    text = render(&doc, dm, &file, &defs, layout != NULL);
+    if (!text)
+        goto oom;
+
+    /* Atomically: a temporary file beside the destination, renamed over it. */
+    char dircopy[PATH_MAX], basecopy[PATH_MAX];
+    snprintf(dircopy, sizeof(dircopy), "%s", dest);
+    snprintf(basecopy, sizeof(basecopy), "%s", dest);
+    const char *dir = dirname(dircopy), *base = basename(basecopy);
+    snprintf(tmp, sizeof(tmp), "%s/.%s.XXXXXX", dir, base);
+    fd = mkstemp(tmp);
+    if (fd < 0) {
+        snprintf(err, errlen, "cannot create a file in %s: %s", dir, strerror(errno));
+        tmp[0] = '\0';
+        goto out;
+    }
+    mode_t mode = exists ? st.st_mode & 07777 : 0644;
+    if (fchmod(fd, mode) < 0 ||
+        (exists && fchown(fd, st.st_uid, st.st_gid) < 0 && errno != EPERM) ||
+        write_all(fd, text, strlen(text)) < 0 || fsync(fd) < 0) {
+        snprintf(err, errlen, "cannot write %s: %s", tmp, strerror(errno));
+        goto out;
+    }
+    close(fd);
+    fd = -1;
+
+    /* What was written must load and match what runs, or the old file stays. */
+    struct target_config saved;
+    target_config_init(&saved);
+    char why[1024];
+    if (target_config_load(&saved, tmp, why, sizeof(why)) < 0) {
+        target_config_free(&saved);
+        snprintf(err, errlen, "the text written would not load (%s); %s left as it was", why, dest);
+        goto out;
+    }
+    json_t *diffs = json_array();
+    ctl_config_diff(dm, &saved, diffs);
+    target_config_free(&saved);
+    if (rename(tmp, dest) < 0) {
+        snprintf(err, errlen, "cannot replace %s: %s", dest, strerror(errno));
+        json_decref(diffs);
+        goto out;
+    }
+    tmp[0] = '\0';
+    int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd >= 0) {
+        fsync(dfd); /* the rename itself survives a crash */
+        close(dfd);
+    }
+    unsigned kept = 0;
+    for (unsigned i = 0; i < doc.n; i++)
+        kept += !doc.l[i].dead && !doc.l[i].repl;
+    res = json_pack("{s:s, s:i, s:i, s:i, s:i, s:o}", "file", dest, "lines_kept", (int)kept,
+                    "lines_changed", (int)doc.changed, "lines_added", (int)doc.added,
+                    "lines_removed", (int)doc.removed, "differences", diffs);
+    char qfile[2 * PATH_MAX + 3];
+    LOG_INFO("event=config-saved file=%s kept=%u changed=%u added=%u removed=%u",
+             log_quote(qfile, sizeof(qfile), dest), kept, doc.changed, doc.added, doc.removed);
+    {
+        size_t i;
+        json_t *v;
+        json_array_foreach(diffs, i, v)
+            LOG_WARN("save: %s still differs from what runs: %s", dest, json_string_value(v));
+    }
+    goto out;
+oom:
+    snprintf(err, errlen, "out of memory");
+out:
+    if (fd >= 0)
+        close(fd);
+    if (tmp[0])
+        unlink(tmp);
+    free(text);
+    doc_free(&doc);
+    target_config_free(&file);
+    return res;
+}
