@@ -18,6 +18,10 @@
  * logs it once and fails every later request at once with -ESHUTDOWN rather than queue I/O
  * that can never be written.
  *
+ * The image's size may change under the store (`rbd resize`, another gateway's grow): librbd's
+ * update watch calls size_watch's callback on a librbd thread, which only hands it on; the SCSI
+ * core reads the new size (size_refresh, blocking) on its helper thread.
+ *
  * Besides the image: GET LBA STATUS from its allocation (rbd_diff_iterate2, whole objects;
  * blocking, so lba_status_blocks sends it to the SCSI core's helper thread), and the shared
  * object "<image>.linerate-<name>" in the image's pool (librados: versioned reads, writes
@@ -54,6 +58,11 @@ struct bs_rbd {
     char watch_oid[200];
     void (*watch_cb)(void *arg, const void *buf, size_t len, int err);
     void *watch_arg;
+    /* librbd's update watch on the image header (size_watch) */
+    uint64_t update_handle;
+    bool update_watched;
+    void (*size_cb)(void *arg);
+    void *size_arg;
 };
 
 /* st.done counts the steps of a request: 0 the operation itself, 1 the flush a FUA write
@@ -420,9 +429,51 @@ static int bs_rbd_obj_watch(struct bs *bs, const char *name,
     return ret;
 }
 
+/* librbd's thread, after any change of the image header (a resize, a snapshot, a lock
+ * moving): only the owner's callback, which does not block. */
+static void rbd_update_cb(void *arg)
+{
+    struct bs_rbd *b = arg;
+    b->size_cb(b->size_arg);
+}
+
+static int bs_rbd_size_watch(struct bs *bs, void (*cb)(void *arg), void *arg)
+{
+    struct bs_rbd *b = bs->priv;
+    if (b->update_watched) {
+        /* waits for a callback in flight: none runs once this returns */
+        int ret = rbd_update_unwatch(b->image, b->update_handle);
+        if (ret < 0)
+            LOG_WARN("bs %s: ending the image update watch: %s", bs->desc, strerror(-ret));
+        b->update_watched = false;
+    }
+    if (!cb)
+        return 0;
+    b->size_cb = cb;
+    b->size_arg = arg;
+    int ret = rbd_update_watch(b->image, &b->update_handle, rbd_update_cb, b);
+    b->update_watched = ret == 0;
+    return ret;
+}
+
+/* Blocks: librbd refreshes the image header from the cluster first when a notification said
+ * it changed. */
+static int bs_rbd_size_refresh(struct bs *bs, uint64_t *size)
+{
+    struct bs_rbd *b = bs->priv;
+    if (atomic_load(&b->fenced))
+        return -RBD_EBLOCKLISTED;
+    int ret = rbd_get_size(b->image, size);
+    if (ret < 0)
+        return ret;
+    __atomic_store_n(&bs->size, *size, __ATOMIC_RELEASE);
+    return 0;
+}
+
 static void bs_rbd_close(struct bs *bs)
 {
     struct bs_rbd *b = bs->priv;
+    bs_rbd_size_watch(bs, NULL, NULL);
     if (b->watch) {
         rados_unwatch2(b->ioctx, b->watch);
         rados_watch_flush(b->cluster); /* no callback runs after this */
@@ -471,6 +522,8 @@ static const struct bs_ops bs_rbd_ops = {
     .obj_write = bs_rbd_obj_write,
     .obj_notify = bs_rbd_obj_notify,
     .obj_watch = bs_rbd_obj_watch,
+    .size_watch = bs_rbd_size_watch,
+    .size_refresh = bs_rbd_size_refresh,
 };
 
 /* Settings the store relies on, whatever ceph.conf says. */

@@ -203,6 +203,9 @@ struct scsi_lun {
      * target's own group first; fixed once the LUN is added. */
     struct scsi_alua_group alua[SCSI_ALUA_GROUPS_MAX];
     uint8_t alua_ngroups;
+    /* The medium resized under the LUN (lun_admin.c): one helper-thread job at a time, run
+     * again when the store called back meanwhile; guarded by lock. */
+    struct scsi_lun_resize *resize;
 };
 
 /* Add UA bits for one nexus slot; a reset UA replaces whatever was pending (SAM-5 §5.14), and
@@ -500,6 +503,14 @@ struct scsi_offload {
     struct scsi_offload *next;
 };
 void scsi_offload_submit(struct scsi_offload *o);
+
+/* --- the medium resized by someone else (lun_admin.c) --- */
+/* Watch the store's size (bs size_watch), if it has one: a change sets the capacity and
+ * raises CAPACITY DATA HAS CHANGED on every nexus. After the LUN is published; a failure is
+ * logged and the LUN serves at its present size. */
+void scsi_lun_resize_watch(struct scsi_lun *lu);
+/* End the watch and wait for its job (before the store is closed). */
+void scsi_lun_resize_stop(struct scsi_lun *lu);
 
 /* --- reservations (pr.c): SPC-4 persistent reservations and SPC-2 RESERVE/RELEASE --- */
 int pr_lun_init(struct scsi_lun *lu, const char *state_path, char *err, size_t errlen);

@@ -120,6 +120,8 @@ int scsi_target_add_lun(struct scsi_target *t, const struct scsi_lun_config *cfg
     if (cfg->lun >= t->nluns)
         __atomic_store_n(&t->nluns, (uint32_t)cfg->lun + 1, __ATOMIC_RELEASE);
     pthread_mutex_unlock(&t->lock);
+    /* an RBD image resized by someone else raises CAPACITY DATA HAS CHANGED */
+    scsi_lun_resize_watch(lu);
     return 0;
 nomem:
     snprintf(err, errlen, "LUN %" PRIu64 ": out of memory", cfg->lun);
@@ -146,7 +148,8 @@ void scsi_target_destroy(struct scsi_target *t)
 
 void scsi_lun_free(struct scsi_lun *lu)
 {
-    pr_lun_drain(lu); /* its helper-thread jobs use the store */
+    scsi_lun_resize_stop(lu); /* its job uses the store and the LUN */
+    pr_lun_drain(lu);         /* its helper-thread jobs use the store */
     bs_close(lu->bs);
     pr_lun_free(lu);
     scsi_rl_destroy(&lu->rl);
