@@ -42,6 +42,7 @@
 #define RBD_EBLOCKLISTED ESHUTDOWN
 
 struct bs_rbd {
+    struct bs *bs; /* the store this is the private part of */
     rados_t cluster;
     rados_ioctx_t ioctx;
     rbd_image_t image;
@@ -110,6 +111,15 @@ static void rbd_fenced(struct bs *bs)
                 "(every command fails from now on; restart the gateway once the cluster "
                 "lets it back)",
                 bs->desc);
+}
+
+/* Any call into the cluster may be the first to learn of the fence (a watch re-armed, a size
+ * read, a reservation change): the LUN is given up then, not only at the next I/O. */
+static int rbd_fence_check(struct bs *bs, int ret)
+{
+    if (ret == -RBD_EBLOCKLISTED)
+        rbd_fenced(bs);
+    return ret;
 }
 
 /* The SCSI core wants the first differing byte relative to the start of the compare. librbd
@@ -304,7 +314,7 @@ static int bs_rbd_lba_status(struct bs *bs, uint64_t offset, uint64_t *len, bool
     struct rbd_lbas l = {.offset = offset, .end = offset + *len};
     int ret = rbd_diff_iterate2(b->image, NULL, offset, *len, 1, 1, rbd_lbas_cb, &l);
     if (ret < 0 && ret != -ECANCELED)
-        return ret;
+        return rbd_fence_check(bs, ret);
     if (!l.found || l.first > offset) {
         *mapped = false;
         *len = (l.found ? l.first : l.end) - offset;
@@ -342,7 +352,7 @@ static int bs_rbd_obj_read(struct bs *bs, const char *name, char **buf, size_t *
     }
     if (ret < 0 || ret == (int)RBD_OBJ_MAX - 1) {
         free(d);
-        return ret < 0 ? ret : -EFBIG;
+        return ret < 0 ? rbd_fence_check(bs, ret) : -EFBIG;
     }
     d[ret] = '\0';
     *ver = rados_get_last_version(b->obj_ioctx);
@@ -372,7 +382,7 @@ static int bs_rbd_obj_write(struct bs *bs, const char *name, const void *buf, si
     if (ret == -ERANGE || ret == -EOVERFLOW || ret == -EEXIST)
         return -ECANCELED;
     if (ret < 0)
-        return ret;
+        return rbd_fence_check(bs, ret);
     *newver = rados_get_last_version(b->obj_ioctx);
     return 0;
 }
@@ -388,7 +398,7 @@ static int bs_rbd_obj_notify(struct bs *bs, const char *name, const void *buf, s
     int ret = rados_notify2(b->obj_ioctx, oid, buf, (int)len, timeout_ms, &reply, &reply_len);
     if (reply)
         rados_buffer_free(reply);
-    return ret;
+    return rbd_fence_check(bs, ret);
 }
 
 /* librados's watch thread: the owner's callback, then the acknowledgement the notifier
@@ -406,8 +416,9 @@ static void rbd_watch_err(void *arg, uint64_t handle, int err)
 {
     (void)handle;
     struct bs_rbd *b = arg;
-    LOG_WARN("rbd:%s: watch on %s broke (%s): re-arming it", b->image_name, b->watch_oid,
-             strerror(-err));
+    if (rbd_fence_check(b->bs, err) != -RBD_EBLOCKLISTED)
+        LOG_WARN("rbd:%s: watch on %s broke (%s): re-arming it", b->image_name, b->watch_oid,
+                 strerror(-err));
     b->watch_cb(b->watch_arg, NULL, 0, err);
 }
 
@@ -426,7 +437,7 @@ static int bs_rbd_obj_watch(struct bs *bs, const char *name,
     int ret = rados_watch2(b->ioctx, b->watch_oid, &h, rbd_watch_cb, rbd_watch_err, b);
     if (ret == 0)
         b->watch = h;
-    return ret;
+    return rbd_fence_check(bs, ret);
 }
 
 /* librbd's thread, after any change of the image header (a resize, a snapshot, a lock
@@ -465,7 +476,7 @@ static int bs_rbd_size_refresh(struct bs *bs, uint64_t *size)
         return -RBD_EBLOCKLISTED;
     int ret = rbd_get_size(b->image, size);
     if (ret < 0)
-        return ret;
+        return rbd_fence_check(bs, ret);
     __atomic_store_n(&bs->size, *size, __ATOMIC_RELEASE);
     return 0;
 }
@@ -557,6 +568,8 @@ struct bs *bs_rbd_open(const struct bs_rbd_params *p, char *err, size_t errlen)
     snprintf(who, sizeof(who), "rbd:%s/%s", p->pool, p->image);
     struct bs_rbd *b = calloc(1, sizeof(*b));
     struct bs *bs = calloc(1, sizeof(*bs));
+    if (b)
+        b->bs = bs;
     if (!b || !bs) {
         snprintf(err, errlen, "%s: out of memory", who);
         free(b);
