@@ -119,6 +119,14 @@ struct bs_ops {
      * One watch per store, ended by close. 0 or -errno. */
     int (*obj_watch)(struct bs *bs, const char *name,
                      void (*cb)(void *arg, const void *buf, size_t len, int err), void *arg);
+    /* Optional (rbd), both: the medium's size may change under the store (`rbd resize` by an
+     * operator or another gateway). size_watch: cb(arg) on a store thread whenever the medium
+     * may have changed (often when its size did not); cb must not block: it hands the work
+     * on. cb NULL ends the watch, waiting for a cb still running. 0 or -errno. size_refresh:
+     * the medium's current size into *size, published as bs->size (release); blocks on the
+     * cluster, so only off the reactors. 0 or -errno. */
+    int (*size_watch)(struct bs *bs, void (*cb)(void *arg), void *arg);
+    int (*size_refresh)(struct bs *bs, uint64_t *size);
 };
 
 struct bs {

@@ -18,6 +18,10 @@
  * logs it once and fails every later request at once with -ESHUTDOWN rather than queue I/O
  * that can never be written.
  *
+ * The image's size may change under the store (`rbd resize`, another gateway's grow): librbd's
+ * update watch calls size_watch's callback on a librbd thread, which only hands it on; the SCSI
+ * core reads the new size (size_refresh, blocking) on its helper thread.
+ *
  * Besides the image: GET LBA STATUS from its allocation (rbd_diff_iterate2, whole objects;
  * blocking, so lba_status_blocks sends it to the SCSI core's helper thread), and the shared
  * object "<image>.linerate-<name>" in the image's pool (librados: versioned reads, writes
@@ -38,6 +42,7 @@
 #define RBD_EBLOCKLISTED ESHUTDOWN
 
 struct bs_rbd {
+    struct bs *bs; /* the store this is the private part of */
     rados_t cluster;
     rados_ioctx_t ioctx;
     rbd_image_t image;
@@ -54,6 +59,11 @@ struct bs_rbd {
     char watch_oid[200];
     void (*watch_cb)(void *arg, const void *buf, size_t len, int err);
     void *watch_arg;
+    /* librbd's update watch on the image header (size_watch) */
+    uint64_t update_handle;
+    bool update_watched;
+    void (*size_cb)(void *arg);
+    void *size_arg;
 };
 
 /* st.done counts the steps of a request: 0 the operation itself, 1 the flush a FUA write
@@ -101,6 +111,15 @@ static void rbd_fenced(struct bs *bs)
                 "(every command fails from now on; restart the gateway once the cluster "
                 "lets it back)",
                 bs->desc);
+}
+
+/* Any call into the cluster may be the first to learn of the fence (a watch re-armed, a size
+ * read, a reservation change): the LUN is given up then, not only at the next I/O. */
+static int rbd_fence_check(struct bs *bs, int ret)
+{
+    if (ret == -RBD_EBLOCKLISTED)
+        rbd_fenced(bs);
+    return ret;
 }
 
 /* The SCSI core wants the first differing byte relative to the start of the compare. librbd
@@ -295,7 +314,7 @@ static int bs_rbd_lba_status(struct bs *bs, uint64_t offset, uint64_t *len, bool
     struct rbd_lbas l = {.offset = offset, .end = offset + *len};
     int ret = rbd_diff_iterate2(b->image, NULL, offset, *len, 1, 1, rbd_lbas_cb, &l);
     if (ret < 0 && ret != -ECANCELED)
-        return ret;
+        return rbd_fence_check(bs, ret);
     if (!l.found || l.first > offset) {
         *mapped = false;
         *len = (l.found ? l.first : l.end) - offset;
@@ -333,7 +352,7 @@ static int bs_rbd_obj_read(struct bs *bs, const char *name, char **buf, size_t *
     }
     if (ret < 0 || ret == (int)RBD_OBJ_MAX - 1) {
         free(d);
-        return ret < 0 ? ret : -EFBIG;
+        return ret < 0 ? rbd_fence_check(bs, ret) : -EFBIG;
     }
     d[ret] = '\0';
     *ver = rados_get_last_version(b->obj_ioctx);
@@ -363,7 +382,7 @@ static int bs_rbd_obj_write(struct bs *bs, const char *name, const void *buf, si
     if (ret == -ERANGE || ret == -EOVERFLOW || ret == -EEXIST)
         return -ECANCELED;
     if (ret < 0)
-        return ret;
+        return rbd_fence_check(bs, ret);
     *newver = rados_get_last_version(b->obj_ioctx);
     return 0;
 }
@@ -379,7 +398,7 @@ static int bs_rbd_obj_notify(struct bs *bs, const char *name, const void *buf, s
     int ret = rados_notify2(b->obj_ioctx, oid, buf, (int)len, timeout_ms, &reply, &reply_len);
     if (reply)
         rados_buffer_free(reply);
-    return ret;
+    return rbd_fence_check(bs, ret);
 }
 
 /* librados's watch thread: the owner's callback, then the acknowledgement the notifier
@@ -397,8 +416,9 @@ static void rbd_watch_err(void *arg, uint64_t handle, int err)
 {
     (void)handle;
     struct bs_rbd *b = arg;
-    LOG_WARN("rbd:%s: watch on %s broke (%s): re-arming it", b->image_name, b->watch_oid,
-             strerror(-err));
+    if (rbd_fence_check(b->bs, err) != -RBD_EBLOCKLISTED)
+        LOG_WARN("rbd:%s: watch on %s broke (%s): re-arming it", b->image_name, b->watch_oid,
+                 strerror(-err));
     b->watch_cb(b->watch_arg, NULL, 0, err);
 }
 
@@ -417,12 +437,54 @@ static int bs_rbd_obj_watch(struct bs *bs, const char *name,
     int ret = rados_watch2(b->ioctx, b->watch_oid, &h, rbd_watch_cb, rbd_watch_err, b);
     if (ret == 0)
         b->watch = h;
+    return rbd_fence_check(bs, ret);
+}
+
+/* librbd's thread, after any change of the image header (a resize, a snapshot, a lock
+ * moving): only the owner's callback, which does not block. */
+static void rbd_update_cb(void *arg)
+{
+    struct bs_rbd *b = arg;
+    b->size_cb(b->size_arg);
+}
+
+static int bs_rbd_size_watch(struct bs *bs, void (*cb)(void *arg), void *arg)
+{
+    struct bs_rbd *b = bs->priv;
+    if (b->update_watched) {
+        /* waits for a callback in flight: none runs once this returns */
+        int ret = rbd_update_unwatch(b->image, b->update_handle);
+        if (ret < 0)
+            LOG_WARN("bs %s: ending the image update watch: %s", bs->desc, strerror(-ret));
+        b->update_watched = false;
+    }
+    if (!cb)
+        return 0;
+    b->size_cb = cb;
+    b->size_arg = arg;
+    int ret = rbd_update_watch(b->image, &b->update_handle, rbd_update_cb, b);
+    b->update_watched = ret == 0;
     return ret;
+}
+
+/* Blocks: librbd refreshes the image header from the cluster first when a notification said
+ * it changed. */
+static int bs_rbd_size_refresh(struct bs *bs, uint64_t *size)
+{
+    struct bs_rbd *b = bs->priv;
+    if (atomic_load(&b->fenced))
+        return -RBD_EBLOCKLISTED;
+    int ret = rbd_get_size(b->image, size);
+    if (ret < 0)
+        return rbd_fence_check(bs, ret);
+    __atomic_store_n(&bs->size, *size, __ATOMIC_RELEASE);
+    return 0;
 }
 
 static void bs_rbd_close(struct bs *bs)
 {
     struct bs_rbd *b = bs->priv;
+    bs_rbd_size_watch(bs, NULL, NULL);
     if (b->watch) {
         rados_unwatch2(b->ioctx, b->watch);
         rados_watch_flush(b->cluster); /* no callback runs after this */
@@ -471,6 +533,8 @@ static const struct bs_ops bs_rbd_ops = {
     .obj_write = bs_rbd_obj_write,
     .obj_notify = bs_rbd_obj_notify,
     .obj_watch = bs_rbd_obj_watch,
+    .size_watch = bs_rbd_size_watch,
+    .size_refresh = bs_rbd_size_refresh,
 };
 
 /* Settings the store relies on, whatever ceph.conf says. */
@@ -504,6 +568,8 @@ struct bs *bs_rbd_open(const struct bs_rbd_params *p, char *err, size_t errlen)
     snprintf(who, sizeof(who), "rbd:%s/%s", p->pool, p->image);
     struct bs_rbd *b = calloc(1, sizeof(*b));
     struct bs *bs = calloc(1, sizeof(*bs));
+    if (b)
+        b->bs = bs;
     if (!b || !bs) {
         snprintf(err, errlen, "%s: out of memory", who);
         free(b);

@@ -392,6 +392,56 @@ static int task_reassign(struct iscsi_conn *c, const struct iscsi_bhs *req)
     return fanout_send(f);
 }
 
+/* ---------------- resets that other gateways must hear of first ---------------- */
+
+/* A reset of a LUN that other gateways export too (an RBD image) is answered once they have
+ * raised its unit attention for their own nexuses (the SCSI core tells them through the
+ * cluster): the initiator, told "function complete", may at once send a command down another
+ * path, and must meet the UA there (libiscsi's MultipathIO.Reset checks exactly that). */
+struct tmf_later {
+    struct iscsi_conn *c; /* a reference held */
+    struct iscsi_bhs req;
+};
+
+/* On the TMF's connection's reactor, outside its handlers: a failure to queue the answer
+ * closes the connection here. */
+static void tmf_later_answer(void *arg)
+{
+    struct tmf_later *w = arg;
+    struct iscsi_conn *c = w->c;
+    int rc = ISCSI_OK;
+    if (!c->dead && c->phase == CONN_FFP) /* it may have closed or logged out meanwhile */
+        rc = tmf_respond(c, &w->req, ISCSI_TMF_RSP_COMPLETE);
+    conn_fail(c, rc);
+    conn_put(c);
+    free(w);
+}
+
+/* The reset of lu (NULL: TARGET WARM RESET), and its answer now or once the other gateways
+ * have it. */
+static int reset_respond(struct iscsi_conn *c, const struct iscsi_bhs *req, struct scsi_lun *lu)
+{
+    struct scsi_nexus *n = c->session->nexus;
+    struct tmf_later *w = calloc(1, sizeof(*w));
+    if (!w) { /* the reset still holds here; the others are told without waiting */
+        if (lu)
+            scsi_lun_reset(lu, n);
+        else
+            scsi_target_reset(c->session->node->scsi, n, false);
+        return tmf_respond(c, req, ISCSI_TMF_RSP_COMPLETE);
+    }
+    conn_get(c);
+    w->c = c;
+    w->req = *req;
+    bool later = lu ? scsi_lun_reset_wait(lu, n, tmf_later_answer, w)
+                    : scsi_target_reset_wait(c->session->node->scsi, n, false, tmf_later_answer, w);
+    if (later)
+        return ISCSI_OK;
+    conn_put(c); /* never the last reference: the caller holds one */
+    free(w);
+    return tmf_respond(c, req, ISCSI_TMF_RSP_COMPLETE);
+}
+
 /* TARGET COLD RESET (RFC 7143 §11.5.1) closes all of the target's TCP connections to all
  * initiators: every connection of a session of the asking connection's node but that one,
  * which closes itself once its answer is out. */
@@ -472,22 +522,21 @@ int tmf_handle(struct iscsi_conn *c, struct iscsi_pdu_in *p)
             return tmf_respond(c, req, ISCSI_TMF_RSP_REJECTED);
         }
         abort_conn_tasks(c, lun, 0, false);
-        scsi_lun_reset(lu, s->nexus);
-        /* lu is not held, but a LUN detached meanwhile is freed only after this loop turn */
+        /* lu is not held, but a LUN detached meanwhile is freed only after this loop turn
+         * (and after the reset's work on the helper thread: pr_lun_drain) */
         iostats_event(iostats_shard(scsi_lun_stats(lu), c->rid), IOSTATS_RESET);
         iostats_event(c->st_session, IOSTATS_RESET);
         iostats_event(c->st_portal, IOSTATS_RESET);
         CONN_LOG_LIMITED(c, LOG_LVL_INFO, "%s: LOGICAL UNIT RESET on LUN %llu", c->peer,
                          (unsigned long long)lun);
-        return tmf_respond(c, req, ISCSI_TMF_RSP_COMPLETE);
+        return reset_respond(c, req, lu);
     case ISCSI_TMF_TARGET_WARM_RESET:
     case ISCSI_TMF_TARGET_COLD_RESET: {
         if (!abort_other_conns(c, true, UINT64_MAX, 0, false))
             return tmf_respond(c, req, ISCSI_TMF_RSP_REJECTED);
         abort_conn_tasks(c, UINT64_MAX, 0, false);
-        scsi_target_reset(tgt, s->nexus, fn == ISCSI_TMF_TARGET_COLD_RESET);
-        /* A target reset resets each of its logical units (RFC 7143 §11.5.1): one on each LUN,
-         * looked up as scsi_target_reset() just did (not held; freed only after this turn) */
+        /* A target reset resets each of its logical units (RFC 7143 §11.5.1): one on each LUN
+         * (not held; a LUN detached meanwhile is freed only after this turn) */
         for (uint64_t l = 0; l < __atomic_load_n(&tgt->nluns, __ATOMIC_ACQUIRE); l++) {
             struct scsi_lun *each = scsi_target_lun(tgt, l);
             if (each)
@@ -497,6 +546,11 @@ int tmf_handle(struct iscsi_conn *c, struct iscsi_pdu_in *p)
         iostats_event(c->st_portal, IOSTATS_RESET);
         CONN_LOG_LIMITED(c, LOG_LVL_INFO, "%s: TARGET %s RESET", c->peer,
                          fn == ISCSI_TMF_TARGET_COLD_RESET ? "COLD" : "WARM");
+        if (fn == ISCSI_TMF_TARGET_WARM_RESET)
+            return reset_respond(c, req, NULL);
+        /* a cold reset ends every connection here at once: the other gateways are told, and
+         * the answer does not wait for them */
+        scsi_target_reset(tgt, s->nexus, true);
         int rc = tmf_respond(c, req, ISCSI_TMF_RSP_COMPLETE);
         if (rc == ISCSI_OK && fn == ISCSI_TMF_TARGET_COLD_RESET) {
             /* §11.5.1: a cold reset closes every connection to every initiator; this one

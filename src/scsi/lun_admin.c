@@ -1,11 +1,17 @@
 /* LUNs changed while the target serves (linerate-ctl): detaching one for removal, counting the
  * commands that still hold it, write protection, growing, and the unit attentions that tell
  * initiators (SPC-4 REPORTED LUNS DATA HAS CHANGED, SBC-3 CAPACITY DATA HAS CHANGED, MODE
- * PARAMETERS CHANGED). Called from the daemon's control thread, never from a reactor. */
+ * PARAMETERS CHANGED). Called from the daemon's control thread, never from a reactor; a medium
+ * resized by someone else (an RBD image after `rbd resize`) is taken up on the SCSI core's
+ * helper thread. */
+#include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "scsi/scsi_internal.h"
+#include "util/log.h"
 
 /* A thread's shard of every LUN's user count: threads are spread round-robin as they first
  * set up a command. */
@@ -123,4 +129,138 @@ struct iostats *scsi_task_lun_stats(const struct scsi_task *t)
 {
     const struct scsi_task_core *k = (const struct scsi_task_core *)t->core.bytes;
     return k->lu_held ? t->lu->stats : NULL;
+}
+
+/* ---- the medium resized under the LUN ------------------------------------------------- */
+
+struct scsi_lun_resize {
+    struct scsi_offload off; /* first: the job is the offload */
+    struct scsi_lun *lu;
+    bool pending; /* the store called back since the job last read the size */
+    bool busy;    /* the job is queued or running */
+    bool closing; /* scsi_lun_resize_stop waits: no new job */
+    pthread_cond_t idle;
+};
+
+/* The capacity follows the medium, then every nexus hears of it (SBC-3 §4.9: CAPACITY DATA HAS
+ * CHANGED when the capacity changed other than by a command of that nexus). A shrunk medium is
+ * taken too: the initiator must learn that the blocks past the new end are gone. */
+static void resize_apply(struct scsi_lun *lu, uint64_t bytes)
+{
+    uint64_t nb = bytes >> lu->block_shift;
+    if (nb == 0) {
+        LOG_ERR("LUN %" PRIu64 " (%s): the medium shrank to %" PRIu64
+                " bytes, less than a block: keeping the old capacity (commands past the "
+                "medium fail)",
+                lu->id, lu->bs->desc, bytes);
+        return;
+    }
+    uint64_t old = atomic_exchange(&lu->nblocks, nb);
+    if (old == nb)
+        return;
+    LOG_INFO("LUN %" PRIu64 " (%s): the medium was resized from %" PRIu64 " to %" PRIu64
+             " bytes: CAPACITY DATA HAS CHANGED",
+             lu->id, lu->bs->desc, old << lu->block_shift, nb << lu->block_shift);
+    if (bytes % lu->block_size)
+        LOG_WARN("LUN %" PRIu64 " (%s): the last %" PRIu64 " bytes are not a whole block: not "
+                 "exported",
+                 lu->id, lu->bs->desc, bytes % lu->block_size);
+    scsi_ua_raise_all(lu, NULL, UA_CAPACITY_CHANGED);
+}
+
+/* On the helper thread: read the size until no callback came in meanwhile. */
+static void resize_work(struct scsi_offload *o)
+{
+    struct scsi_lun_resize *rz = (struct scsi_lun_resize *)o;
+    struct scsi_lun *lu = rz->lu;
+    for (;;) {
+        pthread_mutex_lock(&lu->lock);
+        bool go = rz->pending && !rz->closing;
+        rz->pending = false;
+        pthread_mutex_unlock(&lu->lock);
+        if (!go)
+            return;
+        uint64_t bytes = 0;
+        int ret = lu->bs->ops->size_refresh(lu->bs, &bytes);
+        if (ret == 0)
+            resize_apply(lu, bytes);
+        else if (ret != -ESHUTDOWN) /* fenced: the store said so once, and refuses all */
+            LOG_WARN("LUN %" PRIu64 " (%s): the medium changed but its size cannot be read: "
+                     "%s",
+                     lu->id, lu->bs->desc, strerror(-ret));
+    }
+}
+
+/* Detached, so also on the helper thread. A callback between the job's last look and here
+ * queues the job again. */
+static void resize_done(struct scsi_offload *o)
+{
+    struct scsi_lun_resize *rz = (struct scsi_lun_resize *)o;
+    struct scsi_lun *lu = rz->lu;
+    pthread_mutex_lock(&lu->lock);
+    bool again = rz->pending && !rz->closing;
+    rz->busy = again;
+    if (!again)
+        pthread_cond_broadcast(&rz->idle);
+    pthread_mutex_unlock(&lu->lock);
+    if (again)
+        scsi_offload_submit(&rz->off);
+}
+
+/* The store's thread (librbd's): never blocks, never touches the LUN beyond its lock. */
+static void resize_notified(void *arg)
+{
+    struct scsi_lun_resize *rz = arg;
+    struct scsi_lun *lu = rz->lu;
+    pthread_mutex_lock(&lu->lock);
+    bool start = !rz->busy && !rz->closing;
+    rz->pending = true;
+    rz->busy |= start;
+    pthread_mutex_unlock(&lu->lock);
+    if (start)
+        scsi_offload_submit(&rz->off);
+}
+
+void scsi_lun_resize_watch(struct scsi_lun *lu)
+{
+    const struct bs_ops *o = lu->bs->ops;
+    if (!o->size_watch || !o->size_refresh)
+        return;
+    struct scsi_lun_resize *rz = calloc(1, sizeof(*rz));
+    if (!rz) {
+        LOG_WARN("LUN %" PRIu64 " (%s): out of memory: a resize of the medium will go unnoticed",
+                 lu->id, lu->bs->desc);
+        return;
+    }
+    rz->lu = lu;
+    rz->off.work = resize_work;
+    rz->off.done = resize_done;
+    rz->off.detached = true; /* submitted from the store's thread: never block it */
+    pthread_cond_init(&rz->idle, NULL);
+    lu->resize = rz;
+    int ret = o->size_watch(lu->bs, resize_notified, rz);
+    if (ret < 0) {
+        LOG_WARN("LUN %" PRIu64 " (%s): cannot watch the medium for resizes (%s): a resize "
+                 "will go unnoticed",
+                 lu->id, lu->bs->desc, strerror(-ret));
+        lu->resize = NULL;
+        pthread_cond_destroy(&rz->idle);
+        free(rz);
+    }
+}
+
+void scsi_lun_resize_stop(struct scsi_lun *lu)
+{
+    struct scsi_lun_resize *rz = lu->resize;
+    if (!rz)
+        return;
+    lu->bs->ops->size_watch(lu->bs, NULL, NULL); /* no callback after this */
+    pthread_mutex_lock(&lu->lock);
+    rz->closing = true;
+    while (rz->busy)
+        pthread_cond_wait(&rz->idle, &lu->lock);
+    pthread_mutex_unlock(&lu->lock);
+    pthread_cond_destroy(&rz->idle);
+    free(rz);
+    lu->resize = NULL;
 }

@@ -22,7 +22,9 @@
  * COMMAND / TIMEOUT ON LOGICAL UNIT, which initiators retry) rather than act on a stale copy.
  * PERSISTENT RESERVE IN re-reads the object first. The state outlives any one gateway: it belongs
  * to the image, as the registrations of a disk belong to the disk (PTPL_C is reported; APTPL is
- * recorded). */
+ * recorded). The same watch carries resets ("event reset", pr_tell_reset): a LOGICAL UNIT
+ * RESET or target reset through one gateway raises its unit attention on the nexuses of every
+ * other gateway, which acknowledge only once they did (target.c, scsi_lun_reset_elsewhere). */
 #include <assert.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -89,6 +91,9 @@ struct pr_state {
 
 /* How long a change waits for every gateway to acknowledge it. */
 #define PR_NOTIFY_TIMEOUT_MS 10000
+/* How long a reset waits for the other gateways (the TMF response waits with it); a gateway
+ * that does not answer is dead or cut off, and so are its nexuses. */
+#define PR_RESET_NOTIFY_TIMEOUT_MS 5000
 /* Compare-and-swap attempts before a change gives up (ABORTED COMMAND: the initiator retries). */
 #define PR_CAS_TRIES 64
 
@@ -467,6 +472,7 @@ enum pr_kind {
     PRJ_SPC2_DROP, /* SPC-2 reservation ends: nexus loss (port), reset ("") */
     PRJ_IN,        /* PERSISTENT RESERVE IN: re-read the shared state first */
     PRJ_RELOAD,    /* the watch broke: re-arm it and re-read */
+    PRJ_RESET,     /* a reset here: the other gateways raise its unit attention too */
 };
 
 struct pr_job {
@@ -476,7 +482,11 @@ struct pr_job {
     enum pr_kind kind;
     char port[PR_PORT_MAX]; /* the sender's initiator port */
     scsi_sr sr;
-    int err; /* the cluster's answer, PRJ_RELOAD */
+    int err;     /* the cluster's answer, PRJ_RELOAD */
+    unsigned ua; /* PRJ_RESET: the reset's UA_* bit */
+    /* PRJ_RESET: called on the submitting reactor once the job is done (NULL: nobody waits) */
+    void (*cb)(void *arg);
+    void *cb_arg;
 };
 
 static scsi_sr prout_apply(struct scsi_task *t, struct pr_state *ps, FILE *fx);
@@ -662,10 +672,33 @@ static void shared_commit(struct pr_job *j)
 
 static void pr_notified(void *arg, const void *buf, size_t len, int err);
 
+/* On the helper thread: a reset through this gateway, told to every other gateway of the LU
+ * on the object's watch ("event reset BITS", who sent it), which raise the unit attention
+ * for their own nexuses before they acknowledge. Nothing is written: a reset changes no
+ * reservation state but the SPC-2 one, which spc2_drop commits before (same thread, in
+ * order). */
+static void shared_tell_reset(struct pr_job *j)
+{
+    struct scsi_lun *lu = j->lu;
+    struct bs *bs = lu->bs;
+    char note[96];
+    int n =
+        snprintf(note, sizeof(note), "event reset %u\nfrom %" PRIx64 "\n", j->ua, lu->pr->token);
+    int ret = bs->ops->obj_notify(bs, "pr", note, (size_t)n, PR_RESET_NOTIFY_TIMEOUT_MS);
+    if (ret < 0)
+        LOG_WARN("LUN %" PRIu64 " (%s): reset, but not every other gateway acknowledged it: "
+                 "%s",
+                 lu->id, bs->desc, strerror(-ret));
+}
+
 static void job_work(struct scsi_offload *o)
 {
     struct pr_job *j = (struct pr_job *)o;
     struct scsi_lun *lu = j->lu;
+    if (j->kind == PRJ_RESET) {
+        shared_tell_reset(j);
+        return;
+    }
     if (j->kind == PRJ_IN || j->kind == PRJ_RELOAD) {
         int ret = 0;
         if (j->kind == PRJ_RELOAD) {
@@ -728,6 +761,8 @@ static void job_done(struct scsi_offload *o)
     } else if (j->t) {
         scsi_task_complete(j->t, j->sr);
     }
+    if (j->cb)
+        j->cb(j->cb_arg);
     free(j);
     pthread_mutex_lock(&lu->lock);
     if (--ps->jobs == 0)
@@ -751,7 +786,7 @@ static void job_submit(struct pr_job *j)
     pthread_mutex_unlock(&lu->lock);
     j->off.work = job_work;
     j->off.done = job_done;
-    j->off.detached = !j->t; /* nobody to answer: never block the caller */
+    j->off.detached = !j->t && !j->cb; /* nobody to answer: never block the caller */
     scsi_offload_submit(&j->off);
 }
 
@@ -813,6 +848,13 @@ static void pr_notified(void *arg, const void *buf, size_t len, int err)
         sscanf(v + 1, "version %" SCNu64, &ver);
     if (f)
         sscanf(f + 1, "from %" SCNx64, &from);
+    unsigned ua = 0;
+    if (sscanf(text, "event reset %u", &ua) == 1) {
+        if (from != ps->token) /* the sender reset its own nexuses */
+            scsi_lun_reset_elsewhere(lu, ua & UA_RESETS);
+        free(text);
+        return;
+    }
     struct pr_state fresh = {.shared = true, .ptpl_c = true};
     char why[PR_PORT_MAX + 64] = "no version";
     if (ver && state_parse(&fresh, text, true, "reservation notify", why, sizeof(why)) == 0) {
@@ -1056,6 +1098,23 @@ void pr_spc2_release_all(struct scsi_lun *lu)
 void pr_spc2_release_nexus(struct scsi_lun *lu, const struct scsi_nexus *n)
 {
     spc2_drop(lu, n->initiator_port);
+}
+
+bool pr_tell_reset(struct scsi_lun *lu, unsigned ua, void (*done)(void *arg), void *arg)
+{
+    if (!lu->pr->shared)
+        return false;
+    struct pr_job *j = job_new(lu, NULL, PRJ_RESET, "");
+    if (!j) {
+        LOG_WARN("LUN %" PRIu64 ": out of memory: the other gateways are not told of the reset",
+                 lu->id);
+        return false;
+    }
+    j->ua = ua;
+    j->cb = done;
+    j->cb_arg = arg;
+    job_submit(j);
+    return true;
 }
 
 /* ---------------- PERSISTENT RESERVE IN (SPC-4 §6.15) ---------------- */

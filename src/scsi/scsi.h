@@ -226,6 +226,17 @@ void scsi_lun_reset(struct scsi_lun *lu, struct scsi_nexus *by);
 /* TARGET WARM RESET: 29h/03h on every LUN for every nexus; TARGET COLD RESET: 29h/01h POWER ON
  * OCCURRED (SAM-5 §6.3.1). */
 void scsi_target_reset(struct scsi_target *t, struct scsi_nexus *by, bool cold);
+/* The same, for a transport that answers the TMF only once the reset holds everywhere: a LUN
+ * exported by several gateways (shared state: an RBD image) has I_T nexuses on each, and the
+ * other gateways are told (a notify through the cluster) to raise the unit attention and
+ * abort their tasks of that LUN. true: done(arg) runs later on this reactor, once they all
+ * acknowledged (or a few seconds passed: one that does not answer is dead or cut off); false:
+ * the reset is complete (no LUN shared, or no reactor), done is not called. Without done the
+ * others are told and nobody waits (scsi_lun_reset, scsi_target_reset). */
+bool scsi_lun_reset_wait(struct scsi_lun *lu, struct scsi_nexus *by, void (*done)(void *arg),
+                         void *arg);
+bool scsi_target_reset_wait(struct scsi_target *t, struct scsi_nexus *by, bool cold,
+                            void (*done)(void *arg), void *arg);
 /* Tasks were aborted by another nexus (CLEAR TASK SET, ABORT TASK SET with TAS=0):
  * unit attention 2Fh/01h COMMANDS CLEARED BY ANOTHER INITIATOR to the nexuses that lost them. */
 void scsi_lun_tasks_cleared(struct scsi_lun *lu, struct scsi_nexus *victim);

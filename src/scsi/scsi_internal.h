@@ -205,6 +205,9 @@ struct scsi_lun {
      * target's own group first; fixed once the LUN is added. */
     struct scsi_alua_group alua[SCSI_ALUA_GROUPS_MAX];
     uint8_t alua_ngroups;
+    /* The medium resized under the LUN (lun_admin.c): one helper-thread job at a time, run
+     * again when the store called back meanwhile; guarded by lock. */
+    struct scsi_lun_resize *resize;
 };
 
 /* Add UA bits for one nexus slot; a reset UA replaces whatever was pending (SAM-5 §5.14), and
@@ -212,6 +215,9 @@ struct scsi_lun {
 void scsi_ua_raise(struct scsi_lun *lu, unsigned slot, unsigned bits);
 /* Raise bits for every nexus of the target except skip (NULL: all). */
 void scsi_ua_raise_all(struct scsi_lun *lu, const struct scsi_nexus *skip, unsigned bits);
+/* The LU was reset through another gateway (ua: UA_BUS_DEVICE_RESET or UA_POWER_ON): what
+ * the reset does to this gateway's nexuses. From the shared object's watch (a store thread). */
+void scsi_lun_reset_elsewhere(struct scsi_lun *lu, unsigned ua);
 /* A task starts or stops holding lu (struct scsi_lun_users). */
 void scsi_lun_user_get(struct scsi_lun *lu);
 void scsi_lun_user_put(struct scsi_lun *lu);
@@ -503,6 +509,14 @@ struct scsi_offload {
 };
 void scsi_offload_submit(struct scsi_offload *o);
 
+/* --- the medium resized by someone else (lun_admin.c) --- */
+/* Watch the store's size (bs size_watch), if it has one: a change sets the capacity and
+ * raises CAPACITY DATA HAS CHANGED on every nexus. After the LUN is published; a failure is
+ * logged and the LUN serves at its present size. */
+void scsi_lun_resize_watch(struct scsi_lun *lu);
+/* End the watch and wait for its job (before the store is closed). */
+void scsi_lun_resize_stop(struct scsi_lun *lu);
+
 /* --- reservations (pr.c): SPC-4 persistent reservations and SPC-2 RESERVE/RELEASE --- */
 int pr_lun_init(struct scsi_lun *lu, const char *state_path, char *err, size_t errlen);
 /* Wait for the LUN's reservation work still on the helper thread (shared state); before the
@@ -515,6 +529,13 @@ scsi_sr pr_check(struct scsi_task *t, const struct scsi_cmd *c, unsigned resv);
 /* Resets and nexus loss release SPC-2 reservations (SPC-2 §5.5.1; persistent ones stay). */
 void pr_spc2_release_all(struct scsi_lun *lu);
 void pr_spc2_release_nexus(struct scsi_lun *lu, const struct scsi_nexus *n);
+/* A reset of a LU whose state is shared with other gateways (an RBD image several export):
+ * tell them on the shared object's watch, on the helper thread, so that each raises the
+ * reset's unit attention (ua: a UA_RESETS bit) for its own nexuses and aborts their tasks
+ * (scsi_lun_reset_elsewhere). done(arg), unless NULL, runs on the calling reactor (on the
+ * caller, before this returns, without one) once every gateway acknowledged or the wait timed
+ * out. false, done not called: the LU is not shared (or out of memory). */
+bool pr_tell_reset(struct scsi_lun *lu, unsigned ua, void (*done)(void *arg), void *arg);
 scsi_sr pr_parse_in(struct scsi_task *t, const struct scsi_cmd *c, struct scsi_req *r);
 scsi_sr pr_parse_out(struct scsi_task *t, const struct scsi_cmd *c, struct scsi_req *r);
 scsi_sr pr_parse_spc2(struct scsi_task *t, const struct scsi_cmd *c, struct scsi_req *r);

@@ -120,6 +120,8 @@ int scsi_target_add_lun(struct scsi_target *t, const struct scsi_lun_config *cfg
     if (cfg->lun >= t->nluns)
         __atomic_store_n(&t->nluns, (uint32_t)cfg->lun + 1, __ATOMIC_RELEASE);
     pthread_mutex_unlock(&t->lock);
+    /* an RBD image resized by someone else raises CAPACITY DATA HAS CHANGED */
+    scsi_lun_resize_watch(lu);
     return 0;
 nomem:
     snprintf(err, errlen, "LUN %" PRIu64 ": out of memory", cfg->lun);
@@ -146,7 +148,8 @@ void scsi_target_destroy(struct scsi_target *t)
 
 void scsi_lun_free(struct scsi_lun *lu)
 {
-    pr_lun_drain(lu); /* its helper-thread jobs use the store */
+    scsi_lun_resize_stop(lu); /* its job uses the store and the LUN */
+    pr_lun_drain(lu);         /* its helper-thread jobs use the store */
     bs_close(lu->bs);
     pr_lun_free(lu);
     scsi_rl_destroy(&lu->rl);
@@ -345,32 +348,123 @@ scsi_sr scsi_ua_take(struct scsi_lun *lu, const struct scsi_nexus *n)
     return SR_OK;
 }
 
-/* SAM-5 §6.3.3: a logical unit reset establishes a UA for every I_T nexus, the requester's
- * included (LIO raises it device-wide too); BUS DEVICE RESET FUNCTION OCCURRED (29h/03h) is
- * the code SPC-4 gives a reset caused by a task management function. */
-void scsi_lun_reset(struct scsi_lun *lu, struct scsi_nexus *by)
+/* A reset waited for by the transport: done once every LU it told other gateways of has
+ * been acknowledged. All on the reactor that reset (the jobs come back there), so a plain
+ * count: 1 for the resetting loop itself, 1 per LU told. */
+struct reset_wait {
+    unsigned left;
+    void (*done)(void *arg);
+    void *arg;
+};
+
+static void reset_wait_one(void *arg)
 {
-    (void)by;
-    if (!lu)
-        return;
-    scsi_ua_raise_all(lu, NULL, UA_BUS_DEVICE_RESET);
+    struct reset_wait *w = arg;
+    if (--w->left == 0) {
+        w->done(w->arg);
+        free(w);
+    }
+}
+
+/* What a reset does here (ua: UA_BUS_DEVICE_RESET or UA_POWER_ON), then the other gateways of
+ * a shared LU are told; w (NULL: nobody waits) counts them. */
+static void lun_reset_one(struct scsi_lun *lu, unsigned ua, struct reset_wait *w)
+{
+    scsi_ua_raise_all(lu, NULL, ua);
     pr_spc2_release_all(lu); /* SPC-2 §5.5.1; persistent reservations survive (SPC-4 §5.13.1) */
     /* SPC-4 §6.13: a logical unit reset ends medium removal prevention */
     sbc_prevent_clear_all(lu);
+    if (w) {
+        w->left++;
+        if (!pr_tell_reset(lu, ua, reset_wait_one, w))
+            w->left--;
+    } else {
+        pr_tell_reset(lu, ua, NULL, NULL);
+    }
+}
+
+/* true: done(arg) follows; false: nothing to wait for (w freed). */
+static bool reset_wait_end(struct reset_wait *w)
+{
+    if (!w)
+        return false;
+    if (--w->left > 0)
+        return true;
+    free(w); /* every LU told finished already (no reactor), or none was told */
+    return false;
+}
+
+/* SAM-5 §6.3.3: a logical unit reset establishes a UA for every I_T nexus, the requester's
+ * included (LIO raises it device-wide too); BUS DEVICE RESET FUNCTION OCCURRED (29h/03h) is
+ * the code SPC-4 gives a reset caused by a task management function. The I_T nexuses of the
+ * LU are those of every gateway exporting it (they are target ports of one SCSI target
+ * device: same LU designator, one target port group each), so a shared LU tells the others. */
+bool scsi_lun_reset_wait(struct scsi_lun *lu, struct scsi_nexus *by, void (*done)(void *arg),
+                         void *arg)
+{
+    (void)by;
+    if (!lu)
+        return false;
+    struct reset_wait *w = done ? calloc(1, sizeof(*w)) : NULL;
+    if (w)
+        *w = (struct reset_wait){.left = 1, .done = done, .arg = arg};
+    lun_reset_one(lu, UA_BUS_DEVICE_RESET, w);
+    return reset_wait_end(w);
+}
+
+void scsi_lun_reset(struct scsi_lun *lu, struct scsi_nexus *by)
+{
+    scsi_lun_reset_wait(lu, by, NULL, NULL);
 }
 
 /* TARGET WARM RESET is a logical unit reset of every LUN (SAM-5 §6.3.2/§7.x), hence 29h/03h;
  * TARGET COLD RESET is a power-on condition: 29h/01h POWER ON OCCURRED. */
-void scsi_target_reset(struct scsi_target *t, struct scsi_nexus *by, bool cold)
+bool scsi_target_reset_wait(struct scsi_target *t, struct scsi_nexus *by, bool cold,
+                            void (*done)(void *arg), void *arg)
 {
     (void)by;
-    for (uint32_t i = 0; i < t->nluns; i++) {
-        if (!t->luns[i])
-            continue;
-        scsi_ua_raise_all(t->luns[i], NULL, cold ? UA_POWER_ON : UA_BUS_DEVICE_RESET);
-        pr_spc2_release_all(t->luns[i]);
-        sbc_prevent_clear_all(t->luns[i]);
+    struct reset_wait *w = done ? calloc(1, sizeof(*w)) : NULL;
+    if (w)
+        *w = (struct reset_wait){.left = 1, .done = done, .arg = arg};
+    for (uint32_t i = 0; i < t->nluns; i++)
+        if (t->luns[i])
+            lun_reset_one(t->luns[i], cold ? UA_POWER_ON : UA_BUS_DEVICE_RESET, w);
+    return reset_wait_end(w);
+}
+
+void scsi_target_reset(struct scsi_target *t, struct scsi_nexus *by, bool cold)
+{
+    scsi_target_reset_wait(t, by, cold, NULL, NULL);
+}
+
+/* The reset came through another gateway: the same unit attention, prevention ended, and
+ * every task this gateway has on the LU aborted, as the resetting gateway aborts its own (the
+ * task set is the LU's, SAM-5 §6.3.3). The SPC-2 reservation is shared state: the resetting
+ * gateway released it in the cluster. */
+void scsi_lun_reset_elsewhere(struct scsi_lun *lu, unsigned ua)
+{
+    if (!ua)
+        return;
+    struct scsi_target *t = lu->target;
+    struct scsi_target_priv *p = t->priv;
+    struct scsi_nexus *held[SCSI_NEXUS_MAX];
+    unsigned n = 0;
+    pthread_mutex_lock(&t->lock);
+    for (unsigned s = 0; s < SCSI_NEXUS_MAX && t->abort_nexus_tasks; s++) {
+        struct scsi_nexus_impl *ni = p->nexus[s];
+        if (ni && ni->refs > 0) {
+            ni->refs++; /* held until the abort hook has run */
+            held[n++] = &ni->pub;
+        }
     }
+    pthread_mutex_unlock(&t->lock);
+    for (unsigned i = 0; i < n; i++) {
+        t->abort_nexus_tasks(t, held[i], lu);
+        scsi_nexus_put(held[i]);
+    }
+    /* the aborts are posted to the reactors before an initiator can see the UA */
+    scsi_ua_raise_all(lu, NULL, ua);
+    sbc_prevent_clear_all(lu);
 }
 
 void scsi_lun_tasks_cleared(struct scsi_lun *lu, struct scsi_nexus *victim)

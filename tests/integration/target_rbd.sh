@@ -13,6 +13,9 @@
 #   - linerate-ctl resize grows the image (rbd_resize, on the control thread) and takes an
 #     image already grown by `rbd resize`; READ CAPACITY says so; an rbd LUN is added and
 #     removed live; the data is unchanged;
+#   - `rbd resize` behind the gateway's back (grow, then shrink): librbd's update watch tells
+#     it, every nexus gets CAPACITY DATA HAS CHANGED and READ CAPACITY the new size
+#     (target_rbd_resize.py; iscsi-readcapacity16 from a new session agrees);
 #   - bad specs are refused at start with a reason (missing pool, malformed spec);
 #   - the OSD stopped (SIGSTOP) under a LUN with timeout=4: READ, WRITE and SYNCHRONIZE CACHE
 #     end in ABORTED COMMAND / TIMEOUT ON LOGICAL UNIT after the timeout, not a hang; after
@@ -108,6 +111,19 @@ run_to 300 qemu-img convert -f raw -O raw "$url" "$WORK/back.img" || { show_cmd_
 [ "$(tail -c +67108865 "$WORK/back.img" | tr -d '\0' | wc -c)" = 0 ] ||
     fail "the grown part does not read as zeros"
 
+stop_target
+[ "$STOP_RC" -eq 0 ] || fail "SIGTERM'd daemon exited $STOP_RC, not 0"
+
+note "rbd resize behind the gateway: CAPACITY DATA HAS CHANGED on every nexus, the new size"
+start_target --target-name "$iqn" --threads 2 --lun rbd:rbd/it-resize,size=64M
+url=iscsi://127.0.0.1:$PORT/$iqn/0
+run_to 180 python3 "$IT_DIR/target_rbd_resize.py" "$PORT" "$iqn" rbd/it-resize ||
+    { show_cmd_out; fail "rbd resize behind the gateway"; }
+sed 's/^/   /' "$WORK/cmd.out"
+[ "$(capacity "$url")" = 83886080 ] ||
+    fail "iscsi-readcapacity16 after rbd resize: $(cat "$WORK/cmd.out")"
+grep -q "the medium was resized from 100663296 to 83886080 bytes" "$WORK/target.log" ||
+    fail "the log does not say the image shrank"
 stop_target
 [ "$STOP_RC" -eq 0 ] || fail "SIGTERM'd daemon exited $STOP_RC, not 0"
 

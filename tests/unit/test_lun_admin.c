@@ -2,7 +2,9 @@
  * set ro|rw and resize do to the SCSI core, checked through commands as an initiator sees
  * them: the unit attentions (REPORTED LUNS DATA HAS CHANGED, CAPACITY DATA HAS CHANGED, MODE
  * PARAMETERS CHANGED), the new capacity, write protection, and a detached LUN that outlives
- * the command holding it. */
+ * the command holding it. Also a medium resized under the LUN by someone else (an RBD image
+ * after `rbd resize`), told by a store callback from a thread of its own. */
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -203,13 +205,133 @@ static void test_bs_grow(void **state)
     unlink(path);
 }
 
+/* ---- a medium resized by someone else: a store with size_watch/size_refresh ---- */
+
+static struct {
+    pthread_mutex_t lock;
+    uint64_t size; /* the medium's size "in the cluster" */
+    void (*cb)(void *arg);
+    void *arg;
+    int watches, unwatches, refreshes;
+} med = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+static int med_size_watch(struct bs *bs, void (*cb)(void *arg), void *arg)
+{
+    (void)bs;
+    pthread_mutex_lock(&med.lock);
+    med.cb = cb;
+    med.arg = arg;
+    if (cb)
+        med.watches++;
+    else
+        med.unwatches++;
+    pthread_mutex_unlock(&med.lock);
+    return 0;
+}
+
+static int med_size_refresh(struct bs *bs, uint64_t *size)
+{
+    pthread_mutex_lock(&med.lock);
+    *size = med.size;
+    med.refreshes++;
+    pthread_mutex_unlock(&med.lock);
+    __atomic_store_n(&bs->size, *size, __ATOMIC_RELEASE);
+    return 0;
+}
+
+/* The store's own thread calls back, as librbd's does. */
+static void *med_notify_thread(void *unused)
+{
+    (void)unused;
+    med.cb(med.arg);
+    return NULL;
+}
+
+static void med_resize(uint64_t size)
+{
+    pthread_mutex_lock(&med.lock);
+    med.size = size;
+    pthread_mutex_unlock(&med.lock);
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, med_notify_thread, NULL), 0);
+    assert_int_equal(pthread_join(th, NULL), 0);
+}
+
+/* The helper thread takes the change up: TEST UNIT READY until the unit attention comes. */
+static void await_capacity_ua(struct scsi_task *t, struct scsi_target *tg, struct scsi_nexus *n)
+{
+    for (int i = 0; i < 5000; i++) {
+        if (run(t, tg, n, 0, TUR) != SCSI_STATUS_GOOD) {
+            sfx_assert_sense(t, SFX_SENSE_FIXED, 0x06, 0x2a, 0x09);
+            assert_int_equal(run(t, tg, n, 0, TUR), SCSI_STATUS_GOOD); /* reported once */
+            return;
+        }
+        usleep(1000);
+    }
+    fail_msg("no CAPACITY DATA HAS CHANGED within 5 s");
+}
+
+static void test_medium_resized_elsewhere(void **state)
+{
+    (void)state;
+    struct scsi_target tg;
+    struct scsi_task t;
+    memset(&t, 0, sizeof(t));
+    assert_int_equal(scsi_target_init(&tg, "iqn.2024-01.test:target", 1), 0);
+    /* 4 MiB of memory, of which the "medium" has 1 MiB at first */
+    struct bs *bs = ram("ram:4M");
+    static struct bs_ops ops;
+    ops = *bs->ops;
+    ops.size_watch = med_size_watch;
+    ops.size_refresh = med_size_refresh;
+    bs->ops = &ops;
+    bs->size = med.size = 1u << 20;
+    sfx_add_lun(&tg, 0, bs, 512, false);
+    assert_int_equal(med.watches, 1);
+    struct scsi_nexus *n1 = sfx_nexus_get(&tg, 1), *n2 = sfx_nexus_get(&tg, 2);
+    for (int i = 0; i < 2; i++) { /* power-on UAs */
+        assert_int_equal(run(&t, &tg, i ? n2 : n1, 0, TUR), SCSI_STATUS_CHECK_CONDITION);
+        assert_int_equal(run(&t, &tg, i ? n2 : n1, 0, TUR), SCSI_STATUS_GOOD);
+    }
+
+    /* a notification that changed something else: the size is read, nothing is raised */
+    med_resize(1u << 20);
+    for (int i = 0; i < 5000 && __atomic_load_n(&med.refreshes, __ATOMIC_ACQUIRE) == 0; i++)
+        usleep(1000);
+    assert_int_equal(run(&t, &tg, n1, 0, TUR), SCSI_STATUS_GOOD);
+
+    /* grown: every nexus gets 2Ah/09h, then READ CAPACITY says the new size */
+    med_resize(4u << 20);
+    await_capacity_ua(&t, &tg, n1);
+    await_capacity_ua(&t, &tg, n2);
+    assert_int_equal(run(&t, &tg, n1, 0, RC16), SCSI_STATUS_GOOD);
+    assert_int_equal(get_be64(t.iov[0].iov_base), (4u << 20) / 512 - 1);
+    uint8_t cdb[16], data[512];
+    memset(data, 0xa5, sizeof(data));
+    write10(cdb, (4u << 20) / 512 - 1, 1);
+    assert_int_equal(sfx_run(&t, &tg, n1, 0, cdb, data, sizeof(data), 0, SFX_CHECK_DONE),
+                     SCSI_STATUS_GOOD);
+
+    /* shrunk (rbd resize --allow-shrink): taken too, and the lost blocks are out of range */
+    med_resize(2u << 20);
+    await_capacity_ua(&t, &tg, n1);
+    assert_int_equal(run(&t, &tg, n1, 0, RC16), SCSI_STATUS_GOOD);
+    assert_int_equal(get_be64(t.iov[0].iov_base), (2u << 20) / 512 - 1);
+    assert_int_equal(sfx_run(&t, &tg, n1, 0, cdb, data, sizeof(data), 0, SFX_CHECK_DONE),
+                     SCSI_STATUS_CHECK_CONDITION);
+    sfx_assert_sense(&t, SFX_SENSE_FIXED, 0x05, 0x21, 0x00);
+
+    /* the LUN's end ends the watch before the store closes */
+    sfx_target_down(&tg, &t, n1, n2, NULL);
+    assert_int_equal(med.unwatches, 1);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_grow_capacity_ua),
-        cmocka_unit_test(test_read_only_toggle),
-        cmocka_unit_test(test_add_and_detach),
-        cmocka_unit_test(test_bs_grow),
+        cmocka_unit_test(test_grow_capacity_ua),         cmocka_unit_test(test_read_only_toggle),
+        cmocka_unit_test(test_add_and_detach),           cmocka_unit_test(test_bs_grow),
+        cmocka_unit_test(test_medium_resized_elsewhere),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

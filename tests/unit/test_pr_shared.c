@@ -340,6 +340,57 @@ static void test_broken_watch(void **state)
     assert_int_equal(k[0], 0xa1);
 }
 
+/* A unit attention raised by a notify the helper thread sends (nobody waits for it). */
+static uint16_t await_ua(struct gw *g, int ini)
+{
+    uint16_t ua = 0;
+    for (int i = 0; i < 500 && !ua; i++) {
+        ua = take_ua(g, ini);
+        if (!ua)
+            usleep(10 * 1000);
+    }
+    return ua;
+}
+
+static void reset_done(void *arg)
+{
+    ++*(int *)arg;
+}
+
+/* LOGICAL UNIT RESET through A: every nexus through B hears 29h/03h too, and B aborts their
+ * tasks of the LU (one task set, whichever gateway a command came through); A's own nexuses
+ * hear it once, and A's transport aborts A's tasks itself. Target resets likewise: warm
+ * 29h/03h, cold 29h/01h. */
+static void test_reset_across(void **state)
+{
+    struct fx *f = *state;
+    struct scsi_lun *lu = scsi_target_lun(&f->a.tg, 0);
+    unsigned notifies = obj.notifies;
+    int calls = 0;
+    /* without a reactor the other gateways are told before it returns: nothing to wait for */
+    assert_false(scsi_lun_reset_wait(lu, f->a.n[0], reset_done, &calls));
+    assert_int_equal(calls, 0);
+    assert_int_equal(obj.notifies, notifies + 1);
+    for (int i = 1; i <= 3; i++) {
+        assert_int_equal(take_ua(&f->a, i), 0x2903);
+        assert_int_equal(take_ua(&f->a, i), 0);
+        assert_int_equal(take_ua(&f->b, i), 0x2903);
+        assert_int_equal(take_ua(&f->b, i), 0);
+    }
+    assert_int_equal(f->b.naborted, 3);
+    assert_int_equal(f->a.naborted, 0);
+
+    /* without done the others are told from the helper thread, and nobody waits */
+    scsi_target_reset(&f->a.tg, f->a.n[1], false);
+    assert_int_equal(await_ua(&f->b, 3), 0x2903);
+    assert_int_equal(take_ua(&f->a, 3), 0x2903);
+    scsi_target_reset(&f->b.tg, f->b.n[1], true);
+    assert_int_equal(await_ua(&f->a, 3), 0x2901);
+    assert_int_equal(take_ua(&f->b, 3), 0x2901);
+    assert_int_equal(f->a.naborted, 3);
+    assert_int_equal(f->b.naborted, 6);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -348,6 +399,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_preempt_ua_across, setup, teardown),
         cmocka_unit_test_setup_teardown(test_preempt_abort_across, setup, teardown),
         cmocka_unit_test_setup_teardown(test_broken_watch, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_reset_across, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
