@@ -14,7 +14,10 @@
 # PIN=1 (default) runs the target on CPU 0 and the bench on CPU 1 (taskset), as in issue 14;
 # PIN=0 leaves both unpinned. PORT (default 15700) is the target's port. OUT (default
 # bench/results) gets session-scale-DATE.md (table) and session-scale-DATE.raw (one line per
-# cell: rep sessions rw iops p50_us p99_us target_us_per_kb rss_idle_kib rss_kib).
+# cell: rep sessions rw iops p50_us p99_us target_us_per_kb rss_idle_kib rss_kib user_us_io
+# sys_us_io). The target's user and system CPU per I/O (from /proc/PID/stat around the bench
+# run, logins included) are steadier than IOPS on a shared machine: the user part is what the
+# target's own code costs per command, the system part mostly loopback TCP.
 #
 # QD is per session (the bench's --qd): 256 sessions keep 256 x QD commands outstanding. The
 # machine's load average is recorded with the figures: on a shared machine they are rough.
@@ -59,6 +62,8 @@ trap 'exit 130' INT TERM
 
 log() { echo "session-scale: $*" >&2; }
 rss_kib() { awk '/^VmRSS:/ {print $2}' "/proc/$1/status" 2>/dev/null; }
+ticks() { awk '{print $14, $15}' "/proc/$1/stat"; } # utime stime
+hz=$(getconf CLK_TCK)
 
 start_target() {
     "${tpin[@]}" "$target" --listen "127.0.0.1:$port" --threads "$threads" --lun "$lun" \
@@ -78,7 +83,7 @@ stop_target() {
     echo "# session-scale.sh $stamp sessions=$sessions rws=$rws secs=$secs qd=$qd reps=$reps threads=$threads lun=$lun pin=$pin"
     echo "# $(uname -r), $(nproc --all) CPUs, $(git -C "$root" rev-parse --short HEAD 2>/dev/null)"
     echo "# uptime at start: $(uptime)"
-    echo "# rep sessions rw iops p50_us p99_us target_us_per_kb rss_idle_kib rss_kib"
+    echo "# rep sessions rw iops p50_us p99_us target_us_per_kb rss_idle_kib rss_kib user_us_io sys_us_io"
 } >"$raw"
 
 t0=$(date +%s)
@@ -94,14 +99,19 @@ for rep in $(seq "$reps"); do
                   sleep 0.2
               done ) &
             sampler=$!
+            read -r u0 s0 < <(ticks "$tpid")
             "${bpin[@]}" "$bench" --sizes 4k --rw "$rw" --sessions "$n" --qd "$qd" --seconds "$secs" \
                 --target-pid "$tpid" --format csv "$url" >"$work/csv" 2>"$work/bench.err" ||
                 { log "bench failed ($n sessions, $rw):"; tail -3 "$work/bench.err" >&2; }
+            read -r u1 s1 < <(ticks "$tpid")
             kill "$sampler" 2>/dev/null; wait "$sampler" 2>/dev/null
             peak=$(cat "$work/peak" 2>/dev/null || echo 0); rm -f "$work/peak"
             # size,rw,digest,connections,qd,mb_per_s,iops,lat_p50_us,lat_p99_us,ini_us_per_kb,tgt_us_per_kb
             tail -n +2 "$work/csv" | while IFS=, read -r _ r _ _ _ _ iops p50 p99 _ tkb; do
-                echo "$rep $n $r $iops $p50 $p99 ${tkb:-} $idle $peak" >>"$raw"
+                [ -n "$iops" ] || continue
+                cpu=$(awk -v u=$((u1 - u0)) -v s=$((s1 - s0)) -v hz="$hz" -v n="$iops" -v t="$secs" \
+                    'BEGIN { printf "%.3f %.3f", u * 1e6 / hz / (n * t), s * 1e6 / hz / (n * t) }')
+                echo "$rep $n $r $iops $p50 $p99 ${tkb:-} $idle $peak $cpu" >>"$raw"
             done
         done
         stop_target
@@ -122,13 +132,13 @@ med() {   # sessions rw column -> median
     echo "Load at the start: \`$(sed -n 3p "$raw" | sed 's/^# uptime at start: *//')\`; at the end: \`$(uptime)\`."
     echo "Raw numbers: \`$(basename "$raw")\`."
     echo
-    echo "| sessions | rw | IOPS | p50 µs | p99 µs | target µs/KB | RSS idle KiB | RSS at N KiB | KiB/session |"
-    echo "|---:|---|---:|---:|---:|---:|---:|---:|---:|"
+    echo "| sessions | rw | IOPS | p50 µs | p99 µs | target µs/KB | target user / sys µs per I/O | RSS idle KiB | RSS at N KiB | KiB/session |"
+    echo "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|"
     for n in ${sessions//,/ }; do
         for rw in ${rws//,/ }; do
             idle=$(med "$n" "$rw" 8); rss=$(med "$n" "$rw" 9)
             per=$(awk -v a="${rss:-0}" -v b="${idle:-0}" -v n="$n" 'BEGIN{printf "%.1f", (a - b) / n}')
-            echo "| $n | $rw | $(med "$n" "$rw" 4) | $(med "$n" "$rw" 5) | $(med "$n" "$rw" 6) | $(med "$n" "$rw" 7) | $idle | $rss | $per |"
+            echo "| $n | $rw | $(med "$n" "$rw" 4) | $(med "$n" "$rw" 5) | $(med "$n" "$rw" 6) | $(med "$n" "$rw" 7) | $(med "$n" "$rw" 10) / $(med "$n" "$rw" 11) | $idle | $rss | $per |"
         done
     done
 } >"$md"
