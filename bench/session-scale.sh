@@ -69,7 +69,12 @@ start_target() {
     "${tpin[@]}" "$target" --listen "127.0.0.1:$port" --threads "$threads" --lun "$lun" \
         --ctl-socket none --log-level warn >"$work/url" 2>"$work/target.log" &
     tpid=$!
-    for _ in $(seq 300); do [ -s "$work/url" ] && break; sleep 0.1; done
+    # up to 2 minutes: the prealloc LUN is touched page by page at start (slow on a loaded VM)
+    for _ in $(seq 1200); do
+        [ -s "$work/url" ] && break
+        kill -0 "$tpid" 2>/dev/null || break
+        sleep 0.1
+    done
     url=$(head -1 "$work/url")
     [ -n "$url" ] || { echo "session-scale.sh: linerate-target did not start:" >&2; cat "$work/target.log" >&2; exit 1; }
 }
