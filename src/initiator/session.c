@@ -727,8 +727,9 @@ static void session_tick(void *arg)
         } else if (t->state == ITS_ACTIVE && t->conn) {
             /* ERL 0 has no task-level recovery worth the name: drop the connection, which
              * fails its tasks and keeps late answers from touching the caller's buffers. */
-            LOG_WARN("initiator: task %08x (CmdSN %u) timed out on connection %u", t->itt, t->cmdsn,
-                     t->conn->idx);
+            LOG_WARN("initiator: task %08x (CmdSN %u, opcode 0x%02x, %u bytes, %u read in) "
+                     "timed out on connection %u",
+                     t->itt, t->cmdsn, t->cdb[0], t->len, t->data_in, t->conn->idx);
             log_window(s);
             ini_conn_fail_any(t->conn, "command timeout");
         } else if (t->state == ITS_WAITING && !t->has_cmdsn) {

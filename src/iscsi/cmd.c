@@ -618,7 +618,14 @@ void conn_run_released(void *arg)
         t->state = TASK_DATA_OUT;
         rc = cmd_maybe_exec(c, t);
     }
-    /* what is left on `ready` after a failure is the teardown's: it takes the nodes back */
+    /* What is left after a failure goes back to c->released for the teardown: released,
+     * their CmdSNs acknowledged, so kept for reassignment at ERL 2 (orphan_conn_tasks). */
+    if (!list_empty(&ready)) {
+        pthread_mutex_lock(&c->session->lock);
+        while ((n = list_pop(&ready)) != NULL)
+            list_add_tail(&c->released, n);
+        pthread_mutex_unlock(&c->session->lock);
+    }
     conn_fail(c, rc);
     conn_put(c);
 }
@@ -908,10 +915,12 @@ int cmd_handle_scsi_header(struct iscsi_conn *c, struct iscsi_pdu_in *p)
         t->unsol_next_off = dlen;
         /* R2Ts solicit what the unsolicited data will not cover. */
         t->r2t_offset = unsol < t->data_expected ? unsol : t->data_expected;
-        if (dlen && t->data_expected)
-            rx_into_task(p, t, 0, dlen < t->data_expected ? dlen : t->data_expected);
-        else if (dlen)
+        if (dlen && t->data_expected) {
+            t->imm_pending = dlen < t->data_expected ? dlen : t->data_expected;
+            rx_into_task(p, t, 0, t->imm_pending);
+        } else if (dlen) {
             p->discard = true;
+        }
     } else if (dlen) {
         p->discard = true; /* data with a command that sends none: dropped */
     }
@@ -961,6 +970,7 @@ int cmd_handle_scsi_data_done(struct iscsi_conn *c, struct iscsi_pdu_in *p)
     if (t->scsi.edtl_write) {
         uint32_t got = p->dlen < t->data_expected ? p->dlen : t->data_expected;
         t->data_received += got;
+        t->imm_pending = 0;
     }
     if (!t->refused && t->data_expected > t->r2t_offset) {
         int rc = send_r2ts(c, t);
@@ -1297,10 +1307,12 @@ static bool conn_keeps_tasks(const struct iscsi_conn *c)
 
 /* ERL 2: the tasks of c become orphans of g, with the session's lock held throughout. Kept:
  * every task the CmdSN window acknowledged (run, running, answered and not acknowledged,
- * taking Data-Out, or released and not yet run). Left to the caller: those still queued for
- * their CmdSN turn, which are discarded (§11.14: not acknowledged via ExpCmdSN), aborted ones,
- * and a command whose immediate data never completed (its CmdSN not received). Returns false,
- * keeping nothing, when the session is ending anyway. */
+ * taking Data-Out, or released and not yet run). Those still queued for their CmdSN turn
+ * leave the CmdSN queue here, under the same lock (§11.14: not acknowledged via ExpCmdSN, so
+ * discarded; the caller frees them): left there, a command on another connection could
+ * release one a moment later, acknowledging a command nobody will run. Left to the caller as
+ * well: aborted ones and a command whose immediate data never came under a data digest (its
+ * CmdSN not received). Returns false, keeping nothing, when the session is ending anyway. */
 static bool orphan_conn_tasks(struct iscsi_conn *c, struct iscsi_orphans *g)
 {
     struct iscsi_session *s = c->session;
@@ -1315,8 +1327,11 @@ static bool orphan_conn_tasks(struct iscsi_conn *c, struct iscsi_orphans *g)
     list_for_each_safe(n, tmp, &c->tasks)
     {
         struct iscsi_task *t = list_entry(n, struct iscsi_task, node);
-        if (t->aborted || t->state == TASK_SENDING || t->cmdsn_pending ||
-            (t->state == TASK_QUEUED && !t->orphan_released))
+        if (t->state == TASK_QUEUED && !t->orphan_released && !t->aborted) {
+            session_cmdsn_discard_locked(s, &t->wait);
+            continue;
+        }
+        if (t->aborted || t->state == TASK_SENDING || t->cmdsn_pending)
             continue;
         list_del(&t->node);
         c->ntasks--;
@@ -1340,16 +1355,33 @@ static bool orphan_conn_tasks(struct iscsi_conn *c, struct iscsi_orphans *g)
     return true;
 }
 
-/* A queued command of a connection removed for recovery: dropped unanswered with its CmdSN
- * not received (session_cmdsn_discard), so that the initiator's retry of it runs. */
+/* A queued command of a connection removed for recovery, out of the CmdSN queue already
+ * (orphan_conn_tasks): dropped unanswered with its CmdSN not received, so that the
+ * initiator's retry of it runs. */
 static void cmd_task_discard(struct iscsi_task *t)
 {
     struct iscsi_conn *c = t->conn;
     assert(t->state == TASK_QUEUED && !t->aborted);
     t->aborted = true;
-    session_cmdsn_discard(c->session, &t->wait);
     conn_task_hash_del(c, t);
     task_put(t);
+}
+
+/* RFC 7143 §11.14.5 a: a connection logged out, explicitly or implicitly, with "close the
+ * connection" while tasks were still allegiant to it terminates them, and when the session
+ * goes on each affected LUN reports 47h/7Fh SOME COMMANDS CLEARED BY ISCSI PROTOCOL EVENT to
+ * the next command of the nexus. (Case b, a connection lost below ERL 2 in an MC/S session,
+ * is not reported yet: see docs/error-recovery.md.) */
+static bool conn_closed_with_session_going_on(const struct iscsi_conn *c)
+{
+    struct iscsi_session *s = c->session;
+    bool by_logout = (c->logged_out && !c->recovery_logout) || atomic_load(&c->closed_by_logout);
+    if (!s || !s->nexus || !by_logout)
+        return false;
+    pthread_mutex_lock(&s->lock);
+    bool on = !s->closing && !s->logged_out; /* a Logout that ends the session set this */
+    pthread_mutex_unlock(&s->lock);
+    return on;
 }
 
 void cmd_conn_teardown(struct iscsi_conn *c)
@@ -1372,15 +1404,19 @@ void cmd_conn_teardown(struct iscsi_conn *c)
         task_put(list_entry(n, struct iscsi_task, retained_node));
     }
     snack_conn_cleanup(c);
+    bool report = conn_closed_with_session_going_on(c);
     list_for_each_safe(n, tmp, &c->tasks)
     {
         struct iscsi_task *t = list_entry(n, struct iscsi_task, node);
         /* Answered or aborted ones: the protocol side let go already, and the rest of their
          * holders (queued PDUs, dropped by conn_close(); the store) let go on their own. */
-        if (kept && t->state == TASK_QUEUED && !t->aborted)
+        if (kept && t->state == TASK_QUEUED && !t->aborted) {
             cmd_task_discard(t);
-        else if (!t->aborted && t->state != TASK_SENDING && t->state != TASK_RETAINED)
+        } else if (!t->aborted && t->state != TASK_SENDING && t->state != TASK_RETAINED) {
+            if (report)
+                scsi_nexus_tasks_terminated(c->session->nexus, t->scsi.lun);
             cmd_task_abort(t);
+        }
     }
 }
 
@@ -1481,6 +1517,12 @@ static int reassign_data_out(struct iscsi_conn *c, struct iscsi_task *t)
         seq->used = false;
     }
     t->r2t_outstanding = 0;
+    /* the connection died inside the command PDU: its immediate data never came whole
+     * (its CmdSN was taken from the header, §7.2.2 still owes the command its data) */
+    if (t->imm_pending) {
+        room = room && hole_add(t, 0, t->imm_pending);
+        t->imm_pending = 0;
+    }
     if (t->unsol_remaining) {
         room = room && hole_add(t, t->unsol_next_off, t->unsol_remaining);
         t->unsol_remaining = 0;

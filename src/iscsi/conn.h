@@ -135,6 +135,9 @@ struct iscsi_task {
     /* write bookkeeping */
     uint32_t data_expected; /* bytes of data-out this task will receive in total */
     uint32_t data_received;
+    /* immediate data placed by the command PDU still coming in: counted in data_received
+     * only once that PDU ends; if the connection dies first (ERL 2), solicited again */
+    uint32_t imm_pending;
     uint64_t arrival_ns;      /* when the command PDU came, for the latency histograms */
     uint32_t unsol_remaining; /* unsolicited bytes still due (sent without R2T) */
     uint32_t r2t_offset;      /* next offset to solicit */
@@ -297,6 +300,9 @@ struct iscsi_conn {
      * "remove the connection for recovery", a failure, a reinstatement keep them for
      * reassignment (§7.2.2). */
     atomic_bool terminate_tasks;
+    /* ... because a Logout "close the connection" (§11.14.1 reason 1) sent on another
+     * connection, or a reinstatement below ERL 2 (§6.3.4: the same, implicitly), named it */
+    atomic_bool closed_by_logout;
     bool recovery_logout; /* logged out with reason 2: its tasks are kept */
     bool async_drop;      /* an Async Message "will drop" is queued: close once it is out */
 };
@@ -493,10 +499,12 @@ void session_get(struct iscsi_session *s);
 bool session_unused_locked(struct iscsi_session *s, bool *loss);
 /* The end of a session session_unused_locked() chose: the nexus loss UA, out of the table. */
 void session_end(struct iscsi_session *s, bool loss);
-/* A queued command whose connection was removed for recovery before its turn came: it is
- * discarded (RFC 7143 §11.14: requests not acknowledged via ExpCmdSN) and its CmdSN stays
- * not received, so the initiator's retry of it is taken. */
-void session_cmdsn_discard(struct iscsi_session *s, struct cmdsn_wait *w);
+/* With the session lock held: a queued command whose connection was removed for recovery
+ * before its turn came is discarded (RFC 7143 §11.14: requests not acknowledged via ExpCmdSN)
+ * and its CmdSN stays not received, so the initiator's retry of it is taken. Done under the
+ * same lock hold that decides which tasks become orphans: released a moment later by another
+ * connection's command, it would count as acknowledged and be lost. */
+void session_cmdsn_discard_locked(struct iscsi_session *s, struct cmdsn_wait *w);
 /* The CmdSN window (RFC 7143 §4.2.2.1) works on (session, CmdSN) alone, without a connection
  * (tests/unit/test_cmdsn.c drives it directly). session_cmdsn_init: the window starts at
  * ExpCmdSN = exp (the leading Login's CmdSN, §11.12.7).

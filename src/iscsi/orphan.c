@@ -59,6 +59,43 @@ static void orphan_uncount_locked(struct iscsi_session *s, const struct iscsi_ta
         s->in_flight--;
 }
 
+/* The LUNs of the unanswered tasks a group ended, for the unit attention (§11.14.5). */
+#define CLEARED_LUNS_MAX 16
+struct cleared_luns {
+    uint64_t lun[CLEARED_LUNS_MAX];
+    unsigned n;
+    bool overflow; /* more LUNs than that: every LUN of the target gets it */
+};
+
+static void cleared_add(struct cleared_luns *cl, const struct iscsi_task *t)
+{
+    if (t->state == TASK_RETAINED || t->state == TASK_SENDING || t->aborted)
+        return; /* answered: the initiator has its status, nothing was cleared */
+    for (unsigned i = 0; i < cl->n; i++)
+        if (cl->lun[i] == t->scsi.lun)
+            return;
+    if (cl->n == CLEARED_LUNS_MAX)
+        cl->overflow = true;
+    else
+        cl->lun[cl->n++] = t->scsi.lun;
+}
+
+/* RFC 7143 §11.14.5 c: tasks of a connection logged out for recovery (or lost, §11.14.5 b)
+ * that no TASK REASSIGN took within Time2Wait + Time2Retain are terminated, and the next
+ * command of the nexus on each of their LUNs gets unit attention 47h/7Fh SOME COMMANDS
+ * CLEARED BY ISCSI PROTOCOL EVENT -- when the session goes on: with it, the nexus ends. */
+static void cleared_report(struct iscsi_session *s, const struct cleared_luns *cl)
+{
+    if (cl->overflow) {
+        uint32_t nluns = __atomic_load_n(&s->node->scsi->nluns, __ATOMIC_ACQUIRE);
+        for (uint64_t lun = 0; lun < nluns; lun++)
+            scsi_nexus_tasks_terminated(s->nexus, lun);
+        return;
+    }
+    for (unsigned i = 0; i < cl->n; i++)
+        scsi_nexus_tasks_terminated(s->nexus, cl->lun[i]);
+}
+
 /* The group ends: tasks still in it are terminated (§11.14.5 c) and freed, those the store
  * still has are marked to be freed by their completion. The session ends with it if it has no
  * connection and no other group left. `by_msg`: the expiry asked for by expire_msg; the timer
@@ -69,6 +106,7 @@ static void orphans_expire(struct iscsi_orphans *g, bool by_msg)
     struct list_node dead;
     list_init(&dead);
     unsigned n = 0;
+    struct cleared_luns cl = {.n = 0};
     pthread_mutex_lock(&s->lock);
     if (!by_msg && g->expire_posted) {
         pthread_mutex_unlock(&s->lock);
@@ -79,6 +117,7 @@ static void orphans_expire(struct iscsi_orphans *g, bool by_msg)
     while ((ln = list_pop(&g->tasks)) != NULL) {
         struct iscsi_task *t = list_entry(ln, struct iscsi_task, node);
         n++;
+        cleared_add(&cl, t);
         if (t->orphan == ORPHAN_BUSY) {
             t->orphan_expired = true; /* cmd_orphan_store_done() frees it */
             continue;
@@ -100,6 +139,8 @@ static void orphans_expire(struct iscsi_orphans *g, bool by_msg)
                         : "not reassigned within Time2Wait + Time2Retain");
     if (end)
         session_end(s, loss);
+    else if (!by_msg)
+        cleared_report(s, &cl); /* by_msg: the session or the daemon is ending */
     session_put(s);
     free(g);
 }

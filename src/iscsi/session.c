@@ -286,8 +286,10 @@ void session_close_conn_by_cid(struct iscsi_session *s, uint16_t cid, bool termi
         struct iscsi_conn *c = list_entry(n, struct iscsi_conn, session_node);
         if (c->cid != cid)
             continue;
-        if (terminate) /* read by its reactor once the close message runs */
+        if (terminate) { /* read by its reactor once the close message runs */
             atomic_store(&c->terminate_tasks, true);
+            atomic_store(&c->closed_by_logout, true);
+        }
         conn_close_async(c, terminate ? "connection logged out by another connection"
                                       : "connection reinstated or removed for recovery");
     }
@@ -526,13 +528,11 @@ void session_cmdsn_cancel(struct iscsi_session *s, struct cmdsn_wait *w)
     pthread_mutex_unlock(&s->lock);
 }
 
-void session_cmdsn_discard(struct iscsi_session *s, struct cmdsn_wait *w)
+void session_cmdsn_discard_locked(struct iscsi_session *s, struct cmdsn_wait *w)
 {
-    pthread_mutex_lock(&s->lock);
     list_del(&w->node);
     assert(s->in_flight > 0);
     s->in_flight--;
-    pthread_mutex_unlock(&s->lock);
 }
 
 /* At ExpCmdSN the window moves on; ahead of a gap (MC/S: an earlier command still on another

@@ -229,6 +229,10 @@ void scsi_target_reset(struct scsi_target *t, struct scsi_nexus *by, bool cold);
 /* Tasks were aborted by another nexus (CLEAR TASK SET, ABORT TASK SET with TAS=0):
  * unit attention 2Fh/01h COMMANDS CLEARED BY ANOTHER INITIATOR to the nexuses that lost them. */
 void scsi_lun_tasks_cleared(struct scsi_lun *lu, struct scsi_nexus *victim);
+/* The transport ended tasks of nexus n on LUN `lun` unanswered while the nexus goes on (iSCSI:
+ * a connection closed or not recovered in time, RFC 7143 §11.14.5 a-c): unit attention
+ * 47h/7Fh SOME COMMANDS CLEARED BY ISCSI PROTOCOL EVENT on the next command there. */
+void scsi_nexus_tasks_terminated(struct scsi_nexus *n, uint64_t lun);
 
 struct scsi_lun *scsi_target_lun(struct scsi_target *t, uint64_t lun);
 /* Close the store and free a LUN no task holds (scsi_target_destroy, scsi_lun_users() == 0). */

@@ -44,6 +44,7 @@ enum scsi_reason {
     SR_UA_RESV_PREEMPTED,      /* 6 / 2Ah 03h */
     SR_UA_RESV_RELEASED,       /* 6 / 2Ah 04h */
     SR_UA_REG_PREEMPTED,       /* 6 / 2Ah 05h */
+    SR_UA_ISCSI_CLEARED,       /* 6 / 47h 7Fh SOME COMMANDS CLEARED BY ISCSI PROTOCOL EVENT */
     SR_OPERATION_IN_PROGRESS,  /* 5 / 00h 16h */
     SR_TOO_MANY_CSCD,          /* 5 / 26h 06h TOO MANY TARGET DESCRIPTORS */
     SR_UNSUPPORTED_CSCD_TYPE,  /* 5 / 26h 07h UNSUPPORTED TARGET DESCRIPTOR TYPE CODE */
@@ -106,6 +107,7 @@ enum {
     UA_RESV_PREEMPTED = 1u << 8, /* SPC-4 §5.13: persistent reservation events */
     UA_RESV_RELEASED = 1u << 9,
     UA_REG_PREEMPTED = 1u << 10,
+    UA_ISCSI_CLEARED = 1u << 11, /* RFC 7143 §11.14.5: tasks ended by a protocol event */
     UA_RESETS = UA_POWER_ON_RESET | UA_POWER_ON | UA_BUS_DEVICE_RESET,
 };
 

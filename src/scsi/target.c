@@ -326,7 +326,7 @@ void scsi_ua_raise_all(struct scsi_lun *lu, const struct scsi_nexus *skip, unsig
 static const scsi_sr ua_reason[] = {
     SR_UA_POWER_ON_RESET, SR_UA_POWER_ON,         SR_UA_BUS_DEVICE_RESET, SR_UA_NEXUS_LOSS,
     SR_UA_MODE_CHANGED,   SR_UA_CAPACITY_CHANGED, SR_UA_COMMANDS_CLEARED, SR_UA_LUNS_CHANGED,
-    SR_UA_RESV_PREEMPTED, SR_UA_RESV_RELEASED,    SR_UA_REG_PREEMPTED,
+    SR_UA_RESV_PREEMPTED, SR_UA_RESV_RELEASED,    SR_UA_REG_PREEMPTED,    SR_UA_ISCSI_CLEARED,
 };
 
 /* Lock-free: a compare-and-swap clears exactly the bit reported, so two connections of one
@@ -377,6 +377,17 @@ void scsi_lun_tasks_cleared(struct scsi_lun *lu, struct scsi_nexus *victim)
 {
     if (lu && victim)
         scsi_ua_raise(lu, scsi_nexus_slot(victim), UA_COMMANDS_CLEARED);
+}
+
+void scsi_nexus_tasks_terminated(struct scsi_nexus *n, uint64_t lun)
+{
+    struct scsi_target *t = n->target;
+    /* under the target lock, so that the LUN is not detached meanwhile */
+    pthread_mutex_lock(&t->lock);
+    struct scsi_lun *lu = scsi_target_lun(t, lun);
+    if (lu)
+        scsi_ua_raise(lu, scsi_nexus_slot(n), UA_ISCSI_CLEARED);
+    pthread_mutex_unlock(&t->lock);
 }
 
 /* --- blocking flush for shutdown --- */

@@ -53,7 +53,7 @@ alive() { kill -0 "$tpid" 2>/dev/null || { cat "$tmp/target.log"; fail "linerate
 run() {
   local conns=$1 who=$2
   note "--erl 2 --verify --inject kill-connection=1, $conns connections, cuts by $who"
-  timeout 600 "$bench" --erl 2 --verify --inject kill-connection=1 --connections "$conns" \
+  timeout 240 "$bench" --erl 2 --verify --inject kill-connection=1 --connections "$conns" \
     --sizes 4k,64k --rw randwrite,randread --seconds 3 --format csv "$url" \
     >"$tmp/cells.csv" 2>"$tmp/err"
   local rc=$?
@@ -83,7 +83,7 @@ run() {
 # pass (a fraction of a second unhurt) loses connections too
 run_verify_cut() {
   note "--erl 2 --verify --inject kill-connection=0.05, 4 connections: cuts during --verify"
-  timeout 600 "$bench" --erl 2 --verify --inject kill-connection=0.05 --connections 4 \
+  timeout 240 "$bench" --erl 2 --verify --inject kill-connection=0.05 --connections 4 \
     --sizes 4k --rw randwrite --seconds 1 --format csv "$url" >"$tmp/cells.csv" 2>"$tmp/err"
   local rc=$?
   [ $rc -eq 0 ] || { cat "$tmp/err"; tail -50 "$tmp/target.log"; fail "bench exited $rc"; }

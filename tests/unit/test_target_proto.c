@@ -898,6 +898,42 @@ static void test_logout_close_connection(void **state)
     tgt_free(t);
 }
 
+/* §11.14.5 a: "close the connection" for a connection of an MC/S session with a write still
+ * waiting for its data there terminates the write; the session goes on on the other
+ * connection, whose next command on that LUN gets unit attention 47h/7Fh SOME COMMANDS
+ * CLEARED BY ISCSI PROTOCOL EVENT, once. */
+static void test_logout_close_connection_clears_tasks(void **state)
+{
+    (void)state;
+    struct tgt_opts o;
+    tgt_opts_default(&o);
+    o.max_connections = 2;
+    struct tgt *t = tgt_login(&o);
+    int c2 = tgt_login_conn(t, 2, NULL);
+    tgt_use(t, 0);
+    static uint8_t buf[16384];
+    fill(buf, sizeof(buf), 2);
+    uint8_t cdb[16];
+    tgt_cdb_rw10(cdb, WRITE10, 500, 32);
+    struct tgt_pdu p;
+    tgt_pdu_scsi_cmd(&p, tgt_new_itt(t), tgt_next_cmdsn(t), cdb, sizeof(buf),
+                     ISCSI_FLAG_FINAL | ISCSI_CMD_WRITE, buf, 4096);
+    tgt_send(t, &p);
+    expect(t, ISCSI_OP_R2T);
+    tgt_use(t, c2);
+    struct tgt_rsp r = logout(t, ISCSI_LOGOUT_CLOSE_CONNECTION, 1);
+    assert_int_equal(r.response, 0);
+    uint32_t tur = send_tur(t, tgt_next_cmdsn(t), false);
+    r = expect(t, ISCSI_OP_SCSI_RSP);
+    assert_int_equal(r.itt, tur);
+    assert_int_equal(r.status, 0x02);
+    assert_int_equal(r.sense_key, 0x06);
+    assert_int_equal(r.asc, 0x47);
+    assert_int_equal(r.ascq, 0x7f);
+    expect_good(t, send_tur(t, tgt_next_cmdsn(t), false));
+    tgt_free(t);
+}
+
 /* Removing a connection for recovery needs ERL 2: response 2, "connection recovery is not
  * supported" (§11.15.1), and the connection stays. */
 static void test_logout_remove_for_recovery(void **state)
@@ -1918,6 +1954,55 @@ static void test_erl2_reassign_write(void **state)
     tgt_free(t);
 }
 
+/* The connection dies inside a write's command PDU: the header came (its CmdSN counts as
+ * received, ExpCmdSN moves past it) but the immediate data never came whole. TASK REASSIGN on
+ * a new connection must solicit that data by R2T (§7.2.2: the target owes the command the
+ * data it lacks) rather than wait for it forever; the data lands whole. */
+static void test_erl2_reassign_write_cut_in_immediate(void **state)
+{
+    (void)state;
+    struct tgt *t = up_erl2();
+    static uint8_t buf[8192];
+    fill(buf, sizeof(buf), 5);
+    uint8_t cdb[16];
+    tgt_cdb_rw10(cdb, WRITE10, 300, 16);
+    struct tgt_pdu p;
+    uint32_t itt = tgt_new_itt(t);
+    tgt_pdu_scsi_cmd(&p, itt, tgt_next_cmdsn(t), cdb, sizeof(buf),
+                     ISCSI_FLAG_FINAL | ISCSI_CMD_WRITE, buf, sizeof(buf));
+    /* the header and half of the immediate data, then the connection is lost */
+    static uint8_t wire[ISCSI_BHS_LEN + 4096];
+    memcpy(wire, p.bhs.b, ISCSI_BHS_LEN);
+    put_be24(wire + BHS_DATA_SEG_LEN, sizeof(buf));
+    put_be32(wire + BHS_EXPSTATSN, tgt_expstatsn(t));
+    memcpy(wire + ISCSI_BHS_LEN, buf, 4096);
+    assert_int_equal(tgt_feed(t, wire, sizeof(wire)), sizeof(wire));
+    expect_none(t);
+    tgt_kill(t);
+    tgt_login_conn(t, 2, NULL);
+    send_reassign(t, itt, 0);
+    expect_tmf(t, 0);
+    struct tgt_rsp r = expect(t, ISCSI_OP_R2T);
+    assert_int_equal(r.itt, itt);
+    assert_int_equal(r.offset, 0);
+    assert_int_equal(r.desired_len, sizeof(buf));
+    answer_r2t(t, &r, buf, 4096);
+    expect_good(t, itt);
+    expect_none(t);
+    tgt_cdb_rw10(cdb, READ10, 300, 16);
+    uint32_t ritt = tgt_new_itt(t);
+    tgt_pdu_scsi_cmd(&p, ritt, tgt_next_cmdsn(t), cdb, sizeof(buf),
+                     ISCSI_FLAG_FINAL | ISCSI_CMD_READ, NULL, 0);
+    tgt_send(t, &p);
+    for (uint32_t i = 0; i < 2; i++) {
+        struct tgt_rsp d = expect(t, ISCSI_OP_DATA_IN);
+        assert_int_equal(d.offset, i * 4096);
+        assert_memory_equal(d.data, buf + i * 4096, 4096);
+    }
+    expect_none(t);
+    tgt_free(t);
+}
+
 /* Commands completed on the lost connection whose status the initiator never got (not
  * acknowledged by ExpStatSN): TASK REASSIGN resends the status on the new connection with a
  * StatSN of that connection. */
@@ -2020,8 +2105,10 @@ static void test_erl1_reassign_refused(void **state)
 }
 
 /* Time2Wait + Time2Retain after the loss, tasks not reassigned are terminated and freed
- * (§11.14.5 c); a session with no connection left ends with them, and its TSIH is no longer
- * accepted. */
+ * (§11.14.5 c) and, the session going on, the next command on their LUN gets unit attention
+ * 47h/7Fh (an answered read, its status not acknowledged, cleared nothing and a write waiting
+ * for data did; once); a session with no connection left ends with them, and its TSIH is no
+ * longer accepted. */
 static void test_erl2_time2retain_expiry(void **state)
 {
     (void)state;
@@ -2055,7 +2142,14 @@ static void test_erl2_time2retain_expiry(void **state)
     expect_tmf(t, ISCSI_TMF_RSP_NO_TASK);
     send_reassign(t, witt, 0);
     expect_tmf(t, ISCSI_TMF_RSP_NO_TASK);
-    /* the window has them back: the session goes on */
+    /* the window has them back: the session goes on, told once that commands were cleared */
+    uint32_t tur = send_tur(t, tgt_next_cmdsn(t), false);
+    struct tgt_rsp ua = expect(t, ISCSI_OP_SCSI_RSP);
+    assert_int_equal(ua.itt, tur);
+    assert_int_equal(ua.status, 0x02);
+    assert_int_equal(ua.sense_key, 0x06);
+    assert_int_equal(ua.asc, 0x47);
+    assert_int_equal(ua.ascq, 0x7f);
     expect_good(t, send_tur(t, tgt_next_cmdsn(t), false));
     /* the last connection fails: the session lives for Time2Retain, then ends */
     tgt_kill(t);
@@ -2367,6 +2461,7 @@ int main(void)
         cmocka_unit_test(test_text_send_targets),
         cmocka_unit_test(test_logout_close_session),
         cmocka_unit_test(test_logout_close_connection),
+        cmocka_unit_test(test_logout_close_connection_clears_tasks),
         cmocka_unit_test(test_logout_remove_for_recovery),
         cmocka_unit_test(test_reject_unknown_opcode),
         cmocka_unit_test(test_reject_snack_at_erl0),
@@ -2388,6 +2483,7 @@ int main(void)
         cmocka_unit_test(test_erl2_logout_recovery),
         cmocka_unit_test(test_erl2_reassign_read),
         cmocka_unit_test(test_erl2_reassign_write),
+        cmocka_unit_test(test_erl2_reassign_write_cut_in_immediate),
         cmocka_unit_test(test_erl2_reassign_status_lost),
         cmocka_unit_test(test_erl2_reassign_unknown_or_allegiant),
         cmocka_unit_test(test_erl2_reassign_non_scsi),
