@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <getopt.h>
 #include <math.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -479,12 +480,22 @@ struct run {
     uint64_t cuts_unmeasured, recovered;
 };
 
-static void wait_all(struct run *R)
+static void wait_done(struct run *R, unsigned n)
 {
-    for (unsigned i = 0; i < R->n; i++)
+    for (unsigned i = 0; i < n; i++)
         while (sem_wait(&R->done) < 0 && errno == EINTR)
             ;
 }
+
+static void wait_all(struct run *R)
+{
+    wait_done(R, R->n);
+}
+
+/* Connections logging in at once. A target bounds the connections of one address that have
+ * not logged in yet (linerate-target's max-pending-logins-per-address, 64 by default, closes
+ * the ones past it at accept): 256 sessions started together from one address were refused. */
+#define BENCH_LOGINS_IN_FLIGHT 32u
 
 static unsigned total_cells(const struct bench_opts *o)
 {
@@ -563,6 +574,16 @@ static void run_cell(struct run *R, struct bench_cell *cell, unsigned idx, unsig
                 (unsigned long long)errors);
 }
 
+/* The CPUs this process may run on: under `taskset -c 1` (the pinned benchmarks) one thread,
+ * not one per online CPU all sharing that CPU. */
+static long usable_cpus(void)
+{
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof(set), &set) == 0 && CPU_COUNT(&set) > 0)
+        return CPU_COUNT(&set);
+    return sysconf(_SC_NPROCESSORS_ONLN);
+}
+
 /* Log in one configuration's sessions; returns the connections logged in per session, or 0
  * when a session could not log in. */
 static uint32_t start_config(struct run *R, bool digest, uint32_t conns)
@@ -571,7 +592,7 @@ static uint32_t start_config(struct run *R, bool digest, uint32_t conns)
     R->n = 0;
     /* One reactor thread per CPU at most; sessions, and the connections of an MC/S session,
      * are spread over them round robin (connection j of session i on thread i + j). */
-    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    long cpus = usable_cpus();
     unsigned total = o->sessions * conns;
     unsigned want = total < (unsigned)(cpus > 0 ? cpus : 1) ? total : (unsigned)cpus;
     for (R->nloops = 0; R->nloops < want; R->nloops++)
@@ -581,7 +602,13 @@ static uint32_t start_config(struct run *R, bool digest, uint32_t conns)
         fprintf(stderr, "linerate-bench: cannot start a reactor thread\n");
         return 0;
     }
+    unsigned logged = 0; /* logins completed (or failed): sem posts taken */
+    unsigned window = conns < BENCH_LOGINS_IN_FLIGHT ? BENCH_LOGINS_IN_FLIGHT / conns : 1;
     for (unsigned i = 0; i < o->sessions; i++) {
+        if (R->n - logged >= window) {
+            wait_done(R, 1);
+            logged++;
+        }
         struct reactor *conn_r[LR_MAX_CONNECTIONS];
         for (unsigned j = 0; j < conns && j < LR_MAX_CONNECTIONS; j++)
             conn_r[j] = bench_loop_reactor(R->loops[(i + j) % R->nloops]);
@@ -593,7 +620,7 @@ static uint32_t start_config(struct run *R, bool digest, uint32_t conns)
         R->w[R->n++] = w;
         worker_post_login(w);
     }
-    wait_all(R);
+    wait_done(R, R->n - logged);
     uint32_t up = UINT32_MAX;
     for (unsigned i = 0; i < R->n; i++) {
         const char *e = worker_error(R->w[i]);

@@ -5,7 +5,10 @@
 #   QUICK=1 bench/compare.sh              one repetition of everything, about 2 minutes
 #
 # Environment: REPS (repetitions of each pair, default 5; QUICK=1 sets 1), SECS (seconds per
-# linerate-bench cell, default 1.5), OUT (directory for the results, default bench/results).
+# linerate-bench cell, default 1.5), OUT (directory for the results, default bench/results),
+# PORT (first of five loopback ports to use: linerate, null LUN, tgt, iperf3, SPDK; default free
+# ports picked at random), PIN=1 (issue 14's setup: every target and the iperf3 server on CPU 0,
+# linerate-target with --threads 1, every client on CPU 1), NO_SPDK=1 (leave SPDK out).
 #
 # It starts linerate-target (default RAM LUN, default --threads), a second one on a null LUN
 # (the client's ceiling for figure 1: a LUN that does no work), tgt (../shared/tools/peer-tgt,
@@ -22,6 +25,11 @@
 #   5. linerate-bench 4 KiB: 2-connection MC/S vs 1 connection at the same QD (median of the
 #      paired ratios; the bench runs the two connections on two initiator threads), and
 #      --sessions 8 aggregate IOPS against linerate vs against tgt
+# SPDK's iscsi_tgt (../shared/tools/peer-spdk, one reactor on CPU 0, RAM bdev) is the third
+# column of figures 1, 2, 3 and 5b (issue 14's goals: 4 KiB IOPS >= 1.2x, 256 KiB MB/s >= 1x,
+# 64 KiB CPU per KB <= SPDK's). Its reactor busy-polls CPU 0, so it runs only for its own
+# measurements in each repetition (started, filled, measured, stopped) with the clients pinned
+# to CPU 1; without peer-spdk or a second CPU those rows are left out with a note.
 # Prints the table of ratios with their goals (PASS/FAIL) and writes OUT/compare-DATE.md and
 # OUT/compare-DATE.raw (one measurement per line: test target rep key value).
 set -u
@@ -33,6 +41,8 @@ reps=${REPS:-$([ "$quick" = 1 ] && echo 1 || echo 5)}
 secs=${SECS:-$([ "$quick" = 1 ] && echo 1 || echo 1.5)}
 qbench=${QBENCH:-$root/../shared/tools/qbench}
 peer=${PEER_TGT:-$root/../shared/tools/peer-tgt}
+spdk=${PEER_SPDK:-$root/../shared/tools/peer-spdk}
+pin=${PIN:-0}
 bench=$build/linerate-bench
 target=$build/linerate-target
 stamp=$(date +%Y%m%d-%H%M%S)
@@ -54,8 +64,13 @@ log() { echo "compare: $*" >&2; }
 record() { echo "$*" >>"$raw"; }   # test target rep key value
 
 port_free() { [ -z "$(ss -Hltn "sport = :$1" 2>/dev/null)" ]; }
-free_port() {   # a port P with P and P+1000 (tgt's control port) free
+free_port() {   # N: PORT+N if PORT is given; else a free port below 32768 (tgtadm -C's limit)
   local p
+  if [ -n "${PORT:-}" ]; then
+    p=$((PORT + $1))
+    port_free $p || { echo "compare.sh: port $p is taken" >&2; exit 1; }
+    echo $p; return
+  fi
   for _ in $(seq 100); do
     p=$((20000 + RANDOM % 11000))   # tgtadm -C takes at most 32767
     port_free $p && port_free $((p + 1000)) && { echo $p; return; }
@@ -63,8 +78,22 @@ free_port() {   # a port P with P and P+1000 (tgt's control port) free
   echo "compare.sh: no free port" >&2; exit 1
 }
 
-lr_pid=; null_pid=; tgt_port=; iperf_pid=
+# PIN=1: targets on CPU 0, clients on CPU 1 (srv/cli prefix every command)
+srv=(); cli=(); lr_threads=()
+if [ "$pin" = 1 ]; then
+  [ "$(nproc --all)" -ge 2 ] || { echo "compare.sh: PIN=1 needs two CPUs" >&2; exit 2; }
+  srv=(taskset -c 0); cli=(taskset -c 1); lr_threads=(--threads 1)
+fi
+# SPDK: optional, and only with a second CPU for the clients
+spdk_note=
+if [ "${NO_SPDK:-0}" = 1 ]; then spdk_note="SPDK left out (NO_SPDK=1)."
+elif [ ! -x "$spdk" ]; then spdk_note="SPDK left out: no peer-spdk at $spdk."
+elif [ "$(nproc --all)" -lt 2 ]; then spdk_note="SPDK left out: its reactor busy-polls a core and this machine has one CPU."
+fi
+
+lr_pid=; null_pid=; tgt_port=; iperf_pid=; spdk_port=; spdk_up=
 cleanup() {
+  [ -n "$spdk_up" ] && "$spdk" stop "$spdk_port" >/dev/null 2>&1
   [ -n "$lr_pid" ] && kill "$lr_pid" 2>/dev/null && wait "$lr_pid" 2>/dev/null
   [ -n "$null_pid" ] && kill "$null_pid" 2>/dev/null && wait "$null_pid" 2>/dev/null
   [ -n "$tgt_port" ] && "$peer" stop "$tgt_port" >/dev/null 2>&1
@@ -75,8 +104,9 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 # ---- daemons ----
-lr_port=$(free_port)
-"$target" --listen 127.0.0.1:$lr_port --log-level warn >"$work/lr.url" 2>"$work/lr.log" &
+lr_port=$(free_port 0) || exit 1
+"${srv[@]}" "$target" --listen 127.0.0.1:$lr_port "${lr_threads[@]}" --ctl-socket none --log-level warn \
+  >"$work/lr.url" 2>"$work/lr.log" &
 lr_pid=$!
 for _ in $(seq 50); do [ -s "$work/lr.url" ] && break; sleep 0.1; done
 lr_url=$(head -1 "$work/lr.url")
@@ -84,24 +114,25 @@ lr_url=$(head -1 "$work/lr.url")
 
 # The client's own ceiling: a second linerate-target whose LUN does no work (null store:
 # reads return zeros, writes are dropped). What qemu-img reaches there is what it can drive.
-null_port=$(free_port)
-"$target" --listen 127.0.0.1:$null_port --lun null:1G --log-level warn >"$work/null.url" \
-  2>"$work/null.log" &
+null_port=$(free_port 1) || exit 1
+"${srv[@]}" "$target" --listen 127.0.0.1:$null_port "${lr_threads[@]}" --lun null:1G --ctl-socket none \
+  --log-level warn >"$work/null.url" 2>"$work/null.log" &
 null_pid=$!
 for _ in $(seq 50); do [ -s "$work/null.url" ] && break; sleep 0.1; done
 null_url=$(head -1 "$work/null.url")
 [ -n "$null_url" ] || { echo "compare.sh: the null-LUN target did not start:" >&2; cat "$work/null.log" >&2; exit 1; }
 
-tgt_port=$(free_port)
-tgt_url=$("$peer" start $tgt_port 1024) || { echo "compare.sh: tgt did not start" >&2; exit 1; }
+tgt_port=$(free_port 2) || exit 1
+tgt_url=$("${srv[@]}" "$peer" start $tgt_port 1024) || { echo "compare.sh: tgt did not start" >&2; exit 1; }
 tgt_pid=$(cat /tmp/peer-tgt-$tgt_port/pid)
 # tgt refuses digests unless told to offer them (for the record; figure 4 is linerate's own)
 tgtadm -C $((tgt_port + 1000)) --lld iscsi --mode target --op update --tid 1 --name HeaderDigest --value CRC32C,None
 tgtadm -C $((tgt_port + 1000)) --lld iscsi --mode target --op update --tid 1 --name DataDigest --value CRC32C,None
 
-iperf_port=$(free_port)
-iperf3 -s -p $iperf_port -B 127.0.0.1 >/dev/null 2>&1 &
+iperf_port=$(free_port 3) || exit 1
+"${srv[@]}" iperf3 -s -p $iperf_port -B 127.0.0.1 >/dev/null 2>&1 &
 iperf_pid=$!
+if [ -z "$spdk_note" ]; then spdk_port=$(free_port 4) || exit 1; fi
 
 log "linerate-target pid $lr_pid $lr_url"
 log "tgt pid $tgt_pid $tgt_url"
@@ -109,12 +140,13 @@ log "reps $reps, bench cell ${secs}s; raw numbers in $raw"
 {
   echo "# compare.sh $stamp  reps=$reps secs=$secs"
   echo "# $(uname -r), $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg)"
-  echo "# linerate $lr_url pid $lr_pid; tgt $tgt_url pid $tgt_pid; $(git -C "$root" rev-parse --short HEAD 2>/dev/null)"
+  echo "# linerate $lr_url pid $lr_pid; tgt $tgt_url pid $tgt_pid; $(git -C "$root" rev-parse --short HEAD 2>/dev/null); pin=$pin"
+  echo "# uptime: $(uptime)"
 } >"$raw"
 
 # Fill both LUNs once: 1 GiB of 1 MiB writes.
 for u in "$lr_url" "$tgt_url"; do
-  qemu-img bench -f raw -t none -n -w -s 1048576 -d 8 -c 1024 "$u" >/dev/null 2>&1 ||
+  "${cli[@]}" qemu-img bench -f raw -t none -n -w -s 1048576 -d 8 -c 1024 "$u" >/dev/null 2>&1 ||
     { echo "compare.sh: cannot fill $u" >&2; exit 1; }
 done
 
@@ -123,7 +155,7 @@ cpu_ticks() { awk '{print $14 + $15}' /proc/$1/stat; }
 # qbench output lines: "read 4096 91.5 MB/s 22346 IOPS"
 run_qbench() {   # test who rep url sizes
   local t=$1 who=$2 rep=$3 url=$4 sizes=$5
-  "$qbench" "$url" "$sizes" 32 >"$work/qb" 2>&1
+  "${cli[@]}" "$qbench" "$url" "$sizes" 32 >"$work/qb" 2>&1
   while read -r op size mbs _ iops _; do
     [ "$mbs" = FAILED ] && { record "$t $who $rep ${op}_${size}_failed 1"; continue; }
     record "$t $who $rep ${op}_${size}_mbs $mbs"
@@ -135,7 +167,7 @@ run_qbench() {   # test who rep url sizes
 run_cpu64() {   # who rep url pid
   local who=$1 rep=$2 url=$3 pid=$4 c0 c1 t
   c0=$(cpu_ticks $pid)
-  t=$(qemu-img bench -f raw -t none -n -s 65536 -d 32 -c 16384 "$url" 2>&1 |
+  t=$("${cli[@]}" qemu-img bench -f raw -t none -n -s 65536 -d 32 -c 16384 "$url" 2>&1 |
       sed -n 's/Run completed in \([0-9.]*\) seconds./\1/p')
   c1=$(cpu_ticks $pid)
   [ -n "$t" ] || { record "3 $who $rep failed 1"; return; }
@@ -146,7 +178,7 @@ run_cpu64() {   # who rep url pid
 
 run_iperf() {   # rep
   local mbs
-  mbs=$(iperf3 -c 127.0.0.1 -p $iperf_port -t 2 -O 0.5 -J 2>/dev/null |
+  mbs=$("${cli[@]}" iperf3 -c 127.0.0.1 -p $iperf_port -t 2 -O 0.5 -J 2>/dev/null |
         python3 -c 'import json,sys; j=json.load(sys.stdin); print("%.1f" % (j["end"]["sum_received"]["bits_per_second"] / 8e6))' 2>/dev/null)
   [ -n "$mbs" ] && record "2 iperf3 $1 mbs $mbs"
 }
@@ -154,7 +186,7 @@ run_iperf() {   # rep
 # linerate-bench csv: size,rw,digest,connections,qd,mb_per_s,iops,...
 run_bench() {   # test who rep url args...
   local t=$1 who=$2 rep=$3 url=$4; shift 4
-  "$bench" --format csv --seconds "$secs" "$@" "$url" >"$work/lb.csv" 2>"$work/lb.err" ||
+  "${cli[@]}" "$bench" --format csv --seconds "$secs" "$@" "$url" >"$work/lb.csv" 2>"$work/lb.err" ||
     { record "$t $who $rep bench_failed 1"; tail -3 "$work/lb.err" >&2; }
   tail -n +2 "$work/lb.csv" | while IFS=, read -r size rw dg conns qd mbs iops _ _ ini tgt; do
     [ -n "$mbs" ] && record "$t $who $rep ${rw}_${size}_d${dg}_c${conns}_mbs $mbs"
@@ -164,10 +196,40 @@ run_bench() {   # test who rep url args...
   done
 }
 
+# SPDK's share of one repetition: start it (its reactor on CPU 0), fill its LUN, measure figures
+# 1, 2, 3 and 5b with the clients on CPU 1, stop it (so its poller leaves CPU 0 to the others).
+spdk_round() {   # rep
+  local rep=$1 url pid saved=("${cli[@]}")
+  [ -z "$spdk_note" ] || return 0
+  if ! url=$("$spdk" start "$spdk_port" 1024 0x1 2>"$work/spdk.err"); then
+    log "rep $rep: peer-spdk did not start: $(tail -1 "$work/spdk.err")"
+    record "spdk spdk $rep start_failed 1"
+    "$spdk" stop "$spdk_port" >/dev/null 2>&1
+    return 0
+  fi
+  spdk_up=1
+  pid=$(cat "/tmp/peer-spdk-$spdk_port/pid")
+  cli=(taskset -c 1)
+  log "rep $rep/$reps: SPDK $url pid $pid: fill, then 1, 2, 3 and 5b"
+  if "${cli[@]}" qemu-img bench -f raw -t none -n -w -s 1048576 -d 8 -c 1024 "$url" >/dev/null 2>&1; then
+    run_qbench 1 spdk $rep "$url" 4096
+    run_qbench 2 spdk $rep "$url" 262144
+    run_cpu64 spdk $rep "$url" "$pid"
+    run_bench 5s spdk $rep "$url" --sizes 4k --rw read,write --sessions 8
+  else
+    log "rep $rep: cannot fill the SPDK LUN"
+    record "spdk spdk $rep fill_failed 1"
+  fi
+  cli=("${saved[@]}")
+  "$spdk" stop "$spdk_port" >/dev/null 2>&1
+  spdk_up=
+}
+
 sizes4=4k,8k,16k,64k,128k,256k
 for rep in $(seq "$reps"); do
-  # alternate which target goes first from one repetition to the next
+  # alternate which target goes first from one repetition to the next (SPDK: first or last)
   if [ $((rep % 2)) = 1 ]; then order="lr tgt"; else order="tgt lr"; fi
+  [ $((rep % 2)) = 1 ] && spdk_round "$rep"
   log "rep $rep/$reps: 1. qbench 4 KiB"
   for who in $order; do
     if [ $who = lr ]; then run_qbench 1 lr $rep "$lr_url" 4096; else run_qbench 1 tgt $rep "$tgt_url" 4096; fi
@@ -194,6 +256,7 @@ for rep in $(seq "$reps"); do
     if [ $who = lr ]; then u=$lr_url; else u=$tgt_url; fi
     run_bench 5s $who $rep "$u" --sizes 4k --rw read,write --sessions 8
   done
+  [ $((rep % 2)) = 0 ] && spdk_round "$rep"
 done
 
 # ---- medians and ratios ----
@@ -258,6 +321,24 @@ for op in read write; do
   a=$(med 5s lr ${op}_4096_doff_c1_iops); b=$(med 5s tgt ${op}_4096_doff_c1_iops)
   ratio_row "5b. 4 KiB $op IOPS, --sessions 8, linerate / tgt" "$a" "$b" ">=" 2 "$a / $b IOPS"
 done
+# issue 14's goals against SPDK (core for core with PIN=1)
+if [ -z "$spdk_note" ]; then
+  for op in read write; do
+    a=$(med 1 lr ${op}_4096_iops); b=$(med 1 spdk ${op}_4096_iops)
+    ratio_row "1s. 4 KiB $op IOPS, linerate / SPDK (qbench QD 32)" "$a" "$b" ">=" 1.2 "$a / $b IOPS"
+  done
+  for op in read write; do
+    a=$(med 2 lr ${op}_262144_mbs); b=$(med 2 spdk ${op}_262144_mbs)
+    ratio_row "2s. 256 KiB $op MB/s, linerate / SPDK (qbench QD 32)" "$a" "$b" ">=" 1.0 "$a / $b MB/s"
+  done
+  a=$(med 3 lr us_per_kb); b=$(med 3 spdk us_per_kb)
+  ratio_row "3s. 64 KiB read, target CPU per KB, linerate / SPDK (its polling counts)" "$a" "$b" "<=" 1.0 \
+    "$a / $b µs/KB ($(med 3 lr read_65536_mbs) / $(med 3 spdk read_65536_mbs) MB/s)"
+  for op in read write; do
+    a=$(med 5s lr ${op}_4096_doff_c1_iops); b=$(med 5s spdk ${op}_4096_doff_c1_iops)
+    ratio_row "5s. 4 KiB $op IOPS, --sessions 8 (linerate-bench), linerate / SPDK" "$a" "$b" ">=" 1.2 "$a / $b IOPS"
+  done
+fi
 
 # what digests cost in CPU (initiator + target µs per KB, on / off, median of paired ratios):
 # steadier than MB/s on a machine where the client and the target share the CPUs
@@ -285,7 +366,17 @@ elapsed=$(($(date +%s) - t_start))
 {
   echo "# linerate vs tgt, iperf3: issue 4 figures ($stamp)"
   echo
-  echo "\`bench/compare.sh\` (reps=$reps, medians; linerate-bench cells ${secs}s), $(nproc) CPUs, load average at the start $(sed -n 2p "$raw" | sed 's/.*load //'), $elapsed s."
+  echo "\`bench/compare.sh\` (reps=$reps, medians; linerate-bench cells ${secs}s), $(nproc) CPUs, load average at the start $(sed -n 2p "$raw" | sed 's/.*load //'), at the end $(cut -d' ' -f1-3 /proc/loadavg), $elapsed s."
+  if [ "$pin" = 1 ]; then
+    echo "Pinned (PIN=1): targets and the iperf3 server on CPU 0 (linerate-target --threads 1), clients on CPU 1."
+  else
+    echo "Not pinned (PIN=1 pins): linerate-target runs $(nproc) reactor threads; the SPDK rows are then not core for core."
+  fi
+  if [ -n "$spdk_note" ]; then
+    echo "$spdk_note"
+  else
+    echo "SPDK iscsi_tgt (peer-spdk: one reactor busy-polling CPU 0, RAM bdev without hugepages, started and filled in each repetition, clients on CPU 1)$(grep -q '^spdk spdk .* start_failed' "$raw" && echo "; it failed to start in $(grep -c '^spdk spdk .* start_failed' "$raw") repetition(s)")."
+  fi
   echo "Raw numbers: \`$(basename "$raw")\`."
   echo
   echo "| figure | measured | ratio | goal | |"
