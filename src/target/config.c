@@ -167,6 +167,22 @@ int target_node_add_allow(struct target_node_conf *n, const char *iqn)
     return 0;
 }
 
+bool target_node_has_portal(const struct target_node_conf *n, const char *text)
+{
+    for (unsigned i = 0; i < n->nportals; i++)
+        if (strcmp(n->portals[i].text, text) == 0)
+            return true;
+    return false;
+}
+
+bool target_node_has_allow(const struct target_node_conf *n, const char *iqn)
+{
+    for (unsigned i = 0; i < n->nallow; i++)
+        if (strcasecmp(n->allow[i], iqn) == 0)
+            return true;
+    return false;
+}
+
 void target_node_remove_portal(struct target_node_conf *n, const char *text)
 {
     unsigned k = 0;

@@ -773,17 +773,31 @@ static json_t *m_remove_target(struct daemon *d, json_t *params, struct req_err 
 
 /* --- a running target's portals and allow list --- */
 
-static json_t *m_add_portal(struct daemon *d, json_t *params, struct req_err *e)
+/* The `target` and `portal` parameters of add_portal / remove_portal: the node (its index in
+ * *t) with the portal parsed into *p, or NULL with e filled in. */
+static struct iscsi_node *param_target_portal(struct daemon *d, json_t *params, unsigned *t,
+                                              struct target_portal *p, struct req_err *e)
 {
-    unsigned t;
-    struct iscsi_node *n = param_target(d, params, &t, e);
+    struct iscsi_node *n = param_target(d, params, t, e);
     const char *text = n ? param_str(params, "portal", true, e) : NULL;
     if (!text)
         return NULL;
-    struct target_portal p;
     char err[512];
-    if (target_parse_portal(text, &p, err, sizeof(err)) < 0)
-        return fail(e, ERR_INVALID_PARAMS, "%s", err);
+    if (target_parse_portal(text, p, err, sizeof(err)) < 0) {
+        fail(e, ERR_INVALID_PARAMS, "%s", err);
+        return NULL;
+    }
+    return n;
+}
+
+static json_t *m_add_portal(struct daemon *d, json_t *params, struct req_err *e)
+{
+    unsigned t;
+    struct target_portal p;
+    struct iscsi_node *n = param_target_portal(d, params, &t, &p, e);
+    if (!n)
+        return NULL;
+    char err[512];
     if (ctl_portal_add(d, t, &p, err, sizeof(err)) < 0)
         return fail(e, ERR_FAILED, "%s", err);
     return json_pack("{s:s, s:s, s:b}", "target", n->name, "portal", p.text, "listening", true);
@@ -792,14 +806,11 @@ static json_t *m_add_portal(struct daemon *d, json_t *params, struct req_err *e)
 static json_t *m_remove_portal(struct daemon *d, json_t *params, struct req_err *e)
 {
     unsigned t;
-    struct iscsi_node *n = param_target(d, params, &t, e);
-    const char *text = n ? param_str(params, "portal", true, e) : NULL;
-    if (!text)
-        return NULL;
     struct target_portal p;
+    struct iscsi_node *n = param_target_portal(d, params, &t, &p, e);
+    if (!n)
+        return NULL;
     char err[512];
-    if (target_parse_portal(text, &p, err, sizeof(err)) < 0)
-        return fail(e, ERR_INVALID_PARAMS, "%s", err);
     /* sessions already on it carry on: count them for the answer */
     unsigned on_it = 0;
     struct iscsi_session_info *v;

@@ -80,29 +80,13 @@ static bool same_chap(const struct chap_creds *a, const struct chap_creds *b)
 
 /* Portals and allow entries are sets: the order of their lines changes nothing a login sees
  * (SendTargets lists the portals in the order they were added). */
-static bool has_portal(const struct target_node_conf *c, const char *text)
-{
-    for (unsigned i = 0; i < c->nportals; i++)
-        if (strcmp(c->portals[i].text, text) == 0)
-            return true;
-    return false;
-}
-
-static bool has_allow(const struct target_node_conf *c, const char *iqn)
-{
-    for (unsigned i = 0; i < c->nallow; i++)
-        if (strcasecmp(c->allow[i], iqn) == 0)
-            return true;
-    return false;
-}
-
 static bool same_portals(const struct target_node_conf *a, const struct target_node_conf *b)
 {
     for (unsigned i = 0; i < a->nportals; i++)
-        if (!has_portal(b, a->portals[i].text))
+        if (!target_node_has_portal(b, a->portals[i].text))
             return false;
     for (unsigned i = 0; i < b->nportals; i++)
-        if (!has_portal(a, b->portals[i].text))
+        if (!target_node_has_portal(a, b->portals[i].text))
             return false;
     return true;
 }
@@ -110,10 +94,10 @@ static bool same_portals(const struct target_node_conf *a, const struct target_n
 static bool same_allow(const struct target_node_conf *a, const struct target_node_conf *b)
 {
     for (unsigned i = 0; i < a->nallow; i++)
-        if (!has_allow(b, a->allow[i]))
+        if (!target_node_has_allow(b, a->allow[i]))
             return false;
     for (unsigned i = 0; i < b->nallow; i++)
-        if (!has_allow(a, b->allow[i]))
+        if (!target_node_has_allow(a, b->allow[i]))
             return false;
     return true;
 }
@@ -219,7 +203,7 @@ static void apply_access(struct daemon *d, unsigned t, const struct target_node_
     char name[ISCSI_NAME_MAX + 1], why[512];
     snprintf(name, sizeof(name), "%s", d->cfg.targets[t].name);
     for (unsigned i = 0; i < f->nportals; i++) {
-        if (has_portal(&d->cfg.targets[t], f->portals[i].text))
+        if (target_node_has_portal(&d->cfg.targets[t], f->portals[i].text))
             continue;
         if (ctl_portal_add(d, t, &f->portals[i], why, sizeof(why)) == 0)
             note(applied, "target %s: portal %s added", name, f->portals[i].text);
@@ -236,7 +220,7 @@ static void apply_access(struct daemon *d, unsigned t, const struct target_node_
     for (unsigned i = 0; i < run.nportals; i++) {
         const char *p = run.portals[i].text;
         bool closed;
-        if (has_portal(f, p))
+        if (target_node_has_portal(f, p))
             continue;
         if (ctl_portal_remove(d, t, p, true, &closed, why, sizeof(why)) == 0)
             note(applied, "target %s: portal %s removed%s", name, p,
@@ -246,7 +230,7 @@ static void apply_access(struct daemon *d, unsigned t, const struct target_node_
             note(restart, "target %s: portal %s: %s", name, p, why);
     }
     for (unsigned i = 0; i < f->nallow; i++) {
-        if (has_allow(&d->cfg.targets[t], f->allow[i]))
+        if (target_node_has_allow(&d->cfg.targets[t], f->allow[i]))
             continue;
         if (ctl_allow_add(d, t, f->allow[i], why, sizeof(why)) == 0)
             note(applied, "target %s: allow %s added", name, f->allow[i]);
@@ -256,7 +240,7 @@ static void apply_access(struct daemon *d, unsigned t, const struct target_node_
     for (unsigned i = 0; i < run.nallow; i++) {
         const char *iqn = run.allow[i];
         unsigned sessions;
-        if (has_allow(f, iqn))
+        if (target_node_has_allow(f, iqn))
             continue;
         if (ctl_allow_remove(d, t, iqn, true, force, RELOAD_REMOVE_TIMEOUT_S, &sessions, why,
                              sizeof(why)) == 0)
@@ -390,7 +374,7 @@ static json_t *reload(struct daemon *d, bool force, char *err, size_t errlen)
         const struct target_node_conf *f = find_conf(&file, d->cfg.targets[t].name);
         for (unsigned i = 0; f && i < f->nportals && rc == 0; i++) {
             char why[512];
-            if (!has_portal(&d->cfg.targets[t], f->portals[i].text) &&
+            if (!target_node_has_portal(&d->cfg.targets[t], f->portals[i].text) &&
                 daemon_listen_portal(d, &f->portals[i], why, sizeof(why)) < 0) {
                 snprintf(err, errlen, "%s: %s", f->origin, why);
                 rc = -1;

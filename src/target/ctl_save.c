@@ -304,22 +304,6 @@ static bool is_alias(const struct sline *l)
     return l->kind == L_KEY && strcmp(l->key, "alias") == 0;
 }
 
-static bool has_portal(const struct target_node_conf *c, const char *text)
-{
-    for (unsigned i = 0; i < c->nportals; i++)
-        if (strcmp(c->portals[i].text, text) == 0)
-            return true;
-    return false;
-}
-
-static bool has_allow(const struct target_node_conf *c, const char *iqn)
-{
-    for (unsigned i = 0; i < c->nallow; i++)
-        if (strcasecmp(c->allow[i], iqn) == 0)
-            return true;
-    return false;
-}
-
 static const struct target_lun_conf *find_lun(const struct target_node_conf *c, uint64_t lun)
 {
     for (unsigned i = 0; i < c->nluns; i++)
@@ -352,7 +336,7 @@ static bool edit_section(struct doc *d, unsigned s, const struct target_node_con
     bool own_portals = last_line(d, s, is_portal, 0) != 0;
     bool same = r->nportals == f->nportals;
     for (unsigned i = 0; same && i < r->nportals; i++)
-        same = has_portal(f, r->portals[i].text);
+        same = target_node_has_portal(f, r->portals[i].text);
     if (!same && !own_portals) {
         for (unsigned i = 0; i < r->nportals; i++)
             ok = ok && insert_after(d, hdr, "portal = %s", r->portals[i].text);
@@ -363,21 +347,21 @@ static bool edit_section(struct doc *d, unsigned s, const struct target_node_con
             char why[256];
             if (is_portal(&d->l[i]) &&
                 (target_parse_portal(d->l[i].val, &p, why, sizeof(why)) < 0 ||
-                 !has_portal(r, p.text)))
+                 !target_node_has_portal(r, p.text)))
                 kill_line(d, i);
         }
         for (unsigned i = 0; i < r->nportals; i++)
-            if (!has_portal(f, r->portals[i].text))
+            if (!target_node_has_portal(f, r->portals[i].text))
                 ok = ok && insert_after(d, anchor, "portal = %s", r->portals[i].text);
     }
 
     /* allow entries */
     unsigned anchor = last_line(d, s, is_allow, d->s[s].last_key);
     for (unsigned i = hdr + 1; i < end; i++)
-        if (is_allow(&d->l[i]) && !has_allow(r, d->l[i].val))
+        if (is_allow(&d->l[i]) && !target_node_has_allow(r, d->l[i].val))
             kill_line(d, i);
     for (unsigned i = 0; i < r->nallow; i++)
-        if (!has_allow(f, r->allow[i]))
+        if (!target_node_has_allow(f, r->allow[i]))
             ok = ok && insert_after(d, anchor, "allow = %s", r->allow[i]);
 
     /* LUNs: gone ones dropped, changed ones rewritten, new ones after the last lun line */

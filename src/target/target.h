@@ -191,6 +191,10 @@ int target_node_add_allow(struct target_node_conf *n, const char *iqn);
  * nothing if it is not there. */
 void target_node_remove_portal(struct target_node_conf *n, const char *text);
 void target_node_remove_allow(struct target_node_conf *n, const char *iqn);
+/* Whether the node lists that portal (canonical text) or allow entry (without case): the
+ * lists are sets, their order changes nothing a login sees. */
+bool target_node_has_portal(const struct target_node_conf *n, const char *text);
+bool target_node_has_allow(const struct target_node_conf *n, const char *iqn);
 /* --ctl-socket / ctl-socket: an absolute path shorter than TARGET_CTL_PATH_MAX, or "none". */
 int target_set_ctl_socket(struct target_config *cfg, const char *val, char *err, size_t errlen);
 /* error-recovery-level: 0..2, and at most ISCSI_ERL_IMPLEMENTED. */

@@ -898,18 +898,15 @@ static void test_logout_close_connection(void **state)
     tgt_free(t);
 }
 
-/* §11.14.5 a: "close the connection" for a connection of an MC/S session with a write still
- * waiting for its data there terminates the write; the session goes on on the other
- * connection, whose next command on that LUN gets unit attention 47h/7Fh SOME COMMANDS
- * CLEARED BY ISCSI PROTOCOL EVENT, once. */
-static void test_logout_close_connection_clears_tasks(void **state)
+/* An MC/S session (ERL 0) whose leading connection (CID 1) holds a WRITE waiting for the data
+ * its R2T asked for; the second connection (CID 2) is current. */
+static struct tgt *write_waiting_on_cid1(unsigned max_connections, int *c2)
 {
-    (void)state;
     struct tgt_opts o;
     tgt_opts_default(&o);
-    o.max_connections = 2;
+    o.max_connections = max_connections;
     struct tgt *t = tgt_login(&o);
-    int c2 = tgt_login_conn(t, 2, NULL);
+    *c2 = tgt_login_conn(t, 2, NULL);
     tgt_use(t, 0);
     static uint8_t buf[16384];
     fill(buf, sizeof(buf), 2);
@@ -920,17 +917,35 @@ static void test_logout_close_connection_clears_tasks(void **state)
                      ISCSI_FLAG_FINAL | ISCSI_CMD_WRITE, buf, 4096);
     tgt_send(t, &p);
     expect(t, ISCSI_OP_R2T);
-    tgt_use(t, c2);
-    struct tgt_rsp r = logout(t, ISCSI_LOGOUT_CLOSE_CONNECTION, 1);
-    assert_int_equal(r.response, 0);
+    return t;
+}
+
+/* The next command gets UNIT ATTENTION 47h/7Fh SOME COMMANDS CLEARED BY ISCSI PROTOCOL
+ * EVENT (§11.14.5), the one after it GOOD: reported once. */
+static void expect_cleared_once(struct tgt *t)
+{
     uint32_t tur = send_tur(t, tgt_next_cmdsn(t), false);
-    r = expect(t, ISCSI_OP_SCSI_RSP);
+    struct tgt_rsp r = expect(t, ISCSI_OP_SCSI_RSP);
     assert_int_equal(r.itt, tur);
     assert_int_equal(r.status, 0x02);
     assert_int_equal(r.sense_key, 0x06);
     assert_int_equal(r.asc, 0x47);
     assert_int_equal(r.ascq, 0x7f);
     expect_good(t, send_tur(t, tgt_next_cmdsn(t), false));
+}
+
+/* §11.14.5 a: "close the connection" for a connection of an MC/S session with a write still
+ * waiting for its data there terminates the write; the session goes on on the other
+ * connection, whose next command on that LUN gets 47h/7Fh, once. */
+static void test_logout_close_connection_clears_tasks(void **state)
+{
+    (void)state;
+    int c2;
+    struct tgt *t = write_waiting_on_cid1(2, &c2);
+    tgt_use(t, c2);
+    struct tgt_rsp r = logout(t, ISCSI_LOGOUT_CLOSE_CONNECTION, 1);
+    assert_int_equal(r.response, 0);
+    expect_cleared_once(t);
     tgt_free(t);
 }
 
@@ -940,35 +955,14 @@ static void test_logout_close_connection_clears_tasks(void **state)
 static void test_conn_failure_clears_tasks(void **state)
 {
     (void)state;
-    struct tgt_opts o;
-    tgt_opts_default(&o);
-    o.max_connections = 3;
-    struct tgt *t = tgt_login(&o);
-    int c2 = tgt_login_conn(t, 2, NULL);
-    tgt_use(t, 0);
-    static uint8_t buf[16384];
-    fill(buf, sizeof(buf), 4);
-    uint8_t cdb[16];
-    tgt_cdb_rw10(cdb, WRITE10, 600, 32);
-    struct tgt_pdu p;
-    tgt_pdu_scsi_cmd(&p, tgt_new_itt(t), tgt_next_cmdsn(t), cdb, sizeof(buf),
-                     ISCSI_FLAG_FINAL | ISCSI_CMD_WRITE, buf, 4096);
-    tgt_send(t, &p);
-    expect(t, ISCSI_OP_R2T);
+    int c2;
+    struct tgt *t = write_waiting_on_cid1(3, &c2);
     tgt_kill(t);
     tgt_use(t, c2);
-    uint32_t tur = send_tur(t, tgt_next_cmdsn(t), false);
-    struct tgt_rsp r = expect(t, ISCSI_OP_SCSI_RSP);
-    assert_int_equal(r.itt, tur);
-    assert_int_equal(r.status, 0x02);
-    assert_int_equal(r.sense_key, 0x06);
-    assert_int_equal(r.asc, 0x47);
-    assert_int_equal(r.ascq, 0x7f);
-    expect_good(t, send_tur(t, tgt_next_cmdsn(t), false));
+    expect_cleared_once(t);
     /* a third connection, idle, fails: nothing more to report */
-    int c3 = tgt_login_conn(t, 3, NULL);
+    tgt_login_conn(t, 3, NULL);
     tgt_kill(t);
-    (void)c3;
     tgt_use(t, c2);
     expect_good(t, send_tur(t, tgt_next_cmdsn(t), false));
     tgt_free(t);
@@ -2183,14 +2177,7 @@ static void test_erl2_time2retain_expiry(void **state)
     send_reassign(t, witt, 0);
     expect_tmf(t, ISCSI_TMF_RSP_NO_TASK);
     /* the window has them back: the session goes on, told once that commands were cleared */
-    uint32_t tur = send_tur(t, tgt_next_cmdsn(t), false);
-    struct tgt_rsp ua = expect(t, ISCSI_OP_SCSI_RSP);
-    assert_int_equal(ua.itt, tur);
-    assert_int_equal(ua.status, 0x02);
-    assert_int_equal(ua.sense_key, 0x06);
-    assert_int_equal(ua.asc, 0x47);
-    assert_int_equal(ua.ascq, 0x7f);
-    expect_good(t, send_tur(t, tgt_next_cmdsn(t), false));
+    expect_cleared_once(t);
     /* the last connection fails: the session lives for Time2Retain, then ends */
     tgt_kill(t);
     tgt_wait_ms(t, 1300);
