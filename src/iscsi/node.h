@@ -45,7 +45,8 @@ struct iscsi_limits {
 #define ISCSI_DEFAULT_MAX_PENDING_LOGINS 1024u
 #define ISCSI_DEFAULT_MAX_PENDING_LOGINS_PER_ADDR 64u
 #define ISCSI_DEFAULT_MAX_SESSIONS 4096u
-#define ISCSI_DEFAULT_MAX_SESSIONS_PER_TARGET 1024u
+/* as many as a target has I_T nexus slots: past that a login could not get one anyway */
+#define ISCSI_DEFAULT_MAX_SESSIONS_PER_TARGET SCSI_NEXUS_MAX
 
 struct iscsi_pending_addr;
 

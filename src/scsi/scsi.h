@@ -68,6 +68,11 @@ enum scsi_alua_state {
  * LUNs (implicit ALUA, SPC-4 §5.16). Group IDs are also the groups' relative target port IDs
  * (one port per group). */
 #define SCSI_ALUA_GROUPS_MAX 16
+
+/* I_T nexus slots per target: a LUN keeps one UA word per slot, so the data path checks its
+ * nexus's pending UAs with a single atomic load. A login that would be the target's 257th
+ * distinct initiator port is refused (max-sessions-per-target is bounded by it). */
+#define SCSI_NEXUS_MAX 256
 struct scsi_alua_group {
     uint16_t id;   /* 1..65535 */
     uint8_t state; /* enum scsi_alua_state */

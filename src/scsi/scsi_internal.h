@@ -111,10 +111,6 @@ enum {
     UA_RESETS = UA_POWER_ON_RESET | UA_POWER_ON | UA_BUS_DEVICE_RESET,
 };
 
-/* Nexus slots per target: a LUN keeps one UA word per slot, so the data path checks its
- * nexus's pending UAs with a single atomic load. */
-#define SCSI_NEXUS_MAX 256
-
 /* The result of one EXTENDED COPY (LID1) held for RECEIVE COPY RESULTS (SPC-4 §6.18), per I_T
  * nexus, LUN and LIST IDENTIFIER. Guarded by target->lock; dropped once a completed copy's
  * status is reported, and on I_T nexus loss (xcopy_nexus_lost). */

@@ -22,7 +22,8 @@ static const struct limit_key limit_keys[] = {
     {"max-pending-logins", 0, 1u << 20, LIM(max_pending_logins), false},
     {"max-pending-logins-per-address", 0, 1u << 20, LIM(max_pending_logins_per_addr), false},
     {"max-sessions", 0, 65535, LIM(max_sessions), false},
-    {"max-sessions-per-target", 0, 65535, LIM(max_sessions_per_target), false},
+    /* at most the target's I_T nexus slots (each session holds one) */
+    {"max-sessions-per-target", 0, SCSI_NEXUS_MAX, LIM(max_sessions_per_target), false},
 };
 
 bool target_limits_is_key(const char *key)
