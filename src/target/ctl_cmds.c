@@ -137,6 +137,24 @@ static struct iscsi_node *param_target(struct daemon *d, json_t *params, unsigne
     return n;
 }
 
+/* The target of a LUN verb: the one named, or, when the request names none (linerate-ctl set
+ * lun N ro, the issue's spelling), the daemon's only target. */
+static struct iscsi_node *param_lun_target(struct daemon *d, json_t *params, unsigned *idx,
+                                           struct req_err *e)
+{
+    if (params && json_object_get(params, "target"))
+        return param_target(d, params, idx, e);
+    if (d->built.n == 1) {
+        *idx = 0;
+        return d->built.nodes[0];
+    }
+    if (d->built.n == 0)
+        fail(e, ERR_NOT_FOUND, "no target is served");
+    else
+        fail(e, ERR_INVALID_PARAMS, "several targets: name one (TARGET N)");
+    return NULL;
+}
+
 static struct scsi_lun *param_lun(struct iscsi_node *n, json_t *params, uint64_t *num,
                                   struct req_err *e)
 {
@@ -564,7 +582,7 @@ int ctl_lun_remove(struct daemon *d, unsigned t, uint64_t num, unsigned timeout_
 static json_t *m_remove_lun(struct daemon *d, json_t *params, struct req_err *e)
 {
     unsigned t;
-    struct iscsi_node *n = param_target(d, params, &t, e);
+    struct iscsi_node *n = param_lun_target(d, params, &t, e);
     if (!n)
         return NULL;
     uint64_t num, timeout = REMOVE_TIMEOUT_S;
@@ -583,7 +601,7 @@ static json_t *m_remove_lun(struct daemon *d, json_t *params, struct req_err *e)
 static json_t *m_set_lun(struct daemon *d, json_t *params, struct req_err *e)
 {
     unsigned t;
-    struct iscsi_node *n = param_target(d, params, &t, e);
+    struct iscsi_node *n = param_lun_target(d, params, &t, e);
     uint64_t num;
     struct scsi_lun *lu = n ? param_lun(n, params, &num, e) : NULL;
     if (!lu)
@@ -629,7 +647,7 @@ static void conf_lun_resized(struct daemon *d, unsigned t, uint64_t num, uint64_
 static json_t *m_resize_lun(struct daemon *d, json_t *params, struct req_err *e)
 {
     unsigned t;
-    struct iscsi_node *n = param_target(d, params, &t, e);
+    struct iscsi_node *n = param_lun_target(d, params, &t, e);
     uint64_t num;
     struct scsi_lun *lu = n ? param_lun(n, params, &num, e) : NULL;
     if (!lu)

@@ -101,7 +101,8 @@ run_to 60 qemu-img bench -f raw -c 64 -d 1 -s 65536 -w "$URL/1" || {
     show_cmd_out
     fail "writing LUN 1"
 }
-ctl_ok resize lun "$T" 1 32M
+# the issue's spelling names no target: the daemon's only one is meant
+ctl_ok resize lun 1 32M
 grep -q "32 MiB" "$WORK/ctl.out" || fail "resize: $(cat "$WORK/ctl.out")"
 run_to 30 iscsi-readcapacity16 "$URL/1" || {
     show_cmd_out
@@ -117,7 +118,8 @@ run_to 60 qemu-img bench -f raw -c 64 -d 4 -s 65536 -o $((16 << 20)) -w "$URL/1"
 }
 
 note "set lun 1 ro: writes refused, reads fine; rw again"
-ctl_ok set lun "$T" 1 ro
+ctl_ok set lun 1 ro
+grep -q "^$T  1 .* ro " "$WORK/ctl.out" || fail "set lun 1 ro: $(cat "$WORK/ctl.out")"
 run_to 60 qemu-img bench -f raw -c 16 -d 1 -s 4096 -w "$URL/1" && fail "a write to a ro LUN worked"
 run_to 60 qemu-img bench -f raw -c 16 -d 1 -s 4096 "$URL/1" || {
     show_cmd_out
@@ -236,6 +238,14 @@ ctl_ok show portals
 grep -q "127.0.0.1:$P2.*listening.*$T2" "$WORK/ctl.out" || fail "show portals: $(cat "$WORK/ctl.out")"
 ctl add target "$T2" --portal "127.0.0.1:$P2" >"$WORK/ctl.out" 2>&1
 [ $? -eq 1 ] || fail "the same target added twice"
+for args in "set lun 0 ro" "resize lun 0 128M" "remove lun 0"; do
+    ctl $args >"$WORK/ctl.out" 2>&1
+    [ $? -eq 1 ] && grep -q "several targets: name one (TARGET N)" "$WORK/ctl.out" ||
+        fail "$args with two targets: $(cat "$WORK/ctl.out")"
+done
+ctl set lun 0 >"$WORK/ctl.out" 2>&1
+[ $? -eq 2 ] && grep -q "usage: set lun \[TARGET\] N ro|rw" "$WORK/ctl.out" ||
+    fail "set lun without a mode: $(cat "$WORK/ctl.out")"
 "$BENCH" --sizes 4k --rw read --qd 4 --seconds 20 --format csv "iscsi://127.0.0.1:$P2/$T2/0" \
     >"$WORK/bench-t2.log" 2>&1 &
 BPID=$!
