@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # linerate-ctl against a running linerate-target (issue 15): while a qemu-img load runs against
 # LUN 0, the daemon is changed only through linerate-ctl (add a LUN, resize it and see the new
-# size with iscsi-readcapacity16, write-protect it, remove it with I/O in flight, show sessions
+# size with iscsi-readcapacity16, a session kept open getting the unit attentions of both
+# (ctl_ua.py), write-protect it, remove it with I/O in flight, show sessions
 # and connections, log a session out, drop a connection, change the log level); the load sees
 # no error. Then the control socket's defences: mode 0600, a non-root user refused (by the
 # file mode, and by SO_PEERCRED when the mode lets it through), malformed JSON, unknown methods,
@@ -87,7 +88,26 @@ run_to 30 iscsi-readcapacity16 "$URL/1" || {
     fail "iscsi-readcapacity16 of the new LUN"
 }
 grep -q "Total size:16777216" "$WORK/cmd.out" || fail "new LUN size: $(cat "$WORK/cmd.out")"
+
+note "a session kept open sees the unit attentions of add lun (3Fh/0Eh) and resize (2Ah/09h)"
+# ctl_ua.py (one raw session) clears its unit attentions and stops at DIR/NAME.ready until the
+# shell, having made the change, writes DIR/NAME.go; it checks the sense and READ CAPACITY(16).
+mkdir -p "$WORK/ua"
+python3 "$IT_DIR/ctl_ua.py" "$PORT" "$T" "$WORK/ua" $((16 << 20)) $((32 << 20)) \
+    >"$WORK/ua.out" 2>&1 &
+UA_PID=$!
+wait_stage() {
+    local i
+    for ((i = 0; i < 300; i++)); do
+        [ -e "$WORK/ua/$1.ready" ] && return 0
+        kill -0 "$UA_PID" 2>/dev/null || break
+        sleep 0.1
+    done
+    fail "ctl_ua.py did not reach $1: $(cat "$WORK/ua.out")"
+}
+wait_stage add
 ctl_ok add lun "$T" ram:8M --lun 5
+touch "$WORK/ua/add.go"
 ctl_ok --json show luns "$T"
 [ "$(jget '[l["lun"] for l in d]' <"$WORK/ctl.out")" = "[0, 1, 5]" ] ||
     fail "show luns after add: $(cat "$WORK/ctl.out")"
@@ -101,14 +121,17 @@ run_to 60 qemu-img bench -f raw -c 64 -d 1 -s 65536 -w "$URL/1" || {
     show_cmd_out
     fail "writing LUN 1"
 }
+wait_stage resize
 # the issue's spelling names no target: the daemon's only one is meant
 ctl_ok resize lun 1 32M
+touch "$WORK/ua/resize.go"
 grep -q "32 MiB" "$WORK/ctl.out" || fail "resize: $(cat "$WORK/ctl.out")"
 run_to 30 iscsi-readcapacity16 "$URL/1" || {
     show_cmd_out
     fail "iscsi-readcapacity16 after resize"
 }
 grep -q "Total size:33554432" "$WORK/cmd.out" || fail "resized LUN: $(cat "$WORK/cmd.out")"
+wait "$UA_PID" || fail "the open session's unit attentions: $(cat "$WORK/ua.out")"
 ctl resize lun "$T" 1 16M >"$WORK/ctl.out" 2>&1
 [ $? -eq 1 ] && grep -q "cannot shrink" "$WORK/ctl.out" || fail "shrinking was not refused"
 # the new half is there to write and read
