@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
-# linerate-ctl against a running linerate-target (issue 15): while a qemu-img load runs against LUN
-# 0, the daemon is changed only through linerate-ctl (add a LUN, resize it and see the new size with
-# iscsi-readcapacity16, a session kept open getting the unit attentions of both (ctl_ua.py), write-
-# protect it, remove it with I/O in flight (which ends at once with LOGICAL UNIT NOT SUPPORTED while
-# a linerate-bench --verify on LUN 0 passes), show sessions and connections, log a session out, drop
-# a connection, change the log level); the load sees no error. Then the control socket's defences:
-# mode 0600, a non-root user refused (by the file mode, and by SO_PEERCRED when the mode lets it
-# through), malformed JSON, unknown methods, a huge line, 1000 clients at once; the daemon answers
-# throughout and exits 0 on SIGTERM, removing its socket. And the option's own checks (relative
-# path, a socket in use, none).
+# linerate-ctl against a running linerate-target (issue 15): while a qemu-img load runs against
+# LUN 0, the daemon is changed only through linerate-ctl (add a LUN, resize it and see the new
+# size with iscsi-readcapacity16, a session kept open getting the unit attentions of both
+# (ctl_ua.py), write-protect it, remove it with I/O in flight (which ends at once with LOGICAL
+# UNIT NOT SUPPORTED while a linerate-bench --verify on LUN 5 passes), show sessions and
+# connections, log a session out, drop a connection, change the log level); the load sees no
+# error. Then the control socket's defences: mode 0600, a non-root user refused (by the file mode,
+# and by SO_PEERCRED when the mode lets it through), malformed JSON, unknown methods, a huge line,
+# 1000 clients at once; the daemon answers throughout and exits 0 on SIGTERM, removing its socket.
+# And the option's own checks (relative path, a socket in use, none).
 # Usage: target_ctl.sh  (LINERATE_TARGET from meson; linerate-ctl and linerate-bench beside it)
 set -u
 source "$(dirname "$0")/lt_lib.sh"
@@ -202,11 +202,12 @@ note "remove lun 1 with I/O in flight on it: that I/O ends cleanly, LUN 0's load
 timeout 120 qemu-img bench -f raw -c 400000 -d 16 -s 4096 -w "$URL/1" >"$WORK/victim.log" 2>&1 &
 VICTIM=$!
 sleep 1
-# A linerate-bench --verify on LUN 0 across the removal: its stamped blocks must read back, and
-# its timed cells after the verify (exit 1 on any failed command) take the REPORTED LUNS DATA
-# HAS CHANGED unit attention in their stride. The removal waits for its first login, so that it
-# lands in the verify or in the cells, not before them.
-"$BENCH" --verify --sizes 4k --rw randwrite,randread --qd 8 --seconds 2 --format csv "$URL/0" \
+# A linerate-bench --verify on another LUN across the removal: its stamped blocks must read
+# back, and its timed cells after the verify (exit 1 on any failed command) take the REPORTED
+# LUNS DATA HAS CHANGED unit attention in their stride. LUN 5, as the qemu-img rounds write LUN
+# 0 meanwhile and would overwrite the stamps. The removal waits for its first login, so that it
+# lands in the verify or in the timed cells, not before them.
+"$BENCH" --verify --sizes 4k --rw randwrite,randread --qd 8 --seconds 2 --format csv "$URL/5" \
     >"$WORK/bench-verify.log" 2>&1 &
 VPID=$!
 for ((i = 0; i < 100; i++)); do
@@ -230,9 +231,9 @@ grep -q "SENSE KEY:ILLEGAL_REQUEST(5) ASCQ:LOGICAL_UNIT_NOT_SUPPORTED" "$WORK/vi
 }
 wait $VPID || {
     cat "$WORK/bench-verify.log" >&2
-    fail "linerate-bench --verify on LUN 0 failed across the removal"
+    fail "linerate-bench --verify on LUN 5 failed across the removal"
 }
-grep -q "verify passed" "$WORK/bench-verify.log" || fail "no verify verdict on LUN 0"
+grep -q "verify passed" "$WORK/bench-verify.log" || fail "no verify verdict on LUN 5"
 ctl_ok remove lun "$T" 5
 ctl_ok --json show luns
 [ "$(jget '[l["lun"] for l in d]' <"$WORK/ctl.out")" = "[0]" ] ||
