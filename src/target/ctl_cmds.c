@@ -259,10 +259,11 @@ static json_t *m_show_targets(struct daemon *d, json_t *params, struct req_err *
         json_t *allow = json_array();
         for (unsigned k = 0; k < n->nallow; k++)
             json_array_append_new(allow, json_string(n->allow[k]));
-        json_array_append_new(a, json_pack("{s:s, s:s, s:o, s:i, s:o, s:b, s:i}", "name", n->name,
-                                           "alias", n->alias, "portals", portal_list(n), "luns",
-                                           (int)node_lun_count(n), "allow", allow, "chap",
-                                           n->chap.user[0] != '\0', "sessions", (int)nsess));
+        json_array_append_new(a, json_pack("{s:s, s:s, s:o, s:i, s:o, s:b, s:i, s:b}", "name",
+                                           n->name, "alias", n->alias, "portals", portal_list(n),
+                                           "luns", (int)node_lun_count(n), "allow", allow, "chap",
+                                           n->chap.user[0] != '\0', "sessions", (int)nsess,
+                                           "draining", ctl_target_draining(d, i)));
     }
     return a;
 }

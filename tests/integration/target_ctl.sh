@@ -8,7 +8,10 @@
 # error. Then the control socket's defences: mode 0600, a non-root user refused (by the file mode,
 # and by SO_PEERCRED when the mode lets it through), malformed JSON, unknown methods, a huge line,
 # 1000 clients at once; the daemon answers throughout and exits 0 on SIGTERM, removing its socket.
-# And the option's own checks (relative path, a socket in use, none).
+# And the option's own checks (relative path, a socket in use, none). Last, reload from a config
+# file: LUNs, bad files, SIGHUP, whole targets, and a target dropped while a session is on it:
+# draining (no new login, not in SendTargets) until that session ends, or gone at once with
+# --force, and served again if the file has it again meanwhile.
 # Usage: target_ctl.sh  (LINERATE_TARGET from meson; linerate-ctl and linerate-bench beside it)
 set -u
 source "$(dirname "$0")/lt_lib.sh"
@@ -490,6 +493,80 @@ conf_lines "$PORT" "lun 0 = ram:8M" "lun 2 = ram:4M" "lun 3 = ram:2M" "lun 4 = r
     >"$WORK/run.conf"
 ctl_ok reload
 grep -q "target $T:third removed" "$WORK/ctl.out" || fail "reload remove target: $(cat "$WORK/ctl.out")"
+
+note "reload drops a target that has a session: it drains, then goes when the session ends"
+T3=$T:third
+WITH3=("[target $T3]" "portal = 127.0.0.1:$PORT" "lun = ram:1M")
+BASE=("lun 0 = ram:8M" "lun 2 = ram:4M" "lun 3 = ram:2M" "lun 4 = ram:1M")
+# bench_on_t3 NAME: a linerate-bench session on T3 (pid in $BPID), once show sessions has it
+bench_on_t3() {
+    "$BENCH" --sizes 4k --rw read --qd 2 --seconds 60 --format csv \
+        "iscsi://127.0.0.1:$PORT/$T3/0" >"$WORK/bench-$1.log" 2>&1 &
+    BPID=$!
+    for ((i = 0; i < 100; i++)); do
+        ctl --json show sessions | grep -q "\"target\": \"$T3\"" && return 0
+        sleep 0.1
+    done
+    fail "no session on $T3: $(cat "$WORK/bench-$1.log")"
+}
+# t3_state: "absent", or "SESSIONS DRAINING" from show targets
+t3_state() {
+    ctl --json show targets | python3 -c '
+import json, sys
+t = [x for x in json.load(sys.stdin) if x["name"] == sys.argv[1]]
+print("absent" if not t else "%d %s" % (t[0]["sessions"], t[0]["draining"]))' "$T3"
+}
+conf_lines "$PORT" "${BASE[@]}" "${WITH3[@]}" >"$WORK/run.conf"
+ctl_ok reload
+grep -q "target $T3 added" "$WORK/ctl.out" || fail "reload add target: $(cat "$WORK/ctl.out")"
+bench_on_t3 drain
+conf_lines "$PORT" "${BASE[@]}" >"$WORK/run.conf"
+ctl_ok --json reload
+python3 - "$WORK/ctl.out" "$T3" <<'EOF' || fail "reload with a session on $T3: $(cat "$WORK/ctl.out")"
+import json, sys
+r = json.load(open(sys.argv[1]))
+a = " | ".join(r["applied"])
+assert "target %s draining" % sys.argv[2] in a and "1 session ends" in a, a
+assert not r["needs_restart"], r["needs_restart"]
+EOF
+[ "$(t3_state)" = "1 True" ] || fail "$T3 after the reload: $(t3_state), not draining with 1 session"
+ctl_ok show targets
+grep -q "^$T3 .*1 (draining)" "$WORK/ctl.out" || fail "show targets table: $(cat "$WORK/ctl.out")"
+run_to 30 iscsi-ls -s "iscsi://127.0.0.1:$PORT"
+grep -q "Target:$T3" "$WORK/cmd.out" && fail "SendTargets still lists the draining $T3"
+run_to 30 iscsi-readcapacity16 "iscsi://127.0.0.1:$PORT/$T3/0" &&
+    fail "a new login to the draining $T3 worked"
+kill -0 "$BPID" 2>/dev/null ||
+    fail "the session on the draining $T3 ended: $(cat "$WORK/bench-drain.log")"
+kill "$BPID" 2>/dev/null
+wait "$BPID" 2>/dev/null
+for ((i = 0; i < 50; i++)); do
+    [ "$(t3_state)" = absent ] && break
+    sleep 0.1
+done
+[ "$(t3_state)" = absent ] || fail "$T3 still there 5 s after its last session ended: $(t3_state)"
+grep -q "event=target-removed target=$T3 " "$WORK/target.log" || fail "no target-removed log line"
+
+note "a draining target the file has again is served again; reload --force removes it at once"
+conf_lines "$PORT" "${BASE[@]}" "${WITH3[@]}" >"$WORK/run.conf"
+ctl_ok reload
+bench_on_t3 force
+conf_lines "$PORT" "${BASE[@]}" >"$WORK/run.conf"
+ctl_ok reload
+[ "$(t3_state)" = "1 True" ] || fail "$T3 not draining: $(t3_state)"
+conf_lines "$PORT" "${BASE[@]}" "${WITH3[@]}" >"$WORK/run.conf"
+ctl_ok reload
+grep -q "target $T3 served again" "$WORK/ctl.out" || fail "undrain: $(cat "$WORK/ctl.out")"
+[ "$(t3_state)" = "1 False" ] || fail "$T3 not served again: $(t3_state)"
+run_to 30 iscsi-ls -s "iscsi://127.0.0.1:$PORT"
+grep -q "Target:$T3" "$WORK/cmd.out" || fail "SendTargets does not list $T3 again"
+conf_lines "$PORT" "${BASE[@]}" >"$WORK/run.conf"
+ctl_ok reload --force
+grep -q "target $T3 removed (1 session ended)" "$WORK/ctl.out" ||
+    fail "reload --force with a session: $(cat "$WORK/ctl.out")"
+[ "$(t3_state)" = absent ] || fail "$T3 still there after reload --force: $(t3_state)"
+kill "$BPID" 2>/dev/null
+wait "$BPID" 2>/dev/null
 wait $LOAD_PID || {
     tail -n 5 "$WORK/load2.log" >&2
     fail "the load on LUN 0 failed during the reloads"
