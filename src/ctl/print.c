@@ -122,9 +122,10 @@ static void print_targets(FILE *out, json_t *r)
     {
         char *portals = join(json_object_get(o, "portals"));
         char *allow = join(json_object_get(o, "allow"));
-        char luns[16], sess[16], access[512];
+        char luns[16], sess[32], access[512];
         snprintf(luns, sizeof(luns), "%lld", num(o, "luns"));
-        snprintf(sess, sizeof(sess), "%lld", num(o, "sessions"));
+        snprintf(sess, sizeof(sess), "%lld%s", num(o, "sessions"),
+                 flag(o, "draining") ? " (draining)" : "");
         snprintf(access, sizeof(access), "%s%s", allow && *allow ? allow : "everyone",
                  flag(o, "chap") ? " (CHAP)" : "");
         table_row(&t, (const char *[]){str(o, "name"), *str(o, "alias") ? str(o, "alias") : "-",

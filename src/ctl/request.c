@@ -101,25 +101,36 @@ int ctl_req_from_argv(int argc, char **argv, struct ctl_req *req, char *err, siz
     }
     if ((is(verb, "remove") || is(verb, "set") || is(verb, "resize")) && is(what, "lun")) {
         bool set = is(verb, "set"), resize = is(verb, "resize");
-        int need = set || resize ? 5 : 4;
-        if (argc < need)
+        /* The issue's spellings name no target (set lun N ro|rw, resize lun N SIZE): the
+         * daemon then takes its only one. Naming it stays allowed and is needed with several:
+         * the target form has one more word before the options. */
+        int words = set || resize ? 2 : 1; /* after "VERB lun": N [ro|rw|SIZE] */
+        int pos = 0;
+        while (2 + pos < argc && argv[2 + pos][0] != '-')
+            pos++;
+        bool named = pos > words;
+        int at = named ? 3 : 2; /* index of N */
+        int need = at + words;
+        if (argc < need || pos < words)
             return usage_err(err, errlen, "usage: %s",
-                             set      ? "set lun TARGET N ro|rw"
-                             : resize ? "resize lun TARGET N SIZE"
-                                      : "remove lun TARGET N "
+                             set      ? "set lun [TARGET] N ro|rw"
+                             : resize ? "resize lun [TARGET] N SIZE"
+                                      : "remove lun [TARGET] N "
                                         "[--timeout S]");
-        json_object_set_new(p, "target", json_string(argv[2]));
-        if (num_arg(argv[3], "LUN", 16383, &v, err, errlen) < 0)
+        if (named)
+            json_object_set_new(p, "target", json_string(argv[2]));
+        if (num_arg(argv[at], "LUN", 16383, &v, err, errlen) < 0)
             return -1;
         json_object_set_new(p, "lun", json_integer(v));
         if (set) {
-            if (!is(argv[4], "ro") && !is(argv[4], "rw"))
-                return usage_err(err, errlen, "set lun TARGET N ro|rw: '%s' is neither", argv[4]);
-            json_object_set_new(p, "read_only", json_boolean(is(argv[4], "ro")));
+            const char *mode = argv[at + 1];
+            if (!is(mode, "ro") && !is(mode, "rw"))
+                return usage_err(err, errlen, "set lun [TARGET] N ro|rw: '%s' is neither", mode);
+            json_object_set_new(p, "read_only", json_boolean(is(mode, "ro")));
             req->method = "set_lun";
             req->kind = "lun";
         } else if (resize) {
-            json_object_set_new(p, "size", json_string(argv[4]));
+            json_object_set_new(p, "size", json_string(argv[at + 1]));
             req->method = "resize_lun";
             req->kind = "lun";
         } else {

@@ -26,7 +26,7 @@
 #define CTL_CLIENTS_MAX 64u        /* connected at once; more are answered busy */
 #define CTL_IDLE_MS 60000u         /* a client silent this long is closed */
 #define CTL_OUT_MAX (64u << 20)    /* unread responses one client may leave queued */
-#define CTL_REAP_MS 1000u          /* removed LUNs still in use are looked at this often */
+#define CTL_REAP_MS 1000u /* removed LUNs still in use, draining targets: looked at this often */
 #define CTL_BACKLOG 1024
 
 /* JSON-RPC error codes the transport itself answers with (ctl_cmds.c has the others). */
@@ -306,6 +306,7 @@ static void reap_tick(void *arg)
 {
     struct ctl_server *s = arg;
     ctl_reap_zombies(s->d, false);
+    ctl_reap_drained(s->d);
     reactor_timer_start(s->r, &s->reap, CTL_REAP_MS, reap_tick, s);
 }
 

@@ -137,6 +137,24 @@ static struct iscsi_node *param_target(struct daemon *d, json_t *params, unsigne
     return n;
 }
 
+/* The target of a LUN verb: the one named, or, when the request names none (linerate-ctl set
+ * lun N ro, the issue's spelling), the daemon's only target. */
+static struct iscsi_node *param_lun_target(struct daemon *d, json_t *params, unsigned *idx,
+                                           struct req_err *e)
+{
+    if (params && json_object_get(params, "target"))
+        return param_target(d, params, idx, e);
+    if (d->built.n == 1) {
+        *idx = 0;
+        return d->built.nodes[0];
+    }
+    if (d->built.n == 0)
+        fail(e, ERR_NOT_FOUND, "no target is served");
+    else
+        fail(e, ERR_INVALID_PARAMS, "several targets: name one (TARGET N)");
+    return NULL;
+}
+
 static struct scsi_lun *param_lun(struct iscsi_node *n, json_t *params, uint64_t *num,
                                   struct req_err *e)
 {
@@ -241,10 +259,11 @@ static json_t *m_show_targets(struct daemon *d, json_t *params, struct req_err *
         json_t *allow = json_array();
         for (unsigned k = 0; k < n->nallow; k++)
             json_array_append_new(allow, json_string(n->allow[k]));
-        json_array_append_new(a, json_pack("{s:s, s:s, s:o, s:i, s:o, s:b, s:i}", "name", n->name,
-                                           "alias", n->alias, "portals", portal_list(n), "luns",
-                                           (int)node_lun_count(n), "allow", allow, "chap",
-                                           n->chap.user[0] != '\0', "sessions", (int)nsess));
+        json_array_append_new(a, json_pack("{s:s, s:s, s:o, s:i, s:o, s:b, s:i, s:b}", "name",
+                                           n->name, "alias", n->alias, "portals", portal_list(n),
+                                           "luns", (int)node_lun_count(n), "allow", allow, "chap",
+                                           n->chap.user[0] != '\0', "sessions", (int)nsess,
+                                           "draining", ctl_target_draining(d, i)));
     }
     return a;
 }
@@ -564,7 +583,7 @@ int ctl_lun_remove(struct daemon *d, unsigned t, uint64_t num, unsigned timeout_
 static json_t *m_remove_lun(struct daemon *d, json_t *params, struct req_err *e)
 {
     unsigned t;
-    struct iscsi_node *n = param_target(d, params, &t, e);
+    struct iscsi_node *n = param_lun_target(d, params, &t, e);
     if (!n)
         return NULL;
     uint64_t num, timeout = REMOVE_TIMEOUT_S;
@@ -583,7 +602,7 @@ static json_t *m_remove_lun(struct daemon *d, json_t *params, struct req_err *e)
 static json_t *m_set_lun(struct daemon *d, json_t *params, struct req_err *e)
 {
     unsigned t;
-    struct iscsi_node *n = param_target(d, params, &t, e);
+    struct iscsi_node *n = param_lun_target(d, params, &t, e);
     uint64_t num;
     struct scsi_lun *lu = n ? param_lun(n, params, &num, e) : NULL;
     if (!lu)
@@ -629,7 +648,7 @@ static void conf_lun_resized(struct daemon *d, unsigned t, uint64_t num, uint64_
 static json_t *m_resize_lun(struct daemon *d, json_t *params, struct req_err *e)
 {
     unsigned t;
-    struct iscsi_node *n = param_target(d, params, &t, e);
+    struct iscsi_node *n = param_lun_target(d, params, &t, e);
     uint64_t num;
     struct scsi_lun *lu = n ? param_lun(n, params, &num, e) : NULL;
     if (!lu)

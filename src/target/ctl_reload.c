@@ -456,24 +456,42 @@ static json_t *reload(struct daemon *d, bool force, char *err, size_t errlen)
             apply_access(d, t, f, force, applied, restart);
     }
 
-    /* Whole targets last: removing one renumbers the running ones. */
+    /* Whole targets last: removing one renumbers the running ones. A target gone from the
+     * file that still has sessions drains without force: hidden from new logins and
+     * SendTargets now, removed when its last session ends (ctl_reap_drained); force logs
+     * them out and removes it now. */
     for (unsigned t = 0; t < d->cfg.ntargets;) {
         char name[ISCSI_NAME_MAX + 1];
         snprintf(name, sizeof(name), "%s", d->cfg.targets[t].name);
         if (find_conf(&file, name)) {
+            if (ctl_target_undrain(d, t))
+                note(applied, "target %s served again (it was draining)", name);
             t++;
             continue;
         }
+        unsigned nsess = force ? 0 : ctl_target_drain(d, t);
         struct ctl_target_removed tr;
         char why[512];
-        int trc = ctl_target_remove(d, name, force, RELOAD_REMOVE_TIMEOUT_S, &tr, why, sizeof(why));
+        int trc = nsess ? -EBUSY
+                        : ctl_target_remove(d, name, force, RELOAD_REMOVE_TIMEOUT_S, &tr, why,
+                                            sizeof(why));
         if (trc == 0) {
             note(applied, "target %s removed (%u session%s ended)", name, tr.sessions,
                  tr.sessions == 1 ? "" : "s");
-        } else {
-            note(restart, "%s%s", why, trc == -EBUSY ? " (reload --force logs them out)" : "");
-            t++;
+            continue;
         }
+        if (trc == -EBUSY && !force) {
+            /* (a login that found it before it was hidden is waited for the same way) */
+            nsess = ctl_target_drain(d, t);
+            note(applied,
+                 "target %s draining: no new login finds it; removed when its %u session%s "
+                 "end%s%s (reload --force logs them out)",
+                 name, nsess, nsess == 1 ? "" : "s", nsess == 1 ? "s" : "",
+                 d->ctl ? "" : ", at the next reload (no control thread runs)");
+        } else {
+            note(restart, "%s", why);
+        }
+        t++;
     }
     for (unsigned i = 0; i < file.ntargets; i++) {
         const struct target_node_conf *f = &file.targets[i];

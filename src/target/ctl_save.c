@@ -462,7 +462,7 @@ static int write_all(int fd, const char *s, size_t n)
 
 /* The text of the saved file: the layout's lines edited, then the sections of targets the
  * file does not have. */
-static char *render(struct doc *d, const struct daemon *dm, const struct target_config *file,
+static char *render(struct doc *d, struct daemon *dm, const struct target_config *file,
                     const struct target_section_defaults *defs, bool have_layout)
 {
     char *out = NULL;
@@ -493,7 +493,7 @@ static char *render(struct doc *d, const struct daemon *dm, const struct target_
         bool there = false;
         for (unsigned i = 0; i < file->ntargets && !there; i++)
             there = strcasecmp(file->targets[i].name, r->name) == 0;
-        if (there)
+        if (there || ctl_target_draining(dm, t))
             continue;
         if (!blank)
             fputc('\n', m);
@@ -562,8 +562,10 @@ json_t *ctl_save(struct daemon *dm, const char *path, char *err, size_t errlen)
         for (unsigned i = 0; i < file.ntargets && !f; i++)
             if (strcasecmp(file.targets[i].name, doc.s[s].name) == 0)
                 f = &file.targets[i];
+        /* A draining target (a reload dropped it) is on its way out: not saved. */
         for (unsigned i = 0; i < dm->cfg.ntargets && !r; i++)
-            if (strcasecmp(dm->cfg.targets[i].name, doc.s[s].name) == 0)
+            if (strcasecmp(dm->cfg.targets[i].name, doc.s[s].name) == 0 &&
+                !ctl_target_draining(dm, i))
                 r = &dm->cfg.targets[i];
         if (!f)
             continue; /* cannot be: the file loaded */

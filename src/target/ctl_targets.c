@@ -4,7 +4,11 @@
  * where logins and SendTargets find it. A removed target leaves the node table first (no new
  * login finds it), its sessions are asked to log out (or it is refused while it has any,
  * without force), its LUNs go as remove lun takes them, and its node and SCSI target are kept
- * until exit: a session that was ending may still point at them. Control thread only. */
+ * until exit: a session that was ending may still point at them. A target that reload drops
+ * while it has sessions drains instead: out of the node table at once, it stays in d->built
+ * (its sessions carry on) until the last one ends, when ctl_reap_drained removes it. Control
+ * thread only. */
+#include <assert.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,6 +19,9 @@
 #include "target/daemon.h"
 
 #define CLOSE_WAIT_MS 5000 /* after closing a removed target's sessions' connections */
+/* A drained target's LUNs: its sessions are gone, so only commands of ended connections
+ * (a few ms) can hold them. */
+#define DRAIN_REMOVE_TIMEOUT_S 5
 
 struct ctl_retired {
     struct ctl_retired *next;
@@ -213,6 +220,63 @@ int ctl_target_remove(struct daemon *d, const char *name, bool force, unsigned t
     /* `name` may have been the configuration's, freed just now: the node's stays */
     LOG_INFO("event=target-removed target=%s sessions-ended=%u luns=%u", n->name, nsess, out->luns);
     return 0;
+}
+
+/* Draining is no state of its own: a target in d->built whose node the server's table lacks
+ * (every other one is in it from its start to its removal). */
+bool ctl_target_draining(struct daemon *d, unsigned t)
+{
+    assert(t < d->built.n);
+    const struct iscsi_node *n = d->built.nodes[t];
+    return iscsi_server_find_node(&d->srv, n->name) != n;
+}
+
+unsigned ctl_target_drain(struct daemon *d, unsigned t)
+{
+    assert(t < d->built.n);
+    struct iscsi_node *n = d->built.nodes[t];
+    if (!ctl_target_draining(d, t)) {
+        /* No new login or SendTargets finds it from now on; its sessions carry on. */
+        iscsi_server_remove_node(&d->srv, n);
+        unsigned k = node_sessions(d, n);
+        if (k) /* (none: the caller removes it at once, which logs that) */
+            LOG_INFO("event=target-draining target=%s sessions=%u", n->name, k);
+        return k;
+    }
+    return node_sessions(d, n);
+}
+
+bool ctl_target_undrain(struct daemon *d, unsigned t)
+{
+    if (!ctl_target_draining(d, t))
+        return false;
+    struct iscsi_node *n = d->built.nodes[t];
+    if (iscsi_server_add_node(&d->srv, n) < 0)
+        return false; /* the table is full: it stays draining */
+    LOG_INFO("event=target-undrained target=%s sessions=%u", n->name, node_sessions(d, n));
+    return true;
+}
+
+void ctl_reap_drained(struct daemon *d)
+{
+    for (unsigned t = 0; t < d->built.n;) {
+        struct iscsi_node *n = d->built.nodes[t];
+        if (!ctl_target_draining(d, t) || node_sessions(d, n)) {
+            t++;
+            continue;
+        }
+        char name[ISCSI_NAME_MAX + 1], why[512];
+        snprintf(name, sizeof(name), "%s", n->name);
+        struct ctl_target_removed tr;
+        int rc = ctl_target_remove(d, name, false, DRAIN_REMOVE_TIMEOUT_S, &tr, why, sizeof(why));
+        if (rc == 0) {
+            LOG_INFO("target %s: its last session ended; removed as the reload asked", name);
+        } else {
+            /* A login that found it just before it was hidden: wait for that one too. */
+            LOG_DEBUG("target %s: still draining: %s", name, why);
+            t++;
+        }
+    }
 }
 
 void ctl_free_retired(struct daemon *d)

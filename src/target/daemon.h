@@ -141,6 +141,17 @@ struct ctl_target_removed {
  * -EBUSY, -ENOMEM with a reason in err, or 0. */
 int ctl_target_remove(struct daemon *d, const char *name, bool force, unsigned timeout_s,
                       struct ctl_target_removed *out, char *err, size_t errlen);
+/* Hide target t (a d->built index) from new logins and SendTargets, leaving its sessions be;
+ * ctl_reap_drained removes it once they have ended. Returns how many sessions it has now (0:
+ * remove it at once). */
+unsigned ctl_target_drain(struct daemon *d, unsigned t);
+/* Whether target t is draining (hidden, waiting for its sessions to end). */
+bool ctl_target_draining(struct daemon *d, unsigned t);
+/* Serve a draining target t to new logins again (a reload whose file has it again): true if
+ * it was draining and is served now. */
+bool ctl_target_undrain(struct daemon *d, unsigned t);
+/* From the control thread's timer: remove the draining targets whose sessions have ended. */
+void ctl_reap_drained(struct daemon *d);
 /* At exit, once no reactor runs: free the removed targets' nodes and SCSI targets. */
 void ctl_free_retired(struct daemon *d);
 /* End the normal sessions of node n (only those of `initiator`, unless NULL): each is asked to
