@@ -366,6 +366,64 @@ stop_target
 [ "$STOP_RC" -eq 0 ] || fail "exit $STOP_RC"
 [ -e "$SOCK" ] && fail "the socket file is still there"
 
+note "out of descriptors: clients are told busy at once, the daemon does not spin"
+SOCK=$WORK/lim.sock
+start_target --lun ram:1M --threads 1 --ctl-socket "$SOCK"
+# a few descriptors to spare: the rest of 300 clients find it at its limit
+prlimit --pid "$LT_PID" --nofile=$(($(ls "/proc/$LT_PID/fd" | wc -l) + 8)) ||
+    fail "prlimit --pid $LT_PID failed"
+python3 - "$SOCK" "$LT_PID" <<'EOF' || fail "out of descriptors"
+import json, os, resource, socket, sys, time
+path, pid = sys.argv[1], int(sys.argv[2])
+
+def cpu():  # the daemon's user + system time, s (proc(5): fields 14, 15)
+    f = open("/proc/%d/stat" % pid).read().rsplit(")", 1)[1].split()
+    return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
+
+resource.setrlimit(resource.RLIMIT_NOFILE, (4096, 4096))
+socks = []
+for i in range(300):
+    s = socket.socket(socket.AF_UNIX)
+    s.connect(path)
+    s.settimeout(30)
+    socks.append(s)
+time.sleep(0.5)
+c0 = cpu()
+time.sleep(2)
+spent = cpu() - c0
+ok = busy = 0
+for s in socks:
+    try:
+        s.sendall(b'{"jsonrpc":"2.0","id":1,"method":"version"}\n')
+    except OSError:
+        pass
+for s in socks:
+    buf = b""
+    try:
+        while b"\n" not in buf:
+            chunk = s.recv(4096)
+            if not chunk:
+                break
+            buf += chunk
+    except OSError:
+        pass
+    r = json.loads(buf.split(b"\n")[0]) if b"\n" in buf else {}
+    if "result" in r:
+        ok += 1
+    elif r.get("error", {}).get("code") == -32002:
+        busy += 1
+    s.close()
+print("300 clients at the descriptor limit:", ok, "served,", busy, "told busy;",
+      "%.2f s of CPU in 2 s" % spent)
+assert ok >= 1 and busy >= 1 and ok + busy == 300, (ok, busy)
+assert spent < 0.5, "the daemon spun at its descriptor limit: %.2f s of CPU in 2 s" % spent
+EOF
+grep -q "client refused: busy: out of file descriptors" "$WORK/target.log" ||
+    fail "no refusal logged at the descriptor limit"
+ctl_ok version
+stop_target
+[ "$STOP_RC" -eq 0 ] || fail "exit $STOP_RC"
+
 note "ctl-socket from the config file; reload (good and bad files) and SIGHUP"
 conf_lines() { # the config with these LUN (and other) lines in the target's section
     printf 'ctl-socket = %s\n[target %s]\nportal = 127.0.0.1:%s\n' "$WORK/conf.sock" "$T" "$1"
