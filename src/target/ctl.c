@@ -5,8 +5,9 @@
  * (ctl_cmds.c). Requests are served one at a time, in arrival order.
  *
  * Only root or the daemon's own user may connect (SO_PEERCRED), on top of the socket's mode
- * 0600. Lines are capped at CTL_LINE_MAX, clients at CTL_CLIENTS_MAX, idle clients are closed
- * after CTL_IDLE_MS: bad input gets an error line, never a stuck or crashed daemon. */
+ * 0600. Lines are capped at CTL_LINE_MAX, clients at CTL_CLIENTS_MAX (more, or any when the
+ * daemon is out of descriptors, are answered busy), idle clients are closed after CTL_IDLE_MS:
+ * bad input gets an error line, never a stuck or crashed daemon. */
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
@@ -66,6 +67,7 @@ struct ctl_server {
     struct reactor_msg reload_msg; /* SIGHUP */
     struct log_limit refuse_log;
     struct metrics_server *metrics; /* --metrics: served on this thread too (metrics.c) */
+    int spare_fd; /* /dev/null, given up to accept a client when out of descriptors */
 };
 
 /* --- clients --- */
@@ -268,8 +270,20 @@ static void on_accept(void *arg, uint32_t events)
     (void)events;
     for (int i = 0; i < 64; i++) {
         int fd = accept4(s->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd < 0 && (errno == EMFILE || errno == ENFILE) && s->spare_fd >= 0) {
+            /* Out of descriptors. The listening socket stays readable (level-triggered), so
+             * leaving the client queued would spin this thread and leave it unanswered: give
+             * up the spare to take it, tell it busy, and take the spare back. */
+            close(s->spare_fd);
+            fd = accept4(s->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+            if (fd >= 0)
+                refuse(s, fd, CTL_ERR_BUSY, "busy: out of file descriptors; try again");
+            s->spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+            if (fd >= 0)
+                continue;
+        }
         if (fd < 0)
-            return; /* EAGAIN, or out of descriptors: the next wake-up tries again */
+            return; /* EAGAIN (or out of descriptors without a spare): the next wake-up */
         uid_t uid = (uid_t)-1;
         char msg[128];
         if (!peer_allowed(fd, &uid)) {
@@ -307,6 +321,8 @@ static void reap_tick(void *arg)
     struct ctl_server *s = arg;
     ctl_reap_zombies(s->d, false);
     ctl_reap_drained(s->d);
+    if (s->spare_fd < 0) /* lost to another thread's open between close and reopen */
+        s->spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
     reactor_timer_start(s->r, &s->reap, CTL_REAP_MS, reap_tick, s);
 }
 
@@ -406,6 +422,8 @@ static int ctl_bind(struct ctl_server *s, char *why, size_t whylen)
 static void ctl_free(struct ctl_server *s)
 {
     metrics_close(s->metrics);
+    if (s->spare_fd >= 0)
+        close(s->spare_fd);
     if (s->fd >= 0)
         close(s->fd);
     if (s->r)
@@ -428,6 +446,7 @@ int ctl_open(struct daemon *d)
     }
     s->d = d;
     s->fd = -1;
+    s->spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
     snprintf(s->path, sizeof(s->path), "%s", cfg->ctl_socket);
     list_init(&s->clients);
     atomic_init(&s->stopping, false);

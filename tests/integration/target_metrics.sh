@@ -10,7 +10,9 @@
 # and the portal by exactly what it did, by scrape and linerate-ctl stats. Then the endpoint's
 # defences: non-GET, wrong path, a garbage request line, a huge request head, a slowloris
 # sender, more clients than the limit: each gets a 4xx/503 or is closed, and the daemon scrapes
-# fine afterwards and exits 0 on SIGTERM. And the option's own checks.
+# fine afterwards and exits 0 on SIGTERM. Every family of each kind (LUN, session, portal) has
+# its HELP and TYPE; the bench's power-on unit attentions count under
+# sense_key="unit_attention". And the option's own checks, and the config key `metrics`.
 # Usage: target_metrics.sh  (LINERATE_TARGET from meson; linerate-ctl and linerate-bench beside it)
 set -u
 source "$(dirname "$0")/lt_lib.sh"
@@ -63,15 +65,19 @@ done
 
 # A free loopback port for the endpoint (start_target picks the iSCSI one, in random_port's
 # range): from the span just above that range when LT_PORT_BASE is given, else 30000..39999.
-for ((i = 0; i < 50; i++)); do
-    if [ -n "${LT_PORT_BASE:-}" ]; then
-        MPORT=$((LT_PORT_BASE + ${LT_PORT_SPAN:-10000} + RANDOM % ${LT_PORT_SPAN:-10000}))
-    else
-        MPORT=$((30000 + RANDOM % 10000))
-    fi
-    port_busy "$MPORT" || break
-done
-MADDR=127.0.0.1:$MPORT
+pick_mport() {
+    local i
+    for ((i = 0; i < 50; i++)); do
+        if [ -n "${LT_PORT_BASE:-}" ]; then
+            MPORT=$((LT_PORT_BASE + ${LT_PORT_SPAN:-10000} + RANDOM % ${LT_PORT_SPAN:-10000}))
+        else
+            MPORT=$((30000 + RANDOM % 10000))
+        fi
+        port_busy "$MPORT" || break
+    done
+    MADDR=127.0.0.1:$MPORT
+}
+pick_mport
 
 note "start with --metrics $MADDR (and ERL 1 allowed, for the digest test)"
 start_target --lun ram:64M --lun ram:16M --threads 2 --ctl-socket "$SOCK" --metrics "$MADDR" \
@@ -81,15 +87,13 @@ URL="iscsi://127.0.0.1:$PORT/$T/0"
 
 note "a scrape before any I/O: every family present, the LUN's counters at 0"
 scrape m0
-for f in lun_commands_total lun_read_bytes_total lun_write_bytes_total lun_latency_seconds \
-    lun_errors_total lun_queue_depth lun_r2ts_total lun_aborts_total lun_resets_total \
-    lun_digest_errors_total session_commands_total session_latency_seconds \
-    session_digest_errors_total session_queue_depth session_aborts_total session_resets_total \
-    portal_commands_total portal_read_bytes_total portal_write_bytes_total \
-    portal_latency_seconds portal_digest_errors_total portal_queue_depth portal_r2ts_total \
-    portal_aborts_total portal_resets_total; do
-    grep -q "^# TYPE linerate_$f " "$WORK/m0.txt" || fail "no # TYPE linerate_$f"
-    grep -q "^# HELP linerate_$f " "$WORK/m0.txt" || fail "no # HELP linerate_$f"
+# Every family stats.c writes, for each of the three kinds of entry.
+for kind in lun session portal; do
+    for f in commands_total read_bytes_total write_bytes_total latency_seconds errors_total \
+        queue_depth digest_errors_total r2ts_total aborts_total resets_total; do
+        grep -q "^# TYPE linerate_${kind}_$f " "$WORK/m0.txt" || fail "no # TYPE linerate_${kind}_$f"
+        grep -q "^# HELP linerate_${kind}_$f " "$WORK/m0.txt" || fail "no # HELP linerate_${kind}_$f"
+    done
 done
 grep -q '^# TYPE linerate_errors_total counter' "$WORK/m0.txt" || fail "no linerate_errors_total"
 [ "$(val m0 "$(lun_series write_bytes_total)")" = 0 ] || fail "LUN 0 wrote before any I/O"
@@ -136,9 +140,21 @@ cnt=$(val m1 "linerate_lun_latency_seconds_count{lun=\"0\",op=\"write\",$LUN0}")
 [ "$cnt" -eq "$WC" ] || fail "write latency count $cnt != $WC write commands"
 # The bench sees REPORT LUNS / READ CAPACITY etc. and the power-on unit attention.
 [ "$(val m1 "$(lun_series commands_total 'op="other"')")" -gt 0 ] || fail "no 'other' commands"
+# Each bench run is a new I_T nexus: its first command on LUN 0 that is not INQUIRY, REPORT
+# LUNS or REQUEST SENSE gets CHECK CONDITION, UNIT ATTENTION (POWER ON OCCURRED, SAM-5 5.14);
+# the bench retries it. Counted by sense key on the LUN, the portal and daemon-wide.
+UA=$(val m1 "$(lun_series errors_total 'sense_key="unit_attention"')")
+[ "$UA" -gt 0 ] || fail "no unit attention counted on LUN 0: $(grep errors_total "$WORK/m1.txt")"
+PUA=$(val m1 "linerate_portal_errors_total{portal=\"127.0.0.1:$PORT\",sense_key=\"unit_attention\"}")
+echo "unit attentions: $UA on LUN 0, $PUA on the portal"
+[ "$PUA" -ge "$UA" ] || fail "the portal counted $PUA unit attentions, LUN 0 $UA"
+[ "$(val m1 'linerate_errors_total{sense_key="unit_attention"}')" -eq "$PUA" ] ||
+    fail "linerate_errors_total{sense_key=\"unit_attention\"} is not the portal's $PUA"
 
 note "while a session is logged in: its series, and linerate-ctl stats"
-"$BENCH" --sizes 4k --rw randwrite --seconds 4 --qd 8 "$URL" >"$WORK/bench2.out" 2>&1 &
+# 8 s: the scrape and the three stats samples below (about 3 s, more on a loaded machine)
+# must all fall inside the session's life.
+"$BENCH" --sizes 4k --rw randwrite --seconds 8 --qd 8 "$URL" >"$WORK/bench2.out" 2>&1 &
 BPID=$!
 sleep 1.5
 scrape m2
@@ -365,6 +381,25 @@ kill -0 "$LT_PID" 2>/dev/null || fail "the daemon died"
 scrape m5
 
 note "SIGTERM: exit 0"
+stop_target
+[ "$STOP_RC" -eq 0 ] || fail "exit $STOP_RC"
+
+note "the config key: metrics = ADDR:PORT in --config serves the same endpoint"
+pick_mport
+cat >"$WORK/metrics.conf" <<EOF
+ctl-socket = $WORK/conf.sock
+metrics = $MADDR
+[target $T]
+portal = 127.0.0.1:@PORT@
+lun = ram:16M
+EOF
+: >"$WORK/target.log"
+start_target_config "$WORK/metrics.conf"
+grep -q "metrics at http://$MADDR/metrics" "$WORK/target.log" ||
+    fail "no metrics line in the log with the config key"
+scrape m8
+expect m8 "$(lun_series commands_total 'op="read"')" 0
+expect m8 "linerate_portal_queue_depth{portal=\"127.0.0.1:$PORT\"}" 0
 stop_target
 [ "$STOP_RC" -eq 0 ] || fail "exit $STOP_RC"
 echo "PASS"

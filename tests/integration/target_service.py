@@ -9,7 +9,9 @@
   b) the event lines (docs/logging.md): login, logout, conn-closed, session-end, lun-added,
      lun-removed, each one line of key=value fields that a tokenizer consumes whole;
   c) stderr as journald's stream (JOURNAL_STREAM = its device:inode): "<6>" priority prefixes
-     instead of time stamps; --syslog: no line on stderr; `log = bogus` refused with FILE:LINE.
+     instead of time stamps; --syslog: no line on stderr, and (in a private mount namespace
+     with a datagram socket as /dev/log) event=login/logout arrive there as syslog messages
+     of facility daemon from the daemon's pid; `log = bogus` refused with FILE:LINE.
 
 Usage: target_service.py LINERATE-TARGET LINERATE-CTL [CONFIG]
 With CONFIG (the packaged /etc/linerate/linerate.conf) the daemon serves that file, its
@@ -18,6 +20,7 @@ on the binaries and config extracted from the .deb.
 """
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -71,7 +74,7 @@ class Service:
     """The daemon started as systemd would start a Type=notify service."""
 
     def __init__(self, target, ctl, work, config_src=None, abstract=False, journal=False,
-                 extra=()):
+                 extra=(), wrap=()):
         self.ctl = ctl
         self.work = work
         self.port = free_port()
@@ -110,7 +113,8 @@ class Service:
         if journal:
             st = os.fstat(self.log.fileno())
             env["JOURNAL_STREAM"] = "%d:%d" % (st.st_dev, st.st_ino)
-        self.proc = subprocess.Popen([target, "--config", conf, "--threads", "2"] + list(extra),
+        self.proc = subprocess.Popen(list(wrap) + [target, "--config", conf, "--threads", "2"]
+                                     + list(extra),
                                      stdout=subprocess.DEVNULL, stderr=self.log, env=env)
         self.messages = []
 
@@ -258,6 +262,88 @@ def event_checks(s):
     print("ok: event lines login, logout, conn-closed, session-end, lun-added, lun-removed")
 
 
+# Run in a private mount namespace (unshare -m, propagation private) with DIR bound over /dev:
+# DIR holds the test's syslog socket as "log" and bind mounts of the harmless device nodes,
+# so the daemon's syslog(3) reaches the test and nothing outside the namespace changes.
+PRIVATE_DEV = """set -e
+dev=$1
+shift
+for n in null zero full random urandom; do
+    [ -e /dev/$n ] || continue
+    : >"$dev/$n"
+    mount --bind "/dev/$n" "$dev/$n"
+done
+ln -s /proc/self/fd "$dev/fd"
+mount --bind "$dev" /dev
+exec "$@"
+"""
+
+
+def syslog_checks(target, ctl, work):
+    """--syslog: the event lines go to syslog(3), i.e. datagrams on /dev/log (RFC 3164 form:
+    "<PRI>TIMESTAMP linerate-target[PID]: MSG", facility daemon), and none to stderr."""
+    if shutil.which("unshare") is None:
+        print("skip: no unshare(1) (util-linux): the syslog messages themselves are not checked")
+        return False
+    probe = subprocess.run(["unshare", "-m", "--propagation", "private", "true"],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    if probe.returncode != 0:
+        print("skip: no private mount namespace here (unshare -m: %s): the syslog messages "
+              "themselves are not checked" % probe.stderr.strip())
+        return False
+    dev = os.path.join(work, "dev")
+    os.mkdir(dev)
+    log = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    log.bind(os.path.join(dev, "log"))
+    log.settimeout(0.2)
+    got = []
+
+    def wait_line(pid, pred, what, timeout=10):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                msg = log.recv(4096).decode(errors="replace").rstrip("\n\0")
+            except socket.timeout:
+                continue
+            got.append(msg)
+            m = re.match(r"<(\d+)>(.*?) linerate-target\[(\d+)\]: (.*)$", msg)
+            check(m, "syslog datagram not in the <PRI>... linerate-target[PID]: form: %r" % msg)
+            check(int(m.group(3)) == pid, "syslog from pid %s, the daemon is %d: %r"
+                  % (m.group(3), pid, msg))
+            check(int(m.group(1)) >> 3 == 3, "syslog facility is not daemon: %r" % msg)
+            if pred(int(m.group(1)) & 7, m.group(4)):
+                return m.group(4)
+        raise Failure("no syslog message with %s in %d s; got:\n%s" % (what, timeout,
+                                                                       "\n".join(got)))
+
+    wrap = ["unshare", "-m", "--propagation", "private", "sh", "-c", PRIVATE_DEV, "sh", dev]
+    s = Service(target, ctl, work, None, extra=["--syslog"], wrap=wrap)
+    try:
+        ready_checks(s)
+        hostile.TARGET = s.target_name
+        ini = "iqn.2026-11.org.linerate:service-syslog"
+        a = hostile.Session(s.port, name=ini).login()
+        line = wait_line(s.proc.pid, lambda pri, text: "event=login" in text and ini in text,
+                         "event=login initiator=%s" % ini)
+        e = parse_event(line)
+        check(e and e.get("initiator") == ini and e.get("target") == s.target_name,
+              "syslog event=login: %r" % line)
+        check(any(l.endswith(line) and l.startswith("<30>") for l in got),
+              "event=login is not at priority info (<30>): %r" % got)
+        a.logout()
+        wait_line(s.proc.pid, lambda pri, text: "event=logout" in text, "event=logout")
+        s.stop()
+        check("event=" not in s.log_text() and "INFO" not in s.log_text(),
+              "--syslog: lines still on stderr:\n%s" % s.log_text())
+    finally:
+        s.close()
+        log.close()
+    print("ok: --syslog: event=login and event=logout arrive on /dev/log as "
+          "<30>... linerate-target[%d]: (private mount namespace), nothing on stderr"
+          % s.proc.pid)
+    return True
+
+
 def main():
     if len(sys.argv) not in (3, 4):
         print(__doc__, file=sys.stderr)
@@ -289,15 +375,16 @@ def main():
         print("ok: abstract NOTIFY_SOCKET; JOURNAL_STREAM gives <N> priority prefixes")
 
         if config is None:
-            s = Service(target, ctl, work, None, extra=["--syslog"])
-            try:
-                ready_checks(s)
-                s.stop()
-                check("event=" not in s.log_text() and "INFO" not in s.log_text(),
-                      "--syslog: lines still on stderr:\n%s" % s.log_text())
-            finally:
-                s.close()
-            print("ok: --syslog writes nothing to stderr")
+            if not syslog_checks(target, ctl, work):
+                s = Service(target, ctl, work, None, extra=["--syslog"])
+                try:
+                    ready_checks(s)
+                    s.stop()
+                    check("event=" not in s.log_text() and "INFO" not in s.log_text(),
+                          "--syslog: lines still on stderr:\n%s" % s.log_text())
+                finally:
+                    s.close()
+                print("ok: --syslog writes nothing to stderr")
             bad = os.path.join(work, "bad.conf")
             with open(bad, "w") as f:
                 f.write("# x\nlog = journal\nportal = 127.0.0.1:%d\n[target %s]\nlun = ram:1M\n"

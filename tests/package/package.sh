@@ -8,6 +8,8 @@
 #  - the installed daemon, with the installed config (its portal moved to a free port, a
 #    private control socket), tells a NOTIFY_SOCKET listener READY=1 and STOPPING=1, and the
 #    installed linerate-ctl answers `show targets` (tests/integration/target_service.py);
+#  - `make install BUILD=<fresh dir> PREFIX=/usr DESTDIR=<stage>` in the same copy puts the
+#    programs, the four man pages, the unit, the config and the example under the stage;
 #  - where systemd is PID 1 and LINERATE_TEST_SYSTEM_INSTALL=1, the package is installed for
 #    real, the service started by systemd, `linerate-ctl show targets` asked, and it is purged.
 # SKIP (77) without dpkg-buildpackage, debhelper or lintian (scripts/install-deps package), or
@@ -97,6 +99,35 @@ dpkg --root="$root" --force-script-chrootless --purge linerate >"$work/dpkg.log"
     fail "the unit is still enabled after purge"
 [ ! -e "$root/usr/sbin/linerate-target" ] || fail "the daemon survived purge"
 echo "ok: purged: programs, conffile and enablement gone"
+
+note "make install BUILD=... PREFIX=/usr DESTDIR=... in the same copy of the tree"
+# The Makefile's own target, as an operator without the package runs it: it sets up the
+# build directory (here a fresh one in the throwaway copy: the target reconfigures its
+# prefix, which the tree under test's build/ must not suffer), builds and installs.
+stage=$work/stage
+(cd "$work/src" && make install BUILD="$work/mi-build" PREFIX=/usr DESTDIR="$stage") \
+    >"$work/make-install.log" 2>&1 ||
+    { tail -n 40 "$work/make-install.log"; fail "make install failed"; }
+for f in /usr/sbin/linerate-target /usr/sbin/linerate-ctl /usr/bin/linerate-bench \
+    /usr/share/man/man8/linerate-target.8 /usr/share/man/man8/linerate-ctl.8 \
+    /usr/share/man/man1/linerate-bench.1 /usr/share/man/man5/linerate.conf.5 \
+    /usr/lib/systemd/system/linerate-target.service /etc/linerate/linerate.conf \
+    /usr/share/doc/linerate/examples/linerate.conf; do
+    [ -f "$stage$f" ] || fail "make install: no $f in $stage: $(cd "$stage" && find . -type f)"
+done
+for f in /usr/sbin/linerate-target /usr/sbin/linerate-ctl /usr/bin/linerate-bench; do
+    [ -x "$stage$f" ] || fail "make install: $f is not executable"
+done
+unit=$stage/usr/lib/systemd/system/linerate-target.service
+grep -qx "ExecStart=/usr/sbin/linerate-target --config /etc/linerate/linerate.conf" "$unit" ||
+    fail "make install: the unit does not run the installed daemon: $(grep ExecStart "$unit")"
+cmp -s "$stage/etc/linerate/linerate.conf" "$src/dist/linerate.conf" ||
+    fail "make install: /etc/linerate/linerate.conf is not dist/linerate.conf"
+cmp -s "$stage/usr/share/doc/linerate/examples/linerate.conf" "$src/examples/linerate.conf" ||
+    fail "make install: the example is not examples/linerate.conf"
+"$stage/usr/sbin/linerate-target" --version >/dev/null 2>&1 ||
+    fail "make install: the installed daemon does not run"
+echo "ok: make install put the programs, 4 man pages, the unit, config and example under $stage"
 
 if [ -d /run/systemd/system ] && [ "${LINERATE_TEST_SYSTEM_INSTALL:-0}" = 1 ]; then
     note "systemd is PID 1: install for real, start, ask, purge"
