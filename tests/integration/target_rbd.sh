@@ -2,7 +2,8 @@
 # rbd: LUNs over a real single-node Ceph cluster (scripts/ceph-mini: one mon, one mgr, one
 # memstore OSD on loopback), never a mock; skips when Ceph or librbd is not installed.
 #   - the image is created by size=, its size is the LUN's, and a read-only rbd LUN of the same
-#     image (opened read-only) reads the data and refuses a qemu-img write;
+#     image (opened read-only) reads the data and refuses a qemu-img write; both have the same
+#     NAA designator (VPD 0x83, from the image id), a LUN of another image another one;
 #   - qemu-img convert round trip of a random 64 MiB image, compared byte for byte, and the
 #     same bytes read with `rbd export` straight from the cluster (the data is in Ceph, not in
 #     the gateway);
@@ -44,11 +45,24 @@ grep -q "opening the pool" "$WORK/bad.out" || fail "no reason for the missing po
 grep -q "expected rbd:POOL/IMAGE" "$WORK/bad.out" || fail "no reason for rbd:POOL: $(cat "$WORK/bad.out")"
 
 start_target --target-name "$iqn" --threads 2 --lun rbd:rbd/it-disk,size=64M \
-    --lun rbd:rbd/it-disk,ro
+    --lun rbd:rbd/it-disk,ro --lun rbd:rbd/it-other,size=8M
 grep -q "rbd:rbd/it-disk: created" "$WORK/target.log" || fail "size= did not create the image"
 rbd info rbd/it-disk >"$WORK/info" 2>&1 || fail "rbd info: $(cat "$WORK/info")"
 grep -q "size 64 MiB" "$WORK/info" || fail "image size is not 64 MiB: $(cat "$WORK/info")"
 url=iscsi://127.0.0.1:$PORT/$iqn/0
+
+note "NAA designator from the image id: one per image, whichever LUN or gateway opens it"
+naa() { # LUN: the NAA designator of VPD 0x83 in hex (iscsi-inq -c takes a decimal page)
+    run_to 30 iscsi-inq -e 1 -c 131 "iscsi://127.0.0.1:$PORT/$iqn/$1" ||
+        { show_cmd_out; fail "iscsi-inq VPD 0x83 of LUN $1"; }
+    # the designator is printed raw (it may hold a newline byte): its lines up to the next one
+    sed -n '/Designator Type:(3) NAA/,/^DEVICE DESIGNATOR/p' "$WORK/cmd.out" |
+        grep -v '^DEVICE DESIGNATOR' | od -An -tx1 | tr -d ' \n'
+}
+naa0=$(naa 0) naa1=$(naa 1) naa2=$(naa 2)
+[ -n "$naa0" ] || fail "no NAA designator in VPD 0x83 of LUN 0"
+[ "$naa0" = "$naa1" ] || fail "LUNs 0 and 1 of one image have different NAA designators"
+[ "$naa0" != "$naa2" ] || fail "LUNs of two images have the same NAA designator"
 
 note "qemu-img convert round trip, 64 MiB"
 run_to 300 qemu-img convert -n -f raw -O raw "$img" "$url" || { show_cmd_out; fail "write"; }
