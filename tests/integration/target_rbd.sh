@@ -18,6 +18,7 @@
 #     it, every nexus gets CAPACITY DATA HAS CHANGED and READ CAPACITY the new size
 #     (target_rbd_resize.py; iscsi-readcapacity16 from a new session agrees);
 #   - bad specs are refused at start with a reason (missing pool, malformed spec);
+#   - a LUN with conf=PATH,id=admin and no CEPH_CONF in the environment reads the image;
 #   - the OSD stopped (SIGSTOP) under a LUN with timeout=4: READ, WRITE and SYNCHRONIZE CACHE
 #     end in ABORTED COMMAND / TIMEOUT ON LOGICAL UNIT after the timeout, not a hang; after
 #     SIGCONT the same READ is GOOD with the data (target_rbd_stall.py);
@@ -125,6 +126,19 @@ run_to 300 qemu-img convert -f raw -O raw "$url" "$WORK/back.img" || { show_cmd_
 [ "$(tail -c +67108865 "$WORK/back.img" | tr -d '\0' | wc -c)" = 0 ] ||
     fail "the grown part does not read as zeros"
 
+stop_target
+[ "$STOP_RC" -eq 0 ] || fail "SIGTERM'd daemon exited $STOP_RC, not 0"
+
+note "conf= and id= instead of CEPH_CONF: the same image, read"
+conf=$CEPH_CONF
+unset CEPH_CONF
+start_target --target-name "$iqn" --threads 2 --lun "rbd:rbd/it-disk,conf=$conf,id=admin"
+export CEPH_CONF=$conf
+rm -f "$WORK/back.img"
+run_to 300 qemu-img convert -f raw -O raw "iscsi://127.0.0.1:$PORT/$iqn/0" "$WORK/back.img" ||
+    { show_cmd_out; fail "read with conf= and id="; }
+[ "$(head -c 64M "$WORK/back.img" | sha256sum | cut -d' ' -f1)" = "$pre" ] ||
+    fail "data differs with conf= and id="
 stop_target
 [ "$STOP_RC" -eq 0 ] || fail "SIGTERM'd daemon exited $STOP_RC, not 0"
 
