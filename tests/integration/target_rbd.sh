@@ -4,6 +4,9 @@
 #   - the image is created by size=, its size is the LUN's, and a read-only rbd LUN of the same
 #     image (opened read-only) reads the data and refuses a qemu-img write; both have the same
 #     NAA designator (VPD 0x83, from the image id), a LUN of another image another one;
+#     VPD 0xB0 says MAXIMUM COMPARE AND WRITE LENGTH 1 (what librbd 16 compares atomically),
+#     0 on a 4 KiB-block LUN, and the gateway keeps to it: one block is compared and written
+#     by the cluster, longer ones and any on the 4 KiB LUN are refused (target_rbd_caw.py);
 #   - qemu-img convert round trip of a random 64 MiB image, compared byte for byte, and the
 #     same bytes read with `rbd export` straight from the cluster (the data is in Ceph, not in
 #     the gateway);
@@ -47,13 +50,13 @@ grep -q "opening the pool" "$WORK/bad.out" || fail "no reason for the missing po
 grep -q "expected rbd:POOL/IMAGE" "$WORK/bad.out" || fail "no reason for rbd:POOL: $(cat "$WORK/bad.out")"
 
 start_target --target-name "$iqn" --threads 2 --lun rbd:rbd/it-disk,size=64M \
-    --lun rbd:rbd/it-disk,ro --lun rbd:rbd/it-other,size=8M
+    --lun rbd:rbd/it-disk,ro --lun rbd:rbd/it-other,size=8M,bs=4096
 grep -q "rbd:rbd/it-disk: created" "$WORK/target.log" || fail "size= did not create the image"
 rbd info rbd/it-disk >"$WORK/info" 2>&1 || fail "rbd info: $(cat "$WORK/info")"
 grep -q "size 64 MiB" "$WORK/info" || fail "image size is not 64 MiB: $(cat "$WORK/info")"
 url=iscsi://127.0.0.1:$PORT/$iqn/0
 
-note "NAA designator from the image id: one per image, whichever LUN or gateway opens it"
+note "NAA designator from the image id: one per image, whichever LUN opens it"
 naa() { # LUN: the NAA designator of VPD 0x83 in hex (iscsi-inq -c takes a decimal page)
     run_to 30 iscsi-inq -e 1 -c 131 "iscsi://127.0.0.1:$PORT/$iqn/$1" ||
         { show_cmd_out; fail "iscsi-inq VPD 0x83 of LUN $1"; }
@@ -65,6 +68,19 @@ naa0=$(naa 0) naa1=$(naa 1) naa2=$(naa 2)
 [ -n "$naa0" ] || fail "no NAA designator in VPD 0x83 of LUN 0"
 [ "$naa0" = "$naa1" ] || fail "LUNs 0 and 1 of one image have different NAA designators"
 [ "$naa0" != "$naa2" ] || fail "LUNs of two images have the same NAA designator"
+
+note "MAXIMUM COMPARE AND WRITE LENGTH is what the cluster does atomically: 1 block, 0 at 4 KiB"
+max_caw() { # LUN: VPD 0xB0's MAXIMUM COMPARE AND WRITE LENGTH
+    run_to 30 iscsi-inq -e 1 -c 176 "iscsi://127.0.0.1:$PORT/$iqn/$1" ||
+        { show_cmd_out; fail "iscsi-inq VPD 0xB0 of LUN $1"; }
+    sed -n 's/^maximum compare and write length://p' "$WORK/cmd.out"
+}
+caw0=$(max_caw 0) caw2=$(max_caw 2)
+[ "$caw0" = 1 ] || fail "512-byte rbd LUN: MAXIMUM COMPARE AND WRITE LENGTH '$caw0', not 1"
+[ "$caw2" = 0 ] || fail "4 KiB rbd LUN: MAXIMUM COMPARE AND WRITE LENGTH '$caw2', not 0"
+run_to 60 python3 "$IT_DIR/target_rbd_caw.py" "$PORT" "$iqn" ||
+    { show_cmd_out; fail "COMPARE AND WRITE on rbd"; }
+sed 's/^/   /' "$WORK/cmd.out"
 
 note "qemu-img convert round trip, 64 MiB"
 run_to 300 qemu-img convert -n -f raw -O raw "$img" "$url" || { show_cmd_out; fail "write"; }
