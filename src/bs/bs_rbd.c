@@ -658,7 +658,8 @@ struct bs *bs_rbd_open(const struct bs_rbd_params *p, char *err, size_t errlen)
         b->obj_size = info.obj_size;
     /* librbd 16 compares and writes only within one 512-byte sector (-EINVAL otherwise): a
      * one-block COMPARE AND WRITE on a 512-byte-block LUN (VMware's ATS heartbeat) is served
-     * by the cluster; longer ones are emulated under the LUN's range lock (sbc_caw.c). */
+     * by the cluster; longer ones, and any on a 4 KiB-block LUN, could not be atomic across
+     * gateways, so VPD 0xB0 says so and they are refused (sbc_caw_max_blocks). */
     bs->caw_unit = 512;
     bs->priv = b;
     /* The client address is what an operator fences (ceph osd blocklist add ADDR) to take

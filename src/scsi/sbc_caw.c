@@ -5,6 +5,7 @@
  * ordered; the reactor thread never waits for the lock (a blocked command is queued and
  * resumed by message). Not ordered: READ/WRITE on a RAM LUN, which move data straight between
  * the network and the LUN's memory while the PDUs stream. */
+#include <assert.h>
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,9 +36,25 @@ static scsi_sr common_checks(const struct scsi_task *t)
     return SR_OK;
 }
 
+/* A store whose medium other gateways share (caw_unit set: rbd) must compare and write in the
+ * medium itself, since the range lock orders only this gateway's commands; it does so for a
+ * range within one aligned unit of caw_unit bytes, which one block always is when the unit is
+ * at least a block (the unit is a power of two, as block sizes are). Two blocks may straddle
+ * units, and a block larger than the unit never fits: no COMPARE AND WRITE then (0), rather
+ * than one that is silently not atomic across gateways. A store of one gateway (RAM, file)
+ * is served under the range lock, any length. */
+uint8_t sbc_caw_max_blocks(const struct scsi_lun *lu)
+{
+    const struct bs *bs = lu->bs;
+    if (!bs->caw_unit)
+        return SBC_MAX_CAW_BLOCKS;
+    return bs->caw_unit >= lu->block_size ? 1 : 0;
+}
+
 /* COMPARE AND WRITE: NUMBER OF LOGICAL BLOCKS in byte 13; the data-out is the verify instance
  * followed by the write instance, 2 * n blocks. Zero blocks is not an error and moves nothing.
- * A data-out that is not 2 * n blocks is refused before any data moves (0Eh/03h); one larger
+ * More blocks than MAXIMUM COMPARE AND WRITE LENGTH is INVALID FIELD IN CDB (SBC-4 §5.3). A
+ * data-out that is not 2 * n blocks is refused before any data moves (0Eh/03h); one larger
  * than any allowed compare says the initiator meant more blocks than MAXIMUM COMPARE AND WRITE
  * LENGTH (its 8-bit field wrapped), INVALID FIELD IN CDB. */
 scsi_sr sbc_parse_caw(struct scsi_task *t, const struct scsi_cmd *c, struct scsi_req *r)
@@ -48,8 +65,9 @@ scsi_sr sbc_parse_caw(struct scsi_task *t, const struct scsi_cmd *c, struct scsi
         return sr;
     unsigned shift = t->lu->block_shift;
     uint64_t n = t->cdb[13];
+    uint64_t max = sbc_caw_max_blocks(t->lu);
     uint64_t edtl = t->edtl_write ? t->edtl : 0;
-    if (n > SBC_MAX_CAW_BLOCKS || edtl > ((2ull * SBC_MAX_CAW_BLOCKS) << shift))
+    if (n > max || edtl > ((2ull * SBC_MAX_CAW_BLOCKS) << shift))
         return SR_CDB_FIELD(13, -1);
     r->lba = get_be64(t->cdb + 2);
     r->nblocks = n;
@@ -183,15 +201,16 @@ static void caw_store_done(struct bs_io *io, int err)
 
 /* A store that compares and writes itself (rbd: one RADOS operation on one object) is atomic
  * for every client of the medium, other gateways included, which the range lock alone is
- * not; the lock still orders the command with this LUN's other users. */
+ * not; the lock still orders the command with this LUN's other users. sbc_parse_caw let
+ * through only what fits the store's unit (sbc_caw_max_blocks). */
 static bool caw_in_store(struct rmw_ctx *x)
 {
     struct scsi_task *t = x->t;
     struct bs *bs = t->lu->bs;
     const struct bs_io *r = scsi_task_range(t);
-    if (x->kind != RMW_CAW || !bs->caw_unit ||
-        r->offset / bs->caw_unit != (r->offset + r->length - 1) / bs->caw_unit)
+    if (x->kind != RMW_CAW || !bs->caw_unit)
         return false;
+    assert(r->offset / bs->caw_unit == (r->offset + r->length - 1) / bs->caw_unit);
     uint8_t *data = t->iov[0].iov_base;
     x->caw_iov[0] = (struct iovec){.iov_base = data, .iov_len = r->length};
     x->caw_iov[1] = (struct iovec){.iov_base = data + r->length, .iov_len = r->length};

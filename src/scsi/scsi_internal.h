@@ -371,7 +371,7 @@ void sbc_exec_readcap16(struct scsi_task *t, const struct scsi_cmd *c);
 /* --- thin provisioning and the other block commands (sbc_thin.c, sbc_caw.c, sbc_sanitize.c,
  * sbc_extra.c) --- */
 /* Limits reported in VPD 0xB0 and enforced by the commands. */
-#define SBC_MAX_CAW_BLOCKS 255u         /* MAXIMUM COMPARE AND WRITE LENGTH */
+#define SBC_MAX_CAW_BLOCKS 255u         /* COMPARE AND WRITE bound of a single-gateway store */
 #define SBC_MAX_UNMAP_DESCRIPTORS 2048u /* MAXIMUM UNMAP BLOCK DESCRIPTOR COUNT */
 #define SBC_MAX_UNMAP_BLOCKS (1u << 20) /* MAXIMUM UNMAP LBA COUNT (libiscsi wants <= 2^20) */
 #define SBC_MAX_WRITE_SAME_BLOCKS                                                                  \
@@ -423,6 +423,9 @@ void sbc_exec_write_same(struct scsi_task *t, const struct scsi_cmd *c);
 void sbc_exec_get_lba_status(struct scsi_task *t, const struct scsi_cmd *c);
 
 scsi_sr sbc_parse_caw(struct scsi_task *t, const struct scsi_cmd *c, struct scsi_req *r);
+/* MAXIMUM COMPARE AND WRITE LENGTH of lu (VPD 0xB0), which sbc_parse_caw enforces: what the
+ * LUN compares and writes atomically for every client of its medium. */
+uint8_t sbc_caw_max_blocks(const struct scsi_lun *lu);
 scsi_sr sbc_parse_orwrite(struct scsi_task *t, const struct scsi_cmd *c, struct scsi_req *r);
 scsi_sr sbc_parse_write_atomic(struct scsi_task *t, const struct scsi_cmd *c, struct scsi_req *r);
 void sbc_exec_caw(struct scsi_task *t, const struct scsi_cmd *c);

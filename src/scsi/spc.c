@@ -174,7 +174,7 @@ static uint32_t vpd_block_limits(const struct scsi_lun *lu, uint8_t *d)
     put_be32(d + 12, SCSI_MAX_XFER_BYTES / bsz);
     /* byte 4 WSNZ 0: WRITE SAME with 0 blocks runs to the end of the medium (if that is within
      * MAXIMUM WRITE SAME LENGTH, which keeps one command well inside an initiator's timeout) */
-    d[5] = SBC_MAX_CAW_BLOCKS; /* MAXIMUM COMPARE AND WRITE LENGTH */
+    d[5] = lu ? sbc_caw_max_blocks(lu) : SBC_MAX_CAW_BLOCKS; /* MAXIMUM COMPARE AND WRITE LENGTH */
     put_be64(d + 36, SBC_MAX_WRITE_SAME_BLOCKS);
     if (lu && sbc_thin(lu)) {
         put_be32(d + 20, SBC_MAX_UNMAP_BLOCKS); /* MAXIMUM UNMAP LBA COUNT */

@@ -2,7 +2,11 @@
 # rbd: LUNs over a real single-node Ceph cluster (scripts/ceph-mini: one mon, one mgr, one
 # memstore OSD on loopback), never a mock; skips when Ceph or librbd is not installed.
 #   - the image is created by size=, its size is the LUN's, and a read-only rbd LUN of the same
-#     image (opened read-only) reads the data and refuses a qemu-img write;
+#     image (opened read-only) reads the data and refuses a qemu-img write; both have the same
+#     NAA designator (VPD 0x83, from the image id), a LUN of another image another one;
+#     VPD 0xB0 says MAXIMUM COMPARE AND WRITE LENGTH 1 (what librbd 16 compares atomically),
+#     0 on a 4 KiB-block LUN, and the gateway keeps to it: one block is compared and written
+#     by the cluster, longer ones and any on the 4 KiB LUN are refused (target_rbd_caw.py);
 #   - qemu-img convert round trip of a random 64 MiB image, compared byte for byte, and the
 #     same bytes read with `rbd export` straight from the cluster (the data is in Ceph, not in
 #     the gateway);
@@ -17,9 +21,11 @@
 #     it, every nexus gets CAPACITY DATA HAS CHANGED and READ CAPACITY the new size
 #     (target_rbd_resize.py; iscsi-readcapacity16 from a new session agrees);
 #   - bad specs are refused at start with a reason (missing pool, malformed spec);
-#   - the OSD stopped (SIGSTOP) under a LUN with timeout=4: READ, WRITE and SYNCHRONIZE CACHE
-#     end in ABORTED COMMAND / TIMEOUT ON LOGICAL UNIT after the timeout, not a hang; after
-#     SIGCONT the same READ is GOOD with the data (target_rbd_stall.py);
+#   - a LUN with conf=PATH,id=admin and no CEPH_CONF in the environment reads the image;
+#   - the OSD stopped (SIGSTOP) under a LUN of a config file with rbd-timeout = 4 (the global
+#     key, not the LUN's timeout=): READ, WRITE and SYNCHRONIZE CACHE end in ABORTED COMMAND /
+#     TIMEOUT ON LOGICAL UNIT after the timeout, not a hang; after SIGCONT the same READ is
+#     GOOD with the data (target_rbd_stall.py);
 #   - the gateway's Ceph client blocklisted (ceph osd blocklist add, its address from the
 #     log): every command then ends in NOT READY / MANUAL INTERVENTION REQUIRED, at once after
 #     the first, the log says the LUN was given up, and SIGTERM exits 1 (the LUN could not be
@@ -44,11 +50,37 @@ grep -q "opening the pool" "$WORK/bad.out" || fail "no reason for the missing po
 grep -q "expected rbd:POOL/IMAGE" "$WORK/bad.out" || fail "no reason for rbd:POOL: $(cat "$WORK/bad.out")"
 
 start_target --target-name "$iqn" --threads 2 --lun rbd:rbd/it-disk,size=64M \
-    --lun rbd:rbd/it-disk,ro
+    --lun rbd:rbd/it-disk,ro --lun rbd:rbd/it-other,size=8M,bs=4096
 grep -q "rbd:rbd/it-disk: created" "$WORK/target.log" || fail "size= did not create the image"
 rbd info rbd/it-disk >"$WORK/info" 2>&1 || fail "rbd info: $(cat "$WORK/info")"
 grep -q "size 64 MiB" "$WORK/info" || fail "image size is not 64 MiB: $(cat "$WORK/info")"
 url=iscsi://127.0.0.1:$PORT/$iqn/0
+
+note "NAA designator from the image id: one per image, whichever LUN opens it"
+naa() { # LUN: the NAA designator of VPD 0x83 in hex (iscsi-inq -c takes a decimal page)
+    run_to 30 iscsi-inq -e 1 -c 131 "iscsi://127.0.0.1:$PORT/$iqn/$1" ||
+        { show_cmd_out; fail "iscsi-inq VPD 0x83 of LUN $1"; }
+    # the designator is printed raw (it may hold a newline byte): its lines up to the next one
+    sed -n '/Designator Type:(3) NAA/,/^DEVICE DESIGNATOR/p' "$WORK/cmd.out" |
+        grep -v '^DEVICE DESIGNATOR' | od -An -tx1 | tr -d ' \n'
+}
+naa0=$(naa 0) naa1=$(naa 1) naa2=$(naa 2)
+[ -n "$naa0" ] || fail "no NAA designator in VPD 0x83 of LUN 0"
+[ "$naa0" = "$naa1" ] || fail "LUNs 0 and 1 of one image have different NAA designators"
+[ "$naa0" != "$naa2" ] || fail "LUNs of two images have the same NAA designator"
+
+note "MAXIMUM COMPARE AND WRITE LENGTH is what the cluster does atomically: 1 block, 0 at 4 KiB"
+max_caw() { # LUN: VPD 0xB0's MAXIMUM COMPARE AND WRITE LENGTH
+    run_to 30 iscsi-inq -e 1 -c 176 "iscsi://127.0.0.1:$PORT/$iqn/$1" ||
+        { show_cmd_out; fail "iscsi-inq VPD 0xB0 of LUN $1"; }
+    sed -n 's/^maximum compare and write length://p' "$WORK/cmd.out"
+}
+caw0=$(max_caw 0) caw2=$(max_caw 2)
+[ "$caw0" = 1 ] || fail "512-byte rbd LUN: MAXIMUM COMPARE AND WRITE LENGTH '$caw0', not 1"
+[ "$caw2" = 0 ] || fail "4 KiB rbd LUN: MAXIMUM COMPARE AND WRITE LENGTH '$caw2', not 0"
+run_to 60 python3 "$IT_DIR/target_rbd_caw.py" "$PORT" "$iqn" ||
+    { show_cmd_out; fail "COMPARE AND WRITE on rbd"; }
+sed 's/^/   /' "$WORK/cmd.out"
 
 note "qemu-img convert round trip, 64 MiB"
 run_to 300 qemu-img convert -n -f raw -O raw "$img" "$url" || { show_cmd_out; fail "write"; }
@@ -114,6 +146,19 @@ run_to 300 qemu-img convert -f raw -O raw "$url" "$WORK/back.img" || { show_cmd_
 stop_target
 [ "$STOP_RC" -eq 0 ] || fail "SIGTERM'd daemon exited $STOP_RC, not 0"
 
+note "conf= and id= instead of CEPH_CONF: the same image, read"
+conf=$CEPH_CONF
+unset CEPH_CONF
+start_target --target-name "$iqn" --threads 2 --lun "rbd:rbd/it-disk,conf=$conf,id=admin"
+export CEPH_CONF=$conf
+rm -f "$WORK/back.img"
+run_to 300 qemu-img convert -f raw -O raw "iscsi://127.0.0.1:$PORT/$iqn/0" "$WORK/back.img" ||
+    { show_cmd_out; fail "read with conf= and id="; }
+[ "$(head -c 64M "$WORK/back.img" | sha256sum | cut -d' ' -f1)" = "$pre" ] ||
+    fail "data differs with conf= and id="
+stop_target
+[ "$STOP_RC" -eq 0 ] || fail "SIGTERM'd daemon exited $STOP_RC, not 0"
+
 note "rbd resize behind the gateway: CAPACITY DATA HAS CHANGED on every nexus, the new size"
 start_target --target-name "$iqn" --threads 2 --lun rbd:rbd/it-resize,size=64M
 url=iscsi://127.0.0.1:$PORT/$iqn/0
@@ -127,8 +172,16 @@ grep -q "the medium was resized from 100663296 to 83886080 bytes" "$WORK/target.
 stop_target
 [ "$STOP_RC" -eq 0 ] || fail "SIGTERM'd daemon exited $STOP_RC, not 0"
 
-note "the OSD stopped (SIGSTOP) under a LUN with timeout=4: retryable sense, then GOOD again"
-start_target --target-name "$iqn" --threads 2 --lun rbd:rbd/it-stall,size=16M,timeout=4
+note "the OSD stopped (SIGSTOP) under rbd-timeout = 4: retryable sense, then GOOD again"
+# the global key, not the LUN's timeout=: it must reach the LUN's spec (target_lun_rbd_timeout)
+cat >"$WORK/stall.conf" <<EOF
+threads = 2
+portal = 127.0.0.1:@PORT@
+rbd-timeout = 4
+[target $iqn]
+lun = rbd:rbd/it-stall,size=16M
+EOF
+start_target_config "$WORK/stall.conf"
 osd_pid=$(cat "$CEPH_MINI_DIR"/run/osd.*.pid)
 run_to 120 python3 "$IT_DIR/target_rbd_stall.py" "$PORT" "$iqn" "$osd_pid" 4 ||
     { kill -CONT "$osd_pid" 2>/dev/null; show_cmd_out; fail "OSD stall"; }

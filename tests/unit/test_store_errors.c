@@ -4,7 +4,7 @@
  * -ESHUTDOWN for a fenced store) becomes the sense sbc_io_reason() promises for READ, WRITE,
  * SYNCHRONIZE CACHE, WRITE SAME and COMPARE AND WRITE; a store with write_same gets one
  * request per WRITE SAME; one with caw_unit gets a COMPARE AND WRITE that fits the unit, with
- * the miscompare offset in INFORMATION, and longer ones are emulated. */
+ * the miscompare offset in INFORMATION, longer ones refused as VPD 0xB0 says. */
 #include <errno.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -18,6 +18,7 @@
 
 #include "bs/bs.h"
 #include "scsi/scsi.h"
+#include "scsi/scsi_internal.h"
 #include "util/bytes.h"
 
 #include "scsi_fixture.h"
@@ -52,6 +53,14 @@ static void caw_cdb(uint8_t *c, uint64_t lba, uint8_t n)
     c[0] = 0x89;
     put_be64(c + 2, lba);
     c[13] = n;
+}
+
+/* ILLEGAL REQUEST, INVALID FIELD IN CDB, the field pointer at byte `byte` */
+static void assert_cdb_field(struct fx *f, uint16_t byte)
+{
+    sfx_assert_sense(&f->t, 0, 0x05, 0x24, 0x00);
+    assert_int_equal(f->t.sense[15] & 0xc0, 0xc0); /* SKSV, C/D: in the CDB */
+    assert_int_equal(get_be16(f->t.sense + 16), byte);
 }
 
 static int setup(void **state)
@@ -182,17 +191,68 @@ static void test_caw_in_store(void **state)
     assert_int_equal(get_be32(f->t.sense + 3), 37);
     assert_int_equal(f->m->caws, 2);
     assert_int_equal(f->m->mem[10 * BSZ], 0x22);
-    /* two blocks do not fit the store's unit: emulated with a read and a write */
+    /* two blocks may straddle the store's unit: not atomic across gateways, so refused as
+     * more than MAXIMUM COMPARE AND WRITE LENGTH (INVALID FIELD IN CDB at byte 13), with
+     * nothing read or written */
     int reads = f->m->reads, writes = f->m->writes;
     memset(buf, 0x22, BSZ);
     memset(buf + BSZ, 0x11, BSZ);
     memset(buf + 2 * BSZ, 0x44, 2 * BSZ);
     caw_cdb(c, 10, 2);
-    assert_int_equal(run(f, c, buf, 4 * BSZ), SCSI_STATUS_GOOD);
+    assert_int_equal(run(f, c, buf, 4 * BSZ), SCSI_STATUS_CHECK_CONDITION);
+    assert_cdb_field(f, 13);
     assert_int_equal(f->m->caws, 2);
-    assert_int_equal(f->m->reads, reads + 1);
-    assert_int_equal(f->m->writes, writes + 1);
-    assert_int_equal(f->m->mem[12 * BSZ - 1], 0x44);
+    assert_int_equal(f->m->reads, reads);
+    assert_int_equal(f->m->writes, writes);
+    assert_int_equal(f->m->mem[12 * BSZ - 1], 0x11);
+}
+
+/* VPD 0xB0 byte 5 of LUN lun: MAXIMUM COMPARE AND WRITE LENGTH */
+static uint8_t max_caw(struct fx *f, uint64_t lun)
+{
+    uint8_t inq[16] = {0x12, 1, 0xb0, 0, 255};
+    assert_int_equal(sfx_run(&f->t, &f->tg, f->n1, lun, inq, NULL, 0, 255, SFX_CHECK_DONE),
+                     SCSI_STATUS_GOOD);
+    return ((const uint8_t *)f->t.iov[0].iov_base)[5];
+}
+
+/* What VPD 0xB0 advertises is what the store compares atomically: one block on a 512-byte
+ * LUN of a store with a 512-byte unit, none on a 4 KiB LUN of it (COMPARE AND WRITE refused,
+ * zero blocks still a no-op), and the range-locked emulation's 255 on a store without one. */
+static void test_caw_limit_advertised(void **state)
+{
+    struct fx *f = *state;
+    struct sfx_store *m4, *mp;
+    struct bs *bs4 = sfx_store_open(1 << 20, true, &m4);
+    bs4->caw_unit = 512;
+    sfx_add_lun(&f->tg, 1, bs4, 4096, false);
+    struct bs *bsp = sfx_store_open(1 << 20, true, &mp); /* RAM/file-like: no caw_unit */
+    sfx_add_lun(&f->tg, 2, bsp, BSZ, false);
+    uint8_t tur[16] = {0};
+    sfx_run(&f->t, &f->tg, f->n1, 1, tur, NULL, 0, 0, 0); /* power-on unit attentions */
+    sfx_run(&f->t, &f->tg, f->n1, 2, tur, NULL, 0, 0, 0);
+    assert_int_equal(max_caw(f, 0), 1);
+    assert_int_equal(max_caw(f, 1), 0);
+    assert_int_equal(max_caw(f, 2), SBC_MAX_CAW_BLOCKS);
+
+    uint8_t c[16], buf[2 * 4096];
+    memset(buf, 0, sizeof(buf));
+    caw_cdb(c, 1, 1);
+    assert_int_equal(sfx_run(&f->t, &f->tg, f->n1, 1, c, buf, sizeof(buf), 0, SFX_CHECK_DONE),
+                     SCSI_STATUS_CHECK_CONDITION);
+    assert_cdb_field(f, 13);
+    assert_int_equal(m4->caws + m4->reads + m4->writes, 0);
+    caw_cdb(c, 1, 0);
+    assert_int_equal(sfx_run(&f->t, &f->tg, f->n1, 1, c, NULL, 0, 0, SFX_CHECK_DONE),
+                     SCSI_STATUS_GOOD);
+
+    /* the emulated store still takes long ones, under the range lock */
+    memset(buf, 0, 4 * BSZ);
+    memset(buf + 4 * BSZ, 0x66, 4 * BSZ);
+    caw_cdb(c, 3, 4);
+    assert_int_equal(sfx_run(&f->t, &f->tg, f->n1, 2, c, buf, 8 * BSZ, 0, SFX_CHECK_DONE),
+                     SCSI_STATUS_GOOD);
+    assert_int_equal(mp->mem[7 * BSZ - 1], 0x66);
 }
 
 int main(void)
@@ -201,6 +261,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_errno_to_sense, setup, teardown),
         cmocka_unit_test_setup_teardown(test_write_same_in_store, setup, teardown),
         cmocka_unit_test_setup_teardown(test_caw_in_store, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_caw_limit_advertised, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
