@@ -45,7 +45,13 @@ struct metrics_server {
     struct list_node clients;
     unsigned nclients;
     struct log_limit log_rl;
+    /* out of descriptors (or memory): the pending connection stays in the backlog and the
+     * socket readable, so accepting stops for ACCEPT_PAUSE_MS instead of spinning */
+    struct reactor_timer accept_pause;
+    bool accept_paused;
 };
+
+#define METRICS_ACCEPT_PAUSE_MS 200
 
 static void client_close(struct metrics_client *c)
 {
@@ -190,12 +196,29 @@ static void client_on_event(void *arg, uint32_t events)
     }
 }
 
+static void accept_resume(void *arg)
+{
+    struct metrics_server *s = arg;
+    s->accept_paused = false;
+    reactor_fd_mod(s->r, &s->h, EPOLLIN);
+}
+
 static void on_accept(void *arg, uint32_t events)
 {
     struct metrics_server *s = arg;
     (void)events;
     for (int i = 0; i < 64; i++) {
         int fd = accept4(s->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd < 0 && (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM)) {
+            unsigned sup;
+            if (log_limit_allow(&s->log_rl, reactor_now_ms(), &sup))
+                LOG_WARN("metrics: accept: %s; pausing accepts for %d ms", strerror(errno),
+                         METRICS_ACCEPT_PAUSE_MS);
+            s->accept_paused = true;
+            reactor_fd_mod(s->r, &s->h, 0);
+            reactor_timer_start(s->r, &s->accept_pause, METRICS_ACCEPT_PAUSE_MS, accept_resume, s);
+            return;
+        }
         if (fd < 0)
             return;
         if (s->nclients >= METRICS_CLIENTS_MAX) {
@@ -264,6 +287,8 @@ void metrics_close(struct metrics_server *s)
         return;
     while (!list_empty(&s->clients))
         client_close(list_entry(s->clients.next, struct metrics_client, node));
+    if (s->accept_paused)
+        reactor_timer_stop(s->r, &s->accept_pause);
     reactor_fd_del(s->r, &s->h);
     close(s->fd);
     free(s);

@@ -380,6 +380,36 @@ EOF
 kill -0 "$LT_PID" 2>/dev/null || fail "the daemon died"
 scrape m5
 
+note "out of descriptors: the endpoint pauses accepting rather than spinning"
+# a few descriptors to spare, then 40 scrapers held open: accept4 fails with EMFILE while the
+# connections wait in the backlog; the daemon must not burn its CPU retrying, and serves
+# scrapes again once descriptors are free
+prlimit --pid "$LT_PID" --nofile=$(($(ls "/proc/$LT_PID/fd" | wc -l) + 4)) ||
+    fail "prlimit --pid $LT_PID failed"
+python3 - "${MADDR##*:}" "$LT_PID" <<'EOF' || fail "out of descriptors"
+import os, socket, sys, time
+port, pid = int(sys.argv[1]), int(sys.argv[2])
+
+def cpu():  # the daemon's user + system time, s (proc(5): fields 14, 15)
+    f = open("/proc/%d/stat" % pid).read().rsplit(")", 1)[1].split()
+    return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
+
+socks = []
+for i in range(40):
+    s = socket.create_connection(("127.0.0.1", port), timeout=5)
+    socks.append(s)
+time.sleep(0.5)
+c0 = cpu()
+time.sleep(2)
+spent = cpu() - c0
+for s in socks:
+    s.close()
+print("40 scrapers at the descriptor limit: %.2f s of CPU in 2 s" % spent)
+assert spent < 0.5, "the daemon spun at its descriptor limit: %.2f s of CPU in 2 s" % spent
+EOF
+sleep 0.5
+scrape m6
+
 note "SIGTERM: exit 0"
 stop_target
 [ "$STOP_RC" -eq 0 ] || fail "exit $STOP_RC"
