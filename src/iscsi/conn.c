@@ -476,13 +476,18 @@ static int logout_handle(struct iscsi_conn *c, struct iscsi_pdu_in *p)
     uint8_t response = 0;
     if (!bhs_immediate(req) && c->session)
         session_consume_cmdsn(c->session, bhs_get32(req, BHS_CMDSN));
-    struct iscsi_conn *victim = c;
+    /* The connection logged out: this one (self), another of the session (other, named by
+     * its CID), or one that is gone. Another is never touched here: it lives on another
+     * reactor, which may free it at any moment; session_close_conn_by_cid() finds it again
+     * under the session lock. */
+    bool self = true, other = false;
     bool recovery = false;
     if (reason == ISCSI_LOGOUT_CLOSE_CONNECTION) {
         uint16_t cid = get_be16(req->b + BHS_CID);
         if (cid != c->cid) {
-            victim = session_find_conn(c->session, cid);
-            if (!victim)
+            self = false;
+            other = session_has_conn(c->session, cid);
+            if (!other)
                 response = 1; /* CID not found */
         }
     } else if (reason == ISCSI_LOGOUT_REMOVE_FOR_RECOVERY) {
@@ -495,8 +500,9 @@ static int logout_handle(struct iscsi_conn *c, struct iscsi_pdu_in *p)
             recovery = true;
             uint16_t cid = get_be16(req->b + BHS_CID);
             if (cid != c->cid) {
-                victim = session_find_conn(c->session, cid);
-                if (!victim && !orphans_cid_known(c->session, cid))
+                self = false;
+                other = session_has_conn(c->session, cid);
+                if (!other && !orphans_cid_known(c->session, cid))
                     response = 1; /* CID not found */
             }
         }
@@ -508,14 +514,14 @@ static int logout_handle(struct iscsi_conn *c, struct iscsi_pdu_in *p)
     struct iscsi_session *s = c->session;
     if (response == 0 && s && s->nexus && !recovery) {
         pthread_mutex_lock(&s->lock);
-        bool ends_session = reason == ISCSI_LOGOUT_CLOSE_SESSION || (victim == c && s->nconns == 1);
+        bool ends_session = reason == ISCSI_LOGOUT_CLOSE_SESSION || (self && s->nconns == 1);
         if (ends_session)
             s->logged_out = true;
         pthread_mutex_unlock(&s->lock);
         if (ends_session)
             scsi_nexus_logout(s->nexus);
     }
-    int rc = logout_respond(c, req, response, recovery && response == 0, victim == NULL);
+    int rc = logout_respond(c, req, response, recovery && response == 0, !self && !other);
     if (rc < 0 || response != 0)
         return rc;
     {
@@ -536,9 +542,9 @@ static int logout_handle(struct iscsi_conn *c, struct iscsi_pdu_in *p)
     }
     if (reason == ISCSI_LOGOUT_CLOSE_SESSION && c->session)
         session_close_other_conns(c->session, c);
-    else if (victim && victim != c)
-        session_close_conn_by_cid(c->session, victim->cid, !recovery);
-    if (victim == c || reason == ISCSI_LOGOUT_CLOSE_SESSION) {
+    else if (other)
+        session_close_conn_by_cid(c->session, get_be16(req->b + BHS_CID), !recovery);
+    if (self || reason == ISCSI_LOGOUT_CLOSE_SESSION) {
         c->phase = CONN_LOGGED_OUT; /* closes once the response is on the wire */
         c->recovery_logout = recovery;
     }

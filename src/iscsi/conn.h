@@ -484,7 +484,9 @@ void session_put(struct iscsi_session *s);
  * with RefCmdSN inside the window (RFC 7143 §11.5.1 b). ExpCmdSN steps over it, and a command
  * arriving later with it is dropped unanswered. Nothing if it was received meanwhile. */
 void session_consume_cmdsn(struct iscsi_session *s, uint32_t cmdsn);
-struct iscsi_conn *session_find_conn(struct iscsi_session *s, uint16_t cid);
+/* Whether a connection with this CID is in the session now (no pointer: the connection lives
+ * on its own reactor, which may free it the moment the lock is dropped). */
+bool session_has_conn(struct iscsi_session *s, uint16_t cid);
 /* Ask the connections to close, each on its own reactor. */
 void session_close_other_conns(struct iscsi_session *s, struct iscsi_conn *keep);
 /* Close (by message to its reactor) every connection c of every live session s for which

@@ -311,7 +311,7 @@ static enum iscsi_login_status login_enter_ffp(struct iscsi_conn *c)
             return ISCSI_LOGIN_SESSION_DOES_NOT_EXIST;
         /* §6.3.4: at ERL 2 a target must take a connection that reinstates one of the
          * session's (same CID) even at MaxConnections: it replaces that one. */
-        bool reinstating = s->params.erl >= 2 && session_find_conn(s, c->cid);
+        bool reinstating = s->params.erl >= 2 && session_has_conn(s, c->cid);
         pthread_mutex_lock(&s->lock);
         bool full = s->nconns - (reinstating ? 1u : 0u) >= s->params.max_connections || s->closing;
         pthread_mutex_unlock(&s->lock);

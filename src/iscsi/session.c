@@ -251,19 +251,14 @@ void session_remove_conn(struct iscsi_session *s, struct iscsi_conn *c)
     session_put(s); /* the connection's reference */
 }
 
-struct iscsi_conn *session_find_conn(struct iscsi_session *s, uint16_t cid)
+bool session_has_conn(struct iscsi_session *s, uint16_t cid)
 {
-    struct iscsi_conn *found = NULL;
+    bool found = false;
     if (!s)
-        return NULL;
+        return false;
     pthread_mutex_lock(&s->lock);
-    for (struct list_node *n = s->conns.next; n != &s->conns; n = n->next) {
-        struct iscsi_conn *c = list_entry(n, struct iscsi_conn, session_node);
-        if (c->cid == cid) {
-            found = c;
-            break;
-        }
-    }
+    for (struct list_node *n = s->conns.next; n != &s->conns && !found; n = n->next)
+        found = list_entry(n, struct iscsi_conn, session_node)->cid == cid;
     pthread_mutex_unlock(&s->lock);
     return found;
 }
