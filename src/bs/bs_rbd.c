@@ -141,8 +141,6 @@ static void rbd_step_done(struct bs_io *io)
 {
     struct bs *bs = io->st.bs;
     int res = io->st.res;
-    if (res == -RBD_EBLOCKLISTED)
-        rbd_fenced(bs);
     bool writes = io->op == BS_WRITE || io->op == BS_WRITE_SAME || io->op == BS_COMPARE_AND_WRITE;
     if (res == 0 && writes && io->fua && io->st.done == STEP_OP) {
         /* librbd has no write-through flag: a FUA write is a write and then a flush, the
@@ -153,6 +151,9 @@ static void rbd_step_done(struct bs_io *io)
         if (res == 0)
             return;
     }
+    /* after the FUA flush was tried: librbd may refuse that one for the fence too */
+    if (res == -RBD_EBLOCKLISTED)
+        rbd_fenced(bs);
     rbd_iov_restore(io);
     if (io->op == BS_COMPARE_AND_WRITE && res == -EILSEQ)
         io->miscompare = rbd_miscompare_rel(io, ((struct bs_rbd *)bs->priv)->obj_size);

@@ -373,6 +373,26 @@ static void test_refused_at_submit(void **state)
     sfx_assert_sense(&f->t, 0, 0x0b, 0x3e, 0x02);
 }
 
+/* The fence met when the flush a FUA write owes is refused: the LUN is given up there too,
+ * not at some later request (README: whichever call meets the fence first). */
+static void test_blocklisted_at_fua_flush(void **state)
+{
+    struct fx *f = *state;
+    uint8_t c[16], buf[BSZ] = {0};
+    cdb10(c, 0x2a, 0x08, 0, 1);
+    struct arun a;
+    start(f, &a, c, buf, sizeof(buf));
+    rbd_fake.submit_err = -EBLOCKLISTED;
+    finish_step(f);
+    assert_int_equal(sfx_done_calls, 1);
+    sfx_assert_sense(&f->t, 0, 0x02, 0x04, 0x03);
+    int nlog = rbd_fake.nlog;
+    cdb10(c, 0x28, 0, 0, 1);
+    assert_int_equal(run(f, c, NULL, 0), SCSI_STATUS_CHECK_CONDITION);
+    sfx_assert_sense(&f->t, 0, 0x02, 0x04, 0x03);
+    assert_int_equal(rbd_fake.nlog, nlog); /* the cluster no longer asked */
+}
+
 /* COMPARE AND WRITE that differs: MISCOMPARE DURING VERIFY, INFORMATION the offset of the
  * first differing byte within the compare, whether librbd reports it as an image offset (as
  * it means to) or, as 16.2 does, as the object's start plus that offset. */
@@ -550,6 +570,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_unmap_write_same, setup, teardown),
         cmocka_unit_test_setup_teardown(test_errors, setup, teardown),
         cmocka_unit_test_setup_teardown(test_refused_at_submit, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_blocklisted_at_fua_flush, setup, teardown),
         cmocka_unit_test_setup_teardown(test_miscompare, setup, teardown),
         cmocka_unit_test_setup_teardown(test_blocklisted, setup, teardown),
         cmocka_unit_test_setup_teardown(test_completion_on_reactor, setup, teardown),
