@@ -160,9 +160,12 @@ start_ceph() {
         command -v "$b" >/dev/null 2>&1 ||
             skip "$b is not installed: no Ceph cluster for the rbd tests (scripts/install-deps test installs ceph-mon ceph-osd ceph-mgr ceph-common)"
     done
+    # CEPH_MINI_PORT set by the caller: that port only (keeps parallel runs apart, as
+    # LT_PORT_BASE does for the daemon)
+    local fixed=${CEPH_MINI_PORT:-}
     for ((try = 0; try < 10; try++)); do
-        export CEPH_MINI_PORT=$((30000 + (RANDOM % 90) * 100 + 89))
-        port_busy "$CEPH_MINI_PORT" && continue
+        export CEPH_MINI_PORT=${fixed:-$((30000 + (RANDOM % 90) * 100 + 89))}
+        [ -z "$fixed" ] && port_busy "$CEPH_MINI_PORT" && continue
         CEPH_MINI_DIR=$WORK/ceph
         if "$CEPH_MINI" start "$CEPH_MINI_DIR" >"$WORK/ceph.env" 2>"$WORK/ceph.err"; then
             export CEPH_CONF=$CEPH_MINI_DIR/ceph.conf
@@ -170,7 +173,7 @@ start_ceph() {
             return 0
         fi
         CEPH_MINI_DIR=""
-        grep -q "is taken" "$WORK/ceph.err" && continue
+        [ -z "$fixed" ] && grep -q "is taken" "$WORK/ceph.err" && continue
         fail "scripts/ceph-mini start failed: $(tail -n 5 "$WORK/ceph.err")"
     done
     fail "no free port for the Ceph monitor"
