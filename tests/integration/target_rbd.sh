@@ -22,10 +22,7 @@
 #     (target_rbd_resize.py; iscsi-readcapacity16 from a new session agrees);
 #   - bad specs are refused at start with a reason (missing pool, malformed spec);
 #   - a LUN with conf=PATH,id=admin and no CEPH_CONF in the environment reads the image;
-#   - the OSD stopped (SIGSTOP) under a LUN of a config file with rbd-timeout = 4 (the global
-#     key, not the LUN's timeout=): READ, WRITE and SYNCHRONIZE CACHE end in ABORTED COMMAND /
-#     TIMEOUT ON LOGICAL UNIT after the timeout, not a hang; after SIGCONT the same READ is
-#     GOOD with the data (target_rbd_stall.py);
+#   - (the OSD stopped under a LUN: target_rbd_stall.sh, test target-rbd-stall);
 #   - the gateway's Ceph client blocklisted (ceph osd blocklist add, its address from the
 #     log): every command then ends in NOT READY / MANUAL INTERVENTION REQUIRED, at once after
 #     the first, the log says the LUN was given up, and SIGTERM exits 1 (the LUN could not be
@@ -171,24 +168,6 @@ grep -q "the medium was resized from 100663296 to 83886080 bytes" "$WORK/target.
     fail "the log does not say the image shrank"
 stop_target
 [ "$STOP_RC" -eq 0 ] || fail "SIGTERM'd daemon exited $STOP_RC, not 0"
-
-note "the OSD stopped (SIGSTOP) under rbd-timeout = 4: retryable sense, then GOOD again"
-# the global key, not the LUN's timeout=: it must reach the LUN's spec (target_lun_rbd_timeout)
-cat >"$WORK/stall.conf" <<EOF
-threads = 2
-portal = 127.0.0.1:@PORT@
-rbd-timeout = 4
-[target $iqn]
-lun = rbd:rbd/it-stall,size=16M
-EOF
-start_target_config "$WORK/stall.conf"
-osd_pid=$(cat "$CEPH_MINI_DIR"/run/osd.*.pid)
-run_to 120 python3 "$IT_DIR/target_rbd_stall.py" "$PORT" "$iqn" "$osd_pid" 4 ||
-    { kill -CONT "$osd_pid" 2>/dev/null; show_cmd_out; fail "OSD stall"; }
-sed 's/^/   /' "$WORK/cmd.out"
-stop_target
-[ "$STOP_RC" -eq 0 ] || fail "SIGTERM'd daemon exited $STOP_RC, not 0"
-grep -q "blocklisted" "$WORK/target.log" && fail "the gateway says it was blocklisted"
 
 note "the gateway blocklisted by the cluster gives the LUN up: NOT READY, said in the log"
 start_target --target-name "$iqn" --threads 2 --lun rbd:rbd/it-fence,size=16M,timeout=10
