@@ -18,16 +18,8 @@ set -u
 source "$(dirname "$0")/lt_lib.sh"
 need curl python3
 
-BUILD=$(dirname "$LT")
-CTL_BIN=$BUILD/linerate-ctl
-BENCH=$BUILD/linerate-bench
-[ -x "$CTL_BIN" ] || fail "$CTL_BIN is not built"
-[ -x "$BENCH" ] || fail "$BENCH is not built"
-T=iqn.2026-11.org.linerate:default
-SOCK=$WORK/ctl.sock
+ctl_setup
 CHECK=$IT_DIR/prom_check.py
-
-ctl() { "$CTL_BIN" --socket "$SOCK" "$@"; }
 
 # scrape NAME: the endpoint's body into $WORK/NAME.txt, checked; its series in $WORK/NAME.json
 scrape() {
