@@ -265,7 +265,7 @@ ctl set log-level loud >/dev/null 2>&1
 note "add target on a new portal; remove target: refused with a session, then --force"
 T2=iqn.2026-11.org.linerate:second
 for ((i = 0; i < 30; i++)); do
-    P2=$((20000 + RANDOM % 10000))
+    P2=$(random_port)
     port_busy "$P2" || break
 done
 ctl_ok add target "$T2" --portal "127.0.0.1:$P2" --lun ram:8M --lun null:1G --alias second
