@@ -32,20 +32,30 @@ static int num_arg(const char *s, const char *what, unsigned long long max, json
     return 0;
 }
 
-/* Options after the positional arguments of a verb: --timeout S, --lun N. */
-static int verb_opts(int argc, char **argv, int first, json_t *params, bool allow_timeout,
-                     bool allow_lun, char *err, size_t errlen)
+/* The options a verb may take after its positional arguments. */
+enum verb_opt {
+    OPT_TIMEOUT = 1 << 0, /* --timeout S */
+    OPT_LUN = 1 << 1,     /* --lun N */
+    OPT_FORCE = 1 << 2,   /* --force */
+};
+
+/* The one parser of options after the positional arguments of a verb: each verb names the
+ * options it takes in `allowed`, anything else is an unexpected argument. */
+static int verb_opts(int argc, char **argv, int first, json_t *params, unsigned allowed, char *err,
+                     size_t errlen)
 {
     for (int i = first; i < argc; i++) {
         json_int_t v = 0;
-        if (allow_timeout && strcmp(argv[i], "--timeout") == 0 && i + 1 < argc) {
+        if ((allowed & OPT_TIMEOUT) && strcmp(argv[i], "--timeout") == 0 && i + 1 < argc) {
             if (num_arg(argv[++i], "timeout", 3600, &v, err, errlen) < 0)
                 return -1;
             json_object_set_new(params, "timeout", json_integer(v));
-        } else if (allow_lun && strcmp(argv[i], "--lun") == 0 && i + 1 < argc) {
+        } else if ((allowed & OPT_LUN) && strcmp(argv[i], "--lun") == 0 && i + 1 < argc) {
             if (num_arg(argv[++i], "LUN", 16383, &v, err, errlen) < 0)
                 return -1;
             json_object_set_new(params, "lun", json_integer(v));
+        } else if ((allowed & OPT_FORCE) && strcmp(argv[i], "--force") == 0) {
+            json_object_set_new(params, "force", json_true());
         } else {
             return usage_err(err, errlen, "unexpected argument '%s'", argv[i]);
         }
@@ -71,7 +81,7 @@ int ctl_req_from_argv(int argc, char **argv, struct ctl_req *req, char *err, siz
     if (is(verb, "version")) {
         req->method = "version";
         req->kind = "version";
-        return verb_opts(argc, argv, 1, p, false, false, err, errlen);
+        return verb_opts(argc, argv, 1, p, 0, err, errlen);
     }
     if (is(verb, "show")) {
         static const char *const things[] = {"targets", "luns", "sessions", "connections",
@@ -85,7 +95,7 @@ int ctl_req_from_argv(int argc, char **argv, struct ctl_req *req, char *err, siz
             req->kind = things[i];
             if (i == 1 && argc > 2) /* show luns TARGET */
                 json_object_set_new(p, "target", json_string(argv[2]));
-            return verb_opts(argc, argv, i == 1 && argc > 2 ? 3 : 2, p, false, false, err, errlen);
+            return verb_opts(argc, argv, i == 1 && argc > 2 ? 3 : 2, p, 0, err, errlen);
         }
         return usage_err(err, errlen,
                          "show what? targets, luns [TARGET], sessions, connections or portals");
@@ -97,7 +107,7 @@ int ctl_req_from_argv(int argc, char **argv, struct ctl_req *req, char *err, siz
         req->kind = "lun";
         json_object_set_new(p, "target", json_string(argv[2]));
         json_object_set_new(p, "spec", json_string(argv[3]));
-        return verb_opts(argc, argv, 4, p, false, true, err, errlen);
+        return verb_opts(argc, argv, 4, p, OPT_LUN, err, errlen);
     }
     if ((is(verb, "remove") || is(verb, "set") || is(verb, "resize")) && is(what, "lun")) {
         bool set = is(verb, "set"), resize = is(verb, "resize");
@@ -137,7 +147,7 @@ int ctl_req_from_argv(int argc, char **argv, struct ctl_req *req, char *err, siz
             req->method = "remove_lun";
             req->kind = "removed";
         }
-        return verb_opts(argc, argv, need, p, !set && !resize, false, err, errlen);
+        return verb_opts(argc, argv, need, p, set || resize ? 0 : OPT_TIMEOUT, err, errlen);
     }
     if (is(verb, "logout") && is(what, "session")) {
         if (argc < 3)
@@ -147,7 +157,7 @@ int ctl_req_from_argv(int argc, char **argv, struct ctl_req *req, char *err, siz
         json_object_set_new(p, "tsih", json_integer(v));
         req->method = "logout_session";
         req->kind = "logout";
-        return verb_opts(argc, argv, 3, p, true, false, err, errlen);
+        return verb_opts(argc, argv, 3, p, OPT_TIMEOUT, err, errlen);
     }
     if (is(verb, "drop") && is(what, "connection")) {
         if (argc < 4)
@@ -160,7 +170,7 @@ int ctl_req_from_argv(int argc, char **argv, struct ctl_req *req, char *err, siz
         json_object_set_new(p, "cid", json_integer(v));
         req->method = "drop_connection";
         req->kind = "dropped";
-        return verb_opts(argc, argv, 4, p, false, false, err, errlen);
+        return verb_opts(argc, argv, 4, p, 0, err, errlen);
     }
     if (is(verb, "set") && is(what, "log-level")) {
         if (argc < 3)
@@ -168,16 +178,14 @@ int ctl_req_from_argv(int argc, char **argv, struct ctl_req *req, char *err, siz
         json_object_set_new(p, "level", json_string(argv[2]));
         req->method = "set_log_level";
         req->kind = "log-level";
-        return verb_opts(argc, argv, 3, p, false, false, err, errlen);
+        return verb_opts(argc, argv, 3, p, 0, err, errlen);
     }
     if (is(verb, "reload")) {
         req->method = "reload";
         req->kind = "reload";
-        for (int i = 1; i < argc; i++) {
-            if (!is(argv[i], "--force"))
-                return usage_err(err, errlen, "usage: reload [--force]");
-            json_object_set_new(p, "force", json_true());
-        }
+        /* reload takes nothing else, so its usage says more than "unexpected argument". */
+        if (verb_opts(argc, argv, 1, p, OPT_FORCE, err, errlen) < 0)
+            return usage_err(err, errlen, "usage: reload [--force]");
         return 0;
     }
     if ((is(verb, "add") || is(verb, "remove")) && (is(what, "portal") || is(what, "allow"))) {
@@ -192,18 +200,8 @@ int ctl_req_from_argv(int argc, char **argv, struct ctl_req *req, char *err, siz
         req->kind = req->method;
         json_object_set_new(p, "target", json_string(argv[2]));
         json_object_set_new(p, portal ? "portal" : "initiator", json_string(argv[3]));
-        for (int i = 4; i < argc; i++) {
-            if (!add && !portal && is(argv[i], "--force")) {
-                json_object_set_new(p, "force", json_true());
-            } else if (!add && !portal && is(argv[i], "--timeout") && i + 1 < argc) {
-                if (num_arg(argv[++i], "timeout", 3600, &v, err, errlen) < 0)
-                    return -1;
-                json_object_set_new(p, "timeout", json_integer(v));
-            } else {
-                return usage_err(err, errlen, "unexpected argument '%s'", argv[i]);
-            }
-        }
-        return 0;
+        return verb_opts(argc, argv, 4, p, !add && !portal ? OPT_FORCE | OPT_TIMEOUT : 0, err,
+                         errlen);
     }
     if (is(verb, "save")) {
         if (argc > 2)
@@ -262,18 +260,7 @@ int ctl_req_from_argv(int argc, char **argv, struct ctl_req *req, char *err, siz
         req->method = "remove_target";
         req->kind = "target-removed";
         json_object_set_new(p, "target", json_string(argv[2]));
-        for (int i = 3; i < argc; i++) {
-            if (is(argv[i], "--force")) {
-                json_object_set_new(p, "force", json_true());
-            } else if (is(argv[i], "--timeout") && i + 1 < argc) {
-                if (num_arg(argv[++i], "timeout", 3600, &v, err, errlen) < 0)
-                    return -1;
-                json_object_set_new(p, "timeout", json_integer(v));
-            } else {
-                return usage_err(err, errlen, "unexpected argument '%s'", argv[i]);
-            }
-        }
-        return 0;
+        return verb_opts(argc, argv, 3, p, OPT_FORCE | OPT_TIMEOUT, err, errlen);
     }
     if (is(verb, "call")) { /* any method, params as JSON: for scripts and new methods */
         if (argc < 2 || argc > 3)

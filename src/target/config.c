@@ -944,30 +944,51 @@ int target_config_load(struct target_config *cfg, const char *path, char *err, s
     return target_config_load_defaults(cfg, path, NULL, err, errlen);
 }
 
+int target_config_read_lines(const char *path, target_line_fn fn, void *arg)
+{
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return TARGET_LINES_EOPEN;
+    char *buf = NULL;
+    size_t cap = 0;
+    ssize_t len;
+    unsigned lineno = 0;
+    int rc = 0;
+    while (rc == 0 && (len = getline(&buf, &cap, f)) >= 0) {
+        while (len && (buf[len - 1] == '\n' || buf[len - 1] == '\r'))
+            buf[--len] = '\0';
+        rc = fn(arg, buf, (size_t)len, ++lineno);
+    }
+    if (rc == 0 && ferror(f))
+        rc = TARGET_LINES_EREAD;
+    int saved = errno; /* the read's, for the caller's message */
+    free(buf);
+    fclose(f);
+    errno = saved;
+    return rc;
+}
+
+/* One line of the file for target_config_read_lines. */
+static int cfg_read_line(void *arg, char *line, size_t len, unsigned lineno)
+{
+    struct cfg_parser *ps = arg;
+    ps->line = lineno;
+    if (memchr(line, '\0', len))
+        return cfg_fail(ps, ps->line, "NUL byte in config file");
+    return cfg_line(ps, line);
+}
+
 int target_config_load_defaults(struct target_config *cfg, const char *path,
                                 struct target_section_defaults *defs, char *err, size_t errlen)
 {
     struct cfg_parser ps = {.cfg = cfg, .path = path, .err = err, .errlen = errlen};
     target_params_default(&ps.global_params);
-    FILE *f = fopen(path, "r");
-    if (!f) {
+    int rc = target_config_read_lines(path, cfg_read_line, &ps);
+    if (rc == TARGET_LINES_EOPEN) {
         snprintf(err, errlen, "cannot open config file %s: %s", path, strerror(errno));
         return -1;
     }
-    char *buf = NULL;
-    size_t cap = 0;
-    ssize_t len;
-    int rc = 0;
-    while ((len = getline(&buf, &cap, f)) >= 0) {
-        ps.line++;
-        if (memchr(buf, '\0', (size_t)len)) {
-            rc = cfg_fail(&ps, ps.line, "NUL byte in config file");
-            break;
-        }
-        if ((rc = cfg_line(&ps, buf)) < 0)
-            break;
-    }
-    if (rc == 0 && ferror(f))
+    if (rc == TARGET_LINES_EREAD)
         rc = cfg_fail(&ps, ps.line, "read error: %s", strerror(errno));
     if (rc == 0)
         rc = cfg_end_target(&ps);
@@ -982,8 +1003,6 @@ int target_config_load_defaults(struct target_config *cfg, const char *path,
         defs->alua = ps.global_alua;
         defs->chap_algs = cfg->chap_algs;
     }
-    free(buf);
     free(ps.global_portals);
-    fclose(f);
     return rc;
 }

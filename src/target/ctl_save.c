@@ -178,44 +178,38 @@ static int classify(struct doc *d, struct sline *l, uint64_t *next_lun)
     return 0;
 }
 
+/* doc_read's progress through the file. */
+struct doc_reader {
+    struct doc *d;
+    uint64_t next_lun;
+};
+
+static int doc_line(void *arg, char *line, size_t len, unsigned lineno)
+{
+    (void)len;
+    (void)lineno;
+    struct doc_reader *r = arg;
+    struct doc *d = r->d;
+    struct sline *g = realloc(d->l, (d->n + 1) * sizeof(*g));
+    if (!g)
+        return -1;
+    d->l = g;
+    struct sline *l = &d->l[d->n];
+    memset(l, 0, sizeof(*l));
+    l->text = strdup(line);
+    if (!l->text)
+        return -1;
+    d->n++;
+    return classify(d, l, &r->next_lun);
+}
+
 static int doc_read(struct doc *d, const char *path, char *err, size_t errlen)
 {
-    FILE *f = fopen(path, "r");
-    if (!f) {
+    struct doc_reader r = {.d = d};
+    int rc = target_config_read_lines(path, doc_line, &r);
+    if (rc == TARGET_LINES_EOPEN || rc == TARGET_LINES_EREAD)
         snprintf(err, errlen, "cannot read %s: %s", path, strerror(errno));
-        return -1;
-    }
-    char *buf = NULL;
-    size_t cap = 0;
-    ssize_t len;
-    uint64_t next_lun = 0;
-    int rc = 0;
-    while (rc == 0 && (len = getline(&buf, &cap, f)) >= 0) {
-        while (len && (buf[len - 1] == '\n' || buf[len - 1] == '\r'))
-            buf[--len] = '\0';
-        struct sline *g = realloc(d->l, (d->n + 1) * sizeof(*g));
-        if (!g) {
-            rc = -1;
-            break;
-        }
-        d->l = g;
-        struct sline *l = &d->l[d->n];
-        memset(l, 0, sizeof(*l));
-        l->text = strdup(buf);
-        if (!l->text) {
-            rc = -1;
-            break;
-        }
-        d->n++;
-        rc = classify(d, l, &next_lun);
-    }
-    if (rc == 0 && ferror(f)) {
-        snprintf(err, errlen, "cannot read %s: %s", path, strerror(errno));
-        rc = -2;
-    }
-    free(buf);
-    fclose(f);
-    if (rc == -1)
+    else if (rc < 0)
         snprintf(err, errlen, "out of memory");
     return rc < 0 ? -1 : 0;
 }

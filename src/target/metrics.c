@@ -44,7 +44,9 @@ struct metrics_server {
     struct reactor_fd h;
     struct list_node clients;
     unsigned nclients;
-    struct log_limit log_rl;
+    /* one limiter a warning: a flood of either must not silence the other */
+    struct log_limit busy_log;  /* clients refused with 503 */
+    struct log_limit pause_log; /* accepting paused, out of descriptors */
     /* out of descriptors (or memory): the pending connection stays in the backlog and the
      * socket readable, so accepting stops for ACCEPT_PAUSE_MS instead of spinning */
     struct reactor_timer accept_pause;
@@ -211,7 +213,7 @@ static void on_accept(void *arg, uint32_t events)
         int fd = accept4(s->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd < 0 && (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM)) {
             unsigned sup;
-            if (log_limit_allow(&s->log_rl, reactor_now_ms(), &sup))
+            if (log_limit_allow(&s->pause_log, reactor_now_ms(), &sup))
                 LOG_WARN("metrics: accept: %s; pausing accepts for %d ms", strerror(errno),
                          METRICS_ACCEPT_PAUSE_MS);
             s->accept_paused = true;
@@ -227,7 +229,7 @@ static void on_accept(void *arg, uint32_t events)
             (void)!send(fd, busy, sizeof(busy) - 1, MSG_NOSIGNAL | MSG_DONTWAIT);
             close(fd);
             unsigned sup;
-            if (log_limit_allow(&s->log_rl, reactor_now_ms(), &sup))
+            if (log_limit_allow(&s->busy_log, reactor_now_ms(), &sup))
                 LOG_WARN("metrics: %u clients connected already: one more refused (503)",
                          METRICS_CLIENTS_MAX);
             continue;

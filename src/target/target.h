@@ -156,6 +156,18 @@ struct target_section_defaults {
 /* target_config_load, also giving the file's section defaults (defs may be NULL). */
 int target_config_load_defaults(struct target_config *cfg, const char *path,
                                 struct target_section_defaults *defs, char *err, size_t errlen);
+/* A line of a config file: without its line end ("\n", "\r\n"), its length (it may hold NUL
+ * bytes) and its number from 1. Returns 0 to go on with the next line, -1 to stop. */
+typedef int (*target_line_fn)(void *arg, char *line, size_t len, unsigned lineno);
+/* What target_config_read_lines returns when the file itself fails; errno says why. */
+enum {
+    TARGET_LINES_EOPEN = -2, /* it cannot be opened */
+    TARGET_LINES_EREAD = -3, /* reading it failed after the lines given */
+};
+/* Give each line of the file at path to fn: the one line reader of the config loader and of
+ * ctl save (which keeps the file's layout). Returns 0 after the last line, -1 when fn stopped,
+ * or TARGET_LINES_EOPEN / TARGET_LINES_EREAD. */
+int target_config_read_lines(const char *path, target_line_fn fn, void *arg);
 
 /* Validators and parsers shared by cli.c and config.c; on error they return -1 and write a
  * reason (without the origin) into err. */

@@ -1,6 +1,7 @@
 # Helpers for the linerate-target integration tests (sourced): a scratch directory, starting
 # the daemon on a random free loopback port (retrying when the port is taken), stopping it with
-# SIGTERM and collecting its exit code, and failing with the daemon's log as context.
+# SIGTERM and collecting its exit code, failing with the daemon's log as context, linerate-ctl
+# on its control socket and a Ceph cluster for rbd: LUNs.
 # Meson passes LINERATE_TARGET (the binary under test: build/ or build-asan/).
 set -u
 
@@ -144,6 +145,33 @@ show_cmd_out() {
     echo "--- output of the last command:" >&2
     tail -n 30 "$WORK/cmd.out" >&2
 }
+
+# --- linerate-ctl on the daemon under test ---
+# ctl_setup: CTL_BIN and BENCH, the linerate-ctl and linerate-bench built beside $LT (failing
+# when either is not), T the name of the daemon's default target, and SOCK the control socket
+# to start it with (--ctl-socket "$SOCK", or ctl-socket = $SOCK in a config file).
+ctl_setup() {
+    local build
+    build=$(dirname "$LT")
+    CTL_BIN=$build/linerate-ctl
+    BENCH=$build/linerate-bench
+    [ -x "$CTL_BIN" ] || fail "$CTL_BIN is not built"
+    [ -x "$BENCH" ] || fail "$BENCH is not built"
+    T=iqn.2026-11.org.linerate:default
+    SOCK=$WORK/ctl.sock
+}
+
+# ctl ARGS...: linerate-ctl on $SOCK as it is at the call (a test may move it to another socket).
+ctl() { "$CTL_BIN" --socket "$SOCK" "$@"; }
+# ctl_ok ARGS...: must succeed; output in $WORK/ctl.out
+ctl_ok() {
+    ctl "$@" >"$WORK/ctl.out" 2>&1 || {
+        cat "$WORK/ctl.out" >&2
+        fail "linerate-ctl $* failed"
+    }
+}
+# jget EXPR: print the Python expression EXPR of the JSON on stdin, which it names d.
+jget() { python3 -c "import json,sys; d=json.load(sys.stdin); print($1)"; }
 
 # --- a Ceph cluster for rbd: LUNs (scripts/ceph-mini) ---
 CEPH_MINI=$(cd "$IT_DIR/../.." && pwd)/scripts/ceph-mini

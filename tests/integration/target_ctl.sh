@@ -17,23 +17,8 @@ set -u
 source "$(dirname "$0")/lt_lib.sh"
 need qemu-img iscsi-readcapacity16 python3 setpriv
 
-BUILD=$(dirname "$LT")
-CTL_BIN=$BUILD/linerate-ctl
-BENCH=$BUILD/linerate-bench
-[ -x "$CTL_BIN" ] || fail "$CTL_BIN is not built"
-T=iqn.2026-11.org.linerate:default
+ctl_setup
 chmod 0711 "$WORK" # so that uid 65534 can reach the socket file at all (the refusal tests)
-SOCK=$WORK/ctl.sock
-
-ctl() { "$CTL_BIN" --socket "$SOCK" "$@"; }
-# ctl_ok ARGS...: must succeed; output in $WORK/ctl.out
-ctl_ok() {
-    ctl "$@" >"$WORK/ctl.out" 2>&1 || {
-        cat "$WORK/ctl.out" >&2
-        fail "linerate-ctl $* failed"
-    }
-}
-jget() { python3 -c "import json,sys; d=json.load(sys.stdin); print($1)"; }
 
 # --- the option's own checks ---
 note "--ctl-socket: a relative path is refused; none means no socket"
@@ -280,7 +265,7 @@ ctl set log-level loud >/dev/null 2>&1
 note "add target on a new portal; remove target: refused with a session, then --force"
 T2=iqn.2026-11.org.linerate:second
 for ((i = 0; i < 30; i++)); do
-    P2=$((20000 + RANDOM % 10000))
+    P2=$(random_port)
     port_busy "$P2" || break
 done
 ctl_ok add target "$T2" --portal "127.0.0.1:$P2" --lun ram:8M --lun null:1G --alias second

@@ -12,24 +12,9 @@ set -u
 source "$(dirname "$0")/lt_lib.sh"
 need iscsi-ls iscsi-inq python3
 
-BUILD=$(dirname "$LT")
-CTL_BIN=$BUILD/linerate-ctl
-BENCH=$BUILD/linerate-bench
-[ -x "$CTL_BIN" ] || fail "$CTL_BIN is not built"
-[ -x "$BENCH" ] || fail "$BENCH is not built"
-T=iqn.2026-11.org.linerate:default
+ctl_setup
 T2=iqn.2026-11.org.linerate:added
-SOCK=$WORK/ctl.sock
 
-ctl() { "$CTL_BIN" --socket "$SOCK" "$@"; }
-# ctl_ok ARGS...: must succeed; output in $WORK/ctl.out
-ctl_ok() {
-    ctl "$@" >"$WORK/ctl.out" 2>&1 || {
-        cat "$WORK/ctl.out" >&2
-        fail "linerate-ctl $* failed"
-    }
-}
-jget() { python3 -c "import json,sys; d=json.load(sys.stdin); print($1)"; }
 # The LUNs as show luns --json has them, without the commands in flight of the moment and
 # the spec a LUN was opened with (a resized one was opened smaller; the saved file has its
 # size, which `bytes` shows).

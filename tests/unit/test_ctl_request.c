@@ -122,12 +122,64 @@ static void test_remove_lun_both_forms(void **state)
     json_decref(r.params);
 }
 
+/* remove target, remove allow and reload take --force (and the removals --timeout) through the
+ * same option parser as the LUN verbs; each verb takes only its own options. */
+static void test_force_and_timeout_options(void **state)
+{
+    (void)state;
+    struct ctl_req r;
+    char err[256];
+    assert_int_equal(
+        parse(&r, err, sizeof(err), "remove", "target", T, "--force", "--timeout", "7", NULL), 0);
+    assert_string_equal(r.method, "remove_target");
+    assert_true(json_is_true(json_object_get(r.params, "force")));
+    assert_int_equal(int_of(&r, "timeout"), 7);
+    json_decref(r.params);
+
+    assert_int_equal(parse(&r, err, sizeof(err), "remove", "allow", T, "iqn.2026-11.org.x:i",
+                           "--timeout", "2", NULL),
+                     0);
+    assert_string_equal(r.method, "remove_allow");
+    assert_null(json_object_get(r.params, "force"));
+    assert_int_equal(int_of(&r, "timeout"), 2);
+    json_decref(r.params);
+
+    /* add allow and remove portal take neither option */
+    assert_int_equal(
+        parse(&r, err, sizeof(err), "add", "allow", T, "iqn.2026-11.org.x:i", "--force", NULL), -1);
+    assert_string_equal(err, "unexpected argument '--force'");
+    json_decref(r.params);
+    assert_int_equal(
+        parse(&r, err, sizeof(err), "remove", "portal", T, "127.0.0.1", "--timeout", "2", NULL),
+        -1);
+    assert_string_equal(err, "unexpected argument '--timeout'");
+    json_decref(r.params);
+
+    /* a timeout is a bounded number; --timeout with no value is no option at all */
+    assert_int_equal(parse(&r, err, sizeof(err), "remove", "target", T, "--timeout", "3601", NULL),
+                     -1);
+    assert_non_null(strstr(err, "bad timeout '3601'"));
+    json_decref(r.params);
+    assert_int_equal(parse(&r, err, sizeof(err), "remove", "target", T, "--timeout", NULL), -1);
+    assert_string_equal(err, "unexpected argument '--timeout'");
+    json_decref(r.params);
+
+    assert_int_equal(parse(&r, err, sizeof(err), "reload", "--force", NULL), 0);
+    assert_string_equal(r.method, "reload");
+    assert_true(json_is_true(json_object_get(r.params, "force")));
+    json_decref(r.params);
+    assert_int_equal(parse(&r, err, sizeof(err), "reload", "--timeout", "3", NULL), -1);
+    assert_string_equal(err, "usage: reload [--force]");
+    json_decref(r.params);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_set_lun_both_forms),
         cmocka_unit_test(test_resize_lun_both_forms),
         cmocka_unit_test(test_remove_lun_both_forms),
+        cmocka_unit_test(test_force_and_timeout_options),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
