@@ -317,6 +317,8 @@ static json_t *portal_json(struct daemon *d, const struct listener *l)
 static json_t *m_stats(struct daemon *d, json_t *params, struct req_err *e)
 {
     (void)params;
+    if (!IOSTATS_ENABLED)
+        return fail(e, ERR_FAILED, "%s", STATS_NONE_MSG);
     json_t *r = stats_json(d);
     return r ? r : fail(e, ERR_INTERNAL, "out of memory");
 }

@@ -91,6 +91,11 @@ void ctl_stop(struct daemon *d);
 bool ctl_stopping(const struct daemon *d);
 
 /* --- stats.c: the metrics, read on the control thread --- */
+/* What `stats` and the endpoint answer in a build without counters (meson -Dmetrics=false,
+ * util/iostats.h: IOSTATS_ENABLED), rather than zeros that look like an idle target. */
+#define STATS_NONE_MSG                                                                             \
+    "this linerate-target was built with -Dmetrics=false: it has no I/O counters (rebuild "        \
+    "with -Dmetrics=true for stats and the metrics endpoint)"
 /* The `stats` method's result (docs/ctl-protocol.md); NULL when out of memory. */
 json_t *stats_json(struct daemon *d);
 /* The Prometheus text exposition of the same, malloc'd, its length in *len; NULL: no memory. */
