@@ -185,7 +185,7 @@ int ctl_req_from_argv(int argc, char **argv, struct ctl_req *req, char *err, siz
         if (argc < 4)
             return usage_err(err, errlen, "usage: %s %s TARGET %s%s", verb, what,
                              portal ? "ADDR[:PORT]" : "INITIATOR-IQN",
-                             !add && !portal ? " [--force] [--timeout S]" : "");
+                             !portal ? " [--force] [--timeout S]" : "");
         static const char *const meth[2][2] = {{"remove_allow", "remove_portal"},
                                                {"add_allow", "add_portal"}};
         req->method = meth[add][portal];
@@ -193,9 +193,9 @@ int ctl_req_from_argv(int argc, char **argv, struct ctl_req *req, char *err, siz
         json_object_set_new(p, "target", json_string(argv[2]));
         json_object_set_new(p, portal ? "portal" : "initiator", json_string(argv[3]));
         for (int i = 4; i < argc; i++) {
-            if (!add && !portal && is(argv[i], "--force")) {
+            if (!portal && is(argv[i], "--force")) {
                 json_object_set_new(p, "force", json_true());
-            } else if (!add && !portal && is(argv[i], "--timeout") && i + 1 < argc) {
+            } else if (!portal && is(argv[i], "--timeout") && i + 1 < argc) {
                 if (num_arg(argv[++i], "timeout", 3600, &v, err, errlen) < 0)
                     return -1;
                 json_object_set_new(p, "timeout", json_integer(v));
