@@ -298,10 +298,22 @@ void ctl_print_result(FILE *out, const char *kind, json_t *r)
                 flag(r, "was_open") ? " (the target was open to every initiator: now only to "
                                       "those allowed)"
                                     : "");
+        /* the sessions of the initiators that closing it left out */
+        if (num(r, "sessions") || flag(r, "sessions_ended"))
+            fprintf(out, "%lld session%s of initiators no longer allowed %s\n", num(r, "sessions"),
+                    num(r, "sessions") == 1 ? "" : "s",
+                    flag(r, "sessions_ended") ? "logged out"
+                    : num(r, "sessions") == 1 ? "carries on (--force logs it out)"
+                                              : "carry on (--force logs them out)");
     } else if (strcmp(kind, "remove_allow") == 0) {
-        fprintf(out, "target %s: %s no longer allowed; %lld session%s %s\n", str(r, "target"),
-                str(r, "initiator"), num(r, "sessions"), num(r, "sessions") == 1 ? "" : "s",
-                flag(r, "sessions_ended") ? "logged out" : "carry on (--force logs them out)");
+        fprintf(out,
+                "target %s: %s no longer allowed; %lld session%s of initiators no longer "
+                "allowed %s\n",
+                str(r, "target"), str(r, "initiator"), num(r, "sessions"),
+                num(r, "sessions") == 1 ? "" : "s",
+                flag(r, "sessions_ended") ? "logged out"
+                : num(r, "sessions") == 1 ? "carries on (--force logs it out)"
+                                          : "carry on (--force logs them out)");
     } else if (strcmp(kind, "saved") == 0) {
         size_t i;
         json_t *v;

@@ -193,15 +193,14 @@ int ctl_req_from_argv(int argc, char **argv, struct ctl_req *req, char *err, siz
         if (argc < 4)
             return usage_err(err, errlen, "usage: %s %s TARGET %s%s", verb, what,
                              portal ? "ADDR[:PORT]" : "INITIATOR-IQN",
-                             !add && !portal ? " [--force] [--timeout S]" : "");
+                             !portal ? " [--force] [--timeout S]" : "");
         static const char *const meth[2][2] = {{"remove_allow", "remove_portal"},
                                                {"add_allow", "add_portal"}};
         req->method = meth[add][portal];
         req->kind = req->method;
         json_object_set_new(p, "target", json_string(argv[2]));
         json_object_set_new(p, portal ? "portal" : "initiator", json_string(argv[3]));
-        return verb_opts(argc, argv, 4, p, !add && !portal ? OPT_FORCE | OPT_TIMEOUT : 0, err,
-                         errlen);
+        return verb_opts(argc, argv, 4, p, !portal ? OPT_FORCE | OPT_TIMEOUT : 0, err, errlen);
     }
     if (is(verb, "save")) {
         if (argc > 2)

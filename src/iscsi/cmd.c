@@ -477,6 +477,10 @@ static enum iostats_op cmd_op(const uint8_t *cdb)
  * those the command moved: the Data-In sent, or the data-out the store took (GOOD only). */
 static void cmd_count(struct iscsi_conn *c, struct iscsi_task *t)
 {
+    if (!IOSTATS_ENABLED) { /* -Dmetrics=false: not even the clock reading */
+        task_queue_leave(t);
+        return;
+    }
     const struct scsi_task *st = &t->scsi;
     struct iostats_sample s = {.op = cmd_op(st->cdb), .err_slot = -1};
     s.lat_ns = iostats_now_ns() - t->arrival_ns;
@@ -500,6 +504,8 @@ static void cmd_count(struct iscsi_conn *c, struct iscsi_task *t)
 /* An event of task t (an R2T sent, an abort) on its LUN, session and portal. */
 void cmd_count_event(struct iscsi_conn *c, struct iscsi_task *t, enum iostats_event ev)
 {
+    if (!IOSTATS_ENABLED)
+        return;
     iostats_event(iostats_shard(scsi_task_lun_stats(&t->scsi), c->rid), ev);
     iostats_event(c->st_session, ev);
     iostats_event(c->st_portal, ev);

@@ -237,89 +237,81 @@ void iscsi_node_init_access(struct iscsi_node *node)
 }
 
 /* The arrays grow and shrink by a copy made outside the lock and swapped in under it, so a
- * reader never sees one half-changed. */
+ * reader never sees one half-changed. One writer at a time (the control thread), so reading
+ * the current array to copy it needs no lock. */
+enum access_list { ACCESS_PORTALS, ACCESS_ALLOW };
+
+static bool access_match(enum access_list which, const void *elem, const char *key)
+{
+    if (which == ACCESS_PORTALS)
+        return strcmp(((const struct iscsi_portal_addr *)elem)->text, key) == 0;
+    return strcasecmp(elem, key) == 0; /* iSCSI names: RFC 7143 §4.2.7.2 */
+}
+
+/* Replace one of node's lists by a copy without the elements matching `drop` (unless NULL),
+ * with `add` appended (unless NULL): 0, -ENOENT (drop matched nothing) or -ENOMEM. */
+static int access_replace(struct iscsi_node *node, enum access_list which, const void *add,
+                          const char *drop)
+{
+    bool portals = which == ACCESS_PORTALS;
+    size_t size = portals ? sizeof(node->portals[0]) : sizeof(node->allow[0]);
+    unsigned n = portals ? node->nportals : node->nallow, k = 0;
+    const char *cur = portals ? (const char *)node->portals : (const char *)node->allow;
+    char *a = calloc(n + 1, size);
+    if (!a)
+        return -ENOMEM;
+    for (unsigned i = 0; i < n; i++)
+        if (!drop || !access_match(which, cur + i * size, drop))
+            memcpy(a + k++ * size, cur + i * size, size);
+    if (drop && k == n) {
+        free(a);
+        return -ENOENT;
+    }
+    if (add)
+        memcpy(a + k++ * size, add, size);
+    void *old;
+    pthread_mutex_lock(&node->access_lock);
+    if (portals) {
+        old = node->portals;
+        node->portals = (struct iscsi_portal_addr *)(void *)a;
+        node->nportals = k;
+    } else {
+        old = node->allow;
+        node->allow = (char(*)[ISCSI_NAME_MAX + 1])(void *)a;
+        node->nallow = k;
+    }
+    pthread_mutex_unlock(&node->access_lock);
+    free(old);
+    return 0;
+}
+
 int iscsi_node_add_portal(struct iscsi_node *node, const char *text, uint16_t tpgt)
 {
     if (iscsi_node_has_portal(node, text))
         return -EEXIST;
-    unsigned n = node->nportals;
-    struct iscsi_portal_addr *a = calloc(n + 1, sizeof(*a));
-    if (!a)
-        return -ENOMEM;
-    memcpy(a, node->portals, n * sizeof(*a));
-    snprintf(a[n].text, sizeof(a[n].text), "%s", text);
-    a[n].tpgt = tpgt;
-    pthread_mutex_lock(&node->access_lock);
-    struct iscsi_portal_addr *old = node->portals;
-    node->portals = a;
-    node->nportals = n + 1;
-    pthread_mutex_unlock(&node->access_lock);
-    free(old);
-    return 0;
+    struct iscsi_portal_addr p = {.tpgt = tpgt};
+    snprintf(p.text, sizeof(p.text), "%s", text);
+    return access_replace(node, ACCESS_PORTALS, &p, NULL);
 }
 
 int iscsi_node_remove_portal(struct iscsi_node *node, const char *text)
 {
-    unsigned n = node->nportals, k = 0;
-    struct iscsi_portal_addr *a = calloc(n ? n : 1, sizeof(*a));
-    if (!a)
-        return -ENOMEM;
-    for (unsigned i = 0; i < n; i++)
-        if (strcmp(node->portals[i].text, text) != 0)
-            a[k++] = node->portals[i];
-    if (k == n) {
-        free(a);
-        return -ENOENT;
-    }
-    pthread_mutex_lock(&node->access_lock);
-    struct iscsi_portal_addr *old = node->portals;
-    node->portals = a;
-    node->nportals = k;
-    pthread_mutex_unlock(&node->access_lock);
-    free(old);
-    return 0;
+    return access_replace(node, ACCESS_PORTALS, NULL, text);
 }
 
 int iscsi_node_add_allow(struct iscsi_node *node, const char *initiator_name)
 {
-    unsigned n = node->nallow;
-    for (unsigned i = 0; i < n; i++)
-        if (strcasecmp(node->allow[i], initiator_name) == 0)
+    for (unsigned i = 0; i < node->nallow; i++)
+        if (access_match(ACCESS_ALLOW, node->allow[i], initiator_name))
             return -EEXIST;
-    char(*a)[ISCSI_NAME_MAX + 1] = calloc(n + 1, sizeof(*a));
-    if (!a)
-        return -ENOMEM;
-    memcpy(a, node->allow, n * sizeof(*a));
-    snprintf(a[n], sizeof(a[n]), "%s", initiator_name);
-    pthread_mutex_lock(&node->access_lock);
-    char(*old)[ISCSI_NAME_MAX + 1] = node->allow;
-    node->allow = a;
-    node->nallow = n + 1;
-    pthread_mutex_unlock(&node->access_lock);
-    free(old);
-    return 0;
+    char name[ISCSI_NAME_MAX + 1] = "";
+    snprintf(name, sizeof(name), "%s", initiator_name);
+    return access_replace(node, ACCESS_ALLOW, name, NULL);
 }
 
 int iscsi_node_remove_allow(struct iscsi_node *node, const char *initiator_name)
 {
-    unsigned n = node->nallow, k = 0;
-    char(*a)[ISCSI_NAME_MAX + 1] = calloc(n ? n : 1, sizeof(*a));
-    if (!a)
-        return -ENOMEM;
-    for (unsigned i = 0; i < n; i++)
-        if (strcasecmp(node->allow[i], initiator_name) != 0)
-            memcpy(a[k++], node->allow[i], sizeof(a[0]));
-    if (k == n) {
-        free(a);
-        return -ENOENT;
-    }
-    pthread_mutex_lock(&node->access_lock);
-    char(*old)[ISCSI_NAME_MAX + 1] = node->allow;
-    node->allow = a;
-    node->nallow = k;
-    pthread_mutex_unlock(&node->access_lock);
-    free(old);
-    return 0;
+    return access_replace(node, ACCESS_ALLOW, NULL, initiator_name);
 }
 
 static bool conn_on_reactor(const struct iscsi_session *s, const struct iscsi_conn *c,

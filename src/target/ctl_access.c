@@ -2,8 +2,11 @@
  * reload). The iSCSI node's lists are what logins and SendTargets read (under its
  * access_lock, iscsi/server.c); the running configuration follows them, for reload and save.
  * A portal no target has any more stops listening, but connections that came through it carry
- * on: removing a portal or an allow entry never cuts a session by itself (remove allow --force
- * does, by logging the initiator's sessions out). Control thread only. */
+ * on: removing a portal or an allow entry never cuts a session by itself. A change of the allow
+ * list with force (add or remove allow --force, reload --force) logs out every session of the
+ * target whose initiator the list no longer lets in: closing an open target with its first
+ * entry ends the others' sessions as removing an entry ends that initiator's. Control thread
+ * only. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -80,10 +83,29 @@ int ctl_portal_remove(struct daemon *d, unsigned t, const char *text, bool last_
     return 0;
 }
 
-int ctl_allow_add(struct daemon *d, unsigned t, const char *iqn, char *err, size_t errlen)
+/* After a change of target n's allow list: the sessions of initiators it no longer lets in,
+ * counted into *sessions and logged out with force; nothing when sessions is NULL (reload,
+ * which does it once its whole list is in place). */
+static void disallowed_after(struct daemon *d, struct iscsi_node *n, const char *event,
+                             const char *iqn, bool force, unsigned timeout_s, unsigned *sessions)
+{
+    if (!sessions) {
+        LOG_INFO("event=%s target=%s initiator=%s", event, n->name, iqn);
+        return;
+    }
+    *sessions =
+        force ? ctl_end_disallowed_sessions(d, n, timeout_s) : ctl_disallowed_sessions(d, n);
+    LOG_INFO("event=%s target=%s initiator=%s sessions-not-allowed=%u sessions-ended=%s", event,
+             n->name, iqn, *sessions, force ? "yes" : "no");
+}
+
+int ctl_allow_add(struct daemon *d, unsigned t, const char *iqn, bool force, unsigned timeout_s,
+                  unsigned *sessions, char *err, size_t errlen)
 {
     struct iscsi_node *n = d->built.nodes[t];
     struct target_node_conf *c = &d->cfg.targets[t];
+    if (sessions)
+        *sessions = 0;
     if (target_node_add_allow(c, iqn) < 0) {
         snprintf(err, errlen, "out of memory");
         return -ENOMEM;
@@ -98,7 +120,9 @@ int ctl_allow_add(struct daemon *d, unsigned t, const char *iqn, char *err, size
         snprintf(err, errlen, "out of memory");
         return rc;
     }
-    LOG_INFO("event=allow-added target=%s initiator=%s", n->name, iqn);
+    /* From here the others' new logins are refused (if it was open); their sessions too go
+     * with force. */
+    disallowed_after(d, n, "allow-added", iqn, force, timeout_s, sessions);
     return 0;
 }
 
@@ -106,7 +130,8 @@ int ctl_allow_remove(struct daemon *d, unsigned t, const char *iqn, bool last_ok
                      unsigned timeout_s, unsigned *sessions, char *err, size_t errlen)
 {
     struct iscsi_node *n = d->built.nodes[t];
-    *sessions = 0;
+    if (sessions)
+        *sessions = 0;
     bool there = false;
     for (unsigned i = 0; i < n->nallow && !there; i++)
         there = strcasecmp(n->allow[i], iqn) == 0;
@@ -130,19 +155,6 @@ int ctl_allow_remove(struct daemon *d, unsigned t, const char *iqn, bool last_ok
     }
     target_node_remove_allow(&d->cfg.targets[t], iqn);
     /* From here new logins of iqn are refused; its sessions are counted, and ended with force. */
-    if (force)
-        *sessions = ctl_end_sessions(d, n, iqn, timeout_s, "its initiator is no longer allowed");
-    else {
-        struct iscsi_session_info *v;
-        unsigned k;
-        if (iscsi_server_list_sessions(&d->srv, &v, &k) == 0) {
-            for (unsigned i = 0; i < k; i++)
-                *sessions += !v[i].discovery && strcasecmp(v[i].target, n->name) == 0 &&
-                             strcasecmp(v[i].initiator, iqn) == 0;
-            free(v);
-        }
-    }
-    LOG_INFO("event=allow-removed target=%s initiator=%s sessions=%u sessions-ended=%s", n->name,
-             iqn, *sessions, force ? "yes" : "no");
+    disallowed_after(d, n, "allow-removed", iqn, force, timeout_s, sessions);
     return 0;
 }

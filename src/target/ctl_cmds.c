@@ -317,6 +317,8 @@ static json_t *portal_json(struct daemon *d, const struct listener *l)
 static json_t *m_stats(struct daemon *d, json_t *params, struct req_err *e)
 {
     (void)params;
+    if (!IOSTATS_ENABLED)
+        return fail(e, ERR_FAILED, "%s", STATS_NONE_MSG);
     json_t *r = stats_json(d);
     return r ? r : fail(e, ERR_INTERNAL, "out of memory");
 }
@@ -856,15 +858,19 @@ static json_t *m_add_allow(struct daemon *d, json_t *params, struct req_err *e)
     unsigned t;
     struct iscsi_node *n = param_target(d, params, &t, e);
     const char *iqn = n ? param_str(params, "initiator", true, e) : NULL;
-    if (!iqn)
+    uint64_t timeout = LOGOUT_TIMEOUT_S;
+    if (!iqn || param_uint(params, "timeout", TIMEOUT_MAX_S, &timeout, e) < 0)
         return NULL;
+    bool force = param_bool(params, "force");
     char err[512];
     if (target_check_iscsi_name(iqn, err, sizeof(err)) < 0)
         return fail(e, ERR_INVALID_PARAMS, "%s", err);
     bool was_open = n->nallow == 0;
-    if (ctl_allow_add(d, t, iqn, err, sizeof(err)) < 0)
+    unsigned sessions;
+    if (ctl_allow_add(d, t, iqn, force, (unsigned)timeout, &sessions, err, sizeof(err)) < 0)
         return fail(e, ERR_FAILED, "%s", err);
-    return json_pack("{s:s, s:s, s:b}", "target", n->name, "initiator", iqn, "was_open", was_open);
+    return json_pack("{s:s, s:s, s:b, s:i, s:b}", "target", n->name, "initiator", iqn, "was_open",
+                     was_open, "sessions", (int)sessions, "sessions_ended", force);
 }
 
 static json_t *m_remove_allow(struct daemon *d, json_t *params, struct req_err *e)

@@ -195,8 +195,11 @@ void ctl_config_diff(const struct daemon *d, const struct target_config *file, j
 
 /* Bring running target t's portals and allow list to the file's f: additions first, so that
  * the target is never without a portal, nor open to everyone while one name replaces another.
- * Sessions through a removed portal carry on; those of an initiator no longer allowed too,
- * unless force logs them out. */
+ * Sessions through a removed portal carry on; those of initiators the new list does not let
+ * in (a removed entry's, or everyone else's when the file closes an open target) too, unless
+ * force logs them out: once, with the whole list in place, so that a name the file adds later
+ * than another is never taken for one no longer allowed (and with force even when the list is
+ * unchanged, for the sessions an earlier reload without force left). */
 static void apply_access(struct daemon *d, unsigned t, const struct target_node_conf *f, bool force,
                          json_t *applied, json_t *restart)
 {
@@ -229,26 +232,40 @@ static void apply_access(struct daemon *d, unsigned t, const struct target_node_
         else
             note(restart, "target %s: portal %s: %s", name, p, why);
     }
+    bool allow_changed = false;
     for (unsigned i = 0; i < f->nallow; i++) {
         if (target_node_has_allow(&d->cfg.targets[t], f->allow[i]))
             continue;
-        if (ctl_allow_add(d, t, f->allow[i], why, sizeof(why)) == 0)
+        if (ctl_allow_add(d, t, f->allow[i], false, 0, NULL, why, sizeof(why)) == 0) {
             note(applied, "target %s: allow %s added", name, f->allow[i]);
-        else
+            allow_changed = true;
+        } else {
             note(restart, "target %s: allow %s: %s", name, f->allow[i], why);
+        }
     }
     for (unsigned i = 0; i < run.nallow; i++) {
         const char *iqn = run.allow[i];
-        unsigned sessions;
         if (target_node_has_allow(f, iqn))
             continue;
-        if (ctl_allow_remove(d, t, iqn, true, force, RELOAD_REMOVE_TIMEOUT_S, &sessions, why,
-                             sizeof(why)) == 0)
-            note(applied, "target %s: allow %s removed (%u session%s %s)", name, iqn, sessions,
-                 sessions == 1 ? "" : "s",
-                 force ? "logged out" : "carry on; reload --force logs them out");
-        else
+        if (ctl_allow_remove(d, t, iqn, true, false, 0, NULL, why, sizeof(why)) == 0) {
+            note(applied, "target %s: allow %s removed", name, iqn);
+            allow_changed = true;
+        } else {
             note(restart, "target %s: allow %s: %s", name, iqn, why);
+        }
+    }
+    /* Counted after a change; with force ended even without one, as what an earlier reload
+     * without force left running is what the next one with force is for. */
+    if (allow_changed || force) {
+        struct iscsi_node *n = d->built.nodes[t];
+        unsigned sessions = force ? ctl_end_disallowed_sessions(d, n, RELOAD_REMOVE_TIMEOUT_S)
+                                  : ctl_disallowed_sessions(d, n);
+        if (sessions)
+            note(applied, "target %s: %u session%s of initiators no longer allowed %s", name,
+                 sessions, sessions == 1 ? "" : "s",
+                 force           ? "logged out"
+                 : sessions == 1 ? "carries on; reload --force logs it out"
+                                 : "carry on; reload --force logs them out");
     }
     free(run.portals);
     free(run.allow);

@@ -112,24 +112,40 @@ int ctl_target_add(struct daemon *d, const struct target_node_conf *c, char *err
     return 0;
 }
 
-/* The sessions of node n (of `initiator` only, unless NULL) in the table now. */
-static unsigned count_sessions(struct daemon *d, const struct iscsi_node *n, const char *initiator)
+/* Which normal sessions of a node: all, those of one initiator, or those of initiators its
+ * allow list does not let in now (left by a change made without force). */
+struct sess_filter {
+    const char *initiator; /* only this one's, unless NULL */
+    bool disallowed;       /* only those iscsi_node_allows() refuses */
+};
+
+static bool sess_matches(struct iscsi_node *n, const struct iscsi_session_info *s,
+                         const struct sess_filter *f)
 {
-    if (!initiator)
+    if (s->discovery || strcasecmp(s->target, n->name) != 0)
+        return false;
+    if (f->initiator && strcasecmp(s->initiator, f->initiator) != 0)
+        return false;
+    return !f->disallowed || !iscsi_node_allows(n, s->initiator);
+}
+
+/* The sessions of node n that f selects, in the table now. */
+static unsigned count_sessions(struct daemon *d, struct iscsi_node *n, const struct sess_filter *f)
+{
+    if (!f->initiator && !f->disallowed)
         return node_sessions(d, n);
     struct iscsi_session_info *v;
     unsigned k, found = 0;
     if (iscsi_server_list_sessions(&d->srv, &v, &k) < 0)
         return node_sessions(d, n); /* out of memory: err on the side of waiting */
     for (unsigned i = 0; i < k; i++)
-        found += !v[i].discovery && strcasecmp(v[i].target, n->name) == 0 &&
-                 strcasecmp(v[i].initiator, initiator) == 0;
+        found += sess_matches(n, &v[i], f);
     free(v);
     return found;
 }
 
 /* Ask, or (close) force, the matching sessions to end. */
-static void each_session(struct daemon *d, const struct iscsi_node *n, const char *initiator,
+static void each_session(struct daemon *d, struct iscsi_node *n, const struct sess_filter *f,
                          bool close, unsigned timeout_s, const char *why)
 {
     struct iscsi_session_info *v;
@@ -137,8 +153,7 @@ static void each_session(struct daemon *d, const struct iscsi_node *n, const cha
     if (iscsi_server_list_sessions(&d->srv, &v, &k) < 0)
         return;
     for (unsigned i = 0; i < k; i++) {
-        if (v[i].discovery || strcasecmp(v[i].target, n->name) != 0 ||
-            (initiator && strcasecmp(v[i].initiator, initiator) != 0))
+        if (!sess_matches(n, &v[i], f))
             continue;
         if (close)
             iscsi_server_close_session(&d->srv, v[i].tsih, why);
@@ -148,22 +163,41 @@ static void each_session(struct daemon *d, const struct iscsi_node *n, const cha
     free(v);
 }
 
+static unsigned end_sessions(struct daemon *d, struct iscsi_node *n, const struct sess_filter *f,
+                             unsigned timeout_s, const char *why)
+{
+    unsigned had = count_sessions(d, n, f);
+    if (!had)
+        return 0;
+    each_session(d, n, f, false, timeout_s, why);
+    for (unsigned ms = 0; count_sessions(d, n, f) && ms < timeout_s * 1000u && !ctl_stopping(d);
+         ms += 20)
+        nap_ms(20);
+    if (!count_sessions(d, n, f))
+        return had;
+    each_session(d, n, f, true, timeout_s, why);
+    for (unsigned ms = 0; count_sessions(d, n, f) && ms < CLOSE_WAIT_MS; ms += 20)
+        nap_ms(20);
+    return had;
+}
+
 unsigned ctl_end_sessions(struct daemon *d, struct iscsi_node *n, const char *initiator,
                           unsigned timeout_s, const char *why)
 {
-    unsigned had = count_sessions(d, n, initiator);
-    if (!had)
-        return 0;
-    each_session(d, n, initiator, false, timeout_s, why);
-    for (unsigned ms = 0;
-         count_sessions(d, n, initiator) && ms < timeout_s * 1000u && !ctl_stopping(d); ms += 20)
-        nap_ms(20);
-    if (!count_sessions(d, n, initiator))
-        return had;
-    each_session(d, n, initiator, true, timeout_s, why);
-    for (unsigned ms = 0; count_sessions(d, n, initiator) && ms < CLOSE_WAIT_MS; ms += 20)
-        nap_ms(20);
-    return had;
+    const struct sess_filter f = {.initiator = initiator};
+    return end_sessions(d, n, &f, timeout_s, why);
+}
+
+unsigned ctl_disallowed_sessions(struct daemon *d, struct iscsi_node *n)
+{
+    const struct sess_filter f = {.disallowed = true};
+    return count_sessions(d, n, &f);
+}
+
+unsigned ctl_end_disallowed_sessions(struct daemon *d, struct iscsi_node *n, unsigned timeout_s)
+{
+    const struct sess_filter f = {.disallowed = true};
+    return end_sessions(d, n, &f, timeout_s, "its initiator is no longer allowed");
 }
 
 int ctl_target_remove(struct daemon *d, const char *name, bool force, unsigned timeout_s,

@@ -91,6 +91,11 @@ void ctl_stop(struct daemon *d);
 bool ctl_stopping(const struct daemon *d);
 
 /* --- stats.c: the metrics, read on the control thread --- */
+/* What `stats` and the endpoint answer in a build without counters (meson -Dmetrics=false,
+ * util/iostats.h: IOSTATS_ENABLED), rather than zeros that look like an idle target. */
+#define STATS_NONE_MSG                                                                             \
+    "this linerate-target was built with -Dmetrics=false: it has no I/O counters (rebuild "        \
+    "with -Dmetrics=true for stats and the metrics endpoint)"
 /* The `stats` method's result (docs/ctl-protocol.md); NULL when out of memory. */
 json_t *stats_json(struct daemon *d);
 /* The Prometheus text exposition of the same, malloc'd, its length in *len; NULL: no memory. */
@@ -159,6 +164,11 @@ void ctl_free_retired(struct daemon *d);
  * there were. */
 unsigned ctl_end_sessions(struct daemon *d, struct iscsi_node *n, const char *initiator,
                           unsigned timeout_s, const char *why);
+/* The normal sessions of node n whose initiator its allow list does not let in now (an entry
+ * added to an open target, or one removed, without force): how many there are, or ended as
+ * ctl_end_sessions does (asked to log out, closed after timeout_s), returning how many. */
+unsigned ctl_disallowed_sessions(struct daemon *d, struct iscsi_node *n);
+unsigned ctl_end_disallowed_sessions(struct daemon *d, struct iscsi_node *n, unsigned timeout_s);
 
 /* --- ctl_access.c: a running target's portals and allow list --- */
 /* Whether any served target has the portal `text`. */
@@ -174,12 +184,18 @@ int ctl_portal_add(struct daemon *d, unsigned t, const struct target_portal *p, 
 int ctl_portal_remove(struct daemon *d, unsigned t, const char *text, bool last_ok, bool *closed,
                       char *err, size_t errlen);
 /* Let initiator `iqn` log in to target t (the first entry closes an open target to everyone
- * else). 0, -EEXIST or -ENOMEM with err. */
-int ctl_allow_add(struct daemon *d, unsigned t, const char *iqn, char *err, size_t errlen);
-/* Refuse new logins of `iqn` to target t (Authorization failure, 0202h); its sessions carry
- * on unless force, which logs them out (closed after timeout_s). `last_ok`: the last entry may
- * go, opening the target to every initiator (reload). *sessions: how many it had. 0, -ENOENT,
- * -EBUSY (the last entry) or -ENOMEM with err. */
+ * else). *sessions: the target's sessions of initiators the list no longer lets in (those of
+ * others than iqn when it was open, and any left by an earlier change without force); they
+ * carry on unless force, which logs them out (closed after timeout_s). sessions NULL: neither
+ * (the caller does it after more changes). 0, -EEXIST or -ENOMEM with err. */
+int ctl_allow_add(struct daemon *d, unsigned t, const char *iqn, bool force, unsigned timeout_s,
+                  unsigned *sessions, char *err, size_t errlen);
+/* Refuse new logins of `iqn` to target t (Authorization failure, 0202h). *sessions: the
+ * target's sessions of initiators the list no longer lets in (iqn's, and any left by an
+ * earlier change without force); they carry on unless force, which logs them out (closed
+ * after timeout_s); sessions NULL: neither. `last_ok`: the last entry may go, opening the
+ * target to every initiator (reload; then no session is of an initiator not allowed). 0,
+ * -ENOENT, -EBUSY (the last entry) or -ENOMEM with err. */
 int ctl_allow_remove(struct daemon *d, unsigned t, const char *iqn, bool last_ok, bool force,
                      unsigned timeout_s, unsigned *sessions, char *err, size_t errlen);
 

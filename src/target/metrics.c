@@ -148,6 +148,12 @@ static void serve(struct metrics_client *c)
         respond_error(c, "404 Not Found");
         return;
     }
+    if (!IOSTATS_ENABLED) {
+        /* 501: the server lacks what the request needs (RFC 9110 §15.6.2); the body says what */
+        static const char body[] = STATS_NONE_MSG "\n";
+        respond(c, "501 Not Implemented", "text/plain; charset=utf-8", body, sizeof(body) - 1);
+        return;
+    }
     size_t len = 0;
     char *text = stats_prometheus(c->srv->d, &len);
     if (!text) {
@@ -279,7 +285,10 @@ struct metrics_server *metrics_open(struct daemon *d, struct reactor *r)
         free(s);
         return NULL;
     }
-    LOG_INFO("metrics at http://%s/metrics", p->text);
+    if (IOSTATS_ENABLED)
+        LOG_INFO("metrics at http://%s/metrics", p->text);
+    else
+        LOG_WARN("metrics at http://%s/metrics: %s; it answers 501", p->text, STATS_NONE_MSG);
     return s;
 }
 

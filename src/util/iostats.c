@@ -19,6 +19,8 @@ void iostats_set_reactors(unsigned n)
 
 struct iostats *iostats_new(void)
 {
+    if (!IOSTATS_ENABLED)
+        return NULL; /* nothing counts into it: no memory per LUN, session and portal */
     unsigned n = n_reactors + 1;
     size_t size = sizeof(struct iostats_shard) * (n + 1); /* header rounded up to a shard */
     struct iostats *s = aligned_alloc(64, size);
@@ -72,7 +74,7 @@ void iostats_cmd_shared(struct iostats_shard *h, const struct iostats_sample *c)
 
 void iostats_event(struct iostats_shard *h, enum iostats_event ev)
 {
-    if (!h)
+    if (!IOSTATS_ENABLED || !h)
         return;
     switch (ev) {
     case IOSTATS_DIGEST_ERROR:

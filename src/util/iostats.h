@@ -21,6 +21,16 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+/* LR_METRICS (meson -Dmetrics, default on). 0 compiles the counting out of the data path, to
+ * measure what it costs (bench/metrics-cost.sh): the writers below do nothing, iostats_new()
+ * makes no set (NULL) and iostats_shard() finds none, so a reader sees zeros. The daemon does
+ * not show those zeros as counts: `stats` and the endpoint say the build has none
+ * (target/stats.c, IOSTATS_ENABLED). */
+#ifndef LR_METRICS
+#define LR_METRICS 1
+#endif
+#define IOSTATS_ENABLED (LR_METRICS != 0)
+
 enum iostats_op { IOSTATS_READ, IOSTATS_WRITE, IOSTATS_OTHER, IOSTATS_NOPS };
 
 /* Latency buckets on a log2 scale: bucket i counts latencies below 2^(IOSTATS_LAT_SHIFT + i)
@@ -52,6 +62,8 @@ struct iostats;
 /* The number of reactors, set once at start before any counter set is created (shards are
  * reactor ids 0..n-1, plus the shared one). Default 8. */
 void iostats_set_reactors(unsigned n);
+/* NULL when out of memory, and always when !IOSTATS_ENABLED: counting into NULL does nothing,
+ * reading it gives zeros. */
 struct iostats *iostats_new(void);
 void iostats_free(struct iostats *s);
 /* Merge every shard into *out (zeroed first). Any thread; see the top of this file. */
@@ -113,7 +125,7 @@ static inline void iostats_bump(_Atomic uint64_t *v, uint64_t by)
 
 static inline void iostats_cmd(struct iostats_shard *h, const struct iostats_sample *c)
 {
-    if (!h)
+    if (!IOSTATS_ENABLED || !h)
         return;
     if (__builtin_expect(h->shared, 0)) {
         iostats_cmd_shared(h, c);
@@ -133,7 +145,7 @@ static inline void iostats_cmd(struct iostats_shard *h, const struct iostats_sam
  * moments, never does either. */
 static inline void iostats_queue(struct iostats_shard *h, int d)
 {
-    if (!h)
+    if (!IOSTATS_ENABLED || !h)
         return;
     if (__builtin_expect(h->shared, 0))
         atomic_fetch_add_explicit(&h->in_flight, (uint64_t)(int64_t)d, memory_order_relaxed);

@@ -6,7 +6,9 @@
 # daemon started without a config file. Live portals and allow entries: `add/remove portal`
 # (a listener opened and closed, SendTargets and logins follow, a session on a removed portal
 # carries on), `add/remove allow` (logins refused and let in again, `--force` logging out the
-# sessions of a removed initiator), and `reload` applying portal and allow-list differences.
+# sessions of a removed initiator, and those of the others when a first entry closes an open
+# target, which carry on without it), and `reload` applying portal and allow-list differences
+# (a file closing an open target: its session counted, then logged out by `reload --force`).
 # Usage: target_ctl_config.sh  (LINERATE_TARGET from meson; linerate-ctl, linerate-bench beside it)
 set -u
 source "$(dirname "$0")/lt_lib.sh"
@@ -210,9 +212,27 @@ inq iqn.2026-01.org.linerate:x "$PORT" "$T" && fail "$T still reached through a 
 inq iqn.2026-01.org.linerate:x "$PORT" "$T3" || fail "$T3 lost its portal"
 inq iqn.2026-01.org.linerate:x "$P2" "$T" || fail "$T through its portal"
 
-note "add/remove allow: logins refused (0202h) and let in; --force logs sessions out"
+note "add allow to an open target: the session of an initiator not on the list carries on"
+# $BI, linerate-bench's name, is the initiator the list leaves out here
+"$BENCH" --sizes 4k --rw read --qd 4 --seconds 60 --format csv "iscsi://127.0.0.1:$P2/$T/0" \
+    >"$WORK/bench-open.log" 2>&1 &
+BPID=$!
+tsih=$(bench_session)
 ctl_ok --json add allow "$T" iqn.2026-01.org.linerate:ok
-[ "$(jget 'd["was_open"]' <"$WORK/ctl.out")" = True ] || fail "add allow: $(cat "$WORK/ctl.out")"
+[ "$(jget '(d["was_open"], d["sessions"], d["sessions_ended"])' <"$WORK/ctl.out")" = \
+    "(True, 1, False)" ] || fail "add allow: $(cat "$WORK/ctl.out")"
+sleep 1
+ctl --json show sessions | grep -q "\"tsih\": $tsih," || fail "add allow ended a session without --force"
+note "any allow change with --force logs out the sessions the list does not let in"
+ctl_ok --json add allow "$T" iqn.2026-01.org.linerate:ok2 --force --timeout 2
+[ "$(jget '(d["was_open"], d["sessions"], d["sessions_ended"])' <"$WORK/ctl.out")" = \
+    "(False, 1, True)" ] || fail "add allow --force: $(cat "$WORK/ctl.out")"
+ctl --json show sessions | grep -q "\"tsih\": $tsih," && fail "add allow --force left the session"
+kill "$BPID" 2>/dev/null
+wait "$BPID" 2>/dev/null
+ctl_ok remove allow "$T" iqn.2026-01.org.linerate:ok2
+
+note "add/remove allow: logins refused (0202h) and let in; --force logs sessions out"
 inq iqn.2026-01.org.linerate:other "$P2" "$T" && fail "an initiator not allowed logged in"
 grep -q "Authorization failure" "$WORK/cmd.out" || fail "not 0202h: $(cat "$WORK/cmd.out")"
 inq iqn.2026-01.org.linerate:ok "$P2" "$T" || fail "the allowed initiator was refused"
@@ -238,6 +258,19 @@ ctl remove allow "$T" iqn.2026-01.org.linerate:ok >"$WORK/ctl.out" 2>&1
 ctl remove allow "$T" iqn.2026-01.org.linerate:nobody >"$WORK/ctl.out" 2>&1
 [ $? -eq 1 ] || fail "removing an entry that is not there"
 
+note "add allow --force to an open target: the others' sessions are logged out"
+"$BENCH" --sizes 4k --rw read --qd 4 --seconds 60 --format csv "iscsi://127.0.0.1:$PORT/$T3/0" \
+    >"$WORK/bench-close.log" 2>&1 &
+BPID=$!
+tsih=$(bench_session)
+ctl_ok add allow "$T3" iqn.2026-01.org.linerate:y --force --timeout 2
+grep -q "1 session of initiators no longer allowed logged out" "$WORK/ctl.out" ||
+    fail "add allow --force: $(cat "$WORK/ctl.out")"
+ctl --json show sessions | grep -q "\"tsih\": $tsih," && fail "add allow --force left the session"
+kill "$BPID" 2>/dev/null
+wait "$BPID" 2>/dev/null
+inq "$BI" "$PORT" "$T3" && fail "an initiator not allowed logged in to the closed target"
+
 note "reload applies portal and allow-list differences"
 P3=$(other_port)
 printf '%s\n' "ctl-socket = $SOCK" "[target $T]" "portal = 127.0.0.1:$PORT" \
@@ -261,6 +294,30 @@ port_busy "$P2" && fail "the portal removed by reload still listens"
 ctl_ok --json reload
 [ "$(jget 'd["applied"] + d["needs_restart"]' <"$WORK/ctl.out")" = "[]" ] ||
     fail "a second reload: $(cat "$WORK/ctl.out")"
+note "reload of a file that closes an open target: the others' session carries on, --force ends it"
+"$BENCH" --sizes 4k --rw read --qd 4 --seconds 60 --format csv "iscsi://127.0.0.1:$PORT/$T3/0" \
+    >"$WORK/bench-reload.log" 2>&1 &
+BPID=$!
+tsih=$(bench_session)
+echo "allow = iqn.2026-01.org.linerate:z" >>"$WORK/run.conf" # in [target $T3], the last section
+ctl_ok --json reload
+python3 - "$WORK/ctl.out" "$T3" <<'EOF' || fail "reload closing $T3: $(cat "$WORK/ctl.out")"
+import json, sys
+r = json.load(open(sys.argv[1]))
+t3 = sys.argv[2]
+assert r["applied"] == ["target %s: allow iqn.2026-01.org.linerate:z added" % t3,
+                        "target %s: 1 session of initiators no longer allowed carries on; "
+                        "reload --force logs it out" % t3], r["applied"]
+EOF
+sleep 1
+ctl --json show sessions | grep -q "\"tsih\": $tsih," || fail "reload ended a session without --force"
+ctl_ok --json reload --force
+[ "$(jget 'd["applied"]' <"$WORK/ctl.out")" = \
+    "['target $T3: 1 session of initiators no longer allowed logged out']" ] ||
+    fail "reload --force: $(cat "$WORK/ctl.out")"
+ctl --json show sessions | grep -q "\"tsih\": $tsih," && fail "reload --force left the session"
+kill "$BPID" 2>/dev/null
+wait "$BPID" 2>/dev/null
 note "a reload whose new portal cannot be listened on changes nothing"
 sed -i -e "s/^allow = .*/allow = iqn.2026-01.org.linerate:changed/" \
     -e "s/^portal = 127.0.0.1:$P3/portal = 192.0.2.1:$P3/" "$WORK/run.conf"

@@ -13,6 +13,8 @@
 # fine afterwards and exits 0 on SIGTERM. Every family of each kind (LUN, session, portal) has
 # its HELP and TYPE; the bench's power-on unit attentions count under
 # sense_key="unit_attention". And the option's own checks, and the config key `metrics`.
+# A build without counters (meson -Dmetrics=false, LT_METRICS=0 from meson): the endpoint
+# answers 501 and `linerate-ctl stats` fails, both saying so, then the test skips (77).
 # Usage: target_metrics.sh  (LINERATE_TARGET from meson; linerate-ctl and linerate-bench beside it)
 set -u
 source "$(dirname "$0")/lt_lib.sh"
@@ -75,6 +77,19 @@ note "start with --metrics $MADDR (and ERL 1 allowed, for the digest test)"
 start_target --lun ram:64M --lun ram:16M --threads 2 --ctl-socket "$SOCK" --metrics "$MADDR" \
     --error-recovery-level 1
 grep -q "metrics at http://$MADDR/metrics" "$WORK/target.log" || fail "no metrics line in the log"
+if [ "${LT_METRICS:-1}" = 0 ]; then
+    note "a -Dmetrics=false build: no counters, and it says so instead of showing zeros"
+    code=$(curl -s -o "$WORK/off.txt" -w '%{http_code}' --max-time 10 "http://$MADDR/metrics")
+    [ "$code" = 501 ] && grep -q -- "-Dmetrics=false" "$WORK/off.txt" ||
+        fail "endpoint of a build without counters: HTTP $code $(cat "$WORK/off.txt")"
+    ctl stats >"$WORK/ctl.out" 2>&1
+    [ $? -eq 1 ] && grep -q -- "-Dmetrics=false" "$WORK/ctl.out" ||
+        fail "stats of a build without counters: $(cat "$WORK/ctl.out")"
+    grep -q -- "-Dmetrics=false" "$WORK/target.log" || fail "no warning in the log"
+    stop_target
+    [ "$STOP_RC" -eq 0 ] || fail "exit $STOP_RC"
+    skip "built with -Dmetrics=false: the counters cannot be checked"
+fi
 URL="iscsi://127.0.0.1:$PORT/$T/0"
 
 note "a scrape before any I/O: every family present, the LUN's counters at 0"

@@ -20,6 +20,10 @@ static double now_s(void)
 int main(int argc, char **argv)
 {
     long n = argc > 1 ? atol(argv[1]) : 20000000;
+    if (!IOSTATS_ENABLED) {
+        fprintf(stderr, "iostats_cost: built with -Dmetrics=false: no counting to time\n");
+        return 77;
+    }
     iostats_set_reactors(4);
     struct iostats *lun = iostats_new(), *sess = iostats_new(), *portal = iostats_new();
     if (!lun || !sess || !portal)

@@ -122,8 +122,8 @@ static void test_remove_lun_both_forms(void **state)
     json_decref(r.params);
 }
 
-/* remove target, remove allow and reload take --force (and the removals --timeout) through the
- * same option parser as the LUN verbs; each verb takes only its own options. */
+/* remove target, add/remove allow and reload take --force (and all but reload --timeout)
+ * through the same option parser as the LUN verbs; each verb takes only its own options. */
 static void test_force_and_timeout_options(void **state)
 {
     (void)state;
@@ -144,9 +144,16 @@ static void test_force_and_timeout_options(void **state)
     assert_int_equal(int_of(&r, "timeout"), 2);
     json_decref(r.params);
 
-    /* add allow and remove portal take neither option */
+    /* add allow takes --force too (it ends the sessions it no longer allows) */
     assert_int_equal(
-        parse(&r, err, sizeof(err), "add", "allow", T, "iqn.2026-11.org.x:i", "--force", NULL), -1);
+        parse(&r, err, sizeof(err), "add", "allow", T, "iqn.2026-11.org.x:i", "--force", NULL), 0);
+    assert_string_equal(r.method, "add_allow");
+    assert_true(json_is_true(json_object_get(r.params, "force")));
+    json_decref(r.params);
+
+    /* the portal verbs take neither option */
+    assert_int_equal(
+        parse(&r, err, sizeof(err), "add", "portal", T, "127.0.0.1", "--force", NULL), -1);
     assert_string_equal(err, "unexpected argument '--force'");
     json_decref(r.params);
     assert_int_equal(
