@@ -152,8 +152,8 @@ static void test_force_and_timeout_options(void **state)
     json_decref(r.params);
 
     /* the portal verbs take neither option */
-    assert_int_equal(
-        parse(&r, err, sizeof(err), "add", "portal", T, "127.0.0.1", "--force", NULL), -1);
+    assert_int_equal(parse(&r, err, sizeof(err), "add", "portal", T, "127.0.0.1", "--force", NULL),
+                     -1);
     assert_string_equal(err, "unexpected argument '--force'");
     json_decref(r.params);
     assert_int_equal(
