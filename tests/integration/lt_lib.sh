@@ -151,7 +151,8 @@ CEPH_MINI_DIR=""
 
 # start_ceph: a single-node cluster with the pool rbd on a free loopback port, stopped on exit;
 # exports CEPH_CONF. Skips (77) when this build has no rbd store (LT_HAVE_RBD=0 from meson) or
-# the Ceph daemons are not installed: never a stand-in for Ceph.
+# the Ceph daemons are not installed: never a stand-in for Ceph. LT_CEPH_PORT fixes the mon's
+# port (the cluster then also binds PORT+11..PORT+110), for runs kept to a range of ports.
 start_ceph() {
     [ "${LT_HAVE_RBD:-1}" = 1 ] ||
         skip "linerate-target was built without librbd (install librbd-dev librados-dev: scripts/install-deps test)"
@@ -161,8 +162,11 @@ start_ceph() {
             skip "$b is not installed: no Ceph cluster for the rbd tests (scripts/install-deps test installs ceph-mon ceph-osd ceph-mgr ceph-common)"
     done
     for ((try = 0; try < 10; try++)); do
-        export CEPH_MINI_PORT=$((30000 + (RANDOM % 90) * 100 + 89))
-        port_busy "$CEPH_MINI_PORT" && continue
+        export CEPH_MINI_PORT=${LT_CEPH_PORT:-$((30000 + (RANDOM % 90) * 100 + 89))}
+        if port_busy "$CEPH_MINI_PORT"; then
+            [ -n "${LT_CEPH_PORT:-}" ] && fail "LT_CEPH_PORT $LT_CEPH_PORT is taken"
+            continue
+        fi
         CEPH_MINI_DIR=$WORK/ceph
         if "$CEPH_MINI" start "$CEPH_MINI_DIR" >"$WORK/ceph.env" 2>"$WORK/ceph.err"; then
             export CEPH_CONF=$CEPH_MINI_DIR/ceph.conf
@@ -170,7 +174,7 @@ start_ceph() {
             return 0
         fi
         CEPH_MINI_DIR=""
-        grep -q "is taken" "$WORK/ceph.err" && continue
+        [ -z "${LT_CEPH_PORT:-}" ] && grep -q "is taken" "$WORK/ceph.err" && continue
         fail "scripts/ceph-mini start failed: $(tail -n 5 "$WORK/ceph.err")"
     done
     fail "no free port for the Ceph monitor"
