@@ -562,6 +562,38 @@ static int rbd_conf(rados_t cluster, const char *who, unsigned timeout_s, char *
     return 0;
 }
 
+/* An errno alone does not tell an operator what to fix when the cluster turns the gateway
+ * away: name the Ceph user it tried to be, and where its key was looked for. */
+static void rbd_open_err(rados_t cluster, const struct bs_rbd_params *p, const char *who,
+                         const char *stage, bool connecting, int ret, char *err, size_t errlen)
+{
+    char user[80], keyring[256];
+    snprintf(user, sizeof(user), "client.%s", p->client_id[0] ? p->client_id : "admin");
+    if (connecting && ret == -ENOENT) {
+        /* cephx and no keyring holding the user's key */
+        if (rados_conf_get(cluster, "keyring", keyring, sizeof(keyring)) < 0)
+            snprintf(keyring, sizeof(keyring), "?");
+        snprintf(err, errlen,
+                 "%s: %s as %s: no key for %s (cephx): none of the keyrings exists (keyring = %s)",
+                 who, stage, user, user, keyring);
+    } else if (connecting && (ret == -EACCES || ret == -EPERM)) {
+        snprintf(err, errlen,
+                 "%s: %s as %s: refused by the cluster (cephx): no such user, or a key that "
+                 "is not the user's",
+                 who, stage, user);
+    } else if (connecting && ret == -ETIMEDOUT) {
+        snprintf(err, errlen, "%s: %s as %s: no monitor answered within %u s", who, stage, user,
+                 p->timeout_s);
+    } else if (ret == -EPERM || ret == -EACCES) {
+        snprintf(err, errlen,
+                 "%s: %s: %s: %s's caps do not allow it (an rbd gateway needs mon 'profile rbd' "
+                 "osd 'profile rbd pool=%s')",
+                 who, stage, strerror(-ret), user, p->pool);
+    } else {
+        snprintf(err, errlen, "%s: %s: %s", who, stage, strerror(-ret));
+    }
+}
+
 struct bs *bs_rbd_open(const struct bs_rbd_params *p, char *err, size_t errlen)
 {
     char who[300];
@@ -577,7 +609,7 @@ struct bs *bs_rbd_open(const struct bs_rbd_params *p, char *err, size_t errlen)
         return NULL;
     }
     const char *stage = "rados_create";
-    bool have_ioctx = false, have_image = false;
+    bool have_ioctx = false, have_image = false, connecting = false;
     int ret = rados_create(&b->cluster, p->client_id[0] ? p->client_id : NULL);
     if (ret < 0)
         goto fail_nocluster;
@@ -592,9 +624,11 @@ struct bs *bs_rbd_open(const struct bs_rbd_params *p, char *err, size_t errlen)
         goto fail_quiet;
     }
     stage = "connecting to the cluster";
+    connecting = true;
     ret = rados_connect(b->cluster);
     if (ret < 0)
         goto fail;
+    connecting = false;
     stage = "opening the pool";
     ret = rados_ioctx_create(b->cluster, p->pool, &b->ioctx);
     if (ret < 0)
@@ -673,7 +707,7 @@ struct bs *bs_rbd_open(const struct bs_rbd_params *p, char *err, size_t errlen)
     return bs;
 
 fail:
-    snprintf(err, errlen, "%s: %s: %s", who, stage, strerror(-ret));
+    rbd_open_err(b->cluster, p, who, stage, connecting, ret, err, errlen);
 fail_quiet_all:
     if (have_image)
         rbd_close(b->image);
