@@ -136,6 +136,9 @@ struct bs {
     bool thin;        /* UNMAP releases space */
     bool read_only;   /* opened read-only: writes would fail */
     bool write_same;  /* BS_WRITE_SAME is served by the store itself */
+    /* Bytes of the store's allocation unit, when UNMAP releases only whole aligned units of it
+     * (rbd: the RADOS object; a partial one is zeroed and stays allocated); 0: a page. */
+    uint64_t unmap_unit;
     /* BS_COMPARE_AND_WRITE is served by the store, atomically for every client of the medium
      * (several gateways of one RBD image), for a range that stays within one aligned unit of
      * this many bytes (512 for rbd: librbd 16 compares within one sector); 0: not offered. */

@@ -690,6 +690,9 @@ struct bs *bs_rbd_open(const struct bs_rbd_params *p, char *err, size_t errlen)
     rbd_image_info_t info;
     if (rbd_stat(b->image, &info, sizeof(info)) == 0)
         b->obj_size = info.obj_size;
+    /* A discard gives back whole objects only (it zeroes the rest of its range), and GET LBA
+     * STATUS maps whole objects: VPD B0h's OPTIMAL UNMAP GRANULARITY says so. */
+    bs->unmap_unit = b->obj_size;
     /* librbd 16 compares and writes only within one 512-byte sector (-EINVAL otherwise): a
      * one-block COMPARE AND WRITE on a 512-byte-block LUN (VMware's ATS heartbeat) is served
      * by the cluster; longer ones, and any on a 4 KiB-block LUN, could not be atomic across
