@@ -23,21 +23,33 @@ keys=$CEPH_MINI_DIR
 iqn=iqn.2026-12.org.linerate:it-rbd-cephx
 CTL=$(dirname "$LT")/linerate-ctl
 
+# ceph_cli ARGS...: the ceph CLI as client.admin, retried: a 16.2 CLI may ask before it has
+# the monmap and get EPERM "problem getting command descriptions" (scripts/ceph-mini's cephc)
+ceph_cli() {
+    local try
+    for try in 1 2 3 4 5; do
+        run_to 30 ceph -c "$conf" "$@" && return 0
+        grep -q "problem getting command descriptions" "$WORK/cmd.out" || return 1
+        sleep 0.5
+    done
+    return 1
+}
+
 note "cephx is on: a user without a key is refused, client.linerate has its keyring"
 [ -s "$keys/client.linerate.keyring" ] || fail "ceph-mini wrote no keyring for client.linerate"
 if run_to 30 rados -c "$conf" --id nobody --connect-timeout 10 -p rbd ls; then
     fail "the cluster let a user without a key in: auth is not cephx"
 fi
-run_to 30 ceph -c "$conf" auth get client.linerate || { show_cmd_out; fail "ceph auth get"; }
+ceph_cli auth get client.linerate || { show_cmd_out; fail "ceph auth get"; }
 grep -q "profile rbd pool=rbd" "$WORK/cmd.out" || { show_cmd_out; fail "client.linerate's caps"; }
 
 # the wrong key: client.wrong exists in the cluster, its keyring holds another key
-run_to 30 ceph -c "$conf" auth get-or-create client.wrong mon 'profile rbd' osd 'profile rbd pool=rbd' ||
+ceph_cli auth get-or-create client.wrong mon 'profile rbd' osd 'profile rbd pool=rbd' ||
     { show_cmd_out; fail "ceph auth get-or-create client.wrong"; }
 ceph-authtool --create-keyring "$keys/client.wrong.keyring" --gen-key -n client.wrong >/dev/null ||
     fail "ceph-authtool"
 # caps for another pool only
-run_to 30 ceph -c "$conf" auth get-or-create client.otherpool mon 'profile rbd' \
+ceph_cli auth get-or-create client.otherpool mon 'profile rbd' \
     osd 'profile rbd pool=other' -o "$keys/client.otherpool.keyring" ||
     { show_cmd_out; fail "ceph auth get-or-create client.otherpool"; }
 
