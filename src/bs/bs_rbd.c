@@ -594,7 +594,7 @@ static void rbd_open_err(rados_t cluster, const struct bs_rbd_params *p, const c
     }
 }
 
-struct bs *bs_rbd_open(const struct bs_rbd_params *p, char *err, size_t errlen)
+struct bs *bs_rbd_open(const struct bs_rbd_params *p, bool *transient, char *err, size_t errlen)
 {
     char who[300];
     snprintf(who, sizeof(who), "rbd:%s/%s", p->pool, p->image);
@@ -711,6 +711,10 @@ struct bs *bs_rbd_open(const struct bs_rbd_params *p, char *err, size_t errlen)
 
 fail:
     rbd_open_err(b->cluster, p, who, stage, connecting, ret, err, errlen);
+    /* no monitor or OSD answered within timeout=: the cluster may be starting (a gateway
+     * booted before it), so the caller may try again; anything else needs an operator */
+    if (transient)
+        *transient = ret == -ETIMEDOUT;
 fail_quiet_all:
     if (have_image)
         rbd_close(b->image);

@@ -7,7 +7,9 @@
 # port (the gateway's Ceph client rejoins it by itself, a LUN added now opens), and finally
 # mon and OSD are both SIGSTOPped (commands end in the retryable TIMEOUT ON LOGICAL UNIT, I/O
 # GOOD again after SIGCONT). Every read returns what was last written; the daemon is never
-# restarted and exits 0 on SIGTERM.
+# restarted and exits 0 on SIGTERM. Then a daemon started while the mon is down fails after
+# timeout= with the reason and exit 1 (not 2, a bad config: the systemd unit restarts on 1),
+# and starts once the mon is back.
 . "$(dirname "$0")/lt_lib.sh"
 need python3
 start_ceph
@@ -32,4 +34,20 @@ kill -0 "$LT_PID" 2>/dev/null || fail "linerate-target died"
 stop_target
 [ "$STOP_RC" -eq 0 ] || fail "SIGTERM'd daemon exited $STOP_RC, not 0"
 grep -q "blocklisted" "$WORK/target.log" && fail "the gateway says it was blocklisted"
+
+note "a gateway started while the mon is down: exit 1 (restarted by systemd), not 2"
+run_to 30 "$CEPH_MINI" stop-mon "$CEPH_MINI_DIR" || { show_cmd_out; fail "ceph-mini stop-mon"; }
+t0=$SECONDS
+"$LT" --listen 127.0.0.1:1 --target-name "$iqn" --lun "rbd:rbd/mon-disk,timeout=3" \
+    >"$WORK/down.out" 2>&1
+rc=$?
+echo "   exit $rc after $((SECONDS - t0)) s: $(grep -o 'cannot open LUN.*' "$WORK/down.out")"
+[ "$rc" = 1 ] || fail "start with the mon down: exit $rc, not 1: $(tail -n 3 "$WORK/down.out")"
+grep -q "no monitor answered within 3 s" "$WORK/down.out" ||
+    fail "start with the mon down: no reason: $(tail -n 3 "$WORK/down.out")"
+run_to 60 "$CEPH_MINI" start-mon "$CEPH_MINI_DIR" || { show_cmd_out; fail "ceph-mini start-mon"; }
+# what systemd's restart does: the same start, now with the cluster there
+start_target --target-name "$iqn" --threads 2 --lun "rbd:rbd/mon-disk,timeout=$tmo"
+stop_target
+[ "$STOP_RC" -eq 0 ] || fail "SIGTERM'd daemon exited $STOP_RC, not 0"
 echo PASS
