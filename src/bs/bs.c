@@ -105,7 +105,7 @@ static struct bs *bs_open_file(char *rest, char *err, size_t errlen)
 }
 
 /* "rbd:POOL/IMAGE[,conf=PATH][,id=CLIENT][,size=SIZE][,timeout=SECONDS][,ro]" */
-static struct bs *bs_open_rbd(char *rest, char *err, size_t errlen)
+static struct bs *bs_open_rbd(char *rest, bool *transient, char *err, size_t errlen)
 {
     char *opts = strchr(rest, ',');
     if (opts)
@@ -154,8 +154,9 @@ static struct bs *bs_open_rbd(char *rest, char *err, size_t errlen)
         }
     }
 #ifdef LR_HAVE_RBD
-    return bs_rbd_open(&p, err, errlen);
+    return bs_rbd_open(&p, transient, err, errlen);
 #else
+    (void)transient;
     bs_err(err, errlen,
            "%s: this linerate-target was built without librbd (install librbd-dev "
            "and rebuild)",
@@ -166,6 +167,13 @@ static struct bs *bs_open_rbd(char *rest, char *err, size_t errlen)
 
 struct bs *bs_open_spec(const char *spec, char *err, size_t errlen)
 {
+    return bs_open_spec_ex(spec, NULL, err, errlen);
+}
+
+struct bs *bs_open_spec_ex(const char *spec, bool *transient, char *err, size_t errlen)
+{
+    if (transient)
+        *transient = false;
     if (!spec || !*spec) {
         bs_err(err, errlen, "empty store spec (expected ram:SIZE, null:SIZE or file:PATH)");
         return NULL;
@@ -187,7 +195,7 @@ struct bs *bs_open_spec(const char *spec, char *err, size_t errlen)
     else if (strcmp(copy, "file") == 0)
         bs = bs_open_file(rest, err, errlen);
     else if (strcmp(copy, "rbd") == 0)
-        bs = bs_open_rbd(rest, err, errlen);
+        bs = bs_open_rbd(rest, transient, err, errlen);
     else
         bs_err(err, errlen, "unknown store type '%s' (expected ram, null, file or rbd)", copy);
     if (bs)

@@ -136,6 +136,9 @@ struct bs {
     bool thin;        /* UNMAP releases space */
     bool read_only;   /* opened read-only: writes would fail */
     bool write_same;  /* BS_WRITE_SAME is served by the store itself */
+    /* Bytes of the store's allocation unit, when UNMAP releases only whole aligned units of it
+     * (rbd: the RADOS object; a partial one is zeroed and stays allocated); 0: a page. */
+    uint64_t unmap_unit;
     /* BS_COMPARE_AND_WRITE is served by the store, atomically for every client of the medium
      * (several gateways of one RBD image), for a range that stays within one aligned unit of
      * this many bytes (512 for rbd: librbd 16 compares within one sector); 0: not offered. */
@@ -153,6 +156,9 @@ struct bs {
  * "rbd:POOL/IMAGE[,conf=PATH][,id=CLIENT][,size=SIZE][,timeout=SECONDS][,ro]") and open the
  * store. On failure returns NULL and writes a one-line reason into err. */
 struct bs *bs_open_spec(const char *spec, char *err, size_t errlen);
+/* The same, and *transient (when not NULL) says whether the failure may pass by itself: the
+ * Ceph cluster did not answer, as opposed to a bad spec or a refused key. */
+struct bs *bs_open_spec_ex(const char *spec, bool *transient, char *err, size_t errlen);
 /* Grow the store (see bs_ops.grow); the new size is published last, with release. 0 or -1
  * with a reason in err. */
 int bs_grow(struct bs *bs, uint64_t size, char *err, size_t errlen);

@@ -29,8 +29,9 @@ struct bs_rbd_params {
     unsigned timeout_s; /* an OSD or monitor silent this long fails the request: -ETIMEDOUT */
     bool read_only;
 };
-/* Blocks while it connects: call before the reactors run. */
-struct bs *bs_rbd_open(const struct bs_rbd_params *p, char *err, size_t errlen);
+/* Blocks while it connects: call before the reactors run. On failure *transient (if not
+ * NULL) says the cluster did not answer in time: trying again later may succeed. */
+struct bs *bs_rbd_open(const struct bs_rbd_params *p, bool *transient, char *err, size_t errlen);
 
 /* Validate a request against the store before touching anything: 0 or -EINVAL. The SCSI core
  * checks LBA ranges centrally; this only keeps a caller bug from reaching memory or disk. */

@@ -563,7 +563,39 @@ static int rbd_conf(rados_t cluster, const char *who, unsigned timeout_s, char *
     return 0;
 }
 
-struct bs *bs_rbd_open(const struct bs_rbd_params *p, char *err, size_t errlen)
+/* An errno alone does not tell an operator what to fix when the cluster turns the gateway
+ * away: name the Ceph user it tried to be, and where its key was looked for. */
+static void rbd_open_err(rados_t cluster, const struct bs_rbd_params *p, const char *who,
+                         const char *stage, bool connecting, int ret, char *err, size_t errlen)
+{
+    char user[80], keyring[256];
+    snprintf(user, sizeof(user), "client.%s", p->client_id[0] ? p->client_id : "admin");
+    if (connecting && ret == -ENOENT) {
+        /* cephx and no keyring holding the user's key */
+        if (rados_conf_get(cluster, "keyring", keyring, sizeof(keyring)) < 0)
+            snprintf(keyring, sizeof(keyring), "?");
+        snprintf(err, errlen,
+                 "%s: %s as %s: no key for %s (cephx): none of the keyrings exists (keyring = %s)",
+                 who, stage, user, user, keyring);
+    } else if (connecting && (ret == -EACCES || ret == -EPERM)) {
+        snprintf(err, errlen,
+                 "%s: %s as %s: refused by the cluster (cephx): no such user, or a key that "
+                 "is not the user's",
+                 who, stage, user);
+    } else if (connecting && ret == -ETIMEDOUT) {
+        snprintf(err, errlen, "%s: %s as %s: no monitor answered within %u s", who, stage, user,
+                 p->timeout_s);
+    } else if (ret == -EPERM || ret == -EACCES) {
+        snprintf(err, errlen,
+                 "%s: %s: %s: %s's caps do not allow it (an rbd gateway needs mon 'profile rbd' "
+                 "osd 'profile rbd pool=%s')",
+                 who, stage, strerror(-ret), user, p->pool);
+    } else {
+        snprintf(err, errlen, "%s: %s: %s", who, stage, strerror(-ret));
+    }
+}
+
+struct bs *bs_rbd_open(const struct bs_rbd_params *p, bool *transient, char *err, size_t errlen)
 {
     char who[300];
     snprintf(who, sizeof(who), "rbd:%s/%s", p->pool, p->image);
@@ -578,7 +610,7 @@ struct bs *bs_rbd_open(const struct bs_rbd_params *p, char *err, size_t errlen)
         return NULL;
     }
     const char *stage = "rados_create";
-    bool have_ioctx = false, have_image = false;
+    bool have_ioctx = false, have_image = false, connecting = false;
     int ret = rados_create(&b->cluster, p->client_id[0] ? p->client_id : NULL);
     if (ret < 0)
         goto fail_nocluster;
@@ -593,9 +625,11 @@ struct bs *bs_rbd_open(const struct bs_rbd_params *p, char *err, size_t errlen)
         goto fail_quiet;
     }
     stage = "connecting to the cluster";
+    connecting = true;
     ret = rados_connect(b->cluster);
     if (ret < 0)
         goto fail;
+    connecting = false;
     stage = "opening the pool";
     ret = rados_ioctx_create(b->cluster, p->pool, &b->ioctx);
     if (ret < 0)
@@ -657,6 +691,9 @@ struct bs *bs_rbd_open(const struct bs_rbd_params *p, char *err, size_t errlen)
     rbd_image_info_t info;
     if (rbd_stat(b->image, &info, sizeof(info)) == 0)
         b->obj_size = info.obj_size;
+    /* A discard gives back whole objects only (it zeroes the rest of its range), and GET LBA
+     * STATUS maps whole objects: VPD B0h's OPTIMAL UNMAP GRANULARITY says so. */
+    bs->unmap_unit = b->obj_size;
     /* librbd 16 compares and writes only within one 512-byte sector (-EINVAL otherwise): a
      * one-block COMPARE AND WRITE on a 512-byte-block LUN (VMware's ATS heartbeat) is served
      * by the cluster; longer ones, and any on a 4 KiB-block LUN, could not be atomic across
@@ -674,7 +711,11 @@ struct bs *bs_rbd_open(const struct bs_rbd_params *p, char *err, size_t errlen)
     return bs;
 
 fail:
-    snprintf(err, errlen, "%s: %s: %s", who, stage, strerror(-ret));
+    rbd_open_err(b->cluster, p, who, stage, connecting, ret, err, errlen);
+    /* no monitor or OSD answered within timeout=: the cluster may be starting (a gateway
+     * booted before it), so the caller may try again; anything else needs an operator */
+    if (transient)
+        *transient = ret == -ETIMEDOUT;
 fail_quiet_all:
     if (have_image)
         rbd_close(b->image);

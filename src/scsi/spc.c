@@ -179,8 +179,12 @@ static uint32_t vpd_block_limits(const struct scsi_lun *lu, uint8_t *d)
     if (lu && sbc_thin(lu)) {
         put_be32(d + 20, SBC_MAX_UNMAP_BLOCKS); /* MAXIMUM UNMAP LBA COUNT */
         put_be32(d + 24, SBC_MAX_UNMAP_DESCRIPTORS);
-        put_be32(d + 28, SBC_PROVISIONING_UNIT / bsz); /* OPTIMAL UNMAP GRANULARITY */
-        d[32] = 0x80;                                  /* UGAVALID, UNMAP GRANULARITY ALIGNMENT 0 */
+        /* OPTIMAL UNMAP GRANULARITY: the unit the store allocates in, so that an initiator
+         * unmaps what can be given back (and GET LBA STATUS then says deallocated) */
+        uint64_t unit = lu->bs->unmap_unit ? lu->bs->unmap_unit : SBC_PROVISIONING_UNIT;
+        uint64_t gran = unit / bsz;
+        put_be32(d + 28, (uint32_t)(gran == 0 ? 1 : gran > UINT32_MAX ? UINT32_MAX : gran));
+        d[32] = 0x80; /* UGAVALID, UNMAP GRANULARITY ALIGNMENT 0 */
     }
     /* WRITE ATOMIC(16): ordered against every other writer by the range lock; no alignment
      * or granularity rules (ATOMIC ALIGNMENT and ATOMIC TRANSFER LENGTH GRANULARITY 0) */

@@ -87,13 +87,19 @@ static int mkdir_p(const char *dir)
 
 struct bs *target_open_lun_store(const struct target_lun_conf *l, char *err, size_t errlen)
 {
+    return target_open_lun_store_ex(l, NULL, err, errlen);
+}
+
+struct bs *target_open_lun_store_ex(const struct target_lun_conf *l, bool *transient, char *err,
+                                    size_t errlen)
+{
     char reason[512] = "";
     /* A read-only file or rbd LUN opens its file or image read-only (the SCSI core refuses
      * the writes). */
     char spec[1024];
     bool ro_store = strncmp(l->bs_spec, "file:", 5) == 0 || strncmp(l->bs_spec, "rbd:", 4) == 0;
     snprintf(spec, sizeof(spec), "%s%s", l->bs_spec, l->read_only && ro_store ? ",ro" : "");
-    struct bs *bs = bs_open_spec(spec, reason, sizeof(reason));
+    struct bs *bs = bs_open_spec_ex(spec, transient, reason, sizeof(reason));
     if (!bs)
         snprintf(err, errlen, "%s: cannot open LUN %llu: %s", l->origin, (unsigned long long)l->lun,
                  reason[0] ? reason : "failed");
@@ -161,6 +167,7 @@ const char *target_state_dir(const struct target_config *cfg)
 int target_build(const struct target_config *cfg, struct target_built *b, char *err, size_t errlen)
 {
     memset(b, 0, sizeof(*b));
+    bool transient = false;
     const char *state_dir = target_state_dir(cfg);
     b->scsi = calloc(cfg->ntargets, sizeof(*b->scsi));
     b->nodes = calloc(cfg->ntargets, sizeof(*b->nodes));
@@ -200,9 +207,12 @@ int target_build(const struct target_config *cfg, struct target_built *b, char *
             target_alua_describe(c, alua, sizeof(alua));
             LOG_INFO("target %s: %s", c->name, alua);
         }
-        for (unsigned i = 0; i < c->nluns; i++)
-            if (target_build_lun(state_dir, c->name, &c->luns[i], scsi, err, errlen) < 0)
+        for (unsigned i = 0; i < c->nluns; i++) {
+            struct bs *bs = target_open_lun_store_ex(&c->luns[i], &transient, err, errlen);
+            if (!bs ||
+                target_add_lun_store(state_dir, c->name, &c->luns[i], bs, scsi, err, errlen) < 0)
                 goto fail;
+        }
         b->nodes[t] = target_node_make(c, scsi);
         if (!b->nodes[t]) {
             snprintf(err, errlen, "out of memory");
@@ -212,7 +222,7 @@ int target_build(const struct target_config *cfg, struct target_built *b, char *
     return 0;
 fail:
     target_built_free(b);
-    return -1;
+    return transient ? -2 : -1;
 }
 
 int target_built_flush(struct target_built *b)

@@ -512,8 +512,12 @@ static json_t *m_add_lun(struct daemon *d, json_t *params, struct req_err *e)
     }
     l.lun = num;
     snprintf(l.origin, sizeof(l.origin), "linerate-ctl add lun '%s'", spec);
-    if (ctl_lun_add(d, t, &l, NULL, err, sizeof(err)) < 0)
+    if (ctl_lun_add(d, t, &l, NULL, err, sizeof(err)) < 0) {
+        /* in the daemon's log too: the reason (a cluster that refused the gateway's key, a
+         * missing file) is the operator's to fix, whoever ran linerate-ctl */
+        LOG_WARN("target %s: LUN %llu not added: %s", n->name, (unsigned long long)num, err);
         return fail(e, ERR_FAILED, "%s", err);
+    }
     return lun_json(n->name, scsi_target_lun(n->scsi, num));
 }
 

@@ -670,11 +670,15 @@ int target_main(int argc, char **argv)
     /* Counter shards are per reactor: their number is known before the first LUN exists. */
     iostats_set_reactors(d->cfg.threads ? d->cfg.threads : default_threads());
     char err[1024];
-    if (target_build(&d->cfg, &d->built, err, sizeof(err)) < 0) {
+    rc = target_build(&d->cfg, &d->built, err, sizeof(err));
+    if (rc < 0) {
         fprintf(stderr, "linerate-target: %s\n", err);
         daemon_free(d);
         free(d);
-        return TARGET_EXIT_USAGE;
+        /* A cluster that did not answer is not a bad configuration: exit 1, which the
+         * systemd unit restarts (Restart=on-failure), so a gateway that booted before its
+         * Ceph cluster comes up with it; exit 2 is not restarted. */
+        return rc == -2 ? TARGET_EXIT_RUNTIME : TARGET_EXIT_USAGE;
     }
     /* The control socket is created while this is the only thread (its mode is set with the
      * umask) and served once the reactors run. */

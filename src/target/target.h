@@ -257,7 +257,9 @@ struct target_built {
     struct iscsi_node **nodes;
     unsigned n;
 };
-/* Open every store and build the targets. On error returns -1 with "ORIGIN: reason" in err. */
+/* Open every store and build the targets. On error returns -1 with "ORIGIN: reason" in err, or
+ * -2 when what failed was a store that could not be reached for now (an rbd: LUN's cluster
+ * did not answer): the configuration may be right, and a later start may succeed. */
 int target_build(const struct target_config *cfg, struct target_built *b, char *err, size_t errlen);
 /* The iSCSI node of a configured target (portals, allow list, CHAP, parameters) on `scsi`;
  * NULL when out of memory. target_node_free releases it (not the SCSI target). */
@@ -271,6 +273,9 @@ int target_build_lun(const char *state_dir, const char *target, const struct tar
  * open the store (NULL with "ORIGIN: reason" in err), then add it (the LUN takes the store;
  * on error it is closed). */
 struct bs *target_open_lun_store(const struct target_lun_conf *l, char *err, size_t errlen);
+/* The same; *transient says the store could not be opened for now (bs_open_spec_ex). */
+struct bs *target_open_lun_store_ex(const struct target_lun_conf *l, bool *transient, char *err,
+                                    size_t errlen);
 int target_add_lun_store(const char *state_dir, const char *target, const struct target_lun_conf *l,
                          struct bs *bs, struct scsi_target *scsi, char *err, size_t errlen);
 /* cfg's state directory, created if missing; NULL (with a warning) if it cannot be. */

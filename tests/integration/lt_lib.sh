@@ -179,7 +179,9 @@ CEPH_MINI_DIR=""
 
 # start_ceph: a single-node cluster with the pool rbd on a free loopback port, stopped on exit;
 # exports CEPH_CONF. Skips (77) when this build has no rbd store (LT_HAVE_RBD=0 from meson) or
-# the Ceph daemons are not installed: never a stand-in for Ceph.
+# the Ceph daemons are not installed: never a stand-in for Ceph. LT_CEPH_PORT (or
+# CEPH_MINI_PORT) fixes the mon's port (the cluster then also binds PORT+11..PORT+110), for runs
+# kept to a range of ports.
 start_ceph() {
     [ "${LT_HAVE_RBD:-1}" = 1 ] ||
         skip "linerate-target was built without librbd (install librbd-dev librados-dev: scripts/install-deps test)"
@@ -188,12 +190,15 @@ start_ceph() {
         command -v "$b" >/dev/null 2>&1 ||
             skip "$b is not installed: no Ceph cluster for the rbd tests (scripts/install-deps test installs ceph-mon ceph-osd ceph-mgr ceph-common)"
     done
-    # CEPH_MINI_PORT set by the caller: that port only (keeps parallel runs apart, as
-    # LT_PORT_BASE does for the daemon)
-    local fixed=${CEPH_MINI_PORT:-}
+    # LT_CEPH_PORT (or CEPH_MINI_PORT) set by the caller: that port only (keeps parallel runs
+    # apart, as LT_PORT_BASE does for the daemon)
+    local fixed=${LT_CEPH_PORT:-${CEPH_MINI_PORT:-}}
     for ((try = 0; try < 10; try++)); do
         export CEPH_MINI_PORT=${fixed:-$((30000 + (RANDOM % 90) * 100 + 89))}
-        [ -z "$fixed" ] && port_busy "$CEPH_MINI_PORT" && continue
+        if port_busy "$CEPH_MINI_PORT"; then
+            [ -n "$fixed" ] && fail "the Ceph port $fixed (LT_CEPH_PORT/CEPH_MINI_PORT) is taken"
+            continue
+        fi
         CEPH_MINI_DIR=$WORK/ceph
         if "$CEPH_MINI" start "$CEPH_MINI_DIR" >"$WORK/ceph.env" 2>"$WORK/ceph.err"; then
             export CEPH_CONF=$CEPH_MINI_DIR/ceph.conf

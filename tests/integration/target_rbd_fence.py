@@ -39,8 +39,13 @@ def main():
         st, sense, _ = s.scsi(cdb, **kw)
         if st != GOOD:
             fail("%s before the fence: status 0x%02x sense %s" % (name, st, hostile.sense_kaa(sense)))
-    r = subprocess.run(["ceph", "osd", "blocklist", "add", addr], capture_output=True, text=True,
-                       timeout=60)
+    for _ in range(5):
+        r = subprocess.run(["ceph", "osd", "blocklist", "add", addr], capture_output=True,
+                           text=True, timeout=60)
+        # a 16.2 CLI may ask before it has the monmap and be refused (scripts/ceph-mini's cephc)
+        if r.returncode == 0 or "problem getting command descriptions" not in r.stderr:
+            break
+        time.sleep(0.5)
     if r.returncode != 0:
         fail("ceph osd blocklist add %s: %s" % (addr, r.stderr.strip()))
     print(r.stderr.strip())

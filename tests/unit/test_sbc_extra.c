@@ -144,6 +144,12 @@ static void test_provisioning_reported(void **state)
     run(f, 1, inq, NULL, 0);                          /* fully provisioned: no UNMAP limits */
     assert_int_equal(get_be32(data(f) + 20), 0);
     assert_int_equal(get_be32(data(f) + 24), 0);
+    /* a store that releases whole units only (rbd: 4 MiB objects) says its unit */
+    struct bs *bs = scsi_target_lun(&f->tg, 0)->bs;
+    bs->unmap_unit = 4 << 20;
+    run(f, 0, inq, NULL, 0);
+    assert_int_equal(get_be32(data(f) + 28), (4 << 20) / 512);
+    bs->unmap_unit = 0;
 
     inq[2] = 0xb2;
     run(f, 0, inq, NULL, 0);
