@@ -62,6 +62,10 @@ struct worker {
     bool lost_reported;
     bool ua_reported;
     unsigned kill_next; /* --inject kill-connection: the next connection to cut */
+    /* Commands ended (either way) so far, and that count at the last cut: a cut waits until
+     * one has ended since the one before, so that cuts faster than the session recovers (a
+     * slow or loaded machine) delay the run instead of stopping it. */
+    uint64_t ended, ended_at_cut;
     /* The stall a cut causes (ErrorRecoveryLevel 2): from the cut to the first completion of a
      * command carried over from the cut connection (lr_result.recovered), and to the last one
      * before the next cut. Under the session lock (completions run on any connection's
@@ -438,6 +442,7 @@ static void on_io(void *arg, const struct lr_result *res)
         return; /* still outstanding */
     uint64_t t = now_ns();
     w->outstanding--;
+    w->ended++;
     w->free_slots[w->nfree++] = (unsigned)(sl - w->slots);
     if (res->recovered)
         note_recovered(w, t);
@@ -530,14 +535,20 @@ static void cell_timer(void *arg)
 }
 
 /* --inject kill-connection: cut the next live connection, round robin, every SECONDS of the
- * cell. At ERL 0 nothing replaces it: its commands fail and are counted by on_io. */
+ * cell, once a command has ended since the last cut (a tick with none is skipped: otherwise,
+ * where recovering takes longer than SECONDS, every connection would be cut again as soon as
+ * it is back and the run would never end). At ERL 0 nothing replaces it: its commands fail
+ * and are counted by on_io. */
 static void kill_timer(void *arg)
 {
     struct worker *w = arg;
     lr_session_lock(w->s);
     bool loading = (w->step == WS_CELL && !w->stopping) || w->step == WS_VERIFY_WRITE ||
                    w->step == WS_VERIFY_READ;
-    if (loading) {
+    bool progressed = w->ended != w->ended_at_cut || w->st.conns_cut == 0;
+    if (loading && !progressed)
+        lr_timer_start(w->kill_timer, (uint64_t)(w->o->inject.kill_conn_s * 1000));
+    else if (loading) {
         unsigned n = w->conns_asked;
         for (unsigned k = 0; k < n; k++) {
             unsigned i = (w->kill_next + k) % n;
@@ -550,6 +561,7 @@ static void kill_timer(void *arg)
             close_cut(w);
             w->cut_ns = now_ns();
             w->cut_conn = i;
+            w->ended_at_cut = w->ended;
             lr_session_conn_kill(w->s, i);
             w->st.conns_cut++;
             w->kill_next = (i + 1) % n;
@@ -677,6 +689,7 @@ static void on_verify_io(void *arg, const struct lr_result *res)
     if (ua_retry(w, sl, res, on_verify_io))
         return; /* still outstanding */
     w->outstanding--;
+    w->ended++;
     w->free_slots[w->nfree++] = (unsigned)(sl - w->slots);
     if (res->recovered)
         note_recovered(w, now_ns());

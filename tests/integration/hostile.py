@@ -360,6 +360,30 @@ class Session:
         self.c.close()
 
 
+def stop_process(pid, timeout=10.0):
+    """SIGSTOP pid and return once every one of its threads is stopped. The signal only asks:
+    a thread busy on a CPU stops when it next enters the kernel, so on a loaded machine a
+    request sent right after kill() could still be served (a stalled-cluster test then sees
+    GOOD). /proc/PID/task/*/stat state T (stopped) or t (traced) on every thread says done."""
+    os.kill(pid, signal.SIGSTOP)
+    deadline = time.monotonic() + timeout
+    while True:
+        states = []
+        for tid in os.listdir("/proc/%d/task" % pid):
+            try:
+                with open("/proc/%d/task/%s/stat" % (pid, tid)) as f:
+                    # the state follows the command name, which is in parentheses
+                    states.append(f.read().rsplit(")", 1)[1].split()[0])
+            except OSError:  # a thread that ended meanwhile
+                pass
+        if states and all(st in ("T", "t") for st in states):
+            return
+        if time.monotonic() > deadline:
+            raise RuntimeError("process %d not stopped after %.0f s: thread states %s" %
+                               (pid, timeout, "".join(states)))
+        time.sleep(0.01)
+
+
 def cdb_rw10(op, lba, blocks):
     return struct.pack(">BBIBHB", op, 0, lba, 0, blocks, 0)
 

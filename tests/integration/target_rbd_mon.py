@@ -154,7 +154,7 @@ def main():
     progress("before", {})
 
     pid = mon_pid()
-    os.kill(pid, signal.SIGSTOP)
+    hostile.stop_process(pid)
     try:
         settle("mon stopped", tmo + 2)
     finally:
@@ -202,8 +202,8 @@ def main():
     progress("mon back", {})
 
     mon = mon_pid()
-    os.kill(mon, signal.SIGSTOP)
-    os.kill(osd, signal.SIGSTOP)
+    hostile.stop_process(mon)
+    hostile.stop_process(osd)
     try:
         settle("cluster stopped", tmo + 3)
     finally:

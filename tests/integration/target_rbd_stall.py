@@ -102,7 +102,7 @@ def main():
             fail("TEST UNIT READY of the RAM LUN: status 0x%02x sense %s" %
                  (st, hostile.sense_kaa(sense)))
 
-    os.kill(osd, signal.SIGSTOP)
+    hostile.stop_process(osd)
     try:
         t0 = time.monotonic()
         got = {}
