@@ -54,7 +54,7 @@ static void usage(FILE *f)
             "                         kill-connection=SECONDS  cut one connection of each\n"
             "                           session that often, in every cell and during\n"
             "                           --verify (round robin over its connections;\n"
-            "                           0.01..3600), each cut once a command has ended\n"
+            "                           0.01..3600), each cut once a command has completed\n"
             "                           since the one before\n"
             "                         digest-error=RATE  corrupt that fraction of the data\n"
             "                           digests sent (0 <= RATE < 1)\n"

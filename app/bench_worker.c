@@ -62,9 +62,10 @@ struct worker {
     bool lost_reported;
     bool ua_reported;
     unsigned kill_next; /* --inject kill-connection: the next connection to cut */
-    /* Commands ended (either way) so far, and that count at the last cut: a cut waits until
-     * one has ended since the one before, so that cuts faster than the session recovers (a
-     * slow or loaded machine) delay the run instead of stopping it. */
+    /* Commands completed GOOD so far, and that count at the last cut: a cut waits until one
+     * has since the one before (a cut's own failures are no progress), so that cuts faster
+     * than the session recovers (a slow or loaded machine) delay the run instead of stopping
+     * it. */
     uint64_t ended, ended_at_cut;
     /* The stall a cut causes (ErrorRecoveryLevel 2): from the cut to the first completion of a
      * command carried over from the cut connection (lr_result.recovered), and to the last one
@@ -442,11 +443,11 @@ static void on_io(void *arg, const struct lr_result *res)
         return; /* still outstanding */
     uint64_t t = now_ns();
     w->outstanding--;
-    w->ended++;
     w->free_slots[w->nfree++] = (unsigned)(sl - w->slots);
     if (res->recovered)
         note_recovered(w, t);
     if (res->err == LR_OK) {
+        w->ended++;
         /* an underflow moved fewer bytes than asked (§11.4.5): count what moved */
         uint32_t moved = sl->len;
         if (res->residual_kind == LR_RESIDUAL_UNDERFLOW)
@@ -535,7 +536,7 @@ static void cell_timer(void *arg)
 }
 
 /* --inject kill-connection: cut the next live connection, round robin, every SECONDS of the
- * cell, once a command has ended since the last cut (a tick with none is skipped: otherwise,
+ * cell, once a command has completed since the last cut (a tick with none is skipped: otherwise,
  * where recovering takes longer than SECONDS, every connection would be cut again as soon as
  * it is back and the run would never end). At ERL 0 nothing replaces it: its commands fail
  * and are counted by on_io. */
@@ -689,7 +690,7 @@ static void on_verify_io(void *arg, const struct lr_result *res)
     if (ua_retry(w, sl, res, on_verify_io))
         return; /* still outstanding */
     w->outstanding--;
-    w->ended++;
+    w->ended += res->err == LR_OK;
     w->free_slots[w->nfree++] = (unsigned)(sl - w->slots);
     if (res->recovered)
         note_recovered(w, now_ns());

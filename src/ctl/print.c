@@ -299,7 +299,7 @@ void ctl_print_result(FILE *out, const char *kind, json_t *r)
                                       "those allowed)"
                                     : "");
         /* the sessions of the initiators that closing it left out */
-        if (num(r, "sessions") || flag(r, "sessions_ended"))
+        if (num(r, "sessions"))
             fprintf(out, "%lld session%s of initiators no longer allowed %s\n", num(r, "sessions"),
                     num(r, "sessions") == 1 ? "" : "s",
                     flag(r, "sessions_ended") ? "logged out"

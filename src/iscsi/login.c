@@ -298,6 +298,12 @@ static enum iscsi_login_status login_enter_ffp(struct iscsi_conn *c)
 {
     struct iscsi_params p;
     iscsi_neg_result(&c->neg, &p);
+    /* Asked again now, not only at the first login PDU: linerate-ctl may have closed the
+     * target to this initiator during the exchange (CHAP round trips take a while), and
+     * `allow --force` logs out only the sessions that exist when it looks. What is left is
+     * the moment between this check and the session entering the table. */
+    if (!c->discovery && c->node && !iscsi_node_allows(c->node, c->neg.initiator_name))
+        return ISCSI_LOGIN_AUTHZ_FAILED;
     if (c->login_tsih == 0) {
         if (!c->discovery)
             session_reinstate(c->srv, c->neg.initiator_name, c->login_isid, c->node, c);

@@ -220,8 +220,9 @@ static void on_accept(void *arg, uint32_t events)
         if (fd < 0 && (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM)) {
             unsigned sup;
             if (log_limit_allow(&s->pause_log, reactor_now_ms(), &sup))
-                LOG_WARN("metrics: accept: %s; pausing accepts for %d ms", strerror(errno),
-                         METRICS_ACCEPT_PAUSE_MS);
+                LOG_WARN("metrics: accept: %s; pausing accepts for %d ms (%u more like it "
+                         "not logged)",
+                         strerror(errno), METRICS_ACCEPT_PAUSE_MS, sup);
             s->accept_paused = true;
             reactor_fd_mod(s->r, &s->h, 0);
             reactor_timer_start(s->r, &s->accept_pause, METRICS_ACCEPT_PAUSE_MS, accept_resume, s);
@@ -236,8 +237,9 @@ static void on_accept(void *arg, uint32_t events)
             close(fd);
             unsigned sup;
             if (log_limit_allow(&s->busy_log, reactor_now_ms(), &sup))
-                LOG_WARN("metrics: %u clients connected already: one more refused (503)",
-                         METRICS_CLIENTS_MAX);
+                LOG_WARN("metrics: %u clients connected already: one more refused (503; %u "
+                         "more refusals not logged)",
+                         METRICS_CLIENTS_MAX, sup);
             continue;
         }
         struct metrics_client *c = calloc(1, sizeof(*c));

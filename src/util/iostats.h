@@ -25,7 +25,7 @@
  * measure what it costs (bench/metrics-cost.sh): the writers below do nothing, iostats_new()
  * makes no set (NULL) and iostats_shard() finds none, so a reader sees zeros. The daemon does
  * not show those zeros as counts: `stats` and the endpoint say the build has none
- * (target/stats.c, IOSTATS_ENABLED). */
+ * (target/ctl_cmds.c and target/metrics.c test IOSTATS_ENABLED). */
 #ifndef LR_METRICS
 #define LR_METRICS 1
 #endif
