@@ -6,7 +6,8 @@
  *          (payload read straight into its destination), one sendmsg per connection per read;
  *   uring  multishot recv into a provided buffer ring (payload copied out to its destination),
  *          one SENDMSG per connection per turn, the whole turn in one io_uring_submit_and_wait;
- *   zc     uring with IORING_OP_SENDMSG_ZC for read responses.
+ *   zc     uring with IORING_OP_SENDMSG_ZC for read responses;
+ *   epoll-copy  epoll without direct placement: payloads recv'd with what follows, copied out.
  * Variants alternate round by round; the server thread's CPU (schedstat), syscalls and sleeps
  * per op are reported as medians and paired ratios to the first variant. */
 #include <errno.h>
@@ -37,8 +38,8 @@
 #define OP_WRITE 1
 #define OP_READ 2
 
-enum variant { V_EPOLL, V_URING, V_ZC, V_COUNT };
-static const char *const variant_name[V_COUNT] = {"epoll", "uring", "zc"};
+enum variant { V_EPOLL, V_URING, V_ZC, V_EPOLL_COPY, V_COUNT };
+static const char *const variant_name[V_COUNT] = {"epoll", "uring", "zc", "epoll-copy"};
 
 static void die(const char *what)
 {
@@ -246,12 +247,13 @@ static void ep_flush(int ep, struct sconn *c, uint64_t *sys)
  * A short read means the socket is drained (epoll is level-triggered). */
 static void ep_rx(struct server *s, struct sconn *c, uint64_t *sys)
 {
+    bool direct = s->v == V_EPOLL;
     for (;;) {
         ssize_t r;
         size_t asked;
         if (c->rx_head == c->rx_tail)
             c->rx_head = c->rx_tail = 0;
-        if (c->data_left && c->rx_head == c->rx_tail) {
+        if (direct && c->data_left && c->rx_head == c->rx_tail) {
             struct iovec iov[2] = {{c->dst + (BLOCK - c->data_left), c->data_left},
                                    {c->rxbuf, HDR_LEN}};
             asked = c->data_left + HDR_LEN;
@@ -266,7 +268,7 @@ static void ep_rx(struct server *s, struct sconn *c, uint64_t *sys)
             }
         } else {
             uint32_t room = RXBUF - c->rx_tail;
-            asked = c->large && c->rx_head == c->rx_tail ? HDR_LEN - c->in_got : room;
+            asked = direct && c->large && c->rx_head == c->rx_tail ? HDR_LEN - c->in_got : room;
             r = recv(c->fd, c->rxbuf + c->rx_tail, asked, MSG_DONTWAIT);
             (*sys)++;
             if (r > 0)
@@ -531,7 +533,7 @@ static void *server_main(void *arg)
     if (g_pin_server >= 0)
         pin(g_pin_server);
     __atomic_store_n(&s->tid, gettid(), __ATOMIC_RELEASE);
-    if (s->v == V_EPOLL)
+    if (s->v == V_EPOLL || s->v == V_EPOLL_COPY)
         run_epoll(s);
     else
         run_uring(s);
@@ -772,7 +774,7 @@ static struct result run_cell(const struct opts *o, enum variant v, int rw, int 
         if (fd < 0)
             die("accept");
         setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-        conn_init(&s.c[i], fd, v == V_EPOLL);
+        conn_init(&s.c[i], fd, v == V_EPOLL || v == V_EPOLL_COPY);
     }
     close(lfd);
     if (pthread_create(&st, NULL, server_main, &s))
@@ -871,10 +873,10 @@ static int parse_variant(const char *t)
 
 static void usage(void)
 {
-    fprintf(stderr,
-            "usage: uring-ab [--variants epoll,uring,zc] [--rw write,read] [--conns 1,8,64]\n"
-            "                [--qd TOTAL] [--seconds S] [--warmup S] [--rounds R] [--port P]\n"
-            "                [--buf-size BYTES] [--bufs N] [--no-pin]\n");
+    fprintf(stderr, "usage: uring-ab [--variants epoll,uring,zc,epoll-copy] [--rw write,read]\n"
+                    "                [--conns 1,8,64] [--qd TOTAL] [--seconds S] [--warmup S]\n"
+                    "                [--rounds R] [--port P]"
+                    " [--buf-size BYTES] [--bufs N] [--no-pin]\n");
     exit(2);
 }
 
