@@ -568,9 +568,18 @@ static int rbd_conf(rados_t cluster, const char *who, unsigned timeout_s, char *
 static void rbd_open_err(rados_t cluster, const struct bs_rbd_params *p, const char *who,
                          const char *stage, bool connecting, int ret, char *err, size_t errlen)
 {
-    char user[80], keyring[256];
-    snprintf(user, sizeof(user), "client.%s", p->client_id[0] ? p->client_id : "admin");
-    if (connecting && ret == -ENOENT) {
+    char user[80], keyring[256], mon_host[256] = "";
+    /* the name librados settled on: id=, or CEPH_ARGS' --id/--name, or client.admin */
+    if (rados_conf_get(cluster, "name", user, sizeof(user)) < 0 || !user[0])
+        snprintf(user, sizeof(user), "client.%s", p->client_id[0] ? p->client_id : "admin");
+    if (connecting && ret == -ENOENT &&
+        (rados_conf_get(cluster, "mon_host", mon_host, sizeof(mon_host)) < 0 || !mon_host[0])) {
+        /* librados says ENOENT too when it knows no monitor to ask */
+        snprintf(err, errlen,
+                 "%s: %s as %s: no monitor address (mon_host): no ceph.conf with one was "
+                 "read (conf=, CEPH_CONF, /etc/ceph/ceph.conf)",
+                 who, stage, user);
+    } else if (connecting && ret == -ENOENT) {
         /* cephx and no keyring holding the user's key */
         if (rados_conf_get(cluster, "keyring", keyring, sizeof(keyring)) < 0)
             snprintf(keyring, sizeof(keyring), "?");

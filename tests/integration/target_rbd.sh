@@ -45,6 +45,11 @@ note "spec errors are refused at start"
 grep -q "opening the pool" "$WORK/bad.out" || fail "no reason for the missing pool: $(cat "$WORK/bad.out")"
 "$LT" --listen 127.0.0.1:1 --lun rbd:justapool >"$WORK/bad.out" 2>&1 && fail "rbd:POOL accepted"
 grep -q "expected rbd:POOL/IMAGE" "$WORK/bad.out" || fail "no reason for rbd:POOL: $(cat "$WORK/bad.out")"
+# a config with no monitor in it (librados answers ENOENT, as for a missing key)
+env -u CEPH_CONF "$LT" --listen 127.0.0.1:1 --lun rbd:rbd/x,conf=/dev/null >"$WORK/bad.out" 2>&1 &&
+    fail "a conf= without monitors was accepted"
+grep -q "no monitor address (mon_host)" "$WORK/bad.out" ||
+    fail "no reason for a conf= without monitors: $(cat "$WORK/bad.out")"
 
 start_target --target-name "$iqn" --threads 2 --lun rbd:rbd/it-disk,size=64M \
     --lun rbd:rbd/it-disk,ro --lun rbd:rbd/it-other,size=8M,bs=4096

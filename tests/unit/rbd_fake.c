@@ -398,13 +398,19 @@ int rados_conf_set(rados_t cluster, const char *option, const char *value)
     return 0;
 }
 
-/* Only what bs_rbd.c reads back for its messages (the keyring it looked for). */
+/* Only what bs_rbd.c reads back for its messages: the client's name, the monitors and the
+ * keyring it looked in. */
 int rados_conf_get(rados_t cluster, const char *option, char *buf, size_t len)
 {
     (void)cluster;
-    if (strcmp(option, "keyring") != 0)
+    if (strcmp(option, "keyring") == 0)
+        snprintf(buf, len, "/etc/ceph/ceph.client.fake.keyring");
+    else if (strcmp(option, "mon_host") == 0)
+        snprintf(buf, len, "127.0.0.1:6789");
+    else if (strcmp(option, "name") == 0)
+        snprintf(buf, len, "client.%s", rbd_fake.client_id[0] ? rbd_fake.client_id : "admin");
+    else
         return -ENOENT;
-    snprintf(buf, len, "/etc/ceph/ceph.client.fake.keyring");
     return 0;
 }
 
