@@ -55,7 +55,7 @@ static void usage(FILE *f)
             "                           session that often, in every cell and during\n"
             "                           --verify (round robin over its connections;\n"
             "                           0.01..3600), each cut once a command has completed\n"
-            "                           since the one before\n"
+            "                           since the one before and every connection is up\n"
             "                         digest-error=RATE  corrupt that fraction of the data\n"
             "                           digests sent (0 <= RATE < 1)\n"
             "                         drop-pdu=RATE      leave that fraction of the SCSI\n"

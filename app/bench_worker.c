@@ -536,17 +536,25 @@ static void cell_timer(void *arg)
 }
 
 /* --inject kill-connection: cut the next live connection, round robin, every SECONDS of the
- * cell, once a command has completed since the last cut (a tick with none is skipped: otherwise,
- * where recovering takes longer than SECONDS, every connection would be cut again as soon as
- * it is back and the run would never end). At ERL 0 nothing replaces it: its commands fail
- * and are counted by on_io. */
+ * cell, once a command has completed since the last cut and every connection is logged in (a
+ * tick without is skipped: otherwise, where recovering takes longer than SECONDS, every
+ * connection would be cut again as soon as it is back and the run would never end). At ERL 0
+ * nothing replaces it: its commands fail and are counted by on_io. */
 static void kill_timer(void *arg)
 {
     struct worker *w = arg;
     lr_session_lock(w->s);
     bool loading = (w->step == WS_CELL && !w->stopping) || w->step == WS_VERIFY_WRITE ||
                    w->step == WS_VERIFY_READ;
-    bool progressed = w->ended != w->ended_at_cut || w->st.conns_cut == 0;
+    /* and only with every connection of the session logged in: one connection recovering at
+     * a time, the others carrying the load */
+    struct lr_session_info info;
+    lr_session_get_info(w->s, &info);
+    uint32_t conns = info.connections_granted && info.connections_granted < w->conns_asked
+                         ? info.connections_granted
+                         : w->conns_asked;
+    bool progressed =
+        (w->ended != w->ended_at_cut || w->st.conns_cut == 0) && info.connections_up >= conns;
     if (loading && !progressed)
         lr_timer_start(w->kill_timer, (uint64_t)(w->o->inject.kill_conn_s * 1000));
     else if (loading) {
