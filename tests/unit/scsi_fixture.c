@@ -194,3 +194,19 @@ void sfx_assert_field_pointer(const struct scsi_task *t, uint8_t sksv_cd, unsign
     assert_int_equal(t->sense[15] & 0xc0, sksv_cd);
     assert_int_equal(get_be16(t->sense + 16), byte);
 }
+
+void sfx_cdb10(uint8_t *c, uint8_t op, uint8_t b1, uint32_t lba, uint16_t n)
+{
+    memset(c, 0, 16);
+    c[0] = op;
+    c[1] = b1;
+    put_be32(c + 2, lba);
+    put_be16(c + 7, n);
+}
+
+void sfx_assert_err_case(const struct scsi_task *t, const struct sfx_err_case *e, bool read)
+{
+    bool own = read && e->read_key;
+    sfx_assert_sense(t, 0, own ? e->read_key : e->key, own ? e->read_asc : e->asc,
+                     own ? e->read_ascq : e->ascq);
+}

@@ -65,4 +65,17 @@ void sfx_assert_sense(const struct scsi_task *t, unsigned checks, uint8_t key, u
 /* The sense-key specific field pointer: SKSV with C/D (0xc0 CDB, 0x80 parameter list), byte. */
 void sfx_assert_field_pointer(const struct scsi_task *t, uint8_t sksv_cd, unsigned byte);
 
+/* A 10-byte READ/WRITE-style CDB in c[16] (the rest zeroed): op, byte 1, LBA, block count. */
+void sfx_cdb10(uint8_t *c, uint8_t op, uint8_t b1, uint32_t lba, uint16_t n);
+
+/* A store error and the sense the SCSI core must answer it with. */
+struct sfx_err_case {
+    int err;
+    uint8_t key, asc, ascq;                /* writes, and reads unless read_key */
+    uint8_t read_key, read_asc, read_ascq; /* READ, when it differs */
+};
+
+/* t ended CHECK CONDITION with e's sense (its READ sense when read and e has one). */
+void sfx_assert_err_case(const struct scsi_task *t, const struct sfx_err_case *e, bool read);
+
 #endif

@@ -129,15 +129,6 @@ static int run(struct fx *f, const uint8_t *cdb, const void *out, size_t out_len
     return f->t.status;
 }
 
-static void cdb10(uint8_t *c, uint8_t op, uint8_t b1, uint32_t lba, uint16_t n)
-{
-    memset(c, 0, 16);
-    c[0] = op;
-    c[1] = b1;
-    put_be32(c + 2, lba);
-    put_be16(c + 7, n);
-}
-
 static const struct rbd_fake_req *req(int i)
 {
     assert_true(i < rbd_fake.nlog);
@@ -169,7 +160,7 @@ static void test_read_write(void **state)
     uint8_t c[16], buf[8 * BSZ];
     for (unsigned i = 0; i < sizeof(buf); i++)
         buf[i] = (uint8_t)(i * 13 + 1);
-    cdb10(c, 0x2a, 0, 16, 8); /* WRITE(10), 8 blocks at LBA 16 */
+    sfx_cdb10(c, 0x2a, 0, 16, 8); /* WRITE(10), 8 blocks at LBA 16 */
     assert_int_equal(run(f, c, buf, sizeof(buf)), SCSI_STATUS_GOOD);
     assert_int_equal(rbd_fake.nlog, 1); /* no flush without FUA: librbd caches */
     assert_int_equal(req(0)->op, FAKE_WRITE);
@@ -179,7 +170,7 @@ static void test_read_write(void **state)
     assert_memory_equal(rbd_fake.mem + 16 * BSZ, buf, sizeof(buf));
 
     memset(rbd_fake.mem + 40 * BSZ, 0x3c, 3 * BSZ);
-    cdb10(c, 0x28, 0, 40, 3); /* READ(10) */
+    sfx_cdb10(c, 0x28, 0, 40, 3); /* READ(10) */
     assert_int_equal(run(f, c, NULL, 0), SCSI_STATUS_GOOD);
     assert_int_equal(req(1)->op, FAKE_READ);
     assert_int_equal(req(1)->off, 40 * BSZ);
@@ -197,7 +188,7 @@ static void test_fua(void **state)
     struct fx *f = *state;
     uint8_t c[16], buf[BSZ];
     memset(buf, 0x77, sizeof(buf));
-    cdb10(c, 0x2a, 0x08, 4, 1); /* WRITE(10) FUA */
+    sfx_cdb10(c, 0x2a, 0x08, 4, 1); /* WRITE(10) FUA */
     struct arun a;
     start(f, &a, c, buf, sizeof(buf));
     assert_int_equal(rbd_fake.nlog, 1);
@@ -227,7 +218,7 @@ static void test_sync_cache(void **state)
 {
     struct fx *f = *state;
     uint8_t c[16];
-    cdb10(c, 0x35, 0, 0, 0); /* SYNCHRONIZE CACHE(10) */
+    sfx_cdb10(c, 0x35, 0, 0, 0); /* SYNCHRONIZE CACHE(10) */
     assert_int_equal(run(f, c, NULL, 0), SCSI_STATUS_GOOD);
     assert_int_equal(rbd_fake.nlog, 1);
     assert_int_equal(req(0)->op, FAKE_FLUSH);
@@ -263,7 +254,7 @@ static void test_unmap_write_same(void **state)
 
     uint8_t blk[BSZ];
     memset(blk, 0, sizeof(blk));
-    cdb10(c, 0x41, 0x08, 200, 16); /* WRITE SAME(10) UNMAP */
+    sfx_cdb10(c, 0x41, 0x08, 200, 16); /* WRITE SAME(10) UNMAP */
     assert_int_equal(run(f, c, blk, sizeof(blk)), SCSI_STATUS_GOOD);
     assert_int_equal(rbd_fake.nlog, 3);
     assert_int_equal(req(2)->op, FAKE_DISCARD);
@@ -272,7 +263,7 @@ static void test_unmap_write_same(void **state)
 
     for (unsigned i = 0; i < BSZ; i++)
         blk[i] = (uint8_t)i;
-    cdb10(c, 0x41, 0, 300, 10); /* WRITE SAME(10) */
+    sfx_cdb10(c, 0x41, 0, 300, 10); /* WRITE SAME(10) */
     assert_int_equal(run(f, c, blk, sizeof(blk)), SCSI_STATUS_GOOD);
     assert_int_equal(rbd_fake.nlog, 4);
     assert_int_equal(req(3)->op, FAKE_WRITESAME);
@@ -284,25 +275,12 @@ static void test_unmap_write_same(void **state)
 
 /* ---- errors as sense ---------------------------------------------------------------------- */
 
-struct err_case {
-    int err;
-    uint8_t key, asc, ascq;                /* writes, and reads unless read_key */
-    uint8_t read_key, read_asc, read_ascq; /* READ, when it differs */
-};
-
-static const struct err_case cases[] = {
+static const struct sfx_err_case cases[] = {
     {-EROFS, 0x07, 0x27, 0x00, 0, 0, 0},        /* DATA PROTECT, WRITE PROTECTED */
     {-ENOSPC, 0x07, 0x27, 0x07, 0, 0, 0},       /* SPACE ALLOCATION FAILED WRITE PROTECT */
     {-ETIMEDOUT, 0x0b, 0x3e, 0x02, 0, 0, 0},    /* ABORTED COMMAND, TIMEOUT ON LU: retried */
     {-EIO, 0x03, 0x0c, 0x00, 0x03, 0x11, 0x00}, /* MEDIUM ERROR: WRITE / UNRECOVERED READ */
 };
-
-static void assert_case(struct fx *f, const struct err_case *e, bool read)
-{
-    bool own = read && e->read_key;
-    sfx_assert_sense(&f->t, 0, own ? e->read_key : e->key, own ? e->read_asc : e->asc,
-                     own ? e->read_ascq : e->ascq);
-}
 
 /* Each error on each kind of request, then the same command again GOOD: an error of the
  * cluster fails the command, not the LUN (a timed-out command retried succeeds). */
@@ -331,13 +309,13 @@ static void test_errors(void **state)
                 put_be64(c + 2, 6);
                 c[13] = 1;
             } else {
-                cdb10(c, cmds[k].op, cmds[k].b1, 6, cmds[k].n);
+                sfx_cdb10(c, cmds[k].op, cmds[k].b1, 6, cmds[k].n);
             }
             const void *out = cmds[k].out ? buf : NULL;
             int before = rbd_fake.nlog;
             rbd_fake_script(cases[i].err);
             assert_int_equal(run(f, c, out, cmds[k].out), SCSI_STATUS_CHECK_CONDITION);
-            assert_case(f, &cases[i], cmds[k].op == 0x28);
+            sfx_assert_err_case(&f->t, &cases[i], cmds[k].op == 0x28);
             assert_int_equal(rbd_fake.nlog, before + 1);
             /* the retry */
             if (cmds[k].op == 0x89)
@@ -354,17 +332,17 @@ static void test_refused_at_submit(void **state)
     struct fx *f = *state;
     uint8_t c[16], buf[BSZ] = {0};
     rbd_fake.submit_err = -EROFS;
-    cdb10(c, 0x2a, 0, 0, 1);
+    sfx_cdb10(c, 0x2a, 0, 0, 1);
     assert_int_equal(run(f, c, buf, sizeof(buf)), SCSI_STATUS_CHECK_CONDITION);
     sfx_assert_sense(&f->t, 0, 0x07, 0x27, 0x00);
     assert_int_equal(rbd_fake.nlog, 0);
     rbd_fake.submit_err = -EINVAL;
-    cdb10(c, 0x28, 0, 0, 1);
+    sfx_cdb10(c, 0x28, 0, 0, 1);
     assert_int_equal(run(f, c, NULL, 0), SCSI_STATUS_CHECK_CONDITION);
     sfx_assert_sense(&f->t, 0, 0x03, 0x11, 0x00);
     /* a FUA write whose flush is refused */
     rbd_fake.submit_err = 0;
-    cdb10(c, 0x2a, 0x08, 0, 1);
+    sfx_cdb10(c, 0x2a, 0x08, 0, 1);
     struct arun a;
     start(f, &a, c, buf, sizeof(buf));
     rbd_fake.submit_err = -ETIMEDOUT;
@@ -379,7 +357,7 @@ static void test_blocklisted_at_fua_flush(void **state)
 {
     struct fx *f = *state;
     uint8_t c[16], buf[BSZ] = {0};
-    cdb10(c, 0x2a, 0x08, 0, 1);
+    sfx_cdb10(c, 0x2a, 0x08, 0, 1);
     struct arun a;
     start(f, &a, c, buf, sizeof(buf));
     rbd_fake.submit_err = -EBLOCKLISTED;
@@ -387,7 +365,7 @@ static void test_blocklisted_at_fua_flush(void **state)
     assert_int_equal(sfx_done_calls, 1);
     sfx_assert_sense(&f->t, 0, 0x02, 0x04, 0x03);
     int nlog = rbd_fake.nlog;
-    cdb10(c, 0x28, 0, 0, 1);
+    sfx_cdb10(c, 0x28, 0, 0, 1);
     assert_int_equal(run(f, c, NULL, 0), SCSI_STATUS_CHECK_CONDITION);
     sfx_assert_sense(&f->t, 0, 0x02, 0x04, 0x03);
     assert_int_equal(rbd_fake.nlog, nlog); /* the cluster no longer asked */
@@ -436,13 +414,13 @@ static void test_blocklisted(void **state)
 
     uint8_t c[16], buf[BSZ] = {0};
     rbd_fake_script(-EBLOCKLISTED);
-    cdb10(c, 0x2a, 0, 0, 1);
+    sfx_cdb10(c, 0x2a, 0, 0, 1);
     int st1 = run(f, c, buf, sizeof(buf));
     uint8_t key1 = f->t.sense[2] & 0x0f, asc1 = f->t.sense[12], ascq1 = f->t.sense[13];
-    cdb10(c, 0x28, 0, 0, 1); /* later commands: answered at once, the cluster not asked */
+    sfx_cdb10(c, 0x28, 0, 0, 1); /* later commands: answered at once, the cluster not asked */
     int st2 = run(f, c, NULL, 0);
     uint8_t key2 = f->t.sense[2] & 0x0f, asc2 = f->t.sense[12], ascq2 = f->t.sense[13];
-    cdb10(c, 0x35, 0, 0, 0);
+    sfx_cdb10(c, 0x35, 0, 0, 0);
     int st3 = run(f, c, NULL, 0);
     int nlog = rbd_fake.nlog;
 
@@ -545,7 +523,7 @@ static void test_without_reactor(void **state)
     struct fx *f = *state;
     uint8_t c[16], buf[BSZ];
     memset(buf, 0x66, sizeof(buf));
-    cdb10(c, 0x2a, 0x08, 3, 1); /* WRITE FUA: write and flush, both waited for */
+    sfx_cdb10(c, 0x2a, 0x08, 3, 1); /* WRITE FUA: write and flush, both waited for */
     assert_int_equal(sfx_run(&f->t, &f->tg, f->n1, 0, c, buf, sizeof(buf), 0, SFX_CHECK_DONE),
                      SCSI_STATUS_GOOD);
     assert_int_equal(rbd_fake.nlog, 2);
@@ -554,7 +532,7 @@ static void test_without_reactor(void **state)
     assert_int_equal(req(1)->op, FAKE_FLUSH);
     assert_memory_equal(rbd_fake.mem + 3 * BSZ, buf, BSZ);
     rbd_fake_script(-ENOSPC);
-    cdb10(c, 0x2a, 0, 3, 1);
+    sfx_cdb10(c, 0x2a, 0, 3, 1);
     assert_int_equal(sfx_run(&f->t, &f->tg, f->n1, 0, c, buf, sizeof(buf), 0, SFX_CHECK_DONE),
                      SCSI_STATUS_CHECK_CONDITION);
     sfx_assert_sense(&f->t, 0, 0x07, 0x27, 0x07);

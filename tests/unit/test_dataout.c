@@ -37,15 +37,6 @@ static int run(struct fx *f, uint64_t lun, const uint8_t *cdb, const void *out, 
 static const uint8_t TUR[16] = {0x00};
 static uint8_t A[8192], B[8192];
 
-static void cdb10(uint8_t *c, uint8_t op, uint8_t b1, uint32_t lba, uint16_t n)
-{
-    memset(c, 0, 16);
-    c[0] = op;
-    c[1] = b1;
-    put_be32(c + 2, lba);
-    put_be16(c + 7, n);
-}
-
 static void cdb12(uint8_t *c, uint8_t op, uint32_t lba, uint32_t n)
 {
     memset(c, 0, 16);
@@ -66,7 +57,7 @@ static void cdb16(uint8_t *c, uint8_t op, uint64_t lba, uint32_t n)
 static void assert_untouched(struct fx *f, uint64_t lun)
 {
     uint8_t c[16];
-    cdb10(c, 0x28, 0, 0, 16);
+    sfx_cdb10(c, 0x28, 0, 0, 16);
     assert_int_equal(run(f, lun, c, NULL, 0), SCSI_STATUS_GOOD);
     assert_memory_equal(f->t.iov[0].iov_base, A, 16 * 512);
 }
@@ -99,7 +90,7 @@ static int setup(void **state)
     for (uint64_t lun = 0; lun < 2; lun++) {
         run(f, lun, TUR, NULL, 0); /* the power-on UA */
         uint8_t c[16];
-        cdb10(c, 0x2a, 0, 0, 16);
+        sfx_cdb10(c, 0x2a, 0, 0, 16);
         assert_int_equal(run(f, lun, c, A, 16 * 512), SCSI_STATUS_GOOD);
     }
     *state = f;
@@ -128,9 +119,9 @@ static void test_write_torn_block(void **state)
         assert_shortfall(f, lun, c, B, 200, 512);
         static const uint8_t ops10[] = {0x2a, 0x2e}, ops12[] = {0xaa, 0xae}, ops16[] = {0x8a, 0x8e};
         for (int i = 0; i < 2; i++) {
-            cdb10(c, ops10[i], 0, 2, 1);
+            sfx_cdb10(c, ops10[i], 0, 2, 1);
             assert_shortfall(f, lun, c, B, 200, 512);
-            cdb10(c, ops10[i], 0, 2, 2);
+            sfx_cdb10(c, ops10[i], 0, 2, 2);
             assert_shortfall(f, lun, c, B, 513, 1024);
             cdb12(c, ops12[i], 4, 1);
             assert_shortfall(f, lun, c, B, 511, 512);
@@ -151,7 +142,7 @@ static void test_write_whole_blocks(void **state)
         for (int i = 0; i < 2; i++) {
             uint8_t c[16];
             int writes = f->m->writes;
-            cdb10(c, ops[i], 0, 2, 2);
+            sfx_cdb10(c, ops[i], 0, 2, 2);
             assert_int_equal(run(f, lun, c, NULL, 0), SCSI_STATUS_GOOD);
             assert_int_equal(f->t.dir, SCSI_DIR_WRITE);
             assert_int_equal(f->t.xfer_len, 1024); /* residual: 1024 overflow */
@@ -160,13 +151,13 @@ static void test_write_whole_blocks(void **state)
             cdb16(c, ops[i] == 0x2a ? 0x8a : 0x8e, 10, 4);
             assert_int_equal(run(f, lun, c, B, 1024), SCSI_STATUS_GOOD);
             assert_int_equal(f->t.xfer_len, 2048); /* residual: 1024 overflow */
-            cdb10(c, 0x28, 0, 9, 6);
+            sfx_cdb10(c, 0x28, 0, 9, 6);
             assert_int_equal(run(f, lun, c, NULL, 0), SCSI_STATUS_GOOD);
             const uint8_t *d = f->t.iov[0].iov_base;
             assert_memory_equal(d, A, 512);         /* LBA 9 */
             assert_memory_equal(d + 512, B, 1024);  /* LBA 10-11: the blocks that came */
             assert_memory_equal(d + 1536, A, 1536); /* LBA 12-14 */
-            cdb10(c, 0x2a, 0, 10, 2);
+            sfx_cdb10(c, 0x2a, 0, 10, 2);
             assert_int_equal(run(f, lun, c, A, 1024), SCSI_STATUS_GOOD); /* back to 'a' */
         }
     }
@@ -178,10 +169,10 @@ static void test_write_underflow_served(void **state)
     struct fx *f = *state;
     for (uint64_t lun = 0; lun < 2; lun++) {
         uint8_t c[16];
-        cdb10(c, 0x2a, 0, 1, 1);
+        sfx_cdb10(c, 0x2a, 0, 1, 1);
         assert_int_equal(run(f, lun, c, B, 10000), SCSI_STATUS_GOOD);
         assert_int_equal(f->t.xfer_len, 512); /* residual: 10000 - 512, underflow */
-        cdb10(c, 0x28, 0, 0, 3);
+        sfx_cdb10(c, 0x28, 0, 0, 3);
         assert_int_equal(run(f, lun, c, NULL, 0), SCSI_STATUS_GOOD);
         const uint8_t *d = f->t.iov[0].iov_base;
         assert_memory_equal(d, A, 512);
@@ -196,7 +187,7 @@ static void test_block_commands(void **state)
     struct fx *f = *state;
     for (uint64_t lun = 0; lun < 2; lun++) {
         uint8_t c[16];
-        cdb10(c, 0x41, 0, 0, 4); /* WRITE SAME(10) of 4 blocks: one block of data-out */
+        sfx_cdb10(c, 0x41, 0, 0, 4); /* WRITE SAME(10) of 4 blocks: one block of data-out */
         assert_shortfall(f, lun, c, B, 200, 512);
         assert_shortfall(f, lun, c, NULL, 0, 512);
         cdb16(c, 0x93, 0, 4);
@@ -276,10 +267,10 @@ static void test_extended_copy(void **state)
     uint8_t one[512];
     memset(one, 'q', sizeof(one));
     uint8_t w[16];
-    cdb10(w, 0x2a, 0, 0, 1);
+    sfx_cdb10(w, 0x2a, 0, 0, 1);
     assert_int_equal(run(f, 0, w, one, 512), SCSI_STATUS_GOOD); /* LBA 0 now differs */
     assert_shortfall(f, 0, c, p, sizeof(p) - 1, sizeof(p));
-    cdb10(w, 0x28, 0, 1, 1);
+    sfx_cdb10(w, 0x28, 0, 1, 1);
     assert_int_equal(run(f, 0, w, NULL, 0), SCSI_STATUS_GOOD);
     assert_memory_equal(f->t.iov[0].iov_base, A, 512);              /* LBA 1 not copied over */
     assert_int_equal(run(f, 0, c, p, sizeof(p)), SCSI_STATUS_GOOD); /* whole: it copies */
@@ -336,7 +327,7 @@ static void test_transport_refusal(void **state)
     for (uint64_t lun = 0; lun < 2; lun++) {
         for (int why = 0; why < 2; why++) {
             uint8_t c[16];
-            cdb10(c, 0x2a, 0, 2, 2);
+            sfx_cdb10(c, 0x2a, 0, 2, 2);
             int writes = f->m->writes;
             struct scsi_task *t = &f->t;
             scsi_task_release(t); /* the previous command's, as sfx_run does */
@@ -388,7 +379,7 @@ static void test_verify_bytchk(void **state)
     struct fx *f = *state;
     for (uint64_t lun = 0; lun < 2; lun++) {
         uint8_t c[16];
-        cdb10(c, 0x2f, 0x02, 0, 2);
+        sfx_cdb10(c, 0x2f, 0x02, 0, 2);
         assert_shortfall(f, lun, c, A, 512, 1024);
         cdb12(c, 0xaf, 0, 1);
         c[1] = 0x02;
@@ -396,7 +387,7 @@ static void test_verify_bytchk(void **state)
         cdb16(c, 0x8f, 0, 1);
         c[1] = 0x02;
         assert_shortfall(f, lun, c, NULL, 0, 512);
-        cdb10(c, 0x2f, 0x02, 0, 2); /* whole: GOOD */
+        sfx_cdb10(c, 0x2f, 0x02, 0, 2); /* whole: GOOD */
         assert_int_equal(run(f, lun, c, A, 1024), SCSI_STATUS_GOOD);
     }
 }

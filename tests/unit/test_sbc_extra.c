@@ -47,15 +47,6 @@ static void assert_sense(const struct scsi_task *t, uint8_t key, uint8_t asc, ui
     sfx_assert_sense(t, 0, key, asc, ascq);
 }
 
-static void cdb10(uint8_t *c, uint8_t op, uint8_t b1, uint32_t lba, uint16_t n)
-{
-    memset(c, 0, 16);
-    c[0] = op;
-    c[1] = b1;
-    put_be32(c + 2, lba);
-    put_be16(c + 7, n);
-}
-
 static void cdb16(uint8_t *c, uint8_t op, uint8_t b1, uint64_t lba, uint32_t n)
 {
     memset(c, 0, 16);
@@ -71,7 +62,7 @@ static void write_blocks(struct fx *f, uint64_t lun, uint32_t lba, uint16_t n, u
     uint8_t c[16];
     uint8_t *buf = malloc((size_t)n * bsz);
     memset(buf, byte, (size_t)n * bsz);
-    cdb10(c, 0x2a, 0, lba, n);
+    sfx_cdb10(c, 0x2a, 0, lba, n);
     assert_int_equal(run(f, lun, c, buf, (size_t)n * bsz), SCSI_STATUS_GOOD);
     free(buf);
 }
@@ -81,7 +72,7 @@ static void assert_blocks(struct fx *f, uint64_t lun, uint32_t lba, uint16_t n, 
                           uint32_t bsz)
 {
     uint8_t c[16];
-    cdb10(c, 0x28, 0, lba, n);
+    sfx_cdb10(c, 0x28, 0, lba, n);
     f->t.edtl = 0;
     assert_int_equal(run(f, lun, c, NULL, 0), SCSI_STATUS_GOOD);
     for (size_t i = 0; i < (size_t)n * bsz; i++)
@@ -196,23 +187,23 @@ static void test_unmap(void **state)
         uint64_t lba[] = {0, 16, 40};
         uint32_t n[] = {8, 0, 24};
         size_t len = unmap_list(p, lba, n, 3);
-        cdb10(c, 0x42, 0, 0, (uint16_t)len);
+        sfx_cdb10(c, 0x42, 0, 0, (uint16_t)len);
         assert_int_equal(run(f, lun, c, p, len), SCSI_STATUS_GOOD);
         assert_blocks(f, lun, 0, 8, 0, 512);
         assert_blocks(f, lun, 8, 32, 0xa5, 512);
         assert_blocks(f, lun, 40, 24, 0, 512);
     }
     /* no parameter list, and a list without descriptors: nothing to do */
-    cdb10(c, 0x42, 0, 0, 0);
+    sfx_cdb10(c, 0x42, 0, 0, 0);
     assert_int_equal(run(f, 0, c, NULL, 0), SCSI_STATUS_GOOD);
     size_t len = unmap_list(p, NULL, NULL, 0);
-    cdb10(c, 0x42, 0, 0, (uint16_t)len);
+    sfx_cdb10(c, 0x42, 0, 0, (uint16_t)len);
     assert_int_equal(run(f, 0, c, p, len), SCSI_STATUS_GOOD);
     /* zero blocks at the end of the LUN is in range */
     uint64_t end = RAM_BLOCKS;
     uint32_t zero = 0;
     len = unmap_list(p, &end, &zero, 1);
-    cdb10(c, 0x42, 0, 0, (uint16_t)len);
+    sfx_cdb10(c, 0x42, 0, 0, (uint16_t)len);
     assert_int_equal(run(f, 0, c, p, len), SCSI_STATUS_GOOD);
 }
 
@@ -224,13 +215,13 @@ static void test_unmap_refusals(void **state)
     uint32_t n = 1;
     size_t len = unmap_list(p, &lba, &n, 1);
 
-    cdb10(c, 0x42, 0x01, 0, (uint16_t)len); /* ANCHOR: ANC_SUP=0 */
+    sfx_cdb10(c, 0x42, 0x01, 0, (uint16_t)len); /* ANCHOR: ANC_SUP=0 */
     run(f, 0, c, p, len);
     assert_sense(&f->t, 0x5, 0x24, 0x00);
-    cdb10(c, 0x42, 0, 0, 7); /* shorter than the header */
+    sfx_cdb10(c, 0x42, 0, 0, 7); /* shorter than the header */
     run(f, 0, c, p, 7);
     assert_sense(&f->t, 0x5, 0x1a, 0x00);
-    cdb10(c, 0x42, 0, 0, (uint16_t)len); /* data-out cut short */
+    sfx_cdb10(c, 0x42, 0, 0, (uint16_t)len); /* data-out cut short */
     run(f, 0, c, p, len - 4);
     assert_sense(&f->t, 0x5, 0x0e, 0x03);
 
@@ -251,12 +242,12 @@ static void test_unmap_refusals(void **state)
     size_t many = 8 + 16 * (SBC_MAX_UNMAP_DESCRIPTORS + 1);
     uint8_t *q = calloc(1, many);
     put_be16(q + 2, (uint16_t)(many - 8));
-    cdb10(c, 0x42, 0, 0, (uint16_t)many);
+    sfx_cdb10(c, 0x42, 0, 0, (uint16_t)many);
     run(f, 0, c, q, many);
     assert_sense(&f->t, 0x5, 0x26, 0x00);
     free(q);
 
-    cdb10(c, 0x42, 0, 0, (uint16_t)len);
+    sfx_cdb10(c, 0x42, 0, 0, (uint16_t)len);
     lba = 0, n = 1;
     unmap_list(p, &lba, &n, 1);
     run(f, 1, c, p, len); /* a fully provisioned LUN does not offer UNMAP (LBPU=0) */
@@ -276,28 +267,28 @@ static void test_write_same(void **state)
 
     /* 10 and 16 replicate one block, on RAM, a file and the test store */
     for (uint64_t lun = 0; lun < 4; lun += (lun == 1 ? 2 : 1)) {
-        cdb10(c, 0x41, 0, 10, 20);
+        sfx_cdb10(c, 0x41, 0, 10, 20);
         assert_int_equal(run(f, lun, c, block, 512), SCSI_STATUS_GOOD);
-        cdb10(c, 0x28, 0, 10, 20);
+        sfx_cdb10(c, 0x28, 0, 10, 20);
         run(f, lun, c, NULL, 0);
         for (int b = 0; b < 20; b++)
             assert_memory_equal(data(f) + 512 * b, block, 512);
         uint32_t n = lun == 1 ? 1900 : 3000; /* 1.5 MB: more than one 1 MB fill chunk */
         cdb16(c, 0x93, 0, 100, n);
         assert_int_equal(run(f, lun, c, block, 512), SCSI_STATUS_GOOD);
-        cdb10(c, 0x28, 0, 100 + n - 1, 1);
+        sfx_cdb10(c, 0x28, 0, 100 + n - 1, 1);
         run(f, lun, c, NULL, 0);
         assert_memory_equal(data(f), block, 512);
     }
 
     /* UNMAP=1 on a thin LUN releases the range whatever the block holds (LBPRZ: zeros) */
     write_blocks(f, 0, 0, 16, 0xff, 512);
-    cdb10(c, 0x41, 0x08, 0, 16);
+    sfx_cdb10(c, 0x41, 0x08, 0, 16);
     assert_int_equal(run(f, 0, c, block, 512), SCSI_STATUS_GOOD);
     assert_blocks(f, 0, 0, 16, 0, 512);
     /* on a fully provisioned LUN it writes */
     run(f, 1, c, block, 512);
-    cdb10(c, 0x28, 0, 15, 1);
+    sfx_cdb10(c, 0x28, 0, 15, 1);
     run(f, 1, c, NULL, 0);
     assert_memory_equal(data(f), block, 512);
 
@@ -324,31 +315,31 @@ static void test_write_same_refusals(void **state)
 {
     struct fx *f = *state;
     uint8_t c[16], block[1024] = {0};
-    cdb10(c, 0x41, 0x08, 0, 1);
+    sfx_cdb10(c, 0x41, 0x08, 0, 1);
     run(f, 0, c, block, 256); /* data-out of half a block */
     assert_sense(&f->t, 0x5, 0x0e, 0x03);
     run(f, 0, c, block, 1024); /* and of two blocks */
     assert_sense(&f->t, 0x5, 0x0e, 0x03);
-    cdb10(c, 0x41, 0x20, 0, 1); /* WRPROTECT without protection information */
+    sfx_cdb10(c, 0x41, 0x20, 0, 1); /* WRPROTECT without protection information */
     run(f, 0, c, block, 512);
     assert_sense(&f->t, 0x5, 0x24, 0x00);
-    cdb10(c, 0x41, 0x10, 0, 1); /* ANCHOR without UNMAP */
+    sfx_cdb10(c, 0x41, 0x10, 0, 1); /* ANCHOR without UNMAP */
     run(f, 0, c, block, 512);
     assert_sense(&f->t, 0x5, 0x24, 0x00);
-    cdb10(c, 0x41, 0x18, 0, 1); /* ANCHOR with UNMAP: ANC_SUP=0 */
+    sfx_cdb10(c, 0x41, 0x18, 0, 1); /* ANCHOR with UNMAP: ANC_SUP=0 */
     run(f, 0, c, block, 512);
     assert_sense(&f->t, 0x5, 0x24, 0x00);
     cdb16(c, 0x93, 0, 0, SBC_MAX_WRITE_SAME_BLOCKS + 1); /* over MAXIMUM WRITE SAME LENGTH */
     run(f, 0, c, block, 512);
     assert_sense(&f->t, 0x5, 0x24, 0x00);
     assert_int_equal(get_be16(f->t.sense + 16), 10); /* the NUMBER OF LOGICAL BLOCKS field */
-    cdb10(c, 0x41, 0, RAM_BLOCKS - 1, 2);            /* past the end */
+    sfx_cdb10(c, 0x41, 0, RAM_BLOCKS - 1, 2);        /* past the end */
     run(f, 0, c, block, 512);
     assert_sense(&f->t, 0x5, 0x21, 0x00);
-    cdb10(c, 0x41, 0, RAM_BLOCKS + 1, 0); /* 0 blocks past the end */
+    sfx_cdb10(c, 0x41, 0, RAM_BLOCKS + 1, 0); /* 0 blocks past the end */
     run(f, 0, c, block, 512);
     assert_sense(&f->t, 0x5, 0x21, 0x00);
-    cdb10(c, 0x41, 0x08, 0, 1); /* read-only, before looking at the data-out */
+    sfx_cdb10(c, 0x41, 0x08, 0, 1); /* read-only, before looking at the data-out */
     run(f, 2, c, NULL, 0);
     assert_sense(&f->t, 0x7, 0x27, 0x00);
 }
@@ -397,7 +388,7 @@ static void test_get_lba_status(void **state)
         uint64_t lba = 16;
         uint32_t n = 16;
         size_t len = unmap_list(p, &lba, &n, 1);
-        cdb10(c, 0x42, 0, 0, (uint16_t)len);
+        sfx_cdb10(c, 0x42, 0, 0, (uint16_t)len);
         run(f, lun, c, p, len);
         get_lba_status(f, lun, 0, 8 + 16 * 4);
         assert_int_equal(get_be32(data(f)), 4 + 16);
@@ -477,7 +468,7 @@ static void test_caw_ordered_with_direct_write(void **state)
     write_blocks(f, 0, 7, 1, 'A', 512);
     struct scsi_task w, w2;
     uint8_t wcdb[16], c[16], buf[1024];
-    cdb10(wcdb, 0x2a, 0, 7, 1);
+    sfx_cdb10(wcdb, 0x2a, 0, 7, 1);
     assert_int_equal(setup_only(f, &w, wcdb, 512), 0);
     assert_true(scsi_core(&w)->rl_fast); /* direct: the transport fills LUN memory */
     memset(w.iov[0].iov_base, 'Z', 256); /* half of its data has arrived */
@@ -516,7 +507,7 @@ static void test_direct_write_released_unfinished(void **state)
     struct scsi_task w;
     uint8_t wcdb[16], c[16], buf[1024];
     write_blocks(f, 0, 9, 1, 'A', 512);
-    cdb10(wcdb, 0x2a, 0, 9, 1);
+    sfx_cdb10(wcdb, 0x2a, 0, 9, 1);
     assert_int_equal(setup_only(f, &w, wcdb, 512), 0);
     assert_true(scsi_core(&w)->rl_fast);
     scsi_task_release(&w); /* never executed */
@@ -597,10 +588,10 @@ static void test_prefetch_and_defects(void **state)
 {
     struct fx *f = *state;
     uint8_t c[16];
-    cdb10(c, 0x34, 0x02, 0, 16); /* IMMED */
-    c[6] = 3;                    /* GROUP NUMBER */
+    sfx_cdb10(c, 0x34, 0x02, 0, 16); /* IMMED */
+    c[6] = 3;                        /* GROUP NUMBER */
     assert_int_equal(run(f, 0, c, NULL, 0), SCSI_STATUS_GOOD);
-    cdb10(c, 0x34, 0, RAM_BLOCKS + 1, 0);
+    sfx_cdb10(c, 0x34, 0, RAM_BLOCKS + 1, 0);
     run(f, 0, c, NULL, 0);
     assert_sense(&f->t, 0x5, 0x21, 0x00);
     cdb16(c, 0x90, 0, RAM_BLOCKS - 1, 1);
@@ -646,7 +637,7 @@ static void test_sanitize(void **state)
         memcpy(p + 4, "\x01\x02\x03\x04", 4);
         sanitize_cdb(c, 0x01, 8);
         assert_int_equal(run(f, lun, c, p, 8), SCSI_STATUS_GOOD);
-        cdb10(c, 0x28, 0, 1, 1);
+        sfx_cdb10(c, 0x28, 0, 1, 1);
         run(f, lun, c, NULL, 0);
         for (uint32_t i = 0; i < bsz; i++)
             assert_int_equal(data(f)[i], (uint8_t) ~(1 + i % 4));
@@ -716,7 +707,7 @@ static void test_sanitize_gate(void **state)
     atomic_store(&lu->sanitize, SANITIZE_RUNNING);
     run(f, 0, TUR, NULL, 0);
     assert_sense(&f->t, 0x2, 0x04, 0x1b);
-    cdb10(c, 0x28, 0, 0, 1);
+    sfx_cdb10(c, 0x28, 0, 0, 1);
     run(f, 0, c, NULL, 0);
     assert_sense(&f->t, 0x2, 0x04, 0x1b);
     uint8_t inq[16] = {0x12, 0, 0, 0, 96};
@@ -726,13 +717,13 @@ static void test_sanitize_gate(void **state)
     assert_sense(&f->t, 0x2, 0x04, 0x1b);
 
     atomic_store(&lu->sanitize, SANITIZE_FAILED);
-    cdb10(c, 0x28, 0, 0, 1);
+    sfx_cdb10(c, 0x28, 0, 0, 1);
     run(f, 0, c, NULL, 0);
     assert_sense(&f->t, 0x3, 0x31, 0x03);
     assert_int_equal(run(f, 0, TUR, NULL, 0), SCSI_STATUS_GOOD);
     sanitize_cdb(c, 0x1f, 0);
     assert_int_equal(run(f, 0, c, NULL, 0), SCSI_STATUS_GOOD);
-    cdb10(c, 0x28, 0, 0, 1);
+    sfx_cdb10(c, 0x28, 0, 0, 1);
     assert_int_equal(run(f, 0, c, NULL, 0), SCSI_STATUS_GOOD);
 }
 
@@ -755,20 +746,20 @@ static void test_software_write_protect(void **state)
     assert_int_equal(data(f)[2] & 0x80, 0x80); /* WP now 1 */
     assert_int_equal(data(f)[4 + 4] & 0x08, 0x08);
     uint8_t c[16], block[512] = {0};
-    cdb10(c, 0x2a, 0, 0, 1);
+    sfx_cdb10(c, 0x2a, 0, 0, 1);
     run(f, 0, c, block, 512);
     assert_sense(&f->t, 0x7, 0x27, 0x02);
-    cdb10(c, 0x41, 0x08, 0, 1);
+    sfx_cdb10(c, 0x41, 0x08, 0, 1);
     run(f, 0, c, block, 512);
     assert_sense(&f->t, 0x7, 0x27, 0x02);
-    cdb10(c, 0x28, 0, 0, 1); /* reads still work */
+    sfx_cdb10(c, 0x28, 0, 0, 1); /* reads still work */
     assert_int_equal(run(f, 0, c, NULL, 0), SCSI_STATUS_GOOD);
     ms[2] = 0x4a; /* changeable values: SWP can change */
     run(f, 0, ms, NULL, 0);
     assert_int_equal(data(f)[4 + 4] & 0x08, 0x08);
     page[4 + 4] &= (uint8_t)~0x08;
     assert_int_equal(run(f, 0, sel, page, sizeof(page)), SCSI_STATUS_GOOD);
-    cdb10(c, 0x2a, 0, 0, 1);
+    sfx_cdb10(c, 0x2a, 0, 0, 1);
     assert_int_equal(run(f, 0, c, block, 512), SCSI_STATUS_GOOD);
 }
 

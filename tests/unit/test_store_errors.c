@@ -38,15 +38,6 @@ static int run(struct fx *f, const uint8_t *cdb, const void *out, size_t out_len
     return sfx_run(&f->t, &f->tg, f->n1, 0, cdb, out, out_len, 64 * 1024, SFX_CHECK_DONE);
 }
 
-static void cdb10(uint8_t *c, uint8_t op, uint8_t b1, uint32_t lba, uint16_t n)
-{
-    memset(c, 0, 16);
-    c[0] = op;
-    c[1] = b1;
-    put_be32(c + 2, lba);
-    put_be16(c + 7, n);
-}
-
 static void caw_cdb(uint8_t *c, uint64_t lba, uint8_t n)
 {
     memset(c, 0, 16);
@@ -87,13 +78,7 @@ static int teardown(void **state)
     return 0;
 }
 
-struct err_case {
-    int err;
-    uint8_t key, asc, ascq;                /* for writes (and every op when read_* is 0) */
-    uint8_t read_key, read_asc, read_ascq; /* READ, when it differs */
-};
-
-static const struct err_case cases[] = {
+static const struct sfx_err_case cases[] = {
     {-EIO, 0x03, 0x0c, 0x00, 0x03, 0x11, 0x00}, /* MEDIUM ERROR: WRITE / UNRECOVERED READ */
     {-ENOSPC, 0x07, 0x27, 0x07, 0, 0, 0},       /* SPACE ALLOCATION FAILED WRITE PROTECT */
     {-EROFS, 0x07, 0x27, 0x00, 0, 0, 0},        /* DATA PROTECT, WRITE PROTECTED */
@@ -101,45 +86,38 @@ static const struct err_case cases[] = {
     {-ESHUTDOWN, 0x02, 0x04, 0x03, 0, 0, 0},    /* NOT READY, MANUAL INTERVENTION */
 };
 
-static void assert_case(struct fx *f, const struct err_case *e, bool read)
-{
-    bool own = read && e->read_key;
-    sfx_assert_sense(&f->t, 0, own ? e->read_key : e->key, own ? e->read_asc : e->asc,
-                     own ? e->read_ascq : e->ascq);
-}
-
 static void test_errno_to_sense(void **state)
 {
     struct fx *f = *state;
     uint8_t c[16], buf[2 * BSZ];
     memset(buf, 0x5a, sizeof(buf));
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-        const struct err_case *e = &cases[i];
+        const struct sfx_err_case *e = &cases[i];
         f->m->fail_err = e->err;
-        cdb10(c, 0x28, 0, 8, 1); /* READ(10) */
+        sfx_cdb10(c, 0x28, 0, 8, 1); /* READ(10) */
         assert_int_equal(run(f, c, NULL, 0), SCSI_STATUS_CHECK_CONDITION);
-        assert_case(f, e, true);
-        cdb10(c, 0x2a, 0, 8, 1); /* WRITE(10) */
+        sfx_assert_err_case(&f->t, e, true);
+        sfx_cdb10(c, 0x2a, 0, 8, 1); /* WRITE(10) */
         assert_int_equal(run(f, c, buf, BSZ), SCSI_STATUS_CHECK_CONDITION);
-        assert_case(f, e, false);
-        cdb10(c, 0x2a, 0x08, 8, 1); /* WRITE(10) FUA */
+        sfx_assert_err_case(&f->t, e, false);
+        sfx_cdb10(c, 0x2a, 0x08, 8, 1); /* WRITE(10) FUA */
         assert_int_equal(run(f, c, buf, BSZ), SCSI_STATUS_CHECK_CONDITION);
-        assert_case(f, e, false);
-        cdb10(c, 0x35, 0, 0, 0); /* SYNCHRONIZE CACHE(10) */
+        sfx_assert_err_case(&f->t, e, false);
+        sfx_cdb10(c, 0x35, 0, 0, 0); /* SYNCHRONIZE CACHE(10) */
         assert_int_equal(run(f, c, NULL, 0), SCSI_STATUS_CHECK_CONDITION);
-        assert_case(f, e, false);
-        cdb10(c, 0x41, 0, 16, 8); /* WRITE SAME(10) */
+        sfx_assert_err_case(&f->t, e, false);
+        sfx_cdb10(c, 0x41, 0, 16, 8); /* WRITE SAME(10) */
         assert_int_equal(run(f, c, buf, BSZ), SCSI_STATUS_CHECK_CONDITION);
-        assert_case(f, e, false);
-        cdb10(c, 0x41, 0x08, 16, 8); /* WRITE SAME(10) UNMAP */
+        sfx_assert_err_case(&f->t, e, false);
+        sfx_cdb10(c, 0x41, 0x08, 16, 8); /* WRITE SAME(10) UNMAP */
         assert_int_equal(run(f, c, buf, BSZ), SCSI_STATUS_CHECK_CONDITION);
-        assert_case(f, e, false);
+        sfx_assert_err_case(&f->t, e, false);
         caw_cdb(c, 4, 1); /* COMPARE AND WRITE in the store */
         assert_int_equal(run(f, c, buf, 2 * BSZ), SCSI_STATUS_CHECK_CONDITION);
-        assert_case(f, e, false);
+        sfx_assert_err_case(&f->t, e, false);
     }
     f->m->fail_err = 0;
-    cdb10(c, 0x28, 0, 8, 1);
+    sfx_cdb10(c, 0x28, 0, 8, 1);
     assert_int_equal(run(f, c, NULL, 0), SCSI_STATUS_GOOD);
 }
 
@@ -149,7 +127,7 @@ static void test_write_same_in_store(void **state)
     uint8_t c[16], blk[BSZ];
     for (unsigned i = 0; i < BSZ; i++)
         blk[i] = (uint8_t)(i * 7);
-    cdb10(c, 0x41, 0, 100, 300); /* 300 blocks: one request, the store repeats the block */
+    sfx_cdb10(c, 0x41, 0, 100, 300); /* 300 blocks: one request, the store repeats the block */
     assert_int_equal(run(f, c, blk, BSZ), SCSI_STATUS_GOOD);
     assert_int_equal(f->m->write_sames, 1);
     assert_int_equal(f->m->writes, 0);
