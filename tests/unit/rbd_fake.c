@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "rbd_fake.h"
+#include "util/iov.h"
 
 struct rbd_fake rbd_fake;
 
@@ -180,13 +181,8 @@ int rbd_aio_readv(rbd_image_t image, const struct iovec *iov, int iovcnt, uint64
     if (!in_image(off, len))
         fake_die("readv beyond the image");
     struct rbd_fake_req r = {.op = FAKE_READ, .off = off, .len = len, .iovcnt = iovcnt};
-    if (fake_issue(c, r, NULL) >= 0) {
-        const uint8_t *src = rbd_fake.mem + off;
-        for (int i = 0; i < iovcnt; i++) {
-            memcpy(iov[i].iov_base, src, iov[i].iov_len);
-            src += iov[i].iov_len;
-        }
-    }
+    if (fake_issue(c, r, NULL) >= 0)
+        iov_copy_in(iov, iovcnt, 0, rbd_fake.mem + off, len);
     return 0;
 }
 
@@ -200,13 +196,8 @@ int rbd_aio_writev(rbd_image_t image, const struct iovec *iov, int iovcnt, uint6
     if (!in_image(off, len))
         fake_die("writev beyond the image");
     struct rbd_fake_req r = {.op = FAKE_WRITE, .off = off, .len = len, .iovcnt = iovcnt};
-    if (fake_issue(c, r, NULL) >= 0) {
-        uint8_t *dst = rbd_fake.mem + off;
-        for (int i = 0; i < iovcnt; i++) {
-            memcpy(dst, iov[i].iov_base, iov[i].iov_len);
-            dst += iov[i].iov_len;
-        }
-    }
+    if (fake_issue(c, r, NULL) >= 0)
+        iov_copy_out(iov, iovcnt, rbd_fake.mem + off, len);
     return 0;
 }
 
