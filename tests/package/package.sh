@@ -13,7 +13,8 @@
 #  - in a container booted with systemd-nspawn from an overlay of this host's tree (systemd
 #    PID 1 there, the host untouched), `dpkg -i` installs the .deb and its postinst starts the
 #    service; systemctl, linerate-ctl and iscsi-inq check it, reload, stop and purge it
-#    (tests/package/in_container.sh). Skipped, saying so, without systemd-nspawn or root.
+#    (tests/package/in_container.sh). Skipped, saying so, without systemd-nspawn or root, or
+#    where the container cannot boot.
 # SKIP (77) without dpkg-buildpackage, debhelper or lintian (scripts/install-deps package), or
 # outside a git checkout.
 # Usage: package.sh SOURCE-DIR
@@ -181,9 +182,17 @@ booted_check() {
         >"$ns/console.log" 2>&1
     local rc=$?
     sed 's/^/  /' "$ns/out/log" 2>/dev/null
+    if [ ! -e "$ns/out/log" ]; then
+        # systemd never got as far as the check unit: this machine cannot boot a container
+        # (a sandbox without the cgroups or namespaces nspawn needs), which says nothing
+        # about the package; the checks above still hold.
+        tail -n 15 "$ns/console.log"
+        echo "SKIP part: the container did not boot here (systemd-nspawn exit $rc): see above"
+        return 0
+    fi
     if [ ! -s "$ns/out/result" ]; then
         tail -n 30 "$ns/console.log"
-        fail "the container (systemd-nspawn exit $rc) never reported: see above"
+        fail "the check in the container (systemd-nspawn exit $rc) never finished: see above"
     fi
     [ "$(cat "$ns/out/result")" = PASS ] || fail "in the booted container: $(cat "$ns/out/result")"
     echo "ok: under systemd as PID 1 the package installed, started, answered, reloaded," \
