@@ -238,6 +238,17 @@ def check_cross_path(sa, sb):
     print("cross path: written through one gateway, read through the other")
 
 
+# Gateway loss writes each LBA of [LOSS_FIRST, LOSS_FIRST + LOSS_SPAN) at most once: the write
+# in flight when A dies is not acknowledged and may or may not have reached the store (SAM-5
+# §5.3.2: a command without a status has an undefined effect), so it must not land on an LBA
+# an earlier write was acknowledged for. The kill comes after LOSS_KILL_AT acknowledgements,
+# far below the span, whatever the machine's speed.
+LOSS_FIRST = 1000
+LOSS_SPAN = 20000
+LOSS_KILL_AT = 1000
+AFTER_FIRST = LOSS_FIRST + LOSS_SPAN + 1000  # B's own writes after the loss
+
+
 def check_gateway_loss(gw_a, sa, sb):
     acked = {}
     stop = threading.Event()
@@ -246,8 +257,8 @@ def check_gateway_loss(gw_a, sa, sb):
     def writer():
         seq = 0
         try:
-            while not stop.is_set():
-                lba = 1000 + seq % 4000
+            while not stop.is_set() and seq < LOSS_SPAN:
+                lba = LOSS_FIRST + seq
                 data = stamp("loss", lba, seq)
                 st, _, _ = write_fua(sa, lba, data)
                 if st == 0:
@@ -258,8 +269,11 @@ def check_gateway_loss(gw_a, sa, sb):
 
     t = threading.Thread(target=writer)
     t.start()
-    time.sleep(1.0)
-    check(acked, "no write acknowledged through A in 1 s")
+    deadline = time.monotonic() + STALL_S
+    while len(acked) < LOSS_KILL_AT and t.is_alive() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    check(len(acked) >= LOSS_KILL_AT, "%d writes acknowledged through A in %.0f s, want %d" %
+          (len(acked), STALL_S, LOSS_KILL_AT))
     gw_a.proc.send_signal(signal.SIGKILL)
     gw_a.proc.wait()
     n_at_kill = len(acked)
@@ -278,11 +292,12 @@ def check_gateway_loss(gw_a, sa, sb):
     # a slow command, not an error.
     t0 = time.monotonic()
     for i in range(64):
-        lba = 6000 + i
+        lba = AFTER_FIRST + i
         st, sense, _ = write_fua(sb, lba, stamp("after", lba, i), timeout=STALL_S)
         check(st == 0, "write through B after A died: 0x%02x %s" % (st, sense_kaa(sense)))
     for i in range(64):
-        check(read(sb, 6000 + i) == stamp("after", 6000 + i, i), "B after A died: bad read")
+        check(read(sb, AFTER_FIRST + i) == stamp("after", AFTER_FIRST + i, i),
+              "B after A died: bad read")
     t_write = time.monotonic() - t0
     print("gateway loss: %d acknowledged writes through A (%d at the kill) all read back through"
           " B (%.1f s); B writes on (first 64 writes %.1f s)" % (len(acked), n_at_kill, t_read,
