@@ -8,7 +8,9 @@
 # linerate-bench cell, default 1.5), OUT (directory for the results, default bench/results),
 # PORT (first of five loopback ports to use: linerate, null LUN, tgt, iperf3, SPDK; default free
 # ports picked at random), PIN=1 (issue 14's setup: every target and the iperf3 server on CPU 0,
-# linerate-target with --threads 1, every client on CPU 1), NO_SPDK=1 (leave SPDK out).
+# linerate-target with --threads 1, every client on CPU 1), NO_SPDK=1 (leave SPDK out),
+# LR_LUN (linerate's LUN, default ram:1G,prealloc), PEER_SPDK_HUGE (default 1: SPDK on 2 MiB
+# hugepages, as SPDK is deployed; each SPDK start then takes ~25 s while DPDK zeroes them).
 #
 # It starts linerate-target (default RAM LUN, default --threads), a second one on a null LUN
 # (the client's ceiling for figure 1: a LUN that does no work), tgt (../shared/tools/peer-tgt,
@@ -43,6 +45,12 @@ qbench=${QBENCH:-$root/../shared/tools/qbench}
 peer=${PEER_TGT:-$root/../shared/tools/peer-tgt}
 spdk=${PEER_SPDK:-$root/../shared/tools/peer-spdk}
 pin=${PIN:-0}
+# Like for like with SPDK's RAM bdev (malloc, allocated and touched at start, 2 MiB hugepages
+# with PEER_SPDK_HUGE=1, the default here): linerate's RAM LUN preallocated too (huge pages
+# where the system grants them). A thin ram: LUN pays a page fault per first-touched page and
+# a TLB miss per 4 KiB page; LR_LUN=ram:1G measures that default instead.
+lr_lun=${LR_LUN:-ram:1G,prealloc}
+export PEER_SPDK_HUGE=${PEER_SPDK_HUGE:-1}
 bench=$build/linerate-bench
 target=$build/linerate-target
 stamp=$(date +%Y%m%d-%H%M%S)
@@ -105,10 +113,10 @@ trap 'exit 130' INT TERM
 
 # ---- daemons ----
 lr_port=$(free_port 0) || exit 1
-"${srv[@]}" "$target" --listen 127.0.0.1:$lr_port "${lr_threads[@]}" --ctl-socket none --log-level warn \
-  >"$work/lr.url" 2>"$work/lr.log" &
+"${srv[@]}" "$target" --listen 127.0.0.1:$lr_port "${lr_threads[@]}" --lun "$lr_lun" --ctl-socket none \
+  --log-level warn >"$work/lr.url" 2>"$work/lr.log" &
 lr_pid=$!
-for _ in $(seq 50); do [ -s "$work/lr.url" ] && break; sleep 0.1; done
+for _ in $(seq 300); do [ -s "$work/lr.url" ] && break; sleep 0.1; done   # prealloc: ~3 s
 lr_url=$(head -1 "$work/lr.url")
 [ -n "$lr_url" ] || { echo "compare.sh: linerate-target did not start:" >&2; cat "$work/lr.log" >&2; exit 1; }
 
@@ -140,7 +148,7 @@ log "reps $reps, bench cell ${secs}s; raw numbers in $raw"
 {
   echo "# compare.sh $stamp  reps=$reps secs=$secs"
   echo "# $(uname -r), $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg)"
-  echo "# linerate $lr_url pid $lr_pid; tgt $tgt_url pid $tgt_pid; $(git -C "$root" rev-parse --short HEAD 2>/dev/null); pin=$pin"
+  echo "# linerate $lr_url pid $lr_pid; tgt $tgt_url pid $tgt_pid; $(git -C "$root" rev-parse --short HEAD 2>/dev/null); pin=$pin; linerate LUN $lr_lun; SPDK hugepages=$PEER_SPDK_HUGE"
   echo "# uptime: $(uptime)"
 } >"$raw"
 
@@ -372,10 +380,11 @@ elapsed=$(($(date +%s) - t_start))
   else
     echo "Not pinned (PIN=1 pins): linerate-target runs $(nproc) reactor threads; the SPDK rows are then not core for core."
   fi
+  echo "linerate's LUN: $lr_lun."
   if [ -n "$spdk_note" ]; then
     echo "$spdk_note"
   else
-    echo "SPDK iscsi_tgt (peer-spdk: one reactor busy-polling CPU 0, RAM bdev without hugepages, started and filled in each repetition, clients on CPU 1)$(grep -q '^spdk spdk .* start_failed' "$raw" && echo "; it failed to start in $(grep -c '^spdk spdk .* start_failed' "$raw") repetition(s)")."
+    echo "SPDK iscsi_tgt (peer-spdk: one reactor busy-polling CPU 0, RAM bdev $([ "$PEER_SPDK_HUGE" = 1 ] && echo "on 2 MiB hugepages" || echo "without hugepages"), started and filled in each repetition, clients on CPU 1)$(grep -q '^spdk spdk .* start_failed' "$raw" && echo "; it failed to start in $(grep -c '^spdk spdk .* start_failed' "$raw") repetition(s)")."
   fi
   echo "Raw numbers: \`$(basename "$raw")\`."
   echo

@@ -7,7 +7,8 @@
 #
 # Environment: SIZES (default the seed's 512..256k), PORT (linerate's port; tgt takes PORT+1,
 # SPDK PORT+2; default random), NO_TGT=1 / NO_SPDK=1 leave a column out, PIN=1 runs every
-# target on CPU 0 and the bench on CPU 1.
+# target on CPU 0 and the bench on CPU 1, LR_LUN (linerate's LUN, default ram:1G,prealloc),
+# PEER_SPDK_HUGE (default 1: SPDK's RAM bdev on 2 MiB hugepages).
 # SPDK (../shared/tools/peer-spdk, one reactor on CPU 0, mask 0x1, RAM bdev) busy-polls its core,
 # so the bench runs pinned to CPU 1 against it whatever PIN says, and the SPDK column needs two
 # CPUs; without peer-spdk (or when it does not start) the column is left out with a note.
@@ -26,6 +27,10 @@ sizes=${SIZES:-512,1k,2k,4k,8k,16k,64k,128k,256k}
 port=${PORT:-$((20000 + RANDOM % 10000))} # tgtadm -C takes control ports below 32768
 tport=$((port + 1))
 sport=$((port + 2))
+# Like for like with SPDK's RAM bdev (allocated at start, on hugepages: PEER_SPDK_HUGE=1 is the
+# default here): linerate's LUN preallocated too. LR_LUN=ram:1G measures the thin default.
+lr_lun=${LR_LUN:-ram:1G,prealloc}
+export PEER_SPDK_HUGE=${PEER_SPDK_HUGE:-1}
 tpin=() bpin=()
 if [ "${PIN:-0}" = 1 ]; then tpin=(taskset -c 0) bpin=(taskset -c 1); fi
 
@@ -42,10 +47,10 @@ trap cleanup EXIT
 rm -f "$out/spdk.csv" "$out/tgt.csv"
 notes=()
 
-"${tpin[@]}" "$build/linerate-target" --listen "127.0.0.1:$port" --lun ram:1G --log-level warn \
+"${tpin[@]}" "$build/linerate-target" --listen "127.0.0.1:$port" --lun "$lr_lun" --log-level warn \
     --ctl-socket none >"$out/target.url" 2>"$out/target.log" &
 tpid=$!
-for _ in $(seq 50); do [ -s "$out/target.url" ] && break; sleep 0.1; done
+for _ in $(seq 300); do [ -s "$out/target.url" ] && break; sleep 0.1; done
 url=$(head -1 "$out/target.url")
 
 echo "linerate-target: $url" >&2
@@ -87,7 +92,7 @@ else
         >"$out/spdk.csv" || notes+=("SPDK: some commands failed (linerate-bench exit $?).")
     "$spdk" stop $sport >/dev/null 2>&1 || true
     spdk_started=
-    notes+=("SPDK iscsi_tgt (peer-spdk, one reactor on CPU 0 busy-polling, RAM bdev without hugepages): the bench pinned to CPU 1, one connection (SPDK closes MC/S connections whose commands arrive out of CmdSN order); its target CPU per KB counts the polling.")
+    notes+=("SPDK iscsi_tgt (peer-spdk, one reactor on CPU 0 busy-polling, RAM bdev $([ "$PEER_SPDK_HUGE" = 1 ] && echo "on 2 MiB hugepages" || echo "without hugepages")): the bench pinned to CPU 1, one connection (SPDK closes MC/S connections whose commands arrive out of CmdSN order); its target CPU per KB counts the polling.")
 fi
 
 labels=("linerate:$out/linerate.csv")
@@ -97,6 +102,7 @@ python3 "$root/bench/merge.py" "$out/seed-table.md" "$out/seed-table.svg" "${lab
 {
     echo
     echo "$(date -u '+%Y-%m-%d %H:%M UTC'), ${secs}s per cell, $(nproc --all) CPUs, load: $(cut -d' ' -f1-3 /proc/loadavg)$([ "${PIN:-0}" = 1 ] && echo ", targets on CPU 0 and the bench on CPU 1")."
+    echo "linerate's LUN: $lr_lun."
     for n in "${notes[@]}"; do echo "$n"; done
 } >>"$out/seed-table.md"
 cat "$out/seed-table.md"
