@@ -33,6 +33,7 @@ struct reactor {
     struct list_node deferred;                   /* end-of-turn hooks */
     atomic_int load;
     atomic_bool stopping;
+    uint64_t poll_ns; /* reactor_set_poll_us(); 0: block in epoll_wait at once */
     /* The batch of events being dispatched: a descriptor removed meanwhile loses its entry, so
      * that the owner may free it before the batch is done (see reactor_fd_del). */
     struct epoll_event *batch;
@@ -351,10 +352,41 @@ int reactor_poll(struct reactor *r)
     return ran;
 }
 
+void reactor_set_poll_us(struct reactor *r, unsigned us)
+{
+    r->poll_ns = (uint64_t)us * 1000u;
+}
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* Wait for events. After a turn that had some (`busy`), look again without blocking for up to
+ * poll_ns first: under load the next command usually arrives within microseconds, and taking
+ * it without sleeping saves the wake-up (a scheduler round trip, an IPI, a VM exit on a
+ * virtual machine), which at small blocks costs more than the I/O. An idle reactor still
+ * sleeps: the poll follows only a busy turn and ends at the first empty one past the budget. */
+static int reactor_wait(struct reactor *r, struct epoll_event *events, int timeout, bool busy)
+{
+    if (timeout != 0 && busy && r->poll_ns) {
+        uint64_t end = now_ns() + r->poll_ns;
+        do {
+            int n = epoll_wait(r->epfd, events, REACTOR_MAX_EVENTS, 0);
+            if (n != 0)
+                return n;
+        } while (now_ns() < end && !atomic_load(&r->stopping));
+    }
+    return epoll_wait(r->epfd, events, REACTOR_MAX_EVENTS, timeout);
+}
+
 void reactor_run(struct reactor *r)
 {
     struct epoll_event events[REACTOR_MAX_EVENTS];
     current_reactor = r;
+    bool busy = false;
     while (!atomic_load(&r->stopping)) {
         int timeout = reactor_run_timers(r, NULL);
         reactor_run_deferred(r);
@@ -365,7 +397,8 @@ void reactor_run(struct reactor *r)
         struct reactor_msg *yielded = take_yielded(r);
         if (yielded)
             timeout = 0;
-        int n = epoll_wait(r->epfd, events, REACTOR_MAX_EVENTS, timeout);
+        int n = reactor_wait(r, events, timeout, busy);
+        busy = n > 0;
         if (n < 0 && errno != EINTR) {
             LOG_ERR("reactor %d: epoll_wait: %m", r->id);
             run_msgs(yielded);

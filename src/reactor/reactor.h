@@ -62,6 +62,9 @@ struct reactor_msg {
 };
 
 struct reactor *reactor_create(int id);
+/* After a turn with events, poll (epoll_wait without blocking) for up to `us` microseconds
+ * before sleeping; 0 (the default) sleeps at once. Set before reactor_run. */
+void reactor_set_poll_us(struct reactor *r, unsigned us);
 /* After its loop has returned, on a thread of the caller's choice: messages still queued
  * (posted or yielded) and deferred hooks are run there, not dropped, until none is left (a
  * message typically holds a reference its fn drops); reactor_self() is r meanwhile. Posting

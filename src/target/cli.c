@@ -75,6 +75,10 @@ static const char usage_text[] =
     "  --alua-peer ID:STATE   repeatable: another gateway exporting the same store, its\n"
     "                         group and state (per LUN: ,alua-peer=ID:STATE)\n"
     "  --threads N            reactor threads (default: number of online CPUs)\n"
+    "  --poll-us N            after a turn with work, a reactor polls its sockets for up\n"
+    "                         to N microseconds before it sleeps (0..10000, default 50;\n"
+    "                         0 sleeps at once): small-block I/O skips the wake-up, an\n"
+    "                         idle target still sleeps\n"
     "  --inject LIST          a testing aid, never for production: faults the target\n"
     "                         causes itself (also with --config). LIST is comma-separated:\n"
     "                           kill-connection=SECONDS  close one logged-in connection\n"
@@ -87,7 +91,7 @@ static const char usage_text[] =
     "                         ErrorRecoveryLevel 0 the commands of a closed connection\n"
     "                         fail, a Data-In lost or corrupted fails its command\n"
     "  --config FILE          serve the targets described in FILE instead (see\n"
-    "                         examples/linerate.conf); --threads, --log-level,\n"
+    "                         examples/linerate.conf); --threads, --poll-us, --log-level,\n"
     "                         --syslog, --state-dir, --ctl-socket and --metrics still\n"
     "                         apply (over the file), --listen/--target-name/--lun/\n"
     "                         --allow/--alua-* may not be used\n"
@@ -134,6 +138,7 @@ enum {
     OPT_LUN,
     OPT_ALLOW,
     OPT_THREADS,
+    OPT_POLL_US,
     OPT_CONFIG,
     OPT_LOG_LEVEL,
     OPT_STATE_DIR,
@@ -159,6 +164,7 @@ static const struct option long_opts[] = {
     {"lun", required_argument, NULL, OPT_LUN},
     {"allow", required_argument, NULL, OPT_ALLOW},
     {"threads", required_argument, NULL, OPT_THREADS},
+    {"poll-us", required_argument, NULL, OPT_POLL_US},
     {"config", required_argument, NULL, OPT_CONFIG},
     {"log-level", required_argument, NULL, OPT_LOG_LEVEL},
     {"state-dir", required_argument, NULL, OPT_STATE_DIR},
@@ -213,6 +219,7 @@ struct cli_args {
     char **allow;
     unsigned nallow;
     int threads;   /* -1: not given */
+    int poll_us;   /* -1: not given */
     int log_level; /* -1: not given */
     const char *state_dir;
     int erl; /* -1: not given */
@@ -298,6 +305,14 @@ static int cli_collect(struct cli_args *a, int argc, char **argv)
                 return cli_fail("--threads: bad value '%s': expected 1..%d", optarg,
                                 TARGET_THREADS_MAX);
             a->threads = (int)n;
+            break;
+        }
+        case OPT_POLL_US: {
+            uint64_t n;
+            if (size_parse(optarg, &n) < 0 || n > TARGET_POLL_US_MAX || strpbrk(optarg, "kKmMgGtT"))
+                return cli_fail("--poll-us: bad value '%s': expected 0..%d", optarg,
+                                TARGET_POLL_US_MAX);
+            a->poll_us = (int)n;
             break;
         }
         case OPT_CONFIG:
@@ -449,7 +464,7 @@ static int cli_build_node(struct target_config *cfg, const struct cli_args *a)
 
 int target_cli_parse(struct target_config *cfg, int argc, char **argv)
 {
-    struct cli_args a = {.threads = -1, .log_level = -1, .erl = -1};
+    struct cli_args a = {.threads = -1, .poll_us = -1, .log_level = -1, .erl = -1};
     int rc = cli_collect(&a, argc, argv);
     if (rc < 0) {
         if (a.config) {
@@ -470,6 +485,9 @@ int target_cli_parse(struct target_config *cfg, int argc, char **argv)
         if (a.state_dir)
             snprintf(cfg->state_dir, sizeof(cfg->state_dir), "%s", a.state_dir);
         cfg->cli_threads = a.threads > 0;
+        if (a.poll_us >= 0)
+            cfg->poll_us = (unsigned)a.poll_us;
+        cfg->cli_poll_us = a.poll_us >= 0;
         cfg->cli_log_level = a.log_level >= 0;
         cfg->cli_state_dir = a.state_dir != NULL;
         if (a.syslog)

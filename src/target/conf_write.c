@@ -147,6 +147,8 @@ void target_conf_write_globals(FILE *f, const struct target_config *cfg, enum lo
         fprintf(f, "log = syslog\n");
     if (cfg->threads)
         fprintf(f, "threads = %u\n", cfg->threads);
+    if (cfg->poll_us != def.poll_us)
+        fprintf(f, "poll-us = %u\n", cfg->poll_us);
     if (strcmp(cfg->state_dir, def.state_dir) != 0)
         fprintf(f, "state-dir = %s\n", cfg->state_dir);
     if (cfg->ctl_socket_set)

@@ -41,6 +41,7 @@ void target_config_init(struct target_config *cfg)
     cfg->nop_interval_s = 15;
     cfg->nop_timeout_s = 30;
     cfg->login_timeout_s = 15;
+    cfg->poll_us = TARGET_POLL_US_DEFAULT;
     iscsi_limits_default(&cfg->limits);
     snprintf(cfg->state_dir, sizeof(cfg->state_dir), "%s", TARGET_DEFAULT_STATE_DIR);
     snprintf(cfg->ctl_socket, sizeof(cfg->ctl_socket), "%s", TARGET_DEFAULT_CTL_SOCKET);
@@ -738,6 +739,11 @@ static int cfg_global_key(struct cfg_parser *ps, const char *key, const char *va
             return cfg_fail(ps, ps->line, "bad value '%s' for threads: expected 1..%d", val,
                             TARGET_THREADS_MAX);
         cfg->threads = (unsigned)x;
+    } else if (strcmp(key, "poll-us") == 0) {
+        if (parse_uint_range(val, 0, TARGET_POLL_US_MAX, &x) < 0)
+            return cfg_fail(ps, ps->line, "bad value '%s' for poll-us: expected 0..%d", val,
+                            TARGET_POLL_US_MAX);
+        cfg->poll_us = (unsigned)x;
     } else if (strcmp(key, "state-dir") == 0) {
         if (val[0] != '/' || strlen(val) >= sizeof(cfg->state_dir))
             return cfg_fail(ps, ps->line, "bad value '%s' for state-dir: expected an absolute path",
@@ -889,9 +895,10 @@ static int cfg_target_key(struct cfg_parser *ps, const char *key, const char *va
     if (r < 0)
         return -1;
     if (r == 0) {
-        static const char *const global_only[] = {
-            "threads",   "log-level",  "nop-interval", "nop-timeout", "login-timeout",
-            "state-dir", "ctl-socket", "rbd-timeout",  "log",         "metrics"};
+        static const char *const global_only[] = {"threads",     "log-level",     "nop-interval",
+                                                  "nop-timeout", "login-timeout", "state-dir",
+                                                  "ctl-socket",  "rbd-timeout",   "log",
+                                                  "metrics",     "poll-us"};
         for (unsigned i = 0; i < sizeof(global_only) / sizeof(global_only[0]); i++)
             if (strcmp(key, global_only[i]) == 0 || target_limits_is_key(key))
                 return cfg_fail(ps, ps->line,

@@ -113,6 +113,8 @@ static void diff_fixed(const struct target_config *run, const struct target_conf
 {
     if (!run->cli_threads && run->threads != file->threads)
         note(restart, "threads");
+    if (!run->cli_poll_us && run->poll_us != file->poll_us)
+        note(restart, "poll-us");
     if (run->nop_interval_s != file->nop_interval_s || run->nop_timeout_s != file->nop_timeout_s ||
         run->login_timeout_s != file->login_timeout_s)
         note(restart, "nop-interval, nop-timeout or login-timeout");

@@ -442,6 +442,7 @@ static int daemon_start(struct daemon *d)
         d->reactors[i] = reactor_create((int)i);
         if (!d->reactors[i])
             return -1;
+        reactor_set_poll_us(d->reactors[i], d->cfg.poll_us);
         d->nreactors = i + 1;
     }
     int rc = iscsi_server_init(&d->srv);

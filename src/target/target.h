@@ -23,6 +23,9 @@
 /* md's default sync_speed_max (200000 KiB/s): background sanitize leaves room for other LUNs */
 #define TARGET_DEFAULT_SANITIZE_RATE (200ull << 20)
 #define TARGET_THREADS_MAX 256
+/* poll-us: how long a reactor polls after a busy turn before it sleeps (reactor_set_poll_us). */
+#define TARGET_POLL_US_DEFAULT 50
+#define TARGET_POLL_US_MAX 10000
 #define TARGET_LUN_MAX 16383 /* flat space addressing (SAM-5 §4.7.7) */
 #define TARGET_ORIGIN_MAX 512
 
@@ -91,6 +94,7 @@ struct target_node_conf {
 
 struct target_config {
     unsigned threads; /* 0: online CPUs */
+    unsigned poll_us; /* poll-us, TARGET_POLL_US_DEFAULT unless set */
     enum log_level log_level;
     /* log = stderr | syslog (--syslog): where log lines go; fixed until a restart. */
     bool log_syslog;
@@ -113,7 +117,7 @@ struct target_config {
     bool metrics_on;
     /* --config FILE, for reload ("" without); which settings the command line fixed over it. */
     char config_path[1024];
-    bool cli_log_level, cli_threads, cli_state_dir, cli_syslog, cli_metrics;
+    bool cli_log_level, cli_threads, cli_poll_us, cli_state_dir, cli_syslog, cli_metrics;
     struct iscsi_limits limits; /* limits.c */
     struct target_node_conf *targets;
     unsigned ntargets;

@@ -6,7 +6,7 @@
 
 note "--help and --version"
 "$LT" --help >"$WORK/help" 2>&1 || fail "--help exited $?"
-for w in --listen --target-name --lun --threads --config --log-level --allow ram: null: file: \
+for w in --listen --target-name --lun --threads --poll-us --config --log-level --allow ram: null: file: \
     --error-recovery-level --inject kill-connection= Examples; do
     grep -q -- "$w" "$WORK/help" || fail "--help does not mention $w"
 done
@@ -44,6 +44,9 @@ expect_usage --lun --lun bogus:1G
 expect_usage --lun --lun "file:$WORK/no/such/dir/disk.img"
 expect_usage --threads --threads 0
 expect_usage --threads --threads many
+expect_usage "--poll-us: bad value '10001': expected 0..10000" --poll-us 10001
+expect_usage "--poll-us: bad value 'fast'" --poll-us fast
+expect_usage "--poll-us: bad value '-5'" --poll-us -5
 expect_usage --log-level --log-level loud
 expect_usage --target-name --target-name not-an-iqn
 expect_usage --target-name --target-name iqn.2026-13.org.x:y
@@ -107,6 +110,10 @@ printf '%s\nlun 0 = ram:2M\n' "$good_head" >"$WORK/bad.conf"
 bad_config 5 "LUN 0"
 printf 'threads = 0\n' >"$WORK/bad.conf"
 bad_config 1 "threads"
+printf 'poll-us = 1ms\n' >"$WORK/bad.conf"
+bad_config 1 "bad value '1ms' for poll-us: expected 0..10000"
+printf '%s\npoll-us = 10\n' "$good_head" >"$WORK/bad.conf"
+bad_config 5 "'poll-us' belongs in the global section"
 printf 'max-tx-backlog = 1k\n' >"$WORK/bad.conf"
 bad_config 1 "max-tx-backlog"
 printf '%s\nmax-sessions = 3\n' "$good_head" >"$WORK/bad.conf"
@@ -144,6 +151,31 @@ rc=$?
 grep -q "127.0.0.1:$PORT" "$WORK/e" || fail "no address in: $(cat "$WORK/e")"
 stop_target
 [ "$STOP_RC" -eq 0 ] || fail "SIGTERM'd daemon exited $STOP_RC, not 0"
+
+# --poll-us: a reactor polls only after a turn with work, so an idle target sleeps even with
+# the longest poll; 0 (no poll at all) serves as well. CPU from /proc/PID/stat: a reactor
+# that kept polling would use a whole second of the two.
+note "--poll-us 0 and 10000 serve I/O, and an idle target with 10000 sleeps"
+if command -v qemu-img >/dev/null 2>&1; then
+    hz=$(getconf CLK_TCK)
+    for us in 0 10000; do
+        start_target --lun ram:16M --threads 1 --poll-us $us
+        url=iscsi://127.0.0.1:$PORT/iqn.2026-11.org.linerate:default/0
+        run_to 60 qemu-img bench -f raw -t none -n -w -s 4096 -d 8 -c 2000 "$url" ||
+            { show_cmd_out; fail "--poll-us $us: qemu-img writes failed"; }
+        run_to 60 qemu-img bench -f raw -t none -n -s 4096 -d 8 -c 2000 "$url" ||
+            { show_cmd_out; fail "--poll-us $us: qemu-img reads failed"; }
+        sleep 0.5
+        t0=$(awk '{print $14 + $15}' "/proc/$LT_PID/stat")
+        sleep 2
+        t1=$(awk '{print $14 + $15}' "/proc/$LT_PID/stat")
+        [ $(((t1 - t0) * 100 / hz)) -lt 30 ] ||
+            fail "--poll-us $us: idle target used $(((t1 - t0) * 100 / hz)) % of a CPU over 2 s"
+        stop_target
+    done
+else
+    echo "(qemu-img is not installed: --poll-us not exercised)"
+fi
 
 note "LUN option ,removable from a config file and from --lun: logged, INQUIRY RMB=1 only there"
 if command -v iscsi-inq >/dev/null 2>&1; then

@@ -127,7 +127,7 @@ stop_target
 [ "$STOP_RC" -eq 0 ] || fail "exit $STOP_RC"
 
 note "save FILE from a daemon started without --config"
-start_target --lun ram:32M --ctl-socket "$SOCK" --threads 1
+start_target --lun ram:32M --ctl-socket "$SOCK" --threads 1 --poll-us 0
 ctl save >"$WORK/ctl.out" 2>&1
 [ $? -eq 1 ] && grep -q "without --config" "$WORK/ctl.out" || fail "save without a file"
 ctl_ok add lun "$T" ram:8M,ro
@@ -137,6 +137,7 @@ luns_of >"$WORK/luns.before"
     fail "save fresh.conf: $(cat "$WORK/ctl.out")"
 grep -q "still differs" "$WORK/ctl.out" && fail "save fresh.conf: $(cat "$WORK/ctl.out")"
 [ "$(grep -c '^log-level = debug$' "$WORK/fresh.conf")" = 1 ] || fail "fresh.conf: log-level"
+grep -qx "poll-us = 0" "$WORK/fresh.conf" || fail "fresh.conf: no 'poll-us = 0'"
 stop_target
 FIXED_PORT=$PORT start_target_config "$WORK/fresh.conf"
 luns_of >"$WORK/luns.after"

@@ -4,7 +4,9 @@
  * had an event queued behind the message in the same batch). Embedded messages: they run on
  * the reactor's thread, in order per sender, once per post however many threads post, a
  * pending one is not queued twice, one may post itself again; a yielded step lets ready
- * descriptors run first; reactor_destroy runs what is still queued. */
+ * descriptors run first; reactor_destroy runs what is still queued. A reactor that polls
+ * after busy turns (reactor_set_poll_us) takes posted messages and runs timers as one that
+ * sleeps. */
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -185,12 +187,13 @@ static void *sender_thread(void *arg)
 
 /* Each sender's messages run on the reactor's thread, all of them, in the order it posted
  * them, with nsenders threads posting at once. */
-static void run_senders(unsigned nsenders)
+static void run_senders(unsigned nsenders, unsigned poll_us)
 {
     static struct mctx m; /* ~400 KB */
     memset(&m, 0, sizeof(m));
     m.r = reactor_create(0);
     assert_non_null(m.r);
+    reactor_set_poll_us(m.r, poll_us);
     assert_int_equal(pthread_create(&m.reactor_thread, NULL, run_thread, m.r), 0);
     pthread_t th[SENDERS];
     struct sender sd[SENDERS];
@@ -214,13 +217,66 @@ static void run_senders(unsigned nsenders)
 static void test_post_one_sender_in_order(void **state)
 {
     (void)state;
-    run_senders(1);
+    run_senders(1, 0);
 }
 
 static void test_post_many_senders(void **state)
 {
     (void)state;
-    run_senders(SENDERS);
+    run_senders(SENDERS, 0);
+}
+
+/* The same with the reactor polling after busy turns (--poll-us): a message posted while it
+ * polls instead of sleeping is taken by the poll, in order, on the reactor's thread. */
+static void test_post_many_senders_polling(void **state)
+{
+    (void)state;
+    run_senders(SENDERS, 1000);
+}
+
+/* A polling reactor still runs its timers while a descriptor keeps every turn busy (a pipe
+ * that stays readable): they are checked each turn, polling or not. */
+struct tick {
+    struct reactor *r;
+    struct reactor_timer t;
+    struct reactor_fd h;
+    unsigned fired, busy_calls;
+};
+
+static void tick_fn(void *arg)
+{
+    struct tick *k = arg;
+    if (++k->fired == 5)
+        reactor_stop(k->r);
+    else
+        reactor_timer_start(k->r, &k->t, 1, tick_fn, k);
+}
+
+static void on_readable(void *arg, uint32_t events)
+{
+    (void)events;
+    ((struct tick *)arg)->busy_calls++;
+}
+
+static void test_timers_run_while_polling(void **state)
+{
+    (void)state;
+    struct tick k = {0};
+    int p[2];
+    assert_int_equal(pipe(p), 0);
+    assert_int_equal(write(p[1], "x", 1), 1); /* never read: readable on every turn */
+    k.r = reactor_create(0);
+    assert_non_null(k.r);
+    reactor_set_poll_us(k.r, 10000);
+    assert_int_equal(reactor_fd_add(k.r, &k.h, p[0], EPOLLIN, on_readable, &k), 0);
+    reactor_timer_start(k.r, &k.t, 1, tick_fn, &k);
+    reactor_run(k.r);
+    assert_int_equal(k.fired, 5);
+    assert_true(k.busy_calls >= 5);
+    reactor_fd_del(k.r, &k.h);
+    reactor_destroy(k.r);
+    close(p[0]);
+    close(p[1]);
 }
 
 /* One message posted by several threads at once, as the MC/S release kick is: never queued
@@ -493,6 +549,8 @@ int main(void)
         cmocka_unit_test(test_fd_del_from_message),
         cmocka_unit_test(test_post_one_sender_in_order),
         cmocka_unit_test(test_post_many_senders),
+        cmocka_unit_test(test_post_many_senders_polling),
+        cmocka_unit_test(test_timers_run_while_polling),
         cmocka_unit_test(test_kick_concurrent),
         cmocka_unit_test(test_post_again_from_callback),
         cmocka_unit_test(test_yield_lets_fd_run),
