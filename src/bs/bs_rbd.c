@@ -701,8 +701,15 @@ struct bs *bs_rbd_open(const struct bs_rbd_params *p, bool *transient, char *err
     if (rbd_stat(b->image, &info, sizeof(info)) == 0)
         b->obj_size = info.obj_size;
     /* A discard gives back whole objects only (it zeroes the rest of its range), and GET LBA
-     * STATUS maps whole objects: VPD B0h's OPTIMAL UNMAP GRANULARITY says so. */
+     * STATUS maps whole objects: VPD B0h's OPTIMAL UNMAP GRANULARITY says so. With fancy
+     * striping (stripe unit below the object size) consecutive stripe units go round
+     * stripe_count objects, so only a whole object set, object size x stripe count, frees
+     * objects: that is the granularity then. */
     bs->unmap_unit = b->obj_size;
+    uint64_t su = 0, sc = 0;
+    if (rbd_get_stripe_unit(b->image, &su) == 0 && rbd_get_stripe_count(b->image, &sc) == 0 && su &&
+        su < b->obj_size && sc > 1)
+        bs->unmap_unit = b->obj_size * sc;
     /* librbd 16 compares and writes only within one 512-byte sector (-EINVAL otherwise): a
      * one-block COMPARE AND WRITE on a 512-byte-block LUN (VMware's ATS heartbeat) is served
      * by the cluster; longer ones, and any on a 4 KiB-block LUN, could not be atomic across

@@ -318,6 +318,20 @@ int rbd_stat(rbd_image_t image, rbd_image_info_t *info, size_t infosize)
     return 0;
 }
 
+int rbd_get_stripe_unit(rbd_image_t image, uint64_t *stripe_unit)
+{
+    (void)image;
+    *stripe_unit = rbd_fake.stripe_unit ? rbd_fake.stripe_unit : rbd_fake.obj_size;
+    return 0;
+}
+
+int rbd_get_stripe_count(rbd_image_t image, uint64_t *stripe_count)
+{
+    (void)image;
+    *stripe_count = rbd_fake.stripe_count ? rbd_fake.stripe_count : 1;
+    return 0;
+}
+
 int rbd_resize(rbd_image_t image, uint64_t size)
 {
     (void)image;

@@ -32,7 +32,8 @@ struct rbd_fake_req {
 struct rbd_fake {
     uint8_t *mem; /* the image */
     uint64_t size, obj_size;
-    bool exists; /* rbd_open: -ENOENT until rbd_create */
+    uint64_t stripe_unit, stripe_count; /* 0: the object size and 1 (no fancy striping) */
+    bool exists;                        /* rbd_open: -ENOENT until rbd_create */
     bool opened_read_only;
     char client_id[64];
     char osd_op_timeout[16]; /* what rados_conf_set was told */

@@ -152,6 +152,34 @@ static void test_open(void **state)
     assert_string_equal(f->bs->medium_id, "10f2a5b7c3d9");
     assert_true(rbd_fake.update_watched); /* resizes by others are noticed */
     assert_int_equal(rbd_fake.nlog, 0);
+    /* a discard frees whole objects only: the granularity is the object size */
+    assert_int_equal(f->bs->unmap_unit, rbd_fake.obj_size);
+}
+
+/* Fancy striping (stripe unit below the object size): an object-size range touches
+ * stripe_count objects without freeing one; a whole object set frees them all. A stripe
+ * count with whole-object stripe units moves whole objects, so the object size stands. */
+static void test_unmap_unit_striped(void **state)
+{
+    (void)state;
+    static const struct {
+        uint64_t unit, count, want;
+    } cases[] = {
+        {64 << 10, 8, 32u << 20}, /* 4 MiB objects, 8 per set */
+        {4u << 20, 8, 4u << 20},  /* stripe unit = object: whole objects round robin */
+        {64 << 10, 1, 4u << 20},  /* one object per set: no striping to speak of */
+    };
+    for (unsigned i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        char err[256];
+        rbd_fake.stripe_unit = cases[i].unit;
+        rbd_fake.stripe_count = cases[i].count;
+        struct bs *bs = bs_open_spec("rbd:pool/img2,id=gw1", err, sizeof(err));
+        if (!bs)
+            fail_msg("%s", err);
+        assert_int_equal(bs->unmap_unit, cases[i].want);
+        bs_close(bs);
+    }
+    rbd_fake.stripe_unit = rbd_fake.stripe_count = 0;
 }
 
 static void test_read_write(void **state)
@@ -542,6 +570,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_open, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_unmap_unit_striped, setup, teardown),
         cmocka_unit_test_setup_teardown(test_read_write, setup, teardown),
         cmocka_unit_test_setup_teardown(test_fua, setup, teardown),
         cmocka_unit_test_setup_teardown(test_sync_cache, setup, teardown),
