@@ -479,13 +479,13 @@ static int daemon_start(struct daemon *d)
         }
         d->nthreads_started = i + 1;
     }
-    LOG_INFO("linerate-target %s: %u reactor thread%s, nop %us/%us, login timeout %us",
+    LOG_INFO("linerate-target %s: %u reactor thread%s (poll %u us), nop %us/%us, login timeout %us",
 #ifdef LINERATE_VERSION
              LINERATE_VERSION,
 #else
              "",
 #endif
-             n, n == 1 ? "" : "s", d->cfg.nop_interval_s, d->cfg.nop_timeout_s,
+             n, n == 1 ? "" : "s", d->cfg.poll_us, d->cfg.nop_interval_s, d->cfg.nop_timeout_s,
              d->cfg.login_timeout_s);
     for (unsigned i = 0; i < d->nlisteners; i++)
         LOG_INFO("listening on %s", d->listeners[i].portal.text);
