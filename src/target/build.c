@@ -145,11 +145,17 @@ int target_add_lun_store(const char *state_dir, const char *target, const struct
     return 0;
 }
 
+int target_build_lun_ex(const char *state_dir, const char *target, const struct target_lun_conf *l,
+                        struct scsi_target *scsi, bool *transient, char *err, size_t errlen)
+{
+    struct bs *bs = target_open_lun_store_ex(l, transient, err, errlen);
+    return bs ? target_add_lun_store(state_dir, target, l, bs, scsi, err, errlen) : -1;
+}
+
 int target_build_lun(const char *state_dir, const char *target, const struct target_lun_conf *l,
                      struct scsi_target *scsi, char *err, size_t errlen)
 {
-    struct bs *bs = target_open_lun_store(l, err, errlen);
-    return bs ? target_add_lun_store(state_dir, target, l, bs, scsi, err, errlen) : -1;
+    return target_build_lun_ex(state_dir, target, l, scsi, NULL, err, errlen);
 }
 
 const char *target_state_dir(const struct target_config *cfg)
@@ -207,12 +213,10 @@ int target_build(const struct target_config *cfg, struct target_built *b, char *
             target_alua_describe(c, alua, sizeof(alua));
             LOG_INFO("target %s: %s", c->name, alua);
         }
-        for (unsigned i = 0; i < c->nluns; i++) {
-            struct bs *bs = target_open_lun_store_ex(&c->luns[i], &transient, err, errlen);
-            if (!bs ||
-                target_add_lun_store(state_dir, c->name, &c->luns[i], bs, scsi, err, errlen) < 0)
+        for (unsigned i = 0; i < c->nluns; i++)
+            if (target_build_lun_ex(state_dir, c->name, &c->luns[i], scsi, &transient, err,
+                                    errlen) < 0)
                 goto fail;
-        }
         b->nodes[t] = target_node_make(c, scsi);
         if (!b->nodes[t]) {
             snprintf(err, errlen, "out of memory");

@@ -273,6 +273,9 @@ void target_node_free(struct iscsi_node *n);
  * state_dir may be NULL (no APTPL). On error returns -1 with "ORIGIN: reason" in err. */
 int target_build_lun(const char *state_dir, const char *target, const struct target_lun_conf *l,
                      struct scsi_target *scsi, char *err, size_t errlen);
+/* The same; *transient (if not NULL) says the store could not be opened for now. */
+int target_build_lun_ex(const char *state_dir, const char *target, const struct target_lun_conf *l,
+                        struct scsi_target *scsi, bool *transient, char *err, size_t errlen);
 /* The same in two steps, so that a reload opens every new store before it changes anything:
  * open the store (NULL with "ORIGIN: reason" in err), then add it (the LUN takes the store;
  * on error it is closed). */
