@@ -12,7 +12,7 @@
 # LR_LUN (linerate's LUN, default ram:1G,prealloc), PEER_SPDK_HUGE (default 1: SPDK on 2 MiB
 # hugepages, as SPDK is deployed; each SPDK start then takes ~25 s while DPDK zeroes them).
 #
-# It starts linerate-target (default RAM LUN, default --threads), a second one on a null LUN
+# It starts linerate-target (LR_LUN, default --threads), a second one on a null LUN
 # (the client's ceiling for figure 1: a LUN that does no work), tgt (../shared/tools/peer-tgt,
 # RAM-file LUN in /dev/shm, digests offered) and an iperf3 server on free loopback ports, fills
 # both LUNs once (so reads move real data: qemu answers reads of regions a thin LUN reports
