@@ -80,11 +80,13 @@ run() {
 }
 
 # --verify itself under cuts: every 50 ms over 4 connections, so that the write and read-back
-# pass (a fraction of a second unhurt) loses connections too
+# pass loses connections too. The pass writes and reads 32 MiB in chunks of the first size:
+# 512-byte chunks make it 131072 commands, well past the first 50 ms tick however fast the
+# target (in 4 KiB chunks, 16384 commands took under 50 ms against a polling target).
 run_verify_cut() {
   note "--erl 2 --verify --inject kill-connection=0.05, 4 connections: cuts during --verify"
   timeout 240 "$bench" --erl 2 --verify --inject kill-connection=0.05 --connections 4 \
-    --sizes 4k --rw randwrite --seconds 1 --format csv "$url" >"$tmp/cells.csv" 2>"$tmp/err"
+    --sizes 512 --rw randwrite --seconds 1 --format csv "$url" >"$tmp/cells.csv" 2>"$tmp/err"
   local rc=$?
   [ $rc -eq 0 ] || { cat "$tmp/err"; tail -50 "$tmp/target.log"; fail "bench exited $rc"; }
   grep -q "verify passed" "$tmp/err" || { cat "$tmp/err"; fail "no verify verdict"; }
