@@ -1,11 +1,13 @@
 #!/bin/bash
 # compare.sh: the five figures of issue 4, measured side by side in one run on loopback.
 #
-#   bench/compare.sh [BUILD_DIR]          full run, about 6-10 minutes
-#   QUICK=1 bench/compare.sh              one repetition of everything, about 2 minutes
+#   bench/compare.sh [BUILD_DIR]          full run, about 10-15 minutes
+#   QUICK=1 bench/compare.sh              one repetition of everything, about 3 minutes
 #
 # Environment: REPS (repetitions of each pair, default 5; QUICK=1 sets 1), SECS (seconds per
-# linerate-bench cell, default 1.5), OUT (directory for the results, default bench/results),
+# linerate-bench cell, default 1.5), QSECS (seconds per qemu-img cell, default 2; QUICK=1
+# sets 1; each follows a warm-up run of qbench's size that sets its request count), OUT
+# (directory for the results, default bench/results),
 # PORT (first of five loopback ports to use: linerate, null LUN, tgt, iperf3, SPDK; default free
 # ports picked at random), PIN=1 (issue 14's setup: every target and the iperf3 server on CPU 0,
 # linerate-target with --threads 1, every client on CPU 1), NO_SPDK=1 (leave SPDK out),
@@ -18,9 +20,10 @@
 # both LUNs once (so reads move real data: qemu answers reads of regions a thin LUN reports
 # unmapped with zeros, without reading), then repeats each pair of measurements REPS times,
 # alternating the targets, and takes medians:
-#   1. qbench (qemu-img bench over libiscsi, QD 32) 4 KiB read and write IOPS, linerate / tgt
-#   2. qbench 256 KiB read and write MB/s / iperf3 single-stream loopback MB/s
-#   3. 64 KiB reads with qbench's parameters: target CPU (utime+stime of the target process
+#   1. qemu-img bench over libiscsi (QD 32, as ../shared/tools/qbench runs it, for about
+#      QSECS seconds) 4 KiB read and write IOPS, linerate / tgt
+#   2. the same at 256 KiB, read and write MB/s / iperf3 single-stream loopback MB/s
+#   3. 64 KiB reads the same way: target CPU (utime+stime of the target process
 #      from /proc/PID/stat over the run) per KB moved, linerate / tgt
 #   4. linerate-bench, 1 connection, 4k..256k read and write: digests on vs off, each size's
 #      two cells back to back; the figure is the median over repetitions of on/off
@@ -41,7 +44,7 @@ out=${OUT:-$root/bench/results}
 quick=${QUICK:-0}
 reps=${REPS:-$([ "$quick" = 1 ] && echo 1 || echo 5)}
 secs=${SECS:-$([ "$quick" = 1 ] && echo 1 || echo 1.5)}
-qbench=${QBENCH:-$root/../shared/tools/qbench}
+qsecs=${QSECS:-$([ "$quick" = 1 ] && echo 1 || echo 2)}
 peer=${PEER_TGT:-$root/../shared/tools/peer-tgt}
 spdk=${PEER_SPDK:-$root/../shared/tools/peer-spdk}
 pin=${PIN:-0}
@@ -61,7 +64,7 @@ work=$(mktemp -d /tmp/linerate-compare.XXXXXX)
 hz=$(getconf CLK_TCK)
 t_start=$(date +%s)
 
-for x in "$bench" "$target" "$qbench" "$peer"; do
+for x in "$bench" "$target" "$peer"; do
   [ -x "$x" ] || { echo "compare.sh: $x is missing (run make)" >&2; exit 2; }
 done
 for x in qemu-img iperf3 tgtd; do
@@ -160,28 +163,52 @@ done
 
 cpu_ticks() { awk '{print $14 + $15}' /proc/$1/stat; }
 
-# qbench output lines: "read 4096 91.5 MB/s 22346 IOPS"
-run_qbench() {   # test who rep url sizes
-  local t=$1 who=$2 rep=$3 url=$4 sizes=$5
-  "${cli[@]}" "$qbench" "$url" "$sizes" 32 >"$work/qb" 2>&1
-  while read -r op size mbs _ iops _; do
-    [ "$mbs" = FAILED ] && { record "$t $who $rep ${op}_${size}_failed 1"; continue; }
-    record "$t $who $rep ${op}_${size}_mbs $mbs"
-    record "$t $who $rep ${op}_${size}_iops $iops"
-  done <"$work/qb"
+# One qemu-img bench cell (QD 32) of about QSECS seconds. qbench's fixed size (min(1 GiB, 40000
+# requests): 0.3 s at 4 KiB here) let a scheduler hiccup or the first round trips of a run swing
+# a cell by 20 %; so a run of that size comes first (a warm-up, and the rate that sizes the
+# next), then the measured run of rate x QSECS requests. Prints the measured seconds and count.
+qemu_run() {   # op size count url -> seconds
+  local w=""
+  [ "$1" = write ] && w="-w"
+  "${cli[@]}" qemu-img bench -f raw -t none -n $w -s "$2" -d 32 -c "$3" "$4" 2>&1 |
+    sed -n 's/Run completed in \([0-9.]*\) seconds./\1/p'
+}
+qemu_cell() {   # op size url -> "seconds count" (nothing if a run failed)
+  local op=$1 size=$2 url=$3 c t
+  c=$(( (1 << 30) / size )); (( c > 40000 )) && c=40000
+  t=$(qemu_run "$op" "$size" "$c" "$url")
+  [ -n "$t" ] || return 0
+  c=$(awk -v c=$c -v t=$t -v s="$qsecs" 'BEGIN{n = int(c / t * s); if (n < c) n = c; print n}')
+  t=$(qemu_run "$op" "$size" "$c" "$url")
+  [ -n "$t" ] && echo "$t $c"
 }
 
-# 64 KiB reads with qbench's parameters (1 GiB, QD 32); the target's CPU over the run.
+run_qemu() {   # test who rep url sizes
+  local t=$1 who=$2 rep=$3 url=$4 sizes=$5 op s r secs n
+  for op in read write; do
+    for s in $sizes; do
+      r=$(qemu_cell $op $s "$url")
+      if [ -z "$r" ]; then record "$t $who $rep ${op}_${s}_failed 1"; continue; fi
+      read -r secs n <<<"$r"
+      record "$t $who $rep ${op}_${s}_mbs $(awk -v t=$secs -v c=$n -v s=$s 'BEGIN{printf "%.1f", c * s / t / 1e6}')"
+      record "$t $who $rep ${op}_${s}_iops $(awk -v t=$secs -v c=$n 'BEGIN{printf "%.0f", c / t}')"
+    done
+  done
+}
+
+# 64 KiB reads (QD 32, sized as qemu_cell sizes them); the target's CPU over the measured run.
 run_cpu64() {   # who rep url pid
-  local who=$1 rep=$2 url=$3 pid=$4 c0 c1 t
+  local who=$1 rep=$2 url=$3 pid=$4 c0 c1 c t
+  c=16384
+  t=$(qemu_run read 65536 $c "$url")
+  [ -n "$t" ] || { record "3 $who $rep failed 1"; return; }
+  c=$(awk -v c=$c -v t=$t -v s="$qsecs" 'BEGIN{n = int(c / t * s); if (n < c) n = c; print n}')
   c0=$(cpu_ticks $pid)
-  t=$("${cli[@]}" qemu-img bench -f raw -t none -n -s 65536 -d 32 -c 16384 "$url" 2>&1 |
-      sed -n 's/Run completed in \([0-9.]*\) seconds./\1/p')
+  t=$(qemu_run read 65536 $c "$url")
   c1=$(cpu_ticks $pid)
   [ -n "$t" ] || { record "3 $who $rep failed 1"; return; }
-  # KB moved: 16384 x 64
-  record "3 $who $rep us_per_kb $(awk -v d=$((c1 - c0)) -v hz=$hz 'BEGIN{printf "%.4f", d * 1e6 / hz / (16384 * 64)}')"
-  record "3 $who $rep read_65536_mbs $(awk -v t=$t 'BEGIN{printf "%.1f", 16384 * 65536 / t / 1e6}')"
+  record "3 $who $rep us_per_kb $(awk -v d=$((c1 - c0)) -v hz=$hz -v c=$c 'BEGIN{printf "%.4f", d * 1e6 / hz / (c * 64)}')"
+  record "3 $who $rep read_65536_mbs $(awk -v t=$t -v c=$c 'BEGIN{printf "%.1f", c * 65536 / t / 1e6}')"
 }
 
 run_iperf() {   # rep
@@ -220,8 +247,8 @@ spdk_round() {   # rep
   cli=(taskset -c 1)
   log "rep $rep/$reps: SPDK $url pid $pid: fill, then 1, 2, 3 and 5b"
   if "${cli[@]}" qemu-img bench -f raw -t none -n -w -s 1048576 -d 8 -c 1024 "$url" >/dev/null 2>&1; then
-    run_qbench 1 spdk $rep "$url" 4096
-    run_qbench 2 spdk $rep "$url" 262144
+    run_qemu 1 spdk $rep "$url" 4096
+    run_qemu 2 spdk $rep "$url" 262144
     run_cpu64 spdk $rep "$url" "$pid"
     run_bench 5s spdk $rep "$url" --sizes 4k --rw read,write --sessions 8
   else
@@ -238,14 +265,14 @@ for rep in $(seq "$reps"); do
   # alternate which target goes first from one repetition to the next (SPDK: first or last)
   if [ $((rep % 2)) = 1 ]; then order="lr tgt"; else order="tgt lr"; fi
   [ $((rep % 2)) = 1 ] && spdk_round "$rep"
-  log "rep $rep/$reps: 1. qbench 4 KiB"
+  log "rep $rep/$reps: 1. qemu-img 4 KiB"
   for who in $order; do
-    if [ $who = lr ]; then run_qbench 1 lr $rep "$lr_url" 4096; else run_qbench 1 tgt $rep "$tgt_url" 4096; fi
+    if [ $who = lr ]; then run_qemu 1 lr $rep "$lr_url" 4096; else run_qemu 1 tgt $rep "$tgt_url" 4096; fi
   done
-  run_qbench 1 null $rep "$null_url" 4096
-  log "rep $rep/$reps: 2. qbench 256 KiB and iperf3"
+  run_qemu 1 null $rep "$null_url" 4096
+  log "rep $rep/$reps: 2. qemu-img 256 KiB and iperf3"
   run_iperf $rep
-  run_qbench 2 lr $rep "$lr_url" 262144
+  run_qemu 2 lr $rep "$lr_url" 262144
   log "rep $rep/$reps: 3. 64 KiB reads, target CPU"
   for who in $order; do
     if [ $who = lr ]; then run_cpu64 lr $rep "$lr_url" $lr_pid; else run_cpu64 tgt $rep "$tgt_url" $tgt_pid; fi
@@ -297,12 +324,12 @@ ratio_row() {
 
 for op in read write; do
   a=$(med 1 lr ${op}_4096_iops); b=$(med 1 tgt ${op}_4096_iops)
-  ratio_row "1. 4 KiB $op IOPS, linerate / tgt (qbench QD 32)" "$a" "$b" ">=" 2.5 "$a / $b IOPS"
+  ratio_row "1. 4 KiB $op IOPS, linerate / tgt (qemu-img QD 32)" "$a" "$b" ">=" 2.5 "$a / $b IOPS"
 done
 ip=$(med 2 iperf3 mbs)
 for op in read write; do
   a=$(med 2 lr ${op}_262144_mbs)
-  ratio_row "2. 256 KiB $op MB/s, linerate (qbench) / iperf3 1 stream" "$a" "$ip" ">=" 0.8 "$a / $ip MB/s"
+  ratio_row "2. 256 KiB $op MB/s, linerate (qemu-img) / iperf3 1 stream" "$a" "$ip" ">=" 0.8 "$a / $ip MB/s"
 done
 a=$(med 3 lr us_per_kb); b=$(med 3 tgt us_per_kb)
 ratio_row "3. 64 KiB read, target CPU per KB, linerate / tgt" "$a" "$b" "<=" 0.5 \
@@ -333,11 +360,11 @@ done
 if [ -z "$spdk_note" ]; then
   for op in read write; do
     a=$(med 1 lr ${op}_4096_iops); b=$(med 1 spdk ${op}_4096_iops)
-    ratio_row "1s. 4 KiB $op IOPS, linerate / SPDK (qbench QD 32)" "$a" "$b" ">=" 1.2 "$a / $b IOPS"
+    ratio_row "1s. 4 KiB $op IOPS, linerate / SPDK (qemu-img QD 32)" "$a" "$b" ">=" 1.2 "$a / $b IOPS"
   done
   for op in read write; do
     a=$(med 2 lr ${op}_262144_mbs); b=$(med 2 spdk ${op}_262144_mbs)
-    ratio_row "2s. 256 KiB $op MB/s, linerate / SPDK (qbench QD 32)" "$a" "$b" ">=" 1.0 "$a / $b MB/s"
+    ratio_row "2s. 256 KiB $op MB/s, linerate / SPDK (qemu-img QD 32)" "$a" "$b" ">=" 1.0 "$a / $b MB/s"
   done
   a=$(med 3 lr us_per_kb); b=$(med 3 spdk us_per_kb)
   ratio_row "3s. 64 KiB read, target CPU per KB, linerate / SPDK (its polling counts)" "$a" "$b" "<=" 1.0 \
@@ -374,7 +401,7 @@ elapsed=$(($(date +%s) - t_start))
 {
   echo "# linerate vs tgt, iperf3: issue 4 figures ($stamp)"
   echo
-  echo "\`bench/compare.sh\` (reps=$reps, medians; linerate-bench cells ${secs}s), $(nproc) CPUs, load average at the start $(sed -n 2p "$raw" | sed 's/.*load //'), at the end $(cut -d' ' -f1-3 /proc/loadavg), $elapsed s."
+  echo "\`bench/compare.sh\` (reps=$reps, medians; linerate-bench cells ${secs}s, qemu-img cells ~${qsecs}s after a warm-up), $(nproc) CPUs, load average at the start $(sed -n 2p "$raw" | sed 's/.*load //'), at the end $(cut -d' ' -f1-3 /proc/loadavg), $elapsed s."
   if [ "$pin" = 1 ]; then
     echo "Pinned (PIN=1): targets and the iperf3 server on CPU 0 (linerate-target --threads 1), clients on CPU 1."
   else
