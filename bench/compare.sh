@@ -1,7 +1,7 @@
 #!/bin/bash
 # compare.sh: the five figures of issue 4, measured side by side in one run on loopback.
 #
-#   bench/compare.sh [BUILD_DIR]          full run, about 10-15 minutes
+#   bench/compare.sh [BUILD_DIR]          full run, about 8-12 minutes
 #   QUICK=1 bench/compare.sh              one repetition of everything, about 3 minutes
 #
 # Environment: REPS (repetitions of each pair, default 5; QUICK=1 sets 1), SECS (seconds per
