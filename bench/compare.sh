@@ -166,21 +166,25 @@ cpu_ticks() { awk '{print $14 + $15}' /proc/$1/stat; }
 # One qemu-img bench cell (QD 32) of about QSECS seconds. qbench's fixed size (min(1 GiB, 40000
 # requests): 0.3 s at 4 KiB here) let a scheduler hiccup or the first round trips of a run swing
 # a cell by 20 %; so a run of that size comes first (a warm-up, and the rate that sizes the
-# next), then the measured run of rate x QSECS requests. Prints the measured seconds and count.
+# next), then the measured run of rate x QSECS requests.
 qemu_run() {   # op size count url -> seconds
   local w=""
   [ "$1" = write ] && w="-w"
   "${cli[@]}" qemu-img bench -f raw -t none -n $w -s "$2" -d 32 -c "$3" "$4" 2>&1 |
     sed -n 's/Run completed in \([0-9.]*\) seconds./\1/p'
 }
-qemu_cell() {   # op size url -> "seconds count" (nothing if a run failed)
-  local op=$1 size=$2 url=$3 c t
+# Prints "seconds count ticks" of the measured run, ticks being the CPU clock ticks process
+# PID (if given) used during it; nothing if a run failed.
+qemu_cell() {   # op size url [pid]
+  local op=$1 size=$2 url=$3 pid=${4:-} c t k0=0 k1=0
   c=$(( (1 << 30) / size )); (( c > 40000 )) && c=40000
   t=$(qemu_run "$op" "$size" "$c" "$url")
   [ -n "$t" ] || return 0
   c=$(awk -v c=$c -v t=$t -v s="$qsecs" 'BEGIN{n = int(c / t * s); if (n < c) n = c; print n}')
+  [ -n "$pid" ] && k0=$(cpu_ticks $pid)
   t=$(qemu_run "$op" "$size" "$c" "$url")
-  [ -n "$t" ] && echo "$t $c"
+  [ -n "$pid" ] && k1=$(cpu_ticks $pid)
+  [ -n "$t" ] && echo "$t $c $((k1 - k0))"
 }
 
 run_qemu() {   # test who rep url sizes
@@ -189,26 +193,21 @@ run_qemu() {   # test who rep url sizes
     for s in $sizes; do
       r=$(qemu_cell $op $s "$url")
       if [ -z "$r" ]; then record "$t $who $rep ${op}_${s}_failed 1"; continue; fi
-      read -r secs n <<<"$r"
+      read -r secs n _ <<<"$r"
       record "$t $who $rep ${op}_${s}_mbs $(awk -v t=$secs -v c=$n -v s=$s 'BEGIN{printf "%.1f", c * s / t / 1e6}')"
       record "$t $who $rep ${op}_${s}_iops $(awk -v t=$secs -v c=$n 'BEGIN{printf "%.0f", c / t}')"
     done
   done
 }
 
-# 64 KiB reads (QD 32, sized as qemu_cell sizes them); the target's CPU over the measured run.
+# 64 KiB reads, one qemu_cell; the target's CPU over the measured run.
 run_cpu64() {   # who rep url pid
-  local who=$1 rep=$2 url=$3 pid=$4 c0 c1 c t
-  c=16384
-  t=$(qemu_run read 65536 $c "$url")
-  [ -n "$t" ] || { record "3 $who $rep failed 1"; return; }
-  c=$(awk -v c=$c -v t=$t -v s="$qsecs" 'BEGIN{n = int(c / t * s); if (n < c) n = c; print n}')
-  c0=$(cpu_ticks $pid)
-  t=$(qemu_run read 65536 $c "$url")
-  c1=$(cpu_ticks $pid)
-  [ -n "$t" ] || { record "3 $who $rep failed 1"; return; }
-  record "3 $who $rep us_per_kb $(awk -v d=$((c1 - c0)) -v hz=$hz -v c=$c 'BEGIN{printf "%.4f", d * 1e6 / hz / (c * 64)}')"
-  record "3 $who $rep read_65536_mbs $(awk -v t=$t -v c=$c 'BEGIN{printf "%.1f", c * 65536 / t / 1e6}')"
+  local who=$1 rep=$2 r secs n ticks
+  r=$(qemu_cell read 65536 "$3" "$4")
+  [ -n "$r" ] || { record "3 $who $rep failed 1"; return; }
+  read -r secs n ticks <<<"$r"
+  record "3 $who $rep us_per_kb $(awk -v d=$ticks -v hz=$hz -v c=$n 'BEGIN{printf "%.4f", d * 1e6 / hz / (c * 64)}')"
+  record "3 $who $rep read_65536_mbs $(awk -v t=$secs -v c=$n 'BEGIN{printf "%.1f", c * 65536 / t / 1e6}')"
 }
 
 run_iperf() {   # rep
