@@ -21,9 +21,15 @@
 
 /* ---------------- task pool ---------------- */
 
+/* A freed task: the reactor's (warm, most recent first) before the connection's own. */
 static struct iscsi_task *task_alloc(struct iscsi_conn *c)
 {
-    struct list_node *n = list_pop(&c->task_free);
+    struct iscsi_reactor_local *l = conn_reactor_local(c);
+    struct list_node *n = l ? list_pop(&l->task_free) : NULL;
+    if (n)
+        l->ntask_free--;
+    else
+        n = list_pop(&c->task_free);
     struct iscsi_task *t = n ? list_entry(n, struct iscsi_task, node) : malloc(sizeof(*t));
     if (!t)
         return NULL;
@@ -84,7 +90,13 @@ void task_put(struct iscsi_task *t)
     scsi_task_release(&t->scsi);
     list_del(&t->node);
     c->ntasks--;
-    list_add_tail(&c->task_free, &t->node);
+    struct iscsi_reactor_local *l = conn_reactor_local(c);
+    if (l && l->ntask_free < ISCSI_REACTOR_TASKS_MAX) {
+        list_add(&l->task_free, &t->node);
+        l->ntask_free++;
+    } else {
+        list_add_tail(&c->task_free, &t->node);
+    }
 }
 
 /* The newest task with that ITT other than `except`, not aborted. */

@@ -26,6 +26,15 @@ static void conn_timer_fire(void *arg);
 
 /* ---------------- lifetime ---------------- */
 
+struct iscsi_reactor_local *conn_reactor_local(struct iscsi_conn *c)
+{
+    struct iscsi_server *srv = c->srv;
+    if (!srv->local || reactor_self() != c->reactor)
+        return NULL;
+    assert(c->rid >= 0 && (unsigned)c->rid < srv->nreactors);
+    return &srv->local[c->rid];
+}
+
 void conn_get(struct iscsi_conn *c)
 {
     atomic_fetch_add(&c->refs, 1);
@@ -622,9 +631,10 @@ int conn_pdu_done(struct iscsi_conn *c, struct iscsi_pdu_in *p)
 static int conn_wire_hdr(void *ctx, struct iscsi_pdu_in *p)
 {
     struct iscsi_conn *c = ctx;
-    /* One clock reading per PDU serves both the liveness check and a command's latency
-     * (its arrival, iscsi_task.arrival_ns): the same CLOCK_MONOTONIC as reactor_now_ms. */
-    c->last_rx_ns = iostats_now_ns();
+    /* The engine's clock reading for the read that brought this header serves both the
+     * liveness check and a command's latency (its arrival, iscsi_task.arrival_ns): the same
+     * CLOCK_MONOTONIC as reactor_now_ms, taken once per read rather than once per PDU. */
+    c->last_rx_ns = c->w.rx_ns;
     c->last_rx_ms = c->last_rx_ns / 1000000;
     assert(!p->task); /* released at the end of the previous PDU */
     return conn_pdu_header(c, p) < 0 ? WIRE_E_OWNER : WIRE_OK;

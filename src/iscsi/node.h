@@ -18,6 +18,7 @@
 #include "util/log.h"
 
 struct reactor;
+struct iscsi_reactor_local;
 struct iscsi_session;
 struct auth_guard;
 
@@ -82,6 +83,9 @@ struct iscsi_server {
     unsigned nnodes;
     struct reactor **reactors;
     unsigned nreactors;
+    /* What each reactor's connections share (conn.h), indexed by reactor id; NULL: nothing
+     * shared (every connection keeps its own pools). */
+    struct iscsi_reactor_local *local;
     /* Session table, shared by all reactors (logins and logouts only, never per PDU). */
     pthread_mutex_t sessions_lock;
     struct iscsi_session **sessions; /* indexed by TSIH, 0 unused */
@@ -118,6 +122,8 @@ struct iscsi_server {
 
 int iscsi_server_init(struct iscsi_server *srv);
 void iscsi_server_destroy(struct iscsi_server *srv);
+/* The reactors connections run on (reactor_id(r[i]) == i), before they run. 0 or -ENOMEM. */
+int iscsi_server_set_reactors(struct iscsi_server *srv, struct reactor **r, unsigned n);
 /* Serve these nodes (copied into the server's slots; the nodes themselves are the caller's and
  * outlive the server). Each node's SCSI target gets the server as its transport: PREEMPT AND
  * ABORT reaches the preempted nexus's iSCSI tasks through it. Before the reactors run. */

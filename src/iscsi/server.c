@@ -49,8 +49,35 @@ int iscsi_server_init(struct iscsi_server *srv)
     return srv->auth_guard && srv->nodes ? 0 : -1;
 }
 
+int iscsi_server_set_reactors(struct iscsi_server *srv, struct reactor **r, unsigned n)
+{
+    assert(!srv->local);
+    srv->reactors = r;
+    srv->nreactors = n;
+    srv->local = calloc(n, sizeof(*srv->local));
+    if (!srv->local)
+        return -ENOMEM;
+    for (unsigned i = 0; i < n; i++) {
+        assert(reactor_id(r[i]) == (int)i);
+        list_init(&srv->local[i].task_free);
+    }
+    return 0;
+}
+
+static void reactor_locals_free(struct iscsi_server *srv)
+{
+    for (unsigned i = 0; srv->local && i < srv->nreactors; i++) {
+        struct list_node *n;
+        while ((n = list_pop(&srv->local[i].task_free)) != NULL)
+            free(list_entry(n, struct iscsi_task, node));
+    }
+    free(srv->local);
+    srv->local = NULL;
+}
+
 void iscsi_server_destroy(struct iscsi_server *srv)
 {
+    reactor_locals_free(srv);
     free(srv->nodes);
     srv->nodes = NULL;
     srv->nnodes = 0;

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "util/crc32c.h"
@@ -123,6 +124,7 @@ void wire_close(struct wire *w)
 
 void wire_free(struct wire *w)
 {
+    assert(!w->rx_own); /* not while parsing out of the shared buffer */
     wire_close(w);
     struct list_node *n;
     while ((n = list_pop(&w->tx_free)) != NULL)
@@ -525,6 +527,101 @@ static bool rx_direct_due(const struct wire *w)
            w->rx_got < p->dlen && p->dlen - w->rx_got >= RX_DIRECT_MIN;
 }
 
+/* Read into the reactor's scratch buffer instead of ours when ours holds nothing unparsed:
+ * with hundreds of connections on a thread, each reading into a buffer of its own, every read
+ * landed in cold memory twice over, written by the kernel's copy and read back by the parse
+ * (issue 14: 256 sessions of 4 KiB writes); the shared buffer stays in cache. Only when the
+ * scratch is free (not a wire's further up this thread's stack) and at least as large as ours,
+ * so that reads are the sizes they would have been. */
+static bool rx_borrow(struct wire *w)
+{
+    if (!w->r || reactor_self() != w->r || w->rx_head != w->rx_tail)
+        return false;
+    struct reactor_scratch *s = reactor_scratch(w->r);
+    if (!s || s->busy || s->size < w->rxbuf_size)
+        return false;
+    s->busy = true;
+    w->rx_own = w->rxbuf;
+    w->rxbuf = s->buf;
+    w->rx_head = w->rx_tail = 0;
+    return true;
+}
+
+/* Back to our own buffer, with what parsing left in the scratch: it stops short only when the
+ * engine pauses (parsed on resume) or fails. */
+static void rx_give_back(struct wire *w)
+{
+    struct reactor_scratch *s = reactor_scratch(w->r);
+    assert(w->rx_own && s && s->busy && w->rxbuf == s->buf);
+    uint32_t left = w->rx_tail - w->rx_head;
+    if (left)
+        memcpy(w->rx_own, w->rxbuf + w->rx_head, left);
+    w->rxbuf = w->rx_own;
+    w->rx_own = NULL;
+    s->busy = false;
+    w->rx_head = 0;
+    w->rx_tail = left;
+}
+
+static uint64_t mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* What one read brought: count it and parse it. > 0: read again; WIRE_OK: the socket is
+ * drained (or the engine paused); < 0: the engine stopped. */
+static int rx_took(struct wire *w, ssize_t r, size_t asked, uint32_t *budget)
+{
+    if (r == 0)
+        return wire_fail(w, WIRE_E_PEER_CLOSED);
+    if (r < 0) {
+        if (errno == EAGAIN || errno == EWOULDBLOCK)
+            return WIRE_OK;
+        if (errno == EINTR)
+            return 1;
+        w->fail_errno = errno;
+        return wire_fail(w, errno == ECONNRESET ? WIRE_E_PEER_GONE : WIRE_E_RECV);
+    }
+    w->stats.rx_bytes += (uint64_t)r;
+    w->rx_ns = mono_ns(); /* one clock reading per read, not per PDU */
+    *budget = (uint32_t)r >= *budget ? 0 : *budget - (uint32_t)r;
+    int st = WIRE_OK;
+    if (w->rx_state == WRX_DATA && w->rx_got == w->rx_padded)
+        st = rx_data_done(w); /* the direct read ended exactly with the segment */
+    if (st == WIRE_OK)
+        st = rx_parse(w);
+    if (st < 0)
+        return st;
+    /* A short read drained the socket: the next recv would only say EAGAIN. Epoll is
+     * level-triggered, so anything arriving later wakes us again. */
+    return w->rx_paused || (size_t)r < asked ? WIRE_OK : 1;
+}
+
+/* One read, into the payload's place, the shared buffer or ours, and its parse. */
+static int rx_read_once(struct wire *w, uint32_t *budget)
+{
+    if (rx_direct_due(w)) {
+        size_t asked;
+        ssize_t r = rx_read_direct(w, &asked);
+        return rx_took(w, r, asked, budget);
+    }
+    /* parsing consumes every byte unless paused, and a paused engine does not read */
+    assert(w->rx_tail < w->rxbuf_size);
+    bool borrowed = rx_borrow(w);
+    size_t asked = rx_ask(w);
+    bool rel = io_release(w);
+    ssize_t r = recv(w->fd, w->rxbuf + w->rx_tail, asked, MSG_DONTWAIT);
+    io_retake(w, rel);
+    if (r > 0)
+        w->rx_tail += (uint32_t)r;
+    int st = rx_took(w, r, asked, budget);
+    if (borrowed)
+        rx_give_back(w);
+    return st;
+}
+
 int wire_rx(struct wire *w)
 {
     if (w->dead)
@@ -543,44 +640,10 @@ int wire_rx(struct wire *w)
             rx_pause(w);
             return WIRE_OK;
         }
-        ssize_t r;
-        size_t asked;
-        if (rx_direct_due(w)) {
-            r = rx_read_direct(w, &asked);
-        } else {
-            /* parsing consumes every byte unless paused, and a paused engine does not read */
-            assert(w->rx_tail < w->rxbuf_size);
-            asked = rx_ask(w);
-            bool rel = io_release(w);
-            r = recv(w->fd, w->rxbuf + w->rx_tail, asked, MSG_DONTWAIT);
-            io_retake(w, rel);
-            if (r > 0)
-                w->rx_tail += (uint32_t)r;
-        }
-        if (r == 0)
-            return wire_fail(w, WIRE_E_PEER_CLOSED);
-        if (r < 0) {
-            if (errno == EAGAIN || errno == EWOULDBLOCK)
-                return WIRE_OK;
-            if (errno == EINTR)
-                continue;
-            w->fail_errno = errno;
-            return wire_fail(w, errno == ECONNRESET ? WIRE_E_PEER_GONE : WIRE_E_RECV);
-        }
-        w->stats.rx_bytes += (uint64_t)r;
-        budget = (uint32_t)r >= budget ? 0 : budget - (uint32_t)r;
-        int st = WIRE_OK;
-        if (w->rx_state == WRX_DATA && w->rx_got == w->rx_padded)
-            st = rx_data_done(w); /* the direct read ended exactly with the segment */
-        if (st == WIRE_OK)
-            st = rx_parse(w);
+        int st = rx_read_once(w, &budget);
         if (st < 0)
             return st;
-        if (w->rx_paused)
-            return WIRE_OK;
-        /* A short read drained the socket: the next recv would only say EAGAIN. Epoll is
-         * level-triggered, so anything arriving later wakes us again. */
-        if ((size_t)r < asked)
+        if (st == WIRE_OK)
             break;
     }
     return w->dead ? WIRE_E_OWNER : WIRE_OK;
@@ -629,6 +692,7 @@ size_t wire_feed(struct wire *w, const void *bytes, size_t len)
         memcpy(w->rxbuf + w->rx_tail, src + used, n);
         w->rx_tail += n;
         w->stats.rx_bytes += n;
+        w->rx_ns = mono_ns();
         used += n;
         rx_parse(w);
     }

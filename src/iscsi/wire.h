@@ -156,6 +156,8 @@ struct wire {
     uint32_t rxbuf_size;
     uint32_t rxbuf_want; /* size the receive buffer grows to at the next read (owner's choice) */
     uint32_t rx_head, rx_tail;
+    uint64_t rx_ns;   /* CLOCK_MONOTONIC when the bytes being parsed were read */
+    uint8_t *rx_own;  /* rxbuf, while rxbuf is the reactor's scratch for one read (rx_borrow) */
     uint8_t *databuf; /* data segments nobody placed, grown after the length was checked */
     uint32_t databuf_size;
     uint32_t rx_large_min; /* payloads this big switch on header-alone reads (0: never) */

@@ -38,6 +38,7 @@ struct reactor {
      * that the owner may free it before the batch is done (see reactor_fd_del). */
     struct epoll_event *batch;
     int batch_n;
+    struct reactor_scratch scratch;
 };
 
 static __thread struct reactor *current_reactor;
@@ -146,7 +147,20 @@ void reactor_destroy(struct reactor *r)
     current_reactor = was;
     close(r->msg_efd);
     close(r->epfd);
+    assert(!r->scratch.busy);
+    free(r->scratch.buf);
     free(r);
+}
+
+struct reactor_scratch *reactor_scratch(struct reactor *r)
+{
+    if (!r->scratch.buf) {
+        r->scratch.buf = malloc(REACTOR_SCRATCH_SIZE);
+        if (!r->scratch.buf)
+            return NULL;
+        r->scratch.size = REACTOR_SCRATCH_SIZE;
+    }
+    return &r->scratch;
 }
 
 int reactor_id(const struct reactor *r)

@@ -61,6 +61,17 @@ struct reactor_msg {
     atomic_bool pending; /* posted or yielded, fn not started yet */
 };
 
+/* A buffer the reactor's sockets take turns with (iscsi/wire.c reads into it): with hundreds of
+ * connections on one thread, a buffer of each one's own is cold whenever it is used again,
+ * while one shared buffer stays in cache. On the reactor's thread only; `busy` while one user
+ * has it. */
+#define REACTOR_SCRATCH_SIZE (512u * 1024u)
+struct reactor_scratch {
+    uint8_t *buf;
+    uint32_t size;
+    bool busy;
+};
+
 struct reactor *reactor_create(int id);
 /* After a turn with events, poll (epoll_wait without blocking) for up to `us` microseconds
  * before sleeping; 0 (the default) sleeps at once. Set before reactor_run. */
@@ -73,6 +84,9 @@ void reactor_destroy(struct reactor *r);
 int reactor_id(const struct reactor *r);
 /* The reactor running on the calling thread, or NULL. */
 struct reactor *reactor_self(void);
+/* r's scratch buffer (REACTOR_SCRATCH_SIZE bytes, allocated at the first call; its pages come
+ * in as they are written), or NULL when memory ran out. */
+struct reactor_scratch *reactor_scratch(struct reactor *r);
 
 int reactor_fd_add(struct reactor *r, struct reactor_fd *h, int fd, uint32_t events,
                    reactor_fd_fn fn, void *arg);

@@ -452,8 +452,10 @@ static int daemon_start(struct daemon *d)
     }
     d->srv_ready = true;
     iscsi_server_set_nodes(&d->srv, d->built.nodes, d->built.n);
-    d->srv.reactors = d->reactors;
-    d->srv.nreactors = d->nreactors;
+    if (iscsi_server_set_reactors(&d->srv, d->reactors, d->nreactors) < 0) {
+        LOG_ERR("cannot initialise the iSCSI server: %s", strerror(ENOMEM));
+        return -1;
+    }
     d->srv.discovery_chap = d->cfg.discovery_chap;
     d->srv.nop_interval_s = d->cfg.nop_interval_s;
     d->srv.nop_timeout_s = d->cfg.nop_timeout_s;

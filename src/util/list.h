@@ -36,6 +36,15 @@ static inline void list_add_tail(struct list_node *h, struct list_node *n)
     h->prev = n;
 }
 
+/* n first in the list (a stack, with list_pop). */
+static inline void list_add(struct list_node *h, struct list_node *n)
+{
+    n->next = h->next;
+    n->prev = h;
+    h->next->prev = n;
+    h->next = n;
+}
+
 static inline void list_del(struct list_node *n)
 {
     n->prev->next = n->next;

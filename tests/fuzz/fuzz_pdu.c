@@ -110,8 +110,8 @@ static void setup_once(void)
     G.r = reactor_create(0);
     if (!G.r)
         abort();
-    G.srv.reactors = &G.r;
-    G.srv.nreactors = 1;
+    if (iscsi_server_set_reactors(&G.srv, &G.r, 1) < 0)
+        abort();
 }
 
 /* A Login Request that goes straight from the operational stage to full feature phase. */

@@ -1,7 +1,7 @@
 /* The wire engine without a side: bytes fed in (split at every boundary, several PDUs at once,
  * AHS, digests good and bad at ERL 0 and 1, oversized segments, direct placement, discard),
- * the transmit queue taken out (gathering, pad, digests), fault injection, and a socketpair
- * run through recv/readv/sendmsg. */
+ * the transmit queue taken out (gathering, pad, digests), fault injection, a socketpair run
+ * through recv/readv/sendmsg, and two connections sharing their reactor's receive buffer. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -14,6 +14,7 @@
 #include <cmocka.h>
 
 #include "iscsi/wire.h"
+#include "reactor/reactor.h"
 #include "util/crc32c.h"
 
 /* ---- a recording owner ---- */
@@ -36,7 +37,10 @@ struct owner {
     int dstcnt;
     bool discard;
     int sent_ok, sent_fail;
+    int pause_at; /* > 0: after that many PDUs, queue a reply past a backlog limit of 1 */
 };
+
+static void pause_reply(struct owner *o);
 
 static int own_hdr(void *ctx, struct iscsi_pdu_in *p)
 {
@@ -62,6 +66,10 @@ static int own_pdu(void *ctx, struct iscsi_pdu_in *p)
     s->placed = p->data == NULL;
     if (p->data)
         memcpy(s->data, p->data, p->dlen < sizeof(s->data) ? p->dlen : sizeof(s->data));
+    if (o->pdus == o->pause_at) {
+        o->w.max_backlog = 1;
+        pause_reply(o);
+    }
     return WIRE_OK;
 }
 
@@ -378,6 +386,11 @@ static void queue(struct owner *o, enum iscsi_opcode op, uint32_t itt, const str
     wire_send(&o->w, p);
 }
 
+static void pause_reply(struct owner *o)
+{
+    queue(o, ISCSI_OP_NOP_IN, 0xffffffffu, NULL, 0);
+}
+
 static void test_tx_gather_and_digests(void **state)
 {
     (void)state;
@@ -513,6 +526,64 @@ static void test_socketpair_direct(void **state)
     wire_free(&rx.w);
 }
 
+/* ---- two connections on one reactor: reads go through its shared scratch buffer ---- */
+
+static void on_rx_event(void *arg, uint32_t events)
+{
+    struct owner *o = arg;
+    (void)wire_event(&o->w, events);
+}
+
+/* Connection A reads straight through; B stops reading after its third PDU (its reply is over
+ * the backlog limit) with the rest of a read still unparsed, which has to survive the shared
+ * buffer being used by A meanwhile, and is parsed when B's reply has drained. */
+static void test_shared_rx_scratch(void **state)
+{
+    (void)state;
+    enum { N = 16, LEN = 256 };
+    struct reactor *r = reactor_create(0);
+    assert_non_null(r);
+    static struct owner tx[2], rx[2];
+    int sv[2][2];
+    for (int c = 0; c < 2; c++) {
+        assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, sv[c]), 0);
+        owner_init(&tx[c], false, true, 0);
+        owner_init(&rx[c], false, true, 0);
+        wire_set_limits(&rx[c].w, 65536, 64 * 1024);
+        tx[c].w.fd = sv[c][0];
+        assert_int_equal(wire_attach(&rx[c].w, r, sv[c][1], on_rx_event, &rx[c]), 0);
+    }
+    rx[1].pause_at = 3;
+    static uint8_t data[2][N][LEN];
+    for (int c = 0; c < 2; c++) {
+        for (uint32_t i = 0; i < N; i++) {
+            for (int b = 0; b < LEN; b++)
+                data[c][i][b] = (uint8_t)(c * 101 + i * 7 + b);
+            struct iovec iov = {data[c][i], LEN};
+            queue(&tx[c], ISCSI_OP_TEXT_RSP, i, &iov, 1);
+        }
+        assert_int_equal(wire_flush(&tx[c].w), WIRE_OK); /* all of it in one read's reach */
+    }
+    for (int turns = 0; turns < 1000 && (rx[0].pdus < N || rx[1].pdus < N); turns++)
+        reactor_poll(r);
+    for (int c = 0; c < 2; c++) {
+        assert_int_equal(rx[c].fails, 0);
+        assert_int_equal(rx[c].pdus, N);
+        for (uint32_t i = 0; i < N; i++) {
+            assert_int_equal(rx[c].seen[i].itt, i);
+            assert_int_equal(rx[c].seen[i].dlen, LEN);
+            assert_memory_equal(rx[c].seen[i].data, data[c][i], LEN);
+        }
+    }
+    assert_int_equal(rx[1].sent_ok, 1); /* B's reply went out, so B had resumed */
+    assert_false(reactor_scratch(r)->busy);
+    for (int c = 0; c < 2; c++) {
+        wire_free(&tx[c].w);
+        wire_free(&rx[c].w);
+    }
+    reactor_destroy(r);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -525,6 +596,7 @@ int main(void)
         cmocka_unit_test(test_tx_gather_and_digests),
         cmocka_unit_test(test_faults),
         cmocka_unit_test(test_socketpair_direct),
+        cmocka_unit_test(test_shared_rx_scratch),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

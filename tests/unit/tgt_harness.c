@@ -424,8 +424,8 @@ static void build_target(struct tgt *t, const struct tgt_opts *o)
     if (o->time2retain >= 0)
         t->built.nodes[0]->params.default_time2retain = (uint32_t)o->time2retain;
     iscsi_server_set_nodes(&t->srv, t->built.nodes, t->built.n);
-    t->srv.reactors = &t->r;
-    t->srv.nreactors = 1;
+    if (iscsi_server_set_reactors(&t->srv, &t->r, 1) < 0)
+        abort();
 }
 
 /* The value of key in a key=value\0 text, or NULL. */
