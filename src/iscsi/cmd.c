@@ -771,6 +771,9 @@ static void rx_into_task(struct iscsi_pdu_in *p, struct iscsi_task *t, uint32_t 
     p->dstcnt = iov_slice(st->iov, st->iovcnt, off, len, p->dst, SCSI_TASK_IOV_MAX);
     if (p->dstcnt == 0)
         p->discard = true;
+    /* Write data placed in the store's own memory (a RAM LUN, not a buffer of the task's):
+     * nobody reads it back soon, so it is streamed past the cache (util/stream_copy.h). */
+    p->dst_cold = st->dir == SCSI_DIR_WRITE && !st->buffered;
 }
 
 /* Immediate data the negotiation did not allow (ImmediateData=No, or more than

@@ -13,6 +13,7 @@
 #include "util/crc32c.h"
 #include "util/iov.h"
 #include "util/log.h"
+#include "util/stream_copy.h"
 
 #define TX_IOV_MAX 256
 #define TX_FREE_KEEP 256
@@ -308,6 +309,7 @@ static int rx_bhs_complete(struct wire *w)
     p->dlen = bhs_dlength(&p->bhs);
     p->data = NULL;
     p->dstcnt = 0;
+    p->dst_cold = false;
     p->discard = false;
     p->data_digest_bad = false;
     p->reject_reason = 0;
@@ -421,9 +423,13 @@ static int rx_parse(struct wire *w)
             if (w->ddigest)
                 w->rx_crc = crc32c_update(w->rx_crc, b, n);
             /* into the destination at offset rx_got; the pad falls off its end */
-            if (!p->discard && w->rx_got < p->dlen)
-                iov_copy_in(p->dst, p->dstcnt, w->rx_got, b,
-                            n < p->dlen - w->rx_got ? n : p->dlen - w->rx_got);
+            if (!p->discard && w->rx_got < p->dlen) {
+                uint32_t k = n < p->dlen - w->rx_got ? n : p->dlen - w->rx_got;
+                if (p->dst_cold)
+                    iov_stream_in(p->dst, p->dstcnt, w->rx_got, b, k);
+                else
+                    iov_copy_in(p->dst, p->dstcnt, w->rx_got, b, k);
+            }
             w->rx_got += n;
             w->rx_head += n;
             if (w->rx_got == w->rx_padded)
