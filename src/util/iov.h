@@ -30,9 +30,10 @@ static inline int iov_slice(const struct iovec *src, int n, uint64_t off, uint64
     return k;
 }
 
-/* Copy len bytes from buf into the iovec at offset off; bytes past its end are dropped. */
-static inline void iov_copy_in(const struct iovec *dst, int n, uint64_t off, const void *buf,
-                               uint64_t len)
+/* Copy len bytes from buf into the iovec at offset off, piece by piece with copy(); bytes past
+ * its end are dropped. */
+static inline void iov_copy_in_with(const struct iovec *dst, int n, uint64_t off, const void *buf,
+                                    uint64_t len, void (*copy)(void *, const void *, size_t))
 {
     const uint8_t *p = buf;
     for (int i = 0; i < n && len; i++) {
@@ -43,11 +44,23 @@ static inline void iov_copy_in(const struct iovec *dst, int n, uint64_t off, con
         uint64_t k = dst[i].iov_len - off;
         if (k > len)
             k = len;
-        memcpy((uint8_t *)dst[i].iov_base + off, p, (size_t)k);
+        copy((uint8_t *)dst[i].iov_base + off, p, (size_t)k);
         p += k;
         len -= k;
         off = 0;
     }
+}
+
+static inline void iov_memcpy(void *d, const void *s, size_t n)
+{
+    memcpy(d, s, n);
+}
+
+/* iov_copy_in_with memcpy. */
+static inline void iov_copy_in(const struct iovec *dst, int n, uint64_t off, const void *buf,
+                               uint64_t len)
+{
+    iov_copy_in_with(dst, n, off, buf, len, iov_memcpy);
 }
 
 /* Copy up to len bytes of the iovec, from its start, into buf. Returns the bytes copied (fewer

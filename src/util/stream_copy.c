@@ -48,21 +48,3 @@ void stream_copy(void *dst, const void *src, size_t n)
 }
 
 #endif
-
-void iov_stream_in(const struct iovec *dst, int n, uint64_t off, const void *buf, uint64_t len)
-{
-    const uint8_t *p = buf;
-    for (int i = 0; i < n && len; i++) {
-        if (off >= dst[i].iov_len) {
-            off -= dst[i].iov_len;
-            continue;
-        }
-        uint64_t k = dst[i].iov_len - off;
-        if (k > len)
-            k = len;
-        stream_copy((uint8_t *)dst[i].iov_base + off, p, (size_t)k);
-        p += k;
-        len -= k;
-        off = 0;
-    }
-}

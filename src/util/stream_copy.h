@@ -9,11 +9,17 @@
 #include <stdint.h>
 #include <sys/uio.h>
 
+#include "util/iov.h"
+
 /* memcpy(dst, src, n), with non-temporal stores where the CPU has them and n is large enough
  * to pay for the fence; the bytes are visible to every thread once it returns. */
 void stream_copy(void *dst, const void *src, size_t n);
 
 /* iov_copy_in (util/iov.h) with stream_copy. */
-void iov_stream_in(const struct iovec *dst, int n, uint64_t off, const void *buf, uint64_t len);
+static inline void iov_stream_in(const struct iovec *dst, int n, uint64_t off, const void *buf,
+                                 uint64_t len)
+{
+    iov_copy_in_with(dst, n, off, buf, len, stream_copy);
+}
 
 #endif
