@@ -19,6 +19,11 @@
 # run, logins included) are steadier than IOPS on a shared machine: the user part is what the
 # target's own code costs per command, the system part mostly loopback TCP.
 #
+# SPDK=1 (with PIN=1) runs the same cells against SPDK's iscsi_tgt in each repetition
+# (../shared/tools/peer-spdk, PEER_SPDK; one reactor on CPU 0, a RAM bdev the size of the LUN on
+# 2 MiB hugepages unless PEER_SPDK_HUGE=0), up to 64 sessions, the most peer-spdk admits; its
+# IOPS are a column of the table. Its reactor busy-polls CPU 0, so it runs only for its cells.
+#
 # QD is per session (the bench's --qd): 256 sessions keep 256 x QD commands outstanding. The
 # machine's load average is recorded with the figures: on a shared machine they are rough.
 set -u
@@ -34,6 +39,10 @@ threads=${THREADS:-1}
 lun=${LUN:-ram:256M,prealloc}
 port=${PORT:-15700}
 pin=${PIN:-1}
+spdk=${PEER_SPDK:-$root/../shared/tools/peer-spdk}
+with_spdk=${SPDK:-0}
+spdk_max=64 # peer-spdk's max_sessions
+spdk_up=
 bench=$build/linerate-bench
 target=$build/linerate-target
 stamp=$(date +%Y%m%d-%H%M%S)
@@ -49,11 +58,17 @@ if [ "$pin" = 1 ] && [ "$(nproc --all)" -lt 2 ]; then
     echo "session-scale.sh: PIN=1 needs two CPUs; PIN=0 to run unpinned" >&2
     exit 2
 fi
+if [ "$with_spdk" = 1 ] && { [ "$pin" != 1 ] || [ ! -x "$spdk" ]; }; then
+    echo "session-scale.sh: SPDK=1 needs PIN=1 and peer-spdk at $spdk" >&2
+    exit 2
+fi
+export PEER_SPDK_HUGE=${PEER_SPDK_HUGE:-1}
 tpin=(); bpin=()
 if [ "$pin" = 1 ]; then tpin=(taskset -c 0); bpin=(taskset -c 1); fi
 
 tpid=
 cleanup() {
+    [ -n "$spdk_up" ] && "$spdk" stop "$((port + 1))" >/dev/null 2>&1
     [ -n "$tpid" ] && kill "$tpid" 2>/dev/null && wait "$tpid" 2>/dev/null
     rm -rf "$work"
 }
@@ -82,6 +97,33 @@ stop_target() {
     kill "$tpid" 2>/dev/null && wait "$tpid" 2>/dev/null
     tpid=
     for _ in $(seq 50); do [ -z "$(ss -Hltn "sport = :$port" 2>/dev/null)" ] && break; sleep 0.1; done
+}
+
+# SPDK's cells of one repetition, as raw lines "spdk rep sessions rw iops p50_us p99_us".
+spdk_rep() { # rep
+    local rep=$1 surl mib
+    mib=$(awk -v l="$lun" 'BEGIN { sub(/^ram:/, "", l); sub(/,.*/, "", l); n = l + 0
+        u = substr(l, length(l)); print (u == "G" ? n * 1024 : n) }')
+    if ! surl=$("$spdk" start "$((port + 1))" "$mib" 0x1 2>"$work/spdk.err"); then
+        log "rep $rep: peer-spdk did not start: $(tail -1 "$work/spdk.err")"
+        "$spdk" stop "$((port + 1))" >/dev/null 2>&1
+        return 0
+    fi
+    spdk_up=1
+    "${bpin[@]}" "$bench" --sizes 64k --rw write --seconds 2 "$surl" >/dev/null 2>&1 # fill
+    for n in ${sessions//,/ }; do
+        [ "$n" -le "$spdk_max" ] || continue
+        for rw in ${rws//,/ }; do
+            log "rep $rep/$reps: SPDK, $n sessions, 4k $rw"
+            "${bpin[@]}" "$bench" --sizes 4k --rw "$rw" --sessions "$n" --qd "$qd" --seconds "$secs" \
+                --format csv "$surl" 2>"$work/bench.err" | tail -n +2 |
+                while IFS=, read -r _ r _ _ _ _ iops p50 p99 _; do
+                    [ -n "$iops" ] && echo "spdk $rep $n $r $iops $p50 $p99" >>"$raw"
+                done
+        done
+    done
+    "$spdk" stop "$((port + 1))" >/dev/null 2>&1
+    spdk_up=
 }
 
 {
@@ -121,12 +163,13 @@ for rep in $(seq "$reps"); do
         done
         stop_target
     done
+    [ "$with_spdk" = 1 ] && spdk_rep "$rep"
 done
 elapsed=$(($(date +%s) - t0))
 
 # ---- medians over repetitions ----
-med() {   # sessions rw column -> median
-    awk -v n="$1" -v rw="$2" -v c="$3" '!/^#/ && $2 == n && $3 == rw && $c != "" {v[k++] = $c}
+med() {   # sessions rw column [spdk] -> median (SPDK's lines: one column further right)
+    awk -v n="$1" -v rw="$2" -v c="$3" -v who="${4:-}" '!/^#/ && (who == "spdk" ? $1 == "spdk" && $3 == n && $4 == rw : $1 != "spdk" && $2 == n && $3 == rw) && $c != "" {v[k++] = $c}
         END { if (!k) exit; for (i = 0; i < k; i++) for (j = i + 1; j < k; j++) if (v[j] < v[i]) { x = v[i]; v[i] = v[j]; v[j] = x }
               m = k % 2 ? v[int(k / 2)] : (v[k / 2 - 1] + v[k / 2]) / 2; printf (m >= 100 ? "%.0f" : "%.3g"), m }' "$raw"
 }
@@ -137,13 +180,16 @@ med() {   # sessions rw column -> median
     echo "Load at the start: \`$(sed -n 3p "$raw" | sed 's/^# uptime at start: *//')\`; at the end: \`$(uptime)\`."
     echo "Raw numbers: \`$(basename "$raw")\`."
     echo
-    echo "| sessions | rw | IOPS | p50 µs | p99 µs | target µs/KB | target user / sys µs per I/O | RSS idle KiB | RSS at N KiB | KiB/session |"
-    echo "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|"
+    [ "$with_spdk" = 1 ] && echo "SPDK iscsi_tgt (peer-spdk, one reactor on CPU 0, RAM bdev$([ "$PEER_SPDK_HUGE" = 1 ] && echo " on 2 MiB hugepages"), at most $spdk_max sessions) under the same bench cells, in each repetition after linerate's." && echo
+    echo "| sessions | rw | IOPS | p50 µs | p99 µs | target µs/KB | target user / sys µs per I/O | RSS idle KiB | RSS at N KiB | KiB/session |$([ "$with_spdk" = 1 ] && echo " SPDK IOPS | SPDK p99 µs |")"
+    echo "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|$([ "$with_spdk" = 1 ] && echo "---:|---:|")"
     for n in ${sessions//,/ }; do
         for rw in ${rws//,/ }; do
             idle=$(med "$n" "$rw" 8); rss=$(med "$n" "$rw" 9)
             per=$(awk -v a="${rss:-0}" -v b="${idle:-0}" -v n="$n" 'BEGIN{printf "%.1f", (a - b) / n}')
-            echo "| $n | $rw | $(med "$n" "$rw" 4) | $(med "$n" "$rw" 5) | $(med "$n" "$rw" 6) | $(med "$n" "$rw" 7) | $(med "$n" "$rw" 10) / $(med "$n" "$rw" 11) | $idle | $rss | $per |"
+            sp=
+            [ "$with_spdk" = 1 ] && sp=" $(med "$n" "$rw" 5 spdk) | $(med "$n" "$rw" 7 spdk) |"
+            echo "| $n | $rw | $(med "$n" "$rw" 4) | $(med "$n" "$rw" 5) | $(med "$n" "$rw" 6) | $(med "$n" "$rw" 7) | $(med "$n" "$rw" 10) / $(med "$n" "$rw" 11) | $idle | $rss | $per |$sp"
         done
     done
 } >"$md"
