@@ -7,7 +7,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "util/crc32c.h"
@@ -569,13 +568,6 @@ static void rx_give_back(struct wire *w)
     w->rx_tail = left;
 }
 
-static uint64_t mono_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 /* What one read brought: count it and parse it. > 0: read again; WIRE_OK: the socket is
  * drained (or the engine paused); < 0: the engine stopped. */
 static int rx_took(struct wire *w, ssize_t r, size_t asked, uint32_t *budget)
@@ -591,7 +583,7 @@ static int rx_took(struct wire *w, ssize_t r, size_t asked, uint32_t *budget)
         return wire_fail(w, errno == ECONNRESET ? WIRE_E_PEER_GONE : WIRE_E_RECV);
     }
     w->stats.rx_bytes += (uint64_t)r;
-    w->rx_ns = mono_ns(); /* one clock reading per read, not per PDU */
+    w->rx_ns = iostats_now_ns(); /* one clock reading per read, not per PDU */
     *budget = (uint32_t)r >= *budget ? 0 : *budget - (uint32_t)r;
     int st = WIRE_OK;
     if (w->rx_state == WRX_DATA && w->rx_got == w->rx_padded)
@@ -698,7 +690,7 @@ size_t wire_feed(struct wire *w, const void *bytes, size_t len)
         memcpy(w->rxbuf + w->rx_tail, src + used, n);
         w->rx_tail += n;
         w->stats.rx_bytes += n;
-        w->rx_ns = mono_ns();
+        w->rx_ns = iostats_now_ns();
         used += n;
         rx_parse(w);
     }
