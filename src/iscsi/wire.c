@@ -116,6 +116,8 @@ void wire_close(struct wire *w)
             p->sent(p, false);
         tx_release(w, p);
     }
+    w->txq_pdus = 0;
+    w->txq_data = 0;
     w->tx_off = 0;
     w->rx_state = WRX_BHS;
     w->rx_got = 0;
@@ -365,6 +367,15 @@ static int rx_digest_done(struct wire *w, bool header)
     return rx_deliver(w);
 }
 
+/* See wire.tx_early_pdus. Only on a socket the reactor reads, and not for an owner that
+ * releases its lock around socket calls (the parse runs under it). */
+static bool early_flush_due(const struct wire *w)
+{
+    return w->tx_early_pdus && w->txq_pdus >= w->tx_early_pdus &&
+           w->txq_data <= WIRE_EARLY_FLUSH_BYTES && !w->dead && w->fd >= 0 && !w->tx_hold &&
+           !w->ops->io_release && reactor_was_idle();
+}
+
 /* Walk the bytes in rxbuf[head, tail). */
 static int rx_parse(struct wire *w)
 {
@@ -435,6 +446,8 @@ static int rx_parse(struct wire *w)
                 st = rx_data_done(w);
             break;
         }
+        if (st == WIRE_OK && early_flush_due(w))
+            st = wire_flush(w);
     }
     if (w->rx_head == w->rx_tail)
         w->rx_head = w->rx_tail = 0;
@@ -797,6 +810,8 @@ void wire_send(struct wire *w, struct wire_pdu *p)
         apply_faults(w, p);
     p->charge = WIRE_PDU_CHARGE + (p->owned ? p->dlen : 0);
     w->tx_backlog += p->charge;
+    w->txq_pdus++;
+    w->txq_data += p->dlen;
     list_add_tail(&w->txq, &p->node);
     if (w->registered && !w->tx_hold)
         reactor_defer(w->r, &w->flush_hook, flush_deferred, w);
@@ -859,6 +874,8 @@ static void tx_retire(struct wire *w, uint64_t bytes)
         done -= len;
         list_del(&p->node);
         w->tx_backlog -= p->charge;
+        w->txq_pdus--;
+        w->txq_data -= p->dlen;
         if (p->sent)
             p->sent(p, true);
         tx_release(w, p);
@@ -918,10 +935,7 @@ static void flush_deferred(void *arg)
 
 unsigned wire_tx_count(const struct wire *w)
 {
-    unsigned k = 0;
-    for (const struct list_node *n = w->txq.next; n != &w->txq; n = n->next)
-        k++;
-    return k;
+    return w->txq_pdus;
 }
 
 size_t wire_take_tx(struct wire *w, void *buf, size_t cap)

@@ -39,6 +39,9 @@
 /* What one queued PDU counts against the tx backlog besides the bytes it owns: the PDU itself
  * and a share of the task it answers, which it keeps alive until sent. */
 #define WIRE_PDU_CHARGE 1024u
+/* Early flush (wire.tx_early_pdus): the data the queued answers may hold at most. Past it one
+ * send is already large, and cutting it costs more than the overlap gives back. */
+#define WIRE_EARLY_FLUSH_BYTES (64u * 1024)
 
 /* Why the engine stopped. Owners number their own statuses from WIRE_E_OWNER down. */
 enum wire_status {
@@ -175,6 +178,15 @@ struct wire {
      * (0: no limit) the engine stops reading until it drains to half. */
     uint64_t tx_backlog;
     uint64_t max_backlog;
+    unsigned txq_pdus; /* PDUs queued */
+    uint64_t txq_data; /* the bytes of their data segments */
+    /* 0 (the default): what a read's parse queues goes out after the parse, in one send.
+     * Otherwise, while the reactor had been idle before this read (reactor_was_idle), the
+     * queue is also sent part-way through the parse, once it holds this many PDUs and at most
+     * WIRE_EARLY_FLUSH_BYTES of data. A peer that sends a batch of commands and waits for the
+     * answers then starts on the first ones while the rest are being made: two half batches
+     * in flight instead of one batch ping-ponging between two CPUs. */
+    unsigned tx_early_pdus;
 
     struct wire_faults faults;
     bool faults_on;

@@ -38,6 +38,8 @@ struct reactor {
      * that the owner may free it before the batch is done (see reactor_fd_del). */
     struct epoll_event *batch;
     int batch_n;
+    bool idle;      /* nothing to do just before this batch (reactor_was_idle) */
+    bool poll_busy; /* reactor_poll's last turn had events */
     struct reactor_scratch scratch;
 };
 
@@ -166,6 +168,11 @@ struct reactor_scratch *reactor_scratch(struct reactor *r)
 int reactor_id(const struct reactor *r)
 {
     return r->id;
+}
+
+bool reactor_was_idle(void)
+{
+    return current_reactor && current_reactor->idle;
 }
 
 struct reactor *reactor_self(void)
@@ -358,6 +365,8 @@ int reactor_poll(struct reactor *r)
     ran += reactor_run_deferred(r);
     struct reactor_msg *yielded = take_yielded(r); /* as in reactor_run: after the events */
     int n = epoll_wait(r->epfd, events, REACTOR_MAX_EVENTS, 0);
+    r->idle = !r->poll_busy;
+    r->poll_busy = n > 0;
     if (n > 0)
         ran += reactor_dispatch(r, events, n);
     ran += run_msgs(yielded);
@@ -385,12 +394,16 @@ static uint64_t now_ns(void)
  * sleeps: the poll follows only a busy turn and ends at the first empty one past the budget. */
 static int reactor_wait(struct reactor *r, struct epoll_event *events, int timeout, bool busy)
 {
+    /* idle: the last turn had no events, or a poll since came back empty. With no poll budget
+     * a busy reactor blocks at once and cannot tell: it counts as not idle. */
+    r->idle = !busy;
     if (timeout != 0 && busy && r->poll_ns) {
         uint64_t end = now_ns() + r->poll_ns;
         do {
             int n = epoll_wait(r->epfd, events, REACTOR_MAX_EVENTS, 0);
             if (n != 0)
                 return n;
+            r->idle = true;
         } while (now_ns() < end && !atomic_load(&r->stopping));
     }
     return epoll_wait(r->epfd, events, REACTOR_MAX_EVENTS, timeout);

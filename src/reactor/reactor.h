@@ -84,6 +84,10 @@ void reactor_destroy(struct reactor *r);
 int reactor_id(const struct reactor *r);
 /* The reactor running on the calling thread, or NULL. */
 struct reactor *reactor_self(void);
+/* Whether the reactor on the calling thread had nothing to do just before the events it is
+ * dispatching now (it slept, or polled and found none): then it is the faster end, and the
+ * peers it serves are what sets the pace. false off a reactor's thread. */
+bool reactor_was_idle(void);
 /* r's scratch buffer (REACTOR_SCRATCH_SIZE bytes, allocated at the first call; its pages come
  * in as they are written), or NULL when memory ran out. */
 struct reactor_scratch *reactor_scratch(struct reactor *r);

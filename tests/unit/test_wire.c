@@ -38,7 +38,13 @@ struct owner {
     bool discard;
     int sent_ok, sent_fail;
     int pause_at; /* > 0: after that many PDUs, queue a reply past a backlog limit of 1 */
+    /* > 0: answer every PDU with a Data-In of this many bytes, after noting how many answers
+     * were still queued (unsent) when it arrived */
+    uint32_t answer_len;
+    unsigned queued_at[MAX_SEEN];
 };
+
+static void answer(struct owner *o, uint32_t itt);
 
 static void pause_reply(struct owner *o);
 
@@ -69,6 +75,10 @@ static int own_pdu(void *ctx, struct iscsi_pdu_in *p)
     if (o->pdus == o->pause_at) {
         o->w.max_backlog = 1;
         pause_reply(o);
+    }
+    if (o->answer_len) {
+        o->queued_at[o->pdus - 1] = wire_tx_count(&o->w);
+        answer(o, s->itt);
     }
     return WIRE_OK;
 }
@@ -391,6 +401,14 @@ static void pause_reply(struct owner *o)
     queue(o, ISCSI_OP_NOP_IN, 0xffffffffu, NULL, 0);
 }
 
+static void answer(struct owner *o, uint32_t itt)
+{
+    static uint8_t payload[32 * 1024];
+    assert_true(o->answer_len <= sizeof(payload));
+    struct iovec iov = {payload, o->answer_len};
+    queue(o, ISCSI_OP_DATA_IN, itt, &iov, 1);
+}
+
 static void test_tx_gather_and_digests(void **state)
 {
     (void)state;
@@ -584,6 +602,82 @@ static void test_shared_rx_scratch(void **state)
     reactor_destroy(r);
 }
 
+/* The most answers ever found queued when a command arrived, over PDUs [from, to). */
+static unsigned most_queued(const struct owner *o, int from, int to)
+{
+    unsigned most = 0;
+    for (int i = from; i < to; i++)
+        most = o->queued_at[i] > most ? o->queued_at[i] : most;
+    return most;
+}
+
+/* `batches` of N commands, each batch in one read and the next sent only after a reactor turn
+ * (the reactor is idle before the first batch only); each command answered as it is parsed,
+ * the answers read back in order at the other end. early: the engine's tx_early_pdus. */
+static void early_flush_run(unsigned early, uint32_t answer_len, int batches, struct owner *rx)
+{
+    enum { N = 10 };
+    struct reactor *r = reactor_create(0);
+    assert_non_null(r);
+    static struct owner tx;
+    int sv[2];
+    assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, sv), 0);
+    owner_init(&tx, false, false, 0);
+    owner_init(rx, false, false, 0);
+    rx->answer_len = answer_len;
+    rx->w.tx_early_pdus = early;
+    tx.w.fd = sv[0];
+    assert_int_equal(wire_attach(&rx->w, r, sv[1], on_rx_event, rx), 0);
+    static uint8_t back[1 << 20];
+    size_t got = 0;
+    ssize_t k;
+    for (int b = 0; b < batches; b++) {
+        for (uint32_t i = 0; i < N; i++)
+            queue(&tx, ISCSI_OP_NOP_OUT, (uint32_t)b * N + i, NULL, 0);
+        assert_int_equal(wire_flush(&tx.w), WIRE_OK); /* one read's worth */
+        reactor_poll(r);
+        assert_int_equal(rx->pdus, (b + 1) * N);
+    }
+    for (int turns = 0; turns < 1000 && (rx->sent_ok < batches * N || got == 0); turns++) {
+        reactor_poll(r); /* what did not fit in the socket goes on EPOLLOUT */
+        while ((k = recv(sv[0], back + got, sizeof(back) - got, 0)) > 0)
+            got += (size_t)k;
+    }
+    assert_int_equal(rx->sent_ok, batches * N);
+    while ((k = recv(sv[0], back + got, sizeof(back) - got, 0)) > 0)
+        got += (size_t)k;
+    /* every answer arrives, whole and in order */
+    size_t pdu = ISCSI_BHS_LEN + ISCSI_PAD(answer_len);
+    assert_int_equal(got, (size_t)batches * N * pdu);
+    for (int i = 0; i < batches * N; i++) {
+        assert_int_equal(back[i * pdu] & ISCSI_OPCODE_MASK, ISCSI_OP_DATA_IN);
+        assert_int_equal(get_be32(back + i * pdu + BHS_ITT), (uint32_t)i);
+    }
+    wire_free(&tx.w);
+    wire_free(&rx->w);
+    reactor_destroy(r);
+}
+
+static void test_early_flush(void **state)
+{
+    (void)state;
+    static struct owner rx;
+    /* off: all ten answers wait for the end of the parse */
+    early_flush_run(0, 512, 1, &rx);
+    assert_int_equal(most_queued(&rx, 0, 10), 9);
+    /* on, the reactor idle before the read: sent after every fourth */
+    early_flush_run(4, 512, 1, &rx);
+    assert_int_equal(most_queued(&rx, 0, 10), 3);
+    assert_int_equal(rx.queued_at[4], 0);
+    /* answers holding more data than WIRE_EARLY_FLUSH_BYTES by the fourth: one send */
+    early_flush_run(4, 20 * 1024, 1, &rx);
+    assert_int_equal(most_queued(&rx, 0, 10), 9);
+    /* a second batch read right after a busy turn: the reactor was not idle, one send */
+    early_flush_run(4, 512, 2, &rx);
+    assert_int_equal(most_queued(&rx, 0, 10), 3);
+    assert_int_equal(most_queued(&rx, 10, 20), 9);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -597,6 +691,7 @@ int main(void)
         cmocka_unit_test(test_faults),
         cmocka_unit_test(test_socketpair_direct),
         cmocka_unit_test(test_shared_rx_scratch),
+        cmocka_unit_test(test_early_flush),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

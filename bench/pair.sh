@@ -1,0 +1,72 @@
+#!/bin/bash
+# pair.sh: is one build faster than another on a few cells? Two linerate-targets, A and B, run
+# side by side on CPU 0 (--threads 1, each its own LUN), the client on CPU 1; each cell runs
+# against A and B in turn (which goes first alternates by round), and the median of the
+# per-round ratios B / A is printed for the IOPS and for the target's CPU per KB moved. Cheaper
+# than bench/ab.sh (which runs all of compare.sh per build) when a change touches a few cells.
+#
+#   BA=build-old BB=build bench/pair.sh
+#
+# Environment: BA, BB (build dirs; default build-base, build), ROUNDS (6), SECS (linerate-bench
+# seconds per cell, 2), LUN (ram:1G,prealloc), ARGSA / ARGSB (extra linerate-target options),
+# CELLS (default "read:4k:1 write:4k:1 read:4k:8"): RW:SIZE:SESSIONS for linerate-bench
+# (`--sessions`), or RW:SIZE:q for qemu-img bench at QD 32 (6 GiB or 200000 requests, the
+# target's CPU from /proc/PID/stat). Per-round figures go to stderr. Needs qemu-img for q cells.
+set -u
+root=$(cd "$(dirname "$0")/.." && pwd)
+BA=${BA:-$root/build-base}; BB=${BB:-$root/build}
+ROUNDS=${ROUNDS:-6}; SECS=${SECS:-2}; LUN=${LUN:-ram:1G,prealloc}
+CELLS=${CELLS:-"read:4k:1 write:4k:1 read:4k:8"}
+for b in "$BA" "$BB"; do
+  [ -x "$b/linerate-target" ] || { echo "pair.sh: no $b/linerate-target" >&2; exit 2; }
+done
+w=$(mktemp -d /tmp/linerate-pair.XXXXXX)
+pa=; pb=
+trap 'kill $pa $pb 2>/dev/null; wait 2>/dev/null; rm -rf "$w"' EXIT
+port=$((20000 + RANDOM % 10000))
+start() { # build port extra-args
+  taskset -c 0 "$1/linerate-target" --listen 127.0.0.1:$2 --threads 1 --lun "$LUN" \
+    --ctl-socket none --log-level warn $3 >"$w/$2.url" 2>"$w/$2.log" &
+}
+start "$BA" $port "${ARGSA:-}"; pa=$!
+start "$BB" $((port + 1)) "${ARGSB:-}"; pb=$!
+for _ in $(seq 300); do [ -s "$w/$port.url" ] && [ -s "$w/$((port + 1)).url" ] && break; sleep 0.1; done
+ua=$(head -1 "$w/$port.url"); ub=$(head -1 "$w/$((port + 1)).url")
+[ -n "$ua" ] && [ -n "$ub" ] || { echo "pair.sh: a target did not start" >&2; cat "$w"/*.log >&2; exit 1; }
+# fill both LUNs (a thin region reads as zeros without being read)
+for u in "$ua" "$ub"; do
+  taskset -c 1 "$BB/linerate-bench" --sizes 1m --rw write --seconds 2 "$u" >/dev/null 2>&1
+done
+
+ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+run() { # url pid rw size sessions|q -> "iops target-us-per-KB"
+  if [ "$5" = q ]; then
+    local by c wr=""; by=$(numfmt --from=iec "${4^^}"); c=$(((6 << 30) / by))
+    [ $c -gt 200000 ] && c=200000
+    [ "$3" = write ] && wr=-w
+    local t0 s0 s1 t1; t0=$(ticks "$2"); s0=$(date +%s.%N)
+    taskset -c 1 qemu-img bench -f raw -t none -n $wr -s "$by" -d 32 -c $c "$1" >/dev/null 2>&1
+    s1=$(date +%s.%N); t1=$(ticks "$2")
+    awk -v c=$c -v a="$s0" -v b="$s1" -v t=$((t1 - t0)) -v by="$by" -v hz="$(getconf CLK_TCK)" \
+      'BEGIN { printf "%.0f %.4f\n", c / (b - a), t / hz * 1e6 / (c * by / 1024) }'
+    return
+  fi
+  taskset -c 1 "$BB/linerate-bench" --format csv --seconds "$SECS" --sizes "$4" --rw "$3" \
+    --sessions "$5" --target-pid "$2" "$1" 2>/dev/null | tail -n +2 | awk -F, '{print $7, $11}'
+}
+med() { tr ' ' '\n' | grep . | sort -g | awk '{v[NR] = $1} END {print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }
+echo "# pair.sh: A $BA, B $BB, $ROUNDS rounds, LUN $LUN"
+for c in $CELLS; do
+  IFS=: read -r rw sz ss <<<"$c"
+  ri=; rc=
+  for r in $(seq "$ROUNDS"); do
+    if [ $((r % 2)) = 1 ]; then a=$(run "$ua" $pa "$rw" "$sz" "$ss"); b=$(run "$ub" $pb "$rw" "$sz" "$ss")
+    else b=$(run "$ub" $pb "$rw" "$sz" "$ss"); a=$(run "$ua" $pa "$rw" "$sz" "$ss"); fi
+    echo "  $c round $r  A: $a  B: $b" >&2
+    read -r ai ac <<<"$a"; read -r bi bc <<<"$b"
+    [ -n "${ai:-}" ] && [ -n "${bi:-}" ] || continue
+    ri="$ri $(awk -v x="$ai" -v y="$bi" 'BEGIN { printf "%.3f", y / x }')"
+    rc="$rc $(awk -v x="$ac" -v y="$bc" 'BEGIN { printf "%.3f", x > 0 ? y / x : 0 }')"
+  done
+  echo "$c  IOPS B/A $(echo "$ri" | med) [$ri ]  target CPU/KB B/A $(echo "$rc" | med) [$rc ]"
+done
