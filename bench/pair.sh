@@ -8,10 +8,11 @@
 #   BA=build-old BB=build bench/pair.sh
 #
 # Environment: BA, BB (build dirs; default build-base, build), ROUNDS (6), SECS (linerate-bench
-# seconds per cell, 2), LUN (ram:1G,prealloc), ARGSA / ARGSB (extra linerate-target options),
-# CELLS (default "read:4k:1 write:4k:1 read:4k:8"): RW:SIZE:SESSIONS for linerate-bench
-# (`--sessions`), or RW:SIZE:q for qemu-img bench at QD 32 (6 GiB or 200000 requests, the
-# target's CPU from /proc/PID/stat). Per-round figures go to stderr. Needs qemu-img for q cells.
+# seconds per cell, 2), BENCH_ARGS (extra linerate-bench options, e.g. "--digest on"), LUN
+# (ram:1G,prealloc), ARGSA / ARGSB (extra linerate-target options), CELLS (default
+# "read:4k:1 write:4k:1 read:4k:8"): RW:SIZE:SESSIONS[:CONNECTIONS] for linerate-bench
+# (`--sessions`, `--connections`: MC/S), or RW:SIZE:q for qemu-img bench at QD 32 (6 GiB or
+# 200000 requests; the target's CPU from /proc/PID/stat). Per-round figures go to stderr.
 set -u
 root=$(cd "$(dirname "$0")/.." && pwd)
 BA=${BA:-$root/build-base}; BB=${BB:-$root/build}
@@ -39,7 +40,7 @@ for u in "$ua" "$ub"; do
 done
 
 ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
-run() { # url pid rw size sessions|q -> "iops target-us-per-KB"
+run() { # url pid rw size sessions|q connections -> "iops target-us-per-KB"
   if [ "$5" = q ]; then
     local by c wr=""; by=$(numfmt --from=iec "${4^^}"); c=$(((6 << 30) / by))
     [ $c -gt 200000 ] && c=200000
@@ -52,21 +53,21 @@ run() { # url pid rw size sessions|q -> "iops target-us-per-KB"
     return
   fi
   taskset -c 1 "$BB/linerate-bench" --format csv --seconds "$SECS" --sizes "$4" --rw "$3" \
-    --sessions "$5" --target-pid "$2" "$1" 2>/dev/null | tail -n +2 | awk -F, '{print $7, $11}'
+    --sessions "$5" --connections "${6:-1}" ${BENCH_ARGS:-} --target-pid "$2" "$1" 2>/dev/null | tail -n +2 | awk -F, '{print $7, $11}'
 }
 med() { tr ' ' '\n' | grep . | sort -g | awk '{v[NR] = $1} END {print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }
 echo "# pair.sh: A $BA, B $BB, $ROUNDS rounds, LUN $LUN"
 for c in $CELLS; do
-  IFS=: read -r rw sz ss <<<"$c"
+  IFS=: read -r rw sz ss cn <<<"$c"
   ri=; rc=
   for r in $(seq "$ROUNDS"); do
-    if [ $((r % 2)) = 1 ]; then a=$(run "$ua" $pa "$rw" "$sz" "$ss"); b=$(run "$ub" $pb "$rw" "$sz" "$ss")
-    else b=$(run "$ub" $pb "$rw" "$sz" "$ss"); a=$(run "$ua" $pa "$rw" "$sz" "$ss"); fi
+    if [ $((r % 2)) = 1 ]; then a=$(run "$ua" $pa "$rw" "$sz" "$ss" "$cn"); b=$(run "$ub" $pb "$rw" "$sz" "$ss" "$cn")
+    else b=$(run "$ub" $pb "$rw" "$sz" "$ss" "$cn"); a=$(run "$ua" $pa "$rw" "$sz" "$ss" "$cn"); fi
     echo "  $c round $r  A: $a  B: $b" >&2
     read -r ai ac <<<"$a"; read -r bi bc <<<"$b"
     [ -n "${ai:-}" ] && [ -n "${bi:-}" ] || continue
     ri="$ri $(awk -v x="$ai" -v y="$bi" 'BEGIN { printf "%.3f", y / x }')"
-    rc="$rc $(awk -v x="$ac" -v y="$bc" 'BEGIN { printf "%.3f", x > 0 ? y / x : 0 }')"
+    rc="$rc $(awk -v x="$ac" -v y="$bc" 'BEGIN { printf "%.3f", (x > 0 ? y / x : 0) }')"
   done
   echo "$c  IOPS B/A $(echo "$ri" | med) [$ri ]  target CPU/KB B/A $(echo "$rc" | med) [$rc ]"
 done
