@@ -95,9 +95,11 @@ static struct iscsi_conn *conn_alloc(struct iscsi_server *srv, struct reactor *r
     wire_set_limits(&c->w, WIRE_LOGIN_DSL, ISCSI_RXBUF_LOGIN_SIZE);
     c->w.max_backlog = srv->limits.max_tx_backlog;
     /* Answers go back in pieces of TARGET_EARLY_FLUSH_PDUS while the reactor waits for its
-     * initiators (wire.h). Against one session of 4 KiB reads at QD 32 this gave 1.46-1.60 x
-     * the IOPS at 0.70 x the target CPU per KB; with eight sessions the reactor is rarely idle
-     * and nothing changes (bench/results/early-flush-20261203.md). */
+     * initiators (wire.h). Against one session of 4 KiB reads at QD 32 this gave 1.54 x the
+     * IOPS at 0.70 x the target CPU per KB; with eight sessions the reactor is rarely idle and
+     * nothing changes (bench/results/early-flush-20261203.md). Closing the connection from
+     * within the parse (a Logout Response drained) is safe: conn_put frees at the end of the
+     * turn. */
     c->w.tx_early_pdus = TARGET_EARLY_FLUSH_PDUS;
     /* --inject digest-error/drop-pdu on what this connection sends. Only what an ERL 1
      * initiator repairs may be dropped: Data-In (a DataSN gap, or an ExpDataSN in the status
