@@ -204,7 +204,7 @@ void ini_erl2_send_reassign(struct ini_conn *c, struct ini_task *t)
     bhs_init(h, ISCSI_OP_TMF_REQ, ISCSI_FLAG_FINAL | ISCSI_TMF_TASK_REASSIGN);
     h->b[0] |= ISCSI_BHS_IMMEDIATE;
     ini_fill_lun(h->b + BHS_LUN, s->o.lun);
-    bhs_put32(h, BHS_ITT, INI_TMF_ITT + (t->itt & 0xffffu));
+    bhs_put32(h, BHS_ITT, INI_TMF_ITT + ini_task_idx(s, t));
     bhs_put32(h, BHS_RTT, t->itt);
     bhs_put32(h, BHS_CMDSN, s->cmdsn);
     bhs_put32(h, BHS_EXPSTATSN, c->expstatsn);

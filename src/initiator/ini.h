@@ -187,7 +187,7 @@ int ini_conn_feed(struct ini_conn *c, const void *bytes, uint32_t len);
 enum ini_task_state { ITS_FREE, ITS_WAITING, ITS_ACTIVE, ITS_ORPHAN };
 
 struct ini_task {
-    uint32_t itt; /* index | generation << 16 */
+    uint32_t itt; /* index | the slot's generation << itt_idx_bits (sched.c) */
     enum ini_task_state state;
     struct ini_conn *conn;
     uint8_t cdb[16];
@@ -348,7 +348,6 @@ struct lr_session {
     uint8_t isid[6];
     uint16_t tsih;
     uint32_t cmdsn, expcmdsn, maxcmdsn;
-    uint32_t next_itt_gen;
     uint32_t granted;
 
     struct ini_conn *conns[LR_MAX_CONNECTIONS];
@@ -359,6 +358,7 @@ struct lr_session {
 
     struct ini_task *tasks;
     uint32_t ntasks;
+    unsigned itt_idx_bits; /* the low bits of an ITT that index tasks[] (sched.c) */
     uint32_t *free_idx;
     uint32_t nfree;
     uint32_t inflight;
@@ -417,6 +417,8 @@ void ini_session_fail_waiting(struct lr_session *s, enum lr_err e, const char *w
 bool conns_any_up(const struct lr_session *s);
 void ini_task_complete(struct lr_session *s, struct ini_task *t, struct lr_result *res);
 struct ini_task *ini_task_lookup(struct lr_session *s, uint32_t itt);
+/* t's slot in s->tasks: the low itt_idx_bits of its ITT. */
+uint32_t ini_task_idx(const struct lr_session *s, const struct ini_task *t);
 void ini_session_text_rsp(struct ini_conn *c, const uint8_t *hdr, const uint8_t *data,
                           uint32_t dlen);
 void ini_session_logout_rsp(struct ini_conn *c, const uint8_t *hdr);

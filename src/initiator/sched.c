@@ -7,13 +7,39 @@
 #include "initiator/ini.h"
 #include "util/log.h"
 
-#define ITT_IDX_BITS 16
-#define ITT_IDX_MASK 0xffffu
-#define ITT_GEN_MASK 0x7fffu /* bit 31 stays clear: login/logout/text use tags above it */
+/* An ITT is a task slot's index in its low itt_idx_bits (as few as the slots need) and above
+ * them, up to bit 30, the slot's generation: one more each time the slot takes a command. Bit
+ * 31 stays clear: login, logout and TMF use tags above it.
+ * An ITT must not come back while the target may still hold the task it named: at ERL 2 the
+ * target keeps the tasks of a lost connection, answered ones included, for Time2Retain (20 s
+ * by default), and a TASK REASSIGN finds them by ITT alone (RFC 7143 §11.5.1). A generation of
+ * 15 bits shared by the session came round every 32768 commands, a fraction of a second, and
+ * a reassignment then claimed a task of that name answered long before: its old status
+ * completed the new command, which never ran, and the hole it left in the CmdSN sequence held
+ * back every later command. A slot's own generation of 31 - itt_idx_bits bits comes round
+ * after 2^21 commands of that slot at the default 1024 slots (2^25 for linerate-bench's QD +
+ * 8), 2^16 at the most slots (32768). */
+static uint32_t itt_idx_mask(const struct lr_session *s)
+{
+    return (1u << s->itt_idx_bits) - 1;
+}
+
+uint32_t ini_task_idx(const struct lr_session *s, const struct ini_task *t)
+{
+    return t->itt & itt_idx_mask(s);
+}
+
+/* The ITT slot idx takes next, from the one it had (0 for a slot never used). */
+static uint32_t itt_next(const struct lr_session *s, uint32_t idx, uint32_t prev)
+{
+    uint32_t gen_mask = 0x7fffffffu >> s->itt_idx_bits;
+    uint32_t gen = ((prev >> s->itt_idx_bits) + 1) & gen_mask;
+    return idx | gen << s->itt_idx_bits;
+}
 
 struct ini_task *ini_task_lookup(struct lr_session *s, uint32_t itt)
 {
-    uint32_t idx = itt & ITT_IDX_MASK;
+    uint32_t idx = itt & itt_idx_mask(s);
     if (itt & 0x80000000u || idx >= s->ntasks)
         return NULL;
     struct ini_task *t = &s->tasks[idx];
@@ -194,7 +220,7 @@ void ini_task_complete(struct lr_session *s, struct ini_task *t, struct lr_resul
     t->state = ITS_FREE;
     t->conn = NULL;
     t->buf = NULL;
-    s->free_idx[s->nfree++] = t->itt & ITT_IDX_MASK;
+    s->free_idx[s->nfree++] = ini_task_idx(s, t);
     s->inflight--;
     if (done) {
         struct ini_conn *outer = s->completing;
@@ -212,9 +238,9 @@ static int scsi_locked(struct lr_session *s, const uint8_t *cdb, unsigned cdb_le
         return -1;
     uint32_t idx = s->free_idx[--s->nfree];
     struct ini_task *t = &s->tasks[idx];
+    uint32_t prev = t->itt;
     memset(t, 0, sizeof(*t));
-    s->next_itt_gen = (s->next_itt_gen + 1) & ITT_GEN_MASK;
-    t->itt = idx | s->next_itt_gen << ITT_IDX_BITS;
+    t->itt = itt_next(s, idx, prev);
     memcpy(t->cdb, cdb, cdb_len);
     t->cdb_len = (uint8_t)cdb_len;
     t->dir = dir;

@@ -127,6 +127,9 @@ struct lr_session *lr_session_create(struct reactor *r, const struct lr_session_
     s->maxcmdsn = 1;
 
     s->ntasks = s->o.max_tasks;
+    s->itt_idx_bits = 1;
+    while ((1u << s->itt_idx_bits) < s->ntasks)
+        s->itt_idx_bits++;
     s->tasks = calloc(s->ntasks, sizeof(*s->tasks));
     s->free_idx = calloc(s->ntasks, sizeof(*s->free_idx));
     if (!s->tasks || !s->free_idx) {

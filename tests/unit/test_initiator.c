@@ -789,6 +789,43 @@ static void take_all(struct ini_conn *c)
         ;
 }
 
+static int cmp_u32(const void *a, const void *b)
+{
+    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* An ITT does not come back soon, even for a slot taken again at once (one command at a time
+ * takes the same slot every time): at ERL 2 the target keeps answered tasks of a lost
+ * connection for Time2Retain and a TASK REASSIGN names them by ITT alone (RFC 7143 §11.5.1),
+ * so an ITT used again within seconds claimed an old task. 70000 commands in a row are past
+ * the 32768 after which the former session-wide generation came round. */
+static void test_itt_not_reused_soon(void **state)
+{
+    (void)state;
+    enum { N = 70000 };
+    static uint32_t itts[N];
+    static uint8_t buf[512];
+    struct lr_session *s = fake_session(1, 1, 1000);
+    struct ini_conn *c = s->conns[0];
+    struct done_log d = {0};
+    for (uint32_t i = 0; i < N; i++) {
+        assert_int_equal(lr_read(s, 0, 1, 512, buf, on_done, &d), 0);
+        itts[i] = get_be32(txq_at(c, 0)->hdr + BHS_ITT);
+        assert_int_equal(itts[i] & 0x80000000u, 0); /* tags above it are login/logout/TMF */
+        take_all(c);
+        uint8_t rsp[ISCSI_BHS_LEN];
+        rsp_hdr(rsp, ISCSI_OP_SCSI_RSP, ISCSI_FLAG_FINAL, itts[i], i, 2 + i, 1000 + i);
+        assert_int_equal(ini_conn_feed(c, rsp, sizeof(rsp)), 0);
+        assert_int_equal(d.calls, i + 1);
+    }
+    assert_int_equal(d.last, LR_OK);
+    qsort(itts, N, sizeof(itts[0]), cmp_u32);
+    for (uint32_t i = 1; i < N; i++)
+        assert_int_not_equal(itts[i - 1], itts[i]);
+    lr_session_destroy(s);
+}
+
 /* Async Message (§11.9): a SCSI async event (0) and a renegotiation request (4) leave the
  * connection as it is; a logout request (1) is answered by a Logout (§11.9.1): with no task
  * outstanding at once, and for the only connection "close the session". */
@@ -890,13 +927,20 @@ static struct lr_session *erl2_session(unsigned nconns)
     return s;
 }
 
-static void assert_reassign(const struct wire_pdu *p, uint32_t itt, uint32_t expdatasn,
-                            uint32_t cmdsn)
+/* The tag of the TASK REASSIGN for the task whose ITT is itt: its slot's (the ITT's low
+ * itt_idx_bits) above INI_TMF_ITT. */
+static uint32_t tmf_itt(const struct lr_session *s, uint32_t itt)
+{
+    return INI_TMF_ITT + (itt & ((1u << s->itt_idx_bits) - 1));
+}
+
+static void assert_reassign(const struct lr_session *s, const struct wire_pdu *p, uint32_t itt,
+                            uint32_t expdatasn, uint32_t cmdsn)
 {
     assert_int_equal(p->hdr[0], ISCSI_OP_TMF_REQ | ISCSI_BHS_IMMEDIATE);
     assert_int_equal(p->hdr[1], ISCSI_FLAG_FINAL | ISCSI_TMF_TASK_REASSIGN); /* 0x88 */
     assert_int_equal(p->hdr[BHS_LUN + 1], 1);                                /* the task's LUN */
-    assert_int_equal(get_be32(p->hdr + BHS_ITT), INI_TMF_ITT + (itt & 0xffff));
+    assert_int_equal(get_be32(p->hdr + BHS_ITT), tmf_itt(s, itt));
     assert_int_equal(get_be32(p->hdr + BHS_RTT), itt);
     assert_int_equal(get_be32(p->hdr + BHS_CMDSN), cmdsn);
     assert_int_equal(get_be32(p->hdr + BHS_REFCMDSN), 0); /* reserved for TASK REASSIGN */
@@ -976,13 +1020,13 @@ static void test_erl2_logout_reassign_resume(void **state)
     put_be16(rsp + BHS_TIME2RETAIN, 20);
     assert_int_equal(ini_conn_feed(c1, rsp, sizeof(rsp)), 0);
     assert_int_equal(txq_len(c1), 2);
-    assert_reassign(find_pdu(c1, ISCSI_OP_TMF_REQ, BHS_RTT, ritt), ritt, 1, 3);
-    assert_reassign(find_pdu(c1, ISCSI_OP_TMF_REQ, BHS_RTT, witt), witt, 0, 3);
+    assert_reassign(s, find_pdu(c1, ISCSI_OP_TMF_REQ, BHS_RTT, ritt), ritt, 1, 3);
+    assert_reassign(s, find_pdu(c1, ISCSI_OP_TMF_REQ, BHS_RTT, witt), witt, 0, 3);
     assert_int_equal(s->cmdsn, 3); /* no CmdSN taken */
     take_all(c1);
 
     /* read: function complete, then Data-In from DataSN 1 with the status */
-    rsp_hdr(rsp, ISCSI_OP_TMF_RSP, ISCSI_FLAG_FINAL, INI_TMF_ITT + (ritt & 0xffff), 6, 3, 66);
+    rsp_hdr(rsp, ISCSI_OP_TMF_RSP, ISCSI_FLAG_FINAL, tmf_itt(s, ritt), 6, 3, 66);
     rsp[BHS_RESPONSE] = ISCSI_TMF_RSP_COMPLETE;
     assert_int_equal(ini_conn_feed(c1, rsp, sizeof(rsp)), 0);
     n = data_in(pdu, ritt, 1, 4096, 4096, ISCSI_FLAG_FINAL | ISCSI_DATAIN_STATUS, 7, 0);
@@ -995,7 +1039,7 @@ static void test_erl2_logout_reassign_resume(void **state)
     assert_int_equal(txq_len(c1), 0); /* no SNACK: nothing missing */
 
     /* write: function complete, then an R2T for all of it, numbered on by the target */
-    rsp_hdr(rsp, ISCSI_OP_TMF_RSP, ISCSI_FLAG_FINAL, INI_TMF_ITT + (witt & 0xffff), 8, 3, 66);
+    rsp_hdr(rsp, ISCSI_OP_TMF_RSP, ISCSI_FLAG_FINAL, tmf_itt(s, witt), 8, 3, 66);
     assert_int_equal(ini_conn_feed(c1, rsp, sizeof(rsp)), 0);
     uint8_t r2t[ISCSI_BHS_LEN];
     rsp_hdr(r2t, ISCSI_OP_R2T, ISCSI_FLAG_FINAL, witt, 9, 3, 66);
@@ -1053,10 +1097,10 @@ static void test_erl2_refused_and_retried(void **state)
     /* every one is asked for, the target knowing best what it kept */
     assert_int_equal(txq_len(c1), 3);
     for (int i = 0; i < 3; i++)
-        assert_reassign(find_pdu(c1, ISCSI_OP_TMF_REQ, BHS_RTT, itt[i]), itt[i], 0, 4);
+        assert_reassign(s, find_pdu(c1, ISCSI_OP_TMF_REQ, BHS_RTT, itt[i]), itt[i], 0, 4);
     take_all(c1);
     /* task 0 (CmdSN 1, acknowledged): the target no longer has it: it fails alone */
-    rsp_hdr(rsp, ISCSI_OP_TMF_RSP, ISCSI_FLAG_FINAL, INI_TMF_ITT + (itt[0] & 0xffff), 6, 3, 66);
+    rsp_hdr(rsp, ISCSI_OP_TMF_RSP, ISCSI_FLAG_FINAL, tmf_itt(s, itt[0]), 6, 3, 66);
     rsp[BHS_RESPONSE] = ISCSI_TMF_RSP_NO_TASK;
     assert_int_equal(ini_conn_feed(c1, rsp, sizeof(rsp)), 0);
     assert_int_equal(d[0].calls, 1);
@@ -1065,7 +1109,7 @@ static void test_erl2_refused_and_retried(void **state)
     assert_int_equal(c1->state, ICS_FFP);
     assert_int_equal(txq_len(c1), 0);
     /* task 2 (CmdSN 3, not acknowledged): discarded: its command again, same ITT and CmdSN */
-    rsp_hdr(rsp, ISCSI_OP_TMF_RSP, ISCSI_FLAG_FINAL, INI_TMF_ITT + (itt[2] & 0xffff), 7, 3, 66);
+    rsp_hdr(rsp, ISCSI_OP_TMF_RSP, ISCSI_FLAG_FINAL, tmf_itt(s, itt[2]), 7, 3, 66);
     rsp[BHS_RESPONSE] = ISCSI_TMF_RSP_NO_TASK;
     assert_int_equal(ini_conn_feed(c1, rsp, sizeof(rsp)), 0);
     assert_int_equal(d[2].calls, 0);
@@ -1078,7 +1122,7 @@ static void test_erl2_refused_and_retried(void **state)
     assert_int_equal(s->cmdsn, 4); /* no new CmdSN */
     take_all(c1);
     /* task 1: reassigned; then both answered */
-    rsp_hdr(rsp, ISCSI_OP_TMF_RSP, ISCSI_FLAG_FINAL, INI_TMF_ITT + (itt[1] & 0xffff), 8, 3, 66);
+    rsp_hdr(rsp, ISCSI_OP_TMF_RSP, ISCSI_FLAG_FINAL, tmf_itt(s, itt[1]), 8, 3, 66);
     rsp[BHS_RESPONSE] = ISCSI_TMF_RSP_COMPLETE;
     assert_int_equal(ini_conn_feed(c1, rsp, sizeof(rsp)), 0);
     for (int i = 1; i < 3; i++) {
@@ -1225,9 +1269,9 @@ static void test_erl2_still_allegiant_asks_again(void **state)
     rsp_hdr(rsp, ISCSI_OP_LOGOUT_RSP, ISCSI_FLAG_FINAL, INI_CLOGOUT_ITT + 0, 5, 2, 65);
     put_be16(rsp + BHS_TIME2RETAIN, 20);
     assert_int_equal(ini_conn_feed(c1, rsp, sizeof(rsp)), 0);
-    assert_reassign(txq_at(c1, 0), itt, 0, 2);
+    assert_reassign(s, txq_at(c1, 0), itt, 0, 2);
     take_all(c1);
-    rsp_hdr(rsp, ISCSI_OP_TMF_RSP, ISCSI_FLAG_FINAL, INI_TMF_ITT + (itt & 0xffff), 6, 2, 65);
+    rsp_hdr(rsp, ISCSI_OP_TMF_RSP, ISCSI_FLAG_FINAL, tmf_itt(s, itt), 6, 2, 65);
     rsp[BHS_RESPONSE] = ISCSI_TMF_RSP_TASK_ALLEGIANT;
     uint64_t t0 = reactor_now_ms();
     assert_int_equal(ini_conn_feed(c1, rsp, sizeof(rsp)), 0);
@@ -1246,7 +1290,7 @@ static void test_erl2_still_allegiant_asks_again(void **state)
     put_be16(rsp + BHS_TIME2RETAIN, 20);
     assert_int_equal(ini_conn_feed(c1, rsp, sizeof(rsp)), 0);
     assert_int_equal(txq_len(c1), 1);
-    assert_reassign(txq_at(c1, 0), itt, 0, 2);
+    assert_reassign(s, txq_at(c1, 0), itt, 0, 2);
     lr_session_destroy(s);
 }
 
@@ -1307,7 +1351,7 @@ static void test_erl2_reinstatement_login(void **state)
     assert_int_equal(c->w.erl, 2);
     /* the task is reassigned on it */
     assert_int_equal(txq_len(c), 1);
-    assert_reassign(txq_at(c, 0), itt, 0, 2);
+    assert_reassign(s, txq_at(c, 0), itt, 0, 2);
     assert_int_equal(get_be32(txq_at(c, 0)->hdr + BHS_EXPSTATSN), 8); /* login StatSN 7 + 1 */
     assert_int_equal(d.calls, 0);
     lr_session_destroy(s);
@@ -1792,6 +1836,7 @@ int main(void)
         cmocka_unit_test(test_conn_loss_keeps_session),
         cmocka_unit_test(test_digests_and_nop),
         cmocka_unit_test(test_stale_response_ignored),
+        cmocka_unit_test(test_itt_not_reused_soon),
         cmocka_unit_test(test_erl_option),
         cmocka_unit_test(test_faults_applied),
         cmocka_unit_test(test_write_unsolicited_and_r2t_sequences),
