@@ -1440,6 +1440,10 @@ void cmd_conn_teardown(struct iscsi_conn *c)
 {
     struct list_node *n, *tmp;
     bool kept = false;
+    /* Removed for recovery by a Logout on another connection: the answers its ExpStatSN
+     * acknowledges were received, and are not kept (orphans_ack_statsn, for one gone before) */
+    if (atomic_load(&c->logout_acked))
+        cmd_ack_statsn(c, atomic_load(&c->logout_exp_statsn));
     if (conn_keeps_tasks(c)) {
         struct iscsi_orphans *g = orphans_new(c);
         kept = g && orphan_conn_tasks(c, g);

@@ -408,6 +408,14 @@ static bool opcode_allowed_in_login(enum iscsi_opcode op)
     return op == ISCSI_OP_LOGIN_REQ;
 }
 
+/* A Logout naming a connection other than the one it came on: its ExpStatSN is that
+ * connection's (RFC 7143 §11.14.4), StatSNs being numbered per connection. */
+static bool logout_for_other_conn(const struct iscsi_conn *c, const struct iscsi_bhs *h)
+{
+    return bhs_opcode(h) == ISCSI_OP_LOGOUT_REQ && (h->b[1] & 0x7f) != ISCSI_LOGOUT_CLOSE_SESSION &&
+           get_be16(h->b + BHS_CID) != c->cid;
+}
+
 static int pdu_header_dispatch(struct iscsi_conn *c, struct iscsi_pdu_in *p)
 {
     enum iscsi_opcode op = bhs_opcode(&p->bhs);
@@ -418,7 +426,8 @@ static int pdu_header_dispatch(struct iscsi_conn *c, struct iscsi_pdu_in *p)
         }
         return ISCSI_OK;
     }
-    if (op != ISCSI_OP_LOGIN_REQ && (op != ISCSI_OP_SNACK || conn_erl(c) >= 1)) {
+    if (op != ISCSI_OP_LOGIN_REQ && (op != ISCSI_OP_SNACK || conn_erl(c) >= 1) &&
+        !logout_for_other_conn(c, &p->bhs)) {
         c->exp_statsn = bhs_get32(&p->bhs, BHS_EXPSTATSN);
         /* ERL >= 1: what the initiator acknowledged needs keeping no longer (§4.2.2.2) */
         if (!list_empty(&c->retained))
@@ -559,10 +568,23 @@ static int logout_handle(struct iscsi_conn *c, struct iscsi_pdu_in *p)
                                                       : "close-connection",
                  lcid);
     }
+    /* For recovery, the answers the initiator had on the named connection (ExpStatSN,
+     * §11.14.4) are not kept: a TASK REASSIGN could otherwise claim one of them by an ITT the
+     * initiator has since given to a new command. */
+    uint32_t acked = bhs_get32(req, BHS_EXPSTATSN);
     if (reason == ISCSI_LOGOUT_CLOSE_SESSION && c->session)
         session_close_other_conns(c->session, c);
     else if (other)
-        session_close_conn_by_cid(c->session, get_be16(req->b + BHS_CID), !recovery);
+        session_close_conn_by_cid(c->session, get_be16(req->b + BHS_CID), !recovery,
+                                  recovery ? &acked : NULL);
+    else if (recovery && !self) {
+        unsigned n = orphans_ack_statsn(c->session, get_be16(req->b + BHS_CID), acked);
+        if (n)
+            CONN_LOG_LIMITED(c, LOG_LVL_INFO,
+                             "%s: CID %u: %u answered task(s) acknowledged by the Logout "
+                             "(ExpStatSN %u): not kept for reassignment",
+                             c->peer, get_be16(req->b + BHS_CID), n, acked);
+    }
     if (self || reason == ISCSI_LOGOUT_CLOSE_SESSION) {
         c->phase = CONN_LOGGED_OUT; /* closes once the response is on the wire */
         c->recovery_logout = recovery;

@@ -320,6 +320,11 @@ struct iscsi_conn {
     /* ... because a Logout "close the connection" (§11.14.1 reason 1) sent on another
      * connection, or a reinstatement below ERL 2 (§6.3.4: the same, implicitly), named it */
     atomic_bool closed_by_logout;
+    /* ... and a Logout for it sent on another connection acknowledged the StatSNs below
+     * logout_exp_statsn (its ExpStatSN field, §11.14.4): answered tasks it covers are done
+     * with, not kept for reassignment. Set before the close message, read by its reactor. */
+    atomic_bool logout_acked;
+    _Atomic uint32_t logout_exp_statsn;
     bool recovery_logout; /* logged out with reason 2: its tasks are kept */
     bool async_drop;      /* an Async Message "will drop" is queued: close once it is out */
 };
@@ -510,8 +515,11 @@ void session_close_conns_where(struct iscsi_server *srv,
                                const void *arg, const char *why);
 /* Close the connection with that CID (by message to its reactor). terminate: its tasks end
  * with it (a Logout "close the connection", §11.14.5 a); else at ERL 2 they are kept for
- * reassignment (a reinstatement or a Logout "remove the connection for recovery", §6.3.4). */
-void session_close_conn_by_cid(struct iscsi_session *s, uint16_t cid, bool terminate);
+ * reassignment (a reinstatement or a Logout "remove the connection for recovery", §6.3.4).
+ * exp_statsn (NULL: none): the Logout's ExpStatSN for that connection (§11.14.4); the answers
+ * below it were received and their tasks are not kept. */
+void session_close_conn_by_cid(struct iscsi_session *s, uint16_t cid, bool terminate,
+                               const uint32_t *exp_statsn);
 void session_get(struct iscsi_session *s);
 /* With s->lock: the session has no connection and no orphan group left and nobody ended it
  * yet: it ends now (closing set); *loss tells whether its end is an I_T nexus loss. */
@@ -567,6 +575,9 @@ void orphans_expire_all_locked(struct iscsi_session *s, const struct reactor *on
 bool orphans_cid_known(struct iscsi_session *s, uint16_t cid);
 /* Whether an orphan of s has that ITT. */
 bool orphans_has_itt(struct iscsi_session *s, uint32_t itt);
+/* A Logout for the gone connection cid acknowledged every StatSN below exp_statsn (its
+ * ExpStatSN, RFC 7143 §11.14.4): the answered orphans of cid it covers end now. Their number. */
+unsigned orphans_ack_statsn(struct iscsi_session *s, uint16_t cid, uint32_t exp_statsn);
 enum orphan_claim {
     CLAIM_NONE,  /* no orphan with that ITT */
     CLAIM_NOW,   /* *out is c's now (conn set, not yet on c's lists): cmd_task_adopt() it */

@@ -328,7 +328,7 @@ static enum iscsi_login_status login_enter_ffp(struct iscsi_conn *c)
         /* Connection reinstatement (§6.3.4): a new login with a CID in use replaces it, an
          * implicit Logout "remove the connection for recovery" at ERL 2 (its tasks kept for
          * TASK REASSIGN), "close the connection" below (§11.14). */
-        session_close_conn_by_cid(s, c->cid, s->params.erl < 2);
+        session_close_conn_by_cid(s, c->cid, s->params.erl < 2, NULL);
         /* Session-wide values come from the leading login; connection-only ones are ours. */
         struct iscsi_params sp = s->params;
         sp.header_digest = p.header_digest;

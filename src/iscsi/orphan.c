@@ -214,6 +214,38 @@ bool orphans_has_itt(struct iscsi_session *s, uint32_t itt)
     return found;
 }
 
+unsigned orphans_ack_statsn(struct iscsi_session *s, uint16_t cid, uint32_t exp_statsn)
+{
+    struct list_node done;
+    list_init(&done);
+    unsigned n = 0;
+    pthread_mutex_lock(&s->lock);
+    for (struct list_node *gn = s->orphan_groups.next; gn != &s->orphan_groups; gn = gn->next) {
+        struct iscsi_orphans *g = list_entry(gn, struct iscsi_orphans, node);
+        if (g->cid != cid)
+            continue;
+        struct list_node *ln, *tmp;
+        list_for_each_safe(ln, tmp, &g->tasks)
+        {
+            struct iscsi_task *t = list_entry(ln, struct iscsi_task, node);
+            /* answered (never ORPHAN_BUSY then) and its StatSN acknowledged */
+            if (t->state != TASK_RETAINED || !sn_lt(t->statsn, exp_statsn))
+                continue;
+            list_del(&t->node);
+            list_add_tail(&done, &t->node);
+            n++;
+        }
+    }
+    pthread_mutex_unlock(&s->lock);
+    struct list_node *ln;
+    while ((ln = list_pop(&done)) != NULL) {
+        struct iscsi_task *t = list_entry(ln, struct iscsi_task, node);
+        assert(t->refs == 1 && !t->conn); /* the group's, and nobody else's */
+        task_put(t);
+    }
+    return n;
+}
+
 enum orphan_claim orphans_claim(struct iscsi_session *s, uint32_t itt, struct iscsi_conn *c,
                                 struct iscsi_task **out, uint16_t *cid)
 {

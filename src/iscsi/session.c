@@ -274,7 +274,8 @@ void session_close_other_conns(struct iscsi_session *s, struct iscsi_conn *keep)
     pthread_mutex_unlock(&s->lock);
 }
 
-void session_close_conn_by_cid(struct iscsi_session *s, uint16_t cid, bool terminate)
+void session_close_conn_by_cid(struct iscsi_session *s, uint16_t cid, bool terminate,
+                               const uint32_t *exp_statsn)
 {
     pthread_mutex_lock(&s->lock);
     for (struct list_node *n = s->conns.next; n != &s->conns; n = n->next) {
@@ -284,6 +285,10 @@ void session_close_conn_by_cid(struct iscsi_session *s, uint16_t cid, bool termi
         if (terminate) { /* read by its reactor once the close message runs */
             atomic_store(&c->terminate_tasks, true);
             atomic_store(&c->closed_by_logout, true);
+        }
+        if (exp_statsn) {
+            atomic_store(&c->logout_exp_statsn, *exp_statsn);
+            atomic_store(&c->logout_acked, true);
         }
         conn_close_async(c, terminate ? "connection logged out by another connection"
                                       : "connection reinstated or removed for recovery");

@@ -2067,6 +2067,80 @@ static void test_erl2_reassign_status_lost(void **state)
     tgt_free(t);
 }
 
+/* A Logout "remove the connection for recovery" sent on another connection carries the lost
+ * connection's ExpStatSN (RFC 7143 §11.14.4): the answers it acknowledges are done with, so a
+ * TASK REASSIGN naming one (an ITT the initiator may have given to a new command since) finds
+ * no task, while an answer it does not cover is still reassigned. That ExpStatSN says nothing
+ * about the connection carrying the Logout, whose StatSNs run apart: its own answer stays
+ * retained there. */
+static void test_erl2_logout_expstatsn_acks_answered(void **state)
+{
+    (void)state;
+    struct tgt *t = up_erl2();
+    int c2 = tgt_login_conn(t, 2, NULL);
+    tgt_hold_expstatsn(t, true);
+    uint32_t own = send_tur(t, tgt_next_cmdsn(t), false);
+    struct tgt_rsp rown = expect_good(t, own);
+    tgt_use(t, 0);
+    tgt_hold_expstatsn(t, true);
+    for (int i = 0; i < 8; i++) /* the lost connection's StatSNs run ahead of c2's */
+        expect_good(t, send_tur(t, tgt_next_cmdsn(t), false));
+    uint32_t a = send_tur(t, tgt_next_cmdsn(t), false);
+    struct tgt_rsp ra = expect_good(t, a);
+    uint32_t b = send_tur(t, tgt_next_cmdsn(t), false);
+    struct tgt_rsp rb = expect_good(t, b);
+    assert_true(sn_lt(rown.statsn, ra.statsn));
+    tgt_kill(t);
+    tgt_use(t, c2);
+    uint32_t mine = tgt_expstatsn(t);
+    tgt_set_expstatsn(t, rb.statsn); /* the lost connection's: a's answer came, b's did not */
+    struct tgt_rsp r = send_logout(t, ISCSI_LOGOUT_REMOVE_FOR_RECOVERY, 1);
+    assert_int_equal(r.response, 0);
+    tgt_set_expstatsn(t, mine);
+    send_reassign(t, a, 0);
+    expect_tmf(t, ISCSI_TMF_RSP_NO_TASK);
+    send_reassign(t, b, 0);
+    struct tgt_rsp tmf = expect_tmf(t, 0);
+    struct tgt_rsp again = expect_good(t, b);
+    assert_int_equal(again.statsn, tmf.statsn + 1);
+    /* c2's own answer, below the Logout's ExpStatSN by number, is still there */
+    send_snack(t, SNACK_STATUS, ISCSI_RSVD_TAG, rown.statsn, 1);
+    assert_int_equal(expect(t, ISCSI_OP_SCSI_RSP).statsn, rown.statsn);
+    expect_none(t);
+    tgt_free(t);
+}
+
+/* The same for a connection still up when the Logout for it comes: it closes on its own
+ * thread, and the answers the Logout's ExpStatSN covers are not kept as it does. */
+static void test_erl2_logout_expstatsn_live_conn(void **state)
+{
+    (void)state;
+    struct tgt *t = up_erl2();
+    int c2 = tgt_login_conn(t, 2, NULL);
+    tgt_use(t, 0);
+    tgt_hold_expstatsn(t, true);
+    uint32_t a = send_tur(t, tgt_next_cmdsn(t), false);
+    expect_good(t, a);
+    uint32_t b = send_tur(t, tgt_next_cmdsn(t), false);
+    struct tgt_rsp rb = expect_good(t, b);
+    tgt_use(t, c2);
+    uint32_t mine = tgt_expstatsn(t);
+    tgt_set_expstatsn(t, rb.statsn);
+    struct tgt_rsp r = send_logout(t, ISCSI_LOGOUT_REMOVE_FOR_RECOVERY, 1);
+    assert_int_equal(r.response, 0);
+    tgt_set_expstatsn(t, mine);
+    tgt_use(t, 0);
+    assert_true(tgt_closed(t));
+    tgt_use(t, c2);
+    send_reassign(t, a, 0);
+    expect_tmf(t, ISCSI_TMF_RSP_NO_TASK);
+    send_reassign(t, b, 0);
+    expect_tmf(t, 0);
+    expect_good(t, b);
+    expect_none(t);
+    tgt_free(t);
+}
+
 /* TASK REASSIGN for an ITT no connection and no orphan has: "task does not exist"; for a task
  * a live connection still carries (no recovery Logout for it): "task still allegiant". */
 static void test_erl2_reassign_unknown_or_allegiant(void **state)
@@ -2513,6 +2587,8 @@ int main(void)
         cmocka_unit_test(test_erl2_reassign_write),
         cmocka_unit_test(test_erl2_reassign_write_cut_in_immediate),
         cmocka_unit_test(test_erl2_reassign_status_lost),
+        cmocka_unit_test(test_erl2_logout_expstatsn_acks_answered),
+        cmocka_unit_test(test_erl2_logout_expstatsn_live_conn),
         cmocka_unit_test(test_erl2_reassign_unknown_or_allegiant),
         cmocka_unit_test(test_erl2_reassign_non_scsi),
         cmocka_unit_test(test_erl1_reassign_refused),
