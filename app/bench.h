@@ -42,6 +42,7 @@ struct bench_opts {
     pid_t target_pid;
     uint32_t erl;              /* --erl: ErrorRecoveryLevel asked for */
     struct inject_spec inject; /* --inject */
+    int log_level;             /* --log-level: the initiator's log (default warn) */
 };
 
 /* One cell of the table. NAN in a double means "unknown" (printed empty). */

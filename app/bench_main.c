@@ -68,6 +68,8 @@ static void usage(FILE *f)
             "                       commands, reports them with what was injected,\n"
             "                       exits 1, and logs in again between cells once a session\n"
             "                       has no connection left\n"
+            "  --log-level LEVEL    the initiator's log on stderr: error, warn (default),\n"
+            "                       info (logins, recovery steps) or debug\n"
             "  --help               this text\n"
             "Progress goes to stderr, results to stdout.\n");
 }
@@ -230,6 +232,7 @@ static int parse_opts(int argc, char **argv, struct bench_opts *o)
         {"chap-secrets", required_argument, NULL, 'K'},
         {"erl", required_argument, NULL, 'E'},
         {"inject", required_argument, NULL, 'I'},
+        {"log-level", required_argument, NULL, 'L'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -237,6 +240,7 @@ static int parse_opts(int argc, char **argv, struct bench_opts *o)
     o->sessions = 1;
     o->qd = 32;
     o->seconds = 5;
+    o->log_level = LOG_LVL_WARN;
     const char *sizes = "512,1k,2k,4k,8k,16k,64k,128k,256k", *rws = "read,write";
     const char *digests = "off", *conns = "1";
     const char *chap_user = getenv("LINERATE_CHAP_USER");
@@ -328,6 +332,16 @@ static int parse_opts(int argc, char **argv, struct bench_opts *o)
             }
             break;
         }
+        case 'L':
+            o->log_level = log_level_parse(optarg);
+            if (o->log_level < 0) {
+                fprintf(stderr,
+                        "linerate-bench: bad --log-level value '%s': expected error, warn, info "
+                        "or debug\n",
+                        optarg);
+                return -1;
+            }
+            break;
         case 'h':
             usage(stdout);
             exit(0);
@@ -720,7 +734,7 @@ int main(int argc, char **argv)
     if (parse_opts(argc, argv, &o) < 0)
         return 2;
     signal(SIGPIPE, SIG_IGN);
-    log_set_level(LOG_LVL_WARN);
+    log_set_level((enum log_level)o.log_level);
     if (!o.target_pid) {
         o.target_pid = find_local_target(&o.url);
         if (o.target_pid)
