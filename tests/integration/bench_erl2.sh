@@ -49,11 +49,13 @@ start_target() {
 }
 alive() { kill -0 "$tpid" 2>/dev/null || { cat "$tmp/target.log"; fail "linerate-target died"; }; }
 
-# run CONNS WHO: one bench run and its checks
+# run CONNS WHO: one bench run and its checks (the bench's log at info: a failure shows what
+# its recovery did)
 run() {
   local conns=$1 who=$2
   note "--erl 2 --verify --inject kill-connection=1, $conns connections, cuts by $who"
   timeout 240 "$bench" --erl 2 --verify --inject kill-connection=1 --connections "$conns" \
+    --log-level info \
     --sizes 4k,64k --rw randwrite,randread --seconds 3 --format csv "$url" \
     >"$tmp/cells.csv" 2>"$tmp/err"
   local rc=$?
