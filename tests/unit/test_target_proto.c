@@ -2067,6 +2067,17 @@ static void test_erl2_reassign_status_lost(void **state)
     tgt_free(t);
 }
 
+/* A Logout "remove the connection for recovery" for cid, sent on the current connection with
+ * that connection's ExpStatSN (§11.14.4) instead of the current one's: answered 0. */
+static void recovery_logout_acking(struct tgt *t, uint16_t cid, uint32_t exp_statsn)
+{
+    uint32_t mine = tgt_expstatsn(t);
+    tgt_set_expstatsn(t, exp_statsn);
+    struct tgt_rsp r = send_logout(t, ISCSI_LOGOUT_REMOVE_FOR_RECOVERY, cid);
+    assert_int_equal(r.response, 0);
+    tgt_set_expstatsn(t, mine);
+}
+
 /* A Logout "remove the connection for recovery" sent on another connection carries the lost
  * connection's ExpStatSN (RFC 7143 §11.14.4): the answers it acknowledges are done with, so a
  * TASK REASSIGN naming one (an ITT the initiator may have given to a new command since) finds
@@ -2092,11 +2103,7 @@ static void test_erl2_logout_expstatsn_acks_answered(void **state)
     assert_true(sn_lt(rown.statsn, ra.statsn));
     tgt_kill(t);
     tgt_use(t, c2);
-    uint32_t mine = tgt_expstatsn(t);
-    tgt_set_expstatsn(t, rb.statsn); /* the lost connection's: a's answer came, b's did not */
-    struct tgt_rsp r = send_logout(t, ISCSI_LOGOUT_REMOVE_FOR_RECOVERY, 1);
-    assert_int_equal(r.response, 0);
-    tgt_set_expstatsn(t, mine);
+    recovery_logout_acking(t, 1, rb.statsn); /* a's answer came, b's did not */
     send_reassign(t, a, 0);
     expect_tmf(t, ISCSI_TMF_RSP_NO_TASK);
     send_reassign(t, b, 0);
@@ -2124,11 +2131,7 @@ static void test_erl2_logout_expstatsn_live_conn(void **state)
     uint32_t b = send_tur(t, tgt_next_cmdsn(t), false);
     struct tgt_rsp rb = expect_good(t, b);
     tgt_use(t, c2);
-    uint32_t mine = tgt_expstatsn(t);
-    tgt_set_expstatsn(t, rb.statsn);
-    struct tgt_rsp r = send_logout(t, ISCSI_LOGOUT_REMOVE_FOR_RECOVERY, 1);
-    assert_int_equal(r.response, 0);
-    tgt_set_expstatsn(t, mine);
+    recovery_logout_acking(t, 1, rb.statsn);
     tgt_use(t, 0);
     assert_true(tgt_closed(t));
     tgt_use(t, c2);
