@@ -42,6 +42,8 @@
 /* Early flush (wire.tx_early_pdus): the data the queued answers may hold at most. Past it one
  * send is already large, and cutting it costs more than the overlap gives back. */
 #define WIRE_EARLY_FLUSH_BYTES (64u * 1024)
+/* ... and the fewest PDUs it sends once the next answer would take the data past that. */
+#define WIRE_EARLY_FLUSH_MIN_PDUS 4u
 
 /* Why the engine stopped. Owners number their own statuses from WIRE_E_OWNER down. */
 enum wire_status {
@@ -183,7 +185,10 @@ struct wire {
     /* 0 (the default): what a read's parse queues goes out after the parse, in one send.
      * Otherwise, while the reactor had been idle before this read (reactor_was_idle), the
      * queue is also sent part-way through the parse, once it holds this many PDUs and at most
-     * WIRE_EARLY_FLUSH_BYTES of data. A peer that sends a batch of commands and waits for the
+     * WIRE_EARLY_FLUSH_BYTES of data, or sooner, from WIRE_EARLY_FLUSH_MIN_PDUS on, when one
+     * more answer of the same size would take it past that (8 answers of 8 KiB, 4 of 16 KiB:
+     * larger ones would never go early otherwise). A peer that sends a batch of commands and
+     * waits for the
      * answers then starts on the first ones while the rest are being made: two half batches
      * in flight instead of one batch ping-ponging between two CPUs. */
     unsigned tx_early_pdus;

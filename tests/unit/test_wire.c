@@ -672,6 +672,13 @@ static void test_early_flush(void **state)
     /* answers holding more data than WIRE_EARLY_FLUSH_BYTES by the fourth: one send */
     early_flush_run(4, 20 * 1024, 1, &rx);
     assert_int_equal(most_queued(&rx, 0, 10), 9);
+    /* 16 KiB answers with the count set past the batch: sent once a fifth would take them past
+     * WIRE_EARLY_FLUSH_BYTES (four, 64 KiB), after every fourth; 512-byte ones wait */
+    early_flush_run(12, 16 * 1024, 1, &rx);
+    assert_int_equal(most_queued(&rx, 0, 10), 3);
+    assert_int_equal(rx.queued_at[4], 0);
+    early_flush_run(12, 512, 1, &rx);
+    assert_int_equal(most_queued(&rx, 0, 10), 9);
     /* a second batch read right after a busy turn: the reactor was not idle, one send */
     early_flush_run(4, 512, 2, &rx);
     assert_int_equal(most_queued(&rx, 0, 10), 3);
