@@ -371,15 +371,17 @@ static int rx_digest_done(struct wire *w, bool header)
  * releases its lock around socket calls (the parse runs under it). */
 static bool early_flush_due(const struct wire *w)
 {
-    if (!w->tx_early_pdus || w->txq_data > WIRE_EARLY_FLUSH_BYTES || w->dead || w->fd < 0 ||
-        w->tx_hold || w->ops->io_release)
+    /* a closed engine (dead) has fd -1 too */
+    if (!w->tx_early_pdus || w->txq_data > WIRE_EARLY_FLUSH_BYTES || w->fd < 0 || w->tx_hold ||
+        w->ops->io_release)
         return false;
-    /* By bytes too: 12 answers of 8 KiB (96 KiB) never went early, and with digests one
-     * session's 8 KiB reads ping-ponged at half speed; sending after 8 of them gave 1.35 x
-     * (bench/results/early-flush-20261203.md). */
-    bool enough = w->txq_pdus >= w->tx_early_pdus ||
-                  (w->txq_pdus >= WIRE_EARLY_FLUSH_MIN_PDUS &&
-                   w->txq_data + w->txq_data / w->txq_pdus > WIRE_EARLY_FLUSH_BYTES);
+    /* By bytes too, once one more answer of the queue's average size would pass the cap
+     * (data * (n + 1) / n > cap, multiplied out: no division per PDU). 12 answers of 8 KiB
+     * (96 KiB) never went early, and with digests one session's 8 KiB reads ping-ponged at
+     * half speed; sending after 8 of them gave 1.44 x (bench/results/early-flush-20261203.md). */
+    uint64_t n = w->txq_pdus;
+    bool enough = n >= w->tx_early_pdus || (n >= WIRE_EARLY_FLUSH_MIN_PDUS &&
+                                            w->txq_data * (n + 1) > WIRE_EARLY_FLUSH_BYTES * n);
     return enough && reactor_was_idle();
 }
 

@@ -188,9 +188,8 @@ struct wire {
      * WIRE_EARLY_FLUSH_BYTES of data, or sooner, from WIRE_EARLY_FLUSH_MIN_PDUS on, when one
      * more answer of the same size would take it past that (8 answers of 8 KiB, 4 of 16 KiB:
      * larger ones would never go early otherwise). A peer that sends a batch of commands and
-     * waits for the
-     * answers then starts on the first ones while the rest are being made: two half batches
-     * in flight instead of one batch ping-ponging between two CPUs. */
+     * waits for the answers then starts on the first ones while the rest are being made: two
+     * half batches in flight instead of one batch ping-ponging between two CPUs. */
     unsigned tx_early_pdus;
 
     struct wire_faults faults;
