@@ -776,9 +776,10 @@ static void conn_inject_fire(void *arg)
                                        now + (uint64_t)(c->inject.kill_conn_s * 1000))) {
         char why[96];
         unsigned cut = atomic_fetch_add(&srv->inject_cuts, 1) + 1;
-        /* ERL 2: every other cut is announced first (Async Message event 2, RFC 7143 §11.9.1),
-         * so that both the announced and the silent loss are exercised. */
-        if (conn_erl(c) >= 2 && cut % 2 == 0 && conn_send_async_drop(c) == ISCSI_OK) {
+        /* ERL 2: every other cut, the first one included, is announced first (Async Message
+         * event 2, RFC 7143 §11.9.1), so that both the announced and the silent loss are
+         * exercised; a run that ends after two cuts has seen each kind once. */
+        if (conn_erl(c) >= 2 && cut % 2 == 1 && conn_send_async_drop(c) == ISCSI_OK) {
             LOG_INFO("%s: --inject kill-connection=%g (cut %u): Async Message \"will drop "
                      "CID %u\" sent",
                      c->peer, c->inject.kill_conn_s, cut, c->cid);
