@@ -12,7 +12,10 @@
 # (ram:1G,prealloc), ARGSA / ARGSB (extra linerate-target options), CELLS (default
 # "read:4k:1 write:4k:1 read:4k:8"): RW:SIZE:SESSIONS[:CONNECTIONS] for linerate-bench
 # (`--sessions`, `--connections`: MC/S), or RW:SIZE:q for qemu-img bench at QD 32 (6 GiB or
-# 200000 requests; the target's CPU from /proc/PID/stat). Per-round figures go to stderr.
+# 200000 requests; the target's CPU from /proc/PID/stat), STEAL_MAX (10): a round in which
+# the hypervisor took more than this percentage of the CPUs' time (steal in /proc/stat) is
+# printed but left out of the medians; on a shared host one such round can read 3x either way.
+# Per-round figures, with each round's steal, go to stderr.
 set -u
 root=$(cd "$(dirname "$0")/.." && pwd)
 BA=${BA:-$root/build-base}; BB=${BB:-$root/build}
@@ -55,19 +58,27 @@ run() { # url pid rw size sessions|q connections -> "iops target-us-per-KB"
   taskset -c 1 "$BB/linerate-bench" --format csv --seconds "$SECS" --sizes "$4" --rw "$3" \
     --sessions "$5" --connections "${6:-1}" ${BENCH_ARGS:-} --target-pid "$2" "$1" 2>/dev/null | tail -n +2 | awk -F, '{print $7, $11}'
 }
-med() { tr ' ' '\n' | grep . | sort -g | awk '{v[NR] = $1} END {print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }
+cpu_times() { awk '/^cpu /{print $9, $2 + $3 + $4 + $5 + $6 + $7 + $8 + $9}' /proc/stat; }
+steal_pct() { # "steal total" before, after -> percent of the CPUs' time stolen in between
+  echo "$1 $2" | awk '{ d = $4 - $2; printf "%.0f", (d > 0 ? 100 * ($3 - $1) / d : 0) }'
+}
+med() { tr ' ' '\n' | grep . | sort -g | awk '{v[NR] = $1} END {print NR == 0 ? "n/a" : (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }
 echo "# pair.sh: A $BA, B $BB, $ROUNDS rounds, LUN $LUN"
 for c in $CELLS; do
   IFS=: read -r rw sz ss cn <<<"$c"
-  ri=; rc=
+  ri=; rc=; stolen=0
   for r in $(seq "$ROUNDS"); do
+    t0=$(cpu_times)
     if [ $((r % 2)) = 1 ]; then a=$(run "$ua" $pa "$rw" "$sz" "$ss" "$cn"); b=$(run "$ub" $pb "$rw" "$sz" "$ss" "$cn")
     else b=$(run "$ub" $pb "$rw" "$sz" "$ss" "$cn"); a=$(run "$ua" $pa "$rw" "$sz" "$ss" "$cn"); fi
-    echo "  $c round $r  A: $a  B: $b" >&2
+    st=$(steal_pct "$t0" "$(cpu_times)")
+    echo "  $c round $r  A: $a  B: $b  steal $st%" >&2
     read -r ai ac <<<"$a"; read -r bi bc <<<"$b"
     [ -n "${ai:-}" ] && [ -n "${bi:-}" ] || continue
+    if [ "$st" -gt "${STEAL_MAX:-10}" ]; then stolen=$((stolen + 1)); continue; fi
     ri="$ri $(awk -v x="$ai" -v y="$bi" 'BEGIN { printf "%.3f", y / x }')"
     rc="$rc $(awk -v x="$ac" -v y="$bc" 'BEGIN { printf "%.3f", (x > 0 ? y / x : 0) }')"
   done
-  echo "$c  IOPS B/A $(echo "$ri" | med) [$ri ]  target CPU/KB B/A $(echo "$rc" | med) [$rc ]"
+  left=""; [ $stolen -gt 0 ] && left="  ($stolen round(s) left out: steal over ${STEAL_MAX:-10}%)"
+  echo "$c  IOPS B/A $(echo "$ri" | med) [$ri ]  target CPU/KB B/A $(echo "$rc" | med) [$rc ]$left"
 done
