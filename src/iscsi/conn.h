@@ -576,7 +576,8 @@ bool orphans_cid_known(struct iscsi_session *s, uint16_t cid);
 /* Whether an orphan of s has that ITT. */
 bool orphans_has_itt(struct iscsi_session *s, uint32_t itt);
 /* A Logout for the gone connection cid acknowledged every StatSN below exp_statsn (its
- * ExpStatSN, RFC 7143 §11.14.4): the answered orphans of cid it covers end now. Their number. */
+ * ExpStatSN, RFC 7143 §11.14.4): the answered orphans it covers, of the newest group of cid
+ * (the last connection with that CID), end now. Their number. */
 unsigned orphans_ack_statsn(struct iscsi_session *s, uint16_t cid, uint32_t exp_statsn);
 enum orphan_claim {
     CLAIM_NONE,  /* no orphan with that ITT */

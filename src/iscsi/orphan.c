@@ -220,7 +220,11 @@ unsigned orphans_ack_statsn(struct iscsi_session *s, uint16_t cid, uint32_t exp_
     list_init(&done);
     unsigned n = 0;
     pthread_mutex_lock(&s->lock);
-    for (struct list_node *gn = s->orphan_groups.next; gn != &s->orphan_groups; gn = gn->next) {
+    /* The newest group of the CID only (groups are added at the tail): the Logout names the
+     * last connection with that CID. An older group is of an earlier one, and StatSN counts per
+     * connection (RFC 7143 §4.2.2.2): this ExpStatSN says nothing of what the initiator got
+     * there, and its unacknowledged answers must stay for TASK REASSIGN. */
+    for (struct list_node *gn = s->orphan_groups.prev; gn != &s->orphan_groups; gn = gn->prev) {
         struct iscsi_orphans *g = list_entry(gn, struct iscsi_orphans, node);
         if (g->cid != cid)
             continue;
@@ -235,6 +239,7 @@ unsigned orphans_ack_statsn(struct iscsi_session *s, uint16_t cid, uint32_t exp_
             list_add_tail(&done, &t->node);
             n++;
         }
+        break;
     }
     pthread_mutex_unlock(&s->lock);
     struct list_node *ln;

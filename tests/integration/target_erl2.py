@@ -17,18 +17,24 @@ at ErrorRecoveryLevel=2 with two connections (CID 0 and 1):
      the new one answers 0 and an R2T (R2TSN 1) asks for the other half, after which the WRITE
      is GOOD and the data reads back whole;
   3. TASK REASSIGN of an ITT nobody has answers 1 (task does not exist);
-  4. logout, SIGTERM: the daemon exits 0; its log has the orphan and reassignment lines.
+  4. a Logout's ExpStatSN speaks for the newest connection of its CID only: a TEST UNIT READY
+     answered on CID 0 but never acknowledged, CID 0 reset, a new CID 0 (its StatSNs start
+     over) that answers one command past that StatSN and is reset in turn, a Logout
+     "remove for recovery" for CID 0 with that connection's ExpStatSN: TASK REASSIGN of the
+     first TEST UNIT READY still answers 0 and its status comes again;
+  5. logout, SIGTERM: the daemon exits 0; its log has the orphan and reassignment lines.
 Exit 0 when every check holds, 1 with the reason otherwise. Python 3 standard library only."""
 
 import os
 import struct
 import sys
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import hostile  # noqa: E402
 import target_abort_mcs as mcs  # noqa: E402  (McsSession, Daemon)
-from hostile import (OP_DATA_IN, OP_LOGOUT, OP_LOGOUT_RSP, OP_R2T, OP_SCSI, OP_TMF,  # noqa: E402
-                     OP_TMF_RSP, TestFailure, bhs, check, cdb_rw10)
+from hostile import (OP_DATA_IN, OP_LOGOUT, OP_LOGOUT_RSP, OP_R2T, OP_SCSI,  # noqa: E402
+                     OP_SCSI_RSP, OP_TMF, OP_TMF_RSP, TestFailure, bhs, check, cdb_rw10)
 
 TMF_TASK_REASSIGN = 8
 READ_LEN = 256 * 1024  # four Data-In PDUs of 64 KiB (our MaxRecvDataSegmentLength)
@@ -135,6 +141,45 @@ def write_reinstated(m, d):
     return c3
 
 
+def sn_lt(a, b):
+    """Serial number arithmetic (RFC 1982), as StatSN compares."""
+    return a != b and (b - a) & 0xFFFFFFFF < 0x80000000
+
+
+def ack_newest_only(m, c3):
+    itt = m.next_itt()
+    ca = m.join(m.port, cid=0)
+    ca.c.send_pdu(bhs(OP_SCSI, 0x80, hostile.lun_field(0), itt, 0, m.cmdsn, ca.expstatsn,
+                      b"\0" * 6))
+    m.cmdsn += 1
+    rh, _ = ca.c.recv_pdu(5)  # raw: its StatSN is never acknowledged
+    check(rh[0] & 0x3F == OP_SCSI_RSP and struct.unpack(">I", rh[16:20])[0] == itt,
+          "TEST UNIT READY on CID 0: op 0x%02x instead of its SCSI Response" % (rh[0] & 0x3F))
+    lost = struct.unpack(">I", rh[24:28])[0]
+    ca.c.reset()
+    cb = m.join(m.port, cid=0)  # CID 0 again, its StatSN from 1 (our ExpStatSN 0 at login)
+    m.scsi(cb, b"\0" * 6)
+    check(sn_lt(lost, cb.expstatsn), "the test's premise: the new CID 0's ExpStatSN %d is not "
+          "past the unacknowledged StatSN %d" % (cb.expstatsn, lost))
+    cb.c.reset()
+    # Gone before the Logout comes, most likely, which is the case under test: the Logout's
+    # ExpStatSN then goes to the orphan groups of CID 0. Had the target not seen the reset yet,
+    # the Logout closes that connection itself and the check below holds all the same.
+    time.sleep(0.2)
+    litt = m.next_itt()
+    c3.c.send_pdu(bhs(OP_LOGOUT, 0x80 | 2, b"\0" * 8, litt, 0 << 16, m.cmdsn, cb.expstatsn,
+                      immediate=True))
+    rh, _ = c3.recv(5)
+    check(rh[0] & 0x3F == OP_LOGOUT_RSP and rh[2] == 0,
+          "Logout reason 2 for CID 0: op 0x%02x response %d" % (rh[0] & 0x3F, rh[2]))
+    tmf = m.reassign(c3, itt, 0)
+    check(tmf[2] == 0, "TASK REASSIGN of the TEST UNIT READY the older CID 0 answered: "
+          "response %d, not 0 (the Logout's ExpStatSN %d released it)" % (tmf[2], cb.expstatsn))
+    rh, _ = c3.recv(5)
+    check(rh[0] & 0x3F == OP_SCSI_RSP and struct.unpack(">I", rh[16:20])[0] == itt,
+          "after TASK REASSIGN: op 0x%02x instead of the SCSI Response again" % (rh[0] & 0x3F))
+
+
 def run(binary, threads):
     tag = "threads %d" % threads
     d = mcs.Daemon.__new__(mcs.Daemon)
@@ -146,6 +191,8 @@ def run(binary, threads):
         print("ok: %s: READ reassigned after Logout reason 2" % tag, flush=True)
         c3 = write_reinstated(m, d)
         print("ok: %s: WRITE reassigned after reinstatement" % tag, flush=True)
+        ack_newest_only(m, c3)
+        print("ok: %s: a Logout's ExpStatSN leaves an older CID 0's answers" % tag, flush=True)
         c3.cmdsn = m.cmdsn
         c3.logout()
         d.stop()
