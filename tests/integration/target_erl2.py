@@ -65,6 +65,16 @@ class Erl2Session(mcs.McsSession):
               "TASK REASSIGN: op 0x%02x instead of its TMF Response" % (rh[0] & 0x3F))
         return rh
 
+    def logout_cid0_for_recovery(self, conn, expstatsn):
+        """Logout "remove the connection for recovery" (reason 2) for CID 0, sent on conn with
+        that ExpStatSN (CID 0's, §11.14); returns the Logout Response header, checked to be 0."""
+        conn.c.send_pdu(bhs(OP_LOGOUT, 0x80 | 2, b"\0" * 8, self.next_itt(), 0 << 16, self.cmdsn,
+                            expstatsn, immediate=True))
+        rh, _ = conn.recv(5)
+        check(rh[0] & 0x3F == OP_LOGOUT_RSP and rh[2] == 0,
+              "Logout reason 2 for CID 0: op 0x%02x response %d" % (rh[0] & 0x3F, rh[2]))
+        return rh
+
 
 def read_reassigned(m, d):
     lba = 0
@@ -83,12 +93,7 @@ def read_reassigned(m, d):
         check(rd == data[sn * 65536:(sn + 1) * 65536], "READ: DataSN %d data differ" % sn)
     m.c1.c.reset()
     c2 = m.c2
-    litt = m.next_itt()
-    c2.c.send_pdu(bhs(OP_LOGOUT, 0x80 | 2, b"\0" * 8, litt, 0 << 16, m.cmdsn, c2.expstatsn,
-                      immediate=True))
-    rh, _ = c2.recv(5)
-    check(rh[0] & 0x3F == OP_LOGOUT_RSP and rh[2] == 0,
-          "Logout reason 2 for CID 0: op 0x%02x response %d" % (rh[0] & 0x3F, rh[2]))
+    rh = m.logout_cid0_for_recovery(c2, c2.expstatsn)
     t2w, t2r = struct.unpack(">HH", rh[40:44])
     # Time2Wait is DefaultTime2Wait (2) when this Logout closes CID 0, and 0 when the target saw
     # the reset first and the connection was already gone (nothing left to clean up, §11.15.2;
@@ -166,12 +171,7 @@ def ack_newest_only(m, c3):
     # ExpStatSN then goes to the orphan groups of CID 0. Had the target not seen the reset yet,
     # the Logout closes that connection itself and the check below holds all the same.
     time.sleep(0.2)
-    litt = m.next_itt()
-    c3.c.send_pdu(bhs(OP_LOGOUT, 0x80 | 2, b"\0" * 8, litt, 0 << 16, m.cmdsn, cb.expstatsn,
-                      immediate=True))
-    rh, _ = c3.recv(5)
-    check(rh[0] & 0x3F == OP_LOGOUT_RSP and rh[2] == 0,
-          "Logout reason 2 for CID 0: op 0x%02x response %d" % (rh[0] & 0x3F, rh[2]))
+    m.logout_cid0_for_recovery(c3, cb.expstatsn)
     tmf = m.reassign(c3, itt, 0)
     check(tmf[2] == 0, "TASK REASSIGN of the TEST UNIT READY the older CID 0 answered: "
           "response %d, not 0 (the Logout's ExpStatSN %d released it)" % (tmf[2], cb.expstatsn))
