@@ -93,7 +93,7 @@ def read_reassigned(m, d):
         check(rd == data[sn * 65536:(sn + 1) * 65536], "READ: DataSN %d data differ" % sn)
     m.c1.c.reset()
     c2 = m.c2
-    rh = m.logout_cid0_for_recovery(c2, c2.expstatsn)
+    rh = m.logout_cid0_for_recovery(c2, m.c1.expstatsn)
     t2w, t2r = struct.unpack(">HH", rh[40:44])
     # Time2Wait is DefaultTime2Wait (2) when this Logout closes CID 0, and 0 when the target saw
     # the reset first and the connection was already gone (nothing left to clean up, §11.15.2;
