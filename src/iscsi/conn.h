@@ -585,7 +585,7 @@ enum orphan_claim {
     CLAIM_LATER, /* the store has it: its completion hands it to c (a reference held);
                   *out only for fields c's thread alone reads (abort_on_arrival) */
 };
-/* TASK REASSIGN on c takes the orphan with that ITT; *cid: the connection it was on. */
+/* TASK REASSIGN on c takes the newest orphan with that ITT; *cid: the connection it was on. */
 enum orphan_claim orphans_claim(struct iscsi_session *s, uint32_t itt, struct iscsi_conn *c,
                                 struct iscsi_task **out, uint16_t *cid);
 enum orphan_fate {

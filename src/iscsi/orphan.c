@@ -256,10 +256,15 @@ enum orphan_claim orphans_claim(struct iscsi_session *s, uint32_t itt, struct is
 {
     enum orphan_claim r = CLAIM_NONE;
     pthread_mutex_lock(&s->lock);
-    for (struct list_node *gn = s->orphan_groups.next; gn != &s->orphan_groups && !r;
-         gn = gn->next) {
+    /* The newest orphan with that ITT: groups and their tasks are added at the tail. An ITT is
+     * unique only while its task exists for the initiator (RFC 7143 §11.2.1.8). Of two orphans
+     * with one ITT, the older is one whose status the initiator received, without
+     * acknowledging it before its connection went, and whose ITT it then gave to a new
+     * command. Claiming the older one would answer the new command with the old status. */
+    for (struct list_node *gn = s->orphan_groups.prev; gn != &s->orphan_groups && !r;
+         gn = gn->prev) {
         struct iscsi_orphans *g = list_entry(gn, struct iscsi_orphans, node);
-        for (struct list_node *ln = g->tasks.next; ln != &g->tasks; ln = ln->next) {
+        for (struct list_node *ln = g->tasks.prev; ln != &g->tasks; ln = ln->prev) {
             struct iscsi_task *t = list_entry(ln, struct iscsi_task, node);
             if (t->itt != itt)
                 continue;

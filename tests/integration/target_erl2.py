@@ -22,7 +22,12 @@ at ErrorRecoveryLevel=2 with two connections (CID 0 and 1):
      over) that answers one command past that StatSN and is reset in turn, a Logout
      "remove for recovery" for CID 0 with that connection's ExpStatSN: TASK REASSIGN of the
      first TEST UNIT READY still answers 0 and its status comes again;
-  5. logout, SIGTERM: the daemon exits 0; its log has the orphan and reassignment lines.
+  5. TASK REASSIGN takes the newest orphan of an ITT: a TEST UNIT READY answered on CID 0 and
+     never acknowledged, CID 0 reset, a new CID 0 on which a WRITE reuses that ITT (the
+     initiator had the status) and gets its R2T, that CID 0 reset and logged out for recovery:
+     TASK REASSIGN of the ITT answers 0 and the WRITE's recovery R2T follows, not the old
+     status; the WRITE then completes GOOD;
+  6. logout, SIGTERM: the daemon exits 0; its log has the orphan and reassignment lines.
 Exit 0 when every check holds, 1 with the reason otherwise. Python 3 standard library only."""
 
 import os
@@ -180,6 +185,42 @@ def ack_newest_only(m, c3):
           "after TASK REASSIGN: op 0x%02x instead of the SCSI Response again" % (rh[0] & 0x3F))
 
 
+def reused_itt_newest(m, c3):
+    itt = m.next_itt()
+    ca = m.join(m.port, cid=0)
+    ca.c.send_pdu(bhs(OP_SCSI, 0x80, hostile.lun_field(0), itt, 0, m.cmdsn, ca.expstatsn,
+                      b"\0" * 6))
+    m.cmdsn += 1
+    rh, _ = ca.c.recv_pdu(5)  # raw: the status is here, its StatSN never acknowledged
+    check(rh[0] & 0x3F == OP_SCSI_RSP and struct.unpack(">I", rh[16:20])[0] == itt,
+          "TEST UNIT READY on CID 0: op 0x%02x instead of its SCSI Response" % (rh[0] & 0x3F))
+    ca.c.reset()
+    cb = m.join(m.port, cid=0)
+    lba, wlen = 4096, mcs.WRITE_BLOCKS * mcs.BLOCK
+    cb.c.send_pdu(bhs(OP_SCSI, 0xA1, hostile.lun_field(0), itt, wlen, m.cmdsn, cb.expstatsn,
+                      cdb_rw10(0x2A, lba, mcs.WRITE_BLOCKS)))  # the same ITT, no immediate data
+    m.cmdsn += 1
+    rh, _ = cb.recv(5)
+    check(rh[0] & 0x3F == OP_R2T and struct.unpack(">I", rh[16:20])[0] == itt,
+          "WRITE with the reused ITT: op 0x%02x instead of an R2T" % (rh[0] & 0x3F))
+    cb.c.reset()
+    time.sleep(0.2)  # as in ack_newest_only
+    m.logout_cid0_for_recovery(c3, cb.expstatsn)
+    tmf = m.reassign(c3, itt, 0)
+    check(tmf[2] == 0, "TASK REASSIGN of the reused ITT: response %d, not 0" % tmf[2])
+    rh, _ = c3.recv(5)
+    check(rh[0] & 0x3F == OP_R2T and struct.unpack(">I", rh[16:20])[0] == itt,
+          "TASK REASSIGN of the reused ITT: op 0x%02x instead of the WRITE's R2T (0x%02x is "
+          "the older TEST UNIT READY's status)" % (rh[0] & 0x3F, OP_SCSI_RSP))
+    off, length = struct.unpack(">II", rh[40:48])
+    check((off, length) == (0, wlen), "recovery R2T: offset %d length %d" % (off, length))
+    data = os.urandom(wlen)
+    m.data_out(c3, itt, struct.unpack(">I", rh[20:24])[0], 0, 0, data, True)
+    m.expect_good(c3, itt, "the WRITE reassigned by its reused ITT")
+    st, _, back = m.scsi(c3, cdb_rw10(0x28, lba, wlen // 512), read_len=wlen)
+    check(st == 0 and back == data, "the reassigned WRITE does not read back whole")
+
+
 def run(binary, threads):
     tag = "threads %d" % threads
     d = mcs.Daemon.__new__(mcs.Daemon)
@@ -193,6 +234,8 @@ def run(binary, threads):
         print("ok: %s: WRITE reassigned after reinstatement" % tag, flush=True)
         ack_newest_only(m, c3)
         print("ok: %s: a Logout's ExpStatSN leaves an older CID 0's answers" % tag, flush=True)
+        reused_itt_newest(m, c3)
+        print("ok: %s: TASK REASSIGN takes the newest orphan of a reused ITT" % tag, flush=True)
         c3.cmdsn = m.cmdsn
         c3.logout()
         d.stop()
