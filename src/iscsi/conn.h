@@ -242,8 +242,9 @@ struct iscsi_conn {
     uint8_t login_isid[6];
     uint16_t login_tsih;
     uint32_t login_itt;
-    uint32_t login_cmdsn;    /* of the last Login Request: ExpCmdSN until the session exists */
-    struct iscsi_node *node; /* target chosen at login (NULL for discovery) */
+    uint32_t login_cmdsn;     /* of the last Login Request: ExpCmdSN until the session exists */
+    uint32_t login_expstatsn; /* of the first: the old connection's, on a restart (§11.12) */
+    struct iscsi_node *node;  /* target chosen at login (NULL for discovery) */
     bool discovery;
     struct iscsi_auth *auth; /* CHAP exchange (iscsi/auth.h); NULL when not required */
 

@@ -293,6 +293,17 @@ static enum iscsi_login_status login_check_identity(struct iscsi_conn *c, const 
     return ISCSI_LOGIN_OK;
 }
 
+/* ERL 2, a login with the CID of a connection that is gone (§11.12): its answers the login's
+ * ExpStatSN covers end with the orphan group they wait in. */
+static void login_ack_orphans(struct iscsi_conn *c, struct iscsi_session *s, uint32_t acked)
+{
+    unsigned n = orphans_ack_statsn(s, c->cid, acked);
+    if (n)
+        LOG_INFO("%s: CID %u: %u answered task(s) acknowledged by the login (ExpStatSN %u): "
+                 "not kept for reassignment",
+                 c->peer, c->cid, n, acked);
+}
+
 /* The transit to full feature phase: create or join the session, switch digests on. */
 static enum iscsi_login_status login_enter_ffp(struct iscsi_conn *c)
 {
@@ -327,8 +338,17 @@ static enum iscsi_login_status login_enter_ffp(struct iscsi_conn *c)
         }
         /* Connection reinstatement (§6.3.4): a new login with a CID in use replaces it, an
          * implicit Logout "remove the connection for recovery" at ERL 2 (its tasks kept for
-         * TASK REASSIGN), "close the connection" below (§11.14). */
-        session_close_conn_by_cid(s, c->cid, s->params.erl < 2, NULL);
+         * TASK REASSIGN), "close the connection" below (§11.14). The first Login Request of a
+         * restart carries the old connection's ExpStatSN (§11.12): the answers below it were
+         * received and are not kept, as a Logout's ExpStatSN does. Were they kept, a TASK
+         * REASSIGN could claim one by an ITT the initiator has since given to a new command. */
+        uint32_t acked = c->login_expstatsn;
+        if (s->params.erl < 2)
+            session_close_conn_by_cid(s, c->cid, true, NULL);
+        else if (reinstating)
+            session_close_conn_by_cid(s, c->cid, false, &acked);
+        else
+            login_ack_orphans(c, s, acked);
         /* Session-wide values come from the leading login; connection-only ones are ours. */
         struct iscsi_params sp = s->params;
         sp.header_digest = p.header_digest;
@@ -369,7 +389,8 @@ int login_handle(struct iscsi_conn *c, struct iscsi_pdu_in *p)
         c->cid = get_be16(req->b + BHS_CID);
         c->login_stage = csg;
         /* StatSN: any start value; ExpStatSN of a reinstating initiator is taken as given. */
-        c->statsn = bhs_get32(req, BHS_EXPSTATSN);
+        c->login_expstatsn = bhs_get32(req, BHS_EXPSTATSN);
+        c->statsn = c->login_expstatsn;
         if (c->statsn == 0)
             c->statsn = 1;
         if (req->b[BHS_VERSION_MIN] > 0) {

@@ -96,14 +96,15 @@ class McsSession:
         self.cmdsn = self.c1.cmdsn
         self.answered = []  # (connection, ITT) of every SCSI Response seen
 
-    def join(self, port, cid):
-        """A second connection: same ISID, the first login's TSIH, a new CID (§5.3.2)."""
+    def join(self, port, cid, old_expstatsn=0):
+        """A second connection: same ISID, the first login's TSIH, a new CID (§5.3.2); or a
+        restart of a CID, whose first Login Request carries old_expstatsn (§11.12)."""
         c1 = self.c1
         s = hostile.Session(port, isid=ISID)
         s.c = hostile.Conn(port)
         sec = [("InitiatorName", c1.name), ("TargetName", hostile.TARGET), ("AuthMethod", "None")]
         h, d = hostile.login_pdu(sec, csg=0, nsg=1, isid=ISID, tsih=c1.tsih, cid=cid,
-                                 itt=0x900 + cid, cmdsn=c1.cmdsn)
+                                 itt=0x900 + cid, cmdsn=c1.cmdsn, expstatsn=old_expstatsn)
         s.c.send_pdu(h, d)
         rh, _ = s.c.recv_pdu()
         check(rh[0] & 0x3F == hostile.OP_LOGIN_RSP and hostile.login_status(rh) == 0,

@@ -27,7 +27,11 @@ at ErrorRecoveryLevel=2 with two connections (CID 0 and 1):
      initiator had the status) and gets its R2T, that CID 0 reset and logged out for recovery:
      TASK REASSIGN of the ITT answers 0 and the WRITE's recovery R2T follows, not the old
      status; the WRITE then completes GOOD;
-  6. logout, SIGTERM: the daemon exits 0; its log has the orphan and reassignment lines.
+  6. a restart's Login ExpStatSN acknowledges the old connection's answers (§11.12): a TEST
+     UNIT READY answered on CID 0, CID 0 restarted by a login whose ExpStatSN is past that
+     answer, once while the old CID 0 is up (reinstatement) and once after its reset: TASK
+     REASSIGN of the TEST UNIT READY answers 1 (task does not exist) both times;
+  7. logout, SIGTERM: the daemon exits 0; its log has the orphan and reassignment lines.
 Exit 0 when every check holds, 1 with the reason otherwise. Python 3 standard library only."""
 
 import os
@@ -221,6 +225,33 @@ def reused_itt_newest(m, c3):
     check(st == 0 and back == data, "the reassigned WRITE does not read back whole")
 
 
+def login_acks_old_answers(m, c3):
+    for reset_first in (False, True):
+        what = "after a reset" if reset_first else "reinstating"
+        itt = m.next_itt()
+        ca = m.join(m.port, cid=0)
+        ca.c.send_pdu(bhs(OP_SCSI, 0x80, hostile.lun_field(0), itt, 0, m.cmdsn, ca.expstatsn,
+                          b"\0" * 6))
+        m.cmdsn += 1
+        rh, _ = ca.c.recv_pdu(5)  # raw: acknowledged only by the next login
+        check(rh[0] & 0x3F == OP_SCSI_RSP and struct.unpack(">I", rh[16:20])[0] == itt,
+              "TEST UNIT READY on CID 0: op 0x%02x instead of its SCSI Response" %
+              (rh[0] & 0x3F))
+        got = (struct.unpack(">I", rh[24:28])[0] + 1) & 0xFFFFFFFF
+        if reset_first:
+            ca.c.reset()
+            time.sleep(0.2)  # gone before the login, most likely (else: a reinstatement)
+        cb = m.join(m.port, cid=0, old_expstatsn=got)
+        if not reset_first:
+            check(ca.c.wait_closed(3), "the reinstated connection was not closed by the target")
+        tmf = m.reassign(cb, itt, 0)
+        check(tmf[2] == 1, "%s: TASK REASSIGN of a TEST UNIT READY the login acknowledged: "
+              "response %d, not 1 (task does not exist)" % (what, tmf[2]))
+        cb.c.reset()
+    time.sleep(0.2)
+    m.logout_cid0_for_recovery(c3, 0)
+
+
 def run(binary, threads):
     tag = "threads %d" % threads
     d = mcs.Daemon.__new__(mcs.Daemon)
@@ -236,6 +267,9 @@ def run(binary, threads):
         print("ok: %s: a Logout's ExpStatSN leaves an older CID 0's answers" % tag, flush=True)
         reused_itt_newest(m, c3)
         print("ok: %s: TASK REASSIGN takes the newest orphan of a reused ITT" % tag, flush=True)
+        login_acks_old_answers(m, c3)
+        print("ok: %s: a restart's Login ExpStatSN acknowledges the old answers" % tag,
+              flush=True)
         c3.cmdsn = m.cmdsn
         c3.logout()
         d.stop()
