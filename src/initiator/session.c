@@ -484,6 +484,11 @@ void ini_session_conn_connected(struct ini_conn *c)
     ini_login_init(&c->login, &s->local, leading, s->discovery, s->initiator_name, s->target_name,
                    s->isid, leading ? 0 : s->tsih, c->cid, INI_LOGIN_ITT + c->idx, s->cmdsn);
     c->login.chap = &s->chap;
+    /* ERL 2, a lost connection's CID logging in again: the first Login Request carries that
+     * connection's ExpStatSN (RFC 7143 §11.12), so the target keeps none of its answers we
+     * had, whose ITTs may name new commands by now. */
+    if (c->reconnect && s->params.erl >= 2)
+        c->login.expstatsn = s->cr[c->idx].expstatsn;
     c->login_active = true;
     struct iscsi_bhs req;
     if (ini_login_start(&c->login, &req) < 0) {

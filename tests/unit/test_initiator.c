@@ -1325,6 +1325,7 @@ static void test_erl2_reinstatement_login(void **state)
     assert_int_equal(get_be16(h + BHS_TSIH), 0x1234);
     assert_int_equal(get_be16(h + BHS_CID), c0->cid);
     assert_memory_equal(h + BHS_ISID, s->isid, 6);
+    assert_int_equal(get_be32(h + BHS_EXPSTATSN), 5); /* the lost connection's (§11.12) */
     take_all(c);
     /* security, then operational stage, then full feature phase */
     uint8_t pdu[ISCSI_BHS_LEN + 256];
