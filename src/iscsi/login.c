@@ -343,11 +343,8 @@ static enum iscsi_login_status login_enter_ffp(struct iscsi_conn *c)
          * received and are not kept, as a Logout's ExpStatSN does. Were they kept, a TASK
          * REASSIGN could claim one by an ITT the initiator has since given to a new command. */
         uint32_t acked = c->login_expstatsn;
-        if (s->params.erl < 2)
-            session_close_conn_by_cid(s, c->cid, true, NULL);
-        else if (reinstating)
-            session_close_conn_by_cid(s, c->cid, false, &acked);
-        else
+        session_close_conn_by_cid(s, c->cid, s->params.erl < 2, reinstating ? &acked : NULL);
+        if (s->params.erl >= 2 && !reinstating)
             login_ack_orphans(c, s, acked);
         /* Session-wide values come from the leading login; connection-only ones are ours. */
         struct iscsi_params sp = s->params;
