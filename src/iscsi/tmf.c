@@ -98,6 +98,7 @@ struct abort_fanout {
     struct iscsi_bhs req;  /* the TMF Request */
     uint8_t if_absent;     /* §11.5.1 b/c, from the CmdSN window when the TMF arrived */
     bool reassign;         /* TASK REASSIGN: only look for the task, abort nothing */
+    bool then_orphan;      /* ABORT TASK: none of them had it, the orphan with the ITT is it */
     atomic_bool live;      /* ... a live connection has it (still allegiant) */
     atomic_bool aborted;   /* a connection had the task and aborted it */
     atomic_bool wrong_lun; /* a connection had the ITT, on another LUN than the TMF's */
@@ -154,6 +155,7 @@ static struct abort_fanout *fanout_build(struct iscsi_server *srv, fanout_match 
  * fan-out and drop its reference on the connection (never the last one: the caller holds
  * another). Returns the status of queuing the answer, for the caller to pass up or act on. */
 static int reassign_answer(struct iscsi_conn *c, const struct iscsi_bhs *req, bool live);
+static int abort_orphan(struct iscsi_conn *c, const struct iscsi_bhs *req, uint32_t rtt);
 
 static int abort_task_respond(struct abort_fanout *f)
 {
@@ -171,9 +173,11 @@ static int abort_task_respond(struct abort_fanout *f)
         rsp = ISCSI_TMF_RSP_COMPLETE;
     else if (atomic_load(&f->wrong_lun))
         rsp = ISCSI_TMF_RSP_NO_TASK;
+    bool found = atomic_load(&f->aborted) || atomic_load(&f->wrong_lun);
     /* the other connections answered asynchronously: this one may have closed or logged out */
     if (!c->dead && c->phase == CONN_FFP)
-        rc = tmf_respond(c, &f->req, rsp);
+        rc = f->then_orphan && !found ? abort_orphan(c, &f->req, f->rtt)
+                                      : tmf_respond(c, &f->req, rsp);
     free(f);
     conn_put(c);
     return rc;
@@ -292,7 +296,7 @@ static bool abort_other_conns(struct iscsi_conn *self, bool whole_target, uint64
  * of the session, and the last of them to finish hands the answer back: the TMF Response
  * leaves only once the task is aborted, or known to be on no connection. */
 static int abort_task_other_conns(struct iscsi_conn *self, const struct iscsi_bhs *req,
-                                  uint32_t rtt, uint64_t lun, uint8_t if_absent)
+                                  uint32_t rtt, uint64_t lun, uint8_t if_absent, bool then_orphan)
 {
     struct scope sc = {self->session, false, false};
     struct abort_fanout *f = fanout_build(self->srv, scope_match, &sc, self);
@@ -304,6 +308,7 @@ static int abort_task_other_conns(struct iscsi_conn *self, const struct iscsi_bh
     f->tmf_cid = self->cid;
     f->req = *req;
     f->if_absent = if_absent;
+    f->then_orphan = then_orphan;
     conn_get(self);
     f->c = self;
     return fanout_send(f);
@@ -369,12 +374,12 @@ static int task_reassign(struct iscsi_conn *c, const struct iscsi_bhs *req)
     uint32_t rtt = bhs_get32(req, BHS_RTT);
     if (cmd_task_lookup(c, rtt)) /* allegiant to this very connection */
         return tmf_respond(c, req, ISCSI_TMF_RSP_TASK_ALLEGIANT);
-    if (orphans_has_itt(c->session, rtt))
-        return reassign_answer(c, req, false);
-    /* Not an orphan (yet): every other connection of the session is asked whether it still
-     * has the task. Their answers come back after anything posted to them before (the close
-     * of a reinstated connection, or of one a Logout removed for recovery): by then such a
-     * connection's tasks are orphans, and the answer looks for them again. */
+    /* Every other connection of the session is asked whether it still has the task, even when
+     * an orphan has the ITT. Their answers come back after anything posted to them before (the
+     * close of a reinstated connection, or of one a Logout removed for recovery): by then that
+     * connection's tasks are orphans too, and the answer takes the newest. Claimed at once, an
+     * older orphan with the ITT (a task whose status the initiator had) would be taken for the
+     * newer task still on the closing connection, and answer it with the old status. */
     struct scope sc = {c->session, false, false};
     struct abort_fanout *f = fanout_build(c->srv, scope_match, &sc, c);
     if (!f)
@@ -477,8 +482,13 @@ int tmf_handle(struct iscsi_conn *c, struct iscsi_pdu_in *p)
         if (t) { /* the common case, answered at once: the task is on this connection */
             return tmf_respond(c, req, abort_named_task(t, lun, c->cid));
         }
+        /* ERL 2, an orphan has the ITT: the other connections look first, and one that has a
+         * task with the ITT aborts it. It is the newer: a connection closing behind the
+         * request (reinstated, removed for recovery) may still hold it, while the orphan is
+         * one whose status the initiator had before it gave the ITT to a new command. Only if
+         * none has it is the orphan aborted (abort_orphan, from abort_task_respond). */
         if (conn_erl(c) >= 2 && orphans_has_itt(s, rtt))
-            return abort_orphan(c, req, rtt);
+            return abort_task_other_conns(c, req, rtt, lun, ISCSI_TMF_RSP_NO_TASK, true);
         /* §11.5.1 b: a task no connection has whose RefCmdSN is inside the window and less
          * than the CmdSN of the TMF itself is considered received and aborted: "function
          * complete". Otherwise (c) "task does not exist" and nothing is taken: a task that
@@ -495,8 +505,8 @@ int tmf_handle(struct iscsi_conn *c, struct iscsi_pdu_in *p)
          * below finds and aborts it (a queued task aborted keeps its CmdSN taken). */
         if (in_window)
             session_consume_cmdsn(s, ref);
-        return abort_task_other_conns(c, req, rtt, lun,
-                                      in_window ? ISCSI_TMF_RSP_COMPLETE : ISCSI_TMF_RSP_NO_TASK);
+        return abort_task_other_conns(
+            c, req, rtt, lun, in_window ? ISCSI_TMF_RSP_COMPLETE : ISCSI_TMF_RSP_NO_TASK, false);
     }
     case ISCSI_TMF_ABORT_TASK_SET:
     case ISCSI_TMF_CLEAR_TASK_SET: {

@@ -22,11 +22,12 @@ at ErrorRecoveryLevel=2 with two connections (CID 0 and 1):
      over) that answers one command past that StatSN and is reset in turn, a Logout
      "remove for recovery" for CID 0 with that connection's ExpStatSN: TASK REASSIGN of the
      first TEST UNIT READY still answers 0 and its status comes again;
-  5. TASK REASSIGN takes the newest orphan of an ITT: a TEST UNIT READY answered on CID 0 and
+  5. TASK REASSIGN takes the newest task of an ITT: a TEST UNIT READY answered on CID 0 and
      never acknowledged, CID 0 reset, a new CID 0 on which a WRITE reuses that ITT (the
-     initiator had the status) and gets its R2T, that CID 0 reset and logged out for recovery:
-     TASK REASSIGN of the ITT answers 0 and the WRITE's recovery R2T follows, not the old
-     status; the WRITE then completes GOOD;
+     initiator had the status) and gets its R2T, that CID 0 logged out for recovery while up
+     and TASK REASSIGN of the ITT sent right behind: it answers 0 and the WRITE's recovery R2T
+     follows, not the old status; the WRITE then completes GOOD. The same with ABORT TASK: 0,
+     and the old status does not come again;
   6. a restart's Login ExpStatSN acknowledges the old connection's answers (§11.12): a TEST
      UNIT READY answered on CID 0, CID 0 restarted by a login whose ExpStatSN is past that
      answer, once while the old CID 0 is up (reinstatement) and once after its reset: TASK
@@ -189,7 +190,7 @@ def ack_newest_only(m, c3):
           "after TASK REASSIGN: op 0x%02x instead of the SCSI Response again" % (rh[0] & 0x3F))
 
 
-def reused_itt_newest(m, c3):
+def reused_itt_newest(m, c3, tmf_fn):
     itt = m.next_itt()
     ca = m.join(m.port, cid=0)
     ca.c.send_pdu(bhs(OP_SCSI, 0x80, hostile.lun_field(0), itt, 0, m.cmdsn, ca.expstatsn,
@@ -201,15 +202,22 @@ def reused_itt_newest(m, c3):
     ca.c.reset()
     cb = m.join(m.port, cid=0)
     lba, wlen = 4096, mcs.WRITE_BLOCKS * mcs.BLOCK
+    write_cmdsn = m.cmdsn
     cb.c.send_pdu(bhs(OP_SCSI, 0xA1, hostile.lun_field(0), itt, wlen, m.cmdsn, cb.expstatsn,
                       cdb_rw10(0x2A, lba, mcs.WRITE_BLOCKS)))  # the same ITT, no immediate data
     m.cmdsn += 1
     rh, _ = cb.recv(5)
     check(rh[0] & 0x3F == OP_R2T and struct.unpack(">I", rh[16:20])[0] == itt,
           "WRITE with the reused ITT: op 0x%02x instead of an R2T" % (rh[0] & 0x3F))
-    cb.c.reset()
-    time.sleep(0.2)  # as in ack_newest_only
+    # CID 0 is up: the Logout closes it (on its own reactor, after the Logout Response), and
+    # the TMF right behind must still find the WRITE, not the older orphan
     m.logout_cid0_for_recovery(c3, cb.expstatsn)
+    if tmf_fn == "abort":
+        rsp = m.abort_task(c3, itt, write_cmdsn)
+        check(rsp == 0, "ABORT TASK of the reused ITT: response %d, not 0" % rsp)
+        check((c3, itt) not in m.answered, "ABORT TASK of the reused ITT: the older TEST UNIT "
+              "READY's status came again, for the WRITE that now has the ITT")
+        return
     tmf = m.reassign(c3, itt, 0)
     check(tmf[2] == 0, "TASK REASSIGN of the reused ITT: response %d, not 0" % tmf[2])
     rh, _ = c3.recv(5)
@@ -265,8 +273,10 @@ def run(binary, threads):
         print("ok: %s: WRITE reassigned after reinstatement" % tag, flush=True)
         ack_newest_only(m, c3)
         print("ok: %s: a Logout's ExpStatSN leaves an older CID 0's answers" % tag, flush=True)
-        reused_itt_newest(m, c3)
-        print("ok: %s: TASK REASSIGN takes the newest orphan of a reused ITT" % tag, flush=True)
+        for fn in ("reassign", "abort"):
+            reused_itt_newest(m, c3, fn)
+        print("ok: %s: TASK REASSIGN, ABORT TASK take the newest task of a reused ITT" % tag,
+              flush=True)
         login_acks_old_answers(m, c3)
         print("ok: %s: a restart's Login ExpStatSN acknowledges the old answers" % tag,
               flush=True)
