@@ -99,6 +99,7 @@ struct abort_fanout {
     uint8_t if_absent;     /* §11.5.1 b/c, from the CmdSN window when the TMF arrived */
     bool reassign;         /* TASK REASSIGN: only look for the task, abort nothing */
     bool then_orphan;      /* ABORT TASK: none of them had it, the orphan with the ITT is it */
+    atomic_bool seen;      /* ... a connection had a task with the ITT, abortable or not */
     atomic_bool live;      /* ... a live connection has it (still allegiant) */
     atomic_bool aborted;   /* a connection had the task and aborted it */
     atomic_bool wrong_lun; /* a connection had the ITT, on another LUN than the TMF's */
@@ -173,7 +174,7 @@ static int abort_task_respond(struct abort_fanout *f)
         rsp = ISCSI_TMF_RSP_COMPLETE;
     else if (atomic_load(&f->wrong_lun))
         rsp = ISCSI_TMF_RSP_NO_TASK;
-    bool found = atomic_load(&f->aborted) || atomic_load(&f->wrong_lun);
+    bool found = atomic_load(&f->aborted) || atomic_load(&f->wrong_lun) || atomic_load(&f->seen);
     /* the other connections answered asynchronously: this one may have closed or logged out */
     if (!c->dead && c->phase == CONN_FFP)
         rc = f->then_orphan && !found ? abort_orphan(c, &f->req, f->rtt)
@@ -230,6 +231,8 @@ static void abort_leg_run(void *arg)
             atomic_store(&f->aborted, true);
         else if (t)
             atomic_store(&f->wrong_lun, true);
+        else if (cmd_task_lookup(l->c, f->rtt))
+            atomic_store(&f->seen, true); /* answered meanwhile: newer than any orphan */
     }
     conn_put(l->c);
     /* Answered here if the TMF's connection shares this reactor: outside its handlers, so a
@@ -486,8 +489,9 @@ int tmf_handle(struct iscsi_conn *c, struct iscsi_pdu_in *p)
          * task with the ITT aborts it. It is the newer: a connection closing behind the
          * request (reinstated, removed for recovery) may still hold it, while the orphan is
          * one whose status the initiator had before it gave the ITT to a new command. Only if
-         * none has it is the orphan aborted (abort_orphan, from abort_task_respond). */
-        if (conn_erl(c) >= 2 && orphans_has_itt(s, rtt))
+         * none has it, answered or not, is the orphan aborted (abort_orphan, from
+         * abort_task_respond); one here, answered, is newer too. */
+        if (conn_erl(c) >= 2 && orphans_has_itt(s, rtt) && !cmd_task_lookup(c, rtt))
             return abort_task_other_conns(c, req, rtt, lun, ISCSI_TMF_RSP_NO_TASK, true);
         /* §11.5.1 b: a task no connection has whose RefCmdSN is inside the window and less
          * than the CmdSN of the TMF itself is considered received and aborted: "function

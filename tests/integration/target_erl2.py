@@ -28,11 +28,14 @@ at ErrorRecoveryLevel=2 with two connections (CID 0 and 1):
      and TASK REASSIGN of the ITT sent right behind: it answers 0 and the WRITE's recovery R2T
      follows, not the old status; the WRITE then completes GOOD. The same with ABORT TASK: 0,
      and the old status does not come again;
-  6. a restart's Login ExpStatSN acknowledges the old connection's answers (§11.12): a TEST
+  6. ABORT TASK of an ITT that an old orphan and an answered task on a live CID 0 both have
+     (the TEST UNIT READY of case 5's kind, then another with the same ITT, answered): 1 (task
+     does not exist), and the orphan's status does not come again;
+  7. a restart's Login ExpStatSN acknowledges the old connection's answers (§11.12): a TEST
      UNIT READY answered on CID 0, CID 0 restarted by a login whose ExpStatSN is past that
      answer, once while the old CID 0 is up (reinstatement) and once after its reset: TASK
      REASSIGN of the TEST UNIT READY answers 1 (task does not exist) both times;
-  7. logout, SIGTERM: the daemon exits 0; its log has the orphan and reassignment lines.
+  8. logout, SIGTERM: the daemon exits 0; its log has the orphan and reassignment lines.
 Exit 0 when every check holds, 1 with the reason otherwise. Python 3 standard library only."""
 
 import os
@@ -161,16 +164,22 @@ def sn_lt(a, b):
     return a != b and (b - a) & 0xFFFFFFFF < 0x80000000
 
 
+def tur_unacked(m, conn, itt):
+    """TEST UNIT READY with that ITT on conn, its SCSI Response read raw: its StatSN is never
+    acknowledged. Returns the response header."""
+    conn.c.send_pdu(bhs(OP_SCSI, 0x80, hostile.lun_field(0), itt, 0, m.cmdsn, conn.expstatsn,
+                        b"\0" * 6))
+    m.cmdsn += 1
+    rh, _ = conn.c.recv_pdu(5)
+    check(rh[0] & 0x3F == OP_SCSI_RSP and struct.unpack(">I", rh[16:20])[0] == itt,
+          "TEST UNIT READY: op 0x%02x instead of its SCSI Response" % (rh[0] & 0x3F))
+    return rh
+
+
 def ack_newest_only(m, c3):
     itt = m.next_itt()
     ca = m.join(m.port, cid=0)
-    ca.c.send_pdu(bhs(OP_SCSI, 0x80, hostile.lun_field(0), itt, 0, m.cmdsn, ca.expstatsn,
-                      b"\0" * 6))
-    m.cmdsn += 1
-    rh, _ = ca.c.recv_pdu(5)  # raw: its StatSN is never acknowledged
-    check(rh[0] & 0x3F == OP_SCSI_RSP and struct.unpack(">I", rh[16:20])[0] == itt,
-          "TEST UNIT READY on CID 0: op 0x%02x instead of its SCSI Response" % (rh[0] & 0x3F))
-    lost = struct.unpack(">I", rh[24:28])[0]
+    lost = struct.unpack(">I", tur_unacked(m, ca, itt)[24:28])[0]
     ca.c.reset()
     cb = m.join(m.port, cid=0)  # CID 0 again, its StatSN from 1 (our ExpStatSN 0 at login)
     m.scsi(cb, b"\0" * 6)
@@ -193,12 +202,7 @@ def ack_newest_only(m, c3):
 def reused_itt_newest(m, c3, tmf_fn):
     itt = m.next_itt()
     ca = m.join(m.port, cid=0)
-    ca.c.send_pdu(bhs(OP_SCSI, 0x80, hostile.lun_field(0), itt, 0, m.cmdsn, ca.expstatsn,
-                      b"\0" * 6))
-    m.cmdsn += 1
-    rh, _ = ca.c.recv_pdu(5)  # raw: the status is here, its StatSN never acknowledged
-    check(rh[0] & 0x3F == OP_SCSI_RSP and struct.unpack(">I", rh[16:20])[0] == itt,
-          "TEST UNIT READY on CID 0: op 0x%02x instead of its SCSI Response" % (rh[0] & 0x3F))
+    tur_unacked(m, ca, itt)  # the initiator has the status, the target no acknowledgement
     ca.c.reset()
     cb = m.join(m.port, cid=0)
     lba, wlen = 4096, mcs.WRITE_BLOCKS * mcs.BLOCK
@@ -233,18 +237,30 @@ def reused_itt_newest(m, c3, tmf_fn):
     check(st == 0 and back == data, "the reassigned WRITE does not read back whole")
 
 
+def abort_answered_newest(m, c3):
+    itt = m.next_itt()
+    ca = m.join(m.port, cid=0)
+    tur_unacked(m, ca, itt)
+    ca.c.reset()
+    time.sleep(0.2)  # gone before the next login, most likely (else: a reinstatement)
+    cb = m.join(m.port, cid=0)
+    tur_cmdsn = m.cmdsn
+    tur_unacked(m, cb, itt)  # the ITT again, answered on a live connection
+    rsp = m.abort_task(c3, itt, tur_cmdsn)
+    check((c3, itt) not in m.answered, "ABORT TASK of an ITT a live connection has answered: the "
+          "older orphan's status came again")
+    check(rsp == 1, "ABORT TASK of an answered task: response %d, not 1" % rsp)
+    cb.c.reset()
+    time.sleep(0.2)
+    m.logout_cid0_for_recovery(c3, 0)
+
+
 def login_acks_old_answers(m, c3):
     for reset_first in (False, True):
         what = "after a reset" if reset_first else "reinstating"
         itt = m.next_itt()
         ca = m.join(m.port, cid=0)
-        ca.c.send_pdu(bhs(OP_SCSI, 0x80, hostile.lun_field(0), itt, 0, m.cmdsn, ca.expstatsn,
-                          b"\0" * 6))
-        m.cmdsn += 1
-        rh, _ = ca.c.recv_pdu(5)  # raw: acknowledged only by the next login
-        check(rh[0] & 0x3F == OP_SCSI_RSP and struct.unpack(">I", rh[16:20])[0] == itt,
-              "TEST UNIT READY on CID 0: op 0x%02x instead of its SCSI Response" %
-              (rh[0] & 0x3F))
+        rh = tur_unacked(m, ca, itt)  # acknowledged only by the next login
         got = (struct.unpack(">I", rh[24:28])[0] + 1) & 0xFFFFFFFF
         if reset_first:
             ca.c.reset()
@@ -276,6 +292,9 @@ def run(binary, threads):
         for fn in ("reassign", "abort"):
             reused_itt_newest(m, c3, fn)
         print("ok: %s: TASK REASSIGN, ABORT TASK take the newest task of a reused ITT" % tag,
+              flush=True)
+        abort_answered_newest(m, c3)
+        print("ok: %s: ABORT TASK leaves an orphan whose ITT a live task reuses" % tag,
               flush=True)
         login_acks_old_answers(m, c3)
         print("ok: %s: a restart's Login ExpStatSN acknowledges the old answers" % tag,
