@@ -42,6 +42,7 @@ struct bs_io_state {
     struct reactor *r;
     struct reactor_msg msg;
     int res;
+    uint64_t due_ms; /* the file store under --inject store-delay: when it may start */
 };
 
 /* One request. The store owns it from bs_submit() until done() runs. For a store opened with
@@ -164,6 +165,11 @@ struct bs *bs_open_spec_ex(const char *spec, bool *transient, char *err, size_t 
 int bs_grow(struct bs *bs, uint64_t size, char *err, size_t errlen);
 /* Close and free a store. No request may be in flight. */
 void bs_close(struct bs *bs);
+/* --inject store-delay (a testing aid, never for production): every READ or WRITE the file
+ * store takes on a reactor starts ms milliseconds per MiB it moves late (other requests 1 ms),
+ * so tests can hold large writes in the store while they abort them and small ones pass; 0
+ * (the default) turns it off. Set before the reactors start. */
+void bs_file_inject_delay(unsigned ms);
 
 static inline void bs_submit(struct bs *bs, struct bs_io *io)
 {

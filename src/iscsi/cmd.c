@@ -1331,7 +1331,11 @@ void cmd_task_abort(struct iscsi_task *t)
         session_cmdsn_cancel(c->session, &t->wait);
     } else if (t->state == TASK_DATA_OUT && c->session && !t->cmdsn_pending) {
         session_cmd_done(c->session);
-    } /* TASK_EXEC: it counts in flight until the store lets go (cmd_scsi_done) */
+    } else if (t->state == TASK_EXEC) {
+        /* it counts in flight until the store lets go (cmd_scsi_done); the store gets none
+         * of its work it does not have yet, and the TMF's answer waits for the rest */
+        scsi_task_abort(&t->scsi);
+    }
     conn_task_hash_del(c, t);
     if (c->w.in.task == t)
         c->w.in.discard = true; /* the rest of the data segment being received: dropped */

@@ -662,7 +662,8 @@ void snack_conn_cleanup(struct iscsi_conn *c);
 
 /* tmf.c */
 int tmf_handle(struct iscsi_conn *c, struct iscsi_pdu_in *p);
-void iscsi_abort_nexus_tasks(struct scsi_target *t, struct scsi_nexus *n, struct scsi_lun *lu);
+void iscsi_abort_nexus_tasks(struct scsi_target *t, struct scsi_nexus *n, struct scsi_lun *lu,
+                             struct scsi_join *join);
 
 /* discovery.c */
 int text_handle(struct iscsi_conn *c, struct iscsi_pdu_in *p);

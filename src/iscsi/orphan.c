@@ -340,7 +340,8 @@ unsigned orphans_abort(struct iscsi_server *srv, orphans_match match, const void
                 list_del(&t->node);
                 n++;
                 if (t->orphan == ORPHAN_BUSY) {
-                    t->orphan_expired = true; /* its completion frees it */
+                    t->orphan_expired = true;  /* its completion frees it */
+                    scsi_task_abort(&t->scsi); /* and the TMF's answer waits for that */
                     continue;
                 }
                 orphan_uncount_locked(s, t);

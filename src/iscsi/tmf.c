@@ -1,7 +1,13 @@
 /* Task management on the target (RFC 7143 §11.5/§11.6), mapped onto SAM-5 task management at
  * this boundary: ABORT TASK, ABORT TASK SET, CLEAR TASK SET, LOGICAL UNIT RESET, TARGET WARM and
  * COLD RESET. Aborted tasks are never answered; a task still in the store is released when the
- * store lets go of its buffers. */
+ * store lets go of its buffers.
+ *
+ * "Function complete" is a promise about the medium (SAM-5 §7.1): no command the function
+ * aborted changes it afterwards. So the answer goes out only once every connection that may
+ * carry such a command has aborted its own (the fan-out below) and then every aborted task of
+ * the LUN (or target) has left the store (scsi_lun_quiesce): a write the store already had
+ * finishes first, one it did not have is never given to it. */
 #include <assert.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -13,6 +19,72 @@
 static int tmf_respond(struct iscsi_conn *c, const struct iscsi_bhs *req, uint8_t response)
 {
     return conn_send_response(c, ISCSI_OP_TMF_RSP, req, response);
+}
+
+/* ---------------- the answer, once the aborted tasks have left the store ---------------- */
+
+struct tmf_quiet {
+    struct iscsi_conn *c; /* a reference held */
+    struct iscsi_bhs req;
+    uint8_t rsp;
+    bool cold; /* TARGET COLD RESET: the connection closes once the answer is out */
+    struct scsi_wait w;
+    struct scsi_target_wait tw;
+};
+
+static int quiet_respond(struct tmf_quiet *q)
+{
+    struct iscsi_conn *c = q->c;
+    int rc = tmf_respond(c, &q->req, q->rsp);
+    if (rc == ISCSI_OK && q->cold)
+        c->phase = CONN_LOGGED_OUT; /* §11.5.1: this one closes too, after its answer */
+    return rc;
+}
+
+/* On the TMF's connection's reactor, outside its handlers: a failure to queue the answer
+ * closes the connection here. */
+static void tmf_quiet_answer(void *arg)
+{
+    struct tmf_quiet *q = arg;
+    struct iscsi_conn *c = q->c;
+    int rc = ISCSI_OK;
+    if (!c->dead && c->phase == CONN_FFP) /* it may have closed or logged out meanwhile */
+        rc = quiet_respond(q);
+    conn_fail(c, rc);
+    conn_put(c);
+    free(q);
+}
+
+/* Answer rsp to req once no aborted task of LUN lun (UINT64_MAX: of any LUN of the target) is
+ * in the store: right here when none is (the status of queuing the answer is returned), else
+ * later, on c's reactor. Any answer but "function complete" goes at once: nothing was aborted.
+ * Out of memory closes the connection: the initiator never hears "complete" too early. */
+static int tmf_answer_quiet(struct iscsi_conn *c, const struct iscsi_bhs *req, uint8_t rsp,
+                            uint64_t lun, bool cold)
+{
+    struct scsi_target *tgt = c->session->node->scsi;
+    /* a LUN detached meanwhile is freed only after this loop turn */
+    struct scsi_lun *lu = lun == UINT64_MAX ? NULL : scsi_target_lun(tgt, lun);
+    if (rsp != ISCSI_TMF_RSP_COMPLETE || (lun != UINT64_MAX && !lu))
+        return tmf_respond(c, req, rsp);
+    struct tmf_quiet *q = calloc(1, sizeof(*q));
+    if (!q)
+        return ISCSI_ERR_NOMEM;
+    conn_get(c);
+    *q = (struct tmf_quiet){.c = c, .req = *req, .rsp = rsp, .cold = cold};
+    q->w.fn = q->tw.fn = tmf_quiet_answer;
+    q->w.arg = q->tw.arg = q;
+    if (lu ? scsi_lun_quiesce(lu, &q->w) : scsi_target_quiesce(tgt, &q->tw)) {
+        CONN_LOG_LIMITED(c, LOG_LVL_DEBUG,
+                         "%s: task management ITT 0x%08x answers once the aborted commands "
+                         "have left the store",
+                         c->peer, bhs_get32(req, BHS_ITT));
+        return ISCSI_OK;
+    }
+    int rc = quiet_respond(q);
+    conn_put(c); /* never the last reference: the caller holds one */
+    free(q);
+    return rc;
 }
 
 /* Abort every task of this connection matching the LUN (all LUNs if lun == UINT64_MAX), and
@@ -87,9 +159,30 @@ struct abort_leg {
     struct reactor_msg msg;
 };
 
+/* TARGET COLD RESET (RFC 7143 §11.5.1) closes all of the target's TCP connections to all
+ * initiators: every connection of a session of the asking connection's node but that one,
+ * which closes itself once its answer is out. */
+static bool other_conn_of_node(const struct iscsi_session *s, const struct iscsi_conn *c,
+                               const void *arg)
+{
+    const struct iscsi_conn *self = arg;
+    return c != self && s->node == self->session->node;
+}
+
+/* What a fan-out that aborts a task set does once every leg has: its TMF's answer. */
+enum fanout_then {
+    THEN_BY_ITT,     /* ABORT TASK or TASK REASSIGN (by_itt); nothing (no c) */
+    THEN_SET,        /* ABORT TASK SET, CLEAR TASK SET */
+    THEN_LUN_RESET,  /* LOGICAL UNIT RESET */
+    THEN_WARM_RESET, /* TARGET WARM RESET */
+    THEN_COLD_RESET, /* TARGET COLD RESET */
+};
+
 struct abort_fanout {
     uint64_t lun; /* UINT64_MAX: every LUN */
     uint32_t before_cmdsn;
+    enum fanout_then then;
+    struct scsi_join *join; /* no answer here (PREEMPT AND ABORT): ended once all legs ran */
     /* ABORT TASK: the task with ITT rtt, and the answer given on the TMF's connection */
     bool by_itt;
     uint32_t rtt;
@@ -157,12 +250,38 @@ static struct abort_fanout *fanout_build(struct iscsi_server *srv, fanout_match 
  * another). Returns the status of queuing the answer, for the caller to pass up or act on. */
 static int reassign_answer(struct iscsi_conn *c, const struct iscsi_bhs *req, bool live);
 static int abort_orphan(struct iscsi_conn *c, const struct iscsi_bhs *req, uint32_t rtt);
+static int reset_respond(struct iscsi_conn *c, const struct iscsi_bhs *req, uint64_t lun);
+
+/* A task set's fan-out is done: its reset, if it is one, then the answer once quiet. */
+static int set_respond(struct abort_fanout *f)
+{
+    struct iscsi_conn *c = f->c;
+    int rc = ISCSI_OK;
+    if (c->dead || c->phase != CONN_FFP) {
+        /* closed or logged out meanwhile: nobody to answer */
+    } else if (f->then == THEN_SET) {
+        rc = tmf_answer_quiet(c, &f->req, ISCSI_TMF_RSP_COMPLETE, f->lun, false);
+    } else if (f->then == THEN_COLD_RESET) {
+        /* a cold reset ends every connection here at once: the other gateways are told, and
+         * the answer does not wait for them */
+        scsi_target_reset(c->session->node->scsi, c->session->nexus, true);
+        session_close_conns_where(c->srv, other_conn_of_node, c, "target cold reset");
+        rc = tmf_answer_quiet(c, &f->req, ISCSI_TMF_RSP_COMPLETE, UINT64_MAX, true);
+    } else {
+        rc = reset_respond(c, &f->req, f->then == THEN_LUN_RESET ? f->lun : UINT64_MAX);
+    }
+    free(f);
+    conn_put(c);
+    return rc;
+}
 
 static int abort_task_respond(struct abort_fanout *f)
 {
     struct iscsi_conn *c = f->c;
     uint8_t rsp = f->if_absent;
     int rc = ISCSI_OK;
+    if (f->then != THEN_BY_ITT)
+        return set_respond(f);
     if (f->reassign) {
         if (!c->dead && c->phase == CONN_FFP)
             rc = reassign_answer(c, &f->req, atomic_load(&f->live));
@@ -178,7 +297,7 @@ static int abort_task_respond(struct abort_fanout *f)
     /* the other connections answered asynchronously: this one may have closed or logged out */
     if (!c->dead && c->phase == CONN_FFP)
         rc = f->then_orphan && !found ? abort_orphan(c, &f->req, f->rtt)
-                                      : tmf_respond(c, &f->req, rsp);
+                                      : tmf_answer_quiet(c, &f->req, rsp, f->lun, false);
     free(f);
     conn_put(c);
     return rc;
@@ -202,6 +321,8 @@ static int fanout_leg_done(struct abort_fanout *f)
     if (atomic_fetch_sub(&f->legs_left, 1) != 1)
         return ISCSI_OK;
     if (!f->c) {
+        if (f->join)
+            scsi_join_done(f->join); /* every task concerned is marked aborted */
         free(f);
         return ISCSI_OK;
     }
@@ -273,24 +394,27 @@ static int scope_match(const struct iscsi_session *s, const void *arg)
     return s == sc->own && sc->use_cmdsn;
 }
 
-/* Abort matching tasks on every other connection: of this session only (ABORT TASK SET, the
- * I_T nexus's tasks), or of every session of the target (CLEAR TASK SET, resets: the task set
- * is shared by all nexuses, SAM-5 §8.3). false (out of memory): nothing is done. */
-static bool abort_other_conns(struct iscsi_conn *self, bool whole_target, uint64_t lun,
-                              uint32_t before_cmdsn, bool use_cmdsn)
+/* The fan-out that aborts matching tasks on every other connection: of this session only
+ * (ABORT TASK SET, the I_T nexus's tasks), or of every session of the target (CLEAR TASK SET,
+ * resets: the task set is shared by all nexuses, SAM-5 §8.3); ERL 2 orphans of those sessions
+ * are aborted here. Sent by the caller once it has aborted its own connection's, and answered
+ * (then) once every leg has run. NULL (out of memory): nothing is done. */
+static struct abort_fanout *set_fanout(struct iscsi_conn *self, const struct iscsi_bhs *req,
+                                       enum fanout_then then, bool whole_target, uint64_t lun,
+                                       uint32_t before_cmdsn, bool use_cmdsn)
 {
     struct scope sc = {self->session, whole_target, use_cmdsn};
     struct abort_fanout *f = fanout_build(self->srv, scope_match, &sc, self);
     if (!f)
-        return false;
-    /* ERL 2: tasks of lost connections waiting for reassignment are in the task set too */
+        return NULL;
     orphans_abort(self->srv, scope_match, &sc, lun, before_cmdsn);
     f->lun = lun;
     f->before_cmdsn = before_cmdsn;
-    int rc = fanout_send(f); /* no answer to give: always OK */
-    assert(rc == ISCSI_OK);
-    (void)rc;
-    return true;
+    f->then = then;
+    f->req = *req;
+    conn_get(self);
+    f->c = self;
+    return f;
 }
 
 /* The task ABORT TASK names is identified by its ITT within the session, whatever connection
@@ -331,14 +455,17 @@ static int abort_orphan(struct iscsi_conn *c, const struct iscsi_bhs *req, uint3
     CONN_LOG_LIMITED(c, LOG_LVL_INFO, "%s: ABORT TASK ITT 0x%08x, an orphan of CID %u", c->peer,
                      rtt, cid);
     int rc = ISCSI_OK;
-    if (claim == CLAIM_NOW)
+    if (claim == CLAIM_NOW) {
         rc = cmd_task_adopt_abort(c, t);
-    else if (claim == CLAIM_LATER)
+    } else if (claim == CLAIM_LATER) {
         t->abort_on_arrival = true; /* read on this thread, by cmd_orphan_arrive */
+        scsi_task_abort(&t->scsi);  /* in the store: the answer waits for it */
+    }
     if (rc < 0)
         return rc;
-    return tmf_respond(c, req,
-                       claim == CLAIM_NONE ? ISCSI_TMF_RSP_NO_TASK : ISCSI_TMF_RSP_COMPLETE);
+    return tmf_answer_quiet(c, req,
+                            claim == CLAIM_NONE ? ISCSI_TMF_RSP_NO_TASK : ISCSI_TMF_RSP_COMPLETE,
+                            scsi_lun_from_wire(req->b + BHS_LUN), false);
 }
 
 /* RFC 7143 §11.5.1, §7.2.2: the task named by RTT moves to this connection if it is an orphan
@@ -409,6 +536,7 @@ static int task_reassign(struct iscsi_conn *c, const struct iscsi_bhs *req)
 struct tmf_later {
     struct iscsi_conn *c; /* a reference held */
     struct iscsi_bhs req;
+    uint64_t lun; /* UINT64_MAX: the target's */
 };
 
 /* On the TMF's connection's reactor, outside its handlers: a failure to queue the answer
@@ -419,45 +547,40 @@ static void tmf_later_answer(void *arg)
     struct iscsi_conn *c = w->c;
     int rc = ISCSI_OK;
     if (!c->dead && c->phase == CONN_FFP) /* it may have closed or logged out meanwhile */
-        rc = tmf_respond(c, &w->req, ISCSI_TMF_RSP_COMPLETE);
+        rc = tmf_answer_quiet(c, &w->req, ISCSI_TMF_RSP_COMPLETE, w->lun, false);
     conn_fail(c, rc);
     conn_put(c);
     free(w);
 }
 
-/* The reset of lu (NULL: TARGET WARM RESET), and its answer now or once the other gateways
- * have it. */
-static int reset_respond(struct iscsi_conn *c, const struct iscsi_bhs *req, struct scsi_lun *lu)
+/* The reset of LUN lun (UINT64_MAX: TARGET WARM RESET), its tasks aborted already, and its
+ * answer once the other gateways have it and the aborted tasks have left the store. */
+static int reset_respond(struct iscsi_conn *c, const struct iscsi_bhs *req, uint64_t lun)
 {
     struct scsi_nexus *n = c->session->nexus;
+    struct scsi_target *tgt = c->session->node->scsi;
+    /* a LUN detached meanwhile is freed only after this loop turn; one gone already has no
+     * tasks left to reset */
+    struct scsi_lun *lu = lun == UINT64_MAX ? NULL : scsi_target_lun(tgt, lun);
+    if (lun != UINT64_MAX && !lu)
+        return tmf_respond(c, req, ISCSI_TMF_RSP_COMPLETE);
     struct tmf_later *w = calloc(1, sizeof(*w));
     if (!w) { /* the reset still holds here; the others are told without waiting */
         if (lu)
             scsi_lun_reset(lu, n);
         else
-            scsi_target_reset(c->session->node->scsi, n, false);
-        return tmf_respond(c, req, ISCSI_TMF_RSP_COMPLETE);
+            scsi_target_reset(tgt, n, false);
+        return tmf_answer_quiet(c, req, ISCSI_TMF_RSP_COMPLETE, lun, false);
     }
     conn_get(c);
-    w->c = c;
-    w->req = *req;
+    *w = (struct tmf_later){.c = c, .req = *req, .lun = lun};
     bool later = lu ? scsi_lun_reset_wait(lu, n, tmf_later_answer, w)
-                    : scsi_target_reset_wait(c->session->node->scsi, n, false, tmf_later_answer, w);
+                    : scsi_target_reset_wait(tgt, n, false, tmf_later_answer, w);
     if (later)
         return ISCSI_OK;
     conn_put(c); /* never the last reference: the caller holds one */
     free(w);
-    return tmf_respond(c, req, ISCSI_TMF_RSP_COMPLETE);
-}
-
-/* TARGET COLD RESET (RFC 7143 §11.5.1) closes all of the target's TCP connections to all
- * initiators: every connection of a session of the asking connection's node but that one,
- * which closes itself once its answer is out. */
-static bool other_conn_of_node(const struct iscsi_session *s, const struct iscsi_conn *c,
-                               const void *arg)
-{
-    const struct iscsi_conn *self = arg;
-    return c != self && s->node == self->session->node;
+    return tmf_answer_quiet(c, req, ISCSI_TMF_RSP_COMPLETE, lun, false);
 }
 
 int tmf_handle(struct iscsi_conn *c, struct iscsi_pdu_in *p)
@@ -482,9 +605,8 @@ int tmf_handle(struct iscsi_conn *c, struct iscsi_pdu_in *p)
     case ISCSI_TMF_ABORT_TASK: {
         uint32_t rtt = bhs_get32(req, BHS_RTT);
         struct iscsi_task *t = conn_abortable_task(c, rtt);
-        if (t) { /* the common case, answered at once: the task is on this connection */
-            return tmf_respond(c, req, abort_named_task(t, lun, c->cid));
-        }
+        if (t) /* the common case: the task is on this connection */
+            return tmf_answer_quiet(c, req, abort_named_task(t, lun, c->cid), lun, false);
         /* ERL 2, an orphan has the ITT: the other connections look first, and one that has a
          * task with the ITT aborts it. It is the newer: a connection closing behind the
          * request (reinstated, removed for recovery) may still hold it, while the orphan is
@@ -517,24 +639,25 @@ int tmf_handle(struct iscsi_conn *c, struct iscsi_pdu_in *p)
         if (!lu) {
             return tmf_respond(c, req, ISCSI_TMF_RSP_NO_LUN);
         }
-        if (!abort_other_conns(c, fn == ISCSI_TMF_CLEAR_TASK_SET, lun, cmdsn, true)) {
+        struct abort_fanout *f =
+            set_fanout(c, req, THEN_SET, fn == ISCSI_TMF_CLEAR_TASK_SET, lun, cmdsn, true);
+        if (!f)
             return tmf_respond(c, req, ISCSI_TMF_RSP_REJECTED);
-        }
         unsigned n = abort_conn_tasks(c, lun, cmdsn, true);
         CONN_LOG_LIMITED(c, LOG_LVL_INFO, "%s: %s on LUN %llu: %u task(s) aborted", c->peer,
                          fn == ISCSI_TMF_ABORT_TASK_SET ? "ABORT TASK SET" : "CLEAR TASK SET",
                          (unsigned long long)lun, n);
         if (fn == ISCSI_TMF_CLEAR_TASK_SET)
             scsi_lun_tasks_cleared(lu, s->nexus);
-        return tmf_respond(c, req, ISCSI_TMF_RSP_COMPLETE);
+        return fanout_send(f);
     }
     case ISCSI_TMF_LOGICAL_UNIT_RESET:
         if (!lu) {
             return tmf_respond(c, req, ISCSI_TMF_RSP_NO_LUN);
         }
-        if (!abort_other_conns(c, true, lun, 0, false)) {
+        struct abort_fanout *f = set_fanout(c, req, THEN_LUN_RESET, true, lun, 0, false);
+        if (!f)
             return tmf_respond(c, req, ISCSI_TMF_RSP_REJECTED);
-        }
         abort_conn_tasks(c, lun, 0, false);
         /* lu is not held, but a LUN detached meanwhile is freed only after this loop turn
          * (and after the reset's work on the helper thread: pr_lun_drain) */
@@ -543,10 +666,13 @@ int tmf_handle(struct iscsi_conn *c, struct iscsi_pdu_in *p)
         iostats_event(c->st_portal, IOSTATS_RESET);
         CONN_LOG_LIMITED(c, LOG_LVL_INFO, "%s: LOGICAL UNIT RESET on LUN %llu", c->peer,
                          (unsigned long long)lun);
-        return reset_respond(c, req, lu);
+        return fanout_send(f); /* then reset_respond */
     case ISCSI_TMF_TARGET_WARM_RESET:
     case ISCSI_TMF_TARGET_COLD_RESET: {
-        if (!abort_other_conns(c, true, UINT64_MAX, 0, false))
+        bool cold = fn == ISCSI_TMF_TARGET_COLD_RESET;
+        struct abort_fanout *f = set_fanout(c, req, cold ? THEN_COLD_RESET : THEN_WARM_RESET, true,
+                                            UINT64_MAX, 0, false);
+        if (!f)
             return tmf_respond(c, req, ISCSI_TMF_RSP_REJECTED);
         abort_conn_tasks(c, UINT64_MAX, 0, false);
         /* A target reset resets each of its logical units (RFC 7143 §11.5.1): one on each LUN
@@ -558,21 +684,8 @@ int tmf_handle(struct iscsi_conn *c, struct iscsi_pdu_in *p)
         }
         iostats_event(c->st_session, IOSTATS_RESET);
         iostats_event(c->st_portal, IOSTATS_RESET);
-        CONN_LOG_LIMITED(c, LOG_LVL_INFO, "%s: TARGET %s RESET", c->peer,
-                         fn == ISCSI_TMF_TARGET_COLD_RESET ? "COLD" : "WARM");
-        if (fn == ISCSI_TMF_TARGET_WARM_RESET)
-            return reset_respond(c, req, NULL);
-        /* a cold reset ends every connection here at once: the other gateways are told, and
-         * the answer does not wait for them */
-        scsi_target_reset(tgt, s->nexus, true);
-        int rc = tmf_respond(c, req, ISCSI_TMF_RSP_COMPLETE);
-        if (rc == ISCSI_OK && fn == ISCSI_TMF_TARGET_COLD_RESET) {
-            /* §11.5.1: a cold reset closes every connection to every initiator; this one
-             * after its answer. */
-            c->phase = CONN_LOGGED_OUT;
-            session_close_conns_where(c->srv, other_conn_of_node, c, "target cold reset");
-        }
-        return rc;
+        CONN_LOG_LIMITED(c, LOG_LVL_INFO, "%s: TARGET %s RESET", c->peer, cold ? "COLD" : "WARM");
+        return fanout_send(f); /* then reset_respond, or for a cold one set_respond */
     }
     case ISCSI_TMF_TASK_REASSIGN:
         /* §7.2.2: below ERL 2 allegiance reassignment is not supported */
@@ -599,7 +712,8 @@ static bool nexus_conn(const struct iscsi_session *s, const struct iscsi_conn *c
     return s->nexus == arg;
 }
 
-void iscsi_abort_nexus_tasks(struct scsi_target *t, struct scsi_nexus *n, struct scsi_lun *lu)
+void iscsi_abort_nexus_tasks(struct scsi_target *t, struct scsi_nexus *n, struct scsi_lun *lu,
+                             struct scsi_join *join)
 {
     struct iscsi_server *srv = t->transport_ctx;
     uint64_t lun = scsi_lun_id(lu);
@@ -613,5 +727,8 @@ void iscsi_abort_nexus_tasks(struct scsi_target *t, struct scsi_nexus *n, struct
         return;
     }
     f->lun = lun;
-    (void)fanout_send(f); /* no answer to give */
+    f->join = join;
+    if (join)
+        scsi_join_add(join); /* ended by the last leg */
+    (void)fanout_send(f);    /* no answer to give */
 }

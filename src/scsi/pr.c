@@ -214,7 +214,7 @@ static void fx_ua_registrants(FILE *fx, const struct pr_state *ps, const char *e
 
 /* PREEMPT AND ABORT: the tasks of every nexus of port on this LUN are aborted (as ABORT TASK
  * SET would), on each gateway that has such a nexus. */
-static void abort_port(struct scsi_lun *lu, const char *port)
+static void abort_port(struct scsi_lun *lu, const char *port, struct scsi_join *join)
 {
     struct scsi_target *t = lu->target;
     if (!t->abort_nexus_tasks)
@@ -232,13 +232,14 @@ static void abort_port(struct scsi_lun *lu, const char *port)
     }
     pthread_mutex_unlock(&t->lock);
     if (victim) {
-        t->abort_nexus_tasks(t, victim, lu);
+        t->abort_nexus_tasks(t, victim, lu, join);
         scsi_nexus_put(victim);
     }
 }
 
-/* Carry out the effect lines of text (other lines are ignored). Without lu->lock. */
-static void fx_apply(struct scsi_lun *lu, const char *text)
+/* Carry out the effect lines of text (other lines are ignored). Without lu->lock. The aborts
+ * count in join (NULL: nobody waits for them). */
+static void fx_apply(struct scsi_lun *lu, const char *text, struct scsi_join *join)
 {
     for (const char *l = text; l && *l;) {
         const char *nl = strchr(l, '\n');
@@ -251,7 +252,7 @@ static void fx_apply(struct scsi_lun *lu, const char *text)
             if (sscanf(line, "ua %u %255s", &bits, port) == 2)
                 ua_port(lu, port, bits);
             else if (sscanf(line, "abort %255s", port) == 1)
-                abort_port(lu, port);
+                abort_port(lu, port, join);
         }
         l = nl ? nl + 1 : NULL;
     }
@@ -475,8 +476,21 @@ enum pr_kind {
     PRJ_RESET,     /* a reset here: the other gateways raise its unit attention too */
 };
 
+/* A PERSISTENT RESERVE OUT answers once the tasks its PREEMPT AND ABORT aborted are marked
+ * (join) and have left the store (w): SPC-4 §5.13.11.2.5 with SAM-5 §7.1, no aborted command
+ * may change the medium after the preemption's status. */
+struct pr_aborts {
+    struct scsi_join join; /* 1 for the answer itself, + 1 per nexus whose tasks are aborted */
+    struct scsi_wait w;
+    struct reactor *r; /* the task's */
+    struct reactor_msg msg;
+    struct scsi_task *t;
+    scsi_sr sr;
+};
+
 struct pr_job {
     struct scsi_offload off;
+    struct pr_aborts *aborts; /* a PR OUT command's, until its answer is handed to it */
     struct scsi_lun *lu;
     struct scsi_task *t; /* NULL: no command waits for this one */
     enum pr_kind kind;
@@ -560,7 +574,7 @@ static scsi_sr job_local(struct pr_job *j)
     resv_update(lu);
     pthread_mutex_unlock(&lu->lock);
     if (fclose(fx) == 0)
-        fx_apply(lu, fxt);
+        fx_apply(lu, fxt, j->aborts ? &j->aborts->join : NULL);
     free(fxt);
     return sr;
 }
@@ -636,7 +650,7 @@ static void shared_commit(struct pr_job *j)
             uint64_t token = lu->pr->token;
             mirror_install(lu, &fresh, nv);
             pthread_mutex_unlock(&lu->lock);
-            fx_apply(lu, fxt);
+            fx_apply(lu, fxt, j->aborts ? &j->aborts->join : NULL);
             if (nv != ver) {
                 /* the new state, its version, who sent it and the side effects: every
                  * gateway installs it and acts before it acknowledges */
@@ -727,6 +741,44 @@ static void job_work(struct scsi_offload *o)
 static uint8_t *prin_build(struct scsi_task *t, uint32_t *len);
 static void job_submit(struct pr_job *j);
 
+static void aborts_answer(void *arg)
+{
+    struct pr_aborts *a = arg;
+    scsi_task_complete(a->t, a->sr);
+    free(a);
+}
+
+/* On the task's reactor, every abort marked: the wait for the store. A command aborted itself
+ * meanwhile answers nothing, and waits for nothing. */
+static void aborts_quiesce(void *arg)
+{
+    struct pr_aborts *a = arg;
+    a->w.fn = aborts_answer;
+    a->w.arg = a;
+    if (scsi_task_commit(a->t) && scsi_lun_quiesce(a->t->lu, &a->w))
+        return;
+    aborts_answer(a);
+}
+
+static void aborts_marked(struct scsi_join *join)
+{
+    struct pr_aborts *a = (struct pr_aborts *)join;
+    if (a->r)
+        reactor_post(a->r, &a->msg, aborts_quiesce, a);
+    else
+        aborts_quiesce(a);
+}
+
+/* The answer sr to a PR OUT job's command, given once its aborts are done. */
+static void job_answer(struct pr_job *j, scsi_sr sr)
+{
+    struct pr_aborts *a = j->aborts;
+    j->aborts = NULL;
+    a->sr = sr;
+    a->r = reactor_self();
+    scsi_join_done(&a->join);
+}
+
 static void job_done(struct scsi_offload *o)
 {
     struct pr_job *j = (struct pr_job *)o;
@@ -758,6 +810,8 @@ static void job_done(struct scsi_offload *o)
         } else {
             scsi_task_complete(j->t, SR_INSUFFICIENT_RESOURCES);
         }
+    } else if (j->aborts) {
+        job_answer(j, j->sr);
     } else if (j->t) {
         scsi_task_complete(j->t, j->sr);
     }
@@ -776,7 +830,9 @@ static void job_submit(struct pr_job *j)
     struct scsi_lun *lu = j->lu;
     if (!lu->pr->shared) {
         scsi_sr sr = job_local(j);
-        if (j->t)
+        if (j->aborts)
+            job_answer(j, sr);
+        else if (j->t)
             scsi_task_complete(j->t, sr);
         free(j);
         return;
@@ -796,6 +852,16 @@ static struct pr_job *job_new(struct scsi_lun *lu, struct scsi_task *t, enum pr_
     struct pr_job *j = calloc(1, sizeof(*j));
     if (!j)
         return NULL;
+    if (t && kind == PRJ_OUT) {
+        j->aborts = calloc(1, sizeof(*j->aborts));
+        if (!j->aborts) {
+            free(j);
+            return NULL;
+        }
+        atomic_init(&j->aborts->join.n, 1);
+        j->aborts->join.fn = aborts_marked;
+        j->aborts->t = t;
+    }
     j->lu = lu;
     j->t = t;
     j->kind = kind;
@@ -862,7 +928,7 @@ static void pr_notified(void *arg, const void *buf, size_t len, int err)
         mirror_install(lu, &fresh, ver);
         pthread_mutex_unlock(&lu->lock);
         if (from != ps->token) /* the sender carried out its own */
-            fx_apply(lu, text);
+            fx_apply(lu, text, NULL);
     } else {
         LOG_WARN("LUN %" PRIu64 " (%s): ignoring a malformed reservation notify: %s", lu->id,
                  lu->bs->desc, why);

@@ -152,7 +152,7 @@ static void submit(struct scsi_task *t, enum bs_op op, void (*done)(struct bs_io
     }
     io->done = done;
     io->arg = t;
-    bs_submit(t->lu->bs, io);
+    scsi_task_submit(t, t->lu->bs, io);
 }
 
 /* READ and WRITE on a store that is not memory hold their range shared in the LUN's range
@@ -193,7 +193,7 @@ static void rw_slow_granted(struct scsi_rl_req *q)
     io->iovcnt = t->iovcnt;
     io->done = rw_slow_done;
     io->arg = s;
-    bs_submit(t->lu->bs, io);
+    scsi_task_submit(t, t->lu->bs, io);
 }
 
 static void submit_locked(struct scsi_task *t, enum bs_op op)
@@ -309,7 +309,7 @@ void sbc_exec_verify(struct scsi_task *t, const struct scsi_cmd *c)
     io->iovcnt = 1;
     io->done = verify_read_done;
     io->arg = t;
-    bs_submit(t->lu->bs, io);
+    scsi_task_submit(t, t->lu->bs, io);
 }
 
 static void sync_done(struct bs_io *io, int err)

@@ -148,7 +148,7 @@ static void rmw_write(struct rmw_ctx *x, void *data)
                            .fua = scsi_task_range(t)->fua,
                            .done = rmw_write_done,
                            .arg = x};
-    bs_submit(t->lu->bs, &x->io);
+    scsi_task_submit(x->t, t->lu->bs, &x->io);
 }
 
 /* The medium's copy of the range is in hand (memory of a RAM LUN, or read into x->medium):
@@ -222,7 +222,7 @@ static bool caw_in_store(struct rmw_ctx *x)
                            .fua = r->fua,
                            .done = caw_store_done,
                            .arg = x};
-    bs_submit(bs, &x->io);
+    scsi_task_submit(x->t, bs, &x->io);
     return true;
 }
 
@@ -255,7 +255,7 @@ static void rmw_start(struct rmw_ctx *x)
                            .iovcnt = 1,
                            .done = rmw_read_done,
                            .arg = x};
-    bs_submit(lu->bs, &x->io);
+    scsi_task_submit(x->t, lu->bs, &x->io);
 }
 
 static void rmw_granted(struct scsi_rl_req *q)

@@ -154,6 +154,7 @@ void sbc_exec_sanitize(struct scsi_task *t, const struct scsi_cmd *c)
         scsi_task_complete(t, SR_OK);
     }
     z->seq.bs = lu->bs;
+    z->seq.task = z->t;
     z->seq.rate = lu->sanitize_rate;
     z->seq.next = sanitize_next;
     z->seq.done = sanitize_done;

@@ -70,7 +70,7 @@ void sbc_seq_run(struct sbc_seq *s)
         s->io.arg = s;
         s->inline_done = false;
         s->in_submit = true;
-        bs_submit(s->bs, &s->io);
+        scsi_task_submit(s->task, s->bs, &s->io);
         s->in_submit = false;
         if (!s->inline_done)
             return; /* seq_io_done continues */
@@ -227,6 +227,7 @@ void sbc_exec_unmap(struct scsi_task *t, const struct scsi_cmd *c)
     u->desc = p + 8;
     u->left = count;
     u->seq.bs = lu->bs;
+    u->seq.task = t;
     u->seq.next = unmap_next;
     u->seq.done = unmap_done;
     /* shared over the whole LUN: waits for a COMPARE AND WRITE or SANITIZE in progress */
@@ -398,6 +399,7 @@ void sbc_exec_write_same(struct scsi_task *t, const struct scsi_cmd *c)
         }
     }
     w->seq.bs = lu->bs;
+    w->seq.task = t;
     w->seq.next = ws_next;
     w->seq.done = ws_done;
     w->lock = (struct scsi_rl_req){.off = scsi_task_range(t)->offset,

@@ -16,9 +16,12 @@
 #define LR_SCSI_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <sys/uio.h>
+
+#include "reactor/reactor.h"
 
 /* SAM-5 status codes */
 enum scsi_status {
@@ -38,13 +41,14 @@ enum scsi_dir { SCSI_DIR_NONE, SCSI_DIR_READ, SCSI_DIR_WRITE };
 #define SCSI_TASK_IOV_MAX 16
 #define SCSI_CDB_MAX 16
 /* Room for the SCSI core's private per-task state (struct scsi_task_core). */
-#define SCSI_TASK_CORE_BYTES 208
+#define SCSI_TASK_CORE_BYTES 224
 /* Largest transfer one command may ask for (VPD 0xB0 MAXIMUM TRANSFER LENGTH says so);
  * bounds every allocation a CDB can cause. */
 #define SCSI_MAX_XFER_BYTES (8u << 20)
 
 struct bs;
 struct scsi_lun;
+struct scsi_join;
 struct scsi_target;
 
 /* An I_T nexus: one initiator port (IQN + ISID) talking to one target port. Reservations and
@@ -128,8 +132,11 @@ struct scsi_target {
     /* Set by the transport (NULL: skipped). PREEMPT AND ABORT calls it, on the thread running
      * that command and with no SCSI core lock held, for each I_T nexus with a live session
      * whose registration it removed: abort that nexus's tasks on lu as ABORT TASK SET would
-     * (SPC-4 §5.13.11.2.5). The PREEMPT AND ABORT task itself completes after the calls. */
-    void (*abort_nexus_tasks)(struct scsi_target *t, struct scsi_nexus *n, struct scsi_lun *lu);
+     * (SPC-4 §5.13.11.2.5). With join, the transport adds one to it and ends that once every
+     * task concerned is marked aborted (scsi_task_abort): the PREEMPT AND ABORT task answers
+     * only after that and once the LUN's aborted tasks have left the store. */
+    void (*abort_nexus_tasks)(struct scsi_target *t, struct scsi_nexus *n, struct scsi_lun *lu,
+                              struct scsi_join *join);
     void *transport_ctx; /* the transport's own pointer, for that hook */
     /* The other gateways' target port groups and their default state for every LUN; set
      * before the first LUN is added (scsi_target_add_lun copies them into the LUN). */
@@ -222,6 +229,54 @@ void scsi_task_init(struct scsi_task *t);
 int scsi_task_setup(struct scsi_task *t);
 void scsi_task_exec(struct scsi_task *t);
 void scsi_task_release(struct scsi_task *t);
+
+/* --- aborted tasks (quiesce.c) --- */
+/* The transport aborted t (a TMF, PREEMPT AND ABORT, its connection ended): from any thread,
+ * at any time; nothing if t is not between scsi_task_exec() and its done(). Work the store does
+ * not have yet is never given to it; what it has runs to its end. done() is still called once,
+ * with status TASK ABORTED, and the transport answers nothing. */
+void scsi_task_abort(struct scsi_task *t);
+
+/* Pieces of work someone waits for, counted: fn(j) runs on the thread that ends the last. */
+struct scsi_join {
+    atomic_uint n;
+    void (*fn)(struct scsi_join *j);
+};
+static inline void scsi_join_add(struct scsi_join *j)
+{
+    atomic_fetch_add(&j->n, 1);
+}
+static inline void scsi_join_done(struct scsi_join *j)
+{
+    if (atomic_fetch_sub(&j->n, 1) == 1)
+        j->fn(j);
+}
+
+/* A wait for every aborted task of a LUN to have left the store. Filled by the caller (fn,
+ * arg) and kept alive until fn runs. */
+struct scsi_wait {
+    void (*fn)(void *arg);
+    void *arg;
+    /* private */
+    struct reactor *r;
+    struct scsi_wait *next;
+    struct reactor_msg msg;
+};
+/* false: no aborted task of lu is in the store now, go on. true: w->fn(w->arg) runs once none
+ * is: posted to the calling reactor (called on the thread that ended the last one when the
+ * caller has no reactor). A task management function answers only then (SAM-5 §7.1). */
+bool scsi_lun_quiesce(struct scsi_lun *lu, struct scsi_wait *w);
+/* The same for every LUN of a target, one after another (a target reset). */
+struct scsi_target_wait {
+    void (*fn)(void *arg);
+    void *arg;
+    /* private */
+    struct scsi_target *target;
+    uint32_t next;
+    bool waited;
+    struct scsi_wait w;
+};
+bool scsi_target_quiesce(struct scsi_target *t, struct scsi_target_wait *tw);
 
 /* --- task management (SAM-5 §7), mapped from the transport's TMF --- */
 /* A LOGICAL UNIT RESET happened: unit attention 29h/03h (BUS DEVICE RESET FUNCTION OCCURRED)

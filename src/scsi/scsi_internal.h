@@ -185,6 +185,10 @@ struct scsi_lun {
     atomic_int sanitize;       /* SANITIZE_IDLE/RUNNING/FAILED, checked by setup */
     uint64_t sanitize_rate;    /* bytes/s a sanitize writes at most; 0: no limit */
     struct scsi_range_lock rl; /* orders CAW/ORWRITE/WRITE ATOMIC/SANITIZE against writers */
+    /* quiesce.c: tasks aborted while in the core, and who waits for them to be none */
+    atomic_int aborting;
+    pthread_mutex_t quiesce_lock;
+    struct scsi_wait *quiesce_waiters;
     /* Reservation state (pr.c). resv is the fast-path summary: RESV_* bits, 0 when nothing
      * is reserved or registered, so setup pays one relaxed load; pr holds the rest and is
      * guarded by lock. */
@@ -219,6 +223,18 @@ void scsi_lun_user_get(struct scsi_lun *lu);
 void scsi_lun_user_put(struct scsi_lun *lu);
 /* Take the highest-priority pending UA of t's nexus; SR_OK if none. */
 scsi_sr scsi_ua_take(struct scsi_lun *lu, const struct scsi_nexus *n);
+
+/* The task enters the core (scsi_task_exec): its abort and the LUN's wait count from here
+ * (quiesce.c). */
+void scsi_task_enter(struct scsi_task *t);
+/* The transport aborted it while it is in the core: a step not begun yet is not taken. */
+bool scsi_task_aborted(struct scsi_task *t);
+/* From here on the task cannot be aborted (its effect is made; it only waits before it
+ * answers). false: it was aborted already. */
+bool scsi_task_commit(struct scsi_task *t);
+/* bs_submit for work of task t (NULL: of no task): once t is aborted, io->done(io,
+ * -ECANCELED) runs instead, on this thread, as if the store had failed it. */
+void scsi_task_submit(struct scsi_task *t, struct bs *bs, struct bs_io *io);
 
 /* --- the opcode table (task.c) --- */
 enum {
@@ -302,6 +318,10 @@ struct scsi_task_core {
      * never see it half written (released by exec, or by release if it never got there). */
     bool rl_fast;
     bool lu_held; /* counted in t->lu's users until release */
+    /* quiesce.c: whether the task is in the core and aborted, and the transport's done that
+     * the core's own stands in front of while it is */
+    _Atomic unsigned char phase;
+    void (*transport_done)(struct scsi_task *t);
 };
 _Static_assert(sizeof(struct scsi_task_core) <= SCSI_TASK_CORE_BYTES,
                "SCSI_TASK_CORE_BYTES too small for struct scsi_task_core");
@@ -444,6 +464,7 @@ void sbc_exec_read_defect(struct scsi_task *t, const struct scsi_cmd *c);
  * offset, length, iov) and returns true, or returns false when there is nothing left. */
 struct sbc_seq {
     struct bs *bs;
+    struct scsi_task *task; /* whose work it is (NULL: answered already): stops once aborted */
     struct bs_io io;
     bool (*next)(struct sbc_seq *s, struct bs_io *io);
     void (*done)(struct sbc_seq *s, int err);

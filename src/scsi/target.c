@@ -1,5 +1,6 @@
 /* Targets, LUNs and I_T nexuses: their lifetimes, the per-(LUN, nexus) unit attentions
  * (SAM-5 §5.14), the resets that raise them (SAM-5 §6.3), and SAM LUN addressing (§4.7). */
+#include <assert.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -93,9 +94,12 @@ int scsi_target_add_lun(struct scsi_target *t, const struct scsi_lun_config *cfg
     atomic_init(&lu->wce, cfg->bs->write_cache);
     pthread_mutex_init(&lu->lock, NULL);
     scsi_rl_init(&lu->rl);
+    atomic_init(&lu->aborting, 0);
+    pthread_mutex_init(&lu->quiesce_lock, NULL);
     atomic_init(&lu->swp, false);
     atomic_init(&lu->sanitize, SANITIZE_IDLE);
     if (pr_lun_init(lu, cfg->pr_state_path, err, errlen) < 0) {
+        pthread_mutex_destroy(&lu->quiesce_lock);
         pthread_mutex_destroy(&lu->lock);
         iostats_free(lu->stats);
         free(lu);
@@ -153,6 +157,8 @@ void scsi_lun_free(struct scsi_lun *lu)
     bs_close(lu->bs);
     pr_lun_free(lu);
     scsi_rl_destroy(&lu->rl);
+    assert(atomic_load(&lu->aborting) == 0 && !lu->quiesce_waiters);
+    pthread_mutex_destroy(&lu->quiesce_lock);
     pthread_mutex_destroy(&lu->lock);
     iostats_free(lu->stats);
     free(lu);
@@ -459,7 +465,7 @@ void scsi_lun_reset_elsewhere(struct scsi_lun *lu, unsigned ua)
     }
     pthread_mutex_unlock(&t->lock);
     for (unsigned i = 0; i < n; i++) {
-        t->abort_nexus_tasks(t, held[i], lu);
+        t->abort_nexus_tasks(t, held[i], lu, NULL);
         scsi_nexus_put(held[i]);
     }
     /* the aborts are posted to the reactors before an initiator can see the UA */

@@ -417,6 +417,7 @@ refuse:
 void scsi_task_exec(struct scsi_task *t)
 {
     const struct scsi_cmd *c = scsi_core(t)->cmd;
+    scsi_task_enter(t);
     if (!c) { /* refused by setup or the transport: status and sense are already set */
         t->done(t);
         return;

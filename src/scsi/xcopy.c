@@ -366,7 +366,7 @@ static void submit_iov(struct xcopy_op *op, struct scsi_lun *lu, enum bs_op bop,
     op->io.fua = bop == BS_WRITE && !atomic_load_explicit(&lu->wce, memory_order_relaxed);
     op->io.done = io_done;
     op->io.arg = op;
-    bs_submit(lu->bs, &op->io);
+    scsi_task_submit(op->t, lu->bs, &op->io);
 }
 
 static void submit(struct xcopy_op *op, struct scsi_lun *lu, enum bs_op bop, uint64_t off,
@@ -403,6 +403,8 @@ static void segment_granted(struct scsi_rl_req *q)
 static bool step(struct xcopy_op *op)
 {
     for (;;) {
+        if (!op->err && scsi_task_aborted(op->t))
+            op->err = -ECANCELED; /* not one more chunk (the task's done says TASK ABORTED) */
         if (op->err) {
             finish(op, op->err == -ENOSPC ? SR_SPACE_ALLOC_FAILED : SR_COPY_TARGET_FAILURE);
             return true;

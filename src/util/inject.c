@@ -7,9 +7,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum inject_kind { INJ_KILL, INJ_DIGEST, INJ_DROP, INJ_COUNT };
+enum inject_kind { INJ_KILL, INJ_DIGEST, INJ_DROP, INJ_DELAY, INJ_COUNT };
 
-static const char *const inject_names[INJ_COUNT] = {"kill-connection", "digest-error", "drop-pdu"};
+static const char *const inject_names[INJ_COUNT] = {"kill-connection", "digest-error", "drop-pdu",
+                                                    "store-delay"};
 
 static double *inject_field(struct inject_spec *s, enum inject_kind k)
 {
@@ -18,6 +19,8 @@ static double *inject_field(struct inject_spec *s, enum inject_kind k)
         return &s->kill_conn_s;
     case INJ_DIGEST:
         return &s->digest_error;
+    case INJ_DELAY:
+        return &s->store_delay_ms;
     default:
         return &s->drop_pdu;
     }
@@ -52,8 +55,8 @@ int inject_parse(const char *list, struct inject_spec *out, char *err, size_t er
     memset(out, 0, sizeof(*out));
     if (!list[0]) {
         snprintf(err, errlen,
-                 "empty list: expected kill-connection=SECONDS, digest-error=RATE or "
-                 "drop-pdu=RATE, comma-separated");
+                 "empty list: expected kill-connection=SECONDS, digest-error=RATE, "
+                 "drop-pdu=RATE or store-delay=MS, comma-separated");
         return -1;
     }
     bool seen[INJ_COUNT] = {false};
@@ -70,7 +73,8 @@ int inject_parse(const char *list, struct inject_spec *out, char *err, size_t er
                 k = i;
         if (k < 0)
             return item_fail(err, errlen, p, n,
-                             "unknown fault (expected kill-connection, digest-error or drop-pdu)");
+                             "unknown fault (expected kill-connection, digest-error, drop-pdu or "
+                             "store-delay)");
         if (seen[k])
             return item_fail(err, errlen, p, n, "given twice");
         seen[k] = true;
@@ -81,6 +85,10 @@ int inject_parse(const char *list, struct inject_spec *out, char *err, size_t er
                 return item_fail(err, errlen, p, n,
                                  "expected seconds between cuts, 0.01..3600 (e.g. "
                                  "kill-connection=1)");
+        } else if (k == INJ_DELAY) {
+            if (!ok || v < 1 || v > 10000 || v != (double)(unsigned)v)
+                return item_fail(err, errlen, p, n,
+                                 "expected whole milliseconds, 1..10000 (e.g. store-delay=500)");
         } else if (!ok || v < 0 || v >= 1) {
             return item_fail(err, errlen, p, n,
                              "expected a rate, 0 <= RATE < 1 (e.g. digest-error=0.0001)");
@@ -95,7 +103,7 @@ int inject_parse(const char *list, struct inject_spec *out, char *err, size_t er
 
 bool inject_any(const struct inject_spec *s)
 {
-    return s->kill_conn_s > 0 || s->digest_error > 0 || s->drop_pdu > 0;
+    return s->kill_conn_s > 0 || s->digest_error > 0 || s->drop_pdu > 0 || s->store_delay_ms > 0;
 }
 
 void inject_format(const struct inject_spec *s, char *buf, size_t len)

@@ -407,9 +407,10 @@ class Daemon:
     threads and log level)."""
 
     def __init__(self, binary, threads=2, lun="ram:%d" % LUN_BYTES, log_level="warn",
-                 prefix="hostile-target-", config=None):
+                 prefix="hostile-target-", config=None, extra=()):
         """config: global config-file lines ("login-timeout = 2"); the daemon is then started
-        with --config and a file holding them, the portal and the target."""
+        with --config and a file holding them, the portal and the target. extra: more
+        arguments (more --lun, --inject)."""
         self.binary = binary
         self.log = tempfile.NamedTemporaryFile(prefix=prefix, suffix=".log", delete=False)
         self.conf = None
@@ -429,7 +430,7 @@ class Daemon:
                 self.conf.close()
                 args = [binary, "--config", self.conf.name]
             self.proc = subprocess.Popen(
-                args + ["--threads", str(threads), "--log-level", log_level],
+                args + ["--threads", str(threads), "--log-level", log_level] + list(extra),
                 stdout=subprocess.DEVNULL, stderr=self.log)
             deadline = time.monotonic() + 10
             while time.monotonic() < deadline and self.proc.poll() is None:

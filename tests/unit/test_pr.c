@@ -38,10 +38,12 @@ struct fx {
     unsigned naborted;
 };
 
-static void on_abort(struct scsi_target *tg, struct scsi_nexus *n, struct scsi_lun *lu)
+static void on_abort(struct scsi_target *tg, struct scsi_nexus *n, struct scsi_lun *lu,
+                     struct scsi_join *join)
 {
     struct fx *f = (struct fx *)((char *)tg - offsetof(struct fx, tg));
     (void)lu;
+    (void)join;
     if (f->naborted < 4)
         f->aborted[f->naborted++] = n;
 }

@@ -132,9 +132,11 @@ struct fx {
     struct gw a, b;
 };
 
-static void on_abort(struct scsi_target *tg, struct scsi_nexus *n, struct scsi_lun *lu)
+static void on_abort(struct scsi_target *tg, struct scsi_nexus *n, struct scsi_lun *lu,
+                     struct scsi_join *join)
 {
     (void)lu;
+    (void)join;
     struct gw *g = (struct gw *)tg;
     g->aborted = n;
     g->naborted++;

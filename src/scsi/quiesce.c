@@ -1,0 +1,165 @@
+/* Aborted tasks and the wait for them to leave the store (SAM-5 §7.1: a task management
+ * function answers FUNCTION COMPLETE only once every command it aborted has ended, so no
+ * aborted command may change the medium after that answer).
+ *
+ * A task is in the core from scsi_task_exec() until its done() call. scsi_task_abort() marks
+ * it aborted there: work not yet given to the store never is (a queued range-lock request, the
+ * next chunk of WRITE SAME, UNMAP, SANITIZE or EXTENDED COPY), and a request the store already
+ * has runs to its end, as a store cannot take back a write it began (an io_uring write, a
+ * librbd aio). Each LUN counts its aborted tasks still in the core; scsi_lun_quiesce() runs a
+ * callback once that count is 0. The count covers every aborted task of the LUN, whoever
+ * aborted it (a TMF, PREEMPT AND ABORT, a connection lost or reinstated), so a wait is never
+ * shorter than the one it needs, and at most as long as the aborted work still in the store.
+ *
+ * Threads: a task's abort and its done() may run on different threads (an ERL 2 orphan is
+ * aborted by whichever reactor took the TMF), so the task's phase is one atomic and the count
+ * is raised before the phase moves, never after. */
+#include <assert.h>
+#include <errno.h>
+#include <stdatomic.h>
+
+#include "scsi/scsi_internal.h"
+
+enum {
+    PHASE_IDLE = 0, /* not in the core (before exec, after done) */
+    PHASE_RUNNING,
+    PHASE_ABORTED,
+    /* past the point where an abort could stop anything (a PERSISTENT RESERVE OUT that
+     * changed the state and waits for the tasks it aborted): not aborted any more, so two such
+     * commands preempting each other never wait for each other */
+    PHASE_COMMITTED,
+};
+
+static void waiters_fire(struct scsi_lun *lu)
+{
+    pthread_mutex_lock(&lu->quiesce_lock);
+    struct scsi_wait *w = NULL;
+    if (atomic_load(&lu->aborting) == 0) { /* not raised again meanwhile */
+        w = lu->quiesce_waiters;
+        lu->quiesce_waiters = NULL;
+    }
+    pthread_mutex_unlock(&lu->quiesce_lock);
+    while (w) {
+        struct scsi_wait *next = w->next;
+        if (w->r)
+            reactor_post(w->r, &w->msg, w->fn, w->arg);
+        else
+            w->fn(w->arg);
+        w = next;
+    }
+}
+
+static void aborting_drop(struct scsi_lun *lu)
+{
+    int was = atomic_fetch_sub(&lu->aborting, 1);
+    assert(was > 0);
+    if (was == 1)
+        waiters_fire(lu);
+}
+
+/* The transport's done, behind the core's: the aborted count drops first, then the transport
+ * hears of the end (and may free the task). */
+static void core_done(struct scsi_task *t)
+{
+    struct scsi_task_core *k = scsi_core(t);
+    void (*done)(struct scsi_task *) = k->transport_done;
+    t->done = done;
+    if (atomic_exchange(&k->phase, PHASE_IDLE) == PHASE_ABORTED) {
+        t->status = SCSI_STATUS_TASK_ABORTED; /* nobody answers it; said for the record */
+        t->sense_len = 0;
+        aborting_drop(t->lu);
+    }
+    done(t);
+}
+
+void scsi_task_enter(struct scsi_task *t)
+{
+    struct scsi_task_core *k = scsi_core(t);
+    assert(atomic_load(&k->phase) == PHASE_IDLE);
+    k->transport_done = t->done;
+    t->done = core_done;
+    atomic_store(&k->phase, PHASE_RUNNING);
+}
+
+void scsi_task_abort(struct scsi_task *t)
+{
+    struct scsi_task_core *k = scsi_core(t);
+    if (atomic_load(&k->phase) != PHASE_RUNNING || !t->lu)
+        return;
+    struct scsi_lun *lu = t->lu; /* held by the task until release, after done */
+    atomic_fetch_add(&lu->aborting, 1);
+    unsigned char running = PHASE_RUNNING;
+    if (!atomic_compare_exchange_strong(&k->phase, &running, PHASE_ABORTED))
+        aborting_drop(lu); /* it ended meanwhile */
+}
+
+bool scsi_task_commit(struct scsi_task *t)
+{
+    unsigned char running = PHASE_RUNNING;
+    return atomic_compare_exchange_strong(&scsi_core(t)->phase, &running, PHASE_COMMITTED);
+}
+
+bool scsi_task_aborted(struct scsi_task *t)
+{
+    return atomic_load(&scsi_core(t)->phase) == PHASE_ABORTED;
+}
+
+void scsi_task_submit(struct scsi_task *t, struct bs *bs, struct bs_io *io)
+{
+    if (t && scsi_task_aborted(t)) {
+        io->done(io, -ECANCELED); /* as a store that refused it: the caller's path ends it */
+        return;
+    }
+    bs_submit(bs, io);
+}
+
+bool scsi_lun_quiesce(struct scsi_lun *lu, struct scsi_wait *w)
+{
+    if (atomic_load(&lu->aborting) == 0)
+        return false;
+    w->r = reactor_self();
+    w->msg = (struct reactor_msg){0};
+    pthread_mutex_lock(&lu->quiesce_lock);
+    bool wait = atomic_load(&lu->aborting) != 0;
+    if (wait) {
+        w->next = lu->quiesce_waiters;
+        lu->quiesce_waiters = w;
+    }
+    pthread_mutex_unlock(&lu->quiesce_lock);
+    return wait;
+}
+
+/* One LUN after another: a chain of waits through the target's LUNs, from `next` on. */
+static void target_quiesce_step(void *arg)
+{
+    struct scsi_target_wait *tw = arg;
+    struct scsi_target *t = tw->target;
+    while (tw->next < __atomic_load_n(&t->nluns, __ATOMIC_ACQUIRE)) {
+        struct scsi_lun *lu = __atomic_load_n(&t->luns[tw->next++], __ATOMIC_ACQUIRE);
+        tw->w.fn = target_quiesce_step;
+        tw->w.arg = tw;
+        if (lu && scsi_lun_quiesce(lu, &tw->w))
+            return;
+    }
+    if (tw->waited)
+        tw->fn(tw->arg);
+}
+
+bool scsi_target_quiesce(struct scsi_target *t, struct scsi_target_wait *tw)
+{
+    tw->target = t;
+    tw->next = 0;
+    tw->waited = false;
+    /* Synchronously through the LUNs with nothing to wait for; the first wait makes the rest
+     * asynchronous, and the last step then calls fn. */
+    while (tw->next < __atomic_load_n(&t->nluns, __ATOMIC_ACQUIRE)) {
+        struct scsi_lun *lu = __atomic_load_n(&t->luns[tw->next++], __ATOMIC_ACQUIRE);
+        tw->w.fn = target_quiesce_step;
+        tw->w.arg = tw;
+        if (lu && scsi_lun_quiesce(lu, &tw->w)) {
+            tw->waited = true;
+            return true;
+        }
+    }
+    return false;
+}
