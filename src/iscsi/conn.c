@@ -576,7 +576,7 @@ static int logout_handle(struct iscsi_conn *c, struct iscsi_pdu_in *p)
         session_close_other_conns(c->session, c);
     else if (other)
         session_close_conn_by_cid(c->session, get_be16(req->b + BHS_CID), !recovery,
-                                  recovery ? &acked : NULL);
+                                  recovery ? &acked : NULL, NULL);
     else if (recovery && !self) {
         unsigned n = orphans_ack_statsn(c->session, get_be16(req->b + BHS_CID), acked);
         if (n)

@@ -325,6 +325,9 @@ struct iscsi_conn {
      * logout_exp_statsn (its ExpStatSN field, §11.14.4): answered tasks it covers are done
      * with, not kept for reassignment. Set before the close message, read by its reactor. */
     atomic_bool logout_acked;
+    /* A connection taking over waits for this one's close (session_takeover_begin); set and
+     * taken under the session's lock */
+    struct scsi_join *close_join;
     _Atomic uint32_t logout_exp_statsn;
     bool recovery_logout; /* logged out with reason 2: its tasks are kept */
     bool async_drop;      /* an Async Message "will drop" is queued: close once it is out */
@@ -494,9 +497,21 @@ struct iscsi_session *session_lookup(struct iscsi_server *srv, uint16_t tsih);
 /* Detach a connection; the last one out frees the session. */
 void session_remove_conn(struct iscsi_session *s, struct iscsi_conn *c);
 void session_add_conn(struct iscsi_session *s, struct iscsi_conn *c);
-/* Close every connection of any session with this initiator name + ISID + node (§6.3.5). */
+/* Close every connection of any session with this initiator name + ISID + node (§6.3.5). Each
+ * one closed counts in closed (NULL: none) until its close has aborted its commands. */
 void session_reinstate(struct iscsi_server *srv, const char *initiator, const uint8_t isid[6],
-                       struct iscsi_node *node, struct iscsi_conn *except);
+                       struct iscsi_node *node, struct iscsi_conn *except,
+                       struct scsi_join *closed);
+/* A new connection c takes over from connections being closed for it (session reinstatement,
+ * RFC 7143 §6.3.5; connection reinstatement below ERL 2, §6.3.4): it reads nothing more until
+ * they have closed and the commands their close aborted have left the store, so that the
+ * initiator's retry of a write can never be overwritten by the write it replaces (SAM-5
+ * §6.3.4: the tasks of a lost I_T nexus are aborted); for a leading login also when nothing
+ * closes for it, as a connection lost just before may have left aborted writes in the store.
+ * begin: the join the closes count in (NULL: out of memory, nobody waits); end: after they
+ * were asked to close. */
+struct scsi_join *session_takeover_begin(struct iscsi_conn *c);
+void session_takeover_end(struct scsi_join *closed);
 void session_put(struct iscsi_session *s);
 /* CmdSN cmdsn counts as received with no command to run: a non-SCSI, non-immediate request
  * (NOP-Out, Text, TMF, Logout) used it up, or an ABORT TASK named a task no connection has
@@ -520,7 +535,7 @@ void session_close_conns_where(struct iscsi_server *srv,
  * exp_statsn (NULL: none): the Logout's ExpStatSN for that connection (§11.14.4); the answers
  * below it were received and their tasks are not kept. */
 void session_close_conn_by_cid(struct iscsi_session *s, uint16_t cid, bool terminate,
-                               const uint32_t *exp_statsn);
+                               const uint32_t *exp_statsn, struct scsi_join *closed);
 void session_get(struct iscsi_session *s);
 /* With s->lock: the session has no connection and no orphan group left and nobody ended it
  * yet: it ends now (closing set); *loss tells whether its end is an I_T nexus loss. */

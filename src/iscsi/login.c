@@ -316,8 +316,11 @@ static enum iscsi_login_status login_enter_ffp(struct iscsi_conn *c)
     if (!c->discovery && c->node && !iscsi_node_allows(c->node, c->neg.initiator_name))
         return ISCSI_LOGIN_AUTHZ_FAILED;
     if (c->login_tsih == 0) {
-        if (!c->discovery)
-            session_reinstate(c->srv, c->neg.initiator_name, c->login_isid, c->node, c);
+        if (!c->discovery) {
+            struct scsi_join *closed = session_takeover_begin(c);
+            session_reinstate(c->srv, c->neg.initiator_name, c->login_isid, c->node, c, closed);
+            session_takeover_end(closed);
+        }
         struct iscsi_session *s = session_create(c, &p);
         if (!s)
             return ISCSI_LOGIN_OUT_OF_RESOURCES;
@@ -343,7 +346,11 @@ static enum iscsi_login_status login_enter_ffp(struct iscsi_conn *c)
          * received and are not kept, as a Logout's ExpStatSN does. Were they kept, a TASK
          * REASSIGN could claim one by an ITT the initiator has since given to a new command. */
         uint32_t acked = c->login_expstatsn;
-        session_close_conn_by_cid(s, c->cid, s->params.erl < 2, reinstating ? &acked : NULL);
+        /* below ERL 2 the replaced connection's commands end with it: wait for them */
+        struct scsi_join *closed = s->params.erl < 2 ? session_takeover_begin(c) : NULL;
+        session_close_conn_by_cid(s, c->cid, s->params.erl < 2, reinstating ? &acked : NULL,
+                                  closed);
+        session_takeover_end(closed);
         if (s->params.erl >= 2 && !reinstating)
             login_ack_orphans(c, s, acked);
         /* Session-wide values come from the leading login; connection-only ones are ours. */

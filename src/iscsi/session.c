@@ -228,6 +228,8 @@ void session_remove_conn(struct iscsi_session *s, struct iscsi_conn *c)
 {
     pthread_mutex_lock(&s->lock);
     list_del(&c->session_node);
+    struct scsi_join *closed = c->close_join;
+    c->close_join = NULL;
     bool last = --s->nconns == 0, loss = false;
     if (last && !list_empty(&s->orphan_groups)) {
         /* ERL 2: tasks wait for reassignment; a login with this TSIH may still come (RFC 7143
@@ -241,6 +243,8 @@ void session_remove_conn(struct iscsi_session *s, struct iscsi_conn *c)
         session_lost_conn_locked(s); /* it died rather than logged out: session_check_gap() */
     }
     pthread_mutex_unlock(&s->lock);
+    if (closed)
+        scsi_join_done(closed); /* its teardown has aborted its commands */
     c->session = NULL;
     c->st_session = NULL; /* the session may go with the reference below */
     c->w.digest_count[0] = NULL;
@@ -274,8 +278,18 @@ void session_close_other_conns(struct iscsi_session *s, struct iscsi_conn *keep)
     pthread_mutex_unlock(&s->lock);
 }
 
+/* With s->lock: c, in the session, is asked to close; closed (if any) waits for it. */
+static void close_counted_locked(struct iscsi_conn *c, struct scsi_join *closed, const char *why)
+{
+    if (closed && !c->close_join) {
+        c->close_join = closed;
+        scsi_join_add(closed); /* ended by session_remove_conn, after its teardown */
+    }
+    conn_close_async(c, why);
+}
+
 void session_close_conn_by_cid(struct iscsi_session *s, uint16_t cid, bool terminate,
-                               const uint32_t *exp_statsn)
+                               const uint32_t *exp_statsn, struct scsi_join *closed)
 {
     pthread_mutex_lock(&s->lock);
     for (struct list_node *n = s->conns.next; n != &s->conns; n = n->next) {
@@ -290,8 +304,9 @@ void session_close_conn_by_cid(struct iscsi_session *s, uint16_t cid, bool termi
             atomic_store(&c->logout_exp_statsn, *exp_statsn);
             atomic_store(&c->logout_acked, true);
         }
-        conn_close_async(c, terminate ? "connection logged out by another connection"
-                                      : "connection reinstated or removed for recovery");
+        close_counted_locked(c, closed,
+                             terminate ? "connection logged out by another connection"
+                                       : "connection reinstated or removed for recovery");
     }
     pthread_mutex_unlock(&s->lock);
 }
@@ -325,7 +340,7 @@ void session_close_conns_where(struct iscsi_server *srv,
  * the nexus gets its I_T NEXUS LOSS OCCURRED UA now, before the new session's first command
  * (SAM-5 §6.3.4), not whenever the old connections finish closing. */
 void session_reinstate(struct iscsi_server *srv, const char *initiator, const uint8_t isid[6],
-                       struct iscsi_node *node, struct iscsi_conn *except)
+                       struct iscsi_node *node, struct iscsi_conn *except, struct scsi_join *closed)
 {
     pthread_mutex_lock(&srv->sessions_lock);
     for (unsigned i = 1; i < srv->sessions_cap; i++) {
@@ -345,7 +360,7 @@ void session_reinstate(struct iscsi_server *srv, const char *initiator, const ui
         for (struct list_node *n = s->conns.next; n != &s->conns; n = n->next) {
             struct iscsi_conn *c = list_entry(n, struct iscsi_conn, session_node);
             if (c != except)
-                conn_close_async(c, "session reinstatement");
+                close_counted_locked(c, closed, "session reinstatement");
         }
         /* ERL 2: tasks kept for reassignment end with the session (§11.14.5 d) */
         orphans_expire_all_locked(s, NULL);
@@ -353,6 +368,67 @@ void session_reinstate(struct iscsi_server *srv, const char *initiator, const ui
         s->refs--; /* the table's reference; the connections still hold theirs */
     }
     pthread_mutex_unlock(&srv->sessions_lock);
+}
+
+/* ---------------- a connection taking over ---------------- */
+
+struct takeover {
+    struct scsi_join closed; /* first: the join is the object */
+    struct iscsi_conn *c;    /* the connection taking over (a reference) */
+    struct scsi_target_wait tw;
+    struct reactor_msg msg;
+};
+
+static void takeover_done(void *arg)
+{
+    struct takeover *h = arg;
+    struct iscsi_conn *c = h->c;
+    wire_rx_hold(&c->w, false);
+    conn_put(c);
+    free(h);
+}
+
+/* On c's reactor, every connection closed: the wait for the store. */
+static void takeover_quiesce(void *arg)
+{
+    struct takeover *h = arg;
+    struct iscsi_node *node = h->c->node;
+    h->tw.fn = takeover_done;
+    h->tw.arg = h;
+    if (h->c->dead || !node || !scsi_target_quiesce(node->scsi, &h->tw))
+        takeover_done(h);
+}
+
+static void takeover_closed(struct scsi_join *j)
+{
+    struct takeover *h = (struct takeover *)j;
+    reactor_post(h->c->reactor, &h->msg, takeover_quiesce, h);
+}
+
+struct scsi_join *session_takeover_begin(struct iscsi_conn *c)
+{
+    struct takeover *h = calloc(1, sizeof(*h));
+    if (!h) {
+        LOG_WARN("%s: out of memory: the connections it replaces are not waited for", c->peer);
+        return NULL;
+    }
+    atomic_init(&h->closed.n, 1);
+    h->closed.fn = takeover_closed;
+    conn_get(c);
+    h->c = c;
+    return &h->closed;
+}
+
+void session_takeover_end(struct scsi_join *closed)
+{
+    if (!closed)
+        return;
+    struct takeover *h = (struct takeover *)closed;
+    /* Even when nothing closes for it: a connection lost a moment ago (reset, not reinstated)
+     * may have left its aborted writes in the store, and the initiator logs in again to retry
+     * them. */
+    wire_rx_hold(&h->c->w, true);
+    scsi_join_done(closed);
 }
 
 /* ---------------- CmdSN window ---------------- */

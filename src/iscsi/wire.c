@@ -140,12 +140,18 @@ void wire_free(struct wire *w)
 
 /* ---------------- the socket ---------------- */
 
+/* Not reading: past the transmit backlog, or held by the owner. */
+static bool rx_stopped(const struct wire *w)
+{
+    return w->rx_paused || w->rx_held;
+}
+
 static void update_events(struct wire *w)
 {
     if (!w->registered)
         return;
     reactor_fd_mod(w->r, &w->rfd,
-                   (w->rx_paused ? 0 : EPOLLIN | EPOLLRDHUP) | (w->want_write ? EPOLLOUT : 0));
+                   (rx_stopped(w) ? 0 : EPOLLIN | EPOLLRDHUP) | (w->want_write ? EPOLLOUT : 0));
 }
 
 int wire_attach(struct wire *w, struct reactor *r, int fd, reactor_fd_fn fn, void *arg)
@@ -155,7 +161,7 @@ int wire_attach(struct wire *w, struct reactor *r, int fd, reactor_fd_fn fn, voi
     w->r = r;
     w->event_fn = fn;
     w->event_arg = arg;
-    uint32_t ev = (w->rx_paused ? 0 : EPOLLIN | EPOLLRDHUP) | (w->want_write ? EPOLLOUT : 0);
+    uint32_t ev = (rx_stopped(w) ? 0 : EPOLLIN | EPOLLRDHUP) | (w->want_write ? EPOLLOUT : 0);
     if (reactor_fd_add(r, &w->rfd, fd, ev, fn, arg) < 0)
         return -1;
     w->registered = true;
@@ -229,7 +235,17 @@ static void rx_maybe_resume(struct wire *w)
     w->rx_paused = false;
     update_events(w);
     /* Bytes already received when the engine paused are parsed before anything new is read. */
-    if (w->r)
+    if (w->r && !w->rx_held)
+        reactor_defer(w->r, &w->rx_resume_hook, rx_resume, w);
+}
+
+void wire_rx_hold(struct wire *w, bool on)
+{
+    if (w->rx_held == on || w->dead)
+        return;
+    w->rx_held = on;
+    update_events(w);
+    if (!on && !w->rx_paused && w->r)
         reactor_defer(w->r, &w->rx_resume_hook, rx_resume, w);
 }
 
@@ -390,6 +406,8 @@ static int rx_parse(struct wire *w)
 {
     int st = WIRE_OK;
     while (!w->dead && st == WIRE_OK && w->rx_head < w->rx_tail) {
+        if (w->rx_held && w->rx_state == WRX_BHS && w->rx_got == 0)
+            return WIRE_OK; /* the rest stays in rxbuf until the owner lets go */
         if (tx_over(w)) {
             rx_pause(w); /* the rest stays in rxbuf until the replies drain */
             return WIRE_OK;
@@ -468,7 +486,7 @@ static void rx_resume(void *arg)
     struct wire *w = arg;
     if (w->ops->lock)
         w->ops->lock(w->ctx);
-    if (!w->dead && !w->rx_paused)
+    if (!w->dead && !rx_stopped(w))
         rx_parse(w);
     if (w->ops->unlock)
         w->ops->unlock(w->ctx);
@@ -616,7 +634,7 @@ static int rx_took(struct wire *w, ssize_t r, size_t asked, uint32_t *budget)
         return st;
     /* A short read drained the socket: the next recv would only say EAGAIN. Epoll is
      * level-triggered, so anything arriving later wakes us again. */
-    return w->rx_paused || (size_t)r < asked ? WIRE_OK : 1;
+    return rx_stopped(w) || (size_t)r < asked ? WIRE_OK : 1;
 }
 
 /* One read, into the payload's place, the shared buffer or ours, and its parse. */
@@ -656,6 +674,8 @@ int wire_rx(struct wire *w)
     }
     uint32_t budget = RX_BUDGET_BYTES;
     while (!w->dead && budget) {
+        if (w->rx_held)
+            return WIRE_OK;
         if (w->rx_paused || tx_over(w)) {
             rx_pause(w);
             return WIRE_OK;
@@ -674,10 +694,10 @@ int wire_event(struct wire *w, uint32_t events)
     if (w->dead)
         return WIRE_E_OWNER;
     if (events & (EPOLLIN | EPOLLERR | EPOLLHUP | EPOLLRDHUP)) {
-        if (w->rx_paused && (events & (EPOLLERR | EPOLLHUP)))
+        if (rx_stopped(w) && (events & (EPOLLERR | EPOLLHUP)))
             return wire_fail(w, WIRE_E_PEER_GONE); /* not read while paused: nothing else
                                                        would notice */
-        if (!w->rx_paused) {
+        if (!rx_stopped(w)) {
             int st = wire_rx(w);
             if (st < 0)
                 return st;
@@ -697,7 +717,7 @@ size_t wire_feed(struct wire *w, const void *bytes, size_t len)
 {
     const uint8_t *src = bytes;
     size_t used = 0;
-    while (used < len && !w->dead && !w->rx_paused) {
+    while (used < len && !w->dead && !rx_stopped(w)) {
         if (w->rxbuf_size < w->rxbuf_want) {
             uint8_t *b = realloc(w->rxbuf, w->rxbuf_want);
             if (!b) {

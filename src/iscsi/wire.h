@@ -167,6 +167,7 @@ struct wire {
     uint32_t databuf_size;
     uint32_t rx_large_min; /* payloads this big switch on header-alone reads (0: never) */
     bool rx_paused;
+    bool rx_held; /* by the owner (wire_rx_hold), at a PDU boundary */
     struct reactor_deferred rx_resume_hook;
 
     /* transmit */
@@ -220,6 +221,9 @@ int wire_event(struct wire *w, uint32_t events);
 int wire_rx(struct wire *w);
 /* Ask for EPOLLOUT (a connect in progress) or not. */
 void wire_want_write(struct wire *w, bool on);
+/* The owner stops reading (on) from the next PDU boundary on, or goes on (off): what was
+ * received meanwhile is parsed first. Transmitting goes on throughout. */
+void wire_rx_hold(struct wire *w, bool on);
 
 /* Negotiated values, after login (RFC 7143 §13.1, §13.12, §13.20). */
 void wire_set_digests(struct wire *w, bool header, bool data);

@@ -13,13 +13,16 @@ The daemon runs with --threads 2 (connections spread over both reactors) and
 size, as a slow disk holds a large write while a small one passes. The LUNs: a buffered file,
 an O_DIRECT file and a RAM disk. For each LUN and each of ABORT TASK (from the writer), ABORT
 TASK SET (from the writer), CLEAR TASK SET, LOGICAL UNIT RESET and PREEMPT AND ABORT (each from a
-second initiator), while 256 KiB writes of an old pattern from two sessions of the first
-initiator are in the store:
-  1. the function answers "function complete" (GOOD for PREEMPT AND ABORT);
+second initiator), and for the writer's connection reset (RST) followed at once by a login with
+the same ISID (session reinstatement) or a little later (the target saw it go), while 256 KiB
+writes of an old pattern from two sessions of the first initiator are in the store (on a RAM
+LUN, which stores data as it arrives: while their second half is still to come, and it is sent
+after the answer, to be dropped):
+  1. the function answers "function complete" (GOOD for PREEMPT AND ABORT; the login succeeds);
   2. a 4 KiB FUA write of a new pattern over the same blocks then gets GOOD;
   3. read back well after every aborted write would have landed (twice the store delay of the
      largest), the blocks hold the new pattern, and no aborted write was ever answered.
-Then the daemon exits 0 on SIGTERM. Bounded: about 25 s. Python 3 standard library only."""
+Then the daemon exits 0 on SIGTERM. Bounded: about 35 s. Python 3 standard library only."""
 
 import os
 import signal
@@ -200,8 +203,9 @@ def one_round(port, lun, kind, lun_name, round_no, ram):
     # their second half is still on its way, and that half, sent after the answer, must be
     # dropped. A file LUN has them whole, held in the store.
     hold = VICTIM // 2 if ram else 0
+    victims_isid = a1.isid
     victims = [a1.write_nowait(lun, LBA, old, hold)]
-    if kind != "abort-task":
+    if kind not in ("abort-task", "reinstate", "reset"):
         victims.append(a1.write_nowait(lun, LBA, old, hold))
         if kind != "abort-task-set":
             victims.append(a2.write_nowait(lun, LBA, old, hold))
@@ -215,6 +219,17 @@ def one_round(port, lun, kind, lun_name, round_no, ram):
         rsp = b.tmf(TMF_CLEAR_TASK_SET, lun)
     elif kind == "lun-reset":
         rsp = b.tmf(TMF_LUN_RESET, lun)
+    elif kind in ("reinstate", "reset"):
+        # the connection is lost (RST) with the writes in the store; the initiator logs in
+        # again with the same ISID, at once (reinstating the session if the target has not
+        # seen it go yet) or after the target has closed it
+        a1.c.reset()
+        if kind == "reset":
+            time.sleep(0.1)
+        a1 = Session(port, INITIATOR_A)
+        a1.isid = victims_isid
+        a1.login()
+        rsp = RSP_COMPLETE
     else:
         params = struct.pack(">QQ", 0xB1, 0xA1) + b"\0" * 8
         cdb = struct.pack(">BBBxxxxHx", 0x5F, 5, 5, len(params))  # PREEMPT AND ABORT
@@ -224,7 +239,7 @@ def one_round(port, lun, kind, lun_name, round_no, ram):
     a1.send_held()
     a2.send_held()
     # the initiator's retry, at once: a small FUA write over the same blocks
-    writer = a1 if kind in ("abort-task", "abort-task-set") else b
+    writer = a1 if kind in ("abort-task", "abort-task-set", "reinstate", "reset") else b
     writer.cmd(cdb_write10(NEW_LBA, NEW // BLOCK, True), lun, write_data=new)
     a1.quiet(SETTLE)
     a2.quiet(0.1)
@@ -249,7 +264,8 @@ def main():
             ("direct file", "file:%s/direct.img,size=16M,direct" % tmp, False),
             ("RAM", "ram:16M", True)]
     d = Daemon(sys.argv[1], [spec for _, spec, _ in luns])
-    kinds = ["abort-task", "abort-task-set", "clear-task-set", "lun-reset", "preempt-and-abort"]
+    kinds = ["abort-task", "abort-task-set", "clear-task-set", "lun-reset", "preempt-and-abort",
+             "reinstate", "reset"]
     try:
         n = 0
         for lun, (name, _, ram) in enumerate(luns):
