@@ -37,7 +37,7 @@ enum scsi_reason {
     SR_UA_NEXUS_LOSS,          /* 6 / 29h 07h I_T NEXUS LOSS OCCURRED */
     SR_UA_MODE_CHANGED,        /* 6 / 2Ah 01h */
     SR_UA_CAPACITY_CHANGED,    /* 6 / 2Ah 09h */
-    SR_UA_COMMANDS_CLEARED,    /* 6 / 2Fh 01h */
+    SR_UA_COMMANDS_CLEARED,    /* 6 / 2Fh 00h COMMANDS CLEARED BY ANOTHER INITIATOR */
     SR_UA_LUNS_CHANGED,        /* 6 / 3Fh 0Eh */
     SR_RESERVATION_CONFLICT,   /* status 18h, no sense (SAM-5 §5.3.1) */
     SR_INVALID_RELEASE_OF_PR,  /* 5 / 26h 04h */

@@ -472,13 +472,30 @@ static void test_ua_resets(void **state)
         run(f, f->n1, lun, TUR, NULL, 0);
         run(f, f->n2, lun, TUR, NULL, 0);
     }
+}
 
-    scsi_lun_tasks_cleared(lu, f->n2);
+/* CLEAR TASK SET sent by n1 (SAM-5 §7.4, TAS 0): COMMANDS CLEARED BY ANOTHER INITIATOR
+ * (2Fh/00h) to every other nexus with a session, on that LUN only; none to the requester, none
+ * to a nexus whose sessions are all gone. */
+static void test_ua_tasks_cleared(void **state)
+{
+    struct fx *f = *state;
+    struct scsi_lun *lu = scsi_target_lun(&f->tg, 0);
+    struct scsi_nexus *n3 = sfx_nexus_get(&f->tg, 3);
+    run(f, n3, 0, TUR, NULL, 0); /* its power-on UA */
+    scsi_nexus_put(n3);          /* gone: no session, no tasks */
+    scsi_lun_tasks_cleared(lu, f->n1);
     assert_int_equal(run(f, f->n1, 0, TUR, NULL, 0), SCSI_STATUS_GOOD);
+    assert_int_equal(run(f, f->n2, 1, TUR, NULL, 0), SCSI_STATUS_GOOD); /* other LUN */
     uint8_t rc[16] = {0x25};
     run(f, f->n2, 0, rc, NULL, 0); /* any command but INQUIRY/REPORT LUNS/REQUEST SENSE */
-    assert_sense(&f->t, 0x6, 0x2f, 0x01);
+    assert_sense(&f->t, 0x6, 0x2f, 0x00);
     assert_int_equal(run(f, f->n2, 0, rc, NULL, 0), SCSI_STATUS_GOOD);
+    n3 = sfx_nexus_get(&f->tg, 3); /* back: whatever it is told, it is not 2Fh */
+    for (int i = 0; i < 4 && run(f, n3, 0, TUR, NULL, 0) != SCSI_STATUS_GOOD; i++)
+        assert_int_not_equal(f->t.sense[12], 0x2f);
+    assert_int_equal(f->t.status, SCSI_STATUS_GOOD);
+    scsi_nexus_put(n3);
 }
 
 /* I_T nexus loss (SAM-5 §6.3.4): 29h/07h on every LUN for that initiator port only, once;
@@ -517,12 +534,12 @@ static void test_ua_nexus_loss(void **state)
         run(f, f->n1, lun, TUR, NULL, 0);
 
     /* other UAs stay, reported after it */
-    scsi_lun_tasks_cleared(lu, f->n1);
+    scsi_lun_tasks_cleared(lu, f->n2);
     scsi_nexus_loss_ua(f->n1);
     run(f, f->n1, 0, TUR, NULL, 0);
     assert_sense(&f->t, 0x6, 0x29, 0x07);
     run(f, f->n1, 0, TUR, NULL, 0);
-    assert_sense(&f->t, 0x6, 0x2f, 0x01);
+    assert_sense(&f->t, 0x6, 0x2f, 0x00);
     assert_int_equal(run(f, f->n1, 0, TUR, NULL, 0), SCSI_STATUS_GOOD);
 
     /* a nexus new to the target has its power-on UA: a loss before it is cleared adds none */
@@ -1034,6 +1051,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_ua_new_nexus, setup, teardown),
         cmocka_unit_test_setup_teardown(test_ua_resets, setup, teardown),
         cmocka_unit_test_setup_teardown(test_ua_nexus_loss, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_ua_tasks_cleared, setup, teardown),
         cmocka_unit_test_setup_teardown(test_read_capacity, setup, teardown),
         cmocka_unit_test_setup_teardown(test_rw_ram_direct, setup, teardown),
         cmocka_unit_test_setup_teardown(test_rw_refusals, setup, teardown),
