@@ -154,9 +154,10 @@ scsi_sr mode_parse_select(struct scsi_task *t, const struct scsi_cmd *c, struct 
     return SR_OK;
 }
 
-/* Checks the whole parameter list against the changeable mask first, then applies it, so a
- * bad page leaves every parameter unchanged. */
-static scsi_sr mode_select_apply(struct scsi_task *t, const uint8_t *d, uint32_t len)
+/* Checks the whole parameter list against the changeable mask, before anything is applied, so
+ * a bad page leaves every parameter unchanged: the WCE and SWP it asks for. */
+static scsi_sr mode_select_parse(struct scsi_task *t, const uint8_t *d, uint32_t len, bool *wce_out,
+                                 bool *swp_out)
 {
     struct scsi_lun *lu = t->lu;
     bool ten = is_ms10(t);
@@ -209,25 +210,67 @@ static scsi_sr mode_select_apply(struct scsi_task *t, const uint8_t *d, uint32_t
             swp = d[off + 4] & 0x08;
         off += 2 + pg->len;
     }
+    *wce_out = wce;
+    *swp_out = swp;
+    return SR_OK;
+}
 
+/* Apply WCE and SWP; wce_was is WCE from before this MODE SELECT (which turned it off already
+ * when it had to flush). */
+static void mode_select_commit(struct scsi_task *t, bool wce_was, bool wce, bool swp)
+{
+    struct scsi_lun *lu = t->lu;
     pthread_mutex_lock(&lu->lock);
-    bool changed = atomic_load(&lu->wce) != wce || atomic_load(&lu->swp) != swp;
-    if (changed) {
-        atomic_store(&lu->wce, wce);
-        atomic_store(&lu->swp, swp);
-    }
+    bool changed = wce_was != wce || atomic_load(&lu->swp) != swp;
+    atomic_store(&lu->wce, wce);
+    atomic_store(&lu->swp, swp);
     pthread_mutex_unlock(&lu->lock);
     if (changed) /* SPC-4 §7.5.1: the other I_T nexuses learn by UA 2Ah/01h */
         scsi_ua_raise_all(lu, t->nexus, UA_MODE_CHANGED);
-    return SR_OK;
+}
+
+static void wce_off_flushed(struct bs_io *io, int err)
+{
+    struct scsi_task *t = io->arg;
+    struct scsi_lun *lu = t->lu;
+    if (err) {
+        /* the cache still holds acknowledged writes: WCE stays on, so the initiator goes on
+         * sending SYNCHRONIZE CACHE, and the MODE SELECT fails as that would */
+        pthread_mutex_lock(&lu->lock);
+        atomic_store(&lu->wce, true);
+        pthread_mutex_unlock(&lu->lock);
+        scsi_task_complete(t, sbc_io_reason(BS_FLUSH, err));
+        return;
+    }
+    mode_select_commit(t, true, false, scsi_core(t)->mode_swp);
+    scsi_task_complete(t, SR_OK);
 }
 
 void mode_exec_select(struct scsi_task *t, const struct scsi_cmd *c)
 {
     (void)c;
-    if (!t->xfer_len) {
-        scsi_task_complete(t, SR_OK);
+    struct scsi_lun *lu = t->lu;
+    bool wce, swp;
+    scsi_sr sr =
+        t->xfer_len ? mode_select_parse(t, t->iov[0].iov_base, t->xfer_len, &wce, &swp) : SR_OK;
+    if (!t->xfer_len || sr) {
+        scsi_task_complete(t, sr);
         return;
     }
-    scsi_task_complete(t, mode_select_apply(t, t->iov[0].iov_base, t->xfer_len));
+    pthread_mutex_lock(&lu->lock);
+    bool wce_was = atomic_load(&lu->wce);
+    if (wce_was && !wce) /* writes set up from now on are FUA */
+        atomic_store(&lu->wce, false);
+    pthread_mutex_unlock(&lu->lock);
+    if (wce_was && !wce) {
+        /* Turning the write cache off: an initiator stops sending SYNCHRONIZE CACHE once it
+         * reads WCE=0 (Linux does), so the writes acknowledged into the cache before are made
+         * stable first, asynchronously as SYNCHRONIZE CACHE does; the answer waits for it. */
+        scsi_core(t)->mode_swp = swp;
+        scsi_core(t)->io = (struct bs_io){.op = BS_FLUSH, .done = wce_off_flushed, .arg = t};
+        bs_submit(lu->bs, &scsi_core(t)->io);
+        return;
+    }
+    mode_select_commit(t, wce_was, wce, swp);
+    scsi_task_complete(t, SR_OK);
 }

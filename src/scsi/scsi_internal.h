@@ -301,7 +301,8 @@ struct scsi_task_core {
      * setup until its data is all in, so COMPARE AND WRITE and the other exclusive users
      * never see it half written (released by exec, or by release if it never got there). */
     bool rl_fast;
-    bool lu_held; /* counted in t->lu's users until release */
+    bool lu_held;  /* counted in t->lu's users until release */
+    bool mode_swp; /* MODE SELECT turning WCE off: the SWP it sets once the flush is done */
 };
 _Static_assert(sizeof(struct scsi_task_core) <= SCSI_TASK_CORE_BYTES,
                "SCSI_TASK_CORE_BYTES too small for struct scsi_task_core");

@@ -22,6 +22,10 @@ struct sfx_store {
     int fail_err;
     int write_sames, caws;
     uint64_t last_same_len;
+    /* With hold_flush set, a FLUSH is counted and kept in held, not completed: the test
+     * completes it (held->done(held, err)) when it wants, as a slow store would. */
+    bool hold_flush;
+    struct bs_io *held;
 };
 
 struct bs *sfx_store_open(uint64_t size, bool write_cache, struct sfx_store **out);

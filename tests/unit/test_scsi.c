@@ -948,6 +948,93 @@ static void test_mode_select(void **state)
     assert_sense(&f->t, 0x5, 0x26, 0x00);
 }
 
+static int wce_select_done;
+
+static void on_wce_select_done(struct scsi_task *t)
+{
+    (void)t;
+    wce_select_done++;
+}
+
+/* MODE SELECT with the caching page's WCE (byte 2 bit 2) set to wce on LUN 1, on its own task
+ * (held until the test releases it); its done() counts in wce_select_done. */
+static void wce_select(struct fx *f, struct scsi_task *ts, bool wce)
+{
+    uint8_t ms[16] = {0x1a, 0x08, 0x08, 0, 255};
+    run(f, f->n1, 1, ms, NULL, 0);
+    uint8_t list[24];
+    memcpy(list, data(f), 24);
+    list[0] = 0;
+    list[4 + 2] = (uint8_t)((list[4 + 2] & ~0x04) | (wce ? 0x04 : 0));
+    uint8_t sel[16] = {0x15, 0x10, 0, 0, 24};
+    wce_select_done = 0;
+    sfx_run(ts, &f->tg, f->n1, 1, sel, list, sizeof(list), 0, 0);
+    ts->done = on_wce_select_done; /* exec returned; the answer, if not given yet, comes here */
+    wce_select_done += sfx_done_calls;
+}
+
+static bool lun1_wce(struct fx *f)
+{
+    uint8_t ms[16] = {0x1a, 0x08, 0x08, 0, 255};
+    assert_int_equal(run(f, f->n1, 1, ms, NULL, 0), SCSI_STATUS_GOOD);
+    return data(f)[4 + 2] & 0x04;
+}
+
+static bool lun1_write_fua(struct fx *f)
+{
+    static uint8_t out[512];
+    uint8_t w10[16] = {0x2a, 0, 0, 0, 0, 0, 0, 0, 1};
+    assert_int_equal(run(f, f->n1, 1, w10, out, sizeof(out)), SCSI_STATUS_GOOD);
+    return f->m->last_fua;
+}
+
+/* MODE SELECT turning WCE off (SBC-3 caching page) flushes the store before it answers: the
+ * writes acknowledged into the volatile cache would otherwise never be flushed, the initiator
+ * sending no SYNCHRONIZE CACHE any more. Writes set up while the flush runs are FUA already. A
+ * failed flush fails the MODE SELECT as SYNCHRONIZE CACHE would (MEDIUM ERROR 0Ch/00h) and WCE
+ * stays on, with no UA; turning WCE on flushes nothing. */
+static void test_mode_select_wce_off_flushes(void **state)
+{
+    struct fx *f = *state;
+    struct scsi_task ts;
+    scsi_task_init(&ts);
+    assert_true(lun1_wce(f)); /* the test store has a volatile cache */
+
+    f->m->hold_flush = true;
+    int flushes = f->m->flushes;
+    wce_select(f, &ts, false);
+    assert_int_equal(f->m->flushes, flushes + 1);
+    assert_int_equal(wce_select_done, 0); /* not answered before the flush is done */
+    assert_true(lun1_write_fua(f));
+    f->m->held->done(f->m->held, -EIO);
+    assert_int_equal(wce_select_done, 1);
+    assert_int_equal(ts.status, SCSI_STATUS_CHECK_CONDITION);
+    assert_sense(&ts, 0x3, 0x0c, 0x00);
+    assert_true(lun1_wce(f));
+    assert_false(lun1_write_fua(f));
+    assert_int_equal(run(f, f->n2, 1, TUR, NULL, 0), SCSI_STATUS_GOOD); /* nothing changed */
+
+    wce_select(f, &ts, false);
+    assert_int_equal(f->m->flushes, flushes + 2);
+    assert_int_equal(wce_select_done, 0);
+    f->m->held->done(f->m->held, 0);
+    assert_int_equal(wce_select_done, 1);
+    assert_int_equal(ts.status, SCSI_STATUS_GOOD);
+    assert_false(lun1_wce(f));
+    assert_true(lun1_write_fua(f));
+    run(f, f->n2, 1, TUR, NULL, 0);
+    assert_sense(&f->t, 0x6, 0x2a, 0x01);
+
+    /* on again: nothing to flush, answered at once */
+    wce_select(f, &ts, true);
+    assert_int_equal(wce_select_done, 1);
+    assert_int_equal(ts.status, SCSI_STATUS_GOOD);
+    assert_int_equal(f->m->flushes, flushes + 2);
+    assert_true(lun1_wce(f));
+    f->m->hold_flush = false;
+    scsi_task_release(&ts);
+}
+
 /* --- REPORT SUPPORTED OPERATION CODES --- */
 
 static void test_rsoc(void **state)
@@ -1060,6 +1147,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_verify, setup, teardown),
         cmocka_unit_test_setup_teardown(test_mode_sense, setup, teardown),
         cmocka_unit_test_setup_teardown(test_mode_select, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_mode_select_wce_off_flushes, setup, teardown),
         cmocka_unit_test_setup_teardown(test_rsoc, setup, teardown),
         cmocka_unit_test(test_lun_wire),
     };
