@@ -1,6 +1,7 @@
 /* Mode parameters (SPC-4 §6.11-§6.14, §7.5; SBC-3 §6.4): MODE SENSE 6/10 and MODE SELECT 6/10
  * over the caching (08h), control (0Ah) and informational exceptions control (1Ch) pages.
  * Only WCE and SWP can change; a change raises MODE PARAMETERS CHANGED on the other nexuses. */
+#include <stdlib.h>
 #include <string.h>
 
 #include "scsi/scsi_internal.h"
@@ -246,6 +247,25 @@ static void wce_off_flushed(struct bs_io *io, int err)
     scsi_task_complete(t, SR_OK);
 }
 
+/* The writes in the store when WCE went off were set up with it on (no FUA) and may finish
+ * after a flush that starts now: the flush waits for them, by an exclusive hold of the whole
+ * LUN's range lock, which is granted once every write holding it shared is done (writes set up
+ * after WCE went off are FUA and need nothing). */
+struct wce_off {
+    struct scsi_rl_req lock;
+    struct scsi_task *t;
+};
+
+static void wce_off_drained(struct scsi_rl_req *q)
+{
+    struct wce_off *w = q->arg;
+    struct scsi_task *t = w->t;
+    scsi_rl_release(&t->lu->rl, q);
+    free(w);
+    scsi_core(t)->io = (struct bs_io){.op = BS_FLUSH, .done = wce_off_flushed, .arg = t};
+    bs_submit(t->lu->bs, &scsi_core(t)->io);
+}
+
 void mode_exec_select(struct scsi_task *t, const struct scsi_cmd *c)
 {
     (void)c;
@@ -257,18 +277,26 @@ void mode_exec_select(struct scsi_task *t, const struct scsi_cmd *c)
         scsi_task_complete(t, sr);
         return;
     }
+    struct wce_off *w = NULL;
     pthread_mutex_lock(&lu->lock);
     bool wce_was = atomic_load(&lu->wce);
-    if (wce_was && !wce) /* writes set up from now on are FUA */
-        atomic_store(&lu->wce, false);
+    if (wce_was && !wce && (w = malloc(sizeof(*w))) != NULL)
+        atomic_store(&lu->wce, false); /* writes set up from now on are FUA */
     pthread_mutex_unlock(&lu->lock);
     if (wce_was && !wce) {
         /* Turning the write cache off: an initiator stops sending SYNCHRONIZE CACHE once it
          * reads WCE=0 (Linux does), so the writes acknowledged into the cache before are made
          * stable first, asynchronously as SYNCHRONIZE CACHE does; the answer waits for it. */
+        if (!w) {
+            scsi_task_complete(t, SR_INSUFFICIENT_RESOURCES);
+            return;
+        }
         scsi_core(t)->mode_swp = swp;
-        scsi_core(t)->io = (struct bs_io){.op = BS_FLUSH, .done = wce_off_flushed, .arg = t};
-        bs_submit(lu->bs, &scsi_core(t)->io);
+        w->t = t;
+        w->lock = (struct scsi_rl_req){
+            .off = 0, .len = UINT64_MAX, .excl = true, .granted = wce_off_drained, .arg = w};
+        if (scsi_rl_acquire(&lu->rl, &w->lock))
+            wce_off_drained(&w->lock);
         return;
     }
     mode_select_commit(t, wce_was, wce, swp);

@@ -23,7 +23,7 @@ static void store_submit(struct bs *bs, struct bs_io *io)
         io->done(io, m->fail_err);
         return;
     }
-    if (io->op == BS_FLUSH && m->hold_flush) {
+    if (io->op == BS_FLUSH && (m->hold & 1u << BS_FLUSH)) {
         m->flushes++;
         m->held = io;
         return;
@@ -78,6 +78,10 @@ static void store_submit(struct bs *bs, struct bs_io *io)
         break;
     default:
         break;
+    }
+    if (io->op == BS_WRITE && (m->hold & 1u << BS_WRITE)) {
+        m->held = io;
+        return;
     }
     io->done(io, 0);
 }

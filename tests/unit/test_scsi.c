@@ -1000,7 +1000,7 @@ static void test_mode_select_wce_off_flushes(void **state)
     scsi_task_init(&ts);
     assert_true(lun1_wce(f)); /* the test store has a volatile cache */
 
-    f->m->hold_flush = true;
+    f->m->hold = 1u << BS_FLUSH;
     int flushes = f->m->flushes;
     wce_select(f, &ts, false);
     assert_int_equal(f->m->flushes, flushes + 1);
@@ -1025,13 +1025,37 @@ static void test_mode_select_wce_off_flushes(void **state)
     run(f, f->n2, 1, TUR, NULL, 0);
     assert_sense(&f->t, 0x6, 0x2a, 0x01);
 
+    /* a write in the store when WCE goes off (set up with WCE on, not FUA) is waited for: the
+     * flush starts once it is done, so it is made stable too */
+    wce_select(f, &ts, true);
+    struct scsi_task tw;
+    scsi_task_init(&tw);
+    static uint8_t out[512];
+    uint8_t w10[16] = {0x2a, 0, 0, 0, 0, 0, 0, 0, 1};
+    f->m->hold = 1u << BS_WRITE;
+    sfx_run(&tw, &f->tg, f->n1, 1, w10, out, sizeof(out), 0, 0);
+    struct bs_io *w = f->m->held;
+    assert_false(w->fua);
+    f->m->hold = 1u << BS_FLUSH;
+    wce_select(f, &ts, false);
+    assert_int_equal(f->m->flushes, flushes + 2); /* not before the write is done */
+    assert_int_equal(wce_select_done, 0);
+    w->done(w, 0);
+    assert_int_equal(f->m->flushes, flushes + 3);
+    assert_int_equal(wce_select_done, 0);
+    f->m->held->done(f->m->held, 0);
+    assert_int_equal(wce_select_done, 1);
+    assert_int_equal(ts.status, SCSI_STATUS_GOOD);
+    scsi_task_release(&tw);
+    flushes++;
+
     /* on again: nothing to flush, answered at once */
     wce_select(f, &ts, true);
     assert_int_equal(wce_select_done, 1);
     assert_int_equal(ts.status, SCSI_STATUS_GOOD);
     assert_int_equal(f->m->flushes, flushes + 2);
     assert_true(lun1_wce(f));
-    f->m->hold_flush = false;
+    f->m->hold = 0;
     scsi_task_release(&ts);
 }
 
