@@ -280,10 +280,12 @@ void mode_exec_select(struct scsi_task *t, const struct scsi_cmd *c)
     struct wce_off *w = NULL;
     pthread_mutex_lock(&lu->lock);
     bool wce_was = atomic_load(&lu->wce);
-    if (wce_was && !wce && (w = malloc(sizeof(*w))) != NULL)
+    /* a store without a volatile cache (RAM) has nothing to flush: WCE is only a bit there */
+    bool flush = wce_was && !wce && lu->bs->write_cache;
+    if (flush && (w = malloc(sizeof(*w))) != NULL)
         atomic_store(&lu->wce, false); /* writes set up from now on are FUA */
     pthread_mutex_unlock(&lu->lock);
-    if (wce_was && !wce) {
+    if (flush) {
         /* Turning the write cache off: an initiator stops sending SYNCHRONIZE CACHE once it
          * reads WCE=0 (Linux does), so the writes acknowledged into the cache before are made
          * stable first, asynchronously as SYNCHRONIZE CACHE does; the answer waits for it. */
