@@ -1,7 +1,9 @@
 /* iSCSI sessions on the target: creation with a unique TSIH, the session table, reinstatement
  * by ISID (RFC 7143 §6.3.5), connections joining and leaving (MC/S), and the session-wide
  * CmdSN window: commands are handed to SCSI in CmdSN order whatever connection they arrive
- * on (§4.2.2.1), and MaxCmdSN grants at most ISCSI_CMD_WINDOW commands in flight. */
+ * on (§4.2.2.1), and MaxCmdSN grants at most ISCSI_CMD_WINDOW commands in flight. That orders
+ * delivery only: each then runs as a SIMPLE task (a WRITE once its Data-Out is in) and may
+ * complete before older ones. */
 #include <assert.h>
 #include <stdlib.h>
 #include <string.h>

@@ -1,6 +1,7 @@
 /* Mode parameters (SPC-4 §6.11-§6.14, §7.5; SBC-3 §6.4): MODE SENSE 6/10 and MODE SELECT 6/10
  * over the caching (08h), control (0Ah) and informational exceptions control (1Ch) pages.
  * Only WCE and SWP can change; a change raises MODE PARAMETERS CHANGED on the other nexuses. */
+#include <stdlib.h>
 #include <string.h>
 
 #include "scsi/scsi_internal.h"
@@ -154,9 +155,10 @@ scsi_sr mode_parse_select(struct scsi_task *t, const struct scsi_cmd *c, struct 
     return SR_OK;
 }
 
-/* Checks the whole parameter list against the changeable mask first, then applies it, so a
- * bad page leaves every parameter unchanged. */
-static scsi_sr mode_select_apply(struct scsi_task *t, const uint8_t *d, uint32_t len)
+/* Checks the whole parameter list against the changeable mask, before anything is applied, so
+ * a bad page leaves every parameter unchanged: the WCE and SWP it asks for. */
+static scsi_sr mode_select_parse(struct scsi_task *t, const uint8_t *d, uint32_t len, bool *wce_out,
+                                 bool *swp_out)
 {
     struct scsi_lun *lu = t->lu;
     bool ten = is_ms10(t);
@@ -209,25 +211,96 @@ static scsi_sr mode_select_apply(struct scsi_task *t, const uint8_t *d, uint32_t
             swp = d[off + 4] & 0x08;
         off += 2 + pg->len;
     }
+    *wce_out = wce;
+    *swp_out = swp;
+    return SR_OK;
+}
 
+/* Apply WCE and SWP; wce_was is WCE from before this MODE SELECT (which turned it off already
+ * when it had to flush). */
+static void mode_select_commit(struct scsi_task *t, bool wce_was, bool wce, bool swp)
+{
+    struct scsi_lun *lu = t->lu;
     pthread_mutex_lock(&lu->lock);
-    bool changed = atomic_load(&lu->wce) != wce || atomic_load(&lu->swp) != swp;
-    if (changed) {
-        atomic_store(&lu->wce, wce);
-        atomic_store(&lu->swp, swp);
-    }
+    bool changed = wce_was != wce || atomic_load(&lu->swp) != swp;
+    atomic_store(&lu->wce, wce);
+    atomic_store(&lu->swp, swp);
     pthread_mutex_unlock(&lu->lock);
     if (changed) /* SPC-4 §7.5.1: the other I_T nexuses learn by UA 2Ah/01h */
         scsi_ua_raise_all(lu, t->nexus, UA_MODE_CHANGED);
-    return SR_OK;
+}
+
+static void wce_off_flushed(struct bs_io *io, int err)
+{
+    struct scsi_task *t = io->arg;
+    struct scsi_lun *lu = t->lu;
+    if (err) {
+        /* the cache still holds acknowledged writes: WCE stays on, so the initiator goes on
+         * sending SYNCHRONIZE CACHE, and the MODE SELECT fails as that would */
+        pthread_mutex_lock(&lu->lock);
+        atomic_store(&lu->wce, true);
+        pthread_mutex_unlock(&lu->lock);
+        scsi_task_complete(t, sbc_io_reason(BS_FLUSH, err));
+        return;
+    }
+    mode_select_commit(t, true, false, scsi_core(t)->mode_swp);
+    scsi_task_complete(t, SR_OK);
+}
+
+/* The writes in the store when WCE went off were set up with it on (no FUA) and may finish
+ * after a flush that starts now: the flush waits for them, by an exclusive hold of the whole
+ * LUN's range lock, which is granted once every write holding it shared is done (writes set up
+ * after WCE went off are FUA and need nothing). */
+struct wce_off {
+    struct scsi_rl_req lock;
+    struct scsi_task *t;
+};
+
+static void wce_off_drained(struct scsi_rl_req *q)
+{
+    struct wce_off *w = q->arg;
+    struct scsi_task *t = w->t;
+    scsi_rl_release(&t->lu->rl, q);
+    free(w);
+    scsi_core(t)->io = (struct bs_io){.op = BS_FLUSH, .done = wce_off_flushed, .arg = t};
+    bs_submit(t->lu->bs, &scsi_core(t)->io);
 }
 
 void mode_exec_select(struct scsi_task *t, const struct scsi_cmd *c)
 {
     (void)c;
-    if (!t->xfer_len) {
-        scsi_task_complete(t, SR_OK);
+    struct scsi_lun *lu = t->lu;
+    bool wce, swp;
+    scsi_sr sr =
+        t->xfer_len ? mode_select_parse(t, t->iov[0].iov_base, t->xfer_len, &wce, &swp) : SR_OK;
+    if (!t->xfer_len || sr) {
+        scsi_task_complete(t, sr);
         return;
     }
-    scsi_task_complete(t, mode_select_apply(t, t->iov[0].iov_base, t->xfer_len));
+    struct wce_off *w = NULL;
+    pthread_mutex_lock(&lu->lock);
+    bool wce_was = atomic_load(&lu->wce);
+    /* a store without a volatile cache (RAM) has nothing to flush: WCE is only a bit there */
+    bool flush = wce_was && !wce && lu->bs->write_cache;
+    if (flush && (w = malloc(sizeof(*w))) != NULL)
+        atomic_store(&lu->wce, false); /* writes set up from now on are FUA */
+    pthread_mutex_unlock(&lu->lock);
+    if (flush) {
+        /* Turning the write cache off: an initiator stops sending SYNCHRONIZE CACHE once it
+         * reads WCE=0 (Linux does), so the writes acknowledged into the cache before are made
+         * stable first, asynchronously as SYNCHRONIZE CACHE does; the answer waits for it. */
+        if (!w) {
+            scsi_task_complete(t, SR_INSUFFICIENT_RESOURCES);
+            return;
+        }
+        scsi_core(t)->mode_swp = swp;
+        w->t = t;
+        w->lock = (struct scsi_rl_req){
+            .off = 0, .len = UINT64_MAX, .excl = true, .granted = wce_off_drained, .arg = w};
+        if (scsi_rl_acquire(&lu->rl, &w->lock))
+            wce_off_drained(&w->lock);
+        return;
+    }
+    mode_select_commit(t, wce_was, wce, swp);
+    scsi_task_complete(t, SR_OK);
 }

@@ -393,11 +393,13 @@ static int state_save(const struct pr_state *ps)
 }
 
 /* After every change: keep the file in step while APTPL is in force; once nothing is
- * registered APTPL ends and the file goes (SPC-4 §5.13.5). */
-static void state_persist(struct pr_state *ps, bool was_aptpl)
+ * registered APTPL ends and the file goes (SPC-4 §5.13.5). 0, or -errno when the file could
+ * not be brought in step (it then holds the state from before the change: state_save replaces
+ * it whole or not at all). */
+static int state_persist(struct pr_state *ps, bool was_aptpl)
 {
     if (!ps->path)
-        return;
+        return 0;
     if (ps->nregs == 0)
         ps->aptpl = false;
     int rc = 0;
@@ -407,6 +409,41 @@ static void state_persist(struct pr_state *ps, bool was_aptpl)
         rc = -errno;
     if (rc < 0)
         LOG_WARN("persistent reservations: cannot update %s: %s", ps->path, strerror(-rc));
+    return rc;
+}
+
+/* A copy of the state proper (not the fields after it) into a zeroed snap, to put back a
+ * change that could not be saved; -ENOMEM. */
+static int state_snapshot(struct pr_state *snap, const struct pr_state *ps)
+{
+    if (ps->nregs) {
+        snap->regs = malloc(ps->nregs * sizeof(*ps->regs));
+        if (!snap->regs)
+            return -ENOMEM;
+        memcpy(snap->regs, ps->regs, ps->nregs * sizeof(*ps->regs));
+    }
+    snap->nregs = snap->cap = ps->nregs;
+    snap->generation = ps->generation;
+    snap->type = ps->type;
+    snap->aptpl = ps->aptpl;
+    memcpy(snap->holder, ps->holder, sizeof(snap->holder));
+    memcpy(snap->spc2, ps->spc2, sizeof(snap->spc2));
+    return 0;
+}
+
+/* Put snap back into ps (snap's registrations move there). */
+static void state_restore(struct pr_state *ps, struct pr_state *snap)
+{
+    free(ps->regs);
+    ps->regs = snap->regs;
+    ps->nregs = snap->nregs;
+    ps->cap = snap->cap;
+    snap->regs = NULL;
+    ps->generation = snap->generation;
+    ps->type = snap->type;
+    ps->aptpl = snap->aptpl;
+    memcpy(ps->holder, snap->holder, sizeof(ps->holder));
+    memcpy(ps->spc2, snap->spc2, sizeof(ps->spc2));
 }
 
 static int state_load(struct pr_state *ps, char *err, size_t errlen)
@@ -554,26 +591,43 @@ static scsi_sr job_apply(struct pr_job *j, struct pr_state *ps, FILE *fx)
 }
 
 /* In memory (RAM and file LUNs): under the LUN lock, the APTPL file kept in step; the side
- * effects once the lock is dropped. */
+ * effects once the lock is dropped. A command's change that the file cannot be brought in step
+ * with is undone and refused: it must not be reported done and then be gone after a power loss
+ * (SPC-4 §5.13.5). Nothing in SPC-4 names this failure; the device server could not keep its
+ * nonvolatile state, which is HARDWARE ERROR (SPC-4 §4.5.6), INTERNAL TARGET FAILURE. A change
+ * no command asked for (the SPC-2 release on a reset or nexus loss) touches nothing saved. */
 static scsi_sr job_local(struct pr_job *j)
 {
     struct scsi_lun *lu = j->lu;
     struct pr_state *ps = lu->pr;
     char *fxt = NULL;
     size_t fxlen = 0;
+    struct pr_state snap = {0};
     FILE *fx = open_memstream(&fxt, &fxlen);
     if (!fx)
         return SR_INSUFFICIENT_RESOURCES;
     pthread_mutex_lock(&lu->lock);
+    if (ps->path && j->t && state_snapshot(&snap, ps) < 0) {
+        pthread_mutex_unlock(&lu->lock);
+        fclose(fx);
+        free(fxt);
+        return SR_INSUFFICIENT_RESOURCES;
+    }
     bool was_aptpl = ps->aptpl;
     uint32_t gen = ps->generation;
     uint8_t type = ps->type;
     scsi_sr sr = job_apply(j, ps, fx);
-    if (ps->generation != gen || ps->type != type || ps->aptpl != was_aptpl)
-        state_persist(ps, was_aptpl);
+    bool undone = false;
+    if ((ps->generation != gen || ps->type != type || ps->aptpl != was_aptpl) &&
+        state_persist(ps, was_aptpl) < 0 && j->t) {
+        state_restore(ps, &snap);
+        sr = SR_INTERNAL_FAILURE;
+        undone = true; /* and its side effects with it */
+    }
     resv_update(lu);
     pthread_mutex_unlock(&lu->lock);
-    if (fclose(fx) == 0)
+    free(snap.regs);
+    if (fclose(fx) == 0 && !undone)
         fx_apply(lu, fxt, j->aborts ? &j->aborts->join : NULL);
     free(fxt);
     return sr;

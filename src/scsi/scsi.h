@@ -297,9 +297,14 @@ bool scsi_lun_reset_wait(struct scsi_lun *lu, struct scsi_nexus *by, void (*done
                          void *arg);
 bool scsi_target_reset_wait(struct scsi_target *t, struct scsi_nexus *by, bool cold,
                             void (*done)(void *arg), void *arg);
-/* Tasks were aborted by another nexus (CLEAR TASK SET, ABORT TASK SET with TAS=0):
- * unit attention 2Fh/01h COMMANDS CLEARED BY ANOTHER INITIATOR to the nexuses that lost them. */
-void scsi_lun_tasks_cleared(struct scsi_lun *lu, struct scsi_nexus *victim);
+/* CLEAR TASK SET from nexus `by` aborted the task set of lu (SAM-5 §7.4; the control mode page
+ * has TAS 0): unit attention 2Fh/00h COMMANDS CLEARED BY ANOTHER INITIATOR for every other
+ * nexus that has a session, none for the requester. SAM-5 asks it for each nexus that lost a
+ * command; which ones did is known only on their reactors, after the TMF is answered, so every
+ * nexus that could have had one is told before the answer (a nexus with nothing in the task
+ * set just sees a UA it can ignore). ABORT TASK SET aborts only the requester's own tasks and
+ * raises nothing; PREEMPT AND ABORT's nexuses get REGISTRATIONS PREEMPTED (pr.c). */
+void scsi_lun_tasks_cleared(struct scsi_lun *lu, const struct scsi_nexus *by);
 /* The transport ended tasks of nexus n on LUN `lun` unanswered while the nexus goes on (iSCSI:
  * a connection closed or not recovered in time, RFC 7143 §11.14.5 a-c): unit attention
  * 47h/7Fh SOME COMMANDS CLEARED BY ISCSI PROTOCOL EVENT on the next command there. */

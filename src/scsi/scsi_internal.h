@@ -37,7 +37,7 @@ enum scsi_reason {
     SR_UA_NEXUS_LOSS,          /* 6 / 29h 07h I_T NEXUS LOSS OCCURRED */
     SR_UA_MODE_CHANGED,        /* 6 / 2Ah 01h */
     SR_UA_CAPACITY_CHANGED,    /* 6 / 2Ah 09h */
-    SR_UA_COMMANDS_CLEARED,    /* 6 / 2Fh 01h */
+    SR_UA_COMMANDS_CLEARED,    /* 6 / 2Fh 00h COMMANDS CLEARED BY ANOTHER INITIATOR */
     SR_UA_LUNS_CHANGED,        /* 6 / 3Fh 0Eh */
     SR_RESERVATION_CONFLICT,   /* status 18h, no sense (SAM-5 §5.3.1) */
     SR_INVALID_RELEASE_OF_PR,  /* 5 / 26h 04h */
@@ -317,7 +317,8 @@ struct scsi_task_core {
      * setup until its data is all in, so COMPARE AND WRITE and the other exclusive users
      * never see it half written (released by exec, or by release if it never got there). */
     bool rl_fast;
-    bool lu_held; /* counted in t->lu's users until release */
+    bool lu_held;  /* counted in t->lu's users until release */
+    bool mode_swp; /* MODE SELECT turning WCE off: the SWP it sets once the flush is done */
     /* quiesce.c: whether the task is in the core and aborted, and the transport's done that
      * the core's own stands in front of while it is */
     _Atomic unsigned char phase;

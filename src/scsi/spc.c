@@ -149,10 +149,12 @@ static uint32_t vpd_device_id(const struct scsi_task *t, uint8_t *d)
 }
 
 /* Extended INQUIRY Data (SPC-4 §7.8.7): no protection information (SPT, GRD_CHK, APP_CHK,
- * REF_CHK 0); task attribute SIMPLE only (SIMPSUP): commands run in CmdSN order whatever
- * their attribute, so HEAD OF QUEUE and ORDERED are not claimed; V_SUP when the store has a
- * volatile write cache (the caching mode page's WCE, SYNCHRONIZE CACHE and FUA matter), NV_SUP
- * 0; no microcode download, self-test, referrals or priorities. */
+ * REF_CHK 0); task attribute SIMPLE only (SIMPSUP): the transport never reads the attribute,
+ * so every command runs as SIMPLE, which is what HEADSUP 0 and ORDSUP 0 tell (such a device
+ * server treats HEAD OF QUEUE and ORDERED as SIMPLE; CmdSN order orders delivery only, not
+ * execution or completion); V_SUP when the store has a volatile write cache (the caching mode
+ * page's WCE, SYNCHRONIZE CACHE and FUA matter), NV_SUP 0; no microcode download, self-test,
+ * referrals or priorities. */
 static uint32_t vpd_extended_inquiry(const struct scsi_lun *lu, uint8_t *d)
 {
     d[5] = 0x01; /* SIMPSUP */

@@ -473,10 +473,20 @@ void scsi_lun_reset_elsewhere(struct scsi_lun *lu, unsigned ua)
     sbc_prevent_clear_all(lu);
 }
 
-void scsi_lun_tasks_cleared(struct scsi_lun *lu, struct scsi_nexus *victim)
+/* A nexus no session holds has no task (its tasks ended with its sessions): not told. */
+void scsi_lun_tasks_cleared(struct scsi_lun *lu, const struct scsi_nexus *by)
 {
-    if (lu && victim)
-        scsi_ua_raise(lu, scsi_nexus_slot(victim), UA_COMMANDS_CLEARED);
+    if (!lu)
+        return;
+    struct scsi_target *t = lu->target;
+    struct scsi_target_priv *p = t->priv;
+    pthread_mutex_lock(&t->lock);
+    for (unsigned s = 0; s < SCSI_NEXUS_MAX; s++) {
+        struct scsi_nexus_impl *ni = p->nexus[s];
+        if (ni && ni->refs > 0 && &ni->pub != by)
+            scsi_ua_raise(lu, s, UA_COMMANDS_CLEARED);
+    }
+    pthread_mutex_unlock(&t->lock);
 }
 
 void scsi_nexus_tasks_terminated(struct scsi_nexus *n, uint64_t lun)

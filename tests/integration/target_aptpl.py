@@ -7,6 +7,9 @@ usage: target_aptpl.py PORT TARGET-IQN STEP
                    Exclusive; initiator B's WRITE(10) is RESERVATION CONFLICT, its READ(10) and
                    A's WRITE(10) are GOOD
   check-forgotten  after a restart: no key, no reservation; B's WRITE(10) is GOOD
+  refused          after `reserve 1`, with the state file out of reach: B's REGISTER with
+                   APTPL=1 and A's RELEASE fail HARDWARE ERROR 44h/00h and change nothing
+                   (READ KEYS: KEY_A alone; READ RESERVATION: A, Write Exclusive)
 Initiator A always logs in with the same ISID: registrations belong to the I_T nexus
 (initiator name + ISID). Exit 0 when every check holds, 1 with the reason otherwise.
 Python 3 standard library only."""
@@ -25,6 +28,7 @@ INIT_B = "iqn.2026-11.org.linerate:aptpl-b"
 ISID_A = bytes([0x80, 0x00, 0x00, 0x00, 0x0a, 0x01])
 ISID_B = bytes([0x80, 0x00, 0x00, 0x00, 0x0b, 0x01])
 KEY_A = 0xA1A2A3A4A5A6A7A8
+KEY_B = 0xB1B2B3B4B5B6B7B8
 
 
 def expect(what, st, sense, want):
@@ -32,6 +36,15 @@ def expect(what, st, sense, want):
         fail("%s: status 0x%02x (sense %s), expected 0x%02x" %
              (what, st, hostile.sense_kaa(sense), want))
     print("ok: %s -> status 0x%02x" % (what, st))
+
+
+def refused(what, result):
+    """A PERSISTENT RESERVE OUT the state file could not keep: HARDWARE ERROR, 44h/00h."""
+    st, sense = result
+    if st != 0x02 or hostile.sense_kaa(sense) != (0x4, 0x44, 0x00):
+        fail("%s with the state file out of reach: status 0x%02x sense %s, expected CHECK "
+             "CONDITION 4/44h/00h" % (what, st, hostile.sense_kaa(sense)))
+    print("ok: %s -> CHECK CONDITION 4/44h/00h" % what)
 
 
 def read_keys(s):
@@ -55,10 +68,13 @@ def main():
         a.logout()
         return
     b = session(port, INIT_B, ISID_B)
+    if step == "refused":
+        refused("B: REGISTER key 0x%x APTPL=1" % KEY_B, prout(b, 0x00, sa_key=KEY_B, aptpl=True))
+        refused("A: RELEASE", prout(a, 0x02, key=KEY_A, type_=WRITE_EXCLUSIVE))
     keys, resv = read_keys(b), read_reservation(b)
     print("READ KEYS %s, READ RESERVATION %s" %
           ([hex(k) for k in keys], resv and (hex(resv[0]), resv[1])))
-    if step == "check-kept":
+    if step in ("check-kept", "refused"):
         if keys != [KEY_A]:
             fail("after the restart READ KEYS lists %s, expected [0x%x]" % (keys, KEY_A))
         if resv != (KEY_A, WRITE_EXCLUSIVE):

@@ -4,7 +4,10 @@
 # (target_aptpl.py, on hostile.py's), the daemon is SIGTERM'd (exit 0) and started again with
 # the same --state-dir, and then READ KEYS / READ RESERVATION still show A's key and
 # reservation, initiator B's WRITE is RESERVATION CONFLICT and its READ GOOD. Without APTPL the
-# same steps leave nothing after the restart.
+# same steps leave nothing after the restart. And with APTPL=1 in force and the state file out
+# of reach (the state directory replaced by a regular file: root cannot write below it either),
+# a PERSISTENT RESERVE OUT fails HARDWARE ERROR 44h/00h and changes nothing; after kill -9 and
+# a restart with the directory back, the reservation is what the initiators were told.
 . "$(dirname "$0")/lt_lib.sh"
 need python3
 
@@ -42,4 +45,19 @@ for aptpl in 1 0; do
     fi
     stop_ok
 done
+
+state=$WORK/state-unsaved
+args=(--lun "file:$WORK/lun-unsaved.img,size=64M" --state-dir "$state" --threads 1)
+note "APTPL=1, then the state file out of reach: changes refused, then kill -9 and restart"
+start_target "${args[@]}"
+step_ok reserve 1
+mv "$state" "$state.moved" && : >"$state"
+step_ok refused
+kill -KILL "$LT_PID"
+wait "$LT_PID" 2>/dev/null
+LT_PID=""
+rm "$state" && mv "$state.moved" "$state"
+start_target "${args[@]}"
+step_ok check-kept
+stop_ok
 echo PASS

@@ -23,6 +23,11 @@ static void store_submit(struct bs *bs, struct bs_io *io)
         io->done(io, m->fail_err);
         return;
     }
+    if (io->op == BS_FLUSH && (m->hold & 1u << BS_FLUSH)) {
+        m->flushes++;
+        m->held = io;
+        return;
+    }
     switch (io->op) {
     case BS_WRITE_SAME: {
         size_t plen = io->iov[0].iov_len;
@@ -73,6 +78,10 @@ static void store_submit(struct bs *bs, struct bs_io *io)
         break;
     default:
         break;
+    }
+    if (io->op == BS_WRITE && (m->hold & 1u << BS_WRITE)) {
+        m->held = io;
+        return;
     }
     io->done(io, 0);
 }

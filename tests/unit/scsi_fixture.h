@@ -22,6 +22,11 @@ struct sfx_store {
     int fail_err;
     int write_sames, caws;
     uint64_t last_same_len;
+    /* A request whose op has its bit (1u << op) in hold is counted (and a WRITE's data
+     * stored) but kept in held, not completed: the test completes it (held->done(held, err))
+     * when it wants, as a slow store would. */
+    unsigned hold;
+    struct bs_io *held;
 };
 
 struct bs *sfx_store_open(uint64_t size, bool write_cache, struct sfx_store **out);

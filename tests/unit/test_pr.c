@@ -162,6 +162,15 @@ static void target_down(struct fx *f)
     sfx_target_down(&f->tg, &f->t, f->n1, f->n2, f->n3);
 }
 
+/* A new target and LUN from the same state file, as after a restart of the daemon. */
+static void restart(struct fx *f)
+{
+    target_down(f);
+    assert_int_equal(scsi_target_init(&f->tg, TGT_NAME, 1), 0);
+    add_lun(f);
+    nexuses(f);
+}
+
 static int teardown(void **state)
 {
     struct fx *f = *state;
@@ -576,10 +585,7 @@ static void test_aptpl_restart(void **state)
     read_keys(f, f->n1, &gen, &n);
 
     /* "restart": a new target and LUN from the same state file */
-    target_down(f);
-    assert_int_equal(scsi_target_init(&f->tg, TGT_NAME, 1), 0);
-    add_lun(f);
-    nexuses(f);
+    restart(f);
     uint32_t gen2;
     read_keys(f, f->n3, &gen2, &n);
     assert_int_equal(n, 2);
@@ -595,10 +601,7 @@ static void test_aptpl_restart(void **state)
     /* APTPL=0 on the next REGISTER ends it: the file goes */
     assert_int_equal(prout(f, f->n1, REGISTER, 0, 0xabc, 0xabd), GOOD);
     assert_int_equal(access(f->path, F_OK), -1);
-    target_down(f);
-    assert_int_equal(scsi_target_init(&f->tg, TGT_NAME, 1), 0);
-    add_lun(f);
-    nexuses(f);
+    restart(f);
     read_keys(f, f->n3, &gen2, &n);
     assert_int_equal(n, 0);
 }
@@ -620,6 +623,71 @@ static void test_aptpl_corrupt_file(void **state)
     unlink(f->path);
     add_lun(f);
     nexuses(f);
+}
+
+/* A change made while APTPL is in force (or that starts or ends it) that cannot be saved is
+ * refused, HARDWARE ERROR 44h/00h INTERNAL TARGET FAILURE, and changes nothing: no key, no
+ * reservation, no generation, no unit attention, PTPL_A as it was, the file as it was. */
+static void test_aptpl_save_fails(void **state)
+{
+    struct fx *f = *state;
+    assert_int_equal(prout_pll(f, f->n1, REGISTER, 0, 0, 0xabc, 0x01, 24), GOOD);
+    assert_int_equal(prout(f, f->n1, RESERVE, WE, 0xabc, 0), GOOD);
+    uint32_t gen, gen2;
+    unsigned n;
+    read_keys(f, f->n1, &gen, &n);
+    assert_int_equal(n, 1);
+
+    /* the state directory becomes a regular file: even root cannot write below it */
+    char moved[160];
+    snprintf(moved, sizeof(moved), "%s.moved", f->dir);
+    assert_int_equal(rename(f->dir, moved), 0);
+    FILE *fp = fopen(f->dir, "w");
+    assert_non_null(fp);
+    fclose(fp);
+
+    /* REGISTER with APTPL=1 and with APTPL=0 (that would end APTPL: the file would go) by a
+     * new nexus and by the holder, unregistering, RELEASE, CLEAR, PREEMPT AND ABORT */
+    assert_int_equal(prout_pll(f, f->n2, REGISTER, 0, 0, 0xdef, 0x01, 24), CHECK);
+    assert_sense(&f->t, 0x4, 0x44, 0x00);
+    assert_int_equal(prout(f, f->n2, REGISTER, 0, 0, 0xdef), CHECK);
+    assert_sense(&f->t, 0x4, 0x44, 0x00);
+    assert_int_equal(prout(f, f->n1, REGISTER, 0, 0xabc, 0xabd), CHECK);
+    assert_sense(&f->t, 0x4, 0x44, 0x00);
+    assert_int_equal(prout(f, f->n1, REGISTER, 0, 0xabc, 0), CHECK); /* unregister */
+    assert_int_equal(prout(f, f->n1, RELEASE, WE, 0xabc, 0), CHECK);
+    assert_int_equal(prout(f, f->n1, CLEAR, 0, 0xabc, 0), CHECK);
+    assert_int_equal(prout(f, f->n1, PREEMPT_ABORT, EA, 0xabc, 0xabc), CHECK);
+    assert_sense(&f->t, 0x4, 0x44, 0x00);
+    assert_int_equal(f->naborted, 0);
+
+    read_keys(f, f->n3, &gen2, &n);
+    assert_int_equal(n, 1);
+    assert_int_equal(gen2, gen);
+    assert_int_equal(get_be64(data(f) + 8), 0xabc);
+    assert_int_equal(prin(f, f->n3, 1, 100), GOOD); /* READ RESERVATION */
+    assert_int_equal(get_be32(data(f) + 4), 16);
+    assert_int_equal(get_be64(data(f) + 8), 0xabc);
+    assert_int_equal(data(f)[21], WE);
+    assert_int_equal(rw(f, f->n2, true), CONFLICT);
+    prin(f, f->n1, 2, 8);
+    assert_int_equal(data(f)[3] & 0x01, 0x01); /* PTPL_A: still in force */
+    assert_int_equal(take_ua(f, f->n1), 0);
+    assert_int_equal(take_ua(f, f->n2), 0);
+
+    /* the directory back: the next change is saved, and a "restart" finds what was reported */
+    assert_int_equal(unlink(f->dir), 0);
+    assert_int_equal(rename(moved, f->dir), 0);
+    assert_int_equal(prout_pll(f, f->n2, REGISTER, 0, 0, 0xdef, 0x01, 24), GOOD);
+    read_keys(f, f->n3, &gen2, &n);
+    assert_int_equal(gen2, gen + 1);
+    restart(f);
+    read_keys(f, f->n3, &gen2, &n);
+    assert_int_equal(n, 2);
+    assert_int_equal(gen2, gen + 1);
+    assert_int_equal(prin(f, f->n3, 1, 100), GOOD);
+    assert_int_equal(get_be64(data(f) + 8), 0xabc);
+    assert_int_equal(data(f)[21], WE);
 }
 
 /* Without a state path APTPL is refused (PTPL_C 0). */
@@ -752,6 +820,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_aptpl_restart, setup, teardown),
         cmocka_unit_test_setup_teardown(test_aptpl_corrupt_file, setup, teardown),
         cmocka_unit_test_setup_teardown(test_aptpl_unavailable, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_aptpl_save_fails, setup, teardown),
         cmocka_unit_test_setup_teardown(test_reserve6, setup, teardown),
         cmocka_unit_test_setup_teardown(test_reserve6_vs_registrations, setup, teardown),
         cmocka_unit_test_setup_teardown(test_reserve6_released, setup, teardown),

@@ -472,13 +472,30 @@ static void test_ua_resets(void **state)
         run(f, f->n1, lun, TUR, NULL, 0);
         run(f, f->n2, lun, TUR, NULL, 0);
     }
+}
 
-    scsi_lun_tasks_cleared(lu, f->n2);
+/* CLEAR TASK SET sent by n1 (SAM-5 §7.4, TAS 0): COMMANDS CLEARED BY ANOTHER INITIATOR
+ * (2Fh/00h) to every other nexus with a session, on that LUN only; none to the requester, none
+ * to a nexus whose sessions are all gone. */
+static void test_ua_tasks_cleared(void **state)
+{
+    struct fx *f = *state;
+    struct scsi_lun *lu = scsi_target_lun(&f->tg, 0);
+    struct scsi_nexus *n3 = sfx_nexus_get(&f->tg, 3);
+    run(f, n3, 0, TUR, NULL, 0); /* its power-on UA */
+    scsi_nexus_put(n3);          /* gone: no session, no tasks */
+    scsi_lun_tasks_cleared(lu, f->n1);
     assert_int_equal(run(f, f->n1, 0, TUR, NULL, 0), SCSI_STATUS_GOOD);
+    assert_int_equal(run(f, f->n2, 1, TUR, NULL, 0), SCSI_STATUS_GOOD); /* other LUN */
     uint8_t rc[16] = {0x25};
     run(f, f->n2, 0, rc, NULL, 0); /* any command but INQUIRY/REPORT LUNS/REQUEST SENSE */
-    assert_sense(&f->t, 0x6, 0x2f, 0x01);
+    assert_sense(&f->t, 0x6, 0x2f, 0x00);
     assert_int_equal(run(f, f->n2, 0, rc, NULL, 0), SCSI_STATUS_GOOD);
+    n3 = sfx_nexus_get(&f->tg, 3); /* back: whatever it is told, it is not 2Fh */
+    for (int i = 0; i < 4 && run(f, n3, 0, TUR, NULL, 0) != SCSI_STATUS_GOOD; i++)
+        assert_int_not_equal(f->t.sense[12], 0x2f);
+    assert_int_equal(f->t.status, SCSI_STATUS_GOOD);
+    scsi_nexus_put(n3);
 }
 
 /* I_T nexus loss (SAM-5 §6.3.4): 29h/07h on every LUN for that initiator port only, once;
@@ -517,12 +534,12 @@ static void test_ua_nexus_loss(void **state)
         run(f, f->n1, lun, TUR, NULL, 0);
 
     /* other UAs stay, reported after it */
-    scsi_lun_tasks_cleared(lu, f->n1);
+    scsi_lun_tasks_cleared(lu, f->n2);
     scsi_nexus_loss_ua(f->n1);
     run(f, f->n1, 0, TUR, NULL, 0);
     assert_sense(&f->t, 0x6, 0x29, 0x07);
     run(f, f->n1, 0, TUR, NULL, 0);
-    assert_sense(&f->t, 0x6, 0x2f, 0x01);
+    assert_sense(&f->t, 0x6, 0x2f, 0x00);
     assert_int_equal(run(f, f->n1, 0, TUR, NULL, 0), SCSI_STATUS_GOOD);
 
     /* a nexus new to the target has its power-on UA: a loss before it is cleared adds none */
@@ -931,6 +948,117 @@ static void test_mode_select(void **state)
     assert_sense(&f->t, 0x5, 0x26, 0x00);
 }
 
+static int wce_select_done;
+
+static void on_wce_select_done(struct scsi_task *t)
+{
+    (void)t;
+    wce_select_done++;
+}
+
+/* MODE SELECT with the caching page's WCE (byte 2 bit 2) set to wce on LUN 1, on its own task
+ * (held until the test releases it); its done() counts in wce_select_done. */
+static void wce_select(struct fx *f, struct scsi_task *ts, bool wce)
+{
+    uint8_t ms[16] = {0x1a, 0x08, 0x08, 0, 255};
+    run(f, f->n1, 1, ms, NULL, 0);
+    uint8_t list[24];
+    memcpy(list, data(f), 24);
+    list[0] = 0;
+    list[4 + 2] = (uint8_t)((list[4 + 2] & ~0x04) | (wce ? 0x04 : 0));
+    uint8_t sel[16] = {0x15, 0x10, 0, 0, 24};
+    wce_select_done = 0;
+    sfx_run(ts, &f->tg, f->n1, 1, sel, list, sizeof(list), 0, 0);
+    ts->done = on_wce_select_done; /* exec returned; the answer, if not given yet, comes here */
+    wce_select_done += sfx_done_calls;
+}
+
+static bool lun1_wce(struct fx *f)
+{
+    uint8_t ms[16] = {0x1a, 0x08, 0x08, 0, 255};
+    assert_int_equal(run(f, f->n1, 1, ms, NULL, 0), SCSI_STATUS_GOOD);
+    return data(f)[4 + 2] & 0x04;
+}
+
+static bool lun1_write_fua(struct fx *f)
+{
+    static uint8_t out[512];
+    uint8_t w10[16] = {0x2a, 0, 0, 0, 0, 0, 0, 0, 1};
+    assert_int_equal(run(f, f->n1, 1, w10, out, sizeof(out)), SCSI_STATUS_GOOD);
+    return f->m->last_fua;
+}
+
+/* MODE SELECT turning WCE off (SBC-3 caching page) flushes the store before it answers: the
+ * writes acknowledged into the volatile cache would otherwise never be flushed, the initiator
+ * sending no SYNCHRONIZE CACHE any more. Writes set up while the flush runs are FUA already. A
+ * failed flush fails the MODE SELECT as SYNCHRONIZE CACHE would (MEDIUM ERROR 0Ch/00h) and WCE
+ * stays on, with no UA; turning WCE on flushes nothing. */
+static void test_mode_select_wce_off_flushes(void **state)
+{
+    struct fx *f = *state;
+    struct scsi_task ts;
+    scsi_task_init(&ts);
+    assert_true(lun1_wce(f)); /* the test store has a volatile cache */
+
+    f->m->hold = 1u << BS_FLUSH;
+    int flushes = f->m->flushes;
+    wce_select(f, &ts, false);
+    assert_int_equal(f->m->flushes, flushes + 1);
+    assert_int_equal(wce_select_done, 0); /* not answered before the flush is done */
+    assert_true(lun1_write_fua(f));
+    f->m->held->done(f->m->held, -EIO);
+    assert_int_equal(wce_select_done, 1);
+    assert_int_equal(ts.status, SCSI_STATUS_CHECK_CONDITION);
+    assert_sense(&ts, 0x3, 0x0c, 0x00);
+    assert_true(lun1_wce(f));
+    assert_false(lun1_write_fua(f));
+    assert_int_equal(run(f, f->n2, 1, TUR, NULL, 0), SCSI_STATUS_GOOD); /* nothing changed */
+
+    wce_select(f, &ts, false);
+    assert_int_equal(f->m->flushes, flushes + 2);
+    assert_int_equal(wce_select_done, 0);
+    f->m->held->done(f->m->held, 0);
+    assert_int_equal(wce_select_done, 1);
+    assert_int_equal(ts.status, SCSI_STATUS_GOOD);
+    assert_false(lun1_wce(f));
+    assert_true(lun1_write_fua(f));
+    run(f, f->n2, 1, TUR, NULL, 0);
+    assert_sense(&f->t, 0x6, 0x2a, 0x01);
+
+    /* a write in the store when WCE goes off (set up with WCE on, not FUA) is waited for: the
+     * flush starts once it is done, so it is made stable too */
+    wce_select(f, &ts, true);
+    struct scsi_task tw;
+    scsi_task_init(&tw);
+    static uint8_t out[512];
+    uint8_t w10[16] = {0x2a, 0, 0, 0, 0, 0, 0, 0, 1};
+    f->m->hold = 1u << BS_WRITE;
+    sfx_run(&tw, &f->tg, f->n1, 1, w10, out, sizeof(out), 0, 0);
+    struct bs_io *w = f->m->held;
+    assert_false(w->fua);
+    f->m->hold = 1u << BS_FLUSH;
+    wce_select(f, &ts, false);
+    assert_int_equal(f->m->flushes, flushes + 2); /* not before the write is done */
+    assert_int_equal(wce_select_done, 0);
+    w->done(w, 0);
+    assert_int_equal(f->m->flushes, flushes + 3);
+    assert_int_equal(wce_select_done, 0);
+    f->m->held->done(f->m->held, 0);
+    assert_int_equal(wce_select_done, 1);
+    assert_int_equal(ts.status, SCSI_STATUS_GOOD);
+    scsi_task_release(&tw);
+    flushes++;
+
+    /* on again: nothing to flush, answered at once */
+    wce_select(f, &ts, true);
+    assert_int_equal(wce_select_done, 1);
+    assert_int_equal(ts.status, SCSI_STATUS_GOOD);
+    assert_int_equal(f->m->flushes, flushes + 2);
+    assert_true(lun1_wce(f));
+    f->m->hold = 0;
+    scsi_task_release(&ts);
+}
+
 /* --- REPORT SUPPORTED OPERATION CODES --- */
 
 static void test_rsoc(void **state)
@@ -1034,6 +1162,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_ua_new_nexus, setup, teardown),
         cmocka_unit_test_setup_teardown(test_ua_resets, setup, teardown),
         cmocka_unit_test_setup_teardown(test_ua_nexus_loss, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_ua_tasks_cleared, setup, teardown),
         cmocka_unit_test_setup_teardown(test_read_capacity, setup, teardown),
         cmocka_unit_test_setup_teardown(test_rw_ram_direct, setup, teardown),
         cmocka_unit_test_setup_teardown(test_rw_refusals, setup, teardown),
@@ -1042,6 +1171,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_verify, setup, teardown),
         cmocka_unit_test_setup_teardown(test_mode_sense, setup, teardown),
         cmocka_unit_test_setup_teardown(test_mode_select, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_mode_select_wce_off_flushes, setup, teardown),
         cmocka_unit_test_setup_teardown(test_rsoc, setup, teardown),
         cmocka_unit_test(test_lun_wire),
     };
