@@ -981,8 +981,16 @@ static void pr_notified(void *arg, const void *buf, size_t len, int err)
         pthread_mutex_lock(&lu->lock);
         mirror_install(lu, &fresh, ver);
         pthread_mutex_unlock(&lu->lock);
-        if (from != ps->token) /* the sender carried out its own */
-            fx_apply(lu, text, NULL);
+        if (from != ps->token) { /* the sender carried out its own */
+            /* its PREEMPT AND ABORT answers once this gateway acknowledges: the aborted
+             * commands gone from the store first (SAM-5 §7.1) */
+            struct scsi_sync_wait *sw = strstr(text, "\nabort ") ? scsi_sync_wait_new(lu) : NULL;
+            fx_apply(lu, text, scsi_sync_wait_join(sw));
+            if (sw && !scsi_sync_wait_finish(sw, SCSI_ELSEWHERE_WAIT_MS))
+                LOG_WARN("LUN %" PRIu64 " (%s): PREEMPT AND ABORT through another gateway: "
+                         "aborted commands still in the store after %u ms; acknowledging anyway",
+                         lu->id, lu->bs->desc, SCSI_ELSEWHERE_WAIT_MS);
+        }
     } else {
         LOG_WARN("LUN %" PRIu64 " (%s): ignoring a malformed reservation notify: %s", lu->id,
                  lu->bs->desc, why);

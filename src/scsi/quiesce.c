@@ -4,7 +4,7 @@
  *
  * A task is in the core from scsi_task_exec() until its done() call. scsi_task_abort() marks
  * it aborted there: work not yet given to the store never is (a queued range-lock request, the
- * next chunk of WRITE SAME, UNMAP, SANITIZE or EXTENDED COPY), and a request the store already
+ * next chunk of WRITE SAME, UNMAP or EXTENDED COPY), and a request the store already
  * has runs to its end, as a store cannot take back a write it began (an io_uring write, a
  * librbd aio). Each LUN counts its aborted tasks still in the core; scsi_lun_quiesce() runs a
  * callback once that count is 0. The count covers every aborted task of the LUN, whoever
@@ -16,6 +16,8 @@
  * is raised before the phase moves, never after. */
 #include <assert.h>
 #include <errno.h>
+#include <stdlib.h>
+#include <time.h>
 #include <stdatomic.h>
 
 #include "scsi/scsi_internal.h"
@@ -162,4 +164,94 @@ bool scsi_target_quiesce(struct scsi_target *t, struct scsi_target_wait *tw)
         }
     }
     return false;
+}
+
+/* ---------------- the same, for a thread that may block ---------------- */
+
+/* Shared by the waiting thread and the callbacks; the last of the two frees it, so a waiter
+ * that gives up leaves it to a callback that comes later. */
+struct scsi_sync_wait {
+    struct scsi_join join; /* first: the join is the object */
+    struct scsi_lun *lu;
+    struct scsi_wait w;
+    pthread_mutex_t m;
+    pthread_cond_t cv;
+    bool done;
+    atomic_int refs;
+};
+
+static void sync_put(struct scsi_sync_wait *sw)
+{
+    if (atomic_fetch_sub(&sw->refs, 1) != 1)
+        return;
+    pthread_cond_destroy(&sw->cv);
+    pthread_mutex_destroy(&sw->m);
+    free(sw);
+}
+
+static void sync_signal(void *arg)
+{
+    struct scsi_sync_wait *sw = arg;
+    pthread_mutex_lock(&sw->m);
+    sw->done = true;
+    pthread_cond_signal(&sw->cv);
+    pthread_mutex_unlock(&sw->m);
+    sync_put(sw);
+}
+
+/* Every abort marked: now the store. */
+static void sync_marked(struct scsi_join *j)
+{
+    struct scsi_sync_wait *sw = (struct scsi_sync_wait *)j;
+    sw->w.fn = sync_signal;
+    sw->w.arg = sw;
+    if (!scsi_lun_quiesce(sw->lu, &sw->w))
+        sync_signal(sw);
+}
+
+struct scsi_sync_wait *scsi_sync_wait_new(struct scsi_lun *lu)
+{
+    struct scsi_sync_wait *sw = calloc(1, sizeof(*sw));
+    if (!sw)
+        return NULL;
+    atomic_init(&sw->join.n, 1);
+    sw->join.fn = sync_marked;
+    sw->lu = lu;
+    pthread_mutex_init(&sw->m, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&sw->cv, &ca);
+    pthread_condattr_destroy(&ca);
+    atomic_init(&sw->refs, 2);
+    return sw;
+}
+
+struct scsi_join *scsi_sync_wait_join(struct scsi_sync_wait *sw)
+{
+    return sw ? &sw->join : NULL;
+}
+
+bool scsi_sync_wait_finish(struct scsi_sync_wait *sw, unsigned timeout_ms)
+{
+    if (!sw)
+        return false;
+    assert(!reactor_self()); /* a reactor would wait for itself */
+    scsi_join_done(&sw->join);
+    struct timespec until;
+    clock_gettime(CLOCK_MONOTONIC, &until);
+    until.tv_sec += timeout_ms / 1000;
+    until.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+    if (until.tv_nsec >= 1000000000L) {
+        until.tv_sec++;
+        until.tv_nsec -= 1000000000L;
+    }
+    pthread_mutex_lock(&sw->m);
+    int rc = 0;
+    while (!sw->done && rc != ETIMEDOUT)
+        rc = pthread_cond_timedwait(&sw->cv, &sw->m, &until);
+    bool done = sw->done;
+    pthread_mutex_unlock(&sw->m);
+    sync_put(sw);
+    return done;
 }

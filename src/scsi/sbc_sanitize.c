@@ -48,6 +48,14 @@ scsi_sr sbc_parse_sanitize(struct scsi_task *t, const struct scsi_cmd *c, struct
 static bool sanitize_next(struct sbc_seq *s, struct bs_io *io)
 {
     struct sanitize_ctx *z = container_of(s, struct sanitize_ctx, seq);
+    if (z->t && scsi_task_aborted(z->t)) {
+        /* SBC-4 §4.11: task management does not stop a sanitize operation. Its task ends now
+         * (TASK ABORTED, so the TMF answers at once) and the operation goes on as with IMMED:
+         * the LUN answers NOT READY, SANITIZE IN PROGRESS until it is done. */
+        struct scsi_task *t = z->t;
+        z->t = NULL;
+        scsi_task_complete(t, SR_OK);
+    }
     if (z->fill.off >= z->fill.end) {
         if (++z->pass >= z->passes)
             return false;
@@ -153,8 +161,7 @@ void sbc_exec_sanitize(struct scsi_task *t, const struct scsi_cmd *c)
         z->t = NULL;
         scsi_task_complete(t, SR_OK);
     }
-    z->seq.bs = lu->bs;
-    z->seq.task = z->t;
+    z->seq.bs = lu->bs; /* seq.task NULL: an abort does not stop the operation (sanitize_next) */
     z->seq.rate = lu->sanitize_rate;
     z->seq.next = sanitize_next;
     z->seq.done = sanitize_done;

@@ -235,6 +235,16 @@ bool scsi_task_commit(struct scsi_task *t);
 /* bs_submit for work of task t (NULL: of no task): once t is aborted, io->done(io,
  * -ECANCELED) runs instead, on this thread, as if the store had failed it. */
 void scsi_task_submit(struct scsi_task *t, struct bs *bs, struct bs_io *io);
+/* The wait of a thread that may block (a store's watch thread, never a reactor) for aborts it
+ * asks for on lu: new (NULL: out of memory, nobody waits), pass its join to the aborts (NULL
+ * for NULL), then finish: true once every abort is marked and lu's aborted tasks have left
+ * the store, false after timeout_ms. finish frees it either way. */
+struct scsi_sync_wait *scsi_sync_wait_new(struct scsi_lun *lu);
+/* How long a gateway told of a reset or a PREEMPT AND ABORT through another waits for the
+ * commands it aborted before it acknowledges: below that gateway's wait for the answer (5 s). */
+#define SCSI_ELSEWHERE_WAIT_MS 4000u
+struct scsi_join *scsi_sync_wait_join(struct scsi_sync_wait *sw);
+bool scsi_sync_wait_finish(struct scsi_sync_wait *sw, unsigned timeout_ms);
 
 /* --- the opcode table (task.c) --- */
 enum {

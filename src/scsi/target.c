@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "scsi/scsi_internal.h"
+#include "util/log.h"
 
 int scsi_target_init(struct scsi_target *t, const char *name, uint16_t tpgt)
 {
@@ -464,13 +465,21 @@ void scsi_lun_reset_elsewhere(struct scsi_lun *lu, unsigned ua)
         }
     }
     pthread_mutex_unlock(&t->lock);
+    struct scsi_sync_wait *sw = scsi_sync_wait_new(lu);
     for (unsigned i = 0; i < n; i++) {
-        t->abort_nexus_tasks(t, held[i], lu, NULL);
+        t->abort_nexus_tasks(t, held[i], lu, scsi_sync_wait_join(sw));
         scsi_nexus_put(held[i]);
     }
     /* the aborts are posted to the reactors before an initiator can see the UA */
     scsi_ua_raise_all(lu, NULL, ua);
     sbc_prevent_clear_all(lu);
+    /* The resetting gateway answers once this one acknowledges, after this returns: by then
+     * none of the aborted writes may still be in the store (SAM-5 §7.1). Bounded below its
+     * wait for the acknowledgement. */
+    if (sw && !scsi_sync_wait_finish(sw, SCSI_ELSEWHERE_WAIT_MS))
+        LOG_WARN("LUN %" PRIu64 " (%s): reset through another gateway: aborted commands still in "
+                 "the store after %u ms; acknowledging anyway",
+                 lu->id, lu->bs->desc, SCSI_ELSEWHERE_WAIT_MS);
 }
 
 /* A nexus no session holds has no task (its tasks ended with its sessions): not told. */

@@ -67,8 +67,29 @@ static void test_refused(void **state)
         snprintf(list, sizeof(list), "drop-pdu=%s", bad_r[i]);
         refused(list, "0 <= RATE < 1");
     }
+    /* store delay: whole milliseconds per MiB, 1..10000 */
+    const char *bad_ms[] = {"0", "0.5", "10001", "-1", "1ms", "", "nan", "2.5"};
+    for (size_t i = 0; i < sizeof(bad_ms) / sizeof(bad_ms[0]); i++) {
+        char list[64];
+        snprintf(list, sizeof(list), "store-delay=%s", bad_ms[i]);
+        refused(list, "1..10000");
+    }
     /* the reason names the item */
     refused("kill-connection=1,drop-pdu=5", "'drop-pdu=5'");
+}
+
+static void test_store_delay(void **state)
+{
+    (void)state;
+    struct inject_spec s;
+    char err[256], buf[128];
+    assert_int_equal(inject_parse("store-delay=1600,drop-pdu=0.5", &s, err, sizeof(err)), 0);
+    assert_true(s.store_delay_ms == 1600);
+    assert_true(inject_any(&s));
+    inject_format(&s, buf, sizeof(buf));
+    assert_string_equal(buf, "drop-pdu=0.5,store-delay=1600");
+    assert_int_equal(inject_parse("store-delay=1", &s, err, sizeof(err)), 0);
+    assert_int_equal(inject_parse("store-delay=10000", &s, err, sizeof(err)), 0);
 }
 
 static void test_format_and_availability(void **state)
@@ -97,6 +118,7 @@ int main(void)
         cmocka_unit_test(test_accepted),
         cmocka_unit_test(test_refused),
         cmocka_unit_test(test_format_and_availability),
+        cmocka_unit_test(test_store_delay),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
