@@ -332,7 +332,7 @@ static int parse_opts(int argc, char **argv, struct bench_opts *o)
             }
             if (o->inject.store_delay_ms > 0) {
                 fprintf(stderr, "linerate-bench: --inject: store-delay slows the target's own "
-                                "file LUNs: give it to linerate-target\n");
+                                "file and rbd LUNs: give it to linerate-target\n");
                 return -1;
             }
             break;

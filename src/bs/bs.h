@@ -165,15 +165,21 @@ struct bs *bs_open_spec_ex(const char *spec, bool *transient, char *err, size_t 
 int bs_grow(struct bs *bs, uint64_t size, char *err, size_t errlen);
 /* Close and free a store. No request may be in flight. */
 void bs_close(struct bs *bs);
-/* --inject store-delay (a testing aid, never for production): every READ or WRITE the file
- * store takes on a reactor starts ms milliseconds per MiB it moves late (other requests 1 ms),
- * so tests can hold large writes in the store while they abort them and small ones pass; 0
- * (the default) turns it off. Set before the reactors start. */
-void bs_file_inject_delay(unsigned ms);
+/* --inject store-delay (a testing aid, never for production, bs_delay.c): every READ or WRITE
+ * a store that is not memory (file, rbd) takes on a reactor starts ms milliseconds per MiB it
+ * moves late (other requests 1 ms), so tests can hold large writes in the store while they
+ * abort them and small ones pass; 0 (the default) turns it off. Set before the reactors
+ * start. */
+extern unsigned bs_inject_delay_ms;
+void bs_inject_delay(unsigned ms);
+void bs_submit_delayed(struct bs *bs, struct bs_io *io);
 
 static inline void bs_submit(struct bs *bs, struct bs_io *io)
 {
-    bs->ops->submit(bs, io);
+    if (__builtin_expect(bs_inject_delay_ms != 0, 0) && !bs->ops->map)
+        bs_submit_delayed(bs, io);
+    else
+        bs->ops->submit(bs, io);
 }
 
 /* Store memory to write [offset, offset+len) in place (see bs_ops.map), or NULL. */

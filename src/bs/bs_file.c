@@ -141,9 +141,6 @@ struct file_ring {
     bool warned;
     unsigned inflight;         /* prepared or submitted, CQE not yet reaped */
     struct list_node overflow; /* waiting for room, FIFO */
-    struct list_node delayed;  /* --inject store-delay: waiting for their due time, FIFO */
-    struct reactor_timer delay_timer;
-    bool delay_armed;
 };
 
 /* Sentinel for "this thread tried and has no ring": use the synchronous path. */
@@ -303,7 +300,6 @@ static struct file_ring *file_ring_create(struct reactor *r)
     fr->r = r;
     fr->efd = -1;
     list_init(&fr->overflow);
-    list_init(&fr->delayed);
     /* SINGLE_ISSUER: only this thread submits, which lets the kernel skip some locking. */
     int ret = io_uring_queue_init(FILE_RING_DEPTH, &fr->ring, IORING_SETUP_SINGLE_ISSUER);
     if (ret == -EINVAL)
@@ -348,50 +344,6 @@ static struct file_ring *file_ring_get(void)
     return tls_ring;
 }
 
-static unsigned inject_delay_ms;
-
-void bs_file_inject_delay(unsigned ms)
-{
-    inject_delay_ms = ms;
-}
-
-/* Start the delayed requests that are due; the timer again for the next one. The list is in
- * due order. */
-static void file_ring_delay_fire(void *arg)
-{
-    struct file_ring *fr = arg;
-    fr->delay_armed = false;
-    uint64_t now = reactor_now_ms();
-    while (!list_empty(&fr->delayed)) {
-        struct bs_io *io = list_entry(fr->delayed.next, struct bs_io, st.node);
-        if (io->st.due_ms > now) {
-            fr->delay_armed = true;
-            reactor_timer_start(fr->r, &fr->delay_timer, io->st.due_ms - now, file_ring_delay_fire,
-                                fr);
-            return;
-        }
-        list_del(&io->st.node);
-        file_ring_queue(fr, io);
-    }
-}
-
-/* A request waits inject_delay_ms per MiB it moves (at least 1 ms), as a slow disk would
- * keep a large write while a small one behind it, on this ring or another, goes by. */
-static void file_ring_delay(struct file_ring *fr, struct bs_io *io)
-{
-    uint64_t moved = io->op == BS_READ || io->op == BS_WRITE ? io->length : 0;
-    uint64_t wait = (moved * inject_delay_ms) >> 20;
-    io->st.due_ms = reactor_now_ms() + (wait ? wait : 1);
-    struct list_node *at = fr->delayed.prev; /* the last one due no later than io */
-    while (at != &fr->delayed && list_entry(at, struct bs_io, st.node)->st.due_ms > io->st.due_ms)
-        at = at->prev;
-    list_add(at, &io->st.node);
-    if (fr->delay_armed)
-        reactor_timer_stop(fr->r, &fr->delay_timer);
-    fr->delay_armed = false;
-    file_ring_delay_fire(fr);
-}
-
 static void bs_file_submit(struct bs *bs, struct bs_io *io)
 {
     int err = bs_io_check(bs, io);
@@ -407,9 +359,7 @@ static void bs_file_submit(struct bs *bs, struct bs_io *io)
         return;
     }
     struct file_ring *fr = file_ring_get();
-    if (fr && inject_delay_ms)
-        file_ring_delay(fr, io);
-    else if (fr)
+    if (fr)
         file_ring_queue(fr, io);
     else
         file_submit_sync(bs->priv, io);

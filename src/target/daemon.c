@@ -462,7 +462,7 @@ static int daemon_start(struct daemon *d)
     d->srv.nop_timeout_s = d->cfg.nop_timeout_s;
     d->srv.login_timeout_s = d->cfg.login_timeout_s;
     d->srv.inject = d->cfg.inject;
-    bs_file_inject_delay((unsigned)d->cfg.inject.store_delay_ms); /* reactors run no I/O yet */
+    bs_inject_delay((unsigned)d->cfg.inject.store_delay_ms); /* reactors run no I/O yet */
     d->srv.limits = d->cfg.limits;
     atomic_store(&d->srv.shutting_down, false);
 
@@ -497,7 +497,7 @@ static int daemon_start(struct daemon *d)
         char what[160];
         inject_format(&d->cfg.inject, what, sizeof(what));
         LOG_WARN("test hook: --inject %s: this target breaks its own connections, or slows its "
-                 "own file LUNs, on purpose",
+                 "own file and rbd LUNs, on purpose",
                  what);
     }
     return 0;

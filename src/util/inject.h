@@ -5,8 +5,8 @@
  *   kill-connection=SECONDS  cut one connection that often (0.01..3600, fractions allowed)
  *   digest-error=RATE        corrupt that fraction of the data digests sent (0 <= RATE < 1)
  *   drop-pdu=RATE            leave that fraction of the PDUs unsent (0 <= RATE < 1)
- *   store-delay=MS           the target's file LUNs start a request MS ms per MiB it moves
- *                            late (1..10000): aborts and resets meet writes still in the store
+ *   store-delay=MS           the target's file and rbd LUNs start a request MS ms per MiB it
+ *                            moves late (1..10000): aborts and resets meet writes in the store
  *
  * e.g. "kill-connection=1,digest-error=0.0001". */
 #ifndef LR_UTIL_INJECT_H
@@ -22,7 +22,7 @@ struct inject_spec {
     double kill_conn_s;    /* 0: connections are never cut */
     double digest_error;   /* fraction of data digests sent corrupted */
     double drop_pdu;       /* fraction of PDUs not sent */
-    double store_delay_ms; /* target only: file store requests start this much later */
+    double store_delay_ms; /* target only: ms per MiB file and rbd requests start later */
 };
 
 /* Parse LIST into *out (zeroed first). Returns 0, or -1 with a reason naming the item in err. */

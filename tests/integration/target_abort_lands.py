@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """No aborted write lands after its abort was answered (SAM-5 §7.1, SPC-4 §5.13.11.2.5).
 
-usage: target_abort_lands.py PATH/TO/linerate-target
+usage: target_abort_lands.py PATH/TO/linerate-target [LUN-SPEC...]
 
 A task management function that answers "function complete", and a PREEMPT AND ABORT that
 answers GOOD, promise that none of the commands they aborted changes the medium afterwards:
@@ -11,7 +11,7 @@ again at once and counts on that write to stay.
 The daemon runs with --threads 2 (connections spread over both reactors) and
 --inject store-delay, which makes its file LUNs hold a request for a time in proportion to its
 size, as a slow disk holds a large write while a small one passes. The LUNs: a buffered file,
-an O_DIRECT file and a RAM disk. For each LUN and each of ABORT TASK (from the writer), ABORT
+an O_DIRECT file and a RAM disk, or those given (target_rbd_abort.sh gives an rbd image). For each LUN and each of ABORT TASK (from the writer), ABORT
 TASK SET (from the writer), CLEAR TASK SET, LOGICAL UNIT RESET and PREEMPT AND ABORT (each from a
 second initiator), and for the writer's connection reset (RST) followed at once by a login with
 the same ISID (session reinstatement) or a little later (the target saw it go), while 256 KiB
@@ -256,13 +256,15 @@ def one_round(port, lun, kind, lun_name, round_no, ram):
 
 
 def main():
-    if len(sys.argv) != 2:
+    if len(sys.argv) < 2:
         print(__doc__)
         return 2
     tmp = tempfile.mkdtemp(prefix="abort-lands-")
     luns = [("buffered file", "file:%s/buffered.img,size=16M" % tmp, False),
             ("direct file", "file:%s/direct.img,size=16M,direct" % tmp, False),
             ("RAM", "ram:16M", True)]
+    if len(sys.argv) > 2:
+        luns = [(spec.split(",")[0], spec, spec.startswith("ram:")) for spec in sys.argv[2:]]
     d = Daemon(sys.argv[1], [spec for _, spec, _ in luns])
     kinds = ["abort-task", "abort-task-set", "clear-task-set", "lun-reset", "preempt-and-abort",
              "reinstate", "reset"]
