@@ -153,7 +153,17 @@ void lr_session_lock(struct lr_session *s);
 void lr_session_unlock(struct lr_session *s);
 
 /* SCSI commands. buf must stay valid until done() runs. Returns 0, or -1 when the session
- * cannot take the task (no slot left, no connection). */
+ * cannot take the task (no slot left, no connection).
+ *
+ * A command reported LR_OK with data-in (a READ) has every byte of len but the underflow
+ * residual from the target, each received once: at ErrorRecoveryLevel 0 the Data-In PDUs
+ * must come in DataSN and offset order (DataPDUInOrder) and add up to exactly that, with good
+ * digests where negotiated; anything else (a PDU lost, repeated or corrupted, a GOOD status
+ * without the data, a residual underflow above len, underflow and overflow together) is
+ * LR_ERR_PROTOCOL with the reason in `what`, and buf may hold some of the data. At level 1
+ * and 2 the missing Data-In is asked for again first (SNACK). A target that sends pings faster
+ * than it reads the answers (more than 1 MiB of them unsent), or at level 0 an R2T for data
+ * already sent, loses the connection. */
 enum lr_dir { LR_DIR_NONE, LR_DIR_READ, LR_DIR_WRITE };
 int lr_scsi(struct lr_session *s, const uint8_t *cdb, unsigned cdb_len, enum lr_dir dir, void *buf,
             uint32_t len, lr_done_fn done, void *arg);

@@ -93,6 +93,10 @@ enum ini_conn_state {
     ICS_DEAD,
 };
 
+/* Ping data (NOP-In answers) a connection may hold unsent: far above any real target's pings
+ * (a few bytes, every few seconds), far below what hurts. */
+#define INI_PING_BACKLOG_MAX (1u << 20)
+
 struct ini_conn {
     struct lr_session *s;
     unsigned idx;
@@ -123,6 +127,9 @@ struct ini_conn {
     uint32_t outstanding; /* tasks allegiant to this connection */
 
     uint64_t stale_pdus; /* responses for tasks we do not have */
+    /* Bytes of ping data (NOP-In answers) queued and not yet sent: a target that pings
+     * faster than it reads the answers is cut off at INI_PING_BACKLOG_MAX. */
+    uint32_t ping_unsent;
     uint64_t rejects;
 
     /* ErrorRecoveryLevel >= 1 (recovery.c, RFC 7143 §7.8-§7.9): the StatSNs received beyond
@@ -198,9 +205,14 @@ struct ini_task {
     uint32_t cmdsn;
     bool has_cmdsn; /* CmdSN assigned (it must reach the target to keep the window going) */
     bool cmd_sent;  /* the SCSI Command PDU is entirely in the socket */
-    bool digest_bad;
+    /* ERL 0: why the Data-In received cannot be trusted (the first reason seen; the task
+     * fails with it), NULL while it can */
+    const char *data_bad;
     uint32_t exp_datasn; /* one past the highest DataSN received */
     uint32_t data_in;    /* bytes received */
+    /* ERL 0, a WRITE: where the data sent or solicited so far ends; an R2T below it asks for
+     * data again, which only recovery (ERL >= 1) does */
+    uint32_t solicited_end;
     /* ERL >= 1 (recovery.c): Data-In DataSNs still missing (runs), the status that arrived
      * before them (completed once they have), the next R2TSN, a SNACK the target refused. */
     uint8_t nmiss;

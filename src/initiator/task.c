@@ -90,6 +90,7 @@ static void send_cmd(struct ini_conn *c, struct ini_task *t)
     bhs_put32(h, BHS_EXPSTATSN, c->expstatsn);
     memcpy(h->b + BHS_CDB, t->cdb, t->cdb_len);
     ini_conn_mark_cmd(p, t);
+    t->solicited_end = imm + unsol;
     ini_conn_send(c, p, imm ? t->buf : NULL, imm);
     if (unsol)
         ini_task_data_out(c, t, ISCSI_RSVD_TAG, imm, unsol);
@@ -102,7 +103,7 @@ void ini_task_send(struct ini_conn *c, struct ini_task *t)
     t->conn = c;
     t->exp_datasn = 0;
     t->data_in = 0;
-    t->digest_bad = false;
+    t->data_bad = NULL;
     t->nmiss = 0;
     t->status_held = t->snack_refused = t->miss_overflow = t->snack_early = false;
     t->exp_r2tsn = 0;
@@ -158,11 +159,21 @@ void ini_task_result(struct ini_task *t, const uint8_t *hdr, const uint8_t *data
     r->scsi_status = hdr[BHS_STATUS];
     uint8_t flags = hdr[BHS_FLAGS];
     /* U and O are the same bits in a SCSI Response and a Data-In with status (§11.4.5,
-     * §11.7.5); both set is a protocol error we read as underflow, the safer reading */
+     * §11.7.5). Both at once, or an underflow of more than was asked for, says nothing a
+     * caller could use: the command failed. An overflow may exceed the transfer (the CDB
+     * asked for more than EDTL by any amount, §11.4.5.1). */
+    if ((flags & ISCSI_RSP_UNDERFLOW) && (flags & ISCSI_RSP_OVERFLOW)) {
+        result_init(r, LR_ERR_PROTOCOL, "status with both residual underflow and overflow");
+        return;
+    }
     if (flags & (ISCSI_RSP_UNDERFLOW | ISCSI_RSP_OVERFLOW)) {
         r->residual = get_be32(hdr + BHS_RESIDUAL);
         r->residual_kind =
             flags & ISCSI_RSP_UNDERFLOW ? LR_RESIDUAL_UNDERFLOW : LR_RESIDUAL_OVERFLOW;
+        if (r->residual_kind == LR_RESIDUAL_UNDERFLOW && r->residual > t->len) {
+            result_init(r, LR_ERR_PROTOCOL, "residual underflow larger than the transfer");
+            return;
+        }
     }
     if ((hdr[0] & ISCSI_OPCODE_MASK) == ISCSI_OP_SCSI_RSP) {
         r->response = hdr[BHS_RESPONSE];
@@ -182,8 +193,8 @@ void ini_task_result(struct ini_task *t, const uint8_t *hdr, const uint8_t *data
             r->sense_len = sl;
         }
     }
-    if (t->digest_bad) {
-        result_init(r, LR_ERR_PROTOCOL, "data digest error on Data-In");
+    if (t->data_bad) {
+        result_init(r, LR_ERR_PROTOCOL, t->data_bad);
     } else if (r->scsi_status != SCSI_STATUS_GOOD) {
         r->err = LR_SCSI_STATUS;
         r->what = r->scsi_status == SCSI_STATUS_CHECK_CONDITION ? "CHECK CONDITION" : "SCSI status";
@@ -196,6 +207,16 @@ static void task_status(struct ini_conn *c, struct ini_task *t, const uint8_t *h
 {
     struct lr_result r;
     ini_task_result(t, hdr, data, dlen, &r);
+    if (r.err == LR_OK && t->dir == LR_DIR_READ) {
+        /* GOOD says the data is there: every byte of the transfer but the underflow came in
+         * Data-In (in order, each once: rx_data_in), or the buffer holds what the caller had
+         * in it before, not what the medium holds */
+        uint32_t want = t->len - (r.residual_kind == LR_RESIDUAL_UNDERFLOW ? r.residual : 0);
+        if (t->data_in != want)
+            result_init(&r, LR_ERR_PROTOCOL,
+                        t->data_in < want ? "GOOD status without all of the Data-In"
+                                          : "more Data-In than the transfer minus its residual");
+    }
     ini_task_complete(c->s, t, &r);
 }
 
@@ -243,12 +264,16 @@ static void rx_data_in(struct ini_conn *c, const uint8_t *hdr, const uint8_t *da
     if (dlen) {
         if (!ini_task_place_data_in(c, t, hdr, data, dlen, true))
             return;
-        if (get_be32(hdr + BHS_DATASN) != t->exp_datasn)
-            t->digest_bad = true; /* a lost PDU: at ERL 0 the task fails (RFC 7143 §7.1) */
+        /* At ERL 0 any of these fails the task (RFC 7143 §7.1); the first one names it */
+        if (get_be32(hdr + BHS_DATASN) != t->exp_datasn && !t->data_bad)
+            t->data_bad = "Data-In DataSN out of sequence (a PDU lost or sent twice)";
+        if (c->s->params.data_pdu_in_order && get_be32(hdr + BHS_BUFFER_OFFSET) != t->data_in &&
+            !t->data_bad)
+            t->data_bad = "Data-In buffer offset out of order (DataPDUInOrder=Yes)";
+        if (!dd_ok && !t->data_bad)
+            t->data_bad = "data digest error on Data-In";
         t->exp_datasn++;
         t->data_in += dlen;
-        if (!dd_ok)
-            t->digest_bad = true;
     }
     if (flags & ISCSI_DATAIN_STATUS) {
         /* Phase collapse (§11.7.4): this PDU carries StatSN and status. */
@@ -275,8 +300,8 @@ static void rx_scsi_rsp(struct ini_conn *c, const uint8_t *hdr, const uint8_t *d
         ini_erl_scsi_rsp(c, t, hdr, data, dlen, dd_ok);
         return;
     }
-    if (!dd_ok)
-        t->digest_bad = true;
+    if (!dd_ok && !t->data_bad)
+        t->data_bad = "data digest error on the SCSI Response";
     task_status(c, t, hdr, data, dlen);
 }
 
@@ -302,7 +327,25 @@ static void rx_r2t(struct ini_conn *c, const uint8_t *hdr)
         ini_erl_r2t(c, t, hdr);
         return;
     }
+    /* Below ERL 1 no R2T asks for data again (§7.8 recovery R2Ts need ERL 1): one that does
+     * would make us queue the same data without end */
+    if (c->s->params.data_sequence_in_order && off < t->solicited_end) {
+        task_fail(c, t, "R2T for data already sent or solicited");
+        ini_conn_fail(c, "R2T for data already sent (recovery R2T below ErrorRecoveryLevel 1)");
+        return;
+    }
+    if (off + len > t->solicited_end)
+        t->solicited_end = off + len;
     ini_task_data_out(c, t, get_be32(hdr + BHS_TTT), off, len);
+}
+
+/* A ping answer left the queue (sent, or dropped with the connection). */
+static void ping_sent(struct wire_pdu *p, bool ok)
+{
+    (void)ok;
+    struct ini_conn *c = p->arg;
+    assert(c->ping_unsent >= p->dlen);
+    c->ping_unsent -= p->dlen;
 }
 
 static void rx_nop_in(struct ini_conn *c, const uint8_t *hdr, const uint8_t *data, uint32_t dlen)
@@ -310,6 +353,15 @@ static void rx_nop_in(struct ini_conn *c, const uint8_t *hdr, const uint8_t *dat
     uint32_t ttt = get_be32(hdr + BHS_TTT);
     if (ttt == ISCSI_RSVD_TAG)
         return; /* answer to a NOP-Out of ours, or a no-reply notice */
+    if (c->ping_unsent + (uint64_t)dlen > INI_PING_BACKLOG_MAX) {
+        /* every ping is answered with its data (§11.18): a target that sends them and does
+         * not read the answers would make the queue grow without end */
+        LOG_WARN("initiator: connection %u: %u bytes of ping answers unsent: the target pings "
+                 "faster than it reads",
+                 c->idx, c->ping_unsent);
+        ini_conn_fail(c, "the target sends pings faster than it reads the answers");
+        return;
+    }
     /* RFC 7143 §11.18/§11.19: the target pings; answer with a NOP-Out echoing TTT and LUN and
      * the ping data, ITT reserved, immediate (CmdSN not advanced). */
     struct wire_pdu *p = ini_conn_pdu(c);
@@ -332,6 +384,9 @@ static void rx_nop_in(struct ini_conn *c, const uint8_t *hdr, const uint8_t *dat
             memcpy(copy, data, dlen);
     }
     p->owned = copy;
+    p->sent = ping_sent;
+    p->arg = c;
+    c->ping_unsent += dlen;
     ini_conn_send(c, p, copy, dlen);
 }
 

@@ -171,6 +171,7 @@ struct done_log {
     uint8_t sense_key;
     uint32_t residual;
     uint8_t residual_kind;
+    const char *what;
 };
 
 static void on_done(void *arg, const struct lr_result *r)
@@ -183,6 +184,7 @@ static void on_done(void *arg, const struct lr_result *r)
     d->sense_key = r->sense_len > 2 ? r->sense[2] & 0xf : 0;
     d->residual = r->residual;
     d->residual_kind = r->residual_kind;
+    d->what = r->what;
 }
 
 static struct reactor *R;
@@ -449,7 +451,9 @@ static void test_stale_response_ignored(void **state)
     assert_int_equal(c->state, ICS_FFP);
     assert_int_equal(c->stale_pdus, 2);
     assert_int_equal(d.calls, 0);
-    rsp_hdr(rsp, ISCSI_OP_SCSI_RSP, ISCSI_FLAG_FINAL, itt, 2, 2, 9);
+    /* the real answer: no data, all of it an underflow (a GOOD READ must account for it) */
+    rsp_hdr(rsp, ISCSI_OP_SCSI_RSP, ISCSI_FLAG_FINAL | ISCSI_RSP_UNDERFLOW, itt, 2, 2, 9);
+    put_be32(rsp + BHS_RESIDUAL, 4096);
     assert_int_equal(ini_conn_feed(c, rsp, sizeof(rsp)), 0);
     assert_int_equal(d.calls, 1);
     assert_int_equal(d.last, LR_OK);
@@ -727,6 +731,137 @@ static void test_residuals_reported(void **state)
     lr_session_destroy(s);
 }
 
+/* A READ reported good has all of its data (ERL 0): a GOOD status with no Data-In, with two
+ * Data-In at one offset, or with less than the transfer minus the underflow fails the command,
+ * and a DataSN gap says so rather than blaming a digest. */
+static void test_read_good_needs_its_data(void **state)
+{
+    (void)state;
+    struct lr_session *s = fake_session(1, 1, 16);
+    struct ini_conn *c = s->conns[0];
+    static uint8_t buf[4096];
+    uint8_t pdu[ISCSI_BHS_LEN + 2048];
+    struct done_log d = {0};
+    /* 1: status GOOD, no Data-In at all */
+    assert_int_equal(lr_read(s, 0, 8, 512, buf, on_done, &d), 0);
+    uint32_t itt = get_be32(txq_at(c, 0)->hdr + BHS_ITT);
+    uint8_t rsp[ISCSI_BHS_LEN];
+    rsp_hdr(rsp, ISCSI_OP_SCSI_RSP, ISCSI_FLAG_FINAL, itt, 2, 2, 16);
+    assert_int_equal(ini_conn_feed(c, rsp, sizeof(rsp)), 0);
+    assert_int_equal(d.calls, 1);
+    assert_int_equal(d.last, LR_ERR_PROTOCOL);
+    assert_string_equal(d.what, "GOOD status without all of the Data-In");
+    /* 2: two Data-In PDUs at offset 0 (DataSN in sequence), the second with status */
+    assert_int_equal(lr_read(s, 0, 4, 512, buf, on_done, &d), 0);
+    itt = get_be32(txq_at(c, 1)->hdr + BHS_ITT);
+    size_t n = data_in(pdu, itt, 0, 0, 1024, 0, 0, 0);
+    assert_int_equal(ini_conn_feed(c, pdu, (uint32_t)n), 0);
+    n = data_in(pdu, itt, 1, 0, 1024, ISCSI_FLAG_FINAL | ISCSI_DATAIN_STATUS, 3, 0);
+    assert_int_equal(ini_conn_feed(c, pdu, (uint32_t)n), 0);
+    assert_int_equal(d.calls, 2);
+    assert_int_equal(d.last, LR_ERR_PROTOCOL);
+    assert_string_equal(d.what, "Data-In buffer offset out of order (DataPDUInOrder=Yes)");
+    /* 3: half the data and a GOOD status that claims no residual */
+    assert_int_equal(lr_read(s, 0, 4, 512, buf, on_done, &d), 0);
+    itt = get_be32(txq_at(c, 2)->hdr + BHS_ITT);
+    n = data_in(pdu, itt, 0, 0, 1024, ISCSI_FLAG_FINAL | ISCSI_DATAIN_STATUS, 4, 0);
+    assert_int_equal(ini_conn_feed(c, pdu, (uint32_t)n), 0);
+    assert_int_equal(d.calls, 3);
+    assert_int_equal(d.last, LR_ERR_PROTOCOL);
+    /* ... the same with its underflow said is good */
+    assert_int_equal(lr_read(s, 0, 4, 512, buf, on_done, &d), 0);
+    itt = get_be32(txq_at(c, 3)->hdr + BHS_ITT);
+    n = data_in(pdu, itt, 0, 0, 1024,
+                ISCSI_FLAG_FINAL | ISCSI_DATAIN_STATUS | ISCSI_DATAIN_UNDERFLOW, 5, 1024);
+    assert_int_equal(ini_conn_feed(c, pdu, (uint32_t)n), 0);
+    assert_int_equal(d.calls, 4);
+    assert_int_equal(d.last, LR_OK);
+    /* 4: a DataSN gap names itself */
+    assert_int_equal(lr_read(s, 0, 4, 512, buf, on_done, &d), 0);
+    itt = get_be32(txq_at(c, 4)->hdr + BHS_ITT);
+    n = data_in(pdu, itt, 0, 0, 1024, 0, 0, 0);
+    assert_int_equal(ini_conn_feed(c, pdu, (uint32_t)n), 0);
+    n = data_in(pdu, itt, 2, 1024, 1024, ISCSI_FLAG_FINAL | ISCSI_DATAIN_STATUS, 6, 0);
+    assert_int_equal(ini_conn_feed(c, pdu, (uint32_t)n), 0);
+    assert_int_equal(d.calls, 5);
+    assert_int_equal(d.last, LR_ERR_PROTOCOL);
+    assert_string_equal(d.what, "Data-In DataSN out of sequence (a PDU lost or sent twice)");
+    assert_int_equal(c->state, ICS_FFP); /* the task failed, not the connection */
+    lr_session_destroy(s);
+}
+
+/* Residuals that say nothing usable fail the command: U and O together, or an underflow
+ * larger than the transfer (RFC 7143 §11.4.5). */
+static void test_residuals_impossible(void **state)
+{
+    (void)state;
+    struct lr_session *s = fake_session(1, 1, 16);
+    struct ini_conn *c = s->conns[0];
+    static uint8_t buf[4096];
+    struct done_log d = {0};
+    const uint8_t flags[2] = {ISCSI_RSP_UNDERFLOW | ISCSI_RSP_OVERFLOW, ISCSI_RSP_UNDERFLOW};
+    const uint32_t residual[2] = {512, 4097};
+    for (unsigned k = 0; k < 2; k++) {
+        assert_int_equal(lr_write(s, 0, 8, 512, buf, on_done, &d), 0);
+        uint32_t itt = get_be32(txq_at(c, k)->hdr + BHS_ITT);
+        uint8_t rsp[ISCSI_BHS_LEN];
+        rsp_hdr(rsp, ISCSI_OP_SCSI_RSP, ISCSI_FLAG_FINAL | flags[k], itt, 2 + k, 2, 16);
+        put_be32(rsp + BHS_RESIDUAL, residual[k]);
+        assert_int_equal(ini_conn_feed(c, rsp, sizeof(rsp)), 0);
+        assert_int_equal(d.calls, 1 + k);
+        assert_int_equal(d.last, LR_ERR_PROTOCOL);
+    }
+    lr_session_destroy(s);
+}
+
+/* A target that pings with data and never reads the answers cannot grow the connection
+ * without bound: past INI_PING_BACKLOG_MAX of unsent answers the connection fails. */
+static void test_ping_flood_bounded(void **state)
+{
+    (void)state;
+    struct lr_session *s = fake_session(1, 1, 8);
+    struct ini_conn *c = s->conns[0];
+    static uint8_t nop[ISCSI_BHS_LEN + 65536];
+    rsp_hdr(nop, ISCSI_OP_NOP_IN, ISCSI_FLAG_FINAL, ISCSI_RSVD_TAG, 1, 1, 8);
+    put_be32(nop + BHS_TTT, 0x77);
+    put_be24(nop + BHS_DATA_SEG_LEN, 65536);
+    unsigned sent = 0;
+    /* detached: nothing leaves the queue, as with a target that does not read */
+    while (c->state == ICS_FFP && sent < 64) {
+        ini_conn_feed(c, nop, sizeof(nop));
+        sent++;
+    }
+    assert_int_equal(c->state, ICS_DEAD);
+    assert_true(sent <= INI_PING_BACKLOG_MAX / 65536 + 1);
+    lr_session_destroy(s);
+}
+
+/* Below ERL 1 an R2T never asks for data again: one that does fails its task and the
+ * connection, rather than queuing the same data without end. */
+static void test_r2t_again_refused(void **state)
+{
+    (void)state;
+    struct lr_session *s = fake_session(1, 1, 8);
+    static uint8_t buf[65536];
+    struct done_log d = {0};
+    assert_int_equal(lr_write(s, 0, 128, 512, buf, on_done, &d), 0);
+    struct ini_conn *c = s->conns[0];
+    uint32_t itt = get_be32(txq_at(c, 0)->hdr + BHS_ITT);
+    uint8_t r2t[ISCSI_BHS_LEN];
+    rsp_hdr(r2t, ISCSI_OP_R2T, ISCSI_FLAG_FINAL, itt, 2, 2, 9);
+    put_be32(r2t + BHS_TTT, 0x1234);
+    put_be32(r2t + BHS_BUFFER_OFFSET, 8192);
+    put_be32(r2t + BHS_DESIRED_LEN, 8192);
+    assert_int_equal(ini_conn_feed(c, r2t, sizeof(r2t)), 0);
+    assert_int_equal(txq_len(c), 2);
+    /* the same range again; then one inside the immediate data */
+    assert_int_equal(ini_conn_feed(c, r2t, sizeof(r2t)), -1);
+    assert_int_equal(d.calls, 1);
+    assert_int_equal(d.last, LR_ERR_PROTOCOL);
+    assert_int_equal(c->state, ICS_DEAD);
+    lr_session_destroy(s);
+}
+
 /* A NOP-In that is no ping (TTT reserved) is not answered; one answering a NOP-Out of ours
  * (ITT set) carries a StatSN, one with ITT reserved does not (§11.19). */
 static void test_nop_in_not_a_ping(void **state)
@@ -815,7 +950,9 @@ static void test_itt_not_reused_soon(void **state)
         assert_int_equal(itts[i] & 0x80000000u, 0); /* tags above it are login/logout/TMF */
         take_all(c);
         uint8_t rsp[ISCSI_BHS_LEN];
-        rsp_hdr(rsp, ISCSI_OP_SCSI_RSP, ISCSI_FLAG_FINAL, itts[i], i, 2 + i, 1000 + i);
+        rsp_hdr(rsp, ISCSI_OP_SCSI_RSP, ISCSI_FLAG_FINAL | ISCSI_RSP_UNDERFLOW, itts[i], i, 2 + i,
+                1000 + i);
+        put_be32(rsp + BHS_RESIDUAL, 512); /* no data: all of it an underflow */
         assert_int_equal(ini_conn_feed(c, rsp, sizeof(rsp)), 0);
         assert_int_equal(d.calls, i + 1);
     }
@@ -1845,6 +1982,10 @@ int main(void)
         cmocka_unit_test(test_data_in_digest_error),
         cmocka_unit_test(test_residuals_reported),
         cmocka_unit_test(test_nop_in_not_a_ping),
+        cmocka_unit_test(test_read_good_needs_its_data),
+        cmocka_unit_test(test_residuals_impossible),
+        cmocka_unit_test(test_ping_flood_bounded),
+        cmocka_unit_test(test_r2t_again_refused),
         cmocka_unit_test(test_reject_handling),
         cmocka_unit_test(test_async_message),
         cmocka_unit_test(test_async_logout_request_drains),
