@@ -20,9 +20,17 @@ void scsi_rl_destroy(struct scsi_range_lock *rl)
     pthread_mutex_destroy(&rl->m);
 }
 
+/* Which modes exclude each other when their ranges overlap (symmetric). */
+static const bool mode_conflict[4][4] = {
+    [SCSI_RL_SHARED] = {[SCSI_RL_EXCL] = true},
+    [SCSI_RL_READ] = {[SCSI_RL_WRITE] = true, [SCSI_RL_EXCL] = true},
+    [SCSI_RL_WRITE] = {[SCSI_RL_READ] = true, [SCSI_RL_WRITE] = true, [SCSI_RL_EXCL] = true},
+    [SCSI_RL_EXCL] = {true, true, true, true},
+};
+
 static bool conflicts(const struct scsi_rl_req *a, const struct scsi_rl_req *b)
 {
-    if (!a->excl && !b->excl)
+    if (!mode_conflict[a->mode][b->mode])
         return false;
     return a->off < b->off + b->len && b->off < a->off + a->len;
 }
@@ -32,7 +40,7 @@ static bool conflicts(const struct scsi_rl_req *a, const struct scsi_rl_req *b)
  * fast holders, whose ranges are unknown. */
 static bool grantable(struct scsi_range_lock *rl, const struct scsi_rl_req *q)
 {
-    if (q->excl && atomic_load(&rl->fast))
+    if (q->mode == SCSI_RL_EXCL && atomic_load(&rl->fast))
         return false;
     for (struct list_node *n = rl->held.next; n != &rl->held; n = n->next)
         if (conflicts(q, list_entry(n, struct scsi_rl_req, node)))
@@ -110,7 +118,7 @@ bool scsi_rl_acquire(struct scsi_range_lock *rl, struct scsi_rl_req *q)
 {
     q->r = reactor_self();
     pthread_mutex_lock(&rl->m);
-    if (q->excl)
+    if (q->mode == SCSI_RL_EXCL)
         atomic_fetch_add(&rl->excl, 1);
     bool now = grantable(rl, q);
     list_add_tail(now ? &rl->held : &rl->waiting, &q->node);
@@ -122,7 +130,7 @@ void scsi_rl_release(struct scsi_range_lock *rl, struct scsi_rl_req *q)
 {
     pthread_mutex_lock(&rl->m);
     list_del(&q->node);
-    if (q->excl)
+    if (q->mode == SCSI_RL_EXCL)
         atomic_fetch_sub(&rl->excl, 1);
     struct scsi_rl_req *ready = grant_waiters(rl);
     pthread_mutex_unlock(&rl->m);

@@ -3,8 +3,8 @@
  * (§5.48). They hold the range exclusively from before the read to after the write, so two
  * VMware ATS heartbeats on one sector, or a WRITE to a file store racing a compare, are
  * ordered; the reactor thread never waits for the lock (a blocked command is queued and
- * resumed by message). Not ordered: READ/WRITE on a RAM LUN, which move data straight between
- * the network and the LUN's memory while the PDUs stream. */
+ * resumed by message). READ and WRITE hold the range lock too (sbc.c), so they see each of
+ * these finished or not begun. */
 #include <assert.h>
 #include <errno.h>
 #include <stdlib.h>
@@ -278,7 +278,7 @@ static void rmw_exec(struct scsi_task *t, enum rmw_kind kind)
     x->kind = kind;
     x->lock = (struct scsi_rl_req){.off = scsi_task_range(t)->offset,
                                    .len = scsi_task_range(t)->length,
-                                   .excl = true,
+                                   .mode = SCSI_RL_EXCL,
                                    .granted = rmw_granted,
                                    .arg = x};
     if (scsi_rl_acquire(&t->lu->rl, &x->lock))

@@ -184,7 +184,7 @@ struct scsi_lun {
     atomic_bool swp;           /* control mode page SWP: software write protect (SPC-4 §7.5.8) */
     atomic_int sanitize;       /* SANITIZE_IDLE/RUNNING/FAILED, checked by setup */
     uint64_t sanitize_rate;    /* bytes/s a sanitize writes at most; 0: no limit */
-    struct scsi_range_lock rl; /* orders CAW/ORWRITE/WRITE ATOMIC/SANITIZE against writers */
+    struct scsi_range_lock rl; /* orders CAW/ORWRITE/WRITE ATOMIC/SANITIZE, READ vs WRITE */
     /* Reservation state (pr.c). resv is the fast-path summary: RESV_* bits, 0 when nothing
      * is reserved or registered, so setup pays one relaxed load; pr holds the rest and is
      * guarded by lock. */
@@ -225,7 +225,7 @@ enum {
     CMD_UA_OK = 1u << 0,    /* runs with a UA pending and leaves it (SAM-5 §5.14) */
     CMD_NOLUN_OK = 1u << 1, /* runs on a LUN that does not exist */
     CMD_WRITES = 1u << 2,   /* changes the medium: refused on a read-only LUN */
-    CMD_DIRECT = 1u << 3,   /* data may live in store memory (bs_map) */
+    CMD_DIRECT = 1u << 3,   /* plain block READ/WRITE: the data is the blocks, as they are */
     CMD_MEDIUM = 1u << 4,   /* addresses blocks: LBA range checked centrally */
     CMD_SA = 1u << 5,       /* has service actions (CDB byte 1 bits 4:0) */
     CMD_XFER = 1u << 6,     /* moves its blocks (transfer length bounded by MAX_XFER) */
@@ -297,11 +297,7 @@ struct scsi_task_core {
     const struct scsi_cmd *cmd;
     void *buf;       /* buffer allocated by setup (t->buffered) */
     struct bs_io io; /* the medium range (offset, length, fua) and the store request */
-    /* A WRITE placed straight into LUN memory holds the LUN's range lock shared (fast) from
-     * setup until its data is all in, so COMPARE AND WRITE and the other exclusive users
-     * never see it half written (released by exec, or by release if it never got there). */
-    bool rl_fast;
-    bool lu_held; /* counted in t->lu's users until release */
+    bool lu_held;    /* counted in t->lu's users until release */
 };
 _Static_assert(sizeof(struct scsi_task_core) <= SCSI_TASK_CORE_BYTES,
                "SCSI_TASK_CORE_BYTES too small for struct scsi_task_core");

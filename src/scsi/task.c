@@ -351,7 +351,6 @@ int scsi_task_setup(struct scsi_task *t)
     }
     t->xfer_len = (uint32_t)r.xfer_len;
     t->dir = t->xfer_len ? r.dir : SCSI_DIR_NONE;
-    bool direct = (c->flags & CMD_DIRECT) && lu && lu->mapped;
     uint32_t avail = t->edtl_write ? t->edtl : 0;
     if (t->dir == SCSI_DIR_WRITE && avail < t->xfer_len) {
         /* Data-out shortfall: EDTL (or no W bit) below what the CDB asks to send. FCP-4
@@ -372,37 +371,16 @@ int scsi_task_setup(struct scsi_task *t)
             scsi_task_set_reason(t, SR_INVALID_FIELD_IN_IU);
             return -1;
         }
-        k->io.length = avail; /* a bounce buffer keeps the rest of the range untouched */
-        direct = false;
+        k->io.length = avail; /* the rest of the range stays untouched */
     }
-    if (direct && t->dir == SCSI_DIR_WRITE) {
-        /* An exclusive holder (COMPARE AND WRITE, ORWRITE, WRITE ATOMIC, SANITIZE) is at work
-         * or waiting: this write takes a buffer and queues behind it in exec instead. */
-        direct = scsi_rl_try_fast(&lu->rl);
-        k->rl_fast = direct;
-    }
+    /* Every transfer has a buffer of the task's own, RAM LUNs included: the data is copied
+     * between it and the store under the store's or the range lock's exclusion, so a READ
+     * never returns a block half written, and what the transport sends (and digests) is
+     * memory nobody else writes. */
     if (t->xfer_len) {
-        if (direct) {
-            /* direct data placement: the transport reads into / sends from the LUN's own
-             * memory; a READ of never-written blocks is sent from the store's zero buffer, and
-             * one too fragmented for the iovecs takes a buffer */
-            if (t->dir == SCSI_DIR_WRITE) {
-                void *p = bs_map_write(lu->bs, k->io.offset, t->xfer_len);
-                if (p) {
-                    t->iov[0].iov_base = p;
-                    t->iov[0].iov_len = t->xfer_len;
-                    t->iovcnt = 1;
-                }
-            } else {
-                t->iovcnt =
-                    bs_read_iov(lu->bs, k->io.offset, t->xfer_len, t->iov, SCSI_TASK_IOV_MAX);
-            }
-        }
-        if (!t->iovcnt) {
-            sr = alloc_buffer(t, scratch);
-            if (sr)
-                goto refuse;
-        }
+        sr = alloc_buffer(t, scratch);
+        if (sr)
+            goto refuse;
     }
     k->cmd = c;
     return 0;
@@ -427,10 +405,6 @@ void scsi_task_exec(struct scsi_task *t)
 void scsi_task_release(struct scsi_task *t)
 {
     struct scsi_task_core *k = scsi_core(t);
-    if (k->rl_fast) { /* a direct write that never reached exec (aborted, connection lost) */
-        k->rl_fast = false;
-        scsi_rl_release_fast(&t->lu->rl);
-    }
     free(k->buf);
     k->buf = NULL;
     t->buffered = false;
