@@ -141,6 +141,10 @@ struct bs {
      * lock against readers). The SCSI core then keeps overlapping READs and WRITEs apart. A
      * store without it keeps every block whole by itself (RAM copies under its own locks). */
     bool order_rw;
+    /* A WRITE of up to the SCSI core's atomic limit is all or nothing, for readers (with the
+     * range lock) and across a crash (RAM: nothing outlives one). WRITE ATOMIC is offered
+     * only on such a store. */
+    bool write_atomic;
     /* Bytes of the store's allocation unit, when UNMAP releases only whole aligned units of it
      * (rbd: the RADOS object; a partial one is zeroed and stays allocated); 0: a page. */
     uint64_t unmap_unit;

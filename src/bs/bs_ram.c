@@ -459,6 +459,7 @@ struct bs *bs_ram_open(uint64_t size, bool prealloc, char *err, size_t errlen)
     pthread_rwlockattr_destroy(&attr);
     bs->ops = &bs_ram_ops;
     bs->size = size;
+    bs->write_atomic = true; /* under the range lock, and there is no crash to survive */
     bs->write_cache = false;
     bs->thin = !prealloc; /* a preallocated LUN is fully provisioned: no UNMAP */
     bs->priv = ram;

@@ -96,9 +96,20 @@ scsi_sr sbc_parse_orwrite(struct scsi_task *t, const struct scsi_cmd *c, struct 
     return SR_OK;
 }
 
-/* WRITE ATOMIC(16): TRANSFER LENGTH in bytes 12-13, at most MAXIMUM ATOMIC TRANSFER LENGTH; no
- * alignment or granularity rules (VPD 0xB0 says 0). A data-out cut short is refused by setup
- * (nothing written), as for every data-out command. */
+/* WRITE ATOMIC is all or nothing for a READ (which holds its range in the range lock while
+ * the write holds it exclusively) and across a crash: only a store whose writes survive a
+ * crash whole or not at all (bs->write_atomic: RAM, where nothing survives one) offers it. A
+ * file's page cache writes back page by page, a device promises at most its own atomic unit,
+ * and librbd splits a write at object boundaries into independent RADOS operations. */
+uint32_t sbc_atomic_max_bytes(const struct scsi_lun *lu)
+{
+    return lu->bs->write_atomic ? SBC_MAX_ATOMIC_BYTES : 0;
+}
+
+/* WRITE ATOMIC(16): TRANSFER LENGTH in bytes 12-13, at most MAXIMUM ATOMIC TRANSFER LENGTH (0
+ * where it is not offered: any block is refused); no alignment or granularity rules (VPD 0xB0
+ * says 0). A data-out cut short is refused by setup (nothing written), as for every data-out
+ * command. */
 scsi_sr sbc_parse_write_atomic(struct scsi_task *t, const struct scsi_cmd *c, struct scsi_req *r)
 {
     scsi_sr sr = common_checks(t);
@@ -107,7 +118,7 @@ scsi_sr sbc_parse_write_atomic(struct scsi_task *t, const struct scsi_cmd *c, st
     unsigned shift = t->lu->block_shift;
     r->lba = scsi_cdb_field(t->cdb, c->lba_off, c->lba_len);
     r->nblocks = scsi_cdb_field(t->cdb, c->tl_off, c->tl_len);
-    if ((r->nblocks << shift) > SBC_MAX_ATOMIC_BYTES)
+    if ((r->nblocks << shift) > sbc_atomic_max_bytes(t->lu))
         return SR_CDB_FIELD(c->tl_off, -1);
     r->xfer_len = r->nblocks << shift;
     r->dir = SCSI_DIR_WRITE;

@@ -424,6 +424,9 @@ scsi_sr sbc_parse_caw(struct scsi_task *t, const struct scsi_cmd *c, struct scsi
 uint8_t sbc_caw_max_blocks(const struct scsi_lun *lu);
 scsi_sr sbc_parse_orwrite(struct scsi_task *t, const struct scsi_cmd *c, struct scsi_req *r);
 scsi_sr sbc_parse_write_atomic(struct scsi_task *t, const struct scsi_cmd *c, struct scsi_req *r);
+/* MAXIMUM ATOMIC TRANSFER LENGTH of lu in bytes (VPD 0xB0 gives it in blocks), which
+ * sbc_parse_write_atomic enforces: 0 (no WRITE ATOMIC) unless the store writes atomically. */
+uint32_t sbc_atomic_max_bytes(const struct scsi_lun *lu);
 void sbc_exec_caw(struct scsi_task *t, const struct scsi_cmd *c);
 void sbc_exec_orwrite(struct scsi_task *t, const struct scsi_cmd *c);
 void sbc_exec_write_atomic(struct scsi_task *t, const struct scsi_cmd *c);

@@ -186,9 +186,11 @@ static uint32_t vpd_block_limits(const struct scsi_lun *lu, uint8_t *d)
         put_be32(d + 28, (uint32_t)(gran == 0 ? 1 : gran > UINT32_MAX ? UINT32_MAX : gran));
         d[32] = 0x80; /* UGAVALID, UNMAP GRANULARITY ALIGNMENT 0 */
     }
-    /* WRITE ATOMIC(16): ordered against every other writer by the range lock; no alignment
-     * or granularity rules (ATOMIC ALIGNMENT and ATOMIC TRANSFER LENGTH GRANULARITY 0) */
-    put_be32(d + 44, SBC_MAX_ATOMIC_BYTES / bsz);
+    /* WRITE ATOMIC(16), where the store writes atomically (sbc_atomic_max_bytes; 0: not
+     * offered, which Linux then tells applications): ordered against every READ and writer
+     * by the range lock; no alignment or granularity rules (ATOMIC ALIGNMENT and ATOMIC
+     * TRANSFER LENGTH GRANULARITY 0) */
+    put_be32(d + 44, lu ? sbc_atomic_max_bytes(lu) / bsz : 0);
     return 64;
 }
 

@@ -132,7 +132,9 @@ static void test_provisioning_reported(void **state)
     assert_int_equal(get_be64(d + 36), SBC_MAX_WRITE_SAME_BLOCKS);
     assert_int_equal(get_be32(d + 44), SBC_MAX_ATOMIC_BYTES / 512);
     assert_true(get_be32(d + 44) <= get_be32(d + 8)); /* atomic <= maximum transfer */
-    run(f, 1, inq, NULL, 0);                          /* fully provisioned: no UNMAP limits */
+    run(f, 3, inq, NULL, 0); /* a file: no WRITE ATOMIC (not atomic across a power loss) */
+    assert_int_equal(get_be32(data(f) + 44), 0);
+    run(f, 1, inq, NULL, 0); /* fully provisioned: no UNMAP limits */
     assert_int_equal(get_be32(data(f) + 20), 0);
     assert_int_equal(get_be32(data(f) + 24), 0);
     /* a store that releases whole units only (rbd: 4 MiB objects) says its unit */
@@ -539,6 +541,12 @@ static void test_orwrite_and_atomic(void **state)
         c[0] = 0x9c;
         put_be64(c + 2, 3);
         put_be16(c + 12, 2);
+        if (lun == 3) { /* a file: not atomic across a power loss, so not offered */
+            run(f, lun, c, buf, sizeof(buf));
+            assert_sense(&f->t, 0x5, 0x24, 0x00);
+            assert_blocks(f, lun, 3, 2, 0xaf, 512);
+            continue;
+        }
         assert_int_equal(run(f, lun, c, buf, sizeof(buf)), SCSI_STATUS_GOOD);
         assert_blocks(f, lun, 3, 2, 0x42, 512);
     }
