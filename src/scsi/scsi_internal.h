@@ -321,6 +321,10 @@ static inline const struct bs_io *scsi_task_range(struct scsi_task *t)
 extern const struct scsi_cmd scsi_cmds[];
 extern const size_t scsi_ncmds;
 const struct scsi_cmd *scsi_cmd_lookup(uint8_t opcode, uint8_t sa, bool *opcode_known);
+/* Whether lu offers the row's command at all (NULL lu: yes): WRITE ATOMIC only where the store
+ * writes atomically. One that is not offered is an INVALID COMMAND OPERATION CODE there and
+ * REPORT SUPPORTED OPERATION CODES leaves it out. */
+bool scsi_cmd_offered(const struct scsi_lun *lu, const struct scsi_cmd *c);
 
 /* Copy a built response into the task buffer (truncated to xfer_len) and finish GOOD. */
 void scsi_task_put_data(struct scsi_task *t, const void *src, uint32_t len);

@@ -403,6 +403,8 @@ void spc_exec_rsoc(struct scsi_task *t, const struct scsi_cmd *self)
         p += 4;
         for (size_t i = 0; i < scsi_ncmds; i++) {
             const struct scsi_cmd *c = &scsi_cmds[i];
+            if (!scsi_cmd_offered(t->lu, c))
+                continue;
             p[0] = c->opcode;
             put_be16(p + 2, c->sa);
             p[5] = (rctd ? 0x02 : 0) | ((c->flags & CMD_SA) ? 0x01 : 0); /* CTDP, SERVACTV */
@@ -416,7 +418,7 @@ void spc_exec_rsoc(struct scsi_task *t, const struct scsi_cmd *self)
         bool known;
         uint16_t sa = get_be16(cdb + 4);
         const struct scsi_cmd *c = scsi_cmd_lookup(cdb[3], (uint8_t)sa, &known);
-        if (opts == 2 && c && sa != c->sa)
+        if ((opts == 2 && c && sa != c->sa) || (c && !scsi_cmd_offered(t->lu, c)))
             c = NULL;
         if (!c) {
             d[1] = 0x01; /* SUPPORT 001b: not supported */

@@ -224,6 +224,11 @@ const struct scsi_cmd *scsi_cmd_lookup(uint8_t opcode, uint8_t sa, bool *opcode_
     return NULL;
 }
 
+bool scsi_cmd_offered(const struct scsi_lun *lu, const struct scsi_cmd *c)
+{
+    return !lu || c->exec != sbc_exec_write_atomic || sbc_atomic_max_bytes(lu);
+}
+
 void scsi_task_init(struct scsi_task *t)
 {
     memset(t, 0, sizeof(*t));
@@ -303,6 +308,10 @@ int scsi_task_setup(struct scsi_task *t)
     if (!c) {
         /* SPC-4 §4.3.3: unknown service action of a known opcode is a bad field */
         sr = known ? SR_CDB_FIELD(1, 4) : SR_INVALID_OPCODE;
+        goto refuse;
+    }
+    if (!scsi_cmd_offered(lu, c)) {
+        sr = SR_INVALID_OPCODE; /* not on this LUN's store (libiscsi then skips its tests) */
         goto refuse;
     }
     if (lu && (sr = alua_gate(lu, c)))

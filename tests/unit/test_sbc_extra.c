@@ -543,7 +543,7 @@ static void test_orwrite_and_atomic(void **state)
         put_be16(c + 12, 2);
         if (lun == 3) { /* a file: not atomic across a power loss, so not offered */
             run(f, lun, c, buf, sizeof(buf));
-            assert_sense(&f->t, 0x5, 0x24, 0x00);
+            assert_sense(&f->t, 0x5, 0x20, 0x00); /* INVALID COMMAND OPERATION CODE */
             assert_blocks(f, lun, 3, 2, 0xaf, 512);
             continue;
         }
@@ -772,6 +772,16 @@ static void test_rsoc_lists_rows(void **state)
     put_be32(one + 6, 64);
     run(f, 0, one, NULL, 0);
     assert_int_equal(data(f)[1] & 7, 1);
+    uint8_t atomic[16] = {0xa3, 0x0c, 0x01, 0x9c}; /* WRITE ATOMIC(16) */
+    put_be32(atomic + 6, 64);
+    run(f, 0, atomic, NULL, 0); /* RAM: supported */
+    assert_int_equal(data(f)[1] & 7, 3);
+    run(f, 3, atomic, NULL, 0); /* a file: not offered */
+    assert_int_equal(data(f)[1] & 7, 1);
+    assert_int_equal(run(f, 3, c, NULL, 0), SCSI_STATUS_GOOD); /* nor listed */
+    d = data(f);
+    for (uint32_t off = 4; off < 4 + get_be32(d); off += 8)
+        assert_int_not_equal(d[off], 0x9c);
 }
 
 /* --- the range lock --- */
