@@ -208,16 +208,9 @@ static void ram_unmap(struct bs_ram *ram, uint64_t offset, uint64_t len)
 
 enum ram_hold { RAM_READ_LOCK, RAM_WRITE_LOCK, RAM_UNLOCK };
 
-/* Lock (or unlock) the stripes [offset, offset+len) touches, in ascending order of index. */
-static void ram_stripes(struct bs_ram *ram, uint64_t offset, uint64_t len, enum ram_hold how)
+static void ram_stripe_run(struct bs_ram *ram, unsigned from, unsigned to, enum ram_hold how)
 {
-    uint64_t a = offset >> RAM_STRIPE_SHIFT, b = (offset + len - 1) >> RAM_STRIPE_SHIFT;
-    unsigned first = (unsigned)(a % RAM_STRIPES), last = (unsigned)(b % RAM_STRIPES);
-    bool all = b - a + 1 >= RAM_STRIPES;
-    for (unsigned i = 0; i < RAM_STRIPES; i++) {
-        bool in = first <= last ? i >= first && i <= last : i >= first || i <= last;
-        if (!all && !in)
-            continue;
+    for (unsigned i = from; i < to; i++) {
         pthread_rwlock_t *l = &ram->stripes[i].lock;
         if (how == RAM_READ_LOCK)
             pthread_rwlock_rdlock(l);
@@ -225,6 +218,22 @@ static void ram_stripes(struct bs_ram *ram, uint64_t offset, uint64_t len, enum 
             pthread_rwlock_wrlock(l);
         else
             pthread_rwlock_unlock(l);
+    }
+}
+
+/* Lock (or unlock) the stripes [offset, offset+len) touches, in ascending order of index: one
+ * run of them, or two when the range wraps around the array. */
+static void ram_stripes(struct bs_ram *ram, uint64_t offset, uint64_t len, enum ram_hold how)
+{
+    uint64_t a = offset >> RAM_STRIPE_SHIFT, b = (offset + len - 1) >> RAM_STRIPE_SHIFT;
+    unsigned first = (unsigned)(a % RAM_STRIPES), last = (unsigned)(b % RAM_STRIPES);
+    if (b - a + 1 >= RAM_STRIPES) {
+        ram_stripe_run(ram, 0, RAM_STRIPES, how);
+    } else if (first <= last) {
+        ram_stripe_run(ram, first, last + 1, how);
+    } else {
+        ram_stripe_run(ram, 0, last + 1, how);
+        ram_stripe_run(ram, first, RAM_STRIPES, how);
     }
 }
 

@@ -295,9 +295,10 @@ struct scsi_cmd {
 struct scsi_task_core {
     /* the opcode-table row to run; NULL: refused, exec only calls done */
     const struct scsi_cmd *cmd;
-    void *buf;       /* buffer allocated by setup (t->buffered) */
-    struct bs_io io; /* the medium range (offset, length, fua) and the store request */
-    bool lu_held;    /* counted in t->lu's users until release */
+    void *buf;         /* buffer allocated by setup (t->buffered) */
+    struct bs_io io;   /* the medium range (offset, length, fua) and the store request */
+    bool lu_held;      /* counted in t->lu's users until release */
+    uint8_t buf_class; /* buf's size class in the thread's buffer cache (task.c) */
 };
 _Static_assert(sizeof(struct scsi_task_core) <= SCSI_TASK_CORE_BYTES,
                "SCSI_TASK_CORE_BYTES too small for struct scsi_task_core");

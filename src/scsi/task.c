@@ -250,13 +250,95 @@ static scsi_sr check_reserved(const uint8_t *cdb, const struct scsi_cmd *c)
     return SR_OK;
 }
 
+/* Task buffers are kept for reuse per thread, by power-of-two size class from 4 KiB: a fresh
+ * buffer of 128 KiB or more is a new mapping whose every page faults in when the data is
+ * copied in, which cost a 256 KiB READ of a RAM LUN more than the copy itself. A buffer goes
+ * back to the cache of the thread that releases the task (the one it runs on), up to
+ * BUF_CACHE_BYTES per thread: to make room, buffers of other sizes are freed first (the load
+ * changed), and a buffer of a size that alone fills the cache is freed. */
+#define BUF_CLASSES 13 /* 4 KiB .. 16 MiB: a VERIFY's 8 MiB of data and 8 MiB of medium */
+#define BUF_CACHE_BYTES (32u << 20)
+#define BUF_NO_CLASS 0xff
+
+struct buf_cache {
+    void *head[BUF_CLASSES]; /* each buffer's first bytes point to the next */
+    size_t bytes;
+    bool registered; /* with buf_cache_key, so the thread's exit frees the cache */
+};
+static _Thread_local struct buf_cache buf_cache;
+static pthread_key_t buf_cache_key;
+static pthread_once_t buf_cache_once = PTHREAD_ONCE_INIT;
+
+/* Free cached buffers, largest first and none of class `keep`, until `room` more bytes fit. */
+static void buf_cache_trim(struct buf_cache *bc, size_t room, unsigned keep)
+{
+    for (unsigned c = BUF_CLASSES; c-- > 0;)
+        while (c != keep && bc->head[c] && bc->bytes + room > BUF_CACHE_BYTES) {
+            void *p = bc->head[c];
+            bc->head[c] = *(void **)p;
+            bc->bytes -= (size_t)4096 << c;
+            free(p);
+        }
+}
+
+static void buf_cache_drain(void *arg)
+{
+    buf_cache_trim(arg, BUF_CACHE_BYTES + 1, BUF_CLASSES);
+}
+
+static void buf_cache_key_init(void)
+{
+    pthread_key_create(&buf_cache_key, buf_cache_drain);
+}
+
+static void *buf_get(size_t n, uint8_t *cls)
+{
+    unsigned c = 0;
+    while (c < BUF_CLASSES && ((size_t)4096 << c) < n)
+        c++;
+    void *p = NULL;
+    if (c == BUF_CLASSES) { /* larger than any class: not cached */
+        *cls = BUF_NO_CLASS;
+        return posix_memalign(&p, 4096, n) ? NULL : p;
+    }
+    *cls = (uint8_t)c;
+    struct buf_cache *bc = &buf_cache;
+    if (bc->head[c]) {
+        p = bc->head[c];
+        bc->head[c] = *(void **)p;
+        bc->bytes -= (size_t)4096 << c;
+        return p;
+    }
+    return posix_memalign(&p, 4096, (size_t)4096 << c) ? NULL : p;
+}
+
+static void buf_put(void *p, uint8_t cls)
+{
+    struct buf_cache *bc = &buf_cache;
+    size_t n = (size_t)4096 << cls;
+    if (p && cls != BUF_NO_CLASS && bc->bytes + n > BUF_CACHE_BYTES)
+        buf_cache_trim(bc, n, cls);
+    if (!p || cls == BUF_NO_CLASS || bc->bytes + n > BUF_CACHE_BYTES) {
+        free(p);
+        return;
+    }
+    if (!bc->registered) {
+        pthread_once(&buf_cache_once, buf_cache_key_init);
+        pthread_setspecific(buf_cache_key, bc);
+        bc->registered = true;
+    }
+    *(void **)p = bc->head[cls];
+    bc->head[cls] = p;
+    bc->bytes += n;
+}
+
 static scsi_sr alloc_buffer(struct scsi_task *t, size_t extra)
 {
     struct scsi_task_core *k = scsi_core(t);
-    void *p = NULL;
     /* page aligned: an O_DIRECT file store takes the buffer as it is */
     size_t n = (((size_t)t->xfer_len + 4095) & ~(size_t)4095) + ((extra + 4095) & ~(size_t)4095);
-    if (posix_memalign(&p, 4096, n))
+    void *p = buf_get(n, &k->buf_class);
+    if (!p)
         return SR_INSUFFICIENT_RESOURCES;
     k->buf = p;
     t->buffered = true;
@@ -414,7 +496,7 @@ void scsi_task_exec(struct scsi_task *t)
 void scsi_task_release(struct scsi_task *t)
 {
     struct scsi_task_core *k = scsi_core(t);
-    free(k->buf);
+    buf_put(k->buf, k->buf_class);
     k->buf = NULL;
     t->buffered = false;
     t->iovcnt = 0;
