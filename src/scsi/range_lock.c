@@ -13,6 +13,7 @@ void scsi_rl_init(struct scsi_range_lock *rl)
     atomic_init(&rl->fast, 0);
     list_init(&rl->held);
     list_init(&rl->waiting);
+    rl->writers = 0;
 }
 
 void scsi_rl_destroy(struct scsi_range_lock *rl)
@@ -42,6 +43,8 @@ static bool grantable(struct scsi_range_lock *rl, const struct scsi_rl_req *q)
 {
     if (q->mode == SCSI_RL_EXCL && atomic_load(&rl->fast))
         return false;
+    if (q->mode == SCSI_RL_READ && !rl->writers)
+        return true;
     for (struct list_node *n = rl->held.next; n != &rl->held; n = n->next)
         if (conflicts(q, list_entry(n, struct scsi_rl_req, node)))
             return false;
@@ -120,6 +123,8 @@ bool scsi_rl_acquire(struct scsi_range_lock *rl, struct scsi_rl_req *q)
     pthread_mutex_lock(&rl->m);
     if (q->mode == SCSI_RL_EXCL)
         atomic_fetch_add(&rl->excl, 1);
+    if (q->mode == SCSI_RL_WRITE || q->mode == SCSI_RL_EXCL)
+        rl->writers++;
     bool now = grantable(rl, q);
     list_add_tail(now ? &rl->held : &rl->waiting, &q->node);
     pthread_mutex_unlock(&rl->m);
@@ -132,6 +137,8 @@ void scsi_rl_release(struct scsi_range_lock *rl, struct scsi_rl_req *q)
     list_del(&q->node);
     if (q->mode == SCSI_RL_EXCL)
         atomic_fetch_sub(&rl->excl, 1);
+    if (q->mode == SCSI_RL_WRITE || q->mode == SCSI_RL_EXCL)
+        rl->writers--;
     struct scsi_rl_req *ready = grant_waiters(rl);
     pthread_mutex_unlock(&rl->m);
     resume(ready);

@@ -43,6 +43,10 @@ struct scsi_range_lock {
     atomic_uint excl; /* exclusive requests held or waiting: the fast path is closed */
     atomic_uint fast; /* shared holders admitted without the mutex (ranges not recorded) */
     struct list_node held, waiting;
+    /* Under m: WRITE and EXCL requests held or waiting. While there are none, a READ is
+     * granted without looking through the lists (a file LUN's READs at a high queue depth
+     * would otherwise scan each other). */
+    unsigned writers;
 };
 
 void scsi_rl_init(struct scsi_range_lock *rl);

@@ -848,6 +848,9 @@ static void test_range_lock_read_write(void **state)
     assert_true(scsi_rl_acquire(&rl, &r2));  /* reads share */
     assert_false(scsi_rl_acquire(&rl, &w1)); /* overlaps r1: waits */
     assert_false(scsi_rl_acquire(&rl, &w2)); /* overlaps the waiting w1: behind it */
+    struct scsi_rl_req r3 = {
+        .off = 4096, .len = 512, .mode = SCSI_RL_READ, .granted = count_granted};
+    assert_false(scsi_rl_acquire(&rl, &r3)); /* a READ behind the waiting WRITEs too */
     assert_true(scsi_rl_acquire(&rl, &sh));  /* shared: not excluded by either */
     assert_true(scsi_rl_acquire(&rl, &w3));  /* elsewhere: goes */
     assert_true(scsi_rl_try_fast(&rl));      /* no exclusive request: the fast path is open */
@@ -859,6 +862,8 @@ static void test_range_lock_read_write(void **state)
     scsi_rl_release(&rl, &w1);
     assert_int_equal(granted_calls, 2); /* w2 */
     scsi_rl_release(&rl, &w2);
+    assert_int_equal(granted_calls, 3); /* r3 */
+    scsi_rl_release(&rl, &r3);
     scsi_rl_release(&rl, &w3);
     scsi_rl_release(&rl, &sh);
     scsi_rl_destroy(&rl);
