@@ -263,7 +263,7 @@ static scsi_sr check_reserved(const uint8_t *cdb, const struct scsi_cmd *c)
 struct buf_cache {
     void *head[BUF_CLASSES]; /* each buffer's first bytes point to the next */
     size_t bytes;
-    bool registered; /* with buf_cache_key, so the thread's exit frees the cache */
+    bool registered; /* with buf_cache_key, so the thread's end frees the cache */
 };
 static _Thread_local struct buf_cache buf_cache;
 static pthread_key_t buf_cache_key;
@@ -286,9 +286,16 @@ static void buf_cache_drain(void *arg)
     buf_cache_trim(arg, BUF_CACHE_BYTES + 1, BUF_CLASSES);
 }
 
+/* exit() runs no key destructor for the thread calling it: its cache is freed here */
+static void buf_cache_drain_at_exit(void)
+{
+    buf_cache_drain(&buf_cache);
+}
+
 static void buf_cache_key_init(void)
 {
     pthread_key_create(&buf_cache_key, buf_cache_drain);
+    atexit(buf_cache_drain_at_exit);
 }
 
 static void *buf_get(size_t n, uint8_t *cls)

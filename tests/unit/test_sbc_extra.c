@@ -482,6 +482,7 @@ static void test_caw_ordered_with_write(void **state)
     memset(buf + 512, 'B', 512);
     caw_cdb(c, 7, 1);
     sfx_done_calls = 0;
+    scsi_task_release(&f->t); /* the READ's */
     assert_int_equal(setup_only(f, &f->t, c, sizeof(buf)), 0);
     memcpy(f->t.iov[0].iov_base, buf, sizeof(buf));
     scsi_task_exec(&f->t);
