@@ -283,12 +283,8 @@ void sbc_exec_verify(struct scsi_task *t, const struct scsi_cmd *c)
     }
     struct scsi_task_core *k = scsi_core(t);
     struct bs_io *io = &k->io;
-    if (t->lu->mapped) {
-        verify_compare(t, bs_map_read(t->lu->bs, io->offset, io->length));
-        return;
-    }
     /* setup left room for the medium's copy after the data-out in the same buffer (the row's
-     * CMD_SCRATCH) */
+     * CMD_SCRATCH), RAM LUNs too: a copy taken under the store's locks is whole blocks */
     t->iov[1].iov_base = (uint8_t *)k->buf + ((t->xfer_len + 4095) & ~4095u);
     t->iov[1].iov_len = io->length;
     io->op = BS_READ;

@@ -231,8 +231,8 @@ enum {
     CMD_XFER = 1u << 6,     /* moves its blocks (transfer length bounded by MAX_XFER) */
     /* no block range, but NOT READY without a medium (TEST UNIT READY, READ CAPACITY, ...) */
     CMD_NEEDS_MEDIUM = 1u << 7,
-    /* with data-out on a store that is not memory mapped, setup allocates room after the
-     * data to read the medium into (VERIFY with BYTCHK compares the two) */
+    /* with data-out, setup allocates room after the data to read the medium into (VERIFY
+     * with BYTCHK compares the two) */
     CMD_SCRATCH = 1u << 8,
     /* runs while this target port is in standby for the LUN (SPC-4 §5.16.2.4.5) */
     CMD_STANDBY_OK = 1u << 9,

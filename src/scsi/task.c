@@ -442,7 +442,7 @@ int scsi_task_setup(struct scsi_task *t)
         k->io.length = r.nblocks << lu->block_shift;
         /* caching page WCE=0: every write is write-through (SBC-3 §6.4.5) */
         k->io.fua = r.fua || !atomic_load_explicit(&lu->wce, memory_order_relaxed);
-        if ((c->flags & CMD_SCRATCH) && r.xfer_len && !lu->mapped)
+        if ((c->flags & CMD_SCRATCH) && r.xfer_len)
             scratch = k->io.length; /* room to read the medium for the compare */
     } else if (r.xfer_len > SCSI_MAX_XFER_BYTES) {
         r.xfer_len = SCSI_MAX_XFER_BYTES; /* parse caps allocation lengths; belt and braces */
