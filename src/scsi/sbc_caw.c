@@ -181,14 +181,12 @@ static void rmw_modify(struct rmw_ctx *x, uint8_t *medium)
         rmw_write(x, data + len);
         return;
     }
-    /* ORWRITE: the result goes where the data-out was (or straight into RAM) */
-    uint8_t *dst = t->lu->mapped ? bs_map_write(t->lu->bs, scsi_task_range(t)->offset, len) : data;
+    /* ORWRITE: the result goes where the data-out was, and is written as a WRITE is (on a RAM
+     * LUN, under the store's locks, which a VERIFY or an EXTENDED COPY reading the blocks
+     * without the range lock relies on) */
     for (size_t i = 0; i < len; i++)
-        dst[i] = medium[i] | data[i];
-    if (t->lu->mapped)
-        rmw_finish(x, SR_OK, false, 0);
-    else
-        rmw_write(x, data);
+        data[i] |= medium[i];
+    rmw_write(x, data);
 }
 
 static void rmw_read_done(struct bs_io *io, int err)
