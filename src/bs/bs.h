@@ -137,6 +137,15 @@ struct bs {
     bool thin;        /* UNMAP releases space */
     bool read_only;   /* opened read-only: writes would fail */
     bool write_same;  /* BS_WRITE_SAME is served by the store itself */
+    /* Requests in flight together may mix inside a block: a READ overlapping a WRITE can
+     * return a block half old, half new (the file store: the page cache copies without a
+     * lock against readers). The SCSI core then keeps overlapping READs and WRITEs apart. A
+     * store without it keeps every block whole by itself (RAM copies under its own locks). */
+    bool order_rw;
+    /* A WRITE of up to the SCSI core's atomic limit is all or nothing, for readers (with the
+     * range lock) and across a crash (RAM: nothing outlives one). WRITE ATOMIC is offered
+     * only on such a store. */
+    bool write_atomic;
     /* Bytes of the store's allocation unit, when UNMAP releases only whole aligned units of it
      * (rbd: the RADOS object; a partial one is zeroed and stays allocated); 0: a page. */
     uint64_t unmap_unit;

@@ -525,6 +525,12 @@ struct bs *bs_file_open(const char *path, uint64_t size, bool direct, bool read_
     bs->size = bytes;
     bs->write_cache = true; /* the page cache (or the disk's cache with O_DIRECT) is volatile */
     bs->thin = !blockdev;   /* punching holes in a file frees space; on a device it may not */
+    /* buffered: the page cache copies a READ out while a WRITE copies in, without excluding
+     * each other; O_DIRECT: the device's guarantees are not known here */
+    bs->order_rw = true;
+    /* no write_atomic: a write of many blocks may reach the medium in part before a power
+     * loss (the page cache writes pages back one by one; a device promises at most its own
+     * atomic write unit, which is not known here) */
     bs->read_only = read_only;
     bs->priv = f;
     return bs;

@@ -31,7 +31,20 @@ struct bs_ram {
     /* Bytes mapped (and covered by the allocation map): a thin LUN reserves room to grow
      * into at run time (bs_ram_grow) without moving memory that tasks point into. */
     uint64_t cap;
+    struct ram_stripe *stripes; /* RAM_STRIPES */
 };
+
+/* Copies in and out of the LUN exclude each other where they overlap, so a READ returns every
+ * block wholly before or wholly after a concurrent WRITE (and a WRITE or UNMAP does not mix
+ * with another): a reader-writer lock per stripe, the stripe of a byte being its
+ * RAM_STRIPE_SHIFT region modulo RAM_STRIPES. A request takes the stripes its range touches in
+ * ascending order (all of them when it spans RAM_STRIPES regions or more). The copies are at
+ * most SCSI_MAX_XFER_BYTES of memcpy, so a reactor waits microseconds at worst. */
+#define RAM_STRIPES 64
+#define RAM_STRIPE_SHIFT 20
+struct ram_stripe {
+    pthread_rwlock_t lock;
+} __attribute__((aligned(64)));
 
 /* Address space a thin RAM LUN reserves beyond its size: as much again, at least 64 GiB.
  * Untouched, it costs neither memory nor commit charge (MAP_NORESERVE). */
@@ -193,10 +206,46 @@ static void ram_unmap(struct bs_ram *ram, uint64_t offset, uint64_t len)
     }
 }
 
+enum ram_hold { RAM_READ_LOCK, RAM_WRITE_LOCK, RAM_UNLOCK };
+
+static void ram_stripe_run(struct bs_ram *ram, unsigned from, unsigned to, enum ram_hold how)
+{
+    for (unsigned i = from; i < to; i++) {
+        pthread_rwlock_t *l = &ram->stripes[i].lock;
+        if (how == RAM_READ_LOCK)
+            pthread_rwlock_rdlock(l);
+        else if (how == RAM_WRITE_LOCK)
+            pthread_rwlock_wrlock(l);
+        else
+            pthread_rwlock_unlock(l);
+    }
+}
+
+/* Lock (or unlock) the stripes [offset, offset+len) touches, in ascending order of index: one
+ * run of them, or two when the range wraps around the array. */
+static void ram_stripes(struct bs_ram *ram, uint64_t offset, uint64_t len, enum ram_hold how)
+{
+    uint64_t a = offset >> RAM_STRIPE_SHIFT, b = (offset + len - 1) >> RAM_STRIPE_SHIFT;
+    unsigned first = (unsigned)(a % RAM_STRIPES), last = (unsigned)(b % RAM_STRIPES);
+    if (b - a + 1 >= RAM_STRIPES) {
+        ram_stripe_run(ram, 0, RAM_STRIPES, how);
+    } else if (first <= last) {
+        ram_stripe_run(ram, first, last + 1, how);
+    } else {
+        ram_stripe_run(ram, 0, last + 1, how);
+        ram_stripe_run(ram, first, RAM_STRIPES, how);
+    }
+}
+
 static void bs_ram_submit(struct bs *bs, struct bs_io *io)
 {
     struct bs_ram *ram = bs->priv;
     int err = bs_io_check(bs, io);
+    bool locked =
+        !err && io->length && (io->op == BS_READ || io->op == BS_WRITE || io->op == BS_UNMAP);
+    if (locked)
+        ram_stripes(ram, io->offset, io->length,
+                    io->op == BS_READ ? RAM_READ_LOCK : RAM_WRITE_LOCK);
     if (!err) {
         switch (io->op) {
         case BS_READ:
@@ -218,6 +267,8 @@ static void bs_ram_submit(struct bs *bs, struct bs_io *io)
             err = -EINVAL;
         }
     }
+    if (locked)
+        ram_stripes(ram, io->offset, io->length, RAM_UNLOCK);
     io->done(io, err);
 }
 
@@ -274,6 +325,9 @@ static void bs_ram_close(struct bs *bs)
 {
     struct bs_ram *ram = bs->priv;
     munmap(ram->base, ram->cap);
+    for (unsigned i = 0; i < RAM_STRIPES; i++)
+        pthread_rwlock_destroy(&ram->stripes[i].lock);
+    free(ram->stripes);
     free(ram->alloc);
     free(ram);
 }
@@ -371,7 +425,8 @@ struct bs *bs_ram_open(uint64_t size, bool prealloc, char *err, size_t errlen)
     /* the map is 1/32768 of the LUN with 4 KiB pages: 32 MiB for a 1 TiB LUN (calloc'd, so
      * the part for the room to grow is not touched until used) */
     ram->alloc = calloc((ram->npages + 63) / 64, sizeof(*ram->alloc));
-    if (!ram->alloc || !ram_zeros) {
+    ram->stripes = aligned_alloc(64, RAM_STRIPES * sizeof(*ram->stripes));
+    if (!ram->alloc || !ram->stripes || !ram_zeros) {
         snprintf(err, errlen, "ram: out of memory for the allocation map of %llu bytes",
                  (unsigned long long)size);
         goto fail;
@@ -404,15 +459,25 @@ struct bs *bs_ram_open(uint64_t size, bool prealloc, char *err, size_t errlen)
             goto fail;
         }
     }
+    /* writers first: readers on other reactors must not keep a WRITE waiting indefinitely */
+    pthread_rwlockattr_t attr;
+    pthread_rwlockattr_init(&attr);
+    pthread_rwlockattr_setkind_np(&attr, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
+    for (unsigned i = 0; i < RAM_STRIPES; i++)
+        pthread_rwlock_init(&ram->stripes[i].lock, &attr);
+    pthread_rwlockattr_destroy(&attr);
     bs->ops = &bs_ram_ops;
     bs->size = size;
+    bs->write_atomic = true; /* under the range lock, and there is no crash to survive */
     bs->write_cache = false;
     bs->thin = !prealloc; /* a preallocated LUN is fully provisioned: no UNMAP */
     bs->priv = ram;
     return bs;
 fail:
-    if (ram)
+    if (ram) {
+        free(ram->stripes);
         free(ram->alloc);
+    }
     free(ram);
     free(bs);
     return NULL;

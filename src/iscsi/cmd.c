@@ -1,7 +1,8 @@
 /* SCSI commands over iSCSI on the target (RFC 7143 §11.3-§11.8): immediate and unsolicited
  * data up to FirstBurstLength, R2T bounded by MaxOutstandingR2T and MaxBurstLength, Data-Out
- * placed straight into the task's buffer (for a RAM LUN: the LUN's memory), Data-In sent from
- * where the data lives with the status in the final PDU (phase collapse), residuals, and task
+ * placed straight into the task's buffer, Data-In sent from the task's buffer (memory no other
+ * command writes, so a data digest covers what is sent) with the status in the final PDU
+ * (phase collapse), residuals, and task
  * lifetime across aborts and dropped connections. */
 #include <assert.h>
 #include <stdlib.h>
@@ -771,9 +772,6 @@ static void rx_into_task(struct iscsi_pdu_in *p, struct iscsi_task *t, uint32_t 
     p->dstcnt = iov_slice(st->iov, st->iovcnt, off, len, p->dst, SCSI_TASK_IOV_MAX);
     if (p->dstcnt == 0)
         p->discard = true;
-    /* Write data placed in the store's own memory (a RAM LUN, not a buffer of the task's):
-     * nobody reads it back soon, so it is streamed past the cache (util/stream_copy.h). */
-    p->dst_cold = st->dir == SCSI_DIR_WRITE && !st->buffered;
 }
 
 /* Immediate data the negotiation did not allow (ImmediateData=No, or more than
@@ -946,7 +944,7 @@ int cmd_handle_scsi_header(struct iscsi_conn *c, struct iscsi_pdu_in *p)
         const struct iscsi_params *sp = &c->session->params;
         /* We take at most what both the CDB and EDTL allow, and only for a command that
          * writes: data sent with any other (a READ flagged W, say) must not land in its
-         * buffers, which for a RAM LUN are the LUN's memory or the shared zero buffer.
+         * buffer.
          * Unsolicited data beyond that is received and dropped, and none is solicited. */
         uint32_t xfer = t->refused || st->dir != SCSI_DIR_WRITE ? 0 : st->xfer_len;
         t->data_expected = xfer < t->edtl ? xfer : t->edtl;

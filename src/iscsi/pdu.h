@@ -275,7 +275,7 @@ struct iscsi_pdu_in {
     const uint8_t *data; /* the data segment in the engine's buffer (NULL: placed/discarded) */
     struct iovec dst[ISCSI_PDU_DST_MAX];
     int dstcnt;            /* > 0: the data segment goes to dst */
-    bool dst_cold;         /* dst is not read again soon (a RAM LUN): util/stream_copy.h */
+    bool dst_cold;         /* dst is not read again soon: util/stream_copy.h */
     bool discard;          /* the data segment goes to the bit bucket */
     bool data_digest_bad;  /* ERL >= 1: the data digest did not match (ERL 0 closes instead) */
     uint8_t reject_reason; /* the header phase's verdict: Reject with this reason (0: none) */

@@ -295,8 +295,11 @@ void mode_exec_select(struct scsi_task *t, const struct scsi_cmd *c)
         }
         scsi_core(t)->mode_swp = swp;
         w->t = t;
-        w->lock = (struct scsi_rl_req){
-            .off = 0, .len = UINT64_MAX, .excl = true, .granted = wce_off_drained, .arg = w};
+        w->lock = (struct scsi_rl_req){.off = 0,
+                                       .len = UINT64_MAX,
+                                       .mode = SCSI_RL_EXCL,
+                                       .granted = wce_off_drained,
+                                       .arg = w};
         if (scsi_rl_acquire(&lu->rl, &w->lock))
             wce_off_drained(&w->lock);
         return;

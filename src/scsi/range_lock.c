@@ -13,6 +13,7 @@ void scsi_rl_init(struct scsi_range_lock *rl)
     atomic_init(&rl->fast, 0);
     list_init(&rl->held);
     list_init(&rl->waiting);
+    rl->writers = 0;
 }
 
 void scsi_rl_destroy(struct scsi_range_lock *rl)
@@ -20,9 +21,17 @@ void scsi_rl_destroy(struct scsi_range_lock *rl)
     pthread_mutex_destroy(&rl->m);
 }
 
+/* Which modes exclude each other when their ranges overlap (symmetric). */
+static const bool mode_conflict[4][4] = {
+    [SCSI_RL_SHARED] = {[SCSI_RL_EXCL] = true},
+    [SCSI_RL_READ] = {[SCSI_RL_WRITE] = true, [SCSI_RL_EXCL] = true},
+    [SCSI_RL_WRITE] = {[SCSI_RL_READ] = true, [SCSI_RL_WRITE] = true, [SCSI_RL_EXCL] = true},
+    [SCSI_RL_EXCL] = {true, true, true, true},
+};
+
 static bool conflicts(const struct scsi_rl_req *a, const struct scsi_rl_req *b)
 {
-    if (!a->excl && !b->excl)
+    if (!mode_conflict[a->mode][b->mode])
         return false;
     return a->off < b->off + b->len && b->off < a->off + a->len;
 }
@@ -32,8 +41,10 @@ static bool conflicts(const struct scsi_rl_req *a, const struct scsi_rl_req *b)
  * fast holders, whose ranges are unknown. */
 static bool grantable(struct scsi_range_lock *rl, const struct scsi_rl_req *q)
 {
-    if (q->excl && atomic_load(&rl->fast))
+    if (q->mode == SCSI_RL_EXCL && atomic_load(&rl->fast))
         return false;
+    if (q->mode == SCSI_RL_READ && !rl->writers)
+        return true;
     for (struct list_node *n = rl->held.next; n != &rl->held; n = n->next)
         if (conflicts(q, list_entry(n, struct scsi_rl_req, node)))
             return false;
@@ -110,8 +121,10 @@ bool scsi_rl_acquire(struct scsi_range_lock *rl, struct scsi_rl_req *q)
 {
     q->r = reactor_self();
     pthread_mutex_lock(&rl->m);
-    if (q->excl)
+    if (q->mode == SCSI_RL_EXCL)
         atomic_fetch_add(&rl->excl, 1);
+    if (q->mode == SCSI_RL_WRITE || q->mode == SCSI_RL_EXCL)
+        rl->writers++;
     bool now = grantable(rl, q);
     list_add_tail(now ? &rl->held : &rl->waiting, &q->node);
     pthread_mutex_unlock(&rl->m);
@@ -122,8 +135,10 @@ void scsi_rl_release(struct scsi_range_lock *rl, struct scsi_rl_req *q)
 {
     pthread_mutex_lock(&rl->m);
     list_del(&q->node);
-    if (q->excl)
+    if (q->mode == SCSI_RL_EXCL)
         atomic_fetch_sub(&rl->excl, 1);
+    if (q->mode == SCSI_RL_WRITE || q->mode == SCSI_RL_EXCL)
+        rl->writers--;
     struct scsi_rl_req *ready = grant_waiters(rl);
     pthread_mutex_unlock(&rl->m);
     resume(ready);

@@ -1,8 +1,10 @@
 /* A per-LUN byte-range lock that never blocks a thread: a request that cannot be granted is
  * queued and resumed later on its reactor. Exclusive holders (COMPARE AND WRITE, ORWRITE,
- * WRITE ATOMIC, SANITIZE) exclude every overlapping holder; shared holders (WRITE, WRITE SAME,
- * UNMAP, and READ on stores that are not memory) only exclude exclusive ones. The mutex guards
- * list updates only, never I/O. */
+ * WRITE ATOMIC, SANITIZE) exclude every overlapping holder; shared holders (WRITE SAME, UNMAP,
+ * EXTENDED COPY, and READ and WRITE on stores that keep blocks whole themselves) only exclude
+ * exclusive ones; on a store that does not (a file in the page cache), a READ excludes
+ * overlapping WRITEs and a WRITE overlapping READs and WRITEs, so no block is returned half
+ * written. The mutex guards list updates only, never I/O. */
 #ifndef LR_SCSI_RANGE_LOCK_H
 #define LR_SCSI_RANGE_LOCK_H
 
@@ -14,9 +16,17 @@
 #include "reactor/reactor.h"
 #include "util/list.h"
 
+/* How a holder shares its range (see the top of the file). */
+enum scsi_rl_mode {
+    SCSI_RL_SHARED = 0,
+    SCSI_RL_READ,  /* excludes SCSI_RL_WRITE and SCSI_RL_EXCL */
+    SCSI_RL_WRITE, /* excludes SCSI_RL_READ, SCSI_RL_WRITE and SCSI_RL_EXCL */
+    SCSI_RL_EXCL,  /* excludes everything */
+};
+
 struct scsi_rl_req {
     uint64_t off, len; /* bytes */
-    bool excl;
+    enum scsi_rl_mode mode;
     /* Called once the request is granted, when scsi_rl_acquire() returned false: on the
      * reactor that asked (a message), or directly on a thread without a reactor. */
     void (*granted)(struct scsi_rl_req *q);
@@ -33,6 +43,10 @@ struct scsi_range_lock {
     atomic_uint excl; /* exclusive requests held or waiting: the fast path is closed */
     atomic_uint fast; /* shared holders admitted without the mutex (ranges not recorded) */
     struct list_node held, waiting;
+    /* Under m: WRITE and EXCL requests held or waiting. While there are none, a READ is
+     * granted without looking through the lists (a file LUN's READs at a high queue depth
+     * would otherwise scan each other). */
+    unsigned writers;
 };
 
 void scsi_rl_init(struct scsi_range_lock *rl);

@@ -155,11 +155,14 @@ static void submit(struct scsi_task *t, enum bs_op op, void (*done)(struct bs_io
     scsi_task_submit(t, t->lu->bs, io);
 }
 
-/* READ and WRITE on a store that is not memory hold their range shared in the LUN's range
- * lock, so a COMPARE AND WRITE, ORWRITE or WRITE ATOMIC (exclusive) sees each of them either
- * finished or not begun. The common case costs two atomic operations: no mutex, no
- * allocation; only while an exclusive holder exists does a request get a record and maybe
- * wait (queued, never blocking the reactor). */
+/* READ and WRITE hold their range in the LUN's range lock, so a COMPARE AND WRITE, ORWRITE or
+ * WRITE ATOMIC (exclusive) sees each of them either finished or not begun. On a store that
+ * keeps every block whole against concurrent requests itself (RAM copies under its own locks,
+ * RBD's objects) they hold it shared, and the common case costs two atomic operations: no
+ * mutex, no allocation; only while an exclusive holder exists does a request get a record and
+ * maybe wait (queued, never blocking the reactor). On a store that does not (bs->order_rw: a
+ * file, whose page cache copies without excluding readers), they always take a record, READ
+ * excluding overlapping WRITEs and WRITE overlapping READs and WRITEs. */
 struct rw_slow {
     struct scsi_rl_req q;
     struct scsi_task *t;
@@ -199,7 +202,8 @@ static void rw_slow_granted(struct scsi_rl_req *q)
 static void submit_locked(struct scsi_task *t, enum bs_op op)
 {
     struct scsi_range_lock *rl = &t->lu->rl;
-    if (scsi_rl_try_fast(rl)) {
+    bool order = t->lu->bs->order_rw;
+    if (!order && scsi_rl_try_fast(rl)) {
         submit(t, op, rw_fast_done);
         return;
     }
@@ -211,19 +215,17 @@ static void submit_locked(struct scsi_task *t, enum bs_op op)
     s->t = t;
     s->op = op;
     const struct bs_io *io = &scsi_core(t)->io;
+    enum scsi_rl_mode mode = !order ? SCSI_RL_SHARED : op == BS_READ ? SCSI_RL_READ : SCSI_RL_WRITE;
     s->q = (struct scsi_rl_req){
-        .off = io->offset, .len = io->length, .granted = rw_slow_granted, .arg = s};
+        .off = io->offset, .len = io->length, .mode = mode, .granted = rw_slow_granted, .arg = s};
     if (scsi_rl_acquire(rl, &s->q))
         rw_slow_granted(&s->q);
 }
 
-/* The data path: with a mapped store the data is already where setup pointed it (no task
- * buffer), so a READ or WRITE completes here without touching the bytes. */
 void sbc_exec_read(struct scsi_task *t, const struct scsi_cmd *c)
 {
     (void)c;
-    if (!scsi_core(t)->buf || !t->xfer_len) {
-        t->data_len = t->xfer_len;
+    if (!t->xfer_len) {
         scsi_task_complete(t, SR_OK);
         return;
     }
@@ -233,23 +235,8 @@ void sbc_exec_read(struct scsi_task *t, const struct scsi_cmd *c)
 void sbc_exec_write(struct scsi_task *t, const struct scsi_cmd *c)
 {
     (void)c;
-    struct scsi_task_core *k = scsi_core(t);
-    if (!k->io.length) { /* nothing to store (possibly cut to EDTL by setup) */
+    if (!scsi_core(t)->io.length) { /* nothing to store (possibly cut to EDTL by setup) */
         scsi_task_complete(t, SR_OK);
-        return;
-    }
-    if (k->rl_fast) { /* the data is all in place: COMPARE AND WRITE may look now */
-        k->rl_fast = false;
-        scsi_rl_release_fast(&t->lu->rl);
-    }
-    if (!k->buf) {
-        /* written in place: mapped again now the data is in (an UNMAP may have run since
-         * setup); a store with a volatile cache still owes FUA a flush */
-        bs_map_write(t->lu->bs, k->io.offset, k->io.length);
-        if (k->io.fua && t->lu->bs->write_cache)
-            submit(t, BS_FLUSH, rw_done);
-        else
-            scsi_task_complete(t, SR_OK);
         return;
     }
     submit_locked(t, BS_WRITE);
@@ -296,12 +283,8 @@ void sbc_exec_verify(struct scsi_task *t, const struct scsi_cmd *c)
     }
     struct scsi_task_core *k = scsi_core(t);
     struct bs_io *io = &k->io;
-    if (t->lu->mapped) {
-        verify_compare(t, bs_map_read(t->lu->bs, io->offset, io->length));
-        return;
-    }
     /* setup left room for the medium's copy after the data-out in the same buffer (the row's
-     * CMD_SCRATCH) */
+     * CMD_SCRATCH), RAM LUNs too: a copy taken under the store's locks is whole blocks */
     t->iov[1].iov_base = (uint8_t *)k->buf + ((t->xfer_len + 4095) & ~4095u);
     t->iov[1].iov_len = io->length;
     io->op = BS_READ;

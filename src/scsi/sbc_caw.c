@@ -3,8 +3,8 @@
  * (§5.48). They hold the range exclusively from before the read to after the write, so two
  * VMware ATS heartbeats on one sector, or a WRITE to a file store racing a compare, are
  * ordered; the reactor thread never waits for the lock (a blocked command is queued and
- * resumed by message). Not ordered: READ/WRITE on a RAM LUN, which move data straight between
- * the network and the LUN's memory while the PDUs stream. */
+ * resumed by message). READ and WRITE hold the range lock too (sbc.c), so they see each of
+ * these finished or not begun. */
 #include <assert.h>
 #include <errno.h>
 #include <stdlib.h>
@@ -96,9 +96,20 @@ scsi_sr sbc_parse_orwrite(struct scsi_task *t, const struct scsi_cmd *c, struct 
     return SR_OK;
 }
 
-/* WRITE ATOMIC(16): TRANSFER LENGTH in bytes 12-13, at most MAXIMUM ATOMIC TRANSFER LENGTH; no
- * alignment or granularity rules (VPD 0xB0 says 0). A data-out cut short is refused by setup
- * (nothing written), as for every data-out command. */
+/* WRITE ATOMIC is all or nothing for a READ (which holds its range in the range lock while
+ * the write holds it exclusively) and across a crash: only a store whose writes survive a
+ * crash whole or not at all (bs->write_atomic: RAM, where nothing survives one) offers it. A
+ * file's page cache writes back page by page, a device promises at most its own atomic unit,
+ * and librbd splits a write at object boundaries into independent RADOS operations. */
+uint32_t sbc_atomic_max_bytes(const struct scsi_lun *lu)
+{
+    return lu->bs->write_atomic ? SBC_MAX_ATOMIC_BYTES : 0;
+}
+
+/* WRITE ATOMIC(16): TRANSFER LENGTH in bytes 12-13, at most MAXIMUM ATOMIC TRANSFER LENGTH (0
+ * where it is not offered: any block is refused); no alignment or granularity rules (VPD 0xB0
+ * says 0). A data-out cut short is refused by setup (nothing written), as for every data-out
+ * command. */
 scsi_sr sbc_parse_write_atomic(struct scsi_task *t, const struct scsi_cmd *c, struct scsi_req *r)
 {
     scsi_sr sr = common_checks(t);
@@ -107,7 +118,7 @@ scsi_sr sbc_parse_write_atomic(struct scsi_task *t, const struct scsi_cmd *c, st
     unsigned shift = t->lu->block_shift;
     r->lba = scsi_cdb_field(t->cdb, c->lba_off, c->lba_len);
     r->nblocks = scsi_cdb_field(t->cdb, c->tl_off, c->tl_len);
-    if ((r->nblocks << shift) > SBC_MAX_ATOMIC_BYTES)
+    if ((r->nblocks << shift) > sbc_atomic_max_bytes(t->lu))
         return SR_CDB_FIELD(c->tl_off, -1);
     r->xfer_len = r->nblocks << shift;
     r->dir = SCSI_DIR_WRITE;
@@ -170,14 +181,12 @@ static void rmw_modify(struct rmw_ctx *x, uint8_t *medium)
         rmw_write(x, data + len);
         return;
     }
-    /* ORWRITE: the result goes where the data-out was (or straight into RAM) */
-    uint8_t *dst = t->lu->mapped ? bs_map_write(t->lu->bs, scsi_task_range(t)->offset, len) : data;
+    /* ORWRITE: the result goes where the data-out was, and is written as a WRITE is (on a RAM
+     * LUN, under the store's locks, which a VERIFY or an EXTENDED COPY reading the blocks
+     * without the range lock relies on) */
     for (size_t i = 0; i < len; i++)
-        dst[i] = medium[i] | data[i];
-    if (t->lu->mapped)
-        rmw_finish(x, SR_OK, false, 0);
-    else
-        rmw_write(x, data);
+        data[i] |= medium[i];
+    rmw_write(x, data);
 }
 
 static void rmw_read_done(struct bs_io *io, int err)
@@ -278,7 +287,7 @@ static void rmw_exec(struct scsi_task *t, enum rmw_kind kind)
     x->kind = kind;
     x->lock = (struct scsi_rl_req){.off = scsi_task_range(t)->offset,
                                    .len = scsi_task_range(t)->length,
-                                   .excl = true,
+                                   .mode = SCSI_RL_EXCL,
                                    .granted = rmw_granted,
                                    .arg = x};
     if (scsi_rl_acquire(&t->lu->rl, &x->lock))

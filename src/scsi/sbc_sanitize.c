@@ -166,7 +166,7 @@ void sbc_exec_sanitize(struct scsi_task *t, const struct scsi_cmd *c)
     z->seq.next = sanitize_next;
     z->seq.done = sanitize_done;
     z->lock = (struct scsi_rl_req){
-        .off = 0, .len = z->fill.end, .excl = true, .granted = sanitize_granted, .arg = z};
+        .off = 0, .len = z->fill.end, .mode = SCSI_RL_EXCL, .granted = sanitize_granted, .arg = z};
     if (scsi_rl_acquire(&lu->rl, &z->lock))
         sbc_seq_run(&z->seq);
 }

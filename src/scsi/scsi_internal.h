@@ -184,7 +184,7 @@ struct scsi_lun {
     atomic_bool swp;           /* control mode page SWP: software write protect (SPC-4 §7.5.8) */
     atomic_int sanitize;       /* SANITIZE_IDLE/RUNNING/FAILED, checked by setup */
     uint64_t sanitize_rate;    /* bytes/s a sanitize writes at most; 0: no limit */
-    struct scsi_range_lock rl; /* orders CAW/ORWRITE/WRITE ATOMIC/SANITIZE against writers */
+    struct scsi_range_lock rl; /* orders CAW/ORWRITE/WRITE ATOMIC/SANITIZE, READ vs WRITE */
     /* quiesce.c: tasks aborted while in the core, and who waits for them to be none */
     atomic_int aborting;
     pthread_mutex_t quiesce_lock;
@@ -251,14 +251,14 @@ enum {
     CMD_UA_OK = 1u << 0,    /* runs with a UA pending and leaves it (SAM-5 §5.14) */
     CMD_NOLUN_OK = 1u << 1, /* runs on a LUN that does not exist */
     CMD_WRITES = 1u << 2,   /* changes the medium: refused on a read-only LUN */
-    CMD_DIRECT = 1u << 3,   /* data may live in store memory (bs_map) */
+    CMD_DIRECT = 1u << 3,   /* plain block READ/WRITE: the data is the blocks, as they are */
     CMD_MEDIUM = 1u << 4,   /* addresses blocks: LBA range checked centrally */
     CMD_SA = 1u << 5,       /* has service actions (CDB byte 1 bits 4:0) */
     CMD_XFER = 1u << 6,     /* moves its blocks (transfer length bounded by MAX_XFER) */
     /* no block range, but NOT READY without a medium (TEST UNIT READY, READ CAPACITY, ...) */
     CMD_NEEDS_MEDIUM = 1u << 7,
-    /* with data-out on a store that is not memory mapped, setup allocates room after the
-     * data to read the medium into (VERIFY with BYTCHK compares the two) */
+    /* with data-out, setup allocates room after the data to read the medium into (VERIFY
+     * with BYTCHK compares the two) */
     CMD_SCRATCH = 1u << 8,
     /* runs while this target port is in standby for the LUN (SPC-4 §5.16.2.4.5) */
     CMD_STANDBY_OK = 1u << 9,
@@ -321,14 +321,11 @@ struct scsi_cmd {
 struct scsi_task_core {
     /* the opcode-table row to run; NULL: refused, exec only calls done */
     const struct scsi_cmd *cmd;
-    void *buf;       /* buffer allocated by setup (t->buffered) */
-    struct bs_io io; /* the medium range (offset, length, fua) and the store request */
-    /* A WRITE placed straight into LUN memory holds the LUN's range lock shared (fast) from
-     * setup until its data is all in, so COMPARE AND WRITE and the other exclusive users
-     * never see it half written (released by exec, or by release if it never got there). */
-    bool rl_fast;
-    bool lu_held;  /* counted in t->lu's users until release */
-    bool mode_swp; /* MODE SELECT turning WCE off: the SWP it sets once the flush is done */
+    void *buf;         /* buffer allocated by setup (t->buffered) */
+    struct bs_io io;   /* the medium range (offset, length, fua) and the store request */
+    bool lu_held;      /* counted in t->lu's users until release */
+    bool mode_swp;     /* MODE SELECT turning WCE off: the SWP it sets once the flush is done */
+    uint8_t buf_class; /* buf's size class in the thread's buffer cache (task.c) */
     /* quiesce.c: whether the task is in the core and aborted, and the transport's done that
      * the core's own stands in front of while it is */
     _Atomic unsigned char phase;
@@ -356,6 +353,10 @@ static inline const struct bs_io *scsi_task_range(struct scsi_task *t)
 extern const struct scsi_cmd scsi_cmds[];
 extern const size_t scsi_ncmds;
 const struct scsi_cmd *scsi_cmd_lookup(uint8_t opcode, uint8_t sa, bool *opcode_known);
+/* Whether lu offers the row's command at all (NULL lu: yes): WRITE ATOMIC only where the store
+ * writes atomically. One that is not offered is an INVALID COMMAND OPERATION CODE there and
+ * REPORT SUPPORTED OPERATION CODES leaves it out. */
+bool scsi_cmd_offered(const struct scsi_lun *lu, const struct scsi_cmd *c);
 
 /* Copy a built response into the task buffer (truncated to xfer_len) and finish GOOD. */
 void scsi_task_put_data(struct scsi_task *t, const void *src, uint32_t len);
@@ -459,6 +460,9 @@ scsi_sr sbc_parse_caw(struct scsi_task *t, const struct scsi_cmd *c, struct scsi
 uint8_t sbc_caw_max_blocks(const struct scsi_lun *lu);
 scsi_sr sbc_parse_orwrite(struct scsi_task *t, const struct scsi_cmd *c, struct scsi_req *r);
 scsi_sr sbc_parse_write_atomic(struct scsi_task *t, const struct scsi_cmd *c, struct scsi_req *r);
+/* MAXIMUM ATOMIC TRANSFER LENGTH of lu in bytes (VPD 0xB0 gives it in blocks), which
+ * sbc_parse_write_atomic enforces: 0 (no WRITE ATOMIC) unless the store writes atomically. */
+uint32_t sbc_atomic_max_bytes(const struct scsi_lun *lu);
 void sbc_exec_caw(struct scsi_task *t, const struct scsi_cmd *c);
 void sbc_exec_orwrite(struct scsi_task *t, const struct scsi_cmd *c);
 void sbc_exec_write_atomic(struct scsi_task *t, const struct scsi_cmd *c);

@@ -188,9 +188,11 @@ static uint32_t vpd_block_limits(const struct scsi_lun *lu, uint8_t *d)
         put_be32(d + 28, (uint32_t)(gran == 0 ? 1 : gran > UINT32_MAX ? UINT32_MAX : gran));
         d[32] = 0x80; /* UGAVALID, UNMAP GRANULARITY ALIGNMENT 0 */
     }
-    /* WRITE ATOMIC(16): ordered against every other writer by the range lock; no alignment
-     * or granularity rules (ATOMIC ALIGNMENT and ATOMIC TRANSFER LENGTH GRANULARITY 0) */
-    put_be32(d + 44, SBC_MAX_ATOMIC_BYTES / bsz);
+    /* WRITE ATOMIC(16), where the store writes atomically (sbc_atomic_max_bytes; 0: not
+     * offered, which Linux then tells applications): ordered against every READ and writer
+     * by the range lock; no alignment or granularity rules (ATOMIC ALIGNMENT and ATOMIC
+     * TRANSFER LENGTH GRANULARITY 0) */
+    put_be32(d + 44, lu ? sbc_atomic_max_bytes(lu) / bsz : 0);
     return 64;
 }
 
@@ -403,6 +405,8 @@ void spc_exec_rsoc(struct scsi_task *t, const struct scsi_cmd *self)
         p += 4;
         for (size_t i = 0; i < scsi_ncmds; i++) {
             const struct scsi_cmd *c = &scsi_cmds[i];
+            if (!scsi_cmd_offered(t->lu, c))
+                continue;
             p[0] = c->opcode;
             put_be16(p + 2, c->sa);
             p[5] = (rctd ? 0x02 : 0) | ((c->flags & CMD_SA) ? 0x01 : 0); /* CTDP, SERVACTV */
@@ -416,7 +420,7 @@ void spc_exec_rsoc(struct scsi_task *t, const struct scsi_cmd *self)
         bool known;
         uint16_t sa = get_be16(cdb + 4);
         const struct scsi_cmd *c = scsi_cmd_lookup(cdb[3], (uint8_t)sa, &known);
-        if (opts == 2 && c && sa != c->sa)
+        if ((opts == 2 && c && sa != c->sa) || (c && !scsi_cmd_offered(t->lu, c)))
             c = NULL;
         if (!c) {
             d[1] = 0x01; /* SUPPORT 001b: not supported */

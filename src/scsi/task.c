@@ -224,6 +224,11 @@ const struct scsi_cmd *scsi_cmd_lookup(uint8_t opcode, uint8_t sa, bool *opcode_
     return NULL;
 }
 
+bool scsi_cmd_offered(const struct scsi_lun *lu, const struct scsi_cmd *c)
+{
+    return !lu || c->exec != sbc_exec_write_atomic || sbc_atomic_max_bytes(lu);
+}
+
 void scsi_task_init(struct scsi_task *t)
 {
     memset(t, 0, sizeof(*t));
@@ -245,13 +250,102 @@ static scsi_sr check_reserved(const uint8_t *cdb, const struct scsi_cmd *c)
     return SR_OK;
 }
 
+/* Task buffers are kept for reuse per thread, by power-of-two size class from 4 KiB: a fresh
+ * buffer of 128 KiB or more is a new mapping whose every page faults in when the data is
+ * copied in, which cost a 256 KiB READ of a RAM LUN more than the copy itself. A buffer goes
+ * back to the cache of the thread that releases the task (the one it runs on), up to
+ * BUF_CACHE_BYTES per thread: to make room, buffers of other sizes are freed first (the load
+ * changed), and a buffer of a size that alone fills the cache is freed. */
+#define BUF_CLASSES 13 /* 4 KiB .. 16 MiB: a VERIFY's 8 MiB of data and 8 MiB of medium */
+#define BUF_CACHE_BYTES (32u << 20)
+#define BUF_NO_CLASS 0xff
+
+struct buf_cache {
+    void *head[BUF_CLASSES]; /* each buffer's first bytes point to the next */
+    size_t bytes;
+    bool registered; /* with buf_cache_key, so the thread's end frees the cache */
+};
+static _Thread_local struct buf_cache buf_cache;
+static pthread_key_t buf_cache_key;
+static pthread_once_t buf_cache_once = PTHREAD_ONCE_INIT;
+
+/* Free cached buffers, largest first and none of class `keep`, until `room` more bytes fit. */
+static void buf_cache_trim(struct buf_cache *bc, size_t room, unsigned keep)
+{
+    for (unsigned c = BUF_CLASSES; c-- > 0;)
+        while (c != keep && bc->head[c] && bc->bytes + room > BUF_CACHE_BYTES) {
+            void *p = bc->head[c];
+            bc->head[c] = *(void **)p;
+            bc->bytes -= (size_t)4096 << c;
+            free(p);
+        }
+}
+
+static void buf_cache_drain(void *arg)
+{
+    buf_cache_trim(arg, BUF_CACHE_BYTES + 1, BUF_CLASSES);
+}
+
+/* exit() runs no key destructor for the thread calling it: its cache is freed here */
+static void buf_cache_drain_at_exit(void)
+{
+    buf_cache_drain(&buf_cache);
+}
+
+static void buf_cache_key_init(void)
+{
+    pthread_key_create(&buf_cache_key, buf_cache_drain);
+    atexit(buf_cache_drain_at_exit);
+}
+
+static void *buf_get(size_t n, uint8_t *cls)
+{
+    unsigned c = 0;
+    while (c < BUF_CLASSES && ((size_t)4096 << c) < n)
+        c++;
+    void *p = NULL;
+    if (c == BUF_CLASSES) { /* larger than any class: not cached */
+        *cls = BUF_NO_CLASS;
+        return posix_memalign(&p, 4096, n) ? NULL : p;
+    }
+    *cls = (uint8_t)c;
+    struct buf_cache *bc = &buf_cache;
+    if (bc->head[c]) {
+        p = bc->head[c];
+        bc->head[c] = *(void **)p;
+        bc->bytes -= (size_t)4096 << c;
+        return p;
+    }
+    return posix_memalign(&p, 4096, (size_t)4096 << c) ? NULL : p;
+}
+
+static void buf_put(void *p, uint8_t cls)
+{
+    struct buf_cache *bc = &buf_cache;
+    size_t n = (size_t)4096 << cls;
+    if (p && cls != BUF_NO_CLASS && bc->bytes + n > BUF_CACHE_BYTES)
+        buf_cache_trim(bc, n, cls);
+    if (!p || cls == BUF_NO_CLASS || bc->bytes + n > BUF_CACHE_BYTES) {
+        free(p);
+        return;
+    }
+    if (!bc->registered) {
+        pthread_once(&buf_cache_once, buf_cache_key_init);
+        pthread_setspecific(buf_cache_key, bc);
+        bc->registered = true;
+    }
+    *(void **)p = bc->head[cls];
+    bc->head[cls] = p;
+    bc->bytes += n;
+}
+
 static scsi_sr alloc_buffer(struct scsi_task *t, size_t extra)
 {
     struct scsi_task_core *k = scsi_core(t);
-    void *p = NULL;
     /* page aligned: an O_DIRECT file store takes the buffer as it is */
     size_t n = (((size_t)t->xfer_len + 4095) & ~(size_t)4095) + ((extra + 4095) & ~(size_t)4095);
-    if (posix_memalign(&p, 4096, n))
+    void *p = buf_get(n, &k->buf_class);
+    if (!p)
         return SR_INSUFFICIENT_RESOURCES;
     k->buf = p;
     t->buffered = true;
@@ -305,6 +399,10 @@ int scsi_task_setup(struct scsi_task *t)
         sr = known ? SR_CDB_FIELD(1, 4) : SR_INVALID_OPCODE;
         goto refuse;
     }
+    if (!scsi_cmd_offered(lu, c)) {
+        sr = SR_INVALID_OPCODE; /* not on this LUN's store (libiscsi then skips its tests) */
+        goto refuse;
+    }
     if (lu && (sr = alua_gate(lu, c)))
         goto refuse; /* this gateway's port group is in standby for the LUN */
     if (lu && (sr = sbc_sanitize_gate(lu, c)))
@@ -344,14 +442,13 @@ int scsi_task_setup(struct scsi_task *t)
         k->io.length = r.nblocks << lu->block_shift;
         /* caching page WCE=0: every write is write-through (SBC-3 §6.4.5) */
         k->io.fua = r.fua || !atomic_load_explicit(&lu->wce, memory_order_relaxed);
-        if ((c->flags & CMD_SCRATCH) && r.xfer_len && !lu->mapped)
+        if ((c->flags & CMD_SCRATCH) && r.xfer_len)
             scratch = k->io.length; /* room to read the medium for the compare */
     } else if (r.xfer_len > SCSI_MAX_XFER_BYTES) {
         r.xfer_len = SCSI_MAX_XFER_BYTES; /* parse caps allocation lengths; belt and braces */
     }
     t->xfer_len = (uint32_t)r.xfer_len;
     t->dir = t->xfer_len ? r.dir : SCSI_DIR_NONE;
-    bool direct = (c->flags & CMD_DIRECT) && lu && lu->mapped;
     uint32_t avail = t->edtl_write ? t->edtl : 0;
     if (t->dir == SCSI_DIR_WRITE && avail < t->xfer_len) {
         /* Data-out shortfall: EDTL (or no W bit) below what the CDB asks to send. FCP-4
@@ -372,37 +469,16 @@ int scsi_task_setup(struct scsi_task *t)
             scsi_task_set_reason(t, SR_INVALID_FIELD_IN_IU);
             return -1;
         }
-        k->io.length = avail; /* a bounce buffer keeps the rest of the range untouched */
-        direct = false;
+        k->io.length = avail; /* the rest of the range stays untouched */
     }
-    if (direct && t->dir == SCSI_DIR_WRITE) {
-        /* An exclusive holder (COMPARE AND WRITE, ORWRITE, WRITE ATOMIC, SANITIZE) is at work
-         * or waiting: this write takes a buffer and queues behind it in exec instead. */
-        direct = scsi_rl_try_fast(&lu->rl);
-        k->rl_fast = direct;
-    }
+    /* Every transfer has a buffer of the task's own, RAM LUNs included: the data is copied
+     * between it and the store under the store's or the range lock's exclusion, so a READ
+     * never returns a block half written, and what the transport sends (and digests) is
+     * memory nobody else writes. */
     if (t->xfer_len) {
-        if (direct) {
-            /* direct data placement: the transport reads into / sends from the LUN's own
-             * memory; a READ of never-written blocks is sent from the store's zero buffer, and
-             * one too fragmented for the iovecs takes a buffer */
-            if (t->dir == SCSI_DIR_WRITE) {
-                void *p = bs_map_write(lu->bs, k->io.offset, t->xfer_len);
-                if (p) {
-                    t->iov[0].iov_base = p;
-                    t->iov[0].iov_len = t->xfer_len;
-                    t->iovcnt = 1;
-                }
-            } else {
-                t->iovcnt =
-                    bs_read_iov(lu->bs, k->io.offset, t->xfer_len, t->iov, SCSI_TASK_IOV_MAX);
-            }
-        }
-        if (!t->iovcnt) {
-            sr = alloc_buffer(t, scratch);
-            if (sr)
-                goto refuse;
-        }
+        sr = alloc_buffer(t, scratch);
+        if (sr)
+            goto refuse;
     }
     k->cmd = c;
     return 0;
@@ -428,11 +504,7 @@ void scsi_task_exec(struct scsi_task *t)
 void scsi_task_release(struct scsi_task *t)
 {
     struct scsi_task_core *k = scsi_core(t);
-    if (k->rl_fast) { /* a direct write that never reached exec (aborted, connection lost) */
-        k->rl_fast = false;
-        scsi_rl_release_fast(&t->lu->rl);
-    }
-    free(k->buf);
+    buf_put(k->buf, k->buf_class);
     k->buf = NULL;
     t->buffered = false;
     t->iovcnt = 0;

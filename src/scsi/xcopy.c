@@ -1,8 +1,9 @@
 /* Third-party copy (SPC-4 §5.17, §6.4, §6.18): EXTENDED COPY (LID1) and RECEIVE COPY RESULTS.
  * The copy manager of a LUN copies block ranges within that LUN and between the LUNs of the same
  * target, named by identification CSCD descriptors (E4h) carrying the NAA designator VPD 0x83
- * reports. The whole parameter list is checked before a block moves; RAM stores copy with
- * memmove, other stores in bounded chunks through bs_submit, driven by their completions. */
+ * reports. The whole parameter list is checked before a block moves; the blocks move in bounded
+ * chunks through a bounce buffer with bs_submit, driven by the stores' completions (a RAM
+ * store's copies then exclude concurrent READs and WRITEs of the blocks, block by block). */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,7 +22,7 @@ enum {
     XCOPY_MAX_SEGS = 32,    /* MAXIMUM SEGMENT DESCRIPTOR COUNT */
     XCOPY_MAX_LIST = 1024,  /* MAXIMUM DESCRIPTOR LIST LENGTH */
     XCOPY_MAX_INLINE = 0,   /* no segment type reads inline data */
-    XCOPY_CHUNK = 1u << 20, /* bytes per read/write on a store without map() */
+    XCOPY_CHUNK = 1u << 20, /* bytes per read and write (the bounce buffer) */
     XCOPY_MOVE_BUDGET = 16, /* RAM-to-RAM chunks (16 MiB) per reactor turn */
     XCOPY_OWN_LUN = 0xffff, /* CSCD index meaning the LUN that received the command */
     XCOPY_RCR_STATUS_LEN = 12,
@@ -74,7 +75,7 @@ struct xcopy_op {
     struct scsi_rl_req lock;
     struct scsi_lun *locked; /* whose range lock holds op->lock; NULL when none */
     void *bounce;
-    struct iovec iov[SCSI_TASK_IOV_MAX];
+    struct iovec iov;
     struct bs_io io;
     /* The other LUNs the descriptors named, held (scsi_lun_user_get) until the copy ends so
      * that removing one at run time waits for the copy. */
@@ -354,26 +355,20 @@ static void finish(struct xcopy_op *op, scsi_sr sr)
 
 static void io_done(struct bs_io *io, int err);
 
-/* Submit op->chunk bytes at off of lu, from or into op->iov[0..n). */
-static void submit_iov(struct xcopy_op *op, struct scsi_lun *lu, enum bs_op bop, uint64_t off,
-                       int n)
+/* Submit op->chunk bytes at off of lu, from or into buf. */
+static void submit(struct xcopy_op *op, struct scsi_lun *lu, enum bs_op bop, uint64_t off,
+                   void *buf)
 {
+    op->iov = (struct iovec){.iov_base = buf, .iov_len = op->chunk};
     op->io.op = bop;
     op->io.offset = off;
     op->io.length = op->chunk;
-    op->io.iov = op->iov;
-    op->io.iovcnt = n;
+    op->io.iov = &op->iov;
+    op->io.iovcnt = buf ? 1 : 0;
     op->io.fua = bop == BS_WRITE && !atomic_load_explicit(&lu->wce, memory_order_relaxed);
     op->io.done = io_done;
     op->io.arg = op;
     scsi_task_submit(op->t, lu->bs, &op->io);
-}
-
-static void submit(struct xcopy_op *op, struct scsi_lun *lu, enum bs_op bop, uint64_t off,
-                   void *buf)
-{
-    op->iov[0] = (struct iovec){.iov_base = buf, .iov_len = op->chunk};
-    submit_iov(op, lu, bop, off, 1);
 }
 
 /* Whether [off, off+len) of a LUN holds no data at all (never written or unmapped). A store
@@ -436,11 +431,12 @@ static bool step(struct xcopy_op *op)
         }
         op->chunk = left < XCOPY_CHUNK ? left : XCOPY_CHUNK;
         uint64_t pos = s->backward ? left - op->chunk : op->seg_done;
+        op->chunk_src = s->src_off + pos;
+        op->chunk_dst = s->dst_off + pos;
         if (s->src->mapped && s->dst->mapped) {
-            /* both in RAM: memmove is right for overlapping ranges of one LUN too (the chunk
-             * order, backward when the destination is above, does the rest). A chunk at a
-             * time, and the reactor gets a turn every XCOPY_MOVE_BUDGET chunks, so a copy of
-             * gigabytes does not stall the other connections of this thread. */
+            /* both in RAM: every chunk completes at once, so the reactor gets a turn every
+             * XCOPY_MOVE_BUDGET chunks, and a copy of gigabytes does not stall the other
+             * connections of this thread */
             if (op->moves++ == XCOPY_MOVE_BUDGET) {
                 op->moves = 0;
                 struct reactor *r = reactor_self();
@@ -449,43 +445,24 @@ static bool step(struct xcopy_op *op)
                     return false;
                 }
             }
-            uint64_t src_off = s->src_off + pos, dst_off = s->dst_off + pos;
-            if (range_deallocated(s->src, src_off, op->chunk)) {
+            if (range_deallocated(s->src, op->chunk_src, op->chunk)) {
                 /* nothing written there: the destination is deallocated too (it then reads
                  * as zeros, LBPRZ), rather than filled with zeros, so a copy of a thin LUN
                  * stays thin */
                 op->phase = XC_LAST;
-                submit(op, s->dst, BS_UNMAP, dst_off, NULL);
+                submit(op, s->dst, BS_UNMAP, op->chunk_dst, NULL);
                 return false;
             }
-            memmove(bs_map_write(s->dst->bs, dst_off, op->chunk),
-                    bs_map_read(s->src->bs, src_off, op->chunk), op->chunk);
-            bs_map_write(s->dst->bs, dst_off, op->chunk); /* mapped again now the data is in */
-            op->seg_done += op->chunk;
-            op->total += op->chunk;
+        }
+        /* read a chunk, then write it (overlapping ranges of one LUN are right: the chunk
+         * order, backward when the destination is above, sees to it) */
+        if (!op->bounce && posix_memalign(&op->bounce, 4096, XCOPY_CHUNK)) {
+            op->bounce = NULL;
+            op->err = -ENOMEM;
             continue;
         }
-        op->chunk_src = s->src_off + pos;
-        op->chunk_dst = s->dst_off + pos;
-        int n = s->src->mapped
-                    ? bs_read_iov(s->src->bs, op->chunk_src, op->chunk, op->iov, SCSI_TASK_IOV_MAX)
-                    : 0;
-        if (n) { /* write the destination straight from the source's memory (or zeros) */
-            op->phase = XC_LAST;
-            submit_iov(op, s->dst, BS_WRITE, op->chunk_dst, n);
-        } else if (s->dst->mapped) { /* read the source straight into the destination */
-            op->phase = XC_LAST;
-            submit(op, s->src, BS_READ, op->chunk_src,
-                   bs_map_write(s->dst->bs, op->chunk_dst, op->chunk));
-        } else {
-            if (!op->bounce && posix_memalign(&op->bounce, 4096, XCOPY_CHUNK)) {
-                op->bounce = NULL;
-                op->err = -ENOMEM;
-                continue;
-            }
-            op->phase = XC_BOUNCE;
-            submit(op, s->src, BS_READ, op->chunk_src, op->bounce);
-        }
+        op->phase = XC_BOUNCE;
+        submit(op, s->src, BS_READ, op->chunk_src, op->bounce);
         return false;
     }
 }
@@ -511,10 +488,6 @@ static void io_done(struct bs_io *io, int err)
     } else if (op->phase == XC_BOUNCE) {
         op->phase = XC_BOUNCED;
     } else {
-        if (io->op == BS_READ) { /* read into RAM LUN memory: mapped again now it is in */
-            const struct xcopy_seg *s = &op->segs[op->cur];
-            bs_map_write(s->dst->bs, op->chunk_dst, op->chunk);
-        }
         op->phase = XC_IDLE;
         op->seg_done += op->chunk;
         op->total += op->chunk;

@@ -204,6 +204,7 @@ class Session:
     R2T and Data-In, NOP answers."""
 
     count = 0
+    conn_class = Conn  # a test may give its sessions a Conn that also does digests
 
     def __init__(self, port, name=INITIATOR, isid=None, want=None, src=None):
         self.port = port
@@ -225,7 +226,7 @@ class Session:
         return self.itt
 
     def login(self):
-        self.c = Conn(self.port, src=self.src)
+        self.c = self.conn_class(self.port, src=self.src)
         sec = [("InitiatorName", self.name), ("TargetName", TARGET), ("SessionType", "Normal"),
                ("AuthMethod", "None")]
         h, d = login_pdu(sec, csg=0, nsg=1, isid=self.isid, itt=self.next_itt(),
@@ -248,6 +249,7 @@ class Session:
               "good login: operational stage refused (0x%04x)" % login_status(rh))
         check(rh[1] & 0x80 and rh[1] & 3 == 3, "good login: no transit to full feature phase")
         keys = parse_kv(rd)
+        self.keys = keys
         self.expstatsn = struct.unpack(">I", rh[24:28])[0] + 1
         self.tsih = struct.unpack(">H", rh[14:16])[0]
         self.target_mrdsl = int(keys.get("MaxRecvDataSegmentLength", "8192"))
@@ -408,9 +410,10 @@ class Daemon:
 
     def __init__(self, binary, threads=2, lun="ram:%d" % LUN_BYTES, log_level="warn",
                  prefix="hostile-target-", config=None, extra=()):
-        """config: global config-file lines ("login-timeout = 2"); the daemon is then started
-        with --config and a file holding them, the portal and the target. extra: more
-        arguments (more --lun, --inject)."""
+        """lun: a --lun SPEC, or a list of them (LUN 0, 1, ... in order). config: global
+        config-file lines ("login-timeout = 2"); the daemon is then started with --config and a
+        file holding them, the portal and the target. extra: more arguments (--inject)."""
+        luns = [lun] if isinstance(lun, str) else list(lun)
         self.binary = binary
         self.log = tempfile.NamedTemporaryFile(prefix=prefix, suffix=".log", delete=False)
         self.conf = None
@@ -419,14 +422,15 @@ class Daemon:
             s.bind(("127.0.0.1", 0))
             self.port = s.getsockname()[1]
             s.close()
-            args = [binary, "--listen", "127.0.0.1:%d" % self.port, "--target-name", TARGET,
-                    "--lun", lun]
+            args = [binary, "--listen", "127.0.0.1:%d" % self.port, "--target-name", TARGET]
+            for spec in luns:
+                args += ["--lun", spec]
             if config is not None:
                 self.conf = tempfile.NamedTemporaryFile("w", prefix=prefix, suffix=".conf",
                                                         delete=False)
                 self.conf.write("\n".join(list(config) + [
-                    "portal = 127.0.0.1:%d" % self.port, "[target %s]" % TARGET,
-                    "lun = %s" % lun]) + "\n")
+                    "portal = 127.0.0.1:%d" % self.port, "[target %s]" % TARGET] +
+                    ["lun = %s" % spec for spec in luns]) + "\n")
                 self.conf.close()
                 args = [binary, "--config", self.conf.name]
             self.proc = subprocess.Popen(
@@ -446,6 +450,17 @@ class Daemon:
 
     def alive(self):
         return self.proc.poll() is None
+
+    def stop(self):
+        """SIGTERM: the daemon must exit 0 within 15 s."""
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            rc = self.proc.wait(15)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+            raise TestFailure("daemon did not exit within 15 s of SIGTERM")
+        check(rc == 0, "daemon exited %d on SIGTERM" % rc)
 
     def rss_kb(self):
         try:

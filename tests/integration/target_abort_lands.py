@@ -25,9 +25,7 @@ after the answer, to be dropped):
 Then the daemon exits 0 on SIGTERM. Bounded: about 35 s. Python 3 standard library only."""
 
 import os
-import signal
 import struct
-import subprocess
 import sys
 import tempfile
 import time
@@ -171,20 +169,8 @@ def prout(sess, lun, sa, key, sark, typ=0):
 class Daemon(hostile.Daemon):
     def __init__(self, binary, luns):
         extra = ["--inject", "store-delay=%d" % DELAY_MS_PER_MIB, "--ctl-socket", "none"]
-        for spec in luns[1:]:
-            extra += ["--lun", spec]
-        super().__init__(binary, threads=2, lun=luns[0], log_level="info",
-                         prefix="abort-lands-", extra=extra)
-
-    def stop(self):
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            rc = self.proc.wait(20)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-            raise TestFailure("daemon did not exit within 20 s of SIGTERM")
-        check(rc == 0, "daemon exited %d on SIGTERM" % rc)
+        super().__init__(binary, threads=2, lun=luns, log_level="info", prefix="abort-lands-",
+                         extra=extra)
 
 
 def one_round(port, lun, kind, lun_name, round_no, ram):

@@ -33,10 +33,8 @@ new CID), InitialR2T=Yes and ImmediateData=No:
 Exit 0 when every check holds, 1 with the reason otherwise. Python 3 standard library only."""
 
 import os
-import signal
 import socket
 import struct
-import subprocess
 import sys
 import time
 
@@ -66,16 +64,6 @@ class Daemon(hostile.Daemon):
 
     def tail(self, n=30):
         return self.log_tail(n)
-
-    def stop(self):
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            rc = self.proc.wait(15)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-            raise TestFailure("daemon did not exit within 15 s of SIGTERM")
-        check(rc == 0, "daemon exited %d on SIGTERM" % rc)
 
     def kill(self):
         if self.proc.poll() is None:

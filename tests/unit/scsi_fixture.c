@@ -104,6 +104,7 @@ struct bs *sfx_store_open(uint64_t size, bool write_cache, struct sfx_store **ou
     bs->ops = &store_ops;
     bs->size = size;
     bs->write_cache = write_cache;
+    bs->write_atomic = true; /* synchronous copies on one thread: all or nothing */
     bs->priv = m;
     *out = m;
     return bs;

@@ -347,6 +347,34 @@ static void test_null(void **state)
 
 /* ---- ram --------------------------------------------------------------------------------- */
 
+/* Copies take the RAM store's stripe locks of the 1 MiB regions they touch (64 stripes): a
+ * range wrapping around the stripe array, one spanning every stripe, and an UNMAP of more than
+ * that each lock every stripe once and let go (a stripe locked twice, or left locked, would
+ * hang the next request). */
+static void test_ram_stripes(void **state)
+{
+    (void)state;
+    const uint64_t mib = 1 << 20;
+    struct bs *bs = open_ok("ram:160M");
+    uint8_t *wr = malloc(8 * mib), *rd = malloc(8 * mib);
+    assert_non_null(wr);
+    assert_non_null(rd);
+    fill(wr, 8 * mib, 7);
+    uint64_t offs[] = {63 * mib + 4096, 60 * mib, 127 * mib + 512};
+    for (size_t i = 0; i < sizeof(offs) / sizeof(offs[0]); i++) {
+        assert_int_equal(submit_buf(bs, BS_WRITE, offs[i], wr, 8 * mib, false), 0);
+        assert_int_equal(submit_buf(bs, BS_READ, offs[i], rd, 8 * mib, false), 0);
+        assert_memory_equal(rd, wr, 8 * mib);
+    }
+    assert_int_equal(submit_buf(bs, BS_UNMAP, 0, NULL, 150 * mib, false), 0);
+    assert_int_equal(submit_buf(bs, BS_READ, 60 * mib, rd, 8 * mib, false), 0);
+    assert_true(all_zero(rd, 8 * mib));
+    assert_int_equal(submit_buf(bs, BS_WRITE, 0, wr, 4096, false), 0); /* all unlocked */
+    free(wr);
+    free(rd);
+    bs_close(bs);
+}
+
 static void test_ram_round_trip(void **state)
 {
     (void)state;
@@ -903,6 +931,7 @@ int main(void)
         cmocka_unit_test(test_spec_bad),
         cmocka_unit_test(test_null),
         cmocka_unit_test(test_ram_round_trip),
+        cmocka_unit_test(test_ram_stripes),
         cmocka_unit_test(test_ram_bounds),
         cmocka_unit_test(test_ram_allocation_map),
         cmocka_unit_test(test_ram_thin_read_costs_nothing),

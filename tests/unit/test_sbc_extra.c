@@ -132,7 +132,9 @@ static void test_provisioning_reported(void **state)
     assert_int_equal(get_be64(d + 36), SBC_MAX_WRITE_SAME_BLOCKS);
     assert_int_equal(get_be32(d + 44), SBC_MAX_ATOMIC_BYTES / 512);
     assert_true(get_be32(d + 44) <= get_be32(d + 8)); /* atomic <= maximum transfer */
-    run(f, 1, inq, NULL, 0);                          /* fully provisioned: no UNMAP limits */
+    run(f, 3, inq, NULL, 0); /* a file: no WRITE ATOMIC (not atomic across a power loss) */
+    assert_int_equal(get_be32(data(f) + 44), 0);
+    run(f, 1, inq, NULL, 0); /* fully provisioned: no UNMAP limits */
     assert_int_equal(get_be32(data(f) + 20), 0);
     assert_int_equal(get_be32(data(f) + 24), 0);
     /* a store that releases whole units only (rbd: 4 MiB objects) says its unit */
@@ -459,63 +461,39 @@ static int setup_only(struct fx *f, struct scsi_task *t, const uint8_t *cdb, uin
     return scsi_task_setup(t);
 }
 
-/* A WRITE placed straight into RAM LUN memory keeps a COMPARE AND WRITE of the LUN waiting
- * until all its data is in, so the compare never sees a half-written block; a WRITE set up
- * while the COMPARE AND WRITE waits takes a buffer and is stored after it. */
-static void test_caw_ordered_with_direct_write(void **state)
+/* A WRITE on a RAM LUN is received into a buffer of the task's own and copied into the LUN at
+ * exec, under the range lock: a COMPARE AND WRITE waiting for the range sees it whole or not
+ * at all, and the LUN's memory holds none of it until then (so a READ cannot see part). */
+static void test_caw_ordered_with_write(void **state)
 {
     struct fx *f = *state;
     write_blocks(f, 0, 7, 1, 'A', 512);
-    struct scsi_task w, w2;
-    uint8_t wcdb[16], c[16], buf[1024];
+    struct scsi_task w;
+    uint8_t wcdb[16], rcdb[16], c[16], buf[1024];
     sfx_cdb10(wcdb, 0x2a, 0, 7, 1);
     assert_int_equal(setup_only(f, &w, wcdb, 512), 0);
-    assert_true(scsi_core(&w)->rl_fast); /* direct: the transport fills LUN memory */
+    assert_true(w.buffered);             /* not the LUN's memory */
     memset(w.iov[0].iov_base, 'Z', 256); /* half of its data has arrived */
+    sfx_cdb10(rcdb, 0x28, 0, 7, 1);
+    assert_int_equal(run(f, 0, rcdb, NULL, 0), SCSI_STATUS_GOOD);
+    assert_blocks(f, 0, 7, 1, 'A', 512); /* a READ meanwhile: the old block, whole */
 
     memset(buf, 'A', 512);
     memset(buf + 512, 'B', 512);
     caw_cdb(c, 7, 1);
     sfx_done_calls = 0;
+    scsi_task_release(&f->t); /* the READ's */
     assert_int_equal(setup_only(f, &f->t, c, sizeof(buf)), 0);
     memcpy(f->t.iov[0].iov_base, buf, sizeof(buf));
     scsi_task_exec(&f->t);
-    assert_int_equal(sfx_done_calls, 0); /* waits for the write */
-
-    assert_int_equal(setup_only(f, &w2, wcdb, 512), 0);
-    assert_false(scsi_core(&w2)->rl_fast); /* behind the waiting COMPARE AND WRITE: buffered */
-    memset(w2.iov[0].iov_base, 'Y', 512);
-    scsi_task_exec(&w2);
-    assert_int_equal(sfx_done_calls, 0);
+    assert_int_equal(sfx_done_calls, 1); /* found 'A': wrote 'B' */
+    assert_int_equal(f->t.status, SCSI_STATUS_GOOD);
 
     memset((uint8_t *)w.iov[0].iov_base + 256, 'Z', 256); /* the rest arrives */
     scsi_task_exec(&w);
-    /* the write completed, then the COMPARE AND WRITE found 'Z', then the buffered write */
-    assert_int_equal(sfx_done_calls, 3);
-    assert_int_equal(f->t.status, SCSI_STATUS_CHECK_CONDITION);
-    assert_sense(&f->t, 0xe, 0x1d, 0x00);
-    assert_int_equal(get_be32(f->t.sense + 3), 0); /* differs from the first byte */
-    assert_blocks(f, 0, 7, 1, 'Y', 512);
+    assert_int_equal(sfx_done_calls, 2);
+    assert_blocks(f, 0, 7, 1, 'Z', 512);
     scsi_task_release(&w);
-    scsi_task_release(&w2);
-}
-
-/* A direct WRITE that never reaches exec (aborted, connection lost) lets go when released. */
-static void test_direct_write_released_unfinished(void **state)
-{
-    struct fx *f = *state;
-    struct scsi_task w;
-    uint8_t wcdb[16], c[16], buf[1024];
-    write_blocks(f, 0, 9, 1, 'A', 512);
-    sfx_cdb10(wcdb, 0x2a, 0, 9, 1);
-    assert_int_equal(setup_only(f, &w, wcdb, 512), 0);
-    assert_true(scsi_core(&w)->rl_fast);
-    scsi_task_release(&w); /* never executed */
-    memset(buf, 'A', 512);
-    memset(buf + 512, 'B', 512);
-    caw_cdb(c, 9, 1);
-    assert_int_equal(run(f, 0, c, buf, sizeof(buf)), SCSI_STATUS_GOOD);
-    assert_blocks(f, 0, 9, 1, 'B', 512);
 }
 
 static void test_compare_and_write_refusals(void **state)
@@ -564,6 +542,12 @@ static void test_orwrite_and_atomic(void **state)
         c[0] = 0x9c;
         put_be64(c + 2, 3);
         put_be16(c + 12, 2);
+        if (lun == 3) { /* a file: not atomic across a power loss, so not offered */
+            run(f, lun, c, buf, sizeof(buf));
+            assert_sense(&f->t, 0x5, 0x20, 0x00); /* INVALID COMMAND OPERATION CODE */
+            assert_blocks(f, lun, 3, 2, 0xaf, 512);
+            continue;
+        }
         assert_int_equal(run(f, lun, c, buf, sizeof(buf)), SCSI_STATUS_GOOD);
         assert_blocks(f, lun, 3, 2, 0x42, 512);
     }
@@ -789,6 +773,16 @@ static void test_rsoc_lists_rows(void **state)
     put_be32(one + 6, 64);
     run(f, 0, one, NULL, 0);
     assert_int_equal(data(f)[1] & 7, 1);
+    uint8_t atomic[16] = {0xa3, 0x0c, 0x01, 0x9c}; /* WRITE ATOMIC(16) */
+    put_be32(atomic + 6, 64);
+    run(f, 0, atomic, NULL, 0); /* RAM: supported */
+    assert_int_equal(data(f)[1] & 7, 3);
+    run(f, 3, atomic, NULL, 0); /* a file: not offered */
+    assert_int_equal(data(f)[1] & 7, 1);
+    assert_int_equal(run(f, 3, c, NULL, 0), SCSI_STATUS_GOOD); /* nor listed */
+    d = data(f);
+    for (uint32_t off = 4; off < 4 + get_be32(d); off += 8)
+        assert_int_not_equal(d[off], 0x9c);
 }
 
 /* --- the range lock --- */
@@ -807,7 +801,8 @@ static void test_range_lock(void **state)
     scsi_rl_init(&rl);
     granted_calls = 0;
     struct scsi_rl_req a = {.off = 0, .len = 4096, .granted = count_granted};
-    struct scsi_rl_req b = {.off = 1024, .len = 512, .excl = true, .granted = count_granted};
+    struct scsi_rl_req b = {
+        .off = 1024, .len = 512, .mode = SCSI_RL_EXCL, .granted = count_granted};
     struct scsi_rl_req c = {.off = 8192, .len = 512, .granted = count_granted};
     struct scsi_rl_req d = {.off = 1024, .len = 512, .granted = count_granted};
     assert_true(scsi_rl_acquire(&rl, &a));  /* shared */
@@ -832,6 +827,49 @@ static void test_range_lock(void **state)
     scsi_rl_destroy(&rl);
 }
 
+/* READ and WRITE modes (stores with order_rw): READs share, a WRITE excludes overlapping READs
+ * and WRITEs, neither excludes a shared holder (UNMAP, WRITE SAME), disjoint ranges go. */
+static void test_range_lock_read_write(void **state)
+{
+    (void)state;
+    struct scsi_range_lock rl;
+    scsi_rl_init(&rl);
+    granted_calls = 0;
+    struct scsi_rl_req r1 = {.off = 0, .len = 4096, .mode = SCSI_RL_READ, .granted = count_granted};
+    struct scsi_rl_req r2 = {
+        .off = 512, .len = 512, .mode = SCSI_RL_READ, .granted = count_granted};
+    struct scsi_rl_req w1 = {
+        .off = 3584, .len = 1024, .mode = SCSI_RL_WRITE, .granted = count_granted};
+    struct scsi_rl_req w2 = {
+        .off = 4096, .len = 512, .mode = SCSI_RL_WRITE, .granted = count_granted};
+    struct scsi_rl_req sh = {.off = 0, .len = 8192, .granted = count_granted};
+    struct scsi_rl_req w3 = {
+        .off = 8192, .len = 512, .mode = SCSI_RL_WRITE, .granted = count_granted};
+    assert_true(scsi_rl_acquire(&rl, &r1));
+    assert_true(scsi_rl_acquire(&rl, &r2));  /* reads share */
+    assert_false(scsi_rl_acquire(&rl, &w1)); /* overlaps r1: waits */
+    assert_false(scsi_rl_acquire(&rl, &w2)); /* overlaps the waiting w1: behind it */
+    struct scsi_rl_req r3 = {
+        .off = 4096, .len = 512, .mode = SCSI_RL_READ, .granted = count_granted};
+    assert_false(scsi_rl_acquire(&rl, &r3)); /* a READ behind the waiting WRITEs too */
+    assert_true(scsi_rl_acquire(&rl, &sh));  /* shared: not excluded by either */
+    assert_true(scsi_rl_acquire(&rl, &w3));  /* elsewhere: goes */
+    assert_true(scsi_rl_try_fast(&rl));      /* no exclusive request: the fast path is open */
+    scsi_rl_release_fast(&rl);
+    scsi_rl_release(&rl, &r2);
+    assert_int_equal(granted_calls, 0);
+    scsi_rl_release(&rl, &r1);
+    assert_int_equal(granted_calls, 1); /* w1 */
+    scsi_rl_release(&rl, &w1);
+    assert_int_equal(granted_calls, 2); /* w2 */
+    scsi_rl_release(&rl, &w2);
+    assert_int_equal(granted_calls, 3); /* r3 */
+    scsi_rl_release(&rl, &r3);
+    scsi_rl_release(&rl, &w3);
+    scsi_rl_release(&rl, &sh);
+    scsi_rl_destroy(&rl);
+}
+
 /* A COMPARE AND WRITE queued behind another exclusive holder of its range runs when that one
  * lets go, and a WRITE on a store that is not memory waits for it the same way. */
 static void test_caw_waits_for_range(void **state)
@@ -839,7 +877,8 @@ static void test_caw_waits_for_range(void **state)
     struct fx *f = *state;
     struct scsi_lun *lu = scsi_target_lun(&f->tg, 1);
     write_blocks(f, 1, 0, 1, 'A', 512);
-    struct scsi_rl_req hold = {.off = 0, .len = 512, .excl = true, .granted = count_granted};
+    struct scsi_rl_req hold = {
+        .off = 0, .len = 512, .mode = SCSI_RL_EXCL, .granted = count_granted};
     assert_true(scsi_rl_acquire(&lu->rl, &hold));
 
     uint8_t c[16], buf[1024];
@@ -879,8 +918,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_write_same_refusals, setup, teardown),
         cmocka_unit_test_setup_teardown(test_get_lba_status, setup, teardown),
         cmocka_unit_test_setup_teardown(test_compare_and_write, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_caw_ordered_with_direct_write, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_direct_write_released_unfinished, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_caw_ordered_with_write, setup, teardown),
         cmocka_unit_test_setup_teardown(test_compare_and_write_refusals, setup, teardown),
         cmocka_unit_test_setup_teardown(test_orwrite_and_atomic, setup, teardown),
         cmocka_unit_test_setup_teardown(test_prefetch_and_defects, setup, teardown),
@@ -890,6 +928,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_software_write_protect, setup, teardown),
         cmocka_unit_test_setup_teardown(test_rsoc_lists_rows, setup, teardown),
         cmocka_unit_test(test_range_lock),
+        cmocka_unit_test(test_range_lock_read_write),
         cmocka_unit_test_setup_teardown(test_caw_waits_for_range, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

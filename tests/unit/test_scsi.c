@@ -624,7 +624,7 @@ static void fill(uint8_t *p, size_t n, unsigned seed)
         p[i] = (uint8_t)(seed + i * 7 + (i >> 9));
 }
 
-static void test_rw_ram_direct(void **state)
+static void test_rw_ram(void **state)
 {
     struct fx *f = *state;
     static uint8_t out[8192], back[8192];
@@ -633,16 +633,19 @@ static void test_rw_ram_direct(void **state)
     assert_int_equal(run(f, f->n1, 0, w10, out, sizeof(out)), SCSI_STATUS_GOOD);
     assert_int_equal(f->t.dir, SCSI_DIR_WRITE);
     assert_int_equal(f->t.xfer_len, 8192);
-    /* zero-copy: the data went straight into the RAM LUN */
+    /* received into a buffer of the task's own and copied into the RAM LUN, so the LUN never
+     * holds part of it */
     struct scsi_lun *lu = scsi_target_lun(&f->tg, 0);
     assert_int_equal(f->t.iovcnt, 1);
-    assert_ptr_equal(f->t.iov[0].iov_base, bs_map_read(lu->bs, 10 * 512, 8192));
-    assert_false(f->t.buffered);
+    assert_true(f->t.buffered);
+    assert_memory_equal(bs_map_read(lu->bs, 10 * 512, 8192), out, 8192);
 
+    /* and read by copying out of it: what the transport sends, nobody else writes */
     uint8_t r16[16] = {0x88, 0, 0, 0, 0, 0, 0, 0, 0, 10, 0, 0, 0, 16};
     assert_int_equal(run(f, f->n1, 0, r16, NULL, 0), SCSI_STATUS_GOOD);
     assert_int_equal(f->t.data_len, 8192);
-    assert_false(f->t.buffered);
+    assert_true(f->t.buffered);
+    assert_ptr_not_equal(f->t.iov[0].iov_base, bs_map_read(lu->bs, 10 * 512, 8192));
     memcpy(back, data(f), 8192);
     assert_memory_equal(back, out, 8192);
 
@@ -1164,7 +1167,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_ua_nexus_loss, setup, teardown),
         cmocka_unit_test_setup_teardown(test_ua_tasks_cleared, setup, teardown),
         cmocka_unit_test_setup_teardown(test_read_capacity, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_rw_ram_direct, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_rw_ram, setup, teardown),
         cmocka_unit_test_setup_teardown(test_rw_refusals, setup, teardown),
         cmocka_unit_test_setup_teardown(test_rw_submit_path, setup, teardown),
         cmocka_unit_test_setup_teardown(test_write_edtl_short, setup, teardown),

@@ -1,0 +1,375 @@
+#!/usr/bin/env python3
+"""READs racing WRITEs never return a block half written, and Data-In digests cover the bytes sent.
+
+usage: target_tear.py PATH/TO/linerate-target
+
+The daemon runs with --threads 2 and three LUNs: 0 RAM, 1 a buffered file, 2 an O_DIRECT file.
+For each LUN, at once and over the same small LBA range, sessions of their own (so connections
+land on both reactors) hammer it: writers WRITE(10) random 4 KiB-aligned pieces of the range,
+every 512-byte block self-checking (its LBA and the write's generation, then a pattern derived
+from both), readers READ(10) random pieces and check every block: it must be the whole block of
+one generation, at its own LBA. One reader of each LUN negotiates DataDigest=CRC32C and checks
+the digest of every Data-In PDU against the bytes it carries. A LUN whose VPD B0h advertises a
+MAXIMUM ATOMIC TRANSFER LENGTH also gets a WRITE ATOMIC(16) writer over a range of its own, whose
+readers must see one generation across the whole READ; a file LUN must advertise none (a
+buffered or device write is not all or nothing across a power loss). Bounded in count and time
+(about 10 s of traffic), no timing assertions; the daemon must exit 0 on SIGTERM.
+Exit 0 when every check holds, 1 with the counts otherwise. Python 3 standard library only."""
+
+import os
+import random
+import struct
+import sys
+import tempfile
+import threading
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import hostile  # noqa: E402  (the raw initiator: Session, Conn, Daemon)
+from hostile import (OP_DATA_IN, OP_SCSI, OP_SCSI_RSP, TestFailure, bhs, check,  # noqa: E402
+                     cdb_rw10, lun_field)
+
+BLOCK = 512
+HOT = 256  # LBAs [0, 256): plain WRITE vs READ
+ATOMIC_LBA, ATOMIC_BLOCKS = 512, 64  # [512, 576): WRITE ATOMIC vs READ
+PIECE = 8  # 4 KiB: every transfer is a multiple, aligned (the O_DIRECT LUN likes it)
+TRAFFIC_S = 10.0
+MAX_OPS = 5000  # batches per thread
+DEPTH = 8  # commands in flight per session: the target works on them together
+WRITERS, READERS = 2, 2
+
+# ---------------------------------------------------------------- CRC32C (RFC 7143 §12.1)
+
+
+def _crc_table16():
+    t8 = []
+    for i in range(256):
+        c = i
+        for _ in range(8):
+            c = (c >> 1) ^ 0x82F63B78 if c & 1 else c >> 1
+        t8.append(c)
+    # two bytes per step: the reflected CRC of the 16-bit value i
+    return [(t8[i & 0xFF] >> 8) ^ t8[(t8[i & 0xFF] ^ (i >> 8)) & 0xFF] for i in range(65536)]
+
+
+CRC16 = _crc_table16()
+
+
+def crc32c(data):
+    """CRC32C of data (its length a multiple of 2: iSCSI pads data segments to 4)."""
+    crc = 0xFFFFFFFF
+    t = CRC16
+    for w in memoryview(data).cast("H"):  # little-endian host (x86, arm64)
+        crc = t[(crc ^ w) & 0xFFFF] ^ (crc >> 16)
+    return crc ^ 0xFFFFFFFF
+
+
+class DigestConn(hostile.Conn):
+    """hostile.Conn with DataDigest=CRC32C once `ddigest` is set (after login); counts the
+    Data-In PDUs whose digest does not match their bytes instead of failing at once."""
+
+    ddigest = False
+    pdus = 0
+    bad = 0
+
+    def send_pdu(self, hdr, data=b""):
+        padded = hostile.pad(data)
+        if self.ddigest and data:
+            padded += struct.pack("<I", crc32c(padded))
+        self.sock.sendall(hdr + padded)
+
+    def recv_pdu(self, timeout=None):
+        if not self.ddigest:
+            return super().recv_pdu(timeout)
+        deadline = time.monotonic() + (timeout if timeout is not None else self.timeout)
+        h = self._recv_exact(48, deadline)
+        ahs = h[4] * 4
+        dlen = int.from_bytes(h[5:8], "big")
+        seg = dlen + ((-dlen) % 4)
+        rest = self._recv_exact(ahs + seg + (4 if dlen else 0), deadline) if ahs + dlen else b""
+        if dlen:
+            self.pdus += 1
+            padded = rest[ahs:ahs + seg]
+            if struct.unpack("<I", rest[ahs + seg:])[0] != crc32c(padded):
+                self.bad += 1
+        return h, rest[ahs:ahs + dlen]
+
+
+class DigestSession(hostile.Session):
+    conn_class = DigestConn
+
+
+# ---------------------------------------------------------------- self-checking blocks
+
+_cache = {}
+
+
+def block(lba, gen):
+    b = _cache.get((lba, gen))
+    if b is None:
+        fill = (lba * 0x9E3779B97F4A7C15 ^ (gen + 1) * 0xC2B2AE3D27D4EB4F) & (2**64 - 1)
+        b = struct.pack(">QQ", lba, gen) + struct.pack(">Q", fill) * ((BLOCK - 16) // 8)
+        if len(_cache) < 50000:
+            _cache[(lba, gen)] = b
+    return b
+
+
+def blocks(lba, n, gen):
+    return b"".join(block(lba + i, gen) for i in range(n))
+
+
+def block_gen(data, i, lba):
+    """The generation of block i of data (at lba), or None when it is not a whole block."""
+    b = data[i * BLOCK:(i + 1) * BLOCK]
+    got_lba, gen = struct.unpack(">QQ", b[:16])
+    if got_lba != lba or b != block(lba, gen):
+        return None
+    return gen
+
+
+def torn_blocks(data, lba, n):
+    """How many of the n blocks of data (from lba) are not whole blocks of one generation."""
+    gens = [struct.unpack_from(">Q", data, j * BLOCK + 8)[0] for j in range(n)]
+    if data == b"".join(block(lba + j, g) for j, g in enumerate(gens)):
+        return 0
+    return sum(block_gen(data, j, lba + j) is None for j in range(n))
+
+
+def cdb_write_atomic16(lba, n):
+    return struct.pack(">BBQHHBB", 0x9C, 0, lba, 0, n, 0, 0)
+
+
+def cdb_inquiry_vpd(page, alloc):
+    return struct.pack(">BBBHB", 0x12, 1, page, alloc, 0)
+
+
+def pipeline(s, lun, cmds):
+    """Send every (cdb, read_len, write_data) of cmds at once, each write whole as immediate
+    data, then collect the answers: [(status, data-in)] in order."""
+    order, pend = [], {}
+    for cdb, rlen, wdata in cmds:
+        itt = s.next_itt()
+        wlen = len(wdata) if wdata else 0
+        check(wlen <= min(s.first_burst, s.target_mrdsl), "write beyond immediate data")
+        flags = 0x80 | (0x40 if rlen else 0) | (0x20 if wlen else 0) | 0x01
+        h = bhs(OP_SCSI, flags, lun_field(lun), itt, rlen or wlen, s.cmdsn, s.expstatsn,
+                cdb.ljust(16, b"\0"), data=wdata or b"")
+        s.cmdsn += 1
+        s.c.send_pdu(h, wdata or b"")
+        order.append(itt)
+        pend[itt] = [None, bytearray(rlen)]
+    left = len(order)
+    while left:
+        rh, rd = s.recv(10.0)
+        op = rh[0] & 0x3F
+        itt = struct.unpack(">I", rh[16:20])[0]
+        check(itt in pend and pend[itt][0] is None, "answer for ITT 0x%x, op 0x%x" % (itt, op))
+        if op == OP_DATA_IN:
+            off = struct.unpack(">I", rh[40:44])[0]
+            buf = pend[itt][1]
+            check(off + len(rd) <= len(buf), "Data-In beyond EDTL")
+            buf[off:off + len(rd)] = rd
+            if not rh[1] & 0x01:
+                continue
+        else:
+            check(op == OP_SCSI_RSP, "unexpected PDU 0x%02x" % op)
+        pend[itt][0] = rh[3]
+        left -= 1
+    return [(pend[i][0], bytes(pend[i][1])) for i in order]
+
+
+# ---------------------------------------------------------------- the traffic
+
+
+class Tally:
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.reads = self.writes = self.atomic_reads = 0
+        self.torn = self.mixed = 0
+        self.errors = []
+
+    def add(self, **kw):
+        with self.lock:
+            for k, v in kw.items():
+                setattr(self, k, getattr(self, k) + v)
+
+
+class Load:
+    """The traffic against one LUN."""
+
+    def __init__(self, port, lun, name, ip):
+        self.port, self.lun, self.name, self.ip = port, lun, name, ip
+        self.tally = Tally()
+        self.sessions = []
+        self.digest = None
+        self.atomic = False
+
+    def session(self, digest=False):
+        cls = DigestSession if digest else hostile.Session
+        want = {"DataDigest": "CRC32C"} if digest else {}
+        s = cls(self.port, want=want, src="127.0.%d.%d" % (self.ip, len(self.sessions) + 1))
+        s.login()
+        if digest:
+            check(s.keys.get("DataDigest") == "CRC32C",
+                  "%s: DataDigest not negotiated (%r)" % (self.name, s.keys.get("DataDigest")))
+            s.c.ddigest = True
+            self.digest = s.c
+        st, _, _ = s.scsi_retry_ua(bytes(6), lun=self.lun)  # TEST UNIT READY: the power-on UA
+        check(st == 0, "%s: TEST UNIT READY status %d" % (self.name, st))
+        self.sessions.append(s)
+        return s
+
+    def prepare(self):
+        s = self.session()
+        st, _, _ = s.scsi(cdb_rw10(0x2A, 0, HOT), write_data=blocks(0, HOT, 0), lun=self.lun)
+        check(st == 0, "%s: initial WRITE status %d" % (self.name, st))
+        st, _, vpd = s.scsi(cdb_inquiry_vpd(0xB0, 64), read_len=64, lun=self.lun)
+        check(st == 0 and len(vpd) >= 48, "%s: VPD B0h not read" % self.name)
+        max_atomic = struct.unpack(">I", vpd[44:48])[0]
+        self.max_atomic = max_atomic
+        self.atomic = max_atomic >= ATOMIC_BLOCKS
+        if self.atomic:
+            st, _, _ = s.scsi(cdb_write_atomic16(ATOMIC_LBA, ATOMIC_BLOCKS),
+                              write_data=blocks(ATOMIC_LBA, ATOMIC_BLOCKS, 0), lun=self.lun)
+            check(st == 0, "%s: initial WRITE ATOMIC status %d" % (self.name, st))
+
+    def threads(self, stop):
+        work = []
+        for w in range(WRITERS):
+            work.append((self.writer, self.session(), w))
+        for r in range(READERS):
+            work.append((self.reader, self.session(digest=(r == 0)), r))
+        if self.atomic:
+            work.append((self.atomic_writer, self.session(), WRITERS))
+            work.append((self.atomic_reader, self.session(), 0))
+        return [threading.Thread(target=self.run, args=(fn, s, i, stop), daemon=True)
+                for fn, s, i in work]
+
+    def run(self, fn, s, i, stop):
+        rnd = random.Random(i * 7919 + self.lun)
+        try:
+            for k in range(MAX_OPS):
+                if stop.is_set():
+                    break
+                fn(s, i, k, rnd)
+        except Exception as e:  # noqa: BLE001  (reported with the counts)
+            self.tally.add(errors=["%s: %s: %r" % (self.name, fn.__name__, e)])
+            stop.set()
+
+    @staticmethod
+    def piece(rnd, first, count, most):
+        n = PIECE * rnd.randint(1, most // PIECE)
+        return first + PIECE * rnd.randrange((count - n) // PIECE + 1), n
+
+    def writer(self, s, i, k, rnd):
+        cmds = []
+        for j in range(DEPTH):
+            lba, n = self.piece(rnd, 0, HOT, HOT // 2)
+            gen = ((k * DEPTH + j) + 1) * (WRITERS + 1) + i  # unique per write, never 0
+            cmds.append((cdb_rw10(0x2A, lba, n), 0, blocks(lba, n, gen)))
+        for st, _ in pipeline(s, self.lun, cmds):
+            check(st == 0, "WRITE status %d" % st)
+        self.tally.add(writes=DEPTH)
+
+    def reader(self, s, i, k, rnd):
+        # the digest reader's own pieces are small: its CRC32C in Python is the slow part
+        most = HOT if s.c is not self.digest else 4 * PIECE
+        pieces = [self.piece(rnd, 0, HOT, most) for _ in range(DEPTH)]
+        cmds = [(cdb_rw10(0x28, lba, n), n * BLOCK, None) for lba, n in pieces]
+        torn = 0
+        for (lba, n), (st, data) in zip(pieces, pipeline(s, self.lun, cmds)):
+            check(st == 0, "READ status %d" % st)
+            torn += torn_blocks(data, lba, n)
+        self.tally.add(reads=DEPTH, torn=torn)
+
+    def atomic_writer(self, s, i, k, rnd):
+        gen = (k + 1) * (WRITERS + 1) + i
+        st, _, _ = s.scsi(cdb_write_atomic16(ATOMIC_LBA, ATOMIC_BLOCKS),
+                          write_data=blocks(ATOMIC_LBA, ATOMIC_BLOCKS, gen), lun=self.lun)
+        check(st == 0, "WRITE ATOMIC status %d" % st)
+        self.tally.add(writes=1)
+
+    def atomic_reader(self, s, i, k, rnd):
+        st, _, data = s.scsi(cdb_rw10(0x28, ATOMIC_LBA, ATOMIC_BLOCKS),
+                             read_len=ATOMIC_BLOCKS * BLOCK, lun=self.lun)
+        check(st == 0, "READ status %d" % st)
+        gens = [block_gen(data, j, ATOMIC_LBA + j) for j in range(ATOMIC_BLOCKS)]
+        self.tally.add(atomic_reads=1, torn=gens.count(None), mixed=int(len(set(gens)) > 1))
+
+    def report(self):
+        t = self.tally
+        d = self.digest
+        return ("%s: %d READs (%d torn blocks), %d WRITEs, %d atomic READs (%d mixing two "
+                "WRITE ATOMICs), Data-In with DataDigest %d (%d bad), max atomic %d blocks" %
+                (self.name, t.reads, t.torn, t.writes, t.atomic_reads, t.mixed,
+                 d.pdus if d else 0, d.bad if d else 0, self.max_atomic))
+
+    def failures(self):
+        t = self.tally
+        bad = list(t.errors)
+        if t.torn:
+            bad.append("%s: %d torn blocks" % (self.name, t.torn))
+        if t.mixed:
+            bad.append("%s: %d READs saw a WRITE ATOMIC half applied" % (self.name, t.mixed))
+        if self.digest and self.digest.bad:
+            bad.append("%s: %d Data-In PDUs with a wrong data digest" %
+                       (self.name, self.digest.bad))
+        if self.lun != 0 and self.max_atomic:
+            bad.append("%s: advertises WRITE ATOMIC of %d blocks, not atomic across a power "
+                       "loss" % (self.name, self.max_atomic))
+        if not t.reads or not t.writes:
+            bad.append("%s: no traffic" % self.name)
+        return bad
+
+
+def main():
+    binary = sys.argv[1]
+    tmp = tempfile.mkdtemp(prefix="tear-")
+    files = [os.path.join(tmp, n) for n in ("buffered.img", "direct.img")]
+    d = hostile.Daemon(binary, threads=2, log_level="warn", prefix="tear-target-",
+                       lun=["ram:16M", "file:%s,size=16M" % files[0],
+                            "file:%s,size=16M,direct" % files[1]])
+    loads = []
+    try:
+        loads = [Load(d.port, 0, "ram", 1), Load(d.port, 1, "file", 2),
+                 Load(d.port, 2, "file,direct", 3)]
+        for ld in loads:
+            ld.prepare()
+        stop = threading.Event()
+        threads = [t for ld in loads for t in ld.threads(stop)]
+        for t in threads:
+            t.start()
+        stop.wait(TRAFFIC_S)
+        stop.set()
+        for t in threads:
+            t.join(30)
+            check(not t.is_alive(), "a traffic thread is stuck")
+        for ld in loads:
+            print(ld.report())
+        for ld in loads:
+            for s in ld.sessions:
+                s.logout()
+        d.stop()
+        bad = [f for ld in loads for f in ld.failures()]
+        if bad:
+            raise TestFailure("; ".join(bad))
+    except (TestFailure, hostile.Closed, OSError) as e:
+        print("FAIL: %s" % e)
+        if d.alive():
+            d.proc.kill()
+            d.proc.wait()
+        print(d.log_tail(20))
+        return 1
+    finally:
+        for f in files:
+            try:
+                os.unlink(f)
+            except OSError:
+                pass
+        os.rmdir(tmp)
+    print("OK")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
