@@ -258,7 +258,9 @@ static int set_respond(struct abort_fanout *f)
     struct iscsi_conn *c = f->c;
     int rc = ISCSI_OK;
     if (c->dead || c->phase != CONN_FFP) {
-        /* closed or logged out meanwhile: nobody to answer */
+        /* closed or logged out while the legs ran (its session, and so the nexus, may be gone
+         * with it): nobody to answer, and a reset is not done; the tasks are aborted, and the
+         * initiator, never told "complete", starts its recovery again */
     } else if (f->then == THEN_SET) {
         rc = tmf_answer_quiet(c, &f->req, ISCSI_TMF_RSP_COMPLETE, f->lun, false);
     } else if (f->then == THEN_COLD_RESET) {
