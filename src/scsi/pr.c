@@ -1117,7 +1117,7 @@ static bool cdb_allowed(const uint8_t *cdb)
     return false;
 }
 
-scsi_sr pr_check(struct scsi_task *t, const struct scsi_cmd *c, unsigned resv)
+scsi_sr pr_check(struct scsi_task *t, struct scsi_lun *lu, const struct scsi_cmd *c, unsigned resv)
 {
     unsigned cls = c->pr;
     if (cls == PRC_DEFAULT)
@@ -1128,7 +1128,6 @@ scsi_sr pr_check(struct scsi_task *t, const struct scsi_cmd *c, unsigned resv)
     if (!(resv & (RESV_SPC2 | RESV_PR)) && cls != PRC_SPC2)
         return SR_OK;
 
-    struct scsi_lun *lu = t->lu;
     struct pr_state *ps = lu->pr;
     const char *me = nexus_port(t);
     bool conflict = false;

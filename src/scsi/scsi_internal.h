@@ -358,6 +358,15 @@ const struct scsi_cmd *scsi_cmd_lookup(uint8_t opcode, uint8_t sa, bool *opcode_
  * REPORT SUPPORTED OPERATION CODES leaves it out. */
 bool scsi_cmd_offered(const struct scsi_lun *lu, const struct scsi_cmd *c);
 
+/* The state checks setup makes before parsing command c for the LUN lu: the ALUA standby
+ * gate, sanitize and the medium; SR_OK or the first that refuses. */
+scsi_sr scsi_lun_gates(const struct scsi_lun *lu, const struct scsi_cmd *c);
+/* Every check a command c (a row of the opcode table) sent by t's I_T nexus would meet on lu
+ * before touching its medium, lu being any LUN of t's target: scsi_lun_gates, reservations
+ * (pr_check as t's nexus) and, for a row with CMD_WRITES, write protect (sbc_write_protect).
+ * What a copy manager checks for each LUN it reads or writes on t's behalf. */
+scsi_sr scsi_lun_access(struct scsi_task *t, struct scsi_lun *lu, const struct scsi_cmd *c);
+
 /* Copy a built response into the task buffer (truncated to xfer_len) and finish GOOD. */
 void scsi_task_put_data(struct scsi_task *t, const void *src, uint32_t len);
 void scsi_task_complete(struct scsi_task *t, scsi_sr sr);
@@ -558,9 +567,10 @@ int pr_lun_init(struct scsi_lun *lu, const char *state_path, char *err, size_t e
  * store is closed. */
 void pr_lun_drain(struct scsi_lun *lu);
 void pr_lun_free(struct scsi_lun *lu);
-/* The central check scsi_task_setup makes when lu->resv is nonzero: SR_RESERVATION_CONFLICT
- * or SR_OK. */
-scsi_sr pr_check(struct scsi_task *t, const struct scsi_cmd *c, unsigned resv);
+/* The central check scsi_task_setup makes when lu->resv (resv) is nonzero: whether t's I_T
+ * nexus may run c on lu (t->lu, or another LUN a copy names). SR_RESERVATION_CONFLICT or
+ * SR_OK. */
+scsi_sr pr_check(struct scsi_task *t, struct scsi_lun *lu, const struct scsi_cmd *c, unsigned resv);
 /* Resets and nexus loss release SPC-2 reservations (SPC-2 §5.5.1; persistent ones stay). */
 void pr_spc2_release_all(struct scsi_lun *lu);
 void pr_spc2_release_nexus(struct scsi_lun *lu, const struct scsi_nexus *n);

@@ -355,6 +355,29 @@ static scsi_sr alloc_buffer(struct scsi_task *t, size_t extra)
     return SR_OK;
 }
 
+scsi_sr scsi_lun_gates(const struct scsi_lun *lu, const struct scsi_cmd *c)
+{
+    /* this gateway's port group in standby for the LUN; NOT READY while a SANITIZE runs
+     * (SBC-4 §4.11.3); removable LUN, medium ejected: NOT READY, MEDIUM NOT PRESENT */
+    scsi_sr sr = alua_gate(lu, c);
+    if (!sr)
+        sr = sbc_sanitize_gate(lu, c);
+    if (!sr)
+        sr = sbc_medium_gate(lu, c);
+    return sr;
+}
+
+scsi_sr scsi_lun_access(struct scsi_task *t, struct scsi_lun *lu, const struct scsi_cmd *c)
+{
+    scsi_sr sr = scsi_lun_gates(lu, c);
+    unsigned resv = atomic_load_explicit(&lu->resv, memory_order_relaxed);
+    if (!sr && resv)
+        sr = pr_check(t, lu, c, resv);
+    if (!sr && (c->flags & CMD_WRITES))
+        sr = sbc_write_protect(lu);
+    return sr;
+}
+
 int scsi_task_setup(struct scsi_task *t)
 {
     struct scsi_task_core *k = scsi_core(t);
@@ -403,19 +426,15 @@ int scsi_task_setup(struct scsi_task *t)
         sr = SR_INVALID_OPCODE; /* not on this LUN's store (libiscsi then skips its tests) */
         goto refuse;
     }
-    if (lu && (sr = alua_gate(lu, c)))
-        goto refuse; /* this gateway's port group is in standby for the LUN */
-    if (lu && (sr = sbc_sanitize_gate(lu, c)))
-        goto refuse; /* SBC-4 §4.11.3: NOT READY while a SANITIZE runs */
-    if (lu && (sr = sbc_medium_gate(lu, c)))
-        goto refuse; /* removable LUN, medium ejected: NOT READY, MEDIUM NOT PRESENT */
+    if (lu && (sr = scsi_lun_gates(lu, c)))
+        goto refuse;
     sr = check_reserved(t->cdb, c);
     if (sr)
         goto refuse;
     /* Reservations (SPC-4 §5.13, SBC-3 §4.17): one relaxed load while nothing is reserved. */
     unsigned resv = lu ? atomic_load_explicit(&lu->resv, memory_order_relaxed) : 0;
     if (resv) {
-        sr = pr_check(t, c, resv);
+        sr = pr_check(t, lu, c, resv);
         if (sr)
             goto refuse;
     }

@@ -113,7 +113,7 @@ static scsi_sr parse_cscd(struct scsi_task *t, const uint8_t *d, unsigned off,
     uint64_t naa = get_be64(d + 8);
     struct scsi_target *tg = t->target;
     for (uint32_t i = 0; i < tg->nluns; i++) {
-        struct scsi_lun *lu = tg->luns[i];
+        struct scsi_lun *lu = scsi_target_lun(tg, i);
         if (!lu || lu->naa != naa)
             continue;
         uint32_t bsz = get_be24(d + 29);
@@ -125,10 +125,30 @@ static scsi_sr parse_cscd(struct scsi_task *t, const uint8_t *d, unsigned off,
     return SR_OK;
 }
 
+/* Whether the nexus that sent t may read s's source and write its destination now: each LUN
+ * meets what a READ(16) of the source and a WRITE(16) of the destination sent there by that
+ * nexus would (scsi_lun_access: ALUA state, sanitize, medium, reservations, write protect),
+ * whichever LUN received the EXTENDED COPY. Write protection keeps the DATA PROTECT sense a
+ * WRITE gets. A copy target the copy manager may not touch for this nexus (a reservation
+ * conflict, a standby port, no medium, a sanitize) ends the copy COPY ABORTED, COPY TARGET
+ * DEVICE NOT REACHABLE, as for a copy target it cannot find (parse_cscd): the EXTENDED COPY
+ * ends in the copy manager's sense (SPC-4 §6.4), and a RESERVATION CONFLICT status, which
+ * carries no sense, is not passed through as if the command's own LUN were reserved. */
+static scsi_sr segment_access(struct scsi_task *t, const struct xcopy_seg *s)
+{
+    bool known;
+    scsi_sr sr = scsi_lun_access(t, s->src, scsi_cmd_lookup(0x88, 0, &known));
+    if (!sr)
+        sr = scsi_lun_access(t, s->dst, scsi_cmd_lookup(0x8a, 0, &known));
+    if (SR_REASON(sr) == SR_WRITE_PROTECTED || SR_REASON(sr) == SR_SW_WRITE_PROTECTED)
+        return sr;
+    return sr ? SR_COPY_UNREACHABLE : SR_OK;
+}
+
 /* Block device to block device segment descriptor (SPC-4 §6.4.6.5). NUMBER OF BLOCKS counts
  * source blocks, or destination blocks with DC=1; the byte count must be whole blocks on both
- * sides since no residue is kept. Range and write protection are checked here so that a list
- * that cannot finish moves nothing. */
+ * sides since no residue is kept. Range and access (segment_access) are checked here so that a
+ * list that cannot finish moves nothing, and access again as each chunk starts (step). */
 static scsi_sr parse_b2b(struct scsi_task *t, const uint8_t *d, unsigned off,
                          struct scsi_lun *const *cscd, unsigned ncscd, struct xcopy_seg *s)
 {
@@ -142,8 +162,7 @@ static scsi_sr parse_b2b(struct scsi_task *t, const uint8_t *d, unsigned off,
     for (int k = 0; k < 2; k++) {
         uint16_t idx = get_be16(d + 4 + 2 * k);
         lu[k] = idx == XCOPY_OWN_LUN ? t->lu : idx < ncscd ? cscd[idx] : NULL;
-        /* an ejected removable medium cannot be copied from or to */
-        if (!lu[k] || atomic_load_explicit(&lu[k]->medium_absent, memory_order_relaxed))
+        if (!lu[k])
             return SR_COPY_UNREACHABLE;
     }
     s->src = lu[0];
@@ -161,8 +180,9 @@ static scsi_sr parse_b2b(struct scsi_task *t, const uint8_t *d, unsigned off,
     if (src_lba > s->src->nblocks || src_n > s->src->nblocks - src_lba ||
         dst_lba > s->dst->nblocks || dst_n > s->dst->nblocks - dst_lba)
         return SR_COPY_UNREACHABLE;
-    if (s->dst->read_only)
-        return SR_WRITE_PROTECTED;
+    scsi_sr sr = segment_access(t, s);
+    if (sr)
+        return sr;
     s->src_off = src_lba << s->src->block_shift;
     s->dst_off = dst_lba << s->dst->block_shift;
     s->backward = s->src == s->dst && s->dst_off > s->src_off && s->dst_off < s->src_off + s->bytes;
@@ -428,6 +448,15 @@ static bool step(struct xcopy_op *op)
                 .off = s->dst_off, .len = s->bytes, .granted = segment_granted, .arg = op};
             if (!scsi_rl_acquire(&s->dst->rl, &op->lock))
                 return false; /* segment_granted drives on */
+        }
+        /* Checked again now, as each chunk starts: a reservation taken, a write protect set,
+         * a medium ejected or a port put in standby since the list was parsed stops the copy
+         * before it touches either LUN again (a chunk already in flight ends first, as a
+         * WRITE in flight does). */
+        scsi_sr sr = segment_access(op->t, s);
+        if (sr) {
+            finish(op, sr);
+            return true;
         }
         op->chunk = left < XCOPY_CHUNK ? left : XCOPY_CHUNK;
         uint64_t pos = s->backward ? left - op->chunk : op->seg_done;

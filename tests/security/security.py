@@ -31,6 +31,9 @@ the per-address limits matter.
   conns     4000 idle connections from 80 addresses held, 800 of them with half a BHS: each
             costs < 48 KiB of RSS; with a hard descriptor limit of 256, accept() failing with
             EMFILE pauses accepting (no busy loop), logged once, and a login works afterwards
+  copy      two RAM LUNs; initiator A holds Exclusive Access on LUN 1: B's EXTENDED COPY sent
+            to LUN 0 naming LUN 1 by its NAA, out of it and into it, is refused with COPY
+            ABORTED, COPY TARGET DEVICE NOT REACHABLE and moves nothing
 
 Counts are scaled for 2 shared CPUs under ASan (the whole suite runs in about a minute there).
 Exit 0 when every check holds. Python 3 standard library only."""
@@ -783,8 +786,93 @@ def cat_conns(binary):
         b.kill()
 
 
+# ---------------------------------------------------------------- copy
+
+
+def prout(s, lun, sa, rtype, key, sark=0):
+    """PERSISTENT RESERVE OUT on session s; the status."""
+    cdb = struct.pack(">BBBxxIx", 0x5F, sa, rtype, 24)
+    st, _, _ = s.scsi(cdb, write_data=struct.pack(">QQ8x", key, sark), lun=lun)
+    return st
+
+
+def lun_naa(s, lun):
+    """The 8-byte NAA logical unit designator INQUIRY VPD page 83h reports for lun."""
+    st, _, d = s.scsi(struct.pack(">BBBHB", 0x12, 1, 0x83, 512, 0), read_len=512, lun=lun)
+    check(st == 0, "INQUIRY VPD 83h of LUN %d: status 0x%02x" % (lun, st))
+    pos = 4
+    while pos + 4 <= min(len(d), 4 + struct.unpack(">H", d[2:4])[0]):
+        code, piv, n = d[pos] & 0x0F, d[pos + 1], d[pos + 3]
+        if code == 1 and (piv >> 4) & 3 == 0 and piv & 0x0F == 3 and n == 8:
+            return d[pos + 4:pos + 12]
+        pos += 4 + n
+    raise TestFailure("LUN %d reports no NAA designator" % lun)
+
+
+def xcopy_list(naa, src, dst, blocks, src_lba, dst_lba):
+    """An EXTENDED COPY (LID1) parameter list: identification CSCD descriptors (E4h) for the
+    NAA designators in naa, one block to block segment from CSCD src to CSCD dst."""
+    cscd = b"".join(b"\xe4\x00\x00\x00\x01\x03\x00\x08" + n + bytes(12) +
+                    struct.pack(">I", BLOCK) for n in naa)
+    seg = struct.pack(">BBHHHxxHQQ", 0x02, 0, 24, src, dst, blocks, src_lba, dst_lba)
+    return struct.pack(">BBHxxxxII", 0, 3 << 3, len(cscd), len(seg), 0) + cscd + seg
+
+
+def cat_copy(binary):
+    """EXTENDED COPY names other LUNs by designator: initiator A holds EXCLUSIVE ACCESS on
+    LUN 1; B's copies sent to LUN 0, out of LUN 1 and into it, are refused (COPY ABORTED,
+    COPY TARGET DEVICE NOT REACHABLE) as B's READ and WRITE there are, and nothing moves."""
+    d = Daemon(binary, lun="ram:%d" % (8 * MIB), prefix="security-copy-",
+               extra=["--lun", "ram:%d" % (8 * MIB)])
+    try:
+        a = Session(d.port, name="iqn.2026-11.org.linerate:copy-owner").login()
+        b = Session(d.port, name="iqn.2026-11.org.linerate:copy-other").login()
+        for s in (a, b):
+            for lun in (0, 1):
+                st, _, _ = s.scsi_retry_ua(bytes(6), lun=lun)
+                check(st == 0, "TEST UNIT READY LUN %d: status 0x%02x" % (lun, st))
+        secret, mine = bytes([0xA1]) * (8 * BLOCK), bytes([0xB0]) * (8 * BLOCK)
+        st, _, _ = a.scsi(cdb_rw10(0x2A, 0, 8), write_data=secret, lun=1)
+        check(st == 0, "A's WRITE to LUN 1: status 0x%02x" % st)
+        st, _, _ = b.scsi(cdb_rw10(0x2A, 0, 8), write_data=mine, lun=0)
+        check(st == 0, "B's WRITE to LUN 0: status 0x%02x" % st)
+        naa = [lun_naa(b, 0), lun_naa(b, 1)]
+        check(prout(a, 1, 0x00, 0, 0, 0xA1) == 0, "A's REGISTER on LUN 1 failed")
+        check(prout(a, 1, 0x01, 3, 0xA1) == 0, "A's RESERVE (Exclusive Access) failed")
+        st, _, _ = b.scsi(cdb_rw10(0x28, 0, 8), read_len=8 * BLOCK, lun=1)
+        check(st == 0x18, "B's READ of LUN 1: status 0x%02x, expected 0x18" % st)
+        st, _, _ = b.scsi(cdb_rw10(0x2A, 0, 8), write_data=mine, lun=1)
+        check(st == 0x18, "B's WRITE to LUN 1: status 0x%02x, expected 0x18" % st)
+        for what, src, dst, dst_lba in (("LUN 1 -> LUN 0", 1, 0, 8),
+                                        ("LUN 0 -> LUN 1", 0, 1, 0)):
+            plist = xcopy_list(naa, src, dst, 8, 0, dst_lba)
+            cdb = struct.pack(">BB8xIxx", 0x83, 0, len(plist))
+            st, sense, _ = b.scsi(cdb, write_data=plist, lun=0)
+            check(st == 2 and hostile.sense_kaa(sense) == (0x0A, 0x0D, 0x02),
+                  "B's EXTENDED COPY %s sent to LUN 0: status 0x%02x sense %s, expected "
+                  "COPY ABORTED, COPY TARGET DEVICE NOT REACHABLE" % (what, st, sense.hex()))
+        st, _, back = b.scsi(cdb_rw10(0x28, 8, 8), read_len=8 * BLOCK, lun=0)
+        check(st == 0 and back == bytes(8 * BLOCK), "A's data reached LUN 0 through the copy")
+        st, _, back = a.scsi(cdb_rw10(0x28, 0, 8), read_len=8 * BLOCK, lun=1)
+        check(st == 0 and back == secret, "B's copy overwrote A's blocks on LUN 1")
+        print("security copy: A holds Exclusive Access on LUN 1; B's READ and WRITE there "
+              "-> RESERVATION CONFLICT; B's EXTENDED COPY via LUN 0 naming LUN 1 by NAA, "
+              "both ways -> COPY ABORTED 0Dh/02h, nothing moved", flush=True)
+        check(prout(a, 1, 0x03, 0, 0xA1) == 0, "A's CLEAR failed")
+        a.logout()
+        b.logout()
+        check(d.alive(), "daemon died\n" + d.log_tail())
+        d.proc.send_signal(signal.SIGTERM)
+        check(d.proc.wait(20) == 0, "daemon did not exit 0 on SIGTERM")
+        os.unlink(d.log.name)
+    finally:
+        if d.alive():
+            d.proc.kill()
+            d.proc.wait()
+
+
 CATEGORIES = {"backlog": cat_backlog, "login": cat_login, "protocol": cat_protocol,
-              "sessions": cat_sessions, "conns": cat_conns}
+              "sessions": cat_sessions, "conns": cat_conns, "copy": cat_copy}
 
 
 def main():

@@ -508,19 +508,27 @@ static void test_copy_ordered_with_compare_and_write(void **state)
     f->cur = &f->t;
 }
 
+/* Starts n1's copy, sent to lun, of two segments from src_lun to dst_lun: 2048 blocks at LBA 0
+ * to LBA 0, then n2 blocks at LBA 2048 to LBA 2048; LIST IDENTIFIER list_id, held. */
+static void start_two_segments(struct fx *f, uint64_t lun, uint64_t src_lun, uint64_t dst_lun,
+                               uint16_t n2, uint8_t list_id)
+{
+    struct plist l;
+    plist_init(&l);
+    add_cscd(&l, f, src_lun);
+    add_cscd(&l, f, dst_lun);
+    add_b2b(&l, 0, 1, 2048, 0, 0);
+    add_b2b(&l, 0, 1, n2, 2048, 2048);
+    xcopy_start(f, f->n1, lun, &l, list_finish(&l, list_id, 0));
+}
+
 /* Completions that arrive later drive the copy on; RECEIVE COPY RESULTS sees it running. */
 static void test_copy_deferred_and_status(void **state)
 {
     struct fx *f = *state;
     fill(f->m1->mem, 4 << 20, 4);
     f->m1->defer = f->m4->defer = true;
-    struct plist l;
-    plist_init(&l);
-    add_cscd(&l, f, 1);
-    add_cscd(&l, f, 4);
-    add_b2b(&l, 0, 1, 2048, 0, 0);
-    add_b2b(&l, 0, 1, 4096, 2048, 2048);
-    xcopy_start(f, f->n1, 1, &l, list_finish(&l, 7, 0));
+    start_two_segments(f, 1, 1, 4, 4096, 7);
     assert_int_equal(done_calls, 0);
     assert_int_equal(f->m1->nqueue, 1); /* one READ into the bounce buffer */
     m_pump(f->m1);
@@ -966,6 +974,169 @@ static void test_rcr_in_progress(void **state)
     f->m1->defer = false;
 }
 
+/* --- every segment meets the checks a READ of its source and a WRITE of its destination,
+ * sent by the same nexus, would meet on those LUNs --- */
+
+/* PERSISTENT RESERVE OUT by n on lun with a 24-byte parameter list */
+static int prout(struct fx *f, struct scsi_nexus *n, uint64_t lun, unsigned sa, unsigned type,
+                 uint64_t rk, uint64_t sark)
+{
+    uint8_t cdb[16] = {0x5f, (uint8_t)sa, (uint8_t)type};
+    put_be32(cdb + 5, 24);
+    uint8_t p[24] = {0};
+    put_be64(p, rk);
+    put_be64(p + 8, sark);
+    return run(f, n, lun, cdb, p, sizeof(p));
+}
+
+/* One segment of nblk blocks, src_lun to dst_lun (named by their NAA), sent by n to lun. */
+static int copy1(struct fx *f, struct scsi_nexus *n, uint64_t lun, uint64_t src_lun,
+                 uint64_t dst_lun, uint16_t nblk, uint64_t src_lba, uint64_t dst_lba)
+{
+    struct plist l;
+    plist_init(&l);
+    add_cscd(&l, f, src_lun);
+    add_cscd(&l, f, dst_lun);
+    add_b2b(&l, 0, 1, nblk, src_lba, dst_lba);
+    xcopy_start(f, n, lun, &l, list_finish(&l, 1, 3));
+    assert_int_equal(done_calls, 1);
+    return f->cur->status;
+}
+
+/* Both directions between LUN 0 and LUN 1, sent by n1 to LUN 0, refused with sense
+ * key/asc/ascq; neither LUN changed. */
+static void assert_both_refused(struct fx *f, uint8_t key, uint8_t asc, uint8_t ascq)
+{
+    uint8_t before0 = ram(f, 0, 0)[0], before1 = f->m1->mem[0];
+    int writes = f->m1->writes;
+    copy1(f, f->n1, 0, 1, 0, 8, 0, 0); /* LUN 1 read */
+    assert_sense(f->cur, key, asc, ascq);
+    assert_int_equal(ram(f, 0, 0)[0], before0);
+    copy1(f, f->n1, 0, 0, 1, 8, 0, 0); /* LUN 1 written */
+    assert_sense(f->cur, key, asc, ascq);
+    assert_int_equal(f->m1->mem[0], before1);
+    assert_int_equal(f->m1->writes, writes);
+}
+
+static void test_copy_checks_reservations(void **state)
+{
+    struct fx *f = *state;
+    memset(f->m1->mem, 0x33, 8192);
+    memset(ram_w(f, 0, 0, 4096), 0x44, 4096);
+    /* n2 holds EXCLUSIVE ACCESS on LUN 1: n1's copies out of it and into it are refused as a
+     * copy target the copy manager cannot reach for n1 */
+    assert_int_equal(prout(f, f->n2, 1, 0x00, 0, 0, 0xb2), SCSI_STATUS_GOOD);
+    assert_int_equal(prout(f, f->n2, 1, 0x01, 3, 0xb2, 0), SCSI_STATUS_GOOD);
+    assert_both_refused(f, 0xa, 0x0d, 0x02);
+    /* the holder copies both ways */
+    assert_int_equal(copy1(f, f->n2, 0, 1, 0, 8, 0, 16), SCSI_STATUS_GOOD);
+    assert_int_equal(ram(f, 0, 16 * 512)[0], 0x33);
+    assert_int_equal(copy1(f, f->n2, 0, 0, 1, 1, 0, 15), SCSI_STATUS_GOOD);
+    assert_int_equal(f->m1->mem[15 * 512], 0x44);
+
+    /* WRITE EXCLUSIVE: n1 may copy out of LUN 1, not into it */
+    assert_int_equal(prout(f, f->n2, 1, 0x02, 3, 0xb2, 0), SCSI_STATUS_GOOD);
+    assert_int_equal(prout(f, f->n2, 1, 0x01, 1, 0xb2, 0), SCSI_STATUS_GOOD);
+    assert_int_equal(copy1(f, f->n1, 0, 1, 0, 8, 0, 24), SCSI_STATUS_GOOD);
+    assert_int_equal(ram(f, 0, 24 * 512)[0], 0x33);
+    int writes = f->m1->writes;
+    copy1(f, f->n1, 0, 0, 1, 8, 0, 0);
+    assert_sense(f->cur, 0xa, 0x0d, 0x02);
+    assert_int_equal(f->m1->mem[0], 0x33);
+    assert_int_equal(f->m1->writes, writes);
+    /* sent to LUN 1 itself it is the command's own reservation conflict, as before */
+    assert_int_equal(copy1(f, f->n1, 1, 1, 0, 8, 0, 0), SCSI_STATUS_RESERVATION_CONFLICT);
+
+    /* SPC-2 RESERVE held by n2 */
+    assert_int_equal(prout(f, f->n2, 1, 0x03, 0, 0xb2, 0), SCSI_STATUS_GOOD); /* CLEAR */
+    const uint8_t reserve6[16] = {0x16}, release6[16] = {0x17};
+    assert_int_equal(run(f, f->n2, 1, reserve6, NULL, 0), SCSI_STATUS_GOOD);
+    assert_both_refused(f, 0xa, 0x0d, 0x02);
+    assert_int_equal(copy1(f, f->n2, 0, 1, 0, 8, 0, 32), SCSI_STATUS_GOOD);
+    assert_int_equal(run(f, f->n2, 1, release6, NULL, 0), SCSI_STATUS_GOOD);
+    assert_int_equal(copy1(f, f->n1, 0, 0, 1, 8, 0, 0), SCSI_STATUS_GOOD);
+    assert_int_equal(f->m1->mem[0], 0x44);
+}
+
+static void test_copy_checks_write_protect(void **state)
+{
+    struct fx *f = *state;
+    memset(ram_w(f, 0, 0, 8192), 0x55, 4096);
+    /* software write protect (control mode page SWP) on LUN 0: a copy within it is refused
+     * as a WRITE there is */
+    atomic_store(&f->tg.luns[0]->swp, true);
+    copy1(f, f->n1, 0, 0, 0, 8, 0, 8);
+    assert_sense(f->cur, 0x7, 0x27, 0x02);
+    assert_int_equal(ram(f, 0, 8 * 512)[0], 0);
+    /* ... and may still be the source */
+    assert_int_equal(copy1(f, f->n1, 0, 0, 1, 8, 0, 0), SCSI_STATUS_GOOD);
+    assert_int_equal(f->m1->mem[0], 0x55);
+    atomic_store(&f->tg.luns[0]->swp, false);
+    /* SWP on the other LUN, the destination */
+    atomic_store(&f->tg.luns[1]->swp, true);
+    int writes = f->m1->writes;
+    copy1(f, f->n1, 0, 0, 1, 8, 0, 100);
+    assert_sense(f->cur, 0x7, 0x27, 0x02);
+    assert_int_equal(f->m1->writes, writes);
+    atomic_store(&f->tg.luns[1]->swp, false);
+    /* a read-only destination named by another LUN's command */
+    copy1(f, f->n1, 1, 0, 2, 8, 0, 0);
+    assert_sense(f->cur, 0x7, 0x27, 0x00);
+}
+
+static void test_copy_checks_lun_state(void **state)
+{
+    struct fx *f = *state;
+    memset(f->m1->mem, 0x66, 4096);
+    memset(ram_w(f, 0, 0, 4096), 0x77, 4096);
+    struct scsi_lun *lu1 = f->tg.luns[1];
+    /* this port in standby for LUN 1 (active for LUN 0) */
+    lu1->alua[0].state = SCSI_ALUA_STANDBY;
+    assert_both_refused(f, 0xa, 0x0d, 0x02);
+    lu1->alua[0].state = SCSI_ALUA_ACTIVE_OPTIMIZED;
+    /* a SANITIZE running on LUN 1 */
+    atomic_store(&lu1->sanitize, SANITIZE_RUNNING);
+    assert_both_refused(f, 0xa, 0x0d, 0x02);
+    atomic_store(&lu1->sanitize, SANITIZE_IDLE);
+    /* LUN 1's removable medium ejected */
+    atomic_store(&lu1->medium_absent, true);
+    assert_both_refused(f, 0xa, 0x0d, 0x02);
+    atomic_store(&lu1->medium_absent, false);
+    assert_int_equal(copy1(f, f->n1, 0, 0, 1, 8, 0, 0), SCSI_STATUS_GOOD);
+    assert_int_equal(f->m1->mem[0], 0x77);
+}
+
+/* A reservation taken while the copy runs stops it before its next segment: the checks are
+ * made again as each segment (and chunk) starts, not only when the list is parsed. */
+static void test_copy_checks_each_segment(void **state)
+{
+    struct fx *f = *state;
+    memset(ram_w(f, 0, 0, 2 << 20), 0x88, 2 << 20);
+    f->m1->defer = true;
+    start_two_segments(f, 0, 0, 1, 2048, 5);
+    assert_int_equal(task_done_main, 0);
+    assert_int_equal(f->m1->nqueue, 1); /* the first segment's WRITE */
+
+    f->cur = &f->t2;
+    f->m1->defer = false;
+    assert_int_equal(prout(f, f->n2, 1, 0x00, 0, 0, 0xc2), SCSI_STATUS_GOOD);
+    assert_int_equal(prout(f, f->n2, 1, 0x01, 1, 0xc2, 0), SCSI_STATUS_GOOD);
+    f->m1->defer = true;
+
+    m_pump1(f->m1); /* the first segment ends; the second meets the reservation */
+    assert_int_equal(task_done_main, 1);
+    assert_int_equal(f->m1->nqueue, 0);
+    assert_sense(&f->t, 0xa, 0x0d, 0x02);
+    assert_int_equal(f->m1->mem[0], 0x88);
+    assert_int_equal(f->m1->mem[2048 * 512], 0);
+    assert_int_equal(f->m1->writes, 1);
+    /* the held result: completed with errors after one segment */
+    assert_int_equal(rcr(f, f->n1, 0, 0x00, 5, 1024), SCSI_STATUS_GOOD);
+    assert_int_equal(data(f)[4], 2);
+    assert_int_equal(get_be16(data(f) + 5), 1);
+    f->m1->defer = false;
+}
+
 /* --- INQUIRY and REPORT SUPPORTED OPERATION CODES say so --- */
 
 static void test_advertised(void **state)
@@ -1009,6 +1180,10 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_rcr_copy_status, setup, teardown),
         cmocka_unit_test_setup_teardown(test_rcr_in_progress, setup, teardown),
         cmocka_unit_test_setup_teardown(test_advertised, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_copy_checks_reservations, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_copy_checks_write_protect, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_copy_checks_lun_state, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_copy_checks_each_segment, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
