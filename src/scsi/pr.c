@@ -26,12 +26,15 @@
  * RESET or target reset through one gateway raises its unit attention on the nexuses of every
  * other gateway, which acknowledge only once they did (target.c, scsi_lun_reset_elsewhere). */
 #include <assert.h>
+#include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -195,12 +198,104 @@ static void ua_port(struct scsi_lun *lu, const char *port, unsigned bits)
     pthread_mutex_unlock(&t->lock);
 }
 
+/* ---------------- the state text's fields ---------------- */
+
+/* Initiator port names come from the peer (its login, a REGISTER AND MOVE TransportID) and go
+ * into text that is split into lines and lines into fields at single spaces: the state file,
+ * the shared object, its notify, the side-effect lines. So they are written with every byte
+ * that could break that framing as %XX (two upper-case hex digits): a control character, a
+ * space, DEL, '%' itself, and every byte of a non-ASCII character. field_get is the reverse
+ * and refuses a field that is not written that way. Files written before names were escaped
+ * read unchanged: a valid iSCSI name (RFC 7143 §4.2.7.2: letters, digits, '-', '.', ':', and
+ * non-ASCII characters) never held a space, a control character or a '%', and the non-ASCII
+ * bytes such a file may hold raw are still taken as they are. */
+#define PR_LINE_MAX (3 * PR_PORT_MAX + 64) /* a line of the text, its field escaped */
+#define PR_TOKENS 4                        /* fields in a line, at most */
+
+static void field_put(FILE *f, const char *s)
+{
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        if (*p <= ' ' || *p >= 0x7f || *p == '%')
+            fprintf(f, "%%%02X", *p);
+        else
+            fputc(*p, f);
+    }
+}
+
+static int hex_val(char c)
+{
+    static const char digits[] = "0123456789abcdef";
+    int lc = tolower((unsigned char)c);
+    const char *d = lc ? strchr(digits, lc) : NULL;
+    return d ? (int)(d - digits) : -1;
+}
+
+/* One field into out: 0, or -1 when it is malformed (a bad escape, an escaped NUL, a raw
+ * control character) or too long. */
+static int field_get(const char *s, char *out, size_t outlen)
+{
+    size_t n = 0;
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        int c = *p;
+        if (c == '%') {
+            int hi = hex_val((char)p[1]), lo = hi < 0 ? -1 : hex_val((char)p[2]);
+            if (lo < 0 || (hi | lo) == 0)
+                return -1;
+            c = hi << 4 | lo;
+            p += 2;
+        } else if (c <= ' ' || c == 0x7f) {
+            return -1;
+        }
+        if (n + 1 >= outlen)
+            return -1;
+        out[n++] = (char)c;
+    }
+    if (n == 0)
+        return -1;
+    out[n] = '\0';
+    return 0;
+}
+
+/* Splits line (changed in place) at single spaces into at most PR_TOKENS fields; their
+ * count, or 0 when the line is empty, has an empty field (a leading, trailing or doubled
+ * space) or too many. */
+static unsigned line_split(char *line, char **tok)
+{
+    unsigned nt = 0;
+    for (char *p = line;;) {
+        char *sp = strchr(p, ' ');
+        if (nt == PR_TOKENS || p == sp || !*p)
+            return 0;
+        tok[nt++] = p;
+        if (!sp)
+            return nt;
+        *sp = '\0';
+        p = sp + 1;
+    }
+}
+
+/* A number field, all of it digits of base (no sign, no space). */
+static bool num_get(const char *s, int base, uint64_t *v)
+{
+    if (hex_val(*s) < 0 || hex_val(*s) >= base)
+        return false;
+    char *end;
+    errno = 0;
+    unsigned long long x = strtoull(s, &end, base);
+    if (*end || errno)
+        return false;
+    *v = x;
+    return true;
+}
+
 /* The side effects of a change, recorded as text lines while the state is changed ("ua BITS
  * PORT", "abort PORT") and carried out once it is committed: here, and on every other gateway
  * from the notify (shared state), each for the nexuses it has. */
 static void fx_ua(FILE *fx, const char *port, unsigned bits)
 {
-    fprintf(fx, "ua %u %s\n", bits, port);
+    fprintf(fx, "ua %u ", bits);
+    field_put(fx, port);
+    fputc('\n', fx);
 }
 
 /* UA to every registrant of ps except the one at port `except`. */
@@ -244,14 +339,17 @@ static void fx_apply(struct scsi_lun *lu, const char *text, struct scsi_join *jo
     for (const char *l = text; l && *l;) {
         const char *nl = strchr(l, '\n');
         size_t n = nl ? (size_t)(nl - l) : strlen(l);
-        char line[PR_PORT_MAX + 32], port[PR_PORT_MAX];
-        unsigned bits;
+        char line[PR_LINE_MAX], port[PR_PORT_MAX], *tok[PR_TOKENS];
         if (n < sizeof(line)) {
             memcpy(line, l, n);
             line[n] = '\0';
-            if (sscanf(line, "ua %u %255s", &bits, port) == 2)
-                ua_port(lu, port, bits);
-            else if (sscanf(line, "abort %255s", port) == 1)
+            unsigned nt = line_split(line, tok);
+            uint64_t bits;
+            if (nt == 3 && strcmp(tok[0], "ua") == 0 && num_get(tok[1], 10, &bits) &&
+                bits <= UINT32_MAX && field_get(tok[2], port, sizeof(port)) == 0)
+                ua_port(lu, port, (unsigned)bits);
+            else if (nt == 2 && strcmp(tok[0], "abort") == 0 &&
+                     field_get(tok[1], port, sizeof(port)) == 0)
                 abort_port(lu, port, join);
         }
         l = nl ? nl + 1 : NULL;
@@ -261,9 +359,9 @@ static void fx_apply(struct scsi_lun *lu, const char *text, struct scsi_join *jo
 /* ---------------- APTPL state file ---------------- */
 
 /* Text, one item a line: "linerate-pr 1", "generation N", "reservation TYPE HOLDER|-",
- * "reg KEY PORT"; the shared object adds "aptpl 1" and "spc2 PORT" (the state file has no use
- * for them: APTPL is in force while it exists, and SPC-2 reservations do not survive a
- * restart). A malloc'd string, NULL when out of memory. */
+ * "reg KEY PORT" (each PORT escaped: field_put); the shared object adds "aptpl 1" and "spc2 PORT"
+ * (the state file has no use for them: APTPL is in force while it exists, and SPC-2 reservations do
+ * not survive a restart). A malloc'd string, NULL when out of memory. */
 static char *state_format(const struct pr_state *ps)
 {
     char *text = NULL;
@@ -272,15 +370,24 @@ static char *state_format(const struct pr_state *ps)
     if (!f)
         return NULL;
     fprintf(f, "linerate-pr 1\ngeneration %" PRIu32 "\n", ps->generation);
-    if (ps->type)
-        fprintf(f, "reservation %u %s\n", ps->type,
-                type_all_reg(ps->type) || !ps->holder[0] ? "-" : ps->holder);
+    if (ps->type) {
+        fprintf(f, "reservation %u ", ps->type);
+        /* "-" is no port name: a name always has its ",i,0x" */
+        field_put(f, type_all_reg(ps->type) || !ps->holder[0] ? "-" : ps->holder);
+        fputc('\n', f);
+    }
     if (ps->shared && ps->aptpl)
         fprintf(f, "aptpl 1\n");
-    if (ps->shared && ps->spc2[0])
-        fprintf(f, "spc2 %s\n", ps->spc2);
-    for (unsigned i = 0; i < ps->nregs; i++)
-        fprintf(f, "reg %016" PRIx64 " %s\n", ps->regs[i].key, ps->regs[i].port);
+    if (ps->shared && ps->spc2[0]) {
+        fputs("spc2 ", f);
+        field_put(f, ps->spc2);
+        fputc('\n', f);
+    }
+    for (unsigned i = 0; i < ps->nregs; i++) {
+        fprintf(f, "reg %016" PRIx64 " ", ps->regs[i].key);
+        field_put(f, ps->regs[i].port);
+        fputc('\n', f);
+    }
     if (fclose(f) != 0) {
         free(text);
         return NULL;
@@ -297,10 +404,8 @@ static int state_parse(struct pr_state *ps, const char *text, bool notify, const
     for (const char *l = text; l && *l;) {
         const char *nl = strchr(l, '\n');
         size_t n = nl ? (size_t)(nl - l) : strlen(l);
-        char line[PR_PORT_MAX + 64], port[PR_PORT_MAX];
-        unsigned type, version, bits;
-        uint64_t key;
-        uint32_t gen;
+        char line[PR_LINE_MAX], port[PR_PORT_MAX], *tok[PR_TOKENS];
+        uint64_t a, b;
         const char *cur = l;
         lineno++;
         l = nl ? nl + 1 : NULL;
@@ -308,29 +413,40 @@ static int state_parse(struct pr_state *ps, const char *text, bool notify, const
             goto bad;
         memcpy(line, cur, n);
         line[n] = '\0';
+        if (n == 0 && lineno > 1)
+            continue;
+        unsigned nt = line_split(line, tok);
+        const char *k = nt ? tok[0] : "";
         if (lineno == 1) {
-            if (sscanf(line, "linerate-pr %u", &version) != 1 || version != 1)
+            if (nt != 2 || strcmp(k, "linerate-pr") || strcmp(tok[1], "1"))
                 goto bad;
-        } else if (sscanf(line, "generation %" SCNu32, &gen) == 1) {
-            ps->generation = gen;
-        } else if (sscanf(line, "reservation %u %255s", &type, port) == 2 && type_valid(type)) {
-            ps->type = (uint8_t)type;
+        } else if (nt == 2 && !strcmp(k, "generation") && num_get(tok[1], 10, &a) &&
+                   a <= UINT32_MAX) {
+            ps->generation = (uint32_t)a;
+        } else if (nt == 3 && !strcmp(k, "reservation") && num_get(tok[1], 10, &a) &&
+                   type_valid((unsigned)a) && a < 16 &&
+                   field_get(tok[2], port, sizeof(port)) == 0) {
+            ps->type = (uint8_t)a;
             snprintf(ps->holder, sizeof(ps->holder), "%s", strcmp(port, "-") ? port : "");
-        } else if (sscanf(line, "reg %" SCNx64 " %255s", &key, port) == 2 && key) {
-            if (reg_add(ps, port, key) < 0) {
+        } else if (nt == 3 && !strcmp(k, "reg") && num_get(tok[1], 16, &a) && a &&
+                   field_get(tok[2], port, sizeof(port)) == 0) {
+            if (reg_add(ps, port, a) < 0) {
                 snprintf(err, errlen, "%s: out of memory", what);
                 return -1;
             }
-        } else if (ps->shared && strcmp(line, "aptpl 1") == 0) {
+        } else if (ps->shared && nt == 2 && !strcmp(k, "aptpl") && !strcmp(tok[1], "1")) {
             ps->aptpl = true;
-        } else if (ps->shared && sscanf(line, "spc2 %255s", port) == 1) {
+        } else if (ps->shared && nt == 2 && !strcmp(k, "spc2") &&
+                   field_get(tok[1], port, sizeof(port)) == 0) {
             snprintf(ps->spc2, sizeof(ps->spc2), "%s", port);
-        } else if (notify && (sscanf(line, "version %" SCNu64, &key) == 1 ||
-                              sscanf(line, "from %" SCNx64, &key) == 1 ||
-                              sscanf(line, "ua %u %255s", &bits, port) == 2 ||
-                              sscanf(line, "abort %255s", port) == 1)) {
+        } else if (notify && ((nt == 2 && !strcmp(k, "version") && num_get(tok[1], 10, &a)) ||
+                              (nt == 2 && !strcmp(k, "from") && num_get(tok[1], 16, &a)) ||
+                              (nt == 3 && !strcmp(k, "ua") && num_get(tok[1], 10, &b) &&
+                               field_get(tok[2], port, sizeof(port)) == 0) ||
+                              (nt == 2 && !strcmp(k, "abort") &&
+                               field_get(tok[1], port, sizeof(port)) == 0))) {
             /* the notify's own lines */
-        } else if (n > 0) {
+        } else {
             goto bad;
         }
         continue;
@@ -347,28 +463,43 @@ static int state_parse(struct pr_state *ps, const char *text, bool notify, const
     return 0;
 }
 
-/* Written to a temporary file, synced and renamed over the old one, so a crash leaves either
- * the old state or the new one. */
+/* Written to a fresh temporary file beside it (mkstemp: a name nobody can plant a symlink at
+ * beforehand, mode 0600, whatever the umask), synced, renamed over the old one, and the
+ * directory synced, so a crash leaves either the old state or the new one. 0 or -errno; a
+ * directory that cannot be synced fails the save too (the rename might not survive a crash). */
 static int state_save(const struct pr_state *ps)
 {
-    char tmp[4096];
-    if (snprintf(tmp, sizeof(tmp), "%s.tmp", ps->path) >= (int)sizeof(tmp))
+    char tmp[4096], dir[4096];
+    const char *slash = strrchr(ps->path, '/');
+    if (!slash)
+        snprintf(dir, sizeof(dir), ".");
+    else
+        snprintf(dir, sizeof(dir), "%.*s", slash == ps->path ? 1 : (int)(slash - ps->path),
+                 ps->path);
+    if (snprintf(tmp, sizeof(tmp), "%s/.%s.XXXXXX", dir, slash ? slash + 1 : ps->path) >=
+        (int)sizeof(tmp))
         return -ENAMETOOLONG;
     char *text = state_format(ps);
     if (!text)
         return -ENOMEM;
-    FILE *f = fopen(tmp, "w");
-    if (!f) {
+    int fd = mkstemp(tmp);
+    if (fd < 0) {
         int e = -errno;
         free(text);
         return e;
     }
-    fputs(text, f);
-    free(text);
     int err = 0;
-    if (fflush(f) != 0 || fsync(fileno(f)) != 0)
+    size_t len = strlen(text);
+    for (size_t off = 0; off < len && !err;) {
+        ssize_t w = write(fd, text + off, len - off);
+        if (w < 0 && errno != EINTR)
+            err = -errno;
+        off += w > 0 ? (size_t)w : 0;
+    }
+    free(text);
+    if (!err && (fchmod(fd, 0600) != 0 || fsync(fd) != 0))
         err = -errno;
-    if (fclose(f) != 0 && !err)
+    if (close(fd) != 0 && !err)
         err = -errno;
     if (!err && rename(tmp, ps->path) != 0)
         err = -errno;
@@ -376,20 +507,13 @@ static int state_save(const struct pr_state *ps)
         unlink(tmp);
         return err;
     }
-    /* the rename itself must survive a crash: sync the directory */
-    char dir[4096];
-    snprintf(dir, sizeof(dir), "%s", ps->path);
-    char *slash = strrchr(dir, '/');
-    if (slash)
-        *(slash == dir ? slash + 1 : slash) = '\0';
-    else
-        snprintf(dir, sizeof(dir), ".");
-    int fd = open(dir, O_RDONLY | O_DIRECTORY);
-    if (fd >= 0) {
-        fsync(fd);
-        close(fd);
-    }
-    return 0;
+    int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd < 0)
+        return -errno;
+    if (fsync(dfd) != 0)
+        err = -errno;
+    close(dfd);
+    return err;
 }
 
 /* After every change: keep the file in step while APTPL is in force; once nothing is
@@ -621,6 +745,9 @@ static scsi_sr job_local(struct pr_job *j)
     if ((ps->generation != gen || ps->type != type || ps->aptpl != was_aptpl) &&
         state_persist(ps, was_aptpl) < 0 && j->t) {
         state_restore(ps, &snap);
+        /* the new file may be in place all the same (its directory could not be synced):
+         * put the state the initiators keep being told of back, as far as it goes */
+        state_persist(ps, true);
         sr = SR_INTERNAL_FAILURE;
         undone = true; /* and its side effects with it */
     }
@@ -1404,8 +1531,11 @@ struct prout {
 
 static void fx_abort(const struct prout *x, const char *port)
 {
-    if (x->abort)
-        fprintf(x->fx, "abort %s\n", port);
+    if (x->abort) {
+        fputs("abort ", x->fx);
+        field_put(x->fx, port);
+        fputc('\n', x->fx);
+    }
 }
 
 /* Removes every registration with key, `keep` excepted (NULL: none), with UA REGISTRATIONS
@@ -1548,33 +1678,74 @@ static scsi_sr pro_preempt(struct prout *x)
     return SR_OK;
 }
 
-/* An iSCSI TransportID (§7.6.4.6) to an initiator port name "<name>,i,0x<isid>" as
- * scsi_nexus_get spells it. Only format 01b names a port; format 00b names a whole initiator. */
+/* n hex digits at s. */
+static bool hex_run(const char *s, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (hex_val(s[i]) < 0)
+            return false;
+    return true;
+}
+
+/* An iSCSI name as RFC 7143 §4.2.7 defines it, n bytes at s: "iqn." a year and month, '.',
+ * a reversed domain name and optionally ':' and more; "eui." and 16 hex digits; "naa." and 16
+ * or 32 hex digits; at most 223 bytes. Of the characters stringprep allows only the ASCII
+ * ones: letters (names compare without case), digits, '-', '.', ':'. */
+static bool tid_name_valid(const char *s, size_t n)
+{
+    if (n <= 4 || n > 223)
+        return false;
+    if (!strncasecmp(s, "eui.", 4))
+        return n == 20 && hex_run(s + 4, 16);
+    if (!strncasecmp(s, "naa.", 4))
+        return (n == 20 || n == 36) && hex_run(s + 4, n - 4);
+    if (strncasecmp(s, "iqn.", 4) || n < 13)
+        return false;
+    const char *d = s + 4; /* YYYY-MM.x */
+    for (unsigned i = 0; i < 7; i++)
+        if (i == 4 ? d[i] != '-' : d[i] < '0' || d[i] > '9')
+            return false;
+    unsigned month = (unsigned)(d[5] - '0') * 10 + (unsigned)(d[6] - '0');
+    if (month < 1 || month > 12 || d[7] != '.' || d[8] == ':')
+        return false;
+    for (size_t i = 12; i < n; i++) {
+        char c = s[i];
+        bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                  c == '-' || c == '.' || c == ':';
+        if (!ok)
+            return false;
+    }
+    return true;
+}
+
+/* An iSCSI TransportID (SPC-4 §7.6.4.6) of len bytes to an initiator port name
+ * "<name>,i,0x<isid>" as scsi_nexus_get spells it (ISID digits in lower case). Byte 0: FORMAT
+ * CODE 01b (a port: name, ",i,0x", 12 hex digits of ISID; 00b names a whole initiator, no
+ * port) with the reserved bits 0 and PROTOCOL IDENTIFIER 5h; bytes 2-3: ADDITIONAL LENGTH, at
+ * least 20, a multiple of 4, within len; then the text, NUL-terminated and NUL-padded to it.
+ * Anything else is refused with a field pointer to its byte in the parameter list (the
+ * TransportID starts at byte 24). */
 static scsi_sr parse_transport_id(const uint8_t *tid, uint32_t len, char *port, size_t portlen)
 {
     if (len < 4 || tid[0] != 0x45)
         return SR_PARAM_FIELD(24, -1);
     uint32_t n = get_be16(tid + 2);
-    if (n + 4 > len || n == 0)
+    if (n < 20 || n % 4 || n + 4 > len)
         return SR_PARAM_FIELD(26, -1);
     const char *s = (const char *)tid + 4;
     size_t sl = strnlen(s, n);
     if (sl == n || sl >= portlen)
         return SR_PARAM_FIELD(28, -1);
-    const char *sep = strstr(s, ",i,0x");
-    if (!sep || sep == s || strlen(sep + 5) != 12)
+    for (size_t i = sl; i < n; i++)
+        if (s[i])
+            return SR_PARAM_FIELD(28, -1); /* NUL-padded */
+    const char *sep = memchr(s, ',', sl);
+    if (!sep || (size_t)(s + sl - sep) != 17 || memcmp(sep, ",i,0x", 5) != 0 ||
+        !hex_run(sep + 5, 12) || !tid_name_valid(s, (size_t)(sep - s)))
         return SR_PARAM_FIELD(28, -1);
-    size_t nl = (size_t)(sep - s);
-    memcpy(port, s, nl + 5);
-    for (size_t i = 0; i < 12; i++) {
-        char ch = sep[5 + i];
-        if (ch >= 'A' && ch <= 'F')
-            ch = (char)(ch - 'A' + 'a');
-        if (!((ch >= '0' && ch <= '9') || (ch >= 'a' && ch <= 'f')))
-            return SR_PARAM_FIELD(28, -1);
-        port[nl + 5 + i] = ch;
-    }
-    port[nl + 17] = '\0';
+    for (size_t i = 0; i < sl; i++)
+        port[i] = sep + 5 <= s + i && s[i] >= 'A' && s[i] <= 'F' ? (char)(s[i] - 'A' + 'a') : s[i];
+    port[sl] = '\0';
     return SR_OK;
 }
 

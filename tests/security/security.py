@@ -34,6 +34,11 @@ the per-address limits matter.
   copy      two RAM LUNs; initiator A holds Exclusive Access on LUN 1: B's EXTENDED COPY sent
             to LUN 0 naming LUN 1 by its NAA, out of it and into it, is refused with COPY
             ABORTED, COPY TARGET DEVICE NOT REACHABLE and moves nothing
+  reservations  an initiator registered with APTPL and holding Write Exclusive sends REGISTER
+            AND MOVE with a TransportID whose name carries line breaks (a forged holder and
+            registration of the saved state): refused 5/26h/00h, the state unchanged, the
+            state file 0600 without that text; restarted with the same --state-dir the daemon
+            comes up and the reservation is what the initiators were told
 
 Counts are scaled for 2 shared CPUs under ASan (the whole suite runs in about a minute there).
 Exit 0 when every check holds. Python 3 standard library only."""
@@ -41,17 +46,20 @@ Exit 0 when every check holds. Python 3 standard library only."""
 import os
 import random
 import resource
+import shutil
 import signal
 import socket
 import struct
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..",
                                 "integration"))
 import hostile  # noqa: E402
+import pr_lib  # noqa: E402
 from hostile import (OP_LOGIN_RSP, OP_NOP_IN, OP_NOP_OUT, OP_DATA_IN, OP_REJECT,  # noqa: E402
                      OP_SCSI, OP_SCSI_RSP, OP_SNACK, OP_TMF, OP_TMF_RSP, RSVD, TARGET, Closed,
                      Conn, Daemon, Session, TestFailure, bhs, cdb_rw10, check, kv, login_pdu,
@@ -871,8 +879,96 @@ def cat_copy(binary):
             d.proc.wait()
 
 
+def cat_reservations(binary):
+    """REGISTER AND MOVE cannot write an initiator's text into the saved reservation state."""
+    work = tempfile.mkdtemp(prefix="security-reservations-")
+    state = os.path.join(work, "state")
+    lun = "file:%s,size=16M" % os.path.join(work, "lun.img")
+    ini_a, ini_b = "iqn.2026-11.org.linerate:pr-a", "iqn.2026-11.org.linerate:pr-b"
+    isid_a, isid_b = bytes([0x80, 0, 0, 0, 0x0a, 1]), bytes([0x80, 0, 0, 0, 0x0b, 1])
+    key = 0xA1A2A3A4A5A6A7A8
+
+    def start():
+        return Daemon(binary, threads=1, lun=lun, prefix="security-reservations-",
+                      extra=("--state-dir", state))
+
+    def stop(d):
+        d.proc.send_signal(signal.SIGTERM)
+        rc = d.proc.wait(20)
+        check(rc == 0, "daemon exited %d on SIGTERM\n%s" % (rc, d.log_tail()))
+
+    def expect_state(s, who):
+        keys, resv = pr_lib.read_keys(s)[1], pr_lib.read_reservation(s)
+        check(keys == [key] and resv == (key, pr_lib.WRITE_EXCLUSIVE),
+              "%s: READ KEYS %s, READ RESERVATION %s: expected A's key holding Write "
+              "Exclusive" % (who, [hex(k) for k in keys], resv))
+
+    d = start()
+    try:
+        a = pr_lib.session(d.port, ini_a, isid_a)
+        st, _ = pr_lib.prout(a, 0x00, sa_key=key, aptpl=True)
+        check(st == 0, "A: REGISTER with APTPL status 0x%02x" % st)
+        st, _ = pr_lib.prout(a, 0x01, key=key, type_=pr_lib.WRITE_EXCLUSIVE)
+        check(st == 0, "A: RESERVE status 0x%02x" % st)
+        full = pr_lib.prin(a, 0x03)
+        relport = struct.unpack(">H", full[8 + 18:8 + 20])[0]
+        # a TransportID that ends as a port name should, with lines before it that would make
+        # a forged holder and registration of the saved state
+        name = (b"iqn.2026-11.org.linerate:x\nreservation 3 -\nreg 00000000000000ff "
+                b"iqn.2026-11.org.evil:y,i,0x000000000001")
+        text = name + bytes(4 - len(name) % 4)
+        tid = bytes([0x45, 0]) + struct.pack(">H", len(text)) + text
+        param = struct.pack(">QQxBHI", key, 0xFF, 0x01, relport, len(tid)) + tid
+        cdb = struct.pack(">BBBxxIB", 0x5F, 0x07, pr_lib.WRITE_EXCLUSIVE, len(param), 0)
+        st, sense, _ = a.scsi(cdb, write_data=param)
+        kaa = hostile.sense_kaa(sense)
+        check(st == 0x02 and kaa == (0x5, 0x26, 0x00),
+              "REGISTER AND MOVE to a TransportID with line breaks: status 0x%02x sense %s, "
+              "expected CHECK CONDITION 5/26h/00h" % (st, kaa))
+        check(len(sense) >= 18 and sense[15] & 0xC0 == 0x80 and
+              struct.unpack(">H", sense[16:18])[0] >= 24,
+              "the field pointer does not name the TransportID: sense %s" % sense.hex())
+        print("security reservations: REGISTER AND MOVE with a newline-laden TransportID -> "
+              "CHECK CONDITION 5/26h/00h, field pointer byte %d" %
+              struct.unpack(">H", sense[16:18])[0], flush=True)
+        expect_state(a, "A, after the refusal")
+        a.logout()
+        files = [os.path.join(state, f) for f in os.listdir(state)]
+        check(len(files) == 1, "state directory holds %s" % files)
+        mode = os.stat(files[0]).st_mode & 0o7777
+        check(mode == 0o600, "state file mode %o, expected 600" % mode)
+        with open(files[0], "rb") as f:
+            saved = f.read()
+        check(b"evil" not in saved and b"reservation 3" not in saved,
+              "the state file holds the initiator's text:\n%r" % saved)
+    finally:
+        if d.alive():
+            stop(d)
+    os.unlink(d.log.name)
+    d = start()  # raises TestFailure when the daemon does not come up
+    try:
+        check(d.alive(), "daemon did not start with the saved state\n" + d.log_tail())
+        b = pr_lib.session(d.port, ini_b, isid_b)
+        expect_state(b, "B, after the restart")
+        st, _ = pr_lib.io(b, 0x2A)
+        check(st == pr_lib.RESERVATION_CONFLICT, "B: WRITE status 0x%02x, expected conflict" % st)
+        a = pr_lib.session(d.port, ini_a, isid_a)
+        st, _ = pr_lib.io(a, 0x2A)
+        check(st == 0, "A: WRITE status 0x%02x after the restart" % st)
+        a.logout()
+        b.logout()
+        print("security reservations: restart with the same --state-dir: A holds Write "
+              "Exclusive, B's WRITE conflicts; state file mode 600", flush=True)
+    finally:
+        if d.alive():
+            stop(d)
+    os.unlink(d.log.name)
+    shutil.rmtree(work)
+
+
 CATEGORIES = {"backlog": cat_backlog, "login": cat_login, "protocol": cat_protocol,
-              "sessions": cat_sessions, "conns": cat_conns, "copy": cat_copy}
+              "sessions": cat_sessions, "conns": cat_conns, "copy": cat_copy,
+              "reservations": cat_reservations}
 
 
 def main():

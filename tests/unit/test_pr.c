@@ -2,6 +2,7 @@
  * actions, the conflict matrix of every reservation type for holder / registrant /
  * non-registrant, the unit attentions SPC-4 §5.13 asks for, the APTPL state file across a
  * "restart", and SPC-2 RESERVE/RELEASE with their interplay. */
+#include <dirent.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -9,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -606,12 +608,11 @@ static void test_aptpl_restart(void **state)
     assert_int_equal(n, 0);
 }
 
-static void test_aptpl_corrupt_file(void **state)
+/* A target (down on entry and on return) refuses a LUN whose state file holds text. */
+static void assert_file_refused(struct fx *f, const char *text)
 {
-    struct fx *f = *state;
-    target_down(f);
     FILE *fp = fopen(f->path, "w");
-    fputs("something else\n", fp);
+    fputs(text, fp);
     fclose(fp);
     assert_int_equal(scsi_target_init(&f->tg, TGT_NAME, 1), 0);
     char err[256];
@@ -620,7 +621,16 @@ static void test_aptpl_corrupt_file(void **state)
     assert_true(scsi_target_add_lun(&f->tg, &c, err, sizeof(err)) < 0);
     assert_non_null(strstr(err, "lun0.pr"));
     bs_close(bs);
+    scsi_target_destroy(&f->tg);
+}
+
+static void test_aptpl_corrupt_file(void **state)
+{
+    struct fx *f = *state;
+    target_down(f);
+    assert_file_refused(f, "something else\n");
     unlink(f->path);
+    assert_int_equal(scsi_target_init(&f->tg, TGT_NAME, 1), 0);
     add_lun(f);
     nexuses(f);
 }
@@ -802,6 +812,259 @@ static void test_reserve6_released(void **state)
     assert_int_equal(rw(f, f->n1, false), CONFLICT);
 }
 
+/* --- TransportIDs and the state text: what an initiator names cannot break the file --- */
+
+/* REGISTER AND MOVE with a raw TransportID of tl bytes (PARAMETER DATA LENGTH tl). */
+static int register_move_raw(struct fx *f, const uint8_t *tid, uint32_t tl)
+{
+    uint8_t p[24 + 600] = {0};
+    put_be64(p, 1);
+    put_be64(p + 8, 5);
+    p[17] = 0x01; /* APTPL */
+    put_be16(p + 18, 1);
+    put_be32(p + 20, tl);
+    memcpy(p + 24, tid, tl);
+    uint8_t cdb[16] = {0x5f, REG_MOVE, WE};
+    put_be32(cdb + 5, 24 + tl);
+    return run(f, f->n1, cdb, p, 24 + tl);
+}
+
+static char *slurp(const char *path)
+{
+    FILE *fp = fopen(path, "r");
+    if (!fp)
+        return NULL;
+    char *text = NULL;
+    size_t cap = 0;
+    if (getdelim(&text, &cap, '\0', fp) < 0) {
+        free(text);
+        text = NULL;
+    }
+    fclose(fp);
+    return text;
+}
+
+/* The file and the state as the initiators see them are what they were. */
+static void assert_unchanged(struct fx *f, const char *file, uint32_t gen)
+{
+    char *now = slurp(f->path);
+    assert_non_null(now);
+    assert_string_equal(now, file);
+    free(now);
+    uint32_t g;
+    unsigned n;
+    assert_int_equal(read_keys(f, f->n3, &g, &n), 1);
+    assert_int_equal(n, 1);
+    assert_int_equal(g, gen);
+    assert_int_equal(rw(f, f->n1, true), GOOD);
+    assert_int_equal(rw(f, f->n2, true), CONFLICT);
+}
+
+static void test_register_move_bad_tids(void **state)
+{
+    struct fx *f = *state;
+    assert_int_equal(prout_pll(f, f->n1, REGISTER, 0, 0, 1, 0x01, 24), GOOD);
+    assert_int_equal(prout(f, f->n1, RESERVE, WE, 1, 0), GOOD);
+    char *file = slurp(f->path);
+    assert_non_null(file);
+    uint32_t gen;
+    unsigned n;
+    read_keys(f, f->n1, &gen, &n);
+
+    char longname[300];
+    snprintf(longname, sizeof(longname), "iqn.2024-01.test:%0*d,i,0x800000000002", 224 - 17, 0);
+    const char *names[] = {
+        /* a forged registration and a phantom holder after a restart */
+        "iqn.2024-01.test:a\nreservation 3 -\nreg 00000000000000ff iqn.2024-01.evil,i,"
+        "0x000000000001",
+        "iqn.2024-01.test:a b,i,0x800000000002",
+        "iqn.2024-01.test:a\tb,i,0x800000000002",
+        "iqn.2024-01.test:a%0a,i,0x800000000002",
+        longname,
+        "iqn.2024-01.test:init2,i,0x80000000000g",
+        "iqn.2024-01.test:init2,i,0x8000000000022",
+        "iqn.2024-01.test:init2,i,0x80000000002",
+        "iqn.2024-01.test:init2,I,0x800000000002",
+        "iqn.2024-01.test:init2",
+        "iqn.2024-01.test:init2,i,0x800000000002,i,0x800000000002",
+        "example.com:init2,i,0x800000000002",
+        "iqn.24-01.test:init2,i,0x800000000002",
+        "eui.0123,i,0x800000000002",
+        "naa.0123456789abcdefg,i,0x800000000002",
+        ",i,0x800000000002",
+    };
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+        uint8_t tid[600];
+        uint32_t tl = put_tid(tid, names[i]);
+        assert_int_equal(register_move_raw(f, tid, tl), CHECK);
+        assert_sense(&f->t, 0x5, 0x26, 0x00);
+        assert_unchanged(f, file, gen);
+    }
+
+    /* the TransportID's own fields around a name that would do */
+    const char *good = "iqn.2024-01.test:init2,i,0x800000000002";
+    struct {
+        uint8_t byte0;
+        int addlen_delta; /* to ADDITIONAL LENGTH */
+        int tl_delta;     /* to TRANSPORTID PARAMETER DATA LENGTH */
+        int pad;          /* a non-NUL byte after the name's NUL, at this offset from it */
+        unsigned field;   /* the parameter list byte the field pointer names */
+    } bad[] = {
+        {0x85, 0, 0, 0, 24},  /* FORMAT CODE 10b */
+        {0xc5, 0, 0, 0, 24},  /* FORMAT CODE 11b */
+        {0x05, 0, 0, 0, 24},  /* 00b names a device, not a port */
+        {0x44, 0, 0, 0, 24},  /* not iSCSI */
+        {0x65, 0, 0, 0, 24},  /* reserved bits */
+        {0x45, -1, 0, 0, 26}, /* not a multiple of four */
+        {0x45, 4, 0, 0, 26},  /* beyond the TransportID */
+        {0x45, 0, -4, 0, 26}, /* PARAMETER DATA LENGTH cuts it short */
+        {0x45, 4, 4, 1, 28},  /* padding that is not NUL */
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        uint8_t tid[600] = {0};
+        uint32_t tl = put_tid(tid, good);
+        tid[0] = bad[i].byte0;
+        put_be16(tid + 2, (uint16_t)(get_be16(tid + 2) + bad[i].addlen_delta));
+        if (bad[i].pad)
+            tid[(int)tl + bad[i].tl_delta - 1] = 'x';
+        assert_int_equal(register_move_raw(f, tid, (uint32_t)((int)tl + bad[i].tl_delta)), CHECK);
+        assert_sense(&f->t, 0x5, 0x26, 0x00);
+        sfx_assert_field_pointer(&f->t, 0x80, bad[i].field);
+        assert_unchanged(f, file, gen);
+    }
+    /* ADDITIONAL LENGTH below 20 (a short name: "naa." and 16 digits would fit 20) */
+    uint8_t tid[64] = {0x45, 0, 0, 16};
+    memcpy(tid + 4, "eui.0123,i,0x8", 14);
+    assert_int_equal(register_move_raw(f, tid, 20), CHECK);
+    assert_sense(&f->t, 0x5, 0x26, 0x00);
+    assert_unchanged(f, file, gen);
+
+    /* a restart finds the state the initiators were told of */
+    restart(f);
+    assert_unchanged(f, file, gen);
+    free(file);
+}
+
+/* Every form of iSCSI name RFC 7143 §4.2.7 has survives the state file as it was moved to. */
+static void test_state_round_trip_names(void **state)
+{
+    struct fx *f = *state;
+    const char *names[] = {
+        "iqn.2024-01.test:init2,i,0x800000000002",
+        "iqn.1994-05.com.example.host-1,i,0xABCDEF012345",
+        "iqn.2001-04.com.example:storage:diskarrays-sn-a8675309,i,0x400000000001",
+        "eui.02004567A425678D,i,0x800000000002",
+        "naa.52004567BA64678D,i,0x800000000002",
+        "naa.52004567BA64678D0123456789abcdef,i,0x800000000002",
+    };
+    assert_int_equal(prout_pll(f, f->n1, REGISTER, 0, 0, 1, 0x01, 24), GOOD);
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+        assert_int_equal(prout(f, f->n1, RESERVE, WE, 1, 0), GOOD);
+        uint8_t tid[300];
+        uint32_t tl = put_tid(tid, names[i]);
+        assert_int_equal(register_move_raw(f, tid, tl), GOOD);
+        restart(f);
+        /* READ FULL STATUS: n1 and the new holder, named as it was (ISID in lower case) */
+        assert_int_equal(prin(f, f->n3, 3, 4000), GOOD);
+        char want[256];
+        snprintf(want, sizeof(want), "%s", names[i]);
+        for (char *s = strstr(want, ",i,0x") + 5; *s; s++)
+            if (*s >= 'A' && *s <= 'F')
+                *s = (char)(*s - 'A' + 'a');
+        const uint8_t *d = data(f);
+        bool found = false;
+        for (uint32_t off = 8; off < 8 + get_be32(d + 4);) {
+            const uint8_t *r = d + off;
+            if (r[12] & 0x01) {
+                assert_string_equal((const char *)r + 28, want);
+                found = true;
+            }
+            off += 24 + get_be32(r + 20);
+        }
+        assert_true(found);
+        /* CLEAR through n1 (still registered) and again */
+        assert_int_equal(prout(f, f->n1, CLEAR, 0, 1, 0), GOOD);
+        assert_int_equal(prout_pll(f, f->n1, REGISTER, 0, 0, 1, 0x01, 24), GOOD);
+    }
+}
+
+/* A state file whose lines do not frame exactly is refused (the LUN does not come up): a
+ * field with trailing text, a bad or NUL escape, a raw control character. */
+static void test_state_file_strict(void **state)
+{
+    struct fx *f = *state;
+    const char *texts[] = {
+        "linerate-pr 1\ngeneration 1\nreg 0000000000000001 iqn.2024-01.test:a,i,0x000000000001 "
+        "x\n",
+        "linerate-pr 1\ngeneration 1\nreg 0000000000000001 iqn.2024-01.test:a%0,i,0x000000000001\n",
+        "linerate-pr 1\ngeneration 1\nreg 0000000000000001 "
+        "iqn.2024-01.test:a%00,i,0x000000000001\n",
+        "linerate-pr 1\ngeneration 1\nreg 0000000000000001 "
+        "iqn.2024-01.test:a%zz,i,0x000000000001\n",
+        "linerate-pr 1\ngeneration 1\nreg 0000000000000001 iqn.2024-01.test:a\r,i,0x000000000001\n",
+        "linerate-pr 1\ngeneration 1\nreg 0000000000000001  iqn.2024-01.test:a,i,0x000000000001\n",
+        "linerate-pr 1\ngeneration 1x\nreg 0000000000000001 iqn.2024-01.test:a,i,0x000000000001\n",
+    };
+    target_down(f);
+    for (size_t i = 0; i < sizeof(texts) / sizeof(texts[0]); i++)
+        assert_file_refused(f, texts[i]);
+    /* a file of the format before escaping, with valid names, loads as it did */
+    FILE *fp = fopen(f->path, "w");
+    fputs("linerate-pr 1\ngeneration 7\nreservation 1 iqn.2024-01.test:init1,i,0x800000000001\n"
+          "reg 0000000000000abc iqn.2024-01.test:init1,i,0x800000000001\n"
+          "reg 0000000000000def eui.02004567A425678D,i,0x400000000001\n",
+          fp);
+    fclose(fp);
+    assert_int_equal(scsi_target_init(&f->tg, TGT_NAME, 1), 0);
+    add_lun(f);
+    nexuses(f);
+    uint32_t gen;
+    unsigned n;
+    assert_int_equal(read_keys(f, f->n3, &gen, &n), 0xabc);
+    assert_int_equal(gen, 7);
+    assert_int_equal(n, 2);
+    assert_int_equal(rw(f, f->n1, true), GOOD);
+    assert_int_equal(rw(f, f->n2, true), CONFLICT);
+}
+
+/* The file is written 0600 through a fresh temporary name: a symlink planted where the old
+ * code wrote its "<path>.tmp" leads nowhere. */
+static void test_state_file_mode_and_symlink(void **state)
+{
+    struct fx *f = *state;
+    char outside[160], tmp[160];
+    snprintf(outside, sizeof(outside), "%s.outside", f->dir);
+    snprintf(tmp, sizeof(tmp), "%s.tmp", f->path);
+    FILE *fp = fopen(outside, "w");
+    fputs("untouched\n", fp);
+    fclose(fp);
+    assert_int_equal(symlink(outside, tmp), 0);
+    mode_t old = umask(0);
+    assert_int_equal(prout_pll(f, f->n1, REGISTER, 0, 0, 1, 0x01, 24), GOOD);
+    assert_int_equal(prout(f, f->n1, RESERVE, WE, 1, 0), GOOD);
+    umask(old);
+    struct stat st;
+    assert_int_equal(lstat(f->path, &st), 0);
+    assert_true(S_ISREG(st.st_mode));
+    assert_int_equal(st.st_mode & 07777, 0600);
+    char *text = slurp(outside);
+    assert_string_equal(text, "untouched\n");
+    free(text);
+    assert_int_equal(lstat(tmp, &st), 0);
+    assert_true(S_ISLNK(st.st_mode));
+    /* nothing else is left in the directory */
+    DIR *d = opendir(f->dir);
+    unsigned entries = 0;
+    for (struct dirent *e; (e = readdir(d));)
+        entries += strcmp(e->d_name, ".") && strcmp(e->d_name, "..");
+    closedir(d);
+    assert_int_equal(entries, 2); /* the file and the symlink */
+    unlink(tmp);
+    unlink(outside);
+    restart(f);
+    assert_int_equal(rw(f, f->n2, true), CONFLICT);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -821,6 +1084,10 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_aptpl_corrupt_file, setup, teardown),
         cmocka_unit_test_setup_teardown(test_aptpl_unavailable, setup, teardown),
         cmocka_unit_test_setup_teardown(test_aptpl_save_fails, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_register_move_bad_tids, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_state_round_trip_names, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_state_file_strict, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_state_file_mode_and_symlink, setup, teardown),
         cmocka_unit_test_setup_teardown(test_reserve6, setup, teardown),
         cmocka_unit_test_setup_teardown(test_reserve6_vs_registrations, setup, teardown),
         cmocka_unit_test_setup_teardown(test_reserve6_released, setup, teardown),

@@ -393,6 +393,64 @@ static void test_reset_across(void **state)
     assert_int_equal(f->b.naborted, 6);
 }
 
+/* A port name with line breaks in it (login refuses them, keys.c; this is the state text's own
+ * guarantee) goes into the object and its notify as one field: the other gateway installs no
+ * line of it, no registration, no version, and keeps following the changes. A REGISTER AND
+ * MOVE to such a name is refused and writes nothing. */
+static void test_hostile_name_across(void **state)
+{
+    struct fx *f = *state;
+    const char *evil = "iqn.2024-01.test:evil\nversion 999\nreg 00000000000000ee "
+                       "iqn.2024-01.test:init3,i,0x800000000003\nspc2 iqn.2024-01.test:x";
+    const uint8_t isid[6] = {0x80, 0, 0, 0, 0, 9};
+    struct scsi_nexus *n = scsi_nexus_get(&f->a.tg, evil, isid);
+    assert_non_null(n);
+    uint8_t sense[16] = {0x03, 0, 0, 0, 18}; /* its power-on unit attention */
+    sfx_run(&f->a.t, &f->a.tg, n, 0, sense, NULL, 0, 0, 0);
+    uint8_t cdb[16] = {0x5f, REGISTER};
+    put_be32(cdb + 5, 24);
+    uint8_t p[24 + 256] = {0};
+    put_be64(p + 8, 0xe1);
+    assert_int_equal(sfx_run(&f->a.t, &f->a.tg, n, 0, cdb, p, 24, 0, 0), GOOD);
+    unsigned regs = 0;
+    for (const char *l = obj.text; l; l = strchr(l, '\n'), l = l ? l + 1 : NULL)
+        regs += strncmp(l, "reg ", 4) == 0;
+    assert_int_equal(regs, 1);
+    uint64_t k[4];
+    assert_int_equal(read_keys(&f->b, 3, k, 4), 1);
+    assert_int_equal(k[0], 0xe1);
+    /* initiator 3 is not registered under 0xee through B, and B still follows A */
+    assert_int_equal(prout(&f->b, 3, RESERVE, WE, 0xee, 0), CONFLICT);
+    assert_int_equal(prout(&f->a, 1, REGISTER, 0, 0, 0xa1), GOOD);
+    assert_int_equal(rw(&f->b, 1, true), GOOD);
+    assert_int_equal(read_keys(&f->b, 3, k, 4), 2);
+
+    /* REGISTER AND MOVE through A to a TransportID with a line break */
+    assert_int_equal(prout(&f->a, 1, RESERVE, WE, 0xa1, 0), GOOD);
+    char *before = strdup(obj.text);
+    uint64_t ver = obj.ver;
+    const char *tid = "iqn.2024-01.test:a\nreg 00000000000000ee iqn.2024-01.test:init3,i,"
+                      "0x800000000003";
+    memset(p, 0, sizeof(p));
+    put_be64(p, 0xa1);
+    put_be64(p + 8, 5);
+    put_be16(p + 18, 1);
+    uint16_t al = (uint16_t)((strlen(tid) + 1 + 3) & ~(size_t)3);
+    p[24] = 0x45;
+    put_be16(p + 26, al);
+    memcpy(p + 28, tid, strlen(tid));
+    put_be32(p + 20, 4u + al);
+    uint8_t mv[16] = {0x5f, 7, WE};
+    put_be32(mv + 5, 28u + al);
+    assert_int_equal(run(&f->a, 1, mv, p, 28u + al), CHECK);
+    assert_string_equal(obj.text, before);
+    assert_int_equal(obj.ver, ver);
+    free(before);
+    assert_int_equal(prout(&f->b, 3, RESERVE, WE, 0xee, 0), CONFLICT);
+    assert_int_equal(rw(&f->b, 2, true), CONFLICT);
+    scsi_nexus_put(n);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -402,6 +460,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_preempt_abort_across, setup, teardown),
         cmocka_unit_test_setup_teardown(test_broken_watch, setup, teardown),
         cmocka_unit_test_setup_teardown(test_reset_across, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_hostile_name_across, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
