@@ -337,12 +337,20 @@ static uint8_t stage_bit(enum iscsi_stage stage)
     return 0;
 }
 
-static enum iscsi_login_status fail(const char *key, const char *value, const char *why)
+/* A refused key on a warn line. The value is the peer's: quoted (log_quote, control
+ * characters never reach the log) and cut to about 64 bytes. */
+static void log_refused(const char *key, const char *value, const char *why)
 {
+    char q[72];
     /* CHAP values stay out of logs: a response with its challenge allows offline guessing */
     if (!strncmp(key, "CHAP_", 5))
         value = "...";
-    LOG_WARN("negotiation: %s=%.64s: %s", key, value, why);
+    LOG_WARN("negotiation: %s=%s: %s", key, log_quote(q, sizeof(q), value), why);
+}
+
+static enum iscsi_login_status fail(const char *key, const char *value, const char *why)
+{
+    log_refused(key, value, why);
     return ISCSI_LOGIN_INITIATOR_ERROR;
 }
 
@@ -405,7 +413,7 @@ static enum iscsi_login_status answer_list(struct iscsi_neg *n, enum key_id id, 
     }
     iscsi_text_add(out, key, "Reject");
     if (id == KEY_AUTH_METHOD) {
-        LOG_WARN("negotiation: AuthMethod=%.64s: no acceptable method", value);
+        log_refused(key, value, "no acceptable method");
         return ISCSI_LOGIN_AUTH_FAILED;
     }
     return ISCSI_LOGIN_OK;
@@ -446,7 +454,7 @@ static enum iscsi_login_status handle_answer(struct iscsi_neg *n, enum key_id id
             list_record(n, id, value);
             return ISCSI_LOGIN_OK;
         }
-        LOG_WARN("negotiation: AuthMethod=%.64s: not acceptable", value);
+        log_refused(key, value, "not acceptable");
         return ISCSI_LOGIN_AUTH_FAILED;
     }
     /* §6.2: every RFC 7143 key MUST be understood */
@@ -521,7 +529,7 @@ static enum iscsi_login_status handle_decl_str(struct iscsi_neg *n, enum key_id 
         else if (!strcmp(value, "Discovery"))
             n->session_type = ISCSI_SESSION_DISCOVERY;
         else {
-            LOG_WARN("negotiation: SessionType=%.64s: unsupported", value);
+            log_refused(key, value, "unsupported");
             return ISCSI_LOGIN_SESSION_TYPE_UNSUPPORTED;
         }
         break;

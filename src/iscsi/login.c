@@ -101,9 +101,12 @@ static void login_fill_sn(struct iscsi_conn *c, struct iscsi_bhs *h)
 /* Refuse the login with a status and close once the answer is out (§11.13.5). */
 static int login_fail(struct iscsi_conn *c, enum iscsi_login_status st, const char *detail)
 {
+    char ini[2 * ISCSI_NAME_MAX + 3];
     CONN_LOG_LOGIN(c, LOG_LVL_WARN, "%s: login refused (%s, status 0x%04x)%s%s%s%s", c->peer,
                    login_status_text(st), st, c->neg.initiator_name[0] ? " initiator " : "",
-                   c->neg.initiator_name, detail ? ": " : "", detail ? detail : "");
+                   c->neg.initiator_name[0] ? log_quote(ini, sizeof(ini), c->neg.initiator_name)
+                                            : "",
+                   detail ? ": " : "", detail ? detail : "");
     struct wire_pdu *p = login_rsp_alloc(c, 0);
     if (!p)
         return ISCSI_ERR_NOMEM;
