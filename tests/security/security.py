@@ -28,6 +28,9 @@ the per-address limits matter.
             MaxConnections=16 takes 8 connections, the 9th is refused with 0x0206; 200 concurrent
             sessions, each logged out and in again 25 times (5000 logins): descriptors back to
             baseline, RSS back near it
+  peers     key values with CR, LF and "<N>" are logged escaped, never as a line of their own;
+            a normal login declaring SessionType=Discovery in the operational stage is refused
+            with 0x0200
   conns     4000 idle connections from 80 addresses held, 800 of them with half a BHS: each
             costs < 48 KiB of RSS; with a hard descriptor limit of 256, accept() failing with
             EMFILE pauses accepting (no busy loop), logged once, and a login works afterwards
@@ -50,7 +53,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
                                 "integration"))
 import hostile  # noqa: E402
 from hostile import (OP_LOGIN_RSP, OP_NOP_IN, OP_NOP_OUT, OP_DATA_IN, OP_REJECT,  # noqa: E402
-                     OP_SCSI, OP_SCSI_RSP, OP_SNACK, OP_TMF, OP_TMF_RSP, RSVD, TARGET, Closed,
+                     OP_SCSI, OP_SCSI_RSP, OP_SNACK, OP_TEXT, OP_TEXT_RSP, OP_TMF, OP_TMF_RSP,
+                     RSVD, TARGET, Closed,
                      Conn, Daemon, Session, TestFailure, bhs, cdb_rw10, check, kv, login_pdu,
                      login_status, lun_field, parse_kv)
 
@@ -692,6 +696,95 @@ def cat_sessions(binary):
         b.kill()
 
 
+# ---------------------------------------------------------------- what a peer sends
+
+
+def login_answer(port, src, first, second=None):
+    """A login whose first request (security stage) holds `first` and, when it is accepted,
+    an operational request holding `second` that asks for full feature phase. Returns the
+    Conn, the last status and the last answer's keys."""
+    c = Conn(port, src=src)
+    h, d = login_pdu(first, csg=0, nsg=1, itt=1, cmdsn=1)
+    c.send_pdu(h, d)
+    rh, rd = c.recv_pdu()
+    if login_status(rh) or second is None:
+        return c, login_status(rh), parse_kv(rd)
+    h, d = login_pdu(second, csg=1, nsg=3, itt=2, cmdsn=1, isid=h[8:14],
+                     expstatsn=struct.unpack(">I", rh[24:28])[0] + 1)
+    c.send_pdu(h, d)
+    rh, rd = c.recv_pdu()
+    return c, login_status(rh), parse_kv(rd)
+
+
+def send_targets_all(c):
+    """SendTargets=All on a logged-in connection: the answer's text."""
+    data = kv([("SendTargets", "All")])
+    c.send_pdu(bhs(OP_TEXT, 0x80, b"\0" * 8, 3, RSVD, 1, 0, data=data), data)
+    rh, rd = c.recv_pdu()
+    return rh, rd
+
+
+def cat_peers(binary):
+    b = Bench(binary, "peers", [])
+    ini = "iqn.2026-11.org.evil:forger"
+    try:
+        # 1. control characters in key values never make a log line of their own
+        forged = [("SessionType", "x\n<2>FORGED-A line"), ("AuthMethod", "Bad\r\n<3>FORGED-B"),
+                  ("MaxRecvDataSegmentLength", "1\n<2>FORGED-C")]
+        want = {"SessionType": 0x0209, "AuthMethod": 0x0201}
+        for key, value in forged[:2]:
+            c, st, _ = login_answer(b.d.port, "127.0.8.1", [("InitiatorName", ini),
+                                                             ("TargetName", TARGET), (key, value)])
+            c.close()
+            check(st == want[key], "%s=%r: login status 0x%04x (expected 0x%04x)" %
+                  (key, value, st, want[key]))
+        c, st, _ = login_answer(b.d.port, "127.0.8.1", [("InitiatorName", ini),
+                                                         ("TargetName", TARGET),
+                                                         ("AuthMethod", "None")], [forged[2]])
+        c.close()
+        check(st == 0x0200, "%s=%r: login status 0x%04x" % (forged[2] + (st,)))
+        time.sleep(0.3)
+        text = log_text(b.d)
+        for key, value in forged:
+            tag = value.split("<")[1]
+            check(tag in text, "the refusal of %s=%r was not logged" % (key, value))
+            for line in text.splitlines():
+                check(not line.startswith("<") and not line.startswith(tag),
+                      "a log line forged by %s=%r: %r" % (key, value, line))
+        check(len([ch for ch in text if ch == "\r"]) == 0, "a carriage return in the log")
+        b.say("SessionType, AuthMethod and MaxRecvDataSegmentLength values holding CR, LF and "
+              "\"<N>\" refused (0x0209, 0x0201, 0x0200) and logged escaped, each on its own line")
+        # 2. SessionType is fixed by the first request: a normal session (no SessionType,
+        # or SessionType=Normal, at first) declaring Discovery later is refused
+        ops = [("HeaderDigest", "None"), ("DataDigest", "None"), ("SessionType", "Discovery")]
+        for first_type in ([], [("SessionType", "Normal")]):
+            c, st, _ = login_answer(b.d.port, "127.0.8.2",
+                                    [("InitiatorName", ini), ("TargetName", TARGET)] +
+                                    first_type + [("AuthMethod", "None")], ops)
+            listed = ""
+            if st == 0:
+                rh, rd = send_targets_all(c)
+                listed = ": SendTargets=All then answered %r" % rd[:120]
+            c.close()
+            check(st == 0x0200, "a normal login%s declaring SessionType=Discovery in the "
+                  "operational stage: status 0x%04x (expected 0x0200)%s" %
+                  (" with SessionType=Normal" if first_type else "", st, listed))
+        # a discovery session is still a discovery session, saying so twice is fine
+        c, st, _ = login_answer(b.d.port, "127.0.8.3", [("InitiatorName", ini),
+                                                         ("SessionType", "Discovery"),
+                                                         ("AuthMethod", "None")], ops)
+        check(st == 0, "a discovery login repeating SessionType=Discovery: 0x%04x" % st)
+        rh, rd = send_targets_all(c)
+        check(rh[0] & 0x3F == OP_TEXT_RSP and TARGET.encode() in rd,
+              "SendTargets=All in a discovery session: %r" % rd[:120])
+        c.close()
+        b.say("SessionType=Discovery in the operational stage of a normal login refused with "
+              "0x0200 (initiator error); a discovery login repeating it still lists targets")
+        b.finish()
+    finally:
+        b.kill()
+
+
 # ---------------------------------------------------------------- many connections, EMFILE
 
 
@@ -784,7 +877,7 @@ def cat_conns(binary):
 
 
 CATEGORIES = {"backlog": cat_backlog, "login": cat_login, "protocol": cat_protocol,
-              "sessions": cat_sessions, "conns": cat_conns}
+              "sessions": cat_sessions, "conns": cat_conns, "peers": cat_peers}
 
 
 def main():
