@@ -61,8 +61,7 @@ void login_conn_cleanup(struct iscsi_conn *c)
     }
 }
 
-/* The peer's address without the port: what the failure back-off counts by. */
-static void peer_addr(const struct iscsi_conn *c, char *out, size_t len)
+void conn_peer_addr(const struct iscsi_conn *c, char *out, size_t len)
 {
     snprintf(out, len, "%s", c->peer);
     char *colon = strrchr(out, ':');
@@ -134,7 +133,7 @@ static void login_auth_fail_fire(void *arg)
 static int login_fail_auth(struct iscsi_conn *c, const char *why)
 {
     char addr[sizeof(c->peer)], local[sizeof(c->auth->detail)];
-    peer_addr(c, addr, sizeof(addr));
+    conn_peer_addr(c, addr, sizeof(addr));
     unsigned n = 0;
     uint32_t ms = c->srv->auth_guard ? auth_guard_failed(c->srv->auth_guard, addr, &n) : 0;
     /* the answer must beat the login deadline (login-timeout from accept, checked once a
@@ -540,11 +539,12 @@ static void login_after_final(struct iscsi_conn *c, uint8_t rsp_flags)
             c->hdigest = p.header_digest;
             c->ddigest = p.data_digest;
             c->phase = CONN_FFP;
+            c->last_text_ms = reactor_now_ms();
             if (!c->discovery)
                 conn_inject_start(c);
             if (c->auth && c->srv->auth_guard) {
                 char addr[sizeof(c->peer)];
-                peer_addr(c, addr, sizeof(addr));
+                conn_peer_addr(c, addr, sizeof(addr));
                 auth_guard_succeeded(c->srv->auth_guard, addr);
             }
             /* An event line (docs/logging.md): its keys are stable. */

@@ -23,14 +23,19 @@ the per-address limits matter.
             CmdSN is "task does not exist" and takes nothing; a READ flagged W and not R gets
             no Data-In and its data-out goes nowhere; 1300 non-immediate READs sent without
             reading are all answered
-  sessions  max-sessions-per-target refuses one session too many with 0x0302, max-sessions
-            one discovery session too many (they count in the total); a session offering
+  sessions  max-sessions-per-target refuses one session too many with 0x0302, and
+            max-discovery-sessions-per-address the 5th discovery session from one address
+            (discovery sessions have their own budget); a session offering
             MaxConnections=16 takes 8 connections, the 9th is refused with 0x0206; 200 concurrent
             sessions, each logged out and in again 25 times (5000 logins): descriptors back to
             baseline, RSS back near it
   peers     key values with CR, LF and "<N>" are logged escaped, never as a line of their own;
             a normal login declaring SessionType=Discovery in the operational stage is refused
             with 0x0200
+  discovery discovery sessions do not count in max-sessions: 4 held from one address leave
+            normal logins their room; max-discovery-sessions(-per-address) refuse with 0x0302;
+            discovery-idle-timeout closes a discovery session that answers NOP-In pings but
+            sends no Text request, and keeps one that does
   conns     4000 idle connections from 80 addresses held, 800 of them with half a BHS: each
             costs < 48 KiB of RSS; with a hard descriptor limit of 256, accept() failing with
             EMFILE pauses accepting (no busy loop), logged once, and a login works afterwards
@@ -622,20 +627,22 @@ def cat_sessions(binary):
                   "the session past the limit: %s" % e)
         extra.logout()
         time.sleep(0.3)  # the logged-out session leaves the table once its answer is sent
-        # max-sessions counts discovery sessions too: 201 normal ones leave room for 9
+        # discovery sessions have their own budget, not max-sessions: from one address
+        # max-discovery-sessions-per-address (4 by default) fit beside the 201 normal ones
         discs = []
         try:
             while len(discs) < 20:
                 discs.append(discovery_login(b.d.port, "127.0.7.250")[0])
         except TestFailure as e:
-            check("0x0302" in str(e), "discovery session past max-sessions: %s" % e)
-        check(len(discs) == nsess + 10 - (nsess + 1), "%d discovery sessions fitted beside %d "
-              "normal ones under max-sessions %d" % (len(discs), nsess + 1, nsess + 10))
+            check("0x0302" in str(e), "discovery session past its limit: %s" % e)
+        check(len(discs) == 4, "%d discovery sessions from one address fitted beside %d "
+              "normal ones (expected 4, max-discovery-sessions-per-address)" %
+              (len(discs), nsess + 1))
         for c in discs:
             c.close()
         b.say("max-sessions-per-target %d: the session past it refused with 0x0302; "
-              "max-sessions %d: %d discovery sessions fitted beside %d normal ones, the next "
-              "refused with 0x0302" % (nsess + 2, nsess + 10, len(discs), nsess + 1))
+              "%d discovery sessions from one address fitted beside %d normal ones, the next "
+              "refused with 0x0302" % (nsess + 2, len(discs), nsess + 1))
         for s in sessions:
             s.scsi_retry_ua(bytes(6))
         for s in sessions:
@@ -785,6 +792,126 @@ def cat_peers(binary):
         b.kill()
 
 
+# ---------------------------------------------------------------- discovery sessions
+
+
+def hold_until_closed(c, limit_s, text_every=None):
+    """Keep a logged-in discovery connection as a squatter would: answer every NOP-In ping,
+    and with text_every send SendTargets=All that often. Returns the seconds until the
+    target closed it, or None if it was still open after limit_s."""
+    t0 = time.monotonic()
+    next_text = t0 if text_every else None
+    itt = 0x40
+    while time.monotonic() - t0 < limit_s:
+        if next_text is not None and time.monotonic() >= next_text:
+            itt += 1
+            data = kv([("SendTargets", "All")])
+            try:
+                c.send_pdu(bhs(OP_TEXT, 0x80, b"\0" * 8, itt, RSVD, 1, 0, data=data,
+                               immediate=True), data)
+            except OSError:
+                return time.monotonic() - t0
+            next_text += text_every
+        try:
+            rh, _ = c.recv_pdu(0.2)
+        except socket.timeout:
+            continue
+        except (Closed, OSError):
+            return time.monotonic() - t0
+        ttt = struct.unpack(">I", rh[20:24])[0]
+        if rh[0] & 0x3F == OP_NOP_IN and ttt != RSVD:
+            statsn = struct.unpack(">I", rh[24:28])[0]
+            try:
+                c.send_pdu(bhs(OP_NOP_OUT, 0x80, rh[8:16], RSVD, ttt, 1, statsn + 1,
+                               immediate=True))
+            except OSError:
+                return time.monotonic() - t0
+    return None
+
+
+def discovery_refused(port, src):
+    try:
+        c, _ = discovery_login(port, src)
+    except TestFailure as e:
+        return str(e)
+    c.close()
+    return None
+
+
+def with_held(b, body):
+    """Run body(b, held) on a Bench, closing the connections it put in held, then finish."""
+    held = []
+    try:
+        body(b, held)
+        while held:
+            held.pop().close()
+        b.finish()
+    finally:
+        for c in held:
+            c.close()
+        b.kill()
+
+
+def discovery_room(b, held):
+    """Discovery sessions do not take the room of normal ones (max-sessions counts normal
+    sessions only) and have their own per-address budget (default 4)."""
+    held += [discovery_login(b.d.port, "127.0.9.1")[0] for _ in range(4)]
+    normal = [Session(b.d.port, name="iqn.2026-11.org.linerate:after-discovery-%d" % i,
+                      src="127.0.9.9").login() for i in range(2)]
+    why = discovery_refused(b.d.port, "127.0.9.1")
+    check(why and "0x0302" in why, "a 5th discovery session from one address: %s" %
+          (why or "accepted"))
+    held.append(discovery_login(b.d.port, "127.0.9.2")[0])
+    b.say("4 anonymous discovery sessions from one address held: 2 normal sessions still "
+          "logged in under max-sessions 3; the 5th discovery session from that address "
+          "refused with 0x0302, another address still served")
+    for s in normal:
+        s.logout()
+
+
+def discovery_idle(b, held):
+    """The total budget, and the idle timeout of discovery sessions answering NOP-In pings."""
+    held += [discovery_login(b.d.port, "127.0.9.3")[0] for _ in range(2)]
+    why = discovery_refused(b.d.port, "127.0.9.3")
+    check(why and "0x0302" in why, "a 3rd discovery session from one address under "
+          "max-discovery-sessions-per-address 2: %s" % (why or "accepted"))
+    active = discovery_login(b.d.port, "127.0.9.4")[0]
+    held.append(active)
+    why = discovery_refused(b.d.port, "127.0.9.5")
+    check(why and "0x0302" in why, "a 4th discovery session under max-discovery-sessions "
+          "3: %s" % (why or "accepted"))
+    # one session asks SendTargets every 0.5 s for 4 s: kept; the idle ones, answering
+    # every NOP-In ping, are closed
+    dt = hold_until_closed(active, 4, text_every=0.5)
+    check(dt is None, "a discovery session sending Text requests was closed after %.1f s"
+          % (dt or 0))
+    for c in held[:2]:
+        dt = hold_until_closed(c, 10)
+        check(dt is not None, "an idle discovery session (answering NOP-In) was still open "
+              "past discovery-idle-timeout 2 s")
+    dt = hold_until_closed(active, 10)
+    check(dt is not None, "a discovery session idle after its Text requests was not closed")
+    while held:
+        held.pop().close()
+    time.sleep(0.3)
+    held += [discovery_login(b.d.port, "127.0.9.3")[0] for _ in range(2)]
+    check("discovery session idle" in log_text(b.d), "the idle close was not logged:\n" +
+          b.d.log_tail())
+    b.say("max-discovery-sessions 3 and -per-address 2 refuse with 0x0302; with "
+          "discovery-idle-timeout 2 s, sessions answering NOP-In but sending no Text "
+          "request are closed, one sending SendTargets every 0.5 s is kept; their slots "
+          "serve new discovery sessions")
+
+
+def cat_discovery(binary):
+    with_held(Bench(binary, "discovery", ["max-sessions = 3"]), discovery_room)
+    with_held(Bench(binary, "discovery-idle", ["max-discovery-sessions = 3",
+                                               "max-discovery-sessions-per-address = 2",
+                                               "discovery-idle-timeout = 2",
+                                               "nop-interval = 1"], log_level="info"),
+              discovery_idle)
+
+
 # ---------------------------------------------------------------- many connections, EMFILE
 
 
@@ -877,7 +1004,8 @@ def cat_conns(binary):
 
 
 CATEGORIES = {"backlog": cat_backlog, "login": cat_login, "protocol": cat_protocol,
-              "sessions": cat_sessions, "conns": cat_conns, "peers": cat_peers}
+              "sessions": cat_sessions, "conns": cat_conns, "peers": cat_peers,
+              "discovery": cat_discovery}
 
 
 def main():
