@@ -36,6 +36,10 @@ the per-address limits matter.
             normal logins their room; max-discovery-sessions(-per-address) refuse with 0x0302;
             discovery-idle-timeout closes a discovery session that answers NOP-In pings but
             sends no Text request, and keeps one that does
+  guess     a CHAP guesser that abandons every connection not answered within 0.3 s learns
+            nothing: after 3 wrong guesses the right secret is not answered sooner than a wrong
+            one (the address's back-off applies before a response is checked); every
+            abandoned attempt is logged as an authentication failure
   conns     4000 idle connections from 80 addresses held, 800 of them with half a BHS: each
             costs < 48 KiB of RSS; with a hard descriptor limit of 256, accept() failing with
             EMFILE pauses accepting (no busy loop), logged once, and a login works afterwards
@@ -51,12 +55,14 @@ import socket
 import struct
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..",
                                 "integration"))
 import hostile  # noqa: E402
+import target_chap  # noqa: E402
 from hostile import (OP_LOGIN_RSP, OP_NOP_IN, OP_NOP_OUT, OP_DATA_IN, OP_REJECT,  # noqa: E402
                      OP_SCSI, OP_SCSI_RSP, OP_SNACK, OP_TEXT, OP_TEXT_RSP, OP_TMF, OP_TMF_RSP,
                      RSVD, TARGET, Closed,
@@ -912,6 +918,81 @@ def cat_discovery(binary):
               discovery_idle)
 
 
+# ---------------------------------------------------------------- CHAP guessing
+
+
+class DiscoveryChap(target_chap.Login):
+    """A discovery login with CHAP from a given source address (target_chap's steps)."""
+
+    def __init__(self, port, src):
+        self.c = Conn(port, src=src)
+        self.target = None
+        self.isid = bytes([0x80, 0, 0x47, 0x55, 0x45, random.randrange(256)])
+        self.expstatsn = 0
+
+    def first(self, auth="CHAP", transit=True):
+        return self.send([("InitiatorName", "iqn.2026-11.org.evil:guesser"),
+                          ("SessionType", "Discovery"), ("AuthMethod", auth)], transit=transit)
+
+    def guess(self, secret, patience):
+        """Send CHAP_N/CHAP_R and wait `patience` s for the answer: its status, or None."""
+        r = target_chap.chap_r(self.alg, self.ident, secret, self.chal)
+        h, d = login_pdu([("CHAP_N", GUESS_USER), ("CHAP_R", "0x" + r.hex())], csg=0, nsg=1,
+                         isid=self.isid, itt=7, cmdsn=1, expstatsn=self.expstatsn)
+        self.c.send_pdu(h, d)
+        out = self.c.outcome(patience)
+        return None if out in ("timeout", "closed") else login_status(out[0])
+
+
+GUESS_USER, GUESS_SECRET = "alice", "alice-secret-0123"
+
+
+def cat_guess(binary):
+    work = tempfile.mkdtemp(prefix="security-guess-")
+    sec = os.path.join(work, "chap-secrets")
+    with open(sec, "w") as f:
+        f.write("%s %s\n" % (GUESS_USER, GUESS_SECRET))
+    os.chmod(sec, 0o600)
+    b = Bench(binary, "guess", ["chap-secrets = %s" % sec, "discovery-chap-user = %s" %
+                                GUESS_USER])
+    try:
+        # a guesser that gives up on any answer slower than 0.3 s (a wrong guess, before):
+        # 3 wrong guesses, then the right secret
+        wrong = 3
+        for i in range(wrong):
+            lg = DiscoveryChap(b.d.port, "127.0.11.1").challenge()
+            st = lg.guess("wrong-secret-%02d" % i, 0.3)
+            lg.c.close()
+            check(st in (None, 0x0201), "wrong guess %d answered 0x%04x" % (i, st or 0))
+        lg = DiscoveryChap(b.d.port, "127.0.11.1").challenge()
+        st = lg.guess(GUESS_SECRET, 0.3)
+        check(st is None, "after %d abandoned wrong guesses from one address the right secret "
+              "was answered (0x%04x) before that address's back-off delay: the answer time "
+              "tells a guesser right from wrong" % (wrong, st or 0))
+        lg.c.close()
+        time.sleep(0.5)
+        text = log_text(b.d)
+        abandoned = text.count("the connection closed before the answer")
+        check(abandoned == wrong + 1, "%d abandoned CHAP attempts logged as authentication "
+              "failures, expected %d:\n%s" % (abandoned, wrong + 1, b.d.log_tail()))
+        # another address is not slowed: the right secret logs in at once
+        lg = DiscoveryChap(b.d.port, "127.0.11.2").challenge()
+        rh, _ = lg.answer(GUESS_USER, GUESS_SECRET)
+        check(login_status(rh) == 0, "the right secret from another address: 0x%04x" %
+              login_status(rh))
+        lg.c.close()
+        b.say("%d wrong CHAP guesses abandoned after 0.3 s each, then the right secret: not "
+              "answered within 0.3 s either (it waits for the address's turn); %d abandoned "
+              "attempts logged as authentication failures; another address logs in at once"
+              % (wrong, abandoned))
+        b.finish()
+    finally:
+        b.kill()
+        for f in os.listdir(work):
+            os.unlink(os.path.join(work, f))
+        os.rmdir(work)
+
+
 # ---------------------------------------------------------------- many connections, EMFILE
 
 
@@ -1005,7 +1086,7 @@ def cat_conns(binary):
 
 CATEGORIES = {"backlog": cat_backlog, "login": cat_login, "protocol": cat_protocol,
               "sessions": cat_sessions, "conns": cat_conns, "peers": cat_peers,
-              "discovery": cat_discovery}
+              "discovery": cat_discovery, "guess": cat_guess}
 
 
 def main():
