@@ -207,6 +207,7 @@ struct guard_addr {
     char addr[48];
     unsigned count;
     uint64_t last_ms;
+    uint64_t next_ms; /* the next CHAP response from there is not checked before this */
 };
 
 struct auth_guard {
@@ -260,6 +261,13 @@ static struct guard_addr *guard_slot(struct auth_guard *g, const char *addr, uin
     return e;
 }
 
+/* 1 s, 2 s, 4 s, 8 s, then 10 s after n failures in a row */
+static uint32_t guard_delay(unsigned n)
+{
+    uint64_t delay = (uint64_t)AUTH_DELAY_FIRST_MS << (n - 1 < 8 ? n - 1 : 8);
+    return delay > AUTH_DELAY_MAX_MS ? AUTH_DELAY_MAX_MS : (uint32_t)delay;
+}
+
 uint32_t auth_guard_failed(struct auth_guard *g, const char *addr, unsigned *count)
 {
     uint64_t now = reactor_now_ms();
@@ -269,12 +277,29 @@ uint32_t auth_guard_failed(struct auth_guard *g, const char *addr, unsigned *cou
         e->count++;
     e->last_ms = now;
     unsigned n = e->count;
+    uint32_t delay = guard_delay(n);
+    if (e->next_ms < now + delay)
+        e->next_ms = now + delay;
     pthread_mutex_unlock(&g->lock);
-    /* 1 s, 2 s, 4 s, 8 s, then 10 s */
-    uint64_t delay = (uint64_t)AUTH_DELAY_FIRST_MS << (n - 1 < 8 ? n - 1 : 8);
     if (count)
         *count = n;
-    return delay > AUTH_DELAY_MAX_MS ? AUTH_DELAY_MAX_MS : (uint32_t)delay;
+    return delay;
+}
+
+uint32_t auth_guard_reserve(struct auth_guard *g, const char *addr)
+{
+    uint64_t now = reactor_now_ms();
+    pthread_mutex_lock(&g->lock);
+    struct guard_addr *e = guard_slot(g, addr, now, false);
+    uint64_t at = now;
+    if (e && e->count) {
+        /* one check per delay: a response waiting here holds the slot after it too */
+        at = e->next_ms > now ? e->next_ms : now;
+        e->next_ms = at + guard_delay(e->count);
+        e->last_ms = now;
+    }
+    pthread_mutex_unlock(&g->lock);
+    return (uint32_t)(at - now);
 }
 
 void auth_guard_succeeded(struct auth_guard *g, const char *addr)
@@ -282,7 +307,7 @@ void auth_guard_succeeded(struct auth_guard *g, const char *addr)
     pthread_mutex_lock(&g->lock);
     struct guard_addr *e = guard_slot(g, addr, reactor_now_ms(), false);
     if (e)
-        e->count = 0;
+        e->count = 0, e->next_ms = 0;
     pthread_mutex_unlock(&g->lock);
 }
 

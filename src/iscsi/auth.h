@@ -41,6 +41,10 @@ struct iscsi_auth {
     int r_len;
     const char *why;              /* for the log: what went wrong (never a secret) */
     char user[CHAP_NAME_MAX + 1]; /* who authenticated (for discovery filtering) */
+    /* a CHAP response waiting for its turn to be checked (auth_guard_reserve), and the
+     * request's transit flags to finish it with */
+    bool waiting, waited;
+    uint8_t wait_flags;
     /* a failure waiting for its delayed answer, and its log line's reason */
     bool failing;
     char detail[CHAP_NAME_MAX + 256];
@@ -76,6 +80,12 @@ void auth_guard_free(struct auth_guard *g);
 /* A failed login from addr (no port): returns the delay before the answer and the number of
  * failures in a row from there. */
 uint32_t auth_guard_failed(struct auth_guard *g, const char *addr, unsigned *count);
+/* A CHAP response from addr is about to be checked: how long it must wait first (0 when
+ * the address has no failure in a row). After a failure the next response from that address
+ * is checked no earlier than the failure's delay, and each waiting response takes the next
+ * slot, one per delay: a guesser gains nothing by giving up on a connection that does not
+ * answer at once and trying another. */
+uint32_t auth_guard_reserve(struct auth_guard *g, const char *addr);
 /* A successful login from addr: its count starts over. */
 void auth_guard_succeeded(struct auth_guard *g, const char *addr);
 /* Remember an initiator's challenge; false if it was seen recently (a replay). */

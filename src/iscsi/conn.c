@@ -817,6 +817,11 @@ static int conn_timer_check(struct iscsi_conn *c)
         if (now - c->accept_ms >= (uint64_t)srv->login_timeout_s * 1000)
             return ISCSI_ERR_LOGIN_TIMEOUT;
     } else if (c->phase == CONN_FFP) {
+        /* A discovery session lives for its Text requests: answering NOP-In pings does not
+         * keep it (it would hold a slot of max-discovery-sessions for ever). */
+        unsigned idle_s = srv->limits.discovery_idle_timeout_s;
+        if (c->discovery && idle_s && now - c->last_text_ms >= (uint64_t)idle_s * 1000)
+            return ISCSI_ERR_DISCOVERY_IDLE;
         if (c->session)
             session_check_gap(c->session, now);
         if (conn_erl(c) >= 1) {

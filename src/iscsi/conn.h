@@ -246,6 +246,7 @@ struct iscsi_conn {
     uint32_t login_expstatsn; /* of the first: the old connection's, on a restart (§11.12) */
     struct iscsi_node *node;  /* target chosen at login (NULL for discovery) */
     bool discovery;
+    uint64_t last_text_ms;   /* discovery: the last Text request (discovery-idle-timeout) */
     struct iscsi_auth *auth; /* CHAP exchange (iscsi/auth.h); NULL when not required */
 
     /* negotiated */
@@ -344,6 +345,7 @@ struct iscsi_session {
     struct scsi_nexus *nexus;
     struct iscsi_params params;
     bool discovery;
+    char addr[64];         /* the initiator's address, no port (discovery sessions per address) */
     uint64_t created_ms;   /* reactor_now_ms() at login, for linerate-ctl's age */
     struct iostats *stats; /* the metrics: per reactor shards, read by iscsi_server_list_sessions */
 
@@ -490,6 +492,9 @@ bool iscsi_server_log_allow(struct iscsi_server *srv, unsigned *suppressed);
 /* login.c */
 int login_handle(struct iscsi_conn *c, struct iscsi_pdu_in *p);
 void login_conn_cleanup(struct iscsi_conn *c);
+/* The peer's address without the port: what the CHAP back-off and the discovery sessions per
+ * address count by. */
+void conn_peer_addr(const struct iscsi_conn *c, char *out, size_t len);
 
 /* session.c */
 struct iscsi_session *session_create(struct iscsi_conn *c, const struct iscsi_params *p);

@@ -69,6 +69,7 @@ int text_handle(struct iscsi_conn *c, struct iscsi_pdu_in *pdu)
     bool final = req->b[1] & ISCSI_FLAG_FINAL;
     bool cont = req->b[1] & ISCSI_FLAG_CONTINUE;
     uint32_t ttt = bhs_get32(req, BHS_TTT);
+    c->last_text_ms = reactor_now_ms();
     if (!bhs_immediate(req))
         session_consume_cmdsn(c->session, bhs_get32(req, BHS_CMDSN));
     if (final && cont) {

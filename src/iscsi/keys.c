@@ -337,12 +337,20 @@ static uint8_t stage_bit(enum iscsi_stage stage)
     return 0;
 }
 
-static enum iscsi_login_status fail(const char *key, const char *value, const char *why)
+/* A refused key on a warn line. The value is the peer's: quoted (log_quote, control
+ * characters never reach the log) and cut to about 64 bytes. */
+static void log_refused(const char *key, const char *value, const char *why)
 {
+    char q[72];
     /* CHAP values stay out of logs: a response with its challenge allows offline guessing */
     if (!strncmp(key, "CHAP_", 5))
         value = "...";
-    LOG_WARN("negotiation: %s=%.64s: %s", key, value, why);
+    LOG_WARN("negotiation: %s=%s: %s", key, log_quote(q, sizeof(q), value), why);
+}
+
+static enum iscsi_login_status fail(const char *key, const char *value, const char *why)
+{
+    log_refused(key, value, why);
     return ISCSI_LOGIN_INITIATOR_ERROR;
 }
 
@@ -405,7 +413,7 @@ static enum iscsi_login_status answer_list(struct iscsi_neg *n, enum key_id id, 
     }
     iscsi_text_add(out, key, "Reject");
     if (id == KEY_AUTH_METHOD) {
-        LOG_WARN("negotiation: AuthMethod=%.64s: no acceptable method", value);
+        log_refused(key, value, "no acceptable method");
         return ISCSI_LOGIN_AUTH_FAILED;
     }
     return ISCSI_LOGIN_OK;
@@ -446,7 +454,7 @@ static enum iscsi_login_status handle_answer(struct iscsi_neg *n, enum key_id id
             list_record(n, id, value);
             return ISCSI_LOGIN_OK;
         }
-        LOG_WARN("negotiation: AuthMethod=%.64s: not acceptable", value);
+        log_refused(key, value, "not acceptable");
         return ISCSI_LOGIN_AUTH_FAILED;
     }
     /* §6.2: every RFC 7143 key MUST be understood */
@@ -515,16 +523,25 @@ static enum iscsi_login_status handle_decl_str(struct iscsi_neg *n, enum key_id 
         break;
     case KEY_TARGET_ADDRESS: /* redirection and SendTargets lists: parsed by their users */
         break;
-    case KEY_SESSION_TYPE:
+    case KEY_SESSION_TYPE: {
+        enum iscsi_session_type t;
         if (!strcmp(value, "Normal"))
-            n->session_type = ISCSI_SESSION_NORMAL;
+            t = ISCSI_SESSION_NORMAL;
         else if (!strcmp(value, "Discovery"))
-            n->session_type = ISCSI_SESSION_DISCOVERY;
+            t = ISCSI_SESSION_DISCOVERY;
         else {
-            LOG_WARN("negotiation: SessionType=%.64s: unsupported", value);
+            log_refused(key, value, "unsupported");
             return ISCSI_LOGIN_SESSION_TYPE_UNSUPPORTED;
         }
+        /* §13.21: the first Login Request decides the type (Normal when it does not say),
+         * and what a normal session may do was chosen by it: no turning into a discovery
+         * session (SendTargets=All) in the operational stage. */
+        if (n->session_type_fixed &&
+            t != (n->session_type == ISCSI_SESSION_NONE ? ISCSI_SESSION_NORMAL : n->session_type))
+            return fail(key, value, "differs from the session type of the first Login Request");
+        n->session_type = t;
         break;
+    }
     case KEY_SEND_TARGETS: /* §13.3: All (discovery sessions only), a target name, or empty */
         if (strlen(value) > ISCSI_NAME_MAX ||
             (!strcmp(value, "All") && n->session_type != ISCSI_SESSION_DISCOVERY)) {
@@ -759,7 +776,8 @@ enum iscsi_login_status iscsi_neg_handle(struct iscsi_neg *n, enum iscsi_stage s
     n->received_before = n->received; /* what earlier texts declared (same_declaration) */
 
     /* SessionType decides which keys are Irrelevant, whatever its position in the text */
-    if (n->side == ISCSI_SIDE_TARGET && n->session_type == ISCSI_SESSION_NONE) {
+    if (n->side == ISCSI_SIDE_TARGET && n->session_type == ISCSI_SESSION_NONE &&
+        !n->session_type_fixed) {
         iscsi_text_iter_init(&it, text, len);
         while ((r = iscsi_text_next(&it, &key, &value)) == 1)
             if (!strcmp(key, "SessionType")) {
@@ -784,6 +802,8 @@ enum iscsi_login_status iscsi_neg_handle(struct iscsi_neg *n, enum iscsi_stage s
             return ISCSI_LOGIN_INITIATOR_ERROR;
         }
     }
+    if (n->side == ISCSI_SIDE_TARGET)
+        n->session_type_fixed = true;
     if (n->side == ISCSI_SIDE_TARGET && stage == ISCSI_STAGE_OPERATIONAL)
         declare_mrdsl(n, out);
     if (out->overflow) {

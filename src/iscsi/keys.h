@@ -107,6 +107,9 @@ struct iscsi_neg {
     bool leading; /* first connection of the session (LO keys allowed) */
     bool ffp;     /* Text negotiation in full feature phase */
     enum iscsi_session_type session_type;
+    /* Target: the first text has been handled, which decided the session type (declared, or
+     * Normal by default, §13.21); a later SessionType may only repeat it. */
+    bool session_type_fixed;
     /* Declarations seen (empty string if not) */
     char initiator_name[ISCSI_NAME_MAX + 1];
     char target_name[ISCSI_NAME_MAX + 1];
@@ -149,7 +152,8 @@ int iscsi_neg_offer(struct iscsi_neg *n, enum iscsi_stage stage, struct iscsi_te
  * send, a key not allowed in this stage (operational keys in the security stage, AuthMethod
  * after it, LO keys on a non-leading connection) or an illegal answer to our offer;
  * ISCSI_LOGIN_AUTH_FAILED when no offered AuthMethod is acceptable (AuthMethod=Reject is in
- * `out`); ISCSI_LOGIN_SESSION_TYPE_UNSUPPORTED for an unknown SessionType value; or what the
+ * `out`); ISCSI_LOGIN_SESSION_TYPE_UNSUPPORTED for an unknown SessionType value (and
+ * ISCSI_LOGIN_INITIATOR_ERROR for one that differs from the type the first text set); or what the
  * auth_key hook returned. In full feature phase the caller maps non-OK to a Reject. */
 enum iscsi_login_status iscsi_neg_handle(struct iscsi_neg *n, enum iscsi_stage stage,
                                          const char *text, uint32_t len, struct iscsi_text *out);

@@ -50,19 +50,22 @@ static const char *login_status_text(enum iscsi_login_status st)
     }
 }
 
+static void login_log_abandoned(struct iscsi_conn *c);
+
 void login_conn_cleanup(struct iscsi_conn *c)
 {
     iscsi_text_reset(&c->login_in);
     iscsi_text_reset(&c->login_out);
     if (c->auth) {
         reactor_timer_stop(c->reactor, &c->auth->fail_timer);
+        if (c->auth->waiting || c->auth->failing)
+            login_log_abandoned(c);
         iscsi_auth_free(c->auth);
         c->auth = NULL;
     }
 }
 
-/* The peer's address without the port: what the failure back-off counts by. */
-static void peer_addr(const struct iscsi_conn *c, char *out, size_t len)
+void conn_peer_addr(const struct iscsi_conn *c, char *out, size_t len)
 {
     snprintf(out, len, "%s", c->peer);
     char *colon = strrchr(out, ':');
@@ -99,11 +102,20 @@ static void login_fill_sn(struct iscsi_conn *c, struct iscsi_bhs *h)
 }
 
 /* Refuse the login with a status and close once the answer is out (§11.13.5). */
+static void login_log_refused(struct iscsi_conn *c, enum iscsi_login_status st, const char *detail,
+                              const char *after)
+{
+    char ini[2 * ISCSI_NAME_MAX + 3];
+    CONN_LOG_LOGIN(c, LOG_LVL_WARN, "%s: login refused (%s, status 0x%04x)%s%s%s%s%s", c->peer,
+                   login_status_text(st), st, c->neg.initiator_name[0] ? " initiator " : "",
+                   c->neg.initiator_name[0] ? log_quote(ini, sizeof(ini), c->neg.initiator_name)
+                                            : "",
+                   detail ? ": " : "", detail ? detail : "", after);
+}
+
 static int login_fail(struct iscsi_conn *c, enum iscsi_login_status st, const char *detail)
 {
-    CONN_LOG_LOGIN(c, LOG_LVL_WARN, "%s: login refused (%s, status 0x%04x)%s%s%s%s", c->peer,
-                   login_status_text(st), st, c->neg.initiator_name[0] ? " initiator " : "",
-                   c->neg.initiator_name, detail ? ": " : "", detail ? detail : "");
+    login_log_refused(c, st, detail, "");
     struct wire_pdu *p = login_rsp_alloc(c, 0);
     if (!p)
         return ISCSI_ERR_NOMEM;
@@ -120,7 +132,47 @@ static void login_auth_fail_fire(void *arg)
 {
     struct iscsi_conn *c = arg;
     assert(!c->dead); /* conn_close() stops this timer (login_conn_cleanup) */
+    c->auth->failing = false;
     conn_fail(c, login_fail(c, ISCSI_LOGIN_AUTH_FAILED, c->auth->detail));
+}
+
+/* A failure counted for this connection's address: the reason for its log line in `detail`
+ * (address, target, reason, failures in a row). Returns the delay of the answer. */
+static uint32_t login_count_failure(struct iscsi_conn *c, const char *why, char *detail, size_t len)
+{
+    char addr[sizeof(c->peer)];
+    conn_peer_addr(c, addr, sizeof(addr));
+    unsigned n = 0;
+    uint32_t ms = c->srv->auth_guard ? auth_guard_failed(c->srv->auth_guard, addr, &n) : 0;
+    /* the answer must beat the login deadline (login-timeout from accept, checked once a
+     * second), or the initiator would see a silent close instead of 0201h */
+    uint64_t now = reactor_now_ms();
+    uint64_t deadline = c->accept_ms + (uint64_t)c->srv->login_timeout_s * 1000;
+    if (ms && now + ms + 1500 > deadline)
+        ms = deadline > now + 1500 ? (uint32_t)(deadline - now - 1500) : 0;
+    snprintf(detail, len, "CHAP, %s%s: %s; failure %u in a row from %s, answered after %u ms",
+             c->discovery ? "discovery session" : "target ",
+             c->discovery ? "" : (c->node ? c->node->name : c->neg.target_name),
+             why ? why : "authentication failed", n, addr, ms);
+    return ms;
+}
+
+/* The connection closed while its CHAP response waited for its turn, or for the answer to
+ * its failure: a guesser giving up on a slow answer. Still an authentication failure from
+ * that address, counted (if it was not yet) and logged. */
+static void login_log_abandoned(struct iscsi_conn *c)
+{
+    if (c->auth->waiting)
+        login_count_failure(c, "response not checked (its turn had not come)", c->auth->detail,
+                            sizeof(c->auth->detail));
+    c->auth->waiting = c->auth->failing = false;
+    unsigned sup; /* as many as a guesser opens connections: rate limited */
+    if (!iscsi_server_log_allow(c->srv, &sup))
+        return;
+    if (sup)
+        LOG_WARN("%u more lines about connections not logged in not logged", sup);
+    login_log_refused(c, ISCSI_LOGIN_AUTH_FAILED, c->auth->detail,
+                      "; the connection closed before the answer");
 }
 
 /* An authentication failure: always status 0201h, whatever the cause (unknown user, wrong
@@ -130,23 +182,10 @@ static void login_auth_fail_fire(void *arg)
  * ignores what it sends meanwhile. */
 static int login_fail_auth(struct iscsi_conn *c, const char *why)
 {
-    char addr[sizeof(c->peer)], local[sizeof(c->auth->detail)];
-    peer_addr(c, addr, sizeof(addr));
-    unsigned n = 0;
-    uint32_t ms = c->srv->auth_guard ? auth_guard_failed(c->srv->auth_guard, addr, &n) : 0;
-    /* the answer must beat the login deadline (login-timeout from accept, checked once a
-     * second), or the initiator would see a silent close instead of 0201h */
-    uint64_t now = reactor_now_ms();
-    uint64_t deadline = c->accept_ms + (uint64_t)c->srv->login_timeout_s * 1000;
-    if (ms && now + ms + 1500 > deadline)
-        ms = deadline > now + 1500 ? (uint32_t)(deadline - now - 1500) : 0;
+    char local[sizeof(c->auth->detail)];
     /* one warn line, when the answer goes: address, initiator (login_fail), target, reason */
     char *detail = c->auth ? c->auth->detail : local;
-    snprintf(detail, sizeof(local),
-             "CHAP, %s%s: %s; failure %u in a row from %s, answered after %u ms",
-             c->discovery ? "discovery session" : "target ",
-             c->discovery ? "" : (c->node ? c->node->name : c->neg.target_name),
-             why ? why : "authentication failed", n, addr, ms);
+    uint32_t ms = login_count_failure(c, why, detail, sizeof(local));
     if (!c->auth || !ms)
         return login_fail(c, ISCSI_LOGIN_AUTH_FAILED, detail);
     c->auth->failing = true;
@@ -371,6 +410,7 @@ static enum iscsi_login_status login_enter_ffp(struct iscsi_conn *c)
 }
 
 static void login_after_final(struct iscsi_conn *c, uint8_t rsp_flags);
+static int login_finish(struct iscsi_conn *c, uint8_t flags);
 
 int login_handle(struct iscsi_conn *c, struct iscsi_pdu_in *p)
 {
@@ -383,8 +423,8 @@ int login_handle(struct iscsi_conn *c, struct iscsi_pdu_in *p)
     bool first = !c->login_started;
     c->login_started = true;
     c->login_cmdsn = bhs_get32(req, BHS_CMDSN);
-    if (c->auth && c->auth->failing)
-        return ISCSI_OK; /* the refusal is on its way */
+    if (c->auth && (c->auth->failing || c->auth->waiting))
+        return ISCSI_OK; /* the refusal is on its way, or the response waits its turn */
 
     if (first) {
         memcpy(c->login_isid, req->b + BHS_ISID, 6);
@@ -469,8 +509,55 @@ int login_handle(struct iscsi_conn *c, struct iscsi_pdu_in *p)
         }
         c->login_first_done = true;
     }
+    return login_finish(c, flags);
+}
+
+static void login_auth_resume(void *arg)
+{
+    struct iscsi_conn *c = arg;
+    assert(!c->dead); /* conn_close() stops this timer (login_conn_cleanup) */
+    c->auth->waiting = false;
+    c->auth->waited = true;
+    conn_fail(c, login_finish(c, c->auth->wait_flags));
+}
+
+/* A CHAP response from an address with failures in a row waits for its turn (one check per
+ * back-off delay, auth_guard_reserve) before it is checked, right or wrong: true when it was
+ * put to wait, or refused because its turn comes after the login deadline. */
+static bool login_auth_wait(struct iscsi_conn *c, uint8_t flags, int *rc)
+{
+    if (!c->srv->auth_guard || c->auth->state != AUTH_WAIT_NR || c->auth->waited)
+        return false;
+    char addr[sizeof(c->peer)];
+    conn_peer_addr(c, addr, sizeof(addr));
+    uint32_t ms = auth_guard_reserve(c->srv->auth_guard, addr);
+    if (!ms)
+        return false;
+    uint64_t deadline = c->accept_ms + (uint64_t)c->srv->login_timeout_s * 1000;
+    if (reactor_now_ms() + ms + 1500 > deadline) {
+        *rc = login_fail_auth(c, "response not checked: its turn comes after the login deadline");
+        return true;
+    }
+    c->auth->waiting = true;
+    c->auth->wait_flags = flags;
+    reactor_timer_start(c->reactor, &c->auth->fail_timer, ms, login_auth_resume, c);
+    *rc = ISCSI_OK;
+    return true;
+}
+
+/* The request's keys are in: the CHAP step, the stage checks, the answer. */
+static int login_finish(struct iscsi_conn *c, uint8_t flags)
+{
+    bool transit = flags & ISCSI_LOGIN_TRANSIT;
+    enum iscsi_stage csg = (enum iscsi_stage)ISCSI_LOGIN_CSG(flags);
+    enum iscsi_stage nsg = (enum iscsi_stage)ISCSI_LOGIN_NSG(flags);
+    enum iscsi_login_status st;
+    int rc;
+    if (csg == ISCSI_STAGE_SECURITY && c->auth && login_auth_wait(c, flags, &rc))
+        return rc;
     if (csg == ISCSI_STAGE_SECURITY && c->auth) {
         bool may_transit;
+        c->auth->waited = false;
         st = iscsi_auth_step(c->auth, &c->neg, c->srv->auth_guard, &c->login_out, &may_transit);
         if (st != ISCSI_LOGIN_OK) {
             return login_fail_auth(c, c->auth->why);
@@ -516,7 +603,7 @@ int login_handle(struct iscsi_conn *c, struct iscsi_pdu_in *p)
     }
     c->login_rsp_flags = rsp_flags;
     c->login_out_off = 0;
-    int rc = login_send_chunk(c, rsp_flags);
+    rc = login_send_chunk(c, rsp_flags);
     if (rc < 0 || c->login_out.len) /* more to pull: stay in this stage */
         return rc;
     login_after_final(c, rsp_flags);
@@ -537,11 +624,12 @@ static void login_after_final(struct iscsi_conn *c, uint8_t rsp_flags)
             c->hdigest = p.header_digest;
             c->ddigest = p.data_digest;
             c->phase = CONN_FFP;
+            c->last_text_ms = reactor_now_ms();
             if (!c->discovery)
                 conn_inject_start(c);
             if (c->auth && c->srv->auth_guard) {
                 char addr[sizeof(c->peer)];
-                peer_addr(c, addr, sizeof(addr));
+                conn_peer_addr(c, addr, sizeof(addr));
                 auth_guard_succeeded(c->srv->auth_guard, addr);
             }
             /* An event line (docs/logging.md): its keys are stable. */

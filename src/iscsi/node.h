@@ -38,8 +38,13 @@ struct iscsi_limits {
     uint64_t max_tx_backlog;
     unsigned max_pending_logins;          /* connections not yet logged in, in total */
     unsigned max_pending_logins_per_addr; /* ... from one source address */
-    unsigned max_sessions;                /* sessions in total (discovery included) */
+    unsigned max_sessions;                /* normal sessions in total */
     unsigned max_sessions_per_target;     /* normal sessions of one target */
+    /* Discovery sessions have a budget of their own, apart from max-sessions: anyone may open
+     * one (no CHAP by default), and they must not take the room of normal sessions. */
+    unsigned max_discovery_sessions;          /* in total */
+    unsigned max_discovery_sessions_per_addr; /* from one source address */
+    unsigned discovery_idle_timeout_s;        /* closed after this long without a Text request */
 };
 
 #define ISCSI_DEFAULT_MAX_TX_BACKLOG (4ull << 20)
@@ -48,6 +53,9 @@ struct iscsi_limits {
 #define ISCSI_DEFAULT_MAX_SESSIONS 4096u
 /* as many as a target has I_T nexus slots: past that a login could not get one anyway */
 #define ISCSI_DEFAULT_MAX_SESSIONS_PER_TARGET SCSI_NEXUS_MAX
+#define ISCSI_DEFAULT_MAX_DISCOVERY_SESSIONS 64u
+#define ISCSI_DEFAULT_MAX_DISCOVERY_SESSIONS_PER_ADDR 4u
+#define ISCSI_DEFAULT_DISCOVERY_IDLE_TIMEOUT_S 60u
 
 struct iscsi_pending_addr;
 
@@ -104,6 +112,7 @@ struct iscsi_server {
     unsigned login_timeout_s;
     struct iscsi_limits limits;
     unsigned nsessions;           /* sessions in the table (sessions_lock) */
+    unsigned ndiscovery;          /* ... of them discovery sessions */
     struct log_limit session_log; /* sessions refused at max-sessions (sessions_lock) */
     /* Connections not yet logged in, in total and per source address (a small hash of
      * counters, touched at accept and when login ends: never per PDU). */

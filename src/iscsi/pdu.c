@@ -14,6 +14,7 @@ static const char *const status_reason[ISCSI_STATUS_COUNT] = {
     [-ISCSI_ERR_DATA_OUT_SEQ] = "Data-Out sequence error (ERL 0)",
     [-ISCSI_ERR_LOGIN_TIMEOUT] = "login timed out",
     [-ISCSI_ERR_NOP_TIMEOUT] = "no answer to NOP-In ping",
+    [-ISCSI_ERR_DISCOVERY_IDLE] = "discovery session idle",
 };
 
 const char *iscsi_status_str(int status)

@@ -29,6 +29,9 @@ void iscsi_limits_default(struct iscsi_limits *l)
     l->max_pending_logins_per_addr = ISCSI_DEFAULT_MAX_PENDING_LOGINS_PER_ADDR;
     l->max_sessions = ISCSI_DEFAULT_MAX_SESSIONS;
     l->max_sessions_per_target = ISCSI_DEFAULT_MAX_SESSIONS_PER_TARGET;
+    l->max_discovery_sessions = ISCSI_DEFAULT_MAX_DISCOVERY_SESSIONS;
+    l->max_discovery_sessions_per_addr = ISCSI_DEFAULT_MAX_DISCOVERY_SESSIONS_PER_ADDR;
+    l->discovery_idle_timeout_s = ISCSI_DEFAULT_DISCOVERY_IDLE_TIMEOUT_S;
 }
 
 int iscsi_server_init(struct iscsi_server *srv)

@@ -50,13 +50,36 @@ struct iscsi_session *session_lookup(struct iscsi_server *srv, uint16_t tsih)
     return s;
 }
 
-/* max-sessions and max-sessions-per-target (README "Limits"): a login past them is refused
- * with 0x0302 Out of resources (RFC 7143 §11.13.5). Called with sessions_lock held. */
+/* Discovery sessions from s's address. Called with sessions_lock held; there are at most
+ * max-discovery-sessions of them, but they are found by a walk of the table. */
+static unsigned discovery_sessions_from(struct iscsi_server *srv, const struct iscsi_session *s)
+{
+    unsigned n = 0, left = srv->ndiscovery;
+    for (unsigned i = 1; i < srv->sessions_cap && left; i++) {
+        const struct iscsi_session *o = srv->sessions[i];
+        if (!o || !o->discovery)
+            continue;
+        left--;
+        n += strcmp(o->addr, s->addr) == 0;
+    }
+    return n;
+}
+
+/* max-sessions and max-sessions-per-target for normal sessions, max-discovery-sessions and
+ * max-discovery-sessions-per-address for discovery ones (README "Limits"): a login past them
+ * is refused with 0x0302 Out of resources (RFC 7143 §11.13.5). Called with sessions_lock
+ * held. */
 static bool session_limit_reached(struct iscsi_server *srv, const struct iscsi_session *s)
 {
     const struct iscsi_limits *l = &srv->limits;
     const char *which = NULL;
-    if (l->max_sessions && srv->nsessions >= l->max_sessions)
+    if (s->discovery) {
+        if (l->max_discovery_sessions && srv->ndiscovery >= l->max_discovery_sessions)
+            which = "max-discovery-sessions";
+        else if (l->max_discovery_sessions_per_addr &&
+                 discovery_sessions_from(srv, s) >= l->max_discovery_sessions_per_addr)
+            which = "max-discovery-sessions-per-address";
+    } else if (l->max_sessions && srv->nsessions - srv->ndiscovery >= l->max_sessions)
         which = "max-sessions";
     else if (s->node && l->max_sessions_per_target &&
              s->node->nsessions >= l->max_sessions_per_target)
@@ -76,6 +99,8 @@ static bool session_limit_reached(struct iscsi_server *srv, const struct iscsi_s
 static void session_table_count(struct iscsi_server *srv, struct iscsi_session *s, int delta)
 {
     srv->nsessions += (unsigned)delta;
+    if (s->discovery)
+        srv->ndiscovery += (unsigned)delta;
     if (s->node)
         s->node->nsessions += (unsigned)delta;
 }
@@ -122,6 +147,7 @@ struct iscsi_session *session_create(struct iscsi_conn *c, const struct iscsi_pa
     s->discovery = c->discovery;
     memcpy(s->isid, c->login_isid, 6);
     memcpy(s->initiator_name, c->neg.initiator_name, sizeof(s->initiator_name));
+    conn_peer_addr(c, s->addr, sizeof(s->addr));
     s->params = *p;
     s->created_ms = reactor_now_ms();
     s->stats = iostats_new(); /* NULL (out of memory): the session just is not counted */

@@ -119,7 +119,7 @@ static void diff_fixed(const struct target_config *run, const struct target_conf
         run->login_timeout_s != file->login_timeout_s)
         note(restart, "nop-interval, nop-timeout or login-timeout");
     if (memcmp(&run->limits, &file->limits, sizeof(run->limits)) != 0)
-        note(restart, "limits (max-*)");
+        note(restart, "limits (max-*, discovery-idle-timeout)");
     if (!run->cli_state_dir && strcmp(run->state_dir, file->state_dir) != 0)
         note(restart, "state-dir");
     if (!run->cli_metrics && (run->metrics_on != file->metrics_on ||

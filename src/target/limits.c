@@ -24,6 +24,10 @@ static const struct limit_key limit_keys[] = {
     {"max-sessions", 0, 65535, LIM(max_sessions), false},
     /* at most the target's I_T nexus slots (each session holds one) */
     {"max-sessions-per-target", 0, SCSI_NEXUS_MAX, LIM(max_sessions_per_target), false},
+    {"max-discovery-sessions", 0, 65535, LIM(max_discovery_sessions), false},
+    {"max-discovery-sessions-per-address", 0, 65535, LIM(max_discovery_sessions_per_addr), false},
+    /* seconds */
+    {"discovery-idle-timeout", 0, 86400, LIM(discovery_idle_timeout_s), false},
 };
 
 bool target_limits_is_key(const char *key)

@@ -82,6 +82,28 @@ const char *log_quote(char *buf, size_t len, const char *s)
     return buf;
 }
 
+size_t log_escape_controls(char *out, size_t len, const char *s)
+{
+    static const char hex[] = "0123456789abcdef";
+    assert(len >= 1);
+    size_t n = 0;
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        bool ctl = *p < ' ' || *p == 0x7f;
+        if (n + (ctl ? 4 : 1) >= len)
+            break;
+        if (ctl) {
+            out[n++] = '\\';
+            out[n++] = 'x';
+            out[n++] = hex[*p >> 4];
+            out[n++] = hex[*p & 0xf];
+        } else {
+            out[n++] = (char)*p;
+        }
+    }
+    out[n] = '\0';
+    return n;
+}
+
 int log_level_parse(const char *name)
 {
     static const char *const names[] = {"error", "warn", "info", "debug"};
@@ -97,12 +119,15 @@ void log_msg(enum log_level level, const char *fmt, ...)
     static const int prio[] = {LOG_ERR, LOG_WARNING, LOG_INFO, LOG_DEBUG};
     if (level > log_get_level())
         return;
-    char line[1024];
+    /* The message may hold what a peer sent: its control characters are escaped here, so
+     * that it stays one line and cannot forge another (or a journald "<N>" priority). */
+    char msg[1024], line[1024];
     va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
     if (log_dest == LOG_DEST_SYSLOG) {
-        va_start(ap, fmt);
-        vsnprintf(line, sizeof(line), fmt, ap);
-        va_end(ap);
+        log_escape_controls(line, sizeof(line), msg);
         syslog(prio[level], "%s", line);
         return;
     }
@@ -117,11 +142,7 @@ void log_msg(enum log_level level, const char *fmt, ...)
         n = snprintf(line, sizeof(line), "%02d:%02d:%02d.%03ld %s ", tm.tm_hour, tm.tm_min,
                      tm.tm_sec, ts.tv_nsec / 1000000, tags[level]);
     }
-    va_start(ap, fmt);
-    n += vsnprintf(line + n, sizeof(line) - (size_t)n - 1, fmt, ap);
-    va_end(ap);
-    if (n > (int)sizeof(line) - 2)
-        n = (int)sizeof(line) - 2;
+    n += (int)log_escape_controls(line + n, sizeof(line) - (size_t)n - 1, msg);
     line[n++] = '\n';
     ssize_t w = write(STDERR_FILENO, line, (size_t)n);
     (void)w;

@@ -32,6 +32,11 @@ int log_dest_parse(const char *name);
  * '?'. Returns buf (truncated to len, always terminated). */
 const char *log_quote(char *buf, size_t len, const char *s);
 
+/* s with every control character (below 0x20, and 0x7f) written as "\\xNN", into out
+ * (truncated to len, always terminated, an escape never cut). Returns the length written.
+ * log_msg passes every message through it: a line is one line whatever a peer sent. */
+size_t log_escape_controls(char *out, size_t len, const char *s);
+
 /* Rate limiting for lines a peer can cause at will (one per rejected PDU, one per refused
  * connection): at most LOG_LIMIT_BURST lines per LOG_LIMIT_WINDOW_MS per limiter, and the count
  * of the ones dropped is reported with the next line let through (or by the owner when it goes

@@ -23,11 +23,23 @@ the per-address limits matter.
             CmdSN is "task does not exist" and takes nothing; a READ flagged W and not R gets
             no Data-In and its data-out goes nowhere; 1300 non-immediate READs sent without
             reading are all answered
-  sessions  max-sessions-per-target refuses one session too many with 0x0302, max-sessions
-            one discovery session too many (they count in the total); a session offering
+  sessions  max-sessions-per-target refuses one session too many with 0x0302, and
+            max-discovery-sessions-per-address the 5th discovery session from one address
+            (discovery sessions have their own budget); a session offering
             MaxConnections=16 takes 8 connections, the 9th is refused with 0x0206; 200 concurrent
             sessions, each logged out and in again 25 times (5000 logins): descriptors back to
             baseline, RSS back near it
+  peers     key values with CR, LF and "<N>" are logged escaped, never as a line of their own;
+            a normal login declaring SessionType=Discovery in the operational stage is refused
+            with 0x0200
+  discovery discovery sessions do not count in max-sessions: 4 held from one address leave
+            normal logins their room; max-discovery-sessions(-per-address) refuse with 0x0302;
+            discovery-idle-timeout closes a discovery session that answers NOP-In pings but
+            sends no Text request, and keeps one that does
+  guess     a CHAP guesser that abandons every connection not answered within 0.3 s learns
+            nothing: after 3 wrong guesses the right secret is not answered sooner than a wrong
+            one (the address's back-off applies before a response is checked); every
+            abandoned attempt is logged as an authentication failure
   conns     4000 idle connections from 80 addresses held, 800 of them with half a BHS: each
             costs < 48 KiB of RSS; with a hard descriptor limit of 256, accept() failing with
             EMFILE pauses accepting (no busy loop), logged once, and a login works afterwards
@@ -60,8 +72,10 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
                                 "integration"))
 import hostile  # noqa: E402
 import pr_lib  # noqa: E402
+import target_chap  # noqa: E402
 from hostile import (OP_LOGIN_RSP, OP_NOP_IN, OP_NOP_OUT, OP_DATA_IN, OP_REJECT,  # noqa: E402
-                     OP_SCSI, OP_SCSI_RSP, OP_SNACK, OP_TMF, OP_TMF_RSP, RSVD, TARGET, Closed,
+                     OP_SCSI, OP_SCSI_RSP, OP_SNACK, OP_TEXT, OP_TEXT_RSP, OP_TMF, OP_TMF_RSP,
+                     RSVD, TARGET, Closed,
                      Conn, Daemon, Session, TestFailure, bhs, cdb_rw10, check, kv, login_pdu,
                      login_status, lun_field, parse_kv)
 
@@ -629,20 +643,22 @@ def cat_sessions(binary):
                   "the session past the limit: %s" % e)
         extra.logout()
         time.sleep(0.3)  # the logged-out session leaves the table once its answer is sent
-        # max-sessions counts discovery sessions too: 201 normal ones leave room for 9
+        # discovery sessions have their own budget, not max-sessions: from one address
+        # max-discovery-sessions-per-address (4 by default) fit beside the 201 normal ones
         discs = []
         try:
             while len(discs) < 20:
                 discs.append(discovery_login(b.d.port, "127.0.7.250")[0])
         except TestFailure as e:
-            check("0x0302" in str(e), "discovery session past max-sessions: %s" % e)
-        check(len(discs) == nsess + 10 - (nsess + 1), "%d discovery sessions fitted beside %d "
-              "normal ones under max-sessions %d" % (len(discs), nsess + 1, nsess + 10))
+            check("0x0302" in str(e), "discovery session past its limit: %s" % e)
+        check(len(discs) == 4, "%d discovery sessions from one address fitted beside %d "
+              "normal ones (expected 4, max-discovery-sessions-per-address)" %
+              (len(discs), nsess + 1))
         for c in discs:
             c.close()
         b.say("max-sessions-per-target %d: the session past it refused with 0x0302; "
-              "max-sessions %d: %d discovery sessions fitted beside %d normal ones, the next "
-              "refused with 0x0302" % (nsess + 2, nsess + 10, len(discs), nsess + 1))
+              "%d discovery sessions from one address fitted beside %d normal ones, the next "
+              "refused with 0x0302" % (nsess + 2, len(discs), nsess + 1))
         for s in sessions:
             s.scsi_retry_ua(bytes(6))
         for s in sessions:
@@ -701,6 +717,290 @@ def cat_sessions(binary):
         for s in sessions:
             s.c.close()
         b.kill()
+
+
+# ---------------------------------------------------------------- what a peer sends
+
+
+def login_answer(port, src, first, second=None):
+    """A login whose first request (security stage) holds `first` and, when it is accepted,
+    an operational request holding `second` that asks for full feature phase. Returns the
+    Conn, the last status and the last answer's keys."""
+    c = Conn(port, src=src)
+    h, d = login_pdu(first, csg=0, nsg=1, itt=1, cmdsn=1)
+    c.send_pdu(h, d)
+    rh, rd = c.recv_pdu()
+    if login_status(rh) or second is None:
+        return c, login_status(rh), parse_kv(rd)
+    h, d = login_pdu(second, csg=1, nsg=3, itt=2, cmdsn=1, isid=h[8:14],
+                     expstatsn=struct.unpack(">I", rh[24:28])[0] + 1)
+    c.send_pdu(h, d)
+    rh, rd = c.recv_pdu()
+    return c, login_status(rh), parse_kv(rd)
+
+
+def send_targets_all(c):
+    """SendTargets=All on a logged-in connection: the answer's text."""
+    data = kv([("SendTargets", "All")])
+    c.send_pdu(bhs(OP_TEXT, 0x80, b"\0" * 8, 3, RSVD, 1, 0, data=data), data)
+    rh, rd = c.recv_pdu()
+    return rh, rd
+
+
+def cat_peers(binary):
+    b = Bench(binary, "peers", [])
+    ini = "iqn.2026-11.org.evil:forger"
+    try:
+        # 1. control characters in key values never make a log line of their own
+        forged = [("SessionType", "x\n<2>FORGED-A line"), ("AuthMethod", "Bad\r\n<3>FORGED-B"),
+                  ("MaxRecvDataSegmentLength", "1\n<2>FORGED-C")]
+        want = {"SessionType": 0x0209, "AuthMethod": 0x0201}
+        for key, value in forged[:2]:
+            c, st, _ = login_answer(b.d.port, "127.0.8.1", [("InitiatorName", ini),
+                                                             ("TargetName", TARGET), (key, value)])
+            c.close()
+            check(st == want[key], "%s=%r: login status 0x%04x (expected 0x%04x)" %
+                  (key, value, st, want[key]))
+        c, st, _ = login_answer(b.d.port, "127.0.8.1", [("InitiatorName", ini),
+                                                         ("TargetName", TARGET),
+                                                         ("AuthMethod", "None")], [forged[2]])
+        c.close()
+        check(st == 0x0200, "%s=%r: login status 0x%04x" % (forged[2] + (st,)))
+        time.sleep(0.3)
+        text = log_text(b.d)
+        for key, value in forged:
+            tag = value.split("<")[1]
+            check(tag in text, "the refusal of %s=%r was not logged" % (key, value))
+            for line in text.splitlines():
+                check(not line.startswith("<") and not line.startswith(tag),
+                      "a log line forged by %s=%r: %r" % (key, value, line))
+        check(len([ch for ch in text if ch == "\r"]) == 0, "a carriage return in the log")
+        b.say("SessionType, AuthMethod and MaxRecvDataSegmentLength values holding CR, LF and "
+              "\"<N>\" refused (0x0209, 0x0201, 0x0200) and logged escaped, each on its own line")
+        # 2. SessionType is fixed by the first request: a normal session (no SessionType,
+        # or SessionType=Normal, at first) declaring Discovery later is refused
+        ops = [("HeaderDigest", "None"), ("DataDigest", "None"), ("SessionType", "Discovery")]
+        for first_type in ([], [("SessionType", "Normal")]):
+            c, st, _ = login_answer(b.d.port, "127.0.8.2",
+                                    [("InitiatorName", ini), ("TargetName", TARGET)] +
+                                    first_type + [("AuthMethod", "None")], ops)
+            listed = ""
+            if st == 0:
+                rh, rd = send_targets_all(c)
+                listed = ": SendTargets=All then answered %r" % rd[:120]
+            c.close()
+            check(st == 0x0200, "a normal login%s declaring SessionType=Discovery in the "
+                  "operational stage: status 0x%04x (expected 0x0200)%s" %
+                  (" with SessionType=Normal" if first_type else "", st, listed))
+        # a discovery session is still a discovery session, saying so twice is fine
+        c, st, _ = login_answer(b.d.port, "127.0.8.3", [("InitiatorName", ini),
+                                                         ("SessionType", "Discovery"),
+                                                         ("AuthMethod", "None")], ops)
+        check(st == 0, "a discovery login repeating SessionType=Discovery: 0x%04x" % st)
+        rh, rd = send_targets_all(c)
+        check(rh[0] & 0x3F == OP_TEXT_RSP and TARGET.encode() in rd,
+              "SendTargets=All in a discovery session: %r" % rd[:120])
+        c.close()
+        b.say("SessionType=Discovery in the operational stage of a normal login refused with "
+              "0x0200 (initiator error); a discovery login repeating it still lists targets")
+        b.finish()
+    finally:
+        b.kill()
+
+
+# ---------------------------------------------------------------- discovery sessions
+
+
+def hold_until_closed(c, limit_s, text_every=None):
+    """Keep a logged-in discovery connection as a squatter would: answer every NOP-In ping,
+    and with text_every send SendTargets=All that often. Returns the seconds until the
+    target closed it, or None if it was still open after limit_s."""
+    t0 = time.monotonic()
+    next_text = t0 if text_every else None
+    itt = 0x40
+    while time.monotonic() - t0 < limit_s:
+        if next_text is not None and time.monotonic() >= next_text:
+            itt += 1
+            data = kv([("SendTargets", "All")])
+            try:
+                c.send_pdu(bhs(OP_TEXT, 0x80, b"\0" * 8, itt, RSVD, 1, 0, data=data,
+                               immediate=True), data)
+            except OSError:
+                return time.monotonic() - t0
+            next_text += text_every
+        try:
+            rh, _ = c.recv_pdu(0.2)
+        except socket.timeout:
+            continue
+        except (Closed, OSError):
+            return time.monotonic() - t0
+        ttt = struct.unpack(">I", rh[20:24])[0]
+        if rh[0] & 0x3F == OP_NOP_IN and ttt != RSVD:
+            statsn = struct.unpack(">I", rh[24:28])[0]
+            try:
+                c.send_pdu(bhs(OP_NOP_OUT, 0x80, rh[8:16], RSVD, ttt, 1, statsn + 1,
+                               immediate=True))
+            except OSError:
+                return time.monotonic() - t0
+    return None
+
+
+def discovery_refused(port, src):
+    try:
+        c, _ = discovery_login(port, src)
+    except TestFailure as e:
+        return str(e)
+    c.close()
+    return None
+
+
+def with_held(b, body):
+    """Run body(b, held) on a Bench, closing the connections it put in held, then finish."""
+    held = []
+    try:
+        body(b, held)
+        while held:
+            held.pop().close()
+        b.finish()
+    finally:
+        for c in held:
+            c.close()
+        b.kill()
+
+
+def discovery_room(b, held):
+    """Discovery sessions do not take the room of normal ones (max-sessions counts normal
+    sessions only) and have their own per-address budget (default 4)."""
+    held += [discovery_login(b.d.port, "127.0.9.1")[0] for _ in range(4)]
+    normal = [Session(b.d.port, name="iqn.2026-11.org.linerate:after-discovery-%d" % i,
+                      src="127.0.9.9").login() for i in range(2)]
+    why = discovery_refused(b.d.port, "127.0.9.1")
+    check(why and "0x0302" in why, "a 5th discovery session from one address: %s" %
+          (why or "accepted"))
+    held.append(discovery_login(b.d.port, "127.0.9.2")[0])
+    b.say("4 anonymous discovery sessions from one address held: 2 normal sessions still "
+          "logged in under max-sessions 3; the 5th discovery session from that address "
+          "refused with 0x0302, another address still served")
+    for s in normal:
+        s.logout()
+
+
+def discovery_idle(b, held):
+    """The total budget, and the idle timeout of discovery sessions answering NOP-In pings."""
+    held += [discovery_login(b.d.port, "127.0.9.3")[0] for _ in range(2)]
+    why = discovery_refused(b.d.port, "127.0.9.3")
+    check(why and "0x0302" in why, "a 3rd discovery session from one address under "
+          "max-discovery-sessions-per-address 2: %s" % (why or "accepted"))
+    active = discovery_login(b.d.port, "127.0.9.4")[0]
+    held.append(active)
+    why = discovery_refused(b.d.port, "127.0.9.5")
+    check(why and "0x0302" in why, "a 4th discovery session under max-discovery-sessions "
+          "3: %s" % (why or "accepted"))
+    # one session asks SendTargets every 0.5 s for 4 s: kept; the idle ones, answering
+    # every NOP-In ping, are closed
+    dt = hold_until_closed(active, 4, text_every=0.5)
+    check(dt is None, "a discovery session sending Text requests was closed after %.1f s"
+          % (dt or 0))
+    for c in held[:2]:
+        dt = hold_until_closed(c, 10)
+        check(dt is not None, "an idle discovery session (answering NOP-In) was still open "
+              "past discovery-idle-timeout 2 s")
+    dt = hold_until_closed(active, 10)
+    check(dt is not None, "a discovery session idle after its Text requests was not closed")
+    while held:
+        held.pop().close()
+    time.sleep(0.3)
+    held += [discovery_login(b.d.port, "127.0.9.3")[0] for _ in range(2)]
+    check("discovery session idle" in log_text(b.d), "the idle close was not logged:\n" +
+          b.d.log_tail())
+    b.say("max-discovery-sessions 3 and -per-address 2 refuse with 0x0302; with "
+          "discovery-idle-timeout 2 s, sessions answering NOP-In but sending no Text "
+          "request are closed, one sending SendTargets every 0.5 s is kept; their slots "
+          "serve new discovery sessions")
+
+
+def cat_discovery(binary):
+    with_held(Bench(binary, "discovery", ["max-sessions = 3"]), discovery_room)
+    with_held(Bench(binary, "discovery-idle", ["max-discovery-sessions = 3",
+                                               "max-discovery-sessions-per-address = 2",
+                                               "discovery-idle-timeout = 2",
+                                               "nop-interval = 1"], log_level="info"),
+              discovery_idle)
+
+
+# ---------------------------------------------------------------- CHAP guessing
+
+
+class DiscoveryChap(target_chap.Login):
+    """A discovery login with CHAP from a given source address (target_chap's steps)."""
+
+    def __init__(self, port, src):
+        self.c = Conn(port, src=src)
+        self.target = None
+        self.isid = bytes([0x80, 0, 0x47, 0x55, 0x45, random.randrange(256)])
+        self.expstatsn = 0
+
+    def first(self, auth="CHAP", transit=True):
+        return self.send([("InitiatorName", "iqn.2026-11.org.evil:guesser"),
+                          ("SessionType", "Discovery"), ("AuthMethod", auth)], transit=transit)
+
+    def guess(self, secret, patience):
+        """Send CHAP_N/CHAP_R and wait `patience` s for the answer: its status, or None."""
+        r = target_chap.chap_r(self.alg, self.ident, secret, self.chal)
+        h, d = login_pdu([("CHAP_N", GUESS_USER), ("CHAP_R", "0x" + r.hex())], csg=0, nsg=1,
+                         isid=self.isid, itt=7, cmdsn=1, expstatsn=self.expstatsn)
+        self.c.send_pdu(h, d)
+        out = self.c.outcome(patience)
+        return None if out in ("timeout", "closed") else login_status(out[0])
+
+
+GUESS_USER, GUESS_SECRET = "alice", "alice-secret-0123"
+
+
+def cat_guess(binary):
+    work = tempfile.mkdtemp(prefix="security-guess-")
+    sec = os.path.join(work, "chap-secrets")
+    with open(sec, "w") as f:
+        f.write("%s %s\n" % (GUESS_USER, GUESS_SECRET))
+    os.chmod(sec, 0o600)
+    b = Bench(binary, "guess", ["chap-secrets = %s" % sec, "discovery-chap-user = %s" %
+                                GUESS_USER])
+    try:
+        # a guesser that gives up on any answer slower than 0.3 s (a wrong guess, before):
+        # 3 wrong guesses, then the right secret
+        wrong = 3
+        for i in range(wrong):
+            lg = DiscoveryChap(b.d.port, "127.0.11.1").challenge()
+            st = lg.guess("wrong-secret-%02d" % i, 0.3)
+            lg.c.close()
+            check(st in (None, 0x0201), "wrong guess %d answered 0x%04x" % (i, st or 0))
+        lg = DiscoveryChap(b.d.port, "127.0.11.1").challenge()
+        st = lg.guess(GUESS_SECRET, 0.3)
+        check(st is None, "after %d abandoned wrong guesses from one address the right secret "
+              "was answered (0x%04x) before that address's back-off delay: the answer time "
+              "tells a guesser right from wrong" % (wrong, st or 0))
+        lg.c.close()
+        time.sleep(0.5)
+        text = log_text(b.d)
+        abandoned = text.count("the connection closed before the answer")
+        check(abandoned == wrong + 1, "%d abandoned CHAP attempts logged as authentication "
+              "failures, expected %d:\n%s" % (abandoned, wrong + 1, b.d.log_tail()))
+        # another address is not slowed: the right secret logs in at once
+        lg = DiscoveryChap(b.d.port, "127.0.11.2").challenge()
+        rh, _ = lg.answer(GUESS_USER, GUESS_SECRET)
+        check(login_status(rh) == 0, "the right secret from another address: 0x%04x" %
+              login_status(rh))
+        lg.c.close()
+        b.say("%d wrong CHAP guesses abandoned after 0.3 s each, then the right secret: not "
+              "answered within 0.3 s either (it waits for the address's turn); %d abandoned "
+              "attempts logged as authentication failures; another address logs in at once"
+              % (wrong, abandoned))
+        b.finish()
+    finally:
+        b.kill()
+        for f in os.listdir(work):
+            os.unlink(os.path.join(work, f))
+        os.rmdir(work)
 
 
 # ---------------------------------------------------------------- many connections, EMFILE
@@ -968,7 +1268,8 @@ def cat_reservations(binary):
 
 CATEGORIES = {"backlog": cat_backlog, "login": cat_login, "protocol": cat_protocol,
               "sessions": cat_sessions, "conns": cat_conns, "copy": cat_copy,
-              "reservations": cat_reservations}
+              "reservations": cat_reservations, "peers": cat_peers,
+              "discovery": cat_discovery, "guess": cat_guess}
 
 
 def main():

@@ -724,6 +724,28 @@ static void test_backoff(void **state)
     auth_guard_free(g);
 }
 
+/* The delay holds the next check from the address, not only the failure's answer: waiting
+ * responses are checked one per delay, and a success frees the address. */
+static void test_backoff_turns(void **state)
+{
+    (void)state;
+    struct auth_guard *g = auth_guard_new();
+    unsigned n;
+    assert_int_equal(auth_guard_reserve(g, "10.0.0.1"), 0); /* no failure: at once */
+    assert_int_equal(auth_guard_reserve(g, "10.0.0.1"), 0);
+    assert_int_equal(auth_guard_failed(g, "10.0.0.1", &n), 1000);
+    /* the next response waits for the failure's delay, the one after it for one more */
+    assert_in_range(auth_guard_reserve(g, "10.0.0.1"), 900, 1000);
+    assert_in_range(auth_guard_reserve(g, "10.0.0.1"), 1900, 2000);
+    assert_int_equal(auth_guard_reserve(g, "10.0.0.2"), 0); /* another address */
+    /* a failure while responses wait does not bring the turn forward */
+    assert_int_equal(auth_guard_failed(g, "10.0.0.1", &n), 2000);
+    assert_in_range(auth_guard_reserve(g, "10.0.0.1"), 2900, 3000);
+    auth_guard_succeeded(g, "10.0.0.1");
+    assert_int_equal(auth_guard_reserve(g, "10.0.0.1"), 0);
+    auth_guard_free(g);
+}
+
 int main(void)
 {
     log_set_level(LOG_LVL_ERROR);
@@ -738,6 +760,7 @@ int main(void)
         cmocka_unit_test(test_out_of_order),
         cmocka_unit_test(test_initiator_pairs),
         cmocka_unit_test(test_url),
+        cmocka_unit_test(test_backoff_turns),
         cmocka_unit_test(test_backoff),
         cmocka_unit_test(test_repeated_declaration),
     };

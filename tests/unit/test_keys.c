@@ -400,6 +400,41 @@ static void test_duplicate_key(void **state)
         LOGIN_OK);
 }
 
+/* §13.21: the first text fixes the session type; a normal session cannot become a
+ * discovery one later in the login (and then ask SendTargets=All). */
+static void test_session_type_fixed(void **state)
+{
+    (void)state;
+    struct iscsi_neg n;
+    /* no SessionType at first: Normal, and Discovery later is refused */
+    target_with(&n, NULL);
+    assert_int_equal(feed(&n, SEC, &out, "InitiatorName=iqn.2024-01.org.example:a",
+                          "TargetName=iqn.2024-01.org.example:t", "AuthMethod=None", NULL),
+                     LOGIN_OK);
+    assert_int_equal(feed(&n, OP, &out, "SessionType=Discovery", NULL), IERR);
+    assert_int_not_equal(n.session_type, ISCSI_SESSION_DISCOVERY);
+    /* in the first operational text when the login starts there: the same */
+    target_with(&n, NULL);
+    assert_int_equal(feed(&n, OP, &out, "InitiatorName=iqn.2024-01.org.example:a",
+                          "TargetName=iqn.2024-01.org.example:t", NULL),
+                     LOGIN_OK);
+    assert_int_equal(feed(&n, OP, &out, "MaxBurstLength=8192", "SessionType=Discovery", NULL),
+                     IERR);
+    /* declared Normal first, Discovery later: refused */
+    target_with(&n, NULL);
+    assert_int_equal(feed(&n, SEC, &out, "SessionType=Normal", "AuthMethod=None", NULL), LOGIN_OK);
+    assert_int_equal(feed(&n, OP, &out, "SessionType=Discovery", NULL), IERR);
+    /* repeating the type of the first text is harmless, declared or by default */
+    target_with(&n, NULL);
+    assert_int_equal(feed(&n, SEC, &out, "SessionType=Discovery", "AuthMethod=None", NULL),
+                     LOGIN_OK);
+    assert_int_equal(feed(&n, OP, &out, "SessionType=Discovery", NULL), LOGIN_OK);
+    assert_int_equal(n.session_type, ISCSI_SESSION_DISCOVERY);
+    target_with(&n, NULL);
+    assert_int_equal(feed(&n, SEC, &out, "AuthMethod=None", NULL), LOGIN_OK);
+    assert_int_equal(feed(&n, OP, &out, "SessionType=Normal", NULL), LOGIN_OK);
+}
+
 static void test_wrong_direction(void **state)
 {
     (void)state;
@@ -1113,6 +1148,7 @@ int main(void)
         cmocka_unit_test(test_irrelevant_in_discovery),
         cmocka_unit_test(test_obsolete_markers),
         cmocka_unit_test(test_duplicate_key),
+        cmocka_unit_test(test_session_type_fixed),
         cmocka_unit_test(test_wrong_direction),
         cmocka_unit_test(test_stage_rules),
         cmocka_unit_test(test_leading_only),
