@@ -1,7 +1,9 @@
 /* Reservations of a logical unit: SPC-4 persistent reservations (PERSISTENT RESERVE IN/OUT,
- * registrations keyed by I_T nexus, i.e. by initiator port name since a target has one target
- * port), the APTPL state file that carries them across restarts, SPC-2 RESERVE/RELEASE, and the
- * conflict check scsi_task_setup makes for every command while anything is reserved.
+ * registrations keyed by I_T nexus: initiator port name and relative target port identifier,
+ * the TPGT of the gateway the command came through; one ISID through two gateways is two
+ * nexuses, registered, holding and preempted each on its own), the APTPL state file that carries
+ * them across restarts, SPC-2 RESERVE/RELEASE, and the conflict check scsi_task_setup makes for
+ * every command while anything is reserved.
  *
  * Shared state (a store with obj_* ops: an RBD image that several gateways export). The state
  * then lives in the cluster, in one object next to the image ("<image>.linerate-pr", the text
@@ -69,6 +71,7 @@ enum {
 struct pr_reg {
     uint64_t key;
     char port[PR_PORT_MAX]; /* "iqn...,i,0x<isid>" */
+    uint16_t tport;         /* relative target port identifier (ALL_TG_PT is not supported) */
 };
 
 struct pr_state {
@@ -77,9 +80,12 @@ struct pr_state {
     uint32_t generation;      /* PRGENERATION (SPC-4 §6.15.2) */
     uint8_t type;             /* PR_*; 0: no persistent reservation */
     char holder[PR_PORT_MAX]; /* holder's port; unused for all-registrants types */
+    uint16_t holder_tport;    /* and its relative target port */
     bool aptpl;               /* activate persist through power loss is in force */
     char spc2[PR_PORT_MAX];   /* SPC-2 RESERVE holder; "" when none */
+    uint16_t spc2_tport;      /* and its relative target port */
     /* not part of the state itself: */
+    uint16_t local;     /* this gateway's relative target port: state text without one */
     char *path;         /* APTPL state file; NULL: none */
     bool ptpl_c;        /* APTPL can be honoured (a state file or the shared object) */
     bool shared;        /* the state lives in the store's shared object (see the top) */
@@ -125,24 +131,45 @@ static const char *nexus_port(const struct scsi_task *t)
     return t->nexus ? t->nexus->initiator_port : "";
 }
 
-static int reg_find(const struct pr_state *ps, const char *port)
+/* The relative target port identifier of a gateway: its TPGT, as VPD 0x83 reports it. */
+static uint16_t rel_port(const struct scsi_target *tg)
+{
+    return tg->tpgt ? tg->tpgt : 1;
+}
+
+/* Whether (port, tport) and (port2, tport2) name the same I_T nexus. */
+static bool nexus_is(const char *port, uint16_t tport, const char *port2, uint16_t tport2)
+{
+    return tport == tport2 && strcmp(port, port2) == 0;
+}
+
+static int reg_find(const struct pr_state *ps, const char *port, uint16_t tport)
 {
     for (unsigned i = 0; i < ps->nregs; i++)
-        if (strcmp(ps->regs[i].port, port) == 0)
+        if (nexus_is(ps->regs[i].port, ps->regs[i].tport, port, tport))
             return (int)i;
     return -1;
 }
 
-static bool is_holder(const struct pr_state *ps, const char *port)
+static bool is_holder(const struct pr_state *ps, const char *port, uint16_t tport)
 {
     if (!ps->type)
         return false;
-    if (type_all_reg(ps->type)) /* every registrant holds it (SPC-4 §5.13.10) */
-        return reg_find(ps, port) >= 0;
-    return strcmp(ps->holder, port) == 0;
+    if (type_all_reg(ps->type)) /* every registrant nexus holds it (SPC-4 §5.13.10) */
+        return reg_find(ps, port, tport) >= 0;
+    return nexus_is(ps->holder, ps->holder_tport, port, tport);
 }
 
-static int reg_add(struct pr_state *ps, const char *port, uint64_t key)
+/* A reservation of type for the nexus (port, tport): nobody in particular for the
+ * all-registrants types. */
+static void set_holder(struct pr_state *ps, unsigned type, const char *port, uint16_t tport)
+{
+    ps->type = (uint8_t)type;
+    snprintf(ps->holder, sizeof(ps->holder), "%s", type_all_reg(type) ? "" : port);
+    ps->holder_tport = type_all_reg(type) ? 0 : tport;
+}
+
+static int reg_add(struct pr_state *ps, const char *port, uint16_t tport, uint64_t key)
 {
     if (ps->nregs == ps->cap) {
         unsigned cap = ps->cap ? ps->cap * 2 : 8;
@@ -155,6 +182,7 @@ static int reg_add(struct pr_state *ps, const char *port, uint64_t key)
     struct pr_reg *r = &ps->regs[ps->nregs++];
     r->key = key;
     snprintf(r->port, sizeof(r->port), "%s", port);
+    r->tport = tport;
     return 0;
 }
 
@@ -163,7 +191,8 @@ static int reg_add(struct pr_state *ps, const char *port, uint64_t key)
 static bool reg_remove(struct pr_state *ps, unsigned i)
 {
     bool released = false;
-    if (ps->type && !type_all_reg(ps->type) && strcmp(ps->holder, ps->regs[i].port) == 0)
+    if (ps->type && !type_all_reg(ps->type) &&
+        nexus_is(ps->holder, ps->holder_tport, ps->regs[i].port, ps->regs[i].tport))
         released = true;
     ps->regs[i] = ps->regs[--ps->nregs];
     if (ps->type && type_all_reg(ps->type) && ps->nregs == 0)
@@ -182,12 +211,22 @@ static void resv_update(struct scsi_lun *lu)
     atomic_store_explicit(&lu->resv, v, memory_order_release);
 }
 
-/* Unit attention to the nexus of one initiator port, if it exists (registrations outlive
- * sessions; a port that never logged in since a restart has nothing to report to). */
-static void ua_port(struct scsi_lun *lu, const char *port, unsigned bits)
+/* Whether the nexus (port, tport) can be one of this gateway's: tport is its own, or 0 (a
+ * notify from a gateway that names initiator ports only: every nexus of the port). */
+static bool tport_here(const struct scsi_lun *lu, uint16_t tport)
+{
+    return !tport || tport == rel_port(lu->target);
+}
+
+/* Unit attention to the nexus (port, tport), if it exists here (registrations outlive
+ * sessions; a port that never logged in since a restart has nothing to report to; another
+ * gateway's target port is that gateway's to tell). */
+static void ua_port(struct scsi_lun *lu, const char *port, uint16_t tport, unsigned bits)
 {
     struct scsi_target *t = lu->target;
     struct scsi_target_priv *p = t->priv;
+    if (!tport_here(lu, tport))
+        return;
     pthread_mutex_lock(&t->lock);
     for (unsigned s = 0; s < SCSI_NEXUS_MAX; s++) {
         if (p->nexus[s] && strcmp(p->nexus[s]->pub.initiator_port, port) == 0) {
@@ -288,31 +327,67 @@ static bool num_get(const char *s, int base, uint64_t *v)
     return true;
 }
 
-/* The side effects of a change, recorded as text lines while the state is changed ("ua BITS
- * PORT", "abort PORT") and carried out once it is committed: here, and on every other gateway
- * from the notify (shared state), each for the nexuses it has. */
-static void fx_ua(FILE *fx, const char *port, unsigned bits)
+/* A relative target port identifier field: 1 to 65535, in decimal. */
+static bool tport_get(const char *s, uint16_t *tport)
 {
-    fprintf(fx, "ua %u ", bits);
-    field_put(fx, port);
+    uint64_t v;
+    if (!num_get(s, 10, &v) || v == 0 || v > UINT16_MAX)
+        return false;
+    *tport = (uint16_t)v;
+    return true;
+}
+
+/* A nexus, as the text writes it: " PORT TPORT" (the port escaped). */
+static void nexus_put(FILE *f, const char *port, uint16_t tport)
+{
+    fputc(' ', f);
+    field_put(f, port);
+    fprintf(f, " %u", tport);
+}
+
+/* The side effects of a change, recorded as text lines while the state is changed ("ua BITS
+ * PORT TPORT", "abort PORT TPORT") and carried out once it is committed: here, and on every
+ * other gateway from the notify (shared state), each for the nexuses it has. */
+static void fx_ua(FILE *fx, const char *port, uint16_t tport, unsigned bits)
+{
+    fprintf(fx, "ua %u", bits);
+    nexus_put(fx, port, tport);
     fputc('\n', fx);
 }
 
-/* UA to every registrant of ps except the one at port `except`. */
-static void fx_ua_registrants(FILE *fx, const struct pr_state *ps, const char *except,
+/* UA to every registrant nexus of ps except (port, tport). */
+static void fx_ua_registrants(FILE *fx, const struct pr_state *ps, const char *port, uint16_t tport,
                               unsigned bits)
 {
     for (unsigned i = 0; i < ps->nregs; i++)
-        if (strcmp(ps->regs[i].port, except) != 0)
-            fx_ua(fx, ps->regs[i].port, bits);
+        if (!nexus_is(ps->regs[i].port, ps->regs[i].tport, port, tport))
+            fx_ua(fx, ps->regs[i].port, ps->regs[i].tport, bits);
 }
 
-/* PREEMPT AND ABORT: the tasks of every nexus of port on this LUN are aborted (as ABORT TASK
- * SET would), on each gateway that has such a nexus. */
-static void abort_port(struct scsi_lun *lu, const char *port, struct scsi_join *join)
+/* One side-effect line, split into tok[0..nt): "ua" (its bits in *bits) or "abort", and the
+ * nexus. A line without the TPORT field (a gateway that names initiator ports only) gives
+ * tport 0: every nexus of the port. Whether it is one. */
+static bool fx_parse(char **tok, unsigned nt, uint64_t *bits, char *port, uint16_t *tport)
+{
+    if (nt < 2)
+        return false;
+    unsigned at = strcmp(tok[0], "ua") == 0 ? 2 : strcmp(tok[0], "abort") == 0 ? 1 : 0;
+    if (!at || (at == 2 && (!num_get(tok[1], 10, bits) || *bits > UINT32_MAX)))
+        return false;
+    *tport = 0;
+    if (nt == at + 2 && !tport_get(tok[at + 1], tport))
+        return false;
+    return (nt == at + 1 || nt == at + 2) && field_get(tok[at], port, PR_PORT_MAX) == 0;
+}
+
+/* PREEMPT AND ABORT: the tasks of the nexus (port, tport) on this LUN are aborted (as ABORT
+ * TASK SET would), by the gateway whose target port it is: a gateway has at most one nexus of
+ * an initiator port, and the same port through another gateway is another nexus. */
+static void abort_port(struct scsi_lun *lu, const char *port, uint16_t tport,
+                       struct scsi_join *join)
 {
     struct scsi_target *t = lu->target;
-    if (!t->abort_nexus_tasks)
+    if (!t->abort_nexus_tasks || !tport_here(lu, tport))
         return;
     struct scsi_target_priv *p = t->priv;
     struct scsi_nexus *victim = NULL;
@@ -344,13 +419,14 @@ static void fx_apply(struct scsi_lun *lu, const char *text, struct scsi_join *jo
             memcpy(line, l, n);
             line[n] = '\0';
             unsigned nt = line_split(line, tok);
-            uint64_t bits;
-            if (nt == 3 && strcmp(tok[0], "ua") == 0 && num_get(tok[1], 10, &bits) &&
-                bits <= UINT32_MAX && field_get(tok[2], port, sizeof(port)) == 0)
-                ua_port(lu, port, (unsigned)bits);
-            else if (nt == 2 && strcmp(tok[0], "abort") == 0 &&
-                     field_get(tok[1], port, sizeof(port)) == 0)
-                abort_port(lu, port, join);
+            uint64_t bits = 0;
+            uint16_t tport;
+            if (fx_parse(tok, nt, &bits, port, &tport)) {
+                if (tok[0][0] == 'u')
+                    ua_port(lu, port, tport, (unsigned)bits);
+                else
+                    abort_port(lu, port, tport, join);
+            }
         }
         l = nl ? nl + 1 : NULL;
     }
@@ -358,10 +434,11 @@ static void fx_apply(struct scsi_lun *lu, const char *text, struct scsi_join *jo
 
 /* ---------------- APTPL state file ---------------- */
 
-/* Text, one item a line: "linerate-pr 1", "generation N", "reservation TYPE HOLDER|-",
- * "reg KEY PORT" (each PORT escaped: field_put); the shared object adds "aptpl 1" and "spc2 PORT"
- * (the state file has no use for them: APTPL is in force while it exists, and SPC-2 reservations do
- * not survive a restart). A malloc'd string, NULL when out of memory. */
+/* Text, one item a line: "linerate-pr 1", "generation N", "reservation TYPE HOLDER TPORT" or
+ * "reservation TYPE -" (all registrants), "reg KEY PORT TPORT" (each PORT escaped: field_put;
+ * TPORT the nexus's relative target port, in decimal); the shared object adds "aptpl 1" and
+ * "spc2 PORT TPORT" (the state file has no use for them: APTPL is in force while it exists, and
+ * SPC-2 reservations do not survive a restart). A malloc'd string, NULL when out of memory. */
 static char *state_format(const struct pr_state *ps)
 {
     char *text = NULL;
@@ -371,21 +448,24 @@ static char *state_format(const struct pr_state *ps)
         return NULL;
     fprintf(f, "linerate-pr 1\ngeneration %" PRIu32 "\n", ps->generation);
     if (ps->type) {
-        fprintf(f, "reservation %u ", ps->type);
+        fprintf(f, "reservation %u", ps->type);
         /* "-" is no port name: a name always has its ",i,0x" */
-        field_put(f, type_all_reg(ps->type) || !ps->holder[0] ? "-" : ps->holder);
+        if (type_all_reg(ps->type) || !ps->holder[0])
+            fputs(" -", f);
+        else
+            nexus_put(f, ps->holder, ps->holder_tport);
         fputc('\n', f);
     }
     if (ps->shared && ps->aptpl)
         fprintf(f, "aptpl 1\n");
     if (ps->shared && ps->spc2[0]) {
-        fputs("spc2 ", f);
-        field_put(f, ps->spc2);
+        fputs("spc2", f);
+        nexus_put(f, ps->spc2, ps->spc2_tport);
         fputc('\n', f);
     }
     for (unsigned i = 0; i < ps->nregs; i++) {
-        fprintf(f, "reg %016" PRIx64 " ", ps->regs[i].key);
-        field_put(f, ps->regs[i].port);
+        fprintf(f, "reg %016" PRIx64, ps->regs[i].key);
+        nexus_put(f, ps->regs[i].port, ps->regs[i].tport);
         fputc('\n', f);
     }
     if (fclose(f) != 0) {
@@ -395,8 +475,20 @@ static char *state_format(const struct pr_state *ps)
     return text;
 }
 
-/* The reverse, into ps (empty on entry). Lines of a notify that are not state ("version",
- * "from", effects) are skipped when `notify`. 0, or -1 with a reason in err. */
+/* The nexus fields tok[0] (PORT) and, if there is one, tok[1] (TPORT), nt of them. State
+ * written before registrations named their target port has no TPORT field: such a file or
+ * shared object is read as registrations through this gateway's own target port (ps->local),
+ * which for a LUN of one gateway is what they were. Whether they are well formed. */
+static bool state_nexus(const struct pr_state *ps, char **tok, unsigned nt, char *port,
+                        uint16_t *tport)
+{
+    *tport = ps->local;
+    return (nt == 1 || (nt == 2 && tport_get(tok[1], tport))) &&
+           field_get(tok[0], port, PR_PORT_MAX) == 0;
+}
+
+/* The reverse, into ps (empty on entry; ps->local set). Lines of a notify that are not state
+ * ("version", "from", effects) are skipped when `notify`. 0, or -1 with a reason in err. */
 static int state_parse(struct pr_state *ps, const char *text, bool notify, const char *what,
                        char *err, size_t errlen)
 {
@@ -406,6 +498,7 @@ static int state_parse(struct pr_state *ps, const char *text, bool notify, const
         size_t n = nl ? (size_t)(nl - l) : strlen(l);
         char line[PR_LINE_MAX], port[PR_PORT_MAX], *tok[PR_TOKENS];
         uint64_t a, b;
+        uint16_t tp;
         const char *cur = l;
         lineno++;
         l = nl ? nl + 1 : NULL;
@@ -423,28 +516,28 @@ static int state_parse(struct pr_state *ps, const char *text, bool notify, const
         } else if (nt == 2 && !strcmp(k, "generation") && num_get(tok[1], 10, &a) &&
                    a <= UINT32_MAX) {
             ps->generation = (uint32_t)a;
-        } else if (nt == 3 && !strcmp(k, "reservation") && num_get(tok[1], 10, &a) &&
+        } else if (nt >= 3 && !strcmp(k, "reservation") && num_get(tok[1], 10, &a) &&
                    type_valid((unsigned)a) && a < 16 &&
-                   field_get(tok[2], port, sizeof(port)) == 0) {
-            ps->type = (uint8_t)a;
-            snprintf(ps->holder, sizeof(ps->holder), "%s", strcmp(port, "-") ? port : "");
-        } else if (nt == 3 && !strcmp(k, "reg") && num_get(tok[1], 16, &a) && a &&
-                   field_get(tok[2], port, sizeof(port)) == 0) {
-            if (reg_add(ps, port, a) < 0) {
+                   state_nexus(ps, tok + 2, nt - 2, port, &tp)) {
+            bool nobody = !strcmp(port, "-");
+            if (nobody && nt != 3)
+                goto bad;
+            set_holder(ps, (unsigned)a, nobody ? "" : port, nobody ? 0 : tp);
+        } else if (nt >= 3 && !strcmp(k, "reg") && num_get(tok[1], 16, &a) && a &&
+                   state_nexus(ps, tok + 2, nt - 2, port, &tp)) {
+            if (reg_add(ps, port, tp, a) < 0) {
                 snprintf(err, errlen, "%s: out of memory", what);
                 return -1;
             }
         } else if (ps->shared && nt == 2 && !strcmp(k, "aptpl") && !strcmp(tok[1], "1")) {
             ps->aptpl = true;
-        } else if (ps->shared && nt == 2 && !strcmp(k, "spc2") &&
-                   field_get(tok[1], port, sizeof(port)) == 0) {
+        } else if (ps->shared && nt >= 2 && !strcmp(k, "spc2") &&
+                   state_nexus(ps, tok + 1, nt - 1, port, &tp)) {
             snprintf(ps->spc2, sizeof(ps->spc2), "%s", port);
+            ps->spc2_tport = tp;
         } else if (notify && ((nt == 2 && !strcmp(k, "version") && num_get(tok[1], 10, &a)) ||
                               (nt == 2 && !strcmp(k, "from") && num_get(tok[1], 16, &a)) ||
-                              (nt == 3 && !strcmp(k, "ua") && num_get(tok[1], 10, &b) &&
-                               field_get(tok[2], port, sizeof(port)) == 0) ||
-                              (nt == 2 && !strcmp(k, "abort") &&
-                               field_get(tok[1], port, sizeof(port)) == 0))) {
+                              fx_parse(tok, nt, &b, port, &tp))) {
             /* the notify's own lines */
         } else {
             goto bad;
@@ -454,7 +547,7 @@ static int state_parse(struct pr_state *ps, const char *text, bool notify, const
         snprintf(err, errlen, "%s line %u: not a persistent reservation state line", what, lineno);
         return -1;
     }
-    if (ps->type && !type_all_reg(ps->type) && reg_find(ps, ps->holder) < 0) {
+    if (ps->type && !type_all_reg(ps->type) && reg_find(ps, ps->holder, ps->holder_tport) < 0) {
         snprintf(err, errlen, "%s: reservation holder %s is not registered", what, ps->holder);
         return -1;
     }
@@ -551,7 +644,9 @@ static int state_snapshot(struct pr_state *snap, const struct pr_state *ps)
     snap->type = ps->type;
     snap->aptpl = ps->aptpl;
     memcpy(snap->holder, ps->holder, sizeof(snap->holder));
+    snap->holder_tport = ps->holder_tport;
     memcpy(snap->spc2, ps->spc2, sizeof(snap->spc2));
+    snap->spc2_tport = ps->spc2_tport;
     return 0;
 }
 
@@ -567,7 +662,9 @@ static void state_restore(struct pr_state *ps, struct pr_state *snap)
     ps->type = snap->type;
     ps->aptpl = snap->aptpl;
     memcpy(ps->holder, snap->holder, sizeof(ps->holder));
+    ps->holder_tport = snap->holder_tport;
     memcpy(ps->spc2, snap->spc2, sizeof(ps->spc2));
+    ps->spc2_tport = snap->spc2_tport;
 }
 
 static int state_load(struct pr_state *ps, char *err, size_t errlen)
@@ -599,6 +696,7 @@ static void state_clear(struct pr_state *ps)
     ps->generation = 0;
     ps->type = 0;
     ps->holder[0] = ps->spc2[0] = '\0';
+    ps->holder_tport = ps->spc2_tport = 0;
     ps->aptpl = false;
 }
 
@@ -618,8 +716,10 @@ static void mirror_install(struct scsi_lun *lu, struct pr_state *src, uint64_t v
     ps->generation = src->generation;
     ps->type = src->type;
     memcpy(ps->holder, src->holder, sizeof(ps->holder));
+    ps->holder_tport = src->holder_tport;
     ps->aptpl = src->aptpl;
     memcpy(ps->spc2, src->spc2, sizeof(ps->spc2));
+    ps->spc2_tport = src->spc2_tport;
     ps->version = ver;
     ps->stale = false;
     resv_update(lu);
@@ -656,6 +756,7 @@ struct pr_job {
     struct scsi_task *t; /* NULL: no command waits for this one */
     enum pr_kind kind;
     char port[PR_PORT_MAX]; /* the sender's initiator port */
+    uint16_t tport;         /* and the relative target port it came through */
     scsi_sr sr;
     int err;     /* the cluster's answer, PRJ_RELOAD */
     unsigned ua; /* PRJ_RESET: the reset's UA_* bit */
@@ -666,21 +767,28 @@ struct pr_job {
 
 static scsi_sr prout_apply(struct scsi_task *t, struct pr_state *ps, FILE *fx);
 
-/* SPC-2 RESERVE: conflicts with any persistent registration or another holder. */
-static scsi_sr spc2_reserve(struct pr_state *ps, const char *me)
+/* Whether the SPC-2 reservation is held by the nexus (port, tport). */
+static bool spc2_holds(const struct pr_state *ps, const char *port, uint16_t tport)
 {
-    if (ps->nregs || ps->type || (ps->spc2[0] && strcmp(ps->spc2, me) != 0))
+    return ps->spc2[0] && nexus_is(ps->spc2, ps->spc2_tport, port, tport);
+}
+
+/* SPC-2 RESERVE: conflicts with any persistent registration or another holder nexus. */
+static scsi_sr spc2_reserve(struct pr_state *ps, const char *me, uint16_t tport)
+{
+    if (ps->nregs || ps->type || (ps->spc2[0] && !spc2_holds(ps, me, tport)))
         return SR_RESERVATION_CONFLICT;
     snprintf(ps->spc2, sizeof(ps->spc2), "%s", me);
+    ps->spc2_tport = tport;
     return SR_OK;
 }
 
 /* Releasing a reservation held by someone else, or none, is a successful no-op (SPC-2 §7.23). */
-static scsi_sr spc2_release(struct pr_state *ps, const char *me)
+static scsi_sr spc2_release(struct pr_state *ps, const char *me, uint16_t tport)
 {
     if (ps->nregs || ps->type)
         return SR_RESERVATION_CONFLICT;
-    if (strcmp(ps->spc2, me) == 0)
+    if (spc2_holds(ps, me, tport))
         ps->spc2[0] = '\0';
     return SR_OK;
 }
@@ -695,13 +803,13 @@ static scsi_sr job_apply(struct pr_job *j, struct pr_state *ps, FILE *fx)
         sr = prout_apply(j->t, ps, fx);
         break;
     case PRJ_RESERVE:
-        sr = spc2_reserve(ps, j->port);
+        sr = spc2_reserve(ps, j->port, j->tport);
         break;
     case PRJ_RELEASE:
-        sr = spc2_release(ps, j->port);
+        sr = spc2_release(ps, j->port, j->tport);
         break;
     case PRJ_SPC2_DROP:
-        if (!j->port[0] || strcmp(ps->spc2, j->port) == 0)
+        if (!j->port[0] || spc2_holds(ps, j->port, j->tport))
             ps->spc2[0] = '\0';
         break;
     default:
@@ -775,7 +883,7 @@ static int shared_read(struct scsi_lun *lu, struct pr_state *fresh, uint64_t *ve
     struct bs *bs = lu->bs;
     char *buf = NULL;
     size_t len = 0;
-    *fresh = (struct pr_state){.shared = true, .ptpl_c = true};
+    *fresh = (struct pr_state){.shared = true, .ptpl_c = true, .local = lu->pr->local};
     int ret = bs->ops->obj_read(bs, "pr", &buf, &len, ver);
     if (ret < 0)
         return ret;
@@ -1027,6 +1135,7 @@ static void job_submit(struct pr_job *j)
     scsi_offload_submit(&j->off);
 }
 
+/* A job for the nexus (port, this gateway's target port). */
 static struct pr_job *job_new(struct scsi_lun *lu, struct scsi_task *t, enum pr_kind kind,
                               const char *port)
 {
@@ -1047,6 +1156,7 @@ static struct pr_job *job_new(struct scsi_lun *lu, struct scsi_task *t, enum pr_
     j->t = t;
     j->kind = kind;
     snprintf(j->port, sizeof(j->port), "%s", port);
+    j->tport = rel_port(lu->target);
     return j;
 }
 
@@ -1102,7 +1212,7 @@ static void pr_notified(void *arg, const void *buf, size_t len, int err)
         free(text);
         return;
     }
-    struct pr_state fresh = {.shared = true, .ptpl_c = true};
+    struct pr_state fresh = {.shared = true, .ptpl_c = true, .local = ps->local};
     char why[PR_PORT_MAX + 64] = "no version";
     if (ver && state_parse(&fresh, text, true, "reservation notify", why, sizeof(why)) == 0) {
         pthread_mutex_lock(&lu->lock);
@@ -1173,6 +1283,7 @@ int pr_lun_init(struct scsi_lun *lu, const char *state_path, char *err, size_t e
         return -1;
     }
     lu->pr = ps;
+    ps->local = rel_port(lu->target);
     pthread_cond_init(&ps->idle, NULL);
     atomic_init(&lu->resv, 0);
     const struct bs_ops *o = lu->bs->ops;
@@ -1256,7 +1367,7 @@ scsi_sr pr_check(struct scsi_task *t, struct scsi_lun *lu, const struct scsi_cmd
         return SR_OK;
 
     struct pr_state *ps = lu->pr;
-    const char *me = nexus_port(t);
+    const char *me = nexus_port(t); /* through this gateway's target port, ps->local */
     bool conflict = false;
     pthread_mutex_lock(&lu->lock);
     if (ps->stale) {
@@ -1273,14 +1384,14 @@ scsi_sr pr_check(struct scsi_task *t, struct scsi_lun *lu, const struct scsi_cmd
         if (cls == PRC_PR)
             conflict = true;
         else if (cls != PRC_SPC2)
-            conflict = strcmp(ps->spc2, me) != 0;
+            conflict = !spc2_holds(ps, me, ps->local);
     } else if (cls == PRC_SPC2) {
         /* SPC-4 §5.13.3: RESERVE and RELEASE conflict while anything is registered */
         conflict = ps->nregs > 0 || ps->type;
-    } else if (ps->type && cls != PRC_PR && cls != PRC_ALLOW && !is_holder(ps, me)) {
+    } else if (ps->type && cls != PRC_PR && cls != PRC_ALLOW && !is_holder(ps, me, ps->local)) {
         /* SPC-4 §5.13.1 / table 66: registrants of a registrants-only or all-registrants
          * reservation have full access; everyone else meets the type's restrictions. */
-        bool registered = reg_find(ps, me) >= 0;
+        bool registered = reg_find(ps, me, ps->local) >= 0;
         bool full = registered && (type_reg_only(ps->type) || type_all_reg(ps->type));
         if (!full) {
             if (cls == PRC_CDB)
@@ -1328,7 +1439,8 @@ static void spc2_drop(struct scsi_lun *lu, const char *port)
         return;
     struct pr_state *ps = lu->pr;
     pthread_mutex_lock(&lu->lock);
-    bool had = ps->spc2[0] && (!port[0] || strcmp(ps->spc2, port) == 0);
+    /* the nexus that is lost is (port, this gateway's target port) */
+    bool had = ps->spc2[0] && (!port[0] || spc2_holds(ps, port, ps->local));
     if (had)
         ps->spc2[0] = '\0';
     resv_update(lu);
@@ -1381,11 +1493,6 @@ scsi_sr pr_parse_in(struct scsi_task *t, const struct scsi_cmd *c, struct scsi_r
     return SR_OK;
 }
 
-static uint16_t rel_port(const struct scsi_target *tg)
-{
-    return tg->tpgt ? tg->tpgt : 1; /* as VPD 0x83 reports it */
-}
-
 /* iSCSI TransportID, format 01b: initiator port name, NUL, padded to 4 (SPC-4 §7.6.4.6) */
 static uint32_t transport_id_len(const char *port)
 {
@@ -1431,7 +1538,7 @@ static uint8_t *prin_build(struct scsi_task *t, uint32_t *len)
         put_be32(d, ps->generation);
         if (ps->type) {
             /* an all-registrants reservation reports key 0 (§6.15.3.2) */
-            int h = type_all_reg(ps->type) ? -1 : reg_find(ps, ps->holder);
+            int h = type_all_reg(ps->type) ? -1 : reg_find(ps, ps->holder, ps->holder_tport);
             put_be64(p, h >= 0 ? ps->regs[h].key : 0);
             p[13] = ps->type; /* SCOPE 0h: logical unit */
             p += 16;
@@ -1452,11 +1559,11 @@ static uint8_t *prin_build(struct scsi_task *t, uint32_t *len)
         put_be32(d, ps->generation);
         for (unsigned i = 0; i < ps->nregs; i++) {
             const struct pr_reg *rg = &ps->regs[i];
-            bool holder = is_holder(ps, rg->port);
+            bool holder = is_holder(ps, rg->port, rg->tport);
             put_be64(p, rg->key);
             p[12] = holder ? 0x01 : 0; /* ALL_TG_PT 0, R_HOLDER */
             p[13] = holder ? ps->type : 0;
-            put_be16(p + 18, rel_port(t->target));
+            put_be16(p + 18, rg->tport); /* the registrant nexus's own target port */
             put_be32(p + 20, transport_id_len(rg->port));
             p = put_transport_id(p + 24, rg->port);
         }
@@ -1518,9 +1625,10 @@ scsi_sr pr_parse_out(struct scsi_task *t, const struct scsi_cmd *c, struct scsi_
 struct prout {
     struct scsi_task *t;
     struct pr_state *ps; /* the mirror, or a fresh copy of the shared state */
-    const char *me;
-    int mine;          /* index of the sender's registration, -1 if not registered */
-    uint64_t rk, sark; /* RESERVATION KEY, SERVICE ACTION RESERVATION KEY */
+    const char *me;      /* the sender's nexus: initiator port */
+    uint16_t tport;      /* and relative target port */
+    int mine;            /* index of the sender's registration, -1 if not registered */
+    uint64_t rk, sark;   /* RESERVATION KEY, SERVICE ACTION RESERVATION KEY */
     unsigned type;
     bool aptpl;
     const uint8_t *param;
@@ -1529,31 +1637,37 @@ struct prout {
     bool abort; /* PREEMPT AND ABORT: preempted nexuses lose their tasks */
 };
 
-static void fx_abort(const struct prout *x, const char *port)
+static bool is_me(const struct prout *x, const struct pr_reg *rg)
 {
+    return nexus_is(rg->port, rg->tport, x->me, x->tport);
+}
+
+/* A registrant nexus other than the sender's is preempted: UA REGISTRATIONS PREEMPTED, and
+ * for PREEMPT AND ABORT its tasks go. */
+static void fx_preempted(const struct prout *x, const struct pr_reg *rg)
+{
+    fx_ua(x->fx, rg->port, rg->tport, UA_REG_PREEMPTED);
     if (x->abort) {
-        fputs("abort ", x->fx);
-        field_put(x->fx, port);
+        fputs("abort", x->fx);
+        nexus_put(x->fx, rg->port, rg->tport);
         fputc('\n', x->fx);
     }
 }
 
-/* Removes every registration with key, `keep` excepted (NULL: none), with UA REGISTRATIONS
- * PREEMPTED to each port removed other than the sender's. Returns how many went. */
-static unsigned remove_key(struct prout *x, uint64_t key, const char *keep)
+/* Removes every registration with key, the sender's excepted when keep_me, each other nexus
+ * preempted. Returns how many went. */
+static unsigned remove_key(struct prout *x, uint64_t key, bool keep_me)
 {
     struct pr_state *ps = x->ps;
     unsigned n = 0;
     for (unsigned i = 0; i < ps->nregs;) {
         struct pr_reg *rg = &ps->regs[i];
-        if (rg->key != key || (keep && strcmp(rg->port, keep) == 0)) {
+        if (rg->key != key || (keep_me && is_me(x, rg))) {
             i++;
             continue;
         }
-        if (strcmp(rg->port, x->me) != 0) {
-            fx_ua(x->fx, rg->port, UA_REG_PREEMPTED);
-            fx_abort(x, rg->port);
-        }
+        if (!is_me(x, rg))
+            fx_preempted(x, rg);
         reg_remove(ps, i); /* moves the last one into i */
         n++;
     }
@@ -1569,7 +1683,7 @@ static scsi_sr pro_register(struct prout *x, bool ignore)
             return SR_RESERVATION_CONFLICT;
         if (!x->sark)
             return SR_OK; /* nothing to register, nothing changes */
-        if (reg_add(ps, x->me, x->sark) < 0)
+        if (reg_add(ps, x->me, x->tport, x->sark) < 0)
             return SR_INSUFFICIENT_RESOURCES;
         ps->aptpl = x->aptpl;
         ps->generation++;
@@ -1585,7 +1699,7 @@ static scsi_sr pro_register(struct prout *x, bool ignore)
          * the other registrants hear of it (§5.13.11.2.3) */
         uint8_t type = ps->type;
         if (reg_remove(ps, (unsigned)x->mine) && type_reg_only(type))
-            fx_ua_registrants(x->fx, ps, x->me, UA_RESV_RELEASED);
+            fx_ua_registrants(x->fx, ps, x->me, x->tport, UA_RESV_RELEASED);
     }
     ps->generation++;
     return SR_OK;
@@ -1597,12 +1711,11 @@ static scsi_sr pro_reserve(struct prout *x)
     struct pr_state *ps = x->ps;
     if (ps->type) {
         /* the holder asking again for the same thing succeeds; anything else conflicts */
-        if (is_holder(ps, x->me) && ps->type == x->type)
+        if (is_holder(ps, x->me, x->tport) && ps->type == x->type)
             return SR_OK;
         return SR_RESERVATION_CONFLICT;
     }
-    ps->type = (uint8_t)x->type;
-    snprintf(ps->holder, sizeof(ps->holder), "%s", type_all_reg(x->type) ? "" : x->me);
+    set_holder(ps, x->type, x->me, x->tport);
     return SR_OK;
 }
 
@@ -1610,14 +1723,14 @@ static scsi_sr pro_reserve(struct prout *x)
 static scsi_sr pro_release(struct prout *x)
 {
     struct pr_state *ps = x->ps;
-    if (!ps->type || !is_holder(ps, x->me))
+    if (!ps->type || !is_holder(ps, x->me, x->tport))
         return SR_OK; /* nothing of ours to release: no-op */
     if (ps->type != x->type)
         return SR_INVALID_RELEASE_OF_PR;
     uint8_t type = ps->type;
     ps->type = 0;
     if (type_reg_only(type) || type_all_reg(type))
-        fx_ua_registrants(x->fx, ps, x->me, UA_RESV_RELEASED);
+        fx_ua_registrants(x->fx, ps, x->me, x->tport, UA_RESV_RELEASED);
     return SR_OK;
 }
 
@@ -1625,7 +1738,7 @@ static scsi_sr pro_release(struct prout *x)
 static scsi_sr pro_clear(struct prout *x)
 {
     struct pr_state *ps = x->ps;
-    fx_ua_registrants(x->fx, ps, x->me, UA_RESV_PREEMPTED);
+    fx_ua_registrants(x->fx, ps, x->me, x->tport, UA_RESV_PREEMPTED);
     ps->nregs = 0;
     ps->type = 0;
     ps->generation++;
@@ -1640,37 +1753,34 @@ static scsi_sr pro_preempt(struct prout *x)
         /* no reservation (or an all-registrants one and a key): remove registrations only */
         if (!x->sark)
             return SR_PARAM_FIELD(8, -1);
-        if (!remove_key(x, x->sark, NULL))
+        if (!remove_key(x, x->sark, false))
             return SR_RESERVATION_CONFLICT;
     } else if (type_all_reg(ps->type)) {
         /* SARK 0 preempts an all-registrants reservation: everyone else is unregistered and
          * the sender holds the new one */
         for (unsigned i = 0; i < ps->nregs;) {
-            if (strcmp(ps->regs[i].port, x->me) == 0) {
+            if (is_me(x, &ps->regs[i])) {
                 i++;
                 continue;
             }
-            fx_ua(x->fx, ps->regs[i].port, UA_REG_PREEMPTED);
-            fx_abort(x, ps->regs[i].port);
+            fx_preempted(x, &ps->regs[i]);
             ps->regs[i] = ps->regs[--ps->nregs];
         }
-        ps->type = (uint8_t)x->type;
-        snprintf(ps->holder, sizeof(ps->holder), "%s", type_all_reg(x->type) ? "" : x->me);
+        set_holder(ps, x->type, x->me, x->tport);
     } else {
-        int h = reg_find(ps, ps->holder);
+        int h = reg_find(ps, ps->holder, ps->holder_tport);
         if (h >= 0 && ps->regs[h].key == x->sark) {
             /* preempting the reservation: its holder's key loses its registrations (the
              * sender's own excepted) and the sender holds a reservation of the new type */
             uint8_t old = ps->type;
-            remove_key(x, x->sark, x->me);
-            ps->type = (uint8_t)x->type;
-            snprintf(ps->holder, sizeof(ps->holder), "%s", type_all_reg(x->type) ? "" : x->me);
+            remove_key(x, x->sark, true);
+            set_holder(ps, x->type, x->me, x->tport);
             if (old != x->type)
-                fx_ua_registrants(x->fx, ps, x->me, UA_RESV_RELEASED);
+                fx_ua_registrants(x->fx, ps, x->me, x->tport, UA_RESV_RELEASED);
         } else {
             if (!x->sark)
                 return SR_PARAM_FIELD(8, -1);
-            if (!remove_key(x, x->sark, NULL))
+            if (!remove_key(x, x->sark, false))
                 return SR_RESERVATION_CONFLICT;
         }
     }
@@ -1749,17 +1859,31 @@ static scsi_sr parse_transport_id(const uint8_t *tid, uint32_t len, char *port, 
     return SR_OK;
 }
 
-/* REGISTER AND MOVE (§5.13.8): the holder hands its reservation to another I_T nexus,
+/* Whether tport is a relative target port of the LU: this gateway's or another's (each
+ * gateway's ALUA target port group is its one target port, alua.c). */
+static bool tport_known(const struct scsi_lun *lu, uint16_t tport)
+{
+    if (tport == rel_port(lu->target))
+        return true;
+    for (unsigned i = 0; i < lu->alua_ngroups; i++)
+        if (lu->alua[i].id == tport)
+            return true;
+    return false;
+}
+
+/* REGISTER AND MOVE (§5.13.8): the holder hands its reservation to another I_T nexus, the
+ * TransportID's initiator port through the RELATIVE TARGET PORT IDENTIFIER's target port,
  * registering it with SARK, and may unregister itself (UNREG). */
 static scsi_sr pro_register_move(struct prout *x)
 {
     struct pr_state *ps = x->ps;
     const uint8_t *p = x->param;
-    if (!ps->type || type_all_reg(ps->type) || !is_holder(ps, x->me))
+    if (!ps->type || type_all_reg(ps->type) || !is_holder(ps, x->me, x->tport))
         return SR_RESERVATION_CONFLICT;
     if (!x->sark)
         return SR_PARAM_FIELD(8, -1);
-    if (get_be16(p + 18) != rel_port(x->t->target))
+    uint16_t dtport = get_be16(p + 18);
+    if (!tport_known(x->t->lu, dtport))
         return SR_PARAM_FIELD(18, -1); /* no such relative target port */
     uint32_t tidlen = get_be32(p + 20);
     if (tidlen > x->pll - PROUT_PARAM_LEN)
@@ -1768,17 +1892,16 @@ static scsi_sr pro_register_move(struct prout *x)
     scsi_sr sr = parse_transport_id(p + PROUT_PARAM_LEN, tidlen, dest, sizeof(dest));
     if (sr)
         return sr;
-    if (strcmp(dest, x->me) == 0)
+    if (nexus_is(dest, dtport, x->me, x->tport))
         return SR_PARAM_FIELD(24, -1); /* moving to itself */
-    int d = reg_find(ps, dest);
+    int d = reg_find(ps, dest, dtport);
     if (d >= 0)
         ps->regs[d].key = x->sark;
-    else if (reg_add(ps, dest, x->sark) < 0)
+    else if (reg_add(ps, dest, dtport, x->sark) < 0)
         return SR_INSUFFICIENT_RESOURCES;
-    ps->type = (uint8_t)x->type;
-    snprintf(ps->holder, sizeof(ps->holder), "%s", dest);
+    set_holder(ps, x->type, dest, dtport);
     if (p[17] & 0x02) { /* UNREG */
-        int m = reg_find(ps, x->me);
+        int m = reg_find(ps, x->me, x->tport);
         if (m >= 0)
             reg_remove(ps, (unsigned)m);
     }
@@ -1816,6 +1939,7 @@ static scsi_sr prout_apply(struct scsi_task *t, struct pr_state *ps, FILE *fx)
         .t = t,
         .ps = ps,
         .me = nexus_port(t),
+        .tport = rel_port(t->target),
         .type = t->cdb[2] & 0x0f,
         .param = t->iov[0].iov_base,
         .pll = t->xfer_len,
@@ -1826,7 +1950,7 @@ static scsi_sr prout_apply(struct scsi_task *t, struct pr_state *ps, FILE *fx)
     x.sark = get_be64(x.param + 8);
     x.aptpl = x.param[20] & 0x01;
     scsi_sr sr = prout_param_check(&x, sa);
-    x.mine = reg_find(ps, x.me);
+    x.mine = reg_find(ps, x.me, x.tport);
     if (sr)
         return sr; /* refused before anything changes */
     if (sa == PRO_REGISTER || sa == PRO_REGISTER_IGNORE)

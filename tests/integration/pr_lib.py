@@ -53,6 +53,17 @@ def read_keys(s):
     return gen, sorted(struct.unpack(">Q", d[8 + 8 * i:16 + 8 * i])[0] for i in range(n // 8))
 
 
+def read_full_status(s):
+    """[(key, relative target port identifier)] of every registrant, in the reply's order."""
+    d = prin(s, 0x03, 4096)
+    end, off, regs = 8 + struct.unpack(">I", d[4:8])[0], 8, []
+    while off < end:
+        key, rtp, tid_len = struct.unpack(">Q10xHI", d[off:off + 24])
+        regs.append((key, rtp))
+        off += 24 + tid_len
+    return regs
+
+
 def read_reservation(s):
     """(key, type) or None."""
     d = prin(s, 0x01)

@@ -19,7 +19,12 @@ gateway B on PORT_B. Initiator X uses A, initiators Y and Z use B:
      by X: Y's READ is GOOD.
   7. Races: eight initiators, four on each gateway, REGISTER at once; READ KEYS lists all
      eight (the compare-and-swap lost no update); CLEAR.
-  8. Cost: the mean latency of REGISTER AND IGNORE EXISTING KEY (a cluster round trip) and of
+  8. One initiator port (the same name and ISID) through A (target port 1) and B (target
+     port 2) is two I_T nexuses: REGISTER through A, then REGISTER (key 0, the same SARK)
+     through B is GOOD; READ FULL STATUS lists both, with relative target ports 1 and 2;
+     Write Exclusive through A: the WRITE through B is RESERVATION CONFLICT; UNREGISTER through
+     A leaves B's registration; CLEAR.
+  9. Cost: the mean latency of REGISTER AND IGNORE EXISTING KEY (a cluster round trip) and of
      READ(10) while a reservation is held (none), printed for the record.
 Exit 0 when every check holds, 1 with the reason otherwise. Python 3 standard library only."""
 
@@ -31,11 +36,11 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import hostile  # noqa: E402  (the raw initiator: sense_kaa)
 from pr_lib import (CHECK_CONDITION, EXCLUSIVE_ACCESS, GOOD, RESERVATION_CONFLICT,  # noqa: E402
-                    WRITE_EXCLUSIVE, fail, io, prout, read_keys, read_reservation,
-                    session)
+                    WRITE_EXCLUSIVE, fail, io, prout, read_full_status, read_keys,
+                    read_reservation, session)
 
 REGISTER, RESERVE, RELEASE, CLEAR, PREEMPT, REGISTER_IGNORE = 0, 1, 2, 3, 4, 6
-KEY_X, KEY_Y = 0x1111111111111111, 0x2222222222222222
+KEY_X, KEY_Y, KEY_W = 0x1111111111111111, 0x2222222222222222, 0x3333333333333333
 
 
 def prout_ok(s, what, *a, **kw):
@@ -147,7 +152,25 @@ def main():
              ([hex(k) for k in ka], [hex(k) for k in kb]))
     prout_ok(many[0], "CLEAR", CLEAR, keys[0])
 
-    print("8. cost")
+    print("8. one initiator port through both gateways: two I_T nexuses")
+    isid = bytes([0x80, 0x00, 0x12, 0x36, 0x00, 0x01])
+    wa = session(port_a, "iqn.2026-12.org.linerate:pr-w", isid)
+    wb = session(port_b, "iqn.2026-12.org.linerate:pr-w", isid)
+    prout_ok(wa, "W REGISTER through A", REGISTER, 0, KEY_W)
+    prout_ok(wb, "W REGISTER (key 0) through B", REGISTER, 0, KEY_W)
+    regs = read_full_status(wb)
+    if sorted(regs) != [(KEY_W, 1), (KEY_W, 2)]:
+        fail("READ FULL STATUS through B: %s" % [(hex(k), p) for k, p in regs])
+    prout_ok(wa, "W RESERVE WE through A", RESERVE, KEY_W, 0, WRITE_EXCLUSIVE)
+    expect_io(wa, "W (A, holder)", 0x2A, GOOD)
+    expect_io(wb, "W (B, registered, not the holder)", 0x2A, RESERVATION_CONFLICT)
+    prout_ok(wa, "W UNREGISTER through A", REGISTER, KEY_W, 0)
+    regs = read_full_status(wa)
+    if regs != [(KEY_W, 2)]:
+        fail("READ FULL STATUS after UNREGISTER through A: %s" % [(hex(k), p) for k, p in regs])
+    prout_ok(wb, "W CLEAR through B", CLEAR, KEY_W)
+
+    print("9. cost")
     n = 20
     t0 = time.monotonic()
     for i in range(n):
@@ -166,7 +189,7 @@ def main():
     print("cost: PERSISTENT RESERVE OUT %.2f ms; READ(10) through the other gateway %.3f ms "
           "with a reservation held, %.3f ms without" %
           (prout_lat * 1e3, read_resv * 1e3, read_free * 1e3))
-    for s in [x, y, z, xb] + many:
+    for s in [x, y, z, xb, wa, wb] + many:
         s.logout()
 
 

@@ -3,7 +3,8 @@
 # rbd image of scripts/ceph-mini's cluster under the same target name, each on its own port;
 # target_rbd_pr.py drives initiators through both (reservation through A against writes
 # through B, RELEASE, PREEMPT with its unit attention on the other gateway, CLEAR, SPC-2
-# RESERVE(6), concurrent REGISTERs through both gateways); libiscsi's reservation suites run
+# RESERVE(6), concurrent REGISTERs through both gateways, one ISID through both: two I_T
+# nexuses, gateway B being target port 2); libiscsi's reservation suites run
 # with one URL per gateway (their second initiator goes through B). Then gateway B is
 # restarted: it reads the state back from the cluster. Skipped (77) without Ceph or librbd; never a mock.
 . "$(dirname "$0")/lt_lib.sh"
@@ -29,7 +30,8 @@ stop_b_ok() {
 }
 trap 'stop_b; it_cleanup' EXIT
 
-# start_b: gateway B, the same target and image on another free port (PORT_B).
+# start_b: gateway B, the same target and image on another free port (PORT_B), target port 2
+# (gateway A is target port 1): one ISID through both is two I_T nexuses.
 start_b() {
     local try i
     for ((try = 0; try < 30; try++)); do
@@ -38,7 +40,7 @@ start_b() {
         port_busy "$PORT_B" && continue
         : >"$WORK/b.out"
         "$LT" --listen "127.0.0.1:$PORT_B" --target-name "$iqn" --threads 2 --lun "$lun" \
-            >"$WORK/b.out" 2>>"$WORK/b.log" &
+            --alua-group 2 --alua-peer 1:active/optimized >"$WORK/b.out" 2>>"$WORK/b.log" &
         B_PID=$!
         for ((i = 0; i < READY_TIMEOUT_S * 10; i++)); do
             grep -q '^iscsi://' "$WORK/b.out" 2>/dev/null && return 0
@@ -54,7 +56,7 @@ start_b() {
 }
 
 note "two gateways on rbd/pr-disk"
-start_target --target-name "$iqn" --threads 2 --lun "$lun"
+start_target --target-name "$iqn" --threads 2 --lun "$lun" --alua-peer 2:active/optimized
 start_b
 python3 "$IT_DIR/target_rbd_pr.py" "$PORT" "$PORT_B" "$iqn" >"$WORK/pr.out" 2>&1 ||
     { cat "$WORK/pr.out" >&2; echo "--- gateway B log:" >&2; tail -n 20 "$WORK/b.log" >&2; fail "target_rbd_pr.py"; }

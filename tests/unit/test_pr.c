@@ -230,7 +230,7 @@ static void test_read_keys_truncate(void **state)
 {
     struct fx *f = *state;
     assert_int_equal(prout(f, f->n1, REGISTER, 0, 0, 0x11), GOOD);
-    assert_int_equal(prout(f, f->n2, REGISTER, 0, 0, 0x22), GOOD);
+    assert_int_equal(prout_pll(f, f->n2, REGISTER, 0, 0, 0x22, 0x01, 24), GOOD); /* APTPL */
     assert_int_equal(prin(f, f->n1, 0, 8), GOOD);
     assert_int_equal(f->t.data_len, 8);
     assert_int_equal(get_be32(data(f) + 4), 16);
@@ -988,6 +988,17 @@ static void test_state_round_trip_names(void **state)
     }
 }
 
+/* The target (TPGT 1) up again over a state file holding text. */
+static void start_with_file(struct fx *f, const char *text)
+{
+    FILE *fp = fopen(f->path, "w");
+    fputs(text, fp);
+    fclose(fp);
+    assert_int_equal(scsi_target_init(&f->tg, TGT_NAME, 1), 0);
+    add_lun(f);
+    nexuses(f);
+}
+
 /* A state file whose lines do not frame exactly is refused (the LUN does not come up): a
  * field with trailing text, a bad or NUL escape, a raw control character. */
 static void test_state_file_strict(void **state)
@@ -1004,20 +1015,22 @@ static void test_state_file_strict(void **state)
         "linerate-pr 1\ngeneration 1\nreg 0000000000000001 iqn.2024-01.test:a\r,i,0x000000000001\n",
         "linerate-pr 1\ngeneration 1\nreg 0000000000000001  iqn.2024-01.test:a,i,0x000000000001\n",
         "linerate-pr 1\ngeneration 1x\nreg 0000000000000001 iqn.2024-01.test:a,i,0x000000000001\n",
+        /* the relative target port: 1 to 65535, in decimal */
+        "linerate-pr 1\ngeneration 1\nreg 0000000000000001 iqn.2024-01.test:a,i,0x000000000001 0\n",
+        "linerate-pr 1\ngeneration 1\nreg 0000000000000001 iqn.2024-01.test:a,i,0x000000000001 "
+        "65536\n",
+        "linerate-pr 1\ngeneration 1\nreservation 3 - 1\n"
+        "reg 0000000000000001 iqn.2024-01.test:a,i,0x000000000001 1\n",
     };
     target_down(f);
     for (size_t i = 0; i < sizeof(texts) / sizeof(texts[0]); i++)
         assert_file_refused(f, texts[i]);
-    /* a file of the format before escaping, with valid names, loads as it did */
-    FILE *fp = fopen(f->path, "w");
-    fputs("linerate-pr 1\ngeneration 7\nreservation 1 iqn.2024-01.test:init1,i,0x800000000001\n"
-          "reg 0000000000000abc iqn.2024-01.test:init1,i,0x800000000001\n"
-          "reg 0000000000000def eui.02004567A425678D,i,0x400000000001\n",
-          fp);
-    fclose(fp);
-    assert_int_equal(scsi_target_init(&f->tg, TGT_NAME, 1), 0);
-    add_lun(f);
-    nexuses(f);
+    /* a file of the format before escaping (and before target ports), with valid names, loads
+     * as it did */
+    start_with_file(f, "linerate-pr 1\ngeneration 7\n"
+                       "reservation 1 iqn.2024-01.test:init1,i,0x800000000001\n"
+                       "reg 0000000000000abc iqn.2024-01.test:init1,i,0x800000000001\n"
+                       "reg 0000000000000def eui.02004567A425678D,i,0x400000000001\n");
     uint32_t gen;
     unsigned n;
     assert_int_equal(read_keys(f, f->n3, &gen, &n), 0xabc);
@@ -1025,6 +1038,34 @@ static void test_state_file_strict(void **state)
     assert_int_equal(n, 2);
     assert_int_equal(rw(f, f->n1, true), GOOD);
     assert_int_equal(rw(f, f->n2, true), CONFLICT);
+    /* those registrations were through this target port: written back with it */
+    assert_int_equal(prout_pll(f, f->n2, REGISTER, 0, 0, 0x22, 0x01, 24), GOOD); /* APTPL */
+    char *text = slurp(f->path);
+    assert_non_null(strstr(text, "\nreservation 1 iqn.2024-01.test:init1,i,0x800000000001 1\n"));
+    assert_non_null(
+        strstr(text, "\nreg 0000000000000abc iqn.2024-01.test:init1,i,0x800000000001 1\n"));
+    free(text);
+}
+
+/* Registrations name their I_T nexus's relative target port: one through another target port
+ * of the device (another gateway's) is not this nexus's, nor is the reservation it holds. */
+static void test_state_file_other_tport(void **state)
+{
+    struct fx *f = *state;
+    target_down(f);
+    start_with_file(f, "linerate-pr 1\ngeneration 3\n"
+                       "reservation 1 iqn.2024-01.test:init1,i,0x800000000001 2\n"
+                       "reg 0000000000000abc iqn.2024-01.test:init1,i,0x800000000001 2\n");
+    uint32_t gen;
+    unsigned n;
+    assert_int_equal(read_keys(f, f->n3, &gen, &n), 0xabc);
+    assert_int_equal(n, 1);
+    assert_int_equal(rw(f, f->n1, true), CONFLICT);
+    /* so this nexus registers on its own, under the same key */
+    assert_int_equal(prout(f, f->n1, REGISTER, 0, 0, 0xabc), GOOD);
+    assert_int_equal(rw(f, f->n1, true), CONFLICT);
+    assert_int_equal(prout(f, f->n1, RELEASE, WE, 0xabc, 0), GOOD); /* not the holder: no-op */
+    assert_int_equal(rw(f, f->n1, true), CONFLICT);
 }
 
 /* The file is written 0600 through a fresh temporary name: a symlink planted where the old
@@ -1087,6 +1128,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_register_move_bad_tids, setup, teardown),
         cmocka_unit_test_setup_teardown(test_state_round_trip_names, setup, teardown),
         cmocka_unit_test_setup_teardown(test_state_file_strict, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_state_file_other_tport, setup, teardown),
         cmocka_unit_test_setup_teardown(test_state_file_mode_and_symlink, setup, teardown),
         cmocka_unit_test_setup_teardown(test_reserve6, setup, teardown),
         cmocka_unit_test_setup_teardown(test_reserve6_vs_registrations, setup, teardown),

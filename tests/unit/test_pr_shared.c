@@ -142,9 +142,14 @@ static void on_abort(struct scsi_target *tg, struct scsi_nexus *n, struct scsi_l
     g->naborted++;
 }
 
-static void gw_up(struct gw *g)
+/* Each gateway is a target port of its own: TPGT = relative target port identifier (README,
+ * "More than one gateway (ALUA)"). */
+static void gw_up(struct gw *g, uint16_t tpgt)
 {
-    assert_int_equal(scsi_target_init(&g->tg, TGT_NAME, 1), 0);
+    assert_int_equal(scsi_target_init(&g->tg, TGT_NAME, tpgt), 0);
+    /* and knows the other one's (its ALUA peer) */
+    g->tg.alua_peers[0] = (struct scsi_alua_group){.id = tpgt == 1 ? 2 : 1};
+    g->tg.alua_npeers = 1;
     g->tg.abort_nexus_tasks = on_abort;
     struct sfx_store *m;
     struct bs *bs = sfx_store_open(1 << 20, false, &m);
@@ -179,8 +184,8 @@ static int setup(void **state)
     obj.race_next = obj.fail_reads = false;
     obj.failed_reads = 0;
     struct fx *f = calloc(1, sizeof(*f));
-    gw_up(&f->a);
-    gw_up(&f->b);
+    gw_up(&f->a, 1);
+    gw_up(&f->b, 2);
     assert_int_equal(obj.nw, 2);
     assert_non_null(obj.text); /* the first gateway created the object */
     for (int i = 1; i <= 3; i++) {
@@ -246,8 +251,8 @@ static void test_reserve_across(void **state)
     assert_int_equal(rw(&f->b, 3, true), CONFLICT);
     assert_int_equal(rw(&f->b, 2, false), GOOD);
     assert_int_equal(rw(&f->a, 1, true), GOOD);
-    /* the same initiator port through the other gateway is the holder there too */
-    assert_int_equal(rw(&f->b, 1, true), GOOD);
+    /* the same initiator port through the other gateway is another I_T nexus: not the holder */
+    assert_int_equal(rw(&f->b, 1, true), CONFLICT);
     assert_int_equal(prout(&f->a, 1, RELEASE, WE, 0xa1, 0), GOOD);
     assert_int_equal(rw(&f->b, 2, true), GOOD);
     assert_int_equal(rw(&f->b, 3, true), GOOD);
@@ -294,8 +299,20 @@ static void test_preempt_ua_across(void **state)
     assert_int_equal(take_ua(&f->b, 2), 0); /* the sender hears nothing */
 }
 
-/* PREEMPT AND ABORT through A: the preempted initiator's tasks are aborted on B, where its
- * nexus is, and on A, where it has one too; the sender's are not. */
+/* PREEMPT AND ABORT took the nexus of initiator ini through gateway g: its tasks aborted there
+ * and REGISTRATIONS PREEMPTED to it; nothing through the other gateway. */
+static void preempted_on(struct gw *g, int ini, struct gw *other)
+{
+    assert_int_equal(g->naborted, 1);
+    assert_ptr_equal(g->aborted, g->n[ini - 1]);
+    assert_int_equal(other->naborted, 0);
+    assert_int_equal(take_ua(g, ini), 0x2a05);
+    assert_int_equal(take_ua(other, ini), 0);
+}
+
+/* PREEMPT AND ABORT through A: the preempted nexus's tasks are aborted on B, where it is; the
+ * same initiator port through A is another nexus, registered with nothing, and keeps its
+ * tasks, and so do the sender's. */
 static void test_preempt_abort_across(void **state)
 {
     struct fx *f = *state;
@@ -303,11 +320,7 @@ static void test_preempt_abort_across(void **state)
     assert_int_equal(prout(&f->b, 2, REGISTER, 0, 0, 0xb2), GOOD);
     assert_int_equal(prout(&f->b, 2, RESERVE, WE, 0xb2, 0), GOOD);
     assert_int_equal(prout(&f->a, 1, PREEMPT_ABORT, EA, 0xa1, 0xb2), GOOD);
-    assert_int_equal(f->b.naborted, 1);
-    assert_ptr_equal(f->b.aborted, f->b.n[1]);
-    assert_int_equal(f->a.naborted, 1);
-    assert_ptr_equal(f->a.aborted, f->a.n[1]);
-    assert_int_equal(take_ua(&f->b, 2), 0x2a05);
+    preempted_on(&f->b, 2, &f->a);
     assert_int_equal(rw(&f->b, 2, false), CONFLICT);
 }
 
@@ -393,6 +406,24 @@ static void test_reset_across(void **state)
     assert_int_equal(f->b.naborted, 6);
 }
 
+/* REGISTER AND MOVE through g (type WE) to the TransportID of initiator port name tid through
+ * relative target port tport. */
+static int move(struct gw *g, int ini, uint64_t rk, uint64_t sark, uint16_t tport, const char *tid)
+{
+    uint8_t p[24 + 256] = {0};
+    put_be64(p, rk);
+    put_be64(p + 8, sark);
+    put_be16(p + 18, tport);
+    uint16_t al = (uint16_t)((strlen(tid) + 1 + 3) & ~(size_t)3);
+    p[24] = 0x45;
+    put_be16(p + 26, al);
+    memcpy(p + 28, tid, strlen(tid));
+    put_be32(p + 20, 4u + al);
+    uint8_t mv[16] = {0x5f, 7, WE};
+    put_be32(mv + 5, 28u + al);
+    return run(g, ini, mv, p, 28u + al);
+}
+
 /* A port name with line breaks in it (login refuses them, keys.c; this is the state text's own
  * guarantee) goes into the object and its notify as one field: the other gateway installs no
  * line of it, no registration, no version, and keeps following the changes. A REGISTER AND
@@ -431,24 +462,113 @@ static void test_hostile_name_across(void **state)
     uint64_t ver = obj.ver;
     const char *tid = "iqn.2024-01.test:a\nreg 00000000000000ee iqn.2024-01.test:init3,i,"
                       "0x800000000003";
-    memset(p, 0, sizeof(p));
-    put_be64(p, 0xa1);
-    put_be64(p + 8, 5);
-    put_be16(p + 18, 1);
-    uint16_t al = (uint16_t)((strlen(tid) + 1 + 3) & ~(size_t)3);
-    p[24] = 0x45;
-    put_be16(p + 26, al);
-    memcpy(p + 28, tid, strlen(tid));
-    put_be32(p + 20, 4u + al);
-    uint8_t mv[16] = {0x5f, 7, WE};
-    put_be32(mv + 5, 28u + al);
-    assert_int_equal(run(&f->a, 1, mv, p, 28u + al), CHECK);
+    assert_int_equal(move(&f->a, 1, 0xa1, 5, 1, tid), CHECK);
     assert_string_equal(obj.text, before);
     assert_int_equal(obj.ver, ver);
     free(before);
     assert_int_equal(prout(&f->b, 3, RESERVE, WE, 0xee, 0), CONFLICT);
     assert_int_equal(rw(&f->b, 2, true), CONFLICT);
     scsi_nexus_put(n);
+}
+
+/* READ FULL STATUS through g: each registrant's key and relative target port, in keys[i] and
+ * rtp[i]; how many there are. */
+static unsigned read_full(struct gw *g, int ini, uint64_t *keys, uint16_t *rtp, unsigned max)
+{
+    uint8_t cdb[16] = {0x5e, 3};
+    put_be16(cdb + 7, 4096);
+    assert_int_equal(run(g, ini, cdb, NULL, 0), GOOD);
+    const uint8_t *d = g->t.iov[0].iov_base;
+    uint32_t len = get_be32(d + 4);
+    unsigned n = 0;
+    for (uint32_t off = 8; off < 8 + len; n++) {
+        const uint8_t *p = d + off;
+        if (n < max) {
+            keys[n] = get_be64(p);
+            rtp[n] = get_be16(p + 18);
+        }
+        off += 24 + get_be32(p + 20);
+    }
+    return n;
+}
+
+/* One initiator port (one ISID) through both gateways is two I_T nexuses (SPC-4 §5.13.7:
+ * with ALL_TG_PT 0 a REGISTER registers the nexus it came through): each registers on its
+ * own, holds or not on its own, and is preempted on its own. */
+static void test_same_port_two_gateways(void **state)
+{
+    struct fx *f = *state;
+    const uint64_t K = 0xa1;
+    assert_int_equal(prout(&f->a, 1, REGISTER, 0, 0, K), GOOD);
+    /* what multipath tools send on each further path: a new registration, not a conflict */
+    assert_int_equal(prout(&f->b, 1, REGISTER, 0, 0, K), GOOD);
+    uint64_t k[4];
+    uint16_t rtp[4];
+    assert_int_equal(read_full(&f->b, 1, k, rtp, 4), 2);
+    assert_int_equal(k[0], K);
+    assert_int_equal(k[1], K);
+    assert_true((rtp[0] == 1 && rtp[1] == 2) || (rtp[0] == 2 && rtp[1] == 1));
+
+    /* Write Exclusive through A: B's nexus is a registrant, not the holder */
+    assert_int_equal(prout(&f->a, 1, RESERVE, WE, K, 0), GOOD);
+    assert_int_equal(rw(&f->a, 1, true), GOOD);
+    assert_int_equal(rw(&f->b, 1, true), CONFLICT);
+    assert_int_equal(rw(&f->b, 1, false), GOOD);
+    /* nor may it release it (a no-op) */
+    assert_int_equal(prout(&f->b, 1, RELEASE, WE, K, 0), GOOD);
+    assert_int_equal(rw(&f->b, 1, true), CONFLICT);
+    assert_int_equal(prout(&f->a, 1, RELEASE, WE, K, 0), GOOD);
+    /* registrants only: B's registered nexus may write, an unregistered one may not */
+    assert_int_equal(prout(&f->a, 1, RESERVE, 5 /* WE_RO */, K, 0), GOOD);
+    assert_int_equal(rw(&f->b, 1, true), GOOD);
+    assert_int_equal(rw(&f->b, 2, true), CONFLICT);
+    assert_int_equal(prout(&f->a, 1, RELEASE, 5, K, 0), GOOD);
+    assert_int_equal(take_ua(&f->b, 1), 0x2a04); /* RESERVATIONS RELEASED, to B's nexus */
+    assert_int_equal(prout(&f->a, 1, RESERVE, 6 /* EA_RO */, K, 0), GOOD);
+    assert_int_equal(rw(&f->b, 1, false), GOOD);
+    assert_int_equal(rw(&f->b, 2, false), CONFLICT);
+
+    /* UNREGISTER through A leaves B's registration (and releases A's reservation) */
+    assert_int_equal(prout(&f->a, 1, REGISTER, 0, K, 0), GOOD);
+    assert_int_equal(read_full(&f->a, 1, k, rtp, 4), 1);
+    assert_int_equal(k[0], K);
+    assert_int_equal(rtp[0], 2);
+    assert_int_equal(take_ua(&f->b, 1), 0x2a04);
+    assert_int_equal(rw(&f->b, 2, false), GOOD);
+    assert_int_equal(prout(&f->a, 1, RESERVE, WE, K, 0), CONFLICT); /* A's is gone */
+
+    /* PREEMPT AND ABORT of the other nexus's key: A's nexus holds under 0xa2, B's (key K)
+     * preempts it; only A's tasks are aborted and only A's nexus hears of it */
+    assert_int_equal(prout(&f->a, 1, REGISTER, 0, 0, 0xa2), GOOD);
+    assert_int_equal(prout(&f->a, 1, RESERVE, WE, 0xa2, 0), GOOD);
+    assert_int_equal(prout(&f->b, 1, PREEMPT_ABORT, WE, K, 0xa2), GOOD);
+    preempted_on(&f->a, 1, &f->b);
+    assert_int_equal(rw(&f->b, 1, true), GOOD);
+    assert_int_equal(rw(&f->a, 1, true), CONFLICT);
+    assert_int_equal(read_full(&f->a, 1, k, rtp, 4), 1);
+    assert_int_equal(rtp[0], 2);
+
+    /* REGISTER AND MOVE through B to the same initiator port through A: its RELATIVE TARGET
+     * PORT IDENTIFIER names the nexus; a port of no gateway is refused */
+    const char *init1 = "iqn.2024-01.test:init1,i,0x800000000001";
+    assert_int_equal(move(&f->b, 1, K, 0xa3, 3, init1), CHECK);
+    assert_int_equal(move(&f->b, 1, K, 0xa3, 2, init1), CHECK); /* to itself */
+    assert_int_equal(move(&f->b, 1, K, 0xa3, 1, init1), GOOD);
+    assert_int_equal(rw(&f->a, 1, true), GOOD);
+    assert_int_equal(rw(&f->b, 1, true), CONFLICT);
+    assert_int_equal(read_full(&f->b, 1, k, rtp, 4), 2);
+    assert_true((k[0] == 0xa3 && rtp[0] == 1) || (k[1] == 0xa3 && rtp[1] == 1));
+
+    /* SPC-2 RESERVE holds per nexus too */
+    assert_int_equal(prout(&f->b, 1, CLEAR, 0, K, 0), GOOD);
+    assert_int_equal(take_ua(&f->a, 1), 0x2a03); /* RESERVATIONS PREEMPTED, to A's nexus */
+    uint8_t reserve6[16] = {0x16}, release6[16] = {0x17};
+    assert_int_equal(run(&f->a, 1, reserve6, NULL, 0), GOOD);
+    assert_int_equal(rw(&f->b, 1, false), CONFLICT);
+    assert_int_equal(run(&f->b, 1, release6, NULL, 0), GOOD); /* not its own: a no-op */
+    assert_int_equal(rw(&f->b, 1, false), CONFLICT);
+    assert_int_equal(run(&f->a, 1, release6, NULL, 0), GOOD);
+    assert_int_equal(rw(&f->b, 1, false), GOOD);
 }
 
 int main(void)
@@ -461,6 +581,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_broken_watch, setup, teardown),
         cmocka_unit_test_setup_teardown(test_reset_across, setup, teardown),
         cmocka_unit_test_setup_teardown(test_hostile_name_across, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_same_port_two_gateways, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
