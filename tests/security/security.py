@@ -39,6 +39,9 @@ the per-address limits matter.
             registration of the saved state): refused 5/26h/00h, the state unchanged, the
             state file 0600 without that text; restarted with the same --state-dir the daemon
             comes up and the reservation is what the initiators were told
+  resets    by default initiator A's TARGET COLD RESET is answered function rejected, logged
+            once, and B's session and I/O carry on without a unit attention; with
+            --target-cold-reset yes it is done and B's connection is closed
 
 Counts are scaled for 2 shared CPUs under ASan (the whole suite runs in about a minute there).
 Exit 0 when every check holds. Python 3 standard library only."""
@@ -440,14 +443,21 @@ def cat_login(binary):
 # ---------------------------------------------------------------- protocol (defects 3-5)
 
 
-def tmf_abort(s, rtt, refcmdsn):
-    """Immediate ABORT TASK on session s; its CmdSN is the next command's. Response code."""
+def tmf(s, fn, rtt=0xFFFFFFFF, refcmdsn=0):
+    """Immediate task management function fn on session s; its CmdSN is the next command's.
+    Response code."""
     itt = s.next_itt()
-    s.c.send_pdu(bhs(OP_TMF, 0x80 | 1, lun_field(0), itt, rtt, s.cmdsn, s.expstatsn,
+    s.c.send_pdu(bhs(OP_TMF, 0x80 | fn, lun_field(0), itt, rtt, s.cmdsn, s.expstatsn,
                      struct.pack(">II", refcmdsn, 0), immediate=True))
     rh, _ = s.recv(5)
-    check(rh[0] & 0x3F == OP_TMF_RSP, "ABORT TASK: op 0x%02x instead of a TMF Response" % rh[0])
+    check(rh[0] & 0x3F == OP_TMF_RSP, "TMF %d: op 0x%02x instead of a TMF Response"
+          % (fn, rh[0]))
     return rh[2]
+
+
+def tmf_abort(s, rtt, refcmdsn):
+    """Immediate ABORT TASK on session s. Response code."""
+    return tmf(s, 1, rtt, refcmdsn)
 
 
 def proto_first_burst(b):
@@ -966,9 +976,98 @@ def cat_reservations(binary):
     shutil.rmtree(work)
 
 
+# ---------------------------------------------------------------- resets
+
+TMF_TARGET_WARM_RESET, TMF_TARGET_COLD_RESET = 6, 7
+
+
+def reset_pair(d):
+    """Initiators A and B logged in to d, both through their unit attentions."""
+    pair = []
+    for who in ("reset-a", "reset-b"):
+        s = Session(d.port, name="iqn.2026-11.org.linerate:" + who).login()
+        st, _, _ = s.scsi_retry_ua(bytes(6))
+        check(st == 0, "%s: TEST UNIT READY status 0x%02x" % (who, st))
+        pair.append(s)
+    return pair
+
+
+def write_read(s, lba, fill):
+    data = bytes([fill]) * (8 * BLOCK)
+    st, _, _ = s.scsi(cdb_rw10(0x2A, lba, 8), write_data=data)
+    check(st == 0, "WRITE status 0x%02x" % st)
+    st, _, back = s.scsi(cdb_rw10(0x28, lba, 8), read_len=len(data))
+    check(st == 0 and back == data, "READ back differs (status 0x%02x)" % st)
+
+
+def stop_daemon(d):
+    check(d.alive(), "daemon died\n" + d.log_tail())
+    d.proc.send_signal(signal.SIGTERM)
+    check(d.proc.wait(20) == 0, "daemon did not exit 0 on SIGTERM")
+
+
+def cat_resets(binary):
+    """A target reset reaches every initiator of the target. By default initiator A's TARGET
+    COLD RESET is answered 255 (function rejected), logged once for the session, and B's
+    session and I/O carry on untouched (no unit attention); with --target-cold-reset yes it is
+    done: B's connection is closed."""
+    d = Daemon(binary, lun="ram:%d" % (8 * MIB), prefix="security-resets-")
+    try:
+        a, b = reset_pair(d)
+        write_read(b, 0, 0xB1)
+        for _ in range(3):
+            rsp = tmf(a, TMF_TARGET_COLD_RESET)
+            check(rsp == 255, "default config: A's TARGET COLD RESET answered %d, expected 255 "
+                  "(function rejected)" % rsp)
+        for s, who in ((b, "B"), (a, "A")):
+            st, sense, _ = s.scsi(bytes(6), timeout=5)
+            check(st == 0, "%s's TEST UNIT READY after the refused resets: status 0x%02x "
+                  "sense %s (a unit attention: the reset was done)" % (who, st, sense.hex()))
+        write_read(b, 8, 0xB2)
+        write_read(a, 16, 0xA1)
+        n = log_text(d).count("TARGET COLD RESET from")
+        check(n == 1, "the refused resets were logged %d times, expected once" % n)
+        a.logout()
+        b.logout()
+        stop_daemon(d)
+        os.unlink(d.log.name)
+        print("security resets: default config: A's TARGET COLD RESET x3 -> 255 (function "
+              "rejected), logged once; B's session and I/O unaffected, no unit attention",
+              flush=True)
+    finally:
+        if d.alive():
+            d.proc.kill()
+            d.proc.wait()
+    d = Daemon(binary, lun="ram:%d" % (8 * MIB), prefix="security-resets-",
+               extra=["--target-cold-reset", "yes"])
+    try:
+        a, b = reset_pair(d)
+        rsp = tmf(a, TMF_TARGET_COLD_RESET)
+        check(rsp == 0, "--target-cold-reset yes: A's TARGET COLD RESET answered %d" % rsp)
+        dropped = False
+        try:
+            b.scsi(bytes(6), timeout=5)
+        except (Closed, OSError):
+            dropped = True
+        check(dropped, "--target-cold-reset yes: B's connection still answers after A's "
+              "TARGET COLD RESET")
+        s = Session(d.port, name="iqn.2026-11.org.linerate:reset-c").login()
+        st, _, _ = s.scsi_retry_ua(bytes(6))
+        check(st == 0, "a login after the cold reset: TEST UNIT READY status 0x%02x" % st)
+        s.logout()
+        stop_daemon(d)
+        os.unlink(d.log.name)
+        print("security resets: --target-cold-reset yes: A's TARGET COLD RESET -> 0, B's "
+              "connection closed, a new login works", flush=True)
+    finally:
+        if d.alive():
+            d.proc.kill()
+            d.proc.wait()
+
+
 CATEGORIES = {"backlog": cat_backlog, "login": cat_login, "protocol": cat_protocol,
               "sessions": cat_sessions, "conns": cat_conns, "copy": cat_copy,
-              "reservations": cat_reservations}
+              "reservations": cat_reservations, "resets": cat_resets}
 
 
 def main():
