@@ -42,6 +42,10 @@ the per-address limits matter.
   resets    by default initiator A's TARGET COLD RESET is answered function rejected, logged
             once, and B's session and I/O carry on without a unit attention; with
             --target-cold-reset yes it is done and B's connection is closed
+  metrics   the Prometheus endpoint: from one address, connections past the per-address bound
+            get 503 at once, silent ones are cut within about a second (4 s allowed), and
+            20 slow connections from 127.0.0.3 do not keep a scrape from 127.0.0.2 from being
+            answered
 
 Counts are scaled for 2 shared CPUs under ASan (the whole suite runs in about a minute there).
 Exit 0 when every check holds. Python 3 standard library only."""
@@ -65,7 +69,8 @@ import hostile  # noqa: E402
 import pr_lib  # noqa: E402
 from hostile import (OP_LOGIN_RSP, OP_NOP_IN, OP_NOP_OUT, OP_DATA_IN, OP_REJECT,  # noqa: E402
                      OP_SCSI, OP_SCSI_RSP, OP_SNACK, OP_TMF, OP_TMF_RSP, RSVD, TARGET, Closed,
-                     Conn, Daemon, Session, TestFailure, bhs, cdb_rw10, check, kv, login_pdu,
+                     Conn, Daemon, Session, TestFailure, bhs, cdb_rw10, check, free_port, kv,
+                     login_pdu,
                      login_status, lun_field, parse_kv)
 
 BLOCK = 512
@@ -1065,9 +1070,143 @@ def cat_resets(binary):
             d.proc.wait()
 
 
+# ---------------------------------------------------------------- metrics
+
+METRICS_PER_ADDR = 4  # metrics.c: clients at once from one source address
+
+
+def metrics_conn(port, src, timeout=5.0):
+    s = socket.socket()
+    s.settimeout(timeout)
+    s.bind((src, 0))
+    s.connect(("127.0.0.1", port))
+    return s
+
+
+def read_all(s):
+    """What s receives until the peer closes (or resets, or the timeout)."""
+    chunks = []
+    try:
+        for chunk in iter(lambda: s.recv(65536), b""):
+            chunks.append(chunk)
+    except (ConnectionResetError, socket.timeout):
+        pass
+    return b"".join(chunks)
+
+
+def scrape(port, src):
+    """GET /metrics from src: (HTTP status or None, body, seconds)."""
+    t0 = time.monotonic()
+    s = metrics_conn(port, src)
+    try:
+        s.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        r = read_all(s)
+    finally:
+        s.close()
+    st = int(r.split(b" ", 2)[1]) if r.startswith(b"HTTP/1.1 ") else None
+    return st, r, time.monotonic() - t0
+
+
+def slow_attacker(port, src, stop, counts):
+    """20 connections from src, each sending a byte of a request head every 0.25 s and opened
+    again when the target closes it: far more than the per-address bound, held as long as
+    the target lets them."""
+    socks = []
+    while not stop.is_set():
+        while len(socks) < 20:
+            try:
+                socks.append(metrics_conn(port, src, timeout=1.0))
+                socks[-1].setblocking(False)
+                counts["opened"] += 1
+            except OSError:
+                break
+        for s in list(socks):
+            try:
+                s.send(b"G")
+                if s.recv(64, socket.MSG_DONTWAIT).startswith(b"HTTP/1.1 503"):
+                    counts["refused"] += 1
+                s.close()
+                socks.remove(s)
+            except BlockingIOError:
+                pass  # still held
+            except OSError:
+                s.close()
+                socks.remove(s)
+        stop.wait(0.25)
+    for s in socks:
+        s.close()
+
+
+def cat_metrics(binary):
+    """The metrics endpoint under slow clients from one address: connections past the
+    per-address bound are answered 503 and closed at once, one that sends nothing (or a byte
+    at a time) is closed within about a second, and a scrape from another address is answered
+    meanwhile."""
+    mport = free_port()
+    d = Daemon(binary, lun="ram:%d" % (8 * MIB), prefix="security-metrics-",
+               extra=["--metrics", "127.0.0.1:%d" % mport])
+    try:
+        st, body, dt = scrape(mport, "127.0.0.2")
+        check(st == 200 and b"linerate_" in body, "first scrape: status %s" % st)
+        # silent connections from one address: the first ones are held, the rest refused
+        held = [metrics_conn(mport, "127.0.0.3") for _ in range(METRICS_PER_ADDR)]
+        t_held = time.monotonic()
+        time.sleep(0.2)
+        for i in range(8):
+            s = metrics_conn(mport, "127.0.0.3")
+            r = read_all(s)
+            s.close()
+            check(r.startswith(b"HTTP/1.1 503 "), "connection %d from 127.0.0.3 beyond the "
+                  "%d held: %r, expected 503 and closed at once"
+                  % (METRICS_PER_ADDR + 1 + i, METRICS_PER_ADDR, r[:40]))
+        st, body, dt = scrape(mport, "127.0.0.2")
+        check(st == 200, "scrape from 127.0.0.2 with 127.0.0.3 at its bound: status %s" % st)
+        for i, s in enumerate(held):
+            r = read_all(s)
+            s.close()
+            took = time.monotonic() - t_held
+            check(r == b"" and took < 4, "silent connection %d: %r after %.1f s, expected "
+                  "closed with nothing sent within 4 s" % (i, r[:40], took))
+        print("security metrics: 127.0.0.3 holds %d silent connections, %d more -> 503 at "
+              "once; the silent ones closed within %.1f s" % (METRICS_PER_ADDR, 8, took),
+              flush=True)
+        # (one byte a second: target_metrics.sh)
+        # 20 slow connections from one address, reopened as they are cut: scrapes from another
+        # address are answered all along
+        stop, counts = threading.Event(), {"opened": 0, "refused": 0}
+        t = threading.Thread(target=slow_attacker, args=(mport, "127.0.0.3", stop, counts))
+        t.start()
+        worst = 0.0
+        try:
+            time.sleep(0.5)
+            for i in range(6):
+                st, body, dt = scrape(mport, "127.0.0.2")
+                check(st == 200 and b"linerate_" in body, "scrape %d from 127.0.0.2 during "
+                      "the slow clients from 127.0.0.3: status %s after %.1f s" % (i, st, dt))
+                check(dt < 3, "scrape %d took %.1f s" % (i, dt))
+                worst = max(worst, dt)
+                time.sleep(0.5)
+        finally:
+            stop.set()
+            t.join()
+        check(counts["refused"] > 0, "no connection of the slow clients was refused 503")
+        check(d.alive(), "daemon died\n" + d.log_tail())
+        print("security metrics: 127.0.0.3 opened %d slow connections (%d refused 503 at "
+              "once); 6 scrapes from 127.0.0.2 all 200, slowest %.0f ms"
+              % (counts["opened"], counts["refused"], worst * 1e3),
+              flush=True)
+        stop_daemon(d)
+        os.unlink(d.log.name)
+    finally:
+        if d.alive():
+            d.proc.kill()
+            d.proc.wait()
+
+
 CATEGORIES = {"backlog": cat_backlog, "login": cat_login, "protocol": cat_protocol,
               "sessions": cat_sessions, "conns": cat_conns, "copy": cat_copy,
-              "reservations": cat_reservations, "resets": cat_resets}
+              "reservations": cat_reservations, "resets": cat_resets,
+              "metrics": cat_metrics}
 
 
 def main():
