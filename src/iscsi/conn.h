@@ -348,6 +348,7 @@ struct iscsi_session {
     char addr[64];         /* the initiator's address, no port (discovery sessions per address) */
     uint64_t created_ms;   /* reactor_now_ms() at login, for linerate-ctl's age */
     struct iostats *stats; /* the metrics: per reactor shards, read by iscsi_server_list_sessions */
+    atomic_bool reset_refusal_logged; /* a refused target reset was logged (once a session) */
 
     pthread_mutex_t lock; /* everything below */
     struct list_node conns;

@@ -75,6 +75,9 @@ struct iscsi_node {
     unsigned nallow;
     struct chap_creds chap;     /* chap.user empty: no CHAP for this target */
     struct iscsi_params params; /* this node's limits/preferences for negotiation */
+    /* TARGET WARM / COLD RESET from an initiator: done (true) or answered "function rejected":
+     * either reaches every initiator of the target, not only the one asking */
+    bool warm_reset, cold_reset;
     uint16_t tpgt;
     unsigned nsessions; /* live normal sessions (the server's sessions_lock) */
 };

@@ -585,6 +585,26 @@ static int reset_respond(struct iscsi_conn *c, const struct iscsi_bhs *req, uint
     return tmf_answer_quiet(c, req, ISCSI_TMF_RSP_COMPLETE, lun, false);
 }
 
+/* Whether this target does a TARGET WARM / COLD RESET an initiator asks for (target-warm-reset,
+ * target-cold-reset). Either reaches every initiator of the target: all their tasks aborted, a
+ * unit attention on every LUN, and for a cold one all their connections closed (§11.5.1). So
+ * one the target's configuration does not allow is answered "function rejected" (§11.6.1: the
+ * function exists here and the initiator is allowed to ask; this target declines to do it),
+ * with nothing aborted, and the initiator falls back to what only touches its own nexus (a
+ * LOGICAL UNIT RESET of its LUNs, or a new session). Logged once a session. */
+static bool target_reset_allowed(struct iscsi_conn *c, bool cold)
+{
+    struct iscsi_session *s = c->session;
+    if (cold ? s->node->cold_reset : s->node->warm_reset)
+        return true;
+    if (!atomic_exchange(&s->reset_refusal_logged, true))
+        LOG_WARN("%s: TARGET %s RESET from %s refused (target %s: target-%s-reset = no); "
+                 "answered function rejected",
+                 c->peer, cold ? "COLD" : "WARM", s->initiator_name, s->node->name,
+                 cold ? "cold" : "warm");
+    return false;
+}
+
 int tmf_handle(struct iscsi_conn *c, struct iscsi_pdu_in *p)
 {
     struct iscsi_bhs *req = &p->bhs;
@@ -672,6 +692,8 @@ int tmf_handle(struct iscsi_conn *c, struct iscsi_pdu_in *p)
     case ISCSI_TMF_TARGET_WARM_RESET:
     case ISCSI_TMF_TARGET_COLD_RESET: {
         bool cold = fn == ISCSI_TMF_TARGET_COLD_RESET;
+        if (!target_reset_allowed(c, cold))
+            return tmf_respond(c, req, ISCSI_TMF_RSP_REJECTED);
         struct abort_fanout *f = set_fanout(c, req, cold ? THEN_COLD_RESET : THEN_WARM_RESET, true,
                                             UINT64_MAX, 0, false);
         if (!f)

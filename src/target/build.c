@@ -34,6 +34,8 @@ struct iscsi_node *target_node_make(const struct target_node_conf *c, struct scs
     n->tpgt = target_alua_tpgt(c);
     n->params = c->params;
     n->chap = c->chap;
+    n->warm_reset = c->warm_reset;
+    n->cold_reset = c->cold_reset;
     n->portals = calloc(c->nportals ? c->nportals : 1, sizeof(*n->portals));
     n->allow = calloc(c->nallow ? c->nallow : 1, sizeof(*n->allow));
     if (!n->portals || !n->allow) {

@@ -74,6 +74,11 @@ static const char usage_text[] =
     "                         active/non-optimized or standby (per LUN: ,alua=STATE)\n"
     "  --alua-peer ID:STATE   repeatable: another gateway exporting the same store, its\n"
     "                         group and state (per LUN: ,alua-peer=ID:STATE)\n"
+    "  --target-warm-reset yes|no  whether an initiator's TARGET WARM RESET is done: it\n"
+    "                         aborts every initiator's commands and resets every LUN\n"
+    "                         for all (default yes; no: answered function rejected)\n"
+    "  --target-cold-reset yes|no  whether an initiator's TARGET COLD RESET is done: it\n"
+    "                         also closes every initiator's connections (default no)\n"
     "  --threads N            reactor threads (default: number of online CPUs)\n"
     "  --poll-us N            after a turn with work, a reactor polls its sockets for up\n"
     "                         to N microseconds before it sleeps (0..10000, default 50;\n"
@@ -97,7 +102,7 @@ static const char usage_text[] =
     "                         examples/linerate.conf); --threads, --poll-us, --log-level,\n"
     "                         --syslog, --state-dir, --ctl-socket and --metrics still\n"
     "                         apply (over the file), --listen/--target-name/--lun/\n"
-    "                         --allow/--alua-* may not be used\n"
+    "                         --allow/--alua-*/--target-*-reset may not be used\n"
     "  --log-level LEVEL      error, warn, info (default) or debug\n"
     "  --syslog               log to syslog (facility daemon) instead of stderr (also\n"
     "                         with --config, over its log key)\n"
@@ -158,6 +163,8 @@ enum {
     OPT_ALUA_STATE,
     OPT_ALUA_PEER,
     OPT_SYSLOG,
+    OPT_WARM_RESET,
+    OPT_COLD_RESET,
     OPT_METRICS,
 };
 
@@ -184,6 +191,8 @@ static const struct option long_opts[] = {
     {"alua-state", required_argument, NULL, OPT_ALUA_STATE},
     {"alua-peer", required_argument, NULL, OPT_ALUA_PEER},
     {"syslog", no_argument, NULL, OPT_SYSLOG},
+    {"target-warm-reset", required_argument, NULL, OPT_WARM_RESET},
+    {"target-cold-reset", required_argument, NULL, OPT_COLD_RESET},
     {"metrics", required_argument, NULL, OPT_METRICS},
     {"help", no_argument, NULL, 'h'},
     {"version", no_argument, NULL, 'V'},
@@ -237,6 +246,9 @@ struct cli_args {
     /* --alua-group, --alua-state, --alua-peer: checked as they come, applied to the node */
     struct target_alua_conf alua;
     bool any_alua;
+    /* --target-warm-reset, --target-cold-reset: checked as they come, applied to the node */
+    struct target_node_conf resets;
+    bool any_reset;
 };
 
 static int push_arg(char ***arr, unsigned *n, char *v)
@@ -291,10 +303,17 @@ static int cli_collect(struct cli_args *a, int argc, char **argv)
         case OPT_ALUA_GROUP:
         case OPT_ALUA_STATE:
         case OPT_ALUA_PEER:
-            if (target_alua_key(&a->alua, opt_name(c), optarg, err, sizeof(err)) < 0)
+        case OPT_WARM_RESET:
+        case OPT_COLD_RESET: {
+            /* the config keys of the same names, for the one target */
+            bool reset = c == OPT_WARM_RESET || c == OPT_COLD_RESET;
+            int r = reset ? target_reset_key(&a->resets, opt_name(c), optarg, err, sizeof(err))
+                          : target_alua_key(&a->alua, opt_name(c), optarg, err, sizeof(err));
+            if (r < 0)
                 return cli_fail("--%s: %s", opt_name(c), err);
-            a->any_alua = true;
+            *(reset ? &a->any_reset : &a->any_alua) = true;
             break;
+        }
         case OPT_ALLOW:
             if (target_check_iscsi_name(optarg, err, sizeof(err)) < 0)
                 return cli_fail("--allow: %s", err);
@@ -393,10 +412,10 @@ static int cli_collect(struct cli_args *a, int argc, char **argv)
     if (optind < argc)
         return cli_fail("unexpected argument '%s'", argv[optind]);
     if (a->config && (a->nlisten || a->nluns || a->nallow || a->target_name || a->any_chap ||
-                      a->erl >= 0 || a->any_alua))
+                      a->erl >= 0 || a->any_alua || a->any_reset))
         return cli_fail("--config cannot be combined with --listen, --target-name, --lun, "
-                        "--allow, --chap-*, --alua-* or --error-recovery-level: describe the "
-                        "targets in the config file");
+                        "--allow, --chap-*, --alua-*, --target-*-reset or "
+                        "--error-recovery-level: describe the targets in the config file");
     return -1;
 }
 
@@ -435,6 +454,8 @@ static int cli_build_node(struct target_config *cfg, const struct cli_args *a)
     if (a->erl >= 0)
         n->params.erl = (uint32_t)a->erl;
     n->alua = a->alua;
+    n->warm_reset = a->resets.warm_reset;
+    n->cold_reset = a->resets.cold_reset;
     if (target_config_finish(cfg) < 0)
         return cli_fail("out of memory");
     /* CHAP options map onto the config keys of the same names (target or global). */
@@ -467,7 +488,8 @@ static int cli_build_node(struct target_config *cfg, const struct cli_args *a)
 
 int target_cli_parse(struct target_config *cfg, int argc, char **argv)
 {
-    struct cli_args a = {.threads = -1, .poll_us = -1, .log_level = -1, .erl = -1};
+    struct cli_args a = {
+        .threads = -1, .poll_us = -1, .log_level = -1, .erl = -1, .resets = {.warm_reset = true}};
     int rc = cli_collect(&a, argc, argv);
     if (rc < 0) {
         if (a.config) {

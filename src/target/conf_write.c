@@ -134,6 +134,10 @@ void target_conf_write_section(FILE *f, const struct target_node_conf *c,
     write_params(f, &c->params, &inh->params);
     if (!target_alua_same(&c->alua, &inh->alua))
         write_alua(f, &c->alua);
+    if (!c->warm_reset)
+        fprintf(f, "target-warm-reset = no\n");
+    if (c->cold_reset)
+        fprintf(f, "target-cold-reset = yes\n");
 }
 
 void target_conf_write_globals(FILE *f, const struct target_config *cfg, enum log_level level)

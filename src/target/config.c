@@ -103,6 +103,8 @@ struct target_node_conf *target_config_add_node(struct target_config *cfg, const
     snprintf(n->name, sizeof(n->name), "%s", name);
     snprintf(n->origin, sizeof(n->origin), "%s", origin);
     target_params_default(&n->params);
+    n->warm_reset = true;
+    n->cold_reset = false;
     return n;
 }
 
@@ -124,6 +126,8 @@ struct target_node_conf *target_config_copy_node(struct target_config *cfg,
     n->params = src->params;
     n->chap = src->chap;
     n->alua = src->alua;
+    n->warm_reset = src->warm_reset;
+    n->cold_reset = src->cold_reset;
     bool ok = true;
     for (unsigned i = 0; ok && i < src->nportals; i++)
         ok = target_node_add_portal(n, &src->portals[i]) == 0;
@@ -604,6 +608,21 @@ static int parse_bool(const char *v, bool *out)
     return -1;
 }
 
+int target_reset_key(struct target_node_conf *n, const char *key, const char *val, char *err,
+                     size_t errlen)
+{
+    bool *f = strcmp(key, "target-warm-reset") == 0   ? &n->warm_reset
+              : strcmp(key, "target-cold-reset") == 0 ? &n->cold_reset
+                                                      : NULL;
+    if (!f)
+        return 0;
+    if (parse_bool(val, f) < 0) {
+        snprintf(err, errlen, "bad value '%s' for %s: expected yes or no", val, key);
+        return -1;
+    }
+    return 1;
+}
+
 static int parse_uint_range(const char *v, uint64_t lo, uint64_t hi, uint64_t *out)
 {
     uint64_t x;
@@ -814,8 +833,9 @@ static int cfg_global_key(struct cfg_parser *ps, const char *key, const char *va
         if (r < 0)
             return -1;
         if (r == 0) {
-            static const char *const target_only[] = {"lun", "allow", "alias"};
-            for (unsigned i = 0; i < 3; i++)
+            static const char *const target_only[] = {"lun", "allow", "alias", "target-warm-reset",
+                                                      "target-cold-reset"};
+            for (unsigned i = 0; i < 5; i++)
                 if (strcmp(key, target_only[i]) == 0 || (i == 0 && strncmp(key, "lun ", 4) == 0))
                     return cfg_fail(ps, ps->line, "'%s' belongs in a [target IQN] section",
                                     target_only[i]);
@@ -882,6 +902,8 @@ static int cfg_target_key(struct cfg_parser *ps, const char *key, const char *va
         return 0;
     }
     int r = target_alua_key(&n->alua, key, val, reason, sizeof(reason));
+    if (r == 0)
+        r = target_reset_key(n, key, val, reason, sizeof(reason));
     if (r < 0)
         return cfg_fail(ps, ps->line, "%s", reason);
     if (r > 0)

@@ -142,6 +142,8 @@ static void diff_fixed(const struct target_config *run, const struct target_conf
             note(restart, "target %s: CHAP", r->name);
         if (!same_params(&r->params, &f->params))
             note(restart, "target %s: session keys", r->name);
+        if (r->warm_reset != f->warm_reset || r->cold_reset != f->cold_reset)
+            note(restart, "target %s: target-warm-reset or target-cold-reset", r->name);
         if (!target_alua_same(&r->alua, &f->alua))
             note(restart, "target %s: ALUA (alua-group, alua-state, alua-peer)", r->name);
     }

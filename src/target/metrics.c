@@ -6,13 +6,17 @@
  * An endpoint on TCP is reachable by whoever can reach the address, so it is hardened against
  * what such peers send: a request head is at most METRICS_REQ_MAX bytes (larger: 431 and
  * closed), must arrive whole within METRICS_REQ_MS of the connect (a slow sender is closed:
- * slowloris), at most METRICS_CLIENTS_MAX connections at once (more are answered 503 and
- * closed), one request per connection (Connection: close). Anything but GET gets 405, any path
+ * slowloris) and the answer be taken within METRICS_SEND_MS, at most METRICS_PER_ADDR_MAX
+ * connections at once from one source address and METRICS_CLIENTS_MAX in all (more are
+ * answered 503 and closed at once), one request per connection (Connection: close). So a
+ * host that opens connections and sends nothing holds a few slots for a second at a time,
+ * and a scraper from another address is always let in. Anything but GET gets 405, any path
  * but /metrics 404, a request line that is not HTTP 400. Bodies are never read. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -20,14 +24,16 @@
 #include "util/list.h"
 
 #define METRICS_REQ_MAX 4096u   /* request line and headers */
-#define METRICS_CLIENTS_MAX 16u /* connected at once */
-#define METRICS_REQ_MS 5000u    /* to send the whole request head */
-#define METRICS_SEND_MS 30000u  /* to take the whole answer */
+#define METRICS_CLIENTS_MAX 64u /* connected at once */
+#define METRICS_PER_ADDR_MAX 4u /* ... from one source address */
+#define METRICS_REQ_MS 1000u    /* to send the whole request head */
+#define METRICS_SEND_MS 10000u  /* to take the whole answer (a scraper's usual timeout) */
 #define METRICS_BACKLOG 64
 
 struct metrics_client {
     struct metrics_server *srv;
     int fd;
+    struct sockaddr_storage peer; /* the source address (port cleared) */
     struct reactor_fd h;
     struct reactor_timer deadline;
     char in[METRICS_REQ_MAX];
@@ -204,6 +210,28 @@ static void client_on_event(void *arg, uint32_t events)
     }
 }
 
+/* The source address of a peer, without its port (nor IPv6 flow label): what the per-address
+ * bound counts. */
+static void peer_key(struct sockaddr_storage *a)
+{
+    if (a->ss_family == AF_INET)
+        ((struct sockaddr_in *)a)->sin_port = 0;
+    else if (a->ss_family == AF_INET6)
+        ((struct sockaddr_in6 *)a)->sin6_port = ((struct sockaddr_in6 *)a)->sin6_flowinfo = 0;
+}
+
+/* Whether peer has METRICS_PER_ADDR_MAX clients connected already (the list is short: a walk
+ * at accept only). */
+static bool addr_full(const struct metrics_server *s, const struct sockaddr_storage *peer)
+{
+    unsigned same = 0;
+    for (const struct list_node *ln = s->clients.next; ln != &s->clients; ln = ln->next) {
+        const struct metrics_client *c = list_entry(ln, struct metrics_client, node);
+        same += memcmp(&c->peer, peer, sizeof(*peer)) == 0;
+    }
+    return same >= METRICS_PER_ADDR_MAX;
+}
+
 static void accept_resume(void *arg)
 {
     struct metrics_server *s = arg;
@@ -216,7 +244,10 @@ static void on_accept(void *arg, uint32_t events)
     struct metrics_server *s = arg;
     (void)events;
     for (int i = 0; i < 64; i++) {
-        int fd = accept4(s->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        struct sockaddr_storage peer;
+        socklen_t plen = sizeof(peer);
+        memset(&peer, 0, sizeof(peer));
+        int fd = accept4(s->fd, (struct sockaddr *)&peer, &plen, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd < 0 && (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM)) {
             unsigned sup;
             if (log_limit_allow(&s->pause_log, reactor_now_ms(), &sup))
@@ -230,16 +261,19 @@ static void on_accept(void *arg, uint32_t events)
         }
         if (fd < 0)
             return;
-        if (s->nclients >= METRICS_CLIENTS_MAX) {
+        peer_key(&peer);
+        bool all = s->nclients >= METRICS_CLIENTS_MAX;
+        if (all || addr_full(s, &peer)) {
             static const char busy[] = "HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\n"
                                        "Connection: close\r\n\r\n";
             (void)!send(fd, busy, sizeof(busy) - 1, MSG_NOSIGNAL | MSG_DONTWAIT);
             close(fd);
             unsigned sup;
             if (log_limit_allow(&s->busy_log, reactor_now_ms(), &sup))
-                LOG_WARN("metrics: %u clients connected already: one more refused (503; %u "
+                LOG_WARN("metrics: %u clients connected already%s: one more refused (503; %u "
                          "more refusals not logged)",
-                         METRICS_CLIENTS_MAX, sup);
+                         all ? METRICS_CLIENTS_MAX : METRICS_PER_ADDR_MAX,
+                         all ? "" : " from its address", sup);
             continue;
         }
         struct metrics_client *c = calloc(1, sizeof(*c));
@@ -249,6 +283,7 @@ static void on_accept(void *arg, uint32_t events)
         }
         c->srv = s;
         c->fd = fd;
+        c->peer = peer;
         if (reactor_fd_add(s->r, &c->h, fd, EPOLLIN, client_on_event, c) < 0) {
             free(c);
             close(fd);

@@ -84,6 +84,10 @@ struct target_node_conf {
     /* chap-user / chap-mutual-user / chap-algorithms; the secrets come from chap-secrets */
     struct chap_creds chap;
     struct target_alua_conf alua;
+    /* target-warm-reset / target-cold-reset: whether an initiator's TARGET WARM RESET or TARGET
+     * COLD RESET is done (it reaches every initiator of the target) or answered "function
+     * rejected". Warm: yes by default; cold: no. */
+    bool warm_reset, cold_reset;
     char origin[TARGET_ORIGIN_MAX];
 };
 
@@ -179,6 +183,9 @@ int target_config_read_lines(const char *path, target_line_fn fn, void *arg);
 int target_set_metrics(struct target_config *cfg, const char *val, char *err, size_t errlen);
 int target_parse_portal(const char *s, struct target_portal *p, char *err, size_t errlen);
 int target_check_iscsi_name(const char *s, char *err, size_t errlen);
+/* target-warm-reset / target-cold-reset = yes|no for node n: 1 taken, 0 not such a key. */
+int target_reset_key(struct target_node_conf *n, const char *key, const char *val, char *err,
+                     size_t errlen);
 int target_parse_lun_spec(const char *spec, struct target_lun_conf *lun, char *err, size_t errlen);
 /* The global rbd-timeout as an rbd: LUN's timeout= when its spec names none (as a config line
  * gets it; linerate-ctl's LUNs too). 0, or -1 when out of memory. */

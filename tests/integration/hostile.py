@@ -386,6 +386,15 @@ def stop_process(pid, timeout=10.0):
         time.sleep(0.01)
 
 
+def free_port():
+    """A loopback TCP port free now (another process may take it before it is used)."""
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
 def cdb_rw10(op, lba, blocks):
     return struct.pack(">BBIBHB", op, 0, lba, 0, blocks, 0)
 
@@ -418,10 +427,7 @@ class Daemon:
         self.log = tempfile.NamedTemporaryFile(prefix=prefix, suffix=".log", delete=False)
         self.conf = None
         for attempt in range(5):
-            s = socket.socket()
-            s.bind(("127.0.0.1", 0))
-            self.port = s.getsockname()[1]
-            s.close()
+            self.port = free_port()
             args = [binary, "--listen", "127.0.0.1:%d" % self.port, "--target-name", TARGET]
             for spec in luns:
                 args += ["--lun", spec]

@@ -39,7 +39,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import hostile  # noqa: E402
-from hostile import TestFailure, check, sense_kaa  # noqa: E402
+from hostile import TestFailure, check, free_port, sense_kaa  # noqa: E402
 
 TARGET = "iqn.2026-11.org.linerate:alua"
 hostile.TARGET = TARGET
@@ -48,14 +48,6 @@ BLOCK = 512
 # how long a command through the survivor may wait after the other gateway died (RBD: the
 # exclusive lock of the dead gateway is broken after the cluster's watch timeout, 30 s)
 STALL_S = 90.0
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
 
 
 class Gateway:

@@ -348,7 +348,7 @@ for req, want in checks:
 r = ask(b"GET /metrics?x=1 HTTP/1.0\n\n")
 assert status(r) == 200 and b"linerate_lun_commands_total" in r, r[:100]
 
-# slowloris: one byte a second never completes a head; closed within the 5 s deadline
+# slowloris: one byte a second never completes a head; closed within the 1 s deadline
 s = socket.create_connection(("127.0.0.1", port))
 t0, closed = time.time(), False
 for c in b"GET /metrics HTTP/1.1\r\nX-Slow: " + b"z" * 30:
@@ -365,9 +365,9 @@ for c in b"GET /metrics HTTP/1.1\r\nX-Slow: " + b"z" * 30:
         break
 took = time.time() - t0
 s.close()
-assert closed and took < 9, (closed, took)
+assert closed and took < 4, (closed, took)
 
-# more clients than the limit: the extra ones get 503 at once, the others stay served
+# more clients from one address than its bound (4): the extra ones get 503 at once
 idle = [socket.create_connection(("127.0.0.1", port)) for _ in range(16)]
 time.sleep(0.3)
 r = ask(b"GET /metrics HTTP/1.1\r\n\r\n")

@@ -30,6 +30,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import hostile  # noqa: E402  (raw initiator: Session)
+from hostile import free_port  # noqa: E402
 
 TOKEN = re.compile(r'([a-z][a-z0-9-]*)=("(?:[^"\\]|\\.)*"|[^\s"]+)(?:\s+|$)')
 
@@ -41,14 +42,6 @@ class Failure(Exception):
 def check(cond, msg):
     if not cond:
         raise Failure(msg)
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
 
 
 def parse_event(line):

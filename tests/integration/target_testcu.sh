@@ -22,6 +22,9 @@
 #         sleeps 60 s without answering NOP-Ins, so this target waits 120 s for an answer.
 #         Its SANITIZE writes at 32 MiB/s (sanitize-rate), slow enough that Sanitize.Reset finds
 #         the overwrite still running after its resets and reconnect (~4 s), as on a real disk.
+# The suite's PreventAllow.ColdReset, Reserve6.TargetColdReset and Sanitize.Reset send TARGET
+# COLD RESET, refused by default (target-cold-reset): the target under test allows it (libiscsi
+# counts a refused reset as a skipped test, which would hide what the reset must do).
 # Every test listed in the pass's expected list must pass (a regression fails the build); tests
 # that pass and are not listed are reported. The verbose log is kept in $TESTCU_LOG (default:
 # the build directory), with the mode in its name for file, ro and single.
@@ -73,11 +76,12 @@ nop-timeout = 120
 [target $iqn]
 portal = 127.0.0.1:@PORT@
 lun = $lun
+target-cold-reset = yes
 EOF
     start_target_config "$WORK/single.conf"
 else
     # Two portals of one target, so that the MultipathIO tests run; -S allows SANITIZE.
-    SECOND_PORTAL=1 start_target --threads 2 --lun "$lun"
+    SECOND_PORTAL=1 start_target --threads 2 --lun "$lun" --target-cold-reset yes
 fi
 url=iscsi://127.0.0.1:$PORT/$iqn/0
 url2=iscsi://127.0.0.2:$PORT/$iqn/0

@@ -51,6 +51,13 @@ the per-address limits matter.
             registration of the saved state): refused 5/26h/00h, the state unchanged, the
             state file 0600 without that text; restarted with the same --state-dir the daemon
             comes up and the reservation is what the initiators were told
+  resets    by default initiator A's TARGET COLD RESET is answered function rejected, logged
+            once, and B's session and I/O carry on without a unit attention; with
+            --target-cold-reset yes it is done and B's connection is closed
+  metrics   the Prometheus endpoint: from one address, connections past the per-address bound
+            get 503 at once, silent ones are cut within about a second (4 s allowed), and
+            20 slow connections from 127.0.0.3 do not keep a scrape from 127.0.0.2 from being
+            answered
 
 Counts are scaled for 2 shared CPUs under ASan (the whole suite runs in about a minute there).
 Exit 0 when every check holds. Python 3 standard library only."""
@@ -75,8 +82,8 @@ import pr_lib  # noqa: E402
 import target_chap  # noqa: E402
 from hostile import (OP_LOGIN_RSP, OP_NOP_IN, OP_NOP_OUT, OP_DATA_IN, OP_REJECT,  # noqa: E402
                      OP_SCSI, OP_SCSI_RSP, OP_SNACK, OP_TEXT, OP_TEXT_RSP, OP_TMF, OP_TMF_RSP,
-                     RSVD, TARGET, Closed,
-                     Conn, Daemon, Session, TestFailure, bhs, cdb_rw10, check, kv, login_pdu,
+                     RSVD, TARGET, Closed, Conn, Daemon, Session, TestFailure, bhs, cdb_rw10, check,
+                     free_port, kv, login_pdu,
                      login_status, lun_field, parse_kv)
 
 BLOCK = 512
@@ -454,14 +461,21 @@ def cat_login(binary):
 # ---------------------------------------------------------------- protocol (defects 3-5)
 
 
-def tmf_abort(s, rtt, refcmdsn):
-    """Immediate ABORT TASK on session s; its CmdSN is the next command's. Response code."""
+def tmf(s, fn, rtt=0xFFFFFFFF, refcmdsn=0):
+    """Immediate task management function fn on session s; its CmdSN is the next command's.
+    Response code."""
     itt = s.next_itt()
-    s.c.send_pdu(bhs(OP_TMF, 0x80 | 1, lun_field(0), itt, rtt, s.cmdsn, s.expstatsn,
+    s.c.send_pdu(bhs(OP_TMF, 0x80 | fn, lun_field(0), itt, rtt, s.cmdsn, s.expstatsn,
                      struct.pack(">II", refcmdsn, 0), immediate=True))
     rh, _ = s.recv(5)
-    check(rh[0] & 0x3F == OP_TMF_RSP, "ABORT TASK: op 0x%02x instead of a TMF Response" % rh[0])
+    check(rh[0] & 0x3F == OP_TMF_RSP, "TMF %d: op 0x%02x instead of a TMF Response"
+          % (fn, rh[0]))
     return rh[2]
+
+
+def tmf_abort(s, rtt, refcmdsn):
+    """Immediate ABORT TASK on session s. Response code."""
+    return tmf(s, 1, rtt, refcmdsn)
 
 
 def proto_first_burst(b):
@@ -1266,10 +1280,233 @@ def cat_reservations(binary):
     shutil.rmtree(work)
 
 
+# ---------------------------------------------------------------- resets
+
+TMF_TARGET_WARM_RESET, TMF_TARGET_COLD_RESET = 6, 7
+
+
+def reset_pair(d):
+    """Initiators A and B logged in to d, both through their unit attentions."""
+    pair = []
+    for who in ("reset-a", "reset-b"):
+        s = Session(d.port, name="iqn.2026-11.org.linerate:" + who).login()
+        st, _, _ = s.scsi_retry_ua(bytes(6))
+        check(st == 0, "%s: TEST UNIT READY status 0x%02x" % (who, st))
+        pair.append(s)
+    return pair
+
+
+def write_read(s, lba, fill):
+    data = bytes([fill]) * (8 * BLOCK)
+    st, _, _ = s.scsi(cdb_rw10(0x2A, lba, 8), write_data=data)
+    check(st == 0, "WRITE status 0x%02x" % st)
+    st, _, back = s.scsi(cdb_rw10(0x28, lba, 8), read_len=len(data))
+    check(st == 0 and back == data, "READ back differs (status 0x%02x)" % st)
+
+
+def stop_daemon(d):
+    check(d.alive(), "daemon died\n" + d.log_tail())
+    d.proc.send_signal(signal.SIGTERM)
+    check(d.proc.wait(20) == 0, "daemon did not exit 0 on SIGTERM")
+
+
+def cat_resets(binary):
+    """A target reset reaches every initiator of the target. By default initiator A's TARGET
+    COLD RESET is answered 255 (function rejected), logged once for the session, and B's
+    session and I/O carry on untouched (no unit attention); with --target-cold-reset yes it is
+    done: B's connection is closed."""
+    d = Daemon(binary, lun="ram:%d" % (8 * MIB), prefix="security-resets-")
+    try:
+        a, b = reset_pair(d)
+        write_read(b, 0, 0xB1)
+        for _ in range(3):
+            rsp = tmf(a, TMF_TARGET_COLD_RESET)
+            check(rsp == 255, "default config: A's TARGET COLD RESET answered %d, expected 255 "
+                  "(function rejected)" % rsp)
+        for s, who in ((b, "B"), (a, "A")):
+            st, sense, _ = s.scsi(bytes(6), timeout=5)
+            check(st == 0, "%s's TEST UNIT READY after the refused resets: status 0x%02x "
+                  "sense %s (a unit attention: the reset was done)" % (who, st, sense.hex()))
+        write_read(b, 8, 0xB2)
+        write_read(a, 16, 0xA1)
+        n = log_text(d).count("TARGET COLD RESET from")
+        check(n == 1, "the refused resets were logged %d times, expected once" % n)
+        a.logout()
+        b.logout()
+        stop_daemon(d)
+        os.unlink(d.log.name)
+        print("security resets: default config: A's TARGET COLD RESET x3 -> 255 (function "
+              "rejected), logged once; B's session and I/O unaffected, no unit attention",
+              flush=True)
+    finally:
+        if d.alive():
+            d.proc.kill()
+            d.proc.wait()
+    d = Daemon(binary, lun="ram:%d" % (8 * MIB), prefix="security-resets-",
+               extra=["--target-cold-reset", "yes"])
+    try:
+        a, b = reset_pair(d)
+        rsp = tmf(a, TMF_TARGET_COLD_RESET)
+        check(rsp == 0, "--target-cold-reset yes: A's TARGET COLD RESET answered %d" % rsp)
+        dropped = False
+        try:
+            b.scsi(bytes(6), timeout=5)
+        except (Closed, OSError):
+            dropped = True
+        check(dropped, "--target-cold-reset yes: B's connection still answers after A's "
+              "TARGET COLD RESET")
+        s = Session(d.port, name="iqn.2026-11.org.linerate:reset-c").login()
+        st, _, _ = s.scsi_retry_ua(bytes(6))
+        check(st == 0, "a login after the cold reset: TEST UNIT READY status 0x%02x" % st)
+        s.logout()
+        stop_daemon(d)
+        os.unlink(d.log.name)
+        print("security resets: --target-cold-reset yes: A's TARGET COLD RESET -> 0, B's "
+              "connection closed, a new login works", flush=True)
+    finally:
+        if d.alive():
+            d.proc.kill()
+            d.proc.wait()
+
+
+# ---------------------------------------------------------------- metrics
+
+METRICS_PER_ADDR = 4  # metrics.c: clients at once from one source address
+
+
+def metrics_conn(port, src, timeout=5.0):
+    s = socket.socket()
+    s.settimeout(timeout)
+    s.bind((src, 0))
+    s.connect(("127.0.0.1", port))
+    return s
+
+
+def read_all(s):
+    """What s receives until the peer closes (or resets, or the timeout)."""
+    chunks = []
+    try:
+        for chunk in iter(lambda: s.recv(65536), b""):
+            chunks.append(chunk)
+    except (ConnectionResetError, socket.timeout):
+        pass
+    return b"".join(chunks)
+
+
+def scrape(port, src):
+    """GET /metrics from src: (HTTP status or None, body, seconds)."""
+    t0 = time.monotonic()
+    s = metrics_conn(port, src)
+    try:
+        s.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        r = read_all(s)
+    finally:
+        s.close()
+    st = int(r.split(b" ", 2)[1]) if r.startswith(b"HTTP/1.1 ") else None
+    return st, r, time.monotonic() - t0
+
+
+def slow_attacker(port, src, stop, counts):
+    """20 connections from src, each sending a byte of a request head every 0.25 s and opened
+    again when the target closes it: far more than the per-address bound, held as long as
+    the target lets them."""
+    socks = []
+    while not stop.is_set():
+        while len(socks) < 20:
+            try:
+                socks.append(metrics_conn(port, src, timeout=1.0))
+                socks[-1].setblocking(False)
+                counts["opened"] += 1
+            except OSError:
+                break
+        for s in list(socks):
+            try:
+                s.send(b"G")
+                if s.recv(64, socket.MSG_DONTWAIT).startswith(b"HTTP/1.1 503"):
+                    counts["refused"] += 1
+                s.close()
+                socks.remove(s)
+            except BlockingIOError:
+                pass  # still held
+            except OSError:
+                s.close()
+                socks.remove(s)
+        stop.wait(0.25)
+    for s in socks:
+        s.close()
+
+
+def cat_metrics(binary):
+    """The metrics endpoint under slow clients from one address: connections past the
+    per-address bound are answered 503 and closed at once, one that sends nothing (or a byte
+    at a time) is closed within about a second, and a scrape from another address is answered
+    meanwhile."""
+    mport = free_port()
+    d = Daemon(binary, lun="ram:%d" % (8 * MIB), prefix="security-metrics-",
+               extra=["--metrics", "127.0.0.1:%d" % mport])
+    try:
+        st, body, dt = scrape(mport, "127.0.0.2")
+        check(st == 200 and b"linerate_" in body, "first scrape: status %s" % st)
+        # silent connections from one address: the first ones are held, the rest refused
+        held = [metrics_conn(mport, "127.0.0.3") for _ in range(METRICS_PER_ADDR)]
+        t_held = time.monotonic()
+        time.sleep(0.2)
+        for i in range(8):
+            s = metrics_conn(mport, "127.0.0.3")
+            r = read_all(s)
+            s.close()
+            check(r.startswith(b"HTTP/1.1 503 "), "connection %d from 127.0.0.3 beyond the "
+                  "%d held: %r, expected 503 and closed at once"
+                  % (METRICS_PER_ADDR + 1 + i, METRICS_PER_ADDR, r[:40]))
+        st, body, dt = scrape(mport, "127.0.0.2")
+        check(st == 200, "scrape from 127.0.0.2 with 127.0.0.3 at its bound: status %s" % st)
+        for i, s in enumerate(held):
+            r = read_all(s)
+            s.close()
+            took = time.monotonic() - t_held
+            check(r == b"" and took < 4, "silent connection %d: %r after %.1f s, expected "
+                  "closed with nothing sent within 4 s" % (i, r[:40], took))
+        print("security metrics: 127.0.0.3 holds %d silent connections, %d more -> 503 at "
+              "once; the silent ones closed within %.1f s" % (METRICS_PER_ADDR, 8, took),
+              flush=True)
+        # (one byte a second: target_metrics.sh)
+        # 20 slow connections from one address, reopened as they are cut: scrapes from another
+        # address are answered all along
+        stop, counts = threading.Event(), {"opened": 0, "refused": 0}
+        t = threading.Thread(target=slow_attacker, args=(mport, "127.0.0.3", stop, counts))
+        t.start()
+        worst = 0.0
+        try:
+            time.sleep(0.5)
+            for i in range(6):
+                st, body, dt = scrape(mport, "127.0.0.2")
+                check(st == 200 and b"linerate_" in body, "scrape %d from 127.0.0.2 during "
+                      "the slow clients from 127.0.0.3: status %s after %.1f s" % (i, st, dt))
+                check(dt < 3, "scrape %d took %.1f s" % (i, dt))
+                worst = max(worst, dt)
+                time.sleep(0.5)
+        finally:
+            stop.set()
+            t.join()
+        check(counts["refused"] > 0, "no connection of the slow clients was refused 503")
+        check(d.alive(), "daemon died\n" + d.log_tail())
+        print("security metrics: 127.0.0.3 opened %d slow connections (%d refused 503 at "
+              "once); 6 scrapes from 127.0.0.2 all 200, slowest %.0f ms"
+              % (counts["opened"], counts["refused"], worst * 1e3),
+              flush=True)
+        stop_daemon(d)
+        os.unlink(d.log.name)
+    finally:
+        if d.alive():
+            d.proc.kill()
+            d.proc.wait()
+
+
 CATEGORIES = {"backlog": cat_backlog, "login": cat_login, "protocol": cat_protocol,
               "sessions": cat_sessions, "conns": cat_conns, "copy": cat_copy,
               "reservations": cat_reservations, "peers": cat_peers,
-              "discovery": cat_discovery, "guess": cat_guess}
+              "discovery": cat_discovery, "guess": cat_guess, "resets": cat_resets,
+              "metrics": cat_metrics}
 
 
 def main():
