@@ -365,7 +365,11 @@ struct iscsi_session {
      * s->lock; taking sessions_lock there would order the two locks both ways. Lookups and the
      * last put stay under sessions_lock, so a session is never found with no reference. */
     atomic_int refs;
-    bool closing;
+    /* Set under s->lock by the reactor whose last connection goes (session_remove_conn) or
+     * by a reinstatement; read under sessions_lock alone by session_lookup() (the control
+     * thread, logins on other reactors): atomic, since those share no lock. A lookup that
+     * reads false a moment before it turns true finds a session it holds a reference to. */
+    atomic_bool closing;
     /* A connection of this session died: CmdSNs it carried may never arrive, and none of them
      * is past lost_upto (the MaxCmdSN granted when it died; the latest such death). */
     bool lost_conn;
