@@ -363,8 +363,16 @@ struct iscsi_session {
      * arriving with one is dropped. Bit sn % ISCSI_CMD_WINDOW: they all lie in
      * [ExpCmdSN, MaxCmdSN], so the window bounds them and nothing is allocated. */
     uint64_t taken[ISCSI_CMD_WINDOW / 64];
-    int refs;
-    bool closing;
+    /* Atomic so that session_get() needs no lock: it is called with s->lock held
+     * (orphans_add_locked), while session_close_conns_where() takes sessions_lock and then
+     * s->lock; taking sessions_lock there would order the two locks both ways. Lookups and the
+     * last put stay under sessions_lock, so a session is never found with no reference. */
+    atomic_int refs;
+    /* Set under s->lock by the reactor whose last connection goes (session_remove_conn) or
+     * by a reinstatement; read under sessions_lock alone by session_lookup() (the control
+     * thread, logins on other reactors): atomic, since those share no lock. A lookup that
+     * reads false a moment before it turns true finds a session it holds a reference to. */
+    atomic_bool closing;
     /* A connection of this session died: CmdSNs it carried may never arrive, and none of them
      * is past lost_upto (the MaxCmdSN granted when it died; the latest such death). */
     bool lost_conn;

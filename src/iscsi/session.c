@@ -25,17 +25,17 @@ void session_put(struct iscsi_session *s)
 {
     struct iscsi_server *srv = s->srv;
     pthread_mutex_lock(&srv->sessions_lock);
-    bool last = --s->refs == 0;
+    bool last = atomic_fetch_sub(&s->refs, 1) == 1;
     pthread_mutex_unlock(&srv->sessions_lock);
     if (last)
         session_free(s);
 }
 
+/* The caller holds a reference already, so refs cannot reach 0 meanwhile: no lock needed,
+ * and none taken, since callers hold s->lock (see refs in conn.h). */
 void session_get(struct iscsi_session *s)
 {
-    pthread_mutex_lock(&s->srv->sessions_lock);
-    s->refs++;
-    pthread_mutex_unlock(&s->srv->sessions_lock);
+    atomic_fetch_add(&s->refs, 1);
 }
 
 struct iscsi_session *session_lookup(struct iscsi_server *srv, uint16_t tsih)
@@ -44,7 +44,7 @@ struct iscsi_session *session_lookup(struct iscsi_server *srv, uint16_t tsih)
     pthread_mutex_lock(&srv->sessions_lock);
     if (tsih < srv->sessions_cap && srv->sessions[tsih] && !srv->sessions[tsih]->closing) {
         s = srv->sessions[tsih];
-        s->refs++;
+        atomic_fetch_add(&s->refs, 1);
     }
     pthread_mutex_unlock(&srv->sessions_lock);
     return s;
@@ -156,7 +156,7 @@ struct iscsi_session *session_create(struct iscsi_conn *c, const struct iscsi_pa
     list_init(&s->orphan_groups);
     /* The login request's CmdSN is the CmdSN of the first command (§11.12.7). */
     session_cmdsn_init(s, c->login_cmdsn);
-    s->refs = 1;
+    atomic_init(&s->refs, 1);
     if (s->node) {
         s->nexus = scsi_nexus_get(s->node->scsi, s->initiator_name, s->isid);
         if (!s->nexus) {
@@ -177,7 +177,7 @@ struct iscsi_session *session_create(struct iscsi_conn *c, const struct iscsi_pa
 void session_add_conn(struct iscsi_session *s, struct iscsi_conn *c)
 {
     pthread_mutex_lock(&s->srv->sessions_lock);
-    s->refs++; /* each connection holds the session */
+    atomic_fetch_add(&s->refs, 1); /* each connection holds the session */
     pthread_mutex_unlock(&s->srv->sessions_lock);
     pthread_mutex_lock(&s->lock);
     list_add_tail(&s->conns, &c->session_node);
@@ -393,7 +393,8 @@ void session_reinstate(struct iscsi_server *srv, const char *initiator, const ui
         /* ERL 2: tasks kept for reassignment end with the session (§11.14.5 d) */
         orphans_expire_all_locked(s, NULL);
         pthread_mutex_unlock(&s->lock);
-        s->refs--; /* the table's reference; the connections still hold theirs */
+        atomic_fetch_sub(&s->refs,
+                         1); /* the table's reference; the connections still hold theirs */
     }
     pthread_mutex_unlock(&srv->sessions_lock);
 }

@@ -275,10 +275,14 @@ void scsi_nexus_lost(struct scsi_nexus *n)
 {
     xcopy_nexus_lost(n);
     struct scsi_target *t = n->target;
-    for (uint32_t i = 0; i < t->nluns; i++) {
-        if (t->luns[i]) {
-            pr_spc2_release_nexus(t->luns[i], n);
-            sbc_prevent_clear_nexus(t->luns[i], n); /* SPC-4 §6.13 */
+    /* Without the target lock, on a reactor (the session's last put) while the control
+     * thread adds and detaches LUNs: the slots are read as the data path reads them
+     * (scsi_target_lun), and a detached LUN is freed only after every reactor's turn. */
+    for (uint32_t i = 0; i < __atomic_load_n(&t->nluns, __ATOMIC_ACQUIRE); i++) {
+        struct scsi_lun *lu = scsi_target_lun(t, i);
+        if (lu) {
+            pr_spc2_release_nexus(lu, n);
+            sbc_prevent_clear_nexus(lu, n); /* SPC-4 §6.13 */
         }
     }
 }
@@ -433,9 +437,12 @@ bool scsi_target_reset_wait(struct scsi_target *t, struct scsi_nexus *by, bool c
     struct reset_wait *w = done ? calloc(1, sizeof(*w)) : NULL;
     if (w)
         *w = (struct reset_wait){.left = 1, .done = done, .arg = arg};
-    for (uint32_t i = 0; i < t->nluns; i++)
-        if (t->luns[i])
-            lun_reset_one(t->luns[i], cold ? UA_POWER_ON : UA_BUS_DEVICE_RESET, w);
+    /* On a reactor, without the target lock: read as scsi_nexus_lost() reads them. */
+    for (uint32_t i = 0; i < __atomic_load_n(&t->nluns, __ATOMIC_ACQUIRE); i++) {
+        struct scsi_lun *lu = scsi_target_lun(t, i);
+        if (lu)
+            lun_reset_one(lu, cold ? UA_POWER_ON : UA_BUS_DEVICE_RESET, w);
+    }
     return reset_wait_end(w);
 }
 

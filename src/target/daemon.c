@@ -689,17 +689,27 @@ int target_main(int argc, char **argv)
     }
     /* The control socket is created while this is the only thread (its mode is set with the
      * umask) and served once the reactors run. */
-    if (ctl_open(d) < 0 || daemon_open_listeners(d) < 0 || daemon_start(d) < 0 ||
-        ctl_start(d) < 0) {
+    if (ctl_open(d) < 0 || daemon_open_listeners(d) < 0 || daemon_start(d) < 0) {
         ctl_stop(d);
         daemon_stop(d);
         daemon_free(d);
         free(d);
         return TARGET_EXIT_RUNTIME;
     }
+    /* Before ctl_start: from then on d->cfg belongs to the control thread (add-lun,
+     * add-target and reload change it), so this thread reads it no more. The control socket
+     * listens already; a client that connects on READY=1 is served as soon as its thread
+     * runs, a moment later. */
     print_urls(&d->cfg);
     /* Type=notify: the service is up once it listens and the control socket answers. */
     daemon_notify_ready(d, NULL);
+    if (ctl_start(d) < 0) {
+        ctl_stop(d);
+        daemon_stop(d);
+        daemon_free(d);
+        free(d);
+        return TARGET_EXIT_RUNTIME;
+    }
 
     int sig = wait_for_shutdown(d, &set);
     LOG_INFO("%s: shutting down", sig == SIGINT ? "SIGINT" : "SIGTERM");

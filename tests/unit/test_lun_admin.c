@@ -233,7 +233,8 @@ static int med_size_refresh(struct bs *bs, uint64_t *size)
 {
     pthread_mutex_lock(&med.lock);
     *size = med.size;
-    med.refreshes++;
+    /* atomic: the test polls it without the lock while the helper thread writes it */
+    __atomic_fetch_add(&med.refreshes, 1, __ATOMIC_RELEASE);
     pthread_mutex_unlock(&med.lock);
     __atomic_store_n(&bs->size, *size, __ATOMIC_RELEASE);
     return 0;

@@ -55,7 +55,8 @@ static int obj_read(struct bs *bs, const char *name, char **buf, size_t *len, ui
     assert_string_equal(name, "pr");
     pthread_mutex_lock(&obj.lock);
     int ret = obj.fail_reads ? -ETIMEDOUT : 0;
-    obj.failed_reads += ret < 0;
+    /* atomic: the test polls it without the lock while the helper thread retries */
+    __atomic_fetch_add(&obj.failed_reads, ret < 0, __ATOMIC_RELEASE);
     *buf = ret == 0 && obj.text ? strdup(obj.text) : NULL;
     *len = *buf ? strlen(*buf) : 0;
     *ver = obj.ver;
@@ -339,7 +340,7 @@ static void test_broken_watch(void **state)
     /* the helper thread's first re-read fails: the mirror stays stale */
     for (int i = 0; i < 50 && !__atomic_load_n(&obj.failed_reads, __ATOMIC_ACQUIRE); i++)
         usleep(100 * 1000);
-    assert_true(obj.failed_reads > 0);
+    assert_true(__atomic_load_n(&obj.failed_reads, __ATOMIC_ACQUIRE) > 0);
     assert_int_equal(rw(&f->b, 2, false), CHECK);
     pthread_mutex_lock(&obj.lock);
     obj.fail_reads = false;
