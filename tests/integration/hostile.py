@@ -413,6 +413,24 @@ def sense_kaa(sense):
 # ---------------------------------------------------------------- the daemon
 
 
+def main_per_reactors(run, doc):
+    """The main() of a test that runs run(binary, threads) with one reactor and with two
+    (usage: SCRIPT PATH/TO/linerate-target): 0 when both pass, 1 with the reason, 2 on bad
+    usage."""
+    if len(sys.argv) != 2:
+        print(doc, file=sys.stderr)
+        return 2
+    binary = os.path.abspath(sys.argv[1])
+    try:
+        for threads in (1, 2):
+            run(binary, threads)
+    except TestFailure as e:
+        print("FAIL: %s" % e, flush=True)
+        return 1
+    print("PASS")
+    return 0
+
+
 class Daemon:
     """linerate-target on a free loopback port (other tests reuse it with their own LUN,
     threads and log level)."""

@@ -389,20 +389,5 @@ def run(binary, threads):
     os.unlink(d.log.name)
 
 
-def main():
-    if len(sys.argv) != 2:
-        print(__doc__, file=sys.stderr)
-        return 2
-    binary = os.path.abspath(sys.argv[1])
-    try:
-        for threads in (1, 2):
-            run(binary, threads)
-    except TestFailure as e:
-        print("FAIL: %s" % e, flush=True)
-        return 1
-    print("PASS")
-    return 0
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(hostile.main_per_reactors(run, __doc__))
