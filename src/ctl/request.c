@@ -126,7 +126,7 @@ int ctl_req_from_argv(int argc, char **argv, struct ctl_req *req, char *err, siz
                              set      ? "set lun [TARGET] N ro|rw"
                              : resize ? "resize lun [TARGET] N SIZE"
                                       : "remove lun [TARGET] N "
-                                        "[--timeout S]");
+                                        "[--timeout S] [--force]");
         if (named)
             json_object_set_new(p, "target", json_string(argv[2]));
         if (num_arg(argv[at], "LUN", 16383, &v, err, errlen) < 0)
@@ -147,7 +147,8 @@ int ctl_req_from_argv(int argc, char **argv, struct ctl_req *req, char *err, siz
             req->method = "remove_lun";
             req->kind = "removed";
         }
-        return verb_opts(argc, argv, need, p, set || resize ? 0 : OPT_TIMEOUT, err, errlen);
+        return verb_opts(argc, argv, need, p, set || resize ? 0 : OPT_TIMEOUT | OPT_FORCE, err,
+                         errlen);
     }
     if (is(verb, "logout") && is(what, "session")) {
         if (argc < 3)

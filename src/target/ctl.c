@@ -516,7 +516,7 @@ int ctl_start(struct daemon *d)
 
 static void reload_run(struct daemon *d)
 {
-    char err[1024];
+    char err[2048];
     json_t *r = ctl_reload(d, false, err, sizeof(err));
     if (r)
         json_decref(r);

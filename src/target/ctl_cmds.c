@@ -596,6 +596,15 @@ static json_t *m_remove_lun(struct daemon *d, json_t *params, struct req_err *e)
     if (!param_lun(n, params, &num, e) ||
         param_uint(params, "timeout", TIMEOUT_MAX_S, &timeout, e) < 0)
         return NULL;
+    /* A target without LUNs can run but not be written to the config file, which refuses
+     * one (config.c): say so now rather than at the next save (issue 34). */
+    if (d->cfg.targets[t].nluns == 1 && d->cfg.targets[t].luns[0].lun == num &&
+        !param_bool(params, "force"))
+        return fail(e, ERR_FAILED,
+                    "LUN %llu is the last LUN of target %s: a target without LUNs cannot be "
+                    "saved to the config file (remove target %s instead, add another LUN "
+                    "first, or remove it with --force and add one before the next save)",
+                    (unsigned long long)num, n->name, n->name);
     struct ctl_removed r;
     if (ctl_lun_remove(d, t, num, (unsigned)timeout, &r) < 0)
         return fail(e, ERR_NOT_FOUND, "target %s has no LUN %llu", n->name,
@@ -943,7 +952,7 @@ static json_t *m_drop_connection(struct daemon *d, json_t *params, struct req_er
 
 static json_t *m_reload(struct daemon *d, json_t *params, struct req_err *e)
 {
-    char err[1024];
+    char err[2048];
     json_t *r = ctl_reload(d, param_bool(params, "force"), err, sizeof(err));
     if (!r)
         return fail(e, ERR_FAILED, "%s", err);

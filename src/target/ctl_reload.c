@@ -275,6 +275,74 @@ static void apply_access(struct daemon *d, unsigned t, const struct target_node_
     free(run.allow);
 }
 
+/* What the reload would take away that linerate-ctl added and the file never had (since the
+ * daemon last read or saved it): a target, a LUN, a portal, an allow entry. Dropping them
+ * silently loses what an admin did live (a RAM LUN's data with it), so without force the
+ * reload is refused and says what, and how to keep it (issue 34). */
+static void live_only(struct daemon *d, const struct target_config *file, json_t *lost)
+{
+    const struct target_config *base = &d->file_cfg;
+    for (unsigned t = 0; t < d->cfg.ntargets; t++) {
+        const struct target_node_conf *r = &d->cfg.targets[t];
+        const struct target_node_conf *f = find_conf(file, r->name), *b = find_conf(base, r->name);
+        if (ctl_target_draining(d, t))
+            continue; /* an earlier reload dropped it already */
+        if (!f) {
+            if (!b)
+                note(lost, "target %s", r->name);
+            continue;
+        }
+        for (unsigned i = 0; i < r->nluns; i++) {
+            const struct target_lun_conf *rl = &r->luns[i], *bl = b ? find_lun(b, rl->lun) : NULL;
+            if (!find_lun(f, rl->lun) && !(bl && same_store(bl, rl)))
+                note(lost, "target %s: LUN %llu (%s)", r->name, (unsigned long long)rl->lun,
+                     rl->bs_spec);
+        }
+        for (unsigned i = 0; i < r->nportals; i++) {
+            const char *p = r->portals[i].text;
+            if (!target_node_has_portal(f, p) && !(b && target_node_has_portal(b, p)))
+                note(lost, "target %s: portal %s", r->name, p);
+        }
+        for (unsigned i = 0; i < r->nallow; i++) {
+            const char *iqn = r->allow[i];
+            if (!target_node_has_allow(f, iqn) && !(b && target_node_has_allow(b, iqn)))
+                note(lost, "target %s: allow %s", r->name, iqn);
+        }
+    }
+}
+
+/* err: "reload would drop ...: A, B; ...". -1 if something would be lost. */
+static int refuse_live_loss(struct daemon *d, const struct target_config *file, char *err,
+                            size_t errlen)
+{
+    json_t *lost = json_array();
+    live_only(d, file, lost);
+    size_t n = json_array_size(lost);
+    if (n == 0) {
+        json_decref(lost);
+        return 0;
+    }
+    int off = snprintf(
+        err, errlen,
+        "reload would drop what linerate-ctl added and %s does not have: ", d->cfg.config_path);
+    size_t i;
+    json_t *v;
+    json_array_foreach(lost, i, v)
+    {
+        if (off >= 0 && (size_t)off < errlen)
+            off += snprintf(err + off, errlen - (size_t)off, "%s%s", i ? ", " : "",
+                            json_string_value(v));
+    }
+    if (off >= 0 && (size_t)off < errlen)
+        snprintf(err + off, errlen - (size_t)off,
+                 ". To keep %s, put %s in the file, or run `linerate-ctl save` (which writes "
+                 "what runs into it) and make your edit again, then reload; `linerate-ctl "
+                 "reload --force` drops %s. Nothing changed",
+                 n == 1 ? "it" : "them", n == 1 ? "it" : "them", n == 1 ? "it" : "them");
+    json_decref(lost);
+    return -1;
+}
+
 /* A LUN to add, its store opened ahead. */
 struct pending_add {
     unsigned t;
@@ -330,6 +398,10 @@ static json_t *reload(struct daemon *d, bool force, char *err, size_t errlen)
     if (target_config_load(&file, d->cfg.config_path, err, errlen) < 0) {
         target_config_free(&file);
         return NULL; /* err: "FILE:LINE: reason"; nothing changed */
+    }
+    if (!force && refuse_live_loss(d, &file, err, errlen) < 0) {
+        target_config_free(&file);
+        return NULL;
     }
     json_t *applied = json_array(), *restart = json_array();
     diff_fixed(&d->cfg, &file, restart);
@@ -532,7 +604,9 @@ static json_t *reload(struct daemon *d, bool force, char *err, size_t errlen)
         d->cfg.log_level = file.log_level;
         note(applied, "log-level %s", names[file.log_level]);
     }
-    target_config_free(&file);
+    /* The file is now what the next reload compares with. */
+    target_config_free(&d->file_cfg);
+    d->file_cfg = file;
     size_t i;
     json_t *v;
     json_array_foreach(applied, i, v) LOG_INFO("reload: %s", json_string_value(v));

@@ -600,16 +600,32 @@ json_t *ctl_save(struct daemon *dm, const char *path, char *err, size_t errlen)
     char why[1024];
     if (target_config_load(&saved, tmp, why, sizeof(why)) < 0) {
         target_config_free(&saved);
-        snprintf(err, errlen, "the text written would not load (%s); %s left as it was", why, dest);
+        /* The reason names the temporary file, which is gone by now: name the user's. */
+        size_t tl = strlen(tmp);
+        const char *rest = strncmp(why, tmp, tl) == 0 ? why + tl : NULL;
+        if (rest)
+            snprintf(err, errlen, "what runs cannot be saved: %s%s (as written); %s left as it was",
+                     dest, rest, dest);
+        else
+            snprintf(err, errlen, "what runs cannot be saved: %s; %s left as it was", why, dest);
         goto out;
     }
     json_t *diffs = json_array();
     ctl_config_diff(dm, &saved, diffs);
-    target_config_free(&saved);
     if (rename(tmp, dest) < 0) {
+        target_config_free(&saved);
         snprintf(err, errlen, "cannot replace %s: %s", dest, strerror(errno));
         json_decref(diffs);
         goto out;
+    }
+    /* Saved into the --config file: what runs is in the file now, nothing of it is a live
+     * change a reload would have to keep (ctl_reload.c). */
+    char creal[PATH_MAX];
+    if (layout && realpath(layout, creal) && strcmp(creal, dest) == 0) {
+        target_config_free(&dm->file_cfg);
+        dm->file_cfg = saved;
+    } else {
+        target_config_free(&saved);
     }
     tmp[0] = '\0';
     int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);

@@ -572,6 +572,7 @@ static void daemon_free(struct daemon *d)
     target_built_free(&d->built);
     ctl_free_retired(d);
     target_config_free(&d->cfg);
+    target_config_free(&d->file_cfg);
     for (unsigned i = 0; i < d->nlisteners; i++)
         iostats_free(d->listeners[i].portal.stats);
     free(d->listeners);
@@ -657,6 +658,7 @@ int target_main(int argc, char **argv)
         return TARGET_EXIT_RUNTIME;
     }
     target_config_init(&d->cfg);
+    target_config_init(&d->file_cfg);
     /* Lines logged while the config is read already go to the journal in its form; syslog,
      * if asked for, takes over once the command line and the file have been read. */
     log_set_dest(LOG_DEST_STDERR, "linerate-target");
@@ -686,6 +688,13 @@ int target_main(int argc, char **argv)
          * systemd unit restarts (Restart=on-failure), so a gateway that booted before its
          * Ceph cluster comes up with it; exit 2 is not restarted. */
         return rc == -2 ? TARGET_EXIT_RUNTIME : TARGET_EXIT_USAGE;
+    }
+    /* The file as read, apart from what linerate-ctl will change in d->cfg (read again: it
+     * loaded a moment ago, and a failure only leaves reload without its baseline). */
+    if (d->cfg.config_path[0] &&
+        target_config_load(&d->file_cfg, d->cfg.config_path, err, sizeof(err)) < 0) {
+        target_config_free(&d->file_cfg);
+        target_config_init(&d->file_cfg);
     }
     /* The control socket is created while this is the only thread (its mode is set with the
      * umask) and served once the reactors run. */

@@ -36,6 +36,10 @@ struct sync_call {
 
 struct daemon {
     struct target_config cfg;
+    /* The --config file as the daemon last read or wrote it (start, reload, save into it):
+     * what runs and is not in it was changed with linerate-ctl, which a reload does not drop
+     * without force (ctl_reload.c). Control thread only, after start. */
+    struct target_config file_cfg;
     struct target_built built;
     struct iscsi_server srv;
     bool srv_ready;

@@ -277,7 +277,12 @@ P3=$(other_port)
 printf '%s\n' "ctl-socket = $SOCK" "[target $T]" "portal = 127.0.0.1:$PORT" \
     "portal = 127.0.0.1:$P3" "lun = ram:64M" "allow = iqn.2026-01.org.linerate:new" \
     "[target $T3]" "portal = 127.0.0.1:$PORT" "lun = ram:1M" >"$WORK/run.conf"
-ctl_ok --json reload
+# portal $P2 and the allow entries were added with linerate-ctl and the file never had them:
+# a reload keeps them unless --force says to drop them (issue 34)
+ctl reload >"$WORK/ctl.out" 2>&1
+[ $? -eq 1 ] && grep -q "would drop what linerate-ctl added .*portal 127.0.0.1:$P2" "$WORK/ctl.out" ||
+    fail "reload dropping live changes without --force: $(cat "$WORK/ctl.out")"
+ctl_ok --json reload --force
 python3 - "$WORK/ctl.out" "$PORT" "$P2" "$P3" <<'EOF' || fail "reload: $(cat "$WORK/ctl.out")"
 import json, sys
 r = json.load(open(sys.argv[1]))

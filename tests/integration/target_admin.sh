@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# What a new admin trips on (issue 34), against a daemon started from a config file:
+# - reload keeps what linerate-ctl added and the file never had (a LUN with data, a portal):
+#   refused without --force, naming each and how to keep it; after `save` the same edit
+#   reloads and the LUN's data is still there; --force drops; what the file itself had goes
+#   without --force as before;
+# - remove lun of a target's last LUN is refused without --force (a target without LUNs cannot
+#   be saved); with --force, save refuses naming the user's file, never a temporary one;
+# - linerate-ctl's edges: options anywhere (show luns --json), one "linerate-ctl:" and no
+#   repeated reason in an error, a socket the user may not open said so.
+# Usage: target_admin.sh  (LINERATE_TARGET from meson; linerate-ctl beside it)
+set -u
+source "$(dirname "$0")/lt_lib.sh"
+need iscsi-inq qemu-io python3
+
+ctl_setup
+T2=iqn.2026-11.org.linerate:second
+cat >"$WORK/admin.conf" <<EOF
+ctl-socket = $SOCK
+portal = 127.0.0.1:@PORT@
+[target $T]
+lun 0 = ram:8M
+[target $T2]
+lun 0 = ram:4M
+EOF
+start_target_config "$WORK/admin.conf"
+URL="iscsi://127.0.0.1:$PORT/$T"
+
+note "reload refuses to drop a LUN added with linerate-ctl"
+ctl_ok add lun "$T" ram:64M
+run_to 60 qemu-io -f raw -c "write -P 0x5a 0 1M" "$URL/1" || { show_cmd_out; fail "write LUN 1"; }
+echo "lun 5 = ram:1M" >>"$WORK/run.conf" # in [target $T2], the last section
+ctl reload >"$WORK/ctl.out" 2>&1
+rc=$?
+[ $rc -eq 1 ] || fail "reload dropping a live LUN: exit $rc: $(cat "$WORK/ctl.out")"
+for want in "target $T: LUN 1 (ram:64M)" "linerate-ctl save" "reload --force" "Nothing changed"; do
+    grep -qF "$want" "$WORK/ctl.out" || fail "the refusal does not say '$want': $(cat "$WORK/ctl.out")"
+done
+ctl_ok --json show luns
+[ "$(jget 'sorted((l["target"][-6:], l["lun"]) for l in d)' <"$WORK/ctl.out")" = \
+    "[('efault', 0), ('efault', 1), ('second', 0)]" ] || fail "the refused reload changed the LUNs: $(cat "$WORK/ctl.out")"
+
+note "save, the same edit again, reload: the LUN and its data stay"
+ctl_ok save
+grep -qx "lun 1 = ram:64M" "$WORK/run.conf" || fail "save did not write LUN 1: $(cat "$WORK/run.conf")"
+echo "lun 5 = ram:1M" >>"$WORK/run.conf"
+ctl_ok --json reload
+[ "$(jget 'd["applied"]' <"$WORK/ctl.out")" = "['target $T2: LUN 5 added (ram:1M)']" ] ||
+    fail "reload after save: $(cat "$WORK/ctl.out")"
+run_to 60 qemu-io -f raw -c "read -P 0x5a 0 1M" "$URL/1" || { show_cmd_out; fail "LUN 1's data after the reload"; }
+
+note "what the file had goes without --force; a live portal goes only with --force"
+P2=$(random_port)
+port_busy "$P2" && P2=$(random_port)
+ctl_ok add portal "$T2" "127.0.0.1:$P2"
+sed -i '/^lun 5 = ram:1M$/d' "$WORK/run.conf"
+ctl reload >"$WORK/ctl.out" 2>&1
+[ $? -eq 1 ] && grep -qF "target $T2: portal 127.0.0.1:$P2" "$WORK/ctl.out" &&
+    ! grep -q "LUN 5" "$WORK/ctl.out" || fail "reload with a live portal: $(cat "$WORK/ctl.out")"
+ctl_ok --json reload --force
+[ "$(jget 'sorted(d["applied"])' <"$WORK/ctl.out")" = \
+    "['target $T2: LUN 5 removed', 'target $T2: portal 127.0.0.1:$P2 removed (its listener closed; sessions on it carry on)']" ] ||
+    fail "reload --force: $(cat "$WORK/ctl.out")"
+
+note "remove lun of a target's last LUN needs --force; save then names the config file"
+ctl remove lun "$T2" 0 >"$WORK/ctl.out" 2>&1
+[ $? -eq 1 ] && grep -q "last LUN of target $T2.*cannot be saved.*--force" "$WORK/ctl.out" ||
+    fail "removing the last LUN: $(cat "$WORK/ctl.out")"
+ctl_ok show luns "$T2"
+grep -q "4 MiB" "$WORK/ctl.out" || fail "the refused remove took the LUN: $(cat "$WORK/ctl.out")"
+ctl_ok remove lun "$T2" 0 --force
+cp "$WORK/run.conf" "$WORK/before-save.conf"
+ctl save >"$WORK/ctl.out" 2>&1
+[ $? -eq 1 ] || fail "save of a target without LUNs: $(cat "$WORK/ctl.out")"
+grep -q "$WORK/run.conf" "$WORK/ctl.out" && ! grep -q '\.run\.conf\.' "$WORK/ctl.out" ||
+    fail "save's refusal names a temporary file, not the config: $(cat "$WORK/ctl.out")"
+cmp -s "$WORK/run.conf" "$WORK/before-save.conf" || fail "the refused save changed the file"
+
+stop_target
+[ "$STOP_RC" -eq 0 ] || fail "exit $STOP_RC"
+echo "target-admin: OK"
