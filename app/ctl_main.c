@@ -30,9 +30,11 @@ static const char usage_text[] =
     "                                SPEC as linerate-target --lun, e.g. ram:64M or\n"
     "                                file:/srv/b.img,size=10G; initiators get REPORTED\n"
     "                                LUNS DATA HAS CHANGED\n"
-    "  remove lun [TARGET] N [--timeout S]  new commands to it fail at once; commands\n"
-    "                                in flight complete first (up to S seconds, default\n"
-    "                                30; after that its store closes when they end)\n"
+    "  remove lun [TARGET] N [--timeout S] [--force]  new commands to it fail at once;\n"
+    "                                commands in flight complete first (up to S seconds,\n"
+    "                                default 30; after that its store closes when they\n"
+    "                                end); a target's last LUN only with --force (a target\n"
+    "                                without LUNs cannot be saved)\n"
     "  set lun [TARGET] N ro|rw      write-protect it, or not (MODE PARAMETERS CHANGED)\n"
     "  resize lun [TARGET] N SIZE    grow a ram, null, file or rbd LUN to SIZE (k, M, G, T\n"
     "                                suffixes); initiators get CAPACITY DATA HAS CHANGED\n"
@@ -80,11 +82,13 @@ static const char usage_text[] =
     "                                the daemon's raw counters (method stats)\n"
     "  version                       the daemon's version, pid and reactor threads\n"
     "  call METHOD [PARAMS-JSON]     any method of docs/ctl-protocol.md\n"
+    "  (ls and list are taken for show; rm, del and delete for remove)\n"
     "\n"
     "Options:\n"
     "  --socket PATH   the daemon's control socket (default $LINERATE_CTL_SOCKET, else\n"
     "                  " DEFAULT_SOCKET ")\n"
     "  --json          print the result as JSON (one object or array)\n"
+    "                  (these three options may also follow the command)\n"
     "  --wait SECONDS  how long to wait for the answer (default 120)\n"
     "  -h, --help      this help;  -V, --version  linerate-ctl's version\n"
     "\n"
@@ -97,6 +101,58 @@ static const char usage_text[] =
     "\n"
     "Exit codes: 0 done, 1 the daemon refused or failed (its message on stderr), 2 bad\n"
     "command line, 3 no daemon or no valid answer.\n";
+
+/* The habits of other tools' verbs, taken as ours. */
+static const char *verb_alias(const char *v)
+{
+    static const char *const alias[][2] = {{"ls", "show"},
+                                           {"list", "show"},
+                                           {"rm", "remove"},
+                                           {"delete", "remove"},
+                                           {"del", "remove"}};
+    for (size_t i = 0; i < sizeof(alias) / sizeof(alias[0]); i++)
+        if (strcmp(v, alias[i][0]) == 0)
+            return alias[i][1];
+    return v;
+}
+
+/* --json, --socket PATH and --wait S after the command words too ("show luns --json", as
+ * "stats --json" takes it): taken out of the command's arguments. 0, or -1 (message printed)
+ * for a bad --wait or one without its value. */
+static int late_opts(int *argc, char **argv, const char **path, bool *json, unsigned *wait_s)
+{
+    int out = 0;
+    for (int i = 0; i < *argc; i++) {
+        const char *a = argv[i];
+        if (strcmp(a, "--json") == 0) {
+            *json = true;
+            continue;
+        }
+        bool sock = strcmp(a, "--socket") == 0, wait = strcmp(a, "--wait") == 0;
+        if (sock || wait) {
+            if (i + 1 >= *argc) {
+                fprintf(stderr, "linerate-ctl: %s needs a value\n", a);
+                return -1;
+            }
+            const char *v = argv[++i];
+            if (sock) {
+                *path = v;
+                continue;
+            }
+            char *end;
+            unsigned long n = strtoul(v, &end, 10);
+            if (!*v || *end || n < 1 || n > 86400) {
+                fprintf(stderr, "linerate-ctl: --wait: expected 1..86400 seconds\n");
+                return -1;
+            }
+            *wait_s = (unsigned)n;
+            continue;
+        }
+        argv[out++] = argv[i];
+    }
+    *argc = out;
+    return 0;
+}
 
 int main(int argc, char **argv)
 {
@@ -143,9 +199,19 @@ int main(int argc, char **argv)
     }
     if (optind < argc && strcmp(argv[optind], "stats") == 0)
         return ctl_stats_main(path, json, wait_s, argc - optind, argv + optind);
+    int nargs = argc - optind;
+    char **args = argv + optind;
+    static char *ls_all[] = {"show", "targets", NULL};
+    if (nargs == 1 && (strcmp(args[0], "ls") == 0 || strcmp(args[0], "list") == 0))
+        args = ls_all, nargs = 2; /* what `ls` alone shows elsewhere: everything at the top */
+    if (nargs > 0)
+        args[0] = (char *)verb_alias(args[0]);
+    /* (call's PARAMS-JSON is one word and never an option) */
+    if (late_opts(&nargs, args, &path, &json, &wait_s) < 0)
+        return CTL_EXIT_USAGE;
     struct ctl_req req = {0};
     char err[512];
-    if (ctl_req_from_argv(argc - optind, argv + optind, &req, err, sizeof(err)) < 0) {
+    if (ctl_req_from_argv(nargs, args, &req, err, sizeof(err)) < 0) {
         fprintf(stderr, "linerate-ctl: %s\n", err);
         json_decref(req.params);
         return CTL_EXIT_USAGE;

@@ -47,10 +47,19 @@ int ctl_call(const char *path, const char *method, json_t *params, unsigned time
     snprintf(a.sun_path, sizeof(a.sun_path), "%s", path);
     int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (fd < 0 || connect(fd, (struct sockaddr *)&a, sizeof(a)) < 0) {
-        snprintf(err, errlen,
-                 "cannot connect to %s: %s (is linerate-target running? see "
-                 "--socket)",
-                 path, strerror(errno));
+        /* Only a missing or dead socket means no daemon; a refused permission is the
+         * user's (the socket is mode 0600: root or the daemon's user). */
+        int e = errno;
+        if (e == EACCES || e == EPERM)
+            snprintf(err, errlen,
+                     "cannot connect to %s: %s (the control socket is for root and the "
+                     "daemon's user only: run linerate-ctl as one of them)",
+                     path, strerror(e));
+        else
+            snprintf(err, errlen,
+                     "cannot connect to %s: %s (is linerate-target running? see "
+                     "--socket and LINERATE_CTL_SOCKET)",
+                     path, strerror(e));
         if (fd >= 0)
             close(fd);
         return -1;

@@ -172,8 +172,11 @@ static void print_sessions(FILE *out, json_t *r)
     {
         char age[32];
         json_t *p = json_object_get(s, "parameters");
-        fprintf(out, "TSIH %lld  %s  ISID %s  %s%s  age %s  commands in flight %lld\n",
-                num(s, "tsih"), str(s, "initiator"), str(s, "isid"),
+        char chap[300] = "";
+        if (str(s, "chap_user")[0])
+            snprintf(chap, sizeof(chap), "CHAP user %s  ", str(s, "chap_user"));
+        fprintf(out, "TSIH %lld  %s  ISID %s  %s%s%s  age %s  commands in flight %lld\n",
+                num(s, "tsih"), str(s, "initiator"), str(s, "isid"), chap,
                 strcmp(str(s, "type"), "discovery") == 0 ? "discovery session" : "target ",
                 strcmp(str(s, "type"), "discovery") == 0 ? "" : str(s, "target"),
                 human_age(json_real_value(json_object_get(s, "age_seconds")), age, sizeof(age)),

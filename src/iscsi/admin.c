@@ -50,6 +50,7 @@ int iscsi_server_list_sessions(struct iscsi_server *srv, struct iscsi_session_in
         memcpy(si->isid, s->isid, sizeof(si->isid));
         snprintf(si->initiator, sizeof(si->initiator), "%s", s->initiator_name);
         snprintf(si->target, sizeof(si->target), "%s", s->node ? s->node->name : "");
+        snprintf(si->chap_user, sizeof(si->chap_user), "%s", s->chap_user);
         si->discovery = s->discovery;
         si->params = s->params;
         si->age_ms = now >= s->created_ms ? now - s->created_ms : 0;

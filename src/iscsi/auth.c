@@ -18,7 +18,7 @@ struct iscsi_auth *iscsi_auth_new(const struct chap_creds *creds)
     struct iscsi_auth *a = calloc(1, sizeof(*a));
     if (!a)
         return NULL;
-    a->creds = creds;
+    a->creds = *creds;
     a->state = AUTH_WAIT_METHOD;
     return a;
 }
@@ -84,7 +84,7 @@ static void request_reset(struct iscsi_auth *a)
 /* CHAP_A received: choose the algorithm and challenge the initiator. */
 static enum iscsi_login_status auth_challenge(struct iscsi_auth *a, struct iscsi_text *out)
 {
-    a->alg = chap_pick_alg(a->a, a->creds->algs);
+    a->alg = chap_pick_alg(a->a, a->creds.algs);
     if (a->alg < 0) {
         /* §12.1.3: no acceptable algorithm: Reject, and the login ends */
         iscsi_text_add(out, "CHAP_A", "Reject");
@@ -107,7 +107,7 @@ static enum iscsi_login_status auth_challenge(struct iscsi_auth *a, struct iscsi
 static enum iscsi_login_status auth_verify(struct iscsi_auth *a, struct auth_guard *g,
                                            struct iscsi_text *out)
 {
-    const struct chap_creds *cr = a->creds;
+    const struct chap_creds *cr = &a->creds;
     if (!a->got_n || !a->got_r)
         return auth_bad(a, "no CHAP_N and CHAP_R");
     /* The response is computed whatever the name, so that an unknown user and a wrong

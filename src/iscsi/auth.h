@@ -24,7 +24,9 @@ enum auth_state {
 /* One connection's exchange. Values of the keys received in the current request are
  * decoded as they arrive (bounded first) and used once the whole request is in. */
 struct iscsi_auth {
-    const struct chap_creds *creds;
+    /* A copy taken when the login began: a reload may change the target's credentials
+     * meanwhile (iscsi_server.chap_lock); this exchange finishes with the ones it began with. */
+    struct chap_creds creds;
     enum auth_state state;
     int alg;
     uint8_t id;

@@ -342,6 +342,7 @@ struct iscsi_session {
     uint8_t isid[6];
     uint16_t tsih;
     char initiator_name[ISCSI_NAME_MAX + 1];
+    char chap_user[CHAP_NAME_MAX + 1]; /* the CHAP name its leading login proved; "" none */
     struct scsi_nexus *nexus;
     struct iscsi_params params;
     bool discovery;

@@ -26,8 +26,11 @@ void discovery_send_targets(struct iscsi_conn *c, const char *which, struct iscs
             continue;
         /* Only what the asker could log in to: a CHAP target is listed to a session that
          * authenticated as that target's CHAP user (discovery CHAP with the same name). */
-        if (n->chap.user[0] &&
-            !(c->auth && c->auth->state == AUTH_DONE && strcmp(c->auth->user, n->chap.user) == 0))
+        pthread_mutex_lock(&srv->chap_lock); /* a reload may change it meanwhile */
+        bool hidden = n->chap.user[0] && !(c->auth && c->auth->state == AUTH_DONE &&
+                                           strcmp(c->auth->user, n->chap.user) == 0);
+        pthread_mutex_unlock(&srv->chap_lock);
+        if (hidden)
             continue;
         iscsi_text_add(out, "TargetName", n->name);
         pthread_mutex_lock(&n->access_lock); /* linerate-ctl may change them meanwhile */

@@ -276,8 +276,13 @@ static enum iscsi_login_status login_pick_node(struct iscsi_conn *c, const char 
      * CHAP keys go to this connection's exchange (RFC 7143 §12.1.3). */
     const struct chap_creds *cr =
         discovery ? &c->srv->discovery_chap : (c->node ? &c->node->chap : NULL);
-    if (cr && cr->user[0]) {
+    /* copied under the lock: a reload may replace them now (linerate-ctl reload) */
+    pthread_mutex_lock(&c->srv->chap_lock);
+    if (cr && cr->user[0])
         c->auth = iscsi_auth_new(cr);
+    bool want = cr && cr->user[0];
+    pthread_mutex_unlock(&c->srv->chap_lock);
+    if (want) {
         if (!c->auth)
             return ISCSI_LOGIN_OUT_OF_RESOURCES;
         c->neg.auth_required = true;
@@ -363,6 +368,9 @@ static enum iscsi_login_status login_enter_ffp(struct iscsi_conn *c)
         struct iscsi_session *s = session_create(c, &p);
         if (!s)
             return ISCSI_LOGIN_OUT_OF_RESOURCES;
+        /* who the session authenticated as, for linerate-ctl show sessions */
+        if (c->auth && c->auth->state == AUTH_DONE)
+            snprintf(s->chap_user, sizeof(s->chap_user), "%s", c->auth->user);
         session_add_conn(s, c);
     } else {
         struct iscsi_session *s = session_lookup(c->srv, c->login_tsih);

@@ -104,7 +104,10 @@ struct iscsi_server {
     uint16_t next_tsih;
     atomic_bool shutting_down;
     atomic_int nconns;
-    /* CHAP for discovery sessions (user empty: none) and the guard against guessing. */
+    /* CHAP for discovery sessions (user empty: none) and the guard against guessing.
+     * chap_lock guards discovery_chap and every node's chap: a reload replaces them (the
+     * control thread, the one writer, may read them without it) while logins copy them. */
+    pthread_mutex_t chap_lock;
     struct chap_creds discovery_chap;
     struct auth_guard *auth_guard;
     /* Seconds of silence before the target pings an idle connection with NOP-In, and before it
@@ -187,7 +190,8 @@ struct iscsi_session_info {
     uint16_t tsih;
     uint8_t isid[6];
     char initiator[ISCSI_NAME_MAX + 1];
-    char target[ISCSI_NAME_MAX + 1]; /* "" for a discovery session */
+    char target[ISCSI_NAME_MAX + 1];   /* "" for a discovery session */
+    char chap_user[CHAP_NAME_MAX + 1]; /* "" without CHAP */
     bool discovery;
     struct iscsi_params params; /* negotiated */
     uint32_t in_flight;         /* commands received and not yet answered */

@@ -43,6 +43,7 @@ int iscsi_server_init(struct iscsi_server *srv)
     pthread_mutex_init(&srv->pending_lock, NULL);
     iscsi_limits_default(&srv->limits);
     pthread_mutex_init(&srv->sessions_lock, NULL);
+    pthread_mutex_init(&srv->chap_lock, NULL);
     srv->next_tsih = 1;
     srv->nop_interval_s = 15;
     srv->nop_timeout_s = 30;
@@ -90,6 +91,7 @@ void iscsi_server_destroy(struct iscsi_server *srv)
     srv->auth_guard = NULL;
     chap_wipe(&srv->discovery_chap, sizeof(srv->discovery_chap));
     pthread_mutex_destroy(&srv->sessions_lock);
+    pthread_mutex_destroy(&srv->chap_lock);
     for (unsigned i = 0; srv->pending_hash && i < PENDING_HASH_SIZE; i++) {
         while (srv->pending_hash[i]) {
             struct iscsi_pending_addr *e = srv->pending_hash[i];

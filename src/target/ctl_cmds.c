@@ -268,13 +268,26 @@ static json_t *m_show_targets(struct daemon *d, json_t *params, struct req_err *
     return a;
 }
 
-static json_t *lun_json(const char *target, const struct scsi_lun *lu)
+static struct target_lun_conf *conf_lun_find(struct daemon *d, unsigned t, uint64_t lun)
+{
+    struct target_node_conf *c = &d->cfg.targets[t];
+    for (unsigned i = 0; i < c->nluns; i++)
+        if (c->luns[i].lun == lun)
+            return &c->luns[i];
+    return NULL;
+}
+
+/* LUN lu of target t. Its store as the configuration has it: what the LUN was opened with
+ * until a resize, which writes the new size there (conf_lun_resized). */
+static json_t *lun_json(struct daemon *d, unsigned t, const struct scsi_lun *lu)
 {
     struct scsi_lun_info li;
     scsi_lun_get_info(lu, &li);
+    const struct target_lun_conf *c = conf_lun_find(d, t, li.lun);
+    const char *target = d->built.nodes[t]->name;
     return json_pack("{s:s, s:I, s:s, s:I, s:i, s:i, s:b, s:b, s:b, s:I}", "target", target, "lun",
-                     (json_int_t)li.lun, "store", li.store, "bytes", (json_int_t)li.bytes,
-                     "block_size", (int)li.block_size, "physical_block_size",
+                     (json_int_t)li.lun, "store", c ? c->bs_spec : li.store, "bytes",
+                     (json_int_t)li.bytes, "block_size", (int)li.block_size, "physical_block_size",
                      (int)li.phys_block_size, "read_only", li.read_only, "removable", li.removable,
                      "thin", li.thin, "commands", (json_int_t)li.users);
 }
@@ -294,7 +307,7 @@ static json_t *m_show_luns(struct daemon *d, json_t *params, struct req_err *e)
         for (uint64_t l = 0; l < n->scsi->nluns; l++) {
             struct scsi_lun *lu = scsi_target_lun(n->scsi, l);
             if (lu)
-                json_array_append_new(a, lun_json(n->name, lu));
+                json_array_append_new(a, lun_json(d, i, lu));
         }
     }
     return a;
@@ -329,10 +342,14 @@ static json_t *m_show_portals(struct daemon *d, json_t *params, struct req_err *
     (void)params;
     (void)e;
     json_t *a = json_array();
+    /* A listener closed because no target has its portal any more is kept only for the
+     * connections that came through it (daemon.h): not shown as a portal. */
     for (unsigned i = 0; i < d->nlisteners; i++)
-        json_array_append_new(a, portal_json(d, &d->listeners[i]));
+        if (d->listeners[i].fd >= 0)
+            json_array_append_new(a, portal_json(d, &d->listeners[i]));
     for (const struct listener *l = d->extra_listeners; l; l = l->next)
-        json_array_append_new(a, portal_json(d, l));
+        if (l->fd >= 0)
+            json_array_append_new(a, portal_json(d, l));
     return a;
 }
 
@@ -391,11 +408,12 @@ static json_t *sessions_or_conns(struct daemon *d, bool conns, struct req_err *e
         for (unsigned k = 0; k < s->nconns; k++)
             json_array_append_new(cl, conn_json(&s->conns[k]));
         json_array_append_new(
-            a, json_pack("{s:i, s:s, s:s, s:s, s:s, s:f, s:I, s:o, s:o}", "tsih", (int)s->tsih,
-                         "isid", isid, "initiator", s->initiator, "target", s->target, "type",
-                         s->discovery ? "discovery" : "normal", "age_seconds",
-                         (double)s->age_ms / 1000.0, "commands_in_flight", (json_int_t)s->in_flight,
-                         "connections", cl, "parameters", params_json(&s->params)));
+            a,
+            json_pack("{s:i, s:s, s:s, s:s, s:s, s:s, s:f, s:I, s:o, s:o}", "tsih", (int)s->tsih,
+                      "isid", isid, "initiator", s->initiator, "chap_user", s->chap_user, "target",
+                      s->target, "type", s->discovery ? "discovery" : "normal", "age_seconds",
+                      (double)s->age_ms / 1000.0, "commands_in_flight", (json_int_t)s->in_flight,
+                      "connections", cl, "parameters", params_json(&s->params)));
     }
     free(v);
     return a;
@@ -427,15 +445,6 @@ static void conf_lun_add(struct daemon *d, unsigned t, struct target_lun_conf *l
                  (unsigned long long)l->lun, err);
         free(l->bs_spec);
     }
-}
-
-static struct target_lun_conf *conf_lun_find(struct daemon *d, unsigned t, uint64_t lun)
-{
-    struct target_node_conf *c = &d->cfg.targets[t];
-    for (unsigned i = 0; i < c->nluns; i++)
-        if (c->luns[i].lun == lun)
-            return &c->luns[i];
-    return NULL;
 }
 
 static void conf_lun_del(struct daemon *d, unsigned t, uint64_t lun)
@@ -490,7 +499,7 @@ static json_t *m_add_lun(struct daemon *d, json_t *params, struct req_err *e)
     memset(&l, 0, sizeof(l));
     char err[1024];
     if (target_parse_lun_spec(spec, &l, err, sizeof(err)) < 0)
-        return fail(e, ERR_INVALID_PARAMS, "bad LUN spec '%s': %s", spec, err);
+        return fail(e, ERR_INVALID_PARAMS, "%s", err); /* it names the spec */
     if (target_lun_rbd_timeout(&l, d->cfg.rbd_timeout_s) < 0) {
         free(l.bs_spec);
         return fail(e, ERR_INTERNAL, "out of memory");
@@ -511,14 +520,14 @@ static json_t *m_add_lun(struct daemon *d, json_t *params, struct req_err *e)
         }
     }
     l.lun = num;
-    snprintf(l.origin, sizeof(l.origin), "linerate-ctl add lun '%s'", spec);
+    snprintf(l.origin, sizeof(l.origin), "add lun '%s'", spec);
     if (ctl_lun_add(d, t, &l, NULL, err, sizeof(err)) < 0) {
         /* in the daemon's log too: the reason (a cluster that refused the gateway's key, a
          * missing file) is the operator's to fix, whoever ran linerate-ctl */
         LOG_WARN("target %s: LUN %llu not added: %s", n->name, (unsigned long long)num, err);
         return fail(e, ERR_FAILED, "%s", err);
     }
-    return lun_json(n->name, scsi_target_lun(n->scsi, num));
+    return lun_json(d, t, scsi_target_lun(n->scsi, num));
 }
 
 static void zombie_add(struct daemon *d, const char *target, uint64_t lun, struct scsi_lun *lu)
@@ -633,7 +642,7 @@ static json_t *m_set_lun(struct daemon *d, json_t *params, struct req_err *e)
         l->read_only = json_is_true(ro);
     LOG_INFO("target %s: LUN %llu set %s by linerate-ctl", n->name, (unsigned long long)num,
              json_is_true(ro) ? "read-only" : "read-write");
-    return lun_json(n->name, lu);
+    return lun_json(d, t, lu);
 }
 
 /* A resized LUN's spec says its new size where it gives one (ram:SIZE, null:SIZE, size=), so
@@ -682,7 +691,7 @@ static json_t *m_resize_lun(struct daemon *d, json_t *params, struct req_err *e)
     conf_lun_resized(d, t, num, scsi_lun_size_bytes(lu));
     LOG_INFO("target %s: LUN %llu resized by linerate-ctl from %llu to %llu bytes", n->name,
              (unsigned long long)num, (unsigned long long)was, (unsigned long long)bytes);
-    return lun_json(n->name, lu);
+    return lun_json(d, t, lu);
 }
 
 /* --- targets --- */
@@ -761,7 +770,7 @@ static json_t *m_add_target(struct daemon *d, json_t *params, struct req_err *e)
         struct target_lun_conf l;
         memset(&l, 0, sizeof(l));
         if (target_parse_lun_spec(json_string_value(v), &l, err, sizeof(err)) < 0) {
-            fail(e, ERR_INVALID_PARAMS, "bad LUN spec '%s': %s", json_string_value(v), err);
+            fail(e, ERR_INVALID_PARAMS, "%s", err); /* it names the spec */
             goto out;
         }
         if (target_lun_rbd_timeout(&l, d->cfg.rbd_timeout_s) < 0) {
@@ -770,8 +779,7 @@ static json_t *m_add_target(struct daemon *d, json_t *params, struct req_err *e)
             goto out;
         }
         l.lun = i;
-        snprintf(l.origin, sizeof(l.origin), "linerate-ctl add target, LUN %zu '%s'", i,
-                 json_string_value(v));
+        snprintf(l.origin, sizeof(l.origin), "add target, LUN %zu '%s'", i, json_string_value(v));
         if (target_node_add_lun(c, &l, err, sizeof(err)) < 0) {
             free(l.bs_spec);
             fail(e, ERR_INVALID_PARAMS, "%s", err);

@@ -1,10 +1,12 @@
 /* reload (linerate-ctl reload, SIGHUP): re-read the --config file and apply the difference with
  * what runs. What can change at run time is applied: targets added and removed (one with
  * sessions only with force, which logs them out), LUNs added (the file's number), removed
- * (their commands finish first, as remove lun does) and write-protected or not, and the log
- * level. The rest (a running target's portals, allow list, CHAP, session keys; threads, limits)
- * is listed as needing a restart, not half applied. A file that does not load, or a new store
- * that cannot be opened, changes nothing: every new store is opened before anything changes. */
+ * (their commands finish first, as remove lun does) and write-protected or not, portals and
+ * allow entries, CHAP users and secrets (for new logins) and the log level. The rest (a running
+ * target's alias, session keys; threads, limits) is listed as needing a restart, not half
+ * applied. What linerate-ctl added and the file never had is not dropped without force. A file that
+ * does not load, or a new store that cannot be opened, changes nothing: every new store is opened
+ * before anything changes. */
 #include <errno.h>
 #include <jansson.h>
 #include <stdarg.h>
@@ -343,6 +345,33 @@ static int refuse_live_loss(struct daemon *d, const struct target_config *file, 
     return -1;
 }
 
+/* CHAP: the file's users and secrets (the secrets file read again with it) for the logins
+ * that begin from now on; a login under way finishes with the credentials it began with
+ * (iscsi_auth keeps a copy) and sessions logged in carry on, as they authenticated once
+ * (RFC 7143 §12.1.3 asks nothing more of them). */
+static void apply_chap(struct daemon *d, const struct target_config *file, json_t *applied)
+{
+    pthread_mutex_lock(&d->srv.chap_lock);
+    if (!same_chap(&d->cfg.discovery_chap, &file->discovery_chap)) {
+        d->srv.discovery_chap = file->discovery_chap;
+        d->cfg.discovery_chap = file->discovery_chap;
+        note(applied, "discovery CHAP: new logins use the file's (sessions logged in carry on)");
+    }
+    for (unsigned t = 0; t < d->built.n; t++) {
+        struct target_node_conf *r = &d->cfg.targets[t];
+        const struct target_node_conf *f = find_conf(file, r->name);
+        if (!f || same_chap(&r->chap, &f->chap))
+            continue;
+        d->built.nodes[t]->chap = f->chap;
+        r->chap = f->chap;
+        note(applied, "target %s: CHAP: new logins use the file's (sessions logged in carry on)",
+             r->name);
+    }
+    pthread_mutex_unlock(&d->srv.chap_lock);
+    snprintf(d->cfg.chap_secrets, sizeof(d->cfg.chap_secrets), "%s", file->chap_secrets);
+    d->cfg.chap_algs = file->chap_algs;
+}
+
 /* A LUN to add, its store opened ahead. */
 struct pending_add {
     unsigned t;
@@ -404,7 +433,6 @@ static json_t *reload(struct daemon *d, bool force, char *err, size_t errlen)
         return NULL;
     }
     json_t *applied = json_array(), *restart = json_array();
-    diff_fixed(&d->cfg, &file, restart);
 
     /* Plan per running target: removals, write-protection changes, additions. */
     struct pending_add *adds = NULL;
@@ -490,8 +518,11 @@ static json_t *reload(struct daemon *d, bool force, char *err, size_t errlen)
         return NULL;
     }
 
-    /* Nothing can fail the reload from here on: apply. LUNs gone from the file first, and
-     * write protection, then the new LUNs (their stores are open already). */
+    /* Nothing can fail the reload from here on: apply. CHAP first, then what still differs
+     * and cannot change is listed; LUNs gone from the file, and write protection, then the
+     * new LUNs (their stores are open already). */
+    apply_chap(d, &file, applied);
+    diff_fixed(&d->cfg, &file, restart);
     for (unsigned t = 0; t < d->built.n; t++) {
         const struct target_node_conf *f = find_conf(&file, d->cfg.targets[t].name);
         if (!f)

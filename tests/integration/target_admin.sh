@@ -76,6 +76,85 @@ grep -q "$WORK/run.conf" "$WORK/ctl.out" && ! grep -q '\.run\.conf\.' "$WORK/ctl
     fail "save's refusal names a temporary file, not the config: $(cat "$WORK/ctl.out")"
 cmp -s "$WORK/run.conf" "$WORK/before-save.conf" || fail "the refused save changed the file"
 
+note "linerate-ctl: options after the command, aliases, errors said once"
+ctl_ok show luns "$T" --json
+[ "$(jget 'len(d)' <"$WORK/ctl.out")" = 2 ] || fail "show luns TARGET --json: $(cat "$WORK/ctl.out")"
+ctl_ok ls luns --json
+[ "$(jget 'len(d)' <"$WORK/ctl.out")" = 2 ] || fail "ls luns --json: $(cat "$WORK/ctl.out")"
+ctl_ok resize lun "$T" 1 128M
+ctl_ok show luns "$T"
+grep -qE "^$T +1 +128 MiB .* ram:128M$" "$WORK/ctl.out" || fail "STORE after resize: $(cat "$WORK/ctl.out")"
+ctl_ok show portals
+grep -q "127.0.0.1:$P2" "$WORK/ctl.out" && fail "show portals lists the removed portal: $(cat "$WORK/ctl.out")"
+for bad in "ram" "ram:1M,bogus"; do
+    ctl add lun "$T" "$bad" >"$WORK/ctl.out" 2>&1
+    [ $? -eq 1 ] || fail "add lun $bad: $(cat "$WORK/ctl.out")"
+    [ "$(grep -o "linerate-ctl" "$WORK/ctl.out" | wc -l)" = 1 ] &&
+        [ "$(grep -o "'$bad'" "$WORK/ctl.out" | wc -l)" = 1 ] ||
+        fail "add lun $bad: the error repeats itself: $(cat "$WORK/ctl.out")"
+done
+if [ "$(id -u)" -eq 0 ] && command -v setpriv >/dev/null; then
+    chmod 755 "$WORK"
+    setpriv --reuid=65534 --regid=65534 --clear-groups "$CTL_BIN" --socket "$SOCK" show luns \
+        >"$WORK/ctl.out" 2>&1
+    rc=$?
+    chmod 700 "$WORK"
+    [ $rc -eq 3 ] && grep -q "root and the daemon's user" "$WORK/ctl.out" &&
+        ! grep -q "running?" "$WORK/ctl.out" || fail "permission refused: $(cat "$WORK/ctl.out")"
+fi
+ctl_ok delete lun "$T" 1
+ctl_ok --json show luns "$T"
+[ "$(jget 'len(d)' <"$WORK/ctl.out")" = 1 ] || fail "delete lun: $(cat "$WORK/ctl.out")"
+stop_target
+[ "$STOP_RC" -eq 0 ] || fail "exit $STOP_RC"
+
+note "CHAP changed by reload: a session logged in carries on, new logins need the new secret"
+S_OLD=host-a-secret-0001
+S_NEW=host-a-secret-0002
+printf 'host-a %s\n' "$S_OLD" >"$WORK/chap-secrets"
+chmod 600 "$WORK/chap-secrets"
+printf '%s\n' "ctl-socket = $SOCK" "chap-secrets = $WORK/chap-secrets" "portal = 127.0.0.1:@PORT@" \
+    "[target $T]" "lun 0 = ram:8M" "chap-user = host-a" >"$WORK/chap.conf"
+start_target_config "$WORK/chap.conf"
+inq_as() { # inq_as SECRET: iscsi-inq logs in as host-a with SECRET
+    run_to 30 iscsi-inq -i iqn.2026-01.org.linerate:admin-test \
+        "iscsi://host-a%$1@127.0.0.1:$PORT/$T/0"
+}
+inq_as "$S_OLD" || { show_cmd_out; fail "login with the secret of the file"; }
+# qemu-io is the session that carries on: commands written to it one at a time, each waited for
+mkfifo "$WORK/qio.in"
+exec 7<>"$WORK/qio.in"
+timeout 300 qemu-io -f raw "iscsi://host-a%$S_OLD@127.0.0.1:$PORT/$T/0" <&7 >"$WORK/qio.out" 2>&1 &
+QIO_PID=$!
+QIO_N=0
+qio() { # qio COMMAND PATTERN: run COMMAND, wait until PATTERN matched once more than before
+    local i
+    QIO_N=$((QIO_N + 1))
+    echo "$1" >&7
+    for ((i = 0; i < 600; i++)); do
+        [ "$(grep -c "$2" "$WORK/qio.out")" -ge "$QIO_N" ] && return 0
+        kill -0 "$QIO_PID" 2>/dev/null || break
+        sleep 0.1
+    done
+    fail "qemu-io '$1': $(cat "$WORK/qio.out")"
+}
+qio "write -P 0x11 0 64k" "65536/65536 bytes"
+ctl_ok show sessions
+grep -q "CHAP user host-a" "$WORK/ctl.out" || fail "show sessions without the CHAP user: $(cat "$WORK/ctl.out")"
+printf 'host-a %s\n' "$S_NEW" >"$WORK/chap-secrets"
+ctl_ok --json reload
+[ "$(jget '(len(d["applied"]), d["needs_restart"])' <"$WORK/ctl.out")" = "(1, [])" ] &&
+    grep -qF "target $T: CHAP: new logins use the file's (sessions logged in carry on)" \
+        "$WORK/ctl.out" ||
+    fail "reload of a changed secret: $(cat "$WORK/ctl.out")"
+inq_as "$S_OLD" && fail "a new login with the old secret was let in after the reload"
+inq_as "$S_NEW" || { show_cmd_out; fail "a new login with the new secret"; }
+qio "read -P 0x11 0 64k" "65536/65536 bytes"
+qio "write -P 0x22 64k 64k" "65536/65536 bytes"
+grep -qi "fail\|error\|mismatch" "$WORK/qio.out" && fail "the session had an error: $(cat "$WORK/qio.out")"
+echo quit >&7
+wait "$QIO_PID" || fail "qemu-io exited with an error: $(cat "$WORK/qio.out")"
+exec 7>&-
 stop_target
 [ "$STOP_RC" -eq 0 ] || fail "exit $STOP_RC"
 echo "target-admin: OK"
