@@ -5,13 +5,15 @@ the shipped example did not load and nothing noticed). The snippets are taken fr
 themselves, so an edit there is checked here. The only changes made to them: a chap-secrets
 path points at a secrets file made here (mode 600, the users the snippet names), a --config
 path that names no file of the same document is the shipped example, and the trailing `&` of
-a command goes.
+a command goes. Also: the man page README.md says to read from a source build exists there,
+its version filled in.
 
 usage: doc_examples.py BUILD_DIR SOURCE_DIR
 """
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -158,6 +160,23 @@ for m in sorted(os.listdir(os.path.join(src, 'man'))):
 from_help()
 for e in sorted(os.listdir(os.path.join(src, 'examples'))):
     check_config('examples/' + e, open(os.path.join(src, 'examples', e)).read())
+
+# How README says to read the man pages of a source build: the page is there, version filled in.
+man_hints = re.findall(r'`man (build/\S+)`', open(os.path.join(src, 'README.md')).read())
+if not man_hints:
+    failures.append('README.md says nowhere how to read the man pages of a source build '
+                    '(`man build/man/PAGE`)')
+for h in man_hints:
+    page = os.path.join(build, h[len('build/'):])
+    if not os.path.exists(page):
+        failures.append('README.md: `man %s`: no such file in the build' % h)
+    elif '@VERSION@' in open(page).read():
+        failures.append('README.md: `man %s`: @VERSION@ not filled in' % h)
+    else:
+        r = subprocess.run(['man', '--warnings', '-l', '-Tutf8', page], capture_output=True,
+                           text=True) if shutil.which('man') else None
+        if r is not None and r.returncode != 0:
+            failures.append('man -l %s: exit %d: %s' % (page, r.returncode, r.stderr))
 
 print('checked %d config snippets and %d command lines' % (checked['config'], checked['command']))
 # A document that lost every example would pass the loop above: the floor is today's count.
