@@ -6,6 +6,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#ifdef LR_HAVE_RBD
+#include <dlfcn.h>
+#include <limits.h>
+#include <pthread.h>
+#include <unistd.h>
+#endif
+
 #include "bs/bs_priv.h"
 #include "util/size.h"
 
@@ -105,6 +112,60 @@ static struct bs *bs_open_file(char *rest, char *err, size_t errlen)
 }
 
 /* "rbd:POOL/IMAGE[,conf=PATH][,id=CLIENT][,size=SIZE][,timeout=SECONDS][,ro]" */
+#ifdef LR_HAVE_RBD
+/* bs_rbd.c when it is linked in (its unit test, over a fake librbd): called directly. */
+struct bs *bs_rbd_open(const struct bs_rbd_params *p, bool *transient, char *err, size_t errlen)
+    __attribute__((weak));
+
+typedef struct bs *(*rbd_open_fn)(const struct bs_rbd_params *p, bool *transient, char *err,
+                                  size_t errlen);
+static pthread_once_t rbd_once = PTHREAD_ONCE_INIT;
+static rbd_open_fn rbd_fn;
+static char rbd_why[512];
+
+/* The rbd module, loaded once by the first rbd: LUN: a build tree's beside its daemon
+ * (build/linerate-target, build/src/bs/linerate-rbd.so), else the installed one. Only those
+ * two paths, never one from the environment: the daemon runs as root. */
+static void rbd_load(void)
+{
+    char exe[PATH_MAX], local[PATH_MAX + 32];
+    const char *paths[2];
+    unsigned n = 0;
+    ssize_t len = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+    char *slash = len > 0 ? (exe[len] = '\0', strrchr(exe, '/')) : NULL;
+    if (slash) {
+        *slash = '\0';
+        snprintf(local, sizeof(local), "%s/src/bs/linerate-rbd.so", exe);
+        if (access(local, F_OK) == 0)
+            paths[n++] = local;
+    }
+    paths[n++] = LR_RBD_MODULE;
+    for (unsigned i = 0; i < n && !rbd_fn; i++) {
+        void *h = dlopen(paths[i], RTLD_NOW | RTLD_LOCAL);
+        const char *e = h ? NULL : dlerror();
+        if (h)
+            rbd_fn = (rbd_open_fn)dlsym(h, "bs_rbd_open");
+        if (!rbd_fn)
+            snprintf(rbd_why, sizeof(rbd_why), "%s", e ? e : "no bs_rbd_open in it");
+    }
+}
+
+static struct bs *rbd_open(const struct bs_rbd_params *p, bool *transient, char *err, size_t errlen)
+{
+    if (bs_rbd_open)
+        return bs_rbd_open(p, transient, err, errlen);
+    pthread_once(&rbd_once, rbd_load);
+    if (!rbd_fn) {
+        bs_err(err, errlen,
+               "rbd:%s/%s: the rbd store is not installed (%s): install the linerate-rbd "
+               "package",
+               p->pool, p->image, rbd_why);
+        return NULL;
+    }
+    return rbd_fn(p, transient, err, errlen);
+}
+#endif
+
 static struct bs *bs_open_rbd(char *rest, bool *transient, char *err, size_t errlen)
 {
     char *opts = strchr(rest, ',');
@@ -154,7 +215,7 @@ static struct bs *bs_open_rbd(char *rest, bool *transient, char *err, size_t err
         }
     }
 #ifdef LR_HAVE_RBD
-    return bs_rbd_open(&p, transient, err, errlen);
+    return rbd_open(&p, transient, err, errlen);
 #else
     (void)transient;
     bs_err(err, errlen,

@@ -424,8 +424,10 @@ static int daemon_open_listeners(struct daemon *d)
         int rc = listener_open(l, &d->cfg.listen[i]);
         if (rc < 0) {
             LOG_ERR("cannot listen on %s: %s", d->cfg.listen[i].text, strerror(-rc));
-            fprintf(stderr, "linerate-target: cannot listen on %s: %s\n", d->cfg.listen[i].text,
-                    strerror(-rc));
+            /* Once: the log line is on stderr already unless the log goes to syslog. */
+            if (d->cfg.log_syslog)
+                fprintf(stderr, "linerate-target: cannot listen on %s: %s\n", d->cfg.listen[i].text,
+                        strerror(-rc));
             return -1;
         }
     }

@@ -7,7 +7,11 @@
 # - remove lun of a target's last LUN is refused without --force (a target without LUNs cannot
 #   be saved); with --force, save refuses naming the user's file, never a temporary one;
 # - linerate-ctl's edges: options anywhere (show luns --json), one "linerate-ctl:" and no
-#   repeated reason in an error, a socket the user may not open said so.
+#   repeated reason in an error, a socket the user may not open said so, `ls` and `delete`
+#   taken, show portals without a removed portal, STORE with the resized size;
+# - CHAP users and secrets changed by reload: a qemu-io session logged in before goes on
+#   reading and writing, a new login needs the new secret, show sessions names the CHAP user;
+# - a portal already in use is said once on stderr.
 # Usage: target_admin.sh  (LINERATE_TARGET from meson; linerate-ctl beside it)
 set -u
 source "$(dirname "$0")/lt_lib.sh"
@@ -105,6 +109,12 @@ fi
 ctl_ok delete lun "$T" 1
 ctl_ok --json show luns "$T"
 [ "$(jget 'len(d)' <"$WORK/ctl.out")" = 1 ] || fail "delete lun: $(cat "$WORK/ctl.out")"
+
+note "a portal in use: said once"
+timeout 30 "$LT" --listen "127.0.0.1:$PORT" --ctl-socket none --lun ram:1M >/dev/null 2>"$WORK/busy.err"
+rc=$?
+[ $rc -eq 1 ] && [ "$(grep -c "cannot listen on 127.0.0.1:$PORT" "$WORK/busy.err")" = 1 ] ||
+    fail "a second daemon on the same portal: exit $rc: $(cat "$WORK/busy.err")"
 stop_target
 [ "$STOP_RC" -eq 0 ] || fail "exit $STOP_RC"
 

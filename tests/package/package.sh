@@ -71,6 +71,34 @@ grep -q "deb-systemd-invoke \$_dh_action 'linerate-target.service'" "$work/posti
     fail "postinst does not start the unit"
 echo "ok: programs, man pages, unit, example, config as conffile; postinst enables and starts"
 
+note "the rbd store in linerate-rbd; docs/ shipped"
+# A machine without Ceph installs linerate alone: no Ceph library among its dependencies,
+# nor in the daemon's; the module, in its own package, is what needs librbd (issue 34).
+dpkg-deb -f "$deb" Depends | grep -qE 'librbd|librados' &&
+    fail "linerate depends on Ceph's libraries: $(dpkg-deb -f "$deb" Depends)"
+dpkg-deb -x "$deb" "$work/x"
+readelf -d "$work/x/usr/sbin/linerate-target" | grep -qE 'librbd|librados' &&
+    fail "linerate-target links Ceph's libraries"
+for f in README.md ctl-protocol.md logging.md error-recovery.md; do
+    grep -qE "^/usr/share/doc/linerate/$f(\.gz)?$" "$work/files" || fail "docs: no $f in linerate"
+done
+rdeb=$(ls "$work"/linerate-rbd_*_"$(dpkg --print-architecture)".deb 2>/dev/null)
+[ -f "$rdeb" ] || fail "no linerate-rbd .deb in $work: $(ls "$work")"
+dpkg-deb -f "$rdeb" Depends | grep -q librbd1 && dpkg-deb -f "$rdeb" Depends | grep -q 'linerate (=' ||
+    fail "linerate-rbd's dependencies: $(dpkg-deb -f "$rdeb" Depends)"
+dpkg-deb -x "$rdeb" "$work/xr"
+mod=$(find "$work/xr" -name linerate-rbd.so)
+[ -n "$mod" ] && strings "$work/x/usr/sbin/linerate-target" | grep -qx "${mod#"$work/xr"}" ||
+    fail "the module is not where the daemon looks for it: ${mod#"$work/xr"}"
+# What the module takes from the daemon, the daemon exports (it is loaded with RTLD_NOW).
+nm -D --undefined-only "$mod" | awk '{print $2}' | grep -vE '^(rbd_|rados_|_)|@' |
+    while read -r sym; do
+        nm -D --defined-only "$work/x/usr/sbin/linerate-target" | awk '{print $3}' |
+            grep -qx "$sym" || echo "$sym"
+    done >"$work/unresolved"
+[ -s "$work/unresolved" ] && fail "the daemon does not export for the module: $(cat "$work/unresolved")"
+echo "ok: linerate without Ceph libraries, linerate-rbd with the module and librbd1; docs/ shipped"
+
 note "lintian"
 lintian --fail-on error "$deb" >"$work/lintian" 2>&1 ||
     { cat "$work/lintian"; fail "lintian reports errors"; }
