@@ -21,8 +21,8 @@
 #include "scsi/scsi.h"
 #include "util/list.h"
 
-/* Our own limits (what we declare / accept at most). */
-#define ISCSI_TARGET_MRDSL_MAX (256u * 1024u)
+/* Our own limits (what we declare / accept at most); ISCSI_TARGET_MRDSL_MAX,
+ * ISCSI_MAX_CONNECTIONS and ISCSI_MAX_R2T are in node.h, where the configuration sees them. */
 #define ISCSI_RXBUF_SIZE (256u * 1024u)
 /* Until login completes requests carry at most 8 KiB of data (RFC 7143 §13.12): a small
  * receive buffer keeps each pending connection cheap; it grows at full feature phase. */
@@ -31,8 +31,6 @@
 #define ISCSI_CMD_WINDOW                                                                           \
     128u /* commands a session may have in flight (MaxCmdSN - ExpCmdSN + 1)                        \
           */
-#define ISCSI_MAX_CONNECTIONS 8u
-#define ISCSI_MAX_R2T 8u
 /* ERL >= 1: missing ranges of a write's Data-Out one task may have waiting for recovery R2Ts
  * (DataPDUInOrder=Yes keeps them few); one more ends the command as ERL 0 would. */
 #define ISCSI_MAX_HOLES 8u

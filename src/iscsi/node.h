@@ -59,6 +59,12 @@ struct iscsi_limits {
 
 struct iscsi_pending_addr;
 
+/* What a session of this target really does at most, whatever it is offered: the data
+ * segment it takes, its connections and its outstanding R2Ts. The config refuses more. */
+#define ISCSI_TARGET_MRDSL_MAX (256u * 1024u)
+#define ISCSI_MAX_CONNECTIONS 8u
+#define ISCSI_MAX_R2T 8u
+
 struct iscsi_node {
     char name[ISCSI_NAME_MAX + 1];
     char alias[ISCSI_VALUE_MAX + 1]; /* "" for none */

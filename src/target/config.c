@@ -645,9 +645,10 @@ static int cfg_session_key(struct cfg_parser *ps, struct iscsi_params *p, const 
     } nums[] = {
         {"max-burst-length", &p->max_burst, DSL_MIN, DSL_MAX},
         {"first-burst-length", &p->first_burst, DSL_MIN, DSL_MAX},
-        {"max-recv-data-segment-length", &p->max_recv_dsl, DSL_MIN, DSL_MAX},
-        {"max-connections", &p->max_connections, 1, 65535},
-        {"max-outstanding-r2t", &p->max_outstanding_r2t, 1, 65535},
+        /* what a session really uses at most (login.c held larger values down silently) */
+        {"max-recv-data-segment-length", &p->max_recv_dsl, DSL_MIN, ISCSI_TARGET_MRDSL_MAX},
+        {"max-connections", &p->max_connections, 1, ISCSI_MAX_CONNECTIONS},
+        {"max-outstanding-r2t", &p->max_outstanding_r2t, 1, ISCSI_MAX_R2T},
         /* RFC 7143 §13.15, §13.16: ERL 2 connection recovery waits this long before tasks
          * are reassigned, and keeps them this long after (0: nothing is kept) */
         {"default-time2wait", &p->default_time2wait, 0, 3600},

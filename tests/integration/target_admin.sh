@@ -110,6 +110,16 @@ ctl_ok delete lun "$T" 1
 ctl_ok --json show luns "$T"
 [ "$(jget 'len(d)' <"$WORK/ctl.out")" = 1 ] || fail "delete lun: $(cat "$WORK/ctl.out")"
 
+note "session keys beyond what a session uses are refused with the real range"
+for kv in "max-connections = 16:1..8" "max-outstanding-r2t = 9:1..8" \
+    "max-recv-data-segment-length = 1M:512..262144"; do
+    printf '%s\n' "${kv%:*}" "[target $T]" "portal = 127.0.0.1:1" "lun = ram:1M" >"$WORK/keys.conf"
+    "$LT" --config "$WORK/keys.conf" --check >"$WORK/keys.out" 2>&1
+    rc=$?
+    [ $rc -eq 2 ] && grep -q "keys.conf:1: .*expected ${kv##*:}" "$WORK/keys.out" ||
+        fail "'${kv%:*}': exit $rc: $(cat "$WORK/keys.out")"
+done
+
 note "a portal in use: said once"
 timeout 30 "$LT" --listen "127.0.0.1:$PORT" --ctl-socket none --lun ram:1M >/dev/null 2>"$WORK/busy.err"
 rc=$?
