@@ -43,6 +43,7 @@ NEXUSES = [("iqn.2026-12.org.linerate:crash-%d" % i, bytes([0x80, 0, 0, 0, 0x0c,
 REGISTER_AND_IGNORE, RESERVE, RELEASE = 0x06, 0x01, 0x02
 KILL_WITHIN_S = 0.25  # the kill lands this long after the stream starts, at most
 MAX_LUNS = 12
+PR_FILE = hostile.TARGET + "-lun0.pr"  # the LUN's file in --state-dir
 
 
 def killer(proc, delay):
@@ -123,6 +124,7 @@ def part_aptpl(target, rounds, rng, work):
     lun = "file:%s,size=16M" % os.path.join(work, "lun.img")
     acked = Model()
     kills_mid = 0  # rounds whose in-flight change was found saved though never answered
+    in_save = 0  # kills that landed between the temporary file's creation and its rename
     inflight = None
     for rnd in range(rounds):
         d = hostile.Daemon(target, threads=1, lun=lun, prefix="crash-aptpl-",
@@ -160,6 +162,7 @@ def part_aptpl(target, rounds, rng, work):
             if d.alive():
                 d.proc.kill()
             d.proc.wait()
+        in_save += bool(leftovers(state, PR_FILE))
     # one more start: it must load what the last kill left, and tidy up
     d = hostile.Daemon(target, threads=1, lun=lun, prefix="crash-aptpl-",
                        extra=("--state-dir", state))
@@ -174,8 +177,9 @@ def part_aptpl(target, rounds, rng, work):
             if name.startswith(".") and os.path.isfile(os.path.join(root, name)):
                 left.append(os.path.join(root, name))
     check(not left, "temporary files left in the state directory: %s" % left)
-    print("ok: aptpl: %d kills; the state after each was the last acknowledged one, or the one "
-          "in flight (%d times); no temporary file left" % (rounds, kills_mid))
+    print("ok: aptpl: %d kills (%d inside a save); the state after each was the last "
+          "acknowledged one, or the one in flight (%d times); no temporary file left" %
+          (rounds, in_save, kills_mid))
 
 
 # ---------------------------------------------------------------- save
@@ -197,8 +201,9 @@ def part_save(target, ctl, rounds, rng, work):
                 "[target %s]\nlun = ram:1M\n" % (port, sock, hostile.TARGET))
     acked = conf_luns(conf)
     mid = 0
+    in_save = 0  # kills that landed between the temporary file's creation and its rename
     inflight = None
-    for rnd in range(rounds):
+    for rnd in range(rounds + 1):
         log = open(os.path.join(work, "save-daemon.log"), "ab")
         proc = subprocess.Popen([target, "--config", conf, "--threads", "1",
                                  "--log-level", "warn"], stdout=subprocess.DEVNULL, stderr=log)
@@ -225,6 +230,10 @@ def part_save(target, ctl, rounds, rng, work):
                 mid += 1
                 acked = now
             inflight = None
+            if rnd == rounds:  # one more start after the last kill: the next save tidies up
+                r = run("save")
+                check(r.returncode == 0, "save after the last kill: %s" % r.stdout)
+                break
             timer = killer(proc, rng.uniform(0, KILL_WITHIN_S))
             luns = list(acked)
             while proc.poll() is None:
@@ -252,12 +261,14 @@ def part_save(target, ctl, rounds, rng, work):
             if proc.poll() is None:
                 proc.kill()
             proc.wait()
+        in_save += bool(leftovers(work, "linerate.conf"))
         if os.path.exists(sock):
             os.unlink(sock)  # a killed daemon leaves its socket; the next one binds anew
     left = leftovers(work, "linerate.conf")
     check(not left, "temporary files left beside the config file: %s" % left)
-    print("ok: save: %d kills; the file loaded after each and held the last acknowledged save, "
-          "or the one in flight (%d times); no temporary file left" % (rounds, mid))
+    print("ok: save: %d kills (%d inside a save); the file loaded after each and held the last "
+          "acknowledged save, or the one in flight (%d times); no temporary file left" %
+          (rounds, in_save, mid))
 
 
 def main():
