@@ -62,6 +62,12 @@ for f in /usr/sbin/linerate-target /usr/sbin/linerate-ctl /usr/bin/linerate-benc
     /usr/share/doc/linerate/examples/linerate.conf /usr/share/doc/linerate/copyright; do
     grep -qx "$f" "$work/files" || fail "$f is not in the package: $(cat "$work/files")"
 done
+# README.md links into docs/: both ship, the docs under docs/ as in the tree (dh_compress
+# may have gzipped the larger ones).
+for f in README.md docs/configuration.md docs/operating.md docs/security.md; do
+    grep -qE "^/usr/share/doc/linerate/$f(\.gz)?\$" "$work/files" ||
+        fail "/usr/share/doc/linerate/$f is not in the package"
+done
 dpkg-deb --ctrl-tarfile "$deb" | tar -xf - -C "$work" ./conffiles ./postinst ./prerm ./postrm ||
     fail "no maintainer scripts or conffiles"
 grep -qx /etc/linerate/linerate.conf "$work/conffiles" || fail "the config is not a conffile"
@@ -69,7 +75,7 @@ grep -q "deb-systemd-helper enable 'linerate-target.service'" "$work/postinst" |
     fail "postinst does not enable the unit"
 grep -q "deb-systemd-invoke \$_dh_action 'linerate-target.service'" "$work/postinst" ||
     fail "postinst does not start the unit"
-echo "ok: programs, man pages, unit, example, config as conffile; postinst enables and starts"
+echo "ok: programs, man pages, unit, example, README and docs, config as conffile; postinst enables and starts"
 
 note "lintian"
 lintian --fail-on error "$deb" >"$work/lintian" 2>&1 ||
