@@ -23,8 +23,8 @@
 # Two gateways: linerate-target runs as gateway A (ALUA group 1) and a second daemon as gateway
 # B (group 2) on PORT+2, both active/optimized, the same images under the same target name, as
 # tests/integration/target_multigw.sh configures them: LUN 0 is the linerate column's image,
-# LUN 1 a third image created without exclusive-lock (`--image-feature layering`, README
-# "More than one gateway": with the lock every write through the other gateway moves it). linerate-bench drives one portal per
+# LUN 1 a third image created without exclusive-lock (`--image-feature layering`,
+# docs/gateways.md: with the lock every write through the other gateway moves it). linerate-bench drives one portal per
 # process, so the two-path cell is two bench processes started at once, one session to each
 # gateway at QD/2, their IOPS summed; the one-path cell is one bench at QD against A.
 #
@@ -117,7 +117,7 @@ lbench() {
 
 rbd create --size 1G rbd/bench-direct && fill rbd/bench-direct
 rbd create --size 1G rbd/bench-lr && fill rbd/bench-lr
-# The two-gateway cells' image: without exclusive-lock, as README says for an initiator that
+# The two-gateway cells' image: without exclusive-lock, as docs/gateways.md says for an initiator that
 # spreads I/O over all paths (with it, every write through the other gateway moves the lock).
 [ -z "${NO_MULTIGW:-}" ] && rbd create --size 1G --image-feature layering rbd/bench-gw &&
     fill rbd/bench-gw

@@ -34,7 +34,7 @@ export PEER_SPDK_HUGE=${PEER_SPDK_HUGE:-1}
 tpin=() bpin=()
 if [ "${PIN:-0}" = 1 ]; then tpin=(taskset -c 0) bpin=(taskset -c 1); fi
 
-peer=$root/../shared/tools/peer-tgt
+peer=${PEER_TGT:-$root/../shared/tools/peer-tgt}
 spdk=${PEER_SPDK:-$root/../shared/tools/peer-spdk}
 spdk_started=
 cleanup() {

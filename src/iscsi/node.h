@@ -30,7 +30,7 @@ struct iscsi_portal_addr {
     struct iostats *stats;
 };
 
-/* What one peer may make the daemon hold (README "Limits"). Checked where the thing is created:
+/* What one peer may make the daemon hold (docs/limits.md). Checked where the thing is created:
  * at accept, at session creation, when a reply is queued; never per byte. 0 means no limit. */
 struct iscsi_limits {
     /* Memory a connection's unsent replies may hold (copies, plus WIRE_PDU_CHARGE per PDU)

@@ -66,7 +66,7 @@ static unsigned discovery_sessions_from(struct iscsi_server *srv, const struct i
 }
 
 /* max-sessions and max-sessions-per-target for normal sessions, max-discovery-sessions and
- * max-discovery-sessions-per-address for discovery ones (README "Limits"): a login past them
+ * max-discovery-sessions-per-address for discovery ones (docs/limits.md): a login past them
  * is refused with 0x0302 Out of resources (RFC 7143 §11.13.5). Called with sessions_lock
  * held. */
 static bool session_limit_reached(struct iscsi_server *srv, const struct iscsi_session *s)

@@ -30,17 +30,16 @@
 #include <assert.h>
 #include <ctype.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "scsi/scsi_internal.h"
+#include "util/atomic_file.h"
 #include "util/bytes.h"
 #include "util/log.h"
 
@@ -556,57 +555,17 @@ static int state_parse(struct pr_state *ps, const char *text, bool notify, const
     return 0;
 }
 
-/* Written to a fresh temporary file beside it (mkstemp: a name nobody can plant a symlink at
- * beforehand, mode 0600, whatever the umask), synced, renamed over the old one, and the
- * directory synced, so a crash leaves either the old state or the new one. 0 or -errno; a
- * directory that cannot be synced fails the save too (the rename might not survive a crash). */
+/* Replaced whole or not at all (atomic_file.h: a fresh temporary file, synced, renamed over
+ * the old one, the directory synced), mode 0600: a crash leaves the old state or the new one.
+ * 0 or -errno. */
 static int state_save(const struct pr_state *ps)
 {
-    char tmp[4096], dir[4096];
-    const char *slash = strrchr(ps->path, '/');
-    if (!slash)
-        snprintf(dir, sizeof(dir), ".");
-    else
-        snprintf(dir, sizeof(dir), "%.*s", slash == ps->path ? 1 : (int)(slash - ps->path),
-                 ps->path);
-    if (snprintf(tmp, sizeof(tmp), "%s/.%s.XXXXXX", dir, slash ? slash + 1 : ps->path) >=
-        (int)sizeof(tmp))
-        return -ENAMETOOLONG;
     char *text = state_format(ps);
     if (!text)
         return -ENOMEM;
-    int fd = mkstemp(tmp);
-    if (fd < 0) {
-        int e = -errno;
-        free(text);
-        return e;
-    }
-    int err = 0;
-    size_t len = strlen(text);
-    for (size_t off = 0; off < len && !err;) {
-        ssize_t w = write(fd, text + off, len - off);
-        if (w < 0 && errno != EINTR)
-            err = -errno;
-        off += w > 0 ? (size_t)w : 0;
-    }
+    int rc = atomic_file_write(ps->path, text, strlen(text), 0600);
     free(text);
-    if (!err && (fchmod(fd, 0600) != 0 || fsync(fd) != 0))
-        err = -errno;
-    if (close(fd) != 0 && !err)
-        err = -errno;
-    if (!err && rename(tmp, ps->path) != 0)
-        err = -errno;
-    if (err) {
-        unlink(tmp);
-        return err;
-    }
-    int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dfd < 0)
-        return -errno;
-    if (fsync(dfd) != 0)
-        err = -errno;
-    close(dfd);
-    return err;
+    return rc;
 }
 
 /* After every change: keep the file in step while APTPL is in force; once nothing is
@@ -669,6 +628,7 @@ static void state_restore(struct pr_state *ps, struct pr_state *snap)
 
 static int state_load(struct pr_state *ps, char *err, size_t errlen)
 {
+    atomic_file_sweep(ps->path); /* what a save cut by a crash left beside it */
     FILE *f = fopen(ps->path, "r");
     if (!f) {
         if (errno == ENOENT)

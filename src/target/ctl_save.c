@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "target/daemon.h"
+#include "util/atomic_file.h"
 
 enum line_kind { L_OTHER, L_SECTION, L_KEY };
 
@@ -572,7 +573,9 @@ json_t *ctl_save(struct daemon *dm, const char *path, char *err, size_t errlen)
     if (!text)
         goto oom;
 
-    /* Atomically: a temporary file beside the destination, renamed over it. */
+    /* Atomically: a temporary file beside the destination, renamed over it (the naming of
+     * atomic_file.h, whose sweep first removes what a save cut by a crash left). */
+    atomic_file_sweep(dest);
     char dircopy[PATH_MAX], basecopy[PATH_MAX];
     snprintf(dircopy, sizeof(dircopy), "%s", dest);
     snprintf(basecopy, sizeof(basecopy), "%s", dest);

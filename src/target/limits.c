@@ -1,4 +1,4 @@
-/* The global limit keys of the config file (README "Limits"): what one peer, or all of them
+/* The global limit keys of the config file (docs/limits.md): what one peer, or all of them
  * together, may make the daemon hold. A table row per key: name, range, where it goes. */
 #include <stdio.h>
 #include <string.h>

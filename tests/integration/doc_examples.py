@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Every config snippet and every linerate-target command line that README.md, the man pages,
---help and examples/ show is read by `linerate-target --check` and taken (issue 34, item 1:
+"""Every config snippet and every linerate-target command line that README.md, docs/*.md, the
+man pages, --help and examples/ show is read by `linerate-target --check` and taken (issue 34, item 1:
 the shipped example did not load and nothing noticed). The snippets are taken from the files
 themselves, so an edit there is checked here. The only changes made to them: a chap-secrets
 path points at a secrets file made here (mode 600, the users the snippet names), a --config
@@ -154,6 +154,9 @@ def from_help():
 
 
 from_markdown('README.md')
+for m in sorted(os.listdir(os.path.join(src, 'docs'))):
+    if m.endswith('.md'):
+        from_markdown(os.path.join('docs', m))
 for m in sorted(os.listdir(os.path.join(src, 'man'))):
     if re.match(r'.*\.[0-9]$', m):
         from_man(m)
@@ -162,10 +165,10 @@ for e in sorted(os.listdir(os.path.join(src, 'examples'))):
     check_config('examples/' + e, open(os.path.join(src, 'examples', e)).read())
 
 # How README says to read the man pages of a source build: the page is there, version filled in.
-man_hints = re.findall(r'`man (build/\S+)`', open(os.path.join(src, 'README.md')).read())
+man_hints = re.findall(r'`man (?:-l )?(build/[^\s`]+)`', open(os.path.join(src, 'README.md')).read())
 if not man_hints:
     failures.append('README.md says nowhere how to read the man pages of a source build '
-                    '(`man build/man/PAGE`)')
+                    '(`man -l build/man/PAGE`)')
 for h in man_hints:
     page = os.path.join(build, h[len('build/'):])
     if not os.path.exists(page):

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# The man pages tell the truth (issue 15): every option each program's --help lists is in its
-# man page, every linerate-ctl command of --help is in linerate-ctl(8), every config key of
-# README's tables (Configuration, Limits) is in linerate.conf(5), and every page renders
-# without a warning from man/groff.
+# The man pages tell the truth: every option each program's --help lists is in its man page,
+# every linerate-ctl command of --help is in linerate-ctl(8), every config key of the key
+# tables in docs/configuration.md and docs/limits.md is in linerate.conf(5) (the reference),
+# and every page renders without a warning from man/groff.
 # Usage: man_pages.sh BUILD-DIR SOURCE-DIR
 set -u
 build=$1
@@ -39,18 +39,19 @@ done < <("$build/linerate-ctl" --help | sed -n '/^Commands:/,/^Options:/p' |
     grep -E '^  [a-z]' | awk '{ if ($2 ~ /^[a-z-]+$/ && $1 != "version" && $1 != "reload") print $1, $2; else print $1 }')
 echo "ok: linerate-ctl: $n commands of --help in man/linerate-ctl.8"
 
-# Config keys: the first column of README's key tables between "## Configuration" and
-# "## Security" (Configuration, Limits), e.g. | `max-sessions` | or | `lun = SPEC` / `lun N = SPEC` |.
-keys=$(sed -n '/^## Configuration/,/^## Security/p' "$src/README.md" | grep -E '^\| `' |
+# Config keys: the first column of the key tables of docs/configuration.md and docs/limits.md,
+# e.g. | `max-sessions` | or | `lun = SPEC` / `lun N = SPEC` | (command-line options, `--x`,
+# do not match).
+keys=$(cat "$src/docs/configuration.md" "$src/docs/limits.md" | grep -E '^\| `' |
     cut -d'|' -f2 | grep -oE '`[a-z][a-z0-9-]*' | tr -d '`' | sort -u)
 n=0
 for k in $keys; do
     n=$((n + 1))
     page_text linerate.conf.5 | grep -qE "(^|[^a-z0-9-])$k([^a-z0-9-]|$)" ||
-        fail "config key $k is in README but not in man/linerate.conf.5"
+        fail "config key $k is in docs/ but not in man/linerate.conf.5"
 done
-[ "$n" -ge 30 ] || fail "only $n config keys found in README's tables: the extraction broke"
-echo "ok: $n config keys of README in man/linerate.conf.5"
+[ "$n" -ge 30 ] || fail "only $n config keys found in the docs' key tables: the extraction broke"
+echo "ok: $n config keys of docs/configuration.md and docs/limits.md in man/linerate.conf.5"
 
 # Rendering: man --warnings (groff's own warnings), else groff alone.
 for p in "$src"/man/*.[158]; do

@@ -6,7 +6,7 @@ usage: security.py PATH/TO/linerate-target CATEGORY
 Each category starts its own daemon on a free loopback port (hostile.py's Daemon, with a config
 file for the limits under test), keeps a legitimate session logged in and doing I/O (WRITE +
 READ back + compare, hostile.py's raw initiator) while the attack runs, and checks that the
-attack is refused or throttled as README "Limits" says, that the daemon's RSS (/proc/PID/status)
+attack is refused or throttled as docs/limits.md says, that the daemon's RSS (/proc/PID/status)
 and descriptor count (/proc/PID/fd) stay bounded, and that the daemon exits 0 on SIGTERM.
 Attackers use other loopback source addresses (127.0.x.y) than the legitimate initiator where
 the per-address limits matter.

@@ -7,7 +7,7 @@
  * OSD silent) ABORTED COMMAND / TIMEOUT ON LOGICAL UNIT which initiators retry, -EIO MEDIUM
  * ERROR, -EILSEQ MISCOMPARE with the offset, -EBLOCKLISTED the LUN given up with a log line
  * and NOT READY / MANUAL INTERVENTION REQUIRED from then on without asking the cluster (the
- * failure semantics README's "Ceph RBD LUNs" documents). Commands run on a reactor as the
+ * failure semantics docs/rbd.md documents). Commands run on a reactor as the
  * daemon runs them; librbd's completions come from another thread and must reach the SCSI
  * core only through the reactor that submitted. */
 #include <errno.h>
@@ -380,7 +380,7 @@ static void test_refused_at_submit(void **state)
 }
 
 /* The fence met when the flush a FUA write owes is refused: the LUN is given up there too,
- * not at some later request (README: whichever call meets the fence first). */
+ * not at some later request (docs/rbd.md: whichever call meets the fence first). */
 static void test_blocklisted_at_fua_flush(void **state)
 {
     struct fx *f = *state;

@@ -143,8 +143,8 @@ static void on_abort(struct scsi_target *tg, struct scsi_nexus *n, struct scsi_l
     g->naborted++;
 }
 
-/* Each gateway is a target port of its own: TPGT = relative target port identifier (README,
- * "More than one gateway (ALUA)"). */
+/* Each gateway is a target port of its own: TPGT = relative target port identifier
+ * (docs/gateways.md). */
 static void gw_up(struct gw *g, uint16_t tpgt)
 {
     assert_int_equal(scsi_target_init(&g->tg, TGT_NAME, tpgt), 0);
