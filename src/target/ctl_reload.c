@@ -294,9 +294,10 @@ static void live_only(struct daemon *d, const struct target_config *file, json_t
                 note(lost, "target %s", r->name);
             continue;
         }
+        /* By number: a LUN the file had and linerate-ctl resized is still the file's. */
         for (unsigned i = 0; i < r->nluns; i++) {
-            const struct target_lun_conf *rl = &r->luns[i], *bl = b ? find_lun(b, rl->lun) : NULL;
-            if (!find_lun(f, rl->lun) && !(bl && same_store(bl, rl)))
+            const struct target_lun_conf *rl = &r->luns[i];
+            if (!find_lun(f, rl->lun) && !(b && find_lun(b, rl->lun)))
                 note(lost, "target %s: LUN %llu (%s)", r->name, (unsigned long long)rl->lun,
                      rl->bs_spec);
         }
