@@ -1114,10 +1114,9 @@ int cmd_handle_data_out_header(struct iscsi_conn *c, struct iscsi_pdu_in *p)
     uint32_t len = p->dlen;
     const char *err = NULL, *seq_err = NULL;
     bool erl1 = conn_erl(c) >= 1;
-    if (erl1) {
-        t->data_out_ms = c->last_rx_ms;
+    t->data_out_ms = c->last_rx_ms; /* progress: the stall check and data-out-timeout */
+    if (erl1)
         t->stall_rounds = 0;
-    }
     if (ttt == ISCSI_RSVD_TAG) {
         if (erl1 && !t->seq_failed &&
             data_out_gap(t->unsol_datasn, t->unsol_next_off, datasn, off,
@@ -1336,8 +1335,8 @@ int cmd_check_data_out_timeout(struct iscsi_conn *c, uint64_t now_ms)
             continue;
         if (!t->r2t_outstanding && !t->unsol_remaining)
             continue;
-        if (wire_rx_current(&c->w) && wire_rx_current(&c->w)->task == t)
-            continue; /* a Data-Out for it is arriving right now */
+        /* A Data-Out arriving right now counts too: its header moved data_out_ms, and a payload
+         * that takes this long (a peer sending a header and then nothing) is no progress. */
         if (now_ms - t->data_out_ms < limit_ms)
             continue;
         log_msg(LOG_LVL_WARN,

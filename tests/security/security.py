@@ -80,8 +80,9 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import hostile  # noqa: E402
 import pr_lib  # noqa: E402
 import target_chap  # noqa: E402
-from hostile import (OP_LOGIN_RSP, OP_NOP_IN, OP_NOP_OUT, OP_DATA_IN, OP_R2T, OP_REJECT,  # noqa: E402
-                     OP_SCSI, OP_SCSI_RSP, OP_SNACK, OP_TEXT, OP_TEXT_RSP, OP_TMF, OP_TMF_RSP,
+from hostile import (OP_LOGIN_RSP, OP_NOP_IN, OP_NOP_OUT, OP_DATA_IN, OP_DATA_OUT, OP_R2T,  # noqa: E402
+                     OP_REJECT, OP_SCSI, OP_SCSI_RSP, OP_SNACK, OP_TEXT, OP_TEXT_RSP, OP_TMF,
+                     OP_TMF_RSP,
                      RSVD, TARGET, Closed, Conn, Daemon, Session, TestFailure, bhs, cdb_rw10, check,
                      free_port, kv, login_pdu,
                      login_status, lun_field, parse_kv)
@@ -1612,18 +1613,58 @@ def buffers_cap_timeout(b, mport):
           "the other session's write GOOD" % (after, freed))
 
 
+def buffers_slow_writer(b):
+    """A slow initiator is not a stalled one: a 2 MiB write whose eight 256 KiB bursts each
+    come 0.6 s after their R2T (about 5 s in all, longer than data-out-timeout, 3 s) is
+    written: the timeout counts from the last Data-Out, not from the command."""
+    s = Session(b.d.port, name="iqn.2026-11.org.linerate:slow", src="127.0.0.8").login()
+    s.scsi_retry_ua(bytes(6))
+    data = b.rng.randbytes(2 * MIB)
+    itt = s.next_itt()
+    lba = 8192
+    s.c.send_pdu(bhs(OP_SCSI, 0x80 | 0x20 | 0x01, lun_field(0), itt, len(data), s.cmdsn,
+                     s.expstatsn, cdb_rw10(0x2A, lba, len(data) // BLOCK).ljust(16, b"\0")))
+    s.cmdsn += 1
+    t0 = time.monotonic()
+    bursts = 0
+    while True:
+        rh, _ = s.recv(10)
+        op = rh[0] & 0x3F
+        if op != OP_R2T:
+            break
+        ttt = struct.unpack(">I", rh[20:24])[0]
+        off, want = struct.unpack(">II", rh[40:48])
+        time.sleep(0.6)
+        for sn, pos in enumerate(range(off, off + want, 65536)):
+            n = min(65536, off + want - pos)
+            chunk = data[pos:pos + n]
+            s.c.send_pdu(bhs(OP_DATA_OUT, 0x80 if pos + n == off + want else 0, lun_field(0),
+                             itt, ttt, 0, s.expstatsn, struct.pack(">III", 0, sn, pos),
+                             data=chunk), chunk)
+        bursts += 1
+    took = time.monotonic() - t0
+    check(op == OP_SCSI_RSP and rh[3] == 0, "the slow write: op 0x%02x status 0x%02x, expected "
+          "GOOD" % (op, rh[3]))
+    check(took > 3.5, "the slow write took only %.1f s: it did not outlast the timeout" % took)
+    st, _, back = s.scsi(cdb_rw10(0x28, lba, len(data) // BLOCK), read_len=len(data))
+    check(st == 0 and back == data, "the slow write reads back different")
+    s.logout()
+    b.say("a 2 MiB write in %d bursts each 0.6 s after its R2T (%.1f s in all, data-out-timeout "
+          "3 s) -> GOOD, read back equal" % (bursts, took))
+
+
 def buffers_orphans(b, mport):
     """ERL 2: an initiator asks DefaultTime2Wait and DefaultTime2Retain 3600; Time2Retain is
-    answered the configured 2 (its result is the smaller, RFC 7143 §13.16), and the write its
-    lost connection orphaned is kept, charged, for the target's own Time2Wait (1) + 2 s, not
-    the 3600 + 2 s the Maximum rule of Time2Wait (§13.15) would give."""
+    answered the configured 3 (its result is the smaller, RFC 7143 §13.16), and the write its
+    lost connection orphaned is kept, charged, for the target's own Time2Wait (1) + 3 s, not
+    the 3600 + 3 s the Maximum rule of Time2Wait (§13.15) would give."""
     e = Session(b.d.port, name="iqn.2026-11.org.evil:retainer", src="127.0.0.7",
                 want={"ErrorRecoveryLevel": "2", "DefaultTime2Wait": "3600",
                       "DefaultTime2Retain": "3600"}).login()
     check(e.keys.get("ErrorRecoveryLevel") == "2", "ErrorRecoveryLevel answered %s"
           % e.keys.get("ErrorRecoveryLevel"))
-    check(e.keys.get("DefaultTime2Retain") == "2", "DefaultTime2Retain=3600 asked: answered "
-          "%s, expected the configured 2" % e.keys.get("DefaultTime2Retain"))
+    check(e.keys.get("DefaultTime2Retain") == "3", "DefaultTime2Retain=3600 asked: answered "
+          "%s, expected the configured 3" % e.keys.get("DefaultTime2Retain"))
     t2w = e.keys.get("DefaultTime2Wait")
     e.scsi_retry_ua(bytes(6))
     st = start_write(e, cdb_rw10(0x2A, 0, WRITE_8M), 8 * MIB)
@@ -1636,10 +1677,10 @@ def buffers_orphans(b, mport):
           "the orphaned write is not charged while it is kept")
     wait_metric(mport, "linerate_task_buffer_bytes", 0, 20)
     kept = time.monotonic() - t0
-    check("kept for reassignment for 1 + 2 s" in log_text(b.d),
-          "no log line saying the orphan is kept for 1 + 2 s\n" + b.d.log_tail())
-    b.say("ERL 2, DefaultTime2Wait/Time2Retain 3600 asked: answered %s / 2; the orphaned 8 MiB "
-          "write stayed charged and was freed %.1f s after its connection died (1 + 2 s)"
+    check("kept for reassignment for 1 + 3 s" in log_text(b.d),
+          "no log line saying the orphan is kept for 1 + 3 s\n" + b.d.log_tail())
+    b.say("ERL 2, DefaultTime2Wait/Time2Retain 3600 asked: answered %s / 3; the orphaned 8 MiB "
+          "write stayed charged and was freed %.1f s after its connection died (1 + 3 s)"
           % (t2w, kept))
 
 
@@ -1680,12 +1721,13 @@ def cat_buffers(binary):
     mport = free_port()
     b = Bench(binary, "buffers", ["max-task-buffers = 24M", "data-out-timeout = 3",
                                   "error-recovery-level = 2", "default-time2wait = 1",
-                                  "default-time2retain = 2"],
+                                  "default-time2retain = 3"],
               log_level="info", extra=["--metrics", "127.0.0.1:%d" % mport])
     try:
         check(metric(mport, "linerate_task_buffer_limit_bytes") == 24 * MIB,
               "max-task-buffers not in the metrics")
         buffers_cap_timeout(b, mport)
+        buffers_slow_writer(b)
         b.io()
         buffers_orphans(b, mport)
         b.finish()
