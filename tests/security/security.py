@@ -58,6 +58,11 @@ the per-address limits matter.
             get 503 at once, silent ones are cut within about a second (4 s allowed), and
             20 slow connections from 127.0.0.3 do not keep a scrape from 127.0.0.2 from being
             answered
+  buffers   VERIFY BYTCHK=3 is charged its copy of the range (one connection's 64 MiB takes
+            fewer than nine over 8 MiB); max-task-buffers: a peer's writes without data fill
+            it, its next write gets TASK SET FULL, another session's BUSY; data-out-timeout
+            closes the peer and frees the memory, a slow writer making progress is not cut;
+            ERL 2 orphans stay charged for the target's Time2Wait + Time2Retain only
 
 Counts are scaled for 2 shared CPUs under ASan (the whole suite runs in about a minute there).
 Exit 0 when every check holds. Python 3 standard library only."""
