@@ -5,6 +5,7 @@
  * (phase collapse), residuals, and task
  * lifetime across aborts and dropped connections. */
 #include <assert.h>
+#include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -74,6 +75,7 @@ void task_put(struct iscsi_task *t)
         assert(list_empty(&t->wait.node) && list_empty(&t->retained_node));
         struct iscsi_session *s = t->orphan_sess;
         scsi_task_release(&t->scsi);
+        taskmem_uncharge(s->srv, t->buf_charge); /* the orphan's memory, till now */
         free(t);
         session_put(s);
         return;
@@ -87,8 +89,9 @@ void task_put(struct iscsi_task *t)
     list_del(&t->r2t_node);
     assert(c->buf_bytes >= t->buf_charge);
     c->buf_bytes -= t->buf_charge;
-    t->buf_charge = 0;
     scsi_task_release(&t->scsi);
+    taskmem_uncharge(c->srv, t->buf_charge);
+    t->buf_charge = 0;
     list_del(&t->node);
     c->ntasks--;
     struct iscsi_reactor_local *l = conn_reactor_local(c);
@@ -846,6 +849,29 @@ static void cmd_drop_new(struct iscsi_conn *c, struct iscsi_task *t)
     task_put(t);
 }
 
+/* scsi_task.admit: every byte of data memory a command will hold (its buffer, a compare copy,
+ * a fill pattern: scsi_task.mem) is charged before the SCSI core allocates it, to the connection
+ * (ISCSI_CONN_BUF_BUDGET, so one peer cannot take the whole budget) and to the daemon
+ * (max-task-buffers). Past either the command is answered, never allocated: TASK SET FULL when
+ * this I_T nexus has other commands, BUSY when it has none (SAM-5 §5.3.1); either makes an
+ * initiator retry later (Linux requeues both). The connection's first command always passes
+ * its own budget (a single command is at most SCSI_MAX_XFER_BYTES plus its copy). */
+static bool cmd_admit_memory(struct scsi_task *st, size_t bytes, enum scsi_refusal *why)
+{
+    struct iscsi_task *t = st->transport_priv;
+    struct iscsi_conn *c = t->conn;
+    *why = c->ntasks > 1 ? SCSI_REFUSE_TASK_SET_FULL : SCSI_REFUSE_BUSY;
+    if (c->buf_bytes && c->buf_bytes + bytes > ISCSI_CONN_BUF_BUDGET)
+        return false;
+    if (!taskmem_charge(c->srv, bytes)) {
+        taskmem_refused(c->srv, c->peer, bytes);
+        return false;
+    }
+    t->buf_charge = bytes;
+    c->buf_bytes += bytes;
+    return true;
+}
+
 /* Header phase: the verdict (p->reject_reason, or the new task in p->task) and where the
  * immediate data goes. Refused or dropped commands swallow their data and are answered, if at
  * all, once the PDU is complete (cmd_handle_scsi_data_done). */
@@ -884,6 +910,7 @@ int cmd_handle_scsi_header(struct iscsi_conn *c, struct iscsi_pdu_in *p)
     st->edtl_write = flags & ISCSI_CMD_WRITE;
     st->tag = itt;
     st->transport_priv = t;
+    st->admit = cmd_admit_memory;
 
     enum cmdsn_verdict order;
     if (t->immediate && cmd_immediate_retry(c, t)) {
@@ -926,19 +953,8 @@ int cmd_handle_scsi_header(struct iscsi_conn *c, struct iscsi_pdu_in *p)
     task_get(t); /* the receive engine's, until the end of this PDU */
     p->task = t;
 
-    if (scsi_task_setup(st) < 0) {
-        t->refused = true;
-    } else if (st->buffered) {
-        /* A store without memory mapping needs a buffer per command: bound what one connection
-         * holds, answering TASK SET FULL beyond it (SAM-5 §5.3.1) so the initiator backs off. */
-        if (c->buf_bytes && c->buf_bytes + st->xfer_len > ISCSI_CONN_BUF_BUDGET) {
-            scsi_task_refuse(st, SCSI_REFUSE_TASK_SET_FULL);
-            t->refused = true;
-        } else {
-            t->buf_charge = st->xfer_len;
-            c->buf_bytes += st->xfer_len;
-        }
-    }
+    if (scsi_task_setup(st) < 0)
+        t->refused = true; /* by the SCSI rules, or by cmd_admit_memory: nothing allocated */
     uint32_t dlen = p->dlen;
     if (st->edtl_write) {
         const struct iscsi_params *sp = &c->session->params;
@@ -1098,10 +1114,9 @@ int cmd_handle_data_out_header(struct iscsi_conn *c, struct iscsi_pdu_in *p)
     uint32_t len = p->dlen;
     const char *err = NULL, *seq_err = NULL;
     bool erl1 = conn_erl(c) >= 1;
-    if (erl1) {
-        t->data_out_ms = c->last_rx_ms;
+    t->data_out_ms = c->last_rx_ms; /* progress: the stall check and data-out-timeout */
+    if (erl1)
         t->stall_rounds = 0;
-    }
     if (ttt == ISCSI_RSVD_TAG) {
         if (erl1 && !t->seq_failed &&
             data_out_gap(t->unsol_datasn, t->unsol_next_off, datasn, off,
@@ -1301,6 +1316,38 @@ int cmd_check_stalled(struct iscsi_conn *c, uint64_t now_ms)
     return ISCSI_OK;
 }
 
+/* ERL 0: a write whose solicited or unsolicited Data-Out stops coming holds its buffers for as
+ * long as the initiator likes (answering NOP-In pings keeps the connection), and ERL 0 has no
+ * way to ask for the data again (recovery R2Ts are ERL 1, RFC 7143 §7.1.2, §7.8): after
+ * data-out-timeout seconds without a Data-Out for it, the connection is closed, which is the
+ * recovery ERL 0 has (§7.1.5: connection failure, the session's tasks end with it) and frees
+ * every buffer it held. */
+int cmd_check_data_out_timeout(struct iscsi_conn *c, uint64_t now_ms)
+{
+    uint64_t limit_ms = (uint64_t)c->srv->limits.data_out_timeout_s * 1000;
+    if (!limit_ms)
+        return ISCSI_OK;
+    struct list_node *n, *tmp;
+    list_for_each_safe(n, tmp, &c->tasks)
+    {
+        struct iscsi_task *t = list_entry(n, struct iscsi_task, node);
+        if (t->aborted || t->refused || (t->state != TASK_DATA_OUT && t->state != TASK_QUEUED))
+            continue;
+        if (!t->r2t_outstanding && !t->unsol_remaining)
+            continue;
+        /* A Data-Out arriving right now counts too: its header moved data_out_ms, and a payload
+         * that takes this long (a peer sending a header and then nothing) is no progress. */
+        if (now_ms - t->data_out_ms < limit_ms)
+            continue;
+        log_msg(LOG_LVL_WARN,
+                "%s: ITT 0x%08x: no Data-Out for %u s (data-out-timeout), %" PRIu64
+                " bytes of buffers held on this connection: closing it (ERL 0)",
+                c->peer, t->itt, c->srv->limits.data_out_timeout_s, c->buf_bytes);
+        return ISCSI_ERR_DATA_OUT_TIMEOUT;
+    }
+    return ISCSI_OK;
+}
+
 struct iscsi_task *cmd_task_lookup(struct iscsi_conn *c, uint32_t itt)
 {
     return task_lookup_except(c, itt, NULL);
@@ -1450,7 +1497,7 @@ void cmd_conn_teardown(struct iscsi_conn *c)
         struct iscsi_orphans *g = orphans_new(c);
         kept = g && orphan_conn_tasks(c, g);
         if (kept)
-            orphans_publish(g, c->session->params.default_time2wait,
+            orphans_publish(g, session_time2wait(c->session),
                             c->session->params.default_time2retain);
         else if (g)
             orphans_discard(g);

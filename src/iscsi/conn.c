@@ -489,7 +489,7 @@ static int logout_respond(struct iscsi_conn *c, const struct iscsi_bhs *req, uin
     h->b[BHS_RESPONSE] = response;
     bhs_put32(h, BHS_ITT, bhs_get32(req, BHS_ITT));
     if (recovery) {
-        put_be16(h->b + BHS_TIME2WAIT, gone ? 0 : (uint16_t)c->session->params.default_time2wait);
+        put_be16(h->b + BHS_TIME2WAIT, gone ? 0 : (uint16_t)session_time2wait(c->session));
         put_be16(h->b + BHS_TIME2RETAIN, (uint16_t)c->session->params.default_time2retain);
     }
     conn_fill_sn(c, h, true);
@@ -749,7 +749,7 @@ int conn_send_async_drop(struct iscsi_conn *c)
     conn_fill_sn(c, h, true); /* a status PDU: it takes a StatSN (§11.9) */
     h->b[BHS_ASYNC_EVENT] = ISCSI_ASYNC_DROP_CONNECTION;
     put_be16(h->b + BHS_ASYNC_PARAM1, c->cid);
-    put_be16(h->b + BHS_ASYNC_PARAM2, (uint16_t)s->params.default_time2wait);
+    put_be16(h->b + BHS_ASYNC_PARAM2, (uint16_t)session_time2wait(s));
     put_be16(h->b + BHS_ASYNC_PARAM3, (uint16_t)s->params.default_time2retain);
     conn_send(c, p);
     /* nothing more is read or answered; the connection closes once the message is out */
@@ -824,11 +824,9 @@ static int conn_timer_check(struct iscsi_conn *c)
             return ISCSI_ERR_DISCOVERY_IDLE;
         if (c->session)
             session_check_gap(c->session, now);
-        if (conn_erl(c) >= 1) {
-            int rc = cmd_check_stalled(c, now);
-            if (rc < 0)
-                return rc;
-        }
+        int rc = conn_erl(c) >= 1 ? cmd_check_stalled(c, now) : cmd_check_data_out_timeout(c, now);
+        if (rc < 0)
+            return rc;
         bool pings = srv->nop_interval_s != 0;
         if (pings && c->nop_outstanding) {
             if (now - c->nop_sent_ms > (uint64_t)srv->nop_timeout_s * 1000)

@@ -164,7 +164,8 @@ struct iscsi_task {
     unsigned stall_rounds;          /* re-solicits since then (ISCSI_DATA_OUT_STALL_ROUNDS) */
     struct list_node retained_node; /* conn->retained, in StatSN order */
     unsigned refs;                  /* see above; on the connection's thread only */
-    uint32_t buf_charge;            /* bytes of conn->buf_bytes this task holds */
+    uint64_t buf_charge;            /* bytes of data memory it holds: in conn->buf_bytes (while on a
+                                     * connection) and in srv->task_mem (until freed) */
     struct iscsi_task *hash_next;
     struct list_node node;     /* conn->tasks (conn->task_free once freed) */
     struct list_node r2t_node; /* conn->r2t_waiting */
@@ -582,6 +583,8 @@ void session_note_lost_conn(struct iscsi_session *s);
  * commands back for ISCSI_GAP_GRACE_MS is given up and the window moves on, up to the MaxCmdSN
  * granted when the connection died. */
 void session_check_gap(struct iscsi_session *s, uint64_t now_ms);
+/* The negotiated DefaultTime2Wait, bounded by the target's own (what it keeps orphans for). */
+uint32_t session_time2wait(const struct iscsi_session *s);
 /* The ExpCmdSN / MaxCmdSN pair for a response. */
 void session_window(struct iscsi_session *s, uint32_t *exp, uint32_t *max);
 
@@ -666,6 +669,16 @@ static inline unsigned conn_erl(const struct iscsi_conn *c)
 void cmd_ack_statsn(struct iscsi_conn *c, uint32_t exp_statsn);
 /* ERL >= 1, once a second: re-solicit the Data-Out of writes whose sequences stalled. */
 int cmd_check_stalled(struct iscsi_conn *c, uint64_t now_ms);
+/* ERL 0, once a second: ISCSI_ERR_DATA_OUT_TIMEOUT when a write's Data-Out has not come for
+ * data-out-timeout seconds (its connection is then closed, freeing its tasks). */
+int cmd_check_data_out_timeout(struct iscsi_conn *c, uint64_t now_ms);
+
+/* taskmem.c: the daemon-wide budget of task data memory (limits.max_task_buffers). charge
+ * takes n bytes if they fit (false: nothing taken); uncharge gives them back; refused counts
+ * and logs (rate limited) a command turned away for it. */
+bool taskmem_charge(struct iscsi_server *srv, uint64_t n);
+void taskmem_uncharge(struct iscsi_server *srv, uint64_t n);
+void taskmem_refused(struct iscsi_server *srv, const char *peer, uint64_t n);
 /* A task of this connection by ITT among every state (the hash holds only those taking
  * Data-Out): the newest one not aborted, or NULL. For SNACK and command retries, which are
  * rare; a linear walk. */

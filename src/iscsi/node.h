@@ -45,6 +45,12 @@ struct iscsi_limits {
     unsigned max_discovery_sessions;          /* in total */
     unsigned max_discovery_sessions_per_addr; /* from one source address */
     unsigned discovery_idle_timeout_s;        /* closed after this long without a Text request */
+    /* Data memory all tasks together may hold (their buffers, compare copies, fill patterns,
+     * orphans kept at ERL 2): past it a command gets TASK SET FULL or BUSY (taskmem.c). */
+    uint64_t max_task_buffers;
+    /* A write whose Data-Out stops for this long: at ERL 0 its connection is closed (the only
+     * recovery ERL 0 has, RFC 7143 §7.1.2); ERL >= 1 recovers sooner (cmd_check_stalled). */
+    unsigned data_out_timeout_s;
 };
 
 #define ISCSI_DEFAULT_MAX_TX_BACKLOG (4ull << 20)
@@ -56,6 +62,8 @@ struct iscsi_limits {
 #define ISCSI_DEFAULT_MAX_DISCOVERY_SESSIONS 64u
 #define ISCSI_DEFAULT_MAX_DISCOVERY_SESSIONS_PER_ADDR 4u
 #define ISCSI_DEFAULT_DISCOVERY_IDLE_TIMEOUT_S 60u
+#define ISCSI_DEFAULT_MAX_TASK_BUFFERS (1ull << 30)
+#define ISCSI_DEFAULT_DATA_OUT_TIMEOUT_S 30u
 
 struct iscsi_pending_addr;
 
@@ -133,6 +141,12 @@ struct iscsi_server {
     struct iscsi_pending_addr **pending_hash;
     struct log_limit refuse_log; /* refused connections (pending_lock) */
     struct log_limit login_log;  /* connections that never logged in (pending_lock) */
+    /* Task data memory held now, daemon-wide (limits.max_task_buffers; taskmem.c), and the
+     * commands refused for it. */
+    _Atomic uint64_t task_mem;
+    _Atomic uint64_t task_mem_refused;
+    pthread_mutex_t task_mem_log_lock;
+    struct log_limit task_mem_log; /* (task_mem_log_lock) */
     /* --inject, a testing aid: handed to every connection at accept. kill-connection cuts one
      * logged-in connection of a normal session every kill_conn_s seconds, server-wide: the
      * first connection to find inject_next_cut_ms passed moves it on and closes itself. */

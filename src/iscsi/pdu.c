@@ -15,6 +15,7 @@ static const char *const status_reason[ISCSI_STATUS_COUNT] = {
     [-ISCSI_ERR_LOGIN_TIMEOUT] = "login timed out",
     [-ISCSI_ERR_NOP_TIMEOUT] = "no answer to NOP-In ping",
     [-ISCSI_ERR_DISCOVERY_IDLE] = "discovery session idle",
+    [-ISCSI_ERR_DATA_OUT_TIMEOUT] = "Data-Out timed out (ERL 0)",
 };
 
 const char *iscsi_status_str(int status)

@@ -289,19 +289,20 @@ struct iscsi_pdu_in {
  * these; they never close the connection themselves. */
 enum iscsi_status {
     ISCSI_OK = 0,
-    ISCSI_ERR_PROTOCOL = -1,        /* a protocol error ERL 0 cannot recover from */
-    ISCSI_ERR_NOMEM = -2,           /* a reply or a buffer could not be allocated */
-    ISCSI_ERR_NOT_IN_LOGIN = -3,    /* a PDU other than Login before login completed (§6.1) */
-    ISCSI_ERR_OVERSIZED = -4,       /* data segment beyond MaxRecvDataSegmentLength (§13.12) */
-    ISCSI_ERR_HDIGEST = -5,         /* header digest mismatch (ERL 0: §7.8) */
-    ISCSI_ERR_DDIGEST = -6,         /* data digest mismatch (ERL 0: §7.8) */
-    ISCSI_ERR_DATA_OUT = -7,        /* Data-Out with a TTT we never gave, or beyond its burst */
-    ISCSI_ERR_DATA_OUT_SEQ = -8,    /* an R2T sequence ended (F bit) short of its length */
-    ISCSI_ERR_LOGIN_TIMEOUT = -9,   /* login not complete within login-timeout of accept */
-    ISCSI_ERR_NOP_TIMEOUT = -10,    /* no answer to a NOP-In ping within nop-timeout */
-    ISCSI_ERR_DISCOVERY_IDLE = -11, /* a discovery session without a Text request for long */
+    ISCSI_ERR_PROTOCOL = -1,          /* a protocol error ERL 0 cannot recover from */
+    ISCSI_ERR_NOMEM = -2,             /* a reply or a buffer could not be allocated */
+    ISCSI_ERR_NOT_IN_LOGIN = -3,      /* a PDU other than Login before login completed (§6.1) */
+    ISCSI_ERR_OVERSIZED = -4,         /* data segment beyond MaxRecvDataSegmentLength (§13.12) */
+    ISCSI_ERR_HDIGEST = -5,           /* header digest mismatch (ERL 0: §7.8) */
+    ISCSI_ERR_DDIGEST = -6,           /* data digest mismatch (ERL 0: §7.8) */
+    ISCSI_ERR_DATA_OUT = -7,          /* Data-Out with a TTT we never gave, or beyond its burst */
+    ISCSI_ERR_DATA_OUT_SEQ = -8,      /* an R2T sequence ended (F bit) short of its length */
+    ISCSI_ERR_LOGIN_TIMEOUT = -9,     /* login not complete within login-timeout of accept */
+    ISCSI_ERR_NOP_TIMEOUT = -10,      /* no answer to a NOP-In ping within nop-timeout */
+    ISCSI_ERR_DISCOVERY_IDLE = -11,   /* a discovery session without a Text request for long */
+    ISCSI_ERR_DATA_OUT_TIMEOUT = -12, /* ERL 0: a write's Data-Out stopped for data-out-timeout */
 };
-#define ISCSI_STATUS_COUNT 12 /* entries of the reason table (0 .. -11) */
+#define ISCSI_STATUS_COUNT 13 /* entries of the reason table (0 .. -12) */
 
 /* The reason logged when a status closes a connection ("?" for an unknown value). */
 const char *iscsi_status_str(int status);

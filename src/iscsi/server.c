@@ -32,6 +32,8 @@ void iscsi_limits_default(struct iscsi_limits *l)
     l->max_discovery_sessions = ISCSI_DEFAULT_MAX_DISCOVERY_SESSIONS;
     l->max_discovery_sessions_per_addr = ISCSI_DEFAULT_MAX_DISCOVERY_SESSIONS_PER_ADDR;
     l->discovery_idle_timeout_s = ISCSI_DEFAULT_DISCOVERY_IDLE_TIMEOUT_S;
+    l->max_task_buffers = ISCSI_DEFAULT_MAX_TASK_BUFFERS;
+    l->data_out_timeout_s = ISCSI_DEFAULT_DATA_OUT_TIMEOUT_S;
 }
 
 int iscsi_server_init(struct iscsi_server *srv)
@@ -41,6 +43,7 @@ int iscsi_server_init(struct iscsi_server *srv)
     if (!srv->pending_hash)
         return -1;
     pthread_mutex_init(&srv->pending_lock, NULL);
+    pthread_mutex_init(&srv->task_mem_log_lock, NULL);
     iscsi_limits_default(&srv->limits);
     pthread_mutex_init(&srv->sessions_lock, NULL);
     pthread_mutex_init(&srv->chap_lock, NULL);
@@ -102,6 +105,7 @@ void iscsi_server_destroy(struct iscsi_server *srv)
     free(srv->pending_hash);
     srv->pending_hash = NULL;
     pthread_mutex_destroy(&srv->pending_lock);
+    pthread_mutex_destroy(&srv->task_mem_log_lock);
 }
 
 /* ---------------- connections not yet logged in ---------------- */

@@ -670,6 +670,22 @@ void session_cmd_done(struct iscsi_session *s)
  * with. A gap holds only while ExpCmdSN stays where it was: with MC/S some command is nearly
  * always waiting for another connection's (each for microseconds), and such a queue that
  * never empties is traffic, not a hole. */
+/* The Time2Wait the target honours. DefaultTime2Wait's result is the larger of both offers
+ * (RFC 7143 §13.15, "Maximum"), so an initiator may make it 3600 s whatever the target says,
+ * and the target would keep the orphaned tasks of a failed connection (and their buffers) for
+ * Time2Wait + Time2Retain (§6.3.4, §11.15.2). It keeps them no longer than it is configured to
+ * wait (its own default-time2wait): an initiator that waits longer finds them gone and TASK
+ * REASSIGN answers "task does not exist" (§11.6.1), after which it retries the command.
+ * Time2Retain needs no such bound: its result is the smaller offer (§13.16). The same value
+ * is what the target reports in a Logout Response and an Async Message. */
+uint32_t session_time2wait(const struct iscsi_session *s)
+{
+    uint32_t t2w = s->params.default_time2wait;
+    if (s->node && t2w > s->node->params.default_time2wait)
+        t2w = s->node->params.default_time2wait;
+    return t2w;
+}
+
 /* At ERL 2 a command lost with its connection is retried by the initiator once it has
  * recovered (RFC 7143 §7.2: TASK REASSIGN answers "task does not exist" for it), which may take
  * Time2Wait and then up to Time2Retain: the hole is held that long before it is given up. */
@@ -677,7 +693,7 @@ static uint64_t session_gap_grace_ms(const struct iscsi_session *s)
 {
     if (s->params.erl < 2)
         return ISCSI_GAP_GRACE_MS;
-    uint64_t ms = 1000ull * (s->params.default_time2wait + s->params.default_time2retain);
+    uint64_t ms = 1000ull * (session_time2wait(s) + s->params.default_time2retain);
     return ms > ISCSI_GAP_GRACE_MS ? ms : ISCSI_GAP_GRACE_MS;
 }
 

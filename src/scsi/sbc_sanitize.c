@@ -15,7 +15,7 @@
 #define SA_OVERWRITE 0x01
 #define SA_BLOCK_ERASE 0x02
 #define SA_EXIT_FAILURE 0x1f
-#define SANITIZE_CHUNK (1u << 20)
+#define SANITIZE_CHUNK SCSI_FILL_CHUNK
 
 struct sanitize_ctx {
     struct sbc_seq seq;

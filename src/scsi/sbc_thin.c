@@ -12,7 +12,7 @@
 
 /* Bytes one WRITE SAME / SANITIZE step writes: large enough to amortise a submit, small
  * enough that a whole-LUN fill never allocates more than this. */
-#define FILL_CHUNK (1u << 20)
+#define FILL_CHUNK SCSI_FILL_CHUNK
 /* Steps run back to back on a reactor before the runner yields to other connections. */
 #define SEQ_BUDGET 64
 

@@ -145,6 +145,23 @@ struct scsi_target {
     enum scsi_alua_state alua_state; /* own group's default for LUNs added (0: active/optimized) */
 };
 
+/* Why a transport ends a command itself instead of letting it run (or finish running). */
+enum scsi_refusal {
+    /* SAM-5 §5.3.1 TASK SET FULL, no sense: the transport has no room for the command now
+     * (buffers, say) while the I_T nexus has other commands; the initiator retries later.
+     * Before any data moved: dir becomes SCSI_DIR_NONE and xfer_len 0, as when setup
+     * refuses. */
+    SCSI_REFUSE_TASK_SET_FULL,
+    /* SAM-5 §5.3.1 BUSY, no sense: the same lack of room when the I_T nexus has no other
+     * command (TASK SET FULL is for a nexus that has some); the initiator retries later. */
+    SCSI_REFUSE_BUSY,
+    /* CHECK CONDITION, ABORTED COMMAND, 47h/05h PROTOCOL SERVICE CRC ERROR: data-out was lost
+     * to a digest or sequence error that the connection does not recover (RFC 7143 §7.8 b,
+     * §7.9; the sense is the "Protocol Service CRC error" row of §11.4.7.2). dir and xfer_len
+     * stay, so the transport's residual still counts what the CDB asked for. */
+    SCSI_REFUSE_PROTOCOL_CRC_ERROR,
+};
+
 struct scsi_task {
     /* filled by the transport */
     uint8_t cdb[SCSI_CDB_MAX];
@@ -156,6 +173,12 @@ struct scsi_task {
     uint32_t tag;
     void (*done)(struct scsi_task *t);
     void *transport_priv;
+    /* Or NULL: asked by setup, before it allocates anything, with every byte of data memory
+     * the command will hold (its buffer, the medium's copy a compare reads, what its execution
+     * allocates: scsi_task.mem). Returning false refuses the command with *why (TASK SET FULL
+     * or BUSY, SAM-5 §5.3.1), nothing allocated. What it charges the transport uncharges
+     * itself, once scsi_task_release() has freed the memory. */
+    bool (*admit)(struct scsi_task *t, size_t bytes, enum scsi_refusal *why);
 
     /* set by scsi_task_setup() */
     struct scsi_lun *lu; /* NULL if the LUN does not exist */
@@ -167,6 +190,7 @@ struct scsi_task {
      * command needs a copy), held until release: a transport may bound how much of that one
      * peer holds (scsi_task_refuse, SCSI_REFUSE_TASK_SET_FULL). */
     bool buffered;
+    size_t mem; /* the bytes admit was asked for (0: none, or no admit) */
 
     /* set by scsi_task_exec() (or by setup when it refuses) */
     uint32_t data_len; /* reads: bytes of t->iov valid to send (may be < xfer_len) */
@@ -370,18 +394,6 @@ void scsi_lun_get_info(const struct scsi_lun *lu, struct scsi_lun_info *out);
 uint64_t scsi_lun_from_wire(const uint8_t w[8]);
 void scsi_lun_to_wire(uint64_t lun, uint8_t w[8]);
 
-/* Why a transport ends a command itself instead of letting it run (or finish running). */
-enum scsi_refusal {
-    /* SAM-5 §5.3.1 TASK SET FULL, no sense: the transport has no room for the command now
-     * (buffers, say); the initiator retries later. Before any data moved: dir becomes
-     * SCSI_DIR_NONE and xfer_len 0, as when setup refuses. */
-    SCSI_REFUSE_TASK_SET_FULL,
-    /* CHECK CONDITION, ABORTED COMMAND, 47h/05h PROTOCOL SERVICE CRC ERROR: data-out was lost
-     * to a digest or sequence error that the connection does not recover (RFC 7143 §7.8 b,
-     * §7.9; the sense is the "Protocol Service CRC error" row of §11.4.7.2). dir and xfer_len
-     * stay, so the transport's residual still counts what the CDB asked for. */
-    SCSI_REFUSE_PROTOCOL_CRC_ERROR,
-};
 /* The transport refuses t, after scsi_task_setup() and before (or instead of) the rest of its
  * data: releases what setup took (buffer, range lock; scsi_task_release later is harmless),
  * sets status and sense from the reason, and makes scsi_task_exec() only call done. Call it

@@ -59,6 +59,7 @@ enum scsi_reason {
     SR_MEDIUM_NOT_PRESENT,     /* 2 / 3Ah 00h MEDIUM NOT PRESENT */
     SR_REMOVAL_PREVENTED,      /* 5 / 53h 02h MEDIUM REMOVAL PREVENTED */
     SR_TASK_SET_FULL,          /* status 28h, no sense (SAM-5 §5.3.1): scsi_task_refuse */
+    SR_BUSY,                   /* status 08h, no sense (SAM-5 §5.3.1): the transport's admit */
     SR_PROTOCOL_CRC_ERROR,     /* B / 47h 05h PROTOCOL SERVICE CRC ERROR (RFC 7143 §11.4.7.2) */
     SR_LU_TIMEOUT,             /* B / 3Eh 02h TIMEOUT ON LOGICAL UNIT: the store's backend did
                                   not answer in time; ABORTED COMMAND, so initiators retry */
@@ -114,6 +115,10 @@ enum {
 /* The result of one EXTENDED COPY (LID1) held for RECEIVE COPY RESULTS (SPC-4 §6.18), per I_T
  * nexus, LUN and LIST IDENTIFIER. Guarded by target->lock; dropped once a completed copy's
  * status is reported, and on I_T nexus loss (xcopy_nexus_lost). */
+/* What WRITE SAME fills the medium from (the block repeated) and EXTENDED COPY's bounce
+ * buffer: memory those commands allocate as they run, counted in scsi_task.mem. */
+#define SCSI_FILL_CHUNK (1u << 20)
+#define SCSI_COPY_CHUNK (1u << 20)
 #define XCOPY_HELD_MAX 8
 struct xcopy_result {
     uint64_t seq; /* 0: slot free; else arrival order (the oldest completed one is reused) */

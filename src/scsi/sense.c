@@ -108,9 +108,11 @@ static void set_reason(struct scsi_task *t, scsi_sr sr, bool has_info, uint32_t 
         t->sense_len = 0;
         return;
     }
-    if (SR_REASON(sr) == SR_RESERVATION_CONFLICT || SR_REASON(sr) == SR_TASK_SET_FULL) {
+    if (SR_REASON(sr) == SR_RESERVATION_CONFLICT || SR_REASON(sr) == SR_TASK_SET_FULL ||
+        SR_REASON(sr) == SR_BUSY) {
         /* a status of its own, without sense */
         t->status = SR_REASON(sr) == SR_TASK_SET_FULL ? SCSI_STATUS_TASK_SET_FULL
+                    : SR_REASON(sr) == SR_BUSY        ? SCSI_STATUS_BUSY
                                                       : SCSI_STATUS_RESERVATION_CONFLICT;
         t->sense_len = 0;
         t->data_len = 0;

@@ -339,12 +339,26 @@ static void buf_put(void *p, uint8_t cls)
     bc->bytes += n;
 }
 
+/* page aligned: an O_DIRECT file store takes the buffer as it is */
+static size_t buffer_request(uint32_t xfer_len, size_t extra)
+{
+    return (((size_t)xfer_len + 4095) & ~(size_t)4095) + ((extra + 4095) & ~(size_t)4095);
+}
+
+/* What buf_get really takes for that: its size class (the memory the task holds). */
+static size_t buffer_bytes(uint32_t xfer_len, size_t extra)
+{
+    size_t n = buffer_request(xfer_len, extra);
+    for (unsigned c = 0; c < BUF_CLASSES; c++)
+        if (((size_t)4096 << c) >= n)
+            return (size_t)4096 << c;
+    return n;
+}
+
 static scsi_sr alloc_buffer(struct scsi_task *t, size_t extra)
 {
     struct scsi_task_core *k = scsi_core(t);
-    /* page aligned: an O_DIRECT file store takes the buffer as it is */
-    size_t n = (((size_t)t->xfer_len + 4095) & ~(size_t)4095) + ((extra + 4095) & ~(size_t)4095);
-    void *p = buf_get(n, &k->buf_class);
+    void *p = buf_get(buffer_request(t->xfer_len, extra), &k->buf_class);
     if (!p)
         return SR_INSUFFICIENT_RESOURCES;
     k->buf = p;
@@ -352,6 +366,35 @@ static scsi_sr alloc_buffer(struct scsi_task *t, size_t extra)
     t->iov[0].iov_base = p;
     t->iov[0].iov_len = t->xfer_len;
     t->iovcnt = 1;
+    return SR_OK;
+}
+
+/* Data memory a command's execution allocates beside the buffer setup gives it: WRITE SAME's
+ * and SANITIZE's fill pattern, the medium's copy COMPARE AND WRITE and ORWRITE read (a mapped
+ * store is read in place), EXTENDED COPY's bounce buffer. Upper bounds: the transport charges
+ * them up front, so nothing a command allocates later escapes its accounting. */
+static size_t exec_memory(const struct scsi_cmd *c, const struct scsi_lun *lu, uint64_t range)
+{
+    if (c->exec == sbc_exec_write_same)
+        return range < SCSI_FILL_CHUNK ? range : SCSI_FILL_CHUNK;
+    if (c->exec == sbc_exec_sanitize)
+        return SCSI_FILL_CHUNK;
+    if ((c->exec == sbc_exec_caw || c->exec == sbc_exec_orwrite) && lu && !lu->mapped)
+        return range;
+    if (c->exec == xcopy_exec)
+        return SCSI_COPY_CHUNK;
+    return 0;
+}
+
+/* Asks the transport for room for n bytes of data memory before any is allocated. */
+static scsi_sr admit_memory(struct scsi_task *t, size_t n)
+{
+    enum scsi_refusal why = SCSI_REFUSE_TASK_SET_FULL;
+    if (!n || !t->admit)
+        return SR_OK;
+    if (!t->admit(t, n, &why))
+        return why == SCSI_REFUSE_BUSY ? SR_BUSY : SR_TASK_SET_FULL;
+    t->mem = n;
     return SR_OK;
 }
 
@@ -394,6 +437,7 @@ int scsi_task_setup(struct scsi_task *t)
     t->status = SCSI_STATUS_GOOD;
     t->sense_len = 0;
     t->buffered = false;
+    t->mem = 0;
     k->buf = NULL;
     k->cmd = NULL;
 
@@ -494,6 +538,12 @@ int scsi_task_setup(struct scsi_task *t)
      * between it and the store under the store's or the range lock's exclusion, so a READ
      * never returns a block half written, and what the transport sends (and digests) is
      * memory nobody else writes. */
+    size_t mem = exec_memory(c, lu, k->io.length);
+    if (t->xfer_len)
+        mem += buffer_bytes(t->xfer_len, scratch);
+    sr = admit_memory(t, mem);
+    if (sr)
+        goto refuse;
     if (t->xfer_len) {
         sr = alloc_buffer(t, scratch);
         if (sr)
@@ -539,7 +589,8 @@ void scsi_task_refuse(struct scsi_task *t, enum scsi_refusal why)
     scsi_task_release(t);
     switch (why) {
     case SCSI_REFUSE_TASK_SET_FULL:
-        scsi_task_set_reason(t, SR_TASK_SET_FULL);
+    case SCSI_REFUSE_BUSY:
+        scsi_task_set_reason(t, why == SCSI_REFUSE_BUSY ? SR_BUSY : SR_TASK_SET_FULL);
         t->dir = SCSI_DIR_NONE;
         t->xfer_len = 0;
         return;

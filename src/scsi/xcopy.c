@@ -15,16 +15,16 @@
  * no others. VMware and QEMU send two CSCD descriptors and one segment. A list's worst case,
  * XCOPY_MAX_SEGS * XCOPY_MAX_SEG_BYTES, is what one command may move. */
 enum {
-    XCOPY_HDR_LEN = 16,     /* parameter list header (SPC-4 table 109) */
-    XCOPY_CSCD_LEN = 32,    /* CSCD descriptors but the 64-byte IPv6/IP copy service ones */
-    XCOPY_B2B_LEN = 28,     /* block device to block device segment descriptor */
-    XCOPY_MAX_CSCD = 16,    /* MAXIMUM CSCD DESCRIPTOR COUNT */
-    XCOPY_MAX_SEGS = 32,    /* MAXIMUM SEGMENT DESCRIPTOR COUNT */
-    XCOPY_MAX_LIST = 1024,  /* MAXIMUM DESCRIPTOR LIST LENGTH */
-    XCOPY_MAX_INLINE = 0,   /* no segment type reads inline data */
-    XCOPY_CHUNK = 1u << 20, /* bytes per read and write (the bounce buffer) */
-    XCOPY_MOVE_BUDGET = 16, /* RAM-to-RAM chunks (16 MiB) per reactor turn */
-    XCOPY_OWN_LUN = 0xffff, /* CSCD index meaning the LUN that received the command */
+    XCOPY_HDR_LEN = 16,            /* parameter list header (SPC-4 table 109) */
+    XCOPY_CSCD_LEN = 32,           /* CSCD descriptors but the 64-byte IPv6/IP copy service ones */
+    XCOPY_B2B_LEN = 28,            /* block device to block device segment descriptor */
+    XCOPY_MAX_CSCD = 16,           /* MAXIMUM CSCD DESCRIPTOR COUNT */
+    XCOPY_MAX_SEGS = 32,           /* MAXIMUM SEGMENT DESCRIPTOR COUNT */
+    XCOPY_MAX_LIST = 1024,         /* MAXIMUM DESCRIPTOR LIST LENGTH */
+    XCOPY_MAX_INLINE = 0,          /* no segment type reads inline data */
+    XCOPY_CHUNK = SCSI_COPY_CHUNK, /* bytes per read and write (the bounce buffer) */
+    XCOPY_MOVE_BUDGET = 16,        /* RAM-to-RAM chunks (16 MiB) per reactor turn */
+    XCOPY_OWN_LUN = 0xffff,        /* CSCD index meaning the LUN that received the command */
     XCOPY_RCR_STATUS_LEN = 12,
     XCOPY_RCR_OPP_LEN = 46,
     XCOPY_RCR_FSD_HDR = 60,

@@ -121,6 +121,12 @@ static const char usage_text[] =
     "  --check                read the command line, the config file and the CHAP\n"
     "                         secrets, say what would be served and exit (0: good, 2:\n"
     "                         bad); stores are not opened and nothing is listened on\n"
+    "  --max-task-buffers SIZE  data memory all commands together may hold (buffers,\n"
+    "                         compare copies, ERL 2 orphans; default 1G, at least 16M);\n"
+    "                         past it a command is answered TASK SET FULL or BUSY\n"
+    "  --data-out-timeout SECONDS  a write whose Data-Out stops for this long closes its\n"
+    "                         connection at ErrorRecoveryLevel 0 (default 30, 1..3600)\n"
+    "                         (both also with --config, over its keys)\n"
     "  -h, --help             show this help and exit\n"
     "  -V, --version          show the version and exit\n"
     "\n"
@@ -170,6 +176,8 @@ enum {
     OPT_COLD_RESET,
     OPT_METRICS,
     OPT_CHECK,
+    OPT_MAX_TASK_BUFFERS,
+    OPT_DATA_OUT_TIMEOUT,
 };
 
 static const struct option long_opts[] = {
@@ -199,6 +207,8 @@ static const struct option long_opts[] = {
     {"target-cold-reset", required_argument, NULL, OPT_COLD_RESET},
     {"metrics", required_argument, NULL, OPT_METRICS},
     {"check", no_argument, NULL, OPT_CHECK},
+    {"max-task-buffers", required_argument, NULL, OPT_MAX_TASK_BUFFERS},
+    {"data-out-timeout", required_argument, NULL, OPT_DATA_OUT_TIMEOUT},
     {"help", no_argument, NULL, 'h'},
     {"version", no_argument, NULL, 'V'},
     {NULL, 0, NULL, 0},
@@ -243,6 +253,9 @@ struct cli_args {
     const char *ctl_socket;
     bool syslog;
     const char *metrics;
+    /* --max-task-buffers, --data-out-timeout: the limit keys of the same names, checked as
+     * they come and applied over the config file's */
+    const char *max_task_buffers, *data_out_timeout;
     bool inject_given;
     struct inject_spec inject;
     /* CHAP, indexed by OPT_CHAP_SECRETS.. OPT_CHAP_ALGS */
@@ -400,6 +413,15 @@ static int cli_collect(struct cli_args *a, int argc, char **argv)
             a->metrics = optarg;
             break;
         }
+        case OPT_MAX_TASK_BUFFERS:
+        case OPT_DATA_OUT_TIMEOUT: {
+            struct iscsi_limits probe;
+            iscsi_limits_default(&probe);
+            if (target_limits_key(&probe, opt_name(c), optarg, err, sizeof(err)) < 0)
+                return cli_fail("--%s: %s", opt_name(c), err);
+            *(c == OPT_MAX_TASK_BUFFERS ? &a->max_task_buffers : &a->data_out_timeout) = optarg;
+            break;
+        }
         case OPT_INJECT:
             if (a->inject_given)
                 return cli_fail("--inject given twice (put every fault in one list)");
@@ -554,6 +576,15 @@ int target_cli_parse(struct target_config *cfg, int argc, char **argv)
             target_set_metrics(cfg, a.metrics, err, sizeof(err));
             cfg->cli_metrics = true;
         }
+        char err[256]; /* checked at parse: these cannot fail here */
+        if (a.max_task_buffers)
+            target_limits_key(&cfg->limits, "max-task-buffers", a.max_task_buffers, err,
+                              sizeof(err));
+        if (a.data_out_timeout)
+            target_limits_key(&cfg->limits, "data-out-timeout", a.data_out_timeout, err,
+                              sizeof(err));
+        cfg->cli_max_task_buffers = a.max_task_buffers != NULL;
+        cfg->cli_data_out_timeout = a.data_out_timeout != NULL;
         cfg->inject = a.inject;
         if (a.check)
             rc = check_report(cfg, a.config);

@@ -120,8 +120,13 @@ static void diff_fixed(const struct target_config *run, const struct target_conf
     if (run->nop_interval_s != file->nop_interval_s || run->nop_timeout_s != file->nop_timeout_s ||
         run->login_timeout_s != file->login_timeout_s)
         note(restart, "nop-interval, nop-timeout or login-timeout");
-    if (memcmp(&run->limits, &file->limits, sizeof(run->limits)) != 0)
-        note(restart, "limits (max-*, discovery-idle-timeout)");
+    struct iscsi_limits fl = file->limits; /* what the command line set is not the file's */
+    if (run->cli_max_task_buffers)
+        fl.max_task_buffers = run->limits.max_task_buffers;
+    if (run->cli_data_out_timeout)
+        fl.data_out_timeout_s = run->limits.data_out_timeout_s;
+    if (memcmp(&run->limits, &fl, sizeof(run->limits)) != 0)
+        note(restart, "limits (max-*, discovery-idle-timeout, data-out-timeout)");
     if (!run->cli_state_dir && strcmp(run->state_dir, file->state_dir) != 0)
         note(restart, "state-dir");
     if (!run->cli_metrics && (run->metrics_on != file->metrics_on ||

@@ -16,7 +16,9 @@ struct limit_key {
 #define LIM(f) offsetof(struct iscsi_limits, f)
 
 /* 0 turns a limit off (for a benchmark or a closed network), except max-tx-backlog, which
- * is at least one largest reply so that any single answer can be queued. */
+ * is at least one largest reply so that any single answer can be queued, max-task-buffers,
+ * at least the largest command (8 MiB of data and 8 MiB of the medium's copy), and
+ * data-out-timeout, which is never off (ERL 0 has no other end for a stalled write). */
 static const struct limit_key limit_keys[] = {
     {"max-tx-backlog", 64u << 10, 1ull << 32, LIM(max_tx_backlog), true},
     {"max-pending-logins", 0, 1u << 20, LIM(max_pending_logins), false},
@@ -28,6 +30,8 @@ static const struct limit_key limit_keys[] = {
     {"max-discovery-sessions-per-address", 0, 65535, LIM(max_discovery_sessions_per_addr), false},
     /* seconds */
     {"discovery-idle-timeout", 0, 86400, LIM(discovery_idle_timeout_s), false},
+    {"data-out-timeout", 1, 3600, LIM(data_out_timeout_s), false},
+    {"max-task-buffers", 16u << 20, 1ull << 40, LIM(max_task_buffers), true},
 };
 
 bool target_limits_is_key(const char *key)

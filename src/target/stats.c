@@ -421,6 +421,22 @@ char *stats_prometheus(struct daemon *d, size_t *len)
     for (unsigned j = 0; j < IOSTATS_ERR_SLOTS; j++)
         bprintf(&b, "linerate_errors_total{sense_key=\"%s\"} %" PRIu64 "\n", iostats_err_name(j),
                 all.errors[j]);
+    /* The task data memory budget (max-task-buffers): what is held, the bound, and the
+     * commands turned away for it. */
+    bprintf(&b,
+            "# HELP linerate_task_buffer_bytes Data memory held by tasks (buffers, compare "
+            "copies, ERL 2 orphans).\n"
+            "# TYPE linerate_task_buffer_bytes gauge\n"
+            "linerate_task_buffer_bytes %" PRIu64 "\n"
+            "# HELP linerate_task_buffer_limit_bytes max-task-buffers.\n"
+            "# TYPE linerate_task_buffer_limit_bytes gauge\n"
+            "linerate_task_buffer_limit_bytes %" PRIu64 "\n"
+            "# HELP linerate_task_buffer_refused_total Commands answered TASK SET FULL or BUSY "
+            "for max-task-buffers.\n"
+            "# TYPE linerate_task_buffer_refused_total counter\n"
+            "linerate_task_buffer_refused_total %" PRIu64 "\n",
+            atomic_load(&d->srv.task_mem), d->srv.limits.max_task_buffers,
+            atomic_load(&d->srv.task_mem_refused));
     free(s.e);
     if (b.oom) {
         free(b.p);

@@ -122,6 +122,8 @@ struct target_config {
     /* --config FILE, for reload ("" without); which settings the command line fixed over it. */
     char config_path[1024];
     bool cli_log_level, cli_threads, cli_poll_us, cli_state_dir, cli_syslog, cli_metrics;
+    /* --max-task-buffers, --data-out-timeout: over the file's, at start and at reload */
+    bool cli_max_task_buffers, cli_data_out_timeout;
     struct iscsi_limits limits; /* limits.c */
     struct target_node_conf *targets;
     unsigned ntargets;

@@ -47,6 +47,8 @@ expect_usage --threads --threads many
 expect_usage "--poll-us: bad value '10001': expected 0..10000" --poll-us 10001
 expect_usage "--poll-us: bad value 'fast'" --poll-us fast
 expect_usage "--poll-us: bad value '-5'" --poll-us -5
+expect_usage "--max-task-buffers: bad value '1M' for max-task-buffers" --max-task-buffers 1M
+expect_usage "--data-out-timeout: bad value '0' for data-out-timeout" --data-out-timeout 0
 expect_usage --log-level --log-level loud
 expect_usage --target-name --target-name not-an-iqn
 expect_usage --target-name --target-name iqn.2026-13.org.x:y
@@ -116,6 +118,8 @@ printf '%s\npoll-us = 10\n' "$good_head" >"$WORK/bad.conf"
 bad_config 5 "'poll-us' belongs in the global section"
 printf 'max-tx-backlog = 1k\n' >"$WORK/bad.conf"
 bad_config 1 "max-tx-backlog"
+printf 'max-task-buffers = 8M\n' >"$WORK/bad.conf"
+bad_config 1 "bad value '8M' for max-task-buffers: expected 16777216.."
 printf '%s\nmax-sessions = 3\n' "$good_head" >"$WORK/bad.conf"
 bad_config 5 "belongs in the global section"
 printf '%s\nalua-group = 0\n' "$good_head" >"$WORK/bad.conf"

@@ -58,6 +58,11 @@ the per-address limits matter.
             get 503 at once, silent ones are cut within about a second (4 s allowed), and
             20 slow connections from 127.0.0.3 do not keep a scrape from 127.0.0.2 from being
             answered
+  buffers   VERIFY BYTCHK=3 is charged its copy of the range (one connection's 64 MiB takes
+            fewer than nine over 8 MiB); max-task-buffers: a peer's writes without data fill
+            it, its next write gets TASK SET FULL, another session's BUSY; data-out-timeout
+            closes the peer and frees the memory, a slow writer making progress is not cut;
+            ERL 2 orphans stay charged for the target's Time2Wait + Time2Retain only
 
 Counts are scaled for 2 shared CPUs under ASan (the whole suite runs in about a minute there).
 Exit 0 when every check holds. Python 3 standard library only."""
@@ -80,8 +85,9 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import hostile  # noqa: E402
 import pr_lib  # noqa: E402
 import target_chap  # noqa: E402
-from hostile import (OP_LOGIN_RSP, OP_NOP_IN, OP_NOP_OUT, OP_DATA_IN, OP_REJECT,  # noqa: E402
-                     OP_SCSI, OP_SCSI_RSP, OP_SNACK, OP_TEXT, OP_TEXT_RSP, OP_TMF, OP_TMF_RSP,
+from hostile import (OP_LOGIN_RSP, OP_NOP_IN, OP_NOP_OUT, OP_DATA_IN, OP_DATA_OUT, OP_R2T,  # noqa: E402
+                     OP_REJECT, OP_SCSI, OP_SCSI_RSP, OP_SNACK, OP_TEXT, OP_TEXT_RSP, OP_TMF,
+                     OP_TMF_RSP,
                      RSVD, TARGET, Closed, Conn, Daemon, Session, TestFailure, bhs, cdb_rw10, check,
                      free_port, kv, login_pdu,
                      login_status, lun_field, parse_kv)
@@ -123,12 +129,13 @@ def log_text(d):
 class Bench:
     """One category's daemon, its legitimate session, and the bookkeeping of the checks."""
 
-    def __init__(self, binary, name, config, log_level="warn", threads=2):
+    def __init__(self, binary, name, config, log_level="warn", threads=2, extra=()):
         self.binary = binary
         self.asan = is_asan(binary)
         self.name = name
         self.d = Daemon(binary, threads=threads, lun="ram:%d" % (64 * MIB),
-                        log_level=log_level, prefix="security-%s-" % name, config=config)
+                        log_level=log_level, prefix="security-%s-" % name, config=config,
+                        extra=extra)
         self.pid = self.d.proc.pid
         self.rng = random.Random(1107)
         self.lat = []
@@ -1502,11 +1509,242 @@ def cat_metrics(binary):
             d.proc.wait()
 
 
+# ---------------------------------------------------------------- buffers
+
+def metric(mport, name):
+    """The value of an unlabelled series of the daemon's Prometheus endpoint."""
+    st, body, _ = scrape(mport, "127.0.0.1")
+    check(st == 200, "metrics scrape: status %s" % st)
+    for line in body.decode(errors="replace").splitlines():
+        if line.startswith(name + " "):
+            return int(float(line.split()[1]))
+    raise TestFailure("no %s in the metrics" % name)
+
+
+def wait_metric(mport, name, want, limit_s):
+    """Polls the series until it equals want: the seconds that took (fails past limit_s)."""
+    t0 = time.monotonic()
+    while True:
+        v = metric(mport, name)
+        if v == want:
+            return time.monotonic() - t0
+        check(time.monotonic() - t0 < limit_s, "%s still %d after %.0f s, expected %d"
+              % (name, v, limit_s, want))
+        time.sleep(0.1)
+
+
+def start_write(s, cdb, edtl):
+    """Sends a command that writes edtl bytes, with no data (InitialR2T=Yes), and reads its
+    answer: None for an R2T (the target took the command and waits for the data, which never
+    comes), else the SCSI status it was refused with."""
+    itt = s.next_itt()
+    s.c.send_pdu(bhs(OP_SCSI, 0x80 | 0x20 | 0x01, lun_field(0), itt, edtl, s.cmdsn,
+                     s.expstatsn, cdb.ljust(16, b"\0")))
+    s.cmdsn += 1
+    rh, _ = s.recv(10)
+    op = rh[0] & 0x3F
+    check(struct.unpack(">I", rh[16:20])[0] == itt, "answer for another ITT")
+    if op == OP_R2T:
+        return None
+    check(op == OP_SCSI_RSP, "write answered op 0x%02x, expected R2T or SCSI Response" % op)
+    return rh[3]
+
+
+def wait_closed(s, limit_s):
+    """Reads (answering NOP-In pings, so only the target's own rule can close it) until the
+    target closes the connection: the seconds that took."""
+    t0 = time.monotonic()
+    try:
+        while True:
+            left = limit_s - (time.monotonic() - t0)
+            check(left > 0, "connection still open after %.0f s" % limit_s)
+            try:
+                s.recv(min(left, 1.0))
+            except socket.timeout:
+                pass
+    except (Closed, ConnectionResetError):
+        return time.monotonic() - t0
+
+
+WRITE_8M = 8 * MIB // BLOCK  # blocks of the largest write the target takes (8 MiB)
+BUSY, TASK_SET_FULL = 0x08, 0x28
+
+
+def buffers_cap_timeout(b, mport):
+    """A peer starts three 8 MiB writes and never sends their data: they hold all of
+    max-task-buffers (24M); its fourth write is answered TASK SET FULL and another session's
+    write BUSY (SAM-5 §5.3.1), nothing allocated past the cap; after data-out-timeout (3 s) the
+    hoarder's connection is closed and the memory is back."""
+    x = Session(b.d.port, name="iqn.2026-11.org.evil:hoarder", src="127.0.0.5").login()
+    x.scsi_retry_ua(bytes(6))
+    t_first = time.monotonic()
+    for i in range(3):
+        st = start_write(x, cdb_rw10(0x2A, i * WRITE_8M, WRITE_8M), 8 * MIB)
+        check(st is None, "hoarder's write %d refused with status %s below the cap"
+              % (i + 1, st))
+    held = metric(mport, "linerate_task_buffer_bytes")
+    check(held == 24 * MIB, "3 writes of 8 MiB waiting for data: %d bytes charged, expected "
+          "%d" % (held, 24 * MIB))
+    st = start_write(x, cdb_rw10(0x2A, 3 * WRITE_8M, WRITE_8M), 8 * MIB)
+    check(st == TASK_SET_FULL, "hoarder's 4th write past max-task-buffers: status %s, "
+          "expected TASK SET FULL" % st)
+    y = Session(b.d.port, name="iqn.2026-11.org.linerate:neighbour", src="127.0.0.6").login()
+    y.scsi_retry_ua(bytes(6))
+    st, _, _ = y.scsi(cdb_rw10(0x2A, 4096, 8), write_data=bytes(8 * BLOCK))
+    check(st == BUSY, "another session's write with the budget full: status 0x%02x, expected "
+          "BUSY" % st)
+    st, _, _ = y.scsi(bytes(6))
+    check(st == 0, "another session's TEST UNIT READY with the budget full: 0x%02x" % st)
+    check(metric(mport, "linerate_task_buffer_bytes") <= 24 * MIB, "charged past the cap")
+    wait_closed(x, 30)
+    after = time.monotonic() - t_first
+    check(after >= 2.5, "the hoarder was closed %.1f s after its first write, before "
+          "data-out-timeout (3 s)" % after)
+    freed = wait_metric(mport, "linerate_task_buffer_bytes", 0, 10)
+    data = b.rng.randbytes(8 * BLOCK)
+    st, _, _ = y.scsi(cdb_rw10(0x2A, 4096, 8), write_data=data)
+    check(st == 0, "another session's write once the hoarder is gone: status 0x%02x" % st)
+    st, _, back = y.scsi(cdb_rw10(0x28, 4096, 8), read_len=len(data))
+    check(st == 0 and back == data, "another session's read back differs")
+    y.logout()
+    log = log_text(b.d)
+    check("no Data-Out for 3 s (data-out-timeout)" in log, "no log line for the Data-Out "
+          "timeout\n" + b.d.log_tail())
+    refused = log.count("refused: tasks hold")
+    check(1 <= refused <= 5, "%d log lines for 2 refused commands" % refused)
+    b.say("3 writes of 8 MiB without data hold 24 MiB = max-task-buffers; the 4th -> TASK SET "
+          "FULL, another session's write -> BUSY (TEST UNIT READY GOOD); the hoarder closed "
+          "%.1f s after its first write (data-out-timeout 3), memory back to 0 within %.1f s, "
+          "the other session's write GOOD" % (after, freed))
+
+
+def buffers_slow_writer(b):
+    """A slow initiator is not a stalled one: a 2 MiB write whose eight 256 KiB bursts each
+    come 0.6 s after their R2T (about 5 s in all, longer than data-out-timeout, 3 s) is
+    written: the timeout counts from the last Data-Out, not from the command."""
+    s = Session(b.d.port, name="iqn.2026-11.org.linerate:slow", src="127.0.0.8").login()
+    s.scsi_retry_ua(bytes(6))
+    data = b.rng.randbytes(2 * MIB)
+    itt = s.next_itt()
+    lba = 8192
+    s.c.send_pdu(bhs(OP_SCSI, 0x80 | 0x20 | 0x01, lun_field(0), itt, len(data), s.cmdsn,
+                     s.expstatsn, cdb_rw10(0x2A, lba, len(data) // BLOCK).ljust(16, b"\0")))
+    s.cmdsn += 1
+    t0 = time.monotonic()
+    bursts = 0
+    while True:
+        rh, _ = s.recv(10)
+        op = rh[0] & 0x3F
+        if op != OP_R2T:
+            break
+        ttt = struct.unpack(">I", rh[20:24])[0]
+        off, want = struct.unpack(">II", rh[40:48])
+        time.sleep(0.6)
+        for sn, pos in enumerate(range(off, off + want, 65536)):
+            n = min(65536, off + want - pos)
+            chunk = data[pos:pos + n]
+            s.c.send_pdu(bhs(OP_DATA_OUT, 0x80 if pos + n == off + want else 0, lun_field(0),
+                             itt, ttt, 0, s.expstatsn, struct.pack(">III", 0, sn, pos),
+                             data=chunk), chunk)
+        bursts += 1
+    took = time.monotonic() - t0
+    check(op == OP_SCSI_RSP and rh[3] == 0, "the slow write: op 0x%02x status 0x%02x, expected "
+          "GOOD" % (op, rh[3]))
+    check(took > 3.5, "the slow write took only %.1f s: it did not outlast the timeout" % took)
+    st, _, back = s.scsi(cdb_rw10(0x28, lba, len(data) // BLOCK), read_len=len(data))
+    check(st == 0 and back == data, "the slow write reads back different")
+    s.logout()
+    b.say("a 2 MiB write in %d bursts each 0.6 s after its R2T (%.1f s in all, data-out-timeout "
+          "3 s) -> GOOD, read back equal" % (bursts, took))
+
+
+def buffers_orphans(b, mport):
+    """ERL 2: an initiator asks DefaultTime2Wait and DefaultTime2Retain 3600; Time2Retain is
+    answered the configured 3 (its result is the smaller, RFC 7143 §13.16), and the write its
+    lost connection orphaned is kept, charged, for the target's own Time2Wait (1) + 3 s, not
+    the 3600 + 3 s the Maximum rule of Time2Wait (§13.15) would give."""
+    e = Session(b.d.port, name="iqn.2026-11.org.evil:retainer", src="127.0.0.7",
+                want={"ErrorRecoveryLevel": "2", "DefaultTime2Wait": "3600",
+                      "DefaultTime2Retain": "3600"}).login()
+    check(e.keys.get("ErrorRecoveryLevel") == "2", "ErrorRecoveryLevel answered %s"
+          % e.keys.get("ErrorRecoveryLevel"))
+    check(e.keys.get("DefaultTime2Retain") == "3", "DefaultTime2Retain=3600 asked: answered "
+          "%s, expected the configured 3" % e.keys.get("DefaultTime2Retain"))
+    t2w = e.keys.get("DefaultTime2Wait")
+    e.scsi_retry_ua(bytes(6))
+    st = start_write(e, cdb_rw10(0x2A, 0, WRITE_8M), 8 * MIB)
+    check(st is None, "the ERL 2 write refused with status %s" % st)
+    check(metric(mport, "linerate_task_buffer_bytes") == 8 * MIB, "the write not charged")
+    e.c.sock.close()  # the connection fails: the write is kept for TASK REASSIGN
+    t0 = time.monotonic()
+    time.sleep(0.5)
+    check(metric(mport, "linerate_task_buffer_bytes") == 8 * MIB,
+          "the orphaned write is not charged while it is kept")
+    wait_metric(mport, "linerate_task_buffer_bytes", 0, 20)
+    kept = time.monotonic() - t0
+    check("kept for reassignment for 1 + 3 s" in log_text(b.d),
+          "no log line saying the orphan is kept for 1 + 3 s\n" + b.d.log_tail())
+    b.say("ERL 2, DefaultTime2Wait/Time2Retain 3600 asked: answered %s / 3; the orphaned 8 MiB "
+          "write stayed charged and was freed %.1f s after its connection died (1 + 3 s)"
+          % (t2w, kept))
+
+
+def buffers_verify(binary):
+    """VERIFY(16) BYTCHK=3 sends one block and compares it with each block of the range: the
+    target holds the range read from the medium too. Charged at that size, one connection's
+    buffer budget (64 MiB) takes fewer than nine over 8 MiB ranges; the excess is answered TASK
+    SET FULL. (Charged one block, as before, all nine were taken: 72 MiB and more held.)"""
+    d = Daemon(binary, lun="ram:%d" % (64 * MIB), prefix="security-verify-")
+    try:
+        s = Session(d.port, name="iqn.2026-11.org.evil:verifier").login()
+        s.scsi_retry_ua(bytes(6))
+        cdb = bytes([0x8F, 0x06]) + struct.pack(">QI", 0, WRITE_8M) + bytes(2)  # BYTCHK=11b
+        answers = [start_write(s, cdb, BLOCK) for _ in range(9)]
+        taken = answers.count(None)
+        check(taken <= 8 and all(a in (None, TASK_SET_FULL) for a in answers),
+              "9 VERIFY BYTCHK=3 of 8 MiB each on one connection: %d taken, answers %s; "
+              "expected at most 8 (64 MiB) and TASK SET FULL" % (taken, answers))
+        check(d.alive(), "daemon died")
+        s.c.sock.close()
+        t = Session(d.port, name="iqn.2026-11.org.linerate:after").login()
+        t.scsi_retry_ua(bytes(6))
+        st, _, _ = t.scsi(cdb, write_data=bytes(BLOCK))
+        check(st == 0, "a VERIFY BYTCHK=3 of zeros over never-written blocks: 0x%02x" % st)
+        t.logout()
+        print("security buffers: 9 VERIFY(16) BYTCHK=3 over 8 MiB each on one connection: %d "
+              "taken, the rest TASK SET FULL (charged range + block, not one block)" % taken,
+              flush=True)
+        stop_daemon(d)
+    finally:
+        if d.alive():
+            d.proc.kill()
+            d.proc.wait()
+
+
+def cat_buffers(binary):
+    buffers_verify(binary)
+    mport = free_port()
+    b = Bench(binary, "buffers", ["max-task-buffers = 24M", "data-out-timeout = 3",
+                                  "error-recovery-level = 2", "default-time2wait = 1",
+                                  "default-time2retain = 3"],
+              log_level="info", extra=["--metrics", "127.0.0.1:%d" % mport])
+    try:
+        check(metric(mport, "linerate_task_buffer_limit_bytes") == 24 * MIB,
+              "max-task-buffers not in the metrics")
+        buffers_cap_timeout(b, mport)
+        buffers_slow_writer(b)
+        b.io()
+        buffers_orphans(b, mport)
+        b.finish()
+    finally:
+        b.kill()
+
+
 CATEGORIES = {"backlog": cat_backlog, "login": cat_login, "protocol": cat_protocol,
               "sessions": cat_sessions, "conns": cat_conns, "copy": cat_copy,
               "reservations": cat_reservations, "peers": cat_peers,
               "discovery": cat_discovery, "guess": cat_guess, "resets": cat_resets,
-              "metrics": cat_metrics}
+              "metrics": cat_metrics, "buffers": cat_buffers}
 
 
 def main():

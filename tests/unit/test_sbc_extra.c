@@ -448,6 +448,85 @@ static void test_compare_and_write(void **state)
     assert_int_equal(run(f, 0, c, buf, 512), SCSI_STATUS_GOOD);
 }
 
+/* --- the transport's admit: every byte of data memory a command will hold, asked first --- */
+static size_t admit_asked;
+static bool admit_ok = true;
+static enum scsi_refusal admit_why;
+
+static bool test_admit(struct scsi_task *t, size_t bytes, enum scsi_refusal *why)
+{
+    (void)t;
+    admit_asked = bytes;
+    *why = admit_why;
+    return admit_ok;
+}
+
+/* Setup of a command sending out_len bytes on LUN lun, with test_admit as the transport's. */
+static int setup_admit(struct fx *f, uint64_t lun, const uint8_t *cdb, uint32_t out_len)
+{
+    struct scsi_task *t = &f->t;
+    scsi_task_release(t);
+    scsi_task_init(t);
+    memcpy(t->cdb, cdb, SCSI_CDB_MAX);
+    t->target = &f->tg;
+    t->lun = lun;
+    t->nexus = f->n1;
+    t->done = sfx_on_done;
+    t->edtl = out_len;
+    t->edtl_write = out_len != 0;
+    t->admit = test_admit;
+    admit_asked = 0;
+    return scsi_task_setup(t);
+}
+
+/* What a command holds beside its data-out is asked for too (LUN 1: a store without map, so a
+ * compare reads the medium into memory of its own): VERIFY BYTCHK=3's copy of the range, WRITE
+ * SAME's fill pattern, COMPARE AND WRITE's copy of the blocks, EXTENDED COPY's bounce buffer;
+ * a buffer counts at the size class it is allocated in. Refused, the command gets TASK SET
+ * FULL or BUSY (SAM-5 §5.3.1) and nothing is allocated. */
+static void test_admit_counts_all_memory(void **state)
+{
+    struct fx *f = *state;
+    uint8_t c[16];
+    admit_ok = true;
+    cdb16(c, 0x8a, 0, 0, 8); /* WRITE(16), 4 KiB: its buffer */
+    assert_int_equal(setup_admit(f, 1, c, 4096), 0);
+    assert_int_equal(admit_asked, 4096);
+    assert_int_equal(f->t.mem, 4096);
+    cdb16(c, 0x8f, 0x06, 0, 1024); /* VERIFY(16) BYTCHK=3: a block, and 512 KiB read back */
+    assert_int_equal(setup_admit(f, 1, c, 512), 0);
+    assert_int_equal(admit_asked, 1u << 20); /* 4 KiB + 512 KiB in the 1 MiB class */
+    cdb16(c, 0x93, 0, 0, 1024); /* WRITE SAME(16) over 512 KiB: a block, and the pattern */
+    assert_int_equal(setup_admit(f, 1, c, 512), 0);
+    assert_int_equal(admit_asked, 4096 + (512u << 10));
+    caw_cdb(c, 0, 2); /* COMPARE AND WRITE of 2 blocks: 2 KiB of data, 1 KiB of the medium */
+    assert_int_equal(setup_admit(f, 1, c, 2048), 0);
+    assert_int_equal(admit_asked, 4096 + 1024);
+    memset(c, 0, 16); /* EXTENDED COPY with a 32-byte list: the list and the bounce buffer */
+    c[0] = 0x83;
+    put_be32(c + 10, 32);
+    assert_int_equal(setup_admit(f, 1, c, 32), 0);
+    assert_int_equal(admit_asked, 4096 + SCSI_COPY_CHUNK);
+    memset(c, 0, 16); /* TEST UNIT READY: no data, nothing asked */
+    assert_int_equal(setup_admit(f, 1, c, 0), 0);
+    assert_int_equal(admit_asked, 0);
+    assert_int_equal(f->t.mem, 0);
+
+    admit_ok = false;
+    for (int busy = 0; busy < 2; busy++) {
+        admit_why = busy ? SCSI_REFUSE_BUSY : SCSI_REFUSE_TASK_SET_FULL;
+        cdb16(c, 0x8a, 0, 0, 8);
+        assert_int_equal(setup_admit(f, 1, c, 4096), -1);
+        assert_int_equal(f->t.status, busy ? SCSI_STATUS_BUSY : SCSI_STATUS_TASK_SET_FULL);
+        assert_int_equal(f->t.sense_len, 0);
+        assert_false(f->t.buffered);
+        assert_int_equal(f->t.iovcnt, 0);
+        assert_int_equal(f->t.dir, SCSI_DIR_NONE);
+        assert_int_equal(f->t.mem, 0);
+    }
+    admit_ok = true;
+}
+
 /* Set up a command on t as a transport would (no data yet); returns setup's result. */
 static int setup_only(struct fx *f, struct scsi_task *t, const uint8_t *cdb, uint32_t out_len)
 {
@@ -930,6 +1009,7 @@ int main(void)
         cmocka_unit_test(test_range_lock),
         cmocka_unit_test(test_range_lock_read_write),
         cmocka_unit_test_setup_teardown(test_caw_waits_for_range, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_admit_counts_all_memory, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
