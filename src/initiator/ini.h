@@ -153,6 +153,7 @@ struct ini_conn {
     bool draining;  /* Async event 1: no new command; logged out once its tasks are done */
     bool logout_sent, logged_out; /* our Logout for this connection; its response said 0 */
     uint64_t drain_deadline_ms;
+    uint64_t logout_deadline_ms;    /* that Logout unanswered by then: the connection fails */
     bool erl2_req;                  /* connection recovery work asked of its thread */
     struct reactor_msg erl2_msg[2]; /* that request, one per side of the last move */
     struct reactor_deferred spread_d;
@@ -345,6 +346,19 @@ void ini_erl2_async(struct ini_conn *c, const uint8_t *hdr);
 /* Commands are accepted while the session recovers with no connection up. */
 bool ini_erl2_recovering(const struct lr_session *s);
 
+/* ---- logging in again after a logout the target asked for (relogin.c, §11.9.1) ---- */
+
+/* A connection asked to log out (draining) is gone, logged out or dropped: its slot or the
+ * whole session is to log in again. */
+void ini_relogin_conn_lost(struct ini_conn *c);
+/* The session tick (its reactor): the logins due. */
+void ini_relogin_tick(struct lr_session *s, uint64_t now);
+/* Commands are accepted (they wait) while the session logs in anew. */
+bool ini_relogin_pending(const struct lr_session *s);
+/* A login started by ini_relogin_tick reached full feature phase, or failed. */
+void ini_relogin_done(struct ini_conn *c);
+void ini_relogin_failed(struct ini_conn *c);
+
 /* ---- session (session.c) ---- */
 
 struct lr_session {
@@ -381,6 +395,13 @@ struct lr_session {
     struct ini_cr cr[LR_MAX_CONNECTIONS]; /* ERL 2: per slot (= CID) */
     uint64_t erl2_giveup_ms; /* no connection up: nothing is tried after (0: some are up) */
     bool advancing, advance_again;
+    /* Logged out at the target's request (relogin.c): the session to log in anew, or slots
+     * to log in again (below ERL 2); login attempts and logouts in a row without a command
+     * completed, both bounded. */
+    bool reestablish;
+    bool asked_out[LR_MAX_CONNECTIONS];
+    unsigned relogin_tries, relogin_rounds;
+    uint64_t relogin_next_ms;
 
     /* conn_reactors in use: the lock below and where connections live */
     bool mt;
@@ -434,9 +455,10 @@ uint32_t ini_task_idx(const struct lr_session *s, const struct ini_task *t);
 void ini_session_text_rsp(struct ini_conn *c, const uint8_t *hdr, const uint8_t *data,
                           uint32_t dlen);
 void ini_session_logout_rsp(struct ini_conn *c, const uint8_t *hdr);
-/* ERL 2: a new connection for slot i (same CID), non-leading login with the session's TSIH;
- * the old one is kept as retired. Returns it, or NULL. */
-struct ini_conn *ini_session_reconnect(struct lr_session *s, unsigned i);
+/* A new connection for slot i (same CID): a non-leading login with the session's TSIH (ERL 2
+ * reconnects, relogin.c), or with leading the leading login of a new session (TSIH 0, same
+ * ISID; relogin.c); the old one is kept as retired. Returns it, or NULL. */
+struct ini_conn *ini_session_reconnect(struct lr_session *s, unsigned i, bool leading);
 /* An immediate Logout Request on c (§11.14): reason, CID, ITT, ExpStatSN. */
 int ini_session_send_logout(struct ini_conn *c, uint8_t reason, uint16_t cid, uint32_t itt,
                             uint32_t expstatsn);

@@ -965,7 +965,9 @@ static void test_itt_not_reused_soon(void **state)
 
 /* Async Message (§11.9): a SCSI async event (0) and a renegotiation request (4) leave the
  * connection as it is; a logout request (1) is answered by a Logout (§11.9.1): with no task
- * outstanding at once, and for the only connection "close the session". */
+ * outstanding at once, and for the only connection "close the session". A command issued
+ * meanwhile waits for the session to log in anew (relogin.c): it is neither sent on the
+ * connection logging out nor failed. */
 static void test_async_message(void **state)
 {
     (void)state;
@@ -987,15 +989,22 @@ static void test_async_message(void **state)
     assert_int_equal(h[1], ISCSI_FLAG_FINAL | ISCSI_LOGOUT_CLOSE_SESSION);
     assert_int_equal(get_be32(h + BHS_ITT), INI_LOGOUT_ITT);
     assert_int_equal(get_be32(h + BHS_EXPSTATSN), 13);
-    /* no new command meanwhile; the answer closes the session */
+    /* a new command waits; the answer closes the session, which is to log in anew */
     static uint8_t buf[512];
     struct done_log d = {0};
-    assert_int_equal(lr_read(s, 0, 1, 512, buf, on_done, &d), -1);
+    assert_int_equal(lr_read(s, 0, 1, 512, buf, on_done, &d), 0);
+    assert_int_equal(txq_len(c), 1);
     uint8_t rsp[ISCSI_BHS_LEN];
     rsp_hdr(rsp, ISCSI_OP_LOGOUT_RSP, ISCSI_FLAG_FINAL, INI_LOGOUT_ITT, 13, 1, 8);
     assert_int_equal(ini_conn_feed(c, rsp, sizeof(rsp)), -1);
     assert_int_equal(c->state, ICS_DEAD);
+    assert_int_equal(d.calls, 0);
+    assert_true(s->reestablish);
+    assert_int_equal(lr_session_inflight(s), 1);
+    assert_int_equal(lr_read(s, 1, 1, 512, buf, on_done, &d), 0); /* still taken */
     lr_session_destroy(s);
+    assert_int_equal(d.calls, 2);
+    assert_int_equal(d.last, LR_ERR_ABORTED);
 }
 
 /* §11.9.1 with another connection up: the asked one takes no new command, and once its task
