@@ -157,6 +157,13 @@ int ft_login(struct ft *f, int fd, struct ft_conn *c, const char *op_keys, uint3
         put_be32(h + BHS_EXPCMDSN, c->expcmdsn);
         put_be32(h + BHS_MAXCMDSN, c->maxcmdsn);
         if (ffp) {
+            /* a connection added to a session settles connection keys only (§13.1) */
+            static const char conn_keys[] = "HeaderDigest=None\0DataDigest=None\0"
+                                            "MaxRecvDataSegmentLength=65536";
+            if (c->asked_tsih) {
+                op_keys = conn_keys;
+                op_len = sizeof(conn_keys);
+            }
             if (ft_send(fd, h, op_keys, op_len) < 0)
                 return -1;
             c->statsn++;
@@ -167,6 +174,35 @@ int ft_login(struct ft *f, int fd, struct ft_conn *c, const char *op_keys, uint3
             return -1;
     }
     return -1;
+}
+
+int ft_login_steps(struct ft *f, int fd, const struct ft_step *steps, int n)
+{
+    static struct ft_pdu req; /* the script's thread only */
+    uint32_t statsn = 1;
+    for (int k = 0; k < 64; k++) {
+        if (ft_recv(fd, &req, 5000) < 0)
+            return k;
+        const struct ft_step *st = &steps[k < n ? k : n - 1];
+        uint8_t h[ISCSI_BHS_LEN] = {0};
+        h[0] = ISCSI_OP_LOGIN_RSP;
+        h[1] = st->flags;
+        memcpy(h + BHS_ISID, req.h + BHS_ISID, 6);
+        bool ffp = (st->flags & ISCSI_LOGIN_TRANSIT) &&
+                   ISCSI_LOGIN_NSG(st->flags) == ISCSI_STAGE_FULL_FEATURE;
+        put_be16(h + BHS_TSIH, ffp ? f->next_tsih++ : 0);
+        memcpy(h + BHS_ITT, req.h + BHS_ITT, 4);
+        put_be32(h + BHS_STATSN, statsn++);
+        put_be32(h + BHS_EXPCMDSN, get_be32(req.h + BHS_CMDSN));
+        put_be32(h + BHS_MAXCMDSN, get_be32(req.h + BHS_CMDSN) + 31);
+        if (ft_send(fd, h, st->text, st->len) < 0)
+            return k + 1;
+        if (ffp) {
+            atomic_fetch_add(&f->logins, 1);
+            return k + 1;
+        }
+    }
+    return 64;
 }
 
 void ft_rsp(struct ft_conn *c, uint8_t *h, enum iscsi_opcode op, uint8_t flags, uint32_t itt)

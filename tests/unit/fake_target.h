@@ -58,10 +58,19 @@ int ft_accept(struct ft *f, int ms);
 int ft_recv(int fd, struct ft_pdu *p, int ms);
 int ft_send(int fd, const uint8_t *h, const void *data, uint32_t dlen);
 /* A whole login without authentication on fd, the operational answer being op_keys
- * (key=value\0..., op_len bytes); window: MaxCmdSN - ExpCmdSN + 1. 0 once in full feature
- * phase, c filled in. */
+ * (key=value\0..., op_len bytes; a non-leading login gets connection keys only); window:
+ * MaxCmdSN - ExpCmdSN + 1. 0 once in full feature phase, c filled in. */
 int ft_login(struct ft *f, int fd, struct ft_conn *c, const char *op_keys, uint32_t op_len,
              uint32_t window);
+/* A scripted login: the k-th Login Request on fd is answered with steps[k] (the last one
+ * again past n): its flags (T, C, CSG, NSG) and text, status 0. Returns once the initiator
+ * closes the connection or a step reaches full feature phase: the requests seen. */
+struct ft_step {
+    uint8_t flags;
+    const char *text;
+    uint32_t len;
+};
+int ft_login_steps(struct ft *f, int fd, const struct ft_step *steps, int n);
 /* Response headers with the connection's StatSN (taken), ExpCmdSN and MaxCmdSN. */
 void ft_rsp(struct ft_conn *c, uint8_t *h, enum iscsi_opcode op, uint8_t flags, uint32_t itt);
 /* A READ's data and GOOD status in one Data-In (phase collapse), its EDTL long. */

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <cmocka.h>
+#include <poll.h>
 
 #include "fake_target.h"
 #include "initiator/ini.h"
@@ -310,6 +311,359 @@ static void test_async_logout_every_login_bounded(void **state)
     assert_false(f.failed);
 }
 
+/* ---- several connections (MC/S) ---- */
+
+static const char op_keys_mcs[] = "HeaderDigest=None\0DataDigest=None\0MaxConnections=2\0"
+                                  "InitialR2T=Yes\0ImmediateData=Yes\0MaxBurstLength=262144\0"
+                                  "FirstBurstLength=65536\0DefaultTime2Wait=2\0"
+                                  "DefaultTime2Retain=0\0MaxOutstandingR2T=1\0"
+                                  "DataPDUInOrder=Yes\0DataSequenceInOrder=Yes\0"
+                                  "ErrorRecoveryLevel=0\0MaxRecvDataSegmentLength=65536";
+
+/* Two connections; the target asks the second to log out. Only that one goes ("close the
+ * connection", its CID), nothing new is sent on it meanwhile, and its CID logs in again into
+ * the same session (TSIH kept), while the first carries the commands throughout. */
+static void script_mcs_one_asked(struct ft *f)
+{
+    static struct ft_pdu p;
+    struct ft_conn c[2];
+    uint16_t tsih = 0;
+    for (int i = 0; i < 2; i++) {
+        int fd = ft_accept(f, 5000);
+        if (fd < 0 || ft_login(f, fd, &c[i], op_keys_mcs, sizeof(op_keys_mcs), 64) < 0)
+            return ft_fail(f, "the two logins");
+    }
+    tsih = c[0].tsih;
+    if (c[1].asked_tsih != tsih)
+        return ft_fail(f, "the second connection is not in the session");
+    ft_async(&c[1], 1, 3);
+    atomic_store(&f->stage, 1);
+    bool asked = true, relogged = false, ended = false;
+    uint64_t deadline = now_ms() + 8000;
+    while (now_ms() < deadline && !ended) {
+        struct pollfd pf[3] = {{.fd = c[0].fd, .events = POLLIN},
+                               {.fd = c[1].fd, .events = POLLIN},
+                               {.fd = f->lfd, .events = POLLIN}};
+        if (poll(pf, 3, 100) <= 0)
+            continue;
+        if (pf[2].revents & POLLIN) {
+            int fd = ft_accept(f, 1000);
+            if (asked || fd < 0 || ft_login(f, fd, &c[1], op_keys_mcs, sizeof(op_keys_mcs), 64) < 0)
+                return ft_fail(f, "a login other than the asked connection's again");
+            if (c[1].asked_tsih != tsih || c[1].cid != 1)
+                return ft_fail(f, "the asked connection came back outside the session");
+            relogged = true;
+            continue;
+        }
+        for (int i = 0; i < 2; i++) {
+            if (!(pf[i].revents & (POLLIN | POLLHUP)))
+                continue;
+            if (ft_recv(c[i].fd, &p, 1000) < 0)
+                return ft_fail(f, "a connection closed unasked");
+            uint8_t op = p.h[0] & 0x3f;
+            if (op == ISCSI_OP_SCSI_CMD) {
+                if (i == 1 && asked)
+                    return ft_fail(f, "a command on the connection asked to log out");
+                ft_read_done(&c[i], &p, (uint8_t)(0x40 + i));
+            } else if (op == ISCSI_OP_LOGOUT_REQ && (p.h[1] & 0x7f) == 0 && relogged) {
+                ft_logout_rsp(&c[i], &p); /* the end: the session's Logout */
+                ended = true;
+                break;
+            } else if (op == ISCSI_OP_LOGOUT_REQ) {
+                if (i != 1 || !asked || (p.h[1] & 0x7f) != ISCSI_LOGOUT_CLOSE_CONNECTION ||
+                    get_be16(p.h + BHS_CID) != 1)
+                    return ft_fail(f, "a Logout other than 'close the connection' of CID 1");
+                ft_logout_rsp(&c[i], &p);
+                close(c[1].fd);
+                c[1].fd = -1;
+                asked = false;
+            }
+        }
+    }
+    if (!relogged || !ended)
+        return ft_fail(f, "the asked connection did not log in again");
+    close(c[0].fd);
+    close(c[1].fd);
+    atomic_store(&f->stage, 100);
+}
+
+static bool stage_reached(void *arg)
+{
+    struct ft *f = arg;
+    return atomic_load(&f->stage) >= 1;
+}
+
+static bool logins_reached_3(void *arg)
+{
+    struct ft *f = arg;
+    return atomic_load(&f->logins) >= 3;
+}
+
+static void test_mcs_async_logout_one_connection(void **state)
+{
+    (void)state;
+    struct ft f;
+    assert_int_equal(ft_start(&f, script_mcs_one_asked, NULL), 0);
+    struct done_log d = {0};
+    struct lr_session_opts o = {.host = "127.0.0.1",
+                                .port = f.port,
+                                .target_name = "iqn.2026-12.org.linerate:fake",
+                                .connections = 2,
+                                .cmd_timeout_ms = 10000,
+                                .login_timeout_ms = 3000};
+    struct lr_session *s = lr_session_create(R, &o);
+    assert_non_null(s);
+    assert_int_equal(lr_session_login(s, on_done, &d), 0);
+    struct until u = {&d, 1};
+    assert_true(ft_run_until(R, calls_reached, &u, 5000));
+    assert_int_equal(d.last, LR_OK);
+    /* the Async Message has been taken in before the commands */
+    assert_true(ft_run_until(R, stage_reached, &f, 5000));
+    struct until never = {&d, 1000};
+    ft_run_until(R, calls_reached, &never, 100);
+    static uint8_t buf[8][4096];
+    struct done_log io = {0};
+    for (int i = 0; i < 8; i++)
+        assert_int_equal(lr_read(s, (uint64_t)i * 8, 8, 512, buf[i], on_done, &io), 0);
+    struct until u8 = {&io, 8};
+    assert_true(ft_run_until(R, calls_reached, &u8, 5000));
+    assert_int_equal(io.ok, 8);
+    assert_true(ft_run_until(R, logins_reached_3, &f, 5000));
+    ft_run_until(R, calls_reached, &never, 100);
+    struct lr_session_info info;
+    lr_session_get_info(s, &info);
+    assert_int_equal(info.connections_up, 2);
+    logout_and_stop(&f, s);
+}
+
+/* ---- CHAP from the initiator's side (RFC 7143 §12.1.3) ---- */
+
+#define SEC_STAY (ISCSI_STAGE_SECURITY << 2)
+#define SEC_LEAVE (ISCSI_LOGIN_TRANSIT | ISCSI_STAGE_SECURITY << 2 | ISCSI_STAGE_OPERATIONAL)
+#define STEP(flags, lit)                                                                           \
+    {                                                                                              \
+        (flags), (lit), sizeof(lit)                                                                \
+    }
+
+static const char auth_chap[] = "AuthMethod=CHAP";
+static const char md5_chal[] = "CHAP_A=5\0CHAP_I=1\0CHAP_C=0x00112233445566778899aabbccddeeff";
+static char huge_chal[2400];
+static char junk[4000];
+
+struct chap_case {
+    const char *name;
+    bool mutual;
+    const char *algorithms;
+    struct ft_step steps[3];
+    int n;
+    const char *what; /* NULL: either of the two bounds of a login that does not end */
+};
+
+static void script_chap(struct ft *f)
+{
+    const struct chap_case *k = f->arg;
+    int fd = ft_accept(f, 5000);
+    if (fd < 0)
+        return ft_fail(f, "no connection");
+    ft_login_steps(f, fd, k->steps, k->n);
+    close(fd);
+    atomic_store(&f->stage, 100);
+}
+
+/* A target that cheats in CHAP or never ends the security stage: the login fails with
+ * LR_ERR_LOGIN and the reason, quickly; nothing is taken on trust. */
+static void test_chap_hostile_target(void **state)
+{
+    (void)state;
+    memcpy(huge_chal, "CHAP_A=5\0CHAP_I=1\0CHAP_C=0x", 28);
+    memset(huge_chal + 28, 'a', sizeof(huge_chal) - 29); /* 1185 bytes: above CHAP_CHALLENGE_MAX */
+    memset(junk, 'j', sizeof(junk) - 1);
+    memcpy(junk, "X-junk=", 7);
+    const struct chap_case cases[] = {
+        {"mutual, no CHAP_R",
+         true,
+         NULL,
+         {STEP(SEC_STAY, auth_chap), STEP(SEC_STAY, md5_chal), {SEC_LEAVE, "", 0}},
+         3,
+         "the target did not answer our CHAP challenge (mutual CHAP)"},
+        {"mutual, wrong CHAP_R",
+         true,
+         NULL,
+         {STEP(SEC_STAY, auth_chap), STEP(SEC_STAY, md5_chal),
+          STEP(SEC_LEAVE, "CHAP_N=tgt\0CHAP_R=0x000102030405060708090a0b0c0d0e0f")},
+         3,
+         "the target's CHAP_R is wrong (wrong mutual secret)"},
+        {"mutual, another user",
+         true,
+         NULL,
+         {STEP(SEC_STAY, auth_chap), STEP(SEC_STAY, md5_chal),
+          STEP(SEC_LEAVE, "CHAP_N=mallory\0CHAP_R=0x000102030405060708090a0b0c0d0e0f")},
+         3,
+         "the target answered as another CHAP user"},
+        {"mutual, challenged again instead of answering",
+         true,
+         NULL,
+         {STEP(SEC_STAY, auth_chap), STEP(SEC_STAY, md5_chal), STEP(SEC_STAY, md5_chal)},
+         3,
+         "target's login keys not acceptable"}, /* CHAP_A a second time (§6.2) */
+        {"huge CHAP_C",
+         false,
+         NULL,
+         {STEP(SEC_STAY, auth_chap), {SEC_STAY, huge_chal, sizeof(huge_chal)}},
+         2,
+         "CHAP: the target's security keys are not acceptable"},
+        {"an algorithm not offered",
+         false,
+         "md5",
+         {STEP(SEC_STAY, auth_chap),
+          STEP(SEC_STAY, "CHAP_A=7\0CHAP_I=1\0CHAP_C=0x00112233445566778899aabbccddeeff")},
+         2,
+         "the target chose a CHAP algorithm we did not offer"},
+        {"one-way, a CHAP_R not asked for",
+         false,
+         NULL,
+         {STEP(SEC_STAY, auth_chap), STEP(SEC_STAY, md5_chal),
+          STEP(SEC_LEAVE, "CHAP_N=tgt\0CHAP_R=0x000102030405060708090a0b0c0d0e0f")},
+         3,
+         "the target sent CHAP_N/CHAP_R we did not ask for"},
+        {"continuation without end",
+         false,
+         NULL,
+         {{ISCSI_FLAG_CONTINUE | SEC_STAY, junk, sizeof(junk)}},
+         1,
+         NULL},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        const struct chap_case *k = &cases[i];
+        struct ft f;
+        assert_int_equal(ft_start(&f, script_chap, (void *)k), 0);
+        struct lr_session_opts o = {.host = "127.0.0.1",
+                                    .port = f.port,
+                                    .target_name = "iqn.2026-12.org.linerate:fake",
+                                    .login_timeout_ms = 3000,
+                                    .chap_user = "ini",
+                                    .chap_secret = "0123456789abcdef",
+                                    .chap_mutual_user = k->mutual ? "tgt" : NULL,
+                                    .chap_mutual_secret = k->mutual ? "fedcba9876543210" : NULL,
+                                    .chap_algorithms = k->algorithms};
+        struct lr_session *s = lr_session_create(R, &o);
+        assert_non_null(s);
+        struct done_log d = {0};
+        uint64_t t0 = now_ms();
+        assert_int_equal(lr_session_login(s, on_done, &d), 0);
+        struct until u = {&d, 1};
+        if (!ft_run_until(R, calls_reached, &u, 5000))
+            fail_msg("%s: the login did not end", k->name);
+        if (d.last != LR_ERR_LOGIN || !d.what)
+            fail_msg("%s: %s", k->name, lr_err_name(d.last));
+        if (k->what && strcmp(d.what, k->what))
+            fail_msg("%s: \"%s\"", k->name, d.what);
+        if (!k->what && strcmp(d.what, "login does not converge") &&
+            strcmp(d.what, "login text too long"))
+            fail_msg("%s: \"%s\"", k->name, d.what);
+        assert_true(now_ms() - t0 < 2000);
+        lr_session_destroy(s);
+        ft_stop(&f);
+        if (f.failed)
+            fail_msg("%s: fake target: %s", k->name, f.why);
+    }
+}
+
+/* ---- SendTargets answers that never end (RFC 7143 §11.10-§11.11) ---- */
+
+struct text_case {
+    const char *name;
+    uint8_t flags; /* of every Text Response */
+    uint32_t len;  /* its text */
+    bool silent;   /* no answer at all */
+    enum lr_err err;
+    const char *what;
+};
+
+static void script_text(struct ft *f)
+{
+    const struct text_case *k = f->arg;
+    static const char op[] = "HeaderDigest=None\0DataDigest=None\0MaxRecvDataSegmentLength=65536";
+    const struct ft_step steps[] = {
+        STEP(SEC_LEAVE, "AuthMethod=None"),
+        STEP(ISCSI_LOGIN_TRANSIT | ISCSI_STAGE_OPERATIONAL << 2 | ISCSI_STAGE_FULL_FEATURE, op)};
+    int fd = ft_accept(f, 5000);
+    if (fd < 0 || ft_login_steps(f, fd, steps, 2) != 2)
+        return ft_fail(f, "discovery login");
+    struct ft_conn c = {.fd = fd, .statsn = 2, .expcmdsn = 1, .maxcmdsn = 64};
+    static struct ft_pdu p;
+    static char text[8192];
+    memset(text, 0, sizeof(text));
+    for (uint32_t off = 0; off + 16 <= k->len; off += 16)
+        memcpy(text + off, "X-more=abcdefgh", 16);
+    for (int n = 0; n < 2000 && ft_recv(fd, &p, 3000) == 0; n++) {
+        if ((p.h[0] & 0x3f) != ISCSI_OP_TEXT_REQ || k->silent)
+            continue;
+        uint8_t h[ISCSI_BHS_LEN];
+        ft_rsp(&c, h, ISCSI_OP_TEXT_RSP, k->flags, get_be32(p.h + BHS_ITT));
+        put_be32(h + BHS_TTT, 0x1234);
+        if (ft_send(fd, h, text, k->len) < 0)
+            break;
+    }
+    close(fd);
+    atomic_store(&f->stage, 100);
+}
+
+struct disc_log {
+    int calls;
+    enum lr_err err;
+    const char *what;
+};
+
+static void on_disc(void *arg, const struct lr_result *r, const char *text, uint32_t len)
+{
+    struct disc_log *d = arg;
+    (void)text;
+    (void)len;
+    d->calls++;
+    d->err = r->err;
+    d->what = r->what;
+}
+
+static bool disc_done(void *arg)
+{
+    return ((struct disc_log *)arg)->calls > 0;
+}
+
+static void test_sendtargets_without_end(void **state)
+{
+    (void)state;
+    const struct text_case cases[] = {
+        {"F=0 C=1 forever, empty", ISCSI_FLAG_CONTINUE, 0, false, LR_ERR_PROTOCOL,
+         "SendTargets answer never ends"},
+        {"F=0 C=0 forever, a little text", 0, 16, false, LR_ERR_PROTOCOL,
+         "SendTargets answer never ends"},
+        {"F=0 C=1, 8 KiB each", ISCSI_FLAG_CONTINUE, 8192, false, LR_ERR_PROTOCOL,
+         "SendTargets answer too long"},
+        {"no answer", ISCSI_FLAG_FINAL, 0, true, LR_ERR_TIMEOUT,
+         "no complete SendTargets answer in time"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        const struct text_case *k = &cases[i];
+        struct ft f;
+        assert_int_equal(ft_start(&f, script_text, (void *)k), 0);
+        struct lr_session_opts o = {.host = "127.0.0.1", .port = f.port, .cmd_timeout_ms = 1000};
+        struct disc_log d = {0};
+        uint64_t t0 = now_ms();
+        assert_int_equal(lr_discover_opts(R, &o, on_disc, &d), 0);
+        if (!ft_run_until(R, disc_done, &d, 4000))
+            fail_msg("%s: discovery did not end", k->name);
+        if (d.err != k->err || !d.what || strcmp(d.what, k->what))
+            fail_msg("%s: %s \"%s\"", k->name, lr_err_name(d.err), d.what ? d.what : "");
+        assert_true(now_ms() - t0 < 3000);
+        struct until idle = {&(struct done_log){0}, 1};
+        ft_run_until(R, calls_reached, &idle, 50); /* the session's deferred free */
+        ft_stop(&f);
+        if (f.failed)
+            fail_msg("%s: fake target: %s", k->name, f.why);
+    }
+}
+
 int main(void)
 {
     R = reactor_create(0);
@@ -317,6 +671,9 @@ int main(void)
         cmocka_unit_test(test_async_logout_drains_and_logs_in_again),
         cmocka_unit_test(test_async_logout_unanswered_command_fails),
         cmocka_unit_test(test_async_logout_every_login_bounded),
+        cmocka_unit_test(test_mcs_async_logout_one_connection),
+        cmocka_unit_test(test_chap_hostile_target),
+        cmocka_unit_test(test_sendtargets_without_end),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     reactor_destroy(R);
