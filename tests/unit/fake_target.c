@@ -2,6 +2,8 @@
  * deadlines, a plain login, and the few answers scripts build on. */
 #include "fake_target.h"
 
+#include "util/crc32c.h"
+
 #include <errno.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -105,6 +107,53 @@ int ft_recv(int fd, struct ft_pdu *p, int ms)
     if (ahs && recv_exact(fd, skip, ahs, deadline) < 0)
         return -1;
     return padded ? recv_exact(fd, p->data, padded, deadline) : 0;
+}
+
+int ft_recv_c(struct ft_conn *c, struct ft_pdu *p, int ms)
+{
+    uint64_t deadline = now_ms() + (uint64_t)ms;
+    uint8_t dg[4];
+    if (recv_exact(c->fd, p->h, ISCSI_BHS_LEN, deadline) < 0)
+        return -1;
+    uint32_t ahs = p->h[BHS_TOTAL_AHS_LEN] * 4u;
+    p->dlen = get_be24(p->h + BHS_DATA_SEG_LEN);
+    uint32_t padded = (p->dlen + 3) & ~3u;
+    uint8_t skip[1024];
+    if (ahs > sizeof(skip) || padded > sizeof(p->data))
+        return -1;
+    if (ahs && recv_exact(c->fd, skip, ahs, deadline) < 0)
+        return -1;
+    if (c->hd && recv_exact(c->fd, dg, 4, deadline) < 0)
+        return -1;
+    if (padded && recv_exact(c->fd, p->data, padded, deadline) < 0)
+        return -1;
+    if (padded && c->dd && recv_exact(c->fd, dg, 4, deadline) < 0)
+        return -1;
+    return 0;
+}
+
+int ft_send_c(struct ft_conn *c, const uint8_t *h, const void *data, uint32_t dlen)
+{
+    uint8_t buf[ISCSI_BHS_LEN + 4 + 65536 + 8];
+    uint32_t n = ISCSI_BHS_LEN, padded = (dlen + 3) & ~3u;
+    if (padded > 65536)
+        return -1;
+    memcpy(buf, h, ISCSI_BHS_LEN);
+    put_be24(buf + BHS_DATA_SEG_LEN, dlen);
+    if (c->hd) {
+        put_le32(buf + n, crc32c(buf, ISCSI_BHS_LEN) ^ (c->bad_hd ? 1u : 0u));
+        n += 4;
+    }
+    memset(buf + n, 0, padded);
+    if (dlen)
+        memcpy(buf + n, data, dlen);
+    if (padded && c->dd) {
+        put_le32(buf + n + padded, crc32c(buf + n, padded) ^ (c->bad_dd ? 1u : 0u));
+        n += 4;
+    }
+    n += padded;
+    c->bad_hd = c->bad_dd = false;
+    return send(c->fd, buf, n, MSG_NOSIGNAL) == (ssize_t)n ? 0 : -1;
 }
 
 int ft_send(int fd, const uint8_t *h, const void *data, uint32_t dlen)
@@ -230,7 +279,7 @@ int ft_read_done(struct ft_conn *c, const struct ft_pdu *cmd, uint8_t fill)
     ft_rsp(c, h, ISCSI_OP_DATA_IN, ISCSI_FLAG_FINAL | ISCSI_DATAIN_STATUS,
            get_be32(cmd->h + BHS_ITT));
     put_be32(h + BHS_TTT, ISCSI_RSVD_TAG);
-    return ft_send(c->fd, h, data, len);
+    return ft_send_c(c, h, data, len);
 }
 
 int ft_async(struct ft_conn *c, uint8_t ev, uint16_t p3)
@@ -239,14 +288,14 @@ int ft_async(struct ft_conn *c, uint8_t ev, uint16_t p3)
     ft_rsp(c, h, ISCSI_OP_ASYNC_MSG, ISCSI_FLAG_FINAL, ISCSI_RSVD_TAG);
     h[BHS_ASYNC_EVENT] = ev;
     put_be16(h + BHS_ASYNC_PARAM3, p3);
-    return ft_send(c->fd, h, NULL, 0);
+    return ft_send_c(c, h, NULL, 0);
 }
 
 int ft_logout_rsp(struct ft_conn *c, const struct ft_pdu *req)
 {
     uint8_t h[ISCSI_BHS_LEN];
     ft_rsp(c, h, ISCSI_OP_LOGOUT_RSP, ISCSI_FLAG_FINAL, get_be32(req->h + BHS_ITT));
-    return ft_send(c->fd, h, NULL, 0);
+    return ft_send_c(c, h, NULL, 0);
 }
 
 bool ft_run_until(struct reactor *r, bool (*done)(void *arg), void *arg, int ms)

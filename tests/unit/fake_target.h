@@ -38,6 +38,8 @@ struct ft_conn {
     uint32_t statsn;     /* the next StatSN */
     uint32_t expcmdsn, maxcmdsn;
     uint32_t login_cmdsn;
+    bool hd, dd;         /* CRC32C header / data digests on this connection, both ways */
+    bool bad_hd, bad_dd; /* the next PDU sent carries a wrong header / data digest */
 };
 
 struct ft_pdu {
@@ -57,6 +59,9 @@ int ft_accept(struct ft *f, int ms);
 /* One PDU within ms: 0, -1 on close, timeout or an oversize data segment. */
 int ft_recv(int fd, struct ft_pdu *p, int ms);
 int ft_send(int fd, const uint8_t *h, const void *data, uint32_t dlen);
+/* The same on a connection in full feature phase: digests as c says (not checked on receipt) */
+int ft_recv_c(struct ft_conn *c, struct ft_pdu *p, int ms);
+int ft_send_c(struct ft_conn *c, const uint8_t *h, const void *data, uint32_t dlen);
 /* A whole login without authentication on fd, the operational answer being op_keys
  * (key=value\0..., op_len bytes; a non-leading login gets connection keys only); window:
  * MaxCmdSN - ExpCmdSN + 1. 0 once in full feature phase, c filled in. */

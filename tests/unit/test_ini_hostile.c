@@ -100,7 +100,7 @@ static void logout_and_stop(struct ft *f, struct lr_session *s)
 static void await_logout(struct ft *f, struct ft_conn *c)
 {
     static struct ft_pdu p;
-    while (ft_recv(c->fd, &p, 5000) == 0) {
+    while (ft_recv_c(c, &p, 5000) == 0) {
         if ((p.h[0] & 0x3f) == ISCSI_OP_LOGOUT_REQ) {
             ft_logout_rsp(c, &p);
             break;
@@ -115,7 +115,7 @@ static int next_cmd(struct ft_conn *c, struct ft_pdu *p, int ms)
 {
     uint64_t deadline = now_ms() + (uint64_t)ms;
     while (now_ms() < deadline) {
-        if (ft_recv(c->fd, p, (int)(deadline - now_ms())) < 0)
+        if (ft_recv_c(c, p, (int)(deadline - now_ms())) < 0)
             return -1;
         if ((p->h[0] & 0x3f) == ISCSI_OP_SCSI_CMD)
             return 0;
@@ -664,6 +664,172 @@ static void test_sendtargets_without_end(void **state)
     }
 }
 
+/* ---- digests on (RFC 7143 §7.8) and recovery at ERL 1 against a target that lies ---- */
+
+static const char op_keys_dig[] = "HeaderDigest=CRC32C\0DataDigest=CRC32C\0MaxConnections=1\0"
+                                  "InitialR2T=Yes\0ImmediateData=Yes\0MaxBurstLength=262144\0"
+                                  "FirstBurstLength=65536\0DefaultTime2Wait=2\0"
+                                  "DefaultTime2Retain=0\0MaxOutstandingR2T=1\0"
+                                  "DataPDUInOrder=Yes\0DataSequenceInOrder=Yes\0"
+                                  "ErrorRecoveryLevel=0\0MaxRecvDataSegmentLength=65536";
+
+/* A Data-In with a bad data digest, then a good one, then one with a bad header digest. */
+static void script_digests(struct ft *f)
+{
+    static struct ft_pdu p;
+    struct ft_conn c;
+    int fd = ft_accept(f, 5000);
+    if (fd < 0 || ft_login(f, fd, &c, op_keys_dig, sizeof(op_keys_dig), 32) < 0)
+        return ft_fail(f, "login");
+    c.hd = c.dd = true;
+    for (int k = 0; k < 3; k++) {
+        if (next_cmd(&c, &p, 5000) < 0)
+            return ft_fail(f, "a command");
+        c.bad_dd = k == 0;
+        c.bad_hd = k == 2;
+        ft_read_done(&c, &p, 0x55);
+    }
+    /* the initiator drops the connection: nothing more comes */
+    while (ft_recv_c(&c, &p, 3000) == 0)
+        ;
+    close(fd);
+    atomic_store(&f->stage, 100);
+}
+
+static void test_digest_errors_from_target(void **state)
+{
+    (void)state;
+    struct ft f;
+    assert_int_equal(ft_start(&f, script_digests, NULL), 0);
+    struct lr_session_opts o = {.host = "127.0.0.1",
+                                .port = f.port,
+                                .target_name = "iqn.2026-12.org.linerate:fake",
+                                .header_digest = true,
+                                .data_digest = true,
+                                .cmd_timeout_ms = 5000,
+                                .login_timeout_ms = 3000};
+    struct lr_session *s = lr_session_create(R, &o);
+    assert_non_null(s);
+    struct done_log d = {0};
+    assert_int_equal(lr_session_login(s, on_done, &d), 0);
+    struct until u = {&d, 1};
+    assert_true(ft_run_until(R, calls_reached, &u, 5000));
+    assert_int_equal(d.last, LR_OK);
+    struct lr_session_info info;
+    lr_session_get_info(s, &info);
+    assert_true(info.header_digest && info.data_digest);
+    static uint8_t buf[4096];
+    const enum lr_err want[3] = {LR_ERR_PROTOCOL, LR_OK, LR_ERR_CONN_LOST};
+    const char *what[3] = {"data digest error on Data-In", NULL, "header digest error"};
+    for (int k = 0; k < 3; k++) {
+        struct done_log io = {0};
+        uint64_t t0 = now_ms();
+        assert_int_equal(lr_read(s, 0, 8, 512, buf, on_done, &io), 0);
+        struct until ui = {&io, 1};
+        assert_true(ft_run_until(R, calls_reached, &ui, 3000));
+        assert_true(now_ms() - t0 < 1000);
+        assert_int_equal(io.last, want[k]);
+        if (what[k])
+            assert_string_equal(io.what, what[k]);
+    }
+    lr_session_get_info(s, &info);
+    assert_int_equal(info.connections_up, 0);
+    assert_int_equal(lr_read(s, 0, 8, 512, buf, on_done, &d), -1);
+    lr_session_destroy(s);
+    ft_stop(&f);
+    assert_false(f.failed);
+}
+
+static const char op_keys_erl1[] = "HeaderDigest=None\0DataDigest=None\0MaxConnections=1\0"
+                                   "InitialR2T=Yes\0ImmediateData=Yes\0MaxBurstLength=262144\0"
+                                   "FirstBurstLength=65536\0DefaultTime2Wait=2\0"
+                                   "DefaultTime2Retain=0\0MaxOutstandingR2T=1\0"
+                                   "DataPDUInOrder=Yes\0DataSequenceInOrder=Yes\0"
+                                   "ErrorRecoveryLevel=1\0MaxRecvDataSegmentLength=65536";
+
+/* ERL 1: a READ's first Data-In never comes; every SNACK for it is answered with the second
+ * one again. The initiator keeps asking (§7.9) but not past the command timeout. */
+static void script_snack_liar(struct ft *f)
+{
+    static struct ft_pdu p;
+    static uint8_t data[4096];
+    struct ft_conn c;
+    int fd = ft_accept(f, 5000);
+    if (fd < 0 || ft_login(f, fd, &c, op_keys_erl1, sizeof(op_keys_erl1), 32) < 0)
+        return ft_fail(f, "login");
+    if (next_cmd(&c, &p, 5000) < 0)
+        return ft_fail(f, "a command");
+    uint32_t itt = get_be32(p.h + BHS_ITT);
+    c.expcmdsn = get_be32(p.h + BHS_CMDSN) + 1;
+    uint8_t h[ISCSI_BHS_LEN];
+    uint32_t statsn = c.statsn;
+    int snacks = 0;
+    for (int n = 0; n < 5000; n++) {
+        /* DataSN 1 (offset 4096) with the status; DataSN 0 never */
+        c.statsn = statsn;
+        ft_rsp(&c, h, ISCSI_OP_DATA_IN, ISCSI_FLAG_FINAL | ISCSI_DATAIN_STATUS, itt);
+        put_be32(h + BHS_TTT, ISCSI_RSVD_TAG);
+        put_be32(h + BHS_DATASN, 1);
+        put_be32(h + BHS_BUFFER_OFFSET, 4096);
+        if (ft_send_c(&c, h, data, sizeof(data)) < 0)
+            break;
+        bool again = false;
+        while (!again && ft_recv_c(&c, &p, 3000) == 0) {
+            uint8_t op = p.h[0] & 0x3f;
+            if (op == ISCSI_OP_SNACK) {
+                snacks++;
+                again = true;
+            } else if (op == ISCSI_OP_NOP_OUT && get_be32(p.h + BHS_ITT) != ISCSI_RSVD_TAG) {
+                uint8_t r[ISCSI_BHS_LEN];
+                c.statsn = statsn + 1;
+                ft_rsp(&c, r, ISCSI_OP_NOP_IN, ISCSI_FLAG_FINAL, get_be32(p.h + BHS_ITT));
+                c.statsn--; /* a ping's answer takes no StatSN */
+                put_be32(r + BHS_TTT, ISCSI_RSVD_TAG);
+                ft_send_c(&c, r, NULL, 0);
+            }
+        }
+        if (!again)
+            break;
+    }
+    if (snacks == 0)
+        ft_fail(f, "no SNACK for the missing Data-In");
+    close(fd);
+    atomic_store(&f->stage, 100);
+}
+
+static void test_erl1_snack_answered_wrong(void **state)
+{
+    (void)state;
+    struct ft f;
+    assert_int_equal(ft_start(&f, script_snack_liar, NULL), 0);
+    struct lr_session_opts o = {.host = "127.0.0.1",
+                                .port = f.port,
+                                .target_name = "iqn.2026-12.org.linerate:fake",
+                                .error_recovery_level = 1,
+                                .cmd_timeout_ms = 1500,
+                                .login_timeout_ms = 3000};
+    struct lr_session *s = lr_session_create(R, &o);
+    assert_non_null(s);
+    struct done_log d = {0};
+    assert_int_equal(lr_session_login(s, on_done, &d), 0);
+    struct until u = {&d, 1};
+    assert_true(ft_run_until(R, calls_reached, &u, 5000));
+    assert_int_equal(d.last, LR_OK);
+    static uint8_t buf[8192];
+    struct done_log io = {0};
+    uint64_t t0 = now_ms();
+    assert_int_equal(lr_read(s, 0, 16, 512, buf, on_done, &io), 0);
+    struct until ui = {&io, 1};
+    assert_true(ft_run_until(R, calls_reached, &ui, 5000));
+    assert_int_not_equal(io.last, LR_OK);
+    assert_non_null(io.what);
+    assert_true(now_ms() - t0 < 3500);
+    lr_session_destroy(s);
+    ft_stop(&f);
+    if (f.failed)
+        fail_msg("fake target: %s", f.why);
+}
+
 int main(void)
 {
     R = reactor_create(0);
@@ -674,6 +840,8 @@ int main(void)
         cmocka_unit_test(test_mcs_async_logout_one_connection),
         cmocka_unit_test(test_chap_hostile_target),
         cmocka_unit_test(test_sendtargets_without_end),
+        cmocka_unit_test(test_digest_errors_from_target),
+        cmocka_unit_test(test_erl1_snack_answered_wrong),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     reactor_destroy(R);
