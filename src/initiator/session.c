@@ -535,6 +535,11 @@ static void conn_logged_in(struct ini_conn *c)
         s->expcmdsn = c->login.exp_cmdsn;
         s->maxcmdsn = c->login.max_cmdsn;
         s->granted = p.max_connections ? p.max_connections : 1;
+        if (c->reconnect && s->logging_out) {
+            /* lr_session_logout came while this login was under way: nothing to log out */
+            ini_conn_fail(c, "logged out");
+            return;
+        }
         if (c->reconnect) {
             /* a new session after the target logged the old one out (relogin.c) */
             ini_relogin_done(c);
