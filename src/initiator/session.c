@@ -923,9 +923,13 @@ void ini_session_logout_rsp(struct ini_conn *c, const uint8_t *hdr)
      * asked for (erl2.c; then the session logs in anew, relogin.c): what was still running
      * fails with that said. */
     bool asked = !s->logging_out && c->logout_sent;
+    const char *why = asked ? "terminated by the logout the target asked for" : "logged out";
     for (unsigned i = 0; i < s->nconns; i++) {
+        /* the others on their own threads (all are home for our own logout) */
         s->conns[i]->logged_out = true;
-        ini_conn_fail(s->conns[i],
-                      asked ? "terminated by the logout the target asked for" : "logged out");
+        if (s->conns[i] == c)
+            ini_conn_fail(c, why);
+        else
+            ini_conn_fail_any(s->conns[i], why);
     }
 }
