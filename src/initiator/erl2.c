@@ -141,12 +141,16 @@ static void erl2_run(struct ini_conn *c)
      * session logs in again afterwards (relogin.c), and commands that wait go out there. No
      * new command goes out meanwhile: the connection drains, and none other is usable. An
      * unanswered Logout ends the connection (ini_erl2_tick). */
+    if (s->closing_session)
+        return; /* another connection's Logout closes the session, this one with it */
     c->logout_sent = true;
     c->logout_deadline_ms = reactor_now_ms() + INI_LOGOUT_ANSWER_MS;
-    if (live_conn(s, (int)c->idx))
+    if (live_conn(s, (int)c->idx)) {
         send_logout(c, ISCSI_LOGOUT_CLOSE_CONNECTION, c->idx, c->expstatsn);
-    else
+    } else {
+        s->closing_session = true;
         send_logout(c, ISCSI_LOGOUT_CLOSE_SESSION, c->idx, c->expstatsn);
+    }
 }
 
 static void erl2_msg(void *arg)

@@ -399,6 +399,7 @@ struct lr_session {
      * to log in again (below ERL 2); login attempts and logouts in a row without a command
      * completed, both bounded. */
     bool reestablish;
+    bool closing_session; /* a Logout "close the session" asked for is under way (erl2.c) */
     bool asked_out[LR_MAX_CONNECTIONS];
     unsigned relogin_tries, relogin_rounds;
     uint64_t relogin_next_ms;

@@ -47,6 +47,8 @@ static bool usable(const struct ini_conn *c)
 void ini_relogin_conn_lost(struct ini_conn *c)
 {
     struct lr_session *s = c->s;
+    if (c->logout_sent) /* a session Logout gone with it: another connection may send its own */
+        s->closing_session = false;
     if (!c->draining || s->destroyed || s->logging_out || !s->logged_in)
         return;
     for (unsigned i = 0; i < s->nconns; i++) {
@@ -88,6 +90,7 @@ static void session_reset(struct lr_session *s)
         list_add_tail(&keep, n);
     while ((n = list_pop(&keep)) != NULL)
         list_add_tail(&s->waitq, n);
+    s->closing_session = false;
     for (unsigned i = 0; i < s->nconns; i++) {
         s->asked_out[i] = false;
         s->cr[i].st = CR_NONE;
