@@ -176,10 +176,11 @@ void lr_session_unlock(struct lr_session *s);
  * digests where negotiated; anything else (a PDU lost, repeated or corrupted, a GOOD status
  * without the data, a residual underflow above len, underflow and overflow together) is
  * LR_ERR_PROTOCOL with the reason in `what`, and buf may hold some of the data; a bad header
- * digest loses the connection (LR_ERR_CONN_LOST). At level 1
- * and 2 the missing Data-In is asked for again first (SNACK), until the command timeout. A target
- * that sends pings faster than it reads the answers (more than 1 MiB of them unsent), or at level 0
- * an R2T for data already sent, loses the connection. */
+ * digest loses the connection (LR_ERR_CONN_LOST). At level 1 and 2 the missing Data-In is
+ * asked for again first (SNACK), until the command timeout. A target that sends pings faster
+ * than it reads the answers (more than 1 MiB of them unsent), at level 0 an R2T for data
+ * already sent, or at level 1 and 2 recovery R2Ts and SNACKs it makes us send faster than it
+ * reads them (more than 64 MiB unsent), loses the connection. */
 enum lr_dir { LR_DIR_NONE, LR_DIR_READ, LR_DIR_WRITE };
 int lr_scsi(struct lr_session *s, const uint8_t *cdb, unsigned cdb_len, enum lr_dir dir, void *buf,
             uint32_t len, lr_done_fn done, void *arg);

@@ -96,6 +96,12 @@ enum ini_conn_state {
 /* Ping data (NOP-In answers) a connection may hold unsent: far above any real target's pings
  * (a few bytes, every few seconds), far below what hurts. */
 #define INI_PING_BACKLOG_MAX (1u << 20)
+/* What recovery (ERL >= 1) may hold unsent for the target's asking: data asked for again (a
+ * recovery R2T, or one below what was sent) and SNACKs, counted in bytes with a struct
+ * wire_pdu for each PDU (what it costs us). A target asks for these without end if it likes; more
+ * than this unsent means it does not read what it asked for. Far above what digest errors make a
+ * real one ask again. */
+#define INI_RESEND_BACKLOG_MAX (64u << 20)
 
 struct ini_conn {
     struct lr_session *s;
@@ -130,6 +136,7 @@ struct ini_conn {
     /* Bytes of ping data (NOP-In answers) queued and not yet sent: a target that pings
      * faster than it reads the answers is cut off at INI_PING_BACKLOG_MAX. */
     uint32_t ping_unsent;
+    uint64_t resend_unsent; /* INI_RESEND_BACKLOG_MAX */
     uint64_t rejects;
 
     /* ErrorRecoveryLevel >= 1 (recovery.c, RFC 7143 §7.8-§7.9): the StatSNs received beyond
@@ -257,9 +264,12 @@ void ini_task_resend_cmd(struct ini_conn *c, struct ini_task *t);
 /* The status of a Data-In with S or of a SCSI Response into *r (§11.4, §11.7.4). */
 void ini_task_result(struct ini_task *t, const uint8_t *hdr, const uint8_t *data, uint32_t dlen,
                      struct lr_result *r);
-/* Data-Out PDUs answering an R2T (or unsolicited, ttt reserved), from the task's buffer. */
+/* Data-Out PDUs answering an R2T (or unsolicited, ttt reserved), from the task's buffer;
+ * again: data sent before, counted in c->resend_unsent until it leaves. */
 void ini_task_data_out(struct ini_conn *c, struct ini_task *t, uint32_t ttt, uint32_t off,
-                       uint32_t len);
+                       uint32_t len, bool again);
+/* A recovery PDU of n bytes (header included) about to be queued: counted until it leaves. */
+void ini_resend_account(struct ini_conn *c, struct wire_pdu *p, uint64_t n);
 
 /* ---- ErrorRecoveryLevel >= 1 (recovery.c, RFC 7143 §7.1-§7.9, §11.16) ---- */
 

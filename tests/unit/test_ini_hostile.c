@@ -65,21 +65,30 @@ static bool target_done(void *arg)
     return atomic_load(&f->stage) >= 100;
 }
 
-static struct lr_session *login(struct ft *f, struct done_log *d)
+/* A session to the fake target with o's other options (a command timeout of 10 s unless
+ * given), logged in. */
+static struct lr_session *login_with(struct ft *f, struct lr_session_opts o)
 {
-    struct lr_session_opts o = {.host = "127.0.0.1",
-                                .port = f->port,
-                                .target_name = "iqn.2026-12.org.linerate:fake",
-                                .lun = 0,
-                                .cmd_timeout_ms = 10000,
-                                .login_timeout_ms = 3000};
+    o.host = "127.0.0.1";
+    o.port = f->port;
+    o.target_name = "iqn.2026-12.org.linerate:fake";
+    o.login_timeout_ms = 3000;
+    if (!o.cmd_timeout_ms)
+        o.cmd_timeout_ms = 10000;
     struct lr_session *s = lr_session_create(R, &o);
     assert_non_null(s);
-    assert_int_equal(lr_session_login(s, on_done, d), 0);
-    struct until u = {d, 1};
+    struct done_log d = {0};
+    assert_int_equal(lr_session_login(s, on_done, &d), 0);
+    struct until u = {&d, 1};
     assert_true(ft_run_until(R, calls_reached, &u, 5000));
-    assert_int_equal(d->last, LR_OK);
+    assert_int_equal(d.last, LR_OK);
     return s;
+}
+
+static struct lr_session *login(struct ft *f, struct done_log *d)
+{
+    (void)d;
+    return login_with(f, (struct lr_session_opts){0});
 }
 
 static void logout_and_stop(struct ft *f, struct lr_session *s)
@@ -701,20 +710,10 @@ static void test_digest_errors_from_target(void **state)
     (void)state;
     struct ft f;
     assert_int_equal(ft_start(&f, script_digests, NULL), 0);
-    struct lr_session_opts o = {.host = "127.0.0.1",
-                                .port = f.port,
-                                .target_name = "iqn.2026-12.org.linerate:fake",
-                                .header_digest = true,
-                                .data_digest = true,
-                                .cmd_timeout_ms = 5000,
-                                .login_timeout_ms = 3000};
-    struct lr_session *s = lr_session_create(R, &o);
-    assert_non_null(s);
+    struct lr_session *s =
+        login_with(&f, (struct lr_session_opts){
+                           .header_digest = true, .data_digest = true, .cmd_timeout_ms = 5000});
     struct done_log d = {0};
-    assert_int_equal(lr_session_login(s, on_done, &d), 0);
-    struct until u = {&d, 1};
-    assert_true(ft_run_until(R, calls_reached, &u, 5000));
-    assert_int_equal(d.last, LR_OK);
     struct lr_session_info info;
     lr_session_get_info(s, &info);
     assert_true(info.header_digest && info.data_digest);
@@ -802,19 +801,8 @@ static void test_erl1_snack_answered_wrong(void **state)
     (void)state;
     struct ft f;
     assert_int_equal(ft_start(&f, script_snack_liar, NULL), 0);
-    struct lr_session_opts o = {.host = "127.0.0.1",
-                                .port = f.port,
-                                .target_name = "iqn.2026-12.org.linerate:fake",
-                                .error_recovery_level = 1,
-                                .cmd_timeout_ms = 1500,
-                                .login_timeout_ms = 3000};
-    struct lr_session *s = lr_session_create(R, &o);
-    assert_non_null(s);
-    struct done_log d = {0};
-    assert_int_equal(lr_session_login(s, on_done, &d), 0);
-    struct until u = {&d, 1};
-    assert_true(ft_run_until(R, calls_reached, &u, 5000));
-    assert_int_equal(d.last, LR_OK);
+    struct lr_session *s =
+        login_with(&f, (struct lr_session_opts){.error_recovery_level = 1, .cmd_timeout_ms = 1500});
     static uint8_t buf[8192];
     struct done_log io = {0};
     uint64_t t0 = now_ms();
@@ -824,6 +812,60 @@ static void test_erl1_snack_answered_wrong(void **state)
     assert_int_not_equal(io.last, LR_OK);
     assert_non_null(io.what);
     assert_true(now_ms() - t0 < 3500);
+    lr_session_destroy(s);
+    ft_stop(&f);
+    if (f.failed)
+        fail_msg("fake target: %s", f.why);
+}
+
+/* ERL 1: recovery R2Ts for data already sent, without end, and the initiator's Data-Out never
+ * read. What waits unsent is bounded (INI_RESEND_BACKLOG_MAX): the connection fails, and the
+ * WRITE with it, saying why. */
+static void script_r2t_flood(struct ft *f)
+{
+    static struct ft_pdu p;
+    struct ft_conn c;
+    int fd = ft_accept(f, 5000);
+    if (fd < 0 || ft_login(f, fd, &c, op_keys_erl1, sizeof(op_keys_erl1), 32) < 0)
+        return ft_fail(f, "login");
+    if (next_cmd(&c, &p, 5000) < 0)
+        return ft_fail(f, "a command");
+    uint32_t itt = get_be32(p.h + BHS_ITT);
+    c.expcmdsn = get_be32(p.h + BHS_CMDSN) + 1;
+    int n = 0;
+    for (; n < 20000; n++) {
+        uint8_t h[ISCSI_BHS_LEN];
+        ft_rsp(&c, h, ISCSI_OP_R2T, ISCSI_FLAG_FINAL, itt);
+        c.statsn--; /* an R2T carries StatSN without taking it */
+        put_be32(h + BHS_TTT, 0x100 + (uint32_t)n);
+        put_be32(h + BHS_R2TSN, 0);
+        put_be32(h + BHS_BUFFER_OFFSET, 0);
+        put_be32(h + BHS_DESIRED_LEN, 65536);
+        if (ft_send_c(&c, h, NULL, 0) < 0)
+            break; /* the initiator gave up */
+    }
+    if (n == 20000)
+        ft_fail(f, "20000 recovery R2Ts taken");
+    close(fd);
+    atomic_store(&f->stage, 100);
+}
+
+static void test_erl1_recovery_r2t_flood_bounded(void **state)
+{
+    (void)state;
+    struct ft f;
+    assert_int_equal(ft_start(&f, script_r2t_flood, NULL), 0);
+    struct lr_session *s = login_with(
+        &f, (struct lr_session_opts){.error_recovery_level = 1, .cmd_timeout_ms = 20000});
+    static uint8_t buf[262144];
+    struct done_log io = {0};
+    uint64_t t0 = now_ms();
+    assert_int_equal(lr_write(s, 0, 512, 512, buf, on_done, &io), 0);
+    struct until ui = {&io, 1};
+    assert_true(ft_run_until(R, calls_reached, &ui, 8000));
+    assert_int_equal(io.last, LR_ERR_CONN_LOST);
+    assert_string_equal(io.what, "the target asks for data again faster than it reads it");
+    assert_true(now_ms() - t0 < 8000);
     lr_session_destroy(s);
     ft_stop(&f);
     if (f.failed)
@@ -842,6 +884,7 @@ int main(void)
         cmocka_unit_test(test_sendtargets_without_end),
         cmocka_unit_test(test_digest_errors_from_target),
         cmocka_unit_test(test_erl1_snack_answered_wrong),
+        cmocka_unit_test(test_erl1_recovery_r2t_flood_bounded),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     reactor_destroy(R);
