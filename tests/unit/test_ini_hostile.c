@@ -445,6 +445,97 @@ static void test_mcs_async_logout_one_connection(void **state)
     logout_and_stop(&f, s);
 }
 
+/* Two connections, and the target answers each command on the other connection first: a
+ * Data-In with status for a task that is not that connection's (§5.2 allegiance). Ignored,
+ * never placed in the caller's buffer; the true answer, on the command's connection, half the
+ * data and the rest an underflow, completes it. */
+static int data_in_half(struct ft_conn *c, const struct ft_pdu *cmd, uint8_t fill)
+{
+    static uint8_t data[2048];
+    memset(data, fill, sizeof(data));
+    uint8_t h[ISCSI_BHS_LEN];
+    ft_rsp(c, h, ISCSI_OP_DATA_IN, ISCSI_FLAG_FINAL | ISCSI_DATAIN_STATUS | ISCSI_DATAIN_UNDERFLOW,
+           get_be32(cmd->h + BHS_ITT));
+    put_be32(h + BHS_TTT, ISCSI_RSVD_TAG);
+    put_be32(h + BHS_RESIDUAL, get_be32(cmd->h + BHS_EDTL) - (uint32_t)sizeof(data));
+    return ft_send_c(c, h, data, sizeof(data));
+}
+
+static void script_mcs_wrong_connection(struct ft *f)
+{
+    static struct ft_pdu p;
+    struct ft_conn c[2];
+    for (int i = 0; i < 2; i++) {
+        int fd = ft_accept(f, 5000);
+        if (fd < 0 || ft_login(f, fd, &c[i], op_keys_mcs, sizeof(op_keys_mcs), 64) < 0)
+            return ft_fail(f, "the two logins");
+    }
+    int answered = 0;
+    uint64_t deadline = now_ms() + 8000;
+    while (now_ms() < deadline) {
+        struct pollfd pf[2] = {{.fd = c[0].fd, .events = POLLIN},
+                               {.fd = c[1].fd, .events = POLLIN}};
+        if (poll(pf, 2, 100) <= 0)
+            continue;
+        for (int i = 0; i < 2; i++) {
+            if (!(pf[i].revents & (POLLIN | POLLHUP)))
+                continue;
+            if (ft_recv_c(&c[i], &p, 1000) < 0)
+                return ft_fail(f, "a connection closed");
+            uint8_t op = p.h[0] & 0x3f;
+            if (op == ISCSI_OP_LOGOUT_REQ) {
+                ft_logout_rsp(&c[i], &p);
+                goto end;
+            }
+            if (op != ISCSI_OP_SCSI_CMD)
+                continue;
+            c[i].expcmdsn = get_be32(p.h + BHS_CMDSN) + 1;
+            ft_read_done(&c[1 - i], &p, 0xee); /* the lie, on the other connection */
+            usleep(20 * 1000);
+            data_in_half(&c[i], &p, 0x11);
+            answered++;
+        }
+    }
+end:
+    if (answered != 4)
+        ft_fail(f, "not four commands");
+    close(c[0].fd);
+    close(c[1].fd);
+    atomic_store(&f->stage, 100);
+}
+
+static bool four_stale(void *arg)
+{
+    struct lr_session *s = arg;
+    return s->conns[0]->stale_pdus + s->conns[1]->stale_pdus == 4;
+}
+
+static void test_mcs_answer_on_wrong_connection(void **state)
+{
+    (void)state;
+    struct ft f;
+    assert_int_equal(ft_start(&f, script_mcs_wrong_connection, NULL), 0);
+    struct lr_session *s = login_with(&f, (struct lr_session_opts){.connections = 2});
+    static uint8_t buf[4][4096];
+    memset(buf, 0, sizeof(buf));
+    struct done_log io = {0};
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(lr_read(s, (uint64_t)i * 8, 8, 512, buf[i], on_done, &io), 0);
+    struct until u = {&io, 4};
+    assert_true(ft_run_until(R, calls_reached, &u, 5000));
+    assert_int_equal(io.ok, 4);
+    for (int i = 0; i < 4; i++) {
+        assert_int_equal(buf[i][0], 0x11);
+        assert_int_equal(buf[i][2047], 0x11);
+        for (int k = 2048; k < 4096; k++)
+            if (buf[i][k])
+                fail_msg("read %d: byte %d from the wrong connection's answer", i, k);
+    }
+    /* every lie seen and let be (the last may still be on its way) */
+    assert_true(ft_run_until(R, four_stale, s, 2000));
+    logout_and_stop(&f, s);
+}
+
 /* ---- CHAP from the initiator's side (RFC 7143 §12.1.3) ---- */
 
 #define SEC_STAY (ISCSI_STAGE_SECURITY << 2)
@@ -880,6 +971,7 @@ int main(void)
         cmocka_unit_test(test_async_logout_unanswered_command_fails),
         cmocka_unit_test(test_async_logout_every_login_bounded),
         cmocka_unit_test(test_mcs_async_logout_one_connection),
+        cmocka_unit_test(test_mcs_answer_on_wrong_connection),
         cmocka_unit_test(test_chap_hostile_target),
         cmocka_unit_test(test_sendtargets_without_end),
         cmocka_unit_test(test_digest_errors_from_target),
