@@ -12,6 +12,7 @@
 
 #include <cmocka.h>
 #include <poll.h>
+#include <sys/socket.h>
 
 #include "fake_target.h"
 #include "initiator/ini.h"
@@ -262,6 +263,55 @@ static void test_async_logout_unanswered_command_fails(void **state)
     assert_int_equal(again.last, LR_OK);
     assert_int_equal(buf[2][0], 0x33);
     logout_and_stop(&f, s);
+}
+
+/* A target that asks for a logout and is gone after it (its listener closed): the commands
+ * waiting for the new login fail, after a few attempts, saying why; then none is taken. */
+static void script_logout_then_gone(struct ft *f)
+{
+    static struct ft_pdu p;
+    struct ft_conn c;
+    int fd = ft_accept(f, 5000);
+    if (fd < 0 || ft_login(f, fd, &c, op_keys, sizeof(op_keys), 32) < 0)
+        return ft_fail(f, "login");
+    if (next_cmd(&c, &p, 5000) < 0)
+        return ft_fail(f, "a command");
+    ft_async(&c, 1, 0);
+    while (ft_recv(fd, &p, 3000) == 0)
+        if ((p.h[0] & 0x3f) == ISCSI_OP_LOGOUT_REQ) {
+            ft_logout_rsp(&c, &p);
+            break;
+        }
+    shutdown(f->lfd, SHUT_RDWR); /* no more logins: connections are refused */
+    close(fd);
+    atomic_store(&f->stage, 100);
+}
+
+static void test_async_logout_target_gone(void **state)
+{
+    (void)state;
+    struct ft f;
+    assert_int_equal(ft_start(&f, script_logout_then_gone, NULL), 0);
+    struct done_log d = {0};
+    struct lr_session *s = login(&f, &d);
+    static uint8_t buf[2][4096];
+    struct done_log io[2] = {{0}, {0}};
+    assert_int_equal(lr_read(s, 0, 8, 512, buf[0], on_done, &io[0]), 0);
+    struct until u0 = {&io[0], 1};
+    assert_true(ft_run_until(R, calls_reached, &u0, 3000));
+    assert_int_equal(io[0].last, LR_ERR_CONN_LOST);
+    uint64_t t0 = now_ms();
+    assert_int_equal(lr_read(s, 8, 8, 512, buf[1], on_done, &io[1]), 0);
+    struct until u1 = {&io[1], 1};
+    assert_true(ft_run_until(R, calls_reached, &u1, 6000));
+    assert_int_equal(io[1].last, LR_ERR_NO_CONN);
+    assert_string_equal(io[1].what,
+                        "the target asked for a logout and the session could not log in again");
+    assert_true(now_ms() - t0 < 5000);
+    assert_int_equal(lr_read(s, 8, 8, 512, buf[1], on_done, &io[1]), -1);
+    lr_session_destroy(s);
+    ft_stop(&f);
+    assert_false(f.failed);
 }
 
 /* A target that asks for a logout right after every login: the initiator stops logging in
@@ -970,6 +1020,7 @@ int main(void)
         cmocka_unit_test(test_async_logout_drains_and_logs_in_again),
         cmocka_unit_test(test_async_logout_unanswered_command_fails),
         cmocka_unit_test(test_async_logout_every_login_bounded),
+        cmocka_unit_test(test_async_logout_target_gone),
         cmocka_unit_test(test_mcs_async_logout_one_connection),
         cmocka_unit_test(test_mcs_answer_on_wrong_connection),
         cmocka_unit_test(test_chap_hostile_target),
