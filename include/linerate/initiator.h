@@ -142,7 +142,22 @@ void lr_session_destroy(struct lr_session *s);
 
 /* Log in the leading connection, then the others (non-leading, same TSIH, new CIDs).
  * done() runs once: LR_OK when at least the leading connection is in full feature phase
- * (fewer connections than asked is reported through lr_session_get_info), or the error. */
+ * (fewer connections than asked is reported through lr_session_get_info), or the error.
+ * A login fails (LR_ERR_LOGIN, the reason in `what`) within login_timeout_ms whatever the
+ * target sends: a mutual-CHAP target that does not answer our challenge, answers it wrong or
+ * as another user, a CHAP_C over 1024 bytes, an algorithm we did not offer, a login that does
+ * not converge in 16 rounds.
+ *
+ * When the target asks for a logout (Async Message event 1, RFC 7143 §11.9.1), at any
+ * ErrorRecoveryLevel: that connection takes no new command, its commands may complete until
+ * Parameter3 seconds are nearly up, then it logs out ("close the connection", or "close the
+ * session" for the last one) and logs in again: the same CID into the session, or a new
+ * session with the same ISID. Commands issued meanwhile wait and go out there. Commands the
+ * target still had when the Logout left were terminated by it and fail with
+ * LR_ERR_CONN_LOST ("terminated by the logout the target asked for"): whether they ran is
+ * unknown, so they are not sent again. An unanswered Logout drops the connection after 5 s;
+ * after 5 failed login attempts, or 3 logouts asked for in a row with no command completed,
+ * the session stops logging in and the commands waiting fail with LR_ERR_NO_CONN. */
 int lr_session_login(struct lr_session *s, lr_done_fn done, void *arg);
 /* Log out the whole session (reason: close session); done() when the target answered or the
  * connections are gone. */
@@ -160,10 +175,12 @@ void lr_session_unlock(struct lr_session *s);
  * must come in DataSN and offset order (DataPDUInOrder) and add up to exactly that, with good
  * digests where negotiated; anything else (a PDU lost, repeated or corrupted, a GOOD status
  * without the data, a residual underflow above len, underflow and overflow together) is
- * LR_ERR_PROTOCOL with the reason in `what`, and buf may hold some of the data. At level 1
- * and 2 the missing Data-In is asked for again first (SNACK). A target that sends pings faster
- * than it reads the answers (more than 1 MiB of them unsent), or at level 0 an R2T for data
- * already sent, loses the connection. */
+ * LR_ERR_PROTOCOL with the reason in `what`, and buf may hold some of the data; a bad header
+ * digest loses the connection (LR_ERR_CONN_LOST). At level 1 and 2 the missing Data-In is
+ * asked for again first (SNACK), until the command timeout. A target that sends pings faster
+ * than it reads the answers (more than 1 MiB of them unsent), at level 0 an R2T for data
+ * already sent, or at level 1 and 2 recovery R2Ts and SNACKs it makes us send faster than it
+ * reads them (more than 64 MiB unsent), loses the connection. */
 enum lr_dir { LR_DIR_NONE, LR_DIR_READ, LR_DIR_WRITE };
 int lr_scsi(struct lr_session *s, const uint8_t *cdb, unsigned cdb_len, enum lr_dir dir, void *buf,
             uint32_t len, lr_done_fn done, void *arg);
@@ -181,7 +198,9 @@ int lr_read_capacity(struct lr_session *s, lr_capacity_fn done, void *arg);
 uint32_t lr_session_inflight(const struct lr_session *s);
 
 /* Discovery: SendTargets=All on a discovery session; done() gets the raw key=value\0 text
- * (TargetName=..., TargetAddress=...) or an error. */
+ * (TargetName=..., TargetAddress=...) or an error: LR_ERR_PROTOCOL for an answer over 64 KiB
+ * or of more than 256 Text Responses, LR_ERR_TIMEOUT when it is not complete within
+ * cmd_timeout_ms. */
 typedef void (*lr_discovery_fn)(void *arg, const struct lr_result *res, const char *text,
                                 uint32_t len);
 int lr_discover(struct reactor *r, const char *host, uint16_t port, const char *initiator_name,

@@ -9,10 +9,17 @@
 #include "util/log.h"
 
 #define INI_TEXT_ITT 0x80000010u
+/* Text Responses one SendTargets may take: far more than a real target's answer needs (it is
+ * bounded by ISCSI_TEXT_MAX anyway), and an end to one that sends F=0 forever with little or
+ * no text. */
+#define INI_TEXT_ROUNDS_MAX 256
 
 struct disc {
     struct lr_session *s;
     struct reactor_deferred free_d;
+    struct reactor_timer timer; /* the whole SendTargets exchange: cmd_timeout_ms */
+    bool timer_on;
+    unsigned rounds;
     lr_discovery_fn done;
     void *arg;
     struct lr_result res;
@@ -66,11 +73,22 @@ static void disc_finish(struct disc *d, const struct lr_result *res)
         return;
     d->finished = true;
     struct lr_session *s = d->s;
+    if (d->timer_on)
+        reactor_timer_stop(s->r, &d->timer);
+    d->timer_on = false;
     d->done(d->arg, res, s->disc_text.data, s->disc_text.len);
     if (res->err == LR_OK)
         lr_session_logout(s, disc_logged_out, d);
     else
         reactor_defer(s->r, &d->free_d, disc_free, d);
+}
+
+static void disc_timeout(void *arg)
+{
+    struct disc *d = arg;
+    d->timer_on = false;
+    struct lr_result r = {.err = LR_ERR_TIMEOUT, .what = "no complete SendTargets answer in time"};
+    disc_finish(d, &r);
 }
 
 static void disc_login_done(void *arg, const struct lr_result *res)
@@ -81,6 +99,8 @@ static void disc_login_done(void *arg, const struct lr_result *res)
         return;
     }
     static const char kv[] = "SendTargets=All";
+    d->timer_on = true;
+    reactor_timer_start(d->s->r, &d->timer, d->s->o.cmd_timeout_ms, disc_timeout, d);
     text_request(d->s->conns[0], ISCSI_RSVD_TAG, kv, sizeof(kv));
 }
 
@@ -93,13 +113,22 @@ void ini_session_text_rsp(struct ini_conn *c, const uint8_t *hdr, const uint8_t 
         ini_conn_fail(c, "unexpected Text Response");
         return;
     }
+    if (d->finished)
+        return;
     if (dlen && iscsi_text_append(&s->disc_text, data, dlen) < 0) {
         struct lr_result r = {.err = LR_ERR_PROTOCOL, .what = "SendTargets answer too long"};
         disc_finish(d, &r);
         return;
     }
-    if (hdr[BHS_FLAGS] & ISCSI_FLAG_CONTINUE) {
-        /* §11.11.2: more follows; ask with an empty request carrying the target's TTT. */
+    if (!(hdr[BHS_FLAGS] & ISCSI_FLAG_FINAL) || (hdr[BHS_FLAGS] & ISCSI_FLAG_CONTINUE)) {
+        /* §11.11.1-§11.11.2: not final (C implies it: the text goes on in the next PDU); ask
+         * for the rest with an empty request carrying the target's TTT, a bounded number of
+         * times. */
+        if (++d->rounds >= INI_TEXT_ROUNDS_MAX) {
+            struct lr_result r = {.err = LR_ERR_PROTOCOL, .what = "SendTargets answer never ends"};
+            disc_finish(d, &r);
+            return;
+        }
         text_request(c, get_be32(hdr + BHS_TTT), NULL, 0);
         return;
     }

@@ -40,6 +40,8 @@
 #define INI_ERL2_LOGOUT_MS 5000
 /* "Task still allegiant": asked again after this long. */
 #define INI_ERL2_ALLEGIANT_MS 50
+/* Our Logout after an Async event 1 unanswered for this long: the connection is dropped. */
+#define INI_LOGOUT_ANSWER_MS 5000
 /* Reconnect attempts back off from this, doubling, up to 32 times it. */
 #define INI_ERL2_RELOGIN_MS 50
 
@@ -135,12 +137,18 @@ static void erl2_run(struct ini_conn *c)
     if (c->outstanding && reactor_now_ms() < c->drain_deadline_ms)
         return;
     /* §11.9.1: "close the connection", or "close the session" for the last one. What is still
-     * running on it then is terminated by the target (§11.14). */
+     * running on it then is terminated by the target (§11.14) and fails; the connection or the
+     * session logs in again afterwards (relogin.c), and commands that wait go out there. No
+     * new command goes out meanwhile: the connection drains, and none other is usable. An
+     * unanswered Logout ends the connection (ini_erl2_tick). */
+    if (s->closing_session)
+        return; /* another connection's Logout closes the session, this one with it */
     c->logout_sent = true;
+    c->logout_deadline_ms = reactor_now_ms() + INI_LOGOUT_ANSWER_MS;
     if (live_conn(s, (int)c->idx)) {
         send_logout(c, ISCSI_LOGOUT_CLOSE_CONNECTION, c->idx, c->expstatsn);
     } else {
-        s->logging_out = true; /* the session ends: no new command */
+        s->closing_session = true;
         send_logout(c, ISCSI_LOGOUT_CLOSE_SESSION, c->idx, c->expstatsn);
     }
 }
@@ -396,7 +404,7 @@ static void advance_once(struct lr_session *s, uint64_t now)
             LOG_INFO("initiator: connection %u (cid %u): logging in again", i, c->cid);
             cr->next_login_ms = now + ((uint64_t)INI_ERL2_RELOGIN_MS
                                        << (cr->failed_logins < 5 ? cr->failed_logins : 5));
-            ini_session_reconnect(s, i);
+            ini_session_reconnect(s, i, false);
         }
     }
 }
@@ -415,7 +423,8 @@ void ini_erl2_advance(struct lr_session *s, uint64_t now)
         advance_once(s, now);
     } while (s->advance_again && !s->logging_out && !s->destroyed);
     s->advancing = false;
-    if (!conns_any_up(s) && !recovering_at(s, now)) /* nothing will come back */
+    /* nothing will come back */
+    if (!conns_any_up(s) && !recovering_at(s, now) && !ini_relogin_pending(s))
         ini_session_fail_waiting(s, LR_ERR_NO_CONN, "no connection left in the session");
 }
 
@@ -426,6 +435,8 @@ void ini_erl2_tick(struct lr_session *s, uint64_t now)
         if (c->state == ICS_FFP && c->draining && !c->logout_sent &&
             (c->outstanding == 0 || now >= c->drain_deadline_ms))
             erl2_kick(c);
+        else if (c->state == ICS_FFP && c->logout_sent && now >= c->logout_deadline_ms)
+            ini_conn_fail_any(c, "no answer to the Logout the target asked for");
     }
     ini_erl2_advance(s, now);
 }

@@ -96,6 +96,12 @@ enum ini_conn_state {
 /* Ping data (NOP-In answers) a connection may hold unsent: far above any real target's pings
  * (a few bytes, every few seconds), far below what hurts. */
 #define INI_PING_BACKLOG_MAX (1u << 20)
+/* What recovery (ERL >= 1) may hold unsent for the target's asking: data asked for again (a
+ * recovery R2T, or one below what was sent) and SNACKs, counted in bytes with a struct
+ * wire_pdu for each PDU (what it costs us). A target asks for these without end if it likes; more
+ * than this unsent means it does not read what it asked for. Far above what digest errors make a
+ * real one ask again. */
+#define INI_RESEND_BACKLOG_MAX (64u << 20)
 
 struct ini_conn {
     struct lr_session *s;
@@ -130,6 +136,7 @@ struct ini_conn {
     /* Bytes of ping data (NOP-In answers) queued and not yet sent: a target that pings
      * faster than it reads the answers is cut off at INI_PING_BACKLOG_MAX. */
     uint32_t ping_unsent;
+    uint64_t resend_unsent; /* INI_RESEND_BACKLOG_MAX */
     uint64_t rejects;
 
     /* ErrorRecoveryLevel >= 1 (recovery.c, RFC 7143 §7.8-§7.9): the StatSNs received beyond
@@ -153,6 +160,7 @@ struct ini_conn {
     bool draining;  /* Async event 1: no new command; logged out once its tasks are done */
     bool logout_sent, logged_out; /* our Logout for this connection; its response said 0 */
     uint64_t drain_deadline_ms;
+    uint64_t logout_deadline_ms;    /* that Logout unanswered by then: the connection fails */
     bool erl2_req;                  /* connection recovery work asked of its thread */
     struct reactor_msg erl2_msg[2]; /* that request, one per side of the last move */
     struct reactor_deferred spread_d;
@@ -256,9 +264,12 @@ void ini_task_resend_cmd(struct ini_conn *c, struct ini_task *t);
 /* The status of a Data-In with S or of a SCSI Response into *r (§11.4, §11.7.4). */
 void ini_task_result(struct ini_task *t, const uint8_t *hdr, const uint8_t *data, uint32_t dlen,
                      struct lr_result *r);
-/* Data-Out PDUs answering an R2T (or unsolicited, ttt reserved), from the task's buffer. */
+/* Data-Out PDUs answering an R2T (or unsolicited, ttt reserved), from the task's buffer;
+ * again: data sent before, counted in c->resend_unsent until it leaves. */
 void ini_task_data_out(struct ini_conn *c, struct ini_task *t, uint32_t ttt, uint32_t off,
-                       uint32_t len);
+                       uint32_t len, bool again);
+/* A recovery PDU of n bytes (header included) about to be queued: counted until it leaves. */
+void ini_resend_account(struct ini_conn *c, struct wire_pdu *p, uint64_t n);
 
 /* ---- ErrorRecoveryLevel >= 1 (recovery.c, RFC 7143 §7.1-§7.9, §11.16) ---- */
 
@@ -345,6 +356,19 @@ void ini_erl2_async(struct ini_conn *c, const uint8_t *hdr);
 /* Commands are accepted while the session recovers with no connection up. */
 bool ini_erl2_recovering(const struct lr_session *s);
 
+/* ---- logging in again after a logout the target asked for (relogin.c, §11.9.1) ---- */
+
+/* A connection asked to log out (draining) is gone, logged out or dropped: its slot or the
+ * whole session is to log in again. */
+void ini_relogin_conn_lost(struct ini_conn *c);
+/* The session tick (its reactor): the logins due. */
+void ini_relogin_tick(struct lr_session *s, uint64_t now);
+/* Commands are accepted (they wait) while the session logs in anew. */
+bool ini_relogin_pending(const struct lr_session *s);
+/* A login started by ini_relogin_tick reached full feature phase, or failed. */
+void ini_relogin_done(struct ini_conn *c);
+void ini_relogin_failed(struct ini_conn *c);
+
 /* ---- session (session.c) ---- */
 
 struct lr_session {
@@ -381,6 +405,14 @@ struct lr_session {
     struct ini_cr cr[LR_MAX_CONNECTIONS]; /* ERL 2: per slot (= CID) */
     uint64_t erl2_giveup_ms; /* no connection up: nothing is tried after (0: some are up) */
     bool advancing, advance_again;
+    /* Logged out at the target's request (relogin.c): the session to log in anew, or slots
+     * to log in again (below ERL 2); login attempts and logouts in a row without a command
+     * completed, both bounded. */
+    bool reestablish;
+    bool closing_session; /* a Logout "close the session" asked for is under way (erl2.c) */
+    bool asked_out[LR_MAX_CONNECTIONS];
+    unsigned relogin_tries, relogin_rounds;
+    uint64_t relogin_next_ms;
 
     /* conn_reactors in use: the lock below and where connections live */
     bool mt;
@@ -434,9 +466,10 @@ uint32_t ini_task_idx(const struct lr_session *s, const struct ini_task *t);
 void ini_session_text_rsp(struct ini_conn *c, const uint8_t *hdr, const uint8_t *data,
                           uint32_t dlen);
 void ini_session_logout_rsp(struct ini_conn *c, const uint8_t *hdr);
-/* ERL 2: a new connection for slot i (same CID), non-leading login with the session's TSIH;
- * the old one is kept as retired. Returns it, or NULL. */
-struct ini_conn *ini_session_reconnect(struct lr_session *s, unsigned i);
+/* A new connection for slot i (same CID): a non-leading login with the session's TSIH (ERL 2
+ * reconnects, relogin.c), or with leading the leading login of a new session (TSIH 0, same
+ * ISID; relogin.c); the old one is kept as retired. Returns it, or NULL. */
+struct ini_conn *ini_session_reconnect(struct lr_session *s, unsigned i, bool leading);
 /* An immediate Logout Request on c (§11.14): reason, CID, ITT, ExpStatSN. */
 int ini_session_send_logout(struct ini_conn *c, uint8_t reason, uint16_t cid, uint32_t itt,
                             uint32_t expstatsn);

@@ -54,8 +54,23 @@
 /* How long a missing StatSN is asked for before it is skipped. */
 #define INI_ERL_GIVEUP_MS 3000
 
+/* Room for n more bytes of what recovery sends at the target's asking (ini.h,
+ * INI_RESEND_BACKLOG_MAX); without it the connection fails. */
+static bool resend_room(struct ini_conn *c, uint64_t n)
+{
+    if (c->resend_unsent + n <= INI_RESEND_BACKLOG_MAX)
+        return true;
+    LOG_WARN("initiator: connection %u: %llu bytes of recovery PDUs unsent: the target asks for "
+             "data again faster than it reads it",
+             c->idx, (unsigned long long)c->resend_unsent);
+    ini_conn_fail(c, "the target asks for data again faster than it reads it");
+    return false;
+}
+
 static void send_snack(struct ini_conn *c, uint8_t type, uint32_t itt, uint32_t beg, uint32_t run)
 {
+    if (!resend_room(c, sizeof(struct wire_pdu)))
+        return;
     struct wire_pdu *p = ini_conn_pdu(c);
     if (!p) {
         ini_conn_fail(c, "out of memory");
@@ -73,6 +88,7 @@ static void send_snack(struct ini_conn *c, uint8_t type, uint32_t itt, uint32_t 
     c->snacks++;
     LOG_DEBUG("initiator: connection %u: %s SNACK ITT %08x BegRun %u RunLength %u", c->idx,
               type == SNACK_TYPE_STATUS ? "Status" : "Data/R2T", itt, beg, run);
+    ini_resend_account(c, p, sizeof(struct wire_pdu));
     ini_conn_send(c, p, NULL, 0);
 }
 
@@ -364,9 +380,17 @@ void ini_erl_r2t(struct ini_conn *c, struct ini_task *t, const uint8_t *hdr)
         t->exp_r2tsn = r2tsn + 1;
     }
     /* An R2T numbered before is a retransmission we asked for or a recovery R2T (§7.8: data
-     * the target discarded): either way it wants the data again, under its own TTT. */
-    ini_task_data_out(c, t, get_be32(hdr + BHS_TTT), get_be32(hdr + BHS_BUFFER_OFFSET),
-                      get_be32(hdr + BHS_DESIRED_LEN));
+     * the target discarded): either way it wants the data again, under its own TTT. Data
+     * asked for again is bounded in what may wait unsent for it: a target may ask without
+     * end. */
+    uint32_t off = get_be32(hdr + BHS_BUFFER_OFFSET), len = get_be32(hdr + BHS_DESIRED_LEN);
+    bool again = off < t->solicited_end;
+    uint32_t pdus = (len + c->peer_mrdsl - 1) / c->peer_mrdsl;
+    if (again && !resend_room(c, (uint64_t)len + (uint64_t)pdus * sizeof(struct wire_pdu)))
+        return;
+    if (off + len > t->solicited_end)
+        t->solicited_end = off + len;
+    ini_task_data_out(c, t, get_be32(hdr + BHS_TTT), off, len, again);
 }
 
 bool ini_erl_reject(struct ini_conn *c, const uint8_t *hdr, const uint8_t *data, uint32_t dlen)

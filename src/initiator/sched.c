@@ -143,7 +143,7 @@ void ini_session_kick(struct lr_session *s)
         ini_conn_submit(c, t);
     }
     /* at ERL 2 they wait while the session reconnects (erl2.c) */
-    if (conns_any_up(s) == false && !ini_erl2_recovering(s))
+    if (conns_any_up(s) == false && !ini_erl2_recovering(s) && !ini_relogin_pending(s))
         ini_session_fail_waiting(s, LR_ERR_NO_CONN, "no connection left in the session");
 }
 
@@ -222,6 +222,8 @@ void ini_task_complete(struct lr_session *s, struct ini_task *t, struct lr_resul
     t->buf = NULL;
     s->free_idx[s->nfree++] = ini_task_idx(s, t);
     s->inflight--;
+    if (res->err == LR_OK)
+        s->relogin_rounds = 0; /* the session works: logouts asked for are not in a row */
     if (done) {
         struct ini_conn *outer = s->completing;
         s->completing = on;
@@ -234,7 +236,7 @@ static int scsi_locked(struct lr_session *s, const uint8_t *cdb, unsigned cdb_le
                        void *buf, uint32_t len, lr_done_fn done, void *arg)
 {
     if (!s->logged_in || s->logging_out || s->destroyed || !s->nfree || cdb_len > 16 ||
-        (!conns_any_up(s) && !ini_erl2_recovering(s)))
+        (!conns_any_up(s) && !ini_erl2_recovering(s) && !ini_relogin_pending(s)))
         return -1;
     uint32_t idx = s->free_idx[--s->nfree];
     struct ini_task *t = &s->tasks[idx];

@@ -487,7 +487,7 @@ void ini_session_conn_connected(struct ini_conn *c)
     /* ERL 2, a lost connection's CID logging in again: the first Login Request carries that
      * connection's ExpStatSN (RFC 7143 §11.12), so the target keeps none of its answers we
      * had, whose ITTs may name new commands by now. */
-    if (c->reconnect && s->params.erl >= 2)
+    if (c->reconnect && !leading && s->params.erl >= 2)
         c->login.expstatsn = s->cr[c->idx].expstatsn;
     c->login_active = true;
     struct iscsi_bhs req;
@@ -535,6 +535,19 @@ static void conn_logged_in(struct ini_conn *c)
         s->expcmdsn = c->login.exp_cmdsn;
         s->maxcmdsn = c->login.max_cmdsn;
         s->granted = p.max_connections ? p.max_connections : 1;
+        if (c->reconnect && s->logging_out) {
+            /* lr_session_logout came while this login was under way: nothing to log out */
+            ini_conn_fail(c, "logged out");
+            return;
+        }
+        if (c->reconnect) {
+            /* a new session after the target logged the old one out (relogin.c) */
+            ini_relogin_done(c);
+            if (s->mt)
+                reactor_defer(s->r, &c->spread_d, conn_spread_one, c);
+            ini_session_kick(s);
+            return;
+        }
         unsigned want = s->o.connections;
         unsigned n = want < s->granted ? want : s->granted;
         if (want > 1 && n < want)
@@ -551,7 +564,11 @@ static void conn_logged_in(struct ini_conn *c)
         return;
     }
     ini_session_update_window(s, c->login.exp_cmdsn, c->login.max_cmdsn);
-    if (c->reconnect) {
+    if (c->reconnect && (s->params.erl < 2 || s->asked_out[c->idx])) {
+        ini_relogin_done(c);
+        if (s->mt)
+            reactor_defer(s->r, &c->spread_d, conn_spread_one, c);
+    } else if (c->reconnect) {
         ini_erl2_login_done(c);
         /* to its thread, as session_spread did for the first ones */
         if (s->mt)
@@ -596,7 +613,10 @@ static void conn_login_lost(struct ini_conn *c)
         LOG_WARN("initiator: connection %u (cid %u) reconnect failed: %s%s%s", c->idx, c->cid,
                  c->fail_why, c->fail_errno ? ": " : "",
                  c->fail_errno ? strerror(c->fail_errno) : "");
-        ini_erl2_login_failed(c);
+        if (c->leading || s->params.erl < 2)
+            ini_relogin_failed(c);
+        else
+            ini_erl2_login_failed(c);
         return;
     }
     if (c->leading) {
@@ -658,6 +678,9 @@ void ini_session_conn_down(struct ini_conn *c)
         t->cmd_sent = false;
     }
     c->inbox_kicked = false;
+    /* Asked to log out by the target (Async event 1): the slot or the session logs in again
+     * (relogin.c). Said before the tasks complete, so that a callback's new command waits. */
+    ini_relogin_conn_lost(c);
     for (uint32_t i = 0; i < s->ntasks; i++) {
         struct ini_task *t = &s->tasks[i];
         if (t->state != ITS_ACTIVE || t->conn != c)
@@ -742,7 +765,9 @@ static void session_tick(void *arg)
             ini_conn_fail_any(t->conn, "command timeout");
         } else if (t->state == ITS_WAITING && !t->has_cmdsn) {
             list_del(&t->node);
-            struct lr_result r = {.err = LR_ERR_TIMEOUT, .what = "no CmdSN window"};
+            struct lr_result r = {.err = LR_ERR_TIMEOUT,
+                                  .what = conns_any_up(s) ? "no CmdSN window"
+                                                          : "no connection to send it on"};
             ini_task_complete(s, t, &r);
         }
     }
@@ -752,6 +777,9 @@ static void session_tick(void *arg)
     /* Logouts asked for (Async event 1) and ERL 2 connection recovery (erl2.c) */
     if (!s->gathering && !s->logging_out && !s->destroyed)
         ini_erl2_tick(s, now);
+    /* logins after a logout the target asked for (relogin.c) */
+    if (!s->gathering && !s->logging_out && !s->destroyed)
+        ini_relogin_tick(s, now);
     if (!s->destroyed)
         reactor_timer_start(s->r, &s->tick, s->params.erl ? INI_TICK_ERL_MS : INI_TICK_MS,
                             session_tick, s);
@@ -830,7 +858,7 @@ int ini_session_send_logout(struct ini_conn *c, uint8_t reason, uint16_t cid, ui
     return 0;
 }
 
-struct ini_conn *ini_session_reconnect(struct lr_session *s, unsigned i)
+struct ini_conn *ini_session_reconnect(struct lr_session *s, unsigned i, bool leading)
 {
     assert(i < s->nconns && s->conns[i]->state == ICS_DEAD);
     struct ini_conn *old = s->conns[i];
@@ -842,6 +870,7 @@ struct ini_conn *ini_session_reconnect(struct lr_session *s, unsigned i)
     wire_free(&old->w);
     c->retired = old;
     c->reconnect = true;
+    c->leading = leading;
     s->conns[i] = c;
     c->login_active = true;
     reactor_timer_start(s->r, &c->login_timer, s->o.login_timeout_ms, login_timeout, c);
@@ -889,7 +918,18 @@ void ini_session_logout_rsp(struct ini_conn *c, const uint8_t *hdr)
     if (hdr[BHS_RESPONSE] != 0)
         LOG_WARN("initiator: logout response %u", hdr[BHS_RESPONSE]);
     reactor_timer_stop(s->r, &c->login_timer);
-    /* The session is gone on the target: every connection closes. */
-    for (unsigned i = 0; i < s->nconns; i++)
-        ini_conn_fail(s->conns[i], "logged out");
+    /* The session is gone on the target: every connection closes, and nothing of it is
+     * recovered (§11.14: its tasks are terminated). Our own logout, or the one the target
+     * asked for (erl2.c; then the session logs in anew, relogin.c): what was still running
+     * fails with that said. */
+    bool asked = !s->logging_out && c->logout_sent;
+    const char *why = asked ? "terminated by the logout the target asked for" : "logged out";
+    for (unsigned i = 0; i < s->nconns; i++) {
+        /* the others on their own threads (all are home for our own logout) */
+        s->conns[i]->logged_out = true;
+        if (s->conns[i] == c)
+            ini_conn_fail(c, why);
+        else
+            ini_conn_fail_any(s->conns[i], why);
+    }
 }

@@ -26,8 +26,25 @@ void ini_fill_lun(uint8_t *p, uint64_t lun)
     }
 }
 
+/* A recovery PDU left the queue (sent, or dropped with the connection). */
+static void resend_sent(struct wire_pdu *p, bool ok)
+{
+    (void)ok;
+    struct ini_conn *c = p->arg;
+    uint64_t n = sizeof(struct wire_pdu) + (uint64_t)p->dlen;
+    assert(c->resend_unsent >= n);
+    c->resend_unsent -= n;
+}
+
+void ini_resend_account(struct ini_conn *c, struct wire_pdu *p, uint64_t n)
+{
+    p->sent = resend_sent;
+    p->arg = c;
+    c->resend_unsent += n;
+}
+
 void ini_task_data_out(struct ini_conn *c, struct ini_task *t, uint32_t ttt, uint32_t off,
-                       uint32_t len)
+                       uint32_t len, bool again)
 {
     /* RFC 7143 §11.7: one sequence of Data-Out PDUs, each at most the target's
      * MaxRecvDataSegmentLength; DataSN restarts at 0 per sequence; F on the last. */
@@ -48,6 +65,8 @@ void ini_task_data_out(struct ini_conn *c, struct ini_task *t, uint32_t ttt, uin
         bhs_put32(h, BHS_EXPSTATSN, c->expstatsn);
         bhs_put32(h, BHS_DATASN, datasn++);
         bhs_put32(h, BHS_BUFFER_OFFSET, off);
+        if (again)
+            ini_resend_account(c, p, sizeof(struct wire_pdu) + (uint64_t)n);
         ini_conn_send(c, p, t->buf + off, n);
         off += n;
     }
@@ -93,7 +112,7 @@ static void send_cmd(struct ini_conn *c, struct ini_task *t)
     t->solicited_end = imm + unsol;
     ini_conn_send(c, p, imm ? t->buf : NULL, imm);
     if (unsol)
-        ini_task_data_out(c, t, ISCSI_RSVD_TAG, imm, unsol);
+        ini_task_data_out(c, t, ISCSI_RSVD_TAG, imm, unsol, false);
 }
 
 void ini_task_send(struct ini_conn *c, struct ini_task *t)
@@ -336,7 +355,7 @@ static void rx_r2t(struct ini_conn *c, const uint8_t *hdr)
     }
     if (off + len > t->solicited_end)
         t->solicited_end = off + len;
-    ini_task_data_out(c, t, get_be32(hdr + BHS_TTT), off, len);
+    ini_task_data_out(c, t, get_be32(hdr + BHS_TTT), off, len, false);
 }
 
 /* A ping answer left the queue (sent, or dropped with the connection). */

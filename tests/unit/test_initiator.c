@@ -965,7 +965,9 @@ static void test_itt_not_reused_soon(void **state)
 
 /* Async Message (§11.9): a SCSI async event (0) and a renegotiation request (4) leave the
  * connection as it is; a logout request (1) is answered by a Logout (§11.9.1): with no task
- * outstanding at once, and for the only connection "close the session". */
+ * outstanding at once, and for the only connection "close the session". A command issued
+ * meanwhile waits for the session to log in anew (relogin.c): it is neither sent on the
+ * connection logging out nor failed. */
 static void test_async_message(void **state)
 {
     (void)state;
@@ -987,15 +989,22 @@ static void test_async_message(void **state)
     assert_int_equal(h[1], ISCSI_FLAG_FINAL | ISCSI_LOGOUT_CLOSE_SESSION);
     assert_int_equal(get_be32(h + BHS_ITT), INI_LOGOUT_ITT);
     assert_int_equal(get_be32(h + BHS_EXPSTATSN), 13);
-    /* no new command meanwhile; the answer closes the session */
+    /* a new command waits; the answer closes the session, which is to log in anew */
     static uint8_t buf[512];
     struct done_log d = {0};
-    assert_int_equal(lr_read(s, 0, 1, 512, buf, on_done, &d), -1);
+    assert_int_equal(lr_read(s, 0, 1, 512, buf, on_done, &d), 0);
+    assert_int_equal(txq_len(c), 1);
     uint8_t rsp[ISCSI_BHS_LEN];
     rsp_hdr(rsp, ISCSI_OP_LOGOUT_RSP, ISCSI_FLAG_FINAL, INI_LOGOUT_ITT, 13, 1, 8);
     assert_int_equal(ini_conn_feed(c, rsp, sizeof(rsp)), -1);
     assert_int_equal(c->state, ICS_DEAD);
+    assert_int_equal(d.calls, 0);
+    assert_true(s->reestablish);
+    assert_int_equal(lr_session_inflight(s), 1);
+    assert_int_equal(lr_read(s, 1, 1, 512, buf, on_done, &d), 0); /* still taken */
     lr_session_destroy(s);
+    assert_int_equal(d.calls, 2);
+    assert_int_equal(d.last, LR_ERR_ABORTED);
 }
 
 /* §11.9.1 with another connection up: the asked one takes no new command, and once its task
@@ -1042,6 +1051,39 @@ static void test_async_logout_request_drains(void **state)
     assert_int_equal(c0->state, ICS_DEAD);
     assert_int_equal(c1->state, ICS_FFP); /* the session goes on */
     assert_int_equal(d.calls, 1);
+    lr_session_destroy(s);
+}
+
+/* §11.9.1 on every connection (a target that wants the session gone): the last one asked
+ * closes the session; the first, draining a task meanwhile, sends no Logout of its own. */
+static void test_async_logout_request_all_connections(void **state)
+{
+    (void)state;
+    struct lr_session *s = fake_session(2, 1, 64);
+    static uint8_t buf[4096];
+    struct done_log d = {0};
+    lr_session_next_conn(s, 0);
+    assert_int_equal(lr_read(s, 0, 8, 512, buf, on_done, &d), 0);
+    uint32_t itt = get_be32(txq_at(s->conns[0], 0)->hdr + BHS_ITT);
+    take_all(s->conns[0]);
+    uint8_t am[ISCSI_BHS_LEN];
+    for (unsigned i = 0; i < 2; i++) {
+        rsp_hdr(am, ISCSI_OP_ASYNC_MSG, ISCSI_FLAG_FINAL, ISCSI_RSVD_TAG, 5, 1, 64);
+        am[BHS_ASYNC_EVENT] = 1;
+        put_be16(am + BHS_ASYNC_PARAM3, 10);
+        assert_int_equal(ini_conn_feed(s->conns[i], am, sizeof(am)), 0);
+    }
+    assert_int_equal(txq_len(s->conns[0]), 0);
+    assert_int_equal(txq_len(s->conns[1]), 1);
+    const uint8_t *h = txq_at(s->conns[1], 0)->hdr;
+    assert_int_equal(h[1], ISCSI_FLAG_FINAL | ISCSI_LOGOUT_CLOSE_SESSION);
+    /* the task on the first completes; nothing more is sent there */
+    static uint8_t pdu[ISCSI_BHS_LEN + 4096];
+    size_t n = data_in(pdu, itt, 0, 0, 4096, ISCSI_FLAG_FINAL | ISCSI_DATAIN_STATUS, 6, 0);
+    assert_int_equal(ini_conn_feed(s->conns[0], pdu, (uint32_t)n), 0);
+    assert_int_equal(d.last, LR_OK);
+    ini_erl2_tick(s, reactor_now_ms());
+    assert_int_equal(txq_len(s->conns[0]), 0);
     lr_session_destroy(s);
 }
 
@@ -1989,6 +2031,7 @@ int main(void)
         cmocka_unit_test(test_reject_handling),
         cmocka_unit_test(test_async_message),
         cmocka_unit_test(test_async_logout_request_drains),
+        cmocka_unit_test(test_async_logout_request_all_connections),
         cmocka_unit_test(test_erl2_logout_reassign_resume),
         cmocka_unit_test(test_erl2_refused_and_retried),
         cmocka_unit_test(test_erl2_time2retain_expiry),

@@ -1,0 +1,1035 @@
+/* The initiator library over real sockets against a small adversarial target
+ * (fake_target.c): what a user of the library sees, through its public calls, when the target
+ * asks for a logout (Async Message event 1, RFC 7143 §11.9.1), once or after every login.
+ * Each case bounds the time it may take; the sanitizer build runs the same. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+#include <poll.h>
+#include <sys/socket.h>
+
+#include "fake_target.h"
+#include "initiator/ini.h"
+
+static struct reactor *R;
+
+static const char op_keys[] = "HeaderDigest=None\0DataDigest=None\0MaxConnections=1\0"
+                              "InitialR2T=Yes\0ImmediateData=Yes\0MaxBurstLength=262144\0"
+                              "FirstBurstLength=65536\0DefaultTime2Wait=2\0"
+                              "DefaultTime2Retain=0\0MaxOutstandingR2T=1\0DataPDUInOrder=Yes\0"
+                              "DataSequenceInOrder=Yes\0ErrorRecoveryLevel=0\0"
+                              "MaxRecvDataSegmentLength=65536";
+
+static uint64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+struct done_log {
+    int calls, ok;
+    enum lr_err last;
+    const char *what;
+    uint8_t first_byte;
+};
+
+static void on_done(void *arg, const struct lr_result *r)
+{
+    struct done_log *d = arg;
+    d->calls++;
+    d->ok += r->err == LR_OK;
+    d->last = r->err;
+    d->what = r->what;
+}
+
+struct until {
+    struct done_log *d;
+    int calls;
+};
+
+static bool calls_reached(void *arg)
+{
+    struct until *u = arg;
+    return u->d->calls >= u->calls;
+}
+
+static bool target_done(void *arg)
+{
+    struct ft *f = arg;
+    return atomic_load(&f->stage) >= 100;
+}
+
+/* A session to the fake target with o's other options (a command timeout of 10 s unless
+ * given), logged in. */
+static struct lr_session *login_with(struct ft *f, struct lr_session_opts o)
+{
+    o.host = "127.0.0.1";
+    o.port = f->port;
+    o.target_name = "iqn.2026-12.org.linerate:fake";
+    o.login_timeout_ms = 3000;
+    if (!o.cmd_timeout_ms)
+        o.cmd_timeout_ms = 10000;
+    struct lr_session *s = lr_session_create(R, &o);
+    assert_non_null(s);
+    struct done_log d = {0};
+    assert_int_equal(lr_session_login(s, on_done, &d), 0);
+    struct until u = {&d, 1};
+    assert_true(ft_run_until(R, calls_reached, &u, 5000));
+    assert_int_equal(d.last, LR_OK);
+    return s;
+}
+
+static struct lr_session *login(struct ft *f, struct done_log *d)
+{
+    (void)d;
+    return login_with(f, (struct lr_session_opts){0});
+}
+
+static void logout_and_stop(struct ft *f, struct lr_session *s)
+{
+    struct done_log lo = {0};
+    if (lr_session_logout(s, on_done, &lo) == 0) {
+        struct until u = {&lo, 1};
+        ft_run_until(R, calls_reached, &u, 3000);
+    }
+    ft_run_until(R, target_done, f, 3000);
+    lr_session_destroy(s);
+    ft_stop(f);
+    if (f->failed)
+        fail_msg("fake target: %s", f->why);
+}
+
+/* The target's side of the end: the Logout of the session, answered. */
+static void await_logout(struct ft *f, struct ft_conn *c)
+{
+    static struct ft_pdu p;
+    while (ft_recv_c(c, &p, 5000) == 0) {
+        if ((p.h[0] & 0x3f) == ISCSI_OP_LOGOUT_REQ) {
+            ft_logout_rsp(c, &p);
+            break;
+        }
+    }
+    close(c->fd);
+    atomic_store(&f->stage, 100);
+}
+
+/* The next SCSI Command on c (anything else is skipped); 0, or -1 if none came in ms. */
+static int next_cmd(struct ft_conn *c, struct ft_pdu *p, int ms)
+{
+    uint64_t deadline = now_ms() + (uint64_t)ms;
+    while (now_ms() < deadline) {
+        if (ft_recv_c(c, p, (int)(deadline - now_ms())) < 0)
+            return -1;
+        if ((p->h[0] & 0x3f) == ISCSI_OP_SCSI_CMD)
+            return 0;
+        if ((p->h[0] & 0x3f) == ISCSI_OP_LOGOUT_REQ)
+            return -1;
+    }
+    return -1;
+}
+
+/* ---- a logout asked for with commands in flight and waiting ---- */
+
+/* Four commands are in (the window holds four), two answered, then the target asks for a
+ * logout within 3 s and answers the other two a little later: the initiator must wait for
+ * them, then log the session out, then log in anew (TSIH 0, the same ISID), where the two
+ * commands that waited for the window go out, numbered from the new login's CmdSN. */
+static void script_drain_then_relogin(struct ft *f)
+{
+    static struct ft_pdu cmd[4], p;
+    struct ft_conn c;
+    int fd = ft_accept(f, 5000);
+    if (fd < 0 || ft_login(f, fd, &c, op_keys, sizeof(op_keys), 4) < 0)
+        return ft_fail(f, "first login");
+    for (int i = 0; i < 4; i++)
+        if (next_cmd(&c, &cmd[i], 5000) < 0)
+            return ft_fail(f, "four commands");
+    ft_read_done(&c, &cmd[0], 0x11);
+    ft_read_done(&c, &cmd[1], 0x11);
+    ft_async(&c, 1, 3);
+    usleep(100 * 1000);
+    ft_read_done(&c, &cmd[2], 0x11);
+    ft_read_done(&c, &cmd[3], 0x11);
+    uint8_t isid[6];
+    memcpy(isid, c.isid, 6);
+    /* nothing but the Logout of the session now, well within Parameter3 */
+    if (ft_recv(c.fd, &p, 3000) < 0 || (p.h[0] & 0x3f) != ISCSI_OP_LOGOUT_REQ)
+        return ft_fail(f, "no Logout after the Async Message");
+    if ((p.h[1] & 0x7f) != ISCSI_LOGOUT_CLOSE_SESSION)
+        return ft_fail(f, "the Logout is not 'close the session'");
+    ft_logout_rsp(&c, &p);
+    close(c.fd);
+    atomic_store(&f->stage, 1);
+    fd = ft_accept(f, 5000);
+    if (fd < 0 || ft_login(f, fd, &c, op_keys, sizeof(op_keys), 32) < 0)
+        return ft_fail(f, "second login");
+    if (c.asked_tsih != 0 || memcmp(isid, c.isid, 6))
+        return ft_fail(f, "the new login is not a new session of the same ISID");
+    for (uint32_t i = 0; i < 2; i++) {
+        if (next_cmd(&c, &p, 5000) < 0)
+            return ft_fail(f, "the two waiting commands on the new session");
+        if (get_be32(p.h + BHS_CMDSN) != c.login_cmdsn + i)
+            return ft_fail(f, "a waiting command kept a CmdSN of the old session");
+        ft_read_done(&c, &p, 0x22);
+    }
+    await_logout(f, &c);
+}
+
+static void test_async_logout_drains_and_logs_in_again(void **state)
+{
+    (void)state;
+    struct ft f;
+    assert_int_equal(ft_start(&f, script_drain_then_relogin, NULL), 0);
+    struct done_log d = {0};
+    struct lr_session *s = login(&f, &d);
+    static uint8_t buf[6][4096];
+    struct done_log io = {0};
+    uint64_t t0 = now_ms();
+    for (int i = 0; i < 6; i++)
+        assert_int_equal(lr_read(s, (uint64_t)i * 8, 8, 512, buf[i], on_done, &io), 0);
+    struct until u = {&io, 6};
+    assert_true(ft_run_until(R, calls_reached, &u, 8000));
+    assert_int_equal(io.ok, 6); /* none failed */
+    assert_true(now_ms() - t0 < 4000);
+    for (int i = 0; i < 6; i++)
+        assert_int_equal(buf[i][4095], i < 4 ? 0x11 : 0x22);
+    struct lr_session_info info;
+    lr_session_get_info(s, &info);
+    assert_int_equal(info.connections_up, 1);
+    assert_int_equal(info.tsih, 0x101); /* the new session's */
+    assert_int_equal(atomic_load(&f.logins), 2);
+    logout_and_stop(&f, s);
+}
+
+/* A command the target never answers is not waited for past Parameter3: the Logout goes out
+ * in time, the command fails saying so, and the session is back for the next one. */
+static void script_unanswered(struct ft *f)
+{
+    static struct ft_pdu cmd[2], p;
+    struct ft_conn c;
+    int fd = ft_accept(f, 5000);
+    if (fd < 0 || ft_login(f, fd, &c, op_keys, sizeof(op_keys), 32) < 0)
+        return ft_fail(f, "first login");
+    for (int i = 0; i < 2; i++)
+        if (next_cmd(&c, &cmd[i], 5000) < 0)
+            return ft_fail(f, "two commands");
+    ft_read_done(&c, &cmd[0], 0x11);
+    uint64_t t = now_ms();
+    ft_async(&c, 1, 1);
+    if (ft_recv(c.fd, &p, 3000) < 0 || (p.h[0] & 0x3f) != ISCSI_OP_LOGOUT_REQ)
+        return ft_fail(f, "no Logout after the Async Message");
+    if (now_ms() - t > 1000)
+        return ft_fail(f, "the Logout came after Parameter3");
+    ft_logout_rsp(&c, &p);
+    close(c.fd);
+    fd = ft_accept(f, 5000);
+    if (fd < 0 || ft_login(f, fd, &c, op_keys, sizeof(op_keys), 32) < 0)
+        return ft_fail(f, "second login");
+    if (next_cmd(&c, &p, 5000) < 0)
+        return ft_fail(f, "a command on the new session");
+    ft_read_done(&c, &p, 0x33);
+    await_logout(f, &c);
+}
+
+static void test_async_logout_unanswered_command_fails(void **state)
+{
+    (void)state;
+    struct ft f;
+    assert_int_equal(ft_start(&f, script_unanswered, NULL), 0);
+    struct done_log d = {0};
+    struct lr_session *s = login(&f, &d);
+    static uint8_t buf[3][4096];
+    struct done_log io[2] = {{0}, {0}};
+    assert_int_equal(lr_read(s, 0, 8, 512, buf[0], on_done, &io[0]), 0);
+    assert_int_equal(lr_read(s, 8, 8, 512, buf[1], on_done, &io[1]), 0);
+    struct until u0 = {&io[0], 1}, u1 = {&io[1], 1};
+    assert_true(ft_run_until(R, calls_reached, &u0, 3000));
+    assert_int_equal(io[0].last, LR_OK);
+    assert_true(ft_run_until(R, calls_reached, &u1, 3000));
+    assert_int_equal(io[1].last, LR_ERR_CONN_LOST);
+    assert_string_equal(io[1].what, "terminated by the logout the target asked for");
+    /* taken at once, and done on the session logged in anew */
+    struct done_log again = {0};
+    assert_int_equal(lr_read(s, 16, 8, 512, buf[2], on_done, &again), 0);
+    struct until u2 = {&again, 1};
+    assert_true(ft_run_until(R, calls_reached, &u2, 3000));
+    assert_int_equal(again.last, LR_OK);
+    assert_int_equal(buf[2][0], 0x33);
+    logout_and_stop(&f, s);
+}
+
+/* A target that asks for a logout and is gone after it (its listener closed): the commands
+ * waiting for the new login fail, after a few attempts, saying why; then none is taken. */
+static void script_logout_then_gone(struct ft *f)
+{
+    static struct ft_pdu p;
+    struct ft_conn c;
+    int fd = ft_accept(f, 5000);
+    if (fd < 0 || ft_login(f, fd, &c, op_keys, sizeof(op_keys), 32) < 0)
+        return ft_fail(f, "login");
+    if (next_cmd(&c, &p, 5000) < 0)
+        return ft_fail(f, "a command");
+    ft_async(&c, 1, 0);
+    while (ft_recv(fd, &p, 3000) == 0)
+        if ((p.h[0] & 0x3f) == ISCSI_OP_LOGOUT_REQ) {
+            ft_logout_rsp(&c, &p);
+            break;
+        }
+    shutdown(f->lfd, SHUT_RDWR); /* no more logins: connections are refused */
+    close(fd);
+    atomic_store(&f->stage, 100);
+}
+
+static void test_async_logout_target_gone(void **state)
+{
+    (void)state;
+    struct ft f;
+    assert_int_equal(ft_start(&f, script_logout_then_gone, NULL), 0);
+    struct done_log d = {0};
+    struct lr_session *s = login(&f, &d);
+    static uint8_t buf[2][4096];
+    struct done_log io[2] = {{0}, {0}};
+    assert_int_equal(lr_read(s, 0, 8, 512, buf[0], on_done, &io[0]), 0);
+    struct until u0 = {&io[0], 1};
+    assert_true(ft_run_until(R, calls_reached, &u0, 3000));
+    assert_int_equal(io[0].last, LR_ERR_CONN_LOST);
+    uint64_t t0 = now_ms();
+    assert_int_equal(lr_read(s, 8, 8, 512, buf[1], on_done, &io[1]), 0);
+    struct until u1 = {&io[1], 1};
+    assert_true(ft_run_until(R, calls_reached, &u1, 6000));
+    assert_int_equal(io[1].last, LR_ERR_NO_CONN);
+    assert_string_equal(io[1].what,
+                        "the target asked for a logout and the session could not log in again");
+    assert_true(now_ms() - t0 < 5000);
+    assert_int_equal(lr_read(s, 8, 8, 512, buf[1], on_done, &io[1]), -1);
+    lr_session_destroy(s);
+    ft_stop(&f);
+    assert_false(f.failed);
+}
+
+/* A target that asks for a logout right after every login: the initiator stops logging in
+ * after a few rounds with nothing done (each command fails, terminated by a logout or for want
+ * of a session), then takes no more commands; it does not loop. */
+static void script_logout_always(struct ft *f)
+{
+    static struct ft_pdu p;
+    for (int n = 0; n < 8; n++) {
+        struct ft_conn c;
+        int fd = ft_accept(f, 2000);
+        if (fd < 0)
+            break;
+        if (ft_login(f, fd, &c, op_keys, sizeof(op_keys), 32) < 0) {
+            close(fd);
+            break;
+        }
+        ft_async(&c, 1, 0);
+        while (ft_recv(fd, &p, 3000) == 0)
+            if ((p.h[0] & 0x3f) == ISCSI_OP_LOGOUT_REQ) {
+                ft_logout_rsp(&c, &p);
+                break;
+            }
+        close(fd);
+    }
+    atomic_store(&f->stage, 100);
+}
+
+static void test_async_logout_every_login_bounded(void **state)
+{
+    (void)state;
+    struct ft f;
+    assert_int_equal(ft_start(&f, script_logout_always, NULL), 0);
+    struct done_log d = {0};
+    uint64_t t0 = now_ms();
+    struct lr_session *s = login(&f, &d);
+    static uint8_t buf[4096];
+    struct done_log io = {0};
+    int issued = 0;
+    /* each command fails (terminated, or no session left); then no more are taken */
+    while (issued < 10 && lr_read(s, 0, 8, 512, buf, on_done, &io) == 0) {
+        issued++;
+        struct until u = {&io, issued};
+        assert_true(ft_run_until(R, calls_reached, &u, 5000));
+        assert_true(io.last == LR_ERR_CONN_LOST || io.last == LR_ERR_NO_CONN);
+        assert_non_null(io.what);
+    }
+    assert_true(issued >= 1 && issued < 10);
+    assert_true(now_ms() - t0 < 6000);
+    struct lr_session_info info;
+    lr_session_get_info(s, &info);
+    assert_int_equal(info.connections_up, 0);
+    assert_true(atomic_load(&f.logins) <= 4);
+    lr_session_destroy(s);
+    ft_stop(&f);
+    assert_false(f.failed);
+}
+
+/* ---- several connections (MC/S) ---- */
+
+static const char op_keys_mcs[] = "HeaderDigest=None\0DataDigest=None\0MaxConnections=2\0"
+                                  "InitialR2T=Yes\0ImmediateData=Yes\0MaxBurstLength=262144\0"
+                                  "FirstBurstLength=65536\0DefaultTime2Wait=2\0"
+                                  "DefaultTime2Retain=0\0MaxOutstandingR2T=1\0"
+                                  "DataPDUInOrder=Yes\0DataSequenceInOrder=Yes\0"
+                                  "ErrorRecoveryLevel=0\0MaxRecvDataSegmentLength=65536";
+
+/* Two connections; the target asks the second to log out. Only that one goes ("close the
+ * connection", its CID), nothing new is sent on it meanwhile, and its CID logs in again into
+ * the same session (TSIH kept), while the first carries the commands throughout. */
+static void script_mcs_one_asked(struct ft *f)
+{
+    static struct ft_pdu p;
+    struct ft_conn c[2];
+    uint16_t tsih = 0;
+    for (int i = 0; i < 2; i++) {
+        int fd = ft_accept(f, 5000);
+        if (fd < 0 || ft_login(f, fd, &c[i], op_keys_mcs, sizeof(op_keys_mcs), 64) < 0)
+            return ft_fail(f, "the two logins");
+    }
+    tsih = c[0].tsih;
+    if (c[1].asked_tsih != tsih)
+        return ft_fail(f, "the second connection is not in the session");
+    ft_async(&c[1], 1, 3);
+    atomic_store(&f->stage, 1);
+    bool asked = true, relogged = false, ended = false;
+    uint64_t deadline = now_ms() + 8000;
+    while (now_ms() < deadline && !ended) {
+        struct pollfd pf[3] = {{.fd = c[0].fd, .events = POLLIN},
+                               {.fd = c[1].fd, .events = POLLIN},
+                               {.fd = f->lfd, .events = POLLIN}};
+        if (poll(pf, 3, 100) <= 0)
+            continue;
+        if (pf[2].revents & POLLIN) {
+            int fd = ft_accept(f, 1000);
+            if (asked || fd < 0 || ft_login(f, fd, &c[1], op_keys_mcs, sizeof(op_keys_mcs), 64) < 0)
+                return ft_fail(f, "a login other than the asked connection's again");
+            if (c[1].asked_tsih != tsih || c[1].cid != 1)
+                return ft_fail(f, "the asked connection came back outside the session");
+            relogged = true;
+            continue;
+        }
+        for (int i = 0; i < 2; i++) {
+            if (!(pf[i].revents & (POLLIN | POLLHUP)))
+                continue;
+            if (ft_recv(c[i].fd, &p, 1000) < 0)
+                return ft_fail(f, "a connection closed unasked");
+            uint8_t op = p.h[0] & 0x3f;
+            if (op == ISCSI_OP_SCSI_CMD) {
+                if (i == 1 && asked)
+                    return ft_fail(f, "a command on the connection asked to log out");
+                ft_read_done(&c[i], &p, (uint8_t)(0x40 + i));
+            } else if (op == ISCSI_OP_LOGOUT_REQ && (p.h[1] & 0x7f) == 0 && relogged) {
+                ft_logout_rsp(&c[i], &p); /* the end: the session's Logout */
+                ended = true;
+                break;
+            } else if (op == ISCSI_OP_LOGOUT_REQ) {
+                if (i != 1 || !asked || (p.h[1] & 0x7f) != ISCSI_LOGOUT_CLOSE_CONNECTION ||
+                    get_be16(p.h + BHS_CID) != 1)
+                    return ft_fail(f, "a Logout other than 'close the connection' of CID 1");
+                ft_logout_rsp(&c[i], &p);
+                close(c[1].fd);
+                c[1].fd = -1;
+                asked = false;
+            }
+        }
+    }
+    if (!relogged || !ended)
+        return ft_fail(f, "the asked connection did not log in again");
+    close(c[0].fd);
+    close(c[1].fd);
+    atomic_store(&f->stage, 100);
+}
+
+static bool stage_reached(void *arg)
+{
+    struct ft *f = arg;
+    return atomic_load(&f->stage) >= 1;
+}
+
+static bool logins_reached_3(void *arg)
+{
+    struct ft *f = arg;
+    return atomic_load(&f->logins) >= 3;
+}
+
+static void test_mcs_async_logout_one_connection(void **state)
+{
+    (void)state;
+    struct ft f;
+    assert_int_equal(ft_start(&f, script_mcs_one_asked, NULL), 0);
+    struct done_log d = {0};
+    struct lr_session_opts o = {.host = "127.0.0.1",
+                                .port = f.port,
+                                .target_name = "iqn.2026-12.org.linerate:fake",
+                                .connections = 2,
+                                .cmd_timeout_ms = 10000,
+                                .login_timeout_ms = 3000};
+    struct lr_session *s = lr_session_create(R, &o);
+    assert_non_null(s);
+    assert_int_equal(lr_session_login(s, on_done, &d), 0);
+    struct until u = {&d, 1};
+    assert_true(ft_run_until(R, calls_reached, &u, 5000));
+    assert_int_equal(d.last, LR_OK);
+    /* the Async Message has been taken in before the commands */
+    assert_true(ft_run_until(R, stage_reached, &f, 5000));
+    struct until never = {&d, 1000};
+    ft_run_until(R, calls_reached, &never, 100);
+    static uint8_t buf[8][4096];
+    struct done_log io = {0};
+    for (int i = 0; i < 8; i++)
+        assert_int_equal(lr_read(s, (uint64_t)i * 8, 8, 512, buf[i], on_done, &io), 0);
+    struct until u8 = {&io, 8};
+    assert_true(ft_run_until(R, calls_reached, &u8, 5000));
+    assert_int_equal(io.ok, 8);
+    assert_true(ft_run_until(R, logins_reached_3, &f, 5000));
+    ft_run_until(R, calls_reached, &never, 100);
+    struct lr_session_info info;
+    lr_session_get_info(s, &info);
+    assert_int_equal(info.connections_up, 2);
+    logout_and_stop(&f, s);
+}
+
+/* Two connections, and the target answers each command on the other connection first: a
+ * Data-In with status for a task that is not that connection's (§5.2 allegiance). Ignored,
+ * never placed in the caller's buffer; the true answer, on the command's connection, half the
+ * data and the rest an underflow, completes it. */
+static int data_in_half(struct ft_conn *c, const struct ft_pdu *cmd, uint8_t fill)
+{
+    static uint8_t data[2048];
+    memset(data, fill, sizeof(data));
+    uint8_t h[ISCSI_BHS_LEN];
+    ft_rsp(c, h, ISCSI_OP_DATA_IN, ISCSI_FLAG_FINAL | ISCSI_DATAIN_STATUS | ISCSI_DATAIN_UNDERFLOW,
+           get_be32(cmd->h + BHS_ITT));
+    put_be32(h + BHS_TTT, ISCSI_RSVD_TAG);
+    put_be32(h + BHS_RESIDUAL, get_be32(cmd->h + BHS_EDTL) - (uint32_t)sizeof(data));
+    return ft_send_c(c, h, data, sizeof(data));
+}
+
+static void script_mcs_wrong_connection(struct ft *f)
+{
+    static struct ft_pdu p;
+    struct ft_conn c[2];
+    for (int i = 0; i < 2; i++) {
+        int fd = ft_accept(f, 5000);
+        if (fd < 0 || ft_login(f, fd, &c[i], op_keys_mcs, sizeof(op_keys_mcs), 64) < 0)
+            return ft_fail(f, "the two logins");
+    }
+    int answered = 0;
+    uint64_t deadline = now_ms() + 8000;
+    while (now_ms() < deadline) {
+        struct pollfd pf[2] = {{.fd = c[0].fd, .events = POLLIN},
+                               {.fd = c[1].fd, .events = POLLIN}};
+        if (poll(pf, 2, 100) <= 0)
+            continue;
+        for (int i = 0; i < 2; i++) {
+            if (!(pf[i].revents & (POLLIN | POLLHUP)))
+                continue;
+            if (ft_recv_c(&c[i], &p, 1000) < 0)
+                return ft_fail(f, "a connection closed");
+            uint8_t op = p.h[0] & 0x3f;
+            if (op == ISCSI_OP_LOGOUT_REQ) {
+                ft_logout_rsp(&c[i], &p);
+                goto end;
+            }
+            if (op != ISCSI_OP_SCSI_CMD)
+                continue;
+            c[i].expcmdsn = get_be32(p.h + BHS_CMDSN) + 1;
+            ft_read_done(&c[1 - i], &p, 0xee); /* the lie, on the other connection */
+            usleep(20 * 1000);
+            data_in_half(&c[i], &p, 0x11);
+            answered++;
+        }
+    }
+end:
+    if (answered != 4)
+        ft_fail(f, "not four commands");
+    close(c[0].fd);
+    close(c[1].fd);
+    atomic_store(&f->stage, 100);
+}
+
+static bool four_stale(void *arg)
+{
+    struct lr_session *s = arg;
+    return s->conns[0]->stale_pdus + s->conns[1]->stale_pdus == 4;
+}
+
+static void test_mcs_answer_on_wrong_connection(void **state)
+{
+    (void)state;
+    struct ft f;
+    assert_int_equal(ft_start(&f, script_mcs_wrong_connection, NULL), 0);
+    struct lr_session *s = login_with(&f, (struct lr_session_opts){.connections = 2});
+    static uint8_t buf[4][4096];
+    memset(buf, 0, sizeof(buf));
+    struct done_log io = {0};
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(lr_read(s, (uint64_t)i * 8, 8, 512, buf[i], on_done, &io), 0);
+    struct until u = {&io, 4};
+    assert_true(ft_run_until(R, calls_reached, &u, 5000));
+    assert_int_equal(io.ok, 4);
+    for (int i = 0; i < 4; i++) {
+        assert_int_equal(buf[i][0], 0x11);
+        assert_int_equal(buf[i][2047], 0x11);
+        for (int k = 2048; k < 4096; k++)
+            if (buf[i][k])
+                fail_msg("read %d: byte %d from the wrong connection's answer", i, k);
+    }
+    /* every lie seen and let be (the last may still be on its way) */
+    assert_true(ft_run_until(R, four_stale, s, 2000));
+    logout_and_stop(&f, s);
+}
+
+/* ---- CHAP from the initiator's side (RFC 7143 §12.1.3) ---- */
+
+#define SEC_STAY (ISCSI_STAGE_SECURITY << 2)
+#define SEC_LEAVE (ISCSI_LOGIN_TRANSIT | ISCSI_STAGE_SECURITY << 2 | ISCSI_STAGE_OPERATIONAL)
+#define STEP(flags, lit)                                                                           \
+    {                                                                                              \
+        (flags), (lit), sizeof(lit)                                                                \
+    }
+
+static const char auth_chap[] = "AuthMethod=CHAP";
+static const char md5_chal[] = "CHAP_A=5\0CHAP_I=1\0CHAP_C=0x00112233445566778899aabbccddeeff";
+static char huge_chal[2400];
+static char junk[4000];
+
+struct chap_case {
+    const char *name;
+    bool mutual;
+    const char *algorithms;
+    struct ft_step steps[3];
+    int n;
+    const char *what; /* NULL: either of the two bounds of a login that does not end */
+};
+
+static void script_chap(struct ft *f)
+{
+    const struct chap_case *k = f->arg;
+    int fd = ft_accept(f, 5000);
+    if (fd < 0)
+        return ft_fail(f, "no connection");
+    ft_login_steps(f, fd, k->steps, k->n);
+    close(fd);
+    atomic_store(&f->stage, 100);
+}
+
+/* A target that cheats in CHAP or never ends the security stage: the login fails with
+ * LR_ERR_LOGIN and the reason, quickly; nothing is taken on trust. */
+static void test_chap_hostile_target(void **state)
+{
+    (void)state;
+    memcpy(huge_chal, "CHAP_A=5\0CHAP_I=1\0CHAP_C=0x", 28);
+    memset(huge_chal + 28, 'a', sizeof(huge_chal) - 29); /* 1185 bytes: above CHAP_CHALLENGE_MAX */
+    memset(junk, 'j', sizeof(junk) - 1);
+    memcpy(junk, "X-junk=", 7);
+    const struct chap_case cases[] = {
+        {"mutual, no CHAP_R",
+         true,
+         NULL,
+         {STEP(SEC_STAY, auth_chap), STEP(SEC_STAY, md5_chal), {SEC_LEAVE, "", 0}},
+         3,
+         "the target did not answer our CHAP challenge (mutual CHAP)"},
+        {"mutual, wrong CHAP_R",
+         true,
+         NULL,
+         {STEP(SEC_STAY, auth_chap), STEP(SEC_STAY, md5_chal),
+          STEP(SEC_LEAVE, "CHAP_N=tgt\0CHAP_R=0x000102030405060708090a0b0c0d0e0f")},
+         3,
+         "the target's CHAP_R is wrong (wrong mutual secret)"},
+        {"mutual, another user",
+         true,
+         NULL,
+         {STEP(SEC_STAY, auth_chap), STEP(SEC_STAY, md5_chal),
+          STEP(SEC_LEAVE, "CHAP_N=mallory\0CHAP_R=0x000102030405060708090a0b0c0d0e0f")},
+         3,
+         "the target answered as another CHAP user"},
+        {"mutual, challenged again instead of answering",
+         true,
+         NULL,
+         {STEP(SEC_STAY, auth_chap), STEP(SEC_STAY, md5_chal), STEP(SEC_STAY, md5_chal)},
+         3,
+         "target's login keys not acceptable"}, /* CHAP_A a second time (§6.2) */
+        {"huge CHAP_C",
+         false,
+         NULL,
+         {STEP(SEC_STAY, auth_chap), {SEC_STAY, huge_chal, sizeof(huge_chal)}},
+         2,
+         "CHAP: the target's security keys are not acceptable"},
+        {"an algorithm not offered",
+         false,
+         "md5",
+         {STEP(SEC_STAY, auth_chap),
+          STEP(SEC_STAY, "CHAP_A=7\0CHAP_I=1\0CHAP_C=0x00112233445566778899aabbccddeeff")},
+         2,
+         "the target chose a CHAP algorithm we did not offer"},
+        {"one-way, a CHAP_R not asked for",
+         false,
+         NULL,
+         {STEP(SEC_STAY, auth_chap), STEP(SEC_STAY, md5_chal),
+          STEP(SEC_LEAVE, "CHAP_N=tgt\0CHAP_R=0x000102030405060708090a0b0c0d0e0f")},
+         3,
+         "the target sent CHAP_N/CHAP_R we did not ask for"},
+        {"continuation without end",
+         false,
+         NULL,
+         {{ISCSI_FLAG_CONTINUE | SEC_STAY, junk, sizeof(junk)}},
+         1,
+         NULL},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        const struct chap_case *k = &cases[i];
+        struct ft f;
+        assert_int_equal(ft_start(&f, script_chap, (void *)k), 0);
+        struct lr_session_opts o = {.host = "127.0.0.1",
+                                    .port = f.port,
+                                    .target_name = "iqn.2026-12.org.linerate:fake",
+                                    .login_timeout_ms = 3000,
+                                    .chap_user = "ini",
+                                    .chap_secret = "0123456789abcdef",
+                                    .chap_mutual_user = k->mutual ? "tgt" : NULL,
+                                    .chap_mutual_secret = k->mutual ? "fedcba9876543210" : NULL,
+                                    .chap_algorithms = k->algorithms};
+        struct lr_session *s = lr_session_create(R, &o);
+        assert_non_null(s);
+        struct done_log d = {0};
+        uint64_t t0 = now_ms();
+        assert_int_equal(lr_session_login(s, on_done, &d), 0);
+        struct until u = {&d, 1};
+        if (!ft_run_until(R, calls_reached, &u, 5000))
+            fail_msg("%s: the login did not end", k->name);
+        if (d.last != LR_ERR_LOGIN || !d.what)
+            fail_msg("%s: %s", k->name, lr_err_name(d.last));
+        if (k->what && strcmp(d.what, k->what))
+            fail_msg("%s: \"%s\"", k->name, d.what);
+        if (!k->what && strcmp(d.what, "login does not converge") &&
+            strcmp(d.what, "login text too long"))
+            fail_msg("%s: \"%s\"", k->name, d.what);
+        assert_true(now_ms() - t0 < 2000);
+        lr_session_destroy(s);
+        ft_stop(&f);
+        if (f.failed)
+            fail_msg("%s: fake target: %s", k->name, f.why);
+    }
+}
+
+/* ---- SendTargets answers that never end (RFC 7143 §11.10-§11.11) ---- */
+
+struct text_case {
+    const char *name;
+    uint8_t flags; /* of every Text Response */
+    uint32_t len;  /* its text */
+    bool silent;   /* no answer at all */
+    enum lr_err err;
+    const char *what;
+};
+
+static void script_text(struct ft *f)
+{
+    const struct text_case *k = f->arg;
+    static const char op[] = "HeaderDigest=None\0DataDigest=None\0MaxRecvDataSegmentLength=65536";
+    const struct ft_step steps[] = {
+        STEP(SEC_LEAVE, "AuthMethod=None"),
+        STEP(ISCSI_LOGIN_TRANSIT | ISCSI_STAGE_OPERATIONAL << 2 | ISCSI_STAGE_FULL_FEATURE, op)};
+    int fd = ft_accept(f, 5000);
+    if (fd < 0 || ft_login_steps(f, fd, steps, 2) != 2)
+        return ft_fail(f, "discovery login");
+    struct ft_conn c = {.fd = fd, .statsn = 2, .expcmdsn = 1, .maxcmdsn = 64};
+    static struct ft_pdu p;
+    static char text[8192];
+    memset(text, 0, sizeof(text));
+    for (uint32_t off = 0; off + 16 <= k->len; off += 16)
+        memcpy(text + off, "X-more=abcdefgh", 16);
+    for (int n = 0; n < 2000 && ft_recv(fd, &p, 3000) == 0; n++) {
+        if ((p.h[0] & 0x3f) != ISCSI_OP_TEXT_REQ || k->silent)
+            continue;
+        uint8_t h[ISCSI_BHS_LEN];
+        ft_rsp(&c, h, ISCSI_OP_TEXT_RSP, k->flags, get_be32(p.h + BHS_ITT));
+        put_be32(h + BHS_TTT, 0x1234);
+        if (ft_send(fd, h, text, k->len) < 0)
+            break;
+    }
+    close(fd);
+    atomic_store(&f->stage, 100);
+}
+
+struct disc_log {
+    int calls;
+    enum lr_err err;
+    const char *what;
+};
+
+static void on_disc(void *arg, const struct lr_result *r, const char *text, uint32_t len)
+{
+    struct disc_log *d = arg;
+    (void)text;
+    (void)len;
+    d->calls++;
+    d->err = r->err;
+    d->what = r->what;
+}
+
+static bool disc_done(void *arg)
+{
+    return ((struct disc_log *)arg)->calls > 0;
+}
+
+static void test_sendtargets_without_end(void **state)
+{
+    (void)state;
+    const struct text_case cases[] = {
+        {"F=0 C=1 forever, empty", ISCSI_FLAG_CONTINUE, 0, false, LR_ERR_PROTOCOL,
+         "SendTargets answer never ends"},
+        {"F=0 C=0 forever, a little text", 0, 16, false, LR_ERR_PROTOCOL,
+         "SendTargets answer never ends"},
+        {"F=0 C=1, 8 KiB each", ISCSI_FLAG_CONTINUE, 8192, false, LR_ERR_PROTOCOL,
+         "SendTargets answer too long"},
+        {"no answer", ISCSI_FLAG_FINAL, 0, true, LR_ERR_TIMEOUT,
+         "no complete SendTargets answer in time"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        const struct text_case *k = &cases[i];
+        struct ft f;
+        assert_int_equal(ft_start(&f, script_text, (void *)k), 0);
+        struct lr_session_opts o = {.host = "127.0.0.1", .port = f.port, .cmd_timeout_ms = 1000};
+        struct disc_log d = {0};
+        uint64_t t0 = now_ms();
+        assert_int_equal(lr_discover_opts(R, &o, on_disc, &d), 0);
+        if (!ft_run_until(R, disc_done, &d, 4000))
+            fail_msg("%s: discovery did not end", k->name);
+        if (d.err != k->err || !d.what || strcmp(d.what, k->what))
+            fail_msg("%s: %s \"%s\"", k->name, lr_err_name(d.err), d.what ? d.what : "");
+        assert_true(now_ms() - t0 < 3000);
+        struct until idle = {&(struct done_log){0}, 1};
+        ft_run_until(R, calls_reached, &idle, 50); /* the session's deferred free */
+        ft_stop(&f);
+        if (f.failed)
+            fail_msg("%s: fake target: %s", k->name, f.why);
+    }
+}
+
+/* ---- digests on (RFC 7143 §7.8) and recovery at ERL 1 against a target that lies ---- */
+
+static const char op_keys_dig[] = "HeaderDigest=CRC32C\0DataDigest=CRC32C\0MaxConnections=1\0"
+                                  "InitialR2T=Yes\0ImmediateData=Yes\0MaxBurstLength=262144\0"
+                                  "FirstBurstLength=65536\0DefaultTime2Wait=2\0"
+                                  "DefaultTime2Retain=0\0MaxOutstandingR2T=1\0"
+                                  "DataPDUInOrder=Yes\0DataSequenceInOrder=Yes\0"
+                                  "ErrorRecoveryLevel=0\0MaxRecvDataSegmentLength=65536";
+
+/* A Data-In with a bad data digest, then a good one, then one with a bad header digest. */
+static void script_digests(struct ft *f)
+{
+    static struct ft_pdu p;
+    struct ft_conn c;
+    int fd = ft_accept(f, 5000);
+    if (fd < 0 || ft_login(f, fd, &c, op_keys_dig, sizeof(op_keys_dig), 32) < 0)
+        return ft_fail(f, "login");
+    c.hd = c.dd = true;
+    for (int k = 0; k < 3; k++) {
+        if (next_cmd(&c, &p, 5000) < 0)
+            return ft_fail(f, "a command");
+        c.bad_dd = k == 0;
+        c.bad_hd = k == 2;
+        ft_read_done(&c, &p, 0x55);
+    }
+    /* the initiator drops the connection: nothing more comes */
+    while (ft_recv_c(&c, &p, 3000) == 0)
+        ;
+    close(fd);
+    atomic_store(&f->stage, 100);
+}
+
+static void test_digest_errors_from_target(void **state)
+{
+    (void)state;
+    struct ft f;
+    assert_int_equal(ft_start(&f, script_digests, NULL), 0);
+    struct lr_session *s =
+        login_with(&f, (struct lr_session_opts){
+                           .header_digest = true, .data_digest = true, .cmd_timeout_ms = 5000});
+    struct done_log d = {0};
+    struct lr_session_info info;
+    lr_session_get_info(s, &info);
+    assert_true(info.header_digest && info.data_digest);
+    static uint8_t buf[4096];
+    const enum lr_err want[3] = {LR_ERR_PROTOCOL, LR_OK, LR_ERR_CONN_LOST};
+    const char *what[3] = {"data digest error on Data-In", NULL, "header digest error"};
+    for (int k = 0; k < 3; k++) {
+        struct done_log io = {0};
+        uint64_t t0 = now_ms();
+        assert_int_equal(lr_read(s, 0, 8, 512, buf, on_done, &io), 0);
+        struct until ui = {&io, 1};
+        assert_true(ft_run_until(R, calls_reached, &ui, 3000));
+        assert_true(now_ms() - t0 < 1000);
+        assert_int_equal(io.last, want[k]);
+        if (what[k])
+            assert_string_equal(io.what, what[k]);
+    }
+    lr_session_get_info(s, &info);
+    assert_int_equal(info.connections_up, 0);
+    assert_int_equal(lr_read(s, 0, 8, 512, buf, on_done, &d), -1);
+    lr_session_destroy(s);
+    ft_stop(&f);
+    assert_false(f.failed);
+}
+
+static const char op_keys_erl1[] = "HeaderDigest=None\0DataDigest=None\0MaxConnections=1\0"
+                                   "InitialR2T=Yes\0ImmediateData=Yes\0MaxBurstLength=262144\0"
+                                   "FirstBurstLength=65536\0DefaultTime2Wait=2\0"
+                                   "DefaultTime2Retain=0\0MaxOutstandingR2T=1\0"
+                                   "DataPDUInOrder=Yes\0DataSequenceInOrder=Yes\0"
+                                   "ErrorRecoveryLevel=1\0MaxRecvDataSegmentLength=65536";
+
+/* ERL 1: a READ's first Data-In never comes; every SNACK for it is answered with the second
+ * one again. The initiator keeps asking (§7.9) but not past the command timeout. */
+static void script_snack_liar(struct ft *f)
+{
+    static struct ft_pdu p;
+    static uint8_t data[4096];
+    struct ft_conn c;
+    int fd = ft_accept(f, 5000);
+    if (fd < 0 || ft_login(f, fd, &c, op_keys_erl1, sizeof(op_keys_erl1), 32) < 0)
+        return ft_fail(f, "login");
+    if (next_cmd(&c, &p, 5000) < 0)
+        return ft_fail(f, "a command");
+    uint32_t itt = get_be32(p.h + BHS_ITT);
+    c.expcmdsn = get_be32(p.h + BHS_CMDSN) + 1;
+    uint8_t h[ISCSI_BHS_LEN];
+    uint32_t statsn = c.statsn;
+    int snacks = 0;
+    for (int n = 0; n < 5000; n++) {
+        /* DataSN 1 (offset 4096) with the status; DataSN 0 never */
+        c.statsn = statsn;
+        ft_rsp(&c, h, ISCSI_OP_DATA_IN, ISCSI_FLAG_FINAL | ISCSI_DATAIN_STATUS, itt);
+        put_be32(h + BHS_TTT, ISCSI_RSVD_TAG);
+        put_be32(h + BHS_DATASN, 1);
+        put_be32(h + BHS_BUFFER_OFFSET, 4096);
+        if (ft_send_c(&c, h, data, sizeof(data)) < 0)
+            break;
+        bool again = false;
+        while (!again && ft_recv_c(&c, &p, 3000) == 0) {
+            uint8_t op = p.h[0] & 0x3f;
+            if (op == ISCSI_OP_SNACK) {
+                snacks++;
+                again = true;
+            } else if (op == ISCSI_OP_NOP_OUT && get_be32(p.h + BHS_ITT) != ISCSI_RSVD_TAG) {
+                uint8_t r[ISCSI_BHS_LEN];
+                c.statsn = statsn + 1;
+                ft_rsp(&c, r, ISCSI_OP_NOP_IN, ISCSI_FLAG_FINAL, get_be32(p.h + BHS_ITT));
+                c.statsn--; /* a ping's answer takes no StatSN */
+                put_be32(r + BHS_TTT, ISCSI_RSVD_TAG);
+                ft_send_c(&c, r, NULL, 0);
+            }
+        }
+        if (!again)
+            break;
+    }
+    if (snacks == 0)
+        ft_fail(f, "no SNACK for the missing Data-In");
+    close(fd);
+    atomic_store(&f->stage, 100);
+}
+
+static void test_erl1_snack_answered_wrong(void **state)
+{
+    (void)state;
+    struct ft f;
+    assert_int_equal(ft_start(&f, script_snack_liar, NULL), 0);
+    struct lr_session *s =
+        login_with(&f, (struct lr_session_opts){.error_recovery_level = 1, .cmd_timeout_ms = 1500});
+    static uint8_t buf[8192];
+    struct done_log io = {0};
+    uint64_t t0 = now_ms();
+    assert_int_equal(lr_read(s, 0, 16, 512, buf, on_done, &io), 0);
+    struct until ui = {&io, 1};
+    assert_true(ft_run_until(R, calls_reached, &ui, 5000));
+    assert_int_not_equal(io.last, LR_OK);
+    assert_non_null(io.what);
+    assert_true(now_ms() - t0 < 3500);
+    lr_session_destroy(s);
+    ft_stop(&f);
+    if (f.failed)
+        fail_msg("fake target: %s", f.why);
+}
+
+/* ERL 1: recovery R2Ts for data already sent, without end, and the initiator's Data-Out never
+ * read. What waits unsent is bounded (INI_RESEND_BACKLOG_MAX): the connection fails, and the
+ * WRITE with it, saying why. */
+static void script_r2t_flood(struct ft *f)
+{
+    static struct ft_pdu p;
+    struct ft_conn c;
+    int fd = ft_accept(f, 5000);
+    if (fd < 0 || ft_login(f, fd, &c, op_keys_erl1, sizeof(op_keys_erl1), 32) < 0)
+        return ft_fail(f, "login");
+    if (next_cmd(&c, &p, 5000) < 0)
+        return ft_fail(f, "a command");
+    uint32_t itt = get_be32(p.h + BHS_ITT);
+    c.expcmdsn = get_be32(p.h + BHS_CMDSN) + 1;
+    int n = 0;
+    for (; n < 20000; n++) {
+        uint8_t h[ISCSI_BHS_LEN];
+        ft_rsp(&c, h, ISCSI_OP_R2T, ISCSI_FLAG_FINAL, itt);
+        c.statsn--; /* an R2T carries StatSN without taking it */
+        put_be32(h + BHS_TTT, 0x100 + (uint32_t)n);
+        put_be32(h + BHS_R2TSN, 0);
+        put_be32(h + BHS_BUFFER_OFFSET, 0);
+        put_be32(h + BHS_DESIRED_LEN, 65536);
+        if (ft_send_c(&c, h, NULL, 0) < 0)
+            break; /* the initiator gave up */
+    }
+    if (n == 20000)
+        ft_fail(f, "20000 recovery R2Ts taken");
+    close(fd);
+    atomic_store(&f->stage, 100);
+}
+
+static void test_erl1_recovery_r2t_flood_bounded(void **state)
+{
+    (void)state;
+    struct ft f;
+    assert_int_equal(ft_start(&f, script_r2t_flood, NULL), 0);
+    struct lr_session *s = login_with(
+        &f, (struct lr_session_opts){.error_recovery_level = 1, .cmd_timeout_ms = 20000});
+    static uint8_t buf[262144];
+    struct done_log io = {0};
+    uint64_t t0 = now_ms();
+    assert_int_equal(lr_write(s, 0, 512, 512, buf, on_done, &io), 0);
+    struct until ui = {&io, 1};
+    assert_true(ft_run_until(R, calls_reached, &ui, 8000));
+    assert_int_equal(io.last, LR_ERR_CONN_LOST);
+    assert_string_equal(io.what, "the target asks for data again faster than it reads it");
+    assert_true(now_ms() - t0 < 8000);
+    lr_session_destroy(s);
+    ft_stop(&f);
+    if (f.failed)
+        fail_msg("fake target: %s", f.why);
+}
+
+int main(void)
+{
+    R = reactor_create(0);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_async_logout_drains_and_logs_in_again),
+        cmocka_unit_test(test_async_logout_unanswered_command_fails),
+        cmocka_unit_test(test_async_logout_every_login_bounded),
+        cmocka_unit_test(test_async_logout_target_gone),
+        cmocka_unit_test(test_mcs_async_logout_one_connection),
+        cmocka_unit_test(test_mcs_answer_on_wrong_connection),
+        cmocka_unit_test(test_chap_hostile_target),
+        cmocka_unit_test(test_sendtargets_without_end),
+        cmocka_unit_test(test_digest_errors_from_target),
+        cmocka_unit_test(test_erl1_snack_answered_wrong),
+        cmocka_unit_test(test_erl1_recovery_r2t_flood_bounded),
+    };
+    int rc = cmocka_run_group_tests(tests, NULL, NULL);
+    reactor_destroy(R);
+    return rc;
+}
