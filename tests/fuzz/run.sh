@@ -39,7 +39,7 @@ if [ ! -f "$BUILD/build.ninja" ]; then
 else
     meson configure "$BUILD" -Drbd=disabled >/dev/null
 fi
-LIBS="src/iscsi/liblr_iscsi.a src/iscsi/liblr_iscsi_proto.a src/scsi/liblr_scsi.a \
+LIBS="src/target/liblr_target.a src/iscsi/liblr_iscsi.a src/iscsi/liblr_iscsi_proto.a src/scsi/liblr_scsi.a \
 src/bs/liblr_bs.a src/reactor/liblr_reactor.a src/util/liblr_util.a"
 ninja -C "$BUILD" $LIBS >/dev/null
 
@@ -116,7 +116,7 @@ for name in $NAMES; do
     "$CC" $SAN -fsanitize=fuzzer -O1 -D_GNU_SOURCE -std=gnu11 -Wall -Wextra -Werror \
         -Wno-missing-field-initializers -I"$ROOT/src" -I"$ROOT/include" \
         -o "$BUILD/$name" "$src" -Wl,--start-group $LINK -Wl,--end-group \
-        -lisal -luring -lpthread -lcrypto
+        -lisal -luring -lpthread -lcrypto -ljansson
     mkdir -p "$BUILD/corpus/$name"
     seeds="$BUILD/seeds/$name"
     [ -d "$seeds" ] || seeds=""

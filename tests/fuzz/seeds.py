@@ -196,9 +196,109 @@ def cdb10(op, lba, blocks):
     return struct.pack(">BBIBHB", op, 0, lba, 0, blocks, 0)
 
 
+def config_seeds():
+    """fuzz_config: the example configs shipped, and one with every kind of key."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    out = {}
+    for name, rel in (("example", "../../examples/linerate.conf"),
+                      ("dist", "../../dist/linerate.conf")):
+        path = os.path.join(here, rel)
+        if os.path.exists(path):
+            with open(path, "rb") as f:
+                out[name] = f.read()
+    out["all_keys"] = b"""threads = 2
+poll-us = 0
+log-level = warn
+nop-interval = 5
+nop-timeout = 10
+login-timeout = 3
+max-sessions = 16
+max-tx-backlog = 1M
+metrics = 127.0.0.1:9100
+ctl-socket = none
+error-recovery-level = 2
+default-time2wait = 0
+default-time2retain = 5
+alua-group = 2
+alua-state = standby
+alua-peer = 3:active/optimized
+chap-algorithms = sha256,md5
+[target iqn.2026-11.org.linerate:a]
+alias = "a disk"
+portal = [::1]:3261
+portal = 127.0.0.1
+lun = ram:4M,bs=4096,pbs=4k,removable
+lun 7 = null:1G,ro,alua=an,alua-peer=3:sb
+lun 9 = ram:1M,sanitize-rate=0
+allow = iqn.1993-08.org.debian:01:x
+header-digest = crc32c
+data-digest = none
+immediate-data = no
+initial-r2t = yes
+max-connections = 4
+target-warm-reset = no
+target-cold-reset = yes
+[target iqn.2026-11.org.linerate:b]
+lun = ram:1M
+"""
+    return out
+
+
+def ctl_line(method, params=None, rid=1):
+    import json
+    req = {"jsonrpc": "2.0", "id": rid, "method": method}
+    if params is not None:
+        req["params"] = params
+    return json.dumps(req).encode() + b"\n"
+
+
+def ctl_seeds():
+    """fuzz_ctl: request lines of every method (the daemon's target is the default one)."""
+    t = "iqn.2026-11.org.linerate:default"
+    n = "iqn.2026-11.org.linerate:fuzz-added"
+    out = {}
+    for m in ("version", "show_targets", "show_luns", "show_portals", "stats",
+              "show_sessions", "show_connections", "reload"):
+        out[m] = ctl_line(m)
+    out["luns"] = (ctl_line("add_lun", {"target": t, "lun": 3, "spec": "ram:2M"})
+                   + ctl_line("set_lun", {"target": t, "lun": 3, "read_only": True}, 2)
+                   + ctl_line("resize_lun", {"target": t, "lun": 3, "size": "4M"}, 3)
+                   + ctl_line("show_luns", None, 4)
+                   + ctl_line("remove_lun", {"target": t, "lun": 3, "timeout": 1}, 5))
+    out["target"] = (ctl_line("add_target", {"name": n, "portals": ["127.0.0.1:3262"],
+                                             "luns": ["ram:1M", "null:1G,ro"],
+                                             "allow": ["iqn.1993-08.org.debian:01:x"]})
+                     + ctl_line("add_allow", {"target": n, "initiator": "iqn.2000-01.x:y"}, 2)
+                     + ctl_line("remove_allow", {"target": n, "initiator": "iqn.2000-01.x:y"}, 3)
+                     + ctl_line("add_portal", {"target": n, "portal": "127.0.0.1:3263"}, 4)
+                     + ctl_line("remove_portal", {"target": n, "portal": "127.0.0.1:3263"}, 5)
+                     + ctl_line("remove_target", {"name": n, "force": True, "timeout": 1}, 6))
+    out["sessions"] = (ctl_line("logout_session", {"target": t, "tsih": 1})
+                       + ctl_line("drop_connection", {"target": t, "tsih": 1, "cid": 0}, "x"))
+    out["log"] = ctl_line("set_log_level", {"level": "warn"}, None)
+    out["bad"] = (b'{"jsonrpc":"2.0","id":1,"method":"nope"}\r\n'
+                  b'{"jsonrpc":"1.0","method":"version"}\n[1,2]\n{"a":1,"a":2}\n'
+                  b'{"jsonrpc":"2.0","id":[],"method":"version"}\n'
+                  b'{"jsonrpc":"2.0","id":2,"method":"version","params":[]}\n\n{')
+    return out
+
+
+def http_seeds():
+    """fuzz_http: a scrape, and requests each refusal answers."""
+    return {
+        "get": b"GET /metrics HTTP/1.1\r\nHost: x\r\nAccept: */*\r\n\r\n",
+        "get_query": b"GET /metrics?x=1 HTTP/1.0\n\n",
+        "post": b"POST /metrics HTTP/1.1\r\nContent-Length: 3\r\n\r\nabc",
+        "notfound": b"GET / HTTP/1.1\r\n\r\n",
+        "bad": b"GET /metrics\r\n\r\n",
+        "partial": b"GET /metr",
+    }
+
+
 def main():
     out = sys.argv[1]
-    seeds = {"fuzz_pdu": {}, "fuzz_chap": chap_seeds(), "fuzz_keys": keys_seeds()}
+    seeds = {"fuzz_pdu": {}, "fuzz_chap": chap_seeds(), "fuzz_keys": keys_seeds(),
+             "fuzz_config": config_seeds(), "fuzz_ctl": ctl_seeds(), "fuzz_http": http_seeds()}
     p = seeds["fuzz_pdu"]
     tur = bytes(6)
     inq = bytes([0x12, 0, 0, 0, 96, 0])
