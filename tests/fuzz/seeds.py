@@ -295,10 +295,114 @@ def http_seeds():
     }
 
 
+def srec(cdb, edtl=0, read=False, write=False, data=b"", k=0):
+    """fuzz_scsi: one command record (see fuzz_scsi.c)."""
+    cdb = bytes(cdb).ljust(16, b"\0")
+    return (bytes([k & 0xF0 | (k & 8)]) + cdb + struct.pack(">H", edtl)
+            + bytes([(1 if read else 0) | (2 if write else 0)]) + (data if write else b""))
+
+
+def scsi_seeds():
+    """fuzz_scsi: the commands the target implements, with their parameter lists."""
+    def c10(op, lba, n, b1=0):
+        return bytes([op, b1]) + struct.pack(">IBH", lba, 0, n) + b"\0"
+
+    def c16(op, lba, n, b1=0):
+        return bytes([op, b1]) + struct.pack(">QIB", lba, n, 0) + b"\0"
+
+    def pr_out(sa, key, sakey, typ=0, flags=0, extra=b""):
+        cdb = bytes([0x5F, sa, typ, 0, 0]) + struct.pack(">I", 24 + len(extra)) + b"\0"
+        data = struct.pack(">QQ", key, sakey) + bytes(4) + bytes([flags, 0, 0, 0]) + extra
+        return srec(cdb, len(data), write=True, data=data)
+
+    def pr_in(sa):
+        return srec(bytes([0x5E, sa, 0, 0, 0, 0, 0, 0x10, 0, 0]), 4096, read=True)
+
+    inq = lambda evpd, page, n=255: srec(bytes([0x12, evpd, page, 0, n, 0]), n, read=True)
+    out = {}
+    out["basic"] = (b"\0" + srec([0]) + inq(0, 0) + inq(1, 0) + inq(1, 0x80) + inq(1, 0x83)
+                    + inq(1, 0xB0) + inq(1, 0xB1) + inq(1, 0xB2) + inq(1, 0x86)
+                    + srec(bytes([0x25]) + bytes(9), 8, read=True)
+                    + srec(bytes([0x9E, 0x10]) + bytes(8) + struct.pack(">I", 32) + b"\0\0", 32,
+                           read=True)
+                    + srec(bytes([0xA0, 0, 0, 0, 0, 0]) + struct.pack(">I", 256) + b"\0\0", 256,
+                           read=True)
+                    + srec(bytes([0x03, 0, 0, 0, 252, 0]), 252, read=True))
+    out["rw"] = (b"\0" + srec(c10(0x2A, 0, 2), 1024, write=True, data=b"A" * 1024)
+                 + srec(c10(0x28, 0, 2), 1024, read=True)
+                 + srec(bytes([0x0A, 0, 0, 4, 1, 0]), 512, write=True, data=b"B" * 512)
+                 + srec(bytes([0x08, 0, 0, 4, 1, 0]), 512, read=True)
+                 + srec(c16(0x8A, 8, 1, 0x08), 512, write=True, data=b"C" * 512)
+                 + srec(c16(0x88, 8, 1), 512, read=True)
+                 + srec(c10(0x2E, 16, 1), 512, write=True, data=b"D" * 512)
+                 + srec(c10(0x2F, 16, 1, 0x02), 512, write=True, data=b"D" * 512)
+                 + srec(c10(0x35, 0, 0)) + srec(c16(0x91, 0, 0)))
+    out["write_same"] = (b"\0" + srec(c10(0x41, 0, 8), 512, write=True, data=b"E" * 512)
+                         + srec(c16(0x93, 32, 64, 0x08), 512, write=True, data=bytes(512))
+                         + srec(c16(0x93, 100, 0, 0x01), 512, write=True, data=bytes(512))
+                         + srec(bytes([0x9E, 0x12]) + struct.pack(">Q", 0)
+                                + struct.pack(">I", 64) + b"\0\0", 64, read=True))
+    unmap = struct.pack(">HH4x", 22, 16) + struct.pack(">QI4x", 0, 8) 
+    out["unmap"] = (b"\0" + srec(bytes([0x42, 0, 0, 0, 0, 0, 0, 0, len(unmap), 0]), len(unmap),
+                                 write=True, data=unmap))
+    caw = bytes(512) + b"F" * 512
+    out["caw"] = (b"\0" + srec(bytes([0x89, 0]) + struct.pack(">Q", 4) + bytes(3) + b"\x01\0\0",
+                               1024, write=True, data=caw)
+                  + srec(bytes([0x89, 0]) + struct.pack(">Q", 4) + bytes(3) + b"\x01\0\0",
+                         1024, write=True, data=caw))
+    caching = bytes([0, 0, 0, 0]) + bytes([0x08, 0x12, 0x04]) + bytes(17)
+    out["mode"] = (b"\0" + srec(bytes([0x1A, 0, 0x3F, 0, 255, 0]), 255, read=True)
+                   + srec(bytes([0x5A, 0, 0x3F, 0, 0, 0, 0, 0x10, 0, 0]), 4096, read=True)
+                   + srec(bytes([0x15, 0x10, 0, 0, len(caching), 0]), len(caching), write=True,
+                          data=caching)
+                   + srec(bytes([0x1A, 0, 0x08, 0, 255, 0]), 255, read=True)
+                   + srec(bytes([0x4D, 0, 0x40, 0, 0, 0, 0, 0x10, 0, 0]), 4096, read=True)
+                   + srec(bytes([0xA3, 0x0C, 0, 0, 0, 0, 0, 0, 0x10, 0, 0, 0]), 4096, read=True)
+                   + srec(bytes([0xA3, 0x0A, 0, 0, 0, 0, 0, 0, 0x10, 0, 0, 0]), 4096, read=True))
+    out["pr"] = (b"\0" + pr_out(0, 0, 0xAA) + pr_out(1, 0xAA, 0, typ=5) + pr_in(0) + pr_in(1)
+                 + pr_in(2) + pr_in(3)
+                 + bytes([0x10]) + srec([0x2A, 0, 0, 0, 0, 0, 0, 0, 1, 0], 512, write=True,
+                                        data=bytes(512))[1:]
+                 + pr_out(2, 0xAA, 0, typ=5) + pr_out(3, 0xAA, 0) + pr_out(0, 0, 0xBB, flags=1))
+    out["pr_aptpl"] = (b"\x04" + pr_out(0, 0, 0xAA, flags=1) + pr_out(1, 0xAA, 0, typ=1)
+                       + pr_out(6, 0, 0xCC, flags=4) + pr_out(4, 0xAA, 0xCC, typ=1)
+                       + pr_out(5, 0xAA, 0xCC, typ=1) + pr_in(3))
+    out["reserve"] = (b"\0" + srec([0x16, 0, 0, 0, 0, 0]) + bytes([0x10]) + srec([0])[1:]
+                      + srec([0x17, 0, 0, 0, 0, 0]) + bytes([0x06]))
+    out["removable"] = (b"\x02" + srec([0x1E, 0, 0, 0, 1, 0]) + srec([0x1B, 0, 0, 0, 2, 0])
+                        + srec([0x1E, 0, 0, 0, 0, 0]) + srec([0x1B, 0, 0, 0, 2, 0])
+                        + srec([0x1B, 0, 0, 0, 3, 0]) + srec([0]))
+    # SANITIZE OVERWRITE (one pass, pattern of 4 bytes), BLOCK ERASE, EXIT FAILURE MODE
+    ow = bytes([1, 0]) + struct.pack(">H", 4) + b"\xde\xad\xbe\xef"
+    out["sanitize"] = (b"\0" + srec(bytes([0x48, 0x01, 0, 0, 0, 0, 0, 0, len(ow), 0]), len(ow),
+                                    write=True, data=ow)
+                       + srec([0]) + srec(bytes([0x48, 0x82]) + bytes(8)) + srec([0])
+                       + srec(bytes([0x48, 0x1F]) + bytes(8)))
+    # EXTENDED COPY (LID1): two identification descriptors (LUN 0 and LUN 1 by their NAA
+    # designators are unknown here: the target answers what it finds), one block->block segment
+    tdesc = bytes([0xE4, 0, 0, 0]) + bytes([1, 3, 0, 8]) + bytes(8) + bytes(16)
+    seg = bytes([0x02, 0, 0, 0x18, 0, 0, 0, 1]) + struct.pack(">HxxQQ", 4, 0, 64)[:16]
+    seg = bytes([0x02, 0]) + struct.pack(">HHH", 0x18, 0, 1) + bytes(2) + struct.pack(
+        ">HQQ", 4, 0, 64)[:14]
+    plist = (bytes([0, 0]) + struct.pack(">H", 2 * len(tdesc)) + bytes(4)
+             + struct.pack(">I", len(seg)) + bytes(4) + tdesc + tdesc + seg)
+    out["xcopy"] = (b"\0" + inq(1, 0x83) + inq(1, 0x8F)
+                    + srec(bytes([0x83, 0]) + bytes(8) + struct.pack(">I", len(plist)) + b"\0\0",
+                           len(plist), write=True, data=plist)
+                    + srec(bytes([0x84, 0x03]) + bytes(8) + struct.pack(">I", 256) + b"\0\0",
+                           256, read=True)
+                    + srec(bytes([0x84, 0x00]) + bytes(8) + struct.pack(">I", 256) + b"\0\0",
+                           256, read=True))
+    out["tmf"] = (b"\0" + srec(c10(0x2A, 0, 64), 32768, write=True, data=b"G" * 32768, k=8)
+                  + bytes([4]) + bytes([5]) + bytes([0x16]) + bytes([7]) + srec([0]))
+    return out
+
+
 def main():
     out = sys.argv[1]
     seeds = {"fuzz_pdu": {}, "fuzz_chap": chap_seeds(), "fuzz_keys": keys_seeds(),
-             "fuzz_config": config_seeds(), "fuzz_ctl": ctl_seeds(), "fuzz_http": http_seeds()}
+             "fuzz_config": config_seeds(), "fuzz_ctl": ctl_seeds(), "fuzz_http": http_seeds(),
+             "fuzz_scsi": scsi_seeds()}
     p = seeds["fuzz_pdu"]
     tur = bytes(6)
     inq = bytes([0x12, 0, 0, 0, 96, 0])
