@@ -79,7 +79,12 @@ static int fd_connect_unix(const char *path)
         return -1;
     struct sockaddr_un a = {.sun_family = AF_UNIX};
     snprintf(a.sun_path, sizeof(a.sun_path), "%s", path);
-    if (connect(s, (struct sockaddr *)&a, sizeof(a)) < 0) {
+    /* libFuzzer's timer signal may interrupt a connect: the connection then completes on its
+     * own, and a second connect() says so (EISCONN) or waits on */
+    int rc;
+    while ((rc = connect(s, (struct sockaddr *)&a, sizeof(a))) < 0 && errno == EINTR)
+        ;
+    if (rc < 0 && errno != EISCONN) {
         close(s);
         return -1;
     }
@@ -93,7 +98,12 @@ static int fd_connect_tcp(unsigned port)
         return -1;
     struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
     a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (connect(s, (struct sockaddr *)&a, sizeof(a)) < 0) {
+    /* libFuzzer's timer signal may interrupt a connect: the connection then completes on its
+     * own, and a second connect() says so (EISCONN) or waits on */
+    int rc;
+    while ((rc = connect(s, (struct sockaddr *)&a, sizeof(a))) < 0 && errno == EINTR)
+        ;
+    if (rc < 0 && errno != EISCONN) {
         close(s);
         return -1;
     }
