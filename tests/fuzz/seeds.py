@@ -398,11 +398,71 @@ def scsi_seeds():
     return out
 
 
+def session_seeds():
+    """fuzz_session: first byte = options (bit 0 ERL 2, bit 1 InitialR2T=Yes), then records:
+    op, flags, data length (2), BHS bytes 8..47 (40), data (see fuzz_session.c)."""
+    def rec(op, flags, rest, data=b""):
+        rest = rest.ljust(40, b"\0")[:40]
+        return bytes([op, flags]) + struct.pack(">H", len(data)) + rest + data
+
+    def cmd(itt, cdb, edtl, read=False, write=False, data=b"", final=True, imm=False):
+        flags = (0x80 if final else 0) | (0x40 if read else 0) | (0x20 if write else 0) | 1
+        rest = LUN0 + struct.pack(">III", itt, edtl, 0) + bytes(4) + cdb.ljust(16, b"\0")
+        return rec(0x01 | (0x40 if imm else 0), flags, rest, data)
+
+    def dout(itt, ttt, datasn, off, data, final=True):
+        rest = LUN0 + struct.pack(">II", itt, ttt) + bytes(8) + struct.pack(">III", 0, datasn, off)
+        return rec(0x05, 0x80 if final else 0, rest, data)
+
+    def tmf(fn, itt, ref_itt=0xFFFFFFFF, refcmdsn=0):
+        rest = LUN0 + struct.pack(">II", itt, ref_itt) + bytes(8) + struct.pack(">II", refcmdsn, 0)
+        return rec(0x02 | 0x40, 0x80 | fn, rest)
+
+    def nop(itt, data=b""):
+        return rec(0x00, 0x80, LUN0 + struct.pack(">II", itt, 0xFFFFFFFF), data)
+
+    def snack(typ, itt, ttt=0xFFFFFFFF, begrun=0, runlen=0):
+        rest = LUN0 + struct.pack(">II", itt, ttt) + bytes(16) + struct.pack(">II", begrun, runlen)
+        return rec(0x10, 0x80 | typ, rest)
+
+    def txt(itt, body):
+        return rec(0x04, 0x80, LUN0 + struct.pack(">II", itt, 0xFFFFFFFF), body)
+
+    def logout(itt, reason=0, cid=0):
+        return rec(0x06, 0x80 | reason, bytes(8) + struct.pack(">IHH", itt, cid, 0))
+
+    tur = bytes(6)
+    inq = bytes([0x12, 0, 0, 0, 96, 0])
+    w8 = bytes([0x2A, 0, 0, 0, 0, 0, 0, 0, 8, 0])
+    r8 = bytes([0x28, 0, 0, 0, 0, 0, 0, 0, 8, 0])
+    out = {}
+    for erl in (0, 2):
+        o = bytes([erl >> 1])
+        out["basic_erl%d" % erl] = (o + cmd(1, tur, 0) + cmd(2, inq, 96, read=True)
+                                    + cmd(3, w8, 4096, write=True, data=b"A" * 1024, final=False)
+                                    + dout(3, 0xFFFFFFFF, 0, 1024, b"B" * 3072)
+                                    + cmd(4, r8, 4096, read=True) + nop(5, b"ping")
+                                    + txt(6, kvtext([("SendTargets", "All")])) + logout(7))
+        out["r2t_erl%d" % erl] = (bytes([(erl >> 1) | 2])
+                                  + cmd(1, w8, 4096, write=True)
+                                  + dout(1, 0, 0, 0, b"C" * 4096)
+                                  + dout(1, 1, 0, 0, b"D" * 4096) + cmd(2, r8, 4096, read=True)
+                                  + logout(3))
+        out["tmf_erl%d" % erl] = (o + cmd(1, w8, 4096, write=True, data=b"E" * 512, final=False)
+                                  + tmf(1, 2, 1) + tmf(5, 3) + tmf(6, 4) + tmf(2, 5)
+                                  + tmf(4, 6) + tmf(14, 7, 1) + cmd(8, tur, 0) + logout(9))
+        out["snack_erl%d" % erl] = (o + cmd(1, r8, 4096, read=True) + snack(0, 1, begrun=0)
+                                    + snack(1, 0, begrun=0) + snack(2, 1)
+                                    + snack(3, 1, 0, 0, 0) + logout(2, reason=1)
+                                    + logout(3, reason=2))
+    return out
+
+
 def main():
     out = sys.argv[1]
     seeds = {"fuzz_pdu": {}, "fuzz_chap": chap_seeds(), "fuzz_keys": keys_seeds(),
              "fuzz_config": config_seeds(), "fuzz_ctl": ctl_seeds(), "fuzz_http": http_seeds(),
-             "fuzz_scsi": scsi_seeds()}
+             "fuzz_scsi": scsi_seeds(), "fuzz_session": session_seeds()}
     p = seeds["fuzz_pdu"]
     tur = bytes(6)
     inq = bytes([0x12, 0, 0, 0, 96, 0])
