@@ -27,7 +27,9 @@ static void setup_once(void)
     if (input_fd >= 0)
         return;
     log_set_level(getenv("FUZZ_LOG") ? LOG_LVL_DEBUG : LOG_LVL_ERROR);
-    char dir[] = "/tmp/fuzz_config.XXXXXX";
+    char dir[256];
+    const char *tmp = getenv("TMPDIR"); /* run.sh: a directory in the build dir */
+    snprintf(dir, sizeof(dir), "%s/fuzz_config.XXXXXX", tmp && *tmp ? tmp : "/tmp");
     if (!mkdtemp(dir) || chdir(dir) < 0)
         abort();
     input_fd = memfd_create("fuzz_config", MFD_CLOEXEC);

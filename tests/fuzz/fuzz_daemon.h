@@ -39,8 +39,8 @@
 static struct {
     bool up;
     bool own_netns; /* in a network namespace of our own */
-    char dir[64];
-    char ctl_path[128];
+    char dir[256];
+    char ctl_path[300];
     unsigned metrics_port, iscsi_port;
     pthread_t thread;
     volatile bool exited;
@@ -120,10 +120,12 @@ static void fd_daemon_up(void)
     if (unshare(CLONE_NEWNET) == 0 || unshare(CLONE_NEWUSER | CLONE_NEWNET) == 0)
         FD.own_netns = fd_loopback_up();
     if (!FD.own_netns)
-        fprintf(stderr, "fuzz: no network namespace of our own (%s): on the host's loopback, "
-                        "requests that listen left out\n",
+        fprintf(stderr,
+                "fuzz: no network namespace of our own (%s): on the host's loopback, "
+                "requests that listen left out\n",
                 strerror(errno));
-    snprintf(FD.dir, sizeof(FD.dir), "/tmp/fuzz_daemon.XXXXXX");
+    const char *tmp = getenv("TMPDIR"); /* run.sh: a directory in the build dir */
+    snprintf(FD.dir, sizeof(FD.dir), "%s/fuzz_daemon.XXXXXX", tmp && *tmp ? tmp : "/tmp");
     if (!mkdtemp(FD.dir))
         abort();
     snprintf(FD.ctl_path, sizeof(FD.ctl_path), "%s/ctl.sock", FD.dir);
@@ -132,7 +134,7 @@ static void fd_daemon_up(void)
         unsigned base = FD.own_netns ? 3260 : 20000 + (unsigned)(rand() % 20000);
         FD.iscsi_port = base;
         FD.metrics_port = base + 1;
-        static char listen[64], metrics[64], lun[] = "ram:1M", state[96];
+        static char listen[64], metrics[64], lun[] = "ram:1M", state[300];
         snprintf(listen, sizeof(listen), "127.0.0.1:%u", FD.iscsi_port);
         snprintf(metrics, sizeof(metrics), "127.0.0.1:%u", FD.metrics_port);
         snprintf(state, sizeof(state), "%s/state", FD.dir);

@@ -63,8 +63,8 @@ struct run {
 
 static struct {
     struct reactor *r;
-    char dir[64];
-    char pr_path[96];
+    char dir[256];
+    char pr_path[300];
     struct run *ru; /* the input being run */
 } G;
 
@@ -73,7 +73,8 @@ static void setup_once(void)
     if (G.r)
         return;
     log_set_level(getenv("FUZZ_LOG") ? LOG_LVL_DEBUG : LOG_LVL_ERROR);
-    snprintf(G.dir, sizeof(G.dir), "/tmp/fuzz_scsi.XXXXXX");
+    const char *tmp = getenv("TMPDIR"); /* run.sh: a directory in the build dir */
+    snprintf(G.dir, sizeof(G.dir), "%s/fuzz_scsi.XXXXXX", tmp && *tmp ? tmp : "/tmp");
     if (!mkdtemp(G.dir))
         abort();
     snprintf(G.pr_path, sizeof(G.pr_path), "%s/pr-lun0", G.dir);

@@ -14,9 +14,9 @@
  *         big endian; at most what is left of the input), BHS bytes 8..47 (40 bytes: LUN or
  *         ISID/TSIH, ITT, the opcode-specific fields), then the data segment.
  *         DataSegmentLength is always the data's length and TotalAHSLength 0 (no AHS: a wrong
- *         length only loses the framing, which fuzz_pdu covers). Unless bit 7, for the PDUs that carry one CmdSN is the session's next (advanced by each
- *         non-immediate command), so commands run instead of falling outside the window.
- * The padding to 4 bytes is added. */
+ *         length only loses the framing, which fuzz_pdu covers). Unless bit 7, for the PDUs that
+ * carry one CmdSN is the session's next (advanced by each non-immediate command), so commands run
+ * instead of falling outside the window. The padding to 4 bytes is added. */
 #include <errno.h>
 #include <stdatomic.h>
 #include <stdint.h>

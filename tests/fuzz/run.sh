@@ -53,6 +53,11 @@ else
 fi
 
 mkdir -p "$BUILD/artifacts"
+# Scratch files of the harnesses (config copies, APTPL state, the in-process daemon's control
+# socket) go here rather than into /tmp, and go with the next run.
+rm -rf "$BUILD/tmp"
+mkdir -p "$BUILD/tmp"
+export TMPDIR="$BUILD/tmp"
 # Seed corpora (valid PDU sequences, login texts, CHAP exchanges) generated fresh, used with
 # the committed corpus and what earlier runs in this build dir found.
 rm -rf "$BUILD/seeds"
