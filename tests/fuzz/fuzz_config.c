@@ -4,7 +4,7 @@
  * The input is the file: it goes into a memfd and target_config_load() reads it through
  * /proc/self/fd (the same fopen/getline path a file on disk takes). Nothing is built from it: no
  * store is opened, no socket bound. A file that loads is written back out the way `save` writes
- * it (globals, then each [target] section against the file's section defaults) and that text
+ * it to a new file (globals, then each [target] section) and that text
  * must load again: the daemon never writes a config it would refuse at the next start. A
  * chap-secrets key names a file the loader reads (never writes); the harness runs in a scratch
  * directory of its own, so a relative name finds nothing. */
@@ -50,10 +50,14 @@ static void fill(int fd, const uint8_t *data, size_t size)
     }
 }
 
-/* The config as `save` writes it (ctl_save.c for a daemon without a file): globals, then each
- * section with only what differs from the file's section defaults. */
-static void write_back(const struct target_config *cfg, const struct target_section_defaults *defs)
+/* The config as `save` writes it to a new file (ctl_save.c render() without a layout):
+ * globals, then each section with what differs from the built-in section defaults. */
+static void write_back(const struct target_config *cfg)
 {
+    struct target_section_defaults defs;
+    memset(&defs, 0, sizeof(defs));
+    target_params_default(&defs.params);
+    defs.chap_algs = cfg->chap_algs;
     char *text = NULL;
     size_t len = 0;
     FILE *m = open_memstream(&text, &len);
@@ -62,7 +66,7 @@ static void write_back(const struct target_config *cfg, const struct target_sect
     target_conf_write_globals(m, cfg, cfg->log_level);
     for (unsigned i = 0; i < cfg->ntargets; i++) {
         fputc('\n', m);
-        target_conf_write_section(m, &cfg->targets[i], defs);
+        target_conf_write_section(m, &cfg->targets[i], &defs);
     }
     if (fclose(m) != 0)
         abort();
@@ -95,15 +99,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     snprintf(path, sizeof(path), "/proc/self/fd/%d", input_fd);
     struct target_config cfg;
     target_config_init(&cfg);
-    struct target_section_defaults defs;
-    memset(&defs, 0, sizeof(defs));
-    int rc = target_config_load_defaults(&cfg, path, &defs, err, sizeof(err));
+    int rc = target_config_load(&cfg, path, err, sizeof(err));
     if (rc < 0 && !err[0]) {
         fprintf(stderr, "fuzz_config: load failed without a reason\n");
         abort();
     }
     if (rc == 0)
-        write_back(&cfg, &defs);
+        write_back(&cfg);
     target_config_free(&cfg);
     return 0;
 }
