@@ -39,6 +39,8 @@
 #define TURNS_SOFT 2000 /* then the peer end is closed completely */
 #define TURNS_HARD 4000 /* then the connection is stuck: a bug */
 #define MAX_INPUT (1u << 20)
+#define MAX_CONNS 4   /* connections one after the other per input */
+#define CONN_END 0x3e /* a record op (no such opcode): this connection ends, the next logs in */
 
 static struct {
     struct scsi_target scsi;
@@ -56,6 +58,8 @@ struct run {
     bool shut, hard_closed, accepted;
     unsigned turns;
     struct reactor_msg tick_msg;
+    uint8_t rsp[ISCSI_BHS_LEN];
+    size_t rsp_got;
 };
 
 static void setup_once(void)
@@ -121,11 +125,26 @@ static void setup_once(void)
 }
 
 /* A Login Request that goes straight from the operational stage to full feature phase. */
-static size_t make_login(uint8_t *out, size_t cap, bool discovery, unsigned opts)
+struct login_args {
+    unsigned opts;
+    uint16_t tsih, cid; /* tsih 0: a new session (leading login) */
+    uint32_t cmdsn;
+};
+
+static size_t make_login(uint8_t *out, size_t cap, bool discovery, const struct login_args *la)
 {
     char text[1024];
     size_t tl = 0;
-    const char *keys[] = {
+    unsigned opts = la->opts;
+    /* a connection joining a session sends no session-wide (leading-only) keys */
+    const char *joining[] = {
+        "InitiatorName=" FUZZ_INITIATOR,
+        "TargetName=" FUZZ_TARGET,
+        "HeaderDigest=None",
+        "DataDigest=None",
+        "MaxRecvDataSegmentLength=65536",
+    };
+    const char *leading[] = {
         "InitiatorName=" FUZZ_INITIATOR,
         discovery ? "SessionType=Discovery" : "SessionType=Normal",
         discovery ? NULL : "TargetName=" FUZZ_TARGET,
@@ -141,7 +160,10 @@ static size_t make_login(uint8_t *out, size_t cap, bool discovery, unsigned opts
         "DefaultTime2Wait=0",
         "DefaultTime2Retain=1",
     };
-    for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++) {
+    const char **keys = la->tsih ? joining : leading;
+    size_t nkeys =
+        la->tsih ? sizeof(joining) / sizeof(joining[0]) : sizeof(leading) / sizeof(leading[0]);
+    for (size_t i = 0; i < nkeys; i++) {
         if (!keys[i])
             continue;
         size_t k = strlen(keys[i]) + 1;
@@ -159,7 +181,16 @@ static size_t make_login(uint8_t *out, size_t cap, bool discovery, unsigned opts
     out[7] = (uint8_t)tl;
     static const uint8_t isid[6] = {0x80, 0x12, 0x34, 0x56, 0x00, 0x01};
     memcpy(out + BHS_ISID, isid, 6);
-    out[BHS_ITT + 3] = 1; /* ITT 1; CID 0; CmdSN 0; ExpStatSN 0 */
+    out[BHS_ISID + 6] = (uint8_t)(la->tsih >> 8);
+    out[BHS_ISID + 7] = (uint8_t)la->tsih;
+    out[BHS_ITT] = 0x10; /* an ITT no record is likely to use */
+    out[BHS_ITT + 3] = 1;
+    out[20] = (uint8_t)(la->cid >> 8); /* CID */
+    out[21] = (uint8_t)la->cid;
+    out[BHS_CMDSN] = (uint8_t)(la->cmdsn >> 24);
+    out[BHS_CMDSN + 1] = (uint8_t)(la->cmdsn >> 16);
+    out[BHS_CMDSN + 2] = (uint8_t)(la->cmdsn >> 8);
+    out[BHS_CMDSN + 3] = (uint8_t)la->cmdsn;
     memcpy(out + ISCSI_BHS_LEN, text, tl);
     return ISCSI_BHS_LEN + padded;
 }
@@ -173,6 +204,13 @@ static void drain_peer(struct run *ru)
         ssize_t n = recv(ru->peer, sink, sizeof(sink), MSG_DONTWAIT);
         if (n <= 0)
             break;
+        /* the Login Response's BHS: the TSIH the next connection joins with */
+        if (ru->rsp_got < ISCSI_BHS_LEN) {
+            size_t k =
+                ISCSI_BHS_LEN - ru->rsp_got < (size_t)n ? ISCSI_BHS_LEN - ru->rsp_got : (size_t)n;
+            memcpy(ru->rsp + ru->rsp_got, sink, k);
+            ru->rsp_got += k;
+        }
     }
 }
 
@@ -233,12 +271,19 @@ static void put32(uint8_t *p, uint32_t v)
 }
 
 /* The PDUs of the records, fixed up, after the login: the wire. */
-static size_t build_wire(const uint8_t *data, size_t size, uint8_t *wire, size_t off)
+static size_t build_wire(const uint8_t *data, size_t size, uint8_t *wire, size_t off, size_t *used,
+                         uint32_t *cmdsnp, uint8_t *marker)
 {
-    uint32_t cmdsn = 0; /* the login's CmdSN: an immediate login does not advance it */
+    uint32_t cmdsn = *cmdsnp; /* the login's CmdSN: an immediate login does not advance it */
     size_t p = 0;
+    *marker = 0;
     while (p + 4 + 40 <= size) {
         uint8_t op = data[p], flags = data[p + 1];
+        if (op == CONN_END) {
+            *marker = flags | 0x80;
+            p += 2;
+            break;
+        }
         size_t dlen = (size_t)data[p + 2] << 8 | data[p + 3];
         const uint8_t *rest = data + p + 4;
         p += 44;
@@ -269,27 +314,15 @@ static size_t build_wire(const uint8_t *data, size_t size, uint8_t *wire, size_t
         memset(wire + off, 0, pad);
         off += pad;
     }
+    *used = p;
+    *cmdsnp = cmdsn;
     return off;
 }
 
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+/* One connection: the wire written, the target's answers drained, until it is gone. The first
+ * BHS the target sent goes to rsp. */
+static void run_conn(const uint8_t *wire, size_t len, uint8_t rsp[ISCSI_BHS_LEN])
 {
-    setup_once();
-    if (size < 1 || size > MAX_INPUT)
-        return 0;
-    unsigned opts = data[0];
-    data++;
-    size--;
-
-    uint8_t login[ISCSI_BHS_LEN + 1024];
-    size_t ll = make_login(login, sizeof(login), false, opts);
-    /* each record grows by at most its padding and 4 bytes of BHS over its 44 */
-    uint8_t *wire = malloc(ll + 2 * size + 64);
-    if (!wire)
-        return 0;
-    memcpy(wire, login, ll);
-    size_t len = build_wire(data, size, wire, ll);
-
     int sv[2];
     if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv) < 0)
         abort();
@@ -303,6 +336,42 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
     if (!ru.hard_closed)
         close(ru.peer);
+    memcpy(rsp, ru.rsp, ISCSI_BHS_LEN);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    setup_once();
+    if (size < 1 || size > MAX_INPUT)
+        return 0;
+    struct login_args la = {.opts = data[0]};
+    data++;
+    size--;
+    /* each record grows by at most its padding and 4 bytes of BHS over its 44 */
+    uint8_t *wire = malloc(ISCSI_BHS_LEN + 1024 + 2 * size + 64);
+    if (!wire)
+        return 0;
+    for (unsigned conn = 0; conn < MAX_CONNS; conn++) {
+        size_t ll = make_login(wire, ISCSI_BHS_LEN + 1024, false, &la);
+        size_t used = 0;
+        uint8_t marker = 0;
+        size_t len = build_wire(data, size, wire, ll, &used, &la.cmdsn, &marker);
+        uint8_t rsp[ISCSI_BHS_LEN];
+        run_conn(wire, len, rsp);
+        data += used;
+        size -= used;
+        if (!marker)
+            break;
+        /* The next connection: into the same session (the TSIH this login got, when it
+         * succeeded) with CID 0 (reinstating the one just lost) or 1 (a new one, from which
+         * the lost one's tasks can be reassigned); a new session if the login failed. */
+        bool in = (rsp[0] & 0x3f) == ISCSI_OP_LOGIN_RSP && rsp[36] == 0;
+        uint16_t tsih = (uint16_t)(rsp[14] << 8 | rsp[15]);
+        la.tsih = in ? tsih : 0;
+        la.cid = marker & 1;
+        if (!la.tsih)
+            la.cmdsn = 0;
+    }
     free(wire);
     return 0;
 }

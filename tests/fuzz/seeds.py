@@ -455,6 +455,15 @@ def session_seeds():
                                     + snack(1, 0, begrun=0) + snack(2, 1)
                                     + snack(3, 1, 0, 0, 0) + logout(2, reason=1)
                                     + logout(3, reason=2))
+    # ERL 2: a write left half done on connection 0, which is lost; connection 1 joins the
+    # session, reassigns the task and logs connection 0 out for recovery; then a reinstatement
+    # of CID 0 and the end of the session
+    lost = cmd(1, w8, 4096, write=True, data=b"H" * 512, final=False)
+    out["reassign_erl2"] = (b"\x01" + cmd(9, tur, 0) + lost + b"\x3e\x01"
+                            + tmf(14, 2, 1) + dout(1, 0xFFFFFFFF, 0, 512, b"I" * 512)
+                            + logout(3, reason=2, cid=0) + cmd(4, r8, 4096, read=True)
+                            + b"\x3e\x00" + cmd(5, tur, 0) + logout(6))
+    out["reinstate_erl0"] = (b"\x00" + lost + b"\x3e\x00" + cmd(2, tur, 0) + logout(3))
     return out
 
 
