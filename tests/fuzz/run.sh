@@ -3,7 +3,8 @@
 # each for a bounded time. Used by CI (briefly) and by hand (longer):
 #   FUZZ_SECONDS=600 tests/fuzz/run.sh            # every harness, 10 minutes each
 #   FUZZ_SECONDS=60 tests/fuzz/run.sh fuzz_pdu    # only some
-# Environment: FUZZ_SECONDS (default 20), FUZZ_BUILD (default build-fuzz), FUZZ_CC (clang),
+# Environment: FUZZ_SECONDS (default 16: eight harnesses and the build in about 3 minutes
+# of CI), FUZZ_BUILD (default build-fuzz), FUZZ_CC (clang),
 # FUZZ_ARGS (extra libFuzzer flags). Crashes are written to $FUZZ_BUILD/artifacts/ and make the
 # script fail; reproduce with `$FUZZ_BUILD/fuzz_pdu $FUZZ_BUILD/artifacts/crash-...`.
 # Corpus: each harness starts from tests/fuzz/corpus/<harness>/ (kept in the repository, so CI
@@ -14,7 +15,7 @@ set -eu
 
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 BUILD=${FUZZ_BUILD:-$ROOT/build-fuzz}
-SECS=${FUZZ_SECONDS:-20}
+SECS=${FUZZ_SECONDS:-16}
 CC=${FUZZ_CC:-clang}
 SAN="-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer -g"
 
