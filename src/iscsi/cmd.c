@@ -427,6 +427,21 @@ int cmd_resend_resegmented(struct iscsi_conn *c, struct iscsi_task *t, uint32_t 
     return scsi_response(c, t, RSP_AGAIN, snack_tag);
 }
 
+/* A retained task is kept no longer (its StatSN acknowledged, or too many kept): off the
+ * retained list, whose reference goes. Its answer's PDUs may still be queued (an initiator can
+ * acknowledge a StatSN before it has been sent), and they keep the task on the connection's
+ * list until they are written: it is then answered and done, TASK_SENDING again, so that
+ * neither a TMF (cmd_task_abort), a SNACK nor the ERL 2 orphaning takes it for a retained
+ * task and lets go of the retained list's reference a second time. */
+static void retained_drop(struct iscsi_conn *c, struct iscsi_task *t)
+{
+    assert(t->state == TASK_RETAINED);
+    list_del(&t->retained_node);
+    c->nretained--;
+    t->state = TASK_SENDING;
+    task_put(t); /* the retained list's */
+}
+
 /* ERL >= 1: past this many retained tasks the initiator is pinged so that its answer's
  * ExpStatSN releases them; past twice as many the oldest are let go (a SNACK for them is then
  * refused): an initiator that never acknowledges cannot make the target hold more. The bound
@@ -448,9 +463,7 @@ static void retained_bound(struct iscsi_conn *c)
                          c->peer, t->statsn, c->exp_statsn, t->itt);
         c->retain_floor = t->statsn + 1;
         c->retain_dropped = true;
-        list_del(&t->retained_node);
-        c->nretained--;
-        task_put(t);
+        retained_drop(c, t);
     }
 }
 
@@ -460,9 +473,7 @@ void cmd_ack_statsn(struct iscsi_conn *c, uint32_t exp_statsn)
         struct iscsi_task *t = list_entry(c->retained.next, struct iscsi_task, retained_node);
         if (!sn_lt(t->statsn, exp_statsn))
             break;
-        list_del(&t->retained_node);
-        c->nretained--;
-        task_put(t); /* the retained list's */
+        retained_drop(c, t);
     }
 }
 

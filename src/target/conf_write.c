@@ -2,6 +2,7 @@
  * spec `lun = ...` takes, a whole [target] section, and the global keys of a daemon started
  * without a file. What is written loads back (config.c) into the same model: the only reader
  * is target_config_load, so every line here is one it parses. */
+#include <ctype.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -104,30 +105,50 @@ static void write_alua(FILE *f, const struct target_alua_conf *a)
                 scsi_alua_state_name((enum scsi_alua_state)a->peers[i].state));
 }
 
+/* A value as the loader reads it back (config.c cfg_line): '#' after white space, and so a
+ * '#' first in a value written after "key = ", starts a comment, and one pair of quotes around
+ * a value is taken off. A value that begins with '#' or a quote, or begins or ends with white
+ * space (both kept only inside quotes), goes out quoted; no loaded value holds white space
+ * followed by '#'. */
+static void write_value(FILE *f, const char *v)
+{
+    size_t n = strlen(v);
+    bool quote = n && (v[0] == '#' || v[0] == '"' || isspace((unsigned char)v[0]) ||
+                       isspace((unsigned char)v[n - 1]));
+    fprintf(f, quote ? "\"%s\"\n" : "%s\n", v);
+}
+
 void target_conf_write_lun(FILE *f, const struct target_lun_conf *l)
 {
     char spec[2048];
     if (target_lun_spec_format(l, spec, sizeof(spec)) < 0)
         snprintf(spec, sizeof(spec), "%s", l->bs_spec); /* cannot happen: specs are short */
-    fprintf(f, "lun %llu = %s\n", (unsigned long long)l->lun, spec);
+    fprintf(f, "lun %llu = ", (unsigned long long)l->lun);
+    write_value(f, spec);
 }
 
 void target_conf_write_section(FILE *f, const struct target_node_conf *c,
                                const struct target_section_defaults *inh)
 {
     fprintf(f, "[target %s]\n", c->name);
-    if (c->alias[0])
-        fprintf(f, "alias = %s\n", c->alias);
+    if (c->alias[0]) {
+        fputs("alias = ", f);
+        write_value(f, c->alias);
+    }
     for (unsigned i = 0; i < c->nportals; i++)
         fprintf(f, "portal = %s\n", c->portals[i].text);
     for (unsigned i = 0; i < c->nluns; i++)
         target_conf_write_lun(f, &c->luns[i]);
     for (unsigned i = 0; i < c->nallow; i++)
         fprintf(f, "allow = %s\n", c->allow[i]);
-    if (c->chap.user[0])
-        fprintf(f, "chap-user = %s\n", c->chap.user);
-    if (c->chap.mutual_user[0])
-        fprintf(f, "chap-mutual-user = %s\n", c->chap.mutual_user);
+    if (c->chap.user[0]) {
+        fputs("chap-user = ", f);
+        write_value(f, c->chap.user);
+    }
+    if (c->chap.mutual_user[0]) {
+        fputs("chap-mutual-user = ", f);
+        write_value(f, c->chap.mutual_user);
+    }
     /* a loaded target's set is never 0: the global one (or all) unless it names its own */
     if (c->chap.algs && c->chap.algs != (inh->chap_algs ? inh->chap_algs : CHAP_ALGS_ALL))
         write_algs(f, c->chap.algs);
@@ -153,8 +174,10 @@ void target_conf_write_globals(FILE *f, const struct target_config *cfg, enum lo
         fprintf(f, "threads = %u\n", cfg->threads);
     if (cfg->poll_us != def.poll_us)
         fprintf(f, "poll-us = %u\n", cfg->poll_us);
-    if (strcmp(cfg->state_dir, def.state_dir) != 0)
-        fprintf(f, "state-dir = %s\n", cfg->state_dir);
+    if (strcmp(cfg->state_dir, def.state_dir) != 0) {
+        fputs("state-dir = ", f);
+        write_value(f, cfg->state_dir);
+    }
     if (cfg->ctl_socket_set)
         fprintf(f, "ctl-socket = %s\n", cfg->ctl_socket[0] ? cfg->ctl_socket : "none");
     if (cfg->metrics_on)
@@ -168,12 +191,18 @@ void target_conf_write_globals(FILE *f, const struct target_config *cfg, enum lo
     if (cfg->rbd_timeout_s)
         fprintf(f, "rbd-timeout = %u\n", cfg->rbd_timeout_s);
     target_limits_write(f, &cfg->limits);
-    if (cfg->chap_secrets[0])
-        fprintf(f, "chap-secrets = %s\n", cfg->chap_secrets);
-    if (cfg->discovery_chap.user[0])
-        fprintf(f, "discovery-chap-user = %s\n", cfg->discovery_chap.user);
-    if (cfg->discovery_chap.mutual_user[0])
-        fprintf(f, "discovery-chap-mutual-user = %s\n", cfg->discovery_chap.mutual_user);
+    if (cfg->chap_secrets[0]) {
+        fputs("chap-secrets = ", f);
+        write_value(f, cfg->chap_secrets);
+    }
+    if (cfg->discovery_chap.user[0]) {
+        fputs("discovery-chap-user = ", f);
+        write_value(f, cfg->discovery_chap.user);
+    }
+    if (cfg->discovery_chap.mutual_user[0]) {
+        fputs("discovery-chap-mutual-user = ", f);
+        write_value(f, cfg->discovery_chap.mutual_user);
+    }
     if (cfg->chap_algs)
         write_algs(f, cfg->chap_algs);
     target_config_free(&def);

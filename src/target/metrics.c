@@ -198,8 +198,12 @@ static void client_on_event(void *arg, uint32_t events)
         size_t from = c->inlen >= 3 ? c->inlen - 3 : 0;
         c->inlen += (size_t)n;
         c->in[c->inlen] = '\0';
-        /* the head ends with an empty line: CRLF CRLF, or bare LFs (RFC 9112 §2.2) */
-        if (strstr(c->in + from, "\r\n\r\n") || strstr(c->in + from, "\n\n")) {
+        /* the head ends with an empty line: CRLF CRLF, or bare LFs (RFC 9112 §2.2). Looked
+         * for in the bytes, not as a string: a NUL byte before it must not hide the end of
+         * the head (that head is answered 400 below, however the bytes were segmented). */
+        const char *tail = c->in + from;
+        size_t tl = c->inlen - from;
+        if (memmem(tail, tl, "\r\n\r\n", 4) || memmem(tail, tl, "\n\n", 2)) {
             if (memchr(c->in, '\0', c->inlen)) { /* a NUL byte in the head */
                 respond_error(c, "400 Bad Request");
                 return;

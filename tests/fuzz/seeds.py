@@ -196,9 +196,282 @@ def cdb10(op, lba, blocks):
     return struct.pack(">BBIBHB", op, 0, lba, 0, blocks, 0)
 
 
+def config_seeds():
+    """fuzz_config: the example configs shipped, and one with every kind of key."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    out = {}
+    for name, rel in (("example", "../../examples/linerate.conf"),
+                      ("dist", "../../dist/linerate.conf")):
+        path = os.path.join(here, rel)
+        if os.path.exists(path):
+            with open(path, "rb") as f:
+                out[name] = f.read()
+    out["all_keys"] = b"""threads = 2
+poll-us = 0
+log-level = warn
+nop-interval = 5
+nop-timeout = 10
+login-timeout = 3
+max-sessions = 16
+max-tx-backlog = 1M
+metrics = 127.0.0.1:9100
+ctl-socket = none
+error-recovery-level = 2
+default-time2wait = 0
+default-time2retain = 5
+alua-group = 2
+alua-state = standby
+alua-peer = 3:active/optimized
+chap-algorithms = sha256,md5
+[target iqn.2026-11.org.linerate:a]
+alias = "a disk"
+portal = [::1]:3261
+portal = 127.0.0.1
+lun = ram:4M,bs=4096,pbs=4k,removable
+lun 7 = null:1G,ro,alua=an,alua-peer=3:sb
+lun 9 = ram:1M,sanitize-rate=0
+allow = iqn.1993-08.org.debian:01:x
+header-digest = crc32c
+data-digest = none
+immediate-data = no
+initial-r2t = yes
+max-connections = 4
+target-warm-reset = no
+target-cold-reset = yes
+[target iqn.2026-11.org.linerate:b]
+lun = ram:1M
+"""
+    return out
+
+
+def ctl_line(method, params=None, rid=1):
+    import json
+    req = {"jsonrpc": "2.0", "id": rid, "method": method}
+    if params is not None:
+        req["params"] = params
+    return json.dumps(req).encode() + b"\n"
+
+
+def ctl_seeds():
+    """fuzz_ctl: request lines of every method (the daemon's target is the default one)."""
+    t = "iqn.2026-11.org.linerate:default"
+    n = "iqn.2026-11.org.linerate:fuzz-added"
+    out = {}
+    for m in ("version", "show_targets", "show_luns", "show_portals", "stats",
+              "show_sessions", "show_connections", "reload"):
+        out[m] = ctl_line(m)
+    out["luns"] = (ctl_line("add_lun", {"target": t, "lun": 3, "spec": "ram:2M"})
+                   + ctl_line("set_lun", {"target": t, "lun": 3, "read_only": True}, 2)
+                   + ctl_line("resize_lun", {"target": t, "lun": 3, "size": "4M"}, 3)
+                   + ctl_line("show_luns", None, 4)
+                   + ctl_line("remove_lun", {"target": t, "lun": 3, "timeout": 1}, 5))
+    out["target"] = (ctl_line("add_target", {"name": n, "portals": ["127.0.0.1:3262"],
+                                             "luns": ["ram:1M", "null:1G,ro"],
+                                             "allow": ["iqn.1993-08.org.debian:01:x"]})
+                     + ctl_line("add_allow", {"target": n, "initiator": "iqn.2000-01.x:y"}, 2)
+                     + ctl_line("remove_allow", {"target": n, "initiator": "iqn.2000-01.x:y"}, 3)
+                     + ctl_line("add_portal", {"target": n, "portal": "127.0.0.1:3263"}, 4)
+                     + ctl_line("remove_portal", {"target": n, "portal": "127.0.0.1:3263"}, 5)
+                     + ctl_line("remove_target", {"name": n, "force": True, "timeout": 1}, 6))
+    out["sessions"] = (ctl_line("logout_session", {"target": t, "tsih": 1})
+                       + ctl_line("drop_connection", {"target": t, "tsih": 1, "cid": 0}, "x"))
+    out["log"] = ctl_line("set_log_level", {"level": "warn"}, None)
+    out["bad"] = (b'{"jsonrpc":"2.0","id":1,"method":"nope"}\r\n'
+                  b'{"jsonrpc":"1.0","method":"version"}\n[1,2]\n{"a":1,"a":2}\n'
+                  b'{"jsonrpc":"2.0","id":[],"method":"version"}\n'
+                  b'{"jsonrpc":"2.0","id":2,"method":"version","params":[]}\n\n{')
+    return out
+
+
+def http_seeds():
+    """fuzz_http: a scrape, and requests each refusal answers."""
+    return {
+        "get": b"GET /metrics HTTP/1.1\r\nHost: x\r\nAccept: */*\r\n\r\n",
+        "get_query": b"GET /metrics?x=1 HTTP/1.0\n\n",
+        "post": b"POST /metrics HTTP/1.1\r\nContent-Length: 3\r\n\r\nabc",
+        "notfound": b"GET / HTTP/1.1\r\n\r\n",
+        "bad": b"GET /metrics\r\n\r\n",
+        "partial": b"GET /metr",
+    }
+
+
+def srec(cdb, edtl=0, read=False, write=False, data=b"", k=0):
+    """fuzz_scsi: one command record (see fuzz_scsi.c)."""
+    cdb = bytes(cdb).ljust(16, b"\0")
+    return (bytes([k & 0xF0 | (k & 8)]) + cdb + struct.pack(">H", edtl)
+            + bytes([(1 if read else 0) | (2 if write else 0)]) + (data if write else b""))
+
+
+def scsi_seeds():
+    """fuzz_scsi: the commands the target implements, with their parameter lists."""
+    def c10(op, lba, n, b1=0):
+        return bytes([op, b1]) + struct.pack(">IBH", lba, 0, n) + b"\0"
+
+    def c16(op, lba, n, b1=0):
+        return bytes([op, b1]) + struct.pack(">QIB", lba, n, 0) + b"\0"
+
+    def pr_out(sa, key, sakey, typ=0, flags=0, extra=b""):
+        cdb = bytes([0x5F, sa, typ, 0, 0]) + struct.pack(">I", 24 + len(extra)) + b"\0"
+        data = struct.pack(">QQ", key, sakey) + bytes(4) + bytes([flags, 0, 0, 0]) + extra
+        return srec(cdb, len(data), write=True, data=data)
+
+    def pr_in(sa):
+        return srec(bytes([0x5E, sa, 0, 0, 0, 0, 0, 0x10, 0, 0]), 4096, read=True)
+
+    inq = lambda evpd, page, n=255: srec(bytes([0x12, evpd, page, 0, n, 0]), n, read=True)
+    out = {}
+    out["basic"] = (b"\0" + srec([0]) + inq(0, 0) + inq(1, 0) + inq(1, 0x80) + inq(1, 0x83)
+                    + inq(1, 0xB0) + inq(1, 0xB1) + inq(1, 0xB2) + inq(1, 0x86)
+                    + srec(bytes([0x25]) + bytes(9), 8, read=True)
+                    + srec(bytes([0x9E, 0x10]) + bytes(8) + struct.pack(">I", 32) + b"\0\0", 32,
+                           read=True)
+                    + srec(bytes([0xA0, 0, 0, 0, 0, 0]) + struct.pack(">I", 256) + b"\0\0", 256,
+                           read=True)
+                    + srec(bytes([0x03, 0, 0, 0, 252, 0]), 252, read=True))
+    out["rw"] = (b"\0" + srec(c10(0x2A, 0, 2), 1024, write=True, data=b"A" * 1024)
+                 + srec(c10(0x28, 0, 2), 1024, read=True)
+                 + srec(bytes([0x0A, 0, 0, 4, 1, 0]), 512, write=True, data=b"B" * 512)
+                 + srec(bytes([0x08, 0, 0, 4, 1, 0]), 512, read=True)
+                 + srec(c16(0x8A, 8, 1, 0x08), 512, write=True, data=b"C" * 512)
+                 + srec(c16(0x88, 8, 1), 512, read=True)
+                 + srec(c10(0x2E, 16, 1), 512, write=True, data=b"D" * 512)
+                 + srec(c10(0x2F, 16, 1, 0x02), 512, write=True, data=b"D" * 512)
+                 + srec(c10(0x35, 0, 0)) + srec(c16(0x91, 0, 0)))
+    out["write_same"] = (b"\0" + srec(c10(0x41, 0, 8), 512, write=True, data=b"E" * 512)
+                         + srec(c16(0x93, 32, 64, 0x08), 512, write=True, data=bytes(512))
+                         + srec(c16(0x93, 100, 0, 0x01), 512, write=True, data=bytes(512))
+                         + srec(bytes([0x9E, 0x12]) + struct.pack(">Q", 0)
+                                + struct.pack(">I", 64) + b"\0\0", 64, read=True))
+    unmap = struct.pack(">HH4x", 22, 16) + struct.pack(">QI4x", 0, 8) 
+    out["unmap"] = (b"\0" + srec(bytes([0x42, 0, 0, 0, 0, 0, 0, 0, len(unmap), 0]), len(unmap),
+                                 write=True, data=unmap))
+    caw = bytes(512) + b"F" * 512
+    out["caw"] = (b"\0" + srec(bytes([0x89, 0]) + struct.pack(">Q", 4) + bytes(3) + b"\x01\0\0",
+                               1024, write=True, data=caw)
+                  + srec(bytes([0x89, 0]) + struct.pack(">Q", 4) + bytes(3) + b"\x01\0\0",
+                         1024, write=True, data=caw))
+    caching = bytes([0, 0, 0, 0]) + bytes([0x08, 0x12, 0x04]) + bytes(17)
+    out["mode"] = (b"\0" + srec(bytes([0x1A, 0, 0x3F, 0, 255, 0]), 255, read=True)
+                   + srec(bytes([0x5A, 0, 0x3F, 0, 0, 0, 0, 0x10, 0, 0]), 4096, read=True)
+                   + srec(bytes([0x15, 0x10, 0, 0, len(caching), 0]), len(caching), write=True,
+                          data=caching)
+                   + srec(bytes([0x1A, 0, 0x08, 0, 255, 0]), 255, read=True)
+                   + srec(bytes([0x4D, 0, 0x40, 0, 0, 0, 0, 0x10, 0, 0]), 4096, read=True)
+                   + srec(bytes([0xA3, 0x0C, 0, 0, 0, 0, 0, 0, 0x10, 0, 0, 0]), 4096, read=True)
+                   + srec(bytes([0xA3, 0x0A, 0, 0, 0, 0, 0, 0, 0x10, 0, 0, 0]), 4096, read=True))
+    out["pr"] = (b"\0" + pr_out(0, 0, 0xAA) + pr_out(1, 0xAA, 0, typ=5) + pr_in(0) + pr_in(1)
+                 + pr_in(2) + pr_in(3)
+                 + bytes([0x10]) + srec([0x2A, 0, 0, 0, 0, 0, 0, 0, 1, 0], 512, write=True,
+                                        data=bytes(512))[1:]
+                 + pr_out(2, 0xAA, 0, typ=5) + pr_out(3, 0xAA, 0) + pr_out(0, 0, 0xBB, flags=1))
+    out["pr_aptpl"] = (b"\x04" + pr_out(0, 0, 0xAA, flags=1) + pr_out(1, 0xAA, 0, typ=1)
+                       + pr_out(6, 0, 0xCC, flags=4) + pr_out(4, 0xAA, 0xCC, typ=1)
+                       + pr_out(5, 0xAA, 0xCC, typ=1) + pr_in(3))
+    out["reserve"] = (b"\0" + srec([0x16, 0, 0, 0, 0, 0]) + bytes([0x10]) + srec([0])[1:]
+                      + srec([0x17, 0, 0, 0, 0, 0]) + bytes([0x06]))
+    out["removable"] = (b"\x02" + srec([0x1E, 0, 0, 0, 1, 0]) + srec([0x1B, 0, 0, 0, 2, 0])
+                        + srec([0x1E, 0, 0, 0, 0, 0]) + srec([0x1B, 0, 0, 0, 2, 0])
+                        + srec([0x1B, 0, 0, 0, 3, 0]) + srec([0]))
+    # SANITIZE OVERWRITE (one pass, pattern of 4 bytes), BLOCK ERASE, EXIT FAILURE MODE
+    ow = bytes([1, 0]) + struct.pack(">H", 4) + b"\xde\xad\xbe\xef"
+    out["sanitize"] = (b"\0" + srec(bytes([0x48, 0x01, 0, 0, 0, 0, 0, 0, len(ow), 0]), len(ow),
+                                    write=True, data=ow)
+                       + srec([0]) + srec(bytes([0x48, 0x82]) + bytes(8)) + srec([0])
+                       + srec(bytes([0x48, 0x1F]) + bytes(8)))
+    # EXTENDED COPY (LID1): two identification descriptors (LUN 0 and LUN 1 by their NAA
+    # designators are unknown here: the target answers what it finds), one block->block segment
+    tdesc = bytes([0xE4, 0, 0, 0]) + bytes([1, 3, 0, 8]) + bytes(8) + bytes(16)
+    seg = bytes([0x02, 0, 0, 0x18, 0, 0, 0, 1]) + struct.pack(">HxxQQ", 4, 0, 64)[:16]
+    seg = bytes([0x02, 0]) + struct.pack(">HHH", 0x18, 0, 1) + bytes(2) + struct.pack(
+        ">HQQ", 4, 0, 64)[:14]
+    plist = (bytes([0, 0]) + struct.pack(">H", 2 * len(tdesc)) + bytes(4)
+             + struct.pack(">I", len(seg)) + bytes(4) + tdesc + tdesc + seg)
+    out["xcopy"] = (b"\0" + inq(1, 0x83) + inq(1, 0x8F)
+                    + srec(bytes([0x83, 0]) + bytes(8) + struct.pack(">I", len(plist)) + b"\0\0",
+                           len(plist), write=True, data=plist)
+                    + srec(bytes([0x84, 0x03]) + bytes(8) + struct.pack(">I", 256) + b"\0\0",
+                           256, read=True)
+                    + srec(bytes([0x84, 0x00]) + bytes(8) + struct.pack(">I", 256) + b"\0\0",
+                           256, read=True))
+    out["tmf"] = (b"\0" + srec(c10(0x2A, 0, 64), 32768, write=True, data=b"G" * 32768, k=8)
+                  + bytes([4]) + bytes([5]) + bytes([0x16]) + bytes([7]) + srec([0]))
+    return out
+
+
+def session_seeds():
+    """fuzz_session: first byte = options (bit 0 ERL 2, bit 1 InitialR2T=Yes), then records:
+    op, flags, data length (2), BHS bytes 8..47 (40), data (see fuzz_session.c)."""
+    def rec(op, flags, rest, data=b""):
+        rest = rest.ljust(40, b"\0")[:40]
+        return bytes([op, flags]) + struct.pack(">H", len(data)) + rest + data
+
+    def cmd(itt, cdb, edtl, read=False, write=False, data=b"", final=True, imm=False):
+        flags = (0x80 if final else 0) | (0x40 if read else 0) | (0x20 if write else 0) | 1
+        rest = LUN0 + struct.pack(">III", itt, edtl, 0) + bytes(4) + cdb.ljust(16, b"\0")
+        return rec(0x01 | (0x40 if imm else 0), flags, rest, data)
+
+    def dout(itt, ttt, datasn, off, data, final=True):
+        rest = LUN0 + struct.pack(">II", itt, ttt) + bytes(8) + struct.pack(">III", 0, datasn, off)
+        return rec(0x05, 0x80 if final else 0, rest, data)
+
+    def tmf(fn, itt, ref_itt=0xFFFFFFFF, refcmdsn=0):
+        rest = LUN0 + struct.pack(">II", itt, ref_itt) + bytes(8) + struct.pack(">II", refcmdsn, 0)
+        return rec(0x02 | 0x40, 0x80 | fn, rest)
+
+    def nop(itt, data=b""):
+        return rec(0x00, 0x80, LUN0 + struct.pack(">II", itt, 0xFFFFFFFF), data)
+
+    def snack(typ, itt, ttt=0xFFFFFFFF, begrun=0, runlen=0):
+        rest = LUN0 + struct.pack(">II", itt, ttt) + bytes(16) + struct.pack(">II", begrun, runlen)
+        return rec(0x10, 0x80 | typ, rest)
+
+    def txt(itt, body):
+        return rec(0x04, 0x80, LUN0 + struct.pack(">II", itt, 0xFFFFFFFF), body)
+
+    def logout(itt, reason=0, cid=0):
+        return rec(0x06, 0x80 | reason, bytes(8) + struct.pack(">IHH", itt, cid, 0))
+
+    tur = bytes(6)
+    inq = bytes([0x12, 0, 0, 0, 96, 0])
+    w8 = bytes([0x2A, 0, 0, 0, 0, 0, 0, 0, 8, 0])
+    r8 = bytes([0x28, 0, 0, 0, 0, 0, 0, 0, 8, 0])
+    out = {}
+    for erl in (0, 2):
+        o = bytes([erl >> 1])
+        out["basic_erl%d" % erl] = (o + cmd(1, tur, 0) + cmd(2, inq, 96, read=True)
+                                    + cmd(3, w8, 4096, write=True, data=b"A" * 1024, final=False)
+                                    + dout(3, 0xFFFFFFFF, 0, 1024, b"B" * 3072)
+                                    + cmd(4, r8, 4096, read=True) + nop(5, b"ping")
+                                    + txt(6, kvtext([("SendTargets", "All")])) + logout(7))
+        out["r2t_erl%d" % erl] = (bytes([(erl >> 1) | 2])
+                                  + cmd(1, w8, 4096, write=True)
+                                  + dout(1, 0, 0, 0, b"C" * 4096)
+                                  + dout(1, 1, 0, 0, b"D" * 4096) + cmd(2, r8, 4096, read=True)
+                                  + logout(3))
+        out["tmf_erl%d" % erl] = (o + cmd(1, w8, 4096, write=True, data=b"E" * 512, final=False)
+                                  + tmf(1, 2, 1) + tmf(5, 3) + tmf(6, 4) + tmf(2, 5)
+                                  + tmf(4, 6) + tmf(14, 7, 1) + cmd(8, tur, 0) + logout(9))
+        out["snack_erl%d" % erl] = (o + cmd(1, r8, 4096, read=True) + snack(0, 1, begrun=0)
+                                    + snack(1, 0, begrun=0) + snack(2, 1)
+                                    + snack(3, 1, 0, 0, 0) + logout(2, reason=1)
+                                    + logout(3, reason=2))
+    # ERL 2: a write left half done on connection 0, which is lost; connection 1 joins the
+    # session, reassigns the task and logs connection 0 out for recovery; then a reinstatement
+    # of CID 0 and the end of the session
+    lost = cmd(1, w8, 4096, write=True, data=b"H" * 512, final=False)
+    out["reassign_erl2"] = (b"\x01" + cmd(9, tur, 0) + lost + b"\x3e\x01"
+                            + tmf(14, 2, 1) + dout(1, 0xFFFFFFFF, 0, 512, b"I" * 512)
+                            + logout(3, reason=2, cid=0) + cmd(4, r8, 4096, read=True)
+                            + b"\x3e\x00" + cmd(5, tur, 0) + logout(6))
+    out["reinstate_erl0"] = (b"\x00" + lost + b"\x3e\x00" + cmd(2, tur, 0) + logout(3))
+    return out
+
+
 def main():
     out = sys.argv[1]
-    seeds = {"fuzz_pdu": {}, "fuzz_chap": chap_seeds(), "fuzz_keys": keys_seeds()}
+    seeds = {"fuzz_pdu": {}, "fuzz_chap": chap_seeds(), "fuzz_keys": keys_seeds(),
+             "fuzz_config": config_seeds(), "fuzz_ctl": ctl_seeds(), "fuzz_http": http_seeds(),
+             "fuzz_scsi": scsi_seeds(), "fuzz_session": session_seeds()}
     p = seeds["fuzz_pdu"]
     tur = bytes(6)
     inq = bytes([0x12, 0, 0, 0, 96, 0])

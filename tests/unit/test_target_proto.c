@@ -1166,6 +1166,48 @@ static uint32_t read_40k(struct tgt *t, struct kept *k)
     return itt;
 }
 
+/* An initiator may acknowledge a StatSN before the target has written it (ExpStatSN is only
+ * checked to be in range): the task leaves the retained list while its Data-In is still
+ * queued, and is no retained task any more. An ABORT TASK SET in the same read then finds it
+ * answered, not retained: the daemon used to let go of the retained list's reference a second
+ * time (task_put's assertion; found by fuzz_session). */
+static void test_erl1_ack_before_sent_then_abort_task_set(void **state)
+{
+    (void)state;
+    struct tgt *t = up_erl1(false);
+    uint32_t exp = tgt_expstatsn(t);
+    uint8_t cdb[16];
+    tgt_cdb_rw10(cdb, READ10, 0, 8);
+    struct tgt_pdu rd, nop, tmf;
+    uint32_t itt = tgt_new_itt(t);
+    tgt_pdu_scsi_cmd(&rd, itt, tgt_next_cmdsn(t), cdb, 4096, ISCSI_FLAG_FINAL | ISCSI_CMD_READ,
+                     NULL, 0);
+    tgt_pdu_nop_out(&nop, ISCSI_RSVD_TAG, ISCSI_RSVD_TAG, tgt_peek_cmdsn(t), true, NULL, 0);
+    tgt_pdu_tmf(&tmf, ISCSI_TMF_ABORT_TASK_SET, 0x905, ISCSI_RSVD_TAG, 0, tgt_peek_cmdsn(t), true);
+    tgt_hold_expstatsn(t, true);
+    tgt_set_expstatsn(t, exp + 4); /* past the READ's StatSN (exp), not yet sent */
+    const struct tgt_pdu *together[] = {&rd, &nop, &tmf};
+    tgt_send_together(t, together, 3);
+    struct tgt_rsp r;
+    bool tmf_answered = false, data = false;
+    while (tgt_recv(t, &r)) {
+        if (r.opcode == ISCSI_OP_DATA_IN && r.itt == itt)
+            data = true;
+        if (r.opcode == ISCSI_OP_TMF_RSP) {
+            assert_int_equal(r.response, ISCSI_TMF_RSP_COMPLETE);
+            tmf_answered = true;
+        }
+    }
+    assert_true(data);
+    assert_true(tmf_answered);
+    assert_false(tgt_closed(t));
+    /* the connection goes on */
+    tgt_set_expstatsn(t, exp + 2);
+    tgt_hold_expstatsn(t, false);
+    expect_good(t, send_tur(t, tgt_next_cmdsn(t), false));
+    tgt_free(t);
+}
+
 /* An answered task is kept until ExpStatSN passes its StatSN: a Status SNACK gets its status
  * again before that, and is rejected (Protocol Error, §11.16) after. */
 static void test_erl1_retained_until_expstatsn(void **state)
@@ -2571,6 +2613,7 @@ int main(void)
         cmocka_unit_test(test_reject_unknown_opcode),
         cmocka_unit_test(test_reject_snack_at_erl0),
         cmocka_unit_test(test_erl1_retained_until_expstatsn),
+        cmocka_unit_test(test_erl1_ack_before_sent_then_abort_task_set),
         cmocka_unit_test(test_erl1_data_snack_replicas),
         cmocka_unit_test(test_erl1_status_snack_run),
         cmocka_unit_test(test_erl1_status_snack_past_ring),

@@ -153,6 +153,23 @@ void tgt_send(struct tgt *t, const struct tgt_pdu *p)
     free(buf);
 }
 
+void tgt_send_together(struct tgt *t, const struct tgt_pdu *const *p, unsigned n)
+{
+    uint8_t *all = NULL;
+    size_t total = 0;
+    for (unsigned i = 0; i < n; i++) {
+        size_t len;
+        uint8_t *buf = pdu_bytes(t, p[i], &len);
+        all = realloc(all, total + len);
+        assert_non_null(all);
+        memcpy(all + total, buf, len);
+        total += len;
+        free(buf);
+    }
+    assert_int_equal(tgt_feed(t, all, total), total);
+    free(all);
+}
+
 /* ---- answers ---- */
 
 /* Bytes of the first whole PDU in t->rx (digests are off), or 0 if it is not all there. */

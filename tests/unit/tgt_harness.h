@@ -106,6 +106,9 @@ void tgt_send(struct tgt *t, const struct tgt_pdu *p);
 /* Feed raw bytes (a header alone, a PDU split anywhere), then as tgt_send. Returns the bytes
  * the connection took. */
 size_t tgt_feed(struct tgt *t, const void *bytes, size_t len);
+/* Several requests in one read: their bytes fed at once, so that the target receives every one
+ * of them before it writes any answer (answers stay queued meanwhile), then as tgt_send. */
+void tgt_send_together(struct tgt *t, const struct tgt_pdu *const *p, unsigned n);
 
 /* ExpStatSN of the requests: by default each answer with a StatSN advances it (§4.2.2.2);
  * held, it stays where it is (an initiator that has not acknowledged), or is set at will. */
