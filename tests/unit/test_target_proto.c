@@ -2384,6 +2384,47 @@ static void test_erl2_abort_orphan(void **state)
     tgt_free(t);
 }
 
+/* ABORT TASK right behind a Logout "remove the connection for recovery" of a connection still
+ * up, both read in one turn: the named connection closes on its own reactor after the Logout,
+ * so when the TMF arrives its write is no orphan yet, and when the other connection looks it
+ * is one already. The answer must look at the orphans then: "function complete", the write
+ * aborted (a TASK REASSIGN after it finds nothing), not "task does not exist" with the write
+ * left an orphan until Time2Retain (issue 27, the first race left open). */
+static void test_erl2_abort_behind_recovery_logout(void **state)
+{
+    (void)state;
+    struct tgt *t = up_erl2();
+    int c2 = tgt_login_conn(t, 2, NULL);
+    tgt_use(t, 0);
+    static uint8_t buf[32768];
+    fill(buf, sizeof(buf), 3);
+    uint8_t cdb[16];
+    tgt_cdb_rw10(cdb, WRITE10, 600, 64);
+    struct tgt_pdu w, lo, ab;
+    uint32_t wsn = tgt_next_cmdsn(t), witt = tgt_new_itt(t);
+    tgt_pdu_scsi_cmd(&w, witt, wsn, cdb, sizeof(buf), ISCSI_FLAG_FINAL | ISCSI_CMD_WRITE, buf,
+                     4096);
+    tgt_send(t, &w);
+    expect(t, ISCSI_OP_R2T);
+    expect(t, ISCSI_OP_R2T);
+    tgt_use(t, c2);
+    tgt_pdu_logout(&lo, ISCSI_LOGOUT_REMOVE_FOR_RECOVERY, tgt_new_itt(t), 1, tgt_peek_cmdsn(t),
+                   true);
+    tgt_pdu_tmf(&ab, 1 /* ABORT TASK */, tgt_new_itt(t), witt, wsn, tgt_peek_cmdsn(t), true);
+    tgt_send_two(t, &lo, &ab);
+    struct tgt_rsp r = expect(t, ISCSI_OP_LOGOUT_RSP);
+    assert_int_equal(r.response, 0);
+    expect_tmf(t, ISCSI_TMF_RSP_COMPLETE);
+    expect_none(t);
+    tgt_use(t, 0);
+    assert_true(tgt_closed(t));
+    tgt_use(t, c2);
+    send_reassign(t, witt, 0);
+    expect_tmf(t, ISCSI_TMF_RSP_NO_TASK);
+    expect_good(t, send_tur(t, tgt_next_cmdsn(t), false));
+    tgt_free(t);
+}
+
 /* A file LUN (io_uring: the read completes on a later reactor turn): the connection is lost
  * while the store has the read and TASK REASSIGN takes it in that same turn ("function
  * complete"); its Data-In and status come on the new connection once the store completes it. */
@@ -2600,6 +2641,7 @@ int main(void)
         cmocka_unit_test(test_erl2_queued_command_discarded),
         cmocka_unit_test(test_erl2_async_drop),
         cmocka_unit_test(test_erl2_abort_orphan),
+        cmocka_unit_test(test_erl2_abort_behind_recovery_logout),
         cmocka_unit_test(test_erl2_reassign_in_store),
         cmocka_unit_test(test_erl2_lun_reset_ends_orphans),
         cmocka_unit_test(test_erl2_reassign_read_smaller_pdus),

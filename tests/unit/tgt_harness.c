@@ -153,6 +153,21 @@ void tgt_send(struct tgt *t, const struct tgt_pdu *p)
     free(buf);
 }
 
+void tgt_send_two(struct tgt *t, const struct tgt_pdu *a, const struct tgt_pdu *b)
+{
+    size_t alen, blen;
+    uint8_t *abuf = pdu_bytes(t, a, &alen);
+    uint8_t *bbuf = pdu_bytes(t, b, &blen);
+    uint8_t *buf = malloc(alen + blen);
+    assert_non_null(buf);
+    memcpy(buf, abuf, alen);
+    memcpy(buf + alen, bbuf, blen);
+    tgt_feed(t, buf, alen + blen);
+    free(buf);
+    free(abuf);
+    free(bbuf);
+}
+
 /* ---- answers ---- */
 
 /* Bytes of the first whole PDU in t->rx (digests are off), or 0 if it is not all there. */

@@ -103,6 +103,9 @@ void tgt_pdu_login(struct tgt_pdu *p, uint32_t itt, uint32_t cmdsn, const char *
 /* Send a request: ExpStatSN is filled in, the bytes are fed to the connection, the reactor
  * runs until idle and the target's answers are collected for tgt_recv(). */
 void tgt_send(struct tgt *t, const struct tgt_pdu *p);
+/* Two requests in one feed: the connection reads both in one turn, before anything the
+ * first posts to another connection (a close, a message) has run. */
+void tgt_send_two(struct tgt *t, const struct tgt_pdu *a, const struct tgt_pdu *b);
 /* Feed raw bytes (a header alone, a PDU split anywhere), then as tgt_send. Returns the bytes
  * the connection took. */
 size_t tgt_feed(struct tgt *t, const void *bytes, size_t len);
