@@ -162,6 +162,10 @@ void tgt_use(struct tgt *t, int idx);
 int tgt_current(const struct tgt *t);
 /* The current connection fails (its TCP connection lost, as the target sees it). */
 void tgt_kill(struct tgt *t);
+/* The current connection fails, and while its teardown runs (as it begins, or once its orphan
+ * group is published) a Logout for recovery or a restart on another thread names its CID with
+ * this ExpStatSN (session_close_conn_by_cid): the race of the two, at one point of it. */
+void tgt_kill_acked(struct tgt *t, bool published, uint32_t exp_statsn);
 /* Let `ms` milliseconds of real time pass with the reactor running (timers fire). */
 void tgt_wait_ms(struct tgt *t, unsigned ms);
 /* In one reactor turn (before anything the first starts in a store can complete): `first` is
