@@ -215,9 +215,9 @@ void orphans_publish(struct iscsi_orphans *g, struct iscsi_conn *c, uint32_t tim
         LOG_INFO("session TSIH %u of %s: CID %u: %u answered task(s) acknowledged by a Logout "
                  "or login (ExpStatSN %u): not kept for reassignment",
                  s->tsih, s->initiator_name, g->cid, acked, atomic_load(&c->logout_exp_statsn));
-    LOG_INFO("session TSIH %u of %s: CID %u gone at ErrorRecoveryLevel 2: %u task(s) kept for "
-             "reassignment for %u + %u s",
-             s->tsih, s->initiator_name, g->cid, g->ntasks, time2wait, time2retain);
+    LOG_INFO("session TSIH %u of %s: CID %u (%s) gone at ErrorRecoveryLevel 2: %u task(s) kept "
+             "for reassignment for %u + %u s",
+             s->tsih, s->initiator_name, g->cid, c->peer, g->ntasks, time2wait, time2retain);
     reactor_timer_start(g->r, &g->timer, 1000ull * (time2wait + time2retain), orphans_timer_fire,
                         g);
 }
