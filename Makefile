@@ -73,8 +73,8 @@ interop: all
 # BUILD=build-asan runs it under ASan+LeakSanitizer.
 SECONDS ?= 600
 torture: all
-	$(BUILD)/tests/torture/torture --target $(BUILD)/linerate-target --seconds $(SECONDS) \
-		$(if $(SEED),--seed $(SEED))
+	$(BUILD)/tests/torture/torture --target $(BUILD)/linerate-target \
+		--lun-reset tests/torture/lun_reset.py --seconds $(SECONDS) $(if $(SEED),--seed $(SEED))
 
 # FUZZ_SECONDS=600 make fuzz for a longer run.
 fuzz:

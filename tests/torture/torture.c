@@ -16,7 +16,9 @@
  *   - nothing leaks: the last target is stopped with SIGTERM and must exit 0, and this
  *     process ends with every session destroyed; in the ASan build LeakSanitizer checks both.
  *
- * usage: torture --target PATH [--seconds N] [--seed S] [--dir DIR] [--verbose]
+ * usage: torture --target PATH [--lun-reset PATH/lun_reset.py] [--seconds N] [--seed S]
+ *                [--dir DIR] [--verbose]
+ * (without --lun-reset the schedule's LOGICAL UNIT RESETs are skipped)
  * Exit 0: no invariant broken; 1: one was (the message says which, with the seed); 2: usage
  * or setup. */
 #include <assert.h>
@@ -71,7 +73,7 @@ static uint32_t rng_below(uint64_t *st, uint32_t n)
     return (uint32_t)(rng_next(st) % n);
 }
 
-enum ev_kind { EV_PHASE, EV_CUT, EV_STALL, EV_RESTART, EV_END };
+enum ev_kind { EV_PHASE, EV_CUT, EV_STALL, EV_LUN_RESET, EV_RESTART, EV_END };
 
 struct event {
     uint64_t at_ms;
@@ -120,8 +122,9 @@ static void target_inject_draw(uint64_t *st, char *buf, size_t len)
 
 /* Phases of 2-8 s (a session each: ERL, connections, digests, the initiator's faults; every
  * four phases take ERL 1 and 2 with 2 and 4 connections, in an order drawn from the seed, so a
- * short run sees all four), and in them an event every 0.3-2 s: a connection cut (7 in 10), a
- * target stall of 50-1500 ms (2 in 10), a target restart with new faults (1 in 10). */
+ * short run sees all four), and in them an event every 0.3-2 s: a connection cut (13 in 20), a
+ * target stall of 50-1500 ms (3 in 20), a LOGICAL UNIT RESET from another initiator (2 in
+ * 20), a target restart with new faults (2 in 20). */
 static void sched_build(uint64_t seed, uint64_t total_ms, char *first_inject, size_t len)
 {
     uint64_t st = seed;
@@ -150,14 +153,16 @@ static void sched_build(uint64_t seed, uint64_t total_ms, char *first_inject, si
             end = total_ms;
         uint64_t u = t + 300 + rng_below(&st, 1701);
         while (u < end) {
-            uint32_t r = rng_below(&st, 10);
+            uint32_t r = rng_below(&st, 20);
             struct event *e;
-            if (r < 7) {
+            if (r < 13) {
                 e = sched_add(EV_CUT, u);
                 e->arg = rng_below(&st, conns);
-            } else if (r < 9) {
+            } else if (r < 16) {
                 e = sched_add(EV_STALL, u);
                 e->arg = 50 + rng_below(&st, 1451);
+            } else if (r < 18) {
+                sched_add(EV_LUN_RESET, u);
             } else {
                 e = sched_add(EV_RESTART, u);
                 target_inject_draw(&st, e->target_inject, sizeof(e->target_inject));
@@ -185,6 +190,9 @@ static void ev_print(const struct event *e)
     case EV_STALL:
         printf("%9.3f   stall the target %u ms\n", at, e->arg);
         break;
+    case EV_LUN_RESET:
+        printf("%9.3f   LOGICAL UNIT RESET from another initiator\n", at);
+        break;
     case EV_RESTART:
         printf("%9.3f   restart the target (kill -9), --inject %s\n", at,
                e->target_inject[0] ? e->target_inject : "none");
@@ -197,7 +205,8 @@ static void ev_print(const struct event *e)
 
 /* ---------------- the target process ---------------- */
 
-static const char *target_path, *dir;
+static const char *target_path, *dir, *lun_reset_path;
+static pid_t reset_pid; /* lun_reset.py running, 0: none */
 static uint16_t port;
 static pid_t tpid;
 static unsigned tlife;
@@ -283,6 +292,22 @@ static void target_start(const char *inject)
     exit(2);
 }
 
+/* EV_LUN_RESET: lun_reset.py in the background (reaped by the clock); one at a time. */
+static void lun_reset_start(void)
+{
+    char p[16];
+    snprintf(p, sizeof(p), "%u", port);
+    pid_t pid = fork();
+    if (pid < 0)
+        return;
+    if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        execlp("python3", "python3", lun_reset_path, p, TARGET_IQN, (char *)NULL);
+        _exit(127);
+    }
+    reset_pid = pid;
+}
+
 static void target_kill(void)
 {
     if (!tpid)
@@ -340,6 +365,7 @@ static struct lr_timer *tick;
 
 static struct {
     uint64_t ok[4], failed[4], ua, recovered, cuts, stalls, restarts, sessions, reads_checked;
+    uint64_t resets, resets_failed;
 } st;
 
 static uint64_t now_ms(void)
@@ -703,6 +729,14 @@ static void run_event(const struct event *e)
             st.stalls++;
         }
         break;
+    case EV_LUN_RESET:
+        /* another nexus: the target aborts this session's tasks on the LUN without an
+         * answer (they time out here) and raises a unit attention for its next command */
+        if (lun_reset_path && !reset_pid && tpid && !stalled) {
+            lun_reset_start();
+            st.resets++;
+        }
+        break;
     case EV_RESTART:
         target_kill();
         target_start(e->target_inject);
@@ -723,6 +757,13 @@ static void on_tick(void *arg)
     if (stalled && now >= stall_until_ms) {
         kill(tpid, SIGCONT);
         stalled = false;
+    }
+    int rs;
+    if (reset_pid && waitpid(reset_pid, &rs, WNOHANG) == reset_pid) {
+        /* a reset refused or cut short (the target restarted, or was stalled past the
+         * helper's 5 s) is counted, not an invariant: what it aborted is checked anyway */
+        st.resets_failed += !WIFEXITED(rs) || WEXITSTATUS(rs) != 0;
+        reset_pid = 0;
     }
     while (sched_pos < nsched && sched[sched_pos].at_ms <= now - t0_ms)
         run_event(&sched[sched_pos++]);
@@ -781,11 +822,13 @@ int main(int argc, char **argv)
             have_seed = true;
         } else if (!strcmp(argv[i], "--dir") && i + 1 < argc)
             dir = argv[++i];
+        else if (!strcmp(argv[i], "--lun-reset") && i + 1 < argc)
+            lun_reset_path = argv[++i];
         else if (!strcmp(argv[i], "--verbose"))
             verbose = true;
         else {
-            fprintf(stderr, "usage: torture --target PATH [--seconds N] [--seed S] [--dir DIR] "
-                            "[--verbose]\n");
+            fprintf(stderr, "usage: torture --target PATH [--lun-reset lun_reset.py] "
+                            "[--seconds N] [--seed S] [--dir DIR] [--verbose]\n");
             return 2;
         }
     }
@@ -843,9 +886,14 @@ int main(int argc, char **argv)
     kill(tpid, SIGTERM);
     int status = 0;
     waitpid(tpid, &status, 0);
+    if (reset_pid) {
+        kill(reset_pid, SIGKILL);
+        waitpid(reset_pid, NULL, 0);
+    }
     printf("torture: %" PRIu64 " sessions, %" PRIu64 " cuts, %" PRIu64 " stalls, %" PRIu64
-           " restarts, %" PRIu64 " commands carried over (ERL 2)\n",
-           st.sessions, st.cuts, st.stalls, st.restarts, st.recovered);
+           " LUN resets (%" PRIu64 " not answered complete), %" PRIu64 " restarts, %" PRIu64
+           " commands carried over (ERL 2)\n",
+           st.sessions, st.cuts, st.stalls, st.resets, st.resets_failed, st.restarts, st.recovered);
     printf("torture: GOOD/other: writes %" PRIu64 "/%" PRIu64 ", reads %" PRIu64 "/%" PRIu64
            ", probes past the end %" PRIu64 "/%" PRIu64 ", TEST UNIT READY %" PRIu64 "/%" PRIu64
            "; unit attentions %" PRIu64 "\n",
