@@ -1,7 +1,8 @@
 /* The seeded recovery torture run (issue 27 item 3): linerate's initiator library against
  * linerate-target, over 2 and 4 connections at ErrorRecoveryLevel 2 and 1, while a random
- * schedule drawn from one seed cuts connections, stalls the target, restarts it, and runs the
- * initiator and the target with digest errors and dropped PDUs. The whole schedule is printed
+ * schedule drawn from one seed cuts connections, stalls the target, resets the LUN from another
+ * initiator, restarts the target, and runs the initiator and the target with digest errors and
+ * dropped PDUs (docs/torture.md). The whole schedule is printed
  * before it starts; the same seed gives the same schedule (what the threads then make of it
  * is theirs). Under it, writes and reads of stamped blocks and probes whose answer is known:
  *
