@@ -27,7 +27,8 @@ at ErrorRecoveryLevel=2 with two connections (CID 0 and 1):
      initiator had the status) and gets its R2T, that CID 0 logged out for recovery while up
      and TASK REASSIGN of the ITT sent right behind: it answers 0 and the WRITE's recovery R2T
      follows, not the old status; the WRITE then completes GOOD. The same with ABORT TASK: 0,
-     and the old status does not come again;
+     the old status does not come again, and the WRITE is gone (a TASK REASSIGN of the ITT
+     then finds the older TEST UNIT READY, its status again, not the WRITE's R2T);
   6. ABORT TASK of an ITT that an old orphan and an answered task on a live CID 0 both have
      (the TEST UNIT READY of case 5's kind, then another with the same ITT, answered): 1 (task
      does not exist), and the orphan's status does not come again;
@@ -236,6 +237,16 @@ def reused_itt_newest(m, c3, tmf_fn):
         check(rsp == 0, "ABORT TASK of the reused ITT: response %d, not 0" % rsp)
         check((c3, itt) not in m.answered, "ABORT TASK of the reused ITT: the older TEST UNIT "
               "READY's status came again, for the WRITE that now has the ITT")
+        # The WRITE is gone, not left an orphan: TASK REASSIGN takes the newest orphan with
+        # the ITT, which is now the older TEST UNIT READY (its status comes again), not the
+        # WRITE (whose recovery R2T would come)
+        tmf = m.reassign(c3, itt, 0)
+        check(tmf[2] == 0, "TASK REASSIGN after the ABORT TASK: response %d, not 0 (the older "
+              "TEST UNIT READY's orphan)" % tmf[2])
+        rh, _ = c3.recv(5)
+        check(rh[0] & 0x3F == OP_SCSI_RSP and struct.unpack(">I", rh[16:20])[0] == itt,
+              "TASK REASSIGN after the ABORT TASK: op 0x%02x instead of the TEST UNIT READY's "
+              "status (0x%02x is the aborted WRITE's R2T)" % (rh[0] & 0x3F, OP_R2T))
         return
     tmf = m.reassign(c3, itt, 0)
     check(tmf[2] == 0, "TASK REASSIGN of the reused ITT: response %d, not 0" % tmf[2])
