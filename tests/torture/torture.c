@@ -760,6 +760,13 @@ static void on_tick(void *arg)
         stalled = false;
     }
     int rs;
+    if (tpid && waitpid(tpid, &rs, WNOHANG) == tpid) {
+        tpid = 0; /* reaped: violation() must not signal the pid again */
+        violation("linerate-target exited by itself (%s %d): a crash, or a bad input that "
+                  "stopped the daemon",
+                  WIFSIGNALED(rs) ? "signal" : "status",
+                  WIFSIGNALED(rs) ? WTERMSIG(rs) : WEXITSTATUS(rs));
+    }
     if (reset_pid && waitpid(reset_pid, &rs, WNOHANG) == reset_pid) {
         /* a reset refused or cut short (the target restarted, or was stalled past the
          * helper's 5 s) is counted, not an invariant: what it aborted is checked anyway */
