@@ -74,7 +74,7 @@ static uint32_t rng_below(uint64_t *st, uint32_t n)
     return (uint32_t)(rng_next(st) % n);
 }
 
-enum ev_kind { EV_PHASE, EV_CUT, EV_STALL, EV_LUN_RESET, EV_RESTART, EV_END };
+enum ev_kind { EV_PHASE, EV_CUT, EV_STALL, EV_ISTALL, EV_LUN_RESET, EV_RESTART, EV_END };
 
 struct event {
     uint64_t at_ms;
@@ -85,7 +85,7 @@ struct event {
     double ini_digest_error, ini_drop_pdu;
     /* EV_RESTART (and the first target): the target's --inject, "" for none */
     char target_inject[96];
-    /* EV_CUT: connection index; EV_STALL: ms */
+    /* EV_CUT: connection index; EV_STALL, EV_ISTALL: ms */
     uint32_t arg;
 };
 
@@ -123,9 +123,9 @@ static void target_inject_draw(uint64_t *st, char *buf, size_t len)
 
 /* Phases of 2-8 s (a session each: ERL, connections, digests, the initiator's faults; every
  * four phases take ERL 1 and 2 with 2 and 4 connections, in an order drawn from the seed, so a
- * short run sees all four), and in them an event every 0.3-2 s: a connection cut (13 in 20), a
- * target stall of 50-1500 ms (3 in 20), a LOGICAL UNIT RESET from another initiator (2 in
- * 20), a target restart with new faults (2 in 20). */
+ * short run sees all four), and in them an event every 0.3-2 s: a connection cut (12 in 20), a
+ * stall of 50-1500 ms of the target (2 in 20) or of the initiator (2 in 20), a LOGICAL UNIT
+ * RESET from another initiator (2 in 20), a target restart with new faults (2 in 20). */
 static void sched_build(uint64_t seed, uint64_t total_ms, char *first_inject, size_t len)
 {
     uint64_t st = seed;
@@ -156,11 +156,11 @@ static void sched_build(uint64_t seed, uint64_t total_ms, char *first_inject, si
         while (u < end) {
             uint32_t r = rng_below(&st, 20);
             struct event *e;
-            if (r < 13) {
+            if (r < 12) {
                 e = sched_add(EV_CUT, u);
                 e->arg = rng_below(&st, conns);
             } else if (r < 16) {
-                e = sched_add(EV_STALL, u);
+                e = sched_add(r < 14 ? EV_STALL : EV_ISTALL, u);
                 e->arg = 50 + rng_below(&st, 1451);
             } else if (r < 18) {
                 sched_add(EV_LUN_RESET, u);
@@ -190,6 +190,9 @@ static void ev_print(const struct event *e)
         break;
     case EV_STALL:
         printf("%9.3f   stall the target %u ms\n", at, e->arg);
+        break;
+    case EV_ISTALL:
+        printf("%9.3f   stall the initiator %u ms\n", at, e->arg);
         break;
     case EV_LUN_RESET:
         printf("%9.3f   LOGICAL UNIT RESET from another initiator\n", at);
@@ -729,6 +732,12 @@ static void run_event(const struct event *e)
             stall_until_ms = now_ms() + e->arg;
             st.stalls++;
         }
+        break;
+    case EV_ISTALL:
+        /* the other side: the initiator's thread reads, answers and times nothing while the
+         * target goes on sending (Data-In, R2Ts, NOP-In pings) into its socket buffers */
+        usleep(e->arg * 1000);
+        st.stalls++;
         break;
     case EV_LUN_RESET:
         /* another nexus: the target aborts this session's tasks on the LUN without an
