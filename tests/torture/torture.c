@@ -76,6 +76,15 @@ static uint32_t rng_below(uint64_t *st, uint32_t n)
 
 enum ev_kind { EV_PHASE, EV_CUT, EV_STALL, EV_ISTALL, EV_LUN_RESET, EV_RESTART, EV_END };
 
+/* A target's life: its --inject ("" for none) and its DefaultTime2Wait / DefaultTime2Retain
+ * (the initiator offers 0 and 20, and the answer is the larger wait and the shorter retention,
+ * RFC 7143 §13.15-16, so these are the session's): half the time 2 and 20, else 0-2 and 1-4 s,
+ * so that orphans also expire unreassigned (§11.14.5 c) while the run goes on. */
+struct tlife {
+    char inject[96];
+    uint32_t t2w, t2r;
+};
+
 struct event {
     uint64_t at_ms;
     enum ev_kind kind;
@@ -83,8 +92,8 @@ struct event {
     uint32_t erl, conns;
     bool digest;
     double ini_digest_error, ini_drop_pdu;
-    /* EV_RESTART (and the first target): the target's --inject, "" for none */
-    char target_inject[96];
+    /* EV_RESTART (and the first target): how the target runs */
+    struct tlife life;
     /* EV_CUT: connection index; EV_STALL, EV_ISTALL: ms */
     uint32_t arg;
 };
@@ -104,8 +113,10 @@ static struct event *sched_add(enum ev_kind k, uint64_t at)
     return e;
 }
 
-static void target_inject_draw(uint64_t *st, char *buf, size_t len)
+static void target_life_draw(uint64_t *st, struct tlife *l)
 {
+    char *buf = l->inject;
+    size_t len = sizeof(l->inject);
     static const double digest[] = {0, 0, 0.001, 0.01};
     static const double drop[] = {0, 0, 0.001, 0.005};
     static const unsigned kill_s[] = {0, 0, 1, 2, 4};
@@ -119,6 +130,15 @@ static void target_inject_draw(uint64_t *st, char *buf, size_t len)
         off += (size_t)snprintf(buf + off, len - off, "%sdrop-pdu=%g", off ? "," : "", p);
     if (k > 0)
         snprintf(buf + off, len - off, "%skill-connection=%u", off ? "," : "", k);
+    bool dflt = rng_below(st, 2);
+    l->t2w = dflt ? 2 : rng_below(st, 3);
+    l->t2r = dflt ? 20 : 1 + rng_below(st, 4);
+}
+
+static void life_print(const struct tlife *l)
+{
+    printf("--inject %s, Time2Wait %u, Time2Retain %u\n", l->inject[0] ? l->inject : "none", l->t2w,
+           l->t2r);
 }
 
 /* Phases of 2-8 s (a session each: ERL, connections, digests, the initiator's faults; every
@@ -126,10 +146,10 @@ static void target_inject_draw(uint64_t *st, char *buf, size_t len)
  * short run sees all four), and in them an event every 0.3-2 s: a connection cut (12 in 20), a
  * stall of 50-1500 ms of the target (2 in 20) or of the initiator (2 in 20), a LOGICAL UNIT
  * RESET from another initiator (2 in 20), a target restart with new faults (2 in 20). */
-static void sched_build(uint64_t seed, uint64_t total_ms, char *first_inject, size_t len)
+static void sched_build(uint64_t seed, uint64_t total_ms, struct tlife *first)
 {
     uint64_t st = seed;
-    target_inject_draw(&st, first_inject, len);
+    target_life_draw(&st, first);
     uint64_t t = 0;
     unsigned combo[4] = {0, 1, 2, 3}, nphase = 0;
     while (t < total_ms) {
@@ -166,7 +186,7 @@ static void sched_build(uint64_t seed, uint64_t total_ms, char *first_inject, si
                 sched_add(EV_LUN_RESET, u);
             } else {
                 e = sched_add(EV_RESTART, u);
-                target_inject_draw(&st, e->target_inject, sizeof(e->target_inject));
+                target_life_draw(&st, &e->life);
             }
             u += 300 + rng_below(&st, 1701);
         }
@@ -198,8 +218,8 @@ static void ev_print(const struct event *e)
         printf("%9.3f   LOGICAL UNIT RESET from another initiator\n", at);
         break;
     case EV_RESTART:
-        printf("%9.3f   restart the target (kill -9), --inject %s\n", at,
-               e->target_inject[0] ? e->target_inject : "none");
+        printf("%9.3f   restart the target (kill -9), ", at);
+        life_print(&e->life);
         break;
     case EV_END:
         printf("%9.3f end\n", at);
@@ -230,13 +250,30 @@ static uint16_t pick_port(void)
     return ntohs(a.sin_port);
 }
 
-static void target_start(const char *inject)
+/* The target's configuration file: Time2Wait and Time2Retain are set only there. */
+static void target_conf(const struct tlife *l, const char *conf)
 {
-    char url[PATH_MAX], log[PATH_MAX], lun[PATH_MAX + 32], listen[64];
+    FILE *f = fopen(conf, "w");
+    if (!f) {
+        perror("torture: the target's configuration");
+        exit(2);
+    }
+    fprintf(f,
+            "threads = 2\nlog-level = warn\nctl-socket = none\nerror-recovery-level = 2\n"
+            "max-connections = 4\ndefault-time2wait = %u\ndefault-time2retain = %u\n"
+            "[target %s]\nportal = 127.0.0.1:%u\nlun = file:%s/lun.img,size=%u\n",
+            l->t2w, l->t2r, TARGET_IQN, port, dir, LUN_BLOCKS * BS);
+    fclose(f);
+}
+
+static void target_start(const struct tlife *l)
+{
+    char url[PATH_MAX], log[PATH_MAX], conf[PATH_MAX];
     snprintf(url, sizeof(url), "%s/url", dir);
     snprintf(log, sizeof(log), "%s/target.log", dir);
-    snprintf(lun, sizeof(lun), "file:%s/lun.img,size=%u", dir, LUN_BLOCKS * BS);
-    snprintf(listen, sizeof(listen), "127.0.0.1:%u", port);
+    snprintf(conf, sizeof(conf), "%s/target.conf", dir);
+    const char *inject = l->inject;
+    target_conf(l, conf);
     unlink(url);
     tlife++;
     for (int attempt = 0; attempt < 50; attempt++) {
@@ -256,18 +293,8 @@ static void target_start(const char *inject)
             const char *argv[16];
             int n = 0;
             argv[n++] = target_path;
-            argv[n++] = "--listen";
-            argv[n++] = listen;
-            argv[n++] = "--lun";
-            argv[n++] = lun;
-            argv[n++] = "--error-recovery-level";
-            argv[n++] = "2";
-            argv[n++] = "--threads";
-            argv[n++] = "2";
-            argv[n++] = "--log-level";
-            argv[n++] = "warn";
-            argv[n++] = "--ctl-socket";
-            argv[n++] = "none";
+            argv[n++] = "--config";
+            argv[n++] = conf;
             if (inject && inject[0]) {
                 argv[n++] = "--inject";
                 argv[n++] = inject;
@@ -749,7 +776,7 @@ static void run_event(const struct event *e)
         break;
     case EV_RESTART:
         target_kill();
-        target_start(e->target_inject);
+        target_start(&e->life);
         st.restarts++;
         if (cur)
             sess_retire(cur, true); /* its session went with the target */
@@ -867,19 +894,20 @@ int main(int argc, char **argv)
     }
     signal(SIGPIPE, SIG_IGN);
     log_set_level(verbose ? LOG_LVL_INFO : LOG_LVL_WARN);
-    char first[96];
-    sched_build(seed, seconds * 1000, first, sizeof(first));
+    struct tlife first;
+    sched_build(seed, seconds * 1000, &first);
     workload_rng = seed ^ 0x5eedf00dull;
     printf("torture: seed %" PRIu64 ", %" PRIu64 " s, directory %s\n", seed, seconds, dir);
     printf("torture: schedule (replay: --seed %" PRIu64 " --seconds %" PRIu64 "):\n", seed,
            seconds);
-    printf("%9.3f start the target, --inject %s\n", 0.0, first[0] ? first : "none");
+    printf("%9.3f start the target, ", 0.0);
+    life_print(&first);
     for (size_t i = 0; i < nsched; i++)
         ev_print(&sched[i]);
     fflush(stdout);
 
     port = pick_port();
-    target_start(first);
+    target_start(&first);
     R = lr_reactor_create(0);
     if (!R) {
         perror("torture: lr_reactor_create");
@@ -925,9 +953,9 @@ int main(int argc, char **argv)
     }
     printf("torture: PASS, seed %" PRIu64 "\n", seed);
     if (own_dir) { /* kept when something broke, for its log */
-        static const char *const files[] = {"lun.img", "url", "target.log"};
+        static const char *const files[] = {"lun.img", "url", "target.log", "target.conf"};
         char path[PATH_MAX];
-        for (unsigned i = 0; i < 3; i++) {
+        for (unsigned i = 0; i < 4; i++) {
             snprintf(path, sizeof(path), "%s/%s", dir, files[i]);
             unlink(path);
         }
