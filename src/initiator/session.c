@@ -850,7 +850,7 @@ struct ini_conn *ini_session_reconnect(struct lr_session *s, unsigned i)
      * since we may be inside its own receive path (a connection that failed while reading,
      * logged in again at once at Time2Wait 0), which is still parsing out of the reactor's
      * shared buffer and gives it back on the way out (torture seed 1003). */
-    reactor_defer(old->r, &old->free_d, conn_free_buffers, old);
+    reactor_defer(s->r, &old->free_d, conn_free_buffers, old); /* we run on s->r (erl2.c) */
     c->retired = old;
     c->reconnect = true;
     s->conns[i] = c;
