@@ -13,7 +13,7 @@ BUILD ?= build
 PREFIX ?= /usr/local
 SYSCONFDIR ?= /etc
 
-.PHONY: all check unit-check asan-check tsan-check interop fuzz clean format-check install deb
+.PHONY: all check unit-check asan-check tsan-check interop fuzz torture clean format-check install deb
 
 all: $(BUILD)/build.ninja
 	ninja -C $(BUILD)
@@ -69,6 +69,14 @@ tsan-check: build-tsan/build.ninja
 # Also part of `make check` (meson suite integration); this runs it alone, its steps shown.
 interop: all
 	$(MESON) test -C $(BUILD) --print-errorlogs --verbose --suite interop
+
+# The seeded recovery torture run (tests/torture/torture.c, docs/torture.md): `make torture
+# SECONDS=600 SEED=S` replays seed S's schedule for that long (no SEED: a new one, printed);
+# BUILD=build-asan runs it under ASan+LeakSanitizer.
+SECONDS ?= 600
+torture: all
+	$(BUILD)/tests/torture/torture --target $(BUILD)/linerate-target \
+		--lun-reset tests/torture/lun_reset.py --seconds $(SECONDS) $(if $(SEED),--seed $(SEED))
 
 # FUZZ_SECONDS=600 make fuzz for a longer run.
 fuzz:

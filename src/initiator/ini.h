@@ -165,6 +165,9 @@ struct ini_conn {
     struct reactor_msg erl2_msg[2]; /* that request, one per side of the last move */
     struct reactor_deferred spread_d;
     struct ini_conn *retired; /* earlier connections of this slot, freed with the session */
+    /* a retired connection's buffers, freed at the end of the loop turn that retired it (on
+     * the session's reactor, which is where reconnects and the session's end run) */
+    struct reactor_deferred free_d;
 
     struct ini_login login;
     bool login_active;

@@ -302,6 +302,7 @@ static void session_free(struct lr_session *s)
             reactor_undefer(&c->w.flush_hook);
             reactor_undefer(&c->move_d);
             reactor_undefer(&c->spread_d);
+            reactor_undefer(&c->free_d);
             ini_conn_free(c);
         }
     }
@@ -858,6 +859,13 @@ int ini_session_send_logout(struct ini_conn *c, uint8_t reason, uint16_t cid, ui
     return 0;
 }
 
+/* A retired connection's buffers, once the loop turn that retired it is over. */
+static void conn_free_buffers(void *arg)
+{
+    struct ini_conn *c = arg;
+    wire_free(&c->w);
+}
+
 struct ini_conn *ini_session_reconnect(struct lr_session *s, unsigned i, bool leading)
 {
     assert(i < s->nconns && s->conns[i]->state == ICS_DEAD);
@@ -865,9 +873,13 @@ struct ini_conn *ini_session_reconnect(struct lr_session *s, unsigned i, bool le
     struct ini_conn *c = ini_conn_new(s, i, old->cid);
     if (!c)
         return NULL;
-    /* the old one stays allocated (messages may still name it) and counted (fault totals);
-     * its engine is closed already, its buffers can go */
-    wire_free(&old->w);
+    /* The old one stays allocated (messages may still name it) and counted (fault totals);
+     * its engine is closed already, its buffers go at the end of this loop turn: not now,
+     * since we may be inside its own receive path (a connection that failed while reading,
+     * logged in again at once at Time2Wait 0), which is still parsing out of the reactor's
+     * shared buffer and gives it back on the way out (torture seed 1003). */
+    reactor_defer(s->r, &old->free_d, conn_free_buffers,
+                  old); /* we run on s->r (erl2.c, relogin.c) */
     c->retired = old;
     c->reconnect = true;
     c->leading = leading;

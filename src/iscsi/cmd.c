@@ -1496,22 +1496,28 @@ static bool conn_end_clears_tasks(const struct iscsi_conn *c)
     return on;
 }
 
+void (*cmd_teardown_test_hook)(struct iscsi_conn *c, bool published);
+
 void cmd_conn_teardown(struct iscsi_conn *c)
 {
     struct list_node *n, *tmp;
     bool kept = false;
-    /* Removed for recovery by a Logout on another connection: the answers its ExpStatSN
-     * acknowledges were received, and are not kept (orphans_ack_statsn, for one gone before) */
-    if (atomic_load(&c->logout_acked))
-        cmd_ack_statsn(c, atomic_load(&c->logout_exp_statsn));
+    if (cmd_teardown_test_hook)
+        cmd_teardown_test_hook(c, false);
+    /* Removed for recovery by a Logout on another connection, or restarted: the answers its
+     * ExpStatSN acknowledges were received, and are not kept. Read as the group is published,
+     * under the session lock the Logout stores it with (orphans_publish): read here, before,
+     * one stored in between was lost. Without a group nothing is kept anyway. */
     if (conn_keeps_tasks(c)) {
         struct iscsi_orphans *g = orphans_new(c);
         kept = g && orphan_conn_tasks(c, g);
         if (kept)
-            orphans_publish(g, session_time2wait(c->session),
+            orphans_publish(g, c, session_time2wait(c->session),
                             c->session->params.default_time2retain);
         else if (g)
             orphans_discard(g);
+        if (kept && cmd_teardown_test_hook)
+            cmd_teardown_test_hook(c, true);
     }
     /* Retained answers: nothing can ask for them any more (ERL 1 has no connection
      * recovery). */

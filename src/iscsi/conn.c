@@ -574,11 +574,10 @@ static int logout_handle(struct iscsi_conn *c, struct iscsi_pdu_in *p)
     uint32_t acked = bhs_get32(req, BHS_EXPSTATSN);
     if (reason == ISCSI_LOGOUT_CLOSE_SESSION && c->session)
         session_close_other_conns(c->session, c);
-    else if (other)
-        session_close_conn_by_cid(c->session, get_be16(req->b + BHS_CID), !recovery,
-                                  recovery ? &acked : NULL, NULL);
-    else if (recovery && !self) {
-        unsigned n = orphans_ack_statsn(c->session, get_be16(req->b + BHS_CID), acked);
+    else if (other || (recovery && !self)) {
+        /* a connection still up (or gone meanwhile: then, as for one gone before, its group) */
+        unsigned n = session_close_conn_by_cid(c->session, get_be16(req->b + BHS_CID), !recovery,
+                                               recovery ? &acked : NULL, NULL);
         if (n)
             CONN_LOG_LIMITED(c, LOG_LVL_INFO,
                              "%s: CID %u: %u answered task(s) acknowledged by the Logout "

@@ -329,6 +329,11 @@ struct iscsi_conn {
      * taken under the session's lock */
     struct scsi_join *close_join;
     _Atomic uint32_t logout_exp_statsn;
+    /* ERL 2 (s->lock): a newer connection with this CID joined the session (a reinstatement),
+     * so a Logout or login naming the CID means that one, not this; and this one's orphan
+     * group is published already, so an acknowledgement stored here now would never be read
+     * (session_close_conn_by_cid then acknowledges in the group) */
+    bool superseded, orphans_published;
     bool recovery_logout; /* logged out with reason 2: its tasks are kept */
     bool async_drop;      /* an Async Message "will drop" is queued: close once it is out */
 };
@@ -548,8 +553,15 @@ void session_close_conns_where(struct iscsi_server *srv,
  * reassignment (a reinstatement or a Logout "remove the connection for recovery", §6.3.4).
  * exp_statsn (NULL: none): the Logout's ExpStatSN for that connection (§11.14.4); the answers
  * below it were received and their tasks are not kept. */
-void session_close_conn_by_cid(struct iscsi_session *s, uint16_t cid, bool terminate,
-                               const uint32_t *exp_statsn, struct scsi_join *closed);
+/* At ERL 2 the acknowledgement goes to the last connection with the CID: stored there for its
+ * teardown if that has not published its orphan group yet, else (and for a CID gone) taken
+ * from the group at once (orphans_ack_statsn). Returns the answered orphans that ended so. */
+/* Unit tests only (NULL otherwise): called as a connection's teardown begins (published
+ * false) and once its orphan group is published (true), on its reactor, with no lock held: what
+ * another thread may do in between (a Logout or a restart naming it) done at that very point. */
+extern void (*cmd_teardown_test_hook)(struct iscsi_conn *c, bool published);
+unsigned session_close_conn_by_cid(struct iscsi_session *s, uint16_t cid, bool terminate,
+                                   const uint32_t *exp_statsn, struct scsi_join *closed);
 void session_get(struct iscsi_session *s);
 /* With s->lock: the session has no connection and no orphan group left and nobody ended it
  * yet: it ends now (closing set); *loss tells whether its end is an I_T nexus loss. */
@@ -595,9 +607,15 @@ struct iscsi_orphans;
 struct iscsi_orphans *orphans_new(struct iscsi_conn *c);
 /* With the session lock held: t (detached from its connection, orphan state set) joins g. */
 void orphans_add_locked(struct iscsi_orphans *g, struct iscsi_task *t);
-/* The group, filled, becomes visible to TASK REASSIGN; it expires after Time2Wait +
- * Time2Retain seconds. */
-void orphans_publish(struct iscsi_orphans *g, uint32_t time2wait, uint32_t time2retain);
+/* The group of c, filled, becomes visible to TASK REASSIGN; it expires after Time2Wait +
+ * Time2Retain seconds. An acknowledgement stored in c by a Logout or a restart
+ * (logout_acked) ends the answered tasks it covers, read under the session lock with the
+ * publication, so one stored at any time before it is seen. */
+void orphans_publish(struct iscsi_orphans *g, struct iscsi_conn *c, uint32_t time2wait,
+                     uint32_t time2retain);
+/* With s->lock: a connection with this CID joins the session: every group and connection with
+ * the CID so far is an earlier one's (superseded). */
+void orphans_supersede_locked(struct iscsi_session *s, uint16_t cid);
 /* A group that got no task: freed. */
 void orphans_discard(struct iscsi_orphans *g);
 /* With s->lock: every group of s (on reactor `only`, or all for NULL) expires now, by a message
@@ -608,8 +626,8 @@ bool orphans_cid_known(struct iscsi_session *s, uint16_t cid);
 /* Whether an orphan of s has that ITT. */
 bool orphans_has_itt(struct iscsi_session *s, uint32_t itt);
 /* A Logout for the gone connection cid acknowledged every StatSN below exp_statsn (its
- * ExpStatSN, RFC 7143 §11.14.4): the answered orphans it covers, of the newest group of cid
- * (the last connection with that CID), end now. Their number. */
+ * ExpStatSN, RFC 7143 §11.14.4): the answered orphans it covers, of the group of the last
+ * connection with that CID (none if that one left no group), end now. Their number. */
 unsigned orphans_ack_statsn(struct iscsi_session *s, uint16_t cid, uint32_t exp_statsn);
 enum orphan_claim {
     CLAIM_NONE,  /* no orphan with that ITT */

@@ -337,17 +337,6 @@ static enum iscsi_login_status login_check_identity(struct iscsi_conn *c, const 
     return ISCSI_LOGIN_OK;
 }
 
-/* ERL 2, a login with the CID of a connection that is gone (§11.12): its answers the login's
- * ExpStatSN covers end with the orphan group they wait in. */
-static void login_ack_orphans(struct iscsi_conn *c, struct iscsi_session *s, uint32_t acked)
-{
-    unsigned n = orphans_ack_statsn(s, c->cid, acked);
-    if (n)
-        LOG_INFO("%s: CID %u: %u answered task(s) acknowledged by the login (ExpStatSN %u): "
-                 "not kept for reassignment",
-                 c->peer, c->cid, n, acked);
-}
-
 /* The transit to full feature phase: create or join the session, switch digests on. */
 static enum iscsi_login_status login_enter_ffp(struct iscsi_conn *c)
 {
@@ -395,11 +384,15 @@ static enum iscsi_login_status login_enter_ffp(struct iscsi_conn *c)
         uint32_t acked = c->login_expstatsn;
         /* below ERL 2 the replaced connection's commands end with it: wait for them */
         struct scsi_join *closed = s->params.erl < 2 ? session_takeover_begin(c) : NULL;
-        session_close_conn_by_cid(s, c->cid, s->params.erl < 2, reinstating ? &acked : NULL,
-                                  closed);
+        /* At ERL 2 the CID's last connection takes the acknowledgement: still up, or gone
+         * (or going) with its answers in its orphan group (session_close_conn_by_cid). */
+        unsigned n = session_close_conn_by_cid(s, c->cid, s->params.erl < 2,
+                                               s->params.erl >= 2 ? &acked : NULL, closed);
         session_takeover_end(closed);
-        if (s->params.erl >= 2 && !reinstating)
-            login_ack_orphans(c, s, acked);
+        if (n)
+            LOG_INFO("%s: CID %u: %u answered task(s) acknowledged by the login (ExpStatSN %u): "
+                     "not kept for reassignment",
+                     c->peer, c->cid, n, acked);
         /* Session-wide values come from the leading login; connection-only ones are ours. */
         struct iscsi_params sp = s->params;
         sp.header_digest = p.header_digest;

@@ -21,6 +21,10 @@ struct iscsi_orphans {
     struct reactor_timer timer;
     struct reactor_msg expire_msg;
     bool expire_posted; /* (s->lock) the expiry comes by expire_msg, not by the timer */
+    /* (s->lock) a later connection with this CID joined the session: a Logout or a login
+     * naming the CID speaks of that one (StatSN counts per connection, §4.2.2.2), never of
+     * this group's, whose unacknowledged answers stay for TASK REASSIGN */
+    bool superseded;
 };
 
 struct iscsi_orphans *orphans_new(struct iscsi_conn *c)
@@ -157,17 +161,63 @@ static void orphans_expire_msg(void *arg)
     orphans_expire(g, true);
 }
 
-void orphans_publish(struct iscsi_orphans *g, uint32_t time2wait, uint32_t time2retain)
+/* With s->lock: the answered tasks of g an ExpStatSN covers move to done (freed by the caller
+ * once the lock is let go: freeing a task takes other locks). Their number. */
+static unsigned group_ack_locked(struct iscsi_orphans *g, uint32_t exp_statsn,
+                                 struct list_node *done)
+{
+    unsigned n = 0;
+    struct list_node *ln, *tmp;
+    list_for_each_safe(ln, tmp, &g->tasks)
+    {
+        struct iscsi_task *t = list_entry(ln, struct iscsi_task, node);
+        /* answered (never ORPHAN_BUSY then) and its StatSN acknowledged */
+        if (t->state != TASK_RETAINED || !sn_lt(t->statsn, exp_statsn))
+            continue;
+        list_del(&t->node);
+        list_add_tail(done, &t->node);
+        n++;
+    }
+    return n;
+}
+
+static void free_acked(struct list_node *done)
+{
+    struct list_node *ln;
+    while ((ln = list_pop(done)) != NULL) {
+        struct iscsi_task *t = list_entry(ln, struct iscsi_task, node);
+        assert(t->refs == 1 && !t->conn); /* the group's, and nobody else's */
+        task_put(t);
+    }
+}
+
+void orphans_publish(struct iscsi_orphans *g, struct iscsi_conn *c, uint32_t time2wait,
+                     uint32_t time2retain)
 {
     struct iscsi_session *s = g->s;
+    struct list_node done;
+    list_init(&done);
+    unsigned acked = 0;
     /* Tasks taken over by another connection meanwhile leave the group; an empty group is
-     * kept anyway (its Time2Retain is what a Logout for its CID reports) until it expires. */
+     * kept anyway (its Time2Retain is what a Logout for its CID reports) until it expires.
+     * The acknowledgement of a Logout or restart for c is read here, under the lock that
+     * session_close_conn_by_cid stores it with: stored before, it ends its answers now;
+     * after, that function finds orphans_published and ends them in the group itself. */
     pthread_mutex_lock(&s->lock);
+    c->orphans_published = true;
+    g->superseded = c->superseded;
     list_add_tail(&s->orphan_groups, &g->node);
+    if (atomic_load(&c->logout_acked))
+        acked = group_ack_locked(g, atomic_load(&c->logout_exp_statsn), &done);
     pthread_mutex_unlock(&s->lock);
-    LOG_INFO("session TSIH %u of %s: CID %u gone at ErrorRecoveryLevel 2: %u task(s) kept for "
-             "reassignment for %u + %u s",
-             s->tsih, s->initiator_name, g->cid, g->ntasks, time2wait, time2retain);
+    free_acked(&done);
+    if (acked)
+        LOG_INFO("session TSIH %u of %s: CID %u: %u answered task(s) acknowledged by a Logout "
+                 "or login (ExpStatSN %u): not kept for reassignment",
+                 s->tsih, s->initiator_name, g->cid, acked, atomic_load(&c->logout_exp_statsn));
+    LOG_INFO("session TSIH %u of %s: CID %u (%s) gone at ErrorRecoveryLevel 2: %u task(s) kept "
+             "for reassignment for %u + %u s",
+             s->tsih, s->initiator_name, g->cid, c->peer, g->ntasks, time2wait, time2retain);
     reactor_timer_start(g->r, &g->timer, 1000ull * (time2wait + time2retain), orphans_timer_fire,
                         g);
 }
@@ -187,6 +237,20 @@ void orphans_expire_all_locked(struct iscsi_session *s, const struct reactor *on
             continue;
         g->expire_posted = true;
         reactor_post(g->r, &g->expire_msg, orphans_expire_msg, g);
+    }
+}
+
+void orphans_supersede_locked(struct iscsi_session *s, uint16_t cid)
+{
+    for (struct list_node *ln = s->orphan_groups.next; ln != &s->orphan_groups; ln = ln->next) {
+        struct iscsi_orphans *g = list_entry(ln, struct iscsi_orphans, node);
+        if (g->cid == cid)
+            g->superseded = true;
+    }
+    for (struct list_node *ln = s->conns.next; ln != &s->conns; ln = ln->next) {
+        struct iscsi_conn *c = list_entry(ln, struct iscsi_conn, session_node);
+        if (c->cid == cid)
+            c->superseded = true;
     }
 }
 
@@ -220,34 +284,22 @@ unsigned orphans_ack_statsn(struct iscsi_session *s, uint16_t cid, uint32_t exp_
     list_init(&done);
     unsigned n = 0;
     pthread_mutex_lock(&s->lock);
-    /* The newest group of the CID only (groups are added at the tail): the Logout names the
-     * last connection with that CID. An older group is of an earlier one, and StatSN counts per
-     * connection (RFC 7143 §4.2.2.2): this ExpStatSN says nothing of what the initiator got
-     * there, and its unacknowledged answers must stay for TASK REASSIGN. */
+    /* The group of the last connection with that CID only: the Logout (or login) names that
+     * one. A group of an earlier one is superseded, whatever the order the groups were
+     * published in (a reinstated connection publishes when its close runs, maybe after its
+     * successor failed), and StatSN counts per connection (RFC 7143 §4.2.2.2): this ExpStatSN
+     * says nothing of what the initiator got there, and its unacknowledged answers must stay
+     * for TASK REASSIGN. If the last connection left no group (a Logout "close the
+     * connection" ended it), nothing here is its. */
     for (struct list_node *gn = s->orphan_groups.prev; gn != &s->orphan_groups; gn = gn->prev) {
         struct iscsi_orphans *g = list_entry(gn, struct iscsi_orphans, node);
-        if (g->cid != cid)
+        if (g->cid != cid || g->superseded)
             continue;
-        struct list_node *ln, *tmp;
-        list_for_each_safe(ln, tmp, &g->tasks)
-        {
-            struct iscsi_task *t = list_entry(ln, struct iscsi_task, node);
-            /* answered (never ORPHAN_BUSY then) and its StatSN acknowledged */
-            if (t->state != TASK_RETAINED || !sn_lt(t->statsn, exp_statsn))
-                continue;
-            list_del(&t->node);
-            list_add_tail(&done, &t->node);
-            n++;
-        }
+        n = group_ack_locked(g, exp_statsn, &done);
         break;
     }
     pthread_mutex_unlock(&s->lock);
-    struct list_node *ln;
-    while ((ln = list_pop(&done)) != NULL) {
-        struct iscsi_task *t = list_entry(ln, struct iscsi_task, node);
-        assert(t->refs == 1 && !t->conn); /* the group's, and nobody else's */
-        task_put(t);
-    }
+    free_acked(&done);
     return n;
 }
 

@@ -180,6 +180,7 @@ void session_add_conn(struct iscsi_session *s, struct iscsi_conn *c)
     atomic_fetch_add(&s->refs, 1); /* each connection holds the session */
     pthread_mutex_unlock(&s->srv->sessions_lock);
     pthread_mutex_lock(&s->lock);
+    orphans_supersede_locked(s, c->cid); /* this one is the CID's last connection now */
     list_add_tail(&s->conns, &c->session_node);
     s->nconns++;
     pthread_mutex_unlock(&s->lock);
@@ -316,9 +317,10 @@ static void close_counted_locked(struct iscsi_conn *c, struct scsi_join *closed,
     conn_close_async(c, why);
 }
 
-void session_close_conn_by_cid(struct iscsi_session *s, uint16_t cid, bool terminate,
-                               const uint32_t *exp_statsn, struct scsi_join *closed)
+unsigned session_close_conn_by_cid(struct iscsi_session *s, uint16_t cid, bool terminate,
+                                   const uint32_t *exp_statsn, struct scsi_join *closed)
 {
+    bool reached = false;
     pthread_mutex_lock(&s->lock);
     for (struct list_node *n = s->conns.next; n != &s->conns; n = n->next) {
         struct iscsi_conn *c = list_entry(n, struct iscsi_conn, session_node);
@@ -328,15 +330,21 @@ void session_close_conn_by_cid(struct iscsi_session *s, uint16_t cid, bool termi
             atomic_store(&c->terminate_tasks, true);
             atomic_store(&c->closed_by_logout, true);
         }
-        if (exp_statsn) {
+        /* The ExpStatSN is the last connection's with the CID (§11.14.4, §11.12), not a
+         * reinstated one's still closing. Its teardown reads it when it publishes its group
+         * (orphans_publish, under this lock); once that is done it would be read by nobody,
+         * and the group takes it below. */
+        if (exp_statsn && !c->superseded && !c->orphans_published) {
             atomic_store(&c->logout_exp_statsn, *exp_statsn);
             atomic_store(&c->logout_acked, true);
+            reached = true;
         }
         close_counted_locked(c, closed,
                              terminate ? "connection logged out by another connection"
                                        : "connection reinstated or removed for recovery");
     }
     pthread_mutex_unlock(&s->lock);
+    return exp_statsn && !reached ? orphans_ack_statsn(s, cid, *exp_statsn) : 0;
 }
 
 void session_close_conns_where(struct iscsi_server *srv,

@@ -454,8 +454,9 @@ static int abort_orphan(struct iscsi_conn *c, const struct iscsi_bhs *req, uint3
     struct iscsi_task *t = NULL;
     uint16_t cid = 0;
     enum orphan_claim claim = orphans_claim(c->session, rtt, c, &t, &cid);
-    CONN_LOG_LIMITED(c, LOG_LVL_INFO, "%s: ABORT TASK ITT 0x%08x, an orphan of CID %u", c->peer,
-                     rtt, cid);
+    if (claim != CLAIM_NONE)
+        CONN_LOG_LIMITED(c, LOG_LVL_INFO, "%s: ABORT TASK ITT 0x%08x, an orphan of CID %u", c->peer,
+                         rtt, cid);
     int rc = ISCSI_OK;
     if (claim == CLAIM_NOW) {
         rc = cmd_task_adopt_abort(c, t);
@@ -635,7 +636,8 @@ int tmf_handle(struct iscsi_conn *c, struct iscsi_pdu_in *p)
          * one whose status the initiator had before it gave the ITT to a new command. Only if
          * none has it, answered or not, is the orphan aborted (abort_orphan, from
          * abort_task_respond); one here, answered, is newer too. */
-        if (conn_erl(c) >= 2 && orphans_has_itt(s, rtt) && !cmd_task_lookup(c, rtt))
+        bool orphans_too = conn_erl(c) >= 2 && !cmd_task_lookup(c, rtt);
+        if (orphans_too && orphans_has_itt(s, rtt))
             return abort_task_other_conns(c, req, rtt, lun, ISCSI_TMF_RSP_NO_TASK, true);
         /* §11.5.1 b: a task no connection has whose RefCmdSN is inside the window and less
          * than the CmdSN of the TMF itself is considered received and aborted: "function
@@ -653,8 +655,16 @@ int tmf_handle(struct iscsi_conn *c, struct iscsi_pdu_in *p)
          * below finds and aborts it (a queued task aborted keeps its CmdSN taken). */
         if (in_window)
             session_consume_cmdsn(s, ref);
-        return abort_task_other_conns(
-            c, req, rtt, lun, in_window ? ISCSI_TMF_RSP_COMPLETE : ISCSI_TMF_RSP_NO_TASK, false);
+        /* ERL 2, no orphan has the ITT yet: the orphans are still looked at when the answer
+         * is given, once every other connection has looked. A connection closing behind a
+         * Logout for recovery (or a reinstatement) posted before this TMF makes its tasks
+         * orphans before its leg runs: decided here, at arrival, the task would be "not
+         * there" and left an orphan until Time2Retain. Not when RefCmdSN is inside the
+         * window: an orphan's command was acknowledged (its CmdSN is below ExpCmdSN), so the
+         * one named is another, considered received and aborted (§11.5.1 b). */
+        return abort_task_other_conns(c, req, rtt, lun,
+                                      in_window ? ISCSI_TMF_RSP_COMPLETE : ISCSI_TMF_RSP_NO_TASK,
+                                      orphans_too && !in_window);
     }
     case ISCSI_TMF_ABORT_TASK_SET:
     case ISCSI_TMF_CLEAR_TASK_SET: {

@@ -49,6 +49,46 @@ start_target() {
 }
 alive() { kill -0 "$tpid" 2>/dev/null || { cat "$tmp/target.log"; fail "linerate-target died"; }; }
 
+# start_target_t2w0: the same, from a configuration file with DefaultTime2Wait 0 (only the
+# file sets it), cutting a connection every 0.3 s
+start_target_t2w0() {
+  [ -n "$tpid" ] && { kill "$tpid" 2>/dev/null; wait "$tpid" 2>/dev/null; tpid=; }
+  local port
+  port=$(free_port) || skip "no free loopback port"
+  printf '%s\n' "threads = 2" "log-level = info" "ctl-socket = none" \
+    "error-recovery-level = 2" "default-time2wait = 0" \
+    "[target iqn.2026-11.org.linerate:default]" "portal = 127.0.0.1:$port" "lun = ram:64M" \
+    >"$tmp/t2w0.conf"
+  : >"$tmp/url"
+  "$target" --config "$tmp/t2w0.conf" --inject kill-connection=0.3 >"$tmp/url" \
+    2>"$tmp/target.log" &
+  tpid=$!
+  for _ in $(seq 50); do
+    [ -s "$tmp/url" ] && break
+    kill -0 "$tpid" 2>/dev/null || { cat "$tmp/target.log"; fail "linerate-target exited"; }
+    sleep 0.1
+  done
+  url=$(head -1 "$tmp/url")
+  case $url in iscsi://*) ;; *) cat "$tmp/target.log"; fail "linerate-target printed no URL";; esac
+}
+
+# Time2Wait 0 (the target's choice: the larger offer wins, RFC 7143 §13.15, and ours is 0):
+# a connection the target cuts logs in again at once, from inside its own failed read. With
+# the bench on one CPU every connection is on the session's own thread, where that happens.
+# (Found by the torture run, seed 1003: the retired connection's buffers were freed while its
+# read still parsed out of the reactor's shared buffer; the bench died on an assertion.)
+run_t2w0() {
+  command -v taskset >/dev/null || { note "no taskset: the Time2Wait 0 run is skipped"; return; }
+  note "Time2Wait 0, target cuts every 0.3 s, 2 connections on one thread"
+  timeout 240 taskset -c 0 "$bench" --erl 2 --verify --connections 2 --log-level info \
+    --sizes 4k --rw randwrite --seconds 2 --format csv "$url" >"$tmp/cells.csv" 2>"$tmp/err"
+  local rc=$?
+  [ $rc -eq 0 ] || { tail -30 "$tmp/err"; fail "bench exited $rc"; }
+  grep -q "verify passed" "$tmp/err" || { cat "$tmp/err"; fail "no verify verdict"; }
+  grep -q "Time2Wait 0 s" "$tmp/err" || { cat "$tmp/err"; fail "no connection lost at Time2Wait 0"; }
+  alive
+}
+
 # run CONNS WHO: one bench run and its checks (the bench's log at info: a failure shows what
 # its recovery did)
 run() {
@@ -114,4 +154,6 @@ run_verify_cut
 # its recovery ended, and on a slow machine (ASan) the run never got through a cell.
 start_target --inject kill-connection=4
 for conns in 2 4; do run "$conns" "bench and target"; done
+start_target_t2w0
+run_t2w0
 echo "PASS: ERL 2 under cut connections, 2 and 4 connections, verify clean, nothing failed" >&2

@@ -27,7 +27,8 @@ at ErrorRecoveryLevel=2 with two connections (CID 0 and 1):
      initiator had the status) and gets its R2T, that CID 0 logged out for recovery while up
      and TASK REASSIGN of the ITT sent right behind: it answers 0 and the WRITE's recovery R2T
      follows, not the old status; the WRITE then completes GOOD. The same with ABORT TASK: 0,
-     and the old status does not come again;
+     the old status does not come again, and the WRITE is gone (a TASK REASSIGN of the ITT
+     then finds the older TEST UNIT READY, its status again, not the WRITE's R2T);
   6. ABORT TASK of an ITT that an old orphan and an answered task on a live CID 0 both have
      (the TEST UNIT READY of case 5's kind, then another with the same ITT, answered): 1 (task
      does not exist), and the orphan's status does not come again;
@@ -36,6 +37,9 @@ at ErrorRecoveryLevel=2 with two connections (CID 0 and 1):
      answer, once while the old CID 0 is up (reinstatement) and once after its reset: TASK
      REASSIGN of the TEST UNIT READY answers 1 (task does not exist) both times;
   8. logout, SIGTERM: the daemon exits 0; its log has the orphan and reassignment lines.
+Where a case needs a CID 0 the target has seen reset (cases 4, 6 and 7), it waits for the
+target's log line that names that connection's port as gone, so the case takes the path it is
+about every time (case 4 checks it: its Logout finds nothing to wait for, Time2Wait 0).
 Exit 0 when every check holds, 1 with the reason otherwise. Python 3 standard library only."""
 
 import os
@@ -176,6 +180,19 @@ def tur_unacked(m, conn, itt):
     return rh
 
 
+def reset_and_wait_gone(m, conn):
+    """Reset conn (a CID 0) and wait until the target has seen it: its teardown logged that
+    this connection's tasks went to an orphan group. What comes next then meets a CID 0 that is
+    gone (the path each case means to test), never one still up; a sleep only made that
+    likely."""
+    line = "CID 0 (127.0.0.1:%d) gone at ErrorRecoveryLevel 2" % conn.c.sock.getsockname()[1]
+    conn.c.reset()
+    deadline = time.monotonic() + 10
+    while line not in open(m.daemon.log.name).read():
+        check(time.monotonic() < deadline, "the target did not see CID 0's reset within 10 s")
+        time.sleep(0.01)
+
+
 def ack_newest_only(m, c3):
     itt = m.next_itt()
     ca = m.join(m.port, cid=0)
@@ -185,12 +202,11 @@ def ack_newest_only(m, c3):
     m.scsi(cb, b"\0" * 6)
     check(sn_lt(lost, cb.expstatsn), "the test's premise: the new CID 0's ExpStatSN %d is not "
           "past the unacknowledged StatSN %d" % (cb.expstatsn, lost))
-    cb.c.reset()
-    # Gone before the Logout comes, most likely, which is the case under test: the Logout's
-    # ExpStatSN then goes to the orphan groups of CID 0. Had the target not seen the reset yet,
-    # the Logout closes that connection itself and the check below holds all the same.
-    time.sleep(0.2)
-    m.logout_cid0_for_recovery(c3, cb.expstatsn)
+    # gone before the Logout comes: its ExpStatSN goes to the orphan group of that CID 0
+    reset_and_wait_gone(m, cb)
+    rh = m.logout_cid0_for_recovery(c3, cb.expstatsn)
+    check(struct.unpack(">H", rh[40:42])[0] == 0, "the Logout found CID 0 still up (Time2Wait "
+          "%d): the case under test is a CID 0 gone" % struct.unpack(">H", rh[40:42])[0])
     tmf = m.reassign(c3, itt, 0)
     check(tmf[2] == 0, "TASK REASSIGN of the TEST UNIT READY the older CID 0 answered: "
           "response %d, not 0 (the Logout's ExpStatSN %d released it)" % (tmf[2], cb.expstatsn))
@@ -221,6 +237,16 @@ def reused_itt_newest(m, c3, tmf_fn):
         check(rsp == 0, "ABORT TASK of the reused ITT: response %d, not 0" % rsp)
         check((c3, itt) not in m.answered, "ABORT TASK of the reused ITT: the older TEST UNIT "
               "READY's status came again, for the WRITE that now has the ITT")
+        # The WRITE is gone, not left an orphan: TASK REASSIGN takes the newest orphan with
+        # the ITT, which is now the older TEST UNIT READY (its status comes again), not the
+        # WRITE (whose recovery R2T would come)
+        tmf = m.reassign(c3, itt, 0)
+        check(tmf[2] == 0, "TASK REASSIGN after the ABORT TASK: response %d, not 0 (the older "
+              "TEST UNIT READY's orphan)" % tmf[2])
+        rh, _ = c3.recv(5)
+        check(rh[0] & 0x3F == OP_SCSI_RSP and struct.unpack(">I", rh[16:20])[0] == itt,
+              "TASK REASSIGN after the ABORT TASK: op 0x%02x instead of the TEST UNIT READY's "
+              "status (0x%02x is the aborted WRITE's R2T)" % (rh[0] & 0x3F, OP_R2T))
         return
     tmf = m.reassign(c3, itt, 0)
     check(tmf[2] == 0, "TASK REASSIGN of the reused ITT: response %d, not 0" % tmf[2])
@@ -241,8 +267,7 @@ def abort_answered_newest(m, c3):
     itt = m.next_itt()
     ca = m.join(m.port, cid=0)
     tur_unacked(m, ca, itt)
-    ca.c.reset()
-    time.sleep(0.2)  # gone before the next login, most likely (else: a reinstatement)
+    reset_and_wait_gone(m, ca)  # gone before the next login (not a reinstatement)
     cb = m.join(m.port, cid=0)
     tur_cmdsn = m.cmdsn
     tur_unacked(m, cb, itt)  # the ITT again, answered on a live connection
@@ -250,8 +275,7 @@ def abort_answered_newest(m, c3):
     check((c3, itt) not in m.answered, "ABORT TASK of an ITT a live connection has answered: the "
           "older orphan's status came again")
     check(rsp == 1, "ABORT TASK of an answered task: response %d, not 1" % rsp)
-    cb.c.reset()
-    time.sleep(0.2)
+    reset_and_wait_gone(m, cb)
     m.logout_cid0_for_recovery(c3, 0)
 
 
@@ -263,16 +287,17 @@ def login_acks_old_answers(m, c3):
         rh = tur_unacked(m, ca, itt)  # acknowledged only by the next login
         got = (struct.unpack(">I", rh[24:28])[0] + 1) & 0xFFFFFFFF
         if reset_first:
-            ca.c.reset()
-            time.sleep(0.2)  # gone before the login, most likely (else: a reinstatement)
+            reset_and_wait_gone(m, ca)  # gone before the login (not a reinstatement)
         cb = m.join(m.port, cid=0, old_expstatsn=got)
         if not reset_first:
             check(ca.c.wait_closed(3), "the reinstated connection was not closed by the target")
         tmf = m.reassign(cb, itt, 0)
         check(tmf[2] == 1, "%s: TASK REASSIGN of a TEST UNIT READY the login acknowledged: "
               "response %d, not 1 (task does not exist)" % (what, tmf[2]))
-        cb.c.reset()
-    time.sleep(0.2)
+        if reset_first:
+            reset_and_wait_gone(m, cb)
+        else:
+            cb.c.reset()
     m.logout_cid0_for_recovery(c3, 0)
 
 
@@ -283,6 +308,7 @@ def run(binary, threads):
                             prefix="erl2-target-", config=["error-recovery-level = 2"])
     try:
         m = Erl2Session(d.port)
+        m.daemon = d
         read_reassigned(m, d)
         print("ok: %s: READ reassigned after Logout reason 2" % tag, flush=True)
         c3 = write_reinstated(m, d)

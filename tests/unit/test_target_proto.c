@@ -2426,6 +2426,120 @@ static void test_erl2_abort_orphan(void **state)
     tgt_free(t);
 }
 
+/* A connection fails while a Logout for recovery (or a restart) naming it is handled on
+ * another thread: its ExpStatSN acknowledges the answer of `a`, which must not be kept, whether
+ * the acknowledgement reaches the connection as its teardown begins or after its orphan group
+ * is published. Either way TASK REASSIGN of `a` finds no task, while `b`, answered after it
+ * and not acknowledged, is still reassigned (issue 27, the second race left open: the
+ * teardown read the acknowledgement before it was stored, and nothing took it). */
+static void erl2_ack_during_teardown(bool published)
+{
+    struct tgt *t = up_erl2();
+    int c2 = tgt_login_conn(t, 2, NULL);
+    tgt_use(t, 0);
+    tgt_hold_expstatsn(t, true);
+    uint32_t a = send_tur(t, tgt_next_cmdsn(t), false);
+    struct tgt_rsp ra = expect_good(t, a);
+    uint32_t b = send_tur(t, tgt_next_cmdsn(t), false);
+    expect_good(t, b);
+    tgt_kill_acked(t, published, ra.statsn + 1);
+    tgt_use(t, c2);
+    send_reassign(t, a, 0);
+    expect_tmf(t, ISCSI_TMF_RSP_NO_TASK);
+    send_reassign(t, b, 0);
+    expect_tmf(t, 0);
+    expect_good(t, b);
+    expect_none(t);
+    tgt_free(t);
+}
+
+static void test_erl2_ack_as_teardown_begins(void **state)
+{
+    (void)state;
+    erl2_ack_during_teardown(false);
+}
+
+static void test_erl2_ack_after_group_published(void **state)
+{
+    (void)state;
+    erl2_ack_during_teardown(true);
+}
+
+/* The last connection with a CID left no orphan group (a Logout "close the connection" ended
+ * it), but an earlier connection with the CID did: a Logout for recovery naming the CID then
+ * speaks of the last one, and its ExpStatSN (that connection's StatSNs) must not end the
+ * earlier group's unacknowledged answer, which TASK REASSIGN still gets (issue 27, the third
+ * race left open: the newest group of the CID was taken for the last connection's). */
+static void test_erl2_ack_skips_earlier_group(void **state)
+{
+    (void)state;
+    struct tgt *t = up_erl2();
+    int c2 = tgt_login_conn(t, 2, NULL);
+    tgt_use(t, 0);
+    tgt_hold_expstatsn(t, true);
+    uint32_t a = send_tur(t, tgt_next_cmdsn(t), false);
+    struct tgt_rsp ra = expect_good(t, a);
+    tgt_kill(t);                         /* CID 1's first connection: a waits in its group */
+    int c3 = tgt_login_conn(t, 1, NULL); /* CID 1 again */
+    uint32_t d = send_tur(t, tgt_next_cmdsn(t), false);
+    expect_good(t, d);
+    tgt_use(t, c2);
+    struct tgt_rsp r = send_logout(t, ISCSI_LOGOUT_CLOSE_CONNECTION, 1);
+    assert_int_equal(r.response, 0);
+    tgt_use(t, c3);
+    assert_true(tgt_closed(t));
+    tgt_use(t, c2);
+    /* an ExpStatSN past every StatSN either connection of CID 1 used */
+    recovery_logout_acking(t, 1, ra.statsn + 1000);
+    send_reassign(t, a, 0);
+    expect_tmf(t, 0);
+    expect_good(t, a);
+    expect_none(t);
+    tgt_free(t);
+}
+
+/* ABORT TASK right behind a Logout "remove the connection for recovery" of a connection still
+ * up, both read in one turn: the named connection closes on its own reactor after the Logout,
+ * so when the TMF arrives its write is no orphan yet, and when the other connection looks it
+ * is one already. The answer must look at the orphans then: "function complete", the write
+ * aborted (a TASK REASSIGN after it finds nothing), not "task does not exist" with the write
+ * left an orphan until Time2Retain (issue 27, the first race left open). */
+static void test_erl2_abort_behind_recovery_logout(void **state)
+{
+    (void)state;
+    struct tgt *t = up_erl2();
+    int c2 = tgt_login_conn(t, 2, NULL);
+    tgt_use(t, 0);
+    static uint8_t buf[32768];
+    fill(buf, sizeof(buf), 3);
+    uint8_t cdb[16];
+    tgt_cdb_rw10(cdb, WRITE10, 600, 64);
+    struct tgt_pdu w, lo, ab;
+    uint32_t wsn = tgt_next_cmdsn(t), witt = tgt_new_itt(t);
+    tgt_pdu_scsi_cmd(&w, witt, wsn, cdb, sizeof(buf), ISCSI_FLAG_FINAL | ISCSI_CMD_WRITE, buf,
+                     4096);
+    tgt_send(t, &w);
+    expect(t, ISCSI_OP_R2T);
+    expect(t, ISCSI_OP_R2T);
+    tgt_use(t, c2);
+    tgt_pdu_logout(&lo, ISCSI_LOGOUT_REMOVE_FOR_RECOVERY, tgt_new_itt(t), 1, tgt_peek_cmdsn(t),
+                   true);
+    tgt_pdu_tmf(&ab, 1 /* ABORT TASK */, tgt_new_itt(t), witt, wsn, tgt_peek_cmdsn(t), true);
+    const struct tgt_pdu *const both[] = {&lo, &ab};
+    tgt_send_together(t, both, 2);
+    struct tgt_rsp r = expect(t, ISCSI_OP_LOGOUT_RSP);
+    assert_int_equal(r.response, 0);
+    expect_tmf(t, ISCSI_TMF_RSP_COMPLETE);
+    expect_none(t);
+    tgt_use(t, 0);
+    assert_true(tgt_closed(t));
+    tgt_use(t, c2);
+    send_reassign(t, witt, 0);
+    expect_tmf(t, ISCSI_TMF_RSP_NO_TASK);
+    expect_good(t, send_tur(t, tgt_next_cmdsn(t), false));
+    tgt_free(t);
+}
+
 /* A file LUN (io_uring: the read completes on a later reactor turn): the connection is lost
  * while the store has the read and TASK REASSIGN takes it in that same turn ("function
  * complete"); its Data-In and status come on the new connection once the store completes it. */
@@ -2643,6 +2757,10 @@ int main(void)
         cmocka_unit_test(test_erl2_queued_command_discarded),
         cmocka_unit_test(test_erl2_async_drop),
         cmocka_unit_test(test_erl2_abort_orphan),
+        cmocka_unit_test(test_erl2_abort_behind_recovery_logout),
+        cmocka_unit_test(test_erl2_ack_as_teardown_begins),
+        cmocka_unit_test(test_erl2_ack_after_group_published),
+        cmocka_unit_test(test_erl2_ack_skips_earlier_group),
         cmocka_unit_test(test_erl2_reassign_in_store),
         cmocka_unit_test(test_erl2_lun_reset_ends_orphans),
         cmocka_unit_test(test_erl2_reassign_read_smaller_pdus),

@@ -698,6 +698,31 @@ void tgt_kill(struct tgt *t)
     run_until_idle(t);
 }
 
+/* tgt_kill_acked: what session_close_conn_by_cid is asked at the hook's point */
+static struct {
+    bool armed, published;
+    uint32_t exp_statsn;
+} kill_ack;
+
+static void kill_ack_hook(struct iscsi_conn *c, bool published)
+{
+    if (!kill_ack.armed || published != kill_ack.published)
+        return;
+    kill_ack.armed = false;
+    session_close_conn_by_cid(c->session, c->cid, false, &kill_ack.exp_statsn, NULL);
+}
+
+void tgt_kill_acked(struct tgt *t, bool published, uint32_t exp_statsn)
+{
+    kill_ack.armed = true;
+    kill_ack.published = published;
+    kill_ack.exp_statsn = exp_statsn;
+    cmd_teardown_test_hook = kill_ack_hook;
+    tgt_kill(t);
+    cmd_teardown_test_hook = NULL;
+    assert_false(kill_ack.armed);
+}
+
 void tgt_wait_ms(struct tgt *t, unsigned ms)
 {
     uint64_t until = reactor_now_ms() + ms;

@@ -107,7 +107,9 @@ void tgt_send(struct tgt *t, const struct tgt_pdu *p);
  * the connection took. */
 size_t tgt_feed(struct tgt *t, const void *bytes, size_t len);
 /* Several requests in one read: their bytes fed at once, so that the target receives every one
- * of them before it writes any answer (answers stay queued meanwhile), then as tgt_send. */
+ * of them before it writes any answer (answers stay queued meanwhile), and the connection reads
+ * them all in one turn, before anything the first posts to another connection (a close, a
+ * message) has run; then as tgt_send. */
 void tgt_send_together(struct tgt *t, const struct tgt_pdu *const *p, unsigned n);
 
 /* ExpStatSN of the requests: by default each answer with a StatSN advances it (§4.2.2.2);
@@ -162,6 +164,10 @@ void tgt_use(struct tgt *t, int idx);
 int tgt_current(const struct tgt *t);
 /* The current connection fails (its TCP connection lost, as the target sees it). */
 void tgt_kill(struct tgt *t);
+/* The current connection fails, and while its teardown runs (as it begins, or once its orphan
+ * group is published) a Logout for recovery or a restart on another thread names its CID with
+ * this ExpStatSN (session_close_conn_by_cid): the race of the two, at one point of it. */
+void tgt_kill_acked(struct tgt *t, bool published, uint32_t exp_statsn);
 /* Let `ms` milliseconds of real time pass with the reactor running (timers fire). */
 void tgt_wait_ms(struct tgt *t, unsigned ms);
 /* In one reactor turn (before anything the first starts in a store can complete): `first` is
