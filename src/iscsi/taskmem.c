@@ -1,4 +1,4 @@
-/* The daemon-wide budget of task data memory (max-task-buffers, README "Limits"): every byte a
+/* The daemon-wide budget of task data memory (max-task-buffers, docs/limits.md): every byte a
  * command will hold for its data is charged here before the SCSI core allocates it, and given
  * back when the task frees it, whichever connection (or none: an ERL 2 orphan) holds the task
  * then. One atomic per command, never per PDU. */
