@@ -1,6 +1,6 @@
-/* linerate-target: the iSCSI target daemon. Everything lives in src/target (command line,
+/* linerate-target: the iSCSI target daemon. Everything lives in src/daemon (command line,
  * config file, reactors, listeners, shutdown); this is only the entry point. */
-#include "target/target.h"
+#include "daemon/config.h"
 
 int main(int argc, char **argv)
 {

@@ -1,6 +1,6 @@
 /* What the iSCSI layer serves: target nodes (name, alias, SCSI device, portals, initiator
  * allow-list, preferred session parameters) and the server that holds them together with the
- * reactors and the session table. Built by src/target from the command line or a config file;
+ * reactors and the session table. Built by src/daemon from the command line or a config file;
  * read-only once the daemon serves. */
 #ifndef LR_ISCSI_NODE_H
 #define LR_ISCSI_NODE_H

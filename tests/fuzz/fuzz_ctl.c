@@ -1,4 +1,4 @@
-/* libFuzzer harness for the control protocol (src/target/ctl.c, ctl_cmds.c, ctl_targets.c,
+/* libFuzzer harness for the control protocol (src/daemon/ctl.c, ctl_cmds.c, ctl_targets.c,
  * ctl_access.c, ctl_reload.c): the input is what one linerate-ctl client sends on the control
  * socket of an in-process daemon (fuzz_daemon.h), one JSON-RPC request per line, followed by
  * the end of its writes. The daemon reads, frames, parses and serves every line as it does for

@@ -33,7 +33,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "target/target.h"
+#include "daemon/config.h"
 #include "util/log.h"
 
 static struct {

@@ -1,4 +1,4 @@
-/* libFuzzer harness for the metrics endpoint's HTTP request handling (src/target/metrics.c):
+/* libFuzzer harness for the metrics endpoint's HTTP request handling (src/daemon/metrics.c):
  * the input is what one client sends on one TCP connection to the endpoint of an in-process
  * daemon (fuzz_daemon.h), followed by the end of its writes. The reading loop, the head
  * framing (CRLF CRLF or LF LF, 4 KiB cap, NUL bytes), the request-line parse and the answer

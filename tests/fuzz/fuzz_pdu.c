@@ -84,7 +84,7 @@ static void setup_once(void)
     G.node.tpgt = 1;
     /* both target resets done, so that the fuzzer reaches their paths too */
     G.node.warm_reset = G.node.cold_reset = true;
-    /* The daemon's defaults (src/target/config.c target_params_default). */
+    /* The daemon's defaults (src/daemon/config.c target_params_default). */
     iscsi_params_default(&G.node.params);
     G.node.params.max_recv_dsl = 256u * 1024;
     G.node.params.max_burst = 1024u * 1024;

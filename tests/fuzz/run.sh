@@ -40,7 +40,7 @@ if [ ! -f "$BUILD/build.ninja" ]; then
 else
     meson configure "$BUILD" -Drbd=disabled >/dev/null
 fi
-LIBS="src/target/liblr_target.a src/iscsi/liblr_iscsi.a src/iscsi/liblr_iscsi_proto.a src/scsi/liblr_scsi.a \
+LIBS="src/daemon/liblr_daemon.a src/iscsi/liblr_iscsi.a src/iscsi/liblr_iscsi_proto.a src/scsi/liblr_scsi.a \
 src/bs/liblr_bs.a src/reactor/liblr_reactor.a src/util/liblr_util.a"
 ninja -C "$BUILD" $LIBS >/dev/null
 

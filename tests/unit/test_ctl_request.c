@@ -1,4 +1,4 @@
-/* Unit tests of linerate-ctl's verbs-to-request mapping (src/ctl/request.c) for the LUN verbs,
+/* Unit tests of linerate-ctl's verbs-to-request mapping (app/ctl/request.c) for the LUN verbs,
  * which take the target name or leave it out (issue 15 spells `set lun N ro|rw` and `resize lun
  * N SIZE`): the request carries a "target" parameter only when the command line names one. */
 #include <setjmp.h>

@@ -16,7 +16,7 @@
 #include "iscsi/conn.h"
 #include "reactor/reactor.h"
 #include "util/crc32c.h"
-#include "target/target.h"
+#include "daemon/config.h"
 
 #define TGT_TURNS_MAX 10000 /* a reactor that never goes idle is a bug in the test or code */
 #define TGT_CONNS_MAX 4

@@ -17,7 +17,7 @@
 #include <unistd.h>
 
 #include "bs/bs.h"
-#include "target/daemon.h"
+#include "daemon/daemon.h"
 #include "util/size.h"
 
 #ifndef LINERATE_VERSION

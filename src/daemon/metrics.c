@@ -20,7 +20,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "target/daemon.h"
+#include "daemon/daemon.h"
 #include "util/list.h"
 
 #define METRICS_REQ_MAX 4096u   /* request line and headers */

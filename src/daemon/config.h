@@ -1,8 +1,8 @@
 /* The daemon shell around the iSCSI engine: what the command line and the config file describe
  * (targets, portals, LUNs, ACLs, session defaults), how that becomes SCSI targets and iSCSI
  * nodes, and the daemon that listens, hands connections to reactors and shuts down on signals. */
-#ifndef LR_TARGET_H
-#define LR_TARGET_H
+#ifndef LR_DAEMON_CONFIG_H
+#define LR_DAEMON_CONFIG_H
 
 #include <stdbool.h>
 #include <stddef.h>

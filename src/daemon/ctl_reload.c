@@ -17,7 +17,7 @@
 #include <time.h>
 
 #include "bs/bs.h"
-#include "target/daemon.h"
+#include "daemon/daemon.h"
 #include "util/sdnotify.h"
 
 #define RELOAD_REMOVE_TIMEOUT_S 30

@@ -1,4 +1,4 @@
-/* Private to src/target: the running daemon's state, shared by daemon.c (start, serve, stop)
+/* Private to src/daemon: the running daemon's state, shared by daemon.c (start, serve, stop)
  * and the control socket (ctl.c, ctl_cmds.c), which reads it and changes LUNs while the
  * reactors serve. */
 #ifndef LR_TARGET_DAEMON_H
@@ -10,7 +10,7 @@
 #include <stdatomic.h>
 
 #include "reactor/reactor.h"
-#include "target/target.h"
+#include "daemon/config.h"
 
 struct ctl_server;
 struct metrics_server;

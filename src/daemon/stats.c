@@ -14,7 +14,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "target/daemon.h"
+#include "daemon/daemon.h"
 
 /* --- collecting --- */
 

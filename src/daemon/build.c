@@ -1,7 +1,7 @@
 /* Turns a target_config into live objects: opens every backing store (bs_open_spec), builds one
  * SCSI target per node with its LUNs, and the iSCSI node the engine serves (portals, ACL,
  * session parameters). Also flushes and tears them down at shutdown. */
-#include "target/target.h"
+#include "daemon/config.h"
 
 #include <errno.h>
 #include <stdio.h>

@@ -6,7 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "target/target.h"
+#include "daemon/config.h"
 
 /* "64M" rather than "67108864" where the size is a whole number of a unit. */
 void target_size_text(uint64_t bytes, char *buf, size_t len)

@@ -1,7 +1,7 @@
 /* The command line of linerate-target: options, --help, --version and the embedded default
  * (127.0.0.1:3260, iqn.2026-11.org.linerate:default, LUN 0 = ram:1G). Fills a target_config;
  * bad arguments are named and give exit code 2. */
-#include "target/target.h"
+#include "daemon/config.h"
 
 #include <getopt.h>
 #include <stdarg.h>

@@ -3,7 +3,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "target/target.h"
+#include "daemon/config.h"
 #include "util/size.h"
 
 struct limit_key {

@@ -3,7 +3,7 @@
  * secrets of the configured users from the secrets file once everything is parsed, with the
  * checks RFC 7143 §12.1.3 asks for (length; a secret used to authenticate initiators is not
  * also the target's own). Secrets are never in the config or on the command line. */
-#include "target/target.h"
+#include "daemon/config.h"
 
 #include <stdio.h>
 #include <stdlib.h>

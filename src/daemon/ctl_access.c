@@ -13,7 +13,7 @@
 #include <string.h>
 #include <strings.h>
 
-#include "target/daemon.h"
+#include "daemon/daemon.h"
 
 bool ctl_portal_in_use(struct daemon *d, const char *text)
 {

@@ -16,7 +16,7 @@
 #include <strings.h>
 #include <time.h>
 
-#include "target/daemon.h"
+#include "daemon/daemon.h"
 
 #define CLOSE_WAIT_MS 5000 /* after closing a removed target's sessions' connections */
 /* A drained target's LUNs: its sessions are gone, so only commands of ended connections

@@ -20,7 +20,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "target/daemon.h"
+#include "daemon/daemon.h"
 #include "util/atomic_file.h"
 
 enum line_kind { L_OTHER, L_SECTION, L_KEY };

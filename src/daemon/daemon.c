@@ -1,7 +1,7 @@
 /* The daemon: reactor threads, listening sockets owned by reactor 0 that hand each accepted
  * connection to the least loaded reactor, the signal-driven shutdown (stop accepting, close
  * connections, flush LUNs, exit 0), and target_main() tying it all together. */
-#include "target/target.h"
+#include "daemon/config.h"
 
 #include <errno.h>
 #include <netinet/in.h>
@@ -19,7 +19,7 @@
 
 #include "bs/bs.h"
 #include "reactor/reactor.h"
-#include "target/daemon.h"
+#include "daemon/daemon.h"
 #include "util/sdnotify.h"
 
 #define LISTEN_BACKLOG 1024

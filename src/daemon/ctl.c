@@ -20,7 +20,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#include "target/daemon.h"
+#include "daemon/daemon.h"
 #include "util/list.h"
 
 #define CTL_LINE_MAX (64u * 1024u) /* a request line, newline excluded */

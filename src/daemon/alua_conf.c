@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "target/target.h"
+#include "daemon/config.h"
 
 static int parse_group_id(const char *s, size_t n, uint16_t *out)
 {

@@ -1,7 +1,7 @@
 /* The daemon's configuration model (targets, portals, LUNs, ACLs, session defaults), the
  * validators shared with the command line (portals, iSCSI names, LUN specs) and the config
  * file parser. Every refusal names its origin: "FILE:LINE: reason". */
-#include "target/target.h"
+#include "daemon/config.h"
 
 #include <arpa/inet.h>
 #include <ctype.h>
