@@ -9,6 +9,8 @@
 #include <string.h>
 
 #include "iscsi/conn.h"
+#include "iscsi/session.h"
+#include "iscsi/task.h"
 #include "reactor/reactor.h"
 #include "util/log.h"
 

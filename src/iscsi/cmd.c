@@ -9,7 +9,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "iscsi/cmd.h"
 #include "iscsi/conn.h"
+#include "iscsi/orphan.h"
+#include "iscsi/session.h"
+#include "iscsi/snack.h"
+#include "iscsi/task.h"
+#include "iscsi/taskmem.h"
 #include "util/iov.h"
 #include "util/log.h"
 

@@ -13,7 +13,16 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "iscsi/cmd.h"
 #include "iscsi/conn.h"
+#include "iscsi/discovery.h"
+#include "iscsi/login.h"
+#include "iscsi/orphan.h"
+#include "iscsi/pending.h"
+#include "iscsi/session.h"
+#include "iscsi/snack.h"
+#include "iscsi/task.h"
+#include "iscsi/tmf.h"
 #include "util/crc32c.h"
 #include "util/iov.h"
 #include "util/log.h"

@@ -10,6 +10,8 @@
 
 #include "iscsi/auth.h"
 #include "iscsi/conn.h"
+#include "iscsi/login.h"
+#include "iscsi/session.h"
 #include "util/log.h"
 
 unsigned iscsi_target_erl_max = ISCSI_ERL_IMPLEMENTED;

@@ -8,6 +8,9 @@
 #include <stdlib.h>
 
 #include "iscsi/conn.h"
+#include "iscsi/orphan.h"
+#include "iscsi/session.h"
+#include "iscsi/task.h"
 #include "reactor/reactor.h"
 #include "util/log.h"
 

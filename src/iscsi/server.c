@@ -9,6 +9,11 @@
 
 #include "iscsi/auth.h"
 #include "iscsi/conn.h"
+#include "iscsi/orphan.h"
+#include "iscsi/pending.h"
+#include "iscsi/task.h"
+#include "iscsi/session.h"
+#include "iscsi/tmf.h"
 #include "reactor/reactor.h"
 #include "util/log.h"
 

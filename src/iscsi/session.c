@@ -8,7 +8,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "iscsi/cmd.h"
 #include "iscsi/conn.h"
+#include "iscsi/login.h"
+#include "iscsi/orphan.h"
+#include "iscsi/session.h"
+#include "iscsi/task.h"
 #include "reactor/reactor.h"
 #include "util/log.h"
 

@@ -10,7 +10,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "iscsi/cmd.h"
 #include "iscsi/conn.h"
+#include "iscsi/snack.h"
+#include "iscsi/task.h"
 #include "util/iov.h"
 #include "util/log.h"
 

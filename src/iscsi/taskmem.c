@@ -6,6 +6,7 @@
 #include <inttypes.h>
 
 #include "iscsi/conn.h"
+#include "iscsi/taskmem.h"
 #include "reactor/reactor.h"
 #include "util/log.h"
 

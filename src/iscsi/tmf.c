@@ -13,7 +13,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "iscsi/cmd.h"
 #include "iscsi/conn.h"
+#include "iscsi/orphan.h"
+#include "iscsi/session.h"
+#include "iscsi/task.h"
+#include "iscsi/tmf.h"
 #include "util/log.h"
 
 static int tmf_respond(struct iscsi_conn *c, const struct iscsi_bhs *req, uint8_t response)

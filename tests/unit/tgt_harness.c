@@ -13,7 +13,9 @@
 
 #include <cmocka.h>
 
+#include "iscsi/cmd.h"
 #include "iscsi/conn.h"
+#include "iscsi/login.h"
 #include "reactor/reactor.h"
 #include "util/crc32c.h"
 #include "daemon/config.h"

@@ -1,0 +1,18 @@
+/* Connections not yet logged in, server-wide (max-pending-logins and its per-address share),
+ * and the limiter for lines about them. */
+#ifndef LR_ISCSI_PENDING_H
+#define LR_ISCSI_PENDING_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+struct iscsi_server;
+
+/* add returns false, counting nothing, when a limit is reached. */
+bool iscsi_server_pending_add(struct iscsi_server *srv, const uint8_t *addr, uint8_t len,
+                              const char *peer);
+void iscsi_server_pending_del(struct iscsi_server *srv, const uint8_t *addr, uint8_t len);
+/* The server-wide limiter for lines about connections that never logged in. */
+bool iscsi_server_log_allow(struct iscsi_server *srv, unsigned *suppressed);
+
+#endif
