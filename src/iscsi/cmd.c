@@ -27,6 +27,8 @@
  * max-tx-backlog, past which the connection stops reading. */
 #define CONN_TASKS_MAX 1024u
 
+static void task_release_turn(struct cmdsn_wait *w);
+
 /* ---------------- task pool ---------------- */
 
 /* A freed task: the reactor's (warm, most recent first) before the connection's own. */
@@ -44,10 +46,9 @@ static struct iscsi_task *task_alloc(struct iscsi_conn *c)
     memset(t, 0, sizeof(*t)); /* also what scsi_task_init() does for the embedded task */
     t->conn = c;
     t->refs = 1; /* the protocol side's */
-    list_init(&t->r2t_node);
     list_init(&t->retained_node);
     list_init(&t->wait.node);
-    t->wait.release = session_release_task;
+    t->wait.release = task_release_turn;
     list_add_tail(&c->tasks, &t->node);
     c->ntasks++;
     return t;
@@ -92,7 +93,6 @@ void task_put(struct iscsi_task *t)
     assert(list_empty(&t->retained_node)); /* the retained list holds a reference */
     assert(c->w.in.task != t);             /* the receive engine holds a reference while placing */
     conn_task_hash_del(c, t);
-    list_del(&t->r2t_node);
     assert(c->buf_bytes >= t->buf_charge);
     c->buf_bytes -= t->buf_charge;
     scsi_task_release(&t->scsi);
@@ -686,6 +686,24 @@ void conn_run_released(void *arg)
     }
     conn_fail(c, rc);
     conn_put(c);
+}
+
+/* With the session lock held: a queued task's turn came. It moves to its connection's released
+ * list (the same node, the same lock), and the connection gets one kick (a deferred call on its
+ * own reactor, or one message to another) however many commands a burst releases. */
+static void task_release_turn(struct cmdsn_wait *w)
+{
+    struct iscsi_task *t = list_entry(w, struct iscsi_task, wait);
+    struct iscsi_conn *c = t->conn;
+    list_add_tail(&c->released, &w->node);
+    if (!c->release_kicked) {
+        c->release_kicked = true;
+        conn_get(c); /* dropped by conn_run_released() */
+        if (reactor_self() == c->reactor)
+            reactor_defer(c->reactor, &c->release_hook, conn_run_released, c);
+        else
+            reactor_post(c->reactor, &c->release_msg, conn_run_released, c);
+    }
 }
 
 /* ---------------- R2T ---------------- */
@@ -1448,7 +1466,6 @@ static bool orphan_conn_tasks(struct iscsi_conn *c, struct iscsi_orphans *g)
         list_del(&t->node);
         c->ntasks--;
         conn_task_hash_del(c, t);
-        list_del(&t->r2t_node);
         assert(c->buf_bytes >= t->buf_charge);
         c->buf_bytes -= t->buf_charge; /* the charge goes with the task */
         if (t->state == TASK_RETAINED) {

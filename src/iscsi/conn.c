@@ -20,6 +20,7 @@
 #include "iscsi/orphan.h"
 #include "iscsi/pending.h"
 #include "iscsi/session.h"
+#include "iscsi/session_conns.h"
 #include "iscsi/snack.h"
 #include "iscsi/task.h"
 #include "iscsi/tmf.h"
@@ -127,7 +128,6 @@ static struct iscsi_conn *conn_alloc(struct iscsi_server *srv, struct reactor *r
     list_init(&c->tasks);
     list_init(&c->retained);
     list_init(&c->task_free);
-    list_init(&c->r2t_waiting);
     list_init(&c->released);
     list_init(&c->session_node);
     iscsi_text_init(&c->login_in);
@@ -267,6 +267,14 @@ void conn_close_async(struct iscsi_conn *c, const char *why)
     bool queued = reactor_post(c->reactor, &c->close_msg, conn_close_msg_run, c);
     assert(queued); /* close_why is set once, so close_msg is posted once */
     (void)queued;
+}
+
+void conn_peer_addr(const struct iscsi_conn *c, char *out, size_t len)
+{
+    snprintf(out, len, "%s", c->peer);
+    char *colon = strrchr(out, ':');
+    if (colon && colon != out)
+        *colon = '\0';
 }
 
 /* ---------------- transmit ---------------- */

@@ -112,8 +112,6 @@ struct iscsi_conn {
     struct list_node task_free;
     unsigned ntasks;
     uint64_t buf_bytes; /* command buffers held by this connection's tasks */
-    struct list_node
-        r2t_waiting; /* tasks with more data to solicit than MaxOutstandingR2T allows */
     /* MC/S ordering: tasks whose CmdSN turn came while they waited (session->lock guards the
      * list and the flag); run on this connection's reactor by conn_run_released(). */
     struct list_node released;
@@ -247,6 +245,9 @@ int conn_send_response(struct iscsi_conn *c, enum iscsi_opcode op, const struct 
  * data segment length, which is set here. ISCSI_OK, or ISCSI_ERR_NOMEM with p released (its
  * `sent` called with ok = false). */
 int conn_send_copy(struct iscsi_conn *c, struct wire_pdu *p, const void *data, uint32_t len);
+/* The peer's address without the port: what the CHAP back-off and the discovery sessions per
+ * address count by. */
+void conn_peer_addr(const struct iscsi_conn *c, char *out, size_t len);
 void conn_close(struct iscsi_conn *c, const char *why);
 /* A NOP-In ping (TTT set, no StatSN consumed, §11.19) whose answer the liveness timer waits
  * for; its ExpStatSN also releases retained tasks. ISCSI_OK or ISCSI_ERR_NOMEM. */

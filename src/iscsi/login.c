@@ -12,6 +12,7 @@
 #include "iscsi/conn.h"
 #include "iscsi/login.h"
 #include "iscsi/session.h"
+#include "iscsi/session_conns.h"
 #include "util/log.h"
 
 unsigned iscsi_target_erl_max = ISCSI_ERL_IMPLEMENTED;
@@ -65,14 +66,6 @@ void login_conn_cleanup(struct iscsi_conn *c)
         iscsi_auth_free(c->auth);
         c->auth = NULL;
     }
-}
-
-void conn_peer_addr(const struct iscsi_conn *c, char *out, size_t len)
-{
-    snprintf(out, len, "%s", c->peer);
-    char *colon = strrchr(out, ':');
-    if (colon && colon != out)
-        *colon = '\0';
 }
 
 static struct wire_pdu *login_rsp_alloc(struct iscsi_conn *c, uint8_t flags)

@@ -10,9 +10,6 @@ struct iscsi_conn;
 
 int login_handle(struct iscsi_conn *c, struct iscsi_pdu_in *p);
 void login_conn_cleanup(struct iscsi_conn *c);
-/* The peer's address without the port: what the CHAP back-off and the discovery sessions per
- * address count by. */
-void conn_peer_addr(const struct iscsi_conn *c, char *out, size_t len);
 /* The highest ErrorRecoveryLevel the target offers (login.c): ISCSI_ERL_IMPLEMENTED. Unit
  * tests of the recovery paths raise it before logging in; nothing else touches it. */
 extern unsigned iscsi_target_erl_max;

@@ -8,6 +8,10 @@
 
 struct iscsi_server;
 
+/* The server's table of them: init returns -1 when memory ran out; destroy frees what is left. */
+int pending_init(struct iscsi_server *srv);
+void pending_destroy(struct iscsi_server *srv);
+
 /* add returns false, counting nothing, when a limit is reached. */
 bool iscsi_server_pending_add(struct iscsi_server *srv, const uint8_t *addr, uint8_t len,
                               const char *peer);

@@ -91,59 +91,33 @@ struct iscsi_session {
     uint32_t stalled_exp;      /* ExpCmdSN then: the gap holds only while it has not moved */
 };
 
-struct iscsi_session *session_create(struct iscsi_conn *c, const struct iscsi_params *p);
+/* A session for the login of `initiator` (port isid) at addr: in the session table with a new
+ * TSIH, its CmdSN window starting at cmdsn (the leading Login's, §11.12.7), one reference
+ * held; NULL when memory ran out or the table is full. node: NULL for discovery. */
+struct iscsi_session *session_new(struct iscsi_server *srv, struct iscsi_node *node, bool discovery,
+                                  const uint8_t isid[6], const char *initiator, const char *addr,
+                                  const struct iscsi_params *p, uint32_t cmdsn);
 struct iscsi_session *session_lookup(struct iscsi_server *srv, uint16_t tsih);
-/* Detach a connection; the last one out frees the session. */
-void session_remove_conn(struct iscsi_session *s, struct iscsi_conn *c);
-void session_add_conn(struct iscsi_session *s, struct iscsi_conn *c);
-/* Close every connection of any session with this initiator name + ISID + node (§6.3.5). Each
- * one closed counts in closed (NULL: none) until its close has aborted its commands. */
-void session_reinstate(struct iscsi_server *srv, const char *initiator, const uint8_t isid[6],
-                       struct iscsi_node *node, struct iscsi_conn *except,
-                       struct scsi_join *closed);
-/* A new connection c takes over from connections being closed for it (session reinstatement,
- * RFC 7143 §6.3.5; connection reinstatement below ERL 2, §6.3.4): it reads nothing more until
- * they have closed and the commands their close aborted have left the store, so that the
- * initiator's retry of a write can never be overwritten by the write it replaces (SAM-5
- * §6.3.4: the tasks of a lost I_T nexus are aborted); for a leading login also when nothing
- * closes for it, as a connection lost just before may have left aborted writes in the store.
- * begin: the join the closes count in (NULL: out of memory, nobody waits); end: after they
- * were asked to close. */
-struct scsi_join *session_takeover_begin(struct iscsi_conn *c);
-void session_takeover_end(struct scsi_join *closed);
 void session_put(struct iscsi_session *s);
 /* CmdSN cmdsn counts as received with no command to run: a non-SCSI, non-immediate request
  * (NOP-Out, Text, TMF, Logout) used it up, or an ABORT TASK named a task no connection has
  * with RefCmdSN inside the window (RFC 7143 §11.5.1 b). ExpCmdSN steps over it, and a command
  * arriving later with it is dropped unanswered. Nothing if it was received meanwhile. */
 void session_consume_cmdsn(struct iscsi_session *s, uint32_t cmdsn);
-/* Whether a connection with this CID is in the session now (no pointer: the connection lives
- * on its own reactor, which may free it the moment the lock is dropped). */
-bool session_has_conn(struct iscsi_session *s, uint16_t cid);
-/* Ask the connections to close, each on its own reactor. */
-void session_close_other_conns(struct iscsi_session *s, struct iscsi_conn *keep);
-/* Close (by message to its reactor) every connection c of every live session s for which
- * match(s, c, arg) holds; the session table and each session are locked meanwhile. */
-void session_close_conns_where(struct iscsi_server *srv,
-                               bool (*match)(const struct iscsi_session *s,
-                                             const struct iscsi_conn *c, const void *arg),
-                               const void *arg, const char *why);
-/* Close the connection with that CID (by message to its reactor). terminate: its tasks end
- * with it (a Logout "close the connection", §11.14.5 a); else at ERL 2 they are kept for
- * reassignment (a reinstatement or a Logout "remove the connection for recovery", §6.3.4).
- * exp_statsn (NULL: none): the Logout's ExpStatSN for that connection (§11.14.4); the answers
- * below it were received and their tasks are not kept.
- * At ERL 2 the acknowledgement goes to the last connection with the CID: stored there for its
- * teardown if that has not published its orphan group yet, else (and for a CID gone) taken
- * from the group at once (orphans_ack_statsn). Returns the answered orphans that ended so. */
-unsigned session_close_conn_by_cid(struct iscsi_session *s, uint16_t cid, bool terminate,
-                                   const uint32_t *exp_statsn, struct scsi_join *closed);
 void session_get(struct iscsi_session *s);
 /* With s->lock: the session has no connection and no orphan group left and nobody ended it
  * yet: it ends now (closing set); *loss tells whether its end is an I_T nexus loss. */
 bool session_unused_locked(struct iscsi_session *s, bool *loss);
 /* The end of a session session_unused_locked() chose: the nexus loss UA, out of the table. */
 void session_end(struct iscsi_session *s, bool loss);
+/* For session_conns.c, which adds and removes connections. With s->lock: whether its end,
+ * seen now, is an I_T nexus loss to report (once); a connection died (session_check_gap).
+ * With sessions_lock: the table counts s in or out. The session leaves the table (its
+ * reference dropped). */
+bool session_loss_due_locked(struct iscsi_session *s);
+void session_lost_conn_locked(struct iscsi_session *s);
+void session_table_count(struct iscsi_server *srv, struct iscsi_session *s, int delta);
+void session_table_remove(struct iscsi_session *s);
 /* With the session lock held: a queued command whose connection was removed for recovery
  * before its turn came is discarded (RFC 7143 §11.14: requests not acknowledged via ExpCmdSN)
  * and its CmdSN stays not received, so the initiator's retry of it is taken. Done under the
@@ -163,8 +137,6 @@ void session_cmd_done(struct iscsi_session *s);
 /* A queued or released command goes away (aborted, connection gone) before it ran: it no
  * longer counts in flight, and its CmdSN stays received (taken). */
 void session_cmdsn_cancel(struct iscsi_session *s, struct cmdsn_wait *w);
-/* The release of a task's cmdsn_wait: onto its connection's released list, with one kick. */
-void session_release_task(struct cmdsn_wait *w);
 /* A connection of s died: the CmdSNs the window granted so far may never all arrive. */
 void session_note_lost_conn(struct iscsi_session *s);
 /* Called once a second per connection: after a connection loss, a CmdSN gap that has held

@@ -120,9 +120,8 @@ struct iscsi_task {
     uint64_t buf_charge;            /* bytes of data memory it holds: in conn->buf_bytes (while on a
                                      * connection) and in srv->task_mem (until freed) */
     struct iscsi_task *hash_next;
-    struct list_node node;     /* conn->tasks (conn->task_free once freed) */
-    struct list_node r2t_node; /* conn->r2t_waiting */
-    struct cmdsn_wait wait;    /* session->pending, then conn->released (MC/S order) */
+    struct list_node node;  /* conn->tasks (conn->task_free once freed) */
+    struct cmdsn_wait wait; /* session->pending, then conn->released (MC/S order) */
     /* ERL 2, while orphaned (the session's lock guards these; see enum task_orphan). `node`
      * then links it into its orphan group instead of conn->tasks, and conn is NULL (or, while
      * ORPHAN_BUSY, the dead connection the store completes on). */

@@ -17,6 +17,7 @@
 #include "iscsi/conn.h"
 #include "iscsi/orphan.h"
 #include "iscsi/session.h"
+#include "iscsi/session_conns.h"
 #include "iscsi/task.h"
 #include "iscsi/tmf.h"
 #include "util/log.h"

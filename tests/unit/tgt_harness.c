@@ -16,6 +16,7 @@
 #include "iscsi/cmd.h"
 #include "iscsi/conn.h"
 #include "iscsi/login.h"
+#include "iscsi/session_conns.h"
 #include "reactor/reactor.h"
 #include "util/crc32c.h"
 #include "daemon/config.h"
