@@ -29,85 +29,7 @@
 
 static void task_release_turn(struct cmdsn_wait *w);
 
-/* ---------------- task pool ---------------- */
-
-/* A freed task: the reactor's (warm, most recent first) before the connection's own. */
-static struct iscsi_task *task_alloc(struct iscsi_conn *c)
-{
-    struct iscsi_reactor_local *l = conn_reactor_local(c);
-    struct list_node *n = l ? list_pop(&l->task_free) : NULL;
-    if (n)
-        l->ntask_free--;
-    else
-        n = list_pop(&c->task_free);
-    struct iscsi_task *t = n ? list_entry(n, struct iscsi_task, node) : malloc(sizeof(*t));
-    if (!t)
-        return NULL;
-    memset(t, 0, sizeof(*t)); /* also what scsi_task_init() does for the embedded task */
-    t->conn = c;
-    t->refs = 1; /* the protocol side's */
-    list_init(&t->retained_node);
-    list_init(&t->wait.node);
-    t->wait.release = task_release_turn;
-    list_add_tail(&c->tasks, &t->node);
-    c->ntasks++;
-    return t;
-}
-
-void task_get(struct iscsi_task *t)
-{
-    assert(t->refs > 0);
-    t->refs++;
-}
-
-/* The task stops counting in its portal's queue depth (struct iscsi_task.st_queue): on the
- * reactor that counted it, as every caller runs on the task's connection's thread. */
-static void task_queue_leave(struct iscsi_task *t)
-{
-    iostats_queue(t->st_queue, -1);
-    t->st_queue = NULL;
-}
-
-/* The one place a task is freed: when its last holder lets go (see struct iscsi_task). */
-void task_put(struct iscsi_task *t)
-{
-    assert(t->refs > 0);
-    if (--t->refs > 0)
-        return;
-    struct iscsi_conn *c = t->conn;
-    if (!c) {
-        /* ERL 2: an orphan never reassigned (orphan.c), on no connection's lists: its buffer
-         * charge left with it, and it holds a session reference of its own. */
-        assert(t->orphan == ORPHAN_NO || t->orphan == ORPHAN_IDLE);
-        assert(list_empty(&t->wait.node) && list_empty(&t->retained_node));
-        struct iscsi_session *s = t->orphan_sess;
-        scsi_task_release(&t->scsi);
-        taskmem_uncharge(s->srv, t->buf_charge); /* the orphan's memory, till now */
-        free(t);
-        session_put(s);
-        return;
-    }
-    /* ended unanswered (aborted, dropped, its connection gone): out of the queue depth */
-    task_queue_leave(t);
-    assert(list_empty(&t->wait.node));     /* no longer waiting for its CmdSN turn */
-    assert(list_empty(&t->retained_node)); /* the retained list holds a reference */
-    assert(c->w.in.task != t);             /* the receive engine holds a reference while placing */
-    conn_task_hash_del(c, t);
-    assert(c->buf_bytes >= t->buf_charge);
-    c->buf_bytes -= t->buf_charge;
-    scsi_task_release(&t->scsi);
-    taskmem_uncharge(c->srv, t->buf_charge);
-    t->buf_charge = 0;
-    list_del(&t->node);
-    c->ntasks--;
-    struct iscsi_reactor_local *l = conn_reactor_local(c);
-    if (l && l->ntask_free < ISCSI_REACTOR_TASKS_MAX) {
-        list_add(&l->task_free, &t->node);
-        l->ntask_free++;
-    } else {
-        list_add_tail(&c->task_free, &t->node);
-    }
-}
+/* ---------------- tasks by ITT ---------------- */
 
 /* The newest task with that ITT other than `except`, not aborted. */
 static struct iscsi_task *task_lookup_except(struct iscsi_conn *c, uint32_t itt,
@@ -618,7 +540,7 @@ static void cmd_scsi_done(struct scsi_task *st)
 static int cmd_exec(struct iscsi_conn *c, struct iscsi_task *t)
 {
     t->state = TASK_EXEC;
-    conn_task_hash_del(c, t); /* no more Data-Out for it; the ITT may be reused after status */
+    task_hash_del(c, t); /* no more Data-Out for it; the ITT may be reused after status */
     if (t->refused)
         return cmd_respond(c, t);
     conn_get(c);
@@ -838,7 +760,7 @@ static uint8_t scsi_cmd_refusal(struct iscsi_conn *c, const struct iscsi_pdu_in 
         return ISCSI_REJECT_INVALID_PDU_FIELD;
     if (bhs_immediate(req) && c->ntasks >= CONN_TASKS_MAX)
         return ISCSI_REJECT_IMMEDIATE_CMD_REJECT;
-    struct iscsi_task *dup = conn_task_find(c, itt);
+    struct iscsi_task *dup = task_hash_find(c, itt);
     if (dup && dup->cmdsn != bhs_get32(req, BHS_CMDSN))
         return ISCSI_REJECT_TASK_IN_PROGRESS;
     *drop = dup != NULL;
@@ -880,7 +802,7 @@ static bool cmd_immediate_retry(struct iscsi_conn *c, const struct iscsi_task *f
  * protocol side lets go. */
 static void cmd_drop_new(struct iscsi_conn *c, struct iscsi_task *t)
 {
-    conn_task_hash_del(c, t);
+    task_hash_del(c, t);
     task_put(t);
 }
 
@@ -924,6 +846,7 @@ int cmd_handle_scsi_header(struct iscsi_conn *c, struct iscsi_pdu_in *p)
         p->discard = true; /* no task: dropped, as a command outside the window would be */
         return ISCSI_OK;
     }
+    t->wait.release = task_release_turn;
     uint32_t itt = bhs_get32(req, BHS_ITT);
     uint8_t flags = req->b[1];
     t->req = *req;
@@ -984,7 +907,7 @@ int cmd_handle_scsi_header(struct iscsi_conn *c, struct iscsi_pdu_in *p)
      * checked): in the portal's queue depth */
     t->st_queue = c->st_portal;
     iostats_queue(t->st_queue, 1);
-    conn_task_hash_add(c, t);
+    task_hash_add(c, t);
     task_get(t); /* the receive engine's, until the end of this PDU */
     p->task = t;
 
@@ -1136,7 +1059,7 @@ static void data_out_maybe_terminate(struct iscsi_task *t)
 int cmd_handle_data_out_header(struct iscsi_conn *c, struct iscsi_pdu_in *p)
 {
     struct iscsi_bhs *h = &p->bhs;
-    struct iscsi_task *t = conn_task_find(c, bhs_get32(h, BHS_ITT));
+    struct iscsi_task *t = task_hash_find(c, bhs_get32(h, BHS_ITT));
     if (!t) {
         p->discard = true; /* for a task that already ended (aborted): dropped */
         return ISCSI_OK;
@@ -1416,7 +1339,7 @@ void cmd_task_abort(struct iscsi_task *t)
          * of its work it does not have yet, and the TMF's answer waits for the rest */
         scsi_task_abort(&t->scsi);
     }
-    conn_task_hash_del(c, t);
+    task_hash_del(c, t);
     if (c->w.in.task == t)
         c->w.in.discard = true; /* the rest of the data segment being received: dropped */
     task_put(t);                /* the protocol side's */
@@ -1465,7 +1388,7 @@ static bool orphan_conn_tasks(struct iscsi_conn *c, struct iscsi_orphans *g)
             continue;
         list_del(&t->node);
         c->ntasks--;
-        conn_task_hash_del(c, t);
+        task_hash_del(c, t);
         assert(c->buf_bytes >= t->buf_charge);
         c->buf_bytes -= t->buf_charge; /* the charge goes with the task */
         if (t->state == TASK_RETAINED) {
@@ -1493,7 +1416,7 @@ static void cmd_task_discard(struct iscsi_task *t)
     struct iscsi_conn *c = t->conn;
     assert(t->state == TASK_QUEUED && !t->aborted);
     t->aborted = true;
-    conn_task_hash_del(c, t);
+    task_hash_del(c, t);
     task_put(t);
 }
 
@@ -1525,6 +1448,11 @@ void cmd_conn_teardown(struct iscsi_conn *c)
 {
     struct list_node *n, *tmp;
     bool kept = false;
+    if (c->w.in.task) { /* closed in the middle of a PDU placed into a task */
+        struct iscsi_task *t = c->w.in.task;
+        c->w.in.task = NULL;
+        task_put(t);
+    }
     if (cmd_teardown_test_hook)
         cmd_teardown_test_hook(c, false);
     /* Removed for recovery by a Logout on another connection, or restarted: the answers its
@@ -1548,7 +1476,6 @@ void cmd_conn_teardown(struct iscsi_conn *c)
         c->nretained--;
         task_put(list_entry(n, struct iscsi_task, retained_node));
     }
-    snack_conn_cleanup(c);
     bool report = conn_end_clears_tasks(c);
     list_for_each_safe(n, tmp, &c->tasks)
     {
@@ -1681,7 +1608,7 @@ static int reassign_data_out(struct iscsi_conn *c, struct iscsi_task *t)
                                  ISCSI_RSVD_TAG, 0, 0, 0);
     t->data_out_ms = reactor_now_ms();
     t->stall_rounds = 0; /* a new connection: its own rounds */
-    conn_task_hash_add(c, t);
+    task_hash_add(c, t);
     if (!t->refused && !t->seq_failed && (t->nholes || t->r2t_offset < t->data_expected)) {
         int rc = send_r2ts(c, t);
         if (rc < 0)

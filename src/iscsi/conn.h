@@ -14,6 +14,7 @@
 #include "iscsi/node.h"
 #include "iscsi/pdu.h"
 #include "iscsi/pending.h"
+#include "iscsi/rsp_ring.h"
 #include "iscsi/session.h"
 #include "iscsi/wire.h"
 #include "reactor/reactor.h"
@@ -49,8 +50,22 @@ enum conn_phase {
     CONN_CLOSING,
 };
 
+/* Hooks run at a connection's end: its tasks, its login state, its place in the session. */
+#define CONN_END_HOOKS 3u
+
+/* What the layer above gives a connection when it makes one (dispatch.c): the wire engine's
+ * callbacks (the PDU dispatch), and what conn_close() runs, in this order, once the socket is
+ * closed, so that this file calls none of the modules above it. */
+struct conn_ops {
+    struct wire_ops wire;
+    void (*end[CONN_END_HOOKS])(struct iscsi_conn *c);
+    /* Run as the last reference goes, on its reactor, before c is freed (NULL: nothing). */
+    void (*free)(struct iscsi_conn *c);
+};
+
 struct iscsi_conn {
     struct iscsi_server *srv;
+    const struct conn_ops *ops;
     struct reactor *reactor;
     /* The socket, receive machine and transmit queue (iscsi/wire.h). */
     struct wire w;
@@ -129,10 +144,8 @@ struct iscsi_conn {
     uint32_t retain_floor;
     bool retain_dropped;
     /* ERL >= 1: copies of the last responses that used a StatSN and are not a task's (Reject,
-     * NOP-In, TMF, Text, Logout), for a Status SNACK (snack.c); allocated on first use. */
-    struct rsp_copy *rsp_ring;
-    unsigned rsp_ring_next;
-    bool rsp_resending;
+     * NOP-In, TMF, Text, Logout), for a Status SNACK (snack.c, rsp_ring.c). */
+    struct rsp_ring rsp_ring;
 
     /* --inject (the server's, handed over at accept): kill-connection runs on inject_timer,
      * digest-error and drop-pdu are for the transmit path */
@@ -209,18 +222,13 @@ struct iscsi_conn {
 
 /* conn.c */
 
-/* The PDU dispatcher: the receive engine's two calls per received PDU. Both take the
- * connection's PDU (struct iscsi_pdu_in), run the handler for its opcode and phase, and return
- * its status (enum iscsi_status); a negative status has closed the connection (here, the one
- * place a handler's verdict closes it) and the engine must stop.
- *   conn_pdu_header: the BHS is in (and checked: digest, length). The handler may place the
- *     data segment (p->dst/dstcnt, or p->discard) and leave its verdict in p->reject_reason /
- *     p->task; with neither dst nor discard set, the engine receives the data into its buffer.
- *   conn_pdu_done: the data segment is in (p->data points at it when it went to the engine's
- *     buffer). Runs the end-of-PDU handler with the header phase's verdict, then releases
- *     p->task's reference. */
-int conn_pdu_header(struct iscsi_conn *c, struct iscsi_pdu_in *p);
-int conn_pdu_done(struct iscsi_conn *c, struct iscsi_pdu_in *p);
+/* A connection's fields before it has a socket: login phase, login-sized buffers, empty
+ * queues, counted in the server and the reactor's load. NULL when memory ran out. */
+struct iscsi_conn *conn_new(struct iscsi_server *srv, struct reactor *r,
+                            const struct iscsi_portal_addr *portal, const struct conn_ops *ops);
+/* The connection is no longer one waiting to log in (logged in, or closing). */
+void conn_pending_done(struct iscsi_conn *c);
+
 /* Close for a negative status (its reason from iscsi_status_str()); nothing for ISCSI_OK. For
  * the dispatcher and for asynchronous paths that queue PDUs outside it (store completions,
  * timers, cross-thread messages). Returns status. */
@@ -256,9 +264,6 @@ int conn_send_nop_ping(struct iscsi_conn *c);
 int conn_send_reject(struct iscsi_conn *c, const struct iscsi_bhs *bad, uint8_t reason);
 /* Fill StatSN (and advance it if `advance`), ExpCmdSN and MaxCmdSN of a response header. */
 void conn_fill_sn(struct iscsi_conn *c, struct iscsi_bhs *h, bool advance);
-void conn_task_hash_add(struct iscsi_conn *c, struct iscsi_task *t);
-void conn_task_hash_del(struct iscsi_conn *c, struct iscsi_task *t);
-struct iscsi_task *conn_task_find(struct iscsi_conn *c, uint32_t itt);
 void conn_get(struct iscsi_conn *c);
 /* From any thread: the connection is freed on its own reactor's thread. */
 void conn_put(struct iscsi_conn *c);
@@ -271,9 +276,6 @@ void conn_close_async(struct iscsi_conn *c, const char *why);
 /* Test seams (tests/unit/tgt_harness.c): a connection without a socket, driven by feeding it
  * bytes and taking what it would have written. Everything runs on the caller's thread; the
  * reactor r still runs the deferred work (completions, frees) when the caller runs it. */
-/* A connection in login phase with no descriptor and no timer (no login deadline, no NOP-In
- * pings): the caller closes it with conn_close(). NULL when memory ran out. */
-struct iscsi_conn *iscsi_conn_new_detached(struct iscsi_server *srv, struct reactor *r);
 /* Receive `len` bytes as if read from the socket; returns how many were taken (fewer when the
  * connection closed, or paused reading because its replies are not being taken). */
 size_t iscsi_conn_feed(struct iscsi_conn *c, const void *bytes, size_t len);

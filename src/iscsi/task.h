@@ -145,8 +145,17 @@ struct iscsi_reactor_local {
     unsigned ntask_free;
 };
 
-/* The shared pools of c's reactor when called on its thread, else NULL. */
-struct iscsi_reactor_local *conn_reactor_local(struct iscsi_conn *c);
+/* task.c: the pool. A new task of c (TASK_QUEUED, one reference: the protocol side's, on c's
+ * list of tasks); NULL when memory ran out. The caller sets its wait.release. */
+struct iscsi_task *task_alloc(struct iscsi_conn *c);
+/* The last reference to c is gone: its free tasks are freed (struct conn_ops.free). */
+void task_pool_conn_free(struct iscsi_conn *c);
+/* t stops counting in its portal's queue depth (st_queue), on the reactor that counted it. */
+void task_queue_leave(struct iscsi_task *t);
+/* The tasks of c that take Data-Out, by ITT (in_hash tells whether t is in). */
+void task_hash_add(struct iscsi_conn *c, struct iscsi_task *t);
+void task_hash_del(struct iscsi_conn *c, struct iscsi_task *t);
+struct iscsi_task *task_hash_find(struct iscsi_conn *c, uint32_t itt);
 
 void task_get(struct iscsi_task *t);
 /* Drop a reference; the last one frees the task (see struct iscsi_task). */
