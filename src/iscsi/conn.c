@@ -202,16 +202,25 @@ struct wire_pdu *conn_pdu_new(struct iscsi_conn *c, enum iscsi_opcode op, uint8_
     return p;
 }
 
-int conn_send_response(struct iscsi_conn *c, enum iscsi_opcode op, const struct iscsi_bhs *req,
-                       uint8_t response)
+struct wire_pdu *conn_response_new(struct iscsi_conn *c, enum iscsi_opcode op,
+                                   const struct iscsi_bhs *req, uint8_t response)
 {
     struct wire_pdu *p = conn_pdu_new(c, op, ISCSI_FLAG_FINAL);
     if (!p)
-        return ISCSI_ERR_NOMEM;
+        return NULL;
     struct iscsi_bhs *h = (struct iscsi_bhs *)p->hdr;
     h->b[BHS_RESPONSE] = response;
     bhs_put32(h, BHS_ITT, bhs_get32(req, BHS_ITT));
-    conn_fill_sn(c, h, true);
+    return p;
+}
+
+int conn_send_response(struct iscsi_conn *c, enum iscsi_opcode op, const struct iscsi_bhs *req,
+                       uint8_t response)
+{
+    struct wire_pdu *p = conn_response_new(c, op, req, response);
+    if (!p)
+        return ISCSI_ERR_NOMEM;
+    conn_fill_sn(c, (struct iscsi_bhs *)p->hdr, true);
     conn_send(c, p);
     return ISCSI_OK;
 }

@@ -245,6 +245,10 @@ struct wire_pdu *conn_tx_alloc(struct iscsi_conn *c);
 /* A PDU with its BHS started (opcode, flags); NULL when memory ran out (the caller returns
  * ISCSI_ERR_NOMEM). */
 struct wire_pdu *conn_pdu_new(struct iscsi_conn *c, enum iscsi_opcode op, uint8_t flags);
+/* A response PDU with its Response byte and the request's ITT set, to be completed; NULL when
+ * memory ran out. */
+struct wire_pdu *conn_response_new(struct iscsi_conn *c, enum iscsi_opcode op,
+                                   const struct iscsi_bhs *req, uint8_t response);
 /* A response that carries only a Response byte, the request's ITT and the sequence numbers
  * (TMF, Logout). ISCSI_OK or ISCSI_ERR_NOMEM. */
 int conn_send_response(struct iscsi_conn *c, enum iscsi_opcode op, const struct iscsi_bhs *req,

@@ -106,12 +106,10 @@ static int nop_out_handle(struct iscsi_conn *c, struct iscsi_pdu_in *p)
 static int logout_respond(struct iscsi_conn *c, const struct iscsi_bhs *req, uint8_t response,
                           bool recovery, bool gone)
 {
-    struct wire_pdu *p = conn_pdu_new(c, ISCSI_OP_LOGOUT_RSP, ISCSI_FLAG_FINAL);
+    struct wire_pdu *p = conn_response_new(c, ISCSI_OP_LOGOUT_RSP, req, response);
     if (!p)
         return ISCSI_ERR_NOMEM;
     struct iscsi_bhs *h = (struct iscsi_bhs *)p->hdr;
-    h->b[BHS_RESPONSE] = response;
-    bhs_put32(h, BHS_ITT, bhs_get32(req, BHS_ITT));
     if (recovery) {
         put_be16(h->b + BHS_TIME2WAIT, gone ? 0 : (uint16_t)session_time2wait(c->session));
         put_be16(h->b + BHS_TIME2RETAIN, (uint16_t)c->session->params.default_time2retain);
