@@ -13,11 +13,13 @@
 
 #include "iscsi/cmd.h"
 #include "iscsi/conn.h"
+#include "iscsi/dataout.h"
 #include "iscsi/discovery.h"
 #include "iscsi/dispatch.h"
 #include "iscsi/login.h"
 #include "iscsi/orphan.h"
 #include "iscsi/pending.h"
+#include "iscsi/response.h"
 #include "iscsi/session.h"
 #include "iscsi/session_conns.h"
 #include "iscsi/snack.h"

@@ -64,4 +64,14 @@ unsigned orphans_abort(struct iscsi_server *srv, orphans_match match, const void
 /* The store completed an ORPHAN_BUSY task (on the dead connection's reactor). */
 enum orphan_fate orphans_store_done(struct iscsi_task *t);
 
+bool orphans_fill(struct iscsi_conn *c, struct iscsi_orphans *g);
+/* ERL 2, ABORT TASK on c took orphan t (CLAIM_NOW): it joins c and is aborted there, a status
+ * issued and not acknowledged issued again first (RFC 7143 §11.5.1). */
+int cmd_task_adopt_abort(struct iscsi_conn *c, struct iscsi_task *t);
+/* ERL 2, TASK REASSIGN on c took t (CLAIM_NOW, its Task Management Response queued): t joins
+ * c and resumes (RFC 7143 §7.2.2): a read's Data-In again from exp_datasn with the status, a
+ * status lost again with a new StatSN of c, a write's missing data solicited by R2Ts with new
+ * TTTs and R2TSNs going on from the task's, a command never answered answered. */
+int cmd_task_adopt(struct iscsi_conn *c, struct iscsi_task *t, uint32_t exp_datasn);
+
 #endif

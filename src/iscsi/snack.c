@@ -12,6 +12,9 @@
 
 #include "iscsi/cmd.h"
 #include "iscsi/conn.h"
+#include "iscsi/dataout.h"
+#include "iscsi/exec.h"
+#include "iscsi/response.h"
 #include "iscsi/rsp_ring.h"
 #include "iscsi/snack.h"
 #include "iscsi/task.h"
@@ -43,6 +46,24 @@ static int resend_copy(struct iscsi_conn *c, const struct rsp_copy *k)
     int rc = conn_send_copy(c, p, k->data, k->dlen);
     c->rsp_ring.resending = false;
     return rc;
+}
+
+/* R-Data SNACK (§11.16.3): every Data-In again, cut to the initiator's current
+ * MaxRecvDataSegmentLength and numbered from 0, then a SCSI Response with the SNACK Tag and
+ * the original StatSN. */
+static int resend_resegmented(struct iscsi_conn *c, struct iscsi_task *t, uint32_t snack_tag)
+{
+    assert(t->state == TASK_RETAINED);
+    if (t->din_total) {
+        t->din_pdu_len = c->max_send_dsl;
+        t->din_recut_pdu = 0; /* one cut again, numbered from 0 */
+        uint32_t count = cmd_data_in_count(t);
+        int rc = rsp_queue_data_in_run(c, t, 0, count, DIN_NO_STATUS);
+        if (rc < 0)
+            return rc;
+        t->datasn_in = count;
+    }
+    return rsp_status(c, t, RSP_AGAIN, snack_tag);
 }
 
 static int snack_reject(struct iscsi_conn *c, const struct iscsi_bhs *req, uint8_t reason,
@@ -187,7 +208,7 @@ static int snack_rdata(struct iscsi_conn *c, const struct iscsi_bhs *req)
     struct iscsi_task *t = retained_task(c, bhs_get32(req, BHS_ITT));
     if (!t || t->scsi.dir != SCSI_DIR_READ)
         return snack_reject(c, req, ISCSI_REJECT_PROTOCOL_ERROR, "no answered read to re-send");
-    return cmd_resend_resegmented(c, t, bhs_get32(req, BHS_TTT));
+    return resend_resegmented(c, t, bhs_get32(req, BHS_TTT));
 }
 
 int snack_handle(struct iscsi_conn *c, struct iscsi_pdu_in *p)

@@ -24,6 +24,14 @@
  * CONDITION (its connection stays). */
 #define ISCSI_DATA_OUT_STALL_ROUNDS 4u
 
+/* Immediate commands bypass the CmdSN window (RFC 7143 §4.2.2.1), so they are bounded here:
+ * past this many tasks on the connection one is rejected with reason 0x06, "Immediate Command
+ * Reject - too many immediate commands" (§11.17.1). Non-immediate commands are bounded by the
+ * window the target grants (MaxCmdSN); one inside it is always taken (outside it, it is
+ * silently ignored, §4.2.2.1), and tasks whose answers wait to be sent are bounded by
+ * max-tx-backlog, past which the connection stops reading. */
+#define CONN_TASKS_MAX 1024u
+
 struct iscsi_conn;
 struct iscsi_session;
 
@@ -133,6 +141,9 @@ struct iscsi_task {
     struct iscsi_conn *claim;          /* TASK REASSIGN took it while ORPHAN_BUSY (a ref) */
     struct reactor_msg move_msg;       /* ... and the completion hands it over by this */
     bool abort_on_arrival;             /* ... and ABORT TASK took it meanwhile */
+    /* ORPHAN_BUSY: what the store's completion runs (orphan.c, set with the state), so that
+     * running commands (exec.c) need not know the orphans */
+    void (*orphan_done)(struct iscsi_task *t);
 };
 
 /* What the connections of one reactor share, touched only on its thread (reactor_self()): with

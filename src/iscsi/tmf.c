@@ -15,6 +15,7 @@
 
 #include "iscsi/cmd.h"
 #include "iscsi/conn.h"
+#include "iscsi/exec.h"
 #include "iscsi/orphan.h"
 #include "iscsi/session.h"
 #include "iscsi/session_conns.h"

@@ -15,6 +15,7 @@
 
 #include "iscsi/cmd.h"
 #include "iscsi/conn.h"
+#include "iscsi/dataout.h"
 #include "iscsi/dispatch.h"
 #include "iscsi/login.h"
 #include "iscsi/session_conns.h"
