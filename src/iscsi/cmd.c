@@ -315,10 +315,9 @@ struct iscsi_task *cmd_task_lookup(struct iscsi_conn *c, uint32_t itt)
 static bool conn_keeps_tasks(const struct iscsi_conn *c)
 {
     const struct iscsi_session *s = c->session;
-    if (!s || conn_erl(c) < 2 || !s->params.default_time2retain ||
-        atomic_load(&c->srv->shutting_down) || atomic_load(&c->terminate_tasks))
+    if (!s || conn_erl(c) < 2 || !s->params.default_time2retain)
         return false;
-    return !c->logged_out || c->recovery_logout;
+    return c->end == CONN_END_LOST || c->end == CONN_END_RECOVERY;
 }
 
 /* A queued command of a connection removed for recovery, out of the CmdSN queue already
@@ -342,11 +341,9 @@ static void cmd_task_discard(struct iscsi_task *t)
 static bool conn_end_clears_tasks(const struct iscsi_conn *c)
 {
     struct iscsi_session *s = c->session;
-    bool by_logout = atomic_load(&c->closed_by_logout);
-    if (!s || !s->nexus || atomic_load(&c->srv->shutting_down) ||
-        (atomic_load(&c->terminate_tasks) && !by_logout) || (c->logged_out && c->recovery_logout))
+    if (!s || !s->nexus || c->end == CONN_END_TERMINATED || c->end == CONN_END_RECOVERY)
         return false;
-    by_logout = by_logout || c->logged_out;
+    bool by_logout = c->end != CONN_END_LOST; /* LOGOUT or NAMED */
     pthread_mutex_lock(&s->lock);
     /* a Logout that ends the session set logged_out; a failed connection (case b) leaves the
      * session to the others, c still counting among them here */
@@ -397,7 +394,7 @@ void cmd_conn_teardown(struct iscsi_conn *c)
          * holders (queued PDUs, dropped by conn_close(); the store) let go on their own. */
         if (kept && t->state == TASK_QUEUED && !t->aborted) {
             cmd_task_discard(t);
-        } else if (!t->aborted && t->state != TASK_SENDING && t->state != TASK_RETAINED) {
+        } else if (!t->aborted && !task_answered(t)) {
             /* one whose immediate data was still under its digest check never had its
              * CmdSN received (§7.3): the initiator retries it, nothing was cleared */
             if (report && !t->cmdsn_pending)

@@ -12,7 +12,7 @@
 struct iscsi_conn;
 struct iscsi_task;
 
-/* cmd.c: the SCSI Command and Data-Out handlers (header phase, end of PDU). */
+/* The SCSI Command handler (header phase, end of PDU). */
 int cmd_handle_scsi_header(struct iscsi_conn *c, struct iscsi_pdu_in *p);
 int cmd_handle_scsi_data_done(struct iscsi_conn *c, struct iscsi_pdu_in *p);
 /* A task of this connection by ITT among every state (the hash holds only those taking

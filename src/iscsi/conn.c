@@ -119,12 +119,30 @@ void conn_pending_done(struct iscsi_conn *c)
     iscsi_server_pending_del(c->srv, c->peer_addr, c->peer_addr_len);
 }
 
+/* What conn_close() decides once (enum conn_end), from its own Logout (logged_out,
+ * recovery_logout) and what other threads asked (terminate_tasks, closed_by_logout, the
+ * server shutting down). */
+static enum conn_end conn_end_how(const struct iscsi_conn *c)
+{
+    bool terminate = atomic_load(&c->terminate_tasks);
+    bool named = atomic_load(&c->closed_by_logout);
+    if (atomic_load(&c->srv->shutting_down) || (terminate && !named) ||
+        (terminate && c->logged_out && c->recovery_logout))
+        return CONN_END_TERMINATED;
+    if (terminate)
+        return CONN_END_NAMED;
+    if (c->logged_out)
+        return c->recovery_logout ? CONN_END_RECOVERY : CONN_END_LOGOUT;
+    return CONN_END_LOST;
+}
+
 void conn_close(struct iscsi_conn *c, const char *why)
 {
     if (c->dead)
         return;
     c->dead = true;
     c->logged_out = c->phase == CONN_LOGGED_OUT && !c->async_drop;
+    c->end = conn_end_how(c);
     c->phase = CONN_CLOSING;
     if (why) { /* not after a logout: the connection is lost (docs/logging.md) */
         char ini[2 * ISCSI_NAME_MAX + 3], reason[256];

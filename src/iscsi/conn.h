@@ -50,6 +50,31 @@ enum conn_phase {
     CONN_CLOSING,
 };
 
+/* How a connection ended, decided once as conn_close() begins (from what its own Logout and
+ * other threads left in it: a Logout on another connection, a reset, shutdown) and read by
+ * the end hooks: whether its tasks are kept for reassignment at ERL 2 (RFC 7143 §7.2.2), and
+ * whether their end is reported to the nexus (§11.14.5).
+ *
+ *   CONN_END_NONE ── conn_close() ──┬──> LOST        failed, timed out, dropped, reinstated at
+ *   (still open)                    │                ERL 2: tasks kept (ERL 2) or ended, reported
+ *                                   ├──> LOGOUT      its own Logout "close the connection" or
+ *                                   │                "close the session": ended, reported
+ *                                   ├──> RECOVERY    its own Logout "remove for recovery": kept
+ *                                   ├──> NAMED       closed by a Logout on another connection, or
+ *                                   │                a reinstatement below ERL 2: ended, reported
+ *                                   └──> TERMINATED  a reset, a preempted nexus, shutdown (or its
+ *                                                    own recovery Logout crossed by one naming
+ *                                                    it): ended, nothing reported
+ */
+enum conn_end {
+    CONN_END_NONE,
+    CONN_END_LOST,
+    CONN_END_LOGOUT,
+    CONN_END_RECOVERY,
+    CONN_END_NAMED,
+    CONN_END_TERMINATED,
+};
+
 /* Hooks run at a connection's end: its tasks, its login state, its place in the session. */
 #define CONN_END_HOOKS 3u
 
@@ -167,11 +192,11 @@ struct iscsi_conn {
     struct reactor_deferred free_hook; /* the last reference dropped on the owner's thread */
     struct reactor_msg free_msg;       /* ... or on another one */
     bool dead;
-    bool logged_out; /* closed after a Logout, not dropped */
-    /* ERL 2: how its tasks end when it closes. A Logout "close the connection" (of this one or
-     * from another connection) terminates them (RFC 7143 §11.14.5 a);
-     * "remove the connection for recovery", a failure, a reinstatement keep them for
-     * reassignment (§7.2.2). */
+    enum conn_end end; /* set once, as conn_close() begins */
+    bool logged_out;   /* closed after a Logout of its own, not dropped */
+    /* Set by other threads before they ask it to close, read once into `end`: its tasks end
+     * with it (a Logout "close the connection" from another connection, RFC 7143 §11.14.5 a;
+     * a reset, a preempted nexus, shutdown), rather than being kept for reassignment. */
     atomic_bool terminate_tasks;
     /* ... because a Logout "close the connection" (§11.14.1 reason 1) sent on another
      * connection, or a reinstatement below ERL 2 (§6.3.4: the same, implicitly), named it */

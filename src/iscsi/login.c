@@ -475,7 +475,8 @@ int login_handle(struct iscsi_conn *c, struct iscsi_pdu_in *p)
         st = login_pick_node(c, c->login_in.data, c->login_in.len);
         if (st != ISCSI_LOGIN_OK) {
             iscsi_neg_init(&c->neg, ISCSI_SIDE_TARGET, NULL);
-            /* keep the name for the log line */
+            /* a clean negotiation state: nothing of this request was taken, so the
+             * refusal's log line names no initiator */
             return login_fail(c, st, "unknown TargetName");
         }
     }

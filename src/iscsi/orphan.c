@@ -1,9 +1,9 @@
 /* ErrorRecoveryLevel 2 on the target: the tasks of a connection that failed, was logged out
  * "for recovery" or was reinstated outlive it (RFC 7143 §7.2.2, §11.14.1 reason 2, §6.3.4) in
  * an orphan group of their session, until TASK REASSIGN moves each to another connection
- * (tmf.c, cmd.c) or Time2Wait + Time2Retain pass and they end (§11.14.5 c, §11.15.2). One
- * group per connection: its timer runs on the dead connection's reactor, and everything in it
- * is touched under the session's lock only. */
+ * (tmf.c; the resuming is at the end of this file) or Time2Wait + Time2Retain pass and they end
+ * (§11.14.5 c, §11.15.2). One group per connection: its timer runs on the dead connection's
+ * reactor, and everything in it is touched under the session's lock only. */
 #include <assert.h>
 #include <stdlib.h>
 
@@ -61,7 +61,7 @@ void orphans_add_locked(struct iscsi_orphans *g, struct iscsi_task *t)
  * is given back (an answered one counted nothing any more). */
 static void orphan_uncount_locked(struct iscsi_session *s, const struct iscsi_task *t)
 {
-    if (t->aborted || t->state == TASK_RETAINED || t->state == TASK_SENDING)
+    if (t->aborted || task_answered(t))
         return;
     if (t->cmdsn_pending)
         return; /* never entered the window */
@@ -79,7 +79,7 @@ struct cleared_luns {
 
 static void cleared_add(struct cleared_luns *cl, const struct iscsi_task *t)
 {
-    if (t->state == TASK_RETAINED || t->state == TASK_SENDING || t->aborted)
+    if (task_answered(t) || t->aborted)
         return; /* answered: the initiator has its status, nothing was cleared */
     for (unsigned i = 0; i < cl->n; i++)
         if (cl->lun[i] == t->scsi.lun)

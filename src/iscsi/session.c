@@ -32,7 +32,7 @@ void session_put(struct iscsi_session *s)
 }
 
 /* The caller holds a reference already, so refs cannot reach 0 meanwhile: no lock needed,
- * and none taken, since callers hold s->lock (see refs in conn.h). */
+ * and none taken, since callers hold s->lock (see refs in session.h). */
 void session_get(struct iscsi_session *s)
 {
     atomic_fetch_add(&s->refs, 1);

@@ -1,7 +1,7 @@
 /* SNACK Request on the target (RFC 7143 §11.16), at ErrorRecoveryLevel >= 1: the initiator
  * asks for Data-In, R2T or status PDUs again, acknowledges Data-In (DataACK), or asks for a
  * read's data cut anew (R-Data). What is asked for is rebuilt from the task: answered tasks
- * stay retained until ExpStatSN acknowledges their status (cmd.c), Data-In is re-read from
+ * stay retained until ExpStatSN acknowledges their status (response.c), Data-In is re-read from
  * where the data lives and cut the way it was the first time, an R2T comes from its open
  * sequence. A SNACK for anything not sent, or already acknowledged, is rejected with reason
  * Protocol Error (§11.16: MUST). At ERL 0 the dispatcher answers SNACK with "command not

@@ -1,5 +1,5 @@
-/* The target's view of one SCSI command (struct iscsi_task, cmd.c): its state, its write
- * bookkeeping (R2T sequences, holes), what an ERL >= 1 retransmission needs, and its lifetime
+/* The target's view of one SCSI command (struct iscsi_task; the pool is task.c): its state, its
+ * write bookkeeping (R2T sequences, holes), what an ERL >= 1 retransmission needs, and its lifetime
  * by reference count. */
 #ifndef LR_ISCSI_TASK_H
 #define LR_ISCSI_TASK_H
@@ -35,6 +35,19 @@
 struct iscsi_conn;
 struct iscsi_session;
 
+/* A task's life on the protocol side (cmd.c, exec.c, response.c):
+ *
+ *   SCSI Command ─> DATA_OUT ─(its data in, its turn)─> EXEC ─(store done)─> SENDING
+ *        │             ^                                                   │    ^
+ *        │ ahead of    │ its CmdSN turn                          ERL >= 1, │    │ ExpStatSN
+ *        │ ExpCmdSN    │ (conn_run_released)                          sent v    │ acks it
+ *        └──> QUEUED ──┘                                              RETAINED ─┘
+ *
+ * SENDING ends when its last holder lets go (task_put). Answered (task_answered) = SENDING or
+ * RETAINED. From any state a TMF can abort it (t->aborted: never answered), and its
+ * connection's end can free it or, at ERL 2, make it an orphan: t->orphan then says where it
+ * is (enum task_orphan) while its state stays what it was, which is what a TASK REASSIGN
+ * resumes from (orphan.c). That is why the two are kept apart: an orphan is in any state. */
 enum iscsi_task_state {
     TASK_QUEUED,   /* waiting for its CmdSN turn (MC/S or immediate ordering) */
     TASK_DATA_OUT, /* receiving write data (immediate/unsolicited/solicited) */
@@ -55,8 +68,15 @@ struct r2t_seq {
 };
 
 /* ERL 2 (RFC 7143 §7.2.2): a task whose connection failed or was logged out for recovery
- * outlives it in its session's orphan set (session.c) until TASK REASSIGN moves it to another
+ * outlives it in its session's orphan set (orphan.c) until TASK REASSIGN moves it to another
  * connection or Time2Retain ends it. */
+/*
+ *   NO ─(its connection ends at ERL 2: orphans_fill)─┬─> IDLE ─(claimed by TASK REASSIGN
+ *                                                    │          or ABORT TASK)─> NO
+ *                                                    │    └─(Time2Retain passed)─> freed
+ *                                                    └─> BUSY (the store has it)
+ *   BUSY ─(store done: orphan_done, orphans_store_done)─> IDLE, NO (claimed meanwhile), freed
+ */
 enum task_orphan {
     ORPHAN_NO,   /* on a connection */
     ORPHAN_IDLE, /* waiting in the orphan set, touched only under its session's lock */
@@ -155,6 +175,13 @@ struct iscsi_reactor_local {
     struct list_node task_free; /* most recently freed first */
     unsigned ntask_free;
 };
+
+/* Answered: its status is queued or on the wire (TASK_SENDING), or sent and kept for a SNACK
+ * (TASK_RETAINED); the initiator has it or will, so nothing about it is pending any more. */
+static inline bool task_answered(const struct iscsi_task *t)
+{
+    return t->state == TASK_SENDING || t->state == TASK_RETAINED;
+}
 
 /* task.c: the pool. A new task of c (TASK_QUEUED, one reference: the protocol side's, on c's
  * list of tasks); NULL when memory ran out. The caller sets its wait.release. */

@@ -126,7 +126,7 @@ static struct iscsi_task *conn_abortable_task(struct iscsi_conn *c, uint32_t itt
 {
     for (struct list_node *ln = c->tasks.next; ln != &c->tasks; ln = ln->next) {
         struct iscsi_task *t = list_entry(ln, struct iscsi_task, node);
-        if (t->itt == itt && !t->aborted && t->state != TASK_SENDING && t->state != TASK_RETAINED)
+        if (t->itt == itt && !t->aborted && !task_answered(t))
             return t;
     }
     return NULL;
