@@ -10,7 +10,6 @@
 
 #include "iscsi/conn.h"
 #include "iscsi/session.h"
-#include "iscsi/task.h"
 #include "reactor/reactor.h"
 #include "util/log.h"
 

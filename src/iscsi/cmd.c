@@ -16,7 +16,6 @@
 #include "iscsi/orphan.h"
 #include "iscsi/response.h"
 #include "iscsi/session.h"
-#include "iscsi/snack.h"
 #include "iscsi/task.h"
 #include "iscsi/taskmem.h"
 #include "util/iov.h"

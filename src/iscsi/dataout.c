@@ -10,7 +10,6 @@
 #include "iscsi/dataout.h"
 #include "iscsi/exec.h"
 #include "iscsi/response.h"
-#include "iscsi/session.h"
 #include "iscsi/task.h"
 #include "util/iov.h"
 #include "util/log.h"

@@ -13,7 +13,6 @@
 #include "iscsi/cmd.h"
 #include "iscsi/conn.h"
 #include "iscsi/dataout.h"
-#include "iscsi/exec.h"
 #include "iscsi/response.h"
 #include "iscsi/rsp_ring.h"
 #include "iscsi/snack.h"
