@@ -13,7 +13,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "bs/bs_priv.h"
+#include "bs/bs_io.h"
+#include "bs/bs_store.h"
 #include "reactor/reactor.h"
 #include "util/log.h"
 

@@ -4,7 +4,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "bs/bs_priv.h"
+#include "bs/bs_io.h"
+#include "bs/bs_store.h"
 
 static void bs_null_submit(struct bs *bs, struct bs_io *io)
 {

@@ -13,7 +13,8 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "bs/bs_priv.h"
+#include "bs/bs_io.h"
+#include "bs/bs_store.h"
 #include "util/log.h"
 
 /* Invariant: a page whose bit is clear reads as zeros in the mapping. Writers set the bits

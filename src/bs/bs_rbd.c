@@ -35,7 +35,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "bs/bs_priv.h"
+#include "bs/bs_io.h"
+#include "bs/bs_store.h"
 #include "util/log.h"
 
 /* librados says EBLOCKLISTED for ESHUTDOWN (ceph's include/errno.h); the C headers do not. */
