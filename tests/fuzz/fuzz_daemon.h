@@ -72,6 +72,16 @@ static bool fd_loopback_up(void)
     return ok;
 }
 
+/* connect(), 0 or -1. libFuzzer's timer signal may interrupt a connect: the connection then
+ * completes on its own, and a second connect() says so (EISCONN) or waits on. */
+static int connect_retry(int fd, const struct sockaddr *addr, socklen_t len)
+{
+    int rc;
+    while ((rc = connect(fd, addr, len)) < 0 && errno == EINTR)
+        ;
+    return rc < 0 && errno != EISCONN ? -1 : 0;
+}
+
 static int fd_connect_unix(const char *path)
 {
     int s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -79,12 +89,7 @@ static int fd_connect_unix(const char *path)
         return -1;
     struct sockaddr_un a = {.sun_family = AF_UNIX};
     snprintf(a.sun_path, sizeof(a.sun_path), "%s", path);
-    /* libFuzzer's timer signal may interrupt a connect: the connection then completes on its
-     * own, and a second connect() says so (EISCONN) or waits on */
-    int rc;
-    while ((rc = connect(s, (struct sockaddr *)&a, sizeof(a))) < 0 && errno == EINTR)
-        ;
-    if (rc < 0 && errno != EISCONN) {
+    if (connect_retry(s, (struct sockaddr *)&a, sizeof(a)) < 0) {
         close(s);
         return -1;
     }
@@ -98,12 +103,7 @@ static int fd_connect_tcp(unsigned port)
         return -1;
     struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
     a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    /* libFuzzer's timer signal may interrupt a connect: the connection then completes on its
-     * own, and a second connect() says so (EISCONN) or waits on */
-    int rc;
-    while ((rc = connect(s, (struct sockaddr *)&a, sizeof(a))) < 0 && errno == EINTR)
-        ;
-    if (rc < 0 && errno != EISCONN) {
+    if (connect_retry(s, (struct sockaddr *)&a, sizeof(a)) < 0) {
         close(s);
         return -1;
     }
