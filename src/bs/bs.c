@@ -18,7 +18,15 @@ int bs_grow(struct bs *bs, uint64_t size, char *err, size_t errlen)
         snprintf(err, errlen, "%s: a %s store cannot grow", bs->desc, bs->ops->name);
         return -1;
     }
-    return bs->ops->grow(bs, size, err, errlen);
+    if (bs->read_only) {
+        snprintf(err, errlen, "%s: opened read-only, cannot grow", bs->desc);
+        return -1;
+    }
+    if (bs->ops->grow(bs, size, err, errlen) < 0)
+        return -1;
+    /* Last: a reader that sees the new size finds the store able to serve it. */
+    __atomic_store_n(&bs->size, size, __ATOMIC_RELEASE);
+    return 0;
 }
 
 void bs_close(struct bs *bs)

@@ -344,7 +344,6 @@ static int bs_ram_grow(struct bs *bs, uint64_t size, char *err, size_t errlen)
                  ram->prealloc ? "preallocated" : "the room reserved when it was created");
         return -1;
     }
-    __atomic_store_n(&bs->size, size, __ATOMIC_RELEASE);
     return 0;
 }
 
