@@ -1234,7 +1234,9 @@ static int shared_init(struct scsi_lun *lu, char *err, size_t errlen)
     return 0;
 }
 
-int pr_lun_init(struct scsi_lun *lu, const char *state_path, char *err, size_t errlen)
+static void pr_lun_free(struct scsi_lun *lu);
+
+static int pr_lun_init(struct scsi_lun *lu, const char *state_path, char *err, size_t errlen)
 {
     struct pr_state *ps = calloc(1, sizeof(*ps));
     if (!ps || (state_path && !(ps->path = strdup(state_path)))) {
@@ -1277,7 +1279,7 @@ int pr_lun_init(struct scsi_lun *lu, const char *state_path, char *err, size_t e
     return 0;
 }
 
-void pr_lun_drain(struct scsi_lun *lu)
+static void pr_lun_drain(struct scsi_lun *lu)
 {
     struct pr_state *ps = lu->pr;
     if (!ps)
@@ -1289,7 +1291,7 @@ void pr_lun_drain(struct scsi_lun *lu)
     pthread_mutex_unlock(&lu->lock);
 }
 
-void pr_lun_free(struct scsi_lun *lu)
+static void pr_lun_free(struct scsi_lun *lu)
 {
     struct pr_state *ps = lu->pr;
     if (!ps)
@@ -1416,17 +1418,17 @@ static void spc2_drop(struct scsi_lun *lu, const char *port)
     }
 }
 
-void pr_spc2_release_all(struct scsi_lun *lu)
+static void pr_spc2_release_all(struct scsi_lun *lu)
 {
     spc2_drop(lu, "");
 }
 
-void pr_spc2_release_nexus(struct scsi_lun *lu, const struct scsi_nexus *n)
+static void pr_spc2_release_nexus(struct scsi_lun *lu, const struct scsi_nexus *n)
 {
     spc2_drop(lu, n->initiator_port);
 }
 
-bool pr_tell_reset(struct scsi_lun *lu, unsigned ua, void (*done)(void *arg), void *arg)
+static bool pr_tell_reset(struct scsi_lun *lu, unsigned ua, void (*done)(void *arg), void *arg)
 {
     if (!lu->pr->shared)
         return false;
@@ -1442,6 +1444,29 @@ bool pr_tell_reset(struct scsi_lun *lu, unsigned ua, void (*done)(void *arg), vo
     job_submit(j);
     return true;
 }
+
+/* A reset releases the SPC-2 reservation (SPC-2 §5.5.1; persistent reservations survive,
+ * SPC-4 §5.13.1), and a shared LU tells the other gateways. */
+static bool pr_lun_reset(struct scsi_lun *lu, unsigned ua, void (*done)(void *arg), void *arg)
+{
+    pr_spc2_release_all(lu);
+    return pr_tell_reset(lu, ua, done, arg);
+}
+
+static int pr_lun_hook_init(struct scsi_lun *lu, const struct scsi_lun_config *cfg, char *err,
+                            size_t errlen)
+{
+    return pr_lun_init(lu, cfg->pr_state_path, err, errlen);
+}
+
+const struct scsi_lun_hooks pr_lun_hooks = {
+    .name = "reservations",
+    .init = pr_lun_hook_init,
+    .stop = pr_lun_drain,
+    .free = pr_lun_free,
+    .lun_nexus_lost = pr_spc2_release_nexus,
+    .reset = pr_lun_reset,
+};
 
 /* ---------------- PERSISTENT RESERVE IN (SPC-4 §6.15) ---------------- */
 
