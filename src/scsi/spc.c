@@ -60,18 +60,12 @@ static void pad_copy(uint8_t *dst, const char *s, size_t n)
     memcpy(dst, s, k < n ? k : n);
 }
 
+/* The store names the product (a RAM, null or file LUN says so); without a LUN, or from a store
+ * that does not, "linerate". */
 static const char *product_name(const struct scsi_lun *lu)
 {
-    const char *n = lu ? lu->bs->ops->name : NULL;
-    if (!n)
-        return "linerate";
-    if (!strcmp(n, "ram"))
-        return "RAMDISK";
-    if (!strcmp(n, "null"))
-        return "NULLDISK";
-    if (!strcmp(n, "file"))
-        return "FILEDISK";
-    return "linerate";
+    const char *n = lu ? lu->bs->ops->product : NULL;
+    return n ? n : "linerate";
 }
 
 static uint32_t inquiry_standard(const struct scsi_task *t, uint8_t *d)
