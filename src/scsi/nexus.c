@@ -6,16 +6,15 @@
 
 #include "scsi/scsi_internal.h"
 
-/* RFC 7143 §4.2.7.1: the initiator port name is "<iSCSI name>,i,0x<ISID in hex>". Nexuses are
- * kept after their last put so a reinstated session finds its UAs (and later its reservations)
- * again; a slot whose nexus has no references is recycled only when all slots are taken. */
-struct scsi_nexus *scsi_nexus_get(struct scsi_target *t, const char *initiator_name,
-                                  const uint8_t isid[6])
+/* Nexuses are kept after their last put so a reinstated session finds its UAs (and later its
+ * reservations) again; a slot whose nexus has no references is recycled only when all slots
+ * are taken. */
+struct scsi_nexus *scsi_nexus_get(struct scsi_target *t, const struct scsi_transport *tp,
+                                  const char *initiator_name, const void *port_id)
 {
     struct scsi_target_priv *p = t->priv;
     char port[256];
-    snprintf(port, sizeof(port), "%.200s,i,0x%02x%02x%02x%02x%02x%02x", initiator_name, isid[0],
-             isid[1], isid[2], isid[3], isid[4], isid[5]);
+    tp->port_name(port, sizeof(port), initiator_name, port_id);
 
     pthread_mutex_lock(&t->lock);
     int free_slot = -1, idle_slot = -1;
@@ -50,6 +49,7 @@ struct scsi_nexus *scsi_nexus_get(struct scsi_target *t, const char *initiator_n
         n->pub.id = p->next_nexus_id++;
         n->refs = 1;
         n->pub.target = t;
+        n->pub.transport = tp;
         p->nexus[slot] = n;
         /* A new I_T nexus starts with a power-on/reset UA on every LUN (SAM-5 §5.14). */
         for (uint32_t i = 0; i < t->nluns; i++)

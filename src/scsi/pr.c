@@ -1,9 +1,9 @@
 /* Reservations of a logical unit: SPC-4 persistent reservations (PERSISTENT RESERVE IN/OUT,
  * registrations keyed by I_T nexus: initiator port name and relative target port identifier,
- * the TPGT of the gateway the command came through; one ISID through two gateways is two
- * nexuses, registered, holding and preempted each on its own), the APTPL state file that carries
- * them across restarts, SPC-2 RESERVE/RELEASE, and the conflict check scsi_task_setup makes for
- * every command while anything is reserved.
+ * the TPGT of the gateway the command came through; one initiator port through two gateways
+ * is two nexuses, registered, holding and preempted each on its own), the APTPL state file that
+ * carries them across restarts, SPC-2 RESERVE/RELEASE, and the conflict check scsi_task_setup makes
+ * for every command while anything is reserved.
  *
  * Shared state (a store with obj_* ops: an RBD image that several gateways export). The state
  * then lives in the cluster, in one object next to the image ("<image>.linerate-pr", the text
@@ -34,7 +34,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -69,7 +68,7 @@ enum {
 
 struct pr_reg {
     uint64_t key;
-    char port[PR_PORT_MAX]; /* "iqn...,i,0x<isid>" */
+    char port[PR_PORT_MAX]; /* as the transport names it (scsi_transport.port_name) */
     uint16_t tport;         /* relative target port identifier (ALL_TG_PT is not supported) */
 };
 
@@ -448,7 +447,7 @@ static char *state_format(const struct pr_state *ps)
     fprintf(f, "linerate-pr 1\ngeneration %" PRIu32 "\n", ps->generation);
     if (ps->type) {
         fprintf(f, "reservation %u", ps->type);
-        /* "-" is no port name: a name always has its ",i,0x" */
+        /* "-" is no port name (iSCSI's always hold ",i,0x", RFC 7143 §4.2.7.1) */
         if (type_all_reg(ps->type) || !ps->holder[0])
             fputs(" -", f);
         else
@@ -1478,27 +1477,12 @@ scsi_sr pr_parse_in(struct scsi_task *t, const struct scsi_cmd *c, struct scsi_r
     return SR_OK;
 }
 
-/* iSCSI TransportID, format 01b: initiator port name, NUL, padded to 4 (SPC-4 §7.6.4.6) */
-static uint32_t transport_id_len(const char *port)
-{
-    uint32_t n = ((uint32_t)strlen(port) + 1 + 3) & ~3u;
-    return 4 + (n < 20 ? 20 : n);
-}
-
-static uint8_t *put_transport_id(uint8_t *p, const char *port)
-{
-    uint32_t len = transport_id_len(port);
-    memset(p, 0, len);
-    p[0] = 0x40 | 0x05; /* FORMAT CODE 01b, PROTOCOL IDENTIFIER 5h (iSCSI) */
-    put_be16(p + 2, (uint16_t)(len - 4));
-    memcpy(p + 4, port, strlen(port));
-    return p + len;
-}
-
 /* Builds the reply with the LUN lock held; returns a malloc'd buffer and its length. */
 static uint8_t *prin_build(struct scsi_task *t, uint32_t *len)
 {
     const struct pr_state *ps = t->lu->pr;
+    /* a task of no I_T nexus has no transport to name ports in: no TransportIDs */
+    const struct scsi_transport *tp = t->nexus ? t->nexus->transport : NULL;
     unsigned sa = t->cdb[1] & 0x1f;
     size_t cap = 8;
     if (sa == 0)
@@ -1507,7 +1491,7 @@ static uint8_t *prin_build(struct scsi_task *t, uint32_t *len)
         cap += 16;
     else if (sa == 3)
         for (unsigned i = 0; i < ps->nregs; i++)
-            cap += 24 + transport_id_len(ps->regs[i].port);
+            cap += 24 + (tp ? tp->tid_len(ps->regs[i].port) : 0);
     uint8_t *d = calloc(1, cap);
     if (!d)
         return NULL;
@@ -1549,8 +1533,11 @@ static uint8_t *prin_build(struct scsi_task *t, uint32_t *len)
             p[12] = holder ? 0x01 : 0; /* ALL_TG_PT 0, R_HOLDER */
             p[13] = holder ? ps->type : 0;
             put_be16(p + 18, rg->tport); /* the registrant nexus's own target port */
-            put_be32(p + 20, transport_id_len(rg->port));
-            p = put_transport_id(p + 24, rg->port);
+            uint32_t tidlen = tp ? tp->tid_len(rg->port) : 0;
+            put_be32(p + 20, tidlen);
+            if (tp)
+                tp->tid_put(p + 24, rg->port);
+            p += 24 + tidlen;
         }
         put_be32(d + 4, (uint32_t)(p - d - 8));
         break;
@@ -1773,74 +1760,15 @@ static scsi_sr pro_preempt(struct prout *x)
     return SR_OK;
 }
 
-/* n hex digits at s. */
-static bool hex_run(const char *s, size_t n)
+/* The initiator port a TransportID (of the sender's transport) names, into port; a field the
+ * transport refuses is pointed at in the parameter list, where the TransportID starts at byte
+ * 24 (PROUT_PARAM_LEN). */
+static scsi_sr parse_transport_id(struct scsi_task *t, const uint8_t *tid, uint32_t len, char *port,
+                                  size_t portlen)
 {
-    for (size_t i = 0; i < n; i++)
-        if (hex_val(s[i]) < 0)
-            return false;
-    return true;
-}
-
-/* An iSCSI name as RFC 7143 §4.2.7 defines it, n bytes at s: "iqn." a year and month, '.',
- * a reversed domain name and optionally ':' and more; "eui." and 16 hex digits; "naa." and 16
- * or 32 hex digits; at most 223 bytes. Of the characters stringprep allows only the ASCII
- * ones: letters (names compare without case), digits, '-', '.', ':'. */
-static bool tid_name_valid(const char *s, size_t n)
-{
-    if (n <= 4 || n > 223)
-        return false;
-    if (!strncasecmp(s, "eui.", 4))
-        return n == 20 && hex_run(s + 4, 16);
-    if (!strncasecmp(s, "naa.", 4))
-        return (n == 20 || n == 36) && hex_run(s + 4, n - 4);
-    if (strncasecmp(s, "iqn.", 4) || n < 13)
-        return false;
-    const char *d = s + 4; /* YYYY-MM.x */
-    for (unsigned i = 0; i < 7; i++)
-        if (i == 4 ? d[i] != '-' : d[i] < '0' || d[i] > '9')
-            return false;
-    unsigned month = (unsigned)(d[5] - '0') * 10 + (unsigned)(d[6] - '0');
-    if (month < 1 || month > 12 || d[7] != '.' || d[8] == ':')
-        return false;
-    for (size_t i = 12; i < n; i++) {
-        char c = s[i];
-        bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-                  c == '-' || c == '.' || c == ':';
-        if (!ok)
-            return false;
-    }
-    return true;
-}
-
-/* An iSCSI TransportID (SPC-4 §7.6.4.6) of len bytes to an initiator port name
- * "<name>,i,0x<isid>" as scsi_nexus_get spells it (ISID digits in lower case). Byte 0: FORMAT
- * CODE 01b (a port: name, ",i,0x", 12 hex digits of ISID; 00b names a whole initiator, no
- * port) with the reserved bits 0 and PROTOCOL IDENTIFIER 5h; bytes 2-3: ADDITIONAL LENGTH, at
- * least 20, a multiple of 4, within len; then the text, NUL-terminated and NUL-padded to it.
- * Anything else is refused with a field pointer to its byte in the parameter list (the
- * TransportID starts at byte 24). */
-static scsi_sr parse_transport_id(const uint8_t *tid, uint32_t len, char *port, size_t portlen)
-{
-    if (len < 4 || tid[0] != 0x45)
-        return SR_PARAM_FIELD(24, -1);
-    uint32_t n = get_be16(tid + 2);
-    if (n < 20 || n % 4 || n + 4 > len)
-        return SR_PARAM_FIELD(26, -1);
-    const char *s = (const char *)tid + 4;
-    size_t sl = strnlen(s, n);
-    if (sl == n || sl >= portlen)
-        return SR_PARAM_FIELD(28, -1);
-    for (size_t i = sl; i < n; i++)
-        if (s[i])
-            return SR_PARAM_FIELD(28, -1); /* NUL-padded */
-    const char *sep = memchr(s, ',', sl);
-    if (!sep || (size_t)(s + sl - sep) != 17 || memcmp(sep, ",i,0x", 5) != 0 ||
-        !hex_run(sep + 5, 12) || !tid_name_valid(s, (size_t)(sep - s)))
-        return SR_PARAM_FIELD(28, -1);
-    for (size_t i = 0; i < sl; i++)
-        port[i] = sep + 5 <= s + i && s[i] >= 'A' && s[i] <= 'F' ? (char)(s[i] - 'A' + 'a') : s[i];
-    port[sl] = '\0';
+    uint32_t bad = 0;
+    if (!t->nexus || t->nexus->transport->tid_parse(tid, len, port, portlen, &bad) < 0)
+        return SR_PARAM_FIELD(PROUT_PARAM_LEN + bad, -1);
     return SR_OK;
 }
 
@@ -1874,7 +1802,7 @@ static scsi_sr pro_register_move(struct prout *x)
     if (tidlen > x->pll - PROUT_PARAM_LEN)
         return SR_PARAM_LIST_LENGTH;
     char dest[PR_PORT_MAX];
-    scsi_sr sr = parse_transport_id(p + PROUT_PARAM_LEN, tidlen, dest, sizeof(dest));
+    scsi_sr sr = parse_transport_id(x->t, p + PROUT_PARAM_LEN, tidlen, dest, sizeof(dest));
     if (sr)
         return sr;
     if (nexus_is(dest, dtport, x->me, x->tport))

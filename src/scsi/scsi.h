@@ -18,6 +18,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <sys/uio.h>
 
@@ -51,13 +52,31 @@ struct scsi_lun;
 struct scsi_join;
 struct scsi_target;
 
-/* An I_T nexus: one initiator port (IQN + ISID) talking to one target port. Reservations and
- * unit attentions are kept per nexus. Owned by the SCSI core, shared by reference. */
+/* What the transport of an I_T nexus says about its initiator ports, which the core does not
+ * know: each SCSI transport protocol defines its port names and its TransportIDs (SPC-4
+ * §7.6.4). The iSCSI target fills it in (iscsi/scsi_port.c) and gives it to scsi_nexus_get. */
+struct scsi_transport {
+    /* The initiator port name of initiator_name's port port_id (iSCSI: the ISID), into out
+     * (n bytes): how the core tells nexuses apart and names them in reservations. */
+    void (*port_name)(char *out, size_t n, const char *initiator_name, const void *port_id);
+    /* The TransportID of a port so named (PERSISTENT RESERVE IN, READ FULL STATUS): its
+     * length, a multiple of 4, and its bytes at out. */
+    uint32_t (*tid_len)(const char *port);
+    void (*tid_put)(uint8_t *out, const char *port);
+    /* The port name a TransportID of len bytes designates (PERSISTENT RESERVE OUT, REGISTER
+     * AND MOVE) into port (portlen bytes): 0, or -1 with *bad the offset in tid of the first
+     * field that is not what the protocol allows. */
+    int (*tid_parse)(const uint8_t *tid, uint32_t len, char *port, size_t portlen, uint32_t *bad);
+};
+
+/* An I_T nexus: one initiator port talking to one target port. Reservations and unit
+ * attentions are kept per nexus. Owned by the SCSI core, shared by reference. */
 struct scsi_nexus {
-    char initiator_port[256]; /* "iqn.x,i,0x<isid>" (RFC 7143 §4.2.7.1 iSCSI initiator port name) */
+    char initiator_port[256]; /* the transport's port name (scsi_transport.port_name) */
     char initiator_name[224];
     uint64_t id; /* unique within the target, never reused */
     struct scsi_target *target;
+    const struct scsi_transport *transport;
 };
 
 /* Asymmetric access states of a target port group (SPC-4 §6.27 table 256), as REPORT TARGET
@@ -216,10 +235,11 @@ int scsi_target_add_lun(struct scsi_target *t, const struct scsi_lun_config *cfg
                         size_t errlen);
 void scsi_target_destroy(struct scsi_target *t);
 
-/* Find or create the nexus for an initiator port; takes a reference. NULL when all
- * SCSI_NEXUS_MAX (256) nexus slots of the target are held by live sessions. */
-struct scsi_nexus *scsi_nexus_get(struct scsi_target *t, const char *initiator_name,
-                                  const uint8_t isid[6]);
+/* Find or create the nexus for an initiator port (initiator_name's port port_id, which tp
+ * names); takes a reference. NULL when all SCSI_NEXUS_MAX (256) nexus slots of the target are
+ * held by live sessions. */
+struct scsi_nexus *scsi_nexus_get(struct scsi_target *t, const struct scsi_transport *tp,
+                                  const char *initiator_name, const void *port_id);
 void scsi_nexus_put(struct scsi_nexus *n);
 /* I_T nexus loss (SAM-5 §6.3.4): the last session of this initiator port ended. Releases the
  * SPC-2 RESERVE it held on any LUN; persistent reservations survive. scsi_nexus_put calls it
