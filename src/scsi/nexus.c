@@ -1,14 +1,14 @@
 /* I_T nexuses: one per initiator port of a target, kept across sessions so that a reinstated
- * session finds its unit attentions and reservations again; I_T nexus loss (SAM-5 §6.3.4). */
+ * session finds its unit attentions again; I_T nexus loss (SAM-5 §6.3.4). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "scsi/scsi_internal.h"
 
-/* Nexuses are kept after their last put so a reinstated session finds its UAs (and later its
- * reservations) again; a slot whose nexus has no references is recycled only when all slots
- * are taken. */
+/* Nexuses are kept after their last put so a reinstated session finds its unit attentions
+ * again (reservations need no nexus: pr.c keeps them by port name); a slot whose nexus has no
+ * references is recycled only when all slots are taken. */
 struct scsi_nexus *scsi_nexus_get(struct scsi_target *t, const struct scsi_transport *tp,
                                   const char *initiator_name, const void *port_id)
 {

@@ -2,11 +2,11 @@
  * sense. It never sees a PDU, so iSCSI, the unit tests and future transports drive it alike.
  *
  * Life of a task, driven by the transport:
- *   1. fill cdb, lun, target, nexus, edtl, tag (scsi_task_init);
+ *   1. fill cdb, lun, target, nexus, edtl (scsi_task_init);
  *   2. scsi_task_setup(): validates everything that can be refused before any data moves
- *      (LUN, unit attention, reservation, CDB fields, LBA range, transfer length) and decides
- *      where the data lives: t->iov points at the RAM LUN itself for READ/WRITE (direct data
- *      placement, zero-copy send) or at a buffer the core allocated;
+ *      (LUN, unit attention, reservation, CDB fields, LBA range, transfer length) and
+ *      gives the task a buffer of its own for its data (t->iov), RAM LUNs included, so that
+ *      what the transport sends is memory no other command writes;
  *   3. for a write, the transport fills t->iov with the data-out bytes;
  *   4. scsi_task_exec(): runs the command; t->done(t) is called once, on the calling reactor
  *      thread, possibly before exec returns;
@@ -189,7 +189,6 @@ struct scsi_task {
     struct scsi_nexus *nexus;
     uint32_t edtl;              /* expected data transfer length from the transport */
     bool edtl_read, edtl_write; /* transport's R and W bits */
-    uint32_t tag;
     void (*done)(struct scsi_task *t);
     void *transport_priv;
     /* Or NULL: asked by setup, before it allocates anything, with every byte of data memory

@@ -285,7 +285,7 @@ struct scsi_sync_wait *scsi_sync_wait_new(struct scsi_lun *lu);
 struct scsi_join *scsi_sync_wait_join(struct scsi_sync_wait *sw);
 bool scsi_sync_wait_finish(struct scsi_sync_wait *sw, unsigned timeout_ms);
 
-/* --- the opcode table (task.c) --- */
+/* --- the opcode table (cmds.c) and task setup (task.c) --- */
 enum {
     CMD_UA_OK = 1u << 0,    /* runs with a UA pending and leaves it (SAM-5 §5.14) */
     CMD_NOLUN_OK = 1u << 1, /* runs on a LUN that does not exist */

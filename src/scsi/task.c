@@ -175,6 +175,67 @@ static scsi_sr admit_memory(struct scsi_task *t, size_t n)
     return SR_OK;
 }
 
+/* The checks that refuse a command before its CDB is parsed, in the order SAM-5 and SPC-4 give
+ * them: no such LUN, a pending unit attention (SAM-5 §5.14), an unknown opcode or service
+ * action, the LUN's state (ALUA, sanitize, medium), reserved CDB bits, reservations. c is the
+ * row (NULL: none), known whether its opcode is. */
+static scsi_sr setup_refusal(struct scsi_task *t, struct scsi_lun *lu, const struct scsi_cmd *c,
+                             bool known)
+{
+    scsi_sr sr;
+    if (!t->target)
+        return SR_LUN_NOT_SUPPORTED;
+    if (!lu) {
+        if (!c || !(c->flags & CMD_NOLUN_OK))
+            return SR_LUN_NOT_SUPPORTED;
+    } else if (t->nexus && !(c && (c->flags & CMD_UA_OK)) &&
+               atomic_load_explicit(&lu->ua[scsi_nexus_slot(t->nexus)], memory_order_relaxed)) {
+        /* SAM-5 §5.14: a pending UA ends any command but INQUIRY, REPORT LUNS and REQUEST
+         * SENSE, and is cleared by being reported. */
+        sr = scsi_ua_take(lu, t->nexus);
+        if (sr)
+            return sr;
+    }
+    if (!c) {
+        /* SPC-4 §4.3.3: unknown service action of a known opcode is a bad field */
+        return known ? SR_CDB_FIELD(1, 4) : SR_INVALID_OPCODE;
+    }
+    if (!scsi_cmd_offered(lu, c))
+        return SR_INVALID_OPCODE; /* not on this LUN's store (libiscsi then skips its tests) */
+    if (lu && (sr = scsi_lun_gates(lu, c)))
+        return sr;
+    sr = check_reserved(t->cdb, c);
+    if (sr)
+        return sr;
+    /* Reservations (SPC-4 §5.13, SBC-3 §4.17): one relaxed load while nothing is reserved. */
+    unsigned resv = lu ? atomic_load_explicit(&lu->resv, memory_order_relaxed) : 0;
+    return resv ? pr_check(t, lu, c, resv) : SR_OK;
+}
+
+/* The medium range a CMD_MEDIUM row addresses, checked once for every READ/WRITE/VERIFY/SYNC
+ * variant (SBC-3 §4.5), into the task's io; *scratch the room VERIFY with BYTCHK needs to read
+ * the medium into. */
+static scsi_sr setup_range(struct scsi_task *t, const struct scsi_cmd *c, const struct scsi_req *r,
+                           size_t *scratch)
+{
+    struct scsi_task_core *k = scsi_core(t);
+    struct scsi_lun *lu = t->lu;
+    scsi_sr sr;
+    if (r->xfer_len > SCSI_MAX_XFER_BYTES)
+        return SR_CDB_FIELD(c->tl_off, -1);
+    if (r->lba > lu->nblocks || r->nblocks > lu->nblocks - r->lba)
+        return SR_LBA_OUT_OF_RANGE;
+    if ((c->flags & CMD_WRITES) && (sr = sbc_write_protect(lu)))
+        return sr; /* read-only LUN or software write protect (SWP) */
+    k->io.offset = r->lba << lu->block_shift;
+    k->io.length = r->nblocks << lu->block_shift;
+    /* caching page WCE=0: every write is write-through (SBC-3 §6.4.5) */
+    k->io.fua = r->fua || !atomic_load_explicit(&lu->wce, memory_order_relaxed);
+    if ((c->flags & CMD_SCRATCH) && r->xfer_len)
+        *scratch = k->io.length; /* room to read the medium for the compare */
+    return SR_OK;
+}
+
 int scsi_task_setup(struct scsi_task *t)
 {
     struct scsi_task_core *k = scsi_core(t);
@@ -197,45 +258,9 @@ int scsi_task_setup(struct scsi_task *t)
 
     bool known;
     const struct scsi_cmd *c = scsi_cmd_lookup(t->cdb[0], t->cdb[1] & 0x1f, &known);
-    scsi_sr sr;
-    if (!t->target) {
-        sr = SR_LUN_NOT_SUPPORTED;
-        goto refuse;
-    }
-    if (!lu) {
-        if (!c || !(c->flags & CMD_NOLUN_OK)) {
-            sr = SR_LUN_NOT_SUPPORTED;
-            goto refuse;
-        }
-    } else if (t->nexus && !(c && (c->flags & CMD_UA_OK)) &&
-               atomic_load_explicit(&lu->ua[scsi_nexus_slot(t->nexus)], memory_order_relaxed)) {
-        /* SAM-5 §5.14: a pending UA ends any command but INQUIRY, REPORT LUNS and REQUEST
-         * SENSE, and is cleared by being reported. */
-        sr = scsi_ua_take(lu, t->nexus);
-        if (sr)
-            goto refuse;
-    }
-    if (!c) {
-        /* SPC-4 §4.3.3: unknown service action of a known opcode is a bad field */
-        sr = known ? SR_CDB_FIELD(1, 4) : SR_INVALID_OPCODE;
-        goto refuse;
-    }
-    if (!scsi_cmd_offered(lu, c)) {
-        sr = SR_INVALID_OPCODE; /* not on this LUN's store (libiscsi then skips its tests) */
-        goto refuse;
-    }
-    if (lu && (sr = scsi_lun_gates(lu, c)))
-        goto refuse;
-    sr = check_reserved(t->cdb, c);
+    scsi_sr sr = setup_refusal(t, lu, c, known);
     if (sr)
         goto refuse;
-    /* Reservations (SPC-4 §5.13, SBC-3 §4.17): one relaxed load while nothing is reserved. */
-    unsigned resv = lu ? atomic_load_explicit(&lu->resv, memory_order_relaxed) : 0;
-    if (resv) {
-        sr = pr_check(t, lu, c, resv);
-        if (sr)
-            goto refuse;
-    }
 
     struct scsi_req r = {.dir = SCSI_DIR_NONE};
     sr = c->parse(t, c, &r);
@@ -244,23 +269,9 @@ int scsi_task_setup(struct scsi_task *t)
 
     size_t scratch = 0;
     if (c->flags & CMD_MEDIUM) {
-        /* The one place every READ/WRITE/VERIFY/SYNC variant is bounded (SBC-3 §4.5). */
-        if (r.xfer_len > SCSI_MAX_XFER_BYTES) {
-            sr = SR_CDB_FIELD(c->tl_off, -1);
+        sr = setup_range(t, c, &r, &scratch);
+        if (sr)
             goto refuse;
-        }
-        if (r.lba > lu->nblocks || r.nblocks > lu->nblocks - r.lba) {
-            sr = SR_LBA_OUT_OF_RANGE;
-            goto refuse;
-        }
-        if ((c->flags & CMD_WRITES) && (sr = sbc_write_protect(lu)))
-            goto refuse; /* read-only LUN or software write protect (SWP) */
-        k->io.offset = r.lba << lu->block_shift;
-        k->io.length = r.nblocks << lu->block_shift;
-        /* caching page WCE=0: every write is write-through (SBC-3 §6.4.5) */
-        k->io.fua = r.fua || !atomic_load_explicit(&lu->wce, memory_order_relaxed);
-        if ((c->flags & CMD_SCRATCH) && r.xfer_len)
-            scratch = k->io.length; /* room to read the medium for the compare */
     } else if (r.xfer_len > SCSI_MAX_XFER_BYTES) {
         r.xfer_len = SCSI_MAX_XFER_BYTES; /* parse caps allocation lengths; belt and braces */
     }

@@ -194,7 +194,6 @@ static bool start_cmd(struct run *ru, uint8_t k)
     t->edtl_write = hdr[SCSI_CDB_MAX + 2] & 2;
     t->done = on_done;
     t->transport_priv = c;
-    t->tag = ru->ncmds;
     size_t out_len = t->edtl_write ? t->edtl : 0;
     const uint8_t *out = ru->p;
     size_t have = (size_t)(ru->end - ru->p);
