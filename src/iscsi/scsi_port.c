@@ -106,8 +106,17 @@ static int tid_parse(const uint8_t *tid, uint32_t len, char *port, size_t portle
     return 0;
 }
 
+/* RFC 7143 §4.2.7.2: the target port name is the target's iSCSI name and its TPGT. */
+static void target_port_name(char *out, size_t n, const char *target_name, uint16_t tpgt)
+{
+    snprintf(out, n, "%.224s,t,0x%04x", target_name, tpgt);
+}
+
 const struct scsi_transport iscsi_scsi_transport = {
     .port_name = port_name,
+    .protocol_id = 0x5,           /* iSCSI (SPC-4 table 444) */
+    .version_descriptor = 0x0960, /* iSCSI (no version claimed), SPC-4 table 146 */
+    .target_port_name = target_port_name,
     .tid_len = tid_len,
     .tid_put = tid_put,
     .tid_parse = tid_parse,

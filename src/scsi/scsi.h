@@ -67,6 +67,12 @@ struct scsi_transport {
      * AND MOVE) into port (portlen bytes): 0, or -1 with *bad the offset in tid of the first
      * field that is not what the protocol allows. */
     int (*tid_parse)(const uint8_t *tid, uint32_t len, char *port, size_t portlen, uint32_t *bad);
+    /* What INQUIRY reports of the protocol: its PROTOCOL IDENTIFIER (SPC-4 §7.6.1) in the
+     * target port designators of VPD 0x83, its version descriptor (SPC-4 §6.6.2) in the
+     * standard data, and the name of target_name's port tpgt (a SCSI name string, VPD 0x83). */
+    uint8_t protocol_id;
+    uint16_t version_descriptor;
+    void (*target_port_name)(char *out, size_t n, const char *target_name, uint16_t tpgt);
 };
 
 /* An I_T nexus: one initiator port talking to one target port. Reservations and unit
@@ -140,7 +146,7 @@ struct scsi_lun_config {
 
 /* A SCSI target device: its LUNs and its one target port. */
 struct scsi_target {
-    char name[224]; /* iSCSI target name */
+    char name[224]; /* SCSI target device name (iSCSI: the target's iSCSI name) */
     /* Target portal group tag = relative target port id = target port group (implicit ALUA,
      * SPC-4 §5.16: one port per group, one group per gateway). */
     uint16_t tpgt;
