@@ -64,6 +64,9 @@ struct bs_io {
 
 struct bs_ops {
     const char *name;
+    /* What INQUIRY reports as PRODUCT IDENTIFICATION (SPC-4 §6.6.2, at most 16 bytes) for a
+     * LUN on this store; NULL: "linerate". */
+    const char *product;
     /* Serve a READ/WRITE/FLUSH/UNMAP. Never blocks the reactor. A range outside the store or
      * an iovec shorter than length completes with -EINVAL. */
     void (*submit)(struct bs *bs, struct bs_io *io);

@@ -439,6 +439,7 @@ static int bs_file_grow(struct bs *bs, uint64_t size, char *err, size_t errlen)
 
 static const struct bs_ops bs_file_ops = {
     .name = "file",
+    .product = "FILEDISK",
     .submit = bs_file_submit,
     .close = bs_file_close,
     .lba_status = bs_file_lba_status,

@@ -33,6 +33,7 @@ static int bs_null_grow(struct bs *bs, uint64_t size, char *err, size_t errlen)
 
 static const struct bs_ops bs_null_ops = {
     .name = "null",
+    .product = "NULLDISK",
     .submit = bs_null_submit,
     .grow = bs_null_grow,
 };

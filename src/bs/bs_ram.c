@@ -349,6 +349,7 @@ static int bs_ram_grow(struct bs *bs, uint64_t size, char *err, size_t errlen)
 
 static const struct bs_ops bs_ram_ops = {
     .name = "ram",
+    .product = "RAMDISK",
     .submit = bs_ram_submit,
     .map = bs_ram_map,
     .read_iov = bs_ram_read_iov,

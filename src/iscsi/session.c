@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "iscsi/conn.h"
+#include "iscsi/scsi_port.h"
 #include "reactor/reactor.h"
 #include "util/log.h"
 
@@ -158,7 +159,7 @@ struct iscsi_session *session_create(struct iscsi_conn *c, const struct iscsi_pa
     session_cmdsn_init(s, c->login_cmdsn);
     atomic_init(&s->refs, 1);
     if (s->node) {
-        s->nexus = scsi_nexus_get(s->node->scsi, s->initiator_name, s->isid);
+        s->nexus = scsi_nexus_get(s->node->scsi, &iscsi_scsi_transport, s->initiator_name, s->isid);
         if (!s->nexus) {
             session_free(s);
             return NULL;
