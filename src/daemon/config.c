@@ -3,6 +3,8 @@
  * file parser. Every refusal names its origin: "FILE:LINE: reason". */
 #include "daemon/config.h"
 
+#include "daemon/conf_keys.h"
+
 #include <arpa/inet.h>
 #include <ctype.h>
 #include <errno.h>
@@ -14,10 +16,6 @@
 #include <strings.h>
 
 #include "util/size.h"
-
-/* RFC 7143 §13: ranges of the numeric session keys. */
-#define DSL_MIN 512u
-#define DSL_MAX 16777215u
 
 void target_params_default(struct iscsi_params *p)
 {
@@ -414,122 +412,6 @@ int target_check_iscsi_name(const char *s, char *err, size_t errlen)
     return 0;
 }
 
-/* Split the LUN options (",ro", ",rw", ",removable", ",bs=512|4096", ",pbs=SIZE",
- * ",sanitize-rate=SIZE", ",alua=STATE", ",alua-peer=ID:STATE") off a store spec; the rest
- * goes to bs_open_spec() unchanged. lun->lun and origin are left to the caller. */
-int target_parse_lun_spec(const char *spec, struct target_lun_conf *lun, char *err, size_t errlen)
-{
-    lun->block_size = 512;
-    lun->read_only = false;
-    lun->removable = false;
-    lun->sanitize_rate = TARGET_DEFAULT_SANITIZE_RATE;
-    lun->phys_block_size = 0;
-    lun->alua_state_set = false;
-    lun->alua_npeers = 0;
-    lun->bs_spec = NULL;
-    if (!strchr(spec, ':')) {
-        snprintf(err, errlen, "bad LUN spec '%s': expected ram:SIZE, null:SIZE or file:PATH", spec);
-        return -1;
-    }
-    char *copy = strdup(spec);
-    char *out = malloc(strlen(spec) + 1);
-    if (!copy || !out) {
-        free(copy);
-        free(out);
-        snprintf(err, errlen, "out of memory");
-        return -1;
-    }
-    out[0] = '\0';
-    char *save = NULL;
-    bool first = true;
-    for (char *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-        if (!first && strcmp(tok, "ro") == 0) {
-            lun->read_only = true;
-            continue;
-        }
-        if (!first && strcmp(tok, "rw") == 0) {
-            lun->read_only = false;
-            continue;
-        }
-        if (!first && strcmp(tok, "removable") == 0) {
-            lun->removable = true;
-            continue;
-        }
-        if (!first && strncmp(tok, "pbs=", 4) == 0) {
-            uint64_t pbs;
-            if (size_parse(tok + 4, &pbs) < 0 || pbs > 65536) {
-                snprintf(err, errlen,
-                         "bad physical block size '%s' in LUN spec '%s': e.g. 4k, at most 64k",
-                         tok + 4, spec);
-                free(copy);
-                free(out);
-                return -1;
-            }
-            lun->phys_block_size = (uint32_t)pbs;
-            continue;
-        }
-        if (!first) {
-            int r = target_alua_lun_opt(lun, tok, err, errlen);
-            if (r < 0) {
-                free(copy);
-                free(out);
-                return -1;
-            }
-            if (r > 0)
-                continue;
-        }
-        if (!first && strncmp(tok, "sanitize-rate=", 14) == 0) {
-            if (size_parse(tok + 14, &lun->sanitize_rate) < 0) {
-                snprintf(err, errlen,
-                         "bad sanitize rate '%s' in LUN spec '%s': bytes per second, "
-                         "e.g. 200M, or 0 for no limit",
-                         tok + 14, spec);
-                free(copy);
-                free(out);
-                return -1;
-            }
-            continue;
-        }
-        if (!first && (strncmp(tok, "bs=", 3) == 0 || strncmp(tok, "block-size=", 11) == 0)) {
-            uint64_t bs;
-            const char *v = strchr(tok, '=') + 1;
-            if (size_parse(v, &bs) < 0 || (bs != 512 && bs != 4096)) {
-                snprintf(err, errlen, "bad block size '%s' in LUN spec '%s': 512 or 4096", v, spec);
-                free(copy);
-                free(out);
-                return -1;
-            }
-            lun->block_size = (uint32_t)bs;
-            continue;
-        }
-        if (!first)
-            strcat(out, ",");
-        strcat(out, tok);
-        first = false;
-    }
-    free(copy);
-    if (out[0] == '\0') {
-        free(out);
-        snprintf(err, errlen, "bad LUN spec '%s'", spec);
-        return -1;
-    }
-    lun->bs_spec = out;
-    return 0;
-}
-
-int target_lun_rbd_timeout(struct target_lun_conf *l, unsigned rbd_timeout_s)
-{
-    if (!rbd_timeout_s || strncmp(l->bs_spec, "rbd:", 4) != 0 || strstr(l->bs_spec, ",timeout="))
-        return 0;
-    size_t len = strlen(l->bs_spec) + 32;
-    char *spec = realloc(l->bs_spec, len);
-    if (!spec)
-        return -1;
-    snprintf(spec + strlen(spec), 32, ",timeout=%u", rbd_timeout_s);
-    l->bs_spec = spec;
-    return 0;
-}
-
 /* RFC 7143 §13.20: 0, 1 or 2. A level above ISCSI_ERL_IMPLEMENTED is refused, not lowered:
  * whoever asks for recovery must learn that this build cannot give it. */
 int target_parse_erl(const char *val, uint32_t *out, char *err, size_t errlen)
@@ -565,6 +447,7 @@ struct cfg_parser {
     struct target_node_conf *node; /* current [target] section, NULL in the global section */
     unsigned node_line;
     uint64_t next_lun;
+    unsigned seen[CONF_KEYS_MAX]; /* the line of each key in this section, 0: not yet */
 };
 
 static int cfg_fail(struct cfg_parser *ps, unsigned line, const char *fmt, ...)
@@ -589,108 +472,6 @@ static char *trim(char *s)
     while (n && isspace((unsigned char)s[n - 1]))
         s[--n] = '\0';
     return s;
-}
-
-static int parse_bool(const char *v, bool *out)
-{
-    static const char *const yes[] = {"yes", "true", "on", "1"};
-    static const char *const no[] = {"no", "false", "off", "0"};
-    for (unsigned i = 0; i < 4; i++) {
-        if (strcasecmp(v, yes[i]) == 0) {
-            *out = true;
-            return 0;
-        }
-        if (strcasecmp(v, no[i]) == 0) {
-            *out = false;
-            return 0;
-        }
-    }
-    return -1;
-}
-
-int target_reset_key(struct target_node_conf *n, const char *key, const char *val, char *err,
-                     size_t errlen)
-{
-    bool *f = strcmp(key, "target-warm-reset") == 0   ? &n->warm_reset
-              : strcmp(key, "target-cold-reset") == 0 ? &n->cold_reset
-                                                      : NULL;
-    if (!f)
-        return 0;
-    if (parse_bool(val, f) < 0) {
-        snprintf(err, errlen, "bad value '%s' for %s: expected yes or no", val, key);
-        return -1;
-    }
-    return 1;
-}
-
-static int parse_uint_range(const char *v, uint64_t lo, uint64_t hi, uint64_t *out)
-{
-    uint64_t x;
-    if (size_parse(v, &x) < 0 || x < lo || x > hi)
-        return -1;
-    *out = x;
-    return 0;
-}
-
-/* Session keys, allowed in the global section (defaults for every target) and in a target. */
-static int cfg_session_key(struct cfg_parser *ps, struct iscsi_params *p, const char *key,
-                           const char *val)
-{
-    uint64_t x;
-    bool b;
-    struct {
-        const char *name;
-        uint32_t *field;
-        uint64_t lo, hi;
-    } nums[] = {
-        {"max-burst-length", &p->max_burst, DSL_MIN, DSL_MAX},
-        {"first-burst-length", &p->first_burst, DSL_MIN, DSL_MAX},
-        /* what a session really uses at most (login.c held larger values down silently) */
-        {"max-recv-data-segment-length", &p->max_recv_dsl, DSL_MIN, ISCSI_TARGET_MRDSL_MAX},
-        {"max-connections", &p->max_connections, 1, ISCSI_MAX_CONNECTIONS},
-        {"max-outstanding-r2t", &p->max_outstanding_r2t, 1, ISCSI_MAX_R2T},
-        /* RFC 7143 §13.15, §13.16: ERL 2 connection recovery waits this long before tasks
-         * are reassigned, and keeps them this long after (0: nothing is kept) */
-        {"default-time2wait", &p->default_time2wait, 0, 3600},
-        {"default-time2retain", &p->default_time2retain, 0, 3600},
-    };
-    for (unsigned i = 0; i < sizeof(nums) / sizeof(nums[0]); i++) {
-        if (strcmp(key, nums[i].name) != 0)
-            continue;
-        if (parse_uint_range(val, nums[i].lo, nums[i].hi, &x) < 0)
-            return cfg_fail(ps, ps->line, "bad value '%s' for %s: expected %llu..%llu", val, key,
-                            (unsigned long long)nums[i].lo, (unsigned long long)nums[i].hi);
-        *nums[i].field = (uint32_t)x;
-        return 1;
-    }
-    bool *bools[] = {&p->immediate_data, &p->initial_r2t};
-    const char *bool_names[] = {"immediate-data", "initial-r2t"};
-    for (unsigned i = 0; i < 2; i++) {
-        if (strcmp(key, bool_names[i]) != 0)
-            continue;
-        if (parse_bool(val, &b) < 0)
-            return cfg_fail(ps, ps->line, "bad value '%s' for %s: expected yes or no", val, key);
-        *bools[i] = b;
-        return 1;
-    }
-    if (strcmp(key, "error-recovery-level") == 0) {
-        char reason[256];
-        if (target_parse_erl(val, &p->erl, reason, sizeof(reason)) < 0)
-            return cfg_fail(ps, ps->line, "%s", reason);
-        return 1;
-    }
-    if (strcmp(key, "header-digest") == 0 || strcmp(key, "data-digest") == 0) {
-        bool *f = key[0] == 'h' ? &p->header_digest : &p->data_digest;
-        if (strcasecmp(val, "none") == 0)
-            *f = false;
-        else if (strcasecmp(val, "crc32c") == 0 || strcasecmp(val, "any") == 0)
-            *f = true;
-        else
-            return cfg_fail(ps, ps->line, "bad value '%s' for %s: expected none, crc32c or any",
-                            val, key);
-        return 1;
-    }
-    return 0;
 }
 
 /* Checks when a [target] section ends. */
@@ -747,187 +528,105 @@ static int cfg_section(struct cfg_parser *ps, char *s)
     ps->node->alua = ps->global_alua;
     ps->node_line = ps->line;
     ps->next_lun = 0;
+    memset(ps->seen, 0, sizeof(ps->seen));
     return 0;
 }
 
-static int cfg_global_key(struct cfg_parser *ps, const char *key, const char *val)
+/* portal, lun and allow: the entries a section lists (CONF_LIST rows). */
+static int cfg_portal(struct cfg_parser *ps, const char *val)
 {
-    uint64_t x;
-    struct target_config *cfg = ps->cfg;
-    if (strcmp(key, "threads") == 0) {
-        if (parse_uint_range(val, 1, TARGET_THREADS_MAX, &x) < 0)
-            return cfg_fail(ps, ps->line, "bad value '%s' for threads: expected 1..%d", val,
-                            TARGET_THREADS_MAX);
-        cfg->threads = (unsigned)x;
-    } else if (strcmp(key, "poll-us") == 0) {
-        if (parse_uint_range(val, 0, TARGET_POLL_US_MAX, &x) < 0)
-            return cfg_fail(ps, ps->line, "bad value '%s' for poll-us: expected 0..%d", val,
-                            TARGET_POLL_US_MAX);
-        cfg->poll_us = (unsigned)x;
-    } else if (strcmp(key, "state-dir") == 0) {
-        if (val[0] != '/' || strlen(val) >= sizeof(cfg->state_dir))
-            return cfg_fail(ps, ps->line, "bad value '%s' for state-dir: expected an absolute path",
-                            val);
-        snprintf(cfg->state_dir, sizeof(cfg->state_dir), "%s", val);
-    } else if (strcmp(key, "ctl-socket") == 0) {
-        char reason[256];
-        if (target_set_ctl_socket(cfg, val, reason, sizeof(reason)) < 0)
-            return cfg_fail(ps, ps->line, "ctl-socket: %s", reason);
-    } else if (strcmp(key, "metrics") == 0) {
-        char reason[256];
-        if (target_set_metrics(cfg, val, reason, sizeof(reason)) < 0)
-            return cfg_fail(ps, ps->line, "metrics: %s", reason);
-    } else if (strcmp(key, "log-level") == 0) {
-        int lvl = log_level_parse(val);
-        if (lvl < 0)
-            return cfg_fail(ps, ps->line,
-                            "bad value '%s' for log-level: expected error, warn, info or debug",
-                            val);
-        cfg->log_level = (enum log_level)lvl;
-    } else if (strcmp(key, "log") == 0) {
-        int dest = log_dest_parse(val);
-        if (dest < 0)
-            return cfg_fail(ps, ps->line, "bad value '%s' for log: expected stderr or syslog", val);
-        cfg->log_syslog = dest == LOG_DEST_SYSLOG;
-    } else if (strcmp(key, "rbd-timeout") == 0) {
-        if (parse_uint_range(val, 1, 3600, &x) < 0)
-            return cfg_fail(ps, ps->line, "bad value '%s' for %s: expected seconds, 1..3600", val,
-                            key);
-        cfg->rbd_timeout_s = (unsigned)x;
-    } else if (strcmp(key, "nop-interval") == 0 || strcmp(key, "nop-timeout") == 0 ||
-               strcmp(key, "login-timeout") == 0) {
-        if (parse_uint_range(val, 1, 3600, &x) < 0)
-            return cfg_fail(ps, ps->line, "bad value '%s' for %s: expected seconds, 1..3600", val,
-                            key);
-        if (strcmp(key, "nop-interval") == 0)
-            cfg->nop_interval_s = (unsigned)x;
-        else if (strcmp(key, "nop-timeout") == 0)
-            cfg->nop_timeout_s = (unsigned)x;
-        else
-            cfg->login_timeout_s = (unsigned)x;
-    } else if (target_limits_is_key(key)) {
-        char reason[256];
-        if (target_limits_key(&cfg->limits, key, val, reason, sizeof(reason)) < 0)
-            return cfg_fail(ps, ps->line, "%s", reason);
-    } else if (strcmp(key, "portal") == 0) {
-        struct target_portal p;
-        char reason[512];
-        if (target_parse_portal(val, &p, reason, sizeof(reason)) < 0)
-            return cfg_fail(ps, ps->line, "%s", reason);
-        struct target_portal *e = array_push(&ps->global_portals, &ps->nglobal_portals, sizeof(*e));
-        if (!e)
-            return cfg_fail(ps, ps->line, "out of memory");
-        *e = p;
-    } else {
-        char reason[512];
-        int r = target_alua_key(&ps->global_alua, key, val, reason, sizeof(reason));
-        if (r < 0)
-            return cfg_fail(ps, ps->line, "%s", reason);
-        if (r > 0)
-            return 0;
-        r = target_chap_key(cfg, NULL, key, val, reason, sizeof(reason));
-        if (r < 0)
-            return cfg_fail(ps, ps->line, "%s", reason);
-        if (r > 0)
-            return 0;
-        r = cfg_session_key(ps, &ps->global_params, key, val);
-        if (r < 0)
-            return -1;
-        if (r == 0) {
-            static const char *const target_only[] = {"lun", "allow", "alias", "target-warm-reset",
-                                                      "target-cold-reset"};
-            for (unsigned i = 0; i < 5; i++)
-                if (strcmp(key, target_only[i]) == 0 || (i == 0 && strncmp(key, "lun ", 4) == 0))
-                    return cfg_fail(ps, ps->line, "'%s' belongs in a [target IQN] section",
-                                    target_only[i]);
-            return cfg_fail(ps, ps->line, "unknown key '%s'", key);
-        }
-    }
+    struct target_portal p;
+    char reason[512];
+    if (target_parse_portal(val, &p, reason, sizeof(reason)) < 0)
+        return cfg_fail(ps, ps->line, "%s", reason);
+    if (ps->node)
+        return target_node_add_portal(ps->node, &p) < 0 ? cfg_fail(ps, ps->line, "out of memory")
+                                                        : 0;
+    struct target_portal *e = array_push(&ps->global_portals, &ps->nglobal_portals, sizeof(*e));
+    if (!e)
+        return cfg_fail(ps, ps->line, "out of memory");
+    *e = p;
     return 0;
 }
 
-static int cfg_target_key(struct cfg_parser *ps, const char *key, const char *val)
+static int cfg_lun(struct cfg_parser *ps, const char *key, const char *val)
 {
-    struct target_node_conf *n = ps->node;
+    struct target_lun_conf lun;
     char reason[768];
-    if (strcmp(key, "portal") == 0) {
-        struct target_portal p;
-        if (target_parse_portal(val, &p, reason, sizeof(reason)) < 0)
-            return cfg_fail(ps, ps->line, "%s", reason);
-        if (target_node_add_portal(n, &p) < 0)
-            return cfg_fail(ps, ps->line, "out of memory");
-        return 0;
+    memset(&lun, 0, sizeof(lun));
+    lun.lun = ps->next_lun;
+    if (key[3] == ' ') {
+        uint64_t x;
+        const char *num = key + 4;
+        while (*num == ' ' || *num == '\t')
+            num++;
+        if (!isdigit((unsigned char)*num) || conf_parse_uint(num, 0, TARGET_LUN_MAX, &x) < 0)
+            return cfg_fail(ps, ps->line, "bad LUN number '%s': expected 0..%d", num,
+                            TARGET_LUN_MAX);
+        lun.lun = x;
     }
-    if (strcmp(key, "lun") == 0 || strncmp(key, "lun ", 4) == 0) {
-        struct target_lun_conf lun;
-        memset(&lun, 0, sizeof(lun));
-        lun.lun = ps->next_lun;
-        if (key[3] == ' ') {
-            uint64_t x;
-            const char *num = key + 4;
-            while (*num == ' ' || *num == '\t')
-                num++;
-            if (!isdigit((unsigned char)*num) || parse_uint_range(num, 0, TARGET_LUN_MAX, &x) < 0)
-                return cfg_fail(ps, ps->line, "bad LUN number '%s': expected 0..%d", num,
-                                TARGET_LUN_MAX);
-            lun.lun = x;
-        }
-        if (lun.lun > TARGET_LUN_MAX)
-            return cfg_fail(ps, ps->line, "too many LUNs: at most %d", TARGET_LUN_MAX + 1);
-        if (target_parse_lun_spec(val, &lun, reason, sizeof(reason)) < 0)
-            return cfg_fail(ps, ps->line, "%s", reason);
-        /* rbd-timeout (global, so read before any target) is the default of timeout= */
-        if (target_lun_rbd_timeout(&lun, ps->cfg->rbd_timeout_s) < 0) {
-            free(lun.bs_spec);
-            return cfg_fail(ps, ps->line, "out of memory");
-        }
-        snprintf(lun.origin, sizeof(lun.origin), "%s:%u", ps->path, ps->line);
-        if (target_node_add_lun(n, &lun, reason, sizeof(reason)) < 0) {
-            free(lun.bs_spec);
-            return cfg_fail(ps, ps->line, "%s", reason);
-        }
-        ps->next_lun = lun.lun + 1;
-        return 0;
-    }
-    if (strcmp(key, "allow") == 0) {
-        if (target_check_iscsi_name(val, reason, sizeof(reason)) < 0)
-            return cfg_fail(ps, ps->line, "%s", reason);
-        if (target_node_add_allow(n, val) < 0)
-            return cfg_fail(ps, ps->line, "out of memory");
-        return 0;
-    }
-    if (strcmp(key, "alias") == 0) {
-        if (strlen(val) > ISCSI_VALUE_MAX)
-            return cfg_fail(ps, ps->line, "alias is longer than %d characters", ISCSI_VALUE_MAX);
-        snprintf(n->alias, sizeof(n->alias), "%s", val);
-        return 0;
-    }
-    int r = target_alua_key(&n->alua, key, val, reason, sizeof(reason));
-    if (r == 0)
-        r = target_reset_key(n, key, val, reason, sizeof(reason));
-    if (r < 0)
+    if (lun.lun > TARGET_LUN_MAX)
+        return cfg_fail(ps, ps->line, "too many LUNs: at most %d", TARGET_LUN_MAX + 1);
+    if (target_parse_lun_spec(val, &lun, reason, sizeof(reason)) < 0)
         return cfg_fail(ps, ps->line, "%s", reason);
-    if (r > 0)
-        return 0;
-    r = target_chap_key(ps->cfg, n, key, val, reason, sizeof(reason));
-    if (r < 0)
-        return cfg_fail(ps, ps->line, "%s", reason);
-    if (r > 0)
-        return 0;
-    r = cfg_session_key(ps, &n->params, key, val);
-    if (r < 0)
-        return -1;
-    if (r == 0) {
-        static const char *const global_only[] = {"threads",     "log-level",     "nop-interval",
-                                                  "nop-timeout", "login-timeout", "state-dir",
-                                                  "ctl-socket",  "rbd-timeout",   "log",
-                                                  "metrics",     "poll-us"};
-        for (unsigned i = 0; i < sizeof(global_only) / sizeof(global_only[0]); i++)
-            if (strcmp(key, global_only[i]) == 0 || target_limits_is_key(key))
-                return cfg_fail(ps, ps->line,
-                                "'%s' belongs in the global section (before any [target])", key);
-        return cfg_fail(ps, ps->line, "unknown key '%s' in [target %s]", key, n->name);
+    /* rbd-timeout (global, so read before any target) is the default of timeout= */
+    if (target_lun_rbd_timeout(&lun, ps->cfg->rbd_timeout_s) < 0) {
+        free(lun.bs_spec);
+        return cfg_fail(ps, ps->line, "out of memory");
     }
+    snprintf(lun.origin, sizeof(lun.origin), "%s:%u", ps->path, ps->line);
+    if (target_node_add_lun(ps->node, &lun, reason, sizeof(reason)) < 0) {
+        free(lun.bs_spec);
+        return cfg_fail(ps, ps->line, "%s", reason);
+    }
+    ps->next_lun = lun.lun + 1;
+    return 0;
+}
+
+static int cfg_list_key(struct cfg_parser *ps, const char *key, const char *val)
+{
+    if (strcmp(key, "portal") == 0)
+        return cfg_portal(ps, val);
+    if (key[0] == 'l')
+        return cfg_lun(ps, key, val);
+    char reason[512];
+    if (target_check_iscsi_name(val, reason, sizeof(reason)) < 0)
+        return cfg_fail(ps, ps->line, "%s", reason);
+    if (target_node_add_allow(ps->node, val) < 0)
+        return cfg_fail(ps, ps->line, "out of memory");
+    return 0;
+}
+
+/* One `key = value` line: its row of the table (conf_keys_table.c), in the right section,
+ * given once unless it is repeatable, then set. */
+static int cfg_key(struct cfg_parser *ps, const char *key, const char *val)
+{
+    const struct conf_key *k = conf_key_find(key);
+    struct target_node_conf *n = ps->node;
+    if (!k)
+        return n ? cfg_fail(ps, ps->line, "unknown key '%s' in [target %s]", key, n->name)
+                 : cfg_fail(ps, ps->line, "unknown key '%s'", key);
+    if (n && !(k->scope & CONF_TARGET))
+        return cfg_fail(ps, ps->line, "'%s' belongs in the global section (before any [target])",
+                        key);
+    if (!n && !(k->scope & CONF_GLOBAL))
+        return cfg_fail(ps, ps->line, "'%s' belongs in a [target IQN] section%s", k->name,
+                        k->misplaced_hint ? k->misplaced_hint : "");
+    /* A key given twice would keep its last value without a word: say so instead. */
+    unsigned *first = &ps->seen[k - conf_keys];
+    if (!k->repeatable && *first)
+        return cfg_fail(ps, ps->line, "%s is given twice in this section (first at line %u)",
+                        k->name, *first);
+    *first = ps->line;
+    if (k->type == CONF_LIST)
+        return cfg_list_key(ps, key, val);
+    struct conf_obj o = {.cfg = ps->cfg,
+                         .node = n,
+                         .params = n ? &n->params : &ps->global_params,
+                         .alua = n ? &n->alua : &ps->global_alua};
+    char reason[768];
+    if (conf_key_set(k, &o, val, reason, sizeof(reason)) < 0)
+        return cfg_fail(ps, ps->line, "%s", reason);
     return 0;
 }
 
@@ -966,7 +665,7 @@ static int cfg_line(struct cfg_parser *ps, char *raw)
         return cfg_fail(ps, ps->line, "missing key before '='");
     if (!*val)
         return cfg_fail(ps, ps->line, "missing value for '%s'", key);
-    return ps->node ? cfg_target_key(ps, key, val) : cfg_global_key(ps, key, val);
+    return cfg_key(ps, key, val);
 }
 
 int target_config_load(struct target_config *cfg, const char *path, char *err, size_t errlen)

@@ -44,10 +44,23 @@ struct target_portal {
     socklen_t addrlen;
 };
 
-/* One LUN: the store spec handed to bs_open_spec (LUN options removed) and the LUN options. */
+/* The store type of a LUN spec, from its prefix (in this order: lun_spec.c). */
+enum target_store {
+    TARGET_STORE_RAM,
+    TARGET_STORE_NULL,
+    TARGET_STORE_FILE,
+    TARGET_STORE_RBD,
+    TARGET_STORE_OTHER, /* bs_open_spec names what is wrong with it */
+};
+
+/* One LUN, its spec parsed once (lun_spec.c): the store's part as bs_open_spec takes it (LUN
+ * options removed), what the daemon itself needs of it, and the LUN options. */
 struct target_lun_conf {
     uint64_t lun;
-    char *bs_spec;       /* "ram:1G", "file:/x,size=1G,direct" */
+    char *bs_spec; /* "ram:1G", "file:/x,size=1G,direct" */
+    enum target_store store;
+    uint64_t size;       /* ram:/null: SIZE, file:/rbd: size= (0: none given) */
+    bool prealloc;       /* ram:SIZE,prealloc */
     uint32_t block_size; /* 512 or 4096 */
     bool read_only;
     bool removable; /* ",removable": RMB=1, START STOP UNIT ejects/loads, PREVENT ALLOW holds */
@@ -124,7 +137,8 @@ struct target_config {
     bool cli_log_level, cli_threads, cli_poll_us, cli_state_dir, cli_syslog, cli_metrics;
     /* --max-task-buffers, --data-out-timeout: over the file's, at start and at reload */
     bool cli_max_task_buffers, cli_data_out_timeout;
-    struct iscsi_limits limits; /* limits.c */
+    bool cli_ctl_socket;        /* --ctl-socket, over the file's ctl-socket */
+    struct iscsi_limits limits; /* the limit keys (conf_keys_table.c) */
     struct target_node_conf *targets;
     unsigned ntargets;
     /* CHAP: the secrets file, discovery-chap-user / discovery-chap-mutual-user, and the
@@ -185,13 +199,19 @@ int target_config_read_lines(const char *path, target_line_fn fn, void *arg);
 int target_set_metrics(struct target_config *cfg, const char *val, char *err, size_t errlen);
 int target_parse_portal(const char *s, struct target_portal *p, char *err, size_t errlen);
 int target_check_iscsi_name(const char *s, char *err, size_t errlen);
-/* target-warm-reset / target-cold-reset = yes|no for node n: 1 taken, 0 not such a key. */
-int target_reset_key(struct target_node_conf *n, const char *key, const char *val, char *err,
-                     size_t errlen);
+/* --- lun_spec.c: a LUN spec parsed into a target_lun_conf, and written back --- */
 int target_parse_lun_spec(const char *spec, struct target_lun_conf *lun, char *err, size_t errlen);
 /* The global rbd-timeout as an rbd: LUN's timeout= when its spec names none (as a config line
  * gets it; linerate-ctl's LUNs too). 0, or -1 when out of memory. */
 int target_lun_rbd_timeout(struct target_lun_conf *l, unsigned rbd_timeout_s);
+/* The spec bs_open_spec opens l's store with (read-only for a read-only file or image).
+ * 0, or -1 if it does not fit. */
+int target_lun_open_spec(const struct target_lun_conf *l, char *buf, size_t len);
+/* A resized LUN's spec says its new size where it gives one (ram:SIZE, null:SIZE, size=), so
+ * that save writes it and reload does not take it back. */
+void target_lun_set_size(struct target_lun_conf *l, uint64_t bytes);
+/* A warning when the thin RAM LUNs of cfg add up to more than the machine's memory. */
+void target_config_warn_thin_ram(const struct target_config *cfg);
 /* ALUA keys (alua-group, alua-state, alua-peer) of the global or a target section: 1 taken,
  * 0 not an ALUA key, -1 bad value (reason in err). */
 int target_alua_key(struct target_alua_conf *a, const char *key, const char *val, char *err,
@@ -228,8 +248,7 @@ int target_parse_erl(const char *val, uint32_t *out, char *err, size_t errlen);
 /* --- conf_write.c: the model as config file text (linerate-ctl save) --- */
 /* "64M" for 67108864: the largest whole unit (k, M, G, T), else bytes. */
 void target_size_text(uint64_t bytes, char *buf, size_t len);
-/* The spec a `lun =` line takes for l (store spec and LUN options). 0, or -1 if truncated. */
-int target_lun_spec_format(const struct target_lun_conf *l, char *buf, size_t len);
+
 /* "lun N = SPEC\n" */
 void target_conf_write_lun(FILE *f, const struct target_lun_conf *l);
 /* A whole [target] section: its keys, session keys and ALUA only where they differ from inh. */
@@ -238,15 +257,9 @@ void target_conf_write_section(FILE *f, const struct target_node_conf *c,
 /* The global keys of cfg that differ from the defaults (a daemon started without a file),
  * with `level` as the log level. */
 void target_conf_write_globals(FILE *f, const struct target_config *cfg, enum log_level level);
-
-/* --- limits.c: the global limit keys --- */
-bool target_limits_is_key(const char *key);
-/* Returns 1 if `key` is a limit key and was set, 0 if it is not one, -1 with a reason in err
- * on a bad value. */
-int target_limits_key(struct iscsi_limits *l, const char *key, const char *val, char *err,
-                      size_t errlen);
-/* "max-sessions = N" lines for the limits that differ from the defaults. */
-void target_limits_write(FILE *f, const struct iscsi_limits *l);
+/* The spec a `lun =` line takes for l (store spec and LUN options). 0, or -1 if truncated
+ * (lun_spec.c). */
+int target_lun_spec_format(const struct target_lun_conf *l, char *buf, size_t len);
 
 /* --- cli.c --- */
 /* Parse argv into cfg. Returns -1 to go on and serve, or an exit code (0 after --help or

@@ -645,28 +645,11 @@ static json_t *m_set_lun(struct daemon *d, json_t *params, struct req_err *e)
     return lun_json(d, t, lu);
 }
 
-/* A resized LUN's spec says its new size where it gives one (ram:SIZE, null:SIZE, size=), so
- * that save writes it and reload does not take it back. */
 static void conf_lun_resized(struct daemon *d, unsigned t, uint64_t num, uint64_t bytes)
 {
     struct target_lun_conf *l = conf_lun_find(d, t, num);
-    if (!l)
-        return;
-    char size[32], *spec = l->bs_spec;
-    target_size_text(bytes, size, sizeof(size));
-    const char *start = NULL;
-    if (strncmp(spec, "ram:", 4) == 0 || strncmp(spec, "null:", 5) == 0)
-        start = strchr(spec, ':') + 1;
-    else if ((start = strstr(spec, ",size=")))
-        start += 6;
-    if (!start)
-        return; /* a file or image that keeps its size itself */
-    const char *end = start + strcspn(start, ",");
-    char *grown = NULL;
-    if (asprintf(&grown, "%.*s%s%s", (int)(start - spec), spec, size, end) < 0)
-        return;
-    free(l->bs_spec);
-    l->bs_spec = grown;
+    if (l)
+        target_lun_set_size(l, bytes);
 }
 
 static json_t *m_resize_lun(struct daemon *d, json_t *params, struct req_err *e)

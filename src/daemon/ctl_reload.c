@@ -17,6 +17,7 @@
 #include <time.h>
 
 #include "bs/bs.h"
+#include "daemon/conf_keys.h"
 #include "daemon/daemon.h"
 #include "util/sdnotify.h"
 
@@ -58,19 +59,6 @@ static bool same_store(const struct target_lun_conf *a, const struct target_lun_
            a->sanitize_rate == b->sanitize_rate && target_alua_lun_same(a, b);
 }
 
-static bool same_params(const struct iscsi_params *a, const struct iscsi_params *b)
-{
-    return a->header_digest == b->header_digest && a->data_digest == b->data_digest &&
-           a->max_connections == b->max_connections && a->initial_r2t == b->initial_r2t &&
-           a->immediate_data == b->immediate_data && a->max_recv_dsl == b->max_recv_dsl &&
-           a->peer_max_recv_dsl == b->peer_max_recv_dsl && a->max_burst == b->max_burst &&
-           a->first_burst == b->first_burst && a->default_time2wait == b->default_time2wait &&
-           a->default_time2retain == b->default_time2retain &&
-           a->max_outstanding_r2t == b->max_outstanding_r2t &&
-           a->data_pdu_in_order == b->data_pdu_in_order &&
-           a->data_sequence_in_order == b->data_sequence_in_order && a->erl == b->erl;
-}
-
 static bool same_chap(const struct chap_creds *a, const struct chap_creds *b)
 {
     return strcmp(a->user, b->user) == 0 && strcmp(a->mutual_user, b->mutual_user) == 0 &&
@@ -109,48 +97,47 @@ bool ctl_lun_conf_same(const struct target_lun_conf *a, const struct target_lun_
     return a->lun == b->lun && same_store(a, b) && a->read_only == b->read_only;
 }
 
-/* Settings outside the LUNs that differ: each becomes a "needs a restart" line. */
+static void note_global(void *arg, const char *what)
+{
+    note(arg, "%s", what);
+}
+
+/* A target's "needs a restart" line. */
+struct target_note {
+    json_t *list;
+    const char *name;
+};
+
+static void note_target(void *arg, const char *what)
+{
+    struct target_note *t = arg;
+    note(t->list, "target %s: %s", t->name, what);
+}
+
+/* Settings outside the LUNs that differ: each becomes a "needs a restart" line. The keys a
+ * reload cannot apply come from the table (conf_keys_table.c); CHAP and ALUA are compared
+ * here, as a group each (the secrets are no key). */
 static void diff_fixed(const struct target_config *run, const struct target_config *file,
                        json_t *restart)
 {
-    if (!run->cli_threads && run->threads != file->threads)
-        note(restart, "threads");
-    if (!run->cli_poll_us && run->poll_us != file->poll_us)
-        note(restart, "poll-us");
-    if (run->nop_interval_s != file->nop_interval_s || run->nop_timeout_s != file->nop_timeout_s ||
-        run->login_timeout_s != file->login_timeout_s)
-        note(restart, "nop-interval, nop-timeout or login-timeout");
-    struct iscsi_limits fl = file->limits; /* what the command line set is not the file's */
-    if (run->cli_max_task_buffers)
-        fl.max_task_buffers = run->limits.max_task_buffers;
-    if (run->cli_data_out_timeout)
-        fl.data_out_timeout_s = run->limits.data_out_timeout_s;
-    if (memcmp(&run->limits, &fl, sizeof(run->limits)) != 0)
-        note(restart, "limits (max-*, discovery-idle-timeout, data-out-timeout)");
-    if (!run->cli_state_dir && strcmp(run->state_dir, file->state_dir) != 0)
-        note(restart, "state-dir");
-    if (!run->cli_metrics && (run->metrics_on != file->metrics_on ||
-                              (run->metrics_on && strcmp(run->metrics.text, file->metrics.text))))
-        note(restart, "metrics");
-    if (!run->cli_syslog && run->log_syslog != file->log_syslog)
-        note(restart, "log");
+    struct conf_obj ro = {.cfg = (struct target_config *)run},
+                    fo = {.cfg = (struct target_config *)file};
+    conf_keys_diff(CONF_GLOBAL, &ro, &fo, note_global, restart);
     if (strcmp(run->chap_secrets, file->chap_secrets) != 0 ||
         !same_chap(&run->discovery_chap, &file->discovery_chap) ||
         run->chap_algs != file->chap_algs)
         note(restart, "chap-secrets, discovery CHAP or chap-algorithms");
     for (unsigned i = 0; i < run->ntargets; i++) {
-        const struct target_node_conf *r = &run->targets[i];
-        const struct target_node_conf *f = find_conf(file, r->name);
+        struct target_node_conf *r = &run->targets[i];
+        struct target_node_conf *f = (struct target_node_conf *)find_conf(file, r->name);
         if (!f)
             continue; /* removed as a whole, below */
-        if (strcmp(r->alias, f->alias) != 0)
-            note(restart, "target %s: alias", r->name);
+        struct conf_obj rt = {.cfg = ro.cfg, .node = r, .params = &r->params},
+                        ft = {.cfg = fo.cfg, .node = f, .params = &f->params};
+        struct target_note tn = {restart, r->name};
+        conf_keys_diff(CONF_TARGET, &rt, &ft, note_target, &tn);
         if (!same_chap(&r->chap, &f->chap))
             note(restart, "target %s: CHAP", r->name);
-        if (!same_params(&r->params, &f->params))
-            note(restart, "target %s: session keys", r->name);
-        if (r->warm_reset != f->warm_reset || r->cold_reset != f->cold_reset)
-            note(restart, "target %s: target-warm-reset or target-cold-reset", r->name);
         if (!target_alua_same(&r->alua, &f->alua))
             note(restart, "target %s: ALUA (alua-group, alua-state, alua-peer)", r->name);
     }
