@@ -145,7 +145,10 @@ int ctl_lun_add(struct daemon *d, unsigned t, struct target_lun_conf *l, struct 
     LOG_INFO("event=lun-added target=%s lun=%llu spec=%s ro=%s", n->name,
              (unsigned long long)l->lun, log_quote(spec, sizeof(spec), l->bs_spec),
              l->read_only ? "yes" : "no");
+    bool thin_ram = l->store == TARGET_STORE_RAM && !l->prealloc;
     conf_lun_add(d, t, l);
+    if (thin_ram) /* as at start: thin RAM beyond memory is legal, and said */
+        target_config_warn_thin_ram(&d->cfg);
     return 0;
 }
 

@@ -2,7 +2,8 @@
 # Values the daemon would have taken and then used otherwise, without a word: a key given
 # twice in a section (the last one won), an option given twice, "1Gb" (gigabits) read as
 # 1 GiB. Each is refused, naming both places or the value. Thin RAM LUNs larger than the
-# machine's memory are legal but unwise: --check (and the start) warn, with the numbers.
+# machine's memory are legal but unwise: --check, the start and linerate-ctl add lun warn,
+# with the numbers.
 . "$(dirname "$0")/lt_lib.sh"
 
 # refused WORD ARGS...: exit 2 and a message containing WORD.
@@ -48,4 +49,15 @@ printf '[target iqn.2026-01.org.x:a]\nportal = 127.0.0.1:3260\nlun = ram:600T\nl
 grep -q "thin RAM LUNs (1228800.0 GiB in all) exceed" "$WORK/e" || fail "no warning: $(cat "$WORK/e")"
 "$LT" --check --lun ram:1M >"$WORK/o" 2>"$WORK/e" || fail "ram:1M refused"
 ! grep -q "thin RAM" "$WORK/e" || fail "a warning for ram:1M: $(cat "$WORK/e")"
+
+note "the same at start, and for a LUN linerate-ctl adds"
+ctl_setup
+start_target --ctl-socket "$SOCK" --lun ram:1M
+! grep -q "thin RAM" "$WORK/target.log" || fail "a warning for ram:1M at start"
+# twice the machine's memory: a store that opens (its allocation map is small), never written
+big=$(($(awk '/^MemTotal:/ { print int($2 / 1048576) + 1 }' /proc/meminfo) * 2))G
+ctl_ok add lun "$T" "ram:$big"
+grep -q "thin RAM LUNs (.* GiB in all) exceed this machine's memory" "$WORK/target.log" ||
+    fail "no warning for a live ram:$big: $(tail -n 5 "$WORK/target.log")"
+stop_target
 echo "ok"
