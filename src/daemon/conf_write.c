@@ -30,7 +30,7 @@ static void write_algs(FILE *f, const struct target_node_conf *c)
     const struct conf_key *k = conf_key_find("chap-algorithms");
     struct conf_obj o = {.node = (struct target_node_conf *)c};
     char v[128];
-    conf_key_text(k, &o, v, sizeof(v));
+    k->fmt(k, &o, v, sizeof(v)); /* the target's own set (o has no global one) */
     fprintf(f, "chap-algorithms = %s\n", v);
 }
 

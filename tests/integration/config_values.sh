@@ -60,4 +60,15 @@ ctl_ok add lun "$T" "ram:$big"
 grep -q "thin RAM LUNs (.* GiB in all) exceed this machine's memory" "$WORK/target.log" ||
     fail "no warning for a live ram:$big: $(tail -n 5 "$WORK/target.log")"
 stop_target
+
+note "save (no --config: every key from the table's writer) writes what loads back"
+start_target --ctl-socket "$SOCK" --lun ram:1M --max-task-buffers 64M --poll-us 20 \
+    --target-cold-reset yes --error-recovery-level 1 --chap-algorithms sha256,md5
+ctl_ok save "$WORK/saved.conf"
+for want in "max-task-buffers = 67108864" "poll-us = 20" "target-cold-reset = yes" \
+    "error-recovery-level = 1" "chap-algorithms = sha256,md5"; do
+    grep -qxF "$want" "$WORK/saved.conf" || fail "saved file lacks '$want': $(cat "$WORK/saved.conf")"
+done
+"$LT" --check --config "$WORK/saved.conf" >"$WORK/o" 2>&1 || fail "saved file refused: $(cat "$WORK/o")"
+stop_target
 echo "ok"
