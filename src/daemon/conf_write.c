@@ -10,21 +10,6 @@
 
 #include "daemon/conf_keys.h"
 
-/* "64M" rather than "67108864" where the size is a whole number of a unit. */
-void target_size_text(uint64_t bytes, char *buf, size_t len)
-{
-    static const char units[] = "kMGT";
-    int u = -1;
-    while (u < 3 && bytes && bytes % 1024 == 0) {
-        bytes /= 1024;
-        u++;
-    }
-    if (u < 0)
-        snprintf(buf, len, "%llu", (unsigned long long)bytes);
-    else
-        snprintf(buf, len, "%llu%c", (unsigned long long)bytes, units[u]);
-}
-
 static void write_algs(FILE *f, const struct target_node_conf *c)
 {
     const struct conf_key *k = conf_key_find("chap-algorithms");

@@ -153,7 +153,7 @@ struct target_config {
     unsigned nlisten;
 };
 
-/* --- config.c: the model, validation helpers and the config file parser --- */
+/* --- conf_model.c: the model and the validators of its values --- */
 void target_config_init(struct target_config *cfg);
 void target_config_free(struct target_config *cfg);
 /* The session parameters a target prefers unless told otherwise. */
@@ -168,6 +168,10 @@ struct target_node_conf *target_config_copy_node(struct target_config *cfg,
                                                  const struct target_node_conf *src);
 /* Compute cfg->listen as the union of all targets' portals. Returns 0 or -1 (ENOMEM). */
 int target_config_finish(struct target_config *cfg);
+/* "64M" for 67108864: the largest whole unit (k, M, G, T), else bytes. */
+void target_size_text(uint64_t bytes, char *buf, size_t len);
+
+/* --- config.c: the config file parser --- */
 /* Load a config file. On error returns -1 with "FILE:LINE: reason" in err. */
 int target_config_load(struct target_config *cfg, const char *path, char *err, size_t errlen);
 /* What a [target] section takes from the global section of its file unless it says otherwise
@@ -193,8 +197,8 @@ enum {
  * or TARGET_LINES_EOPEN / TARGET_LINES_EREAD. */
 int target_config_read_lines(const char *path, target_line_fn fn, void *arg);
 
-/* Validators and parsers shared by cli.c and config.c; on error they return -1 and write a
- * reason (without the origin) into err. */
+/* Validators of values (conf_model.c), shared by the key table, cli.c and linerate-ctl's
+ * requests; on error they return -1 and write a reason (without the origin) into err. */
 /* --metrics ADDR:PORT, or "none"/"off": the port is required (no default for it). */
 int target_set_metrics(struct target_config *cfg, const char *val, char *err, size_t errlen);
 int target_parse_portal(const char *s, struct target_portal *p, char *err, size_t errlen);
@@ -246,8 +250,6 @@ int target_set_ctl_socket(struct target_config *cfg, const char *val, char *err,
 int target_parse_erl(const char *val, uint32_t *out, char *err, size_t errlen);
 
 /* --- conf_write.c: the model as config file text (linerate-ctl save) --- */
-/* "64M" for 67108864: the largest whole unit (k, M, G, T), else bytes. */
-void target_size_text(uint64_t bytes, char *buf, size_t len);
 
 /* "lun N = SPEC\n" */
 void target_conf_write_lun(FILE *f, const struct target_lun_conf *l);
