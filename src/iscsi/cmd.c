@@ -169,7 +169,6 @@ int cmd_handle_scsi_header(struct iscsi_conn *c, struct iscsi_pdu_in *p)
     st->edtl = t->edtl;
     st->edtl_read = flags & ISCSI_CMD_READ;
     st->edtl_write = flags & ISCSI_CMD_WRITE;
-    st->tag = itt;
     st->transport_priv = t;
     st->admit = cmd_admit_memory;
 

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "iscsi/scsi_port.h"
 #include "iscsi/session.h"
 #include "reactor/reactor.h"
 #include "util/log.h"
@@ -160,7 +161,7 @@ struct iscsi_session *session_new(struct iscsi_server *srv, struct iscsi_node *n
     session_cmdsn_init(s, cmdsn);
     atomic_init(&s->refs, 1);
     if (s->node) {
-        s->nexus = scsi_nexus_get(s->node->scsi, s->initiator_name, s->isid);
+        s->nexus = scsi_nexus_get(s->node->scsi, &iscsi_scsi_transport, s->initiator_name, s->isid);
         if (!s->nexus) {
             session_free(s);
             return NULL;
