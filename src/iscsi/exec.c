@@ -115,8 +115,9 @@ static void cmd_scsi_done(struct scsi_task *st)
     if (t->orphan == ORPHAN_BUSY) {
         /* ERL 2: its connection is gone (c lives on by the store's reference to it); the
          * orphan group keeps the task, now answered by whoever reassigns it */
-        task_put(t);       /* the SCSI core's */
-        t->orphan_done(t); /* orphan.c decides its fate */
+        assert(t->orphan_done); /* set with ORPHAN_BUSY (orphans_fill) */
+        task_put(t);            /* the SCSI core's */
+        t->orphan_done(t);      /* orphan.c decides its fate */
         conn_put(c);
         return;
     }
