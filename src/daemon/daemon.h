@@ -1,6 +1,13 @@
-/* Private to src/daemon: the running daemon's state, shared by daemon.c (start, serve, stop)
- * and the control socket (ctl.c, ctl_cmds.c), which reads it and changes LUNs while the
- * reactors serve. */
+/* Private to src/daemon: the running daemon's state, shared by main.c (start, serve, stop),
+ * the listeners (listen.c) and the control thread (ctl*.c), which reads it and changes
+ * targets and LUNs while the reactors serve.
+ *
+ * Layers (issue 28): each file calls only files named after it, never back up:
+ *   main.c (start, signals, stop) > ctl.c (the control socket; metrics.c) > ctl_cmds.c (the
+ *   method table) > ctl_save.c > ctl_reload.c > ctl_access.c, ctl_show.c > ctl_targets.c >
+ *   ctl_luns.c (LUNs added and removed) > listen.c (the listeners), notify.c, stats.c,
+ *   ctl_params.c, build.c and the configuration files > this header (struct daemon).
+ */
 #ifndef LR_TARGET_DAEMON_H
 #define LR_TARGET_DAEMON_H
 
@@ -72,17 +79,27 @@ struct daemon {
     struct ctl_retired *retired;
 };
 
-/* --- daemon.c, for the control thread --- */
-/* Make sure the daemon listens on portal p (opening and watching a new socket on reactor 0 if
- * no listener has its address). 0, or -1 with a reason in err. */
+/* --- listen.c: the listening sockets --- */
+/* At start, before any thread runs: open the configuration's listeners. 0, or -1 (printed). */
+int daemon_open_listeners(struct daemon *d);
+/* At start, before reactor 0 runs: watch them on it. 0, or -1 (logged). */
+int daemon_watch_listeners(struct daemon *d);
+/* On reactor 0's thread at shutdown: stop accepting and close every listener. */
+void daemon_close_listeners(struct daemon *d, struct reactor *r);
+/* At exit, once no reactor runs: free the listeners. */
+void daemon_free_listeners(struct daemon *d);
+/* For the control thread: make sure the daemon listens on portal p (opening and watching a new
+ * socket on reactor 0 if no listener has its address). 0, or -1 with a reason in err. */
 int daemon_listen_portal(struct daemon *d, const struct target_portal *p, char *err, size_t errlen);
-/* READY=1 with a STATUS= line saying what is served (and `note`, NULL for none) to the
- * service manager, if NOTIFY_SOCKET names one: at start, and when a reload ends. */
-void daemon_notify_ready(const struct daemon *d, const char *note);
 /* Stop listening on the address `text` (a portal no target has any more): the socket closes on
  * reactor 0; connections accepted through it carry on. 0 (also when not listening), or
  * -errno. */
 int daemon_unlisten_portal(struct daemon *d, const char *text);
+
+/* --- notify.c --- */
+/* READY=1 with a STATUS= line saying what is served (and `note`, NULL for none) to the
+ * service manager, if NOTIFY_SOCKET names one: at start, and when a reload ends. */
+void daemon_notify_ready(const struct daemon *d, const char *note);
 
 /* Whether ctl_stop has begun: long waits in a request give up. */
 static inline bool ctl_stopping(const struct daemon *d)
