@@ -315,7 +315,7 @@ const char *target_state_dir(const struct target_config *cfg);
 int target_built_flush(struct target_built *b);
 void target_built_free(struct target_built *b);
 
-/* --- daemon.c --- */
+/* --- main.c --- */
 /* The whole program: parse, build, listen, serve until SIGTERM/SIGINT. Returns the exit code. */
 int target_main(int argc, char **argv);
 

@@ -59,7 +59,6 @@ struct ctl_server {
     struct reactor_fd h;
     pthread_t thread;
     bool thread_started;
-    atomic_bool stopping;
     struct list_node clients;
     unsigned nclients;
     struct reactor_timer reap;
@@ -449,7 +448,6 @@ int ctl_open(struct daemon *d)
     s->spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
     snprintf(s->path, sizeof(s->path), "%s", cfg->ctl_socket);
     list_init(&s->clients);
-    atomic_init(&s->stopping, false);
     char why[256];
     if (cfg->ctl_socket[0] && ctl_bind(s, why, sizeof(why)) < 0) {
         if (s->fd >= 0)
@@ -540,11 +538,6 @@ void ctl_reload_signal(struct daemon *d)
         reload_run(d);
 }
 
-bool ctl_stopping(const struct daemon *d)
-{
-    return d->ctl && atomic_load(&d->ctl->stopping);
-}
-
 static void stop_on_thread(void *arg)
 {
     struct ctl_server *s = arg;
@@ -563,7 +556,7 @@ void ctl_stop(struct daemon *d)
     struct ctl_server *s = d->ctl;
     if (!s)
         return;
-    atomic_store(&s->stopping, true);
+    atomic_store(&d->ctl_stopping, true);
     if (s->thread_started) {
         reactor_post(s->r, &s->stop_msg, stop_on_thread, s);
         pthread_join(s->thread, NULL);

@@ -15,17 +15,6 @@
 
 #include "daemon/daemon.h"
 
-bool ctl_portal_in_use(struct daemon *d, const char *text)
-{
-    for (unsigned t = 0; t < d->built.n; t++) {
-        const struct iscsi_node *n = d->built.nodes[t];
-        for (unsigned i = 0; i < n->nportals; i++)
-            if (strcmp(n->portals[i].text, text) == 0)
-                return true;
-    }
-    return false;
-}
-
 int ctl_portal_add(struct daemon *d, unsigned t, const struct target_portal *p, char *err,
                    size_t errlen)
 {

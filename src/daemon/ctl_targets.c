@@ -57,6 +57,17 @@ static void scsi_free(struct scsi_target *scsi)
     free(scsi);
 }
 
+bool ctl_portal_in_use(struct daemon *d, const char *text)
+{
+    for (unsigned t = 0; t < d->built.n; t++) {
+        const struct iscsi_node *n = d->built.nodes[t];
+        for (unsigned i = 0; i < n->nportals; i++)
+            if (strcmp(n->portals[i].text, text) == 0)
+                return true;
+    }
+    return false;
+}
+
 int ctl_target_add(struct daemon *d, const struct target_node_conf *c, char *err, size_t errlen)
 {
     if (find_target(d, c->name) >= 0) {

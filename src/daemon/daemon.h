@@ -1,6 +1,13 @@
-/* Private to src/daemon: the running daemon's state, shared by daemon.c (start, serve, stop)
- * and the control socket (ctl.c, ctl_cmds.c), which reads it and changes LUNs while the
- * reactors serve. */
+/* Private to src/daemon: the running daemon's state, shared by main.c (start, serve, stop),
+ * the listeners (listen.c) and the control thread (ctl*.c), which reads it and changes
+ * targets and LUNs while the reactors serve.
+ *
+ * Layers (issue 28): each file calls only files named after it, never back up:
+ *   main.c (start, signals, stop) > ctl.c (the control socket; metrics.c) > ctl_cmds.c (the
+ *   method table) > ctl_save.c > ctl_reload.c > ctl_access.c, ctl_show.c > ctl_targets.c >
+ *   ctl_luns.c (LUNs added and removed) > listen.c (the listeners), notify.c, stats.c,
+ *   ctl_params.c, build.c and the configuration files > this header (struct daemon).
+ */
 #ifndef LR_TARGET_DAEMON_H
 #define LR_TARGET_DAEMON_H
 
@@ -60,6 +67,9 @@ struct daemon {
     unsigned next_rr; /* tie-break among equally loaded reactors */
     /* The control socket (ctl.c); NULL when there is none. */
     struct ctl_server *ctl;
+    /* Set by ctl_stop (main thread) once stopping has begun, read by the control thread: a
+     * request's long waits give up. */
+    atomic_bool ctl_stopping;
     /* LUNs removed by linerate-ctl that commands still held when it stopped waiting: freed
      * by the control thread once their last user lets go, or at exit. Control thread only
      * (and the main thread after the control thread stopped). */
@@ -69,17 +79,33 @@ struct daemon {
     struct ctl_retired *retired;
 };
 
-/* --- daemon.c, for the control thread --- */
-/* Make sure the daemon listens on portal p (opening and watching a new socket on reactor 0 if
- * no listener has its address). 0, or -1 with a reason in err. */
+/* --- listen.c: the listening sockets --- */
+/* At start, before any thread runs: open the configuration's listeners. 0, or -1 (printed). */
+int daemon_open_listeners(struct daemon *d);
+/* At start, before reactor 0 runs: watch them on it. 0, or -1 (logged). */
+int daemon_watch_listeners(struct daemon *d);
+/* On reactor 0's thread at shutdown: stop accepting and close every listener. */
+void daemon_close_listeners(struct daemon *d, struct reactor *r);
+/* At exit, once no reactor runs: free the listeners. */
+void daemon_free_listeners(struct daemon *d);
+/* For the control thread: make sure the daemon listens on portal p (opening and watching a new
+ * socket on reactor 0 if no listener has its address). 0, or -1 with a reason in err. */
 int daemon_listen_portal(struct daemon *d, const struct target_portal *p, char *err, size_t errlen);
-/* READY=1 with a STATUS= line saying what is served (and `note`, NULL for none) to the
- * service manager, if NOTIFY_SOCKET names one: at start, and when a reload ends. */
-void daemon_notify_ready(const struct daemon *d, const char *note);
 /* Stop listening on the address `text` (a portal no target has any more): the socket closes on
  * reactor 0; connections accepted through it carry on. 0 (also when not listening), or
  * -errno. */
 int daemon_unlisten_portal(struct daemon *d, const char *text);
+
+/* --- notify.c --- */
+/* READY=1 with a STATUS= line saying what is served (and `note`, NULL for none) to the
+ * service manager, if NOTIFY_SOCKET names one: at start, and when a reload ends. */
+void daemon_notify_ready(const struct daemon *d, const char *note);
+
+/* Whether ctl_stop has begun: long waits in a request give up. */
+static inline bool ctl_stopping(const struct daemon *d)
+{
+    return atomic_load(&d->ctl_stopping);
+}
 
 /* --- ctl.c: the control socket (docs/ctl-protocol.md), on a thread of its own --- */
 /* Create cfg.ctl_socket (mode 0600), before any other thread runs. Returns 0 with d->ctl set,
@@ -91,8 +117,6 @@ int ctl_start(struct daemon *d);
 /* Stop serving, remove the socket file, free the server; d->ctl becomes NULL. Nothing if
  * there is none. Waits for the request being served (its waits end early on stop). */
 void ctl_stop(struct daemon *d);
-/* Whether ctl_stop has begun: long waits in a request give up. */
-bool ctl_stopping(const struct daemon *d);
 
 /* --- stats.c: the metrics, read on the control thread --- */
 /* What `stats` and the endpoint answer in a build without counters (meson -Dmetrics=false,
@@ -118,6 +142,8 @@ char *ctl_request(struct daemon *d, const char *line, size_t len);
 /* The answer to a request that could not be read (too long, ...): a JSON-RPC error object
  * with a null id, malloc'd; NULL when out of memory. */
 char *ctl_error_line(int code, const char *message);
+
+/* --- ctl_luns.c: LUNs added and removed at run time --- */
 /* Add LUN l to target number t (d->built / d->cfg index) on the store bs, or on one opened
  * now (bs NULL); the initiators get REPORTED LUNS DATA HAS CHANGED and l (its bs_spec taken)
  * joins the running configuration. -1 with "ORIGIN: reason" in err (bs closed). */
@@ -161,6 +187,8 @@ bool ctl_target_draining(struct daemon *d, unsigned t);
 bool ctl_target_undrain(struct daemon *d, unsigned t);
 /* From the control thread's timer: remove the draining targets whose sessions have ended. */
 void ctl_reap_drained(struct daemon *d);
+/* Whether any served target has the portal `text`. */
+bool ctl_portal_in_use(struct daemon *d, const char *text);
 /* At exit, once no reactor runs: free the removed targets' nodes and SCSI targets. */
 void ctl_free_retired(struct daemon *d);
 /* End the normal sessions of node n (only those of `initiator`, unless NULL): each is asked to
@@ -175,8 +203,6 @@ unsigned ctl_disallowed_sessions(struct daemon *d, struct iscsi_node *n);
 unsigned ctl_end_disallowed_sessions(struct daemon *d, struct iscsi_node *n, unsigned timeout_s);
 
 /* --- ctl_access.c: a running target's portals and allow list --- */
-/* Whether any served target has the portal `text`. */
-bool ctl_portal_in_use(struct daemon *d, const char *text);
 /* Serve target t on portal p too (listening on it if nothing does yet). 0, or -EEXIST,
  * -ENOMEM, -EADDRNOTAVAIL... with a reason in err. */
 int ctl_portal_add(struct daemon *d, unsigned t, const struct target_portal *p, char *err,
