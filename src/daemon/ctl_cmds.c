@@ -1,9 +1,9 @@
 /* The requests of the control socket (docs/ctl-protocol.md): JSON-RPC 2.0 parsed with jansson,
  * a table of methods, and what each does to the running daemon. Runs on the control thread.
  *
- * What it touches and how: the targets and their nodes are fixed once the daemon serves (only
- * LUNs come and go), so reading them needs nothing; sessions are copied under the session
- * table lock (iscsi/admin.c); LUNs are added and removed by ctl_luns.c. */
+ * What it touches and how: targets and their nodes change only on this thread (ctl_targets.c;
+ * a removed one is kept until exit), so reading them here needs no lock; sessions are copied
+ * under the session table lock (iscsi/admin.c); LUNs are added and removed by ctl_luns.c. */
 #include <errno.h>
 #include <jansson.h>
 #include <stdio.h>
