@@ -113,7 +113,7 @@ int ini_conn_connect(struct ini_conn *c, const char *host, uint16_t port)
     return 0;
 }
 
-void ini_conn_fail(struct ini_conn *c, const char *why)
+void ini_conn_close(struct ini_conn *c, const char *why)
 {
     if (c->state == ICS_DEAD)
         return;
@@ -121,6 +121,49 @@ void ini_conn_fail(struct ini_conn *c, const char *why)
     c->state = ICS_DEAD;
     wire_close(&c->w);
     ini_session_conn_down(c);
+}
+
+/* Each status and the reason it ends a connection with: what lr_result.what says of the
+ * tasks that fail with it, and what the log line says. */
+static const struct {
+    int status;
+    const char *why;
+} reasons[] = {
+    {INI_OK, "ok"},
+    {INI_ERR_NOMEM, "out of memory"},
+    {INI_ERR_LOGIN, "login failed"},
+    {INI_ERR_UNEXPECTED_PDU, "unexpected PDU in full feature phase"},
+    {INI_ERR_TEXT_RSP, "unexpected Text Response"},
+    {INI_ERR_DATA_IN_RANGE, "Data-In outside the task's buffer"},
+    {INI_ERR_BAD_R2T, "bad R2T"},
+    {INI_ERR_R2T_AGAIN, "R2T for data already sent (recovery R2T below ErrorRecoveryLevel 1)"},
+    {INI_ERR_PING_FLOOD, "the target sends pings faster than it reads the answers"},
+    {INI_ERR_RESEND_FLOOD, "the target asks for data again faster than it reads it"},
+    {INI_ERR_ASYNC_DROP, "target asked to drop the connection"},
+    {INI_END_ASYNC_DROP_CONN, "target will drop the connection (Async event 2)"},
+    {INI_END_ASYNC_DROP_ALL, "target will drop the session's connections (Async event 3)"},
+    {INI_END_LOGGED_OUT, "logged out"},
+    {INI_END_ASKED_OUT, "terminated by the logout the target asked for"},
+    {INI_END_CONN_LOGGED_OUT, "logged out at the target's request"},
+};
+
+const char *ini_status_str(int status)
+{
+    for (size_t i = 0; i < sizeof(reasons) / sizeof(reasons[0]); i++)
+        if (reasons[i].status == status)
+            return reasons[i].why;
+    return "?";
+}
+
+int ini_conn_fail(struct ini_conn *c, int status)
+{
+    if (status >= 0)
+        return status;
+    const char *why = ini_status_str(status);
+    if (status == INI_ERR_LOGIN && c->login.why)
+        why = c->login.why;
+    ini_conn_close(c, why);
+    return status;
 }
 
 static void conn_fail_msg(void *arg)
@@ -131,14 +174,14 @@ static void conn_fail_msg(void *arg)
     if (c->r != reactor_self())
         c->fail_req = NULL; /* it moved meanwhile: the next tick asks its new thread */
     else if (c->fail_req)
-        ini_conn_fail(c, c->fail_req);
+        ini_conn_close(c, c->fail_req);
     ini_unlock(c->s);
 }
 
-void ini_conn_fail_any(struct ini_conn *c, const char *why)
+void ini_conn_close_any(struct ini_conn *c, const char *why)
 {
     if (!c->s->mt || c->r == reactor_self()) {
-        ini_conn_fail(c, why);
+        ini_conn_close(c, why);
         return;
     }
     if (c->state == ICS_DEAD || c->fail_req)
@@ -159,7 +202,7 @@ void ini_conn_move(struct ini_conn *c, struct reactor *to)
     c->r = to;
     c->moves++; /* kicks go to it with the other inbox message */
     if (wire_move(&c->w, to) < 0)
-        ini_conn_fail(c, "cannot move the connection to its thread");
+        ini_conn_close(c, "cannot move the connection to its thread");
     ini_unlock(s);
 }
 
@@ -167,7 +210,7 @@ void ini_conn_move(struct ini_conn *c, struct reactor *to)
 static void conn_fail_sys(struct ini_conn *c, const char *why)
 {
     c->fail_errno = errno;
-    ini_conn_fail(c, why);
+    ini_conn_close(c, why);
 }
 
 struct wire_pdu *ini_conn_pdu(struct ini_conn *c)
@@ -221,15 +264,19 @@ static int ini_wire_hdr(void *ctx, struct iscsi_pdu_in *p)
     return 0;
 }
 
+/* The PDU dispatch: login phase or full feature phase. A handler's negative status fails the
+ * connection here, the one place it does (the engine then stops); its own failures come
+ * through ini_wire_fail. */
 static int ini_wire_pdu(void *ctx, struct iscsi_pdu_in *p)
 {
     struct ini_conn *c = ctx;
     const uint8_t *data = p->data ? p->data : p->dstcnt ? p->dst[0].iov_base : NULL;
+    int rc;
     if (c->state == ICS_LOGIN)
-        ini_session_login_rx(c, p->bhs.b, data, p->dlen);
+        rc = ini_session_login_rx(c, p->bhs.b, data, p->dlen);
     else
-        ini_rx_ffp(c, p->bhs.b, data, p->dlen, !p->data_digest_bad);
-    return 0;
+        rc = ini_rx_ffp(c, p->bhs.b, data, p->dlen, !p->data_digest_bad);
+    return ini_conn_fail(c, rc) < 0 ? WIRE_E_OWNER : WIRE_OK;
 }
 
 static void ini_wire_fail(void *ctx, int status)
@@ -257,7 +304,7 @@ static void ini_wire_fail(void *ctx, int status)
         break;
     }
     c->fail_errno = c->w.fail_errno;
-    ini_conn_fail(c, why ? why : "protocol error");
+    ini_conn_close(c, why ? why : "protocol error");
 }
 
 static void ini_wire_lock(void *ctx)
@@ -316,8 +363,7 @@ static void conn_io_locked(struct ini_conn *c, uint32_t events)
                                                            : ((struct sockaddr_in *)&ss)->sin_port);
         c->state = ICS_LOGIN;
         c->w.tx_hold = false;
-        ini_session_conn_connected(c);
-        if (c->state != ICS_DEAD)
+        if (ini_conn_fail(c, ini_session_conn_connected(c)) == INI_OK && c->state != ICS_DEAD)
             wire_flush(&c->w); /* the first Login Request, and EPOLLOUT off */
         return;
     }

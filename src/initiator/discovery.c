@@ -26,14 +26,12 @@ struct disc {
     bool finished;
 };
 
-static void text_request(struct ini_conn *c, uint32_t ttt, const char *kv, uint32_t len)
+static int text_request(struct ini_conn *c, uint32_t ttt, const char *kv, uint32_t len)
 {
     struct lr_session *s = c->s;
     struct wire_pdu *p = ini_conn_pdu(c);
-    if (!p) {
-        ini_conn_fail(c, "out of memory");
-        return;
-    }
+    if (!p)
+        return INI_ERR_NOMEM;
     struct iscsi_bhs *h = (struct iscsi_bhs *)p->hdr;
     bhs_init(h, ISCSI_OP_TEXT_REQ, ISCSI_FLAG_FINAL);
     h->b[0] |= ISCSI_BHS_IMMEDIATE;
@@ -51,6 +49,7 @@ static void text_request(struct ini_conn *c, uint32_t ttt, const char *kv, uint3
     }
     p->owned = copy;
     ini_conn_send(c, p, copy, len);
+    return INI_OK;
 }
 
 static void disc_free(void *arg)
@@ -101,24 +100,22 @@ static void disc_login_done(void *arg, const struct lr_result *res)
     static const char kv[] = "SendTargets=All";
     d->timer_on = true;
     reactor_timer_start(d->s->r, &d->timer, d->s->o.cmd_timeout_ms, disc_timeout, d);
-    text_request(d->s->conns[0], ISCSI_RSVD_TAG, kv, sizeof(kv));
+    struct ini_conn *c = d->s->conns[0];
+    ini_conn_fail(c, text_request(c, ISCSI_RSVD_TAG, kv, sizeof(kv)));
 }
 
-void ini_session_text_rsp(struct ini_conn *c, const uint8_t *hdr, const uint8_t *data,
-                          uint32_t dlen)
+int ini_session_text_rsp(struct ini_conn *c, const uint8_t *hdr, const uint8_t *data, uint32_t dlen)
 {
     struct lr_session *s = c->s;
     struct disc *d = s->disc_arg;
-    if (!d || get_be32(hdr + BHS_ITT) != INI_TEXT_ITT) {
-        ini_conn_fail(c, "unexpected Text Response");
-        return;
-    }
+    if (!d || get_be32(hdr + BHS_ITT) != INI_TEXT_ITT)
+        return INI_ERR_TEXT_RSP;
     if (d->finished)
-        return;
+        return INI_OK;
     if (dlen && iscsi_text_append(&s->disc_text, data, dlen) < 0) {
         struct lr_result r = {.err = LR_ERR_PROTOCOL, .what = "SendTargets answer too long"};
         disc_finish(d, &r);
-        return;
+        return INI_OK;
     }
     if (!(hdr[BHS_FLAGS] & ISCSI_FLAG_FINAL) || (hdr[BHS_FLAGS] & ISCSI_FLAG_CONTINUE)) {
         /* §11.11.1-§11.11.2: not final (C implies it: the text goes on in the next PDU); ask
@@ -127,13 +124,13 @@ void ini_session_text_rsp(struct ini_conn *c, const uint8_t *hdr, const uint8_t 
         if (++d->rounds >= INI_TEXT_ROUNDS_MAX) {
             struct lr_result r = {.err = LR_ERR_PROTOCOL, .what = "SendTargets answer never ends"};
             disc_finish(d, &r);
-            return;
+            return INI_OK;
         }
-        text_request(c, get_be32(hdr + BHS_TTT), NULL, 0);
-        return;
+        return text_request(c, get_be32(hdr + BHS_TTT), NULL, 0);
     }
     struct lr_result r = {.err = LR_OK};
     disc_finish(d, &r);
+    return INI_OK;
 }
 
 int lr_discover(struct reactor *r, const char *host, uint16_t port, const char *initiator_name,

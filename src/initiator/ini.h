@@ -68,6 +68,36 @@ int ini_login_start(struct ini_login *l, struct iscsi_bhs *req);
 enum ini_login_step ini_login_rx(struct ini_login *l, const struct iscsi_bhs *rsp,
                                  const uint8_t *data, uint32_t len, struct iscsi_bhs *req);
 
+/* ---- the handler contract (the target's, iscsi/pdu.h enum iscsi_status) ---- */
+
+/* What a handler of a PDU from the target returns, and every function that queues PDUs on a
+ * connection. INI_OK: go on. Negative: the connection cannot go on; the caller fails it, in
+ * one place (conn.c's dispatch, or ini_conn_fail on the paths outside it: timers, messages,
+ * hand-overs), with the reason ini_status_str() names, which tasks failing with it report in
+ * lr_result.what. Handlers never close their connection themselves; bad input from the target
+ * ends that connection only. */
+enum ini_status {
+    INI_OK = 0,
+    INI_ERR_NOMEM = -1,            /* a PDU could not be allocated */
+    INI_ERR_LOGIN = -2,            /* the login failed: the login machine says why (login.why) */
+    INI_ERR_UNEXPECTED_PDU = -3,   /* an opcode the target never sends in full feature phase */
+    INI_ERR_TEXT_RSP = -4,         /* a Text Response to no Text Request of ours */
+    INI_ERR_DATA_IN_RANGE = -5,    /* Data-In outside the task's buffer */
+    INI_ERR_BAD_R2T = -6,          /* an R2T outside the task's data (§11.8) */
+    INI_ERR_R2T_AGAIN = -7,        /* a recovery R2T below ErrorRecoveryLevel 1 */
+    INI_ERR_PING_FLOOD = -8,       /* INI_PING_BACKLOG_MAX */
+    INI_ERR_RESEND_FLOOD = -9,     /* INI_RESEND_BACKLOG_MAX */
+    INI_ERR_ASYNC_DROP = -10,      /* Async event 2 below ERL 2 */
+    INI_END_ASYNC_DROP_CONN = -11, /* Async event 2 at ERL 2: recovered */
+    INI_END_ASYNC_DROP_ALL = -12,  /* Async event 3 at ERL 2: recovered */
+    INI_END_LOGGED_OUT = -13,      /* our Logout of the session was answered */
+    INI_END_ASKED_OUT = -14,       /* the Logout the target asked for closed the session */
+    INI_END_CONN_LOGGED_OUT = -15, /* the Logout of this connection the target asked for */
+};
+
+/* The reason a status ends a connection with ("?" for an unknown value). */
+const char *ini_status_str(int status);
+
 /* ---- connections (conn.c) ---- */
 
 struct ini_task;
@@ -188,10 +218,14 @@ void ini_conn_send(struct ini_conn *c, struct wire_pdu *p, const void *data, uin
 /* The SCSI Command PDU p of task t: t->cmd_sent is set once it is in the socket. */
 void ini_conn_mark_cmd(struct wire_pdu *p, struct ini_task *t);
 void ini_conn_flush(struct ini_conn *c);
-/* Close the socket, mark the connection dead, tell the session. Idempotent. */
-void ini_conn_fail(struct ini_conn *c, const char *why);
+/* Close the socket, mark the connection dead, tell the session. Idempotent. For what ends a
+ * connection outside the PDU handlers: timeouts, the session's end, socket failures. */
+void ini_conn_close(struct ini_conn *c, const char *why);
 /* The same from any thread holding the session lock: done on the connection's own thread. */
-void ini_conn_fail_any(struct ini_conn *c, const char *why);
+void ini_conn_close_any(struct ini_conn *c, const char *why);
+/* Close for a negative status (its reason from ini_status_str(), or the login machine's for
+ * INI_ERR_LOGIN); nothing for INI_OK. Returns status. */
+int ini_conn_fail(struct ini_conn *c, int status);
 /* Re-register the connection's socket on r (on the thread that owns it now, with the lock). */
 void ini_conn_move(struct ini_conn *c, struct reactor *r);
 /* Push received bytes through the parser as if recv() had returned them (tests): 0, or -1 once
@@ -250,27 +284,27 @@ struct ini_task {
 /* SAM-5 single level LUN into the 8 bytes at p. */
 void ini_fill_lun(uint8_t *p, uint64_t lun);
 /* Build and queue the command PDU (+ immediate and unsolicited data) on c. */
-void ini_task_send(struct ini_conn *c, struct ini_task *t);
+int ini_task_send(struct ini_conn *c, struct ini_task *t);
 /* Data placement: where the payload of the PDU whose header is hdr goes (task buffer for
  * Data-In), or NULL for the connection's private buffer. */
 uint8_t *ini_task_rx_dest(struct ini_conn *c, const uint8_t *hdr, uint32_t dlen);
-/* Check a Data-In's window against task t's buffer (closing the connection if it lies outside)
+/* Check a Data-In's window against task t's buffer (INI_ERR_DATA_IN_RANGE if it lies outside)
  * and, if copy, copy a payload the engine did not place there directly. */
-bool ini_task_place_data_in(struct ini_conn *c, struct ini_task *t, const uint8_t *hdr,
-                            const uint8_t *data, uint32_t dlen, bool copy);
-/* A complete full-feature-phase PDU arrived. */
-void ini_rx_ffp(struct ini_conn *c, const uint8_t *hdr, const uint8_t *data, uint32_t dlen,
-                bool data_digest_ok);
+int ini_task_place_data_in(struct ini_conn *c, struct ini_task *t, const uint8_t *hdr,
+                           const uint8_t *data, uint32_t dlen, bool copy);
+/* A complete full-feature-phase PDU arrived: its handler's status. */
+int ini_rx_ffp(struct ini_conn *c, const uint8_t *hdr, const uint8_t *data, uint32_t dlen,
+               bool data_digest_ok);
 /* The command PDU of t (with its immediate and unsolicited data) again, unchanged: a retry
  * (RFC 7143 §7.2.1). */
-void ini_task_resend_cmd(struct ini_conn *c, struct ini_task *t);
+int ini_task_resend_cmd(struct ini_conn *c, struct ini_task *t);
 /* The status of a Data-In with S or of a SCSI Response into *r (§11.4, §11.7.4). */
 void ini_task_result(struct ini_task *t, const uint8_t *hdr, const uint8_t *data, uint32_t dlen,
                      struct lr_result *r);
 /* Data-Out PDUs answering an R2T (or unsolicited, ttt reserved), from the task's buffer;
  * again: data sent before, counted in c->resend_unsent until it leaves. */
-void ini_task_data_out(struct ini_conn *c, struct ini_task *t, uint32_t ttt, uint32_t off,
-                       uint32_t len, bool again);
+int ini_task_data_out(struct ini_conn *c, struct ini_task *t, uint32_t ttt, uint32_t off,
+                      uint32_t len, bool again);
 /* A recovery PDU of n bytes (header included) about to be queued: counted until it leaves. */
 void ini_resend_account(struct ini_conn *c, struct wire_pdu *p, uint64_t n);
 
@@ -283,20 +317,21 @@ static inline void ini_erl_progress(struct ini_conn *c, uint64_t now)
     c->rounds = 0;
 }
 /* A numbered response with StatSN arrived (held: its task still misses data). */
-void ini_erl_statsn(struct ini_conn *c, uint32_t statsn, bool held);
+int ini_erl_statsn(struct ini_conn *c, uint32_t statsn, bool held);
 /* A numbered response was discarded (data digest error): ask for it again. */
-void ini_erl_statsn_lost(struct ini_conn *c, uint32_t statsn);
-void ini_erl_data_in(struct ini_conn *c, struct ini_task *t, const uint8_t *hdr,
+int ini_erl_statsn_lost(struct ini_conn *c, uint32_t statsn);
+int ini_erl_data_in(struct ini_conn *c, struct ini_task *t, const uint8_t *hdr, const uint8_t *data,
+                    uint32_t dlen, bool dd_ok);
+int ini_erl_scsi_rsp(struct ini_conn *c, struct ini_task *t, const uint8_t *hdr,
                      const uint8_t *data, uint32_t dlen, bool dd_ok);
-void ini_erl_scsi_rsp(struct ini_conn *c, struct ini_task *t, const uint8_t *hdr,
-                      const uint8_t *data, uint32_t dlen, bool dd_ok);
 /* An R2T: an R2TSN gap asks for the missing R2Ts; old ones (recovery) are answered too. */
-void ini_erl_r2t(struct ini_conn *c, struct ini_task *t, const uint8_t *hdr);
+int ini_erl_r2t(struct ini_conn *c, struct ini_task *t, const uint8_t *hdr);
 /* A Reject (data: the rejected header): a command with a bad immediate-data digest is
- * retried, a refused SNACK ends what it asked for. Returns true if it was dealt with. */
-bool ini_erl_reject(struct ini_conn *c, const uint8_t *hdr, const uint8_t *data, uint32_t dlen);
+ * retried, a refused SNACK ends what it asked for. *handled says whether it was dealt with. */
+int ini_erl_reject(struct ini_conn *c, const uint8_t *hdr, const uint8_t *data, uint32_t dlen,
+                   bool *handled);
 /* The answer to our NOP-Out ping. */
-void ini_erl_pong(struct ini_conn *c, const uint8_t *hdr);
+int ini_erl_pong(struct ini_conn *c, const uint8_t *hdr);
 /* The session tick (any thread, with the lock): a connection with tasks and no progress for
  * a quiet period gets a recovery round on its own thread. */
 void ini_erl_tick(struct ini_conn *c, uint64_t now);
@@ -350,12 +385,12 @@ void ini_erl2_advance(struct lr_session *s, uint64_t now);
 void ini_erl2_login_done(struct ini_conn *c);
 void ini_erl2_login_failed(struct ini_conn *c);
 /* On c's thread: send the TASK REASSIGN of t (taken from the inbox or handed directly). */
-void ini_erl2_send_reassign(struct ini_conn *c, struct ini_task *t);
+int ini_erl2_send_reassign(struct ini_conn *c, struct ini_task *t);
 /* Responses: TMF (TASK REASSIGN), Logout of one connection (ITT INI_CLOGOUT_ITT + slot). */
-void ini_erl2_tmf_rsp(struct ini_conn *c, const uint8_t *hdr);
-void ini_erl2_logout_rsp(struct ini_conn *c, const uint8_t *hdr);
+int ini_erl2_tmf_rsp(struct ini_conn *c, const uint8_t *hdr);
+int ini_erl2_logout_rsp(struct ini_conn *c, const uint8_t *hdr);
 /* Async Message (§11.9.1) */
-void ini_erl2_async(struct ini_conn *c, const uint8_t *hdr);
+int ini_erl2_async(struct ini_conn *c, const uint8_t *hdr);
 /* Commands are accepted while the session recovers with no connection up. */
 bool ini_erl2_recovering(const struct lr_session *s);
 
@@ -452,10 +487,11 @@ void ini_conn_submit(struct ini_conn *c, struct ini_task *t);
 /* Send what the inbox holds (on c's thread, with the lock). */
 void ini_conn_drain_inbox(struct ini_conn *c);
 
-void ini_session_conn_connected(struct ini_conn *c);
+/* The connection's TCP connect completed: its first Login Request. A status. */
+int ini_session_conn_connected(struct ini_conn *c);
 void ini_session_conn_down(struct ini_conn *c);
-void ini_session_login_rx(struct ini_conn *c, const uint8_t *hdr, const uint8_t *data,
-                          uint32_t dlen);
+int ini_session_login_rx(struct ini_conn *c, const uint8_t *hdr, const uint8_t *data,
+                         uint32_t dlen);
 /* ExpCmdSN/MaxCmdSN from any response (RFC 7143 §4.2.2.1 rules). */
 void ini_session_update_window(struct lr_session *s, uint32_t exp, uint32_t max);
 void ini_session_kick(struct lr_session *s);
@@ -466,14 +502,14 @@ void ini_task_complete(struct lr_session *s, struct ini_task *t, struct lr_resul
 struct ini_task *ini_task_lookup(struct lr_session *s, uint32_t itt);
 /* t's slot in s->tasks: the low itt_idx_bits of its ITT. */
 uint32_t ini_task_idx(const struct lr_session *s, const struct ini_task *t);
-void ini_session_text_rsp(struct ini_conn *c, const uint8_t *hdr, const uint8_t *data,
-                          uint32_t dlen);
-void ini_session_logout_rsp(struct ini_conn *c, const uint8_t *hdr);
+int ini_session_text_rsp(struct ini_conn *c, const uint8_t *hdr, const uint8_t *data,
+                         uint32_t dlen);
+int ini_session_logout_rsp(struct ini_conn *c, const uint8_t *hdr);
 /* A new connection for slot i (same CID): a non-leading login with the session's TSIH (ERL 2
  * reconnects, relogin.c), or with leading the leading login of a new session (TSIH 0, same
  * ISID; relogin.c); the old one is kept as retired. Returns it, or NULL. */
 struct ini_conn *ini_session_reconnect(struct lr_session *s, unsigned i, bool leading);
-/* An immediate Logout Request on c (§11.14): reason, CID, ITT, ExpStatSN. */
+/* An immediate Logout Request on c (§11.14): reason, CID, ITT, ExpStatSN. A status. */
 int ini_session_send_logout(struct ini_conn *c, uint8_t reason, uint16_t cid, uint32_t itt,
                             uint32_t expstatsn);
 unsigned ini_conns_up(const struct lr_session *s);

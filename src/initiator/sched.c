@@ -147,6 +147,12 @@ void ini_session_kick(struct lr_session *s)
         ini_session_fail_waiting(s, LR_ERR_NO_CONN, "no connection left in the session");
 }
 
+/* The command of t, or its TASK REASSIGN (ERL 2), onto c. */
+static int send_task(struct ini_conn *c, struct ini_task *t)
+{
+    return t->reassign ? ini_erl2_send_reassign(c, t) : ini_task_send(c, t);
+}
+
 void ini_conn_drain_inbox(struct ini_conn *c)
 {
     c->inbox_kicked = false;
@@ -155,10 +161,8 @@ void ini_conn_drain_inbox(struct ini_conn *c)
         struct ini_task *t = list_entry(n, struct ini_task, node);
         c->outstanding--; /* counted again by ini_task_send */
         t->state = ITS_ACTIVE;
-        if (t->reassign)
-            ini_erl2_send_reassign(c, t);
-        else
-            ini_task_send(c, t);
+        if (ini_conn_fail(c, send_task(c, t)) < 0)
+            break; /* the rest of the inbox became its unsent commands */
     }
 }
 
@@ -180,10 +184,7 @@ void ini_conn_submit(struct ini_conn *c, struct ini_task *t)
     struct lr_session *s = c->s;
     if (!s->mt || c->r == reactor_self()) {
         t->state = ITS_ACTIVE;
-        if (t->reassign)
-            ini_erl2_send_reassign(c, t);
-        else
-            ini_task_send(c, t);
+        ini_conn_fail(c, send_task(c, t));
         return;
     }
     /* Waiting with its CmdSN (the tick leaves it alone); counted on c for pick_conn. */

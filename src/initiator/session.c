@@ -284,7 +284,7 @@ static void session_free(struct lr_session *s)
     ini_lock(s); /* callbacks of aborted tasks run with it, as all callbacks do */
     s->destroyed = true;
     for (unsigned i = 0; i < s->nconns; i++)
-        ini_conn_fail(s->conns[i], "session destroyed");
+        ini_conn_close(s->conns[i], "session destroyed");
     struct lr_result r = {.err = LR_ERR_ABORTED, .what = "session destroyed"};
     struct list_node *n;
     while ((n = list_pop(&s->resendq)) != NULL || (n = list_pop(&s->waitq)) != NULL) {
@@ -435,7 +435,7 @@ static void login_timeout(void *arg)
 {
     struct ini_conn *c = arg;
     ini_lock(c->s);
-    ini_conn_fail(c, "login timed out");
+    ini_conn_close(c, "login timed out");
     ini_unlock(c->s);
 }
 
@@ -450,35 +450,32 @@ static struct ini_conn *session_add_conn(struct lr_session *s)
     c->login_active = true; /* login phase until full feature phase (texts are zeroed) */
     reactor_timer_start(s->r, &c->login_timer, s->o.login_timeout_ms, login_timeout, c);
     if (ini_conn_connect(c, s->host, s->o.port) < 0) {
-        ini_conn_fail(c, "cannot connect");
+        ini_conn_close(c, "cannot connect");
         return NULL;
     }
     return c;
 }
 
-static void send_login_pdu(struct ini_conn *c, const struct iscsi_bhs *req)
+static int send_login_pdu(struct ini_conn *c, const struct iscsi_bhs *req)
 {
     struct wire_pdu *p = ini_conn_pdu(c);
-    if (!p) {
-        ini_conn_fail(c, "out of memory");
-        return;
-    }
+    if (!p)
+        return INI_ERR_NOMEM;
     memcpy(p->hdr, req->b, ISCSI_BHS_LEN);
     uint32_t len = c->login.tx.len;
     void *copy = NULL;
     if (len) {
         copy = malloc(len);
-        if (!copy) {
-            ini_conn_fail(c, "out of memory");
-            return;
-        }
+        if (!copy)
+            return INI_ERR_NOMEM;
         memcpy(copy, c->login.tx.data, len);
     }
     p->owned = copy;
     ini_conn_send(c, p, copy, len);
+    return INI_OK;
 }
 
-void ini_session_conn_connected(struct ini_conn *c)
+int ini_session_conn_connected(struct ini_conn *c)
 {
     struct lr_session *s = c->s;
     bool leading = c->leading;
@@ -492,11 +489,9 @@ void ini_session_conn_connected(struct ini_conn *c)
         c->login.expstatsn = s->cr[c->idx].expstatsn;
     c->login_active = true;
     struct iscsi_bhs req;
-    if (ini_login_start(&c->login, &req) < 0) {
-        ini_conn_fail(c, c->login.why);
-        return;
-    }
-    send_login_pdu(c, &req);
+    if (ini_login_start(&c->login, &req) < 0)
+        return INI_ERR_LOGIN;
+    return send_login_pdu(c, &req);
 }
 
 static void conn_spread_one(void *arg)
@@ -510,7 +505,7 @@ static void conn_spread_one(void *arg)
     ini_unlock(s);
 }
 
-static void conn_logged_in(struct ini_conn *c)
+static int conn_logged_in(struct ini_conn *c)
 {
     struct lr_session *s = c->s;
     struct iscsi_params p;
@@ -538,8 +533,7 @@ static void conn_logged_in(struct ini_conn *c)
         s->granted = p.max_connections ? p.max_connections : 1;
         if (c->reconnect && s->logging_out) {
             /* lr_session_logout came while this login was under way: nothing to log out */
-            ini_conn_fail(c, "logged out");
-            return;
+            return INI_END_LOGGED_OUT;
         }
         if (c->reconnect) {
             /* a new session after the target logged the old one out (relogin.c) */
@@ -547,7 +541,7 @@ static void conn_logged_in(struct ini_conn *c)
             if (s->mt)
                 reactor_defer(s->r, &c->spread_d, conn_spread_one, c);
             ini_session_kick(s);
-            return;
+            return INI_OK;
         }
         unsigned want = s->o.connections;
         unsigned n = want < s->granted ? want : s->granted;
@@ -562,7 +556,7 @@ static void conn_logged_in(struct ini_conn *c)
         }
         if (s->nlogins_pending == 0)
             login_finish(s);
-        return;
+        return INI_OK;
     }
     ini_session_update_window(s, c->login.exp_cmdsn, c->login.max_cmdsn);
     if (c->reconnect && (s->params.erl < 2 || s->asked_out[c->idx])) {
@@ -578,25 +572,23 @@ static void conn_logged_in(struct ini_conn *c)
         login_finish(s);
     }
     ini_session_kick(s);
+    return INI_OK;
 }
 
-void ini_session_login_rx(struct ini_conn *c, const uint8_t *hdr, const uint8_t *data,
-                          uint32_t dlen)
+int ini_session_login_rx(struct ini_conn *c, const uint8_t *hdr, const uint8_t *data, uint32_t dlen)
 {
     struct iscsi_bhs req;
     enum ini_login_step st =
         ini_login_rx(&c->login, (const struct iscsi_bhs *)hdr, data, dlen, &req);
     switch (st) {
     case ILSTEP_SEND:
-        send_login_pdu(c, &req);
-        break;
+        return send_login_pdu(c, &req);
     case ILSTEP_DONE:
-        conn_logged_in(c);
-        break;
+        return conn_logged_in(c);
     case ILSTEP_FAILED:
-        ini_conn_fail(c, c->login.why ? c->login.why : "login failed");
         break;
     }
+    return INI_ERR_LOGIN;
 }
 
 /* A connection failed during login: the leading one fails the whole login; a later one only
@@ -763,7 +755,7 @@ static void session_tick(void *arg)
                      "timed out on connection %u",
                      t->itt, t->cmdsn, t->cdb[0], t->len, t->data_in, t->conn->idx);
             log_window(s);
-            ini_conn_fail_any(t->conn, "command timeout");
+            ini_conn_close_any(t->conn, "command timeout");
         } else if (t->state == ITS_WAITING && !t->has_cmdsn) {
             list_del(&t->node);
             struct lr_result r = {.err = LR_ERR_TIMEOUT,
@@ -813,7 +805,7 @@ static void logout_timeout(void *arg)
     struct lr_session *s = arg;
     ini_lock(s);
     for (unsigned i = 0; i < s->nconns; i++)
-        ini_conn_fail(s->conns[i], "logout timed out");
+        ini_conn_close(s->conns[i], "logout timed out");
     ini_unlock(s);
 }
 
@@ -832,7 +824,7 @@ static int logout_now(struct lr_session *s)
     /* RFC 7143 §11.14: close the session */
     if (ini_session_send_logout(c, ISCSI_LOGOUT_CLOSE_SESSION, c->cid, INI_LOGOUT_ITT,
                                 c->expstatsn) < 0)
-        return -1;
+        return -1; /* lr_session_logout's */
     reactor_timer_stop(s->r, &c->login_timer);
     reactor_timer_start(s->r, &c->login_timer, 5000, logout_timeout, s);
     return 0;
@@ -847,7 +839,7 @@ int ini_session_send_logout(struct ini_conn *c, uint8_t reason, uint16_t cid, ui
      * one of that connection (§11.14.4). */
     struct wire_pdu *p = ini_conn_pdu(c);
     if (!p)
-        return -1;
+        return INI_ERR_NOMEM;
     struct iscsi_bhs *h = (struct iscsi_bhs *)p->hdr;
     bhs_init(h, ISCSI_OP_LOGOUT_REQ, (uint8_t)(ISCSI_FLAG_FINAL | reason));
     h->b[0] |= ISCSI_BHS_IMMEDIATE;
@@ -856,7 +848,7 @@ int ini_session_send_logout(struct ini_conn *c, uint8_t reason, uint16_t cid, ui
     bhs_put32(h, BHS_CMDSN, c->s->cmdsn);
     bhs_put32(h, BHS_EXPSTATSN, expstatsn);
     ini_conn_send(c, p, NULL, 0);
-    return 0;
+    return INI_OK;
 }
 
 /* A retired connection's buffers, once the loop turn that retired it is over. */
@@ -887,7 +879,7 @@ struct ini_conn *ini_session_reconnect(struct lr_session *s, unsigned i, bool le
     c->login_active = true;
     reactor_timer_start(s->r, &c->login_timer, s->o.login_timeout_ms, login_timeout, c);
     if (ini_conn_connect(c, s->host, s->o.port) < 0) {
-        ini_conn_fail(c, "cannot connect");
+        ini_conn_close(c, "cannot connect");
         return NULL;
     }
     return c;
@@ -898,7 +890,7 @@ static void logout_gathered(struct lr_session *s)
     ini_lock(s);
     if (logout_now(s) < 0)
         for (unsigned i = 0; i < s->nconns; i++)
-            ini_conn_fail(s->conns[i], "out of memory for the logout"); /* done() from there */
+            ini_conn_close(s->conns[i], "out of memory for the logout"); /* done() from there */
     ini_unlock(s);
 }
 
@@ -920,13 +912,11 @@ int lr_session_logout(struct lr_session *s, lr_done_fn done, void *arg)
     return rc;
 }
 
-void ini_session_logout_rsp(struct ini_conn *c, const uint8_t *hdr)
+int ini_session_logout_rsp(struct ini_conn *c, const uint8_t *hdr)
 {
     struct lr_session *s = c->s;
-    if (get_be32(hdr + BHS_ITT) != INI_LOGOUT_ITT) {
-        ini_erl2_logout_rsp(c, hdr); /* one connection's (erl2.c) */
-        return;
-    }
+    if (get_be32(hdr + BHS_ITT) != INI_LOGOUT_ITT)
+        return ini_erl2_logout_rsp(c, hdr); /* one connection's (erl2.c) */
     if (hdr[BHS_RESPONSE] != 0)
         LOG_WARN("initiator: logout response %u", hdr[BHS_RESPONSE]);
     reactor_timer_stop(s->r, &c->login_timer);
@@ -935,13 +925,13 @@ void ini_session_logout_rsp(struct ini_conn *c, const uint8_t *hdr)
      * asked for (erl2.c; then the session logs in anew, relogin.c): what was still running
      * fails with that said. */
     bool asked = !s->logging_out && c->logout_sent;
-    const char *why = asked ? "terminated by the logout the target asked for" : "logged out";
+    int end = asked ? INI_END_ASKED_OUT : INI_END_LOGGED_OUT;
     for (unsigned i = 0; i < s->nconns; i++) {
-        /* the others on their own threads (all are home for our own logout) */
+        /* the others on their own threads (all are home for our own logout); this one through
+         * the status returned */
         s->conns[i]->logged_out = true;
-        if (s->conns[i] == c)
-            ini_conn_fail(c, why);
-        else
-            ini_conn_fail_any(s->conns[i], why);
+        if (s->conns[i] != c)
+            ini_conn_close_any(s->conns[i], ini_status_str(end));
     }
+    return end;
 }

@@ -43,8 +43,8 @@ void ini_resend_account(struct ini_conn *c, struct wire_pdu *p, uint64_t n)
     c->resend_unsent += n;
 }
 
-void ini_task_data_out(struct ini_conn *c, struct ini_task *t, uint32_t ttt, uint32_t off,
-                       uint32_t len, bool again)
+int ini_task_data_out(struct ini_conn *c, struct ini_task *t, uint32_t ttt, uint32_t off,
+                      uint32_t len, bool again)
 {
     /* RFC 7143 §11.7: one sequence of Data-Out PDUs, each at most the target's
      * MaxRecvDataSegmentLength; DataSN restarts at 0 per sequence; F on the last. */
@@ -53,10 +53,8 @@ void ini_task_data_out(struct ini_conn *c, struct ini_task *t, uint32_t ttt, uin
     while (off < end) {
         uint32_t n = end - off < c->peer_mrdsl ? end - off : c->peer_mrdsl;
         struct wire_pdu *p = ini_conn_pdu(c);
-        if (!p) {
-            ini_conn_fail(c, "out of memory");
-            return;
-        }
+        if (!p)
+            return INI_ERR_NOMEM;
         struct iscsi_bhs *h = (struct iscsi_bhs *)p->hdr;
         bhs_init(h, ISCSI_OP_DATA_OUT, off + n == end ? ISCSI_FLAG_FINAL : 0);
         ini_fill_lun(h->b + BHS_LUN, c->s->o.lun);
@@ -70,17 +68,16 @@ void ini_task_data_out(struct ini_conn *c, struct ini_task *t, uint32_t ttt, uin
         ini_conn_send(c, p, t->buf + off, n);
         off += n;
     }
+    return INI_OK;
 }
 
 /* The SCSI Command PDU of t with its immediate data, and its unsolicited Data-Out. */
-static void send_cmd(struct ini_conn *c, struct ini_task *t)
+static int send_cmd(struct ini_conn *c, struct ini_task *t)
 {
     struct lr_session *s = c->s;
     struct wire_pdu *p = ini_conn_pdu(c);
-    if (!p) {
-        ini_conn_fail(c, "out of memory");
-        return;
-    }
+    if (!p)
+        return INI_ERR_NOMEM;
     t->cmd_sent = false;
     uint32_t imm = 0, unsol = 0;
     if (t->dir == LR_DIR_WRITE) {
@@ -112,10 +109,11 @@ static void send_cmd(struct ini_conn *c, struct ini_task *t)
     t->solicited_end = imm + unsol;
     ini_conn_send(c, p, imm ? t->buf : NULL, imm);
     if (unsol)
-        ini_task_data_out(c, t, ISCSI_RSVD_TAG, imm, unsol, false);
+        return ini_task_data_out(c, t, ISCSI_RSVD_TAG, imm, unsol, false);
+    return INI_OK;
 }
 
-void ini_task_send(struct ini_conn *c, struct ini_task *t)
+int ini_task_send(struct ini_conn *c, struct ini_task *t)
 {
     if (c->w.erl >= 1 && c->outstanding == 0)
         ini_erl_progress(c, reactor_now_ms()); /* the quiet period starts now */
@@ -129,18 +127,18 @@ void ini_task_send(struct ini_conn *c, struct ini_task *t)
     t->retry_ms = 0;
     t->reassign = t->reassigning = t->r2tsn_resync = false;
     c->outstanding++;
-    send_cmd(c, t);
+    return send_cmd(c, t);
 }
 
 /* RFC 7143 §7.2.1: the retry carries the original ITT, flags, LUN, CDB and CmdSN, on the
  * connection of the original; the immediate data goes with it again (it is "implicitly
  * recovered" by the retry), and so does the unsolicited data. */
-void ini_task_resend_cmd(struct ini_conn *c, struct ini_task *t)
+int ini_task_resend_cmd(struct ini_conn *c, struct ini_task *t)
 {
     assert(t->conn == c && t->has_cmdsn);
     c->retries++;
     t->retry_ms = reactor_now_ms();
-    send_cmd(c, t);
+    return send_cmd(c, t);
 }
 
 uint8_t *ini_task_rx_dest(struct ini_conn *c, const uint8_t *hdr, uint32_t dlen)
@@ -252,37 +250,35 @@ static void stale_pdu(struct ini_conn *c, const char *what, const uint8_t *hdr)
                  (unsigned long long)c->stale_pdus);
 }
 
-bool ini_task_place_data_in(struct ini_conn *c, struct ini_task *t, const uint8_t *hdr,
-                            const uint8_t *data, uint32_t dlen, bool copy)
+int ini_task_place_data_in(struct ini_conn *c, struct ini_task *t, const uint8_t *hdr,
+                           const uint8_t *data, uint32_t dlen, bool copy)
 {
+    (void)c;
     uint32_t off = get_be32(hdr + BHS_BUFFER_OFFSET);
-    if (t->dir != LR_DIR_READ || off > t->len || dlen > t->len - off) {
-        ini_conn_fail(c, "Data-In outside the task's buffer");
-        return false;
-    }
+    if (t->dir != LR_DIR_READ || off > t->len || dlen > t->len - off)
+        return INI_ERR_DATA_IN_RANGE;
     if (copy && data != t->buf + off) /* not placed directly by the engine */
         memcpy(t->buf + off, data, dlen);
-    return true;
+    return INI_OK;
 }
 
-static void rx_data_in(struct ini_conn *c, const uint8_t *hdr, const uint8_t *data, uint32_t dlen,
-                       bool dd_ok)
+static int rx_data_in(struct ini_conn *c, const uint8_t *hdr, const uint8_t *data, uint32_t dlen,
+                      bool dd_ok)
 {
     struct ini_task *t = ini_task_lookup(c->s, get_be32(hdr + BHS_ITT));
     if (!t || t->conn != c) {
         stale_pdu(c, "Data-In", hdr);
         if (c->w.erl >= 1 && (hdr[BHS_FLAGS] & ISCSI_DATAIN_STATUS))
-            ini_erl_statsn(c, get_be32(hdr + BHS_STATSN), false);
-        return;
+            return ini_erl_statsn(c, get_be32(hdr + BHS_STATSN), false);
+        return INI_OK;
     }
-    if (c->w.erl >= 1) {
-        ini_erl_data_in(c, t, hdr, data, dlen, dd_ok);
-        return;
-    }
+    if (c->w.erl >= 1)
+        return ini_erl_data_in(c, t, hdr, data, dlen, dd_ok);
     uint8_t flags = hdr[BHS_FLAGS];
     if (dlen) {
-        if (!ini_task_place_data_in(c, t, hdr, data, dlen, true))
-            return;
+        int rc = ini_task_place_data_in(c, t, hdr, data, dlen, true);
+        if (rc < 0)
+            return rc;
         /* At ERL 0 any of these fails the task (RFC 7143 §7.1); the first one names it */
         if (get_be32(hdr + BHS_DATASN) != t->exp_datasn && !t->data_bad)
             t->data_bad = "Data-In DataSN out of sequence (a PDU lost or sent twice)";
@@ -301,36 +297,36 @@ static void rx_data_in(struct ini_conn *c, const uint8_t *hdr, const uint8_t *da
             c->expstatsn = statsn + 1;
         task_status(c, t, hdr, NULL, 0);
     }
+    return INI_OK;
 }
 
-static void rx_scsi_rsp(struct ini_conn *c, const uint8_t *hdr, const uint8_t *data, uint32_t dlen,
-                        bool dd_ok)
+static int rx_scsi_rsp(struct ini_conn *c, const uint8_t *hdr, const uint8_t *data, uint32_t dlen,
+                       bool dd_ok)
 {
     struct ini_task *t = ini_task_lookup(c->s, get_be32(hdr + BHS_ITT));
     if (!t || t->conn != c) {
         stale_pdu(c, "SCSI Response", hdr);
         if (c->w.erl >= 1 && dd_ok)
-            ini_erl_statsn(c, get_be32(hdr + BHS_STATSN), false);
-        else if (c->w.erl >= 1) /* its StatSN, if still missing, asked for again */
-            ini_erl_statsn_lost(c, get_be32(hdr + BHS_STATSN));
-        return;
+            return ini_erl_statsn(c, get_be32(hdr + BHS_STATSN), false);
+        if (c->w.erl >= 1) /* its StatSN, if still missing, asked for again */
+            return ini_erl_statsn_lost(c, get_be32(hdr + BHS_STATSN));
+        return INI_OK;
     }
-    if (c->w.erl >= 1) {
-        ini_erl_scsi_rsp(c, t, hdr, data, dlen, dd_ok);
-        return;
-    }
+    if (c->w.erl >= 1)
+        return ini_erl_scsi_rsp(c, t, hdr, data, dlen, dd_ok);
     if (!dd_ok && !t->data_bad)
         t->data_bad = "data digest error on the SCSI Response";
     task_status(c, t, hdr, data, dlen);
+    return INI_OK;
 }
 
-static void rx_r2t(struct ini_conn *c, const uint8_t *hdr)
+static int rx_r2t(struct ini_conn *c, const uint8_t *hdr)
 {
     struct ini_task *t = ini_task_lookup(c->s, get_be32(hdr + BHS_ITT));
     if (!t || t->conn != c) {
         /* The task may have completed with an error already; nothing to send. */
         LOG_DEBUG("initiator: R2T for an unknown task %08x", get_be32(hdr + BHS_ITT));
-        return;
+        return INI_OK;
     }
     uint32_t off = get_be32(hdr + BHS_BUFFER_OFFSET);
     uint32_t len = get_be32(hdr + BHS_DESIRED_LEN);
@@ -339,23 +335,19 @@ static void rx_r2t(struct ini_conn *c, const uint8_t *hdr)
     if (t->dir != LR_DIR_WRITE || len == 0 || off > t->len || len > t->len - off ||
         len > c->s->params.max_burst) {
         task_fail(c, t, "R2T outside the task's data");
-        ini_conn_fail(c, "bad R2T");
-        return;
+        return INI_ERR_BAD_R2T;
     }
-    if (c->w.erl >= 1) {
-        ini_erl_r2t(c, t, hdr);
-        return;
-    }
+    if (c->w.erl >= 1)
+        return ini_erl_r2t(c, t, hdr);
     /* Below ERL 1 no R2T asks for data again (§7.8 recovery R2Ts need ERL 1): one that does
      * would make us queue the same data without end */
     if (c->s->params.data_sequence_in_order && off < t->solicited_end) {
         task_fail(c, t, "R2T for data already sent or solicited");
-        ini_conn_fail(c, "R2T for data already sent (recovery R2T below ErrorRecoveryLevel 1)");
-        return;
+        return INI_ERR_R2T_AGAIN;
     }
     if (off + len > t->solicited_end)
         t->solicited_end = off + len;
-    ini_task_data_out(c, t, get_be32(hdr + BHS_TTT), off, len, false);
+    return ini_task_data_out(c, t, get_be32(hdr + BHS_TTT), off, len, false);
 }
 
 /* A ping answer left the queue (sent, or dropped with the connection). */
@@ -367,25 +359,24 @@ static void ping_sent(struct wire_pdu *p, bool ok)
     c->ping_unsent -= p->dlen;
 }
 
-static void rx_nop_in(struct ini_conn *c, const uint8_t *hdr, const uint8_t *data, uint32_t dlen)
+static int rx_nop_in(struct ini_conn *c, const uint8_t *hdr, const uint8_t *data, uint32_t dlen)
 {
     uint32_t ttt = get_be32(hdr + BHS_TTT);
     if (ttt == ISCSI_RSVD_TAG)
-        return; /* answer to a NOP-Out of ours, or a no-reply notice */
+        return INI_OK; /* answer to a NOP-Out of ours, or a no-reply notice */
     if (c->ping_unsent + (uint64_t)dlen > INI_PING_BACKLOG_MAX) {
         /* every ping is answered with its data (§11.18): a target that sends them and does
          * not read the answers would make the queue grow without end */
         LOG_WARN("initiator: connection %u: %u bytes of ping answers unsent: the target pings "
                  "faster than it reads",
                  c->idx, c->ping_unsent);
-        ini_conn_fail(c, "the target sends pings faster than it reads the answers");
-        return;
+        return INI_ERR_PING_FLOOD;
     }
     /* RFC 7143 §11.18/§11.19: the target pings; answer with a NOP-Out echoing TTT and LUN and
      * the ping data, ITT reserved, immediate (CmdSN not advanced). */
     struct wire_pdu *p = ini_conn_pdu(c);
     if (!p)
-        return;
+        return INI_OK; /* the target pings again */
     struct iscsi_bhs *h = (struct iscsi_bhs *)p->hdr;
     bhs_init(h, ISCSI_OP_NOP_OUT, ISCSI_FLAG_FINAL);
     h->b[0] |= ISCSI_BHS_IMMEDIATE;
@@ -407,6 +398,7 @@ static void rx_nop_in(struct ini_conn *c, const uint8_t *hdr, const uint8_t *dat
     p->arg = c;
     c->ping_unsent += dlen;
     ini_conn_send(c, p, copy, dlen);
+    return INI_OK;
 }
 
 static bool pdu_has_statsn(enum iscsi_opcode op, const uint8_t *hdr)
@@ -426,8 +418,31 @@ static bool pdu_has_statsn(enum iscsi_opcode op, const uint8_t *hdr)
     }
 }
 
-void ini_rx_ffp(struct ini_conn *c, const uint8_t *hdr, const uint8_t *data, uint32_t dlen,
-                bool data_digest_ok)
+/* §11.17: the data segment is the header of the rejected PDU. */
+static int rx_reject(struct ini_conn *c, const uint8_t *hdr, const uint8_t *data, uint32_t dlen)
+{
+    struct ini_task *t = NULL;
+    if (dlen >= ISCSI_BHS_LEN && (data[0] & ISCSI_OPCODE_MASK) == ISCSI_OP_SCSI_CMD)
+        t = ini_task_lookup(c->s, get_be32(data + BHS_ITT));
+    c->rejects++;
+    if (c->w.erl >= 1) {
+        bool handled = false;
+        int rc = ini_erl_reject(c, hdr, data, dlen, &handled);
+        if (rc < 0 || handled)
+            return rc;
+    }
+    if (c->rejects <= 5 || (c->rejects & (c->rejects - 1)) == 0)
+        LOG_WARN("initiator: connection %u: target rejected a PDU (reason 0x%02x, opcode "
+                 "0x%02x; %llu so far)",
+                 c->idx, hdr[BHS_REJECT_REASON], dlen ? data[0] & ISCSI_OPCODE_MASK : 0,
+                 (unsigned long long)c->rejects);
+    if (t && t->conn == c)
+        task_fail(c, t, "command rejected by the target");
+    return INI_OK;
+}
+
+int ini_rx_ffp(struct ini_conn *c, const uint8_t *hdr, const uint8_t *data, uint32_t dlen,
+               bool data_digest_ok)
 {
     enum iscsi_opcode op = (enum iscsi_opcode)(hdr[0] & ISCSI_OPCODE_MASK);
     if (op != ISCSI_OP_LOGIN_RSP) {
@@ -439,11 +454,11 @@ void ini_rx_ffp(struct ini_conn *c, const uint8_t *hdr, const uint8_t *data, uin
             if (op != ISCSI_OP_NOP_IN) /* pings and their answers are no task's progress */
                 ini_erl_progress(c, reactor_now_ms());
             if (pdu_has_statsn(op, hdr) && op != ISCSI_OP_SCSI_RSP) {
-                if (!data_digest_ok) {
-                    ini_erl_statsn_lost(c, get_be32(hdr + BHS_STATSN));
-                    return;
-                }
-                ini_erl_statsn(c, get_be32(hdr + BHS_STATSN), false);
+                if (!data_digest_ok)
+                    return ini_erl_statsn_lost(c, get_be32(hdr + BHS_STATSN));
+                int rc = ini_erl_statsn(c, get_be32(hdr + BHS_STATSN), false);
+                if (rc < 0)
+                    return rc;
             }
         } else if (pdu_has_statsn(op, hdr)) {
             uint32_t statsn = get_be32(hdr + BHS_STATSN);
@@ -453,54 +468,29 @@ void ini_rx_ffp(struct ini_conn *c, const uint8_t *hdr, const uint8_t *data, uin
     }
     switch (op) {
     case ISCSI_OP_DATA_IN:
-        rx_data_in(c, hdr, data, dlen, data_digest_ok);
-        break;
+        return rx_data_in(c, hdr, data, dlen, data_digest_ok);
     case ISCSI_OP_SCSI_RSP:
-        rx_scsi_rsp(c, hdr, data, dlen, data_digest_ok);
-        break;
+        return rx_scsi_rsp(c, hdr, data, dlen, data_digest_ok);
     case ISCSI_OP_R2T:
-        rx_r2t(c, hdr);
-        break;
+        return rx_r2t(c, hdr);
     case ISCSI_OP_NOP_IN:
         if (!data_digest_ok)
-            return; /* §7.8: a digest error on a NOP-In is simply dropped */
-        if (c->w.erl >= 1 && get_be32(hdr + BHS_ITT) == INI_PING_ITT + c->idx) {
-            ini_erl_pong(c, hdr);
-            return;
-        }
-        rx_nop_in(c, hdr, data, dlen);
-        break;
+            return INI_OK; /* §7.8: a digest error on a NOP-In is simply dropped */
+        if (c->w.erl >= 1 && get_be32(hdr + BHS_ITT) == INI_PING_ITT + c->idx)
+            return ini_erl_pong(c, hdr);
+        return rx_nop_in(c, hdr, data, dlen);
     case ISCSI_OP_TEXT_RSP:
-        ini_session_text_rsp(c, hdr, data_digest_ok ? data : NULL, data_digest_ok ? dlen : 0);
-        break;
+        return ini_session_text_rsp(c, hdr, data_digest_ok ? data : NULL,
+                                    data_digest_ok ? dlen : 0);
     case ISCSI_OP_LOGOUT_RSP:
-        ini_session_logout_rsp(c, hdr);
-        break;
-    case ISCSI_OP_REJECT: {
-        /* §11.17: the data segment is the header of the rejected PDU. */
-        struct ini_task *t = NULL;
-        if (dlen >= ISCSI_BHS_LEN && (data[0] & ISCSI_OPCODE_MASK) == ISCSI_OP_SCSI_CMD)
-            t = ini_task_lookup(c->s, get_be32(data + BHS_ITT));
-        c->rejects++;
-        if (c->w.erl >= 1 && ini_erl_reject(c, hdr, data, dlen))
-            break;
-        if (c->rejects <= 5 || (c->rejects & (c->rejects - 1)) == 0)
-            LOG_WARN("initiator: connection %u: target rejected a PDU (reason 0x%02x, opcode "
-                     "0x%02x; %llu so far)",
-                     c->idx, hdr[BHS_REJECT_REASON], dlen ? data[0] & ISCSI_OPCODE_MASK : 0,
-                     (unsigned long long)c->rejects);
-        if (t && t->conn == c)
-            task_fail(c, t, "command rejected by the target");
-        break;
-    }
+        return ini_session_logout_rsp(c, hdr);
+    case ISCSI_OP_REJECT:
+        return rx_reject(c, hdr, data, dlen);
     case ISCSI_OP_ASYNC_MSG:
-        ini_erl2_async(c, hdr); /* §11.9.1 (erl2.c) */
-        break;
+        return ini_erl2_async(c, hdr); /* §11.9.1 (erl2.c) */
     case ISCSI_OP_TMF_RSP:
-        ini_erl2_tmf_rsp(c, hdr); /* we send TMF only to reassign tasks (ERL 2) */
-        break;
+        return ini_erl2_tmf_rsp(c, hdr); /* we send TMF only to reassign tasks (ERL 2) */
     default:
-        ini_conn_fail(c, "unexpected PDU in full feature phase");
-        break;
+        return INI_ERR_UNEXPECTED_PDU;
     }
 }

@@ -378,7 +378,7 @@ static void test_conn_loss_keeps_session(void **state)
     struct ini_task *sent = txq_at(c0, 0)->arg, *unsent = txq_at(c0, 1)->arg;
     sent->cmd_sent = true;
     uint32_t unsent_sn = unsent->cmdsn;
-    ini_conn_fail(c0, "test: connection dropped");
+    ini_conn_close(c0, "test: connection dropped");
     /* the sent one fails to the caller; the unsent one keeps its CmdSN and moves to conn 1 */
     assert_int_equal(d.calls, 1);
     assert_int_equal(d.last, LR_ERR_CONN_LOST);
@@ -1179,7 +1179,7 @@ static void test_erl2_logout_reassign_resume(void **state)
     size_t n = data_in(pdu, ritt, 0, 0, 4096, 0, 0, 0);
     assert_int_equal(ini_conn_feed(c0, pdu, (uint32_t)n), 0);
     ini_session_update_window(s, 3, 66);
-    ini_conn_fail(c0, "test: connection cut");
+    ini_conn_close(c0, "test: connection cut");
     assert_int_equal(dr.calls + dw.calls, 0);
     assert_int_equal(lr_session_inflight(s), 2);
 
@@ -1266,7 +1266,7 @@ static void test_erl2_refused_and_retried(void **state)
         itt[i] = get_be32(txq_at(c0, (unsigned)i)->hdr + BHS_ITT);
     }
     take_all(c0);
-    ini_conn_fail(c0, "test: connection cut");
+    ini_conn_close(c0, "test: connection cut");
     take_all(c1); /* the Logout */
     uint8_t rsp[ISCSI_BHS_LEN];
     /* CmdSN 1 and 2 acknowledged, 3 not */
@@ -1330,7 +1330,7 @@ static void test_erl2_time2retain_expiry(void **state)
     take_all(c);
     ini_session_update_window(s, 2, 65);
     uint64_t t0 = reactor_now_ms();
-    ini_conn_fail(c, "test: connection cut");
+    ini_conn_close(c, "test: connection cut");
     assert_int_equal(d.calls, 0);
     assert_true(ini_erl2_recovering(s));
     assert_int_equal(lr_read(s, 8, 8, 512, buf[1], on_rec, &q), 0); /* queued */
@@ -1442,7 +1442,7 @@ static void test_erl2_still_allegiant_asks_again(void **state)
     uint32_t itt = get_be32(txq_at(c0, 0)->hdr + BHS_ITT);
     take_all(c0);
     ini_session_update_window(s, 2, 65);
-    ini_conn_fail(c0, "test: connection cut");
+    ini_conn_close(c0, "test: connection cut");
     take_all(c1);
     uint8_t rsp[ISCSI_BHS_LEN];
     rsp_hdr(rsp, ISCSI_OP_LOGOUT_RSP, ISCSI_FLAG_FINAL, INI_CLOGOUT_ITT + 0, 5, 2, 65);
@@ -1488,7 +1488,7 @@ static void test_erl2_reinstatement_login(void **state)
     uint32_t itt = get_be32(txq_at(c0, 0)->hdr + BHS_ITT);
     take_all(c0);
     ini_session_update_window(s, 2, 65);
-    ini_conn_fail(c0, "test: connection cut");
+    ini_conn_close(c0, "test: connection cut");
     assert_int_equal(s->cr[0].st, CR_RELOGIN);
     /* what ini_session_reconnect does, on a detached connection */
     struct ini_conn *c = ini_conn_new(s, 0, c0->cid);
