@@ -169,7 +169,7 @@ struct ini_conn {
     uint64_t resend_unsent; /* INI_RESEND_BACKLOG_MAX */
     uint64_t rejects;
 
-    /* ErrorRecoveryLevel >= 1 (recovery.c, RFC 7143 §7.8-§7.9): the StatSNs received beyond
+    /* ErrorRecoveryLevel >= 1 (snack.c, RFC 7143 §7.8-§7.9): the StatSNs received beyond
      * expstatsn (bit k: expstatsn + k; held: received, but its task still misses data, so not
      * acknowledged yet, §7.9), one past the highest seen, and the quiet-period timer state. */
     uint64_t stat_got[INI_STATSN_WINDOW / 64];
@@ -184,7 +184,7 @@ struct ini_conn {
     struct reactor_msg rec_msg[2]; /* that request, one per side of the last move */
     uint64_t snacks, retries;      /* SNACKs and command retries sent */
 
-    /* ERL 2 and logout of one connection (erl2.c) */
+    /* ERL 2 and logout of one connection (orphan.c) */
     bool leading;   /* its login is the session's leading one (TSIH 0) */
     bool reconnect; /* a later login of a slot whose connection was lost (same CID, §6.3.4) */
     bool draining;  /* Async event 1: no new command; logged out once its tasks are done */
@@ -235,7 +235,7 @@ int ini_conn_feed(struct ini_conn *c, const void *bytes, uint32_t len);
 /* ---- tasks (task.c) ---- */
 
 /* ITS_ORPHAN (ERL 2): the command reached the target over a connection since lost; the task
- * waits, with no connection, to be reassigned (erl2.c). */
+ * waits, with no connection, to be reassigned (orphan.c). */
 enum ini_task_state { ITS_FREE, ITS_WAITING, ITS_ACTIVE, ITS_ORPHAN };
 
 struct ini_task {
@@ -258,7 +258,7 @@ struct ini_task {
     /* ERL 0, a WRITE: where the data sent or solicited so far ends; an R2T below it asks for
      * data again, which only recovery (ERL >= 1) does */
     uint32_t solicited_end;
-    /* ERL >= 1 (recovery.c): Data-In DataSNs still missing (runs), the status that arrived
+    /* ERL >= 1 (snack.c): Data-In DataSNs still missing (runs), the status that arrived
      * before them (completed once they have), the next R2TSN, a SNACK the target refused. */
     uint8_t nmiss;
     bool status_held, snack_refused, miss_overflow;
@@ -267,7 +267,7 @@ struct ini_task {
     uint32_t held_statsn;
     uint32_t exp_r2tsn;
     uint64_t retry_ms; /* last command retry */
-    /* ERL 2 (erl2.c): the slot (= CID) of the connection it was allegiant to when that died;
+    /* ERL 2 (orphan.c): the slot (= CID) of the connection it was allegiant to when that died;
      * in an inbox for a TASK REASSIGN (not the command); the TMF sent and not answered; the
      * next R2T sets the R2TSN expected (numbering after a reassignment is the target's);
      * reported as recovered (lr_result.recovered). */
@@ -308,40 +308,40 @@ int ini_task_data_out(struct ini_conn *c, struct ini_task *t, uint32_t ttt, uint
 /* A recovery PDU of n bytes (header included) about to be queued: counted until it leaves. */
 void ini_resend_account(struct ini_conn *c, struct wire_pdu *p, uint64_t n);
 
-/* ---- ErrorRecoveryLevel >= 1 (recovery.c, RFC 7143 §7.1-§7.9, §11.16) ---- */
+/* ---- ErrorRecoveryLevel >= 1 (snack.c, RFC 7143 §7.1-§7.9, §11.16) ---- */
 
 /* Any PDU from the target: the recovery timer's notion of progress. */
-static inline void ini_erl_progress(struct ini_conn *c, uint64_t now)
+static inline void ini_snack_progress(struct ini_conn *c, uint64_t now)
 {
     c->last_progress_ms = now;
     c->rounds = 0;
 }
 /* A numbered response with StatSN arrived (held: its task still misses data). */
-int ini_erl_statsn(struct ini_conn *c, uint32_t statsn, bool held);
+int ini_snack_statsn(struct ini_conn *c, uint32_t statsn, bool held);
 /* A numbered response was discarded (data digest error): ask for it again. */
-int ini_erl_statsn_lost(struct ini_conn *c, uint32_t statsn);
-int ini_erl_data_in(struct ini_conn *c, struct ini_task *t, const uint8_t *hdr, const uint8_t *data,
-                    uint32_t dlen, bool dd_ok);
-int ini_erl_scsi_rsp(struct ini_conn *c, struct ini_task *t, const uint8_t *hdr,
-                     const uint8_t *data, uint32_t dlen, bool dd_ok);
+int ini_snack_statsn_lost(struct ini_conn *c, uint32_t statsn);
+int ini_snack_data_in(struct ini_conn *c, struct ini_task *t, const uint8_t *hdr,
+                      const uint8_t *data, uint32_t dlen, bool dd_ok);
+int ini_snack_scsi_rsp(struct ini_conn *c, struct ini_task *t, const uint8_t *hdr,
+                       const uint8_t *data, uint32_t dlen, bool dd_ok);
 /* An R2T: an R2TSN gap asks for the missing R2Ts; old ones (recovery) are answered too. */
-int ini_erl_r2t(struct ini_conn *c, struct ini_task *t, const uint8_t *hdr);
+int ini_snack_r2t(struct ini_conn *c, struct ini_task *t, const uint8_t *hdr);
 /* A Reject (data: the rejected header): a command with a bad immediate-data digest is
  * retried, a refused SNACK ends what it asked for. *handled says whether it was dealt with. */
-int ini_erl_reject(struct ini_conn *c, const uint8_t *hdr, const uint8_t *data, uint32_t dlen,
-                   bool *handled);
+int ini_snack_reject(struct ini_conn *c, const uint8_t *hdr, const uint8_t *data, uint32_t dlen,
+                     bool *handled);
 /* The answer to our NOP-Out ping. */
-int ini_erl_pong(struct ini_conn *c, const uint8_t *hdr);
+int ini_snack_pong(struct ini_conn *c, const uint8_t *hdr);
 /* The session tick (any thread, with the lock): a connection with tasks and no progress for
  * a quiet period gets a recovery round on its own thread. */
-void ini_erl_tick(struct ini_conn *c, uint64_t now);
+void ini_snack_tick(struct ini_conn *c, uint64_t now);
 /* Set at full feature phase: StatSN tracking starts at expstatsn. */
-void ini_erl_start(struct ini_conn *c);
+void ini_snack_start(struct ini_conn *c);
 
 /* NOP-Out pings of the recovery timer: ITT INI_PING_ITT + connection index. */
 #define INI_PING_ITT 0x80001000u
 
-/* ---- ErrorRecoveryLevel 2: connection recovery (erl2.c, RFC 7143 §7.1.4, §7.2.2, §6.3.4,
+/* ---- ErrorRecoveryLevel 2: connection recovery (orphan.c, RFC 7143 §7.1.4, §7.2.2, §6.3.4,
  * §11.5.1, §11.9.1, §11.14-§11.15) ---- */
 
 /* Where the cleanup of a lost connection's state at the target stands, per slot (= CID). */
@@ -375,24 +375,24 @@ struct ini_cr {
 #define INI_TMF_ITT 0x80010000u     /* + task index: TASK REASSIGN */
 
 /* The connection went down at ERL 2: its sent tasks become orphans of its slot. */
-void ini_erl2_conn_down(struct ini_conn *c);
+void ini_orphan_conn_down(struct ini_conn *c);
 /* The session tick (its reactor, with the lock): logouts asked by the target, and at ERL 2 the
- * recovery state machine. ini_erl2_advance: the machine alone (from any thread: what must
+ * recovery state machine. ini_orphan_advance: the machine alone (from any thread: what must
  * run on the session's reactor, reconnecting, waits for the tick there). */
-void ini_erl2_tick(struct lr_session *s, uint64_t now);
-void ini_erl2_advance(struct lr_session *s, uint64_t now);
+void ini_orphan_tick(struct lr_session *s, uint64_t now);
+void ini_orphan_advance(struct lr_session *s, uint64_t now);
 /* A reconnect login of slot c->idx reached full feature phase, or failed. */
-void ini_erl2_login_done(struct ini_conn *c);
-void ini_erl2_login_failed(struct ini_conn *c);
+void ini_orphan_login_done(struct ini_conn *c);
+void ini_orphan_login_failed(struct ini_conn *c);
 /* On c's thread: send the TASK REASSIGN of t (taken from the inbox or handed directly). */
-int ini_erl2_send_reassign(struct ini_conn *c, struct ini_task *t);
+int ini_orphan_send_reassign(struct ini_conn *c, struct ini_task *t);
 /* Responses: TMF (TASK REASSIGN), Logout of one connection (ITT INI_CLOGOUT_ITT + slot). */
-int ini_erl2_tmf_rsp(struct ini_conn *c, const uint8_t *hdr);
-int ini_erl2_logout_rsp(struct ini_conn *c, const uint8_t *hdr);
+int ini_orphan_tmf_rsp(struct ini_conn *c, const uint8_t *hdr);
+int ini_orphan_logout_rsp(struct ini_conn *c, const uint8_t *hdr);
 /* Async Message (§11.9.1) */
-int ini_erl2_async(struct ini_conn *c, const uint8_t *hdr);
+int ini_orphan_async(struct ini_conn *c, const uint8_t *hdr);
 /* Commands are accepted while the session recovers with no connection up. */
-bool ini_erl2_recovering(const struct lr_session *s);
+bool ini_orphan_recovering(const struct lr_session *s);
 
 /* ---- logging in again after a logout the target asked for (relogin.c, §11.9.1) ---- */
 
@@ -447,7 +447,7 @@ struct lr_session {
      * to log in again (below ERL 2); login attempts and logouts in a row without a command
      * completed, both bounded. */
     bool reestablish;
-    bool closing_session; /* a Logout "close the session" asked for is under way (erl2.c) */
+    bool closing_session; /* a Logout "close the session" asked for is under way (orphan.c) */
     bool asked_out[LR_MAX_CONNECTIONS];
     unsigned relogin_tries, relogin_rounds;
     uint64_t relogin_next_ms;

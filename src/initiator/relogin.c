@@ -1,9 +1,9 @@
 /* Logging in again after a logout the target asked for (Async Message event 1, RFC 7143
- * §11.9.1), at every ErrorRecoveryLevel. erl2.c drains the connection and logs it out within
+ * §11.9.1), at every ErrorRecoveryLevel. orphan.c drains the connection and logs it out within
  * Parameter3 seconds; what follows is here:
  * - a connection logged out alone ("close the connection", another one carrying on) logs in
  *   again with its CID and the session's TSIH (a new connection of the session, §6.3); at
- *   ERL 2 erl2.c's reconnects do this;
+ *   ERL 2 orphan.c's reconnects do this;
  * - a session logged out whole ("close the session", its last connection) logs in anew: a
  *   leading login with the same ISID and TSIH 0 (§6.1; the reinstatement of the session if the
  *   target still holds it, §6.3.5), then its other connections. The commands that never reached
@@ -54,7 +54,7 @@ void ini_relogin_conn_lost(struct ini_conn *c)
     for (unsigned i = 0; i < s->nconns; i++) {
         if (!usable(s->conns[i]))
             continue;
-        /* the session goes on: this slot logs in again (at ERL 2, erl2.c's reconnect does) */
+        /* the session goes on: this slot logs in again (at ERL 2, orphan.c's reconnect does) */
         if (s->params.erl < 2) {
             s->asked_out[c->idx] = true;
             s->cr[c->idx].failed_logins = 0;

@@ -142,15 +142,15 @@ void ini_session_kick(struct lr_session *s)
         t->has_cmdsn = true;
         ini_conn_submit(c, t);
     }
-    /* at ERL 2 they wait while the session reconnects (erl2.c) */
-    if (conns_any_up(s) == false && !ini_erl2_recovering(s) && !ini_relogin_pending(s))
+    /* at ERL 2 they wait while the session reconnects (orphan.c) */
+    if (conns_any_up(s) == false && !ini_orphan_recovering(s) && !ini_relogin_pending(s))
         ini_session_fail_waiting(s, LR_ERR_NO_CONN, "no connection left in the session");
 }
 
 /* The command of t, or its TASK REASSIGN (ERL 2), onto c. */
 static int send_task(struct ini_conn *c, struct ini_task *t)
 {
-    return t->reassign ? ini_erl2_send_reassign(c, t) : ini_task_send(c, t);
+    return t->reassign ? ini_orphan_send_reassign(c, t) : ini_task_send(c, t);
 }
 
 void ini_conn_drain_inbox(struct ini_conn *c)
@@ -237,7 +237,7 @@ static int scsi_locked(struct lr_session *s, const uint8_t *cdb, unsigned cdb_le
                        void *buf, uint32_t len, lr_done_fn done, void *arg)
 {
     if (!s->logged_in || s->logging_out || s->destroyed || !s->nfree || cdb_len > 16 ||
-        (!conns_any_up(s) && !ini_erl2_recovering(s) && !ini_relogin_pending(s)))
+        (!conns_any_up(s) && !ini_orphan_recovering(s) && !ini_relogin_pending(s)))
         return -1;
     uint32_t idx = s->free_idx[--s->nfree];
     struct ini_task *t = &s->tasks[idx];

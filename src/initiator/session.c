@@ -14,7 +14,7 @@
 #include "util/log.h"
 
 #define INI_TICK_MS 200
-/* At ERL >= 1 the tick also drives the recovery timer (recovery.c): finer grained. */
+/* At ERL >= 1 the tick also drives the recovery timer (snack.c): finer grained. */
 #define INI_TICK_ERL_MS 10
 
 static const struct lr_result res_ok = {.err = LR_OK};
@@ -518,7 +518,7 @@ static int conn_logged_in(struct ini_conn *c)
     c->w.erl = (uint8_t)(c->leading ? p.erl : s->params.erl); /* session-wide (§13.20) */
     c->peer_mrdsl = p.peer_max_recv_dsl ? p.peer_max_recv_dsl : 8192;
     c->expstatsn = c->login.expstatsn;
-    ini_erl_start(c);
+    ini_snack_start(c);
     c->state = ICS_FFP;
     ini_login_free(&c->login);
     c->login_active = false;
@@ -564,7 +564,7 @@ static int conn_logged_in(struct ini_conn *c)
         if (s->mt)
             reactor_defer(s->r, &c->spread_d, conn_spread_one, c);
     } else if (c->reconnect) {
-        ini_erl2_login_done(c);
+        ini_orphan_login_done(c);
         /* to its thread, as session_spread did for the first ones */
         if (s->mt)
             reactor_defer(s->r, &c->spread_d, conn_spread_one, c);
@@ -609,7 +609,7 @@ static void conn_login_lost(struct ini_conn *c)
         if (c->leading || s->params.erl < 2)
             ini_relogin_failed(c);
         else
-            ini_erl2_login_failed(c);
+            ini_orphan_login_failed(c);
         return;
     }
     if (c->leading) {
@@ -657,7 +657,7 @@ void ini_session_conn_down(struct ini_conn *c)
     while ((n = list_pop(&c->inbox)) != NULL) {
         struct ini_task *t = list_entry(n, struct ini_task, node);
         if (t->reassign) {
-            /* its TASK REASSIGN never left: it waits for another connection (erl2.c) */
+            /* its TASK REASSIGN never left: it waits for another connection (orphan.c) */
             c->outstanding--;
             t->reassign = false;
             t->state = ITS_ORPHAN;
@@ -703,7 +703,7 @@ void ini_session_conn_down(struct ini_conn *c)
         ini_task_complete(s, t, &r);
     }
     if (recover)
-        ini_erl2_conn_down(c);
+        ini_orphan_conn_down(c);
     if (s->logging_out && ini_conns_up(s) == 0 && s->logout_done) {
         lr_done_fn done = s->logout_done;
         s->logout_done = NULL;
@@ -764,12 +764,12 @@ static void session_tick(void *arg)
             ini_task_complete(s, t, &r);
         }
     }
-    /* ERL >= 1: connections with no progress get a recovery round (recovery.c) */
+    /* ERL >= 1: connections with no progress get a recovery round (snack.c) */
     for (unsigned i = 0; i < s->nconns && !s->gathering && !s->logging_out && !s->destroyed; i++)
-        ini_erl_tick(s->conns[i], now);
-    /* Logouts asked for (Async event 1) and ERL 2 connection recovery (erl2.c) */
+        ini_snack_tick(s->conns[i], now);
+    /* Logouts asked for (Async event 1) and ERL 2 connection recovery (orphan.c) */
     if (!s->gathering && !s->logging_out && !s->destroyed)
-        ini_erl2_tick(s, now);
+        ini_orphan_tick(s, now);
     /* logins after a logout the target asked for (relogin.c) */
     if (!s->gathering && !s->logging_out && !s->destroyed)
         ini_relogin_tick(s, now);
@@ -871,7 +871,7 @@ struct ini_conn *ini_session_reconnect(struct lr_session *s, unsigned i, bool le
      * logged in again at once at Time2Wait 0), which is still parsing out of the reactor's
      * shared buffer and gives it back on the way out (torture seed 1003). */
     reactor_defer(s->r, &old->free_d, conn_free_buffers,
-                  old); /* we run on s->r (erl2.c, relogin.c) */
+                  old); /* we run on s->r (orphan.c, relogin.c) */
     c->retired = old;
     c->reconnect = true;
     c->leading = leading;
@@ -916,13 +916,13 @@ int ini_session_logout_rsp(struct ini_conn *c, const uint8_t *hdr)
 {
     struct lr_session *s = c->s;
     if (get_be32(hdr + BHS_ITT) != INI_LOGOUT_ITT)
-        return ini_erl2_logout_rsp(c, hdr); /* one connection's (erl2.c) */
+        return ini_orphan_logout_rsp(c, hdr); /* one connection's (orphan.c) */
     if (hdr[BHS_RESPONSE] != 0)
         LOG_WARN("initiator: logout response %u", hdr[BHS_RESPONSE]);
     reactor_timer_stop(s->r, &c->login_timer);
     /* The session is gone on the target: every connection closes, and nothing of it is
      * recovered (§11.14: its tasks are terminated). Our own logout, or the one the target
-     * asked for (erl2.c; then the session logs in anew, relogin.c): what was still running
+     * asked for (orphan.c; then the session logs in anew, relogin.c): what was still running
      * fails with that said. */
     bool asked = !s->logging_out && c->logout_sent;
     int end = asked ? INI_END_ASKED_OUT : INI_END_LOGGED_OUT;

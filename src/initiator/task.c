@@ -116,7 +116,7 @@ static int send_cmd(struct ini_conn *c, struct ini_task *t)
 int ini_task_send(struct ini_conn *c, struct ini_task *t)
 {
     if (c->w.erl >= 1 && c->outstanding == 0)
-        ini_erl_progress(c, reactor_now_ms()); /* the quiet period starts now */
+        ini_snack_progress(c, reactor_now_ms()); /* the quiet period starts now */
     t->conn = c;
     t->exp_datasn = 0;
     t->data_in = 0;
@@ -269,11 +269,11 @@ static int rx_data_in(struct ini_conn *c, const uint8_t *hdr, const uint8_t *dat
     if (!t || t->conn != c) {
         stale_pdu(c, "Data-In", hdr);
         if (c->w.erl >= 1 && (hdr[BHS_FLAGS] & ISCSI_DATAIN_STATUS))
-            return ini_erl_statsn(c, get_be32(hdr + BHS_STATSN), false);
+            return ini_snack_statsn(c, get_be32(hdr + BHS_STATSN), false);
         return INI_OK;
     }
     if (c->w.erl >= 1)
-        return ini_erl_data_in(c, t, hdr, data, dlen, dd_ok);
+        return ini_snack_data_in(c, t, hdr, data, dlen, dd_ok);
     uint8_t flags = hdr[BHS_FLAGS];
     if (dlen) {
         int rc = ini_task_place_data_in(c, t, hdr, data, dlen, true);
@@ -307,13 +307,13 @@ static int rx_scsi_rsp(struct ini_conn *c, const uint8_t *hdr, const uint8_t *da
     if (!t || t->conn != c) {
         stale_pdu(c, "SCSI Response", hdr);
         if (c->w.erl >= 1 && dd_ok)
-            return ini_erl_statsn(c, get_be32(hdr + BHS_STATSN), false);
+            return ini_snack_statsn(c, get_be32(hdr + BHS_STATSN), false);
         if (c->w.erl >= 1) /* its StatSN, if still missing, asked for again */
-            return ini_erl_statsn_lost(c, get_be32(hdr + BHS_STATSN));
+            return ini_snack_statsn_lost(c, get_be32(hdr + BHS_STATSN));
         return INI_OK;
     }
     if (c->w.erl >= 1)
-        return ini_erl_scsi_rsp(c, t, hdr, data, dlen, dd_ok);
+        return ini_snack_scsi_rsp(c, t, hdr, data, dlen, dd_ok);
     if (!dd_ok && !t->data_bad)
         t->data_bad = "data digest error on the SCSI Response";
     task_status(c, t, hdr, data, dlen);
@@ -338,7 +338,7 @@ static int rx_r2t(struct ini_conn *c, const uint8_t *hdr)
         return INI_ERR_BAD_R2T;
     }
     if (c->w.erl >= 1)
-        return ini_erl_r2t(c, t, hdr);
+        return ini_snack_r2t(c, t, hdr);
     /* Below ERL 1 no R2T asks for data again (§7.8 recovery R2Ts need ERL 1): one that does
      * would make us queue the same data without end */
     if (c->s->params.data_sequence_in_order && off < t->solicited_end) {
@@ -427,7 +427,7 @@ static int rx_reject(struct ini_conn *c, const uint8_t *hdr, const uint8_t *data
     c->rejects++;
     if (c->w.erl >= 1) {
         bool handled = false;
-        int rc = ini_erl_reject(c, hdr, data, dlen, &handled);
+        int rc = ini_snack_reject(c, hdr, data, dlen, &handled);
         if (rc < 0 || handled)
             return rc;
     }
@@ -448,15 +448,15 @@ int ini_rx_ffp(struct ini_conn *c, const uint8_t *hdr, const uint8_t *data, uint
     if (op != ISCSI_OP_LOGIN_RSP) {
         ini_session_update_window(c->s, get_be32(hdr + BHS_EXPCMDSN), get_be32(hdr + BHS_MAXCMDSN));
         if (c->w.erl >= 1) {
-            /* §7.9: a StatSN gap is a lost response, asked for again (recovery.c). A SCSI
+            /* §7.9: a StatSN gap is a lost response, asked for again (snack.c). A SCSI
              * Response's StatSN waits for its task's data, so its handler records it; any
              * other response with a bad data digest is discarded and asked for again (§7.8). */
             if (op != ISCSI_OP_NOP_IN) /* pings and their answers are no task's progress */
-                ini_erl_progress(c, reactor_now_ms());
+                ini_snack_progress(c, reactor_now_ms());
             if (pdu_has_statsn(op, hdr) && op != ISCSI_OP_SCSI_RSP) {
                 if (!data_digest_ok)
-                    return ini_erl_statsn_lost(c, get_be32(hdr + BHS_STATSN));
-                int rc = ini_erl_statsn(c, get_be32(hdr + BHS_STATSN), false);
+                    return ini_snack_statsn_lost(c, get_be32(hdr + BHS_STATSN));
+                int rc = ini_snack_statsn(c, get_be32(hdr + BHS_STATSN), false);
                 if (rc < 0)
                     return rc;
             }
@@ -477,7 +477,7 @@ int ini_rx_ffp(struct ini_conn *c, const uint8_t *hdr, const uint8_t *data, uint
         if (!data_digest_ok)
             return INI_OK; /* §7.8: a digest error on a NOP-In is simply dropped */
         if (c->w.erl >= 1 && get_be32(hdr + BHS_ITT) == INI_PING_ITT + c->idx)
-            return ini_erl_pong(c, hdr);
+            return ini_snack_pong(c, hdr);
         return rx_nop_in(c, hdr, data, dlen);
     case ISCSI_OP_TEXT_RSP:
         return ini_session_text_rsp(c, hdr, data_digest_ok ? data : NULL,
@@ -487,9 +487,9 @@ int ini_rx_ffp(struct ini_conn *c, const uint8_t *hdr, const uint8_t *data, uint
     case ISCSI_OP_REJECT:
         return rx_reject(c, hdr, data, dlen);
     case ISCSI_OP_ASYNC_MSG:
-        return ini_erl2_async(c, hdr); /* §11.9.1 (erl2.c) */
+        return ini_orphan_async(c, hdr); /* §11.9.1 (orphan.c) */
     case ISCSI_OP_TMF_RSP:
-        return ini_erl2_tmf_rsp(c, hdr); /* we send TMF only to reassign tasks (ERL 2) */
+        return ini_orphan_tmf_rsp(c, hdr); /* we send TMF only to reassign tasks (ERL 2) */
     default:
         return INI_ERR_UNEXPECTED_PDU;
     }

@@ -1037,7 +1037,7 @@ static void test_async_logout_request_drains(void **state)
     assert_int_equal(ini_conn_feed(c0, pdu, (uint32_t)n), 0);
     assert_int_equal(d.calls, 1);
     assert_int_equal(d.last, LR_OK);
-    ini_erl2_tick(s, reactor_now_ms());
+    ini_orphan_tick(s, reactor_now_ms());
     assert_int_equal(txq_len(c0), 1);
     const uint8_t *h = txq_at(c0, 0)->hdr;
     assert_int_equal(h[0], ISCSI_OP_LOGOUT_REQ | ISCSI_BHS_IMMEDIATE);
@@ -1082,12 +1082,12 @@ static void test_async_logout_request_all_connections(void **state)
     size_t n = data_in(pdu, itt, 0, 0, 4096, ISCSI_FLAG_FINAL | ISCSI_DATAIN_STATUS, 6, 0);
     assert_int_equal(ini_conn_feed(s->conns[0], pdu, (uint32_t)n), 0);
     assert_int_equal(d.last, LR_OK);
-    ini_erl2_tick(s, reactor_now_ms());
+    ini_orphan_tick(s, reactor_now_ms());
     assert_int_equal(txq_len(s->conns[0]), 0);
     lr_session_destroy(s);
 }
 
-/* ---- ErrorRecoveryLevel 2 (erl2.c) ---- */
+/* ---- ErrorRecoveryLevel 2 (orphan.c) ---- */
 
 /* nconns connections at ERL 2, DefaultTime2Wait 0, DefaultTime2Retain 20, each connection's
  * next StatSN 5 */
@@ -1101,7 +1101,7 @@ static struct lr_session *erl2_session(unsigned nconns)
         struct ini_conn *c = s->conns[i];
         c->w.erl = 2;
         c->expstatsn = 5;
-        ini_erl_start(c);
+        ini_snack_start(c);
     }
     return s;
 }
@@ -1332,14 +1332,14 @@ static void test_erl2_time2retain_expiry(void **state)
     uint64_t t0 = reactor_now_ms();
     ini_conn_close(c, "test: connection cut");
     assert_int_equal(d.calls, 0);
-    assert_true(ini_erl2_recovering(s));
+    assert_true(ini_orphan_recovering(s));
     assert_int_equal(lr_read(s, 8, 8, 512, buf[1], on_rec, &q), 0); /* queued */
-    ini_erl2_advance(s, t0 + 1000);
+    ini_orphan_advance(s, t0 + 1000);
     assert_int_equal(d.calls + q.calls, 0);
     /* Time2Retain runs from the loss (t0 or a little later on a loaded machine) */
     uint64_t retain = s->cr[0].retain_until;
     assert_true(retain >= t0 + 2000 && retain <= reactor_now_ms() + 2000);
-    ini_erl2_advance(s, retain);
+    ini_orphan_advance(s, retain);
     assert_int_equal(d.calls, 1);
     assert_int_equal(d.last, LR_ERR_CONN_LOST);
     assert_int_equal(q.calls, 1);
@@ -1377,9 +1377,9 @@ static void test_erl2_async_drop_notice(void **state)
      * machine: the logout goes once that deadline is reached, not a millisecond before */
     uint64_t due = s->cr[0].wait_until;
     assert_true(due >= t0 + 1000 && due <= reactor_now_ms() + 1000);
-    ini_erl2_advance(s, due - 1);
+    ini_orphan_advance(s, due - 1);
     assert_int_equal(txq_len(c1), 0);
-    ini_erl2_advance(s, due);
+    ini_orphan_advance(s, due);
     assert_int_equal(txq_len(c1), 1);
     const uint8_t *h = txq_at(c1, 0)->hdr;
     assert_int_equal(h[1], ISCSI_FLAG_FINAL | ISCSI_LOGOUT_REMOVE_FOR_RECOVERY);
@@ -1423,7 +1423,7 @@ static void test_erl2_async_session_drop(void **state)
     }
     assert_int_equal(d.calls, 0);
     assert_int_equal(lr_session_inflight(s), 2);
-    assert_true(ini_erl2_recovering(s));
+    assert_true(ini_orphan_recovering(s));
     lr_session_destroy(s);
     assert_int_equal(d.calls, 2);
 }
@@ -1459,7 +1459,7 @@ static void test_erl2_still_allegiant_asks_again(void **state)
     assert_int_equal(txq_len(c1), 0);
     /* asked again INI_ERL2_ALLEGIANT_MS after the answer was handled (t0 or a little later) */
     assert_true(s->cr[0].wait_until >= t0 + 50);
-    ini_erl2_advance(s, s->cr[0].wait_until);
+    ini_orphan_advance(s, s->cr[0].wait_until);
     assert_int_equal(txq_len(c1), 1); /* the Logout again */
     const uint8_t *h = txq_at(c1, 0)->hdr;
     assert_int_equal(h[1], ISCSI_FLAG_FINAL | ISCSI_LOGOUT_REMOVE_FOR_RECOVERY);
@@ -1538,7 +1538,7 @@ static void test_erl2_reinstatement_login(void **state)
     assert_int_equal(d.calls, 1);
 }
 
-/* ---- ErrorRecoveryLevel 1 (recovery.c) ---- */
+/* ---- ErrorRecoveryLevel 1 (snack.c) ---- */
 
 /* A session whose connection negotiated ERL 1, its next StatSN expstatsn. */
 static struct lr_session *erl1_session(uint32_t expstatsn)
@@ -1548,7 +1548,7 @@ static struct lr_session *erl1_session(uint32_t expstatsn)
     s->params.erl = 1;
     c->w.erl = 1;
     c->expstatsn = expstatsn;
-    ini_erl_start(c);
+    ini_snack_start(c);
     return s;
 }
 
@@ -1828,9 +1828,9 @@ static void test_erl1_quiet_ping_retry_and_status_snack(void **state)
     memcpy(cmd, txq_at(c, 0)->hdr, ISCSI_BHS_LEN);
     take_all(c);
     uint64_t now = reactor_now_ms();
-    ini_erl_tick(c, now); /* not quiet long enough yet */
+    ini_snack_tick(c, now); /* not quiet long enough yet */
     assert_int_equal(txq_len(c), 0);
-    ini_erl_tick(c, now + 1000);
+    ini_snack_tick(c, now + 1000);
     assert_int_equal(txq_len(c), 1);
     const struct wire_pdu *p = txq_at(c, 0);
     assert_int_equal(p->hdr[0], ISCSI_OP_NOP_OUT | ISCSI_BHS_IMMEDIATE);
@@ -1849,7 +1849,7 @@ static void test_erl1_quiet_ping_retry_and_status_snack(void **state)
     assert_int_equal(c->retries, 1);
     take_all(c);
     /* later the status is lost: the next round's answer shows StatSN 6 missing */
-    ini_erl_tick(c, now + 2000);
+    ini_snack_tick(c, now + 2000);
     assert_int_equal(txq_len(c), 1);
     take_all(c);
     rsp_hdr(pong, ISCSI_OP_NOP_IN, ISCSI_FLAG_FINAL, INI_PING_ITT, 7, 2, 65);
@@ -1868,7 +1868,7 @@ static void test_erl1_quiet_ping_retry_and_status_snack(void **state)
     assert_int_equal(d.last, LR_OK);
     assert_int_equal(c->expstatsn, 8);
     /* nothing outstanding: no more rounds */
-    ini_erl_tick(c, now + 3000);
+    ini_snack_tick(c, now + 3000);
     assert_int_equal(txq_len(c), 0);
     lr_session_destroy(s);
     /* ERL 0: no timer */
@@ -1876,7 +1876,7 @@ static void test_erl1_quiet_ping_retry_and_status_snack(void **state)
     c = s->conns[0];
     assert_int_equal(lr_read(s, 0, 1, 512, buf, on_done, &d), 0);
     take_all(c);
-    ini_erl_tick(c, reactor_now_ms() + 10000);
+    ini_snack_tick(c, reactor_now_ms() + 10000);
     assert_int_equal(txq_len(c), 0);
     lr_session_destroy(s);
 }
@@ -1904,7 +1904,7 @@ static void test_erl1_resnack_while_busy(void **state)
     assert_snack(txq_at(c, 0), 1, ISCSI_RSVD_TAG, 5, 1, 5);
     take_all(c);
     uint64_t now = reactor_now_ms();
-    ini_erl_tick(c, now + 1000); /* a round: the SNACK again, and a ping */
+    ini_snack_tick(c, now + 1000); /* a round: the SNACK again, and a ping */
     assert_int_equal(txq_len(c), 2);
     assert_snack(txq_at(c, 0), 1, ISCSI_RSVD_TAG, 5, 1, 5);
     take_all(c);
@@ -1913,10 +1913,10 @@ static void test_erl1_resnack_while_busy(void **state)
     assert_int_equal(ini_conn_feed(c, rsp, sizeof(rsp)), 0);
     assert_int_equal(txq_len(c), 0);
     c->last_progress_ms = now + 1005; /* the ticks' clock is made up: traffic came then */
-    ini_erl_tick(c, now + 1010);      /* too soon */
+    ini_snack_tick(c, now + 1010);    /* too soon */
     assert_int_equal(txq_len(c), 0);
     c->last_progress_ms = now + 1035; /* and then: never quiet */
-    ini_erl_tick(c, now + 1040);
+    ini_snack_tick(c, now + 1040);
     assert_true(txq_len(c) >= 1);
     assert_snack(txq_at(c, 0), 1, ISCSI_RSVD_TAG, 5, 1, 5);
     take_all(c);
@@ -1924,7 +1924,7 @@ static void test_erl1_resnack_while_busy(void **state)
     assert_int_equal(ini_conn_feed(c, rsp, sizeof(rsp)), 0);
     assert_int_equal(d.calls, 3);
     assert_int_equal(c->expstatsn, 8);
-    ini_erl_tick(c, now + 2000); /* nothing pending, nothing outstanding */
+    ini_snack_tick(c, now + 2000); /* nothing pending, nothing outstanding */
     assert_int_equal(txq_len(c), 0);
     lr_session_destroy(s);
 }

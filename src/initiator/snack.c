@@ -134,7 +134,7 @@ static bool stat_jump(struct ini_conn *c, uint32_t statsn)
     return true;
 }
 
-void ini_erl_start(struct ini_conn *c)
+void ini_snack_start(struct ini_conn *c)
 {
     memset(c->stat_got, 0, sizeof(c->stat_got));
     memset(c->stat_held, 0, sizeof(c->stat_held));
@@ -154,7 +154,7 @@ static int stat_reveal(struct ini_conn *c, uint32_t end)
     return rc;
 }
 
-int ini_erl_statsn(struct ini_conn *c, uint32_t statsn, bool held)
+int ini_snack_statsn(struct ini_conn *c, uint32_t statsn, bool held)
 {
     if (sn_lt(statsn, c->expstatsn))
         return INI_OK; /* a retransmission of one acknowledged already */
@@ -168,7 +168,7 @@ int ini_erl_statsn(struct ini_conn *c, uint32_t statsn, bool held)
     return rc;
 }
 
-int ini_erl_statsn_lost(struct ini_conn *c, uint32_t statsn)
+int ini_snack_statsn_lost(struct ini_conn *c, uint32_t statsn)
 {
     if (sn_lt(statsn, c->expstatsn))
         return INI_OK;
@@ -297,7 +297,7 @@ static int task_status(struct ini_conn *c, struct ini_task *t, uint32_t statsn, 
         t->held = *r;
         t->status_held = true;
         t->held_statsn = statsn;
-        int rc = ini_erl_statsn(c, statsn, true);
+        int rc = ini_snack_statsn(c, statsn, true);
         if (rc < 0)
             return rc;
         if (t->snack_early) { /* refused while the status was on its way: now it is not */
@@ -307,7 +307,7 @@ static int task_status(struct ini_conn *c, struct ini_task *t, uint32_t statsn, 
         return INI_OK;
     }
     t->status_held = false;
-    int rc = ini_erl_statsn(c, statsn, false);
+    int rc = ini_snack_statsn(c, statsn, false);
     if (rc < 0)
         return rc;
     task_finish(c, t, r);
@@ -325,8 +325,8 @@ static void task_maybe_done(struct ini_conn *c, struct ini_task *t)
     task_finish(c, t, &r);
 }
 
-int ini_erl_data_in(struct ini_conn *c, struct ini_task *t, const uint8_t *hdr, const uint8_t *data,
-                    uint32_t dlen, bool dd_ok)
+int ini_snack_data_in(struct ini_conn *c, struct ini_task *t, const uint8_t *hdr,
+                      const uint8_t *data, uint32_t dlen, bool dd_ok)
 {
     uint32_t datasn = get_be32(hdr + BHS_DATASN);
     int rc = INI_OK;
@@ -363,12 +363,12 @@ int ini_erl_data_in(struct ini_conn *c, struct ini_task *t, const uint8_t *hdr, 
     return INI_OK;
 }
 
-int ini_erl_scsi_rsp(struct ini_conn *c, struct ini_task *t, const uint8_t *hdr,
-                     const uint8_t *data, uint32_t dlen, bool dd_ok)
+int ini_snack_scsi_rsp(struct ini_conn *c, struct ini_task *t, const uint8_t *hdr,
+                       const uint8_t *data, uint32_t dlen, bool dd_ok)
 {
     uint32_t statsn = get_be32(hdr + BHS_STATSN);
     if (!dd_ok)
-        return ini_erl_statsn_lost(c, statsn); /* §7.8: discarded, asked for again */
+        return ini_snack_statsn_lost(c, statsn); /* §7.8: discarded, asked for again */
     if (t->dir == LR_DIR_READ && hdr[BHS_RESPONSE] == 0) {
         /* §11.4.8: ExpDataSN is the number of Data-In PDUs the target sent; fewer received
          * means the last ones were lost (§7.9). */
@@ -385,7 +385,7 @@ int ini_erl_scsi_rsp(struct ini_conn *c, struct ini_task *t, const uint8_t *hdr,
     return task_status(c, t, statsn, &r);
 }
 
-int ini_erl_r2t(struct ini_conn *c, struct ini_task *t, const uint8_t *hdr)
+int ini_snack_r2t(struct ini_conn *c, struct ini_task *t, const uint8_t *hdr)
 {
     uint32_t r2tsn = get_be32(hdr + BHS_R2TSN);
     if (t->r2tsn_resync) {
@@ -419,8 +419,8 @@ int ini_erl_r2t(struct ini_conn *c, struct ini_task *t, const uint8_t *hdr)
     return ini_task_data_out(c, t, get_be32(hdr + BHS_TTT), off, len, again);
 }
 
-int ini_erl_reject(struct ini_conn *c, const uint8_t *hdr, const uint8_t *data, uint32_t dlen,
-                   bool *handled)
+int ini_snack_reject(struct ini_conn *c, const uint8_t *hdr, const uint8_t *data, uint32_t dlen,
+                     bool *handled)
 {
     *handled = false;
     if (dlen < ISCSI_BHS_LEN)
@@ -463,7 +463,7 @@ int ini_erl_reject(struct ini_conn *c, const uint8_t *hdr, const uint8_t *data, 
     return INI_OK;
 }
 
-int ini_erl_pong(struct ini_conn *c, const uint8_t *hdr)
+int ini_snack_pong(struct ini_conn *c, const uint8_t *hdr)
 {
     (void)hdr; /* its StatSN and ExpCmdSN were taken by ini_rx_ffp already */
     if (c->rounds == 0)
@@ -569,7 +569,7 @@ static void round_msg(void *arg)
     ini_unlock(s);
 }
 
-void ini_erl_tick(struct ini_conn *c, uint64_t now)
+void ini_snack_tick(struct ini_conn *c, uint64_t now)
 {
     if (c->state != ICS_FFP || c->w.erl == 0 || c->rec_req)
         return;

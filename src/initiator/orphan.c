@@ -101,7 +101,7 @@ static bool recovering_at(const struct lr_session *s, uint64_t now)
     return false;
 }
 
-bool ini_erl2_recovering(const struct lr_session *s)
+bool ini_orphan_recovering(const struct lr_session *s)
 {
     return recovering_at(s, reactor_now_ms());
 }
@@ -141,7 +141,7 @@ static int erl2_run(struct ini_conn *c)
      * running on it then is terminated by the target (§11.14) and fails; the connection or the
      * session logs in again afterwards (relogin.c), and commands that wait go out there. No
      * new command goes out meanwhile: the connection drains, and none other is usable. An
-     * unanswered Logout ends the connection (ini_erl2_tick). */
+     * unanswered Logout ends the connection (ini_orphan_tick). */
     if (s->closing_session)
         return INI_OK; /* another connection's Logout closes the session, this one with it */
     c->logout_sent = true;
@@ -179,7 +179,7 @@ static void erl2_kick(struct ini_conn *c)
         s->msgs++;
 }
 
-int ini_erl2_send_reassign(struct ini_conn *c, struct ini_task *t)
+int ini_orphan_send_reassign(struct ini_conn *c, struct ini_task *t)
 {
     struct lr_session *s = c->s;
     t->reassign = false;
@@ -199,7 +199,7 @@ int ini_erl2_send_reassign(struct ini_conn *c, struct ini_task *t)
     t->status_held = t->snack_refused = t->miss_overflow = t->snack_early = false;
     t->r2tsn_resync = true;
     if (c->w.erl >= 1 && c->outstanding == 1)
-        ini_erl_progress(c, reactor_now_ms());
+        ini_snack_progress(c, reactor_now_ms());
     struct wire_pdu *p = ini_conn_pdu(c);
     if (!p)
         return INI_ERR_NOMEM;
@@ -220,7 +220,7 @@ int ini_erl2_send_reassign(struct ini_conn *c, struct ini_task *t)
     return INI_OK;
 }
 
-int ini_erl2_tmf_rsp(struct ini_conn *c, const uint8_t *hdr)
+int ini_orphan_tmf_rsp(struct ini_conn *c, const uint8_t *hdr)
 {
     struct lr_session *s = c->s;
     uint32_t k = get_be32(hdr + BHS_ITT) - INI_TMF_ITT;
@@ -278,7 +278,7 @@ int ini_erl2_tmf_rsp(struct ini_conn *c, const uint8_t *hdr)
 
 /* ---- the state machine, per slot ---- */
 
-void ini_erl2_conn_down(struct ini_conn *c)
+void ini_orphan_conn_down(struct ini_conn *c)
 {
     struct lr_session *s = c->s;
     struct ini_cr *cr = &s->cr[c->idx];
@@ -306,7 +306,7 @@ void ini_erl2_conn_down(struct ini_conn *c)
     LOG_INFO("initiator: connection %u (cid %u) lost at ERL 2: %u task%s to recover, "
              "Time2Wait %u s, Time2Retain %u s",
              c->idx, c->cid, n, n == 1 ? "" : "s", t2w, t2r);
-    ini_erl2_advance(s, now);
+    ini_orphan_advance(s, now);
 }
 
 /* Orphans of slot, once the target let go of the lost connection: each gets a TASK REASSIGN.
@@ -407,7 +407,7 @@ static void advance_once(struct lr_session *s, uint64_t now)
     }
 }
 
-void ini_erl2_advance(struct lr_session *s, uint64_t now)
+void ini_orphan_advance(struct lr_session *s, uint64_t now)
 {
     if (s->params.erl < 2 || !s->logged_in || s->logging_out || s->destroyed)
         return;
@@ -426,7 +426,7 @@ void ini_erl2_advance(struct lr_session *s, uint64_t now)
         ini_session_fail_waiting(s, LR_ERR_NO_CONN, "no connection left in the session");
 }
 
-void ini_erl2_tick(struct lr_session *s, uint64_t now)
+void ini_orphan_tick(struct lr_session *s, uint64_t now)
 {
     for (unsigned i = 0; i < s->nconns; i++) {
         struct ini_conn *c = s->conns[i];
@@ -436,10 +436,10 @@ void ini_erl2_tick(struct lr_session *s, uint64_t now)
         else if (c->state == ICS_FFP && c->logout_sent && now >= c->logout_deadline_ms)
             ini_conn_close_any(c, "no answer to the Logout the target asked for");
     }
-    ini_erl2_advance(s, now);
+    ini_orphan_advance(s, now);
 }
 
-void ini_erl2_login_done(struct ini_conn *c)
+void ini_orphan_login_done(struct ini_conn *c)
 {
     struct lr_session *s = c->s;
     struct ini_cr *cr = &s->cr[c->idx];
@@ -450,10 +450,10 @@ void ini_erl2_login_done(struct ini_conn *c)
         cr->st = CR_CLEAN;
         cr->wait_until = 0;
     }
-    ini_erl2_advance(s, reactor_now_ms());
+    ini_orphan_advance(s, reactor_now_ms());
 }
 
-void ini_erl2_login_failed(struct ini_conn *c)
+void ini_orphan_login_failed(struct ini_conn *c)
 {
     struct lr_session *s = c->s;
     struct ini_cr *cr = &s->cr[c->idx];
@@ -476,7 +476,7 @@ void ini_erl2_login_failed(struct ini_conn *c)
     }
 }
 
-int ini_erl2_logout_rsp(struct ini_conn *c, const uint8_t *hdr)
+int ini_orphan_logout_rsp(struct ini_conn *c, const uint8_t *hdr)
 {
     struct lr_session *s = c->s;
     uint32_t slot = get_be32(hdr + BHS_ITT) - INI_CLOGOUT_ITT;
@@ -527,13 +527,13 @@ int ini_erl2_logout_rsp(struct ini_conn *c, const uint8_t *hdr)
         cr->next_login_ms = cr->wait_until;
         break;
     }
-    ini_erl2_advance(s, now);
+    ini_orphan_advance(s, now);
     return INI_OK;
 }
 
 /* ---- Async Message (§11.9.1) ---- */
 
-int ini_erl2_async(struct ini_conn *c, const uint8_t *hdr)
+int ini_orphan_async(struct ini_conn *c, const uint8_t *hdr)
 {
     struct lr_session *s = c->s;
     uint8_t ev = hdr[BHS_ASYNC_EVENT];
