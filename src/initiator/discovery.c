@@ -24,6 +24,7 @@ struct disc {
     void *arg;
     struct lr_result res;
     bool finished;
+    struct iscsi_text text; /* the SendTargets answer, over its Text Responses */
 };
 
 static int text_request(struct ini_conn *c, uint32_t ttt, const char *kv, uint32_t len)
@@ -56,6 +57,7 @@ static void disc_free(void *arg)
 {
     struct disc *d = arg;
     lr_session_destroy(d->s);
+    iscsi_text_free(&d->text);
     free(d);
 }
 
@@ -75,7 +77,7 @@ static void disc_finish(struct disc *d, const struct lr_result *res)
     if (d->timer_on)
         reactor_timer_stop(s->r, &d->timer);
     d->timer_on = false;
-    d->done(d->arg, res, s->disc_text.data, s->disc_text.len);
+    d->done(d->arg, res, d->text.data, d->text.len);
     if (res->err == LR_OK)
         lr_session_logout(s, disc_logged_out, d);
     else
@@ -104,15 +106,15 @@ static void disc_login_done(void *arg, const struct lr_result *res)
     ini_conn_fail(c, text_request(c, ISCSI_RSVD_TAG, kv, sizeof(kv)));
 }
 
-int ini_session_text_rsp(struct ini_conn *c, const uint8_t *hdr, const uint8_t *data, uint32_t dlen)
+/* A Text Response on the discovery session (s->text_rsp): its status. */
+static int disc_text_rsp(struct ini_conn *c, const uint8_t *hdr, const uint8_t *data, uint32_t dlen)
 {
-    struct lr_session *s = c->s;
-    struct disc *d = s->disc_arg;
-    if (!d || get_be32(hdr + BHS_ITT) != INI_TEXT_ITT)
+    struct disc *d = c->s->text_arg;
+    if (get_be32(hdr + BHS_ITT) != INI_TEXT_ITT)
         return INI_ERR_TEXT_RSP;
     if (d->finished)
         return INI_OK;
-    if (dlen && iscsi_text_append(&s->disc_text, data, dlen) < 0) {
+    if (dlen && iscsi_text_append(&d->text, data, dlen) < 0) {
         struct lr_result r = {.err = LR_ERR_PROTOCOL, .what = "SendTargets answer too long"};
         disc_finish(d, &r);
         return INI_OK;
@@ -156,7 +158,9 @@ int lr_discover_opts(struct reactor *r, const struct lr_session_opts *opts, lr_d
     }
     d->done = done;
     d->arg = arg;
-    d->s->disc_arg = d;
+    iscsi_text_init(&d->text);
+    d->s->text_rsp = disc_text_rsp;
+    d->s->text_arg = d;
     return lr_session_login(d->s, disc_login_done, d);
 }
 

@@ -1,6 +1,19 @@
-/* Internals of the initiator shared by its files: the login state machine (login.c), a
- * connection on the wire engine (conn.c, iscsi/wire.h), tasks (task.c) and
- * the session that spreads tasks over its connections under one CmdSN window (session.c). */
+/* Internals of the initiator shared by its files: the state (the login state machine, a
+ * connection on the wire engine, a task, a session that spreads tasks over its connections
+ * under one CmdSN window), the predicates that only read it, and each file's functions. The
+ * files call one another from the top down only, none back up, in this order (top first):
+ *   discovery.c   SendTargets on a discovery session; URL parsing, error names
+ *   session.c     the public session calls, connection logins and losses, the tick
+ *   rx.c          each PDU of full feature phase to its handler; ERL 0's own handling
+ *   orphan.c      ERL 2: a lost connection's tasks, reassigned (and Async Messages)
+ *   relogin.c     logging in again after a logout the target asked for
+ *   snack.c       ERL 1: SNACK, recovery R2T, Data-In holes, command retry
+ *   sched.c       the CmdSN window, which connection a command goes on, the inboxes
+ *   logout.c      Logout Requests and the session's logout
+ *   task.c        a task's PDUs: command, Data-Out, Data-In placement, status, reassign
+ *   conn.c        one connection: connect, send, fail; it reaches the session through
+ *                 s->conn_ops, never by name
+ *   table.c, lock.c, login.c   the task table, the session lock, the login state machine */
 #ifndef LR_INITIATOR_INI_H
 #define LR_INITIATOR_INI_H
 
@@ -133,6 +146,18 @@ enum ini_conn_state {
  * real one ask again. */
 #define INI_RESEND_BACKLOG_MAX (64u << 20)
 
+struct ini_conn;
+
+/* What a connection's events come to above conn.c (the session's, s->conn_ops): so conn.c,
+ * which every file below the session calls, calls none of them by name. */
+struct ini_conn_ops {
+    int (*connected)(struct ini_conn *c); /* TCP connected: the first Login Request */
+    int (*login_rx)(struct ini_conn *c, const uint8_t *hdr, const uint8_t *data, uint32_t dlen);
+    int (*ffp_rx)(struct ini_conn *c, const uint8_t *hdr, const uint8_t *data, uint32_t dlen,
+                  bool data_digest_ok);
+    void (*down)(struct ini_conn *c); /* the connection ended (ini_conn_close) */
+};
+
 struct ini_conn {
     struct lr_session *s;
     unsigned idx;
@@ -226,11 +251,18 @@ void ini_conn_close_any(struct ini_conn *c, const char *why);
 /* Close for a negative status (its reason from ini_status_str(), or the login machine's for
  * INI_ERR_LOGIN); nothing for INI_OK. Returns status. */
 int ini_conn_fail(struct ini_conn *c, int status);
-/* Re-register the connection's socket on r (on the thread that owns it now, with the lock). */
-void ini_conn_move(struct ini_conn *c, struct reactor *r);
 /* Push received bytes through the parser as if recv() had returned them (tests): 0, or -1 once
  * the connection failed. */
 int ini_conn_feed(struct ini_conn *c, const void *bytes, uint32_t len);
+/* Whether any connection of s is in full feature phase; how many are. */
+bool ini_conns_any_up(const struct lr_session *s);
+unsigned ini_conns_up(const struct lr_session *s);
+/* The next connection of the session (slot nconns, CID = slot) connecting for its login. */
+struct ini_conn *ini_conn_add(struct lr_session *s);
+/* A new connection for slot i (same CID): a non-leading login with the session's TSIH (ERL 2
+ * reconnects, relogin.c), or with leading the leading login of a new session (TSIH 0, same
+ * ISID; relogin.c); the old one is kept as retired. Returns it, or NULL. */
+struct ini_conn *ini_conn_reconnect(struct lr_session *s, unsigned i, bool leading);
 
 /* ---- tasks (task.c) ---- */
 
@@ -239,7 +271,7 @@ int ini_conn_feed(struct ini_conn *c, const void *bytes, uint32_t len);
 enum ini_task_state { ITS_FREE, ITS_WAITING, ITS_ACTIVE, ITS_ORPHAN };
 
 struct ini_task {
-    uint32_t itt; /* index | the slot's generation << itt_idx_bits (sched.c) */
+    uint32_t itt; /* index | the slot's generation << itt_idx_bits (table.c) */
     enum ini_task_state state;
     struct ini_conn *conn;
     uint8_t cdb[16];
@@ -285,16 +317,10 @@ struct ini_task {
 void ini_fill_lun(uint8_t *p, uint64_t lun);
 /* Build and queue the command PDU (+ immediate and unsolicited data) on c. */
 int ini_task_send(struct ini_conn *c, struct ini_task *t);
-/* Data placement: where the payload of the PDU whose header is hdr goes (task buffer for
- * Data-In), or NULL for the connection's private buffer. */
-uint8_t *ini_task_rx_dest(struct ini_conn *c, const uint8_t *hdr, uint32_t dlen);
 /* Check a Data-In's window against task t's buffer (INI_ERR_DATA_IN_RANGE if it lies outside)
  * and, if copy, copy a payload the engine did not place there directly. */
 int ini_task_place_data_in(struct ini_conn *c, struct ini_task *t, const uint8_t *hdr,
                            const uint8_t *data, uint32_t dlen, bool copy);
-/* A complete full-feature-phase PDU arrived: its handler's status. */
-int ini_rx_ffp(struct ini_conn *c, const uint8_t *hdr, const uint8_t *data, uint32_t dlen,
-               bool data_digest_ok);
 /* The command PDU of t (with its immediate and unsolicited data) again, unchanged: a retry
  * (RFC 7143 §7.2.1). */
 int ini_task_resend_cmd(struct ini_conn *c, struct ini_task *t);
@@ -307,6 +333,13 @@ int ini_task_data_out(struct ini_conn *c, struct ini_task *t, uint32_t ttt, uint
                       uint32_t len, bool again);
 /* A recovery PDU of n bytes (header included) about to be queued: counted until it leaves. */
 void ini_resend_account(struct ini_conn *c, struct wire_pdu *p, uint64_t n);
+/* ERL 0: t completes with the status of a Data-In with S or of a SCSI Response. */
+void ini_task_status(struct ini_conn *c, struct ini_task *t, const uint8_t *hdr,
+                     const uint8_t *data, uint32_t dlen);
+/* t fails with a protocol error (what: why). */
+void ini_task_fail(struct ini_conn *c, struct ini_task *t, const char *what);
+/* ERL 2: the TASK REASSIGN of t (an orphan) on c, which t belongs to from now on. */
+int ini_task_send_reassign(struct ini_conn *c, struct ini_task *t);
 
 /* ---- ErrorRecoveryLevel >= 1 (snack.c, RFC 7143 §7.1-§7.9, §11.16) ---- */
 
@@ -384,15 +417,11 @@ void ini_orphan_advance(struct lr_session *s, uint64_t now);
 /* A reconnect login of slot c->idx reached full feature phase, or failed. */
 void ini_orphan_login_done(struct ini_conn *c);
 void ini_orphan_login_failed(struct ini_conn *c);
-/* On c's thread: send the TASK REASSIGN of t (taken from the inbox or handed directly). */
-int ini_orphan_send_reassign(struct ini_conn *c, struct ini_task *t);
 /* Responses: TMF (TASK REASSIGN), Logout of one connection (ITT INI_CLOGOUT_ITT + slot). */
 int ini_orphan_tmf_rsp(struct ini_conn *c, const uint8_t *hdr);
 int ini_orphan_logout_rsp(struct ini_conn *c, const uint8_t *hdr);
 /* Async Message (§11.9.1) */
 int ini_orphan_async(struct ini_conn *c, const uint8_t *hdr);
-/* Commands are accepted while the session recovers with no connection up. */
-bool ini_orphan_recovering(const struct lr_session *s);
 
 /* ---- logging in again after a logout the target asked for (relogin.c, §11.9.1) ---- */
 
@@ -401,8 +430,6 @@ bool ini_orphan_recovering(const struct lr_session *s);
 void ini_relogin_conn_lost(struct ini_conn *c);
 /* The session tick (its reactor): the logins due. */
 void ini_relogin_tick(struct lr_session *s, uint64_t now);
-/* Commands are accepted (they wait) while the session logs in anew. */
-bool ini_relogin_pending(const struct lr_session *s);
 /* A login started by ini_relogin_tick reached full feature phase, or failed. */
 void ini_relogin_done(struct ini_conn *c);
 void ini_relogin_failed(struct ini_conn *c);
@@ -432,7 +459,7 @@ struct lr_session {
 
     struct ini_task *tasks;
     uint32_t ntasks;
-    unsigned itt_idx_bits; /* the low bits of an ITT that index tasks[] (sched.c) */
+    unsigned itt_idx_bits; /* the low bits of an ITT that index tasks[] (table.c) */
     uint32_t *free_idx;
     uint32_t nfree;
     uint32_t inflight;
@@ -469,49 +496,97 @@ struct lr_session {
      * counters lr_session_fault_counts sums */
     struct lr_faults faults;
 
-    /* discovery */
-    lr_discovery_fn disc_done;
-    void *disc_arg;
-    struct iscsi_text disc_text;
+    /* What becomes of a connection's events above conn.c (session.c sets it) */
+    const struct ini_conn_ops *conn_ops;
+    /* A discovery session's Text Responses (discovery.c sets it; NULL: none expected) */
+    int (*text_rsp)(struct ini_conn *c, const uint8_t *hdr, const uint8_t *data, uint32_t dlen);
+    void *text_arg;
 };
 
-/* The session lock (session.c); all no-ops unless s->mt. ini_io_release drops it around a
- * socket call when held exactly once (an outermost reactor callback) and says whether it did. */
+/* ---- predicates over the state above (they read it, nothing more) ---- */
+
+/* ERL 2 (orphan.c): a lost connection is being recovered, or a slot that was up may come
+ * back, and the session has not given up on it by now. Commands are accepted meanwhile. */
+static inline bool ini_orphans_recovering_at(const struct lr_session *s, uint64_t now)
+{
+    if (s->params.erl < 2 || !s->logged_in || s->logging_out || s->destroyed)
+        return false;
+    if (s->erl2_giveup_ms && now >= s->erl2_giveup_ms)
+        return false;
+    for (unsigned i = 0; i < s->nconns; i++)
+        if (s->cr[i].st != CR_NONE || (s->cr[i].up_once && s->conns[i]->state != ICS_FFP))
+            return true;
+    return false;
+}
+
+static inline bool ini_orphan_recovering(const struct lr_session *s)
+{
+    return ini_orphans_recovering_at(s, reactor_now_ms());
+}
+
+/* relogin.c: the session logs in anew after a logout the target asked for. Commands are
+ * accepted (they wait) meanwhile. */
+static inline bool ini_relogin_pending(const struct lr_session *s)
+{
+    return s->reestablish && s->logged_in && !s->logging_out && !s->destroyed;
+}
+
+/* ---- the functions of each file, from the bottom up: each calls only those above it ---- */
+
+/* lock.c: the session lock; all no-ops unless s->mt. ini_io_release drops it around a socket
+ * call when held exactly once (an outermost reactor callback) and says whether it did. */
+void ini_lock_init(struct lr_session *s);
+void ini_lock_destroy(struct lr_session *s);
 void ini_lock(struct lr_session *s);
 void ini_unlock(struct lr_session *s);
 bool ini_io_release(struct lr_session *s);
 void ini_io_retake(struct lr_session *s, bool released);
-/* Hand task t (CmdSN assigned) to connection c: sent now on c's thread, else through c's
- * inbox (sched.c). */
+
+/* table.c: the task table. ini_table_init: ntasks slots, all free (-1: no memory). */
+int ini_table_init(struct lr_session *s, uint32_t ntasks);
+void ini_table_free(struct lr_session *s);
+/* A free slot (the caller checked s->nfree) with its next ITT, zeroed otherwise. */
+struct ini_task *ini_task_take(struct lr_session *s);
+/* The active task an ITT names, or NULL. */
+struct ini_task *ini_task_lookup(struct lr_session *s, uint32_t itt);
+/* t's slot in s->tasks: the low itt_idx_bits of its ITT. */
+uint32_t ini_task_idx(const struct lr_session *s, const struct ini_task *t);
+/* t ends with *res: its slot is free again, then its callback runs. */
+void ini_task_complete(struct lr_session *s, struct ini_task *t, struct lr_result *res);
+
+/* rx.c: a complete full-feature-phase PDU arrived: its handler's status. */
+int ini_rx_ffp(struct ini_conn *c, const uint8_t *hdr, const uint8_t *data, uint32_t dlen,
+               bool data_digest_ok);
+
+/* sched.c. Hand task t (CmdSN assigned) to connection c: sent now on c's thread, else through
+ * c's inbox. */
 void ini_conn_submit(struct ini_conn *c, struct ini_task *t);
 /* Send what the inbox holds (on c's thread, with the lock). */
 void ini_conn_drain_inbox(struct ini_conn *c);
-
-/* The connection's TCP connect completed: its first Login Request. A status. */
-int ini_session_conn_connected(struct ini_conn *c);
-void ini_session_conn_down(struct ini_conn *c);
-int ini_session_login_rx(struct ini_conn *c, const uint8_t *hdr, const uint8_t *data,
-                         uint32_t dlen);
+/* Re-register the connection's socket on r (on the thread that owns it now, with the lock),
+ * after sending what this thread still owes it. */
+void ini_conn_move(struct ini_conn *c, struct reactor *r);
 /* ExpCmdSN/MaxCmdSN from any response (RFC 7143 §4.2.2.1 rules). */
 void ini_session_update_window(struct lr_session *s, uint32_t exp, uint32_t max);
 void ini_session_kick(struct lr_session *s);
 /* Fail every task waiting for the window or a connection (resendq, waitq). */
 void ini_session_fail_waiting(struct lr_session *s, enum lr_err e, const char *what);
-bool conns_any_up(const struct lr_session *s);
-void ini_task_complete(struct lr_session *s, struct ini_task *t, struct lr_result *res);
-struct ini_task *ini_task_lookup(struct lr_session *s, uint32_t itt);
-/* t's slot in s->tasks: the low itt_idx_bits of its ITT. */
-uint32_t ini_task_idx(const struct lr_session *s, const struct ini_task *t);
-int ini_session_text_rsp(struct ini_conn *c, const uint8_t *hdr, const uint8_t *data,
+
+/* logout.c. An immediate Logout Request on c (§11.14): reason, CID, ITT, ExpStatSN. A status. */
+int ini_logout_send(struct ini_conn *c, uint8_t reason, uint16_t cid, uint32_t itt,
+                    uint32_t expstatsn);
+/* The session's Logout on its first connection up (0, or -1: no memory). */
+int ini_logout_start(struct lr_session *s);
+/* The same once every connection is home (session_gather); failing, they all close. */
+void ini_logout_gathered(struct lr_session *s);
+/* The answer to the session's Logout (ITT INI_LOGOUT_ITT): every connection ends. */
+int ini_logout_rsp(struct ini_conn *c, const uint8_t *hdr);
+
+/* session.c: what conn.c's s->conn_ops lead to. The connection's TCP connect completed: its
+ * first Login Request (a status). */
+int ini_session_conn_connected(struct ini_conn *c);
+void ini_session_conn_down(struct ini_conn *c);
+int ini_session_login_rx(struct ini_conn *c, const uint8_t *hdr, const uint8_t *data,
                          uint32_t dlen);
-int ini_session_logout_rsp(struct ini_conn *c, const uint8_t *hdr);
-/* A new connection for slot i (same CID): a non-leading login with the session's TSIH (ERL 2
- * reconnects, relogin.c), or with leading the leading login of a new session (TSIH 0, same
- * ISID; relogin.c); the old one is kept as retired. Returns it, or NULL. */
-struct ini_conn *ini_session_reconnect(struct lr_session *s, unsigned i, bool leading);
-/* An immediate Logout Request on c (§11.14): reason, CID, ITT, ExpStatSN. A status. */
-int ini_session_send_logout(struct ini_conn *c, uint8_t reason, uint16_t cid, uint32_t itt,
-                            uint32_t expstatsn);
-unsigned ini_conns_up(const struct lr_session *s);
 
 #endif

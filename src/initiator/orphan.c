@@ -89,23 +89,6 @@ static void fail_orphans(struct lr_session *s, unsigned slot, const char *why)
     s->cr[slot].retain_until = 0;
 }
 
-static bool recovering_at(const struct lr_session *s, uint64_t now)
-{
-    if (s->params.erl < 2 || !s->logged_in || s->logging_out || s->destroyed)
-        return false;
-    if (s->erl2_giveup_ms && now >= s->erl2_giveup_ms)
-        return false;
-    for (unsigned i = 0; i < s->nconns; i++)
-        if (s->cr[i].st != CR_NONE || (s->cr[i].up_once && s->conns[i]->state != ICS_FFP))
-            return true;
-    return false;
-}
-
-bool ini_orphan_recovering(const struct lr_session *s)
-{
-    return recovering_at(s, reactor_now_ms());
-}
-
 /* ---- PDUs on a connection's own thread ---- */
 
 static int send_logout(struct ini_conn *c, uint8_t reason, unsigned slot, uint32_t expstatsn)
@@ -114,7 +97,7 @@ static int send_logout(struct ini_conn *c, uint8_t reason, unsigned slot, uint32
     uint32_t itt = reason == ISCSI_LOGOUT_CLOSE_SESSION ? INI_LOGOUT_ITT : INI_CLOGOUT_ITT + slot;
     LOG_INFO("initiator: connection %u: Logout reason %u for cid %u (ExpStatSN %u)", c->idx, reason,
              s->conns[slot]->cid, expstatsn);
-    return ini_session_send_logout(c, reason, s->conns[slot]->cid, itt, expstatsn);
+    return ini_logout_send(c, reason, s->conns[slot]->cid, itt, expstatsn);
 }
 
 /* What recovery wants sent on c: Logouts it carries for lost connections, its own Logout once
@@ -177,47 +160,6 @@ static void erl2_kick(struct ini_conn *c)
     /* one message per side of the last move (ini.h, inbox_msg) */
     if (reactor_post(c->r, &c->erl2_msg[c->moves & 1], erl2_msg, c))
         s->msgs++;
-}
-
-int ini_orphan_send_reassign(struct ini_conn *c, struct ini_task *t)
-{
-    struct lr_session *s = c->s;
-    t->reassign = false;
-    t->reassigning = true;
-    t->conn = c;
-    c->outstanding++;
-    t->deadline_ms = reactor_now_ms() + s->o.cmd_timeout_ms;
-    /* §11.5 ExpDataSN: for a read, where the Data-In resume; what came before is ours (the
-     * first hole, if Data-In were missing). Data PDUs of the old allegiance we did not count
-     * are to be discarded, and the target sends from there. For a write 0: the target asks
-     * with R2Ts for whatever it lacks. */
-    uint32_t expdatasn = 0;
-    if (t->dir == LR_DIR_READ)
-        expdatasn = t->nmiss ? t->miss_beg[0] : t->exp_datasn;
-    t->exp_datasn = expdatasn;
-    t->nmiss = 0;
-    t->status_held = t->snack_refused = t->miss_overflow = t->snack_early = false;
-    t->r2tsn_resync = true;
-    if (c->w.erl >= 1 && c->outstanding == 1)
-        ini_snack_progress(c, reactor_now_ms());
-    struct wire_pdu *p = ini_conn_pdu(c);
-    if (!p)
-        return INI_ERR_NOMEM;
-    /* §11.5: immediate (a numbered TMF would wait behind the CmdSN holes the loss left), so
-     * CmdSN is the session's next and is not taken; RefCmdSN is reserved for this function. */
-    struct iscsi_bhs *h = (struct iscsi_bhs *)p->hdr;
-    bhs_init(h, ISCSI_OP_TMF_REQ, ISCSI_FLAG_FINAL | ISCSI_TMF_TASK_REASSIGN);
-    h->b[0] |= ISCSI_BHS_IMMEDIATE;
-    ini_fill_lun(h->b + BHS_LUN, s->o.lun);
-    bhs_put32(h, BHS_ITT, INI_TMF_ITT + ini_task_idx(s, t));
-    bhs_put32(h, BHS_RTT, t->itt);
-    bhs_put32(h, BHS_CMDSN, s->cmdsn);
-    bhs_put32(h, BHS_EXPSTATSN, c->expstatsn);
-    bhs_put32(h, BHS_TMF_EXPDATASN, expdatasn);
-    LOG_DEBUG("initiator: connection %u: TASK REASSIGN %08x (CmdSN %u, ExpDataSN %u)", c->idx,
-              t->itt, t->cmdsn, expdatasn);
-    ini_conn_send(c, p, NULL, 0);
-    return INI_OK;
 }
 
 int ini_orphan_tmf_rsp(struct ini_conn *c, const uint8_t *hdr)
@@ -402,7 +344,7 @@ static void advance_once(struct lr_session *s, uint64_t now)
             LOG_INFO("initiator: connection %u (cid %u): logging in again", i, c->cid);
             cr->next_login_ms = now + ((uint64_t)INI_ERL2_RELOGIN_MS
                                        << (cr->failed_logins < 5 ? cr->failed_logins : 5));
-            ini_session_reconnect(s, i, false);
+            ini_conn_reconnect(s, i, false);
         }
     }
 }
@@ -422,7 +364,7 @@ void ini_orphan_advance(struct lr_session *s, uint64_t now)
     } while (s->advance_again && !s->logging_out && !s->destroyed);
     s->advancing = false;
     /* nothing will come back */
-    if (!conns_any_up(s) && !recovering_at(s, now) && !ini_relogin_pending(s))
+    if (!ini_conns_any_up(s) && !ini_orphans_recovering_at(s, now) && !ini_relogin_pending(s))
         ini_session_fail_waiting(s, LR_ERR_NO_CONN, "no connection left in the session");
 }
 

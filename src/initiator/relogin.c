@@ -24,18 +24,13 @@
 /* Session logouts asked for in a row with no command completed between them. */
 #define INI_RELOGIN_ROUNDS 3
 
-bool ini_relogin_pending(const struct lr_session *s)
-{
-    return s->reestablish && s->logged_in && !s->logging_out && !s->destroyed;
-}
-
 static void give_up(struct lr_session *s, const char *why)
 {
     LOG_WARN("initiator: %s", why);
     s->reestablish = false;
     for (unsigned i = 0; i < s->nconns; i++)
         s->asked_out[i] = false;
-    if (!conns_any_up(s))
+    if (!ini_conns_any_up(s))
         ini_session_fail_waiting(s, LR_ERR_NO_CONN, why);
 }
 
@@ -107,7 +102,7 @@ static void login_slot(struct lr_session *s, unsigned i, bool leading, uint64_t 
     cr->next_login_ms = now + ((uint64_t)INI_RELOGIN_MS << k);
     LOG_INFO("initiator: connection %u (cid %u): logging in again%s", i, s->conns[i]->cid,
              leading ? " (a new session)" : "");
-    ini_session_reconnect(s, i, leading); /* a failure comes back through ini_relogin_failed */
+    ini_conn_reconnect(s, i, leading); /* a failure comes back through ini_relogin_failed */
 }
 
 void ini_relogin_tick(struct lr_session *s, uint64_t now)

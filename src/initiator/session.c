@@ -1,6 +1,7 @@
-/* An initiator session: its connections' lifecycle (leading login, then non-leading logins of
- * the other MC/S connections with the session's TSIH, RFC 7143 §6.3, §4.3.2), connection loss
- * and timeouts, and logout (§11.14-§11.15). Task scheduling lives in sched.c. */
+/* An initiator session: created and destroyed, its connections' lifecycle (leading login,
+ * then non-leading logins of the other MC/S connections with the session's TSIH, RFC 7143
+ * §6.3, §4.3.2), connection loss, the tick that drives timeouts and recovery, and the logout
+ * entry point. Task scheduling lives in sched.c, the Logout itself in logout.c. */
 #include <assert.h>
 #include <errno.h>
 #include <stdio.h>
@@ -21,6 +22,14 @@ static const struct lr_result res_ok = {.err = LR_OK};
 
 static void session_tick(void *arg);
 
+/* What a connection's events come to (conn.c calls these through s->conn_ops). */
+static const struct ini_conn_ops session_conn_ops = {
+    .connected = ini_session_conn_connected,
+    .login_rx = ini_session_login_rx,
+    .ffp_rx = ini_rx_ffp,
+    .down = ini_session_conn_down,
+};
+
 unsigned lr_erl_max(void)
 {
     return INI_ERL_IMPLEMENTED;
@@ -38,6 +47,7 @@ struct lr_session *lr_session_create(struct reactor *r, const struct lr_session_
         return NULL;
     s->r = r;
     s->o = *o;
+    s->conn_ops = &session_conn_ops;
     snprintf(s->initiator_name, sizeof(s->initiator_name), "%s",
              o->initiator_name ? o->initiator_name : "iqn.2026-01.org.linerate:bench");
     snprintf(s->target_name, sizeof(s->target_name), "%s", o->target_name ? o->target_name : "");
@@ -126,84 +136,20 @@ struct lr_session *lr_session_create(struct reactor *r, const struct lr_session_
     s->expcmdsn = 1;
     s->maxcmdsn = 1;
 
-    s->ntasks = s->o.max_tasks;
-    s->itt_idx_bits = 1;
-    while ((1u << s->itt_idx_bits) < s->ntasks)
-        s->itt_idx_bits++;
-    s->tasks = calloc(s->ntasks, sizeof(*s->tasks));
-    s->free_idx = calloc(s->ntasks, sizeof(*s->free_idx));
-    if (!s->tasks || !s->free_idx) {
-        free(s->tasks);
-        free(s->free_idx);
+    if (ini_table_init(s, s->o.max_tasks) < 0) {
         chap_wipe(&s->chap, sizeof(s->chap));
         free(s);
         return NULL;
     }
-    for (uint32_t i = 0; i < s->ntasks; i++)
-        s->free_idx[s->nfree++] = s->ntasks - 1 - i;
     s->next_conn = -1;
     list_init(&s->waitq);
     list_init(&s->resendq);
     for (unsigned i = 0; i < s->o.connections; i++)
         if (s->o.conn_reactors[i] && s->o.conn_reactors[i] != r)
             s->mt = true;
-    if (s->mt) {
-        pthread_mutexattr_t a;
-        pthread_mutexattr_init(&a);
-        pthread_mutexattr_settype(&a, PTHREAD_MUTEX_RECURSIVE);
-        pthread_mutex_init(&s->mu, &a);
-        pthread_mutexattr_destroy(&a);
-    }
-    iscsi_text_init(&s->disc_text);
+    ini_lock_init(s);
     reactor_timer_start(r, &s->tick, INI_TICK_MS, session_tick, s);
     return s;
-}
-
-/* ---- the session lock (only with connections on other reactors) ---- */
-
-void ini_lock(struct lr_session *s)
-{
-    if (!s->mt)
-        return;
-    pthread_mutex_lock(&s->mu);
-    s->depth++;
-}
-
-void ini_unlock(struct lr_session *s)
-{
-    if (!s->mt)
-        return;
-    s->depth--;
-    pthread_mutex_unlock(&s->mu);
-}
-
-bool ini_io_release(struct lr_session *s)
-{
-    if (!s->mt || s->depth != 1)
-        return false;
-    s->depth = 0;
-    pthread_mutex_unlock(&s->mu);
-    return true;
-}
-
-void ini_io_retake(struct lr_session *s, bool released)
-{
-    if (released) {
-        int e = errno; /* of the socket call just made */
-        pthread_mutex_lock(&s->mu);
-        s->depth = 1;
-        errno = e;
-    }
-}
-
-void lr_session_lock(struct lr_session *s)
-{
-    ini_lock(s);
-}
-
-void lr_session_unlock(struct lr_session *s)
-{
-    ini_unlock(s);
 }
 
 /* After login: each connection goes to its reactor (run on the session's reactor after the
@@ -308,12 +254,9 @@ static void session_free(struct lr_session *s)
     }
     reactor_undefer(&s->spread_d);
     reactor_timer_stop(s->r, &s->tick);
-    iscsi_text_free(&s->disc_text);
     chap_wipe(&s->chap, sizeof(s->chap));
-    free(s->tasks);
-    free(s->free_idx);
-    if (s->mt)
-        pthread_mutex_destroy(&s->mu);
+    ini_table_free(s);
+    ini_lock_destroy(s);
     free(s);
 }
 
@@ -327,14 +270,6 @@ void lr_session_destroy(struct lr_session *s)
     s->logging_out = true; /* no new command meanwhile */
     ini_unlock(s);
     session_gather(s, session_free);
-}
-
-unsigned ini_conns_up(const struct lr_session *s)
-{
-    unsigned n = 0;
-    for (unsigned i = 0; i < s->nconns; i++)
-        n += s->conns[i]->state == ICS_FFP;
-    return n;
 }
 
 void lr_session_get_info(const struct lr_session *cs, struct lr_session_info *info)
@@ -429,31 +364,6 @@ static void login_finish(struct lr_session *s)
             reactor_defer(s->r, &s->spread_d, session_spread, s);
     }
     done(s->login_arg, &r);
-}
-
-static void login_timeout(void *arg)
-{
-    struct ini_conn *c = arg;
-    ini_lock(c->s);
-    ini_conn_close(c, "login timed out");
-    ini_unlock(c->s);
-}
-
-static struct ini_conn *session_add_conn(struct lr_session *s)
-{
-    unsigned i = s->nconns;
-    struct ini_conn *c = ini_conn_new(s, i, (uint16_t)i);
-    if (!c)
-        return NULL;
-    c->leading = i == 0;
-    s->conns[s->nconns++] = c;
-    c->login_active = true; /* login phase until full feature phase (texts are zeroed) */
-    reactor_timer_start(s->r, &c->login_timer, s->o.login_timeout_ms, login_timeout, c);
-    if (ini_conn_connect(c, s->host, s->o.port) < 0) {
-        ini_conn_close(c, "cannot connect");
-        return NULL;
-    }
-    return c;
 }
 
 static int send_login_pdu(struct ini_conn *c, const struct iscsi_bhs *req)
@@ -551,7 +461,7 @@ static int conn_logged_in(struct ini_conn *c)
                      s->granted, want, n, n == 1 ? "" : "s");
         for (unsigned i = 1; i < n; i++) {
             s->nlogins_pending++;
-            if (!session_add_conn(s))
+            if (!ini_conn_add(s))
                 break;
         }
         if (s->nlogins_pending == 0)
@@ -759,8 +669,8 @@ static void session_tick(void *arg)
         } else if (t->state == ITS_WAITING && !t->has_cmdsn) {
             list_del(&t->node);
             struct lr_result r = {.err = LR_ERR_TIMEOUT,
-                                  .what = conns_any_up(s) ? "no CmdSN window"
-                                                          : "no connection to send it on"};
+                                  .what = ini_conns_any_up(s) ? "no CmdSN window"
+                                                              : "no connection to send it on"};
             ini_task_complete(s, t, &r);
         }
     }
@@ -788,110 +698,8 @@ int lr_session_login(struct lr_session *s, lr_done_fn done, void *arg)
     s->login_done = done;
     s->login_arg = arg;
     s->login_res = res_ok;
-    session_add_conn(s); /* a failure to connect is reported through done() */
+    ini_conn_add(s); /* a failure to connect is reported through done() */
     return 0;
-}
-
-static struct ini_conn *first_up(struct lr_session *s)
-{
-    for (unsigned i = 0; i < s->nconns; i++)
-        if (s->conns[i]->state == ICS_FFP)
-            return s->conns[i];
-    return NULL;
-}
-
-static void logout_timeout(void *arg)
-{
-    struct lr_session *s = arg;
-    ini_lock(s);
-    for (unsigned i = 0; i < s->nconns; i++)
-        ini_conn_close(s->conns[i], "logout timed out");
-    ini_unlock(s);
-}
-
-static int logout_now(struct lr_session *s)
-{
-    struct ini_conn *c = first_up(s);
-    s->logging_out = true;
-    if (!s->logout_done)
-        return 0; /* every connection died while coming back: done() has run already */
-    if (!c) {
-        lr_done_fn done = s->logout_done;
-        s->logout_done = NULL;
-        done(s->logout_arg, &res_ok);
-        return 0;
-    }
-    /* RFC 7143 §11.14: close the session */
-    if (ini_session_send_logout(c, ISCSI_LOGOUT_CLOSE_SESSION, c->cid, INI_LOGOUT_ITT,
-                                c->expstatsn) < 0)
-        return -1; /* lr_session_logout's */
-    reactor_timer_stop(s->r, &c->login_timer);
-    reactor_timer_start(s->r, &c->login_timer, 5000, logout_timeout, s);
-    return 0;
-}
-
-int ini_session_send_logout(struct ini_conn *c, uint8_t reason, uint16_t cid, uint32_t itt,
-                            uint32_t expstatsn)
-{
-    /* §11.14: sent immediate, so CmdSN is not advanced (and a CmdSN hole left by a lost
-     * connection, which this logout may be about, does not hold it up). The CID is the
-     * connection to close (reserved when closing the session: ours, then), ExpStatSN the last
-     * one of that connection (§11.14.4). */
-    struct wire_pdu *p = ini_conn_pdu(c);
-    if (!p)
-        return INI_ERR_NOMEM;
-    struct iscsi_bhs *h = (struct iscsi_bhs *)p->hdr;
-    bhs_init(h, ISCSI_OP_LOGOUT_REQ, (uint8_t)(ISCSI_FLAG_FINAL | reason));
-    h->b[0] |= ISCSI_BHS_IMMEDIATE;
-    bhs_put32(h, BHS_ITT, itt);
-    put_be16(h->b + BHS_CID, cid);
-    bhs_put32(h, BHS_CMDSN, c->s->cmdsn);
-    bhs_put32(h, BHS_EXPSTATSN, expstatsn);
-    ini_conn_send(c, p, NULL, 0);
-    return INI_OK;
-}
-
-/* A retired connection's buffers, once the loop turn that retired it is over. */
-static void conn_free_buffers(void *arg)
-{
-    struct ini_conn *c = arg;
-    wire_free(&c->w);
-}
-
-struct ini_conn *ini_session_reconnect(struct lr_session *s, unsigned i, bool leading)
-{
-    assert(i < s->nconns && s->conns[i]->state == ICS_DEAD);
-    struct ini_conn *old = s->conns[i];
-    struct ini_conn *c = ini_conn_new(s, i, old->cid);
-    if (!c)
-        return NULL;
-    /* The old one stays allocated (messages may still name it) and counted (fault totals);
-     * its engine is closed already, its buffers go at the end of this loop turn: not now,
-     * since we may be inside its own receive path (a connection that failed while reading,
-     * logged in again at once at Time2Wait 0), which is still parsing out of the reactor's
-     * shared buffer and gives it back on the way out (torture seed 1003). */
-    reactor_defer(s->r, &old->free_d, conn_free_buffers,
-                  old); /* we run on s->r (orphan.c, relogin.c) */
-    c->retired = old;
-    c->reconnect = true;
-    c->leading = leading;
-    s->conns[i] = c;
-    c->login_active = true;
-    reactor_timer_start(s->r, &c->login_timer, s->o.login_timeout_ms, login_timeout, c);
-    if (ini_conn_connect(c, s->host, s->o.port) < 0) {
-        ini_conn_close(c, "cannot connect");
-        return NULL;
-    }
-    return c;
-}
-
-static void logout_gathered(struct lr_session *s)
-{
-    ini_lock(s);
-    if (logout_now(s) < 0)
-        for (unsigned i = 0; i < s->nconns; i++)
-            ini_conn_close(s->conns[i], "out of memory for the logout"); /* done() from there */
-    ini_unlock(s);
 }
 
 int lr_session_logout(struct lr_session *s, lr_done_fn done, void *arg)
@@ -904,34 +712,10 @@ int lr_session_logout(struct lr_session *s, lr_done_fn done, void *arg)
          * session; meanwhile no new command is taken. */
         s->logging_out = true;
         ini_unlock(s);
-        session_gather(s, logout_gathered);
+        session_gather(s, ini_logout_gathered);
         return 0;
     }
-    int rc = logout_now(s);
+    int rc = ini_logout_start(s);
     ini_unlock(s);
     return rc;
-}
-
-int ini_session_logout_rsp(struct ini_conn *c, const uint8_t *hdr)
-{
-    struct lr_session *s = c->s;
-    if (get_be32(hdr + BHS_ITT) != INI_LOGOUT_ITT)
-        return ini_orphan_logout_rsp(c, hdr); /* one connection's (orphan.c) */
-    if (hdr[BHS_RESPONSE] != 0)
-        LOG_WARN("initiator: logout response %u", hdr[BHS_RESPONSE]);
-    reactor_timer_stop(s->r, &c->login_timer);
-    /* The session is gone on the target: every connection closes, and nothing of it is
-     * recovered (§11.14: its tasks are terminated). Our own logout, or the one the target
-     * asked for (orphan.c; then the session logs in anew, relogin.c): what was still running
-     * fails with that said. */
-    bool asked = !s->logging_out && c->logout_sent;
-    int end = asked ? INI_END_ASKED_OUT : INI_END_LOGGED_OUT;
-    for (unsigned i = 0; i < s->nconns; i++) {
-        /* the others on their own threads (all are home for our own logout); this one through
-         * the status returned */
-        s->conns[i]->logged_out = true;
-        if (s->conns[i] != c)
-            ini_conn_close_any(s->conns[i], ini_status_str(end));
-    }
-    return end;
 }
