@@ -11,13 +11,11 @@
 #include <netinet/tcp.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
 #include "initiator/ini.h"
-#include "util/crc32c.h"
 #include "util/log.h"
 
 #define INI_RXBUF (512u * 1024u)

@@ -1,12 +1,10 @@
 /* Discovery (RFC 7143 §4.3, Appendix C): a discovery session, one Text Request with
  * SendTargets=All, continuation requests while the target sets C (§11.10-§11.11), logout.
  * Also the small helpers of the public API: URL parsing and error names. */
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "initiator/ini.h"
-#include "util/log.h"
 
 #define INI_TEXT_ITT 0x80000010u
 /* Text Responses one SendTargets may take: far more than a real target's answer needs (it is

@@ -31,7 +31,6 @@
  * fails them once nothing can come back. The machine runs from the session tick (its reactor,
  * every 10 ms at ERL >= 1) and right after a loss; the PDUs for a connection go out on its
  * own thread (a message, as recovery rounds do). */
-#include <string.h>
 
 #include "initiator/ini.h"
 #include "util/log.h"

@@ -6,7 +6,6 @@
 #include <string.h>
 
 #include "initiator/ini.h"
-#include "util/log.h"
 
 uint32_t lr_session_inflight(const struct lr_session *cs)
 {

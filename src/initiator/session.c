@@ -2,7 +2,6 @@
  * then non-leading logins of the other MC/S connections with the session's TSIH, RFC 7143
  * §6.3, §4.3.2), connection loss, the tick that drives timeouts and recovery, and the logout
  * entry point. Task scheduling lives in sched.c, the Logout itself in logout.c. */
-#include <assert.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,6 +34,94 @@ unsigned lr_erl_max(void)
     return INI_ERL_IMPLEMENTED;
 }
 
+/* The caller's options with every unset one at its default, and the bounds applied. */
+static void opts_defaults(struct lr_session_opts *o)
+{
+    if (!o->port)
+        o->port = 3260;
+    if (!o->connections)
+        o->connections = 1;
+    if (o->connections > LR_MAX_CONNECTIONS)
+        o->connections = LR_MAX_CONNECTIONS;
+    if (!o->max_recv_dsl)
+        o->max_recv_dsl = 262144;
+    if (!o->max_burst)
+        o->max_burst = 262144;
+    if (!o->first_burst)
+        o->first_burst = 65536;
+    if (!o->cmd_timeout_ms)
+        o->cmd_timeout_ms = 30000;
+    if (!o->login_timeout_ms)
+        o->login_timeout_ms = 10000;
+    if (!o->max_tasks)
+        o->max_tasks = 1024;
+    if (o->max_tasks > 32768)
+        o->max_tasks = 32768;
+}
+
+/* The CHAP credentials of o, checked and copied into cr (the caller's strings may go; ours are
+ * wiped in session_free). -1, cr wiped: they do not fit or do not parse. */
+static int chap_copy(struct chap_creds *cr, const struct lr_session_opts *o)
+{
+    if (!o->chap_user || !o->chap_user[0])
+        return 0;
+    size_t ul = strlen(o->chap_user), sl = o->chap_secret ? strlen(o->chap_secret) : 0;
+    size_t mul = o->chap_mutual_user ? strlen(o->chap_mutual_user) : 0;
+    size_t msl = o->chap_mutual_secret ? strlen(o->chap_mutual_secret) : 0;
+    char err[128];
+    if (ul > CHAP_NAME_MAX || sl == 0 || sl > CHAP_SECRET_MAX || mul > CHAP_NAME_MAX ||
+        msl > CHAP_SECRET_MAX || (mul && !msl) ||
+        (o->chap_algorithms &&
+         chap_algs_parse(o->chap_algorithms, &cr->algs, err, sizeof(err)) < 0)) {
+        chap_wipe(cr, sizeof(*cr));
+        return -1;
+    }
+    memcpy(cr->user, o->chap_user, ul + 1);
+    memcpy(cr->secret, o->chap_secret, sl);
+    cr->secret_len = sl;
+    if (mul) {
+        memcpy(cr->mutual_user, o->chap_mutual_user, mul + 1);
+        memcpy(cr->mutual_secret, o->chap_mutual_secret, msl);
+        cr->mutual_secret_len = msl;
+    }
+    return 0;
+}
+
+/* What the session asks for in its logins (s->local), from the options. */
+static void local_params(struct lr_session *s, const struct lr_session_opts *o)
+{
+    iscsi_params_default(&s->local);
+    s->local.header_digest = o->header_digest;
+    s->local.data_digest = o->data_digest;
+    s->local.max_connections = s->o.connections;
+    s->local.initial_r2t = o->initial_r2t;
+    s->local.immediate_data = !o->no_immediate_data;
+    s->local.max_recv_dsl = s->o.max_recv_dsl;
+    s->local.max_burst = s->o.max_burst;
+    s->local.first_burst = s->o.first_burst;
+    s->local.erl = o->error_recovery_level;
+    /* ERL 2: DefaultTime2Wait is how long a lost connection's tasks wait before the logout that
+     * frees them for reassignment (RFC 7143 §13.15, result the larger of both offers). We need
+     * no wait; a target that does answers more. Lower levels keep the default offer. */
+    if (o->error_recovery_level >= 2)
+        s->local.default_time2wait = 0;
+}
+
+/* ISID (RFC 7143 §11.12.5): type 0x80 "random" with a per-session qualifier, so that several
+ * sessions of one initiator name are distinct I_T nexuses. */
+static void isid_new(struct lr_session *s)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    uint32_t q = (uint32_t)ts.tv_nsec ^ (uint32_t)getpid() ^ (uint32_t)(uintptr_t)s;
+    s->isid[0] = 0x80;
+    s->isid[1] = (uint8_t)(q >> 24);
+    s->isid[2] = (uint8_t)(q >> 16);
+    s->isid[3] = (uint8_t)(q >> 8);
+    s->isid[4] = (uint8_t)q;
+    s->isid[5] = 0x01;
+}
+
 struct lr_session *lr_session_create(struct reactor *r, const struct lr_session_opts *o)
 {
     if (o->error_recovery_level > INI_ERL_IMPLEMENTED) {
@@ -53,85 +140,20 @@ struct lr_session *lr_session_create(struct reactor *r, const struct lr_session_
     snprintf(s->target_name, sizeof(s->target_name), "%s", o->target_name ? o->target_name : "");
     snprintf(s->host, sizeof(s->host), "%s", o->host ? o->host : "127.0.0.1");
     s->discovery = !o->target_name;
-    if (!s->o.port)
-        s->o.port = 3260;
-    if (!s->o.connections)
-        s->o.connections = 1;
-    if (s->o.connections > LR_MAX_CONNECTIONS)
-        s->o.connections = LR_MAX_CONNECTIONS;
-    if (!s->o.max_recv_dsl)
-        s->o.max_recv_dsl = 262144;
-    if (!s->o.max_burst)
-        s->o.max_burst = 262144;
-    if (!s->o.first_burst)
-        s->o.first_burst = 65536;
-    if (!s->o.cmd_timeout_ms)
-        s->o.cmd_timeout_ms = 30000;
-    if (!s->o.login_timeout_ms)
-        s->o.login_timeout_ms = 10000;
-    if (!s->o.max_tasks)
-        s->o.max_tasks = 1024;
-    if (s->o.max_tasks > 32768)
-        s->o.max_tasks = 32768;
-
-    if (o->chap_user && o->chap_user[0]) {
-        /* copied: the caller's strings may go; ours are wiped in session_free */
-        struct chap_creds *cr = &s->chap;
-        size_t ul = strlen(o->chap_user), sl = o->chap_secret ? strlen(o->chap_secret) : 0;
-        size_t mul = o->chap_mutual_user ? strlen(o->chap_mutual_user) : 0;
-        size_t msl = o->chap_mutual_secret ? strlen(o->chap_mutual_secret) : 0;
-        char err[128];
-        if (ul > CHAP_NAME_MAX || sl == 0 || sl > CHAP_SECRET_MAX || mul > CHAP_NAME_MAX ||
-            msl > CHAP_SECRET_MAX || (mul && !msl) ||
-            (o->chap_algorithms &&
-             chap_algs_parse(o->chap_algorithms, &cr->algs, err, sizeof(err)) < 0)) {
-            chap_wipe(cr, sizeof(*cr));
-            free(s);
-            return NULL;
-        }
-        memcpy(cr->user, o->chap_user, ul + 1);
-        memcpy(cr->secret, o->chap_secret, sl);
-        cr->secret_len = sl;
-        if (mul) {
-            memcpy(cr->mutual_user, o->chap_mutual_user, mul + 1);
-            memcpy(cr->mutual_secret, o->chap_mutual_secret, msl);
-            cr->mutual_secret_len = msl;
-        }
+    opts_defaults(&s->o);
+    if (chap_copy(&s->chap, o) < 0) {
+        free(s);
+        return NULL;
     }
     /* the caller's pointers are not kept */
     s->o.chap_user = s->o.chap_secret = s->o.chap_mutual_user = s->o.chap_mutual_secret = NULL;
     s->o.chap_algorithms = NULL;
 
-    iscsi_params_default(&s->local);
-    s->local.header_digest = o->header_digest;
-    s->local.data_digest = o->data_digest;
-    s->local.max_connections = s->o.connections;
-    s->local.initial_r2t = o->initial_r2t;
-    s->local.immediate_data = !o->no_immediate_data;
-    s->local.max_recv_dsl = s->o.max_recv_dsl;
-    s->local.max_burst = s->o.max_burst;
-    s->local.first_burst = s->o.first_burst;
-    s->local.erl = o->error_recovery_level;
-    /* ERL 2: DefaultTime2Wait is how long a lost connection's tasks wait before the logout that
-     * frees them for reassignment (RFC 7143 §13.15, result the larger of both offers). We need
-     * no wait; a target that does answers more. Lower levels keep the default offer. */
-    if (o->error_recovery_level >= 2)
-        s->local.default_time2wait = 0;
+    local_params(s, o);
     for (unsigned i = 0; i < LR_MAX_CONNECTIONS; i++)
         s->cr[i].logout_on = -1;
     iscsi_params_default(&s->params);
-
-    /* ISID (RFC 7143 §11.12.5): type 0x80 "random" with a per-session qualifier, so that
-     * several sessions of one initiator name are distinct I_T nexuses. */
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    uint32_t q = (uint32_t)ts.tv_nsec ^ (uint32_t)getpid() ^ (uint32_t)(uintptr_t)s;
-    s->isid[0] = 0x80;
-    s->isid[1] = (uint8_t)(q >> 24);
-    s->isid[2] = (uint8_t)(q >> 16);
-    s->isid[3] = (uint8_t)(q >> 8);
-    s->isid[4] = (uint8_t)q;
-    s->isid[5] = 0x01;
+    isid_new(s);
     s->cmdsn = 1;
     s->expcmdsn = 1;
     s->maxcmdsn = 1;

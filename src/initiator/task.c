@@ -4,7 +4,6 @@
  * orphan. What arrives is dispatched by rx.c. */
 #include <assert.h>
 #include <stddef.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "initiator/ini.h"
