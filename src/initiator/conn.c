@@ -277,7 +277,11 @@ static int ini_wire_pdu(void *ctx, struct iscsi_pdu_in *p)
         rc = c->s->conn_ops->login_rx(c, p->bhs.b, data, p->dlen);
     else
         rc = c->s->conn_ops->ffp_rx(c, p->bhs.b, data, p->dlen, !p->data_digest_bad);
-    return ini_conn_fail(c, rc) < 0 ? WIRE_E_OWNER : WIRE_OK;
+    if (rc < 0) {
+        ini_conn_fail(c, rc);
+        return WIRE_E_OWNER;
+    }
+    return WIRE_OK;
 }
 
 static void ini_wire_fail(void *ctx, int status)
@@ -380,22 +384,6 @@ static void conn_io(void *arg, uint32_t events)
 }
 
 /* ---- the session's connections ---- */
-
-bool ini_conns_any_up(const struct lr_session *s)
-{
-    for (unsigned i = 0; i < s->nconns; i++)
-        if (s->conns[i]->state == ICS_FFP)
-            return true;
-    return false;
-}
-
-unsigned ini_conns_up(const struct lr_session *s)
-{
-    unsigned n = 0;
-    for (unsigned i = 0; i < s->nconns; i++)
-        n += s->conns[i]->state == ICS_FFP;
-    return n;
-}
 
 static void login_timeout(void *arg)
 {

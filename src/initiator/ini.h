@@ -20,6 +20,7 @@
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "iscsi/chap.h"
 #include "iscsi/keys.h"
@@ -254,9 +255,6 @@ int ini_conn_fail(struct ini_conn *c, int status);
 /* Push received bytes through the parser as if recv() had returned them (tests): 0, or -1 once
  * the connection failed. */
 int ini_conn_feed(struct ini_conn *c, const void *bytes, uint32_t len);
-/* Whether any connection of s is in full feature phase; how many are. */
-bool ini_conns_any_up(const struct lr_session *s);
-unsigned ini_conns_up(const struct lr_session *s);
 /* The next connection of the session (slot nconns, CID = slot) connecting for its login. */
 struct ini_conn *ini_conn_add(struct lr_session *s);
 /* A new connection for slot i (same CID): a non-leading login with the session's TSIH (ERL 2
@@ -503,7 +501,62 @@ struct lr_session {
     void *text_arg;
 };
 
+/* ---- the task table's ITTs (table.c) ---- */
+
+/* An ITT is a task slot's index in its low itt_idx_bits (as few as the slots need) and above
+ * them, up to bit 30, the slot's generation: one more each time the slot takes a command. Bit
+ * 31 stays clear: login, logout and TMF use tags above it.
+ * An ITT must not come back while the target may still hold the task it named: at ERL 2 the
+ * target keeps the tasks of a lost connection, answered ones included, for Time2Retain (20 s
+ * by default), and a TASK REASSIGN finds them by ITT alone (RFC 7143 §11.5.1). A generation of
+ * 15 bits shared by the session came round every 32768 commands, a fraction of a second, and
+ * a reassignment then claimed a task of that name answered long before: its old status
+ * completed the new command, which never ran, and the hole it left in the CmdSN sequence held
+ * back every later command. A slot's own generation of 31 - itt_idx_bits bits comes round
+ * after 2^21 commands of that slot at the default 1024 slots (2^25 for linerate-bench's QD +
+ * 8), 2^16 at the most slots (32768). */
+static inline uint32_t ini_itt_idx_mask(const struct lr_session *s)
+{
+    return (1u << s->itt_idx_bits) - 1;
+}
+
+/* The ITT slot idx takes next, from the one it had (0 for a slot never used). */
+static inline uint32_t ini_itt_next(const struct lr_session *s, uint32_t idx, uint32_t prev)
+{
+    uint32_t gen_mask = 0x7fffffffu >> s->itt_idx_bits;
+    uint32_t gen = ((prev >> s->itt_idx_bits) + 1) & gen_mask;
+    return idx | gen << s->itt_idx_bits;
+}
+
+/* A free slot (the caller checked s->nfree) with its next ITT, zeroed otherwise. */
+static inline struct ini_task *ini_task_take(struct lr_session *s)
+{
+    uint32_t idx = s->free_idx[--s->nfree];
+    struct ini_task *t = &s->tasks[idx];
+    uint32_t prev = t->itt;
+    memset(t, 0, sizeof(*t));
+    t->itt = ini_itt_next(s, idx, prev);
+    return t;
+}
+
 /* ---- predicates over the state above (they read it, nothing more) ---- */
+
+/* Whether any connection of s is in full feature phase; how many are. */
+static inline bool ini_conns_any_up(const struct lr_session *s)
+{
+    for (unsigned i = 0; i < s->nconns; i++)
+        if (s->conns[i]->state == ICS_FFP)
+            return true;
+    return false;
+}
+
+static inline unsigned ini_conns_up(const struct lr_session *s)
+{
+    unsigned n = 0;
+    for (unsigned i = 0; i < s->nconns; i++)
+        n += s->conns[i]->state == ICS_FFP;
+    return n;
+}
 
 /* ERL 2 (orphan.c): a lost connection is being recovered, or a slot that was up may come
  * back, and the session has not given up on it by now. Commands are accepted meanwhile. */
@@ -545,8 +598,6 @@ void ini_io_retake(struct lr_session *s, bool released);
 /* table.c: the task table. ini_table_init: ntasks slots, all free (-1: no memory). */
 int ini_table_init(struct lr_session *s, uint32_t ntasks);
 void ini_table_free(struct lr_session *s);
-/* A free slot (the caller checked s->nfree) with its next ITT, zeroed otherwise. */
-struct ini_task *ini_task_take(struct lr_session *s);
 /* The active task an ITT names, or NULL. */
 struct ini_task *ini_task_lookup(struct lr_session *s, uint32_t itt);
 /* t's slot in s->tasks: the low itt_idx_bits of its ITT. */

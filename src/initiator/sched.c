@@ -145,7 +145,9 @@ void ini_conn_submit(struct ini_conn *c, struct ini_task *t)
     struct lr_session *s = c->s;
     if (!s->mt || c->r == reactor_self()) {
         t->state = ITS_ACTIVE;
-        ini_conn_fail(c, send_task(c, t));
+        int rc = send_task(c, t);
+        if (rc < 0)
+            ini_conn_fail(c, rc);
         return;
     }
     /* Waiting with its CmdSN (the tick leaves it alone); counted on c for pick_conn. */
