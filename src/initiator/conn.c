@@ -15,7 +15,11 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include "initiator/conn.h"
 #include "initiator/ini.h"
+#include "initiator/lock.h"
+#include "initiator/login.h"
+#include "initiator/table.h"
 #include "util/log.h"
 
 #define INI_RXBUF (512u * 1024u)

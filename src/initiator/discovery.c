@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "initiator/conn.h"
 #include "initiator/ini.h"
 
 #define INI_TEXT_ITT 0x80000010u

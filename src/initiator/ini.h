@@ -1,7 +1,8 @@
 /* Internals of the initiator shared by its files: the state (the login state machine, a
  * connection on the wire engine, a task, a session that spreads tasks over its connections
- * under one CmdSN window), the predicates that only read it, and each file's functions. The
- * files call one another from the top down only, none back up, in this order (top first):
+ * under one CmdSN window) and the predicates that only read it; each file's functions are in
+ * its own header (conn.h for conn.c, ...). The files call one another from the top down only,
+ * none back up, in this order (top first):
  *   discovery.c   SendTargets on a discovery session; URL parsing, error names
  *   session.c     the public session calls, connection logins and losses, the tick
  *   rx.c          each PDU of full feature phase to its handler; ERL 0's own handling
@@ -22,6 +23,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "initiator/login.h"
 #include "iscsi/chap.h"
 #include "iscsi/keys.h"
 #include "iscsi/pdu.h"
@@ -30,57 +32,6 @@
 #include "linerate/initiator_test.h"
 #include "reactor/reactor.h"
 #include "util/list.h"
-
-/* ---- login (login.c): builds Login Requests, digests Login Responses; no sockets ---- */
-
-enum ini_login_state { ILS_SECURITY, ILS_OPERATIONAL, ILS_DONE, ILS_FAILED };
-enum ini_login_step { ILSTEP_SEND, ILSTEP_DONE, ILSTEP_FAILED };
-
-#define INI_LOGIN_MAX_ROUNDS 16
-
-struct ini_login {
-    enum ini_login_state state;
-    struct iscsi_neg neg;
-    struct iscsi_text rx; /* target text, accumulated over continuation PDUs (C bit) */
-    struct iscsi_text tx; /* text of the next request */
-    bool leading, discovery;
-    char initiator_name[ISCSI_NAME_MAX + 1];
-    char target_name[ISCSI_NAME_MAX + 1];
-    uint8_t isid[6];
-    uint16_t tsih, cid;
-    uint32_t itt, cmdsn, expstatsn;
-    uint32_t exp_cmdsn, max_cmdsn; /* from the last response */
-    unsigned rounds;
-    uint16_t status; /* login status class << 8 | detail on failure */
-    const char *why;
-    /* CHAP (RFC 7143 §12.1.3), when chap && chap->user[0]: set by the caller after init */
-    const struct chap_creds *chap;
-    enum { ICH_START, ICH_A_SENT, ICH_R_SENT, ICH_DONE } chap_state;
-    int chap_alg;
-    bool got_a, got_i, got_c, got_n, got_r, chap_bad;
-    char t_a[ISCSI_VALUE_MAX + 1];
-    uint8_t t_id;
-    uint8_t t_chal[CHAP_CHALLENGE_MAX];
-    int t_chal_len;
-    char t_n[CHAP_NAME_MAX + 1];
-    uint8_t t_r[CHAP_DIGEST_MAX];
-    int t_r_len;
-    uint8_t want_r[CHAP_DIGEST_MAX]; /* what the target must answer our challenge with */
-    int want_r_len;
-};
-
-void ini_login_init(struct ini_login *l, const struct iscsi_params *local, bool leading,
-                    bool discovery, const char *initiator_name, const char *target_name,
-                    const uint8_t isid[6], uint16_t tsih, uint16_t cid, uint32_t itt,
-                    uint32_t cmdsn);
-void ini_login_free(struct ini_login *l);
-/* First Login Request of the connection: header into req, text in l->tx. */
-int ini_login_start(struct ini_login *l, struct iscsi_bhs *req);
-/* A Login Response arrived (header and its data segment). ILSTEP_SEND: req and l->tx hold the
- * next request. ILSTEP_DONE: full feature phase (l->tsih set). ILSTEP_FAILED: l->status and
- * l->why say why. */
-enum ini_login_step ini_login_rx(struct ini_login *l, const struct iscsi_bhs *rsp,
-                                 const uint8_t *data, uint32_t len, struct iscsi_bhs *req);
 
 /* ---- the handler contract (the target's, iscsi/pdu.h enum iscsi_status) ---- */
 
@@ -108,9 +59,6 @@ enum ini_status {
     INI_END_ASKED_OUT = -14,       /* the Logout the target asked for closed the session */
     INI_END_CONN_LOGGED_OUT = -15, /* the Logout of this connection the target asked for */
 };
-
-/* The reason a status ends a connection with ("?" for an unknown value). */
-const char *ini_status_str(int status);
 
 /* ---- connections (conn.c) ---- */
 
@@ -232,36 +180,6 @@ struct ini_conn {
     int fail_errno; /* errno of a socket failure, 0 otherwise */
 };
 
-struct ini_conn *ini_conn_new(struct lr_session *s, unsigned idx, uint16_t cid);
-void ini_conn_free(struct ini_conn *c);
-/* Non-blocking connect; the session hears of the outcome through ini_session_conn_ready. */
-int ini_conn_connect(struct ini_conn *c, const char *host, uint16_t port);
-/* The session's injected faults (lr_session_set_faults) onto c's transmit path. */
-void ini_conn_set_faults(struct ini_conn *c);
-struct wire_pdu *ini_conn_pdu(struct ini_conn *c);
-/* Append a PDU (hdr filled except digests and DataSegmentLength, which are set here). */
-void ini_conn_send(struct ini_conn *c, struct wire_pdu *p, const void *data, uint32_t len);
-/* The SCSI Command PDU p of task t: t->cmd_sent is set once it is in the socket. */
-void ini_conn_mark_cmd(struct wire_pdu *p, struct ini_task *t);
-void ini_conn_flush(struct ini_conn *c);
-/* Close the socket, mark the connection dead, tell the session. Idempotent. For what ends a
- * connection outside the PDU handlers: timeouts, the session's end, socket failures. */
-void ini_conn_close(struct ini_conn *c, const char *why);
-/* The same from any thread holding the session lock: done on the connection's own thread. */
-void ini_conn_close_any(struct ini_conn *c, const char *why);
-/* Close for a negative status (its reason from ini_status_str(), or the login machine's for
- * INI_ERR_LOGIN); nothing for INI_OK. Returns status. */
-int ini_conn_fail(struct ini_conn *c, int status);
-/* Push received bytes through the parser as if recv() had returned them (tests): 0, or -1 once
- * the connection failed. */
-int ini_conn_feed(struct ini_conn *c, const void *bytes, uint32_t len);
-/* The next connection of the session (slot nconns, CID = slot) connecting for its login. */
-struct ini_conn *ini_conn_add(struct lr_session *s);
-/* A new connection for slot i (same CID): a non-leading login with the session's TSIH (ERL 2
- * reconnects, relogin.c), or with leading the leading login of a new session (TSIH 0, same
- * ISID; relogin.c); the old one is kept as retired. Returns it, or NULL. */
-struct ini_conn *ini_conn_reconnect(struct lr_session *s, unsigned i, bool leading);
-
 /* ---- tasks (task.c) ---- */
 
 /* ITS_ORPHAN (ERL 2): the command reached the target over a connection since lost; the task
@@ -311,34 +229,6 @@ struct ini_task {
     struct list_node node; /* session wait queue */
 };
 
-/* SAM-5 single level LUN into the 8 bytes at p. */
-void ini_fill_lun(uint8_t *p, uint64_t lun);
-/* Build and queue the command PDU (+ immediate and unsolicited data) on c. */
-int ini_task_send(struct ini_conn *c, struct ini_task *t);
-/* Check a Data-In's window against task t's buffer (INI_ERR_DATA_IN_RANGE if it lies outside)
- * and, if copy, copy a payload the engine did not place there directly. */
-int ini_task_place_data_in(struct ini_conn *c, struct ini_task *t, const uint8_t *hdr,
-                           const uint8_t *data, uint32_t dlen, bool copy);
-/* The command PDU of t (with its immediate and unsolicited data) again, unchanged: a retry
- * (RFC 7143 §7.2.1). */
-int ini_task_resend_cmd(struct ini_conn *c, struct ini_task *t);
-/* The status of a Data-In with S or of a SCSI Response into *r (§11.4, §11.7.4). */
-void ini_task_result(struct ini_task *t, const uint8_t *hdr, const uint8_t *data, uint32_t dlen,
-                     struct lr_result *r);
-/* Data-Out PDUs answering an R2T (or unsolicited, ttt reserved), from the task's buffer;
- * again: data sent before, counted in c->resend_unsent until it leaves. */
-int ini_task_data_out(struct ini_conn *c, struct ini_task *t, uint32_t ttt, uint32_t off,
-                      uint32_t len, bool again);
-/* A recovery PDU of n bytes (header included) about to be queued: counted until it leaves. */
-void ini_resend_account(struct ini_conn *c, struct wire_pdu *p, uint64_t n);
-/* ERL 0: t completes with the status of a Data-In with S or of a SCSI Response. */
-void ini_task_status(struct ini_conn *c, struct ini_task *t, const uint8_t *hdr,
-                     const uint8_t *data, uint32_t dlen);
-/* t fails with a protocol error (what: why). */
-void ini_task_fail(struct ini_conn *c, struct ini_task *t, const char *what);
-/* ERL 2: the TASK REASSIGN of t (an orphan) on c, which t belongs to from now on. */
-int ini_task_send_reassign(struct ini_conn *c, struct ini_task *t);
-
 /* ---- ErrorRecoveryLevel >= 1 (snack.c, RFC 7143 §7.1-§7.9, §11.16) ---- */
 
 /* Any PDU from the target: the recovery timer's notion of progress. */
@@ -347,28 +237,6 @@ static inline void ini_snack_progress(struct ini_conn *c, uint64_t now)
     c->last_progress_ms = now;
     c->rounds = 0;
 }
-/* A numbered response with StatSN arrived (held: its task still misses data). */
-int ini_snack_statsn(struct ini_conn *c, uint32_t statsn, bool held);
-/* A numbered response was discarded (data digest error): ask for it again. */
-int ini_snack_statsn_lost(struct ini_conn *c, uint32_t statsn);
-int ini_snack_data_in(struct ini_conn *c, struct ini_task *t, const uint8_t *hdr,
-                      const uint8_t *data, uint32_t dlen, bool dd_ok);
-int ini_snack_scsi_rsp(struct ini_conn *c, struct ini_task *t, const uint8_t *hdr,
-                       const uint8_t *data, uint32_t dlen, bool dd_ok);
-/* An R2T: an R2TSN gap asks for the missing R2Ts; old ones (recovery) are answered too. */
-int ini_snack_r2t(struct ini_conn *c, struct ini_task *t, const uint8_t *hdr);
-/* A Reject (data: the rejected header): a command with a bad immediate-data digest is
- * retried, a refused SNACK ends what it asked for. *handled says whether it was dealt with. */
-int ini_snack_reject(struct ini_conn *c, const uint8_t *hdr, const uint8_t *data, uint32_t dlen,
-                     bool *handled);
-/* The answer to our NOP-Out ping. */
-int ini_snack_pong(struct ini_conn *c, const uint8_t *hdr);
-/* The session tick (any thread, with the lock): a connection with tasks and no progress for
- * a quiet period gets a recovery round on its own thread. */
-void ini_snack_tick(struct ini_conn *c, uint64_t now);
-/* Set at full feature phase: StatSN tracking starts at expstatsn. */
-void ini_snack_start(struct ini_conn *c);
-
 /* NOP-Out pings of the recovery timer: ITT INI_PING_ITT + connection index. */
 #define INI_PING_ITT 0x80001000u
 
@@ -404,33 +272,6 @@ struct ini_cr {
 #define INI_LOGOUT_ITT 0x80000001u  /* Logout of the session */
 #define INI_CLOGOUT_ITT 0x80000100u /* + slot: Logout of one connection */
 #define INI_TMF_ITT 0x80010000u     /* + task index: TASK REASSIGN */
-
-/* The connection went down at ERL 2: its sent tasks become orphans of its slot. */
-void ini_orphan_conn_down(struct ini_conn *c);
-/* The session tick (its reactor, with the lock): logouts asked by the target, and at ERL 2 the
- * recovery state machine. ini_orphan_advance: the machine alone (from any thread: what must
- * run on the session's reactor, reconnecting, waits for the tick there). */
-void ini_orphan_tick(struct lr_session *s, uint64_t now);
-void ini_orphan_advance(struct lr_session *s, uint64_t now);
-/* A reconnect login of slot c->idx reached full feature phase, or failed. */
-void ini_orphan_login_done(struct ini_conn *c);
-void ini_orphan_login_failed(struct ini_conn *c);
-/* Responses: TMF (TASK REASSIGN), Logout of one connection (ITT INI_CLOGOUT_ITT + slot). */
-int ini_orphan_tmf_rsp(struct ini_conn *c, const uint8_t *hdr);
-int ini_orphan_logout_rsp(struct ini_conn *c, const uint8_t *hdr);
-/* Async Message (§11.9.1) */
-int ini_orphan_async(struct ini_conn *c, const uint8_t *hdr);
-
-/* ---- logging in again after a logout the target asked for (relogin.c, §11.9.1) ---- */
-
-/* A connection asked to log out (draining) is gone, logged out or dropped: its slot or the
- * whole session is to log in again. */
-void ini_relogin_conn_lost(struct ini_conn *c);
-/* The session tick (its reactor): the logins due. */
-void ini_relogin_tick(struct lr_session *s, uint64_t now);
-/* A login started by ini_relogin_tick reached full feature phase, or failed. */
-void ini_relogin_done(struct ini_conn *c);
-void ini_relogin_failed(struct ini_conn *c);
 
 /* ---- session (session.c) ---- */
 
@@ -583,61 +424,5 @@ static inline bool ini_relogin_pending(const struct lr_session *s)
 {
     return s->reestablish && s->logged_in && !s->logging_out && !s->destroyed;
 }
-
-/* ---- the functions of each file, from the bottom up: each calls only those above it ---- */
-
-/* lock.c: the session lock; all no-ops unless s->mt. ini_io_release drops it around a socket
- * call when held exactly once (an outermost reactor callback) and says whether it did. */
-void ini_lock_init(struct lr_session *s);
-void ini_lock_destroy(struct lr_session *s);
-void ini_lock(struct lr_session *s);
-void ini_unlock(struct lr_session *s);
-bool ini_io_release(struct lr_session *s);
-void ini_io_retake(struct lr_session *s, bool released);
-
-/* table.c: the task table. ini_table_init: ntasks slots, all free (-1: no memory). */
-int ini_table_init(struct lr_session *s, uint32_t ntasks);
-void ini_table_free(struct lr_session *s);
-/* The active task an ITT names, or NULL. */
-struct ini_task *ini_task_lookup(struct lr_session *s, uint32_t itt);
-/* t's slot in s->tasks: the low itt_idx_bits of its ITT. */
-uint32_t ini_task_idx(const struct lr_session *s, const struct ini_task *t);
-/* t ends with *res: its slot is free again, then its callback runs. */
-void ini_task_complete(struct lr_session *s, struct ini_task *t, struct lr_result *res);
-
-/* rx.c: a complete full-feature-phase PDU arrived: its handler's status. */
-int ini_rx_ffp(struct ini_conn *c, const uint8_t *hdr, const uint8_t *data, uint32_t dlen,
-               bool data_digest_ok);
-
-/* sched.c. Hand task t (CmdSN assigned) to connection c: sent now on c's thread, else through
- * c's inbox. */
-void ini_conn_submit(struct ini_conn *c, struct ini_task *t);
-/* Send what the inbox holds (on c's thread, with the lock). */
-void ini_conn_drain_inbox(struct ini_conn *c);
-/* Re-register the connection's socket on r (on the thread that owns it now, with the lock),
- * after sending what this thread still owes it. */
-void ini_conn_move(struct ini_conn *c, struct reactor *r);
-/* ExpCmdSN/MaxCmdSN from any response (RFC 7143 §4.2.2.1 rules). */
-void ini_session_update_window(struct lr_session *s, uint32_t exp, uint32_t max);
-void ini_session_kick(struct lr_session *s);
-/* Fail every task waiting for the window or a connection (resendq, waitq). */
-void ini_session_fail_waiting(struct lr_session *s, enum lr_err e, const char *what);
-
-/* logout.c. An immediate Logout Request on c (§11.14): reason, CID, ITT, ExpStatSN. A status. */
-int ini_logout_send(struct ini_conn *c, uint8_t reason, uint16_t cid, uint32_t itt,
-                    uint32_t expstatsn);
-/* The session's Logout on its first connection up (0, or -1: no memory). */
-int ini_logout_start(struct lr_session *s);
-/* The same once every connection is home (session_gather); failing, they all close. */
-void ini_logout_gathered(struct lr_session *s);
-/* The answer to the session's Logout (ITT INI_LOGOUT_ITT): every connection ends. */
-int ini_logout_rsp(struct ini_conn *c, const uint8_t *hdr);
-
-/* session.c: what conn.c's s->conn_ops lead to. The connection's TCP connect completed: its
- * first Login Request (a status). */
-int ini_session_conn_connected(struct ini_conn *c);
-void ini_session_conn_down(struct ini_conn *c);
-int ini_session_login_rx(struct ini_conn *c, const uint8_t *hdr, const uint8_t *data,
-                         uint32_t dlen);
 
 #endif

@@ -4,6 +4,7 @@
 #include <errno.h>
 
 #include "initiator/ini.h"
+#include "initiator/lock.h"
 
 void ini_lock_init(struct lr_session *s)
 {

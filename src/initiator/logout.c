@@ -2,7 +2,10 @@
  * session's own logout (lr_session_logout, on the session's reactor once its connections are
  * home) and its answer, which ends every connection of the session. The logout of one
  * connection, for ERL 2 recovery or asked for by the target, is orphan.c's. */
+#include "initiator/conn.h"
 #include "initiator/ini.h"
+#include "initiator/lock.h"
+#include "initiator/logout.h"
 #include "util/log.h"
 
 static const struct lr_result res_ok = {.err = LR_OK};

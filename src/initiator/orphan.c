@@ -32,7 +32,14 @@
  * every 10 ms at ERL >= 1) and right after a loss; the PDUs for a connection go out on its
  * own thread (a message, as recovery rounds do). */
 
+#include "initiator/conn.h"
 #include "initiator/ini.h"
+#include "initiator/lock.h"
+#include "initiator/logout.h"
+#include "initiator/orphan.h"
+#include "initiator/sched.h"
+#include "initiator/table.h"
+#include "initiator/task.h"
 #include "util/log.h"
 
 /* No answer to our Logout (reason 2) for this long: cleanup by login instead. */

@@ -15,7 +15,10 @@
  * Bounded: a few login attempts, backing off, and a few rounds in a row in which no command
  * completed (a target that asks for a logout after every login); then the commands waiting
  * fail with LR_ERR_NO_CONN and the reason. */
+#include "initiator/conn.h"
 #include "initiator/ini.h"
+#include "initiator/relogin.h"
+#include "initiator/sched.h"
 #include "util/log.h"
 
 /* Login attempts, the first at once, then backing off from INI_RELOGIN_MS, doubling. */

@@ -6,7 +6,15 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "initiator/conn.h"
 #include "initiator/ini.h"
+#include "initiator/logout.h"
+#include "initiator/orphan.h"
+#include "initiator/rx.h"
+#include "initiator/sched.h"
+#include "initiator/snack.h"
+#include "initiator/table.h"
+#include "initiator/task.h"
 #include "util/log.h"
 
 /* A response for a task we do not have (already completed, or never ours): a target bug, or

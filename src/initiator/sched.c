@@ -5,7 +5,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "initiator/conn.h"
 #include "initiator/ini.h"
+#include "initiator/lock.h"
+#include "initiator/sched.h"
+#include "initiator/table.h"
+#include "initiator/task.h"
 
 uint32_t lr_session_inflight(const struct lr_session *cs)
 {

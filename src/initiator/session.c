@@ -10,7 +10,18 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "initiator/conn.h"
 #include "initiator/ini.h"
+#include "initiator/lock.h"
+#include "initiator/login.h"
+#include "initiator/logout.h"
+#include "initiator/orphan.h"
+#include "initiator/relogin.h"
+#include "initiator/rx.h"
+#include "initiator/sched.h"
+#include "initiator/session.h"
+#include "initiator/snack.h"
+#include "initiator/table.h"
 #include "util/log.h"
 
 #define INI_TICK_MS 200

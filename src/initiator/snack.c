@@ -33,7 +33,12 @@
 #include <stddef.h>
 #include <string.h>
 
+#include "initiator/conn.h"
 #include "initiator/ini.h"
+#include "initiator/lock.h"
+#include "initiator/snack.h"
+#include "initiator/table.h"
+#include "initiator/task.h"
 #include "util/log.h"
 
 /* SNACK Request (§11.16.1): Type in byte 1, BegRun and RunLength in the last two words. */

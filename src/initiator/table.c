@@ -4,6 +4,7 @@
 #include <stdlib.h>
 
 #include "initiator/ini.h"
+#include "initiator/table.h"
 
 uint32_t ini_task_idx(const struct lr_session *s, const struct ini_task *t)
 {

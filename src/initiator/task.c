@@ -6,7 +6,10 @@
 #include <stddef.h>
 #include <string.h>
 
+#include "initiator/conn.h"
 #include "initiator/ini.h"
+#include "initiator/table.h"
+#include "initiator/task.h"
 #include "util/log.h"
 
 #define SCSI_STATUS_GOOD 0x00

@@ -11,7 +11,12 @@
 
 #include <cmocka.h>
 
+#include "initiator/conn.h"
 #include "initiator/ini.h"
+#include "initiator/orphan.h"
+#include "initiator/sched.h"
+#include "initiator/session.h"
+#include "initiator/snack.h"
 #include "util/crc32c.h"
 
 /* ---- helpers ---- */
