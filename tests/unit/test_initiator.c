@@ -1618,6 +1618,31 @@ static void test_erl1_data_in_gap_snack(void **state)
     lr_session_destroy(s);
 }
 
+/* A status whose StatSN shows responses lost, while the recovery PDUs queued already fill
+ * INI_RESEND_BACKLOG_MAX: the Status SNACK is refused and the connection fails, which ends
+ * the task (LR_ERR_CONN_LOST). Its status is not taken after that: the task completes once. */
+static void test_erl1_status_after_conn_failed(void **state)
+{
+    (void)state;
+    struct lr_session *s = erl1_session(5);
+    struct ini_conn *c = s->conns[0];
+    static uint8_t buf[4096];
+    static uint8_t pdu[ISCSI_BHS_LEN + 4096];
+    struct done_log d = {0};
+    assert_int_equal(lr_read(s, 0, 8, 512, buf, on_done, &d), 0);
+    uint32_t itt = get_be32(txq_at(c, 0)->hdr + BHS_ITT);
+    take_all(c);
+    c->resend_unsent = INI_RESEND_BACKLOG_MAX; /* what the target asked for and did not read */
+    /* all the data and the status, StatSN 9: 5..8 never came */
+    size_t n = data_in(pdu, itt, 0, 0, 4096, ISCSI_FLAG_FINAL | ISCSI_DATAIN_STATUS, 9, 0);
+    assert_int_equal(ini_conn_feed(c, pdu, (uint32_t)n), -1);
+    assert_int_equal(c->state, ICS_DEAD);
+    assert_int_equal(d.calls, 1);
+    assert_int_equal(d.last, LR_ERR_CONN_LOST);
+    assert_int_equal(lr_session_inflight(s), 0);
+    lr_session_destroy(s);
+}
+
 /* §7.8: a Data-In with a bad data digest is missing itself (Data SNACK for it); a SCSI
  * Response whose ExpDataSN is past the last DataSN received shows the tail lost (§11.4.8). */
 static void test_erl1_data_digest_and_expdatasn(void **state)
@@ -2045,6 +2070,7 @@ int main(void)
         cmocka_unit_test(test_erl2_still_allegiant_asks_again),
         cmocka_unit_test(test_erl2_async_session_drop),
         cmocka_unit_test(test_erl1_data_in_gap_snack),
+        cmocka_unit_test(test_erl1_status_after_conn_failed),
         cmocka_unit_test(test_erl1_data_digest_and_expdatasn),
         cmocka_unit_test(test_erl1_statsn_gap_snack),
         cmocka_unit_test(test_erl1_reject_digest_retries_command),
