@@ -1,4 +1,4 @@
-/* linerate-ctl's verbs (the spellings of issue 15) and the JSON-RPC request each becomes; the
+/* linerate-ctl's verbs (as linerate-ctl(8) spells them) and the JSON-RPC request each becomes; the
  * methods and their params are those of docs/ctl-protocol.md. */
 #include <stdarg.h>
 #include <stdlib.h>

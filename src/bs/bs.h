@@ -64,6 +64,9 @@ struct bs_io {
 
 struct bs_ops {
     const char *name;
+    /* What INQUIRY reports as PRODUCT IDENTIFICATION (SPC-4 §6.6.2, at most 16 bytes) for a
+     * LUN on this store; NULL: "linerate". */
+    const char *product;
     /* Serve a READ/WRITE/FLUSH/UNMAP. Never blocks the reactor. A range outside the store or
      * an iovec shorter than length completes with -EINVAL. */
     void (*submit)(struct bs *bs, struct bs_io *io);
@@ -94,7 +97,8 @@ struct bs_ops {
     int (*lba_status)(struct bs *bs, uint64_t offset, uint64_t *len, bool *mapped);
     /* Optional: grow to `size` bytes (> the current size) while requests run, for a LUN
      * resized at run time. The new bytes read as zeros. 0, or -1 with a one-line reason in
-     * err. NULL: the store cannot grow. */
+     * err. Called by bs_grow() only, never for a read-only store, and bs_grow() publishes the
+     * new bs->size once it returns 0. NULL: the store cannot grow. */
     int (*grow)(struct bs *bs, uint64_t size, char *err, size_t errlen);
     /* Optional (rbd): a small object shared by every client of the medium (every gateway that
      * exports the image), for state that must agree across them: persistent reservations.

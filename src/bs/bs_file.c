@@ -13,7 +13,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "bs/bs_priv.h"
+#include "bs/bs_io.h"
+#include "bs/bs_store.h"
 #include "reactor/reactor.h"
 #include "util/log.h"
 
@@ -413,10 +414,6 @@ static int bs_file_lba_status(struct bs *bs, uint64_t offset, uint64_t *len, boo
 static int bs_file_grow(struct bs *bs, uint64_t size, char *err, size_t errlen)
 {
     struct bs_file *f = bs->priv;
-    if (bs->read_only) {
-        snprintf(err, errlen, "%s: opened read-only, cannot grow", bs->desc);
-        return -1;
-    }
     if (f->blockdev) {
         uint64_t have;
         if (ioctl(f->fd, BLKGETSIZE64, &have) < 0) {
@@ -437,12 +434,12 @@ static int bs_file_grow(struct bs *bs, uint64_t size, char *err, size_t errlen)
             return -1;
         }
     }
-    __atomic_store_n(&bs->size, size, __ATOMIC_RELEASE);
     return 0;
 }
 
 static const struct bs_ops bs_file_ops = {
     .name = "file",
+    .product = "FILEDISK",
     .submit = bs_file_submit,
     .close = bs_file_close,
     .lba_status = bs_file_lba_status,

@@ -4,7 +4,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "bs/bs_priv.h"
+#include "bs/bs_io.h"
+#include "bs/bs_store.h"
 
 static void bs_null_submit(struct bs *bs, struct bs_io *io)
 {
@@ -20,16 +21,19 @@ static void bs_null_submit(struct bs *bs, struct bs_io *io)
     io->done(io, err);
 }
 
+/* Nothing to do: the new blocks read as zeros like the others. */
 static int bs_null_grow(struct bs *bs, uint64_t size, char *err, size_t errlen)
 {
+    (void)bs;
+    (void)size;
     (void)err;
     (void)errlen;
-    __atomic_store_n(&bs->size, size, __ATOMIC_RELEASE);
     return 0;
 }
 
 static const struct bs_ops bs_null_ops = {
     .name = "null",
+    .product = "NULLDISK",
     .submit = bs_null_submit,
     .grow = bs_null_grow,
 };

@@ -13,7 +13,8 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "bs/bs_priv.h"
+#include "bs/bs_io.h"
+#include "bs/bs_store.h"
 #include "util/log.h"
 
 /* Invariant: a page whose bit is clear reads as zeros in the mapping. Writers set the bits
@@ -343,12 +344,12 @@ static int bs_ram_grow(struct bs *bs, uint64_t size, char *err, size_t errlen)
                  ram->prealloc ? "preallocated" : "the room reserved when it was created");
         return -1;
     }
-    __atomic_store_n(&bs->size, size, __ATOMIC_RELEASE);
     return 0;
 }
 
 static const struct bs_ops bs_ram_ops = {
     .name = "ram",
+    .product = "RAMDISK",
     .submit = bs_ram_submit,
     .map = bs_ram_map,
     .read_iov = bs_ram_read_iov,

@@ -35,7 +35,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "bs/bs_priv.h"
+#include "bs/bs_io.h"
+#include "bs/bs_store.h"
 #include "util/log.h"
 
 /* librados says EBLOCKLISTED for ESHUTDOWN (ceph's include/errno.h); the C headers do not. */
@@ -507,10 +508,6 @@ static void bs_rbd_close(struct bs *bs)
 static int bs_rbd_grow(struct bs *bs, uint64_t size, char *err, size_t errlen)
 {
     struct bs_rbd *b = bs->priv;
-    if (bs->read_only) {
-        snprintf(err, errlen, "%s: opened read-only, cannot grow", bs->desc);
-        return -1;
-    }
     uint64_t have;
     int ret = rbd_get_size(b->image, &have);
     if (ret == 0 && have < size)
@@ -520,7 +517,6 @@ static int bs_rbd_grow(struct bs *bs, uint64_t size, char *err, size_t errlen)
                  (unsigned long long)size, strerror(-ret));
         return -1;
     }
-    __atomic_store_n(&bs->size, size, __ATOMIC_RELEASE);
     return 0;
 }
 

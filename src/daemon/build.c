@@ -96,11 +96,8 @@ struct bs *target_open_lun_store_ex(const struct target_lun_conf *l, bool *trans
                                     size_t errlen)
 {
     char reason[512] = "";
-    /* A read-only file or rbd LUN opens its file or image read-only (the SCSI core refuses
-     * the writes). */
     char spec[1024];
-    bool ro_store = strncmp(l->bs_spec, "file:", 5) == 0 || strncmp(l->bs_spec, "rbd:", 4) == 0;
-    snprintf(spec, sizeof(spec), "%s%s", l->bs_spec, l->read_only && ro_store ? ",ro" : "");
+    target_lun_open_spec(l, spec, sizeof(spec));
     struct bs *bs = bs_open_spec_ex(spec, transient, reason, sizeof(reason));
     if (!bs)
         snprintf(err, errlen, "%s: cannot open LUN %llu: %s", l->origin, (unsigned long long)l->lun,

@@ -3,6 +3,8 @@
  * bad arguments are named and give exit code 2. */
 #include "daemon/config.h"
 
+#include "daemon/conf_keys.h"
+
 #include <getopt.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -15,7 +17,8 @@
 #define LINERATE_VERSION "unknown"
 #endif
 
-static const char usage_text[] =
+/* --help: the options of no config key, then those of the keys (conf_keys_help), then this */
+static const char usage_head[] =
     "Usage: linerate-target [OPTIONS]\n"
     "\n"
     "A user-space iSCSI target. With no options it serves one target,\n"
@@ -23,8 +26,6 @@ static const char usage_text[] =
     "and prints the iscsi:// URL of every LUN on stdout.\n"
     "\n"
     "Options:\n"
-    "  --listen ADDR[:PORT]   listen on ADDR (repeatable): 127.0.0.1:3260, 0.0.0.0,\n"
-    "                         [::1]:3260, [::]; the port defaults to 3260\n"
     "  --target-name IQN      name of the target (default " TARGET_DEFAULT_NAME ")\n"
     "  --lun SPEC             add a LUN (repeatable; numbered from 0 in order). SPEC is\n"
     "                           ram:SIZE[,prealloc]      memory, allocated as written (thin:\n"
@@ -49,41 +50,6 @@ static const char usage_text[] =
     "                         default 200M, 0 = no limit)\n"
     "                         SIZE takes k, M, G, T suffixes (powers of 1024).\n"
     "                         Default: one LUN, " TARGET_DEFAULT_LUN "\n"
-    "  --allow IQN            only these initiators may log in (repeatable;\n"
-    "                         default: everyone)\n"
-    "  --chap-secrets FILE    CHAP secrets, one 'NAME SECRET' per line (mode 600, owned\n"
-    "                         by this user; secrets of 12 bytes or more)\n"
-    "  --chap-user NAME       initiators must log in with CHAP as NAME\n"
-    "  --chap-mutual-user NAME  and the target answers their challenge as NAME\n"
-    "  --discovery-chap-user NAME  discovery sessions must log in with CHAP as NAME\n"
-    "                         (a CHAP target is listed only to discovery sessions that\n"
-    "                         authenticated as its own CHAP user)\n"
-    "  --discovery-chap-mutual-user NAME  and the target answers them as NAME\n"
-    "  --chap-algorithms LIST sha3-256,sha256,md5 (default: all; the strongest the\n"
-    "                         initiator offers is used)\n"
-    "  --error-recovery-level N  the highest ErrorRecoveryLevel (RFC 7143 §7) offered;\n"
-    "                         the initiator's offer and this are negotiated down to the\n"
-    "                         smaller (default 0). 1 recovers digest errors and lost\n"
-    "                         PDUs within the connection; 2 also keeps the tasks of a\n"
-    "                         lost connection for TASK REASSIGN on another one for\n"
-    "                         DefaultTime2Wait + DefaultTime2Retain seconds (2 + 20; with\n"
-    "                         --config: default-time2wait, default-time2retain = 0..3600)\n"
-    "  --alua-group ID        this gateway's ALUA target port group, also its TPGT and\n"
-    "                         relative target port ID (1..65535, default 1)\n"
-    "  --alua-state STATE     its state for the LUNs: active/optimized (default),\n"
-    "                         active/non-optimized or standby (per LUN: ,alua=STATE)\n"
-    "  --alua-peer ID:STATE   repeatable: another gateway exporting the same store, its\n"
-    "                         group and state (per LUN: ,alua-peer=ID:STATE)\n"
-    "  --target-warm-reset yes|no  whether an initiator's TARGET WARM RESET is done: it\n"
-    "                         aborts every initiator's commands and resets every LUN\n"
-    "                         for all (default yes; no: answered function rejected)\n"
-    "  --target-cold-reset yes|no  whether an initiator's TARGET COLD RESET is done: it\n"
-    "                         also closes every initiator's connections (default no)\n"
-    "  --threads N            reactor threads (default: number of online CPUs)\n"
-    "  --poll-us N            after a turn with work, a reactor polls its sockets for up\n"
-    "                         to N microseconds before it sleeps (0..10000, default 50;\n"
-    "                         0 sleeps at once): small-block I/O skips the wake-up, an\n"
-    "                         idle target still sleeps\n"
     "  --inject LIST          a testing aid, never for production: faults the target\n"
     "                         causes itself (also with --config). LIST is comma-separated:\n"
     "                           kill-connection=SECONDS  close one logged-in connection\n"
@@ -103,30 +69,14 @@ static const char usage_text[] =
     "                         --syslog, --state-dir, --ctl-socket and --metrics still\n"
     "                         apply (over the file), --listen/--target-name/--lun/\n"
     "                         --allow/--alua-*/--target-*-reset may not be used\n"
-    "  --log-level LEVEL      error, warn, info (default) or debug\n"
-    "  --syslog               log to syslog (facility daemon) instead of stderr (also\n"
-    "                         with --config, over its log key)\n"
-    "  --state-dir DIR        where persistent reservations with APTPL are kept across\n"
-    "                         restarts (default " TARGET_DEFAULT_STATE_DIR ")\n"
-    "  --ctl-socket PATH|none the Unix socket linerate-ctl administers the daemon through\n"
-    "                         (mode 0600; only root or this daemon's user may use it).\n"
-    "                         Default " TARGET_DEFAULT_CTL_SOCKET ", skipped with a\n"
-    "                         warning if it cannot be created or another daemon has it;\n"
-    "                         a PATH given here must work. none: no control socket\n"
-    "  --metrics ADDR:PORT    serve Prometheus metrics at http://ADDR:PORT/metrics (off by\n"
-    "                         default; use a loopback address such as 127.0.0.1:9650\n"
-    "                         unless the network is trusted: there is no authentication).\n"
-    "                         Per LUN, session and portal: commands, bytes, latency\n"
-    "                         histograms, errors by sense key; see linerate-ctl stats\n"
     "  --check                read the command line, the config file and the CHAP\n"
     "                         secrets, say what would be served and exit (0: good, 2:\n"
     "                         bad); stores are not opened and nothing is listened on\n"
-    "  --max-task-buffers SIZE  data memory all commands together may hold (buffers,\n"
-    "                         compare copies, ERL 2 orphans; default 1G, at least 16M);\n"
-    "                         past it a command is answered TASK SET FULL or BUSY\n"
-    "  --data-out-timeout SECONDS  a write whose Data-Out stops for this long closes its\n"
-    "                         connection at ErrorRecoveryLevel 0 (default 30, 1..3600)\n"
-    "                         (both also with --config, over its keys)\n"
+    "  --list-keys            list every config key: name, section, whether a reload\n"
+    "                         applies it, default and command-line option, and exit\n"
+    "The options of the config keys of the same names (see linerate.conf(5)):\n";
+
+static const char usage_tail[] =
     "  -h, --help             show this help and exit\n"
     "  -V, --version          show the version and exit\n"
     "\n"
@@ -149,70 +99,44 @@ static const char usage_text[] =
     "exits 0. Exit codes: 0 ok, 1 runtime error (e.g. address in use), 2 bad argument or\n"
     "bad config.\n";
 
+/* The options of no config key; those of a key are OPT_KEY + its row (conf_keys_table.c). */
 enum {
-    OPT_LISTEN = 256,
-    OPT_TARGET_NAME,
+    OPT_TARGET_NAME = 256,
     OPT_LUN,
-    OPT_ALLOW,
-    OPT_THREADS,
-    OPT_POLL_US,
     OPT_CONFIG,
-    OPT_LOG_LEVEL,
-    OPT_STATE_DIR,
-    OPT_CHAP_SECRETS,
-    OPT_CHAP_USER,
-    OPT_CHAP_MUTUAL_USER,
-    OPT_DISC_CHAP_USER,
-    OPT_DISC_CHAP_MUTUAL_USER,
-    OPT_CHAP_ALGS,
-    OPT_ERL,
     OPT_INJECT,
-    OPT_CTL_SOCKET,
-    OPT_ALUA_GROUP,
-    OPT_ALUA_STATE,
-    OPT_ALUA_PEER,
-    OPT_SYSLOG,
-    OPT_WARM_RESET,
-    OPT_COLD_RESET,
-    OPT_METRICS,
     OPT_CHECK,
-    OPT_MAX_TASK_BUFFERS,
-    OPT_DATA_OUT_TIMEOUT,
+    OPT_LIST_KEYS,
+    OPT_KEY = 512,
 };
 
-static const struct option long_opts[] = {
-    {"listen", required_argument, NULL, OPT_LISTEN},
+static const struct option fixed_opts[] = {
     {"target-name", required_argument, NULL, OPT_TARGET_NAME},
     {"lun", required_argument, NULL, OPT_LUN},
-    {"allow", required_argument, NULL, OPT_ALLOW},
-    {"threads", required_argument, NULL, OPT_THREADS},
-    {"poll-us", required_argument, NULL, OPT_POLL_US},
     {"config", required_argument, NULL, OPT_CONFIG},
-    {"log-level", required_argument, NULL, OPT_LOG_LEVEL},
-    {"state-dir", required_argument, NULL, OPT_STATE_DIR},
-    {"chap-secrets", required_argument, NULL, OPT_CHAP_SECRETS},
-    {"chap-user", required_argument, NULL, OPT_CHAP_USER},
-    {"chap-mutual-user", required_argument, NULL, OPT_CHAP_MUTUAL_USER},
-    {"discovery-chap-user", required_argument, NULL, OPT_DISC_CHAP_USER},
-    {"discovery-chap-mutual-user", required_argument, NULL, OPT_DISC_CHAP_MUTUAL_USER},
-    {"chap-algorithms", required_argument, NULL, OPT_CHAP_ALGS},
-    {"error-recovery-level", required_argument, NULL, OPT_ERL},
     {"inject", required_argument, NULL, OPT_INJECT},
-    {"ctl-socket", required_argument, NULL, OPT_CTL_SOCKET},
-    {"alua-group", required_argument, NULL, OPT_ALUA_GROUP},
-    {"alua-state", required_argument, NULL, OPT_ALUA_STATE},
-    {"alua-peer", required_argument, NULL, OPT_ALUA_PEER},
-    {"syslog", no_argument, NULL, OPT_SYSLOG},
-    {"target-warm-reset", required_argument, NULL, OPT_WARM_RESET},
-    {"target-cold-reset", required_argument, NULL, OPT_COLD_RESET},
-    {"metrics", required_argument, NULL, OPT_METRICS},
     {"check", no_argument, NULL, OPT_CHECK},
-    {"max-task-buffers", required_argument, NULL, OPT_MAX_TASK_BUFFERS},
-    {"data-out-timeout", required_argument, NULL, OPT_DATA_OUT_TIMEOUT},
+    {"list-keys", no_argument, NULL, OPT_LIST_KEYS},
     {"help", no_argument, NULL, 'h'},
     {"version", no_argument, NULL, 'V'},
-    {NULL, 0, NULL, 0},
 };
+#define NFIXED (sizeof(fixed_opts) / sizeof(fixed_opts[0]))
+
+/* getopt's table: the fixed options, then one per key with an option. */
+static struct option long_opts[NFIXED + CONF_KEYS_MAX + 1];
+
+static void opts_init(void)
+{
+    unsigned n = 0;
+    for (; n < NFIXED; n++)
+        long_opts[n] = fixed_opts[n];
+    for (size_t i = 0; i < conf_nkeys; i++)
+        if (conf_keys[i].flag)
+            long_opts[n++] = (struct option){
+                conf_keys[i].flag, conf_keys[i].flag_arg ? required_argument : no_argument, NULL,
+                OPT_KEY + (int)i};
+    long_opts[n] = (struct option){NULL, 0, NULL, 0};
+}
 
 static int cli_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
@@ -235,49 +159,92 @@ static const char *opt_name(int val)
     return "?";
 }
 
+/* A config key given as an option, in the order given (alua-peer and the lists repeat). */
+struct cli_key {
+    const struct conf_key *k;
+    const char *val;
+};
+
 /* Options gathered before anything is built, so that --config can be checked against them. */
 struct cli_args {
     const char *config;
     const char *target_name;
-    char **listen;
-    unsigned nlisten;
     char **luns;
     unsigned nluns;
-    char **allow;
-    unsigned nallow;
-    int threads;   /* -1: not given */
-    int poll_us;   /* -1: not given */
-    int log_level; /* -1: not given */
-    const char *state_dir;
-    int erl; /* -1: not given */
-    const char *ctl_socket;
-    bool syslog;
-    const char *metrics;
-    /* --max-task-buffers, --data-out-timeout: the limit keys of the same names, checked as
-     * they come and applied over the config file's */
-    const char *max_task_buffers, *data_out_timeout;
+    struct cli_key *keys;
+    unsigned nkeys;
+    bool any_target_key; /* one that describes the target, not allowed with --config */
     bool inject_given;
     struct inject_spec inject;
-    /* CHAP, indexed by OPT_CHAP_SECRETS.. OPT_CHAP_ALGS */
-    const char *chap[OPT_CHAP_ALGS - OPT_CHAP_SECRETS + 1];
-    bool any_chap;
-    /* --alua-group, --alua-state, --alua-peer: checked as they come, applied to the node */
-    struct target_alua_conf alua;
-    bool any_alua;
-    /* --target-warm-reset, --target-cold-reset: checked as they come, applied to the node */
-    struct target_node_conf resets;
-    bool any_reset;
     bool check; /* --check: read everything, serve nothing */
+    /* where the key options are tried as they come, so that a bad value is named at once */
+    struct target_config probe;
+    struct target_node_conf probe_node;
 };
 
-static int push_arg(char ***arr, unsigned *n, char *v)
+static int push_arg(void *arrp, unsigned *n, size_t elem, const void *v)
 {
-    char **grown = realloc(*arr, (*n + 1) * sizeof(**arr));
+    char **arr = arrp;
+    char *grown = realloc(*arr, (*n + 1) * elem);
     if (!grown)
         return -1;
-    grown[(*n)++] = v;
+    memcpy(grown + (*n)++ * elem, v, elem);
     *arr = grown;
     return 0;
+}
+
+/* Whether a key's option goes on the configuration (applied over a --config file's, which
+ * its cli_off then records) rather than on the command line's target. */
+static bool cli_global(const struct conf_key *k)
+{
+    return k->where == CONF_IN_CFG || k->where == CONF_IN_LIMITS;
+}
+
+/* The objects key k is set on: the configuration, or for the keys of a target (its session
+ * keys, ALUA, CHAP user) the one target of the command line, n. */
+static struct conf_obj cli_obj(const struct conf_key *k, struct target_config *cfg,
+                               struct target_node_conf *n)
+{
+    return (struct conf_obj){
+        .cfg = cfg, .node = cli_global(k) ? NULL : n, .params = &n->params, .alua = &n->alua};
+}
+
+/* A config key given as an option: checked now (on the probe), applied once the file or the
+ * command-line target is there. -1 to go on, or the exit code (the message printed). */
+static int cli_key(struct cli_args *a, const struct conf_key *k, const char *val)
+{
+    char err[768];
+    if (!val)
+        val = "syslog"; /* --syslog: log = syslog */
+    for (unsigned i = 0; i < a->nkeys && !k->repeatable; i++)
+        if (a->keys[i].k == k)
+            return cli_fail("--%s given twice", k->flag);
+    if (k->type == CONF_LIST) {
+        struct target_portal p;
+        bool listen = k->name[0] == 'p';
+        if (listen ? target_parse_portal(val, &p, err, sizeof(err)) < 0
+                   : target_check_iscsi_name(val, err, sizeof(err)) < 0)
+            return cli_fail("--%s: %s", k->flag, err);
+    } else if (k->type == CONF_UINT && k->where == CONF_IN_CFG) {
+        /* a count on the command line is a plain number */
+        uint64_t x;
+        if (strpbrk(val, "kKmMgGtT") || conf_parse_uint(val, k->lo, k->hi, &x) < 0)
+            return cli_fail("--%s: bad value '%s': expected %llu..%llu", k->flag, val,
+                            (unsigned long long)k->lo, (unsigned long long)k->hi);
+    } else if (strcmp(k->name, "chap-secrets") != 0) { /* a relative path is fine here */
+        struct conf_obj o = cli_obj(k, &a->probe, &a->probe_node);
+        if (conf_key_set(k, &o, val, err, sizeof(err)) < 0) {
+            size_t kl = strlen(k->name); /* "metrics: bad address": the option says it */
+            bool named = strncmp(err, k->name, kl) == 0 && err[kl] == ':';
+            return cli_fail("--%s: %s", k->flag, named ? err + kl + 2 : err);
+        }
+    }
+    if (!k->cli_off)
+        a->any_target_key = true;
+    struct cli_key ck = {k, val};
+    if (push_arg(&a->keys, &a->nkeys, sizeof(ck), &ck) < 0)
+        return cli_fail("out of memory");
+    return -1;
 }
 
 static int cli_collect(struct cli_args *a, int argc, char **argv)
@@ -289,19 +256,16 @@ static int cli_collect(struct cli_args *a, int argc, char **argv)
     while ((c = getopt_long(argc, argv, ":hV", long_opts, NULL)) != -1) {
         switch (c) {
         case 'h':
-            fputs(usage_text, stdout);
+            fputs(usage_head, stdout);
+            conf_keys_help(stdout);
+            fputs(usage_tail, stdout);
             return TARGET_EXIT_OK;
         case 'V':
             printf("linerate-target %s\n", LINERATE_VERSION);
             return TARGET_EXIT_OK;
-        case OPT_LISTEN: {
-            struct target_portal p;
-            if (target_parse_portal(optarg, &p, err, sizeof(err)) < 0)
-                return cli_fail("--listen: %s", err);
-            if (push_arg(&a->listen, &a->nlisten, optarg) < 0)
-                return cli_fail("out of memory");
-            break;
-        }
+        case OPT_LIST_KEYS:
+            conf_keys_list(stdout);
+            return TARGET_EXIT_OK;
         case OPT_TARGET_NAME:
             if (target_check_iscsi_name(optarg, err, sizeof(err)) < 0)
                 return cli_fail("--target-name: %s", err);
@@ -309,51 +273,16 @@ static int cli_collect(struct cli_args *a, int argc, char **argv)
                 return cli_fail("--target-name given twice (one target per command line; use "
                                 "--config for several)");
             a->target_name = optarg;
+            a->any_target_key = true;
             break;
         case OPT_LUN: {
             struct target_lun_conf lun;
             if (target_parse_lun_spec(optarg, &lun, err, sizeof(err)) < 0)
                 return cli_fail("--lun: %s", err);
             free(lun.bs_spec);
-            if (push_arg(&a->luns, &a->nluns, optarg) < 0)
+            if (push_arg(&a->luns, &a->nluns, sizeof(optarg), &optarg) < 0)
                 return cli_fail("out of memory");
-            break;
-        }
-        case OPT_ALUA_GROUP:
-        case OPT_ALUA_STATE:
-        case OPT_ALUA_PEER:
-        case OPT_WARM_RESET:
-        case OPT_COLD_RESET: {
-            /* the config keys of the same names, for the one target */
-            bool reset = c == OPT_WARM_RESET || c == OPT_COLD_RESET;
-            int r = reset ? target_reset_key(&a->resets, opt_name(c), optarg, err, sizeof(err))
-                          : target_alua_key(&a->alua, opt_name(c), optarg, err, sizeof(err));
-            if (r < 0)
-                return cli_fail("--%s: %s", opt_name(c), err);
-            *(reset ? &a->any_reset : &a->any_alua) = true;
-            break;
-        }
-        case OPT_ALLOW:
-            if (target_check_iscsi_name(optarg, err, sizeof(err)) < 0)
-                return cli_fail("--allow: %s", err);
-            if (push_arg(&a->allow, &a->nallow, optarg) < 0)
-                return cli_fail("out of memory");
-            break;
-        case OPT_THREADS: {
-            uint64_t n;
-            if (size_parse(optarg, &n) < 0 || n < 1 || n > TARGET_THREADS_MAX ||
-                strpbrk(optarg, "kKmMgGtT"))
-                return cli_fail("--threads: bad value '%s': expected 1..%d", optarg,
-                                TARGET_THREADS_MAX);
-            a->threads = (int)n;
-            break;
-        }
-        case OPT_POLL_US: {
-            uint64_t n;
-            if (size_parse(optarg, &n) < 0 || n > TARGET_POLL_US_MAX || strpbrk(optarg, "kKmMgGtT"))
-                return cli_fail("--poll-us: bad value '%s': expected 0..%d", optarg,
-                                TARGET_POLL_US_MAX);
-            a->poll_us = (int)n;
+            a->any_target_key = true;
             break;
         }
         case OPT_CONFIG:
@@ -361,67 +290,9 @@ static int cli_collect(struct cli_args *a, int argc, char **argv)
                 return cli_fail("--config given twice");
             a->config = optarg;
             break;
-        case OPT_LOG_LEVEL:
-            a->log_level = log_level_parse(optarg);
-            if (a->log_level < 0)
-                return cli_fail("--log-level: bad value '%s': expected error, warn, info or debug",
-                                optarg);
-            break;
-        case OPT_STATE_DIR:
-            if (optarg[0] != '/' ||
-                strlen(optarg) >= sizeof(((struct target_config *)0)->state_dir))
-                return cli_fail("--state-dir: bad value '%s': expected an absolute path", optarg);
-            a->state_dir = optarg;
-            break;
-        case OPT_CHAP_SECRETS:
-        case OPT_CHAP_USER:
-        case OPT_CHAP_MUTUAL_USER:
-        case OPT_DISC_CHAP_USER:
-        case OPT_DISC_CHAP_MUTUAL_USER:
-        case OPT_CHAP_ALGS:
-            if (a->chap[c - OPT_CHAP_SECRETS])
-                return cli_fail("--%s given twice", opt_name(c));
-            a->chap[c - OPT_CHAP_SECRETS] = optarg;
-            a->any_chap = true;
-            break;
-        case OPT_ERL: {
-            uint32_t erl;
-            if (target_parse_erl(optarg, &erl, err, sizeof(err)) < 0)
-                return cli_fail("--error-recovery-level: %s", err);
-            a->erl = (int)erl;
-            break;
-        }
-        case OPT_CTL_SOCKET: {
-            struct target_config probe;
-            memset(&probe, 0, sizeof(probe));
-            if (target_set_ctl_socket(&probe, optarg, err, sizeof(err)) < 0)
-                return cli_fail("--ctl-socket: %s", err);
-            a->ctl_socket = optarg;
-            break;
-        }
-        case OPT_SYSLOG:
-            a->syslog = true;
-            break;
         case OPT_CHECK:
             a->check = true;
             break;
-        case OPT_METRICS: {
-            struct target_config probe;
-            memset(&probe, 0, sizeof(probe));
-            if (target_set_metrics(&probe, optarg, err, sizeof(err)) < 0)
-                return cli_fail("--metrics: %s", err);
-            a->metrics = optarg;
-            break;
-        }
-        case OPT_MAX_TASK_BUFFERS:
-        case OPT_DATA_OUT_TIMEOUT: {
-            struct iscsi_limits probe;
-            iscsi_limits_default(&probe);
-            if (target_limits_key(&probe, opt_name(c), optarg, err, sizeof(err)) < 0)
-                return cli_fail("--%s: %s", opt_name(c), err);
-            *(c == OPT_MAX_TASK_BUFFERS ? &a->max_task_buffers : &a->data_out_timeout) = optarg;
-            break;
-        }
         case OPT_INJECT:
             if (a->inject_given)
                 return cli_fail("--inject given twice (put every fault in one list)");
@@ -435,6 +306,12 @@ static int cli_collect(struct cli_args *a, int argc, char **argv)
                 return cli_fail("option '--%s' needs a value", opt_name(optopt));
             return cli_fail("option '%s' needs a value", argv[optind - 1]);
         default:
+            if (c >= OPT_KEY && (size_t)(c - OPT_KEY) < conf_nkeys) {
+                int rc = cli_key(a, &conf_keys[c - OPT_KEY], optarg);
+                if (rc >= 0)
+                    return rc;
+                break;
+            }
             if (optopt && optopt < 256)
                 return cli_fail("unknown option '-%c'", optopt);
             return cli_fail("unknown option '%s'", argv[optind - 1]);
@@ -442,11 +319,45 @@ static int cli_collect(struct cli_args *a, int argc, char **argv)
     }
     if (optind < argc)
         return cli_fail("unexpected argument '%s'", argv[optind]);
-    if (a->config && (a->nlisten || a->nluns || a->nallow || a->target_name || a->any_chap ||
-                      a->erl >= 0 || a->any_alua || a->any_reset))
+    if (a->config && a->any_target_key)
         return cli_fail("--config cannot be combined with --listen, --target-name, --lun, "
                         "--allow, --chap-*, --alua-*, --target-*-reset or "
                         "--error-recovery-level: describe the targets in the config file");
+    return -1;
+}
+
+/* The key options: those of the configuration over what the file (or the defaults) set,
+ * noting that the command line set them; those of the target on node n (NULL with --config,
+ * which has none of them). Checked as they came, so they cannot fail here but for memory. */
+static int cli_apply_keys(struct target_config *cfg, struct target_node_conf *n,
+                          const struct cli_args *a)
+{
+    char err[768];
+    for (unsigned i = 0; i < a->nkeys; i++) {
+        const struct conf_key *k = a->keys[i].k;
+        const char *v = a->keys[i].val;
+        if (!cli_global(k) != (n != NULL))
+            continue;
+        int rc = 0;
+        struct target_portal p;
+        struct conf_obj o = cli_obj(k, cfg, n ? n : &((struct cli_args *)a)->probe_node);
+        if (strcmp(k->name, "chap-secrets") == 0) {
+            if (strlen(v) >= sizeof(cfg->chap_secrets))
+                return cli_fail("--chap-secrets: path too long");
+            snprintf(cfg->chap_secrets, sizeof(cfg->chap_secrets), "%s", v);
+        } else if (k->type == CONF_LIST && k->name[0] == 'p') {
+            rc = target_parse_portal(v, &p, err, sizeof(err)) < 0 ? -1
+                                                                  : target_node_add_portal(n, &p);
+        } else if (k->type == CONF_LIST) {
+            rc = target_node_add_allow(n, v);
+        } else {
+            rc = conf_key_set(k, &o, v, err, sizeof(err));
+        }
+        if (rc < 0)
+            return cli_fail("--%s: out of memory", k->flag);
+        if (k->cli_off)
+            *(bool *)((char *)cfg + k->cli_off) = true;
+    }
     return -1;
 }
 
@@ -458,13 +369,6 @@ static int cli_build_node(struct target_config *cfg, const struct cli_args *a)
         cfg, a->target_name ? a->target_name : TARGET_DEFAULT_NAME, "--target-name");
     if (!n)
         return cli_fail("out of memory");
-    unsigned nlisten = a->nlisten;
-    for (unsigned i = 0; i < (nlisten ? nlisten : 1); i++) {
-        struct target_portal p;
-        const char *s = nlisten ? a->listen[i] : TARGET_DEFAULT_PORTAL;
-        if (target_parse_portal(s, &p, err, sizeof(err)) < 0 || target_node_add_portal(n, &p) < 0)
-            return cli_fail("--listen: %s", err);
-    }
     unsigned nluns = a->nluns;
     for (unsigned i = 0; i < (nluns ? nluns : 1); i++) {
         struct target_lun_conf lun;
@@ -479,41 +383,17 @@ static int cli_build_node(struct target_config *cfg, const struct cli_args *a)
             return cli_fail("--lun: %s", err);
         }
     }
-    for (unsigned i = 0; i < a->nallow; i++)
-        if (target_node_add_allow(n, a->allow[i]) < 0)
+    int rc = cli_apply_keys(cfg, n, a);
+    if (rc >= 0)
+        return rc;
+    if (n->nportals == 0) {
+        struct target_portal p;
+        if (target_parse_portal(TARGET_DEFAULT_PORTAL, &p, err, sizeof(err)) < 0 ||
+            target_node_add_portal(n, &p) < 0)
             return cli_fail("out of memory");
-    if (a->erl >= 0)
-        n->params.erl = (uint32_t)a->erl;
-    n->alua = a->alua;
-    n->warm_reset = a->resets.warm_reset;
-    n->cold_reset = a->resets.cold_reset;
+    }
     if (target_config_finish(cfg) < 0)
         return cli_fail("out of memory");
-    /* CHAP options map onto the config keys of the same names (target or global). */
-    static const char *const keys[] = {"chap-secrets",
-                                       "chap-user",
-                                       "chap-mutual-user",
-                                       "discovery-chap-user",
-                                       "discovery-chap-mutual-user",
-                                       "chap-algorithms"};
-    for (int i = 0; i <= OPT_CHAP_ALGS - OPT_CHAP_SECRETS; i++) {
-        const char *v = a->chap[i];
-        if (!v)
-            continue;
-        if (i == 0) { /* a relative path is fine on the command line */
-            if (strlen(v) >= sizeof(cfg->chap_secrets))
-                return cli_fail("--chap-secrets: path too long");
-            snprintf(cfg->chap_secrets, sizeof(cfg->chap_secrets), "%s", v);
-            continue;
-        }
-        bool target_key = i == 1 || i == 2;
-        if (target_chap_key(cfg, target_key ? n : NULL, keys[i], v, err, sizeof(err)) < 0)
-            return cli_fail("--%s: %s", keys[i], err);
-    }
-    if (target_chap_load(cfg, err, sizeof(err)) < 0) {
-        fprintf(stderr, "linerate-target: %s\n", err);
-        return TARGET_EXIT_USAGE;
-    }
     return -1;
 }
 
@@ -532,65 +412,42 @@ static int check_report(const struct target_config *cfg, const char *config)
 
 int target_cli_parse(struct target_config *cfg, int argc, char **argv)
 {
-    struct cli_args a = {
-        .threads = -1, .poll_us = -1, .log_level = -1, .erl = -1, .resets = {.warm_reset = true}};
+    struct cli_args a = {0};
+    target_config_init(&a.probe);
+    target_params_default(&a.probe_node.params);
+    opts_init();
     int rc = cli_collect(&a, argc, argv);
-    if (rc < 0) {
-        if (a.config) {
-            char err[1024];
-            if (target_config_load(cfg, a.config, err, sizeof(err)) < 0) {
-                fprintf(stderr, "linerate-target: %s\n", err);
-                rc = TARGET_EXIT_USAGE;
-            }
-        } else {
-            rc = cli_build_node(cfg, &a);
+    if (rc < 0 && a.config) {
+        char err[1024];
+        if (target_config_load(cfg, a.config, err, sizeof(err)) < 0) {
+            fprintf(stderr, "linerate-target: %s\n", err);
+            rc = TARGET_EXIT_USAGE;
+        }
+        /* absolute, so a reload finds it whatever the cwd became */
+        char *abs = rc < 0 ? realpath(a.config, NULL) : NULL;
+        snprintf(cfg->config_path, sizeof(cfg->config_path), "%s", abs ? abs : a.config);
+        free(abs);
+    } else if (rc < 0) {
+        rc = cli_build_node(cfg, &a);
+    }
+    if (rc < 0)
+        rc = cli_apply_keys(cfg, NULL, &a);
+    if (rc < 0 && !a.config) {
+        char err[1024];
+        if (target_chap_load(cfg, err, sizeof(err)) < 0) {
+            fprintf(stderr, "linerate-target: %s\n", err);
+            rc = TARGET_EXIT_USAGE;
         }
     }
     if (rc < 0) {
-        if (a.threads > 0)
-            cfg->threads = (unsigned)a.threads;
-        if (a.log_level >= 0)
-            cfg->log_level = (enum log_level)a.log_level;
-        if (a.state_dir)
-            snprintf(cfg->state_dir, sizeof(cfg->state_dir), "%s", a.state_dir);
-        cfg->cli_threads = a.threads > 0;
-        if (a.poll_us >= 0)
-            cfg->poll_us = (unsigned)a.poll_us;
-        cfg->cli_poll_us = a.poll_us >= 0;
-        cfg->cli_log_level = a.log_level >= 0;
-        cfg->cli_state_dir = a.state_dir != NULL;
-        if (a.syslog)
-            cfg->log_syslog = true;
-        cfg->cli_syslog = a.syslog;
-        if (a.config) { /* absolute, so a reload finds it whatever the cwd became */
-            char *abs = realpath(a.config, NULL);
-            snprintf(cfg->config_path, sizeof(cfg->config_path), "%s", abs ? abs : a.config);
-            free(abs);
-        }
-        if (a.ctl_socket) { /* the command line wins over the config file's ctl-socket */
-            char err[256];
-            target_set_ctl_socket(cfg, a.ctl_socket, err, sizeof(err));
-        }
-        if (a.metrics) { /* likewise over the file's metrics */
-            char err[256];
-            target_set_metrics(cfg, a.metrics, err, sizeof(err));
-            cfg->cli_metrics = true;
-        }
-        char err[256]; /* checked at parse: these cannot fail here */
-        if (a.max_task_buffers)
-            target_limits_key(&cfg->limits, "max-task-buffers", a.max_task_buffers, err,
-                              sizeof(err));
-        if (a.data_out_timeout)
-            target_limits_key(&cfg->limits, "data-out-timeout", a.data_out_timeout, err,
-                              sizeof(err));
-        cfg->cli_max_task_buffers = a.max_task_buffers != NULL;
-        cfg->cli_data_out_timeout = a.data_out_timeout != NULL;
+        target_config_warn_thin_ram(cfg);
         cfg->inject = a.inject;
         if (a.check)
             rc = check_report(cfg, a.config);
     }
-    free(a.listen);
+    target_config_free(&a.probe);
+    chap_wipe(&a.probe_node, sizeof(a.probe_node));
     free(a.luns);
-    free(a.allow);
+    free(a.keys);
     return rc;
 }

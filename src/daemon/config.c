@@ -1,554 +1,16 @@
-/* The daemon's configuration model (targets, portals, LUNs, ACLs, session defaults), the
- * validators shared with the command line (portals, iSCSI names, LUN specs) and the config
- * file parser. Every refusal names its origin: "FILE:LINE: reason". */
+/* The config file parser: each line read (target_config_read_lines), sections opened and
+ * checked when they end, each `key = value` set through the table of keys (conf_keys.h).
+ * Every refusal names its origin: "FILE:LINE: reason". */
 #include "daemon/config.h"
 
-#include <arpa/inet.h>
 #include <ctype.h>
 #include <errno.h>
-#include <netinet/in.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 
-#include "util/size.h"
-
-/* RFC 7143 §13: ranges of the numeric session keys. */
-#define DSL_MIN 512u
-#define DSL_MAX 16777215u
-
-void target_params_default(struct iscsi_params *p)
-{
-    iscsi_params_default(p);
-    p->max_recv_dsl = 256u * 1024;
-    p->max_burst = 1024u * 1024;
-    p->first_burst = 256u * 1024;
-    p->immediate_data = true;
-    p->initial_r2t = false;
-    p->max_connections = 8;
-    p->max_outstanding_r2t = 8;
-    /* For the target these mean "CRC32C is acceptable": the initiator's offer decides. */
-    p->header_digest = true;
-    p->data_digest = true;
-}
-
-void target_config_init(struct target_config *cfg)
-{
-    memset(cfg, 0, sizeof(*cfg));
-    cfg->log_level = LOG_LVL_INFO;
-    cfg->nop_interval_s = 15;
-    cfg->nop_timeout_s = 30;
-    cfg->login_timeout_s = 15;
-    cfg->poll_us = TARGET_POLL_US_DEFAULT;
-    iscsi_limits_default(&cfg->limits);
-    snprintf(cfg->state_dir, sizeof(cfg->state_dir), "%s", TARGET_DEFAULT_STATE_DIR);
-    snprintf(cfg->ctl_socket, sizeof(cfg->ctl_socket), "%s", TARGET_DEFAULT_CTL_SOCKET);
-}
-
-int target_set_ctl_socket(struct target_config *cfg, const char *val, char *err, size_t errlen)
-{
-    if (strcmp(val, "none") == 0) {
-        cfg->ctl_socket[0] = '\0';
-    } else if (val[0] != '/' || strlen(val) >= sizeof(cfg->ctl_socket)) {
-        snprintf(err, errlen, "bad value '%s': expected an absolute path under %d bytes, or none",
-                 val, TARGET_CTL_PATH_MAX);
-        return -1;
-    } else {
-        snprintf(cfg->ctl_socket, sizeof(cfg->ctl_socket), "%s", val);
-    }
-    cfg->ctl_socket_set = true;
-    return 0;
-}
-
-static void node_conf_free(struct target_node_conf *n)
-{
-    for (unsigned i = 0; i < n->nluns; i++)
-        free(n->luns[i].bs_spec);
-    free(n->luns);
-    free(n->portals);
-    free(n->allow);
-    chap_wipe(&n->chap, sizeof(n->chap));
-}
-
-void target_config_free(struct target_config *cfg)
-{
-    for (unsigned i = 0; i < cfg->ntargets; i++)
-        node_conf_free(&cfg->targets[i]);
-    free(cfg->targets);
-    free(cfg->listen);
-    chap_wipe(cfg, sizeof(*cfg));
-}
-
-/* Grow an array by one zeroed element; returns the new element or NULL. */
-static void *array_push(void *arrp, unsigned *n, size_t elem)
-{
-    void **arr = arrp;
-    void *grown = realloc(*arr, (*n + 1) * elem);
-    if (!grown)
-        return NULL;
-    *arr = grown;
-    void *e = (char *)grown + (*n)++ * elem;
-    memset(e, 0, elem);
-    return e;
-}
-
-struct target_node_conf *target_config_add_node(struct target_config *cfg, const char *name,
-                                                const char *origin)
-{
-    struct target_node_conf *n = array_push(&cfg->targets, &cfg->ntargets, sizeof(*n));
-    if (!n)
-        return NULL;
-    snprintf(n->name, sizeof(n->name), "%s", name);
-    snprintf(n->origin, sizeof(n->origin), "%s", origin);
-    target_params_default(&n->params);
-    n->warm_reset = true;
-    n->cold_reset = false;
-    return n;
-}
-
-void target_config_remove_node(struct target_config *cfg, unsigned idx)
-{
-    node_conf_free(&cfg->targets[idx]);
-    memmove(&cfg->targets[idx], &cfg->targets[idx + 1],
-            (cfg->ntargets - idx - 1) * sizeof(cfg->targets[0]));
-    cfg->ntargets--;
-}
-
-struct target_node_conf *target_config_copy_node(struct target_config *cfg,
-                                                 const struct target_node_conf *src)
-{
-    struct target_node_conf *n = target_config_add_node(cfg, src->name, src->origin);
-    if (!n)
-        return NULL;
-    snprintf(n->alias, sizeof(n->alias), "%s", src->alias);
-    n->params = src->params;
-    n->chap = src->chap;
-    n->alua = src->alua;
-    n->warm_reset = src->warm_reset;
-    n->cold_reset = src->cold_reset;
-    bool ok = true;
-    for (unsigned i = 0; ok && i < src->nportals; i++)
-        ok = target_node_add_portal(n, &src->portals[i]) == 0;
-    for (unsigned i = 0; ok && i < src->nallow; i++)
-        ok = target_node_add_allow(n, src->allow[i]) == 0;
-    for (unsigned i = 0; ok && i < src->nluns; i++) {
-        struct target_lun_conf l = src->luns[i];
-        char err[256];
-        l.bs_spec = strdup(src->luns[i].bs_spec);
-        ok = l.bs_spec && target_node_add_lun(n, &l, err, sizeof(err)) == 0;
-        if (!ok)
-            free(l.bs_spec);
-    }
-    if (!ok) {
-        target_config_remove_node(cfg, cfg->ntargets - 1);
-        return NULL;
-    }
-    return n;
-}
-
-int target_node_add_portal(struct target_node_conf *n, const struct target_portal *p)
-{
-    for (unsigned i = 0; i < n->nportals; i++)
-        if (strcmp(n->portals[i].text, p->text) == 0)
-            return 0;
-    struct target_portal *e = array_push(&n->portals, &n->nportals, sizeof(*e));
-    if (!e)
-        return -1;
-    *e = *p;
-    return 0;
-}
-
-int target_node_add_allow(struct target_node_conf *n, const char *iqn)
-{
-    for (unsigned i = 0; i < n->nallow; i++)
-        if (strcmp(n->allow[i], iqn) == 0)
-            return 0;
-    char(*e)[ISCSI_NAME_MAX + 1] = array_push(&n->allow, &n->nallow, sizeof(*e));
-    if (!e)
-        return -1;
-    snprintf(*e, sizeof(*e), "%s", iqn);
-    return 0;
-}
-
-bool target_node_has_portal(const struct target_node_conf *n, const char *text)
-{
-    for (unsigned i = 0; i < n->nportals; i++)
-        if (strcmp(n->portals[i].text, text) == 0)
-            return true;
-    return false;
-}
-
-bool target_node_has_allow(const struct target_node_conf *n, const char *iqn)
-{
-    for (unsigned i = 0; i < n->nallow; i++)
-        if (strcasecmp(n->allow[i], iqn) == 0)
-            return true;
-    return false;
-}
-
-void target_node_remove_portal(struct target_node_conf *n, const char *text)
-{
-    unsigned k = 0;
-    for (unsigned i = 0; i < n->nportals; i++)
-        if (strcmp(n->portals[i].text, text) != 0)
-            n->portals[k++] = n->portals[i];
-    n->nportals = k;
-}
-
-void target_node_remove_allow(struct target_node_conf *n, const char *iqn)
-{
-    unsigned k = 0;
-    for (unsigned i = 0; i < n->nallow; i++)
-        if (strcasecmp(n->allow[i], iqn) != 0)
-            memmove(n->allow[k++], n->allow[i], sizeof(n->allow[0]));
-    n->nallow = k;
-}
-
-/* Takes ownership of lun->bs_spec on success. */
-int target_node_add_lun(struct target_node_conf *n, struct target_lun_conf *lun, char *err,
-                        size_t errlen)
-{
-    for (unsigned i = 0; i < n->nluns; i++) {
-        if (n->luns[i].lun == lun->lun) {
-            snprintf(err, errlen, "LUN %llu is defined twice (first at %s)",
-                     (unsigned long long)lun->lun, n->luns[i].origin);
-            return -1;
-        }
-    }
-    struct target_lun_conf *e = array_push(&n->luns, &n->nluns, sizeof(*e));
-    if (!e) {
-        snprintf(err, errlen, "out of memory");
-        return -1;
-    }
-    *e = *lun;
-    return 0;
-}
-
-int target_config_finish(struct target_config *cfg)
-{
-    free(cfg->listen);
-    cfg->listen = NULL;
-    cfg->nlisten = 0;
-    for (unsigned t = 0; t < cfg->ntargets; t++) {
-        const struct target_node_conf *n = &cfg->targets[t];
-        for (unsigned i = 0; i < n->nportals; i++) {
-            bool seen = false;
-            for (unsigned j = 0; j < cfg->nlisten && !seen; j++)
-                seen = strcmp(cfg->listen[j].text, n->portals[i].text) == 0;
-            if (seen)
-                continue;
-            struct target_portal *e = array_push(&cfg->listen, &cfg->nlisten, sizeof(*e));
-            if (!e)
-                return -1;
-            *e = n->portals[i];
-        }
-    }
-    return 0;
-}
-
-/* --- validators --- */
-
-static int parse_port(const char *s, uint16_t *port)
-{
-    if (!*s)
-        return -1;
-    unsigned long v = 0;
-    for (const char *p = s; *p; p++) {
-        if (!isdigit((unsigned char)*p))
-            return -1;
-        v = v * 10 + (unsigned long)(*p - '0');
-        if (v > 65535)
-            return -1;
-    }
-    if (v == 0)
-        return -1;
-    *port = (uint16_t)v;
-    return 0;
-}
-
-int target_set_metrics(struct target_config *cfg, const char *val, char *err, size_t errlen)
-{
-    if (strcmp(val, "none") == 0 || strcmp(val, "off") == 0) {
-        cfg->metrics_on = false;
-        return 0;
-    }
-    const char *colon = strrchr(val, ':');
-    const char *bracket = strrchr(val, ']');
-    if (!colon || (bracket && colon < bracket) || (!bracket && strchr(val, ':') != colon)) {
-        snprintf(err, errlen, "bad address '%s': expected ADDR:PORT (127.0.0.1:9650, [::1]:9650)",
-                 val);
-        return -1;
-    }
-    if (target_parse_portal(val, &cfg->metrics, err, errlen) < 0)
-        return -1;
-    cfg->metrics_on = true;
-    return 0;
-}
-
-/* "127.0.0.1:3260", "127.0.0.1", "[::1]:3260", "[::1]", "::1". Numeric addresses only: a
- * portal is what SendTargets tells initiators, so it must not depend on name resolution. */
-int target_parse_portal(const char *s, struct target_portal *p, char *err, size_t errlen)
-{
-    char host[INET6_ADDRSTRLEN + 1];
-    const char *port_s = NULL;
-    memset(p, 0, sizeof(*p));
-    if (s[0] == '[') {
-        const char *close = strchr(s, ']');
-        if (!close || (size_t)(close - s - 1) >= sizeof(host)) {
-            snprintf(err, errlen, "bad portal '%s': expected [IPv6]:PORT", s);
-            return -1;
-        }
-        memcpy(host, s + 1, (size_t)(close - s - 1));
-        host[close - s - 1] = '\0';
-        if (close[1] == ':')
-            port_s = close + 2;
-        else if (close[1] != '\0') {
-            snprintf(err, errlen, "bad portal '%s': expected [IPv6]:PORT", s);
-            return -1;
-        }
-    } else {
-        const char *colon = strchr(s, ':');
-        if (colon && strchr(colon + 1, ':')) {
-            /* Several colons: a bare IPv6 address without a port. */
-            if (strlen(s) >= sizeof(host)) {
-                snprintf(err, errlen, "bad portal '%s'", s);
-                return -1;
-            }
-            strcpy(host, s);
-        } else {
-            size_t hl = colon ? (size_t)(colon - s) : strlen(s);
-            if (hl >= sizeof(host)) {
-                snprintf(err, errlen, "bad portal '%s'", s);
-                return -1;
-            }
-            memcpy(host, s, hl);
-            host[hl] = '\0';
-            if (colon)
-                port_s = colon + 1;
-        }
-    }
-    uint16_t port = TARGET_DEFAULT_PORT;
-    if (port_s && parse_port(port_s, &port) < 0) {
-        snprintf(err, errlen, "bad port in portal '%s': expected 1..65535", s);
-        return -1;
-    }
-    char canon[INET6_ADDRSTRLEN];
-    struct sockaddr_in *sin = (struct sockaddr_in *)&p->addr;
-    struct sockaddr_in6 *sin6 = (struct sockaddr_in6 *)&p->addr;
-    if (inet_pton(AF_INET, host, &sin->sin_addr) == 1) {
-        sin->sin_family = AF_INET;
-        sin->sin_port = htons(port);
-        p->addrlen = sizeof(*sin);
-        inet_ntop(AF_INET, &sin->sin_addr, canon, sizeof(canon));
-        snprintf(p->text, sizeof(p->text), "%s:%u", canon, port);
-    } else if (inet_pton(AF_INET6, host, &sin6->sin6_addr) == 1) {
-        sin6->sin6_family = AF_INET6;
-        sin6->sin6_port = htons(port);
-        p->addrlen = sizeof(*sin6);
-        inet_ntop(AF_INET6, &sin6->sin6_addr, canon, sizeof(canon));
-        snprintf(p->text, sizeof(p->text), "[%s]:%u", canon, port);
-    } else {
-        snprintf(err, errlen,
-                 "bad portal '%s': '%s' is not a numeric IPv4 or IPv6 address "
-                 "(use 127.0.0.1:3260 or [::1]:3260)",
-                 s, host);
-        return -1;
-    }
-    return 0;
-}
-
-static bool all_hex(const char *s, size_t n)
-{
-    for (size_t i = 0; i < n; i++)
-        if (!isxdigit((unsigned char)s[i]))
-            return false;
-    return s[n] == '\0';
-}
-
-/* RFC 7143 §4.2.7.4: iqn.YYYY-MM.reversed.domain[:anything], eui.<16 hex>, naa.<16|32 hex>.
- * Names compare case-insensitively (stringprep lower-cases them), so upper case is accepted;
- * beyond that only the ASCII subset of what stringprep allows: letters, digits, - . : */
-int target_check_iscsi_name(const char *s, char *err, size_t errlen)
-{
-    size_t len = strlen(s);
-    if (len == 0 || len > ISCSI_NAME_MAX) {
-        snprintf(err, errlen, "bad iSCSI name '%s': must be 1..%d characters", s, ISCSI_NAME_MAX);
-        return -1;
-    }
-    if (strncasecmp(s, "eui.", 4) == 0) {
-        if (len == 4 + 16 && all_hex(s + 4, 16))
-            return 0;
-        snprintf(err, errlen, "bad iSCSI name '%s': eui. takes 16 hex digits", s);
-        return -1;
-    }
-    if (strncasecmp(s, "naa.", 4) == 0) {
-        if ((len == 4 + 16 && all_hex(s + 4, 16)) || (len == 4 + 32 && all_hex(s + 4, 32)))
-            return 0;
-        snprintf(err, errlen, "bad iSCSI name '%s': naa. takes 16 or 32 hex digits", s);
-        return -1;
-    }
-    if (strncasecmp(s, "iqn.", 4) != 0) {
-        snprintf(err, errlen,
-                 "bad iSCSI name '%s': expected iqn.YYYY-MM.domain[:id], eui.HEX or naa.HEX", s);
-        return -1;
-    }
-    const char *d = s + 4;
-    bool date_ok = len > 4 + 8 && isdigit((unsigned char)d[0]) && isdigit((unsigned char)d[1]) &&
-                   isdigit((unsigned char)d[2]) && isdigit((unsigned char)d[3]) && d[4] == '-' &&
-                   isdigit((unsigned char)d[5]) && isdigit((unsigned char)d[6]) && d[7] == '.' &&
-                   d[8] != '\0' && d[8] != ':';
-    int month = date_ok ? (d[5] - '0') * 10 + (d[6] - '0') : 0;
-    if (!date_ok || month < 1 || month > 12) {
-        snprintf(err, errlen, "bad iSCSI name '%s': expected iqn.YYYY-MM.reversed.domain[:id]", s);
-        return -1;
-    }
-    for (const char *p = d + 8; *p; p++) {
-        unsigned char c = (unsigned char)*p;
-        if (!(isalpha(c) || isdigit(c) || c == '-' || c == '.' || c == ':')) {
-            snprintf(err, errlen, "bad iSCSI name '%s': character '%c' is not allowed", s, c);
-            return -1;
-        }
-    }
-    return 0;
-}
-
-/* Split the LUN options (",ro", ",rw", ",removable", ",bs=512|4096", ",pbs=SIZE",
- * ",sanitize-rate=SIZE", ",alua=STATE", ",alua-peer=ID:STATE") off a store spec; the rest
- * goes to bs_open_spec() unchanged. lun->lun and origin are left to the caller. */
-int target_parse_lun_spec(const char *spec, struct target_lun_conf *lun, char *err, size_t errlen)
-{
-    lun->block_size = 512;
-    lun->read_only = false;
-    lun->removable = false;
-    lun->sanitize_rate = TARGET_DEFAULT_SANITIZE_RATE;
-    lun->phys_block_size = 0;
-    lun->alua_state_set = false;
-    lun->alua_npeers = 0;
-    lun->bs_spec = NULL;
-    if (!strchr(spec, ':')) {
-        snprintf(err, errlen, "bad LUN spec '%s': expected ram:SIZE, null:SIZE or file:PATH", spec);
-        return -1;
-    }
-    char *copy = strdup(spec);
-    char *out = malloc(strlen(spec) + 1);
-    if (!copy || !out) {
-        free(copy);
-        free(out);
-        snprintf(err, errlen, "out of memory");
-        return -1;
-    }
-    out[0] = '\0';
-    char *save = NULL;
-    bool first = true;
-    for (char *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-        if (!first && strcmp(tok, "ro") == 0) {
-            lun->read_only = true;
-            continue;
-        }
-        if (!first && strcmp(tok, "rw") == 0) {
-            lun->read_only = false;
-            continue;
-        }
-        if (!first && strcmp(tok, "removable") == 0) {
-            lun->removable = true;
-            continue;
-        }
-        if (!first && strncmp(tok, "pbs=", 4) == 0) {
-            uint64_t pbs;
-            if (size_parse(tok + 4, &pbs) < 0 || pbs > 65536) {
-                snprintf(err, errlen,
-                         "bad physical block size '%s' in LUN spec '%s': e.g. 4k, at most 64k",
-                         tok + 4, spec);
-                free(copy);
-                free(out);
-                return -1;
-            }
-            lun->phys_block_size = (uint32_t)pbs;
-            continue;
-        }
-        if (!first) {
-            int r = target_alua_lun_opt(lun, tok, err, errlen);
-            if (r < 0) {
-                free(copy);
-                free(out);
-                return -1;
-            }
-            if (r > 0)
-                continue;
-        }
-        if (!first && strncmp(tok, "sanitize-rate=", 14) == 0) {
-            if (size_parse(tok + 14, &lun->sanitize_rate) < 0) {
-                snprintf(err, errlen,
-                         "bad sanitize rate '%s' in LUN spec '%s': bytes per second, "
-                         "e.g. 200M, or 0 for no limit",
-                         tok + 14, spec);
-                free(copy);
-                free(out);
-                return -1;
-            }
-            continue;
-        }
-        if (!first && (strncmp(tok, "bs=", 3) == 0 || strncmp(tok, "block-size=", 11) == 0)) {
-            uint64_t bs;
-            const char *v = strchr(tok, '=') + 1;
-            if (size_parse(v, &bs) < 0 || (bs != 512 && bs != 4096)) {
-                snprintf(err, errlen, "bad block size '%s' in LUN spec '%s': 512 or 4096", v, spec);
-                free(copy);
-                free(out);
-                return -1;
-            }
-            lun->block_size = (uint32_t)bs;
-            continue;
-        }
-        if (!first)
-            strcat(out, ",");
-        strcat(out, tok);
-        first = false;
-    }
-    free(copy);
-    if (out[0] == '\0') {
-        free(out);
-        snprintf(err, errlen, "bad LUN spec '%s'", spec);
-        return -1;
-    }
-    lun->bs_spec = out;
-    return 0;
-}
-
-int target_lun_rbd_timeout(struct target_lun_conf *l, unsigned rbd_timeout_s)
-{
-    if (!rbd_timeout_s || strncmp(l->bs_spec, "rbd:", 4) != 0 || strstr(l->bs_spec, ",timeout="))
-        return 0;
-    size_t len = strlen(l->bs_spec) + 32;
-    char *spec = realloc(l->bs_spec, len);
-    if (!spec)
-        return -1;
-    snprintf(spec + strlen(spec), 32, ",timeout=%u", rbd_timeout_s);
-    l->bs_spec = spec;
-    return 0;
-}
-
-/* RFC 7143 §13.20: 0, 1 or 2. A level above ISCSI_ERL_IMPLEMENTED is refused, not lowered:
- * whoever asks for recovery must learn that this build cannot give it. */
-int target_parse_erl(const char *val, uint32_t *out, char *err, size_t errlen)
-{
-    if (val[0] < '0' || val[0] > '2' || val[1] != '\0') {
-        snprintf(err, errlen, "bad value '%s' for error-recovery-level: expected 0, 1 or 2", val);
-        return -1;
-    }
-    uint32_t x = (uint32_t)(val[0] - '0');
-    if (x > ISCSI_ERL_IMPLEMENTED) {
-        snprintf(err, errlen,
-                 "error-recovery-level %u is not implemented yet (the highest this build "
-                 "performs is %u)",
-                 x, ISCSI_ERL_IMPLEMENTED);
-        return -1;
-    }
-    *out = x;
-    return 0;
-}
+#include "daemon/conf_keys.h"
 
 /* --- the config file --- */
 
@@ -565,6 +27,7 @@ struct cfg_parser {
     struct target_node_conf *node; /* current [target] section, NULL in the global section */
     unsigned node_line;
     uint64_t next_lun;
+    unsigned seen[CONF_KEYS_MAX]; /* the line of each key in this section, 0: not yet */
 };
 
 static int cfg_fail(struct cfg_parser *ps, unsigned line, const char *fmt, ...)
@@ -589,108 +52,6 @@ static char *trim(char *s)
     while (n && isspace((unsigned char)s[n - 1]))
         s[--n] = '\0';
     return s;
-}
-
-static int parse_bool(const char *v, bool *out)
-{
-    static const char *const yes[] = {"yes", "true", "on", "1"};
-    static const char *const no[] = {"no", "false", "off", "0"};
-    for (unsigned i = 0; i < 4; i++) {
-        if (strcasecmp(v, yes[i]) == 0) {
-            *out = true;
-            return 0;
-        }
-        if (strcasecmp(v, no[i]) == 0) {
-            *out = false;
-            return 0;
-        }
-    }
-    return -1;
-}
-
-int target_reset_key(struct target_node_conf *n, const char *key, const char *val, char *err,
-                     size_t errlen)
-{
-    bool *f = strcmp(key, "target-warm-reset") == 0   ? &n->warm_reset
-              : strcmp(key, "target-cold-reset") == 0 ? &n->cold_reset
-                                                      : NULL;
-    if (!f)
-        return 0;
-    if (parse_bool(val, f) < 0) {
-        snprintf(err, errlen, "bad value '%s' for %s: expected yes or no", val, key);
-        return -1;
-    }
-    return 1;
-}
-
-static int parse_uint_range(const char *v, uint64_t lo, uint64_t hi, uint64_t *out)
-{
-    uint64_t x;
-    if (size_parse(v, &x) < 0 || x < lo || x > hi)
-        return -1;
-    *out = x;
-    return 0;
-}
-
-/* Session keys, allowed in the global section (defaults for every target) and in a target. */
-static int cfg_session_key(struct cfg_parser *ps, struct iscsi_params *p, const char *key,
-                           const char *val)
-{
-    uint64_t x;
-    bool b;
-    struct {
-        const char *name;
-        uint32_t *field;
-        uint64_t lo, hi;
-    } nums[] = {
-        {"max-burst-length", &p->max_burst, DSL_MIN, DSL_MAX},
-        {"first-burst-length", &p->first_burst, DSL_MIN, DSL_MAX},
-        /* what a session really uses at most (login.c held larger values down silently) */
-        {"max-recv-data-segment-length", &p->max_recv_dsl, DSL_MIN, ISCSI_TARGET_MRDSL_MAX},
-        {"max-connections", &p->max_connections, 1, ISCSI_MAX_CONNECTIONS},
-        {"max-outstanding-r2t", &p->max_outstanding_r2t, 1, ISCSI_MAX_R2T},
-        /* RFC 7143 §13.15, §13.16: ERL 2 connection recovery waits this long before tasks
-         * are reassigned, and keeps them this long after (0: nothing is kept) */
-        {"default-time2wait", &p->default_time2wait, 0, 3600},
-        {"default-time2retain", &p->default_time2retain, 0, 3600},
-    };
-    for (unsigned i = 0; i < sizeof(nums) / sizeof(nums[0]); i++) {
-        if (strcmp(key, nums[i].name) != 0)
-            continue;
-        if (parse_uint_range(val, nums[i].lo, nums[i].hi, &x) < 0)
-            return cfg_fail(ps, ps->line, "bad value '%s' for %s: expected %llu..%llu", val, key,
-                            (unsigned long long)nums[i].lo, (unsigned long long)nums[i].hi);
-        *nums[i].field = (uint32_t)x;
-        return 1;
-    }
-    bool *bools[] = {&p->immediate_data, &p->initial_r2t};
-    const char *bool_names[] = {"immediate-data", "initial-r2t"};
-    for (unsigned i = 0; i < 2; i++) {
-        if (strcmp(key, bool_names[i]) != 0)
-            continue;
-        if (parse_bool(val, &b) < 0)
-            return cfg_fail(ps, ps->line, "bad value '%s' for %s: expected yes or no", val, key);
-        *bools[i] = b;
-        return 1;
-    }
-    if (strcmp(key, "error-recovery-level") == 0) {
-        char reason[256];
-        if (target_parse_erl(val, &p->erl, reason, sizeof(reason)) < 0)
-            return cfg_fail(ps, ps->line, "%s", reason);
-        return 1;
-    }
-    if (strcmp(key, "header-digest") == 0 || strcmp(key, "data-digest") == 0) {
-        bool *f = key[0] == 'h' ? &p->header_digest : &p->data_digest;
-        if (strcasecmp(val, "none") == 0)
-            *f = false;
-        else if (strcasecmp(val, "crc32c") == 0 || strcasecmp(val, "any") == 0)
-            *f = true;
-        else
-            return cfg_fail(ps, ps->line, "bad value '%s' for %s: expected none, crc32c or any",
-                            val, key);
-        return 1;
-    }
-    return 0;
 }
 
 /* Checks when a [target] section ends. */
@@ -747,187 +108,107 @@ static int cfg_section(struct cfg_parser *ps, char *s)
     ps->node->alua = ps->global_alua;
     ps->node_line = ps->line;
     ps->next_lun = 0;
+    memset(ps->seen, 0, sizeof(ps->seen));
     return 0;
 }
 
-static int cfg_global_key(struct cfg_parser *ps, const char *key, const char *val)
+/* portal, lun and allow: the entries a section lists (CONF_LIST rows). */
+static int cfg_portal(struct cfg_parser *ps, const char *val)
 {
-    uint64_t x;
-    struct target_config *cfg = ps->cfg;
-    if (strcmp(key, "threads") == 0) {
-        if (parse_uint_range(val, 1, TARGET_THREADS_MAX, &x) < 0)
-            return cfg_fail(ps, ps->line, "bad value '%s' for threads: expected 1..%d", val,
-                            TARGET_THREADS_MAX);
-        cfg->threads = (unsigned)x;
-    } else if (strcmp(key, "poll-us") == 0) {
-        if (parse_uint_range(val, 0, TARGET_POLL_US_MAX, &x) < 0)
-            return cfg_fail(ps, ps->line, "bad value '%s' for poll-us: expected 0..%d", val,
-                            TARGET_POLL_US_MAX);
-        cfg->poll_us = (unsigned)x;
-    } else if (strcmp(key, "state-dir") == 0) {
-        if (val[0] != '/' || strlen(val) >= sizeof(cfg->state_dir))
-            return cfg_fail(ps, ps->line, "bad value '%s' for state-dir: expected an absolute path",
-                            val);
-        snprintf(cfg->state_dir, sizeof(cfg->state_dir), "%s", val);
-    } else if (strcmp(key, "ctl-socket") == 0) {
-        char reason[256];
-        if (target_set_ctl_socket(cfg, val, reason, sizeof(reason)) < 0)
-            return cfg_fail(ps, ps->line, "ctl-socket: %s", reason);
-    } else if (strcmp(key, "metrics") == 0) {
-        char reason[256];
-        if (target_set_metrics(cfg, val, reason, sizeof(reason)) < 0)
-            return cfg_fail(ps, ps->line, "metrics: %s", reason);
-    } else if (strcmp(key, "log-level") == 0) {
-        int lvl = log_level_parse(val);
-        if (lvl < 0)
-            return cfg_fail(ps, ps->line,
-                            "bad value '%s' for log-level: expected error, warn, info or debug",
-                            val);
-        cfg->log_level = (enum log_level)lvl;
-    } else if (strcmp(key, "log") == 0) {
-        int dest = log_dest_parse(val);
-        if (dest < 0)
-            return cfg_fail(ps, ps->line, "bad value '%s' for log: expected stderr or syslog", val);
-        cfg->log_syslog = dest == LOG_DEST_SYSLOG;
-    } else if (strcmp(key, "rbd-timeout") == 0) {
-        if (parse_uint_range(val, 1, 3600, &x) < 0)
-            return cfg_fail(ps, ps->line, "bad value '%s' for %s: expected seconds, 1..3600", val,
-                            key);
-        cfg->rbd_timeout_s = (unsigned)x;
-    } else if (strcmp(key, "nop-interval") == 0 || strcmp(key, "nop-timeout") == 0 ||
-               strcmp(key, "login-timeout") == 0) {
-        if (parse_uint_range(val, 1, 3600, &x) < 0)
-            return cfg_fail(ps, ps->line, "bad value '%s' for %s: expected seconds, 1..3600", val,
-                            key);
-        if (strcmp(key, "nop-interval") == 0)
-            cfg->nop_interval_s = (unsigned)x;
-        else if (strcmp(key, "nop-timeout") == 0)
-            cfg->nop_timeout_s = (unsigned)x;
-        else
-            cfg->login_timeout_s = (unsigned)x;
-    } else if (target_limits_is_key(key)) {
-        char reason[256];
-        if (target_limits_key(&cfg->limits, key, val, reason, sizeof(reason)) < 0)
-            return cfg_fail(ps, ps->line, "%s", reason);
-    } else if (strcmp(key, "portal") == 0) {
-        struct target_portal p;
-        char reason[512];
-        if (target_parse_portal(val, &p, reason, sizeof(reason)) < 0)
-            return cfg_fail(ps, ps->line, "%s", reason);
-        struct target_portal *e = array_push(&ps->global_portals, &ps->nglobal_portals, sizeof(*e));
-        if (!e)
-            return cfg_fail(ps, ps->line, "out of memory");
-        *e = p;
-    } else {
-        char reason[512];
-        int r = target_alua_key(&ps->global_alua, key, val, reason, sizeof(reason));
-        if (r < 0)
-            return cfg_fail(ps, ps->line, "%s", reason);
-        if (r > 0)
-            return 0;
-        r = target_chap_key(cfg, NULL, key, val, reason, sizeof(reason));
-        if (r < 0)
-            return cfg_fail(ps, ps->line, "%s", reason);
-        if (r > 0)
-            return 0;
-        r = cfg_session_key(ps, &ps->global_params, key, val);
-        if (r < 0)
-            return -1;
-        if (r == 0) {
-            static const char *const target_only[] = {"lun", "allow", "alias", "target-warm-reset",
-                                                      "target-cold-reset"};
-            for (unsigned i = 0; i < 5; i++)
-                if (strcmp(key, target_only[i]) == 0 || (i == 0 && strncmp(key, "lun ", 4) == 0))
-                    return cfg_fail(ps, ps->line, "'%s' belongs in a [target IQN] section",
-                                    target_only[i]);
-            return cfg_fail(ps, ps->line, "unknown key '%s'", key);
-        }
-    }
+    struct target_portal p;
+    char reason[512];
+    if (target_parse_portal(val, &p, reason, sizeof(reason)) < 0)
+        return cfg_fail(ps, ps->line, "%s", reason);
+    if (ps->node)
+        return target_node_add_portal(ps->node, &p) < 0 ? cfg_fail(ps, ps->line, "out of memory")
+                                                        : 0;
+    struct target_portal *grown =
+        realloc(ps->global_portals, (ps->nglobal_portals + 1) * sizeof(*grown));
+    if (!grown)
+        return cfg_fail(ps, ps->line, "out of memory");
+    ps->global_portals = grown;
+    grown[ps->nglobal_portals++] = p;
     return 0;
 }
 
-static int cfg_target_key(struct cfg_parser *ps, const char *key, const char *val)
+static int cfg_lun(struct cfg_parser *ps, const char *key, const char *val)
 {
-    struct target_node_conf *n = ps->node;
+    struct target_lun_conf lun;
     char reason[768];
-    if (strcmp(key, "portal") == 0) {
-        struct target_portal p;
-        if (target_parse_portal(val, &p, reason, sizeof(reason)) < 0)
-            return cfg_fail(ps, ps->line, "%s", reason);
-        if (target_node_add_portal(n, &p) < 0)
-            return cfg_fail(ps, ps->line, "out of memory");
-        return 0;
+    memset(&lun, 0, sizeof(lun));
+    lun.lun = ps->next_lun;
+    if (key[3] == ' ') {
+        uint64_t x;
+        const char *num = key + 4;
+        while (*num == ' ' || *num == '\t')
+            num++;
+        if (!isdigit((unsigned char)*num) || conf_parse_uint(num, 0, TARGET_LUN_MAX, &x) < 0)
+            return cfg_fail(ps, ps->line, "bad LUN number '%s': expected 0..%d", num,
+                            TARGET_LUN_MAX);
+        lun.lun = x;
     }
-    if (strcmp(key, "lun") == 0 || strncmp(key, "lun ", 4) == 0) {
-        struct target_lun_conf lun;
-        memset(&lun, 0, sizeof(lun));
-        lun.lun = ps->next_lun;
-        if (key[3] == ' ') {
-            uint64_t x;
-            const char *num = key + 4;
-            while (*num == ' ' || *num == '\t')
-                num++;
-            if (!isdigit((unsigned char)*num) || parse_uint_range(num, 0, TARGET_LUN_MAX, &x) < 0)
-                return cfg_fail(ps, ps->line, "bad LUN number '%s': expected 0..%d", num,
-                                TARGET_LUN_MAX);
-            lun.lun = x;
-        }
-        if (lun.lun > TARGET_LUN_MAX)
-            return cfg_fail(ps, ps->line, "too many LUNs: at most %d", TARGET_LUN_MAX + 1);
-        if (target_parse_lun_spec(val, &lun, reason, sizeof(reason)) < 0)
-            return cfg_fail(ps, ps->line, "%s", reason);
-        /* rbd-timeout (global, so read before any target) is the default of timeout= */
-        if (target_lun_rbd_timeout(&lun, ps->cfg->rbd_timeout_s) < 0) {
-            free(lun.bs_spec);
-            return cfg_fail(ps, ps->line, "out of memory");
-        }
-        snprintf(lun.origin, sizeof(lun.origin), "%s:%u", ps->path, ps->line);
-        if (target_node_add_lun(n, &lun, reason, sizeof(reason)) < 0) {
-            free(lun.bs_spec);
-            return cfg_fail(ps, ps->line, "%s", reason);
-        }
-        ps->next_lun = lun.lun + 1;
-        return 0;
-    }
-    if (strcmp(key, "allow") == 0) {
-        if (target_check_iscsi_name(val, reason, sizeof(reason)) < 0)
-            return cfg_fail(ps, ps->line, "%s", reason);
-        if (target_node_add_allow(n, val) < 0)
-            return cfg_fail(ps, ps->line, "out of memory");
-        return 0;
-    }
-    if (strcmp(key, "alias") == 0) {
-        if (strlen(val) > ISCSI_VALUE_MAX)
-            return cfg_fail(ps, ps->line, "alias is longer than %d characters", ISCSI_VALUE_MAX);
-        snprintf(n->alias, sizeof(n->alias), "%s", val);
-        return 0;
-    }
-    int r = target_alua_key(&n->alua, key, val, reason, sizeof(reason));
-    if (r == 0)
-        r = target_reset_key(n, key, val, reason, sizeof(reason));
-    if (r < 0)
+    if (lun.lun > TARGET_LUN_MAX)
+        return cfg_fail(ps, ps->line, "too many LUNs: at most %d", TARGET_LUN_MAX + 1);
+    if (target_parse_lun_spec(val, &lun, reason, sizeof(reason)) < 0)
         return cfg_fail(ps, ps->line, "%s", reason);
-    if (r > 0)
-        return 0;
-    r = target_chap_key(ps->cfg, n, key, val, reason, sizeof(reason));
-    if (r < 0)
-        return cfg_fail(ps, ps->line, "%s", reason);
-    if (r > 0)
-        return 0;
-    r = cfg_session_key(ps, &n->params, key, val);
-    if (r < 0)
-        return -1;
-    if (r == 0) {
-        static const char *const global_only[] = {"threads",     "log-level",     "nop-interval",
-                                                  "nop-timeout", "login-timeout", "state-dir",
-                                                  "ctl-socket",  "rbd-timeout",   "log",
-                                                  "metrics",     "poll-us"};
-        for (unsigned i = 0; i < sizeof(global_only) / sizeof(global_only[0]); i++)
-            if (strcmp(key, global_only[i]) == 0 || target_limits_is_key(key))
-                return cfg_fail(ps, ps->line,
-                                "'%s' belongs in the global section (before any [target])", key);
-        return cfg_fail(ps, ps->line, "unknown key '%s' in [target %s]", key, n->name);
+    /* rbd-timeout (global, so read before any target) is the default of timeout= */
+    if (target_lun_rbd_timeout(&lun, ps->cfg->rbd_timeout_s) < 0) {
+        free(lun.bs_spec);
+        return cfg_fail(ps, ps->line, "out of memory");
     }
+    snprintf(lun.origin, sizeof(lun.origin), "%s:%u", ps->path, ps->line);
+    if (target_node_add_lun(ps->node, &lun, reason, sizeof(reason)) < 0) {
+        free(lun.bs_spec);
+        return cfg_fail(ps, ps->line, "%s", reason);
+    }
+    ps->next_lun = lun.lun + 1;
+    return 0;
+}
+
+static int cfg_list_key(struct cfg_parser *ps, const char *key, const char *val)
+{
+    if (strcmp(key, "portal") == 0)
+        return cfg_portal(ps, val);
+    if (key[0] == 'l')
+        return cfg_lun(ps, key, val);
+    char reason[512];
+    if (target_check_iscsi_name(val, reason, sizeof(reason)) < 0)
+        return cfg_fail(ps, ps->line, "%s", reason);
+    if (target_node_add_allow(ps->node, val) < 0)
+        return cfg_fail(ps, ps->line, "out of memory");
+    return 0;
+}
+
+/* One `key = value` line: its row of the table (conf_keys_table.c), in the right section,
+ * given once unless it is repeatable, then set. */
+static int cfg_key(struct cfg_parser *ps, const char *key, const char *val)
+{
+    const struct conf_key *k = conf_key_find(key);
+    struct target_node_conf *n = ps->node;
+    if (!k)
+        return n ? cfg_fail(ps, ps->line, "unknown key '%s' in [target %s]", key, n->name)
+                 : cfg_fail(ps, ps->line, "unknown key '%s'", key);
+    if (n && !(k->scope & CONF_TARGET))
+        return cfg_fail(ps, ps->line, "'%s' belongs in the global section (before any [target])",
+                        key);
+    if (!n && !(k->scope & CONF_GLOBAL))
+        return cfg_fail(ps, ps->line, "'%s' belongs in a [target IQN] section%s", k->name,
+                        k->misplaced_hint ? k->misplaced_hint : "");
+    /* A key given twice would keep its last value without a word: say so instead. */
+    unsigned *first = &ps->seen[k - conf_keys];
+    if (!k->repeatable && *first)
+        return cfg_fail(ps, ps->line, "%s is given twice in this section (first at line %u)",
+                        k->name, *first);
+    *first = ps->line;
+    if (k->type == CONF_LIST)
+        return cfg_list_key(ps, key, val);
+    struct conf_obj o = {.cfg = ps->cfg,
+                         .node = n,
+                         .params = n ? &n->params : &ps->global_params,
+                         .alua = n ? &n->alua : &ps->global_alua};
+    char reason[768];
+    if (conf_key_set(k, &o, val, reason, sizeof(reason)) < 0)
+        return cfg_fail(ps, ps->line, "%s", reason);
     return 0;
 }
 
@@ -966,7 +247,7 @@ static int cfg_line(struct cfg_parser *ps, char *raw)
         return cfg_fail(ps, ps->line, "missing key before '='");
     if (!*val)
         return cfg_fail(ps, ps->line, "missing value for '%s'", key);
-    return ps->node ? cfg_target_key(ps, key, val) : cfg_global_key(ps, key, val);
+    return cfg_key(ps, key, val);
 }
 
 int target_config_load(struct target_config *cfg, const char *path, char *err, size_t errlen)

@@ -44,10 +44,23 @@ struct target_portal {
     socklen_t addrlen;
 };
 
-/* One LUN: the store spec handed to bs_open_spec (LUN options removed) and the LUN options. */
+/* The store type of a LUN spec, from its prefix (in this order: lun_spec.c). */
+enum target_store {
+    TARGET_STORE_RAM,
+    TARGET_STORE_NULL,
+    TARGET_STORE_FILE,
+    TARGET_STORE_RBD,
+    TARGET_STORE_OTHER, /* bs_open_spec names what is wrong with it */
+};
+
+/* One LUN, its spec parsed once (lun_spec.c): the store's part as bs_open_spec takes it (LUN
+ * options removed), what the daemon itself needs of it, and the LUN options. */
 struct target_lun_conf {
     uint64_t lun;
-    char *bs_spec;       /* "ram:1G", "file:/x,size=1G,direct" */
+    char *bs_spec; /* "ram:1G", "file:/x,size=1G,direct" */
+    enum target_store store;
+    uint64_t size;       /* ram:/null: SIZE, file:/rbd: size= (0: none given) */
+    bool prealloc;       /* ram:SIZE,prealloc */
     uint32_t block_size; /* 512 or 4096 */
     bool read_only;
     bool removable; /* ",removable": RMB=1, START STOP UNIT ejects/loads, PREVENT ALLOW holds */
@@ -124,7 +137,8 @@ struct target_config {
     bool cli_log_level, cli_threads, cli_poll_us, cli_state_dir, cli_syslog, cli_metrics;
     /* --max-task-buffers, --data-out-timeout: over the file's, at start and at reload */
     bool cli_max_task_buffers, cli_data_out_timeout;
-    struct iscsi_limits limits; /* limits.c */
+    bool cli_ctl_socket;        /* --ctl-socket, over the file's ctl-socket */
+    struct iscsi_limits limits; /* the limit keys (conf_keys_table.c) */
     struct target_node_conf *targets;
     unsigned ntargets;
     /* CHAP: the secrets file, discovery-chap-user / discovery-chap-mutual-user, and the
@@ -139,7 +153,7 @@ struct target_config {
     unsigned nlisten;
 };
 
-/* --- config.c: the model, validation helpers and the config file parser --- */
+/* --- conf_model.c: the model and the validators of its values --- */
 void target_config_init(struct target_config *cfg);
 void target_config_free(struct target_config *cfg);
 /* The session parameters a target prefers unless told otherwise. */
@@ -154,6 +168,10 @@ struct target_node_conf *target_config_copy_node(struct target_config *cfg,
                                                  const struct target_node_conf *src);
 /* Compute cfg->listen as the union of all targets' portals. Returns 0 or -1 (ENOMEM). */
 int target_config_finish(struct target_config *cfg);
+/* "64M" for 67108864: the largest whole unit (k, M, G, T), else bytes. */
+void target_size_text(uint64_t bytes, char *buf, size_t len);
+
+/* --- config.c: the config file parser --- */
 /* Load a config file. On error returns -1 with "FILE:LINE: reason" in err. */
 int target_config_load(struct target_config *cfg, const char *path, char *err, size_t errlen);
 /* What a [target] section takes from the global section of its file unless it says otherwise
@@ -179,19 +197,25 @@ enum {
  * or TARGET_LINES_EOPEN / TARGET_LINES_EREAD. */
 int target_config_read_lines(const char *path, target_line_fn fn, void *arg);
 
-/* Validators and parsers shared by cli.c and config.c; on error they return -1 and write a
- * reason (without the origin) into err. */
+/* Validators of values (conf_model.c), shared by the key table, cli.c and linerate-ctl's
+ * requests; on error they return -1 and write a reason (without the origin) into err. */
 /* --metrics ADDR:PORT, or "none"/"off": the port is required (no default for it). */
 int target_set_metrics(struct target_config *cfg, const char *val, char *err, size_t errlen);
 int target_parse_portal(const char *s, struct target_portal *p, char *err, size_t errlen);
 int target_check_iscsi_name(const char *s, char *err, size_t errlen);
-/* target-warm-reset / target-cold-reset = yes|no for node n: 1 taken, 0 not such a key. */
-int target_reset_key(struct target_node_conf *n, const char *key, const char *val, char *err,
-                     size_t errlen);
+/* --- lun_spec.c: a LUN spec parsed into a target_lun_conf, and written back --- */
 int target_parse_lun_spec(const char *spec, struct target_lun_conf *lun, char *err, size_t errlen);
 /* The global rbd-timeout as an rbd: LUN's timeout= when its spec names none (as a config line
  * gets it; linerate-ctl's LUNs too). 0, or -1 when out of memory. */
 int target_lun_rbd_timeout(struct target_lun_conf *l, unsigned rbd_timeout_s);
+/* The spec bs_open_spec opens l's store with (read-only for a read-only file or image).
+ * 0, or -1 if it does not fit. */
+int target_lun_open_spec(const struct target_lun_conf *l, char *buf, size_t len);
+/* A resized LUN's spec says its new size where it gives one (ram:SIZE, null:SIZE, size=), so
+ * that save writes it and reload does not take it back. */
+void target_lun_set_size(struct target_lun_conf *l, uint64_t bytes);
+/* A warning when the thin RAM LUNs of cfg add up to more than the machine's memory. */
+void target_config_warn_thin_ram(const struct target_config *cfg);
 /* ALUA keys (alua-group, alua-state, alua-peer) of the global or a target section: 1 taken,
  * 0 not an ALUA key, -1 bad value (reason in err). */
 int target_alua_key(struct target_alua_conf *a, const char *key, const char *val, char *err,
@@ -226,10 +250,7 @@ int target_set_ctl_socket(struct target_config *cfg, const char *val, char *err,
 int target_parse_erl(const char *val, uint32_t *out, char *err, size_t errlen);
 
 /* --- conf_write.c: the model as config file text (linerate-ctl save) --- */
-/* "64M" for 67108864: the largest whole unit (k, M, G, T), else bytes. */
-void target_size_text(uint64_t bytes, char *buf, size_t len);
-/* The spec a `lun =` line takes for l (store spec and LUN options). 0, or -1 if truncated. */
-int target_lun_spec_format(const struct target_lun_conf *l, char *buf, size_t len);
+
 /* "lun N = SPEC\n" */
 void target_conf_write_lun(FILE *f, const struct target_lun_conf *l);
 /* A whole [target] section: its keys, session keys and ALUA only where they differ from inh. */
@@ -238,15 +259,9 @@ void target_conf_write_section(FILE *f, const struct target_node_conf *c,
 /* The global keys of cfg that differ from the defaults (a daemon started without a file),
  * with `level` as the log level. */
 void target_conf_write_globals(FILE *f, const struct target_config *cfg, enum log_level level);
-
-/* --- limits.c: the global limit keys --- */
-bool target_limits_is_key(const char *key);
-/* Returns 1 if `key` is a limit key and was set, 0 if it is not one, -1 with a reason in err
- * on a bad value. */
-int target_limits_key(struct iscsi_limits *l, const char *key, const char *val, char *err,
-                      size_t errlen);
-/* "max-sessions = N" lines for the limits that differ from the defaults. */
-void target_limits_write(FILE *f, const struct iscsi_limits *l);
+/* The spec a `lun =` line takes for l (store spec and LUN options). 0, or -1 if truncated
+ * (lun_spec.c). */
+int target_lun_spec_format(const struct target_lun_conf *l, char *buf, size_t len);
 
 /* --- cli.c --- */
 /* Parse argv into cfg. Returns -1 to go on and serve, or an exit code (0 after --help or

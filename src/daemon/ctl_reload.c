@@ -17,6 +17,7 @@
 #include <time.h>
 
 #include "bs/bs.h"
+#include "daemon/conf_keys.h"
 #include "daemon/daemon.h"
 #include "util/sdnotify.h"
 
@@ -58,19 +59,6 @@ static bool same_store(const struct target_lun_conf *a, const struct target_lun_
            a->sanitize_rate == b->sanitize_rate && target_alua_lun_same(a, b);
 }
 
-static bool same_params(const struct iscsi_params *a, const struct iscsi_params *b)
-{
-    return a->header_digest == b->header_digest && a->data_digest == b->data_digest &&
-           a->max_connections == b->max_connections && a->initial_r2t == b->initial_r2t &&
-           a->immediate_data == b->immediate_data && a->max_recv_dsl == b->max_recv_dsl &&
-           a->peer_max_recv_dsl == b->peer_max_recv_dsl && a->max_burst == b->max_burst &&
-           a->first_burst == b->first_burst && a->default_time2wait == b->default_time2wait &&
-           a->default_time2retain == b->default_time2retain &&
-           a->max_outstanding_r2t == b->max_outstanding_r2t &&
-           a->data_pdu_in_order == b->data_pdu_in_order &&
-           a->data_sequence_in_order == b->data_sequence_in_order && a->erl == b->erl;
-}
-
 static bool same_chap(const struct chap_creds *a, const struct chap_creds *b)
 {
     return strcmp(a->user, b->user) == 0 && strcmp(a->mutual_user, b->mutual_user) == 0 &&
@@ -109,48 +97,47 @@ bool ctl_lun_conf_same(const struct target_lun_conf *a, const struct target_lun_
     return a->lun == b->lun && same_store(a, b) && a->read_only == b->read_only;
 }
 
-/* Settings outside the LUNs that differ: each becomes a "needs a restart" line. */
+static void note_global(void *arg, const char *what)
+{
+    note(arg, "%s", what);
+}
+
+/* A target's "needs a restart" line. */
+struct target_note {
+    json_t *list;
+    const char *name;
+};
+
+static void note_target(void *arg, const char *what)
+{
+    struct target_note *t = arg;
+    note(t->list, "target %s: %s", t->name, what);
+}
+
+/* Settings outside the LUNs that differ: each becomes a "needs a restart" line. The keys a
+ * reload cannot apply come from the table (conf_keys_table.c); CHAP and ALUA are compared
+ * here, as a group each (the secrets are no key). */
 static void diff_fixed(const struct target_config *run, const struct target_config *file,
                        json_t *restart)
 {
-    if (!run->cli_threads && run->threads != file->threads)
-        note(restart, "threads");
-    if (!run->cli_poll_us && run->poll_us != file->poll_us)
-        note(restart, "poll-us");
-    if (run->nop_interval_s != file->nop_interval_s || run->nop_timeout_s != file->nop_timeout_s ||
-        run->login_timeout_s != file->login_timeout_s)
-        note(restart, "nop-interval, nop-timeout or login-timeout");
-    struct iscsi_limits fl = file->limits; /* what the command line set is not the file's */
-    if (run->cli_max_task_buffers)
-        fl.max_task_buffers = run->limits.max_task_buffers;
-    if (run->cli_data_out_timeout)
-        fl.data_out_timeout_s = run->limits.data_out_timeout_s;
-    if (memcmp(&run->limits, &fl, sizeof(run->limits)) != 0)
-        note(restart, "limits (max-*, discovery-idle-timeout, data-out-timeout)");
-    if (!run->cli_state_dir && strcmp(run->state_dir, file->state_dir) != 0)
-        note(restart, "state-dir");
-    if (!run->cli_metrics && (run->metrics_on != file->metrics_on ||
-                              (run->metrics_on && strcmp(run->metrics.text, file->metrics.text))))
-        note(restart, "metrics");
-    if (!run->cli_syslog && run->log_syslog != file->log_syslog)
-        note(restart, "log");
+    struct conf_obj ro = {.cfg = (struct target_config *)run},
+                    fo = {.cfg = (struct target_config *)file};
+    conf_keys_diff(CONF_GLOBAL, &ro, &fo, note_global, restart);
     if (strcmp(run->chap_secrets, file->chap_secrets) != 0 ||
         !same_chap(&run->discovery_chap, &file->discovery_chap) ||
         run->chap_algs != file->chap_algs)
         note(restart, "chap-secrets, discovery CHAP or chap-algorithms");
     for (unsigned i = 0; i < run->ntargets; i++) {
-        const struct target_node_conf *r = &run->targets[i];
-        const struct target_node_conf *f = find_conf(file, r->name);
+        struct target_node_conf *r = &run->targets[i];
+        struct target_node_conf *f = (struct target_node_conf *)find_conf(file, r->name);
         if (!f)
             continue; /* removed as a whole, below */
-        if (strcmp(r->alias, f->alias) != 0)
-            note(restart, "target %s: alias", r->name);
+        struct conf_obj rt = {.cfg = ro.cfg, .node = r, .params = &r->params},
+                        ft = {.cfg = fo.cfg, .node = f, .params = &f->params};
+        struct target_note tn = {restart, r->name};
+        conf_keys_diff(CONF_TARGET, &rt, &ft, note_target, &tn);
         if (!same_chap(&r->chap, &f->chap))
             note(restart, "target %s: CHAP", r->name);
-        if (!same_params(&r->params, &f->params))
-            note(restart, "target %s: session keys", r->name);
-        if (r->warm_reset != f->warm_reset || r->cold_reset != f->cold_reset)
-            note(restart, "target %s: target-warm-reset or target-cold-reset", r->name);
         if (!target_alua_same(&r->alua, &f->alua))
             note(restart, "target %s: ALUA (alua-group, alua-state, alua-peer)", r->name);
     }
@@ -426,30 +413,22 @@ json_t *ctl_reload(struct daemon *d, bool force, char *err, size_t errlen)
     return r;
 }
 
-static json_t *reload(struct daemon *d, bool force, char *err, size_t errlen)
-{
-    struct target_config file;
-    target_config_init(&file);
-    if (target_config_load(&file, d->cfg.config_path, err, errlen) < 0) {
-        target_config_free(&file);
-        return NULL; /* err: "FILE:LINE: reason"; nothing changed */
-    }
-    if (!force && refuse_live_loss(d, &file, err, errlen) < 0) {
-        target_config_free(&file);
-        return NULL;
-    }
-    json_t *applied = json_array(), *restart = json_array();
+/* The LUNs a reload adds to running targets, their stores opened ahead. */
+struct reload_plan {
+    struct pending_add *adds;
+    unsigned nadds;
+};
 
-    /* Plan per running target: removals, write-protection changes, additions. */
-    struct pending_add *adds = NULL;
-    unsigned nadds = 0;
-    int rc = 0;
-    for (unsigned t = 0; t < d->built.n && rc == 0; t++) {
+/* Step 1: open the store of every LUN the file adds to a running target, so that one that
+ * cannot be opened refuses the reload before anything changed; a LUN whose store the file
+ * changes is listed as needing a restart. */
+static int plan_lun_adds(struct daemon *d, const struct target_config *file, struct reload_plan *p,
+                         json_t *restart, char *err, size_t errlen)
+{
+    for (unsigned t = 0; t < d->built.n; t++) {
         const struct target_node_conf *run = &d->cfg.targets[t];
-        const struct target_node_conf *f = find_conf(&file, run->name);
-        if (!f)
-            continue;
-        for (unsigned i = 0; i < f->nluns && rc == 0; i++) {
+        const struct target_node_conf *f = find_conf(file, run->name);
+        for (unsigned i = 0; f && i < f->nluns; i++) {
             const struct target_lun_conf *fl = &f->luns[i];
             const struct target_lun_conf *rl = find_lun(run, fl->lun);
             if (rl && same_store(rl, fl))
@@ -466,109 +445,112 @@ static json_t *reload(struct daemon *d, bool force, char *err, size_t errlen)
                      (unsigned long long)fl->lun);
                 continue;
             }
-            struct pending_add *grown = realloc(adds, (nadds + 1) * sizeof(*adds));
+            struct pending_add *grown = realloc(p->adds, (p->nadds + 1) * sizeof(*p->adds));
             if (!grown) {
                 snprintf(err, errlen, "out of memory");
-                rc = -1;
-                break;
+                return -1;
             }
-            adds = grown;
-            struct pending_add *a = &adds[nadds];
+            p->adds = grown;
+            struct pending_add *a = &p->adds[p->nadds];
             a->t = t;
             a->l = *fl;
             a->bs = target_open_lun_store(fl, err, errlen);
-            if (!a->bs) {
-                rc = -1; /* err names FILE:LINE */
-                break;
-            }
+            if (!a->bs)
+                return -1; /* err names FILE:LINE */
             a->l.bs_spec = strdup(fl->bs_spec);
             if (!a->l.bs_spec) {
                 bs_close(a->bs);
                 snprintf(err, errlen, "out of memory");
-                rc = -1;
-                break;
+                return -1;
             }
-            nadds++;
+            p->nadds++;
         }
     }
-    for (unsigned i = 0; i < file.ntargets && rc == 0; i++)
-        if (!find_conf(&d->cfg, file.targets[i].name))
-            rc = check_new_target(&file.targets[i], err, errlen);
-    /* A running target's new portal is listened on now, so that an address that cannot be
-     * bound refuses the reload before anything changed (the listener alone changes nothing:
-     * no target is served through it yet). */
-    for (unsigned t = 0; t < d->built.n && rc == 0; t++) {
-        const struct target_node_conf *f = find_conf(&file, d->cfg.targets[t].name);
-        for (unsigned i = 0; f && i < f->nportals && rc == 0; i++) {
+    return 0;
+}
+
+/* Step 2: the new targets' stores can be opened, and a running target's new portals are
+ * listened on now, so that an address that cannot be bound refuses the reload before
+ * anything changed (the listener alone changes nothing: no target is served through it yet). */
+static int plan_targets_portals(struct daemon *d, const struct target_config *file, char *err,
+                                size_t errlen)
+{
+    for (unsigned i = 0; i < file->ntargets; i++)
+        if (!find_conf(&d->cfg, file->targets[i].name) &&
+            check_new_target(&file->targets[i], err, errlen) < 0)
+            return -1;
+    for (unsigned t = 0; t < d->built.n; t++) {
+        const struct target_node_conf *f = find_conf(file, d->cfg.targets[t].name);
+        for (unsigned i = 0; f && i < f->nportals; i++) {
             char why[512];
             if (!target_node_has_portal(&d->cfg.targets[t], f->portals[i].text) &&
                 daemon_listen_portal(d, &f->portals[i], why, sizeof(why)) < 0) {
                 snprintf(err, errlen, "%s: %s", f->origin, why);
-                rc = -1;
+                return -1;
             }
         }
     }
-    if (rc < 0) {
-        for (unsigned i = 0; i < file.ntargets; i++)
-            for (unsigned k = 0; k < file.targets[i].nportals; k++)
-                if (!ctl_portal_in_use(d, file.targets[i].portals[k].text))
-                    daemon_unlisten_portal(d, file.targets[i].portals[k].text);
-        for (unsigned i = 0; i < nadds; i++) {
-            bs_close(adds[i].bs);
-            free(adds[i].l.bs_spec);
-        }
-        free(adds);
-        json_decref(applied);
-        json_decref(restart);
-        target_config_free(&file);
-        return NULL;
-    }
+    return 0;
+}
 
-    /* Nothing can fail the reload from here on: apply. CHAP first, then what still differs
-     * and cannot change is listed; LUNs gone from the file, and write protection, then the
-     * new LUNs (their stores are open already). */
-    apply_chap(d, &file, applied);
-    diff_fixed(&d->cfg, &file, restart);
-    for (unsigned t = 0; t < d->built.n; t++) {
-        const struct target_node_conf *f = find_conf(&file, d->cfg.targets[t].name);
-        if (!f)
+/* A refused reload: the listeners it opened closed, the stores it opened closed. */
+static void plan_abort(struct daemon *d, const struct target_config *file, struct reload_plan *p)
+{
+    for (unsigned i = 0; i < file->ntargets; i++)
+        for (unsigned k = 0; k < file->targets[i].nportals; k++)
+            if (!ctl_portal_in_use(d, file->targets[i].portals[k].text))
+                daemon_unlisten_portal(d, file->targets[i].portals[k].text);
+    for (unsigned i = 0; i < p->nadds; i++) {
+        bs_close(p->adds[i].bs);
+        free(p->adds[i].l.bs_spec);
+    }
+    free(p->adds);
+}
+
+/* Apply: the LUNs of running target t gone from the file f, and write protection. */
+static void apply_lun_changes(struct daemon *d, unsigned t, const struct target_node_conf *f,
+                              json_t *applied, json_t *restart)
+{
+    /* Iterate over a copy of the numbers: removing edits the running list. */
+    unsigned n = d->cfg.targets[t].nluns;
+    uint64_t *nums = calloc(n ? n : 1, sizeof(*nums));
+    for (unsigned i = 0; nums && i < n; i++)
+        nums[i] = d->cfg.targets[t].luns[i].lun;
+    for (unsigned i = 0; nums && i < n; i++) {
+        const struct target_lun_conf *fl = find_lun(f, nums[i]);
+        struct target_lun_conf *rl = NULL;
+        for (unsigned k = 0; k < d->cfg.targets[t].nluns; k++)
+            if (d->cfg.targets[t].luns[k].lun == nums[i])
+                rl = &d->cfg.targets[t].luns[k];
+        if (!rl)
             continue;
-        /* Iterate over a copy of the numbers: removing edits the running list. */
-        unsigned n = d->cfg.targets[t].nluns;
-        uint64_t *nums = calloc(n ? n : 1, sizeof(*nums));
-        for (unsigned i = 0; nums && i < n; i++)
-            nums[i] = d->cfg.targets[t].luns[i].lun;
-        for (unsigned i = 0; nums && i < n; i++) {
-            const struct target_lun_conf *fl = find_lun(f, nums[i]);
-            struct target_lun_conf *rl = NULL;
-            for (unsigned k = 0; k < d->cfg.targets[t].nluns; k++)
-                if (d->cfg.targets[t].luns[k].lun == nums[i])
-                    rl = &d->cfg.targets[t].luns[k];
-            if (!rl)
-                continue;
-            if (!fl) {
-                struct ctl_removed r;
-                if (ctl_lun_remove(d, t, nums[i], RELOAD_REMOVE_TIMEOUT_S, &r) == 0)
-                    note(applied, "target %s: LUN %llu removed%s", f->name,
-                         (unsigned long long)nums[i],
-                         r.closed ? "" : " (commands still hold it; its store closes later)");
-            } else if (same_store(rl, fl) && rl->read_only != fl->read_only) {
-                struct scsi_lun *lu = scsi_target_lun(d->built.nodes[t]->scsi, nums[i]);
-                char why[512];
-                if (lu && scsi_lun_set_read_only(lu, fl->read_only, why, sizeof(why)) == 0) {
-                    rl->read_only = fl->read_only;
-                    note(applied, "target %s: LUN %llu %s", f->name, (unsigned long long)nums[i],
-                         fl->read_only ? "read-only" : "read-write");
-                } else {
-                    note(restart, "target %s: LUN %llu: %s", f->name, (unsigned long long)nums[i],
-                         lu ? why : "not there");
-                }
+        if (!fl) {
+            struct ctl_removed r;
+            if (ctl_lun_remove(d, t, nums[i], RELOAD_REMOVE_TIMEOUT_S, &r) == 0)
+                note(applied, "target %s: LUN %llu removed%s", f->name, (unsigned long long)nums[i],
+                     r.closed ? "" : " (commands still hold it; its store closes later)");
+        } else if (same_store(rl, fl) && rl->read_only != fl->read_only) {
+            struct scsi_lun *lu = scsi_target_lun(d->built.nodes[t]->scsi, nums[i]);
+            char why[512];
+            if (lu && scsi_lun_set_read_only(lu, fl->read_only, why, sizeof(why)) == 0) {
+                rl->read_only = fl->read_only;
+                note(applied, "target %s: LUN %llu %s", f->name, (unsigned long long)nums[i],
+                     fl->read_only ? "read-only" : "read-write");
+            } else {
+                note(restart, "target %s: LUN %llu: %s", f->name, (unsigned long long)nums[i],
+                     lu ? why : "not there");
             }
         }
-        free(nums);
     }
-    for (unsigned i = 0; i < nadds; i++) {
-        struct pending_add *a = &adds[i];
+    free(nums);
+}
+
+/* Apply: the planned LUNs (their stores are open already). */
+static void apply_lun_adds(struct daemon *d, struct reload_plan *p, json_t *applied,
+                           json_t *restart)
+{
+    for (unsigned i = 0; i < p->nadds; i++) {
+        struct pending_add *a = &p->adds[i];
         const char *name = d->cfg.targets[a->t].name;
         uint64_t num = a->l.lun;
         char spec[256];
@@ -579,21 +561,20 @@ static json_t *reload(struct daemon *d, bool force, char *err, size_t errlen)
         else
             note(restart, "target %s: LUN %llu: %s", name, (unsigned long long)num, why);
     }
-    free(adds);
-    for (unsigned t = 0; t < d->built.n; t++) {
-        const struct target_node_conf *f = find_conf(&file, d->cfg.targets[t].name);
-        if (f)
-            apply_access(d, t, f, force, applied, restart);
-    }
+    free(p->adds);
+}
 
-    /* Whole targets last: removing one renumbers the running ones. A target gone from the
-     * file that still has sessions drains without force: hidden from new logins and
-     * SendTargets now, removed when its last session ends (ctl_reap_drained); force logs
-     * them out and removes it now. */
+/* Apply: whole targets, last, as removing one renumbers the running ones. A target gone from
+ * the file that still has sessions drains without force: hidden from new logins and
+ * SendTargets now, removed when its last session ends (ctl_reap_drained); force logs them out
+ * and removes it now. Then the file's new targets. */
+static void apply_targets(struct daemon *d, const struct target_config *file, bool force,
+                          json_t *applied, json_t *restart)
+{
     for (unsigned t = 0; t < d->cfg.ntargets;) {
         char name[ISCSI_NAME_MAX + 1];
         snprintf(name, sizeof(name), "%s", d->cfg.targets[t].name);
-        if (find_conf(&file, name)) {
+        if (find_conf(file, name)) {
             if (ctl_target_undrain(d, t))
                 note(applied, "target %s served again (it was draining)", name);
             t++;
@@ -623,8 +604,8 @@ static json_t *reload(struct daemon *d, bool force, char *err, size_t errlen)
         }
         t++;
     }
-    for (unsigned i = 0; i < file.ntargets; i++) {
-        const struct target_node_conf *f = &file.targets[i];
+    for (unsigned i = 0; i < file->ntargets; i++) {
+        const struct target_node_conf *f = &file->targets[i];
         if (find_conf(&d->cfg, f->name))
             continue;
         char why[1024];
@@ -634,16 +615,20 @@ static json_t *reload(struct daemon *d, bool force, char *err, size_t errlen)
         else
             note(restart, "target %s not added: %s", f->name, why);
     }
+}
 
-    if (!d->cfg.cli_log_level && file.log_level != log_get_level()) {
+/* The log level, then the file becomes what the next reload compares with; the answer. */
+static json_t *reload_done(struct daemon *d, struct target_config *file, json_t *applied,
+                           json_t *restart)
+{
+    if (!d->cfg.cli_log_level && file->log_level != log_get_level()) {
         static const char *const names[] = {"error", "warn", "info", "debug"};
-        log_set_level(file.log_level);
-        d->cfg.log_level = file.log_level;
-        note(applied, "log-level %s", names[file.log_level]);
+        log_set_level(file->log_level);
+        d->cfg.log_level = file->log_level;
+        note(applied, "log-level %s", names[file->log_level]);
     }
-    /* The file is now what the next reload compares with. */
     target_config_free(&d->file_cfg);
-    d->file_cfg = file;
+    d->file_cfg = *file;
     size_t i;
     json_t *v;
     json_array_foreach(applied, i, v) LOG_INFO("reload: %s", json_string_value(v));
@@ -654,4 +639,47 @@ static json_t *reload(struct daemon *d, bool force, char *err, size_t errlen)
              json_array_size(restart));
     return json_pack("{s:s, s:o, s:o}", "config", d->cfg.config_path, "applied", applied,
                      "needs_restart", restart);
+}
+
+static json_t *reload(struct daemon *d, bool force, char *err, size_t errlen)
+{
+    struct target_config file;
+    target_config_init(&file);
+    if (target_config_load(&file, d->cfg.config_path, err, errlen) < 0) {
+        target_config_free(&file);
+        return NULL; /* err: "FILE:LINE: reason"; nothing changed */
+    }
+    if (!force && refuse_live_loss(d, &file, err, errlen) < 0) {
+        target_config_free(&file);
+        return NULL;
+    }
+    json_t *applied = json_array(), *restart = json_array();
+    /* Plan: everything that can fail the reload, before anything changes. */
+    struct reload_plan plan = {0};
+    if (plan_lun_adds(d, &file, &plan, restart, err, errlen) < 0 ||
+        plan_targets_portals(d, &file, err, errlen) < 0) {
+        plan_abort(d, &file, &plan);
+        json_decref(applied);
+        json_decref(restart);
+        target_config_free(&file);
+        return NULL;
+    }
+    /* Nothing can fail the reload from here on: apply. CHAP first, then what still differs
+     * and cannot change is listed; LUNs gone from the file, and write protection, then the
+     * new LUNs, the portals and allow lists, the whole targets. */
+    apply_chap(d, &file, applied);
+    diff_fixed(&d->cfg, &file, restart);
+    for (unsigned t = 0; t < d->built.n; t++) {
+        const struct target_node_conf *f = find_conf(&file, d->cfg.targets[t].name);
+        if (f)
+            apply_lun_changes(d, t, f, applied, restart);
+    }
+    apply_lun_adds(d, &plan, applied, restart);
+    for (unsigned t = 0; t < d->built.n; t++) {
+        const struct target_node_conf *f = find_conf(&file, d->cfg.targets[t].name);
+        if (f)
+            apply_access(d, t, f, force, applied, restart);
+    }
+    apply_targets(d, &file, force, applied, restart);
+    return reload_done(d, &file, applied, restart);
 }

@@ -503,101 +503,110 @@ static char *render(struct doc *d, struct daemon *dm, const struct target_config
     return out;
 }
 
-json_t *ctl_save(struct daemon *dm, const char *path, char *err, size_t errlen)
+/* Where save writes: path (absolute), else the --config file; a symbolic link stays one (the
+ * file it points to is what gets replaced). 0 with dest filled and *st / *exists set, or -1. */
+static int save_dest(struct daemon *dm, const char *path, char dest[PATH_MAX], struct stat *st,
+                     bool *exists, char *err, size_t errlen)
 {
-    const char *layout = dm->cfg.config_path[0] ? dm->cfg.config_path : NULL;
     if (!path)
-        path = layout;
+        path = dm->cfg.config_path[0] ? dm->cfg.config_path : NULL;
     if (!path) {
         snprintf(err, errlen,
                  "the daemon was started without --config: name the file to save to "
                  "(linerate-ctl save FILE)");
-        return NULL;
+        return -1;
     }
     if (path[0] != '/') {
         snprintf(err, errlen, "'%s': the file must be an absolute path", path);
-        return NULL;
+        return -1;
     }
-    /* A symbolic link stays one: the file it points to is what gets replaced. */
-    char real[PATH_MAX];
-    const char *dest = realpath(path, real) ? real : path;
-    struct stat st;
-    bool exists = stat(dest, &st) == 0;
-    if (exists && !S_ISREG(st.st_mode)) {
+    if (!realpath(path, dest))
+        snprintf(dest, PATH_MAX, "%s", path);
+    *exists = stat(dest, st) == 0;
+    if (*exists && !S_ISREG(st->st_mode)) {
         snprintf(err, errlen, "%s is not a regular file", dest);
-        return NULL;
+        return -1;
     }
+    return 0;
+}
 
-    struct doc doc = {0};
-    struct target_config file;
-    struct target_section_defaults defs;
-    target_config_init(&file);
-    target_params_default(&defs.params);
-    memset(&defs.alua, 0, sizeof(defs.alua));
-    defs.chap_algs = dm->cfg.chap_algs;
-    json_t *res = NULL;
-    char *text = NULL, tmp[PATH_MAX] = "";
-    int fd = -1;
+/* The text to save: the --config file's lines (layout, loaded into file and defs) edited to
+ * what runs, then the sections of targets it does not have. NULL with err set. */
+static char *save_text(struct daemon *dm, const char *layout, struct doc *doc,
+                       struct target_config *file, struct target_section_defaults *defs, char *err,
+                       size_t errlen)
+{
     if (layout) {
-        if (target_config_load_defaults(&file, layout, &defs, err, errlen) < 0) {
+        if (target_config_load_defaults(file, layout, defs, err, errlen) < 0) {
             char why[1024];
             snprintf(why, sizeof(why), "%s", err);
             snprintf(err, errlen,
                      "the config file no longer loads, so its layout cannot be kept: %s", why);
-            goto out;
+            return NULL;
         }
-        if (doc_read(&doc, layout, err, errlen) < 0)
-            goto out;
+        if (doc_read(doc, layout, err, errlen) < 0)
+            return NULL;
     }
     /* (without a layout, render writes every global key, the log level among them) */
-    if (layout && !edit_globals(&doc, &dm->cfg, &file))
-        goto oom;
-    for (unsigned s = 0; s < doc.ns; s++) {
+    bool ok = !layout || edit_globals(doc, &dm->cfg, file);
+    for (unsigned s = 0; ok && s < doc->ns; s++) {
         const struct target_node_conf *f = NULL, *r = NULL;
-        for (unsigned i = 0; i < file.ntargets && !f; i++)
-            if (strcasecmp(file.targets[i].name, doc.s[s].name) == 0)
-                f = &file.targets[i];
+        for (unsigned i = 0; i < file->ntargets && !f; i++)
+            if (strcasecmp(file->targets[i].name, doc->s[s].name) == 0)
+                f = &file->targets[i];
         /* A draining target (a reload dropped it) is on its way out: not saved. */
         for (unsigned i = 0; i < dm->cfg.ntargets && !r; i++)
-            if (strcasecmp(dm->cfg.targets[i].name, doc.s[s].name) == 0 &&
+            if (strcasecmp(dm->cfg.targets[i].name, doc->s[s].name) == 0 &&
                 !ctl_target_draining(dm, i))
                 r = &dm->cfg.targets[i];
         if (!f)
             continue; /* cannot be: the file loaded */
         if (!r)
-            drop_section(&doc, s);
-        else if (!edit_section(&doc, s, r, f))
-            goto oom;
+            drop_section(doc, s);
+        else
+            ok = edit_section(doc, s, r, f);
     }
-    text = render(&doc, dm, &file, &defs, layout != NULL);
+    char *text = ok ? render(doc, dm, file, defs, layout != NULL) : NULL;
     if (!text)
-        goto oom;
+        snprintf(err, errlen, "out of memory");
+    return text;
+}
 
-    /* Atomically: a temporary file beside the destination, renamed over it (the naming of
-     * atomic_file.h, whose sweep first removes what a save cut by a crash left). */
+/* Atomically: a temporary file beside dest (the naming of atomic_file.h, whose sweep first
+ * removes what a save cut by a crash left), with the old file's mode and owner, written and
+ * synced. 0 with its name in tmp, or -1 (tmp "" when none was made). */
+static int save_tmp(const char *dest, const struct stat *st, bool exists, const char *text,
+                    char tmp[PATH_MAX], char *err, size_t errlen)
+{
     atomic_file_sweep(dest);
     char dircopy[PATH_MAX], basecopy[PATH_MAX];
     snprintf(dircopy, sizeof(dircopy), "%s", dest);
     snprintf(basecopy, sizeof(basecopy), "%s", dest);
     const char *dir = dirname(dircopy), *base = basename(basecopy);
-    snprintf(tmp, sizeof(tmp), "%s/.%s.XXXXXX", dir, base);
-    fd = mkstemp(tmp);
+    snprintf(tmp, PATH_MAX, "%s/.%s.XXXXXX", dir, base);
+    int fd = mkstemp(tmp);
     if (fd < 0) {
         snprintf(err, errlen, "cannot create a file in %s: %s", dir, strerror(errno));
         tmp[0] = '\0';
-        goto out;
+        return -1;
     }
-    mode_t mode = exists ? st.st_mode & 07777 : 0644;
+    mode_t mode = exists ? st->st_mode & 07777 : 0644;
     if (fchmod(fd, mode) < 0 ||
-        (exists && fchown(fd, st.st_uid, st.st_gid) < 0 && errno != EPERM) ||
+        (exists && fchown(fd, st->st_uid, st->st_gid) < 0 && errno != EPERM) ||
         write_all(fd, text, strlen(text)) < 0 || fsync(fd) < 0) {
         snprintf(err, errlen, "cannot write %s: %s", tmp, strerror(errno));
-        goto out;
+        close(fd);
+        return -1;
     }
     close(fd);
-    fd = -1;
+    return 0;
+}
 
-    /* What was written must load and match what runs, or the old file stays. */
+/* What was written must load and match what runs, or the old file stays; then it replaces
+ * dest. The differences that remain (save_text cannot write them) in *diffs. */
+static int save_commit(struct daemon *dm, const char *layout, const char *dest, char *tmp,
+                       json_t **diffs, char *err, size_t errlen)
+{
     struct target_config saved;
     target_config_init(&saved);
     char why[1024];
@@ -611,16 +620,17 @@ json_t *ctl_save(struct daemon *dm, const char *path, char *err, size_t errlen)
                      dest, rest, dest);
         else
             snprintf(err, errlen, "what runs cannot be saved: %s; %s left as it was", why, dest);
-        goto out;
+        return -1;
     }
-    json_t *diffs = json_array();
-    ctl_config_diff(dm, &saved, diffs);
+    *diffs = json_array();
+    ctl_config_diff(dm, &saved, *diffs);
     if (rename(tmp, dest) < 0) {
         target_config_free(&saved);
         snprintf(err, errlen, "cannot replace %s: %s", dest, strerror(errno));
-        json_decref(diffs);
-        goto out;
+        json_decref(*diffs);
+        return -1;
     }
+    tmp[0] = '\0';
     /* Saved into the --config file: what runs is in the file now, nothing of it is a live
      * change a reload would have to keep (ctl_reload.c). */
     char creal[PATH_MAX];
@@ -630,33 +640,50 @@ json_t *ctl_save(struct daemon *dm, const char *path, char *err, size_t errlen)
     } else {
         target_config_free(&saved);
     }
-    tmp[0] = '\0';
-    int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    char dircopy[PATH_MAX];
+    snprintf(dircopy, sizeof(dircopy), "%s", dest);
+    int dfd = open(dirname(dircopy), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (dfd >= 0) {
         fsync(dfd); /* the rename itself survives a crash */
         close(dfd);
     }
-    unsigned kept = 0;
-    for (unsigned i = 0; i < doc.n; i++)
-        kept += !doc.l[i].dead && !doc.l[i].repl;
-    res = json_pack("{s:s, s:i, s:i, s:i, s:i, s:o}", "file", dest, "lines_kept", (int)kept,
-                    "lines_changed", (int)doc.changed, "lines_added", (int)doc.added,
-                    "lines_removed", (int)doc.removed, "differences", diffs);
-    char qfile[2 * PATH_MAX + 3];
-    LOG_INFO("event=config-saved file=%s kept=%u changed=%u added=%u removed=%u",
-             log_quote(qfile, sizeof(qfile), dest), kept, doc.changed, doc.added, doc.removed);
-    {
+    return 0;
+}
+
+json_t *ctl_save(struct daemon *dm, const char *path, char *err, size_t errlen)
+{
+    const char *layout = dm->cfg.config_path[0] ? dm->cfg.config_path : NULL;
+    char dest[PATH_MAX];
+    struct stat st;
+    bool exists;
+    if (save_dest(dm, path, dest, &st, &exists, err, errlen) < 0)
+        return NULL;
+    struct doc doc = {0};
+    struct target_config file;
+    struct target_section_defaults defs;
+    target_config_init(&file);
+    target_params_default(&defs.params);
+    memset(&defs.alua, 0, sizeof(defs.alua));
+    defs.chap_algs = dm->cfg.chap_algs;
+    json_t *res = NULL, *diffs = NULL;
+    char tmp[PATH_MAX] = "";
+    char *text = save_text(dm, layout, &doc, &file, &defs, err, errlen);
+    if (text && save_tmp(dest, &st, exists, text, tmp, err, errlen) == 0 &&
+        save_commit(dm, layout, dest, tmp, &diffs, err, errlen) == 0) {
+        unsigned kept = 0;
+        for (unsigned i = 0; i < doc.n; i++)
+            kept += !doc.l[i].dead && !doc.l[i].repl;
+        res = json_pack("{s:s, s:i, s:i, s:i, s:i, s:o}", "file", dest, "lines_kept", (int)kept,
+                        "lines_changed", (int)doc.changed, "lines_added", (int)doc.added,
+                        "lines_removed", (int)doc.removed, "differences", diffs);
+        char qfile[2 * PATH_MAX + 3];
+        LOG_INFO("event=config-saved file=%s kept=%u changed=%u added=%u removed=%u",
+                 log_quote(qfile, sizeof(qfile), dest), kept, doc.changed, doc.added, doc.removed);
         size_t i;
         json_t *v;
         json_array_foreach(diffs, i, v)
             LOG_WARN("save: %s still differs from what runs: %s", dest, json_string_value(v));
     }
-    goto out;
-oom:
-    snprintf(err, errlen, "out of memory");
-out:
-    if (fd >= 0)
-        close(fd);
     if (tmp[0])
         unlink(tmp);
     free(text);

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "iscsi/conn.h"
+#include "iscsi/session.h"
 #include "reactor/reactor.h"
 #include "util/log.h"
 

@@ -7,6 +7,8 @@
 
 #include "iscsi/auth.h"
 #include "iscsi/conn.h"
+#include "iscsi/discovery.h"
+#include "iscsi/session.h"
 #include "util/log.h"
 
 #define TEXT_TTT 0x5445u /* "TE": one text exchange at a time per connection */

@@ -10,6 +10,9 @@
 
 #include "iscsi/auth.h"
 #include "iscsi/conn.h"
+#include "iscsi/login.h"
+#include "iscsi/session.h"
+#include "iscsi/session_conns.h"
 #include "util/log.h"
 
 unsigned iscsi_target_erl_max = ISCSI_ERL_IMPLEMENTED;
@@ -63,14 +66,6 @@ void login_conn_cleanup(struct iscsi_conn *c)
         iscsi_auth_free(c->auth);
         c->auth = NULL;
     }
-}
-
-void conn_peer_addr(const struct iscsi_conn *c, char *out, size_t len)
-{
-    snprintf(out, len, "%s", c->peer);
-    char *colon = strrchr(out, ':');
-    if (colon && colon != out)
-        *colon = '\0';
 }
 
 static struct wire_pdu *login_rsp_alloc(struct iscsi_conn *c, uint8_t flags)
@@ -480,7 +475,8 @@ int login_handle(struct iscsi_conn *c, struct iscsi_pdu_in *p)
         st = login_pick_node(c, c->login_in.data, c->login_in.len);
         if (st != ISCSI_LOGIN_OK) {
             iscsi_neg_init(&c->neg, ISCSI_SIDE_TARGET, NULL);
-            /* keep the name for the log line */
+            /* a clean negotiation state: nothing of this request was taken, so the
+             * refusal's log line names no initiator */
             return login_fail(c, st, "unknown TargetName");
         }
     }

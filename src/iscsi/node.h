@@ -108,7 +108,7 @@ struct iscsi_server {
     unsigned nnodes;
     struct reactor **reactors;
     unsigned nreactors;
-    /* What each reactor's connections share (conn.h), indexed by reactor id; NULL: nothing
+    /* What each reactor's connections share (iscsi/task.h), indexed by reactor id; NULL: nothing
      * shared (every connection keeps its own pools). */
     struct iscsi_reactor_local *local;
     /* Session table, shared by all reactors (logins and logouts only, never per PDU). */

@@ -1,13 +1,19 @@
 /* ErrorRecoveryLevel 2 on the target: the tasks of a connection that failed, was logged out
  * "for recovery" or was reinstated outlive it (RFC 7143 §7.2.2, §11.14.1 reason 2, §6.3.4) in
  * an orphan group of their session, until TASK REASSIGN moves each to another connection
- * (tmf.c, cmd.c) or Time2Wait + Time2Retain pass and they end (§11.14.5 c, §11.15.2). One
- * group per connection: its timer runs on the dead connection's reactor, and everything in it
- * is touched under the session's lock only. */
+ * (tmf.c; the resuming is at the end of this file) or Time2Wait + Time2Retain pass and they end
+ * (§11.14.5 c, §11.15.2). One group per connection: its timer runs on the dead connection's
+ * reactor, and everything in it is touched under the session's lock only. */
 #include <assert.h>
 #include <stdlib.h>
 
 #include "iscsi/conn.h"
+#include "iscsi/dataout.h"
+#include "iscsi/exec.h"
+#include "iscsi/orphan.h"
+#include "iscsi/response.h"
+#include "iscsi/session.h"
+#include "iscsi/task.h"
 #include "reactor/reactor.h"
 #include "util/log.h"
 
@@ -55,7 +61,7 @@ void orphans_add_locked(struct iscsi_orphans *g, struct iscsi_task *t)
  * is given back (an answered one counted nothing any more). */
 static void orphan_uncount_locked(struct iscsi_session *s, const struct iscsi_task *t)
 {
-    if (t->aborted || t->state == TASK_RETAINED || t->state == TASK_SENDING)
+    if (t->aborted || task_answered(t))
         return;
     if (t->cmdsn_pending)
         return; /* never entered the window */
@@ -73,7 +79,7 @@ struct cleared_luns {
 
 static void cleared_add(struct cleared_luns *cl, const struct iscsi_task *t)
 {
-    if (t->state == TASK_RETAINED || t->state == TASK_SENDING || t->aborted)
+    if (task_answered(t) || t->aborted)
         return; /* answered: the initiator has its status, nothing was cleared */
     for (unsigned i = 0; i < cl->n; i++)
         if (cl->lun[i] == t->scsi.lun)
@@ -407,4 +413,233 @@ unsigned orphans_abort(struct iscsi_server *srv, orphans_match match, const void
     while ((ln = list_pop(&dead)) != NULL)
         task_put(list_entry(ln, struct iscsi_task, node)); /* the group's, the last */
     return n;
+}
+
+/* ---------------- ERL 2: a lost connection's tasks, and their reassignment ---------------- */
+
+static void orphan_store_completed(struct iscsi_task *t);
+
+/* ERL 2: the tasks of c become orphans of g, with the session's lock held throughout. Kept:
+ * every task the CmdSN window acknowledged (run, running, answered and not acknowledged,
+ * taking Data-Out, or released and not yet run). Those still queued for their CmdSN turn
+ * leave the CmdSN queue here, under the same lock (§11.14: not acknowledged via ExpCmdSN, so
+ * discarded; the caller frees them): left there, a command on another connection could
+ * release one a moment later, acknowledging a command nobody will run. Left to the caller as
+ * well: aborted ones and a command whose immediate data never came under a data digest (its
+ * CmdSN not received). Returns false, keeping nothing, when the session is ending anyway. */
+bool orphans_fill(struct iscsi_conn *c, struct iscsi_orphans *g)
+{
+    struct iscsi_session *s = c->session;
+    pthread_mutex_lock(&s->lock);
+    if (s->closing || s->logged_out) {
+        pthread_mutex_unlock(&s->lock);
+        return false;
+    }
+    struct list_node *n, *tmp;
+    while ((n = list_pop(&c->released)) != NULL)
+        list_entry(n, struct iscsi_task, wait.node)->orphan_released = true;
+    list_for_each_safe(n, tmp, &c->tasks)
+    {
+        struct iscsi_task *t = list_entry(n, struct iscsi_task, node);
+        if (t->state == TASK_QUEUED && !t->orphan_released && !t->aborted) {
+            session_cmdsn_discard_locked(s, &t->wait);
+            continue;
+        }
+        if (t->aborted || t->state == TASK_SENDING || t->cmdsn_pending)
+            continue;
+        list_del(&t->node);
+        c->ntasks--;
+        task_hash_del(c, t);
+        assert(c->buf_bytes >= t->buf_charge);
+        c->buf_bytes -= t->buf_charge; /* the charge goes with the task */
+        if (t->state == TASK_RETAINED) {
+            list_del(&t->retained_node); /* its reference becomes the group's */
+            c->nretained--;
+        }
+        task_queue_leave(t); /* whoever reassigns it is another connection, maybe portal */
+        if (t->state == TASK_EXEC) {
+            t->orphan = ORPHAN_BUSY; /* completes on c, which the store's reference keeps */
+            t->orphan_done = orphan_store_completed;
+        } else {
+            t->orphan = ORPHAN_IDLE;
+            t->conn = NULL;
+        }
+        orphans_add_locked(g, t);
+    }
+    pthread_mutex_unlock(&s->lock);
+    return true;
+}
+
+/* An answered task whose status the initiator did not acknowledge on the dead connection
+ * (§7.2.2: "sending (or resending) the status"): a read's Data-In from ExpDataSN, any other's
+ * SCSI Response, with a new StatSN of c; then retained on c until acknowledged there. */
+static int reassign_answered(struct iscsi_conn *c, struct iscsi_task *t, uint32_t exp_datasn)
+{
+    uint32_t count = cmd_data_in_count(t);
+    int rc;
+    /* §11.5.1: ExpDataSN is 0 or at most the last DataSN sent + 1; any other value is
+     * ignored (0: the acknowledgement reference unchanged, which is 0 here: this target never
+     * asks for DataACK). */
+    if (exp_datasn > count)
+        exp_datasn = 0;
+    if (count && exp_datasn < count)
+        rc = rsp_resend_data_in_from(c, t, exp_datasn);
+    else
+        rc = rsp_status(c, t, RSP_REASSIGN, 0);
+    if (rc < 0) {
+        task_put(t);
+        return rc;
+    }
+    list_add_tail(&c->retained, &t->retained_node); /* the newest StatSN: order kept */
+    c->nretained++;
+    rsp_retained_bound(c);
+    return ISCSI_OK;
+}
+
+/* A write (or a command waiting for its data) whose Data-Out was under way on the dead
+ * connection: what its open R2T sequences and its unsolicited burst had not brought is
+ * solicited again on c, by R2Ts with c's TTTs and R2TSNs going on from the task's (the
+ * initiator does not send unsolicited data again after a reassignment). */
+static int reassign_data_out(struct iscsi_conn *c, struct iscsi_task *t)
+{
+    if (t->orphan_released) {
+        t->orphan_released = false;
+        t->state = TASK_DATA_OUT; /* its CmdSN turn came while it was an orphan */
+    }
+    bool room = true;
+    for (unsigned i = 0; i < ISCSI_MAX_R2T; i++) {
+        struct r2t_seq *seq = &t->r2t[i];
+        if (!seq->used)
+            continue;
+        room = room && dataout_hole_add(t, seq->offset + seq->got, seq->len - seq->got);
+        seq->used = false;
+    }
+    t->r2t_outstanding = 0;
+    /* the connection died inside the command PDU: its immediate data never came whole
+     * (its CmdSN was taken from the header, §7.2.2 still owes the command its data) */
+    if (t->imm_pending) {
+        room = room && dataout_hole_add(t, 0, t->imm_pending);
+        t->imm_pending = 0;
+    }
+    if (t->unsol_remaining) {
+        room = room && dataout_hole_add(t, t->unsol_next_off, t->unsol_remaining);
+        t->unsol_remaining = 0;
+    }
+    if (!room && !t->seq_failed && !t->refused)
+        dataout_sequence_failed(c, t,
+                                "too many Data-Out ranges to solicit again after "
+                                "TASK REASSIGN",
+                                ISCSI_RSVD_TAG, 0, 0, 0);
+    t->data_out_ms = reactor_now_ms();
+    t->stall_rounds = 0; /* a new connection: its own rounds */
+    task_hash_add(c, t);
+    if (!t->refused && !t->seq_failed && (t->nholes || t->r2t_offset < t->data_expected)) {
+        int rc = dataout_send_r2ts(c, t);
+        if (rc < 0)
+            return rc;
+    }
+    dataout_maybe_terminate(t);
+    return cmd_maybe_exec(c, t);
+}
+
+/* An orphan joins c's lists (on c's thread). */
+static void orphan_attach(struct iscsi_conn *c, struct iscsi_task *t)
+{
+    assert(t->conn == c && t->orphan == ORPHAN_NO && !t->aborted);
+    struct iscsi_session *s = t->orphan_sess;
+    t->orphan_sess = NULL;
+    list_add_tail(&c->tasks, &t->node);
+    c->ntasks++;
+    c->buf_bytes += t->buf_charge;
+    session_put(s); /* the orphan's; c holds the session */
+}
+
+int cmd_task_adopt_abort(struct iscsi_conn *c, struct iscsi_task *t)
+{
+    orphan_attach(c, t);
+    if (t->state == TASK_RETAINED) {
+        /* answered: its status again (retained on c until acknowledged), then the TMF
+         * Response; nothing left to abort */
+        int rc = rsp_status(c, t, RSP_REASSIGN, 0);
+        if (rc < 0) {
+            task_put(t);
+            return rc;
+        }
+        list_add_tail(&c->retained, &t->retained_node);
+        c->nretained++;
+        return ISCSI_OK;
+    }
+    if (t->state == TASK_EXEC) {
+        /* completed while orphaned, never answered: it counted in flight until now */
+        t->aborted = true;
+        session_cmd_done(c->session);
+        task_put(t);
+        return ISCSI_OK;
+    }
+    if (t->orphan_released) {
+        t->orphan_released = false;
+        t->state = TASK_DATA_OUT;
+    }
+    cmd_task_abort(t);
+    return ISCSI_OK;
+}
+
+int cmd_task_adopt(struct iscsi_conn *c, struct iscsi_task *t, uint32_t exp_datasn)
+{
+    orphan_attach(c, t);
+    CONN_LOG_LIMITED(c, LOG_LVL_INFO, "%s: ITT 0x%08x reassigned from CID %u to CID %u", c->peer,
+                     t->itt, t->orphan_cid, c->cid);
+    switch (t->state) {
+    case TASK_RETAINED:
+        return reassign_answered(c, t, exp_datasn);
+    case TASK_EXEC: /* completed while it had no connection, never answered */
+        return cmd_respond(c, t);
+    case TASK_QUEUED:
+    case TASK_DATA_OUT:
+        return reassign_data_out(c, t);
+    case TASK_SENDING:
+        break;
+    }
+    assert(!"an answered task is never an orphan");
+    return ISCSI_ERR_PROTOCOL;
+}
+
+/* On the new connection's reactor: a task claimed while the store had it arrives (its status
+ * not sent yet). If that connection went away meanwhile the command ends unanswered. */
+static void cmd_orphan_arrive(void *arg)
+{
+    struct iscsi_task *t = arg;
+    struct iscsi_conn *c = t->claim;
+    t->claim = NULL;
+    if (c->dead || c->phase != CONN_FFP || !c->session || t->abort_on_arrival) {
+        if (!t->abort_on_arrival)
+            LOG_INFO("ITT 0x%08x: its new connection (CID %u) closed before it completed: "
+                     "terminated",
+                     t->itt, c->cid);
+        session_cmd_done(t->orphan_sess); /* it counted in flight */
+        t->conn = NULL;
+        task_put(t);
+    } else {
+        t->conn = c;
+        conn_fail(c, cmd_task_adopt(c, t, 0));
+    }
+    conn_put(c); /* the claim's */
+}
+
+/* The store let go of an orphan (on the dead connection's reactor, the SCSI core's reference
+ * dropped): it stays in its group, goes to the connection that claimed it meanwhile, or ends
+ * if Time2Retain passed. */
+static void orphan_store_completed(struct iscsi_task *t)
+{
+    switch (orphans_store_done(t)) {
+    case FATE_STAY:
+        break; /* the group's now: not touched here any more */
+    case FATE_MOVE:
+        reactor_post(t->claim->reactor, &t->move_msg, cmd_orphan_arrive, t);
+        break;
+    case FATE_FREE:
+        t->conn = NULL;
+        task_put(t); /* the group's: the last */
+        break;
+    }
 }

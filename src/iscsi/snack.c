@@ -1,7 +1,7 @@
 /* SNACK Request on the target (RFC 7143 §11.16), at ErrorRecoveryLevel >= 1: the initiator
  * asks for Data-In, R2T or status PDUs again, acknowledges Data-In (DataACK), or asks for a
  * read's data cut anew (R-Data). What is asked for is rebuilt from the task: answered tasks
- * stay retained until ExpStatSN acknowledges their status (cmd.c), Data-In is re-read from
+ * stay retained until ExpStatSN acknowledges their status (response.c), Data-In is re-read from
  * where the data lives and cut the way it was the first time, an R2T comes from its open
  * sequence. A SNACK for anything not sent, or already acknowledged, is rejected with reason
  * Protocol Error (§11.16: MUST). At ERL 0 the dispatcher answers SNACK with "command not
@@ -10,7 +10,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "iscsi/cmd.h"
 #include "iscsi/conn.h"
+#include "iscsi/dataout.h"
+#include "iscsi/response.h"
+#include "iscsi/rsp_ring.h"
+#include "iscsi/snack.h"
+#include "iscsi/task.h"
 #include "util/iov.h"
 #include "util/log.h"
 
@@ -24,67 +30,6 @@ enum snack_type {
     SNACK_RDATA = 3,
 };
 
-/* Responses kept besides the tasks: few are in flight at once (a TMF, a NOP-In, a Reject). A
- * Status SNACK for one overwritten meanwhile is rejected (snack_status). */
-#define ISCSI_RSP_RING 16u
-
-struct rsp_copy {
-    uint32_t statsn;
-    bool used;
-    struct iscsi_bhs bhs;
-    uint8_t *data;
-    uint32_t dlen;
-};
-
-static bool keeps_response(const struct iscsi_bhs *h)
-{
-    switch (bhs_opcode(h)) {
-    case ISCSI_OP_NOP_IN: /* an answer to a NOP-Out; a ping (ITT reserved) takes no StatSN */
-        return bhs_get32(h, BHS_ITT) != ISCSI_RSVD_TAG;
-    case ISCSI_OP_REJECT:
-    case ISCSI_OP_ASYNC_MSG: /* numbered too (§11.9) */
-    case ISCSI_OP_TMF_RSP:
-    case ISCSI_OP_TEXT_RSP:
-    case ISCSI_OP_LOGOUT_RSP:
-        return true;
-    default:
-        return false; /* SCSI Response and Data-In: rebuilt from the retained task */
-    }
-}
-
-void snack_keep_response(struct iscsi_conn *c, const struct iscsi_bhs *h, const struct iovec *data,
-                         int datacnt, uint32_t dlen)
-{
-    if (c->rsp_resending || !keeps_response(h))
-        return;
-    if (!c->rsp_ring) {
-        c->rsp_ring = calloc(ISCSI_RSP_RING, sizeof(*c->rsp_ring));
-        if (!c->rsp_ring)
-            return; /* kept nothing: a SNACK for it is rejected, as for one overwritten */
-    }
-    struct rsp_copy *k = &c->rsp_ring[c->rsp_ring_next++ % ISCSI_RSP_RING];
-    free(k->data);
-    *k = (struct rsp_copy){.statsn = bhs_get32(h, BHS_STATSN), .bhs = *h};
-    if (dlen) {
-        k->data = malloc(dlen);
-        if (!k->data)
-            return;
-        iov_copy_out(data, datacnt, k->data, dlen);
-        k->dlen = dlen;
-    }
-    k->used = true;
-}
-
-void snack_conn_cleanup(struct iscsi_conn *c)
-{
-    if (!c->rsp_ring)
-        return;
-    for (unsigned i = 0; i < ISCSI_RSP_RING; i++)
-        free(c->rsp_ring[i].data);
-    free(c->rsp_ring);
-    c->rsp_ring = NULL;
-}
-
 /* A kept response again: the same header and data but for the current ExpCmdSN and MaxCmdSN
  * (§11.16). Queued through conn_send, which copies it into the ring once more (same StatSN). */
 static int resend_copy(struct iscsi_conn *c, const struct rsp_copy *k)
@@ -96,10 +41,28 @@ static int resend_copy(struct iscsi_conn *c, const struct rsp_copy *k)
     *h = k->bhs;
     conn_fill_sn(c, h, false);
     bhs_put32(h, BHS_STATSN, k->statsn);
-    c->rsp_resending = true; /* the ring has it already */
+    c->rsp_ring.resending = true; /* the ring has it already */
     int rc = conn_send_copy(c, p, k->data, k->dlen);
-    c->rsp_resending = false;
+    c->rsp_ring.resending = false;
     return rc;
+}
+
+/* R-Data SNACK (§11.16.3): every Data-In again, cut to the initiator's current
+ * MaxRecvDataSegmentLength and numbered from 0, then a SCSI Response with the SNACK Tag and
+ * the original StatSN. */
+static int resend_resegmented(struct iscsi_conn *c, struct iscsi_task *t, uint32_t snack_tag)
+{
+    assert(t->state == TASK_RETAINED);
+    if (t->din_total) {
+        t->din_pdu_len = c->max_send_dsl;
+        t->din_recut_pdu = 0; /* one cut again, numbered from 0 */
+        uint32_t count = cmd_data_in_count(t);
+        int rc = rsp_queue_data_in_run(c, t, 0, count, DIN_NO_STATUS);
+        if (rc < 0)
+            return rc;
+        t->datasn_in = count;
+    }
+    return rsp_status(c, t, RSP_AGAIN, snack_tag);
 }
 
 static int snack_reject(struct iscsi_conn *c, const struct iscsi_bhs *req, uint8_t reason,
@@ -187,8 +150,8 @@ static int snack_status(struct iscsi_conn *c, const struct iscsi_bhs *req)
     /* the kept responses in the run, in StatSN order, merged with the retained tasks' */
     const struct rsp_copy *kept[ISCSI_RSP_RING];
     unsigned nkept = 0;
-    for (unsigned i = 0; c->rsp_ring && i < ISCSI_RSP_RING; i++) {
-        const struct rsp_copy *k = &c->rsp_ring[i];
+    for (unsigned i = 0; c->rsp_ring.slot && i < ISCSI_RSP_RING; i++) {
+        const struct rsp_copy *k = &c->rsp_ring.slot[i];
         if (!k->used || sn_lt(k->statsn, beg) || !sn_lt(k->statsn, end))
             continue;
         unsigned at = nkept++;
@@ -244,7 +207,7 @@ static int snack_rdata(struct iscsi_conn *c, const struct iscsi_bhs *req)
     struct iscsi_task *t = retained_task(c, bhs_get32(req, BHS_ITT));
     if (!t || t->scsi.dir != SCSI_DIR_READ)
         return snack_reject(c, req, ISCSI_REJECT_PROTOCOL_ERROR, "no answered read to re-send");
-    return cmd_resend_resegmented(c, t, bhs_get32(req, BHS_TTT));
+    return resend_resegmented(c, t, bhs_get32(req, BHS_TTT));
 }
 
 int snack_handle(struct iscsi_conn *c, struct iscsi_pdu_in *p)

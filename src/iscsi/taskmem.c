@@ -5,7 +5,8 @@
 #include <assert.h>
 #include <inttypes.h>
 
-#include "iscsi/conn.h"
+#include "iscsi/node.h"
+#include "iscsi/taskmem.h"
 #include "reactor/reactor.h"
 #include "util/log.h"
 

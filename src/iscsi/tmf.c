@@ -13,7 +13,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "iscsi/cmd.h"
 #include "iscsi/conn.h"
+#include "iscsi/exec.h"
+#include "iscsi/orphan.h"
+#include "iscsi/session.h"
+#include "iscsi/session_conns.h"
+#include "iscsi/task.h"
+#include "iscsi/tmf.h"
 #include "util/log.h"
 
 static int tmf_respond(struct iscsi_conn *c, const struct iscsi_bhs *req, uint8_t response)
@@ -119,7 +126,7 @@ static struct iscsi_task *conn_abortable_task(struct iscsi_conn *c, uint32_t itt
 {
     for (struct list_node *ln = c->tasks.next; ln != &c->tasks; ln = ln->next) {
         struct iscsi_task *t = list_entry(ln, struct iscsi_task, node);
-        if (t->itt == itt && !t->aborted && t->state != TASK_SENDING && t->state != TASK_RETAINED)
+        if (t->itt == itt && !t->aborted && !task_answered(t))
             return t;
     }
     return NULL;
@@ -606,6 +613,79 @@ static bool target_reset_allowed(struct iscsi_conn *c, bool cold)
     return false;
 }
 
+/* ABORT TASK (RFC 7143 §11.5.1): the task named by its ITT on this connection, else on the
+ * session's other connections or, at ERL 2, among its orphans. win_exp/win_max: the CmdSN window
+ * as it was when the TMF arrived. */
+static int tmf_abort_task(struct iscsi_conn *c, const struct iscsi_bhs *req, uint64_t lun,
+                          uint32_t cmdsn, uint32_t win_exp, uint32_t win_max)
+{
+    struct iscsi_session *s = c->session;
+    uint32_t rtt = bhs_get32(req, BHS_RTT);
+    struct iscsi_task *t = conn_abortable_task(c, rtt);
+    if (t) /* the common case: the task is on this connection */
+        return tmf_answer_quiet(c, req, abort_named_task(t, lun, c->cid), lun, false);
+    /* ERL 2, an orphan has the ITT: the other connections look first, and one that has a
+     * task with the ITT aborts it. It is the newer: a connection closing behind the
+     * request (reinstated, removed for recovery) may still hold it, while the orphan is
+     * one whose status the initiator had before it gave the ITT to a new command. Only if
+     * none has it, answered or not, is the orphan aborted (abort_orphan, from
+     * abort_task_respond); one here, answered, is newer too. */
+    bool orphans_too = conn_erl(c) >= 2 && !cmd_task_lookup(c, rtt);
+    if (orphans_too && orphans_has_itt(s, rtt))
+        return abort_task_other_conns(c, req, rtt, lun, ISCSI_TMF_RSP_NO_TASK, true);
+    /* §11.5.1 b: a task no connection has whose RefCmdSN is inside the window and less
+     * than the CmdSN of the TMF itself is considered received and aborted: "function
+     * complete". Otherwise (c) "task does not exist" and nothing is taken: a task that
+     * already completed is below the window, and one whose RefCmdSN is not below the
+     * TMF's CmdSN was not issued before it. That holds for an immediate TMF too, whose
+     * CmdSN is the one the next command will carry: RefCmdSN = CmdSN names a command the
+     * initiator has not sent, and taking it would drop that command unanswered. */
+    uint32_t ref = bhs_get32(req, BHS_REFCMDSN);
+    bool in_window = sn_le(win_exp, ref) && sn_le(ref, win_max) && sn_lt(ref, cmdsn);
+    /* Considered received: the command may still be on its way (on another connection,
+     * or just behind this TMF). Its CmdSN is taken now, before the other connections
+     * look, so it is dropped whenever it comes and the window moves past it. Had it come
+     * meanwhile, nothing is taken (it is queued, or ExpCmdSN is past it) and the search
+     * below finds and aborts it (a queued task aborted keeps its CmdSN taken). */
+    if (in_window)
+        session_consume_cmdsn(s, ref);
+    /* ERL 2, no orphan has the ITT yet: the orphans are still looked at when the answer
+     * is given, once every other connection has looked. A connection closing behind a
+     * Logout for recovery (or a reinstatement) posted before this TMF makes its tasks
+     * orphans before its leg runs: decided here, at arrival, the task would be "not
+     * there" and left an orphan until Time2Retain. Not when RefCmdSN is inside the
+     * window: an orphan's command was acknowledged (its CmdSN is below ExpCmdSN), so the
+     * one named is another, considered received and aborted (§11.5.1 b). */
+    return abort_task_other_conns(c, req, rtt, lun,
+                                  in_window ? ISCSI_TMF_RSP_COMPLETE : ISCSI_TMF_RSP_NO_TASK,
+                                  orphans_too && !in_window);
+}
+
+/* TARGET WARM RESET, TARGET COLD RESET (RFC 7143 §11.5.1): every task of the target ends, and
+ * each of its logical units is reset; a cold reset also drops every connection to it. */
+static int tmf_target_reset(struct iscsi_conn *c, const struct iscsi_bhs *req, bool cold)
+{
+    struct scsi_target *tgt = c->session->node->scsi;
+    if (!target_reset_allowed(c, cold))
+        return tmf_respond(c, req, ISCSI_TMF_RSP_REJECTED);
+    struct abort_fanout *f =
+        set_fanout(c, req, cold ? THEN_COLD_RESET : THEN_WARM_RESET, true, UINT64_MAX, 0, false);
+    if (!f)
+        return tmf_respond(c, req, ISCSI_TMF_RSP_REJECTED);
+    abort_conn_tasks(c, UINT64_MAX, 0, false);
+    /* A target reset resets each of its logical units (RFC 7143 §11.5.1): one on each LUN
+     * (not held; a LUN detached meanwhile is freed only after this turn) */
+    for (uint64_t l = 0; l < __atomic_load_n(&tgt->nluns, __ATOMIC_ACQUIRE); l++) {
+        struct scsi_lun *each = scsi_target_lun(tgt, l);
+        if (each)
+            iostats_event(iostats_shard(scsi_lun_stats(each), c->rid), IOSTATS_RESET);
+    }
+    iostats_event(c->st_session, IOSTATS_RESET);
+    iostats_event(c->st_portal, IOSTATS_RESET);
+    CONN_LOG_LIMITED(c, LOG_LVL_INFO, "%s: TARGET %s RESET", c->peer, cold ? "COLD" : "WARM");
+    return fanout_send(f); /* then reset_respond, or for a cold one set_respond */
+}
+
 int tmf_handle(struct iscsi_conn *c, struct iscsi_pdu_in *p)
 {
     struct iscsi_bhs *req = &p->bhs;
@@ -625,47 +705,8 @@ int tmf_handle(struct iscsi_conn *c, struct iscsi_pdu_in *p)
     struct scsi_lun *lu = scsi_target_lun(tgt, lun);
 
     switch (fn) {
-    case ISCSI_TMF_ABORT_TASK: {
-        uint32_t rtt = bhs_get32(req, BHS_RTT);
-        struct iscsi_task *t = conn_abortable_task(c, rtt);
-        if (t) /* the common case: the task is on this connection */
-            return tmf_answer_quiet(c, req, abort_named_task(t, lun, c->cid), lun, false);
-        /* ERL 2, an orphan has the ITT: the other connections look first, and one that has a
-         * task with the ITT aborts it. It is the newer: a connection closing behind the
-         * request (reinstated, removed for recovery) may still hold it, while the orphan is
-         * one whose status the initiator had before it gave the ITT to a new command. Only if
-         * none has it, answered or not, is the orphan aborted (abort_orphan, from
-         * abort_task_respond); one here, answered, is newer too. */
-        bool orphans_too = conn_erl(c) >= 2 && !cmd_task_lookup(c, rtt);
-        if (orphans_too && orphans_has_itt(s, rtt))
-            return abort_task_other_conns(c, req, rtt, lun, ISCSI_TMF_RSP_NO_TASK, true);
-        /* §11.5.1 b: a task no connection has whose RefCmdSN is inside the window and less
-         * than the CmdSN of the TMF itself is considered received and aborted: "function
-         * complete". Otherwise (c) "task does not exist" and nothing is taken: a task that
-         * already completed is below the window, and one whose RefCmdSN is not below the
-         * TMF's CmdSN was not issued before it. That holds for an immediate TMF too, whose
-         * CmdSN is the one the next command will carry: RefCmdSN = CmdSN names a command the
-         * initiator has not sent, and taking it would drop that command unanswered. */
-        uint32_t ref = bhs_get32(req, BHS_REFCMDSN);
-        bool in_window = sn_le(win_exp, ref) && sn_le(ref, win_max) && sn_lt(ref, cmdsn);
-        /* Considered received: the command may still be on its way (on another connection,
-         * or just behind this TMF). Its CmdSN is taken now, before the other connections
-         * look, so it is dropped whenever it comes and the window moves past it. Had it come
-         * meanwhile, nothing is taken (it is queued, or ExpCmdSN is past it) and the search
-         * below finds and aborts it (a queued task aborted keeps its CmdSN taken). */
-        if (in_window)
-            session_consume_cmdsn(s, ref);
-        /* ERL 2, no orphan has the ITT yet: the orphans are still looked at when the answer
-         * is given, once every other connection has looked. A connection closing behind a
-         * Logout for recovery (or a reinstatement) posted before this TMF makes its tasks
-         * orphans before its leg runs: decided here, at arrival, the task would be "not
-         * there" and left an orphan until Time2Retain. Not when RefCmdSN is inside the
-         * window: an orphan's command was acknowledged (its CmdSN is below ExpCmdSN), so the
-         * one named is another, considered received and aborted (§11.5.1 b). */
-        return abort_task_other_conns(c, req, rtt, lun,
-                                      in_window ? ISCSI_TMF_RSP_COMPLETE : ISCSI_TMF_RSP_NO_TASK,
-                                      orphans_too && !in_window);
-    }
+    case ISCSI_TMF_ABORT_TASK:
+        return tmf_abort_task(c, req, lun, cmdsn, win_exp, win_max);
     case ISCSI_TMF_ABORT_TASK_SET:
     case ISCSI_TMF_CLEAR_TASK_SET: {
         if (!lu) {
@@ -700,27 +741,8 @@ int tmf_handle(struct iscsi_conn *c, struct iscsi_pdu_in *p)
                          (unsigned long long)lun);
         return fanout_send(f); /* then reset_respond */
     case ISCSI_TMF_TARGET_WARM_RESET:
-    case ISCSI_TMF_TARGET_COLD_RESET: {
-        bool cold = fn == ISCSI_TMF_TARGET_COLD_RESET;
-        if (!target_reset_allowed(c, cold))
-            return tmf_respond(c, req, ISCSI_TMF_RSP_REJECTED);
-        struct abort_fanout *f = set_fanout(c, req, cold ? THEN_COLD_RESET : THEN_WARM_RESET, true,
-                                            UINT64_MAX, 0, false);
-        if (!f)
-            return tmf_respond(c, req, ISCSI_TMF_RSP_REJECTED);
-        abort_conn_tasks(c, UINT64_MAX, 0, false);
-        /* A target reset resets each of its logical units (RFC 7143 §11.5.1): one on each LUN
-         * (not held; a LUN detached meanwhile is freed only after this turn) */
-        for (uint64_t l = 0; l < __atomic_load_n(&tgt->nluns, __ATOMIC_ACQUIRE); l++) {
-            struct scsi_lun *each = scsi_target_lun(tgt, l);
-            if (each)
-                iostats_event(iostats_shard(scsi_lun_stats(each), c->rid), IOSTATS_RESET);
-        }
-        iostats_event(c->st_session, IOSTATS_RESET);
-        iostats_event(c->st_portal, IOSTATS_RESET);
-        CONN_LOG_LIMITED(c, LOG_LVL_INFO, "%s: TARGET %s RESET", c->peer, cold ? "COLD" : "WARM");
-        return fanout_send(f); /* then reset_respond, or for a cold one set_respond */
-    }
+    case ISCSI_TMF_TARGET_COLD_RESET:
+        return tmf_target_reset(c, req, fn == ISCSI_TMF_TARGET_COLD_RESET);
     case ISCSI_TMF_TASK_REASSIGN:
         /* §7.2.2: below ERL 2 allegiance reassignment is not supported */
         if (conn_erl(c) < 2)

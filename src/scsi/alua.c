@@ -58,8 +58,11 @@ static struct scsi_alua_group *find_group(struct scsi_lun *lu, uint16_t id)
     return NULL;
 }
 
-void alua_lun_init(struct scsi_lun *lu, const struct scsi_lun_config *cfg)
+static int alua_lun_init(struct scsi_lun *lu, const struct scsi_lun_config *cfg, char *err,
+                         size_t errlen)
 {
+    (void)err;
+    (void)errlen;
     const struct scsi_target *tg = lu->target;
     lu->alua[0].id = tg->tpgt ? tg->tpgt : 1; /* as VPD 0x83 reports it */
     lu->alua[0].state = (uint8_t)(cfg->alua_state_set ? cfg->alua_state : tg->alua_state);
@@ -74,20 +77,10 @@ void alua_lun_init(struct scsi_lun *lu, const struct scsi_lun_config *cfg)
         else if (!g && lu->alua_ngroups < SCSI_ALUA_GROUPS_MAX)
             lu->alua[lu->alua_ngroups++] = cfg->alua_peers[i];
     }
+    return 0;
 }
 
-scsi_sr alua_gate(const struct scsi_lun *lu, const struct scsi_cmd *c)
-{
-    /* SPC-4 §5.16.2.4.5: in standby the device server answers INQUIRY, LOG SELECT/SENSE, MODE
-     * SELECT/SENSE, REPORT LUNS, RECEIVE/SEND DIAGNOSTIC, REPORT and SET TARGET PORT GROUPS,
-     * REQUEST SENSE, PERSISTENT RESERVE IN/OUT and the echo buffer modes of READ/WRITE
-     * BUFFER (those offered here carry CMD_STANDBY_OK); anything else is NOT READY, LOGICAL
-     * UNIT NOT ACCESSIBLE, TARGET PORT IN STANDBY STATE. TEST UNIT READY included, which is
-     * how a multipath path checker learns the path is not for I/O. */
-    if (lu->alua[0].state == SCSI_ALUA_STANDBY && !(c->flags & CMD_STANDBY_OK))
-        return SR_ALUA_STANDBY;
-    return SR_OK;
-}
+const struct scsi_lun_hooks alua_lun_hooks = {.name = "alua", .init = alua_lun_init};
 
 /* --- REPORT TARGET PORT GROUPS (SPC-4 §6.27) --- */
 

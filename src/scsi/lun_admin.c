@@ -221,7 +221,7 @@ static void resize_notified(void *arg)
         scsi_offload_submit(&rz->off);
 }
 
-void scsi_lun_resize_watch(struct scsi_lun *lu)
+static void resize_watch(struct scsi_lun *lu)
 {
     const struct bs_ops *o = lu->bs->ops;
     if (!o->size_watch || !o->size_refresh)
@@ -249,7 +249,7 @@ void scsi_lun_resize_watch(struct scsi_lun *lu)
     }
 }
 
-void scsi_lun_resize_stop(struct scsi_lun *lu)
+static void resize_stop(struct scsi_lun *lu)
 {
     struct scsi_lun_resize *rz = lu->resize;
     if (!rz)
@@ -264,3 +264,8 @@ void scsi_lun_resize_stop(struct scsi_lun *lu)
     free(rz);
     lu->resize = NULL;
 }
+
+/* an RBD image resized by someone else raises CAPACITY DATA HAS CHANGED; the job uses the
+ * store and the LUN */
+const struct scsi_lun_hooks scsi_lun_resize_hooks = {
+    .name = "resize watch", .start = resize_watch, .stop = resize_stop};

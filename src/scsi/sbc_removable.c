@@ -71,7 +71,7 @@ void sbc_exec_prevent_allow(struct scsi_task *t, const struct scsi_cmd *c)
     scsi_task_complete(t, SR_OK);
 }
 
-void sbc_prevent_clear_nexus(struct scsi_lun *lu, const struct scsi_nexus *n)
+static void prevent_clear_nexus(struct scsi_lun *lu, const struct scsi_nexus *n)
 {
     if (!lu->removable)
         return;
@@ -84,7 +84,7 @@ void sbc_prevent_clear_nexus(struct scsi_lun *lu, const struct scsi_nexus *n)
     pthread_mutex_unlock(&lu->lock);
 }
 
-void sbc_prevent_clear_all(struct scsi_lun *lu)
+static void prevent_clear_all(struct scsi_lun *lu)
 {
     if (!lu->removable)
         return;
@@ -94,3 +94,27 @@ void sbc_prevent_clear_all(struct scsi_lun *lu)
     lu->nprevent = 0;
     pthread_mutex_unlock(&lu->lock);
 }
+
+static bool prevent_reset(struct scsi_lun *lu, unsigned ua, void (*done)(void *arg), void *arg)
+{
+    (void)ua;
+    (void)done;
+    (void)arg;
+    prevent_clear_all(lu);
+    return false;
+}
+
+static void prevent_reset_elsewhere(struct scsi_lun *lu, unsigned ua)
+{
+    (void)ua;
+    prevent_clear_all(lu);
+}
+
+/* SPC-4 §6.13: I_T nexus loss ends that nexus's prevention, a logical unit reset (here or
+ * through another gateway) every nexus's. */
+const struct scsi_lun_hooks sbc_removable_lun_hooks = {
+    .name = "removable medium",
+    .lun_nexus_lost = prevent_clear_nexus,
+    .reset = prevent_reset,
+    .reset_elsewhere = prevent_reset_elsewhere,
+};

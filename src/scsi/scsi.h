@@ -2,11 +2,11 @@
  * sense. It never sees a PDU, so iSCSI, the unit tests and future transports drive it alike.
  *
  * Life of a task, driven by the transport:
- *   1. fill cdb, lun, target, nexus, edtl, tag (scsi_task_init);
+ *   1. fill cdb, lun, target, nexus, edtl (scsi_task_init);
  *   2. scsi_task_setup(): validates everything that can be refused before any data moves
- *      (LUN, unit attention, reservation, CDB fields, LBA range, transfer length) and decides
- *      where the data lives: t->iov points at the RAM LUN itself for READ/WRITE (direct data
- *      placement, zero-copy send) or at a buffer the core allocated;
+ *      (LUN, unit attention, reservation, CDB fields, LBA range, transfer length) and
+ *      gives the task a buffer of its own for its data (t->iov), RAM LUNs included, so that
+ *      what the transport sends is memory no other command writes;
  *   3. for a write, the transport fills t->iov with the data-out bytes;
  *   4. scsi_task_exec(): runs the command; t->done(t) is called once, on the calling reactor
  *      thread, possibly before exec returns;
@@ -18,6 +18,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <sys/uio.h>
 
@@ -51,13 +52,37 @@ struct scsi_lun;
 struct scsi_join;
 struct scsi_target;
 
-/* An I_T nexus: one initiator port (IQN + ISID) talking to one target port. Reservations and
- * unit attentions are kept per nexus. Owned by the SCSI core, shared by reference. */
+/* What the transport of an I_T nexus says about its initiator ports, which the core does not
+ * know: each SCSI transport protocol defines its port names and its TransportIDs (SPC-4
+ * §7.6.4). The iSCSI target fills it in (iscsi/scsi_port.c) and gives it to scsi_nexus_get. */
+struct scsi_transport {
+    /* The initiator port name of initiator_name's port port_id (iSCSI: the ISID), into out
+     * (n bytes): how the core tells nexuses apart and names them in reservations. */
+    void (*port_name)(char *out, size_t n, const char *initiator_name, const void *port_id);
+    /* The TransportID of a port so named (PERSISTENT RESERVE IN, READ FULL STATUS): its
+     * length, a multiple of 4, and its bytes at out. */
+    uint32_t (*tid_len)(const char *port);
+    void (*tid_put)(uint8_t *out, const char *port);
+    /* The port name a TransportID of len bytes designates (PERSISTENT RESERVE OUT, REGISTER
+     * AND MOVE) into port (portlen bytes): 0, or -1 with *bad the offset in tid of the first
+     * field that is not what the protocol allows. */
+    int (*tid_parse)(const uint8_t *tid, uint32_t len, char *port, size_t portlen, uint32_t *bad);
+    /* What INQUIRY reports of the protocol: its PROTOCOL IDENTIFIER (SPC-4 §7.6.1) in the
+     * target port designators of VPD 0x83, its version descriptor (SPC-4 §6.6.2) in the
+     * standard data, and the name of target_name's port tpgt (a SCSI name string, VPD 0x83). */
+    uint8_t protocol_id;
+    uint16_t version_descriptor;
+    void (*target_port_name)(char *out, size_t n, const char *target_name, uint16_t tpgt);
+};
+
+/* An I_T nexus: one initiator port talking to one target port. Reservations and unit
+ * attentions are kept per nexus. Owned by the SCSI core, shared by reference. */
 struct scsi_nexus {
-    char initiator_port[256]; /* "iqn.x,i,0x<isid>" (RFC 7143 §4.2.7.1 iSCSI initiator port name) */
+    char initiator_port[256]; /* the transport's port name (scsi_transport.port_name) */
     char initiator_name[224];
     uint64_t id; /* unique within the target, never reused */
     struct scsi_target *target;
+    const struct scsi_transport *transport;
 };
 
 /* Asymmetric access states of a target port group (SPC-4 §6.27 table 256), as REPORT TARGET
@@ -121,7 +146,7 @@ struct scsi_lun_config {
 
 /* A SCSI target device: its LUNs and its one target port. */
 struct scsi_target {
-    char name[224]; /* iSCSI target name */
+    char name[224]; /* SCSI target device name (iSCSI: the target's iSCSI name) */
     /* Target portal group tag = relative target port id = target port group (implicit ALUA,
      * SPC-4 §5.16: one port per group, one group per gateway). */
     uint16_t tpgt;
@@ -170,7 +195,6 @@ struct scsi_task {
     struct scsi_nexus *nexus;
     uint32_t edtl;              /* expected data transfer length from the transport */
     bool edtl_read, edtl_write; /* transport's R and W bits */
-    uint32_t tag;
     void (*done)(struct scsi_task *t);
     void *transport_priv;
     /* Or NULL: asked by setup, before it allocates anything, with every byte of data memory
@@ -216,10 +240,11 @@ int scsi_target_add_lun(struct scsi_target *t, const struct scsi_lun_config *cfg
                         size_t errlen);
 void scsi_target_destroy(struct scsi_target *t);
 
-/* Find or create the nexus for an initiator port; takes a reference. NULL when all
- * SCSI_NEXUS_MAX (256) nexus slots of the target are held by live sessions. */
-struct scsi_nexus *scsi_nexus_get(struct scsi_target *t, const char *initiator_name,
-                                  const uint8_t isid[6]);
+/* Find or create the nexus for an initiator port (initiator_name's port port_id, which tp
+ * names); takes a reference. NULL when all SCSI_NEXUS_MAX (256) nexus slots of the target are
+ * held by live sessions. */
+struct scsi_nexus *scsi_nexus_get(struct scsi_target *t, const struct scsi_transport *tp,
+                                  const char *initiator_name, const void *port_id);
 void scsi_nexus_put(struct scsi_nexus *n);
 /* I_T nexus loss (SAM-5 §6.3.4): the last session of this initiator port ended. Releases the
  * SPC-2 RESERVE it held on any LUN; persistent reservations survive. scsi_nexus_put calls it

@@ -150,9 +150,41 @@ static inline unsigned scsi_nexus_slot(const struct scsi_nexus *n)
     return ((const struct scsi_nexus_impl *)n)->slot;
 }
 
+/* --- per-LUN modules: what each part of the core that keeps state of its own per LUN or per
+ * I_T nexus (reservations, copy results, ALUA, removable medium, the resize watch) does at the
+ * life events of LUNs and nexuses. target.c, nexus.c and reset.c run the target's modules
+ * (scsi_target_priv.modules) in table order, stop and free in reverse, and call none of them
+ * by name; the table is in lun_modules.c. Any entry may be NULL. --- */
+struct scsi_lun_hooks {
+    const char *name;
+    /* The LUN is added, before it is published: < 0 refuses it (err says why), after
+     * undoing what this init did; the modules before it are freed. */
+    int (*init)(struct scsi_lun *lu, const struct scsi_lun_config *cfg, char *err, size_t errlen);
+    /* The LUN was published: it may be found by other threads from now on. */
+    void (*start)(struct scsi_lun *lu);
+    /* The LUN is being freed: end and wait for work that uses its store (closed next). */
+    void (*stop)(struct scsi_lun *lu);
+    /* After the store is closed: free what init allocated. */
+    void (*free)(struct scsi_lun *lu);
+    /* I_T nexus loss (SAM-5 §6.3.4), without the target lock: once for the nexus, then for
+     * each LUN of the target. */
+    void (*nexus_lost)(struct scsi_nexus *n);
+    void (*lun_nexus_lost)(struct scsi_lun *lu, const struct scsi_nexus *n);
+    /* A reset of lu here (ua: UA_BUS_DEVICE_RESET or UA_POWER_ON), after its unit attention
+     * is raised. true: done(arg) follows, on the calling reactor (on the caller before reset
+     * returns, without one; NULL done: nobody waits); false: done is not called. */
+    bool (*reset)(struct scsi_lun *lu, unsigned ua, void (*done)(void *arg), void *arg);
+    /* lu was reset through another gateway (scsi_lun_reset_elsewhere), after the unit
+     * attention is raised and this gateway's tasks on lu are aborted. */
+    void (*reset_elsewhere)(struct scsi_lun *lu, unsigned ua);
+};
+/* NULL-terminated, in the order the modules are set up. */
+extern const struct scsi_lun_hooks *const scsi_lun_modules[];
+
 struct scsi_target_priv {
     struct scsi_nexus_impl *nexus[SCSI_NEXUS_MAX]; /* by slot; guarded by target->lock */
     uint64_t next_nexus_id;
+    const struct scsi_lun_hooks *const *modules; /* scsi_lun_modules */
 };
 
 /* Tasks holding a LUN (from scsi_task_setup until scsi_task_release), counted in shards so
@@ -213,6 +245,8 @@ struct scsi_lun {
     /* The medium resized under the LUN (lun_admin.c): one helper-thread job at a time, run
      * again when the store called back meanwhile; guarded by lock. */
     struct scsi_lun_resize *resize;
+    /* the target's modules when it was added (scsi_lun_hooks), for its life events */
+    const struct scsi_lun_hooks *const *modules;
 };
 
 /* Add UA bits for one nexus slot; a reset UA replaces whatever was pending (SAM-5 §5.14), and
@@ -251,7 +285,7 @@ struct scsi_sync_wait *scsi_sync_wait_new(struct scsi_lun *lu);
 struct scsi_join *scsi_sync_wait_join(struct scsi_sync_wait *sw);
 bool scsi_sync_wait_finish(struct scsi_sync_wait *sw, unsigned timeout_ms);
 
-/* --- the opcode table (task.c) --- */
+/* --- the opcode table (cmds.c) and task setup (task.c) --- */
 enum {
     CMD_UA_OK = 1u << 0,    /* runs with a UA pending and leaves it (SAM-5 §5.14) */
     CMD_NOLUN_OK = 1u << 1, /* runs on a LUN that does not exist */
@@ -363,16 +397,8 @@ const struct scsi_cmd *scsi_cmd_lookup(uint8_t opcode, uint8_t sa, bool *opcode_
  * REPORT SUPPORTED OPERATION CODES leaves it out. */
 bool scsi_cmd_offered(const struct scsi_lun *lu, const struct scsi_cmd *c);
 
-/* The state checks setup makes before parsing command c for the LUN lu: the ALUA standby
- * gate, sanitize and the medium; SR_OK or the first that refuses. */
-scsi_sr scsi_lun_gates(const struct scsi_lun *lu, const struct scsi_cmd *c);
-/* Every check a command c (a row of the opcode table) sent by t's I_T nexus would meet on lu
- * before touching its medium, lu being any LUN of t's target: scsi_lun_gates, reservations
- * (pr_check as t's nexus) and, for a row with CMD_WRITES, write protect (sbc_write_protect).
- * What a copy manager checks for each LUN it reads or writes on t's behalf. */
-scsi_sr scsi_lun_access(struct scsi_task *t, struct scsi_lun *lu, const struct scsi_cmd *c);
-
-/* Copy a built response into the task buffer (truncated to xfer_len) and finish GOOD. */
+/* How a handler finishes (complete.c). Copy a built response into the task buffer (truncated to
+ * xfer_len) and finish GOOD. */
 void scsi_task_put_data(struct scsi_task *t, const void *src, uint32_t len);
 void scsi_task_complete(struct scsi_task *t, scsi_sr sr);
 
@@ -391,10 +417,8 @@ void spc_exec_good(struct scsi_task *t, const struct scsi_cmd *c);
 /* implicit ALUA (alua.c) */
 scsi_sr alua_parse_rtpg(struct scsi_task *t, const struct scsi_cmd *c, struct scsi_req *r);
 void alua_exec_rtpg(struct scsi_task *t, const struct scsi_cmd *c);
-/* NOT READY 04h/0Bh for a command the standby state does not allow; SR_OK otherwise. */
-scsi_sr alua_gate(const struct scsi_lun *lu, const struct scsi_cmd *c);
-/* Fill lu->alua from the target's own group, its peers and the LUN's config. */
-void alua_lun_init(struct scsi_lun *lu, const struct scsi_lun_config *cfg);
+/* init fills lu->alua from the target's own group, its peers and the LUN's config. */
+extern const struct scsi_lun_hooks alua_lun_hooks;
 
 scsi_sr mode_parse_sense(struct scsi_task *t, const struct scsi_cmd *c, struct scsi_req *r);
 scsi_sr mode_parse_select(struct scsi_task *t, const struct scsi_cmd *c, struct scsi_req *r);
@@ -537,12 +561,39 @@ static inline scsi_sr sbc_medium_gate(const struct scsi_lun *lu, const struct sc
                ? SR_MEDIUM_NOT_PRESENT
                : SR_OK;
 }
+/* NOT READY 04h/0Bh for a command the standby state does not allow; SR_OK otherwise. One load
+ * on the fast path. */
+static inline scsi_sr alua_gate(const struct scsi_lun *lu, const struct scsi_cmd *c)
+{
+    /* SPC-4 §5.16.2.4.5: in standby the device server answers INQUIRY, LOG SELECT/SENSE, MODE
+     * SELECT/SENSE, REPORT LUNS, RECEIVE/SEND DIAGNOSTIC, REPORT and SET TARGET PORT GROUPS,
+     * REQUEST SENSE, PERSISTENT RESERVE IN/OUT and the echo buffer modes of READ/WRITE
+     * BUFFER (those offered here carry CMD_STANDBY_OK); anything else is NOT READY, LOGICAL
+     * UNIT NOT ACCESSIBLE, TARGET PORT IN STANDBY STATE. TEST UNIT READY included, which is
+     * how a multipath path checker learns the path is not for I/O. */
+    if (lu->alua[0].state == SCSI_ALUA_STANDBY && !(c->flags & CMD_STANDBY_OK))
+        return SR_ALUA_STANDBY;
+    return SR_OK;
+}
+
+/* The state checks setup makes before parsing command c for the LUN lu: the ALUA standby
+ * gate, sanitize and the medium; SR_OK or the first that refuses. */
+static inline scsi_sr scsi_lun_gates(const struct scsi_lun *lu, const struct scsi_cmd *c)
+{
+    /* this gateway's port group in standby for the LUN; NOT READY while a SANITIZE runs
+     * (SBC-4 §4.11.3); removable LUN, medium ejected: NOT READY, MEDIUM NOT PRESENT */
+    scsi_sr sr = alua_gate(lu, c);
+    if (!sr)
+        sr = sbc_sanitize_gate(lu, c);
+    if (!sr)
+        sr = sbc_medium_gate(lu, c);
+    return sr;
+}
 void sbc_exec_start_stop(struct scsi_task *t, const struct scsi_cmd *c);
 void sbc_exec_prevent_allow(struct scsi_task *t, const struct scsi_cmd *c);
 /* Prevention ends for one nexus (I_T nexus loss) or for every nexus (LUN reset, target
- * reset): SPC-4 §6.13. Take lu->lock. */
-void sbc_prevent_clear_nexus(struct scsi_lun *lu, const struct scsi_nexus *n);
-void sbc_prevent_clear_all(struct scsi_lun *lu);
+ * reset, here or through another gateway): SPC-4 §6.13. */
+extern const struct scsi_lun_hooks sbc_removable_lun_hooks;
 
 /* --- the helper thread (offload.c) for work that blocks: work() runs there, then done() on
  * the reactor that called scsi_offload_submit (both on the caller, in order, when it has no
@@ -559,33 +610,24 @@ struct scsi_offload {
 void scsi_offload_submit(struct scsi_offload *o);
 
 /* --- the medium resized by someone else (lun_admin.c) --- */
-/* Watch the store's size (bs size_watch), if it has one: a change sets the capacity and
- * raises CAPACITY DATA HAS CHANGED on every nexus. After the LUN is published; a failure is
- * logged and the LUN serves at its present size. */
-void scsi_lun_resize_watch(struct scsi_lun *lu);
-/* End the watch and wait for its job (before the store is closed). */
-void scsi_lun_resize_stop(struct scsi_lun *lu);
+/* Watch the store's size (bs size_watch), if it has one, once the LUN is published (start): a
+ * change sets the capacity and raises CAPACITY DATA HAS CHANGED on every nexus; a failure is
+ * logged and the LUN serves at its present size. stop ends the watch and waits for its job. */
+extern const struct scsi_lun_hooks scsi_lun_resize_hooks;
 
 /* --- reservations (pr.c): SPC-4 persistent reservations and SPC-2 RESERVE/RELEASE --- */
-int pr_lun_init(struct scsi_lun *lu, const char *state_path, char *err, size_t errlen);
-/* Wait for the LUN's reservation work still on the helper thread (shared state); before the
- * store is closed. */
-void pr_lun_drain(struct scsi_lun *lu);
-void pr_lun_free(struct scsi_lun *lu);
+/* init loads the state (APTPL file or the cluster's); stop waits for the LUN's reservation work
+ * still on the helper thread (shared state); nexus loss and resets release SPC-2 reservations
+ * (SPC-2 §5.5.1; persistent ones stay, SPC-4 §5.13.1); a reset of a LU whose state is shared
+ * with other gateways (an RBD image several export) tells them on the shared object's watch,
+ * on the helper thread, so that each raises the reset's unit attention for its own nexuses and
+ * aborts their tasks (scsi_lun_reset_elsewhere); done once every gateway acknowledged or the
+ * wait timed out. */
+extern const struct scsi_lun_hooks pr_lun_hooks;
 /* The central check scsi_task_setup makes when lu->resv (resv) is nonzero: whether t's I_T
  * nexus may run c on lu (t->lu, or another LUN a copy names). SR_RESERVATION_CONFLICT or
  * SR_OK. */
 scsi_sr pr_check(struct scsi_task *t, struct scsi_lun *lu, const struct scsi_cmd *c, unsigned resv);
-/* Resets and nexus loss release SPC-2 reservations (SPC-2 §5.5.1; persistent ones stay). */
-void pr_spc2_release_all(struct scsi_lun *lu);
-void pr_spc2_release_nexus(struct scsi_lun *lu, const struct scsi_nexus *n);
-/* A reset of a LU whose state is shared with other gateways (an RBD image several export):
- * tell them on the shared object's watch, on the helper thread, so that each raises the
- * reset's unit attention (ua: a UA_RESETS bit) for its own nexuses and aborts their tasks
- * (scsi_lun_reset_elsewhere). done(arg), unless NULL, runs on the calling reactor (on the
- * caller, before this returns, without one) once every gateway acknowledged or the wait timed
- * out. false, done not called: the LU is not shared (or out of memory). */
-bool pr_tell_reset(struct scsi_lun *lu, unsigned ua, void (*done)(void *arg), void *arg);
 scsi_sr pr_parse_in(struct scsi_task *t, const struct scsi_cmd *c, struct scsi_req *r);
 scsi_sr pr_parse_out(struct scsi_task *t, const struct scsi_cmd *c, struct scsi_req *r);
 scsi_sr pr_parse_spc2(struct scsi_task *t, const struct scsi_cmd *c, struct scsi_req *r);
@@ -601,8 +643,8 @@ void xcopy_exec(struct scsi_task *t, const struct scsi_cmd *c);
 void xcopy_exec_rcr(struct scsi_task *t, const struct scsi_cmd *c);
 /* The descriptors of VPD page 8Fh (third-party copy) at d; returns their length. */
 uint32_t xcopy_vpd_descriptors(uint8_t *d);
-/* I_T nexus loss discards the copy results held for it. Takes target->lock. */
-void xcopy_nexus_lost(struct scsi_nexus *n);
+/* I_T nexus loss discards the copy results held for it. */
+extern const struct scsi_lun_hooks xcopy_lun_hooks;
 
 /* Field accessors for table-described CDB fields (1..8 bytes, big-endian). */
 static inline uint64_t scsi_cdb_field(const uint8_t *cdb, unsigned off, unsigned len)

@@ -60,18 +60,12 @@ static void pad_copy(uint8_t *dst, const char *s, size_t n)
     memcpy(dst, s, k < n ? k : n);
 }
 
+/* The store names the product (a RAM, null or file LUN says so); without a LUN, or from a store
+ * that does not, "linerate". */
 static const char *product_name(const struct scsi_lun *lu)
 {
-    const char *n = lu ? lu->bs->ops->name : NULL;
-    if (!n)
-        return "linerate";
-    if (!strcmp(n, "ram"))
-        return "RAMDISK";
-    if (!strcmp(n, "null"))
-        return "NULLDISK";
-    if (!strcmp(n, "file"))
-        return "FILEDISK";
-    return "linerate";
+    const char *n = lu ? lu->bs->ops->product : NULL;
+    return n ? n : "linerate";
 }
 
 static uint32_t inquiry_standard(const struct scsi_task *t, uint8_t *d)
@@ -89,11 +83,17 @@ static uint32_t inquiry_standard(const struct scsi_task *t, uint8_t *d)
     pad_copy(d + 8, "LINERATE", 8);
     pad_copy(d + 16, product_name(t->lu), 16);
     pad_copy(d + 32, "0001", 4);
-    /* version descriptors (§6.6.2 table 146): SAM-5, iSCSI, SPC-4, SBC-3 */
-    put_be16(d + 58, 0x00a0);
-    put_be16(d + 60, 0x0960);
-    put_be16(d + 62, 0x0460);
-    put_be16(d + 64, 0x04c0);
+    /* version descriptors (§6.6.2 table 146): SAM-5, the transport's (of the task's nexus),
+     * SPC-4, SBC-3 */
+    static const uint16_t ours[] = {0x00a0, 0, 0x0460, 0x04c0};
+    uint8_t *v = d + 58;
+    for (unsigned i = 0; i < 4; i++) {
+        uint16_t vd = i == 1 ? (t->nexus ? t->nexus->transport->version_descriptor : 0) : ours[i];
+        if (vd) {
+            put_be16(v, vd);
+            v += 2;
+        }
+    }
     return 96;
 }
 
@@ -109,8 +109,9 @@ static uint8_t *designator(uint8_t *p, uint8_t proto_codeset, uint8_t piv_assoc_
     return p + 4 + len;
 }
 
-/* A SCSI name string designator: UTF-8, NUL-terminated, padded to a multiple of 4 (§7.8.6.11) */
-static uint8_t *name_designator(uint8_t *p, uint8_t piv_assoc, const char *name)
+/* A SCSI name string designator of protocol proto: UTF-8, NUL-terminated, padded to a multiple
+ * of 4 (§7.8.6.11) */
+static uint8_t *name_designator(uint8_t *p, uint8_t proto, uint8_t piv_assoc, const char *name)
 {
     uint8_t s[256] = {0};
     size_t n = strlen(name);
@@ -118,7 +119,7 @@ static uint8_t *name_designator(uint8_t *p, uint8_t piv_assoc, const char *name)
         n = 251;
     memcpy(s, name, n);
     uint8_t len = (uint8_t)((n + 1 + 3) & ~3u);
-    return designator(p, 0x53, piv_assoc | 0x08, s, len);
+    return designator(p, (uint8_t)(proto << 4 | 0x3), piv_assoc | 0x08, s, len);
 }
 
 static uint32_t vpd_device_id(const struct scsi_task *t, uint8_t *d)
@@ -135,16 +136,24 @@ static uint32_t vpd_device_id(const struct scsi_task *t, uint8_t *d)
         memcpy(t10 + 8, lu->serial, 16);
         p = designator(p, 0x02, 0x01, t10, sizeof(t10)); /* ASCII, LU, T10 vendor ID */
     }
-    /* target port: iSCSI (protocol 5), PIV=1, association 01b (§7.8.6 and RFC 7143 §13.7) */
+    /* The target port, association 01b, in the protocol of the task's nexus (PIV=1, §7.8.6;
+     * its name as the transport spells it, RFC 7143 §13.7 for iSCSI); a task of no nexus
+     * gets the relative port and its group without a protocol (PIV=0). */
+    const struct scsi_transport *tp = t->nexus ? t->nexus->transport : NULL;
+    uint8_t piv = tp ? 0x80 : 0, proto = tp ? tp->protocol_id : 0;
     uint16_t port = tg->tpgt ? tg->tpgt : 1;
-    char name[256];
-    snprintf(name, sizeof(name), "%.224s,t,0x%04x", tg->name, port);
-    p = name_designator(p, 0x80 | 0x10, name);
+    if (tp) {
+        char name[256];
+        tp->target_port_name(name, sizeof(name), tg->name, port);
+        p = name_designator(p, proto, piv | 0x10, name);
+    }
     uint8_t rel[4] = {0, 0, (uint8_t)(port >> 8), (uint8_t)port};
-    p = designator(p, 0x51, 0x80 | 0x10 | 0x04, rel, 4); /* relative target port */
-    p = designator(p, 0x51, 0x80 | 0x10 | 0x05, rel, 4); /* target port group */
+    uint8_t binary = (uint8_t)(proto << 4 | 0x1);
+    p = designator(p, binary, piv | 0x10 | 0x04, rel, 4); /* relative target port */
+    p = designator(p, binary, piv | 0x10 | 0x05, rel, 4); /* target port group */
     /* SCSI target device name: association 10b */
-    p = name_designator(p, 0x80 | 0x20, tg->name);
+    if (tp)
+        p = name_designator(p, proto, piv | 0x20, tg->name);
     return (uint32_t)(p - d);
 }
 

@@ -125,9 +125,23 @@ static scsi_sr parse_cscd(struct scsi_task *t, const uint8_t *d, unsigned off,
     return SR_OK;
 }
 
+/* Every check a command c (a row of the opcode table) sent by t's I_T nexus would meet on lu
+ * before touching its medium, lu being any LUN of t's target: scsi_lun_gates, reservations
+ * (pr_check as t's nexus) and, for a row with CMD_WRITES, write protect (sbc_write_protect). */
+static scsi_sr lun_access(struct scsi_task *t, struct scsi_lun *lu, const struct scsi_cmd *c)
+{
+    scsi_sr sr = scsi_lun_gates(lu, c);
+    unsigned resv = atomic_load_explicit(&lu->resv, memory_order_relaxed);
+    if (!sr && resv)
+        sr = pr_check(t, lu, c, resv);
+    if (!sr && (c->flags & CMD_WRITES))
+        sr = sbc_write_protect(lu);
+    return sr;
+}
+
 /* Whether the nexus that sent t may read s's source and write its destination now: each LUN
  * meets what a READ(16) of the source and a WRITE(16) of the destination sent there by that
- * nexus would (scsi_lun_access: ALUA state, sanitize, medium, reservations, write protect),
+ * nexus would (lun_access: ALUA state, sanitize, medium, reservations, write protect),
  * whichever LUN received the EXTENDED COPY. Write protection keeps the DATA PROTECT sense a
  * WRITE gets. A copy target the copy manager may not touch for this nexus (a reservation
  * conflict, a standby port, no medium, a sanitize) ends the copy COPY ABORTED, COPY TARGET
@@ -137,9 +151,9 @@ static scsi_sr parse_cscd(struct scsi_task *t, const uint8_t *d, unsigned off,
 static scsi_sr segment_access(struct scsi_task *t, const struct xcopy_seg *s)
 {
     bool known;
-    scsi_sr sr = scsi_lun_access(t, s->src, scsi_cmd_lookup(0x88, 0, &known));
+    scsi_sr sr = lun_access(t, s->src, scsi_cmd_lookup(0x88, 0, &known));
     if (!sr)
-        sr = scsi_lun_access(t, s->dst, scsi_cmd_lookup(0x8a, 0, &known));
+        sr = lun_access(t, s->dst, scsi_cmd_lookup(0x8a, 0, &known));
     if (SR_REASON(sr) == SR_WRITE_PROTECTED || SR_REASON(sr) == SR_SW_WRITE_PROTECTED)
         return sr;
     return sr ? SR_COPY_UNREACHABLE : SR_OK;
@@ -344,12 +358,15 @@ static void held_update(struct xcopy_op *op, bool done)
     pthread_mutex_unlock(&t->target->lock);
 }
 
-void xcopy_nexus_lost(struct scsi_nexus *n)
+static void xcopy_nexus_lost(struct scsi_nexus *n)
 {
     pthread_mutex_lock(&n->target->lock);
     memset(impl(n)->xcopy, 0, sizeof(impl(n)->xcopy));
     pthread_mutex_unlock(&n->target->lock);
 }
+
+const struct scsi_lun_hooks xcopy_lun_hooks = {.name = "extended copy",
+                                               .nexus_lost = xcopy_nexus_lost};
 
 /* --- running the copy --- */
 

@@ -43,7 +43,10 @@ int size_parse(const char *s, uint64_t *out)
     default:
         return -1;
     }
-    if (shift && (strcasecmp(end, "ib") == 0 || strcasecmp(end, "b") == 0))
+    /* "1GiB" and "1GB" are bytes; a lower-case b is bits ("1Gb", a gigabit), never taken
+     * for bytes. */
+    if (shift && (strcmp(end, "B") == 0 || strcasecmp(end, "iB") == 0) &&
+        end[strlen(end) - 1] == 'B')
         end += strlen(end);
     if (*end != '\0')
         return -1;

@@ -4,8 +4,8 @@
 
 #include <stdint.h>
 
-/* Binary suffixes k/K, m/M, g/G, t/T (optionally followed by "iB" or "B"). Returns 0, or -1
- * on garbage, an unknown suffix or overflow. */
+/* Binary suffixes k/K, m/M, g/G, t/T (optionally followed by "iB" or "B"; "b", bits, is
+ * refused). Returns 0, or -1 on garbage, an unknown suffix or overflow. */
 int size_parse(const char *s, uint64_t *out);
 
 #endif

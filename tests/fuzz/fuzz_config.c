@@ -1,4 +1,4 @@
-/* libFuzzer harness for the configuration file parser (src/daemon/config.c, limits.c,
+/* libFuzzer harness for the configuration file parser (src/daemon/config.c, conf_keys*.c,
  * chap_conf.c, alua_conf.c) and the writer linerate-ctl save uses (conf_write.c).
  *
  * The input is the file: it goes into a memfd and target_config_load() reads it through

@@ -5,10 +5,11 @@
  * limits and response path.
  *
  * Sandbox: the control protocol can make the daemon listen on new portals (add_portal,
- * add_target) and the fuzzer runs as whoever runs it, so the process first moves into network
+ * add_target) and the fuzzer runs as whoever runs it, so the process first moves into a network
  * namespace of its own (as root; else in a user namespace of its own too) where only its own
  * loopback exists: nothing it binds can take a port another program on the machine wants.
- * Without a namespace (neither works) fuzz_ctl leaves out the requests that listen. Files:
+ * Where neither namespace can be had, the harness is skipped (exit 77, saying what is missing)
+ * before it runs an input: see LLVMFuzzerInitialize below. Files:
  * every path the daemon is given is in a scratch directory (state dir, control socket); the
  * requests that would create files elsewhere are left out by fuzz_ctl (see there). */
 #ifndef LR_FUZZ_DAEMON_H
@@ -38,7 +39,6 @@
 
 static struct {
     bool up;
-    bool own_netns; /* in a network namespace of our own */
     char dir[256];
     char ctl_path[300];
     unsigned metrics_port, iscsi_port;
@@ -72,6 +72,16 @@ static bool fd_loopback_up(void)
     return ok;
 }
 
+/* connect(), 0 or -1. libFuzzer's timer signal may interrupt a connect: the connection then
+ * completes on its own, and a second connect() says so (EISCONN) or waits on. */
+static int connect_retry(int fd, const struct sockaddr *addr, socklen_t len)
+{
+    int rc;
+    while ((rc = connect(fd, addr, len)) < 0 && errno == EINTR)
+        ;
+    return rc < 0 && errno != EISCONN ? -1 : 0;
+}
+
 static int fd_connect_unix(const char *path)
 {
     int s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -79,12 +89,7 @@ static int fd_connect_unix(const char *path)
         return -1;
     struct sockaddr_un a = {.sun_family = AF_UNIX};
     snprintf(a.sun_path, sizeof(a.sun_path), "%s", path);
-    /* libFuzzer's timer signal may interrupt a connect: the connection then completes on its
-     * own, and a second connect() says so (EISCONN) or waits on */
-    int rc;
-    while ((rc = connect(s, (struct sockaddr *)&a, sizeof(a))) < 0 && errno == EINTR)
-        ;
-    if (rc < 0 && errno != EISCONN) {
+    if (connect_retry(s, (struct sockaddr *)&a, sizeof(a)) < 0) {
         close(s);
         return -1;
     }
@@ -98,87 +103,99 @@ static int fd_connect_tcp(unsigned port)
         return -1;
     struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
     a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    /* libFuzzer's timer signal may interrupt a connect: the connection then completes on its
-     * own, and a second connect() says so (EISCONN) or waits on */
-    int rc;
-    while ((rc = connect(s, (struct sockaddr *)&a, sizeof(a))) < 0 && errno == EINTR)
-        ;
-    if (rc < 0 && errno != EISCONN) {
+    if (connect_retry(s, (struct sockaddr *)&a, sizeof(a)) < 0) {
         close(s);
         return -1;
     }
     return s;
 }
 
-/* Start the daemon once; aborts if it cannot be had. */
+/* libFuzzer calls this once, before any input (and before it starts a thread of its own:
+ * a process with threads cannot enter a new user namespace). The sandbox above or a skip: a
+ * test runner reads exit status 77 as "skipped" (run.sh does, with the line printed here). */
+int LLVMFuzzerInitialize(int *argc, char ***argv)
+{
+    const char *name = *argc > 0 ? (*argv)[0] : "fuzz";
+    name = strrchr(name, '/') ? strrchr(name, '/') + 1 : name;
+    int as_user = 0, in_userns = 0;
+    bool ns = unshare(CLONE_NEWNET) == 0;
+    if (!ns) {
+        as_user = errno;
+        ns = unshare(CLONE_NEWUSER | CLONE_NEWNET) == 0;
+        in_userns = ns ? 0 : errno;
+    }
+    if (!ns) {
+        fprintf(stderr,
+                "%s: skipped: no network namespace of its own to run the daemon in "
+                "(unshare as this user: %s; in a user namespace of its own: %s)\n",
+                name, strerror(as_user), strerror(in_userns));
+        exit(77);
+    }
+    if (!fd_loopback_up()) {
+        fprintf(stderr, "%s: skipped: the loopback of its network namespace did not come up: %s\n",
+                name, strerror(errno));
+        exit(77);
+    }
+    return 0;
+}
+
+/* Start the daemon once (in the namespace LLVMFuzzerInitialize made); aborts if it cannot be
+ * had. */
 static void fd_daemon_up(void)
 {
     if (FD.up)
         return;
     FD.up = true;
     signal(SIGPIPE, SIG_IGN);
-    if (unshare(CLONE_NEWNET) == 0 || unshare(CLONE_NEWUSER | CLONE_NEWNET) == 0)
-        FD.own_netns = fd_loopback_up();
-    if (!FD.own_netns)
-        fprintf(stderr,
-                "fuzz: no network namespace of our own (%s): on the host's loopback, "
-                "requests that listen left out\n",
-                strerror(errno));
     const char *tmp = getenv("TMPDIR"); /* run.sh: a directory in the build dir */
     snprintf(FD.dir, sizeof(FD.dir), "%s/fuzz_daemon.XXXXXX", tmp && *tmp ? tmp : "/tmp");
     if (!mkdtemp(FD.dir))
         abort();
     snprintf(FD.ctl_path, sizeof(FD.ctl_path), "%s/ctl.sock", FD.dir);
-    for (int attempt = 0; attempt < 20; attempt++) {
-        /* fixed ports in a namespace of our own; random ones beside other programs */
-        unsigned base = FD.own_netns ? 3260 : 20000 + (unsigned)(rand() % 20000);
-        FD.iscsi_port = base;
-        FD.metrics_port = base + 1;
-        static char listen[64], metrics[64], lun[] = "ram:1M", state[300];
-        snprintf(listen, sizeof(listen), "127.0.0.1:%u", FD.iscsi_port);
-        snprintf(metrics, sizeof(metrics), "127.0.0.1:%u", FD.metrics_port);
-        snprintf(state, sizeof(state), "%s/state", FD.dir);
-        static char *argv[32];
-        int n = 0;
-        argv[n++] = "linerate-target";
-        argv[n++] = "--listen";
-        argv[n++] = listen;
-        argv[n++] = "--lun";
-        argv[n++] = lun;
-        argv[n++] = "--threads";
-        argv[n++] = "1";
-        argv[n++] = "--log-level";
-        argv[n++] = getenv("FUZZ_LOG") ? "debug" : "error";
-        argv[n++] = "--ctl-socket";
-        argv[n++] = FD.ctl_path;
-        argv[n++] = "--metrics";
-        argv[n++] = metrics;
-        argv[n++] = "--state-dir";
-        argv[n++] = state;
-        argv[n] = NULL;
-        FD.exited = false;
-        if (pthread_create(&FD.thread, NULL, fd_daemon_main, argv) != 0)
-            abort();
-        /* up once both sockets answer */
-        for (int i = 0; i < 500 && !FD.exited; i++) {
-            int a = fd_connect_unix(FD.ctl_path);
-            int b = a >= 0 ? fd_connect_tcp(FD.metrics_port) : -1;
-            if (a >= 0)
-                close(a);
-            if (b >= 0) {
-                close(b);
-                return;
-            }
-            struct timespec ts = {0, 10 * 1000 * 1000};
-            nanosleep(&ts, NULL);
+    /* fixed ports: the namespace is ours */
+    FD.iscsi_port = 3260;
+    FD.metrics_port = 3261;
+    static char listen[64], metrics[64], lun[] = "ram:1M", state[300];
+    snprintf(listen, sizeof(listen), "127.0.0.1:%u", FD.iscsi_port);
+    snprintf(metrics, sizeof(metrics), "127.0.0.1:%u", FD.metrics_port);
+    snprintf(state, sizeof(state), "%s/state", FD.dir);
+    static char *argv[32];
+    int n = 0;
+    argv[n++] = "linerate-target";
+    argv[n++] = "--listen";
+    argv[n++] = listen;
+    argv[n++] = "--lun";
+    argv[n++] = lun;
+    argv[n++] = "--threads";
+    argv[n++] = "1";
+    argv[n++] = "--log-level";
+    argv[n++] = getenv("FUZZ_LOG") ? "debug" : "error";
+    argv[n++] = "--ctl-socket";
+    argv[n++] = FD.ctl_path;
+    argv[n++] = "--metrics";
+    argv[n++] = metrics;
+    argv[n++] = "--state-dir";
+    argv[n++] = state;
+    argv[n] = NULL;
+    FD.exited = false;
+    if (pthread_create(&FD.thread, NULL, fd_daemon_main, argv) != 0)
+        abort();
+    /* up once both sockets answer */
+    for (int i = 0; i < 500 && !FD.exited; i++) {
+        int a = fd_connect_unix(FD.ctl_path);
+        int b = a >= 0 ? fd_connect_tcp(FD.metrics_port) : -1;
+        if (a >= 0)
+            close(a);
+        if (b >= 0) {
+            close(b);
+            return;
         }
-        if (!FD.exited) {
-            fprintf(stderr, "fuzz: the daemon did not come up in 5 s\n");
-            abort();
-        }
-        pthread_join(FD.thread, NULL);
+        struct timespec ts = {0, 10 * 1000 * 1000};
+        nanosleep(&ts, NULL);
     }
-    fprintf(stderr, "fuzz: the daemon would not start\n");
+    fputs(FD.exited ? "fuzz: the daemon would not start\n"
+                    : "fuzz: the daemon did not come up in 5 s\n",
+          stderr);
     abort();
 }
 

@@ -37,6 +37,7 @@
 #include "reactor/reactor.h"
 #include "scsi/scsi.h"
 #include "util/log.h"
+#include "iscsi/scsi_port.h"
 
 #define MAX_RECORDS 48
 #define HANG_MS 20000
@@ -193,7 +194,6 @@ static bool start_cmd(struct run *ru, uint8_t k)
     t->edtl_write = hdr[SCSI_CDB_MAX + 2] & 2;
     t->done = on_done;
     t->transport_priv = c;
-    t->tag = ru->ncmds;
     size_t out_len = t->edtl_write ? t->edtl : 0;
     const uint8_t *out = ru->p;
     size_t have = (size_t)(ru->end - ru->p);
@@ -356,7 +356,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         char name[64];
         const uint8_t isid[6] = {0x80, 0, 0, 0, 0, (uint8_t)(i + 1)};
         snprintf(name, sizeof(name), "iqn.2026-11.org.linerate:fuzz-init%u", i);
-        ru->nx[i] = scsi_nexus_get(&ru->tg, name, isid);
+        ru->nx[i] = scsi_nexus_get(&ru->tg, &iscsi_scsi_transport, name, isid);
         if (!ru->nx[i])
             abort();
     }

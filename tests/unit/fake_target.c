@@ -93,22 +93,6 @@ static int recv_exact(int fd, uint8_t *b, uint32_t n, uint64_t deadline)
     return 0;
 }
 
-int ft_recv(int fd, struct ft_pdu *p, int ms)
-{
-    uint64_t deadline = now_ms() + (uint64_t)ms;
-    if (recv_exact(fd, p->h, ISCSI_BHS_LEN, deadline) < 0)
-        return -1;
-    uint32_t ahs = p->h[BHS_TOTAL_AHS_LEN] * 4u;
-    p->dlen = get_be24(p->h + BHS_DATA_SEG_LEN);
-    uint32_t padded = (p->dlen + 3) & ~3u;
-    uint8_t skip[1024];
-    if (ahs > sizeof(skip) || padded > sizeof(p->data))
-        return -1;
-    if (ahs && recv_exact(fd, skip, ahs, deadline) < 0)
-        return -1;
-    return padded ? recv_exact(fd, p->data, padded, deadline) : 0;
-}
-
 int ft_recv_c(struct ft_conn *c, struct ft_pdu *p, int ms)
 {
     uint64_t deadline = now_ms() + (uint64_t)ms;
@@ -130,6 +114,13 @@ int ft_recv_c(struct ft_conn *c, struct ft_pdu *p, int ms)
     if (padded && c->dd && recv_exact(c->fd, dg, 4, deadline) < 0)
         return -1;
     return 0;
+}
+
+/* A connection without digests (any during login): ft_recv_c on a bare one. */
+int ft_recv(int fd, struct ft_pdu *p, int ms)
+{
+    struct ft_conn c = {.fd = fd};
+    return ft_recv_c(&c, p, ms);
 }
 
 int ft_send_c(struct ft_conn *c, const uint8_t *h, const void *data, uint32_t dlen)

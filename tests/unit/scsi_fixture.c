@@ -14,6 +14,7 @@
 #include "bs/bs.h"
 #include "scsi_fixture.h"
 #include "util/bytes.h"
+#include "iscsi/scsi_port.h"
 
 static void store_submit(struct bs *bs, struct bs_io *io)
 {
@@ -131,7 +132,7 @@ struct scsi_nexus *sfx_nexus_get(struct scsi_target *tg, uint8_t id)
     char name[64];
     const uint8_t isid[6] = {0x80, 0, 0, 0, 0, id};
     snprintf(name, sizeof(name), "iqn.2024-01.test:init%u", (unsigned)id);
-    return scsi_nexus_get(tg, name, isid);
+    return scsi_nexus_get(tg, &iscsi_scsi_transport, name, isid);
 }
 
 void sfx_target_down(struct scsi_target *tg, struct scsi_task *t, struct scsi_nexus *n1,

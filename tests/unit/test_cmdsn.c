@@ -9,7 +9,7 @@
 
 #include <cmocka.h>
 
-#include "iscsi/conn.h"
+#include "iscsi/session.h"
 
 static uint32_t released[64];
 static unsigned nreleased;

@@ -18,6 +18,8 @@
 #include "initiator/ini.h"
 
 static struct reactor *R;
+/* When run_case() began the login: for a case that bounds the time of the whole run. */
+static uint64_t login_started;
 
 static const char op_keys[] = "HeaderDigest=None\0DataDigest=None\0MaxConnections=1\0"
                               "InitialR2T=Yes\0ImmediateData=Yes\0MaxBurstLength=262144\0"
@@ -60,6 +62,13 @@ static bool calls_reached(void *arg)
     return u->d->calls >= u->calls;
 }
 
+/* Run the reactor until d has seen calls completions: false if not within ms. */
+static bool calls_within(struct done_log *d, int calls, int ms)
+{
+    struct until u = {d, calls};
+    return ft_run_until(R, calls_reached, &u, ms);
+}
+
 static bool target_done(void *arg)
 {
     struct ft *f = arg;
@@ -80,25 +89,16 @@ static struct lr_session *login_with(struct ft *f, struct lr_session_opts o)
     assert_non_null(s);
     struct done_log d = {0};
     assert_int_equal(lr_session_login(s, on_done, &d), 0);
-    struct until u = {&d, 1};
-    assert_true(ft_run_until(R, calls_reached, &u, 5000));
+    assert_true(calls_within(&d, 1, 5000));
     assert_int_equal(d.last, LR_OK);
     return s;
-}
-
-static struct lr_session *login(struct ft *f, struct done_log *d)
-{
-    (void)d;
-    return login_with(f, (struct lr_session_opts){0});
 }
 
 static void logout_and_stop(struct ft *f, struct lr_session *s)
 {
     struct done_log lo = {0};
-    if (lr_session_logout(s, on_done, &lo) == 0) {
-        struct until u = {&lo, 1};
-        ft_run_until(R, calls_reached, &u, 3000);
-    }
+    if (lr_session_logout(s, on_done, &lo) == 0)
+        calls_within(&lo, 1, 3000);
     ft_run_until(R, target_done, f, 3000);
     lr_session_destroy(s);
     ft_stop(f);
@@ -135,6 +135,31 @@ static int next_cmd(struct ft_conn *c, struct ft_pdu *p, int ms)
     return -1;
 }
 
+/* A connection accepted and logged in with keys, the command window (MaxCmdSN - ExpCmdSN + 1)
+ * given: its fd, or -1 after ft_fail(f, what). */
+static int accept_login(struct ft *f, struct ft_conn *c, const char *keys, uint32_t len,
+                        uint32_t window, const char *what)
+{
+    int fd = ft_accept(f, 5000);
+    if (fd < 0 || ft_login(f, fd, c, keys, len, window) < 0) {
+        ft_fail(f, what);
+        return -1;
+    }
+    return fd;
+}
+
+/* The first SCSI Command of a session just logged in, into p, and its CmdSN acknowledged in
+ * the answers from now on: 0, or -1 after ft_fail. */
+static int first_cmd(struct ft *f, struct ft_conn *c, struct ft_pdu *p)
+{
+    if (next_cmd(c, p, 5000) < 0) {
+        ft_fail(f, "a command");
+        return -1;
+    }
+    c->expcmdsn = get_be32(p->h + BHS_CMDSN) + 1;
+    return 0;
+}
+
 /* ---- a logout asked for with commands in flight and waiting ---- */
 
 /* Four commands are in (the window holds four), two answered, then the target asks for a
@@ -145,9 +170,8 @@ static void script_drain_then_relogin(struct ft *f)
 {
     static struct ft_pdu cmd[4], p;
     struct ft_conn c;
-    int fd = ft_accept(f, 5000);
-    if (fd < 0 || ft_login(f, fd, &c, op_keys, sizeof(op_keys), 4) < 0)
-        return ft_fail(f, "first login");
+    if (accept_login(f, &c, op_keys, sizeof(op_keys), 4, "first login") < 0)
+        return;
     for (int i = 0; i < 4; i++)
         if (next_cmd(&c, &cmd[i], 5000) < 0)
             return ft_fail(f, "four commands");
@@ -167,9 +191,8 @@ static void script_drain_then_relogin(struct ft *f)
     ft_logout_rsp(&c, &p);
     close(c.fd);
     atomic_store(&f->stage, 1);
-    fd = ft_accept(f, 5000);
-    if (fd < 0 || ft_login(f, fd, &c, op_keys, sizeof(op_keys), 32) < 0)
-        return ft_fail(f, "second login");
+    if (accept_login(f, &c, op_keys, sizeof(op_keys), 32, "second login") < 0)
+        return;
     if (c.asked_tsih != 0 || memcmp(isid, c.isid, 6))
         return ft_fail(f, "the new login is not a new session of the same ISID");
     for (uint32_t i = 0; i < 2; i++) {
@@ -182,20 +205,14 @@ static void script_drain_then_relogin(struct ft *f)
     await_logout(f, &c);
 }
 
-static void test_async_logout_drains_and_logs_in_again(void **state)
+static void client_drain_then_relogin(struct ft *f, struct lr_session *s)
 {
-    (void)state;
-    struct ft f;
-    assert_int_equal(ft_start(&f, script_drain_then_relogin, NULL), 0);
-    struct done_log d = {0};
-    struct lr_session *s = login(&f, &d);
     static uint8_t buf[6][4096];
     struct done_log io = {0};
     uint64_t t0 = now_ms();
     for (int i = 0; i < 6; i++)
         assert_int_equal(lr_read(s, (uint64_t)i * 8, 8, 512, buf[i], on_done, &io), 0);
-    struct until u = {&io, 6};
-    assert_true(ft_run_until(R, calls_reached, &u, 8000));
+    assert_true(calls_within(&io, 6, 8000));
     assert_int_equal(io.ok, 6); /* none failed */
     assert_true(now_ms() - t0 < 4000);
     for (int i = 0; i < 6; i++)
@@ -204,8 +221,7 @@ static void test_async_logout_drains_and_logs_in_again(void **state)
     lr_session_get_info(s, &info);
     assert_int_equal(info.connections_up, 1);
     assert_int_equal(info.tsih, 0x101); /* the new session's */
-    assert_int_equal(atomic_load(&f.logins), 2);
-    logout_and_stop(&f, s);
+    assert_int_equal(atomic_load(&f->logins), 2);
 }
 
 /* A command the target never answers is not waited for past Parameter3: the Logout goes out
@@ -214,9 +230,8 @@ static void script_unanswered(struct ft *f)
 {
     static struct ft_pdu cmd[2], p;
     struct ft_conn c;
-    int fd = ft_accept(f, 5000);
-    if (fd < 0 || ft_login(f, fd, &c, op_keys, sizeof(op_keys), 32) < 0)
-        return ft_fail(f, "first login");
+    if (accept_login(f, &c, op_keys, sizeof(op_keys), 32, "first login") < 0)
+        return;
     for (int i = 0; i < 2; i++)
         if (next_cmd(&c, &cmd[i], 5000) < 0)
             return ft_fail(f, "two commands");
@@ -229,40 +244,32 @@ static void script_unanswered(struct ft *f)
         return ft_fail(f, "the Logout came after Parameter3");
     ft_logout_rsp(&c, &p);
     close(c.fd);
-    fd = ft_accept(f, 5000);
-    if (fd < 0 || ft_login(f, fd, &c, op_keys, sizeof(op_keys), 32) < 0)
-        return ft_fail(f, "second login");
+    if (accept_login(f, &c, op_keys, sizeof(op_keys), 32, "second login") < 0)
+        return;
     if (next_cmd(&c, &p, 5000) < 0)
         return ft_fail(f, "a command on the new session");
     ft_read_done(&c, &p, 0x33);
     await_logout(f, &c);
 }
 
-static void test_async_logout_unanswered_command_fails(void **state)
+static void client_unanswered(struct ft *f, struct lr_session *s)
 {
-    (void)state;
-    struct ft f;
-    assert_int_equal(ft_start(&f, script_unanswered, NULL), 0);
-    struct done_log d = {0};
-    struct lr_session *s = login(&f, &d);
+    (void)f;
     static uint8_t buf[3][4096];
     struct done_log io[2] = {{0}, {0}};
     assert_int_equal(lr_read(s, 0, 8, 512, buf[0], on_done, &io[0]), 0);
     assert_int_equal(lr_read(s, 8, 8, 512, buf[1], on_done, &io[1]), 0);
-    struct until u0 = {&io[0], 1}, u1 = {&io[1], 1};
-    assert_true(ft_run_until(R, calls_reached, &u0, 3000));
+    assert_true(calls_within(&io[0], 1, 3000));
     assert_int_equal(io[0].last, LR_OK);
-    assert_true(ft_run_until(R, calls_reached, &u1, 3000));
+    assert_true(calls_within(&io[1], 1, 3000));
     assert_int_equal(io[1].last, LR_ERR_CONN_LOST);
     assert_string_equal(io[1].what, "terminated by the logout the target asked for");
     /* taken at once, and done on the session logged in anew */
     struct done_log again = {0};
     assert_int_equal(lr_read(s, 16, 8, 512, buf[2], on_done, &again), 0);
-    struct until u2 = {&again, 1};
-    assert_true(ft_run_until(R, calls_reached, &u2, 3000));
+    assert_true(calls_within(&again, 1, 3000));
     assert_int_equal(again.last, LR_OK);
     assert_int_equal(buf[2][0], 0x33);
-    logout_and_stop(&f, s);
 }
 
 /* A target that asks for a logout and is gone after it (its listener closed): the commands
@@ -271,9 +278,9 @@ static void script_logout_then_gone(struct ft *f)
 {
     static struct ft_pdu p;
     struct ft_conn c;
-    int fd = ft_accept(f, 5000);
-    if (fd < 0 || ft_login(f, fd, &c, op_keys, sizeof(op_keys), 32) < 0)
-        return ft_fail(f, "login");
+    int fd = accept_login(f, &c, op_keys, sizeof(op_keys), 32, "login");
+    if (fd < 0)
+        return;
     if (next_cmd(&c, &p, 5000) < 0)
         return ft_fail(f, "a command");
     ft_async(&c, 1, 0);
@@ -287,31 +294,22 @@ static void script_logout_then_gone(struct ft *f)
     atomic_store(&f->stage, 100);
 }
 
-static void test_async_logout_target_gone(void **state)
+static void client_logout_then_gone(struct ft *f, struct lr_session *s)
 {
-    (void)state;
-    struct ft f;
-    assert_int_equal(ft_start(&f, script_logout_then_gone, NULL), 0);
-    struct done_log d = {0};
-    struct lr_session *s = login(&f, &d);
+    (void)f;
     static uint8_t buf[2][4096];
     struct done_log io[2] = {{0}, {0}};
     assert_int_equal(lr_read(s, 0, 8, 512, buf[0], on_done, &io[0]), 0);
-    struct until u0 = {&io[0], 1};
-    assert_true(ft_run_until(R, calls_reached, &u0, 3000));
+    assert_true(calls_within(&io[0], 1, 3000));
     assert_int_equal(io[0].last, LR_ERR_CONN_LOST);
     uint64_t t0 = now_ms();
     assert_int_equal(lr_read(s, 8, 8, 512, buf[1], on_done, &io[1]), 0);
-    struct until u1 = {&io[1], 1};
-    assert_true(ft_run_until(R, calls_reached, &u1, 6000));
+    assert_true(calls_within(&io[1], 1, 6000));
     assert_int_equal(io[1].last, LR_ERR_NO_CONN);
     assert_string_equal(io[1].what,
                         "the target asked for a logout and the session could not log in again");
     assert_true(now_ms() - t0 < 5000);
     assert_int_equal(lr_read(s, 8, 8, 512, buf[1], on_done, &io[1]), -1);
-    lr_session_destroy(s);
-    ft_stop(&f);
-    assert_false(f.failed);
 }
 
 /* A target that asks for a logout right after every login: the initiator stops logging in
@@ -340,34 +338,24 @@ static void script_logout_always(struct ft *f)
     atomic_store(&f->stage, 100);
 }
 
-static void test_async_logout_every_login_bounded(void **state)
+static void client_logout_always(struct ft *f, struct lr_session *s)
 {
-    (void)state;
-    struct ft f;
-    assert_int_equal(ft_start(&f, script_logout_always, NULL), 0);
-    struct done_log d = {0};
-    uint64_t t0 = now_ms();
-    struct lr_session *s = login(&f, &d);
     static uint8_t buf[4096];
     struct done_log io = {0};
     int issued = 0;
     /* each command fails (terminated, or no session left); then no more are taken */
     while (issued < 10 && lr_read(s, 0, 8, 512, buf, on_done, &io) == 0) {
         issued++;
-        struct until u = {&io, issued};
-        assert_true(ft_run_until(R, calls_reached, &u, 5000));
+        assert_true(calls_within(&io, issued, 5000));
         assert_true(io.last == LR_ERR_CONN_LOST || io.last == LR_ERR_NO_CONN);
         assert_non_null(io.what);
     }
     assert_true(issued >= 1 && issued < 10);
-    assert_true(now_ms() - t0 < 6000);
+    assert_true(now_ms() - login_started < 6000);
     struct lr_session_info info;
     lr_session_get_info(s, &info);
     assert_int_equal(info.connections_up, 0);
-    assert_true(atomic_load(&f.logins) <= 4);
-    lr_session_destroy(s);
-    ft_stop(&f);
-    assert_false(f.failed);
+    assert_true(atomic_load(&f->logins) <= 4);
 }
 
 /* ---- several connections (MC/S) ---- */
@@ -387,11 +375,9 @@ static void script_mcs_one_asked(struct ft *f)
     static struct ft_pdu p;
     struct ft_conn c[2];
     uint16_t tsih = 0;
-    for (int i = 0; i < 2; i++) {
-        int fd = ft_accept(f, 5000);
-        if (fd < 0 || ft_login(f, fd, &c[i], op_keys_mcs, sizeof(op_keys_mcs), 64) < 0)
-            return ft_fail(f, "the two logins");
-    }
+    for (int i = 0; i < 2; i++)
+        if (accept_login(f, &c[i], op_keys_mcs, sizeof(op_keys_mcs), 64, "the two logins") < 0)
+            return;
     tsih = c[0].tsih;
     if (c[1].asked_tsih != tsih)
         return ft_fail(f, "the second connection is not in the session");
@@ -458,41 +444,23 @@ static bool logins_reached_3(void *arg)
     return atomic_load(&f->logins) >= 3;
 }
 
-static void test_mcs_async_logout_one_connection(void **state)
+static void client_mcs_one_asked(struct ft *f, struct lr_session *s)
 {
-    (void)state;
-    struct ft f;
-    assert_int_equal(ft_start(&f, script_mcs_one_asked, NULL), 0);
-    struct done_log d = {0};
-    struct lr_session_opts o = {.host = "127.0.0.1",
-                                .port = f.port,
-                                .target_name = "iqn.2026-12.org.linerate:fake",
-                                .connections = 2,
-                                .cmd_timeout_ms = 10000,
-                                .login_timeout_ms = 3000};
-    struct lr_session *s = lr_session_create(R, &o);
-    assert_non_null(s);
-    assert_int_equal(lr_session_login(s, on_done, &d), 0);
-    struct until u = {&d, 1};
-    assert_true(ft_run_until(R, calls_reached, &u, 5000));
-    assert_int_equal(d.last, LR_OK);
     /* the Async Message has been taken in before the commands */
-    assert_true(ft_run_until(R, stage_reached, &f, 5000));
-    struct until never = {&d, 1000};
-    ft_run_until(R, calls_reached, &never, 100);
+    assert_true(ft_run_until(R, stage_reached, f, 5000));
+    struct done_log idle = {0};
+    calls_within(&idle, 1000, 100); /* 100 ms of the reactor */
     static uint8_t buf[8][4096];
     struct done_log io = {0};
     for (int i = 0; i < 8; i++)
         assert_int_equal(lr_read(s, (uint64_t)i * 8, 8, 512, buf[i], on_done, &io), 0);
-    struct until u8 = {&io, 8};
-    assert_true(ft_run_until(R, calls_reached, &u8, 5000));
+    assert_true(calls_within(&io, 8, 5000));
     assert_int_equal(io.ok, 8);
-    assert_true(ft_run_until(R, logins_reached_3, &f, 5000));
-    ft_run_until(R, calls_reached, &never, 100);
+    assert_true(ft_run_until(R, logins_reached_3, f, 5000));
+    calls_within(&idle, 1000, 100);
     struct lr_session_info info;
     lr_session_get_info(s, &info);
     assert_int_equal(info.connections_up, 2);
-    logout_and_stop(&f, s);
 }
 
 /* Two connections, and the target answers each command on the other connection first: a
@@ -515,11 +483,9 @@ static void script_mcs_wrong_connection(struct ft *f)
 {
     static struct ft_pdu p;
     struct ft_conn c[2];
-    for (int i = 0; i < 2; i++) {
-        int fd = ft_accept(f, 5000);
-        if (fd < 0 || ft_login(f, fd, &c[i], op_keys_mcs, sizeof(op_keys_mcs), 64) < 0)
-            return ft_fail(f, "the two logins");
-    }
+    for (int i = 0; i < 2; i++)
+        if (accept_login(f, &c[i], op_keys_mcs, sizeof(op_keys_mcs), 64, "the two logins") < 0)
+            return;
     int answered = 0;
     uint64_t deadline = now_ms() + 8000;
     while (now_ms() < deadline) {
@@ -560,19 +526,15 @@ static bool four_stale(void *arg)
     return s->conns[0]->stale_pdus + s->conns[1]->stale_pdus == 4;
 }
 
-static void test_mcs_answer_on_wrong_connection(void **state)
+static void client_mcs_wrong_connection(struct ft *f, struct lr_session *s)
 {
-    (void)state;
-    struct ft f;
-    assert_int_equal(ft_start(&f, script_mcs_wrong_connection, NULL), 0);
-    struct lr_session *s = login_with(&f, (struct lr_session_opts){.connections = 2});
+    (void)f;
     static uint8_t buf[4][4096];
     memset(buf, 0, sizeof(buf));
     struct done_log io = {0};
     for (int i = 0; i < 4; i++)
         assert_int_equal(lr_read(s, (uint64_t)i * 8, 8, 512, buf[i], on_done, &io), 0);
-    struct until u = {&io, 4};
-    assert_true(ft_run_until(R, calls_reached, &u, 5000));
+    assert_true(calls_within(&io, 4, 5000));
     assert_int_equal(io.ok, 4);
     for (int i = 0; i < 4; i++) {
         assert_int_equal(buf[i][0], 0x11);
@@ -583,7 +545,6 @@ static void test_mcs_answer_on_wrong_connection(void **state)
     }
     /* every lie seen and let be (the last may still be on its way) */
     assert_true(ft_run_until(R, four_stale, s, 2000));
-    logout_and_stop(&f, s);
 }
 
 /* ---- CHAP from the initiator's side (RFC 7143 §12.1.3) ---- */
@@ -701,8 +662,7 @@ static void test_chap_hostile_target(void **state)
         struct done_log d = {0};
         uint64_t t0 = now_ms();
         assert_int_equal(lr_session_login(s, on_done, &d), 0);
-        struct until u = {&d, 1};
-        if (!ft_run_until(R, calls_reached, &u, 5000))
+        if (!calls_within(&d, 1, 5000))
             fail_msg("%s: the login did not end", k->name);
         if (d.last != LR_ERR_LOGIN || !d.what)
             fail_msg("%s: %s", k->name, lr_err_name(d.last));
@@ -806,8 +766,7 @@ static void test_sendtargets_without_end(void **state)
         if (d.err != k->err || !d.what || strcmp(d.what, k->what))
             fail_msg("%s: %s \"%s\"", k->name, lr_err_name(d.err), d.what ? d.what : "");
         assert_true(now_ms() - t0 < 3000);
-        struct until idle = {&(struct done_log){0}, 1};
-        ft_run_until(R, calls_reached, &idle, 50); /* the session's deferred free */
+        calls_within(&(struct done_log){0}, 1, 50); /* the session's deferred free */
         ft_stop(&f);
         if (f.failed)
             fail_msg("%s: fake target: %s", k->name, f.why);
@@ -828,9 +787,9 @@ static void script_digests(struct ft *f)
 {
     static struct ft_pdu p;
     struct ft_conn c;
-    int fd = ft_accept(f, 5000);
-    if (fd < 0 || ft_login(f, fd, &c, op_keys_dig, sizeof(op_keys_dig), 32) < 0)
-        return ft_fail(f, "login");
+    int fd = accept_login(f, &c, op_keys_dig, sizeof(op_keys_dig), 32, "login");
+    if (fd < 0)
+        return;
     c.hd = c.dd = true;
     for (int k = 0; k < 3; k++) {
         if (next_cmd(&c, &p, 5000) < 0)
@@ -846,14 +805,9 @@ static void script_digests(struct ft *f)
     atomic_store(&f->stage, 100);
 }
 
-static void test_digest_errors_from_target(void **state)
+static void client_digests(struct ft *f, struct lr_session *s)
 {
-    (void)state;
-    struct ft f;
-    assert_int_equal(ft_start(&f, script_digests, NULL), 0);
-    struct lr_session *s =
-        login_with(&f, (struct lr_session_opts){
-                           .header_digest = true, .data_digest = true, .cmd_timeout_ms = 5000});
+    (void)f;
     struct done_log d = {0};
     struct lr_session_info info;
     lr_session_get_info(s, &info);
@@ -865,8 +819,7 @@ static void test_digest_errors_from_target(void **state)
         struct done_log io = {0};
         uint64_t t0 = now_ms();
         assert_int_equal(lr_read(s, 0, 8, 512, buf, on_done, &io), 0);
-        struct until ui = {&io, 1};
-        assert_true(ft_run_until(R, calls_reached, &ui, 3000));
+        assert_true(calls_within(&io, 1, 3000));
         assert_true(now_ms() - t0 < 1000);
         assert_int_equal(io.last, want[k]);
         if (what[k])
@@ -875,9 +828,6 @@ static void test_digest_errors_from_target(void **state)
     lr_session_get_info(s, &info);
     assert_int_equal(info.connections_up, 0);
     assert_int_equal(lr_read(s, 0, 8, 512, buf, on_done, &d), -1);
-    lr_session_destroy(s);
-    ft_stop(&f);
-    assert_false(f.failed);
 }
 
 static const char op_keys_erl1[] = "HeaderDigest=None\0DataDigest=None\0MaxConnections=1\0"
@@ -894,13 +844,10 @@ static void script_snack_liar(struct ft *f)
     static struct ft_pdu p;
     static uint8_t data[4096];
     struct ft_conn c;
-    int fd = ft_accept(f, 5000);
-    if (fd < 0 || ft_login(f, fd, &c, op_keys_erl1, sizeof(op_keys_erl1), 32) < 0)
-        return ft_fail(f, "login");
-    if (next_cmd(&c, &p, 5000) < 0)
-        return ft_fail(f, "a command");
+    int fd = accept_login(f, &c, op_keys_erl1, sizeof(op_keys_erl1), 32, "login");
+    if (fd < 0 || first_cmd(f, &c, &p) < 0)
+        return;
     uint32_t itt = get_be32(p.h + BHS_ITT);
-    c.expcmdsn = get_be32(p.h + BHS_CMDSN) + 1;
     uint8_t h[ISCSI_BHS_LEN];
     uint32_t statsn = c.statsn;
     int snacks = 0;
@@ -937,26 +884,17 @@ static void script_snack_liar(struct ft *f)
     atomic_store(&f->stage, 100);
 }
 
-static void test_erl1_snack_answered_wrong(void **state)
+static void client_snack_liar(struct ft *f, struct lr_session *s)
 {
-    (void)state;
-    struct ft f;
-    assert_int_equal(ft_start(&f, script_snack_liar, NULL), 0);
-    struct lr_session *s =
-        login_with(&f, (struct lr_session_opts){.error_recovery_level = 1, .cmd_timeout_ms = 1500});
+    (void)f;
     static uint8_t buf[8192];
     struct done_log io = {0};
     uint64_t t0 = now_ms();
     assert_int_equal(lr_read(s, 0, 16, 512, buf, on_done, &io), 0);
-    struct until ui = {&io, 1};
-    assert_true(ft_run_until(R, calls_reached, &ui, 5000));
+    assert_true(calls_within(&io, 1, 5000));
     assert_int_not_equal(io.last, LR_OK);
     assert_non_null(io.what);
     assert_true(now_ms() - t0 < 3500);
-    lr_session_destroy(s);
-    ft_stop(&f);
-    if (f.failed)
-        fail_msg("fake target: %s", f.why);
 }
 
 /* ERL 1: recovery R2Ts for data already sent, without end, and the initiator's Data-Out never
@@ -966,13 +904,10 @@ static void script_r2t_flood(struct ft *f)
 {
     static struct ft_pdu p;
     struct ft_conn c;
-    int fd = ft_accept(f, 5000);
-    if (fd < 0 || ft_login(f, fd, &c, op_keys_erl1, sizeof(op_keys_erl1), 32) < 0)
-        return ft_fail(f, "login");
-    if (next_cmd(&c, &p, 5000) < 0)
-        return ft_fail(f, "a command");
+    int fd = accept_login(f, &c, op_keys_erl1, sizeof(op_keys_erl1), 32, "login");
+    if (fd < 0 || first_cmd(f, &c, &p) < 0)
+        return;
     uint32_t itt = get_be32(p.h + BHS_ITT);
-    c.expcmdsn = get_be32(p.h + BHS_CMDSN) + 1;
     int n = 0;
     for (; n < 20000; n++) {
         uint8_t h[ISCSI_BHS_LEN];
@@ -991,43 +926,106 @@ static void script_r2t_flood(struct ft *f)
     atomic_store(&f->stage, 100);
 }
 
-static void test_erl1_recovery_r2t_flood_bounded(void **state)
+static void client_r2t_flood(struct ft *f, struct lr_session *s)
 {
-    (void)state;
-    struct ft f;
-    assert_int_equal(ft_start(&f, script_r2t_flood, NULL), 0);
-    struct lr_session *s = login_with(
-        &f, (struct lr_session_opts){.error_recovery_level = 1, .cmd_timeout_ms = 20000});
+    (void)f;
     static uint8_t buf[262144];
     struct done_log io = {0};
     uint64_t t0 = now_ms();
     assert_int_equal(lr_write(s, 0, 512, 512, buf, on_done, &io), 0);
-    struct until ui = {&io, 1};
-    assert_true(ft_run_until(R, calls_reached, &ui, 8000));
+    assert_true(calls_within(&io, 1, 8000));
     assert_int_equal(io.last, LR_ERR_CONN_LOST);
     assert_string_equal(io.what, "the target asks for data again faster than it reads it");
     assert_true(now_ms() - t0 < 8000);
+}
+
+/* ---- the cases with a session logged in: the target's script, then the user's side ---- */
+
+struct hostile_case {
+    const char *name;
+    ft_script_fn script;                                /* the fake target */
+    struct lr_session_opts opts;                        /* for login_with() */
+    void (*client)(struct ft *f, struct lr_session *s); /* once logged in */
+    bool logout; /* the end: the session's Logout, else only destroyed */
+};
+
+static const struct hostile_case cases[] = {
+    {.name = "test_async_logout_drains_and_logs_in_again",
+     .script = script_drain_then_relogin,
+     .client = client_drain_then_relogin,
+     .logout = true},
+    {.name = "test_async_logout_unanswered_command_fails",
+     .script = script_unanswered,
+     .client = client_unanswered,
+     .logout = true},
+    {.name = "test_async_logout_every_login_bounded",
+     .script = script_logout_always,
+     .client = client_logout_always},
+    {.name = "test_async_logout_target_gone",
+     .script = script_logout_then_gone,
+     .client = client_logout_then_gone},
+    {.name = "test_mcs_async_logout_one_connection",
+     .script = script_mcs_one_asked,
+     .opts = {.connections = 2},
+     .client = client_mcs_one_asked,
+     .logout = true},
+    {.name = "test_mcs_answer_on_wrong_connection",
+     .script = script_mcs_wrong_connection,
+     .opts = {.connections = 2},
+     .client = client_mcs_wrong_connection,
+     .logout = true},
+    {.name = "test_digest_errors_from_target",
+     .script = script_digests,
+     .opts = {.header_digest = true, .data_digest = true, .cmd_timeout_ms = 5000},
+     .client = client_digests},
+    {.name = "test_erl1_snack_answered_wrong",
+     .script = script_snack_liar,
+     .opts = {.error_recovery_level = 1, .cmd_timeout_ms = 1500},
+     .client = client_snack_liar},
+    {.name = "test_erl1_recovery_r2t_flood_bounded",
+     .script = script_r2t_flood,
+     .opts = {.error_recovery_level = 1, .cmd_timeout_ms = 20000},
+     .client = client_r2t_flood},
+};
+
+static void run_case(void **state)
+{
+    const struct hostile_case *k = *state;
+    struct ft f;
+    assert_int_equal(ft_start(&f, k->script, NULL), 0);
+    login_started = now_ms();
+    struct lr_session *s = login_with(&f, k->opts);
+    k->client(&f, s);
+    if (k->logout) {
+        logout_and_stop(&f, s);
+        return;
+    }
     lr_session_destroy(s);
     ft_stop(&f);
     if (f.failed)
         fail_msg("fake target: %s", f.why);
 }
 
+#define CASE(i)                                                                                    \
+    {                                                                                              \
+        cases[i].name, run_case, NULL, NULL, (void *)&cases[i]                                     \
+    }
+
 int main(void)
 {
     R = reactor_create(0);
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_async_logout_drains_and_logs_in_again),
-        cmocka_unit_test(test_async_logout_unanswered_command_fails),
-        cmocka_unit_test(test_async_logout_every_login_bounded),
-        cmocka_unit_test(test_async_logout_target_gone),
-        cmocka_unit_test(test_mcs_async_logout_one_connection),
-        cmocka_unit_test(test_mcs_answer_on_wrong_connection),
+        CASE(0),
+        CASE(1),
+        CASE(2),
+        CASE(3),
+        CASE(4),
+        CASE(5),
         cmocka_unit_test(test_chap_hostile_target),
         cmocka_unit_test(test_sendtargets_without_end),
-        cmocka_unit_test(test_digest_errors_from_target),
-        cmocka_unit_test(test_erl1_snack_answered_wrong),
-        cmocka_unit_test(test_erl1_recovery_r2t_flood_bounded),
+        CASE(6),
+        CASE(7),
+        CASE(8),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     reactor_destroy(R);

@@ -20,6 +20,7 @@
 #include "util/bytes.h"
 
 #include "scsi_fixture.h"
+#include "iscsi/scsi_port.h"
 
 #define TGT_NAME "iqn.2024-01.io.linerate:pr"
 #define INI1 "iqn.2024-01.test:init1"
@@ -796,7 +797,7 @@ static void test_reserve6_released(void **state)
     scsi_nexus_put(f->n1);
     assert_int_equal(simple(f, f->n2, 0x16), GOOD);
     const uint8_t i1[6] = {0x80, 0, 0, 0, 0, 1};
-    f->n1 = scsi_nexus_get(&f->tg, INI1, i1);
+    f->n1 = scsi_nexus_get(&f->tg, &iscsi_scsi_transport, INI1, i1);
     assert_int_equal(simple(f, f->n2, 0x17), GOOD);
 
     /* persistent reservations survive all of it */
@@ -807,7 +808,7 @@ static void test_reserve6_released(void **state)
     scsi_nexus_put(f->n2);
     scsi_nexus_lost(f->n2);
     const uint8_t i2[6] = {0x80, 0, 0, 0, 0, 2};
-    f->n2 = scsi_nexus_get(&f->tg, INI2, i2);
+    f->n2 = scsi_nexus_get(&f->tg, &iscsi_scsi_transport, INI2, i2);
     take_ua(f, f->n1);
     assert_int_equal(rw(f, f->n1, false), CONFLICT);
 }

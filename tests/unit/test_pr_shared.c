@@ -23,6 +23,7 @@
 #include "util/bytes.h"
 
 #include "scsi_fixture.h"
+#include "iscsi/scsi_port.h"
 
 #define TGT_NAME "iqn.2024-01.io.linerate:pr-shared"
 #define CONFLICT SCSI_STATUS_RESERVATION_CONFLICT
@@ -435,7 +436,7 @@ static void test_hostile_name_across(void **state)
     const char *evil = "iqn.2024-01.test:evil\nversion 999\nreg 00000000000000ee "
                        "iqn.2024-01.test:init3,i,0x800000000003\nspc2 iqn.2024-01.test:x";
     const uint8_t isid[6] = {0x80, 0, 0, 0, 0, 9};
-    struct scsi_nexus *n = scsi_nexus_get(&f->a.tg, evil, isid);
+    struct scsi_nexus *n = scsi_nexus_get(&f->a.tg, &iscsi_scsi_transport, evil, isid);
     assert_non_null(n);
     uint8_t sense[16] = {0x03, 0, 0, 0, 18}; /* its power-on unit attention */
     sfx_run(&f->a.t, &f->a.tg, n, 0, sense, NULL, 0, 0, 0);

@@ -15,6 +15,7 @@
 #include "util/bytes.h"
 
 #include "scsi_fixture.h"
+#include "iscsi/scsi_port.h"
 
 /* --- fixture: LUN 0 ram 64M/512, LUN 1 test store 1M (volatile cache), LUN 2 read-only ram,
  * LUN 3 ram 16M/4096; two nexuses with their power-on UAs already cleared --- */
@@ -402,10 +403,12 @@ static void test_ua_new_nexus(void **state)
 {
     struct fx *f = *state;
     const uint8_t isid[6] = {0x40, 1, 2, 3, 4, 5};
-    struct scsi_nexus *n = scsi_nexus_get(&f->tg, "iqn.2024-01.test:new", isid);
+    struct scsi_nexus *n =
+        scsi_nexus_get(&f->tg, &iscsi_scsi_transport, "iqn.2024-01.test:new", isid);
     assert_non_null(n);
     assert_string_equal(n->initiator_port, "iqn.2024-01.test:new,i,0x400102030405");
-    assert_ptr_equal(scsi_nexus_get(&f->tg, "iqn.2024-01.test:new", isid), n);
+    assert_ptr_equal(scsi_nexus_get(&f->tg, &iscsi_scsi_transport, "iqn.2024-01.test:new", isid),
+                     n);
     scsi_nexus_put(n);
 
     /* INQUIRY and REPORT LUNS run and leave the UA pending (SAM-5 §5.14) */
@@ -431,7 +434,8 @@ static void test_ua_new_nexus(void **state)
 
     /* session reinstatement: the same port name finds the same nexus and its state */
     scsi_nexus_put(n);
-    struct scsi_nexus *again = scsi_nexus_get(&f->tg, "iqn.2024-01.test:new", isid);
+    struct scsi_nexus *again =
+        scsi_nexus_get(&f->tg, &iscsi_scsi_transport, "iqn.2024-01.test:new", isid);
     assert_ptr_equal(again, n);
     assert_int_equal(run(f, again, 0, TUR, NULL, 0), SCSI_STATUS_GOOD);
     scsi_nexus_put(again);
@@ -544,10 +548,12 @@ static void test_ua_nexus_loss(void **state)
 
     /* a nexus new to the target has its power-on UA: a loss before it is cleared adds none */
     const uint8_t isid[6] = {0x40, 9, 9, 9, 9, 9};
-    struct scsi_nexus *n = scsi_nexus_get(&f->tg, "iqn.2024-01.test:lossy", isid);
+    struct scsi_nexus *n =
+        scsi_nexus_get(&f->tg, &iscsi_scsi_transport, "iqn.2024-01.test:lossy", isid);
     scsi_nexus_loss_ua(n);
     scsi_nexus_put(n);
-    n = scsi_nexus_get(&f->tg, "iqn.2024-01.test:lossy", isid); /* the initiator is back */
+    n = scsi_nexus_get(&f->tg, &iscsi_scsi_transport, "iqn.2024-01.test:lossy",
+                       isid); /* the initiator is back */
     run(f, n, 2, TUR, NULL, 0);
     assert_sense(&f->t, 0x6, 0x29, 0x00);
     assert_int_equal(run(f, n, 2, TUR, NULL, 0), SCSI_STATUS_GOOD);

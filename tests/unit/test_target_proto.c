@@ -1892,6 +1892,26 @@ static struct tgt_rsp send_logout(struct tgt *t, uint8_t reason, uint16_t cid)
     return expect(t, ISCSI_OP_LOGOUT_RSP);
 }
 
+/* A 32 KiB WRITE at lba (data from seed) whose first 4 KiB came as immediate data and whose
+ * two R2Ts for the rest are out, unanswered: the write a connection lost now leaves waiting
+ * for its data. Its ITT; its CmdSN in *cmdsn unless NULL. */
+static uint32_t write_awaiting_data(struct tgt *t, uint32_t lba, uint8_t seed, uint32_t *cmdsn)
+{
+    static uint8_t buf[32768];
+    fill(buf, sizeof(buf), seed);
+    uint8_t cdb[16];
+    tgt_cdb_rw10(cdb, WRITE10, lba, 64);
+    struct tgt_pdu p;
+    uint32_t sn = tgt_next_cmdsn(t), itt = tgt_new_itt(t);
+    tgt_pdu_scsi_cmd(&p, itt, sn, cdb, sizeof(buf), ISCSI_FLAG_FINAL | ISCSI_CMD_WRITE, buf, 4096);
+    tgt_send(t, &p);
+    expect(t, ISCSI_OP_R2T);
+    expect(t, ISCSI_OP_R2T);
+    if (cmdsn)
+        *cmdsn = sn;
+    return itt;
+}
+
 /* Logout "remove the connection for recovery" at ERL 2 (§11.14.1, §11.15): response 0 with
  * Time2Wait and Time2Retain, the named connection closed; a CID that never was is "CID not
  * found"; one already gone is still answered for. */
@@ -2277,17 +2297,7 @@ static void test_erl2_time2retain_expiry(void **state)
     tgt_hold_expstatsn(t, true);
     struct kept k[10];
     uint32_t itt = read_40k(t, k);
-    static uint8_t buf[32768];
-    fill(buf, sizeof(buf), 1);
-    uint8_t cdb[16];
-    tgt_cdb_rw10(cdb, WRITE10, 400, 64); /* a write waiting for its R2Ts' data */
-    struct tgt_pdu p;
-    uint32_t witt = tgt_new_itt(t);
-    tgt_pdu_scsi_cmd(&p, witt, tgt_next_cmdsn(t), cdb, sizeof(buf),
-                     ISCSI_FLAG_FINAL | ISCSI_CMD_WRITE, buf, 4096);
-    tgt_send(t, &p);
-    expect(t, ISCSI_OP_R2T);
-    expect(t, ISCSI_OP_R2T);
+    uint32_t witt = write_awaiting_data(t, 400, 1, NULL);
     tgt_kill(t);
     tgt_use(t, c2);
     tgt_wait_ms(t, 1300);
@@ -2398,19 +2408,11 @@ static void test_erl2_abort_orphan(void **state)
     uint32_t sn = tgt_next_cmdsn(t);
     uint32_t tur = send_tur(t, sn, false);
     expect_good(t, tur);
-    static uint8_t buf[32768];
-    fill(buf, sizeof(buf), 2);
-    uint8_t cdb[16];
-    tgt_cdb_rw10(cdb, WRITE10, 500, 64);
-    struct tgt_pdu p;
-    uint32_t wsn = tgt_next_cmdsn(t), witt = tgt_new_itt(t);
-    tgt_pdu_scsi_cmd(&p, witt, wsn, cdb, sizeof(buf), ISCSI_FLAG_FINAL | ISCSI_CMD_WRITE, buf,
-                     4096);
-    tgt_send(t, &p);
-    expect(t, ISCSI_OP_R2T);
-    expect(t, ISCSI_OP_R2T);
+    uint32_t wsn;
+    uint32_t witt = write_awaiting_data(t, 500, 2, &wsn);
     tgt_kill(t);
     tgt_use(t, c2);
+    struct tgt_pdu p;
     tgt_pdu_tmf(&p, 1 /* ABORT TASK */, tgt_new_itt(t), tur, sn, tgt_peek_cmdsn(t), true);
     tgt_send(t, &p);
     expect_good(t, tur);
@@ -2510,18 +2512,10 @@ static void test_erl2_abort_behind_recovery_logout(void **state)
     struct tgt *t = up_erl2();
     int c2 = tgt_login_conn(t, 2, NULL);
     tgt_use(t, 0);
-    static uint8_t buf[32768];
-    fill(buf, sizeof(buf), 3);
-    uint8_t cdb[16];
-    tgt_cdb_rw10(cdb, WRITE10, 600, 64);
-    struct tgt_pdu w, lo, ab;
-    uint32_t wsn = tgt_next_cmdsn(t), witt = tgt_new_itt(t);
-    tgt_pdu_scsi_cmd(&w, witt, wsn, cdb, sizeof(buf), ISCSI_FLAG_FINAL | ISCSI_CMD_WRITE, buf,
-                     4096);
-    tgt_send(t, &w);
-    expect(t, ISCSI_OP_R2T);
-    expect(t, ISCSI_OP_R2T);
+    uint32_t wsn;
+    uint32_t witt = write_awaiting_data(t, 600, 3, &wsn);
     tgt_use(t, c2);
+    struct tgt_pdu lo, ab;
     tgt_pdu_logout(&lo, ISCSI_LOGOUT_REMOVE_FOR_RECOVERY, tgt_new_itt(t), 1, tgt_peek_cmdsn(t),
                    true);
     tgt_pdu_tmf(&ab, 1 /* ABORT TASK */, tgt_new_itt(t), witt, wsn, tgt_peek_cmdsn(t), true);

@@ -17,6 +17,7 @@
 #include "util/bytes.h"
 
 #include "scsi_fixture.h"
+#include "iscsi/scsi_port.h"
 
 /* --- a store without map(): completions inline, or queued until the test pumps them --- */
 struct mstore {
@@ -921,7 +922,7 @@ static void test_rcr_copy_status(void **state)
     assert_int_equal(xcopy(f, 0, &l, list_finish(&l, 1, 0)), SCSI_STATUS_GOOD);
     const uint8_t isid1[6] = {0x80, 0, 0, 0, 0, 1};
     scsi_nexus_put(f->n1);
-    f->n1 = scsi_nexus_get(&f->tg, "iqn.2024-01.test:init1", isid1);
+    f->n1 = scsi_nexus_get(&f->tg, &iscsi_scsi_transport, "iqn.2024-01.test:init1", isid1);
     rcr(f, f->n1, 0, 0x00, 1, 1024);
     assert_sense(&f->t, 0x5, 0x24, 0x00);
 }

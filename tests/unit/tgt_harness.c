@@ -13,7 +13,12 @@
 
 #include <cmocka.h>
 
+#include "iscsi/cmd.h"
 #include "iscsi/conn.h"
+#include "iscsi/dataout.h"
+#include "iscsi/dispatch.h"
+#include "iscsi/login.h"
+#include "iscsi/session_conns.h"
 #include "reactor/reactor.h"
 #include "util/crc32c.h"
 #include "daemon/config.h"

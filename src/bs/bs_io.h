@@ -1,37 +1,12 @@
-/* Private to src/bs: the per-type constructors bs_open_spec() dispatches to, and the request
- * checks and memory<->iovec copies that the null, ram and file stores share. */
-#ifndef LR_BS_PRIV_H
-#define LR_BS_PRIV_H
+/* Private to src/bs, below every store: the request check each store's submit() runs first, and
+ * the memory<->iovec copies of the memory stores. Inline, as they sit on every request's path. */
+#ifndef LR_BS_IO_H
+#define LR_BS_IO_H
 
 #include <errno.h>
 #include <string.h>
 
 #include "bs/bs.h"
-
-/* Each returns a filled struct bs (ops, size, flags, priv, desc left to the caller) or NULL
- * with a one-line reason in err. */
-struct bs *bs_null_open(uint64_t size, char *err, size_t errlen);
-/* prealloc: the memory is allocated (and touched) now and the LUN is fully provisioned. */
-struct bs *bs_ram_open(uint64_t size, bool prealloc, char *err, size_t errlen);
-/* size 0: use the file's or device's own size. */
-struct bs *bs_file_open(const char *path, uint64_t size, bool direct, bool read_only, char *err,
-                        size_t errlen);
-
-/* rbd:POOL/IMAGE (bs_rbd.c, built when librbd is found: LR_HAVE_RBD). Empty strings mean "the
- * default": conf the Ceph search path ($CEPH_CONF, /etc/ceph/ceph.conf), client_id "admin". */
-#define BS_RBD_DEFAULT_TIMEOUT_S 30
-struct bs_rbd_params {
-    char pool[128];
-    char image[128];
-    char conf[256];
-    char client_id[64];
-    uint64_t size;      /* create the image with this size when it is missing; 0: never */
-    unsigned timeout_s; /* an OSD or monitor silent this long fails the request: -ETIMEDOUT */
-    bool read_only;
-};
-/* Blocks while it connects: call before the reactors run. On failure *transient (if not
- * NULL) says the cluster did not answer in time: trying again later may succeed. */
-struct bs *bs_rbd_open(const struct bs_rbd_params *p, bool *transient, char *err, size_t errlen);
 
 /* Validate a request against the store before touching anything: 0 or -EINVAL. The SCSI core
  * checks LBA ranges centrally; this only keeps a caller bug from reaching memory or disk. */

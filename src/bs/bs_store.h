@@ -1,0 +1,38 @@
+/* Private to src/bs: the constructor of each store type, which the spec parser (bs_open.c)
+ * calls with the options it parsed. Each store file defines its own and calls nothing above it. */
+#ifndef LR_BS_STORE_H
+#define LR_BS_STORE_H
+
+#include "bs/bs.h"
+
+/* Each returns a filled struct bs (ops, size, flags, priv, desc left to the caller) or NULL
+ * with a one-line reason in err. */
+struct bs *bs_null_open(uint64_t size, char *err, size_t errlen);
+/* prealloc: the memory is allocated (and touched) now and the LUN is fully provisioned. */
+struct bs *bs_ram_open(uint64_t size, bool prealloc, char *err, size_t errlen);
+/* size 0: use the file's or device's own size. */
+struct bs *bs_file_open(const char *path, uint64_t size, bool direct, bool read_only, char *err,
+                        size_t errlen);
+
+/* rbd:POOL/IMAGE (bs_rbd.c, built when librbd is found: LR_HAVE_RBD). Empty strings mean "the
+ * default": conf the Ceph search path ($CEPH_CONF, /etc/ceph/ceph.conf), client_id "admin". */
+#define BS_RBD_DEFAULT_TIMEOUT_S 30
+struct bs_rbd_params {
+    char pool[128];
+    char image[128];
+    char conf[256];
+    char client_id[64];
+    uint64_t size;      /* create the image with this size when it is missing; 0: never */
+    unsigned timeout_s; /* an OSD or monitor silent this long fails the request: -ETIMEDOUT */
+    bool read_only;
+};
+/* Blocks while it connects: call before the reactors run. On failure *transient (if not
+ * NULL) says the cluster did not answer in time: trying again later may succeed. */
+struct bs *bs_rbd_open(const struct bs_rbd_params *p, bool *transient, char *err, size_t errlen);
+#ifdef LR_HAVE_RBD
+/* bs_rbd_open() of the rbd module (bs_rbd_load.c), loaded the first time it is needed. */
+struct bs *bs_rbd_module_open(const struct bs_rbd_params *p, bool *transient, char *err,
+                              size_t errlen);
+#endif
+
+#endif

@@ -1,0 +1,184 @@
+/* The control requests that only read the running daemon: show targets, LUNs, portals,
+ * sessions and connections, and stats (docs/ctl-protocol.md). Control thread only. */
+#include <jansson.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "daemon/ctl_req.h"
+
+static json_t *portal_list(const struct iscsi_node *n)
+{
+    json_t *a = json_array();
+    for (unsigned i = 0; i < n->nportals; i++)
+        json_array_append_new(a, json_string(n->portals[i].text));
+    return a;
+}
+
+static unsigned node_lun_count(const struct iscsi_node *n)
+{
+    unsigned k = 0;
+    for (uint64_t i = 0; i < n->scsi->nluns; i++)
+        k += scsi_target_lun(n->scsi, i) != NULL;
+    return k;
+}
+
+json_t *ctl_show_targets(struct daemon *d, json_t *params, struct req_err *e)
+{
+    (void)params;
+    (void)e;
+    json_t *a = json_array();
+    for (unsigned i = 0; i < d->built.n; i++) {
+        const struct iscsi_node *n = d->built.nodes[i];
+        pthread_mutex_lock(&d->srv.sessions_lock);
+        unsigned nsess = n->nsessions;
+        pthread_mutex_unlock(&d->srv.sessions_lock);
+        json_t *allow = json_array();
+        for (unsigned k = 0; k < n->nallow; k++)
+            json_array_append_new(allow, json_string(n->allow[k]));
+        json_array_append_new(a, json_pack("{s:s, s:s, s:o, s:i, s:o, s:b, s:i, s:b}", "name",
+                                           n->name, "alias", n->alias, "portals", portal_list(n),
+                                           "luns", (int)node_lun_count(n), "allow", allow, "chap",
+                                           n->chap.user[0] != '\0', "sessions", (int)nsess,
+                                           "draining", ctl_target_draining(d, i)));
+    }
+    return a;
+}
+
+json_t *ctl_show_luns(struct daemon *d, json_t *params, struct req_err *e)
+{
+    const char *only = ctl_param_str(params, "target", false, e);
+    if (e->code)
+        return NULL;
+    if (only && !ctl_find_node(d, only, NULL))
+        return ctl_fail(e, ERR_NOT_FOUND, "no target named '%s'", only);
+    json_t *a = json_array();
+    for (unsigned i = 0; i < d->built.n; i++) {
+        const struct iscsi_node *n = d->built.nodes[i];
+        if (only && strcasecmp(n->name, only) != 0)
+            continue;
+        for (uint64_t l = 0; l < n->scsi->nluns; l++) {
+            struct scsi_lun *lu = scsi_target_lun(n->scsi, l);
+            if (lu)
+                json_array_append_new(a, ctl_lun_json(d, i, lu));
+        }
+    }
+    return a;
+}
+
+static json_t *portal_json(struct daemon *d, const struct listener *l)
+{
+    json_t *targets = json_array();
+    for (unsigned t = 0; t < d->built.n; t++) {
+        const struct iscsi_node *n = d->built.nodes[t];
+        for (unsigned p = 0; p < n->nportals; p++)
+            if (strcmp(n->portals[p].text, l->portal.text) == 0)
+                json_array_append_new(targets, json_string(n->name));
+    }
+    return json_pack("{s:s, s:i, s:b, s:o}", "portal", l->portal.text, "tpgt", (int)l->portal.tpgt,
+                     "listening", l->fd >= 0, "targets", targets);
+}
+
+/* The raw counters (stats.c): linerate-ctl stats turns two of them into rates. */
+json_t *ctl_show_stats(struct daemon *d, json_t *params, struct req_err *e)
+{
+    (void)params;
+    if (!IOSTATS_ENABLED)
+        return ctl_fail(e, ERR_FAILED, "%s", STATS_NONE_MSG);
+    json_t *r = stats_json(d);
+    return r ? r : ctl_fail(e, ERR_INTERNAL, "out of memory");
+}
+
+/* The listeners are fixed but for those added with a target, which only this thread adds. */
+json_t *ctl_show_portals(struct daemon *d, json_t *params, struct req_err *e)
+{
+    (void)params;
+    (void)e;
+    json_t *a = json_array();
+    /* A listener closed because no target has its portal any more is kept only for the
+     * connections that came through it (daemon.h): not shown as a portal. */
+    for (unsigned i = 0; i < d->nlisteners; i++)
+        if (d->listeners[i].fd >= 0)
+            json_array_append_new(a, portal_json(d, &d->listeners[i]));
+    for (const struct listener *l = d->extra_listeners; l; l = l->next)
+        if (l->fd >= 0)
+            json_array_append_new(a, portal_json(d, l));
+    return a;
+}
+
+static void isid_text(const uint8_t isid[6], char out[16])
+{
+    snprintf(out, 16, "0x%02x%02x%02x%02x%02x%02x", isid[0], isid[1], isid[2], isid[3], isid[4],
+             isid[5]);
+}
+
+static json_t *params_json(const struct iscsi_params *p)
+{
+    return json_pack("{s:b, s:b, s:i, s:b, s:b, s:I, s:I, s:I, s:I, s:i, s:i, s:i, s:b, s:b, s:i}",
+                     "header_digest", p->header_digest, "data_digest", p->data_digest,
+                     "max_connections", (int)p->max_connections, "initial_r2t", p->initial_r2t,
+                     "immediate_data", p->immediate_data, "max_recv_data_segment_length",
+                     (json_int_t)p->max_recv_dsl, "initiator_max_recv_data_segment_length",
+                     (json_int_t)p->peer_max_recv_dsl, "max_burst_length", (json_int_t)p->max_burst,
+                     "first_burst_length", (json_int_t)p->first_burst, "default_time2wait",
+                     (int)p->default_time2wait, "default_time2retain", (int)p->default_time2retain,
+                     "max_outstanding_r2t", (int)p->max_outstanding_r2t, "data_pdu_in_order",
+                     p->data_pdu_in_order, "data_sequence_in_order", p->data_sequence_in_order,
+                     "error_recovery_level", (int)p->erl);
+}
+
+static json_t *conn_json(const struct iscsi_conn_info *c)
+{
+    return json_pack(
+        "{s:i, s:s, s:s, s:i, s:s, s:s, s:I, s:I}", "cid", (int)c->cid, "peer", c->peer, "portal",
+        c->portal, "reactor", c->reactor, "header_digest", c->header_digest ? "CRC32C" : "None",
+        "data_digest", c->data_digest ? "CRC32C" : "None", "max_recv_data_segment_length",
+        (json_int_t)c->max_recv_dsl, "max_send_data_segment_length", (json_int_t)c->max_send_dsl);
+}
+
+static json_t *sessions_or_conns(struct daemon *d, bool conns, struct req_err *e)
+{
+    struct iscsi_session_info *v;
+    unsigned n;
+    if (iscsi_server_list_sessions(&d->srv, &v, &n) < 0)
+        return ctl_fail(e, ERR_INTERNAL, "out of memory");
+    json_t *a = json_array();
+    for (unsigned i = 0; i < n; i++) {
+        const struct iscsi_session_info *s = &v[i];
+        char isid[16];
+        isid_text(s->isid, isid);
+        if (conns) {
+            for (unsigned k = 0; k < s->nconns; k++) {
+                json_t *c = conn_json(&s->conns[k]);
+                json_object_set_new(c, "tsih", json_integer(s->tsih));
+                json_object_set_new(c, "initiator", json_string(s->initiator));
+                json_object_set_new(c, "target", json_string(s->target));
+                json_array_append_new(a, c);
+            }
+            continue;
+        }
+        json_t *cl = json_array();
+        for (unsigned k = 0; k < s->nconns; k++)
+            json_array_append_new(cl, conn_json(&s->conns[k]));
+        json_array_append_new(
+            a,
+            json_pack("{s:i, s:s, s:s, s:s, s:s, s:s, s:f, s:I, s:o, s:o}", "tsih", (int)s->tsih,
+                      "isid", isid, "initiator", s->initiator, "chap_user", s->chap_user, "target",
+                      s->target, "type", s->discovery ? "discovery" : "normal", "age_seconds",
+                      (double)s->age_ms / 1000.0, "commands_in_flight", (json_int_t)s->in_flight,
+                      "connections", cl, "parameters", params_json(&s->params)));
+    }
+    free(v);
+    return a;
+}
+
+json_t *ctl_show_sessions(struct daemon *d, json_t *params, struct req_err *e)
+{
+    (void)params;
+    return sessions_or_conns(d, false, e);
+}
+
+json_t *ctl_show_connections(struct daemon *d, json_t *params, struct req_err *e)
+{
+    (void)params;
+    return sessions_or_conns(d, true, e);
+}
