@@ -4,8 +4,7 @@
 
 #include "initiator/ini.h"
 
-/* The connection's TCP connect completed: its
- * first Login Request (a status). */
+/* The connection's TCP connect completed: its first Login Request (a status). */
 int ini_session_conn_connected(struct ini_conn *c);
 void ini_session_conn_down(struct ini_conn *c);
 int ini_session_login_rx(struct ini_conn *c, const uint8_t *hdr, const uint8_t *data,
