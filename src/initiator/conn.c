@@ -1,6 +1,9 @@
-/* One initiator TCP connection: non-blocking connect, moving between reactors, failing, and
- * its side of the wire engine (iscsi/wire.h): Data-In payloads placed straight into the
- * task's buffer, complete PDUs handed to login or full feature phase. */
+/* One initiator TCP connection: opened for a slot of the session (the first time, or again
+ * for a reconnect), non-blocking connect, sending, failing, and its side of the wire engine
+ * (iscsi/wire.h): Data-In payloads placed straight into the task's buffer, complete PDUs
+ * handed to login or full feature phase through the session's conn_ops, whose status fails
+ * the connection here, the one place a handler's verdict does. */
+#include <assert.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <netdb.h>
@@ -8,13 +11,15 @@
 #include <netinet/tcp.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include "initiator/conn.h"
 #include "initiator/ini.h"
-#include "util/crc32c.h"
+#include "initiator/lock.h"
+#include "initiator/login.h"
+#include "initiator/table.h"
 #include "util/log.h"
 
 #define INI_RXBUF (512u * 1024u)
@@ -113,14 +118,57 @@ int ini_conn_connect(struct ini_conn *c, const char *host, uint16_t port)
     return 0;
 }
 
-void ini_conn_fail(struct ini_conn *c, const char *why)
+void ini_conn_close(struct ini_conn *c, const char *why)
 {
     if (c->state == ICS_DEAD)
         return;
     c->fail_why = why;
     c->state = ICS_DEAD;
     wire_close(&c->w);
-    ini_session_conn_down(c);
+    c->s->conn_ops->down(c);
+}
+
+/* Each status and the reason it ends a connection with: what lr_result.what says of the
+ * tasks that fail with it, and what the log line says. */
+static const struct {
+    int status;
+    const char *why;
+} reasons[] = {
+    {INI_OK, "ok"},
+    {INI_ERR_NOMEM, "out of memory"},
+    {INI_ERR_LOGIN, "login failed"},
+    {INI_ERR_UNEXPECTED_PDU, "unexpected PDU in full feature phase"},
+    {INI_ERR_TEXT_RSP, "unexpected Text Response"},
+    {INI_ERR_DATA_IN_RANGE, "Data-In outside the task's buffer"},
+    {INI_ERR_BAD_R2T, "bad R2T"},
+    {INI_ERR_R2T_AGAIN, "R2T for data already sent (recovery R2T below ErrorRecoveryLevel 1)"},
+    {INI_ERR_PING_FLOOD, "the target sends pings faster than it reads the answers"},
+    {INI_ERR_RESEND_FLOOD, "the target asks for data again faster than it reads it"},
+    {INI_ERR_ASYNC_DROP, "target asked to drop the connection"},
+    {INI_END_ASYNC_DROP_CONN, "target will drop the connection (Async event 2)"},
+    {INI_END_ASYNC_DROP_ALL, "target will drop the session's connections (Async event 3)"},
+    {INI_END_LOGGED_OUT, "logged out"},
+    {INI_END_ASKED_OUT, "terminated by the logout the target asked for"},
+    {INI_END_CONN_LOGGED_OUT, "logged out at the target's request"},
+};
+
+const char *ini_status_str(int status)
+{
+    for (size_t i = 0; i < sizeof(reasons) / sizeof(reasons[0]); i++)
+        if (reasons[i].status == status)
+            return reasons[i].why;
+    return "?";
+}
+
+int ini_conn_fail(struct ini_conn *c, int status)
+{
+    if (status >= 0)
+        return status;
+    const char *why = ini_status_str(status);
+    if (status == INI_ERR_LOGIN && c->login.why)
+        why = c->login.why;
+    ini_conn_close(c, why);
+    return status;
 }
 
 static void conn_fail_msg(void *arg)
@@ -131,14 +179,14 @@ static void conn_fail_msg(void *arg)
     if (c->r != reactor_self())
         c->fail_req = NULL; /* it moved meanwhile: the next tick asks its new thread */
     else if (c->fail_req)
-        ini_conn_fail(c, c->fail_req);
+        ini_conn_close(c, c->fail_req);
     ini_unlock(c->s);
 }
 
-void ini_conn_fail_any(struct ini_conn *c, const char *why)
+void ini_conn_close_any(struct ini_conn *c, const char *why)
 {
     if (!c->s->mt || c->r == reactor_self()) {
-        ini_conn_fail(c, why);
+        ini_conn_close(c, why);
         return;
     }
     if (c->state == ICS_DEAD || c->fail_req)
@@ -148,26 +196,11 @@ void ini_conn_fail_any(struct ini_conn *c, const char *why)
         c->s->msgs++;
 }
 
-void ini_conn_move(struct ini_conn *c, struct reactor *to)
-{
-    struct lr_session *s = c->s;
-    ini_lock(s); /* held twice: the flush below keeps it through its sendmsg */
-    /* What this thread still owes the connection goes out from here first. */
-    ini_conn_drain_inbox(c);
-    if (reactor_undefer(&c->w.flush_hook))
-        ini_conn_flush(c);
-    c->r = to;
-    c->moves++; /* kicks go to it with the other inbox message */
-    if (wire_move(&c->w, to) < 0)
-        ini_conn_fail(c, "cannot move the connection to its thread");
-    ini_unlock(s);
-}
-
 /* A socket call failed: keep its errno for the log line. */
 static void conn_fail_sys(struct ini_conn *c, const char *why)
 {
     c->fail_errno = errno;
-    ini_conn_fail(c, why);
+    ini_conn_close(c, why);
 }
 
 struct wire_pdu *ini_conn_pdu(struct ini_conn *c)
@@ -206,13 +239,28 @@ void ini_conn_flush(struct ini_conn *c)
 
 /* ---- the engine's view of this connection ---- */
 
+/* Where the payload of the PDU whose header is hdr goes: the task's buffer for a Data-In, or
+ * NULL for the engine's buffer. */
+static uint8_t *rx_dest(struct ini_conn *c, const uint8_t *hdr, uint32_t dlen)
+{
+    if ((hdr[0] & ISCSI_OPCODE_MASK) != ISCSI_OP_DATA_IN)
+        return NULL;
+    struct ini_task *t = ini_task_lookup(c->s, get_be32(hdr + BHS_ITT));
+    if (!t || t->conn != c || t->dir != LR_DIR_READ)
+        return NULL;
+    uint32_t off = get_be32(hdr + BHS_BUFFER_OFFSET);
+    if (off > t->len || dlen > t->len - off)
+        return NULL; /* checked again (and refused) when the PDU is handled */
+    return t->buf + off;
+}
+
 /* Data-In goes straight into the task's buffer; everything else to the engine's buffer. */
 static int ini_wire_hdr(void *ctx, struct iscsi_pdu_in *p)
 {
     struct ini_conn *c = ctx;
     if (c->state != ICS_FFP || !p->dlen)
         return 0;
-    uint8_t *dest = ini_task_rx_dest(c, p->bhs.b, p->dlen);
+    uint8_t *dest = rx_dest(c, p->bhs.b, p->dlen);
     if (dest) {
         p->dst[0].iov_base = dest;
         p->dst[0].iov_len = p->dlen;
@@ -221,15 +269,23 @@ static int ini_wire_hdr(void *ctx, struct iscsi_pdu_in *p)
     return 0;
 }
 
+/* The PDU dispatch: login phase or full feature phase. A handler's negative status fails the
+ * connection here, the one place it does (the engine then stops); its own failures come
+ * through ini_wire_fail. */
 static int ini_wire_pdu(void *ctx, struct iscsi_pdu_in *p)
 {
     struct ini_conn *c = ctx;
     const uint8_t *data = p->data ? p->data : p->dstcnt ? p->dst[0].iov_base : NULL;
+    int rc;
     if (c->state == ICS_LOGIN)
-        ini_session_login_rx(c, p->bhs.b, data, p->dlen);
+        rc = c->s->conn_ops->login_rx(c, p->bhs.b, data, p->dlen);
     else
-        ini_rx_ffp(c, p->bhs.b, data, p->dlen, !p->data_digest_bad);
-    return 0;
+        rc = c->s->conn_ops->ffp_rx(c, p->bhs.b, data, p->dlen, !p->data_digest_bad);
+    if (rc < 0) {
+        ini_conn_fail(c, rc);
+        return WIRE_E_OWNER;
+    }
+    return WIRE_OK;
 }
 
 static void ini_wire_fail(void *ctx, int status)
@@ -257,7 +313,7 @@ static void ini_wire_fail(void *ctx, int status)
         break;
     }
     c->fail_errno = c->w.fail_errno;
-    ini_conn_fail(c, why ? why : "protocol error");
+    ini_conn_close(c, why ? why : "protocol error");
 }
 
 static void ini_wire_lock(void *ctx)
@@ -316,8 +372,7 @@ static void conn_io_locked(struct ini_conn *c, uint32_t events)
                                                            : ((struct sockaddr_in *)&ss)->sin_port);
         c->state = ICS_LOGIN;
         c->w.tx_hold = false;
-        ini_session_conn_connected(c);
-        if (c->state != ICS_DEAD)
+        if (ini_conn_fail(c, c->s->conn_ops->connected(c)) == INI_OK && c->state != ICS_DEAD)
             wire_flush(&c->w); /* the first Login Request, and EPOLLOUT off */
         return;
     }
@@ -330,4 +385,65 @@ static void conn_io(void *arg, uint32_t events)
     ini_lock(c->s);
     conn_io_locked(c, events);
     ini_unlock(c->s);
+}
+
+/* ---- the session's connections ---- */
+
+static void login_timeout(void *arg)
+{
+    struct ini_conn *c = arg;
+    ini_lock(c->s);
+    ini_conn_close(c, "login timed out");
+    ini_unlock(c->s);
+}
+
+struct ini_conn *ini_conn_add(struct lr_session *s)
+{
+    unsigned i = s->nconns;
+    struct ini_conn *c = ini_conn_new(s, i, (uint16_t)i);
+    if (!c)
+        return NULL;
+    c->leading = i == 0;
+    s->conns[s->nconns++] = c;
+    c->login_active = true; /* login phase until full feature phase (texts are zeroed) */
+    reactor_timer_start(s->r, &c->login_timer, s->o.login_timeout_ms, login_timeout, c);
+    if (ini_conn_connect(c, s->host, s->o.port) < 0) {
+        ini_conn_close(c, "cannot connect");
+        return NULL;
+    }
+    return c;
+}
+
+/* A retired connection's buffers, once the loop turn that retired it is over. */
+static void conn_free_buffers(void *arg)
+{
+    struct ini_conn *c = arg;
+    wire_free(&c->w);
+}
+
+struct ini_conn *ini_conn_reconnect(struct lr_session *s, unsigned i, bool leading)
+{
+    assert(i < s->nconns && s->conns[i]->state == ICS_DEAD);
+    struct ini_conn *old = s->conns[i];
+    struct ini_conn *c = ini_conn_new(s, i, old->cid);
+    if (!c)
+        return NULL;
+    /* The old one stays allocated (messages may still name it) and counted (fault totals);
+     * its engine is closed already, its buffers go at the end of this loop turn: not now,
+     * since we may be inside its own receive path (a connection that failed while reading,
+     * logged in again at once at Time2Wait 0), which is still parsing out of the reactor's
+     * shared buffer and gives it back on the way out (torture seed 1003). */
+    reactor_defer(s->r, &old->free_d, conn_free_buffers,
+                  old); /* we run on s->r (orphan.c, relogin.c) */
+    c->retired = old;
+    c->reconnect = true;
+    c->leading = leading;
+    s->conns[i] = c;
+    c->login_active = true;
+    reactor_timer_start(s->r, &c->login_timer, s->o.login_timeout_ms, login_timeout, c);
+    if (ini_conn_connect(c, s->host, s->o.port) < 0) {
+        ini_conn_close(c, "cannot connect");
+        return NULL;
+    }
+    return c;
 }

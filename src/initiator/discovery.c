@@ -1,12 +1,11 @@
 /* Discovery (RFC 7143 §4.3, Appendix C): a discovery session, one Text Request with
  * SendTargets=All, continuation requests while the target sets C (§11.10-§11.11), logout.
  * Also the small helpers of the public API: URL parsing and error names. */
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "initiator/conn.h"
 #include "initiator/ini.h"
-#include "util/log.h"
 
 #define INI_TEXT_ITT 0x80000010u
 /* Text Responses one SendTargets may take: far more than a real target's answer needs (it is
@@ -24,16 +23,15 @@ struct disc {
     void *arg;
     struct lr_result res;
     bool finished;
+    struct iscsi_text text; /* the SendTargets answer, over its Text Responses */
 };
 
-static void text_request(struct ini_conn *c, uint32_t ttt, const char *kv, uint32_t len)
+static int text_request(struct ini_conn *c, uint32_t ttt, const char *kv, uint32_t len)
 {
     struct lr_session *s = c->s;
     struct wire_pdu *p = ini_conn_pdu(c);
-    if (!p) {
-        ini_conn_fail(c, "out of memory");
-        return;
-    }
+    if (!p)
+        return INI_ERR_NOMEM;
     struct iscsi_bhs *h = (struct iscsi_bhs *)p->hdr;
     bhs_init(h, ISCSI_OP_TEXT_REQ, ISCSI_FLAG_FINAL);
     h->b[0] |= ISCSI_BHS_IMMEDIATE;
@@ -51,12 +49,14 @@ static void text_request(struct ini_conn *c, uint32_t ttt, const char *kv, uint3
     }
     p->owned = copy;
     ini_conn_send(c, p, copy, len);
+    return INI_OK;
 }
 
 static void disc_free(void *arg)
 {
     struct disc *d = arg;
     lr_session_destroy(d->s);
+    iscsi_text_free(&d->text);
     free(d);
 }
 
@@ -76,7 +76,7 @@ static void disc_finish(struct disc *d, const struct lr_result *res)
     if (d->timer_on)
         reactor_timer_stop(s->r, &d->timer);
     d->timer_on = false;
-    d->done(d->arg, res, s->disc_text.data, s->disc_text.len);
+    d->done(d->arg, res, d->text.data, d->text.len);
     if (res->err == LR_OK)
         lr_session_logout(s, disc_logged_out, d);
     else
@@ -101,24 +101,22 @@ static void disc_login_done(void *arg, const struct lr_result *res)
     static const char kv[] = "SendTargets=All";
     d->timer_on = true;
     reactor_timer_start(d->s->r, &d->timer, d->s->o.cmd_timeout_ms, disc_timeout, d);
-    text_request(d->s->conns[0], ISCSI_RSVD_TAG, kv, sizeof(kv));
+    struct ini_conn *c = d->s->conns[0];
+    ini_conn_fail(c, text_request(c, ISCSI_RSVD_TAG, kv, sizeof(kv)));
 }
 
-void ini_session_text_rsp(struct ini_conn *c, const uint8_t *hdr, const uint8_t *data,
-                          uint32_t dlen)
+/* A Text Response on the discovery session (s->text_rsp): its status. */
+static int disc_text_rsp(struct ini_conn *c, const uint8_t *hdr, const uint8_t *data, uint32_t dlen)
 {
-    struct lr_session *s = c->s;
-    struct disc *d = s->disc_arg;
-    if (!d || get_be32(hdr + BHS_ITT) != INI_TEXT_ITT) {
-        ini_conn_fail(c, "unexpected Text Response");
-        return;
-    }
+    struct disc *d = c->s->text_arg;
+    if (get_be32(hdr + BHS_ITT) != INI_TEXT_ITT)
+        return INI_ERR_TEXT_RSP;
     if (d->finished)
-        return;
-    if (dlen && iscsi_text_append(&s->disc_text, data, dlen) < 0) {
+        return INI_OK;
+    if (dlen && iscsi_text_append(&d->text, data, dlen) < 0) {
         struct lr_result r = {.err = LR_ERR_PROTOCOL, .what = "SendTargets answer too long"};
         disc_finish(d, &r);
-        return;
+        return INI_OK;
     }
     if (!(hdr[BHS_FLAGS] & ISCSI_FLAG_FINAL) || (hdr[BHS_FLAGS] & ISCSI_FLAG_CONTINUE)) {
         /* §11.11.1-§11.11.2: not final (C implies it: the text goes on in the next PDU); ask
@@ -127,13 +125,13 @@ void ini_session_text_rsp(struct ini_conn *c, const uint8_t *hdr, const uint8_t 
         if (++d->rounds >= INI_TEXT_ROUNDS_MAX) {
             struct lr_result r = {.err = LR_ERR_PROTOCOL, .what = "SendTargets answer never ends"};
             disc_finish(d, &r);
-            return;
+            return INI_OK;
         }
-        text_request(c, get_be32(hdr + BHS_TTT), NULL, 0);
-        return;
+        return text_request(c, get_be32(hdr + BHS_TTT), NULL, 0);
     }
     struct lr_result r = {.err = LR_OK};
     disc_finish(d, &r);
+    return INI_OK;
 }
 
 int lr_discover(struct reactor *r, const char *host, uint16_t port, const char *initiator_name,
@@ -159,7 +157,9 @@ int lr_discover_opts(struct reactor *r, const struct lr_session_opts *opts, lr_d
     }
     d->done = done;
     d->arg = arg;
-    d->s->disc_arg = d;
+    iscsi_text_init(&d->text);
+    d->s->text_rsp = disc_text_rsp;
+    d->s->text_arg = d;
     return lr_session_login(d->s, disc_login_done, d);
 }
 

@@ -1,13 +1,29 @@
-/* Internals of the initiator shared by its files: the login state machine (login.c), a
- * connection on the wire engine (conn.c, iscsi/wire.h), tasks (task.c) and
- * the session that spreads tasks over its connections under one CmdSN window (session.c). */
+/* Internals of the initiator shared by its files: the state (the login state machine, a
+ * connection on the wire engine, a task, a session that spreads tasks over its connections
+ * under one CmdSN window) and the predicates that only read it; each file's functions are in
+ * its own header (conn.h for conn.c, ...). The files call one another from the top down only,
+ * none back up, in this order (top first):
+ *   discovery.c   SendTargets on a discovery session; URL parsing, error names
+ *   session.c     the public session calls, connection logins and losses, the tick
+ *   rx.c          each PDU of full feature phase to its handler; ERL 0's own handling
+ *   orphan.c      ERL 2: a lost connection's tasks, reassigned (and Async Messages)
+ *   relogin.c     logging in again after a logout the target asked for
+ *   snack.c       ERL 1: SNACK, recovery R2T, Data-In holes, command retry
+ *   sched.c       the CmdSN window, which connection a command goes on, the inboxes
+ *   logout.c      Logout Requests and the session's logout
+ *   task.c        a task's PDUs: command, Data-Out, Data-In placement, status, reassign
+ *   conn.c        one connection: connect, send, fail; it reaches the session through
+ *                 s->conn_ops, never by name
+ *   table.c, lock.c, login.c   the task table, the session lock, the login state machine */
 #ifndef LR_INITIATOR_INI_H
 #define LR_INITIATOR_INI_H
 
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <string.h>
 
+#include "initiator/login.h"
 #include "iscsi/chap.h"
 #include "iscsi/keys.h"
 #include "iscsi/pdu.h"
@@ -17,56 +33,32 @@
 #include "reactor/reactor.h"
 #include "util/list.h"
 
-/* ---- login (login.c): builds Login Requests, digests Login Responses; no sockets ---- */
+/* ---- the handler contract (the target's, iscsi/pdu.h enum iscsi_status) ---- */
 
-enum ini_login_state { ILS_SECURITY, ILS_OPERATIONAL, ILS_DONE, ILS_FAILED };
-enum ini_login_step { ILSTEP_SEND, ILSTEP_DONE, ILSTEP_FAILED };
-
-#define INI_LOGIN_MAX_ROUNDS 16
-
-struct ini_login {
-    enum ini_login_state state;
-    struct iscsi_neg neg;
-    struct iscsi_text rx; /* target text, accumulated over continuation PDUs (C bit) */
-    struct iscsi_text tx; /* text of the next request */
-    bool leading, discovery;
-    char initiator_name[ISCSI_NAME_MAX + 1];
-    char target_name[ISCSI_NAME_MAX + 1];
-    uint8_t isid[6];
-    uint16_t tsih, cid;
-    uint32_t itt, cmdsn, expstatsn;
-    uint32_t exp_cmdsn, max_cmdsn; /* from the last response */
-    unsigned rounds;
-    uint16_t status; /* login status class << 8 | detail on failure */
-    const char *why;
-    /* CHAP (RFC 7143 §12.1.3), when chap && chap->user[0]: set by the caller after init */
-    const struct chap_creds *chap;
-    enum { ICH_START, ICH_A_SENT, ICH_R_SENT, ICH_DONE } chap_state;
-    int chap_alg;
-    bool got_a, got_i, got_c, got_n, got_r, chap_bad;
-    char t_a[ISCSI_VALUE_MAX + 1];
-    uint8_t t_id;
-    uint8_t t_chal[CHAP_CHALLENGE_MAX];
-    int t_chal_len;
-    char t_n[CHAP_NAME_MAX + 1];
-    uint8_t t_r[CHAP_DIGEST_MAX];
-    int t_r_len;
-    uint8_t want_r[CHAP_DIGEST_MAX]; /* what the target must answer our challenge with */
-    int want_r_len;
+/* What a handler of a PDU from the target returns, and every function that queues PDUs on a
+ * connection. INI_OK: go on. Negative: the connection cannot go on; the caller fails it, in
+ * one place (conn.c's dispatch, or ini_conn_fail on the paths outside it: timers, messages,
+ * hand-overs), with the reason ini_status_str() names, which tasks failing with it report in
+ * lr_result.what. Handlers never close their connection themselves; bad input from the target
+ * ends that connection only. */
+enum ini_status {
+    INI_OK = 0,
+    INI_ERR_NOMEM = -1,            /* a PDU could not be allocated */
+    INI_ERR_LOGIN = -2,            /* the login failed: the login machine says why (login.why) */
+    INI_ERR_UNEXPECTED_PDU = -3,   /* an opcode the target never sends in full feature phase */
+    INI_ERR_TEXT_RSP = -4,         /* a Text Response to no Text Request of ours */
+    INI_ERR_DATA_IN_RANGE = -5,    /* Data-In outside the task's buffer */
+    INI_ERR_BAD_R2T = -6,          /* an R2T outside the task's data (§11.8) */
+    INI_ERR_R2T_AGAIN = -7,        /* a recovery R2T below ErrorRecoveryLevel 1 */
+    INI_ERR_PING_FLOOD = -8,       /* INI_PING_BACKLOG_MAX */
+    INI_ERR_RESEND_FLOOD = -9,     /* INI_RESEND_BACKLOG_MAX */
+    INI_ERR_ASYNC_DROP = -10,      /* Async event 2 below ERL 2 */
+    INI_END_ASYNC_DROP_CONN = -11, /* Async event 2 at ERL 2: recovered */
+    INI_END_ASYNC_DROP_ALL = -12,  /* Async event 3 at ERL 2: recovered */
+    INI_END_LOGGED_OUT = -13,      /* our Logout of the session was answered */
+    INI_END_ASKED_OUT = -14,       /* the Logout the target asked for closed the session */
+    INI_END_CONN_LOGGED_OUT = -15, /* the Logout of this connection the target asked for */
 };
-
-void ini_login_init(struct ini_login *l, const struct iscsi_params *local, bool leading,
-                    bool discovery, const char *initiator_name, const char *target_name,
-                    const uint8_t isid[6], uint16_t tsih, uint16_t cid, uint32_t itt,
-                    uint32_t cmdsn);
-void ini_login_free(struct ini_login *l);
-/* First Login Request of the connection: header into req, text in l->tx. */
-int ini_login_start(struct ini_login *l, struct iscsi_bhs *req);
-/* A Login Response arrived (header and its data segment). ILSTEP_SEND: req and l->tx hold the
- * next request. ILSTEP_DONE: full feature phase (l->tsih set). ILSTEP_FAILED: l->status and
- * l->why say why. */
-enum ini_login_step ini_login_rx(struct ini_login *l, const struct iscsi_bhs *rsp,
-                                 const uint8_t *data, uint32_t len, struct iscsi_bhs *req);
 
 /* ---- connections (conn.c) ---- */
 
@@ -102,6 +94,18 @@ enum ini_conn_state {
  * than this unsent means it does not read what it asked for. Far above what digest errors make a
  * real one ask again. */
 #define INI_RESEND_BACKLOG_MAX (64u << 20)
+
+struct ini_conn;
+
+/* What a connection's events come to above conn.c (the session's, s->conn_ops): so conn.c,
+ * which every file below the session calls, calls none of them by name. */
+struct ini_conn_ops {
+    int (*connected)(struct ini_conn *c); /* TCP connected: the first Login Request */
+    int (*login_rx)(struct ini_conn *c, const uint8_t *hdr, const uint8_t *data, uint32_t dlen);
+    int (*ffp_rx)(struct ini_conn *c, const uint8_t *hdr, const uint8_t *data, uint32_t dlen,
+                  bool data_digest_ok);
+    void (*down)(struct ini_conn *c); /* the connection ended (ini_conn_close) */
+};
 
 struct ini_conn {
     struct lr_session *s;
@@ -139,7 +143,7 @@ struct ini_conn {
     uint64_t resend_unsent; /* INI_RESEND_BACKLOG_MAX */
     uint64_t rejects;
 
-    /* ErrorRecoveryLevel >= 1 (recovery.c, RFC 7143 §7.8-§7.9): the StatSNs received beyond
+    /* ErrorRecoveryLevel >= 1 (snack.c, RFC 7143 §7.8-§7.9): the StatSNs received beyond
      * expstatsn (bit k: expstatsn + k; held: received, but its task still misses data, so not
      * acknowledged yet, §7.9), one past the highest seen, and the quiet-period timer state. */
     uint64_t stat_got[INI_STATSN_WINDOW / 64];
@@ -154,7 +158,7 @@ struct ini_conn {
     struct reactor_msg rec_msg[2]; /* that request, one per side of the last move */
     uint64_t snacks, retries;      /* SNACKs and command retries sent */
 
-    /* ERL 2 and logout of one connection (erl2.c) */
+    /* ERL 2 and logout of one connection (orphan.c) */
     bool leading;   /* its login is the session's leading one (TSIH 0) */
     bool reconnect; /* a later login of a slot whose connection was lost (same CID, §6.3.4) */
     bool draining;  /* Async event 1: no new command; logged out once its tasks are done */
@@ -176,36 +180,14 @@ struct ini_conn {
     int fail_errno; /* errno of a socket failure, 0 otherwise */
 };
 
-struct ini_conn *ini_conn_new(struct lr_session *s, unsigned idx, uint16_t cid);
-void ini_conn_free(struct ini_conn *c);
-/* Non-blocking connect; the session hears of the outcome through ini_session_conn_ready. */
-int ini_conn_connect(struct ini_conn *c, const char *host, uint16_t port);
-/* The session's injected faults (lr_session_set_faults) onto c's transmit path. */
-void ini_conn_set_faults(struct ini_conn *c);
-struct wire_pdu *ini_conn_pdu(struct ini_conn *c);
-/* Append a PDU (hdr filled except digests and DataSegmentLength, which are set here). */
-void ini_conn_send(struct ini_conn *c, struct wire_pdu *p, const void *data, uint32_t len);
-/* The SCSI Command PDU p of task t: t->cmd_sent is set once it is in the socket. */
-void ini_conn_mark_cmd(struct wire_pdu *p, struct ini_task *t);
-void ini_conn_flush(struct ini_conn *c);
-/* Close the socket, mark the connection dead, tell the session. Idempotent. */
-void ini_conn_fail(struct ini_conn *c, const char *why);
-/* The same from any thread holding the session lock: done on the connection's own thread. */
-void ini_conn_fail_any(struct ini_conn *c, const char *why);
-/* Re-register the connection's socket on r (on the thread that owns it now, with the lock). */
-void ini_conn_move(struct ini_conn *c, struct reactor *r);
-/* Push received bytes through the parser as if recv() had returned them (tests): 0, or -1 once
- * the connection failed. */
-int ini_conn_feed(struct ini_conn *c, const void *bytes, uint32_t len);
-
 /* ---- tasks (task.c) ---- */
 
 /* ITS_ORPHAN (ERL 2): the command reached the target over a connection since lost; the task
- * waits, with no connection, to be reassigned (erl2.c). */
+ * waits, with no connection, to be reassigned (orphan.c). */
 enum ini_task_state { ITS_FREE, ITS_WAITING, ITS_ACTIVE, ITS_ORPHAN };
 
 struct ini_task {
-    uint32_t itt; /* index | the slot's generation << itt_idx_bits (sched.c) */
+    uint32_t itt; /* index | the slot's generation << itt_idx_bits (table.c) */
     enum ini_task_state state;
     struct ini_conn *conn;
     uint8_t cdb[16];
@@ -224,7 +206,7 @@ struct ini_task {
     /* ERL 0, a WRITE: where the data sent or solicited so far ends; an R2T below it asks for
      * data again, which only recovery (ERL >= 1) does */
     uint32_t solicited_end;
-    /* ERL >= 1 (recovery.c): Data-In DataSNs still missing (runs), the status that arrived
+    /* ERL >= 1 (snack.c): Data-In DataSNs still missing (runs), the status that arrived
      * before them (completed once they have), the next R2TSN, a SNACK the target refused. */
     uint8_t nmiss;
     bool status_held, snack_refused, miss_overflow;
@@ -233,7 +215,7 @@ struct ini_task {
     uint32_t held_statsn;
     uint32_t exp_r2tsn;
     uint64_t retry_ms; /* last command retry */
-    /* ERL 2 (erl2.c): the slot (= CID) of the connection it was allegiant to when that died;
+    /* ERL 2 (orphan.c): the slot (= CID) of the connection it was allegiant to when that died;
      * in an inbox for a TASK REASSIGN (not the command); the TMF sent and not answered; the
      * next R2T sets the R2TSN expected (numbering after a reassignment is the target's);
      * reported as recovered (lr_result.recovered). */
@@ -247,66 +229,18 @@ struct ini_task {
     struct list_node node; /* session wait queue */
 };
 
-/* SAM-5 single level LUN into the 8 bytes at p. */
-void ini_fill_lun(uint8_t *p, uint64_t lun);
-/* Build and queue the command PDU (+ immediate and unsolicited data) on c. */
-void ini_task_send(struct ini_conn *c, struct ini_task *t);
-/* Data placement: where the payload of the PDU whose header is hdr goes (task buffer for
- * Data-In), or NULL for the connection's private buffer. */
-uint8_t *ini_task_rx_dest(struct ini_conn *c, const uint8_t *hdr, uint32_t dlen);
-/* Check a Data-In's window against task t's buffer (closing the connection if it lies outside)
- * and, if copy, copy a payload the engine did not place there directly. */
-bool ini_task_place_data_in(struct ini_conn *c, struct ini_task *t, const uint8_t *hdr,
-                            const uint8_t *data, uint32_t dlen, bool copy);
-/* A complete full-feature-phase PDU arrived. */
-void ini_rx_ffp(struct ini_conn *c, const uint8_t *hdr, const uint8_t *data, uint32_t dlen,
-                bool data_digest_ok);
-/* The command PDU of t (with its immediate and unsolicited data) again, unchanged: a retry
- * (RFC 7143 §7.2.1). */
-void ini_task_resend_cmd(struct ini_conn *c, struct ini_task *t);
-/* The status of a Data-In with S or of a SCSI Response into *r (§11.4, §11.7.4). */
-void ini_task_result(struct ini_task *t, const uint8_t *hdr, const uint8_t *data, uint32_t dlen,
-                     struct lr_result *r);
-/* Data-Out PDUs answering an R2T (or unsolicited, ttt reserved), from the task's buffer;
- * again: data sent before, counted in c->resend_unsent until it leaves. */
-void ini_task_data_out(struct ini_conn *c, struct ini_task *t, uint32_t ttt, uint32_t off,
-                       uint32_t len, bool again);
-/* A recovery PDU of n bytes (header included) about to be queued: counted until it leaves. */
-void ini_resend_account(struct ini_conn *c, struct wire_pdu *p, uint64_t n);
-
-/* ---- ErrorRecoveryLevel >= 1 (recovery.c, RFC 7143 §7.1-§7.9, §11.16) ---- */
+/* ---- ErrorRecoveryLevel >= 1 (snack.c, RFC 7143 §7.1-§7.9, §11.16) ---- */
 
 /* Any PDU from the target: the recovery timer's notion of progress. */
-static inline void ini_erl_progress(struct ini_conn *c, uint64_t now)
+static inline void ini_snack_progress(struct ini_conn *c, uint64_t now)
 {
     c->last_progress_ms = now;
     c->rounds = 0;
 }
-/* A numbered response with StatSN arrived (held: its task still misses data). */
-void ini_erl_statsn(struct ini_conn *c, uint32_t statsn, bool held);
-/* A numbered response was discarded (data digest error): ask for it again. */
-void ini_erl_statsn_lost(struct ini_conn *c, uint32_t statsn);
-void ini_erl_data_in(struct ini_conn *c, struct ini_task *t, const uint8_t *hdr,
-                     const uint8_t *data, uint32_t dlen, bool dd_ok);
-void ini_erl_scsi_rsp(struct ini_conn *c, struct ini_task *t, const uint8_t *hdr,
-                      const uint8_t *data, uint32_t dlen, bool dd_ok);
-/* An R2T: an R2TSN gap asks for the missing R2Ts; old ones (recovery) are answered too. */
-void ini_erl_r2t(struct ini_conn *c, struct ini_task *t, const uint8_t *hdr);
-/* A Reject (data: the rejected header): a command with a bad immediate-data digest is
- * retried, a refused SNACK ends what it asked for. Returns true if it was dealt with. */
-bool ini_erl_reject(struct ini_conn *c, const uint8_t *hdr, const uint8_t *data, uint32_t dlen);
-/* The answer to our NOP-Out ping. */
-void ini_erl_pong(struct ini_conn *c, const uint8_t *hdr);
-/* The session tick (any thread, with the lock): a connection with tasks and no progress for
- * a quiet period gets a recovery round on its own thread. */
-void ini_erl_tick(struct ini_conn *c, uint64_t now);
-/* Set at full feature phase: StatSN tracking starts at expstatsn. */
-void ini_erl_start(struct ini_conn *c);
-
 /* NOP-Out pings of the recovery timer: ITT INI_PING_ITT + connection index. */
 #define INI_PING_ITT 0x80001000u
 
-/* ---- ErrorRecoveryLevel 2: connection recovery (erl2.c, RFC 7143 §7.1.4, §7.2.2, §6.3.4,
+/* ---- ErrorRecoveryLevel 2: connection recovery (orphan.c, RFC 7143 §7.1.4, §7.2.2, §6.3.4,
  * §11.5.1, §11.9.1, §11.14-§11.15) ---- */
 
 /* Where the cleanup of a lost connection's state at the target stands, per slot (= CID). */
@@ -339,39 +273,6 @@ struct ini_cr {
 #define INI_CLOGOUT_ITT 0x80000100u /* + slot: Logout of one connection */
 #define INI_TMF_ITT 0x80010000u     /* + task index: TASK REASSIGN */
 
-/* The connection went down at ERL 2: its sent tasks become orphans of its slot. */
-void ini_erl2_conn_down(struct ini_conn *c);
-/* The session tick (its reactor, with the lock): logouts asked by the target, and at ERL 2 the
- * recovery state machine. ini_erl2_advance: the machine alone (from any thread: what must
- * run on the session's reactor, reconnecting, waits for the tick there). */
-void ini_erl2_tick(struct lr_session *s, uint64_t now);
-void ini_erl2_advance(struct lr_session *s, uint64_t now);
-/* A reconnect login of slot c->idx reached full feature phase, or failed. */
-void ini_erl2_login_done(struct ini_conn *c);
-void ini_erl2_login_failed(struct ini_conn *c);
-/* On c's thread: send the TASK REASSIGN of t (taken from the inbox or handed directly). */
-void ini_erl2_send_reassign(struct ini_conn *c, struct ini_task *t);
-/* Responses: TMF (TASK REASSIGN), Logout of one connection (ITT INI_CLOGOUT_ITT + slot). */
-void ini_erl2_tmf_rsp(struct ini_conn *c, const uint8_t *hdr);
-void ini_erl2_logout_rsp(struct ini_conn *c, const uint8_t *hdr);
-/* Async Message (§11.9.1) */
-void ini_erl2_async(struct ini_conn *c, const uint8_t *hdr);
-/* Commands are accepted while the session recovers with no connection up. */
-bool ini_erl2_recovering(const struct lr_session *s);
-
-/* ---- logging in again after a logout the target asked for (relogin.c, §11.9.1) ---- */
-
-/* A connection asked to log out (draining) is gone, logged out or dropped: its slot or the
- * whole session is to log in again. */
-void ini_relogin_conn_lost(struct ini_conn *c);
-/* The session tick (its reactor): the logins due. */
-void ini_relogin_tick(struct lr_session *s, uint64_t now);
-/* Commands are accepted (they wait) while the session logs in anew. */
-bool ini_relogin_pending(const struct lr_session *s);
-/* A login started by ini_relogin_tick reached full feature phase, or failed. */
-void ini_relogin_done(struct ini_conn *c);
-void ini_relogin_failed(struct ini_conn *c);
-
 /* ---- session (session.c) ---- */
 
 struct lr_session {
@@ -397,7 +298,7 @@ struct lr_session {
 
     struct ini_task *tasks;
     uint32_t ntasks;
-    unsigned itt_idx_bits; /* the low bits of an ITT that index tasks[] (sched.c) */
+    unsigned itt_idx_bits; /* the low bits of an ITT that index tasks[] (table.c) */
     uint32_t *free_idx;
     uint32_t nfree;
     uint32_t inflight;
@@ -412,7 +313,7 @@ struct lr_session {
      * to log in again (below ERL 2); login attempts and logouts in a row without a command
      * completed, both bounded. */
     bool reestablish;
-    bool closing_session; /* a Logout "close the session" asked for is under way (erl2.c) */
+    bool closing_session; /* a Logout "close the session" asked for is under way (orphan.c) */
     bool asked_out[LR_MAX_CONNECTIONS];
     unsigned relogin_tries, relogin_rounds;
     uint64_t relogin_next_ms;
@@ -434,48 +335,94 @@ struct lr_session {
      * counters lr_session_fault_counts sums */
     struct lr_faults faults;
 
-    /* discovery */
-    lr_discovery_fn disc_done;
-    void *disc_arg;
-    struct iscsi_text disc_text;
+    /* What becomes of a connection's events above conn.c (session.c sets it) */
+    const struct ini_conn_ops *conn_ops;
+    /* A discovery session's Text Responses (discovery.c sets it; NULL: none expected) */
+    int (*text_rsp)(struct ini_conn *c, const uint8_t *hdr, const uint8_t *data, uint32_t dlen);
+    void *text_arg;
 };
 
-/* The session lock (session.c); all no-ops unless s->mt. ini_io_release drops it around a
- * socket call when held exactly once (an outermost reactor callback) and says whether it did. */
-void ini_lock(struct lr_session *s);
-void ini_unlock(struct lr_session *s);
-bool ini_io_release(struct lr_session *s);
-void ini_io_retake(struct lr_session *s, bool released);
-/* Hand task t (CmdSN assigned) to connection c: sent now on c's thread, else through c's
- * inbox (sched.c). */
-void ini_conn_submit(struct ini_conn *c, struct ini_task *t);
-/* Send what the inbox holds (on c's thread, with the lock). */
-void ini_conn_drain_inbox(struct ini_conn *c);
+/* ---- the task table's ITTs (table.c) ---- */
 
-void ini_session_conn_connected(struct ini_conn *c);
-void ini_session_conn_down(struct ini_conn *c);
-void ini_session_login_rx(struct ini_conn *c, const uint8_t *hdr, const uint8_t *data,
-                          uint32_t dlen);
-/* ExpCmdSN/MaxCmdSN from any response (RFC 7143 §4.2.2.1 rules). */
-void ini_session_update_window(struct lr_session *s, uint32_t exp, uint32_t max);
-void ini_session_kick(struct lr_session *s);
-/* Fail every task waiting for the window or a connection (resendq, waitq). */
-void ini_session_fail_waiting(struct lr_session *s, enum lr_err e, const char *what);
-bool conns_any_up(const struct lr_session *s);
-void ini_task_complete(struct lr_session *s, struct ini_task *t, struct lr_result *res);
-struct ini_task *ini_task_lookup(struct lr_session *s, uint32_t itt);
-/* t's slot in s->tasks: the low itt_idx_bits of its ITT. */
-uint32_t ini_task_idx(const struct lr_session *s, const struct ini_task *t);
-void ini_session_text_rsp(struct ini_conn *c, const uint8_t *hdr, const uint8_t *data,
-                          uint32_t dlen);
-void ini_session_logout_rsp(struct ini_conn *c, const uint8_t *hdr);
-/* A new connection for slot i (same CID): a non-leading login with the session's TSIH (ERL 2
- * reconnects, relogin.c), or with leading the leading login of a new session (TSIH 0, same
- * ISID; relogin.c); the old one is kept as retired. Returns it, or NULL. */
-struct ini_conn *ini_session_reconnect(struct lr_session *s, unsigned i, bool leading);
-/* An immediate Logout Request on c (§11.14): reason, CID, ITT, ExpStatSN. */
-int ini_session_send_logout(struct ini_conn *c, uint8_t reason, uint16_t cid, uint32_t itt,
-                            uint32_t expstatsn);
-unsigned ini_conns_up(const struct lr_session *s);
+/* An ITT is a task slot's index in its low itt_idx_bits (as few as the slots need) and above
+ * them, up to bit 30, the slot's generation: one more each time the slot takes a command. Bit
+ * 31 stays clear: login, logout and TMF use tags above it.
+ * An ITT must not come back while the target may still hold the task it named: at ERL 2 the
+ * target keeps the tasks of a lost connection, answered ones included, for Time2Retain (20 s
+ * by default), and a TASK REASSIGN finds them by ITT alone (RFC 7143 §11.5.1). A generation of
+ * 15 bits shared by the session came round every 32768 commands, a fraction of a second, and
+ * a reassignment then claimed a task of that name answered long before: its old status
+ * completed the new command, which never ran, and the hole it left in the CmdSN sequence held
+ * back every later command. A slot's own generation of 31 - itt_idx_bits bits comes round
+ * after 2^21 commands of that slot at the default 1024 slots (2^25 for linerate-bench's QD +
+ * 8), 2^16 at the most slots (32768). */
+static inline uint32_t ini_itt_idx_mask(const struct lr_session *s)
+{
+    return (1u << s->itt_idx_bits) - 1;
+}
+
+/* The ITT slot idx takes next, from the one it had (0 for a slot never used). */
+static inline uint32_t ini_itt_next(const struct lr_session *s, uint32_t idx, uint32_t prev)
+{
+    uint32_t gen_mask = 0x7fffffffu >> s->itt_idx_bits;
+    uint32_t gen = ((prev >> s->itt_idx_bits) + 1) & gen_mask;
+    return idx | gen << s->itt_idx_bits;
+}
+
+/* A free slot (the caller checked s->nfree) with its next ITT, zeroed otherwise. */
+static inline struct ini_task *ini_task_take(struct lr_session *s)
+{
+    uint32_t idx = s->free_idx[--s->nfree];
+    struct ini_task *t = &s->tasks[idx];
+    uint32_t prev = t->itt;
+    memset(t, 0, sizeof(*t));
+    t->itt = ini_itt_next(s, idx, prev);
+    return t;
+}
+
+/* ---- predicates over the state above (they read it, nothing more) ---- */
+
+/* Whether any connection of s is in full feature phase; how many are. */
+static inline bool ini_conns_any_up(const struct lr_session *s)
+{
+    for (unsigned i = 0; i < s->nconns; i++)
+        if (s->conns[i]->state == ICS_FFP)
+            return true;
+    return false;
+}
+
+static inline unsigned ini_conns_up(const struct lr_session *s)
+{
+    unsigned n = 0;
+    for (unsigned i = 0; i < s->nconns; i++)
+        n += s->conns[i]->state == ICS_FFP;
+    return n;
+}
+
+/* ERL 2 (orphan.c): a lost connection is being recovered, or a slot that was up may come
+ * back, and the session has not given up on it by now. Commands are accepted meanwhile. */
+static inline bool ini_orphans_recovering_at(const struct lr_session *s, uint64_t now)
+{
+    if (s->params.erl < 2 || !s->logged_in || s->logging_out || s->destroyed)
+        return false;
+    if (s->erl2_giveup_ms && now >= s->erl2_giveup_ms)
+        return false;
+    for (unsigned i = 0; i < s->nconns; i++)
+        if (s->cr[i].st != CR_NONE || (s->cr[i].up_once && s->conns[i]->state != ICS_FFP))
+            return true;
+    return false;
+}
+
+static inline bool ini_orphan_recovering(const struct lr_session *s)
+{
+    return ini_orphans_recovering_at(s, reactor_now_ms());
+}
+
+/* relogin.c: the session logs in anew after a logout the target asked for. Commands are
+ * accepted (they wait) meanwhile. */
+static inline bool ini_relogin_pending(const struct lr_session *s)
+{
+    return s->reestablish && s->logged_in && !s->logging_out && !s->destroyed;
+}
 
 #endif

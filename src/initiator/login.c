@@ -5,7 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "initiator/ini.h"
+#include "initiator/login.h"
 
 void ini_login_init(struct ini_login *l, const struct iscsi_params *local, bool leading,
                     bool discovery, const char *initiator_name, const char *target_name,

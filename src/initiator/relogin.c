@@ -1,9 +1,9 @@
 /* Logging in again after a logout the target asked for (Async Message event 1, RFC 7143
- * §11.9.1), at every ErrorRecoveryLevel. erl2.c drains the connection and logs it out within
+ * §11.9.1), at every ErrorRecoveryLevel. orphan.c drains the connection and logs it out within
  * Parameter3 seconds; what follows is here:
  * - a connection logged out alone ("close the connection", another one carrying on) logs in
  *   again with its CID and the session's TSIH (a new connection of the session, §6.3); at
- *   ERL 2 erl2.c's reconnects do this;
+ *   ERL 2 orphan.c's reconnects do this;
  * - a session logged out whole ("close the session", its last connection) logs in anew: a
  *   leading login with the same ISID and TSIH 0 (§6.1; the reinstatement of the session if the
  *   target still holds it, §6.3.5), then its other connections. The commands that never reached
@@ -15,7 +15,10 @@
  * Bounded: a few login attempts, backing off, and a few rounds in a row in which no command
  * completed (a target that asks for a logout after every login); then the commands waiting
  * fail with LR_ERR_NO_CONN and the reason. */
+#include "initiator/conn.h"
 #include "initiator/ini.h"
+#include "initiator/relogin.h"
+#include "initiator/sched.h"
 #include "util/log.h"
 
 /* Login attempts, the first at once, then backing off from INI_RELOGIN_MS, doubling. */
@@ -24,18 +27,13 @@
 /* Session logouts asked for in a row with no command completed between them. */
 #define INI_RELOGIN_ROUNDS 3
 
-bool ini_relogin_pending(const struct lr_session *s)
-{
-    return s->reestablish && s->logged_in && !s->logging_out && !s->destroyed;
-}
-
 static void give_up(struct lr_session *s, const char *why)
 {
     LOG_WARN("initiator: %s", why);
     s->reestablish = false;
     for (unsigned i = 0; i < s->nconns; i++)
         s->asked_out[i] = false;
-    if (!conns_any_up(s))
+    if (!ini_conns_any_up(s))
         ini_session_fail_waiting(s, LR_ERR_NO_CONN, why);
 }
 
@@ -54,7 +52,7 @@ void ini_relogin_conn_lost(struct ini_conn *c)
     for (unsigned i = 0; i < s->nconns; i++) {
         if (!usable(s->conns[i]))
             continue;
-        /* the session goes on: this slot logs in again (at ERL 2, erl2.c's reconnect does) */
+        /* the session goes on: this slot logs in again (at ERL 2, orphan.c's reconnect does) */
         if (s->params.erl < 2) {
             s->asked_out[c->idx] = true;
             s->cr[c->idx].failed_logins = 0;
@@ -107,7 +105,7 @@ static void login_slot(struct lr_session *s, unsigned i, bool leading, uint64_t 
     cr->next_login_ms = now + ((uint64_t)INI_RELOGIN_MS << k);
     LOG_INFO("initiator: connection %u (cid %u): logging in again%s", i, s->conns[i]->cid,
              leading ? " (a new session)" : "");
-    ini_session_reconnect(s, i, leading); /* a failure comes back through ini_relogin_failed */
+    ini_conn_reconnect(s, i, leading); /* a failure comes back through ini_relogin_failed */
 }
 
 void ini_relogin_tick(struct lr_session *s, uint64_t now)

@@ -1,50 +1,16 @@
-/* Task scheduling for a session: the task table (ITT = slot | generation, O(1) lookup), the
- * session-wide CmdSN window (RFC 7143 §4.2.2.1), spreading commands over the MC/S connections
- * (least outstanding, round robin on ties) and the SCSI command entry points. */
+/* Task scheduling for a session: the session-wide CmdSN window (RFC 7143 §4.2.2.1), spreading
+ * commands over the MC/S connections (least outstanding, round robin on ties), handing them to
+ * a connection's thread (its inbox, and moving a connection with what it owes) and the SCSI
+ * command entry points. The task table itself is table.c's. */
 #include <stdlib.h>
 #include <string.h>
 
+#include "initiator/conn.h"
 #include "initiator/ini.h"
-#include "util/log.h"
-
-/* An ITT is a task slot's index in its low itt_idx_bits (as few as the slots need) and above
- * them, up to bit 30, the slot's generation: one more each time the slot takes a command. Bit
- * 31 stays clear: login, logout and TMF use tags above it.
- * An ITT must not come back while the target may still hold the task it named: at ERL 2 the
- * target keeps the tasks of a lost connection, answered ones included, for Time2Retain (20 s
- * by default), and a TASK REASSIGN finds them by ITT alone (RFC 7143 §11.5.1). A generation of
- * 15 bits shared by the session came round every 32768 commands, a fraction of a second, and
- * a reassignment then claimed a task of that name answered long before: its old status
- * completed the new command, which never ran, and the hole it left in the CmdSN sequence held
- * back every later command. A slot's own generation of 31 - itt_idx_bits bits comes round
- * after 2^21 commands of that slot at the default 1024 slots (2^25 for linerate-bench's QD +
- * 8), 2^16 at the most slots (32768). */
-static uint32_t itt_idx_mask(const struct lr_session *s)
-{
-    return (1u << s->itt_idx_bits) - 1;
-}
-
-uint32_t ini_task_idx(const struct lr_session *s, const struct ini_task *t)
-{
-    return t->itt & itt_idx_mask(s);
-}
-
-/* The ITT slot idx takes next, from the one it had (0 for a slot never used). */
-static uint32_t itt_next(const struct lr_session *s, uint32_t idx, uint32_t prev)
-{
-    uint32_t gen_mask = 0x7fffffffu >> s->itt_idx_bits;
-    uint32_t gen = ((prev >> s->itt_idx_bits) + 1) & gen_mask;
-    return idx | gen << s->itt_idx_bits;
-}
-
-struct ini_task *ini_task_lookup(struct lr_session *s, uint32_t itt)
-{
-    uint32_t idx = itt & itt_idx_mask(s);
-    if (itt & 0x80000000u || idx >= s->ntasks)
-        return NULL;
-    struct ini_task *t = &s->tasks[idx];
-    return t->state == ITS_ACTIVE && t->itt == itt ? t : NULL;
-}
+#include "initiator/lock.h"
+#include "initiator/sched.h"
+#include "initiator/table.h"
+#include "initiator/task.h"
 
 uint32_t lr_session_inflight(const struct lr_session *cs)
 {
@@ -142,9 +108,15 @@ void ini_session_kick(struct lr_session *s)
         t->has_cmdsn = true;
         ini_conn_submit(c, t);
     }
-    /* at ERL 2 they wait while the session reconnects (erl2.c) */
-    if (conns_any_up(s) == false && !ini_erl2_recovering(s) && !ini_relogin_pending(s))
+    /* at ERL 2 they wait while the session reconnects (orphan.c) */
+    if (ini_conns_any_up(s) == false && !ini_orphan_recovering(s) && !ini_relogin_pending(s))
         ini_session_fail_waiting(s, LR_ERR_NO_CONN, "no connection left in the session");
+}
+
+/* The command of t, or its TASK REASSIGN (ERL 2), onto c. */
+static int send_task(struct ini_conn *c, struct ini_task *t)
+{
+    return t->reassign ? ini_task_send_reassign(c, t) : ini_task_send(c, t);
 }
 
 void ini_conn_drain_inbox(struct ini_conn *c)
@@ -155,10 +127,8 @@ void ini_conn_drain_inbox(struct ini_conn *c)
         struct ini_task *t = list_entry(n, struct ini_task, node);
         c->outstanding--; /* counted again by ini_task_send */
         t->state = ITS_ACTIVE;
-        if (t->reassign)
-            ini_erl2_send_reassign(c, t);
-        else
-            ini_task_send(c, t);
+        if (ini_conn_fail(c, send_task(c, t)) < 0)
+            break; /* the rest of the inbox became its unsent commands */
     }
 }
 
@@ -180,10 +150,9 @@ void ini_conn_submit(struct ini_conn *c, struct ini_task *t)
     struct lr_session *s = c->s;
     if (!s->mt || c->r == reactor_self()) {
         t->state = ITS_ACTIVE;
-        if (t->reassign)
-            ini_erl2_send_reassign(c, t);
-        else
-            ini_task_send(c, t);
+        int rc = send_task(c, t);
+        if (rc < 0)
+            ini_conn_fail(c, rc);
         return;
     }
     /* Waiting with its CmdSN (the tick leaves it alone); counted on c for pick_conn. */
@@ -200,49 +169,28 @@ void ini_conn_submit(struct ini_conn *c, struct ini_task *t)
     }
 }
 
-bool conns_any_up(const struct lr_session *s)
+void ini_conn_move(struct ini_conn *c, struct reactor *to)
 {
-    for (unsigned i = 0; i < s->nconns; i++)
-        if (s->conns[i]->state == ICS_FFP)
-            return true;
-    return false;
-}
-
-void ini_task_complete(struct lr_session *s, struct ini_task *t, struct lr_result *res)
-{
-    res->conn = t->conn ? (int)t->conn->idx : -1;
-    res->recovered = t->recovered;
-    struct ini_conn *on = t->state == ITS_ACTIVE ? t->conn : NULL;
-    if (on)
-        on->outstanding--;
-    lr_done_fn done = t->done;
-    void *arg = t->arg;
-    t->state = ITS_FREE;
-    t->conn = NULL;
-    t->buf = NULL;
-    s->free_idx[s->nfree++] = ini_task_idx(s, t);
-    s->inflight--;
-    if (res->err == LR_OK)
-        s->relogin_rounds = 0; /* the session works: logouts asked for are not in a row */
-    if (done) {
-        struct ini_conn *outer = s->completing;
-        s->completing = on;
-        done(arg, res);
-        s->completing = outer;
-    }
+    struct lr_session *s = c->s;
+    ini_lock(s); /* held twice: the flush below keeps it through its sendmsg */
+    /* What this thread still owes the connection goes out from here first. */
+    ini_conn_drain_inbox(c);
+    if (reactor_undefer(&c->w.flush_hook))
+        ini_conn_flush(c);
+    c->r = to;
+    c->moves++; /* kicks go to it with the other inbox message */
+    if (wire_move(&c->w, to) < 0)
+        ini_conn_close(c, "cannot move the connection to its thread");
+    ini_unlock(s);
 }
 
 static int scsi_locked(struct lr_session *s, const uint8_t *cdb, unsigned cdb_len, enum lr_dir dir,
                        void *buf, uint32_t len, lr_done_fn done, void *arg)
 {
     if (!s->logged_in || s->logging_out || s->destroyed || !s->nfree || cdb_len > 16 ||
-        (!conns_any_up(s) && !ini_erl2_recovering(s) && !ini_relogin_pending(s)))
+        (!ini_conns_any_up(s) && !ini_orphan_recovering(s) && !ini_relogin_pending(s)))
         return -1;
-    uint32_t idx = s->free_idx[--s->nfree];
-    struct ini_task *t = &s->tasks[idx];
-    uint32_t prev = t->itt;
-    memset(t, 0, sizeof(*t));
-    t->itt = itt_next(s, idx, prev);
+    struct ini_task *t = ini_task_take(s);
     memcpy(t->cdb, cdb, cdb_len);
     t->cdb_len = (uint8_t)cdb_len;
     t->dir = dir;

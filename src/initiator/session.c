@@ -1,7 +1,7 @@
-/* An initiator session: its connections' lifecycle (leading login, then non-leading logins of
- * the other MC/S connections with the session's TSIH, RFC 7143 §6.3, §4.3.2), connection loss
- * and timeouts, and logout (§11.14-§11.15). Task scheduling lives in sched.c. */
-#include <assert.h>
+/* An initiator session: created and destroyed, its connections' lifecycle (leading login,
+ * then non-leading logins of the other MC/S connections with the session's TSIH, RFC 7143
+ * §6.3, §4.3.2), connection loss, the tick that drives timeouts and recovery, and the logout
+ * entry point. Task scheduling lives in sched.c, the Logout itself in logout.c. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,88 +10,97 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "initiator/conn.h"
 #include "initiator/ini.h"
+#include "initiator/lock.h"
+#include "initiator/login.h"
+#include "initiator/logout.h"
+#include "initiator/orphan.h"
+#include "initiator/relogin.h"
+#include "initiator/rx.h"
+#include "initiator/sched.h"
+#include "initiator/session.h"
+#include "initiator/snack.h"
+#include "initiator/table.h"
 #include "util/log.h"
 
 #define INI_TICK_MS 200
-/* At ERL >= 1 the tick also drives the recovery timer (recovery.c): finer grained. */
+/* At ERL >= 1 the tick also drives the recovery timer (snack.c): finer grained. */
 #define INI_TICK_ERL_MS 10
 
 static const struct lr_result res_ok = {.err = LR_OK};
 
 static void session_tick(void *arg);
 
+/* What a connection's events come to (conn.c calls these through s->conn_ops). */
+static const struct ini_conn_ops session_conn_ops = {
+    .connected = ini_session_conn_connected,
+    .login_rx = ini_session_login_rx,
+    .ffp_rx = ini_rx_ffp,
+    .down = ini_session_conn_down,
+};
+
 unsigned lr_erl_max(void)
 {
     return INI_ERL_IMPLEMENTED;
 }
 
-struct lr_session *lr_session_create(struct reactor *r, const struct lr_session_opts *o)
+/* The caller's options with every unset one at its default, and the bounds applied. */
+static void opts_defaults(struct lr_session_opts *o)
 {
-    if (o->error_recovery_level > INI_ERL_IMPLEMENTED) {
-        errno = ENOTSUP;
-        return NULL;
+    if (!o->port)
+        o->port = 3260;
+    if (!o->connections)
+        o->connections = 1;
+    if (o->connections > LR_MAX_CONNECTIONS)
+        o->connections = LR_MAX_CONNECTIONS;
+    if (!o->max_recv_dsl)
+        o->max_recv_dsl = 262144;
+    if (!o->max_burst)
+        o->max_burst = 262144;
+    if (!o->first_burst)
+        o->first_burst = 65536;
+    if (!o->cmd_timeout_ms)
+        o->cmd_timeout_ms = 30000;
+    if (!o->login_timeout_ms)
+        o->login_timeout_ms = 10000;
+    if (!o->max_tasks)
+        o->max_tasks = 1024;
+    if (o->max_tasks > 32768)
+        o->max_tasks = 32768;
+}
+
+/* The CHAP credentials of o, checked and copied into cr (the caller's strings may go; ours are
+ * wiped in session_free). -1, cr wiped: they do not fit or do not parse. */
+static int chap_copy(struct chap_creds *cr, const struct lr_session_opts *o)
+{
+    if (!o->chap_user || !o->chap_user[0])
+        return 0;
+    size_t ul = strlen(o->chap_user), sl = o->chap_secret ? strlen(o->chap_secret) : 0;
+    size_t mul = o->chap_mutual_user ? strlen(o->chap_mutual_user) : 0;
+    size_t msl = o->chap_mutual_secret ? strlen(o->chap_mutual_secret) : 0;
+    char err[128];
+    if (ul > CHAP_NAME_MAX || sl == 0 || sl > CHAP_SECRET_MAX || mul > CHAP_NAME_MAX ||
+        msl > CHAP_SECRET_MAX || (mul && !msl) ||
+        (o->chap_algorithms &&
+         chap_algs_parse(o->chap_algorithms, &cr->algs, err, sizeof(err)) < 0)) {
+        chap_wipe(cr, sizeof(*cr));
+        return -1;
     }
-
-    struct lr_session *s = calloc(1, sizeof(*s));
-    if (!s)
-        return NULL;
-    s->r = r;
-    s->o = *o;
-    snprintf(s->initiator_name, sizeof(s->initiator_name), "%s",
-             o->initiator_name ? o->initiator_name : "iqn.2026-01.org.linerate:bench");
-    snprintf(s->target_name, sizeof(s->target_name), "%s", o->target_name ? o->target_name : "");
-    snprintf(s->host, sizeof(s->host), "%s", o->host ? o->host : "127.0.0.1");
-    s->discovery = !o->target_name;
-    if (!s->o.port)
-        s->o.port = 3260;
-    if (!s->o.connections)
-        s->o.connections = 1;
-    if (s->o.connections > LR_MAX_CONNECTIONS)
-        s->o.connections = LR_MAX_CONNECTIONS;
-    if (!s->o.max_recv_dsl)
-        s->o.max_recv_dsl = 262144;
-    if (!s->o.max_burst)
-        s->o.max_burst = 262144;
-    if (!s->o.first_burst)
-        s->o.first_burst = 65536;
-    if (!s->o.cmd_timeout_ms)
-        s->o.cmd_timeout_ms = 30000;
-    if (!s->o.login_timeout_ms)
-        s->o.login_timeout_ms = 10000;
-    if (!s->o.max_tasks)
-        s->o.max_tasks = 1024;
-    if (s->o.max_tasks > 32768)
-        s->o.max_tasks = 32768;
-
-    if (o->chap_user && o->chap_user[0]) {
-        /* copied: the caller's strings may go; ours are wiped in session_free */
-        struct chap_creds *cr = &s->chap;
-        size_t ul = strlen(o->chap_user), sl = o->chap_secret ? strlen(o->chap_secret) : 0;
-        size_t mul = o->chap_mutual_user ? strlen(o->chap_mutual_user) : 0;
-        size_t msl = o->chap_mutual_secret ? strlen(o->chap_mutual_secret) : 0;
-        char err[128];
-        if (ul > CHAP_NAME_MAX || sl == 0 || sl > CHAP_SECRET_MAX || mul > CHAP_NAME_MAX ||
-            msl > CHAP_SECRET_MAX || (mul && !msl) ||
-            (o->chap_algorithms &&
-             chap_algs_parse(o->chap_algorithms, &cr->algs, err, sizeof(err)) < 0)) {
-            chap_wipe(cr, sizeof(*cr));
-            free(s);
-            return NULL;
-        }
-        memcpy(cr->user, o->chap_user, ul + 1);
-        memcpy(cr->secret, o->chap_secret, sl);
-        cr->secret_len = sl;
-        if (mul) {
-            memcpy(cr->mutual_user, o->chap_mutual_user, mul + 1);
-            memcpy(cr->mutual_secret, o->chap_mutual_secret, msl);
-            cr->mutual_secret_len = msl;
-        }
+    memcpy(cr->user, o->chap_user, ul + 1);
+    memcpy(cr->secret, o->chap_secret, sl);
+    cr->secret_len = sl;
+    if (mul) {
+        memcpy(cr->mutual_user, o->chap_mutual_user, mul + 1);
+        memcpy(cr->mutual_secret, o->chap_mutual_secret, msl);
+        cr->mutual_secret_len = msl;
     }
-    /* the caller's pointers are not kept */
-    s->o.chap_user = s->o.chap_secret = s->o.chap_mutual_user = s->o.chap_mutual_secret = NULL;
-    s->o.chap_algorithms = NULL;
+    return 0;
+}
 
+/* What the session asks for in its logins (s->local), from the options. */
+static void local_params(struct lr_session *s, const struct lr_session_opts *o)
+{
     iscsi_params_default(&s->local);
     s->local.header_digest = o->header_digest;
     s->local.data_digest = o->data_digest;
@@ -107,12 +116,12 @@ struct lr_session *lr_session_create(struct reactor *r, const struct lr_session_
      * no wait; a target that does answers more. Lower levels keep the default offer. */
     if (o->error_recovery_level >= 2)
         s->local.default_time2wait = 0;
-    for (unsigned i = 0; i < LR_MAX_CONNECTIONS; i++)
-        s->cr[i].logout_on = -1;
-    iscsi_params_default(&s->params);
+}
 
-    /* ISID (RFC 7143 §11.12.5): type 0x80 "random" with a per-session qualifier, so that
-     * several sessions of one initiator name are distinct I_T nexuses. */
+/* ISID (RFC 7143 §11.12.5): type 0x80 "random" with a per-session qualifier, so that several
+ * sessions of one initiator name are distinct I_T nexuses. */
+static void isid_new(struct lr_session *s)
+{
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     uint32_t q = (uint32_t)ts.tv_nsec ^ (uint32_t)getpid() ^ (uint32_t)(uintptr_t)s;
@@ -122,88 +131,58 @@ struct lr_session *lr_session_create(struct reactor *r, const struct lr_session_
     s->isid[3] = (uint8_t)(q >> 8);
     s->isid[4] = (uint8_t)q;
     s->isid[5] = 0x01;
+}
+
+struct lr_session *lr_session_create(struct reactor *r, const struct lr_session_opts *o)
+{
+    if (o->error_recovery_level > INI_ERL_IMPLEMENTED) {
+        errno = ENOTSUP;
+        return NULL;
+    }
+
+    struct lr_session *s = calloc(1, sizeof(*s));
+    if (!s)
+        return NULL;
+    s->r = r;
+    s->o = *o;
+    s->conn_ops = &session_conn_ops;
+    snprintf(s->initiator_name, sizeof(s->initiator_name), "%s",
+             o->initiator_name ? o->initiator_name : "iqn.2026-01.org.linerate:bench");
+    snprintf(s->target_name, sizeof(s->target_name), "%s", o->target_name ? o->target_name : "");
+    snprintf(s->host, sizeof(s->host), "%s", o->host ? o->host : "127.0.0.1");
+    s->discovery = !o->target_name;
+    opts_defaults(&s->o);
+    if (chap_copy(&s->chap, o) < 0) {
+        free(s);
+        return NULL;
+    }
+    /* the caller's pointers are not kept */
+    s->o.chap_user = s->o.chap_secret = s->o.chap_mutual_user = s->o.chap_mutual_secret = NULL;
+    s->o.chap_algorithms = NULL;
+
+    local_params(s, o);
+    for (unsigned i = 0; i < LR_MAX_CONNECTIONS; i++)
+        s->cr[i].logout_on = -1;
+    iscsi_params_default(&s->params);
+    isid_new(s);
     s->cmdsn = 1;
     s->expcmdsn = 1;
     s->maxcmdsn = 1;
 
-    s->ntasks = s->o.max_tasks;
-    s->itt_idx_bits = 1;
-    while ((1u << s->itt_idx_bits) < s->ntasks)
-        s->itt_idx_bits++;
-    s->tasks = calloc(s->ntasks, sizeof(*s->tasks));
-    s->free_idx = calloc(s->ntasks, sizeof(*s->free_idx));
-    if (!s->tasks || !s->free_idx) {
-        free(s->tasks);
-        free(s->free_idx);
+    if (ini_table_init(s, s->o.max_tasks) < 0) {
         chap_wipe(&s->chap, sizeof(s->chap));
         free(s);
         return NULL;
     }
-    for (uint32_t i = 0; i < s->ntasks; i++)
-        s->free_idx[s->nfree++] = s->ntasks - 1 - i;
     s->next_conn = -1;
     list_init(&s->waitq);
     list_init(&s->resendq);
     for (unsigned i = 0; i < s->o.connections; i++)
         if (s->o.conn_reactors[i] && s->o.conn_reactors[i] != r)
             s->mt = true;
-    if (s->mt) {
-        pthread_mutexattr_t a;
-        pthread_mutexattr_init(&a);
-        pthread_mutexattr_settype(&a, PTHREAD_MUTEX_RECURSIVE);
-        pthread_mutex_init(&s->mu, &a);
-        pthread_mutexattr_destroy(&a);
-    }
-    iscsi_text_init(&s->disc_text);
+    ini_lock_init(s);
     reactor_timer_start(r, &s->tick, INI_TICK_MS, session_tick, s);
     return s;
-}
-
-/* ---- the session lock (only with connections on other reactors) ---- */
-
-void ini_lock(struct lr_session *s)
-{
-    if (!s->mt)
-        return;
-    pthread_mutex_lock(&s->mu);
-    s->depth++;
-}
-
-void ini_unlock(struct lr_session *s)
-{
-    if (!s->mt)
-        return;
-    s->depth--;
-    pthread_mutex_unlock(&s->mu);
-}
-
-bool ini_io_release(struct lr_session *s)
-{
-    if (!s->mt || s->depth != 1)
-        return false;
-    s->depth = 0;
-    pthread_mutex_unlock(&s->mu);
-    return true;
-}
-
-void ini_io_retake(struct lr_session *s, bool released)
-{
-    if (released) {
-        int e = errno; /* of the socket call just made */
-        pthread_mutex_lock(&s->mu);
-        s->depth = 1;
-        errno = e;
-    }
-}
-
-void lr_session_lock(struct lr_session *s)
-{
-    ini_lock(s);
-}
-
-void lr_session_unlock(struct lr_session *s)
-{
-    ini_unlock(s);
 }
 
 /* After login: each connection goes to its reactor (run on the session's reactor after the
@@ -284,7 +263,7 @@ static void session_free(struct lr_session *s)
     ini_lock(s); /* callbacks of aborted tasks run with it, as all callbacks do */
     s->destroyed = true;
     for (unsigned i = 0; i < s->nconns; i++)
-        ini_conn_fail(s->conns[i], "session destroyed");
+        ini_conn_close(s->conns[i], "session destroyed");
     struct lr_result r = {.err = LR_ERR_ABORTED, .what = "session destroyed"};
     struct list_node *n;
     while ((n = list_pop(&s->resendq)) != NULL || (n = list_pop(&s->waitq)) != NULL) {
@@ -308,12 +287,9 @@ static void session_free(struct lr_session *s)
     }
     reactor_undefer(&s->spread_d);
     reactor_timer_stop(s->r, &s->tick);
-    iscsi_text_free(&s->disc_text);
     chap_wipe(&s->chap, sizeof(s->chap));
-    free(s->tasks);
-    free(s->free_idx);
-    if (s->mt)
-        pthread_mutex_destroy(&s->mu);
+    ini_table_free(s);
+    ini_lock_destroy(s);
     free(s);
 }
 
@@ -327,14 +303,6 @@ void lr_session_destroy(struct lr_session *s)
     s->logging_out = true; /* no new command meanwhile */
     ini_unlock(s);
     session_gather(s, session_free);
-}
-
-unsigned ini_conns_up(const struct lr_session *s)
-{
-    unsigned n = 0;
-    for (unsigned i = 0; i < s->nconns; i++)
-        n += s->conns[i]->state == ICS_FFP;
-    return n;
 }
 
 void lr_session_get_info(const struct lr_session *cs, struct lr_session_info *info)
@@ -431,54 +399,26 @@ static void login_finish(struct lr_session *s)
     done(s->login_arg, &r);
 }
 
-static void login_timeout(void *arg)
-{
-    struct ini_conn *c = arg;
-    ini_lock(c->s);
-    ini_conn_fail(c, "login timed out");
-    ini_unlock(c->s);
-}
-
-static struct ini_conn *session_add_conn(struct lr_session *s)
-{
-    unsigned i = s->nconns;
-    struct ini_conn *c = ini_conn_new(s, i, (uint16_t)i);
-    if (!c)
-        return NULL;
-    c->leading = i == 0;
-    s->conns[s->nconns++] = c;
-    c->login_active = true; /* login phase until full feature phase (texts are zeroed) */
-    reactor_timer_start(s->r, &c->login_timer, s->o.login_timeout_ms, login_timeout, c);
-    if (ini_conn_connect(c, s->host, s->o.port) < 0) {
-        ini_conn_fail(c, "cannot connect");
-        return NULL;
-    }
-    return c;
-}
-
-static void send_login_pdu(struct ini_conn *c, const struct iscsi_bhs *req)
+static int send_login_pdu(struct ini_conn *c, const struct iscsi_bhs *req)
 {
     struct wire_pdu *p = ini_conn_pdu(c);
-    if (!p) {
-        ini_conn_fail(c, "out of memory");
-        return;
-    }
+    if (!p)
+        return INI_ERR_NOMEM;
     memcpy(p->hdr, req->b, ISCSI_BHS_LEN);
     uint32_t len = c->login.tx.len;
     void *copy = NULL;
     if (len) {
         copy = malloc(len);
-        if (!copy) {
-            ini_conn_fail(c, "out of memory");
-            return;
-        }
+        if (!copy)
+            return INI_ERR_NOMEM;
         memcpy(copy, c->login.tx.data, len);
     }
     p->owned = copy;
     ini_conn_send(c, p, copy, len);
+    return INI_OK;
 }
 
-void ini_session_conn_connected(struct ini_conn *c)
+int ini_session_conn_connected(struct ini_conn *c)
 {
     struct lr_session *s = c->s;
     bool leading = c->leading;
@@ -492,11 +432,9 @@ void ini_session_conn_connected(struct ini_conn *c)
         c->login.expstatsn = s->cr[c->idx].expstatsn;
     c->login_active = true;
     struct iscsi_bhs req;
-    if (ini_login_start(&c->login, &req) < 0) {
-        ini_conn_fail(c, c->login.why);
-        return;
-    }
-    send_login_pdu(c, &req);
+    if (ini_login_start(&c->login, &req) < 0)
+        return INI_ERR_LOGIN;
+    return send_login_pdu(c, &req);
 }
 
 static void conn_spread_one(void *arg)
@@ -510,7 +448,7 @@ static void conn_spread_one(void *arg)
     ini_unlock(s);
 }
 
-static void conn_logged_in(struct ini_conn *c)
+static int conn_logged_in(struct ini_conn *c)
 {
     struct lr_session *s = c->s;
     struct iscsi_params p;
@@ -523,7 +461,7 @@ static void conn_logged_in(struct ini_conn *c)
     c->w.erl = (uint8_t)(c->leading ? p.erl : s->params.erl); /* session-wide (§13.20) */
     c->peer_mrdsl = p.peer_max_recv_dsl ? p.peer_max_recv_dsl : 8192;
     c->expstatsn = c->login.expstatsn;
-    ini_erl_start(c);
+    ini_snack_start(c);
     c->state = ICS_FFP;
     ini_login_free(&c->login);
     c->login_active = false;
@@ -538,8 +476,7 @@ static void conn_logged_in(struct ini_conn *c)
         s->granted = p.max_connections ? p.max_connections : 1;
         if (c->reconnect && s->logging_out) {
             /* lr_session_logout came while this login was under way: nothing to log out */
-            ini_conn_fail(c, "logged out");
-            return;
+            return INI_END_LOGGED_OUT;
         }
         if (c->reconnect) {
             /* a new session after the target logged the old one out (relogin.c) */
@@ -547,7 +484,7 @@ static void conn_logged_in(struct ini_conn *c)
             if (s->mt)
                 reactor_defer(s->r, &c->spread_d, conn_spread_one, c);
             ini_session_kick(s);
-            return;
+            return INI_OK;
         }
         unsigned want = s->o.connections;
         unsigned n = want < s->granted ? want : s->granted;
@@ -557,12 +494,12 @@ static void conn_logged_in(struct ini_conn *c)
                      s->granted, want, n, n == 1 ? "" : "s");
         for (unsigned i = 1; i < n; i++) {
             s->nlogins_pending++;
-            if (!session_add_conn(s))
+            if (!ini_conn_add(s))
                 break;
         }
         if (s->nlogins_pending == 0)
             login_finish(s);
-        return;
+        return INI_OK;
     }
     ini_session_update_window(s, c->login.exp_cmdsn, c->login.max_cmdsn);
     if (c->reconnect && (s->params.erl < 2 || s->asked_out[c->idx])) {
@@ -570,7 +507,7 @@ static void conn_logged_in(struct ini_conn *c)
         if (s->mt)
             reactor_defer(s->r, &c->spread_d, conn_spread_one, c);
     } else if (c->reconnect) {
-        ini_erl2_login_done(c);
+        ini_orphan_login_done(c);
         /* to its thread, as session_spread did for the first ones */
         if (s->mt)
             reactor_defer(s->r, &c->spread_d, conn_spread_one, c);
@@ -578,25 +515,23 @@ static void conn_logged_in(struct ini_conn *c)
         login_finish(s);
     }
     ini_session_kick(s);
+    return INI_OK;
 }
 
-void ini_session_login_rx(struct ini_conn *c, const uint8_t *hdr, const uint8_t *data,
-                          uint32_t dlen)
+int ini_session_login_rx(struct ini_conn *c, const uint8_t *hdr, const uint8_t *data, uint32_t dlen)
 {
     struct iscsi_bhs req;
     enum ini_login_step st =
         ini_login_rx(&c->login, (const struct iscsi_bhs *)hdr, data, dlen, &req);
     switch (st) {
     case ILSTEP_SEND:
-        send_login_pdu(c, &req);
-        break;
+        return send_login_pdu(c, &req);
     case ILSTEP_DONE:
-        conn_logged_in(c);
-        break;
+        return conn_logged_in(c);
     case ILSTEP_FAILED:
-        ini_conn_fail(c, c->login.why ? c->login.why : "login failed");
         break;
     }
+    return INI_ERR_LOGIN;
 }
 
 /* A connection failed during login: the leading one fails the whole login; a later one only
@@ -617,7 +552,7 @@ static void conn_login_lost(struct ini_conn *c)
         if (c->leading || s->params.erl < 2)
             ini_relogin_failed(c);
         else
-            ini_erl2_login_failed(c);
+            ini_orphan_login_failed(c);
         return;
     }
     if (c->leading) {
@@ -665,7 +600,7 @@ void ini_session_conn_down(struct ini_conn *c)
     while ((n = list_pop(&c->inbox)) != NULL) {
         struct ini_task *t = list_entry(n, struct ini_task, node);
         if (t->reassign) {
-            /* its TASK REASSIGN never left: it waits for another connection (erl2.c) */
+            /* its TASK REASSIGN never left: it waits for another connection (orphan.c) */
             c->outstanding--;
             t->reassign = false;
             t->state = ITS_ORPHAN;
@@ -711,7 +646,7 @@ void ini_session_conn_down(struct ini_conn *c)
         ini_task_complete(s, t, &r);
     }
     if (recover)
-        ini_erl2_conn_down(c);
+        ini_orphan_conn_down(c);
     if (s->logging_out && ini_conns_up(s) == 0 && s->logout_done) {
         lr_done_fn done = s->logout_done;
         s->logout_done = NULL;
@@ -763,21 +698,21 @@ static void session_tick(void *arg)
                      "timed out on connection %u",
                      t->itt, t->cmdsn, t->cdb[0], t->len, t->data_in, t->conn->idx);
             log_window(s);
-            ini_conn_fail_any(t->conn, "command timeout");
+            ini_conn_close_any(t->conn, "command timeout");
         } else if (t->state == ITS_WAITING && !t->has_cmdsn) {
             list_del(&t->node);
             struct lr_result r = {.err = LR_ERR_TIMEOUT,
-                                  .what = conns_any_up(s) ? "no CmdSN window"
-                                                          : "no connection to send it on"};
+                                  .what = ini_conns_any_up(s) ? "no CmdSN window"
+                                                              : "no connection to send it on"};
             ini_task_complete(s, t, &r);
         }
     }
-    /* ERL >= 1: connections with no progress get a recovery round (recovery.c) */
+    /* ERL >= 1: connections with no progress get a recovery round (snack.c) */
     for (unsigned i = 0; i < s->nconns && !s->gathering && !s->logging_out && !s->destroyed; i++)
-        ini_erl_tick(s->conns[i], now);
-    /* Logouts asked for (Async event 1) and ERL 2 connection recovery (erl2.c) */
+        ini_snack_tick(s->conns[i], now);
+    /* Logouts asked for (Async event 1) and ERL 2 connection recovery (orphan.c) */
     if (!s->gathering && !s->logging_out && !s->destroyed)
-        ini_erl2_tick(s, now);
+        ini_orphan_tick(s, now);
     /* logins after a logout the target asked for (relogin.c) */
     if (!s->gathering && !s->logging_out && !s->destroyed)
         ini_relogin_tick(s, now);
@@ -796,110 +731,8 @@ int lr_session_login(struct lr_session *s, lr_done_fn done, void *arg)
     s->login_done = done;
     s->login_arg = arg;
     s->login_res = res_ok;
-    session_add_conn(s); /* a failure to connect is reported through done() */
+    ini_conn_add(s); /* a failure to connect is reported through done() */
     return 0;
-}
-
-static struct ini_conn *first_up(struct lr_session *s)
-{
-    for (unsigned i = 0; i < s->nconns; i++)
-        if (s->conns[i]->state == ICS_FFP)
-            return s->conns[i];
-    return NULL;
-}
-
-static void logout_timeout(void *arg)
-{
-    struct lr_session *s = arg;
-    ini_lock(s);
-    for (unsigned i = 0; i < s->nconns; i++)
-        ini_conn_fail(s->conns[i], "logout timed out");
-    ini_unlock(s);
-}
-
-static int logout_now(struct lr_session *s)
-{
-    struct ini_conn *c = first_up(s);
-    s->logging_out = true;
-    if (!s->logout_done)
-        return 0; /* every connection died while coming back: done() has run already */
-    if (!c) {
-        lr_done_fn done = s->logout_done;
-        s->logout_done = NULL;
-        done(s->logout_arg, &res_ok);
-        return 0;
-    }
-    /* RFC 7143 §11.14: close the session */
-    if (ini_session_send_logout(c, ISCSI_LOGOUT_CLOSE_SESSION, c->cid, INI_LOGOUT_ITT,
-                                c->expstatsn) < 0)
-        return -1;
-    reactor_timer_stop(s->r, &c->login_timer);
-    reactor_timer_start(s->r, &c->login_timer, 5000, logout_timeout, s);
-    return 0;
-}
-
-int ini_session_send_logout(struct ini_conn *c, uint8_t reason, uint16_t cid, uint32_t itt,
-                            uint32_t expstatsn)
-{
-    /* §11.14: sent immediate, so CmdSN is not advanced (and a CmdSN hole left by a lost
-     * connection, which this logout may be about, does not hold it up). The CID is the
-     * connection to close (reserved when closing the session: ours, then), ExpStatSN the last
-     * one of that connection (§11.14.4). */
-    struct wire_pdu *p = ini_conn_pdu(c);
-    if (!p)
-        return -1;
-    struct iscsi_bhs *h = (struct iscsi_bhs *)p->hdr;
-    bhs_init(h, ISCSI_OP_LOGOUT_REQ, (uint8_t)(ISCSI_FLAG_FINAL | reason));
-    h->b[0] |= ISCSI_BHS_IMMEDIATE;
-    bhs_put32(h, BHS_ITT, itt);
-    put_be16(h->b + BHS_CID, cid);
-    bhs_put32(h, BHS_CMDSN, c->s->cmdsn);
-    bhs_put32(h, BHS_EXPSTATSN, expstatsn);
-    ini_conn_send(c, p, NULL, 0);
-    return 0;
-}
-
-/* A retired connection's buffers, once the loop turn that retired it is over. */
-static void conn_free_buffers(void *arg)
-{
-    struct ini_conn *c = arg;
-    wire_free(&c->w);
-}
-
-struct ini_conn *ini_session_reconnect(struct lr_session *s, unsigned i, bool leading)
-{
-    assert(i < s->nconns && s->conns[i]->state == ICS_DEAD);
-    struct ini_conn *old = s->conns[i];
-    struct ini_conn *c = ini_conn_new(s, i, old->cid);
-    if (!c)
-        return NULL;
-    /* The old one stays allocated (messages may still name it) and counted (fault totals);
-     * its engine is closed already, its buffers go at the end of this loop turn: not now,
-     * since we may be inside its own receive path (a connection that failed while reading,
-     * logged in again at once at Time2Wait 0), which is still parsing out of the reactor's
-     * shared buffer and gives it back on the way out (torture seed 1003). */
-    reactor_defer(s->r, &old->free_d, conn_free_buffers,
-                  old); /* we run on s->r (erl2.c, relogin.c) */
-    c->retired = old;
-    c->reconnect = true;
-    c->leading = leading;
-    s->conns[i] = c;
-    c->login_active = true;
-    reactor_timer_start(s->r, &c->login_timer, s->o.login_timeout_ms, login_timeout, c);
-    if (ini_conn_connect(c, s->host, s->o.port) < 0) {
-        ini_conn_fail(c, "cannot connect");
-        return NULL;
-    }
-    return c;
-}
-
-static void logout_gathered(struct lr_session *s)
-{
-    ini_lock(s);
-    if (logout_now(s) < 0)
-        for (unsigned i = 0; i < s->nconns; i++)
-            ini_conn_fail(s->conns[i], "out of memory for the logout"); /* done() from there */
-    ini_unlock(s);
 }
 
 int lr_session_logout(struct lr_session *s, lr_done_fn done, void *arg)
@@ -912,36 +745,10 @@ int lr_session_logout(struct lr_session *s, lr_done_fn done, void *arg)
          * session; meanwhile no new command is taken. */
         s->logging_out = true;
         ini_unlock(s);
-        session_gather(s, logout_gathered);
+        session_gather(s, ini_logout_gathered);
         return 0;
     }
-    int rc = logout_now(s);
+    int rc = ini_logout_start(s);
     ini_unlock(s);
     return rc;
-}
-
-void ini_session_logout_rsp(struct ini_conn *c, const uint8_t *hdr)
-{
-    struct lr_session *s = c->s;
-    if (get_be32(hdr + BHS_ITT) != INI_LOGOUT_ITT) {
-        ini_erl2_logout_rsp(c, hdr); /* one connection's (erl2.c) */
-        return;
-    }
-    if (hdr[BHS_RESPONSE] != 0)
-        LOG_WARN("initiator: logout response %u", hdr[BHS_RESPONSE]);
-    reactor_timer_stop(s->r, &c->login_timer);
-    /* The session is gone on the target: every connection closes, and nothing of it is
-     * recovered (§11.14: its tasks are terminated). Our own logout, or the one the target
-     * asked for (erl2.c; then the session logs in anew, relogin.c): what was still running
-     * fails with that said. */
-    bool asked = !s->logging_out && c->logout_sent;
-    const char *why = asked ? "terminated by the logout the target asked for" : "logged out";
-    for (unsigned i = 0; i < s->nconns; i++) {
-        /* the others on their own threads (all are home for our own logout) */
-        s->conns[i]->logged_out = true;
-        if (s->conns[i] == c)
-            ini_conn_fail(c, why);
-        else
-            ini_conn_fail_any(s->conns[i], why);
-    }
 }

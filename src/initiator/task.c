@@ -1,13 +1,15 @@
-/* SCSI tasks on the wire (RFC 7143 §11.2-§11.8, §11.18-§11.19): the SCSI Command PDU with
- * immediate data and unsolicited Data-Out up to FirstBurstLength, Data-Out answering R2Ts,
- * Data-In placement and phase-collapsed status, SCSI Response with sense, NOP-In pings,
- * Reject and Async messages in full feature phase. */
+/* SCSI tasks on the wire (RFC 7143 §11.2-§11.8): the SCSI Command PDU with immediate data and
+ * unsolicited Data-Out up to FirstBurstLength, Data-Out answering R2Ts, Data-In placement, the
+ * status of a Data-In or SCSI Response as the caller sees it, and the TASK REASSIGN of an ERL 2
+ * orphan. What arrives is dispatched by rx.c. */
 #include <assert.h>
 #include <stddef.h>
-#include <stdlib.h>
 #include <string.h>
 
+#include "initiator/conn.h"
 #include "initiator/ini.h"
+#include "initiator/table.h"
+#include "initiator/task.h"
 #include "util/log.h"
 
 #define SCSI_STATUS_GOOD 0x00
@@ -43,8 +45,8 @@ void ini_resend_account(struct ini_conn *c, struct wire_pdu *p, uint64_t n)
     c->resend_unsent += n;
 }
 
-void ini_task_data_out(struct ini_conn *c, struct ini_task *t, uint32_t ttt, uint32_t off,
-                       uint32_t len, bool again)
+int ini_task_data_out(struct ini_conn *c, struct ini_task *t, uint32_t ttt, uint32_t off,
+                      uint32_t len, bool again)
 {
     /* RFC 7143 §11.7: one sequence of Data-Out PDUs, each at most the target's
      * MaxRecvDataSegmentLength; DataSN restarts at 0 per sequence; F on the last. */
@@ -53,10 +55,8 @@ void ini_task_data_out(struct ini_conn *c, struct ini_task *t, uint32_t ttt, uin
     while (off < end) {
         uint32_t n = end - off < c->peer_mrdsl ? end - off : c->peer_mrdsl;
         struct wire_pdu *p = ini_conn_pdu(c);
-        if (!p) {
-            ini_conn_fail(c, "out of memory");
-            return;
-        }
+        if (!p)
+            return INI_ERR_NOMEM;
         struct iscsi_bhs *h = (struct iscsi_bhs *)p->hdr;
         bhs_init(h, ISCSI_OP_DATA_OUT, off + n == end ? ISCSI_FLAG_FINAL : 0);
         ini_fill_lun(h->b + BHS_LUN, c->s->o.lun);
@@ -70,17 +70,16 @@ void ini_task_data_out(struct ini_conn *c, struct ini_task *t, uint32_t ttt, uin
         ini_conn_send(c, p, t->buf + off, n);
         off += n;
     }
+    return INI_OK;
 }
 
 /* The SCSI Command PDU of t with its immediate data, and its unsolicited Data-Out. */
-static void send_cmd(struct ini_conn *c, struct ini_task *t)
+static int send_cmd(struct ini_conn *c, struct ini_task *t)
 {
     struct lr_session *s = c->s;
     struct wire_pdu *p = ini_conn_pdu(c);
-    if (!p) {
-        ini_conn_fail(c, "out of memory");
-        return;
-    }
+    if (!p)
+        return INI_ERR_NOMEM;
     t->cmd_sent = false;
     uint32_t imm = 0, unsol = 0;
     if (t->dir == LR_DIR_WRITE) {
@@ -112,13 +111,14 @@ static void send_cmd(struct ini_conn *c, struct ini_task *t)
     t->solicited_end = imm + unsol;
     ini_conn_send(c, p, imm ? t->buf : NULL, imm);
     if (unsol)
-        ini_task_data_out(c, t, ISCSI_RSVD_TAG, imm, unsol, false);
+        return ini_task_data_out(c, t, ISCSI_RSVD_TAG, imm, unsol, false);
+    return INI_OK;
 }
 
-void ini_task_send(struct ini_conn *c, struct ini_task *t)
+int ini_task_send(struct ini_conn *c, struct ini_task *t)
 {
     if (c->w.erl >= 1 && c->outstanding == 0)
-        ini_erl_progress(c, reactor_now_ms()); /* the quiet period starts now */
+        ini_snack_progress(c, reactor_now_ms()); /* the quiet period starts now */
     t->conn = c;
     t->exp_datasn = 0;
     t->data_in = 0;
@@ -129,31 +129,18 @@ void ini_task_send(struct ini_conn *c, struct ini_task *t)
     t->retry_ms = 0;
     t->reassign = t->reassigning = t->r2tsn_resync = false;
     c->outstanding++;
-    send_cmd(c, t);
+    return send_cmd(c, t);
 }
 
 /* RFC 7143 §7.2.1: the retry carries the original ITT, flags, LUN, CDB and CmdSN, on the
  * connection of the original; the immediate data goes with it again (it is "implicitly
  * recovered" by the retry), and so does the unsolicited data. */
-void ini_task_resend_cmd(struct ini_conn *c, struct ini_task *t)
+int ini_task_resend_cmd(struct ini_conn *c, struct ini_task *t)
 {
     assert(t->conn == c && t->has_cmdsn);
     c->retries++;
     t->retry_ms = reactor_now_ms();
-    send_cmd(c, t);
-}
-
-uint8_t *ini_task_rx_dest(struct ini_conn *c, const uint8_t *hdr, uint32_t dlen)
-{
-    if ((hdr[0] & ISCSI_OPCODE_MASK) != ISCSI_OP_DATA_IN)
-        return NULL;
-    struct ini_task *t = ini_task_lookup(c->s, get_be32(hdr + BHS_ITT));
-    if (!t || t->conn != c || t->dir != LR_DIR_READ)
-        return NULL;
-    uint32_t off = get_be32(hdr + BHS_BUFFER_OFFSET);
-    if (off > t->len || dlen > t->len - off)
-        return NULL; /* checked again (and refused) when the PDU is handled */
-    return t->buf + off;
+    return send_cmd(c, t);
 }
 
 static void result_init(struct lr_result *r, enum lr_err e, const char *what)
@@ -164,7 +151,7 @@ static void result_init(struct lr_result *r, enum lr_err e, const char *what)
     r->what = what;
 }
 
-static void task_fail(struct ini_conn *c, struct ini_task *t, const char *what)
+void ini_task_fail(struct ini_conn *c, struct ini_task *t, const char *what)
 {
     struct lr_result r;
     result_init(&r, LR_ERR_PROTOCOL, what);
@@ -220,9 +207,9 @@ void ini_task_result(struct ini_task *t, const uint8_t *hdr, const uint8_t *data
     }
 }
 
-/* Status from a Data-In with S or a SCSI Response (RFC 7143 §11.4, §11.7.4). */
-static void task_status(struct ini_conn *c, struct ini_task *t, const uint8_t *hdr,
-                        const uint8_t *data, uint32_t dlen)
+/* Status from a Data-In with S or a SCSI Response (RFC 7143 §11.4, §11.7.4), at ERL 0. */
+void ini_task_status(struct ini_conn *c, struct ini_task *t, const uint8_t *hdr,
+                     const uint8_t *data, uint32_t dlen)
 {
     struct lr_result r;
     ini_task_result(t, hdr, data, dlen, &r);
@@ -239,268 +226,56 @@ static void task_status(struct ini_conn *c, struct ini_task *t, const uint8_t *h
     ini_task_complete(c->s, t, &r);
 }
 
-/* A response for a task we do not have (already completed, or never ours): a target bug, or
- * a late answer. Dropping the connection would fail every other task on it and leave CmdSN
- * holes for the other connections, so it is counted, reported and ignored. */
-static void stale_pdu(struct ini_conn *c, const char *what, const uint8_t *hdr)
+int ini_task_place_data_in(struct ini_conn *c, struct ini_task *t, const uint8_t *hdr,
+                           const uint8_t *data, uint32_t dlen, bool copy)
 {
-    c->stale_pdus++;
-    if (c->stale_pdus <= 5 || (c->stale_pdus & (c->stale_pdus - 1)) == 0)
-        LOG_WARN("initiator: connection %u: %s for unknown task %08x (StatSN %u), ignored "
-                 "(%llu so far)",
-                 c->idx, what, get_be32(hdr + BHS_ITT), get_be32(hdr + BHS_STATSN),
-                 (unsigned long long)c->stale_pdus);
-}
-
-bool ini_task_place_data_in(struct ini_conn *c, struct ini_task *t, const uint8_t *hdr,
-                            const uint8_t *data, uint32_t dlen, bool copy)
-{
+    (void)c;
     uint32_t off = get_be32(hdr + BHS_BUFFER_OFFSET);
-    if (t->dir != LR_DIR_READ || off > t->len || dlen > t->len - off) {
-        ini_conn_fail(c, "Data-In outside the task's buffer");
-        return false;
-    }
+    if (t->dir != LR_DIR_READ || off > t->len || dlen > t->len - off)
+        return INI_ERR_DATA_IN_RANGE;
     if (copy && data != t->buf + off) /* not placed directly by the engine */
         memcpy(t->buf + off, data, dlen);
-    return true;
+    return INI_OK;
 }
 
-static void rx_data_in(struct ini_conn *c, const uint8_t *hdr, const uint8_t *data, uint32_t dlen,
-                       bool dd_ok)
+/* ERL 2 (orphan.c): the TASK REASSIGN of t, an orphan, on c (RFC 7143 §11.5.1, §7.2.2). */
+int ini_task_send_reassign(struct ini_conn *c, struct ini_task *t)
 {
-    struct ini_task *t = ini_task_lookup(c->s, get_be32(hdr + BHS_ITT));
-    if (!t || t->conn != c) {
-        stale_pdu(c, "Data-In", hdr);
-        if (c->w.erl >= 1 && (hdr[BHS_FLAGS] & ISCSI_DATAIN_STATUS))
-            ini_erl_statsn(c, get_be32(hdr + BHS_STATSN), false);
-        return;
-    }
-    if (c->w.erl >= 1) {
-        ini_erl_data_in(c, t, hdr, data, dlen, dd_ok);
-        return;
-    }
-    uint8_t flags = hdr[BHS_FLAGS];
-    if (dlen) {
-        if (!ini_task_place_data_in(c, t, hdr, data, dlen, true))
-            return;
-        /* At ERL 0 any of these fails the task (RFC 7143 §7.1); the first one names it */
-        if (get_be32(hdr + BHS_DATASN) != t->exp_datasn && !t->data_bad)
-            t->data_bad = "Data-In DataSN out of sequence (a PDU lost or sent twice)";
-        if (c->s->params.data_pdu_in_order && get_be32(hdr + BHS_BUFFER_OFFSET) != t->data_in &&
-            !t->data_bad)
-            t->data_bad = "Data-In buffer offset out of order (DataPDUInOrder=Yes)";
-        if (!dd_ok && !t->data_bad)
-            t->data_bad = "data digest error on Data-In";
-        t->exp_datasn++;
-        t->data_in += dlen;
-    }
-    if (flags & ISCSI_DATAIN_STATUS) {
-        /* Phase collapse (§11.7.4): this PDU carries StatSN and status. */
-        uint32_t statsn = get_be32(hdr + BHS_STATSN);
-        if (sn_le(c->expstatsn, statsn))
-            c->expstatsn = statsn + 1;
-        task_status(c, t, hdr, NULL, 0);
-    }
-}
-
-static void rx_scsi_rsp(struct ini_conn *c, const uint8_t *hdr, const uint8_t *data, uint32_t dlen,
-                        bool dd_ok)
-{
-    struct ini_task *t = ini_task_lookup(c->s, get_be32(hdr + BHS_ITT));
-    if (!t || t->conn != c) {
-        stale_pdu(c, "SCSI Response", hdr);
-        if (c->w.erl >= 1 && dd_ok)
-            ini_erl_statsn(c, get_be32(hdr + BHS_STATSN), false);
-        else if (c->w.erl >= 1) /* its StatSN, if still missing, asked for again */
-            ini_erl_statsn_lost(c, get_be32(hdr + BHS_STATSN));
-        return;
-    }
-    if (c->w.erl >= 1) {
-        ini_erl_scsi_rsp(c, t, hdr, data, dlen, dd_ok);
-        return;
-    }
-    if (!dd_ok && !t->data_bad)
-        t->data_bad = "data digest error on the SCSI Response";
-    task_status(c, t, hdr, data, dlen);
-}
-
-static void rx_r2t(struct ini_conn *c, const uint8_t *hdr)
-{
-    struct ini_task *t = ini_task_lookup(c->s, get_be32(hdr + BHS_ITT));
-    if (!t || t->conn != c) {
-        /* The task may have completed with an error already; nothing to send. */
-        LOG_DEBUG("initiator: R2T for an unknown task %08x", get_be32(hdr + BHS_ITT));
-        return;
-    }
-    uint32_t off = get_be32(hdr + BHS_BUFFER_OFFSET);
-    uint32_t len = get_be32(hdr + BHS_DESIRED_LEN);
-    /* RFC 7143 §11.8: the DesiredDataTransferLength is at most MaxBurstLength and the range
-     * lies within the expected transfer; anything else is a protocol error. */
-    if (t->dir != LR_DIR_WRITE || len == 0 || off > t->len || len > t->len - off ||
-        len > c->s->params.max_burst) {
-        task_fail(c, t, "R2T outside the task's data");
-        ini_conn_fail(c, "bad R2T");
-        return;
-    }
-    if (c->w.erl >= 1) {
-        ini_erl_r2t(c, t, hdr);
-        return;
-    }
-    /* Below ERL 1 no R2T asks for data again (§7.8 recovery R2Ts need ERL 1): one that does
-     * would make us queue the same data without end */
-    if (c->s->params.data_sequence_in_order && off < t->solicited_end) {
-        task_fail(c, t, "R2T for data already sent or solicited");
-        ini_conn_fail(c, "R2T for data already sent (recovery R2T below ErrorRecoveryLevel 1)");
-        return;
-    }
-    if (off + len > t->solicited_end)
-        t->solicited_end = off + len;
-    ini_task_data_out(c, t, get_be32(hdr + BHS_TTT), off, len, false);
-}
-
-/* A ping answer left the queue (sent, or dropped with the connection). */
-static void ping_sent(struct wire_pdu *p, bool ok)
-{
-    (void)ok;
-    struct ini_conn *c = p->arg;
-    assert(c->ping_unsent >= p->dlen);
-    c->ping_unsent -= p->dlen;
-}
-
-static void rx_nop_in(struct ini_conn *c, const uint8_t *hdr, const uint8_t *data, uint32_t dlen)
-{
-    uint32_t ttt = get_be32(hdr + BHS_TTT);
-    if (ttt == ISCSI_RSVD_TAG)
-        return; /* answer to a NOP-Out of ours, or a no-reply notice */
-    if (c->ping_unsent + (uint64_t)dlen > INI_PING_BACKLOG_MAX) {
-        /* every ping is answered with its data (§11.18): a target that sends them and does
-         * not read the answers would make the queue grow without end */
-        LOG_WARN("initiator: connection %u: %u bytes of ping answers unsent: the target pings "
-                 "faster than it reads",
-                 c->idx, c->ping_unsent);
-        ini_conn_fail(c, "the target sends pings faster than it reads the answers");
-        return;
-    }
-    /* RFC 7143 §11.18/§11.19: the target pings; answer with a NOP-Out echoing TTT and LUN and
-     * the ping data, ITT reserved, immediate (CmdSN not advanced). */
+    struct lr_session *s = c->s;
+    t->reassign = false;
+    t->reassigning = true;
+    t->conn = c;
+    c->outstanding++;
+    t->deadline_ms = reactor_now_ms() + s->o.cmd_timeout_ms;
+    /* §11.5 ExpDataSN: for a read, where the Data-In resume; what came before is ours (the
+     * first hole, if Data-In were missing). Data PDUs of the old allegiance we did not count
+     * are to be discarded, and the target sends from there. For a write 0: the target asks
+     * with R2Ts for whatever it lacks. */
+    uint32_t expdatasn = 0;
+    if (t->dir == LR_DIR_READ)
+        expdatasn = t->nmiss ? t->miss_beg[0] : t->exp_datasn;
+    t->exp_datasn = expdatasn;
+    t->nmiss = 0;
+    t->status_held = t->snack_refused = t->miss_overflow = t->snack_early = false;
+    t->r2tsn_resync = true;
+    if (c->w.erl >= 1 && c->outstanding == 1)
+        ini_snack_progress(c, reactor_now_ms());
     struct wire_pdu *p = ini_conn_pdu(c);
     if (!p)
-        return;
+        return INI_ERR_NOMEM;
+    /* §11.5: immediate (a numbered TMF would wait behind the CmdSN holes the loss left), so
+     * CmdSN is the session's next and is not taken; RefCmdSN is reserved for this function. */
     struct iscsi_bhs *h = (struct iscsi_bhs *)p->hdr;
-    bhs_init(h, ISCSI_OP_NOP_OUT, ISCSI_FLAG_FINAL);
+    bhs_init(h, ISCSI_OP_TMF_REQ, ISCSI_FLAG_FINAL | ISCSI_TMF_TASK_REASSIGN);
     h->b[0] |= ISCSI_BHS_IMMEDIATE;
-    memcpy(h->b + BHS_LUN, hdr + BHS_LUN, 8);
-    bhs_put32(h, BHS_ITT, ISCSI_RSVD_TAG);
-    bhs_put32(h, BHS_TTT, ttt);
-    bhs_put32(h, BHS_CMDSN, c->s->cmdsn);
+    ini_fill_lun(h->b + BHS_LUN, s->o.lun);
+    bhs_put32(h, BHS_ITT, INI_TMF_ITT + ini_task_idx(s, t));
+    bhs_put32(h, BHS_RTT, t->itt);
+    bhs_put32(h, BHS_CMDSN, s->cmdsn);
     bhs_put32(h, BHS_EXPSTATSN, c->expstatsn);
-    void *copy = NULL;
-    if (dlen) {
-        copy = malloc(dlen);
-        if (!copy)
-            dlen = 0;
-        else
-            memcpy(copy, data, dlen);
-    }
-    p->owned = copy;
-    p->sent = ping_sent;
-    p->arg = c;
-    c->ping_unsent += dlen;
-    ini_conn_send(c, p, copy, dlen);
-}
-
-static bool pdu_has_statsn(enum iscsi_opcode op, const uint8_t *hdr)
-{
-    switch (op) {
-    case ISCSI_OP_SCSI_RSP:
-    case ISCSI_OP_TMF_RSP:
-    case ISCSI_OP_TEXT_RSP:
-    case ISCSI_OP_LOGOUT_RSP:
-    case ISCSI_OP_REJECT:
-    case ISCSI_OP_ASYNC_MSG:
-        return true;
-    case ISCSI_OP_NOP_IN:
-        return get_be32(hdr + BHS_ITT) != ISCSI_RSVD_TAG;
-    default:
-        return false; /* Data-In handles its own; R2T does not advance StatSN */
-    }
-}
-
-void ini_rx_ffp(struct ini_conn *c, const uint8_t *hdr, const uint8_t *data, uint32_t dlen,
-                bool data_digest_ok)
-{
-    enum iscsi_opcode op = (enum iscsi_opcode)(hdr[0] & ISCSI_OPCODE_MASK);
-    if (op != ISCSI_OP_LOGIN_RSP) {
-        ini_session_update_window(c->s, get_be32(hdr + BHS_EXPCMDSN), get_be32(hdr + BHS_MAXCMDSN));
-        if (c->w.erl >= 1) {
-            /* §7.9: a StatSN gap is a lost response, asked for again (recovery.c). A SCSI
-             * Response's StatSN waits for its task's data, so its handler records it; any
-             * other response with a bad data digest is discarded and asked for again (§7.8). */
-            if (op != ISCSI_OP_NOP_IN) /* pings and their answers are no task's progress */
-                ini_erl_progress(c, reactor_now_ms());
-            if (pdu_has_statsn(op, hdr) && op != ISCSI_OP_SCSI_RSP) {
-                if (!data_digest_ok) {
-                    ini_erl_statsn_lost(c, get_be32(hdr + BHS_STATSN));
-                    return;
-                }
-                ini_erl_statsn(c, get_be32(hdr + BHS_STATSN), false);
-            }
-        } else if (pdu_has_statsn(op, hdr)) {
-            uint32_t statsn = get_be32(hdr + BHS_STATSN);
-            if (sn_le(c->expstatsn, statsn))
-                c->expstatsn = statsn + 1;
-        }
-    }
-    switch (op) {
-    case ISCSI_OP_DATA_IN:
-        rx_data_in(c, hdr, data, dlen, data_digest_ok);
-        break;
-    case ISCSI_OP_SCSI_RSP:
-        rx_scsi_rsp(c, hdr, data, dlen, data_digest_ok);
-        break;
-    case ISCSI_OP_R2T:
-        rx_r2t(c, hdr);
-        break;
-    case ISCSI_OP_NOP_IN:
-        if (!data_digest_ok)
-            return; /* §7.8: a digest error on a NOP-In is simply dropped */
-        if (c->w.erl >= 1 && get_be32(hdr + BHS_ITT) == INI_PING_ITT + c->idx) {
-            ini_erl_pong(c, hdr);
-            return;
-        }
-        rx_nop_in(c, hdr, data, dlen);
-        break;
-    case ISCSI_OP_TEXT_RSP:
-        ini_session_text_rsp(c, hdr, data_digest_ok ? data : NULL, data_digest_ok ? dlen : 0);
-        break;
-    case ISCSI_OP_LOGOUT_RSP:
-        ini_session_logout_rsp(c, hdr);
-        break;
-    case ISCSI_OP_REJECT: {
-        /* §11.17: the data segment is the header of the rejected PDU. */
-        struct ini_task *t = NULL;
-        if (dlen >= ISCSI_BHS_LEN && (data[0] & ISCSI_OPCODE_MASK) == ISCSI_OP_SCSI_CMD)
-            t = ini_task_lookup(c->s, get_be32(data + BHS_ITT));
-        c->rejects++;
-        if (c->w.erl >= 1 && ini_erl_reject(c, hdr, data, dlen))
-            break;
-        if (c->rejects <= 5 || (c->rejects & (c->rejects - 1)) == 0)
-            LOG_WARN("initiator: connection %u: target rejected a PDU (reason 0x%02x, opcode "
-                     "0x%02x; %llu so far)",
-                     c->idx, hdr[BHS_REJECT_REASON], dlen ? data[0] & ISCSI_OPCODE_MASK : 0,
-                     (unsigned long long)c->rejects);
-        if (t && t->conn == c)
-            task_fail(c, t, "command rejected by the target");
-        break;
-    }
-    case ISCSI_OP_ASYNC_MSG:
-        ini_erl2_async(c, hdr); /* §11.9.1 (erl2.c) */
-        break;
-    case ISCSI_OP_TMF_RSP:
-        ini_erl2_tmf_rsp(c, hdr); /* we send TMF only to reassign tasks (ERL 2) */
-        break;
-    default:
-        ini_conn_fail(c, "unexpected PDU in full feature phase");
-        break;
-    }
+    bhs_put32(h, BHS_TMF_EXPDATASN, expdatasn);
+    LOG_DEBUG("initiator: connection %u: TASK REASSIGN %08x (CmdSN %u, ExpDataSN %u)", c->idx,
+              t->itt, t->cmdsn, expdatasn);
+    ini_conn_send(c, p, NULL, 0);
+    return INI_OK;
 }

@@ -11,7 +11,12 @@
 
 #include <cmocka.h>
 
+#include "initiator/conn.h"
 #include "initiator/ini.h"
+#include "initiator/orphan.h"
+#include "initiator/sched.h"
+#include "initiator/session.h"
+#include "initiator/snack.h"
 #include "util/crc32c.h"
 
 /* ---- helpers ---- */
@@ -378,7 +383,7 @@ static void test_conn_loss_keeps_session(void **state)
     struct ini_task *sent = txq_at(c0, 0)->arg, *unsent = txq_at(c0, 1)->arg;
     sent->cmd_sent = true;
     uint32_t unsent_sn = unsent->cmdsn;
-    ini_conn_fail(c0, "test: connection dropped");
+    ini_conn_close(c0, "test: connection dropped");
     /* the sent one fails to the caller; the unsent one keeps its CmdSN and moves to conn 1 */
     assert_int_equal(d.calls, 1);
     assert_int_equal(d.last, LR_ERR_CONN_LOST);
@@ -1037,7 +1042,7 @@ static void test_async_logout_request_drains(void **state)
     assert_int_equal(ini_conn_feed(c0, pdu, (uint32_t)n), 0);
     assert_int_equal(d.calls, 1);
     assert_int_equal(d.last, LR_OK);
-    ini_erl2_tick(s, reactor_now_ms());
+    ini_orphan_tick(s, reactor_now_ms());
     assert_int_equal(txq_len(c0), 1);
     const uint8_t *h = txq_at(c0, 0)->hdr;
     assert_int_equal(h[0], ISCSI_OP_LOGOUT_REQ | ISCSI_BHS_IMMEDIATE);
@@ -1082,12 +1087,12 @@ static void test_async_logout_request_all_connections(void **state)
     size_t n = data_in(pdu, itt, 0, 0, 4096, ISCSI_FLAG_FINAL | ISCSI_DATAIN_STATUS, 6, 0);
     assert_int_equal(ini_conn_feed(s->conns[0], pdu, (uint32_t)n), 0);
     assert_int_equal(d.last, LR_OK);
-    ini_erl2_tick(s, reactor_now_ms());
+    ini_orphan_tick(s, reactor_now_ms());
     assert_int_equal(txq_len(s->conns[0]), 0);
     lr_session_destroy(s);
 }
 
-/* ---- ErrorRecoveryLevel 2 (erl2.c) ---- */
+/* ---- ErrorRecoveryLevel 2 (orphan.c) ---- */
 
 /* nconns connections at ERL 2, DefaultTime2Wait 0, DefaultTime2Retain 20, each connection's
  * next StatSN 5 */
@@ -1101,7 +1106,7 @@ static struct lr_session *erl2_session(unsigned nconns)
         struct ini_conn *c = s->conns[i];
         c->w.erl = 2;
         c->expstatsn = 5;
-        ini_erl_start(c);
+        ini_snack_start(c);
     }
     return s;
 }
@@ -1179,7 +1184,7 @@ static void test_erl2_logout_reassign_resume(void **state)
     size_t n = data_in(pdu, ritt, 0, 0, 4096, 0, 0, 0);
     assert_int_equal(ini_conn_feed(c0, pdu, (uint32_t)n), 0);
     ini_session_update_window(s, 3, 66);
-    ini_conn_fail(c0, "test: connection cut");
+    ini_conn_close(c0, "test: connection cut");
     assert_int_equal(dr.calls + dw.calls, 0);
     assert_int_equal(lr_session_inflight(s), 2);
 
@@ -1266,7 +1271,7 @@ static void test_erl2_refused_and_retried(void **state)
         itt[i] = get_be32(txq_at(c0, (unsigned)i)->hdr + BHS_ITT);
     }
     take_all(c0);
-    ini_conn_fail(c0, "test: connection cut");
+    ini_conn_close(c0, "test: connection cut");
     take_all(c1); /* the Logout */
     uint8_t rsp[ISCSI_BHS_LEN];
     /* CmdSN 1 and 2 acknowledged, 3 not */
@@ -1330,16 +1335,16 @@ static void test_erl2_time2retain_expiry(void **state)
     take_all(c);
     ini_session_update_window(s, 2, 65);
     uint64_t t0 = reactor_now_ms();
-    ini_conn_fail(c, "test: connection cut");
+    ini_conn_close(c, "test: connection cut");
     assert_int_equal(d.calls, 0);
-    assert_true(ini_erl2_recovering(s));
+    assert_true(ini_orphan_recovering(s));
     assert_int_equal(lr_read(s, 8, 8, 512, buf[1], on_rec, &q), 0); /* queued */
-    ini_erl2_advance(s, t0 + 1000);
+    ini_orphan_advance(s, t0 + 1000);
     assert_int_equal(d.calls + q.calls, 0);
     /* Time2Retain runs from the loss (t0 or a little later on a loaded machine) */
     uint64_t retain = s->cr[0].retain_until;
     assert_true(retain >= t0 + 2000 && retain <= reactor_now_ms() + 2000);
-    ini_erl2_advance(s, retain);
+    ini_orphan_advance(s, retain);
     assert_int_equal(d.calls, 1);
     assert_int_equal(d.last, LR_ERR_CONN_LOST);
     assert_int_equal(q.calls, 1);
@@ -1377,9 +1382,9 @@ static void test_erl2_async_drop_notice(void **state)
      * machine: the logout goes once that deadline is reached, not a millisecond before */
     uint64_t due = s->cr[0].wait_until;
     assert_true(due >= t0 + 1000 && due <= reactor_now_ms() + 1000);
-    ini_erl2_advance(s, due - 1);
+    ini_orphan_advance(s, due - 1);
     assert_int_equal(txq_len(c1), 0);
-    ini_erl2_advance(s, due);
+    ini_orphan_advance(s, due);
     assert_int_equal(txq_len(c1), 1);
     const uint8_t *h = txq_at(c1, 0)->hdr;
     assert_int_equal(h[1], ISCSI_FLAG_FINAL | ISCSI_LOGOUT_REMOVE_FOR_RECOVERY);
@@ -1423,7 +1428,7 @@ static void test_erl2_async_session_drop(void **state)
     }
     assert_int_equal(d.calls, 0);
     assert_int_equal(lr_session_inflight(s), 2);
-    assert_true(ini_erl2_recovering(s));
+    assert_true(ini_orphan_recovering(s));
     lr_session_destroy(s);
     assert_int_equal(d.calls, 2);
 }
@@ -1442,7 +1447,7 @@ static void test_erl2_still_allegiant_asks_again(void **state)
     uint32_t itt = get_be32(txq_at(c0, 0)->hdr + BHS_ITT);
     take_all(c0);
     ini_session_update_window(s, 2, 65);
-    ini_conn_fail(c0, "test: connection cut");
+    ini_conn_close(c0, "test: connection cut");
     take_all(c1);
     uint8_t rsp[ISCSI_BHS_LEN];
     rsp_hdr(rsp, ISCSI_OP_LOGOUT_RSP, ISCSI_FLAG_FINAL, INI_CLOGOUT_ITT + 0, 5, 2, 65);
@@ -1459,7 +1464,7 @@ static void test_erl2_still_allegiant_asks_again(void **state)
     assert_int_equal(txq_len(c1), 0);
     /* asked again INI_ERL2_ALLEGIANT_MS after the answer was handled (t0 or a little later) */
     assert_true(s->cr[0].wait_until >= t0 + 50);
-    ini_erl2_advance(s, s->cr[0].wait_until);
+    ini_orphan_advance(s, s->cr[0].wait_until);
     assert_int_equal(txq_len(c1), 1); /* the Logout again */
     const uint8_t *h = txq_at(c1, 0)->hdr;
     assert_int_equal(h[1], ISCSI_FLAG_FINAL | ISCSI_LOGOUT_REMOVE_FOR_RECOVERY);
@@ -1488,7 +1493,7 @@ static void test_erl2_reinstatement_login(void **state)
     uint32_t itt = get_be32(txq_at(c0, 0)->hdr + BHS_ITT);
     take_all(c0);
     ini_session_update_window(s, 2, 65);
-    ini_conn_fail(c0, "test: connection cut");
+    ini_conn_close(c0, "test: connection cut");
     assert_int_equal(s->cr[0].st, CR_RELOGIN);
     /* what ini_session_reconnect does, on a detached connection */
     struct ini_conn *c = ini_conn_new(s, 0, c0->cid);
@@ -1538,7 +1543,7 @@ static void test_erl2_reinstatement_login(void **state)
     assert_int_equal(d.calls, 1);
 }
 
-/* ---- ErrorRecoveryLevel 1 (recovery.c) ---- */
+/* ---- ErrorRecoveryLevel 1 (snack.c) ---- */
 
 /* A session whose connection negotiated ERL 1, its next StatSN expstatsn. */
 static struct lr_session *erl1_session(uint32_t expstatsn)
@@ -1548,7 +1553,7 @@ static struct lr_session *erl1_session(uint32_t expstatsn)
     s->params.erl = 1;
     c->w.erl = 1;
     c->expstatsn = expstatsn;
-    ini_erl_start(c);
+    ini_snack_start(c);
     return s;
 }
 
@@ -1610,6 +1615,31 @@ static void test_erl1_data_in_gap_snack(void **state)
     assert_int_equal(buf[8191], 0x41);
     assert_int_equal(buf[8192], 0x42);
     assert_int_equal(c->state, ICS_FFP);
+    lr_session_destroy(s);
+}
+
+/* A status whose StatSN shows responses lost, while the recovery PDUs queued already fill
+ * INI_RESEND_BACKLOG_MAX: the Status SNACK is refused and the connection fails, which ends
+ * the task (LR_ERR_CONN_LOST). Its status is not taken after that: the task completes once. */
+static void test_erl1_status_after_conn_failed(void **state)
+{
+    (void)state;
+    struct lr_session *s = erl1_session(5);
+    struct ini_conn *c = s->conns[0];
+    static uint8_t buf[4096];
+    static uint8_t pdu[ISCSI_BHS_LEN + 4096];
+    struct done_log d = {0};
+    assert_int_equal(lr_read(s, 0, 8, 512, buf, on_done, &d), 0);
+    uint32_t itt = get_be32(txq_at(c, 0)->hdr + BHS_ITT);
+    take_all(c);
+    c->resend_unsent = INI_RESEND_BACKLOG_MAX; /* what the target asked for and did not read */
+    /* all the data and the status, StatSN 9: 5..8 never came */
+    size_t n = data_in(pdu, itt, 0, 0, 4096, ISCSI_FLAG_FINAL | ISCSI_DATAIN_STATUS, 9, 0);
+    assert_int_equal(ini_conn_feed(c, pdu, (uint32_t)n), -1);
+    assert_int_equal(c->state, ICS_DEAD);
+    assert_int_equal(d.calls, 1);
+    assert_int_equal(d.last, LR_ERR_CONN_LOST);
+    assert_int_equal(lr_session_inflight(s), 0);
     lr_session_destroy(s);
 }
 
@@ -1828,9 +1858,9 @@ static void test_erl1_quiet_ping_retry_and_status_snack(void **state)
     memcpy(cmd, txq_at(c, 0)->hdr, ISCSI_BHS_LEN);
     take_all(c);
     uint64_t now = reactor_now_ms();
-    ini_erl_tick(c, now); /* not quiet long enough yet */
+    ini_snack_tick(c, now); /* not quiet long enough yet */
     assert_int_equal(txq_len(c), 0);
-    ini_erl_tick(c, now + 1000);
+    ini_snack_tick(c, now + 1000);
     assert_int_equal(txq_len(c), 1);
     const struct wire_pdu *p = txq_at(c, 0);
     assert_int_equal(p->hdr[0], ISCSI_OP_NOP_OUT | ISCSI_BHS_IMMEDIATE);
@@ -1849,7 +1879,7 @@ static void test_erl1_quiet_ping_retry_and_status_snack(void **state)
     assert_int_equal(c->retries, 1);
     take_all(c);
     /* later the status is lost: the next round's answer shows StatSN 6 missing */
-    ini_erl_tick(c, now + 2000);
+    ini_snack_tick(c, now + 2000);
     assert_int_equal(txq_len(c), 1);
     take_all(c);
     rsp_hdr(pong, ISCSI_OP_NOP_IN, ISCSI_FLAG_FINAL, INI_PING_ITT, 7, 2, 65);
@@ -1868,7 +1898,7 @@ static void test_erl1_quiet_ping_retry_and_status_snack(void **state)
     assert_int_equal(d.last, LR_OK);
     assert_int_equal(c->expstatsn, 8);
     /* nothing outstanding: no more rounds */
-    ini_erl_tick(c, now + 3000);
+    ini_snack_tick(c, now + 3000);
     assert_int_equal(txq_len(c), 0);
     lr_session_destroy(s);
     /* ERL 0: no timer */
@@ -1876,7 +1906,7 @@ static void test_erl1_quiet_ping_retry_and_status_snack(void **state)
     c = s->conns[0];
     assert_int_equal(lr_read(s, 0, 1, 512, buf, on_done, &d), 0);
     take_all(c);
-    ini_erl_tick(c, reactor_now_ms() + 10000);
+    ini_snack_tick(c, reactor_now_ms() + 10000);
     assert_int_equal(txq_len(c), 0);
     lr_session_destroy(s);
 }
@@ -1904,7 +1934,7 @@ static void test_erl1_resnack_while_busy(void **state)
     assert_snack(txq_at(c, 0), 1, ISCSI_RSVD_TAG, 5, 1, 5);
     take_all(c);
     uint64_t now = reactor_now_ms();
-    ini_erl_tick(c, now + 1000); /* a round: the SNACK again, and a ping */
+    ini_snack_tick(c, now + 1000); /* a round: the SNACK again, and a ping */
     assert_int_equal(txq_len(c), 2);
     assert_snack(txq_at(c, 0), 1, ISCSI_RSVD_TAG, 5, 1, 5);
     take_all(c);
@@ -1913,10 +1943,10 @@ static void test_erl1_resnack_while_busy(void **state)
     assert_int_equal(ini_conn_feed(c, rsp, sizeof(rsp)), 0);
     assert_int_equal(txq_len(c), 0);
     c->last_progress_ms = now + 1005; /* the ticks' clock is made up: traffic came then */
-    ini_erl_tick(c, now + 1010);      /* too soon */
+    ini_snack_tick(c, now + 1010);    /* too soon */
     assert_int_equal(txq_len(c), 0);
     c->last_progress_ms = now + 1035; /* and then: never quiet */
-    ini_erl_tick(c, now + 1040);
+    ini_snack_tick(c, now + 1040);
     assert_true(txq_len(c) >= 1);
     assert_snack(txq_at(c, 0), 1, ISCSI_RSVD_TAG, 5, 1, 5);
     take_all(c);
@@ -1924,7 +1954,7 @@ static void test_erl1_resnack_while_busy(void **state)
     assert_int_equal(ini_conn_feed(c, rsp, sizeof(rsp)), 0);
     assert_int_equal(d.calls, 3);
     assert_int_equal(c->expstatsn, 8);
-    ini_erl_tick(c, now + 2000); /* nothing pending, nothing outstanding */
+    ini_snack_tick(c, now + 2000); /* nothing pending, nothing outstanding */
     assert_int_equal(txq_len(c), 0);
     lr_session_destroy(s);
 }
@@ -2040,6 +2070,7 @@ int main(void)
         cmocka_unit_test(test_erl2_still_allegiant_asks_again),
         cmocka_unit_test(test_erl2_async_session_drop),
         cmocka_unit_test(test_erl1_data_in_gap_snack),
+        cmocka_unit_test(test_erl1_status_after_conn_failed),
         cmocka_unit_test(test_erl1_data_digest_and_expdatasn),
         cmocka_unit_test(test_erl1_statsn_gap_snack),
         cmocka_unit_test(test_erl1_reject_digest_retries_command),

@@ -31,9 +31,15 @@
  * fails them once nothing can come back. The machine runs from the session tick (its reactor,
  * every 10 ms at ERL >= 1) and right after a loss; the PDUs for a connection go out on its
  * own thread (a message, as recovery rounds do). */
-#include <string.h>
 
+#include "initiator/conn.h"
 #include "initiator/ini.h"
+#include "initiator/lock.h"
+#include "initiator/logout.h"
+#include "initiator/orphan.h"
+#include "initiator/sched.h"
+#include "initiator/table.h"
+#include "initiator/task.h"
 #include "util/log.h"
 
 /* No answer to our Logout (reason 2) for this long: cleanup by login instead. */
@@ -89,68 +95,50 @@ static void fail_orphans(struct lr_session *s, unsigned slot, const char *why)
     s->cr[slot].retain_until = 0;
 }
 
-static bool recovering_at(const struct lr_session *s, uint64_t now)
-{
-    if (s->params.erl < 2 || !s->logged_in || s->logging_out || s->destroyed)
-        return false;
-    if (s->erl2_giveup_ms && now >= s->erl2_giveup_ms)
-        return false;
-    for (unsigned i = 0; i < s->nconns; i++)
-        if (s->cr[i].st != CR_NONE || (s->cr[i].up_once && s->conns[i]->state != ICS_FFP))
-            return true;
-    return false;
-}
-
-bool ini_erl2_recovering(const struct lr_session *s)
-{
-    return recovering_at(s, reactor_now_ms());
-}
-
 /* ---- PDUs on a connection's own thread ---- */
 
-static void send_logout(struct ini_conn *c, uint8_t reason, unsigned slot, uint32_t expstatsn)
+static int send_logout(struct ini_conn *c, uint8_t reason, unsigned slot, uint32_t expstatsn)
 {
     struct lr_session *s = c->s;
     uint32_t itt = reason == ISCSI_LOGOUT_CLOSE_SESSION ? INI_LOGOUT_ITT : INI_CLOGOUT_ITT + slot;
     LOG_INFO("initiator: connection %u: Logout reason %u for cid %u (ExpStatSN %u)", c->idx, reason,
              s->conns[slot]->cid, expstatsn);
-    if (ini_session_send_logout(c, reason, s->conns[slot]->cid, itt, expstatsn) < 0)
-        ini_conn_fail(c, "out of memory");
+    return ini_logout_send(c, reason, s->conns[slot]->cid, itt, expstatsn);
 }
 
 /* What recovery wants sent on c: Logouts it carries for lost connections, its own Logout once
  * drained after an Async event 1. */
-static void erl2_run(struct ini_conn *c)
+static int erl2_run(struct ini_conn *c)
 {
     struct lr_session *s = c->s;
     if (c->state != ICS_FFP)
-        return;
-    for (unsigned i = 0; i < s->nconns && c->state == ICS_FFP; i++) {
+        return INI_OK;
+    for (unsigned i = 0; i < s->nconns; i++) {
         struct ini_cr *cr = &s->cr[i];
         if (cr->st == CR_LOGOUT && cr->logout_on == (int)c->idx && !cr->logout_queued) {
             cr->logout_queued = true;
-            send_logout(c, ISCSI_LOGOUT_REMOVE_FOR_RECOVERY, i, cr->expstatsn);
+            int rc = send_logout(c, ISCSI_LOGOUT_REMOVE_FOR_RECOVERY, i, cr->expstatsn);
+            if (rc < 0)
+                return rc;
         }
     }
-    if (c->state != ICS_FFP || !c->draining || c->logout_sent)
-        return;
+    if (!c->draining || c->logout_sent)
+        return INI_OK;
     if (c->outstanding && reactor_now_ms() < c->drain_deadline_ms)
-        return;
+        return INI_OK;
     /* §11.9.1: "close the connection", or "close the session" for the last one. What is still
      * running on it then is terminated by the target (§11.14) and fails; the connection or the
      * session logs in again afterwards (relogin.c), and commands that wait go out there. No
      * new command goes out meanwhile: the connection drains, and none other is usable. An
-     * unanswered Logout ends the connection (ini_erl2_tick). */
+     * unanswered Logout ends the connection (ini_orphan_tick). */
     if (s->closing_session)
-        return; /* another connection's Logout closes the session, this one with it */
+        return INI_OK; /* another connection's Logout closes the session, this one with it */
     c->logout_sent = true;
     c->logout_deadline_ms = reactor_now_ms() + INI_LOGOUT_ANSWER_MS;
-    if (live_conn(s, (int)c->idx)) {
-        send_logout(c, ISCSI_LOGOUT_CLOSE_CONNECTION, c->idx, c->expstatsn);
-    } else {
-        s->closing_session = true;
-        send_logout(c, ISCSI_LOGOUT_CLOSE_SESSION, c->idx, c->expstatsn);
-    }
+    if (live_conn(s, (int)c->idx))
+        return send_logout(c, ISCSI_LOGOUT_CLOSE_CONNECTION, c->idx, c->expstatsn);
+    s->closing_session = true;
+    return send_logout(c, ISCSI_LOGOUT_CLOSE_SESSION, c->idx, c->expstatsn);
 }
 
 static void erl2_msg(void *arg)
@@ -161,7 +149,7 @@ static void erl2_msg(void *arg)
     s->msgs--;
     c->erl2_req = false;
     if (c->r == reactor_self()) /* else it moved: the next tick asks its new thread */
-        erl2_run(c);
+        ini_conn_fail(c, erl2_run(c));
     ini_unlock(s);
 }
 
@@ -169,7 +157,7 @@ static void erl2_kick(struct ini_conn *c)
 {
     struct lr_session *s = c->s;
     if (!s->mt || c->r == reactor_self()) {
-        erl2_run(c);
+        ini_conn_fail(c, erl2_run(c));
         return;
     }
     if (c->erl2_req)
@@ -180,49 +168,7 @@ static void erl2_kick(struct ini_conn *c)
         s->msgs++;
 }
 
-void ini_erl2_send_reassign(struct ini_conn *c, struct ini_task *t)
-{
-    struct lr_session *s = c->s;
-    t->reassign = false;
-    t->reassigning = true;
-    t->conn = c;
-    c->outstanding++;
-    t->deadline_ms = reactor_now_ms() + s->o.cmd_timeout_ms;
-    /* §11.5 ExpDataSN: for a read, where the Data-In resume; what came before is ours (the
-     * first hole, if Data-In were missing). Data PDUs of the old allegiance we did not count
-     * are to be discarded, and the target sends from there. For a write 0: the target asks
-     * with R2Ts for whatever it lacks. */
-    uint32_t expdatasn = 0;
-    if (t->dir == LR_DIR_READ)
-        expdatasn = t->nmiss ? t->miss_beg[0] : t->exp_datasn;
-    t->exp_datasn = expdatasn;
-    t->nmiss = 0;
-    t->status_held = t->snack_refused = t->miss_overflow = t->snack_early = false;
-    t->r2tsn_resync = true;
-    if (c->w.erl >= 1 && c->outstanding == 1)
-        ini_erl_progress(c, reactor_now_ms());
-    struct wire_pdu *p = ini_conn_pdu(c);
-    if (!p) {
-        ini_conn_fail(c, "out of memory");
-        return;
-    }
-    /* §11.5: immediate (a numbered TMF would wait behind the CmdSN holes the loss left), so
-     * CmdSN is the session's next and is not taken; RefCmdSN is reserved for this function. */
-    struct iscsi_bhs *h = (struct iscsi_bhs *)p->hdr;
-    bhs_init(h, ISCSI_OP_TMF_REQ, ISCSI_FLAG_FINAL | ISCSI_TMF_TASK_REASSIGN);
-    h->b[0] |= ISCSI_BHS_IMMEDIATE;
-    ini_fill_lun(h->b + BHS_LUN, s->o.lun);
-    bhs_put32(h, BHS_ITT, INI_TMF_ITT + ini_task_idx(s, t));
-    bhs_put32(h, BHS_RTT, t->itt);
-    bhs_put32(h, BHS_CMDSN, s->cmdsn);
-    bhs_put32(h, BHS_EXPSTATSN, c->expstatsn);
-    bhs_put32(h, BHS_TMF_EXPDATASN, expdatasn);
-    LOG_DEBUG("initiator: connection %u: TASK REASSIGN %08x (CmdSN %u, ExpDataSN %u)", c->idx,
-              t->itt, t->cmdsn, expdatasn);
-    ini_conn_send(c, p, NULL, 0);
-}
-
-void ini_erl2_tmf_rsp(struct ini_conn *c, const uint8_t *hdr)
+int ini_orphan_tmf_rsp(struct ini_conn *c, const uint8_t *hdr)
 {
     struct lr_session *s = c->s;
     uint32_t k = get_be32(hdr + BHS_ITT) - INI_TMF_ITT;
@@ -231,12 +177,12 @@ void ini_erl2_tmf_rsp(struct ini_conn *c, const uint8_t *hdr)
         c->stale_pdus++;
         LOG_WARN("initiator: connection %u: TMF response %08x for no reassignment of ours", c->idx,
                  get_be32(hdr + BHS_ITT));
-        return;
+        return INI_OK;
     }
     t->reassigning = false;
     uint8_t rsp = hdr[BHS_RESPONSE];
     if (rsp == ISCSI_TMF_RSP_COMPLETE)
-        return; /* §11.6.1: the data and the status follow on this connection */
+        return INI_OK; /* §11.6.1: the data and the status follow on this connection */
     if (rsp == ISCSI_TMF_RSP_NO_TASK && sn_le(c->s->expcmdsn, t->cmdsn)) {
         /* never executed (its CmdSN still expected): §7.2.1 retry, the original connection
          * being logged out */
@@ -245,8 +191,7 @@ void ini_erl2_tmf_rsp(struct ini_conn *c, const uint8_t *hdr)
                  c->idx, t->itt, t->cmdsn);
         c->outstanding--;
         c->retries++;
-        ini_task_send(c, t);
-        return;
+        return ini_task_send(c, t);
     }
     if (rsp == ISCSI_TMF_RSP_TASK_ALLEGIANT) {
         /* §11.6.1: the target has not let go of the old connection yet (its close is under
@@ -267,7 +212,7 @@ void ini_erl2_tmf_rsp(struct ini_conn *c, const uint8_t *hdr)
             cr->st = cid_free ? CR_WAIT : CR_CLEAN;
             cr->wait_until = now + INI_ERL2_ALLEGIANT_MS;
         }
-        return;
+        return INI_OK;
     }
     LOG_WARN("initiator: connection %u: TASK REASSIGN of %08x refused (response %u)", c->idx,
              t->itt, rsp);
@@ -276,11 +221,12 @@ void ini_erl2_tmf_rsp(struct ini_conn *c, const uint8_t *hdr)
                                       ? "connection lost; the target no longer has the task"
                                       : "connection lost; task reassignment refused"};
     ini_task_complete(s, t, &r);
+    return INI_OK;
 }
 
 /* ---- the state machine, per slot ---- */
 
-void ini_erl2_conn_down(struct ini_conn *c)
+void ini_orphan_conn_down(struct ini_conn *c)
 {
     struct lr_session *s = c->s;
     struct ini_cr *cr = &s->cr[c->idx];
@@ -308,7 +254,7 @@ void ini_erl2_conn_down(struct ini_conn *c)
     LOG_INFO("initiator: connection %u (cid %u) lost at ERL 2: %u task%s to recover, "
              "Time2Wait %u s, Time2Retain %u s",
              c->idx, c->cid, n, n == 1 ? "" : "s", t2w, t2r);
-    ini_erl2_advance(s, now);
+    ini_orphan_advance(s, now);
 }
 
 /* Orphans of slot, once the target let go of the lost connection: each gets a TASK REASSIGN.
@@ -404,12 +350,12 @@ static void advance_once(struct lr_session *s, uint64_t now)
             LOG_INFO("initiator: connection %u (cid %u): logging in again", i, c->cid);
             cr->next_login_ms = now + ((uint64_t)INI_ERL2_RELOGIN_MS
                                        << (cr->failed_logins < 5 ? cr->failed_logins : 5));
-            ini_session_reconnect(s, i, false);
+            ini_conn_reconnect(s, i, false);
         }
     }
 }
 
-void ini_erl2_advance(struct lr_session *s, uint64_t now)
+void ini_orphan_advance(struct lr_session *s, uint64_t now)
 {
     if (s->params.erl < 2 || !s->logged_in || s->logging_out || s->destroyed)
         return;
@@ -424,11 +370,11 @@ void ini_erl2_advance(struct lr_session *s, uint64_t now)
     } while (s->advance_again && !s->logging_out && !s->destroyed);
     s->advancing = false;
     /* nothing will come back */
-    if (!conns_any_up(s) && !recovering_at(s, now) && !ini_relogin_pending(s))
+    if (!ini_conns_any_up(s) && !ini_orphans_recovering_at(s, now) && !ini_relogin_pending(s))
         ini_session_fail_waiting(s, LR_ERR_NO_CONN, "no connection left in the session");
 }
 
-void ini_erl2_tick(struct lr_session *s, uint64_t now)
+void ini_orphan_tick(struct lr_session *s, uint64_t now)
 {
     for (unsigned i = 0; i < s->nconns; i++) {
         struct ini_conn *c = s->conns[i];
@@ -436,12 +382,12 @@ void ini_erl2_tick(struct lr_session *s, uint64_t now)
             (c->outstanding == 0 || now >= c->drain_deadline_ms))
             erl2_kick(c);
         else if (c->state == ICS_FFP && c->logout_sent && now >= c->logout_deadline_ms)
-            ini_conn_fail_any(c, "no answer to the Logout the target asked for");
+            ini_conn_close_any(c, "no answer to the Logout the target asked for");
     }
-    ini_erl2_advance(s, now);
+    ini_orphan_advance(s, now);
 }
 
-void ini_erl2_login_done(struct ini_conn *c)
+void ini_orphan_login_done(struct ini_conn *c)
 {
     struct lr_session *s = c->s;
     struct ini_cr *cr = &s->cr[c->idx];
@@ -452,10 +398,10 @@ void ini_erl2_login_done(struct ini_conn *c)
         cr->st = CR_CLEAN;
         cr->wait_until = 0;
     }
-    ini_erl2_advance(s, reactor_now_ms());
+    ini_orphan_advance(s, reactor_now_ms());
 }
 
-void ini_erl2_login_failed(struct ini_conn *c)
+void ini_orphan_login_failed(struct ini_conn *c)
 {
     struct lr_session *s = c->s;
     struct ini_cr *cr = &s->cr[c->idx];
@@ -478,7 +424,7 @@ void ini_erl2_login_failed(struct ini_conn *c)
     }
 }
 
-void ini_erl2_logout_rsp(struct ini_conn *c, const uint8_t *hdr)
+int ini_orphan_logout_rsp(struct ini_conn *c, const uint8_t *hdr)
 {
     struct lr_session *s = c->s;
     uint32_t slot = get_be32(hdr + BHS_ITT) - INI_CLOGOUT_ITT;
@@ -487,20 +433,19 @@ void ini_erl2_logout_rsp(struct ini_conn *c, const uint8_t *hdr)
     uint64_t now = reactor_now_ms();
     if (slot >= s->nconns) {
         c->stale_pdus++;
-        return;
+        return INI_OK;
     }
     if (slot == c->idx && c->logout_sent) {
         /* our "close the connection" after an Async event 1: §11.15, it closes both ends */
         c->logged_out = rsp == 0;
         s->cr[slot].wait_until = now; /* nothing of it to recover; log in again at once */
         s->cr[slot].next_login_ms = now;
-        ini_conn_fail(c, "logged out at the target's request");
-        return;
+        return INI_END_CONN_LOGGED_OUT;
     }
     struct ini_cr *cr = &s->cr[slot];
     if (cr->st != CR_LOGOUT || cr->logout_on != (int)c->idx) {
         c->stale_pdus++;
-        return; /* given up on already (timed out, carrier changed) */
+        return INI_OK; /* given up on already (timed out, carrier changed) */
     }
     cr->logout_on = -1;
     switch (rsp) {
@@ -530,12 +475,13 @@ void ini_erl2_logout_rsp(struct ini_conn *c, const uint8_t *hdr)
         cr->next_login_ms = cr->wait_until;
         break;
     }
-    ini_erl2_advance(s, now);
+    ini_orphan_advance(s, now);
+    return INI_OK;
 }
 
 /* ---- Async Message (§11.9.1) ---- */
 
-void ini_erl2_async(struct ini_conn *c, const uint8_t *hdr)
+int ini_orphan_async(struct ini_conn *c, const uint8_t *hdr)
 {
     struct lr_session *s = c->s;
     uint8_t ev = hdr[BHS_ASYNC_EVENT];
@@ -544,6 +490,7 @@ void ini_erl2_async(struct ini_conn *c, const uint8_t *hdr)
     LOG_WARN("initiator: connection %u: async event %u (parameters %u %u %u)", c->idx, ev, p1, p2,
              p3);
     bool erl2 = s->params.erl >= 2 && c->w.erl >= 2;
+    int rc = INI_OK;
     switch (ev) {
     case 1:
         /* The target asks for this connection's logout, within Parameter3 seconds, with
@@ -554,15 +501,13 @@ void ini_erl2_async(struct ini_conn *c, const uint8_t *hdr)
             uint64_t grace = secs_ms(p3);
             c->drain_deadline_ms = reactor_now_ms() + (grace > 500 ? grace - 500 : grace / 2);
         }
-        erl2_run(c);
-        break;
+        return erl2_run(c);
     case 2:
         /* Parameter1's connection will be dropped: at ERL 2 we drop it now and recover with
-         * the times given (Parameter2 = Time2Wait, Parameter3 = Time2Retain). */
-        if (!erl2) {
-            ini_conn_fail(c, "target asked to drop the connection");
-            break;
-        }
+         * the times given (Parameter2 = Time2Wait, Parameter3 = Time2Retain). This one ends
+         * through the status returned, the others here. */
+        if (!erl2)
+            return INI_ERR_ASYNC_DROP;
         for (unsigned i = 0; i < s->nconns; i++) {
             struct ini_conn *x = s->conns[i];
             if (x->cid != p1 || x->state != ICS_FFP)
@@ -570,13 +515,16 @@ void ini_erl2_async(struct ini_conn *c, const uint8_t *hdr)
             s->cr[i].async_set = true;
             s->cr[i].async_t2w = p2;
             s->cr[i].async_t2r = p3;
-            ini_conn_fail_any(x, "target will drop the connection (Async event 2)");
+            if (x == c)
+                rc = INI_END_ASYNC_DROP_CONN;
+            else
+                ini_conn_close_any(x, ini_status_str(INI_END_ASYNC_DROP_CONN));
         }
-        break;
+        return rc;
     case 3:
         /* every connection of the session will be dropped */
         if (!erl2)
-            break;
+            return INI_OK;
         for (unsigned i = 0; i < s->nconns; i++) {
             struct ini_conn *x = s->conns[i];
             if (x->state != ICS_FFP)
@@ -584,10 +532,13 @@ void ini_erl2_async(struct ini_conn *c, const uint8_t *hdr)
             s->cr[i].async_set = true;
             s->cr[i].async_t2w = p2;
             s->cr[i].async_t2r = p3;
-            ini_conn_fail_any(x, "target will drop the session's connections (Async event 3)");
+            if (x == c)
+                rc = INI_END_ASYNC_DROP_ALL;
+            else
+                ini_conn_close_any(x, ini_status_str(INI_END_ASYNC_DROP_ALL));
         }
-        break;
+        return rc;
     default: /* 0 SCSI event, 4 renegotiation, 255 vendor: nothing we act on */
-        break;
+        return INI_OK;
     }
 }

@@ -33,7 +33,12 @@
 #include <stddef.h>
 #include <string.h>
 
+#include "initiator/conn.h"
 #include "initiator/ini.h"
+#include "initiator/lock.h"
+#include "initiator/snack.h"
+#include "initiator/table.h"
+#include "initiator/task.h"
 #include "util/log.h"
 
 /* SNACK Request (§11.16.1): Type in byte 1, BegRun and RunLength in the last two words. */
@@ -55,27 +60,25 @@
 #define INI_ERL_GIVEUP_MS 3000
 
 /* Room for n more bytes of what recovery sends at the target's asking (ini.h,
- * INI_RESEND_BACKLOG_MAX); without it the connection fails. */
-static bool resend_room(struct ini_conn *c, uint64_t n)
+ * INI_RESEND_BACKLOG_MAX); without it (INI_ERR_RESEND_FLOOD) the connection fails. */
+static int resend_room(struct ini_conn *c, uint64_t n)
 {
     if (c->resend_unsent + n <= INI_RESEND_BACKLOG_MAX)
-        return true;
+        return INI_OK;
     LOG_WARN("initiator: connection %u: %llu bytes of recovery PDUs unsent: the target asks for "
              "data again faster than it reads it",
              c->idx, (unsigned long long)c->resend_unsent);
-    ini_conn_fail(c, "the target asks for data again faster than it reads it");
-    return false;
+    return INI_ERR_RESEND_FLOOD;
 }
 
-static void send_snack(struct ini_conn *c, uint8_t type, uint32_t itt, uint32_t beg, uint32_t run)
+static int send_snack(struct ini_conn *c, uint8_t type, uint32_t itt, uint32_t beg, uint32_t run)
 {
-    if (!resend_room(c, sizeof(struct wire_pdu)))
-        return;
+    int rc = resend_room(c, sizeof(struct wire_pdu));
+    if (rc < 0)
+        return rc;
     struct wire_pdu *p = ini_conn_pdu(c);
-    if (!p) {
-        ini_conn_fail(c, "out of memory");
-        return;
-    }
+    if (!p)
+        return INI_ERR_NOMEM;
     struct iscsi_bhs *h = (struct iscsi_bhs *)p->hdr;
     /* §11.16: F set; LUN reserved except for DataACK; ITT reserved for Status SNACK; the
      * TTT/SNACK Tag is reserved (0xffffffff) but for DataACK and R-Data SNACK. */
@@ -90,6 +93,7 @@ static void send_snack(struct ini_conn *c, uint8_t type, uint32_t itt, uint32_t 
               type == SNACK_TYPE_STATUS ? "Status" : "Data/R2T", itt, beg, run);
     ini_resend_account(c, p, sizeof(struct wire_pdu));
     ini_conn_send(c, p, NULL, 0);
+    return INI_OK;
 }
 
 /* ---- StatSN window: a ring of bits, StatSN x at x % INI_STATSN_WINDOW, meaningful for
@@ -135,7 +139,7 @@ static bool stat_jump(struct ini_conn *c, uint32_t statsn)
     return true;
 }
 
-void ini_erl_start(struct ini_conn *c)
+void ini_snack_start(struct ini_conn *c)
 {
     memset(c->stat_got, 0, sizeof(c->stat_got));
     memset(c->stat_held, 0, sizeof(c->stat_held));
@@ -145,38 +149,40 @@ void ini_erl_start(struct ini_conn *c)
 }
 
 /* StatSNs from statsn_hi up to (not including) end were never seen: §7.9 asks for them. */
-static void stat_reveal(struct ini_conn *c, uint32_t end)
+static int stat_reveal(struct ini_conn *c, uint32_t end)
 {
+    int rc = INI_OK;
     if (sn_lt(c->statsn_hi, end))
-        send_snack(c, SNACK_TYPE_STATUS, ISCSI_RSVD_TAG, c->statsn_hi, end - c->statsn_hi);
+        rc = send_snack(c, SNACK_TYPE_STATUS, ISCSI_RSVD_TAG, c->statsn_hi, end - c->statsn_hi);
     if (sn_lt(c->statsn_hi, end))
         c->statsn_hi = end;
+    return rc;
 }
 
-void ini_erl_statsn(struct ini_conn *c, uint32_t statsn, bool held)
+int ini_snack_statsn(struct ini_conn *c, uint32_t statsn, bool held)
 {
     if (sn_lt(statsn, c->expstatsn))
-        return; /* a retransmission of one acknowledged already */
+        return INI_OK; /* a retransmission of one acknowledged already */
     stat_jump(c, statsn);
-    stat_reveal(c, statsn);
+    int rc = stat_reveal(c, statsn);
     if (sn_le(c->statsn_hi, statsn))
         c->statsn_hi = statsn + 1;
     win_set(c->stat_got, statsn, true);
     win_set(c->stat_held, statsn, held);
     stat_advance(c);
+    return rc;
 }
 
-void ini_erl_statsn_lost(struct ini_conn *c, uint32_t statsn)
+int ini_snack_statsn_lost(struct ini_conn *c, uint32_t statsn)
 {
     if (sn_lt(statsn, c->expstatsn))
-        return;
+        return INI_OK;
     stat_jump(c, statsn);
-    if (sn_le(c->statsn_hi, statsn)) {
-        stat_reveal(c, statsn + 1); /* this one and any before it never seen */
-        return;
-    }
-    if (!win_get(c->stat_got, statsn)) /* a retransmission, damaged again */
-        send_snack(c, SNACK_TYPE_STATUS, ISCSI_RSVD_TAG, statsn, 1);
+    if (sn_le(c->statsn_hi, statsn))
+        return stat_reveal(c, statsn + 1); /* this one and any before it never seen */
+    if (!win_get(c->stat_got, statsn))     /* a retransmission, damaged again */
+        return send_snack(c, SNACK_TYPE_STATUS, ISCSI_RSVD_TAG, statsn, 1);
+    return INI_OK;
 }
 
 static void statsn_release(struct ini_conn *c, uint32_t statsn)
@@ -253,12 +259,24 @@ static void miss_remove(struct ini_task *t, uint32_t sn)
 }
 
 /* DataSNs [beg, beg + n) of t are missing: record them and ask for them (§7.8 a, §7.9). */
-static void data_missing(struct ini_conn *c, struct ini_task *t, uint32_t beg, uint32_t n)
+static int data_missing(struct ini_conn *c, struct ini_task *t, uint32_t beg, uint32_t n)
 {
     if (t->miss_overflow || t->snack_refused)
-        return;
+        return INI_OK;
     if (miss_add(t, beg, n))
-        send_snack(c, SNACK_TYPE_DATA, t->itt, beg, n);
+        return send_snack(c, SNACK_TYPE_DATA, t->itt, beg, n);
+    return INI_OK;
+}
+
+/* Every missing run of t asked for again. */
+static int data_missing_again(struct ini_conn *c, struct ini_task *t)
+{
+    for (unsigned k = 0; k < t->nmiss; k++) {
+        int rc = send_snack(c, SNACK_TYPE_DATA, t->itt, t->miss_beg[k], t->miss_len[k]);
+        if (rc < 0)
+            return rc;
+    }
+    return INI_OK;
 }
 
 static bool task_gave_up(const struct ini_task *t)
@@ -278,24 +296,27 @@ static void task_finish(struct ini_conn *c, struct ini_task *t, struct lr_result
 }
 
 /* The status of t arrived (StatSN statsn): complete it, or hold it until its data has. */
-static void task_status(struct ini_conn *c, struct ini_task *t, uint32_t statsn,
-                        struct lr_result *r)
+static int task_status(struct ini_conn *c, struct ini_task *t, uint32_t statsn, struct lr_result *r)
 {
     if (t->nmiss && !task_gave_up(t)) {
         t->held = *r;
         t->status_held = true;
         t->held_statsn = statsn;
-        ini_erl_statsn(c, statsn, true);
+        int rc = ini_snack_statsn(c, statsn, true);
+        if (rc < 0)
+            return rc;
         if (t->snack_early) { /* refused while the status was on its way: now it is not */
             t->snack_early = false;
-            for (unsigned k = 0; k < t->nmiss; k++)
-                send_snack(c, SNACK_TYPE_DATA, t->itt, t->miss_beg[k], t->miss_len[k]);
+            return data_missing_again(c, t);
         }
-        return;
+        return INI_OK;
     }
     t->status_held = false;
-    ini_erl_statsn(c, statsn, false);
+    int rc = ini_snack_statsn(c, statsn, false);
+    if (rc < 0)
+        return rc;
     task_finish(c, t, r);
+    return INI_OK;
 }
 
 /* A retransmission filled the last hole, or recovery was given up: a held status completes. */
@@ -309,15 +330,17 @@ static void task_maybe_done(struct ini_conn *c, struct ini_task *t)
     task_finish(c, t, &r);
 }
 
-void ini_erl_data_in(struct ini_conn *c, struct ini_task *t, const uint8_t *hdr,
-                     const uint8_t *data, uint32_t dlen, bool dd_ok)
+int ini_snack_data_in(struct ini_conn *c, struct ini_task *t, const uint8_t *hdr,
+                      const uint8_t *data, uint32_t dlen, bool dd_ok)
 {
     uint32_t datasn = get_be32(hdr + BHS_DATASN);
+    int rc = INI_OK;
     if (dlen) {
         /* A damaged payload may have landed in the buffer already (direct placement): the
          * retransmission overwrites it. */
-        if (!ini_task_place_data_in(c, t, hdr, data, dlen, dd_ok))
-            return;
+        rc = ini_task_place_data_in(c, t, hdr, data, dlen, dd_ok);
+        if (rc < 0)
+            return rc;
         if (dd_ok)
             t->data_in += dlen;
     }
@@ -325,47 +348,49 @@ void ini_erl_data_in(struct ini_conn *c, struct ini_task *t, const uint8_t *hdr,
         /* DataSNs skipped were lost (§7.9); this one too if its data is damaged (§7.8) */
         uint32_t n = datasn - t->exp_datasn + (dd_ok ? 0 : 1);
         if (n)
-            data_missing(c, t, t->exp_datasn, n);
+            rc = data_missing(c, t, t->exp_datasn, n);
         t->exp_datasn = datasn + 1;
     } else if (dd_ok) {
         miss_remove(t, datasn); /* a retransmission */
     } else if (miss_find(t, datasn) >= 0 && !task_gave_up(t)) {
-        send_snack(c, SNACK_TYPE_DATA, t->itt, datasn, 1); /* damaged again */
+        rc = send_snack(c, SNACK_TYPE_DATA, t->itt, datasn, 1); /* damaged again */
     }
+    if (rc < 0)
+        return rc;
     if (hdr[BHS_FLAGS] & ISCSI_DATAIN_STATUS) {
         /* Phase collapse (§11.7.4). The header is sound (a damaged one never arrives), so its
          * status stands even when the data digest is bad. */
         struct lr_result r;
         ini_task_result(t, hdr, NULL, 0, &r);
-        task_status(c, t, get_be32(hdr + BHS_STATSN), &r);
-        return;
+        return task_status(c, t, get_be32(hdr + BHS_STATSN), &r);
     }
     task_maybe_done(c, t);
+    return INI_OK;
 }
 
-void ini_erl_scsi_rsp(struct ini_conn *c, struct ini_task *t, const uint8_t *hdr,
-                      const uint8_t *data, uint32_t dlen, bool dd_ok)
+int ini_snack_scsi_rsp(struct ini_conn *c, struct ini_task *t, const uint8_t *hdr,
+                       const uint8_t *data, uint32_t dlen, bool dd_ok)
 {
     uint32_t statsn = get_be32(hdr + BHS_STATSN);
-    if (!dd_ok) {
-        ini_erl_statsn_lost(c, statsn); /* §7.8: discarded, asked for again */
-        return;
-    }
+    if (!dd_ok)
+        return ini_snack_statsn_lost(c, statsn); /* §7.8: discarded, asked for again */
     if (t->dir == LR_DIR_READ && hdr[BHS_RESPONSE] == 0) {
         /* §11.4.8: ExpDataSN is the number of Data-In PDUs the target sent; fewer received
          * means the last ones were lost (§7.9). */
         uint32_t expdatasn = get_be32(hdr + BHS_EXPDATASN);
         if (sn_lt(t->exp_datasn, expdatasn)) {
-            data_missing(c, t, t->exp_datasn, expdatasn - t->exp_datasn);
+            int rc = data_missing(c, t, t->exp_datasn, expdatasn - t->exp_datasn);
             t->exp_datasn = expdatasn;
+            if (rc < 0)
+                return rc;
         }
     }
     struct lr_result r;
     ini_task_result(t, hdr, data, dlen, &r);
-    task_status(c, t, statsn, &r);
+    return task_status(c, t, statsn, &r);
 }
 
-void ini_erl_r2t(struct ini_conn *c, struct ini_task *t, const uint8_t *hdr)
+int ini_snack_r2t(struct ini_conn *c, struct ini_task *t, const uint8_t *hdr)
 {
     uint32_t r2tsn = get_be32(hdr + BHS_R2TSN);
     if (t->r2tsn_resync) {
@@ -375,9 +400,12 @@ void ini_erl_r2t(struct ini_conn *c, struct ini_task *t, const uint8_t *hdr)
         t->exp_r2tsn = r2tsn;
     }
     if (sn_le(t->exp_r2tsn, r2tsn)) {
+        int rc = INI_OK;
         if (r2tsn != t->exp_r2tsn) /* §7.9: R2Ts lost before this one */
-            send_snack(c, SNACK_TYPE_DATA, t->itt, t->exp_r2tsn, r2tsn - t->exp_r2tsn);
+            rc = send_snack(c, SNACK_TYPE_DATA, t->itt, t->exp_r2tsn, r2tsn - t->exp_r2tsn);
         t->exp_r2tsn = r2tsn + 1;
+        if (rc < 0)
+            return rc;
     }
     /* An R2T numbered before is a retransmission we asked for or a recovery R2T (§7.8: data
      * the target discarded): either way it wants the data again, under its own TTT. Data
@@ -386,17 +414,23 @@ void ini_erl_r2t(struct ini_conn *c, struct ini_task *t, const uint8_t *hdr)
     uint32_t off = get_be32(hdr + BHS_BUFFER_OFFSET), len = get_be32(hdr + BHS_DESIRED_LEN);
     bool again = off < t->solicited_end;
     uint32_t pdus = (len + c->peer_mrdsl - 1) / c->peer_mrdsl;
-    if (again && !resend_room(c, (uint64_t)len + (uint64_t)pdus * sizeof(struct wire_pdu)))
-        return;
+    if (again) {
+        int rc = resend_room(c, (uint64_t)len + (uint64_t)pdus * sizeof(struct wire_pdu));
+        if (rc < 0)
+            return rc;
+    }
     if (off + len > t->solicited_end)
         t->solicited_end = off + len;
-    ini_task_data_out(c, t, get_be32(hdr + BHS_TTT), off, len, again);
+    return ini_task_data_out(c, t, get_be32(hdr + BHS_TTT), off, len, again);
 }
 
-bool ini_erl_reject(struct ini_conn *c, const uint8_t *hdr, const uint8_t *data, uint32_t dlen)
+int ini_snack_reject(struct ini_conn *c, const uint8_t *hdr, const uint8_t *data, uint32_t dlen,
+                     bool *handled)
 {
+    *handled = false;
     if (dlen < ISCSI_BHS_LEN)
-        return false;
+        return INI_OK;
+    *handled = true;
     uint8_t reason = hdr[BHS_REJECT_REASON];
     uint8_t op = data[0] & ISCSI_OPCODE_MASK;
     uint32_t itt = get_be32(data + BHS_ITT);
@@ -405,11 +439,11 @@ bool ini_erl_reject(struct ini_conn *c, const uint8_t *hdr, const uint8_t *data,
          * consuming its CmdSN (§7.3); §7.2.1: retry it, unchanged, on this connection. */
         struct ini_task *t = ini_task_lookup(c->s, itt);
         if (t && t->conn == c && t->has_cmdsn && get_be32(data + BHS_CMDSN) == t->cmdsn)
-            ini_task_resend_cmd(c, t);
-        return true;
+            return ini_task_resend_cmd(c, t);
+        return INI_OK;
     }
     if (op == ISCSI_OP_DATA_OUT && reason == ISCSI_REJECT_DIGEST_ERROR)
-        return true; /* §7.8: the target asks for the data again with a recovery R2T */
+        return INI_OK; /* §7.8: the target asks for the data again with a recovery R2T */
     if (op == ISCSI_OP_SNACK) {
         uint32_t beg = get_be32(data + SNACK_BEGRUN), run = get_be32(data + SNACK_RUNLENGTH);
         LOG_WARN("initiator: connection %u: target rejected a SNACK (type %u, ITT %08x, BegRun "
@@ -428,16 +462,17 @@ bool ini_erl_reject(struct ini_conn *c, const uint8_t *hdr, const uint8_t *data,
         } else if ((data[1] & SNACK_TYPE_MASK) == SNACK_TYPE_STATUS) {
             stat_skip(c, beg, run ? beg + run : c->statsn_hi);
         }
-        return true;
+        return INI_OK;
     }
-    return false;
+    *handled = false;
+    return INI_OK;
 }
 
-void ini_erl_pong(struct ini_conn *c, const uint8_t *hdr)
+int ini_snack_pong(struct ini_conn *c, const uint8_t *hdr)
 {
     (void)hdr; /* its StatSN and ExpCmdSN were taken by ini_rx_ffp already */
     if (c->rounds == 0)
-        return; /* progress since the ping: nothing is stuck */
+        return INI_OK; /* progress since the ping: nothing is stuck */
     /* The ping left after every command of this connection that is in the socket, so the
      * target read them first: ExpCmdSN still at one of their CmdSNs means it never got that
      * command (or discarded it with a Reject we did not get). §7.2.1: retry it. */
@@ -449,18 +484,19 @@ void ini_erl_pong(struct ini_conn *c, const uint8_t *hdr)
             !t->reassigning && t->cmdsn == s->expcmdsn && now - t->retry_ms >= INI_ERL_QUIET_MS) {
             LOG_DEBUG("initiator: connection %u: retrying task %08x (CmdSN %u)", c->idx, t->itt,
                       t->cmdsn);
-            ini_task_resend_cmd(c, t);
+            int rc = ini_task_resend_cmd(c, t);
+            if (rc < 0)
+                return rc;
         }
     }
+    return INI_OK;
 }
 
-static void send_ping(struct ini_conn *c)
+static int send_ping(struct ini_conn *c)
 {
     struct wire_pdu *p = ini_conn_pdu(c);
-    if (!p) {
-        ini_conn_fail(c, "out of memory");
-        return;
-    }
+    if (!p)
+        return INI_ERR_NOMEM;
     /* §11.18: ITT set asks for an answer; immediate, so CmdSN does not advance; no data, so
      * nothing of it can be damaged by a data digest. */
     struct iscsi_bhs *h = (struct iscsi_bhs *)p->hdr;
@@ -471,51 +507,59 @@ static void send_ping(struct ini_conn *c)
     bhs_put32(h, BHS_CMDSN, c->s->cmdsn);
     bhs_put32(h, BHS_EXPSTATSN, c->expstatsn);
     ini_conn_send(c, p, NULL, 0);
+    return INI_OK;
+}
+
+/* StatSNs still missing: asked for again, or given up on after long enough. */
+static int statsn_round(struct ini_conn *c, uint64_t now)
+{
+    if (c->expstatsn == c->statsn_hi)
+        return INI_OK;
+    if (c->stuck_at != c->expstatsn || !c->stuck_since_ms) {
+        c->stuck_at = c->expstatsn;
+        c->stuck_since_ms = now;
+    }
+    if (now - c->stuck_since_ms >= INI_ERL_GIVEUP_MS) {
+        LOG_WARN("initiator: connection %u: StatSN %u..%u still missing after %llu ms: "
+                 "given up",
+                 c->idx, c->expstatsn, c->statsn_hi - 1,
+                 (unsigned long long)(now - c->stuck_since_ms));
+        c->stuck_since_ms = 0;
+        stat_skip(c, c->expstatsn, c->statsn_hi);
+        return INI_OK;
+    }
+    for (uint32_t sn = c->expstatsn; sn != c->statsn_hi; sn++) {
+        if (win_get(c->stat_got, sn))
+            continue;
+        uint32_t run = 1;
+        while (sn + run != c->statsn_hi && !win_get(c->stat_got, sn + run))
+            run++;
+        int rc = send_snack(c, SNACK_TYPE_STATUS, ISCSI_RSVD_TAG, sn, run);
+        if (rc < 0)
+            return rc;
+        sn += run - 1;
+    }
+    return INI_OK;
 }
 
 /* On the connection's thread: ask again for what is missing, and ping. */
-static void recovery_round(struct ini_conn *c)
+static int recovery_round(struct ini_conn *c)
 {
     struct lr_session *s = c->s;
     if (c->state != ICS_FFP)
-        return;
+        return INI_OK;
     c->rounds++;
-    uint64_t now = reactor_now_ms();
-    /* StatSNs still missing: asked for again, or given up on after long enough */
-    if (c->expstatsn != c->statsn_hi) {
-        if (c->stuck_at != c->expstatsn || !c->stuck_since_ms) {
-            c->stuck_at = c->expstatsn;
-            c->stuck_since_ms = now;
-        }
-        if (now - c->stuck_since_ms >= INI_ERL_GIVEUP_MS) {
-            LOG_WARN("initiator: connection %u: StatSN %u..%u still missing after %llu ms: "
-                     "given up",
-                     c->idx, c->expstatsn, c->statsn_hi - 1,
-                     (unsigned long long)(now - c->stuck_since_ms));
-            c->stuck_since_ms = 0;
-            stat_skip(c, c->expstatsn, c->statsn_hi);
-        } else {
-            for (uint32_t sn = c->expstatsn; sn != c->statsn_hi; sn++) {
-                if (win_get(c->stat_got, sn))
-                    continue;
-                uint32_t run = 1;
-                while (sn + run != c->statsn_hi && !win_get(c->stat_got, sn + run))
-                    run++;
-                send_snack(c, SNACK_TYPE_STATUS, ISCSI_RSVD_TAG, sn, run);
-                sn += run - 1;
-            }
-        }
-    }
+    int rc = statsn_round(c, reactor_now_ms());
     /* Data-In still missing */
-    for (uint32_t i = 0; i < s->ntasks && c->state == ICS_FFP; i++) {
+    for (uint32_t i = 0; rc == INI_OK && i < s->ntasks && c->state == ICS_FFP; i++) {
         struct ini_task *t = &s->tasks[i];
         if (t->state != ITS_ACTIVE || t->conn != c || !t->nmiss || task_gave_up(t))
             continue;
-        for (unsigned k = 0; k < t->nmiss; k++)
-            send_snack(c, SNACK_TYPE_DATA, t->itt, t->miss_beg[k], t->miss_len[k]);
+        rc = data_missing_again(c, t);
     }
-    if (c->state == ICS_FFP)
-        send_ping(c);
+    if (rc == INI_OK && c->state == ICS_FFP)
+        rc = send_ping(c);
+    return rc;
 }
 
 static void round_msg(void *arg)
@@ -526,11 +570,11 @@ static void round_msg(void *arg)
     s->msgs--;
     c->rec_req = false;
     if (c->r == reactor_self()) /* else it moved: the next tick asks its new thread */
-        recovery_round(c);
+        ini_conn_fail(c, recovery_round(c));
     ini_unlock(s);
 }
 
-void ini_erl_tick(struct ini_conn *c, uint64_t now)
+void ini_snack_tick(struct ini_conn *c, uint64_t now)
 {
     if (c->state != ICS_FFP || c->w.erl == 0 || c->rec_req)
         return;
@@ -547,7 +591,7 @@ void ini_erl_tick(struct ini_conn *c, uint64_t now)
     c->last_round_ms = now;
     struct lr_session *s = c->s;
     if (!s->mt || c->r == reactor_self()) {
-        recovery_round(c);
+        ini_conn_fail(c, recovery_round(c));
         return;
     }
     c->rec_req = true;

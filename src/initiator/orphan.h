@@ -1,0 +1,24 @@
+/* ErrorRecoveryLevel 2: connection recovery (orphan.c, RFC 7143 §7.1.4, §7.2.2, §6.3.4,
+ * §11.5.1, §11.9.1, §11.14-§11.15). */
+#ifndef LR_INITIATOR_ORPHAN_H
+#define LR_INITIATOR_ORPHAN_H
+
+#include "initiator/ini.h"
+
+/* The connection went down at ERL 2: its sent tasks become orphans of its slot. */
+void ini_orphan_conn_down(struct ini_conn *c);
+/* The session tick (its reactor, with the lock): logouts asked by the target, and at ERL 2 the
+ * recovery state machine. ini_orphan_advance: the machine alone (from any thread: what must
+ * run on the session's reactor, reconnecting, waits for the tick there). */
+void ini_orphan_tick(struct lr_session *s, uint64_t now);
+void ini_orphan_advance(struct lr_session *s, uint64_t now);
+/* A reconnect login of slot c->idx reached full feature phase, or failed. */
+void ini_orphan_login_done(struct ini_conn *c);
+void ini_orphan_login_failed(struct ini_conn *c);
+/* Responses: TMF (TASK REASSIGN), Logout of one connection (ITT INI_CLOGOUT_ITT + slot). */
+int ini_orphan_tmf_rsp(struct ini_conn *c, const uint8_t *hdr);
+int ini_orphan_logout_rsp(struct ini_conn *c, const uint8_t *hdr);
+/* Async Message (§11.9.1) */
+int ini_orphan_async(struct ini_conn *c, const uint8_t *hdr);
+
+#endif
