@@ -213,6 +213,181 @@ static int chap_setup(struct bench_opts *o, const char *user, const char *mutual
     return 0;
 }
 
+/* What the options name before it is read into bench_opts: the lists are parsed once all
+ * options are in, the CHAP names are checked against the URL's. */
+struct opt_words {
+    const char *sizes, *rws, *digests, *conns;
+    const char *chap_user, *chap_mutual, *chap_file;
+};
+
+/* The defaults, before any option: what linerate-bench(1) says a run does without options. */
+static void opts_defaults(struct bench_opts *o, struct opt_words *w)
+{
+    memset(o, 0, sizeof(*o));
+    o->sessions = 1;
+    o->qd = 32;
+    o->seconds = 5;
+    o->log_level = LOG_LVL_WARN;
+    *w = (struct opt_words){
+        .sizes = "512,1k,2k,4k,8k,16k,64k,128k,256k",
+        .rws = "read,write",
+        .digests = "off",
+        .conns = "1",
+        .chap_user = getenv("LINERATE_CHAP_USER"),
+        .chap_mutual = getenv("LINERATE_CHAP_MUTUAL_USER"),
+    };
+}
+
+static int bad_value(const char *arg)
+{
+    fprintf(stderr, "linerate-bench: bad option value '%s'\n", arg);
+    return -1;
+}
+
+static int read_erl(const char *arg, struct bench_opts *o)
+{
+    if (strlen(arg) != 1 || arg[0] < '0' || arg[0] > '2') {
+        fprintf(stderr, "linerate-bench: bad --erl value '%s': expected 0, 1 or 2\n", arg);
+        return -1;
+    }
+    o->erl = (uint32_t)(arg[0] - '0');
+    if (o->erl > lr_erl_max()) {
+        fprintf(stderr,
+                "linerate-bench: --erl %u is not implemented yet (the highest this "
+                "build performs is %u)\n",
+                o->erl, lr_erl_max());
+        return -1;
+    }
+    return 0;
+}
+
+static int read_inject(const char *arg, struct bench_opts *o)
+{
+    char why[256];
+    if (inject_parse(arg, &o->inject, why, sizeof(why)) < 0 ||
+        inject_check_available(&o->inject, why, sizeof(why)) < 0) {
+        fprintf(stderr, "linerate-bench: --inject: %s\n", why);
+        return -1;
+    }
+    if (o->inject.store_delay_ms > 0) {
+        fprintf(stderr, "linerate-bench: --inject: store-delay slows the target's own "
+                        "file and rbd LUNs: give it to linerate-target\n");
+        return -1;
+    }
+    return 0;
+}
+
+static int read_format(const char *arg, struct bench_opts *o)
+{
+    if (!strcmp(arg, "table"))
+        o->fmt = FMT_TABLE;
+    else if (!strcmp(arg, "csv"))
+        o->fmt = FMT_CSV;
+    else if (!strcmp(arg, "json"))
+        o->fmt = FMT_JSON;
+    else
+        return bad_value(arg);
+    return 0;
+}
+
+/* One option as getopt_long returned it: its value checked on its own and stored. */
+static int read_option(int c, const char *arg, struct bench_opts *o, struct opt_words *w)
+{
+    unsigned long v;
+    char *end;
+    switch (c) {
+    case 's':
+        w->sizes = arg;
+        break;
+    case 'r':
+        w->rws = arg;
+        break;
+    case 'd':
+        w->digests = arg;
+        break;
+    case 'c':
+        w->conns = arg;
+        break;
+    case 'S':
+        if (parse_uint(arg, 256, &v) < 0)
+            return bad_value(arg);
+        o->sessions = (unsigned)v;
+        break;
+    case 'q':
+        if (parse_uint(arg, 4096, &v) < 0)
+            return bad_value(arg);
+        o->qd = (unsigned)v;
+        break;
+    case 't':
+        o->seconds = strtod(arg, &end);
+        if (*end || !(o->seconds > 0) || o->seconds > 3600)
+            return bad_value(arg);
+        break;
+    case 'v':
+        o->verify = true;
+        break;
+    case 'f':
+        return read_format(arg, o);
+    case 'g':
+        o->svg = arg;
+        break;
+    case 'p':
+        if (parse_uint(arg, 1u << 30, &v) < 0)
+            return bad_value(arg);
+        o->target_pid = (pid_t)v;
+        break;
+    case 'U':
+        w->chap_user = arg;
+        break;
+    case 'M':
+        w->chap_mutual = arg;
+        break;
+    case 'K':
+        w->chap_file = arg;
+        break;
+    case 'E':
+        return read_erl(arg, o);
+    case 'I':
+        return read_inject(arg, o);
+    case 'L':
+        o->log_level = log_level_parse(arg);
+        if (o->log_level < 0) {
+            fprintf(stderr,
+                    "linerate-bench: bad --log-level value '%s': expected error, warn, info "
+                    "or debug\n",
+                    arg);
+            return -1;
+        }
+        break;
+    case 'h':
+        usage(stdout);
+        exit(0);
+    default:
+        usage(stderr);
+        return -1;
+    }
+    return 0;
+}
+
+/* The one positional argument, the URL of the LUN. */
+static int read_url(char *url, struct bench_opts *o)
+{
+    if (lr_url_parse(url, &o->url) < 0) {
+        /* the URL may hold a secret: not echoed */
+        fprintf(stderr,
+                "linerate-bench: bad URL (want iscsi://[USER%%SECRET@]HOST[:PORT]/IQN/LUN)\n");
+        return -1;
+    }
+    /* a secret given in the URL leaves the command line that `ps` shows */
+    char *at = strchr(url, '@');
+    if (o->url.chap_secret[0] && at)
+        for (char *p = strchr(url, '%'); p && p < at; p++)
+            *p = 'x';
+    return 0;
+}
+
+/* Defaults, then each option on its own, then the lists and the URL, then what the options
+ * must agree on with each other and the URL (CHAP names and secrets). */
 static int parse_opts(int argc, char **argv, struct bench_opts *o)
 {
     static const struct option longs[] = {
@@ -236,151 +411,24 @@ static int parse_opts(int argc, char **argv, struct bench_opts *o)
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
-    memset(o, 0, sizeof(*o));
-    o->sessions = 1;
-    o->qd = 32;
-    o->seconds = 5;
-    o->log_level = LOG_LVL_WARN;
-    const char *sizes = "512,1k,2k,4k,8k,16k,64k,128k,256k", *rws = "read,write";
-    const char *digests = "off", *conns = "1";
-    const char *chap_user = getenv("LINERATE_CHAP_USER");
-    const char *chap_mutual = getenv("LINERATE_CHAP_MUTUAL_USER"), *chap_file = NULL;
-    unsigned long v;
+    struct opt_words w;
+    opts_defaults(o, &w);
     int c;
-    while ((c = getopt_long(argc, argv, "", longs, NULL)) != -1) {
-        switch (c) {
-        case 's':
-            sizes = optarg;
-            break;
-        case 'r':
-            rws = optarg;
-            break;
-        case 'd':
-            digests = optarg;
-            break;
-        case 'c':
-            conns = optarg;
-            break;
-        case 'S':
-            if (parse_uint(optarg, 256, &v) < 0)
-                goto bad;
-            o->sessions = (unsigned)v;
-            break;
-        case 'q':
-            if (parse_uint(optarg, 4096, &v) < 0)
-                goto bad;
-            o->qd = (unsigned)v;
-            break;
-        case 't': {
-            char *end;
-            o->seconds = strtod(optarg, &end);
-            if (*end || !(o->seconds > 0) || o->seconds > 3600)
-                goto bad;
-            break;
-        }
-        case 'v':
-            o->verify = true;
-            break;
-        case 'f':
-            if (!strcmp(optarg, "table"))
-                o->fmt = FMT_TABLE;
-            else if (!strcmp(optarg, "csv"))
-                o->fmt = FMT_CSV;
-            else if (!strcmp(optarg, "json"))
-                o->fmt = FMT_JSON;
-            else
-                goto bad;
-            break;
-        case 'g':
-            o->svg = optarg;
-            break;
-        case 'p':
-            if (parse_uint(optarg, 1u << 30, &v) < 0)
-                goto bad;
-            o->target_pid = (pid_t)v;
-            break;
-        case 'U':
-            chap_user = optarg;
-            break;
-        case 'M':
-            chap_mutual = optarg;
-            break;
-        case 'K':
-            chap_file = optarg;
-            break;
-        case 'E':
-            if (strlen(optarg) != 1 || optarg[0] < '0' || optarg[0] > '2') {
-                fprintf(stderr, "linerate-bench: bad --erl value '%s': expected 0, 1 or 2\n",
-                        optarg);
-                return -1;
-            }
-            o->erl = (uint32_t)(optarg[0] - '0');
-            if (o->erl > lr_erl_max()) {
-                fprintf(stderr,
-                        "linerate-bench: --erl %u is not implemented yet (the highest this "
-                        "build performs is %u)\n",
-                        o->erl, lr_erl_max());
-                return -1;
-            }
-            break;
-        case 'I': {
-            char why[256];
-            if (inject_parse(optarg, &o->inject, why, sizeof(why)) < 0 ||
-                inject_check_available(&o->inject, why, sizeof(why)) < 0) {
-                fprintf(stderr, "linerate-bench: --inject: %s\n", why);
-                return -1;
-            }
-            if (o->inject.store_delay_ms > 0) {
-                fprintf(stderr, "linerate-bench: --inject: store-delay slows the target's own "
-                                "file and rbd LUNs: give it to linerate-target\n");
-                return -1;
-            }
-            break;
-        }
-        case 'L':
-            o->log_level = log_level_parse(optarg);
-            if (o->log_level < 0) {
-                fprintf(stderr,
-                        "linerate-bench: bad --log-level value '%s': expected error, warn, info "
-                        "or debug\n",
-                        optarg);
-                return -1;
-            }
-            break;
-        case 'h':
-            usage(stdout);
-            exit(0);
-        default:
-            usage(stderr);
+    while ((c = getopt_long(argc, argv, "", longs, NULL)) != -1)
+        if (read_option(c, optarg, o, &w) < 0)
             return -1;
-        }
-        continue;
-    bad:
-        fprintf(stderr, "linerate-bench: bad option value '%s'\n", optarg);
-        return -1;
-    }
-    if (parse_list(sizes, "--sizes", one_size, o) < 0 || parse_list(rws, "--rw", one_rw, o) < 0 ||
-        parse_list(digests, "--digest", one_digest, o) < 0 ||
-        parse_list(conns, "--connections", one_conn, o) < 0)
+    if (parse_list(w.sizes, "--sizes", one_size, o) < 0 ||
+        parse_list(w.rws, "--rw", one_rw, o) < 0 ||
+        parse_list(w.digests, "--digest", one_digest, o) < 0 ||
+        parse_list(w.conns, "--connections", one_conn, o) < 0)
         return -1;
     if (optind + 1 != argc) {
         usage(stderr);
         return -1;
     }
-    if (lr_url_parse(argv[optind], &o->url) < 0) {
-        /* the URL may hold a secret: not echoed */
-        fprintf(stderr,
-                "linerate-bench: bad URL (want iscsi://[USER%%SECRET@]HOST[:PORT]/IQN/LUN)\n");
+    if (read_url(argv[optind], o) < 0)
         return -1;
-    }
-    /* a secret given in the URL leaves the command line that `ps` shows */
-    char *at = strchr(argv[optind], '@');
-    if (o->url.chap_secret[0] && at)
-        for (char *p = strchr(argv[optind], '%'); p && p < at; p++)
-            *p = 'x';
-    if (chap_setup(o, chap_user, chap_mutual, chap_file) < 0)
-        return -1;
-    return 0;
+    return chap_setup(o, w.chap_user, w.chap_mutual, w.chap_file);
 }
 
 /* ---- CPU accounting: netperf's service demand, user+system per KB moved ---- */

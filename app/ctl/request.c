@@ -68,215 +68,287 @@ static bool is(const char *a, const char *b)
     return a && strcmp(a, b) == 0;
 }
 
+/* One verb of linerate-ctl: its words, the request it becomes and how its arguments are read.
+ * The driver matches `verb` and `object` (NULL: any second word, the verb reads it itself),
+ * answers `usage` when fewer than `min_argc` words are given, sets `method` and `kind`, then
+ * calls `build` for the params. */
+struct verb {
+    const char *verb;
+    const char *object;
+    int min_argc;
+    const char *method;
+    const char *kind;
+    unsigned opts; /* the verb_opt options it takes after its positional arguments */
+    const char *usage;
+    int (*build)(const struct verb *v, int argc, char **argv, struct ctl_req *req, char *err,
+                 size_t errlen);
+};
+
+static int usage_of(const struct verb *v, char *err, size_t errlen)
+{
+    return usage_err(err, errlen, "%s", v->usage);
+}
+
+/* VERB [options]: no positional argument. */
+static int build_plain(const struct verb *v, int argc, char **argv, struct ctl_req *req, char *err,
+                       size_t errlen)
+{
+    return verb_opts(argc, argv, 1, req->params, v->opts, err, errlen);
+}
+
+/* reload takes nothing else, so its usage says more than "unexpected argument". */
+static int build_reload(const struct verb *v, int argc, char **argv, struct ctl_req *req, char *err,
+                        size_t errlen)
+{
+    if (verb_opts(argc, argv, 1, req->params, v->opts, err, errlen) < 0)
+        return usage_of(v, err, errlen);
+    return 0;
+}
+
+/* show targets|luns [TARGET]|sessions|connections|portals */
+static int build_show(const struct verb *v, int argc, char **argv, struct ctl_req *req, char *err,
+                      size_t errlen)
+{
+    static const char *const things[] = {"targets", "luns", "sessions", "connections", "portals"};
+    static const char *const meth[] = {"show_targets", "show_luns", "show_sessions",
+                                       "show_connections", "show_portals"};
+    const char *what = argc > 1 ? argv[1] : NULL;
+    for (int i = 0; i < 5; i++) {
+        if (!is(what, things[i]))
+            continue;
+        req->method = meth[i];
+        req->kind = things[i];
+        if (i == 1 && argc > 2) /* show luns TARGET */
+            json_object_set_new(req->params, "target", json_string(argv[2]));
+        return verb_opts(argc, argv, i == 1 && argc > 2 ? 3 : 2, req->params, 0, err, errlen);
+    }
+    return usage_of(v, err, errlen);
+}
+
+/* VERB OBJECT TARGET [options] */
+static int build_target(const struct verb *v, int argc, char **argv, struct ctl_req *req, char *err,
+                        size_t errlen)
+{
+    json_object_set_new(req->params, "target", json_string(argv[2]));
+    return verb_opts(argc, argv, 3, req->params, v->opts, err, errlen);
+}
+
+/* add lun TARGET SPEC [--lun N] */
+static int build_add_lun(const struct verb *v, int argc, char **argv, struct ctl_req *req,
+                         char *err, size_t errlen)
+{
+    json_object_set_new(req->params, "target", json_string(argv[2]));
+    json_object_set_new(req->params, "spec", json_string(argv[3]));
+    return verb_opts(argc, argv, 4, req->params, v->opts, err, errlen);
+}
+
+/* remove lun [TARGET] N, set lun [TARGET] N ro|rw, resize lun [TARGET] N SIZE */
+static int build_lun_number(const struct verb *v, int argc, char **argv, struct ctl_req *req,
+                            char *err, size_t errlen)
+{
+    json_t *p = req->params;
+    bool set = is(v->verb, "set"), resize = is(v->verb, "resize");
+    /* The issue's spellings name no target (set lun N ro|rw, resize lun N SIZE): the
+     * daemon then takes its only one. Naming it stays allowed and is needed with several:
+     * the target form has one more word before the options. */
+    int words = set || resize ? 2 : 1; /* after "VERB lun": N [ro|rw|SIZE] */
+    int pos = 0;
+    while (2 + pos < argc && argv[2 + pos][0] != '-')
+        pos++;
+    bool named = pos > words;
+    int at = named ? 3 : 2; /* index of N */
+    int need = at + words;
+    if (argc < need || pos < words)
+        return usage_of(v, err, errlen);
+    if (named)
+        json_object_set_new(p, "target", json_string(argv[2]));
+    json_int_t n = 0;
+    if (num_arg(argv[at], "LUN", 16383, &n, err, errlen) < 0)
+        return -1;
+    json_object_set_new(p, "lun", json_integer(n));
+    if (set) {
+        const char *mode = argv[at + 1];
+        if (!is(mode, "ro") && !is(mode, "rw"))
+            return usage_err(err, errlen, "set lun [TARGET] N ro|rw: '%s' is neither", mode);
+        json_object_set_new(p, "read_only", json_boolean(is(mode, "ro")));
+    } else if (resize) {
+        json_object_set_new(p, "size", json_string(argv[at + 1]));
+    }
+    return verb_opts(argc, argv, need, p, v->opts, err, errlen);
+}
+
+/* logout session TSIH [--timeout S] */
+static int build_logout(const struct verb *v, int argc, char **argv, struct ctl_req *req, char *err,
+                        size_t errlen)
+{
+    json_int_t tsih = 0;
+    if (num_arg(argv[2], "TSIH", 65535, &tsih, err, errlen) < 0)
+        return -1;
+    json_object_set_new(req->params, "tsih", json_integer(tsih));
+    return verb_opts(argc, argv, 3, req->params, v->opts, err, errlen);
+}
+
+/* drop connection TSIH CID */
+static int build_drop(const struct verb *v, int argc, char **argv, struct ctl_req *req, char *err,
+                      size_t errlen)
+{
+    json_int_t tsih = 0, cid = 0;
+    if (num_arg(argv[2], "TSIH", 65535, &tsih, err, errlen) < 0)
+        return -1;
+    json_object_set_new(req->params, "tsih", json_integer(tsih));
+    if (num_arg(argv[3], "CID", 65535, &cid, err, errlen) < 0)
+        return -1;
+    json_object_set_new(req->params, "cid", json_integer(cid));
+    return verb_opts(argc, argv, 4, req->params, v->opts, err, errlen);
+}
+
+/* set log-level LEVEL: the daemon checks the level. */
+static int build_log_level(const struct verb *v, int argc, char **argv, struct ctl_req *req,
+                           char *err, size_t errlen)
+{
+    json_object_set_new(req->params, "level", json_string(argv[2]));
+    return verb_opts(argc, argv, 3, req->params, v->opts, err, errlen);
+}
+
+/* add|remove portal TARGET ADDR[:PORT], add|remove allow TARGET INITIATOR-IQN [options] */
+static int build_portal_allow(const struct verb *v, int argc, char **argv, struct ctl_req *req,
+                              char *err, size_t errlen)
+{
+    const char *key = is(v->object, "portal") ? "portal" : "initiator";
+    json_object_set_new(req->params, "target", json_string(argv[2]));
+    json_object_set_new(req->params, key, json_string(argv[3]));
+    return verb_opts(argc, argv, 4, req->params, v->opts, err, errlen);
+}
+
+/* save [FILE] */
+static int build_save(const struct verb *v, int argc, char **argv, struct ctl_req *req, char *err,
+                      size_t errlen)
+{
+    if (argc > 2)
+        return usage_of(v, err, errlen);
+    if (argc < 2)
+        return 0;
+    /* The daemon has its own working directory: a relative FILE is the caller's. */
+    char *abs = NULL;
+    if (argv[1][0] == '/') {
+        abs = strdup(argv[1]);
+    } else {
+        char *cwd = getcwd(NULL, 0);
+        if (cwd && asprintf(&abs, "%s/%s", cwd, argv[1]) < 0)
+            abs = NULL;
+        free(cwd);
+    }
+    if (!abs)
+        return usage_err(err, errlen, "save: cannot make '%s' an absolute path", argv[1]);
+    json_object_set_new(req->params, "file", json_string(abs));
+    free(abs);
+    return 0;
+}
+
+/* add target IQN --portal ADDR[:PORT]... [--lun SPEC]... [--allow IQN]... [--alias TEXT] */
+static int build_add_target(const struct verb *v, int argc, char **argv, struct ctl_req *req,
+                            char *err, size_t errlen)
+{
+    (void)v;
+    json_t *p = req->params;
+    json_object_set_new(p, "target", json_string(argv[2]));
+    json_t *portals = json_array(), *luns = json_array(), *allow = json_array();
+    json_object_set_new(p, "portals", portals);
+    json_object_set_new(p, "luns", luns);
+    json_object_set_new(p, "allow", allow);
+    for (int i = 3; i < argc; i++) {
+        if (i + 1 >= argc)
+            return usage_err(err, errlen, "'%s' needs a value", argv[i]);
+        if (is(argv[i], "--portal"))
+            json_array_append_new(portals, json_string(argv[++i]));
+        else if (is(argv[i], "--lun"))
+            json_array_append_new(luns, json_string(argv[++i]));
+        else if (is(argv[i], "--allow"))
+            json_array_append_new(allow, json_string(argv[++i]));
+        else if (is(argv[i], "--alias"))
+            json_object_set_new(p, "alias", json_string(argv[++i]));
+        else
+            return usage_err(err, errlen, "unexpected argument '%s'", argv[i]);
+    }
+    return 0;
+}
+
+/* call METHOD [PARAMS-JSON-OBJECT]: any method, for scripts and new methods. */
+static int build_call(const struct verb *v, int argc, char **argv, struct ctl_req *req, char *err,
+                      size_t errlen)
+{
+    if (argc < 2 || argc > 3)
+        return usage_of(v, err, errlen);
+    req->method = argv[1];
+    if (argc == 3) {
+        json_error_t je;
+        json_t *o = json_loads(argv[2], 0, &je);
+        if (!json_is_object(o)) {
+            json_decref(o);
+            return usage_err(err, errlen, "call: PARAMS must be a JSON object");
+        }
+        json_decref(req->params);
+        req->params = o;
+    }
+    return 0;
+}
+
+/* Adding a verb is a row here (and its builder, when none of these reads its words). */
+static const struct verb verbs[] = {
+    {"version", NULL, 0, "version", "version", 0, NULL, build_plain},
+    {"show", NULL, 0, NULL, NULL, 0,
+     "show what? targets, luns [TARGET], sessions, connections or portals", build_show},
+    {"add", "lun", 4, "add_lun", "lun", OPT_LUN, "usage: add lun TARGET SPEC [--lun N]",
+     build_add_lun},
+    {"remove", "lun", 0, "remove_lun", "removed", OPT_TIMEOUT | OPT_FORCE,
+     "usage: remove lun [TARGET] N [--timeout S] [--force]", build_lun_number},
+    {"set", "lun", 0, "set_lun", "lun", 0, "usage: set lun [TARGET] N ro|rw", build_lun_number},
+    {"resize", "lun", 0, "resize_lun", "lun", 0, "usage: resize lun [TARGET] N SIZE",
+     build_lun_number},
+    {"logout", "session", 3, "logout_session", "logout", OPT_TIMEOUT,
+     "usage: logout session TSIH [--timeout S]", build_logout},
+    {"drop", "connection", 4, "drop_connection", "dropped", 0, "usage: drop connection TSIH CID",
+     build_drop},
+    {"set", "log-level", 3, "set_log_level", "log-level", 0,
+     "usage: set log-level error|warn|info|debug", build_log_level},
+    {"reload", NULL, 0, "reload", "reload", OPT_FORCE, "usage: reload [--force]", build_reload},
+    {"add", "portal", 4, "add_portal", "add_portal", 0, "usage: add portal TARGET ADDR[:PORT]",
+     build_portal_allow},
+    {"remove", "portal", 4, "remove_portal", "remove_portal", 0,
+     "usage: remove portal TARGET ADDR[:PORT]", build_portal_allow},
+    {"add", "allow", 4, "add_allow", "add_allow", OPT_FORCE | OPT_TIMEOUT,
+     "usage: add allow TARGET INITIATOR-IQN [--force] [--timeout S]", build_portal_allow},
+    {"remove", "allow", 4, "remove_allow", "remove_allow", OPT_FORCE | OPT_TIMEOUT,
+     "usage: remove allow TARGET INITIATOR-IQN [--force] [--timeout S]", build_portal_allow},
+    {"save", NULL, 0, "save", "saved", 0, "usage: save [FILE]", build_save},
+    {"add", "target", 3, "add_target", "target-added", 0,
+     "usage: add target IQN --portal ADDR[:PORT]... [--lun SPEC]... [--allow IQN]... "
+     "[--alias TEXT]",
+     build_add_target},
+    {"remove", "target", 3, "remove_target", "target-removed", OPT_FORCE | OPT_TIMEOUT,
+     "usage: remove target IQN [--force] [--timeout S]", build_target},
+    {"call", NULL, 0, NULL, "generic", 0, "usage: call METHOD [PARAMS-JSON-OBJECT]", build_call},
+};
+
 int ctl_req_from_argv(int argc, char **argv, struct ctl_req *req, char *err, size_t errlen)
 {
     const char *verb = argc > 0 ? argv[0] : NULL;
     const char *what = argc > 1 ? argv[1] : NULL;
-    json_t *p = json_object();
-    req->params = p;
+    req->params = json_object();
     req->kind = "generic";
-    json_int_t v = 0;
     if (!verb)
         return usage_err(err, errlen, "no command given");
-    if (is(verb, "version")) {
-        req->method = "version";
-        req->kind = "version";
-        return verb_opts(argc, argv, 1, p, 0, err, errlen);
-    }
-    if (is(verb, "show")) {
-        static const char *const things[] = {"targets", "luns", "sessions", "connections",
-                                             "portals"};
-        static const char *const meth[] = {"show_targets", "show_luns", "show_sessions",
-                                           "show_connections", "show_portals"};
-        for (int i = 0; i < 5; i++) {
-            if (!is(what, things[i]))
-                continue;
-            req->method = meth[i];
-            req->kind = things[i];
-            if (i == 1 && argc > 2) /* show luns TARGET */
-                json_object_set_new(p, "target", json_string(argv[2]));
-            return verb_opts(argc, argv, i == 1 && argc > 2 ? 3 : 2, p, 0, err, errlen);
-        }
-        return usage_err(err, errlen,
-                         "show what? targets, luns [TARGET], sessions, connections or portals");
-    }
-    if (is(verb, "add") && is(what, "lun")) {
-        if (argc < 4)
-            return usage_err(err, errlen, "usage: add lun TARGET SPEC [--lun N]");
-        req->method = "add_lun";
-        req->kind = "lun";
-        json_object_set_new(p, "target", json_string(argv[2]));
-        json_object_set_new(p, "spec", json_string(argv[3]));
-        return verb_opts(argc, argv, 4, p, OPT_LUN, err, errlen);
-    }
-    if ((is(verb, "remove") || is(verb, "set") || is(verb, "resize")) && is(what, "lun")) {
-        bool set = is(verb, "set"), resize = is(verb, "resize");
-        /* The issue's spellings name no target (set lun N ro|rw, resize lun N SIZE): the
-         * daemon then takes its only one. Naming it stays allowed and is needed with several:
-         * the target form has one more word before the options. */
-        int words = set || resize ? 2 : 1; /* after "VERB lun": N [ro|rw|SIZE] */
-        int pos = 0;
-        while (2 + pos < argc && argv[2 + pos][0] != '-')
-            pos++;
-        bool named = pos > words;
-        int at = named ? 3 : 2; /* index of N */
-        int need = at + words;
-        if (argc < need || pos < words)
-            return usage_err(err, errlen, "usage: %s",
-                             set      ? "set lun [TARGET] N ro|rw"
-                             : resize ? "resize lun [TARGET] N SIZE"
-                                      : "remove lun [TARGET] N "
-                                        "[--timeout S] [--force]");
-        if (named)
-            json_object_set_new(p, "target", json_string(argv[2]));
-        if (num_arg(argv[at], "LUN", 16383, &v, err, errlen) < 0)
-            return -1;
-        json_object_set_new(p, "lun", json_integer(v));
-        if (set) {
-            const char *mode = argv[at + 1];
-            if (!is(mode, "ro") && !is(mode, "rw"))
-                return usage_err(err, errlen, "set lun [TARGET] N ro|rw: '%s' is neither", mode);
-            json_object_set_new(p, "read_only", json_boolean(is(mode, "ro")));
-            req->method = "set_lun";
-            req->kind = "lun";
-        } else if (resize) {
-            json_object_set_new(p, "size", json_string(argv[at + 1]));
-            req->method = "resize_lun";
-            req->kind = "lun";
-        } else {
-            req->method = "remove_lun";
-            req->kind = "removed";
-        }
-        return verb_opts(argc, argv, need, p, set || resize ? 0 : OPT_TIMEOUT | OPT_FORCE, err,
-                         errlen);
-    }
-    if (is(verb, "logout") && is(what, "session")) {
-        if (argc < 3)
-            return usage_err(err, errlen, "usage: logout session TSIH [--timeout S]");
-        if (num_arg(argv[2], "TSIH", 65535, &v, err, errlen) < 0)
-            return -1;
-        json_object_set_new(p, "tsih", json_integer(v));
-        req->method = "logout_session";
-        req->kind = "logout";
-        return verb_opts(argc, argv, 3, p, OPT_TIMEOUT, err, errlen);
-    }
-    if (is(verb, "drop") && is(what, "connection")) {
-        if (argc < 4)
-            return usage_err(err, errlen, "usage: drop connection TSIH CID");
-        if (num_arg(argv[2], "TSIH", 65535, &v, err, errlen) < 0)
-            return -1;
-        json_object_set_new(p, "tsih", json_integer(v));
-        if (num_arg(argv[3], "CID", 65535, &v, err, errlen) < 0)
-            return -1;
-        json_object_set_new(p, "cid", json_integer(v));
-        req->method = "drop_connection";
-        req->kind = "dropped";
-        return verb_opts(argc, argv, 4, p, 0, err, errlen);
-    }
-    if (is(verb, "set") && is(what, "log-level")) {
-        if (argc < 3)
-            return usage_err(err, errlen, "usage: set log-level error|warn|info|debug");
-        json_object_set_new(p, "level", json_string(argv[2]));
-        req->method = "set_log_level";
-        req->kind = "log-level";
-        return verb_opts(argc, argv, 3, p, 0, err, errlen);
-    }
-    if (is(verb, "reload")) {
-        req->method = "reload";
-        req->kind = "reload";
-        /* reload takes nothing else, so its usage says more than "unexpected argument". */
-        if (verb_opts(argc, argv, 1, p, OPT_FORCE, err, errlen) < 0)
-            return usage_err(err, errlen, "usage: reload [--force]");
-        return 0;
-    }
-    if ((is(verb, "add") || is(verb, "remove")) && (is(what, "portal") || is(what, "allow"))) {
-        bool add = is(verb, "add"), portal = is(what, "portal");
-        if (argc < 4)
-            return usage_err(err, errlen, "usage: %s %s TARGET %s%s", verb, what,
-                             portal ? "ADDR[:PORT]" : "INITIATOR-IQN",
-                             !portal ? " [--force] [--timeout S]" : "");
-        static const char *const meth[2][2] = {{"remove_allow", "remove_portal"},
-                                               {"add_allow", "add_portal"}};
-        req->method = meth[add][portal];
-        req->kind = req->method;
-        json_object_set_new(p, "target", json_string(argv[2]));
-        json_object_set_new(p, portal ? "portal" : "initiator", json_string(argv[3]));
-        return verb_opts(argc, argv, 4, p, !portal ? OPT_FORCE | OPT_TIMEOUT : 0, err, errlen);
-    }
-    if (is(verb, "save")) {
-        if (argc > 2)
-            return usage_err(err, errlen, "usage: save [FILE]");
-        req->method = "save";
-        req->kind = "saved";
-        if (argc == 2) {
-            /* The daemon has its own working directory: a relative FILE is the caller's. */
-            char *abs = NULL;
-            if (argv[1][0] == '/') {
-                abs = strdup(argv[1]);
-            } else {
-                char *cwd = getcwd(NULL, 0);
-                if (cwd && asprintf(&abs, "%s/%s", cwd, argv[1]) < 0)
-                    abs = NULL;
-                free(cwd);
-            }
-            if (!abs)
-                return usage_err(err, errlen, "save: cannot make '%s' an absolute path", argv[1]);
-            json_object_set_new(p, "file", json_string(abs));
-            free(abs);
-        }
-        return 0;
-    }
-    if (is(verb, "add") && is(what, "target")) {
-        if (argc < 3)
-            return usage_err(err, errlen,
-                             "usage: add target IQN --portal ADDR[:PORT]... [--lun SPEC]... "
-                             "[--allow IQN]... [--alias TEXT]");
-        req->method = "add_target";
-        req->kind = "target-added";
-        json_object_set_new(p, "target", json_string(argv[2]));
-        json_t *portals = json_array(), *luns = json_array(), *allow = json_array();
-        json_object_set_new(p, "portals", portals);
-        json_object_set_new(p, "luns", luns);
-        json_object_set_new(p, "allow", allow);
-        for (int i = 3; i < argc; i++) {
-            if (i + 1 >= argc)
-                return usage_err(err, errlen, "'%s' needs a value", argv[i]);
-            if (is(argv[i], "--portal"))
-                json_array_append_new(portals, json_string(argv[++i]));
-            else if (is(argv[i], "--lun"))
-                json_array_append_new(luns, json_string(argv[++i]));
-            else if (is(argv[i], "--allow"))
-                json_array_append_new(allow, json_string(argv[++i]));
-            else if (is(argv[i], "--alias"))
-                json_object_set_new(p, "alias", json_string(argv[++i]));
-            else
-                return usage_err(err, errlen, "unexpected argument '%s'", argv[i]);
-        }
-        return 0;
-    }
-    if (is(verb, "remove") && is(what, "target")) {
-        if (argc < 3)
-            return usage_err(err, errlen, "usage: remove target IQN [--force] [--timeout S]");
-        req->method = "remove_target";
-        req->kind = "target-removed";
-        json_object_set_new(p, "target", json_string(argv[2]));
-        return verb_opts(argc, argv, 3, p, OPT_FORCE | OPT_TIMEOUT, err, errlen);
-    }
-    if (is(verb, "call")) { /* any method, params as JSON: for scripts and new methods */
-        if (argc < 2 || argc > 3)
-            return usage_err(err, errlen, "usage: call METHOD [PARAMS-JSON-OBJECT]");
-        req->method = argv[1];
-        if (argc == 3) {
-            json_error_t je;
-            json_t *o = json_loads(argv[2], 0, &je);
-            if (!json_is_object(o)) {
-                json_decref(o);
-                return usage_err(err, errlen, "call: PARAMS must be a JSON object");
-            }
-            json_decref(p);
-            req->params = o;
-        }
-        return 0;
+    for (size_t i = 0; i < sizeof(verbs) / sizeof(verbs[0]); i++) {
+        const struct verb *v = &verbs[i];
+        if (!is(verb, v->verb) || (v->object && !is(what, v->object)))
+            continue;
+        if (argc < v->min_argc)
+            return usage_of(v, err, errlen);
+        if (v->method)
+            req->method = v->method;
+        if (v->kind)
+            req->kind = v->kind;
+        return v->build(v, argc, argv, req, err, errlen);
     }
     return usage_err(err, errlen, "unknown command '%s%s%s' (see --help)", verb, what ? " " : "",
                      what ? what : "");

@@ -600,84 +600,110 @@ static void rbd_open_err(rados_t cluster, const struct bs_rbd_params *p, const c
     }
 }
 
-struct bs *bs_rbd_open(const struct bs_rbd_params *p, bool *transient, char *err, size_t errlen)
+/* How far bs_rbd_open got: the step under way names the error, the rest says what to undo. */
+struct rbd_opening {
+    const struct bs_rbd_params *p;
+    const char *who;   /* "rbd:POOL/IMAGE", the start of every message */
+    const char *stage; /* the step under way, for the error */
+    bool connecting;   /* in rados_connect: its errors name the user and the keyring */
+    bool said;         /* the error is written already: not one to explain with rbd_open_err */
+    bool have_cluster, have_ioctx, have_image;
+};
+
+/* Connect to the cluster as the configured user and open the pool twice: one context for the
+ * image, one for the shared objects. Returns 0 or a negative errno. */
+static int rbd_connect(struct bs_rbd *b, struct rbd_opening *o, char *err, size_t errlen)
 {
-    char who[300];
-    snprintf(who, sizeof(who), "rbd:%s/%s", p->pool, p->image);
-    struct bs_rbd *b = calloc(1, sizeof(*b));
-    struct bs *bs = calloc(1, sizeof(*bs));
-    if (b)
-        b->bs = bs;
-    if (!b || !bs) {
-        snprintf(err, errlen, "%s: out of memory", who);
-        free(b);
-        free(bs);
-        return NULL;
-    }
-    const char *stage = "rados_create";
-    bool have_ioctx = false, have_image = false, connecting = false;
+    const struct bs_rbd_params *p = o->p;
+    o->stage = "rados_create";
     int ret = rados_create(&b->cluster, p->client_id[0] ? p->client_id : NULL);
-    if (ret < 0)
-        goto fail_nocluster;
+    if (ret < 0) {
+        snprintf(err, errlen, "%s: %s: %s", o->who, o->stage, strerror(-ret));
+        o->said = true;
+        return ret;
+    }
+    o->have_cluster = true;
     /* conf= or else $CEPH_CONF or the default search path (/etc/ceph/ceph.conf, ...). */
-    stage = "reading the Ceph configuration";
+    o->stage = "reading the Ceph configuration";
     ret = rados_conf_read_file(b->cluster, p->conf[0] ? p->conf : NULL);
     if (ret < 0)
-        goto fail;
+        return ret;
     rados_conf_parse_env(b->cluster, NULL); /* CEPH_ARGS */
-    if (rbd_conf(b->cluster, who, p->timeout_s, err, errlen) < 0) {
-        rados_shutdown(b->cluster);
-        goto fail_quiet;
+    if (rbd_conf(b->cluster, o->who, p->timeout_s, err, errlen) < 0) {
+        o->said = true;
+        return -EINVAL;
     }
-    stage = "connecting to the cluster";
-    connecting = true;
+    o->stage = "connecting to the cluster";
+    o->connecting = true;
     ret = rados_connect(b->cluster);
     if (ret < 0)
-        goto fail;
-    connecting = false;
-    stage = "opening the pool";
+        return ret;
+    o->connecting = false;
+    o->stage = "opening the pool";
     ret = rados_ioctx_create(b->cluster, p->pool, &b->ioctx);
     if (ret < 0)
-        goto fail;
-    have_ioctx = true;
-    stage = "opening the pool for the shared objects";
+        return ret;
+    o->have_ioctx = true;
+    o->stage = "opening the pool for the shared objects";
     ret = rados_ioctx_create(b->cluster, p->pool, &b->obj_ioctx);
     if (ret < 0)
-        goto fail;
+        return ret;
     b->have_obj_ioctx = true;
+    return 0;
+}
+
+/* Open the image; size= creates it when it is missing. Returns 0 or a negative errno. */
+static int rbd_open_image(struct bs_rbd *b, struct rbd_opening *o)
+{
+    const struct bs_rbd_params *p = o->p;
     snprintf(b->image_name, sizeof(b->image_name), "%s", p->image);
-    stage = "opening the image";
-    ret = p->read_only ? rbd_open_read_only(b->ioctx, p->image, &b->image, NULL)
-                       : rbd_open(b->ioctx, p->image, &b->image, NULL);
+    o->stage = "opening the image";
+    int ret = p->read_only ? rbd_open_read_only(b->ioctx, p->image, &b->image, NULL)
+                           : rbd_open(b->ioctx, p->image, &b->image, NULL);
     if (ret == -ENOENT && p->size && !p->read_only) {
         /* size= creates a missing image, with the default features of the cluster */
-        stage = "creating the image";
+        o->stage = "creating the image";
         int order = 0;
         ret = rbd_create(b->ioctx, p->image, p->size, &order);
         if (ret == 0) {
-            LOG_INFO("%s: created, %llu bytes", who, (unsigned long long)p->size);
-            stage = "opening the image";
+            LOG_INFO("%s: created, %llu bytes", o->who, (unsigned long long)p->size);
+            o->stage = "opening the image";
             ret = rbd_open(b->ioctx, p->image, &b->image, NULL);
         }
     }
     if (ret < 0)
-        goto fail;
-    have_image = true;
-    uint64_t size;
-    stage = "reading the image size";
-    ret = rbd_get_size(b->image, &size);
+        return ret;
+    o->have_image = true;
+    return 0;
+}
+
+/* The image's size, which must be whole 512-byte blocks. Returns 0 or a negative errno. */
+static int rbd_check_size(struct bs_rbd *b, struct rbd_opening *o, uint64_t *size, char *err,
+                          size_t errlen)
+{
+    const struct bs_rbd_params *p = o->p;
+    o->stage = "reading the image size";
+    int ret = rbd_get_size(b->image, size);
     if (ret < 0)
-        goto fail;
-    if (p->size && p->size != size)
+        return ret;
+    if (p->size && p->size != *size)
         LOG_WARN("%s: the image has %llu bytes, not size=%llu: exporting %llu (size= only "
                  "creates a missing image)",
-                 who, (unsigned long long)size, (unsigned long long)p->size,
-                 (unsigned long long)size);
-    if (size == 0 || size % 512) {
-        snprintf(err, errlen, "%s: image size %llu is not a positive multiple of 512", who,
-                 (unsigned long long)size);
-        goto fail_quiet_all;
+                 o->who, (unsigned long long)*size, (unsigned long long)p->size,
+                 (unsigned long long)*size);
+    if (*size == 0 || *size % 512) {
+        snprintf(err, errlen, "%s: image size %llu is not a positive multiple of 512", o->who,
+                 (unsigned long long)*size);
+        o->said = true;
+        return -EINVAL;
     }
+    return 0;
+}
+
+/* What the store offers the SCSI layer, from the open image. */
+static void rbd_describe(struct bs *bs, struct bs_rbd *b, const struct bs_rbd_params *p,
+                         uint64_t size)
+{
     /* The image id is the image's own, the same from every client: what a designator shared
      * by several gateways is derived from. */
     if (rbd_get_id(b->image, bs->medium_id, sizeof(bs->medium_id)) < 0)
@@ -712,6 +738,57 @@ struct bs *bs_rbd_open(const struct bs_rbd_params *p, bool *transient, char *err
      * gateways, so VPD 0xB0 says so and they are refused (sbc_caw_max_blocks). */
     bs->caw_unit = 512;
     bs->priv = b;
+}
+
+/* A step failed: say why (unless the step did), then undo what was opened, last first. */
+static void rbd_open_fail(struct bs_rbd *b, struct rbd_opening *o, int ret, bool *transient,
+                          char *err, size_t errlen)
+{
+    if (!o->said) {
+        rbd_open_err(b->cluster, o->p, o->who, o->stage, o->connecting, ret, err, errlen);
+        /* no monitor or OSD answered within timeout=: the cluster may be starting (a gateway
+         * booted before it), so the caller may try again; anything else needs an operator */
+        if (transient)
+            *transient = ret == -ETIMEDOUT;
+    }
+    if (o->have_image)
+        rbd_close(b->image);
+    if (b->have_obj_ioctx)
+        rados_ioctx_destroy(b->obj_ioctx);
+    if (o->have_ioctx)
+        rados_ioctx_destroy(b->ioctx);
+    if (o->have_cluster)
+        rados_shutdown(b->cluster);
+}
+
+struct bs *bs_rbd_open(const struct bs_rbd_params *p, bool *transient, char *err, size_t errlen)
+{
+    char who[300];
+    snprintf(who, sizeof(who), "rbd:%s/%s", p->pool, p->image);
+    struct bs_rbd *b = calloc(1, sizeof(*b));
+    struct bs *bs = calloc(1, sizeof(*bs));
+    if (b)
+        b->bs = bs;
+    if (!b || !bs) {
+        snprintf(err, errlen, "%s: out of memory", who);
+        free(b);
+        free(bs);
+        return NULL;
+    }
+    struct rbd_opening o = {.p = p, .who = who};
+    uint64_t size = 0;
+    int ret = rbd_connect(b, &o, err, errlen);
+    if (ret == 0)
+        ret = rbd_open_image(b, &o);
+    if (ret == 0)
+        ret = rbd_check_size(b, &o, &size, err, errlen);
+    if (ret < 0) {
+        rbd_open_fail(b, &o, ret, transient, err, errlen);
+        free(b);
+        free(bs);
+        return NULL;
+    }
+    rbd_describe(bs, b, p, size);
     /* The client address is what an operator fences (ceph osd blocklist add ADDR) to take
      * this gateway off the image. */
     char *addrs = NULL;
@@ -721,28 +798,4 @@ struct bs *bs_rbd_open(const struct bs_rbd_params *p, bool *transient, char *err
         rados_buffer_free(addrs);
     }
     return bs;
-
-fail:
-    rbd_open_err(b->cluster, p, who, stage, connecting, ret, err, errlen);
-    /* no monitor or OSD answered within timeout=: the cluster may be starting (a gateway
-     * booted before it), so the caller may try again; anything else needs an operator */
-    if (transient)
-        *transient = ret == -ETIMEDOUT;
-fail_quiet_all:
-    if (have_image)
-        rbd_close(b->image);
-    if (b->have_obj_ioctx)
-        rados_ioctx_destroy(b->obj_ioctx);
-    if (have_ioctx)
-        rados_ioctx_destroy(b->ioctx);
-    rados_shutdown(b->cluster);
-fail_quiet:
-    free(b);
-    free(bs);
-    return NULL;
-fail_nocluster:
-    snprintf(err, errlen, "%s: %s: %s", who, stage, strerror(-ret));
-    free(b);
-    free(bs);
-    return NULL;
 }
