@@ -46,7 +46,7 @@ static int queue_r2t(struct iscsi_conn *c, struct iscsi_task *t, const struct r2
     bhs_put32(h, BHS_BUFFER_OFFSET, seq->offset);
     bhs_put32(h, BHS_DESIRED_LEN, seq->len);
     conn_send(c, p);
-    cmd_count_event(c, t, IOSTATS_R2T);
+    exec_count_event(c, t, IOSTATS_R2T);
     return ISCSI_OK;
 }
 
@@ -282,7 +282,7 @@ int cmd_handle_data_out_done(struct iscsi_conn *c, struct iscsi_pdu_in *p)
          * with a bad data digest is rejected with reason 0x02 and its payload discarded (what
          * direct placement wrote is overwritten by the recovery); the range is solicited again
          * by a recovery R2T. The PDU still moves its sequence on. */
-        cmd_count_lun_digest_error(c, t);
+        exec_count_lun_digest_error(c, t);
         int rc = conn_send_reject(c, h, ISCSI_REJECT_DIGEST_ERROR);
         if (rc < 0)
             return rc;
@@ -328,7 +328,7 @@ int cmd_handle_data_out_done(struct iscsi_conn *c, struct iscsi_pdu_in *p)
             return rc;
     }
     dataout_maybe_terminate(t);
-    return cmd_maybe_exec(c, t);
+    return exec_maybe_run(c, t);
 }
 
 /* ERL >= 1: a write whose Data-Out stopped (the final PDU of a sequence, or an R2T, lost on the
@@ -379,7 +379,7 @@ int cmd_check_stalled(struct iscsi_conn *c, uint64_t now_ms)
                 c, t, give_up ? "no Data-Out for the recovery R2Ts" : "too many Data-Out PDUs lost",
                 ISCSI_RSVD_TAG, 0, 0, 0);
             dataout_maybe_terminate(t);
-            rc = cmd_maybe_exec(c, t);
+            rc = exec_maybe_run(c, t);
         } else {
             rc = dataout_send_r2ts(c, t);
         }

@@ -294,7 +294,7 @@ int cmd_resend_status(struct iscsi_conn *c, struct iscsi_task *t)
  * retained list, whose reference goes. Its answer's PDUs may still be queued (an initiator can
  * acknowledge a StatSN before it has been sent), and they keep the task on the connection's
  * list until they are written: it is then answered and done, TASK_SENDING again, so that
- * neither a TMF (cmd_task_abort), a SNACK nor the ERL 2 orphaning takes it for a retained
+ * neither a TMF (exec_task_abort), a SNACK nor the ERL 2 orphaning takes it for a retained
  * task and lets go of the retained list's reference a second time. */
 static void retained_drop(struct iscsi_conn *c, struct iscsi_task *t)
 {

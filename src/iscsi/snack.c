@@ -92,7 +92,7 @@ static int snack_data_r2t(struct iscsi_conn *c, const struct iscsi_bhs *req)
     if (!t)
         return snack_reject(c, req, ISCSI_REJECT_PROTOCOL_ERROR, "no such task (acknowledged?)");
     if (t->scsi.dir == SCSI_DIR_READ) {
-        /* Data-In goes out only with the status (cmd_respond): a read not yet answered has
+        /* Data-In goes out only with the status (exec_respond): a read not yet answered has
          * sent none. */
         uint32_t count = t->state == TASK_RETAINED ? cmd_data_in_count(t) : 0;
         if (beg >= count || (run && (run > count - beg)))
