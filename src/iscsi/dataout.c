@@ -99,7 +99,7 @@ int dataout_send_r2ts(struct iscsi_conn *c, struct iscsi_task *t)
     return ISCSI_OK;
 }
 
-int cmd_resend_r2t(struct iscsi_conn *c, struct iscsi_task *t, uint32_t r2tsn)
+int dataout_resend_r2t(struct iscsi_conn *c, struct iscsi_task *t, uint32_t r2tsn)
 {
     for (unsigned i = 0; i < ISCSI_MAX_R2T; i++)
         if (t->r2t[i].used && t->r2t[i].r2tsn == r2tsn)
@@ -173,7 +173,7 @@ void dataout_maybe_terminate(struct iscsi_task *t)
  * next DataSN, next offset (DataPDUInOrder=Yes), within the burst. A TTT we never gave or a
  * PDU longer than its burst is a protocol error that closes the connection; a DataSN or offset
  * out of sequence ends just the command (above). */
-int cmd_handle_data_out_header(struct iscsi_conn *c, struct iscsi_pdu_in *p)
+int dataout_handle_header(struct iscsi_conn *c, struct iscsi_pdu_in *p)
 {
     struct iscsi_bhs *h = &p->bhs;
     struct iscsi_task *t = task_hash_find(c, bhs_get32(h, BHS_ITT));
@@ -267,7 +267,7 @@ int cmd_handle_data_out_header(struct iscsi_conn *c, struct iscsi_pdu_in *p)
     return ISCSI_OK;
 }
 
-int cmd_handle_data_out_done(struct iscsi_conn *c, struct iscsi_pdu_in *p)
+int dataout_handle_done(struct iscsi_conn *c, struct iscsi_pdu_in *p)
 {
     struct iscsi_bhs *h = &p->bhs;
     struct iscsi_task *t = p->task;
@@ -339,7 +339,7 @@ int cmd_handle_data_out_done(struct iscsi_conn *c, struct iscsi_pdu_in *p)
  * that carries other commands), the command alone ends with CHECK CONDITION, ABORTED COMMAND,
  * 47h/05h, the termination §7.8 b and §7.9 give the target for data it does not recover; what
  * still comes for it is dropped (its task is gone). */
-int cmd_check_stalled(struct iscsi_conn *c, uint64_t now_ms)
+int dataout_check_stalled(struct iscsi_conn *c, uint64_t now_ms)
 {
     struct list_node *n, *tmp;
     list_for_each_safe(n, tmp, &c->tasks)
@@ -395,7 +395,7 @@ int cmd_check_stalled(struct iscsi_conn *c, uint64_t now_ms)
  * data-out-timeout seconds without a Data-Out for it, the connection is closed, which is the
  * recovery ERL 0 has (§7.1.5: connection failure, the session's tasks end with it) and frees
  * every buffer it held. */
-int cmd_check_data_out_timeout(struct iscsi_conn *c, uint64_t now_ms)
+int dataout_check_timeout(struct iscsi_conn *c, uint64_t now_ms)
 {
     uint64_t limit_ms = (uint64_t)c->srv->limits.data_out_timeout_s * 1000;
     if (!limit_ms)

@@ -63,7 +63,7 @@ static int pdu_header_dispatch(struct iscsi_conn *c, struct iscsi_pdu_in *p)
     case ISCSI_OP_SCSI_CMD:
         return cmd_handle_scsi_header(c, p);
     case ISCSI_OP_DATA_OUT:
-        return cmd_handle_data_out_header(c, p);
+        return dataout_handle_header(c, p);
     default:
         return ISCSI_OK;
     }
@@ -249,7 +249,7 @@ static int pdu_done_dispatch(struct iscsi_conn *c, struct iscsi_pdu_in *p)
     case ISCSI_OP_SCSI_CMD:
         return cmd_handle_scsi_data_done(c, p);
     case ISCSI_OP_DATA_OUT:
-        return cmd_handle_data_out_done(c, p);
+        return dataout_handle_done(c, p);
     case ISCSI_OP_NOP_OUT:
         return nop_out_handle(c, p);
     case ISCSI_OP_TEXT_REQ:
@@ -367,7 +367,7 @@ static int conn_timer_check(struct iscsi_conn *c)
             return ISCSI_ERR_DISCOVERY_IDLE;
         if (c->session)
             session_check_gap(c->session, now);
-        int rc = conn_erl(c) >= 1 ? cmd_check_stalled(c, now) : cmd_check_data_out_timeout(c, now);
+        int rc = conn_erl(c) >= 1 ? dataout_check_stalled(c, now) : dataout_check_timeout(c, now);
         if (rc < 0)
             return rc;
         bool pings = srv->nop_interval_s != 0;

@@ -114,7 +114,7 @@ static int snack_data_r2t(struct iscsi_conn *c, const struct iscsi_bhs *req)
                 continue;
             if (seq->got)
                 continue; /* Data-Out came for it: the initiator has it */
-            int rc = cmd_resend_r2t(c, t, seq->r2tsn);
+            int rc = dataout_resend_r2t(c, t, seq->r2tsn);
             if (rc < 0)
                 return rc;
             sent++;
