@@ -84,8 +84,8 @@ static int cmd_retry(struct iscsi_conn *c, const struct iscsi_task *fresh)
         return ISCSI_OK;
     CONN_LOG_LIMITED(c, LOG_LVL_INFO, "%s: CmdSN %u ITT 0x%08x retried: its answer sent again",
                      c->peer, old->cmdsn, old->itt);
-    if (cmd_data_in_count(old))
-        return cmd_resend_data_in(c, old, 0, 0);
+    if (rsp_data_in_count(old))
+        return rsp_resend_data_in(c, old, 0, 0);
     return rsp_status(c, old, RSP_AGAIN, 0);
 }
 

@@ -57,7 +57,7 @@ static int pdu_header_dispatch(struct iscsi_conn *c, struct iscsi_pdu_in *p)
         c->exp_statsn = bhs_get32(&p->bhs, BHS_EXPSTATSN);
         /* ERL >= 1: what the initiator acknowledged needs keeping no longer (§4.2.2.2) */
         if (!list_empty(&c->retained))
-            cmd_ack_statsn(c, c->exp_statsn);
+            rsp_ack_statsn(c, c->exp_statsn);
     }
     switch (op) {
     case ISCSI_OP_SCSI_CMD:

@@ -48,7 +48,7 @@ static void cmd_count(struct iscsi_conn *c, struct iscsi_task *t)
     s.bucket = iostats_lat_bucket(s.lat_ns);
     if (st->status == SCSI_STATUS_GOOD) {
         if (!t->refused && st->dir == SCSI_DIR_READ) {
-            uint32_t edtl = task_edtl(t);
+            uint32_t edtl = rsp_edtl(t);
             s.bytes = st->data_len < edtl ? st->data_len : edtl;
         } else if (!t->refused && st->dir == SCSI_DIR_WRITE) {
             s.bytes = t->data_expected;
@@ -89,7 +89,7 @@ int exec_respond(struct iscsi_conn *c, struct iscsi_task *t)
     cmd_count(c, t);
     t->state = TASK_SENDING;
     if (t->scsi.dir == SCSI_DIR_READ && t->scsi.status == SCSI_STATUS_GOOD && t->scsi.data_len &&
-        task_edtl(t) && !t->refused)
+        rsp_edtl(t) && !t->refused)
         rc = rsp_send_data_in(c, t);
     else
         rc = rsp_send_status(c, t);

@@ -475,7 +475,7 @@ bool orphans_fill(struct iscsi_conn *c, struct iscsi_orphans *g)
  * SCSI Response, with a new StatSN of c; then retained on c until acknowledged there. */
 static int reassign_answered(struct iscsi_conn *c, struct iscsi_task *t, uint32_t exp_datasn)
 {
-    uint32_t count = cmd_data_in_count(t);
+    uint32_t count = rsp_data_in_count(t);
     int rc;
     /* §11.5.1: ExpDataSN is 0 or at most the last DataSN sent + 1; any other value is
      * ignored (0: the acknowledgement reference unchanged, which is 0 here: this target never
