@@ -84,8 +84,8 @@ static int cmd_retry(struct iscsi_conn *c, const struct iscsi_task *fresh)
         return ISCSI_OK;
     CONN_LOG_LIMITED(c, LOG_LVL_INFO, "%s: CmdSN %u ITT 0x%08x retried: its answer sent again",
                      c->peer, old->cmdsn, old->itt);
-    if (cmd_data_in_count(old))
-        return cmd_resend_data_in(c, old, 0, 0);
+    if (rsp_data_in_count(old))
+        return rsp_resend_data_in(c, old, 0, 0);
     return rsp_status(c, old, RSP_AGAIN, 0);
 }
 
@@ -149,7 +149,7 @@ int cmd_handle_scsi_header(struct iscsi_conn *c, struct iscsi_pdu_in *p)
         p->discard = true; /* no task: dropped, as a command outside the window would be */
         return ISCSI_OK;
     }
-    t->wait.release = task_release_turn;
+    t->wait.release = exec_release_turn;
     uint32_t itt = bhs_get32(req, BHS_ITT);
     uint8_t flags = req->b[1];
     t->req = *req;
@@ -272,7 +272,7 @@ int cmd_handle_scsi_data_done(struct iscsi_conn *c, struct iscsi_pdu_in *p)
             /* RFC 7143 §7.8: a bad data digest on a command PDU (its immediate data) is
              * answered with Reject 0x02 and the command discarded; §7.3: its CmdSN is not
              * received, the initiator retries it with the same CmdSN and ITT. */
-            cmd_count_lun_digest_error(c, t);
+            exec_count_lun_digest_error(c, t);
             cmd_drop_new(c, t);
             return conn_send_reject(c, req, ISCSI_REJECT_DIGEST_ERROR);
         }
@@ -296,7 +296,7 @@ int cmd_handle_scsi_data_done(struct iscsi_conn *c, struct iscsi_pdu_in *p)
         if (rc < 0)
             return rc;
     }
-    return cmd_maybe_exec(c, t);
+    return exec_maybe_run(c, t);
 }
 
 struct iscsi_task *cmd_task_lookup(struct iscsi_conn *c, uint32_t itt)
@@ -397,7 +397,7 @@ void cmd_conn_teardown(struct iscsi_conn *c)
              * CmdSN received (§7.3): the initiator retries it, nothing was cleared */
             if (report && !t->cmdsn_pending)
                 scsi_nexus_tasks_terminated(c->session->nexus, t->scsi.lun);
-            cmd_task_abort(t);
+            exec_task_abort(t);
         }
     }
 }

@@ -153,7 +153,7 @@ struct iscsi_conn {
     unsigned ntasks;
     uint64_t buf_bytes; /* command buffers held by this connection's tasks */
     /* MC/S ordering: tasks whose CmdSN turn came while they waited (session->lock guards the
-     * list and the flag); run on this connection's reactor by conn_run_released(). */
+     * list and the flag); run on this connection's reactor by exec_run_released(). */
     struct list_node released;
     bool release_kicked;
     struct reactor_deferred release_hook; /* the kick from this connection's own reactor */

@@ -46,7 +46,7 @@ static int queue_r2t(struct iscsi_conn *c, struct iscsi_task *t, const struct r2
     bhs_put32(h, BHS_BUFFER_OFFSET, seq->offset);
     bhs_put32(h, BHS_DESIRED_LEN, seq->len);
     conn_send(c, p);
-    cmd_count_event(c, t, IOSTATS_R2T);
+    exec_count_event(c, t, IOSTATS_R2T);
     return ISCSI_OK;
 }
 
@@ -99,7 +99,7 @@ int dataout_send_r2ts(struct iscsi_conn *c, struct iscsi_task *t)
     return ISCSI_OK;
 }
 
-int cmd_resend_r2t(struct iscsi_conn *c, struct iscsi_task *t, uint32_t r2tsn)
+int dataout_resend_r2t(struct iscsi_conn *c, struct iscsi_task *t, uint32_t r2tsn)
 {
     for (unsigned i = 0; i < ISCSI_MAX_R2T; i++)
         if (t->r2t[i].used && t->r2t[i].r2tsn == r2tsn)
@@ -173,7 +173,7 @@ void dataout_maybe_terminate(struct iscsi_task *t)
  * next DataSN, next offset (DataPDUInOrder=Yes), within the burst. A TTT we never gave or a
  * PDU longer than its burst is a protocol error that closes the connection; a DataSN or offset
  * out of sequence ends just the command (above). */
-int cmd_handle_data_out_header(struct iscsi_conn *c, struct iscsi_pdu_in *p)
+int dataout_handle_header(struct iscsi_conn *c, struct iscsi_pdu_in *p)
 {
     struct iscsi_bhs *h = &p->bhs;
     struct iscsi_task *t = task_hash_find(c, bhs_get32(h, BHS_ITT));
@@ -267,7 +267,7 @@ int cmd_handle_data_out_header(struct iscsi_conn *c, struct iscsi_pdu_in *p)
     return ISCSI_OK;
 }
 
-int cmd_handle_data_out_done(struct iscsi_conn *c, struct iscsi_pdu_in *p)
+int dataout_handle_done(struct iscsi_conn *c, struct iscsi_pdu_in *p)
 {
     struct iscsi_bhs *h = &p->bhs;
     struct iscsi_task *t = p->task;
@@ -282,7 +282,7 @@ int cmd_handle_data_out_done(struct iscsi_conn *c, struct iscsi_pdu_in *p)
          * with a bad data digest is rejected with reason 0x02 and its payload discarded (what
          * direct placement wrote is overwritten by the recovery); the range is solicited again
          * by a recovery R2T. The PDU still moves its sequence on. */
-        cmd_count_lun_digest_error(c, t);
+        exec_count_lun_digest_error(c, t);
         int rc = conn_send_reject(c, h, ISCSI_REJECT_DIGEST_ERROR);
         if (rc < 0)
             return rc;
@@ -328,7 +328,7 @@ int cmd_handle_data_out_done(struct iscsi_conn *c, struct iscsi_pdu_in *p)
             return rc;
     }
     dataout_maybe_terminate(t);
-    return cmd_maybe_exec(c, t);
+    return exec_maybe_run(c, t);
 }
 
 /* ERL >= 1: a write whose Data-Out stopped (the final PDU of a sequence, or an R2T, lost on the
@@ -339,7 +339,7 @@ int cmd_handle_data_out_done(struct iscsi_conn *c, struct iscsi_pdu_in *p)
  * that carries other commands), the command alone ends with CHECK CONDITION, ABORTED COMMAND,
  * 47h/05h, the termination §7.8 b and §7.9 give the target for data it does not recover; what
  * still comes for it is dropped (its task is gone). */
-int cmd_check_stalled(struct iscsi_conn *c, uint64_t now_ms)
+int dataout_check_stalled(struct iscsi_conn *c, uint64_t now_ms)
 {
     struct list_node *n, *tmp;
     list_for_each_safe(n, tmp, &c->tasks)
@@ -379,7 +379,7 @@ int cmd_check_stalled(struct iscsi_conn *c, uint64_t now_ms)
                 c, t, give_up ? "no Data-Out for the recovery R2Ts" : "too many Data-Out PDUs lost",
                 ISCSI_RSVD_TAG, 0, 0, 0);
             dataout_maybe_terminate(t);
-            rc = cmd_maybe_exec(c, t);
+            rc = exec_maybe_run(c, t);
         } else {
             rc = dataout_send_r2ts(c, t);
         }
@@ -395,7 +395,7 @@ int cmd_check_stalled(struct iscsi_conn *c, uint64_t now_ms)
  * data-out-timeout seconds without a Data-Out for it, the connection is closed, which is the
  * recovery ERL 0 has (§7.1.5: connection failure, the session's tasks end with it) and frees
  * every buffer it held. */
-int cmd_check_data_out_timeout(struct iscsi_conn *c, uint64_t now_ms)
+int dataout_check_timeout(struct iscsi_conn *c, uint64_t now_ms)
 {
     uint64_t limit_ms = (uint64_t)c->srv->limits.data_out_timeout_s * 1000;
     if (!limit_ms)

@@ -14,18 +14,18 @@ struct iscsi_task;
 struct iscsi_bhs;
 
 int dataout_send_r2ts(struct iscsi_conn *c, struct iscsi_task *t);
-int cmd_resend_r2t(struct iscsi_conn *c, struct iscsi_task *t, uint32_t r2tsn);
+int dataout_resend_r2t(struct iscsi_conn *c, struct iscsi_task *t, uint32_t r2tsn);
 void dataout_rx_into_task(struct iscsi_pdu_in *p, struct iscsi_task *t, uint32_t off, uint32_t len);
 void dataout_sequence_failed(struct iscsi_conn *c, struct iscsi_task *t, const char *why,
                              uint32_t ttt, uint32_t datasn, uint32_t off, uint32_t len);
 bool dataout_hole_add(struct iscsi_task *t, uint32_t off, uint32_t len);
 void dataout_maybe_terminate(struct iscsi_task *t);
-int cmd_handle_data_out_header(struct iscsi_conn *c, struct iscsi_pdu_in *p);
-int cmd_handle_data_out_done(struct iscsi_conn *c, struct iscsi_pdu_in *p);
+int dataout_handle_header(struct iscsi_conn *c, struct iscsi_pdu_in *p);
+int dataout_handle_done(struct iscsi_conn *c, struct iscsi_pdu_in *p);
 /* ERL >= 1, once a second: re-solicit the Data-Out of writes whose sequences stalled. */
-int cmd_check_stalled(struct iscsi_conn *c, uint64_t now_ms);
+int dataout_check_stalled(struct iscsi_conn *c, uint64_t now_ms);
 /* ERL 0, once a second: ISCSI_ERR_DATA_OUT_TIMEOUT when a write's Data-Out has not come for
  * data-out-timeout seconds (its connection is then closed, freeing its tasks). */
-int cmd_check_data_out_timeout(struct iscsi_conn *c, uint64_t now_ms);
+int dataout_check_timeout(struct iscsi_conn *c, uint64_t now_ms);
 
 #endif

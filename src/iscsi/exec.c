@@ -48,7 +48,7 @@ static void cmd_count(struct iscsi_conn *c, struct iscsi_task *t)
     s.bucket = iostats_lat_bucket(s.lat_ns);
     if (st->status == SCSI_STATUS_GOOD) {
         if (!t->refused && st->dir == SCSI_DIR_READ) {
-            uint32_t edtl = task_edtl(t);
+            uint32_t edtl = rsp_edtl(t);
             s.bytes = st->data_len < edtl ? st->data_len : edtl;
         } else if (!t->refused && st->dir == SCSI_DIR_WRITE) {
             s.bytes = t->data_expected;
@@ -63,7 +63,7 @@ static void cmd_count(struct iscsi_conn *c, struct iscsi_task *t)
 }
 
 /* An event of task t (an R2T sent, an abort) on its LUN, session and portal. */
-void cmd_count_event(struct iscsi_conn *c, struct iscsi_task *t, enum iostats_event ev)
+void exec_count_event(struct iscsi_conn *c, struct iscsi_task *t, enum iostats_event ev)
 {
     if (!IOSTATS_ENABLED)
         return;
@@ -75,21 +75,21 @@ void cmd_count_event(struct iscsi_conn *c, struct iscsi_task *t, enum iostats_ev
 /* A data digest error in task t's data (immediate or Data-Out, ERL >= 1): its LUN's count. The
  * engine counted it for the session and the portal already (wire.c); a header digest error,
  * or data of a PDU with no task, names no LUN. */
-void cmd_count_lun_digest_error(struct iscsi_conn *c, struct iscsi_task *t)
+void exec_count_lun_digest_error(struct iscsi_conn *c, struct iscsi_task *t)
 {
     iostats_event(iostats_shard(scsi_task_lun_stats(&t->scsi), c->rid), IOSTATS_DIGEST_ERROR);
 }
 
 /* Answer the command; the protocol side is then done with it and drops its reference (the
  * queued PDUs, and the store until its completion returns, keep the task). */
-int cmd_respond(struct iscsi_conn *c, struct iscsi_task *t)
+int exec_respond(struct iscsi_conn *c, struct iscsi_task *t)
 {
     int rc;
     assert(!t->aborted && t->state != TASK_SENDING);
     cmd_count(c, t);
     t->state = TASK_SENDING;
     if (t->scsi.dir == SCSI_DIR_READ && t->scsi.status == SCSI_STATUS_GOOD && t->scsi.data_len &&
-        task_edtl(t) && !t->refused)
+        rsp_edtl(t) && !t->refused)
         rc = rsp_send_data_in(c, t);
     else
         rc = rsp_send_status(c, t);
@@ -127,7 +127,7 @@ static void cmd_scsi_done(struct scsi_task *st)
     } else if (t->aborted) {
         session_cmd_done(c->session); /* it counted in flight until the store let go */
     } else {
-        rc = cmd_respond(c, t);
+        rc = exec_respond(c, t);
     }
     task_put(t); /* the SCSI core's */
     if (c->exec_status)
@@ -142,7 +142,7 @@ static int cmd_exec(struct iscsi_conn *c, struct iscsi_task *t)
     t->state = TASK_EXEC;
     task_hash_del(c, t); /* no more Data-Out for it; the ITT may be reused after status */
     if (t->refused)
-        return cmd_respond(c, t);
+        return exec_respond(c, t);
     conn_get(c);
     task_get(t); /* the SCSI core's, until cmd_scsi_done() */
     t->scsi.done = cmd_scsi_done;
@@ -156,9 +156,9 @@ static int cmd_exec(struct iscsi_conn *c, struct iscsi_task *t)
 }
 
 /* Run once all data is in and the command's CmdSN turn has come. */
-int cmd_maybe_exec(struct iscsi_conn *c, struct iscsi_task *t)
+int exec_maybe_run(struct iscsi_conn *c, struct iscsi_task *t)
 {
-    /* A task waiting for its CmdSN turn stays TASK_QUEUED until conn_run_released() (on this
+    /* A task waiting for its CmdSN turn stays TASK_QUEUED until exec_run_released() (on this
      * thread) takes it, even if its last Data-Out arrives first. */
     if (t->state == TASK_QUEUED || t->data_received < t->data_expected)
         return ISCSI_OK;
@@ -171,7 +171,7 @@ int cmd_maybe_exec(struct iscsi_conn *c, struct iscsi_task *t)
 /* The session moved these tasks from its CmdSN queue to c->released (MC/S: they arrived ahead
  * of a command on another connection). Runs on c's reactor, the only thread that touches the
  * tasks' state. */
-void conn_run_released(void *arg)
+void exec_run_released(void *arg)
 {
     struct iscsi_conn *c = arg;
     struct list_node ready;
@@ -196,7 +196,7 @@ void conn_run_released(void *arg)
         struct iscsi_task *t = list_entry(n, struct iscsi_task, wait.node);
         assert(t->state == TASK_QUEUED && !t->aborted); /* an abort takes it off the list */
         t->state = TASK_DATA_OUT;
-        rc = cmd_maybe_exec(c, t);
+        rc = exec_maybe_run(c, t);
     }
     /* What is left after a failure goes back to c->released for the teardown: released,
      * their CmdSNs acknowledged, so kept for reassignment at ERL 2 (orphans_fill). */
@@ -213,24 +213,24 @@ void conn_run_released(void *arg)
 /* With the session lock held: a queued task's turn came. It moves to its connection's released
  * list (the same node, the same lock), and the connection gets one kick (a deferred call on its
  * own reactor, or one message to another) however many commands a burst releases. */
-void task_release_turn(struct cmdsn_wait *w)
+void exec_release_turn(struct cmdsn_wait *w)
 {
     struct iscsi_task *t = list_entry(w, struct iscsi_task, wait);
     struct iscsi_conn *c = t->conn;
     list_add_tail(&c->released, &w->node);
     if (!c->release_kicked) {
         c->release_kicked = true;
-        conn_get(c); /* dropped by conn_run_released() */
+        conn_get(c); /* dropped by exec_run_released() */
         if (reactor_self() == c->reactor)
-            reactor_defer(c->reactor, &c->release_hook, conn_run_released, c);
+            reactor_defer(c->reactor, &c->release_hook, exec_run_released, c);
         else
-            reactor_post(c->reactor, &c->release_msg, conn_run_released, c);
+            reactor_post(c->reactor, &c->release_msg, exec_run_released, c);
     }
 }
 
 /* Never answer it. The protocol side lets go of the task here; the store (until its completion
  * returns) and queued PDUs keep it until they let go too. */
-void cmd_task_abort(struct iscsi_task *t)
+void exec_task_abort(struct iscsi_task *t)
 {
     struct iscsi_conn *c = t->conn;
     assert(!t->aborted);

@@ -13,15 +13,15 @@ struct iscsi_task;
 struct iscsi_bhs;
 
 /* Count an event of t (util/iostats.h) on its LUN, c's session and c's portal; on c's reactor. */
-void cmd_count_event(struct iscsi_conn *c, struct iscsi_task *t, enum iostats_event ev);
-void cmd_count_lun_digest_error(struct iscsi_conn *c, struct iscsi_task *t);
-int cmd_respond(struct iscsi_conn *c, struct iscsi_task *t);
-int cmd_maybe_exec(struct iscsi_conn *c, struct iscsi_task *t);
-void task_release_turn(struct cmdsn_wait *w);
+void exec_count_event(struct iscsi_conn *c, struct iscsi_task *t, enum iostats_event ev);
+void exec_count_lun_digest_error(struct iscsi_conn *c, struct iscsi_task *t);
+int exec_respond(struct iscsi_conn *c, struct iscsi_task *t);
+int exec_maybe_run(struct iscsi_conn *c, struct iscsi_task *t);
+void exec_release_turn(struct cmdsn_wait *w);
 /* Abort: never answer; the protocol side drops its reference (the store's and queued PDUs'
  * keep the task until they let go). */
-void cmd_task_abort(struct iscsi_task *t);
+void exec_task_abort(struct iscsi_task *t);
 /* Run the tasks the session released to this connection (its reactor's thread). */
-void conn_run_released(void *arg);
+void exec_run_released(void *arg);
 
 #endif

@@ -16,43 +16,14 @@
 #include <stdint.h>
 
 #include "iscsi/pdu.h"
+#include "iscsi/text.h"
 
-/* Text data is bounded so that a peer cannot make us allocate without limit: a whole login
- * or text exchange (all continuation PDUs together) is at most this many bytes. */
-#define ISCSI_TEXT_MAX (64u * 1024u)
-#define ISCSI_KEY_NAME_MAX 63 /* RFC 7143 §6.1 */
-#define ISCSI_VALUE_MAX 255   /* simple values; lists and TargetAddress fit too */
-#define ISCSI_NAME_MAX 223    /* iSCSI names (RFC 7143 §4.2.7) */
+#define ISCSI_VALUE_MAX 255 /* simple values; lists and TargetAddress fit too */
+#define ISCSI_NAME_MAX 223  /* iSCSI names (RFC 7143 §4.2.7) */
 
-/* A growing key=value\0 buffer, capped at ISCSI_TEXT_MAX. */
-struct iscsi_text {
-    char *data;
-    uint32_t len;
-    uint32_t cap;
-    bool overflow; /* an append did not fit */
-};
-
-void iscsi_text_init(struct iscsi_text *t);
-void iscsi_text_free(struct iscsi_text *t);
-void iscsi_text_reset(struct iscsi_text *t);
-/* Append "key=value\0". Returns 0 or -1 (and sets overflow) if it would exceed the cap. */
 /* An RFC 7143 §6.1 numerical value of n bytes (decimal, or "0x" hex) that fits 32 bits: 0 and
  * *out, or -1. */
 int iscsi_parse_number(const char *s, size_t n, uint32_t *out);
-int iscsi_text_add(struct iscsi_text *t, const char *key, const char *value);
-int iscsi_text_addf(struct iscsi_text *t, const char *key, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-/* Append raw bytes (continuation PDUs of one text). */
-int iscsi_text_append(struct iscsi_text *t, const void *data, uint32_t len);
-
-/* Walk a key=value\0 list. Returns 1 with key/value pointing into a scratch copy, 0 at the end,
- * -1 on a malformed pair (no '=', empty key, key too long, missing NUL terminator). */
-struct iscsi_text_iter {
-    const char *p, *end;
-    char scratch[ISCSI_TEXT_MAX > 8192 ? 8192 : ISCSI_TEXT_MAX];
-};
-void iscsi_text_iter_init(struct iscsi_text_iter *it, const char *data, uint32_t len);
-int iscsi_text_next(struct iscsi_text_iter *it, const char **key, const char **value);
 
 /* Negotiated operational parameters of a session/connection (RFC 7143 §13 defaults when a key
  * is not negotiated). */
@@ -90,7 +61,6 @@ enum iscsi_session_type { ISCSI_SESSION_NONE, ISCSI_SESSION_NORMAL, ISCSI_SESSIO
 
 #define ISCSI_KEY_COUNT_MAX 64
 
-struct iscsi_text;
 /* Authentication hook (CHAP is future work): once AuthMethod=CHAP is agreed, every CHAP_*
  * key received in the security stage is passed here; it may append answers (CHAP_A, CHAP_I,
  * CHAP_C, CHAP_N, CHAP_R) to `out` and returns a login status (ISCSI_LOGIN_AUTH_FAILED ...). */

@@ -49,7 +49,7 @@ struct iscsi_limits {
      * orphans kept at ERL 2): past it a command gets TASK SET FULL or BUSY (taskmem.c). */
     uint64_t max_task_buffers;
     /* A write whose Data-Out stops for this long: at ERL 0 its connection is closed (the only
-     * recovery ERL 0 has, RFC 7143 §7.1.2); ERL >= 1 recovers sooner (cmd_check_stalled). */
+     * recovery ERL 0 has, RFC 7143 §7.1.2); ERL >= 1 recovers sooner (dataout_check_stalled). */
     unsigned data_out_timeout_s;
 };
 

@@ -475,7 +475,7 @@ bool orphans_fill(struct iscsi_conn *c, struct iscsi_orphans *g)
  * SCSI Response, with a new StatSN of c; then retained on c until acknowledged there. */
 static int reassign_answered(struct iscsi_conn *c, struct iscsi_task *t, uint32_t exp_datasn)
 {
-    uint32_t count = cmd_data_in_count(t);
+    uint32_t count = rsp_data_in_count(t);
     int rc;
     /* §11.5.1: ExpDataSN is 0 or at most the last DataSN sent + 1; any other value is
      * ignored (0: the acknowledgement reference unchanged, which is 0 here: this target never
@@ -539,7 +539,7 @@ static int reassign_data_out(struct iscsi_conn *c, struct iscsi_task *t)
             return rc;
     }
     dataout_maybe_terminate(t);
-    return cmd_maybe_exec(c, t);
+    return exec_maybe_run(c, t);
 }
 
 /* An orphan joins c's lists (on c's thread). */
@@ -580,7 +580,7 @@ int cmd_task_adopt_abort(struct iscsi_conn *c, struct iscsi_task *t)
         t->orphan_released = false;
         t->state = TASK_DATA_OUT;
     }
-    cmd_task_abort(t);
+    exec_task_abort(t);
     return ISCSI_OK;
 }
 
@@ -593,7 +593,7 @@ int cmd_task_adopt(struct iscsi_conn *c, struct iscsi_task *t, uint32_t exp_data
     case TASK_RETAINED:
         return reassign_answered(c, t, exp_datasn);
     case TASK_EXEC: /* completed while it had no connection, never answered */
-        return cmd_respond(c, t);
+        return exec_respond(c, t);
     case TASK_QUEUED:
     case TASK_DATA_OUT:
         return reassign_data_out(c, t);

@@ -38,7 +38,7 @@ static void set_residual(struct iscsi_bhs *h, uint8_t *flags, uint32_t wanted, u
  * bytes of the direction(s) the R and W bits name (RFC 7143 §11.3.5), so a command that reads
  * from an initiator that did not set R expects none (it gets no Data-In: residual overflow of
  * all it produced), and likewise a write without W. */
-uint32_t task_edtl(const struct iscsi_task *t)
+uint32_t rsp_edtl(const struct iscsi_task *t)
 {
     if (t->scsi.dir == SCSI_DIR_READ && !t->scsi.edtl_read)
         return 0;
@@ -93,7 +93,7 @@ int rsp_status(struct iscsi_conn *c, struct iscsi_task *t, enum rsp_mode mode, u
     h->b[BHS_STATUS] = t->scsi.status;
     bhs_put32(h, BHS_ITT, t->itt);
     if (!t->refused || t->scsi.dir != SCSI_DIR_NONE)
-        set_residual(h, &flags, task_wanted(t), task_edtl(t), ISCSI_RSP_OVERFLOW,
+        set_residual(h, &flags, task_wanted(t), rsp_edtl(t), ISCSI_RSP_OVERFLOW,
                      ISCSI_RSP_UNDERFLOW);
     else if (t->edtl) /* refused before any transfer: nothing of EDTL moved */
         set_residual(h, &flags, 0, t->edtl, ISCSI_RSP_OVERFLOW, ISCSI_RSP_UNDERFLOW);
@@ -176,7 +176,7 @@ void rsp_data_in_seg(const struct iscsi_task *t, uint32_t k, uint32_t *off, uint
         cut_seg(0, t->din_pdu_len, t->din_burst, t->din_total, k, off, len, final);
 }
 
-uint32_t cmd_data_in_count(const struct iscsi_task *t)
+uint32_t rsp_data_in_count(const struct iscsi_task *t)
 {
     if (!t->din_total)
         return 0;
@@ -271,22 +271,22 @@ int rsp_queue_data_in_run(struct iscsi_conn *c, struct iscsi_task *t, uint32_t b
     return ISCSI_OK;
 }
 
-int cmd_resend_data_in(struct iscsi_conn *c, struct iscsi_task *t, uint32_t beg, uint32_t n)
+int rsp_resend_data_in(struct iscsi_conn *c, struct iscsi_task *t, uint32_t beg, uint32_t n)
 {
-    uint32_t count = cmd_data_in_count(t);
+    uint32_t count = rsp_data_in_count(t);
     uint32_t end = n ? beg + n : count;
     assert(beg < end && end <= count); /* snack.c checked the run */
     return rsp_queue_data_in_run(c, t, beg, end, DIN_AGAIN);
 }
 
-int cmd_resend_status(struct iscsi_conn *c, struct iscsi_task *t)
+int rsp_resend_status(struct iscsi_conn *c, struct iscsi_task *t)
 {
     assert(t->state == TASK_RETAINED);
     /* A status that went out in the last Data-In (phase collapse) is that PDU again: the
      * numbered response to replicate exactly (§11.16). */
-    uint32_t count = cmd_data_in_count(t);
+    uint32_t count = rsp_data_in_count(t);
     if (count)
-        return cmd_resend_data_in(c, t, count - 1, 1);
+        return rsp_resend_data_in(c, t, count - 1, 1);
     return rsp_status(c, t, RSP_AGAIN, 0);
 }
 
@@ -294,7 +294,7 @@ int cmd_resend_status(struct iscsi_conn *c, struct iscsi_task *t)
  * retained list, whose reference goes. Its answer's PDUs may still be queued (an initiator can
  * acknowledge a StatSN before it has been sent), and they keep the task on the connection's
  * list until they are written: it is then answered and done, TASK_SENDING again, so that
- * neither a TMF (cmd_task_abort), a SNACK nor the ERL 2 orphaning takes it for a retained
+ * neither a TMF (exec_task_abort), a SNACK nor the ERL 2 orphaning takes it for a retained
  * task and lets go of the retained list's reference a second time. */
 static void retained_drop(struct iscsi_conn *c, struct iscsi_task *t)
 {
@@ -330,7 +330,7 @@ void rsp_retained_bound(struct iscsi_conn *c)
     }
 }
 
-void cmd_ack_statsn(struct iscsi_conn *c, uint32_t exp_statsn)
+void rsp_ack_statsn(struct iscsi_conn *c, uint32_t exp_statsn)
 {
     while (!list_empty(&c->retained)) {
         struct iscsi_task *t = list_entry(c->retained.next, struct iscsi_task, retained_node);
@@ -347,7 +347,7 @@ void cmd_ack_statsn(struct iscsi_conn *c, uint32_t exp_statsn)
  * number of PDUs may change with the reassignment). */
 int rsp_resend_data_in_from(struct iscsi_conn *c, struct iscsi_task *t, uint32_t k0)
 {
-    uint32_t count = cmd_data_in_count(t);
+    uint32_t count = rsp_data_in_count(t);
     uint32_t off, len;
     bool final;
     rsp_data_in_seg(t, k0, &off, &len, &final);
@@ -379,7 +379,7 @@ int rsp_resend_data_in_from(struct iscsi_conn *c, struct iscsi_task *t, uint32_t
         t->din_recut_off = off;
         t->din_recut_pdu = pdu;
     }
-    count = cmd_data_in_count(t);
+    count = rsp_data_in_count(t);
     for (uint32_t k = k0; k < count; k++) {
         rsp_data_in_seg(t, k, &off, &len, &final);
         int rc = rsp_queue_data_in(c, t, k, off, len, final, DIN_REASSIGN);

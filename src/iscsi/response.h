@@ -29,14 +29,14 @@ enum data_in_mode {
     DIN_REASSIGN,  /* after TASK REASSIGN: the status with a new StatSN (RSP_REASSIGN) */
 };
 
-uint32_t task_edtl(const struct iscsi_task *t);
+uint32_t rsp_edtl(const struct iscsi_task *t);
 void rsp_fill_sn_again(struct iscsi_conn *c, struct iscsi_bhs *h, uint32_t statsn);
 int rsp_status(struct iscsi_conn *c, struct iscsi_task *t, enum rsp_mode mode, uint32_t snack_tag);
 int rsp_send_status(struct iscsi_conn *c, struct iscsi_task *t);
 void rsp_data_in_seg(const struct iscsi_task *t, uint32_t k, uint32_t *off, uint32_t *len,
                      bool *final);
 /* The Data-In DataSN count of an answered read (0 for any other task). */
-uint32_t cmd_data_in_count(const struct iscsi_task *t);
+uint32_t rsp_data_in_count(const struct iscsi_task *t);
 int rsp_queue_data_in(struct iscsi_conn *c, struct iscsi_task *t, uint32_t datasn, uint32_t off,
                       uint32_t len, bool final, enum data_in_mode mode);
 int rsp_send_data_in(struct iscsi_conn *c, struct iscsi_task *t);
@@ -46,12 +46,12 @@ int rsp_queue_data_in_run(struct iscsi_conn *c, struct iscsi_task *t, uint32_t b
 /* ERL >= 1 retransmissions (snack.c): Data-In PDUs [beg, beg+n) of a read (n = 0: to the
  * end), with the original DataSN, offset, flags and, on the last, status and StatSN; the
  * status of an answered task again, exactly as it went out; an R2T by R2TSN. */
-int cmd_resend_data_in(struct iscsi_conn *c, struct iscsi_task *t, uint32_t beg, uint32_t n);
-int cmd_resend_status(struct iscsi_conn *c, struct iscsi_task *t);
+int rsp_resend_data_in(struct iscsi_conn *c, struct iscsi_task *t, uint32_t beg, uint32_t n);
+int rsp_resend_status(struct iscsi_conn *c, struct iscsi_task *t);
 void rsp_retained_bound(struct iscsi_conn *c);
 /* ERL >= 1: the initiator acknowledged every StatSN below exp_statsn: release the retained
  * tasks it covers (§4.2.2.2). */
-void cmd_ack_statsn(struct iscsi_conn *c, uint32_t exp_statsn);
+void rsp_ack_statsn(struct iscsi_conn *c, uint32_t exp_statsn);
 int rsp_resend_data_in_from(struct iscsi_conn *c, struct iscsi_task *t, uint32_t k0);
 
 #endif

@@ -56,7 +56,7 @@ static int resend_resegmented(struct iscsi_conn *c, struct iscsi_task *t, uint32
     if (t->din_total) {
         t->din_pdu_len = c->max_send_dsl;
         t->din_recut_pdu = 0; /* one cut again, numbered from 0 */
-        uint32_t count = cmd_data_in_count(t);
+        uint32_t count = rsp_data_in_count(t);
         int rc = rsp_queue_data_in_run(c, t, 0, count, DIN_NO_STATUS);
         if (rc < 0)
             return rc;
@@ -92,12 +92,12 @@ static int snack_data_r2t(struct iscsi_conn *c, const struct iscsi_bhs *req)
     if (!t)
         return snack_reject(c, req, ISCSI_REJECT_PROTOCOL_ERROR, "no such task (acknowledged?)");
     if (t->scsi.dir == SCSI_DIR_READ) {
-        /* Data-In goes out only with the status (cmd_respond): a read not yet answered has
+        /* Data-In goes out only with the status (exec_respond): a read not yet answered has
          * sent none. */
-        uint32_t count = t->state == TASK_RETAINED ? cmd_data_in_count(t) : 0;
+        uint32_t count = t->state == TASK_RETAINED ? rsp_data_in_count(t) : 0;
         if (beg >= count || (run && (run > count - beg)))
             return snack_reject(c, req, ISCSI_REJECT_PROTOCOL_ERROR, "Data-In not sent");
-        return cmd_resend_data_in(c, t, beg, run);
+        return rsp_resend_data_in(c, t, beg, run);
     }
     if (t->scsi.dir == SCSI_DIR_WRITE && t->state != TASK_RETAINED) {
         /* R2TSN beg.. of the open sequences; an R2T whose sequence closed was answered (its
@@ -114,7 +114,7 @@ static int snack_data_r2t(struct iscsi_conn *c, const struct iscsi_bhs *req)
                 continue;
             if (seq->got)
                 continue; /* Data-Out came for it: the initiator has it */
-            int rc = cmd_resend_r2t(c, t, seq->r2tsn);
+            int rc = dataout_resend_r2t(c, t, seq->r2tsn);
             if (rc < 0)
                 return rc;
             sent++;
@@ -174,7 +174,7 @@ static int snack_status(struct iscsi_conn *c, const struct iscsi_bhs *req)
             if (rc < 0)
                 return rc;
         }
-        int rc = cmd_resend_status(c, t);
+        int rc = rsp_resend_status(c, t);
         if (rc < 0)
             return rc;
         served++;

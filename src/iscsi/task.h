@@ -40,7 +40,7 @@ struct iscsi_session;
  *   SCSI Command ─> DATA_OUT ─(its data in, its turn)─> EXEC ─(store done)─> SENDING
  *        │             ^                                                   │    ^
  *        │ ahead of    │ its CmdSN turn                          ERL >= 1, │    │ ExpStatSN
- *        │ ExpCmdSN    │ (conn_run_released)                          sent v    │ acks it
+ *        │ ExpCmdSN    │ (exec_run_released)                          sent v    │ acks it
  *        └──> QUEUED ──┘                                              RETAINED ─┘
  *
  * SENDING ends when its last holder lets go (task_put). Answered (task_answered) = SENDING or

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "iscsi/keys.h"
+#include "iscsi/text.h"
 
 void iscsi_text_init(struct iscsi_text *t)
 {

@@ -111,8 +111,8 @@ static unsigned abort_conn_tasks(struct iscsi_conn *c, uint64_t lun, uint32_t be
             continue;
         if (t->aborted)
             continue;
-        cmd_count_event(c, t, IOSTATS_ABORT);
-        cmd_task_abort(t);
+        exec_count_event(c, t, IOSTATS_ABORT);
+        exec_task_abort(t);
         n++;
     }
     return n;
@@ -144,8 +144,8 @@ static uint8_t abort_named_task(struct iscsi_task *t, uint64_t lun, uint16_t tmf
     else
         CONN_LOG_LIMITED(c, LOG_LVL_INFO, "%s: ABORT TASK ITT 0x%08x (TMF on CID %u)", c->peer,
                          t->itt, tmf_cid);
-    cmd_count_event(c, t, IOSTATS_ABORT);
-    cmd_task_abort(t);
+    exec_count_event(c, t, IOSTATS_ABORT);
+    exec_task_abort(t);
     return ISCSI_TMF_RSP_COMPLETE;
 }
 

@@ -279,7 +279,7 @@ bool tgt_recv(struct tgt *t, struct tgt_rsp *r)
 
 void tgt_timer_after(struct tgt *t, unsigned ms)
 {
-    int rc = cmd_check_stalled(t->conn, reactor_now_ms() + ms);
+    int rc = dataout_check_stalled(t->conn, reactor_now_ms() + ms);
     conn_fail(t->conn, rc);
     run_until_idle(t);
     collect_tx(t);
