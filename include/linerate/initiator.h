@@ -111,6 +111,9 @@ struct lr_session_opts {
      * may answer lower (lr_session_info.erl says what was agreed). Above lr_erl_max()
      * lr_session_create fails with errno ENOTSUP: we never offer recovery we cannot do. */
     uint32_t error_recovery_level;
+    /* How long lr_session_logout waits for the target's Logout Response before it closes the
+     * connections and completes with LR_ERR_TIMEOUT (RFC 7143 §11.14); default 5000. */
+    uint32_t logout_timeout_ms;
 };
 
 /* The highest ErrorRecoveryLevel this library performs. */
@@ -159,8 +162,10 @@ void lr_session_destroy(struct lr_session *s);
  * after 5 failed login attempts, or 3 logouts asked for in a row with no command completed,
  * the session stops logging in and the commands waiting fail with LR_ERR_NO_CONN. */
 int lr_session_login(struct lr_session *s, lr_done_fn done, void *arg);
-/* Log out the whole session (reason: close session); done() when the target answered or the
- * connections are gone. */
+/* Log out the whole session (reason: close session); done() when the target answered (LR_OK)
+ * or the connections are gone: LR_ERR_TIMEOUT ("logout timed out") when no answer came within
+ * logout_timeout_ms, LR_ERR_CONN_LOST when a connection was lost before it, LR_OK when there
+ * was nothing to log out. */
 int lr_session_logout(struct lr_session *s, lr_done_fn done, void *arg);
 void lr_session_get_info(const struct lr_session *s, struct lr_session_info *info);
 /* The session's lock (recursive; nothing unless conn_reactors names another reactor). */
