@@ -111,8 +111,9 @@ struct lr_session_opts {
      * may answer lower (lr_session_info.erl says what was agreed). Above lr_erl_max()
      * lr_session_create fails with errno ENOTSUP: we never offer recovery we cannot do. */
     uint32_t error_recovery_level;
-    /* How long lr_session_logout waits for the target's Logout Response before it closes the
-     * connections and completes with LR_ERR_TIMEOUT (RFC 7143 §11.14); default 5000. */
+    /* How long any Logout of ours waits for its Logout Response (RFC 7143 §11.14) before the
+     * connection is closed: lr_session_logout then completes with LR_ERR_TIMEOUT, a logout
+     * the target asked for goes on with a login, an ERL 2 cleanup with a login; default 5000. */
     uint32_t logout_timeout_ms;
 };
 
@@ -158,9 +159,10 @@ void lr_session_destroy(struct lr_session *s);
  * session with the same ISID. Commands issued meanwhile wait and go out there. Commands the
  * target still had when the Logout left were terminated by it and fail with
  * LR_ERR_CONN_LOST ("terminated by the logout the target asked for"): whether they ran is
- * unknown, so they are not sent again. An unanswered Logout drops the connection after 5 s;
- * after 5 failed login attempts, or 3 logouts asked for in a row with no command completed,
- * the session stops logging in and the commands waiting fail with LR_ERR_NO_CONN. */
+ * unknown, so they are not sent again. An unanswered Logout drops the connection after
+ * logout_timeout_ms; after 5 failed login attempts, or 3 logouts asked for in a row with no
+ * command completed, the session stops logging in and the commands waiting fail with
+ * LR_ERR_NO_CONN. */
 int lr_session_login(struct lr_session *s, lr_done_fn done, void *arg);
 /* Log out the whole session (reason: close session); done() when the target answered (LR_OK)
  * or the connections are gone: LR_ERR_TIMEOUT ("logout timed out") when no answer came within

@@ -1081,6 +1081,45 @@ static void client_logout_silent(struct ft *f, struct lr_session *s)
     assert_true(ft_run_until(R, target_done, f, 3000));
 }
 
+/* The target asks for a logout (Async event 1), reads the Logout and stays silent: the
+ * initiator drops that connection after logout_timeout_ms, logs in again as §11.9.1 wants,
+ * and the next command is done on the new session. */
+static void script_asked_logout_silent(struct ft *f)
+{
+    static struct ft_pdu p;
+    struct ft_conn c;
+    int fd = accept_login(f, &c, op_keys, sizeof(op_keys), 32, "first login");
+    if (fd < 0)
+        return;
+    ft_async(&c, 1, 0);
+    bool seen = false;
+    while (ft_recv_c(&c, &p, 5000) == 0)
+        seen = seen || (p.h[0] & 0x3f) == ISCSI_OP_LOGOUT_REQ;
+    close(fd);
+    if (!seen)
+        return ft_fail(f, "no Logout after the Async Message");
+    atomic_store(&f->stage, 1); /* the initiator closed it */
+    if (accept_login(f, &c, op_keys, sizeof(op_keys), 32, "second login") < 0)
+        return;
+    if (next_cmd(&c, &p, 5000) < 0)
+        return ft_fail(f, "a command on the new session");
+    ft_read_done(&c, &p, 0x33);
+    await_logout(f, &c);
+}
+
+static void client_asked_logout_silent(struct ft *f, struct lr_session *s)
+{
+    /* dropped well before the 5 s the target waits */
+    assert_true(ft_run_until(R, stage_reached, f, 3000));
+    static uint8_t buf[4096];
+    struct done_log io = {0};
+    assert_int_equal(lr_read(s, 0, 8, 512, buf, on_done, &io), 0);
+    assert_true(calls_within(&io, 1, 3000));
+    assert_int_equal(io.last, LR_OK);
+    assert_int_equal(buf[0], 0x33);
+    assert_int_equal(atomic_load(&f->logins), 2);
+}
+
 /* ---- ERL 2: answers about tasks and connections that do not exist ---- */
 
 static const char op_keys_erl2[] = "HeaderDigest=None\0DataDigest=None\0" KEYS_ONE_CONN
@@ -1211,6 +1250,11 @@ static const struct hostile_case cases[] = {
      .script = script_logout_silent,
      .opts = {.logout_timeout_ms = 300},
      .client = client_logout_silent},
+    {.name = "test_asked_logout_unanswered_relogin",
+     .script = script_asked_logout_silent,
+     .opts = {.logout_timeout_ms = 300},
+     .client = client_asked_logout_silent,
+     .logout = true},
     {.name = "test_erl2_answers_for_nothing_ignored",
      .script = script_erl2_nonsense,
      .opts = {.error_recovery_level = 2},
@@ -1260,6 +1304,7 @@ int main(void)
         CASE(10),
         CASE(11),
         CASE(12),
+        CASE(13),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     reactor_destroy(R);
