@@ -82,13 +82,16 @@ struct lr_session_opts {
     uint64_t lun;
     bool header_digest; /* ask for CRC32C; the target may refuse */
     bool data_digest;
-    uint32_t connections;      /* MC/S connections wanted (asks MaxConnections=N) */
-    uint32_t max_recv_dsl;     /* what we accept per PDU (default 256 KiB) */
-    uint32_t max_burst;        /* default 256 KiB */
-    uint32_t first_burst;      /* default 64 KiB */
-    bool no_immediate_data;    /* ask ImmediateData=No */
-    bool initial_r2t;          /* ask InitialR2T=Yes */
-    uint32_t cmd_timeout_ms;   /* default 30000; 0 = default */
+    uint32_t connections;   /* MC/S connections wanted (asks MaxConnections=N) */
+    uint32_t max_recv_dsl;  /* what we accept per PDU (default 256 KiB) */
+    uint32_t max_burst;     /* default 256 KiB */
+    uint32_t first_burst;   /* default 64 KiB */
+    bool no_immediate_data; /* ask ImmediateData=No */
+    bool initial_r2t;       /* ask InitialR2T=Yes */
+    /* default 30000; 0 = default. Past it the task's connection is dropped and the task
+     * fails with LR_ERR_TIMEOUT, at ERL 2 too: a timed-out task is not reassigned (a TASK
+     * REASSIGN restarts the count for a task another connection's loss orphaned). */
+    uint32_t cmd_timeout_ms;
     uint32_t login_timeout_ms; /* default 10000 */
     uint32_t max_tasks;        /* task slots (outstanding + queued); default 1024 */
     /* MC/S over several threads: connection i moves to conn_reactors[i] (NULL: stays) once the

@@ -619,11 +619,15 @@ void ini_session_conn_down(struct ini_conn *c)
     /* Asked to log out by the target (Async event 1): the slot or the session logs in again
      * (relogin.c). Said before the tasks complete, so that a callback's new command waits. */
     ini_relogin_conn_lost(c);
+    uint64_t now = reactor_now_ms();
     for (uint32_t i = 0; i < s->ntasks; i++) {
         struct ini_task *t = &s->tasks[i];
         if (t->state != ITS_ACTIVE || t->conn != c)
             continue;
-        if (recover && (t->cmd_sent || t->reassigning)) {
+        /* A task past its command timeout (the timeout may be what closed the connection) is
+         * not kept for reassignment: a target that never answers it would have it reassigned,
+         * with a fresh timeout, until Time2Retain. It fails below, its outcome unknown. */
+        if (recover && (t->cmd_sent || t->reassigning) && t->deadline_ms > now) {
             c->outstanding--;
             t->state = ITS_ORPHAN;
             t->conn = NULL;

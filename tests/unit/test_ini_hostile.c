@@ -1187,6 +1187,61 @@ static void client_erl2_nonsense(struct ft *f, struct lr_session *s)
     assert_int_equal(info.connections_up, 1);
 }
 
+/* ERL 2: the connection carrying a READ is lost; on the new connection the target answers
+ * our TASK REASSIGN (§11.5.1) with Function Complete under another ITT, and never for the
+ * task. The wrong answer is ignored; the READ fails once, at its command timeout, not kept for
+ * reassignment after it, and its buffer untouched; the session logs in again and goes on. */
+static void script_erl2_reassign_nonsense(struct ft *f)
+{
+    static struct ft_pdu p;
+    struct ft_conn c, n;
+    int fd = accept_login(f, &c, op_keys_erl2, sizeof(op_keys_erl2), 32, "login");
+    if (fd < 0 || first_cmd(f, &c, &p) < 0)
+        return;
+    close(fd); /* the connection is lost with the READ on it */
+    if (accept_login(f, &n, op_keys_erl2, sizeof(op_keys_erl2), 32, "second login") < 0)
+        return;
+    int tmfs = 0;
+    while (ft_recv_c(&n, &p, 5000) == 0) { /* until the initiator drops it */
+        uint8_t h[ISCSI_BHS_LEN];
+        if ((p.h[0] & 0x3f) == ISCSI_OP_TMF_REQ && (p.h[1] & 0x7f) == ISCSI_TMF_TASK_REASSIGN) {
+            tmfs++;
+            ft_rsp(&n, h, ISCSI_OP_TMF_RSP, ISCSI_FLAG_FINAL, get_be32(p.h + BHS_ITT) + 1);
+            h[BHS_RESPONSE] = ISCSI_TMF_RSP_COMPLETE;
+            ft_send_c(&n, h, NULL, 0);
+        }
+    }
+    close(n.fd);
+    if (tmfs != 1)
+        return ft_fail(f, "not one TASK REASSIGN");
+    if (accept_login(f, &n, op_keys_erl2, sizeof(op_keys_erl2), 32, "third login") < 0 ||
+        next_cmd(&n, &p, 5000) < 0)
+        return ft_fail(f, "a command after the timeout");
+    ft_read_done(&n, &p, 0x55);
+    await_logout(f, &n);
+}
+
+static void client_erl2_reassign_nonsense(struct ft *f, struct lr_session *s)
+{
+    (void)f;
+    static uint8_t buf[2][4096];
+    struct done_log io = {0}, again = {0};
+    memset(buf[0], 0xee, sizeof(buf[0]));
+    uint64_t t0 = now_ms();
+    assert_int_equal(lr_read(s, 0, 8, 512, buf[0], on_done, &io), 0);
+    assert_true(calls_within(&io, 1, 5000));
+    assert_true(now_ms() - t0 < 5000);
+    assert_int_equal(io.last, LR_ERR_TIMEOUT);
+    assert_string_equal(io.what, "command timeout");
+    for (size_t i = 0; i < sizeof(buf[0]); i++)
+        assert_int_equal(buf[0][i], 0xee);
+    assert_int_equal(lr_read(s, 8, 8, 512, buf[1], on_done, &again), 0);
+    assert_true(calls_within(&again, 1, 5000));
+    assert_int_equal(again.last, LR_OK);
+    assert_int_equal(buf[1][0], 0x55);
+    assert_int_equal(io.calls, 1); /* the first never completed again */
+}
+
 /* ---- the cases with a session logged in: the target's script, then the user's side ---- */
 
 struct hostile_case {
@@ -1260,6 +1315,11 @@ static const struct hostile_case cases[] = {
      .opts = {.error_recovery_level = 2},
      .client = client_erl2_nonsense,
      .logout = true},
+    {.name = "test_erl2_reassign_answered_wrong",
+     .script = script_erl2_reassign_nonsense,
+     .opts = {.error_recovery_level = 2, .cmd_timeout_ms = 1000},
+     .client = client_erl2_reassign_nonsense,
+     .logout = true},
 };
 
 static void run_case(void **state)
@@ -1305,6 +1365,7 @@ int main(void)
         CASE(11),
         CASE(12),
         CASE(13),
+        CASE(14),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     reactor_destroy(R);
