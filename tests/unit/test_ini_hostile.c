@@ -160,6 +160,17 @@ static int first_cmd(struct ft *f, struct ft_conn *c, struct ft_pdu *p)
     return 0;
 }
 
+/* The target's side of a session's last command and its end: one READ answered with fill,
+ * then the session's Logout (await_logout); ft_fail(f, what) if no command comes. */
+static void answer_one_then_logout(struct ft *f, struct ft_conn *c, uint8_t fill, const char *what)
+{
+    static struct ft_pdu p;
+    if (next_cmd(c, &p, 5000) < 0)
+        return ft_fail(f, what);
+    ft_read_done(c, &p, fill);
+    await_logout(f, c);
+}
+
 /* ---- a logout asked for with commands in flight and waiting ---- */
 
 /* Four commands are in (the window holds four), two answered, then the target asks for a
@@ -246,10 +257,7 @@ static void script_unanswered(struct ft *f)
     close(c.fd);
     if (accept_login(f, &c, op_keys, sizeof(op_keys), 32, "second login") < 0)
         return;
-    if (next_cmd(&c, &p, 5000) < 0)
-        return ft_fail(f, "a command on the new session");
-    ft_read_done(&c, &p, 0x33);
-    await_logout(f, &c);
+    answer_one_then_logout(f, &c, 0x33, "a command on the new session");
 }
 
 static void client_unanswered(struct ft *f, struct lr_session *s)
@@ -987,6 +995,9 @@ static void client_digests_omitted(struct ft *f, struct lr_session *s)
 static const char op_keys_dig_erl1[] = "HeaderDigest=CRC32C\0DataDigest=CRC32C\0" KEYS_ONE_CONN
                                        "DefaultTime2Wait=2\0DefaultTime2Retain=0\0"
                                        "ErrorRecoveryLevel=1";
+static const char op_keys_erl2[] = "HeaderDigest=None\0DataDigest=None\0" KEYS_ONE_CONN
+                                   "DefaultTime2Wait=0\0DefaultTime2Retain=20\0"
+                                   "ErrorRecoveryLevel=2";
 
 static void data_in(struct ft_conn *c, uint32_t itt, uint32_t sn, uint8_t fill)
 {
@@ -1101,10 +1112,7 @@ static void script_asked_logout_silent(struct ft *f)
     atomic_store(&f->stage, 1); /* the initiator closed it */
     if (accept_login(f, &c, op_keys, sizeof(op_keys), 32, "second login") < 0)
         return;
-    if (next_cmd(&c, &p, 5000) < 0)
-        return ft_fail(f, "a command on the new session");
-    ft_read_done(&c, &p, 0x33);
-    await_logout(f, &c);
+    answer_one_then_logout(f, &c, 0x33, "a command on the new session");
 }
 
 static void client_asked_logout_silent(struct ft *f, struct lr_session *s)
@@ -1121,10 +1129,6 @@ static void client_asked_logout_silent(struct ft *f, struct lr_session *s)
 }
 
 /* ---- ERL 2: answers about tasks and connections that do not exist ---- */
-
-static const char op_keys_erl2[] = "HeaderDigest=None\0DataDigest=None\0" KEYS_ONE_CONN
-                                   "DefaultTime2Wait=0\0DefaultTime2Retain=20\0"
-                                   "ErrorRecoveryLevel=2";
 
 /* With a READ outstanding: TASK REASSIGN answers (Function Complete) for a reassignment never
  * asked, one with the ITT our TASK REASSIGN of that task would carry, one with the command's
@@ -1161,10 +1165,7 @@ static void script_erl2_nonsense(struct ft *f)
         h[BHS_RESPONSE] = ISCSI_TMF_RSP_COMPLETE;
         ft_send_c(&c, h, NULL, 0);
     }
-    if (next_cmd(&c, &p, 5000) < 0)
-        return ft_fail(f, "a second command on the same connection");
-    ft_read_done(&c, &p, 0x45);
-    await_logout(f, &c);
+    answer_one_then_logout(f, &c, 0x45, "a second command on the same connection");
 }
 
 static void client_erl2_nonsense(struct ft *f, struct lr_session *s)
@@ -1214,11 +1215,9 @@ static void script_erl2_reassign_nonsense(struct ft *f)
     close(n.fd);
     if (tmfs != 1)
         return ft_fail(f, "not one TASK REASSIGN");
-    if (accept_login(f, &n, op_keys_erl2, sizeof(op_keys_erl2), 32, "third login") < 0 ||
-        next_cmd(&n, &p, 5000) < 0)
-        return ft_fail(f, "a command after the timeout");
-    ft_read_done(&n, &p, 0x55);
-    await_logout(f, &n);
+    if (accept_login(f, &n, op_keys_erl2, sizeof(op_keys_erl2), 32, "third login") < 0)
+        return;
+    answer_one_then_logout(f, &n, 0x55, "a command after the timeout");
 }
 
 static void client_erl2_reassign_nonsense(struct ft *f, struct lr_session *s)
