@@ -986,6 +986,42 @@ static void client_digests_omitted(struct ft *f, struct lr_session *s)
     assert_int_equal(info.connections_up, 0);
 }
 
+/* Digests negotiated, then a status without data sent without its header digest, and nothing
+ * after it: the initiator waits for four bytes that never come. It must not wait for ever: the
+ * READ fails at its command timeout, with its connection, never reported good. */
+static void script_digest_omitted_then_silent(struct ft *f)
+{
+    static struct ft_pdu p;
+    struct ft_conn c;
+    int fd = accept_login(f, &c, op_keys_dig, sizeof(op_keys_dig), 32, "login");
+    if (fd < 0)
+        return;
+    c.hd = c.dd = true;
+    if (first_cmd(f, &c, &p) < 0)
+        return;
+    uint8_t h[ISCSI_BHS_LEN];
+    ft_rsp(&c, h, ISCSI_OP_SCSI_RSP, ISCSI_FLAG_FINAL, get_be32(p.h + BHS_ITT));
+    c.hd = false;
+    ft_send_c(&c, h, NULL, 0);
+    c.hd = true;
+    while (ft_recv_c(&c, &p, 5000) == 0)
+        ;
+    close(fd);
+    atomic_store(&f->stage, 100);
+}
+
+static void client_digest_omitted_then_silent(struct ft *f, struct lr_session *s)
+{
+    static uint8_t buf[4096];
+    struct done_log io = {0};
+    assert_int_equal(lr_read(s, 0, 8, 512, buf, on_done, &io), 0);
+    assert_true(calls_within(&io, 1, 4000));
+    assert_int_equal(io.last, LR_ERR_TIMEOUT);
+    assert_string_equal(io.what, "command timeout");
+    /* the target saw its connection closed well before its own 5 s */
+    assert_true(ft_run_until(R, target_done, f, 3000));
+}
+
 /* The keys of a session with one connection, all but digests, ErrorRecoveryLevel and the times. */
 #define KEYS_ONE_CONN                                                                              \
     "MaxConnections=1\0InitialR2T=Yes\0ImmediateData=Yes\0MaxBurstLength=262144\0"                 \
@@ -1292,6 +1328,10 @@ static const struct hostile_case cases[] = {
      .script = script_digests_omitted,
      .opts = {.header_digest = true, .data_digest = true, .cmd_timeout_ms = 5000},
      .client = client_digests_omitted},
+    {.name = "test_digest_omitted_then_silence_bounded",
+     .script = script_digest_omitted_then_silent,
+     .opts = {.header_digest = true, .data_digest = true, .cmd_timeout_ms = 1000},
+     .client = client_digest_omitted_then_silent},
     {.name = "test_erl1_data_digest_error_snacked",
      .script = script_erl1_data_digest,
      .opts = {.header_digest = true,
@@ -1365,6 +1405,7 @@ int main(void)
         CASE(12),
         CASE(13),
         CASE(14),
+        CASE(15),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     reactor_destroy(R);
