@@ -947,6 +947,18 @@ static void client_r2t_flood(struct ft *f, struct lr_session *s)
     assert_true(now_ms() - t0 < 8000);
 }
 
+/* A connection logged in with keys that set both digests on, and its first command in p: its
+ * fd, or -1 after ft_fail. */
+static int accept_digests_cmd(struct ft *f, struct ft_conn *c, const char *keys, uint32_t len,
+                              struct ft_pdu *p)
+{
+    int fd = accept_login(f, c, keys, len, 32, "login");
+    if (fd < 0)
+        return -1;
+    c->hd = c->dd = true;
+    return first_cmd(f, c, p) < 0 ? -1 : fd;
+}
+
 /* Digests negotiated, then a Data-In sent without them: the initiator takes the first four
  * bytes of the data for the header digest (§11.1), which cannot match: that connection fails
  * at once, the READ with it, and no byte of the data lands in the user's buffer. */
@@ -954,12 +966,9 @@ static void script_digests_omitted(struct ft *f)
 {
     static struct ft_pdu p;
     struct ft_conn c;
-    int fd = accept_login(f, &c, op_keys_dig, sizeof(op_keys_dig), 32, "login");
+    int fd = accept_digests_cmd(f, &c, op_keys_dig, sizeof(op_keys_dig), &p);
     if (fd < 0)
         return;
-    c.hd = c.dd = true;
-    if (next_cmd(&c, &p, 5000) < 0)
-        return ft_fail(f, "a command");
     c.hd = c.dd = false; /* what it sends from now on: no digests */
     ft_read_done(&c, &p, 0x77);
     c.hd = c.dd = true;
@@ -993,11 +1002,8 @@ static void script_digest_omitted_then_silent(struct ft *f)
 {
     static struct ft_pdu p;
     struct ft_conn c;
-    int fd = accept_login(f, &c, op_keys_dig, sizeof(op_keys_dig), 32, "login");
+    int fd = accept_digests_cmd(f, &c, op_keys_dig, sizeof(op_keys_dig), &p);
     if (fd < 0)
-        return;
-    c.hd = c.dd = true;
-    if (first_cmd(f, &c, &p) < 0)
         return;
     uint8_t h[ISCSI_BHS_LEN];
     ft_rsp(&c, h, ISCSI_OP_SCSI_RSP, ISCSI_FLAG_FINAL, get_be32(p.h + BHS_ITT));
@@ -1056,11 +1062,7 @@ static void script_erl1_data_digest(struct ft *f)
 {
     static struct ft_pdu p;
     struct ft_conn c;
-    int fd = accept_login(f, &c, op_keys_dig_erl1, sizeof(op_keys_dig_erl1), 32, "login");
-    if (fd < 0)
-        return;
-    c.hd = c.dd = true;
-    if (first_cmd(f, &c, &p) < 0)
+    if (accept_digests_cmd(f, &c, op_keys_dig_erl1, sizeof(op_keys_dig_erl1), &p) < 0)
         return;
     uint32_t itt = get_be32(p.h + BHS_ITT);
     c.bad_dd = true;
