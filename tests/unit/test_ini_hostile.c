@@ -1168,11 +1168,28 @@ static void client_asked_logout_silent(struct ft *f, struct lr_session *s)
 
 /* ---- ERL 2: answers about tasks and connections that do not exist ---- */
 
-/* With a READ outstanding: TASK REASSIGN answers (Function Complete) for a reassignment never
- * asked, one with the ITT our TASK REASSIGN of that task would carry, one with the command's
- * own ITT, one with an ITT of nothing; an Async event 2 naming a CID the session does not have.
- * None of them may end or complete anything: the READ then completes once, with its data, on
- * the connection still up. */
+/* TASK REASSIGN answers (§11.6.1) for a reassignment never asked: under the ITT our TASK
+ * REASSIGN of the task itt would carry (its slot, 0, being the session's first), another
+ * slot's, the command's own ITT and an ITT of nothing, each Function Complete, "task does not
+ * exist" (which would have the command sent again) and "function rejected" (which would fail
+ * it). */
+static void tmf_answers_for_nothing(struct ft_conn *c, uint32_t itt)
+{
+    const uint32_t bogus[] = {INI_TMF_ITT, INI_TMF_ITT + 1, itt, 0x12345678u};
+    const uint8_t rsp[] = {ISCSI_TMF_RSP_COMPLETE, ISCSI_TMF_RSP_NO_TASK, ISCSI_TMF_RSP_REJECTED};
+    for (size_t i = 0; i < sizeof(bogus) / sizeof(bogus[0]); i++)
+        for (size_t k = 0; k < sizeof(rsp); k++) {
+            uint8_t h[ISCSI_BHS_LEN];
+            ft_rsp(c, h, ISCSI_OP_TMF_RSP, ISCSI_FLAG_FINAL, bogus[i]);
+            h[BHS_RESPONSE] = rsp[k];
+            ft_send_c(c, h, NULL, 0);
+        }
+}
+
+/* With a READ outstanding: TASK REASSIGN answers for nothing (tmf_answers_for_nothing) and an
+ * Async event 2 naming a CID the session does not have. None of them may end, complete or
+ * send again anything: the READ then completes once, with its data, on the connection still
+ * up, and it alone was sent. */
 static void script_erl2_nonsense(struct ft *f)
 {
     static struct ft_pdu p;
@@ -1181,13 +1198,7 @@ static void script_erl2_nonsense(struct ft *f)
     if (fd < 0 || first_cmd(f, &c, &p) < 0)
         return;
     uint32_t itt = get_be32(p.h + BHS_ITT);
-    const uint32_t bogus[] = {INI_TMF_ITT, INI_TMF_ITT + 1, itt, 0x12345678u};
-    for (size_t i = 0; i < sizeof(bogus) / sizeof(bogus[0]); i++) {
-        uint8_t h[ISCSI_BHS_LEN];
-        ft_rsp(&c, h, ISCSI_OP_TMF_RSP, ISCSI_FLAG_FINAL, bogus[i]);
-        h[BHS_RESPONSE] = ISCSI_TMF_RSP_COMPLETE;
-        ft_send_c(&c, h, NULL, 0);
-    }
+    tmf_answers_for_nothing(&c, itt);
     uint8_t h[ISCSI_BHS_LEN];
     ft_rsp(&c, h, ISCSI_OP_ASYNC_MSG, ISCSI_FLAG_FINAL, ISCSI_RSVD_TAG);
     h[BHS_ASYNC_EVENT] = 2;
@@ -1197,12 +1208,7 @@ static void script_erl2_nonsense(struct ft *f)
     ft_send_c(&c, h, NULL, 0);
     atomic_store(&f->stage, 1);
     ft_read_done(&c, &p, 0x44);
-    /* and the same answers again, now that the task is gone */
-    for (size_t i = 0; i < sizeof(bogus) / sizeof(bogus[0]); i++) {
-        ft_rsp(&c, h, ISCSI_OP_TMF_RSP, ISCSI_FLAG_FINAL, bogus[i]);
-        h[BHS_RESPONSE] = ISCSI_TMF_RSP_COMPLETE;
-        ft_send_c(&c, h, NULL, 0);
-    }
+    tmf_answers_for_nothing(&c, itt); /* again, now that the task is gone */
     answer_one_then_logout(f, &c, 0x45, "a second command on the same connection");
 }
 
