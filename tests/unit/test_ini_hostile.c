@@ -1,7 +1,9 @@
 /* The initiator library over real sockets against a small adversarial target
  * (fake_target.c): what a user of the library sees, through its public calls, when the target
- * asks for a logout (Async Message event 1, RFC 7143 §11.9.1), once or after every login.
- * Each case bounds the time it may take; the sanitizer build runs the same. */
+ * asks for a logout (Async Message event 1, RFC 7143 §11.9.1) or never answers ours, answers
+ * CHAP, SendTargets, SNACKs or TASK REASSIGN with nonsense, or sends wrong or no digests.
+ * Each case bounds the time it may take; the sanitizer builds run the same. docs/security.md
+ * lists the cases. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
