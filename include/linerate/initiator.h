@@ -82,13 +82,16 @@ struct lr_session_opts {
     uint64_t lun;
     bool header_digest; /* ask for CRC32C; the target may refuse */
     bool data_digest;
-    uint32_t connections;      /* MC/S connections wanted (asks MaxConnections=N) */
-    uint32_t max_recv_dsl;     /* what we accept per PDU (default 256 KiB) */
-    uint32_t max_burst;        /* default 256 KiB */
-    uint32_t first_burst;      /* default 64 KiB */
-    bool no_immediate_data;    /* ask ImmediateData=No */
-    bool initial_r2t;          /* ask InitialR2T=Yes */
-    uint32_t cmd_timeout_ms;   /* default 30000; 0 = default */
+    uint32_t connections;   /* MC/S connections wanted (asks MaxConnections=N) */
+    uint32_t max_recv_dsl;  /* what we accept per PDU (default 256 KiB) */
+    uint32_t max_burst;     /* default 256 KiB */
+    uint32_t first_burst;   /* default 64 KiB */
+    bool no_immediate_data; /* ask ImmediateData=No */
+    bool initial_r2t;       /* ask InitialR2T=Yes */
+    /* default 30000; 0 = default. Past it the task's connection is dropped and the task
+     * fails with LR_ERR_TIMEOUT, at ERL 2 too: a timed-out task is not reassigned (a TASK
+     * REASSIGN restarts the count for a task another connection's loss orphaned). */
+    uint32_t cmd_timeout_ms;
     uint32_t login_timeout_ms; /* default 10000 */
     uint32_t max_tasks;        /* task slots (outstanding + queued); default 1024 */
     /* MC/S over several threads: connection i moves to conn_reactors[i] (NULL: stays) once the
@@ -111,6 +114,10 @@ struct lr_session_opts {
      * may answer lower (lr_session_info.erl says what was agreed). Above lr_erl_max()
      * lr_session_create fails with errno ENOTSUP: we never offer recovery we cannot do. */
     uint32_t error_recovery_level;
+    /* How long any Logout of ours waits for its Logout Response (RFC 7143 §11.14) before the
+     * connection is closed: lr_session_logout then completes with LR_ERR_TIMEOUT, a logout
+     * the target asked for goes on with a login, an ERL 2 cleanup with a login; default 5000. */
+    uint32_t logout_timeout_ms;
 };
 
 /* The highest ErrorRecoveryLevel this library performs. */
@@ -155,12 +162,15 @@ void lr_session_destroy(struct lr_session *s);
  * session with the same ISID. Commands issued meanwhile wait and go out there. Commands the
  * target still had when the Logout left were terminated by it and fail with
  * LR_ERR_CONN_LOST ("terminated by the logout the target asked for"): whether they ran is
- * unknown, so they are not sent again. An unanswered Logout drops the connection after 5 s;
- * after 5 failed login attempts, or 3 logouts asked for in a row with no command completed,
- * the session stops logging in and the commands waiting fail with LR_ERR_NO_CONN. */
+ * unknown, so they are not sent again. An unanswered Logout drops the connection after
+ * logout_timeout_ms; after 5 failed login attempts, or 3 logouts asked for in a row with no
+ * command completed, the session stops logging in and the commands waiting fail with
+ * LR_ERR_NO_CONN. */
 int lr_session_login(struct lr_session *s, lr_done_fn done, void *arg);
-/* Log out the whole session (reason: close session); done() when the target answered or the
- * connections are gone. */
+/* Log out the whole session (reason: close session); done() when the target answered (LR_OK)
+ * or the connections are gone: LR_ERR_TIMEOUT ("logout timed out") when no answer came within
+ * logout_timeout_ms, LR_ERR_CONN_LOST when a connection was lost before it, LR_OK when there
+ * was nothing to log out. */
 int lr_session_logout(struct lr_session *s, lr_done_fn done, void *arg);
 void lr_session_get_info(const struct lr_session *s, struct lr_session_info *info);
 /* The session's lock (recursive; nothing unless conn_reactors names another reactor). */

@@ -295,6 +295,8 @@ struct lr_session {
     unsigned rr;
     int next_conn;
     bool logged_in, logging_out, destroyed;
+    /* our Logout of the session: sent, answered, given up (logout_timeout_ms) */
+    bool logout_req_sent, logout_answered, logout_timed_out;
 
     struct ini_task *tasks;
     uint32_t ntasks;

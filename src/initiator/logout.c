@@ -22,6 +22,7 @@ static void logout_timeout(void *arg)
 {
     struct lr_session *s = arg;
     ini_lock(s);
+    s->logout_timed_out = true;
     for (unsigned i = 0; i < s->nconns; i++)
         ini_conn_close(s->conns[i], "logout timed out");
     ini_unlock(s);
@@ -42,8 +43,9 @@ int ini_logout_start(struct lr_session *s)
     /* RFC 7143 §11.14: close the session */
     if (ini_logout_send(c, ISCSI_LOGOUT_CLOSE_SESSION, c->cid, INI_LOGOUT_ITT, c->expstatsn) < 0)
         return -1; /* lr_session_logout's */
+    s->logout_req_sent = true;
     reactor_timer_stop(s->r, &c->login_timer);
-    reactor_timer_start(s->r, &c->login_timer, 5000, logout_timeout, s);
+    reactor_timer_start(s->r, &c->login_timer, s->o.logout_timeout_ms, logout_timeout, s);
     return 0;
 }
 
@@ -89,6 +91,7 @@ int ini_logout_rsp(struct ini_conn *c, const uint8_t *hdr)
      * fails with that said. */
     bool asked = !s->logging_out && c->logout_sent;
     int end = asked ? INI_END_ASKED_OUT : INI_END_LOGGED_OUT;
+    s->logout_answered = s->logout_answered || !asked;
     for (unsigned i = 0; i < s->nconns; i++) {
         /* the others on their own threads (all are home for our own logout); this one through
          * the status returned */

@@ -42,12 +42,8 @@
 #include "initiator/task.h"
 #include "util/log.h"
 
-/* No answer to our Logout (reason 2) for this long: cleanup by login instead. */
-#define INI_ERL2_LOGOUT_MS 5000
 /* "Task still allegiant": asked again after this long. */
 #define INI_ERL2_ALLEGIANT_MS 50
-/* Our Logout after an Async event 1 unanswered for this long: the connection is dropped. */
-#define INI_LOGOUT_ANSWER_MS 5000
 /* Reconnect attempts back off from this, doubling, up to 32 times it. */
 #define INI_ERL2_RELOGIN_MS 50
 
@@ -134,7 +130,8 @@ static int erl2_run(struct ini_conn *c)
     if (s->closing_session)
         return INI_OK; /* another connection's Logout closes the session, this one with it */
     c->logout_sent = true;
-    c->logout_deadline_ms = reactor_now_ms() + INI_LOGOUT_ANSWER_MS;
+    /* unanswered for logout_timeout_ms: the connection is dropped (ini_orphan_tick) */
+    c->logout_deadline_ms = reactor_now_ms() + s->o.logout_timeout_ms;
     if (live_conn(s, (int)c->idx))
         return send_logout(c, ISCSI_LOGOUT_CLOSE_CONNECTION, c->idx, c->expstatsn);
     s->closing_session = true;
@@ -318,7 +315,7 @@ static void advance_once(struct lr_session *s, uint64_t now)
         }
         case CR_LOGOUT: {
             struct ini_conn *l = s->conns[cr->logout_on];
-            if (l->state != ICS_FFP || now - cr->logout_sent_ms >= INI_ERL2_LOGOUT_MS) {
+            if (l->state != ICS_FFP || now - cr->logout_sent_ms >= s->o.logout_timeout_ms) {
                 /* lost with its carrier, or unanswered: again, or by a login */
                 cr->st = CR_WAIT;
                 cr->wait_until = now;

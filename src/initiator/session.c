@@ -64,6 +64,8 @@ static void opts_defaults(struct lr_session_opts *o)
         o->cmd_timeout_ms = 30000;
     if (!o->login_timeout_ms)
         o->login_timeout_ms = 10000;
+    if (!o->logout_timeout_ms)
+        o->logout_timeout_ms = 5000;
     if (!o->max_tasks)
         o->max_tasks = 1024;
     if (o->max_tasks > 32768)
@@ -617,11 +619,15 @@ void ini_session_conn_down(struct ini_conn *c)
     /* Asked to log out by the target (Async event 1): the slot or the session logs in again
      * (relogin.c). Said before the tasks complete, so that a callback's new command waits. */
     ini_relogin_conn_lost(c);
+    uint64_t now = reactor_now_ms();
     for (uint32_t i = 0; i < s->ntasks; i++) {
         struct ini_task *t = &s->tasks[i];
         if (t->state != ITS_ACTIVE || t->conn != c)
             continue;
-        if (recover && (t->cmd_sent || t->reassigning)) {
+        /* A task past its command timeout (the timeout may be what closed the connection) is
+         * not kept for reassignment: a target that never answers it would have it reassigned,
+         * with a fresh timeout, until Time2Retain. It fails below, its outcome unknown. */
+        if (recover && (t->cmd_sent || t->reassigning) && t->deadline_ms > now) {
             c->outstanding--;
             t->state = ITS_ORPHAN;
             t->conn = NULL;
@@ -650,7 +656,14 @@ void ini_session_conn_down(struct ini_conn *c)
     if (s->logging_out && ini_conns_up(s) == 0 && s->logout_done) {
         lr_done_fn done = s->logout_done;
         s->logout_done = NULL;
-        done(s->logout_arg, &res_ok);
+        /* our Logout went out and was never answered: the user learns the session may still
+         * be open on the target (§11.14.1: it ends there after Time2Retain at most) */
+        struct lr_result r = res_ok;
+        if (s->logout_req_sent && !s->logout_answered) {
+            r.err = s->logout_timed_out ? LR_ERR_TIMEOUT : LR_ERR_CONN_LOST;
+            r.what = c->fail_why;
+        }
+        done(s->logout_arg, &r);
         return;
     }
     if (!s->destroyed)

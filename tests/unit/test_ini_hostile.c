@@ -1,7 +1,9 @@
 /* The initiator library over real sockets against a small adversarial target
  * (fake_target.c): what a user of the library sees, through its public calls, when the target
- * asks for a logout (Async Message event 1, RFC 7143 §11.9.1), once or after every login.
- * Each case bounds the time it may take; the sanitizer build runs the same. */
+ * asks for a logout (Async Message event 1, RFC 7143 §11.9.1) or never answers ours, answers
+ * CHAP, SendTargets, SNACKs or TASK REASSIGN with nonsense, or sends wrong or no digests.
+ * Each case bounds the time it may take; the sanitizer builds run the same. docs/security.md
+ * lists the cases. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -160,6 +162,17 @@ static int first_cmd(struct ft *f, struct ft_conn *c, struct ft_pdu *p)
     return 0;
 }
 
+/* The target's side of a session's last command and its end: one READ answered with fill,
+ * then the session's Logout (await_logout); ft_fail(f, what) if no command comes. */
+static void answer_one_then_logout(struct ft *f, struct ft_conn *c, uint8_t fill, const char *what)
+{
+    static struct ft_pdu p;
+    if (next_cmd(c, &p, 5000) < 0)
+        return ft_fail(f, what);
+    ft_read_done(c, &p, fill);
+    await_logout(f, c);
+}
+
 /* ---- a logout asked for with commands in flight and waiting ---- */
 
 /* Four commands are in (the window holds four), two answered, then the target asks for a
@@ -246,10 +259,7 @@ static void script_unanswered(struct ft *f)
     close(c.fd);
     if (accept_login(f, &c, op_keys, sizeof(op_keys), 32, "second login") < 0)
         return;
-    if (next_cmd(&c, &p, 5000) < 0)
-        return ft_fail(f, "a command on the new session");
-    ft_read_done(&c, &p, 0x33);
-    await_logout(f, &c);
+    answer_one_then_logout(f, &c, 0x33, "a command on the new session");
 }
 
 static void client_unanswered(struct ft *f, struct lr_session *s)
@@ -939,6 +949,344 @@ static void client_r2t_flood(struct ft *f, struct lr_session *s)
     assert_true(now_ms() - t0 < 8000);
 }
 
+/* A connection logged in with keys that set both digests on, and its first command in p: its
+ * fd, or -1 after ft_fail. */
+static int accept_digests_cmd(struct ft *f, struct ft_conn *c, const char *keys, uint32_t len,
+                              struct ft_pdu *p)
+{
+    int fd = accept_login(f, c, keys, len, 32, "login");
+    if (fd < 0)
+        return -1;
+    c->hd = c->dd = true;
+    return first_cmd(f, c, p) < 0 ? -1 : fd;
+}
+
+/* Digests negotiated, then a Data-In sent without them: the initiator takes the first four
+ * bytes of the data for the header digest (§11.1), which cannot match: that connection fails
+ * at once, the READ with it, and no byte of the data lands in the user's buffer. */
+static void script_digests_omitted(struct ft *f)
+{
+    static struct ft_pdu p;
+    struct ft_conn c;
+    int fd = accept_digests_cmd(f, &c, op_keys_dig, sizeof(op_keys_dig), &p);
+    if (fd < 0)
+        return;
+    c.hd = c.dd = false; /* what it sends from now on: no digests */
+    ft_read_done(&c, &p, 0x77);
+    c.hd = c.dd = true;
+    while (ft_recv_c(&c, &p, 3000) == 0)
+        ;
+    close(fd);
+    atomic_store(&f->stage, 100);
+}
+
+static void client_digests_omitted(struct ft *f, struct lr_session *s)
+{
+    (void)f;
+    static uint8_t buf[4096];
+    struct done_log io = {0};
+    memset(buf, 0xee, sizeof(buf));
+    assert_int_equal(lr_read(s, 0, 8, 512, buf, on_done, &io), 0);
+    assert_true(calls_within(&io, 1, 3000));
+    assert_int_equal(io.last, LR_ERR_CONN_LOST);
+    assert_string_equal(io.what, "header digest error");
+    for (size_t i = 0; i < sizeof(buf); i++)
+        assert_int_equal(buf[i], 0xee);
+    struct lr_session_info info;
+    lr_session_get_info(s, &info);
+    assert_int_equal(info.connections_up, 0);
+}
+
+/* Digests negotiated, then a status without data sent without its header digest, and nothing
+ * after it: the initiator waits for four bytes that never come. It must not wait for ever: the
+ * READ fails at its command timeout, with its connection, never reported good. */
+static void script_digest_omitted_then_silent(struct ft *f)
+{
+    static struct ft_pdu p;
+    struct ft_conn c;
+    int fd = accept_digests_cmd(f, &c, op_keys_dig, sizeof(op_keys_dig), &p);
+    if (fd < 0)
+        return;
+    uint8_t h[ISCSI_BHS_LEN];
+    ft_rsp(&c, h, ISCSI_OP_SCSI_RSP, ISCSI_FLAG_FINAL, get_be32(p.h + BHS_ITT));
+    c.hd = false;
+    ft_send_c(&c, h, NULL, 0);
+    c.hd = true;
+    while (ft_recv_c(&c, &p, 5000) == 0)
+        ;
+    close(fd);
+    atomic_store(&f->stage, 100);
+}
+
+static void client_digest_omitted_then_silent(struct ft *f, struct lr_session *s)
+{
+    static uint8_t buf[4096];
+    struct done_log io = {0};
+    assert_int_equal(lr_read(s, 0, 8, 512, buf, on_done, &io), 0);
+    assert_true(calls_within(&io, 1, 4000));
+    assert_int_equal(io.last, LR_ERR_TIMEOUT);
+    assert_string_equal(io.what, "command timeout");
+    /* the target saw its connection closed well before its own 5 s */
+    assert_true(ft_run_until(R, target_done, f, 3000));
+}
+
+/* The keys of a session with one connection, all but digests, ErrorRecoveryLevel and the times. */
+#define KEYS_ONE_CONN                                                                              \
+    "MaxConnections=1\0InitialR2T=Yes\0ImmediateData=Yes\0MaxBurstLength=262144\0"                 \
+    "FirstBurstLength=65536\0MaxOutstandingR2T=1\0DataPDUInOrder=Yes\0"                            \
+    "DataSequenceInOrder=Yes\0MaxRecvDataSegmentLength=65536\0"
+
+static const char op_keys_dig_erl1[] = "HeaderDigest=CRC32C\0DataDigest=CRC32C\0" KEYS_ONE_CONN
+                                       "DefaultTime2Wait=2\0DefaultTime2Retain=0\0"
+                                       "ErrorRecoveryLevel=1";
+static const char op_keys_erl2[] = "HeaderDigest=None\0DataDigest=None\0" KEYS_ONE_CONN
+                                   "DefaultTime2Wait=0\0DefaultTime2Retain=20\0"
+                                   "ErrorRecoveryLevel=2";
+
+static void data_in(struct ft_conn *c, uint32_t itt, uint32_t sn, uint8_t fill)
+{
+    static uint8_t data[4096];
+    uint8_t h[ISCSI_BHS_LEN];
+    memset(data, fill, sizeof(data));
+    ft_rsp(c, h, ISCSI_OP_DATA_IN, ISCSI_FLAG_FINAL, itt);
+    c->statsn--; /* no status in it: no StatSN taken */
+    put_be32(h + BHS_STATSN, 0);
+    put_be32(h + BHS_TTT, ISCSI_RSVD_TAG);
+    put_be32(h + BHS_DATASN, sn);
+    ft_send_c(c, h, data, sizeof(data));
+}
+
+/* ERL 1 with digests: the Data-In's data digest is wrong (0x99 on the wire, damaged), then the
+ * GOOD status. §7.8 / §11.7.2: the initiator discards that PDU and asks for it again with a
+ * Data SNACK; the READ completes with the data sent again (0x66), never with the damaged one,
+ * nor before it came. */
+static void script_erl1_data_digest(struct ft *f)
+{
+    static struct ft_pdu p;
+    struct ft_conn c;
+    if (accept_digests_cmd(f, &c, op_keys_dig_erl1, sizeof(op_keys_dig_erl1), &p) < 0)
+        return;
+    uint32_t itt = get_be32(p.h + BHS_ITT);
+    c.bad_dd = true;
+    data_in(&c, itt, 0, 0x99);
+    uint8_t h[ISCSI_BHS_LEN];
+    ft_rsp(&c, h, ISCSI_OP_SCSI_RSP, ISCSI_FLAG_FINAL, itt);
+    put_be32(h + BHS_EXPDATASN, 1);
+    ft_send_c(&c, h, NULL, 0);
+    bool snacked = false;
+    while (!snacked && ft_recv_c(&c, &p, 3000) == 0)
+        snacked = (p.h[0] & 0x3f) == ISCSI_OP_SNACK && (p.h[1] & 0x0f) == 0 &&
+                  get_be32(p.h + BHS_ITT) == itt;
+    if (!snacked)
+        return ft_fail(f, "no Data SNACK for the Data-In with a bad digest");
+    data_in(&c, itt, 0, 0x66);
+    await_logout(f, &c);
+}
+
+static void client_erl1_data_digest(struct ft *f, struct lr_session *s)
+{
+    (void)f;
+    static uint8_t buf[4096];
+    struct done_log io = {0};
+    assert_int_equal(lr_read(s, 0, 8, 512, buf, on_done, &io), 0);
+    assert_true(calls_within(&io, 1, 3000));
+    assert_int_equal(io.last, LR_OK);
+    for (size_t i = 0; i < sizeof(buf); i++)
+        assert_int_equal(buf[i], 0x66);
+    struct lr_session_info info;
+    lr_session_get_info(s, &info);
+    assert_int_equal(info.connections_up, 1);
+}
+
+/* ---- a Logout the target never answers ---- */
+
+/* The target reads the Logout and stays silent, its connection open: the initiator gives up
+ * after logout_timeout_ms, closes the connection and completes the logout with an error. */
+static void script_logout_silent(struct ft *f)
+{
+    static struct ft_pdu p;
+    struct ft_conn c;
+    int fd = accept_login(f, &c, op_keys, sizeof(op_keys), 32, "login");
+    if (fd < 0)
+        return;
+    bool seen = false;
+    while (ft_recv_c(&c, &p, 5000) == 0)
+        seen = seen || (p.h[0] & 0x3f) == ISCSI_OP_LOGOUT_REQ;
+    if (!seen)
+        ft_fail(f, "no Logout");
+    close(fd);
+    atomic_store(&f->stage, 100);
+}
+
+static void client_logout_silent(struct ft *f, struct lr_session *s)
+{
+    struct done_log lo = {0};
+    assert_int_equal(lr_session_logout(s, on_done, &lo), 0);
+    assert_true(calls_within(&lo, 1, 3000));
+    assert_int_equal(lo.last, LR_ERR_TIMEOUT);
+    assert_string_equal(lo.what, "logout timed out");
+    struct lr_session_info info;
+    lr_session_get_info(s, &info);
+    assert_int_equal(info.connections_up, 0);
+    /* the target saw the connection close (its read ended before its own 5 s) */
+    assert_true(ft_run_until(R, target_done, f, 3000));
+}
+
+/* The target asks for a logout (Async event 1), reads the Logout and stays silent: the
+ * initiator drops that connection after logout_timeout_ms, logs in again as §11.9.1 wants,
+ * and the next command is done on the new session. */
+static void script_asked_logout_silent(struct ft *f)
+{
+    static struct ft_pdu p;
+    struct ft_conn c;
+    int fd = accept_login(f, &c, op_keys, sizeof(op_keys), 32, "first login");
+    if (fd < 0)
+        return;
+    ft_async(&c, 1, 0);
+    bool seen = false;
+    while (ft_recv_c(&c, &p, 5000) == 0)
+        seen = seen || (p.h[0] & 0x3f) == ISCSI_OP_LOGOUT_REQ;
+    close(fd);
+    if (!seen)
+        return ft_fail(f, "no Logout after the Async Message");
+    atomic_store(&f->stage, 1); /* the initiator closed it */
+    if (accept_login(f, &c, op_keys, sizeof(op_keys), 32, "second login") < 0)
+        return;
+    answer_one_then_logout(f, &c, 0x33, "a command on the new session");
+}
+
+static void client_asked_logout_silent(struct ft *f, struct lr_session *s)
+{
+    /* dropped well before the 5 s the target waits */
+    assert_true(ft_run_until(R, stage_reached, f, 3000));
+    static uint8_t buf[4096];
+    struct done_log io = {0};
+    assert_int_equal(lr_read(s, 0, 8, 512, buf, on_done, &io), 0);
+    assert_true(calls_within(&io, 1, 3000));
+    assert_int_equal(io.last, LR_OK);
+    assert_int_equal(buf[0], 0x33);
+    assert_int_equal(atomic_load(&f->logins), 2);
+}
+
+/* ---- ERL 2: answers about tasks and connections that do not exist ---- */
+
+/* TASK REASSIGN answers (§11.6.1) for a reassignment never asked: under the ITT our TASK
+ * REASSIGN of the task itt would carry (its slot, 0, being the session's first), another
+ * slot's, the command's own ITT and an ITT of nothing, each Function Complete, "task does not
+ * exist" (which would have the command sent again) and "function rejected" (which would fail
+ * it). */
+static void tmf_answers_for_nothing(struct ft_conn *c, uint32_t itt)
+{
+    const uint32_t bogus[] = {INI_TMF_ITT, INI_TMF_ITT + 1, itt, 0x12345678u};
+    const uint8_t rsp[] = {ISCSI_TMF_RSP_COMPLETE, ISCSI_TMF_RSP_NO_TASK, ISCSI_TMF_RSP_REJECTED};
+    for (size_t i = 0; i < sizeof(bogus) / sizeof(bogus[0]); i++)
+        for (size_t k = 0; k < sizeof(rsp); k++) {
+            uint8_t h[ISCSI_BHS_LEN];
+            ft_rsp(c, h, ISCSI_OP_TMF_RSP, ISCSI_FLAG_FINAL, bogus[i]);
+            h[BHS_RESPONSE] = rsp[k];
+            ft_send_c(c, h, NULL, 0);
+        }
+}
+
+/* With a READ outstanding: TASK REASSIGN answers for nothing (tmf_answers_for_nothing) and an
+ * Async event 2 naming a CID the session does not have. None of them may end, complete or
+ * send again anything: the READ then completes once, with its data, on the connection still
+ * up, and it alone was sent. */
+static void script_erl2_nonsense(struct ft *f)
+{
+    static struct ft_pdu p;
+    struct ft_conn c;
+    int fd = accept_login(f, &c, op_keys_erl2, sizeof(op_keys_erl2), 32, "login");
+    if (fd < 0 || first_cmd(f, &c, &p) < 0)
+        return;
+    uint32_t itt = get_be32(p.h + BHS_ITT);
+    tmf_answers_for_nothing(&c, itt);
+    uint8_t h[ISCSI_BHS_LEN];
+    ft_rsp(&c, h, ISCSI_OP_ASYNC_MSG, ISCSI_FLAG_FINAL, ISCSI_RSVD_TAG);
+    h[BHS_ASYNC_EVENT] = 2;
+    put_be16(h + BHS_ASYNC_PARAM1, (uint16_t)(c.cid + 7)); /* no such connection */
+    put_be16(h + BHS_ASYNC_PARAM2, 0);
+    put_be16(h + BHS_ASYNC_PARAM3, 20);
+    ft_send_c(&c, h, NULL, 0);
+    atomic_store(&f->stage, 1);
+    ft_read_done(&c, &p, 0x44);
+    tmf_answers_for_nothing(&c, itt); /* again, now that the task is gone */
+    answer_one_then_logout(f, &c, 0x45, "a second command on the same connection");
+}
+
+static void client_erl2_nonsense(struct ft *f, struct lr_session *s)
+{
+    (void)f;
+    static uint8_t buf[2][4096];
+    struct done_log io = {0};
+    struct lr_session_info info;
+    lr_session_get_info(s, &info);
+    assert_int_equal(info.erl, 2);
+    assert_int_equal(lr_read(s, 0, 8, 512, buf[0], on_done, &io), 0);
+    assert_true(calls_within(&io, 1, 3000));
+    assert_int_equal(io.last, LR_OK);
+    assert_int_equal(buf[0][4095], 0x44);
+    assert_int_equal(lr_read(s, 8, 8, 512, buf[1], on_done, &io), 0);
+    assert_true(calls_within(&io, 2, 3000));
+    assert_int_equal(io.ok, 2); /* each completed once, both good */
+    assert_int_equal(buf[1][0], 0x45);
+    lr_session_get_info(s, &info);
+    assert_int_equal(info.connections_up, 1);
+}
+
+/* ERL 2: the connection carrying a READ is lost; on the new connection the target answers
+ * our TASK REASSIGN (§11.5.1) with Function Complete under another ITT, and never for the
+ * task. The wrong answer is ignored; the READ fails once, at its command timeout, not kept for
+ * reassignment after it, and its buffer untouched; the session logs in again and goes on. */
+static void script_erl2_reassign_nonsense(struct ft *f)
+{
+    static struct ft_pdu p;
+    struct ft_conn c, n;
+    int fd = accept_login(f, &c, op_keys_erl2, sizeof(op_keys_erl2), 32, "login");
+    if (fd < 0 || first_cmd(f, &c, &p) < 0)
+        return;
+    close(fd); /* the connection is lost with the READ on it */
+    if (accept_login(f, &n, op_keys_erl2, sizeof(op_keys_erl2), 32, "second login") < 0)
+        return;
+    int tmfs = 0;
+    while (ft_recv_c(&n, &p, 5000) == 0) { /* until the initiator drops it */
+        uint8_t h[ISCSI_BHS_LEN];
+        if ((p.h[0] & 0x3f) == ISCSI_OP_TMF_REQ && (p.h[1] & 0x7f) == ISCSI_TMF_TASK_REASSIGN) {
+            tmfs++;
+            ft_rsp(&n, h, ISCSI_OP_TMF_RSP, ISCSI_FLAG_FINAL, get_be32(p.h + BHS_ITT) + 1);
+            h[BHS_RESPONSE] = ISCSI_TMF_RSP_COMPLETE;
+            ft_send_c(&n, h, NULL, 0);
+        }
+    }
+    close(n.fd);
+    if (tmfs != 1)
+        return ft_fail(f, "not one TASK REASSIGN");
+    if (accept_login(f, &n, op_keys_erl2, sizeof(op_keys_erl2), 32, "third login") < 0)
+        return;
+    answer_one_then_logout(f, &n, 0x55, "a command after the timeout");
+}
+
+static void client_erl2_reassign_nonsense(struct ft *f, struct lr_session *s)
+{
+    (void)f;
+    static uint8_t buf[2][4096];
+    struct done_log io = {0}, again = {0};
+    memset(buf[0], 0xee, sizeof(buf[0]));
+    uint64_t t0 = now_ms();
+    assert_int_equal(lr_read(s, 0, 8, 512, buf[0], on_done, &io), 0);
+    assert_true(calls_within(&io, 1, 5000));
+    assert_true(now_ms() - t0 < 5000);
+    assert_int_equal(io.last, LR_ERR_TIMEOUT);
+    assert_string_equal(io.what, "command timeout");
+    for (size_t i = 0; i < sizeof(buf[0]); i++)
+        assert_int_equal(buf[0][i], 0xee);
+    assert_int_equal(lr_read(s, 8, 8, 512, buf[1], on_done, &again), 0);
+    assert_true(calls_within(&again, 1, 5000));
+    assert_int_equal(again.last, LR_OK);
+    assert_int_equal(buf[1][0], 0x55);
+    assert_int_equal(io.calls, 1); /* the first never completed again */
+}
+
 /* ---- the cases with a session logged in: the target's script, then the user's side ---- */
 
 struct hostile_case {
@@ -986,6 +1334,41 @@ static const struct hostile_case cases[] = {
      .script = script_r2t_flood,
      .opts = {.error_recovery_level = 1, .cmd_timeout_ms = 20000},
      .client = client_r2t_flood},
+    {.name = "test_digests_negotiated_then_omitted",
+     .script = script_digests_omitted,
+     .opts = {.header_digest = true, .data_digest = true, .cmd_timeout_ms = 5000},
+     .client = client_digests_omitted},
+    {.name = "test_digest_omitted_then_silence_bounded",
+     .script = script_digest_omitted_then_silent,
+     .opts = {.header_digest = true, .data_digest = true, .cmd_timeout_ms = 1000},
+     .client = client_digest_omitted_then_silent},
+    {.name = "test_erl1_data_digest_error_snacked",
+     .script = script_erl1_data_digest,
+     .opts = {.header_digest = true,
+              .data_digest = true,
+              .error_recovery_level = 1,
+              .cmd_timeout_ms = 5000},
+     .client = client_erl1_data_digest,
+     .logout = true},
+    {.name = "test_logout_unanswered_times_out",
+     .script = script_logout_silent,
+     .opts = {.logout_timeout_ms = 300},
+     .client = client_logout_silent},
+    {.name = "test_asked_logout_unanswered_relogin",
+     .script = script_asked_logout_silent,
+     .opts = {.logout_timeout_ms = 300},
+     .client = client_asked_logout_silent,
+     .logout = true},
+    {.name = "test_erl2_answers_for_nothing_ignored",
+     .script = script_erl2_nonsense,
+     .opts = {.error_recovery_level = 2},
+     .client = client_erl2_nonsense,
+     .logout = true},
+    {.name = "test_erl2_reassign_answered_wrong",
+     .script = script_erl2_reassign_nonsense,
+     .opts = {.error_recovery_level = 2, .cmd_timeout_ms = 1000},
+     .client = client_erl2_reassign_nonsense,
+     .logout = true},
 };
 
 static void run_case(void **state)
@@ -1026,6 +1409,13 @@ int main(void)
         CASE(6),
         CASE(7),
         CASE(8),
+        CASE(9),
+        CASE(10),
+        CASE(11),
+        CASE(12),
+        CASE(13),
+        CASE(14),
+        CASE(15),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     reactor_destroy(R);
