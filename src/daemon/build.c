@@ -123,7 +123,8 @@ int target_add_lun_store(const char *state_dir, const char *target, const struct
                                  .pr_state_path = state_dir ? pr_path : NULL,
                                  .alua_state_set = l->alua_state_set,
                                  .alua_state = l->alua_state,
-                                 .alua_npeers = l->alua_npeers};
+                                 .alua_npeers = l->alua_npeers,
+                                 .identity = l->identity};
     memcpy(lc.alua_peers, l->alua_peers, sizeof(lc.alua_peers));
     int rc = scsi_target_add_lun(scsi, &lc, reason, sizeof(reason));
     if (rc < 0) {

@@ -72,6 +72,9 @@ struct target_lun_conf {
     enum scsi_alua_state alua_state;
     struct scsi_alua_group alua_peers[SCSI_ALUA_GROUPS_MAX - 1];
     unsigned alua_npeers;
+    /* ",vendor=", ",product=", ",revision=", ",serial=", ",naa=", ",rotation=" (lun_identity.c):
+     * what hosts are told the LU is; zero fields keep the defaults */
+    struct scsi_lun_identity identity;
     char origin[TARGET_ORIGIN_MAX]; /* "FILE:LINE" or "--lun SPEC", for error messages */
 };
 
@@ -203,6 +206,22 @@ int target_config_read_lines(const char *path, target_line_fn fn, void *arg);
 int target_set_metrics(struct target_config *cfg, const char *val, char *err, size_t errlen);
 int target_parse_portal(const char *s, struct target_portal *p, char *err, size_t errlen);
 int target_check_iscsi_name(const char *s, char *err, size_t errlen);
+/* --- lun_identity.c: the identity options of a LUN spec --- */
+/* One identity option (tok, of the LUN spec spec) into lun->identity: 1 taken, 0 not one,
+ * -1 a bad value (err names the option). */
+int target_lun_identity_opt(struct target_lun_conf *lun, const char *tok, const char *spec,
+                            char *err, size_t errlen);
+/* The options set, each as ",key=value" in the spec's syntax ("" for none); -1 if cut. */
+int target_lun_identity_format(const struct scsi_lun_identity *id, char *buf, size_t len);
+void target_lun_naa_text(const struct scsi_lun_identity *id, char *buf, size_t len);
+bool target_lun_identity_same(const struct scsi_lun_identity *a, const struct scsi_lun_identity *b);
+/* -1 (err says which LUN has it) if l's naa= is another LUN's of node n, or of any target of
+ * cfg; l itself may be among them. */
+int target_node_naa_clash(const struct target_node_conf *n, const char *target,
+                          const struct target_lun_conf *l, char *err, size_t errlen);
+int target_lun_naa_clash(const struct target_config *cfg, const char *target,
+                         const struct target_lun_conf *l, char *err, size_t errlen);
+
 /* --- lun_spec.c: a LUN spec parsed into a target_lun_conf, and written back --- */
 int target_parse_lun_spec(const char *spec, struct target_lun_conf *lun, char *err, size_t errlen);
 /* The global rbd-timeout as an rbd: LUN's timeout= when its spec names none (as a config line

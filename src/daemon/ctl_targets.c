@@ -78,6 +78,9 @@ int ctl_target_add(struct daemon *d, const struct target_node_conf *c, char *err
         snprintf(err, errlen, "%s: target %s has no portal", c->origin, c->name);
         return -1;
     }
+    for (unsigned i = 0; i < c->nluns; i++)
+        if (target_lun_naa_clash(&d->cfg, c->name, &c->luns[i], err, errlen) < 0)
+            return -1;
     for (unsigned i = 0; i < c->nportals; i++)
         if (daemon_listen_portal(d, &c->portals[i], err, errlen) < 0)
             return -1;

@@ -13,7 +13,7 @@
 #include <cmocka.h>
 
 #include "scsi/scsi.h"
-#include "scsi/scsi_internal.h" /* lun->naa: the designator an initiator reads from VPD 0x83 */
+#include "scsi/scsi_internal.h" /* the LU's NAA: the designator an initiator reads from VPD 0x83 */
 #include "util/bytes.h"
 
 #include "scsi_fixture.h"
@@ -227,7 +227,7 @@ static void add_cscd(struct plist *l, struct fx *f, uint64_t lun)
     d[4] = 0x01; /* binary */
     d[5] = 0x03; /* association LU, NAA */
     d[7] = 8;
-    put_be64(d + 8, lu->naa);
+    memcpy(d + 8, lu->ident.naa, 8);
     put_be24(d + 29, lu->block_size);
     l->ncscd_bytes += 32;
 }
