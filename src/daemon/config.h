@@ -315,10 +315,12 @@ void target_node_free(struct iscsi_node *n);
 /* Open one LUN's store and add it to `scsi` (at start, and when linerate-ctl adds one).
  * state_dir may be NULL (no APTPL). On error returns -1 with "ORIGIN: reason" in err. */
 int target_build_lun(const char *state_dir, const char *target, const struct target_lun_conf *l,
-                     struct scsi_target *scsi, char *err, size_t errlen);
+                     struct scsi_target *scsi, const struct target_built *built, char *err,
+                     size_t errlen);
 /* The same; *transient (if not NULL) says the store could not be opened for now. */
 int target_build_lun_ex(const char *state_dir, const char *target, const struct target_lun_conf *l,
-                        struct scsi_target *scsi, bool *transient, char *err, size_t errlen);
+                        struct scsi_target *scsi, const struct target_built *built, bool *transient,
+                        char *err, size_t errlen);
 /* The same in two steps, so that a reload opens every new store before it changes anything:
  * open the store (NULL with "ORIGIN: reason" in err), then add it (the LUN takes the store;
  * on error it is closed). */
@@ -326,8 +328,11 @@ struct bs *target_open_lun_store(const struct target_lun_conf *l, char *err, siz
 /* The same; *transient says the store could not be opened for now (bs_open_spec_ex). */
 struct bs *target_open_lun_store_ex(const struct target_lun_conf *l, bool *transient, char *err,
                                     size_t errlen);
+/* built (may be NULL): the daemon's targets, none of whose LUNs (nor scsi's) may already have
+ * the NAA the new LUN would have, its own or its default (refused, naming both). */
 int target_add_lun_store(const char *state_dir, const char *target, const struct target_lun_conf *l,
-                         struct bs *bs, struct scsi_target *scsi, char *err, size_t errlen);
+                         struct bs *bs, struct scsi_target *scsi, const struct target_built *built,
+                         char *err, size_t errlen);
 /* cfg's state directory, created if missing; NULL (with a warning) if it cannot be. */
 const char *target_state_dir(const struct target_config *cfg);
 /* Flush every LUN's store; returns the number of LUNs that failed to flush. */

@@ -124,8 +124,8 @@ int ctl_lun_add(struct daemon *d, unsigned t, struct target_lun_conf *l, struct 
         l->bs_spec = NULL;
         return -1;
     }
-    int rc = bs ? target_add_lun_store(state_dir, n->name, l, bs, n->scsi, err, errlen)
-                : target_build_lun(state_dir, n->name, l, n->scsi, err, errlen);
+    int rc = bs ? target_add_lun_store(state_dir, n->name, l, bs, n->scsi, &d->built, err, errlen)
+                : target_build_lun(state_dir, n->name, l, n->scsi, &d->built, err, errlen);
     if (rc < 0) {
         free(l->bs_spec);
         l->bs_spec = NULL;

@@ -93,7 +93,7 @@ int ctl_target_add(struct daemon *d, const struct target_node_conf *c, char *err
     target_alua_apply(c, scsi);
     const char *state_dir = target_state_dir(&d->cfg);
     for (unsigned i = 0; i < c->nluns; i++) {
-        if (target_build_lun(state_dir, c->name, &c->luns[i], scsi, err, errlen) < 0) {
+        if (target_build_lun(state_dir, c->name, &c->luns[i], scsi, &d->built, err, errlen) < 0) {
             scsi_free(scsi);
             return -1;
         }

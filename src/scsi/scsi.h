@@ -255,6 +255,10 @@ int scsi_target_init(struct scsi_target *t, const char *name, uint16_t tpgt);
 /* Adds a LUN (takes ownership of cfg->bs). Returns 0 or -errno; err gets a reason. */
 int scsi_target_add_lun(struct scsi_target *t, const struct scsi_lun_config *cfg, char *err,
                         size_t errlen);
+/* The NAA designator (VPD 83h) a LUN of cfg would have on t: cfg's own, or the default made of
+ * the store's medium id or t's name and the LUN number. Returns its length (8 or 16). */
+uint8_t scsi_lun_naa(const struct scsi_target *t, const struct scsi_lun_config *cfg,
+                     uint8_t naa[16]);
 void scsi_target_destroy(struct scsi_target *t);
 
 /* Find or create the nexus for an initiator port (initiator_name's port port_id, which tp
@@ -426,8 +430,9 @@ struct scsi_lun_info {
     bool read_only;
     bool removable;
     bool thin;
-    const char *store; /* the store's description ("ram:64M", "file:/x") */
-    long users;        /* commands holding it now */
+    const char *store;                        /* the store's description ("ram:64M", "file:/x") */
+    long users;                               /* commands holding it now */
+    const struct scsi_lun_identity *identity; /* what hosts are told, defaults filled in */
 };
 void scsi_lun_get_info(const struct scsi_lun *lu, struct scsi_lun_info *out);
 

@@ -47,6 +47,25 @@ static uint64_t lun_hash(const char *name, uint64_t lun)
     return h;
 }
 
+static uint64_t lun_default_hash(const struct scsi_target *t, const struct scsi_lun_config *cfg)
+{
+    return cfg->bs->medium_id[0] ? lun_hash(cfg->bs->medium_id, 0) : lun_hash(t->name, cfg->lun);
+}
+
+uint8_t scsi_lun_naa(const struct scsi_target *t, const struct scsi_lun_config *cfg,
+                     uint8_t naa[16])
+{
+    const struct scsi_lun_identity *id = &cfg->identity;
+    assert(id->naa_len == 0 || id->naa_len == 8 || id->naa_len == 16);
+    if (id->naa_len) {
+        memcpy(naa, id->naa, id->naa_len);
+        return id->naa_len;
+    }
+    uint64_t h = lun_default_hash(t, cfg);
+    put_be64(naa, (3ull << 60) | (h & 0x0fffffffffffffffull)); /* NAA 3h: locally assigned */
+    return 8;
+}
+
 /* What the LU tells hosts it is: the admin's identity, each field not set taking its default. A
  * store with an identity of its own (an RBD image id) names the LU by it, so every gateway
  * exporting that image reports the same NAA and serial (multipath joins the paths); otherwise
@@ -56,13 +75,8 @@ static void lun_identity(struct scsi_lun *lu, const struct scsi_target *t,
 {
     struct scsi_lun_identity *id = &lu->ident;
     *id = cfg->identity;
-    uint64_t h =
-        cfg->bs->medium_id[0] ? lun_hash(cfg->bs->medium_id, 0) : lun_hash(t->name, cfg->lun);
-    if (!id->naa_len) {
-        put_be64(id->naa, (3ull << 60) | (h & 0x0fffffffffffffffull)); /* NAA 3: local */
-        id->naa_len = 8;
-    }
-    assert(id->naa_len == 8 || id->naa_len == 16);
+    uint64_t h = lun_default_hash(t, cfg);
+    id->naa_len = scsi_lun_naa(t, cfg, id->naa);
     if (!id->serial[0])
         snprintf(id->serial, sizeof(id->serial), "%016" PRIx64, h);
     if (!id->vendor[0])

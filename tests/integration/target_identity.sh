@@ -120,5 +120,19 @@ sed -i "s/serial=LIVE-3/serial=LIVE-4/" "$WORK/run.conf"
 ctl_ok --json reload
 grep -qF "serial=LIVE-3" "$WORK/ctl.out" && grep -qF "serial=LIVE-4" "$WORK/ctl.out" ||
     fail "reload with LUN 3's serial changed: $(cat "$WORK/ctl.out")"
+
+note "a move: LUN 0's identity, read from show luns, pinned on the LUN that replaces it"
+ctl_ok --json show luns
+naa0=$(jget '[l["identity"]["naa"] for l in d if l["lun"] == 0][0]' <"$WORK/ctl.out")
+serial0=$(jget '[l["identity"]["serial"] for l in d if l["lun"] == 0][0]' <"$WORK/ctl.out")
+[[ $l0 == *"serial='$serial0' naa=$naa0 "* ]] || fail "show luns: serial $serial0 naa $naa0, a host reads $l0"
+# while LUN 0 still has it (made, not set), no other LUN may take it
+ctl add lun "$T" "null:8M,naa=$naa0" --lun 7 >"$WORK/ctl.out" 2>&1 && fail "LUN 0's NAA was taken by LUN 7"
+grep -qF "its NAA $naa0 (naa=) is already the NAA of target $T LUN 0" "$WORK/ctl.out" ||
+    fail "add lun with LUN 0's made NAA: $(cat "$WORK/ctl.out")"
+ctl_ok remove lun "$T" 0
+ctl_ok add lun "$T" "null:8M,product=RAMDISK,serial=$serial0,naa=$naa0" --lun 7
+l7=$(ident 7)
+[ "$l7" = "$l0" ] || fail "the moved disk reads '$l7', was '$l0'"
 stop_target
 echo "PASS"
