@@ -105,8 +105,34 @@ struct bs *target_open_lun_store_ex(const struct target_lun_conf *l, bool *trans
     return bs;
 }
 
+/* The LUN of scsi or of a target of built (NULL: none) whose NAA is naa; NULL if none. */
+static const struct scsi_lun *naa_holder(const struct scsi_target *scsi,
+                                         const struct target_built *built, const uint8_t *naa,
+                                         uint8_t len, const struct scsi_target **on)
+{
+    unsigned n = built ? built->n : 0;
+    for (unsigned t = 0; t <= n; t++) {
+        const struct scsi_target *tg = t < n ? built->scsi[t] : scsi;
+        if (!tg || (t < n && tg == scsi))
+            continue;
+        for (uint32_t i = 0; i < tg->nluns; i++) {
+            const struct scsi_lun *lu = scsi_target_lun((struct scsi_target *)tg, i);
+            struct scsi_lun_info li;
+            if (!lu)
+                continue;
+            scsi_lun_get_info(lu, &li);
+            if (li.identity->naa_len == len && memcmp(li.identity->naa, naa, len) == 0) {
+                *on = tg;
+                return lu;
+            }
+        }
+    }
+    return NULL;
+}
+
 int target_add_lun_store(const char *state_dir, const char *target, const struct target_lun_conf *l,
-                         struct bs *bs, struct scsi_target *scsi, char *err, size_t errlen)
+                         struct bs *bs, struct scsi_target *scsi, const struct target_built *built,
+                         char *err, size_t errlen)
 {
     char reason[512] = "";
     char pr_path[512];
@@ -123,8 +149,27 @@ int target_add_lun_store(const char *state_dir, const char *target, const struct
                                  .pr_state_path = state_dir ? pr_path : NULL,
                                  .alua_state_set = l->alua_state_set,
                                  .alua_state = l->alua_state,
-                                 .alua_npeers = l->alua_npeers};
+                                 .alua_npeers = l->alua_npeers,
+                                 .identity = l->identity};
     memcpy(lc.alua_peers, l->alua_peers, sizeof(lc.alua_peers));
+    /* one NAA per LU in the daemon, whether set or made (a disk moved here with its old NAA
+     * pinned, while a LUN still has it by default): hosts' multipath would join the two */
+    uint8_t naa[16];
+    uint8_t naa_len = scsi_lun_naa(scsi, &lc, naa);
+    const struct scsi_target *on = NULL;
+    const struct scsi_lun *holder = naa_holder(scsi, built, naa, naa_len, &on);
+    if (holder) {
+        struct scsi_lun_info li;
+        scsi_lun_get_info(holder, &li);
+        char hex[33];
+        target_lun_naa_text(li.identity, hex, sizeof(hex));
+        bs_close(bs);
+        snprintf(err, errlen,
+                 "%s: cannot add LUN %llu: its NAA %s (naa=) is already the NAA of target %s "
+                 "LUN %llu: two LUNs may not share an NAA",
+                 l->origin, (unsigned long long)l->lun, hex, on->name, (unsigned long long)li.lun);
+        return -1;
+    }
     int rc = scsi_target_add_lun(scsi, &lc, reason, sizeof(reason));
     if (rc < 0) {
         /* The LUN takes ownership of the store only on success. */
@@ -145,16 +190,18 @@ int target_add_lun_store(const char *state_dir, const char *target, const struct
 }
 
 int target_build_lun_ex(const char *state_dir, const char *target, const struct target_lun_conf *l,
-                        struct scsi_target *scsi, bool *transient, char *err, size_t errlen)
+                        struct scsi_target *scsi, const struct target_built *built, bool *transient,
+                        char *err, size_t errlen)
 {
     struct bs *bs = target_open_lun_store_ex(l, transient, err, errlen);
-    return bs ? target_add_lun_store(state_dir, target, l, bs, scsi, err, errlen) : -1;
+    return bs ? target_add_lun_store(state_dir, target, l, bs, scsi, built, err, errlen) : -1;
 }
 
 int target_build_lun(const char *state_dir, const char *target, const struct target_lun_conf *l,
-                     struct scsi_target *scsi, char *err, size_t errlen)
+                     struct scsi_target *scsi, const struct target_built *built, char *err,
+                     size_t errlen)
 {
-    return target_build_lun_ex(state_dir, target, l, scsi, NULL, err, errlen);
+    return target_build_lun_ex(state_dir, target, l, scsi, built, NULL, err, errlen);
 }
 
 const char *target_state_dir(const struct target_config *cfg)
@@ -213,7 +260,7 @@ int target_build(const struct target_config *cfg, struct target_built *b, char *
             LOG_INFO("target %s: %s", c->name, alua);
         }
         for (unsigned i = 0; i < c->nluns; i++)
-            if (target_build_lun_ex(state_dir, c->name, &c->luns[i], scsi, &transient, err,
+            if (target_build_lun_ex(state_dir, c->name, &c->luns[i], scsi, b, &transient, err,
                                     errlen) < 0)
                 goto fail;
         b->nodes[t] = target_node_make(c, scsi);

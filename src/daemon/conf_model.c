@@ -224,6 +224,8 @@ int target_node_add_lun(struct target_node_conf *n, struct target_lun_conf *lun,
             return -1;
         }
     }
+    if (target_node_naa_clash(n, n->name, lun, err, errlen) < 0)
+        return -1;
     struct target_lun_conf *e = array_push(&n->luns, &n->nluns, sizeof(*e));
     if (!e) {
         snprintf(err, errlen, "out of memory");

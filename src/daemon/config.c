@@ -157,7 +157,8 @@ static int cfg_lun(struct cfg_parser *ps, const char *key, const char *val)
         return cfg_fail(ps, ps->line, "out of memory");
     }
     snprintf(lun.origin, sizeof(lun.origin), "%s:%u", ps->path, ps->line);
-    if (target_node_add_lun(ps->node, &lun, reason, sizeof(reason)) < 0) {
+    if (target_lun_naa_clash(ps->cfg, ps->node->name, &lun, reason, sizeof(reason)) < 0 ||
+        target_node_add_lun(ps->node, &lun, reason, sizeof(reason)) < 0) {
         free(lun.bs_spec);
         return cfg_fail(ps, ps->line, "%s", reason);
     }

@@ -72,6 +72,9 @@ struct target_lun_conf {
     enum scsi_alua_state alua_state;
     struct scsi_alua_group alua_peers[SCSI_ALUA_GROUPS_MAX - 1];
     unsigned alua_npeers;
+    /* ",vendor=", ",product=", ",revision=", ",serial=", ",naa=", ",rotation=" (lun_identity.c):
+     * what hosts are told the LU is; zero fields keep the defaults */
+    struct scsi_lun_identity identity;
     char origin[TARGET_ORIGIN_MAX]; /* "FILE:LINE" or "--lun SPEC", for error messages */
 };
 
@@ -203,6 +206,22 @@ int target_config_read_lines(const char *path, target_line_fn fn, void *arg);
 int target_set_metrics(struct target_config *cfg, const char *val, char *err, size_t errlen);
 int target_parse_portal(const char *s, struct target_portal *p, char *err, size_t errlen);
 int target_check_iscsi_name(const char *s, char *err, size_t errlen);
+/* --- lun_identity.c: the identity options of a LUN spec --- */
+/* One identity option (tok, of the LUN spec spec) into lun->identity: 1 taken, 0 not one,
+ * -1 a bad value (err names the option). */
+int target_lun_identity_opt(struct target_lun_conf *lun, const char *tok, const char *spec,
+                            char *err, size_t errlen);
+/* The options set, each as ",key=value" in the spec's syntax ("" for none); -1 if cut. */
+int target_lun_identity_format(const struct scsi_lun_identity *id, char *buf, size_t len);
+void target_lun_naa_text(const struct scsi_lun_identity *id, char *buf, size_t len);
+bool target_lun_identity_same(const struct scsi_lun_identity *a, const struct scsi_lun_identity *b);
+/* -1 (err says which LUN has it) if l's naa= is another LUN's of node n, or of any target of
+ * cfg; l itself may be among them. */
+int target_node_naa_clash(const struct target_node_conf *n, const char *target,
+                          const struct target_lun_conf *l, char *err, size_t errlen);
+int target_lun_naa_clash(const struct target_config *cfg, const char *target,
+                         const struct target_lun_conf *l, char *err, size_t errlen);
+
 /* --- lun_spec.c: a LUN spec parsed into a target_lun_conf, and written back --- */
 int target_parse_lun_spec(const char *spec, struct target_lun_conf *lun, char *err, size_t errlen);
 /* The global rbd-timeout as an rbd: LUN's timeout= when its spec names none (as a config line
@@ -296,10 +315,12 @@ void target_node_free(struct iscsi_node *n);
 /* Open one LUN's store and add it to `scsi` (at start, and when linerate-ctl adds one).
  * state_dir may be NULL (no APTPL). On error returns -1 with "ORIGIN: reason" in err. */
 int target_build_lun(const char *state_dir, const char *target, const struct target_lun_conf *l,
-                     struct scsi_target *scsi, char *err, size_t errlen);
+                     struct scsi_target *scsi, const struct target_built *built, char *err,
+                     size_t errlen);
 /* The same; *transient (if not NULL) says the store could not be opened for now. */
 int target_build_lun_ex(const char *state_dir, const char *target, const struct target_lun_conf *l,
-                        struct scsi_target *scsi, bool *transient, char *err, size_t errlen);
+                        struct scsi_target *scsi, const struct target_built *built, bool *transient,
+                        char *err, size_t errlen);
 /* The same in two steps, so that a reload opens every new store before it changes anything:
  * open the store (NULL with "ORIGIN: reason" in err), then add it (the LUN takes the store;
  * on error it is closed). */
@@ -307,8 +328,11 @@ struct bs *target_open_lun_store(const struct target_lun_conf *l, char *err, siz
 /* The same; *transient says the store could not be opened for now (bs_open_spec_ex). */
 struct bs *target_open_lun_store_ex(const struct target_lun_conf *l, bool *transient, char *err,
                                     size_t errlen);
+/* built (may be NULL): the daemon's targets, none of whose LUNs (nor scsi's) may already have
+ * the NAA the new LUN would have, its own or its default (refused, naming both). */
 int target_add_lun_store(const char *state_dir, const char *target, const struct target_lun_conf *l,
-                         struct bs *bs, struct scsi_target *scsi, char *err, size_t errlen);
+                         struct bs *bs, struct scsi_target *scsi, const struct target_built *built,
+                         char *err, size_t errlen);
 /* cfg's state directory, created if missing; NULL (with a warning) if it cannot be. */
 const char *target_state_dir(const struct target_config *cfg);
 /* Flush every LUN's store; returns the number of LUNs that failed to flush. */

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "bs/bs.h"
 #include "daemon/ctl_req.h"
 #include "daemon/daemon.h"
 
@@ -116,8 +117,15 @@ int ctl_lun_add(struct daemon *d, unsigned t, struct target_lun_conf *l, struct 
 {
     struct iscsi_node *n = d->built.nodes[t];
     const char *state_dir = target_state_dir(&d->cfg);
-    int rc = bs ? target_add_lun_store(state_dir, n->name, l, bs, n->scsi, err, errlen)
-                : target_build_lun(state_dir, n->name, l, n->scsi, err, errlen);
+    if (target_lun_naa_clash(&d->cfg, n->name, l, err, errlen) < 0) {
+        if (bs)
+            bs_close(bs);
+        free(l->bs_spec);
+        l->bs_spec = NULL;
+        return -1;
+    }
+    int rc = bs ? target_add_lun_store(state_dir, n->name, l, bs, n->scsi, &d->built, err, errlen)
+                : target_build_lun(state_dir, n->name, l, n->scsi, &d->built, err, errlen);
     if (rc < 0) {
         free(l->bs_spec);
         l->bs_spec = NULL;

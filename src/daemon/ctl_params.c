@@ -131,9 +131,17 @@ json_t *ctl_lun_json(struct daemon *d, unsigned t, const struct scsi_lun *lu)
     scsi_lun_get_info(lu, &li);
     const struct target_lun_conf *c = ctl_conf_lun_find(d, t, li.lun);
     const char *target = d->built.nodes[t]->name;
-    return json_pack("{s:s, s:I, s:s, s:I, s:i, s:i, s:b, s:b, s:b, s:I}", "target", target, "lun",
-                     (json_int_t)li.lun, "store", c ? c->bs_spec : li.store, "bytes",
+    /* the identity hosts read, defaults included: what to pin with ,serial= and ,naa= before
+     * the disk moves */
+    const struct scsi_lun_identity *id = li.identity;
+    char naa[33];
+    target_lun_naa_text(id, naa, sizeof(naa));
+    json_t *ident = json_pack("{s:s, s:s, s:s, s:s, s:s, s:i}", "vendor", id->vendor, "product",
+                              id->product, "revision", id->revision, "serial", id->serial, "naa",
+                              naa, "rotation", (int)id->rotation);
+    return json_pack("{s:s, s:I, s:s, s:I, s:i, s:i, s:b, s:b, s:b, s:I, s:o*}", "target", target,
+                     "lun", (json_int_t)li.lun, "store", c ? c->bs_spec : li.store, "bytes",
                      (json_int_t)li.bytes, "block_size", (int)li.block_size, "physical_block_size",
                      (int)li.phys_block_size, "read_only", li.read_only, "removable", li.removable,
-                     "thin", li.thin, "commands", (json_int_t)li.users);
+                     "thin", li.thin, "commands", (json_int_t)li.users, "identity", ident);
 }

@@ -51,12 +51,14 @@ static const struct target_lun_conf *find_lun(const struct target_node_conf *n, 
     return NULL;
 }
 
-/* Everything of a LUN but its write protection, which can change in place. */
+/* Everything of a LUN but its write protection, which can change in place; its identity too
+ * (a host would see its disk change under it). */
 static bool same_store(const struct target_lun_conf *a, const struct target_lun_conf *b)
 {
     return strcmp(a->bs_spec, b->bs_spec) == 0 && a->block_size == b->block_size &&
            a->removable == b->removable && a->phys_block_size == b->phys_block_size &&
-           a->sanitize_rate == b->sanitize_rate && target_alua_lun_same(a, b);
+           a->sanitize_rate == b->sanitize_rate && target_alua_lun_same(a, b) &&
+           target_lun_identity_same(&a->identity, &b->identity);
 }
 
 static bool same_chap(const struct chap_creds *a, const struct chap_creds *b)
@@ -434,10 +436,14 @@ static int plan_lun_adds(struct daemon *d, const struct target_config *file, str
             if (rl && same_store(rl, fl))
                 continue;
             if (rl) {
+                /* the whole specs: the change may be in the options (an identity) alone */
+                char was[1024], now[1024];
+                target_lun_spec_format(rl, was, sizeof(was));
+                target_lun_spec_format(fl, now, sizeof(now));
                 note(restart,
                      "target %s: LUN %llu changed its store (%s -> %s): remove it and add it "
                      "again, or restart",
-                     run->name, (unsigned long long)fl->lun, rl->bs_spec, fl->bs_spec);
+                     run->name, (unsigned long long)fl->lun, was, now);
                 continue;
             }
             if (scsi_target_lun(d->built.nodes[t]->scsi, fl->lun)) {

@@ -78,6 +78,9 @@ int ctl_target_add(struct daemon *d, const struct target_node_conf *c, char *err
         snprintf(err, errlen, "%s: target %s has no portal", c->origin, c->name);
         return -1;
     }
+    for (unsigned i = 0; i < c->nluns; i++)
+        if (target_lun_naa_clash(&d->cfg, c->name, &c->luns[i], err, errlen) < 0)
+            return -1;
     for (unsigned i = 0; i < c->nportals; i++)
         if (daemon_listen_portal(d, &c->portals[i], err, errlen) < 0)
             return -1;
@@ -90,7 +93,7 @@ int ctl_target_add(struct daemon *d, const struct target_node_conf *c, char *err
     target_alua_apply(c, scsi);
     const char *state_dir = target_state_dir(&d->cfg);
     for (unsigned i = 0; i < c->nluns; i++) {
-        if (target_build_lun(state_dir, c->name, &c->luns[i], scsi, err, errlen) < 0) {
+        if (target_build_lun(state_dir, c->name, &c->luns[i], scsi, &d->built, err, errlen) < 0) {
             scsi_free(scsi);
             return -1;
         }

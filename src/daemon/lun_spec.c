@@ -36,6 +36,8 @@ static int lun_opt(struct target_lun_conf *lun, const char *tok, const char *spe
         return 1;
     }
     int r = target_alua_lun_opt(lun, tok, err, errlen);
+    if (r == 0)
+        r = target_lun_identity_opt(lun, tok, spec, err, errlen);
     if (r != 0)
         return r;
     if (strncmp(tok, "sanitize-rate=", 14) == 0) {
@@ -102,7 +104,8 @@ static int store_part(struct target_lun_conf *lun, const char *store, char *err,
 }
 
 /* Split the LUN options (",ro", ",rw", ",removable", ",bs=512|4096", ",pbs=SIZE",
- * ",sanitize-rate=SIZE", ",alua=STATE", ",alua-peer=ID:STATE") off a store spec; the rest
+ * ",sanitize-rate=SIZE", ",alua=STATE", ",alua-peer=ID:STATE", and the identity of
+ * lun_identity.c) off a store spec; the rest
  * goes to bs_open_spec() unchanged. lun->lun and origin are left to the caller. */
 int target_parse_lun_spec(const char *spec, struct target_lun_conf *lun, char *err, size_t errlen)
 {
@@ -113,6 +116,7 @@ int target_parse_lun_spec(const char *spec, struct target_lun_conf *lun, char *e
     lun->phys_block_size = 0;
     lun->alua_state_set = false;
     lun->alua_npeers = 0;
+    memset(&lun->identity, 0, sizeof(lun->identity));
     lun->bs_spec = NULL;
     lun->size = 0;
     if (!strchr(spec, ':')) {
@@ -229,6 +233,8 @@ int target_lun_spec_format(const struct target_lun_conf *l, char *buf, size_t le
     for (unsigned i = 0; i < l->alua_npeers; i++)
         ADD(",alua-peer=%u:%s", (unsigned)l->alua_peers[i].id,
             scsi_alua_state_name((enum scsi_alua_state)l->alua_peers[i].state));
+    if (off < len && target_lun_identity_format(&l->identity, buf + off, len - off) < 0)
+        off = len;
 #undef ADD
     return off < len ? 0 : -1;
 }

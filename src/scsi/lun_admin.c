@@ -117,6 +117,7 @@ void scsi_lun_get_info(const struct scsi_lun *lu, struct scsi_lun_info *out)
         .thin = lu->bs->thin,
         .store = lu->bs->desc,
         .users = scsi_lun_users(lu),
+        .identity = &lu->ident,
     };
 }
 

@@ -112,6 +112,22 @@ struct scsi_alua_group {
 int scsi_alua_state_parse(const char *s, enum scsi_alua_state *out);
 const char *scsi_alua_state_name(enum scsi_alua_state s);
 
+/* What a LUN tells hosts it is (INQUIRY, VPD 80h/83h/B1h), as an admin sets it so that a disk
+ * keeps its identity across a move, a restart and every gateway. Zero fields keep the
+ * defaults: vendor "LINERATE", the store's product name, revision "0001", a serial and an NAA
+ * 3h designator hashed from the store's medium id (or the target name and LUN number), medium
+ * rotation rate 1 (non-rotating). Strings are printable ASCII (SPC-4 §6.6.2), NUL-terminated. */
+#define SCSI_SERIAL_MAX 64 /* VPD 80h PRODUCT SERIAL NUMBER, and the T10 vendor ID designator */
+struct scsi_lun_identity {
+    char vendor[9];   /* T10 VENDOR IDENTIFICATION, 8 bytes padded with spaces */
+    char product[17]; /* PRODUCT IDENTIFICATION, 16 bytes */
+    char revision[5]; /* PRODUCT REVISION LEVEL, 4 bytes */
+    char serial[SCSI_SERIAL_MAX + 1];
+    uint8_t naa[16];   /* an NAA designator (SPC-4 §7.8.6.6), checked by the caller */
+    uint8_t naa_len;   /* 8 or 16; 0: the default */
+    uint16_t rotation; /* SBC-3 §6.5.2 MEDIUM ROTATION RATE: 1 or 0401h..FFFEh; 0: default */
+};
+
 struct scsi_lun_config {
     uint64_t lun;        /* LUN number as the initiator addresses it */
     struct bs *bs;       /* the store (bs/bs.h); the LUN takes ownership */
@@ -142,6 +158,7 @@ struct scsi_lun_config {
      * named here that the target does not list is added for this LUN. */
     struct scsi_alua_group alua_peers[SCSI_ALUA_GROUPS_MAX - 1];
     unsigned alua_npeers;
+    struct scsi_lun_identity identity; /* all zero: the defaults */
 };
 
 /* A SCSI target device: its LUNs and its one target port. */
@@ -238,6 +255,10 @@ int scsi_target_init(struct scsi_target *t, const char *name, uint16_t tpgt);
 /* Adds a LUN (takes ownership of cfg->bs). Returns 0 or -errno; err gets a reason. */
 int scsi_target_add_lun(struct scsi_target *t, const struct scsi_lun_config *cfg, char *err,
                         size_t errlen);
+/* The NAA designator (VPD 83h) a LUN of cfg would have on t: cfg's own, or the default made of
+ * the store's medium id or t's name and the LUN number. Returns its length (8 or 16). */
+uint8_t scsi_lun_naa(const struct scsi_target *t, const struct scsi_lun_config *cfg,
+                     uint8_t naa[16]);
 void scsi_target_destroy(struct scsi_target *t);
 
 /* Find or create the nexus for an initiator port (initiator_name's port port_id, which tp
@@ -409,8 +430,9 @@ struct scsi_lun_info {
     bool read_only;
     bool removable;
     bool thin;
-    const char *store; /* the store's description ("ram:64M", "file:/x") */
-    long users;        /* commands holding it now */
+    const char *store;                        /* the store's description ("ram:64M", "file:/x") */
+    long users;                               /* commands holding it now */
+    const struct scsi_lun_identity *identity; /* what hosts are told, defaults filled in */
 };
 void scsi_lun_get_info(const struct scsi_lun *lu, struct scsi_lun_info *out);
 

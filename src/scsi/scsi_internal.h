@@ -212,8 +212,9 @@ struct scsi_lun {
     bool mapped;           /* bs_map() works: READ/WRITE go straight to store memory */
     atomic_bool wce;       /* caching mode page WCE; read lock-free on the write path */
     pthread_mutex_t lock;  /* mode-page changes and the UA they raise */
-    uint64_t naa;          /* NAA 3 locally assigned identifier (VPD 0x83) */
-    char serial[17];       /* VPD 0x80 */
+    /* What INQUIRY and VPD 80h/83h/B1h say (spc.c): the configured identity with every
+     * default filled in when the LUN is added (target.c) */
+    struct scsi_lun_identity ident;
     atomic_uint ua[SCSI_NEXUS_MAX];
     struct scsi_lun_users users[SCSI_LUN_USER_SHARDS];
     struct iostats *stats; /* the metrics (util/iostats.h); NULL if out of memory at add */

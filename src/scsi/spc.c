@@ -60,14 +60,6 @@ static void pad_copy(uint8_t *dst, const char *s, size_t n)
     memcpy(dst, s, k < n ? k : n);
 }
 
-/* The store names the product (a RAM, null or file LUN says so); without a LUN, or from a store
- * that does not, "linerate". */
-static const char *product_name(const struct scsi_lun *lu)
-{
-    const char *n = lu ? lu->bs->ops->product : NULL;
-    return n ? n : "linerate";
-}
-
 static uint32_t inquiry_standard(const struct scsi_task *t, uint8_t *d)
 {
     memset(d, 0, 96);
@@ -80,9 +72,11 @@ static uint32_t inquiry_standard(const struct scsi_task *t, uint8_t *d)
     /* 3PC: EXTENDED COPY (xcopy.c); TPGS 01b: implicit ALUA only (alua.c, SPC-4 §5.16) */
     d[5] = 0x08 | 0x10;
     d[7] = 0x02; /* CMDQUE */
-    pad_copy(d + 8, "LINERATE", 8);
-    pad_copy(d + 16, product_name(t->lu), 16);
-    pad_copy(d + 32, "0001", 4);
+    /* the LU's identity (target.c); where no LUN is, the defaults' words */
+    const struct scsi_lun_identity *id = t->lu ? &t->lu->ident : NULL;
+    pad_copy(d + 8, id ? id->vendor : "LINERATE", 8);
+    pad_copy(d + 16, id ? id->product : "linerate", 16);
+    pad_copy(d + 32, id ? id->revision : "0001", 4);
     /* version descriptors (§6.6.2 table 146): SAM-5, the transport's (of the task's nexus),
      * SPC-4, SBC-3 */
     static const uint16_t ours[] = {0x00a0, 0, 0x0460, 0x04c0};
@@ -128,13 +122,15 @@ static uint32_t vpd_device_id(const struct scsi_task *t, uint8_t *d)
     const struct scsi_lun *lu = t->lu;
     uint8_t *p = d + 4;
     if (lu) {
-        uint8_t naa[8];
-        put_be64(naa, lu->naa);
-        p = designator(p, 0x01, 0x03, naa, 8); /* binary, LU, NAA */
-        uint8_t t10[8 + 16];
-        pad_copy(t10, "LINERATE", 8);
-        memcpy(t10 + 8, lu->serial, 16);
-        p = designator(p, 0x02, 0x01, t10, sizeof(t10)); /* ASCII, LU, T10 vendor ID */
+        const struct scsi_lun_identity *id = &lu->ident;
+        p = designator(p, 0x01, 0x03, id->naa, id->naa_len); /* binary, LU, NAA */
+        /* T10 VENDOR IDENTIFICATION and the serial as its vendor specific identifier
+         * (§7.8.6.4) */
+        uint8_t t10[8 + SCSI_SERIAL_MAX];
+        size_t n = strlen(id->serial);
+        pad_copy(t10, id->vendor, 8);
+        memcpy(t10 + 8, id->serial, n);
+        p = designator(p, 0x02, 0x01, t10, (uint8_t)(8 + n)); /* ASCII, LU, T10 vendor ID */
     }
     /* The target port, association 01b, in the protocol of the task's nexus (PIV=1, §7.8.6;
      * its name as the transport spells it, RFC 7143 §13.7 for iSCSI); a task of no nexus
@@ -227,7 +223,7 @@ static void spc_inquiry_vpd(struct scsi_task *t, uint8_t page, uint8_t *d, uint3
         *len = 4 + sizeof(vpd_pages);
         break;
     case 0x80: {
-        const char *sn = t->lu ? t->lu->serial : "";
+        const char *sn = t->lu ? t->lu->ident.serial : "";
         size_t n = strlen(sn);
         memcpy(d + 4, sn, n);
         *len = 4 + (uint32_t)n;
@@ -245,8 +241,9 @@ static void spc_inquiry_vpd(struct scsi_task *t, uint8_t page, uint8_t *d, uint3
     case 0xb0:
         *len = vpd_block_limits(t->lu, d);
         break;
-    case 0xb1:              /* block device characteristics (SBC-3 §6.5.2) */
-        put_be16(d + 4, 1); /* MEDIUM ROTATION RATE 1: non-rotating */
+    case 0xb1: /* block device characteristics (SBC-3 §6.5.2) */
+        /* MEDIUM ROTATION RATE: 1 non-rotating (the default), else nominal rpm */
+        put_be16(d + 4, t->lu ? t->lu->ident.rotation : 1);
         /* WABEREQ 01b: after a SANITIZE BLOCK ERASE reads succeed (and return zeros) */
         d[7] = 0x40;
         *len = 64;

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "scsi/scsi_internal.h"
+#include "util/bytes.h"
 #include "util/log.h"
 
 int scsi_target_init(struct scsi_target *t, const char *name, uint16_t tpgt)
@@ -44,6 +45,50 @@ static uint64_t lun_hash(const char *name, uint64_t lun)
     for (int i = 0; i < 8; i++)
         h = (h ^ (uint8_t)(lun >> (8 * i))) * 0x100000001b3ull;
     return h;
+}
+
+static uint64_t lun_default_hash(const struct scsi_target *t, const struct scsi_lun_config *cfg)
+{
+    return cfg->bs->medium_id[0] ? lun_hash(cfg->bs->medium_id, 0) : lun_hash(t->name, cfg->lun);
+}
+
+uint8_t scsi_lun_naa(const struct scsi_target *t, const struct scsi_lun_config *cfg,
+                     uint8_t naa[16])
+{
+    const struct scsi_lun_identity *id = &cfg->identity;
+    assert(id->naa_len == 0 || id->naa_len == 8 || id->naa_len == 16);
+    if (id->naa_len) {
+        memcpy(naa, id->naa, id->naa_len);
+        return id->naa_len;
+    }
+    uint64_t h = lun_default_hash(t, cfg);
+    put_be64(naa, (3ull << 60) | (h & 0x0fffffffffffffffull)); /* NAA 3h: locally assigned */
+    return 8;
+}
+
+/* What the LU tells hosts it is: the admin's identity, each field not set taking its default. A
+ * store with an identity of its own (an RBD image id) names the LU by it, so every gateway
+ * exporting that image reports the same NAA and serial (multipath joins the paths); otherwise
+ * the target name and LUN number do. */
+static void lun_identity(struct scsi_lun *lu, const struct scsi_target *t,
+                         const struct scsi_lun_config *cfg)
+{
+    struct scsi_lun_identity *id = &lu->ident;
+    *id = cfg->identity;
+    uint64_t h = lun_default_hash(t, cfg);
+    id->naa_len = scsi_lun_naa(t, cfg, id->naa);
+    if (!id->serial[0])
+        snprintf(id->serial, sizeof(id->serial), "%016" PRIx64, h);
+    if (!id->vendor[0])
+        snprintf(id->vendor, sizeof(id->vendor), "LINERATE");
+    /* the store names the product (a RAM, null or file LUN says so) */
+    if (!id->product[0])
+        snprintf(id->product, sizeof(id->product), "%s",
+                 cfg->bs->ops->product ? cfg->bs->ops->product : "linerate");
+    if (!id->revision[0])
+        snprintf(id->revision, sizeof(id->revision), "0001");
+    if (!id->rotation)
+        id->rotation = 1; /* non-rotating */
 }
 
 /* Each module's init in order; on a refusal, the ones before it are freed again. */
@@ -116,13 +161,7 @@ int scsi_target_add_lun(struct scsi_target *t, const struct scsi_lun_config *cfg
     pthread_mutex_init(&lu->quiesce_lock, NULL);
     atomic_init(&lu->swp, false);
     atomic_init(&lu->sanitize, SANITIZE_IDLE);
-    /* A store with an identity of its own (an RBD image id) names the LU by it, so every
-     * gateway exporting that image reports the same NAA and serial (multipath joins the
-     * paths); otherwise the target name and LUN number do. */
-    uint64_t h =
-        cfg->bs->medium_id[0] ? lun_hash(cfg->bs->medium_id, 0) : lun_hash(t->name, cfg->lun);
-    lu->naa = (3ull << 60) | (h & 0x0fffffffffffffffull); /* NAA 3: locally assigned */
-    snprintf(lu->serial, sizeof(lu->serial), "%016" PRIx64, h);
+    lun_identity(lu, t, cfg);
     struct scsi_target_priv *p = t->priv;
     lu->modules = p->modules;
     if (modules_init(lu, cfg, err, errlen) < 0) {

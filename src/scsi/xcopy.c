@@ -108,13 +108,12 @@ static scsi_sr parse_cscd(struct scsi_task *t, const uint8_t *d, unsigned off,
     uint8_t code_set = d[4] & 0x0f, assoc = (d[5] >> 4) & 3, type = d[5] & 0x0f, len = d[7];
     if (len > 20)
         return SR_PARAM_FIELD(off + 7, -1);
-    if (code_set != 0x01 || assoc != 0 || type != 0x03 || len != 8)
+    if (code_set != 0x01 || assoc != 0 || type != 0x03 || (len != 8 && len != 16))
         return SR_OK; /* not an NAA LU designator: nothing of ours answers to it */
-    uint64_t naa = get_be64(d + 8);
     struct scsi_target *tg = t->target;
     for (uint32_t i = 0; i < tg->nluns; i++) {
         struct scsi_lun *lu = scsi_target_lun(tg, i);
-        if (!lu || lu->naa != naa)
+        if (!lu || lu->ident.naa_len != len || memcmp(lu->ident.naa, d + 8, len) != 0)
             continue;
         uint32_t bsz = get_be24(d + 29);
         if (bsz && bsz != lu->block_size)

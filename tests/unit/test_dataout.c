@@ -14,7 +14,7 @@
 #include <cmocka.h>
 
 #include "scsi/scsi.h"
-#include "scsi/scsi_internal.h" /* lu->naa for the EXTENDED COPY list */
+#include "scsi/scsi_internal.h" /* the LU's NAA for the EXTENDED COPY list */
 #include "util/bytes.h"
 
 #include "scsi_fixture.h"
@@ -252,7 +252,7 @@ static void test_extended_copy(void **state)
     d[4] = 0x01;
     d[5] = 0x03;
     d[7] = 8;
-    put_be64(d + 8, scsi_target_lun(&f->tg, 0)->naa);
+    memcpy(d + 8, scsi_target_lun(&f->tg, 0)->ident.naa, 8);
     put_be24(d + 29, 512);
     uint8_t *s = p + 48; /* block to block: LBA 0 -> LBA 1, one block */
     s[0] = 0x02;

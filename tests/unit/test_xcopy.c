@@ -13,7 +13,7 @@
 #include <cmocka.h>
 
 #include "scsi/scsi.h"
-#include "scsi/scsi_internal.h" /* lun->naa: the designator an initiator reads from VPD 0x83 */
+#include "scsi/scsi_internal.h" /* the LU's NAA: the designator an initiator reads from VPD 0x83 */
 #include "util/bytes.h"
 
 #include "scsi_fixture.h"
@@ -224,10 +224,10 @@ static void add_cscd(struct plist *l, struct fx *f, uint64_t lun)
     uint8_t *d = l->b + 16 + l->ncscd_bytes;
     const struct scsi_lun *lu = f->tg.luns[lun];
     d[0] = 0xe4;
-    d[4] = 0x01; /* binary */
-    d[5] = 0x03; /* association LU, NAA */
-    d[7] = 8;
-    put_be64(d + 8, lu->naa);
+    d[4] = 0x01;              /* binary */
+    d[5] = 0x03;              /* association LU, NAA */
+    d[7] = lu->ident.naa_len; /* 8, or 16 for NAA 6h */
+    memcpy(d + 8, lu->ident.naa, lu->ident.naa_len);
     put_be24(d + 29, lu->block_size);
     l->ncscd_bytes += 32;
 }
@@ -417,6 +417,28 @@ static void test_copy_across_luns(void **state)
     add_b2b(&l, 0, 1, 8, 0, 0);
     assert_int_equal(xcopy(f, 0, &l, list_finish(&l, 1, 3)), SCSI_STATUS_GOOD);
     assert_int_equal(f->m1->fua_writes, 1);
+}
+
+/* A LUN whose identity an admin set to a 16-byte NAA 6h designator (SPC-4 §7.8.6.6) is named
+ * by it in a CSCD descriptor, as by an 8-byte one. */
+static void test_copy_to_naa6_lun(void **state)
+{
+    struct fx *f = *state;
+    char err[128];
+    struct scsi_lun_config c = {.lun = 5, .bs = bs_open_spec("ram:1M", err, sizeof(err))};
+    static const uint8_t naa6[16] = {0x60, 0x01, 0x40, 0x51, 0x23, 0x45, 0x67, 0x89,
+                                     0x01, 0x23, 0x45, 0x67, 0x89, 0x0a, 0xbc, 0xde};
+    memcpy(c.identity.naa, naa6, 16);
+    c.identity.naa_len = 16;
+    assert_int_equal(scsi_target_add_lun(&f->tg, &c, err, sizeof(err)), 0);
+    run(f, f->n1, 5, TUR, NULL, 0); /* its power-on UA */
+    fill(ram_w(f, 0, 0, 64 << 10), 64 << 10, 5);
+    struct plist l;
+    plist_init(&l); /* from the LUN the command is sent to (FFFFh) to the one named by NAA 6h */
+    add_cscd(&l, f, 5);
+    add_b2b(&l, 0xffff, 0, 128, 0, 16);
+    assert_int_equal(xcopy(f, 0, &l, list_finish(&l, 1, 0)), SCSI_STATUS_GOOD);
+    assert_memory_equal(ram(f, 5, 16 * 512), ram(f, 0, 0), 64 << 10);
 }
 
 /* A copy between RAM LUNs keeps them thin: a chunk of the source never written deallocates
@@ -1169,6 +1191,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_copy_within_ram_lun, setup, teardown),
         cmocka_unit_test_setup_teardown(test_copy_within_ram_lun_chunks, setup, teardown),
         cmocka_unit_test_setup_teardown(test_copy_across_luns, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_copy_to_naa6_lun, setup, teardown),
         cmocka_unit_test_setup_teardown(test_copy_within_unmapped_lun, setup, teardown),
         cmocka_unit_test_setup_teardown(test_copy_keeps_ram_thin, setup, teardown),
         cmocka_unit_test_setup_teardown(test_copy_ordered_with_compare_and_write, setup, teardown),
