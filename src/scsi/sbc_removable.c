@@ -5,6 +5,8 @@
  * CMD_NEEDS_MEDIUM flags). The store stays open: "ejecting" only withdraws it from the
  * initiators, and loading gives the same data back. Fixed LUNs keep the old behaviour: START
  * STOP UNIT and PREVENT ALLOW change nothing and answer GOOD. */
+#include <string.h>
+
 #include "scsi/scsi_internal.h"
 
 /* POWER CONDITION (byte 4 bits 7:4) other than 0h (START_VALID) makes START and LOEJ ignored
@@ -62,8 +64,9 @@ void sbc_exec_prevent_allow(struct scsi_task *t, const struct scsi_cmd *c)
     if (lu->removable && t->nexus) {
         unsigned slot = scsi_nexus_slot(t->nexus);
         pthread_mutex_lock(&lu->lock);
-        if (lu->prevent[slot] != prevent) {
-            lu->prevent[slot] = prevent;
+        uint64_t bit = 1ull << (slot % 64);
+        if (!!(lu->prevent[slot / 64] & bit) != prevent) {
+            lu->prevent[slot / 64] ^= bit;
             lu->nprevent = (uint16_t)(prevent ? lu->nprevent + 1 : lu->nprevent - 1);
         }
         pthread_mutex_unlock(&lu->lock);
@@ -77,8 +80,9 @@ static void prevent_clear_nexus(struct scsi_lun *lu, const struct scsi_nexus *n)
         return;
     unsigned slot = scsi_nexus_slot(n);
     pthread_mutex_lock(&lu->lock);
-    if (lu->prevent[slot]) {
-        lu->prevent[slot] = false;
+    uint64_t bit = 1ull << (slot % 64);
+    if (lu->prevent[slot / 64] & bit) {
+        lu->prevent[slot / 64] &= ~bit;
         lu->nprevent--;
     }
     pthread_mutex_unlock(&lu->lock);
@@ -89,8 +93,7 @@ static void prevent_clear_all(struct scsi_lun *lu)
     if (!lu->removable)
         return;
     pthread_mutex_lock(&lu->lock);
-    for (unsigned s = 0; s < SCSI_NEXUS_MAX; s++)
-        lu->prevent[s] = false;
+    memset(lu->prevent, 0, sizeof(lu->prevent));
     lu->nprevent = 0;
     pthread_mutex_unlock(&lu->lock);
 }

@@ -232,12 +232,13 @@ struct scsi_lun {
     atomic_uint resv;
     struct pr_state *pr;
     /* Removable medium (sbc_removable.c). medium_absent is read once per command by setup;
-     * prevent[slot] says which I_T nexuses sent PREVENT ALLOW MEDIUM REMOVAL with PREVENT=1,
-     * nprevent how many; both guarded by lock. */
+     * prevent (bit slot % 64 of word slot / 64) says which I_T nexuses sent PREVENT ALLOW
+     * MEDIUM REMOVAL with PREVENT=1, nprevent how many; both guarded by lock. A bitmap: a
+     * byte per slot would be 4 KiB per LUN, for a command few initiators send. */
     bool removable;
     atomic_bool medium_absent;
     uint16_t nprevent;
-    bool prevent[SCSI_NEXUS_MAX];
+    uint64_t prevent[SCSI_NEXUS_MAX / 64];
     /* Implicit ALUA (alua.c): every target port group's access state for this LUN, this
      * target's own group first; fixed once the LUN is added. */
     struct scsi_alua_group alua[SCSI_ALUA_GROUPS_MAX];
