@@ -100,9 +100,9 @@ enum scsi_alua_state {
 
 /* I_T nexus slots per target: a LUN keeps one UA word per slot, so the data path checks its
  * nexus's pending UAs with a single atomic load. A login that would be the target's 4097th
- * distinct initiator port is refused (max-sessions-per-target is bounded by it). A slot costs
- * each LUN 4 bytes of UA word and a bit of removal prevention (16.5 KiB per LUN in all), and
- * the target a pointer (32 KiB). */
+ * distinct initiator port is refused (max-sessions-per-target is bounded by it). A LUN keeps
+ * that state in chunks of 256 slots, only for the slots its target has used (1 KiB per LUN
+ * per 256 initiators); the target has a pointer per slot (32 KiB). */
 #define SCSI_NEXUS_MAX 4096
 struct scsi_alua_group {
     uint16_t id;   /* 1..65535 */
