@@ -60,7 +60,8 @@ the per-address limits matter.
             answered
   hosts     300 sessions of distinct initiators on one target (more than its former 256 I_T
             nexus slots): all log in; the last one meets the first one's Write Exclusive
-            reservation and gets 2Ah/05h when the first preempts it
+            reservation and gets 2Ah/05h when the first preempts it; on a removable LUN
+            added then, the last one's PREVENT holds the medium against the first's eject
   buffers   VERIFY BYTCHK=3 is charged its copy of the range (one connection's 64 MiB takes
             fewer than nine over 8 MiB); max-task-buffers: a peer's writes without data fill
             it, its next write gets TASK SET FULL, another session's BUSY; data-out-timeout
@@ -748,8 +749,11 @@ def cat_hosts(binary):
     one logs in, and a reservation and the unit attention its preemption raises reach the
     last of them, and only it."""
     nsess = 300
+    work = tempfile.mkdtemp(prefix="security-hosts-")
+    sock = os.path.join(work, "ctl.sock")
     b = Bench(binary, "hosts", ["max-sessions = %d" % (nsess + 10),
-                                "max-sessions-per-target = %d" % (nsess + 5)])
+                                "max-sessions-per-target = %d" % (nsess + 5),
+                                "ctl-socket = %s" % sock])
     sessions = []
     try:
         t0 = time.monotonic()
@@ -783,18 +787,44 @@ def cat_hosts(binary):
         st, _, _ = last.scsi(cdb_rw10(0x2A, lba, 1), write_data=bytes(BLOCK))
         check(st == 0, "WRITE from the last session once the reservation is cleared: 0x%02x"
               % st)
+        # a removable LUN added now, with more than 256 nexuses there: each meets it with a
+        # power-on UA, and the last one's PREVENT ALLOW MEDIUM REMOVAL holds its medium
+        # against the first one's eject (SPC-4 §6.13)
+        r = subprocess.run([os.path.join(os.path.dirname(binary), "linerate-ctl"), "--socket",
+                            sock, "add", "lun", hostile.TARGET, "ram:8M,removable", "--lun", "1"],
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                           timeout=30)
+        check(r.returncode == 0, "linerate-ctl add lun: exit %d %s" % (r.returncode, r.stdout))
+        st, sense, _ = last.scsi(bytes(6), lun=1)
+        check(st == 2 and hostile.sense_kaa(sense)[:2] == (6, 0x29),
+              "the last session's first command to the added LUN: status 0x%02x sense %s, "
+              "expected UNIT ATTENTION 29h" % (st, sense.hex()))
+        eject = bytes([0x1B, 0, 0, 0, 0x02, 0])  # START STOP UNIT LOEJ=1 START=0
+        st, _, _ = last.scsi_retry_ua(bytes([0x1E, 0, 0, 0, 1, 0]), lun=1)
+        check(st == 0, "PREVENT from the last session: 0x%02x" % st)
+        st, sense, _ = first.scsi_retry_ua(eject, lun=1)
+        check(st == 2 and hostile.sense_kaa(sense) == (5, 0x53, 0x02),
+              "eject from the first session while the last one prevents removal: status "
+              "0x%02x sense %s, expected 5/53h/02h" % (st, sense.hex()))
+        st, _, _ = last.scsi(bytes([0x1E, 0, 0, 0, 0, 0]), lun=1)
+        check(st == 0, "ALLOW from the last session: 0x%02x" % st)
+        st, sense, _ = first.scsi(eject, lun=1)
+        check(st == 0, "eject once allowed: 0x%02x %s" % (st, sense.hex()))
         for s in sessions:
             s.logout()
         sessions = []
         b.say("%d sessions of distinct initiators on one target (%d nexuses with the "
               "legitimate one), logged in in %.1f s; the last one met the first one's "
-              "reservation, got 2Ah/05h when preempted, a middle one nothing" %
+              "reservation, got 2Ah/05h when preempted, a middle one nothing; on a LUN "
+              "added then, its PREVENT held the medium against the first one's eject" %
               (nsess, nsess + 1, t_login))
+        b.good.scsi_retry_ua(bytes(6))  # the added LUN's 3Fh/0Eh REPORTED LUNS DATA CHANGED
         b.finish()
     finally:
         for s in sessions:
             s.c.close()
         b.kill()
+        shutil.rmtree(work, ignore_errors=True)
 
 
 # ---------------------------------------------------------------- what a peer sends
