@@ -1,10 +1,54 @@
 /* I_T nexuses: one per initiator port of a target, kept across sessions so that a reinstated
  * session finds its unit attentions again; I_T nexus loss (SAM-5 §6.3.4). */
+#include <assert.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "scsi/scsi_internal.h"
+
+int scsi_lun_nexus_chunks(struct scsi_lun *lu, unsigned nchunks)
+{
+    assert(nchunks <= SCSI_NEXUS_CHUNKS);
+    for (unsigned c = 0; c < nchunks; c++) {
+        if (lu->nx[c])
+            continue;
+        struct scsi_lun_nexus_chunk *ch = calloc(1, sizeof(*ch));
+        if (!ch)
+            return -ENOMEM;
+        /* published whole: a reactor reads it once a nexus of its slots exists */
+        __atomic_store_n(&lu->nx[c], ch, __ATOMIC_RELEASE);
+    }
+    return 0;
+}
+
+void scsi_lun_nexus_chunks_free(struct scsi_lun *lu)
+{
+    for (unsigned c = 0; c < SCSI_NEXUS_CHUNKS; c++) {
+        free(lu->nx[c]);
+        lu->nx[c] = NULL;
+    }
+}
+
+/* With the target lock: slot's chunk of per-nexus state on every LUN, those being added
+ * included, before a nexus takes the slot. Slots are taken lowest first, so a target with few
+ * initiators never grows its LUNs past the first chunk. 0 or -ENOMEM. */
+static int nexus_chunk_ensure(struct scsi_target *t, unsigned slot)
+{
+    struct scsi_target_priv *p = t->priv;
+    unsigned need = slot / SCSI_NEXUS_CHUNK + 1;
+    if (need <= p->nchunks)
+        return 0;
+    for (uint32_t i = 0; i < t->nluns; i++)
+        if (t->luns[i] && scsi_lun_nexus_chunks(t->luns[i], need) < 0)
+            return -ENOMEM;
+    for (struct scsi_lun *lu = p->adding; lu; lu = lu->adding_next)
+        if (scsi_lun_nexus_chunks(lu, need) < 0)
+            return -ENOMEM;
+    p->nchunks = need;
+    return 0;
+}
 
 /* Nexuses are kept after their last put so a reinstated session finds its unit attentions
  * again (reservations need no nexus: pr.c keeps them by port name); a slot whose nexus has no
@@ -34,6 +78,8 @@ struct scsi_nexus *scsi_nexus_get(struct scsi_target *t, const struct scsi_trans
     }
     int slot = free_slot >= 0 ? free_slot : idle_slot;
     struct scsi_nexus_impl *n = NULL;
+    if (slot >= 0 && nexus_chunk_ensure(t, (unsigned)slot) < 0)
+        slot = -1; /* out of memory: refused as when every slot is held */
     if (slot >= 0) {
         if (p->nexus[slot]) {
             n = p->nexus[slot]; /* recycle the idle one: it forgets its state */
@@ -54,7 +100,7 @@ struct scsi_nexus *scsi_nexus_get(struct scsi_target *t, const struct scsi_trans
         /* A new I_T nexus starts with a power-on/reset UA on every LUN (SAM-5 §5.14). */
         for (uint32_t i = 0; i < t->nluns; i++)
             if (t->luns[i])
-                atomic_store(&t->luns[i]->ua[slot], UA_POWER_ON_RESET);
+                atomic_store(scsi_lun_ua(t->luns[i], (unsigned)slot), UA_POWER_ON_RESET);
     }
     pthread_mutex_unlock(&t->lock);
     return n ? &n->pub : NULL;

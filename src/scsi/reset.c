@@ -113,21 +113,24 @@ void scsi_lun_reset_elsewhere(struct scsi_lun *lu, unsigned ua)
         return;
     struct scsi_target *t = lu->target;
     struct scsi_target_priv *p = t->priv;
-    struct scsi_nexus *held[SCSI_NEXUS_MAX];
-    unsigned n = 0;
-    pthread_mutex_lock(&t->lock);
-    for (unsigned s = 0; s < SCSI_NEXUS_MAX && t->abort_nexus_tasks; s++) {
-        struct scsi_nexus_impl *ni = p->nexus[s];
-        if (ni && ni->refs > 0) {
-            ni->refs++; /* held until the abort hook has run */
-            held[n++] = &ni->pub;
-        }
-    }
-    pthread_mutex_unlock(&t->lock);
     struct scsi_sync_wait *sw = scsi_sync_wait_new(lu);
-    for (unsigned i = 0; i < n; i++) {
-        t->abort_nexus_tasks(t, held[i], lu, scsi_sync_wait_join(sw));
-        scsi_nexus_put(held[i]);
+    /* One live nexus at a time, held while its abort hook runs without the lock: no array of
+     * SCSI_NEXUS_MAX pointers on this (store) thread's stack. */
+    for (unsigned next = 0; t->abort_nexus_tasks;) {
+        struct scsi_nexus *held = NULL;
+        pthread_mutex_lock(&t->lock);
+        while (next < SCSI_NEXUS_MAX && !held) {
+            struct scsi_nexus_impl *ni = p->nexus[next++];
+            if (ni && ni->refs > 0) {
+                ni->refs++; /* held until the abort hook has run */
+                held = &ni->pub;
+            }
+        }
+        pthread_mutex_unlock(&t->lock);
+        if (!held)
+            break;
+        t->abort_nexus_tasks(t, held, lu, scsi_sync_wait_join(sw));
+        scsi_nexus_put(held);
     }
     /* the aborts are posted to the reactors before an initiator can see the UA */
     scsi_ua_raise_all(lu, NULL, ua);

@@ -5,6 +5,8 @@
  * CMD_NEEDS_MEDIUM flags). The store stays open: "ejecting" only withdraws it from the
  * initiators, and loading gives the same data back. Fixed LUNs keep the old behaviour: START
  * STOP UNIT and PREVENT ALLOW change nothing and answer GOOD. */
+#include <string.h>
+
 #include "scsi/scsi_internal.h"
 
 /* POWER CONDITION (byte 4 bits 7:4) other than 0h (START_VALID) makes START and LOEJ ignored
@@ -52,6 +54,12 @@ void sbc_exec_start_stop(struct scsi_task *t, const struct scsi_cmd *c)
     bs_submit(lu->bs, &scsi_core(t)->io);
 }
 
+/* The word of the prevent bitmap that holds slot's bit (a nexus's slot: its chunk is there). */
+static uint64_t *prevent_word(struct scsi_lun *lu, unsigned slot)
+{
+    return &scsi_lun_nx(lu, slot)->prevent[slot % SCSI_NEXUS_CHUNK / 64];
+}
+
 void sbc_exec_prevent_allow(struct scsi_task *t, const struct scsi_cmd *c)
 {
     (void)c;
@@ -62,8 +70,9 @@ void sbc_exec_prevent_allow(struct scsi_task *t, const struct scsi_cmd *c)
     if (lu->removable && t->nexus) {
         unsigned slot = scsi_nexus_slot(t->nexus);
         pthread_mutex_lock(&lu->lock);
-        if (lu->prevent[slot] != prevent) {
-            lu->prevent[slot] = prevent;
+        uint64_t *word = prevent_word(lu, slot), bit = 1ull << (slot % 64);
+        if (!!(*word & bit) != prevent) {
+            *word ^= bit;
             lu->nprevent = (uint16_t)(prevent ? lu->nprevent + 1 : lu->nprevent - 1);
         }
         pthread_mutex_unlock(&lu->lock);
@@ -77,8 +86,9 @@ static void prevent_clear_nexus(struct scsi_lun *lu, const struct scsi_nexus *n)
         return;
     unsigned slot = scsi_nexus_slot(n);
     pthread_mutex_lock(&lu->lock);
-    if (lu->prevent[slot]) {
-        lu->prevent[slot] = false;
+    uint64_t *word = prevent_word(lu, slot), bit = 1ull << (slot % 64);
+    if (*word & bit) {
+        *word &= ~bit;
         lu->nprevent--;
     }
     pthread_mutex_unlock(&lu->lock);
@@ -89,8 +99,11 @@ static void prevent_clear_all(struct scsi_lun *lu)
     if (!lu->removable)
         return;
     pthread_mutex_lock(&lu->lock);
-    for (unsigned s = 0; s < SCSI_NEXUS_MAX; s++)
-        lu->prevent[s] = false;
+    for (unsigned c = 0; c < SCSI_NEXUS_CHUNKS; c++) {
+        struct scsi_lun_nexus_chunk *ch = scsi_lun_nx(lu, c * SCSI_NEXUS_CHUNK);
+        if (ch)
+            memset(ch->prevent, 0, sizeof(ch->prevent));
+    }
     lu->nprevent = 0;
     pthread_mutex_unlock(&lu->lock);
 }

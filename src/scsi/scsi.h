@@ -99,9 +99,11 @@ enum scsi_alua_state {
 #define SCSI_ALUA_GROUPS_MAX 16
 
 /* I_T nexus slots per target: a LUN keeps one UA word per slot, so the data path checks its
- * nexus's pending UAs with a single atomic load. A login that would be the target's 257th
- * distinct initiator port is refused (max-sessions-per-target is bounded by it). */
-#define SCSI_NEXUS_MAX 256
+ * nexus's pending UAs with a single atomic load. A login that would be the target's 4097th
+ * distinct initiator port is refused (max-sessions-per-target is bounded by it). A LUN keeps
+ * that state in chunks of 256 slots, only for the slots its target has used (1 KiB per LUN
+ * per 256 initiators); the target has a pointer per slot (32 KiB). */
+#define SCSI_NEXUS_MAX 4096
 struct scsi_alua_group {
     uint16_t id;   /* 1..65535 */
     uint8_t state; /* enum scsi_alua_state */
@@ -262,7 +264,7 @@ uint8_t scsi_lun_naa(const struct scsi_target *t, const struct scsi_lun_config *
 void scsi_target_destroy(struct scsi_target *t);
 
 /* Find or create the nexus for an initiator port (initiator_name's port port_id, which tp
- * names); takes a reference. NULL when all SCSI_NEXUS_MAX (256) nexus slots of the target are
+ * names); takes a reference. NULL when all SCSI_NEXUS_MAX (4096) nexus slots of the target are
  * held by live sessions. */
 struct scsi_nexus *scsi_nexus_get(struct scsi_target *t, const struct scsi_transport *tp,
                                   const char *initiator_name, const void *port_id);

@@ -183,6 +183,12 @@ extern const struct scsi_lun_hooks *const scsi_lun_modules[];
 
 struct scsi_target_priv {
     struct scsi_nexus_impl *nexus[SCSI_NEXUS_MAX]; /* by slot; guarded by target->lock */
+    /* Every LUN of the target, published or being added, has the first nchunks chunks of
+     * per-nexus state (struct scsi_lun_nexus_chunk), and every nexus slot is below
+     * nchunks * SCSI_NEXUS_CHUNK; adding lists the LUNs being added (scsi_lun.adding_next).
+     * Both guarded by target->lock. */
+    unsigned nchunks;
+    struct scsi_lun *adding;
     uint64_t next_nexus_id;
     const struct scsi_lun_hooks *const *modules; /* scsi_lun_modules */
 };
@@ -196,6 +202,19 @@ struct scsi_target_priv {
 struct scsi_lun_users {
     atomic_long n;
     char pad[64 - sizeof(atomic_long)];
+};
+
+/* What a LUN keeps per I_T nexus, for SCSI_NEXUS_CHUNK nexus slots: a LUN has the chunks of
+ * the slots its target has used (scsi_target_priv.nchunks), not all SCSI_NEXUS_MAX, so a target
+ * of many LUNs and few initiators costs 1 KiB per LUN and not 16. A chunk once given to a LUN
+ * stays until the LUN is freed, so the data path reads it without a lock. */
+#define SCSI_NEXUS_CHUNK 256u
+#define SCSI_NEXUS_CHUNKS (SCSI_NEXUS_MAX / SCSI_NEXUS_CHUNK)
+struct scsi_lun_nexus_chunk {
+    atomic_uint ua[SCSI_NEXUS_CHUNK]; /* pending UA_* bits (ua.c) */
+    /* which nexuses sent PREVENT ALLOW MEDIUM REMOVAL with PREVENT=1 (sbc_removable.c), bit
+     * slot % 64 of word slot % SCSI_NEXUS_CHUNK / 64; guarded by the LUN's lock */
+    uint64_t prevent[SCSI_NEXUS_CHUNK / 64];
 };
 
 struct scsi_lun {
@@ -215,7 +234,10 @@ struct scsi_lun {
     /* What INQUIRY and VPD 80h/83h/B1h say (spc.c): the configured identity with every
      * default filled in when the LUN is added (target.c) */
     struct scsi_lun_identity ident;
-    atomic_uint ua[SCSI_NEXUS_MAX];
+    /* per-nexus state by slot / SCSI_NEXUS_CHUNK (scsi_lun_ua); set under the target lock,
+     * NULL past the chunks the target has used */
+    struct scsi_lun_nexus_chunk *nx[SCSI_NEXUS_CHUNKS];
+    struct scsi_lun *adding_next; /* scsi_target_priv.adding */
     struct scsi_lun_users users[SCSI_LUN_USER_SHARDS];
     struct iostats *stats; /* the metrics (util/iostats.h); NULL if out of memory at add */
     /* sbc_thin.c, sbc_caw.c, sbc_sanitize.c */
@@ -233,12 +255,11 @@ struct scsi_lun {
     atomic_uint resv;
     struct pr_state *pr;
     /* Removable medium (sbc_removable.c). medium_absent is read once per command by setup;
-     * prevent[slot] says which I_T nexuses sent PREVENT ALLOW MEDIUM REMOVAL with PREVENT=1,
-     * nprevent how many; both guarded by lock. */
+     * nprevent counts the nexuses whose prevent bit is set (scsi_lun_nexus_chunk), guarded
+     * by lock. */
     bool removable;
     atomic_bool medium_absent;
     uint16_t nprevent;
-    bool prevent[SCSI_NEXUS_MAX];
     /* Implicit ALUA (alua.c): every target port group's access state for this LUN, this
      * target's own group first; fixed once the LUN is added. */
     struct scsi_alua_group alua[SCSI_ALUA_GROUPS_MAX];
@@ -249,6 +270,24 @@ struct scsi_lun {
     /* the target's modules when it was added (scsi_lun_hooks), for its life events */
     const struct scsi_lun_hooks *const *modules;
 };
+
+/* The chunk of per-nexus state of slot on lu: there for the slot of every nexus of the
+ * target (scsi_target_priv.nchunks). */
+static inline struct scsi_lun_nexus_chunk *scsi_lun_nx(const struct scsi_lun *lu, unsigned slot)
+{
+    return __atomic_load_n(&lu->nx[slot / SCSI_NEXUS_CHUNK], __ATOMIC_ACQUIRE);
+}
+
+/* The pending UA word of slot on lu. */
+static inline atomic_uint *scsi_lun_ua(const struct scsi_lun *lu, unsigned slot)
+{
+    return &scsi_lun_nx(lu, slot)->ua[slot % SCSI_NEXUS_CHUNK];
+}
+
+/* With the target lock: gives lu the chunks below nchunks it lacks. 0 or -ENOMEM (the chunks
+ * given so far stay, freed with the LUN by scsi_lun_nexus_chunks_free). */
+int scsi_lun_nexus_chunks(struct scsi_lun *lu, unsigned nchunks);
+void scsi_lun_nexus_chunks_free(struct scsi_lun *lu);
 
 /* Add UA bits for one nexus slot; a reset UA replaces whatever was pending (SAM-5 §5.14), and
  * an I_T nexus loss UA is not added while a reset UA is pending. */

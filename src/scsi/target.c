@@ -107,6 +107,16 @@ static int modules_init(struct scsi_lun *lu, const struct scsi_lun_config *cfg, 
     return 0;
 }
 
+/* With the target lock: lu is no longer being added (scsi_target_priv.adding). */
+static void adding_remove(struct scsi_target_priv *p, struct scsi_lun *lu)
+{
+    struct scsi_lun **pp = &p->adding;
+    while (*pp != lu)
+        pp = &(*pp)->adding_next;
+    *pp = lu->adding_next;
+    lu->adding_next = NULL;
+}
+
 int scsi_target_add_lun(struct scsi_target *t, const struct scsi_lun_config *cfg, char *err,
                         size_t errlen)
 {
@@ -164,18 +174,33 @@ int scsi_target_add_lun(struct scsi_target *t, const struct scsi_lun_config *cfg
     lun_identity(lu, t, cfg);
     struct scsi_target_priv *p = t->priv;
     lu->modules = p->modules;
-    if (modules_init(lu, cfg, err, errlen) < 0) {
+    /* Listed as being added, with the per-nexus chunks of every slot used so far: a login
+     * meanwhile gives it the chunk its slot needs too (nexus.c). */
+    pthread_mutex_lock(&t->lock);
+    int rc = scsi_lun_nexus_chunks(lu, p->nchunks);
+    lu->adding_next = p->adding;
+    p->adding = lu;
+    pthread_mutex_unlock(&t->lock);
+    if (rc < 0 || modules_init(lu, cfg, err, errlen) < 0) {
+        pthread_mutex_lock(&t->lock);
+        adding_remove(p, lu);
+        pthread_mutex_unlock(&t->lock);
+        scsi_lun_nexus_chunks_free(lu);
         pthread_mutex_destroy(&lu->quiesce_lock);
         pthread_mutex_destroy(&lu->lock);
         iostats_free(lu->stats);
         free(lu);
+        if (rc < 0)
+            goto nomem;
         return -EIO;
     }
 
     /* Every nexus already there meets this LUN for the first time. */
     pthread_mutex_lock(&t->lock);
+    adding_remove(p, lu);
     for (unsigned s = 0; s < SCSI_NEXUS_MAX; s++)
-        atomic_init(&lu->ua[s], p->nexus[s] ? UA_POWER_ON_RESET : 0);
+        if (p->nexus[s])
+            atomic_store_explicit(scsi_lun_ua(lu, s), UA_POWER_ON_RESET, memory_order_relaxed);
     /* Published whole (release), then the bound that lets readers look at it. */
     __atomic_store_n(&t->luns[cfg->lun], lu, __ATOMIC_RELEASE);
     if (cfg->lun >= t->nluns)
@@ -226,6 +251,7 @@ void scsi_lun_free(struct scsi_lun *lu)
     pthread_mutex_destroy(&lu->quiesce_lock);
     pthread_mutex_destroy(&lu->lock);
     iostats_free(lu->stats);
+    scsi_lun_nexus_chunks_free(lu);
     free(lu);
 }
 

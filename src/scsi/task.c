@@ -189,7 +189,8 @@ static scsi_sr setup_refusal(struct scsi_task *t, struct scsi_lun *lu, const str
         if (!c || !(c->flags & CMD_NOLUN_OK))
             return SR_LUN_NOT_SUPPORTED;
     } else if (t->nexus && !(c && (c->flags & CMD_UA_OK)) &&
-               atomic_load_explicit(&lu->ua[scsi_nexus_slot(t->nexus)], memory_order_relaxed)) {
+               atomic_load_explicit(scsi_lun_ua(lu, scsi_nexus_slot(t->nexus)),
+                                    memory_order_relaxed)) {
         /* SAM-5 §5.14: a pending UA ends any command but INQUIRY, REPORT LUNS and REQUEST
          * SENSE, and is cleared by being reported. */
         sr = scsi_ua_take(lu, t->nexus);

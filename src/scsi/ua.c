@@ -5,24 +5,25 @@
 
 void scsi_ua_raise(struct scsi_lun *lu, unsigned slot, unsigned bits)
 {
+    atomic_uint *w = scsi_lun_ua(lu, slot);
     if (bits & UA_RESETS) {
         /* A reset supersedes the conditions it found pending (SAM-5 §5.14: the reset UA is
          * reported and the older ones are cleared with the state they described). */
-        atomic_store(&lu->ua[slot], bits);
+        atomic_store(w, bits);
         return;
     }
     if (bits & UA_NEXUS_LOSS) {
         /* A pending power-on or reset UA already tells the initiator that everything an I_T
          * nexus loss clears is gone (SAM-5 §6.3.1: a reset does all a nexus loss does and
          * more), so 29h/07h after it would report the same event twice. */
-        unsigned v = atomic_load(&lu->ua[slot]);
+        unsigned v = atomic_load(w);
         do {
             if (v & UA_RESETS)
                 return;
-        } while (!atomic_compare_exchange_weak(&lu->ua[slot], &v, v | bits));
+        } while (!atomic_compare_exchange_weak(w, &v, v | bits));
         return;
     }
-    atomic_fetch_or(&lu->ua[slot], bits);
+    atomic_fetch_or(w, bits);
 }
 
 void scsi_ua_raise_all(struct scsi_lun *lu, const struct scsi_nexus *skip, unsigned bits)
@@ -51,7 +52,7 @@ scsi_sr scsi_ua_take(struct scsi_lun *lu, const struct scsi_nexus *n)
 {
     if (!n)
         return SR_OK;
-    atomic_uint *w = &lu->ua[scsi_nexus_slot(n)];
+    atomic_uint *w = scsi_lun_ua(lu, scsi_nexus_slot(n));
     unsigned v = atomic_load_explicit(w, memory_order_acquire);
     while (v) {
         unsigned bit = v & -v;

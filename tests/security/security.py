@@ -58,6 +58,10 @@ the per-address limits matter.
             get 503 at once, silent ones are cut within about a second (4 s allowed), and
             20 slow connections from 127.0.0.3 do not keep a scrape from 127.0.0.2 from being
             answered
+  hosts     300 sessions of distinct initiators on one target (more than its former 256 I_T
+            nexus slots): all log in; the last one meets the first one's Write Exclusive
+            reservation and gets 2Ah/05h when the first preempts it; on a removable LUN
+            added then, the last one's PREVENT holds the medium against the first's eject
   buffers   VERIFY BYTCHK=3 is charged its copy of the range (one connection's 64 MiB takes
             fewer than nine over 8 MiB); max-task-buffers: a peer's writes without data fill
             it, its next write gets TASK SET FULL, another session's BUSY; data-out-timeout
@@ -738,6 +742,89 @@ def cat_sessions(binary):
         for s in sessions:
             s.c.close()
         b.kill()
+
+
+def cat_hosts(binary):
+    """More initiator ports than the 256 I_T nexus slots a target had (issue 29 item 8): every
+    one logs in, and a reservation and the unit attention its preemption raises reach the
+    last of them, and only it."""
+    nsess = 300
+    work = tempfile.mkdtemp(prefix="security-hosts-")
+    sock = os.path.join(work, "ctl.sock")
+    b = Bench(binary, "hosts", ["max-sessions = %d" % (nsess + 10),
+                                "max-sessions-per-target = %d" % (nsess + 5),
+                                "ctl-socket = %s" % sock])
+    sessions = []
+    try:
+        t0 = time.monotonic()
+        for i in range(nsess):
+            s = Session(b.d.port, name="iqn.2026-11.org.linerate:host-%d" % i,
+                        isid=bytes([0x80, 0, 0x29, 0, i >> 8, i & 0xFF]),
+                        src="127.0.8.%d" % (1 + i % 200))
+            sessions.append(s.login())
+            st, _, _ = s.scsi_retry_ua(bytes(6))  # the new nexus's power-on UA
+            check(st == 0, "session %d: TEST UNIT READY status 0x%02x" % (i, st))
+        t_login = time.monotonic() - t0
+        first, mid, last = sessions[0], sessions[nsess // 2], sessions[-1]
+        check(prout(last, 0, 0, 0, 0, 0xB) == 0, "REGISTER from the last session")
+        check(prout(first, 0, 0, 0, 0, 0xA) == 0, "REGISTER from the first session")
+        check(prout(first, 0, 1, 1, 0xA) == 0, "RESERVE Write Exclusive from the first")
+        lba = IO_SPAN // BLOCK  # past the legitimate session's span
+        st, _, _ = last.scsi(cdb_rw10(0x2A, lba, 1), write_data=bytes(BLOCK))
+        check(st == 0x18, "WRITE from the last session (%d nexuses) under another's Write "
+              "Exclusive: status 0x%02x, expected RESERVATION CONFLICT" % (nsess + 1, st))
+        # PREEMPT removes the last session's registration: 2Ah/05h REGISTRATIONS PREEMPTED
+        # for it (SPC-4 §5.13.11.2.4), nothing for a nexus that was not registered
+        check(prout(first, 0, 4, 1, 0xA, 0xB) == 0, "PREEMPT of the last session's key")
+        st, sense, _ = last.scsi(bytes(6))
+        check(st == 2 and hostile.sense_kaa(sense) == (6, 0x2A, 0x05),
+              "the last session's next command after its registration was preempted: status "
+              "0x%02x sense %s, expected UNIT ATTENTION 2Ah/05h" % (st, sense.hex()))
+        st, sense, _ = mid.scsi(bytes(6))
+        check(st == 0, "an unregistered session's TEST UNIT READY: 0x%02x %s" %
+              (st, sense.hex()))
+        check(prout(first, 0, 3, 0, 0xA) == 0, "CLEAR from the first session")
+        st, _, _ = last.scsi(cdb_rw10(0x2A, lba, 1), write_data=bytes(BLOCK))
+        check(st == 0, "WRITE from the last session once the reservation is cleared: 0x%02x"
+              % st)
+        # a removable LUN added now, with more than 256 nexuses there: each meets it with a
+        # power-on UA, and the last one's PREVENT ALLOW MEDIUM REMOVAL holds its medium
+        # against the first one's eject (SPC-4 §6.13)
+        r = subprocess.run([os.path.join(os.path.dirname(binary), "linerate-ctl"), "--socket",
+                            sock, "add", "lun", hostile.TARGET, "ram:8M,removable", "--lun", "1"],
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                           timeout=30)
+        check(r.returncode == 0, "linerate-ctl add lun: exit %d %s" % (r.returncode, r.stdout))
+        st, sense, _ = last.scsi(bytes(6), lun=1)
+        check(st == 2 and hostile.sense_kaa(sense)[:2] == (6, 0x29),
+              "the last session's first command to the added LUN: status 0x%02x sense %s, "
+              "expected UNIT ATTENTION 29h" % (st, sense.hex()))
+        eject = bytes([0x1B, 0, 0, 0, 0x02, 0])  # START STOP UNIT LOEJ=1 START=0
+        st, _, _ = last.scsi_retry_ua(bytes([0x1E, 0, 0, 0, 1, 0]), lun=1)
+        check(st == 0, "PREVENT from the last session: 0x%02x" % st)
+        st, sense, _ = first.scsi_retry_ua(eject, lun=1)
+        check(st == 2 and hostile.sense_kaa(sense) == (5, 0x53, 0x02),
+              "eject from the first session while the last one prevents removal: status "
+              "0x%02x sense %s, expected 5/53h/02h" % (st, sense.hex()))
+        st, _, _ = last.scsi(bytes([0x1E, 0, 0, 0, 0, 0]), lun=1)
+        check(st == 0, "ALLOW from the last session: 0x%02x" % st)
+        st, sense, _ = first.scsi(eject, lun=1)
+        check(st == 0, "eject once allowed: 0x%02x %s" % (st, sense.hex()))
+        for s in sessions:
+            s.logout()
+        sessions = []
+        b.say("%d sessions of distinct initiators on one target (%d nexuses with the "
+              "legitimate one), logged in in %.1f s; the last one met the first one's "
+              "reservation, got 2Ah/05h when preempted, a middle one nothing; on a LUN "
+              "added then, its PREVENT held the medium against the first one's eject" %
+              (nsess, nsess + 1, t_login))
+        b.good.scsi_retry_ua(bytes(6))  # the added LUN's 3Fh/0Eh REPORTED LUNS DATA CHANGED
+        b.finish()
+    finally:
+        for s in sessions:
+            s.c.close()
+        b.kill()
+        shutil.rmtree(work, ignore_errors=True)
 
 
 # ---------------------------------------------------------------- what a peer sends
@@ -1744,7 +1831,7 @@ CATEGORIES = {"backlog": cat_backlog, "login": cat_login, "protocol": cat_protoc
               "sessions": cat_sessions, "conns": cat_conns, "copy": cat_copy,
               "reservations": cat_reservations, "peers": cat_peers,
               "discovery": cat_discovery, "guess": cat_guess, "resets": cat_resets,
-              "metrics": cat_metrics, "buffers": cat_buffers}
+              "metrics": cat_metrics, "buffers": cat_buffers, "hosts": cat_hosts}
 
 
 def main():
