@@ -5,6 +5,11 @@
 
 void scsi_ua_raise(struct scsi_lun *lu, unsigned slot, unsigned bits)
 {
+    /* A LUN being removed (out of the target's table, its commands still finishing) gets no
+     * chunk for slots first used after it left: no nexus of those slots ever met it, and none
+     * can address it now, so there is nothing to tell them. */
+    if (!scsi_lun_nx(lu, slot))
+        return;
     atomic_uint *w = scsi_lun_ua(lu, slot);
     if (bits & UA_RESETS) {
         /* A reset supersedes the conditions it found pending (SAM-5 §5.14: the reset UA is

@@ -17,6 +17,7 @@
 #include <cmocka.h>
 
 #include "bs/bs.h"
+#include "iscsi/scsi_port.h"
 #include "scsi_fixture.h"
 #include "util/bytes.h"
 
@@ -160,6 +161,41 @@ static void test_add_and_detach(void **state)
     scsi_lun_free(lu3);
     /* the number can be used again */
     sfx_add_lun(&tg, 3, ram("ram:64k"), 512, false);
+    sfx_target_down(&tg, &t, n, NULL, NULL);
+}
+
+/* A LUN being removed (detached, its commands still finishing) while the 257th initiator logs
+ * in: the new nexus's slot has per-nexus state on the published LUNs only, and a unit attention
+ * raised on the removed LUN for every nexus (as an ABORT TASK SET or a reset of a shared LU
+ * does) must pass over that slot, not write through a chunk the LUN never got. */
+static void test_detached_lun_new_nexus(void **state)
+{
+    (void)state;
+    struct scsi_target tg;
+    struct scsi_nexus *n;
+    struct scsi_task t;
+    setup_target(&tg, &n, &t);
+    sfx_add_lun(&tg, 3, ram("ram:64k"), 512, false);
+    struct scsi_lun *lu3 = scsi_target_detach_lun(&tg, 3);
+    assert_non_null(lu3);
+    enum { HOSTS = 300 }; /* past the first 256 slots */
+    static struct scsi_nexus *hosts[HOSTS];
+    for (unsigned i = 0; i < HOSTS; i++) {
+        char name[64];
+        const uint8_t isid[6] = {0x80, 0, 0, 0, (uint8_t)(i >> 8), (uint8_t)i};
+        snprintf(name, sizeof(name), "iqn.2024-01.test:host%u", i);
+        hosts[i] = scsi_nexus_get(&tg, &iscsi_scsi_transport, name, isid);
+        assert_non_null(hosts[i]);
+    }
+    scsi_lun_tasks_cleared(lu3, NULL);
+    scsi_lun_reset(lu3, NULL);
+    /* the published LUN has the last host's state: its first command reports power on */
+    assert_int_equal(run(&t, &tg, hosts[HOSTS - 1], 0, TUR), SCSI_STATUS_CHECK_CONDITION);
+    sfx_assert_sense(&t, SFX_SENSE_FIXED, 0x06, 0x29, 0x00);
+    scsi_task_release(&t);
+    for (unsigned i = 0; i < HOSTS; i++)
+        scsi_nexus_put(hosts[i]);
+    scsi_lun_free(lu3);
     sfx_target_down(&tg, &t, n, NULL, NULL);
 }
 
@@ -330,9 +366,12 @@ static void test_medium_resized_elsewhere(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_grow_capacity_ua),         cmocka_unit_test(test_read_only_toggle),
-        cmocka_unit_test(test_add_and_detach),           cmocka_unit_test(test_bs_grow),
+        cmocka_unit_test(test_grow_capacity_ua),
+        cmocka_unit_test(test_read_only_toggle),
+        cmocka_unit_test(test_add_and_detach),
+        cmocka_unit_test(test_bs_grow),
         cmocka_unit_test(test_medium_resized_elsewhere),
+        cmocka_unit_test(test_detached_lun_new_nexus),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
