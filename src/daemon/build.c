@@ -106,9 +106,12 @@ struct bs *target_open_lun_store_ex(const struct target_lun_conf *l, bool *trans
 }
 
 /* The LUN of scsi or of a target of built (NULL: none) whose NAA is naa; NULL if none. */
+/* The LUN of the daemon, other than one on the medium `medium` (LUNs of one RBD image are one
+ * LU, which every one of them names by the same NAA), that already has the NAA naa. */
 static const struct scsi_lun *naa_holder(const struct scsi_target *scsi,
                                          const struct target_built *built, const uint8_t *naa,
-                                         uint8_t len, const struct scsi_target **on)
+                                         uint8_t len, const char *medium,
+                                         const struct scsi_target **on)
 {
     unsigned n = built ? built->n : 0;
     for (unsigned t = 0; t <= n; t++) {
@@ -121,6 +124,8 @@ static const struct scsi_lun *naa_holder(const struct scsi_target *scsi,
             if (!lu)
                 continue;
             scsi_lun_get_info(lu, &li);
+            if (medium[0] && strcmp(li.medium_id, medium) == 0)
+                continue;
             if (li.identity->naa_len == len && memcmp(li.identity->naa, naa, len) == 0) {
                 *on = tg;
                 return lu;
@@ -157,7 +162,7 @@ int target_add_lun_store(const char *state_dir, const char *target, const struct
     uint8_t naa[16];
     uint8_t naa_len = scsi_lun_naa(scsi, &lc, naa);
     const struct scsi_target *on = NULL;
-    const struct scsi_lun *holder = naa_holder(scsi, built, naa, naa_len, &on);
+    const struct scsi_lun *holder = naa_holder(scsi, built, naa, naa_len, bs->medium_id, &on);
     if (holder) {
         struct scsi_lun_info li;
         scsi_lun_get_info(holder, &li);

@@ -116,6 +116,7 @@ void scsi_lun_get_info(const struct scsi_lun *lu, struct scsi_lun_info *out)
         .removable = lu->removable,
         .thin = lu->bs->thin,
         .store = lu->bs->desc,
+        .medium_id = lu->bs->medium_id,
         .users = scsi_lun_users(lu),
         .identity = &lu->ident,
     };

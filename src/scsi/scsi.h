@@ -433,6 +433,7 @@ struct scsi_lun_info {
     bool removable;
     bool thin;
     const char *store;                        /* the store's description ("ram:64M", "file:/x") */
+    const char *medium_id;                    /* the store's medium id (bs.h); "" if none */
     long users;                               /* commands holding it now */
     const struct scsi_lun_identity *identity; /* what hosts are told, defaults filled in */
 };
