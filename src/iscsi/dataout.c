@@ -331,6 +331,20 @@ int dataout_handle_done(struct iscsi_conn *c, struct iscsi_pdu_in *p)
     return exec_maybe_run(c, t);
 }
 
+bool dataout_r2ts_to_holes(struct iscsi_task *t)
+{
+    bool room = true;
+    for (unsigned i = 0; i < ISCSI_MAX_R2T; i++) {
+        struct r2t_seq *seq = &t->r2t[i];
+        if (!seq->used)
+            continue;
+        room = room && dataout_hole_add(t, seq->offset + seq->got, seq->len - seq->got);
+        seq->used = false;
+        t->r2t_outstanding--;
+    }
+    return room;
+}
+
 /* ERL >= 1: a write whose Data-Out stopped (the final PDU of a sequence, or an R2T, lost on the
  * way) would wait for ever: after ISCSI_DATA_OUT_STALL_MS without progress, what is missing of
  * each open sequence becomes a hole, the sequence is closed, and recovery R2Ts solicit the
@@ -356,15 +370,7 @@ int dataout_check_stalled(struct iscsi_conn *c, uint64_t now_ms)
             continue;
         t->data_out_ms = now_ms;
         bool give_up = ++t->stall_rounds > ISCSI_DATA_OUT_STALL_ROUNDS;
-        bool room = true;
-        for (unsigned i = 0; i < ISCSI_MAX_R2T; i++) {
-            struct r2t_seq *seq = &t->r2t[i];
-            if (!seq->used)
-                continue;
-            room = room && dataout_hole_add(t, seq->offset + seq->got, seq->len - seq->got);
-            seq->used = false;
-            t->r2t_outstanding--;
-        }
+        bool room = dataout_r2ts_to_holes(t);
         if (t->unsol_remaining) {
             room = room && dataout_hole_add(t, t->unsol_next_off, t->unsol_remaining);
             t->unsol_remaining = 0;

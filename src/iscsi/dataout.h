@@ -19,6 +19,9 @@ void dataout_rx_into_task(struct iscsi_pdu_in *p, struct iscsi_task *t, uint32_t
 void dataout_sequence_failed(struct iscsi_conn *c, struct iscsi_task *t, const char *why,
                              uint32_t ttt, uint32_t datasn, uint32_t off, uint32_t len);
 bool dataout_hole_add(struct iscsi_task *t, uint32_t off, uint32_t len);
+/* Every open R2T sequence's missing part becomes a hole (to be solicited again by recovery
+ * R2Ts) and the sequences end. False when the hole list is full (the rest are dropped). */
+bool dataout_r2ts_to_holes(struct iscsi_task *t);
 void dataout_maybe_terminate(struct iscsi_task *t);
 int dataout_handle_header(struct iscsi_conn *c, struct iscsi_pdu_in *p);
 int dataout_handle_done(struct iscsi_conn *c, struct iscsi_pdu_in *p);

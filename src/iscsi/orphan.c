@@ -506,14 +506,8 @@ static int reassign_data_out(struct iscsi_conn *c, struct iscsi_task *t)
         t->orphan_released = false;
         t->state = TASK_DATA_OUT; /* its CmdSN turn came while it was an orphan */
     }
-    bool room = true;
-    for (unsigned i = 0; i < ISCSI_MAX_R2T; i++) {
-        struct r2t_seq *seq = &t->r2t[i];
-        if (!seq->used)
-            continue;
-        room = room && dataout_hole_add(t, seq->offset + seq->got, seq->len - seq->got);
-        seq->used = false;
-    }
+    bool room = dataout_r2ts_to_holes(t);
+    /* an R2T whose queueing failed as the connection died was never counted */
     t->r2t_outstanding = 0;
     /* the connection died inside the command PDU: its immediate data never came whole
      * (its CmdSN was taken from the header, §7.2.2 still owes the command its data) */
