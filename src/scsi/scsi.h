@@ -423,6 +423,46 @@ int scsi_lun_set_read_only(struct scsi_lun *lu, bool ro, char *err, size_t errle
  * (2Ah/09h). -1 with a reason (store cannot grow, shrinking, not whole blocks). */
 int scsi_lun_grow(struct scsi_lun *lu, uint64_t bytes, char *err, size_t errlen);
 
+/* --- host LUN maps (host_map.c): what each initiator sees of a target ---
+ * A target with no host entries shows every LUN to every initiator under its own number, as
+ * it always has. Once it has one, a nexus sees only the LUNs mapped for its initiator name,
+ * under the numbers mapped (LUN 0 for each host's boot disk is the common case): REPORT LUNS
+ * lists that map, a command to an unmapped number fails LOGICAL UNIT NOT SUPPORTED (INQUIRY
+ * answers with peripheral qualifier 011b, SPC-4 §6.6.2), and an initiator with no entry sees
+ * no LUN at all. The logical unit is the same object whatever number a host knows it by, so
+ * reservations, ALUA state and unit attentions stay the LUN's. Groups of initiators are the
+ * caller's business: it adds each name with the group's map. Names compare case-blind
+ * (RFC 3722). Control thread only, never on a reactor; the data path reads a nexus's map
+ * without a lock. Each returns 0, or -1 with a reason in err. */
+int scsi_target_host_add(struct scsi_target *t, const char *initiator_name, char *err,
+                         size_t errlen);
+/* Drop an initiator's entry with its map; its nexuses then see no LUN (the caller decides
+ * first what happens to its sessions). */
+int scsi_target_host_remove(struct scsi_target *t, const char *initiator_name, char *err,
+                            size_t errlen);
+/* Show target LUN `lun` to initiator_name as `host_lun` (0..SCSI_LUN_SLOTS-1), read-only for
+ * that host or not (a write through a read-only mapping fails DATA PROTECT, WRITE PROTECTED;
+ * MODE SENSE reports WP). A change of a host's map raises REPORTED LUNS DATA HAS CHANGED
+ * (3Fh/0Eh) on that host's nexuses only. Mapping a LUN the target does not have (yet) is
+ * allowed: the number answers once the LUN is added. */
+int scsi_target_host_map(struct scsi_target *t, const char *initiator_name, uint64_t host_lun,
+                         uint64_t lun, bool read_only, char *err, size_t errlen);
+int scsi_target_host_unmap(struct scsi_target *t, const char *initiator_name, uint64_t host_lun,
+                           char *err, size_t errlen);
+/* One row of a host's map, for show, save and stats. */
+struct scsi_host_mapping {
+    uint64_t host_lun; /* the number the host addresses */
+    uint64_t lun;      /* the target's LUN number */
+    bool read_only;
+};
+/* The map of initiator_name, up to max rows in host_lun order: the number of rows it has, or
+ * -1 when it has no entry. */
+int scsi_target_host_maps(struct scsi_target *t, const char *initiator_name,
+                          struct scsi_host_mapping *out, unsigned max);
+/* The logical unit nexus n addresses as host_lun, NULL if none; *read_only (if not NULL) set
+ * when the mapping is read-only. Without host entries: scsi_target_lun(). Any thread. */
+struct scsi_lun *scsi_nexus_lun(struct scsi_nexus *n, uint64_t host_lun, bool *read_only);
+
 /* What `linerate-ctl show luns` reports of a LUN. */
 struct scsi_lun_info {
     uint64_t lun;
