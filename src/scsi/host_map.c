@@ -209,6 +209,16 @@ int scsi_target_host_remove(struct scsi_target *t, const char *initiator_name, c
     return 0;
 }
 
+/* With the target lock: initiator_name's entry, or NULL with a reason in err. */
+static struct host_entry *entry_or_err(struct scsi_target *t, const char *initiator_name, char *err,
+                                       size_t errlen)
+{
+    struct host_entry *e = entry_find(table(t), initiator_name, NULL);
+    if (!e)
+        snprintf(err, errlen, "initiator %s: no entry on target %s", initiator_name, t->name);
+    return e;
+}
+
 /* The row of e at host_lun, or where it would go (rows in host_lun order). */
 static unsigned row_at(const struct host_entry *e, uint64_t host_lun)
 {
@@ -233,12 +243,10 @@ int scsi_target_host_map(struct scsi_target *t, const char *initiator_name, uint
     }
     pthread_mutex_lock(&t->lock);
     struct scsi_host_table *h = table(t);
-    struct host_entry *e = entry_find(h, initiator_name, NULL);
+    struct host_entry *e = entry_or_err(t, initiator_name, err, errlen);
     int rc = -1;
-    if (!e) {
-        snprintf(err, errlen, "initiator %s: no entry on target %s", initiator_name, t->name);
+    if (!e)
         goto out;
-    }
     /* One number per LUN and host: a host seeing one logical unit twice would take the two
      * for two disks (or two paths) and write each as if the other did not exist. */
     for (unsigned i = 0; i < e->nrows; i++) {
@@ -295,12 +303,10 @@ int scsi_target_host_unmap(struct scsi_target *t, const char *initiator_name, ui
 {
     pthread_mutex_lock(&t->lock);
     struct scsi_host_table *h = table(t);
-    struct host_entry *e = entry_find(h, initiator_name, NULL);
+    struct host_entry *e = entry_or_err(t, initiator_name, err, errlen);
     int rc = -1;
-    if (!e) {
-        snprintf(err, errlen, "initiator %s: no entry on target %s", initiator_name, t->name);
+    if (!e)
         goto out;
-    }
     unsigned at = row_at(e, host_lun);
     if (at == e->nrows || e->rows[at].host_lun != host_lun) {
         snprintf(err, errlen, "initiator %s: nothing mapped as LUN %" PRIu64, initiator_name,
