@@ -408,6 +408,9 @@ uint64_t scsi_nexus_host_lun(struct scsi_nexus *n, const struct scsi_lun *lu, bo
     struct scsi_target *t = n->target;
     if (read_only)
         *read_only = false;
+    /* the pointer only, not what it points to: a target without entries takes no lock */
+    if (!atomic_load_explicit(&scsi_nexus_impl(n)->map, memory_order_relaxed))
+        return lu->id;
     uint64_t found = UINT64_MAX;
     pthread_mutex_lock(&t->lock);
     const struct scsi_host_map *m =
