@@ -774,3 +774,8 @@ void tgt_send_kill_send(struct tgt *t, const struct tgt_pdu *first, int other,
     free(tu.abuf);
     free(tu.bbuf);
 }
+
+struct scsi_target *tgt_scsi_target(struct tgt *t)
+{
+    return t->built.nodes[0]->scsi;
+}

@@ -177,5 +177,9 @@ void tgt_send_kill_send(struct tgt *t, const struct tgt_pdu *first, int other,
                         const struct tgt_pdu *second);
 /* The target announces it will drop the current connection (Async Message event 2). */
 void tgt_async_drop(struct tgt *t);
+/* The SCSI target behind the node, for what a test sets up as linerate-ctl would (host LUN
+ * maps). */
+struct scsi_target;
+struct scsi_target *tgt_scsi_target(struct tgt *t);
 
 #endif
