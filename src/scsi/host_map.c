@@ -1,11 +1,10 @@
 /* Host LUN maps (scsi.h "host LUN maps"): which LUNs each initiator of a target sees, under which
  * numbers, read-only or not. The control thread keeps the entries under the target lock and, on
  * each change, builds a new immutable map and swaps it into every nexus of that initiator; the
- * data path reads its nexus's map with one acquire load and no lock (scsi_nexus_lun). A replaced
+ * data path reads its nexus's map with one acquire load and no lock (lun_addr.c). A replaced
  * map is retired: the caller frees it once every reactor has finished the turn it was in, as it
  * frees a detached LUN (scsi_target_host_retired_take). */
 #include <assert.h>
-#include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,19 +12,6 @@
 #include <strings.h>
 
 #include "scsi/scsi_internal.h"
-
-/* A slot of a map: 0 when nothing is mapped at that host number, else the target's LUN + 1 in
- * the low 15 bits (LUNs are below SCSI_LUN_SLOTS = 2^14) and HOST_SLOT_RO for a read-only
- * mapping. Two bytes a host number, so the largest map (host LUN 16383) is 32 KiB. */
-#define HOST_SLOT_RO 0x8000u
-#define HOST_SLOT_LUN 0x7fffu
-_Static_assert(SCSI_LUN_SLOTS < HOST_SLOT_LUN, "a LUN + 1 fits a slot");
-
-struct scsi_host_map {
-    struct scsi_host_map *retired_next; /* scsi_host_table.retired */
-    uint32_t nslots;                    /* host numbers 0..nslots-1 have a slot */
-    uint16_t slot[];
-};
 
 /* What a nexus of an initiator without an entry reads once the target has entries: no LUN. */
 static const struct scsi_host_map host_map_none = {.nslots = 0};
@@ -377,70 +363,4 @@ void scsi_host_table_free(struct scsi_target *t)
     free(h->e);
     free(h);
     ((struct scsi_target_priv *)t->priv)->hosts = NULL;
-}
-
-/* --- the data path: no lock; a map read here stays allocated until this reactor's turn ends */
-
-struct scsi_lun *scsi_host_map_lun(const struct scsi_host_map *m, struct scsi_target *t,
-                                   uint64_t host_lun, bool *read_only)
-{
-    unsigned s = host_lun < m->nslots ? m->slot[host_lun] : 0;
-    if (!s)
-        return NULL;
-    if (read_only)
-        *read_only = s & HOST_SLOT_RO;
-    return scsi_target_lun(t, (s & HOST_SLOT_LUN) - 1);
-}
-
-struct scsi_lun *scsi_nexus_lun(struct scsi_nexus *n, uint64_t host_lun, bool *read_only)
-{
-    if (read_only)
-        *read_only = false;
-    return scsi_nexus_lun_fast(n, host_lun, read_only);
-}
-
-/* Under the target lock: PREEMPT AND ABORT through another gateway calls this on a store's
- * watch thread, not a reactor, so no reactor's turn keeps the map alive; under the lock the
- * map read is the current one, retired (and later freed) only under the lock too. Rare, so a
- * scan of at most 16384 slots. */
-uint64_t scsi_nexus_host_lun(struct scsi_nexus *n, const struct scsi_lun *lu, bool *read_only)
-{
-    struct scsi_target *t = n->target;
-    if (read_only)
-        *read_only = false;
-    /* the pointer only, not what it points to: a target without entries takes no lock */
-    if (!atomic_load_explicit(&scsi_nexus_impl(n)->map, memory_order_relaxed))
-        return lu->id;
-    uint64_t found = UINT64_MAX;
-    pthread_mutex_lock(&t->lock);
-    const struct scsi_host_map *m =
-        atomic_load_explicit(&scsi_nexus_impl(n)->map, memory_order_acquire);
-    for (uint32_t i = 0; m && i < m->nslots; i++) {
-        unsigned s = m->slot[i];
-        if (s && (s & HOST_SLOT_LUN) - 1 == lu->id) {
-            if (read_only)
-                *read_only = s & HOST_SLOT_RO;
-            found = i;
-            break;
-        }
-    }
-    pthread_mutex_unlock(&t->lock);
-    return m ? found : lu->id;
-}
-
-uint32_t scsi_nexus_report_luns(struct scsi_nexus *n, uint64_t *out, uint32_t max)
-{
-    struct scsi_target *t = n->target;
-    const struct scsi_host_map *m =
-        atomic_load_explicit(&scsi_nexus_impl(n)->map, memory_order_acquire);
-    uint32_t k = 0;
-    uint32_t end = m ? m->nslots : __atomic_load_n(&t->nluns, __ATOMIC_ACQUIRE);
-    for (uint32_t i = 0; i < end; i++) {
-        if (!(m ? scsi_host_map_lun(m, t, i, NULL) : scsi_target_lun(t, i)))
-            continue;
-        if (out && k < max)
-            out[k] = i;
-        k++;
-    }
-    return k;
 }
