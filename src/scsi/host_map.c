@@ -63,24 +63,34 @@ void scsi_host_map_bind_locked(struct scsi_target *t, struct scsi_nexus_impl *n)
     atomic_store_explicit(&n->map, map_for(table(t), n->pub.initiator_name), memory_order_release);
 }
 
-/* With the target lock: every nexus whose map is not the one it should read now gets it, and
+/* With the target lock: nexus slot s reads want from now on; if that is not the map it read,
  * REPORTED LUNS DATA HAS CHANGED (SPC-4 §6.33: its logical unit inventory changed) on every LUN
- * of the target, so the next command it sends, to whatever number, reports it. Only the
- * nexuses whose map changed: the other hosts see nothing. */
-static void rebind_locked(struct scsi_target *t)
+ * of the target, so the next command it sends, to whatever number, reports it. */
+static void bind_locked(struct scsi_target *t, unsigned s, const struct scsi_host_map *want)
+{
+    struct scsi_nexus_impl *n = ((struct scsi_target_priv *)t->priv)->nexus[s];
+    if (atomic_load_explicit(&n->map, memory_order_relaxed) == want)
+        return;
+    atomic_store_explicit(&n->map, want, memory_order_release);
+    for (uint32_t i = 0; i < t->nluns; i++)
+        if (t->luns[i])
+            scsi_ua_raise(t->luns[i], s, UA_LUNS_CHANGED);
+}
+
+/* With the target lock: the nexuses of initiator `name` read want; the other hosts see
+ * nothing. With name NULL (the first entry added, the last removed: what every initiator sees
+ * changes) every nexus reads its own initiator's. */
+static void rebind_locked(struct scsi_target *t, const char *name, const struct scsi_host_map *want)
 {
     struct scsi_target_priv *p = t->priv;
     for (unsigned s = 0; s < SCSI_NEXUS_MAX; s++) {
         struct scsi_nexus_impl *n = p->nexus[s];
         if (!n)
             continue;
-        const struct scsi_host_map *want = map_for(p->hosts, n->pub.initiator_name);
-        if (atomic_load_explicit(&n->map, memory_order_relaxed) == want)
-            continue;
-        atomic_store_explicit(&n->map, want, memory_order_release);
-        for (uint32_t i = 0; i < t->nluns; i++)
-            if (t->luns[i])
-                scsi_ua_raise(t->luns[i], s, UA_LUNS_CHANGED);
+        if (!name)
+            bind_locked(t, s, map_for(p->hosts, n->pub.initiator_name));
+        else if (strcasecmp(n->pub.initiator_name, name) == 0)
+            bind_locked(t, s, want);
     }
 }
 
@@ -117,7 +127,7 @@ static int publish_locked(struct scsi_target *t, struct host_entry *e, char *err
     }
     struct scsi_host_map *old = e->map;
     e->map = m;
-    rebind_locked(t);
+    rebind_locked(t, e->name, m);
     retire(table(t), old);
     return 0;
 }
@@ -166,7 +176,7 @@ int scsi_target_host_add(struct scsi_target *t, const char *initiator_name, char
     }
     memcpy(e->name, initiator_name, len + 1);
     h->e[h->n++] = e;
-    rebind_locked(t);
+    rebind_locked(t, h->n == 1 ? NULL : e->name, e->map);
     rc = 0;
 out:
     pthread_mutex_unlock(&t->lock);
@@ -187,7 +197,8 @@ int scsi_target_host_remove(struct scsi_target *t, const char *initiator_name, c
     }
     h->e[i] = h->e[--h->n];
     h->rows -= e->nrows;
-    rebind_locked(t); /* before its map is retired: no nexus reads it after this turn */
+    /* before its map is retired: no nexus reads it after this turn */
+    rebind_locked(t, h->n == 0 ? NULL : e->name, &host_map_none);
     retire(h, e->map);
     pthread_mutex_unlock(&t->lock);
     free(e->rows);
