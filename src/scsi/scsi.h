@@ -460,7 +460,9 @@ struct scsi_host_mapping {
 int scsi_target_host_maps(struct scsi_target *t, const char *initiator_name,
                           struct scsi_host_mapping *out, unsigned max);
 /* The logical unit nexus n addresses as host_lun, NULL if none; *read_only (if not NULL) set
- * when the mapping is read-only. Without host entries: scsi_target_lun(). Any thread. */
+ * when the mapping is read-only. Without host entries: scsi_target_lun(). Without a lock, on
+ * a reactor (or the control thread): the map it reads is freed only after every reactor's turn
+ * (scsi_target_host_retired_take), and the LUN as scsi_target_lun() says. */
 struct scsi_lun *scsi_nexus_lun(struct scsi_nexus *n, uint64_t host_lun, bool *read_only);
 /* The other way: the number nexus n knows lu by (lu's own without host entries), UINT64_MAX
  * when its host does not see lu; *read_only (if not NULL) as above. For the transport's
