@@ -6,12 +6,18 @@
 
 #include "scsi/scsi_internal.h"
 
-/* The data path's lookup: the slot array never moves, a LUN is published with release. */
-struct scsi_lun *scsi_target_lun(struct scsi_target *t, uint64_t lun)
+/* The data path's lookup: the slot array never moves, a LUN is published with release. Inline
+ * here so that scsi_nexus_lun, once per command, makes no second call. */
+static inline struct scsi_lun *target_lun(struct scsi_target *t, uint64_t lun)
 {
     return lun < __atomic_load_n(&t->nluns, __ATOMIC_ACQUIRE)
                ? __atomic_load_n(&t->luns[lun], __ATOMIC_ACQUIRE)
                : NULL;
+}
+
+struct scsi_lun *scsi_target_lun(struct scsi_target *t, uint64_t lun)
+{
+    return target_lun(t, lun);
 }
 
 uint64_t scsi_lun_size_bytes(const struct scsi_lun *lu)
@@ -36,7 +42,7 @@ static struct scsi_lun *host_map_lun(const struct scsi_host_map *m, struct scsi_
         return NULL;
     if (read_only)
         *read_only = s & HOST_SLOT_RO;
-    return scsi_target_lun(t, (s & HOST_SLOT_LUN) - 1);
+    return target_lun(t, (s & HOST_SLOT_LUN) - 1);
 }
 
 struct scsi_lun *scsi_nexus_lun(struct scsi_nexus *n, uint64_t host_lun, bool *read_only)
@@ -47,7 +53,7 @@ struct scsi_lun *scsi_nexus_lun(struct scsi_nexus *n, uint64_t host_lun, bool *r
     const struct scsi_host_map *m =
         atomic_load_explicit(&scsi_nexus_impl(n)->map, memory_order_acquire);
     if (__builtin_expect(m == NULL, 1))
-        return scsi_target_lun(n->target, host_lun);
+        return target_lun(n->target, host_lun);
     return host_map_lun(m, n->target, host_lun, read_only);
 }
 
@@ -88,7 +94,7 @@ uint32_t scsi_nexus_report_luns(struct scsi_nexus *n, uint64_t *out, uint32_t ma
     uint32_t k = 0;
     uint32_t end = m ? m->nslots : __atomic_load_n(&t->nluns, __ATOMIC_ACQUIRE);
     for (uint32_t i = 0; i < end; i++) {
-        if (!(m ? host_map_lun(m, t, i, NULL) : scsi_target_lun(t, i)))
+        if (!(m ? host_map_lun(m, t, i, NULL) : target_lun(t, i)))
             continue;
         if (out && k < max)
             out[k] = i;
