@@ -61,21 +61,21 @@ struct scsi_lun *scsi_nexus_lun(struct scsi_nexus *n, uint64_t host_lun, bool *r
  * watch thread, not a reactor, so no reactor's turn keeps the map alive; under the lock the
  * map read is the current one, retired (and later freed) only under the lock too. Rare, so a
  * scan of at most 16384 slots. */
-uint64_t scsi_nexus_host_lun(struct scsi_nexus *n, const struct scsi_lun *lu, bool *read_only)
+uint64_t scsi_nexus_host_lun(struct scsi_nexus *n, uint64_t lun, bool *read_only)
 {
     struct scsi_target *t = n->target;
     if (read_only)
         *read_only = false;
     /* the pointer only, not what it points to: a target without entries takes no lock */
     if (!atomic_load_explicit(&scsi_nexus_impl(n)->map, memory_order_relaxed))
-        return lu->id;
+        return lun;
     uint64_t found = UINT64_MAX;
     pthread_mutex_lock(&t->lock);
     const struct scsi_host_map *m =
         atomic_load_explicit(&scsi_nexus_impl(n)->map, memory_order_acquire);
     for (uint32_t i = 0; m && i < m->nslots; i++) {
         unsigned s = m->slot[i];
-        if (s && (s & HOST_SLOT_LUN) - 1 == lu->id) {
+        if (s && (s & HOST_SLOT_LUN) - 1 == lun) {
             if (read_only)
                 *read_only = s & HOST_SLOT_RO;
             found = i;
@@ -83,7 +83,7 @@ uint64_t scsi_nexus_host_lun(struct scsi_nexus *n, const struct scsi_lun *lu, bo
         }
     }
     pthread_mutex_unlock(&t->lock);
-    return m ? found : lu->id;
+    return m ? found : lun;
 }
 
 uint32_t scsi_nexus_report_luns(struct scsi_nexus *n, uint64_t *out, uint32_t max)

@@ -464,10 +464,12 @@ int scsi_target_host_maps(struct scsi_target *t, const char *initiator_name,
  * a reactor (or the control thread): the map it reads is freed only after every reactor's turn
  * (scsi_target_host_retired_take), and the LUN as scsi_target_lun() says. */
 struct scsi_lun *scsi_nexus_lun(struct scsi_nexus *n, uint64_t host_lun, bool *read_only);
-/* The other way: the number nexus n knows lu by (lu's own without host entries), UINT64_MAX
- * when its host does not see lu; *read_only (if not NULL) as above. For the transport's
- * PREEMPT AND ABORT, which names the tasks to abort by the LUN their initiator sent. */
-uint64_t scsi_nexus_host_lun(struct scsi_nexus *n, const struct scsi_lun *lu, bool *read_only);
+/* The other way: the number nexus n knows the target's LUN `lun` by (`lun` itself without host
+ * entries), UINT64_MAX when its host does not see it; *read_only (if not NULL) as above. For a
+ * transport that aborts the tasks of several nexuses on one logical unit (LOGICAL UNIT RESET,
+ * CLEAR TASK SET, PREEMPT AND ABORT): each task carries the number its initiator sent. Takes
+ * the target lock when n has a map (any thread, no SCSI core lock held). */
+uint64_t scsi_nexus_host_lun(struct scsi_nexus *n, uint64_t lun, bool *read_only);
 /* Most host entries a target takes, and most mappings over all its entries: what a
  * configuration or linerate-ctl may ask for is bounded (a map is at most SCSI_LUN_SLOTS host
  * numbers). */

@@ -193,8 +193,10 @@ static void test_same_lun_two_numbers(void **state)
     write_block(f, f->b, 5, 0xb5, GOOD);
     assert_int_equal(read_block(f, f->a, 1), 0xb5);
     assert_int_equal(read_block(f, f->a, 0), 0x00);
-    assert_int_equal(scsi_nexus_host_lun(f->a, scsi_nexus_lun(f->b, 5, NULL), NULL), 1);
-    assert_int_equal(scsi_nexus_host_lun(f->b, scsi_nexus_lun(f->a, 0, NULL), NULL), UINT64_MAX);
+    assert_int_equal(scsi_nexus_host_lun(f->a, scsi_lun_id(scsi_nexus_lun(f->b, 5, NULL)), NULL),
+                     1);
+    assert_int_equal(scsi_nexus_host_lun(f->b, scsi_lun_id(scsi_nexus_lun(f->a, 0, NULL)), NULL),
+                     UINT64_MAX);
 }
 
 /* Read-only for one host only: its writes fail DATA PROTECT, WRITE PROTECTED (27h/00h) and
