@@ -697,6 +697,35 @@ int tgt_login_conn(struct tgt *t, uint16_t cid, uint16_t *status)
     return idx;
 }
 
+int tgt_login_session(struct tgt *t, const char *initiator_name, uint32_t cmdsn)
+{
+    assert_true(t->nsides < TGT_CONNS_MAX);
+    side_save(t, &t->sides[t->cur]);
+    int idx = t->nsides++;
+    struct tgt_side sd = {0};
+    sd.conn = iscsi_conn_new_detached(&t->srv, t->r);
+    assert_non_null(sd.conn);
+    conn_get(sd.conn);
+    side_load(t, &sd);
+    t->cur = idx;
+    /* a leading login (TSIH 0): every other key at its RFC 7143 default */
+    char text[512];
+    int n = snprintf(text, sizeof(text), "InitiatorName=%s%cTargetName=%s%cSessionType=Normal",
+                     initiator_name, 0, TGT_TARGET_NAME, 0);
+    assert_true(n > 0 && (size_t)n < sizeof(text));
+    struct tgt_pdu p;
+    tgt_pdu_login(&p, 0x3000 + (uint32_t)idx, cmdsn, text, (uint32_t)n + 1);
+    tgt_send(t, &p);
+    struct tgt_rsp r;
+    assert_true(tgt_recv(t, &r));
+    assert_int_equal(r.opcode, ISCSI_OP_LOGIN_RSP);
+    assert_int_equal(r.bhs.b[BHS_STATUS_CLASS], 0);
+    assert_int_equal(ISCSI_LOGIN_NSG(r.flags), ISCSI_STAGE_FULL_FEATURE);
+    assert_int_not_equal(get_be16(r.bhs.b + BHS_TSIH), t->tsih);
+    t->ddigest = false;
+    return idx;
+}
+
 void tgt_kill(struct tgt *t)
 {
     conn_close(t->conn, "test: connection lost");
