@@ -657,7 +657,8 @@ int tgt_current(const struct tgt *t)
     return t->cur;
 }
 
-int tgt_login_conn(struct tgt *t, uint16_t cid, uint16_t *status)
+/* A new connection, made the current one: its index. */
+static int side_new(struct tgt *t)
 {
     assert_true(t->nsides < TGT_CONNS_MAX);
     side_save(t, &t->sides[t->cur]);
@@ -668,6 +669,12 @@ int tgt_login_conn(struct tgt *t, uint16_t cid, uint16_t *status)
     conn_get(sd.conn);
     side_load(t, &sd);
     t->cur = idx;
+    return idx;
+}
+
+int tgt_login_conn(struct tgt *t, uint16_t cid, uint16_t *status)
+{
+    int idx = side_new(t);
     /* a connection joining the session: no leading-only keys (RFC 7143 §13) */
     char text[512];
     int n = snprintf(text, sizeof(text),
@@ -699,15 +706,7 @@ int tgt_login_conn(struct tgt *t, uint16_t cid, uint16_t *status)
 
 int tgt_login_session(struct tgt *t, const char *initiator_name, uint32_t cmdsn)
 {
-    assert_true(t->nsides < TGT_CONNS_MAX);
-    side_save(t, &t->sides[t->cur]);
-    int idx = t->nsides++;
-    struct tgt_side sd = {0};
-    sd.conn = iscsi_conn_new_detached(&t->srv, t->r);
-    assert_non_null(sd.conn);
-    conn_get(sd.conn);
-    side_load(t, &sd);
-    t->cur = idx;
+    int idx = side_new(t);
     /* a leading login (TSIH 0): every other key at its RFC 7143 default */
     char text[512];
     int n = snprintf(text, sizeof(text), "InitiatorName=%s%cTargetName=%s%cSessionType=Normal",
