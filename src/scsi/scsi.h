@@ -444,7 +444,8 @@ int scsi_target_host_remove(struct scsi_target *t, const char *initiator_name, c
  * that host or not (a write through a read-only mapping fails DATA PROTECT, WRITE PROTECTED;
  * MODE SENSE reports WP). A change of a host's map raises REPORTED LUNS DATA HAS CHANGED
  * (3Fh/0Eh) on that host's nexuses only. Mapping a LUN the target does not have (yet) is
- * allowed: the number answers once the LUN is added. */
+ * allowed: the number answers once the LUN is added. A host number mapped again is replaced
+ * (unchanged: nobody is told); a LUN has at most one number per host (-1 otherwise). */
 int scsi_target_host_map(struct scsi_target *t, const char *initiator_name, uint64_t host_lun,
                          uint64_t lun, bool read_only, char *err, size_t errlen);
 int scsi_target_host_unmap(struct scsi_target *t, const char *initiator_name, uint64_t host_lun,
