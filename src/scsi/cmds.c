@@ -56,7 +56,7 @@ enum {
 /* PERSISTENT RESERVE IN / OUT (SPC-4 §6.15, §6.16): one row per service action */
 #define PRIN(s, nm) EMSAP(PRC_PR, 0x5e, s, nm, 10, SB, pr_parse_in, pr_exec_in,                   \
                           F(0x5e, 0x1f, 0, 0, 0, 0, 0, 0xff, 0xff))
-#define PROUT(s, nm) EMSAP(PRC_PR, 0x5f, s, nm, 10, SB, pr_parse_out, pr_exec_out,                 \
+#define PROUT(s, nm) EMSAP(PRC_PR, 0x5f, s, nm, 10, SB | LS, pr_parse_out, pr_exec_out,                 \
                            F(0x5f, 0x1f, 0xff, 0, 0, 0xff, 0xff, 0xff, 0xff))
 
 #define RD (CMD_MEDIUM | CMD_XFER | CMD_DIRECT)
@@ -64,6 +64,7 @@ enum {
 #define ANY_LUN (CMD_UA_OK | CMD_NOLUN_OK | CMD_STANDBY_OK)
 /* allowed in the standby ALUA state (SPC-4 §5.16.2.4.5) */
 #define SB CMD_STANDBY_OK
+#define LS CMD_LU_STATE
 /* no block range, but the medium must be loaded (removable LUNs) */
 #define NM CMD_NEEDS_MEDIUM
 /* thin provisioning and read-modify-write block commands (sbc_thin.c, sbc_caw.c, ...) */
@@ -82,7 +83,7 @@ const struct scsi_cmd scsi_cmds[C__COUNT] = {
                     F(0x0a, 0x1f, 0xff, 0xff, 0xff)),
     [C_INQUIRY] = EM(0x12, "INQUIRY", 6, ANY_LUN, spc_parse_inquiry, spc_exec_inquiry,
                      F(0x12, 0x01, 0xff, 0xff, 0xff)),
-    [C_MODE_SELECT6] = EMP(PRC_WRITE, 0x15, "MODE SELECT(6)", 6, SB, mode_parse_select,
+    [C_MODE_SELECT6] = EMP(PRC_WRITE, 0x15, "MODE SELECT(6)", 6, SB | LS, mode_parse_select,
                            mode_exec_select, F(0x15, 0x11, 0, 0, 0xff)),
     [C_RESERVE6] = EMP(PRC_SPC2, 0x16, "RESERVE(6)", 6, 0, pr_parse_spc2, pr_exec_reserve,
                        F(0x16, 0, 0, 0, 0)),
@@ -118,7 +119,7 @@ const struct scsi_cmd scsi_cmds[C__COUNT] = {
     [C_SANITIZE_OVERWRITE] = SANITIZE(0x01),
     [C_SANITIZE_BLOCK_ERASE] = SANITIZE(0x02),
     [C_SANITIZE_EXIT_FAILURE] = SANITIZE(0x1f),
-    [C_MODE_SELECT10] = EMP(PRC_WRITE, 0x55, "MODE SELECT(10)", 10, SB, mode_parse_select,
+    [C_MODE_SELECT10] = EMP(PRC_WRITE, 0x55, "MODE SELECT(10)", 10, SB | LS, mode_parse_select,
                             mode_exec_select, F(0x55, 0x11, 0, 0, 0, 0, 0, 0xff, 0xff)),
     [C_RESERVE10] = EMP(PRC_SPC2, 0x56, "RESERVE(10)", 10, 0, pr_parse_spc2, pr_exec_reserve,
                         F(0x56, 0, 0, 0, 0, 0, 0, 0, 0)),

@@ -349,6 +349,10 @@ enum {
     CMD_SCRATCH = 1u << 8,
     /* runs while this target port is in standby for the LUN (SPC-4 §5.16.2.4.5) */
     CMD_STANDBY_OK = 1u << 9,
+    /* changes what every host sees of the LU (mode pages, reservations): refused through a
+     * read-only host mapping as a write is, so a host that may only read cannot write protect
+     * the LU (SWP) or fence the writers out (scsi_target_host_map) */
+    CMD_LU_STATE = 1u << 10,
 };
 
 /* How a row meets a reservation held by another I_T nexus (the scsi_cmd.pr column), from

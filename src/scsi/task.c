@@ -264,7 +264,7 @@ int scsi_task_setup(struct scsi_task *t)
     bool known;
     const struct scsi_cmd *c = scsi_cmd_lookup(t->cdb[0], t->cdb[1] & 0x1f, &known);
     scsi_sr sr = setup_refusal(t, lu, c, known);
-    if (!sr && map_ro && (c->flags & CMD_WRITES))
+    if (!sr && map_ro && (c->flags & (CMD_WRITES | CMD_LU_STATE)))
         sr = SR_WRITE_PROTECTED; /* mapped read-only for this host (scsi_target_host_map) */
     if (sr)
         goto refuse;

@@ -135,6 +135,18 @@ static uint8_t read_block(struct fx *f, struct scsi_nexus *n, uint64_t lun)
     return ((const uint8_t *)f->t.iov[0].iov_base)[100];
 }
 
+/* PERSISTENT RESERVE OUT with a 24-byte parameter list. */
+static int prout(struct fx *f, struct scsi_nexus *n, uint64_t lun, unsigned sa, unsigned type,
+                 uint64_t rk, uint64_t sark)
+{
+    uint8_t cdb[16] = {0x5f, (uint8_t)sa, (uint8_t)type};
+    put_be32(cdb + 5, 24);
+    uint8_t p[24] = {0};
+    put_be64(p, rk);
+    put_be64(p + 8, sark);
+    return run(f, n, lun, cdb, p, sizeof(p));
+}
+
 /* Without host entries every initiator sees every LUN under its own number, as before. */
 static void test_no_entries_as_before(void **state)
 {
@@ -218,18 +230,16 @@ static void test_read_only_mapping(void **state)
     bool ro = false;
     assert_non_null(scsi_nexus_lun(f->a, 1, &ro));
     assert_true(ro);
-}
-
-/* PERSISTENT RESERVE OUT with a 24-byte parameter list. */
-static int prout(struct fx *f, struct scsi_nexus *n, uint64_t lun, unsigned sa, unsigned type,
-                 uint64_t rk, uint64_t sark)
-{
-    uint8_t cdb[16] = {0x5f, (uint8_t)sa, (uint8_t)type};
-    put_be32(cdb + 5, 24);
-    uint8_t p[24] = {0};
-    put_be64(p, rk);
-    put_be64(p + 8, sark);
-    return run(f, n, lun, cdb, p, sizeof(p));
+    /* nor may it change what the other hosts see of the LU: MODE SELECT (here SWP=1, which
+     * would write protect it for B) and PERSISTENT RESERVE OUT */
+    uint8_t sel[16] = {0x15, 0x10, 0, 0, 16}; /* MODE SELECT(6), PF, 16 bytes */
+    uint8_t page[16] = {0, 0, 0, 0, 0x0a, 10, 0x08 /* SWP */};
+    assert_int_equal(run(f, f->a, 1, sel, page, sizeof(page)), CHECK);
+    assert_sense(f, 0x7, 0x27, 0x00);
+    assert_int_equal(prout(f, f->a, 1, 0x00 /* REGISTER */, 0, 0, 0xa1), CHECK);
+    assert_sense(f, 0x7, 0x27, 0x00);
+    write_block(f, f->b, 5, 0xbc, GOOD);
+    assert_int_equal(prout(f, f->b, 5, 0x00, 0, 0, 0xb1), GOOD);
 }
 
 /* Reservations are the logical unit's: host A reserves it through its number 1, host B meets
