@@ -206,6 +206,19 @@ void sfx_assert_field_pointer(const struct scsi_task *t, uint8_t sksv_cd, unsign
     assert_int_equal(get_be16(t->sense + 16), byte);
 }
 
+void sfx_prout24(uint8_t cdb[16], uint8_t list[24], unsigned sa, unsigned type, uint64_t rk,
+                 uint64_t sark)
+{
+    memset(cdb, 0, 16);
+    memset(list, 0, 24);
+    cdb[0] = 0x5f;
+    cdb[1] = (uint8_t)sa;
+    cdb[2] = (uint8_t)type;
+    put_be32(cdb + 5, 24);
+    put_be64(list, rk);
+    put_be64(list + 8, sark);
+}
+
 void sfx_cdb10(uint8_t *c, uint8_t op, uint8_t b1, uint32_t lba, uint16_t n)
 {
     memset(c, 0, 16);

@@ -70,6 +70,11 @@ void sfx_assert_sense(const struct scsi_task *t, unsigned checks, uint8_t key, u
 /* The sense-key specific field pointer: SKSV with C/D (0xc0 CDB, 0x80 parameter list), byte. */
 void sfx_assert_field_pointer(const struct scsi_task *t, uint8_t sksv_cd, unsigned byte);
 
+/* PERSISTENT RESERVE OUT (SPC-4 §6.16) with service action sa and type, and its 24-byte
+ * parameter list with RESERVATION KEY rk and SERVICE ACTION RESERVATION KEY sark. */
+void sfx_prout24(uint8_t cdb[16], uint8_t list[24], unsigned sa, unsigned type, uint64_t rk,
+                 uint64_t sark);
+
 /* A 10-byte READ/WRITE-style CDB in c[16] (the rest zeroed): op, byte 1, LBA, block count. */
 void sfx_cdb10(uint8_t *c, uint8_t op, uint8_t b1, uint32_t lba, uint16_t n);
 

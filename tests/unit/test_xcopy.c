@@ -1004,11 +1004,8 @@ static void test_rcr_in_progress(void **state)
 static int prout(struct fx *f, struct scsi_nexus *n, uint64_t lun, unsigned sa, unsigned type,
                  uint64_t rk, uint64_t sark)
 {
-    uint8_t cdb[16] = {0x5f, (uint8_t)sa, (uint8_t)type};
-    put_be32(cdb + 5, 24);
-    uint8_t p[24] = {0};
-    put_be64(p, rk);
-    put_be64(p + 8, sark);
+    uint8_t cdb[16], p[24];
+    sfx_prout24(cdb, p, sa, type, rk, sark);
     return run(f, n, lun, cdb, p, sizeof(p));
 }
 
