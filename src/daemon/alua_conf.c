@@ -168,3 +168,30 @@ bool target_alua_lun_same(const struct target_lun_conf *a, const struct target_l
         return false;
     return same_groups(a->alua_peers, b->alua_peers, a->alua_npeers);
 }
+
+/* The same set of ids (the order of the lines changes nothing). */
+static bool same_ids(const struct scsi_alua_group *a, unsigned na, const struct scsi_alua_group *b,
+                     unsigned nb)
+{
+    if (na != nb)
+        return false;
+    for (unsigned i = 0; i < na; i++) {
+        bool found = false;
+        for (unsigned k = 0; k < nb && !found; k++)
+            found = a[i].id == b[k].id;
+        if (!found)
+            return false;
+    }
+    return true;
+}
+
+bool target_alua_same_groups(const struct target_alua_conf *a, const struct target_alua_conf *b)
+{
+    return target_alua_tpgt_of(a) == target_alua_tpgt_of(b) &&
+           same_ids(a->peers, a->npeers, b->peers, b->npeers);
+}
+
+bool target_alua_lun_same_groups(const struct target_lun_conf *a, const struct target_lun_conf *b)
+{
+    return same_ids(a->alua_peers, a->alua_npeers, b->alua_peers, b->alua_npeers);
+}

@@ -251,6 +251,9 @@ bool target_alua_same(const struct target_alua_conf *a, const struct target_alua
 void target_alua_describe(const struct target_node_conf *c, char *buf, size_t len);
 /* The same LUN ALUA settings (reload). */
 bool target_alua_lun_same(const struct target_lun_conf *a, const struct target_lun_conf *b);
+/* The same groups, states aside: what a reload can change live (ctl_alua.c). */
+bool target_alua_same_groups(const struct target_alua_conf *a, const struct target_alua_conf *b);
+bool target_alua_lun_same_groups(const struct target_lun_conf *a, const struct target_lun_conf *b);
 int target_node_add_portal(struct target_node_conf *n, const struct target_portal *p);
 int target_node_add_lun(struct target_node_conf *n, struct target_lun_conf *lun, char *err,
                         size_t errlen);

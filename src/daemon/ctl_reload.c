@@ -51,13 +51,13 @@ static const struct target_lun_conf *find_lun(const struct target_node_conf *n, 
     return NULL;
 }
 
-/* Everything of a LUN but its write protection, which can change in place; its identity too
- * (a host would see its disk change under it). */
+/* Everything of a LUN but its write protection and its ALUA states, which can change in
+ * place; its identity too (a host would see its disk change under it). */
 static bool same_store(const struct target_lun_conf *a, const struct target_lun_conf *b)
 {
     return strcmp(a->bs_spec, b->bs_spec) == 0 && a->block_size == b->block_size &&
            a->removable == b->removable && a->phys_block_size == b->phys_block_size &&
-           a->sanitize_rate == b->sanitize_rate && target_alua_lun_same(a, b) &&
+           a->sanitize_rate == b->sanitize_rate && target_alua_lun_same_groups(a, b) &&
            target_lun_identity_same(&a->identity, &b->identity);
 }
 
@@ -96,7 +96,8 @@ static bool same_allow(const struct target_node_conf *a, const struct target_nod
 
 bool ctl_lun_conf_same(const struct target_lun_conf *a, const struct target_lun_conf *b)
 {
-    return a->lun == b->lun && same_store(a, b) && a->read_only == b->read_only;
+    return a->lun == b->lun && same_store(a, b) && a->read_only == b->read_only &&
+           target_alua_lun_same(a, b);
 }
 
 static void note_global(void *arg, const char *what)
@@ -140,8 +141,9 @@ static void diff_fixed(const struct target_config *run, const struct target_conf
         conf_keys_diff(CONF_TARGET, &rt, &ft, note_target, &tn);
         if (!same_chap(&r->chap, &f->chap))
             note(restart, "target %s: CHAP", r->name);
-        if (!target_alua_same(&r->alua, &f->alua))
-            note(restart, "target %s: ALUA (alua-group, alua-state, alua-peer)", r->name);
+        /* the states change live (ctl_alua.c), the groups do not */
+        if (!target_alua_same_groups(&r->alua, &f->alua))
+            note(restart, "target %s: ALUA groups (alua-group, alua-peer)", r->name);
     }
 }
 
@@ -164,6 +166,12 @@ void ctl_config_diff(const struct daemon *d, const struct target_config *file, j
     const struct target_config *run = &d->cfg;
     diff_fixed(run, file, out);
     diff_access(run, file, out);
+    for (unsigned i = 0; i < run->ntargets; i++) {
+        const struct target_node_conf *f = find_conf(file, run->targets[i].name);
+        if (f && target_alua_same_groups(&run->targets[i].alua, &f->alua) &&
+            !target_alua_same(&run->targets[i].alua, &f->alua))
+            note(out, "target %s: ALUA states", run->targets[i].name);
+    }
     for (unsigned i = 0; i < run->ntargets; i++) {
         const struct target_node_conf *r = &run->targets[i];
         const struct target_node_conf *f = find_conf(file, r->name);
@@ -677,8 +685,10 @@ static json_t *reload(struct daemon *d, bool force, char *err, size_t errlen)
     diff_fixed(&d->cfg, &file, restart);
     for (unsigned t = 0; t < d->built.n; t++) {
         const struct target_node_conf *f = find_conf(&file, d->cfg.targets[t].name);
-        if (f)
+        if (f) {
             apply_lun_changes(d, t, f, applied, restart);
+            ctl_alua_reload(d, t, f, applied);
+        }
     }
     apply_lun_adds(d, &plan, applied, restart);
     for (unsigned t = 0; t < d->built.n; t++) {

@@ -299,6 +299,54 @@ static bool is_alias(const struct sline *l)
     return l->kind == L_KEY && strcmp(l->key, "alias") == 0;
 }
 
+static bool is_alua_state(const struct sline *l)
+{
+    return l->kind == L_KEY && strcmp(l->key, "alua-state") == 0;
+}
+
+/* The last alua-peer line of section s for group id, or 0. */
+static unsigned alua_peer_line(const struct doc *d, unsigned s, uint16_t id)
+{
+    unsigned found = 0;
+    for (unsigned i = d->s[s].header + 1; i < d->n && d->l[i].kind != L_SECTION; i++) {
+        const struct sline *l = &d->l[i];
+        char *end;
+        if (l->kind == L_KEY && strcmp(l->key, "alua-peer") == 0 &&
+            strtoul(l->val, &end, 10) == id && *end == ':')
+            found = i;
+    }
+    return found;
+}
+
+/* ALUA states changed live (ctl_alua.c; the groups cannot change live): the last line that
+ * sets one rewritten, or a line after the header when the section inherits it (a section's
+ * alua-state or alua-peer for one group overrides the global one for that group alone). */
+static bool edit_alua(struct doc *d, unsigned s, const struct target_node_conf *r,
+                      const struct target_node_conf *f)
+{
+    bool ok = true;
+    unsigned hdr = d->s[s].header;
+    if (r->alua.state != f->alua.state) {
+        unsigned at = last_line(d, s, is_alua_state, 0);
+        const char *name = scsi_alua_state_name(r->alua.state);
+        ok = at ? rewrite(d, at, "alua-state = %s", name)
+                : insert_after(d, hdr, "alua-state = %s", name);
+    }
+    for (unsigned i = 0; i < r->alua.npeers; i++) {
+        const struct scsi_alua_group *g = &r->alua.peers[i];
+        bool same = false;
+        for (unsigned k = 0; k < f->alua.npeers; k++)
+            same = same || (f->alua.peers[k].id == g->id && f->alua.peers[k].state == g->state);
+        if (same)
+            continue;
+        unsigned at = alua_peer_line(d, s, g->id);
+        const char *name = scsi_alua_state_name((enum scsi_alua_state)g->state);
+        ok = ok && (at ? rewrite(d, at, "alua-peer = %u:%s", (unsigned)g->id, name)
+                       : insert_after(d, hdr, "alua-peer = %u:%s", (unsigned)g->id, name));
+    }
+    return ok;
+}
+
 static const struct target_lun_conf *find_lun(const struct target_node_conf *c, uint64_t lun)
 {
     for (unsigned i = 0; i < c->nluns; i++)
@@ -358,6 +406,9 @@ static bool edit_section(struct doc *d, unsigned s, const struct target_node_con
     for (unsigned i = 0; i < r->nallow; i++)
         if (!target_node_has_allow(f, r->allow[i]))
             ok = ok && insert_after(d, anchor, "allow = %s", r->allow[i]);
+
+    if (target_alua_same_groups(&r->alua, &f->alua))
+        ok = edit_alua(d, s, r, f) && ok;
 
     /* LUNs: gone ones dropped, changed ones rewritten, new ones after the last lun line */
     anchor = last_line(d, s, is_lun_key, d->s[s].last_key);

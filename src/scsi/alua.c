@@ -4,7 +4,9 @@
  * (implicit only, so SET TARGET PORT GROUPS is not offered), REPORT TARGET PORT GROUPS lists
  * every group, and a standby port refuses what §5.16.2.4.5 does not allow. A gateway knows
  * the other groups only from its configuration: the states it reports for them are what the
- * operator wrote, identically, on every gateway. */
+ * operator wrote, identically, on every gateway. The operator changes a state live
+ * (scsi_lun_alua_set: linerate-ctl or a reload): an implicit transition as §5.16.2.2 has it,
+ * with ASYMMETRIC ACCESS STATE CHANGED for every I_T nexus. */
 #include <assert.h>
 #include <stdlib.h>
 #include <string.h>
@@ -50,12 +52,19 @@ const char *scsi_alua_state_name(enum scsi_alua_state s)
     return "?";
 }
 
-static struct scsi_alua_group *find_group(struct scsi_lun *lu, uint16_t id)
+static struct scsi_alua_port *find_group(struct scsi_lun *lu, uint16_t id)
 {
     for (unsigned i = 0; i < lu->alua_ngroups; i++)
         if (lu->alua[i].id == id)
             return &lu->alua[i];
     return NULL;
+}
+
+static void add_group(struct scsi_lun *lu, const struct scsi_alua_group *g)
+{
+    struct scsi_alua_port *p = &lu->alua[lu->alua_ngroups++];
+    p->id = g->id;
+    atomic_init(&p->state, g->state);
 }
 
 static int alua_lun_init(struct scsi_lun *lu, const struct scsi_lun_config *cfg, char *err,
@@ -64,20 +73,47 @@ static int alua_lun_init(struct scsi_lun *lu, const struct scsi_lun_config *cfg,
     (void)err;
     (void)errlen;
     const struct scsi_target *tg = lu->target;
-    lu->alua[0].id = tg->tpgt ? tg->tpgt : 1; /* as VPD 0x83 reports it */
-    lu->alua[0].state = (uint8_t)(cfg->alua_state_set ? cfg->alua_state : tg->alua_state);
-    lu->alua_ngroups = 1;
+    lu->alua_ngroups = 0;
+    /* own group: its id as VPD 0x83 reports it */
+    add_group(lu, &(struct scsi_alua_group){
+                      .id = tg->tpgt ? tg->tpgt : 1,
+                      .state = (uint8_t)(cfg->alua_state_set ? cfg->alua_state : tg->alua_state)});
     for (unsigned i = 0; i < tg->alua_npeers && lu->alua_ngroups < SCSI_ALUA_GROUPS_MAX; i++)
         if (!find_group(lu, tg->alua_peers[i].id))
-            lu->alua[lu->alua_ngroups++] = tg->alua_peers[i];
+            add_group(lu, &tg->alua_peers[i]);
     for (unsigned i = 0; i < cfg->alua_npeers; i++) {
-        struct scsi_alua_group *g = find_group(lu, cfg->alua_peers[i].id);
+        struct scsi_alua_port *g = find_group(lu, cfg->alua_peers[i].id);
         if (g && g != &lu->alua[0])
-            g->state = cfg->alua_peers[i].state;
+            atomic_store_explicit(&g->state, cfg->alua_peers[i].state, memory_order_relaxed);
         else if (!g && lu->alua_ngroups < SCSI_ALUA_GROUPS_MAX)
-            lu->alua[lu->alua_ngroups++] = cfg->alua_peers[i];
+            add_group(lu, &cfg->alua_peers[i]);
     }
     return 0;
+}
+
+int scsi_lun_alua_set(struct scsi_lun *lu, uint16_t group, enum scsi_alua_state st)
+{
+    struct scsi_alua_port *g = group ? find_group(lu, group) : &lu->alua[0];
+    if (!g)
+        return -1;
+    if (atomic_exchange(&g->state, (unsigned char)st) == st)
+        return 0;
+    /* The state first, then the unit attention: a nexus that reports 2Ah/06h and then asks
+     * REPORT TARGET PORT GROUPS reads the new state (SPC-4 §5.16.2.2). Every nexus, this
+     * gateway's included, as the change came from no command of theirs. */
+    scsi_ua_raise_all(lu, NULL, UA_ALUA_CHANGED);
+    return 1;
+}
+
+unsigned scsi_lun_alua_get(const struct scsi_lun *lu, struct scsi_alua_group *out, unsigned max)
+{
+    struct scsi_lun *l = (struct scsi_lun *)lu;
+    unsigned n = 0;
+    for (; n < l->alua_ngroups && n < max; n++) {
+        out[n].id = l->alua[n].id;
+        out[n].state = atomic_load_explicit(&l->alua[n].state, memory_order_relaxed);
+    }
+    return n;
 }
 
 const struct scsi_lun_hooks alua_lun_hooks = {.name = "alua", .init = alua_lun_init};
@@ -116,19 +152,20 @@ void alua_exec_rtpg(struct scsi_task *t, const struct scsi_cmd *c)
     uint8_t *p = d + 4;
     if (format == 1) {
         d[4] = 0x10; /* FORMAT TYPE 001b */
-        d[5] = 0;    /* IMPLICIT TRANSITION TIME: states never change while serving */
+        d[5] = 0;    /* IMPLICIT TRANSITION TIME: a change is immediate (no transitioning state) */
         p = d + 8;
     }
     /* In ascending group order, so every gateway returns the same bytes for the LUN. */
     uint32_t last = 0;
     for (unsigned k = 0; k < lu->alua_ngroups; k++) {
-        const struct scsi_alua_group *g = NULL;
+        const struct scsi_alua_port *g = NULL;
         for (unsigned i = 0; i < lu->alua_ngroups; i++)
             if (lu->alua[i].id > last && (!g || lu->alua[i].id < g->id))
                 g = &lu->alua[i];
         assert(g); /* ids are distinct (alua_lun_init) */
         last = g->id;
-        p[0] = g->state;           /* PREF 0 */
+        /* PREF 0; the state as it is now (a change made after this load is another UA) */
+        p[0] = atomic_load_explicit(&((struct scsi_alua_port *)g)->state, memory_order_relaxed);
         p[1] = 0x04 | 0x02 | 0x01; /* S_SUP, AN_SUP, AO_SUP: the states configurable here */
         put_be16(p + 2, g->id);
         p[5] = 0x00;                /* STATUS CODE: no status available */

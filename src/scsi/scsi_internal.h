@@ -45,6 +45,7 @@ enum scsi_reason {
     SR_UA_RESV_RELEASED,       /* 6 / 2Ah 04h */
     SR_UA_REG_PREEMPTED,       /* 6 / 2Ah 05h */
     SR_UA_ISCSI_CLEARED,       /* 6 / 47h 7Fh SOME COMMANDS CLEARED BY ISCSI PROTOCOL EVENT */
+    SR_UA_ALUA_CHANGED,        /* 6 / 2Ah 06h ASYMMETRIC ACCESS STATE CHANGED */
     SR_OPERATION_IN_PROGRESS,  /* 5 / 00h 16h */
     SR_TOO_MANY_CSCD,          /* 5 / 26h 06h TOO MANY TARGET DESCRIPTORS */
     SR_UNSUPPORTED_CSCD_TYPE,  /* 5 / 26h 07h UNSUPPORTED TARGET DESCRIPTOR TYPE CODE */
@@ -109,6 +110,7 @@ enum {
     UA_RESV_RELEASED = 1u << 9,
     UA_REG_PREEMPTED = 1u << 10,
     UA_ISCSI_CLEARED = 1u << 11, /* RFC 7143 §11.14.5: tasks ended by a protocol event */
+    UA_ALUA_CHANGED = 1u << 12,  /* SPC-4 §5.16.2.2: a target port group's state changed */
     UA_RESETS = UA_POWER_ON_RESET | UA_POWER_ON | UA_BUS_DEVICE_RESET,
 };
 
@@ -261,8 +263,13 @@ struct scsi_lun {
     atomic_bool medium_absent;
     uint16_t nprevent;
     /* Implicit ALUA (alua.c): every target port group's access state for this LUN, this
-     * target's own group first; fixed once the LUN is added. */
-    struct scsi_alua_group alua[SCSI_ALUA_GROUPS_MAX];
+     * target's own group first. The groups are fixed once the LUN is added; a state changes
+     * live (scsi_lun_alua_set, the control thread) and is read with one relaxed load, so the
+     * data path takes no lock for it. */
+    struct scsi_alua_port {
+        uint16_t id;
+        atomic_uchar state; /* enum scsi_alua_state */
+    } alua[SCSI_ALUA_GROUPS_MAX];
     uint8_t alua_ngroups;
     /* The medium resized under the LUN (lun_admin.c): one helper-thread job at a time, run
      * again when the store called back meanwhile; guarded by lock. */
@@ -611,7 +618,9 @@ static inline scsi_sr alua_gate(const struct scsi_lun *lu, const struct scsi_cmd
      * BUFFER (those offered here carry CMD_STANDBY_OK); anything else is NOT READY, LOGICAL
      * UNIT NOT ACCESSIBLE, TARGET PORT IN STANDBY STATE. TEST UNIT READY included, which is
      * how a multipath path checker learns the path is not for I/O. */
-    if (lu->alua[0].state == SCSI_ALUA_STANDBY && !(c->flags & CMD_STANDBY_OK))
+    if (atomic_load_explicit(&((struct scsi_lun *)lu)->alua[0].state, memory_order_relaxed) ==
+            SCSI_ALUA_STANDBY &&
+        !(c->flags & CMD_STANDBY_OK))
         return SR_ALUA_STANDBY;
     return SR_OK;
 }
