@@ -26,6 +26,8 @@ static void write_alua(FILE *f, const struct target_alua_conf *a)
     for (unsigned i = 0; i < a->npeers; i++)
         fprintf(f, "alua-peer = %u:%s\n", (unsigned)a->peers[i].id,
                 scsi_alua_state_name((enum scsi_alua_state)a->peers[i].state));
+    if (a->explicit_alua)
+        fprintf(f, "alua-explicit = yes\n");
 }
 
 void target_conf_write_lun(FILE *f, const struct target_lun_conf *l)

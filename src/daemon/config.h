@@ -85,6 +85,7 @@ struct target_alua_conf {
     enum scsi_alua_state state;                             /* alua-state */
     struct scsi_alua_group peers[SCSI_ALUA_GROUPS_MAX - 1]; /* alua-peer = ID:STATE */
     unsigned npeers;
+    bool explicit_alua; /* alua-explicit: TPGS 11b, SET TARGET PORT GROUPS */
 };
 
 struct target_node_conf {

@@ -3,7 +3,9 @@
  * `save` writes the new states), then every LUN of the target is brought to the states that
  * configuration gives it; the SCSI layer tells each I_T nexus with 2Ah/06h. Which groups a LUN
  * has is fixed when it is added: adding or removing a peer group still takes a restart (or the
- * LUN removed and added again). Control thread only. */
+ * LUN removed and added again). A state an initiator set with SET TARGET PORT GROUPS (explicit
+ * ALUA, scsi/alua.c) is the SCSI layer's alone: shown, not saved, replaced by the next change
+ * made here. Control thread only. */
 #include <stdio.h>
 #include <string.h>
 
@@ -168,6 +170,15 @@ void ctl_alua_reload(struct daemon *d, unsigned t, const struct target_node_conf
                      json_t *applied)
 {
     struct target_node_conf *c = &d->cfg.targets[t];
+    /* Nothing of the target's ALUA changed in the file: what runs stays, states an initiator
+     * set with SET TARGET PORT GROUPS included. */
+    bool same = target_alua_same(&c->alua, &f->alua);
+    for (unsigned i = 0; same && i < c->nluns; i++)
+        for (unsigned k = 0; k < f->nluns; k++)
+            if (f->luns[k].lun == c->luns[i].lun && !target_alua_lun_same(&c->luns[i], &f->luns[k]))
+                same = false;
+    if (same)
+        return;
     if (target_alua_same_groups(&c->alua, &f->alua)) {
         c->alua.state = f->alua.state;
         for (unsigned i = 0; i < c->alua.npeers; i++)

@@ -143,7 +143,7 @@ static void diff_fixed(const struct target_config *run, const struct target_conf
             note(restart, "target %s: CHAP", r->name);
         /* the states change live (ctl_alua.c), the groups do not */
         if (!target_alua_same_groups(&r->alua, &f->alua))
-            note(restart, "target %s: ALUA groups (alua-group, alua-peer)", r->name);
+            note(restart, "target %s: ALUA groups (alua-group, alua-peer, alua-explicit)", r->name);
     }
 }
 

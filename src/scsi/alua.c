@@ -91,18 +91,23 @@ static int alua_lun_init(struct scsi_lun *lu, const struct scsi_lun_config *cfg,
     return 0;
 }
 
+/* The state first, then the unit attention: a nexus that reports 2Ah/06h and then asks
+ * REPORT TARGET PORT GROUPS reads the new state. Every nexus but skip (the one that sent SET
+ * TARGET PORT GROUPS, §5.16.2.3). */
+static int alua_set(struct scsi_lun *lu, struct scsi_alua_port *g, enum scsi_alua_state st,
+                    const struct scsi_nexus *skip)
+{
+    if (atomic_exchange(&g->state, (unsigned char)st) == st)
+        return 0;
+    scsi_ua_raise_all(lu, skip, UA_ALUA_CHANGED);
+    return 1;
+}
+
 int scsi_lun_alua_set(struct scsi_lun *lu, uint16_t group, enum scsi_alua_state st)
 {
     struct scsi_alua_port *g = group ? find_group(lu, group) : &lu->alua[0];
-    if (!g)
-        return -1;
-    if (atomic_exchange(&g->state, (unsigned char)st) == st)
-        return 0;
-    /* The state first, then the unit attention: a nexus that reports 2Ah/06h and then asks
-     * REPORT TARGET PORT GROUPS reads the new state (SPC-4 §5.16.2.2). Every nexus, this
-     * gateway's included, as the change came from no command of theirs. */
-    scsi_ua_raise_all(lu, NULL, UA_ALUA_CHANGED);
-    return 1;
+    /* an implicit transition (§5.16.2.2): no command of any nexus asked for it */
+    return g ? alua_set(lu, g, st, NULL) : -1;
 }
 
 unsigned scsi_lun_alua_get(const struct scsi_lun *lu, struct scsi_alua_group *out, unsigned max)
@@ -178,4 +183,46 @@ void alua_exec_rtpg(struct scsi_task *t, const struct scsi_cmd *c)
      * (the extended header's four extra bytes are not counted) */
     put_be32(d, len - (format == 1 ? 8 : 4));
     scsi_task_put_data(t, d, len);
+}
+
+/* --- SET TARGET PORT GROUPS (SPC-4 §6.36), explicit ALUA targets only --- */
+
+/* a 4-byte header, then 4-byte descriptors: one per group at most is all that can mean
+ * anything, a few repeats tolerated */
+#define STPG_MAX_LEN (4u + 4u * 4u * SCSI_ALUA_GROUPS_MAX)
+
+scsi_sr alua_parse_stpg(struct scsi_task *t, const struct scsi_cmd *c, struct scsi_req *r)
+{
+    (void)c;
+    if (!t->lu)
+        return SR_LUN_NOT_SUPPORTED;
+    uint32_t len = get_be32(t->cdb + 6);
+    if (len > STPG_MAX_LEN || (len && (len < 4 || (len - 4) % 4)))
+        return SR_PARAM_LIST_LENGTH;
+    r->xfer_len = len;
+    r->dir = SCSI_DIR_WRITE;
+    return SR_OK;
+}
+
+void alua_exec_stpg(struct scsi_task *t, const struct scsi_cmd *c)
+{
+    (void)c;
+    struct scsi_lun *lu = t->lu;
+    const uint8_t *d = t->xfer_len ? t->iov[0].iov_base : NULL;
+    /* every descriptor checked before any applies: a bad one changes nothing */
+    for (uint32_t off = 4; off < t->xfer_len; off += 4) {
+        uint8_t st = d[off] & 0x0f;
+        if (st > SCSI_ALUA_STANDBY) { /* the supported states (RTPG: AO, AN, S) */
+            scsi_task_complete(t, SR_PARAM_FIELD(off, 3));
+            return;
+        }
+        if (!find_group(lu, get_be16(d + off + 2))) {
+            scsi_task_complete(t, SR_PARAM_FIELD(off + 2, 7));
+            return;
+        }
+    }
+    for (uint32_t off = 4; off < t->xfer_len; off += 4)
+        alua_set(lu, find_group(lu, get_be16(d + off + 2)), (enum scsi_alua_state)(d[off] & 0x0f),
+                 t->nexus);
+    scsi_task_complete(t, SR_OK);
 }

@@ -194,6 +194,9 @@ struct scsi_target {
     struct scsi_alua_group alua_peers[SCSI_ALUA_GROUPS_MAX - 1];
     unsigned alua_npeers;
     enum scsi_alua_state alua_state; /* own group's default for LUNs added (0: active/optimized) */
+    /* Explicit ALUA as well (SPC-4 §5.16.2.3): INQUIRY TPGS 11b and SET TARGET PORT GROUPS;
+     * set before the first command. */
+    bool alua_explicit;
 };
 
 /* Why a transport ends a command itself instead of letting it run (or finish running). */

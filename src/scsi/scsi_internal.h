@@ -348,6 +348,9 @@ enum {
     CMD_SCRATCH = 1u << 8,
     /* runs while this target port is in standby for the LUN (SPC-4 §5.16.2.4.5) */
     CMD_STANDBY_OK = 1u << 9,
+    /* offered only where the LUN has what it needs (scsi_cmd_offered): WRITE ATOMIC, SET
+     * TARGET PORT GROUPS */
+    CMD_OPTIONAL = 1u << 10,
 };
 
 /* How a row meets a reservation held by another I_T nexus (the scsi_cmd.pr column), from
@@ -464,6 +467,8 @@ void spc_exec_good(struct scsi_task *t, const struct scsi_cmd *c);
 /* implicit ALUA (alua.c) */
 scsi_sr alua_parse_rtpg(struct scsi_task *t, const struct scsi_cmd *c, struct scsi_req *r);
 void alua_exec_rtpg(struct scsi_task *t, const struct scsi_cmd *c);
+scsi_sr alua_parse_stpg(struct scsi_task *t, const struct scsi_cmd *c, struct scsi_req *r);
+void alua_exec_stpg(struct scsi_task *t, const struct scsi_cmd *c);
 /* init fills lu->alua from the target's own group, its peers and the LUN's config. */
 extern const struct scsi_lun_hooks alua_lun_hooks;
 

@@ -13,7 +13,9 @@ A raw initiator (hostile.py's) holds a session while linerate-ctl and a reload c
   3. `set alua T standby --group 2`: RTPG reports the peer group standby, after the UA;
   4. the same state again changes nothing (no UA); an unknown group or state is refused;
   5. `show luns --json` reports the states, `save` writes them, a reload of the file with
-     alua-state active/optimized brings LUN 0 back (UA, RTPG) and says so in "applied".
+     alua-state active/optimized brings LUN 0 back (UA, RTPG) and says so in "applied";
+  6. alua-explicit: INQUIRY TPGS=11b; SET TARGET PORT GROUPS from one session puts LUN 1 in
+     standby: that session is not told, the other gets 2Ah/06h, RTPG and show luns agree.
 Exit 0 when every check holds, 1 with the reason. Python 3 standard library only."""
 
 import json
@@ -51,9 +53,9 @@ class Ctl:
         return json.loads(self.run("--json", *args).stdout)
 
 
-def raw(s, cdb, lun, read_len=0):
+def raw(s, cdb, lun, read_len=0, write_data=None):
     """One command, no retry: (status, (key, asc, ascq) or None, data)."""
-    st, sense, data = s.scsi(bytes(cdb), lun=lun, read_len=read_len)
+    st, sense, data = s.scsi(bytes(cdb), lun=lun, read_len=read_len, write_data=write_data)
     return st, sense_kaa(sense) if st == 2 else None, data
 
 
@@ -123,7 +125,7 @@ def run(binary, work):
     lines = ["ctl-socket = %s" % ctl.sock, "state-dir = %s" % os.path.join(work, "st"),
              "log-level = info", "threads = 2", "[target %s]" % TARGET,
              "portal = 127.0.0.1:%d" % port, "alua-group = 1",
-             "alua-peer = 2:active/non-optimized", "lun 0 = ram:4M", "lun 1 = ram:4M"]
+             "alua-peer = 2:active/non-optimized", "alua-explicit = yes", "lun 0 = ram:4M", "lun 1 = ram:4M"]
     with open(conf, "w") as f:
         f.write("\n".join(lines) + "\n")
     log = open(os.path.join(work, "daemon.log"), "w+")
@@ -216,6 +218,21 @@ def steps(ctl, conf, port):
     check(rtpg(s, 0) == {1: AO, 2: SB}, "after reload: RTPG %s" % rtpg(s, 0))
     expect_reads(s, 0, "after reload")
     print("show luns, save and reload: the states written, read back and applied live")
+
+    # 6. explicit ALUA: SET TARGET PORT GROUPS from the late session
+    st, kaa, inq = raw(late, [0x12, 0, 0, 0, 96, 0], 1, read_len=96)
+    check(st == 0 and inq[5] & 0x30 == 0x30, "alua-explicit: INQUIRY TPGS %d, want 11b" % (
+        inq[5] >> 4 & 3))
+    drain_uas(late, 1)
+    stpg = struct.pack(">BBIIBB", 0xA4, 0x0A, 0, 8, 0, 0)
+    st, kaa, _ = raw(late, stpg, 1, write_data=struct.pack(">IBBH", 0, SB, 0, 1))
+    check(st == 0, "SET TARGET PORT GROUPS: status 0x%02x sense %s" % (st, kaa))
+    expect_standby(late, 1, "the session that sent SET TARGET PORT GROUPS")
+    expect_ua_once(s, 1, "SET TARGET PORT GROUPS (the other session)")
+    check(rtpg(s, 1) == {1: SB, 2: SB}, "after STPG: RTPG %s" % rtpg(s, 1))
+    luns = {l["lun"]: l["alua"] for l in ctl.json("show", "luns")}
+    check(luns[1]["state"] == "standby", "show luns after STPG: %s" % luns[1])
+    print("explicit ALUA: TPGS=11b, SET TARGET PORT GROUPS tells every other nexus")
 
 
 def main():

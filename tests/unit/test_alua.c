@@ -323,6 +323,40 @@ static void test_live_change(void **state)
     scsi_nexus_put(n2);
 }
 
+/* alua-explicit: TPGS 11b, and SET TARGET PORT GROUPS from one nexus tells the others */
+static void test_explicit_stpg(void **state)
+{
+    struct fx *f = *state;
+    f->b.alua_explicit = true;
+    assert_int_equal(run(f, &f->b, 0, INQUIRY), SCSI_STATUS_GOOD);
+    assert_int_equal(data(f)[5] & 0x30, 0x30);
+    struct scsi_nexus *n2 = sfx_nexus_get(&f->b, 2);
+    while (sfx_run(&f->t, &f->b, n2, 0, TUR, NULL, 0, 0, 0) != SCSI_STATUS_GOOD)
+        ;
+    uint8_t cdb[16] = {0xa4, 0x0a};
+    cdb[9] = 8; /* header and one descriptor */
+    /* an unsupported state (unavailable, 3h), then an unknown group: nothing changes */
+    uint8_t bad_state[8] = {0, 0, 0, 0, 0x03, 0, 0, 2};
+    assert_int_equal(sfx_run(&f->t, &f->b, f->nb, 0, cdb, bad_state, 8, 0, SFX_CHECK_REFUSAL),
+                     SCSI_STATUS_CHECK_CONDITION);
+    sfx_assert_sense(&f->t, 0, 0x5, 0x26, 0x00);
+    uint8_t bad_group[8] = {0, 0, 0, 0, SCSI_ALUA_STANDBY, 0, 0, 9};
+    assert_int_equal(sfx_run(&f->t, &f->b, f->nb, 0, cdb, bad_group, 8, 0, SFX_CHECK_REFUSAL),
+                     SCSI_STATUS_CHECK_CONDITION);
+    sfx_assert_sense(&f->t, 0, 0x5, 0x26, 0x00);
+    assert_int_equal(rtpg_state(f, 0, 2), SCSI_ALUA_ACTIVE_NON_OPTIMIZED);
+    /* B's own group (2) to standby for LUN 0 */
+    uint8_t set[8] = {0, 0, 0, 0, SCSI_ALUA_STANDBY, 0, 0, 2};
+    assert_int_equal(sfx_run(&f->t, &f->b, f->nb, 0, cdb, set, 8, 0, SFX_CHECK_REFUSAL),
+                     SCSI_STATUS_GOOD);
+    /* the sender is not told (SPC-4 §5.16.2.3): standby at once; the other nexus is */
+    expect_standby_lun(f, 0);
+    assert_int_equal(rtpg_state(f, 0, 2), SCSI_ALUA_STANDBY);
+    expect_alua_ua(f, n2, 0);
+    scsi_task_release(&f->t);
+    scsi_nexus_put(n2);
+}
+
 static void test_state_names(void **state)
 {
     (void)state;
@@ -349,6 +383,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_standby, setup, teardown),
         cmocka_unit_test_setup_teardown(test_stpg_refused, setup, teardown),
         cmocka_unit_test_setup_teardown(test_live_change, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_explicit_stpg, setup, teardown),
         cmocka_unit_test(test_state_names),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
