@@ -1,6 +1,5 @@
 /* The parameters of a control request (docs/ctl-protocol.md) read from its JSON, and the
  * targets and LUNs they name found in the running daemon; a request's error (ctl_req.h). */
-#include <assert.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -124,22 +123,6 @@ struct target_lun_conf *ctl_conf_lun_find(struct daemon *d, unsigned t, uint64_t
     return NULL;
 }
 
-/* {group, state, groups: [{group, state}...]}: LUN lu's ALUA states of the moment (they
- * change live, ctl_alua.c); its own group first. */
-static json_t *alua_json(const struct target_node_conf *c, const struct scsi_lun *lu)
-{
-    struct scsi_alua_group g[SCSI_ALUA_GROUPS_MAX];
-    unsigned n = scsi_lun_alua_get(lu, g, SCSI_ALUA_GROUPS_MAX);
-    json_t *groups = json_array();
-    for (unsigned k = 0; k < n; k++)
-        json_array_append_new(groups,
-                              json_pack("{s:i, s:s}", "group", (int)g[k].id, "state",
-                                        scsi_alua_state_name((enum scsi_alua_state)g[k].state)));
-    assert(n > 0); /* the own group is always there (alua.c) */
-    return json_pack("{s:i, s:s, s:o}", "group", (int)target_alua_tpgt(c), "state",
-                     scsi_alua_state_name((enum scsi_alua_state)g[0].state), "groups", groups);
-}
-
 /* LUN lu of target t. Its store as the configuration has it: what the LUN was opened with
  * until a resize, which writes the new size there (conf_lun_resized). */
 json_t *ctl_lun_json(struct daemon *d, unsigned t, const struct scsi_lun *lu)
@@ -156,10 +139,9 @@ json_t *ctl_lun_json(struct daemon *d, unsigned t, const struct scsi_lun *lu)
     json_t *ident = json_pack("{s:s, s:s, s:s, s:s, s:s, s:i}", "vendor", id->vendor, "product",
                               id->product, "revision", id->revision, "serial", id->serial, "naa",
                               naa, "rotation", (int)id->rotation);
-    return json_pack("{s:s, s:I, s:s, s:I, s:i, s:i, s:b, s:b, s:b, s:I, s:o*, s:o*}", "target",
-                     target, "lun", (json_int_t)li.lun, "store", c ? c->bs_spec : li.store, "bytes",
+    return json_pack("{s:s, s:I, s:s, s:I, s:i, s:i, s:b, s:b, s:b, s:I, s:o*}", "target", target,
+                     "lun", (json_int_t)li.lun, "store", c ? c->bs_spec : li.store, "bytes",
                      (json_int_t)li.bytes, "block_size", (int)li.block_size, "physical_block_size",
                      (int)li.phys_block_size, "read_only", li.read_only, "removable", li.removable,
-                     "thin", li.thin, "commands", (json_int_t)li.users, "identity", ident, "alua",
-                     alua_json(&d->cfg.targets[t], lu));
+                     "thin", li.thin, "commands", (json_int_t)li.users, "identity", ident);
 }

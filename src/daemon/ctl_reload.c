@@ -51,12 +51,13 @@ static const struct target_lun_conf *find_lun(const struct target_node_conf *n, 
     return NULL;
 }
 
-/* Everything of a LUN but its write protection and its ALUA states, which can change in
- * place; its identity too (a host would see its disk change under it). */
+/* Everything of a LUN but its write protection, which can change in place; its identity too
+ * (a host would see its disk change under it). */
 static bool same_store(const struct target_lun_conf *a, const struct target_lun_conf *b)
 {
     return strcmp(a->bs_spec, b->bs_spec) == 0 && a->block_size == b->block_size &&
            a->removable == b->removable && a->phys_block_size == b->phys_block_size &&
+           /* ALUA states change in place too (ctl_alua.c), the groups do not */
            a->sanitize_rate == b->sanitize_rate && target_alua_lun_same_groups(a, b) &&
            target_lun_identity_same(&a->identity, &b->identity);
 }
@@ -96,8 +97,7 @@ static bool same_allow(const struct target_node_conf *a, const struct target_nod
 
 bool ctl_lun_conf_same(const struct target_lun_conf *a, const struct target_lun_conf *b)
 {
-    return a->lun == b->lun && same_store(a, b) && a->read_only == b->read_only &&
-           target_alua_lun_same(a, b);
+    return a->lun == b->lun && same_store(a, b) && a->read_only == b->read_only;
 }
 
 static void note_global(void *arg, const char *what)
@@ -184,7 +184,7 @@ void ctl_config_diff(const struct daemon *d, const struct target_config *file, j
             if (!fl)
                 note(out, "target %s: LUN %llu not in the file", r->name,
                      (unsigned long long)r->luns[k].lun);
-            else if (!ctl_lun_conf_same(&r->luns[k], fl))
+            else if (!ctl_lun_conf_same(&r->luns[k], fl) || !target_alua_lun_same(&r->luns[k], fl))
                 note(out, "target %s: LUN %llu differs (%s%s in the file, %s%s running)", r->name,
                      (unsigned long long)fl->lun, fl->bs_spec, fl->read_only ? ",ro" : "",
                      r->luns[k].bs_spec, r->luns[k].read_only ? ",ro" : "");

@@ -419,7 +419,7 @@ static bool edit_section(struct doc *d, unsigned s, const struct target_node_con
         const struct target_lun_conf *rl = find_lun(r, l->lun), *fl = find_lun(f, l->lun);
         if (!rl) {
             kill_line(d, i);
-        } else if (!fl || !ctl_lun_conf_same(rl, fl)) {
+        } else if (!fl || !ctl_lun_conf_same(rl, fl) || !target_alua_lun_same(rl, fl)) {
             char spec[2048];
             target_lun_spec_format(rl, spec, sizeof(spec));
             ok = ok && rewrite(d, i, "lun %llu = %s", (unsigned long long)rl->lun, spec);

@@ -138,14 +138,18 @@ def run(binary, work):
         check(proc.poll() is None and os.path.exists(ctl.sock), "the daemon did not start")
         ctl.run("version")
         steps(ctl, conf, port)
+        proc.terminate()
+        rc = proc.wait(30)
+        check(rc == 0, "the daemon exited %d on SIGTERM" % rc)
     except TestFailure:
         log.flush()
         log.seek(0)
         sys.stderr.write("".join(log.readlines()[-30:]))
         raise
     finally:
-        proc.terminate()
-        proc.wait(30)
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
 
 
 def steps(ctl, conf, port):
