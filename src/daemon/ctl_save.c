@@ -356,6 +356,29 @@ static const struct target_lun_conf *find_lun(const struct target_node_conf *c, 
 }
 
 /* Bring section s (its target in the file: f) to what runs (r). */
+/* A LUN line the same but for its ALUA options (,alua= ,alua-peer=, changed live): rewritten
+ * whole. (Other changes to a LUN line are edit_section's.) */
+static bool edit_alua_luns(struct doc *d, unsigned s, const struct target_node_conf *r,
+                           const struct target_node_conf *f)
+{
+    bool ok = true;
+    for (unsigned i = d->s[s].header + 1; i < d->n && d->l[i].kind != L_SECTION; i++) {
+        struct sline *l = &d->l[i];
+        if (!is_lun_key(l))
+            continue;
+        const struct target_lun_conf *rl = find_lun(r, l->lun), *fl = find_lun(f, l->lun);
+        if (!rl || !fl || !ctl_lun_conf_same(rl, fl) || target_alua_lun_same(rl, fl))
+            continue;
+        size_t len = strlen(rl->bs_spec) + 4096;
+        char *spec = malloc(len);
+        ok = ok && spec && target_lun_spec_format(rl, spec, len) == 0 &&
+             rewrite(d, i, "lun %llu = %s", (unsigned long long)rl->lun, spec);
+        free(spec);
+        l->numbered = true;
+    }
+    return ok;
+}
+
 static bool edit_section(struct doc *d, unsigned s, const struct target_node_conf *r,
                          const struct target_node_conf *f)
 {
@@ -409,6 +432,7 @@ static bool edit_section(struct doc *d, unsigned s, const struct target_node_con
 
     if (target_alua_same_groups(&r->alua, &f->alua))
         ok = edit_alua(d, s, r, f) && ok;
+    ok = edit_alua_luns(d, s, r, f) && ok;
 
     /* LUNs: gone ones dropped, changed ones rewritten, new ones after the last lun line */
     anchor = last_line(d, s, is_lun_key, d->s[s].last_key);
@@ -419,7 +443,7 @@ static bool edit_section(struct doc *d, unsigned s, const struct target_node_con
         const struct target_lun_conf *rl = find_lun(r, l->lun), *fl = find_lun(f, l->lun);
         if (!rl) {
             kill_line(d, i);
-        } else if (!fl || !ctl_lun_conf_same(rl, fl) || !target_alua_lun_same(rl, fl)) {
+        } else if (!fl || !ctl_lun_conf_same(rl, fl)) {
             char spec[2048];
             target_lun_spec_format(rl, spec, sizeof(spec));
             ok = ok && rewrite(d, i, "lun %llu = %s", (unsigned long long)rl->lun, spec);
