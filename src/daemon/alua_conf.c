@@ -138,7 +138,10 @@ void target_alua_apply(const struct target_node_conf *c, struct scsi_target *scs
 {
     uint16_t own = target_alua_tpgt(c);
     scsi->alua_state = c->alua.state;
-    scsi->alua_explicit = c->alua.explicit_alua;
+    /* reactors read it (INQUIRY, scsi_cmd_offered): written only when the target is built, as a
+     * change takes a restart; ctl_alua.c calls this again on a serving target for the rest */
+    if (scsi->alua_explicit != c->alua.explicit_alua)
+        scsi->alua_explicit = c->alua.explicit_alua;
     scsi->alua_npeers = 0;
     for (unsigned i = 0; i < c->alua.npeers; i++)
         if (c->alua.peers[i].id != own) /* naming itself a peer would list the group twice */
