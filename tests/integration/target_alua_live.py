@@ -14,12 +14,15 @@ A raw initiator (hostile.py's) holds a session while linerate-ctl and a reload c
   4. the same state again changes nothing (no UA); an unknown group or state is refused;
   5. `show luns --json` reports the states, `save` writes them, a reload of the file with
      alua-state active/optimized brings LUN 0 back (UA, RTPG) and says so in "applied";
+     libiscsi (iscsi-readcapacity16) is refused NOT READY 04h/0Bh in standby and reads the
+     capacity once the reload made the LUN active again;
   6. alua-explicit: INQUIRY TPGS=11b; SET TARGET PORT GROUPS from one session puts LUN 1 in
      standby: that session is not told, the other gets 2Ah/06h, RTPG and show luns agree.
 Exit 0 when every check holds, 1 with the reason. Python 3 standard library only."""
 
 import json
 import os
+import shutil
 import struct
 import subprocess
 import sys
@@ -113,6 +116,17 @@ def expect_reads(s, lun, what):
     check(st == 0, "%s: LUN %d READ(10): status 0x%02x sense %s" % (what, lun, st, kaa))
 
 
+def libiscsi_capacity(port, lun):
+    """libiscsi's iscsi-readcapacity16 (its login sends TEST UNIT READY): (exit, output), or None
+    without libiscsi-bin."""
+    if not shutil.which("iscsi-readcapacity16"):
+        return None
+    p = subprocess.run(["iscsi-readcapacity16", "-i", "iqn.2026-11.org.linerate:alua-live-libiscsi",
+                        "iscsi://127.0.0.1:%d/%s/%d" % (port, TARGET, lun)],
+                       capture_output=True, text=True, timeout=60)
+    return p.returncode, p.stdout + p.stderr
+
+
 def session(port, name):
     return hostile.Session(port, name="iqn.2026-11.org.linerate:alua-live-" + name).login()
 
@@ -172,6 +186,11 @@ def steps(ctl, conf, port):
         check(rtpg(late, lun) == {1: SB, 2: AN}, "late session: LUN %d RTPG %s" % (
             lun, rtpg(late, lun)))
         expect_standby(late, lun, "late session")
+    r = libiscsi_capacity(port, 0)
+    check(r is None or (r[0] != 0 and "0x040b" in r[1]),
+          "libiscsi through a standby port: %s, want a login refused NOT READY 04h/0Bh" % (r,))
+    if r:
+        print("libiscsi's login through the standby port: refused NOT READY 04h/0Bh")
     print("target to standby: 2Ah/06h once per LUN, RTPG and NOT READY 04h/0Bh at once; a new "
           "session sees standby without the UA")
 
@@ -221,6 +240,11 @@ def steps(ctl, conf, port):
     expect_no_ua(s, 1, "reload (LUN 1 was active/optimized already)")
     check(rtpg(s, 0) == {1: AO, 2: SB}, "after reload: RTPG %s" % rtpg(s, 0))
     expect_reads(s, 0, "after reload")
+    r = libiscsi_capacity(port, 0)
+    check(r is None or (r[0] == 0 and "4194304" in r[1]),
+          "libiscsi after the reload: %s, want the capacity" % (r,))
+    if r:
+        print("libiscsi after the reload: logs in, reads the capacity")
     print("show luns, save and reload: the states written, read back and applied live")
 
     # 6. explicit ALUA: SET TARGET PORT GROUPS from the late session
