@@ -1,11 +1,27 @@
 /* The control requests that only read the running daemon: show targets, LUNs, portals,
  * sessions and connections, and stats (docs/ctl-protocol.md). Control thread only. */
-#include <assert.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "daemon/ctl_req.h"
+
+/* {group, state, groups: [{group, state}..]}: LUN lu's ALUA states of the moment (they change
+ * live, ctl_alua.c and SET TARGET PORT GROUPS); this gateway's group first. */
+static json_t *alua_json(const struct target_node_conf *c, const struct scsi_lun *lu)
+{
+    struct scsi_alua_group g[SCSI_ALUA_GROUPS_MAX];
+    unsigned n = scsi_lun_alua_get(lu, g, SCSI_ALUA_GROUPS_MAX);
+    json_t *groups = json_array();
+    for (unsigned k = 0; k < n; k++)
+        json_array_append_new(groups,
+                              json_pack("{s:i, s:s}", "group", (int)g[k].id, "state",
+                                        scsi_alua_state_name((enum scsi_alua_state)g[k].state)));
+    /* (the own group is always there, scsi/alua.c) */
+    return json_pack("{s:i, s:s, s:o}", "group", (int)target_alua_tpgt(c), "state",
+                     n ? scsi_alua_state_name((enum scsi_alua_state)g[0].state) : "?", "groups",
+                     groups);
+}
 
 static json_t *portal_list(const struct iscsi_node *n)
 {
@@ -43,22 +59,6 @@ json_t *ctl_show_targets(struct daemon *d, json_t *params, struct req_err *e)
                                            "draining", ctl_target_draining(d, i)));
     }
     return a;
-}
-
-/* {group, state, groups: [{group, state}..]}: LUN lu's ALUA states of the moment (they change
- * live, ctl_alua.c and SET TARGET PORT GROUPS); this gateway's group first. */
-static json_t *alua_json(const struct target_node_conf *c, const struct scsi_lun *lu)
-{
-    struct scsi_alua_group g[SCSI_ALUA_GROUPS_MAX];
-    unsigned n = scsi_lun_alua_get(lu, g, SCSI_ALUA_GROUPS_MAX);
-    assert(n > 0); /* the own group is always there (scsi/alua.c) */
-    json_t *groups = json_array();
-    for (unsigned k = 0; k < n; k++)
-        json_array_append_new(groups,
-                              json_pack("{s:i, s:s}", "group", (int)g[k].id, "state",
-                                        scsi_alua_state_name((enum scsi_alua_state)g[k].state)));
-    return json_pack("{s:i, s:s, s:o}", "group", (int)target_alua_tpgt(c), "state",
-                     scsi_alua_state_name((enum scsi_alua_state)g[0].state), "groups", groups);
 }
 
 json_t *ctl_show_luns(struct daemon *d, json_t *params, struct req_err *e)
