@@ -1643,6 +1643,30 @@ static void test_erl1_status_after_conn_failed(void **state)
     lr_session_destroy(s);
 }
 
+/* A Logout Response whose StatSN shows responses lost, while the Status SNACK for them cannot
+ * be queued (INI_RESEND_BACKLOG_MAX full): the connection fails, but the target answered the
+ * Logout, so lr_session_logout completes with LR_OK, not LR_ERR_CONN_LOST. */
+static void test_erl1_logout_answered_snack_refused(void **state)
+{
+    (void)state;
+    struct lr_session *s = erl1_session(5);
+    struct ini_conn *c = s->conns[0];
+    struct done_log lo = {0};
+    assert_int_equal(lr_session_logout(s, on_done, &lo), 0);
+    assert_int_equal(txq_len(c), 1);
+    assert_int_equal(txq_at(c, 0)->hdr[0], ISCSI_OP_LOGOUT_REQ | ISCSI_BHS_IMMEDIATE);
+    take_all(c);
+    c->resend_unsent = INI_RESEND_BACKLOG_MAX; /* what the target asked for and did not read */
+    /* the answer, StatSN 7: 5 and 6 never came */
+    uint8_t rsp[ISCSI_BHS_LEN];
+    rsp_hdr(rsp, ISCSI_OP_LOGOUT_RSP, ISCSI_FLAG_FINAL, INI_LOGOUT_ITT, 7, 1, 64);
+    assert_int_equal(ini_conn_feed(c, rsp, sizeof(rsp)), -1);
+    assert_int_equal(c->state, ICS_DEAD);
+    assert_int_equal(lo.calls, 1);
+    assert_int_equal(lo.last, LR_OK);
+    lr_session_destroy(s);
+}
+
 /* §7.8: a Data-In with a bad data digest is missing itself (Data SNACK for it); a SCSI
  * Response whose ExpDataSN is past the last DataSN received shows the tail lost (§11.4.8). */
 static void test_erl1_data_digest_and_expdatasn(void **state)
@@ -2071,6 +2095,7 @@ int main(void)
         cmocka_unit_test(test_erl2_async_session_drop),
         cmocka_unit_test(test_erl1_data_in_gap_snack),
         cmocka_unit_test(test_erl1_status_after_conn_failed),
+        cmocka_unit_test(test_erl1_logout_answered_snack_refused),
         cmocka_unit_test(test_erl1_data_digest_and_expdatasn),
         cmocka_unit_test(test_erl1_statsn_gap_snack),
         cmocka_unit_test(test_erl1_reject_digest_retries_command),
