@@ -297,6 +297,11 @@ struct lr_session {
     bool logged_in, logging_out, destroyed;
     /* our Logout of the session: sent, answered, given up (logout_timeout_ms) */
     bool logout_req_sent, logout_answered, logout_timed_out;
+    /* ... the connection it went out on, its timer (the session's: that connection may be
+     * lost first, logout.c), and why it was lost before the answer */
+    struct ini_conn *logout_conn;
+    struct reactor_timer logout_timer;
+    const char *logout_lost_why;
 
     struct ini_task *tasks;
     uint32_t ntasks;

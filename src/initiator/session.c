@@ -289,6 +289,7 @@ static void session_free(struct lr_session *s)
     }
     reactor_undefer(&s->spread_d);
     reactor_timer_stop(s->r, &s->tick);
+    reactor_timer_stop(s->r, &s->logout_timer);
     chap_wipe(&s->chap, sizeof(s->chap));
     ini_table_free(s);
     ini_lock_destroy(s);
@@ -653,6 +654,8 @@ void ini_session_conn_down(struct ini_conn *c)
     }
     if (recover)
         ini_orphan_conn_down(c);
+    if (s->logging_out)
+        ini_logout_conn_lost(c); /* may end the others, and the logout, from inside */
     if (s->logging_out && ini_conns_up(s) == 0 && s->logout_done) {
         lr_done_fn done = s->logout_done;
         s->logout_done = NULL;
@@ -661,7 +664,7 @@ void ini_session_conn_down(struct ini_conn *c)
         struct lr_result r = res_ok;
         if (s->logout_req_sent && !s->logout_answered) {
             r.err = s->logout_timed_out ? LR_ERR_TIMEOUT : LR_ERR_CONN_LOST;
-            r.what = c->fail_why;
+            r.what = s->logout_lost_why && !s->logout_timed_out ? s->logout_lost_why : c->fail_why;
         }
         done(s->logout_arg, &r);
         return;

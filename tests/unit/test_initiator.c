@@ -1092,6 +1092,28 @@ static void test_async_logout_request_all_connections(void **state)
     lr_session_destroy(s);
 }
 
+/* The session's Logout goes out on one connection of two, and that connection is lost before
+ * the answer (which would come on it, §11.14) while the other stays up: lr_session_logout
+ * ends at once with LR_ERR_CONN_LOST, as initiator.h says, not later with LR_ERR_TIMEOUT, and
+ * the other connection is closed. */
+static void test_logout_carrier_lost(void **state)
+{
+    (void)state;
+    struct lr_session *s = fake_session(2, 1, 64);
+    struct done_log lo = {0};
+    assert_int_equal(lr_session_logout(s, on_done, &lo), 0);
+    assert_int_equal(txq_len(s->conns[0]), 1);
+    assert_int_equal(txq_at(s->conns[0], 0)->hdr[0], ISCSI_OP_LOGOUT_REQ | ISCSI_BHS_IMMEDIATE);
+    assert_int_equal(txq_len(s->conns[1]), 0);
+    ini_conn_close(s->conns[0], "test: connection cut");
+    assert_int_equal(lo.calls, 1);
+    assert_int_equal(lo.last, LR_ERR_CONN_LOST);
+    assert_string_equal(lo.what, "test: connection cut");
+    assert_int_equal(s->conns[1]->state, ICS_DEAD);
+    lr_session_destroy(s);
+    assert_int_equal(lo.calls, 1);
+}
+
 /* ---- ErrorRecoveryLevel 2 (orphan.c) ---- */
 
 /* nconns connections at ERL 2, DefaultTime2Wait 0, DefaultTime2Retain 20, each connection's
@@ -2086,6 +2108,7 @@ int main(void)
         cmocka_unit_test(test_async_message),
         cmocka_unit_test(test_async_logout_request_drains),
         cmocka_unit_test(test_async_logout_request_all_connections),
+        cmocka_unit_test(test_logout_carrier_lost),
         cmocka_unit_test(test_erl2_logout_reassign_resume),
         cmocka_unit_test(test_erl2_refused_and_retried),
         cmocka_unit_test(test_erl2_time2retain_expiry),
