@@ -257,6 +257,7 @@ struct ini_cr {
     uint64_t wait_until;   /* Time2Wait: nothing for this CID before */
     uint64_t retain_until; /* Time2Retain: its orphans fail after (0: none waiting) */
     uint32_t expstatsn;    /* the lost connection's: the Logout's ExpStatSN (§11.14) */
+    bool must_clean;       /* the target may hold tasks of it that we failed: Logout even so */
     int logout_on;         /* slot carrying our Logout, -1 */
     bool logout_queued;
     uint64_t logout_sent_ms;

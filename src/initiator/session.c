@@ -621,6 +621,7 @@ void ini_session_conn_down(struct ini_conn *c)
      * (relogin.c). Said before the tasks complete, so that a callback's new command waits. */
     ini_relogin_conn_lost(c);
     uint64_t now = reactor_now_ms();
+    unsigned expired = 0; /* ERL 2: tasks the target may hold that fail here, past deadline */
     for (uint32_t i = 0; i < s->ntasks; i++) {
         struct ini_task *t = &s->tasks[i];
         if (t->state != ITS_ACTIVE || t->conn != c)
@@ -645,6 +646,17 @@ void ini_session_conn_down(struct ini_conn *c)
             list_add_tail(&s->resendq, &t->node);
             continue;
         }
+        expired += recover;
+    }
+    /* The slot's recovery is set up before any user callback runs (a callback may issue
+     * commands, or log out): the tasks past their deadline still count there, as the target
+     * keeps them for the lost connection until its cleanup Logout (§7.1.4, §11.14). */
+    if (recover)
+        ini_orphan_conn_down(c, expired);
+    for (uint32_t i = 0; i < s->ntasks; i++) {
+        struct ini_task *t = &s->tasks[i];
+        if (t->state != ITS_ACTIVE || t->conn != c)
+            continue;
         struct lr_result r = {.err = LR_ERR_CONN_LOST, .what = c->fail_why};
         if (s->destroyed)
             r.err = LR_ERR_ABORTED;
@@ -652,8 +664,6 @@ void ini_session_conn_down(struct ini_conn *c)
             r.err = LR_ERR_TIMEOUT;
         ini_task_complete(s, t, &r);
     }
-    if (recover)
-        ini_orphan_conn_down(c);
     if (s->logging_out)
         ini_logout_conn_lost(c); /* may end the others, and the logout, from inside */
     if (s->logging_out && ini_conns_up(s) == 0 && s->logout_done) {

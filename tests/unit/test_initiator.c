@@ -1275,6 +1275,60 @@ static void test_erl2_logout_reassign_resume(void **state)
     lr_session_destroy(s);
 }
 
+struct expired_log {
+    int calls;
+    enum lr_err last;
+    const struct lr_session *s;
+    enum ini_cr_state slot0_st; /* slot 0's recovery state when the callback ran */
+};
+
+static void on_expired(void *arg, const struct lr_result *r)
+{
+    struct expired_log *d = arg;
+    d->calls++;
+    d->last = r->err;
+    d->slot0_st = d->s->cr[0].st;
+}
+
+/* A connection lost at ERL 2 whose only task is past its command timeout: the task fails (it
+ * is not reassigned), but the target keeps it for the lost connection (§7.1.4), so the slot
+ * is still cleaned up: Logout reason 2 for its CID on the other connection (§11.14). The
+ * slot's recovery is set up before the task's callback runs. */
+static void test_erl2_expired_tasks_still_cleaned(void **state)
+{
+    (void)state;
+    struct lr_session *s = erl2_session(2);
+    struct ini_conn *c0 = s->conns[0], *c1 = s->conns[1];
+    static uint8_t rbuf[4096];
+    struct expired_log d = {.s = s, .slot0_st = CR_NONE};
+    lr_session_next_conn(s, 0);
+    assert_int_equal(lr_read(s, 0, 8, 512, rbuf, on_expired, &d), 0);
+    take_all(c0);
+    for (uint32_t i = 0; i < s->ntasks; i++)
+        if (s->tasks[i].state == ITS_ACTIVE)
+            s->tasks[i].deadline_ms = 0; /* its command timeout has passed */
+    ini_conn_close(c0, "test: connection cut");
+    assert_int_equal(d.calls, 1);
+    assert_int_equal(d.last, LR_ERR_CONN_LOST);
+    assert_int_not_equal(d.slot0_st, CR_NONE);
+    assert_int_equal(lr_session_inflight(s), 0);
+    assert_int_equal(txq_len(c1), 1);
+    const uint8_t *h = txq_at(c1, 0)->hdr;
+    assert_int_equal(h[0], ISCSI_OP_LOGOUT_REQ | ISCSI_BHS_IMMEDIATE);
+    assert_int_equal(h[1], ISCSI_FLAG_FINAL | ISCSI_LOGOUT_REMOVE_FOR_RECOVERY);
+    assert_int_equal(get_be16(h + BHS_CID), c0->cid);
+    take_all(c1);
+    /* answered: nothing to reassign, the slot is done with */
+    uint8_t rsp[ISCSI_BHS_LEN];
+    rsp_hdr(rsp, ISCSI_OP_LOGOUT_RSP, ISCSI_FLAG_FINAL, INI_CLOGOUT_ITT + 0, 5, 2, 66);
+    put_be16(rsp + BHS_TIME2RETAIN, 20);
+    assert_int_equal(ini_conn_feed(c1, rsp, sizeof(rsp)), 0);
+    ini_orphan_tick(s, reactor_now_ms());
+    assert_int_equal(txq_len(c1), 0);
+    assert_int_equal(d.calls, 1);
+    lr_session_destroy(s);
+}
+
 /* A task the target no longer has fails alone; one whose CmdSN the target had not
  * acknowledged was discarded by the logout (§11.14) or never arrived: on "task does not
  * exist" its command is retried on the surviving connection, same ITT and CmdSN (§7.2.1). */
@@ -2110,6 +2164,7 @@ int main(void)
         cmocka_unit_test(test_async_logout_request_all_connections),
         cmocka_unit_test(test_logout_carrier_lost),
         cmocka_unit_test(test_erl2_logout_reassign_resume),
+        cmocka_unit_test(test_erl2_expired_tasks_still_cleaned),
         cmocka_unit_test(test_erl2_refused_and_retried),
         cmocka_unit_test(test_erl2_time2retain_expiry),
         cmocka_unit_test(test_erl2_async_drop_notice),
