@@ -1165,6 +1165,21 @@ static const struct wire_pdu *find_pdu(const struct ini_conn *c, uint8_t op, uin
     return NULL;
 }
 
+/* The one PDU queued on carrier: Logout reason 2 (immediate) for lost's CID, ExpStatSN the lost
+ * connection's last (5 in erl2_session), CmdSN the session's next. */
+static void assert_cleanup_logout(const struct ini_conn *carrier, const struct ini_conn *lost,
+                                  uint32_t cmdsn)
+{
+    assert_int_equal(txq_len(carrier), 1);
+    const uint8_t *h = txq_at(carrier, 0)->hdr;
+    assert_int_equal(h[0], ISCSI_OP_LOGOUT_REQ | ISCSI_BHS_IMMEDIATE);
+    assert_int_equal(h[1], ISCSI_FLAG_FINAL | ISCSI_LOGOUT_REMOVE_FOR_RECOVERY);
+    assert_int_equal(get_be16(h + BHS_CID), lost->cid);
+    assert_int_equal(get_be32(h + BHS_ITT), INI_CLOGOUT_ITT + lost->idx);
+    assert_int_equal(get_be32(h + BHS_CMDSN), cmdsn);
+    assert_int_equal(get_be32(h + BHS_EXPSTATSN), 5);
+}
+
 struct rec_log {
     int calls;
     enum lr_err last;
@@ -1210,14 +1225,7 @@ static void test_erl2_logout_reassign_resume(void **state)
     assert_int_equal(dr.calls + dw.calls, 0);
     assert_int_equal(lr_session_inflight(s), 2);
 
-    assert_int_equal(txq_len(c1), 1);
-    const uint8_t *h = txq_at(c1, 0)->hdr;
-    assert_int_equal(h[0], ISCSI_OP_LOGOUT_REQ | ISCSI_BHS_IMMEDIATE);
-    assert_int_equal(h[1], ISCSI_FLAG_FINAL | ISCSI_LOGOUT_REMOVE_FOR_RECOVERY);
-    assert_int_equal(get_be16(h + BHS_CID), c0->cid);
-    assert_int_equal(get_be32(h + BHS_ITT), INI_CLOGOUT_ITT + 0);
-    assert_int_equal(get_be32(h + BHS_CMDSN), 3);
-    assert_int_equal(get_be32(h + BHS_EXPSTATSN), 5); /* the lost connection's */
+    assert_cleanup_logout(c1, c0, 3);
     take_all(c1);
 
     uint8_t rsp[ISCSI_BHS_LEN];
@@ -1312,11 +1320,7 @@ static void test_erl2_expired_tasks_still_cleaned(void **state)
     assert_int_equal(d.last, LR_ERR_CONN_LOST);
     assert_int_not_equal(d.slot0_st, CR_NONE);
     assert_int_equal(lr_session_inflight(s), 0);
-    assert_int_equal(txq_len(c1), 1);
-    const uint8_t *h = txq_at(c1, 0)->hdr;
-    assert_int_equal(h[0], ISCSI_OP_LOGOUT_REQ | ISCSI_BHS_IMMEDIATE);
-    assert_int_equal(h[1], ISCSI_FLAG_FINAL | ISCSI_LOGOUT_REMOVE_FOR_RECOVERY);
-    assert_int_equal(get_be16(h + BHS_CID), c0->cid);
+    assert_cleanup_logout(c1, c0, 2);
     take_all(c1);
     /* answered: nothing to reassign, the slot is done with */
     uint8_t rsp[ISCSI_BHS_LEN];
