@@ -110,8 +110,12 @@ unsigned session_close_conn_by_cid(struct iscsi_session *s, uint16_t cid, bool t
         if (c->cid != cid)
             continue;
         if (terminate) { /* read by its reactor once the close message runs */
-            atomic_store(&c->terminate_tasks, true);
-            atomic_store(&c->closed_by_logout, true);
+            /* closed_by_logout first, terminate_tasks after it with release: a reader that
+             * sees terminate_tasks (acquire, conn.c conn_end_how) sees closed_by_logout too,
+             * and never takes this Logout's close for a reset (C11 §5.1.2.4 synchronizes-with).
+             * The other order left a window where it did. */
+            atomic_store_explicit(&c->closed_by_logout, true, memory_order_relaxed);
+            atomic_store_explicit(&c->terminate_tasks, true, memory_order_release);
         }
         /* The ExpStatSN is the last connection's with the CID (§11.14.4, §11.12), not a
          * reinstated one's still closing. Its teardown reads it when it publishes its group
