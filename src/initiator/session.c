@@ -497,8 +497,13 @@ static int conn_logged_in(struct ini_conn *c)
                      s->granted, want, n, n == 1 ? "" : "s");
         for (unsigned i = 1; i < n; i++) {
             s->nlogins_pending++;
-            if (!ini_conn_add(s))
+            if (!ini_conn_add(s)) {
+                /* Not connected: its loss counted the login off already. Not even allocated
+                 * (no memory): no login of it will end, so it is counted off here. */
+                if (s->nconns == i)
+                    s->nlogins_pending--;
                 break;
+            }
         }
         if (s->nlogins_pending == 0)
             login_finish(s);
@@ -757,7 +762,12 @@ int lr_session_login(struct lr_session *s, lr_done_fn done, void *arg)
     s->login_done = done;
     s->login_arg = arg;
     s->login_res = res_ok;
-    ini_conn_add(s); /* a failure to connect is reported through done() */
+    /* a failure to connect is reported through done(); no memory for the connection, here */
+    if (!ini_conn_add(s) && s->nconns == 0) {
+        s->login_done = NULL;
+        errno = ENOMEM;
+        return -1;
+    }
     return 0;
 }
 
@@ -775,6 +785,8 @@ int lr_session_logout(struct lr_session *s, lr_done_fn done, void *arg)
         return 0;
     }
     int rc = ini_logout_start(s);
+    if (rc < 0)
+        s->logout_done = NULL; /* the caller has its answer: done() is not called later */
     ini_unlock(s);
     return rc;
 }

@@ -11,6 +11,7 @@
 
 #include <cmocka.h>
 
+#include "alloc_fail.h"
 #include "initiator/conn.h"
 #include "initiator/ini.h"
 #include "initiator/orphan.h"
@@ -1114,6 +1115,40 @@ static void test_logout_carrier_lost(void **state)
     assert_int_equal(lo.calls, 1);
 }
 
+/* No memory for the Logout PDU: lr_session_logout says so (-1), and its done() is not called
+ * later when the connection goes (discovery.c frees its state on -1: a later call would
+ * reach freed memory). */
+static void test_logout_no_memory(void **state)
+{
+    (void)state;
+    struct lr_session *s = fake_session(1, 1, 64);
+    struct done_log lo = {0};
+    af_fail_sized(sizeof(struct wire_pdu), 0);
+    assert_int_equal(lr_session_logout(s, on_done, &lo), -1);
+    assert_true(af_fired());
+    ini_conn_close(s->conns[0], "test: connection cut");
+    lr_session_destroy(s);
+    assert_int_equal(lo.calls, 0);
+}
+
+/* No memory for the leading connection: lr_session_login fails at once (-1, ENOMEM) rather
+ * than returning 0 with a done() that never comes. */
+static void test_login_no_memory(void **state)
+{
+    (void)state;
+    struct lr_session_opts o = {.host = "127.0.0.1", .port = 1, .target_name = "iqn.x:t"};
+    struct lr_session *s = lr_session_create(R, &o);
+    assert_non_null(s);
+    struct done_log d = {0};
+    af_fail_sized(sizeof(struct ini_conn), 0);
+    errno = 0;
+    assert_int_equal(lr_session_login(s, on_done, &d), -1);
+    assert_int_equal(errno, ENOMEM);
+    assert_true(af_fired());
+    lr_session_destroy(s);
+    assert_int_equal(d.calls, 0);
+}
+
 /* ---- ErrorRecoveryLevel 2 (orphan.c) ---- */
 
 /* nconns connections at ERL 2, DefaultTime2Wait 0, DefaultTime2Retain 20, each connection's
@@ -2167,6 +2202,8 @@ int main(void)
         cmocka_unit_test(test_async_logout_request_drains),
         cmocka_unit_test(test_async_logout_request_all_connections),
         cmocka_unit_test(test_logout_carrier_lost),
+        cmocka_unit_test(test_logout_no_memory),
+        cmocka_unit_test(test_login_no_memory),
         cmocka_unit_test(test_erl2_logout_reassign_resume),
         cmocka_unit_test(test_erl2_expired_tasks_still_cleaned),
         cmocka_unit_test(test_erl2_refused_and_retried),
