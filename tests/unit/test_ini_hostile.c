@@ -72,6 +72,18 @@ static bool calls_within(struct done_log *d, int calls, int ms)
     return ft_run_until(R, calls_reached, &u, ms);
 }
 
+/* One 4 KiB READ at LBA 0 that completes good within 3 s, every byte fill. */
+static void read_4k_ok(struct lr_session *s, uint8_t fill)
+{
+    static uint8_t buf[4096];
+    struct done_log io = {0};
+    assert_int_equal(lr_read(s, 0, 8, 512, buf, on_done, &io), 0);
+    assert_true(calls_within(&io, 1, 3000));
+    assert_int_equal(io.last, LR_OK);
+    for (size_t i = 0; i < sizeof(buf); i++)
+        assert_int_equal(buf[i], fill);
+}
+
 static bool target_done(void *arg)
 {
     struct ft *f = arg;
@@ -1087,13 +1099,7 @@ static void script_erl1_data_digest(struct ft *f)
 static void client_erl1_data_digest(struct ft *f, struct lr_session *s)
 {
     (void)f;
-    static uint8_t buf[4096];
-    struct done_log io = {0};
-    assert_int_equal(lr_read(s, 0, 8, 512, buf, on_done, &io), 0);
-    assert_true(calls_within(&io, 1, 3000));
-    assert_int_equal(io.last, LR_OK);
-    for (size_t i = 0; i < sizeof(buf); i++)
-        assert_int_equal(buf[i], 0x66);
+    read_4k_ok(s, 0x66);
     struct lr_session_info info;
     lr_session_get_info(s, &info);
     assert_int_equal(info.connections_up, 1);
@@ -1160,12 +1166,7 @@ static void client_asked_logout_silent(struct ft *f, struct lr_session *s)
 {
     /* dropped well before the 5 s the target waits */
     assert_true(ft_run_until(R, stage_reached, f, 3000));
-    static uint8_t buf[4096];
-    struct done_log io = {0};
-    assert_int_equal(lr_read(s, 0, 8, 512, buf, on_done, &io), 0);
-    assert_true(calls_within(&io, 1, 3000));
-    assert_int_equal(io.last, LR_OK);
-    assert_int_equal(buf[0], 0x33);
+    read_4k_ok(s, 0x33);
     assert_int_equal(atomic_load(&f->logins), 2);
 }
 
@@ -1315,12 +1316,7 @@ static void client_second_conn_no_memory(struct ft *f, struct lr_session *s)
     lr_session_get_info(s, &info);
     assert_int_equal(info.connections_granted, 2);
     assert_int_equal(info.connections_up, 1);
-    static uint8_t buf[4096];
-    struct done_log io = {0};
-    assert_int_equal(lr_read(s, 0, 8, 512, buf, on_done, &io), 0);
-    assert_true(calls_within(&io, 1, 3000));
-    assert_int_equal(io.last, LR_OK);
-    assert_int_equal(buf[4095], 0x5a);
+    read_4k_ok(s, 0x5a);
 }
 
 struct hostile_case {
