@@ -369,19 +369,19 @@ static bool edit_section(struct doc *d, unsigned s, const struct target_node_con
         if (!rl) {
             kill_line(d, i);
         } else if (!fl || !ctl_lun_conf_same(rl, fl)) {
-            char spec[2048];
-            target_lun_spec_format(rl, spec, sizeof(spec));
-            ok = ok && rewrite(d, i, "lun %llu = %s", (unsigned long long)rl->lun, spec);
+            char *spec = target_lun_spec_dup(rl); /* whole: a cut one is another LUN */
+            ok = ok && spec && rewrite(d, i, "lun %llu = %s", (unsigned long long)rl->lun, spec);
+            free(spec);
             l->numbered = true;
         }
     }
     for (unsigned i = 0; i < r->nluns; i++) {
         if (find_lun(f, r->luns[i].lun))
             continue;
-        char spec[2048];
-        target_lun_spec_format(&r->luns[i], spec, sizeof(spec));
-        ok = ok &&
+        char *spec = target_lun_spec_dup(&r->luns[i]);
+        ok = ok && spec &&
              insert_after(d, anchor, "lun %llu = %s", (unsigned long long)r->luns[i].lun, spec);
+        free(spec);
     }
     /* An unnumbered line takes the number after the line before it: once a line before it is
      * gone, it says its number. */
