@@ -278,6 +278,8 @@ void target_conf_write_section(FILE *f, const struct target_node_conf *c,
 /* The global keys of cfg that differ from the defaults (a daemon started without a file),
  * with `level` as the log level. */
 void target_conf_write_globals(FILE *f, const struct target_config *cfg, enum log_level level);
+/* s without the white space around it (cut in place), as the config parser reads a line. */
+char *conf_trim(char *s);
 /* The spec a `lun =` line takes for l (store spec and LUN options). 0, or -1 if truncated
  * (lun_spec.c). */
 int target_lun_spec_format(const struct target_lun_conf *l, char *buf, size_t len);

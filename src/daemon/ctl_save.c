@@ -107,16 +107,6 @@ static const char *comment_of(const char *s)
     return NULL;
 }
 
-static char *trim(char *s)
-{
-    while (isspace((unsigned char)*s))
-        s++;
-    size_t n = strlen(s);
-    while (n && isspace((unsigned char)s[n - 1]))
-        s[--n] = '\0';
-    return s;
-}
-
 /* Classify one line the way config.c's parser reads it (the file loaded already, so it is
  * well formed). */
 static int classify(struct doc *d, struct sline *l, uint64_t *next_lun)
@@ -127,15 +117,15 @@ static int classify(struct doc *d, struct sline *l, uint64_t *next_lun)
     const char *c = comment_of(copy);
     if (c)
         copy[c - copy] = '\0';
-    char *s = trim(copy);
+    char *s = conf_trim(copy);
     l->kind = L_OTHER;
     l->sec = (int)d->ns - 1;
     if (*s == '[') {
         size_t n = strlen(s);
         if (n && s[n - 1] == ']')
             s[n - 1] = '\0';
-        char *body = trim(s + 1);
-        char *name = trim(body + (strncmp(body, "target", 6) == 0 ? 6 : 0));
+        char *body = conf_trim(s + 1);
+        char *name = conf_trim(body + (strncmp(body, "target", 6) == 0 ? 6 : 0));
         struct ssec *g = realloc(d->s, (d->ns + 1) * sizeof(*g));
         if (!g) {
             free(copy);
@@ -152,7 +142,7 @@ static int classify(struct doc *d, struct sline *l, uint64_t *next_lun)
     } else if (*s && strchr(s, '=')) {
         char *eq = strchr(s, '=');
         *eq = '\0';
-        char *key = trim(s), *val = trim(eq + 1);
+        char *key = conf_trim(s), *val = conf_trim(eq + 1);
         for (char *p = key; *p; p++)
             *p = *p == '_' ? '-' : (char)tolower((unsigned char)*p);
         size_t vl = strlen(val);
@@ -169,7 +159,7 @@ static int classify(struct doc *d, struct sline *l, uint64_t *next_lun)
         }
         if (strcmp(key, "lun") == 0 || strncmp(key, "lun ", 4) == 0) {
             l->numbered = key[3] == ' ';
-            l->lun = l->numbered ? strtoull(trim(key + 4), NULL, 10) : *next_lun;
+            l->lun = l->numbered ? strtoull(conf_trim(key + 4), NULL, 10) : *next_lun;
             *next_lun = l->lun + 1;
         }
         if (l->sec >= 0)
