@@ -4,6 +4,7 @@
  * is target_config_load, so every line here is one it parses. */
 #include <ctype.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "daemon/config.h"
@@ -32,11 +33,13 @@ static void write_alua(FILE *f, const struct target_alua_conf *a)
 
 void target_conf_write_lun(FILE *f, const struct target_lun_conf *l)
 {
-    char spec[2048];
-    if (target_lun_spec_format(l, spec, sizeof(spec)) < 0)
-        snprintf(spec, sizeof(spec), "%s", l->bs_spec); /* cannot happen: specs are short */
+    char *spec = target_lun_spec_dup(l);
     fprintf(f, "lun %llu = ", (unsigned long long)l->lun);
-    conf_write_value(f, spec);
+    if (spec)
+        conf_write_value(f, spec);
+    else
+        fputs("\n", f); /* out of memory: an empty spec, which the reload check refuses */
+    free(spec);
 }
 
 void target_conf_write_section(FILE *f, const struct target_node_conf *c,

@@ -282,9 +282,14 @@ void target_conf_write_section(FILE *f, const struct target_node_conf *c,
 /* The global keys of cfg that differ from the defaults (a daemon started without a file),
  * with `level` as the log level. */
 void target_conf_write_globals(FILE *f, const struct target_config *cfg, enum log_level level);
+/* s without the white space around it (cut in place), as the config parser reads a line. */
+char *conf_trim(char *s);
 /* The spec a `lun =` line takes for l (store spec and LUN options). 0, or -1 if truncated
  * (lun_spec.c). */
 int target_lun_spec_format(const struct target_lun_conf *l, char *buf, size_t len);
+/* The same, whole, in a malloc'd string (a file path may be near PATH_MAX): NULL only when out
+ * of memory. What writes a config uses this: a cut spec would be saved as another LUN. */
+char *target_lun_spec_dup(const struct target_lun_conf *l);
 
 /* --- cli.c --- */
 /* Parse argv into cfg. Returns -1 to go on and serve, or an exit code (0 after --help or

@@ -107,16 +107,6 @@ static const char *comment_of(const char *s)
     return NULL;
 }
 
-static char *trim(char *s)
-{
-    while (isspace((unsigned char)*s))
-        s++;
-    size_t n = strlen(s);
-    while (n && isspace((unsigned char)s[n - 1]))
-        s[--n] = '\0';
-    return s;
-}
-
 /* Classify one line the way config.c's parser reads it (the file loaded already, so it is
  * well formed). */
 static int classify(struct doc *d, struct sline *l, uint64_t *next_lun)
@@ -127,15 +117,15 @@ static int classify(struct doc *d, struct sline *l, uint64_t *next_lun)
     const char *c = comment_of(copy);
     if (c)
         copy[c - copy] = '\0';
-    char *s = trim(copy);
+    char *s = conf_trim(copy);
     l->kind = L_OTHER;
     l->sec = (int)d->ns - 1;
     if (*s == '[') {
         size_t n = strlen(s);
         if (n && s[n - 1] == ']')
             s[n - 1] = '\0';
-        char *body = trim(s + 1);
-        char *name = trim(body + (strncmp(body, "target", 6) == 0 ? 6 : 0));
+        char *body = conf_trim(s + 1);
+        char *name = conf_trim(body + (strncmp(body, "target", 6) == 0 ? 6 : 0));
         struct ssec *g = realloc(d->s, (d->ns + 1) * sizeof(*g));
         if (!g) {
             free(copy);
@@ -152,7 +142,7 @@ static int classify(struct doc *d, struct sline *l, uint64_t *next_lun)
     } else if (*s && strchr(s, '=')) {
         char *eq = strchr(s, '=');
         *eq = '\0';
-        char *key = trim(s), *val = trim(eq + 1);
+        char *key = conf_trim(s), *val = conf_trim(eq + 1);
         for (char *p = key; *p; p++)
             *p = *p == '_' ? '-' : (char)tolower((unsigned char)*p);
         size_t vl = strlen(val);
@@ -169,7 +159,7 @@ static int classify(struct doc *d, struct sline *l, uint64_t *next_lun)
         }
         if (strcmp(key, "lun") == 0 || strncmp(key, "lun ", 4) == 0) {
             l->numbered = key[3] == ' ';
-            l->lun = l->numbered ? strtoull(trim(key + 4), NULL, 10) : *next_lun;
+            l->lun = l->numbered ? strtoull(conf_trim(key + 4), NULL, 10) : *next_lun;
             *next_lun = l->lun + 1;
         }
         if (l->sec >= 0)
@@ -444,19 +434,19 @@ static bool edit_section(struct doc *d, unsigned s, const struct target_node_con
         if (!rl) {
             kill_line(d, i);
         } else if (!fl || !ctl_lun_conf_same(rl, fl)) {
-            char spec[2048];
-            target_lun_spec_format(rl, spec, sizeof(spec));
-            ok = ok && rewrite(d, i, "lun %llu = %s", (unsigned long long)rl->lun, spec);
+            char *spec = target_lun_spec_dup(rl); /* whole: a cut one is another LUN */
+            ok = ok && spec && rewrite(d, i, "lun %llu = %s", (unsigned long long)rl->lun, spec);
+            free(spec);
             l->numbered = true;
         }
     }
     for (unsigned i = 0; i < r->nluns; i++) {
         if (find_lun(f, r->luns[i].lun))
             continue;
-        char spec[2048];
-        target_lun_spec_format(&r->luns[i], spec, sizeof(spec));
-        ok = ok &&
+        char *spec = target_lun_spec_dup(&r->luns[i]);
+        ok = ok && spec &&
              insert_after(d, anchor, "lun %llu = %s", (unsigned long long)r->luns[i].lun, spec);
+        free(spec);
     }
     /* An unnumbered line takes the number after the line before it: once a line before it is
      * gone, it says its number. */

@@ -138,6 +138,9 @@ struct scsi_nexus_impl {
     unsigned slot;
     int refs;  /* sessions holding it, plus PREEMPT AND ABORT while it calls the hook */
     bool lost; /* I_T nexus loss done since the last session took it (under target lock) */
+    /* runs of its loss hooks under way (without the lock): the slot is not recycled
+     * meanwhile, or they would act on the nexus that took it (nexus.c) */
+    unsigned losing;
     uint64_t xcopy_seq;
     struct xcopy_result xcopy[XCOPY_HELD_MAX];
 };
