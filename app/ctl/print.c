@@ -139,20 +139,22 @@ static void print_targets(FILE *out, json_t *r)
 static void lun_row(struct table *t, json_t *o)
 {
     char lun[16], size[32], bs[16], cmds[24];
+    const char *alua = str(json_object_get(o, "alua"), "state");
     snprintf(lun, sizeof(lun), "%lld", num(o, "lun"));
     human_bytes((unsigned long long)num(o, "bytes"), size, sizeof(size));
     snprintf(bs, sizeof(bs), "%lld", num(o, "block_size"));
     snprintf(cmds, sizeof(cmds), "%lld", num(o, "commands"));
-    table_row(t, (const char *[]){str(o, "target"), lun, size, bs,
-                                  flag(o, "read_only") ? "ro" : "rw", cmds, str(o, "store")});
+    table_row(t,
+              (const char *[]){str(o, "target"), lun, size, bs, flag(o, "read_only") ? "ro" : "rw",
+                               *alua ? alua : "-", cmds, str(o, "store")});
 }
 
-static const char *const lun_head[] = {"TARGET", "LUN",       "SIZE", "BLOCK",
-                                       "MODE",   "IN-FLIGHT", "STORE"};
+static const char *const lun_head[] = {"TARGET", "LUN",  "SIZE",      "BLOCK",
+                                       "MODE",   "ALUA", "IN-FLIGHT", "STORE"};
 
 static void print_luns(FILE *out, json_t *r)
 {
-    struct table t = {.ncols = 7};
+    struct table t = {.ncols = 8};
     table_row(&t, lun_head);
     size_t i;
     json_t *o;
@@ -248,10 +250,14 @@ void ctl_print_result(FILE *out, const char *kind, json_t *r)
     } else if (strcmp(kind, "luns") == 0) {
         print_luns(out, r);
     } else if (strcmp(kind, "lun") == 0) {
-        struct table t = {.ncols = 7};
+        struct table t = {.ncols = 8};
         table_row(&t, lun_head);
         lun_row(&t, r);
         table_print(out, &t);
+    } else if (strcmp(kind, "alua") == 0) {
+        fprintf(out, "target %s: ALUA group %lld %s (%lld LUN%s changed)\n", str(r, "target"),
+                num(r, "group"), str(r, "state"), num(r, "luns_changed"),
+                num(r, "luns_changed") == 1 ? "" : "s");
     } else if (strcmp(kind, "sessions") == 0) {
         print_sessions(out, r);
     } else if (strcmp(kind, "connections") == 0) {

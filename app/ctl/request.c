@@ -37,6 +37,7 @@ enum verb_opt {
     OPT_TIMEOUT = 1 << 0, /* --timeout S */
     OPT_LUN = 1 << 1,     /* --lun N */
     OPT_FORCE = 1 << 2,   /* --force */
+    OPT_GROUP = 1 << 3,   /* --group ID */
 };
 
 /* The one parser of options after the positional arguments of a verb: each verb names the
@@ -54,6 +55,10 @@ static int verb_opts(int argc, char **argv, int first, json_t *params, unsigned 
             if (num_arg(argv[++i], "LUN", 16383, &v, err, errlen) < 0)
                 return -1;
             json_object_set_new(params, "lun", json_integer(v));
+        } else if ((allowed & OPT_GROUP) && strcmp(argv[i], "--group") == 0 && i + 1 < argc) {
+            if (num_arg(argv[++i], "group", 65535, &v, err, errlen) < 0)
+                return -1;
+            json_object_set_new(params, "group", json_integer(v));
         } else if ((allowed & OPT_FORCE) && strcmp(argv[i], "--force") == 0) {
             json_object_set_new(params, "force", json_true());
         } else {
@@ -175,6 +180,15 @@ static int build_lun_number(const struct verb *v, int argc, char **argv, struct 
         json_object_set_new(p, "size", json_string(argv[at + 1]));
     }
     return verb_opts(argc, argv, need, p, v->opts, err, errlen);
+}
+
+/* set alua TARGET STATE [--lun N] [--group ID]: the daemon checks the state. */
+static int build_alua(const struct verb *v, int argc, char **argv, struct ctl_req *req, char *err,
+                      size_t errlen)
+{
+    json_object_set_new(req->params, "target", json_string(argv[2]));
+    json_object_set_new(req->params, "state", json_string(argv[3]));
+    return verb_opts(argc, argv, 4, req->params, v->opts, err, errlen);
 }
 
 /* logout session TSIH [--timeout S] */
@@ -305,6 +319,10 @@ static const struct verb verbs[] = {
     {"set", "lun", 0, "set_lun", "lun", 0, "usage: set lun [TARGET] N ro|rw", build_lun_number},
     {"resize", "lun", 0, "resize_lun", "lun", 0, "usage: resize lun [TARGET] N SIZE",
      build_lun_number},
+    {"set", "alua", 4, "set_alua", "alua", OPT_LUN | OPT_GROUP,
+     "usage: set alua TARGET active/optimized|active/non-optimized|standby [--lun N] "
+     "[--group ID]",
+     build_alua},
     {"logout", "session", 3, "logout_session", "logout", OPT_TIMEOUT,
      "usage: logout session TSIH [--timeout S]", build_logout},
     {"drop", "connection", 4, "drop_connection", "dropped", 0, "usage: drop connection TSIH CID",

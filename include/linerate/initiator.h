@@ -153,7 +153,8 @@ void lr_session_destroy(struct lr_session *s);
  * A login fails (LR_ERR_LOGIN, the reason in `what`) within login_timeout_ms whatever the
  * target sends: a mutual-CHAP target that does not answer our challenge, answers it wrong or
  * as another user, a CHAP_C over 1024 bytes, an algorithm we did not offer, a login that does
- * not converge in 16 rounds.
+ * not converge in 16 rounds. Returns 0, or -1 when logged in already or (errno ENOMEM) there
+ * is no memory for the connection: then done() is not called.
  *
  * When the target asks for a logout (Async Message event 1, RFC 7143 §11.9.1), at any
  * ErrorRecoveryLevel: that connection takes no new command, its commands may complete until
@@ -170,7 +171,8 @@ int lr_session_login(struct lr_session *s, lr_done_fn done, void *arg);
 /* Log out the whole session (reason: close session); done() when the target answered (LR_OK)
  * or the connections are gone: LR_ERR_TIMEOUT ("logout timed out") when no answer came within
  * logout_timeout_ms, LR_ERR_CONN_LOST when a connection was lost before it, LR_OK when there
- * was nothing to log out. */
+ * was nothing to log out. Returns 0, or -1 when there is no memory for the Logout: then done()
+ * is not called. */
 int lr_session_logout(struct lr_session *s, lr_done_fn done, void *arg);
 void lr_session_get_info(const struct lr_session *s, struct lr_session_info *info);
 /* The session's lock (recursive; nothing unless conn_reactors names another reactor). */

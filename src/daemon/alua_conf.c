@@ -5,6 +5,8 @@
  *   alua-state = STATE       this group's state for LUNs that name none; default
  *                            active/optimized
  *   alua-peer  = ID:STATE    another gateway's group and its state (repeatable)
+ *   alua-explicit = yes|no   explicit ALUA too (SPC-4 §5.16.2.3: TPGS 11b, SET TARGET PORT
+ *                            GROUPS, for initiators that drive failover); default no
  * and LUN spec options ",alua=STATE" and ",alua-peer=ID:STATE". A daemon cannot ask its peers
  * for their states: every gateway is given the same picture, so that REPORT TARGET PORT GROUPS
  * says the same thing on every path. */
@@ -12,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "daemon/conf_keys.h"
 #include "daemon/config.h"
 
 static int parse_group_id(const char *s, size_t n, uint16_t *out)
@@ -87,6 +90,13 @@ int target_alua_key(struct target_alua_conf *a, const char *key, const char *val
             return bad_state(key, val, err, errlen);
         return 1;
     }
+    if (strcmp(key, "alua-explicit") == 0) {
+        if (conf_parse_bool(val, &a->explicit_alua) < 0) {
+            snprintf(err, errlen, "bad value '%s' for alua-explicit: expected yes or no", val);
+            return -1;
+        }
+        return 1;
+    }
     if (strcmp(key, "alua-peer") == 0) {
         struct scsi_alua_group g;
         if (parse_peer(val, &g, err, errlen) < 0 || put_peer(a->peers, &a->npeers, &g, err, errlen))
@@ -128,6 +138,10 @@ void target_alua_apply(const struct target_node_conf *c, struct scsi_target *scs
 {
     uint16_t own = target_alua_tpgt(c);
     scsi->alua_state = c->alua.state;
+    /* reactors read it (INQUIRY, scsi_cmd_offered): written only when the target is built, as a
+     * change takes a restart; ctl_alua.c calls this again on a serving target for the rest */
+    if (scsi->alua_explicit != c->alua.explicit_alua)
+        scsi->alua_explicit = c->alua.explicit_alua;
     scsi->alua_npeers = 0;
     for (unsigned i = 0; i < c->alua.npeers; i++)
         if (c->alua.peers[i].id != own) /* naming itself a peer would list the group twice */
@@ -146,7 +160,8 @@ static bool same_groups(const struct scsi_alua_group *a, const struct scsi_alua_
 bool target_alua_same(const struct target_alua_conf *a, const struct target_alua_conf *b)
 {
     return target_alua_tpgt_of(a) == target_alua_tpgt_of(b) && a->state == b->state &&
-           a->npeers == b->npeers && same_groups(a->peers, b->peers, a->npeers);
+           a->explicit_alua == b->explicit_alua && a->npeers == b->npeers &&
+           same_groups(a->peers, b->peers, a->npeers);
 }
 
 void target_alua_describe(const struct target_node_conf *c, char *buf, size_t len)
@@ -154,6 +169,8 @@ void target_alua_describe(const struct target_node_conf *c, char *buf, size_t le
     size_t off =
         (size_t)snprintf(buf, len, "ALUA target port group %u (%s)", (unsigned)target_alua_tpgt(c),
                          scsi_alua_state_name(c->alua.state));
+    if (c->alua.explicit_alua && off < len)
+        off += (size_t)snprintf(buf + off, len - off, ", explicit");
     for (unsigned i = 0; i < c->alua.npeers && off < len; i++)
         off += (size_t)snprintf(buf + off, len - off, "%s %u (%s)", i ? "," : ", peers",
                                 (unsigned)c->alua.peers[i].id,
@@ -167,4 +184,32 @@ bool target_alua_lun_same(const struct target_lun_conf *a, const struct target_l
     if (a->alua_state_set && a->alua_state != b->alua_state)
         return false;
     return same_groups(a->alua_peers, b->alua_peers, a->alua_npeers);
+}
+
+/* The same set of ids (the order of the lines changes nothing). */
+static bool same_ids(const struct scsi_alua_group *a, unsigned na, const struct scsi_alua_group *b,
+                     unsigned nb)
+{
+    if (na != nb)
+        return false;
+    for (unsigned i = 0; i < na; i++) {
+        bool found = false;
+        for (unsigned k = 0; k < nb && !found; k++)
+            found = a[i].id == b[k].id;
+        if (!found)
+            return false;
+    }
+    return true;
+}
+
+bool target_alua_same_groups(const struct target_alua_conf *a, const struct target_alua_conf *b)
+{
+    return target_alua_tpgt_of(a) == target_alua_tpgt_of(b) &&
+           a->explicit_alua == b->explicit_alua &&
+           same_ids(a->peers, a->npeers, b->peers, b->npeers);
+}
+
+bool target_alua_lun_same_groups(const struct target_lun_conf *a, const struct target_lun_conf *b)
+{
+    return same_ids(a->alua_peers, a->alua_npeers, b->alua_peers, b->alua_npeers);
 }

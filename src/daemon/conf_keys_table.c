@@ -350,6 +350,10 @@ const struct conf_key conf_keys[] = {
      .flag = "alua-peer", .flag_arg = "ID:STATE",
      .help = "repeatable: another gateway exporting the same store, its\n"
              "group and state (per LUN: ,alua-peer=ID:STATE)"},
+    {"alua-explicit", CONF_TEXT, CONF_BOTH, CONF_OWN, TEXT(NONE, set_alua, NULL),
+     .shown_default = "no", .flag = "alua-explicit", .flag_arg = "yes|no",
+     .help = "explicit ALUA too: INQUIRY TPGS 11b and SET TARGET PORT\n"
+             "GROUPS, for initiators that choose the paths (default no)"},
     /* Whether an initiator's TARGET WARM / COLD RESET is done (it reaches every initiator of
      * the target) or answered "function rejected". */
     {"target-warm-reset", CONF_BOOL, CONF_TARGET, CONF_RESTART, NODE(warm_reset), .note = N_RESETS,

@@ -4,6 +4,7 @@
  * is target_config_load, so every line here is one it parses. */
 #include <ctype.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "daemon/config.h"
@@ -26,15 +27,19 @@ static void write_alua(FILE *f, const struct target_alua_conf *a)
     for (unsigned i = 0; i < a->npeers; i++)
         fprintf(f, "alua-peer = %u:%s\n", (unsigned)a->peers[i].id,
                 scsi_alua_state_name((enum scsi_alua_state)a->peers[i].state));
+    if (a->explicit_alua)
+        fprintf(f, "alua-explicit = yes\n");
 }
 
 void target_conf_write_lun(FILE *f, const struct target_lun_conf *l)
 {
-    char spec[2048];
-    if (target_lun_spec_format(l, spec, sizeof(spec)) < 0)
-        snprintf(spec, sizeof(spec), "%s", l->bs_spec); /* cannot happen: specs are short */
+    char *spec = target_lun_spec_dup(l);
     fprintf(f, "lun %llu = ", (unsigned long long)l->lun);
-    conf_write_value(f, spec);
+    if (spec)
+        conf_write_value(f, spec);
+    else
+        fputs("\n", f); /* out of memory: an empty spec, which the reload check refuses */
+    free(spec);
 }
 
 void target_conf_write_section(FILE *f, const struct target_node_conf *c,

@@ -44,7 +44,7 @@ static int cfg_fail(struct cfg_parser *ps, unsigned line, const char *fmt, ...)
     return -1;
 }
 
-static char *trim(char *s)
+char *conf_trim(char *s)
 {
     while (isspace((unsigned char)*s))
         s++;
@@ -86,12 +86,12 @@ static int cfg_section(struct cfg_parser *ps, char *s)
     if (s[n - 1] != ']')
         return cfg_fail(ps, ps->line, "unterminated section header (missing ']')");
     s[n - 1] = '\0';
-    char *body = trim(s + 1);
+    char *body = conf_trim(s + 1);
     if (strncmp(body, "target", 6) != 0 || !isspace((unsigned char)body[6]))
         return cfg_fail(ps, ps->line, "unknown section '[%s]': expected [target IQN]", body);
     if (cfg_end_target(ps) < 0)
         return -1;
-    char *name = trim(body + 6);
+    char *name = conf_trim(body + 6);
     char reason[512];
     if (target_check_iscsi_name(name, reason, sizeof(reason)) < 0)
         return cfg_fail(ps, ps->line, "%s", reason);
@@ -223,7 +223,7 @@ static int cfg_line(struct cfg_parser *ps, char *raw)
             break;
         }
     }
-    char *s = trim(raw);
+    char *s = conf_trim(raw);
     if (!*s)
         return 0;
     if (*s == '[')
@@ -232,8 +232,8 @@ static int cfg_line(struct cfg_parser *ps, char *raw)
     if (!eq)
         return cfg_fail(ps, ps->line, "expected 'key = value' or '[target IQN]'");
     *eq = '\0';
-    char *key = trim(s);
-    char *val = trim(eq + 1);
+    char *key = conf_trim(s);
+    char *val = conf_trim(eq + 1);
     for (char *p = key; *p; p++) {
         if (*p == '_')
             *p = '-';

@@ -85,6 +85,7 @@ struct target_alua_conf {
     enum scsi_alua_state state;                             /* alua-state */
     struct scsi_alua_group peers[SCSI_ALUA_GROUPS_MAX - 1]; /* alua-peer = ID:STATE */
     unsigned npeers;
+    bool explicit_alua; /* alua-explicit: TPGS 11b, SET TARGET PORT GROUPS */
 };
 
 struct target_node_conf {
@@ -251,6 +252,9 @@ bool target_alua_same(const struct target_alua_conf *a, const struct target_alua
 void target_alua_describe(const struct target_node_conf *c, char *buf, size_t len);
 /* The same LUN ALUA settings (reload). */
 bool target_alua_lun_same(const struct target_lun_conf *a, const struct target_lun_conf *b);
+/* The same groups, states aside: what a reload can change live (ctl_alua.c). */
+bool target_alua_same_groups(const struct target_alua_conf *a, const struct target_alua_conf *b);
+bool target_alua_lun_same_groups(const struct target_lun_conf *a, const struct target_lun_conf *b);
 int target_node_add_portal(struct target_node_conf *n, const struct target_portal *p);
 int target_node_add_lun(struct target_node_conf *n, struct target_lun_conf *lun, char *err,
                         size_t errlen);
@@ -278,9 +282,14 @@ void target_conf_write_section(FILE *f, const struct target_node_conf *c,
 /* The global keys of cfg that differ from the defaults (a daemon started without a file),
  * with `level` as the log level. */
 void target_conf_write_globals(FILE *f, const struct target_config *cfg, enum log_level level);
+/* s without the white space around it (cut in place), as the config parser reads a line. */
+char *conf_trim(char *s);
 /* The spec a `lun =` line takes for l (store spec and LUN options). 0, or -1 if truncated
  * (lun_spec.c). */
 int target_lun_spec_format(const struct target_lun_conf *l, char *buf, size_t len);
+/* The same, whole, in a malloc'd string (a file path may be near PATH_MAX): NULL only when out
+ * of memory. What writes a config uses this: a cut spec would be saved as another LUN. */
+char *target_lun_spec_dup(const struct target_lun_conf *l);
 
 /* --- cli.c --- */
 /* Parse argv into cfg. Returns -1 to go on and serve, or an exit code (0 after --help or

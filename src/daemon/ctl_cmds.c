@@ -490,6 +490,7 @@ static const struct method methods[] = {
     {"remove_lun", m_remove_lun},
     {"set_lun", m_set_lun},
     {"resize_lun", m_resize_lun},
+    {"set_alua", ctl_set_alua},
     {"logout_session", m_logout_session},
     {"drop_connection", m_drop_connection},
     {"set_log_level", m_set_log_level},

@@ -7,6 +7,7 @@
  * applied. What linerate-ctl added and the file never had is not dropped without force. A file that
  * does not load, or a new store that cannot be opened, changes nothing: every new store is opened
  * before anything changes. */
+#include <assert.h>
 #include <errno.h>
 #include <jansson.h>
 #include <stdarg.h>
@@ -57,7 +58,8 @@ static bool same_store(const struct target_lun_conf *a, const struct target_lun_
 {
     return strcmp(a->bs_spec, b->bs_spec) == 0 && a->block_size == b->block_size &&
            a->removable == b->removable && a->phys_block_size == b->phys_block_size &&
-           a->sanitize_rate == b->sanitize_rate && target_alua_lun_same(a, b) &&
+           /* ALUA states change in place too (ctl_alua.c), the groups do not */
+           a->sanitize_rate == b->sanitize_rate && target_alua_lun_same_groups(a, b) &&
            target_lun_identity_same(&a->identity, &b->identity);
 }
 
@@ -140,8 +142,9 @@ static void diff_fixed(const struct target_config *run, const struct target_conf
         conf_keys_diff(CONF_TARGET, &rt, &ft, note_target, &tn);
         if (!same_chap(&r->chap, &f->chap))
             note(restart, "target %s: CHAP", r->name);
-        if (!target_alua_same(&r->alua, &f->alua))
-            note(restart, "target %s: ALUA (alua-group, alua-state, alua-peer)", r->name);
+        /* the states change live (ctl_alua.c), the groups do not */
+        if (!target_alua_same_groups(&r->alua, &f->alua))
+            note(restart, "target %s: ALUA groups (alua-group, alua-peer, alua-explicit)", r->name);
     }
 }
 
@@ -165,6 +168,12 @@ void ctl_config_diff(const struct daemon *d, const struct target_config *file, j
     diff_fixed(run, file, out);
     diff_access(run, file, out);
     for (unsigned i = 0; i < run->ntargets; i++) {
+        const struct target_node_conf *f = find_conf(file, run->targets[i].name);
+        if (f && target_alua_same_groups(&run->targets[i].alua, &f->alua) &&
+            !target_alua_same(&run->targets[i].alua, &f->alua))
+            note(out, "target %s: ALUA states", run->targets[i].name);
+    }
+    for (unsigned i = 0; i < run->ntargets; i++) {
         const struct target_node_conf *r = &run->targets[i];
         const struct target_node_conf *f = find_conf(file, r->name);
         if (!f) {
@@ -176,7 +185,7 @@ void ctl_config_diff(const struct daemon *d, const struct target_config *file, j
             if (!fl)
                 note(out, "target %s: LUN %llu not in the file", r->name,
                      (unsigned long long)r->luns[k].lun);
-            else if (!ctl_lun_conf_same(&r->luns[k], fl))
+            else if (!ctl_lun_conf_same(&r->luns[k], fl) || !target_alua_lun_same(&r->luns[k], fl))
                 note(out, "target %s: LUN %llu differs (%s%s in the file, %s%s running)", r->name,
                      (unsigned long long)fl->lun, fl->bs_spec, fl->read_only ? ",ro" : "",
                      r->luns[k].bs_spec, r->luns[k].read_only ? ",ro" : "");
@@ -369,7 +378,7 @@ static void apply_chap(struct daemon *d, const struct target_config *file, json_
 
 /* A LUN to add, its store opened ahead. */
 struct pending_add {
-    unsigned t;
+    const char *target;       /* the file's name for it (whole targets go first: indexes move) */
     struct target_lun_conf l; /* bs_spec owned */
     struct bs *bs;
 };
@@ -458,7 +467,7 @@ static int plan_lun_adds(struct daemon *d, const struct target_config *file, str
             }
             p->adds = grown;
             struct pending_add *a = &p->adds[p->nadds];
-            a->t = t;
+            a->target = f->name;
             a->l = *fl;
             a->bs = target_open_lun_store(fl, err, errlen);
             if (!a->bs)
@@ -557,12 +566,16 @@ static void apply_lun_adds(struct daemon *d, struct reload_plan *p, json_t *appl
 {
     for (unsigned i = 0; i < p->nadds; i++) {
         struct pending_add *a = &p->adds[i];
-        const char *name = d->cfg.targets[a->t].name;
+        /* the file has the target, so the reload did not remove it */
+        const struct target_node_conf *run = find_conf(&d->cfg, a->target);
+        assert(run);
+        unsigned t = (unsigned)(run - d->cfg.targets);
+        const char *name = run->name;
         uint64_t num = a->l.lun;
         char spec[256];
         snprintf(spec, sizeof(spec), "%s", a->l.bs_spec);
         char why[1024];
-        if (ctl_lun_add(d, a->t, &a->l, a->bs, why, sizeof(why)) == 0)
+        if (ctl_lun_add(d, t, &a->l, a->bs, why, sizeof(why)) == 0)
             note(applied, "target %s: LUN %llu added (%s)", name, (unsigned long long)num, spec);
         else
             note(restart, "target %s: LUN %llu: %s", name, (unsigned long long)num, why);
@@ -570,12 +583,14 @@ static void apply_lun_adds(struct daemon *d, struct reload_plan *p, json_t *appl
     free(p->adds);
 }
 
-/* Apply: whole targets, last, as removing one renumbers the running ones. A target gone from
- * the file that still has sessions drains without force: hidden from new logins and
- * SendTargets now, removed when its last session ends (ctl_reap_drained); force logs them out
- * and removes it now. Then the file's new targets. */
-static void apply_targets(struct daemon *d, const struct target_config *file, bool force,
-                          json_t *applied, json_t *restart)
+/* Apply: the targets gone from the file, before the LUNs added to the others, so that a LUN
+ * moved out of a removed target with its NAA pinned (naa=) is not refused as a duplicate of
+ * itself (build.c, naa_holder: it sees what runs). Removing renumbers the running targets.
+ * One that still has sessions drains without force: hidden from new logins and SendTargets
+ * now, removed when its last session ends (ctl_reap_drained), its LUNs meanwhile still its
+ * own, NAAs included; force logs them out and removes it now. */
+static void apply_target_removes(struct daemon *d, const struct target_config *file, bool force,
+                                 json_t *applied, json_t *restart)
 {
     for (unsigned t = 0; t < d->cfg.ntargets;) {
         char name[ISCSI_NAME_MAX + 1];
@@ -610,6 +625,12 @@ static void apply_targets(struct daemon *d, const struct target_config *file, bo
         }
         t++;
     }
+}
+
+/* Apply: the file's new targets, last. */
+static void apply_target_adds(struct daemon *d, const struct target_config *file, json_t *applied,
+                              json_t *restart)
+{
     for (unsigned i = 0; i < file->ntargets; i++) {
         const struct target_node_conf *f = &file->targets[i];
         if (find_conf(&d->cfg, f->name))
@@ -671,21 +692,25 @@ static json_t *reload(struct daemon *d, bool force, char *err, size_t errlen)
         return NULL;
     }
     /* Nothing can fail the reload from here on: apply. CHAP first, then what still differs
-     * and cannot change is listed; LUNs gone from the file, and write protection, then the
-     * new LUNs, the portals and allow lists, the whole targets. */
+     * and cannot change is listed; LUNs gone from the file, and write protection, the targets
+     * gone from it, then the new LUNs, the portals and allow lists, the new targets: every
+     * removal before the adds, whose NAA check sees what runs. */
     apply_chap(d, &file, applied);
     diff_fixed(&d->cfg, &file, restart);
     for (unsigned t = 0; t < d->built.n; t++) {
         const struct target_node_conf *f = find_conf(&file, d->cfg.targets[t].name);
-        if (f)
+        if (f) {
             apply_lun_changes(d, t, f, applied, restart);
+            ctl_alua_reload(d, t, f, applied);
+        }
     }
+    apply_target_removes(d, &file, force, applied, restart);
     apply_lun_adds(d, &plan, applied, restart);
     for (unsigned t = 0; t < d->built.n; t++) {
         const struct target_node_conf *f = find_conf(&file, d->cfg.targets[t].name);
         if (f)
             apply_access(d, t, f, force, applied, restart);
     }
-    apply_targets(d, &file, force, applied, restart);
+    apply_target_adds(d, &file, applied, restart);
     return reload_done(d, &file, applied, restart);
 }

@@ -56,6 +56,9 @@ struct target_lun_conf *ctl_conf_lun_find(struct daemon *d, unsigned t, uint64_t
 /* LUN lu of target t as show luns, add lun and set lun answer it. */
 json_t *ctl_lun_json(struct daemon *d, unsigned t, const struct scsi_lun *lu);
 
+/* --- ctl_alua.c --- */
+json_t *ctl_set_alua(struct daemon *d, json_t *params, struct req_err *e);
+
 /* --- ctl_show.c: the requests that only read --- */
 json_t *ctl_show_targets(struct daemon *d, json_t *params, struct req_err *e);
 json_t *ctl_show_luns(struct daemon *d, json_t *params, struct req_err *e);

@@ -107,16 +107,6 @@ static const char *comment_of(const char *s)
     return NULL;
 }
 
-static char *trim(char *s)
-{
-    while (isspace((unsigned char)*s))
-        s++;
-    size_t n = strlen(s);
-    while (n && isspace((unsigned char)s[n - 1]))
-        s[--n] = '\0';
-    return s;
-}
-
 /* Classify one line the way config.c's parser reads it (the file loaded already, so it is
  * well formed). */
 static int classify(struct doc *d, struct sline *l, uint64_t *next_lun)
@@ -127,15 +117,15 @@ static int classify(struct doc *d, struct sline *l, uint64_t *next_lun)
     const char *c = comment_of(copy);
     if (c)
         copy[c - copy] = '\0';
-    char *s = trim(copy);
+    char *s = conf_trim(copy);
     l->kind = L_OTHER;
     l->sec = (int)d->ns - 1;
     if (*s == '[') {
         size_t n = strlen(s);
         if (n && s[n - 1] == ']')
             s[n - 1] = '\0';
-        char *body = trim(s + 1);
-        char *name = trim(body + (strncmp(body, "target", 6) == 0 ? 6 : 0));
+        char *body = conf_trim(s + 1);
+        char *name = conf_trim(body + (strncmp(body, "target", 6) == 0 ? 6 : 0));
         struct ssec *g = realloc(d->s, (d->ns + 1) * sizeof(*g));
         if (!g) {
             free(copy);
@@ -152,7 +142,7 @@ static int classify(struct doc *d, struct sline *l, uint64_t *next_lun)
     } else if (*s && strchr(s, '=')) {
         char *eq = strchr(s, '=');
         *eq = '\0';
-        char *key = trim(s), *val = trim(eq + 1);
+        char *key = conf_trim(s), *val = conf_trim(eq + 1);
         for (char *p = key; *p; p++)
             *p = *p == '_' ? '-' : (char)tolower((unsigned char)*p);
         size_t vl = strlen(val);
@@ -169,7 +159,7 @@ static int classify(struct doc *d, struct sline *l, uint64_t *next_lun)
         }
         if (strcmp(key, "lun") == 0 || strncmp(key, "lun ", 4) == 0) {
             l->numbered = key[3] == ' ';
-            l->lun = l->numbered ? strtoull(trim(key + 4), NULL, 10) : *next_lun;
+            l->lun = l->numbered ? strtoull(conf_trim(key + 4), NULL, 10) : *next_lun;
             *next_lun = l->lun + 1;
         }
         if (l->sec >= 0)
@@ -299,6 +289,54 @@ static bool is_alias(const struct sline *l)
     return l->kind == L_KEY && strcmp(l->key, "alias") == 0;
 }
 
+static bool is_alua_state(const struct sline *l)
+{
+    return l->kind == L_KEY && strcmp(l->key, "alua-state") == 0;
+}
+
+/* The last alua-peer line of section s for group id, or 0. */
+static unsigned alua_peer_line(const struct doc *d, unsigned s, uint16_t id)
+{
+    unsigned found = 0;
+    for (unsigned i = d->s[s].header + 1; i < d->n && d->l[i].kind != L_SECTION; i++) {
+        const struct sline *l = &d->l[i];
+        char *end;
+        if (l->kind == L_KEY && strcmp(l->key, "alua-peer") == 0 &&
+            strtoul(l->val, &end, 10) == id && *end == ':')
+            found = i;
+    }
+    return found;
+}
+
+/* ALUA states changed live (ctl_alua.c; the groups cannot change live): the last line that
+ * sets one rewritten, or a line after the header when the section inherits it (a section's
+ * alua-state or alua-peer for one group overrides the global one for that group alone). */
+static bool edit_alua(struct doc *d, unsigned s, const struct target_node_conf *r,
+                      const struct target_node_conf *f)
+{
+    bool ok = true;
+    unsigned hdr = d->s[s].header;
+    if (r->alua.state != f->alua.state) {
+        unsigned at = last_line(d, s, is_alua_state, 0);
+        const char *name = scsi_alua_state_name(r->alua.state);
+        ok = at ? rewrite(d, at, "alua-state = %s", name)
+                : insert_after(d, hdr, "alua-state = %s", name);
+    }
+    for (unsigned i = 0; i < r->alua.npeers; i++) {
+        const struct scsi_alua_group *g = &r->alua.peers[i];
+        bool same = false;
+        for (unsigned k = 0; k < f->alua.npeers; k++)
+            same = same || (f->alua.peers[k].id == g->id && f->alua.peers[k].state == g->state);
+        if (same)
+            continue;
+        unsigned at = alua_peer_line(d, s, g->id);
+        const char *name = scsi_alua_state_name((enum scsi_alua_state)g->state);
+        ok = ok && (at ? rewrite(d, at, "alua-peer = %u:%s", (unsigned)g->id, name)
+                       : insert_after(d, hdr, "alua-peer = %u:%s", (unsigned)g->id, name));
+    }
+    return ok;
+}
+
 static const struct target_lun_conf *find_lun(const struct target_node_conf *c, uint64_t lun)
 {
     for (unsigned i = 0; i < c->nluns; i++)
@@ -308,6 +346,29 @@ static const struct target_lun_conf *find_lun(const struct target_node_conf *c, 
 }
 
 /* Bring section s (its target in the file: f) to what runs (r). */
+/* A LUN line the same but for its ALUA options (,alua= ,alua-peer=, changed live): rewritten
+ * whole. (Other changes to a LUN line are edit_section's.) */
+static bool edit_alua_luns(struct doc *d, unsigned s, const struct target_node_conf *r,
+                           const struct target_node_conf *f)
+{
+    bool ok = true;
+    for (unsigned i = d->s[s].header + 1; i < d->n && d->l[i].kind != L_SECTION; i++) {
+        struct sline *l = &d->l[i];
+        if (!is_lun_key(l))
+            continue;
+        const struct target_lun_conf *rl = find_lun(r, l->lun), *fl = find_lun(f, l->lun);
+        if (!rl || !fl || !ctl_lun_conf_same(rl, fl) || target_alua_lun_same(rl, fl))
+            continue;
+        size_t len = strlen(rl->bs_spec) + 4096;
+        char *spec = malloc(len);
+        ok = ok && spec && target_lun_spec_format(rl, spec, len) == 0 &&
+             rewrite(d, i, "lun %llu = %s", (unsigned long long)rl->lun, spec);
+        free(spec);
+        l->numbered = true;
+    }
+    return ok;
+}
+
 static bool edit_section(struct doc *d, unsigned s, const struct target_node_conf *r,
                          const struct target_node_conf *f)
 {
@@ -359,6 +420,10 @@ static bool edit_section(struct doc *d, unsigned s, const struct target_node_con
         if (!target_node_has_allow(f, r->allow[i]))
             ok = ok && insert_after(d, anchor, "allow = %s", r->allow[i]);
 
+    if (target_alua_same_groups(&r->alua, &f->alua))
+        ok = edit_alua(d, s, r, f) && ok;
+    ok = edit_alua_luns(d, s, r, f) && ok;
+
     /* LUNs: gone ones dropped, changed ones rewritten, new ones after the last lun line */
     anchor = last_line(d, s, is_lun_key, d->s[s].last_key);
     for (unsigned i = hdr + 1; i < end; i++) {
@@ -369,19 +434,19 @@ static bool edit_section(struct doc *d, unsigned s, const struct target_node_con
         if (!rl) {
             kill_line(d, i);
         } else if (!fl || !ctl_lun_conf_same(rl, fl)) {
-            char spec[2048];
-            target_lun_spec_format(rl, spec, sizeof(spec));
-            ok = ok && rewrite(d, i, "lun %llu = %s", (unsigned long long)rl->lun, spec);
+            char *spec = target_lun_spec_dup(rl); /* whole: a cut one is another LUN */
+            ok = ok && spec && rewrite(d, i, "lun %llu = %s", (unsigned long long)rl->lun, spec);
+            free(spec);
             l->numbered = true;
         }
     }
     for (unsigned i = 0; i < r->nluns; i++) {
         if (find_lun(f, r->luns[i].lun))
             continue;
-        char spec[2048];
-        target_lun_spec_format(&r->luns[i], spec, sizeof(spec));
-        ok = ok &&
+        char *spec = target_lun_spec_dup(&r->luns[i]);
+        ok = ok && spec &&
              insert_after(d, anchor, "lun %llu = %s", (unsigned long long)r->luns[i].lun, spec);
+        free(spec);
     }
     /* An unnumbered line takes the number after the line before it: once a line before it is
      * gone, it says its number. */

@@ -6,6 +6,23 @@
 
 #include "daemon/ctl_req.h"
 
+/* {group, state, groups: [{group, state}..]}: LUN lu's ALUA states of the moment (they change
+ * live, ctl_alua.c and SET TARGET PORT GROUPS); this gateway's group first. */
+static json_t *alua_json(const struct target_node_conf *c, const struct scsi_lun *lu)
+{
+    struct scsi_alua_group g[SCSI_ALUA_GROUPS_MAX];
+    unsigned n = scsi_lun_alua_get(lu, g, SCSI_ALUA_GROUPS_MAX);
+    json_t *groups = json_array();
+    for (unsigned k = 0; k < n; k++)
+        json_array_append_new(groups,
+                              json_pack("{s:i, s:s}", "group", (int)g[k].id, "state",
+                                        scsi_alua_state_name((enum scsi_alua_state)g[k].state)));
+    /* (the own group is always there, scsi/alua.c) */
+    return json_pack("{s:i, s:s, s:o}", "group", (int)target_alua_tpgt(c), "state",
+                     n ? scsi_alua_state_name((enum scsi_alua_state)g[0].state) : "?", "groups",
+                     groups);
+}
+
 static json_t *portal_list(const struct iscsi_node *n)
 {
     json_t *a = json_array();
@@ -58,8 +75,11 @@ json_t *ctl_show_luns(struct daemon *d, json_t *params, struct req_err *e)
             continue;
         for (uint64_t l = 0; l < n->scsi->nluns; l++) {
             struct scsi_lun *lu = scsi_target_lun(n->scsi, l);
-            if (lu)
-                json_array_append_new(a, ctl_lun_json(d, i, lu));
+            if (!lu)
+                continue;
+            json_t *o = ctl_lun_json(d, i, lu);
+            json_object_set_new(o, "alua", alua_json(&d->cfg.targets[i], lu));
+            json_array_append_new(a, o);
         }
     }
     return a;

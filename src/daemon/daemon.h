@@ -162,6 +162,12 @@ int ctl_lun_remove(struct daemon *d, unsigned t, uint64_t lun, unsigned timeout_
  * reactor runs). */
 void ctl_reap_zombies(struct daemon *d, bool all);
 
+/* --- ctl_alua.c: ALUA states at run time --- */
+/* Reload: take the file's ALUA states for running target t (f: the file's section) where its
+ * groups are the same, and bring the LUNs to them; a line in applied when any changed. */
+void ctl_alua_reload(struct daemon *d, unsigned t, const struct target_node_conf *f,
+                     json_t *applied);
+
 /* --- ctl_targets.c: whole targets at run time --- */
 /* Serve target c (copied): listeners for its portals, its LUNs, its node in the server's
  * table. -1 with a reason (ORIGIN: for a LUN) in err, nothing added. */

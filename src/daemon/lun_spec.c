@@ -239,6 +239,21 @@ int target_lun_spec_format(const struct target_lun_conf *l, char *buf, size_t le
     return off < len ? 0 : -1;
 }
 
+char *target_lun_spec_dup(const struct target_lun_conf *l)
+{
+    /* the options and identity are bounded and short; the store spec is what may be long */
+    size_t len = strlen(l->bs_spec) + 2048;
+    for (;;) {
+        char *buf = malloc(len);
+        if (!buf || target_lun_spec_format(l, buf, len) == 0)
+            return buf;
+        free(buf);
+        if (len > SIZE_MAX / 2)
+            return NULL;
+        len *= 2;
+    }
+}
+
 /* Thin RAM LUNs take memory as they are written: more of them than the machine has is legal
  * (a LUN is rarely written full) but a write past memory ends in the OOM killer, not in a
  * SCSI error. Said once at start (and by --check), with the numbers. */

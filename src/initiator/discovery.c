@@ -77,9 +77,9 @@ static void disc_finish(struct disc *d, const struct lr_result *res)
         reactor_timer_stop(s->r, &d->timer);
     d->timer_on = false;
     d->done(d->arg, res, d->text.data, d->text.len);
-    if (res->err == LR_OK)
-        lr_session_logout(s, disc_logged_out, d);
-    else
+    /* no memory for the Logout (-1, and disc_logged_out will not run): freed at once, the
+     * session's destroy dropping the connection */
+    if (res->err != LR_OK || lr_session_logout(s, disc_logged_out, d) < 0)
         reactor_defer(s->r, &d->free_d, disc_free, d);
 }
 

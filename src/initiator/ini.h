@@ -257,6 +257,7 @@ struct ini_cr {
     uint64_t wait_until;   /* Time2Wait: nothing for this CID before */
     uint64_t retain_until; /* Time2Retain: its orphans fail after (0: none waiting) */
     uint32_t expstatsn;    /* the lost connection's: the Logout's ExpStatSN (§11.14) */
+    bool must_clean;       /* the target may hold tasks of it that we failed: Logout even so */
     int logout_on;         /* slot carrying our Logout, -1 */
     bool logout_queued;
     uint64_t logout_sent_ms;
@@ -297,6 +298,11 @@ struct lr_session {
     bool logged_in, logging_out, destroyed;
     /* our Logout of the session: sent, answered, given up (logout_timeout_ms) */
     bool logout_req_sent, logout_answered, logout_timed_out;
+    /* ... the connection it went out on, its timer (the session's: that connection may be
+     * lost first, logout.c), and why it was lost before the answer */
+    struct ini_conn *logout_conn;
+    struct reactor_timer logout_timer;
+    const char *logout_lost_why;
 
     struct ini_task *tasks;
     uint32_t ntasks;

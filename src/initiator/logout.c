@@ -44,9 +44,26 @@ int ini_logout_start(struct lr_session *s)
     if (ini_logout_send(c, ISCSI_LOGOUT_CLOSE_SESSION, c->cid, INI_LOGOUT_ITT, c->expstatsn) < 0)
         return -1; /* lr_session_logout's */
     s->logout_req_sent = true;
-    reactor_timer_stop(s->r, &c->login_timer);
-    reactor_timer_start(s->r, &c->login_timer, s->o.logout_timeout_ms, logout_timeout, s);
+    s->logout_conn = c;
+    reactor_timer_stop(s->r, &s->logout_timer);
+    reactor_timer_start(s->r, &s->logout_timer, s->o.logout_timeout_ms, logout_timeout, s);
     return 0;
+}
+
+void ini_logout_conn_lost(struct ini_conn *c)
+{
+    struct lr_session *s = c->s;
+    if (!s->logging_out || !s->logout_req_sent || s->logout_answered || s->logout_timed_out ||
+        c != s->logout_conn || s->logout_lost_why)
+        return;
+    /* §11.14: the answer to the Logout comes on the connection that carried it, and that one
+     * is gone: nothing will answer. The others close now (the session's end at the target is
+     * left to Time2Retain, §11.14.1) and the logout ends as lost, not as timed out. */
+    reactor_timer_stop(s->r, &s->logout_timer);
+    s->logout_lost_why = c->fail_why ? c->fail_why : "connection lost";
+    for (unsigned i = 0; i < s->nconns; i++)
+        if (s->conns[i] != c)
+            ini_conn_close_any(s->conns[i], "the connection carrying the Logout was lost");
 }
 
 int ini_logout_send(struct ini_conn *c, uint8_t reason, uint16_t cid, uint32_t itt,
@@ -84,7 +101,7 @@ int ini_logout_rsp(struct ini_conn *c, const uint8_t *hdr)
     struct lr_session *s = c->s;
     if (hdr[BHS_RESPONSE] != 0)
         LOG_WARN("initiator: logout response %u", hdr[BHS_RESPONSE]);
-    reactor_timer_stop(s->r, &c->login_timer);
+    reactor_timer_stop(s->r, &s->logout_timer);
     /* The session is gone on the target: every connection closes, and nothing of it is
      * recovered (§11.14: its tasks are terminated). Our own logout, or the one the target
      * asked for (orphan.c; then the session logs in anew, relogin.c): what was still running

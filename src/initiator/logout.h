@@ -11,6 +11,9 @@ int ini_logout_send(struct ini_conn *c, uint8_t reason, uint16_t cid, uint32_t i
 int ini_logout_start(struct lr_session *s);
 /* The same once every connection is home (session_gather); failing, they all close. */
 void ini_logout_gathered(struct lr_session *s);
+/* Connection c went down while the session logs out: if it carried the Logout, unanswered,
+ * the others close and the logout ends with LR_ERR_CONN_LOST. */
+void ini_logout_conn_lost(struct ini_conn *c);
 /* The answer to the session's Logout (ITT INI_LOGOUT_ITT): every connection ends. */
 int ini_logout_rsp(struct ini_conn *c, const uint8_t *hdr);
 

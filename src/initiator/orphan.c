@@ -223,7 +223,7 @@ int ini_orphan_tmf_rsp(struct ini_conn *c, const uint8_t *hdr)
 
 /* ---- the state machine, per slot ---- */
 
-void ini_orphan_conn_down(struct ini_conn *c)
+void ini_orphan_conn_down(struct ini_conn *c, unsigned expired)
 {
     struct lr_session *s = c->s;
     struct ini_cr *cr = &s->cr[c->idx];
@@ -246,8 +246,9 @@ void ini_orphan_conn_down(struct ini_conn *c)
         fail_orphans(s, c->idx, "connection lost; the target keeps no task (Time2Retain 0)");
         n = 0;
     }
-    cr->retain_until = n ? cr->wait_until + secs_ms(t2r) : 0;
-    cr->st = n ? CR_WAIT : CR_NONE;
+    cr->must_clean = expired && t2r;
+    cr->retain_until = n || cr->must_clean ? cr->wait_until + secs_ms(t2r) : 0;
+    cr->st = n || cr->must_clean ? CR_WAIT : CR_NONE;
     LOG_INFO("initiator: connection %u (cid %u) lost at ERL 2: %u task%s to recover, "
              "Time2Wait %u s, Time2Retain %u s",
              c->idx, c->cid, n, n == 1 ? "" : "s", t2w, t2r);
@@ -288,6 +289,7 @@ static void advance_once(struct lr_session *s, uint64_t now)
             LOG_WARN("initiator: cid %u: Time2Retain passed with %u task%s not reassigned", c->cid,
                      orphans_of(s, i), orphans_of(s, i) == 1 ? "" : "s");
             fail_orphans(s, i, "connection lost; not recovered within Time2Retain");
+            cr->must_clean = false; /* the target has let go of them too (§13.16) */
             if (cr->st != CR_RELOGIN)
                 cr->st = CR_NONE;
         }
@@ -297,7 +299,7 @@ static void advance_once(struct lr_session *s, uint64_t now)
         case CR_WAIT: {
             if (now < cr->wait_until)
                 break;
-            if (!orphans_of(s, i)) {
+            if (!orphans_of(s, i) && !cr->must_clean) {
                 cr->st = CR_NONE; /* nothing to free: the reconnect's login cleans up */
                 break;
             }
@@ -390,6 +392,7 @@ void ini_orphan_login_done(struct ini_conn *c)
     struct ini_cr *cr = &s->cr[c->idx];
     cr->failed_logins = 0;
     LOG_INFO("initiator: connection %u (cid %u) logged in again", c->idx, c->cid);
+    cr->must_clean = false; /* §6.3.4: the login with the same CID logged the old one out */
     if (cr->st == CR_RELOGIN) {
         /* §6.3.4: the login with the same CID logged the old connection out */
         cr->st = CR_CLEAN;
@@ -445,6 +448,7 @@ int ini_orphan_logout_rsp(struct ini_conn *c, const uint8_t *hdr)
         return INI_OK; /* given up on already (timed out, carrier changed) */
     }
     cr->logout_on = -1;
+    cr->must_clean = false; /* answered: the target's cleanup is done or will not be */
     switch (rsp) {
     case 0:
         /* §11.15: Time2Wait before reassigning, Time2Retain after it; 0: nothing kept */

@@ -5,8 +5,10 @@
 
 #include "initiator/ini.h"
 
-/* The connection went down at ERL 2: its sent tasks become orphans of its slot. */
-void ini_orphan_conn_down(struct ini_conn *c);
+/* The connection went down at ERL 2: its sent tasks have become orphans of its slot; expired
+ * more it had sent fail, past their deadline, but the target may hold them too: the slot is
+ * cleaned up (Logout reason 2) even with no orphan. */
+void ini_orphan_conn_down(struct ini_conn *c, unsigned expired);
 /* The session tick (its reactor, with the lock): logouts asked by the target, and at ERL 2 the
  * recovery state machine. ini_orphan_advance: the machine alone (from any thread: what must
  * run on the session's reactor, reconnecting, waits for the tick there). */

@@ -209,31 +209,10 @@ static int rx_reject(struct ini_conn *c, const uint8_t *hdr, const uint8_t *data
     return INI_OK;
 }
 
-int ini_rx_ffp(struct ini_conn *c, const uint8_t *hdr, const uint8_t *data, uint32_t dlen,
-               bool data_digest_ok)
+/* The PDU to its handler, once its StatSN is recorded (ini_rx_ffp). */
+static int rx_dispatch(struct ini_conn *c, enum iscsi_opcode op, const uint8_t *hdr,
+                       const uint8_t *data, uint32_t dlen, bool data_digest_ok)
 {
-    enum iscsi_opcode op = (enum iscsi_opcode)(hdr[0] & ISCSI_OPCODE_MASK);
-    if (op != ISCSI_OP_LOGIN_RSP) {
-        ini_session_update_window(c->s, get_be32(hdr + BHS_EXPCMDSN), get_be32(hdr + BHS_MAXCMDSN));
-        if (c->w.erl >= 1) {
-            /* §7.9: a StatSN gap is a lost response, asked for again (snack.c). A SCSI
-             * Response's StatSN waits for its task's data, so its handler records it; any
-             * other response with a bad data digest is discarded and asked for again (§7.8). */
-            if (op != ISCSI_OP_NOP_IN) /* pings and their answers are no task's progress */
-                ini_snack_progress(c, reactor_now_ms());
-            if (pdu_has_statsn(op, hdr) && op != ISCSI_OP_SCSI_RSP) {
-                if (!data_digest_ok)
-                    return ini_snack_statsn_lost(c, get_be32(hdr + BHS_STATSN));
-                int rc = ini_snack_statsn(c, get_be32(hdr + BHS_STATSN), false);
-                if (rc < 0)
-                    return rc;
-            }
-        } else if (pdu_has_statsn(op, hdr)) {
-            uint32_t statsn = get_be32(hdr + BHS_STATSN);
-            if (sn_le(c->expstatsn, statsn))
-                c->expstatsn = statsn + 1;
-        }
-    }
     switch (op) {
     case ISCSI_OP_DATA_IN:
         return rx_data_in(c, hdr, data, dlen, data_digest_ok);
@@ -264,4 +243,36 @@ int ini_rx_ffp(struct ini_conn *c, const uint8_t *hdr, const uint8_t *data, uint
     default:
         return INI_ERR_UNEXPECTED_PDU;
     }
+}
+
+int ini_rx_ffp(struct ini_conn *c, const uint8_t *hdr, const uint8_t *data, uint32_t dlen,
+               bool data_digest_ok)
+{
+    enum iscsi_opcode op = (enum iscsi_opcode)(hdr[0] & ISCSI_OPCODE_MASK);
+    int snack_rc = INI_OK;
+    if (op != ISCSI_OP_LOGIN_RSP) {
+        ini_session_update_window(c->s, get_be32(hdr + BHS_EXPCMDSN), get_be32(hdr + BHS_MAXCMDSN));
+        if (c->w.erl >= 1) {
+            /* §7.9: a StatSN gap is a lost response, asked for again (snack.c). A SCSI
+             * Response's StatSN waits for its task's data, so its handler records it; any
+             * other response with a bad data digest is discarded and asked for again (§7.8). */
+            if (op != ISCSI_OP_NOP_IN) /* pings and their answers are no task's progress */
+                ini_snack_progress(c, reactor_now_ms());
+            if (pdu_has_statsn(op, hdr) && op != ISCSI_OP_SCSI_RSP) {
+                if (!data_digest_ok)
+                    return ini_snack_statsn_lost(c, get_be32(hdr + BHS_STATSN));
+                /* Recorded as received even when the SNACK for a gap before it cannot be
+                 * queued (no memory, INI_RESEND_BACKLOG_MAX): the connection then fails, but
+                 * this PDU arrived whole and is handled first -- a Logout Response still ends
+                 * the logout as answered, not as a lost connection. */
+                snack_rc = ini_snack_statsn(c, get_be32(hdr + BHS_STATSN), false);
+            }
+        } else if (pdu_has_statsn(op, hdr)) {
+            uint32_t statsn = get_be32(hdr + BHS_STATSN);
+            if (sn_le(c->expstatsn, statsn))
+                c->expstatsn = statsn + 1;
+        }
+    }
+    int rc = rx_dispatch(c, op, hdr, data, dlen, data_digest_ok);
+    return rc < 0 ? rc : snack_rc; /* the PDU's own ending, if it has one, says more */
 }

@@ -289,6 +289,7 @@ static void session_free(struct lr_session *s)
     }
     reactor_undefer(&s->spread_d);
     reactor_timer_stop(s->r, &s->tick);
+    reactor_timer_stop(s->r, &s->logout_timer);
     chap_wipe(&s->chap, sizeof(s->chap));
     ini_table_free(s);
     ini_lock_destroy(s);
@@ -496,8 +497,13 @@ static int conn_logged_in(struct ini_conn *c)
                      s->granted, want, n, n == 1 ? "" : "s");
         for (unsigned i = 1; i < n; i++) {
             s->nlogins_pending++;
-            if (!ini_conn_add(s))
+            if (!ini_conn_add(s)) {
+                /* Not connected: its loss counted the login off already. Not even allocated
+                 * (no memory): no login of it will end, so it is counted off here. */
+                if (s->nconns == i)
+                    s->nlogins_pending--;
                 break;
+            }
         }
         if (s->nlogins_pending == 0)
             login_finish(s);
@@ -620,6 +626,7 @@ void ini_session_conn_down(struct ini_conn *c)
      * (relogin.c). Said before the tasks complete, so that a callback's new command waits. */
     ini_relogin_conn_lost(c);
     uint64_t now = reactor_now_ms();
+    unsigned expired = 0; /* ERL 2: tasks the target may hold that fail here, past deadline */
     for (uint32_t i = 0; i < s->ntasks; i++) {
         struct ini_task *t = &s->tasks[i];
         if (t->state != ITS_ACTIVE || t->conn != c)
@@ -644,6 +651,17 @@ void ini_session_conn_down(struct ini_conn *c)
             list_add_tail(&s->resendq, &t->node);
             continue;
         }
+        expired += recover;
+    }
+    /* The slot's recovery is set up before any user callback runs (a callback may issue
+     * commands, or log out): the tasks past their deadline still count there, as the target
+     * keeps them for the lost connection until its cleanup Logout (§7.1.4, §11.14). */
+    if (recover)
+        ini_orphan_conn_down(c, expired);
+    for (uint32_t i = 0; i < s->ntasks; i++) {
+        struct ini_task *t = &s->tasks[i];
+        if (t->state != ITS_ACTIVE || t->conn != c)
+            continue;
         struct lr_result r = {.err = LR_ERR_CONN_LOST, .what = c->fail_why};
         if (s->destroyed)
             r.err = LR_ERR_ABORTED;
@@ -651,8 +669,8 @@ void ini_session_conn_down(struct ini_conn *c)
             r.err = LR_ERR_TIMEOUT;
         ini_task_complete(s, t, &r);
     }
-    if (recover)
-        ini_orphan_conn_down(c);
+    if (s->logging_out)
+        ini_logout_conn_lost(c); /* may end the others, and the logout, from inside */
     if (s->logging_out && ini_conns_up(s) == 0 && s->logout_done) {
         lr_done_fn done = s->logout_done;
         s->logout_done = NULL;
@@ -661,7 +679,7 @@ void ini_session_conn_down(struct ini_conn *c)
         struct lr_result r = res_ok;
         if (s->logout_req_sent && !s->logout_answered) {
             r.err = s->logout_timed_out ? LR_ERR_TIMEOUT : LR_ERR_CONN_LOST;
-            r.what = c->fail_why;
+            r.what = s->logout_lost_why && !s->logout_timed_out ? s->logout_lost_why : c->fail_why;
         }
         done(s->logout_arg, &r);
         return;
@@ -744,7 +762,12 @@ int lr_session_login(struct lr_session *s, lr_done_fn done, void *arg)
     s->login_done = done;
     s->login_arg = arg;
     s->login_res = res_ok;
-    ini_conn_add(s); /* a failure to connect is reported through done() */
+    /* a failure to connect is reported through done(); no memory for the connection, here */
+    if (!ini_conn_add(s) && s->nconns == 0) {
+        s->login_done = NULL;
+        errno = ENOMEM;
+        return -1;
+    }
     return 0;
 }
 
@@ -762,6 +785,8 @@ int lr_session_logout(struct lr_session *s, lr_done_fn done, void *arg)
         return 0;
     }
     int rc = ini_logout_start(s);
+    if (rc < 0)
+        s->logout_done = NULL; /* the caller has its answer: done() is not called later */
     ini_unlock(s);
     return rc;
 }

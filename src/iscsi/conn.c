@@ -124,8 +124,11 @@ void conn_pending_done(struct iscsi_conn *c)
  * server shutting down). */
 static enum conn_end conn_end_how(const struct iscsi_conn *c)
 {
-    bool terminate = atomic_load(&c->terminate_tasks);
-    bool named = atomic_load(&c->closed_by_logout);
+    /* terminate_tasks first, with acquire: session_close_conn_by_cid stores closed_by_logout
+     * before its release store of terminate_tasks, so a Logout's close seen here is seen
+     * named (never CONN_END_TERMINATED by a torn read of the pair). */
+    bool terminate = atomic_load_explicit(&c->terminate_tasks, memory_order_acquire);
+    bool named = atomic_load_explicit(&c->closed_by_logout, memory_order_relaxed);
     if (atomic_load(&c->srv->shutting_down) || (terminate && !named) ||
         (terminate && c->logged_out && c->recovery_logout))
         return CONN_END_TERMINATED;

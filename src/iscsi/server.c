@@ -260,6 +260,11 @@ static bool conn_on_reactor(const struct iscsi_session *s, const struct iscsi_co
     return c->reactor == arg;
 }
 
+static void expire_orphans_on(struct iscsi_session *s, void *r)
+{
+    orphans_expire_all_locked(s, r);
+}
+
 /* Runs on reactor r: every connection whose session lives here (and every connection still in
  * login) is found through the session table and the reactor's load; connections close, which
  * fails their queued commands and releases in-flight ones when the store completes them. */
@@ -267,14 +272,5 @@ void iscsi_server_close_reactor_conns(struct iscsi_server *srv, struct reactor *
 {
     session_close_conns_where(srv, conn_on_reactor, r, "target shutting down");
     /* ERL 2: tasks kept for reassignment whose timers run here end now */
-    pthread_mutex_lock(&srv->sessions_lock);
-    for (unsigned i = 1; i < srv->sessions_cap; i++) {
-        struct iscsi_session *s = srv->sessions[i];
-        if (!s)
-            continue;
-        pthread_mutex_lock(&s->lock);
-        orphans_expire_all_locked(s, r);
-        pthread_mutex_unlock(&s->lock);
-    }
-    pthread_mutex_unlock(&srv->sessions_lock);
+    sessions_for_each(srv, expire_orphans_on, r);
 }

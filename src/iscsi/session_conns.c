@@ -110,8 +110,12 @@ unsigned session_close_conn_by_cid(struct iscsi_session *s, uint16_t cid, bool t
         if (c->cid != cid)
             continue;
         if (terminate) { /* read by its reactor once the close message runs */
-            atomic_store(&c->terminate_tasks, true);
-            atomic_store(&c->closed_by_logout, true);
+            /* closed_by_logout first, terminate_tasks after it with release: a reader that
+             * sees terminate_tasks (acquire, conn.c conn_end_how) sees closed_by_logout too,
+             * and never takes this Logout's close for a reset (C11 §5.1.2.4 synchronizes-with).
+             * The other order left a window where it did. */
+            atomic_store_explicit(&c->closed_by_logout, true, memory_order_relaxed);
+            atomic_store_explicit(&c->terminate_tasks, true, memory_order_release);
         }
         /* The ExpStatSN is the last connection's with the CID (§11.14.4, §11.12), not a
          * reinstated one's still closing. Its teardown reads it when it publishes its group
@@ -130,10 +134,8 @@ unsigned session_close_conn_by_cid(struct iscsi_session *s, uint16_t cid, bool t
     return exp_statsn && !reached ? orphans_ack_statsn(s, cid, *exp_statsn) : 0;
 }
 
-void session_close_conns_where(struct iscsi_server *srv,
-                               bool (*match)(const struct iscsi_session *s,
-                                             const struct iscsi_conn *c, const void *arg),
-                               const void *arg, const char *why)
+void sessions_for_each(struct iscsi_server *srv, void (*fn)(struct iscsi_session *s, void *arg),
+                       void *arg)
 {
     pthread_mutex_lock(&srv->sessions_lock);
     for (unsigned i = 1; i < srv->sessions_cap; i++) {
@@ -141,17 +143,38 @@ void session_close_conns_where(struct iscsi_server *srv,
         if (!s)
             continue;
         pthread_mutex_lock(&s->lock);
-        for (struct list_node *n = s->conns.next; n != &s->conns; n = n->next) {
-            struct iscsi_conn *c = list_entry(n, struct iscsi_conn, session_node);
-            if (!match(s, c, arg))
-                continue;
-            /* a cold reset, a preempted nexus, shutdown: its tasks end with it (ERL 2) */
-            atomic_store(&c->terminate_tasks, true);
-            conn_close_async(c, why);
-        }
+        fn(s, arg);
         pthread_mutex_unlock(&s->lock);
     }
     pthread_mutex_unlock(&srv->sessions_lock);
+}
+
+struct close_where {
+    bool (*match)(const struct iscsi_session *s, const struct iscsi_conn *c, const void *arg);
+    const void *arg;
+    const char *why;
+};
+
+static void close_conns_matching(struct iscsi_session *s, void *arg)
+{
+    const struct close_where *w = arg;
+    for (struct list_node *n = s->conns.next; n != &s->conns; n = n->next) {
+        struct iscsi_conn *c = list_entry(n, struct iscsi_conn, session_node);
+        if (!w->match(s, c, w->arg))
+            continue;
+        /* a cold reset, a preempted nexus, shutdown: its tasks end with it (ERL 2) */
+        atomic_store(&c->terminate_tasks, true);
+        conn_close_async(c, w->why);
+    }
+}
+
+void session_close_conns_where(struct iscsi_server *srv,
+                               bool (*match)(const struct iscsi_session *s,
+                                             const struct iscsi_conn *c, const void *arg),
+                               const void *arg, const char *why)
+{
+    struct close_where w = {match, arg, why};
+    sessions_for_each(srv, close_conns_matching, &w);
 }
 
 /* §6.3.5: a leading login with the ISID of a live session of the same initiator and target

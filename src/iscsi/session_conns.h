@@ -35,6 +35,10 @@ void session_takeover_end(struct scsi_join *closed);
 bool session_has_conn(struct iscsi_session *s, uint16_t cid);
 /* Ask the connections to close, each on its own reactor. */
 void session_close_other_conns(struct iscsi_session *s, struct iscsi_conn *keep);
+/* fn(s, arg) for every session in the table, with sessions_lock and then s->lock held (the
+ * order session.h gives). */
+void sessions_for_each(struct iscsi_server *srv, void (*fn)(struct iscsi_session *s, void *arg),
+                       void *arg);
 /* Close (by message to its reactor) every connection c of every live session s for which
  * match(s, c, arg) holds; the session table and each session are locked meanwhile. */
 void session_close_conns_where(struct iscsi_server *srv,

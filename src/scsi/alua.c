@@ -4,7 +4,9 @@
  * (implicit only, so SET TARGET PORT GROUPS is not offered), REPORT TARGET PORT GROUPS lists
  * every group, and a standby port refuses what §5.16.2.4.5 does not allow. A gateway knows
  * the other groups only from its configuration: the states it reports for them are what the
- * operator wrote, identically, on every gateway. */
+ * operator wrote, identically, on every gateway. The operator changes a state live
+ * (scsi_lun_alua_set: linerate-ctl or a reload): an implicit transition as §5.16.2.2 has it,
+ * with ASYMMETRIC ACCESS STATE CHANGED for every I_T nexus. */
 #include <assert.h>
 #include <stdlib.h>
 #include <string.h>
@@ -50,12 +52,19 @@ const char *scsi_alua_state_name(enum scsi_alua_state s)
     return "?";
 }
 
-static struct scsi_alua_group *find_group(struct scsi_lun *lu, uint16_t id)
+static struct scsi_alua_port *find_group(struct scsi_lun *lu, uint16_t id)
 {
     for (unsigned i = 0; i < lu->alua_ngroups; i++)
         if (lu->alua[i].id == id)
             return &lu->alua[i];
     return NULL;
+}
+
+static void add_group(struct scsi_lun *lu, const struct scsi_alua_group *g)
+{
+    struct scsi_alua_port *p = &lu->alua[lu->alua_ngroups++];
+    p->id = g->id;
+    atomic_init(&p->state, g->state);
 }
 
 static int alua_lun_init(struct scsi_lun *lu, const struct scsi_lun_config *cfg, char *err,
@@ -64,20 +73,52 @@ static int alua_lun_init(struct scsi_lun *lu, const struct scsi_lun_config *cfg,
     (void)err;
     (void)errlen;
     const struct scsi_target *tg = lu->target;
-    lu->alua[0].id = tg->tpgt ? tg->tpgt : 1; /* as VPD 0x83 reports it */
-    lu->alua[0].state = (uint8_t)(cfg->alua_state_set ? cfg->alua_state : tg->alua_state);
-    lu->alua_ngroups = 1;
+    lu->alua_ngroups = 0;
+    /* own group: its id as VPD 0x83 reports it */
+    add_group(lu, &(struct scsi_alua_group){
+                      .id = tg->tpgt ? tg->tpgt : 1,
+                      .state = (uint8_t)(cfg->alua_state_set ? cfg->alua_state : tg->alua_state)});
     for (unsigned i = 0; i < tg->alua_npeers && lu->alua_ngroups < SCSI_ALUA_GROUPS_MAX; i++)
         if (!find_group(lu, tg->alua_peers[i].id))
-            lu->alua[lu->alua_ngroups++] = tg->alua_peers[i];
+            add_group(lu, &tg->alua_peers[i]);
     for (unsigned i = 0; i < cfg->alua_npeers; i++) {
-        struct scsi_alua_group *g = find_group(lu, cfg->alua_peers[i].id);
+        struct scsi_alua_port *g = find_group(lu, cfg->alua_peers[i].id);
         if (g && g != &lu->alua[0])
-            g->state = cfg->alua_peers[i].state;
+            atomic_store_explicit(&g->state, cfg->alua_peers[i].state, memory_order_relaxed);
         else if (!g && lu->alua_ngroups < SCSI_ALUA_GROUPS_MAX)
-            lu->alua[lu->alua_ngroups++] = cfg->alua_peers[i];
+            add_group(lu, &cfg->alua_peers[i]);
     }
     return 0;
+}
+
+/* The state first, then the unit attention: a nexus that reports 2Ah/06h and then asks
+ * REPORT TARGET PORT GROUPS reads the new state. Every nexus but skip (the one that sent SET
+ * TARGET PORT GROUPS, §5.16.2.3). */
+static int alua_set(struct scsi_lun *lu, struct scsi_alua_port *g, enum scsi_alua_state st,
+                    const struct scsi_nexus *skip)
+{
+    if (atomic_exchange(&g->state, (unsigned char)st) == st)
+        return 0;
+    scsi_ua_raise_all(lu, skip, UA_ALUA_CHANGED);
+    return 1;
+}
+
+int scsi_lun_alua_set(struct scsi_lun *lu, uint16_t group, enum scsi_alua_state st)
+{
+    struct scsi_alua_port *g = group ? find_group(lu, group) : &lu->alua[0];
+    /* an implicit transition (§5.16.2.2): no command of any nexus asked for it */
+    return g ? alua_set(lu, g, st, NULL) : -1;
+}
+
+unsigned scsi_lun_alua_get(const struct scsi_lun *lu, struct scsi_alua_group *out, unsigned max)
+{
+    struct scsi_lun *l = (struct scsi_lun *)lu;
+    unsigned n = 0;
+    for (; n < l->alua_ngroups && n < max; n++) {
+        out[n].id = l->alua[n].id;
+        out[n].state = atomic_load_explicit(&l->alua[n].state, memory_order_relaxed);
+    }
+    return n;
 }
 
 const struct scsi_lun_hooks alua_lun_hooks = {.name = "alua", .init = alua_lun_init};
@@ -116,19 +157,20 @@ void alua_exec_rtpg(struct scsi_task *t, const struct scsi_cmd *c)
     uint8_t *p = d + 4;
     if (format == 1) {
         d[4] = 0x10; /* FORMAT TYPE 001b */
-        d[5] = 0;    /* IMPLICIT TRANSITION TIME: states never change while serving */
+        d[5] = 0;    /* IMPLICIT TRANSITION TIME: a change is immediate (no transitioning state) */
         p = d + 8;
     }
     /* In ascending group order, so every gateway returns the same bytes for the LUN. */
     uint32_t last = 0;
     for (unsigned k = 0; k < lu->alua_ngroups; k++) {
-        const struct scsi_alua_group *g = NULL;
+        const struct scsi_alua_port *g = NULL;
         for (unsigned i = 0; i < lu->alua_ngroups; i++)
             if (lu->alua[i].id > last && (!g || lu->alua[i].id < g->id))
                 g = &lu->alua[i];
         assert(g); /* ids are distinct (alua_lun_init) */
         last = g->id;
-        p[0] = g->state;           /* PREF 0 */
+        /* PREF 0; the state as it is now (a change made after this load is another UA) */
+        p[0] = atomic_load_explicit(&((struct scsi_alua_port *)g)->state, memory_order_relaxed);
         p[1] = 0x04 | 0x02 | 0x01; /* S_SUP, AN_SUP, AO_SUP: the states configurable here */
         put_be16(p + 2, g->id);
         p[5] = 0x00;                /* STATUS CODE: no status available */
@@ -141,4 +183,46 @@ void alua_exec_rtpg(struct scsi_task *t, const struct scsi_cmd *c)
      * (the extended header's four extra bytes are not counted) */
     put_be32(d, len - (format == 1 ? 8 : 4));
     scsi_task_put_data(t, d, len);
+}
+
+/* --- SET TARGET PORT GROUPS (SPC-4 §6.36), explicit ALUA targets only --- */
+
+/* a 4-byte header, then 4-byte descriptors: one per group at most is all that can mean
+ * anything, a few repeats tolerated */
+#define STPG_MAX_LEN (4u + 4u * 4u * SCSI_ALUA_GROUPS_MAX)
+
+scsi_sr alua_parse_stpg(struct scsi_task *t, const struct scsi_cmd *c, struct scsi_req *r)
+{
+    (void)c;
+    if (!t->lu)
+        return SR_LUN_NOT_SUPPORTED;
+    uint32_t len = get_be32(t->cdb + 6);
+    if (len > STPG_MAX_LEN || (len && (len < 4 || (len - 4) % 4)))
+        return SR_PARAM_LIST_LENGTH;
+    r->xfer_len = len;
+    r->dir = SCSI_DIR_WRITE;
+    return SR_OK;
+}
+
+void alua_exec_stpg(struct scsi_task *t, const struct scsi_cmd *c)
+{
+    (void)c;
+    struct scsi_lun *lu = t->lu;
+    const uint8_t *d = t->xfer_len ? t->iov[0].iov_base : NULL;
+    /* every descriptor checked before any applies: a bad one changes nothing */
+    for (uint32_t off = 4; off < t->xfer_len; off += 4) {
+        uint8_t st = d[off] & 0x0f;
+        if (st > SCSI_ALUA_STANDBY) { /* the supported states (RTPG: AO, AN, S) */
+            scsi_task_complete(t, SR_PARAM_FIELD(off, 3));
+            return;
+        }
+        if (!find_group(lu, get_be16(d + off + 2))) {
+            scsi_task_complete(t, SR_PARAM_FIELD(off + 2, 7));
+            return;
+        }
+    }
+    for (uint32_t off = 4; off < t->xfer_len; off += 4)
+        alua_set(lu, find_group(lu, get_be16(d + off + 2)), (enum scsi_alua_state)(d[off] & 0x0f),
+                 t->nexus);
+    scsi_task_complete(t, SR_OK);
 }

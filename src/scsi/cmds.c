@@ -21,7 +21,7 @@ enum {
     C_XCOPY_LID1, C_RCR_COPY_STATUS, C_RCR_OP_PARAMS,
     C_RCR_FAILED_SEGMENT, C_READ16, C_CAW, C_WRITE16, C_ORWRITE16,
     C_WRITE_VERIFY16, C_VERIFY16, C_PREFETCH16, C_SYNC_CACHE16, C_WRITE_SAME16, C_WRITE_ATOMIC16,
-    C_READ_CAPACITY16, C_GET_LBA_STATUS, C_REPORT_LUNS, C_RTPG, C_RSOC,
+    C_READ_CAPACITY16, C_GET_LBA_STATUS, C_REPORT_LUNS, C_RTPG, C_RSOC, C_STPG,
     C_READ12, C_WRITE12, C_WRITE_VERIFY12, C_VERIFY12, C_READ_DEFECT12, C__COUNT
 };
 
@@ -171,7 +171,7 @@ const struct scsi_cmd scsi_cmds[C__COUNT] = {
                            4, sbc_parse_sync, sbc_exec_sync, 60, F(0x91, 0x02, FF8, FF4, 0x1f)),
     [C_WRITE_SAME16] = RW(0x93, "WRITE SAME(16)", 16, WX, 2, 8, 10, 4, sbc_parse_write_same,
                           sbc_exec_write_same, 60, F(0x93, 0xf9, FF8, FF4, 0x1f)),
-    [C_WRITE_ATOMIC16] = RW(0x9c, "WRITE ATOMIC(16)", 16, WX, 2, 8, 12, 2, sbc_parse_write_atomic,
+    [C_WRITE_ATOMIC16] = RW(0x9c, "WRITE ATOMIC(16)", 16, WX | CMD_OPTIONAL, 2, 8, 12, 2, sbc_parse_write_atomic,
                             sbc_exec_write_atomic, 30, F(0x9c, 0xf8, FF8, 0, 0, 0xff, 0xff, 0x1f)),
     [C_READ_CAPACITY16] = EMSAP(PRC_ALLOW, 0x9e, 0x10, "READ CAPACITY(16)", 16, NM,
                                 sbc_parse_readcap16, sbc_exec_readcap16,
@@ -185,6 +185,9 @@ const struct scsi_cmd scsi_cmds[C__COUNT] = {
                      alua_exec_rtpg, F(0xa3, 0xff, 0, 0, 0, 0, FF4, 0, 0)),
     [C_RSOC] = EMSA(0xa3, 0x0c, "REPORT SUPPORTED OPERATION CODES", 12, 0, spc_parse_rsoc,
                     spc_exec_rsoc, F(0xa3, 0x1f, 0x87, 0xff, 0xff, 0xff, FF4)),
+    /* MAINTENANCE OUT (SPC-4 §6.36): explicit ALUA targets only (CMD_OPTIONAL) */
+    [C_STPG] = EMSAP(PRC_WRITE, 0xa4, 0x0a, "SET TARGET PORT GROUPS", 12, SB | CMD_OPTIONAL | LS,
+                     alua_parse_stpg, alua_exec_stpg, F(0xa4, 0x1f, 0, 0, 0, 0, FF4, 0, 0)),
     [C_READ12] = RW(0xa8, "READ(12)", 12, RD, 2, 4, 6, 4, sbc_parse_rw, sbc_exec_read, 30,
                     F(0xa8, 0xfc, FF4, FF4, 0x1f)),
     [C_WRITE12] = RW(0xaa, "WRITE(12)", 12, WR, 2, 4, 6, 4, sbc_parse_rw, sbc_exec_write, 30,
@@ -227,5 +230,9 @@ const struct scsi_cmd *scsi_cmd_lookup(uint8_t opcode, uint8_t sa, bool *opcode_
 
 bool scsi_cmd_offered(const struct scsi_lun *lu, const struct scsi_cmd *c)
 {
-    return !lu || c->exec != sbc_exec_write_atomic || sbc_atomic_max_bytes(lu);
+    if (!lu || !(c->flags & CMD_OPTIONAL))
+        return true;
+    if (c->exec == alua_exec_stpg)
+        return lu->target->alua_explicit;
+    return c->exec != sbc_exec_write_atomic || sbc_atomic_max_bytes(lu);
 }

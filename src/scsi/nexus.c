@@ -72,7 +72,7 @@ struct scsi_nexus *scsi_nexus_get(struct scsi_target *t, const struct scsi_trans
             n->lost = false;
             pthread_mutex_unlock(&t->lock);
             return &n->pub;
-        } else if (n->refs == 0 && idle_slot < 0) {
+        } else if (n->refs == 0 && !n->losing && idle_slot < 0) {
             idle_slot = (int)s;
         }
     }
@@ -107,12 +107,27 @@ struct scsi_nexus *scsi_nexus_get(struct scsi_target *t, const struct scsi_trans
     return n ? &n->pub : NULL;
 }
 
-/* With the target lock: whether I_T nexus loss is still to be done for n, which it now is. */
+/* With the target lock: whether I_T nexus loss is still to be done for n, which it now is;
+ * if so its slot stays n's until nexus_loss_run is over. */
 static bool nexus_loss_due_locked(struct scsi_nexus_impl *n)
 {
     bool due = !n->lost;
     n->lost = true;
+    n->losing += due;
     return due;
+}
+
+/* The loss hooks, run without the target lock: a scsi_nexus_get on another thread that finds
+ * every slot taken must not recycle this one under them (it would give the new initiator
+ * port this one's loss: its per-LUN state cleared, its reservations released). */
+static void nexus_loss_run(struct scsi_nexus *n)
+{
+    struct scsi_target *t = n->target;
+    scsi_nexus_lost(n);
+    pthread_mutex_lock(&t->lock);
+    assert(scsi_nexus_impl(n)->losing > 0);
+    scsi_nexus_impl(n)->losing--;
+    pthread_mutex_unlock(&t->lock);
 }
 
 void scsi_nexus_put(struct scsi_nexus *n)
@@ -125,7 +140,7 @@ void scsi_nexus_put(struct scsi_nexus *n)
     bool due = --ni->refs == 0 && nexus_loss_due_locked(ni);
     pthread_mutex_unlock(&t->lock);
     if (due)
-        scsi_nexus_lost(n);
+        nexus_loss_run(n);
 }
 
 void scsi_nexus_logout(struct scsi_nexus *n)
@@ -136,7 +151,7 @@ void scsi_nexus_logout(struct scsi_nexus *n)
     bool due = ni->refs == 1 && nexus_loss_due_locked(ni);
     pthread_mutex_unlock(&t->lock);
     if (due)
-        scsi_nexus_lost(n);
+        nexus_loss_run(n);
 }
 
 void scsi_nexus_lost(struct scsi_nexus *n)

@@ -113,6 +113,13 @@ struct scsi_alua_group {
  * "standby" ("sb"): 0 and the state, or -1. */
 int scsi_alua_state_parse(const char *s, enum scsi_alua_state *out);
 const char *scsi_alua_state_name(enum scsi_alua_state s);
+/* Change, live, the state of target port group `group` (0: the target's own) for LUN lu
+ * (SPC-4 §5.16.2.2): REPORT TARGET PORT GROUPS and the standby gate see it at once, and every
+ * I_T nexus gets ASYMMETRIC ACCESS STATE CHANGED (2Ah/06h). 1 changed, 0 it was that state
+ * already, -1 the LUN has no such group (groups are fixed when the LUN is added). */
+int scsi_lun_alua_set(struct scsi_lun *lu, uint16_t group, enum scsi_alua_state st);
+/* The LUN's groups and their states, its own first: how many written (at most max). */
+unsigned scsi_lun_alua_get(const struct scsi_lun *lu, struct scsi_alua_group *out, unsigned max);
 
 /* What a LUN tells hosts it is (INQUIRY, VPD 80h/83h/B1h), as an admin sets it so that a disk
  * keeps its identity across a move, a restart and every gateway. Zero fields keep the
@@ -187,6 +194,9 @@ struct scsi_target {
     struct scsi_alua_group alua_peers[SCSI_ALUA_GROUPS_MAX - 1];
     unsigned alua_npeers;
     enum scsi_alua_state alua_state; /* own group's default for LUNs added (0: active/optimized) */
+    /* Explicit ALUA as well (SPC-4 §5.16.2.3): INQUIRY TPGS 11b and SET TARGET PORT GROUPS;
+     * set before the first command. */
+    bool alua_explicit;
 };
 
 /* Why a transport ends a command itself instead of letting it run (or finish running). */

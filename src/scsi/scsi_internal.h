@@ -45,6 +45,7 @@ enum scsi_reason {
     SR_UA_RESV_RELEASED,       /* 6 / 2Ah 04h */
     SR_UA_REG_PREEMPTED,       /* 6 / 2Ah 05h */
     SR_UA_ISCSI_CLEARED,       /* 6 / 47h 7Fh SOME COMMANDS CLEARED BY ISCSI PROTOCOL EVENT */
+    SR_UA_ALUA_CHANGED,        /* 6 / 2Ah 06h ASYMMETRIC ACCESS STATE CHANGED */
     SR_OPERATION_IN_PROGRESS,  /* 5 / 00h 16h */
     SR_TOO_MANY_CSCD,          /* 5 / 26h 06h TOO MANY TARGET DESCRIPTORS */
     SR_UNSUPPORTED_CSCD_TYPE,  /* 5 / 26h 07h UNSUPPORTED TARGET DESCRIPTOR TYPE CODE */
@@ -109,6 +110,7 @@ enum {
     UA_RESV_RELEASED = 1u << 9,
     UA_REG_PREEMPTED = 1u << 10,
     UA_ISCSI_CLEARED = 1u << 11, /* RFC 7143 §11.14.5: tasks ended by a protocol event */
+    UA_ALUA_CHANGED = 1u << 12,  /* SPC-4 §5.16.2.2: a target port group's state changed */
     UA_RESETS = UA_POWER_ON_RESET | UA_POWER_ON | UA_BUS_DEVICE_RESET,
 };
 
@@ -143,6 +145,9 @@ struct scsi_nexus_impl {
     _Atomic(const struct scsi_host_map *) map;
     int refs;  /* sessions holding it, plus PREEMPT AND ABORT while it calls the hook */
     bool lost; /* I_T nexus loss done since the last session took it (under target lock) */
+    /* runs of its loss hooks under way (without the lock): the slot is not recycled
+     * meanwhile, or they would act on the nexus that took it (nexus.c) */
+    unsigned losing;
     uint64_t xcopy_seq;
     struct xcopy_result xcopy[XCOPY_HELD_MAX];
 };
@@ -269,8 +274,13 @@ struct scsi_lun {
     atomic_bool medium_absent;
     uint16_t nprevent;
     /* Implicit ALUA (alua.c): every target port group's access state for this LUN, this
-     * target's own group first; fixed once the LUN is added. */
-    struct scsi_alua_group alua[SCSI_ALUA_GROUPS_MAX];
+     * target's own group first. The groups are fixed once the LUN is added; a state changes
+     * live (scsi_lun_alua_set, the control thread) and is read with one relaxed load, so the
+     * data path takes no lock for it. */
+    struct scsi_alua_port {
+        uint16_t id;
+        atomic_uchar state; /* enum scsi_alua_state */
+    } alua[SCSI_ALUA_GROUPS_MAX];
     uint8_t alua_ngroups;
     /* The medium resized under the LUN (lun_admin.c): one helper-thread job at a time, run
      * again when the store called back meanwhile; guarded by lock. */
@@ -349,10 +359,13 @@ enum {
     CMD_SCRATCH = 1u << 8,
     /* runs while this target port is in standby for the LUN (SPC-4 §5.16.2.4.5) */
     CMD_STANDBY_OK = 1u << 9,
-    /* changes what every host sees of the LU (mode pages, reservations): refused through a
-     * read-only host mapping as a write is, so a host that may only read cannot write protect
-     * the LU (SWP) or fence the writers out (scsi_target_host_map) */
-    CMD_LU_STATE = 1u << 10,
+    /* offered only where the LUN has what it needs (scsi_cmd_offered): WRITE ATOMIC, SET
+     * TARGET PORT GROUPS */
+    CMD_OPTIONAL = 1u << 10,
+    /* changes what every host sees of the LU (mode pages, reservations, ALUA states): refused
+     * through a read-only host mapping as a write is, so a host that may only read cannot
+     * write protect the LU (SWP) or fence the writers out (scsi_target_host_map) */
+    CMD_LU_STATE = 1u << 11,
 };
 
 /* How a row meets a reservation held by another I_T nexus (the scsi_cmd.pr column), from
@@ -469,6 +482,8 @@ void spc_exec_good(struct scsi_task *t, const struct scsi_cmd *c);
 /* implicit ALUA (alua.c) */
 scsi_sr alua_parse_rtpg(struct scsi_task *t, const struct scsi_cmd *c, struct scsi_req *r);
 void alua_exec_rtpg(struct scsi_task *t, const struct scsi_cmd *c);
+scsi_sr alua_parse_stpg(struct scsi_task *t, const struct scsi_cmd *c, struct scsi_req *r);
+void alua_exec_stpg(struct scsi_task *t, const struct scsi_cmd *c);
 /* init fills lu->alua from the target's own group, its peers and the LUN's config. */
 extern const struct scsi_lun_hooks alua_lun_hooks;
 
@@ -623,7 +638,9 @@ static inline scsi_sr alua_gate(const struct scsi_lun *lu, const struct scsi_cmd
      * BUFFER (those offered here carry CMD_STANDBY_OK); anything else is NOT READY, LOGICAL
      * UNIT NOT ACCESSIBLE, TARGET PORT IN STANDBY STATE. TEST UNIT READY included, which is
      * how a multipath path checker learns the path is not for I/O. */
-    if (lu->alua[0].state == SCSI_ALUA_STANDBY && !(c->flags & CMD_STANDBY_OK))
+    if (atomic_load_explicit(&((struct scsi_lun *)lu)->alua[0].state, memory_order_relaxed) ==
+            SCSI_ALUA_STANDBY &&
+        !(c->flags & CMD_STANDBY_OK))
         return SR_ALUA_STANDBY;
     return SR_OK;
 }

@@ -69,8 +69,9 @@ static uint32_t inquiry_standard(const struct scsi_task *t, uint8_t *d)
     d[2] = 0x06;        /* VERSION: SPC-4 */
     d[3] = 0x10 | 0x02; /* HISUP, RESPONSE DATA FORMAT 2 */
     d[4] = 96 - 5;      /* ADDITIONAL LENGTH */
-    /* 3PC: EXTENDED COPY (xcopy.c); TPGS 01b: implicit ALUA only (alua.c, SPC-4 §5.16) */
-    d[5] = 0x08 | 0x10;
+    /* 3PC: EXTENDED COPY (xcopy.c); TPGS 01b: implicit ALUA (alua.c, SPC-4 §5.16), 11b: and
+     * explicit, SET TARGET PORT GROUPS (alua-explicit) */
+    d[5] = 0x08 | (t->lu && t->lu->target->alua_explicit ? 0x30 : 0x10);
     d[7] = 0x02; /* CMDQUE */
     /* the LU's identity (target.c); where no LUN is, the defaults' words */
     const struct scsi_lun_identity *id = t->lu ? &t->lu->ident : NULL;

@@ -49,6 +49,7 @@ static const scsi_sr ua_reason[] = {
     SR_UA_POWER_ON_RESET, SR_UA_POWER_ON,         SR_UA_BUS_DEVICE_RESET, SR_UA_NEXUS_LOSS,
     SR_UA_MODE_CHANGED,   SR_UA_CAPACITY_CHANGED, SR_UA_COMMANDS_CLEARED, SR_UA_LUNS_CHANGED,
     SR_UA_RESV_PREEMPTED, SR_UA_RESV_RELEASED,    SR_UA_REG_PREEMPTED,    SR_UA_ISCSI_CLEARED,
+    SR_UA_ALUA_CHANGED,
 };
 
 /* Lock-free: a compare-and-swap clears exactly the bit reported, so two connections of one

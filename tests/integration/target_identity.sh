@@ -121,6 +121,19 @@ ctl_ok --json reload
 grep -qF "serial=LIVE-3" "$WORK/ctl.out" && grep -qF "serial=LIVE-4" "$WORK/ctl.out" ||
     fail "reload with LUN 3's serial changed: $(cat "$WORK/ctl.out")"
 
+note "reload: a LUN moves, its NAA pinned, from a target the file drops to one it keeps"
+TM=$T:moving
+NAAM=5000c500abcd0001
+printf '[target %s]\nlun = null:8M,naa=%s\n' "$TM" "$NAAM" >>"$WORK/run.conf"
+ctl_ok --json reload
+grep -qF "target $TM added" "$WORK/ctl.out" || fail "reload adding $TM: $(cat "$WORK/ctl.out")"
+sed -i "/^\[target $TM\]\$/,\$d" "$WORK/run.conf" # its section, the last, dropped
+sed -i "/^lun 3 = /a lun 8 = null:8M,naa=$NAAM" "$WORK/run.conf"
+ctl_ok --json reload
+grep -qF "target $TM removed" "$WORK/ctl.out" && grep -qF "target $T: LUN 8 added" "$WORK/ctl.out" ||
+    fail "reload moving LUN 8: $(cat "$WORK/ctl.out")"
+[[ $(ident 8) == *" naa=$NAAM "* ]] || fail "LUN 8 reads $(ident 8)"
+
 note "a move: LUN 0's identity, read from show luns, pinned on the LUN that replaces it"
 ctl_ok --json show luns
 naa0=$(jget '[l["identity"]["naa"] for l in d if l["lun"] == 0][0]' <"$WORK/ctl.out")

@@ -3,7 +3,9 @@
  * and active/non-optimized on B; LUN 1 is standby on B. Checked: INQUIRY TPGS=01b, the VPD 0x83
  * designators (same LU, distinct ports), REPORT TARGET PORT GROUPS byte for byte in both formats
  * and identical from both gateways, the commands a standby port refuses (SPC-4 §5.16.2.4.5) and
- * the ones it answers, and SET TARGET PORT GROUPS refused (implicit only). */
+ * the ones it answers, SET TARGET PORT GROUPS refused (implicit only), and a state changed
+ * live (scsi_lun_alua_set): ASYMMETRIC ACCESS STATE CHANGED once per nexus, then the new
+ * state in RTPG and the standby gate. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -231,6 +233,12 @@ static void expect_standby(struct fx *f, const uint8_t *cdb)
     sfx_assert_sense(&f->t, SFX_SENSE_LEN | SFX_SENSE_FIXED, 0x2, 0x04, 0x0b);
 }
 
+static void expect_standby_lun(struct fx *f, uint64_t lun)
+{
+    assert_int_equal(run(f, &f->b, lun, READ10), SCSI_STATUS_CHECK_CONDITION);
+    sfx_assert_sense(&f->t, SFX_SENSE_LEN | SFX_SENSE_FIXED, 0x2, 0x04, 0x0b);
+}
+
 static void test_standby(void **state)
 {
     struct fx *f = *state;
@@ -261,6 +269,94 @@ static void test_stpg_refused(void **state)
     sfx_assert_sense(&f->t, 0, 0x5, 0x20, 0x00);
 }
 
+/* The group's state in RTPG (length-only format) of LUN lun through gateway B. */
+static uint8_t rtpg_state(struct fx *f, uint64_t lun, uint16_t group)
+{
+    assert_int_equal(run(f, &f->b, lun, RTPG), SCSI_STATUS_GOOD);
+    const uint8_t *d = data(f);
+    for (uint32_t off = 4; off < 4 + get_be32(d); off += 8 + 4u * d[off + 7])
+        if (get_be16(d + off + 2) == group)
+            return d[off] & 0x0f;
+    fail_msg("RTPG has no group %u", group);
+    return 0xff;
+}
+
+static void expect_alua_ua(struct fx *f, struct scsi_nexus *n, uint64_t lun)
+{
+    assert_int_equal(sfx_run(&f->t, &f->b, n, lun, TUR, NULL, 0, 0, SFX_CHECK_REFUSAL),
+                     SCSI_STATUS_CHECK_CONDITION);
+    sfx_assert_sense(&f->t, 0, 0x6, 0x2a, 0x06);
+}
+
+static void test_live_change(void **state)
+{
+    struct fx *f = *state;
+    struct scsi_nexus *n2 = sfx_nexus_get(&f->b, 2);
+    while (sfx_run(&f->t, &f->b, n2, 0, TUR, NULL, 0, 0, 0) != SCSI_STATUS_GOOD)
+        ; /* its power-on UA */
+    /* B's own group to standby for LUN 0: both nexuses told once, the state at once */
+    assert_int_equal(scsi_lun_alua_set(scsi_target_lun(&f->b, 0), 0, SCSI_ALUA_STANDBY), 1);
+    expect_alua_ua(f, f->nb, 0);
+    expect_standby_lun(f, 0);
+    assert_int_equal(rtpg_state(f, 0, 2), SCSI_ALUA_STANDBY);
+    expect_alua_ua(f, n2, 0);
+    /* LUN 1 did not change: no UA there */
+    assert_int_equal(run(f, &f->b, 1, INQUIRY), SCSI_STATUS_GOOD);
+    /* the peer group, by id; the same state again raises nothing; an unknown group is refused */
+    assert_int_equal(scsi_lun_alua_set(scsi_target_lun(&f->b, 0), 1, SCSI_ALUA_STANDBY), 1);
+    expect_alua_ua(f, f->nb, 0);
+    assert_int_equal(rtpg_state(f, 0, 1), SCSI_ALUA_STANDBY);
+    assert_int_equal(scsi_lun_alua_set(scsi_target_lun(&f->b, 0), 1, SCSI_ALUA_STANDBY), 0);
+    assert_int_equal(scsi_lun_alua_set(scsi_target_lun(&f->b, 0), 9, SCSI_ALUA_STANDBY), -1);
+    assert_int_equal(rtpg_state(f, 0, 1), SCSI_ALUA_STANDBY);
+    /* back to active: reads again after the UA */
+    assert_int_equal(
+        scsi_lun_alua_set(scsi_target_lun(&f->b, 0), 0, SCSI_ALUA_ACTIVE_NON_OPTIMIZED), 1);
+    expect_alua_ua(f, f->nb, 0);
+    assert_int_equal(run(f, &f->b, 0, READ10), SCSI_STATUS_GOOD);
+    struct scsi_alua_group g[SCSI_ALUA_GROUPS_MAX];
+    assert_int_equal(scsi_lun_alua_get(scsi_target_lun(&f->b, 0), g, SCSI_ALUA_GROUPS_MAX), 2);
+    assert_int_equal(g[0].id, 2);
+    assert_int_equal(g[0].state, SCSI_ALUA_ACTIVE_NON_OPTIMIZED);
+    assert_int_equal(g[1].state, SCSI_ALUA_STANDBY);
+    scsi_task_release(&f->t);
+    scsi_nexus_put(n2);
+}
+
+/* alua-explicit: TPGS 11b, and SET TARGET PORT GROUPS from one nexus tells the others */
+static void test_explicit_stpg(void **state)
+{
+    struct fx *f = *state;
+    f->b.alua_explicit = true;
+    assert_int_equal(run(f, &f->b, 0, INQUIRY), SCSI_STATUS_GOOD);
+    assert_int_equal(data(f)[5] & 0x30, 0x30);
+    struct scsi_nexus *n2 = sfx_nexus_get(&f->b, 2);
+    while (sfx_run(&f->t, &f->b, n2, 0, TUR, NULL, 0, 0, 0) != SCSI_STATUS_GOOD)
+        ;
+    uint8_t cdb[16] = {0xa4, 0x0a};
+    cdb[9] = 8; /* header and one descriptor */
+    /* an unsupported state (unavailable, 3h), then an unknown group: nothing changes */
+    uint8_t bad_state[8] = {0, 0, 0, 0, 0x03, 0, 0, 2};
+    assert_int_equal(sfx_run(&f->t, &f->b, f->nb, 0, cdb, bad_state, 8, 0, SFX_CHECK_REFUSAL),
+                     SCSI_STATUS_CHECK_CONDITION);
+    sfx_assert_sense(&f->t, 0, 0x5, 0x26, 0x00);
+    uint8_t bad_group[8] = {0, 0, 0, 0, SCSI_ALUA_STANDBY, 0, 0, 9};
+    assert_int_equal(sfx_run(&f->t, &f->b, f->nb, 0, cdb, bad_group, 8, 0, SFX_CHECK_REFUSAL),
+                     SCSI_STATUS_CHECK_CONDITION);
+    sfx_assert_sense(&f->t, 0, 0x5, 0x26, 0x00);
+    assert_int_equal(rtpg_state(f, 0, 2), SCSI_ALUA_ACTIVE_NON_OPTIMIZED);
+    /* B's own group (2) to standby for LUN 0 */
+    uint8_t set[8] = {0, 0, 0, 0, SCSI_ALUA_STANDBY, 0, 0, 2};
+    assert_int_equal(sfx_run(&f->t, &f->b, f->nb, 0, cdb, set, 8, 0, SFX_CHECK_REFUSAL),
+                     SCSI_STATUS_GOOD);
+    /* the sender is not told (SPC-4 §5.16.2.3): standby at once; the other nexus is */
+    expect_standby_lun(f, 0);
+    assert_int_equal(rtpg_state(f, 0, 2), SCSI_ALUA_STANDBY);
+    expect_alua_ua(f, n2, 0);
+    scsi_task_release(&f->t);
+    scsi_nexus_put(n2);
+}
+
 static void test_state_names(void **state)
 {
     (void)state;
@@ -286,6 +382,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_rtpg_bad_fields, setup, teardown),
         cmocka_unit_test_setup_teardown(test_standby, setup, teardown),
         cmocka_unit_test_setup_teardown(test_stpg_refused, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_live_change, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_explicit_stpg, setup, teardown),
         cmocka_unit_test(test_state_names),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -16,6 +16,7 @@
 #include <poll.h>
 #include <sys/socket.h>
 
+#include "alloc_fail.h"
 #include "fake_target.h"
 #include "initiator/ini.h"
 
@@ -69,6 +70,18 @@ static bool calls_within(struct done_log *d, int calls, int ms)
 {
     struct until u = {d, calls};
     return ft_run_until(R, calls_reached, &u, ms);
+}
+
+/* One 4 KiB READ at LBA 0 that completes good within 3 s, every byte fill. */
+static void read_4k_ok(struct lr_session *s, uint8_t fill)
+{
+    static uint8_t buf[4096];
+    struct done_log io = {0};
+    assert_int_equal(lr_read(s, 0, 8, 512, buf, on_done, &io), 0);
+    assert_true(calls_within(&io, 1, 3000));
+    assert_int_equal(io.last, LR_OK);
+    for (size_t i = 0; i < sizeof(buf); i++)
+        assert_int_equal(buf[i], fill);
 }
 
 static bool target_done(void *arg)
@@ -1086,13 +1099,7 @@ static void script_erl1_data_digest(struct ft *f)
 static void client_erl1_data_digest(struct ft *f, struct lr_session *s)
 {
     (void)f;
-    static uint8_t buf[4096];
-    struct done_log io = {0};
-    assert_int_equal(lr_read(s, 0, 8, 512, buf, on_done, &io), 0);
-    assert_true(calls_within(&io, 1, 3000));
-    assert_int_equal(io.last, LR_OK);
-    for (size_t i = 0; i < sizeof(buf); i++)
-        assert_int_equal(buf[i], 0x66);
+    read_4k_ok(s, 0x66);
     struct lr_session_info info;
     lr_session_get_info(s, &info);
     assert_int_equal(info.connections_up, 1);
@@ -1159,12 +1166,7 @@ static void client_asked_logout_silent(struct ft *f, struct lr_session *s)
 {
     /* dropped well before the 5 s the target waits */
     assert_true(ft_run_until(R, stage_reached, f, 3000));
-    static uint8_t buf[4096];
-    struct done_log io = {0};
-    assert_int_equal(lr_read(s, 0, 8, 512, buf, on_done, &io), 0);
-    assert_true(calls_within(&io, 1, 3000));
-    assert_int_equal(io.last, LR_OK);
-    assert_int_equal(buf[0], 0x33);
+    read_4k_ok(s, 0x33);
     assert_int_equal(atomic_load(&f->logins), 2);
 }
 
@@ -1289,12 +1291,41 @@ static void client_erl2_reassign_nonsense(struct ft *f, struct lr_session *s)
 
 /* ---- the cases with a session logged in: the target's script, then the user's side ---- */
 
+/* ---- no memory for a connection ---- */
+
+/* Two connections asked and granted, and no memory for the second: the login completes with
+ * the first alone (it used to wait for the second's login forever), which carries the I/O. */
+static void script_second_conn_no_memory(struct ft *f)
+{
+    struct ft_conn c;
+    if (accept_login(f, &c, op_keys_mcs, sizeof(op_keys_mcs), 64, "the leading login") < 0)
+        return;
+    answer_one_then_logout(f, &c, 0x5a, "a command on the one connection");
+}
+
+static void fail_second_conn(void)
+{
+    af_fail_sized(sizeof(struct ini_conn), 1);
+}
+
+static void client_second_conn_no_memory(struct ft *f, struct lr_session *s)
+{
+    (void)f;
+    assert_true(af_fired());
+    struct lr_session_info info;
+    lr_session_get_info(s, &info);
+    assert_int_equal(info.connections_granted, 2);
+    assert_int_equal(info.connections_up, 1);
+    read_4k_ok(s, 0x5a);
+}
+
 struct hostile_case {
     const char *name;
     ft_script_fn script;                                /* the fake target */
     struct lr_session_opts opts;                        /* for login_with() */
     void (*client)(struct ft *f, struct lr_session *s); /* once logged in */
-    bool logout; /* the end: the session's Logout, else only destroyed */
+    bool logout;                /* the end: the session's Logout, else only destroyed */
+    void (*before_login)(void); /* e.g. an allocation made to fail (alloc_fail.h) */
 };
 
 static const struct hostile_case cases[] = {
@@ -1369,6 +1400,12 @@ static const struct hostile_case cases[] = {
      .opts = {.error_recovery_level = 2, .cmd_timeout_ms = 1000},
      .client = client_erl2_reassign_nonsense,
      .logout = true},
+    {.name = "test_mcs_second_connection_no_memory",
+     .script = script_second_conn_no_memory,
+     .opts = {.connections = 2},
+     .client = client_second_conn_no_memory,
+     .logout = true,
+     .before_login = fail_second_conn},
 };
 
 static void run_case(void **state)
@@ -1377,6 +1414,8 @@ static void run_case(void **state)
     struct ft f;
     assert_int_equal(ft_start(&f, k->script, NULL), 0);
     login_started = now_ms();
+    if (k->before_login)
+        k->before_login();
     struct lr_session *s = login_with(&f, k->opts);
     k->client(&f, s);
     if (k->logout) {
@@ -1416,6 +1455,7 @@ int main(void)
         CASE(13),
         CASE(14),
         CASE(15),
+        CASE(16),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     reactor_destroy(R);

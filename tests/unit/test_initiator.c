@@ -11,6 +11,7 @@
 
 #include <cmocka.h>
 
+#include "alloc_fail.h"
 #include "initiator/conn.h"
 #include "initiator/ini.h"
 #include "initiator/orphan.h"
@@ -1092,6 +1093,62 @@ static void test_async_logout_request_all_connections(void **state)
     lr_session_destroy(s);
 }
 
+/* The session's Logout goes out on one connection of two, and that connection is lost before
+ * the answer (which would come on it, §11.14) while the other stays up: lr_session_logout
+ * ends at once with LR_ERR_CONN_LOST, as initiator.h says, not later with LR_ERR_TIMEOUT, and
+ * the other connection is closed. */
+static void test_logout_carrier_lost(void **state)
+{
+    (void)state;
+    struct lr_session *s = fake_session(2, 1, 64);
+    struct done_log lo = {0};
+    assert_int_equal(lr_session_logout(s, on_done, &lo), 0);
+    assert_int_equal(txq_len(s->conns[0]), 1);
+    assert_int_equal(txq_at(s->conns[0], 0)->hdr[0], ISCSI_OP_LOGOUT_REQ | ISCSI_BHS_IMMEDIATE);
+    assert_int_equal(txq_len(s->conns[1]), 0);
+    ini_conn_close(s->conns[0], "test: connection cut");
+    assert_int_equal(lo.calls, 1);
+    assert_int_equal(lo.last, LR_ERR_CONN_LOST);
+    assert_string_equal(lo.what, "test: connection cut");
+    assert_int_equal(s->conns[1]->state, ICS_DEAD);
+    lr_session_destroy(s);
+    assert_int_equal(lo.calls, 1);
+}
+
+/* No memory for the Logout PDU: lr_session_logout says so (-1), and its done() is not called
+ * later when the connection goes (discovery.c frees its state on -1: a later call would
+ * reach freed memory). */
+static void test_logout_no_memory(void **state)
+{
+    (void)state;
+    struct lr_session *s = fake_session(1, 1, 64);
+    struct done_log lo = {0};
+    af_fail_sized(sizeof(struct wire_pdu), 0);
+    assert_int_equal(lr_session_logout(s, on_done, &lo), -1);
+    assert_true(af_fired());
+    ini_conn_close(s->conns[0], "test: connection cut");
+    lr_session_destroy(s);
+    assert_int_equal(lo.calls, 0);
+}
+
+/* No memory for the leading connection: lr_session_login fails at once (-1, ENOMEM) rather
+ * than returning 0 with a done() that never comes. */
+static void test_login_no_memory(void **state)
+{
+    (void)state;
+    struct lr_session_opts o = {.host = "127.0.0.1", .port = 1, .target_name = "iqn.x:t"};
+    struct lr_session *s = lr_session_create(R, &o);
+    assert_non_null(s);
+    struct done_log d = {0};
+    af_fail_sized(sizeof(struct ini_conn), 0);
+    errno = 0;
+    assert_int_equal(lr_session_login(s, on_done, &d), -1);
+    assert_int_equal(errno, ENOMEM);
+    assert_true(af_fired());
+    lr_session_destroy(s);
+    assert_int_equal(d.calls, 0);
+}
+
 /* ---- ErrorRecoveryLevel 2 (orphan.c) ---- */
 
 /* nconns connections at ERL 2, DefaultTime2Wait 0, DefaultTime2Retain 20, each connection's
@@ -1143,6 +1200,21 @@ static const struct wire_pdu *find_pdu(const struct ini_conn *c, uint8_t op, uin
     return NULL;
 }
 
+/* The one PDU queued on carrier: Logout reason 2 (immediate) for lost's CID, ExpStatSN the lost
+ * connection's last (5 in erl2_session), CmdSN the session's next. */
+static void assert_cleanup_logout(const struct ini_conn *carrier, const struct ini_conn *lost,
+                                  uint32_t cmdsn)
+{
+    assert_int_equal(txq_len(carrier), 1);
+    const uint8_t *h = txq_at(carrier, 0)->hdr;
+    assert_int_equal(h[0], ISCSI_OP_LOGOUT_REQ | ISCSI_BHS_IMMEDIATE);
+    assert_int_equal(h[1], ISCSI_FLAG_FINAL | ISCSI_LOGOUT_REMOVE_FOR_RECOVERY);
+    assert_int_equal(get_be16(h + BHS_CID), lost->cid);
+    assert_int_equal(get_be32(h + BHS_ITT), INI_CLOGOUT_ITT + lost->idx);
+    assert_int_equal(get_be32(h + BHS_CMDSN), cmdsn);
+    assert_int_equal(get_be32(h + BHS_EXPSTATSN), 5);
+}
+
 struct rec_log {
     int calls;
     enum lr_err last;
@@ -1188,14 +1260,7 @@ static void test_erl2_logout_reassign_resume(void **state)
     assert_int_equal(dr.calls + dw.calls, 0);
     assert_int_equal(lr_session_inflight(s), 2);
 
-    assert_int_equal(txq_len(c1), 1);
-    const uint8_t *h = txq_at(c1, 0)->hdr;
-    assert_int_equal(h[0], ISCSI_OP_LOGOUT_REQ | ISCSI_BHS_IMMEDIATE);
-    assert_int_equal(h[1], ISCSI_FLAG_FINAL | ISCSI_LOGOUT_REMOVE_FOR_RECOVERY);
-    assert_int_equal(get_be16(h + BHS_CID), c0->cid);
-    assert_int_equal(get_be32(h + BHS_ITT), INI_CLOGOUT_ITT + 0);
-    assert_int_equal(get_be32(h + BHS_CMDSN), 3);
-    assert_int_equal(get_be32(h + BHS_EXPSTATSN), 5); /* the lost connection's */
+    assert_cleanup_logout(c1, c0, 3);
     take_all(c1);
 
     uint8_t rsp[ISCSI_BHS_LEN];
@@ -1250,6 +1315,56 @@ static void test_erl2_logout_reassign_resume(void **state)
     assert_true(dw.recovered);
     assert_int_equal(c1->expstatsn, 10);
     assert_int_equal(c1->state, ICS_FFP);
+    lr_session_destroy(s);
+}
+
+struct expired_log {
+    int calls;
+    enum lr_err last;
+    const struct lr_session *s;
+    enum ini_cr_state slot0_st; /* slot 0's recovery state when the callback ran */
+};
+
+static void on_expired(void *arg, const struct lr_result *r)
+{
+    struct expired_log *d = arg;
+    d->calls++;
+    d->last = r->err;
+    d->slot0_st = d->s->cr[0].st;
+}
+
+/* A connection lost at ERL 2 whose only task is past its command timeout: the task fails (it
+ * is not reassigned), but the target keeps it for the lost connection (§7.1.4), so the slot
+ * is still cleaned up: Logout reason 2 for its CID on the other connection (§11.14). The
+ * slot's recovery is set up before the task's callback runs. */
+static void test_erl2_expired_tasks_still_cleaned(void **state)
+{
+    (void)state;
+    struct lr_session *s = erl2_session(2);
+    struct ini_conn *c0 = s->conns[0], *c1 = s->conns[1];
+    static uint8_t rbuf[4096];
+    struct expired_log d = {.s = s, .slot0_st = CR_NONE};
+    lr_session_next_conn(s, 0);
+    assert_int_equal(lr_read(s, 0, 8, 512, rbuf, on_expired, &d), 0);
+    take_all(c0);
+    for (uint32_t i = 0; i < s->ntasks; i++)
+        if (s->tasks[i].state == ITS_ACTIVE)
+            s->tasks[i].deadline_ms = 0; /* its command timeout has passed */
+    ini_conn_close(c0, "test: connection cut");
+    assert_int_equal(d.calls, 1);
+    assert_int_equal(d.last, LR_ERR_CONN_LOST);
+    assert_int_not_equal(d.slot0_st, CR_NONE);
+    assert_int_equal(lr_session_inflight(s), 0);
+    assert_cleanup_logout(c1, c0, 2);
+    take_all(c1);
+    /* answered: nothing to reassign, the slot is done with */
+    uint8_t rsp[ISCSI_BHS_LEN];
+    rsp_hdr(rsp, ISCSI_OP_LOGOUT_RSP, ISCSI_FLAG_FINAL, INI_CLOGOUT_ITT + 0, 5, 2, 66);
+    put_be16(rsp + BHS_TIME2RETAIN, 20);
+    assert_int_equal(ini_conn_feed(c1, rsp, sizeof(rsp)), 0);
+    ini_orphan_tick(s, reactor_now_ms());
+    assert_int_equal(txq_len(c1), 0);
+    assert_int_equal(d.calls, 1);
     lr_session_destroy(s);
 }
 
@@ -1640,6 +1755,30 @@ static void test_erl1_status_after_conn_failed(void **state)
     assert_int_equal(d.calls, 1);
     assert_int_equal(d.last, LR_ERR_CONN_LOST);
     assert_int_equal(lr_session_inflight(s), 0);
+    lr_session_destroy(s);
+}
+
+/* A Logout Response whose StatSN shows responses lost, while the Status SNACK for them cannot
+ * be queued (INI_RESEND_BACKLOG_MAX full): the connection fails, but the target answered the
+ * Logout, so lr_session_logout completes with LR_OK, not LR_ERR_CONN_LOST. */
+static void test_erl1_logout_answered_snack_refused(void **state)
+{
+    (void)state;
+    struct lr_session *s = erl1_session(5);
+    struct ini_conn *c = s->conns[0];
+    struct done_log lo = {0};
+    assert_int_equal(lr_session_logout(s, on_done, &lo), 0);
+    assert_int_equal(txq_len(c), 1);
+    assert_int_equal(txq_at(c, 0)->hdr[0], ISCSI_OP_LOGOUT_REQ | ISCSI_BHS_IMMEDIATE);
+    take_all(c);
+    c->resend_unsent = INI_RESEND_BACKLOG_MAX; /* what the target asked for and did not read */
+    /* the answer, StatSN 7: 5 and 6 never came */
+    uint8_t rsp[ISCSI_BHS_LEN];
+    rsp_hdr(rsp, ISCSI_OP_LOGOUT_RSP, ISCSI_FLAG_FINAL, INI_LOGOUT_ITT, 7, 1, 64);
+    assert_int_equal(ini_conn_feed(c, rsp, sizeof(rsp)), -1);
+    assert_int_equal(c->state, ICS_DEAD);
+    assert_int_equal(lo.calls, 1);
+    assert_int_equal(lo.last, LR_OK);
     lr_session_destroy(s);
 }
 
@@ -2062,7 +2201,11 @@ int main(void)
         cmocka_unit_test(test_async_message),
         cmocka_unit_test(test_async_logout_request_drains),
         cmocka_unit_test(test_async_logout_request_all_connections),
+        cmocka_unit_test(test_logout_carrier_lost),
+        cmocka_unit_test(test_logout_no_memory),
+        cmocka_unit_test(test_login_no_memory),
         cmocka_unit_test(test_erl2_logout_reassign_resume),
+        cmocka_unit_test(test_erl2_expired_tasks_still_cleaned),
         cmocka_unit_test(test_erl2_refused_and_retried),
         cmocka_unit_test(test_erl2_time2retain_expiry),
         cmocka_unit_test(test_erl2_async_drop_notice),
@@ -2071,6 +2214,7 @@ int main(void)
         cmocka_unit_test(test_erl2_async_session_drop),
         cmocka_unit_test(test_erl1_data_in_gap_snack),
         cmocka_unit_test(test_erl1_status_after_conn_failed),
+        cmocka_unit_test(test_erl1_logout_answered_snack_refused),
         cmocka_unit_test(test_erl1_data_digest_and_expdatasn),
         cmocka_unit_test(test_erl1_statsn_gap_snack),
         cmocka_unit_test(test_erl1_reject_digest_retries_command),
