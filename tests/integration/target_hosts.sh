@@ -1,0 +1,127 @@
+#!/bin/bash
+# One target, many hosts (issue 29): [host IQN] and [group NAME] entries with real initiators.
+# --check refuses a bad entry with FILE:LINE; examples/three-hosts.conf is served as it is
+# (its portal moved to a free port): each host logs in, an initiator without an entry does not,
+# and discovery lists the target only to the hosts; then a target with CHAP whose entries
+# override its user (one-way and mutual, for a host and a group): each entry logs in with its
+# own credentials only, and discovery lists the target to a host only when the discovery
+# session authenticated as the user that host logs in with.
+. "$(dirname "$0")/lt_lib.sh"
+need iscsi-inq iscsi-ls
+SRC=$(cd "$IT_DIR/../.." && pwd)
+P=iqn.2026-11.org.linerate
+A=$P:host-a B=$P:host-b C=$P:host-c D=$P:host-d X=$P:stranger
+SHARED=$P:shared
+
+
+note "--check: a bad entry is refused with FILE:LINE"
+good=$WORK/good.conf
+cat >"$good" <<EOF
+portal = 127.0.0.1:1
+[target $SHARED]
+lun = ram:1M
+lun = ram:1M
+[host $A]
+map = 0 0
+map = 1 1
+[group cluster]
+initiator = $B
+initiator = $C
+map = 0 1,ro
+EOF
+"$LT" --check --config "$good" >"$WORK/o" 2>&1 || { cat "$WORK/o"; fail "good config refused"; }
+# refused SED-EXPR WORDS: the config edited by SED-EXPR exits 2 naming WORDS
+refused() {
+    sed "$1" "$good" >"$WORK/bad.conf"
+    timeout 20 "$LT" --check --config "$WORK/bad.conf" >"$WORK/o" 2>&1
+    local rc=$?
+    [ $rc -eq 2 ] || fail "'$1': exited $rc, not 2 ($(cat "$WORK/o"))"
+    grep -qF -- "$2" "$WORK/o" || fail "'$1': message does not say '$2': $(cat "$WORK/o")"
+}
+refused 's/^map = 1 1$/map = 1 2/' "bad.conf:7: host $A maps LUN 2, which target $SHARED does not have"
+refused 's/^map = 1 1$/map = 0 1/' "bad.conf:7: host LUN 0 is mapped twice (first at line 6)"
+refused "s/^initiator = $C/initiator = $A/" "bad.conf:10: initiator $A is in two entries"
+refused "s/^initiator = $C/initiator = $P:host_c/" "bad.conf:10: bad iSCSI name '$P:host_c'"
+refused "s/^\[host $A\]/[host iqn.host-a]/" "bad.conf:5: bad iSCSI name 'iqn.host-a'"
+refused 's/^map = 0 1,ro/map = 0 1,rw/' "bad.conf:11: bad map '0 1,rw'"
+refused "s/^\[target .*/&\nmap = 0 0/" "bad.conf:3: 'map' belongs in a [host IQN] or [group NAME]"
+refused "s/^\[group cluster\]/[group cluster]\nlun = ram:1M/" "bad.conf:9: 'lun' cannot stand in a [group] section"
+refused "/^initiator/d" "bad.conf:8: group cluster has no initiator"
+refused "s/^\[target .*/&\nallow = $A/" "initiator $B has an entry but target $SHARED's allow list does not admit it"
+
+note "examples/three-hosts.conf: the three hosts log in, no one else"
+sed "s/^portal = 127.0.0.1:3260$/portal = 127.0.0.1:@PORT@/" "$SRC/examples/three-hosts.conf" \
+    >"$WORK/three.conf"
+grep -q @PORT@ "$WORK/three.conf" || fail "examples/three-hosts.conf has no 'portal = 127.0.0.1:3260'"
+start_target_config "$WORK/three.conf"
+h=127.0.0.1:$PORT
+for i in $A $B $C; do
+    ok "$i logs in" iscsi-inq -i "$i" "iscsi://$h/$SHARED/0"
+    grep -q "^Vendor:LINERATE" "$WORK/cmd.out" || { show_cmd_out; fail "$i: no INQUIRY data"; }
+done
+no "an initiator without an entry" iscsi-inq -i "$X" "iscsi://$h/$SHARED/0"
+grep -q "Authorization failure" "$WORK/cmd.out" || { show_cmd_out; fail "stranger: not 0202h"; }
+no "libiscsi's default initiator name" iscsi-inq "iscsi://$h/$SHARED/0"
+note "discovery: the target is listed to its hosts only"
+for i in $A $B $C; do
+    ok "discovery as $i" iscsi-ls -i "$i" "iscsi://$h"
+    grep -q "Target:$SHARED Portal:$h,1" "$WORK/cmd.out" || { show_cmd_out; fail "not listed to $i"; }
+done
+ok "discovery as a stranger" iscsi-ls -i "$X" "iscsi://$h"
+grep -q "Target:$SHARED" "$WORK/cmd.out" && { show_cmd_out; fail "listed to a stranger"; }
+stop_target
+[ "$STOP_RC" -eq 0 ] || fail "exit $STOP_RC after SIGTERM"
+
+note "CHAP per entry: over the target's user, for a host and for a group"
+S_ALICE=alice-secret-0123 S_BOB=bob-secret-456789 S_CAROL=carol-secret-0123 S_TGT=tgt-carol-secret-9
+sec=$WORK/chap-secrets
+printf 'alice %s\nbob %s\ncarol %s\ntgt-carol %s\n' "$S_ALICE" "$S_BOB" "$S_CAROL" "$S_TGT" >"$sec"
+chmod 600 "$sec"
+cat >"$WORK/chap.conf" <<EOF
+portal = 127.0.0.1:@PORT@
+chap-secrets = $sec
+discovery-chap-user = bob
+[target $SHARED]
+lun = ram:1M
+chap-user = alice
+[host $A]
+map = 0 0
+[host $B]
+map = 0 0
+chap-user = bob
+[group cd]
+initiator = $C
+initiator = $D
+map = 0 0
+chap-user = carol
+chap-mutual-user = tgt-carol
+EOF
+start_target_config "$WORK/chap.conf"
+h=127.0.0.1:$PORT
+u="$SHARED/0"
+mutual="target_user=tgt-carol&target_password=$S_TGT"
+ok "host-a as the target's user" iscsi-inq -i "$A" "iscsi://alice%$S_ALICE@$h/$u"
+no "host-a as host-b's user" iscsi-inq -i "$A" "iscsi://bob%$S_BOB@$h/$u"
+no "host-a without CHAP" iscsi-inq -i "$A" "iscsi://$h/$u"
+ok "host-b as its own user" iscsi-inq -i "$B" "iscsi://bob%$S_BOB@$h/$u"
+no "host-b as the target's user" iscsi-inq -i "$B" "iscsi://alice%$S_ALICE@$h/$u"
+grep -q "Authentication failure" "$WORK/cmd.out" || { show_cmd_out; fail "host-b/alice: not 0201h"; }
+no "host-b, wrong secret" iscsi-inq -i "$B" "iscsi://bob%wrong-secret-000@$h/$u"
+no "host-b without CHAP" iscsi-inq -i "$B" "iscsi://$h/$u"
+for i in $C $D; do
+    ok "$i as the group's user, mutual" iscsi-inq -i "$i" "iscsi://carol%$S_CAROL@$h/$u?$mutual"
+    no "$i, mutual missing" iscsi-inq -i "$i" "iscsi://carol%$S_CAROL@$h/$u"
+    no "$i as the target's user" iscsi-inq -i "$i" "iscsi://alice%$S_ALICE@$h/$u"
+done
+no "a stranger with the target's user" iscsi-inq -i "$X" "iscsi://alice%$S_ALICE@$h/$u"
+note "discovery CHAP (bob) lists the target to host-b (bob), not to host-a (alice)"
+ok "discovery as host-b" iscsi-ls -i "$B" "iscsi://bob%$S_BOB@$h"
+grep -q "Target:$SHARED Portal:$h,1" "$WORK/cmd.out" || { show_cmd_out; fail "not listed to host-b"; }
+ok "discovery as host-a" iscsi-ls -i "$A" "iscsi://bob%$S_BOB@$h"
+grep -q "Target:$SHARED" "$WORK/cmd.out" && { show_cmd_out; fail "listed to host-a"; }
+for s in "$S_ALICE" "$S_BOB" "$S_CAROL" "$S_TGT"; do
+    grep -qF -- "$s" "$WORK/target.log" && fail "a secret reached the log"
+done
+stop_target
+[ "$STOP_RC" -eq 0 ] || fail "exit $STOP_RC after SIGTERM"
+echo "PASS"
