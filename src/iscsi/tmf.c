@@ -71,7 +71,7 @@ static int tmf_answer_quiet(struct iscsi_conn *c, const struct iscsi_bhs *req, u
 {
     struct scsi_target *tgt = c->session->node->scsi;
     /* a LUN detached meanwhile is freed only after this loop turn */
-    struct scsi_lun *lu = lun == UINT64_MAX ? NULL : scsi_target_lun(tgt, lun);
+    struct scsi_lun *lu = lun == UINT64_MAX ? NULL : scsi_nexus_lun(c->session->nexus, lun, NULL);
     if (rsp != ISCSI_TMF_RSP_COMPLETE || (lun != UINT64_MAX && !lu))
         return tmf_respond(c, req, rsp);
     struct tmf_quiet *q = calloc(1, sizeof(*q));
@@ -571,7 +571,7 @@ static int reset_respond(struct iscsi_conn *c, const struct iscsi_bhs *req, uint
     struct scsi_target *tgt = c->session->node->scsi;
     /* a LUN detached meanwhile is freed only after this loop turn; one gone already has no
      * tasks left to reset */
-    struct scsi_lun *lu = lun == UINT64_MAX ? NULL : scsi_target_lun(tgt, lun);
+    struct scsi_lun *lu = lun == UINT64_MAX ? NULL : scsi_nexus_lun(n, lun, NULL);
     if (lun != UINT64_MAX && !lu)
         return tmf_respond(c, req, ISCSI_TMF_RSP_COMPLETE);
     struct tmf_later *w = calloc(1, sizeof(*w));
@@ -700,9 +700,8 @@ int tmf_handle(struct iscsi_conn *c, struct iscsi_pdu_in *p)
     session_window(s, &win_exp, &win_max);
     if (!immediate)
         session_consume_cmdsn(s, cmdsn);
-    struct scsi_target *tgt = s->node->scsi;
     uint64_t lun = scsi_lun_from_wire(req->b + BHS_LUN);
-    struct scsi_lun *lu = scsi_target_lun(tgt, lun);
+    struct scsi_lun *lu = scsi_nexus_lun(s->nexus, lun, NULL); /* by the host's number */
 
     switch (fn) {
     case ISCSI_TMF_ABORT_TASK:
@@ -772,7 +771,9 @@ void iscsi_abort_nexus_tasks(struct scsi_target *t, struct scsi_nexus *n, struct
                              struct scsi_join *join)
 {
     struct iscsi_server *srv = t->transport_ctx;
-    uint64_t lun = scsi_lun_id(lu);
+    uint64_t lun = scsi_nexus_host_lun(n, lu, NULL); /* its tasks carry the host's number */
+    if (lun == UINT64_MAX)
+        return; /* its host no longer sees lu: it has no task there */
     orphans_abort(srv, nexus_match, n, lun, 0); /* ERL 2: those waiting for reassignment */
     struct abort_fanout *f = fanout_build(srv, nexus_match, n, NULL);
     if (!f) {

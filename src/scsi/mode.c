@@ -107,7 +107,10 @@ void mode_exec_sense(struct scsi_task *t, const struct scsi_cmd *c)
 
     /* device-specific parameter (SBC-3 §6.4.1): WP (read-only or SWP), DPOFUA (FUA is
      * honoured) */
-    uint8_t dsp = (sbc_write_protect(lu) ? 0x80 : 0) | 0x10;
+    bool map_ro = false; /* mapped read-only for this host (scsi_target_host_map) */
+    if (t->nexus)
+        scsi_nexus_lun(t->nexus, t->lun, &map_ro);
+    uint8_t dsp = (map_ro || sbc_write_protect(lu) ? 0x80 : 0) | 0x10;
     unsigned bdl = 0;
     if (!dbd) {
         uint64_t nb = pc == PC_CHANGEABLE ? 0 : lu->nblocks;

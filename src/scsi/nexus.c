@@ -97,6 +97,7 @@ struct scsi_nexus *scsi_nexus_get(struct scsi_target *t, const struct scsi_trans
         n->pub.target = t;
         n->pub.transport = tp;
         p->nexus[slot] = n;
+        scsi_host_map_bind_locked(t, n); /* what its LUN numbers mean */
         /* A new I_T nexus starts with a power-on/reset UA on every LUN (SAM-5 §5.14). */
         for (uint32_t i = 0; i < t->nluns; i++)
             if (t->luns[i])

@@ -462,6 +462,21 @@ int scsi_target_host_maps(struct scsi_target *t, const char *initiator_name,
 /* The logical unit nexus n addresses as host_lun, NULL if none; *read_only (if not NULL) set
  * when the mapping is read-only. Without host entries: scsi_target_lun(). Any thread. */
 struct scsi_lun *scsi_nexus_lun(struct scsi_nexus *n, uint64_t host_lun, bool *read_only);
+/* The other way: the number nexus n knows lu by (lu's own without host entries), UINT64_MAX
+ * when its host does not see lu; *read_only (if not NULL) as above. For the transport's
+ * PREEMPT AND ABORT, which names the tasks to abort by the LUN their initiator sent. */
+uint64_t scsi_nexus_host_lun(struct scsi_nexus *n, const struct scsi_lun *lu, bool *read_only);
+/* Most host entries a target takes, and most mappings over all its entries: what a
+ * configuration or linerate-ctl may ask for is bounded (a map is at most SCSI_LUN_SLOTS host
+ * numbers). */
+#define SCSI_HOST_ENTRIES_MAX 4096u
+#define SCSI_HOST_ROWS_MAX 65536u
+/* Maps the calls above replaced, in a list: a command on a reactor may have read one just
+ * before, so the caller frees them (scsi_host_maps_free) once every reactor has finished the
+ * turn it was in, as it frees a detached LUN. Those never taken are freed with the target. */
+struct scsi_host_map;
+struct scsi_host_map *scsi_target_host_retired_take(struct scsi_target *t);
+void scsi_host_maps_free(struct scsi_host_map *list);
 
 /* What `linerate-ctl show luns` reports of a LUN. */
 struct scsi_lun_info {

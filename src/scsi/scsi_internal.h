@@ -131,9 +131,16 @@ struct xcopy_result {
     uint8_t sense[18];
 };
 
+struct scsi_host_map;
+struct scsi_host_table;
+
 struct scsi_nexus_impl {
     struct scsi_nexus pub;
     unsigned slot;
+    /* What LUN numbers mean to this nexus (host_map.c): NULL while the target has no host
+     * entries (every LUN under its own number); set under the target lock, read by the data
+     * path without one. */
+    _Atomic(const struct scsi_host_map *) map;
     int refs;  /* sessions holding it, plus PREEMPT AND ABORT while it calls the hook */
     bool lost; /* I_T nexus loss done since the last session took it (under target lock) */
     uint64_t xcopy_seq;
@@ -191,6 +198,7 @@ struct scsi_target_priv {
     struct scsi_lun *adding;
     uint64_t next_nexus_id;
     const struct scsi_lun_hooks *const *modules; /* scsi_lun_modules */
+    struct scsi_host_table *hosts; /* host entries (host_map.c); NULL until the first */
 };
 
 /* Tasks holding a LUN (from scsi_task_setup until scsi_task_release), counted in shards so
@@ -693,6 +701,31 @@ static inline uint64_t scsi_cdb_field(const uint8_t *cdb, unsigned off, unsigned
     for (unsigned i = 0; i < len; i++)
         v = v << 8 | cdb[off + i];
     return v;
+}
+
+/* --- host LUN maps (host_map.c) --- */
+
+/* With the target lock: n reads the map of its initiator (scsi_nexus_get, for a new nexus). */
+void scsi_host_map_bind_locked(struct scsi_target *t, struct scsi_nexus_impl *n);
+/* The target's entries and retired maps, at scsi_target_destroy. */
+void scsi_host_table_free(struct scsi_target *t);
+/* The LUN slot host_lun of map m names on t (NULL: none); *read_only set when it is. */
+struct scsi_lun *scsi_host_map_lun(const struct scsi_host_map *m, struct scsi_target *t,
+                                   uint64_t host_lun, bool *read_only);
+/* The host numbers nexus n sees a LUN at, in order, into out (up to max; out may be NULL):
+ * how many there are (REPORT LUNS). */
+uint32_t scsi_nexus_report_luns(struct scsi_nexus *n, uint64_t *out, uint32_t max);
+
+/* scsi_nexus_lun for the data path (task setup): a target without host entries pays one load
+ * and a branch. *read_only is left alone unless the mapping is read-only. */
+static inline struct scsi_lun *scsi_nexus_lun_fast(struct scsi_nexus *n, uint64_t host_lun,
+                                                   bool *read_only)
+{
+    const struct scsi_host_map *m =
+        atomic_load_explicit(&scsi_nexus_impl(n)->map, memory_order_acquire);
+    if (__builtin_expect(m == NULL, 1))
+        return scsi_target_lun(n->target, host_lun);
+    return scsi_host_map_lun(m, n->target, host_lun, read_only);
 }
 
 #endif

@@ -269,10 +269,15 @@ void spc_exec_inquiry(struct scsi_task *t, const struct scsi_cmd *c)
 
 /* --- REPORT LUNS (SPC-4 §6.33) --- */
 
-static uint32_t count_luns(const struct scsi_target *tg, uint8_t select)
+/* The LUNs t's initiator sees: through its nexus's map when the target has host entries (the
+ * host's numbers, scsi_target_host_map), else every LUN of the target. */
+static uint32_t count_luns(const struct scsi_task *t, uint8_t select)
 {
     if (select == 1) /* well-known logical units only: there are none */
         return 0;
+    if (t->nexus)
+        return scsi_nexus_report_luns(t->nexus, NULL, 0);
+    const struct scsi_target *tg = t->target;
     uint32_t n = 0;
     for (uint32_t i = 0; i < tg->nluns; i++)
         n += tg->luns[i] != NULL;
@@ -288,7 +293,7 @@ scsi_sr spc_parse_report_luns(struct scsi_task *t, const struct scsi_cmd *c, str
     uint32_t alloc = get_be32(t->cdb + 6);
     if (alloc < 16)
         return SR_CDB_FIELD(6, -1);
-    uint64_t full = 8 + 8ull * count_luns(t->target, select);
+    uint64_t full = 8 + 8ull * count_luns(t, select);
     r->xfer_len = alloc < full ? alloc : full;
     r->dir = SCSI_DIR_READ;
     return SR_OK;
@@ -299,15 +304,23 @@ void spc_exec_report_luns(struct scsi_task *t, const struct scsi_cmd *c)
     (void)c;
     const struct scsi_target *tg = t->target;
     uint8_t select = t->cdb[2];
-    uint32_t n = count_luns(tg, select);
+    uint32_t n = count_luns(t, select);
     uint8_t *d = calloc(1, 8 + 8 * (size_t)n);
-    if (!d) {
+    uint64_t *nums = t->nexus && n ? calloc(n, sizeof(*nums)) : NULL;
+    if (!d || (t->nexus && n && !nums)) {
+        free(d);
         scsi_task_complete(t, SR_INSUFFICIENT_RESOURCES);
         return;
     }
     put_be32(d, 8 * n);
     uint32_t k = 0;
-    for (uint32_t i = 0; select != 1 && i < tg->nluns && k < n; i++)
+    if (nums) { /* the same turn as count_luns: the same map, the same LUNs */
+        uint32_t have = scsi_nexus_report_luns(t->nexus, nums, n);
+        for (; k < n && k < have; k++)
+            scsi_lun_to_wire(nums[k], d + 8 + 8 * k);
+        free(nums);
+    }
+    for (uint32_t i = 0; !t->nexus && select != 1 && i < tg->nluns && k < n; i++)
         if (tg->luns[i])
             scsi_lun_to_wire(i, d + 8 + 8 * k++);
     scsi_task_put_data(t, d, 8 + 8 * n);

@@ -227,6 +227,7 @@ void scsi_target_destroy(struct scsi_target *t)
     if (p) {
         for (unsigned s = 0; s < SCSI_NEXUS_MAX; s++)
             free(p->nexus[s]);
+        scsi_host_table_free(t);
         free(p);
         t->priv = NULL;
     }

@@ -240,7 +240,11 @@ static scsi_sr setup_range(struct scsi_task *t, const struct scsi_cmd *c, const 
 int scsi_task_setup(struct scsi_task *t)
 {
     struct scsi_task_core *k = scsi_core(t);
-    struct scsi_lun *lu = t->target ? scsi_target_lun(t->target, t->lun) : NULL;
+    /* The number the initiator sent, through its host's LUN map if the target has any. */
+    bool map_ro = false;
+    struct scsi_lun *lu = t->nexus    ? scsi_nexus_lun_fast(t->nexus, t->lun, &map_ro)
+                          : t->target ? scsi_target_lun(t->target, t->lun)
+                                      : NULL;
     t->lu = lu;
     /* Held until release, so a LUN removed at run time outlives the commands using it. */
     k->lu_held = lu != NULL;
@@ -260,6 +264,8 @@ int scsi_task_setup(struct scsi_task *t)
     bool known;
     const struct scsi_cmd *c = scsi_cmd_lookup(t->cdb[0], t->cdb[1] & 0x1f, &known);
     scsi_sr sr = setup_refusal(t, lu, c, known);
+    if (!sr && map_ro && (c->flags & CMD_WRITES))
+        sr = SR_WRITE_PROTECTED; /* mapped read-only for this host (scsi_target_host_map) */
     if (sr)
         goto refuse;
 

@@ -100,7 +100,7 @@ void scsi_nexus_tasks_terminated(struct scsi_nexus *n, uint64_t lun)
     struct scsi_target *t = n->target;
     /* under the target lock, so that the LUN is not detached meanwhile */
     pthread_mutex_lock(&t->lock);
-    struct scsi_lun *lu = scsi_target_lun(t, lun);
+    struct scsi_lun *lu = scsi_nexus_lun(n, lun, NULL); /* the number the initiator sent */
     if (lu)
         scsi_ua_raise(lu, scsi_nexus_slot(n), UA_ISCSI_CLEARED);
     pthread_mutex_unlock(&t->lock);

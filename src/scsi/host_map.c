@@ -1,0 +1,443 @@
+/* Host LUN maps (scsi.h "host LUN maps"): which LUNs each initiator of a target sees, under which
+ * numbers, read-only or not. The control thread keeps the entries under the target lock and, on
+ * each change, builds a new immutable map and swaps it into every nexus of that initiator; the
+ * data path reads its nexus's map with one acquire load and no lock (scsi_nexus_lun). A replaced
+ * map is retired: the caller frees it once every reactor has finished the turn it was in, as it
+ * frees a detached LUN (scsi_target_host_retired_take). */
+#include <assert.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "scsi/scsi_internal.h"
+
+/* A slot of a map: 0 when nothing is mapped at that host number, else the target's LUN + 1 in
+ * the low 15 bits (LUNs are below SCSI_LUN_SLOTS = 2^14) and HOST_SLOT_RO for a read-only
+ * mapping. Two bytes a host number, so the largest map (host LUN 16383) is 32 KiB. */
+#define HOST_SLOT_RO 0x8000u
+#define HOST_SLOT_LUN 0x7fffu
+_Static_assert(SCSI_LUN_SLOTS < HOST_SLOT_LUN, "a LUN + 1 fits a slot");
+
+struct scsi_host_map {
+    struct scsi_host_map *retired_next; /* scsi_host_table.retired */
+    uint32_t nslots;                    /* host numbers 0..nslots-1 have a slot */
+    uint16_t slot[];
+};
+
+/* What a nexus of an initiator without an entry reads once the target has entries: no LUN. */
+static const struct scsi_host_map host_map_none = {.nslots = 0};
+
+struct host_entry {
+    char name[224];
+    struct scsi_host_mapping *rows; /* in host_lun order */
+    unsigned nrows, cap;
+    struct scsi_host_map *map; /* the rows as published to its nexuses */
+};
+
+struct scsi_host_table {
+    struct host_entry **e;
+    unsigned n, cap;
+    unsigned rows;                 /* of all entries: bounded by SCSI_HOST_ROWS_MAX */
+    struct scsi_host_map *retired; /* replaced, not freed yet */
+};
+
+static struct scsi_host_table *table(struct scsi_target *t)
+{
+    return ((struct scsi_target_priv *)t->priv)->hosts;
+}
+
+/* With the target lock. Names compare case-blind (RFC 3722 folds iSCSI names to lower case). */
+static struct host_entry *entry_find(struct scsi_host_table *h, const char *name, unsigned *idx)
+{
+    for (unsigned i = 0; h && i < h->n; i++) {
+        if (strcasecmp(h->e[i]->name, name) == 0) {
+            if (idx)
+                *idx = i;
+            return h->e[i];
+        }
+    }
+    return NULL;
+}
+
+/* The map a nexus of initiator `name` reads: NULL (every LUN as it is numbered) while the
+ * target has no entries. */
+static const struct scsi_host_map *map_for(struct scsi_host_table *h, const char *name)
+{
+    if (!h || h->n == 0)
+        return NULL;
+    struct host_entry *e = entry_find(h, name, NULL);
+    return e ? e->map : &host_map_none;
+}
+
+void scsi_host_map_bind_locked(struct scsi_target *t, struct scsi_nexus_impl *n)
+{
+    atomic_store_explicit(&n->map, map_for(table(t), n->pub.initiator_name), memory_order_release);
+}
+
+/* With the target lock: every nexus whose map is not the one it should read now gets it, and
+ * REPORTED LUNS DATA HAS CHANGED (SPC-4 §6.33: its logical unit inventory changed) on every LUN
+ * of the target, so the next command it sends, to whatever number, reports it. Only the
+ * nexuses whose map changed: the other hosts see nothing. */
+static void rebind_locked(struct scsi_target *t)
+{
+    struct scsi_target_priv *p = t->priv;
+    for (unsigned s = 0; s < SCSI_NEXUS_MAX; s++) {
+        struct scsi_nexus_impl *n = p->nexus[s];
+        if (!n)
+            continue;
+        const struct scsi_host_map *want = map_for(p->hosts, n->pub.initiator_name);
+        if (atomic_load_explicit(&n->map, memory_order_relaxed) == want)
+            continue;
+        atomic_store_explicit(&n->map, want, memory_order_release);
+        for (uint32_t i = 0; i < t->nluns; i++)
+            if (t->luns[i])
+                scsi_ua_raise(t->luns[i], s, UA_LUNS_CHANGED);
+    }
+}
+
+static void retire(struct scsi_host_table *h, struct scsi_host_map *m)
+{
+    if (!m)
+        return;
+    m->retired_next = h->retired;
+    h->retired = m;
+}
+
+/* The map of e's rows, or NULL out of memory. */
+static struct scsi_host_map *map_build(const struct host_entry *e)
+{
+    uint32_t nslots = e->nrows ? (uint32_t)e->rows[e->nrows - 1].host_lun + 1 : 0;
+    struct scsi_host_map *m = calloc(1, sizeof(*m) + nslots * sizeof(m->slot[0]));
+    if (!m)
+        return NULL;
+    m->nslots = nslots;
+    for (unsigned i = 0; i < e->nrows; i++) {
+        const struct scsi_host_mapping *r = &e->rows[i];
+        m->slot[r->host_lun] = (uint16_t)((r->lun + 1) | (r->read_only ? HOST_SLOT_RO : 0));
+    }
+    return m;
+}
+
+/* With the target lock: publish e's rows (a new map to its nexuses, the old one retired). */
+static int publish_locked(struct scsi_target *t, struct host_entry *e, char *err, size_t errlen)
+{
+    struct scsi_host_map *m = map_build(e);
+    if (!m) {
+        snprintf(err, errlen, "initiator %s: out of memory", e->name);
+        return -1;
+    }
+    struct scsi_host_map *old = e->map;
+    e->map = m;
+    rebind_locked(t);
+    retire(table(t), old);
+    return 0;
+}
+
+int scsi_target_host_add(struct scsi_target *t, const char *initiator_name, char *err,
+                         size_t errlen)
+{
+    struct scsi_target_priv *p = t->priv;
+    size_t len = strlen(initiator_name);
+    if (len == 0 || len >= sizeof(((struct host_entry *)0)->name)) {
+        snprintf(err, errlen, "initiator name of %zu characters (want 1 to 223)", len);
+        return -1;
+    }
+    pthread_mutex_lock(&t->lock);
+    int rc = -1;
+    if (!p->hosts && !(p->hosts = calloc(1, sizeof(*p->hosts)))) {
+        snprintf(err, errlen, "out of memory");
+        goto out;
+    }
+    struct scsi_host_table *h = p->hosts;
+    if (entry_find(h, initiator_name, NULL)) {
+        snprintf(err, errlen, "initiator %s: already has an entry on target %s", initiator_name,
+                 t->name);
+        goto out;
+    }
+    if (h->n >= SCSI_HOST_ENTRIES_MAX) {
+        snprintf(err, errlen, "target %s: already %u initiator entries (the most a target has)",
+                 t->name, SCSI_HOST_ENTRIES_MAX);
+        goto out;
+    }
+    if (h->n == h->cap) {
+        unsigned cap = h->cap ? h->cap * 2 : 8;
+        struct host_entry **ne = realloc(h->e, cap * sizeof(*ne));
+        if (!ne) {
+            snprintf(err, errlen, "out of memory");
+            goto out;
+        }
+        h->e = ne;
+        h->cap = cap;
+    }
+    struct host_entry *e = calloc(1, sizeof(*e));
+    if (!e || !(e->map = map_build(e))) {
+        free(e);
+        snprintf(err, errlen, "out of memory");
+        goto out;
+    }
+    memcpy(e->name, initiator_name, len + 1);
+    h->e[h->n++] = e;
+    rebind_locked(t);
+    rc = 0;
+out:
+    pthread_mutex_unlock(&t->lock);
+    return rc;
+}
+
+int scsi_target_host_remove(struct scsi_target *t, const char *initiator_name, char *err,
+                            size_t errlen)
+{
+    pthread_mutex_lock(&t->lock);
+    struct scsi_host_table *h = table(t);
+    unsigned i;
+    struct host_entry *e = entry_find(h, initiator_name, &i);
+    if (!e) {
+        pthread_mutex_unlock(&t->lock);
+        snprintf(err, errlen, "initiator %s: no entry on target %s", initiator_name, t->name);
+        return -1;
+    }
+    h->e[i] = h->e[--h->n];
+    h->rows -= e->nrows;
+    rebind_locked(t); /* before its map is retired: no nexus reads it after this turn */
+    retire(h, e->map);
+    pthread_mutex_unlock(&t->lock);
+    free(e->rows);
+    free(e);
+    return 0;
+}
+
+/* With the target lock: initiator_name's entry, or NULL with a reason in err. */
+static struct host_entry *entry_or_err(struct scsi_target *t, const char *initiator_name, char *err,
+                                       size_t errlen)
+{
+    struct host_entry *e = entry_find(table(t), initiator_name, NULL);
+    if (!e)
+        snprintf(err, errlen, "initiator %s: no entry on target %s", initiator_name, t->name);
+    return e;
+}
+
+/* The row of e at host_lun, or where it would go (rows in host_lun order). */
+static unsigned row_at(const struct host_entry *e, uint64_t host_lun)
+{
+    unsigned lo = 0, hi = e->nrows;
+    while (lo < hi) {
+        unsigned mid = (lo + hi) / 2;
+        if (e->rows[mid].host_lun < host_lun)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+int scsi_target_host_map(struct scsi_target *t, const char *initiator_name, uint64_t host_lun,
+                         uint64_t lun, bool read_only, char *err, size_t errlen)
+{
+    if (host_lun >= SCSI_LUN_SLOTS || lun >= SCSI_LUN_SLOTS) {
+        snprintf(err, errlen, "LUN %" PRIu64 " as %" PRIu64 ": above %u (flat space addressing)",
+                 lun, host_lun, SCSI_LUN_SLOTS - 1);
+        return -1;
+    }
+    pthread_mutex_lock(&t->lock);
+    struct scsi_host_table *h = table(t);
+    struct host_entry *e = entry_or_err(t, initiator_name, err, errlen);
+    int rc = -1;
+    if (!e)
+        goto out;
+    /* One number per LUN and host: a host seeing one logical unit twice would take the two
+     * for two disks (or two paths) and write each as if the other did not exist. */
+    for (unsigned i = 0; i < e->nrows; i++) {
+        if (e->rows[i].lun == lun && e->rows[i].host_lun != host_lun) {
+            snprintf(err, errlen, "initiator %s: LUN %" PRIu64 " is already mapped as %" PRIu64,
+                     initiator_name, lun, e->rows[i].host_lun);
+            goto out;
+        }
+    }
+    unsigned at = row_at(e, host_lun);
+    struct scsi_host_mapping row = {.host_lun = host_lun, .lun = lun, .read_only = read_only};
+    if (at < e->nrows && e->rows[at].host_lun == host_lun) {
+        struct scsi_host_mapping was = e->rows[at];
+        if (was.lun == lun && was.read_only == read_only) {
+            rc = 0; /* as it is: nothing changes, nobody is told */
+            goto out;
+        }
+        e->rows[at] = row;
+        if ((rc = publish_locked(t, e, err, errlen)) < 0)
+            e->rows[at] = was;
+        goto out;
+    }
+    if (h->rows >= SCSI_HOST_ROWS_MAX) {
+        snprintf(err, errlen, "target %s: already %u mappings (the most a target has)", t->name,
+                 SCSI_HOST_ROWS_MAX);
+        goto out;
+    }
+    if (e->nrows == e->cap) {
+        unsigned cap = e->cap ? e->cap * 2 : 4;
+        struct scsi_host_mapping *nr = realloc(e->rows, cap * sizeof(*nr));
+        if (!nr) {
+            snprintf(err, errlen, "out of memory");
+            goto out;
+        }
+        e->rows = nr;
+        e->cap = cap;
+    }
+    memmove(e->rows + at + 1, e->rows + at, (e->nrows - at) * sizeof(*e->rows));
+    e->rows[at] = row;
+    e->nrows++;
+    if ((rc = publish_locked(t, e, err, errlen)) < 0) {
+        e->nrows--;
+        memmove(e->rows + at, e->rows + at + 1, (e->nrows - at) * sizeof(*e->rows));
+        goto out;
+    }
+    h->rows++;
+out:
+    pthread_mutex_unlock(&t->lock);
+    return rc;
+}
+
+int scsi_target_host_unmap(struct scsi_target *t, const char *initiator_name, uint64_t host_lun,
+                           char *err, size_t errlen)
+{
+    pthread_mutex_lock(&t->lock);
+    struct scsi_host_table *h = table(t);
+    struct host_entry *e = entry_or_err(t, initiator_name, err, errlen);
+    int rc = -1;
+    if (!e)
+        goto out;
+    unsigned at = row_at(e, host_lun);
+    if (at == e->nrows || e->rows[at].host_lun != host_lun) {
+        snprintf(err, errlen, "initiator %s: nothing mapped as LUN %" PRIu64, initiator_name,
+                 host_lun);
+        goto out;
+    }
+    struct scsi_host_mapping was = e->rows[at];
+    memmove(e->rows + at, e->rows + at + 1, (e->nrows - at - 1) * sizeof(*e->rows));
+    e->nrows--;
+    if ((rc = publish_locked(t, e, err, errlen)) < 0) {
+        memmove(e->rows + at + 1, e->rows + at, (e->nrows - at) * sizeof(*e->rows));
+        e->rows[at] = was;
+        e->nrows++;
+        goto out;
+    }
+    h->rows--;
+out:
+    pthread_mutex_unlock(&t->lock);
+    return rc;
+}
+
+int scsi_target_host_maps(struct scsi_target *t, const char *initiator_name,
+                          struct scsi_host_mapping *out, unsigned max)
+{
+    pthread_mutex_lock(&t->lock);
+    struct host_entry *e = entry_find(table(t), initiator_name, NULL);
+    int n = -1;
+    if (e) {
+        n = (int)e->nrows;
+        memcpy(out, e->rows, (e->nrows < max ? e->nrows : max) * sizeof(*out));
+    }
+    pthread_mutex_unlock(&t->lock);
+    return n;
+}
+
+struct scsi_host_map *scsi_target_host_retired_take(struct scsi_target *t)
+{
+    pthread_mutex_lock(&t->lock);
+    struct scsi_host_table *h = table(t);
+    struct scsi_host_map *m = h ? h->retired : NULL;
+    if (h)
+        h->retired = NULL;
+    pthread_mutex_unlock(&t->lock);
+    return m;
+}
+
+void scsi_host_maps_free(struct scsi_host_map *m)
+{
+    while (m) {
+        struct scsi_host_map *next = m->retired_next;
+        assert(m != &host_map_none);
+        free(m);
+        m = next;
+    }
+}
+
+void scsi_host_table_free(struct scsi_target *t)
+{
+    struct scsi_host_table *h = table(t);
+    if (!h)
+        return;
+    for (unsigned i = 0; i < h->n; i++) {
+        free(h->e[i]->map);
+        free(h->e[i]->rows);
+        free(h->e[i]);
+    }
+    scsi_host_maps_free(h->retired);
+    free(h->e);
+    free(h);
+    ((struct scsi_target_priv *)t->priv)->hosts = NULL;
+}
+
+/* --- the data path: no lock; a map read here stays allocated until this reactor's turn ends */
+
+struct scsi_lun *scsi_host_map_lun(const struct scsi_host_map *m, struct scsi_target *t,
+                                   uint64_t host_lun, bool *read_only)
+{
+    unsigned s = host_lun < m->nslots ? m->slot[host_lun] : 0;
+    if (!s)
+        return NULL;
+    if (read_only)
+        *read_only = s & HOST_SLOT_RO;
+    return scsi_target_lun(t, (s & HOST_SLOT_LUN) - 1);
+}
+
+struct scsi_lun *scsi_nexus_lun(struct scsi_nexus *n, uint64_t host_lun, bool *read_only)
+{
+    if (read_only)
+        *read_only = false;
+    return scsi_nexus_lun_fast(n, host_lun, read_only);
+}
+
+/* Under the target lock: PREEMPT AND ABORT through another gateway calls this on a store's
+ * watch thread, not a reactor, so no reactor's turn keeps the map alive; under the lock the
+ * map read is the current one, retired (and later freed) only under the lock too. Rare, so a
+ * scan of at most 16384 slots. */
+uint64_t scsi_nexus_host_lun(struct scsi_nexus *n, const struct scsi_lun *lu, bool *read_only)
+{
+    struct scsi_target *t = n->target;
+    if (read_only)
+        *read_only = false;
+    uint64_t found = UINT64_MAX;
+    pthread_mutex_lock(&t->lock);
+    const struct scsi_host_map *m =
+        atomic_load_explicit(&scsi_nexus_impl(n)->map, memory_order_acquire);
+    for (uint32_t i = 0; m && i < m->nslots; i++) {
+        unsigned s = m->slot[i];
+        if (s && (s & HOST_SLOT_LUN) - 1 == lu->id) {
+            if (read_only)
+                *read_only = s & HOST_SLOT_RO;
+            found = i;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&t->lock);
+    return m ? found : lu->id;
+}
+
+uint32_t scsi_nexus_report_luns(struct scsi_nexus *n, uint64_t *out, uint32_t max)
+{
+    struct scsi_target *t = n->target;
+    const struct scsi_host_map *m =
+        atomic_load_explicit(&scsi_nexus_impl(n)->map, memory_order_acquire);
+    uint32_t k = 0;
+    uint32_t end = m ? m->nslots : __atomic_load_n(&t->nluns, __ATOMIC_ACQUIRE);
+    for (uint32_t i = 0; i < end; i++) {
+        if (!(m ? scsi_host_map_lun(m, t, i, NULL) : scsi_target_lun(t, i)))
+            continue;
+        if (out && k < max)
+            out[k] = i;
+        k++;
+    }
+    return k;
+}
