@@ -304,6 +304,8 @@ int target_build(const struct target_config *cfg, struct target_built *b, char *
             if (target_build_lun_ex(state_dir, c->name, &c->luns[i], scsi, b, &transient, err,
                                     errlen) < 0)
                 goto fail;
+        if (target_hosts_apply(c, scsi, err, errlen) < 0)
+            goto fail;
         b->nodes[t] = target_node_make(c, scsi);
         if (!b->nodes[t]) {
             snprintf(err, errlen, "out of memory");

@@ -327,6 +327,10 @@ int target_hosts_check(const struct target_node_conf *n, const char *path, char 
 /* The entry an initiator belongs to, NULL if none (names compare without case). */
 const struct target_host_conf *target_host_find(const struct target_node_conf *n, const char *iqn);
 void target_hosts_free(struct target_node_conf *n);
+/* Give the SCSI target built for n each entry's map (scsi_target_host_add, _map), a group's for
+ * each member. 0, or -1 with "ORIGIN: reason" in err. */
+int target_hosts_apply(const struct target_node_conf *n, struct scsi_target *scsi, char *err,
+                       size_t errlen);
 /* A deep copy of src's entries into dst (whose own are dropped): 0 or -1 (ENOMEM). */
 int target_hosts_copy(struct target_node_conf *dst, const struct target_node_conf *src);
 

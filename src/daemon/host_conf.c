@@ -244,3 +244,27 @@ int target_hosts_copy(struct target_node_conf *dst, const struct target_node_con
     }
     return 0;
 }
+
+int target_hosts_apply(const struct target_node_conf *n, struct scsi_target *scsi, char *err,
+                       size_t errlen)
+{
+    char reason[256];
+    for (unsigned i = 0; i < n->nhosts; i++) {
+        const struct target_host_conf *h = &n->hosts[i];
+        /* a group: each member with the group's map (scsi.h leaves groups to the caller) */
+        for (unsigned a = 0; a < h->ninitiators; a++) {
+            const char *iqn = h->initiators[a];
+            if (scsi_target_host_add(scsi, iqn, reason, sizeof(reason)) < 0)
+                goto fail;
+            for (unsigned m = 0; m < h->nmaps; m++)
+                if (scsi_target_host_map(scsi, iqn, h->maps[m].host_lun, h->maps[m].lun,
+                                         h->maps[m].read_only, reason, sizeof(reason)) < 0)
+                    goto fail;
+        }
+        continue;
+    fail:
+        snprintf(err, errlen, "%s: %s", h->origin, reason);
+        return -1;
+    }
+    return 0;
+}

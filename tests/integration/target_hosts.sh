@@ -1,13 +1,16 @@
 #!/bin/bash
 # One target, many hosts (issue 29): [host IQN] and [group NAME] entries with real initiators.
 # --check refuses a bad entry with FILE:LINE; examples/three-hosts.conf is served as it is
-# (its portal moved to a free port): each host logs in, an initiator without an entry does not,
-# and discovery lists the target only to the hosts; then a target with CHAP whose entries
+# (its portal moved to a free port): each host logs in and sees exactly LUNs 0 and 1 (REPORT
+# LUNS through iscsi-ls -s), its own boot disk as 0 and the shared disk as 1 (qemu-io, which
+# takes an initiator name: data written through one host's number reads back through
+# another's, host-c's mapping is write protected); an initiator without an entry does not log
+# in, and discovery lists the target only to the hosts; then a target with CHAP whose entries
 # override its user (one-way and mutual, for a host and a group): each entry logs in with its
 # own credentials only, and discovery lists the target to a host only when the discovery
 # session authenticated as the user that host logs in with.
 . "$(dirname "$0")/lt_lib.sh"
-need iscsi-inq iscsi-ls
+need iscsi-inq iscsi-ls qemu-io
 SRC=$(cd "$IT_DIR/../.." && pwd)
 P=iqn.2026-11.org.linerate
 A=$P:host-a B=$P:host-b C=$P:host-c D=$P:host-d X=$P:stranger
@@ -59,6 +62,27 @@ for i in $A $B $C; do
     ok "$i logs in" iscsi-inq -i "$i" "iscsi://$h/$SHARED/0"
     grep -q "^Vendor:LINERATE" "$WORK/cmd.out" || { show_cmd_out; fail "$i: no INQUIRY data"; }
 done
+# qio INITIATOR LUN: qemu-io's --image-opts for that initiator on that host LUN of $SHARED
+qio() { echo "driver=iscsi,transport=tcp,portal=$h,target=$SHARED,lun=$2,initiator-name=$1"; }
+note "each host sees its map: LUN 0 its boot disk, LUN 1 the shared one"
+for i in $A $B $C; do
+    ok "REPORT LUNS as $i" iscsi-ls -s -i "$i" "iscsi://$h"
+    luns=$(grep -o "^Lun:[0-9]*" "$WORK/cmd.out" | tr '\n' ' ')
+    [ "$luns" = "Lun:0 Lun:1 " ] || { show_cmd_out; fail "$i sees '$luns', not LUNs 0 and 1"; }
+done
+ok "host-a writes its LUN 0" qemu-io --image-opts "$(qio "$A" 0)" -c "write -P 0x0a 0 64k"
+ok "host-b writes its LUN 0" qemu-io --image-opts "$(qio "$B" 0)" -c "write -P 0x0b 0 64k"
+ok "host-c writes its LUN 0" qemu-io --image-opts "$(qio "$C" 0)" -c "write -P 0x0c 0 64k"
+ok "host-a's boot disk is its own" qemu-io -r --image-opts "$(qio "$A" 0)" -c "read -P 0x0a 0 64k"
+ok "host-b's boot disk is its own" qemu-io -r --image-opts "$(qio "$B" 0)" -c "read -P 0x0b 0 64k"
+ok "host-a writes the shared disk" qemu-io --image-opts "$(qio "$A" 1)" -c "write -P 0x5a 1M 64k"
+ok "host-b reads it through its LUN 1" qemu-io -r --image-opts "$(qio "$B" 1)" -c "read -P 0x5a 1M 64k"
+ok "host-c reads it through its LUN 1" qemu-io -r --image-opts "$(qio "$C" 1)" -c "read -P 0x5a 1M 64k"
+no "host-c may not write it" qemu-io --image-opts "$(qio "$C" 1)" -c "write -P 0x5c 1M 64k"
+grep -q "write protected" "$WORK/cmd.out" || { show_cmd_out; fail "host-c: not write protected"; }
+no "host-a has no LUN 2" iscsi-inq -i "$A" "iscsi://$h/$SHARED/2"
+grep -q "LOGICAL_UNIT_NOT_SUPPORTED" "$WORK/cmd.out" || { show_cmd_out; fail "LUN 2: not 25h/00h"; }
+note "an initiator without an entry"
 no "an initiator without an entry" iscsi-inq -i "$X" "iscsi://$h/$SHARED/0"
 grep -q "Authorization failure" "$WORK/cmd.out" || { show_cmd_out; fail "stranger: not 0202h"; }
 no "libiscsi's default initiator name" iscsi-inq "iscsi://$h/$SHARED/0"
