@@ -156,6 +156,8 @@ static void diff_access(const struct target_config *run, const struct target_con
             note(list, "target %s: portals", r->name);
         if (f && !same_allow(r, f))
             note(list, "target %s: allow", r->name);
+        if (f && !ctl_hosts_same(r, f))
+            note(list, "target %s: host entries", r->name);
     }
 }
 
@@ -232,7 +234,8 @@ static void apply_access(struct daemon *d, unsigned t, const struct target_node_
         else
             note(restart, "target %s: portal %s: %s", name, p, why);
     }
-    bool allow_changed = false;
+    /* the [host] / [group] entries also say who may log in */
+    bool allow_changed = ctl_hosts_apply(d, t, f, applied, restart);
     for (unsigned i = 0; i < f->nallow; i++) {
         if (target_node_has_allow(&d->cfg.targets[t], f->allow[i]))
             continue;

@@ -117,6 +117,15 @@ int target_host_map_line(struct target_host_conf *h, const char *val, unsigned l
                      (unsigned long long)m.host_lun, h->maps[i].line);
             return -1;
         }
+    /* one number per LUN and host: a host seeing one logical unit twice takes the two for two
+     * disks and writes each as if the other did not exist (scsi_target_host_map refuses it) */
+    for (unsigned i = 0; i < h->nmaps; i++)
+        if (h->maps[i].lun == m.lun) {
+            snprintf(err, errlen, "LUN %llu is mapped twice for this entry (as %llu at line %u)",
+                     (unsigned long long)m.lun, (unsigned long long)h->maps[i].host_lun,
+                     h->maps[i].line);
+            return -1;
+        }
     struct target_host_map *grown = realloc(h->maps, (h->nmaps + 1) * sizeof(*grown));
     if (!grown) {
         snprintf(err, errlen, "out of memory");
