@@ -10,7 +10,7 @@
 
 #include "daemon/daemon.h"
 
-static bool same_creds(const struct chap_creds *a, const struct chap_creds *b)
+bool ctl_chap_same(const struct chap_creds *a, const struct chap_creds *b)
 {
     return strcmp(a->user, b->user) == 0 && strcmp(a->mutual_user, b->mutual_user) == 0 &&
            a->algs == b->algs && a->secret_len == b->secret_len &&
@@ -41,7 +41,7 @@ static bool covered(const struct target_node_conf *a, const struct target_node_c
     for (unsigned i = 0; i < a->nhosts; i++)
         for (unsigned k = 0; k < a->hosts[i].ninitiators; k++) {
             const struct target_host_conf *o = target_host_find(b, a->hosts[i].initiators[k]);
-            if (!o || !same_maps(&a->hosts[i], o) || !same_creds(&a->hosts[i].chap, &o->chap))
+            if (!o || !same_maps(&a->hosts[i], o) || !ctl_chap_same(&a->hosts[i].chap, &o->chap))
                 return false;
         }
     return true;

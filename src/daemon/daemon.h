@@ -208,6 +208,8 @@ int ctl_reactors_barrier(struct daemon *d);
  * Whether the entries changed (who may log in may have). */
 bool ctl_hosts_apply(struct daemon *d, unsigned t, const struct target_node_conf *f,
                      json_t *applied, json_t *restart);
+/* The same CHAP users, secrets and algorithms. */
+bool ctl_chap_same(const struct chap_creds *a, const struct chap_creds *b);
 /* Whether two targets have the same entries (names, maps, CHAP users and secrets). */
 bool ctl_hosts_same(const struct target_node_conf *a, const struct target_node_conf *b);
 unsigned ctl_end_disallowed_sessions(struct daemon *d, struct iscsi_node *n, unsigned timeout_s);
