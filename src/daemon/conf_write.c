@@ -52,10 +52,14 @@ static void write_hosts(FILE *f, const struct target_node_conf *c)
         for (unsigned m = 0; m < h->nmaps; m++)
             fprintf(f, "map = %llu %llu%s\n", (unsigned long long)h->maps[m].host_lun,
                     (unsigned long long)h->maps[m].lun, h->maps[m].read_only ? ",ro" : "");
-        if (h->chap.user[0])
-            fprintf(f, "chap-user = %s\n", h->chap.user);
-        if (h->chap.mutual_user[0])
-            fprintf(f, "chap-mutual-user = %s\n", h->chap.mutual_user);
+        if (h->chap.user[0]) {
+            fputs("chap-user = ", f);
+            conf_write_value(f, h->chap.user);
+        }
+        if (h->chap.mutual_user[0]) {
+            fputs("chap-mutual-user = ", f);
+            conf_write_value(f, h->chap.mutual_user);
+        }
     }
 }
 
