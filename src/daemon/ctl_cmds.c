@@ -483,6 +483,7 @@ static const struct method methods[] = {
     {"show_targets", ctl_show_targets},
     {"show_luns", ctl_show_luns},
     {"show_portals", ctl_show_portals},
+    {"show_hosts", ctl_show_hosts},
     {"stats", ctl_show_stats},
     {"show_sessions", ctl_show_sessions},
     {"show_connections", ctl_show_connections},

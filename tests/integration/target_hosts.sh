@@ -5,7 +5,8 @@
 # LUNS through iscsi-ls -s), its own boot disk as 0 and the shared disk as 1 (qemu-io, which
 # takes an initiator name: data written through one host's number reads back through
 # another's, host-c's mapping is write protected); an initiator without an entry does not log
-# in, and discovery lists the target only to the hosts; then a target with CHAP whose entries
+# in, and discovery lists the target only to the hosts; a reload changes entries live (and adds
+# a target with one), `show hosts` and `save` report them; then a target with CHAP whose entries
 # override its user (one-way and mutual, for a host and a group): each entry logs in with its
 # own credentials only, and discovery lists the target to a host only when the discovery
 # session authenticated as the user that host logs in with.
@@ -113,6 +114,11 @@ ok "host-c may write it now" qemu-io --image-opts "$(qio "$C" 1)" -c "write -P 0
 ok "host-a reads host-c's write" qemu-io -r --image-opts "$(qio "$A" 1)" -c "read -P 0x5c 1M 64k"
 ok "discovery as host-d" iscsi-ls -i "$D" "iscsi://$h"
 grep -q "Target:$SHARED" "$WORK/cmd.out" || { show_cmd_out; fail "not listed to host-d"; }
+ctl_ok --json show hosts "$SHARED"
+got=$(jget '" ".join("%s:%s" % (h["name"].split(":")[-1], ",".join("%d=%d%s" % (m["host_lun"], m["lun"], "ro" if m["read_only"] else "") for m in h["maps"])) for h in d)' <"$WORK/ctl.out")
+[ "$got" = "host-a:0=0,1=3 host-d:0=1,1=3 host-c:0=2,1=3" ] || fail "show hosts: $got"
+ctl_ok show targets
+grep -q "3 host entries" "$WORK/ctl.out" || fail "show targets: $(cat "$WORK/ctl.out")"
 note "save writes the entries; the saved file loads and reloads to no change"
 ctl_ok save "$WORK/saved.conf"
 grep -qx "\[host $D\]" "$WORK/saved.conf" && grep -qx "map = 1 3" "$WORK/saved.conf" ||
