@@ -47,13 +47,25 @@ json_t *ctl_show_targets(struct daemon *d, json_t *params, struct req_err *e)
     return a;
 }
 
+/* The optional `target` of a show request into *only (NULL: every target): 0, or -1 with e
+ * set when it is malformed or names no target. */
+static int show_only(struct daemon *d, json_t *params, struct req_err *e, const char **only)
+{
+    *only = ctl_param_str(params, "target", false, e);
+    if (e->code)
+        return -1;
+    if (*only && !ctl_find_node(d, *only, NULL)) {
+        ctl_fail(e, ERR_NOT_FOUND, "no target named '%s'", *only);
+        return -1;
+    }
+    return 0;
+}
+
 json_t *ctl_show_luns(struct daemon *d, json_t *params, struct req_err *e)
 {
-    const char *only = ctl_param_str(params, "target", false, e);
-    if (e->code)
+    const char *only;
+    if (show_only(d, params, e, &only) < 0)
         return NULL;
-    if (only && !ctl_find_node(d, only, NULL))
-        return ctl_fail(e, ERR_NOT_FOUND, "no target named '%s'", only);
     json_t *a = json_array();
     for (unsigned i = 0; i < d->built.n; i++) {
         const struct iscsi_node *n = d->built.nodes[i];
@@ -93,11 +105,9 @@ static json_t *host_json(struct daemon *d, unsigned t, const struct target_host_
 
 json_t *ctl_show_hosts(struct daemon *d, json_t *params, struct req_err *e)
 {
-    const char *only = ctl_param_str(params, "target", false, e);
-    if (e->code)
+    const char *only;
+    if (show_only(d, params, e, &only) < 0)
         return NULL;
-    if (only && !ctl_find_node(d, only, NULL))
-        return ctl_fail(e, ERR_NOT_FOUND, "no target named '%s'", only);
     json_t *a = json_array();
     for (unsigned i = 0; i < d->built.n; i++) {
         const struct target_node_conf *c = &d->cfg.targets[i];
