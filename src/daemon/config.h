@@ -326,6 +326,8 @@ int target_hosts_check(const struct target_node_conf *n, const char *path, char 
                        size_t errlen);
 /* The entry an initiator belongs to, NULL if none (names compare without case). */
 const struct target_host_conf *target_host_find(const struct target_node_conf *n, const char *iqn);
+/* The first entry that maps target LUN lun, NULL if none. */
+const struct target_host_conf *target_host_mapping(const struct target_node_conf *n, uint64_t lun);
 void target_hosts_free(struct target_node_conf *n);
 /* Give the SCSI target built for n each entry's map (scsi_target_host_add, _map), a group's for
  * each member. 0, or -1 with "ORIGIN: reason" in err. */

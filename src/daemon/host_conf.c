@@ -207,6 +207,15 @@ const struct target_host_conf *target_host_find(const struct target_node_conf *n
     return NULL;
 }
 
+const struct target_host_conf *target_host_mapping(const struct target_node_conf *n, uint64_t lun)
+{
+    for (unsigned i = 0; i < n->nhosts; i++)
+        for (unsigned m = 0; m < n->hosts[i].nmaps; m++)
+            if (n->hosts[i].maps[m].lun == lun)
+                return &n->hosts[i];
+    return NULL;
+}
+
 static void host_free(struct target_host_conf *h)
 {
     free(h->initiators);

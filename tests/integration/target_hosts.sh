@@ -119,6 +119,9 @@ got=$(jget '" ".join("%s:%s" % (h["name"].split(":")[-1], ",".join("%d=%d%s" % (
 [ "$got" = "host-a:0=0,1=3 host-d:0=1,1=3 host-c:0=2,1=3" ] || fail "show hosts: $got"
 ctl_ok show targets
 grep -q "3 host entries" "$WORK/ctl.out" || fail "show targets: $(cat "$WORK/ctl.out")"
+ctl remove lun "$SHARED" 3 >"$WORK/ctl.out" 2>&1 && fail "remove lun 3 (mapped) succeeded"
+grep -q "LUN 3 of target $SHARED is mapped for host $A" "$WORK/ctl.out" ||
+    fail "remove lun 3: $(cat "$WORK/ctl.out")"
 note "save writes the entries; the saved file loads and reloads to no change"
 ctl_ok save "$WORK/saved.conf"
 grep -qx "\[host $D\]" "$WORK/saved.conf" && grep -qx "map = 1 3" "$WORK/saved.conf" ||
