@@ -384,6 +384,11 @@ unsigned orphans_abort(struct iscsi_server *srv, orphans_match match, const void
         int use_cmdsn = s ? match(s, arg) : -1;
         if (use_cmdsn < 0)
             continue;
+        /* the number this host sent for that LUN; none: it has no task there */
+        uint64_t hl =
+            lun == UINT64_MAX || !s->nexus ? lun : scsi_nexus_host_lun(s->nexus, lun, NULL);
+        if (lun != UINT64_MAX && hl == UINT64_MAX)
+            continue;
         pthread_mutex_lock(&s->lock);
         for (struct list_node *gn = s->orphan_groups.next; gn != &s->orphan_groups; gn = gn->next) {
             struct iscsi_orphans *g = list_entry(gn, struct iscsi_orphans, node);
@@ -391,7 +396,7 @@ unsigned orphans_abort(struct iscsi_server *srv, orphans_match match, const void
             list_for_each_safe(ln, tmp, &g->tasks)
             {
                 struct iscsi_task *t = list_entry(ln, struct iscsi_task, node);
-                if (lun != UINT64_MAX && t->scsi.lun != lun)
+                if (lun != UINT64_MAX && t->scsi.lun != hl)
                     continue;
                 if (use_cmdsn && !t->immediate && !sn_lt(t->cmdsn, before_cmdsn))
                     continue;

@@ -57,8 +57,9 @@ enum orphan_fate {
 /* Which sessions a task-set function reaches: < 0 not this one; else whether only tasks
  * issued before the TMF (CmdSN below before_cmdsn) are concerned. */
 typedef int (*orphans_match)(const struct iscsi_session *s, const void *arg);
-/* ABORT TASK SET, CLEAR TASK SET, resets, PREEMPT AND ABORT: the orphans on LUN lun (UINT64_MAX:
- * every LUN) of the sessions match() takes end as their live tasks do. Returns how many. */
+/* ABORT TASK SET, CLEAR TASK SET, resets, PREEMPT AND ABORT: the orphans on the target's LUN
+ * lun (UINT64_MAX: every LUN), under whatever number each session's host knows it by (host LUN
+ * maps), of the sessions match() takes end as their live tasks do. Returns how many. */
 unsigned orphans_abort(struct iscsi_server *srv, orphans_match match, const void *arg, uint64_t lun,
                        uint32_t before_cmdsn);
 /* The store completed an ORPHAN_BUSY task (on the dead connection's reactor). */

@@ -186,7 +186,10 @@ enum fanout_then {
 };
 
 struct abort_fanout {
-    uint64_t lun; /* UINT64_MAX: every LUN */
+    uint64_t lun; /* UINT64_MAX: every LUN; as the TMF's initiator numbers it */
+    /* The target's number of that LUN (UINT64_MAX: every LUN, or only the TMF's own
+     * nexus): each leg aborts by the number its own host knows it by (host LUN maps). */
+    uint64_t target_lun;
     uint32_t before_cmdsn;
     enum fanout_then then;
     struct scsi_join *join; /* no answer here (PREEMPT AND ABORT): ended once all legs ran */
@@ -231,6 +234,8 @@ static struct abort_fanout *fanout_build(struct iscsi_server *srv, fanout_match 
         pthread_mutex_unlock(&s->lock);
     }
     struct abort_fanout *f = calloc(1, sizeof(*f) + n * sizeof(f->leg[0]));
+    if (f)
+        f->target_lun = UINT64_MAX; /* set_fanout's, for a LUN of several hosts */
     for (unsigned i = 1; f && i < srv->sessions_cap; i++) {
         struct iscsi_session *s = srv->sessions[i];
         int use_cmdsn = s ? match(s, arg) : -1;
@@ -354,7 +359,11 @@ static void abort_leg_run(void *arg)
         if (!l->c->recovery_logout && !l->c->async_drop && cmd_task_lookup(l->c, f->rtt))
             atomic_store(&f->live, true);
     } else if (!f->by_itt) {
-        abort_conn_tasks(l->c, f->lun, f->before_cmdsn, l->use_cmdsn);
+        uint64_t lun = f->target_lun == UINT64_MAX
+                           ? f->lun
+                           : scsi_nexus_host_lun(l->c->session->nexus, f->target_lun, NULL);
+        if (f->target_lun == UINT64_MAX || lun != UINT64_MAX) /* else: not its host's LUN */
+            abort_conn_tasks(l->c, lun, f->before_cmdsn, l->use_cmdsn);
     } else {
         struct iscsi_task *t = conn_abortable_task(l->c, f->rtt);
         if (t && abort_named_task(t, f->lun, f->tmf_cid) == ISCSI_TMF_RSP_COMPLETE)
@@ -416,7 +425,11 @@ static struct abort_fanout *set_fanout(struct iscsi_conn *self, const struct isc
     struct abort_fanout *f = fanout_build(self->srv, scope_match, &sc, self);
     if (!f)
         return NULL;
-    orphans_abort(self->srv, scope_match, &sc, lun, before_cmdsn);
+    /* the LUN as the target numbers it: other hosts know it by their own numbers */
+    struct scsi_lun *lu =
+        lun == UINT64_MAX ? NULL : scsi_nexus_lun(self->session->nexus, lun, NULL);
+    f->target_lun = lu ? scsi_lun_id(lu) : UINT64_MAX;
+    orphans_abort(self->srv, scope_match, &sc, lu ? f->target_lun : lun, before_cmdsn);
     f->lun = lun;
     f->before_cmdsn = before_cmdsn;
     f->then = then;
@@ -771,10 +784,10 @@ void iscsi_abort_nexus_tasks(struct scsi_target *t, struct scsi_nexus *n, struct
                              struct scsi_join *join)
 {
     struct iscsi_server *srv = t->transport_ctx;
-    uint64_t lun = scsi_nexus_host_lun(n, lu, NULL); /* its tasks carry the host's number */
+    uint64_t lun = scsi_nexus_host_lun(n, scsi_lun_id(lu), NULL); /* the number its tasks carry */
     if (lun == UINT64_MAX)
         return; /* its host no longer sees lu: it has no task there */
-    orphans_abort(srv, nexus_match, n, lun, 0); /* ERL 2: those waiting for reassignment */
+    orphans_abort(srv, nexus_match, n, scsi_lun_id(lu), 0); /* ERL 2: waiting for reassignment */
     struct abort_fanout *f = fanout_build(srv, nexus_match, n, NULL);
     if (!f) {
         /* The reservation is preempted already and the tasks must not run on: closing the

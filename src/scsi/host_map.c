@@ -1,11 +1,10 @@
 /* Host LUN maps (scsi.h "host LUN maps"): which LUNs each initiator of a target sees, under which
  * numbers, read-only or not. The control thread keeps the entries under the target lock and, on
  * each change, builds a new immutable map and swaps it into every nexus of that initiator; the
- * data path reads its nexus's map with one acquire load and no lock (scsi_nexus_lun). A replaced
+ * data path reads its nexus's map with one acquire load and no lock (lun_addr.c). A replaced
  * map is retired: the caller frees it once every reactor has finished the turn it was in, as it
  * frees a detached LUN (scsi_target_host_retired_take). */
 #include <assert.h>
-#include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,19 +12,6 @@
 #include <strings.h>
 
 #include "scsi/scsi_internal.h"
-
-/* A slot of a map: 0 when nothing is mapped at that host number, else the target's LUN + 1 in
- * the low 15 bits (LUNs are below SCSI_LUN_SLOTS = 2^14) and HOST_SLOT_RO for a read-only
- * mapping. Two bytes a host number, so the largest map (host LUN 16383) is 32 KiB. */
-#define HOST_SLOT_RO 0x8000u
-#define HOST_SLOT_LUN 0x7fffu
-_Static_assert(SCSI_LUN_SLOTS < HOST_SLOT_LUN, "a LUN + 1 fits a slot");
-
-struct scsi_host_map {
-    struct scsi_host_map *retired_next; /* scsi_host_table.retired */
-    uint32_t nslots;                    /* host numbers 0..nslots-1 have a slot */
-    uint16_t slot[];
-};
 
 /* What a nexus of an initiator without an entry reads once the target has entries: no LUN. */
 static const struct scsi_host_map host_map_none = {.nslots = 0};
@@ -77,24 +63,34 @@ void scsi_host_map_bind_locked(struct scsi_target *t, struct scsi_nexus_impl *n)
     atomic_store_explicit(&n->map, map_for(table(t), n->pub.initiator_name), memory_order_release);
 }
 
-/* With the target lock: every nexus whose map is not the one it should read now gets it, and
+/* With the target lock: nexus slot s reads want from now on; if that is not the map it read,
  * REPORTED LUNS DATA HAS CHANGED (SPC-4 §6.33: its logical unit inventory changed) on every LUN
- * of the target, so the next command it sends, to whatever number, reports it. Only the
- * nexuses whose map changed: the other hosts see nothing. */
-static void rebind_locked(struct scsi_target *t)
+ * of the target, so the next command it sends, to whatever number, reports it. */
+static void bind_locked(struct scsi_target *t, unsigned s, const struct scsi_host_map *want)
+{
+    struct scsi_nexus_impl *n = ((struct scsi_target_priv *)t->priv)->nexus[s];
+    if (atomic_load_explicit(&n->map, memory_order_relaxed) == want)
+        return;
+    atomic_store_explicit(&n->map, want, memory_order_release);
+    for (uint32_t i = 0; i < t->nluns; i++)
+        if (t->luns[i])
+            scsi_ua_raise(t->luns[i], s, UA_LUNS_CHANGED);
+}
+
+/* With the target lock: the nexuses of initiator `name` read want; the other hosts see
+ * nothing. With name NULL (the first entry added, the last removed: what every initiator sees
+ * changes) every nexus reads its own initiator's. */
+static void rebind_locked(struct scsi_target *t, const char *name, const struct scsi_host_map *want)
 {
     struct scsi_target_priv *p = t->priv;
     for (unsigned s = 0; s < SCSI_NEXUS_MAX; s++) {
         struct scsi_nexus_impl *n = p->nexus[s];
         if (!n)
             continue;
-        const struct scsi_host_map *want = map_for(p->hosts, n->pub.initiator_name);
-        if (atomic_load_explicit(&n->map, memory_order_relaxed) == want)
-            continue;
-        atomic_store_explicit(&n->map, want, memory_order_release);
-        for (uint32_t i = 0; i < t->nluns; i++)
-            if (t->luns[i])
-                scsi_ua_raise(t->luns[i], s, UA_LUNS_CHANGED);
+        if (!name)
+            bind_locked(t, s, map_for(p->hosts, n->pub.initiator_name));
+        else if (strcasecmp(n->pub.initiator_name, name) == 0)
+            bind_locked(t, s, want);
     }
 }
 
@@ -131,7 +127,7 @@ static int publish_locked(struct scsi_target *t, struct host_entry *e, char *err
     }
     struct scsi_host_map *old = e->map;
     e->map = m;
-    rebind_locked(t);
+    rebind_locked(t, e->name, m);
     retire(table(t), old);
     return 0;
 }
@@ -180,7 +176,7 @@ int scsi_target_host_add(struct scsi_target *t, const char *initiator_name, char
     }
     memcpy(e->name, initiator_name, len + 1);
     h->e[h->n++] = e;
-    rebind_locked(t);
+    rebind_locked(t, h->n == 1 ? NULL : e->name, e->map);
     rc = 0;
 out:
     pthread_mutex_unlock(&t->lock);
@@ -201,7 +197,8 @@ int scsi_target_host_remove(struct scsi_target *t, const char *initiator_name, c
     }
     h->e[i] = h->e[--h->n];
     h->rows -= e->nrows;
-    rebind_locked(t); /* before its map is retired: no nexus reads it after this turn */
+    /* before its map is retired: no nexus reads it after this turn */
+    rebind_locked(t, h->n == 0 ? NULL : e->name, &host_map_none);
     retire(h, e->map);
     pthread_mutex_unlock(&t->lock);
     free(e->rows);
@@ -377,67 +374,4 @@ void scsi_host_table_free(struct scsi_target *t)
     free(h->e);
     free(h);
     ((struct scsi_target_priv *)t->priv)->hosts = NULL;
-}
-
-/* --- the data path: no lock; a map read here stays allocated until this reactor's turn ends */
-
-struct scsi_lun *scsi_host_map_lun(const struct scsi_host_map *m, struct scsi_target *t,
-                                   uint64_t host_lun, bool *read_only)
-{
-    unsigned s = host_lun < m->nslots ? m->slot[host_lun] : 0;
-    if (!s)
-        return NULL;
-    if (read_only)
-        *read_only = s & HOST_SLOT_RO;
-    return scsi_target_lun(t, (s & HOST_SLOT_LUN) - 1);
-}
-
-struct scsi_lun *scsi_nexus_lun(struct scsi_nexus *n, uint64_t host_lun, bool *read_only)
-{
-    if (read_only)
-        *read_only = false;
-    return scsi_nexus_lun_fast(n, host_lun, read_only);
-}
-
-/* Under the target lock: PREEMPT AND ABORT through another gateway calls this on a store's
- * watch thread, not a reactor, so no reactor's turn keeps the map alive; under the lock the
- * map read is the current one, retired (and later freed) only under the lock too. Rare, so a
- * scan of at most 16384 slots. */
-uint64_t scsi_nexus_host_lun(struct scsi_nexus *n, const struct scsi_lun *lu, bool *read_only)
-{
-    struct scsi_target *t = n->target;
-    if (read_only)
-        *read_only = false;
-    uint64_t found = UINT64_MAX;
-    pthread_mutex_lock(&t->lock);
-    const struct scsi_host_map *m =
-        atomic_load_explicit(&scsi_nexus_impl(n)->map, memory_order_acquire);
-    for (uint32_t i = 0; m && i < m->nslots; i++) {
-        unsigned s = m->slot[i];
-        if (s && (s & HOST_SLOT_LUN) - 1 == lu->id) {
-            if (read_only)
-                *read_only = s & HOST_SLOT_RO;
-            found = i;
-            break;
-        }
-    }
-    pthread_mutex_unlock(&t->lock);
-    return m ? found : lu->id;
-}
-
-uint32_t scsi_nexus_report_luns(struct scsi_nexus *n, uint64_t *out, uint32_t max)
-{
-    struct scsi_target *t = n->target;
-    const struct scsi_host_map *m =
-        atomic_load_explicit(&scsi_nexus_impl(n)->map, memory_order_acquire);
-    uint32_t k = 0;
-    uint32_t end = m ? m->nslots : __atomic_load_n(&t->nluns, __ATOMIC_ACQUIRE);
-    for (uint32_t i = 0; i < end; i++) {
-        if (!(m ? scsi_host_map_lun(m, t, i, NULL) : scsi_target_lun(t, i)))
-            continue;
-        if (out && k < max)
-            out[k] = i;
-        k++;
-    }
-    return k;
 }

@@ -444,7 +444,8 @@ int scsi_target_host_remove(struct scsi_target *t, const char *initiator_name, c
  * that host or not (a write through a read-only mapping fails DATA PROTECT, WRITE PROTECTED;
  * MODE SENSE reports WP). A change of a host's map raises REPORTED LUNS DATA HAS CHANGED
  * (3Fh/0Eh) on that host's nexuses only. Mapping a LUN the target does not have (yet) is
- * allowed: the number answers once the LUN is added. */
+ * allowed: the number answers once the LUN is added. A host number mapped again is replaced
+ * (unchanged: nobody is told); a LUN has at most one number per host (-1 otherwise). */
 int scsi_target_host_map(struct scsi_target *t, const char *initiator_name, uint64_t host_lun,
                          uint64_t lun, bool read_only, char *err, size_t errlen);
 int scsi_target_host_unmap(struct scsi_target *t, const char *initiator_name, uint64_t host_lun,
@@ -460,12 +461,16 @@ struct scsi_host_mapping {
 int scsi_target_host_maps(struct scsi_target *t, const char *initiator_name,
                           struct scsi_host_mapping *out, unsigned max);
 /* The logical unit nexus n addresses as host_lun, NULL if none; *read_only (if not NULL) set
- * when the mapping is read-only. Without host entries: scsi_target_lun(). Any thread. */
+ * when the mapping is read-only. Without host entries: scsi_target_lun(). Without a lock, on
+ * a reactor (or the control thread): the map it reads is freed only after every reactor's turn
+ * (scsi_target_host_retired_take), and the LUN as scsi_target_lun() says. */
 struct scsi_lun *scsi_nexus_lun(struct scsi_nexus *n, uint64_t host_lun, bool *read_only);
-/* The other way: the number nexus n knows lu by (lu's own without host entries), UINT64_MAX
- * when its host does not see lu; *read_only (if not NULL) as above. For the transport's
- * PREEMPT AND ABORT, which names the tasks to abort by the LUN their initiator sent. */
-uint64_t scsi_nexus_host_lun(struct scsi_nexus *n, const struct scsi_lun *lu, bool *read_only);
+/* The other way: the number nexus n knows the target's LUN `lun` by (`lun` itself without host
+ * entries), UINT64_MAX when its host does not see it; *read_only (if not NULL) as above. For a
+ * transport that aborts the tasks of several nexuses on one logical unit (LOGICAL UNIT RESET,
+ * CLEAR TASK SET, PREEMPT AND ABORT): each task carries the number its initiator sent. Takes
+ * the target lock when n has a map (any thread, no SCSI core lock held). */
+uint64_t scsi_nexus_host_lun(struct scsi_nexus *n, uint64_t lun, bool *read_only);
 /* Most host entries a target takes, and most mappings over all its entries: what a
  * configuration or linerate-ctl may ask for is bounded (a map is at most SCSI_LUN_SLOTS host
  * numbers). */

@@ -132,7 +132,7 @@ struct xcopy_result {
 };
 
 struct scsi_host_map;
-struct scsi_host_table;
+struct scsi_host_table; /* host_map.c's own */
 
 struct scsi_nexus_impl {
     struct scsi_nexus pub;
@@ -703,29 +703,30 @@ static inline uint64_t scsi_cdb_field(const uint8_t *cdb, unsigned off, unsigned
     return v;
 }
 
-/* --- host LUN maps (host_map.c) --- */
+/* --- host LUN maps (host_map.c builds them, lun_addr.c reads them) --- */
+
+/* A slot of a map: 0 when nothing is mapped at that host number, else the target's LUN + 1 in
+ * the low 15 bits (LUNs are below SCSI_LUN_SLOTS = 2^14) and HOST_SLOT_RO for a read-only
+ * mapping. Two bytes a host number, so the largest map (host LUN 16383) is 32 KiB. */
+#define HOST_SLOT_RO 0x8000u
+#define HOST_SLOT_LUN 0x7fffu
+_Static_assert(SCSI_LUN_SLOTS < HOST_SLOT_LUN, "a LUN + 1 fits a slot");
+
+/* A host's map as its nexuses read it (built by host_map.c, read by lun_addr.c): immutable once
+ * published. */
+
+struct scsi_host_map {
+    struct scsi_host_map *retired_next; /* scsi_host_table.retired */
+    uint32_t nslots;                    /* host numbers 0..nslots-1 have a slot */
+    uint16_t slot[];
+};
 
 /* With the target lock: n reads the map of its initiator (scsi_nexus_get, for a new nexus). */
 void scsi_host_map_bind_locked(struct scsi_target *t, struct scsi_nexus_impl *n);
 /* The target's entries and retired maps, at scsi_target_destroy. */
 void scsi_host_table_free(struct scsi_target *t);
-/* The LUN slot host_lun of map m names on t (NULL: none); *read_only set when it is. */
-struct scsi_lun *scsi_host_map_lun(const struct scsi_host_map *m, struct scsi_target *t,
-                                   uint64_t host_lun, bool *read_only);
 /* The host numbers nexus n sees a LUN at, in order, into out (up to max; out may be NULL):
  * how many there are (REPORT LUNS). */
 uint32_t scsi_nexus_report_luns(struct scsi_nexus *n, uint64_t *out, uint32_t max);
-
-/* scsi_nexus_lun for the data path (task setup): a target without host entries pays one load
- * and a branch. *read_only is left alone unless the mapping is read-only. */
-static inline struct scsi_lun *scsi_nexus_lun_fast(struct scsi_nexus *n, uint64_t host_lun,
-                                                   bool *read_only)
-{
-    const struct scsi_host_map *m =
-        atomic_load_explicit(&scsi_nexus_impl(n)->map, memory_order_acquire);
-    if (__builtin_expect(m == NULL, 1))
-        return scsi_target_lun(n->target, host_lun);
-    return scsi_host_map_lun(m, n->target, host_lun, read_only);
-}
 
 #endif

@@ -242,7 +242,7 @@ int scsi_task_setup(struct scsi_task *t)
     struct scsi_task_core *k = scsi_core(t);
     /* The number the initiator sent, through its host's LUN map if the target has any. */
     bool map_ro = false;
-    struct scsi_lun *lu = t->nexus    ? scsi_nexus_lun_fast(t->nexus, t->lun, &map_ro)
+    struct scsi_lun *lu = t->nexus    ? scsi_nexus_lun(t->nexus, t->lun, &map_ro)
                           : t->target ? scsi_target_lun(t->target, t->lun)
                                       : NULL;
     t->lu = lu;

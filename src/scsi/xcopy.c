@@ -115,6 +115,9 @@ static scsi_sr parse_cscd(struct scsi_task *t, const uint8_t *d, unsigned off,
         struct scsi_lun *lu = scsi_target_lun(tg, i);
         if (!lu || lu->ident.naa_len != len || memcmp(lu->ident.naa, d + 8, len) != 0)
             continue;
+        /* a LUN the sender's host LUN map does not show it is none it may copy (host_map.c) */
+        if (t->nexus && scsi_nexus_host_lun(t->nexus, lu->id, NULL) == UINT64_MAX)
+            break;
         uint32_t bsz = get_be24(d + 29);
         if (bsz && bsz != lu->block_size)
             return SR_PARAM_FIELD(off + 29, -1);
@@ -133,8 +136,12 @@ static scsi_sr lun_access(struct scsi_task *t, struct scsi_lun *lu, const struct
     unsigned resv = atomic_load_explicit(&lu->resv, memory_order_relaxed);
     if (!sr && resv)
         sr = pr_check(t, lu, c, resv);
-    if (!sr && (c->flags & CMD_WRITES))
-        sr = sbc_write_protect(lu);
+    if (!sr && (c->flags & CMD_WRITES)) {
+        bool map_ro = false; /* mapped read-only for the sender's host */
+        if (t->nexus)
+            scsi_nexus_host_lun(t->nexus, lu->id, &map_ro);
+        sr = map_ro ? SR_WRITE_PROTECTED : sbc_write_protect(lu);
+    }
     return sr;
 }
 

@@ -11,7 +11,8 @@
  *
  * Input: byte 0 = configuration (bit 0: LUN 0 has 4096-byte blocks; bit 1: LUN 0 removable;
  * bit 2: APTPL allowed, its state file in a scratch directory, removed before each input; bit 3:
- * LUN 1 on the null store), then records, each starting with a byte k:
+ * LUN 1 on the null store; bit 4: host LUN maps, so each nexus addresses the LUNs by its own
+ * numbers, one read-only, and the third sees none), then records, each starting with a byte k:
  *   k & 7 = 0..3: a command: 16 CDB bytes, EDTL (2 bytes, big endian), 1 byte with the R (bit 0)
  *                 and W (bit 1) flags; with W, EDTL bytes of data-out follow (as many as the
  *                 input has, zeros after). k bit 3: the next record starts without waiting for
@@ -350,6 +351,21 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (scsi_target_add_lun(&ru->tg, &l0, err, sizeof(err)) < 0 ||
         scsi_target_add_lun(&ru->tg, &l1, err, sizeof(err)) < 0) {
         fprintf(stderr, "fuzz_scsi: scsi_target_add_lun: %s\n", err);
+        abort();
+    }
+    /* Host LUN maps (issue 29): fuzz-init0 sees LUN 1 as 0, read-only, and LUN 0 as 1;
+     * fuzz-init1 sees LUN 0 as 7; fuzz-init2 has no entry and sees nothing. */
+    if (ru->cfg & 16 && (scsi_target_host_add(&ru->tg, "iqn.2026-11.org.linerate:fuzz-init0", err,
+                                              sizeof(err)) < 0 ||
+                         scsi_target_host_add(&ru->tg, "iqn.2026-11.org.linerate:fuzz-init1", err,
+                                              sizeof(err)) < 0 ||
+                         scsi_target_host_map(&ru->tg, "iqn.2026-11.org.linerate:fuzz-init0", 0, 1,
+                                              true, err, sizeof(err)) < 0 ||
+                         scsi_target_host_map(&ru->tg, "iqn.2026-11.org.linerate:fuzz-init0", 1, 0,
+                                              false, err, sizeof(err)) < 0 ||
+                         scsi_target_host_map(&ru->tg, "iqn.2026-11.org.linerate:fuzz-init1", 7, 0,
+                                              false, err, sizeof(err)) < 0)) {
+        fprintf(stderr, "fuzz_scsi: host maps: %s\n", err);
         abort();
     }
     for (uint8_t i = 0; i < 3; i++) {

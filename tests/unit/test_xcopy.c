@@ -1185,6 +1185,34 @@ static void test_advertised(void **state)
     assert_int_equal(data(f)[1] & 7, 1);
 }
 
+/* With host LUN maps (host_map.c) the copy manager reaches only the LUNs the sender's host
+ * sees, and a LUN mapped read-only for it is write protected as its WRITE would be. */
+static void test_copy_through_host_map(void **state)
+{
+    struct fx *f = *state;
+    char err[128];
+    const char *host = f->n1->initiator_name;
+    assert_int_equal(scsi_target_host_add(&f->tg, host, err, sizeof(err)), 0);
+    assert_int_equal(scsi_target_host_map(&f->tg, host, 0, 0, false, err, sizeof(err)), 0);
+    assert_int_equal(scsi_target_host_map(&f->tg, host, 3, 1, true, err, sizeof(err)), 0);
+    run(f, f->n1, 0, TUR, NULL, 0); /* REPORTED LUNS DATA HAS CHANGED */
+    struct plist l;
+    plist_init(&l);
+    add_cscd(&l, f, 0);
+    add_cscd(&l, f, 4); /* not mapped for n1's host */
+    add_b2b(&l, 0, 1, 8, 0, 0);
+    assert_int_equal(xcopy(f, 0, &l, list_finish(&l, 1, 0)), SCSI_STATUS_CHECK_CONDITION);
+    assert_sense(&f->t, 0xa, 0x0d, 0x02);
+    assert_int_equal(f->m4->writes, 0);
+    plist_init(&l);
+    add_cscd(&l, f, 0);
+    add_cscd(&l, f, 1); /* mapped read-only for it */
+    add_b2b(&l, 0, 1, 8, 0, 0);
+    assert_int_equal(xcopy(f, 0, &l, list_finish(&l, 1, 0)), SCSI_STATUS_CHECK_CONDITION);
+    assert_sense(&f->t, 0x7, 0x27, 0x00);
+    assert_int_equal(f->m1->writes, 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1208,6 +1236,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_copy_checks_write_protect, setup, teardown),
         cmocka_unit_test_setup_teardown(test_copy_checks_lun_state, setup, teardown),
         cmocka_unit_test_setup_teardown(test_copy_checks_each_segment, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_copy_through_host_map, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

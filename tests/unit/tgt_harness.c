@@ -657,7 +657,8 @@ int tgt_current(const struct tgt *t)
     return t->cur;
 }
 
-int tgt_login_conn(struct tgt *t, uint16_t cid, uint16_t *status)
+/* A new connection, made the current one: its index. */
+static int side_new(struct tgt *t)
 {
     assert_true(t->nsides < TGT_CONNS_MAX);
     side_save(t, &t->sides[t->cur]);
@@ -668,6 +669,12 @@ int tgt_login_conn(struct tgt *t, uint16_t cid, uint16_t *status)
     conn_get(sd.conn);
     side_load(t, &sd);
     t->cur = idx;
+    return idx;
+}
+
+int tgt_login_conn(struct tgt *t, uint16_t cid, uint16_t *status)
+{
+    int idx = side_new(t);
     /* a connection joining the session: no leading-only keys (RFC 7143 §13) */
     char text[512];
     int n = snprintf(text, sizeof(text),
@@ -694,6 +701,27 @@ int tgt_login_conn(struct tgt *t, uint16_t cid, uint16_t *status)
         assert_int_equal(get_be16(r.bhs.b + BHS_TSIH), t->tsih);
         t->ddigest = t->opts.data_digest;
     }
+    return idx;
+}
+
+int tgt_login_session(struct tgt *t, const char *initiator_name, uint32_t cmdsn)
+{
+    int idx = side_new(t);
+    /* a leading login (TSIH 0): every other key at its RFC 7143 default */
+    char text[512];
+    int n = snprintf(text, sizeof(text), "InitiatorName=%s%cTargetName=%s%cSessionType=Normal",
+                     initiator_name, 0, TGT_TARGET_NAME, 0);
+    assert_true(n > 0 && (size_t)n < sizeof(text));
+    struct tgt_pdu p;
+    tgt_pdu_login(&p, 0x3000 + (uint32_t)idx, cmdsn, text, (uint32_t)n + 1);
+    tgt_send(t, &p);
+    struct tgt_rsp r;
+    assert_true(tgt_recv(t, &r));
+    assert_int_equal(r.opcode, ISCSI_OP_LOGIN_RSP);
+    assert_int_equal(r.bhs.b[BHS_STATUS_CLASS], 0);
+    assert_int_equal(ISCSI_LOGIN_NSG(r.flags), ISCSI_STAGE_FULL_FEATURE);
+    assert_int_not_equal(get_be16(r.bhs.b + BHS_TSIH), t->tsih);
+    t->ddigest = false;
     return idx;
 }
 
@@ -773,4 +801,9 @@ void tgt_send_kill_send(struct tgt *t, const struct tgt_pdu *first, int other,
     collect_tx(t);
     free(tu.abuf);
     free(tu.bbuf);
+}
+
+struct scsi_target *tgt_scsi_target(struct tgt *t)
+{
+    return t->built.nodes[0]->scsi;
 }

@@ -157,6 +157,11 @@ bool tgt_closed(const struct tgt *t);
  * answers go through it until tgt_use(). With status NULL the login must succeed; else the
  * Login Response's status class/detail is stored there. Returns its index. */
 int tgt_login_conn(struct tgt *t, uint16_t cid, uint16_t *status);
+/* A connection with a session of its own, of another initiator (a leading login as
+ * initiator_name, every key but the names at its default, the Login Request's CmdSN cmdsn:
+ * the test numbers that session's commands itself). It becomes the current one, as above;
+ * its new nexus has its POWER ON unit attention pending. Returns its index. */
+int tgt_login_session(struct tgt *t, const char *initiator_name, uint32_t cmdsn);
 /* The MaxRecvDataSegmentLength the next connections declare (the first one's by default). */
 void tgt_set_join_mrdsl(struct tgt *t, uint32_t mrdsl);
 /* Make connection idx the one tgt_send()/tgt_recv() and the rest act on. */
@@ -177,5 +182,9 @@ void tgt_send_kill_send(struct tgt *t, const struct tgt_pdu *first, int other,
                         const struct tgt_pdu *second);
 /* The target announces it will drop the current connection (Async Message event 2). */
 void tgt_async_drop(struct tgt *t);
+/* The SCSI target behind the node, for what a test sets up as linerate-ctl would (host LUN
+ * maps). */
+struct scsi_target;
+struct scsi_target *tgt_scsi_target(struct tgt *t);
 
 #endif
