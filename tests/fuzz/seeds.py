@@ -276,8 +276,9 @@ def ctl_seeds():
     n = "iqn.2026-11.org.linerate:fuzz-added"
     out = {}
     for m in ("version", "show_targets", "show_luns", "show_portals", "stats",
-              "show_sessions", "show_connections", "reload"):
+              "show_sessions", "show_connections", "show_hosts", "reload"):
         out[m] = ctl_line(m)
+    out["show_hosts_target"] = ctl_line("show_hosts", {"target": t})
     out["luns"] = (ctl_line("add_lun", {"target": t, "lun": 3, "spec": "ram:2M"})
                    + ctl_line("set_lun", {"target": t, "lun": 3, "read_only": True}, 2)
                    + ctl_line("resize_lun", {"target": t, "lun": 3, "size": "4M"}, 3)
