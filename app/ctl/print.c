@@ -126,8 +126,15 @@ static void print_targets(FILE *out, json_t *r)
         snprintf(luns, sizeof(luns), "%lld", num(o, "luns"));
         snprintf(sess, sizeof(sess), "%lld%s", num(o, "sessions"),
                  flag(o, "draining") ? " (draining)" : "");
-        snprintf(access, sizeof(access), "%s%s", allow && *allow ? allow : "everyone",
-                 flag(o, "chap") ? " (CHAP)" : "");
+        char entries[64] = "";
+        if (num(o, "host_entries"))
+            snprintf(entries, sizeof(entries), "%s%lld host entr%s", allow && *allow ? ", " : "",
+                     num(o, "host_entries"), num(o, "host_entries") == 1 ? "y" : "ies");
+        snprintf(access, sizeof(access), "%s%s%s",
+                 allow && *allow      ? allow
+                 : entries[0] == '\0' ? "everyone"
+                                      : "",
+                 entries, flag(o, "chap") ? " (CHAP)" : "");
         table_row(&t, (const char *[]){str(o, "name"), *str(o, "alias") ? str(o, "alias") : "-",
                                        portals, luns, sess, access});
         free(portals);
@@ -243,6 +250,36 @@ static void print_portals(FILE *out, json_t *r)
     table_print(out, &t);
 }
 
+/* One row per entry: its maps as HOST=TARGET[ro] */
+static void print_hosts(FILE *out, json_t *r)
+{
+    struct table t = {.ncols = 5};
+    table_row(&t, (const char *[]){"TARGET", "ENTRY", "INITIATORS", "MAP (HOST=TARGET)", "CHAP"});
+    size_t i;
+    json_t *o;
+    json_array_foreach(r, i, o)
+    {
+        char entry[128], map[1024] = "", chap[160];
+        snprintf(entry, sizeof(entry), "%s %s", str(o, "kind"), str(o, "name"));
+        size_t off = 0, k;
+        json_t *m;
+        json_array_foreach(json_object_get(o, "maps"), k, m)
+        {
+            if (off < sizeof(map))
+                off += (size_t)snprintf(map + off, sizeof(map) - off, "%s%lld=%lld%s", k ? " " : "",
+                                        num(m, "host_lun"), num(m, "lun"),
+                                        flag(m, "read_only") ? "(ro)" : "");
+        }
+        snprintf(chap, sizeof(chap), "%s%s%s", *str(o, "chap_user") ? str(o, "chap_user") : "-",
+                 *str(o, "chap_mutual_user") ? ", mutual " : "", str(o, "chap_mutual_user"));
+        char *inis = join(json_object_get(o, "initiators"));
+        table_row(&t, (const char *[]){str(o, "target"), entry, inis ? inis : "",
+                                       map[0] ? map : "-", chap});
+        free(inis);
+    }
+    table_print(out, &t);
+}
+
 void ctl_print_result(FILE *out, const char *kind, json_t *r)
 {
     if (strcmp(kind, "targets") == 0) {
@@ -264,6 +301,8 @@ void ctl_print_result(FILE *out, const char *kind, json_t *r)
         print_connections(out, r);
     } else if (strcmp(kind, "portals") == 0) {
         print_portals(out, r);
+    } else if (strcmp(kind, "hosts") == 0) {
+        print_hosts(out, r);
     } else if (strcmp(kind, "removed") == 0) {
         if (flag(r, "closed"))
             fprintf(out, "target %s: LUN %lld removed (waited %lld ms for its commands)\n",

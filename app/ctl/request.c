@@ -110,22 +110,24 @@ static int build_reload(const struct verb *v, int argc, char **argv, struct ctl_
     return 0;
 }
 
-/* show targets|luns [TARGET]|sessions|connections|portals */
+/* show targets|luns [TARGET]|sessions|connections|portals|hosts [TARGET] */
 static int build_show(const struct verb *v, int argc, char **argv, struct ctl_req *req, char *err,
                       size_t errlen)
 {
-    static const char *const things[] = {"targets", "luns", "sessions", "connections", "portals"};
-    static const char *const meth[] = {"show_targets", "show_luns", "show_sessions",
-                                       "show_connections", "show_portals"};
+    static const char *const things[] = {"targets",     "luns",    "sessions",
+                                         "connections", "portals", "hosts"};
+    static const char *const meth[] = {"show_targets",     "show_luns",    "show_sessions",
+                                       "show_connections", "show_portals", "show_hosts"};
     const char *what = argc > 1 ? argv[1] : NULL;
-    for (int i = 0; i < 5; i++) {
+    for (int i = 0; i < 6; i++) {
         if (!is(what, things[i]))
             continue;
         req->method = meth[i];
         req->kind = things[i];
-        if (i == 1 && argc > 2) /* show luns TARGET */
+        bool named = (i == 1 || i == 5) && argc > 2; /* show luns|hosts TARGET */
+        if (named)
             json_object_set_new(req->params, "target", json_string(argv[2]));
-        return verb_opts(argc, argv, i == 1 && argc > 2 ? 3 : 2, req->params, 0, err, errlen);
+        return verb_opts(argc, argv, named ? 3 : 2, req->params, 0, err, errlen);
     }
     return usage_of(v, err, errlen);
 }
@@ -311,7 +313,8 @@ static int build_call(const struct verb *v, int argc, char **argv, struct ctl_re
 static const struct verb verbs[] = {
     {"version", NULL, 0, "version", "version", 0, NULL, build_plain},
     {"show", NULL, 0, NULL, NULL, 0,
-     "show what? targets, luns [TARGET], sessions, connections or portals", build_show},
+     "show what? targets, luns [TARGET], sessions, connections, portals or hosts [TARGET]",
+     build_show},
     {"add", "lun", 4, "add_lun", "lun", OPT_LUN, "usage: add lun TARGET SPEC [--lun N]",
      build_add_lun},
     {"remove", "lun", 0, "remove_lun", "removed", OPT_TIMEOUT | OPT_FORCE,

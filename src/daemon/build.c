@@ -17,9 +17,32 @@ void target_node_free(struct iscsi_node *n)
         return;
     free(n->portals);
     free(n->allow);
+    if (n->hosts)
+        chap_wipe(n->hosts, n->nhosts * sizeof(*n->hosts));
+    free(n->hosts);
     pthread_mutex_destroy(&n->access_lock);
     chap_wipe(&n->chap, sizeof(n->chap));
     free(n);
+}
+
+/* Each initiator of each entry (a group's members one by one) with the entry's CHAP. */
+static int node_make_hosts(struct iscsi_node *n, const struct target_node_conf *c)
+{
+    unsigned total = 0;
+    for (unsigned i = 0; i < c->nhosts; i++)
+        total += c->hosts[i].ninitiators;
+    if (!total)
+        return 0;
+    n->hosts = calloc(total, sizeof(*n->hosts));
+    if (!n->hosts)
+        return -1;
+    for (unsigned i = 0; i < c->nhosts; i++)
+        for (unsigned a = 0; a < c->hosts[i].ninitiators; a++) {
+            struct iscsi_node_host *h = &n->hosts[n->nhosts++];
+            snprintf(h->name, sizeof(h->name), "%s", c->hosts[i].initiators[a]);
+            h->chap = c->hosts[i].chap;
+        }
+    return 0;
 }
 
 struct iscsi_node *target_node_make(const struct target_node_conf *c, struct scsi_target *scsi)
@@ -50,6 +73,10 @@ struct iscsi_node *target_node_make(const struct target_node_conf *c, struct scs
     if (c->nallow)
         memcpy(n->allow, c->allow, c->nallow * sizeof(*n->allow));
     n->nallow = c->nallow;
+    if (node_make_hosts(n, c) < 0) {
+        target_node_free(n);
+        return NULL;
+    }
     return n;
 }
 
@@ -256,9 +283,18 @@ int target_build(const struct target_config *cfg, struct target_built *b, char *
                                     c->portals[i].text);
         LOG_INFO("target %s%s%s%s: portals %s, %u LUN%s, %s", c->name, c->alias[0] ? " (" : "",
                  c->alias, c->alias[0] ? ")" : "", portals, c->nluns, c->nluns == 1 ? "" : "s",
-                 c->nallow ? "initiator allow-list" : "open to every initiator");
+                 c->nhosts   ? "initiator entries"
+                 : c->nallow ? "initiator allow-list"
+                             : "open to every initiator");
         for (unsigned i = 0; i < c->nallow; i++)
             LOG_INFO("target %s: allow %s", c->name, c->allow[i]);
+        for (unsigned i = 0; i < c->nhosts; i++)
+            LOG_INFO("target %s: %s %s: %u initiator%s, %u LUN%s%s%s", c->name,
+                     c->hosts[i].group ? "group" : "host",
+                     c->hosts[i].group ? c->hosts[i].group_name : c->hosts[i].initiators[0],
+                     c->hosts[i].ninitiators, c->hosts[i].ninitiators == 1 ? "" : "s",
+                     c->hosts[i].nmaps, c->hosts[i].nmaps == 1 ? "" : "s",
+                     c->hosts[i].chap.user[0] ? ", CHAP user " : "", c->hosts[i].chap.user);
         if (c->alua.group || c->alua.npeers) {
             char alua[512];
             target_alua_describe(c, alua, sizeof(alua));
@@ -268,6 +304,8 @@ int target_build(const struct target_config *cfg, struct target_built *b, char *
             if (target_build_lun_ex(state_dir, c->name, &c->luns[i], scsi, b, &transient, err,
                                     errlen) < 0)
                 goto fail;
+        if (target_hosts_apply(c, scsi, err, errlen) < 0)
+            goto fail;
         b->nodes[t] = target_node_make(c, scsi);
         if (!b->nodes[t]) {
             snprintf(err, errlen, "out of memory");

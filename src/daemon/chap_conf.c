@@ -5,6 +5,7 @@
  * also the target's own). Secrets are never in the config or on the command line. */
 #include "daemon/config.h"
 
+#include <assert.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -75,10 +76,22 @@ int target_chap_key(struct target_config *cfg, struct target_node_conf *node, co
     return 0;
 }
 
+int target_chap_host_key(struct target_host_conf *h, const char *key, const char *val, char *err,
+                         size_t errlen)
+{
+    if (strcmp(key, "chap-user") == 0)
+        return set_name(h->chap.user, val, key, err, errlen);
+    if (strcmp(key, "chap-mutual-user") == 0)
+        return set_name(h->chap.mutual_user, val, key, err, errlen);
+    snprintf(err, errlen, "'%s' cannot be set in a [host] or [group] section", key);
+    return -1;
+}
+
 /* The secrets of one set of credentials, read with the others in one pass. */
 struct creds_ref {
     struct chap_creds *c;
-    const char *what; /* "target IQN" or "discovery" */
+    const char *what;   /* "target IQN", "host IQN", "group NAME" or "discovery" */
+    const char *origin; /* where it was configured, for errors */
     int user_idx, mutual_idx;
 };
 
@@ -91,14 +104,49 @@ static int want_name(struct secret_want *want, unsigned *n, const char *name, ui
     return (int)(*n)++;
 }
 
+/* Every set of credentials of cfg: the targets', then their entries' (which take the
+ * target's algorithms), then discovery's. NULL on ENOMEM. */
+static struct creds_ref *creds_refs(struct target_config *cfg, unsigned *nref)
+{
+    unsigned n = cfg->ntargets + 1;
+    for (unsigned i = 0; i < cfg->ntargets; i++)
+        n += cfg->targets[i].nhosts;
+    struct creds_ref *refs = calloc(n, sizeof(*refs));
+    if (!refs)
+        return NULL;
+    unsigned k = 0;
+    for (unsigned i = 0; i < cfg->ntargets; i++) {
+        struct target_node_conf *t = &cfg->targets[i];
+        if (!t->chap.algs)
+            t->chap.algs = cfg->chap_algs ? cfg->chap_algs : CHAP_ALGS_ALL;
+        refs[k++] = (struct creds_ref){.c = &t->chap, .what = t->name, .origin = t->origin};
+    }
+    for (unsigned i = 0; i < cfg->ntargets; i++) {
+        struct target_node_conf *t = &cfg->targets[i];
+        for (unsigned j = 0; j < t->nhosts; j++) {
+            struct target_host_conf *h = &t->hosts[j];
+            h->chap.algs = t->chap.algs;
+            refs[k++] = (struct creds_ref){.c = &h->chap,
+                                           .what = h->group ? h->group_name : h->initiators[0],
+                                           .origin = h->origin};
+        }
+    }
+    if (!cfg->discovery_chap.algs)
+        cfg->discovery_chap.algs = cfg->chap_algs ? cfg->chap_algs : CHAP_ALGS_ALL;
+    refs[k++] = (struct creds_ref){.c = &cfg->discovery_chap, .what = "discovery"};
+    assert(k == n);
+    *nref = n;
+    return refs;
+}
+
 int target_chap_load(struct target_config *cfg, char *err, size_t errlen)
 {
-    unsigned nref = cfg->ntargets + 1, nwant = 0;
+    unsigned nref = 0, nwant = 0;
     /* two names per set at most; secrets read into one buffer each (on the heap: a config
      * may have many targets) */
-    struct creds_ref *refs = calloc(nref, sizeof(*refs));
-    struct secret_want *want = calloc(2 * nref, sizeof(*want));
-    uint8_t(*bufs)[SECRETS_MAX_LEN] = calloc(2 * nref, sizeof(*bufs));
+    struct creds_ref *refs = creds_refs(cfg, &nref);
+    struct secret_want *want = calloc(2 * (nref ? nref : 1), sizeof(*want));
+    uint8_t(*bufs)[SECRETS_MAX_LEN] = calloc(2 * (nref ? nref : 1), sizeof(*bufs));
     unsigned used = 0;
     int rc = -1;
     if (!refs || !want || !bufs) {
@@ -106,24 +154,21 @@ int target_chap_load(struct target_config *cfg, char *err, size_t errlen)
         goto out;
     }
     for (unsigned i = 0; i < nref; i++) {
-        struct chap_creds *c = i < cfg->ntargets ? &cfg->targets[i].chap : &cfg->discovery_chap;
-        refs[i] = (struct creds_ref){.c = c, .user_idx = -1, .mutual_idx = -1};
-        refs[i].what = i < cfg->ntargets ? cfg->targets[i].name : "discovery";
-        if (!c->algs)
-            c->algs = cfg->chap_algs ? cfg->chap_algs : CHAP_ALGS_ALL;
+        struct chap_creds *c = refs[i].c;
+        refs[i].user_idx = refs[i].mutual_idx = -1;
+        bool disc = refs[i].origin == NULL;
         if (c->mutual_user[0] && !c->user[0]) {
             snprintf(err, errlen,
                      "%s: %s has a CHAP mutual user but no CHAP user (mutual CHAP "
                      "needs one-way CHAP first)",
-                     i < cfg->ntargets ? cfg->targets[i].origin : "discovery-chap-mutual-user",
-                     refs[i].what);
+                     disc ? "discovery-chap-mutual-user" : refs[i].origin, refs[i].what);
             goto out;
         }
         if (!c->user[0])
             continue;
         if (!cfg->chap_secrets[0]) {
             snprintf(err, errlen, "%s: CHAP user %s is configured but no chap-secrets file",
-                     i < cfg->ntargets ? cfg->targets[i].origin : "discovery-chap-user", c->user);
+                     disc ? "discovery-chap-user" : refs[i].origin, c->user);
             goto out;
         }
         refs[i].user_idx = want_name(want, &nwant, c->user, bufs[used]);
@@ -161,7 +206,7 @@ int target_chap_load(struct target_config *cfg, char *err, size_t errlen)
     }
 out:
     if (bufs)
-        chap_wipe(bufs, 2 * nref * sizeof(*bufs));
+        chap_wipe(bufs, 2 * (nref ? nref : 1) * sizeof(*bufs));
     free(bufs);
     free(want);
     free(refs);

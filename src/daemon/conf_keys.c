@@ -249,12 +249,11 @@ void conf_keys_list(FILE *f)
         const struct conf_key *k = &conf_keys[i];
         char def[256];
         conf_key_default_text(k, def, sizeof(def));
-        fprintf(f, "%s\t%s\t%s\t%s\t%s%s\n", k->name,
-                k->scope == CONF_BOTH     ? "global,target"
-                : k->scope == CONF_GLOBAL ? "global"
-                                          : "target",
-                reload[k->reload], def[0] ? def : "-", k->flag ? "--" : "-",
-                k->flag ? k->flag : "");
+        static const char *const scopes[] = {
+            "-",    "global",      "target",      "global,target",
+            "host", "global,host", "target,host", "global,target,host"};
+        fprintf(f, "%s\t%s\t%s\t%s\t%s%s\n", k->name, scopes[k->scope & 7u], reload[k->reload],
+                def[0] ? def : "-", k->flag ? "--" : "-", k->flag ? k->flag : "");
     }
 }
 

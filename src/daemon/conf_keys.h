@@ -12,11 +12,13 @@
 #include "daemon/config.h"
 
 /* Where a key may stand: the global section, a [target] section, or both (the session keys
- * and the ALUA keys: in the global section they are the defaults of the targets that follow). */
+ * and the ALUA keys: in the global section they are the defaults of the targets that follow);
+ * CONF_HOST: a [host IQN] or [group NAME] entry of a target (host_conf.c). */
 enum conf_scope {
     CONF_GLOBAL = 1u,
     CONF_TARGET = 2u,
     CONF_BOTH = 3u,
+    CONF_HOST = 4u,
 };
 
 /* What a reload does with a changed value. */
@@ -34,7 +36,7 @@ enum conf_type {
     CONF_SIZE,    /* bytes, k M G T suffixes; shown as "64M" */
     CONF_BOOL,    /* yes/no (true/false, on/off, 1/0) */
     CONF_TEXT,    /* anything else: the row's own set and fmt */
-    CONF_LIST,    /* portal, lun, allow: repeatable entries the parser keeps itself */
+    CONF_LIST,    /* portal, lun, allow, map, initiator: repeatable entries the parser keeps */
 };
 
 /* Which object a row's `off` is into (NONE: a key the table does not hold the value of). */
@@ -48,6 +50,7 @@ struct conf_obj {
     struct target_node_conf *node;
     struct iscsi_params *params;
     struct target_alua_conf *alua;
+    struct target_host_conf *host; /* the [host] / [group] entry being read, or NULL */
 };
 
 struct conf_key;

@@ -108,6 +108,8 @@ static void fmt_metrics(const struct conf_key *k, const struct conf_obj *o, char
 static int set_chap(const struct conf_key *k, const struct conf_obj *o, const char *val, char *err,
                     size_t errlen)
 {
+    if (o->host) /* chap-user / chap-mutual-user of a [host] or [group] */
+        return target_chap_host_key(o->host, k->name, val, err, errlen) < 0 ? -1 : 0;
     return target_chap_key(o->cfg, o->node, k->name, val, err, errlen) < 0 ? -1 : 0;
 }
 
@@ -330,13 +332,18 @@ const struct conf_key conf_keys[] = {
      .help = "only these initiators may log in (repeatable;\ndefault: everyone)"},
     {"alias", CONF_TEXT, CONF_TARGET, CONF_RESTART, TEXT(NONE, set_alias, fmt_alias),
      .note = "alias"},
-    {"chap-user", CONF_TEXT, CONF_TARGET, CONF_OWN, TEXT(NONE, set_chap, fmt_chap),
+    {"chap-user", CONF_TEXT, CONF_TARGET | CONF_HOST, CONF_OWN, TEXT(NONE, set_chap, fmt_chap),
      .misplaced_hint = " (discovery-chap-user for discovery sessions)", .flag = "chap-user",
      .flag_arg = "NAME", .help = "initiators must log in with CHAP as NAME"},
-    {"chap-mutual-user", CONF_TEXT, CONF_TARGET, CONF_OWN, TEXT(NONE, set_chap, fmt_chap),
+    {"chap-mutual-user", CONF_TEXT, CONF_TARGET | CONF_HOST, CONF_OWN,
+     TEXT(NONE, set_chap, fmt_chap),
      .misplaced_hint = " (discovery-chap-mutual-user for discovery sessions)",
      .flag = "chap-mutual-user", .flag_arg = "NAME",
      .help = "and the target answers their challenge as NAME"},
+    /* [host IQN] / [group NAME] entries of a target (host_conf.c): what each initiator sees */
+    {"map", CONF_LIST, CONF_HOST, CONF_LIVE, .repeatable = true},
+    {"initiator", CONF_LIST, CONF_HOST, CONF_LIVE, .repeatable = true,
+     .misplaced_hint = " (a [group NAME] after its [target])"},
     /* ALUA: one group, written and compared by alua_conf.c / conf_write.c */
     {"alua-group", CONF_TEXT, CONF_BOTH, CONF_OWN, TEXT(NONE, set_alua, NULL), .shown_default = "1",
      .flag = "alua-group", .flag_arg = "ID",

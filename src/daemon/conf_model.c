@@ -76,6 +76,7 @@ static void node_conf_free(struct target_node_conf *n)
     free(n->luns);
     free(n->portals);
     free(n->allow);
+    target_hosts_free(n);
     chap_wipe(&n->chap, sizeof(n->chap));
 }
 
@@ -140,6 +141,7 @@ struct target_node_conf *target_config_copy_node(struct target_config *cfg,
         ok = target_node_add_portal(n, &src->portals[i]) == 0;
     for (unsigned i = 0; ok && i < src->nallow; i++)
         ok = target_node_add_allow(n, src->allow[i]) == 0;
+    ok = ok && target_hosts_copy(n, src) == 0;
     for (unsigned i = 0; ok && i < src->nluns; i++) {
         struct target_lun_conf l = src->luns[i];
         char err[256];

@@ -1,7 +1,7 @@
 /* The configuration model written back as config file text (linerate-ctl save): a LUN as the
- * spec `lun = ...` takes, a whole [target] section, and the global keys of a daemon started
- * without a file. What is written loads back (config.c) into the same model: the only reader
- * is target_config_load, so every line here is one it parses. */
+ * spec `lun = ...` takes, a whole [target] section with its [host] / [group] entries, and the
+ * global keys of a daemon started without a file. What is written loads back (config.c) into the
+ * same model: the only reader is target_config_load, so every line here is one it parses. */
 #include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -42,6 +42,32 @@ void target_conf_write_lun(FILE *f, const struct target_lun_conf *l)
     free(spec);
 }
 
+/* The [host] / [group] entries, last: every key after the first entry is the entry's. */
+static void write_hosts(FILE *f, const struct target_node_conf *c)
+{
+    for (unsigned i = 0; i < c->nhosts; i++) {
+        const struct target_host_conf *h = &c->hosts[i];
+        if (h->group) {
+            fprintf(f, "[group %s]\n", h->group_name);
+            for (unsigned k = 0; k < h->ninitiators; k++)
+                fprintf(f, "initiator = %s\n", h->initiators[k]);
+        } else {
+            fprintf(f, "[host %s]\n", h->initiators[0]);
+        }
+        for (unsigned m = 0; m < h->nmaps; m++)
+            fprintf(f, "map = %llu %llu%s\n", (unsigned long long)h->maps[m].host_lun,
+                    (unsigned long long)h->maps[m].lun, h->maps[m].read_only ? ",ro" : "");
+        if (h->chap.user[0]) {
+            fputs("chap-user = ", f);
+            conf_write_value(f, h->chap.user);
+        }
+        if (h->chap.mutual_user[0]) {
+            fputs("chap-mutual-user = ", f);
+            conf_write_value(f, h->chap.mutual_user);
+        }
+    }
+}
+
 void target_conf_write_section(FILE *f, const struct target_node_conf *c,
                                const struct target_section_defaults *inh)
 {
@@ -78,6 +104,7 @@ void target_conf_write_section(FILE *f, const struct target_node_conf *c,
     if (!target_alua_same(&c->alua, &inh->alua))
         write_alua(f, &c->alua);
     conf_keys_write(f, CONF_MASK(CONF_IN_NODE), &o, &d);
+    write_hosts(f, c);
 }
 
 void target_conf_write_globals(FILE *f, const struct target_config *cfg, enum log_level level)

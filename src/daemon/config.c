@@ -25,6 +25,7 @@ struct cfg_parser {
     struct target_portal *global_portals;
     unsigned nglobal_portals;
     struct target_node_conf *node; /* current [target] section, NULL in the global section */
+    struct target_host_conf *host; /* current [host] or [group] of that target, or NULL */
     unsigned node_line;
     uint64_t next_lun;
     unsigned seen[CONF_KEYS_MAX]; /* the line of each key in this section, 0: not yet */
@@ -76,7 +77,30 @@ static int cfg_end_target(struct cfg_parser *ps)
         return cfg_fail(ps, ps->node_line,
                         "target %s: first-burst-length %u exceeds max-burst-length %u", n->name,
                         n->params.first_burst, n->params.max_burst);
+    if (target_hosts_check(n, ps->path, ps->err, ps->errlen) < 0)
+        return -1;
     ps->node = NULL;
+    ps->host = NULL;
+    return 0;
+}
+
+/* [host IQN] or [group NAME]: an entry of the [target] above it (host_conf.c). */
+static int cfg_host_section(struct cfg_parser *ps, char *body)
+{
+    bool group = body[0] == 'g';
+    char *name = conf_trim(body + (group ? 5 : 4));
+    if (!ps->node)
+        return cfg_fail(ps, ps->line, "[%s %s] belongs after the [target IQN] it is an entry of",
+                        group ? "group" : "host", name);
+    char reason[512];
+    if (!group && target_check_iscsi_name(name, reason, sizeof(reason)) < 0)
+        return cfg_fail(ps, ps->line, "%s", reason);
+    char origin[TARGET_ORIGIN_MAX];
+    snprintf(origin, sizeof(origin), "%s:%u", ps->path, ps->line);
+    ps->host = target_host_open(ps->node, group, name, origin, ps->line, reason, sizeof(reason));
+    if (!ps->host)
+        return cfg_fail(ps, ps->line, "%s", reason);
+    memset(ps->seen, 0, sizeof(ps->seen));
     return 0;
 }
 
@@ -87,8 +111,14 @@ static int cfg_section(struct cfg_parser *ps, char *s)
         return cfg_fail(ps, ps->line, "unterminated section header (missing ']')");
     s[n - 1] = '\0';
     char *body = conf_trim(s + 1);
+    if ((strncmp(body, "host", 4) == 0 && isspace((unsigned char)body[4])) ||
+        (strncmp(body, "group", 5) == 0 && isspace((unsigned char)body[5])))
+        return cfg_host_section(ps, body);
     if (strncmp(body, "target", 6) != 0 || !isspace((unsigned char)body[6]))
-        return cfg_fail(ps, ps->line, "unknown section '[%s]': expected [target IQN]", body);
+        return cfg_fail(ps, ps->line,
+                        "unknown section '[%s]': expected [target IQN], [host IQN] or "
+                        "[group NAME]",
+                        body);
     if (cfg_end_target(ps) < 0)
         return -1;
     char *name = conf_trim(body + 6);
@@ -168,11 +198,26 @@ static int cfg_lun(struct cfg_parser *ps, const char *key, const char *val)
 
 static int cfg_list_key(struct cfg_parser *ps, const char *key, const char *val)
 {
+    char reason[512];
+    if (strcmp(key, "map") == 0) {
+        if (target_host_map_line(ps->host, val, ps->line, reason, sizeof(reason)) < 0)
+            return cfg_fail(ps, ps->line, "%s", reason);
+        return 0;
+    }
+    if (strcmp(key, "initiator") == 0) {
+        if (!ps->host->group)
+            return cfg_fail(ps, ps->line,
+                            "'initiator' belongs in a [group NAME] (a [host IQN] names its one "
+                            "initiator in its header)");
+        if (target_check_iscsi_name(val, reason, sizeof(reason)) < 0 ||
+            target_host_add_initiator(ps->host, val, ps->line, reason, sizeof(reason)) < 0)
+            return cfg_fail(ps, ps->line, "%s", reason);
+        return 0;
+    }
     if (strcmp(key, "portal") == 0)
         return cfg_portal(ps, val);
     if (key[0] == 'l')
         return cfg_lun(ps, key, val);
-    char reason[512];
     if (target_check_iscsi_name(val, reason, sizeof(reason)) < 0)
         return cfg_fail(ps, ps->line, "%s", reason);
     if (target_node_add_allow(ps->node, val) < 0)
@@ -186,10 +231,19 @@ static int cfg_key(struct cfg_parser *ps, const char *key, const char *val)
 {
     const struct conf_key *k = conf_key_find(key);
     struct target_node_conf *n = ps->node;
+    struct target_host_conf *h = ps->host;
     if (!k)
         return n ? cfg_fail(ps, ps->line, "unknown key '%s' in [target %s]", key, n->name)
                  : cfg_fail(ps, ps->line, "unknown key '%s'", key);
-    if (n && !(k->scope & CONF_TARGET))
+    if (h && !(k->scope & CONF_HOST))
+        return cfg_fail(ps, ps->line,
+                        "'%s' cannot stand in a [%s] section (it takes map%s, chap-user and "
+                        "chap-mutual-user; target keys go before the target's first entry)",
+                        k->name, h->group ? "group" : "host", h->group ? ", initiator" : "");
+    if (!h && (k->scope & CONF_BOTH) == 0)
+        return cfg_fail(ps, ps->line, "'%s' belongs in a [host IQN] or [group NAME] section%s",
+                        k->name, k->misplaced_hint ? k->misplaced_hint : "");
+    if (n && !h && !(k->scope & CONF_TARGET))
         return cfg_fail(ps, ps->line, "'%s' belongs in the global section (before any [target])",
                         key);
     if (!n && !(k->scope & CONF_GLOBAL))
@@ -206,7 +260,8 @@ static int cfg_key(struct cfg_parser *ps, const char *key, const char *val)
     struct conf_obj o = {.cfg = ps->cfg,
                          .node = n,
                          .params = n ? &n->params : &ps->global_params,
-                         .alua = n ? &n->alua : &ps->global_alua};
+                         .alua = n ? &n->alua : &ps->global_alua,
+                         .host = h};
     char reason[768];
     if (conf_key_set(k, &o, val, reason, sizeof(reason)) < 0)
         return cfg_fail(ps, ps->line, "%s", reason);

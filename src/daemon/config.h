@@ -88,6 +88,29 @@ struct target_alua_conf {
     bool explicit_alua; /* alua-explicit: TPGS 11b, SET TARGET PORT GROUPS */
 };
 
+/* An initiator entry of a target (host_conf.c): one initiator ([host IQN]) or a named group of
+ * them ([group NAME]), the target LUNs it sees under which numbers, and its own CHAP user. */
+struct target_host_map {
+    uint64_t host_lun; /* the number the host addresses */
+    uint64_t lun;      /* the target's LUN */
+    bool read_only;
+    unsigned line; /* of its `map =` line, for errors */
+};
+#define TARGET_GROUP_NAME_MAX 63
+struct target_host_conf {
+    bool group;
+    char group_name[TARGET_GROUP_NAME_MAX + 1]; /* [group NAME]; "" for a [host IQN] */
+    char (*initiators)[ISCSI_NAME_MAX + 1];     /* one for a host, the members of a group */
+    unsigned *initiator_lines;                  /* the line of each, for errors */
+    unsigned ninitiators;
+    struct target_host_map *maps;
+    unsigned nmaps;
+    /* chap-user / chap-mutual-user: over the target's for these initiators (secrets from
+     * chap-secrets, algorithms the target's) */
+    struct chap_creds chap;
+    char origin[TARGET_ORIGIN_MAX];
+};
+
 struct target_node_conf {
     char name[ISCSI_NAME_MAX + 1];
     char alias[ISCSI_VALUE_MAX + 1];
@@ -97,6 +120,10 @@ struct target_node_conf {
     unsigned nluns;
     char (*allow)[ISCSI_NAME_MAX + 1];
     unsigned nallow;
+    /* [host] / [group] entries: with any, only their initiators log in (and the allow list,
+     * if any, must admit them too) and each sees its map */
+    struct target_host_conf *hosts;
+    unsigned nhosts;
     struct iscsi_params params;
     /* chap-user / chap-mutual-user / chap-algorithms; the secrets come from chap-secrets */
     struct chap_creds chap;
@@ -291,6 +318,33 @@ int target_lun_spec_format(const struct target_lun_conf *l, char *buf, size_t le
  * of memory. What writes a config uses this: a cut spec would be saved as another LUN. */
 char *target_lun_spec_dup(const struct target_lun_conf *l);
 
+/* --- host_conf.c: the [host IQN] and [group NAME] entries of a target --- */
+/* Open an entry of n (group: a [group NAME], else a [host IQN] named `name`): NULL with a
+ * reason in err (a bad name, out of memory). */
+struct target_host_conf *target_host_open(struct target_node_conf *n, bool group, const char *name,
+                                          const char *origin, unsigned line, char *err,
+                                          size_t errlen);
+/* `map = HOST-LUN TARGET-LUN[,ro]` and a group's `initiator = IQN`: 0 or -1 (reason in err). */
+int target_host_map_line(struct target_host_conf *h, const char *val, unsigned line, char *err,
+                         size_t errlen);
+int target_host_add_initiator(struct target_host_conf *h, const char *iqn, unsigned line, char *err,
+                              size_t errlen);
+/* Checks of a target's entries once its sections are read (a map to a LUN it lacks, a host
+ * number twice, one IQN in two entries, an empty group): 0, or -1 with "FILE:LINE: reason". */
+int target_hosts_check(const struct target_node_conf *n, const char *path, char *err,
+                       size_t errlen);
+/* The entry an initiator belongs to, NULL if none (names compare without case). */
+const struct target_host_conf *target_host_find(const struct target_node_conf *n, const char *iqn);
+/* The first entry that maps target LUN lun, NULL if none. */
+const struct target_host_conf *target_host_mapping(const struct target_node_conf *n, uint64_t lun);
+void target_hosts_free(struct target_node_conf *n);
+/* Give the SCSI target built for n each entry's map (scsi_target_host_add, _map), a group's for
+ * each member. 0, or -1 with "ORIGIN: reason" in err. */
+int target_hosts_apply(const struct target_node_conf *n, struct scsi_target *scsi, char *err,
+                       size_t errlen);
+/* A deep copy of src's entries into dst (whose own are dropped): 0 or -1 (ENOMEM). */
+int target_hosts_copy(struct target_node_conf *dst, const struct target_node_conf *src);
+
 /* --- cli.c --- */
 /* Parse argv into cfg. Returns -1 to go on and serve, or an exit code (0 after --help or
  * --version, 2 after a bad argument, the message already printed). */
@@ -302,6 +356,9 @@ int target_cli_parse(struct target_config *cfg, int argc, char **argv);
  * Returns 1 if it was one (applied), 0 if not a CHAP key, -1 with a reason in err. */
 int target_chap_key(struct target_config *cfg, struct target_node_conf *node, const char *key,
                     const char *val, char *err, size_t errlen);
+/* chap-user / chap-mutual-user of a [host] or [group] entry: 1, or -1 with a reason in err. */
+int target_chap_host_key(struct target_host_conf *h, const char *key, const char *val, char *err,
+                         size_t errlen);
 /* Once everything is parsed: read the secrets of every configured user from chap_secrets.
  * Returns 0, or -1 with "FILE...: reason" in err (never a secret). */
 int target_chap_load(struct target_config *cfg, char *err, size_t errlen);

@@ -101,6 +101,16 @@ static json_t *m_remove_lun(struct daemon *d, json_t *params, struct req_err *e)
                         "saved to the config file (remove target %s instead, add another LUN "
                         "first, or remove it with --force and add one before the next save)",
                         (unsigned long long)num, n->name, n->name);
+    /* The same for a LUN an entry maps: the file would refuse the map (host_conf.c). */
+    const struct target_host_conf *h = target_host_mapping(&d->cfg.targets[t], num);
+    if (h && !ctl_param_bool(params, "force"))
+        return ctl_fail(e, ERR_FAILED,
+                        "LUN %llu of target %s is mapped for %s %s: a map to a LUN the target "
+                        "does not have cannot be saved to the config file (drop the map lines "
+                        "from the file and reload first, or remove it with --force: those hosts "
+                        "then get LOGICAL UNIT NOT SUPPORTED at its number)",
+                        (unsigned long long)num, n->name, h->group ? "group" : "host",
+                        h->group ? h->group_name : h->initiators[0]);
     struct ctl_removed r;
     if (ctl_lun_remove(d, t, num, (unsigned)timeout, &r) < 0)
         return ctl_fail(e, ERR_NOT_FOUND, "target %s has no LUN %llu", n->name,
@@ -483,6 +493,7 @@ static const struct method methods[] = {
     {"show_targets", ctl_show_targets},
     {"show_luns", ctl_show_luns},
     {"show_portals", ctl_show_portals},
+    {"show_hosts", ctl_show_hosts},
     {"stats", ctl_show_stats},
     {"show_sessions", ctl_show_sessions},
     {"show_connections", ctl_show_connections},

@@ -56,7 +56,7 @@ static void barrier_hit(void *arg)
     barrier_put(b);
 }
 
-static int reactors_barrier(struct daemon *d)
+int ctl_reactors_barrier(struct daemon *d)
 {
     struct barrier *b = calloc(1, sizeof(*b) + d->nreactors * sizeof(b->msgs[0]));
     if (!b)
@@ -188,7 +188,7 @@ int ctl_lun_remove(struct daemon *d, unsigned t, uint64_t num, unsigned timeout_
     conf_lun_del(d, t, num);
     uint64_t t0 = reactor_now_ms();
     /* New commands now fail LOGICAL UNIT NOT SUPPORTED; those that found it run on. */
-    bool settled = reactors_barrier(d) == 0;
+    bool settled = ctl_reactors_barrier(d) == 0;
     uint64_t deadline = t0 + (uint64_t)timeout_s * 1000;
     while (settled && scsi_lun_users(lu) > 0 && reactor_now_ms() < deadline && !ctl_stopping(d))
         sleep_ms(10);

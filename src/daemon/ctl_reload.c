@@ -63,15 +63,6 @@ static bool same_store(const struct target_lun_conf *a, const struct target_lun_
            target_lun_identity_same(&a->identity, &b->identity);
 }
 
-static bool same_chap(const struct chap_creds *a, const struct chap_creds *b)
-{
-    return strcmp(a->user, b->user) == 0 && strcmp(a->mutual_user, b->mutual_user) == 0 &&
-           a->algs == b->algs && a->secret_len == b->secret_len &&
-           memcmp(a->secret, b->secret, a->secret_len) == 0 &&
-           a->mutual_secret_len == b->mutual_secret_len &&
-           memcmp(a->mutual_secret, b->mutual_secret, a->mutual_secret_len) == 0;
-}
-
 /* Portals and allow entries are sets: the order of their lines changes nothing a login sees
  * (SendTargets lists the portals in the order they were added). */
 static bool same_portals(const struct target_node_conf *a, const struct target_node_conf *b)
@@ -128,7 +119,7 @@ static void diff_fixed(const struct target_config *run, const struct target_conf
                     fo = {.cfg = (struct target_config *)file};
     conf_keys_diff(CONF_GLOBAL, &ro, &fo, note_global, restart);
     if (strcmp(run->chap_secrets, file->chap_secrets) != 0 ||
-        !same_chap(&run->discovery_chap, &file->discovery_chap) ||
+        !ctl_chap_same(&run->discovery_chap, &file->discovery_chap) ||
         run->chap_algs != file->chap_algs)
         note(restart, "chap-secrets, discovery CHAP or chap-algorithms");
     for (unsigned i = 0; i < run->ntargets; i++) {
@@ -140,7 +131,7 @@ static void diff_fixed(const struct target_config *run, const struct target_conf
                         ft = {.cfg = fo.cfg, .node = f, .params = &f->params};
         struct target_note tn = {restart, r->name};
         conf_keys_diff(CONF_TARGET, &rt, &ft, note_target, &tn);
-        if (!same_chap(&r->chap, &f->chap))
+        if (!ctl_chap_same(&r->chap, &f->chap))
             note(restart, "target %s: CHAP", r->name);
         /* the states change live (ctl_alua.c), the groups do not */
         if (!target_alua_same_groups(&r->alua, &f->alua))
@@ -159,6 +150,8 @@ static void diff_access(const struct target_config *run, const struct target_con
             note(list, "target %s: portals", r->name);
         if (f && !same_allow(r, f))
             note(list, "target %s: allow", r->name);
+        if (f && !ctl_hosts_same(r, f))
+            note(list, "target %s: host entries", r->name);
     }
 }
 
@@ -241,7 +234,8 @@ static void apply_access(struct daemon *d, unsigned t, const struct target_node_
         else
             note(restart, "target %s: portal %s: %s", name, p, why);
     }
-    bool allow_changed = false;
+    /* the [host] / [group] entries also say who may log in */
+    bool allow_changed = ctl_hosts_apply(d, t, f, applied, restart);
     for (unsigned i = 0; i < f->nallow; i++) {
         if (target_node_has_allow(&d->cfg.targets[t], f->allow[i]))
             continue;
@@ -356,7 +350,7 @@ static int refuse_live_loss(struct daemon *d, const struct target_config *file, 
 static void apply_chap(struct daemon *d, const struct target_config *file, json_t *applied)
 {
     pthread_mutex_lock(&d->srv.chap_lock);
-    if (!same_chap(&d->cfg.discovery_chap, &file->discovery_chap)) {
+    if (!ctl_chap_same(&d->cfg.discovery_chap, &file->discovery_chap)) {
         d->srv.discovery_chap = file->discovery_chap;
         d->cfg.discovery_chap = file->discovery_chap;
         note(applied, "discovery CHAP: new logins use the file's (sessions logged in carry on)");
@@ -364,7 +358,7 @@ static void apply_chap(struct daemon *d, const struct target_config *file, json_
     for (unsigned t = 0; t < d->built.n; t++) {
         struct target_node_conf *r = &d->cfg.targets[t];
         const struct target_node_conf *f = find_conf(file, r->name);
-        if (!f || same_chap(&r->chap, &f->chap))
+        if (!f || ctl_chap_same(&r->chap, &f->chap))
             continue;
         d->built.nodes[t]->chap = f->chap;
         r->chap = f->chap;

@@ -64,6 +64,7 @@ json_t *ctl_show_targets(struct daemon *d, json_t *params, struct req_err *e);
 json_t *ctl_show_luns(struct daemon *d, json_t *params, struct req_err *e);
 json_t *ctl_show_stats(struct daemon *d, json_t *params, struct req_err *e);
 json_t *ctl_show_portals(struct daemon *d, json_t *params, struct req_err *e);
+json_t *ctl_show_hosts(struct daemon *d, json_t *params, struct req_err *e);
 json_t *ctl_show_sessions(struct daemon *d, json_t *params, struct req_err *e);
 json_t *ctl_show_connections(struct daemon *d, json_t *params, struct req_err *e);
 

@@ -51,6 +51,9 @@ struct doc {
     unsigned ns;
     char *head; /* inserted before the first line */
     unsigned changed, added, removed;
+    /* in a [host] or [group] entry of the last target: its lines are the target's (dropped
+     * with it) but kept as they are, and no new key of the target goes among them */
+    bool in_entry;
 };
 
 static void doc_free(struct doc *d)
@@ -120,7 +123,13 @@ static int classify(struct doc *d, struct sline *l, uint64_t *next_lun)
     char *s = conf_trim(copy);
     l->kind = L_OTHER;
     l->sec = (int)d->ns - 1;
-    if (*s == '[') {
+    if (*s == '[' && d->ns && (strncmp(s + 1, "host", 4) == 0 || strncmp(s + 1, "group", 5) == 0) &&
+        isspace((unsigned char)s[strncmp(s + 1, "host", 4) == 0 ? 5 : 6])) {
+        d->in_entry = true;
+    } else if (d->in_entry && *s != '[') {
+        /* an entry's key: kept */
+    } else if (*s == '[') {
+        d->in_entry = false;
         size_t n = strlen(s);
         if (n && s[n - 1] == ']')
             s[n - 1] = '\0';

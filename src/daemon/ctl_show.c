@@ -1,8 +1,10 @@
-/* The control requests that only read the running daemon: show targets, LUNs, portals,
- * sessions and connections, and stats (docs/ctl-protocol.md). Control thread only. */
+/* The control requests that only read the running daemon: show targets, LUNs, host entries,
+ * portals, sessions and connections, and stats (docs/ctl-protocol.md). Control thread only. */
 #include <jansson.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "daemon/ctl_req.h"
 
@@ -52,22 +54,35 @@ json_t *ctl_show_targets(struct daemon *d, json_t *params, struct req_err *e)
         json_t *allow = json_array();
         for (unsigned k = 0; k < n->nallow; k++)
             json_array_append_new(allow, json_string(n->allow[k]));
-        json_array_append_new(a, json_pack("{s:s, s:s, s:o, s:i, s:o, s:b, s:i, s:b}", "name",
+        json_array_append_new(a, json_pack("{s:s, s:s, s:o, s:i, s:o, s:i, s:b, s:i, s:b}", "name",
                                            n->name, "alias", n->alias, "portals", portal_list(n),
-                                           "luns", (int)node_lun_count(n), "allow", allow, "chap",
+                                           "luns", (int)node_lun_count(n), "allow", allow,
+                                           "host_entries", (int)d->cfg.targets[i].nhosts, "chap",
                                            n->chap.user[0] != '\0', "sessions", (int)nsess,
                                            "draining", ctl_target_draining(d, i)));
     }
     return a;
 }
 
+/* The optional `target` of a show request into *only (NULL: every target): 0, or -1 with e
+ * set when it is malformed or names no target. */
+static int show_only(struct daemon *d, json_t *params, struct req_err *e, const char **only)
+{
+    *only = ctl_param_str(params, "target", false, e);
+    if (e->code)
+        return -1;
+    if (*only && !ctl_find_node(d, *only, NULL)) {
+        ctl_fail(e, ERR_NOT_FOUND, "no target named '%s'", *only);
+        return -1;
+    }
+    return 0;
+}
+
 json_t *ctl_show_luns(struct daemon *d, json_t *params, struct req_err *e)
 {
-    const char *only = ctl_param_str(params, "target", false, e);
-    if (e->code)
+    const char *only;
+    if (show_only(d, params, e, &only) < 0)
         return NULL;
-    if (only && !ctl_find_node(d, only, NULL))
-        return ctl_fail(e, ERR_NOT_FOUND, "no target named '%s'", only);
     json_t *a = json_array();
     for (unsigned i = 0; i < d->built.n; i++) {
         const struct iscsi_node *n = d->built.nodes[i];
@@ -81,6 +96,45 @@ json_t *ctl_show_luns(struct daemon *d, json_t *params, struct req_err *e)
             json_object_set_new(o, "alua", alua_json(&d->cfg.targets[i], lu));
             json_array_append_new(a, o);
         }
+    }
+    return a;
+}
+
+/* One [host] / [group] entry of target t, its maps as the SCSI target has them (what the hosts
+ * see). */
+static json_t *host_json(struct daemon *d, unsigned t, const struct target_host_conf *h)
+{
+    json_t *inis = json_array(), *maps = json_array();
+    for (unsigned k = 0; k < h->ninitiators; k++)
+        json_array_append_new(inis, json_string(h->initiators[k]));
+    struct scsi_target *scsi = d->built.nodes[t]->scsi;
+    struct scsi_host_mapping one;
+    int n = scsi_target_host_maps(scsi, h->initiators[0], &one, 0);
+    struct scsi_host_mapping *rows = malloc((n > 0 ? (size_t)n : 1) * sizeof(*rows));
+    n = rows && n > 0 ? scsi_target_host_maps(scsi, h->initiators[0], rows, (unsigned)n) : 0;
+    for (int k = 0; k < n; k++)
+        json_array_append_new(
+            maps, json_pack("{s:I, s:I, s:b}", "host_lun", (json_int_t)rows[k].host_lun, "lun",
+                            (json_int_t)rows[k].lun, "read_only", rows[k].read_only));
+    free(rows);
+    return json_pack("{s:s, s:s, s:s, s:o, s:o, s:s, s:s}", "target", d->cfg.targets[t].name,
+                     "kind", h->group ? "group" : "host", "name",
+                     h->group ? h->group_name : h->initiators[0], "initiators", inis, "maps", maps,
+                     "chap_user", h->chap.user, "chap_mutual_user", h->chap.mutual_user);
+}
+
+json_t *ctl_show_hosts(struct daemon *d, json_t *params, struct req_err *e)
+{
+    const char *only;
+    if (show_only(d, params, e, &only) < 0)
+        return NULL;
+    json_t *a = json_array();
+    for (unsigned i = 0; i < d->built.n; i++) {
+        const struct target_node_conf *c = &d->cfg.targets[i];
+        if (only && strcasecmp(c->name, only) != 0)
+            continue;
+        for (unsigned k = 0; k < c->nhosts; k++)
+            json_array_append_new(a, host_json(d, i, &c->hosts[k]));
     }
     return a;
 }

@@ -98,6 +98,11 @@ int ctl_target_add(struct daemon *d, const struct target_node_conf *c, char *err
             return -1;
         }
     }
+    /* its entries' maps before any login can reach it */
+    if (target_hosts_apply(c, scsi, err, errlen) < 0) {
+        scsi_free(scsi);
+        return -1;
+    }
     struct iscsi_node *node = target_node_make(c, scsi);
     struct scsi_target **gs = realloc(d->built.scsi, (d->built.n + 1) * sizeof(*gs));
     if (gs)

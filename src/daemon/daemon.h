@@ -4,9 +4,9 @@
  *
  * Layers (issue 28): each file calls only files named after it, never back up:
  *   main.c (start, signals, stop) > ctl.c (the control socket; metrics.c) > ctl_cmds.c (the
- *   method table) > ctl_save.c > ctl_reload.c > ctl_access.c, ctl_show.c > ctl_targets.c >
- *   ctl_luns.c (LUNs added and removed) > listen.c (the listeners), notify.c, stats.c,
- *   ctl_params.c, build.c and the configuration files > this header (struct daemon).
+ *   method table) > ctl_save.c > ctl_reload.c > ctl_hosts.c, ctl_access.c, ctl_show.c >
+ * ctl_targets.c > ctl_luns.c (LUNs added and removed) > listen.c (the listeners), notify.c,
+ * stats.c, ctl_params.c, build.c and the configuration files > this header (struct daemon).
  */
 #ifndef LR_TARGET_DAEMON_H
 #define LR_TARGET_DAEMON_H
@@ -206,6 +206,18 @@ unsigned ctl_end_sessions(struct daemon *d, struct iscsi_node *n, const char *in
  * added to an open target, or one removed, without force): how many there are, or ended as
  * ctl_end_sessions does (asked to log out, closed after timeout_s), returning how many. */
 unsigned ctl_disallowed_sessions(struct daemon *d, struct iscsi_node *n);
+/* Every reactor has finished the turn it was in (ctl_luns.c): 0, or -1 if one did not answer
+ * in time. */
+int ctl_reactors_barrier(struct daemon *d);
+/* ctl_hosts.c: bring running target t's [host]/[group] entries to the file's f (the SCSI
+ * maps, who may log in and with which CHAP user, the model); notes in applied or restart.
+ * Whether the entries changed (who may log in may have). */
+bool ctl_hosts_apply(struct daemon *d, unsigned t, const struct target_node_conf *f,
+                     json_t *applied, json_t *restart);
+/* The same CHAP users, secrets and algorithms. */
+bool ctl_chap_same(const struct chap_creds *a, const struct chap_creds *b);
+/* Whether two targets have the same entries (names, maps, CHAP users and secrets). */
+bool ctl_hosts_same(const struct target_node_conf *a, const struct target_node_conf *b);
 unsigned ctl_end_disallowed_sessions(struct daemon *d, struct iscsi_node *n, unsigned timeout_s);
 
 /* --- ctl_access.c: a running target's portals and allow list --- */

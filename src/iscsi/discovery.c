@@ -27,10 +27,12 @@ void discovery_send_targets(struct iscsi_conn *c, const char *which, struct iscs
         if (!iscsi_node_allows(n, initiator))
             continue;
         /* Only what the asker could log in to: a CHAP target is listed to a session that
-         * authenticated as that target's CHAP user (discovery CHAP with the same name). */
+         * authenticated as the CHAP user this initiator logs in to it with (its entry's, else
+         * the target's), through discovery CHAP with the same name. */
         pthread_mutex_lock(&srv->chap_lock); /* a reload may change it meanwhile */
-        bool hidden = n->chap.user[0] && !(c->auth && c->auth->state == AUTH_DONE &&
-                                           strcmp(c->auth->user, n->chap.user) == 0);
+        const struct chap_creds *cr = iscsi_node_chap_for(n, initiator);
+        bool hidden = cr->user[0] && !(c->auth && c->auth->state == AUTH_DONE &&
+                                       strcmp(c->auth->user, cr->user) == 0);
         pthread_mutex_unlock(&srv->chap_lock);
         if (hidden)
             continue;

@@ -225,12 +225,15 @@ static enum iscsi_login_status login_pick_node(struct iscsi_conn *c, const char 
     iscsi_text_iter_init(it, text, len);
     const char *k, *v;
     bool discovery = false;
-    char target[ISCSI_NAME_MAX + 1] = "";
+    char target[ISCSI_NAME_MAX + 1] = "", initiator[ISCSI_NAME_MAX + 1] = "";
     while (iscsi_text_next(it, &k, &v) == 1) {
         if (strcmp(k, "SessionType") == 0 && strcmp(v, "Discovery") == 0)
             discovery = true;
         else if (strcmp(k, "TargetName") == 0)
             snprintf(target, sizeof(target), "%s", v);
+        /* the first: a second, different one is refused by the negotiation (keys.c) */
+        else if (strcmp(k, "InitiatorName") == 0 && !initiator[0])
+            snprintf(initiator, sizeof(initiator), "%s", v);
     }
     free(it);
     c->discovery = discovery;
@@ -267,12 +270,14 @@ static enum iscsi_login_status login_pick_node(struct iscsi_conn *c, const char 
         local.erl = 0;
     iscsi_neg_init(&c->neg, ISCSI_SIDE_TARGET, &local);
     c->neg.leading = c->login_tsih == 0;
-    /* CHAP configured for this target (or for discovery): AuthMethod=None is refused and the
-     * CHAP keys go to this connection's exchange (RFC 7143 §12.1.3). */
-    const struct chap_creds *cr =
-        discovery ? &c->srv->discovery_chap : (c->node ? &c->node->chap : NULL);
-    /* copied under the lock: a reload may replace them now (linerate-ctl reload) */
+    /* CHAP configured for this target (or for discovery), or for this initiator's entry of
+     * the target (over the target's): AuthMethod=None is refused and the CHAP keys go to this
+     * connection's exchange (RFC 7143 §12.1.3). Copied under the lock: a reload may replace
+     * them now (linerate-ctl reload). */
     pthread_mutex_lock(&c->srv->chap_lock);
+    const struct chap_creds *cr = discovery ? &c->srv->discovery_chap
+                                  : c->node ? iscsi_node_chap_for(c->node, initiator)
+                                            : NULL;
     if (cr && cr->user[0])
         c->auth = iscsi_auth_new(cr);
     bool want = cr && cr->user[0];

@@ -73,6 +73,14 @@ struct iscsi_pending_addr;
 #define ISCSI_MAX_CONNECTIONS 8u
 #define ISCSI_MAX_R2T 8u
 
+/* An initiator entry of a node (the configuration's [host] and [group] members): a name that
+ * may log in and, when chap.user is set, the CHAP credentials it logs in with, over the
+ * node's own. What it sees of the LUNs is the SCSI target's host map (scsi.h). */
+struct iscsi_node_host {
+    char name[ISCSI_NAME_MAX + 1];
+    struct chap_creds chap;
+};
+
 struct iscsi_node {
     char name[ISCSI_NAME_MAX + 1];
     char alias[ISCSI_VALUE_MAX + 1]; /* "" for none */
@@ -87,6 +95,11 @@ struct iscsi_node {
     unsigned nportals;
     char (*allow)[ISCSI_NAME_MAX + 1]; /* initiator names allowed; none listed = everyone */
     unsigned nallow;
+    /* Initiator entries: with any, an initiator must have one to log in (and pass the allow
+     * list too, if there is one). Names under access_lock like allow; each entry's chap is
+     * read under the server's chap_lock, as the node's chap is. */
+    struct iscsi_node_host *hosts;
+    unsigned nhosts;
     struct chap_creds chap;     /* chap.user empty: no CHAP for this target */
     struct iscsi_params params; /* this node's limits/preferences for negotiation */
     /* TARGET WARM / COLD RESET from an initiator: done (true) or answered "function rejected":
@@ -172,7 +185,13 @@ void iscsi_server_remove_node(struct iscsi_server *srv, struct iscsi_node *node)
 unsigned iscsi_server_node_bound(struct iscsi_server *srv);
 struct iscsi_node *iscsi_server_node(struct iscsi_server *srv, unsigned i);
 struct iscsi_node *iscsi_server_find_node(struct iscsi_server *srv, const char *name);
+/* Whether initiator_name may log in: the allow list (if any) and the entries (if any) both
+ * admit it. */
 bool iscsi_node_allows(struct iscsi_node *node, const char *initiator_name);
+/* The CHAP credentials initiator_name logs in to the node with: its entry's when that names a
+ * CHAP user, else the node's (user "" for none). Under the server's chap_lock. */
+const struct chap_creds *iscsi_node_chap_for(const struct iscsi_node *node,
+                                             const char *initiator_name);
 /* Whether a login through the portal `text` ("127.0.0.1:3260") may reach the node. */
 bool iscsi_node_has_portal(struct iscsi_node *node, const char *text);
 /* The node's portals and allow list at run time (one writer at a time; the arrays are

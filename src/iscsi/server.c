@@ -156,8 +156,20 @@ bool iscsi_node_allows(struct iscsi_node *node, const char *initiator_name)
     bool ok = node->nallow == 0;
     for (unsigned i = 0; !ok && i < node->nallow; i++)
         ok = strcasecmp(node->allow[i], initiator_name) == 0;
+    bool entry = node->nhosts == 0;
+    for (unsigned i = 0; !entry && i < node->nhosts; i++)
+        entry = strcasecmp(node->hosts[i].name, initiator_name) == 0;
     pthread_mutex_unlock(&node->access_lock);
-    return ok;
+    return ok && entry;
+}
+
+const struct chap_creds *iscsi_node_chap_for(const struct iscsi_node *node,
+                                             const char *initiator_name)
+{
+    for (unsigned i = 0; i < node->nhosts; i++)
+        if (node->hosts[i].chap.user[0] && strcasecmp(node->hosts[i].name, initiator_name) == 0)
+            return &node->hosts[i].chap;
+    return &node->chap;
 }
 
 bool iscsi_node_has_portal(struct iscsi_node *node, const char *text)

@@ -201,7 +201,8 @@ def config_seeds():
     here = os.path.dirname(os.path.abspath(__file__))
     out = {}
     for name, rel in (("example", "../../examples/linerate.conf"),
-                      ("dist", "../../dist/linerate.conf")):
+                      ("dist", "../../dist/linerate.conf"),
+                      ("three_hosts", "../../examples/three-hosts.conf")):
         path = os.path.join(here, rel)
         if os.path.exists(path):
             with open(path, "rb") as f:
@@ -241,6 +242,23 @@ target-cold-reset = yes
 [target iqn.2026-11.org.linerate:b]
 lun = ram:1M
 """
+    out["hosts"] = b"""portal = 127.0.0.1
+[target iqn.2026-11.org.linerate:c]
+lun = ram:1M
+lun 5 = ram:1M
+allow = iqn.2026-11.org.linerate:h1
+allow = iqn.2026-11.org.linerate:h2
+allow = iqn.2026-11.org.linerate:h3
+allow = iqn.2026-11.org.linerate:h4
+[host iqn.2026-11.org.linerate:h1]
+map = 0 5
+map = 16383 0,ro
+[group cluster.1]
+initiator = iqn.2026-11.org.linerate:h2
+initiator = iqn.2026-11.org.linerate:h3
+map = 1 5,ro
+[host iqn.2026-11.org.linerate:h4]
+"""
     return out
 
 
@@ -258,8 +276,9 @@ def ctl_seeds():
     n = "iqn.2026-11.org.linerate:fuzz-added"
     out = {}
     for m in ("version", "show_targets", "show_luns", "show_portals", "stats",
-              "show_sessions", "show_connections", "reload"):
+              "show_sessions", "show_connections", "show_hosts", "reload"):
         out[m] = ctl_line(m)
+    out["show_hosts_target"] = ctl_line("show_hosts", {"target": t})
     out["luns"] = (ctl_line("add_lun", {"target": t, "lun": 3, "spec": "ram:2M"})
                    + ctl_line("set_lun", {"target": t, "lun": 3, "read_only": True}, 2)
                    + ctl_line("resize_lun", {"target": t, "lun": 3, "size": "4M"}, 3)

@@ -141,6 +141,22 @@ run_to() {
     timeout "$t" "$@" >"$WORK/cmd.out" 2>&1
 }
 
+# ok WHAT CMD...: must succeed; no WHAT CMD...: must fail (an initiator's login, say).
+ok() {
+    local what=$1
+    shift
+    run_to 60 "$@" || { show_cmd_out; fail "$what: exited $?"; }
+}
+no() {
+    local what=$1
+    shift
+    if run_to 60 "$@"; then
+        show_cmd_out
+        fail "$what: succeeded"
+    fi
+    return 0
+}
+
 show_cmd_out() {
     echo "--- output of the last command:" >&2
     tail -n 30 "$WORK/cmd.out" >&2

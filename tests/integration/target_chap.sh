@@ -106,21 +106,6 @@ grep -q "secret of user disco-t is 13 bytes; 16 or more are recommended" "$WORK/
 h=127.0.0.1:$PORT
 mutual="target_user=tgt-bob&target_password=$S_TGT"
 
-# ok WHAT CMD...: must succeed; no WHAT CMD...: must fail
-ok() {
-    local what=$1
-    shift
-    run_to 60 "$@" || { show_cmd_out; fail "$what: exited $?"; }
-}
-no() {
-    local what=$1
-    shift
-    if run_to 60 "$@"; then
-        show_cmd_out
-        fail "$what: succeeded"
-    fi
-    return 0
-}
 
 note "iscsi-inq: one-way"
 ok "one-way" iscsi-inq "iscsi://alice%$S_ALICE@$h/$A/0"

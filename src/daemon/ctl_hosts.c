@@ -1,0 +1,164 @@
+/* A reload's changes to a target's [host] / [group] entries, applied live: the SCSI target's
+ * host maps first (an entry added, a mapping changed: its hosts' nexuses see the new map, with
+ * REPORTED LUNS DATA HAS CHANGED, scsi.h), then who may log in and with which CHAP user (the
+ * iSCSI node's entries, swapped whole under its locks), then the entries that went. A removed
+ * entry's sessions carry on, seeing no LUN, as sessions of a removed allow entry carry on;
+ * reload --force logs them out (ctl_reload.c). Control thread only. */
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "daemon/daemon.h"
+
+bool ctl_chap_same(const struct chap_creds *a, const struct chap_creds *b)
+{
+    return strcmp(a->user, b->user) == 0 && strcmp(a->mutual_user, b->mutual_user) == 0 &&
+           a->algs == b->algs && a->secret_len == b->secret_len &&
+           memcmp(a->secret, b->secret, a->secret_len) == 0 &&
+           a->mutual_secret_len == b->mutual_secret_len &&
+           memcmp(a->mutual_secret, b->mutual_secret, a->mutual_secret_len) == 0;
+}
+
+static bool same_maps(const struct target_host_conf *a, const struct target_host_conf *b)
+{
+    if (a->nmaps != b->nmaps)
+        return false;
+    for (unsigned i = 0; i < a->nmaps; i++) {
+        bool found = false;
+        for (unsigned j = 0; j < b->nmaps && !found; j++)
+            found = a->maps[i].host_lun == b->maps[j].host_lun &&
+                    a->maps[i].lun == b->maps[j].lun &&
+                    a->maps[i].read_only == b->maps[j].read_only;
+        if (!found)
+            return false;
+    }
+    return true;
+}
+
+/* Whether each initiator of a has the same entry (maps, CHAP) in b. */
+static bool covered(const struct target_node_conf *a, const struct target_node_conf *b)
+{
+    for (unsigned i = 0; i < a->nhosts; i++)
+        for (unsigned k = 0; k < a->hosts[i].ninitiators; k++) {
+            const struct target_host_conf *o = target_host_find(b, a->hosts[i].initiators[k]);
+            if (!o || !same_maps(&a->hosts[i], o) || !ctl_chap_same(&a->hosts[i].chap, &o->chap))
+                return false;
+        }
+    return true;
+}
+
+bool ctl_hosts_same(const struct target_node_conf *a, const struct target_node_conf *b)
+{
+    return covered(a, b) && covered(b, a);
+}
+
+/* initiator's SCSI map to h's (its entry made if it has none): rows h does not have at their
+ * number unmapped first (so that a LUN moving to another number is never mapped twice), then
+ * h's rows mapped (one already as it is changes nothing). */
+static int scsi_sync(struct scsi_target *scsi, const char *iqn, const struct target_host_conf *h,
+                     char *err, size_t errlen)
+{
+    struct scsi_host_mapping one;
+    int n = scsi_target_host_maps(scsi, iqn, &one, 0);
+    if (n < 0 && scsi_target_host_add(scsi, iqn, err, errlen) < 0)
+        return -1;
+    struct scsi_host_mapping *rows = malloc((n > 0 ? (size_t)n : 1) * sizeof(*rows));
+    if (!rows) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    /* (the control thread is the one writer: n rows still) */
+    n = n > 0 ? scsi_target_host_maps(scsi, iqn, rows, (unsigned)n) : 0;
+    int rc = 0;
+    for (int i = 0; i < n && rc == 0; i++) {
+        bool keep = false;
+        for (unsigned m = 0; m < h->nmaps && !keep; m++)
+            keep = h->maps[m].host_lun == rows[i].host_lun && h->maps[m].lun == rows[i].lun;
+        if (!keep)
+            rc = scsi_target_host_unmap(scsi, iqn, rows[i].host_lun, err, errlen);
+    }
+    free(rows);
+    for (unsigned m = 0; m < h->nmaps && rc == 0; m++)
+        rc = scsi_target_host_map(scsi, iqn, h->maps[m].host_lun, h->maps[m].lun,
+                                  h->maps[m].read_only, err, errlen);
+    return rc;
+}
+
+/* The node's entries as the file has them: a new array swapped in under both locks its
+ * readers take (logins: access_lock for the names, chap_lock for the credentials). */
+static int node_swap(struct daemon *d, struct iscsi_node *n, const struct target_node_conf *f)
+{
+    unsigned total = 0;
+    for (unsigned i = 0; i < f->nhosts; i++)
+        total += f->hosts[i].ninitiators;
+    struct iscsi_node_host *a = total ? calloc(total, sizeof(*a)) : NULL;
+    if (total && !a)
+        return -1;
+    unsigned k = 0;
+    for (unsigned i = 0; i < f->nhosts; i++)
+        for (unsigned j = 0; j < f->hosts[i].ninitiators; j++, k++) {
+            snprintf(a[k].name, sizeof(a[k].name), "%s", f->hosts[i].initiators[j]);
+            a[k].chap = f->hosts[i].chap;
+        }
+    pthread_mutex_lock(&d->srv.chap_lock);
+    pthread_mutex_lock(&n->access_lock);
+    struct iscsi_node_host *old = n->hosts;
+    unsigned nold = n->nhosts;
+    n->hosts = a;
+    n->nhosts = total;
+    pthread_mutex_unlock(&n->access_lock);
+    pthread_mutex_unlock(&d->srv.chap_lock);
+    if (old)
+        chap_wipe(old, nold * sizeof(*old));
+    free(old);
+    return 0;
+}
+
+bool ctl_hosts_apply(struct daemon *d, unsigned t, const struct target_node_conf *f,
+                     json_t *applied, json_t *restart)
+{
+    struct target_node_conf *r = &d->cfg.targets[t];
+    if (ctl_hosts_same(r, f))
+        return false;
+    struct iscsi_node *n = d->built.nodes[t];
+    char why[512];
+    unsigned added = 0, changed = 0, removed = 0;
+    for (unsigned i = 0; i < f->nhosts; i++)
+        for (unsigned k = 0; k < f->hosts[i].ninitiators; k++) {
+            const char *iqn = f->hosts[i].initiators[k];
+            const struct target_host_conf *o = target_host_find(r, iqn);
+            if (o && same_maps(o, &f->hosts[i]))
+                continue;
+            if (scsi_sync(n->scsi, iqn, &f->hosts[i], why, sizeof(why)) < 0) {
+                json_array_append_new(restart,
+                                      json_sprintf("target %s: host %s: %s", r->name, iqn, why));
+                continue;
+            }
+            o ? changed++ : added++;
+        }
+    if (node_swap(d, n, f) < 0) {
+        json_array_append_new(restart,
+                              json_sprintf("target %s: host entries: out of memory", r->name));
+        return false;
+    }
+    for (unsigned i = 0; i < r->nhosts; i++)
+        for (unsigned k = 0; k < r->hosts[i].ninitiators; k++) {
+            const char *iqn = r->hosts[i].initiators[k];
+            if (target_host_find(f, iqn))
+                continue;
+            if (scsi_target_host_remove(n->scsi, iqn, why, sizeof(why)) == 0)
+                removed++;
+        }
+    /* replaced maps are freed once no reactor can still be reading one (a turn has passed) */
+    if (ctl_reactors_barrier(d) == 0)
+        scsi_host_maps_free(scsi_target_host_retired_take(n->scsi));
+    if (target_hosts_copy(r, f) < 0)
+        json_array_append_new(restart,
+                              json_sprintf("target %s: host entries: out of memory", r->name));
+    json_array_append_new(applied,
+                          json_sprintf("target %s: host entries: %u initiator%s added, "
+                                       "%u with a new map, %u removed (CHAP as the file "
+                                       "says for new logins)",
+                                       r->name, added, added == 1 ? "" : "s", changed, removed));
+    return true;
+}
