@@ -143,16 +143,18 @@ static void lun_row(struct table *t, json_t *o)
     human_bytes((unsigned long long)num(o, "bytes"), size, sizeof(size));
     snprintf(bs, sizeof(bs), "%lld", num(o, "block_size"));
     snprintf(cmds, sizeof(cmds), "%lld", num(o, "commands"));
-    table_row(t, (const char *[]){str(o, "target"), lun, size, bs,
-                                  flag(o, "read_only") ? "ro" : "rw", cmds, str(o, "store")});
+    const char *limits = str(json_object_get(o, "limits"), "text");
+    table_row(t,
+              (const char *[]){str(o, "target"), lun, size, bs, flag(o, "read_only") ? "ro" : "rw",
+                               cmds, *limits ? limits : "-", str(o, "store")});
 }
 
-static const char *const lun_head[] = {"TARGET", "LUN",       "SIZE", "BLOCK",
-                                       "MODE",   "IN-FLIGHT", "STORE"};
+static const char *const lun_head[] = {"TARGET", "LUN",       "SIZE",   "BLOCK",
+                                       "MODE",   "IN-FLIGHT", "LIMITS", "STORE"};
 
 static void print_luns(FILE *out, json_t *r)
 {
-    struct table t = {.ncols = 7};
+    struct table t = {.ncols = 8};
     table_row(&t, lun_head);
     size_t i;
     json_t *o;
