@@ -250,7 +250,7 @@ void ctl_print_result(FILE *out, const char *kind, json_t *r)
     } else if (strcmp(kind, "luns") == 0) {
         print_luns(out, r);
     } else if (strcmp(kind, "lun") == 0) {
-        struct table t = {.ncols = 7};
+        struct table t = {.ncols = 8};
         table_row(&t, lun_head);
         lun_row(&t, r);
         table_print(out, &t);
