@@ -172,8 +172,8 @@ static int build_lun_number(const struct verb *v, int argc, char **argv, struct 
             json_object_set_new(p, "limits", json_string(mode));
         else if (!is(mode, "ro") && !is(mode, "rw"))
             return usage_err(err, errlen,
-                             "set lun [TARGET] N ro|rw|LIMITS: '%s' is none of them (LIMITS: "
-                             "e.g. iops=500,mbps=100,burst=100ms, or none)",
+                             "set lun [TARGET] N ro|rw|LIMITS: '%s' is neither ro, rw nor "
+                             "LIMITS (e.g. iops=500,mbps=100,burst=100ms, or none)",
                              mode);
         else
             json_object_set_new(p, "read_only", json_boolean(is(mode, "ro")));

@@ -33,6 +33,9 @@ struct rate_limit_conf {
     uint32_t burst_ms;
 };
 
+/* The least burst in force whatever is set: the waits' timer resolution and lateness, so that
+ * over any 100 ms a capped LUN gets its cap within 5 %. */
+#define RATE_SLACK_NS 5000000ull
 /* The longest burst accepted (a minute's worth of each cap). */
 #define RATE_BURST_MS_MAX 60000u
 
