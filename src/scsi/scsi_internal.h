@@ -309,9 +309,10 @@ scsi_sr scsi_ua_take(struct scsi_lun *lu, const struct scsi_nexus *n);
 /* The task enters the core (scsi_task_exec): its abort and the LUN's wait count from here
  * (quiesce.c). */
 void scsi_task_enter(struct scsi_task *t);
-/* throttle.c: t (a medium read or write of a LUN) is over its LUN's caps or its own (struct
- * scsi_task.limit): true, it waits and runs later on this reactor (its turn, or ended at once
- * by an abort); false, run it now. The inline check costs an uncapped LUN two loads. */
+/* throttle.c: t (a medium command of a LUN; one that moves no data passes) is over its LUN's caps
+ * or its own (struct scsi_task.limit): true, it waits and runs later on this reactor (its turn, or
+ * ended at once by an abort); false, run it now. The inline check costs an uncapped LUN two loads.
+ */
 bool scsi_throttle(struct scsi_task *t);
 static inline bool scsi_throttled(struct scsi_task *t)
 {

@@ -333,8 +333,8 @@ void scsi_task_exec(struct scsi_task *t)
         t->done(t);
         return;
     }
-    /* commands that move the medium's data are what a LUN's caps count */
-    if ((c->flags & CMD_MEDIUM) && t->dir != SCSI_DIR_NONE && scsi_throttled(t))
+    /* commands that move the medium's data are what a LUN's caps count (throttle.c) */
+    if ((c->flags & CMD_MEDIUM) && scsi_throttled(t))
         return;
     c->exec(t, c);
 }

@@ -71,6 +71,8 @@ static enum rate_op throttle_op(const struct scsi_task *t)
 bool scsi_throttle(struct scsi_task *t)
 {
     struct scsi_lun *lu = t->lu;
+    if (t->dir == SCSI_DIR_NONE) /* SYNCHRONIZE CACHE, VERIFY without data: not counted */
+        return false;
     enum rate_op op = throttle_op(t);
     uint64_t now = rate_limit_now_ns(), until = 0, u;
     if (rate_limit_on(&lu->limit))
