@@ -151,7 +151,7 @@ run_to 60 qemu-img bench -f raw -c 16 -d 8 -s 4096 -w "$URL/1" || {
     show_cmd_out
     fail "writes under a cap failed"
 }
-ctl_ok --json stats
+ctl_ok --json stats --interval 0.1
 [ "$(jget '[l for l in d["luns"] if l["lun"] == 1][0]["throttle"]["delayed"] >= 7' \
     <"$WORK/ctl.out")" = True ] || fail "stats: no command waited: $(cat "$WORK/ctl.out")"
 ctl_ok set lun 1 none
