@@ -309,15 +309,11 @@ scsi_sr scsi_ua_take(struct scsi_lun *lu, const struct scsi_nexus *n);
 /* The task enters the core (scsi_task_exec): its abort and the LUN's wait count from here
  * (quiesce.c). */
 void scsi_task_enter(struct scsi_task *t);
-/* throttle.c: t (a medium command of a LUN; one that moves no data passes) is over its LUN's caps
- * or its own (struct scsi_task.limit): true, it waits and runs later on this reactor (its turn, or
- * ended at once by an abort); false, run it now. The inline check costs an uncapped LUN two loads.
- */
+/* throttle.c: t (a medium command of a LUN; one that moves no data passes) is over its LUN's
+ * caps or its own (struct scsi_task.limit): true, it waits and runs later on this reactor (its
+ * turn, or ended at once by an abort); false, run it now. Called only when one of them is set
+ * (scsi_task_exec), so that an uncapped LUN pays two loads. */
 bool scsi_throttle(struct scsi_task *t);
-static inline bool scsi_throttled(struct scsi_task *t)
-{
-    return (rate_limit_on(&t->lu->limit) || t->limit) && scsi_throttle(t);
-}
 /* t was just marked aborted: if it waits under a cap, it ends now (on its reactor). */
 void scsi_throttle_abort(struct scsi_task *t);
 /* The transport aborted it while it is in the core: a step not begun yet is not taken. */
