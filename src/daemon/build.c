@@ -17,6 +17,8 @@ void target_node_free(struct iscsi_node *n)
         return;
     free(n->portals);
     free(n->allow);
+    for (unsigned i = 0; i < n->nhosts; i++)
+        iscsi_host_limit_put(n->hosts[i].limit);
     if (n->hosts)
         chap_wipe(n->hosts, n->nhosts * sizeof(*n->hosts));
     free(n->hosts);
@@ -25,7 +27,9 @@ void target_node_free(struct iscsi_node *n)
     free(n);
 }
 
-/* Each initiator of each entry (a group's members one by one) with the entry's CHAP. */
+/* Each initiator of each entry (a group's members one by one) with the entry's CHAP and the
+ * entry's one limiter (every entry has one, capped or not, so that a reload can cap the
+ * sessions already logged in). */
 static int node_make_hosts(struct iscsi_node *n, const struct target_node_conf *c)
 {
     unsigned total = 0;
@@ -36,12 +40,21 @@ static int node_make_hosts(struct iscsi_node *n, const struct target_node_conf *
     n->hosts = calloc(total, sizeof(*n->hosts));
     if (!n->hosts)
         return -1;
-    for (unsigned i = 0; i < c->nhosts; i++)
+    for (unsigned i = 0; i < c->nhosts; i++) {
+        struct iscsi_host_limit *l = iscsi_host_limit_new(&c->hosts[i].limits);
+        if (!l)
+            return -1; /* target_node_free() puts the ones made */
         for (unsigned a = 0; a < c->hosts[i].ninitiators; a++) {
             struct iscsi_node_host *h = &n->hosts[n->nhosts++];
             snprintf(h->name, sizeof(h->name), "%s", c->hosts[i].initiators[a]);
             h->chap = c->hosts[i].chap;
+            if (a)
+                iscsi_host_limit_get(l);
+            h->limit = l;
         }
+        if (!c->hosts[i].ninitiators)
+            iscsi_host_limit_put(l);
+    }
     return 0;
 }
 

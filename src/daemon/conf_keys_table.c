@@ -104,6 +104,16 @@ static void fmt_metrics(const struct conf_key *k, const struct conf_obj *o, char
     snprintf(buf, len, "%s", o->cfg->metrics_on ? o->cfg->metrics.text : "");
 }
 
+/* iops, mbps, ..., burst of a [host] / [group] entry: as a LUN's ",iops=500" (lun_limits.c);
+ * written by conf_write.c with the entry */
+static int set_host_limit(const struct conf_key *k, const struct conf_obj *o, const char *val,
+                          char *err, size_t errlen)
+{
+    char tok[64];
+    snprintf(tok, sizeof(tok), "%s=%s", k->name, val);
+    return target_lun_limits_opt(&o->host->limits, tok, tok, err, errlen) == 1 ? 0 : -1;
+}
+
 /* chap-secrets, discovery-chap-*, chap-user, chap-mutual-user, chap-algorithms (chap_conf.c) */
 static int set_chap(const struct conf_key *k, const struct conf_obj *o, const char *val, char *err,
                     size_t errlen)
@@ -344,6 +354,23 @@ const struct conf_key conf_keys[] = {
     {"map", CONF_LIST, CONF_HOST, CONF_LIVE, .repeatable = true},
     {"initiator", CONF_LIST, CONF_HOST, CONF_LIVE, .repeatable = true,
      .misplaced_hint = " (a [group NAME] after its [target])"},
+    /* the entry's caps, compared and applied by ctl_hosts.c */
+    {"iops", CONF_TEXT, CONF_HOST, CONF_OWN, TEXT(NONE, set_host_limit, NULL),
+     .help = "commands per second of all the entry's sessions together\n"
+             "(a group's initiators share it; on this gateway; 0: none)"},
+    {"read-iops", CONF_TEXT, CONF_HOST, CONF_OWN, TEXT(NONE, set_host_limit, NULL),
+     .help = "reads per second, as iops"},
+    {"write-iops", CONF_TEXT, CONF_HOST, CONF_OWN, TEXT(NONE, set_host_limit, NULL),
+     .help = "writes per second, as iops"},
+    {"mbps", CONF_TEXT, CONF_HOST, CONF_OWN, TEXT(NONE, set_host_limit, NULL),
+     .help = "MiB per second of all the entry's sessions together"},
+    {"read-mbps", CONF_TEXT, CONF_HOST, CONF_OWN, TEXT(NONE, set_host_limit, NULL),
+     .help = "MiB read per second, as mbps"},
+    {"write-mbps", CONF_TEXT, CONF_HOST, CONF_OWN, TEXT(NONE, set_host_limit, NULL),
+     .help = "MiB written per second, as mbps"},
+    {"burst", CONF_TEXT, CONF_HOST, CONF_OWN, TEXT(NONE, set_host_limit, NULL),
+     .help = "milliseconds' worth of the entry's caps an idle entry\n"
+             "lets through at once (100ms, 1s)"},
     /* ALUA: one group, written and compared by alua_conf.c / conf_write.c */
     {"alua-group", CONF_TEXT, CONF_BOTH, CONF_OWN, TEXT(NONE, set_alua, NULL), .shown_default = "1",
      .flag = "alua-group", .flag_arg = "ID",

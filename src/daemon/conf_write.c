@@ -42,6 +42,22 @@ void target_conf_write_lun(FILE *f, const struct target_lun_conf *l)
     free(spec);
 }
 
+/* An entry's caps, one "key = value" line each (",iops=500,burst=100ms" split up) */
+static void write_host_limits(FILE *f, const struct rate_limit_conf *c)
+{
+    char text[256];
+    if (target_lun_limits_format(c, text, sizeof(text)) < 0)
+        return;
+    char *save = NULL;
+    for (char *tok = strtok_r(text, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        char *eq = strchr(tok, '=');
+        if (eq) {
+            *eq = '\0';
+            fprintf(f, "%s = %s\n", tok, eq + 1);
+        }
+    }
+}
+
 /* The [host] / [group] entries, last: every key after the first entry is the entry's. */
 static void write_hosts(FILE *f, const struct target_node_conf *c)
 {
@@ -65,6 +81,7 @@ static void write_hosts(FILE *f, const struct target_node_conf *c)
             fputs("chap-mutual-user = ", f);
             conf_write_value(f, h->chap.mutual_user);
         }
+        write_host_limits(f, &h->limits);
     }
 }
 

@@ -237,8 +237,9 @@ static int cfg_key(struct cfg_parser *ps, const char *key, const char *val)
                  : cfg_fail(ps, ps->line, "unknown key '%s'", key);
     if (h && !(k->scope & CONF_HOST))
         return cfg_fail(ps, ps->line,
-                        "'%s' cannot stand in a [%s] section (it takes map%s, chap-user and "
-                        "chap-mutual-user; target keys go before the target's first entry)",
+                        "'%s' cannot stand in a [%s] section (it takes map%s, chap-user, "
+                        "chap-mutual-user and the caps iops, mbps, read-/write- forms, burst; "
+                        "target keys go before the target's first entry)",
                         k->name, h->group ? "group" : "host", h->group ? ", initiator" : "");
     if (!h && (k->scope & CONF_BOTH) == 0)
         return cfg_fail(ps, ps->line, "'%s' belongs in a [host IQN] or [group NAME] section%s",

@@ -111,6 +111,9 @@ struct target_host_conf {
     /* chap-user / chap-mutual-user: over the target's for these initiators (secrets from
      * chap-secrets, algorithms the target's) */
     struct chap_creds chap;
+    /* iops, mbps, their read- and write- forms, burst (lun_limits.c's keys): the caps on this
+     * gateway of all the entry's sessions together (a group's members share them) */
+    struct rate_limit_conf limits;
     char origin[TARGET_ORIGIN_MAX];
 };
 

@@ -35,13 +35,19 @@ static bool same_maps(const struct target_host_conf *a, const struct target_host
     return true;
 }
 
-/* Whether each initiator of a has the same entry (maps, CHAP) in b. */
+static bool same_limits(const struct target_host_conf *a, const struct target_host_conf *b)
+{
+    return memcmp(&a->limits, &b->limits, sizeof(a->limits)) == 0;
+}
+
+/* Whether each initiator of a has the same entry (maps, CHAP, caps) in b. */
 static bool covered(const struct target_node_conf *a, const struct target_node_conf *b)
 {
     for (unsigned i = 0; i < a->nhosts; i++)
         for (unsigned k = 0; k < a->hosts[i].ninitiators; k++) {
             const struct target_host_conf *o = target_host_find(b, a->hosts[i].initiators[k]);
-            if (!o || !same_maps(&a->hosts[i], o) || !ctl_chap_same(&a->hosts[i].chap, &o->chap))
+            if (!o || !same_maps(&a->hosts[i], o) || !ctl_chap_same(&a->hosts[i].chap, &o->chap) ||
+                !same_limits(&a->hosts[i], o))
                 return false;
         }
     return true;
@@ -84,8 +90,42 @@ static int scsi_sync(struct scsi_target *scsi, const char *iqn, const struct tar
     return rc;
 }
 
+/* The limiter entry h of the new array gets: the one one of its initiators had (so its
+ * sessions, which hold it, are paced by the new caps at once, rate_limit_set), unless an
+ * entry before it in a[0..k) took that one already; else a new one. With a reference. */
+static struct iscsi_host_limit *entry_limit(const struct iscsi_node *n,
+                                            const struct iscsi_node_host *a, unsigned k,
+                                            const struct target_host_conf *h)
+{
+    for (unsigned j = 0; j < h->ninitiators; j++)
+        for (unsigned o = 0; o < n->nhosts; o++) {
+            struct iscsi_host_limit *l = n->hosts[o].limit;
+            if (!l || strcasecmp(n->hosts[o].name, h->initiators[j]) != 0)
+                continue;
+            bool taken = false;
+            for (unsigned m = 0; m < k && !taken; m++)
+                taken = a[m].limit == l;
+            if (taken)
+                continue;
+            struct rate_limit_conf now;
+            rate_limit_get(&l->limit, &now);
+            if (memcmp(&now, &h->limits, sizeof(now)) != 0)
+                rate_limit_set(&l->limit, &h->limits);
+            iscsi_host_limit_get(l);
+            return l;
+        }
+    return iscsi_host_limit_new(&h->limits);
+}
+
+static void hosts_put(struct iscsi_node_host *a, unsigned n)
+{
+    for (unsigned i = 0; i < n; i++)
+        iscsi_host_limit_put(a[i].limit);
+}
+
 /* The node's entries as the file has them: a new array swapped in under both locks its
- * readers take (logins: access_lock for the names, chap_lock for the credentials). */
+ * readers take (logins: access_lock for the names and limiters, chap_lock for the
+ * credentials). The old array's references to limiters go after; sessions keep theirs. */
 static int node_swap(struct daemon *d, struct iscsi_node *n, const struct target_node_conf *f)
 {
     unsigned total = 0;
@@ -95,11 +135,22 @@ static int node_swap(struct daemon *d, struct iscsi_node *n, const struct target
     if (total && !a)
         return -1;
     unsigned k = 0;
-    for (unsigned i = 0; i < f->nhosts; i++)
+    for (unsigned i = 0; i < f->nhosts; i++) {
+        struct iscsi_host_limit *l =
+            f->hosts[i].ninitiators ? entry_limit(n, a, k, &f->hosts[i]) : NULL;
+        if (f->hosts[i].ninitiators && !l) {
+            hosts_put(a, k);
+            free(a);
+            return -1;
+        }
         for (unsigned j = 0; j < f->hosts[i].ninitiators; j++, k++) {
             snprintf(a[k].name, sizeof(a[k].name), "%s", f->hosts[i].initiators[j]);
             a[k].chap = f->hosts[i].chap;
+            if (j)
+                iscsi_host_limit_get(l);
+            a[k].limit = l;
         }
+    }
     pthread_mutex_lock(&d->srv.chap_lock);
     pthread_mutex_lock(&n->access_lock);
     struct iscsi_node_host *old = n->hosts;
@@ -108,6 +159,7 @@ static int node_swap(struct daemon *d, struct iscsi_node *n, const struct target
     n->nhosts = total;
     pthread_mutex_unlock(&n->access_lock);
     pthread_mutex_unlock(&d->srv.chap_lock);
+    hosts_put(old, nold);
     if (old)
         chap_wipe(old, nold * sizeof(*old));
     free(old);
@@ -122,7 +174,11 @@ bool ctl_hosts_apply(struct daemon *d, unsigned t, const struct target_node_conf
         return false;
     struct iscsi_node *n = d->built.nodes[t];
     char why[512];
-    unsigned added = 0, changed = 0, removed = 0;
+    unsigned added = 0, changed = 0, removed = 0, capped = 0;
+    for (unsigned i = 0; i < f->nhosts; i++) {
+        const struct target_host_conf *o = target_host_find(r, f->hosts[i].initiators[0]);
+        capped += !(o ? same_limits(o, &f->hosts[i]) : !rate_limit_conf_any(&f->hosts[i].limits));
+    }
     for (unsigned i = 0; i < f->nhosts; i++)
         for (unsigned k = 0; k < f->hosts[i].ninitiators; k++) {
             const char *iqn = f->hosts[i].initiators[k];
@@ -155,10 +211,10 @@ bool ctl_hosts_apply(struct daemon *d, unsigned t, const struct target_node_conf
     if (target_hosts_copy(r, f) < 0)
         json_array_append_new(restart,
                               json_sprintf("target %s: host entries: out of memory", r->name));
-    json_array_append_new(applied,
-                          json_sprintf("target %s: host entries: %u initiator%s added, "
-                                       "%u with a new map, %u removed (CHAP as the file "
-                                       "says for new logins)",
-                                       r->name, added, added == 1 ? "" : "s", changed, removed));
+    json_array_append_new(applied, json_sprintf("target %s: host entries: %u initiator%s added, "
+                                                "%u with a new map, %u removed, %u entr%s with "
+                                                "new caps (CHAP as the file says for new logins)",
+                                                r->name, added, added == 1 ? "" : "s", changed,
+                                                removed, capped, capped == 1 ? "y" : "ies"));
     return true;
 }

@@ -117,10 +117,16 @@ static json_t *host_json(struct daemon *d, unsigned t, const struct target_host_
             maps, json_pack("{s:I, s:I, s:b}", "host_lun", (json_int_t)rows[k].host_lun, "lun",
                             (json_int_t)rows[k].lun, "read_only", rows[k].read_only));
     free(rows);
-    return json_pack("{s:s, s:s, s:s, s:o, s:o, s:s, s:s}", "target", d->cfg.targets[t].name,
-                     "kind", h->group ? "group" : "host", "name",
-                     h->group ? h->group_name : h->initiators[0], "initiators", inis, "maps", maps,
-                     "chap_user", h->chap.user, "chap_mutual_user", h->chap.mutual_user);
+    json_t *o = json_pack("{s:s, s:s, s:s, s:o, s:o, s:s, s:s}", "target", d->cfg.targets[t].name,
+                          "kind", h->group ? "group" : "host", "name",
+                          h->group ? h->group_name : h->initiators[0], "initiators", inis, "maps",
+                          maps, "chap_user", h->chap.user, "chap_mutual_user", h->chap.mutual_user);
+    /* the entry's caps as in force (one limiter for all its initiators) */
+    const struct iscsi_host_limit *l =
+        iscsi_node_host_limit_peek(d->built.nodes[t], h->initiators[0]);
+    if (l)
+        json_object_set_new(o, "limits", ctl_limits_json(&l->limit));
+    return o;
 }
 
 json_t *ctl_show_hosts(struct daemon *d, json_t *params, struct req_err *e)

@@ -185,9 +185,29 @@ json_t *stats_json(struct daemon *d)
         json_object_set_new(o, "counters", values_json(&e->v));
     }
     free(s.e);
+    json_t *hosts = json_array();
+    for (unsigned t = 0; t < d->built.n; t++) {
+        const struct target_node_conf *c = &d->cfg.targets[t];
+        for (unsigned k = 0; k < c->nhosts; k++) {
+            const struct target_host_conf *h = &c->hosts[k];
+            const struct iscsi_host_limit *l =
+                iscsi_node_host_limit_peek(d->built.nodes[t], h->initiators[0]);
+            if (!l)
+                continue;
+            uint64_t ns = atomic_load_explicit(&l->limit.delayed_ns, memory_order_relaxed);
+            json_array_append_new(
+                hosts, json_pack("{s:s, s:s, s:s, s:{s:o, s:o}}", "target", c->name, "kind",
+                                 h->group ? "group" : "host", "name",
+                                 h->group ? h->group_name : h->initiators[0], "throttle", "delayed",
+                                 u64(atomic_load_explicit(&l->limit.delayed, memory_order_relaxed)),
+                                 "delayed_ms", u64(ns / 1000000)));
+        }
+    }
     /* latency_bounds_s: the upper bound of each bucket but the last (+Inf) */
-    return json_pack("{s:o, s:o, s:o, s:o, s:o}", "time_ns", u64(s.time_ns), "latency_bounds_s",
-                     bounds, "luns", luns, "sessions", sessions, "portals", portals);
+    /* hosts: the initiator entries' caps, each entry's commands together */
+    return json_pack("{s:o, s:o, s:o, s:o, s:o, s:o}", "time_ns", u64(s.time_ns),
+                     "latency_bounds_s", bounds, "luns", luns, "sessions", sessions, "portals",
+                     portals, "hosts", hosts);
 }
 
 /* --- Prometheus text format --- */

@@ -166,6 +166,7 @@ int cmd_handle_scsi_header(struct iscsi_conn *c, struct iscsi_pdu_in *p)
     st->lun = scsi_lun_from_wire(req->b + BHS_LUN);
     st->target = c->session->node->scsi;
     st->nexus = c->session->nexus;
+    st->limit = c->session->limit ? &c->session->limit->limit : NULL;
     st->edtl = t->edtl;
     st->edtl_read = flags & ISCSI_CMD_READ;
     st->edtl_write = flags & ISCSI_CMD_WRITE;

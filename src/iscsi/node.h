@@ -79,7 +79,24 @@ struct iscsi_pending_addr;
 struct iscsi_node_host {
     char name[ISCSI_NAME_MAX + 1];
     struct chap_creds chap;
+    struct iscsi_host_limit *limit; /* the entry's caps (one reference per member), or NULL */
 };
+
+struct iscsi_node;
+/* An entry's IOPS and bytes/s caps, shared by its initiators' sessions (host_limit.c). */
+struct iscsi_host_limit {
+    struct rate_limit limit;
+    atomic_uint refs; /* the node's entries that name it, and the sessions that charge it */
+};
+struct iscsi_host_limit *iscsi_host_limit_new(const struct rate_limit_conf *c);
+void iscsi_host_limit_get(struct iscsi_host_limit *l);
+void iscsi_host_limit_put(struct iscsi_host_limit *l); /* NULL: nothing */
+/* The limiter of initiator's entry, with a reference for the caller; NULL if it has none. */
+struct iscsi_host_limit *iscsi_node_host_limit(struct iscsi_node *node, const char *initiator);
+/* The same without a reference, for the one writer of the entries (the daemon's control
+ * thread), which needs no lock to read them. */
+struct iscsi_host_limit *iscsi_node_host_limit_peek(const struct iscsi_node *node,
+                                                    const char *initiator);
 
 struct iscsi_node {
     char name[ISCSI_NAME_MAX + 1];

@@ -17,6 +17,7 @@ static void session_free(struct iscsi_session *s)
 {
     if (s->nexus)
         scsi_nexus_put(s->nexus);
+    iscsi_host_limit_put(s->limit);
     pthread_mutex_destroy(&s->lock);
     iostats_free(s->stats);
     free(s);
@@ -166,6 +167,7 @@ struct iscsi_session *session_new(struct iscsi_server *srv, struct iscsi_node *n
             session_free(s);
             return NULL;
         }
+        s->limit = iscsi_node_host_limit(s->node, s->initiator_name);
     }
     pthread_mutex_lock(&srv->sessions_lock);
     int rc = session_table_insert(srv, s);

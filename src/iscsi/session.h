@@ -47,6 +47,9 @@ struct iscsi_session {
     char initiator_name[ISCSI_NAME_MAX + 1];
     char chap_user[CHAP_NAME_MAX + 1]; /* the CHAP name its leading login proved; "" none */
     struct scsi_nexus *nexus;
+    /* its initiator entry's caps at login (a reference; NULL: no entry), charged by each
+     * command; kept to the session's end whatever a reload does to the entry */
+    struct iscsi_host_limit *limit;
     struct iscsi_params params;
     bool discovery;
     char addr[64];         /* the initiator's address, no port (discovery sessions per address) */

@@ -74,17 +74,20 @@ bool scsi_throttle(struct scsi_task *t)
     if (t->dir == SCSI_DIR_NONE) /* SYNCHRONIZE CACHE, VERIFY without data: not counted */
         return false;
     enum rate_op op = throttle_op(t);
-    uint64_t now = rate_limit_now_ns(), until = 0, u;
+    /* charged to both the LUN's cap and the entry's: it goes when both give it its turn, and
+     * each counts it delayed only if it was the one (or one of the two) that held it back */
+    uint64_t now = rate_limit_now_ns(), lu_until = 0, e_until = 0;
     if (rate_limit_on(&lu->limit))
-        until = rate_limit_charge(&lu->limit, op, t->xfer_len, now);
-    if (t->limit && rate_limit_on(t->limit) &&
-        (u = rate_limit_charge(t->limit, op, t->xfer_len, now)) > until)
-        until = u;
+        lu_until = rate_limit_charge(&lu->limit, op, t->xfer_len, now);
+    if (t->limit && rate_limit_on(t->limit))
+        e_until = rate_limit_charge(t->limit, op, t->xfer_len, now);
+    uint64_t until = lu_until > e_until ? lu_until : e_until;
     struct reactor *r = reactor_self();
     if (until <= now || !r) /* no reactor (a test driving the core from a thread): no wait */
         return false;
-    rate_limit_count_delay(&lu->limit, until - now);
-    if (t->limit)
+    if (lu_until > now)
+        rate_limit_count_delay(&lu->limit, until - now);
+    if (e_until > now)
         rate_limit_count_delay(t->limit, until - now);
     struct scsi_task_core *k = scsi_core(t);
     assert(atomic_load(&k->th_state) == TH_NONE);
