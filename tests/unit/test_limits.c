@@ -14,6 +14,7 @@
 #include <cmocka.h>
 
 #include "daemon/config.h"
+#include "iscsi/node.h"
 #include "tgt_harness.h"
 
 #define WRITE10 0x2a
@@ -26,6 +27,28 @@ static struct tgt *up(const char *spec)
     tgt_opts_default(&o);
     o.lun_spec = spec;
     return tgt_login(&o);
+}
+
+/* LUN 0 as spec, and the initiator's [host] entry with these caps */
+static struct tgt *up_entry(const char *spec, const char *host_limits)
+{
+    struct tgt_opts o;
+    tgt_opts_default(&o);
+    o.lun_spec = spec;
+    o.host_limits = host_limits;
+    return tgt_login(&o);
+}
+
+static struct rate_limit *entry_limit(struct tgt *t)
+{
+    struct iscsi_host_limit *l = iscsi_node_host_limit_peek(tgt_node(t), TGT_INITIATOR_NAME);
+    assert_non_null(l);
+    return &l->limit;
+}
+
+static uint64_t delayed(const struct rate_limit *r)
+{
+    return atomic_load(&r->delayed);
 }
 
 /* WRITE(10) of one block at lba, its data immediate; the PDU for the caller to send. */
@@ -93,10 +116,8 @@ static void test_waiting_commands_keep_order(void **state)
 /* At 1 IOPS without a burst the first write goes, the next ones wait (seconds). ABORT TASK of
  * the last one is answered FUNCTION COMPLETE and it is never answered; a LOGICAL UNIT RESET then
  * ends the others, answered too; the next command sees the reset's unit attention. */
-static void test_abort_of_waiting_commands(void **state)
+static void abort_waiting(struct tgt *t)
 {
-    (void)state;
-    struct tgt *t = up("ram:4M,iops=1");
     enum { N = 5 };
     uint32_t itt[N], sn[N];
     send_writes(t, N, itt, sn);
@@ -131,6 +152,83 @@ static void test_abort_of_waiting_commands(void **state)
     assert_int_equal(r.asc, 0x29);
     assert_int_equal(r.ascq, 0x03);
     assert_int_equal(tgt_pending(t), 0);
+}
+
+static void test_abort_of_waiting_commands(void **state)
+{
+    (void)state;
+    struct tgt *t = up("ram:4M,iops=1");
+    abort_waiting(t);
+    tgt_free(t);
+}
+
+/* The same with the cap on the initiator's entry, the LUN uncapped: the writes wait (the
+ * entry counts them delayed, the LUN does not) and the aborts end them at once. */
+static void test_abort_of_commands_waiting_for_entry(void **state)
+{
+    (void)state;
+    struct tgt *t = up_entry("ram:4M", "iops=1");
+    abort_waiting(t);
+    assert_true(delayed(entry_limit(t)) >= 1);
+    assert_int_equal(delayed(scsi_lun_rate_limit(scsi_target_lun(tgt_scsi_target(t), 0))), 0);
+    tgt_free(t);
+}
+
+/* An entry capped at 4 IOPS, the LUN not: writes sent together wait their turns (a quarter
+ * second apart: the entry counts each but the first delayed) and are answered in order. */
+static void test_entry_cap_keeps_order(void **state)
+{
+    (void)state;
+    struct tgt *t = up_entry("ram:4M", "iops=4,burst=0");
+    enum { N = 4 };
+    uint32_t itt[N];
+    send_writes(t, N, itt, NULL);
+    for (unsigned i = 0; i < N; i++) {
+        struct tgt_rsp r = next_answer(t);
+        expect_good(&r, itt[i]);
+    }
+    assert_int_equal(tgt_pending(t), 0);
+    assert_int_equal(delayed(entry_limit(t)), N - 1);
+    tgt_free(t);
+    /* an entry without caps: nothing waits */
+    t = up_entry("ram:4M", "");
+    send_writes(t, N, itt, NULL);
+    for (unsigned i = 0; i < N; i++) {
+        struct tgt_rsp r = next_answer(t);
+        expect_good(&r, itt[i]);
+    }
+    assert_int_equal(delayed(entry_limit(t)), 0);
+    tgt_free(t);
+}
+
+/* A capped LUN from a capped entry: each command is charged to both. With both at 4 IOPS
+ * each cap holds the writes back (each counts them delayed); with the LUN at 4 and the entry
+ * far above, only the LUN does, and the entry's clock still moved (it was charged). */
+static void test_command_charged_to_both(void **state)
+{
+    (void)state;
+    enum { N = 3 };
+    uint32_t itt[N];
+    struct tgt *t = up_entry("ram:4M,iops=4,burst=0", "iops=4,burst=0");
+    struct rate_limit *lu = scsi_lun_rate_limit(scsi_target_lun(tgt_scsi_target(t), 0));
+    send_writes(t, N, itt, NULL);
+    for (unsigned i = 0; i < N; i++) {
+        struct tgt_rsp r = next_answer(t);
+        expect_good(&r, itt[i]);
+    }
+    assert_int_equal(delayed(lu), N - 1);
+    assert_int_equal(delayed(entry_limit(t)), N - 1);
+    tgt_free(t);
+    t = up_entry("ram:4M,iops=4,burst=0", "iops=100000");
+    lu = scsi_lun_rate_limit(scsi_target_lun(tgt_scsi_target(t), 0));
+    send_writes(t, N, itt, NULL);
+    for (unsigned i = 0; i < N; i++) {
+        struct tgt_rsp r = next_answer(t);
+        expect_good(&r, itt[i]);
+    }
+    assert_int_equal(delayed(lu), N - 1);
+    assert_int_equal(delayed(entry_limit(t)), 0);
+    assert_true(atomic_load(&entry_limit(t)->tat[RATE_IOPS]) > 0);
     tgt_free(t);
 }
 
@@ -183,6 +281,9 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_waiting_commands_keep_order),
         cmocka_unit_test(test_abort_of_waiting_commands),
+        cmocka_unit_test(test_abort_of_commands_waiting_for_entry),
+        cmocka_unit_test(test_entry_cap_keeps_order),
+        cmocka_unit_test(test_command_charged_to_both),
         cmocka_unit_test(test_connection_lost_while_waiting),
         cmocka_unit_test(test_limit_options),
     };

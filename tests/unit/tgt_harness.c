@@ -431,6 +431,15 @@ static void build_target(struct tgt *t, const struct tgt_opts *o)
     lun.lun = 0;
     snprintf(lun.origin, sizeof(lun.origin), "harness");
     assert_int_equal(target_node_add_lun(n, &lun, err, sizeof(err)), 0);
+    if (o->host_limits) {
+        struct target_host_conf *h =
+            target_host_open(n, false, TGT_INITIATOR_NAME, "harness", 1, err, sizeof(err));
+        assert_non_null(h);
+        assert_int_equal(target_host_map_line(h, "0 0", 1, err, sizeof(err)), 0);
+        if (o->host_limits[0] &&
+            target_lun_limits_parse(&h->limits, o->host_limits, err, sizeof(err)) < 0)
+            fail_msg("host limits: %s", err);
+    }
     if (target_build(&t->cfg, &t->built, err, sizeof(err)) < 0)
         fail_msg("target_build: %s", err);
     assert_int_equal(iscsi_server_init(&t->srv), 0);
@@ -806,4 +815,9 @@ void tgt_send_kill_send(struct tgt *t, const struct tgt_pdu *first, int other,
 struct scsi_target *tgt_scsi_target(struct tgt *t)
 {
     return t->built.nodes[0]->scsi;
+}
+
+struct iscsi_node *tgt_node(struct tgt *t)
+{
+    return t->built.nodes[0];
 }

@@ -39,6 +39,9 @@ struct tgt_opts {
     int time2wait, time2retain;
     uint32_t max_connections; /* MaxConnections offered (0: not offered, RFC default 1) */
     const char *lun_spec;     /* LUN 0 as --lun takes it instead of ram:<lun_mib>M */
+    /* non-NULL: the initiator has a [host] entry that maps LUN 0 as 0, with these caps as
+     * the entry's keys take them ("iops=2,burst=0"; "" for none) */
+    const char *host_limits;
 };
 
 /* ImmediateData=Yes, InitialR2T=No, FirstBurstLength 8 KiB, MaxBurstLength 16 KiB, MRDSL 4 KiB,
@@ -186,5 +189,7 @@ void tgt_async_drop(struct tgt *t);
  * maps). */
 struct scsi_target;
 struct scsi_target *tgt_scsi_target(struct tgt *t);
+/* The node behind the target, for its entries (their limiters). */
+struct iscsi_node *tgt_node(struct tgt *t);
 
 #endif
