@@ -40,9 +40,10 @@ struct bench_opts {
     enum bench_fmt fmt;
     const char *svg;
     pid_t target_pid;
-    uint32_t erl;              /* --erl: ErrorRecoveryLevel asked for */
-    struct inject_spec inject; /* --inject */
-    int log_level;             /* --log-level: the initiator's log (default warn) */
+    uint32_t erl;               /* --erl: ErrorRecoveryLevel asked for */
+    struct inject_spec inject;  /* --inject */
+    int log_level;              /* --log-level: the initiator's log (default warn) */
+    const char *initiator_name; /* --initiator-name, or NULL: the library's default */
 };
 
 /* One cell of the table. NAN in a double means "unknown" (printed empty). */

@@ -70,6 +70,8 @@ static void usage(FILE *f)
             "                       has no connection left\n"
             "  --log-level LEVEL    the initiator's log on stderr: error, warn (default),\n"
             "                       info (logins, recovery steps) or debug\n"
+            "  --initiator-name IQN log in as IQN (default iqn.2026-01.org.linerate:bench;\n"
+            "                       every session of the run uses it)\n"
             "  --help               this text\n"
             "Progress goes to stderr, results to stdout.\n");
 }
@@ -359,6 +361,9 @@ static int read_option(int c, const char *arg, struct bench_opts *o, struct opt_
             return -1;
         }
         break;
+    case 'N':
+        o->initiator_name = arg;
+        break;
     case 'h':
         usage(stdout);
         exit(0);
@@ -408,6 +413,7 @@ static int parse_opts(int argc, char **argv, struct bench_opts *o)
         {"erl", required_argument, NULL, 'E'},
         {"inject", required_argument, NULL, 'I'},
         {"log-level", required_argument, NULL, 'L'},
+        {"initiator-name", required_argument, NULL, 'N'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };

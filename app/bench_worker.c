@@ -335,6 +335,7 @@ static void do_login(void *arg)
         .host = o->url.host,
         .port = o->url.port,
         .target_name = o->url.target,
+        .initiator_name = o->initiator_name,
         .lun = o->url.lun,
         .header_digest = w->digest,
         .data_digest = w->digest,
