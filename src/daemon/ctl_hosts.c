@@ -1,9 +1,11 @@
 /* A reload's changes to a target's [host] / [group] entries, applied live: the SCSI target's
  * host maps first (an entry added, a mapping changed: its hosts' nexuses see the new map, with
  * REPORTED LUNS DATA HAS CHANGED, scsi.h), then who may log in and with which CHAP user (the
- * iSCSI node's entries, swapped whole under its locks), then the entries that went. A removed
- * entry's sessions carry on, seeing no LUN, as sessions of a removed allow entry carry on;
- * reload --force logs them out (ctl_reload.c). Control thread only. */
+ * iSCSI node's entries, swapped whole under its locks, each with its entry's limiter: the one
+ * it had, set to the new caps, so that sessions logged in are paced by them at once), then the
+ * entries that went. A removed entry's sessions carry on, seeing no LUN, under its last caps,
+ * as sessions of a removed allow entry carry on; reload --force logs them out (ctl_reload.c).
+ * Control thread only. */
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
