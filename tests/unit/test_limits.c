@@ -254,6 +254,49 @@ static void test_connection_lost_while_waiting(void **state)
     tgt_free(t);
 }
 
+/* A group's cap is the group's: its two initiators' sessions charge one limiter. A second
+ * initiator logs in beside the first; a write from each, at 1 IOPS for the group: the second
+ * one waits (the group counts it delayed) although its session sent nothing before. */
+static void test_group_shares_its_cap(void **state)
+{
+    (void)state;
+    struct tgt_opts o;
+    tgt_opts_default(&o);
+    o.lun_spec = "ram:4M";
+    o.host_limits = "iops=1";
+    o.host_group = true;
+    struct tgt *t = tgt_login(&o);
+    struct iscsi_host_limit *a = iscsi_node_host_limit_peek(tgt_node(t), TGT_INITIATOR_NAME);
+    assert_non_null(a);
+    assert_ptr_equal(a, iscsi_node_host_limit_peek(tgt_node(t), TGT_INITIATOR2_NAME));
+    uint32_t itt;
+    send_writes(t, 1, &itt, NULL);
+    struct tgt_rsp r = next_answer(t);
+    expect_good(&r, itt);
+    assert_int_equal(delayed(&a->limit), 0);
+    uint32_t sn = 100;
+    tgt_login_session(t, TGT_INITIATOR2_NAME, sn);
+    struct tgt_pdu p;
+    uint8_t cdb[16] = {0};
+    for (int i = 0; i < 4; i++) { /* its POWER ON unit attention (TEST UNIT READY: no cap) */
+        tgt_pdu_scsi_cmd(&p, 0x500 + (uint32_t)i, sn++, cdb, 0, ISCSI_FLAG_FINAL, NULL, 0);
+        tgt_send(t, &p);
+        r = next_answer(t);
+        if (r.status == 0)
+            break;
+    }
+    assert_int_equal(r.status, 0);
+    static uint8_t block[TGT_BLOCK];
+    tgt_cdb_rw10(cdb, WRITE10, 0, 1);
+    tgt_pdu_scsi_cmd(&p, 0x600, sn++, cdb, TGT_BLOCK, ISCSI_FLAG_FINAL | ISCSI_CMD_WRITE, block,
+                     TGT_BLOCK);
+    tgt_send(t, &p);
+    r = next_answer(t);
+    expect_good(&r, 0x600);
+    assert_int_equal(delayed(&a->limit), 1);
+    tgt_free(t);
+}
+
 /* The options as a config file and linerate-ctl take them, and as save writes them back. */
 static void test_limit_options(void **state)
 {
@@ -293,6 +336,7 @@ int main(void)
         cmocka_unit_test(test_abort_of_commands_waiting_for_entry),
         cmocka_unit_test(test_entry_cap_keeps_order),
         cmocka_unit_test(test_command_charged_to_both),
+        cmocka_unit_test(test_group_shares_its_cap),
         cmocka_unit_test(test_connection_lost_while_waiting),
         cmocka_unit_test(test_limit_options),
     };

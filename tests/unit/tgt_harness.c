@@ -433,8 +433,16 @@ static void build_target(struct tgt *t, const struct tgt_opts *o)
     assert_int_equal(target_node_add_lun(n, &lun, err, sizeof(err)), 0);
     if (o->host_limits) {
         struct target_host_conf *h =
-            target_host_open(n, false, TGT_INITIATOR_NAME, "harness", 1, err, sizeof(err));
+            o->host_group
+                ? target_host_open(n, true, "harness", "harness", 1, err, sizeof(err))
+                : target_host_open(n, false, TGT_INITIATOR_NAME, "harness", 1, err, sizeof(err));
         assert_non_null(h);
+        if (o->host_group) {
+            assert_int_equal(target_host_add_initiator(h, TGT_INITIATOR_NAME, 1, err, sizeof(err)),
+                             0);
+            assert_int_equal(target_host_add_initiator(h, TGT_INITIATOR2_NAME, 1, err, sizeof(err)),
+                             0);
+        }
         assert_int_equal(target_host_map_line(h, "0 0", 1, err, sizeof(err)), 0);
         if (o->host_limits[0] &&
             target_lun_limits_parse(&h->limits, o->host_limits, err, sizeof(err)) < 0)

@@ -16,6 +16,7 @@
 
 #define TGT_TARGET_NAME "iqn.2026-12.org.linerate:harness"
 #define TGT_INITIATOR_NAME "iqn.2026-12.org.linerate:harness-ini"
+#define TGT_INITIATOR2_NAME "iqn.2026-12.org.linerate:harness-two"
 #define TGT_BLOCK 512u
 
 /* What the initiator side of the login offers (RFC 7143 §13); the target's defaults are
@@ -42,6 +43,8 @@ struct tgt_opts {
     /* non-NULL: the initiator has a [host] entry that maps LUN 0 as 0, with these caps as
      * the entry's keys take them ("iops=2,burst=0"; "" for none) */
     const char *host_limits;
+    /* with host_limits: the entry is [group harness] of the initiator and TGT_INITIATOR2_NAME */
+    bool host_group;
 };
 
 /* ImmediateData=Yes, InitialR2T=No, FirstBurstLength 8 KiB, MaxBurstLength 16 KiB, MRDSL 4 KiB,
