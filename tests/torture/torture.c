@@ -360,6 +360,10 @@ struct block_state {
     uint32_t maybe[MAYBE_MAX];
     uint8_t nmaybe;
     bool any;
+    /* an ABORT TASK answered before this write's status (LR_ERR_TASK_ABORTED): it landed
+     * whole before the answer or not at all, never later. The next READ decides which, and
+     * from then on the block holds that (0: none to decide). */
+    uint32_t aborted;
 };
 
 static struct block_state blocks[LUN_BLOCKS];
@@ -374,6 +378,9 @@ struct cmd {
     uint32_t nblocks, gen;
     uint64_t issued_ms;
     bool live;
+    uint32_t tag;       /* a WRITE's, for lr_task_abort */
+    bool abort_planned; /* ABORT TASK it at abort_at_ms, if still running */
+    uint64_t abort_at_ms;
     struct sess *sess;
     uint8_t buf[CHUNK_BLOCKS * BS];
 };
@@ -397,6 +404,7 @@ static struct lr_timer *tick;
 static struct {
     uint64_t ok[4], failed[4], ua, recovered, cuts, stalls, restarts, sessions, reads_checked;
     uint64_t resets, resets_failed;
+    uint64_t aborts, aborts_refused, aborts_won, aborts_answered, aborts_other, aborts_decided;
 } st;
 
 static uint64_t now_ms(void)
@@ -441,6 +449,15 @@ static void fill(uint8_t *b, uint64_t lba, uint32_t gen)
     }
 }
 
+static void maybe_drop(struct block_state *b, uint32_t gen)
+{
+    for (unsigned i = 0; i < b->nmaybe; i++)
+        if (b->maybe[i] == gen) {
+            b->maybe[i] = b->maybe[--b->nmaybe];
+            return;
+        }
+}
+
 static bool allowed(const struct block_state *b, uint32_t gen)
 {
     if (b->any || gen == b->acked)
@@ -454,7 +471,7 @@ static bool allowed(const struct block_state *b, uint32_t gen)
 static void check_block(const uint8_t *p, uint64_t lba)
 {
     static const uint8_t zero[BS];
-    const struct block_state *b = &blocks[lba];
+    struct block_state *b = &blocks[lba];
     uint32_t gen = 0;
     if (memcmp(p, zero, BS) != 0) {
         uint8_t want[BS];
@@ -477,6 +494,16 @@ static void check_block(const uint8_t *p, uint64_t lba)
         violation("READ of LBA %" PRIu64 ": generation %u, but the last acknowledged write was "
                   "%u (%u unknown ones after it): an acknowledged write lost",
                   lba, gen, b->acked, b->nmaybe);
+    if (b->aborted && !b->any) {
+        /* the aborted write's fate is now known, and final: it landed (as if acknowledged),
+         * or it must never be seen (RFC 7143 §4.2.3.3: nothing of an aborted task lands
+         * after the abort's answer) */
+        if (gen == b->aborted)
+            b->acked = gen;
+        maybe_drop(b, b->aborted);
+        st.aborts_decided++;
+    }
+    b->aborted = 0;
 }
 
 static void write_unknown(const struct cmd *c)
@@ -487,7 +514,15 @@ static void write_unknown(const struct cmd *c)
             b->maybe[b->nmaybe++] = c->gen;
         else
             b->any = true;
+        b->aborted = 0;
     }
+}
+
+static void write_aborted(const struct cmd *c)
+{
+    write_unknown(c);
+    for (uint32_t i = 0; i < c->nblocks; i++)
+        blocks[c->lba + i].aborted = c->gen;
 }
 
 static void write_acked(const struct cmd *c)
@@ -497,6 +532,7 @@ static void write_acked(const struct cmd *c)
         b->acked = c->gen;
         b->nmaybe = 0;
         b->any = false;
+        b->aborted = 0;
     }
 }
 
@@ -536,6 +572,9 @@ static void on_done(void *arg, const struct lr_result *res)
     st.recovered += res->recovered;
     if (ua)
         st.ua++;
+    st.aborts_won += res->err == LR_ERR_TASK_ABORTED;
+    if (res->err == LR_ERR_TASK_ABORTED && c->op != OP_WRITE)
+        violation("%s got LR_ERR_TASK_ABORTED, never aborted", op_name[c->op]);
     if (good)
         st.ok[c->op]++;
     else
@@ -565,6 +604,8 @@ static void on_done(void *arg, const struct lr_result *res)
         if (c->op == OP_WRITE) {
             if (good)
                 write_acked(c);
+            else if (res->err == LR_ERR_TASK_ABORTED)
+                write_aborted(c);
             else if (!ua) /* a unit attention means it did not run (SAM-5 §5.14) */
                 write_unknown(c);
         } else if (good) {
@@ -575,6 +616,27 @@ static void on_done(void *arg, const struct lr_result *res)
         chunk_busy[c->lba / CHUNK_BLOCKS] = false;
     }
     sess_check_drained(x);
+}
+
+static void on_abort(void *arg, const struct lr_result *res)
+{
+    (void)arg;
+    if (res->err == LR_OK && (res->response == 0 || res->response == 1))
+        st.aborts_answered++;
+    else
+        st.aborts_other++;
+    if (verbose)
+        fprintf(stderr, "torture: ABORT TASK: %s, response %u (%s)\n", lr_err_name(res->err),
+                res->response, res->what ? res->what : "");
+}
+
+static void abort_cmd(struct cmd *c)
+{
+    c->abort_planned = false;
+    if (lr_task_abort(c->sess->s, c->tag, on_abort, NULL) == 0)
+        st.aborts++;
+    else
+        st.aborts_refused++; /* completed already */
 }
 
 static void issue(void)
@@ -600,8 +662,14 @@ static void issue(void)
             c->nblocks = 1 + rng_below(&workload_rng, CHUNK_BLOCKS - first);
             c->lba = (uint64_t)chunk * CHUNK_BLOCKS + first;
             chunk_busy[chunk] = true;
+            c->abort_planned = false;
             if (op == OP_WRITE) {
                 c->gen = next_gen++;
+                /* ABORT TASK of 1 write in 12, at once (behind the command) or within 30 ms */
+                if (rng_below(&workload_rng, 12) == 0) {
+                    c->abort_planned = true;
+                    c->abort_at_ms = c->issued_ms + rng_below(&workload_rng, 31);
+                }
                 for (uint32_t b = 0; b < c->nblocks; b++)
                     fill(c->buf + (size_t)b * BS, c->lba + b, c->gen);
             } else {
@@ -614,7 +682,7 @@ static void issue(void)
         c->live = true;
         x->outstanding++;
         if (op == OP_WRITE)
-            rc = lr_write(x->s, c->lba, c->nblocks, BS, c->buf, on_done, c);
+            rc = lr_write_tag(x->s, c->lba, c->nblocks, BS, c->buf, on_done, c, &c->tag);
         else if (op == OP_READ || op == OP_PROBE)
             rc = lr_read(x->s, c->lba, c->nblocks, BS, c->buf, on_done, c);
         else {
@@ -631,6 +699,8 @@ static void issue(void)
             sess_check_drained(x);
             return;
         }
+        if (c->abort_planned && c->abort_at_ms <= c->issued_ms)
+            abort_cmd(c);
     }
 }
 
@@ -791,6 +861,9 @@ static void on_tick(void *arg)
 {
     (void)arg;
     uint64_t now = now_ms();
+    for (unsigned i = 0; i < QD; i++)
+        if (cmds[i].live && cmds[i].abort_planned && now >= cmds[i].abort_at_ms)
+            abort_cmd(&cmds[i]);
     if (stalled && now >= stall_until_ms) {
         kill(tpid, SIGCONT);
         stalled = false;
@@ -944,6 +1017,11 @@ int main(int argc, char **argv)
            "; unit attentions %" PRIu64 "\n",
            st.ok[OP_WRITE], st.failed[OP_WRITE], st.ok[OP_READ], st.failed[OP_READ],
            st.ok[OP_PROBE], st.failed[OP_PROBE], st.ok[OP_TUR], st.failed[OP_TUR], st.ua);
+    printf("torture: ABORT TASK %" PRIu64 " sent (%" PRIu64 " too late to send), %" PRIu64
+           " won, %" PRIu64 " answered, %" PRIu64 " otherwise; %" PRIu64
+           " aborted blocks decided by a READ\n",
+           st.aborts, st.aborts_refused, st.aborts_won, st.aborts_answered, st.aborts_other,
+           st.aborts_decided);
     if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
         fprintf(stderr,
                 "torture: INVARIANT BROKEN (seed %" PRIu64 "): the target did not stop cleanly "
