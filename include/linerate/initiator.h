@@ -214,8 +214,9 @@ int lr_scsi_tag(struct lr_session *s, const uint8_t *cdb, unsigned cdb_len, enum
  *   discards what comes for an aborted task).
  * - with the command's own result when that came first: its status stands (a GOOD write
  *   landed), and the abort is answered "task does not exist" (or "function complete").
- * - with LR_ERR_CONN_LOST etc. as any task when its connection fails first (at ERL 2 the abort
- *   waits for the task's reassignment and is sent then, on the task's new connection).
+ * - with LR_ERR_CONN_LOST etc. as any task when its connection fails first. At ERL 2 a task
+ *   whose connection was lost is not reassigned: once the target let go of that connection,
+ *   the ABORT TASK goes on another one in place of the TASK REASSIGN.
  * The task's callback runs before the abort's done().
  *
  * The abort's done(): LR_OK with `response` the TMF response code (RFC 7143 §11.6.1: 0

@@ -12,12 +12,16 @@
  *   completed with it: that status stands.
  * - A task waiting for the CmdSN window (no CmdSN yet) never reaches the target: the tick
  *   completes it aborted, and the abort "function complete" without a TMF.
- * - A task with a CmdSN not yet on a connection (a retry waiting for one), or an ERL 2 orphan:
- *   the abort waits; once the task is on a connection again (retried, reassigned) the tick
- *   sends it. A connection lost with the TMF unanswered: the same.
+ * - A task with a CmdSN not yet on a connection (a retry waiting for one): the abort waits;
+ *   once the task is on a connection again the tick sends it. An ERL 2 orphan: once the
+ *   target let go of its lost connection, the ABORT TASK goes where its TASK REASSIGN would
+ *   have, on a live connection, instead of it (§11.5.1: the target moves the task there and
+ *   aborts it; a status it had sent is sent again first). A connection lost with the TMF
+ *   unanswered: the same, the TMF is sent again.
  * - The task ended otherwise first (its status, a failure, Time2Retain): the abort completes
  *   with LR_ERR_CONN_LOST if its TMF never got an answer because of a lost connection, with the
  *   response if it got one, LR_ERR_TIMEOUT if none came within the command timeout. */
+#include <assert.h>
 #include <errno.h>
 #include <stdlib.h>
 
@@ -134,6 +138,36 @@ int lr_task_abort(struct lr_session *s, uint32_t tag, lr_done_fn done, void *arg
 out:
     ini_unlock(s);
     return rc;
+}
+
+static struct ini_abort *pending_of(struct lr_session *s, uint32_t rtt)
+{
+    for (struct list_node *n = s->aborts.next; n != &s->aborts; n = n->next) {
+        struct ini_abort *a = list_entry(n, struct ini_abort, node);
+        if (a->rtt == rtt && !a->conn)
+            return a;
+    }
+    return NULL;
+}
+
+bool ini_abort_wanted(struct lr_session *s, const struct ini_task *t)
+{
+    return pending_of(s, t->itt) != NULL;
+}
+
+int ini_abort_send_orphan(struct ini_conn *c, struct ini_task *t)
+{
+    struct ini_abort *a = pending_of(c->s, t->itt);
+    assert(a && t->reassign);
+    t->reassign = false;
+    t->reassigning = false;
+    t->conn = c;
+    c->outstanding++;
+    t->deadline_ms = reactor_now_ms() + c->s->o.cmd_timeout_ms;
+    LOG_INFO("initiator: connection %u: ABORT TASK of %08x, an orphan, instead of its TASK "
+             "REASSIGN",
+             c->idx, t->itt);
+    return abort_send(c, a, t);
 }
 
 int ini_abort_rsp(struct ini_conn *c, const uint8_t *hdr)

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "initiator/abort.h"
 #include "initiator/conn.h"
 #include "initiator/ini.h"
 #include "initiator/lock.h"
@@ -116,6 +117,8 @@ void ini_session_kick(struct lr_session *s)
 /* The command of t, or its TASK REASSIGN (ERL 2), onto c. */
 static int send_task(struct ini_conn *c, struct ini_task *t)
 {
+    if (t->reassign && ini_abort_wanted(c->s, t))
+        return ini_abort_send_orphan(c, t); /* aborted where it would be reassigned */
     return t->reassign ? ini_task_send_reassign(c, t) : ini_task_send(c, t);
 }
 
