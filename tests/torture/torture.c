@@ -74,7 +74,7 @@ static uint32_t rng_below(uint64_t *st, uint32_t n)
     return (uint32_t)(rng_next(st) % n);
 }
 
-enum ev_kind { EV_PHASE, EV_CUT, EV_STALL, EV_ISTALL, EV_LUN_RESET, EV_RESTART, EV_END };
+enum ev_kind { EV_PHASE, EV_CUT, EV_STALL, EV_ISTALL, EV_CSTALL, EV_LUN_RESET, EV_RESTART, EV_END };
 
 /* A target's life: its --inject ("" for none) and its DefaultTime2Wait / DefaultTime2Retain
  * (the initiator offers 0 and 20, and the answer is the larger wait and the shorter retention,
@@ -94,8 +94,9 @@ struct event {
     double ini_digest_error, ini_drop_pdu;
     /* EV_RESTART (and the first target): how the target runs */
     struct tlife life;
-    /* EV_CUT: connection index; EV_STALL, EV_ISTALL: ms */
+    /* EV_CUT, EV_CSTALL: connection index; EV_STALL, EV_ISTALL: ms */
     uint32_t arg;
+    uint32_t ms; /* EV_CSTALL */
 };
 
 static struct event *sched;
@@ -143,9 +144,11 @@ static void life_print(const struct tlife *l)
 
 /* Phases of 2-8 s (a session each: ERL, connections, digests, the initiator's faults; every
  * four phases take ERL 1 and 2 with 2 and 4 connections, in an order drawn from the seed, so a
- * short run sees all four), and in them an event every 0.3-2 s: a connection cut (12 in 20), a
- * stall of 50-1500 ms of the target (2 in 20) or of the initiator (2 in 20), a LOGICAL UNIT
- * RESET from another initiator (2 in 20), a target restart with new faults (2 in 20). */
+ * short run sees all four), and in them an event every 0.3-2 s: a connection cut (10 in 20), a
+ * stall of 50-1500 ms of the target (2 in 20) or of the initiator (2 in 20), a stall of one
+ * direction of one connection (2 in 20: the initiator stops reading it, 50-1500 ms, or one time
+ * in four 16 s, past the command timeout, which must end it), a LOGICAL UNIT RESET from
+ * another initiator (2 in 20), a target restart with new faults (2 in 20). */
 static void sched_build(uint64_t seed, uint64_t total_ms, struct tlife *first)
 {
     uint64_t st = seed;
@@ -176,9 +179,13 @@ static void sched_build(uint64_t seed, uint64_t total_ms, struct tlife *first)
         while (u < end) {
             uint32_t r = rng_below(&st, 20);
             struct event *e;
-            if (r < 12) {
+            if (r < 10) {
                 e = sched_add(EV_CUT, u);
                 e->arg = rng_below(&st, conns);
+            } else if (r < 12) {
+                e = sched_add(EV_CSTALL, u);
+                e->arg = rng_below(&st, conns);
+                e->ms = rng_below(&st, 4) ? 50 + rng_below(&st, 1451) : CMD_TIMEOUT_MS + 1000;
             } else if (r < 16) {
                 e = sched_add(r < 14 ? EV_STALL : EV_ISTALL, u);
                 e->arg = 50 + rng_below(&st, 1451);
@@ -213,6 +220,10 @@ static void ev_print(const struct event *e)
         break;
     case EV_ISTALL:
         printf("%9.3f   stall the initiator %u ms\n", at, e->arg);
+        break;
+    case EV_CSTALL:
+        printf("%9.3f   stall connection %u's target-to-initiator direction %u ms\n", at, e->arg,
+               e->ms);
         break;
     case EV_LUN_RESET:
         printf("%9.3f   LOGICAL UNIT RESET from another initiator\n", at);
@@ -404,6 +415,7 @@ static struct lr_timer *tick;
 static struct {
     uint64_t ok[4], failed[4], ua, recovered, cuts, stalls, restarts, sessions, reads_checked;
     uint64_t resets, resets_failed;
+    uint64_t cstalls;
     uint64_t aborts, aborts_refused, aborts_won, aborts_answered, aborts_other, aborts_decided;
 } st;
 
@@ -707,10 +719,16 @@ static void issue(void)
 /* ---------------- sessions ---------------- */
 
 static uint64_t next_login_ms, stall_until_ms;
+/* EV_CSTALL: the session and connection whose reading is held, until when */
+static struct sess *cstall_sess;
+static unsigned cstall_conn;
+static uint64_t cstall_until_ms;
 
 static void free_later(void *arg)
 {
     struct sess *x = arg;
+    if (cstall_sess == x)
+        cstall_sess = NULL;
     lr_session_destroy(x->s);
     free(x);
     if (old == x)
@@ -836,6 +854,19 @@ static void run_event(const struct event *e)
         usleep(e->arg * 1000);
         st.stalls++;
         break;
+    case EV_CSTALL:
+        /* one direction of one connection: the initiator stops reading it (Data-In, R2Ts,
+         * responses, pings pile up in the socket) and goes on sending on it; the others run
+         * on. A long one ends by the command timeout (the connection dropped, its tasks
+         * recovered or failed) or the target's. */
+        if (cur && cur->up && !cstall_sess && e->arg < phase->conns) {
+            lr_session_conn_rx_hold(cur->s, e->arg, true);
+            cstall_sess = cur;
+            cstall_conn = e->arg;
+            cstall_until_ms = now_ms() + e->ms;
+            st.cstalls++;
+        }
+        break;
     case EV_LUN_RESET:
         /* another nexus: the target aborts this session's tasks on the LUN without an
          * answer (they time out here) and raises a unit attention for its next command */
@@ -864,6 +895,10 @@ static void on_tick(void *arg)
     for (unsigned i = 0; i < QD; i++)
         if (cmds[i].live && cmds[i].abort_planned && now >= cmds[i].abort_at_ms)
             abort_cmd(&cmds[i]);
+    if (cstall_sess && (now >= cstall_until_ms || ending)) {
+        lr_session_conn_rx_hold(cstall_sess->s, cstall_conn, false);
+        cstall_sess = NULL;
+    }
     if (stalled && now >= stall_until_ms) {
         kill(tpid, SIGCONT);
         stalled = false;
@@ -1017,6 +1052,7 @@ int main(int argc, char **argv)
            "; unit attentions %" PRIu64 "\n",
            st.ok[OP_WRITE], st.failed[OP_WRITE], st.ok[OP_READ], st.failed[OP_READ],
            st.ok[OP_PROBE], st.failed[OP_PROBE], st.ok[OP_TUR], st.failed[OP_TUR], st.ua);
+    printf("torture: %" PRIu64 " one-direction stalls of one connection\n", st.cstalls);
     printf("torture: ABORT TASK %" PRIu64 " sent (%" PRIu64 " too late to send), %" PRIu64
            " won, %" PRIu64 " answered, %" PRIu64 " otherwise; %" PRIu64
            " aborted blocks decided by a READ\n",
