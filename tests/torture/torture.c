@@ -53,6 +53,11 @@
 #define QD 24u
 #define MAYBE_MAX 4
 #define CMD_TIMEOUT_MS 15000u
+/* EV_CSTALL for ever: held until a timeout ends the connection (the target's pings, see
+ * target_conf, or the command timeout; never the clock), or the run ends. Only in runs of 60 s
+ * or more: the session it is in cannot end before (up to CMD_TIMEOUT_MS), which would double
+ * the 20 s of the meson test now and then. */
+#define CSTALL_FOREVER UINT32_MAX
 /* The library's command timeout, then Time2Wait (2 s) and Time2Retain (20 s) for a lost
  * connection's tasks, then room for a reassignment and a stalled target. */
 #define DEADLINE_MS (CMD_TIMEOUT_MS + 2000u + 20000u + 8000u)
@@ -147,8 +152,8 @@ static void life_print(const struct tlife *l)
  * short run sees all four), and in them an event every 0.3-2 s: a connection cut (10 in 20), a
  * stall of 50-1500 ms of the target (2 in 20) or of the initiator (2 in 20), a stall of one
  * direction of one connection (2 in 20: the initiator stops reading it, 50-1500 ms, or one time
- * in four 16 s, past the command timeout, which must end it), a LOGICAL UNIT RESET from
- * another initiator (2 in 20), a target restart with new faults (2 in 20). */
+ * in four until a timeout ends the connection), a LOGICAL UNIT RESET from another initiator (2
+ * in 20), a target restart with new faults (2 in 20). */
 static void sched_build(uint64_t seed, uint64_t total_ms, struct tlife *first)
 {
     uint64_t st = seed;
@@ -185,7 +190,9 @@ static void sched_build(uint64_t seed, uint64_t total_ms, struct tlife *first)
             } else if (r < 12) {
                 e = sched_add(EV_CSTALL, u);
                 e->arg = rng_below(&st, conns);
-                e->ms = rng_below(&st, 4) ? 50 + rng_below(&st, 1451) : CMD_TIMEOUT_MS + 1000;
+                e->ms = rng_below(&st, 4) ? 50 + rng_below(&st, 1451) : CSTALL_FOREVER;
+                if (e->ms == CSTALL_FOREVER && total_ms < 60000)
+                    e->ms = 1500; /* a short run stays short: see CSTALL_FOREVER */
             } else if (r < 16) {
                 e = sched_add(r < 14 ? EV_STALL : EV_ISTALL, u);
                 e->arg = 50 + rng_below(&st, 1451);
@@ -222,8 +229,13 @@ static void ev_print(const struct event *e)
         printf("%9.3f   stall the initiator %u ms\n", at, e->arg);
         break;
     case EV_CSTALL:
-        printf("%9.3f   stall connection %u's target-to-initiator direction %u ms\n", at, e->arg,
-               e->ms);
+        if (e->ms == CSTALL_FOREVER)
+            printf("%9.3f   stall connection %u's target-to-initiator direction until a timeout "
+                   "ends it\n",
+                   at, e->arg);
+        else
+            printf("%9.3f   stall connection %u's target-to-initiator direction %u ms\n", at,
+                   e->arg, e->ms);
         break;
     case EV_LUN_RESET:
         printf("%9.3f   LOGICAL UNIT RESET from another initiator\n", at);
@@ -261,7 +273,9 @@ static uint16_t pick_port(void)
     return ntohs(a.sin_port);
 }
 
-/* The target's configuration file: Time2Wait and Time2Retain are set only there. */
+/* The target's configuration file: Time2Wait and Time2Retain are set only there. Its pings
+ * (NOP-In after 2 s of silence on a connection, dropped 3 s after one goes unanswered) end a
+ * connection whose other direction is stalled (EV_CSTALL). */
 static void target_conf(const struct tlife *l, const char *conf)
 {
     FILE *f = fopen(conf, "w");
@@ -272,6 +286,7 @@ static void target_conf(const struct tlife *l, const char *conf)
     fprintf(f,
             "threads = 2\nlog-level = warn\nctl-socket = none\nerror-recovery-level = 2\n"
             "max-connections = 4\ndefault-time2wait = %u\ndefault-time2retain = %u\n"
+            "nop-interval = 2\nnop-timeout = 3\n"
             "[target %s]\nportal = 127.0.0.1:%u\nlun = file:%s/lun.img,size=%u\n",
             l->t2w, l->t2r, TARGET_IQN, port, dir, LUN_BLOCKS * BS);
     fclose(f);
@@ -415,7 +430,7 @@ static struct lr_timer *tick;
 static struct {
     uint64_t ok[4], failed[4], ua, recovered, cuts, stalls, restarts, sessions, reads_checked;
     uint64_t resets, resets_failed;
-    uint64_t cstalls;
+    uint64_t cstalls, cstalls_ended, cstall_max_ms;
     uint64_t aborts, aborts_refused, aborts_won, aborts_answered, aborts_other, aborts_decided;
 } st;
 
@@ -722,7 +737,8 @@ static uint64_t next_login_ms, stall_until_ms;
 /* EV_CSTALL: the session and connection whose reading is held, until when */
 static struct sess *cstall_sess;
 static unsigned cstall_conn;
-static uint64_t cstall_until_ms;
+static uint16_t cstall_port; /* its local port: another (or 0) once it ended */
+static uint64_t cstall_from_ms, cstall_until_ms;
 
 static void free_later(void *arg)
 {
@@ -863,7 +879,9 @@ static void run_event(const struct event *e)
             lr_session_conn_rx_hold(cur->s, e->arg, true);
             cstall_sess = cur;
             cstall_conn = e->arg;
-            cstall_until_ms = now_ms() + e->ms;
+            cstall_port = lr_session_conn_port(cur->s, e->arg);
+            cstall_from_ms = now_ms();
+            cstall_until_ms = e->ms == CSTALL_FOREVER ? UINT64_MAX : now_ms() + e->ms;
             st.cstalls++;
         }
         break;
@@ -895,9 +913,21 @@ static void on_tick(void *arg)
     for (unsigned i = 0; i < QD; i++)
         if (cmds[i].live && cmds[i].abort_planned && now >= cmds[i].abort_at_ms)
             abort_cmd(&cmds[i]);
-    if (cstall_sess && (now >= cstall_until_ms || ending)) {
+    if (cstall_sess && cstall_port != lr_session_conn_port(cstall_sess->s, cstall_conn)) {
+        /* the stalled connection ended (a timeout, a cut, the session's end) */
+        if (cstall_until_ms == UINT64_MAX) {
+            st.cstalls_ended++;
+            if (now - cstall_from_ms > st.cstall_max_ms)
+                st.cstall_max_ms = now - cstall_from_ms;
+        }
+        cstall_sess = NULL;
+    } else if (cstall_sess && (now >= cstall_until_ms || ending)) {
         lr_session_conn_rx_hold(cstall_sess->s, cstall_conn, false);
         cstall_sess = NULL;
+    } else if (cstall_sess && now - cstall_from_ms > DEADLINE_MS) {
+        violation("connection %u, its target-to-initiator direction stalled, was not ended "
+                  "by any timeout in %u s",
+                  cstall_conn, DEADLINE_MS / 1000);
     }
     if (stalled && now >= stall_until_ms) {
         kill(tpid, SIGCONT);
@@ -1060,7 +1090,9 @@ int main(int argc, char **argv)
            "; unit attentions %" PRIu64 "\n",
            st.ok[OP_WRITE], st.failed[OP_WRITE], st.ok[OP_READ], st.failed[OP_READ],
            st.ok[OP_PROBE], st.failed[OP_PROBE], st.ok[OP_TUR], st.failed[OP_TUR], st.ua);
-    printf("torture: %" PRIu64 " one-direction stalls of one connection\n", st.cstalls);
+    printf("torture: %" PRIu64 " one-direction stalls of one connection, %" PRIu64
+           " held until the connection ended (the longest %.1f s)\n",
+           st.cstalls, st.cstalls_ended, (double)st.cstall_max_ms / 1000);
     printf("torture: ABORT TASK %" PRIu64 " sent (%" PRIu64 " too late to send), %" PRIu64
            " won, %" PRIu64 " answered, %" PRIu64 " otherwise; %" PRIu64
            " aborted blocks decided by a READ\n",
