@@ -350,8 +350,17 @@ int main(int argc, char **argv)
     int status = 0;
     waitpid(tpid, &status, 0);
     CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, "linerate-target did not exit 0");
-    if (failures)
+    if (failures) {
         fprintf(stderr, "abort_task: %d failures; the target's log: %s/target.log\n", failures,
                 dir);
+    } else {
+        static const char *const files[] = {"url", "target.log", "target.conf"};
+        for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
+            char p[PATH_MAX + 16];
+            snprintf(p, sizeof(p), "%s/%s", dir, files[i]);
+            unlink(p);
+        }
+        rmdir(dir);
+    }
     return failures ? 1 : 0;
 }
