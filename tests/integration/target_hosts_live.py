@@ -17,8 +17,9 @@ One daemon, target T with RAM LUNs 0, 1 and 2 and one entry, [host A] map = 0 0:
   5. `remove host T B`, as `remove allow` does: B's session carries on (counted in the answer),
      B cannot log in again; added again and removed with --force, B's session is logged out;
      the target's last entry cannot be removed;
-  6. a group added live (`add group`, `add initiator`, `remove initiator`, its maps), then
-     `save`: no difference left; the daemon restarted on the saved file shows the same
+  6. a group added live (`add group`, `add initiator`, `remove initiator`, its maps): a
+     reload would drop it and is refused; then `save`: no difference left, the file's comments
+     kept; the daemon restarted on the saved file shows the same
      `show hosts --json`.
 Exit 0 when every check holds, 1 with the reason. Python 3 standard library only (and
 libiscsi-bin, qemu-utils)."""
@@ -258,6 +259,9 @@ def steps(ctl, d, conf, port):
     check(logs_in(port, D, "userb%%%s@" % SECRET_B), "group member D does not log in")
     check(not logs_in(port, B), "B, out of the group, logs in")
     before = ctl.json("show", "hosts")
+    p = ctl.run("reload", ok=False)
+    check(p.returncode != 0 and "host entry %s" % C in p.stderr,
+          "a reload would drop the group added live: %s%s" % (p.stdout, p.stderr))
     r = ctl.json("save")
     check(r["differences"] == [], "save left differences: %s" % r["differences"])
     text = open(conf).read()
