@@ -120,6 +120,17 @@ static json_t *edit(struct daemon *d, json_t *params, struct req_err *e, edit_fn
     return r;
 }
 
+/* Whether initiator iqn stands in an entry of s already (one initiator, one entry): e set. */
+static bool in_an_entry(const struct target_node_conf *s, const char *iqn, struct req_err *e)
+{
+    const struct target_host_conf *o = target_host_find(s, iqn);
+    if (o)
+        ctl_fail(e, ERR_FAILED, "initiator %s is in %s %s of target %s already", iqn,
+                 o->group ? "group" : "host entry", o->group ? o->group_name : o->initiators[0],
+                 s->name);
+    return o != NULL;
+}
+
 /* add_host {target, entry: IQN} and add_group {target, entry: NAME, initiators: [IQN...]} */
 static int add_entry(json_t *params, struct target_node_conf *s, struct target_host_conf *h,
                      const char *entry, bool group, struct req_err *e)
@@ -136,6 +147,8 @@ static int add_entry(json_t *params, struct target_node_conf *s, struct target_h
         return -1;
     }
     /* target_host_open appends to s->hosts (a group's name checked; an IQN is ours to check) */
+    if (!group && in_an_entry(s, entry, e))
+        return -1;
     if ((!group && target_check_iscsi_name(entry, err, sizeof(err)) < 0) ||
         !(h = target_host_open(s, group, entry, "linerate-ctl", 0, err, sizeof(err)))) {
         ctl_fail(e, ERR_INVALID_PARAMS, "%s", err);
@@ -146,9 +159,10 @@ static int add_entry(json_t *params, struct target_node_conf *s, struct target_h
     json_array_foreach(group ? inis : NULL, i, v)
     {
         const char *iqn = json_is_string(v) ? json_string_value(v) : "";
-        if (target_check_iscsi_name(iqn, err, sizeof(err)) < 0 ||
+        if (in_an_entry(s, iqn, e) || target_check_iscsi_name(iqn, err, sizeof(err)) < 0 ||
             target_host_add_initiator(h, iqn, 0, err, sizeof(err)) < 0) {
-            ctl_fail(e, ERR_INVALID_PARAMS, "%s", err);
+            if (!e->code)
+                ctl_fail(e, ERR_INVALID_PARAMS, "%s", err);
             return -1;
         }
     }
@@ -208,9 +222,10 @@ static int group_member(json_t *params, struct target_node_conf *s, struct targe
     while (k < h->ninitiators && strcasecmp(h->initiators[k], iqn) != 0)
         k++;
     if (add) {
-        if (target_check_iscsi_name(iqn, err, sizeof(err)) < 0 ||
+        if (in_an_entry(s, iqn, e) || target_check_iscsi_name(iqn, err, sizeof(err)) < 0 ||
             target_host_add_initiator(h, iqn, 0, err, sizeof(err)) < 0) {
-            ctl_fail(e, ERR_INVALID_PARAMS, "%s", err);
+            if (!e->code)
+                ctl_fail(e, ERR_INVALID_PARAMS, "%s", err);
             return -1;
         }
         return 0;

@@ -231,17 +231,15 @@ def steps(ctl, d, conf, port):
 
     # 5. remove, as remove allow: sessions carry on without --force
     r = ctl.json("remove", "host", TARGET, B)
-    check(r["sessions"] == 1 and not r["sessions_ended"], "remove host B: %s" % r)
+    # (at least B's raw session: a libiscsi one that just logged out may still be ending)
+    check(r["sessions"] >= 1 and not r["sessions_ended"], "remove host B: %s" % r)
     sb.nop()
     check(ls_luns(port, B) is None, "B logged in after its entry was removed")
     ctl.run("add", "host", TARGET, B)
     ctl.run("map", "lun", TARGET, B, "0", "1")
     r = ctl.json("remove", "host", TARGET, B, "--force", "--timeout", "2")
-    check(r["sessions"] == 1 and r["sessions_ended"], "remove host B --force: %s" % r)
-    try:
-        sb.c.wait_closed(timeout=10)
-    except hostile.Closed:
-        pass
+    check(r["sessions"] >= 1 and r["sessions_ended"], "remove host B --force: %s" % r)
+    check(sb.c.wait_closed(timeout=15), "B's session still open after remove host --force")
     check(ctl.run("remove", "host", TARGET, A, ok=False).returncode != 0,
           "the last entry was removed")
     print("remove host: B's session carries on without --force, is logged out with it; the "
@@ -250,6 +248,8 @@ def steps(ctl, d, conf, port):
     # 6. a group live, save, restart
     ctl.run("add", "group", TARGET, "cluster", C)
     ctl.run("add", "initiator", TARGET, "cluster", D)
+    p = ctl.run("add", "initiator", TARGET, "cluster", A, ok=False)
+    check(p.returncode != 0 and "in host entry" in p.stderr, "A in two entries: %s" % p.stderr)
     ctl.run("add", "initiator", TARGET, "cluster", B)
     ctl.run("remove", "initiator", TARGET, "cluster", B)
     ctl.run("map", "lun", TARGET, "cluster", "0", "2", "--ro")
