@@ -383,7 +383,7 @@ static bool entry_same(const struct target_host_conf *a, const struct target_hos
     return ctl_hosts_same(&x, &y);
 }
 
-/* h's lines inserted after line at, one by one. */
+/* h's lines inserted after line at, one by one, after a blank one. */
 static bool insert_entry(struct doc *d, unsigned at, const struct target_host_conf *h)
 {
     char *text = NULL;
@@ -396,7 +396,7 @@ static bool insert_entry(struct doc *d, unsigned at, const struct target_host_co
         free(text);
         return false;
     }
-    bool ok = true;
+    bool ok = insert_after(d, at, "%s", ""); /* a blank line before it, as between entries */
     char *p = text;
     for (char *nl; ok && (nl = strchr(p, '\n')); p = nl + 1) {
         *nl = '\0';
@@ -436,6 +436,38 @@ static bool entry_line_holds(const struct sline *l, const struct target_host_con
     return false;
 }
 
+/* An entry's key line read into l->key and l->val as the parser reads them (classify keeps
+ * them only for target keys): false when out of memory. */
+static bool entry_kv(struct sline *l)
+{
+    char key[64] = "", *eq = strchr(l->text, '=');
+    const char *t = l->text + strspn(l->text, " \t");
+    size_t kl = eq ? (size_t)(eq - t) : 0;
+    while (kl && isspace((unsigned char)t[kl - 1]))
+        kl--;
+    snprintf(key, sizeof(key), "%.*s", (int)kl, t);
+    for (char *p = key; *p; p++)
+        *p = *p == '_' ? '-' : (char)tolower((unsigned char)*p);
+    snprintf(l->key, sizeof(l->key), "%s", key);
+    if (l->val || !eq)
+        return true;
+    char *v = strdup(eq + 1);
+    if (!v)
+        return false;
+    const char *c = comment_of(v);
+    if (c)
+        v[c - v] = '\0';
+    char *t2 = conf_trim(v);
+    size_t vl = strlen(t2);
+    if (vl >= 2 && t2[0] == '"' && t2[vl - 1] == '"') {
+        t2[vl - 1] = '\0';
+        t2++;
+    }
+    l->val = strdup(t2);
+    free(v);
+    return l->val != NULL;
+}
+
 /* A changed entry (its header at line i, the same entry running as re): each key line that
  * still holds kept as it is (its comment with it), the others dropped, what is missing after
  * the entry's last kept line. */
@@ -449,25 +481,7 @@ static bool edit_entry(struct doc *d, unsigned i, unsigned end, const struct tar
         struct sline *l = &d->l[j];
         if (!l->entry_key)
             continue;
-        /* (the parser's key spelling: classify kept it in l->key only for target keys) */
-        char key[64] = "", *eq = strchr(l->text, '=');
-        const char *t = l->text + strspn(l->text, " \t");
-        size_t kl = eq ? (size_t)(eq - t) : 0;
-        while (kl && isspace((unsigned char)t[kl - 1]))
-            kl--;
-        snprintf(key, sizeof(key), "%.*s", (int)kl, t);
-        for (char *p = key; *p; p++)
-            *p = *p == '_' ? '-' : (char)tolower((unsigned char)*p);
-        snprintf(l->key, sizeof(l->key), "%s", key);
-        if (!l->val) {
-            char *v = strdup(conf_trim(eq + 1));
-            const char *c = v ? comment_of(v) : NULL;
-            if (v && c)
-                v[c - v] = '\0';
-            l->val = v ? strdup(conf_trim(v)) : NULL;
-            free(v);
-            ok = l->val != NULL;
-        }
+        ok = entry_kv(l);
         if (ok && entry_line_holds(l, re, kept_map, kept_ini, &kept_user, &kept_mutual))
             at = j;
         else
@@ -481,10 +495,14 @@ static bool edit_entry(struct doc *d, unsigned i, unsigned end, const struct tar
             ok = insert_after(d, at, "map = %llu %llu%s", (unsigned long long)re->maps[m].host_lun,
                               (unsigned long long)re->maps[m].lun,
                               re->maps[m].read_only ? ",ro" : "");
-    if (ok && re->chap.user[0] && !kept_user)
-        ok = insert_after(d, at, "chap-user = %s", re->chap.user);
-    if (ok && re->chap.mutual_user[0] && !kept_mutual)
-        ok = insert_after(d, at, "chap-mutual-user = %s", re->chap.mutual_user);
+    /* (quoted as conf_write_value would: a name may start with '#' or '"') */
+    const char *u = re->chap.user, *mu = re->chap.mutual_user;
+    const char *q = strchr("#\"", u[0]) && u[0] ? "\"" : "",
+               *mq = strchr("#\"", mu[0]) && mu[0] ? "\"" : "";
+    if (ok && u[0] && !kept_user)
+        ok = insert_after(d, at, "chap-user = %s%s%s", q, u, q);
+    if (ok && mu[0] && !kept_mutual)
+        ok = insert_after(d, at, "chap-mutual-user = %s%s%s", mq, mu, mq);
     free(kept_map);
     free(kept_ini);
     return ok;
