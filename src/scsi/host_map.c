@@ -333,7 +333,8 @@ int scsi_target_host_maps(struct scsi_target *t, const char *initiator_name,
     int n = -1;
     if (e) {
         n = (int)e->nrows;
-        memcpy(out, e->rows, (e->nrows < max ? e->nrows : max) * sizeof(*out));
+        if (e->nrows && max) /* (an entry without a map has no rows array: memcpy takes none) */
+            memcpy(out, e->rows, (e->nrows < max ? e->nrows : max) * sizeof(*out));
     }
     pthread_mutex_unlock(&t->lock);
     return n;
