@@ -67,8 +67,11 @@ static json_t *commit(struct daemon *d, unsigned t, struct target_node_conf *s, 
     if (ctl_param_uint(params, "timeout", HOST_TIMEOUT_MAX_S, &timeout, e) < 0)
         return NULL;
     bool force = ctl_param_bool(params, "force");
-    if (target_hosts_check(s, "linerate-ctl", err, sizeof(err)) < 0)
-        return ctl_fail(e, ERR_FAILED, "%s", err);
+    if (target_hosts_check(s, "linerate-ctl", err, sizeof(err)) < 0) {
+        /* (a line number names a line of the file; what this request added has none) */
+        const char *why = strncmp(err, "linerate-ctl:0: ", 16) == 0 ? err + 16 : err;
+        return ctl_fail(e, ERR_FAILED, "%s", why);
+    }
     if (chap && chap_load(d, s, err, sizeof(err)) < 0)
         return ctl_fail(e, ERR_FAILED, "%s", err);
     struct iscsi_node *n = d->built.nodes[t];
