@@ -151,17 +151,18 @@ static void lun_row(struct table *t, json_t *o)
     human_bytes((unsigned long long)num(o, "bytes"), size, sizeof(size));
     snprintf(bs, sizeof(bs), "%lld", num(o, "block_size"));
     snprintf(cmds, sizeof(cmds), "%lld", num(o, "commands"));
+    const char *limits = str(json_object_get(o, "limits"), "text");
     table_row(t,
               (const char *[]){str(o, "target"), lun, size, bs, flag(o, "read_only") ? "ro" : "rw",
-                               *alua ? alua : "-", cmds, str(o, "store")});
+                               *alua ? alua : "-", cmds, *limits ? limits : "-", str(o, "store")});
 }
 
-static const char *const lun_head[] = {"TARGET", "LUN",  "SIZE",      "BLOCK",
-                                       "MODE",   "ALUA", "IN-FLIGHT", "STORE"};
+static const char *const lun_head[] = {"TARGET", "LUN",       "SIZE",   "BLOCK", "MODE",
+                                       "ALUA",   "IN-FLIGHT", "LIMITS", "STORE"};
 
 static void print_luns(FILE *out, json_t *r)
 {
-    struct table t = {.ncols = 8};
+    struct table t = {.ncols = 9};
     table_row(&t, lun_head);
     size_t i;
     json_t *o;
@@ -287,7 +288,7 @@ void ctl_print_result(FILE *out, const char *kind, json_t *r)
     } else if (strcmp(kind, "luns") == 0) {
         print_luns(out, r);
     } else if (strcmp(kind, "lun") == 0) {
-        struct table t = {.ncols = 8};
+        struct table t = {.ncols = 9};
         table_row(&t, lun_head);
         lun_row(&t, r);
         table_print(out, &t);

@@ -175,9 +175,15 @@ static int build_lun_number(const struct verb *v, int argc, char **argv, struct 
     json_object_set_new(p, "lun", json_integer(n));
     if (set) {
         const char *mode = argv[at + 1];
-        if (!is(mode, "ro") && !is(mode, "rw"))
-            return usage_err(err, errlen, "set lun [TARGET] N ro|rw: '%s' is neither", mode);
-        json_object_set_new(p, "read_only", json_boolean(is(mode, "ro")));
+        if (strchr(mode, '=') || is(mode, "none")) /* caps: the daemon parses them */
+            json_object_set_new(p, "limits", json_string(mode));
+        else if (!is(mode, "ro") && !is(mode, "rw"))
+            return usage_err(err, errlen,
+                             "set lun [TARGET] N ro|rw|LIMITS: '%s' is neither ro, rw nor "
+                             "LIMITS (e.g. iops=500,mbps=100,burst=100ms, or none)",
+                             mode);
+        else
+            json_object_set_new(p, "read_only", json_boolean(is(mode, "ro")));
     } else if (resize) {
         json_object_set_new(p, "size", json_string(argv[at + 1]));
     }
@@ -319,7 +325,8 @@ static const struct verb verbs[] = {
      build_add_lun},
     {"remove", "lun", 0, "remove_lun", "removed", OPT_TIMEOUT | OPT_FORCE,
      "usage: remove lun [TARGET] N [--timeout S] [--force]", build_lun_number},
-    {"set", "lun", 0, "set_lun", "lun", 0, "usage: set lun [TARGET] N ro|rw", build_lun_number},
+    {"set", "lun", 0, "set_lun", "lun", 0, "usage: set lun [TARGET] N ro|rw|LIMITS",
+     build_lun_number},
     {"resize", "lun", 0, "resize_lun", "lun", 0, "usage: resize lun [TARGET] N SIZE",
      build_lun_number},
     {"set", "alua", 4, "set_alua", "alua", OPT_LUN | OPT_GROUP,

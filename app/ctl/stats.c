@@ -235,6 +235,10 @@ static void report(FILE *out, json_t *prev, json_t *cur, bool as_json)
                 if (lun) {
                     json_object_set(o, "target", json_object_get(e, "target"));
                     json_object_set(o, "lun", json_object_get(e, "lun"));
+                    /* the LUN's caps: commands waiting now, and those that waited since start */
+                    json_t *th = json_object_get(e, "throttle");
+                    if (th)
+                        json_object_set(o, "throttle", th);
                 } else if (k == K_PORTAL) {
                     json_object_set(o, "portal", json_object_get(e, "portal"));
                 } else if (k == K_HOST) {

@@ -182,7 +182,8 @@ int target_add_lun_store(const char *state_dir, const char *target, const struct
                                  .alua_state_set = l->alua_state_set,
                                  .alua_state = l->alua_state,
                                  .alua_npeers = l->alua_npeers,
-                                 .identity = l->identity};
+                                 .identity = l->identity,
+                                 .limits = l->limits};
     memcpy(lc.alua_peers, l->alua_peers, sizeof(lc.alua_peers));
     /* one NAA per LU in the daemon, whether set or made (a disk moved here with its old NAA
      * pinned, while a LUN still has it by default): hosts' multipath would join the two */

@@ -75,6 +75,9 @@ struct target_lun_conf {
     /* ",vendor=", ",product=", ",revision=", ",serial=", ",naa=", ",rotation=" (lun_identity.c):
      * what hosts are told the LU is; zero fields keep the defaults */
     struct scsi_lun_identity identity;
+    /* ",iops=", ",mbps=", their read- and write- forms, ",burst=" (lun_limits.c): caps on this
+     * gateway; all zero: none */
+    struct rate_limit_conf limits;
     char origin[TARGET_ORIGIN_MAX]; /* "FILE:LINE" or "--lun SPEC", for error messages */
 };
 
@@ -241,6 +244,13 @@ int target_lun_identity_opt(struct target_lun_conf *lun, const char *tok, const 
                             char *err, size_t errlen);
 /* The options set, each as ",key=value" in the spec's syntax ("" for none); -1 if cut. */
 int target_lun_identity_format(const struct scsi_lun_identity *id, char *buf, size_t len);
+/* lun_limits.c: one LUN option (1 taken, 0 not a limit, -1 bad, with err); a list of them as
+ * linerate-ctl sends it ("iops=500,burst=1s", or "none"), over what c holds (0 or -1); and c
+ * written back as LUN options (",iops=500,burst=1000ms"; 0, or -1 if len is too short). */
+int target_lun_limits_opt(struct rate_limit_conf *c, const char *tok, const char *spec, char *err,
+                          size_t errlen);
+int target_lun_limits_parse(struct rate_limit_conf *c, const char *text, char *err, size_t errlen);
+int target_lun_limits_format(const struct rate_limit_conf *c, char *buf, size_t len);
 void target_lun_naa_text(const struct scsi_lun_identity *id, char *buf, size_t len);
 bool target_lun_identity_same(const struct scsi_lun_identity *a, const struct scsi_lun_identity *b);
 /* -1 (err says which LUN has it) if l's naa= is another LUN's of node n, or of any target of

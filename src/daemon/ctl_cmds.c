@@ -129,16 +129,35 @@ static json_t *m_set_lun(struct daemon *d, json_t *params, struct req_err *e)
     if (!lu)
         return NULL;
     json_t *ro = json_object_get(params, "read_only");
-    if (!ro || !json_is_boolean(ro))
-        return ctl_fail(e, ERR_INVALID_PARAMS, "parameter 'read_only' (true or false) is required");
+    json_t *lim = json_object_get(params, "limits");
+    if ((ro && !json_is_boolean(ro)) || (lim && !json_is_string(lim)) || (!ro && !lim))
+        return ctl_fail(e, ERR_INVALID_PARAMS,
+                        "parameter 'read_only' (true or false) or 'limits' (a string, e.g. "
+                        "\"iops=500,mbps=100\" or \"none\") is required");
     char err[512];
-    if (scsi_lun_set_read_only(lu, json_is_true(ro), err, sizeof(err)) < 0)
-        return ctl_fail(e, ERR_FAILED, "%s", err);
     struct target_lun_conf *l = ctl_conf_lun_find(d, t, num);
-    if (l)
-        l->read_only = json_is_true(ro);
-    LOG_INFO("target %s: LUN %llu set %s by linerate-ctl", n->name, (unsigned long long)num,
-             json_is_true(ro) ? "read-only" : "read-write");
+    /* the caps named change, the others stay: "none" clears them all */
+    struct rate_limit_conf caps;
+    rate_limit_get(scsi_lun_rate_limit(lu), &caps);
+    if (lim && target_lun_limits_parse(&caps, json_string_value(lim), err, sizeof(err)) < 0)
+        return ctl_fail(e, ERR_INVALID_PARAMS, "%s", err);
+    if (ro && scsi_lun_set_read_only(lu, json_is_true(ro), err, sizeof(err)) < 0)
+        return ctl_fail(e, ERR_FAILED, "%s", err);
+    if (ro) {
+        if (l)
+            l->read_only = json_is_true(ro);
+        LOG_INFO("target %s: LUN %llu set %s by linerate-ctl", n->name, (unsigned long long)num,
+                 json_is_true(ro) ? "read-only" : "read-write");
+    }
+    if (lim) {
+        rate_limit_set(scsi_lun_rate_limit(lu), &caps);
+        if (l)
+            l->limits = caps;
+        char text[256];
+        target_lun_limits_format(&caps, text, sizeof(text));
+        LOG_INFO("target %s: LUN %llu limits set to %s by linerate-ctl (this gateway)", n->name,
+                 (unsigned long long)num, text[0] ? text + 1 : "none");
+    }
     return ctl_lun_json(d, t, lu);
 }
 

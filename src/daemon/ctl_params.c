@@ -123,6 +123,22 @@ struct target_lun_conf *ctl_conf_lun_find(struct daemon *d, unsigned t, uint64_t
     return NULL;
 }
 
+/* A LUN's caps on this gateway as set (0: none; mbps in MiB/s) and the text that sets them. */
+json_t *ctl_limits_json(const struct rate_limit *r)
+{
+    struct rate_limit_conf c;
+    rate_limit_get(r, &c);
+    char text[256];
+    target_lun_limits_format(&c, text, sizeof(text));
+    const uint64_t mib = 1024 * 1024;
+    return json_pack(
+        "{s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:i}", "text", text[0] ? text + 1 : "", "iops",
+        (json_int_t)c.cap[RATE_IOPS], "read_iops", (json_int_t)c.cap[RATE_READ_IOPS], "write_iops",
+        (json_int_t)c.cap[RATE_WRITE_IOPS], "mbps", (json_int_t)(c.cap[RATE_BPS] / mib),
+        "read_mbps", (json_int_t)(c.cap[RATE_READ_BPS] / mib), "write_mbps",
+        (json_int_t)(c.cap[RATE_WRITE_BPS] / mib), "burst_ms", (int)c.burst_ms);
+}
+
 /* LUN lu of target t. Its store as the configuration has it: what the LUN was opened with
  * until a resize, which writes the new size there (conf_lun_resized). */
 json_t *ctl_lun_json(struct daemon *d, unsigned t, const struct scsi_lun *lu)
@@ -139,9 +155,12 @@ json_t *ctl_lun_json(struct daemon *d, unsigned t, const struct scsi_lun *lu)
     json_t *ident = json_pack("{s:s, s:s, s:s, s:s, s:s, s:i}", "vendor", id->vendor, "product",
                               id->product, "revision", id->revision, "serial", id->serial, "naa",
                               naa, "rotation", (int)id->rotation);
-    return json_pack("{s:s, s:I, s:s, s:I, s:i, s:i, s:b, s:b, s:b, s:I, s:o*}", "target", target,
-                     "lun", (json_int_t)li.lun, "store", c ? c->bs_spec : li.store, "bytes",
-                     (json_int_t)li.bytes, "block_size", (int)li.block_size, "physical_block_size",
-                     (int)li.phys_block_size, "read_only", li.read_only, "removable", li.removable,
-                     "thin", li.thin, "commands", (json_int_t)li.users, "identity", ident);
+    json_t *o =
+        json_pack("{s:s, s:I, s:s, s:I, s:i, s:i, s:b, s:b, s:b, s:I, s:o*}", "target", target,
+                  "lun", (json_int_t)li.lun, "store", c ? c->bs_spec : li.store, "bytes",
+                  (json_int_t)li.bytes, "block_size", (int)li.block_size, "physical_block_size",
+                  (int)li.phys_block_size, "read_only", li.read_only, "removable", li.removable,
+                  "thin", li.thin, "commands", (json_int_t)li.users, "identity", ident);
+    json_object_set_new(o, "limits", ctl_limits_json(scsi_lun_rate_limit((struct scsi_lun *)lu)));
+    return o;
 }

@@ -52,7 +52,8 @@ static const struct target_lun_conf *find_lun(const struct target_node_conf *n, 
     return NULL;
 }
 
-/* Everything of a LUN but its write protection, which can change in place; its identity too
+/* Everything of a LUN but its write protection and its caps, which change in place; its
+ * identity too
  * (a host would see its disk change under it). */
 static bool same_store(const struct target_lun_conf *a, const struct target_lun_conf *b)
 {
@@ -89,7 +90,8 @@ static bool same_allow(const struct target_node_conf *a, const struct target_nod
 
 bool ctl_lun_conf_same(const struct target_lun_conf *a, const struct target_lun_conf *b)
 {
-    return a->lun == b->lun && same_store(a, b) && a->read_only == b->read_only;
+    return a->lun == b->lun && same_store(a, b) && a->read_only == b->read_only &&
+           memcmp(&a->limits, &b->limits, sizeof(a->limits)) == 0;
 }
 
 static void note_global(void *arg, const char *what)
@@ -548,6 +550,17 @@ static void apply_lun_changes(struct daemon *d, unsigned t, const struct target_
             } else {
                 note(restart, "target %s: LUN %llu: %s", f->name, (unsigned long long)nums[i],
                      lu ? why : "not there");
+            }
+        }
+        if (fl && same_store(rl, fl) && memcmp(&rl->limits, &fl->limits, sizeof(fl->limits))) {
+            struct scsi_lun *lu = scsi_target_lun(d->built.nodes[t]->scsi, nums[i]);
+            if (lu) {
+                rate_limit_set(scsi_lun_rate_limit(lu), &fl->limits);
+                rl->limits = fl->limits;
+                char text[256];
+                target_lun_limits_format(&fl->limits, text, sizeof(text));
+                note(applied, "target %s: LUN %llu limits %s", f->name, (unsigned long long)nums[i],
+                     text[0] ? text + 1 : "none");
             }
         }
     }

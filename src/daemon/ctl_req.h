@@ -55,6 +55,8 @@ struct scsi_lun *ctl_param_lun(struct iscsi_node *n, json_t *params, uint64_t *n
 struct target_lun_conf *ctl_conf_lun_find(struct daemon *d, unsigned t, uint64_t lun);
 /* LUN lu of target t as show luns, add lun and set lun answer it. */
 json_t *ctl_lun_json(struct daemon *d, unsigned t, const struct scsi_lun *lu);
+/* A LUN's caps (util/rate_limit.h) as show and set lun answer them. */
+json_t *ctl_limits_json(const struct rate_limit *r);
 
 /* --- ctl_alua.c --- */
 json_t *ctl_set_alua(struct daemon *d, json_t *params, struct req_err *e);

@@ -38,6 +38,8 @@ static int lun_opt(struct target_lun_conf *lun, const char *tok, const char *spe
     int r = target_alua_lun_opt(lun, tok, err, errlen);
     if (r == 0)
         r = target_lun_identity_opt(lun, tok, spec, err, errlen);
+    if (r == 0)
+        r = target_lun_limits_opt(&lun->limits, tok, spec, err, errlen);
     if (r != 0)
         return r;
     if (strncmp(tok, "sanitize-rate=", 14) == 0) {
@@ -104,8 +106,8 @@ static int store_part(struct target_lun_conf *lun, const char *store, char *err,
 }
 
 /* Split the LUN options (",ro", ",rw", ",removable", ",bs=512|4096", ",pbs=SIZE",
- * ",sanitize-rate=SIZE", ",alua=STATE", ",alua-peer=ID:STATE", and the identity of
- * lun_identity.c) off a store spec; the rest
+ * ",sanitize-rate=SIZE", ",alua=STATE", ",alua-peer=ID:STATE", the identity of
+ * lun_identity.c and the caps of lun_limits.c) off a store spec; the rest
  * goes to bs_open_spec() unchanged. lun->lun and origin are left to the caller. */
 int target_parse_lun_spec(const char *spec, struct target_lun_conf *lun, char *err, size_t errlen)
 {
@@ -117,6 +119,7 @@ int target_parse_lun_spec(const char *spec, struct target_lun_conf *lun, char *e
     lun->alua_state_set = false;
     lun->alua_npeers = 0;
     memset(&lun->identity, 0, sizeof(lun->identity));
+    memset(&lun->limits, 0, sizeof(lun->limits));
     lun->bs_spec = NULL;
     lun->size = 0;
     if (!strchr(spec, ':')) {
@@ -235,6 +238,11 @@ int target_lun_spec_format(const struct target_lun_conf *l, char *buf, size_t le
             scsi_alua_state_name((enum scsi_alua_state)l->alua_peers[i].state));
     if (off < len && target_lun_identity_format(&l->identity, buf + off, len - off) < 0)
         off = len;
+    if (off < len) {
+        size_t used = strlen(buf);
+        if (target_lun_limits_format(&l->limits, buf + used, len - used) < 0)
+            off = len;
+    }
 #undef ADD
     return off < len ? 0 : -1;
 }

@@ -31,6 +31,8 @@ struct st_entry {
     bool group;        /* ST_HOST: `initiator` names a [group NAME], else a [host IQN] */
     uint64_t host_lun; /* ST_HOST: the number the entry's hosts know `lun` by */
     uint64_t queue_depth;
+    /* a LUN's caps: commands waiting under them now, and those that waited (and how long) */
+    uint64_t throttled, delayed, delayed_ns;
     struct iostats_values v;
 };
 
@@ -110,6 +112,10 @@ static int snap_take(struct daemon *d, struct st_snap *s)
             long users = scsi_lun_users(lu);
             e->queue_depth = users > 0 ? (uint64_t)users : 0;
             iostats_read(scsi_lun_stats(lu), &e->v);
+            const struct rate_limit *rl = scsi_lun_rate_limit(lu);
+            e->throttled = scsi_lun_throttled(lu);
+            e->delayed = atomic_load_explicit(&rl->delayed, memory_order_relaxed);
+            e->delayed_ns = atomic_load_explicit(&rl->delayed_ns, memory_order_relaxed);
         }
     }
     struct iscsi_session_info *si = NULL;
@@ -189,8 +195,10 @@ json_t *stats_json(struct daemon *d)
         json_t *o;
         switch (e->kind) {
         case ST_LUN:
-            o = json_pack("{s:s, s:o, s:o}", "target", e->target, "lun", u64(e->lun), "queue_depth",
-                          u64(e->queue_depth));
+            o = json_pack("{s:s, s:o, s:o, s:{s:o, s:o, s:o}}", "target", e->target, "lun",
+                          u64(e->lun), "queue_depth", u64(e->queue_depth), "throttle", "waiting",
+                          u64(e->throttled), "delayed", u64(e->delayed), "delayed_ms",
+                          u64(e->delayed_ns / 1000000));
             json_array_append_new(luns, o);
             break;
         case ST_SESSION:

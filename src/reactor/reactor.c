@@ -215,9 +215,15 @@ void reactor_fd_del(struct reactor *r, struct reactor_fd *h)
 void reactor_timer_start(struct reactor *r, struct reactor_timer *t, uint64_t ms, reactor_fn fn,
                          void *arg)
 {
+    reactor_timer_at(r, t, reactor_now_ms() + ms, fn, arg);
+}
+
+void reactor_timer_at(struct reactor *r, struct reactor_timer *t, uint64_t deadline_ms,
+                      reactor_fn fn, void *arg)
+{
     if (t->armed)
         list_del(&t->node);
-    t->deadline_ms = reactor_now_ms() + ms;
+    t->deadline_ms = deadline_ms;
     t->fn = fn;
     t->arg = arg;
     t->armed = true;

@@ -99,6 +99,11 @@ void reactor_fd_del(struct reactor *r, struct reactor_fd *h);
 
 void reactor_timer_start(struct reactor *r, struct reactor_timer *t, uint64_t ms, reactor_fn fn,
                          void *arg);
+/* The same at an absolute deadline on reactor_now_ms()'s clock. Timers with one deadline fire
+ * in the order they were started, so work started in order with non-decreasing deadlines
+ * runs in that order. */
+void reactor_timer_at(struct reactor *r, struct reactor_timer *t, uint64_t deadline_ms,
+                      reactor_fn fn, void *arg);
 void reactor_timer_stop(struct reactor *r, struct reactor_timer *t);
 uint64_t reactor_now_ms(void);
 

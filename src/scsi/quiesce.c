@@ -93,6 +93,8 @@ void scsi_task_abort(struct scsi_task *t)
     unsigned char running = PHASE_RUNNING;
     if (!atomic_compare_exchange_strong(&k->phase, &running, PHASE_ABORTED))
         aborting_drop(lu); /* it ended meanwhile */
+    else
+        scsi_throttle_abort(t); /* waiting for its turn under a cap: not any more */
 }
 
 bool scsi_task_commit(struct scsi_task *t)

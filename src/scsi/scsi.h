@@ -23,6 +23,7 @@
 #include <sys/uio.h>
 
 #include "reactor/reactor.h"
+#include "util/rate_limit.h"
 
 /* SAM-5 status codes */
 enum scsi_status {
@@ -42,7 +43,7 @@ enum scsi_dir { SCSI_DIR_NONE, SCSI_DIR_READ, SCSI_DIR_WRITE };
 #define SCSI_TASK_IOV_MAX 16
 #define SCSI_CDB_MAX 16
 /* Room for the SCSI core's private per-task state (struct scsi_task_core). */
-#define SCSI_TASK_CORE_BYTES 224
+#define SCSI_TASK_CORE_BYTES 336
 /* Largest transfer one command may ask for (VPD 0xB0 MAXIMUM TRANSFER LENGTH says so);
  * bounds every allocation a CDB can cause. */
 #define SCSI_MAX_XFER_BYTES (8u << 20)
@@ -168,6 +169,8 @@ struct scsi_lun_config {
     struct scsi_alua_group alua_peers[SCSI_ALUA_GROUPS_MAX - 1];
     unsigned alua_npeers;
     struct scsi_lun_identity identity; /* all zero: the defaults */
+    /* IOPS and bytes/s caps of the LUN on this gateway (throttle.c); all zero: none */
+    struct rate_limit_conf limits;
 };
 
 /* A SCSI target device: its LUNs and its one target port. */
@@ -232,6 +235,10 @@ struct scsi_task {
      * or BUSY, SAM-5 §5.3.1), nothing allocated. What it charges the transport uncharges
      * itself, once scsi_task_release() has freed the memory. */
     bool (*admit)(struct scsi_task *t, size_t bytes, enum scsi_refusal *why);
+    /* Or NULL: a cap besides the LUN's that this command is charged to (an initiator entry's,
+     * say), kept alive by the transport until done. Commands over either cap wait in the core
+     * before they run (throttle.c). */
+    struct rate_limit *limit;
 
     /* set by scsi_task_setup() */
     struct scsi_lun *lu; /* NULL if the LUN does not exist */
@@ -393,6 +400,11 @@ void scsi_lun_tasks_cleared(struct scsi_lun *lu, const struct scsi_nexus *by);
 void scsi_nexus_tasks_terminated(struct scsi_nexus *n, uint64_t lun);
 
 struct scsi_lun *scsi_target_lun(struct scsi_target *t, uint64_t lun);
+/* The LUN's IOPS and bytes/s caps on this gateway (util/rate_limit.h): rate_limit_set changes
+ * them while commands run; commands already waiting keep the turn they were given. */
+struct rate_limit *scsi_lun_rate_limit(struct scsi_lun *lu);
+/* Commands of the LUN waiting for their turn under its caps (or a task's own) now. */
+unsigned scsi_lun_throttled(const struct scsi_lun *lu);
 /* Close the store and free a LUN no task holds (scsi_target_destroy, scsi_lun_users() == 0). */
 void scsi_lun_free(struct scsi_lun *lu);
 uint64_t scsi_lun_size_bytes(const struct scsi_lun *lu);

@@ -258,6 +258,9 @@ struct scsi_lun {
     atomic_int sanitize;       /* SANITIZE_IDLE/RUNNING/FAILED, checked by setup */
     uint64_t sanitize_rate;    /* bytes/s a sanitize writes at most; 0: no limit */
     struct scsi_range_lock rl; /* orders CAW/ORWRITE/WRITE ATOMIC/SANITIZE, READ vs WRITE */
+    /* throttle.c: the LUN's caps, and its commands waiting under them (or a task's own) */
+    struct rate_limit limit;
+    atomic_uint throttled;
     /* quiesce.c: tasks aborted while in the core, and who waits for them to be none */
     atomic_int aborting;
     pthread_mutex_t quiesce_lock;
@@ -324,6 +327,13 @@ scsi_sr scsi_ua_take(struct scsi_lun *lu, const struct scsi_nexus *n);
 /* The task enters the core (scsi_task_exec): its abort and the LUN's wait count from here
  * (quiesce.c). */
 void scsi_task_enter(struct scsi_task *t);
+/* throttle.c: t (a medium command of a LUN; one that moves no data passes) is over its LUN's
+ * caps or its own (struct scsi_task.limit): true, it waits and runs later on this reactor (its
+ * turn, or ended at once by an abort); false, run it now. Called only when one of them is set
+ * (scsi_task_exec), so that an uncapped LUN pays two loads. */
+bool scsi_throttle(struct scsi_task *t);
+/* t was just marked aborted: if it waits under a cap, it ends now (on its reactor). */
+void scsi_throttle_abort(struct scsi_task *t);
 /* The transport aborted it while it is in the core: a step not begun yet is not taken. */
 bool scsi_task_aborted(struct scsi_task *t);
 /* From here on the task cannot be aborted (its effect is made; it only waits before it
@@ -434,6 +444,11 @@ struct scsi_task_core {
      * the core's own stands in front of while it is */
     _Atomic unsigned char phase;
     void (*transport_done)(struct scsi_task *t);
+    /* throttle.c: a command waiting for its turn under a cap, on the reactor that ran it */
+    _Atomic unsigned char th_state;
+    struct reactor *th_reactor;
+    struct reactor_timer th_timer;
+    struct reactor_msg th_msg;
 };
 _Static_assert(sizeof(struct scsi_task_core) <= SCSI_TASK_CORE_BYTES,
                "SCSI_TASK_CORE_BYTES too small for struct scsi_task_core");

@@ -161,6 +161,7 @@ int scsi_target_add_lun(struct scsi_target *t, const struct scsi_lun_config *cfg
     lu->removable = cfg->removable;
     lu->phys_exp = pbs ? (uint8_t)__builtin_ctz(pbs / bsz) : 0; /* a power of two, checked above */
     lu->sanitize_rate = cfg->sanitize_rate;
+    rate_limit_init(&lu->limit, &cfg->limits);
     lu->stats = iostats_new(); /* NULL: the LUN works, its metrics read 0 */
     atomic_init(&lu->medium_absent, false);
     lu->mapped = bs_map_read(cfg->bs, 0, bsz) != NULL;

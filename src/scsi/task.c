@@ -339,6 +339,9 @@ void scsi_task_exec(struct scsi_task *t)
         t->done(t);
         return;
     }
+    /* commands that move the medium's data are what a LUN's caps count (throttle.c) */
+    if ((c->flags & CMD_MEDIUM) && (rate_limit_on(&t->lu->limit) || t->limit) && scsi_throttle(t))
+        return;
     c->exec(t, c);
 }
 

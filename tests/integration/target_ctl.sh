@@ -143,6 +143,20 @@ run_to 60 qemu-img bench -f raw -c 16 -d 1 -s 4096 -w "$URL/1" || {
     fail "a write after rw failed"
 }
 
+note "set lun 1 iops=10: shown; writes over the cap wait and complete; none clears it"
+ctl_ok set lun 1 iops=10
+grep -q "^$T  1 .* iops=10 " "$WORK/ctl.out" || fail "set lun 1 iops=10: $(cat "$WORK/ctl.out")"
+# 16 writes 8 at a time at 10 IOPS without a burst: all but the first wait (1.5 s in all)
+run_to 60 qemu-img bench -f raw -c 16 -d 8 -s 4096 -w "$URL/1" || {
+    show_cmd_out
+    fail "writes under a cap failed"
+}
+ctl_ok --json stats --interval 0.1
+[ "$(jget '[l for l in d["luns"] if l["lun"] == 1][0]["throttle"]["delayed"] >= 7' \
+    <"$WORK/ctl.out")" = True ] || fail "stats: no command waited: $(cat "$WORK/ctl.out")"
+ctl_ok set lun 1 none
+grep -q "^$T  1 .* rw  *[0-9]*  *-  " "$WORK/ctl.out" || fail "set lun 1 none: $(cat "$WORK/ctl.out")"
+
 note "show sessions / connections while the load runs"
 # The qemu-img load logs in and out between its rounds, so the session checked is one of our
 # own that stays up meanwhile: a linerate-bench read load on LUN 0.

@@ -69,6 +69,7 @@ ctl_ok remove lun "$T" 1
 ctl_ok resize lun "$T" 2 4M
 ctl_ok add lun "$T" ram:16M --lun 9
 ctl_ok set lun "$T" 3 ro
+ctl_ok set lun "$T" 3 iops=300,burst=1s
 ctl_ok add target "$T2" --portal "127.0.0.1:$PORT" --lun ram:2M --lun null:1G \
     --allow iqn.2026-01.org.linerate:bench --alias "added at run time"
 ctl_ok set log-level debug
@@ -98,7 +99,8 @@ grep -qx "alias = main disk       # a comment after a value" "$WORK/saved.conf" 
     fail "an unchanged alias line was rewritten"
 grep -qE "^lun 2 = ram:4M +# LUN 2: resized below$" "$WORK/saved.conf" ||
     fail "the resized LUN's line"
-grep -qE "^lun 3 = ram:1M,ro +# LUN 3" "$WORK/saved.conf" || fail "LUN 3's line"
+grep -qE "^lun 3 = ram:1M,ro,iops=300,burst=1000ms +# LUN 3" "$WORK/saved.conf" ||
+    fail "LUN 3's line"
 grep -qx "lun 9 = ram:16M" "$WORK/saved.conf" || fail "the added LUN's line"
 grep -qx "log-level = debug" "$WORK/saved.conf" || fail "the log level"
 grep -qx "\[target $T2\]" "$WORK/saved.conf" || fail "the added target's section"
@@ -275,7 +277,7 @@ inq "$BI" "$PORT" "$T3" && fail "an initiator not allowed logged in to the close
 note "reload applies portal and allow-list differences"
 P3=$(other_port)
 printf '%s\n' "ctl-socket = $SOCK" "[target $T]" "portal = 127.0.0.1:$PORT" \
-    "portal = 127.0.0.1:$P3" "lun = ram:64M" "allow = iqn.2026-01.org.linerate:new" \
+    "portal = 127.0.0.1:$P3" "lun = ram:64M,mbps=100" "allow = iqn.2026-01.org.linerate:new" \
     "[target $T3]" "portal = 127.0.0.1:$PORT" "lun = ram:1M" >"$WORK/run.conf"
 # portal $P2 and the allow entries were added with linerate-ctl and the file never had them:
 # a reload keeps them unless --force says to drop them (issue 34)
@@ -290,7 +292,7 @@ port, p2, p3 = sys.argv[2:]
 a = " | ".join(r["applied"])
 for want in ("portal 127.0.0.1:%s added" % port, "portal 127.0.0.1:%s added" % p3,
              "portal 127.0.0.1:%s removed" % p2, "allow iqn.2026-01.org.linerate:new added",
-             "allow iqn.2026-01.org.linerate:ok removed"):
+             "allow iqn.2026-01.org.linerate:ok removed", "LUN 0 limits mbps=100"):
     assert want in a, (want, a)
 assert r["needs_restart"] == [], r["needs_restart"]
 EOF

@@ -58,6 +58,17 @@ static void test_set_lun_both_forms(void **state)
     assert_true(json_is_false(json_object_get(r.params, "read_only")));
     json_decref(r.params);
 
+    /* caps go to the daemon as text, which it parses (daemon/lun_limits.c) */
+    assert_int_equal(parse(&r, err, sizeof(err), "set", "lun", T, "2", "iops=500,burst=1s", NULL),
+                     0);
+    assert_string_equal(json_string_value(json_object_get(r.params, "limits")),
+                        "iops=500,burst=1s");
+    assert_null(json_object_get(r.params, "read_only"));
+    json_decref(r.params);
+    assert_int_equal(parse(&r, err, sizeof(err), "set", "lun", "2", "none", NULL), 0);
+    assert_string_equal(json_string_value(json_object_get(r.params, "limits")), "none");
+    json_decref(r.params);
+
     assert_int_equal(parse(&r, err, sizeof(err), "set", "lun", "1", "maybe", NULL), -1);
     assert_non_null(strstr(err, "'maybe' is neither"));
     json_decref(r.params);
