@@ -495,8 +495,8 @@ struct scsi_lun *scsi_nexus_lun(struct scsi_nexus *n, uint64_t host_lun, bool *r
 uint64_t scsi_nexus_host_lun(struct scsi_nexus *n, uint64_t lun, bool *read_only);
 /* Per-entry counters (util/iostats.h): each entry keeps one counter set per target LUN it maps,
  * kept while the LUN stays mapped (its mapping's read-only flag changed keeps them), dropped
- * when the entry or its mapping of the LUN goes. scsi_task_host_stats: the set of task t's initiator's
- * entry for its LUN, NULL when the target has no entries (one load and a branch) or the
+ * when the entry or its mapping of the LUN goes. scsi_task_host_stats: the set of task t's
+ * initiator's entry for its LUN, NULL when the target has no entries (one load and a branch) or the
  * initiator no entry; on a reactor, used within the turn it was read in (the map holding it
  * is freed after that turn, scsi_target_host_retired_take). scsi_target_host_stats: adds
  * initiator_name's counters for target LUN `lun` into *out; 0, or -1 when it has none. */
