@@ -69,6 +69,8 @@ scrape() {
     ctl stats --raw >"$WORK/raw.json" 2>&1 || fail "stats --raw: $(cat "$WORK/raw.json")"
     curl -s -o "$WORK/m.txt" --max-time 10 "http://127.0.0.1:$MPORT/metrics" ||
         fail "curl: no answer from the metrics endpoint"
+    python3 "$IT_DIR/prom_check.py" "$WORK/m.txt" >"$WORK/pc.out" 2>&1 ||
+        fail "the scrape is not valid exposition format: $(cat "$WORK/pc.out")"
 }
 
 note "stats --raw and /metrics: per entry and LUN"
