@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "ctl/ctl.h"
+#include "ctl/lio.h"
 
 #ifndef LINERATE_VERSION
 #define LINERATE_VERSION "unknown"
@@ -204,6 +205,8 @@ int main(int argc, char **argv)
             return CTL_EXIT_USAGE;
         }
     }
+    if (optind < argc && strcmp(argv[optind], "import") == 0)
+        return ctl_import_main(argc - optind, argv + optind);
     if (optind < argc && strcmp(argv[optind], "stats") == 0)
         return ctl_stats_main(path, json, wait_s, argc - optind, argv + optind);
     int nargs = argc - optind;
