@@ -45,15 +45,39 @@ static int write_file(const char *path, const char *text, mode_t mode)
 
 static const char import_usage[] =
     "usage: linerate-ctl import lio FILE [-o OUT] [--secrets OUT]\n"
+    "       linerate-ctl [--socket PATH] import lio FILE --check\n"
     "  FILE: LIO's saved configuration (targetcli's /etc/target/saveconfig.json)\n"
     "  -o OUT: write the linerate.conf there (default: print it)\n"
     "  --secrets OUT: the CHAP secrets file (mode 600); needed when FILE has CHAP users\n"
     "exit 0: all carried; 1: something a host would see was not carried (see the report on\n"
-    "stderr; the files are written); 2: bad usage or input, nothing written\n";
+    "stderr; the files are written); 2: bad usage or input, nothing written\n"
+    "--check: compare the running linerate with FILE (LUN identities, read-only, ACL maps,\n"
+    "CHAP users); exit 0 when a host would see no difference, 1 when it would\n";
 
-int ctl_import_main(int argc, char **argv)
+/* --check: nothing written; the differences on stdout, exit 1 when there are any. */
+static int check(const char *socket, unsigned wait_s, const char *file)
+{
+    struct lio_import r;
+    char err[1024];
+    if (lio_import(file, "/dev/null", &r, err, sizeof(err)) < 0) {
+        fprintf(stderr, "linerate-ctl import: %s\n", err);
+        return CTL_EXIT_USAGE;
+    }
+    int n = lio_check(socket, r.expect, wait_s, stdout, err, sizeof(err));
+    lio_import_free(&r);
+    if (n < 0) {
+        fprintf(stderr, "linerate-ctl import --check: %s\n", err);
+        return CTL_EXIT_NO_DAEMON;
+    }
+    printf("%d difference%s a host would see between %s and the running linerate\n", n,
+           n == 1 ? "" : "s", file);
+    return n ? CTL_EXIT_FAILED : CTL_EXIT_OK;
+}
+
+int ctl_import_main(const char *socket, unsigned wait_s, int argc, char **argv)
 {
     const char *file = NULL, *out = NULL, *secrets = NULL;
+    bool check_mode = false;
     if (argc < 2 || strcmp(argv[1], "lio") != 0) {
         fputs(import_usage, stderr);
         return CTL_EXIT_USAGE;
@@ -63,6 +87,8 @@ int ctl_import_main(int argc, char **argv)
             out = argv[++i];
         else if (strcmp(argv[i], "--secrets") == 0 && i + 1 < argc)
             secrets = argv[++i];
+        else if (strcmp(argv[i], "--check") == 0)
+            check_mode = true;
         else if (argv[i][0] != '-' && !file)
             file = argv[i];
         else {
@@ -70,10 +96,12 @@ int ctl_import_main(int argc, char **argv)
             return CTL_EXIT_USAGE;
         }
     }
-    if (!file) {
+    if (!file || (check_mode && (out || secrets))) {
         fputs(import_usage, stderr);
         return CTL_EXIT_USAGE;
     }
+    if (check_mode)
+        return check(socket, wait_s, file);
     /* the config names the secrets file by an absolute path (linerate.conf(5)) */
     char abs[PATH_MAX] = "(give --secrets FILE)", cwd[PATH_MAX];
     if (secrets && secrets[0] != '/' && getcwd(cwd, sizeof(cwd))) {

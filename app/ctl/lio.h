@@ -8,6 +8,8 @@
 #include <stddef.h>
 #include <stdio.h>
 
+#include <jansson.h>
+
 /* The NAA IEEE Registered Extended designator (SPC-4 §7.8.6.6.5) LIO's target_core answers in
  * VPD 83h for a storage object whose unit serial (saveconfig.json's `wwn`) is `wwn`, as 32
  * lowercase hex digits. */
@@ -21,6 +23,10 @@ struct lio_import {
     char *secrets;
     char *report;
     bool lossy;
+    /* What hosts should see, per target IQN: {"luns": {"N": {vendor, product, revision,
+     * serial, naa, read_only}}, "hosts": {IQN: {chap_user, maps: {"HOST-LUN": {lun,
+     * read_only}}}}} (lio_check.c compares a running daemon with it). */
+    json_t *expect;
 };
 
 /* Translate the JSON text of `path` (already read). `secrets_path` is the absolute path the
@@ -30,7 +36,14 @@ int lio_import(const char *path, const char *secrets_path, struct lio_import *ou
                size_t errlen);
 void lio_import_free(struct lio_import *r);
 
-/* linerate-ctl import lio FILE [-o OUT] [--secrets OUT]: argv starts at "import". */
-int ctl_import_main(int argc, char **argv);
+/* Compare what the daemon on `socket` serves with `expect`: each difference a host would see
+ * printed on `out`. Returns the number of differences, or -1 (message in err) when the
+ * daemon cannot be asked. */
+int lio_check(const char *socket, json_t *expect, unsigned wait_s, FILE *out, char *err,
+              size_t errlen);
+
+/* linerate-ctl import lio FILE [-o OUT] [--secrets OUT] | --check: argv starts at "import";
+ * `socket` and `wait_s` for --check. */
+int ctl_import_main(const char *socket, unsigned wait_s, int argc, char **argv);
 
 #endif

@@ -19,6 +19,8 @@ struct ctx {
     json_t *secrets; /* CHAP user -> secret */
     json_t *specs;   /* "/backstores/KIND/NAME" -> LUN spec, or null when not carried */
     json_t *owner;   /* "/backstores/KIND/NAME" -> the target that serves it */
+    json_t *ident;   /* "/backstores/KIND/NAME" -> {vendor, product, revision, serial, naa} */
+    json_t *expect;  /* what hosts should see: struct lio_import's `expect` */
     bool lossy;
     bool failed;
     char *err;
@@ -104,7 +106,7 @@ static bool plain(const char *s, size_t max)
  * revision its backend's driver sets (target_core_file.c, _iblock.c, _rd.c, _user.c), VPD 80h
  * the unit serial (the `wwn`) and VPD 83h the NAA derived from it (lio_naa.c). */
 static void identity(struct ctx *c, json_t *so, const char *kind, const char *name, const char *jp,
-                     FILE *spec)
+                     FILE *spec, const char *key)
 {
     static const struct {
         const char *kind, *product, *revision;
@@ -139,6 +141,9 @@ static void identity(struct ctx *c, json_t *so, const char *kind, const char *na
     char naa[33];
     lio_naa_from_wwn(w, naa);
     fprintf(spec, ",serial=%s,naa=%s", w, naa);
+    json_object_set_new(c->ident, key,
+                        json_pack("{s:s, s:s, s:s, s:s, s:s}", "vendor", "LIO-ORG", "product",
+                                  product, "revision", revision, "serial", w, "naa", naa));
 }
 
 /* One storage object's LUN spec, kept under its rtslib path for the LUNs that name it. */
@@ -213,15 +218,15 @@ static void storage_object(struct ctx *c, json_t *so, const char *jp)
              jp, dir, nm);
         carried = false;
     }
+    char key[512];
+    snprintf(key, sizeof(key), "/backstores/%s/%s", dir, nm);
     if (carried && !c->failed) {
         if (flag(json_object_get(so, "write_back")))
             lost(c, false, "%s: write_back: linerate reports the write cache as its store has it",
                  jp);
-        identity(c, so, strcmp(kind, "user") == 0 ? "user" : kind, nm, jp, spec);
+        identity(c, so, strcmp(kind, "user") == 0 ? "user" : kind, nm, jp, spec, key);
     }
     fclose(spec);
-    char key[512];
-    snprintf(key, sizeof(key), "/backstores/%s/%s", dir, nm);
     json_object_set_new(c->specs, key, carried && !c->failed ? json_string(buf) : json_null());
     free(buf);
 }
@@ -271,7 +276,7 @@ static void chap(struct ctx *c, json_t *o, const char *jp, const char *prefix, F
 }
 
 /* One node ACL: a [host] entry with its map. */
-static void node_acl(struct ctx *c, json_t *acl, const char *jp, json_t *tpg_luns)
+static void node_acl(struct ctx *c, json_t *acl, const char *jp, json_t *tpg_luns, json_t *hosts)
 {
     json_t *wwn = member(c, acl, jp, "node_wwn", JSON_STRING, true);
     json_t *maps = member(c, acl, jp, "mapped_luns", JSON_ARRAY, false);
@@ -280,6 +285,13 @@ static void node_acl(struct ctx *c, json_t *acl, const char *jp, json_t *tpg_lun
     FILE *t = c->targets;
     fprintf(t, "\n[host %s]\n", json_string_value(wwn));
     chap(c, acl, jp, "chap_", t, "");
+    json_t *cu = json_object_get(acl, "chap_userid");
+    json_t *ex_maps = json_object();
+    json_object_set_new(
+        hosts, json_string_value(wwn),
+        json_pack("{s:s?, s:o}", "chap_user",
+                  json_is_string(cu) && *json_string_value(cu) ? json_string_value(cu) : NULL,
+                  "maps", ex_maps));
     size_t i;
     json_t *m;
     json_array_foreach(maps, i, m)
@@ -303,6 +315,11 @@ static void node_acl(struct ctx *c, json_t *acl, const char *jp, json_t *tpg_lun
         }
         fprintf(t, "map = %" JSON_INTEGER_FORMAT " %s%s\n", json_integer_value(h), k,
                 flag(wp) ? ",ro" : "");
+        char hk[32];
+        snprintf(hk, sizeof(hk), "%" JSON_INTEGER_FORMAT, json_integer_value(h));
+        json_object_set_new(
+            ex_maps, hk,
+            json_pack("{s:I, s:b}", "lun", json_integer_value(tl), "read_only", flag(wp)));
     }
     json_t *attrs = member(c, acl, jp, "attributes", JSON_OBJECT, false);
     if (attrs && json_object_size(attrs))
@@ -369,7 +386,8 @@ static json_t *tpg_luns(struct ctx *c, json_t *tpg, const char *jp, const char *
         json_object_set_new(c->owner, json_string_value(so), json_string(iqn));
         char k[32];
         snprintf(k, sizeof(k), "%" JSON_INTEGER_FORMAT, json_integer_value(idx));
-        json_object_set(out, k, spec);
+        json_object_set_new(out, k,
+                            json_pack("{s:O, s:s}", "spec", spec, "so", json_string_value(so)));
     }
     return out;
 }
@@ -422,6 +440,8 @@ static void target(struct ctx *c, json_t *t, const char *jp)
     portals = open_memstream(&portals_buf, &portals_len);
     FILE *acls = open_memstream(&acls_buf, &acls_len);
     json_t *seen_acls = json_object();
+    json_t *ex_hosts = json_object();
+    json_object_set_new(c->expect, iqn, json_pack("{s:o}", "hosts", ex_hosts));
     bool open_access = false, any = false;
     size_t i;
     json_t *tpg;
@@ -491,7 +511,7 @@ static void target(struct ctx *c, json_t *t, const char *jp)
             }
             if (n)
                 json_object_set_new(seen_acls, n, json_true());
-            node_acl(c, p, ap, luns);
+            node_acl(c, p, ap, luns, ex_hosts);
         }
         c->targets = saved;
         if (flag(json_object_get(attrs, "generate_node_acls")) &&
@@ -522,10 +542,21 @@ static void target(struct ctx *c, json_t *t, const char *jp)
         fprintf(keys, "\n[target %s]\n%s", iqn, portals_buf);
         const char *k;
         json_t *spec;
+        json_t *ex_luns = json_object();
         json_object_foreach(luns, k, spec)
-            fprintf(keys, "lun %s = %s%s\n", k, json_string_value(spec), ro_all ? ",ro" : "");
+        {
+            fprintf(keys, "lun %s = %s%s\n", k, json_string_value(json_object_get(spec, "spec")),
+                    ro_all ? ",ro" : "");
+            json_t *id = json_object_get(c->ident, json_string_value(json_object_get(spec, "so")));
+            json_t *e = id ? json_deep_copy(id) : json_object();
+            json_object_set_new(e, "read_only", json_boolean(ro_all));
+            json_object_set_new(ex_luns, k, e);
+        }
+        json_object_set_new(json_object_get(c->expect, iqn), "luns", ex_luns);
         fputs(acls_buf, keys);
     }
+    if (c->failed || !any || json_object_size(luns) == 0)
+        json_object_del(c->expect, iqn);
     json_decref(luns);
     json_decref(seen_acls);
     free(portals_buf);
@@ -552,6 +583,8 @@ int lio_import(const char *path, const char *secrets_path, struct lio_import *ou
     c.secrets = json_object();
     c.specs = json_object();
     c.owner = json_object();
+    c.ident = json_object();
+    c.expect = json_object();
     assert(c.targets && c.report && conf);
     if (!json_is_object(root))
         bad(&c, "(top)", "not an object");
@@ -612,11 +645,13 @@ int lio_import(const char *path, const char *secrets_path, struct lio_import *ou
     json_decref(c.secrets);
     json_decref(c.specs);
     json_decref(c.owner);
+    json_decref(c.ident);
     json_decref(root);
     out->conf = cbuf;
     out->secrets = sbuf;
     out->report = rbuf;
     out->lossy = c.lossy;
+    out->expect = c.expect;
     if (c.failed) {
         lio_import_free(out);
         return -1;
@@ -629,5 +664,6 @@ void lio_import_free(struct lio_import *r)
     free(r->conf);
     free(r->secrets);
     free(r->report);
+    json_decref(r->expect);
     memset(r, 0, sizeof(*r));
 }

@@ -6,6 +6,7 @@
 # by scratch files and RAM, its IPv6 portal dropped: loopback only), and libiscsi's iscsi-inq,
 # logging in as each ACL's initiator with its CHAP, reads LIO's identity back: vendor, product,
 # VPD 80h = the wwn, VPD 83h = the NAA computed by lio_naa.py from the documented rule.
+# `linerate-ctl import lio FILE --check` then finds no difference, and finds the ones made.
 # Usage: lio_import.sh  (LINERATE_TARGET from meson; linerate-ctl beside it)
 set -u
 source "$(dirname "$0")/lt_lib.sh"
@@ -138,6 +139,26 @@ run_to 30 iscsi-inq -i $HB "iscsi://host-b%wrong-secret-000@127.0.0.1:$PORT/$SH/
 run_to 30 iscsi-inq -i $HA \
     "iscsi://host-a%host-a-secret-01@127.0.0.1:$PORT/$SH/0?target_user=store1&target_password=not-the-secret" &&
     fail "host-a accepted a target that did not know the mutual secret"
+
+note "--check: the running linerate against the LIO configuration"
+ctl import lio "$FIX/full.json" --check >"$WORK/check" 2>&1 || fail "--check: $(cat "$WORK/check")"
+grep -qx "0 differences a host would see between $FIX/full.json and the running linerate" \
+    "$WORK/check" || fail "--check: $(cat "$WORK/check")"
+ctl_ok add lun $SH ram:1M --lun 9
+ctl import lio "$FIX/full.json" --check >"$WORK/check" 2>&1 && fail "--check missed an added LUN"
+grep -qx "target $SH LUN 9: served, but not in the LIO configuration" "$WORK/check" ||
+    fail "--check, added LUN: $(cat "$WORK/check")"
+stop_target
+[ "$STOP_RC" = 0 ] || fail "exit code $STOP_RC at stop"
+# another NAA for the file's LUN, and host-b's write-protected map made writable
+sed -e 's/naa=6001405d27e5d898829468b90ce4ef8c/naa=6001405d27e5d898829468b90ce4ef8d/' \
+    -e 's/^map = 5 0,ro$/map = 5 0/' "$WORK/serve2.conf" >"$WORK/changed.conf"
+start_target_config "$WORK/changed.conf"
+ctl import lio "$FIX/full.json" --check >"$WORK/check" 2>&1 && fail "--check missed the changes"
+grep -qx "target $SH LUN 0: naa '6001405d27e5d898829468b90ce4ef8d', LIO answered '6001405d27e5d898829468b90ce4ef8c'" \
+    "$WORK/check" && grep -qx "target $SH host $HB: its LUN 5 is not what LIO mapped" "$WORK/check" &&
+    grep -qx "2 differences a host would see between $FIX/full.json and the running linerate" \
+        "$WORK/check" || fail "--check, changed: $(cat "$WORK/check")"
 stop_target
 [ "$STOP_RC" = 0 ] || fail "exit code $STOP_RC at stop"
 note "PASS"
