@@ -13,8 +13,10 @@
 static json_t *ask(const char *socket, const char *method, unsigned wait_s, char *err,
                    size_t errlen)
 {
-    json_t *resp;
-    if (ctl_call(socket, method, json_object(), wait_s, &resp, err, errlen) < 0)
+    json_t *resp, *params = json_object();
+    int rc = ctl_call(socket, method, params, wait_s, &resp, err, errlen);
+    json_decref(params);
+    if (rc < 0)
         return NULL;
     json_t *res = json_incref(json_object_get(resp, "result"));
     if (!json_is_array(res)) {
@@ -101,6 +103,24 @@ static void compare_host(const char *t, const char *h, json_t *want, json_t *got
     json_decref(seen);
 }
 
+/* The LUNs or hosts (`kind`) of target t in the source that the daemon does not serve. */
+static int missing(json_t *served, const char *t, json_t *members, const char *kind, FILE *out)
+{
+    int n = 0;
+    const char *k;
+    json_t *v;
+    json_object_foreach(members, k, v)
+    {
+        char key[600];
+        snprintf(key, sizeof(key), "%s %s %s", t, kind, k);
+        if (!json_object_get(served, key)) {
+            fprintf(out, "target %s %s %s: in the LIO configuration, not served\n", t, kind, k);
+            n++;
+        }
+    }
+    return n;
+}
+
 int lio_check(const char *socket, json_t *expect, unsigned wait_s, FILE *out, char *err,
               size_t errlen)
 {
@@ -111,7 +131,7 @@ int lio_check(const char *socket, json_t *expect, unsigned wait_s, FILE *out, ch
         return -1;
     }
     int diffs = 0;
-    json_t *served = json_object(); /* "TARGET LUN" and "TARGET host NAME" seen */
+    json_t *served = json_object(); /* "TARGET LUN N" and "TARGET host NAME" seen */
     size_t i;
     json_t *v;
     json_array_foreach(luns, i, v)
@@ -120,7 +140,7 @@ int lio_check(const char *socket, json_t *expect, unsigned wait_s, FILE *out, ch
         char n[32], key[600];
         snprintf(n, sizeof(n), "%" JSON_INTEGER_FORMAT,
                  json_integer_value(json_object_get(v, "lun")));
-        snprintf(key, sizeof(key), "%s %s", t ? t : "", n);
+        snprintf(key, sizeof(key), "%s LUN %s", t ? t : "", n);
         json_object_set_new(served, key, json_true());
         json_t *want = json_object_get(json_object_get(json_object_get(expect, t), "luns"), n);
         if (!want) {
@@ -149,25 +169,8 @@ int lio_check(const char *socket, json_t *expect, unsigned wait_s, FILE *out, ch
     json_t *tv;
     json_object_foreach(expect, t, tv)
     {
-        const char *k;
-        json_object_foreach(json_object_get(tv, "luns"), k, v)
-        {
-            char key[600];
-            snprintf(key, sizeof(key), "%s %s", t, k);
-            if (!json_object_get(served, key)) {
-                fprintf(out, "target %s LUN %s: in the LIO configuration, not served\n", t, k);
-                diffs++;
-            }
-        }
-        json_object_foreach(json_object_get(tv, "hosts"), k, v)
-        {
-            char key[600];
-            snprintf(key, sizeof(key), "%s host %s", t, k);
-            if (!json_object_get(served, key)) {
-                fprintf(out, "target %s: LIO's ACL %s has no entry\n", t, k);
-                diffs++;
-            }
-        }
+        diffs += missing(served, t, json_object_get(tv, "luns"), "LUN", out);
+        diffs += missing(served, t, json_object_get(tv, "hosts"), "host", out);
     }
     json_decref(served);
     json_decref(luns);
