@@ -246,6 +246,15 @@ static bool chap_secret(struct ctx *c, const char *jp, const char *user, const c
              jp, user);
         return false;
     }
+    /* Kept even when too short: linerate-target then refuses to start (docs/security.md)
+     * rather than serve the host without CHAP. */
+    size_t n = strlen(secret);
+    if (n < 12)
+        lost(c, true,
+             "%s: CHAP user '%s' has a secret of %zu bytes; linerate takes 12 to 255 (RFC 7143 "
+             "§12.1.3) and will not start with it: set a longer secret on the initiator and in "
+             "the secrets file",
+             jp, user, n);
     json_object_set_new(c->secrets, user, json_string(secret));
     return true;
 }

@@ -58,11 +58,13 @@ import lossy.json
 [ $RC -eq 1 ] || fail "lossy.json: exit $RC, not 1: $(cat "$WORK/report")"
 for want in "pscsi storage object 'tape'" "user:glfs storage object 'glfs'" "iSER or offload portal" \
     "targets[0].tpgs[1]: TPG with other LUNs" "already a LUN of target iqn.2003-01.org.linux-iscsi.store2:a" \
-    "qla2xxx target"; do
+    "qla2xxx target" "CHAP user 'win1' has a secret of 8 bytes" "generate_node_acls with ACLs"; do
     grep -qF "NOT CARRIED: " "$WORK/report" && grep -F "$want" "$WORK/report" | grep -q "NOT CARRIED" ||
         fail "report lacks '$want': $(cat "$WORK/report")"
 done
-run_to 30 "$LT" --check --config "$WORK/lossy.json.conf" || fail "--check: $(cat "$WORK/cmd.out")"
+# the short secret is kept, so linerate-target refuses to start rather than serve without CHAP
+run_to 30 "$LT" --check --config "$WORK/lossy.json.conf" && fail "--check took a short secret"
+grep -qF "the secret of user win1 is 8 bytes" "$WORK/cmd.out" || fail "--check: $(cat "$WORK/cmd.out")"
 
 note "malformed and truncated input: exit 2, the place named, nothing written"
 echo keep >"$WORK/keep.conf"
