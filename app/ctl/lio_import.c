@@ -23,6 +23,7 @@ struct ctx {
     json_t *expect;  /* what hosts should see: struct lio_import's `expect` */
     bool lossy;
     bool failed;
+    const char *disc_user; /* discovery CHAP user, NULL without discovery authentication */
     char *err;
     size_t errlen;
 };
@@ -425,6 +426,30 @@ static void tpg_settings(struct ctx *c, json_t *tpg, const char *jp)
              jp);
 }
 
+/* LIO's SendTargets answers every discovery session that passed discovery authentication (if
+ * any) with every target; linerate lists a CHAP target only to a discovery session that
+ * authenticated as the CHAP user the initiator logs in with (docs/hosts.md). A host whose CHAP
+ * user is not the discovery user no longer finds the target by discovery. */
+static void discovery(struct ctx *c, const char *jp, const char *iqn, json_t *hosts)
+{
+    size_t n = 0;
+    const char *h;
+    json_t *v;
+    json_object_foreach(hosts, h, v)
+    {
+        const char *u = json_string_value(json_object_get(v, "chap_user"));
+        n += u && (!c->disc_user || strcmp(u, c->disc_user) != 0);
+    }
+    if (n)
+        lost(c, true,
+             "%s: target %s: %zu ACL(s) with CHAP: linerate's SendTargets lists a CHAP target "
+             "only to a discovery session authenticated as that initiator's own CHAP user, LIO "
+             "listed it to every discovery session%s; on those hosts, add the target without "
+             "discovery (iscsiadm -m node -T %s -p PORTAL -o new) or discover with the host's "
+             "CHAP user",
+             jp, iqn, n, c->disc_user ? " that passed discovery CHAP" : "", iqn);
+}
+
 static void target(struct ctx *c, json_t *t, const char *jp)
 {
     json_t *fabric = member(c, t, jp, "fabric", JSON_STRING, false);
@@ -562,6 +587,7 @@ static void target(struct ctx *c, json_t *t, const char *jp)
             json_object_set_new(ex_luns, k, e);
         }
         json_object_set_new(json_object_get(c->expect, iqn), "luns", ex_luns);
+        discovery(c, jp, iqn, ex_hosts);
         fputs(acls_buf, keys);
     }
     if (c->failed || !any || json_object_size(luns) == 0)
@@ -621,8 +647,10 @@ int lio_import(const char *path, const char *secrets_path, struct lio_import *ou
         if (c.failed || !json_is_object(v) || !json_is_string(json_object_get(v, "name")) ||
             strcmp(json_string_value(json_object_get(v, "name")), "iscsi") != 0)
             continue;
-        if (flag(json_object_get(v, "discovery_enable_auth")))
+        if (flag(json_object_get(v, "discovery_enable_auth"))) {
             chap(&c, v, jp, "discovery_", disc, "discovery-");
+            c.disc_user = json_string_value(json_object_get(v, "discovery_userid"));
+        }
     }
     json_array_foreach(ts, i, v)
     {

@@ -26,10 +26,14 @@ import() {
     RC=$?
 }
 
-note "a deployment that carries over whole: exit 0, config, secrets of mode 600"
+note "a whole deployment: config, secrets of mode 600; only SendTargets' listing differs"
 import full.json
-[ $RC -eq 0 ] || fail "full.json: exit $RC: $(cat "$WORK/report")"
-grep -q "NOT CARRIED" "$WORK/report" && fail "full.json: $(cat "$WORK/report")"
+# exit 1 for the one thing a host sees differently: linerate's SendTargets lists a CHAP target
+# only to a discovery session authenticated as the host's own CHAP user (docs/hosts.md)
+[ $RC -eq 1 ] || fail "full.json: exit $RC: $(cat "$WORK/report")"
+[ "$(grep -c "NOT CARRIED: " "$WORK/report")" = 1 ] &&
+    grep -q "NOT CARRIED: targets\[0\]: target $SH: 2 ACL(s) with CHAP: linerate's SendTargets" \
+        "$WORK/report" || fail "full.json: $(cat "$WORK/report")"
 C=$WORK/full.json.conf
 [ "$(stat -c %a "$WORK/full.json.secrets")" = 600 ] || fail "secrets mode $(stat -c %a "$WORK/full.json.secrets")"
 for want in "discover disc-secret-0001" "disc-target disc-mutual-0002" "host-a host-a-secret-01" \
