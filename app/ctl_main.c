@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "ctl/ctl.h"
+#include "ctl/lio.h"
 
 #ifndef LINERATE_VERSION
 #define LINERATE_VERSION "unknown"
@@ -100,6 +101,13 @@ static const char usage_text[] =
     "                                over an interval (default 1 s; --watch: a table every\n"
     "                                S seconds until interrupted, or N of them); --raw:\n"
     "                                the daemon's raw counters (method stats)\n"
+    "  import lio FILE [-o OUT] [--secrets SECRETS] | --check\n"
+    "                                LIO's saveconfig.json as a linerate.conf (printed, or\n"
+    "                                written to OUT) and its CHAP secrets (mode 600); each\n"
+    "                                LUN keeps LIO's identity; what does not carry over is\n"
+    "                                listed (exit 1); needs no daemon (docs/migrate.md).\n"
+    "                                --check: list what a host would see differently\n"
+    "                                in the running linerate\n"
     "  version                       the daemon's version, pid and reactor threads\n"
     "  call METHOD [PARAMS-JSON]     any method of docs/ctl-protocol.md\n"
     "  (ls and list are taken for show; rm, del and delete for remove)\n"
@@ -217,6 +225,8 @@ int main(int argc, char **argv)
             return CTL_EXIT_USAGE;
         }
     }
+    if (optind < argc && strcmp(argv[optind], "import") == 0)
+        return ctl_import_main(path, wait_s, argc - optind, argv + optind);
     if (optind < argc && strcmp(argv[optind], "stats") == 0)
         return ctl_stats_main(path, json, wait_s, argc - optind, argv + optind);
     int nargs = argc - optind;
