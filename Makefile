@@ -41,7 +41,10 @@ asan-check: build-asan/build.ninja
 # directory holds any report. Suppressions (third-party libraries only) in tests/tsan.supp.
 # The integration tests are those with more than one thread at work: MC/S and ERL 2 across
 # reactors, cross-thread aborts and range locks, the control and the metrics thread (and CHAP
-# credentials a reload replaces while logins copy them: target-admin). Not the
+# credentials a reload replaces while logins copy them: target-admin), and the short torture
+# run (its target's two threads under recovery, aborts and restarts; about 30 s) with
+# abort-task; live ALUA changes and host entries a reload swaps while logins read them
+# (target-alua-live, target-hosts). Not the
 # rbd tests: librbd is not built for ThreadSanitizer and its completion object, freed by one of
 # its threads while another still waits on it, is reported in most target-rbd runs (4 of 5
 # here) with no symbol to suppress but the whole library, which would also hide races in
@@ -49,7 +52,7 @@ asan-check: build-asan/build.ninja
 # them (about 40, 25 and 20 s).
 TSAN_TESTS ?= target-abort-mcs target-erl2 bench-erl1 bench-erl2 target-abort-lands \
 	target-clear-task-set target-tear target-ctl target-service target-metrics hostile \
-	target-admin
+	target-admin torture abort-task target-alua-live target-hosts
 build-tsan/build.ninja:
 	$(MESON) setup build-tsan --buildtype=debug -Db_sanitize=thread -Db_lundef=false
 

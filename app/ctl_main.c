@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "ctl/ctl.h"
+#include "ctl/lio.h"
 
 #ifndef LINERATE_VERSION
 #define LINERATE_VERSION "unknown"
@@ -26,6 +27,8 @@ static const char usage_text[] =
     "                                reactor thread, digests)\n"
     "  show connections              one line per connection\n"
     "  show portals                  listening addresses and their targets\n"
+    "  show hosts [TARGET]           initiator entries: host or group, initiators, maps,\n"
+    "                                CHAP users\n"
     "  add lun TARGET SPEC [--lun N] a new LUN (the lowest free number unless --lun);\n"
     "                                SPEC as linerate-target --lun, e.g. ram:64M or\n"
     "                                file:/srv/b.img,size=10G; initiators get REPORTED\n"
@@ -68,6 +71,17 @@ static const char usage_text[] =
     "                                (0202h); its sessions carry on unless --force logs them\n"
     "                                out (closed after S seconds, default 10); not the last\n"
     "                                entry (an empty list lets everyone in)\n"
+    "  add host TARGET IQN, add group TARGET NAME IQN...  an initiator entry without a\n"
+    "                                map (a target with entries admits only theirs)\n"
+    "  add|remove initiator TARGET GROUP IQN  a group's members\n"
+    "  map lun TARGET ENTRY HOST-LUN LUN [--ro]  the entry's hosts see LUN as HOST-LUN\n"
+    "                                (ENTRY: a host's IQN or a group's name); they alone\n"
+    "                                get REPORTED LUNS DATA HAS CHANGED\n"
+    "  unmap lun TARGET ENTRY HOST-LUN  take a number out of the entry's map\n"
+    "  set chap TARGET ENTRY USER|none [MUTUAL-USER]  the entry's CHAP users (secrets\n"
+    "                                from chap-secrets), for the logins that follow\n"
+    "  remove host TARGET ENTRY [--force] [--timeout S]  as remove allow: its sessions\n"
+    "                                carry on unless --force; not the last entry\n"
     "  reload [--force]              re-read the daemon's --config file and apply the\n"
     "                                difference (as SIGHUP does): targets added and removed\n"
     "                                (one with sessions only with --force), LUNs added,\n"
@@ -87,6 +101,13 @@ static const char usage_text[] =
     "                                over an interval (default 1 s; --watch: a table every\n"
     "                                S seconds until interrupted, or N of them); --raw:\n"
     "                                the daemon's raw counters (method stats)\n"
+    "  import lio FILE [-o OUT] [--secrets SECRETS] | --check\n"
+    "                                LIO's saveconfig.json as a linerate.conf (printed, or\n"
+    "                                written to OUT) and its CHAP secrets (mode 600); each\n"
+    "                                LUN keeps LIO's identity; what does not carry over is\n"
+    "                                listed (exit 1); needs no daemon (docs/migrate.md).\n"
+    "                                --check: list what a host would see differently\n"
+    "                                in the running linerate\n"
     "  version                       the daemon's version, pid and reactor threads\n"
     "  call METHOD [PARAMS-JSON]     any method of docs/ctl-protocol.md\n"
     "  (ls and list are taken for show; rm, del and delete for remove)\n"
@@ -204,6 +225,8 @@ int main(int argc, char **argv)
             return CTL_EXIT_USAGE;
         }
     }
+    if (optind < argc && strcmp(argv[optind], "import") == 0)
+        return ctl_import_main(path, wait_s, argc - optind, argv + optind);
     if (optind < argc && strcmp(argv[optind], "stats") == 0)
         return ctl_stats_main(path, json, wait_s, argc - optind, argv + optind);
     int nargs = argc - optind;

@@ -281,6 +281,17 @@ static void print_hosts(FILE *out, json_t *r)
     table_print(out, &t);
 }
 
+/* The sessions of initiators a change shut out (add allow, the entry verbs), if any. */
+static void shut_out(FILE *out, json_t *r, const char *what)
+{
+    if (num(r, "sessions"))
+        fprintf(out, "%lld session%s of initiators no longer %s %s\n", num(r, "sessions"),
+                num(r, "sessions") == 1 ? "" : "s", what,
+                flag(r, "sessions_ended") ? "logged out"
+                : num(r, "sessions") == 1 ? "carries on (--force logs it out)"
+                                          : "carry on (--force logs them out)");
+}
+
 void ctl_print_result(FILE *out, const char *kind, json_t *r)
 {
     if (strcmp(kind, "targets") == 0) {
@@ -348,12 +359,7 @@ void ctl_print_result(FILE *out, const char *kind, json_t *r)
                                       "those allowed)"
                                     : "");
         /* the sessions of the initiators that closing it left out */
-        if (num(r, "sessions"))
-            fprintf(out, "%lld session%s of initiators no longer allowed %s\n", num(r, "sessions"),
-                    num(r, "sessions") == 1 ? "" : "s",
-                    flag(r, "sessions_ended") ? "logged out"
-                    : num(r, "sessions") == 1 ? "carries on (--force logs it out)"
-                                              : "carry on (--force logs them out)");
+        shut_out(out, r, "allowed");
     } else if (strcmp(kind, "remove_allow") == 0) {
         fprintf(out,
                 "target %s: %s no longer allowed; %lld session%s of initiators no longer "
@@ -363,6 +369,12 @@ void ctl_print_result(FILE *out, const char *kind, json_t *r)
                 flag(r, "sessions_ended") ? "logged out"
                 : num(r, "sessions") == 1 ? "carries on (--force logs it out)"
                                           : "carry on (--force logs them out)");
+    } else if (strcmp(kind, "host") == 0) {
+        size_t i;
+        json_t *v;
+        json_array_foreach(json_object_get(r, "applied"), i, v)
+            fprintf(out, "%s\n", json_string_value(v));
+        shut_out(out, r, "admitted");
     } else if (strcmp(kind, "saved") == 0) {
         size_t i;
         json_t *v;

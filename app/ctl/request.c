@@ -242,6 +242,47 @@ static int build_portal_allow(const struct verb *v, int argc, char **argv, struc
     return verb_opts(argc, argv, 4, req->params, v->opts, err, errlen);
 }
 
+/* Initiator entries of a running target, ENTRY a host's IQN or a group's name:
+ * add host TARGET IQN, add group TARGET NAME IQN..., remove host TARGET ENTRY [options],
+ * add|remove initiator TARGET GROUP IQN [options], map lun TARGET ENTRY HOST-LUN LUN [--ro],
+ * unmap lun TARGET ENTRY HOST-LUN [options], set chap TARGET ENTRY USER|none [MUTUAL-USER] */
+static int build_host(const struct verb *v, int argc, char **argv, struct ctl_req *req, char *err,
+                      size_t errlen)
+{
+    json_t *p = req->params;
+    json_object_set_new(p, "target", json_string(argv[2]));
+    json_object_set_new(p, "entry", json_string(argv[3]));
+    int at = 4;
+    json_int_t n = 0;
+    if (is(v->method, "add_group")) {
+        json_t *inis = json_array();
+        json_object_set_new(p, "initiators", inis);
+        for (; at < argc && argv[at][0] != '-'; at++)
+            json_array_append_new(inis, json_string(argv[at]));
+    } else if (is(v->method, "add_initiator") || is(v->method, "remove_initiator")) {
+        json_object_set_new(p, "initiator", json_string(argv[at++]));
+    } else if (is(v->method, "map_lun") || is(v->method, "unmap_lun")) {
+        if (num_arg(argv[at++], "host LUN", 16383, &n, err, errlen) < 0)
+            return -1;
+        json_object_set_new(p, "host_lun", json_integer(n));
+        if (is(v->method, "map_lun")) {
+            if (num_arg(argv[at++], "LUN", 16383, &n, err, errlen) < 0)
+                return -1;
+            json_object_set_new(p, "lun", json_integer(n));
+            if (at < argc && (is(argv[at], "--ro") || is(argv[at], "ro"))) {
+                json_object_set_new(p, "read_only", json_true());
+                at++;
+            }
+        }
+    } else if (is(v->method, "set_host_chap")) {
+        json_object_set_new(p, "user", json_string(is(argv[at], "none") ? "" : argv[at]));
+        at++;
+        if (at < argc && argv[at][0] != '-')
+            json_object_set_new(p, "mutual_user", json_string(argv[at++]));
+    }
+    return verb_opts(argc, argv, at, p, v->opts, err, errlen);
+}
+
 /* save [FILE] */
 static int build_save(const struct verb *v, int argc, char **argv, struct ctl_req *req, char *err,
                       size_t errlen)
@@ -348,6 +389,21 @@ static const struct verb verbs[] = {
      "usage: add allow TARGET INITIATOR-IQN [--force] [--timeout S]", build_portal_allow},
     {"remove", "allow", 4, "remove_allow", "remove_allow", OPT_FORCE | OPT_TIMEOUT,
      "usage: remove allow TARGET INITIATOR-IQN [--force] [--timeout S]", build_portal_allow},
+    {"add", "host", 4, "add_host", "host", 0, "usage: add host TARGET INITIATOR-IQN", build_host},
+    {"add", "group", 5, "add_group", "host", 0, "usage: add group TARGET NAME INITIATOR-IQN...",
+     build_host},
+    {"remove", "host", 4, "remove_host", "host", OPT_FORCE | OPT_TIMEOUT,
+     "usage: remove host TARGET IQN|GROUP [--force] [--timeout S]", build_host},
+    {"add", "initiator", 5, "add_initiator", "host", 0,
+     "usage: add initiator TARGET GROUP INITIATOR-IQN", build_host},
+    {"remove", "initiator", 5, "remove_initiator", "host", OPT_FORCE | OPT_TIMEOUT,
+     "usage: remove initiator TARGET GROUP INITIATOR-IQN [--force] [--timeout S]", build_host},
+    {"map", "lun", 6, "map_lun", "host", 0, "usage: map lun TARGET IQN|GROUP HOST-LUN LUN [--ro]",
+     build_host},
+    {"unmap", "lun", 5, "unmap_lun", "host", 0, "usage: unmap lun TARGET IQN|GROUP HOST-LUN",
+     build_host},
+    {"set", "chap", 5, "set_host_chap", "host", 0,
+     "usage: set chap TARGET IQN|GROUP USER|none [MUTUAL-USER]", build_host},
     {"save", NULL, 0, "save", "saved", 0, "usage: save [FILE]", build_save},
     {"add", "target", 3, "add_target", "target-added", 0,
      "usage: add target IQN --portal ADDR[:PORT]... [--lun SPEC]... [--allow IQN]... "

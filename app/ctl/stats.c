@@ -20,8 +20,15 @@ static long long jint(json_t *o, const char *k)
     return (long long)json_integer_value(json_object_get(o, k));
 }
 
-enum kind { K_LUN, K_SESSION, K_PORTAL, K_N };
-static const char *const kinds[K_N] = {"luns", "sessions", "portals"};
+enum kind { K_LUN, K_SESSION, K_PORTAL, K_HOST, K_N };
+static const char *const kinds[K_N] = {"luns", "sessions", "portals", "hosts"};
+
+/* A host entry's name: a [host IQN]'s "host", a [group NAME]'s "group". */
+static const char *entry_name(json_t *e)
+{
+    const char *n = json_string_value(json_object_get(e, "host"));
+    return n ? n : json_string_value(json_object_get(e, "group"));
+}
 
 static bool same_str(json_t *a, json_t *b, const char *k)
 {
@@ -44,6 +51,11 @@ static json_t *match(json_t *prev, json_t *cur, enum kind kind)
             break;
         case K_SESSION:
             same = jint(e, "tsih") == jint(cur, "tsih") && same_str(e, cur, "isid");
+            break;
+        case K_HOST:
+            same = jint(e, "lun") == jint(cur, "lun") && same_str(e, cur, "target") &&
+                   same_str(e, cur, "kind") && entry_name(e) && entry_name(cur) &&
+                   strcmp(entry_name(e), entry_name(cur)) == 0;
             break;
         default:
             same = same_str(e, cur, "portal");
@@ -176,18 +188,22 @@ static void report(FILE *out, json_t *prev, json_t *cur, bool as_json)
     if (dt <= 0)
         dt = 1e-9;
     json_t *bounds = json_object_get(cur, "latency_bounds_s");
-    json_t *jout = as_json ? json_pack("{s:f, s:[], s:[], s:[]}", "interval_s", dt, "luns",
-                                       "sessions", "portals")
+    json_t *jout = as_json ? json_pack("{s:f, s:[], s:[], s:[], s:[]}", "interval_s", dt, "luns",
+                                       "sessions", "portals", "hosts")
                            : NULL;
-    static const char *const heads[K_N] = {"LUN (TARGET/N)", "SESSION (TSIH INITIATOR)", "PORTAL"};
+    static const char *const heads[K_N] = {"LUN (TARGET/N)", "SESSION (TSIH INITIATOR)", "PORTAL",
+                                           "HOST ENTRY (TARGET/LUN HOST|GROUP)"};
     for (enum kind k = K_LUN; k < K_N; k++) {
+        json_t *list = json_object_get(cur, kinds[k]);
+        if (k == K_HOST && !json_array_size(list) && !as_json)
+            break; /* no entries: no table (and no such list from an older daemon) */
         bool lun = k == K_LUN;
         if (!as_json)
             fprintf(out, "%s%-52s %9s %10s %10s %9s %9s %5s %6s\n", k ? "\n" : "", heads[k], "IOPS",
                     "READ MB/s", "WRITE MB/s", "p50", "p99", "QD", "ERRORS");
         size_t i;
         json_t *e;
-        json_array_foreach(json_object_get(cur, kinds[k]), i, e)
+        json_array_foreach(list, i, e)
         {
             struct rate r;
             rate_of(e, match(json_object_get(prev, kinds[k]), e, k), bounds, dt, &r);
@@ -198,6 +214,10 @@ static void report(FILE *out, json_t *prev, json_t *cur, bool as_json)
             else if (k == K_SESSION)
                 snprintf(name, sizeof(name), "%lld %s", jint(e, "tsih"),
                          json_string_value(json_object_get(e, "initiator")));
+            else if (k == K_HOST)
+                snprintf(name, sizeof(name), "%s/%lld %s %s",
+                         json_string_value(json_object_get(e, "target")), jint(e, "lun"),
+                         json_string_value(json_object_get(e, "kind")), entry_name(e));
             else
                 snprintf(name, sizeof(name), "%s", json_string_value(json_object_get(e, "portal")));
             if (as_json) {
@@ -221,6 +241,14 @@ static void report(FILE *out, json_t *prev, json_t *cur, bool as_json)
                         json_object_set(o, "throttle", th);
                 } else if (k == K_PORTAL) {
                     json_object_set(o, "portal", json_object_get(e, "portal"));
+                } else if (k == K_HOST) {
+                    json_object_del(o, "queue_depth"); /* commands only (docs/metrics.md) */
+                    json_object_set(o, "target", json_object_get(e, "target"));
+                    json_object_set(o, "kind", json_object_get(e, "kind"));
+                    json_object_set_new(o, json_string_value(json_object_get(e, "kind")),
+                                        json_string(entry_name(e)));
+                    json_object_set(o, "lun", json_object_get(e, "lun"));
+                    json_object_set(o, "host_lun", json_object_get(e, "host_lun"));
                 } else {
                     json_object_set(o, "tsih", json_object_get(e, "tsih"));
                     json_object_set(o, "initiator", json_object_get(e, "initiator"));
@@ -238,9 +266,9 @@ static void report(FILE *out, json_t *prev, json_t *cur, bool as_json)
     }
     if (as_json) {
         /* the initiator entries' caps: their delayed counters since start, as the daemon says */
-        json_t *hosts = json_object_get(cur, "hosts");
-        if (hosts)
-            json_object_set(jout, "hosts", hosts);
+        json_t *caps = json_object_get(cur, "host_limits");
+        if (caps)
+            json_object_set(jout, "host_limits", caps);
         char *s = json_dumps(jout, JSON_INDENT(2));
         fprintf(out, "%s\n", s ? s : "{}");
         free(s);

@@ -28,6 +28,9 @@ enum lr_err {
     LR_ERR_NO_CONN,   /* the session has no connection left */
     LR_ERR_IO,        /* socket error (connect refused, ...) */
     LR_ERR_ABORTED,   /* session torn down while the task waited */
+    /* lr_task_abort: the target answered the ABORT TASK before the command's own status (or
+     * the command never left): it did not run, or ran whole before that answer */
+    LR_ERR_TASK_ABORTED,
 };
 
 const char *lr_err_name(enum lr_err e);
@@ -196,11 +199,43 @@ void lr_session_unlock(struct lr_session *s);
 enum lr_dir { LR_DIR_NONE, LR_DIR_READ, LR_DIR_WRITE };
 int lr_scsi(struct lr_session *s, const uint8_t *cdb, unsigned cdb_len, enum lr_dir dir, void *buf,
             uint32_t len, lr_done_fn done, void *arg);
+/* lr_scsi, and *tag gets the task's tag (its Initiator Task Tag) for lr_task_abort. */
+int lr_scsi_tag(struct lr_session *s, const uint8_t *cdb, unsigned cdb_len, enum lr_dir dir,
+                void *buf, uint32_t len, lr_done_fn done, void *arg, uint32_t *tag);
+
+/* ABORT TASK (RFC 7143 §11.5.1) of the task lr_scsi_tag tagged. Returns 0 and done() runs once
+ * later (never from inside this call), or -1: errno ESRCH when the task already completed (its
+ * callback ran) or no such task, EALREADY when an abort of it is under way, ENOTSUP for a
+ * session with connections on other reactors (conn_reactors), ENOMEM.
+ *
+ * The task's own callback still runs exactly once:
+ * - with LR_ERR_TASK_ABORTED when the abort won: the target answered "function complete" or
+ *   "task does not exist" before any status of the command, or the command was still waiting
+ *   for the CmdSN window and was never sent. A WRITE so aborted either landed whole before
+ *   that answer or not at all, and none of it lands after (RFC 7143 §4.2.3.3: the target
+ *   discards what comes for an aborted task).
+ * - with the command's own result when that came first: its status stands (a GOOD write
+ *   landed), and the abort is answered "task does not exist" (or "function complete").
+ * - with LR_ERR_CONN_LOST etc. as any task when its connection fails first. At ERL 2 a task
+ *   whose connection was lost is not reassigned: once the target let go of that connection,
+ *   the ABORT TASK goes on another one in place of the TASK REASSIGN.
+ * The task's callback runs before the abort's done().
+ *
+ * The abort's done(): LR_OK with `response` the TMF response code (RFC 7143 §11.6.1: 0
+ * function complete, 1 task does not exist, 5 not supported, 255 rejected; only 0 and 1
+ * abort anything) and `what` spelling it; LR_ERR_CONN_LOST when the task ended with its
+ * connection before the abort was answered; LR_ERR_TIMEOUT when no answer came within
+ * cmd_timeout_ms; LR_ERR_ABORTED when the session was destroyed. */
+int lr_task_abort(struct lr_session *s, uint32_t tag, lr_done_fn done, void *arg);
+
 /* READ/WRITE (10), or (16) when the LBA or the block count does not fit. */
 int lr_read(struct lr_session *s, uint64_t lba, uint32_t blocks, uint32_t block_size, void *buf,
             lr_done_fn done, void *arg);
 int lr_write(struct lr_session *s, uint64_t lba, uint32_t blocks, uint32_t block_size,
              const void *buf, lr_done_fn done, void *arg);
+/* lr_write that gives the task's tag for lr_task_abort */
+int lr_write_tag(struct lr_session *s, uint64_t lba, uint32_t blocks, uint32_t block_size,
+                 const void *buf, lr_done_fn done, void *arg, uint32_t *tag);
 /* READ CAPACITY (16): last LBA + 1 and the block size. */
 typedef void (*lr_capacity_fn)(void *arg, const struct lr_result *res, uint64_t blocks,
                                uint32_t block_size);

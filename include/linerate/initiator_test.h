@@ -5,6 +5,7 @@
 #ifndef LINERATE_INITIATOR_TEST_H
 #define LINERATE_INITIATOR_TEST_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "linerate/initiator.h"
@@ -16,6 +17,11 @@ void lr_session_next_conn(struct lr_session *s, int idx);
 uint16_t lr_session_conn_port(const struct lr_session *s, unsigned i);
 /* Drop connection i as if the network had (shutdown of the socket). */
 void lr_session_conn_kill(struct lr_session *s, unsigned i);
+/* Stall one direction of connection i: it stops reading (on) from the next PDU boundary, what
+ * the target sends piles up in the socket, while it goes on sending; or reads again (off).
+ * Timeouts run on meanwhile (a command past cmd_timeout_ms drops the connection). Holds the
+ * connection now in slot i only: one that replaces it after a loss reads. */
+void lr_session_conn_rx_hold(struct lr_session *s, unsigned i, bool on);
 /* Fault injection (the bench's --inject), set before lr_session_login: the fraction of data
  * digests the session's connections send corrupted (once DataDigest is negotiated) and of
  * their SCSI Command and Data-Out PDUs they leave unsent (what ErrorRecoveryLevel 1 repairs),

@@ -58,31 +58,34 @@ static void write_host_limits(FILE *f, const struct rate_limit_conf *c)
     }
 }
 
+void target_conf_write_host(FILE *f, const struct target_host_conf *h)
+{
+    if (h->group) {
+        fprintf(f, "[group %s]\n", h->group_name);
+        for (unsigned k = 0; k < h->ninitiators; k++)
+            fprintf(f, "initiator = %s\n", h->initiators[k]);
+    } else {
+        fprintf(f, "[host %s]\n", h->initiators[0]);
+    }
+    for (unsigned m = 0; m < h->nmaps; m++)
+        fprintf(f, "map = %llu %llu%s\n", (unsigned long long)h->maps[m].host_lun,
+                (unsigned long long)h->maps[m].lun, h->maps[m].read_only ? ",ro" : "");
+    if (h->chap.user[0]) {
+        fputs("chap-user = ", f);
+        conf_write_value(f, h->chap.user);
+    }
+    if (h->chap.mutual_user[0]) {
+        fputs("chap-mutual-user = ", f);
+        conf_write_value(f, h->chap.mutual_user);
+    }
+    write_host_limits(f, &h->limits);
+}
+
 /* The [host] / [group] entries, last: every key after the first entry is the entry's. */
 static void write_hosts(FILE *f, const struct target_node_conf *c)
 {
-    for (unsigned i = 0; i < c->nhosts; i++) {
-        const struct target_host_conf *h = &c->hosts[i];
-        if (h->group) {
-            fprintf(f, "[group %s]\n", h->group_name);
-            for (unsigned k = 0; k < h->ninitiators; k++)
-                fprintf(f, "initiator = %s\n", h->initiators[k]);
-        } else {
-            fprintf(f, "[host %s]\n", h->initiators[0]);
-        }
-        for (unsigned m = 0; m < h->nmaps; m++)
-            fprintf(f, "map = %llu %llu%s\n", (unsigned long long)h->maps[m].host_lun,
-                    (unsigned long long)h->maps[m].lun, h->maps[m].read_only ? ",ro" : "");
-        if (h->chap.user[0]) {
-            fputs("chap-user = ", f);
-            conf_write_value(f, h->chap.user);
-        }
-        if (h->chap.mutual_user[0]) {
-            fputs("chap-mutual-user = ", f);
-            conf_write_value(f, h->chap.mutual_user);
-        }
-        write_host_limits(f, &h->limits);
-    }
+    for (unsigned i = 0; i < c->nhosts; i++)
+        target_conf_write_host(f, &c->hosts[i]);
 }
 
 void target_conf_write_section(FILE *f, const struct target_node_conf *c,

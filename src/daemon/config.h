@@ -316,6 +316,8 @@ int target_parse_erl(const char *val, uint32_t *out, char *err, size_t errlen);
 
 /* "lun N = SPEC\n" */
 void target_conf_write_lun(FILE *f, const struct target_lun_conf *l);
+/* One [host IQN] or [group NAME] entry: its header, initiators, maps and CHAP users. */
+void target_conf_write_host(FILE *f, const struct target_host_conf *h);
 /* A whole [target] section: its keys, session keys and ALUA only where they differ from inh. */
 void target_conf_write_section(FILE *f, const struct target_node_conf *c,
                                const struct target_section_defaults *inh);

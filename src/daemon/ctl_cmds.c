@@ -532,6 +532,14 @@ static const struct method methods[] = {
     {"remove_portal", m_remove_portal},
     {"add_allow", m_add_allow},
     {"remove_allow", m_remove_allow},
+    {"add_host", ctl_add_host},
+    {"add_group", ctl_add_group},
+    {"remove_host", ctl_remove_host},
+    {"add_initiator", ctl_add_initiator},
+    {"remove_initiator", ctl_remove_initiator},
+    {"map_lun", ctl_map_lun},
+    {"unmap_lun", ctl_unmap_lun},
+    {"set_host_chap", ctl_set_host_chap},
 };
 
 /* --- the envelope --- */

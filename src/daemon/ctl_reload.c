@@ -310,6 +310,13 @@ static void live_only(struct daemon *d, const struct target_config *file, json_t
             if (!target_node_has_allow(f, iqn) && !(b && target_node_has_allow(b, iqn)))
                 note(lost, "target %s: allow %s", r->name, iqn);
         }
+        /* an initiator entry linerate-ctl added (add host, add group, add initiator) */
+        for (unsigned i = 0; i < r->nhosts; i++)
+            for (unsigned k = 0; k < r->hosts[i].ninitiators; k++) {
+                const char *iqn = r->hosts[i].initiators[k];
+                if (!target_host_find(f, iqn) && !(b && target_host_find(b, iqn)))
+                    note(lost, "target %s: host entry %s", r->name, iqn);
+            }
     }
 }
 

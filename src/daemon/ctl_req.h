@@ -61,6 +61,16 @@ json_t *ctl_limits_json(const struct rate_limit *r);
 /* --- ctl_alua.c --- */
 json_t *ctl_set_alua(struct daemon *d, json_t *params, struct req_err *e);
 
+/* --- ctl_host_edit.c: a running target's [host] / [group] entries --- */
+json_t *ctl_add_host(struct daemon *d, json_t *params, struct req_err *e);
+json_t *ctl_add_group(struct daemon *d, json_t *params, struct req_err *e);
+json_t *ctl_remove_host(struct daemon *d, json_t *params, struct req_err *e);
+json_t *ctl_add_initiator(struct daemon *d, json_t *params, struct req_err *e);
+json_t *ctl_remove_initiator(struct daemon *d, json_t *params, struct req_err *e);
+json_t *ctl_map_lun(struct daemon *d, json_t *params, struct req_err *e);
+json_t *ctl_unmap_lun(struct daemon *d, json_t *params, struct req_err *e);
+json_t *ctl_set_host_chap(struct daemon *d, json_t *params, struct req_err *e);
+
 /* --- ctl_show.c: the requests that only read --- */
 json_t *ctl_show_targets(struct daemon *d, json_t *params, struct req_err *e);
 json_t *ctl_show_luns(struct daemon *d, json_t *params, struct req_err *e);

@@ -34,8 +34,11 @@ struct sline {
     uint64_t lun; /* a lun line's number, as the parser gives it */
     bool numbered;
     bool dead;
-    char *repl;  /* the line rewritten */
-    char *after; /* lines inserted after it, each ending in '\n' */
+    unsigned entry;    /* in the doc's entry-th [host] / [group] entry (from 1); 0: none */
+    bool entry_header; /* that entry's [host] / [group] line */
+    bool entry_key;    /* one of its key lines */
+    char *repl;        /* the line rewritten */
+    char *after;       /* lines inserted after it, each ending in '\n' */
 };
 
 struct ssec {
@@ -54,6 +57,7 @@ struct doc {
     /* in a [host] or [group] entry of the last target: its lines are the target's (dropped
      * with it) but kept as they are, and no new key of the target goes among them */
     bool in_entry;
+    unsigned nentries;
 };
 
 static void doc_free(struct doc *d)
@@ -126,8 +130,12 @@ static int classify(struct doc *d, struct sline *l, uint64_t *next_lun)
     if (*s == '[' && d->ns && (strncmp(s + 1, "host", 4) == 0 || strncmp(s + 1, "group", 5) == 0) &&
         isspace((unsigned char)s[strncmp(s + 1, "host", 4) == 0 ? 5 : 6])) {
         d->in_entry = true;
+        l->entry = ++d->nentries;
+        l->entry_header = true;
     } else if (d->in_entry && *s != '[') {
-        /* an entry's key: kept */
+        /* an entry's key: kept unless edit_hosts says otherwise */
+        l->entry = d->nentries;
+        l->entry_key = *s && strchr(s, '=');
     } else if (*s == '[') {
         d->in_entry = false;
         size_t n = strlen(s);
@@ -354,6 +362,189 @@ static const struct target_lun_conf *find_lun(const struct target_node_conf *c, 
     return NULL;
 }
 
+/* The entry of c with h's kind and name, NULL if none. */
+static const struct target_host_conf *entry_like(const struct target_node_conf *c,
+                                                 const struct target_host_conf *h)
+{
+    for (unsigned i = 0; i < c->nhosts; i++) {
+        const struct target_host_conf *o = &c->hosts[i];
+        if (o->group == h->group &&
+            (h->group ? strcmp(o->group_name, h->group_name) == 0
+                      : strcasecmp(o->initiators[0], h->initiators[0]) == 0))
+            return o;
+    }
+    return NULL;
+}
+
+static bool entry_same(const struct target_host_conf *a, const struct target_host_conf *b)
+{
+    struct target_node_conf x = {.hosts = (struct target_host_conf *)a, .nhosts = 1};
+    struct target_node_conf y = {.hosts = (struct target_host_conf *)b, .nhosts = 1};
+    return ctl_hosts_same(&x, &y);
+}
+
+/* h's lines inserted after line at, one by one, after a blank one. */
+static bool insert_entry(struct doc *d, unsigned at, const struct target_host_conf *h)
+{
+    char *text = NULL;
+    size_t len = 0;
+    FILE *m = open_memstream(&text, &len);
+    if (!m)
+        return false;
+    target_conf_write_host(m, h);
+    if (fclose(m) != 0) {
+        free(text);
+        return false;
+    }
+    bool ok = insert_after(d, at, "%s", ""); /* a blank line before it, as between entries */
+    char *p = text;
+    for (char *nl; ok && (nl = strchr(p, '\n')); p = nl + 1) {
+        *nl = '\0';
+        ok = insert_after(d, at, "%s", p);
+    }
+    free(text);
+    return ok;
+}
+
+/* Whether key line l of an entry still holds in re (the entry as it runs). */
+static bool entry_line_holds(const struct sline *l, const struct target_host_conf *re,
+                             bool *kept_map, bool *kept_ini, bool *kept_user, bool *kept_mutual)
+{
+    if (strcmp(l->key, "map") == 0) {
+        unsigned long long hl, lun;
+        if (sscanf(l->val, "%llu %llu", &hl, &lun) != 2)
+            return false;
+        bool ro = strstr(l->val, ",ro") != NULL;
+        for (unsigned m = 0; m < re->nmaps; m++)
+            if (re->maps[m].host_lun == hl && re->maps[m].lun == lun &&
+                re->maps[m].read_only == ro && !kept_map[m])
+                return kept_map[m] = true;
+        return false;
+    }
+    if (strcmp(l->key, "initiator") == 0) {
+        for (unsigned k = 0; k < re->ninitiators; k++)
+            if (strcasecmp(re->initiators[k], l->val) == 0 && !kept_ini[k])
+                return kept_ini[k] = true;
+        return false;
+    }
+    if (strcmp(l->key, "chap-user") == 0 && re->chap.user[0] && !*kept_user &&
+        strcmp(l->val, re->chap.user) == 0)
+        return *kept_user = true;
+    if (strcmp(l->key, "chap-mutual-user") == 0 && re->chap.mutual_user[0] && !*kept_mutual &&
+        strcmp(l->val, re->chap.mutual_user) == 0)
+        return *kept_mutual = true;
+    return false;
+}
+
+/* An entry's key line read into l->key and l->val as the parser reads them (classify keeps
+ * them only for target keys): false when out of memory. */
+static bool entry_kv(struct sline *l)
+{
+    char key[64] = "", *eq = strchr(l->text, '=');
+    const char *t = l->text + strspn(l->text, " \t");
+    size_t kl = eq ? (size_t)(eq - t) : 0;
+    while (kl && isspace((unsigned char)t[kl - 1]))
+        kl--;
+    snprintf(key, sizeof(key), "%.*s", (int)kl, t);
+    for (char *p = key; *p; p++)
+        *p = *p == '_' ? '-' : (char)tolower((unsigned char)*p);
+    snprintf(l->key, sizeof(l->key), "%s", key);
+    if (l->val || !eq)
+        return true;
+    char *v = strdup(eq + 1);
+    if (!v)
+        return false;
+    const char *c = comment_of(v);
+    if (c)
+        v[c - v] = '\0';
+    char *t2 = conf_trim(v);
+    size_t vl = strlen(t2);
+    if (vl >= 2 && t2[0] == '"' && t2[vl - 1] == '"') {
+        t2[vl - 1] = '\0';
+        t2++;
+    }
+    l->val = strdup(t2);
+    free(v);
+    return l->val != NULL;
+}
+
+/* A changed entry (its header at line i, the same entry running as re): each key line that
+ * still holds kept as it is (its comment with it), the others dropped, what is missing after
+ * the entry's last kept line. */
+static bool edit_entry(struct doc *d, unsigned i, unsigned end, const struct target_host_conf *re)
+{
+    bool *kept_map = calloc(re->nmaps + 1, sizeof(bool));
+    bool *kept_ini = calloc(re->ninitiators + 1, sizeof(bool));
+    bool kept_user = false, kept_mutual = false, ok = kept_map && kept_ini;
+    unsigned at = i;
+    for (unsigned j = i + 1; ok && j < end && d->l[j].entry == d->l[i].entry; j++) {
+        struct sline *l = &d->l[j];
+        if (!l->entry_key)
+            continue;
+        ok = entry_kv(l);
+        if (ok && entry_line_holds(l, re, kept_map, kept_ini, &kept_user, &kept_mutual))
+            at = j;
+        else
+            kill_line(d, j);
+    }
+    for (unsigned k = 0; ok && re->group && k < re->ninitiators; k++)
+        if (!kept_ini[k])
+            ok = insert_after(d, at, "initiator = %s", re->initiators[k]);
+    for (unsigned m = 0; ok && m < re->nmaps; m++)
+        if (!kept_map[m])
+            ok = insert_after(d, at, "map = %llu %llu%s", (unsigned long long)re->maps[m].host_lun,
+                              (unsigned long long)re->maps[m].lun,
+                              re->maps[m].read_only ? ",ro" : "");
+    /* (quoted as conf_write_value would: a name may start with '#' or '"') */
+    const char *u = re->chap.user, *mu = re->chap.mutual_user;
+    const char *q = strchr("#\"", u[0]) && u[0] ? "\"" : "",
+               *mq = strchr("#\"", mu[0]) && mu[0] ? "\"" : "";
+    if (ok && u[0] && !kept_user)
+        ok = insert_after(d, at, "chap-user = %s%s%s", q, u, q);
+    if (ok && mu[0] && !kept_mutual)
+        ok = insert_after(d, at, "chap-mutual-user = %s%s%s", mq, mu, mq);
+    free(kept_map);
+    free(kept_ini);
+    return ok;
+}
+
+/* The [host] / [group] entries of section s (the file's f->hosts, in the file's order) brought
+ * to what runs (r, changed by linerate-ctl): an unchanged entry's lines kept as they are, a
+ * changed one edited line by line (edit_entry), a gone one's header and keys dropped (its
+ * comments stay), a new one at the end of the section. Last of the section's edits, so that a
+ * new entry comes after every line a new target key was put after. */
+static bool edit_hosts(struct doc *d, unsigned s, const struct target_node_conf *r,
+                       const struct target_node_conf *f)
+{
+    if (ctl_hosts_same(r, f))
+        return true;
+    bool ok = true;
+    unsigned hdr = d->s[s].header, end = hdr + 1, k = 0, last = hdr;
+    while (end < d->n && d->l[end].kind != L_SECTION)
+        end++;
+    for (unsigned i = hdr + 1; i < end; i++) {
+        const struct sline *l = &d->l[i];
+        if (l->kind != L_OTHER || l->entry || l->text[strspn(l->text, " \t")] != '\0')
+            last = i;
+        if (!l->entry_header || k >= f->nhosts)
+            continue;
+        const struct target_host_conf *fe = &f->hosts[k++], *re = entry_like(r, fe);
+        if (re && entry_same(re, fe))
+            continue;
+        if (re) {
+            ok = ok && edit_entry(d, i, end, re);
+            continue;
+        }
+        for (unsigned j = i; j < end && d->l[j].entry == l->entry; j++)
+            if (d->l[j].entry_key || d->l[j].entry_header)
+                kill_line(d, j);
+    }
+    for (unsigned i = 0; i < r->nhosts; i++)
+        if (!entry_like(f, &r->hosts[i]))
+            ok = ok && insert_entry(d, last, &r->hosts[i]);
+    return ok;
+}
+
 /* Bring section s (its target in the file: f) to what runs (r). */
 /* A LUN line the same but for its ALUA options (,alua= ,alua-peer=, changed live): rewritten
  * whole. (Other changes to a LUN line are edit_section's.) */
@@ -470,7 +661,7 @@ static bool edit_section(struct doc *d, unsigned s, const struct target_node_con
         }
         next = l->lun + 1;
     }
-    return ok;
+    return edit_hosts(d, s, r, f) && ok;
 }
 
 /* The lines of section s, with the comment lines right above its header (its heading). */

@@ -18,7 +18,7 @@
 
 /* --- collecting --- */
 
-enum st_kind { ST_LUN, ST_SESSION, ST_PORTAL };
+enum st_kind { ST_LUN, ST_SESSION, ST_PORTAL, ST_HOST };
 
 struct st_entry {
     enum st_kind kind;
@@ -28,6 +28,8 @@ struct st_entry {
     uint64_t lun;
     uint16_t tsih;
     char isid[16];
+    bool group;        /* ST_HOST: `initiator` names a [group NAME], else a [host IQN] */
+    uint64_t host_lun; /* ST_HOST: the number the entry's hosts know `lun` by */
     uint64_t queue_depth;
     /* a LUN's caps: commands waiting under them now, and those that waited (and how long) */
     uint64_t throttled, delayed, delayed_ns;
@@ -65,6 +67,31 @@ static void portal_add(struct st_snap *s, const struct listener *l)
     iostats_read(l->portal.stats, &e->v);
     /* the portal's own gauge (util/iostats.h: iostats_queue), as the session's in_flight */
     e->queue_depth = e->v.in_flight;
+}
+
+/* Per configured entry and LUN it maps: a [host] entry's counters, a [group]'s summed over its
+ * members (one label value per group, however many initiators it has). The label values are
+ * bounded by the configuration: an initiator without an entry gets none, and no ISID or
+ * session ever becomes a label here. */
+static int hosts_add(struct st_snap *s, const struct target_node_conf *c, struct scsi_target *t)
+{
+    for (unsigned i = 0; i < c->nhosts; i++) {
+        const struct target_host_conf *h = &c->hosts[i];
+        for (unsigned m = 0; m < h->nmaps; m++) {
+            struct st_entry *e = snap_add(s, ST_HOST);
+            if (!e)
+                return -1;
+            snprintf(e->target, sizeof(e->target), "%s", c->name);
+            snprintf(e->initiator, sizeof(e->initiator), "%s",
+                     h->group ? h->group_name : h->initiators[0]);
+            e->group = h->group;
+            e->lun = h->maps[m].lun;
+            e->host_lun = h->maps[m].host_lun;
+            for (unsigned k = 0; k < h->ninitiators; k++)
+                scsi_target_host_stats(t, h->initiators[k], e->lun, &e->v);
+        }
+    }
+    return 0;
 }
 
 static int snap_take(struct daemon *d, struct st_snap *s)
@@ -112,6 +139,9 @@ static int snap_take(struct daemon *d, struct st_snap *s)
         e->v = si[i].stats;
     }
     free(si);
+    for (unsigned i = 0; i < d->built.n && i < d->cfg.ntargets; i++)
+        if (hosts_add(s, &d->cfg.targets[i], d->built.nodes[i]->scsi) < 0)
+            return -1;
     for (unsigned i = 0; i < d->nlisteners; i++)
         portal_add(s, &d->listeners[i]);
     for (const struct listener *l = d->extra_listeners; l; l = l->next)
@@ -159,6 +189,7 @@ json_t *stats_json(struct daemon *d)
     for (unsigned i = 0; i + 1 < IOSTATS_LAT_BUCKETS; i++)
         json_array_append_new(bounds, json_real(iostats_lat_bound_s(i)));
     json_t *luns = json_array(), *sessions = json_array(), *portals = json_array();
+    json_t *hosts = json_array();
     for (unsigned i = 0; i < s.n; i++) {
         const struct st_entry *e = &s.e[i];
         json_t *o;
@@ -176,6 +207,13 @@ json_t *stats_json(struct daemon *d)
                           u64(e->queue_depth));
             json_array_append_new(sessions, o);
             break;
+        case ST_HOST:
+            o = json_pack("{s:s, s:s, s:s, s:o, s:o}", "target", e->target,
+                          e->group ? "group" : "host", e->initiator, "kind",
+                          e->group ? "group" : "host", "lun", u64(e->lun), "host_lun",
+                          u64(e->host_lun));
+            json_array_append_new(hosts, o);
+            break;
         case ST_PORTAL:
         default:
             o = json_pack("{s:s, s:o}", "portal", e->portal, "queue_depth", u64(e->queue_depth));
@@ -185,7 +223,7 @@ json_t *stats_json(struct daemon *d)
         json_object_set_new(o, "counters", values_json(&e->v));
     }
     free(s.e);
-    json_t *hosts = json_array();
+    json_t *caps = json_array();
     for (unsigned t = 0; t < d->built.n; t++) {
         const struct target_node_conf *c = &d->cfg.targets[t];
         for (unsigned k = 0; k < c->nhosts; k++) {
@@ -196,18 +234,18 @@ json_t *stats_json(struct daemon *d)
                 continue;
             uint64_t ns = atomic_load_explicit(&l->limit.delayed_ns, memory_order_relaxed);
             json_array_append_new(
-                hosts, json_pack("{s:s, s:s, s:s, s:{s:o, s:o}}", "target", c->name, "kind",
-                                 h->group ? "group" : "host", "name",
-                                 h->group ? h->group_name : h->initiators[0], "throttle", "delayed",
-                                 u64(atomic_load_explicit(&l->limit.delayed, memory_order_relaxed)),
-                                 "delayed_ms", u64(ns / 1000000)));
+                caps, json_pack("{s:s, s:s, s:s, s:{s:o, s:o}}", "target", c->name, "kind",
+                                h->group ? "group" : "host", "name",
+                                h->group ? h->group_name : h->initiators[0], "throttle", "delayed",
+                                u64(atomic_load_explicit(&l->limit.delayed, memory_order_relaxed)),
+                                "delayed_ms", u64(ns / 1000000)));
         }
     }
     /* latency_bounds_s: the upper bound of each bucket but the last (+Inf) */
-    /* hosts: the initiator entries' caps, each entry's commands together */
-    return json_pack("{s:o, s:o, s:o, s:o, s:o, s:o}", "time_ns", u64(s.time_ns),
+    /* host_limits: the initiator entries' caps, each entry's commands together */
+    return json_pack("{s:o, s:o, s:o, s:o, s:o, s:o, s:o}", "time_ns", u64(s.time_ns),
                      "latency_bounds_s", bounds, "luns", luns, "sessions", sessions, "portals",
-                     portals, "hosts", hosts);
+                     portals, "hosts", hosts, "host_limits", caps);
 }
 
 /* --- Prometheus text format --- */
@@ -263,8 +301,9 @@ static void esc(struct buf *b, const char *s)
     }
 }
 
-static const char *const kind_prefix[] = {"linerate_lun", "linerate_session", "linerate_portal"};
-static const char *const kind_noun[] = {"LUN", "session", "portal"};
+static const char *const kind_prefix[] = {"linerate_lun", "linerate_session", "linerate_portal",
+                                          "linerate_host"};
+static const char *const kind_noun[] = {"LUN", "session", "portal", "host entry and LUN"};
 static const char *const op_names[IOSTATS_NOPS] = {"read", "write", "other"};
 
 /* The entry's identifying labels, without braces or a trailing comma. */
@@ -287,6 +326,14 @@ static void labels(struct buf *b, const struct st_entry *e)
         bprintf(b, "portal=\"");
         esc(b, e->portal);
         bprintf(b, "\"");
+        return;
+    case ST_HOST:
+        /* the lun label is the target's number, as linerate_lun's, so the two join */
+        bprintf(b, "target=\"");
+        esc(b, e->target);
+        bprintf(b, "\",%s=\"", e->group ? "group" : "host");
+        esc(b, e->initiator);
+        bprintf(b, "\",lun=\"%" PRIu64 "\"", e->lun);
         return;
     }
 }
@@ -400,6 +447,8 @@ static void kind_metrics(struct buf *b, const struct st_snap *s, enum st_kind k)
                     s->e[i].v.errors[j]);
         }
     }
+    if (k == ST_HOST) /* commands only: events and gauges are the LUN's and the session's */
+        return;
     if (k == ST_LUN) /* scsi_lun_users: at ERL >= 1 until the answer is acknowledged */
         snprintf(help, sizeof(help), "Commands holding the LUN now (received, not yet released).");
     else
@@ -436,7 +485,7 @@ char *stats_prometheus(struct daemon *d, size_t *len)
         free(s.e);
         return NULL;
     }
-    for (enum st_kind k = ST_LUN; k <= ST_PORTAL; k++)
+    for (enum st_kind k = ST_LUN; k <= ST_HOST; k++)
         kind_metrics(&b, &s, k);
     /* Daemon-wide errors by sense key: every command passes a portal, LUN or not. */
     struct iostats_values all;

@@ -257,6 +257,8 @@ const char *lr_err_name(enum lr_err e)
         return "I/O error";
     case LR_ERR_ABORTED:
         return "aborted";
+    case LR_ERR_TASK_ABORTED:
+        return "task aborted";
     }
     return "?";
 }

@@ -11,6 +11,7 @@
  *   snack.c       ERL 1: SNACK, recovery R2T, Data-In holes, command retry
  *   sched.c       the CmdSN window, which connection a command goes on, the inboxes
  *   logout.c      Logout Requests and the session's logout
+ *   abort.c       ABORT TASK asked by the caller (lr_task_abort)
  *   task.c        a task's PDUs: command, Data-Out, Data-In placement, status, reassign
  *   conn.c        one connection: connect, send, fail; it reaches the session through
  *                 s->conn_ops, never by name
@@ -273,6 +274,7 @@ struct ini_cr {
 #define INI_LOGOUT_ITT 0x80000001u  /* Logout of the session */
 #define INI_CLOGOUT_ITT 0x80000100u /* + slot: Logout of one connection */
 #define INI_TMF_ITT 0x80010000u     /* + task index: TASK REASSIGN */
+#define INI_ABORT_ITT 0x80020000u   /* + a 16-bit count: ABORT TASK (abort.c) */
 
 /* ---- session (session.c) ---- */
 
@@ -312,6 +314,8 @@ struct lr_session {
     uint32_t inflight;
     struct list_node waitq;   /* tasks waiting for the CmdSN window or a connection */
     struct list_node resendq; /* tasks with a CmdSN whose command never left a dead connection */
+    struct list_node aborts;  /* lr_task_abort's not yet settled (abort.c) */
+    uint16_t abort_seq;
     struct reactor_timer tick;
     struct ini_conn *completing;          /* the connection whose task's callback is running */
     struct ini_cr cr[LR_MAX_CONNECTIONS]; /* ERL 2: per slot (= CID) */

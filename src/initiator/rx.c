@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "initiator/abort.h"
 #include "initiator/conn.h"
 #include "initiator/ini.h"
 #include "initiator/logout.h"
@@ -239,7 +240,9 @@ static int rx_dispatch(struct ini_conn *c, enum iscsi_opcode op, const uint8_t *
     case ISCSI_OP_ASYNC_MSG:
         return ini_orphan_async(c, hdr); /* §11.9.1 (orphan.c) */
     case ISCSI_OP_TMF_RSP:
-        return ini_orphan_tmf_rsp(c, hdr); /* we send TMF only to reassign tasks (ERL 2) */
+        if (ini_abort_itt(get_be32(hdr + BHS_ITT)))
+            return ini_abort_rsp(c, hdr);  /* lr_task_abort's (abort.c) */
+        return ini_orphan_tmf_rsp(c, hdr); /* TASK REASSIGN (ERL 2) */
     default:
         return INI_ERR_UNEXPECTED_PDU;
     }

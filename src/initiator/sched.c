@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "initiator/abort.h"
 #include "initiator/conn.h"
 #include "initiator/ini.h"
 #include "initiator/lock.h"
@@ -116,6 +117,8 @@ void ini_session_kick(struct lr_session *s)
 /* The command of t, or its TASK REASSIGN (ERL 2), onto c. */
 static int send_task(struct ini_conn *c, struct ini_task *t)
 {
+    if (t->reassign && ini_abort_wanted(c->s, t))
+        return ini_abort_send_orphan(c, t); /* aborted where it would be reassigned */
     return t->reassign ? ini_task_send_reassign(c, t) : ini_task_send(c, t);
 }
 
@@ -185,7 +188,7 @@ void ini_conn_move(struct ini_conn *c, struct reactor *to)
 }
 
 static int scsi_locked(struct lr_session *s, const uint8_t *cdb, unsigned cdb_len, enum lr_dir dir,
-                       void *buf, uint32_t len, lr_done_fn done, void *arg)
+                       void *buf, uint32_t len, lr_done_fn done, void *arg, uint32_t *tag)
 {
     if (!s->logged_in || s->logging_out || s->destroyed || !s->nfree || cdb_len > 16 ||
         (!ini_conns_any_up(s) && !ini_orphan_recovering(s) && !ini_relogin_pending(s)))
@@ -199,6 +202,8 @@ static int scsi_locked(struct lr_session *s, const uint8_t *cdb, unsigned cdb_le
     t->done = done;
     t->arg = arg;
     t->deadline_ms = reactor_now_ms() + s->o.cmd_timeout_ms;
+    if (tag)
+        *tag = t->itt; /* before the kick: the command may complete within it */
     t->want_conn = s->next_conn;
     s->next_conn = -1;
     t->state = ITS_WAITING;
@@ -208,19 +213,25 @@ static int scsi_locked(struct lr_session *s, const uint8_t *cdb, unsigned cdb_le
     return 0;
 }
 
+int lr_scsi_tag(struct lr_session *s, const uint8_t *cdb, unsigned cdb_len, enum lr_dir dir,
+                void *buf, uint32_t len, lr_done_fn done, void *arg, uint32_t *tag)
+{
+    ini_lock(s);
+    int rc = scsi_locked(s, cdb, cdb_len, dir, buf, len, done, arg, tag);
+    ini_unlock(s);
+    return rc;
+}
+
 int lr_scsi(struct lr_session *s, const uint8_t *cdb, unsigned cdb_len, enum lr_dir dir, void *buf,
             uint32_t len, lr_done_fn done, void *arg)
 {
-    ini_lock(s);
-    int rc = scsi_locked(s, cdb, cdb_len, dir, buf, len, done, arg);
-    ini_unlock(s);
-    return rc;
+    return lr_scsi_tag(s, cdb, cdb_len, dir, buf, len, done, arg, NULL);
 }
 
 /* SBC-4 §5.15/§5.16 and §5.40/§5.41: the 10-byte forms carry a 32-bit LBA and a 16-bit block
  * count; anything larger takes the 16-byte forms. */
 static int rw(struct lr_session *s, bool write, uint64_t lba, uint32_t blocks, uint32_t bs,
-              void *buf, lr_done_fn done, void *arg)
+              void *buf, lr_done_fn done, void *arg, uint32_t *tag)
 {
     uint8_t cdb[16] = {0};
     unsigned len;
@@ -238,20 +249,26 @@ static int rw(struct lr_session *s, bool write, uint64_t lba, uint32_t blocks, u
     uint64_t bytes = (uint64_t)blocks * bs;
     if (bytes > 0xffffffffu)
         return -1;
-    return lr_scsi(s, cdb, len, write ? LR_DIR_WRITE : LR_DIR_READ, buf, (uint32_t)bytes, done,
-                   arg);
+    return lr_scsi_tag(s, cdb, len, write ? LR_DIR_WRITE : LR_DIR_READ, buf, (uint32_t)bytes, done,
+                       arg, tag);
 }
 
 int lr_read(struct lr_session *s, uint64_t lba, uint32_t blocks, uint32_t block_size, void *buf,
             lr_done_fn done, void *arg)
 {
-    return rw(s, false, lba, blocks, block_size, buf, done, arg);
+    return rw(s, false, lba, blocks, block_size, buf, done, arg, NULL);
 }
 
 int lr_write(struct lr_session *s, uint64_t lba, uint32_t blocks, uint32_t block_size,
              const void *buf, lr_done_fn done, void *arg)
 {
-    return rw(s, true, lba, blocks, block_size, (void *)buf, done, arg);
+    return rw(s, true, lba, blocks, block_size, (void *)buf, done, arg, NULL);
+}
+
+int lr_write_tag(struct lr_session *s, uint64_t lba, uint32_t blocks, uint32_t block_size,
+                 const void *buf, lr_done_fn done, void *arg, uint32_t *tag)
+{
+    return rw(s, true, lba, blocks, block_size, (void *)buf, done, arg, tag);
 }
 
 struct readcap_ctx {

@@ -10,6 +10,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "initiator/abort.h"
 #include "initiator/conn.h"
 #include "initiator/ini.h"
 #include "initiator/lock.h"
@@ -179,6 +180,7 @@ struct lr_session *lr_session_create(struct reactor *r, const struct lr_session_
     s->next_conn = -1;
     list_init(&s->waitq);
     list_init(&s->resendq);
+    list_init(&s->aborts);
     for (unsigned i = 0; i < s->o.connections; i++)
         if (s->o.conn_reactors[i] && s->o.conn_reactors[i] != r)
             s->mt = true;
@@ -276,6 +278,7 @@ static void session_free(struct lr_session *s)
     for (uint32_t i = 0; i < s->ntasks; i++) /* ERL 2: waiting to be reassigned */
         if (s->tasks[i].state == ITS_ORPHAN)
             ini_task_complete(s, &s->tasks[i], &r);
+    ini_abort_fail_all(s, LR_ERR_ABORTED, "session destroyed");
     ini_unlock(s);
     for (unsigned i = 0; i < s->nconns; i++) {
         for (struct ini_conn *c = s->conns[i], *next; c; c = next) {
@@ -352,6 +355,14 @@ void lr_session_conn_kill(struct lr_session *s, unsigned i)
     ini_lock(s);
     if (i < s->nconns && s->conns[i]->w.fd >= 0)
         shutdown(s->conns[i]->w.fd, SHUT_RDWR);
+    ini_unlock(s);
+}
+
+void lr_session_conn_rx_hold(struct lr_session *s, unsigned i, bool on)
+{
+    ini_lock(s);
+    if (i < s->nconns && s->conns[i]->w.fd >= 0)
+        wire_rx_hold(&s->conns[i]->w, on);
     ini_unlock(s);
 }
 
@@ -594,6 +605,7 @@ void ini_session_conn_down(struct ini_conn *c)
         conn_login_lost(c);
         return;
     }
+    ini_abort_conn_down(c); /* TMFs unanswered: sent again once their task is somewhere */
     if (!s->destroyed && !s->logging_out)
         LOG_WARN("initiator: connection %u (cid %u, port %u) lost: %s%s%s", c->idx, c->cid,
                  c->local_port, c->fail_why, c->fail_errno ? ": " : "",
@@ -747,6 +759,9 @@ static void session_tick(void *arg)
     /* logins after a logout the target asked for (relogin.c) */
     if (!s->gathering && !s->logging_out && !s->destroyed)
         ini_relogin_tick(s, now);
+    /* lr_task_abort's: pending ones sent or settled (abort.c) */
+    if (!s->gathering && !s->destroyed)
+        ini_abort_tick(s, now);
     if (!s->destroyed)
         reactor_timer_start(s->r, &s->tick, s->params.erl ? INI_TICK_ERL_MS : INI_TICK_MS,
                             session_tick, s);

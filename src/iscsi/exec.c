@@ -33,9 +33,10 @@ static enum iostats_op cmd_op(const uint8_t *cdb)
     }
 }
 
-/* A command answered: one count each in this reactor's shard of its LUN's, session's and
- * portal's counters (util/iostats.h: reactor-local stores, no lock, no atomic RMW). Bytes are
- * those the command moved: the Data-In sent, or the data-out the store took (GOOD only). */
+/* A command answered: one count each in this reactor's shard of its LUN's, host entry's,
+ * session's and portal's counters (util/iostats.h: reactor-local stores, no lock, no atomic RMW).
+ * Bytes are those the command moved: the Data-In sent, or the data-out the store took (GOOD only).
+ */
 static void cmd_count(struct iscsi_conn *c, struct iscsi_task *t)
 {
     if (!IOSTATS_ENABLED) { /* -Dmetrics=false: not even the clock reading */
@@ -57,6 +58,8 @@ static void cmd_count(struct iscsi_conn *c, struct iscsi_task *t)
         s.err_slot = iostats_err_slot(st->status, st->sense, st->sense_len);
     }
     iostats_cmd(iostats_shard(scsi_task_lun_stats(st), c->rid), &s);
+    /* its initiator's entry's, for this LUN: NULL on a target without entries */
+    iostats_cmd(iostats_shard(scsi_task_host_stats(st), c->rid), &s);
     iostats_cmd(c->st_session, &s);
     iostats_cmd(c->st_portal, &s);
     task_queue_leave(t);

@@ -21,6 +21,11 @@ struct host_entry {
     struct scsi_host_mapping *rows; /* in host_lun order */
     unsigned nrows, cap;
     struct scsi_host_map *map; /* the rows as published to its nexuses */
+    /* The entry's counters, one set per target LUN it maps (scsi.h "per-entry counters"), in
+     * two parallel arrays; their maps point at them. */
+    uint64_t *st_lun;
+    struct iostats **st;
+    unsigned nst, stcap;
 };
 
 struct scsi_host_table {
@@ -102,19 +107,97 @@ static void retire(struct scsi_host_table *h, struct scsi_host_map *m)
     h->retired = m;
 }
 
-/* The map of e's rows, or NULL out of memory. */
-static struct scsi_host_map *map_build(const struct host_entry *e)
+/* e's counters for target LUN lun, made if it has none; NULL out of memory (or built without
+ * metrics): that LUN is then not counted for the entry, and works. */
+static struct iostats *stats_for(struct host_entry *e, uint64_t lun)
 {
-    uint32_t nslots = e->nrows ? (uint32_t)e->rows[e->nrows - 1].host_lun + 1 : 0;
-    struct scsi_host_map *m = calloc(1, sizeof(*m) + nslots * sizeof(m->slot[0]));
+    for (unsigned i = 0; i < e->nst; i++)
+        if (e->st_lun[i] == lun)
+            return e->st[i];
+    if (e->nst == e->stcap) {
+        unsigned cap = e->stcap ? e->stcap * 2 : 4;
+        uint64_t *nl = realloc(e->st_lun, cap * sizeof(*nl));
+        if (!nl)
+            return NULL;
+        e->st_lun = nl;
+        struct iostats **ns = realloc(e->st, cap * sizeof(*ns));
+        if (!ns)
+            return NULL;
+        e->st = ns;
+        e->stcap = cap;
+    }
+    struct iostats *st = iostats_new();
+    if (!st)
+        return NULL;
+    e->st_lun[e->nst] = lun;
+    e->st[e->nst++] = st;
+    return st;
+}
+
+/* A map of nslots slots and their counter pointers, in one allocation. */
+static struct scsi_host_map *map_alloc(uint32_t nslots)
+{
+    size_t at = sizeof(struct scsi_host_map) + nslots * sizeof(uint16_t);
+    at = (at + _Alignof(struct iostats *) - 1) & ~(_Alignof(struct iostats *) - 1);
+    struct scsi_host_map *m = calloc(1, at + nslots * sizeof(struct iostats *));
     if (!m)
         return NULL;
     m->nslots = nslots;
+    m->stats = (struct iostats **)((char *)m + at);
+    return m;
+}
+
+/* The map of e's rows, or NULL out of memory. */
+static struct scsi_host_map *map_build(struct host_entry *e)
+{
+    uint32_t nslots = e->nrows ? (uint32_t)e->rows[e->nrows - 1].host_lun + 1 : 0;
+    struct scsi_host_map *m = map_alloc(nslots);
+    if (!m)
+        return NULL;
     for (unsigned i = 0; i < e->nrows; i++) {
         const struct scsi_host_mapping *r = &e->rows[i];
         m->slot[r->host_lun] = (uint16_t)((r->lun + 1) | (r->read_only ? HOST_SLOT_RO : 0));
+        m->stats[r->host_lun] = stats_for(e, r->lun);
     }
     return m;
+}
+
+static bool row_maps(const struct host_entry *e, uint64_t lun)
+{
+    for (unsigned i = 0; i < e->nrows; i++)
+        if (e->rows[i].lun == lun)
+            return true;
+    return false;
+}
+
+/* With the target lock, after e's map was published: the counters of LUNs e no longer maps
+ * go to a retired (empty) map that frees them with itself, once no reactor can count into
+ * them. Out of memory they stay with e, and come back if the LUN is mapped again. */
+static void stats_prune_locked(struct scsi_host_table *h, struct host_entry *e)
+{
+    unsigned gone = 0;
+    for (unsigned i = 0; i < e->nst; i++)
+        gone += !row_maps(e, e->st_lun[i]);
+    if (!gone)
+        return;
+    struct scsi_host_map *holder = map_alloc(0);
+    struct iostats **owned = holder ? calloc(gone, sizeof(*owned)) : NULL;
+    if (!owned) {
+        free(holder);
+        return;
+    }
+    unsigned keep = 0;
+    for (unsigned i = 0; i < e->nst; i++) {
+        if (row_maps(e, e->st_lun[i])) {
+            e->st_lun[keep] = e->st_lun[i];
+            e->st[keep++] = e->st[i];
+        } else {
+            owned[holder->nowned++] = e->st[i];
+        }
+    }
+    e->nst = keep;
+    holder->owned = owned;
+    retire(h, holder);
 }
 
 /* With the target lock: publish e's rows (a new map to its nexuses, the old one retired). */
@@ -129,6 +212,7 @@ static int publish_locked(struct scsi_target *t, struct host_entry *e, char *err
     e->map = m;
     rebind_locked(t, e->name, m);
     retire(table(t), old);
+    stats_prune_locked(table(t), e);
     return 0;
 }
 
@@ -199,8 +283,12 @@ int scsi_target_host_remove(struct scsi_target *t, const char *initiator_name, c
     h->rows -= e->nrows;
     /* before its map is retired: no nexus reads it after this turn */
     rebind_locked(t, h->n == 0 ? NULL : e->name, &host_map_none);
+    /* its counters go with its last map: a reactor may count into them until its turn ends */
+    e->map->owned = e->st;
+    e->map->nowned = e->nst;
     retire(h, e->map);
     pthread_mutex_unlock(&t->lock);
+    free(e->st_lun);
     free(e->rows);
     free(e);
     return 0;
@@ -333,7 +421,8 @@ int scsi_target_host_maps(struct scsi_target *t, const char *initiator_name,
     int n = -1;
     if (e) {
         n = (int)e->nrows;
-        memcpy(out, e->rows, (e->nrows < max ? e->nrows : max) * sizeof(*out));
+        if (e->nrows && max) /* (an entry without a map has no rows array: memcpy takes none) */
+            memcpy(out, e->rows, (e->nrows < max ? e->nrows : max) * sizeof(*out));
     }
     pthread_mutex_unlock(&t->lock);
     return n;
@@ -350,11 +439,37 @@ struct scsi_host_map *scsi_target_host_retired_take(struct scsi_target *t)
     return m;
 }
 
+int scsi_target_host_stats(struct scsi_target *t, const char *initiator_name, uint64_t lun,
+                           struct iostats_values *out)
+{
+    pthread_mutex_lock(&t->lock);
+    struct host_entry *e = entry_find(table(t), initiator_name, NULL);
+    int rc = -1;
+    for (unsigned i = 0; e && i < e->nst; i++) {
+        if (e->st_lun[i] == lun) {
+            struct iostats_values v;
+            iostats_read(e->st[i], &v);
+            iostats_add(out, &v);
+            rc = 0;
+        }
+    }
+    pthread_mutex_unlock(&t->lock);
+    return rc;
+}
+
+static void owned_free(struct iostats **st, unsigned n)
+{
+    for (unsigned i = 0; i < n; i++)
+        iostats_free(st[i]);
+    free(st);
+}
+
 void scsi_host_maps_free(struct scsi_host_map *m)
 {
     while (m) {
         struct scsi_host_map *next = m->retired_next;
         assert(m != &host_map_none);
+        owned_free(m->owned, m->nowned);
         free(m);
         m = next;
     }
@@ -366,6 +481,8 @@ void scsi_host_table_free(struct scsi_target *t)
     if (!h)
         return;
     for (unsigned i = 0; i < h->n; i++) {
+        owned_free(h->e[i]->st, h->e[i]->nst);
+        free(h->e[i]->st_lun);
         free(h->e[i]->map);
         free(h->e[i]->rows);
         free(h->e[i]);

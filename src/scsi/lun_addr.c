@@ -57,6 +57,24 @@ struct scsi_lun *scsi_nexus_lun(struct scsi_nexus *n, uint64_t host_lun, bool *r
     return host_map_lun(m, n->target, host_lun, read_only);
 }
 
+struct iostats *scsi_task_host_stats(const struct scsi_task *t)
+{
+    if (!t->nexus)
+        return NULL;
+    /* without host entries: this load and a branch per command, nothing else */
+    const struct scsi_host_map *m =
+        atomic_load_explicit(&scsi_nexus_impl(t->nexus)->map, memory_order_acquire);
+    if (__builtin_expect(m == NULL, 1))
+        return NULL;
+    const struct scsi_task_core *k = (const struct scsi_task_core *)t->core.bytes;
+    unsigned s = t->lun < m->nslots ? m->slot[t->lun] : 0;
+    /* the map may have changed since the command looked its LUN up: count it only where the
+     * number still names the LUN it ran on */
+    if (!s || !k->lu_held || (s & HOST_SLOT_LUN) - 1 != t->lu->id)
+        return NULL;
+    return m->stats[t->lun];
+}
+
 /* Under the target lock: PREEMPT AND ABORT through another gateway calls this on a store's
  * watch thread, not a reactor, so no reactor's turn keeps the map alive; under the lock the
  * map read is the current one, retired (and later freed) only under the lock too. Rare, so a

@@ -493,6 +493,17 @@ struct scsi_lun *scsi_nexus_lun(struct scsi_nexus *n, uint64_t host_lun, bool *r
  * CLEAR TASK SET, PREEMPT AND ABORT): each task carries the number its initiator sent. Takes
  * the target lock when n has a map (any thread, no SCSI core lock held). */
 uint64_t scsi_nexus_host_lun(struct scsi_nexus *n, uint64_t lun, bool *read_only);
+/* Per-entry counters (util/iostats.h): each entry keeps one counter set per target LUN it maps,
+ * kept while the LUN stays mapped (its mapping's read-only flag changed keeps them), dropped
+ * when the entry or its mapping of the LUN goes. scsi_task_host_stats: the set of task t's
+ * initiator's entry for its LUN, NULL when the target has no entries (one load and a branch) or the
+ * initiator no entry; on a reactor, used within the turn it was read in (the map holding it
+ * is freed after that turn, scsi_target_host_retired_take). scsi_target_host_stats: adds
+ * initiator_name's counters for target LUN `lun` into *out; 0, or -1 when it has none. */
+struct iostats *scsi_task_host_stats(const struct scsi_task *t);
+struct iostats_values;
+int scsi_target_host_stats(struct scsi_target *t, const char *initiator_name, uint64_t lun,
+                           struct iostats_values *out);
 /* Most host entries a target takes, and most mappings over all its entries: what a
  * configuration or linerate-ctl may ask for is bounded (a map is at most SCSI_LUN_SLOTS host
  * numbers). */

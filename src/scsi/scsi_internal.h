@@ -754,6 +754,12 @@ _Static_assert(SCSI_LUN_SLOTS < HOST_SLOT_LUN, "a LUN + 1 fits a slot");
 struct scsi_host_map {
     struct scsi_host_map *retired_next; /* scsi_host_table.retired */
     uint32_t nslots;                    /* host numbers 0..nslots-1 have a slot */
+    /* Per slot, the entry's counters for the LUN it names (host_map.c; NULL: none), in the
+     * same allocation. The entry owns them; a retired map may own some too (owned), freed
+     * with it: a reactor that read the map in its turn may still count into them. */
+    struct iostats **stats;
+    struct iostats **owned;
+    unsigned nowned;
     uint16_t slot[];
 };
 

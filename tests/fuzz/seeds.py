@@ -292,6 +292,20 @@ def ctl_seeds():
                      + ctl_line("add_portal", {"target": n, "portal": "127.0.0.1:3263"}, 4)
                      + ctl_line("remove_portal", {"target": n, "portal": "127.0.0.1:3263"}, 5)
                      + ctl_line("remove_target", {"name": n, "force": True, "timeout": 1}, 6))
+    h = "iqn.2026-11.org.linerate:fuzz-host"
+    out["hosts"] = (ctl_line("add_host", {"target": t, "entry": h})
+                    + ctl_line("map_lun", {"target": t, "entry": h, "host_lun": 5, "lun": 0,
+                                           "read_only": True}, 2)
+                    + ctl_line("add_group", {"target": t, "entry": "g1",
+                                             "initiators": ["iqn.2000-01.x:a"]}, 3)
+                    + ctl_line("add_initiator", {"target": t, "entry": "g1",
+                                                 "initiator": "iqn.2000-01.x:b"}, 4)
+                    + ctl_line("remove_initiator", {"target": t, "entry": "g1",
+                                                    "initiator": "iqn.2000-01.x:a"}, 5)
+                    + ctl_line("set_host_chap", {"target": t, "entry": h, "user": ""}, 6)
+                    + ctl_line("unmap_lun", {"target": t, "entry": h, "host_lun": 5}, 7)
+                    + ctl_line("remove_host", {"target": t, "entry": "g1", "force": True,
+                                               "timeout": 1}, 8))
     out["sessions"] = (ctl_line("logout_session", {"target": t, "tsih": 1})
                        + ctl_line("drop_connection", {"target": t, "tsih": 1, "cid": 0}, "x"))
     out["log"] = ctl_line("set_log_level", {"level": "warn"}, None)

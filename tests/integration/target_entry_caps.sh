@@ -51,7 +51,7 @@ ok "host-b's five writes" qemu-io --image-opts "$(qio "$B")" "${writes[@]}"
 ok "host-b reads host-a's data" qemu-io -r --image-opts "$(qio "$B")" -c "read -P 0x14 4k 1k"
 ctl_ok --json stats
 # hosts: [name, delayed] per entry; the LUN (uncapped) delayed nothing
-got=$(jget '" ".join("%s=%d" % (e["name"].split(":")[-1], e["throttle"]["delayed"] > 0) for e in d["hosts"])' <"$WORK/ctl.out")
+got=$(jget '" ".join("%s=%d" % (e["name"].split(":")[-1], e["throttle"]["delayed"] > 0) for e in d["host_limits"])' <"$WORK/ctl.out")
 [ "$got" = "host-a=1 host-b=0" ] || fail "stats: entries delayed '$got', not host-a=1 host-b=0"
 [ "$(jget 'd["luns"][0]["throttle"]["delayed"]' <"$WORK/ctl.out")" = 0 ] || fail "stats: the uncapped LUN delayed commands"
 ctl_ok --json show hosts "$T"

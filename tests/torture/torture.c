@@ -53,6 +53,11 @@
 #define QD 24u
 #define MAYBE_MAX 4
 #define CMD_TIMEOUT_MS 15000u
+/* EV_CSTALL for ever: held until a timeout ends the connection (the target's pings, see
+ * target_conf, or the command timeout; never the clock), or the run ends. Only in runs of 60 s
+ * or more: the session it is in cannot end before (up to CMD_TIMEOUT_MS), which would double
+ * the 20 s of the meson test now and then. */
+#define CSTALL_FOREVER UINT32_MAX
 /* The library's command timeout, then Time2Wait (2 s) and Time2Retain (20 s) for a lost
  * connection's tasks, then room for a reassignment and a stalled target. */
 #define DEADLINE_MS (CMD_TIMEOUT_MS + 2000u + 20000u + 8000u)
@@ -74,7 +79,7 @@ static uint32_t rng_below(uint64_t *st, uint32_t n)
     return (uint32_t)(rng_next(st) % n);
 }
 
-enum ev_kind { EV_PHASE, EV_CUT, EV_STALL, EV_ISTALL, EV_LUN_RESET, EV_RESTART, EV_END };
+enum ev_kind { EV_PHASE, EV_CUT, EV_STALL, EV_ISTALL, EV_CSTALL, EV_LUN_RESET, EV_RESTART, EV_END };
 
 /* A target's life: its --inject ("" for none) and its DefaultTime2Wait / DefaultTime2Retain
  * (the initiator offers 0 and 20, and the answer is the larger wait and the shorter retention,
@@ -94,8 +99,9 @@ struct event {
     double ini_digest_error, ini_drop_pdu;
     /* EV_RESTART (and the first target): how the target runs */
     struct tlife life;
-    /* EV_CUT: connection index; EV_STALL, EV_ISTALL: ms */
+    /* EV_CUT, EV_CSTALL: connection index; EV_STALL, EV_ISTALL: ms */
     uint32_t arg;
+    uint32_t ms; /* EV_CSTALL */
 };
 
 static struct event *sched;
@@ -143,9 +149,11 @@ static void life_print(const struct tlife *l)
 
 /* Phases of 2-8 s (a session each: ERL, connections, digests, the initiator's faults; every
  * four phases take ERL 1 and 2 with 2 and 4 connections, in an order drawn from the seed, so a
- * short run sees all four), and in them an event every 0.3-2 s: a connection cut (12 in 20), a
- * stall of 50-1500 ms of the target (2 in 20) or of the initiator (2 in 20), a LOGICAL UNIT
- * RESET from another initiator (2 in 20), a target restart with new faults (2 in 20). */
+ * short run sees all four), and in them an event every 0.3-2 s: a connection cut (10 in 20), a
+ * stall of 50-1500 ms of the target (2 in 20) or of the initiator (2 in 20), a stall of one
+ * direction of one connection (2 in 20: the initiator stops reading it, 50-1500 ms, or one time
+ * in four until a timeout ends the connection), a LOGICAL UNIT RESET from another initiator (2
+ * in 20), a target restart with new faults (2 in 20). */
 static void sched_build(uint64_t seed, uint64_t total_ms, struct tlife *first)
 {
     uint64_t st = seed;
@@ -176,9 +184,15 @@ static void sched_build(uint64_t seed, uint64_t total_ms, struct tlife *first)
         while (u < end) {
             uint32_t r = rng_below(&st, 20);
             struct event *e;
-            if (r < 12) {
+            if (r < 10) {
                 e = sched_add(EV_CUT, u);
                 e->arg = rng_below(&st, conns);
+            } else if (r < 12) {
+                e = sched_add(EV_CSTALL, u);
+                e->arg = rng_below(&st, conns);
+                e->ms = rng_below(&st, 4) ? 50 + rng_below(&st, 1451) : CSTALL_FOREVER;
+                if (e->ms == CSTALL_FOREVER && total_ms < 60000)
+                    e->ms = 1500; /* a short run stays short: see CSTALL_FOREVER */
             } else if (r < 16) {
                 e = sched_add(r < 14 ? EV_STALL : EV_ISTALL, u);
                 e->arg = 50 + rng_below(&st, 1451);
@@ -213,6 +227,15 @@ static void ev_print(const struct event *e)
         break;
     case EV_ISTALL:
         printf("%9.3f   stall the initiator %u ms\n", at, e->arg);
+        break;
+    case EV_CSTALL:
+        if (e->ms == CSTALL_FOREVER)
+            printf("%9.3f   stall connection %u's target-to-initiator direction until a timeout "
+                   "ends it\n",
+                   at, e->arg);
+        else
+            printf("%9.3f   stall connection %u's target-to-initiator direction %u ms\n", at,
+                   e->arg, e->ms);
         break;
     case EV_LUN_RESET:
         printf("%9.3f   LOGICAL UNIT RESET from another initiator\n", at);
@@ -250,7 +273,9 @@ static uint16_t pick_port(void)
     return ntohs(a.sin_port);
 }
 
-/* The target's configuration file: Time2Wait and Time2Retain are set only there. */
+/* The target's configuration file: Time2Wait and Time2Retain are set only there. Its pings
+ * (NOP-In after 2 s of silence on a connection, dropped 3 s after one goes unanswered) end a
+ * connection whose other direction is stalled (EV_CSTALL). */
 static void target_conf(const struct tlife *l, const char *conf)
 {
     FILE *f = fopen(conf, "w");
@@ -261,6 +286,7 @@ static void target_conf(const struct tlife *l, const char *conf)
     fprintf(f,
             "threads = 2\nlog-level = warn\nctl-socket = none\nerror-recovery-level = 2\n"
             "max-connections = 4\ndefault-time2wait = %u\ndefault-time2retain = %u\n"
+            "nop-interval = 2\nnop-timeout = 3\n"
             "[target %s]\nportal = 127.0.0.1:%u\nlun = file:%s/lun.img,size=%u\n",
             l->t2w, l->t2r, TARGET_IQN, port, dir, LUN_BLOCKS * BS);
     fclose(f);
@@ -360,6 +386,10 @@ struct block_state {
     uint32_t maybe[MAYBE_MAX];
     uint8_t nmaybe;
     bool any;
+    /* an ABORT TASK answered before this write's status (LR_ERR_TASK_ABORTED): it landed
+     * whole before the answer or not at all, never later. The next READ decides which, and
+     * from then on the block holds that (0: none to decide). */
+    uint32_t aborted;
 };
 
 static struct block_state blocks[LUN_BLOCKS];
@@ -374,6 +404,9 @@ struct cmd {
     uint32_t nblocks, gen;
     uint64_t issued_ms;
     bool live;
+    uint32_t tag;       /* a WRITE's, for lr_task_abort */
+    bool abort_planned; /* ABORT TASK it at abort_at_ms, if still running */
+    uint64_t abort_at_ms;
     struct sess *sess;
     uint8_t buf[CHUNK_BLOCKS * BS];
 };
@@ -397,6 +430,8 @@ static struct lr_timer *tick;
 static struct {
     uint64_t ok[4], failed[4], ua, recovered, cuts, stalls, restarts, sessions, reads_checked;
     uint64_t resets, resets_failed;
+    uint64_t cstalls, cstalls_ended, cstall_max_ms;
+    uint64_t aborts, aborts_refused, aborts_won, aborts_answered, aborts_other, aborts_decided;
 } st;
 
 static uint64_t now_ms(void)
@@ -441,6 +476,15 @@ static void fill(uint8_t *b, uint64_t lba, uint32_t gen)
     }
 }
 
+static void maybe_drop(struct block_state *b, uint32_t gen)
+{
+    for (unsigned i = 0; i < b->nmaybe; i++)
+        if (b->maybe[i] == gen) {
+            b->maybe[i] = b->maybe[--b->nmaybe];
+            return;
+        }
+}
+
 static bool allowed(const struct block_state *b, uint32_t gen)
 {
     if (b->any || gen == b->acked)
@@ -454,7 +498,7 @@ static bool allowed(const struct block_state *b, uint32_t gen)
 static void check_block(const uint8_t *p, uint64_t lba)
 {
     static const uint8_t zero[BS];
-    const struct block_state *b = &blocks[lba];
+    struct block_state *b = &blocks[lba];
     uint32_t gen = 0;
     if (memcmp(p, zero, BS) != 0) {
         uint8_t want[BS];
@@ -477,6 +521,16 @@ static void check_block(const uint8_t *p, uint64_t lba)
         violation("READ of LBA %" PRIu64 ": generation %u, but the last acknowledged write was "
                   "%u (%u unknown ones after it): an acknowledged write lost",
                   lba, gen, b->acked, b->nmaybe);
+    if (b->aborted && !b->any) {
+        /* the aborted write's fate is now known, and final: it landed (as if acknowledged),
+         * or it must never be seen (RFC 7143 §4.2.3.3: nothing of an aborted task lands
+         * after the abort's answer) */
+        if (gen == b->aborted)
+            b->acked = gen;
+        maybe_drop(b, b->aborted);
+        st.aborts_decided++;
+    }
+    b->aborted = 0;
 }
 
 static void write_unknown(const struct cmd *c)
@@ -487,7 +541,15 @@ static void write_unknown(const struct cmd *c)
             b->maybe[b->nmaybe++] = c->gen;
         else
             b->any = true;
+        b->aborted = 0;
     }
+}
+
+static void write_aborted(const struct cmd *c)
+{
+    write_unknown(c);
+    for (uint32_t i = 0; i < c->nblocks; i++)
+        blocks[c->lba + i].aborted = c->gen;
 }
 
 static void write_acked(const struct cmd *c)
@@ -497,6 +559,7 @@ static void write_acked(const struct cmd *c)
         b->acked = c->gen;
         b->nmaybe = 0;
         b->any = false;
+        b->aborted = 0;
     }
 }
 
@@ -536,6 +599,9 @@ static void on_done(void *arg, const struct lr_result *res)
     st.recovered += res->recovered;
     if (ua)
         st.ua++;
+    st.aborts_won += res->err == LR_ERR_TASK_ABORTED;
+    if (res->err == LR_ERR_TASK_ABORTED && c->op != OP_WRITE)
+        violation("%s got LR_ERR_TASK_ABORTED, never aborted", op_name[c->op]);
     if (good)
         st.ok[c->op]++;
     else
@@ -565,6 +631,8 @@ static void on_done(void *arg, const struct lr_result *res)
         if (c->op == OP_WRITE) {
             if (good)
                 write_acked(c);
+            else if (res->err == LR_ERR_TASK_ABORTED)
+                write_aborted(c);
             else if (!ua) /* a unit attention means it did not run (SAM-5 §5.14) */
                 write_unknown(c);
         } else if (good) {
@@ -575,6 +643,27 @@ static void on_done(void *arg, const struct lr_result *res)
         chunk_busy[c->lba / CHUNK_BLOCKS] = false;
     }
     sess_check_drained(x);
+}
+
+static void on_abort(void *arg, const struct lr_result *res)
+{
+    (void)arg;
+    if (res->err == LR_OK && (res->response == 0 || res->response == 1))
+        st.aborts_answered++;
+    else
+        st.aborts_other++;
+    if (verbose)
+        fprintf(stderr, "torture: ABORT TASK: %s, response %u (%s)\n", lr_err_name(res->err),
+                res->response, res->what ? res->what : "");
+}
+
+static void abort_cmd(struct cmd *c)
+{
+    c->abort_planned = false;
+    if (lr_task_abort(c->sess->s, c->tag, on_abort, NULL) == 0)
+        st.aborts++;
+    else
+        st.aborts_refused++; /* completed already */
 }
 
 static void issue(void)
@@ -600,8 +689,14 @@ static void issue(void)
             c->nblocks = 1 + rng_below(&workload_rng, CHUNK_BLOCKS - first);
             c->lba = (uint64_t)chunk * CHUNK_BLOCKS + first;
             chunk_busy[chunk] = true;
+            c->abort_planned = false;
             if (op == OP_WRITE) {
                 c->gen = next_gen++;
+                /* ABORT TASK of 1 write in 12, at once (behind the command) or within 30 ms */
+                if (rng_below(&workload_rng, 12) == 0) {
+                    c->abort_planned = true;
+                    c->abort_at_ms = c->issued_ms + rng_below(&workload_rng, 31);
+                }
                 for (uint32_t b = 0; b < c->nblocks; b++)
                     fill(c->buf + (size_t)b * BS, c->lba + b, c->gen);
             } else {
@@ -614,7 +709,7 @@ static void issue(void)
         c->live = true;
         x->outstanding++;
         if (op == OP_WRITE)
-            rc = lr_write(x->s, c->lba, c->nblocks, BS, c->buf, on_done, c);
+            rc = lr_write_tag(x->s, c->lba, c->nblocks, BS, c->buf, on_done, c, &c->tag);
         else if (op == OP_READ || op == OP_PROBE)
             rc = lr_read(x->s, c->lba, c->nblocks, BS, c->buf, on_done, c);
         else {
@@ -631,16 +726,25 @@ static void issue(void)
             sess_check_drained(x);
             return;
         }
+        if (c->abort_planned && c->abort_at_ms <= c->issued_ms)
+            abort_cmd(c);
     }
 }
 
 /* ---------------- sessions ---------------- */
 
 static uint64_t next_login_ms, stall_until_ms;
+/* EV_CSTALL: the session and connection whose reading is held, until when */
+static struct sess *cstall_sess;
+static unsigned cstall_conn;
+static uint16_t cstall_port; /* its local port: another (or 0) once it ended */
+static uint64_t cstall_from_ms, cstall_until_ms;
 
 static void free_later(void *arg)
 {
     struct sess *x = arg;
+    if (cstall_sess == x)
+        cstall_sess = NULL;
     lr_session_destroy(x->s);
     free(x);
     if (old == x)
@@ -766,6 +870,21 @@ static void run_event(const struct event *e)
         usleep(e->arg * 1000);
         st.stalls++;
         break;
+    case EV_CSTALL:
+        /* one direction of one connection: the initiator stops reading it (Data-In, R2Ts,
+         * responses, pings pile up in the socket) and goes on sending on it; the others run
+         * on. A long one ends by the command timeout (the connection dropped, its tasks
+         * recovered or failed) or the target's. */
+        if (cur && cur->up && !cstall_sess && e->arg < phase->conns) {
+            lr_session_conn_rx_hold(cur->s, e->arg, true);
+            cstall_sess = cur;
+            cstall_conn = e->arg;
+            cstall_port = lr_session_conn_port(cur->s, e->arg);
+            cstall_from_ms = now_ms();
+            cstall_until_ms = e->ms == CSTALL_FOREVER ? UINT64_MAX : now_ms() + e->ms;
+            st.cstalls++;
+        }
+        break;
     case EV_LUN_RESET:
         /* another nexus: the target aborts this session's tasks on the LUN without an
          * answer (they time out here) and raises a unit attention for its next command */
@@ -791,6 +910,25 @@ static void on_tick(void *arg)
 {
     (void)arg;
     uint64_t now = now_ms();
+    for (unsigned i = 0; i < QD; i++)
+        if (cmds[i].live && cmds[i].abort_planned && now >= cmds[i].abort_at_ms)
+            abort_cmd(&cmds[i]);
+    if (cstall_sess && cstall_port != lr_session_conn_port(cstall_sess->s, cstall_conn)) {
+        /* the stalled connection ended (a timeout, a cut, the session's end) */
+        if (cstall_until_ms == UINT64_MAX) {
+            st.cstalls_ended++;
+            if (now - cstall_from_ms > st.cstall_max_ms)
+                st.cstall_max_ms = now - cstall_from_ms;
+        }
+        cstall_sess = NULL;
+    } else if (cstall_sess && (now >= cstall_until_ms || ending)) {
+        lr_session_conn_rx_hold(cstall_sess->s, cstall_conn, false);
+        cstall_sess = NULL;
+    } else if (cstall_sess && now - cstall_from_ms > DEADLINE_MS) {
+        violation("connection %u, its target-to-initiator direction stalled, was not ended "
+                  "by any timeout in %u s",
+                  cstall_conn, DEADLINE_MS / 1000);
+    }
     if (stalled && now >= stall_until_ms) {
         kill(tpid, SIGCONT);
         stalled = false;
@@ -892,6 +1030,14 @@ int main(int argc, char **argv)
         perror("torture: mkdtemp");
         return 2;
     }
+    /* The oracle starts from zeros: a LUN file left by an earlier run in the same --dir would
+     * read as acknowledged writes lost. */
+    char img[PATH_MAX];
+    snprintf(img, sizeof(img), "%s/lun.img", dir);
+    if (unlink(img) < 0 && errno != ENOENT) {
+        perror("torture: removing the old LUN file");
+        return 2;
+    }
     signal(SIGPIPE, SIG_IGN);
     log_set_level(verbose ? LOG_LVL_INFO : LOG_LVL_WARN);
     struct tlife first;
@@ -944,6 +1090,14 @@ int main(int argc, char **argv)
            "; unit attentions %" PRIu64 "\n",
            st.ok[OP_WRITE], st.failed[OP_WRITE], st.ok[OP_READ], st.failed[OP_READ],
            st.ok[OP_PROBE], st.failed[OP_PROBE], st.ok[OP_TUR], st.failed[OP_TUR], st.ua);
+    printf("torture: %" PRIu64 " one-direction stalls of one connection, %" PRIu64
+           " held until the connection ended (the longest %.1f s)\n",
+           st.cstalls, st.cstalls_ended, (double)st.cstall_max_ms / 1000);
+    printf("torture: ABORT TASK %" PRIu64 " sent (%" PRIu64 " too late to send), %" PRIu64
+           " won, %" PRIu64 " answered, %" PRIu64 " otherwise; %" PRIu64
+           " aborted blocks decided by a READ\n",
+           st.aborts, st.aborts_refused, st.aborts_won, st.aborts_answered, st.aborts_other,
+           st.aborts_decided);
     if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
         fprintf(stderr,
                 "torture: INVARIANT BROKEN (seed %" PRIu64 "): the target did not stop cleanly "

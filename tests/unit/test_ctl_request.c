@@ -162,6 +162,32 @@ static void test_force_and_timeout_options(void **state)
     assert_true(json_is_true(json_object_get(r.params, "force")));
     json_decref(r.params);
 
+    /* the entry verbs: ENTRY then their words, options after */
+    assert_int_equal(parse(&r, err, sizeof(err), "map", "lun", T, "g1", "3", "1", "--ro", NULL), 0);
+    assert_string_equal(r.method, "map_lun");
+    assert_string_equal(json_string_value(json_object_get(r.params, "entry")), "g1");
+    assert_int_equal(int_of(&r, "host_lun"), 3);
+    assert_int_equal(int_of(&r, "lun"), 1);
+    assert_true(json_is_true(json_object_get(r.params, "read_only")));
+    json_decref(r.params);
+    assert_int_equal(parse(&r, err, sizeof(err), "add", "group", T, "g1", "iqn.2026-11.org.x:a",
+                           "iqn.2026-11.org.x:b", NULL),
+                     0);
+    assert_string_equal(r.method, "add_group");
+    assert_int_equal(json_array_size(json_object_get(r.params, "initiators")), 2);
+    json_decref(r.params);
+    assert_int_equal(parse(&r, err, sizeof(err), "set", "chap", T, "g1", "none", NULL), 0);
+    assert_string_equal(r.method, "set_host_chap");
+    assert_string_equal(json_string_value(json_object_get(r.params, "user")), "");
+    json_decref(r.params);
+    assert_int_equal(parse(&r, err, sizeof(err), "remove", "host", T, "g1", "--force", NULL), 0);
+    assert_string_equal(r.method, "remove_host");
+    assert_true(json_is_true(json_object_get(r.params, "force")));
+    json_decref(r.params);
+    assert_int_equal(parse(&r, err, sizeof(err), "map", "lun", T, "g1", "3", "x", NULL), -1);
+    assert_string_equal(err, "bad LUN 'x': expected a number from 0 to 16383");
+    json_decref(r.params);
+
     /* the portal verbs take neither option */
     assert_int_equal(parse(&r, err, sizeof(err), "add", "portal", T, "127.0.0.1", "--force", NULL),
                      -1);

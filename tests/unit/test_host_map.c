@@ -15,6 +15,7 @@
 #include "bs/bs.h"
 #include "scsi/scsi.h"
 #include "util/bytes.h"
+#include "util/iostats.h"
 
 #include "scsi_fixture.h"
 
@@ -345,6 +346,70 @@ static void test_remove_entry(void **state)
     assert_int_equal(report_luns(f, f->c, nums, 8), 3);
 }
 
+/* One WRITE of `bytes` counted into st as a thread that is no reactor counts (the shared
+ * shard). */
+static void count_write(struct iostats *st, uint64_t bytes)
+{
+    struct iostats_sample c = {.op = IOSTATS_WRITE, .bytes = bytes, .err_slot = -1};
+    iostats_cmd(iostats_shard(st, -1), &c);
+}
+
+static uint64_t host_writes(struct fx *f, const char *host, uint64_t lun, int want_rc)
+{
+    struct iostats_values v;
+    memset(&v, 0, sizeof(v));
+    assert_int_equal(scsi_target_host_stats(&f->tg, host, lun, &v), want_rc);
+    return v.bytes[IOSTATS_WRITE];
+}
+
+/* Per-entry counters (scsi.h): a command finds its entry's set for the LUN it ran on; the set
+ * goes with the mapping or the entry, and a reactor that read it in its turn may still count
+ * into it until the retired maps are freed (ASan checks there is no use after free). */
+static void test_host_stats(void **state)
+{
+    struct fx *f = *state;
+    drain(f, f->a, 0); /* host A's 0: LUN 2 */
+    struct iostats *a2 = scsi_task_host_stats(&f->t);
+    if (!IOSTATS_ENABLED) {
+        assert_null(a2);
+        return;
+    }
+    assert_non_null(a2);
+    count_write(a2, 512);
+    assert_int_equal(host_writes(f, HOST_A, 2, 0), 512);
+    assert_int_equal(host_writes(f, HOST_B, 1, 0), 0);  /* the same LUN through another host */
+    assert_int_equal(host_writes(f, HOST_A, 0, -1), 0); /* not mapped for A */
+    drain(f, f->b, 5);
+    struct iostats *b1 = scsi_task_host_stats(&f->t);
+    assert_non_null(b1);
+    assert_ptr_not_equal(b1, a2);
+    assert_int_equal(run(f, f->c, 0, TUR, NULL, 0), CHECK); /* no entry: no LUN, no counters */
+    assert_null(scsi_task_host_stats(&f->t));
+
+    /* host A's 0 now names LUN 0: LUN 2's set is dropped, A's reactor may still hold it */
+    map(f, HOST_A, 0, 0, false);
+    assert_int_equal(host_writes(f, HOST_A, 2, -1), 0);
+    assert_int_equal(host_writes(f, HOST_A, 0, 0), 0);
+    count_write(a2, 512);
+    /* the entry goes: its sets with it, after the turn */
+    drain(f, f->a, 1);
+    struct iostats *a1 = scsi_task_host_stats(&f->t);
+    assert_non_null(a1);
+    assert_int_equal(scsi_target_host_remove(&f->tg, HOST_A, f->err, sizeof(f->err)), 0);
+    assert_int_equal(host_writes(f, HOST_A, 1, -1), 0);
+    count_write(a1, 4096);
+    scsi_host_maps_free(scsi_target_host_retired_take(&f->tg));
+    assert_int_equal(host_writes(f, HOST_B, 1, 0), 0);
+}
+
+/* Without entries a command has no entry counters (and pays one load and a branch). */
+static void test_no_entries_no_host_stats(void **state)
+{
+    struct fx *f = *state;
+    drain(f, f->a, 0);
+    assert_null(scsi_task_host_stats(&f->t));
+}
+
 /* What a configuration or linerate-ctl may ask for is bounded, with a reason. */
 static void test_bounds(void **state)
 {
@@ -389,6 +454,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_detach_lun, setup, teardown),
         cmocka_unit_test_setup_teardown(test_remove_entry, setup, teardown),
         cmocka_unit_test_setup_teardown(test_bounds, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_host_stats, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_no_entries_no_host_stats, setup_plain, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,706 @@
+/* rtslib-fb's saveconfig.json (saveconfig.json(5)) to linerate.conf: storage objects become
+ * LUN specs carrying LIO's identity, each enabled TPG's portals and LUNs a [target], each node
+ * ACL a [host] entry with its LUN map and CHAP user, the CHAP secrets a secrets file. What has
+ * no linerate meaning goes to the report, never silently away (issue 31 item 4). */
+#include <assert.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+
+#include "ctl/lio.h"
+
+struct ctx {
+    const char *file;
+    FILE *targets; /* the [target] sections, written after the global keys */
+    FILE *report;
+    json_t *secrets; /* CHAP user -> secret */
+    json_t *specs;   /* "/backstores/KIND/NAME" -> LUN spec, or null when not carried */
+    json_t *owner;   /* "/backstores/KIND/NAME" -> the target that serves it */
+    json_t *ident;   /* "/backstores/KIND/NAME" -> {vendor, product, revision, serial, naa} */
+    json_t *expect;  /* what hosts should see: struct lio_import's `expect` */
+    bool lossy;
+    bool failed;
+    const char *disc_user; /* discovery CHAP user, NULL without discovery authentication */
+    char *err;
+    size_t errlen;
+};
+
+/* A JSON path for messages ("targets[0].tpgs[1]"), cut if ever longer than the buffer. */
+static void jpath(char *b, size_t n, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(b, n, fmt, ap);
+    va_end(ap);
+}
+
+/* A malformed input: the file, where in the JSON, and why. */
+static void bad(struct ctx *c, const char *jp, const char *fmt, ...)
+{
+    if (c->failed)
+        return;
+    c->failed = true;
+    int n = snprintf(c->err, c->errlen, "%s: %s: ", c->file, jp);
+    va_list ap;
+    va_start(ap, fmt);
+    if (n >= 0 && (size_t)n < c->errlen)
+        vsnprintf(c->err + n, c->errlen - (size_t)n, fmt, ap);
+    va_end(ap);
+}
+
+/* Something that does not carry over; `host_sees` when a host would notice. */
+static void lost(struct ctx *c, bool host_sees, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fputs(host_sees ? "NOT CARRIED: " : "note: ", c->report);
+    vfprintf(c->report, fmt, ap);
+    fputc('\n', c->report);
+    va_end(ap);
+    c->lossy |= host_sees;
+}
+
+/* Member `key` of object `o` (at JSON path `jp`) of JSON type `type`; NULL when absent and
+ * optional, or (with c->failed) when it is required and absent or of another type. */
+static json_t *member(struct ctx *c, json_t *o, const char *jp, const char *key, json_type type,
+                      bool required)
+{
+    json_t *v = json_object_get(o, key);
+    static const char *names[] = {"an object", "an array", "a string", "an integer",
+                                  "a number",  "true",     "false",    "null"};
+    if (!v) {
+        if (required)
+            bad(c, jp, "'%s' is missing", key);
+        return NULL;
+    }
+    bool ok =
+        json_typeof(v) == type || (type == JSON_TRUE && (json_is_boolean(v) || json_is_integer(v)));
+    if (!ok) {
+        bad(c, jp, "'%s' is not %s", key, type == JSON_TRUE ? "a boolean" : names[type]);
+        return NULL;
+    }
+    return v;
+}
+
+static bool flag(json_t *v)
+{
+    return v && (json_is_true(v) || (json_is_integer(v) && json_integer_value(v) != 0));
+}
+
+/* A text LIO may hold and linerate's config or secrets file may not: the admin retypes it. */
+static bool plain(const char *s, size_t max)
+{
+    size_t n = strlen(s);
+    if (n == 0 || n > max || s[0] == ' ' || s[n - 1] == ' ')
+        return false;
+    for (size_t i = 0; i < n; i++)
+        if (s[i] < 0x21 || s[i] > 0x7e)
+            if (s[i] != ' ')
+                return false;
+    return strchr(s, ',') == NULL && strstr(s, " #") == NULL;
+}
+
+/* The identity LIO answers for a storage object: INQUIRY's vendor "LIO-ORG", the product and
+ * revision its backend's driver sets (target_core_file.c, _iblock.c, _rd.c, _user.c), VPD 80h
+ * the unit serial (the `wwn`) and VPD 83h the NAA derived from it (lio_naa.c). */
+static void identity(struct ctx *c, json_t *so, const char *kind, const char *name, const char *jp,
+                     FILE *spec, const char *key)
+{
+    static const struct {
+        const char *kind, *product, *revision;
+    } prod[] = {{"fileio", "FILEIO", "4.0"},
+                {"block", "IBLOCK", "4.0"},
+                {"ramdisk", "RAMDISK-MCP", "4.0"},
+                {"user", "TCMU device", "0002"}}; /* tcmu-runner answers INQUIRY itself */
+    const char *product = NULL, *revision = NULL;
+    for (size_t i = 0; i < sizeof(prod) / sizeof(prod[0]); i++)
+        if (strcmp(prod[i].kind, kind) == 0)
+            product = prod[i].product, revision = prod[i].revision;
+    assert(product);
+    json_t *attrs = member(c, so, jp, "attributes", JSON_OBJECT, false);
+    /* emulate_model_alias: LIO answers the storage object's name as the product. */
+    if (strcmp(kind, "user") != 0 && flag(json_object_get(attrs, "emulate_model_alias")) &&
+        plain(name, 16))
+        product = name;
+    fprintf(spec, ",vendor=LIO-ORG,product=%s,revision=%s", product, revision);
+    json_t *wwn = member(c, so, jp, "wwn", JSON_STRING, false);
+    if (!wwn) {
+        lost(c, true,
+             "%s: no 'wwn': LIO gave this disk a unit serial saveconfig.json does not hold; "
+             "read it from the old target (VPD 80h) and add serial= and naa= to its LUN",
+             jp);
+        return;
+    }
+    const char *w = json_string_value(wwn);
+    if (!plain(w, 64)) {
+        lost(c, true, "%s: wwn '%s' cannot be a linerate serial=; set serial= by hand", jp, w);
+        return;
+    }
+    char naa[33];
+    lio_naa_from_wwn(w, naa);
+    fprintf(spec, ",serial=%s,naa=%s", w, naa);
+    json_object_set_new(c->ident, key,
+                        json_pack("{s:s, s:s, s:s, s:s, s:s}", "vendor", "LIO-ORG", "product",
+                                  product, "revision", revision, "serial", w, "naa", naa));
+}
+
+/* One storage object's LUN spec, kept under its rtslib path for the LUNs that name it. */
+static void storage_object(struct ctx *c, json_t *so, const char *jp)
+{
+    if (!json_is_object(so)) {
+        bad(c, jp, "a storage object is not an object");
+        return;
+    }
+    json_t *plugin = member(c, so, jp, "plugin", JSON_STRING, true);
+    json_t *name = member(c, so, jp, "name", JSON_STRING, true);
+    if (c->failed)
+        return;
+    const char *kind = json_string_value(plugin), *nm = json_string_value(name);
+    json_t *dev = member(c, so, jp, "dev", JSON_STRING, false);
+    json_t *size = member(c, so, jp, "size", JSON_INTEGER, false);
+    json_t *cfg = member(c, so, jp, "config", JSON_STRING, false);
+    if (c->failed)
+        return;
+    char *buf = NULL, dir[80];
+    size_t len = 0;
+    FILE *spec = open_memstream(&buf, &len);
+    if (!spec) {
+        bad(c, jp, "out of memory");
+        return;
+    }
+    snprintf(dir, sizeof(dir), "%s", kind);
+    bool carried = true;
+    long long bytes = size ? (long long)json_integer_value(size) : 0;
+    if (strcmp(kind, "fileio") == 0 || strcmp(kind, "block") == 0) {
+        if (!dev) {
+            bad(c, jp, "'dev' is missing");
+        } else if (!plain(json_string_value(dev), 4096)) {
+            lost(c, true, "%s: path '%s' cannot be written in a LUN spec", jp,
+                 json_string_value(dev));
+            carried = false;
+        } else {
+            fprintf(spec, "file:%s", json_string_value(dev));
+            if (strcmp(kind, "fileio") == 0 && bytes > 0)
+                fprintf(spec, ",size=%lld", bytes);
+            if (flag(json_object_get(so, "readonly")))
+                fputs(",ro", spec);
+        }
+    } else if (strcmp(kind, "ramdisk") == 0) {
+        if (bytes <= 0)
+            bad(c, jp, "a ramdisk needs a positive 'size'");
+        else
+            fprintf(spec, "%s:%lld", flag(json_object_get(so, "nullio")) ? "null" : "ram", bytes);
+        lost(c, false,
+             "%s (ramdisk %s): RAM starts empty in linerate as in LIO; its contents are not moved",
+             jp, nm);
+    } else if (strcmp(kind, "user") == 0 && cfg &&
+               strncmp(json_string_value(cfg), "rbd/", 4) == 0) {
+        /* tcmu-runner's rbd handler: "rbd/POOL/IMAGE[;OPTIONS]" */
+        const char *img = json_string_value(cfg) + 4;
+        size_t n = strcspn(img, ";@");
+        snprintf(dir, sizeof(dir), "user:rbd");
+        fprintf(spec, "rbd:%.*s", (int)n, img);
+        if (bytes > 0)
+            fprintf(spec, ",size=%lld", bytes);
+        if (img[n])
+            lost(c, false, "%s: rbd options '%s' not carried (see rbd: in linerate.conf(5))", jp,
+                 img + n);
+    } else {
+        if (strcmp(kind, "user") == 0 && cfg)
+            snprintf(dir, sizeof(dir), "user:%.*s", (int)strcspn(json_string_value(cfg), "/"),
+                     json_string_value(cfg));
+        lost(c, true,
+             "%s: %s storage object '%s' has no linerate store (linerate serves files, block "
+             "devices, RAM and RBD); copy its data into a file or an RBD image and add the LUN "
+             "by hand",
+             jp, dir, nm);
+        carried = false;
+    }
+    char key[512];
+    snprintf(key, sizeof(key), "/backstores/%s/%s", dir, nm);
+    if (carried && !c->failed) {
+        if (flag(json_object_get(so, "write_back")))
+            lost(c, false, "%s: write_back: linerate reports the write cache as its store has it",
+                 jp);
+        identity(c, so, strcmp(kind, "user") == 0 ? "user" : kind, nm, jp, spec, key);
+    }
+    fclose(spec);
+    json_object_set_new(c->specs, key, carried && !c->failed ? json_string(buf) : json_null());
+    free(buf);
+}
+
+/* A CHAP user and its secret into the secrets file; one user name has one secret there. */
+static bool chap_secret(struct ctx *c, const char *jp, const char *user, const char *secret)
+{
+    if (!plain(user, 255) || strchr(user, ' ') || !plain(secret, 255) || strchr(secret, ' ')) {
+        lost(c, true, "%s: CHAP user or secret with characters the secrets file cannot hold", jp);
+        return false;
+    }
+    json_t *had = json_object_get(c->secrets, user);
+    if (had && strcmp(json_string_value(had), secret) != 0) {
+        lost(c, true,
+             "%s: CHAP user '%s' has another secret elsewhere; linerate keeps one secret per "
+             "user name: rename one user on the initiator",
+             jp, user);
+        return false;
+    }
+    /* Kept even when too short: linerate-target then refuses to start (docs/security.md)
+     * rather than serve the host without CHAP. */
+    size_t n = strlen(secret);
+    if (n < 12)
+        lost(c, true,
+             "%s: CHAP user '%s' has a secret of %zu bytes; linerate takes 12 to 255 (RFC 7143 "
+             "§12.1.3) and will not start with it: set a longer secret on the initiator and in "
+             "the secrets file",
+             jp, user, n);
+    json_object_set_new(c->secrets, user, json_string(secret));
+    return true;
+}
+
+/* userid/password and mutual_userid/mutual_password under `prefix` in `o` as chap-user lines
+ * (`key_prefix` "" in a section, "discovery-" at the top). */
+static void chap(struct ctx *c, json_t *o, const char *jp, const char *prefix, FILE *out,
+                 const char *key_prefix)
+{
+    static const char *const kinds[2][3] = {
+        {"userid", "password", "chap-user"},
+        {"mutual_userid", "mutual_password", "chap-mutual-user"}};
+    for (int m = 0; m < 2; m++) {
+        char ku[64], kp[64];
+        snprintf(ku, sizeof(ku), "%s%s", prefix, kinds[m][0]);
+        snprintf(kp, sizeof(kp), "%s%s", prefix, kinds[m][1]);
+        json_t *u = member(c, o, jp, ku, JSON_STRING, false);
+        json_t *p = member(c, o, jp, kp, JSON_STRING, false);
+        if (c->failed || !u || !*json_string_value(u))
+            continue;
+        if (!p || !*json_string_value(p)) {
+            lost(c, true, "%s: %s without %s", jp, ku, kp);
+            continue;
+        }
+        if (chap_secret(c, jp, json_string_value(u), json_string_value(p)))
+            fprintf(out, "%s%s = %s\n", key_prefix, kinds[m][2], json_string_value(u));
+    }
+}
+
+/* One node ACL: a [host] entry with its map. */
+static void node_acl(struct ctx *c, json_t *acl, const char *jp, json_t *tpg_luns, json_t *hosts)
+{
+    json_t *wwn = member(c, acl, jp, "node_wwn", JSON_STRING, true);
+    json_t *maps = member(c, acl, jp, "mapped_luns", JSON_ARRAY, false);
+    if (c->failed)
+        return;
+    FILE *t = c->targets;
+    fprintf(t, "\n[host %s]\n", json_string_value(wwn));
+    chap(c, acl, jp, "chap_", t, "");
+    json_t *cu = json_object_get(acl, "chap_userid");
+    json_t *ex_maps = json_object();
+    json_object_set_new(
+        hosts, json_string_value(wwn),
+        json_pack("{s:s?, s:o}", "chap_user",
+                  json_is_string(cu) && *json_string_value(cu) ? json_string_value(cu) : NULL,
+                  "maps", ex_maps));
+    size_t i;
+    json_t *m;
+    json_array_foreach(maps, i, m)
+    {
+        char mp[300];
+        jpath(mp, sizeof(mp), "%s.mapped_luns[%zu]", jp, i);
+        if (!json_is_object(m)) {
+            bad(c, mp, "not an object");
+            return;
+        }
+        json_t *h = member(c, m, mp, "index", JSON_INTEGER, true);
+        json_t *tl = member(c, m, mp, "tpg_lun", JSON_INTEGER, true);
+        json_t *wp = member(c, m, mp, "write_protect", JSON_TRUE, false);
+        if (c->failed)
+            return;
+        char k[32];
+        snprintf(k, sizeof(k), "%" JSON_INTEGER_FORMAT, json_integer_value(tl));
+        if (!json_object_get(tpg_luns, k)) {
+            lost(c, true, "%s: maps TPG LUN %s, which was not carried", mp, k);
+            continue;
+        }
+        fprintf(t, "map = %" JSON_INTEGER_FORMAT " %s%s\n", json_integer_value(h), k,
+                flag(wp) ? ",ro" : "");
+        char hk[32];
+        snprintf(hk, sizeof(hk), "%" JSON_INTEGER_FORMAT, json_integer_value(h));
+        json_object_set_new(
+            ex_maps, hk,
+            json_pack("{s:I, s:b}", "lun", json_integer_value(tl), "read_only", flag(wp)));
+    }
+    json_t *attrs = member(c, acl, jp, "attributes", JSON_OBJECT, false);
+    if (attrs && json_object_size(attrs))
+        lost(c, false, "%s: ACL attributes (dataout_timeout, ...) have no linerate meaning", jp);
+}
+
+static void portal(struct ctx *c, json_t *p, const char *jp, FILE *out)
+{
+    json_t *ip = member(c, p, jp, "ip_address", JSON_STRING, true);
+    json_t *port = member(c, p, jp, "port", JSON_INTEGER, true);
+    if (c->failed)
+        return;
+    const char *a = json_string_value(ip);
+    bool v6 = strchr(a, ':') && a[0] != '[';
+    fprintf(out, "portal = %s%s%s:%" JSON_INTEGER_FORMAT "\n", v6 ? "[" : "", a, v6 ? "]" : "",
+            json_integer_value(port));
+    if (flag(json_object_get(p, "iser")) || flag(json_object_get(p, "offload")))
+        lost(c, true, "%s: iSER or offload portal: linerate serves iSCSI over TCP only", jp);
+}
+
+/* The LUNs of a TPG as "index -> spec" (not-carried ones reported). */
+static json_t *tpg_luns(struct ctx *c, json_t *tpg, const char *jp, const char *iqn, bool quiet)
+{
+    json_t *luns = member(c, tpg, jp, "luns", JSON_ARRAY, false);
+    json_t *out = json_object();
+    size_t i;
+    json_t *l;
+    json_array_foreach(luns, i, l)
+    {
+        char lp[300];
+        jpath(lp, sizeof(lp), "%s.luns[%zu]", jp, i);
+        if (!json_is_object(l)) {
+            bad(c, lp, "not an object");
+            break;
+        }
+        json_t *idx = member(c, l, lp, "index", JSON_INTEGER, true);
+        json_t *so = member(c, l, lp, "storage_object", JSON_STRING, true);
+        if (c->failed)
+            break;
+        json_t *spec = json_object_get(c->specs, json_string_value(so));
+        if (!spec) {
+            bad(c, lp, "storage object '%s' is not in storage_objects", json_string_value(so));
+            break;
+        }
+        if (json_is_null(spec)) {
+            if (quiet)
+                continue;
+            lost(c, true, "target %s LUN %" JSON_INTEGER_FORMAT " (%s) not carried: see above", iqn,
+                 json_integer_value(idx), json_string_value(so));
+            continue;
+        }
+        /* One LIO storage object behind two targets is one disk; two linerate LUNs would be
+         * two disks (and may not share an NAA). */
+        json_t *owner = json_object_get(c->owner, json_string_value(so));
+        if (owner && strcmp(json_string_value(owner), iqn) != 0) {
+            if (!quiet)
+                lost(c, true,
+                     "target %s LUN %" JSON_INTEGER_FORMAT " (%s) is already a LUN of target %s; "
+                     "linerate serves a disk in one target: give these hosts [host] entries "
+                     "there",
+                     iqn, json_integer_value(idx), json_string_value(so), json_string_value(owner));
+            continue;
+        }
+        json_object_set_new(c->owner, json_string_value(so), json_string(iqn));
+        char k[32];
+        snprintf(k, sizeof(k), "%" JSON_INTEGER_FORMAT, json_integer_value(idx));
+        json_object_set_new(out, k,
+                            json_pack("{s:O, s:s}", "spec", spec, "so", json_string_value(so)));
+    }
+    return out;
+}
+
+static const char *const known_tpg_attrs[] = {"authentication", "generate_node_acls",
+                                              "demo_mode_write_protect", "cache_dynamic_acls"};
+
+static void tpg_settings(struct ctx *c, json_t *tpg, const char *jp)
+{
+    json_t *attrs = member(c, tpg, jp, "attributes", JSON_OBJECT, false);
+    const char *k;
+    json_t *v;
+    json_object_foreach(attrs, k, v)
+    {
+        bool known = false;
+        for (size_t i = 0; i < sizeof(known_tpg_attrs) / sizeof(known_tpg_attrs[0]); i++)
+            known |= strcmp(k, known_tpg_attrs[i]) == 0;
+        if (!known)
+            lost(c, false, "%s.attributes.%s: no linerate meaning, not carried", jp, k);
+    }
+    json_t *params = member(c, tpg, jp, "parameters", JSON_OBJECT, false);
+    if (params && json_object_size(params))
+        lost(c, false,
+             "%s.parameters: iSCSI session parameters are negotiated by linerate with its own "
+             "limits (docs/configuration.md); not carried",
+             jp);
+}
+
+/* LIO's SendTargets answers every discovery session that passed discovery authentication (if
+ * any) with every target; linerate lists a CHAP target only to a discovery session that
+ * authenticated as the CHAP user the initiator logs in with (docs/hosts.md). A host whose CHAP
+ * user is not the discovery user no longer finds the target by discovery. */
+static void discovery(struct ctx *c, const char *jp, const char *iqn, json_t *hosts)
+{
+    size_t n = 0;
+    const char *h;
+    json_t *v;
+    json_object_foreach(hosts, h, v)
+    {
+        const char *u = json_string_value(json_object_get(v, "chap_user"));
+        n += u && (!c->disc_user || strcmp(u, c->disc_user) != 0);
+    }
+    if (n)
+        lost(c, true,
+             "%s: target %s: %zu ACL(s) with CHAP: linerate's SendTargets lists a CHAP target "
+             "only to a discovery session authenticated as that initiator's own CHAP user, LIO "
+             "listed it to every discovery session%s; on those hosts, add the target without "
+             "discovery (iscsiadm -m node -T %s -p PORTAL -o new) or discover with the host's "
+             "CHAP user",
+             jp, iqn, n, c->disc_user ? " that passed discovery CHAP" : "", iqn);
+}
+
+static void target(struct ctx *c, json_t *t, const char *jp)
+{
+    json_t *fabric = member(c, t, jp, "fabric", JSON_STRING, false);
+    json_t *wwn = member(c, t, jp, "wwn", JSON_STRING, true);
+    json_t *tpgs = member(c, t, jp, "tpgs", JSON_ARRAY, true);
+    if (c->failed)
+        return;
+    const char *iqn = json_string_value(wwn);
+    if (fabric && strcmp(json_string_value(fabric), "iscsi") != 0) {
+        lost(c, true, "%s: %s target %s: linerate serves iSCSI only", jp, json_string_value(fabric),
+             iqn);
+        return;
+    }
+    /* linerate has one LUN set per target: the first enabled TPG gives it; a further TPG
+     * adds its portals and ACLs when its LUNs are the same, else it is reported. */
+    json_t *luns = NULL;
+    char *acls_buf = NULL;
+    size_t acls_len = 0;
+    FILE *portals = NULL, *keys = c->targets;
+    char *portals_buf = NULL;
+    size_t portals_len = 0;
+    portals = open_memstream(&portals_buf, &portals_len);
+    FILE *acls = open_memstream(&acls_buf, &acls_len);
+    json_t *seen_acls = json_object();
+    json_t *ex_hosts = json_object();
+    json_object_set_new(c->expect, iqn, json_pack("{s:o}", "hosts", ex_hosts));
+    bool open_access = false, any = false;
+    size_t i;
+    json_t *tpg;
+    json_array_foreach(tpgs, i, tpg)
+    {
+        char tp[256];
+        jpath(tp, sizeof(tp), "%s.tpgs[%zu]", jp, i);
+        if (!json_is_object(tpg)) {
+            bad(c, tp, "not an object");
+            break;
+        }
+        json_t *en = member(c, tpg, tp, "enable", JSON_TRUE, false);
+        if (c->failed)
+            break;
+        if (en && !flag(en)) {
+            lost(c, false, "%s: disabled in LIO, not served, not imported", tp);
+            continue;
+        }
+        json_t *l = tpg_luns(c, tpg, tp, iqn, luns != NULL);
+        if (c->failed) {
+            json_decref(l);
+            break;
+        }
+        if (luns && !json_equal(luns, l)) {
+            lost(c, true,
+                 "%s: TPG with other LUNs than the target's first TPG; linerate has one LUN set "
+                 "per target: give these LUNs a target of their own",
+                 tp);
+            json_decref(l);
+            continue;
+        }
+        if (!luns)
+            luns = l;
+        else
+            json_decref(l);
+        any = true;
+        tpg_settings(c, tpg, tp);
+        json_t *ps = member(c, tpg, tp, "portals", JSON_ARRAY, false);
+        size_t j;
+        json_t *p;
+        json_array_foreach(ps, j, p)
+        {
+            char pp[300];
+            jpath(pp, sizeof(pp), "%s.portals[%zu]", tp, j);
+            portal(c, p, pp, portals);
+        }
+        json_t *attrs = json_object_get(tpg, "attributes");
+        json_t *nacls = member(c, tpg, tp, "node_acls", JSON_ARRAY, false);
+        if (c->failed)
+            break;
+        if (flag(json_object_get(attrs, "generate_node_acls")))
+            open_access = true;
+        FILE *saved = c->targets;
+        c->targets = acls;
+        json_array_foreach(nacls, j, p)
+        {
+            char ap[300];
+            jpath(ap, sizeof(ap), "%s.node_acls[%zu]", tp, j);
+            if (!json_is_object(p)) {
+                bad(c, ap, "not an object");
+                break;
+            }
+            const char *n = json_string_value(json_object_get(p, "node_wwn"));
+            if (n && json_object_get(seen_acls, n)) {
+                lost(c, false, "%s: %s has an ACL in an earlier TPG; that one is kept", ap, n);
+                continue;
+            }
+            if (n)
+                json_object_set_new(seen_acls, n, json_true());
+            node_acl(c, p, ap, luns, ex_hosts);
+        }
+        c->targets = saved;
+        if (flag(json_object_get(attrs, "generate_node_acls")) &&
+            flag(json_object_get(attrs, "demo_mode_write_protect")) && json_array_size(nacls))
+            lost(c, true,
+                 "%s: initiators without an ACL see the LUNs read-only in LIO; linerate "
+                 "admits only the ACLs' initiators once it has any",
+                 tp);
+    }
+    fclose(portals);
+    fclose(acls);
+    if (!c->failed && any && json_object_size(luns) == 0) {
+        lost(c, true, "%s: target %s has no LUN that carried over; not served", jp, iqn);
+    } else if (!c->failed && any) {
+        bool ro_all = false;
+        if (json_object_size(seen_acls) == 0) {
+            json_t *attrs = json_object_get(json_array_get(tpgs, 0), "attributes");
+            if (!open_access)
+                lost(c, true,
+                     "%s: no node ACL and no generate_node_acls: no initiator could log in to "
+                     "LIO, any could to linerate; add [host] entries or drop the target",
+                     jp);
+            ro_all = flag(json_object_get(attrs, "demo_mode_write_protect"));
+        } else if (open_access) {
+            lost(c, true,
+                 "%s: generate_node_acls with ACLs: linerate admits only the ACLs' initiators", jp);
+        }
+        fprintf(keys, "\n[target %s]\n%s", iqn, portals_buf);
+        const char *k;
+        json_t *spec;
+        json_t *ex_luns = json_object();
+        json_object_foreach(luns, k, spec)
+        {
+            fprintf(keys, "lun %s = %s%s\n", k, json_string_value(json_object_get(spec, "spec")),
+                    ro_all ? ",ro" : "");
+            json_t *id = json_object_get(c->ident, json_string_value(json_object_get(spec, "so")));
+            json_t *e = id ? json_deep_copy(id) : json_object();
+            json_object_set_new(e, "read_only", json_boolean(ro_all));
+            json_object_set_new(ex_luns, k, e);
+        }
+        json_object_set_new(json_object_get(c->expect, iqn), "luns", ex_luns);
+        discovery(c, jp, iqn, ex_hosts);
+        fputs(acls_buf, keys);
+    }
+    if (c->failed || !any || json_object_size(luns) == 0)
+        json_object_del(c->expect, iqn);
+    json_decref(luns);
+    json_decref(seen_acls);
+    free(portals_buf);
+    free(acls_buf);
+}
+
+int lio_import(const char *path, const char *secrets_path, struct lio_import *out, char *err,
+               size_t errlen)
+{
+    memset(out, 0, sizeof(*out));
+    json_error_t je;
+    json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &je);
+    if (!root) {
+        snprintf(err, errlen, "%s:%d:%d: not valid JSON (truncated?): %s", path, je.line, je.column,
+                 je.text);
+        return -1;
+    }
+    struct ctx c = {.file = path, .err = err, .errlen = errlen};
+    char *tbuf = NULL, *rbuf = NULL, *cbuf = NULL;
+    size_t tlen = 0, rlen = 0, clen = 0;
+    c.targets = open_memstream(&tbuf, &tlen);
+    c.report = open_memstream(&rbuf, &rlen);
+    FILE *conf = open_memstream(&cbuf, &clen);
+    c.secrets = json_object();
+    c.specs = json_object();
+    c.owner = json_object();
+    c.ident = json_object();
+    c.expect = json_object();
+    assert(c.targets && c.report && conf);
+    if (!json_is_object(root))
+        bad(&c, "(top)", "not an object");
+    json_t *sos = member(&c, root, "(top)", "storage_objects", JSON_ARRAY, false);
+    json_t *ts = member(&c, root, "(top)", "targets", JSON_ARRAY, false);
+    json_t *fms = member(&c, root, "(top)", "fabric_modules", JSON_ARRAY, false);
+    size_t i;
+    json_t *v;
+    json_array_foreach(sos, i, v)
+    {
+        char jp[64];
+        jpath(jp, sizeof(jp), "storage_objects[%zu]", i);
+        if (!c.failed)
+            storage_object(&c, v, jp);
+    }
+    fprintf(conf, "# linerate.conf imported from LIO's %s by linerate-ctl import lio\n", path);
+    fprintf(conf, "# (docs/migrate.md); LUN identities are LIO's, byte for byte.\n");
+    char *dbuf = NULL;
+    size_t dlen = 0;
+    FILE *disc = open_memstream(&dbuf, &dlen);
+    json_array_foreach(fms, i, v)
+    {
+        char jp[64];
+        jpath(jp, sizeof(jp), "fabric_modules[%zu]", i);
+        if (c.failed || !json_is_object(v) || !json_is_string(json_object_get(v, "name")) ||
+            strcmp(json_string_value(json_object_get(v, "name")), "iscsi") != 0)
+            continue;
+        if (flag(json_object_get(v, "discovery_enable_auth"))) {
+            chap(&c, v, jp, "discovery_", disc, "discovery-");
+            c.disc_user = json_string_value(json_object_get(v, "discovery_userid"));
+        }
+    }
+    json_array_foreach(ts, i, v)
+    {
+        char jp[64];
+        jpath(jp, sizeof(jp), "targets[%zu]", i);
+        if (c.failed)
+            break;
+        if (!json_is_object(v))
+            bad(&c, jp, "not an object");
+        else
+            target(&c, v, jp);
+    }
+    fclose(disc);
+    fclose(c.targets);
+    fclose(c.report);
+    if (json_object_size(c.secrets))
+        fprintf(conf, "chap-secrets = %s\n", secrets_path);
+    fputs(dbuf, conf);
+    fputs(tbuf, conf);
+    fclose(conf);
+    free(dbuf);
+    free(tbuf);
+    char *sbuf = NULL;
+    size_t slen = 0;
+    FILE *sec = open_memstream(&sbuf, &slen);
+    const char *k;
+    json_object_foreach(c.secrets, k, v) fprintf(sec, "%s %s\n", k, json_string_value(v));
+    fclose(sec);
+    json_decref(c.secrets);
+    json_decref(c.specs);
+    json_decref(c.owner);
+    json_decref(c.ident);
+    json_decref(root);
+    out->conf = cbuf;
+    out->secrets = sbuf;
+    out->report = rbuf;
+    out->lossy = c.lossy;
+    out->expect = c.expect;
+    if (c.failed) {
+        lio_import_free(out);
+        return -1;
+    }
+    return 0;
+}
+
+void lio_import_free(struct lio_import *r)
+{
+    free(r->conf);
+    free(r->secrets);
+    free(r->report);
+    json_decref(r->expect);
+    memset(r, 0, sizeof(*r));
+}
