@@ -44,7 +44,7 @@ asan-check: build-asan/build.ninja
 # credentials a reload replaces while logins copy them: target-admin), and the short torture
 # run (its target's two threads under recovery, aborts and restarts; about 30 s) with
 # abort-task; live ALUA changes and host entries a reload swaps while logins read them
-# (target-alua-live, target-hosts). Not the
+# (target-alua-live, target-hosts, target-hosts-live, target-entry-caps). Not the
 # rbd tests: librbd is not built for ThreadSanitizer and its completion object, freed by one of
 # its threads while another still waits on it, is reported in most target-rbd runs (4 of 5
 # here) with no symbol to suppress but the whole library, which would also hide races in
@@ -52,7 +52,8 @@ asan-check: build-asan/build.ninja
 # them (about 40, 25 and 20 s).
 TSAN_TESTS ?= target-abort-mcs target-erl2 bench-erl1 bench-erl2 target-abort-lands \
 	target-clear-task-set target-tear target-ctl target-service target-metrics hostile \
-	target-admin torture abort-task target-alua-live target-hosts
+	target-admin torture abort-task target-alua-live target-hosts \
+	target-hosts-live target-entry-caps
 build-tsan/build.ninja:
 	$(MESON) setup build-tsan --buildtype=debug -Db_sanitize=thread -Db_lundef=false
 
