@@ -5,12 +5,14 @@ socket.
 usage: target_hosts_live.py PATH/TO/linerate-target   (linerate-ctl beside it)
 
 One linerate daemon, target iqn.2026-11.org.linerate:shared with RAM LUNs 0..3; host-a sees
-LUN 0 as 0 and LUN 3 as 1, host-b LUN 1 as 0 and LUN 3 as 1. A raw initiator (hostile.py's)
-per host holds a session; another host-a session runs WRITE(10)/READ(10) with a data check on
-both its LUNs without pause, in a thread. The admin edits the file and runs `linerate-ctl
-reload` three times:
+LUN 0 as 0 and LUN 3 (the shared disk) as 1, host-b LUN 1 as 0 and LUN 3 as 5. A raw initiator
+(hostile.py's) per host holds a session. First the two share the shared disk's persistent
+reservation under their two numbers (registered through 1 and 5, host-a's WRITE EXCLUSIVE
+keeps host-b's writes out, both read the same keys and holder, CLEAR frees it). Then another
+host-a session runs WRITE(10)/READ(10) with a data check on both its LUNs without pause, in a
+thread, and the admin edits the file and runs `linerate-ctl reload` three times:
   1. host-b also sees LUN 2 as 2;
-  2. host-b loses its number 1 (the shared LUN);
+  2. host-b loses its number 5 (the shared LUN);
   3. a new LUN 4, mapped for host-b only as 3 (the LUN added: SPC-4's REPORTED LUNS DATA HAS
      CHANGED goes to the hosts that see it, issue 29 item 3).
 After each, host-b's next command gets UNIT ATTENTION 3Fh/0Eh once and REPORT LUNS lists its
@@ -128,6 +130,48 @@ def reload(ctl, conf, work, port, b_map, extra_lun=False):
         p.returncode, p.stdout, p.stderr))
 
 
+def prout(s, lun, sa, key=0, sa_key=0, type_=0):
+    """PERSISTENT RESERVE OUT (SPC-4 §6.16) to lun: (status, sense key/ASC/ASCQ)."""
+    param = struct.pack(">QQ8x", key, sa_key)
+    st, kaa, _ = raw(s, struct.pack(">BBBxxIB", 0x5F, sa, type_, len(param), 0), lun,
+                     write_data=param)
+    return st, kaa
+
+
+def prin(s, lun, sa):
+    st, kaa, data = raw(s, struct.pack(">BBxxxxxHB", 0x5E, sa, 1024, 0), lun, read_len=1024)
+    check(st == 0, "PERSISTENT RESERVE IN sa %d LUN %d: status 0x%02x %s" % (sa, lun, st, kaa))
+    return data
+
+
+def shared_reservation(a, b):
+    """One logical unit, two numbers (host-a's 1, host-b's 5): one set of registrations and one
+    reservation (issue 29 item 3)."""
+    check(prout(a, 1, 0, sa_key=0xA)[0] == 0, "host-a REGISTER through 1")
+    check(prout(b, 5, 0, sa_key=0xB)[0] == 0, "host-b REGISTER through 5")
+    check(prout(a, 1, 1, key=0xA, type_=1)[0] == 0, "host-a RESERVE WRITE EXCLUSIVE through 1")
+    for s, lun, who in ((a, 1, "host-a"), (b, 5, "host-b")):
+        d = prin(s, lun, 0)
+        keys = sorted(struct.unpack(">Q", d[8 + 8 * i:16 + 8 * i])[0]
+                      for i in range(struct.unpack(">I", d[4:8])[0] // 8))
+        check(keys == [0xA, 0xB], "%s READ KEYS through %d: %s" % (who, lun, keys))
+        d = prin(s, lun, 1)
+        check(struct.unpack(">I", d[4:8])[0] == 16 and struct.unpack(">Q", d[8:16])[0] == 0xA
+              and d[21] & 0x0F == 1, "%s READ RESERVATION through %d: %s" % (who, lun, d[:24]))
+    blk = bytes(hostile.BLOCK)
+    st, kaa, _ = raw(b, hostile.cdb_rw10(0x2A, 0, 1), 5, write_data=blk)
+    check(st == 0x18, "host-b WRITE through 5 under host-a's reservation: status 0x%02x %s, "
+          "want RESERVATION CONFLICT" % (st, kaa))
+    st, kaa, _ = raw(a, hostile.cdb_rw10(0x2A, 0, 1), 1, write_data=blk)
+    check(st == 0, "host-a WRITE through 1, its reservation: status 0x%02x %s" % (st, kaa))
+    check(prout(a, 1, 3, key=0xA)[0] == 0, "host-a CLEAR through 1")
+    uas = drain_uas(b, 5)
+    check(uas == [(6, 0x2A, 0x03)], "host-b after CLEAR: %s, want RESERVATIONS PREEMPTED" % uas)
+    st, kaa, _ = raw(b, hostile.cdb_rw10(0x2A, 0, 1), 5, write_data=blk)
+    check(st == 0, "host-b WRITE through 5 after CLEAR: status 0x%02x %s" % (st, kaa))
+    print("the shared LUN as host-a's 1 and host-b's 5: one reservation, one set of keys")
+
+
 def expect_told(b, luns, what):
     """host-b: 3Fh/0Eh once on its next command, then REPORT LUNS lists luns."""
     st, kaa, _ = raw(b, TUR, 0)
@@ -149,15 +193,16 @@ def expect_untold(a, io, what):
 def steps(ctl, conf, work, port):
     a = hostile.Session(port, name=HOST_A).login()
     b = hostile.Session(port, name=HOST_B).login()
-    for s, lun in ((a, 0), (a, 1), (b, 0), (b, 1)):
+    for s, lun in ((a, 0), (a, 1), (b, 0), (b, 5)):
         drain_uas(s, lun)
-    check(report_luns(a) == [0, 1] and report_luns(b) == [0, 1], "maps at start")
+    check(report_luns(a) == [0, 1] and report_luns(b) == [0, 5], "maps at start")
+    shared_reservation(a, b)
     io = HostAIo(port)
     io.start()
     try:
         io.wait_more(50, "before the changes")
-        changes = (("host-b also maps LUN 2 as 2", [(0, 1), (1, 3), (2, 2)], False, [0, 1, 2]),
-                   ("host-b unmaps its number 1", [(0, 1), (2, 2)], False, [0, 2]),
+        changes = (("host-b also maps LUN 2 as 2", [(0, 1), (5, 3), (2, 2)], False, [0, 2, 5]),
+                   ("host-b unmaps its number 5", [(0, 1), (2, 2)], False, [0, 2]),
                    ("LUN 4 added, host-b's as 3", [(0, 1), (2, 2), (3, 4)], True, [0, 2, 3]))
         for what, b_map, extra, want in changes:
             reload(ctl, conf, work, port, b_map, extra)
@@ -178,7 +223,7 @@ def run(binary, work):
            os.path.join(work, "ctl.sock"))
     conf = os.path.join(work, "hosts.conf")
     port = hostile.free_port()
-    write_conf(conf, ctl[1], work, port, [(0, 1), (1, 3)])
+    write_conf(conf, ctl[1], work, port, [(0, 1), (5, 3)])
     log = open(os.path.join(work, "daemon.log"), "w+")
     proc = subprocess.Popen([binary, "--config", conf], stdout=subprocess.DEVNULL, stderr=log)
     try:
