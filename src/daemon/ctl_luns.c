@@ -133,7 +133,7 @@ int ctl_lun_add(struct daemon *d, unsigned t, struct target_lun_conf *l, struct 
     }
     /* SPC-4: the initiators learn of the new LUN by REPORTED LUNS DATA HAS CHANGED on the
      * LUNs they already use. */
-    scsi_target_luns_changed(n->scsi, scsi_target_lun(n->scsi, l->lun));
+    scsi_target_luns_changed(n->scsi, l->lun, scsi_target_lun(n->scsi, l->lun));
     char spec[2 * TARGET_ORIGIN_MAX + 3];
     LOG_INFO("event=lun-added target=%s lun=%llu spec=%s ro=%s", n->name,
              (unsigned long long)l->lun, log_quote(spec, sizeof(spec), l->bs_spec),
@@ -193,7 +193,7 @@ int ctl_lun_remove(struct daemon *d, unsigned t, uint64_t num, unsigned timeout_
     while (settled && scsi_lun_users(lu) > 0 && reactor_now_ms() < deadline && !ctl_stopping(d))
         sleep_ms(10);
     long users = settled ? scsi_lun_users(lu) : -1;
-    scsi_target_luns_changed(n->scsi, NULL);
+    scsi_target_luns_changed(n->scsi, num, NULL);
     out->waited_ms = reactor_now_ms() - t0;
     out->left = users < 0 ? 0 : users;
     out->closed = users == 0;

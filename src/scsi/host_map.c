@@ -68,6 +68,17 @@ void scsi_host_map_bind_locked(struct scsi_target *t, struct scsi_nexus_impl *n)
     atomic_store_explicit(&n->map, map_for(table(t), n->pub.initiator_name), memory_order_release);
 }
 
+bool scsi_host_map_shows_locked(const struct scsi_nexus_impl *n, uint64_t lun)
+{
+    const struct scsi_host_map *m = atomic_load_explicit(&n->map, memory_order_relaxed);
+    if (!m)
+        return true;
+    for (uint32_t i = 0; i < m->nslots; i++)
+        if ((m->slot[i] & HOST_SLOT_LUN) == lun + 1)
+            return true;
+    return false;
+}
+
 /* With the target lock: nexus slot s reads want from now on; if that is not the map it read,
  * REPORTED LUNS DATA HAS CHANGED (SPC-4 §6.33: its logical unit inventory changed) on every LUN
  * of the target, so the next command it sends, to whatever number, reports it. */

@@ -56,13 +56,22 @@ struct scsi_lun *scsi_target_detach_lun(struct scsi_target *t, uint64_t lun)
     return lu;
 }
 
-void scsi_target_luns_changed(struct scsi_target *t, const struct scsi_lun *except)
+/* SPC-4 §6.33 REPORT LUNS: the inventory that changed is the one a nexus is shown, so a host
+ * whose map does not show `lun` is not told (issue 29 item 3). */
+void scsi_target_luns_changed(struct scsi_target *t, uint64_t lun, const struct scsi_lun *except)
 {
-    for (uint32_t i = 0; i < t->nluns; i++) {
-        struct scsi_lun *lu = __atomic_load_n(&t->luns[i], __ATOMIC_ACQUIRE);
-        if (lu && lu != except)
-            scsi_ua_raise_all(lu, NULL, UA_LUNS_CHANGED);
+    struct scsi_target_priv *p = t->priv;
+    pthread_mutex_lock(&t->lock);
+    for (unsigned s = 0; s < SCSI_NEXUS_MAX; s++) {
+        if (!p->nexus[s] || !scsi_host_map_shows_locked(p->nexus[s], lun))
+            continue;
+        for (uint32_t i = 0; i < t->nluns; i++) {
+            struct scsi_lun *lu = t->luns[i];
+            if (lu && lu != except)
+                scsi_ua_raise(lu, s, UA_LUNS_CHANGED);
+        }
     }
+    pthread_mutex_unlock(&t->lock);
 }
 
 int scsi_lun_set_read_only(struct scsi_lun *lu, bool ro, char *err, size_t errlen)

@@ -432,10 +432,11 @@ struct iostats *scsi_lun_stats(const struct scsi_lun *lu);
 /* The same for the LUN t holds (from setup until release or refuse), else NULL: a command the
  * transport refused has let go of its LUN, which may be gone. */
 struct iostats *scsi_task_lun_stats(const struct scsi_task *t);
-/* The target's LUN inventory changed: REPORTED LUNS DATA HAS CHANGED (3Fh/0Eh; SPC-4 REPORT
- * LUNS: a changed logical unit inventory is a unit attention for every I_T nexus) on every LUN
- * but `except` (the new LUN, which tells its own story with POWER ON, RESET). */
-void scsi_target_luns_changed(struct scsi_target *t, const struct scsi_lun *except);
+/* Target LUN `lun` was added or removed: REPORTED LUNS DATA HAS CHANGED (3Fh/0Eh; SPC-4 REPORT
+ * LUNS: a changed logical unit inventory is a unit attention for the I_T nexus) on every LUN
+ * but `except` (the new LUN, which tells its own story with POWER ON, RESET), for each nexus
+ * whose host map shows `lun` (every nexus while the target has no host entries). */
+void scsi_target_luns_changed(struct scsi_target *t, uint64_t lun, const struct scsi_lun *except);
 /* Write-protect (or not) a LUN: the next write fails DATA PROTECT, WRITE PROTECTED; every
  * nexus gets MODE PARAMETERS CHANGED (2Ah/01h: the WP bit of the mode parameter header
  * changed). -1 with a reason when the store itself was opened read-only. */

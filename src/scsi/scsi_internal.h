@@ -765,6 +765,9 @@ struct scsi_host_map {
 
 /* With the target lock: n reads the map of its initiator (scsi_nexus_get, for a new nexus). */
 void scsi_host_map_bind_locked(struct scsi_target *t, struct scsi_nexus_impl *n);
+/* With the target lock: whether nexus n is shown target LUN `lun` (always while the target has
+ * no entries), mapped or about to be. */
+bool scsi_host_map_shows_locked(const struct scsi_nexus_impl *n, uint64_t lun);
 /* The target's entries and retired maps, at scsi_target_destroy. */
 void scsi_host_table_free(struct scsi_target *t);
 /* The host numbers nexus n sees a LUN at, in order, into out (up to max; out may be NULL):

@@ -9,7 +9,8 @@
 # Then, once and digests off, CHAP against the second target daemon (lt_cport): SendTargets
 # with and without discovery CHAP, one-way and mutual logins with a dd round trip, a wrong
 # secret, a wrong user and a missing mutual pair refused, a target answering with the wrong
-# mutual secret refused by the initiator, SHA3-256 and SHA-256 logins.
+# mutual secret refused by the initiator, SHA3-256 and SHA-256 logins. Last, a target with host
+# LUN maps: the guest logs in as its entry and sees only its LUNs.
 # Parameters come from the kernel command line: lt_port= lt_iqn= lt_drop=0|1, and lt_cport=
 # with the CHAP secrets lt_sa= (alice) lt_sb= (bob) lt_st= (tgt-bob) lt_sd= (disco-t).
 export PATH=/sbin:/bin LD_LIBRARY_PATH=/lib/x86_64-linux-gnu
@@ -472,7 +473,41 @@ run_chap() {
     fi
 }
 
+# ---- host LUN maps (issue 29), once: target $IQN-hosts of the second daemon has an entry for
+# this guest's initiator name mapping its LUN 2 (40 MiB) as 0 and its LUN 1 (24 MiB) as 3, and
+# its LUN 0 (16 MiB) only for another host. The kernel's scan must find exactly those two
+# disks, under those numbers, of those sizes.
+run_hosts() {
+    m=hosts
+    TH=$IQN-hosts
+    cnode "$TH" || { tailof /tmp/node.out; fail "$m: node record"; return; }
+    if ! clogin "$TH"; then
+        tailof /tmp/login.out
+        fail "$m: login as $(sed -n 's/^InitiatorName=//p' /etc/iscsi/initiatorname.iscsi)"
+        return
+    fi
+    pass "$m: login as this guest's entry"
+    lun_dev 0 >/dev/null && lun_dev 3 >/dev/null || fail "$m: no disk for LUN 0 or 3"
+    got=""
+    for s in /sys/class/scsi_device/*; do
+        l=${s##*:}
+        b=""
+        for d in "$s"/device/block/*; do [ -e "$d" ] && b=${d##*/}; done
+        mb=x
+        [ -n "$b" ] && mb=$(($(cat "/sys/block/$b/size") / 2048))
+        got="$got $l:${mb}M"
+    done
+    if [ "$got" = " 0:40M 3:24M" ]; then
+        pass "$m: the kernel sees its map only: LUN 0 (40 MiB) and LUN 3 (24 MiB)"
+    else
+        fail "$m: the kernel sees LUN:size '$got', want ' 0:40M 3:24M'"
+    fi
+    clogout "$TH" || { tailof /tmp/logout.out; fail "$m: logout"; }
+    iscsiadm -m node -o delete >/dev/null 2>&1
+}
+
 run_mode None
 run_mode CRC32C
 run_chap
+run_hosts
 finish

@@ -11,6 +11,8 @@
 # logs in to them once (digests off) with iscsiadm's node.session.auth.* and
 # discovery.sendtargets.auth.*, and is refused with a wrong secret, a wrong user and without
 # the mutual pair (and refuses the target itself when its mutual secret is wrong). The secrets are made up for each run and reach the guest on its command line.
+# That daemon also serves a target with host entries (issue 29): the guest logs in as its
+# entry and must see only the two LUNs mapped for it, under their numbers and sizes.
 # Exit 77 (meson SKIP) when qemu-system-x86_64 is missing.
 set -u
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -78,6 +80,15 @@ chap-algorithms = sha3-256
 lun = ram:16M
 chap-user = alice
 chap-algorithms = sha256
+[target $IQN-hosts]
+lun = ram:16M
+lun = ram:24M
+lun = ram:40M
+[host iqn.2026-11.org.linerate:interop-guest]
+map = 0 2
+map = 3 1
+[host iqn.2026-11.org.linerate:interop-other]
+map = 0 0
 EOF
 start_target_config "$WORK/chap.conf"
 # shellcheck disable=SC2153 # PORT is set by start_target_config
@@ -151,9 +162,10 @@ if grep -q '^LTI FAIL' "$WORK/lti.txt" || ! grep -q 'fail=0$' <<<"$done_line"; t
     fail "the kernel initiator reported failures"
 fi
 npass=$(grep -c '^LTI PASS' "$WORK/lti.txt")
-# 2 modes x (discovery, login, 2 dd, 2 drops, 2 ext4, 2 fio, logout), and the CHAP steps
-nchap=13
-want=$((2 * (9 + 2 * drop) + nchap))
+# 2 modes x (discovery, login, 2 dd, 2 drops, 2 ext4, 2 fio, logout), the CHAP steps and the
+# host map's (login, what the kernel sees)
+nchap=13 nhosts=2
+want=$((2 * (9 + 2 * drop) + nchap + nhosts))
 [ "$npass" -eq "$want" ] || { show_console; fail "$npass steps passed, $want expected"; }
 
 stop_target

@@ -311,6 +311,59 @@ static void test_map_then_add_lun(void **state)
     assert_sense(f, 0x5, 0x25, 0x00);
 }
 
+/* A LUN added or removed changes the inventory of the hosts whose map shows it, and of no other
+ * (issue 29 item 3: 3Fh/0Eh on that host's nexuses only). LUN 2 is host A's alone (as 0). */
+static void test_lun_removed_tells_its_hosts(void **state)
+{
+    struct fx *f = *state;
+    scsi_task_release(&f->t);
+    struct scsi_lun *lu = scsi_target_detach_lun(&f->tg, 2);
+    assert_non_null(lu);
+    scsi_lun_free(lu);
+    scsi_target_luns_changed(&f->tg, 2, NULL);
+    assert_int_equal(run(f, f->b, 5, TUR, NULL, 0), GOOD);
+    assert_int_equal(run(f, f->a, 1, TUR, NULL, 0), CHECK);
+    assert_sense(f, 0x6, 0x3f, 0x0e);
+    assert_int_equal(run(f, f->a, 1, TUR, NULL, 0), GOOD);
+}
+
+/* A new LUN mapped for host B (as 3) tells B, by the LUNs it already had; host A, which does
+ * not see it, and C, which has no entry, hear nothing. */
+static void test_lun_added_tells_its_hosts(void **state)
+{
+    struct fx *f = *state;
+    map(f, HOST_B, 3, 9, false);
+    drain(f, f->b, 5);
+    add_lun(f, 9);
+    scsi_target_luns_changed(&f->tg, 9, scsi_nexus_lun(f->b, 3, NULL));
+    assert_int_equal(run(f, f->a, 0, TUR, NULL, 0), GOOD);
+    assert_int_equal(run(f, f->a, 1, TUR, NULL, 0), GOOD);
+    assert_int_equal(run(f, f->b, 5, TUR, NULL, 0), CHECK);
+    assert_sense(f, 0x6, 0x3f, 0x0e);
+    drain(f, f->b, 3); /* the new LUN itself: POWER ON, RESET */
+    /* a LUN nobody maps tells nobody */
+    add_lun(f, 4);
+    scsi_target_luns_changed(&f->tg, 4, scsi_target_lun(&f->tg, 4));
+    assert_int_equal(run(f, f->a, 0, TUR, NULL, 0), GOOD);
+    assert_int_equal(run(f, f->b, 5, TUR, NULL, 0), GOOD);
+}
+
+/* Without entries every nexus sees every LUN, so every nexus is told, as before maps. */
+static void test_lun_added_no_entries(void **state)
+{
+    struct fx *f = *state;
+    drain(f, f->a, 0);
+    drain(f, f->b, 0);
+    drain(f, f->c, 0);
+    add_lun(f, 3);
+    scsi_target_luns_changed(&f->tg, 3, scsi_target_lun(&f->tg, 3));
+    struct scsi_nexus *all[] = {f->a, f->b, f->c};
+    for (unsigned i = 0; i < 3; i++) {
+        assert_int_equal(run(f, all[i], 0, TUR, NULL, 0), CHECK);
+        assert_sense(f, 0x6, 0x3f, 0x0e);
+    }
+}
+
 /* A detached LUN: every host number it had answers LOGICAL UNIT NOT SUPPORTED. */
 static void test_detach_lun(void **state)
 {
@@ -452,6 +505,9 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_luns_changed_only_that_host, setup, teardown),
         cmocka_unit_test_setup_teardown(test_map_then_add_lun, setup, teardown),
         cmocka_unit_test_setup_teardown(test_detach_lun, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_lun_removed_tells_its_hosts, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_lun_added_tells_its_hosts, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_lun_added_no_entries, setup_plain, teardown),
         cmocka_unit_test_setup_teardown(test_remove_entry, setup, teardown),
         cmocka_unit_test_setup_teardown(test_bounds, setup, teardown),
         cmocka_unit_test_setup_teardown(test_host_stats, setup, teardown),

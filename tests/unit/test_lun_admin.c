@@ -121,7 +121,7 @@ static void test_add_and_detach(void **state)
     setup_target(&tg, &n, &t);
     sfx_add_lun(&tg, 3, ram("ram:1M"), 512, false);
     struct scsi_lun *lu3 = scsi_target_lun(&tg, 3);
-    scsi_target_luns_changed(&tg, lu3);
+    scsi_target_luns_changed(&tg, 3, lu3);
     /* the LUN in use hears REPORTED LUNS DATA HAS CHANGED, the new one POWER ON */
     assert_int_equal(run(&t, &tg, n, 0, TUR), SCSI_STATUS_CHECK_CONDITION);
     sfx_assert_sense(&t, SFX_SENSE_FIXED, 0x06, 0x3f, 0x0e);
