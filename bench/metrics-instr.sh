@@ -3,7 +3,7 @@
 # callgrind (no hardware counters needed, and the machine's load does not change the count), so
 # two builds can be compared where timing is too noisy (issue 15: what the metrics cost).
 # Instrumentation is switched on only while linerate-bench runs 4 KiB writes then reads (QD 8,
-# SECS each); commands are the bench's IOPS times SECS.
+# SECS each); commands are the calls into scsi_task_exec, counted by callgrind.
 #
 #   bench/metrics-instr.sh BUILD_DIR...      SECS (3); prints one line per build and round
 #                                            (ROUNDS, default 2, alternating the builds)
@@ -33,12 +33,20 @@ for r in $(seq "$rounds"); do
     callgrind_control -i off "$vpid" >/dev/null 2>&1
     kill "$vpid"; wait "$vpid"; vpid=""
     ir=$(callgrind_annotate "$work/cg.out" 2>/dev/null | awk '/PROGRAM TOTALS/ {gsub(",", "", $1); print $1}')
-    python3 - "$work/bench.json" "$ir" "$dir" "$r" "$secs" <<'PY'
+    # Commands counted exactly: the calls into scsi_task_exec, which every SCSI command passes
+    # once (the caller tree's "<" lines of its block). The bench's IOPS times SECS is only an
+    # estimate, off by a few % at the run's edges; it stays the fallback for older builds.
+    calls=$(callgrind_annotate --tree=caller "$work/cg.out" 2>/dev/null |
+      awk 'BEGIN { RS = "" } /\* +[^ ]*:scsi_task_exec / { print }' |
+      sed -n 's/.*< .*(\([0-9,]*\)x).*/\1/p' | tr -d , | awk '{ n += $1 } END { print n + 0 }')
+    python3 - "$work/bench.json" "$ir" "$dir" "$r" "$secs" "$calls" <<'PY'
 import json, sys
 cells = json.load(open(sys.argv[1]))
-cmds = sum(c["iops"] for c in cells) * float(sys.argv[5])
+cmds, how = float(sys.argv[6]), "commands"
+if cmds <= 0:
+    cmds, how = sum(c["iops"] for c in cells) * float(sys.argv[5]), "commands (estimated)"
 ir = float(sys.argv[2])
-print(f"round {sys.argv[4]} {sys.argv[3]}: {ir:.0f} instructions, ~{cmds:.0f} commands, "
+print(f"round {sys.argv[4]} {sys.argv[3]}: {ir:.0f} instructions, {cmds:.0f} {how}, "
       f"{ir / cmds:.0f} per command")
 PY
     rm -f "$work/cg.out"
