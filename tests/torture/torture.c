@@ -119,6 +119,9 @@ static struct event *sched_add(enum ev_kind k, uint64_t at)
     return e;
 }
 
+/* --store-delay MS: every target life with --inject store-delay=MS (0: drawn from the seed) */
+static unsigned store_delay_ms;
+
 static void target_life_draw(uint64_t *st, struct tlife *l)
 {
     char *buf = l->inject;
@@ -135,10 +138,20 @@ static void target_life_draw(uint64_t *st, struct tlife *l)
     if (p > 0)
         off += (size_t)snprintf(buf + off, len - off, "%sdrop-pdu=%g", off ? "," : "", p);
     if (k > 0)
-        snprintf(buf + off, len - off, "%skill-connection=%u", off ? "," : "", k);
+        off += (size_t)snprintf(buf + off, len - off, "%skill-connection=%u", off ? "," : "", k);
     bool dflt = rng_below(st, 2);
     l->t2w = dflt ? 2 : rng_below(st, 3);
     l->t2r = dflt ? 20 : 1 + rng_below(st, 4);
+    /* A slow store in half the lives: a 64 KiB write waits 16-250 ms before the file gets it,
+     * long enough for an ABORT TASK to meet it there; the answer must then wait for it to
+     * leave the store (RFC 7143 §4.2.3.3), which only such a window can show. Drawn last so
+     * the draws above are those of the schedule before it. */
+    static const unsigned delay_ms[] = {0, 0, 0, 250, 1000, 4000};
+    unsigned dl = delay_ms[rng_below(st, 6)];
+    if (store_delay_ms) /* drawn all the same: the rest of the schedule stays the seed's */
+        dl = store_delay_ms;
+    if (dl > 0)
+        snprintf(buf + off, len - off, "%sstore-delay=%u", off ? "," : "", dl);
 }
 
 static void life_print(const struct tlife *l)
@@ -390,6 +403,7 @@ struct block_state {
      * whole before the answer or not at all, never later. The next READ decides which, and
      * from then on the block holds that (0: none to decide). */
     uint32_t aborted;
+    uint32_t struck; /* the last aborted write found not landed at its answer */
 };
 
 static struct block_state blocks[LUN_BLOCKS];
@@ -432,6 +446,7 @@ static struct {
     uint64_t resets, resets_failed;
     uint64_t cstalls, cstalls_ended, cstall_max_ms;
     uint64_t aborts, aborts_refused, aborts_won, aborts_answered, aborts_other, aborts_decided;
+    uint64_t aborts_medium; /* aborted writes whose blocks were read from the file at once */
 } st;
 
 static uint64_t now_ms(void)
@@ -517,6 +532,10 @@ static void check_block(const uint8_t *p, uint64_t lba)
         if (memcmp(p, want, BS) != 0)
             violation("READ of LBA %" PRIu64 ": generation %u corrupted", lba, gen);
     }
+    if (gen && gen == b->struck && !allowed(b, gen))
+        violation("READ of LBA %" PRIu64 ": generation %u, a write whose ABORT TASK was "
+                  "answered before it landed: it landed after the answer (RFC 7143 §4.2.3.3)",
+                  lba, gen);
     if (!allowed(b, gen))
         violation("READ of LBA %" PRIu64 ": generation %u, but the last acknowledged write was "
                   "%u (%u unknown ones after it): an acknowledged write lost",
@@ -527,6 +546,8 @@ static void check_block(const uint8_t *p, uint64_t lba)
          * after the abort's answer) */
         if (gen == b->aborted)
             b->acked = gen;
+        else
+            b->struck = b->aborted;
         maybe_drop(b, b->aborted);
         st.aborts_decided++;
     }
@@ -550,6 +571,43 @@ static void write_aborted(const struct cmd *c)
     write_unknown(c);
     for (uint32_t i = 0; i < c->nblocks; i++)
         blocks[c->lba + i].aborted = c->gen;
+}
+
+/* An aborted WRITE's blocks as the medium holds them the moment its abort was answered, read
+ * from the LUN's file itself. A READ through the target cannot tell: the target's range lock
+ * holds a READ of those blocks until the write has left the store, so it would find the write
+ * landed "before the answer" even when it landed after (seen with a target answering ABORT
+ * TASK at once under --inject store-delay). The file can: what it holds now decides, as the
+ * next READ would (check_block), and a write that lands later breaks invariant 1 at the
+ * chunk's next READ. A block that does not read whole (another write of it in flight, whose
+ * outcome is unknown) decides nothing: the next READ does. */
+static void medium_decide(const struct cmd *c)
+{
+    char img[PATH_MAX];
+    snprintf(img, sizeof(img), "%s/lun.img", dir);
+    int fd = open(img, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return;
+    for (uint32_t i = 0; i < c->nblocks; i++) {
+        uint8_t p[BS], want[BS];
+        uint64_t lba = c->lba + i, l;
+        uint32_t gen = 0;
+        if (pread(fd, p, BS, (off_t)(lba * BS)) != (ssize_t)BS)
+            break;
+        static const uint8_t zero[BS];
+        if (memcmp(p, zero, BS) != 0) {
+            memcpy(&l, p + 8, 8);
+            memcpy(&gen, p + 16, 4);
+            fill(want, lba, gen);
+            if (l != lba || memcmp(p, want, BS) != 0)
+                continue;
+        }
+        struct block_state *b = &blocks[lba];
+        if (b->aborted && allowed(b, gen))
+            check_block(p, lba);
+    }
+    close(fd);
+    st.aborts_medium++;
 }
 
 static void write_acked(const struct cmd *c)
@@ -631,9 +689,10 @@ static void on_done(void *arg, const struct lr_result *res)
         if (c->op == OP_WRITE) {
             if (good)
                 write_acked(c);
-            else if (res->err == LR_ERR_TASK_ABORTED)
+            else if (res->err == LR_ERR_TASK_ABORTED) {
                 write_aborted(c);
-            else if (!ua) /* a unit attention means it did not run (SAM-5 §5.14) */
+                medium_decide(c);
+            } else if (!ua) /* a unit attention means it did not run (SAM-5 §5.14) */
                 write_unknown(c);
         } else if (good) {
             for (uint32_t i = 0; i < c->nblocks; i++)
@@ -692,10 +751,15 @@ static void issue(void)
             c->abort_planned = false;
             if (op == OP_WRITE) {
                 c->gen = next_gen++;
-                /* ABORT TASK of 1 write in 12, at once (behind the command) or within 30 ms */
+                /* ABORT TASK of 1 write in 12, at once (behind the command) or within 30 ms
+                 * (mostly while its data is still being sent), or half of them 30-300 ms
+                 * later: after its data, while a slow store (store-delay) still holds it,
+                 * or after its status */
                 if (rng_below(&workload_rng, 12) == 0) {
                     c->abort_planned = true;
-                    c->abort_at_ms = c->issued_ms + rng_below(&workload_rng, 31);
+                    c->abort_at_ms = c->issued_ms + (rng_below(&workload_rng, 2)
+                                                         ? rng_below(&workload_rng, 31)
+                                                         : 30 + rng_below(&workload_rng, 271));
                 }
                 for (uint32_t b = 0; b < c->nblocks; b++)
                     fill(c->buf + (size_t)b * BS, c->lba + b, c->gen);
@@ -1008,9 +1072,12 @@ int main(int argc, char **argv)
             lun_reset_path = argv[++i];
         else if (!strcmp(argv[i], "--verbose"))
             verbose = true;
+        else if (!strcmp(argv[i], "--store-delay") && i + 1 < argc)
+            store_delay_ms = (unsigned)strtoul(argv[++i], NULL, 10);
         else {
             fprintf(stderr, "usage: torture --target PATH [--lun-reset lun_reset.py] "
-                            "[--seconds N] [--seed S] [--dir DIR] [--verbose]\n");
+                            "[--seconds N] [--seed S] [--dir DIR] [--verbose] "
+                            "[--store-delay MS]\n");
             return 2;
         }
     }
@@ -1095,9 +1162,10 @@ int main(int argc, char **argv)
            st.cstalls, st.cstalls_ended, (double)st.cstall_max_ms / 1000);
     printf("torture: ABORT TASK %" PRIu64 " sent (%" PRIu64 " too late to send), %" PRIu64
            " won, %" PRIu64 " answered, %" PRIu64 " otherwise; %" PRIu64
-           " aborted blocks decided by a READ\n",
+           " aborted blocks decided (%" PRIu64 " aborted writes read from the LUN's file at"
+           " their answer)\n",
            st.aborts, st.aborts_refused, st.aborts_won, st.aborts_answered, st.aborts_other,
-           st.aborts_decided);
+           st.aborts_decided, st.aborts_medium);
     if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
         fprintf(stderr,
                 "torture: INVARIANT BROKEN (seed %" PRIu64 "): the target did not stop cleanly "
