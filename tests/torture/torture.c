@@ -760,14 +760,13 @@ static void issue(void)
             if (op == OP_WRITE) {
                 c->gen = next_gen++;
                 /* ABORT TASK of 1 write in 12, at once (behind the command) or within 30 ms
-                 * (mostly while its data is still being sent), or half of them 30-300 ms
-                 * later: after its data, while a slow store (store-delay) still holds it,
-                 * or after its status */
+                 * (mostly while its data is still being sent); with a slow store half of them
+                 * 30-300 ms later instead: after its data, while the store may still hold it */
                 if (rng_below(&workload_rng, 12) == 0) {
+                    bool late = rng_below(&workload_rng, 2) && slow_store;
                     c->abort_planned = true;
-                    c->abort_at_ms = c->issued_ms + (rng_below(&workload_rng, 2)
-                                                         ? rng_below(&workload_rng, 31)
-                                                         : 30 + rng_below(&workload_rng, 271));
+                    c->abort_at_ms = c->issued_ms + (late ? 30 + rng_below(&workload_rng, 271)
+                                                          : rng_below(&workload_rng, 31));
                 }
                 for (uint32_t b = 0; b < c->nblocks; b++)
                     fill(c->buf + (size_t)b * BS, c->lba + b, c->gen);
