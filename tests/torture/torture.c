@@ -125,7 +125,7 @@ static struct event *sched_add(enum ev_kind k, uint64_t at)
  * (medium_decide). --store-delay MS: every life that delay (and --slow-store). Off in the short
  * run of the test suite while the defect in docs/torture.md ("Defects it found") is open: it
  * fails there about one run in five. */
-static bool slow_store;
+static bool slow_store, fast_store; /* --fast-store: never the slow store */
 static unsigned store_delay_ms;
 
 static void target_life_draw(uint64_t *st, struct tlife *l)
@@ -1097,14 +1097,16 @@ int main(int argc, char **argv)
             store_delay_ms = (unsigned)strtoul(argv[++i], NULL, 10);
         else if (!strcmp(argv[i], "--slow-store"))
             slow_store = true;
+        else if (!strcmp(argv[i], "--fast-store"))
+            fast_store = true;
         else {
             fprintf(stderr, "usage: torture --target PATH [--lun-reset lun_reset.py] "
                             "[--seconds N] [--seed S] [--dir DIR] [--verbose] "
-                            "[--slow-store] [--store-delay MS]\n");
+                            "[--slow-store | --fast-store] [--store-delay MS]\n");
             return 2;
         }
     }
-    if (seconds >= 60 || store_delay_ms)
+    if ((seconds >= 60 || store_delay_ms) && !fast_store)
         slow_store = true;
     if (!target_path || !seconds) {
         fprintf(stderr, "torture: --target PATH is needed, and --seconds above 0\n");
