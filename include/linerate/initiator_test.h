@@ -22,6 +22,10 @@ void lr_session_conn_kill(struct lr_session *s, unsigned i);
  * Timeouts run on meanwhile (a command past cmd_timeout_ms drops the connection). Holds the
  * connection now in slot i only: one that replaces it after a loss reads. */
 void lr_session_conn_rx_hold(struct lr_session *s, unsigned i, bool on);
+/* The other direction: connection i stops sending (on), its PDUs (commands, Data-Out, NOP-Out
+ * answers to the target's pings) queue unsent while it goes on reading; or sends them (off).
+ * Timeouts run on. Also the connection now in slot i only, and not one still connecting. */
+void lr_session_conn_tx_hold(struct lr_session *s, unsigned i, bool on);
 /* Fault injection (the bench's --inject), set before lr_session_login: the fraction of data
  * digests the session's connections send corrupted (once DataDigest is negotiated) and of
  * their SCSI Command and Data-Out PDUs they leave unsent (what ErrorRecoveryLevel 1 repairs),

@@ -366,6 +366,14 @@ void lr_session_conn_rx_hold(struct lr_session *s, unsigned i, bool on)
     ini_unlock(s);
 }
 
+void lr_session_conn_tx_hold(struct lr_session *s, unsigned i, bool on)
+{
+    ini_lock(s);
+    if (i < s->nconns && s->conns[i]->w.fd >= 0 && s->conns[i]->state != ICS_CONNECTING)
+        wire_tx_hold(&s->conns[i]->w, on);
+    ini_unlock(s);
+}
+
 int lr_session_set_faults(struct lr_session *s, const struct lr_faults *f)
 {
     if (!(f->digest_error >= 0 && f->digest_error < 1 && f->drop_pdu >= 0 && f->drop_pdu < 1)) {

@@ -249,6 +249,17 @@ void wire_rx_hold(struct wire *w, bool on)
         reactor_defer(w->r, &w->rx_resume_hook, rx_resume, w);
 }
 
+void wire_tx_hold(struct wire *w, bool on)
+{
+    if (w->tx_hold == on || w->dead)
+        return;
+    w->tx_hold = on;
+    if (on) /* no EPOLLOUT while held: wire_flush would return at once, and it would fire on */
+        wire_want_write(w, false);
+    else if (w->registered && !list_empty(&w->txq))
+        reactor_defer(w->r, &w->flush_hook, flush_deferred, w);
+}
+
 /* ---------------- receive ---------------- */
 
 /* The data segment of the current PDU is complete (with its pad). */

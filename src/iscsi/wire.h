@@ -224,6 +224,10 @@ void wire_want_write(struct wire *w, bool on);
 /* The owner stops reading (on) from the next PDU boundary on, or goes on (off): what was
  * received meanwhile is parsed first. Transmitting goes on throughout. */
 void wire_rx_hold(struct wire *w, bool on);
+/* The owner stops writing (on): PDUs queue, nothing reaches the socket, reading goes on; or
+ * writes again (off), the queue first. A test hook (the torture run's one-direction stalls);
+ * not while a connect is in progress, which holds the same way until it completes. */
+void wire_tx_hold(struct wire *w, bool on);
 
 /* Negotiated values, after login (RFC 7143 §13.1, §13.12, §13.20). */
 void wire_set_digests(struct wire *w, bool header, bool data);
