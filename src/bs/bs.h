@@ -186,6 +186,12 @@ void bs_close(struct bs *bs);
 extern unsigned bs_inject_delay_ms;
 void bs_inject_delay(unsigned ms);
 void bs_submit_delayed(struct bs *bs, struct bs_io *io);
+/* The calling thread's file ring and store-delay queue are bound to the reactor it ran first;
+ * a thread that destroys that reactor and creates another (the unit tests' harness, one per
+ * test) drops them with these, once nothing of its is in flight: else a new reactor at the
+ * old one's address would wait on an eventfd and a timer of the freed one. */
+void bs_file_thread_reset(void);
+void bs_delay_thread_reset(void);
 
 static inline void bs_submit(struct bs *bs, struct bs_io *io)
 {

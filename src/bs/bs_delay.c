@@ -2,6 +2,8 @@
  * reactor before the store gets them, each for a time in proportion to what it moves, as a
  * slow disk keeps a large write while a small one passes. A testing aid: tests abort writes
  * that are still in the store with it. */
+#include <assert.h>
+
 #include "bs/bs.h"
 #include "reactor/reactor.h"
 #include "util/list.h"
@@ -22,6 +24,12 @@ struct delay_queue {
 };
 
 static __thread struct delay_queue tls_queue;
+
+void bs_delay_thread_reset(void)
+{
+    assert(!tls_queue.r || list_empty(&tls_queue.waiting));
+    tls_queue = (struct delay_queue){0};
+}
 
 static void delay_fire(void *arg)
 {

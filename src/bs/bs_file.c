@@ -168,6 +168,15 @@ static void file_ring_key_init(void)
     pthread_key_create(&ring_key, file_ring_free);
 }
 
+void bs_file_thread_reset(void)
+{
+    if (!tls_ring)
+        return;
+    file_ring_free(tls_ring);
+    tls_ring = NULL;
+    pthread_setspecific(ring_key, NULL);
+}
+
 static void file_ring_flush(void *arg);
 
 static void file_ring_retry(void *arg)

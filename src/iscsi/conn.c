@@ -98,6 +98,7 @@ struct iscsi_conn *conn_new(struct iscsi_server *srv, struct reactor *r,
     wire_set_faults(&c->w, &wf);
     c->w.r = r; /* deferred work (receive resume) runs there even without a socket */
     list_init(&c->tasks);
+    list_init(&c->arriving);
     list_init(&c->retained);
     list_init(&c->task_free);
     list_init(&c->released);

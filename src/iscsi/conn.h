@@ -149,6 +149,11 @@ struct iscsi_conn {
     /* tasks */
     struct iscsi_task *task_hash[ISCSI_TASK_HASH_SIZE];
     struct list_node tasks; /* every task of this connection */
+    /* ERL 2: orphans claimed here (TASK REASSIGN, ABORT TASK) while the store still had them,
+     * on their way to this connection (orphans_claim CLAIM_LATER until cmd_orphan_arrive):
+     * in no group and not in tasks, yet the session's, so ABORT TASK looks here too. This
+     * connection's thread only. */
+    struct list_node arriving;
     struct list_node task_free;
     unsigned ntasks;
     uint64_t buf_bytes; /* command buffers held by this connection's tasks */

@@ -332,6 +332,7 @@ enum orphan_claim orphans_claim(struct iscsi_session *s, uint32_t itt, struct is
                 /* the store still has it: its completion hands it to c */
                 conn_get(c);
                 t->claim = c;
+                list_add_tail(&c->arriving, &t->node); /* c's own thread: see orphans_claim */
                 *out = t; /* for c's thread only: the completion posts it there */
                 r = CLAIM_LATER;
             } else {
@@ -610,6 +611,7 @@ static void cmd_orphan_arrive(void *arg)
     struct iscsi_task *t = arg;
     struct iscsi_conn *c = t->claim;
     t->claim = NULL;
+    list_del(&t->node); /* off c->arriving */
     if (c->dead || c->phase != CONN_FFP || !c->session || t->abort_on_arrival) {
         if (!t->abort_on_arrival)
             LOG_INFO("ITT 0x%08x: its new connection (CID %u) closed before it completed: "

@@ -44,7 +44,8 @@ enum orphan_claim {
     CLAIM_NONE,  /* no orphan with that ITT */
     CLAIM_NOW,   /* *out is c's now (conn set, not yet on c's lists): cmd_task_adopt() it */
     CLAIM_LATER, /* the store has it: its completion hands it to c (a reference held);
-                  *out only for fields c's thread alone reads (abort_on_arrival) */
+                  *out only for fields c's thread alone reads (abort_on_arrival); on
+                  c->arriving until then (so runs on c's thread) */
 };
 /* TASK REASSIGN on c takes the newest orphan with that ITT; *cid: the connection it was on. */
 enum orphan_claim orphans_claim(struct iscsi_session *s, uint32_t itt, struct iscsi_conn *c,

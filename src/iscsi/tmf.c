@@ -132,6 +132,36 @@ static struct iscsi_task *conn_abortable_task(struct iscsi_conn *c, uint32_t itt
     return NULL;
 }
 
+/* An orphan this connection claimed while the store had it, still on its way here (not
+ * aborted yet): the session still holds it, and its write may still land. Runs on c's reactor
+ * only. */
+static struct iscsi_task *conn_arriving_task(struct iscsi_conn *c, uint32_t itt)
+{
+    for (struct list_node *ln = c->arriving.next; ln != &c->arriving; ln = ln->next) {
+        struct iscsi_task *t = list_entry(ln, struct iscsi_task, node);
+        if (t->itt == itt && !t->abort_on_arrival)
+            return t;
+    }
+    return NULL;
+}
+
+/* ABORT TASK of such a task (RFC 7143 §11.5.1, SAM-5: the medium must not change after the
+ * answer): it ends when it arrives, and the store is told; the answer is queued "quiet", so
+ * it leaves only once the store let go of the task. Before, it was in no group and on no
+ * list, and the answer "task does not exist" went out while its write was still to land
+ * (docs/torture.md, seed 8002). Runs on c's reactor. */
+static uint8_t abort_arriving_task(struct iscsi_conn *c, struct iscsi_task *t, uint64_t lun)
+{
+    if (t->scsi.lun != lun)
+        return ISCSI_TMF_RSP_NO_TASK;
+    CONN_LOG_LIMITED(c, LOG_LVL_INFO,
+                     "%s: ABORT TASK ITT 0x%08x, reassigned here while in the store", c->peer,
+                     t->itt);
+    t->abort_on_arrival = true; /* read on this thread, by cmd_orphan_arrive */
+    scsi_task_abort(&t->scsi);
+    return ISCSI_TMF_RSP_COMPLETE;
+}
+
 /* Abort the task ABORT TASK named, if the TMF's LUN is the task's; the TMF Response code.
  * Runs on the task's reactor. */
 static uint8_t abort_named_task(struct iscsi_task *t, uint64_t lun, uint16_t tmf_cid)
@@ -370,6 +400,11 @@ static void abort_leg_run(void *arg)
             atomic_store(&f->aborted, true);
         else if (t)
             atomic_store(&f->wrong_lun, true);
+        else if ((t = conn_arriving_task(l->c, f->rtt)) != NULL)
+            atomic_store(abort_arriving_task(l->c, t, f->lun) == ISCSI_TMF_RSP_COMPLETE
+                             ? &f->aborted
+                             : &f->wrong_lun,
+                         true);
         else if (cmd_task_lookup(l->c, f->rtt))
             atomic_store(&f->seen, true); /* answered meanwhile: newer than any orphan */
     }
@@ -637,6 +672,9 @@ static int tmf_abort_task(struct iscsi_conn *c, const struct iscsi_bhs *req, uin
     struct iscsi_task *t = conn_abortable_task(c, rtt);
     if (t) /* the common case: the task is on this connection */
         return tmf_answer_quiet(c, req, abort_named_task(t, lun, c->cid), lun, false);
+    t = conn_arriving_task(c, rtt);
+    if (t) /* reassigned here, still in the store */
+        return tmf_answer_quiet(c, req, abort_arriving_task(c, t, lun), lun, false);
     /* ERL 2, an orphan has the ITT: the other connections look first, and one that has a
      * task with the ITT aborts it. It is the newer: a connection closing behind the
      * request (reinstated, removed for recovery) may still hold it, while the orphan is

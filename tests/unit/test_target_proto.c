@@ -5,6 +5,7 @@
  * (tgt_opts_default): ImmediateData=Yes, InitialR2T=No, FirstBurstLength 8 KiB,
  * MaxBurstLength 16 KiB, the initiator's MaxRecvDataSegmentLength 4 KiB, MaxOutstandingR2T 2,
  * ERL 0, digests off. */
+#include <fcntl.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -16,6 +17,7 @@
 
 #include <cmocka.h>
 
+#include "bs/bs.h"
 #include "tgt_harness.h"
 
 #define WINDOW 128u /* MaxCmdSN - ExpCmdSN + 1 the target grants (ISCSI_CMD_WINDOW) */
@@ -2607,6 +2609,67 @@ static void test_erl2_reassign_in_store(void **state)
     unlink(path);
 }
 
+/* The LUN file's bytes of blocks 8..23 (the test's write). */
+static void file_blocks(const char *path, uint8_t *out)
+{
+    int fd = open(path, O_RDONLY);
+    assert_true(fd >= 0);
+    assert_int_equal(pread(fd, out, 8192, 8 * 512), 8192);
+    close(fd);
+}
+
+/* ABORT TASK of a write this connection took by TASK REASSIGN while the store still had it
+ * (RFC 7143 §11.5.1; SAM-5: the medium must not change once the abort is answered). The task
+ * was on its way here, in no orphan group and on no connection's list: the answer was "task
+ * does not exist" at once, and the write landed after it (docs/torture.md, seed 8002). Now
+ * "function complete" once the store let go: the file is the same then and later, and the
+ * write is never answered. The store is held by --inject store-delay's hook (1 s for it). */
+static void test_erl2_abort_reassigned_in_store(void **state)
+{
+    (void)state;
+    char path[] = "/tmp/linerate-erl2-XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    close(fd);
+    char spec[128];
+    snprintf(spec, sizeof(spec), "file:%s,size=1M", path);
+    struct tgt_opts o;
+    tgt_opts_default(&o);
+    o.erl = 2;
+    o.max_connections = 4;
+    o.lun_spec = spec;
+    struct tgt *t = tgt_login(&o);
+    int c2 = tgt_login_conn(t, 2, NULL);
+    tgt_use(t, 0);
+    tgt_hold_expstatsn(t, true);
+    bs_inject_delay(128000); /* ms per MiB: 1 s for these 8 KiB */
+    static uint8_t buf[8192], at_answer[8192], later[8192];
+    fill(buf, sizeof(buf), 9);
+    uint8_t cdb[16];
+    tgt_cdb_rw10(cdb, WRITE10, 8, 16);
+    struct tgt_pdu p, tmf;
+    uint32_t witt = tgt_new_itt(t), wsn = tgt_next_cmdsn(t);
+    tgt_pdu_scsi_cmd(&p, witt, wsn, cdb, sizeof(buf), ISCSI_FLAG_FINAL | ISCSI_CMD_WRITE, buf,
+                     sizeof(buf)); /* all of it immediate: into the store at once */
+    tgt_pdu_tmf(&tmf, TMF_TASK_REASSIGN, tgt_new_itt(t), witt, 0, tgt_peek_cmdsn(t), true);
+    tgt_send_kill_send(t, &p, c2, &tmf); /* the write is in the store when it is claimed */
+    expect_tmf(t, 0);                    /* it moves here once the store completes it */
+    tgt_pdu_tmf(&tmf, 1 /* ABORT TASK */, tgt_new_itt(t), witt, wsn, tgt_peek_cmdsn(t), true);
+    tgt_send(t, &tmf);
+    for (int i = 0; i < 500 && !tgt_pending(t); i++) /* the answer waits for the store */
+        tgt_wait_ms(t, 10);
+    expect_tmf(t, 0);
+    file_blocks(path, at_answer);
+    tgt_wait_ms(t, 300);
+    expect_none(t); /* the write is not answered */
+    file_blocks(path, later);
+    assert_memory_equal(at_answer, later, sizeof(later));
+    bs_inject_delay(0);
+    expect_good(t, send_tur(t, tgt_next_cmdsn(t), false));
+    tgt_free(t);
+    unlink(path);
+}
+
 /* A LOGICAL UNIT RESET ends the tasks of a lost connection waiting for reassignment as it
  * ends the live ones: TASK REASSIGN then finds nothing. */
 static void test_erl2_lun_reset_ends_orphans(void **state)
@@ -2756,6 +2819,7 @@ int main(void)
         cmocka_unit_test(test_erl2_ack_after_group_published),
         cmocka_unit_test(test_erl2_ack_skips_earlier_group),
         cmocka_unit_test(test_erl2_reassign_in_store),
+        cmocka_unit_test(test_erl2_abort_reassigned_in_store),
         cmocka_unit_test(test_erl2_lun_reset_ends_orphans),
         cmocka_unit_test(test_erl2_reassign_read_smaller_pdus),
         cmocka_unit_test(test_reject_login_in_ffp),

@@ -2,6 +2,7 @@
  * connection's internals: the detached connection seam of src/iscsi/conn.c (feed bytes, take
  * the bytes it would have written), conn_close() and the connection reference. The server and
  * the node are built the way the daemon builds them (target_build, iscsi_server_init). */
+#include "bs/bs.h"
 #include "tgt_harness.h"
 
 #include <setjmp.h>
@@ -588,6 +589,9 @@ void tgt_free(struct tgt *t)
     iscsi_server_destroy(&t->srv);
     target_built_free(&t->built);
     target_config_free(&t->cfg);
+    /* the next test's reactor may get this one's address: the stores' per-thread state goes */
+    bs_file_thread_reset();
+    bs_delay_thread_reset();
     reactor_destroy(t->r);
     iscsi_target_erl_max = ISCSI_ERL_IMPLEMENTED;
     free(t->rx);
