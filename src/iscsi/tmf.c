@@ -64,15 +64,20 @@ static void tmf_quiet_answer(void *arg)
 
 /* Answer rsp to req once no aborted task of LUN lun (UINT64_MAX: of any LUN of the target) is
  * in the store: right here when none is (the status of queuing the answer is returned), else
- * later, on c's reactor. Any answer but "function complete" goes at once: nothing was aborted.
- * Out of memory closes the connection: the initiator never hears "complete" too early. */
+ * later, on c's reactor. "Task does not exist" waits too: the task may be one aborted before
+ * whose answer was lost with its connection (its write still in the store, and no longer an
+ * orphan), asked for again by the initiator's recovery (RFC 7143 §11.5.1; SAM-5: nothing
+ * aborted may change the medium after the answer; torture seed 8002). Any other answer goes
+ * at once: nothing was aborted. Out of memory closes the connection: the initiator never hears
+ * "complete" too early. */
 static int tmf_answer_quiet(struct iscsi_conn *c, const struct iscsi_bhs *req, uint8_t rsp,
                             uint64_t lun, bool cold)
 {
     struct scsi_target *tgt = c->session->node->scsi;
     /* a LUN detached meanwhile is freed only after this loop turn */
     struct scsi_lun *lu = lun == UINT64_MAX ? NULL : scsi_nexus_lun(c->session->nexus, lun, NULL);
-    if (rsp != ISCSI_TMF_RSP_COMPLETE || (lun != UINT64_MAX && !lu))
+    if ((rsp != ISCSI_TMF_RSP_COMPLETE && rsp != ISCSI_TMF_RSP_NO_TASK) ||
+        (lun != UINT64_MAX && !lu))
         return tmf_respond(c, req, rsp);
     struct tmf_quiet *q = calloc(1, sizeof(*q));
     if (!q)

@@ -2670,6 +2670,60 @@ static void test_erl2_abort_reassigned_in_store(void **state)
     unlink(path);
 }
 
+/* A write aborted while in the store, its connection lost before the answer went out: the
+ * initiator asks again on another connection (its recovery: ABORT TASK of an orphan). The task
+ * is no orphan (aborted), still in the store: "task does not exist" went out at once and the
+ * write landed after it (torture seed 8002). Now that answer too waits for the store. */
+static void test_erl2_abort_again_in_store(void **state)
+{
+    (void)state;
+    char path[] = "/tmp/linerate-erl2-XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    close(fd);
+    char spec[128];
+    snprintf(spec, sizeof(spec), "file:%s,size=1M", path);
+    struct tgt_opts o;
+    tgt_opts_default(&o);
+    o.erl = 2;
+    o.max_connections = 4;
+    o.lun_spec = spec;
+    struct tgt *t = tgt_login(&o);
+    int c2 = tgt_login_conn(t, 2, NULL);
+    tgt_use(t, 0);
+    tgt_hold_expstatsn(t, true);
+    bs_inject_delay(64000); /* ms per MiB: 0.5 s for these 8 KiB */
+    static uint8_t buf[8192], at_answer[8192], later[8192];
+    fill(buf, sizeof(buf), 5);
+    uint8_t cdb[16];
+    tgt_cdb_rw10(cdb, WRITE10, 8, 16);
+    struct tgt_pdu p, tmf;
+    uint32_t witt = tgt_new_itt(t), wsn = tgt_next_cmdsn(t);
+    tgt_pdu_scsi_cmd(&p, witt, wsn, cdb, sizeof(buf), ISCSI_FLAG_FINAL | ISCSI_CMD_WRITE, buf,
+                     sizeof(buf)); /* all of it immediate: into the store at once */
+    tgt_send(t, &p);
+    tgt_pdu_tmf(&tmf, 1 /* ABORT TASK */, tgt_new_itt(t), witt, wsn, tgt_peek_cmdsn(t), true);
+    tgt_send(t, &tmf);
+    expect_none(t); /* its answer waits for the store */
+    tgt_kill(t);    /* and is lost with the connection */
+    tgt_use(t, c2);
+    tgt_pdu_tmf(&tmf, 1, tgt_new_itt(t), witt, wsn, tgt_peek_cmdsn(t), true);
+    tgt_send(t, &tmf);
+    for (int i = 0; i < 500 && !tgt_pending(t); i++)
+        tgt_wait_ms(t, 10);
+    struct tgt_rsp r = expect(t, ISCSI_OP_TMF_RSP);
+    assert_true(r.response == ISCSI_TMF_RSP_NO_TASK || r.response == 0);
+    file_blocks(path, at_answer);
+    tgt_wait_ms(t, 1000); /* past the store's 0.5 s, whenever the answer came */
+    expect_none(t);
+    file_blocks(path, later);
+    assert_memory_equal(at_answer, later, sizeof(later)); /* nothing landed after the answer */
+    bs_inject_delay(0);
+    expect_good(t, send_tur(t, tgt_next_cmdsn(t), false));
+    tgt_free(t);
+    unlink(path);
+}
+
 /* A LOGICAL UNIT RESET ends the tasks of a lost connection waiting for reassignment as it
  * ends the live ones: TASK REASSIGN then finds nothing. */
 static void test_erl2_lun_reset_ends_orphans(void **state)
@@ -2820,6 +2874,7 @@ int main(void)
         cmocka_unit_test(test_erl2_ack_skips_earlier_group),
         cmocka_unit_test(test_erl2_reassign_in_store),
         cmocka_unit_test(test_erl2_abort_reassigned_in_store),
+        cmocka_unit_test(test_erl2_abort_again_in_store),
         cmocka_unit_test(test_erl2_lun_reset_ends_orphans),
         cmocka_unit_test(test_erl2_reassign_read_smaller_pdus),
         cmocka_unit_test(test_reject_login_in_ffp),
