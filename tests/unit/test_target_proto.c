@@ -2536,13 +2536,9 @@ static void test_erl2_abort_behind_recovery_logout(void **state)
     tgt_free(t);
 }
 
-/* A file LUN (io_uring: the read completes on a later reactor turn): the connection is lost
- * while the store has the read and TASK REASSIGN takes it in that same turn ("function
- * complete"); its Data-In and status come on the new connection once the store completes it. */
-static void test_erl2_reassign_in_store(void **state)
+/* An ERL 2 session on a 1 MiB file LUN at path (a mkstemp template, filled in). */
+static struct tgt *erl2_file_lun(char *path)
 {
-    (void)state;
-    char path[] = "/tmp/linerate-erl2-XXXXXX";
     int fd = mkstemp(path);
     assert_true(fd >= 0);
     close(fd);
@@ -2553,7 +2549,17 @@ static void test_erl2_reassign_in_store(void **state)
     o.erl = 2;
     o.max_connections = 4;
     o.lun_spec = spec;
-    struct tgt *t = tgt_login(&o);
+    return tgt_login(&o);
+}
+
+/* A file LUN (io_uring: the read completes on a later reactor turn): the connection is lost
+ * while the store has the read and TASK REASSIGN takes it in that same turn ("function
+ * complete"); its Data-In and status come on the new connection once the store completes it. */
+static void test_erl2_reassign_in_store(void **state)
+{
+    (void)state;
+    char path[] = "/tmp/linerate-erl2-XXXXXX";
+    struct tgt *t = erl2_file_lun(path);
     static uint8_t buf[16384];
     fill(buf, sizeof(buf), 7);
     uint8_t cdb[16];
@@ -2628,17 +2634,7 @@ static void test_erl2_abort_reassigned_in_store(void **state)
 {
     (void)state;
     char path[] = "/tmp/linerate-erl2-XXXXXX";
-    int fd = mkstemp(path);
-    assert_true(fd >= 0);
-    close(fd);
-    char spec[128];
-    snprintf(spec, sizeof(spec), "file:%s,size=1M", path);
-    struct tgt_opts o;
-    tgt_opts_default(&o);
-    o.erl = 2;
-    o.max_connections = 4;
-    o.lun_spec = spec;
-    struct tgt *t = tgt_login(&o);
+    struct tgt *t = erl2_file_lun(path);
     int c2 = tgt_login_conn(t, 2, NULL);
     tgt_use(t, 0);
     tgt_hold_expstatsn(t, true);
@@ -2678,17 +2674,7 @@ static void test_erl2_abort_again_in_store(void **state)
 {
     (void)state;
     char path[] = "/tmp/linerate-erl2-XXXXXX";
-    int fd = mkstemp(path);
-    assert_true(fd >= 0);
-    close(fd);
-    char spec[128];
-    snprintf(spec, sizeof(spec), "file:%s,size=1M", path);
-    struct tgt_opts o;
-    tgt_opts_default(&o);
-    o.erl = 2;
-    o.max_connections = 4;
-    o.lun_spec = spec;
-    struct tgt *t = tgt_login(&o);
+    struct tgt *t = erl2_file_lun(path);
     int c2 = tgt_login_conn(t, 2, NULL);
     tgt_use(t, 0);
     tgt_hold_expstatsn(t, true);
