@@ -492,13 +492,13 @@ static void target(struct ctx *c, json_t *t, const char *jp)
     if (c->failed)
         return;
     const char *iqn = json_string_value(wwn);
-    if (!name_ok(iqn)) {
-        bad(c, jp, "'wwn' is not an iSCSI name (a control character, space or one of [ ] # , =)");
-        return;
-    }
     if (fabric && strcmp(json_string_value(fabric), "iscsi") != 0) {
         lost(c, true, "%s: %s target %s: linerate serves iSCSI only", jp, json_string_value(fabric),
              iqn);
+        return;
+    }
+    if (!name_ok(iqn)) {
+        bad(c, jp, "'wwn' is not an iSCSI name (a control character, space or one of [ ] # , =)");
         return;
     }
     /* linerate has one LUN set per target: the first enabled TPG gives it; a further TPG
