@@ -142,7 +142,8 @@ const struct scsi_cmd scsi_cmds[C__COUNT] = {
     [C_XCOPY_LID1] = {.name = "EXTENDED COPY(LID1)", .opcode = 0x83, .sa = 0x00, .cdb_len = 16,
                       .flags = CMD_SA, .parse = xcopy_parse, .exec = xcopy_exec,
                       .usage = F(0x83, 0x1f, 0, 0, 0, 0, 0, 0, 0, 0, FF4, 0, 0), .timeout_s = 60,
-                      /* it writes the destination LUN: a write under reservations */
+                      /* it writes the destination LUN: a write under reservations. Not
+                       * CMD_MEDIUM: the caps do not count it (docs/qos.md says why) */
                       .pr = PRC_WRITE},
     [C_RCR_COPY_STATUS] = EMSA(0x84, 0x00, "RECEIVE COPY RESULTS/COPY STATUS", 16, 0,
                                xcopy_parse_rcr, xcopy_exec_rcr,

@@ -449,6 +449,7 @@ struct scsi_task_core {
     struct reactor *th_reactor;
     struct reactor_timer th_timer;
     struct reactor_msg th_msg;
+    struct rate_slot th_lu_slot, th_e_slot; /* what it reserved, given back if aborted */
 };
 _Static_assert(sizeof(struct scsi_task_core) <= SCSI_TASK_CORE_BYTES,
                "SCSI_TASK_CORE_BYTES too small for struct scsi_task_core");

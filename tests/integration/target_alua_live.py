@@ -262,6 +262,24 @@ def steps(ctl, conf, port):
     check(luns[1]["state"] == "standby", "show luns after STPG: %s" % luns[1])
     print("explicit ALUA: TPGS=11b, SET TARGET PORT GROUPS tells every other nexus")
 
+    # 7. the initiator's state lasts until the operator changes that group's state: a change of
+    # another group, of another LUN, or a reload of other states leaves LUN 1's group 1 standby
+    ctl.run("set", "alua", TARGET, "active/non-optimized", "--group", "2", "--lun", "0")
+    expect_ua_once(s, 0, "set alua --group 2 --lun 0")
+    expect_no_ua(s, 1, "set alua --group 2 --lun 0 (LUN 1 not named)")
+    check(rtpg(s, 1) == {1: SB, 2: SB}, "LUN 1 after --group 2 --lun 0: RTPG %s" % rtpg(s, 1))
+    check(rtpg(s, 0) == {1: AO, 2: AN}, "LUN 0 after --group 2 --lun 0: RTPG %s" % rtpg(s, 0))
+    with open(conf) as f:
+        text = f.read()
+    with open(conf, "w") as f:
+        f.write(text.replace("alua-peer = 2:standby", "alua-peer = 2:active/non-optimized"))
+    r = ctl.json("reload")
+    check(any("ALUA" in a for a in r["applied"]), "reload of the peer state: %s" % r)
+    expect_ua_once(s, 1, "reload of group 2")
+    check(rtpg(s, 1) == {1: SB, 2: AN}, "LUN 1 after the reload of group 2: RTPG %s" % rtpg(s, 1))
+    expect_standby(s, 1, "LUN 1 after other groups' changes")
+    print("other groups' and LUNs' changes leave a state SET TARGET PORT GROUPS made")
+
 
 def main():
     if len(sys.argv) != 2:
