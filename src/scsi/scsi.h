@@ -427,6 +427,10 @@ int scsi_lun_flush_sync(struct scsi_lun *lu);
 struct scsi_lun *scsi_target_detach_lun(struct scsi_target *t, uint64_t lun);
 /* Tasks and background work (an IMMED sanitize, a copy naming it) holding lu. */
 long scsi_lun_users(const struct scsi_lun *lu);
+/* A task, or a task management function answered once lu's aborted tasks have left the store,
+ * starts or stops holding lu (struct scsi_lun_users); from any thread. */
+void scsi_lun_user_get(struct scsi_lun *lu);
+void scsi_lun_user_put(struct scsi_lun *lu);
 /* The LUN's I/O counters (util/iostats.h), kept by the transport; NULL if there are none. */
 struct iostats *scsi_lun_stats(const struct scsi_lun *lu);
 /* The same for the LUN t holds (from setup until release or refuse), else NULL: a command the

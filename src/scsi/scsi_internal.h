@@ -318,9 +318,6 @@ void scsi_ua_raise_all(struct scsi_lun *lu, const struct scsi_nexus *skip, unsig
 /* The LU was reset through another gateway (ua: UA_BUS_DEVICE_RESET or UA_POWER_ON): what
  * the reset does to this gateway's nexuses. From the shared object's watch (a store thread). */
 void scsi_lun_reset_elsewhere(struct scsi_lun *lu, unsigned ua);
-/* A task starts or stops holding lu (struct scsi_lun_users). */
-void scsi_lun_user_get(struct scsi_lun *lu);
-void scsi_lun_user_put(struct scsi_lun *lu);
 /* Take the highest-priority pending UA of t's nexus; SR_OK if none. */
 scsi_sr scsi_ua_take(struct scsi_lun *lu, const struct scsi_nexus *n);
 
