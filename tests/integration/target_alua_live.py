@@ -20,57 +20,23 @@ A raw initiator (hostile.py's) holds a session while linerate-ctl and a reload c
      standby: that session is not told, the other gets 2Ah/06h, RTPG and show luns agree.
 Exit 0 when every check holds, 1 with the reason. Python 3 standard library only."""
 
-import json
 import os
 import shutil
 import struct
 import subprocess
 import sys
-import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import hostile  # noqa: E402
-from hostile import TestFailure, check, sense_kaa  # noqa: E402
+from hostile import TestFailure, check  # noqa: E402
+import live_lib  # noqa: E402
+from live_lib import TUR, Ctl, drain_uas, raw  # noqa: E402
 
 TARGET = "iqn.2026-11.org.linerate:alua-live"
 hostile.TARGET = TARGET
 AO, AN, SB = 0, 1, 2
 UA_ALUA = (6, 0x2A, 0x06)
 STANDBY = (2, 0x04, 0x0B)
-TUR = bytes(6)
-
-
-class Ctl:
-    def __init__(self, binary, sock):
-        self.binary, self.sock = binary, sock
-
-    def run(self, *args, ok=True):
-        p = subprocess.run([self.binary, "--socket", self.sock] + list(args),
-                           capture_output=True, text=True, timeout=60)
-        if ok:
-            check(p.returncode == 0, "linerate-ctl %s: exit %d: %s%s" % (
-                " ".join(args), p.returncode, p.stdout, p.stderr))
-        return p
-
-    def json(self, *args):
-        return json.loads(self.run("--json", *args).stdout)
-
-
-def raw(s, cdb, lun, read_len=0, write_data=None):
-    """One command, no retry: (status, (key, asc, ascq) or None, data)."""
-    st, sense, data = s.scsi(bytes(cdb), lun=lun, read_len=read_len, write_data=write_data)
-    return st, sense_kaa(sense) if st == 2 else None, data
-
-
-def drain_uas(s, lun):
-    """TEST UNIT READY until no UA is pending: the UAs reported, in order."""
-    seen = []
-    for _ in range(16):
-        st, kaa, _ = raw(s, TUR, lun)
-        if not (st == 2 and kaa[0] == 6):
-            return seen
-        seen.append(kaa)
-    raise TestFailure("LUN %d: UNIT ATTENTION after 16 TEST UNIT READYs: %s" % (lun, seen))
 
 
 def rtpg(s, lun):
@@ -281,18 +247,5 @@ def steps(ctl, conf, port):
     print("other groups' and LUNs' changes leave a state SET TARGET PORT GROUPS made")
 
 
-def main():
-    if len(sys.argv) != 2:
-        sys.exit(__doc__)
-    with tempfile.TemporaryDirectory(prefix="lt-alua-live-") as work:
-        try:
-            run(sys.argv[1], work)
-        except TestFailure as e:
-            print("FAIL: %s" % e)
-            return 1
-    print("ok")
-    return 0
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(live_lib.main(run, __doc__, "lt-alua-live-"))

@@ -27,13 +27,7 @@ EOF
 sed 's/@PORT@/1/' "$WORK/caps.conf" >"$WORK/check.conf"
 "$LT" --check --config "$WORK/check.conf" >"$WORK/o" 2>&1 || fail "good config refused: $(cat "$WORK/o")"
 # refused SED-EXPR WORDS: the config edited by SED-EXPR exits 2 naming WORDS
-refused() {
-    sed "$1" "$WORK/check.conf" >"$WORK/bad.conf"
-    timeout 20 "$LT" --check --config "$WORK/bad.conf" >"$WORK/o" 2>&1
-    local rc=$?
-    [ $rc -eq 2 ] || fail "'$1': exited $rc, not 2 ($(cat "$WORK/o"))"
-    grep -qF -- "$2" "$WORK/o" || fail "'$1': message does not say '$2': $(cat "$WORK/o")"
-}
+refused() { conf_refused "$WORK/check.conf" "$@"; }
 refused 's/^iops = 2$/iops = two/' "bad.conf:7: bad iops= 'two'"
 refused 's/^burst = 0$/burst = 2m/' "bad.conf:8: bad burst= '2m'"
 refused "s/^lun = ram:8M$/&\nmbps = 10/" "bad.conf:5: 'mbps' belongs in a [host IQN] or [group NAME]"

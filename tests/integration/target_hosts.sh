@@ -35,13 +35,7 @@ map = 0 1,ro
 EOF
 "$LT" --check --config "$good" >"$WORK/o" 2>&1 || { cat "$WORK/o"; fail "good config refused"; }
 # refused SED-EXPR WORDS: the config edited by SED-EXPR exits 2 naming WORDS
-refused() {
-    sed "$1" "$good" >"$WORK/bad.conf"
-    timeout 20 "$LT" --check --config "$WORK/bad.conf" >"$WORK/o" 2>&1
-    local rc=$?
-    [ $rc -eq 2 ] || fail "'$1': exited $rc, not 2 ($(cat "$WORK/o"))"
-    grep -qF -- "$2" "$WORK/o" || fail "'$1': message does not say '$2': $(cat "$WORK/o")"
-}
+refused() { conf_refused "$good" "$@"; }
 refused 's/^map = 1 1$/map = 1 2/' "bad.conf:7: host $A maps LUN 2, which target $SHARED does not have"
 refused 's/^map = 1 1$/map = 0 1/' "bad.conf:7: host LUN 0 is mapped twice (first at line 6)"
 refused "s/^initiator = $C/initiator = $A/" "bad.conf:10: initiator $A is in two entries"

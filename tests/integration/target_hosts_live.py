@@ -36,11 +36,11 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import hostile  # noqa: E402
 from hostile import TestFailure, check  # noqa: E402
-from target_alua_live import Ctl, drain_uas, raw  # noqa: E402
+from live_lib import Ctl, drain_uas, raw  # noqa: E402
 
 P = "iqn.2026-11.org.linerate"
 TARGET = P + ":hosts-live"
-hostile.TARGET = TARGET  # (after target_alua_live's import, which sets its own)
+hostile.TARGET = TARGET
 A, B, C, D = P + ":live-a", P + ":live-b", P + ":live-c", P + ":live-d"
 UA_LUNS = (6, 0x3F, 0x0E)
 TUR = bytes(6)

@@ -24,43 +24,19 @@ import os
 import struct
 import subprocess
 import sys
-import tempfile
 import threading
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import hostile  # noqa: E402
-from hostile import TestFailure, check, sense_kaa  # noqa: E402
+from hostile import TestFailure, check  # noqa: E402
+import live_lib  # noqa: E402
+from live_lib import TUR, drain_uas, raw, report_luns  # noqa: E402
 
 P = "iqn.2026-11.org.linerate:"
 TARGET = P + "shared"
 hostile.TARGET = TARGET
 HOST_A, HOST_B = P + "host-a", P + "host-b"
 UA_LUNS = (6, 0x3F, 0x0E)
-TUR = bytes(6)
-
-
-def raw(s, cdb, lun, read_len=0, write_data=None):
-    """One command, no retry: (status, (key, asc, ascq) or None, data)."""
-    st, sense, data = s.scsi(bytes(cdb), lun=lun, read_len=read_len, write_data=write_data)
-    return st, sense_kaa(sense) if st == 2 else None, data
-
-
-def drain_uas(s, lun):
-    seen = []
-    for _ in range(16):
-        st, kaa, _ = raw(s, TUR, lun)
-        if not (st == 2 and kaa[0] == 6):
-            return seen
-        seen.append(kaa)
-    raise TestFailure("LUN %d: UNIT ATTENTION after 16 TEST UNIT READYs: %s" % (lun, seen))
-
-
-def report_luns(s):
-    cdb = struct.pack(">BBxxxxIxx", 0xA0, 0, 4096)
-    st, kaa, data = raw(s, cdb, 0, read_len=4096)
-    check(st == 0, "REPORT LUNS: status 0x%02x sense %s" % (st, kaa))
-    n = struct.unpack(">I", data[:4])[0] // 8
-    return [struct.unpack(">H", data[8 + 8 * i:10 + 8 * i])[0] & 0x3FFF for i in range(n)]
 
 
 class HostAIo(threading.Thread):
@@ -247,19 +223,5 @@ def run(binary, work):
             proc.wait()
 
 
-def main():
-    if len(sys.argv) != 2:
-        sys.stderr.write(__doc__)
-        return 2
-    with tempfile.TemporaryDirectory(prefix="lr-hosts-reload-") as work:
-        try:
-            run(sys.argv[1], work)
-        except TestFailure as e:
-            print("FAIL: %s" % e)
-            return 1
-    print("PASS")
-    return 0
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(live_lib.main(run, __doc__, "lr-hosts-reload-", passed="PASS"))
