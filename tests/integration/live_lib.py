@@ -1,7 +1,7 @@
 """Helpers shared by the tests that change a running daemon (target_alua_live.py,
 target_hosts_live.py, target_hosts_reload.py): linerate-ctl, one SCSI command with no retry over
-hostile.py's raw initiator, unit attentions drained, REPORT LUNS, and the main() around a run in
-a scratch directory. Python 3 standard library only."""
+hostile.py's raw initiator, unit attentions drained, REPORT LUNS, the daemon started and
+stopped, and the main() around a run in a scratch directory. Python 3 standard library only."""
 
 import json
 import os
@@ -9,6 +9,7 @@ import struct
 import subprocess
 import sys
 import tempfile
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from hostile import TestFailure, check, sense_kaa  # noqa: E402
@@ -30,6 +31,56 @@ class Ctl:
 
     def json(self, *args):
         return json.loads(self.run("--json", *args).stdout)
+
+
+class Daemon:
+    """linerate-target on config file CONF, its control socket SOCK, its stderr in LOG_PATH."""
+
+    def __init__(self, binary, conf, sock, log_path):
+        self.binary, self.conf, self.sock = binary, conf, sock
+        self.log = open(log_path, "a+")
+        self.proc = None
+
+    def start(self):
+        """Start it; ready once its control socket exists, or TestFailure."""
+        if os.path.exists(self.sock):
+            os.unlink(self.sock)
+        self.proc = subprocess.Popen([self.binary, "--config", self.conf],
+                                     stdout=subprocess.DEVNULL, stderr=self.log)
+        for _ in range(400):
+            if os.path.exists(self.sock) or self.proc.poll() is not None:
+                break
+            time.sleep(0.05)
+        check(self.proc.poll() is None and os.path.exists(self.sock), "the daemon did not start")
+
+    def stop(self):
+        """SIGTERM: it must exit 0."""
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            rc = self.proc.wait(30)
+            check(rc == 0, "the daemon exited %d on SIGTERM" % rc)
+
+    def kill(self):
+        if self.proc and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+    def tail(self):
+        self.log.flush()
+        self.log.seek(0)
+        return "".join(self.log.readlines()[-30:])
+
+    def around(self, body):
+        """Start it, BODY(), stop it; on TestFailure the log's tail goes to stderr first."""
+        try:
+            self.start()
+            body()
+            self.stop()
+        except TestFailure:
+            sys.stderr.write(self.tail())
+            raise
+        finally:
+            self.kill()
 
 
 def raw(s, cdb, lun, read_len=0, write_data=None):

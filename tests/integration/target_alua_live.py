@@ -28,9 +28,9 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import hostile  # noqa: E402
-from hostile import TestFailure, check  # noqa: E402
+from hostile import check  # noqa: E402
 import live_lib  # noqa: E402
-from live_lib import TUR, Ctl, drain_uas, raw  # noqa: E402
+from live_lib import TUR, Ctl, Daemon, drain_uas, raw  # noqa: E402
 
 TARGET = "iqn.2026-11.org.linerate:alua-live"
 hostile.TARGET = TARGET
@@ -108,28 +108,12 @@ def run(binary, work):
              "alua-peer = 2:active/non-optimized", "alua-explicit = yes", "lun 0 = ram:4M", "lun 1 = ram:4M"]
     with open(conf, "w") as f:
         f.write("\n".join(lines) + "\n")
-    log = open(os.path.join(work, "daemon.log"), "w+")
-    proc = subprocess.Popen([binary, "--config", conf], stdout=subprocess.DEVNULL, stderr=log)
-    try:
-        for _ in range(200):
-            if os.path.exists(ctl.sock) or proc.poll() is not None:
-                break
-            subprocess.run(["sleep", "0.05"])
-        check(proc.poll() is None and os.path.exists(ctl.sock), "the daemon did not start")
+    d = Daemon(binary, conf, ctl.sock, os.path.join(work, "daemon.log"))
+
+    def body():
         ctl.run("version")
         steps(ctl, conf, port)
-        proc.terminate()
-        rc = proc.wait(30)
-        check(rc == 0, "the daemon exited %d on SIGTERM" % rc)
-    except TestFailure:
-        log.flush()
-        log.seek(0)
-        sys.stderr.write("".join(log.readlines()[-30:]))
-        raise
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+    d.around(body)
 
 
 def steps(ctl, conf, port):

@@ -200,27 +200,8 @@ def run(binary, work):
     conf = os.path.join(work, "hosts.conf")
     port = hostile.free_port()
     write_conf(conf, ctl[1], work, port, [(0, 1), (5, 3)])
-    log = open(os.path.join(work, "daemon.log"), "w+")
-    proc = subprocess.Popen([binary, "--config", conf], stdout=subprocess.DEVNULL, stderr=log)
-    try:
-        for _ in range(200):
-            if os.path.exists(ctl[1]) or proc.poll() is not None:
-                break
-            subprocess.run(["sleep", "0.05"])
-        check(proc.poll() is None and os.path.exists(ctl[1]), "the daemon did not start")
-        steps(ctl, conf, work, port)
-        proc.terminate()
-        rc = proc.wait(30)
-        check(rc == 0, "the daemon exited %d on SIGTERM" % rc)
-    except TestFailure:
-        log.flush()
-        log.seek(0)
-        sys.stderr.write("".join(log.readlines()[-30:]))
-        raise
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+    d = live_lib.Daemon(binary, conf, ctl[1], os.path.join(work, "daemon.log"))
+    d.around(lambda: steps(ctl, conf, work, port))
 
 
 if __name__ == "__main__":
