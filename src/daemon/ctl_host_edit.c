@@ -69,7 +69,9 @@ static json_t *commit(struct daemon *d, unsigned t, struct target_node_conf *s, 
     bool force = ctl_param_bool(params, "force");
     if (target_hosts_check(s, "linerate-ctl", err, sizeof(err)) < 0) {
         /* (a line number names a line of the file; what this request added has none) */
-        const char *why = strncmp(err, "linerate-ctl:0: ", 16) == 0 ? err + 16 : err;
+        const char *why = strncmp(err, "linerate-ctl:0: ", 16) == 0 ? err + 16
+                          : strncmp(err, "linerate-ctl: ", 14) == 0 ? err + 14
+                                                                    : err;
         return ctl_fail(e, ERR_FAILED, "%s", why);
     }
     if (chap && chap_load(d, s, err, sizeof(err)) < 0)

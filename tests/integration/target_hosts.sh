@@ -122,6 +122,19 @@ grep -q "3 host entries" "$WORK/ctl.out" || fail "show targets: $(cat "$WORK/ctl
 ctl remove lun "$SHARED" 3 >"$WORK/ctl.out" 2>&1 && fail "remove lun 3 (mapped) succeeded"
 grep -q "LUN 3 of target $SHARED is mapped for host $A" "$WORK/ctl.out" ||
     fail "remove lun 3: $(cat "$WORK/ctl.out")"
+note "a reload past the SCSI bounds (4096 initiators with entries) is refused whole"
+# (before, the entries were admitted and kept though the maps failed: save wrote a file that
+# does not start)
+cp "$WORK/run.conf" "$WORK/run.keep"
+{ echo "[group big]"; seq -f "initiator = $P:big-%g" 1 4096; echo "map = 6 0"; } >>"$WORK/run.conf"
+ctl --json reload >"$WORK/ctl.out" 2>&1 && fail "reload past the bounds succeeded"
+grep -q "4097 initiators with entries.*the most a target has is 4096" "$WORK/ctl.out" ||
+    fail "reload past the bounds: $(cat "$WORK/ctl.out")"
+ctl_ok --json show hosts "$P:second"
+[ "$(jget 'len(d)' <"$WORK/ctl.out")" = 1 ] || fail "show hosts after the refused reload: $(cat "$WORK/ctl.out")"
+no "a member of the refused group" iscsi-inq -i "$P:big-7" "iscsi://$h/$P:second/6"
+cp "$WORK/run.keep" "$WORK/run.conf"
+"$LT" --check --config "$WORK/run.conf" >"$WORK/o" 2>&1 || fail "run.conf: $(cat "$WORK/o")"
 note "save writes the entries; the saved file loads and reloads to no change"
 ctl_ok save "$WORK/saved.conf"
 grep -qx "\[host $D\]" "$WORK/saved.conf" && grep -qx "map = 1 3" "$WORK/saved.conf" ||
