@@ -92,17 +92,45 @@ static int scsi_sync(struct scsi_target *scsi, const char *iqn, const struct tar
     return rc;
 }
 
-/* The limiter entry h of the new array gets: the one one of its initiators had (so its
- * sessions, which hold it, are paced by the new caps at once, rate_limit_set), unless an
- * entry before it in a[0..k) took that one already; else a new one. With a reference. */
+/* Whether a and b are one entry: the same group, or the [host] of the same initiator. */
+static bool same_identity(const struct target_host_conf *a, const struct target_host_conf *b)
+{
+    if (a->group != b->group)
+        return false;
+    return a->group ? strcasecmp(a->group_name, b->group_name) == 0
+                    : strcasecmp(a->initiators[0], b->initiators[0]) == 0;
+}
+
+/* Whether initiator iqn's limiter is the one entry h of the new array should take: first
+ * pass, iqn was in the running entry (in r) that h is (its group, its host); second pass, iqn
+ * is one of h's initiators. */
+static bool limit_candidate(const struct target_node_conf *r, const struct target_host_conf *h,
+                            const char *iqn, bool identity)
+{
+    if (identity) {
+        const struct target_host_conf *o = target_host_find(r, iqn);
+        return o && same_identity(o, h);
+    }
+    for (unsigned j = 0; j < h->ninitiators; j++)
+        if (strcasecmp(h->initiators[j], iqn) == 0)
+            return true;
+    return false;
+}
+
+/* The limiter entry h of the new array gets: the one its entry had in r, the running
+ * configuration (so that an entry keeps its own limiter when members move), else the one one
+ * of its initiators had (so its sessions, which hold it, are paced by the new caps at once,
+ * rate_limit_set), unless an entry before it in a[0..k) took that one already; else a new
+ * one. With a reference. */
 static struct iscsi_host_limit *entry_limit(const struct iscsi_node *n,
+                                            const struct target_node_conf *r,
                                             const struct iscsi_node_host *a, unsigned k,
                                             const struct target_host_conf *h)
 {
-    for (unsigned j = 0; j < h->ninitiators; j++)
+    for (int pass = 0; pass < 2; pass++)
         for (unsigned o = 0; o < n->nhosts; o++) {
             struct iscsi_host_limit *l = n->hosts[o].limit;
-            if (!l || strcasecmp(n->hosts[o].name, h->initiators[j]) != 0)
+            if (!l || !limit_candidate(r, h, n->hosts[o].name, pass == 0))
                 continue;
             bool taken = false;
             for (unsigned m = 0; m < k && !taken; m++)
@@ -128,8 +156,9 @@ static void hosts_put(struct iscsi_node_host *a, unsigned n)
 /* The node's entries as the file has them: a new array swapped in under both locks its
  * readers take (logins: access_lock for the names and limiters, chap_lock for the
  * credentials). The old array's references to limiters go after; sessions keep theirs. */
-static int node_swap(struct daemon *d, struct iscsi_node *n, const struct target_node_conf *f)
+static int node_swap(struct daemon *d, unsigned t, const struct target_node_conf *f)
 {
+    struct iscsi_node *n = d->built.nodes[t];
     unsigned total = 0;
     for (unsigned i = 0; i < f->nhosts; i++)
         total += f->hosts[i].ninitiators;
@@ -139,7 +168,7 @@ static int node_swap(struct daemon *d, struct iscsi_node *n, const struct target
     unsigned k = 0;
     for (unsigned i = 0; i < f->nhosts; i++) {
         struct iscsi_host_limit *l =
-            f->hosts[i].ninitiators ? entry_limit(n, a, k, &f->hosts[i]) : NULL;
+            f->hosts[i].ninitiators ? entry_limit(n, &d->cfg.targets[t], a, k, &f->hosts[i]) : NULL;
         if (f->hosts[i].ninitiators && !l) {
             hosts_put(a, k);
             free(a);
@@ -168,6 +197,25 @@ static int node_swap(struct daemon *d, struct iscsi_node *n, const struct target
     return 0;
 }
 
+/* The SCSI maps of f's initiators back to r's: each as its entry in r has it, or its SCSI
+ * entry removed when r has none (best effort: what fails stays as it is). */
+static void hosts_rollback(struct scsi_target *scsi, const struct target_node_conf *r,
+                           const struct target_node_conf *f)
+{
+    char why[512];
+    for (unsigned i = 0; i < f->nhosts; i++)
+        for (unsigned k = 0; k < f->hosts[i].ninitiators; k++) {
+            const char *iqn = f->hosts[i].initiators[k];
+            const struct target_host_conf *o = target_host_find(r, iqn);
+            if (o && same_maps(o, &f->hosts[i]))
+                continue;
+            if (o)
+                (void)scsi_sync(scsi, iqn, o, why, sizeof(why));
+            else
+                (void)scsi_target_host_remove(scsi, iqn, why, sizeof(why));
+        }
+}
+
 bool ctl_hosts_apply(struct daemon *d, unsigned t, const struct target_node_conf *f,
                      json_t *applied, json_t *restart)
 {
@@ -181,8 +229,9 @@ bool ctl_hosts_apply(struct daemon *d, unsigned t, const struct target_node_conf
         const struct target_host_conf *o = target_host_find(r, f->hosts[i].initiators[0]);
         capped += !(o ? same_limits(o, &f->hosts[i]) : !rate_limit_conf_any(&f->hosts[i].limits));
     }
-    for (unsigned i = 0; i < f->nhosts; i++)
-        for (unsigned k = 0; k < f->hosts[i].ninitiators; k++) {
+    bool failed = false;
+    for (unsigned i = 0; i < f->nhosts && !failed; i++)
+        for (unsigned k = 0; k < f->hosts[i].ninitiators && !failed; k++) {
             const char *iqn = f->hosts[i].initiators[k];
             const struct target_host_conf *o = target_host_find(r, iqn);
             if (o && same_maps(o, &f->hosts[i]))
@@ -190,13 +239,21 @@ bool ctl_hosts_apply(struct daemon *d, unsigned t, const struct target_node_conf
             if (scsi_sync(n->scsi, iqn, &f->hosts[i], why, sizeof(why)) < 0) {
                 json_array_append_new(restart,
                                       json_sprintf("target %s: host %s: %s", r->name, iqn, why));
+                failed = true;
                 continue;
             }
             o ? changed++ : added++;
         }
-    if (node_swap(d, n, f) < 0) {
-        json_array_append_new(restart,
-                              json_sprintf("target %s: host entries: out of memory", r->name));
+    /* All or nothing: a map that failed leaves the maps as they were and neither who may log
+     * in nor the running configuration changes, so that what is admitted, listed and saved is
+     * what the hosts see. */
+    if (failed || node_swap(d, t, f) < 0) {
+        hosts_rollback(n->scsi, r, f);
+        if (!failed)
+            json_array_append_new(restart,
+                                  json_sprintf("target %s: host entries: out of memory", r->name));
+        if (ctl_reactors_barrier(d) == 0)
+            scsi_host_maps_free(scsi_target_host_retired_take(n->scsi));
         return false;
     }
     for (unsigned i = 0; i < r->nhosts; i++)
