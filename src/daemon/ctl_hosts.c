@@ -277,3 +277,38 @@ bool ctl_hosts_apply(struct daemon *d, unsigned t, const struct target_node_conf
                                                 removed, capped, capped == 1 ? "y" : "ies"));
     return true;
 }
+
+int ctl_hosts_drop_lun(struct daemon *d, unsigned t, uint64_t lun, char *err, size_t errlen)
+{
+    struct target_node_conf s = d->cfg.targets[t];
+    s.hosts = NULL;
+    s.nhosts = 0;
+    if (target_hosts_copy(&s, &d->cfg.targets[t]) < 0) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    int dropped = 0;
+    for (unsigned i = 0; i < s.nhosts; i++) {
+        struct target_host_conf *h = &s.hosts[i];
+        unsigned k = 0;
+        for (unsigned m = 0; m < h->nmaps; m++)
+            if (h->maps[m].lun != lun)
+                h->maps[k++] = h->maps[m];
+        dropped += (int)(h->nmaps - k);
+        h->nmaps = k;
+    }
+    int rc = dropped;
+    if (dropped) {
+        json_t *applied = json_array(), *restart = json_array();
+        ctl_hosts_apply(d, t, &s, applied, restart);
+        if (json_array_size(restart)) {
+            const char *why = json_string_value(json_array_get(restart, 0));
+            snprintf(err, errlen, "%s", why ? why : "failed");
+            rc = -1;
+        }
+        json_decref(applied);
+        json_decref(restart);
+    }
+    target_hosts_free(&s);
+    return rc;
+}

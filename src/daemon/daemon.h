@@ -214,6 +214,10 @@ int ctl_reactors_barrier(struct daemon *d);
  * Whether the entries changed (who may log in may have). */
 bool ctl_hosts_apply(struct daemon *d, unsigned t, const struct target_node_conf *f,
                      json_t *applied, json_t *restart);
+/* ctl_hosts.c: every entry's map of target t's LUN lun dropped, live (its hosts told
+ * REPORTED LUNS DATA HAS CHANGED): how many maps went, or -1 with a reason in err (nothing
+ * changed). */
+int ctl_hosts_drop_lun(struct daemon *d, unsigned t, uint64_t lun, char *err, size_t errlen);
 /* The same CHAP users, secrets and algorithms. */
 bool ctl_chap_same(const struct chap_creds *a, const struct chap_creds *b);
 /* Whether two targets have the same entries (names, maps, CHAP users and secrets). */

@@ -143,6 +143,17 @@ grep -qx "\[host $D\]" "$WORK/saved.conf" && grep -qx "map = 1 3" "$WORK/saved.c
 ctl_ok --json reload
 [ "$(jget 'd["applied"] + d["needs_restart"]' <"$WORK/ctl.out")" = "[]" ] ||
     fail "a second reload: $(cat "$WORK/ctl.out")"
+note "remove lun --force drops the maps of it: a new LUN at its number is shown to nobody"
+# (before, host-a's 'map = 5 0' stayed: host-a saw the new disk as its LUN 5, writable)
+ctl_ok --json remove lun "$P:second" 0 --force
+[ "$(jget 'd["maps_dropped"]' <"$WORK/ctl.out")" = 1 ] || fail "remove lun --force: $(cat "$WORK/ctl.out")"
+ctl_ok add lun "$P:second" ram:1M --lun 0
+no "host-a's LUN 5 after the new LUN 0" iscsi-inq -i "$A" "iscsi://$h/$P:second/5"
+ctl_ok --json show hosts "$P:second"
+[ "$(jget '[len(h["maps"]) for h in d]' <"$WORK/ctl.out")" = "[0]" ] ||
+    fail "show hosts after remove lun --force: $(cat "$WORK/ctl.out")"
+ctl_ok save "$WORK/saved2.conf"
+grep -qx "map = 5 0" "$WORK/saved2.conf" && { cat "$WORK/saved2.conf"; fail "save kept the dropped map"; }
 stop_target
 [ "$STOP_RC" -eq 0 ] || fail "exit $STOP_RC after SIGTERM"
 
