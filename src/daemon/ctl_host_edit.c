@@ -78,7 +78,8 @@ static json_t *commit(struct daemon *d, unsigned t, struct target_node_conf *s, 
         return ctl_fail(e, ERR_FAILED, "%s", err);
     struct iscsi_node *n = d->built.nodes[t];
     json_t *applied = json_array(), *restart = json_array();
-    ctl_hosts_apply(d, t, s, applied, restart);
+    /* (remove_host keeps the last entry: no force needed here) */
+    ctl_hosts_apply(d, t, s, false, (unsigned)timeout, applied, restart);
     if (json_array_size(restart)) {
         const char *why = json_string_value(json_array_get(restart, 0));
         ctl_fail(e, ERR_FAILED, "%s", why ? why : "failed");

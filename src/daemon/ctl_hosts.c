@@ -216,13 +216,30 @@ static void hosts_rollback(struct scsi_target *scsi, const struct target_node_co
         }
 }
 
-bool ctl_hosts_apply(struct daemon *d, unsigned t, const struct target_node_conf *f,
-                     json_t *applied, json_t *restart)
+bool ctl_hosts_apply(struct daemon *d, unsigned t, const struct target_node_conf *f, bool force,
+                     unsigned timeout_s, json_t *applied, json_t *restart)
 {
     struct target_node_conf *r = &d->cfg.targets[t];
     if (ctl_hosts_same(r, f))
         return false;
     struct iscsi_node *n = d->built.nodes[t];
+    /* A target without entries shows every LUN, writable, to every session (scsi.h): the
+     * sessions of the entries going, which saw their map or (removed earlier) no LUN, must not
+     * see that. Without force the entries stay as they run; with force they are logged out
+     * before the maps go. */
+    if (f->nhosts == 0 && r->nhosts > 0) {
+        unsigned live = ctl_node_sessions(d, n);
+        if (live && !force) {
+            json_array_append_new(
+                restart, json_sprintf("target %s: host entries: left as they run: without "
+                                      "entries its %u session%s would see every LUN, writable "
+                                      "(log them out first, or reload --force, which does)",
+                                      r->name, live, live == 1 ? "" : "s"));
+            return false;
+        }
+        if (live)
+            ctl_end_sessions(d, n, NULL, timeout_s, "the target's last host entry removed");
+    }
     char why[512];
     unsigned added = 0, changed = 0, removed = 0, capped = 0;
     for (unsigned i = 0; i < f->nhosts; i++) {
@@ -300,7 +317,7 @@ int ctl_hosts_drop_lun(struct daemon *d, unsigned t, uint64_t lun, char *err, si
     int rc = dropped;
     if (dropped) {
         json_t *applied = json_array(), *restart = json_array();
-        ctl_hosts_apply(d, t, &s, applied, restart);
+        ctl_hosts_apply(d, t, &s, false, 0, applied, restart);
         if (json_array_size(restart)) {
             const char *why = json_string_value(json_array_get(restart, 0));
             snprintf(err, errlen, "%s", why ? why : "failed");
