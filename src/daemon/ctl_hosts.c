@@ -101,16 +101,18 @@ static bool same_identity(const struct target_host_conf *a, const struct target_
                     : strcasecmp(a->initiators[0], b->initiators[0]) == 0;
 }
 
-/* Whether initiator iqn's limiter is the one entry h of the new array should take: first
- * pass, iqn was in the running entry (in r) that h is (its group, its host); second pass, iqn
- * is one of h's initiators. */
-static bool limit_candidate(const struct target_node_conf *r, const struct target_host_conf *h,
-                            const char *iqn, bool identity)
+/* Whether initiator iqn's limiter is the one entry h of f should take: first pass, iqn was in
+ * the running entry (in r) that h is (its group, its host); second pass, iqn is one of h's
+ * initiators and its running entry is none that f still has (that one keeps its limiter). */
+static bool limit_candidate(const struct target_node_conf *r, const struct target_node_conf *f,
+                            const struct target_host_conf *h, const char *iqn, bool identity)
 {
-    if (identity) {
-        const struct target_host_conf *o = target_host_find(r, iqn);
+    const struct target_host_conf *o = target_host_find(r, iqn);
+    if (identity)
         return o && same_identity(o, h);
-    }
+    for (unsigned i = 0; o && i < f->nhosts; i++)
+        if (&f->hosts[i] != h && same_identity(o, &f->hosts[i]))
+            return false;
     for (unsigned j = 0; j < h->ninitiators; j++)
         if (strcasecmp(h->initiators[j], iqn) == 0)
             return true;
@@ -124,13 +126,14 @@ static bool limit_candidate(const struct target_node_conf *r, const struct targe
  * one. With a reference. */
 static struct iscsi_host_limit *entry_limit(const struct iscsi_node *n,
                                             const struct target_node_conf *r,
+                                            const struct target_node_conf *f,
                                             const struct iscsi_node_host *a, unsigned k,
                                             const struct target_host_conf *h)
 {
     for (int pass = 0; pass < 2; pass++)
         for (unsigned o = 0; o < n->nhosts; o++) {
             struct iscsi_host_limit *l = n->hosts[o].limit;
-            if (!l || !limit_candidate(r, h, n->hosts[o].name, pass == 0))
+            if (!l || !limit_candidate(r, f, h, n->hosts[o].name, pass == 0))
                 continue;
             bool taken = false;
             for (unsigned m = 0; m < k && !taken; m++)
@@ -167,8 +170,9 @@ static int node_swap(struct daemon *d, unsigned t, const struct target_node_conf
         return -1;
     unsigned k = 0;
     for (unsigned i = 0; i < f->nhosts; i++) {
-        struct iscsi_host_limit *l =
-            f->hosts[i].ninitiators ? entry_limit(n, &d->cfg.targets[t], a, k, &f->hosts[i]) : NULL;
+        struct iscsi_host_limit *l = f->hosts[i].ninitiators
+                                         ? entry_limit(n, &d->cfg.targets[t], f, a, k, &f->hosts[i])
+                                         : NULL;
         if (f->hosts[i].ninitiators && !l) {
             hosts_put(a, k);
             free(a);
