@@ -66,5 +66,20 @@ sed -n "/^\[host $B\]/,\$p" "$WORK/saved.conf" | grep -qx "write-mbps = 1" || { 
 "$LT" --check --config "$WORK/saved.conf" >"$WORK/o" 2>&1 || fail "saved.conf: $(cat "$WORK/o")"
 ctl_ok --json reload
 [ "$(jget 'd["applied"] + d["needs_restart"]' <"$WORK/ctl.out")" = "[]" ] || fail "a second reload: $(cat "$WORK/ctl.out")"
+
+note "a member leaves a capped group for its own entry: the group keeps its limiter"
+# (before, the entry listed first took the limiter of the member it has: host-a's new entry
+# got the group's, with its counts, and the group a new one)
+sed -i "/^\[host $A\]/,\$d" "$WORK/run.conf"
+printf '[group g]\ninitiator = %s\ninitiator = %s\nmap = 0 0\niops = 2\nburst = 0\n' "$A" "$B" >>"$WORK/run.conf"
+ctl_ok --json reload
+ok "host-a's five writes in the group" qemu-io --image-opts "$(qio "$A")" "${writes[@]}"
+sed -i "/^\[group g\]/,\$d" "$WORK/run.conf"
+printf '[host %s]\nmap = 0 0\n[group g]\ninitiator = %s\nmap = 0 0\niops = 2\nburst = 0\n' "$A" "$B" >>"$WORK/run.conf"
+ctl_ok --json reload
+[ "$(jget 'd["needs_restart"]' <"$WORK/ctl.out")" = "[]" ] || fail "reload: $(cat "$WORK/ctl.out")"
+ctl_ok --json stats
+got=$(jget '" ".join("%s=%d" % (e["name"].split(":")[-1], e["throttle"]["delayed"] > 0) for e in d["host_limits"])' <"$WORK/ctl.out")
+[ "$got" = "host-a=0 g=1" ] || fail "stats after host-a left the group: '$got', not host-a=0 g=1"
 stop_target
 echo "PASS"

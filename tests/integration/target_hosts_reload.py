@@ -18,8 +18,14 @@ thread, and the admin edits the file and runs `linerate-ctl reload` three times:
 After each, host-b's next command gets UNIT ATTENTION 3Fh/0Eh once and REPORT LUNS lists its
 new map; host-a's sessions are told nothing (no UNIT ATTENTION on any of its numbers, its REPORT
 LUNS unchanged), and its I/O, which checks every status, carries on with no error.
+Then the entries go, host-a's sessions logged out by it: host-b's entry (its session carries on
+and sees no LUN), then the last one: without --force the reload leaves the entries as they run
+(needs_restart says why) and host-b's session still sees no LUN (a target without entries would
+show it every LUN, writable); with --force host-b's session is asked to log out (Async
+Message, logout requested) before the maps go.
 Exit 0 when every check holds, 1 with the reason. Python 3 standard library only."""
 
+import json
 import os
 import struct
 import subprocess
@@ -86,14 +92,16 @@ class HostAIo(threading.Thread):
         check(self.count() >= want, "%s: host-a's I/O stalled at %d" % (what, self.count()))
 
 
-def write_conf(path, ctl_sock, work, port, b_map, extra_lun=False):
+def write_conf(path, ctl_sock, work, port, b_map, extra_lun=False, hosts=(HOST_A, HOST_B)):
     lines = ["ctl-socket = %s" % ctl_sock, "state-dir = %s" % os.path.join(work, "st"),
              "log-level = info", "threads = 2", "[target %s]" % TARGET,
              "portal = 127.0.0.1:%d" % port] + ["lun %d = ram:4M" % i for i in range(4)]
     if extra_lun:
         lines.append("lun 4 = ram:4M")
-    lines += ["[host %s]" % HOST_A, "map = 0 0", "map = 1 3", "[host %s]" % HOST_B]
-    lines += ["map = %d %d" % m for m in b_map]
+    if HOST_A in hosts:
+        lines += ["[host %s]" % HOST_A, "map = 0 0", "map = 1 3"]
+    if HOST_B in hosts:
+        lines += ["[host %s]" % HOST_B] + ["map = %d %d" % m for m in b_map]
     with open(path, "w") as f:
         f.write("\n".join(lines) + "\n")
 
@@ -192,6 +200,47 @@ def steps(ctl, conf, work, port):
         io.join(30)
     check(io.error is None, "host-a's I/O: %s" % io.error)
     expect_untold(io.s, io, "host-a's I/O session at the end")
+    io.s.logout()
+    a.logout()
+    last_entry(ctl, conf, work, port, b)
+
+
+def reload_json(ctl, *args):
+    p = subprocess.run([ctl[0], "--socket", ctl[1], "--json", "reload"] + list(args),
+                       capture_output=True, text=True, timeout=60)
+    check(p.returncode == 0, "linerate-ctl reload %s: exit %d: %s%s" % (
+        " ".join(args), p.returncode, p.stdout, p.stderr))
+    return json.loads(p.stdout)
+
+
+def last_entry(ctl, conf, work, port, b):
+    b_map = [(0, 1), (2, 2), (3, 4)]
+    write_conf(conf, ctl[1], work, port, b_map, True, hosts=(HOST_A,))
+    reload_json(ctl)
+    drain_uas(b, 0)
+    check(report_luns(b) == [], "host-b's removed entry: REPORT LUNS %s" % report_luns(b))
+    write_conf(conf, ctl[1], work, port, b_map, True, hosts=())
+    r = reload_json(ctl)
+    drain_uas(b, 0)
+    got = report_luns(b)
+    check(got == [], "host-b after the last entry went without --force: REPORT LUNS %s" % got)
+    check(any("without entries its 1 session would see every LUN" in x
+              for x in r["needs_restart"]), "the last entry dropped without --force: %s" % r)
+    # with --force: host-b is asked to log out (and does, as an initiator would)
+    out = {}
+    t = threading.Thread(target=lambda: out.update(r=reload_json(ctl, "--force")))
+    t.start()
+    try:
+        h, d = b.c.recv_pdu(20)
+        check(h[0] & 0x3F == 0x32 and h[36] == 1,
+              "host-b after reload --force: opcode 0x%02x AsyncEvent %d, not a logout request"
+              % (h[0] & 0x3F, h[36]))
+    finally:
+        b.c.close()
+        t.join(60)
+    check(not out["r"]["needs_restart"], "reload --force: %s" % out["r"])
+    print("last entry: kept without --force (host-b's session still sees no LUN), with --force "
+          "host-b asked to log out first")
 
 
 def run(binary, work):
