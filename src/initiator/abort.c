@@ -190,8 +190,13 @@ int ini_abort_rsp(struct ini_conn *c, const uint8_t *hdr)
     struct ini_task *t = task_of(s, a->rtt);
     if (rsp == ISCSI_TMF_RSP_COMPLETE || rsp == ISCSI_TMF_RSP_NO_TASK) {
         /* §11.6.1: nothing more of the task comes; unanswered, it ends here */
-        if (t && t->state == ITS_ACTIVE && t->conn == c)
+        if (t && t->state == ITS_ACTIVE && t->conn == c) {
+            /* Data-Out answering an R2T that came before this answer may still be queued,
+             * pointing into the buffer the caller gets back now: it goes out from a copy. */
+            if (t->dir == LR_DIR_WRITE && wire_own_data(&c->w, t->buf, t->len) < 0)
+                return INI_ERR_NOMEM; /* the connection fails: the TMF is sent again */
             task_aborted(s, t, "aborted (ABORT TASK answered)");
+        }
         settle(s, a, LR_OK, rsp,
                rsp == ISCSI_TMF_RSP_COMPLETE ? "function complete" : "task does not exist");
         return INI_OK;
