@@ -43,6 +43,7 @@ struct done_log {
     enum lr_err last;
     const char *what;
     uint8_t first_byte;
+    uint8_t response; /* a TMF's */
 };
 
 static void on_done(void *arg, const struct lr_result *r)
@@ -52,6 +53,7 @@ static void on_done(void *arg, const struct lr_result *r)
     d->ok += r->err == LR_OK;
     d->last = r->err;
     d->what = r->what;
+    d->response = r->response;
 }
 
 struct until {
@@ -1372,6 +1374,60 @@ static void client_abort_r2t_batch(struct ft *f, struct lr_session *s)
     assert_true(ft_run_until(R, stage_reached, f, 5000));
 }
 
+/* ERL 2: the connection carrying a READ is lost with the READ's ABORT TASK asked; on the new
+ * connection the ABORT TASK goes in place of the TASK REASSIGN, and the target answers it
+ * "task still allegiant" (§11.6.1: it has not let go of the old connection yet) the first
+ * time. The orphan is not the new connection's then: the ABORT TASK is asked again, answered
+ * Function Complete, and the READ ends aborted (it used to sit until its command timeout). */
+static void script_erl2_abort_allegiant(struct ft *f)
+{
+    static struct ft_pdu p;
+    struct ft_conn c, n;
+    int fd = login_first_cmd(f, &c, op_keys_erl2, sizeof(op_keys_erl2), &p);
+    if (fd < 0)
+        return;
+    close(fd); /* the connection is lost with the READ on it */
+    if (accept_login(f, &n, op_keys_erl2, sizeof(op_keys_erl2), 32, "second login") < 0)
+        return;
+    int aborts = 0;
+    while (aborts < 2 && ft_recv_c(&n, &p, 5000) == 0) {
+        if ((p.h[0] & 0x3f) == ISCSI_OP_LOGOUT_REQ) { /* of the lost connection's CID */
+            ft_logout_rsp(&n, &p);
+            continue;
+        }
+        if ((p.h[0] & 0x3f) != ISCSI_OP_TMF_REQ)
+            continue;
+        if ((p.h[1] & 0x7f) != ISCSI_TMF_ABORT_TASK)
+            return ft_fail(f, "a TMF other than ABORT TASK");
+        uint8_t h[ISCSI_BHS_LEN];
+        ft_rsp(&n, h, ISCSI_OP_TMF_RSP, ISCSI_FLAG_FINAL, get_be32(p.h + BHS_ITT));
+        h[BHS_RESPONSE] = aborts++ ? ISCSI_TMF_RSP_COMPLETE : ISCSI_TMF_RSP_TASK_ALLEGIANT;
+        ft_send_c(&n, h, NULL, 0);
+    }
+    if (aborts < 2)
+        return ft_fail(f, "the ABORT TASK not asked again");
+    await_logout(f, &n);
+}
+
+static void client_erl2_abort_allegiant(struct ft *f, struct lr_session *s)
+{
+    (void)f;
+    static uint8_t buf[4096];
+    const uint8_t cdb[10] = {0x28, 0, 0, 0, 0, 0, 0, 0, 8, 0}; /* READ (10), 8 blocks */
+    struct done_log io = {0}, ab = {0};
+    uint32_t tag;
+    uint64_t t0 = now_ms();
+    assert_int_equal(
+        lr_scsi_tag(s, cdb, sizeof(cdb), LR_DIR_READ, buf, sizeof(buf), on_done, &io, &tag), 0);
+    assert_int_equal(lr_task_abort(s, tag, on_done, &ab), 0);
+    assert_true(calls_within(&ab, 1, 5000));
+    assert_int_equal(ab.last, LR_OK);
+    assert_int_equal(ab.response, ISCSI_TMF_RSP_COMPLETE);
+    assert_int_equal(io.calls, 1);
+    assert_int_equal(io.last, LR_ERR_TASK_ABORTED);
+    assert_true(now_ms() - t0 < 5000); /* not the command timeout (10 s) */
+}
+
 /* ---- the cases with a session logged in: the target's script, then the user's side ---- */
 
 /* ---- no memory for a connection ---- */
@@ -1493,6 +1549,11 @@ static const struct hostile_case cases[] = {
      .script = script_abort_r2t_batch,
      .client = client_abort_r2t_batch,
      .logout = true},
+    {.name = "test_erl2_abort_of_orphan_still_allegiant",
+     .script = script_erl2_abort_allegiant,
+     .opts = {.error_recovery_level = 2},
+     .client = client_erl2_abort_allegiant,
+     .logout = true},
 };
 
 static void run_case(void **state)
@@ -1544,6 +1605,7 @@ int main(void)
         CASE(15),
         CASE(16),
         CASE(17),
+        CASE(18),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     reactor_destroy(R);
