@@ -13,12 +13,14 @@
 #include "ctl/ctl.h"
 #include "ctl/lio.h"
 
-/* Write `text` to `path` through a temporary file renamed over it. */
-static int write_file(const char *path, const char *text, mode_t mode)
+/* Write `text` to `path`.import-tmp; the caller renames it over `path` once every file of the
+ * import is written, so a failure leaves neither (import is all or nothing). */
+static int write_tmp(const char *path, const char *text, mode_t mode, char *tmp, size_t tmplen)
 {
-    char tmp[PATH_MAX];
-    if (snprintf(tmp, sizeof(tmp), "%s.import-tmp", path) >= (int)sizeof(tmp))
+    if (snprintf(tmp, tmplen, "%s.import-tmp", path) >= (int)tmplen) {
+        errno = ENAMETOOLONG;
         return -1;
+    }
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, mode);
     if (fd < 0)
         return -1;
@@ -34,13 +36,45 @@ static int write_file(const char *path, const char *text, mode_t mode)
     }
     ok = ok && fsync(fd) == 0;
     ok = close(fd) == 0 && ok;
-    if (!ok || rename(tmp, path) < 0) {
+    if (!ok) {
         int e = errno;
         unlink(tmp);
         errno = e;
         return -1;
     }
     return 0;
+}
+
+/* The secrets (when any) and the config (when -o): both written to temporary files first, then
+ * renamed; on any failure neither is left. Prints the error; 0 or -1. */
+static int write_both(const char *secrets, const char *stext, const char *out, const char *ctext)
+{
+    char stmp[PATH_MAX] = "", ctmp[PATH_MAX] = "";
+    const char *failed = NULL;
+    if (secrets && write_tmp(secrets, stext, 0600, stmp, sizeof(stmp)) < 0)
+        failed = secrets, *stmp = 0;
+    else if (out && write_tmp(out, ctext, 0644, ctmp, sizeof(ctmp)) < 0)
+        failed = out, *ctmp = 0;
+    else if (secrets && rename(stmp, secrets) < 0)
+        failed = secrets;
+    else if (secrets)
+        *stmp = 0;
+    if (!failed && out && rename(ctmp, out) < 0) {
+        failed = out;
+        int e = errno;
+        if (secrets)
+            unlink(secrets); /* just renamed there: the config that names it was not */
+        errno = e;
+    }
+    if (!failed)
+        return 0;
+    int e = errno;
+    if (*stmp)
+        unlink(stmp);
+    if (*ctmp)
+        unlink(ctmp);
+    fprintf(stderr, "linerate-ctl import: %s: %s; nothing written\n", failed, strerror(e));
+    return -1;
 }
 
 static const char import_usage[] =
@@ -124,11 +158,8 @@ int ctl_import_main(const char *socket, unsigned wait_s, int argc, char **argv)
                 "written\n",
                 file);
         rc = CTL_EXIT_USAGE;
-    } else if (*r.secrets && write_file(secrets, r.secrets, 0600) < 0) {
-        fprintf(stderr, "linerate-ctl import: %s: %s\n", secrets, strerror(errno));
-        rc = CTL_EXIT_USAGE;
-    } else if (out && write_file(out, r.conf, 0644) < 0) {
-        fprintf(stderr, "linerate-ctl import: %s: %s\n", out, strerror(errno));
+    } else if ((*r.secrets || out) &&
+               write_both(*r.secrets ? secrets : NULL, r.secrets, out, r.conf) < 0) {
         rc = CTL_EXIT_USAGE;
     } else if (!out) {
         fputs(r.conf, stdout);

@@ -103,6 +103,21 @@ static bool plain(const char *s, size_t max)
     return strchr(s, ',') == NULL && strstr(s, " #") == NULL;
 }
 
+/* A name written into a section header or a value of the config as it is (a target's or an
+ * initiator's iSCSI name, a portal address, an RBD pool/image): printable ASCII only, none of
+ * the characters linerate.conf(5) reads as syntax ('[' ']' a section, '#' a comment, ',' an
+ * option, '=' a key, ' ' the end of a word), so a crafted string can never become lines or
+ * keys of its own. RFC 7143 section 4.2.7.2: iSCSI names use none of them. */
+static bool name_ok(const char *s)
+{
+    if (!*s || strlen(s) > 4096)
+        return false;
+    for (; *s; s++)
+        if (*s < 0x21 || *s > 0x7e || strchr("[]#,=", *s))
+            return false;
+    return true;
+}
+
 /* The identity LIO answers for a storage object: INQUIRY's vendor "LIO-ORG", the product and
  * revision its backend's driver sets (target_core_file.c, _iblock.c, _rd.c, _user.c), VPD 80h
  * the unit serial (the `wwn`) and VPD 83h the NAA derived from it (lio_naa.c). */
@@ -201,6 +216,13 @@ static void storage_object(struct ctx *c, json_t *so, const char *jp)
         /* tcmu-runner's rbd handler: "rbd/POOL/IMAGE[;OPTIONS]" */
         const char *img = json_string_value(cfg) + 4;
         size_t n = strcspn(img, ";@");
+        char pi[4096];
+        snprintf(pi, sizeof(pi), "%.*s", (int)n, img);
+        if (n >= sizeof(pi) || !name_ok(pi))
+            bad(c, jp,
+                "'config' of '%s': the RBD pool/image has a character linerate.conf "
+                "cannot hold",
+                nm);
         snprintf(dir, sizeof(dir), "user:rbd");
         fprintf(spec, "rbd:%.*s", (int)n, img);
         if (bytes > 0)
@@ -292,6 +314,12 @@ static void node_acl(struct ctx *c, json_t *acl, const char *jp, json_t *tpg_lun
     json_t *maps = member(c, acl, jp, "mapped_luns", JSON_ARRAY, false);
     if (c->failed)
         return;
+    if (!name_ok(json_string_value(wwn))) {
+        bad(c, jp,
+            "'node_wwn' is not an iSCSI name (a control character, space or one of "
+            "[ ] # , =)");
+        return;
+    }
     FILE *t = c->targets;
     fprintf(t, "\n[host %s]\n", json_string_value(wwn));
     chap(c, acl, jp, "chap_", t, "");
@@ -343,6 +371,12 @@ static void portal(struct ctx *c, json_t *p, const char *jp, FILE *out)
     if (c->failed)
         return;
     const char *a = json_string_value(ip);
+    /* an address only: hex digits, '.' and ':' (an IPv6 one may come in brackets) */
+    size_t al = strlen(a), br = a[0] == '[' && al > 2 && a[al - 1] == ']';
+    if (!al || strspn(a + br, "0123456789abcdefABCDEF.:") != al - 2 * br) {
+        bad(c, jp, "'ip_address' is not an IPv4 or IPv6 address");
+        return;
+    }
     bool v6 = strchr(a, ':') && a[0] != '[';
     fprintf(out, "portal = %s%s%s:%" JSON_INTEGER_FORMAT "\n", v6 ? "[" : "", a, v6 ? "]" : "",
             json_integer_value(port));
@@ -461,6 +495,10 @@ static void target(struct ctx *c, json_t *t, const char *jp)
     if (fabric && strcmp(json_string_value(fabric), "iscsi") != 0) {
         lost(c, true, "%s: %s target %s: linerate serves iSCSI only", jp, json_string_value(fabric),
              iqn);
+        return;
+    }
+    if (!name_ok(iqn)) {
+        bad(c, jp, "'wwn' is not an iSCSI name (a control character, space or one of [ ] # , =)");
         return;
     }
     /* linerate has one LUN set per target: the first enabled TPG gives it; a further TPG

@@ -1,12 +1,14 @@
 /* ALUA states changed at run time (SPC-4 §5.16.2.2, implicit transitions made by the
  * operator): `linerate-ctl set alua` and a reload edit the running configuration (so that
- * `save` writes the new states), then every LUN of the target is brought to the states that
- * configuration gives it; the SCSI layer tells each I_T nexus with 2Ah/06h. Which groups a LUN
- * has is fixed when it is added: adding or removing a peer group still takes a restart (or the
- * LUN removed and added again). A state an initiator set with SET TARGET PORT GROUPS (explicit
- * ALUA, scsi/alua.c) is the SCSI layer's alone: shown, not saved, replaced by the next change
- * made here. Control thread only. */
+ * `save` writes the new states), then the groups and LUNs the change names are brought to the
+ * states that configuration gives them; the SCSI layer tells each I_T nexus with 2Ah/06h. Which
+ * groups a LUN has is fixed when it is added: adding or removing a peer group still takes a restart
+ * (or the LUN removed and added again). A state an initiator set with SET TARGET PORT GROUPS
+ * (explicit ALUA, scsi/alua.c) is the SCSI layer's alone: shown, not saved, replaced by the next
+ * change made here to that group (of that LUN); changes to other groups and LUNs leave it. Control
+ * thread only. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "daemon/ctl_req.h"
@@ -33,9 +35,20 @@ static bool conf_state(const struct target_node_conf *c, const struct target_lun
     return false;
 }
 
-/* Bring every LUN of target t to the states of the running configuration: how many LUNs
- * changed. */
-static unsigned apply_target(struct daemon *d, unsigned t)
+/* Which (LUN, group) pairs a change brings to the configured state: one group (or all), on
+ * one LUN (or all), and with `before` only those whose configured state differs from it. The
+ * others keep what they have, states an initiator set with SET TARGET PORT GROUPS included:
+ * linerate.conf(5) says such a state lasts until the operator changes that group's state. */
+struct alua_scope {
+    bool all_groups, all_luns;
+    uint16_t group;
+    uint64_t lun;
+    const struct target_node_conf *before; /* its luns[] in the order of the running one's */
+};
+
+/* Bring the LUNs of target t in scope to the states of the running configuration: how many
+ * LUNs changed. */
+static unsigned apply_target(struct daemon *d, unsigned t, const struct alua_scope *sc)
 {
     const struct target_node_conf *c = &d->cfg.targets[t];
     struct scsi_target *tg = d->built.nodes[t]->scsi;
@@ -44,15 +57,21 @@ static unsigned apply_target(struct daemon *d, unsigned t)
     unsigned changed = 0;
     for (unsigned i = 0; i < c->nluns; i++) {
         struct scsi_lun *lu = scsi_target_lun(tg, c->luns[i].lun);
-        if (!lu)
+        if (!lu || (!sc->all_luns && c->luns[i].lun != sc->lun))
             continue;
         struct scsi_alua_group g[SCSI_ALUA_GROUPS_MAX];
         unsigned n = scsi_lun_alua_get(lu, g, SCSI_ALUA_GROUPS_MAX);
         bool any = false;
         for (unsigned k = 0; k < n; k++) {
-            enum scsi_alua_state st;
-            if (conf_state(c, &c->luns[i], g[k].id, &st) &&
-                scsi_lun_alua_set(lu, k ? g[k].id : 0, st) > 0)
+            enum scsi_alua_state st, was;
+            if (!sc->all_groups && g[k].id != sc->group)
+                continue;
+            if (!conf_state(c, &c->luns[i], g[k].id, &st))
+                continue;
+            if (sc->before && conf_state(sc->before, &sc->before->luns[i], g[k].id, &was) &&
+                was == st)
+                continue;
+            if (scsi_lun_alua_set(lu, k ? g[k].id : 0, st) > 0)
                 any = true;
         }
         changed += any;
@@ -155,7 +174,8 @@ json_t *ctl_set_alua(struct daemon *d, json_t *params, struct req_err *e)
         for (unsigned i = 0; i < c->nluns; i++)
             drop_peer(c->luns[i].alua_peers, &c->luns[i].alua_npeers, id);
     }
-    unsigned changed = apply_target(d, t);
+    struct alua_scope sc = {.all_luns = !has_lun, .group = id, .lun = num};
+    unsigned changed = apply_target(d, t, &sc);
     if (has_lun)
         LOG_INFO("target %s: LUN %llu: ALUA group %u %s by linerate-ctl", n->name,
                  (unsigned long long)num, (unsigned)id, scsi_alua_state_name(st));
@@ -179,6 +199,16 @@ void ctl_alua_reload(struct daemon *d, unsigned t, const struct target_node_conf
                 same = false;
     if (same)
         return;
+    /* what the configuration gave each LUN before: only the states this reload changes are
+     * brought to the file's */
+    struct target_node_conf before = *c;
+    before.luns = c->nluns ? malloc(c->nluns * sizeof(*c->luns)) : NULL;
+    if (c->nluns && !before.luns) {
+        json_array_append_new(applied, json_string("ALUA states: out of memory, not applied"));
+        return;
+    }
+    if (c->nluns)
+        memcpy(before.luns, c->luns, c->nluns * sizeof(*c->luns));
     if (target_alua_same_groups(&c->alua, &f->alua)) {
         c->alua.state = f->alua.state;
         for (unsigned i = 0; i < c->alua.npeers; i++)
@@ -198,7 +228,9 @@ void ctl_alua_reload(struct daemon *d, unsigned t, const struct target_node_conf
             rl->alua_npeers = fl->alua_npeers;
         }
     }
-    unsigned changed = apply_target(d, t);
+    struct alua_scope sc = {.all_groups = true, .all_luns = true, .before = &before};
+    unsigned changed = apply_target(d, t, &sc);
+    free(before.luns);
     if (changed) {
         char what[ISCSI_NAME_MAX + 64];
         snprintf(what, sizeof(what), "target %s: ALUA states (%u LUN%s changed)", c->name, changed,

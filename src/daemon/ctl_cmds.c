@@ -107,17 +107,29 @@ static json_t *m_remove_lun(struct daemon *d, json_t *params, struct req_err *e)
         return ctl_fail(e, ERR_FAILED,
                         "LUN %llu of target %s is mapped for %s %s: a map to a LUN the target "
                         "does not have cannot be saved to the config file (drop the map lines "
-                        "from the file and reload first, or remove it with --force: those hosts "
-                        "then get LOGICAL UNIT NOT SUPPORTED at its number)",
+                        "from the file and reload first, or remove it with --force, which drops "
+                        "the maps of it too)",
                         (unsigned long long)num, n->name, h->group ? "group" : "host",
                         h->group ? h->group_name : h->initiators[0]);
+    /* With force, the maps go first, from the running configuration and the hosts' maps
+     * (they are told REPORTED LUNS DATA HAS CHANGED): left behind, a LUN added later at that
+     * number would show up, writable, to every host that mapped the old one. */
+    int unmapped = 0;
+    if (h) {
+        char err[1024];
+        if ((unmapped = ctl_hosts_drop_lun(d, t, num, err, sizeof(err))) < 0)
+            return ctl_fail(e, ERR_FAILED, "LUN %llu of target %s: its maps: %s",
+                            (unsigned long long)num, n->name, err);
+        LOG_INFO("target %s: LUN %llu: %d map%s of it dropped (remove lun --force)", n->name,
+                 (unsigned long long)num, unmapped, unmapped == 1 ? "" : "s");
+    }
     struct ctl_removed r;
     if (ctl_lun_remove(d, t, num, (unsigned)timeout, &r) < 0)
         return ctl_fail(e, ERR_NOT_FOUND, "target %s has no LUN %llu", n->name,
                         (unsigned long long)num);
-    return json_pack("{s:s, s:I, s:I, s:b, s:I}", "target", n->name, "lun", (json_int_t)num,
+    return json_pack("{s:s, s:I, s:I, s:b, s:I, s:i}", "target", n->name, "lun", (json_int_t)num,
                      "waited_ms", (json_int_t)r.waited_ms, "closed", r.closed, "commands_left",
-                     (json_int_t)r.left);
+                     (json_int_t)r.left, "maps_dropped", unmapped);
 }
 
 static json_t *m_set_lun(struct daemon *d, json_t *params, struct req_err *e)

@@ -69,14 +69,17 @@ static json_t *commit(struct daemon *d, unsigned t, struct target_node_conf *s, 
     bool force = ctl_param_bool(params, "force");
     if (target_hosts_check(s, "linerate-ctl", err, sizeof(err)) < 0) {
         /* (a line number names a line of the file; what this request added has none) */
-        const char *why = strncmp(err, "linerate-ctl:0: ", 16) == 0 ? err + 16 : err;
+        const char *why = strncmp(err, "linerate-ctl:0: ", 16) == 0 ? err + 16
+                          : strncmp(err, "linerate-ctl: ", 14) == 0 ? err + 14
+                                                                    : err;
         return ctl_fail(e, ERR_FAILED, "%s", why);
     }
     if (chap && chap_load(d, s, err, sizeof(err)) < 0)
         return ctl_fail(e, ERR_FAILED, "%s", err);
     struct iscsi_node *n = d->built.nodes[t];
     json_t *applied = json_array(), *restart = json_array();
-    ctl_hosts_apply(d, t, s, applied, restart);
+    /* (remove_host keeps the last entry: no force needed here) */
+    ctl_hosts_apply(d, t, s, false, (unsigned)timeout, applied, restart);
     if (json_array_size(restart)) {
         const char *why = json_string_value(json_array_get(restart, 0));
         ctl_fail(e, ERR_FAILED, "%s", why ? why : "failed");

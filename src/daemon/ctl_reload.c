@@ -237,7 +237,7 @@ static void apply_access(struct daemon *d, unsigned t, const struct target_node_
             note(restart, "target %s: portal %s: %s", name, p, why);
     }
     /* the [host] / [group] entries also say who may log in */
-    bool allow_changed = ctl_hosts_apply(d, t, f, applied, restart);
+    bool allow_changed = ctl_hosts_apply(d, t, f, force, RELOAD_REMOVE_TIMEOUT_S, applied, restart);
     for (unsigned i = 0; i < f->nallow; i++) {
         if (target_node_has_allow(&d->cfg.targets[t], f->allow[i]))
             continue;

@@ -207,6 +207,11 @@ unsigned ctl_end_sessions(struct daemon *d, struct iscsi_node *n, const char *in
     return end_sessions(d, n, &f, timeout_s, why);
 }
 
+unsigned ctl_node_sessions(struct daemon *d, const struct iscsi_node *n)
+{
+    return node_sessions(d, n);
+}
+
 unsigned ctl_disallowed_sessions(struct daemon *d, struct iscsi_node *n)
 {
     const struct sess_filter f = {.disallowed = true};

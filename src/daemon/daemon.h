@@ -206,14 +206,22 @@ unsigned ctl_end_sessions(struct daemon *d, struct iscsi_node *n, const char *in
  * added to an open target, or one removed, without force): how many there are, or ended as
  * ctl_end_sessions does (asked to log out, closed after timeout_s), returning how many. */
 unsigned ctl_disallowed_sessions(struct daemon *d, struct iscsi_node *n);
+/* How many normal sessions node n has now. */
+unsigned ctl_node_sessions(struct daemon *d, const struct iscsi_node *n);
 /* Every reactor has finished the turn it was in (ctl_luns.c): 0, or -1 if one did not answer
  * in time. */
 int ctl_reactors_barrier(struct daemon *d);
 /* ctl_hosts.c: bring running target t's [host]/[group] entries to the file's f (the SCSI
  * maps, who may log in and with which CHAP user, the model); notes in applied or restart.
- * Whether the entries changed (who may log in may have). */
-bool ctl_hosts_apply(struct daemon *d, unsigned t, const struct target_node_conf *f,
-                     json_t *applied, json_t *restart);
+ * Dropping the last entry while the target has sessions (they would see every LUN) only with
+ * force, which logs them out first (closed after timeout_s). Whether the entries changed (who
+ * may log in may have). */
+bool ctl_hosts_apply(struct daemon *d, unsigned t, const struct target_node_conf *f, bool force,
+                     unsigned timeout_s, json_t *applied, json_t *restart);
+/* ctl_hosts.c: every entry's map of target t's LUN lun dropped, live (its hosts told
+ * REPORTED LUNS DATA HAS CHANGED): how many maps went, or -1 with a reason in err (nothing
+ * changed). */
+int ctl_hosts_drop_lun(struct daemon *d, unsigned t, uint64_t lun, char *err, size_t errlen);
 /* The same CHAP users, secrets and algorithms. */
 bool ctl_chap_same(const struct chap_creds *a, const struct chap_creds *b);
 /* Whether two targets have the same entries (names, maps, CHAP users and secrets). */

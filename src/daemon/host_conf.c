@@ -12,6 +12,8 @@
 #include <string.h>
 #include <strings.h>
 
+#include "scsi/scsi.h"
+
 struct target_host_conf *target_host_open(struct target_node_conf *n, bool group, const char *name,
                                           const char *origin, unsigned line, char *err,
                                           size_t errlen)
@@ -151,6 +153,20 @@ static const char *entry_name(const struct target_host_conf *h)
 
 int target_hosts_check(const struct target_node_conf *n, const char *path, char *err, size_t errlen)
 {
+    /* The SCSI target's bounds (scsi.h): one entry per initiator, and a group's rows once per
+     * member. Checked here so that what is admitted, saved and started with also maps. */
+    unsigned long entries = 0, rows = 0;
+    for (unsigned i = 0; i < n->nhosts; i++) {
+        entries += n->hosts[i].ninitiators;
+        rows += (unsigned long)n->hosts[i].ninitiators * n->hosts[i].nmaps;
+    }
+    if (entries > SCSI_HOST_ENTRIES_MAX || rows > SCSI_HOST_ROWS_MAX) {
+        snprintf(err, errlen,
+                 "%s: target %s: %lu initiators with entries and %lu mappings (a group's once "
+                 "per member); the most a target has is %u and %u",
+                 path, n->name, entries, rows, SCSI_HOST_ENTRIES_MAX, SCSI_HOST_ROWS_MAX);
+        return -1;
+    }
     for (unsigned i = 0; i < n->nhosts; i++) {
         const struct target_host_conf *h = &n->hosts[i];
         if (h->ninitiators == 0) {

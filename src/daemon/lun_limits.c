@@ -43,9 +43,12 @@ static bool burst_value(const char *v, uint32_t *ms)
     if (!isdigit((unsigned char)v[0]))
         return false;
     unsigned long long x = strtoull(v, &end, 10);
-    if (strcmp(end, "s") == 0)
+    if (strcmp(end, "s") == 0) {
+        /* checked before multiplying: 18446744073709552s would wrap to 384 ms */
+        if (x > RATE_BURST_MS_MAX / 1000)
+            return false;
         x *= 1000;
-    else if (*end && strcmp(end, "ms") != 0)
+    } else if (*end && strcmp(end, "ms") != 0)
         return false;
     if (x > RATE_BURST_MS_MAX)
         return false;

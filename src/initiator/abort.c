@@ -39,6 +39,7 @@ struct ini_abort {
     uint32_t rtt;          /* the task's */
     struct ini_conn *conn; /* the TMF went out there, unanswered; NULL: not sent */
     bool sent_once;
+    bool orphan; /* the TMF went out instead of the task's TASK REASSIGN (ERL 2) */
     uint64_t deadline_ms;
     lr_done_fn done;
     void *arg;
@@ -92,6 +93,7 @@ static int abort_send(struct ini_conn *c, struct ini_abort *a, struct ini_task *
     bhs_put32(h, BHS_EXPSTATSN, c->expstatsn);
     bhs_put32(h, BHS_REFCMDSN, t->cmdsn);
     a->conn = c;
+    a->orphan = false;
     a->sent_once = true;
     a->deadline_ms = reactor_now_ms() + s->o.cmd_timeout_ms;
     LOG_DEBUG("initiator: connection %u: ABORT TASK %08x (CmdSN %u)", c->idx, t->itt, t->cmdsn);
@@ -167,11 +169,14 @@ int ini_abort_send_orphan(struct ini_conn *c, struct ini_task *t)
     LOG_INFO("initiator: connection %u: ABORT TASK of %08x, an orphan, instead of its TASK "
              "REASSIGN",
              c->idx, t->itt);
-    return abort_send(c, a, t);
+    int rc = abort_send(c, a, t);
+    a->orphan = true;
+    return rc;
 }
 
-int ini_abort_rsp(struct ini_conn *c, const uint8_t *hdr)
+int ini_abort_rsp(struct ini_conn *c, const uint8_t *hdr, struct ini_task **again)
 {
+    *again = NULL;
     struct lr_session *s = c->s;
     uint32_t itt = get_be32(hdr + BHS_ITT);
     struct ini_abort *a = NULL;
@@ -190,13 +195,30 @@ int ini_abort_rsp(struct ini_conn *c, const uint8_t *hdr)
     struct ini_task *t = task_of(s, a->rtt);
     if (rsp == ISCSI_TMF_RSP_COMPLETE || rsp == ISCSI_TMF_RSP_NO_TASK) {
         /* §11.6.1: nothing more of the task comes; unanswered, it ends here */
-        if (t && t->state == ITS_ACTIVE && t->conn == c)
+        if (t && t->state == ITS_ACTIVE && t->conn == c) {
+            /* Data-Out answering an R2T that came before this answer may still be queued,
+             * pointing into the buffer the caller gets back now: it goes out from a copy. */
+            if (t->dir == LR_DIR_WRITE && wire_own_data(&c->w, t->buf, t->len) < 0)
+                return INI_ERR_NOMEM; /* the connection fails: the TMF is sent again */
             task_aborted(s, t, "aborted (ABORT TASK answered)");
+        }
         settle(s, a, LR_OK, rsp,
                rsp == ISCSI_TMF_RSP_COMPLETE ? "function complete" : "task does not exist");
         return INI_OK;
     }
     LOG_WARN("initiator: connection %u: ABORT TASK of %08x answered %u", c->idx, a->rtt, rsp);
+    if (a->orphan && t && t->state == ITS_ACTIVE && t->conn == c &&
+        (rsp == ISCSI_TMF_RSP_TASK_ALLEGIANT || rsp == ISCSI_TMF_RSP_NO_REASSIGN)) {
+        /* §11.6.1: the target did not move the orphan here, so it is not c's: an orphan again
+         * (the caller's ini_orphan_again), reassigned later. Still allegiant: the abort stays
+         * pending and goes out again in place of that TASK REASSIGN; no reassignment: the
+         * TASK REASSIGN itself gets the target's word on the task. */
+        *again = t;
+        if (rsp == ISCSI_TMF_RSP_TASK_ALLEGIANT) {
+            a->conn = NULL;
+            return INI_OK;
+        }
+    }
     settle(s, a, LR_OK, rsp, "ABORT TASK not performed");
     return INI_OK;
 }

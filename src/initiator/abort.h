@@ -9,7 +9,9 @@ static inline bool ini_abort_itt(uint32_t itt)
 {
     return (itt & 0xffff0000u) == INI_ABORT_ITT;
 }
-int ini_abort_rsp(struct ini_conn *c, const uint8_t *hdr);
+/* Its answer. *again: an ERL 2 orphan the target would not move to c (still allegiant, or no
+ * reassignment), to be made an orphan again (ini_orphan_again), else NULL. */
+int ini_abort_rsp(struct ini_conn *c, const uint8_t *hdr, struct ini_task **again);
 /* An abort of t waits to be sent. */
 bool ini_abort_wanted(struct lr_session *s, const struct ini_task *t);
 /* ERL 2: the ABORT TASK of t, an orphan, on c instead of its TASK REASSIGN (§11.5.1: the

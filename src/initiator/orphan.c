@@ -32,6 +32,8 @@
  * every 10 ms at ERL >= 1) and right after a loss; the PDUs for a connection go out on its
  * own thread (a message, as recovery rounds do). */
 
+#include <assert.h>
+
 #include "initiator/conn.h"
 #include "initiator/ini.h"
 #include "initiator/lock.h"
@@ -165,6 +167,29 @@ static void erl2_kick(struct ini_conn *c)
         s->msgs++;
 }
 
+void ini_orphan_again(struct ini_conn *c, struct ini_task *t)
+{
+    /* §11.6.1: the target has not let go of the old connection yet (its close is under way
+     * there). Asked again shortly; if that connection's CID is not in use by a new connection
+     * of ours, after logging it out again. Time2Retain bounds the asking. */
+    struct lr_session *s = c->s;
+    unsigned slot = t->orphan_slot;
+    struct ini_cr *cr = &s->cr[slot];
+    uint64_t now = reactor_now_ms();
+    assert(t->conn == c && c->outstanding > 0);
+    c->outstanding--;
+    t->state = ITS_ORPHAN;
+    t->conn = NULL;
+    t->reassigning = false;
+    if (!cr->retain_until)
+        cr->retain_until = now + secs_ms(s->params.default_time2retain);
+    if (cr->st == CR_NONE || cr->st == CR_CLEAN) {
+        bool cid_free = s->conns[slot]->state == ICS_DEAD && !s->conns[slot]->login_active;
+        cr->st = cid_free ? CR_WAIT : CR_CLEAN;
+        cr->wait_until = now + INI_ERL2_ALLEGIANT_MS;
+    }
+}
+
 int ini_orphan_tmf_rsp(struct ini_conn *c, const uint8_t *hdr)
 {
     struct lr_session *s = c->s;
@@ -191,24 +216,9 @@ int ini_orphan_tmf_rsp(struct ini_conn *c, const uint8_t *hdr)
         return ini_task_send(c, t);
     }
     if (rsp == ISCSI_TMF_RSP_TASK_ALLEGIANT) {
-        /* §11.6.1: the target has not let go of the old connection yet (its close is under
-         * way there). Asked again shortly; if that connection's CID is not in use by a new
-         * connection of ours, after logging it out again. Time2Retain bounds the asking. */
-        unsigned slot = t->orphan_slot;
-        struct ini_cr *cr = &s->cr[slot];
-        uint64_t now = reactor_now_ms();
         LOG_INFO("initiator: connection %u: task %08x still allegiant to cid %u: asked again",
-                 c->idx, t->itt, s->conns[slot]->cid);
-        c->outstanding--;
-        t->state = ITS_ORPHAN;
-        t->conn = NULL;
-        if (!cr->retain_until)
-            cr->retain_until = now + secs_ms(s->params.default_time2retain);
-        if (cr->st == CR_NONE || cr->st == CR_CLEAN) {
-            bool cid_free = s->conns[slot]->state == ICS_DEAD && !s->conns[slot]->login_active;
-            cr->st = cid_free ? CR_WAIT : CR_CLEAN;
-            cr->wait_until = now + INI_ERL2_ALLEGIANT_MS;
-        }
+                 c->idx, t->itt, s->conns[t->orphan_slot]->cid);
+        ini_orphan_again(c, t);
         return INI_OK;
     }
     LOG_WARN("initiator: connection %u: TASK REASSIGN of %08x refused (response %u)", c->idx,

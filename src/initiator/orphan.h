@@ -19,6 +19,10 @@ void ini_orphan_login_done(struct ini_conn *c);
 void ini_orphan_login_failed(struct ini_conn *c);
 /* Responses: TMF (TASK REASSIGN), Logout of one connection (ITT INI_CLOGOUT_ITT + slot). */
 int ini_orphan_tmf_rsp(struct ini_conn *c, const uint8_t *hdr);
+/* t, reassigned to c (TASK REASSIGN, or ABORT TASK instead of it), is still allegiant to its
+ * lost connection at the target, or the target would not move it: an orphan again, its
+ * reassignment asked again shortly (within Time2Retain). */
+void ini_orphan_again(struct ini_conn *c, struct ini_task *t);
 int ini_orphan_logout_rsp(struct ini_conn *c, const uint8_t *hdr);
 /* Async Message (§11.9.1) */
 int ini_orphan_async(struct ini_conn *c, const uint8_t *hdr);

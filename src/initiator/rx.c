@@ -240,8 +240,13 @@ static int rx_dispatch(struct ini_conn *c, enum iscsi_opcode op, const uint8_t *
     case ISCSI_OP_ASYNC_MSG:
         return ini_orphan_async(c, hdr); /* §11.9.1 (orphan.c) */
     case ISCSI_OP_TMF_RSP:
-        if (ini_abort_itt(get_be32(hdr + BHS_ITT)))
-            return ini_abort_rsp(c, hdr);  /* lr_task_abort's (abort.c) */
+        if (ini_abort_itt(get_be32(hdr + BHS_ITT))) { /* lr_task_abort's (abort.c) */
+            struct ini_task *again;
+            int rc = ini_abort_rsp(c, hdr, &again);
+            if (again)
+                ini_orphan_again(c, again);
+            return rc;
+        }
         return ini_orphan_tmf_rsp(c, hdr); /* TASK REASSIGN (ERL 2) */
     default:
         return INI_ERR_UNEXPECTED_PDU;

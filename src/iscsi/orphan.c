@@ -373,8 +373,8 @@ enum orphan_fate orphans_store_done(struct iscsi_task *t)
     return f;
 }
 
-unsigned orphans_abort(struct iscsi_server *srv, orphans_match match, const void *arg, uint64_t lun,
-                       uint32_t before_cmdsn)
+unsigned orphans_abort(struct iscsi_server *srv, orphans_match match, const void *arg,
+                       struct scsi_lun *lu, uint32_t before_cmdsn)
 {
     struct list_node dead;
     list_init(&dead);
@@ -385,11 +385,9 @@ unsigned orphans_abort(struct iscsi_server *srv, orphans_match match, const void
         int use_cmdsn = s ? match(s, arg) : -1;
         if (use_cmdsn < 0)
             continue;
-        /* the number this host sent for that LUN; none: it has no task there */
+        /* for a task that holds no LU (refused at setup): the number this host knows lu by */
         uint64_t hl =
-            lun == UINT64_MAX || !s->nexus ? lun : scsi_nexus_host_lun(s->nexus, lun, NULL);
-        if (lun != UINT64_MAX && hl == UINT64_MAX)
-            continue;
+            lu && s->nexus ? scsi_nexus_host_lun(s->nexus, scsi_lun_id(lu), NULL) : UINT64_MAX;
         pthread_mutex_lock(&s->lock);
         for (struct list_node *gn = s->orphan_groups.next; gn != &s->orphan_groups; gn = gn->next) {
             struct iscsi_orphans *g = list_entry(gn, struct iscsi_orphans, node);
@@ -397,7 +395,7 @@ unsigned orphans_abort(struct iscsi_server *srv, orphans_match match, const void
             list_for_each_safe(ln, tmp, &g->tasks)
             {
                 struct iscsi_task *t = list_entry(ln, struct iscsi_task, node);
-                if (lun != UINT64_MAX && t->scsi.lun != hl)
+                if (lu && (t->scsi.lu ? t->scsi.lu != lu : t->scsi.lun != hl))
                     continue;
                 if (use_cmdsn && !t->immediate && !sn_lt(t->cmdsn, before_cmdsn))
                     continue;

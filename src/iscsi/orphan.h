@@ -58,11 +58,11 @@ enum orphan_fate {
 /* Which sessions a task-set function reaches: < 0 not this one; else whether only tasks
  * issued before the TMF (CmdSN below before_cmdsn) are concerned. */
 typedef int (*orphans_match)(const struct iscsi_session *s, const void *arg);
-/* ABORT TASK SET, CLEAR TASK SET, resets, PREEMPT AND ABORT: the orphans on the target's LUN
- * lun (UINT64_MAX: every LUN), under whatever number each session's host knows it by (host LUN
+/* ABORT TASK SET, CLEAR TASK SET, resets, PREEMPT AND ABORT: the orphans on lu (NULL: every
+ * LU), by the LU they hold whatever number each session's host knows it by now (host LUN
  * maps), of the sessions match() takes end as their live tasks do. Returns how many. */
-unsigned orphans_abort(struct iscsi_server *srv, orphans_match match, const void *arg, uint64_t lun,
-                       uint32_t before_cmdsn);
+unsigned orphans_abort(struct iscsi_server *srv, orphans_match match, const void *arg,
+                       struct scsi_lun *lu, uint32_t before_cmdsn);
 /* The store completed an ORPHAN_BUSY task (on the dead connection's reactor). */
 enum orphan_fate orphans_store_done(struct iscsi_task *t);
 

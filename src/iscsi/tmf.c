@@ -62,22 +62,24 @@ static void tmf_quiet_answer(void *arg)
     free(q);
 }
 
-/* Answer rsp to req once no aborted task of LUN lun (UINT64_MAX: of any LUN of the target) is
- * in the store: right here when none is (the status of queuing the answer is returned), else
- * later, on c's reactor. "Task does not exist" waits too: the task may be one aborted before
- * whose answer was lost with its connection (its write still in the store, and no longer an
- * orphan), asked for again by the initiator's recovery (RFC 7143 §11.5.1; SAM-5: nothing
- * aborted may change the medium after the answer; torture seed 8002). Any other answer goes
- * at once: nothing was aborted. Out of memory closes the connection: the initiator never hears
- * "complete" too early. */
+/* Answer rsp to req once no aborted task of lu (whole_target: of any LUN of the target) is in
+ * the store: right here when none is (the status of queuing the answer is returned), else
+ * later, on c's reactor. lu is the LU the aborted tasks hold (held by the caller, or by them,
+ * this loop turn), never looked up again by the host's number: the host's map may have
+ * changed since (scsi_target_host_map). "Task does not exist" waits too, with no LU for the
+ * whole target: the task may be one aborted before whose answer was lost with its connection
+ * (its write still in the store, and no longer an orphan), asked for again by the initiator's
+ * recovery (RFC 7143 §11.5.1; SAM-5: nothing aborted may change the medium after the answer;
+ * torture seed 8002). Any other answer, or "function complete" with no LU (the task never
+ * reached one), goes at once: nothing aborted is in the store. Out of memory closes the
+ * connection: the initiator never hears "complete" too early. */
 static int tmf_answer_quiet(struct iscsi_conn *c, const struct iscsi_bhs *req, uint8_t rsp,
-                            uint64_t lun, bool cold)
+                            struct scsi_lun *lu, bool whole_target, bool cold)
 {
     struct scsi_target *tgt = c->session->node->scsi;
-    /* a LUN detached meanwhile is freed only after this loop turn */
-    struct scsi_lun *lu = lun == UINT64_MAX ? NULL : scsi_nexus_lun(c->session->nexus, lun, NULL);
-    if ((rsp != ISCSI_TMF_RSP_COMPLETE && rsp != ISCSI_TMF_RSP_NO_TASK) ||
-        (lun != UINT64_MAX && !lu))
+    if (rsp == ISCSI_TMF_RSP_NO_TASK && !lu)
+        whole_target = true; /* which LU such a task holds is not known here */
+    if ((rsp != ISCSI_TMF_RSP_COMPLETE && rsp != ISCSI_TMF_RSP_NO_TASK) || (!whole_target && !lu))
         return tmf_respond(c, req, rsp);
     struct tmf_quiet *q = calloc(1, sizeof(*q));
     if (!q)
@@ -86,7 +88,7 @@ static int tmf_answer_quiet(struct iscsi_conn *c, const struct iscsi_bhs *req, u
     *q = (struct tmf_quiet){.c = c, .req = *req, .rsp = rsp, .cold = cold};
     q->w.fn = q->tw.fn = tmf_quiet_answer;
     q->w.arg = q->tw.arg = q;
-    if (lu ? scsi_lun_quiesce(lu, &q->w) : scsi_target_quiesce(tgt, &q->tw)) {
+    if (!whole_target ? scsi_lun_quiesce(lu, &q->w) : scsi_target_quiesce(tgt, &q->tw)) {
         CONN_LOG_LIMITED(c, LOG_LVL_DEBUG,
                          "%s: task management ITT 0x%08x answers once the aborted commands "
                          "have left the store",
@@ -99,18 +101,21 @@ static int tmf_answer_quiet(struct iscsi_conn *c, const struct iscsi_bhs *req, u
     return rc;
 }
 
-/* Abort every task of this connection matching the LUN (all LUNs if lun == UINT64_MAX), and
- * with use_cmdsn only those issued before the TMF (RFC 7143 §4.2.3.4: CmdSN lower than the
- * TMF's). */
-static unsigned abort_conn_tasks(struct iscsi_conn *c, uint64_t lun, uint32_t before_cmdsn,
+/* Abort every task of this connection on lu (all LUNs if lu is NULL), and with use_cmdsn only
+ * those issued before the TMF (RFC 7143 §4.2.3.4: CmdSN lower than the TMF's). A task is
+ * matched by the LU it holds, not by its number: the host's map may have changed while it ran
+ * (scsi_target_host_map), and it is still in lu's task set. One that holds none (refused at
+ * setup: no LU had the number) is matched by the number its host knows lu by now. */
+static unsigned abort_conn_tasks(struct iscsi_conn *c, struct scsi_lun *lu, uint32_t before_cmdsn,
                                  bool use_cmdsn)
 {
     unsigned n = 0;
+    uint64_t hl = lu ? scsi_nexus_host_lun(c->session->nexus, scsi_lun_id(lu), NULL) : 0;
     struct list_node *ln, *tmp;
     list_for_each_safe(ln, tmp, &c->tasks)
     {
         struct iscsi_task *t = list_entry(ln, struct iscsi_task, node);
-        if (lun != UINT64_MAX && t->scsi.lun != lun)
+        if (lu && (t->scsi.lu ? t->scsi.lu != lu : t->scsi.lun != hl))
             continue;
         if (use_cmdsn && !t->immediate && !sn_lt(t->cmdsn, before_cmdsn))
             continue;
@@ -221,10 +226,11 @@ enum fanout_then {
 };
 
 struct abort_fanout {
-    uint64_t lun; /* UINT64_MAX: every LUN; as the TMF's initiator numbers it */
-    /* The target's number of that LUN (UINT64_MAX: every LUN, or only the TMF's own
-     * nexus): each leg aborts by the number its own host knows it by (host LUN maps). */
-    uint64_t target_lun;
+    uint64_t lun; /* ABORT TASK: the LUN as the TMF's initiator numbers it */
+    /* The LU whose tasks are aborted (NULL: every LU of the target), held (scsi_lun_user_get)
+     * until the fan-out is freed; for ABORT TASK, the LU of the task aborted, if it had one.
+     * Each host may know it by another number, or none any more (host LUN maps). */
+    struct scsi_lun *lu;
     uint32_t before_cmdsn;
     enum fanout_then then;
     struct scsi_join *join; /* no answer here (PREEMPT AND ABORT): ended once all legs ran */
@@ -269,8 +275,6 @@ static struct abort_fanout *fanout_build(struct iscsi_server *srv, fanout_match 
         pthread_mutex_unlock(&s->lock);
     }
     struct abort_fanout *f = calloc(1, sizeof(*f) + n * sizeof(f->leg[0]));
-    if (f)
-        f->target_lun = UINT64_MAX; /* set_fanout's, for a LUN of several hosts */
     for (unsigned i = 1; f && i < srv->sessions_cap; i++) {
         struct iscsi_session *s = srv->sessions[i];
         int use_cmdsn = s ? match(s, arg) : -1;
@@ -292,12 +296,19 @@ static struct abort_fanout *fanout_build(struct iscsi_server *srv, fanout_match 
     return f;
 }
 
+static void fanout_free(struct abort_fanout *f)
+{
+    if (f->lu)
+        scsi_lun_user_put(f->lu);
+    free(f);
+}
+
 /* On the TMF's connection's reactor, once every connection has looked: answer, free the
  * fan-out and drop its reference on the connection (never the last one: the caller holds
  * another). Returns the status of queuing the answer, for the caller to pass up or act on. */
 static int reassign_answer(struct iscsi_conn *c, const struct iscsi_bhs *req, bool live);
 static int abort_orphan(struct iscsi_conn *c, const struct iscsi_bhs *req, uint32_t rtt);
-static int reset_respond(struct iscsi_conn *c, const struct iscsi_bhs *req, uint64_t lun);
+static int reset_respond(struct iscsi_conn *c, const struct iscsi_bhs *req, struct scsi_lun *lu);
 
 /* A task set's fan-out is done: its reset, if it is one, then the answer once quiet. */
 static int set_respond(struct abort_fanout *f)
@@ -309,17 +320,17 @@ static int set_respond(struct abort_fanout *f)
          * with it): nobody to answer, and a reset is not done; the tasks are aborted, and the
          * initiator, never told "complete", starts its recovery again */
     } else if (f->then == THEN_SET) {
-        rc = tmf_answer_quiet(c, &f->req, ISCSI_TMF_RSP_COMPLETE, f->lun, false);
+        rc = tmf_answer_quiet(c, &f->req, ISCSI_TMF_RSP_COMPLETE, f->lu, false, false);
     } else if (f->then == THEN_COLD_RESET) {
         /* a cold reset ends every connection here at once: the other gateways are told, and
          * the answer does not wait for them */
         scsi_target_reset(c->session->node->scsi, c->session->nexus, true);
         session_close_conns_where(c->srv, other_conn_of_node, c, "target cold reset");
-        rc = tmf_answer_quiet(c, &f->req, ISCSI_TMF_RSP_COMPLETE, UINT64_MAX, true);
+        rc = tmf_answer_quiet(c, &f->req, ISCSI_TMF_RSP_COMPLETE, NULL, true, true);
     } else {
-        rc = reset_respond(c, &f->req, f->then == THEN_LUN_RESET ? f->lun : UINT64_MAX);
+        rc = reset_respond(c, &f->req, f->then == THEN_LUN_RESET ? f->lu : NULL);
     }
-    free(f);
+    fanout_free(f);
     conn_put(c);
     return rc;
 }
@@ -334,7 +345,7 @@ static int abort_task_respond(struct abort_fanout *f)
     if (f->reassign) {
         if (!c->dead && c->phase == CONN_FFP)
             rc = reassign_answer(c, &f->req, atomic_load(&f->live));
-        free(f);
+        fanout_free(f);
         conn_put(c);
         return rc;
     }
@@ -346,8 +357,8 @@ static int abort_task_respond(struct abort_fanout *f)
     /* the other connections answered asynchronously: this one may have closed or logged out */
     if (!c->dead && c->phase == CONN_FFP)
         rc = f->then_orphan && !found ? abort_orphan(c, &f->req, f->rtt)
-                                      : tmf_answer_quiet(c, &f->req, rsp, f->lun, false);
-    free(f);
+                                      : tmf_answer_quiet(c, &f->req, rsp, f->lu, false, false);
+    fanout_free(f);
     conn_put(c);
     return rc;
 }
@@ -372,7 +383,7 @@ static int fanout_leg_done(struct abort_fanout *f)
     if (!f->c) {
         if (f->join)
             scsi_join_done(f->join); /* every task concerned is marked aborted */
-        free(f);
+        fanout_free(f);
         return ISCSI_OK;
     }
     if (reactor_self() == f->c->reactor)
@@ -394,23 +405,31 @@ static void abort_leg_run(void *arg)
         if (!l->c->recovery_logout && !l->c->async_drop && cmd_task_lookup(l->c, f->rtt))
             atomic_store(&f->live, true);
     } else if (!f->by_itt) {
-        uint64_t lun = f->target_lun == UINT64_MAX
-                           ? f->lun
-                           : scsi_nexus_host_lun(l->c->session->nexus, f->target_lun, NULL);
-        if (f->target_lun == UINT64_MAX || lun != UINT64_MAX) /* else: not its host's LUN */
-            abort_conn_tasks(l->c, lun, f->before_cmdsn, l->use_cmdsn);
+        abort_conn_tasks(l->c, f->lu, f->before_cmdsn, l->use_cmdsn);
     } else {
         struct iscsi_task *t = conn_abortable_task(l->c, f->rtt);
-        if (t && abort_named_task(t, f->lun, f->tmf_cid) == ISCSI_TMF_RSP_COMPLETE)
+        struct scsi_lun *task_lu = t ? t->scsi.lu : NULL;
+        if (t && abort_named_task(t, f->lun, f->tmf_cid) == ISCSI_TMF_RSP_COMPLETE) {
+            /* only one leg has the ITT; the answer waits on the LU the task holds (the last
+             * leg's atomic_fetch_sub publishes f->lu to the answering thread) */
+            if (task_lu) {
+                scsi_lun_user_get(task_lu);
+                f->lu = task_lu;
+            }
             atomic_store(&f->aborted, true);
-        else if (t)
+        } else if (t)
             atomic_store(&f->wrong_lun, true);
-        else if ((t = conn_arriving_task(l->c, f->rtt)) != NULL)
-            atomic_store(abort_arriving_task(l->c, t, f->lun) == ISCSI_TMF_RSP_COMPLETE
-                             ? &f->aborted
-                             : &f->wrong_lun,
-                         true);
-        else if (cmd_task_lookup(l->c, f->rtt))
+        else if ((t = conn_arriving_task(l->c, f->rtt)) != NULL) {
+            if (abort_arriving_task(l->c, t, f->lun) == ISCSI_TMF_RSP_COMPLETE) {
+                if (t->scsi.lu) { /* as above: the answer waits on the LU it holds */
+                    scsi_lun_user_get(t->scsi.lu);
+                    f->lu = t->scsi.lu;
+                }
+                atomic_store(&f->aborted, true);
+            } else {
+                atomic_store(&f->wrong_lun, true);
+            }
+        } else if (cmd_task_lookup(l->c, f->rtt))
             atomic_store(&f->seen, true); /* answered meanwhile: newer than any orphan */
     }
     conn_put(l->c);
@@ -458,19 +477,17 @@ static int scope_match(const struct iscsi_session *s, const void *arg)
  * are aborted here. Sent by the caller once it has aborted its own connection's, and answered
  * (then) once every leg has run. NULL (out of memory): nothing is done. */
 static struct abort_fanout *set_fanout(struct iscsi_conn *self, const struct iscsi_bhs *req,
-                                       enum fanout_then then, bool whole_target, uint64_t lun,
-                                       uint32_t before_cmdsn, bool use_cmdsn)
+                                       enum fanout_then then, bool whole_target,
+                                       struct scsi_lun *lu, uint32_t before_cmdsn, bool use_cmdsn)
 {
     struct scope sc = {self->session, whole_target, use_cmdsn};
     struct abort_fanout *f = fanout_build(self->srv, scope_match, &sc, self);
     if (!f)
         return NULL;
-    /* the LUN as the target numbers it: other hosts know it by their own numbers */
-    struct scsi_lun *lu =
-        lun == UINT64_MAX ? NULL : scsi_nexus_lun(self->session->nexus, lun, NULL);
-    f->target_lun = lu ? scsi_lun_id(lu) : UINT64_MAX;
-    orphans_abort(self->srv, scope_match, &sc, lu ? f->target_lun : lun, before_cmdsn);
-    f->lun = lun;
+    orphans_abort(self->srv, scope_match, &sc, lu, before_cmdsn);
+    if (lu) /* until answered: a LUN unmapped or detached meanwhile is still the one reset */
+        scsi_lun_user_get(lu);
+    f->lu = lu;
     f->before_cmdsn = before_cmdsn;
     f->then = then;
     f->req = *req;
@@ -517,6 +534,8 @@ static int abort_orphan(struct iscsi_conn *c, const struct iscsi_bhs *req, uint3
     if (claim != CLAIM_NONE)
         CONN_LOG_LIMITED(c, LOG_LVL_INFO, "%s: ABORT TASK ITT 0x%08x, an orphan of CID %u", c->peer,
                          rtt, cid);
+    /* the LU it holds; one it lets go of now is freed only after this loop turn */
+    struct scsi_lun *lu = claim != CLAIM_NONE ? t->scsi.lu : NULL;
     int rc = ISCSI_OK;
     if (claim == CLAIM_NOW) {
         rc = cmd_task_adopt_abort(c, t);
@@ -528,7 +547,7 @@ static int abort_orphan(struct iscsi_conn *c, const struct iscsi_bhs *req, uint3
         return rc;
     return tmf_answer_quiet(c, req,
                             claim == CLAIM_NONE ? ISCSI_TMF_RSP_NO_TASK : ISCSI_TMF_RSP_COMPLETE,
-                            scsi_lun_from_wire(req->b + BHS_LUN), false);
+                            lu, false, false);
 }
 
 /* RFC 7143 §11.5.1, §7.2.2: the task named by RTT moves to this connection if it is an orphan
@@ -578,7 +597,7 @@ static int task_reassign(struct iscsi_conn *c, const struct iscsi_bhs *req)
     if (!f)
         return tmf_respond(c, req, ISCSI_TMF_RSP_REJECTED);
     if (!f->nlegs) {
-        free(f);
+        fanout_free(f);
         return reassign_answer(c, req, false);
     }
     f->reassign = true;
@@ -599,7 +618,7 @@ static int task_reassign(struct iscsi_conn *c, const struct iscsi_bhs *req)
 struct tmf_later {
     struct iscsi_conn *c; /* a reference held */
     struct iscsi_bhs req;
-    uint64_t lun; /* UINT64_MAX: the target's */
+    struct scsi_lun *lu; /* held until answered; NULL: the target's */
 };
 
 /* On the TMF's connection's reactor, outside its handlers: a failure to queue the answer
@@ -610,40 +629,42 @@ static void tmf_later_answer(void *arg)
     struct iscsi_conn *c = w->c;
     int rc = ISCSI_OK;
     if (!c->dead && c->phase == CONN_FFP) /* it may have closed or logged out meanwhile */
-        rc = tmf_answer_quiet(c, &w->req, ISCSI_TMF_RSP_COMPLETE, w->lun, false);
+        rc = tmf_answer_quiet(c, &w->req, ISCSI_TMF_RSP_COMPLETE, w->lu, !w->lu, false);
+    if (w->lu)
+        scsi_lun_user_put(w->lu);
     conn_fail(c, rc);
     conn_put(c);
     free(w);
 }
 
-/* The reset of LUN lun (UINT64_MAX: TARGET WARM RESET), its tasks aborted already, and its
- * answer once the other gateways have it and the aborted tasks have left the store. */
-static int reset_respond(struct iscsi_conn *c, const struct iscsi_bhs *req, uint64_t lun)
+/* The reset of lu (NULL: TARGET WARM RESET), its tasks aborted already, and its answer once
+ * the other gateways have it and the aborted tasks have left the store. lu is the one the TMF
+ * named when it came, held by the caller: reset even if its host's map has changed since. */
+static int reset_respond(struct iscsi_conn *c, const struct iscsi_bhs *req, struct scsi_lun *lu)
 {
     struct scsi_nexus *n = c->session->nexus;
     struct scsi_target *tgt = c->session->node->scsi;
-    /* a LUN detached meanwhile is freed only after this loop turn; one gone already has no
-     * tasks left to reset */
-    struct scsi_lun *lu = lun == UINT64_MAX ? NULL : scsi_nexus_lun(n, lun, NULL);
-    if (lun != UINT64_MAX && !lu)
-        return tmf_respond(c, req, ISCSI_TMF_RSP_COMPLETE);
     struct tmf_later *w = calloc(1, sizeof(*w));
     if (!w) { /* the reset still holds here; the others are told without waiting */
         if (lu)
             scsi_lun_reset(lu, n);
         else
             scsi_target_reset(tgt, n, false);
-        return tmf_answer_quiet(c, req, ISCSI_TMF_RSP_COMPLETE, lun, false);
+        return tmf_answer_quiet(c, req, ISCSI_TMF_RSP_COMPLETE, lu, !lu, false);
     }
     conn_get(c);
-    *w = (struct tmf_later){.c = c, .req = *req, .lun = lun};
+    if (lu)
+        scsi_lun_user_get(lu);
+    *w = (struct tmf_later){.c = c, .req = *req, .lu = lu};
     bool later = lu ? scsi_lun_reset_wait(lu, n, tmf_later_answer, w)
                     : scsi_target_reset_wait(tgt, n, false, tmf_later_answer, w);
     if (later)
         return ISCSI_OK;
     conn_put(c); /* never the last reference: the caller holds one */
+    if (lu)
+        scsi_lun_user_put(lu); /* the caller still holds it */
     free(w);
-    return tmf_answer_quiet(c, req, ISCSI_TMF_RSP_COMPLETE, lun, false);
+    return tmf_answer_quiet(c, req, ISCSI_TMF_RSP_COMPLETE, lu, !lu, false);
 }
 
 /* Whether this target does a TARGET WARM / COLD RESET an initiator asks for (target-warm-reset,
@@ -675,11 +696,17 @@ static int tmf_abort_task(struct iscsi_conn *c, const struct iscsi_bhs *req, uin
     struct iscsi_session *s = c->session;
     uint32_t rtt = bhs_get32(req, BHS_RTT);
     struct iscsi_task *t = conn_abortable_task(c, rtt);
-    if (t) /* the common case: the task is on this connection */
-        return tmf_answer_quiet(c, req, abort_named_task(t, lun, c->cid), lun, false);
+    if (t) { /* the common case: the task is on this connection */
+        /* the LU it holds, whatever number its host knows that by now; one it lets go of
+         * now is freed only after this loop turn */
+        struct scsi_lun *lu = t->scsi.lu;
+        return tmf_answer_quiet(c, req, abort_named_task(t, lun, c->cid), lu, false, false);
+    }
     t = conn_arriving_task(c, rtt);
-    if (t) /* reassigned here, still in the store */
-        return tmf_answer_quiet(c, req, abort_arriving_task(c, t, lun), lun, false);
+    if (t) { /* reassigned here, still in the store */
+        struct scsi_lun *lu = t->scsi.lu;
+        return tmf_answer_quiet(c, req, abort_arriving_task(c, t, lun), lu, false, false);
+    }
     /* ERL 2, an orphan has the ITT: the other connections look first, and one that has a
      * task with the ITT aborts it. It is the newer: a connection closing behind the
      * request (reinstated, removed for recovery) may still hold it, while the orphan is
@@ -725,10 +752,10 @@ static int tmf_target_reset(struct iscsi_conn *c, const struct iscsi_bhs *req, b
     if (!target_reset_allowed(c, cold))
         return tmf_respond(c, req, ISCSI_TMF_RSP_REJECTED);
     struct abort_fanout *f =
-        set_fanout(c, req, cold ? THEN_COLD_RESET : THEN_WARM_RESET, true, UINT64_MAX, 0, false);
+        set_fanout(c, req, cold ? THEN_COLD_RESET : THEN_WARM_RESET, true, NULL, 0, false);
     if (!f)
         return tmf_respond(c, req, ISCSI_TMF_RSP_REJECTED);
-    abort_conn_tasks(c, UINT64_MAX, 0, false);
+    abort_conn_tasks(c, NULL, 0, false);
     /* A target reset resets each of its logical units (RFC 7143 §11.5.1): one on each LUN
      * (not held; a LUN detached meanwhile is freed only after this turn) */
     for (uint64_t l = 0; l < __atomic_load_n(&tgt->nluns, __ATOMIC_ACQUIRE); l++) {
@@ -768,10 +795,10 @@ int tmf_handle(struct iscsi_conn *c, struct iscsi_pdu_in *p)
             return tmf_respond(c, req, ISCSI_TMF_RSP_NO_LUN);
         }
         struct abort_fanout *f =
-            set_fanout(c, req, THEN_SET, fn == ISCSI_TMF_CLEAR_TASK_SET, lun, cmdsn, true);
+            set_fanout(c, req, THEN_SET, fn == ISCSI_TMF_CLEAR_TASK_SET, lu, cmdsn, true);
         if (!f)
             return tmf_respond(c, req, ISCSI_TMF_RSP_REJECTED);
-        unsigned n = abort_conn_tasks(c, lun, cmdsn, true);
+        unsigned n = abort_conn_tasks(c, lu, cmdsn, true);
         CONN_LOG_LIMITED(c, LOG_LVL_INFO, "%s: %s on LUN %llu: %u task(s) aborted", c->peer,
                          fn == ISCSI_TMF_ABORT_TASK_SET ? "ABORT TASK SET" : "CLEAR TASK SET",
                          (unsigned long long)lun, n);
@@ -783,12 +810,11 @@ int tmf_handle(struct iscsi_conn *c, struct iscsi_pdu_in *p)
         if (!lu) {
             return tmf_respond(c, req, ISCSI_TMF_RSP_NO_LUN);
         }
-        struct abort_fanout *f = set_fanout(c, req, THEN_LUN_RESET, true, lun, 0, false);
+        struct abort_fanout *f = set_fanout(c, req, THEN_LUN_RESET, true, lu, 0, false);
         if (!f)
             return tmf_respond(c, req, ISCSI_TMF_RSP_REJECTED);
-        abort_conn_tasks(c, lun, 0, false);
-        /* lu is not held, but a LUN detached meanwhile is freed only after this loop turn
-         * (and after the reset's work on the helper thread: pr_lun_drain) */
+        abort_conn_tasks(c, lu, 0, false);
+        /* the fan-out holds lu until the reset is answered */
         iostats_event(iostats_shard(scsi_lun_stats(lu), c->rid), IOSTATS_RESET);
         iostats_event(c->st_session, IOSTATS_RESET);
         iostats_event(c->st_portal, IOSTATS_RESET);
@@ -827,10 +853,9 @@ void iscsi_abort_nexus_tasks(struct scsi_target *t, struct scsi_nexus *n, struct
                              struct scsi_join *join)
 {
     struct iscsi_server *srv = t->transport_ctx;
-    uint64_t lun = scsi_nexus_host_lun(n, scsi_lun_id(lu), NULL); /* the number its tasks carry */
-    if (lun == UINT64_MAX)
-        return; /* its host no longer sees lu: it has no task there */
-    orphans_abort(srv, nexus_match, n, scsi_lun_id(lu), 0); /* ERL 2: waiting for reassignment */
+    /* by the LU its tasks hold: its host may know lu by another number now, or by none, and
+     * its tasks there must end all the same */
+    orphans_abort(srv, nexus_match, n, lu, 0); /* ERL 2: waiting for reassignment */
     struct abort_fanout *f = fanout_build(srv, nexus_match, n, NULL);
     if (!f) {
         /* The reservation is preempted already and the tasks must not run on: closing the
@@ -839,7 +864,8 @@ void iscsi_abort_nexus_tasks(struct scsi_target *t, struct scsi_nexus *n, struct
         session_close_conns_where(srv, nexus_conn, n, "PREEMPT AND ABORT (out of memory)");
         return;
     }
-    f->lun = lun;
+    scsi_lun_user_get(lu); /* until the last leg has run */
+    f->lu = lu;
     f->join = join;
     if (join)
         scsi_join_add(join); /* ended by the last leg */

@@ -924,6 +924,41 @@ static void tx_retire(struct wire *w, uint64_t bytes)
 }
 
 /* Write as much of the queue as the socket takes, in as few sendmsg calls as possible. */
+static bool pdu_points_into(const struct wire_pdu *p, const uint8_t *base, size_t len)
+{
+    for (int i = 0; i < p->datacnt; i++) {
+        const uint8_t *b = p->data[i].iov_base;
+        if (b && p->data[i].iov_len && b < base + len && base < b + p->data[i].iov_len)
+            return true;
+    }
+    return false;
+}
+
+int wire_own_data(struct wire *w, const void *base, size_t len)
+{
+    for (struct list_node *n = w->txq.next; n != &w->txq; n = n->next) {
+        struct wire_pdu *p = list_entry(n, struct wire_pdu, node);
+        if (p->owned || !pdu_points_into(p, base, len))
+            continue;
+        /* the same bytes (the digest was computed from them), where the PDU owns them; a head
+         * PDU partly written goes on from tx_off, which counts the same bytes */
+        uint8_t *copy = malloc(p->dlen);
+        if (!copy)
+            return -1;
+        size_t off = 0;
+        for (int i = 0; i < p->datacnt; i++) {
+            memcpy(copy + off, p->data[i].iov_base, p->data[i].iov_len);
+            off += p->data[i].iov_len;
+        }
+        assert(off == p->dlen);
+        p->owned = copy;
+        p->data[0].iov_base = copy;
+        p->data[0].iov_len = p->dlen;
+        p->datacnt = 1;
+    }
+    return 0;
+}
+
 int wire_flush(struct wire *w)
 {
     if (w->dead)

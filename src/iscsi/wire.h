@@ -241,6 +241,10 @@ void wire_pdu_put(struct wire *w, struct wire_pdu *p);
 /* Queue p (digests computed now) and flush it at the end of this loop turn. On a dead engine
  * the PDU is dropped at once: sent(p, false). */
 void wire_send(struct wire *w, struct wire_pdu *p);
+/* The data segments of queued PDUs that point into [base, base + len) copied into memory the
+ * PDUs own, so that the owner may give that memory back before they are written (a task
+ * ended while its data still waits to go out): 0, or -1 when memory ran out. */
+int wire_own_data(struct wire *w, const void *base, size_t len);
 /* Write as much of the queue as the socket takes. */
 int wire_flush(struct wire *w);
 static inline bool wire_tx_empty(const struct wire *w)

@@ -85,7 +85,7 @@ const struct scsi_cmd scsi_cmds[C__COUNT] = {
                      F(0x12, 0x01, 0xff, 0xff, 0xff)),
     [C_MODE_SELECT6] = EMP(PRC_WRITE, 0x15, "MODE SELECT(6)", 6, SB | LS, mode_parse_select,
                            mode_exec_select, F(0x15, 0x11, 0, 0, 0xff)),
-    [C_RESERVE6] = EMP(PRC_SPC2, 0x16, "RESERVE(6)", 6, 0, pr_parse_spc2, pr_exec_reserve,
+    [C_RESERVE6] = EMP(PRC_SPC2, 0x16, "RESERVE(6)", 6, LS, pr_parse_spc2, pr_exec_reserve,
                        F(0x16, 0, 0, 0, 0)),
     [C_RELEASE6] = EMP(PRC_SPC2, 0x17, "RELEASE(6)", 6, 0, pr_parse_spc2, pr_exec_release,
                        F(0x17, 0, 0, 0, 0)),
@@ -93,7 +93,7 @@ const struct scsi_cmd scsi_cmds[C__COUNT] = {
                          F(0x1a, 0x08, 0xff, 0xff, 0xff)),
     [C_START_STOP] = EMP(PRC_CDB, 0x1b, "START STOP UNIT", 6, 0, sbc_parse_start_stop,
                          sbc_exec_start_stop, F(0x1b, 0x01, 0, 0x0f, 0xf7)),
-    [C_PREVENT_ALLOW] = EMP(PRC_CDB, 0x1e, "PREVENT ALLOW MEDIUM REMOVAL", 6, 0, spc_parse_none,
+    [C_PREVENT_ALLOW] = EMP(PRC_CDB, 0x1e, "PREVENT ALLOW MEDIUM REMOVAL", 6, LS, spc_parse_none,
                             sbc_exec_prevent_allow, F(0x1e, 0, 0, 0, 0x03)),
     [C_READ_CAPACITY10] = EMP(PRC_ALLOW, 0x25, "READ CAPACITY(10)", 10, NM, sbc_parse_readcap10,
                               sbc_exec_readcap10, F(0x25, 0, FF4, 0, 0, 0x01)),
@@ -121,7 +121,7 @@ const struct scsi_cmd scsi_cmds[C__COUNT] = {
     [C_SANITIZE_EXIT_FAILURE] = SANITIZE(0x1f),
     [C_MODE_SELECT10] = EMP(PRC_WRITE, 0x55, "MODE SELECT(10)", 10, SB | LS, mode_parse_select,
                             mode_exec_select, F(0x55, 0x11, 0, 0, 0, 0, 0, 0xff, 0xff)),
-    [C_RESERVE10] = EMP(PRC_SPC2, 0x56, "RESERVE(10)", 10, 0, pr_parse_spc2, pr_exec_reserve,
+    [C_RESERVE10] = EMP(PRC_SPC2, 0x56, "RESERVE(10)", 10, LS, pr_parse_spc2, pr_exec_reserve,
                         F(0x56, 0, 0, 0, 0, 0, 0, 0, 0)),
     [C_RELEASE10] = EMP(PRC_SPC2, 0x57, "RELEASE(10)", 10, 0, pr_parse_spc2, pr_exec_release,
                         F(0x57, 0, 0, 0, 0, 0, 0, 0, 0)),
@@ -142,7 +142,8 @@ const struct scsi_cmd scsi_cmds[C__COUNT] = {
     [C_XCOPY_LID1] = {.name = "EXTENDED COPY(LID1)", .opcode = 0x83, .sa = 0x00, .cdb_len = 16,
                       .flags = CMD_SA, .parse = xcopy_parse, .exec = xcopy_exec,
                       .usage = F(0x83, 0x1f, 0, 0, 0, 0, 0, 0, 0, 0, FF4, 0, 0), .timeout_s = 60,
-                      /* it writes the destination LUN: a write under reservations */
+                      /* it writes the destination LUN: a write under reservations. Not
+                       * CMD_MEDIUM: the caps do not count it (docs/qos.md says why) */
                       .pr = PRC_WRITE},
     [C_RCR_COPY_STATUS] = EMSA(0x84, 0x00, "RECEIVE COPY RESULTS/COPY STATUS", 16, 0,
                                xcopy_parse_rcr, xcopy_exec_rcr,

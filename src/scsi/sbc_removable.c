@@ -31,6 +31,16 @@ void sbc_exec_start_stop(struct scsi_task *t, const struct scsi_cmd *c)
         scsi_task_complete(t, SR_OK);
         return;
     }
+    /* Ejecting or loading changes the LU for every host: refused through a read-only host
+     * mapping as a write is (CMD_LU_STATE; scsi_target_host_map). Only LOEJ=1 moves it, so
+     * the row keeps START STOP UNIT open to such a host otherwise. */
+    bool map_ro = false;
+    if (t->nexus)
+        scsi_nexus_lun(t->nexus, t->lun, &map_ro);
+    if (map_ro) {
+        scsi_task_complete(t, SR_WRITE_PROTECTED);
+        return;
+    }
     bool load = cdb[4] & SSU_START;
     /* Any nexus holding the medium keeps it where it is, whichever way LOEJ would move it
      * (libiscsi's PreventAllow.Eject expects a load refused too). */

@@ -43,7 +43,7 @@ enum scsi_dir { SCSI_DIR_NONE, SCSI_DIR_READ, SCSI_DIR_WRITE };
 #define SCSI_TASK_IOV_MAX 16
 #define SCSI_CDB_MAX 16
 /* Room for the SCSI core's private per-task state (struct scsi_task_core). */
-#define SCSI_TASK_CORE_BYTES 336
+#define SCSI_TASK_CORE_BYTES 512 /* 192 of it the cap slots a waiting task may give back */
 /* Largest transfer one command may ask for (VPD 0xB0 MAXIMUM TRANSFER LENGTH says so);
  * bounds every allocation a CDB can cause. */
 #define SCSI_MAX_XFER_BYTES (8u << 20)
@@ -427,6 +427,10 @@ int scsi_lun_flush_sync(struct scsi_lun *lu);
 struct scsi_lun *scsi_target_detach_lun(struct scsi_target *t, uint64_t lun);
 /* Tasks and background work (an IMMED sanitize, a copy naming it) holding lu. */
 long scsi_lun_users(const struct scsi_lun *lu);
+/* A task, or a task management function answered once lu's aborted tasks have left the store,
+ * starts or stops holding lu (struct scsi_lun_users); from any thread. */
+void scsi_lun_user_get(struct scsi_lun *lu);
+void scsi_lun_user_put(struct scsi_lun *lu);
 /* The LUN's I/O counters (util/iostats.h), kept by the transport; NULL if there are none. */
 struct iostats *scsi_lun_stats(const struct scsi_lun *lu);
 /* The same for the LUN t holds (from setup until release or refuse), else NULL: a command the

@@ -318,9 +318,6 @@ void scsi_ua_raise_all(struct scsi_lun *lu, const struct scsi_nexus *skip, unsig
 /* The LU was reset through another gateway (ua: UA_BUS_DEVICE_RESET or UA_POWER_ON): what
  * the reset does to this gateway's nexuses. From the shared object's watch (a store thread). */
 void scsi_lun_reset_elsewhere(struct scsi_lun *lu, unsigned ua);
-/* A task starts or stops holding lu (struct scsi_lun_users). */
-void scsi_lun_user_get(struct scsi_lun *lu);
-void scsi_lun_user_put(struct scsi_lun *lu);
 /* Take the highest-priority pending UA of t's nexus; SR_OK if none. */
 scsi_sr scsi_ua_take(struct scsi_lun *lu, const struct scsi_nexus *n);
 
@@ -449,6 +446,7 @@ struct scsi_task_core {
     struct reactor *th_reactor;
     struct reactor_timer th_timer;
     struct reactor_msg th_msg;
+    struct rate_slot th_lu_slot, th_e_slot; /* what it reserved, given back if aborted */
 };
 _Static_assert(sizeof(struct scsi_task_core) <= SCSI_TASK_CORE_BYTES,
                "SCSI_TASK_CORE_BYTES too small for struct scsi_task_core");

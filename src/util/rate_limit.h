@@ -56,7 +56,8 @@ enum rate_op { RATE_OP_READ, RATE_OP_WRITE, RATE_OP_OTHER };
 
 void rate_limit_init(struct rate_limit *r, const struct rate_limit_conf *c);
 /* A new setting, from any thread while others charge: commands charged afterwards are paced by
- * it, behind the slots already handed out (the clocks are kept). */
+ * it, behind the slots already handed out; where a cap was raised or newly set, no further
+ * than its burst from now (slots reserved under the old, slower cap are not waited out). */
 void rate_limit_set(struct rate_limit *r, const struct rate_limit_conf *c);
 void rate_limit_get(const struct rate_limit *r, struct rate_limit_conf *c);
 bool rate_limit_conf_any(const struct rate_limit_conf *c);
@@ -66,11 +67,21 @@ static inline bool rate_limit_on(const struct rate_limit *r)
     return atomic_load_explicit(&r->on, memory_order_relaxed);
 }
 
+/* The slots one charge reserved, per dimension: where the clock was left and how far it moved
+ * (need 0: that dimension was not charged), so an aborted command can give them back. */
+struct rate_slot {
+    uint64_t end[RATE_NDIM], need[RATE_NDIM];
+};
+
 /* CLOCK_MONOTONIC in nanoseconds. */
 uint64_t rate_limit_now_ns(void);
 /* Reserve a command of kind op moving `bytes`: returns when (ns, the clock above) it may go;
- * at or before now, at once. */
-uint64_t rate_limit_charge(struct rate_limit *r, enum rate_op op, uint64_t bytes, uint64_t now);
+ * at or before now, at once. The slots reserved go to *slot unless it is NULL. */
+uint64_t rate_limit_charge(struct rate_limit *r, enum rate_op op, uint64_t bytes, uint64_t now,
+                           struct rate_slot *slot);
+/* A command charged into *slot will not run: each slot that is still the last one handed out
+ * is taken back (a later one stays, so nobody behind it moves forward out of order). */
+void rate_limit_refund(struct rate_limit *r, const struct rate_slot *slot);
 /* A command charged had to wait `ns`: counted for stats. */
 void rate_limit_count_delay(struct rate_limit *r, uint64_t ns);
 

@@ -79,6 +79,31 @@ for f in malformed.json truncated.json; do
     [ "$(cat "$WORK/keep.conf")" = keep ] && [ ! -e "$WORK/$f.secrets" ] || fail "$f: something written"
     grep -q "nothing written" "$WORK/report" || fail "$f: $(cat "$WORK/report")"
 done
+# strings that would become lines or keys of the config (inject.json: a target wwn with a
+# newline and a chap-secrets line; the others made from full.json here): refused, nothing written
+python3 - "$FIX/full.json" "$WORK" <<'PY' || fail "making the injection variants"
+import json, sys
+for name, path, val in [
+        ("inj-acl", ("targets", 0, "tpgs", 0, "node_acls", 0, "node_wwn"), "iqn.x:a]\n[target iqn.x:b"),
+        ("inj-ip", ("targets", 0, "tpgs", 0, "portals", 0, "ip_address"), "127.0.0.1:1\nchap-secrets = /x\n#"),
+        ("inj-rbd", ("storage_objects", 3, "config"), "rbd/vmpool/vm\n[target iqn.x:c]"),
+        ("inj-hash", ("targets", 0, "wwn"), "iqn.x:a #c")]:
+    d = json.load(open(sys.argv[1]))
+    o = d
+    for k in path[:-1]:
+        o = o[k]
+    assert path[-1] in o, name
+    o[path[-1]] = val
+    json.dump(d, open("%s/%s.json" % (sys.argv[2], name), "w"))
+PY
+for f in "$FIX/inject.json" "$WORK"/inj-*.json; do
+    "$CTL_BIN" import lio "$f" -o "$WORK/keep.conf" --secrets "$WORK/inj.secrets" 2>"$WORK/report"
+    RC=$?
+    [ $RC -eq 2 ] || fail "$(basename "$f"): exit $RC, not 2: $(cat "$WORK/report")"
+    [ "$(cat "$WORK/keep.conf")" = keep ] && [ ! -e "$WORK/inj.secrets" ] ||
+        fail "$(basename "$f"): something written: $(cat "$WORK/keep.conf")"
+    grep -q "nothing written" "$WORK/report" || fail "$(basename "$f"): $(cat "$WORK/report")"
+done
 "$CTL_BIN" import lio "$FIX/malformed.json" 2>"$WORK/report" >"$WORK/stdout"
 grep -qF "malformed.json: targets[0].tpgs[0].node_acls[1].mapped_luns[1]: 'tpg_lun' is not an integer" \
     "$WORK/report" && [ ! -s "$WORK/stdout" ] || fail "malformed: $(cat "$WORK/report")"
@@ -86,6 +111,12 @@ grep -qF "malformed.json: targets[0].tpgs[0].node_acls[1].mapped_luns[1]: 'tpg_l
 grep -qE "truncated.json:[0-9]+:[0-9]+: not valid JSON" "$WORK/report" || fail "truncated: $(cat "$WORK/report")"
 "$CTL_BIN" import lio "$FIX/full.json" >/dev/null 2>"$WORK/report" && fail "CHAP secrets without --secrets"
 grep -q "give --secrets" "$WORK/report" || fail "no --secrets: $(cat "$WORK/report")"
+# the config cannot be written (no such directory): the secrets are not left behind either
+"$CTL_BIN" import lio "$FIX/full.json" -o "$WORK/nodir/x.conf" --secrets "$WORK/half.secrets" \
+    2>"$WORK/report" && fail "import into a missing directory succeeded"
+[ ! -e "$WORK/half.secrets" ] && ! ls "$WORK"/half.secrets.* >/dev/null 2>&1 ||
+    fail "config not written but the secrets were: $(cat "$WORK/report")"
+grep -q "nothing written" "$WORK/report" || fail "half: $(cat "$WORK/report")"
 
 note "the import serves; hosts read LIO's identity back"
 # Test variant: scratch files for the block device and the file, RAM for the RBD image (no Ceph

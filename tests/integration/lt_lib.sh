@@ -162,6 +162,29 @@ show_cmd_out() {
     tail -n 30 "$WORK/cmd.out" >&2
 }
 
+# conf_refused GOOD SED-EXPR WORDS: the config file GOOD edited by SED-EXPR, given to --check,
+# exits 2 with a message that says WORDS.
+conf_refused() {
+    sed "$2" "$1" >"$WORK/bad.conf"
+    timeout 20 "$LT" --check --config "$WORK/bad.conf" >"$WORK/o" 2>&1
+    local rc=$?
+    [ $rc -eq 2 ] || fail "'$2': exited $rc, not 2 ($(cat "$WORK/o"))"
+    grep -qF -- "$3" "$WORK/o" || fail "'$2': message does not say '$3': $(cat "$WORK/o")"
+}
+
+# testcu_verdict WHAT: the end of an iscsi-test-cu run: the daemon stopped with SIGTERM exits 0;
+# the tests listed in $WORK/regressed (expected to pass, did not) fail WHAT; else PASS.
+testcu_verdict() {
+    stop_target
+    [ "$STOP_RC" -eq 0 ] || fail "SIGTERM'd daemon exited $STOP_RC after iscsi-test-cu, not 0"
+    if [ -s "$WORK/regressed" ]; then
+        echo "expected to pass but did not ($(wc -l <"$WORK/regressed")):" >&2
+        sed 's/^/  /' "$WORK/regressed" >&2
+        fail "$1"
+    fi
+    echo PASS
+}
+
 # --- linerate-ctl on the daemon under test ---
 # ctl_setup: CTL_BIN and BENCH, the linerate-ctl and linerate-bench built beside $LT (failing
 # when either is not), T the name of the daemon's default target, and SOCK the control socket

@@ -20,57 +20,23 @@ A raw initiator (hostile.py's) holds a session while linerate-ctl and a reload c
      standby: that session is not told, the other gets 2Ah/06h, RTPG and show luns agree.
 Exit 0 when every check holds, 1 with the reason. Python 3 standard library only."""
 
-import json
 import os
 import shutil
 import struct
 import subprocess
 import sys
-import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import hostile  # noqa: E402
-from hostile import TestFailure, check, sense_kaa  # noqa: E402
+from hostile import check  # noqa: E402
+import live_lib  # noqa: E402
+from live_lib import TUR, Ctl, Daemon, drain_uas, raw  # noqa: E402
 
 TARGET = "iqn.2026-11.org.linerate:alua-live"
 hostile.TARGET = TARGET
 AO, AN, SB = 0, 1, 2
 UA_ALUA = (6, 0x2A, 0x06)
 STANDBY = (2, 0x04, 0x0B)
-TUR = bytes(6)
-
-
-class Ctl:
-    def __init__(self, binary, sock):
-        self.binary, self.sock = binary, sock
-
-    def run(self, *args, ok=True):
-        p = subprocess.run([self.binary, "--socket", self.sock] + list(args),
-                           capture_output=True, text=True, timeout=60)
-        if ok:
-            check(p.returncode == 0, "linerate-ctl %s: exit %d: %s%s" % (
-                " ".join(args), p.returncode, p.stdout, p.stderr))
-        return p
-
-    def json(self, *args):
-        return json.loads(self.run("--json", *args).stdout)
-
-
-def raw(s, cdb, lun, read_len=0, write_data=None):
-    """One command, no retry: (status, (key, asc, ascq) or None, data)."""
-    st, sense, data = s.scsi(bytes(cdb), lun=lun, read_len=read_len, write_data=write_data)
-    return st, sense_kaa(sense) if st == 2 else None, data
-
-
-def drain_uas(s, lun):
-    """TEST UNIT READY until no UA is pending: the UAs reported, in order."""
-    seen = []
-    for _ in range(16):
-        st, kaa, _ = raw(s, TUR, lun)
-        if not (st == 2 and kaa[0] == 6):
-            return seen
-        seen.append(kaa)
-    raise TestFailure("LUN %d: UNIT ATTENTION after 16 TEST UNIT READYs: %s" % (lun, seen))
 
 
 def rtpg(s, lun):
@@ -142,28 +108,12 @@ def run(binary, work):
              "alua-peer = 2:active/non-optimized", "alua-explicit = yes", "lun 0 = ram:4M", "lun 1 = ram:4M"]
     with open(conf, "w") as f:
         f.write("\n".join(lines) + "\n")
-    log = open(os.path.join(work, "daemon.log"), "w+")
-    proc = subprocess.Popen([binary, "--config", conf], stdout=subprocess.DEVNULL, stderr=log)
-    try:
-        for _ in range(200):
-            if os.path.exists(ctl.sock) or proc.poll() is not None:
-                break
-            subprocess.run(["sleep", "0.05"])
-        check(proc.poll() is None and os.path.exists(ctl.sock), "the daemon did not start")
+    d = Daemon(binary, conf, ctl.sock, os.path.join(work, "daemon.log"))
+
+    def body():
         ctl.run("version")
         steps(ctl, conf, port)
-        proc.terminate()
-        rc = proc.wait(30)
-        check(rc == 0, "the daemon exited %d on SIGTERM" % rc)
-    except TestFailure:
-        log.flush()
-        log.seek(0)
-        sys.stderr.write("".join(log.readlines()[-30:]))
-        raise
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+    d.around(body)
 
 
 def steps(ctl, conf, port):
@@ -262,19 +212,24 @@ def steps(ctl, conf, port):
     check(luns[1]["state"] == "standby", "show luns after STPG: %s" % luns[1])
     print("explicit ALUA: TPGS=11b, SET TARGET PORT GROUPS tells every other nexus")
 
-
-def main():
-    if len(sys.argv) != 2:
-        sys.exit(__doc__)
-    with tempfile.TemporaryDirectory(prefix="lt-alua-live-") as work:
-        try:
-            run(sys.argv[1], work)
-        except TestFailure as e:
-            print("FAIL: %s" % e)
-            return 1
-    print("ok")
-    return 0
+    # 7. the initiator's state lasts until the operator changes that group's state: a change of
+    # another group, of another LUN, or a reload of other states leaves LUN 1's group 1 standby
+    ctl.run("set", "alua", TARGET, "active/non-optimized", "--group", "2", "--lun", "0")
+    expect_ua_once(s, 0, "set alua --group 2 --lun 0")
+    expect_no_ua(s, 1, "set alua --group 2 --lun 0 (LUN 1 not named)")
+    check(rtpg(s, 1) == {1: SB, 2: SB}, "LUN 1 after --group 2 --lun 0: RTPG %s" % rtpg(s, 1))
+    check(rtpg(s, 0) == {1: AO, 2: AN}, "LUN 0 after --group 2 --lun 0: RTPG %s" % rtpg(s, 0))
+    with open(conf) as f:
+        text = f.read()
+    with open(conf, "w") as f:
+        f.write(text.replace("alua-peer = 2:standby", "alua-peer = 2:active/non-optimized"))
+    r = ctl.json("reload")
+    check(any("ALUA" in a for a in r["applied"]), "reload of the peer state: %s" % r)
+    expect_ua_once(s, 1, "reload of group 2")
+    check(rtpg(s, 1) == {1: SB, 2: AN}, "LUN 1 after the reload of group 2: RTPG %s" % rtpg(s, 1))
+    expect_standby(s, 1, "LUN 1 after other groups' changes")
+    print("other groups' and LUNs' changes leave a state SET TARGET PORT GROUPS made")
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(live_lib.main(run, __doc__, "lt-alua-live-"))

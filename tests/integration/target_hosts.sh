@@ -35,13 +35,7 @@ map = 0 1,ro
 EOF
 "$LT" --check --config "$good" >"$WORK/o" 2>&1 || { cat "$WORK/o"; fail "good config refused"; }
 # refused SED-EXPR WORDS: the config edited by SED-EXPR exits 2 naming WORDS
-refused() {
-    sed "$1" "$good" >"$WORK/bad.conf"
-    timeout 20 "$LT" --check --config "$WORK/bad.conf" >"$WORK/o" 2>&1
-    local rc=$?
-    [ $rc -eq 2 ] || fail "'$1': exited $rc, not 2 ($(cat "$WORK/o"))"
-    grep -qF -- "$2" "$WORK/o" || fail "'$1': message does not say '$2': $(cat "$WORK/o")"
-}
+refused() { conf_refused "$good" "$@"; }
 refused 's/^map = 1 1$/map = 1 2/' "bad.conf:7: host $A maps LUN 2, which target $SHARED does not have"
 refused 's/^map = 1 1$/map = 0 1/' "bad.conf:7: host LUN 0 is mapped twice (first at line 6)"
 refused "s/^initiator = $C/initiator = $A/" "bad.conf:10: initiator $A is in two entries"
@@ -122,6 +116,19 @@ grep -q "3 host entries" "$WORK/ctl.out" || fail "show targets: $(cat "$WORK/ctl
 ctl remove lun "$SHARED" 3 >"$WORK/ctl.out" 2>&1 && fail "remove lun 3 (mapped) succeeded"
 grep -q "LUN 3 of target $SHARED is mapped for host $A" "$WORK/ctl.out" ||
     fail "remove lun 3: $(cat "$WORK/ctl.out")"
+note "a reload past the SCSI bounds (4096 initiators with entries) is refused whole"
+# (before, the entries were admitted and kept though the maps failed: save wrote a file that
+# does not start)
+cp "$WORK/run.conf" "$WORK/run.keep"
+{ echo "[group big]"; seq -f "initiator = $P:big-%g" 1 4096; echo "map = 6 0"; } >>"$WORK/run.conf"
+ctl --json reload >"$WORK/ctl.out" 2>&1 && fail "reload past the bounds succeeded"
+grep -q "4097 initiators with entries.*the most a target has is 4096" "$WORK/ctl.out" ||
+    fail "reload past the bounds: $(cat "$WORK/ctl.out")"
+ctl_ok --json show hosts "$P:second"
+[ "$(jget 'len(d)' <"$WORK/ctl.out")" = 1 ] || fail "show hosts after the refused reload: $(cat "$WORK/ctl.out")"
+no "a member of the refused group" iscsi-inq -i "$P:big-7" "iscsi://$h/$P:second/6"
+cp "$WORK/run.keep" "$WORK/run.conf"
+"$LT" --check --config "$WORK/run.conf" >"$WORK/o" 2>&1 || fail "run.conf: $(cat "$WORK/o")"
 note "save writes the entries; the saved file loads and reloads to no change"
 ctl_ok save "$WORK/saved.conf"
 grep -qx "\[host $D\]" "$WORK/saved.conf" && grep -qx "map = 1 3" "$WORK/saved.conf" ||
@@ -130,6 +137,17 @@ grep -qx "\[host $D\]" "$WORK/saved.conf" && grep -qx "map = 1 3" "$WORK/saved.c
 ctl_ok --json reload
 [ "$(jget 'd["applied"] + d["needs_restart"]' <"$WORK/ctl.out")" = "[]" ] ||
     fail "a second reload: $(cat "$WORK/ctl.out")"
+note "remove lun --force drops the maps of it: a new LUN at its number is shown to nobody"
+# (before, host-a's 'map = 5 0' stayed: host-a saw the new disk as its LUN 5, writable)
+ctl_ok --json remove lun "$P:second" 0 --force
+[ "$(jget 'd["maps_dropped"]' <"$WORK/ctl.out")" = 1 ] || fail "remove lun --force: $(cat "$WORK/ctl.out")"
+ctl_ok add lun "$P:second" ram:1M --lun 0
+no "host-a's LUN 5 after the new LUN 0" iscsi-inq -i "$A" "iscsi://$h/$P:second/5"
+ctl_ok --json show hosts "$P:second"
+[ "$(jget '[len(h["maps"]) for h in d]' <"$WORK/ctl.out")" = "[0]" ] ||
+    fail "show hosts after remove lun --force: $(cat "$WORK/ctl.out")"
+ctl_ok save "$WORK/saved2.conf"
+grep -qx "map = 5 0" "$WORK/saved2.conf" && { cat "$WORK/saved2.conf"; fail "save kept the dropped map"; }
 stop_target
 [ "$STOP_RC" -eq 0 ] || fail "exit $STOP_RC after SIGTERM"
 

@@ -31,16 +31,15 @@ import struct
 import subprocess
 import sys
 import tempfile
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import hostile  # noqa: E402
 from hostile import TestFailure, check  # noqa: E402
-from target_alua_live import Ctl, drain_uas, raw  # noqa: E402
+from live_lib import Ctl, Daemon, drain_uas, raw  # noqa: E402
 
 P = "iqn.2026-11.org.linerate"
 TARGET = P + ":hosts-live"
-hostile.TARGET = TARGET  # (after target_alua_live's import, which sets its own)
+hostile.TARGET = TARGET
 A, B, C, D = P + ":live-a", P + ":live-b", P + ":live-c", P + ":live-d"
 UA_LUNS = (6, 0x3F, 0x0E)
 TUR = bytes(6)
@@ -95,40 +94,6 @@ def hosts(ctl):
     return {h["name"]: h for h in ctl.json("show", "hosts", TARGET)}
 
 
-class Daemon:
-    def __init__(self, binary, conf, sock, log_path):
-        self.binary, self.conf, self.sock = binary, conf, sock
-        self.log = open(log_path, "a+")
-        self.proc = None
-
-    def start(self):
-        if os.path.exists(self.sock):
-            os.unlink(self.sock)
-        self.proc = subprocess.Popen([self.binary, "--config", self.conf],
-                                     stdout=subprocess.DEVNULL, stderr=self.log)
-        for _ in range(400):
-            if os.path.exists(self.sock) or self.proc.poll() is not None:
-                break
-            time.sleep(0.05)
-        check(self.proc.poll() is None and os.path.exists(self.sock), "the daemon did not start")
-
-    def stop(self):
-        if self.proc and self.proc.poll() is None:
-            self.proc.terminate()
-            rc = self.proc.wait(30)
-            check(rc == 0, "the daemon exited %d on SIGTERM" % rc)
-
-    def kill(self):
-        if self.proc and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
-
-    def tail(self):
-        self.log.flush()
-        self.log.seek(0)
-        return "".join(self.log.readlines()[-30:])
-
-
 def run(binary, work):
     ctl = Ctl(os.path.join(os.path.dirname(os.path.abspath(binary)), "linerate-ctl"),
               os.path.join(work, "ctl.sock"))
@@ -146,15 +111,7 @@ def run(binary, work):
             "lun 0 = ram:4M", "lun 1 = ram:4M", "lun 2 = ram:4M",
             "", "# host A: its boot disk", "[host %s]" % A, "map = 0 0  # A's boot disk", ""]))
     d = Daemon(binary, conf, ctl.sock, os.path.join(work, "daemon.log"))
-    try:
-        d.start()
-        steps(ctl, d, conf, port)
-        d.stop()
-    except TestFailure:
-        sys.stderr.write(d.tail())
-        raise
-    finally:
-        d.kill()
+    d.around(lambda: steps(ctl, d, conf, port))
 
 
 def steps(ctl, d, conf, port):

@@ -18,49 +18,31 @@ thread, and the admin edits the file and runs `linerate-ctl reload` three times:
 After each, host-b's next command gets UNIT ATTENTION 3Fh/0Eh once and REPORT LUNS lists its
 new map; host-a's sessions are told nothing (no UNIT ATTENTION on any of its numbers, its REPORT
 LUNS unchanged), and its I/O, which checks every status, carries on with no error.
+Then the entries go, host-a's sessions logged out by it: host-b's entry (its session carries on
+and sees no LUN), then the last one: without --force the reload leaves the entries as they run
+(needs_restart says why) and host-b's session still sees no LUN (a target without entries would
+show it every LUN, writable); with --force host-b's session is asked to log out (Async
+Message, logout requested) before the maps go.
 Exit 0 when every check holds, 1 with the reason. Python 3 standard library only."""
 
+import json
 import os
 import struct
 import subprocess
 import sys
-import tempfile
 import threading
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import hostile  # noqa: E402
-from hostile import TestFailure, check, sense_kaa  # noqa: E402
+from hostile import TestFailure, check  # noqa: E402
+import live_lib  # noqa: E402
+from live_lib import TUR, drain_uas, raw, report_luns  # noqa: E402
 
 P = "iqn.2026-11.org.linerate:"
 TARGET = P + "shared"
 hostile.TARGET = TARGET
 HOST_A, HOST_B = P + "host-a", P + "host-b"
 UA_LUNS = (6, 0x3F, 0x0E)
-TUR = bytes(6)
-
-
-def raw(s, cdb, lun, read_len=0, write_data=None):
-    """One command, no retry: (status, (key, asc, ascq) or None, data)."""
-    st, sense, data = s.scsi(bytes(cdb), lun=lun, read_len=read_len, write_data=write_data)
-    return st, sense_kaa(sense) if st == 2 else None, data
-
-
-def drain_uas(s, lun):
-    seen = []
-    for _ in range(16):
-        st, kaa, _ = raw(s, TUR, lun)
-        if not (st == 2 and kaa[0] == 6):
-            return seen
-        seen.append(kaa)
-    raise TestFailure("LUN %d: UNIT ATTENTION after 16 TEST UNIT READYs: %s" % (lun, seen))
-
-
-def report_luns(s):
-    cdb = struct.pack(">BBxxxxIxx", 0xA0, 0, 4096)
-    st, kaa, data = raw(s, cdb, 0, read_len=4096)
-    check(st == 0, "REPORT LUNS: status 0x%02x sense %s" % (st, kaa))
-    n = struct.unpack(">I", data[:4])[0] // 8
-    return [struct.unpack(">H", data[8 + 8 * i:10 + 8 * i])[0] & 0x3FFF for i in range(n)]
 
 
 class HostAIo(threading.Thread):
@@ -110,14 +92,16 @@ class HostAIo(threading.Thread):
         check(self.count() >= want, "%s: host-a's I/O stalled at %d" % (what, self.count()))
 
 
-def write_conf(path, ctl_sock, work, port, b_map, extra_lun=False):
+def write_conf(path, ctl_sock, work, port, b_map, extra_lun=False, hosts=(HOST_A, HOST_B)):
     lines = ["ctl-socket = %s" % ctl_sock, "state-dir = %s" % os.path.join(work, "st"),
              "log-level = info", "threads = 2", "[target %s]" % TARGET,
              "portal = 127.0.0.1:%d" % port] + ["lun %d = ram:4M" % i for i in range(4)]
     if extra_lun:
         lines.append("lun 4 = ram:4M")
-    lines += ["[host %s]" % HOST_A, "map = 0 0", "map = 1 3", "[host %s]" % HOST_B]
-    lines += ["map = %d %d" % m for m in b_map]
+    if HOST_A in hosts:
+        lines += ["[host %s]" % HOST_A, "map = 0 0", "map = 1 3"]
+    if HOST_B in hosts:
+        lines += ["[host %s]" % HOST_B] + ["map = %d %d" % m for m in b_map]
     with open(path, "w") as f:
         f.write("\n".join(lines) + "\n")
 
@@ -216,6 +200,47 @@ def steps(ctl, conf, work, port):
         io.join(30)
     check(io.error is None, "host-a's I/O: %s" % io.error)
     expect_untold(io.s, io, "host-a's I/O session at the end")
+    io.s.logout()
+    a.logout()
+    last_entry(ctl, conf, work, port, b)
+
+
+def reload_json(ctl, *args):
+    p = subprocess.run([ctl[0], "--socket", ctl[1], "--json", "reload"] + list(args),
+                       capture_output=True, text=True, timeout=60)
+    check(p.returncode == 0, "linerate-ctl reload %s: exit %d: %s%s" % (
+        " ".join(args), p.returncode, p.stdout, p.stderr))
+    return json.loads(p.stdout)
+
+
+def last_entry(ctl, conf, work, port, b):
+    b_map = [(0, 1), (2, 2), (3, 4)]
+    write_conf(conf, ctl[1], work, port, b_map, True, hosts=(HOST_A,))
+    reload_json(ctl)
+    drain_uas(b, 0)
+    check(report_luns(b) == [], "host-b's removed entry: REPORT LUNS %s" % report_luns(b))
+    write_conf(conf, ctl[1], work, port, b_map, True, hosts=())
+    r = reload_json(ctl)
+    drain_uas(b, 0)
+    got = report_luns(b)
+    check(got == [], "host-b after the last entry went without --force: REPORT LUNS %s" % got)
+    check(any("without entries its 1 session would see every LUN" in x
+              for x in r["needs_restart"]), "the last entry dropped without --force: %s" % r)
+    # with --force: host-b is asked to log out (and does, as an initiator would)
+    out = {}
+    t = threading.Thread(target=lambda: out.update(r=reload_json(ctl, "--force")))
+    t.start()
+    try:
+        h, d = b.c.recv_pdu(20)
+        check(h[0] & 0x3F == 0x32 and h[36] == 1,
+              "host-b after reload --force: opcode 0x%02x AsyncEvent %d, not a logout request"
+              % (h[0] & 0x3F, h[36]))
+    finally:
+        b.c.close()
+        t.join(60)
+    check(not out["r"]["needs_restart"], "reload --force: %s" % out["r"])
+    print("last entry: kept without --force (host-b's session still sees no LUN), with --force "
+          "host-b asked to log out first")
 
 
 def run(binary, work):
@@ -224,42 +249,9 @@ def run(binary, work):
     conf = os.path.join(work, "hosts.conf")
     port = hostile.free_port()
     write_conf(conf, ctl[1], work, port, [(0, 1), (5, 3)])
-    log = open(os.path.join(work, "daemon.log"), "w+")
-    proc = subprocess.Popen([binary, "--config", conf], stdout=subprocess.DEVNULL, stderr=log)
-    try:
-        for _ in range(200):
-            if os.path.exists(ctl[1]) or proc.poll() is not None:
-                break
-            subprocess.run(["sleep", "0.05"])
-        check(proc.poll() is None and os.path.exists(ctl[1]), "the daemon did not start")
-        steps(ctl, conf, work, port)
-        proc.terminate()
-        rc = proc.wait(30)
-        check(rc == 0, "the daemon exited %d on SIGTERM" % rc)
-    except TestFailure:
-        log.flush()
-        log.seek(0)
-        sys.stderr.write("".join(log.readlines()[-30:]))
-        raise
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-
-
-def main():
-    if len(sys.argv) != 2:
-        sys.stderr.write(__doc__)
-        return 2
-    with tempfile.TemporaryDirectory(prefix="lr-hosts-reload-") as work:
-        try:
-            run(sys.argv[1], work)
-        except TestFailure as e:
-            print("FAIL: %s" % e)
-            return 1
-    print("PASS")
-    return 0
+    d = live_lib.Daemon(binary, conf, ctl[1], os.path.join(work, "daemon.log"))
+    d.around(lambda: steps(ctl, conf, work, port))
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(live_lib.main(run, __doc__, "lr-hosts-reload-", passed="PASS"))

@@ -116,11 +116,4 @@ awk '$1 == "skipped" { print "  " $2 }' "$WORK/summary"
 echo "failed:"
 awk '$1 == "failed" { print "  " $2 }' "$WORK/summary"
 
-stop_target
-[ "$STOP_RC" -eq 0 ] || fail "SIGTERM'd daemon exited $STOP_RC after iscsi-test-cu, not 0"
-if [ -s "$WORK/regressed" ]; then
-    echo "expected to pass but did not ($(wc -l <"$WORK/regressed")):" >&2
-    sed 's/^/  /' "$WORK/regressed" >&2
-    fail "iscsi-test-cu regressions"
-fi
-echo PASS
+testcu_verdict "iscsi-test-cu regressions"

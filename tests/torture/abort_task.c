@@ -22,6 +22,7 @@
 #include "linerate/initiator.h"
 #include "linerate/initiator_test.h"
 #include "linerate/reactor.h"
+#include "target_spawn.h"
 
 #define BS 512
 #define NB 32 /* 16 KiB: more than FirstBurstLength, so R2Ts */
@@ -108,31 +109,12 @@ static void target_start(const char *target)
                 "[target %s]\nportal = 127.0.0.1:%u\nlun = ram:1M\n",
                 IQN, port);
         fclose(f);
-        unlink(url);
-        pid_t pid = fork();
-        if (pid == 0) {
-            prctl(PR_SET_PDEATHSIG, SIGKILL);
-            int o = open(url, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-            int l = open(log, O_WRONLY | O_CREAT | O_APPEND, 0644);
-            if (o < 0 || l < 0)
-                _exit(127);
-            dup2(o, 1);
-            dup2(l, 2);
-            execl(target, target, "--config", conf, (char *)NULL);
-            _exit(127);
+        const char *const argv[] = {target, "--config", conf, NULL};
+        pid_t pid = target_spawn(argv, url, log);
+        if (pid > 0) {
+            tpid = pid;
+            return;
         }
-        for (int i = 0; i < 200; i++) {
-            struct stat sb;
-            if (stat(url, &sb) == 0 && sb.st_size > 0) {
-                tpid = pid;
-                return;
-            }
-            if (waitpid(pid, NULL, WNOHANG) == pid)
-                break;
-            usleep(50000);
-        }
-        kill(pid, SIGKILL);
-        waitpid(pid, NULL, 0);
     }
     fprintf(stderr, "abort_task: linerate-target did not start (%s)\n", log);
     exit(2);

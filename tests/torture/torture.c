@@ -44,6 +44,7 @@
 #include "linerate/initiator.h"
 #include "linerate/initiator_test.h"
 #include "linerate/reactor.h"
+#include "target_spawn.h"
 #include "util/log.h"
 
 #define BS 512u
@@ -319,49 +320,23 @@ static void target_start(const struct tlife *l)
     snprintf(conf, sizeof(conf), "%s/target.conf", dir);
     const char *inject = l->inject;
     target_conf(l, conf);
-    unlink(url);
     tlife++;
+    const char *argv[8];
+    int n = 0;
+    argv[n++] = target_path;
+    argv[n++] = "--config";
+    argv[n++] = conf;
+    if (inject && inject[0]) {
+        argv[n++] = "--inject";
+        argv[n++] = inject;
+    }
+    argv[n] = NULL;
     for (int attempt = 0; attempt < 50; attempt++) {
-        pid_t pid = fork();
-        if (pid < 0) {
-            perror("torture: fork");
-            exit(2);
+        pid_t pid = target_spawn(argv, url, log);
+        if (pid > 0) {
+            tpid = pid;
+            return;
         }
-        if (pid == 0) {
-            prctl(PR_SET_PDEATHSIG, SIGKILL);
-            int o = open(url, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-            int l = open(log, O_WRONLY | O_CREAT | O_APPEND, 0644);
-            if (o < 0 || l < 0)
-                _exit(127);
-            dup2(o, 1);
-            dup2(l, 2);
-            const char *argv[16];
-            int n = 0;
-            argv[n++] = target_path;
-            argv[n++] = "--config";
-            argv[n++] = conf;
-            if (inject && inject[0]) {
-                argv[n++] = "--inject";
-                argv[n++] = inject;
-            }
-            argv[n] = NULL;
-            execv(target_path, (char **)argv);
-            _exit(127);
-        }
-        /* ready once it printed its URL (it listens by then) */
-        for (int i = 0; i < 200; i++) {
-            struct stat sb;
-            if (stat(url, &sb) == 0 && sb.st_size > 0) {
-                tpid = pid;
-                return;
-            }
-            int status;
-            if (waitpid(pid, &status, WNOHANG) == pid)
-                break; /* e.g. the port still held by the one just killed: again */
-            usleep(50000);
-        }
-        kill(pid, SIGKILL);
-        waitpid(pid, NULL, 0);
         usleep(100000);
     }
     fprintf(stderr, "torture: linerate-target did not start (see %s)\n", log);

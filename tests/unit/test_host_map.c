@@ -240,6 +240,44 @@ static void test_read_only_mapping(void **state)
     assert_int_equal(prout(f, f->b, 5, 0x00, 0, 0, 0xb1), GOOD);
 }
 
+/* Nor may a read-only host take the SPC-2 reservation (RESERVE(6)/(10), SPC-2 §7.21, §7.22),
+ * which would fence host B's writes out, or move or hold a removable medium, which every host
+ * shares (START STOP UNIT with LOEJ=1, SBC-3 §5.20; PREVENT ALLOW MEDIUM REMOVAL, SPC-4
+ * §6.13). START STOP UNIT without LOEJ changes nothing and stays GOOD. */
+static void test_read_only_no_lu_state(void **state)
+{
+    struct fx *f = *state;
+    struct scsi_lun_config c = {.lun = 3,
+                                .bs = bs_open_spec("ram:1M", f->err, sizeof(f->err)),
+                                .block_size = 512,
+                                .removable = true};
+    assert_int_equal(scsi_target_add_lun(&f->tg, &c, f->err, sizeof(f->err)), 0);
+    map(f, HOST_A, 1, 1, true);
+    map(f, HOST_A, 3, 3, true);
+    map(f, HOST_B, 3, 3, false);
+    /* the unit attentions the maps raised (REPORTED LUNS DATA HAS CHANGED on every LUN) */
+    struct scsi_nexus *n[] = {f->a, f->a, f->b, f->b};
+    const uint64_t nums[] = {1, 3, 3, 5};
+    for (unsigned i = 0; i < 4; i++)
+        drain(f, n[i], nums[i]);
+    const uint8_t res6[16] = {0x16}, res10[16] = {0x56};
+    assert_int_equal(run(f, f->a, 1, res6, NULL, 0), CHECK);
+    assert_sense(f, 0x7, 0x27, 0x00);
+    assert_int_equal(run(f, f->a, 1, res10, NULL, 0), CHECK);
+    assert_sense(f, 0x7, 0x27, 0x00);
+    write_block(f, f->b, 5, 0xbd, GOOD);
+    const uint8_t eject[16] = {0x1b, 0, 0, 0, 0x02}, start[16] = {0x1b, 0, 0, 0, 0x01};
+    const uint8_t prevent[16] = {0x1e, 0, 0, 0, 0x01};
+    assert_int_equal(run(f, f->a, 3, eject, NULL, 0), CHECK);
+    assert_sense(f, 0x7, 0x27, 0x00);
+    assert_int_equal(run(f, f->a, 3, prevent, NULL, 0), CHECK);
+    assert_sense(f, 0x7, 0x27, 0x00);
+    assert_int_equal(run(f, f->a, 3, start, NULL, 0), GOOD);
+    /* the medium is still in, and B may eject it */
+    write_block(f, f->b, 3, 0xbe, GOOD);
+    assert_int_equal(run(f, f->b, 3, eject, NULL, 0), GOOD);
+}
+
 /* Reservations are the logical unit's: host A reserves it through its number 1, host B meets
  * RESERVATION CONFLICT through 5; once A releases, B writes. */
 static void test_reservation_shared_across_numbers(void **state)
@@ -500,6 +538,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_unmapped_not_supported, setup, teardown),
         cmocka_unit_test_setup_teardown(test_same_lun_two_numbers, setup, teardown),
         cmocka_unit_test_setup_teardown(test_read_only_mapping, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_read_only_no_lu_state, setup, teardown),
         cmocka_unit_test_setup_teardown(test_reservation_shared_across_numbers, setup, teardown),
         cmocka_unit_test_setup_teardown(test_ua_by_any_number, setup, teardown),
         cmocka_unit_test_setup_teardown(test_luns_changed_only_that_host, setup, teardown),

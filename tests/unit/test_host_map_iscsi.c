@@ -112,10 +112,10 @@ static void test_task_sets_by_host_lun(void **state)
 /* LOGICAL UNIT RESET aborts every initiator's tasks on the logical unit (SAM-5 §6.3.3), by
  * whatever number each host sent them: host A resets its LUN 0 while host B's WRITE waits for
  * its data on the same disk, which B knows as 5. B's write is aborted (no answer, its data
- * taken for nothing) and B then sees the reset's unit attention on 5. */
-static void test_lun_reset_reaches_other_host(void **state)
+ * taken for nothing) and B then sees the reset's unit attention on 5 (on new_b if B's map
+ * moved the disk there while the write waited: the write is still the disk's). */
+static void lun_reset_reaches_other_host(uint64_t new_b)
 {
-    (void)state;
     struct tgt_opts o;
     tgt_opts_default(&o);
     struct tgt *t = tgt_login(&o);
@@ -150,6 +150,10 @@ static void test_lun_reset_reaches_other_host(void **state)
     tgt_send(t, &p);
     r = expect(t, ISCSI_OP_R2T); /* InitialR2T=Yes: it waits for its data */
     uint32_t ttt = r.ttt;
+    if (new_b != HOST_LUN) { /* as `linerate-ctl unmap lun` and `map lun` would meanwhile */
+        assert_int_equal(scsi_target_host_unmap(st, host_b, HOST_LUN, err, sizeof(err)), 0);
+        assert_int_equal(scsi_target_host_map(st, host_b, new_b, 0, false, err, sizeof(err)), 0);
+    }
 
     tgt_use(t, 0);
     assert_int_equal(tmf(t, ISCSI_TMF_LOGICAL_UNIT_RESET, 0), ISCSI_TMF_RSP_COMPLETE);
@@ -160,7 +164,7 @@ static void test_lun_reset_reaches_other_host(void **state)
     tgt_send(t, &p);
     assert_false(tgt_recv(t, &r)); /* aborted: no answer */
     tgt_pdu_scsi_cmd(&p, 0x601, bsn++, cdb, 0, ISCSI_FLAG_FINAL, NULL, 0);
-    scsi_lun_to_wire(HOST_LUN, p.bhs.b + BHS_LUN);
+    scsi_lun_to_wire(new_b, p.bhs.b + BHS_LUN);
     tgt_send(t, &p);
     r = expect(t, ISCSI_OP_SCSI_RSP);
     assert_int_equal(r.itt, 0x601);
@@ -170,6 +174,19 @@ static void test_lun_reset_reaches_other_host(void **state)
     tgt_free(t);
 }
 
+static void test_lun_reset_reaches_other_host(void **state)
+{
+    (void)state;
+    lun_reset_reaches_other_host(HOST_LUN);
+}
+
+/* The same when B's map changed while its write waited (5 unmapped, the disk mapped as 6). */
+static void test_lun_reset_reaches_remapped_host(void **state)
+{
+    (void)state;
+    lun_reset_reaches_other_host(HOST_LUN + 1);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -177,6 +194,7 @@ int main(void)
         cmocka_unit_test(test_lun_reset_by_host_lun),
         cmocka_unit_test(test_task_sets_by_host_lun),
         cmocka_unit_test(test_lun_reset_reaches_other_host),
+        cmocka_unit_test(test_lun_reset_reaches_remapped_host),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

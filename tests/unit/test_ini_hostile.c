@@ -43,6 +43,7 @@ struct done_log {
     enum lr_err last;
     const char *what;
     uint8_t first_byte;
+    uint8_t response; /* a TMF's */
 };
 
 static void on_done(void *arg, const struct lr_result *r)
@@ -52,6 +53,7 @@ static void on_done(void *arg, const struct lr_result *r)
     d->ok += r->err == LR_OK;
     d->last = r->err;
     d->what = r->what;
+    d->response = r->response;
 }
 
 struct until {
@@ -920,6 +922,27 @@ static void client_snack_liar(struct ft *f, struct lr_session *s)
     assert_true(now_ms() - t0 < 3500);
 }
 
+/* A connection logged in with keys (a window of 32) and its first command in p: its fd, or -1
+ * after ft_fail. */
+static int login_first_cmd(struct ft *f, struct ft_conn *c, const char *keys, uint32_t len,
+                           struct ft_pdu *p)
+{
+    int fd = accept_login(f, c, keys, len, 32, "login");
+    return fd < 0 || first_cmd(f, c, p) < 0 ? -1 : fd;
+}
+
+/* An R2T (R2TSN 0) of the task itt for len bytes at off, into h. */
+static void r2t_hdr(struct ft_conn *c, uint8_t *h, uint32_t itt, uint32_t ttt, uint32_t off,
+                    uint32_t len)
+{
+    ft_rsp(c, h, ISCSI_OP_R2T, ISCSI_FLAG_FINAL, itt);
+    c->statsn--; /* an R2T carries StatSN without taking it */
+    put_be32(h + BHS_TTT, ttt);
+    put_be32(h + BHS_R2TSN, 0);
+    put_be32(h + BHS_BUFFER_OFFSET, off);
+    put_be32(h + BHS_DESIRED_LEN, len);
+}
+
 /* ERL 1: recovery R2Ts for data already sent, without end, and the initiator's Data-Out never
  * read. What waits unsent is bounded (INI_RESEND_BACKLOG_MAX): the connection fails, and the
  * WRITE with it, saying why. */
@@ -927,24 +950,23 @@ static void script_r2t_flood(struct ft *f)
 {
     static struct ft_pdu p;
     struct ft_conn c;
-    int fd = accept_login(f, &c, op_keys_erl1, sizeof(op_keys_erl1), 32, "login");
-    if (fd < 0 || first_cmd(f, &c, &p) < 0)
+    int fd = login_first_cmd(f, &c, op_keys_erl1, sizeof(op_keys_erl1), &p);
+    if (fd < 0)
         return;
     uint32_t itt = get_be32(p.h + BHS_ITT);
+    /* The initiator gives up once 64 MiB of asked-for data is unsent, about 1100 of these R2Ts
+     * past what the sockets hold. The bound is far beyond that and beyond what the socket
+     * buffers take without the initiator reading (about 1 MiB of R2Ts fits in them), so a
+     * loaded machine that lets this thread run ahead cannot make an honest initiator fail. */
     int n = 0;
-    for (; n < 20000; n++) {
+    for (; n < 1000000; n++) {
         uint8_t h[ISCSI_BHS_LEN];
-        ft_rsp(&c, h, ISCSI_OP_R2T, ISCSI_FLAG_FINAL, itt);
-        c.statsn--; /* an R2T carries StatSN without taking it */
-        put_be32(h + BHS_TTT, 0x100 + (uint32_t)n);
-        put_be32(h + BHS_R2TSN, 0);
-        put_be32(h + BHS_BUFFER_OFFSET, 0);
-        put_be32(h + BHS_DESIRED_LEN, 65536);
+        r2t_hdr(&c, h, itt, 0x100 + (uint32_t)n, 0, 65536);
         if (ft_send_c(&c, h, NULL, 0) < 0)
             break; /* the initiator gave up */
     }
-    if (n == 20000)
-        ft_fail(f, "20000 recovery R2Ts taken");
+    if (n == 1000000)
+        ft_fail(f, "a million recovery R2Ts taken");
     close(fd);
     atomic_store(&f->stage, 100);
 }
@@ -1289,6 +1311,127 @@ static void client_erl2_reassign_nonsense(struct ft *f, struct lr_session *s)
     assert_int_equal(io.calls, 1); /* the first never completed again */
 }
 
+/* ---- ABORT TASK (lr_task_abort) ---- */
+
+#define ABORT_FILL 0x5c
+
+/* A WRITE of 128 KiB (64 KiB immediate), then its ABORT TASK: the target sends an R2T for the
+ * rest it issued before the abort and the TMF's Function Complete in one write, so the
+ * initiator reads both at once. The Data-Out it owes for the R2T must carry the data the
+ * WRITE was given, not what the caller put in the buffer once the task ended (it used to be
+ * sent from there, after the caller got the buffer back: a use after free). */
+static void script_abort_r2t_batch(struct ft *f)
+{
+    static struct ft_pdu p;
+    struct ft_conn c;
+    int fd = login_first_cmd(f, &c, op_keys, sizeof(op_keys), &p);
+    if (fd < 0)
+        return;
+    uint32_t itt = get_be32(p.h + BHS_ITT);
+    do {
+        if (ft_recv_c(&c, &p, 5000) < 0)
+            return ft_fail(f, "no ABORT TASK");
+    } while ((p.h[0] & 0x3f) != ISCSI_OP_TMF_REQ);
+    uint8_t two[2 * ISCSI_BHS_LEN];
+    r2t_hdr(&c, two, itt, 0x77, 65536, 65536);
+    uint8_t *h = two + ISCSI_BHS_LEN;
+    ft_rsp(&c, h, ISCSI_OP_TMF_RSP, ISCSI_FLAG_FINAL, get_be32(p.h + BHS_ITT));
+    h[BHS_RESPONSE] = ISCSI_TMF_RSP_COMPLETE;
+    if (send(fd, two, sizeof(two), MSG_NOSIGNAL) != (ssize_t)sizeof(two))
+        return ft_fail(f, "send");
+    uint32_t got = 0;
+    while (got < 65536) {
+        if (ft_recv_c(&c, &p, 5000) < 0)
+            return ft_fail(f, "the Data-Out for the R2T");
+        if ((p.h[0] & 0x3f) != ISCSI_OP_DATA_OUT)
+            continue;
+        for (uint32_t i = 0; i < p.dlen; i++)
+            if (p.data[i] != ABORT_FILL)
+                return ft_fail(f, "Data-Out sent from the buffer after the task ended");
+        got += p.dlen;
+    }
+    atomic_store(&f->stage, 1);
+    await_logout(f, &c);
+}
+
+static uint8_t abort_buf[131072];
+
+/* The caller's done(): the buffer is its own again, and reused. */
+static void on_done_reuse(void *arg, const struct lr_result *r)
+{
+    memset(abort_buf, 0xdd, sizeof(abort_buf));
+    on_done(arg, r);
+}
+
+static void client_abort_r2t_batch(struct ft *f, struct lr_session *s)
+{
+    (void)f;
+    memset(abort_buf, ABORT_FILL, sizeof(abort_buf));
+    struct done_log io = {0}, ab = {0};
+    uint32_t tag;
+    assert_int_equal(lr_write_tag(s, 0, 256, 512, abort_buf, on_done_reuse, &io, &tag), 0);
+    assert_int_equal(lr_task_abort(s, tag, on_done, &ab), 0);
+    assert_true(calls_within(&ab, 1, 5000));
+    assert_int_equal(ab.last, LR_OK);
+    assert_int_equal(io.calls, 1);
+    assert_int_equal(io.last, LR_ERR_TASK_ABORTED);
+    assert_true(ft_run_until(R, stage_reached, f, 5000));
+}
+
+/* ERL 2: the connection carrying a READ is lost with the READ's ABORT TASK asked; on the new
+ * connection the ABORT TASK goes in place of the TASK REASSIGN, and the target answers it
+ * "task still allegiant" (§11.6.1: it has not let go of the old connection yet) the first
+ * time. The orphan is not the new connection's then: the ABORT TASK is asked again, answered
+ * Function Complete, and the READ ends aborted (it used to sit until its command timeout). */
+static void script_erl2_abort_allegiant(struct ft *f)
+{
+    static struct ft_pdu p;
+    struct ft_conn c, n;
+    int fd = login_first_cmd(f, &c, op_keys_erl2, sizeof(op_keys_erl2), &p);
+    if (fd < 0)
+        return;
+    close(fd); /* the connection is lost with the READ on it */
+    if (accept_login(f, &n, op_keys_erl2, sizeof(op_keys_erl2), 32, "second login") < 0)
+        return;
+    int aborts = 0;
+    while (aborts < 2 && ft_recv_c(&n, &p, 5000) == 0) {
+        if ((p.h[0] & 0x3f) == ISCSI_OP_LOGOUT_REQ) { /* of the lost connection's CID */
+            ft_logout_rsp(&n, &p);
+            continue;
+        }
+        if ((p.h[0] & 0x3f) != ISCSI_OP_TMF_REQ)
+            continue;
+        if ((p.h[1] & 0x7f) != ISCSI_TMF_ABORT_TASK)
+            return ft_fail(f, "a TMF other than ABORT TASK");
+        uint8_t h[ISCSI_BHS_LEN];
+        ft_rsp(&n, h, ISCSI_OP_TMF_RSP, ISCSI_FLAG_FINAL, get_be32(p.h + BHS_ITT));
+        h[BHS_RESPONSE] = aborts++ ? ISCSI_TMF_RSP_COMPLETE : ISCSI_TMF_RSP_TASK_ALLEGIANT;
+        ft_send_c(&n, h, NULL, 0);
+    }
+    if (aborts < 2)
+        return ft_fail(f, "the ABORT TASK not asked again");
+    await_logout(f, &n);
+}
+
+static void client_erl2_abort_allegiant(struct ft *f, struct lr_session *s)
+{
+    (void)f;
+    static uint8_t buf[4096];
+    const uint8_t cdb[10] = {0x28, 0, 0, 0, 0, 0, 0, 0, 8, 0}; /* READ (10), 8 blocks */
+    struct done_log io = {0}, ab = {0};
+    uint32_t tag;
+    uint64_t t0 = now_ms();
+    assert_int_equal(
+        lr_scsi_tag(s, cdb, sizeof(cdb), LR_DIR_READ, buf, sizeof(buf), on_done, &io, &tag), 0);
+    assert_int_equal(lr_task_abort(s, tag, on_done, &ab), 0);
+    assert_true(calls_within(&ab, 1, 5000));
+    assert_int_equal(ab.last, LR_OK);
+    assert_int_equal(ab.response, ISCSI_TMF_RSP_COMPLETE);
+    assert_int_equal(io.calls, 1);
+    assert_int_equal(io.last, LR_ERR_TASK_ABORTED);
+    assert_true(now_ms() - t0 < 5000); /* not the command timeout (10 s) */
+}
+
 /* ---- the cases with a session logged in: the target's script, then the user's side ---- */
 
 /* ---- no memory for a connection ---- */
@@ -1406,6 +1549,15 @@ static const struct hostile_case cases[] = {
      .client = client_second_conn_no_memory,
      .logout = true,
      .before_login = fail_second_conn},
+    {.name = "test_abort_task_r2t_and_answer_together",
+     .script = script_abort_r2t_batch,
+     .client = client_abort_r2t_batch,
+     .logout = true},
+    {.name = "test_erl2_abort_of_orphan_still_allegiant",
+     .script = script_erl2_abort_allegiant,
+     .opts = {.error_recovery_level = 2},
+     .client = client_erl2_abort_allegiant,
+     .logout = true},
 };
 
 static void run_case(void **state)
@@ -1456,6 +1608,8 @@ int main(void)
         CASE(14),
         CASE(15),
         CASE(16),
+        CASE(17),
+        CASE(18),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     reactor_destroy(R);

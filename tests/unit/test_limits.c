@@ -297,6 +297,81 @@ static void test_group_shares_its_cap(void **state)
     tgt_free(t);
 }
 
+/* One TMF for the LUN (ABORT TASK of itt/sn, or LOGICAL UNIT RESET): answered FUNCTION
+ * COMPLETE, after the tasks it ends have ended. */
+static void tmf_ok(struct tgt *t, uint8_t fn, uint32_t tmf_itt, uint32_t itt, uint32_t sn)
+{
+    struct tgt_pdu tmf;
+    tgt_pdu_tmf(&tmf, fn, tmf_itt, itt, sn, tgt_peek_cmdsn(t), true);
+    tgt_send(t, &tmf);
+    struct tgt_rsp r = next_answer(t);
+    assert_int_equal(r.opcode, ISCSI_OP_TMF_RSP);
+    assert_int_equal(r.itt, tmf_itt);
+    assert_int_equal(r.response, ISCSI_TMF_RSP_COMPLETE);
+}
+
+/* One write, answered GOOD (before the writes still waiting, whose turns are seconds off). */
+static void write_goes(struct tgt *t)
+{
+    struct tgt_pdu p;
+    uint32_t itt = write_pdu(t, &p, 7);
+    tgt_send(t, &p);
+    struct tgt_rsp r = next_answer(t);
+    expect_good(&r, itt);
+}
+
+/* At 1 IOPS, seven writes wait behind the first (the cap's clock seven seconds ahead). The cap
+ * raised to 100000 IOPS: the next write does not wait behind the slots reserved at the old
+ * pace (the LUN's delayed count stays); nor after the cap is taken off and set to 1 IOPS
+ * again. The waiting writes are ended by a LOGICAL UNIT RESET. No time is measured: only
+ * whether the cap made a command wait. */
+static void test_raised_cap_frees_reserved_slots(void **state)
+{
+    (void)state;
+    struct tgt *t = up("ram:4M,iops=1,burst=0");
+    struct rate_limit *lu = scsi_lun_rate_limit(scsi_target_lun(tgt_scsi_target(t), 0));
+    enum { N = 8 };
+    uint32_t itt[N];
+    send_writes(t, N, itt, NULL);
+    struct tgt_rsp r = next_answer(t);
+    expect_good(&r, itt[0]);
+    uint64_t d0 = delayed(lu);
+    assert_int_equal(d0, N - 1);
+    struct rate_limit_conf c = {.cap = {[RATE_IOPS] = 100000}};
+    rate_limit_set(lu, &c);
+    write_goes(t);
+    assert_int_equal(delayed(lu), d0);
+    struct rate_limit_conf none = {0}, one = {.cap = {[RATE_IOPS] = 1}};
+    rate_limit_set(lu, &none);
+    rate_limit_set(lu, &one);
+    write_goes(t);
+    assert_int_equal(delayed(lu), d0);
+    tmf_ok(t, ISCSI_TMF_LOGICAL_UNIT_RESET, 0x901, ISCSI_RSVD_TAG, 0);
+    tgt_free(t);
+}
+
+/* At 1 IOPS three writes are charged (the clock three seconds ahead of the first's start);
+ * ABORT TASK of the last, then of the one before it: each was the last slot handed out when
+ * aborted, so each gives its second back: the clock is where the first write left it. */
+static void test_aborted_waiting_command_gives_its_slot_back(void **state)
+{
+    (void)state;
+    struct tgt *t = up("ram:4M,iops=1,burst=0");
+    struct rate_limit *lu = scsi_lun_rate_limit(scsi_target_lun(tgt_scsi_target(t), 0));
+    enum { N = 3 };
+    uint32_t itt[N], sn[N];
+    send_writes(t, N, itt, sn);
+    struct tgt_rsp r = next_answer(t);
+    expect_good(&r, itt[0]);
+    uint64_t tat = atomic_load(&lu->tat[RATE_IOPS]);
+    tmf_ok(t, ISCSI_TMF_ABORT_TASK, 0x900, itt[2], sn[2]);
+    assert_int_equal(atomic_load(&lu->tat[RATE_IOPS]), tat - 1000000000ull);
+    tmf_ok(t, ISCSI_TMF_ABORT_TASK, 0x901, itt[1], sn[1]);
+    assert_int_equal(atomic_load(&lu->tat[RATE_IOPS]), tat - 2000000000ull);
+    assert_int_equal(tgt_pending(t), 0);
+    tgt_free(t);
+}
+
 /* The options as a config file and linerate-ctl take them, and as save writes them back. */
 static void test_limit_options(void **state)
 {
@@ -313,8 +388,13 @@ static void test_limit_options(void **state)
     assert_int_equal(target_lun_spec_format(&l, out, sizeof(out)), 0);
     assert_string_equal(out, "ram:4M,iops=500,write-iops=50,read-mbps=100,burst=1000ms");
     free(l.bs_spec);
-    const char *bad[] = {"ram:4M,iops=-1",   "ram:4M,mbps=1.5", "ram:4M,burst=2m",
-                         "ram:4M,burst=61s", "ram:4M,iops=",    "ram:4M,write-mbps=x"};
+    const char *bad[] = {"ram:4M,iops=-1",
+                         "ram:4M,mbps=1.5",
+                         "ram:4M,burst=2m",
+                         "ram:4M,burst=61s",
+                         "ram:4M,burst=18446744073709552s",
+                         "ram:4M,iops=",
+                         "ram:4M,write-mbps=x"};
     for (unsigned i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         memset(&l, 0, sizeof(l));
         assert_int_equal(target_parse_lun_spec(bad[i], &l, err, sizeof(err)), -1);
@@ -338,6 +418,8 @@ int main(void)
         cmocka_unit_test(test_command_charged_to_both),
         cmocka_unit_test(test_group_shares_its_cap),
         cmocka_unit_test(test_connection_lost_while_waiting),
+        cmocka_unit_test(test_raised_cap_frees_reserved_slots),
+        cmocka_unit_test(test_aborted_waiting_command_gives_its_slot_back),
         cmocka_unit_test(test_limit_options),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
