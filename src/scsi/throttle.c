@@ -3,23 +3,52 @@
  * entry's). The wait never blocks a thread: the command gets a timer on the reactor that ran it,
  * set to the turn the cap gave it, and runs from there. Turns are given in the order commands
  * reach the core and timers of one reactor with one deadline fire in the order they were set,
- * so commands of one connection run in their order. Nothing is allocated: the timer and the
- * abort's message live in the task, and how many commands wait is bounded by the sessions'
- * command windows.
+ * so commands of one connection run in their order.
+ *
+ * What a command waits with (its timer, the abort's message, the slots it reserved) is
+ * allocated when it has to wait, never before: a command that does not wait pays for none of
+ * it (issue 29 item 5: no cap, no cost), and one that waits is on the slow path anyway. If that
+ * allocation fails the command still waits, in a queue of its reactor (struct throttle_spare):
+ * it goes at or after its turn, in order, and an abort ends it at that turn without giving its
+ * slots back (nothing kept them). How many commands wait is bounded by the sessions' command
+ * windows.
  *
  * An abort (a TMF, a LUN reset, a lost connection, PREEMPT AND ABORT) of a waiting command ends
  * it at once, on its reactor, with the status quiesce.c gives aborted tasks; it never reaches
  * the store, and the task management function's answer does not wait for its turn. */
 #include <assert.h>
-#include <string.h>
+#include <stdlib.h>
 
 #include "scsi/scsi_internal.h"
 
 enum {
     TH_NONE = 0,
-    TH_WAITING, /* its timer is set */
-    TH_ABORTED, /* aborted while waiting: the message ends it, the timer does nothing */
+    TH_WAITING,        /* its timer is set */
+    TH_ABORTED,        /* aborted while waiting: the message ends it, the timer does nothing */
+    TH_QUEUED,         /* waiting in the reactor's spare queue (no record could be allocated) */
+    TH_QUEUED_ABORTED, /* the same, aborted: its batch's turn ends it without running it */
 };
+
+struct throttle_wait {
+    struct scsi_task *t;
+    struct reactor *r;
+    struct reactor_timer timer;
+    struct reactor_msg msg;
+    struct rate_slot lu_slot, e_slot; /* what it reserved, given back if aborted */
+};
+
+/* Commands waiting on this reactor without a record, in batches: the timer is set for the
+ * latest turn in the current batch; commands that come meanwhile form the next batch, whose
+ * timer is set when the current one has gone (so no batch is pushed back for ever). While the
+ * queue is not empty every command that waits on this reactor joins it, so none charged later
+ * goes before one in it. Per thread: a reactor is one thread. */
+struct throttle_spare {
+    struct reactor_timer timer;
+    struct scsi_task *head, *tail;           /* the current batch, its timer set */
+    struct scsi_task *next_head, *next_tail; /* the next batch */
+    uint64_t next_ms;                        /* the latest turn in the next batch */
+};
+static _Thread_local struct throttle_spare spare;
 
 struct rate_limit *scsi_lun_rate_limit(struct scsi_lun *lu)
 {
@@ -34,11 +63,13 @@ unsigned scsi_lun_throttled(const struct scsi_lun *lu)
 /* Its turn came. */
 static void throttle_due(void *arg)
 {
-    struct scsi_task *t = arg;
+    struct throttle_wait *w = arg;
+    struct scsi_task *t = w->t;
     struct scsi_task_core *k = scsi_core(t);
     unsigned char waiting = TH_WAITING;
     if (!atomic_compare_exchange_strong(&k->th_state, &waiting, TH_NONE))
-        return; /* aborted meanwhile: throttle_aborted() ends it */
+        return; /* aborted meanwhile: throttle_aborted() ends it and frees w */
+    free(w);
     atomic_fetch_sub_explicit(&t->lu->throttled, 1, memory_order_relaxed);
     k->cmd->exec(t, k->cmd);
 }
@@ -47,26 +78,79 @@ static void throttle_due(void *arg)
  * and lets a quiesce wait go on). */
 static void throttle_aborted(void *arg)
 {
-    struct scsi_task *t = arg;
+    struct throttle_wait *w = arg;
+    struct scsi_task *t = w->t;
     struct scsi_task_core *k = scsi_core(t);
-    reactor_timer_stop(k->th_reactor, &k->th_timer);
+    reactor_timer_stop(w->r, &w->timer);
     /* its slots go back where no later command holds one behind them: aborting what waits
      * does not leave the cap reserved for commands that never run */
-    rate_limit_refund(&t->lu->limit, &k->th_lu_slot);
+    rate_limit_refund(&t->lu->limit, &w->lu_slot);
     if (t->limit)
-        rate_limit_refund(t->limit, &k->th_e_slot);
+        rate_limit_refund(t->limit, &w->e_slot);
+    free(w);
     atomic_store(&k->th_state, TH_NONE);
     atomic_fetch_sub_explicit(&t->lu->throttled, 1, memory_order_relaxed);
     t->done(t);
 }
 
+/* The spare queue's current batch is due: the next batch becomes current before any of these
+ * runs (running one may bring new commands here), then each runs, or ends if aborted. */
+static void spare_due(void *arg)
+{
+    (void)arg;
+    struct scsi_task *t = spare.head;
+    spare.head = spare.next_head;
+    spare.tail = spare.next_tail;
+    spare.next_head = spare.next_tail = NULL;
+    if (spare.head)
+        reactor_timer_at(reactor_self(), &spare.timer, spare.next_ms, spare_due, NULL);
+    while (t) {
+        struct scsi_task_core *k = scsi_core(t);
+        struct scsi_task *next = k->th.next;
+        unsigned char queued = TH_QUEUED;
+        bool run = atomic_compare_exchange_strong(&k->th_state, &queued, TH_NONE);
+        if (!run)
+            atomic_store(&k->th_state, TH_NONE); /* TH_QUEUED_ABORTED */
+        atomic_fetch_sub_explicit(&t->lu->throttled, 1, memory_order_relaxed);
+        if (run)
+            k->cmd->exec(t, k->cmd);
+        else
+            t->done(t);
+        t = next;
+    }
+}
+
+/* t waits without a record until ms (the reactor's clock), behind those already queued. */
+static void spare_queue(struct reactor *r, struct scsi_task *t, uint64_t ms)
+{
+    scsi_core(t)->th.next = NULL;
+    if (!spare.head) {
+        spare.head = spare.tail = t;
+        reactor_timer_at(r, &spare.timer, ms, spare_due, NULL);
+        return;
+    }
+    if (spare.next_head) {
+        scsi_core(spare.next_tail)->th.next = t;
+        spare.next_ms = ms > spare.next_ms ? ms : spare.next_ms;
+    } else {
+        spare.next_head = t;
+        spare.next_ms = ms;
+    }
+    spare.next_tail = t;
+}
+
 void scsi_throttle_abort(struct scsi_task *t)
 {
     struct scsi_task_core *k = scsi_core(t);
-    unsigned char waiting = TH_WAITING;
+    unsigned char waiting = TH_WAITING, queued = TH_QUEUED;
     /* From any thread: the task's own reactor ends it, never inside the caller's abort */
-    if (atomic_compare_exchange_strong(&k->th_state, &waiting, TH_ABORTED))
-        reactor_post(k->th_reactor, &k->th_msg, throttle_aborted, t);
+    if (atomic_compare_exchange_strong(&k->th_state, &waiting, TH_ABORTED)) {
+        struct throttle_wait *w = k->th.wait;
+        reactor_post(w->r, &w->msg, throttle_aborted, w);
+    } else {
+        /* queued without a record: nothing to post with; its batch's turn ends it */
+        atomic_compare_exchange_strong(&k->th_state, &queued, TH_QUEUED_ABORTED);
+    }
 }
 
 static enum rate_op throttle_op(const struct scsi_task *t)
@@ -81,15 +165,14 @@ bool scsi_throttle(struct scsi_task *t)
         return false;
     enum rate_op op = throttle_op(t);
     /* charged to both the LUN's cap and the entry's: it goes when both give it its turn, and
-     * each counts it delayed only if it was the one (or one of the two) that held it back */
-    struct scsi_task_core *k = scsi_core(t);
-    memset(&k->th_lu_slot, 0, sizeof(k->th_lu_slot));
-    memset(&k->th_e_slot, 0, sizeof(k->th_e_slot));
+     * each counts it delayed only if it was the one (or one of the two) that held it back. The
+     * slots go on the stack: kept only if it waits. */
+    struct rate_slot lu_slot = {0}, e_slot = {0};
     uint64_t now = rate_limit_now_ns(), lu_until = 0, e_until = 0;
     if (rate_limit_on(&lu->limit))
-        lu_until = rate_limit_charge(&lu->limit, op, t->xfer_len, now, &k->th_lu_slot);
+        lu_until = rate_limit_charge(&lu->limit, op, t->xfer_len, now, &lu_slot);
     if (t->limit && rate_limit_on(t->limit))
-        e_until = rate_limit_charge(t->limit, op, t->xfer_len, now, &k->th_e_slot);
+        e_until = rate_limit_charge(t->limit, op, t->xfer_len, now, &e_slot);
     uint64_t until = lu_until > e_until ? lu_until : e_until;
     struct reactor *r = reactor_self();
     if (until <= now || !r) /* no reactor (a test driving the core from a thread): no wait */
@@ -98,13 +181,26 @@ bool scsi_throttle(struct scsi_task *t)
         rate_limit_count_delay(&lu->limit, until - now);
     if (e_until > now)
         rate_limit_count_delay(t->limit, until - now);
+    struct scsi_task_core *k = scsi_core(t);
     assert(atomic_load(&k->th_state) == TH_NONE);
-    k->th_reactor = r;
-    k->th_msg = (struct reactor_msg){0};
     atomic_fetch_add_explicit(&lu->throttled, 1, memory_order_relaxed);
-    atomic_store(&k->th_state, TH_WAITING);
     /* the reactor's clock is CLOCK_MONOTONIC in whole ms: the first ms at or after the turn */
-    reactor_timer_at(r, &k->th_timer, (until + 999999) / 1000000, throttle_due, t);
+    uint64_t due_ms = (until + 999999) / 1000000;
+    /* with commands in the spare queue, later ones join it: none overtakes them */
+    struct throttle_wait *w = spare.head ? NULL : malloc(sizeof(*w));
+    if (!w) {
+        atomic_store(&k->th_state, TH_QUEUED);
+        spare_queue(r, t, due_ms);
+        /* an abort between the caller's check and TH_QUEUED found nothing to end */
+        unsigned char queued = TH_QUEUED;
+        if (scsi_task_aborted(t))
+            atomic_compare_exchange_strong(&k->th_state, &queued, TH_QUEUED_ABORTED);
+        return true;
+    }
+    *w = (struct throttle_wait){.t = t, .r = r, .lu_slot = lu_slot, .e_slot = e_slot};
+    k->th.wait = w;
+    atomic_store(&k->th_state, TH_WAITING);
+    reactor_timer_at(r, &w->timer, due_ms, throttle_due, w);
     /* An abort that came after the caller's check but before TH_WAITING was stored found
      * nothing to end (its CAS saw TH_NONE); end the command here instead of at its turn. The
      * CAS makes this and scsi_throttle_abort() end it once. The message runs on this reactor
@@ -112,6 +208,6 @@ bool scsi_throttle(struct scsi_task *t)
      * between two instructions of one thread, with no point to hold it open from outside. */
     unsigned char waiting = TH_WAITING;
     if (scsi_task_aborted(t) && atomic_compare_exchange_strong(&k->th_state, &waiting, TH_ABORTED))
-        reactor_post(r, &k->th_msg, throttle_aborted, t);
+        reactor_post(r, &w->msg, throttle_aborted, w);
     return true;
 }
