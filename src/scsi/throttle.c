@@ -9,9 +9,9 @@
  * allocated when it has to wait, never before: a command that does not wait pays for none of
  * it (issue 29 item 5: no cap, no cost), and one that waits is on the slow path anyway. If that
  * allocation fails the command still waits, in a queue of its reactor (struct throttle_spare):
- * it goes at or after its turn, in order, and an abort ends it at that turn without giving its
- * slots back (nothing kept them). How many commands wait is bounded by the sessions' command
- * windows.
+ * it goes at or after its turn, in order, and an abort ends it within SPARE_TICK_MS without
+ * giving its slots back (nothing kept them). How many commands wait is bounded by the sessions'
+ * command windows.
  *
  * An abort (a TMF, a LUN reset, a lost connection, PREEMPT AND ABORT) of a waiting command ends
  * it at once, on its reactor, with the status quiesce.c gives aborted tasks; it never reaches
@@ -37,16 +37,20 @@ struct throttle_wait {
     struct rate_slot lu_slot, e_slot; /* what it reserved, given back if aborted */
 };
 
-/* Commands waiting on this reactor without a record, in batches: the timer is set for the
- * latest turn in the current batch; commands that come meanwhile form the next batch, whose
- * timer is set when the current one has gone (so no batch is pushed back for ever). While the
- * queue is not empty every command that waits on this reactor joins it, so none charged later
- * goes before one in it. Per thread: a reactor is one thread. */
+/* Commands waiting on this reactor without a record, in batches: the current batch goes at
+ * the latest turn in it; commands that come meanwhile form the next batch, which becomes
+ * current when the current one has gone (so no batch is pushed back for ever). While the queue
+ * is not empty every command that waits on this reactor joins it, so none charged later goes
+ * before one in it. An abort from another thread cannot reach this queue (nothing to post
+ * with), so its timer ticks every SPARE_TICK_MS while it is not empty and ends the commands
+ * aborted since. Per thread: a reactor is one thread. */
+#define SPARE_TICK_MS 10
 struct throttle_spare {
+    struct reactor *r; /* the reactor its timer is on */
     struct reactor_timer timer;
-    struct scsi_task *head, *tail;           /* the current batch, its timer set */
+    struct scsi_task *head, *tail;           /* the current batch */
     struct scsi_task *next_head, *next_tail; /* the next batch */
-    uint64_t next_ms;                        /* the latest turn in the next batch */
+    uint64_t head_ms, next_ms;               /* the latest turn in each */
 };
 static _Thread_local struct throttle_spare spare;
 
@@ -93,17 +97,28 @@ static void throttle_aborted(void *arg)
     t->done(t);
 }
 
-/* The spare queue's current batch is due: the next batch becomes current before any of these
- * runs (running one may bring new commands here), then each runs, or ends if aborted. */
-static void spare_due(void *arg)
+/* Takes the aborted commands out of the list *head (its last in *tail) onto *ended. */
+static void spare_sweep(struct scsi_task **head, struct scsi_task **tail, struct scsi_task **ended)
 {
-    (void)arg;
-    struct scsi_task *t = spare.head;
-    spare.head = spare.next_head;
-    spare.tail = spare.next_tail;
-    spare.next_head = spare.next_tail = NULL;
-    if (spare.head)
-        reactor_timer_at(reactor_self(), &spare.timer, spare.next_ms, spare_due, NULL);
+    struct scsi_task **link = head, *last = NULL;
+    while (*link) {
+        struct scsi_task *t = *link;
+        struct scsi_task_core *k = scsi_core(t);
+        if (atomic_load(&k->th_state) == TH_QUEUED_ABORTED) {
+            *link = k->th.next;
+            k->th.next = *ended;
+            *ended = t;
+        } else {
+            last = t;
+            link = &k->th.next;
+        }
+    }
+    *tail = last;
+}
+
+/* Ends (aborted) or runs each command of the list t. */
+static void spare_finish(struct scsi_task *t)
+{
     while (t) {
         struct scsi_task_core *k = scsi_core(t);
         struct scsi_task *next = k->th.next;
@@ -120,13 +135,52 @@ static void spare_due(void *arg)
     }
 }
 
+/* The spare queue's tick: the aborted end; the current batch goes if its turn came (the next
+ * becoming current). The queue is set right before any command runs (running one may bring
+ * new commands here). */
+static void spare_tick(void *arg)
+{
+    (void)arg;
+    struct scsi_task *ended = NULL, *due = NULL;
+    spare_sweep(&spare.head, &spare.tail, &ended);
+    spare_sweep(&spare.next_head, &spare.next_tail, &ended);
+    uint64_t now = reactor_now_ms();
+    if (spare.head && spare.head_ms <= now) {
+        due = spare.head;
+        spare.head = spare.next_head;
+        spare.tail = spare.next_tail;
+        spare.head_ms = spare.next_ms;
+        spare.next_head = spare.next_tail = NULL;
+    }
+    if (!spare.head && spare.next_head) { /* the whole current batch was aborted */
+        spare.head = spare.next_head;
+        spare.tail = spare.next_tail;
+        spare.head_ms = spare.next_ms;
+        spare.next_head = spare.next_tail = NULL;
+    }
+    if (spare.head) {
+        uint64_t at = spare.head_ms < now + SPARE_TICK_MS ? spare.head_ms : now + SPARE_TICK_MS;
+        reactor_timer_at(spare.r, &spare.timer, at, spare_tick, NULL);
+    }
+    spare_finish(ended);
+    spare_finish(due);
+}
+
 /* t waits without a record until ms (the reactor's clock), behind those already queued. */
 static void spare_queue(struct reactor *r, struct scsi_task *t, uint64_t ms)
 {
     scsi_core(t)->th.next = NULL;
+    /* a queue left by a reactor this thread ran before (destroyed with commands waiting: its
+     * timer is gone with it) is not waited behind */
+    if (spare.head && spare.r != r)
+        spare = (struct throttle_spare){0};
     if (!spare.head) {
+        spare.r = r;
         spare.head = spare.tail = t;
-        reactor_timer_at(r, &spare.timer, ms, spare_due, NULL);
+        spare.head_ms = ms;
+        uint64_t now = reactor_now_ms();
+        reactor_timer_at(r, &spare.timer, ms < now + SPARE_TICK_MS ? ms : now + SPARE_TICK_MS,
+                         spare_tick, NULL);
         return;
     }
     if (spare.next_head) {
@@ -148,7 +202,7 @@ void scsi_throttle_abort(struct scsi_task *t)
         struct throttle_wait *w = k->th.wait;
         reactor_post(w->r, &w->msg, throttle_aborted, w);
     } else {
-        /* queued without a record: nothing to post with; its batch's turn ends it */
+        /* queued without a record: nothing to post with; the queue's next tick ends it */
         atomic_compare_exchange_strong(&k->th_state, &queued, TH_QUEUED_ABORTED);
     }
 }
@@ -187,7 +241,7 @@ bool scsi_throttle(struct scsi_task *t)
     /* the reactor's clock is CLOCK_MONOTONIC in whole ms: the first ms at or after the turn */
     uint64_t due_ms = (until + 999999) / 1000000;
     /* with commands in the spare queue, later ones join it: none overtakes them */
-    struct throttle_wait *w = spare.head ? NULL : malloc(sizeof(*w));
+    struct throttle_wait *w = spare.head && spare.r == r ? NULL : malloc(sizeof(*w));
     if (!w) {
         atomic_store(&k->th_state, TH_QUEUED);
         spare_queue(r, t, due_ms);
