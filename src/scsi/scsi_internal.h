@@ -331,6 +331,9 @@ void scsi_task_enter(struct scsi_task *t);
 bool scsi_throttle(struct scsi_task *t);
 /* t was just marked aborted: if it waits under a cap, it ends now (on its reactor). */
 void scsi_throttle_abort(struct scsi_task *t);
+/* Tests only: commands that wait take the path of a failed allocation of their record (the
+ * reactor's spare queue, throttle.c), which no other test can make happen. */
+extern _Atomic bool scsi_throttle_no_record;
 /* The transport aborted it while it is in the core: a step not begun yet is not taken. */
 bool scsi_task_aborted(struct scsi_task *t);
 /* From here on the task cannot be aborted (its effect is made; it only waits before it

@@ -54,6 +54,8 @@ struct throttle_spare {
 };
 static _Thread_local struct throttle_spare spare;
 
+_Atomic bool scsi_throttle_no_record;
+
 struct rate_limit *scsi_lun_rate_limit(struct scsi_lun *lu)
 {
     return &lu->limit;
@@ -241,7 +243,9 @@ bool scsi_throttle(struct scsi_task *t)
     /* the reactor's clock is CLOCK_MONOTONIC in whole ms: the first ms at or after the turn */
     uint64_t due_ms = (until + 999999) / 1000000;
     /* with commands in the spare queue, later ones join it: none overtakes them */
-    struct throttle_wait *w = spare.head && spare.r == r ? NULL : malloc(sizeof(*w));
+    struct throttle_wait *w = (spare.head && spare.r == r) || atomic_load(&scsi_throttle_no_record)
+                                  ? NULL
+                                  : malloc(sizeof(*w));
     if (!w) {
         atomic_store(&k->th_state, TH_QUEUED);
         spare_queue(r, t, due_ms);
