@@ -99,9 +99,8 @@ static void expect_good(const struct tgt_rsp *r, uint32_t itt)
 }
 
 /* n writes in one read at 20 IOPS: every one answered GOOD, in the order they were sent. */
-static void test_waiting_commands_keep_order(void **state)
+static void writes_keep_order(void)
 {
-    (void)state;
     struct tgt *t = up("ram:4M,iops=20");
     enum { N = 6 };
     uint32_t itt[N];
@@ -112,6 +111,12 @@ static void test_waiting_commands_keep_order(void **state)
     }
     assert_int_equal(tgt_pending(t), 0);
     tgt_free(t);
+}
+
+static void test_waiting_commands_keep_order(void **state)
+{
+    (void)state;
+    writes_keep_order();
 }
 
 /* At 1 IOPS without a burst the first write goes, the next ones wait (seconds). ABORT TASK of
@@ -382,17 +387,8 @@ static void test_waiting_without_a_record(void **state)
 {
     (void)state;
     atomic_store(&scsi_throttle_no_record, true);
-    struct tgt *t = up("ram:4M,iops=20");
-    enum { N = 6 };
-    uint32_t itt[N];
-    send_writes(t, N, itt, NULL);
-    for (unsigned i = 0; i < N; i++) {
-        struct tgt_rsp r = next_answer(t);
-        expect_good(&r, itt[i]);
-    }
-    assert_int_equal(tgt_pending(t), 0);
-    tgt_free(t);
-    t = up("ram:4M,iops=1");
+    writes_keep_order();
+    struct tgt *t = up("ram:4M,iops=1");
     abort_waiting(t);
     tgt_free(t);
     t = up("ram:4M,mbps=1,burst=0");
