@@ -26,7 +26,7 @@ enum {
     TH_WAITING,        /* its timer is set */
     TH_ABORTED,        /* aborted while waiting: the message ends it, the timer does nothing */
     TH_QUEUED,         /* waiting in the reactor's spare queue (no record could be allocated) */
-    TH_QUEUED_ABORTED, /* the same, aborted: its batch's turn ends it without running it */
+    TH_QUEUED_ABORTED, /* the same, aborted: the queue's next tick ends it, not run */
 };
 
 struct throttle_wait {
