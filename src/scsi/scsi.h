@@ -43,7 +43,7 @@ enum scsi_dir { SCSI_DIR_NONE, SCSI_DIR_READ, SCSI_DIR_WRITE };
 #define SCSI_TASK_IOV_MAX 16
 #define SCSI_CDB_MAX 16
 /* Room for the SCSI core's private per-task state (struct scsi_task_core). */
-#define SCSI_TASK_CORE_BYTES 512 /* 192 of it the cap slots a waiting task may give back */
+#define SCSI_TASK_CORE_BYTES 232 /* the real struct: the _Static_assert in scsi_internal.h */
 /* Largest transfer one command may ask for (VPD 0xB0 MAXIMUM TRANSFER LENGTH says so);
  * bounds every allocation a CDB can cause. */
 #define SCSI_MAX_XFER_BYTES (8u << 20)

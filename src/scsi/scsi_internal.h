@@ -331,6 +331,9 @@ void scsi_task_enter(struct scsi_task *t);
 bool scsi_throttle(struct scsi_task *t);
 /* t was just marked aborted: if it waits under a cap, it ends now (on its reactor). */
 void scsi_throttle_abort(struct scsi_task *t);
+/* Tests only: commands that wait take the path of a failed allocation of their record (the
+ * reactor's spare queue, throttle.c), which no other test can make happen. */
+extern _Atomic bool scsi_throttle_no_record;
 /* The transport aborted it while it is in the core: a step not begun yet is not taken. */
 bool scsi_task_aborted(struct scsi_task *t);
 /* From here on the task cannot be aborted (its effect is made; it only waits before it
@@ -428,6 +431,8 @@ struct scsi_cmd {
     uint8_t pr;         /* PRC_*: how reservations held by others affect it */
 };
 
+struct throttle_wait; /* throttle.c's own */
+
 /* What the core keeps per task, in scsi_task.core (opaque to transports). Set by setup. */
 struct scsi_task_core {
     /* the opcode-table row to run; NULL: refused, exec only calls done */
@@ -440,13 +445,17 @@ struct scsi_task_core {
     /* quiesce.c: whether the task is in the core and aborted, and the transport's done that
      * the core's own stands in front of while it is */
     _Atomic unsigned char phase;
-    void (*transport_done)(struct scsi_task *t);
-    /* throttle.c: a command waiting for its turn under a cap, on the reactor that ran it */
+    /* throttle.c: a command waiting for its turn under a cap, on the reactor that ran it
+     * (beside phase: it fills padding, not a word of its own) */
     _Atomic unsigned char th_state;
-    struct reactor *th_reactor;
-    struct reactor_timer th_timer;
-    struct reactor_msg th_msg;
-    struct rate_slot th_lu_slot, th_e_slot; /* what it reserved, given back if aborted */
+    void (*transport_done)(struct scsi_task *t);
+    /* throttle.c: what it waits with (allocated only when it waits, so a command that does not wait
+     * neither allocates it nor zeroes it), or, when that allocation failed, the next command
+     * in the reactor's queue of those waiting without one */
+    union {
+        struct throttle_wait *wait;
+        struct scsi_task *next;
+    } th;
 };
 _Static_assert(sizeof(struct scsi_task_core) <= SCSI_TASK_CORE_BYTES,
                "SCSI_TASK_CORE_BYTES too small for struct scsi_task_core");
