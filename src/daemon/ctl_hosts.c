@@ -39,7 +39,7 @@ static bool same_maps(const struct target_host_conf *a, const struct target_host
 
 static bool same_limits(const struct target_host_conf *a, const struct target_host_conf *b)
 {
-    return memcmp(&a->limits, &b->limits, sizeof(a->limits)) == 0;
+    return rate_limit_conf_same(&a->limits, &b->limits);
 }
 
 /* Whether each initiator of a has the same entry (maps, CHAP, caps) in b. */
@@ -142,7 +142,7 @@ static struct iscsi_host_limit *entry_limit(const struct iscsi_node *n,
                 continue;
             struct rate_limit_conf now;
             rate_limit_get(&l->limit, &now);
-            if (memcmp(&now, &h->limits, sizeof(now)) != 0)
+            if (!rate_limit_conf_same(&now, &h->limits))
                 rate_limit_set(&l->limit, &h->limits);
             iscsi_host_limit_get(l);
             return l;

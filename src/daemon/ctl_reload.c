@@ -91,7 +91,7 @@ static bool same_allow(const struct target_node_conf *a, const struct target_nod
 bool ctl_lun_conf_same(const struct target_lun_conf *a, const struct target_lun_conf *b)
 {
     return a->lun == b->lun && same_store(a, b) && a->read_only == b->read_only &&
-           memcmp(&a->limits, &b->limits, sizeof(a->limits)) == 0;
+           rate_limit_conf_same(&a->limits, &b->limits);
 }
 
 static void note_global(void *arg, const char *what)
@@ -559,7 +559,7 @@ static void apply_lun_changes(struct daemon *d, unsigned t, const struct target_
                      lu ? why : "not there");
             }
         }
-        if (fl && same_store(rl, fl) && memcmp(&rl->limits, &fl->limits, sizeof(fl->limits))) {
+        if (fl && same_store(rl, fl) && !rate_limit_conf_same(&rl->limits, &fl->limits)) {
             struct scsi_lun *lu = scsi_target_lun(d->built.nodes[t]->scsi, nums[i]);
             if (lu) {
                 rate_limit_set(scsi_lun_rate_limit(lu), &fl->limits);

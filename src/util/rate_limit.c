@@ -14,6 +14,14 @@ bool rate_limit_conf_any(const struct rate_limit_conf *c)
     return false;
 }
 
+bool rate_limit_conf_same(const struct rate_limit_conf *a, const struct rate_limit_conf *b)
+{
+    for (unsigned d = 0; d < RATE_NDIM; d++)
+        if (a->cap[d] != b->cap[d])
+            return false;
+    return a->burst_ms == b->burst_ms;
+}
+
 void rate_limit_init(struct rate_limit *r, const struct rate_limit_conf *c)
 {
     memset(r, 0, sizeof(*r));

@@ -61,6 +61,8 @@ void rate_limit_init(struct rate_limit *r, const struct rate_limit_conf *c);
 void rate_limit_set(struct rate_limit *r, const struct rate_limit_conf *c);
 void rate_limit_get(const struct rate_limit *r, struct rate_limit_conf *c);
 bool rate_limit_conf_any(const struct rate_limit_conf *c);
+/* The same caps and burst (field by field: the struct has padding a memcmp would read). */
+bool rate_limit_conf_same(const struct rate_limit_conf *a, const struct rate_limit_conf *b);
 
 static inline bool rate_limit_on(const struct rate_limit *r)
 {
