@@ -22,16 +22,6 @@
 
 #include "scsi/scsi_internal.h"
 
-enum {
-    PHASE_IDLE = 0, /* not in the core (before exec, after done) */
-    PHASE_RUNNING,
-    PHASE_ABORTED,
-    /* past the point where an abort could stop anything (a PERSISTENT RESERVE OUT that
-     * changed the state and waits for the tasks it aborted): not aborted any more, so two such
-     * commands preempting each other never wait for each other */
-    PHASE_COMMITTED,
-};
-
 static void waiters_fire(struct scsi_lun *lu)
 {
     pthread_mutex_lock(&lu->quiesce_lock);
@@ -101,11 +91,6 @@ bool scsi_task_commit(struct scsi_task *t)
 {
     unsigned char running = PHASE_RUNNING;
     return atomic_compare_exchange_strong(&scsi_core(t)->phase, &running, PHASE_COMMITTED);
-}
-
-bool scsi_task_aborted(struct scsi_task *t)
-{
-    return atomic_load(&scsi_core(t)->phase) == PHASE_ABORTED;
 }
 
 void scsi_task_submit(struct scsi_task *t, struct bs *bs, struct bs_io *io)

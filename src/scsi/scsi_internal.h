@@ -334,8 +334,6 @@ void scsi_throttle_abort(struct scsi_task *t);
 /* Tests only: commands that wait take the path of a failed allocation of their record (the
  * reactor's spare queue, throttle.c), which no other test can make happen. */
 extern _Atomic bool scsi_throttle_no_record;
-/* The transport aborted it while it is in the core: a step not begun yet is not taken. */
-bool scsi_task_aborted(struct scsi_task *t);
 /* From here on the task cannot be aborted (its effect is made; it only waits before it
  * answers). false: it was aborted already. */
 bool scsi_task_commit(struct scsi_task *t);
@@ -468,6 +466,24 @@ _Static_assert(_Alignof(struct scsi_task_core) <= _Alignof(struct scsi_task),
 static inline struct scsi_task_core *scsi_core(struct scsi_task *t)
 {
     return (struct scsi_task_core *)(void *)t->core.bytes;
+}
+
+/* scsi_task_core.phase (quiesce.c moves it; throttle.c only reads it) */
+enum {
+    PHASE_IDLE = 0, /* not in the core (before exec, after done) */
+    PHASE_RUNNING,
+    PHASE_ABORTED,
+    /* past the point where an abort could stop anything (a PERSISTENT RESERVE OUT that
+     * changed the state and waits for the tasks it aborted): not aborted any more, so two such
+     * commands preempting each other never wait for each other */
+    PHASE_COMMITTED,
+};
+
+/* The transport aborted it while it is in the core: a step not begun yet is not taken. Inline
+ * so that throttle.c reads the phase without calling back into quiesce.c, which calls it. */
+static inline bool scsi_task_aborted(struct scsi_task *t)
+{
+    return atomic_load(&scsi_core(t)->phase) == PHASE_ABORTED;
 }
 
 /* The medium range setup checked for a CMD_MEDIUM row: offset and length in bytes, fua. */
