@@ -13,6 +13,7 @@
 
 #include "linerate/initiator.h"
 #include "linerate/initiator_test.h"
+#include "linerate/multipath.h"
 #include "linerate/reactor.h"
 #include "util/inject.h"
 
@@ -44,6 +45,14 @@ struct bench_opts {
     struct inject_spec inject;  /* --inject */
     int log_level;              /* --log-level: the initiator's log (default warn) */
     const char *initiator_name; /* --initiator-name, or NULL: the library's default */
+    /* --portal: more portals of the URL's LUN; with any, each session is a multipath device
+     * (lr_mpath) over the URL's portal and these */
+    struct {
+        char host[256];
+        uint16_t port;
+    } portals[LR_MPATH_MAX_PATHS - 1];
+    unsigned nportals;
+    const char *verify_midway; /* --verify-midway CMD */
 };
 
 /* One cell of the table. NAN in a double means "unknown" (printed empty). */
@@ -107,6 +116,17 @@ const struct bench_stall *worker_stalls(const struct worker *w, unsigned *n, uin
 
 unsigned bench_hist_bucket(uint64_t ns);
 double bench_hist_value_us(unsigned bucket);
+
+/* bench_mpath.c: --portal's list, the multipath device of a session, I/O to either kind,
+ * and what the paths did */
+int bench_portal_add(struct bench_opts *o, const char *list);
+struct lr_mpath *bench_mpath_create(struct reactor *r, const struct lr_session_opts *so,
+                                    const struct bench_opts *o);
+int bench_io(struct lr_session *s, struct lr_mpath *mp, bool write, uint64_t lba, uint32_t nb,
+             uint32_t bs, void *buf, lr_done_fn done, void *arg);
+void bench_mpath_report(FILE *f, int id, const struct lr_mpath *mp, double pause_ms);
+/* bench_worker.c: with --portal, what the session's paths did (after its loop stopped) */
+void worker_mpath_report(const struct worker *w, FILE *f);
 
 /* bench_report.c */
 const char *bench_rw_name(enum bench_rw rw);

@@ -23,6 +23,18 @@ static void usage(FILE *f)
 {
     fprintf(f,
             "usage: linerate-bench [options] iscsi://[USER%%SECRET@]HOST[:PORT]/IQN/LUN\n"
+            "  --portal LIST        more portals of the same LUN (HOST[:PORT], comma-separated\n"
+            "                       or repeated; at most 7): each session becomes a multipath\n"
+            "                       device, one session per portal, the URL's first. Paths\n"
+            "                       are chosen by ALUA state (REPORT TARGET PORT GROUPS at\n"
+            "                       login, on 2Ah/06h and on a lost path): active/optimized,\n"
+            "                       else active/non-optimized, never standby; a command whose\n"
+            "                       path's session died, or that a standby path refused, is\n"
+            "                       issued again on another (within 60 s). One connection\n"
+            "                       per path, all of a session's paths on one thread; not\n"
+            "                       with --connections above 1 or --inject. Each session's\n"
+            "                       paths, their commands and the longest I/O pause are\n"
+            "                       printed at the end\n"
             "  --sizes LIST         block sizes (default 512,1k,2k,4k,8k,16k,64k,128k,256k)\n"
             "  --rw LIST            read,write,randread,randwrite,mixed (default read,write)\n"
             "  --digest LIST        off,on: HeaderDigest+DataDigest CRC32C (default off)\n"
@@ -32,6 +44,10 @@ static void usage(FILE *f)
             "  --qd N               outstanding commands per session (default 32)\n"
             "  --seconds S          time per cell (default 5)\n"
             "  --verify             write stamped blocks, read them back, fail on the first bad\n"
+            "  --verify-midway CMD  a testing aid: once half of the first session's --verify\n"
+            "                       writes are acknowledged, run CMD (sh -c) with the rest\n"
+            "                       in flight and I/O held until it returns (e.g. kill a\n"
+            "                       gateway, to verify through a failover)\n"
             "  --format FMT         table (default), csv or json\n"
             "  --svg FILE           draw MB/s against block size\n"
             "  --target-pid PID     measure the target's CPU per KB from /proc/PID/stat\n"
@@ -364,6 +380,11 @@ static int read_option(int c, const char *arg, struct bench_opts *o, struct opt_
     case 'N':
         o->initiator_name = arg;
         break;
+    case 'P':
+        return bench_portal_add(o, arg);
+    case 'm':
+        o->verify_midway = arg;
+        break;
     case 'h':
         usage(stdout);
         exit(0);
@@ -414,6 +435,8 @@ static int parse_opts(int argc, char **argv, struct bench_opts *o)
         {"inject", required_argument, NULL, 'I'},
         {"log-level", required_argument, NULL, 'L'},
         {"initiator-name", required_argument, NULL, 'N'},
+        {"portal", required_argument, NULL, 'P'},
+        {"verify-midway", required_argument, NULL, 'm'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -434,6 +457,16 @@ static int parse_opts(int argc, char **argv, struct bench_opts *o)
     }
     if (read_url(argv[optind], o) < 0)
         return -1;
+    if (o->nportals && (o->nconns != 1 || o->conns[0] != 1 || o->inject.kill_conn_s > 0 ||
+                        o->inject.digest_error > 0 || o->inject.drop_pdu > 0)) {
+        fprintf(stderr, "linerate-bench: --portal takes one connection per path, and no "
+                        "--inject\n");
+        return -1;
+    }
+    if (o->verify_midway && !o->verify) {
+        fprintf(stderr, "linerate-bench: --verify-midway needs --verify\n");
+        return -1;
+    }
     return chap_setup(o, w.chap_user, w.chap_mutual, w.chap_file);
 }
 
@@ -746,6 +779,8 @@ static void stop_config(struct run *R)
         R->recovered += recovered;
     }
     for (unsigned i = 0; i < R->n; i++)
+        worker_mpath_report(R->w[i], stderr);
+    for (unsigned i = 0; i < R->n; i++)
         worker_free(R->w[i]);
     R->n = 0;
 }
@@ -782,8 +817,9 @@ static int run_verify(struct run *R)
     if (!bad)
         fprintf(stderr,
                 "linerate-bench: verify passed: %llu blocks written and read back "
-                "(%llu chunks read over another connection than they were written on)\n",
-                (unsigned long long)blocks, (unsigned long long)cross);
+                "(%llu chunks read over another %s than they were written on)\n",
+                (unsigned long long)blocks, (unsigned long long)cross,
+                R->o->nportals ? "path" : "connection");
     return bad;
 }
 

@@ -35,7 +35,8 @@ struct worker {
     /* Each connection's reactor in full feature phase. With more than one thread the session's
      * callbacks run on them, under the session lock; what runs on r takes that lock too. */
     struct reactor *conn_r[LR_MAX_CONNECTIONS];
-    struct lr_session *s;
+    struct lr_session *s; /* NULL with --portal: */
+    struct lr_mpath *mp;  /* then the multipath device in its place */
     enum wstep step;
     char err[256];
     bool failed;
@@ -85,6 +86,10 @@ struct worker {
     char vfail[256];
     uint64_t vfail_lba;
     bool vfailed;
+    bool midway_ran; /* --verify-midway */
+    char *mp_report; /* what the paths did, kept when the device is destroyed at logout */
+    /* the longest time without a command completing, during cells and --verify */
+    uint64_t last_done_ns, max_gap_ns;
 };
 
 static uint64_t now_ns(void)
@@ -121,6 +126,36 @@ double bench_hist_value_us(unsigned b)
     double lo = (double)(16 + sub) * ldexp(1.0, (int)m - 4);
     double width = ldexp(1.0, (int)m - 4);
     return (lo + width / 2) / 1000.0;
+}
+
+/* The session lock (lr_session_lock); a multipath device runs on one thread and needs none. */
+static void wlock(struct worker *w)
+{
+    if (w->s)
+        lr_session_lock(w->s);
+}
+
+static void wunlock(struct worker *w)
+{
+    if (w->s)
+        lr_session_unlock(w->s);
+}
+
+static uint32_t conns_up_now(const struct worker *w)
+{
+    if (w->mp)
+        return lr_mpath_paths_up(w->mp);
+    struct lr_session_info info;
+    lr_session_get_info(w->s, &info);
+    return info.connections_up;
+}
+
+/* A command completed: the gap since the one before (or the step's start). */
+static void note_done(struct worker *w, uint64_t t)
+{
+    if (w->last_done_ns && t - w->last_done_ns > w->max_gap_ns)
+        w->max_gap_ns = t - w->last_done_ns;
+    w->last_done_ns = t;
 }
 
 static void finish_step(struct worker *w)
@@ -288,6 +323,27 @@ static void on_capacity(void *arg, const struct lr_result *res, uint64_t blocks,
     finish_step(w);
 }
 
+/* With --portal: one connection per path; the digests are what the first live path agreed. */
+static void mpath_logged_in(struct worker *w)
+{
+    w->granted = 1;
+    w->conns_up = 1;
+    for (unsigned i = 0;; i++) {
+        struct lr_mpath_path_info pi;
+        if (!lr_mpath_path_info(w->mp, i, &pi))
+            break;
+        if (w->id == 0)
+            fprintf(stderr, "linerate-bench: path %u %s:%u: %s, target port group %d, %s\n", i,
+                    pi.host, pi.port, pi.up ? "logged in" : "login failed", pi.group,
+                    lr_alua_state_name(pi.state));
+        if (pi.up && !w->digests)
+            w->digests = pi.header_digest && pi.data_digest;
+    }
+    w->step = WS_CAPACITY;
+    if (lr_mpath_read_capacity(w->mp, on_capacity, w) < 0)
+        fail_step(w, "%s", "cannot queue READ CAPACITY");
+}
+
 static void on_login(void *arg, const struct lr_result *res)
 {
     struct worker *w = arg;
@@ -300,6 +356,10 @@ static void on_login(void *arg, const struct lr_result *res)
             snprintf(why, sizeof(why), "%s (%s)", lr_err_name(res->err),
                      res->what ? res->what : "-");
         fail_step(w, "%s", why);
+        return;
+    }
+    if (w->mp) {
+        mpath_logged_in(w);
         return;
     }
     struct lr_session_info info;
@@ -351,6 +411,18 @@ static void do_login(void *arg)
     memcpy(so.conn_reactors, w->conn_r, sizeof(so.conn_reactors));
     w->failed = false;
     w->step = WS_LOGIN;
+    if (o->nportals) {
+        /* every path on this worker's thread (conn_r[0]): one connection each */
+        so.connections = 1;
+        w->mp = bench_mpath_create(w->r, &so, o);
+        if (!w->mp) {
+            fail_step(w, "cannot create the multipath device: %s", strerror(errno));
+            return;
+        }
+        if (lr_mpath_login(w->mp, on_login, w) < 0)
+            fail_step(w, "%s", "cannot log in any path");
+        return;
+    }
     w->s = lr_session_create(w->r, &so);
     if (!w->s) {
         fail_step(w, "cannot create session: %s", strerror(errno));
@@ -389,12 +461,11 @@ static void cell_maybe_done(struct worker *w)
     lr_timer_stop(w->kill_timer);
     close_cut(w);
     w->st.elapsed_ns = now_ns() - w->start_ns;
-    struct lr_session_info info;
-    lr_session_get_info(w->s, &info);
-    w->conns_up = info.connections_up;
+    w->conns_up = conns_up_now(w);
     /* the session's counters run over its life; the cell reports its own share */
-    struct lr_fault_counts fc;
-    lr_session_fault_counts(w->s, &fc);
+    struct lr_fault_counts fc = {0};
+    if (w->s)
+        lr_session_fault_counts(w->s, &fc);
     w->st.digests_corrupted = fc.digests_corrupted - w->st.digests_corrupted;
     w->st.pdus_dropped = fc.pdus_dropped - w->st.pdus_dropped;
     finish_step(w);
@@ -431,9 +502,7 @@ static bool ua_retry(struct worker *w, struct slot *sl, const struct lr_result *
     }
     sl->ua_retries++;
     uint32_t nb = sl->len / w->bs;
-    int rc = sl->write ? lr_write(w->s, sl->lba, nb, w->bs, sl->buf, done, sl)
-                       : lr_read(w->s, sl->lba, nb, w->bs, sl->buf, done, sl);
-    return rc == 0;
+    return bench_io(w->s, w->mp, sl->write, sl->lba, nb, w->bs, sl->buf, done, sl) == 0;
 }
 
 static void on_io(void *arg, const struct lr_result *res)
@@ -443,6 +512,7 @@ static void on_io(void *arg, const struct lr_result *res)
     if (ua_retry(w, sl, res, on_io))
         return; /* still outstanding */
     uint64_t t = now_ns();
+    note_done(w, t);
     w->outstanding--;
     w->free_slots[w->nfree++] = (unsigned)(sl - w->slots);
     if (res->recovered)
@@ -460,19 +530,16 @@ static void on_io(void *arg, const struct lr_result *res)
         w->st.errors++;
         if (res->err == LR_ERR_CONN_LOST || res->err == LR_ERR_TIMEOUT)
             w->st.conn_lost++;
+        uint32_t up = conns_up_now(w);
         if (!w->lost_reported) {
-            struct lr_session_info info;
-            lr_session_get_info(w->s, &info);
             fprintf(stderr,
-                    "linerate-bench: session %d: command failed (%s%s%s); %u connection%s"
+                    "linerate-bench: session %d: command failed (%s%s%s); %u %s%s"
                     " still logged in\n",
                     w->id, lr_err_name(res->err), res->what ? ": " : "", res->what ? res->what : "",
-                    info.connections_up, info.connections_up == 1 ? "" : "s");
+                    up, w->mp ? "path" : "connection", up == 1 ? "" : "s");
             w->lost_reported = true;
         }
-        struct lr_session_info info;
-        lr_session_get_info(w->s, &info);
-        if (info.connections_up == 0)
+        if (up == 0)
             w->stopping = true;
     }
     if (!w->stopping)
@@ -508,8 +575,7 @@ static void issue(struct worker *w)
         sl->write = write;
         sl->t0 = now_ns();
         w->outstanding++;
-        int rc = write ? lr_write(w->s, sl->lba, nb, w->bs, sl->buf, on_io, sl)
-                       : lr_read(w->s, sl->lba, nb, w->bs, sl->buf, on_io, sl);
+        int rc = bench_io(w->s, w->mp, write, sl->lba, nb, w->bs, sl->buf, on_io, sl);
         if (rc < 0) {
             w->outstanding--;
             w->free_slots[w->nfree++] = (unsigned)(sl - w->slots);
@@ -522,18 +588,18 @@ static void issue(struct worker *w)
 static void cell_finish_msg(void *arg)
 {
     struct worker *w = arg;
-    lr_session_lock(w->s);
+    wlock(w);
     cell_maybe_done(w);
-    lr_session_unlock(w->s);
+    wunlock(w);
 }
 
 static void cell_timer(void *arg)
 {
     struct worker *w = arg;
-    lr_session_lock(w->s);
+    wlock(w);
     w->stopping = true;
     cell_maybe_done(w);
-    lr_session_unlock(w->s);
+    wunlock(w);
 }
 
 /* --inject kill-connection: cut the next live connection, round robin, every SECONDS of the
@@ -544,7 +610,7 @@ static void cell_timer(void *arg)
 static void kill_timer(void *arg)
 {
     struct worker *w = arg;
-    lr_session_lock(w->s);
+    wlock(w);
     bool loading = (w->step == WS_CELL && !w->stopping) || w->step == WS_VERIFY_WRITE ||
                    w->step == WS_VERIFY_READ;
     /* and only with every connection of the session logged in: one connection recovering at
@@ -579,7 +645,7 @@ static void kill_timer(void *arg)
         }
         lr_timer_start(w->kill_timer, (uint64_t)(w->o->inject.kill_conn_s * 1000));
     }
-    lr_session_unlock(w->s);
+    wunlock(w);
 }
 
 struct cell_msg {
@@ -595,7 +661,7 @@ static void do_cell(void *arg)
     w->size = m->size;
     w->rw = m->rw;
     free(m);
-    lr_session_lock(w->s);
+    wlock(w);
     memset(&w->st, 0, sizeof(w->st));
     w->failed = false;
     w->stopping = false;
@@ -603,17 +669,19 @@ static void do_cell(void *arg)
     w->next_seq = 0;
     w->step = WS_CELL;
     w->start_ns = now_ns();
+    w->last_done_ns = w->start_ns;
     lr_timer_start(w->timer, (uint64_t)(w->o->seconds * 1000));
     if (w->o->inject.kill_conn_s > 0)
         lr_timer_start(w->kill_timer, (uint64_t)(w->o->inject.kill_conn_s * 1000));
     /* the session's fault counters now, so that the cell reports what it added */
-    struct lr_fault_counts fc;
-    lr_session_fault_counts(w->s, &fc);
+    struct lr_fault_counts fc = {0};
+    if (w->s)
+        lr_session_fault_counts(w->s, &fc);
     w->st.digests_corrupted = fc.digests_corrupted;
     w->st.pdus_dropped = fc.pdus_dropped;
     issue(w);
     cell_maybe_done(w);
-    lr_session_unlock(w->s);
+    wunlock(w);
 }
 
 void worker_post_cell(struct worker *w, uint32_t size, enum bench_rw rw)
@@ -669,10 +737,10 @@ static void verify_finish(void *arg)
         lr_reactor_call(w->r, verify_finish, w);
         return;
     }
-    lr_session_lock(w->s);
+    wlock(w);
     lr_timer_stop(w->kill_timer);
     close_cut(w);
-    lr_session_unlock(w->s);
+    wunlock(w);
     finish_step(w);
 }
 
@@ -692,12 +760,28 @@ static void verify_done(struct worker *w)
     }
 }
 
+/* --verify-midway CMD: once half the chunks are written, with the others outstanding, CMD
+ * runs (sh -c) while this thread waits: what it does to a path (kill a gateway) happens with
+ * commands in flight on it. The first session only. */
+static void verify_midway(struct worker *w)
+{
+    if (!w->o->verify_midway || w->midway_ran || w->id != 0)
+        return;
+    w->midway_ran = true;
+    fprintf(stderr, "linerate-bench: --verify-midway: %u commands outstanding, running: %s\n",
+            w->outstanding, w->o->verify_midway);
+    int rc = system(w->o->verify_midway);
+    if (rc != 0)
+        fprintf(stderr, "linerate-bench: --verify-midway: the command exited with status %d\n", rc);
+}
+
 static void on_verify_io(void *arg, const struct lr_result *res)
 {
     struct slot *sl = arg;
     struct worker *w = sl->w;
     if (ua_retry(w, sl, res, on_verify_io))
         return; /* still outstanding */
+    note_done(w, now_ns());
     w->outstanding--;
     w->ended += res->err == LR_OK;
     w->free_slots[w->nfree++] = (unsigned)(sl - w->slots);
@@ -736,6 +820,8 @@ static void on_verify_io(void *arg, const struct lr_result *res)
         }
     }
     w->vdone++;
+    if (w->step == WS_VERIFY_WRITE && w->vdone * 2 >= w->vchunks)
+        verify_midway(w);
     if (!w->failed)
         verify_issue(w);
     verify_done(w);
@@ -759,12 +845,11 @@ static void verify_issue(struct worker *w)
             memset(sl->buf, 0, w->vsize);
             /* read each chunk back over another connection than the one that wrote it */
             int wc = w->vconn[w->vnext - 1];
-            if (w->vnconns > 1 && wc >= 0)
+            if (w->s && w->vnconns > 1 && wc >= 0)
                 lr_session_next_conn(w->s, (wc + 1) % (int)w->vnconns);
         }
         w->outstanding++;
-        int rc = write ? lr_write(w->s, sl->lba, nb, w->bs, sl->buf, on_verify_io, sl)
-                       : lr_read(w->s, sl->lba, nb, w->bs, sl->buf, on_verify_io, sl);
+        int rc = bench_io(w->s, w->mp, write, sl->lba, nb, w->bs, sl->buf, on_verify_io, sl);
         if (rc < 0) {
             w->outstanding--;
             w->free_slots[w->nfree++] = (unsigned)(sl - w->slots);
@@ -777,7 +862,7 @@ static void verify_issue(struct worker *w)
 static void do_verify(void *arg)
 {
     struct worker *w = arg;
-    lr_session_lock(w->s);
+    wlock(w);
     w->failed = false;
     w->vfailed = false;
     w->vblocks = 0;
@@ -791,9 +876,9 @@ static void do_verify(void *arg)
     free(w->vconn);
     w->vconn = calloc(w->vchunks ? w->vchunks : 1, 1);
     w->vcross = 0;
-    struct lr_session_info info;
-    lr_session_get_info(w->s, &info);
-    w->vnconns = info.connections_up;
+    w->midway_ran = false;
+    w->last_done_ns = now_ns();
+    w->vnconns = conns_up_now(w);
     w->vnext = w->vdone = 0;
     w->step = WS_VERIFY_WRITE;
     w->st.conns_cut = 0;
@@ -803,7 +888,7 @@ static void do_verify(void *arg)
         lr_timer_start(w->kill_timer, (uint64_t)(w->o->inject.kill_conn_s * 1000));
     verify_issue(w);
     verify_done(w);
-    lr_session_unlock(w->s);
+    wunlock(w);
 }
 
 void worker_post_verify(struct worker *w)
@@ -813,11 +898,36 @@ void worker_post_verify(struct worker *w)
 
 /* ---- logout and teardown ---- */
 
+/* The per-path report, written before the device goes (worker_mpath_report prints it). */
+static void mpath_keep_report(struct worker *w)
+{
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    if (f) {
+        bench_mpath_report(f, w->id, w->mp, w->max_gap_ns / 1e6);
+        fclose(f);
+        free(w->mp_report);
+        w->mp_report = buf;
+    }
+    lr_mpath_destroy(w->mp);
+    w->mp = NULL;
+}
+
+void worker_mpath_report(const struct worker *w, FILE *f)
+{
+    if (w->mp_report)
+        fputs(w->mp_report, f);
+}
+
 static void free_session(void *arg)
 {
     struct worker *w = arg;
-    lr_session_destroy(w->s);
+    if (w->s)
+        lr_session_destroy(w->s);
     w->s = NULL;
+    if (w->mp)
+        mpath_keep_report(w);
     finish_step(w);
 }
 
@@ -833,6 +943,10 @@ static void do_logout(void *arg)
 {
     struct worker *w = arg;
     w->step = WS_LOGOUT;
+    if (w->mp) {
+        lr_mpath_logout(w->mp, on_logout, w);
+        return;
+    }
     if (!w->s) {
         finish_step(w);
         return;
@@ -851,6 +965,8 @@ void worker_free(struct worker *w)
 {
     if (w->s)
         lr_session_destroy(w->s);
+    lr_mpath_destroy(w->mp);
+    free(w->mp_report);
     lr_timer_free(w->timer);
     lr_timer_free(w->kill_timer);
     free(w->mem);

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "initiator/abort.h"
+#include "initiator/cdb.h"
 #include "initiator/conn.h"
 #include "initiator/ini.h"
 #include "initiator/lock.h"
@@ -228,24 +229,11 @@ int lr_scsi(struct lr_session *s, const uint8_t *cdb, unsigned cdb_len, enum lr_
     return lr_scsi_tag(s, cdb, cdb_len, dir, buf, len, done, arg, NULL);
 }
 
-/* SBC-4 §5.15/§5.16 and §5.40/§5.41: the 10-byte forms carry a 32-bit LBA and a 16-bit block
- * count; anything larger takes the 16-byte forms. */
 static int rw(struct lr_session *s, bool write, uint64_t lba, uint32_t blocks, uint32_t bs,
               void *buf, lr_done_fn done, void *arg, uint32_t *tag)
 {
-    uint8_t cdb[16] = {0};
-    unsigned len;
-    if (lba <= 0xffffffffu && blocks <= 0xffffu && lba + blocks <= 0x100000000ull) {
-        cdb[0] = write ? 0x2a : 0x28;
-        put_be32(cdb + 2, (uint32_t)lba);
-        put_be16(cdb + 7, (uint16_t)blocks);
-        len = 10;
-    } else {
-        cdb[0] = write ? 0x8a : 0x88;
-        put_be64(cdb + 2, lba);
-        put_be32(cdb + 10, blocks);
-        len = 16;
-    }
+    uint8_t cdb[16];
+    unsigned len = ini_cdb_rw(cdb, write, lba, blocks);
     uint64_t bytes = (uint64_t)blocks * bs;
     if (bytes > 0xffffffffu)
         return -1;

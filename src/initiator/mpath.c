@@ -1,0 +1,800 @@
+/* The multipath device (linerate/multipath.h): a session per portal to one LUN, paths chosen
+ * by ALUA state (mpath_pick.c, from the RTPG answers alua.c reads), commands carried to
+ * another path when theirs died. Uses only the public session API, on one reactor. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "initiator/alua.h"
+#include "initiator/cdb.h"
+#include "initiator/mpath_pick.h"
+#include "linerate/multipath.h"
+#include "util/bytes.h"
+#include "util/log.h"
+
+#define MP_BUF 1024       /* VPD 0x83 and RTPG answers */
+#define MP_POLL_MS 200    /* RTPG again while commands wait for a usable path */
+#define MP_RTPG_RETRIES 8 /* unit attentions in a row on RTPG (each is reported once) */
+#define MP_MAX_GROUPS 16
+
+enum mp_pstate { MP_IDLE, MP_LOGGING_IN, MP_PROBING, MP_UP, MP_DEAD, MP_LOGGED_OUT };
+
+struct mp_path {
+    struct lr_mpath *m;
+    unsigned idx;
+    char host[256];
+    uint16_t port;
+    struct lr_session *s;
+    enum mp_pstate st;
+    int group;
+    uint8_t state;
+    uint64_t commands, reissued;
+    uint8_t buf[MP_BUF];
+};
+
+struct mp_cmd {
+    struct lr_mpath *m;
+    struct mp_cmd *next; /* free list or wait list */
+    uint8_t cdb[16];
+    unsigned cdb_len;
+    enum lr_dir dir;
+    void *buf;
+    uint32_t len;
+    lr_done_fn done;
+    void *arg;
+    uint64_t deadline_ms;
+    uint32_t died_on; /* paths whose session was lost under it: never tried again */
+    int path;         /* where it is now, -1 waiting */
+    int last_path;    /* where it was last sent, -1 never */
+    bool moved;       /* issued again on another path */
+    bool have_last;
+    struct lr_result last; /* the latest failure, final when no path is left */
+};
+
+struct lr_mpath {
+    struct reactor *r;
+    struct lr_mpath_opts o;
+    struct mp_path paths[LR_MPATH_MAX_PATHS];
+    unsigned npaths, rr, rtpg_next;
+    struct mp_cmd *cmds, *free_cmds, *wait_head, *wait_tail;
+    uint32_t ncmds;
+    struct lr_timer *poll, *reap;
+    /* RTPG: one at a time; another asked for meanwhile runs after it */
+    bool rtpg_busy, rtpg_again, no_alua;
+    unsigned rtpg_ua;
+    uint8_t rtpg_buf[MP_BUF];
+    /* login and logout */
+    lr_done_fn login_done, logout_done;
+    void *login_arg, *logout_arg;
+    unsigned login_pending, logout_pending;
+    bool login_rtpg; /* login waits for the first RTPG answer */
+    struct lr_result login_err;
+    bool destroying;
+    uint64_t paths_lost, reissued;
+};
+
+static uint64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+const char *lr_alua_state_name(uint8_t st)
+{
+    switch (st) {
+    case LR_ALUA_AO:
+        return "active/optimized";
+    case LR_ALUA_AN:
+        return "active/non-optimized";
+    case LR_ALUA_STANDBY:
+        return "standby";
+    case LR_ALUA_UNAVAILABLE:
+        return "unavailable";
+    case LR_ALUA_LBA_DEPENDENT:
+        return "lba-dependent";
+    case LR_ALUA_OFFLINE:
+        return "offline";
+    case LR_ALUA_TRANSITIONING:
+        return "transitioning";
+    default:
+        return "unknown";
+    }
+}
+
+static void submit(struct lr_mpath *m, struct mp_cmd *c);
+static void refresh(struct lr_mpath *m);
+
+/* ---- commands ---- */
+
+static void finish(struct mp_cmd *c, const struct lr_result *res)
+{
+    struct lr_mpath *m = c->m;
+    struct lr_result r = *res;
+    r.conn = c->path;
+    if (c->path >= 0 && (res->err == LR_OK || res->err == LR_SCSI_STATUS)) {
+        m->paths[c->path].commands++;
+        m->paths[c->path].reissued += c->moved;
+    }
+    lr_done_fn done = c->done;
+    void *arg = c->arg;
+    c->next = m->free_cmds;
+    m->free_cmds = c;
+    done(arg, &r);
+}
+
+static void wait_push(struct lr_mpath *m, struct mp_cmd *c)
+{
+    c->path = -1;
+    c->next = NULL;
+    if (m->wait_tail)
+        m->wait_tail->next = c;
+    else
+        m->wait_head = c;
+    m->wait_tail = c;
+    lr_timer_start(m->poll, MP_POLL_MS);
+}
+
+/* Commands waiting for a path try again (after an RTPG answer, a poll tick). */
+static void drain(struct lr_mpath *m)
+{
+    struct mp_cmd *c = m->wait_head;
+    m->wait_head = m->wait_tail = NULL;
+    while (c) {
+        struct mp_cmd *next = c->next;
+        submit(m, c);
+        c = next;
+    }
+}
+
+static bool waiting_is_worth(const struct lr_mpath *m, const struct mp_cmd *c)
+{
+    /* a path that may yet take it: logging in, or up and not tried to death */
+    for (unsigned i = 0; i < m->npaths; i++) {
+        const struct mp_path *p = &m->paths[i];
+        if (c->died_on >> i & 1)
+            continue;
+        if (p->st == MP_LOGGING_IN || p->st == MP_PROBING || p->st == MP_UP)
+            return true;
+    }
+    return false;
+}
+
+static void fail_no_path(struct mp_cmd *c)
+{
+    if (c->have_last) {
+        finish(c, &c->last);
+        return;
+    }
+    struct lr_result r = {.err = LR_ERR_NO_CONN, .what = "no usable path", .conn = -1};
+    finish(c, &r);
+}
+
+static void on_cmd(void *arg, const struct lr_result *res);
+
+static int pick(struct lr_mpath *m, uint32_t exclude)
+{
+    struct ini_mpath_cand cand[LR_MPATH_MAX_PATHS];
+    for (unsigned i = 0; i < m->npaths; i++) {
+        cand[i].up = m->paths[i].st == MP_UP;
+        cand[i].state = m->no_alua ? LR_ALUA_AO : m->paths[i].state;
+    }
+    return ini_mpath_pick(cand, m->npaths, exclude, &m->rr);
+}
+
+static void path_dead(struct mp_path *p, const char *why);
+
+static void submit(struct lr_mpath *m, struct mp_cmd *c)
+{
+    if (m->destroying) {
+        struct lr_result r = {.err = LR_ERR_ABORTED, .what = "multipath device destroyed"};
+        c->path = -1;
+        finish(c, &r);
+        return;
+    }
+    for (;;) {
+        if (now_ms() >= c->deadline_ms || !waiting_is_worth(m, c)) {
+            c->path = -1;
+            fail_no_path(c);
+            return;
+        }
+        int i = pick(m, c->died_on);
+        if (i < 0) {
+            wait_push(m, c);
+            return;
+        }
+        struct mp_path *p = &m->paths[i];
+        if (c->last_path >= 0 && c->last_path != i)
+            c->moved = true;
+        c->path = c->last_path = i;
+        if (lr_scsi(p->s, c->cdb, c->cdb_len, c->dir, c->buf, c->len, on_cmd, c) == 0)
+            return;
+        /* refused: the session has no connection left (the command never left), or no
+         * task slot (the device's slots match the session's: not while it lives) */
+        struct lr_session_info info;
+        lr_session_get_info(p->s, &info);
+        if (info.connections_up == 0) {
+            c->died_on |= 1u << i;
+            path_dead(p, "no connection left");
+            continue;
+        }
+        wait_push(m, c);
+        return;
+    }
+}
+
+/* After a failure on path c->path that did not run the command (or whose session is gone):
+ * on another path, or the same one later, until the deadline. */
+static void again(struct mp_cmd *c, const struct lr_result *res)
+{
+    c->last = *res;
+    c->have_last = true;
+    c->m->reissued++;
+    submit(c->m, c);
+}
+
+static bool lost_kind(enum lr_err e)
+{
+    return e == LR_ERR_CONN_LOST || e == LR_ERR_TIMEOUT || e == LR_ERR_NO_CONN || e == LR_ERR_IO ||
+           e == LR_ERR_ABORTED;
+}
+
+/* The session of p cannot complete anything any more: every connection lost (the session's
+ * own recovery, if any, gave up), or we destroyed it. */
+static bool session_gone(const struct mp_path *p)
+{
+    if (p->st == MP_DEAD)
+        return true;
+    struct lr_session_info info;
+    lr_session_get_info(p->s, &info);
+    return info.connections_up == 0;
+}
+
+static void set_group_state(struct lr_mpath *m, int group, uint8_t state)
+{
+    for (unsigned i = 0; i < m->npaths; i++)
+        if (m->paths[i].group == group)
+            m->paths[i].state = state;
+}
+
+/* The port said it does not take I/O for the LU now (SPC-4 §5.16.2.4.5-.7): none on it until
+ * RTPG says otherwise. A target without RTPG (no_alua) keeps every path usable. */
+static void not_here(struct lr_mpath *m, struct mp_path *p, uint8_t state)
+{
+    if (!m->no_alua) {
+        if (p->group >= 0)
+            set_group_state(m, p->group, state);
+        p->state = state;
+    }
+    refresh(m);
+}
+
+static void on_cmd(void *arg, const struct lr_result *res)
+{
+    struct mp_cmd *c = arg;
+    struct lr_mpath *m = c->m;
+    struct mp_path *p = &m->paths[c->path];
+    if (m->destroying) {
+        finish(c, res);
+        return;
+    }
+    if (res->err == LR_SCSI_STATUS) {
+        switch (ini_alua_sense(res->sense, res->sense_len)) {
+        case INI_SENSE_AAS_CHANGED:
+            refresh(m);
+            again(c, res);
+            return;
+        case INI_SENSE_STANDBY:
+            not_here(m, p, LR_ALUA_STANDBY);
+            again(c, res);
+            return;
+        case INI_SENSE_UNAVAILABLE:
+            not_here(m, p, LR_ALUA_UNAVAILABLE);
+            again(c, res);
+            return;
+        case INI_SENSE_TRANSITION:
+            not_here(m, p, LR_ALUA_TRANSITIONING);
+            again(c, res);
+            return;
+        case INI_SENSE_OTHER:
+            break;
+        }
+    }
+    if (lost_kind(res->err) && session_gone(p)) {
+        c->died_on |= 1u << c->path;
+        path_dead(p, res->what ? res->what : lr_err_name(res->err));
+        again(c, res);
+        return;
+    }
+    finish(c, res);
+}
+
+static struct mp_cmd *cmd_take(struct lr_mpath *m)
+{
+    struct mp_cmd *c = m->free_cmds;
+    if (c)
+        m->free_cmds = c->next;
+    return c;
+}
+
+int lr_mpath_scsi(struct lr_mpath *m, const uint8_t *cdb, unsigned cdb_len, enum lr_dir dir,
+                  void *buf, uint32_t len, lr_done_fn done, void *arg)
+{
+    if (cdb_len > 16 || m->destroying)
+        return -1;
+    struct mp_cmd *c = cmd_take(m);
+    if (!c)
+        return -1;
+    *c = (struct mp_cmd){
+        .m = m,
+        .cdb_len = cdb_len,
+        .dir = dir,
+        .buf = buf,
+        .len = len,
+        .done = done,
+        .arg = arg,
+        .deadline_ms = now_ms() + m->o.failover_timeout_ms,
+        .path = -1,
+        .last_path = -1,
+    };
+    memcpy(c->cdb, cdb, cdb_len);
+    submit(m, c);
+    return 0;
+}
+
+static int rw(struct lr_mpath *m, bool write, uint64_t lba, uint32_t blocks, uint32_t bs, void *buf,
+              lr_done_fn done, void *arg)
+{
+    uint8_t cdb[16];
+    unsigned len = ini_cdb_rw(cdb, write, lba, blocks);
+    uint64_t bytes = (uint64_t)blocks * bs;
+    if (bytes > 0xffffffffu)
+        return -1;
+    return lr_mpath_scsi(m, cdb, len, write ? LR_DIR_WRITE : LR_DIR_READ, buf, (uint32_t)bytes,
+                         done, arg);
+}
+
+int lr_mpath_read(struct lr_mpath *m, uint64_t lba, uint32_t blocks, uint32_t block_size, void *buf,
+                  lr_done_fn done, void *arg)
+{
+    return rw(m, false, lba, blocks, block_size, buf, done, arg);
+}
+
+int lr_mpath_write(struct lr_mpath *m, uint64_t lba, uint32_t blocks, uint32_t block_size,
+                   const void *buf, lr_done_fn done, void *arg)
+{
+    return rw(m, true, lba, blocks, block_size, (void *)buf, done, arg);
+}
+
+struct mp_readcap {
+    struct lr_mpath *m;
+    lr_capacity_fn done;
+    void *arg;
+    unsigned tries;
+    uint8_t buf[32];
+};
+
+static int readcap_issue(struct mp_readcap *x);
+
+static void readcap_done(void *arg, const struct lr_result *res)
+{
+    struct mp_readcap *x = arg;
+    uint8_t key, asc, ascq;
+    ini_sense_kaa(res->sense, res->sense_len, &key, &asc, &ascq);
+    /* a new I_T nexus first sees a unit attention (SAM-5 §5.14): the command did not run */
+    if (res->err == LR_SCSI_STATUS && key == 0x6 && x->tries++ < 8 && readcap_issue(x) == 0)
+        return;
+    uint64_t blocks = 0;
+    uint32_t bs = 0;
+    if (res->err == LR_OK) {
+        blocks = get_be64(x->buf) + 1;
+        bs = get_be32(x->buf + 8);
+    }
+    x->done(x->arg, res, blocks, bs);
+    free(x);
+}
+
+static int readcap_issue(struct mp_readcap *x)
+{
+    uint8_t cdb[16] = {0x9e, 0x10}; /* READ CAPACITY (16), SBC-4 §5.20 */
+    put_be32(cdb + 10, sizeof(x->buf));
+    return lr_mpath_scsi(x->m, cdb, 16, LR_DIR_READ, x->buf, sizeof(x->buf), readcap_done, x);
+}
+
+int lr_mpath_read_capacity(struct lr_mpath *m, lr_capacity_fn done, void *arg)
+{
+    struct mp_readcap *x = calloc(1, sizeof(*x));
+    if (!x)
+        return -1;
+    *x = (struct mp_readcap){.m = m, .done = done, .arg = arg};
+    if (readcap_issue(x) < 0) {
+        free(x);
+        return -1;
+    }
+    return 0;
+}
+
+/* ---- paths: death, RTPG ---- */
+
+/* Sessions of dead paths are destroyed here, outside their own callbacks. */
+static void reap(void *arg)
+{
+    struct lr_mpath *m = arg;
+    for (unsigned i = 0; i < m->npaths; i++) {
+        struct mp_path *p = &m->paths[i];
+        if (p->st == MP_DEAD && p->s) {
+            struct lr_session *s = p->s;
+            lr_session_destroy(s); /* its commands not yet completed come back: again() */
+            p->s = NULL;
+        }
+    }
+}
+
+static void path_dead(struct mp_path *p, const char *why)
+{
+    struct lr_mpath *m = p->m;
+    if (p->st == MP_DEAD)
+        return;
+    LOG_WARN("multipath: path %u (%s:%u, group %d) lost: %s; %u path%s left", p->idx, p->host,
+             p->port, p->group, why, lr_mpath_paths_up(m) - 1,
+             lr_mpath_paths_up(m) == 2 ? "" : "s");
+    p->st = MP_DEAD;
+    m->paths_lost++;
+    lr_timer_start(m->reap, 0);
+    refresh(m); /* a path lost may mean a state changed elsewhere (a failover) */
+}
+
+static void on_rtpg(void *arg, const struct lr_result *res);
+
+static void apply_rtpg(struct lr_mpath *m, const uint8_t *buf, uint32_t len)
+{
+    struct ini_alua_group g[MP_MAX_GROUPS];
+    int n = ini_alua_rtpg_parse(buf, len, g, MP_MAX_GROUPS);
+    if (n < 0) {
+        LOG_WARN("multipath: malformed REPORT TARGET PORT GROUPS answer ignored");
+        return;
+    }
+    for (unsigned i = 0; i < m->npaths; i++) {
+        struct mp_path *p = &m->paths[i];
+        uint8_t st = LR_ALUA_UNKNOWN;
+        for (int k = 0; k < n; k++)
+            if (g[k].id == p->group)
+                st = g[k].state;
+        if (st != p->state && p->st == MP_UP)
+            LOG_INFO("multipath: path %u (%s:%u, group %d): %s", i, p->host, p->port, p->group,
+                     lr_alua_state_name(st));
+        p->state = st;
+    }
+}
+
+static void rtpg_settled(struct lr_mpath *m)
+{
+    /* login waits for the states (a unit attention on the new nexus comes first) */
+    if (m->login_rtpg && !m->rtpg_again) {
+        m->login_rtpg = false;
+        struct lr_result ok = {.err = LR_OK, .conn = -1};
+        lr_done_fn done = m->login_done;
+        m->login_done = NULL;
+        if (done)
+            done(m->login_arg, &ok);
+    }
+    if (m->rtpg_again) {
+        m->rtpg_again = false;
+        refresh(m);
+    }
+    drain(m);
+}
+
+/* Ask REPORT TARGET PORT GROUPS on a live path (the next one each time: a path that answers
+ * but lies stale cannot hold the picture for good). */
+static void refresh(struct lr_mpath *m)
+{
+    if (m->rtpg_busy) {
+        m->rtpg_again = true;
+        return;
+    }
+    for (unsigned k = 0; k < m->npaths; k++) {
+        struct mp_path *p = &m->paths[(m->rtpg_next + k) % m->npaths];
+        if (p->st != MP_UP)
+            continue;
+        m->rtpg_next = (p->idx + 1) % m->npaths;
+        uint8_t cdb[12];
+        ini_alua_rtpg_cdb(cdb, MP_BUF);
+        memset(m->rtpg_buf, 0, sizeof(m->rtpg_buf));
+        if (lr_scsi(p->s, cdb, 12, LR_DIR_READ, m->rtpg_buf, MP_BUF, on_rtpg, p) == 0) {
+            m->rtpg_busy = true;
+            return;
+        }
+    }
+    /* no live path to ask */
+    if (m->login_rtpg) {
+        m->login_rtpg = false;
+        lr_done_fn done = m->login_done;
+        m->login_done = NULL;
+        if (done)
+            done(m->login_arg, &m->login_err);
+    }
+}
+
+static void on_rtpg(void *arg, const struct lr_result *res)
+{
+    struct mp_path *p = arg;
+    struct lr_mpath *m = p->m;
+    m->rtpg_busy = false;
+    if (m->destroying)
+        return;
+    uint8_t key, asc, ascq;
+    ini_sense_kaa(res->sense, res->sense_len, &key, &asc, &ascq);
+    if (res->err == LR_OK) {
+        m->rtpg_ua = 0;
+        uint32_t got = MP_BUF;
+        if (res->residual_kind == LR_RESIDUAL_UNDERFLOW && res->residual <= MP_BUF)
+            got = MP_BUF - res->residual;
+        apply_rtpg(m, m->rtpg_buf, got);
+    } else if (res->err == LR_SCSI_STATUS && key == 0x6 && m->rtpg_ua++ < MP_RTPG_RETRIES) {
+        m->rtpg_again = true; /* a unit attention (2Ah/06h among them): RTPG did not run */
+    } else if (res->err == LR_SCSI_STATUS && key == 0x5) {
+        /* ILLEGAL REQUEST: no ALUA on this target; every path is as good as another */
+        if (!m->no_alua)
+            LOG_INFO("multipath: the target has no REPORT TARGET PORT GROUPS: all paths used");
+        m->no_alua = true;
+    } else if (lost_kind(res->err) && session_gone(p)) {
+        path_dead(p, res->what ? res->what : lr_err_name(res->err));
+        m->rtpg_again = true;
+    } else {
+        LOG_WARN("multipath: REPORT TARGET PORT GROUPS on path %u failed: %s", p->idx,
+                 res->what ? res->what : lr_err_name(res->err));
+        m->rtpg_ua = 0;
+    }
+    rtpg_settled(m);
+}
+
+/* While commands wait for a usable path: ask the states again, and let the ones past their
+ * deadline fail. */
+static void poll_tick(void *arg)
+{
+    struct lr_mpath *m = arg;
+    if (!m->wait_head)
+        return;
+    refresh(m);
+    drain(m);
+    if (m->wait_head)
+        lr_timer_start(m->poll, MP_POLL_MS);
+}
+
+/* ---- login and logout ---- */
+
+static void login_one_done(struct lr_mpath *m)
+{
+    if (--m->login_pending)
+        return;
+    m->login_rtpg = true;
+    refresh(m); /* calls login_done with the error when no path is up */
+}
+
+static void on_vpd(void *arg, const struct lr_result *res)
+{
+    struct mp_path *p = arg;
+    struct lr_mpath *m = p->m;
+    uint16_t g;
+    if (res->err == LR_OK && ini_alua_vpd83_group(p->buf, MP_BUF, &g) == 0)
+        p->group = g;
+    if (res->err != LR_OK && lost_kind(res->err)) {
+        p->st = MP_DEAD;
+        lr_timer_start(m->reap, 0);
+    } else {
+        p->st = MP_UP;
+    }
+    LOG_INFO("multipath: path %u (%s:%u) logged in, target port group %d", p->idx, p->host, p->port,
+             p->group);
+    login_one_done(m);
+}
+
+static void on_path_login(void *arg, const struct lr_result *res)
+{
+    struct mp_path *p = arg;
+    struct lr_mpath *m = p->m;
+    if (res->err != LR_OK) {
+        LOG_WARN("multipath: path %u (%s:%u) login failed: %s", p->idx, p->host, p->port,
+                 res->what ? res->what : lr_err_name(res->err));
+        if (m->login_err.err == LR_OK)
+            m->login_err = *res;
+        p->st = MP_DEAD;
+        lr_timer_start(m->reap, 0);
+        login_one_done(m);
+        return;
+    }
+    /* INQUIRY is allowed on every port whatever its state (SPC-4 §5.16.2.4.5) and reports
+     * no unit attention (SAM-5 §5.14) */
+    p->st = MP_PROBING;
+    uint8_t cdb[6];
+    ini_alua_vpd83_cdb(cdb, MP_BUF);
+    if (lr_scsi(p->s, cdb, 6, LR_DIR_READ, p->buf, MP_BUF, on_vpd, p) < 0) {
+        p->st = MP_UP;
+        login_one_done(m);
+    }
+}
+
+int lr_mpath_login(struct lr_mpath *m, lr_done_fn done, void *arg)
+{
+    if (m->login_done || m->login_pending)
+        return -1;
+    m->login_done = done;
+    m->login_arg = arg;
+    m->login_err = (struct lr_result){.err = LR_OK};
+    unsigned started = 0;
+    m->login_pending = m->npaths + 1; /* held until every login is under way */
+    for (unsigned i = 0; i < m->npaths; i++) {
+        struct mp_path *p = &m->paths[i];
+        if (p->st != MP_IDLE)
+            continue;
+        p->st = MP_LOGGING_IN;
+        if (lr_session_login(p->s, on_path_login, p) < 0) {
+            p->st = MP_DEAD;
+            m->login_pending--;
+            continue;
+        }
+        started++;
+    }
+    if (!started) {
+        m->login_pending = 0;
+        m->login_done = NULL;
+        return -1;
+    }
+    if (m->login_err.err == LR_OK)
+        m->login_err = (struct lr_result){.err = LR_ERR_NO_CONN, .what = "no path logged in"};
+    login_one_done(m);
+    return 0;
+}
+
+static void on_path_logout(void *arg, const struct lr_result *res)
+{
+    struct mp_path *p = arg;
+    struct lr_mpath *m = p->m;
+    (void)res;
+    p->st = MP_LOGGED_OUT;
+    if (--m->logout_pending == 0 && m->logout_done) {
+        lr_done_fn done = m->logout_done;
+        m->logout_done = NULL;
+        struct lr_result ok = {.err = LR_OK, .conn = -1};
+        done(m->logout_arg, &ok);
+    }
+}
+
+int lr_mpath_logout(struct lr_mpath *m, lr_done_fn done, void *arg)
+{
+    lr_timer_stop(m->poll);
+    m->logout_done = done;
+    m->logout_arg = arg;
+    m->logout_pending = 1;
+    for (unsigned i = 0; i < m->npaths; i++) {
+        struct mp_path *p = &m->paths[i];
+        if (p->st != MP_UP)
+            continue;
+        m->logout_pending++;
+        if (lr_session_logout(p->s, on_path_logout, p) < 0)
+            m->logout_pending--;
+    }
+    struct mp_path none = {.m = m};
+    on_path_logout(&none, NULL);
+    return 0;
+}
+
+/* ---- life ---- */
+
+struct lr_mpath *lr_mpath_create(struct reactor *r, const struct lr_mpath_opts *o)
+{
+    if (!o->npaths || o->npaths > LR_MPATH_MAX_PATHS) {
+        errno = EINVAL;
+        return NULL;
+    }
+    for (unsigned i = 0; i < LR_MAX_CONNECTIONS; i++)
+        if (o->session.conn_reactors[i]) {
+            errno = EINVAL;
+            return NULL;
+        }
+    struct lr_mpath *m = calloc(1, sizeof(*m));
+    if (!m)
+        return NULL;
+    m->r = r;
+    m->o = *o;
+    if (!m->o.failover_timeout_ms)
+        m->o.failover_timeout_ms = 60000;
+    m->npaths = o->npaths;
+    m->ncmds = o->session.max_tasks ? o->session.max_tasks : 1024;
+    m->cmds = calloc(m->ncmds, sizeof(*m->cmds));
+    m->poll = lr_timer_new(r, poll_tick, m);
+    m->reap = lr_timer_new(r, reap, m);
+    if (!m->cmds || !m->poll || !m->reap)
+        goto fail;
+    for (uint32_t i = m->ncmds; i-- > 0;) {
+        m->cmds[i].m = m;
+        m->cmds[i].next = m->free_cmds;
+        m->free_cmds = &m->cmds[i];
+    }
+    for (unsigned i = 0; i < m->npaths; i++) {
+        struct mp_path *p = &m->paths[i];
+        p->m = m;
+        p->idx = i;
+        p->group = -1;
+        p->state = LR_ALUA_UNKNOWN;
+        snprintf(p->host, sizeof(p->host), "%s", o->hosts[i] ? o->hosts[i] : "");
+        p->port = o->ports[i] ? o->ports[i] : 3260;
+        struct lr_session_opts so = o->session;
+        so.host = p->host;
+        so.port = p->port;
+        p->s = lr_session_create(r, &so);
+        if (!p->s)
+            goto fail;
+    }
+    return m;
+fail:
+    lr_mpath_destroy(m);
+    errno = ENOMEM;
+    return NULL;
+}
+
+void lr_mpath_destroy(struct lr_mpath *m)
+{
+    if (!m)
+        return;
+    m->destroying = true;
+    for (unsigned i = 0; i < m->npaths; i++)
+        if (m->paths[i].s) {
+            lr_session_destroy(m->paths[i].s);
+            m->paths[i].s = NULL;
+        }
+    struct mp_cmd *c = m->wait_head;
+    m->wait_head = m->wait_tail = NULL;
+    while (c) {
+        struct mp_cmd *next = c->next;
+        struct lr_result r = {.err = LR_ERR_ABORTED, .what = "multipath device destroyed"};
+        c->path = -1;
+        finish(c, &r);
+        c = next;
+    }
+    lr_timer_free(m->poll);
+    lr_timer_free(m->reap);
+    free(m->cmds);
+    free(m);
+}
+
+unsigned lr_mpath_paths_up(const struct lr_mpath *m)
+{
+    unsigned n = 0;
+    for (unsigned i = 0; i < m->npaths; i++)
+        n += m->paths[i].st == MP_UP;
+    return n;
+}
+
+bool lr_mpath_path_info(const struct lr_mpath *m, unsigned i, struct lr_mpath_path_info *out)
+{
+    if (i >= m->npaths)
+        return false;
+    const struct mp_path *p = &m->paths[i];
+    *out = (struct lr_mpath_path_info){
+        .host = p->host,
+        .port = p->port,
+        .up = p->st == MP_UP,
+        .lost = p->st == MP_DEAD,
+        .group = p->group,
+        .state = m->no_alua ? LR_ALUA_AO : p->state,
+        .commands = p->commands,
+        .reissued = p->reissued,
+    };
+    if (p->s && p->st == MP_UP) {
+        struct lr_session_info info;
+        lr_session_get_info(p->s, &info);
+        out->header_digest = info.header_digest;
+        out->data_digest = info.data_digest;
+    }
+    return true;
+}
+
+void lr_mpath_counts(const struct lr_mpath *m, uint64_t *paths_lost, uint64_t *reissued)
+{
+    *paths_lost = m->paths_lost;
+    *reissued = m->reissued;
+}

@@ -1,0 +1,132 @@
+#!/bin/bash
+# Multipath in linerate's own initiator (issue 30 item 3): two linerate-target gateways of one
+# target share one file: LUN (testing only, docs/gateways.md), each its own target port group;
+# linerate-bench --portal runs one session per gateway as one multipath device.
+#   1. choice by REPORT TARGET PORT GROUPS: gateway B (active/non-optimized) is the URL's
+#      portal, the first path, and A (active/optimized) the second: every command goes to A,
+#      none to B, while A lives;
+#   2. failover to an active/non-optimized path: --verify with A killed (SIGKILL) once half
+#      the writes are acknowledged, the rest in flight: zero failed commands, zero verify
+#      errors, B carried the rest; the longest I/O pause is printed;
+#   3. failover to a standby path: B is standby; A is killed the same way and B made
+#      active/optimized by `linerate-ctl set alua` (by hand: automatic failover between
+#      gateways is issue 30 item 2). Commands wait for a usable path meanwhile (never sent to
+#      a standby port), then go to B: zero failures, zero verify errors.
+# MPATH_RUNS=N repeats 2 and 3 N times and prints the pauses' median and worst (docs).
+set -u
+here=$(cd "$(dirname "$0")" && pwd)
+. "$here/bench_lib.sh"
+build=${1:?usage: bench_multipath.sh BUILD_DIR}
+bench=$build/linerate-bench target=$build/linerate-target ctl=$build/linerate-ctl
+for b in "$bench" "$target" "$ctl"; do [ -x "$b" ] || fail "$b not built"; done
+runs=${MPATH_RUNS:-1}
+tmp=$(mktemp -d)
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null; done
+  wait 2>/dev/null
+  rm -rf "$tmp"
+}
+trap cleanup EXIT
+iqn=iqn.2026-11.org.linerate:mpath
+truncate -s 64M "$tmp/lun.img"
+
+# gateway NAME GROUP STATE PEER_GROUP PEER_STATE: starts it; sets PID_<NAME>, PORT_<NAME>
+gateway() {
+  local name=$1 group=$2 state=$3 pgroup=$4 pstate=$5 port try pid
+  for try in $(seq 20); do
+    port=$(free_port) || fail "no free loopback port"
+    mkdir -p "$tmp/st-$name"
+    cat >"$tmp/gw-$name.conf" <<CONF
+ctl-socket = $tmp/gw-$name.sock
+state-dir = $tmp/st-$name
+log-level = warn
+threads = 1
+[target $iqn]
+portal = 127.0.0.1:$port
+alua-group = $group
+alua-state = $state
+alua-peer = $pgroup:$pstate
+lun 0 = file:$tmp/lun.img
+CONF
+    "$target" --config "$tmp/gw-$name.conf" >"$tmp/gw-$name.out" 2>>"$tmp/gw-$name.log" &
+    pid=$!
+    for _ in $(seq 600); do
+      grep -q '^iscsi://' "$tmp/gw-$name.out" 2>/dev/null && break
+      kill -0 "$pid" 2>/dev/null || break
+      sleep 0.1
+    done
+    if grep -q '^iscsi://' "$tmp/gw-$name.out"; then
+      pids+=("$pid")
+      eval "PID_$name=$pid PORT_$name=$port"
+      return 0
+    fi
+    kill -KILL "$pid" 2>/dev/null
+    wait "$pid" 2>/dev/null
+    grep -q "in use" "$tmp/gw-$name.log" || { cat "$tmp/gw-$name.log" >&2; fail "gateway $name did not start"; }
+  done
+  fail "gateway $name: no free port"
+}
+
+stop_all() {
+  for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null; done
+  wait 2>/dev/null
+  pids=()
+}
+
+# path_commands LOG PORT: the commands the run completed through the path on PORT
+path_commands() {
+  sed -n "s/^linerate-bench: session 0: path [0-9]* 127.0.0.1:$2 .*: \([0-9]*\) commands.*/\1/p" "$1"
+}
+
+pauses=()
+# failover B_STATE RUN: A active/optimized, B B_STATE; A killed mid --verify
+failover() {
+  local bstate=$1 run=$2 log=$tmp/bench-${1%%/*}-$2.log midway
+  gateway A 1 active/optimized 2 "$bstate"
+  gateway B 2 "$bstate" 1 active/optimized
+  midway="kill -KILL $PID_A"
+  [ "$bstate" = standby ] &&
+    midway="$midway; $ctl --socket $tmp/gw-B.sock set alua $iqn active/optimized >$tmp/ctl.out 2>&1 &"
+  note "[$bstate, run $run] --verify through A (127.0.0.1:$PORT_A) and B, A killed midway"
+  timeout 300 "$bench" --verify --verify-midway "$midway" --sizes 4k --rw write --seconds 1 \
+    --qd 16 --portal "127.0.0.1:$PORT_A" "iscsi://127.0.0.1:$PORT_B/$iqn/0" \
+    >"$tmp/out" 2>"$log"
+  local rc=$?
+  grep -E "multipath|verify|path [0-9]|failed|midway" "$log" >&2
+  [ "$rc" = 0 ] || { tail -n 30 "$log" >&2; fail "[$bstate] linerate-bench exited $rc"; }
+  grep -q "verify passed" "$log" || fail "[$bstate] verify did not pass"
+  grep -q "commands failed\|command failed" "$log" && fail "[$bstate] commands failed"
+  grep -q "1 path lost" "$log" || fail "[$bstate] the bench did not see path A lost"
+  local b
+  b=$(path_commands "$log" "$PORT_B")
+  [ -n "$b" ] && [ "$b" -gt 0 ] || fail "[$bstate] path B carried nothing after the failover"
+  [ "$bstate" = standby ] && { grep -q "active/optimized" "$tmp/ctl.out" || cat "$tmp/ctl.out" >&2; }
+  pauses+=("$(sed -n 's/.*longest I\/O pause \([0-9.]*\) ms.*/\1/p' "$log" | head -1)")
+  stop_all
+}
+
+note "path choice by RTPG: B (active/non-optimized) first in the list, A (active/optimized) second"
+gateway A 1 active/optimized 2 active/non-optimized
+gateway B 2 active/non-optimized 1 active/optimized
+timeout 120 "$bench" --sizes 4k --rw randwrite,randread --seconds 1 --qd 8 \
+  --portal "127.0.0.1:$PORT_A" "iscsi://127.0.0.1:$PORT_B/$iqn/0" >"$tmp/out" 2>"$tmp/choice.log" ||
+  { tail -n 20 "$tmp/choice.log" >&2; fail "linerate-bench with two portals failed"; }
+grep -E "path [0-9]" "$tmp/choice.log" >&2
+a=$(path_commands "$tmp/choice.log" "$PORT_A")
+b=$(path_commands "$tmp/choice.log" "$PORT_B")
+[ -n "$a" ] && [ "$a" -gt 1000 ] || fail "the active/optimized path A carried ${a:-no} commands"
+[ "$b" = 0 ] || fail "the active/non-optimized path B carried ${b:-?} commands while A lived"
+stop_all
+
+for run in $(seq "$runs"); do
+  failover active/non-optimized "$run"
+  failover standby "$run"
+done
+note "longest I/O pause per failover (ms): ${pauses[*]}"
+if [ "$runs" -gt 1 ]; then
+  printf '%s\n' "${pauses[@]}" | sort -g | awk '{ v[NR] = $1 } END {
+    printf "== pause over %d failovers: median %.1f ms, worst %.1f ms\n", NR,
+      (NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2), v[NR] }' >&2
+fi
+echo "PASS: bench_multipath"
