@@ -11,7 +11,7 @@
  *   §5.16.2.4, SAM-5 §5.14: a command answered with a unit attention was not executed);
  * - its path's session is gone: every connection of it lost and not recovered by the session
  *   itself (ErrorRecoveryLevel 0: a connection failure ends the session and the target
- *   terminates its tasks, RFC 7143 §7.1.2, §7.2; at ERL 2 only once the session gave up).
+ *   terminates its tasks, RFC 7143 §7.1.5; at ERL 2 only once the session gave up).
  *   The session is then destroyed, so nothing of ours can carry the command on that path.
  *   The data of a WRITE issued again is the caller's buffer, unchanged (it must stay valid
  *   and unchanged until done() runs, as for lr_scsi).

@@ -32,14 +32,19 @@ iqn=iqn.2026-11.org.linerate:mpath
 truncate -s 64M "$tmp/lun.img"
 
 # gateway NAME GROUP STATE PEER_GROUP PEER_STATE: starts it; sets PID_<NAME>, PORT_<NAME>
+# (each start its own files: a SIGKILLed daemon leaves its control socket behind)
+starts=0
 gateway() {
-  local name=$1 group=$2 state=$3 pgroup=$4 pstate=$5 port try pid
+  local name=$1 group=$2 state=$3 pgroup=$4 pstate=$5 port try pid d
   for try in $(seq 20); do
     port=$(free_port) || fail "no free loopback port"
-    mkdir -p "$tmp/st-$name"
-    cat >"$tmp/gw-$name.conf" <<CONF
-ctl-socket = $tmp/gw-$name.sock
-state-dir = $tmp/st-$name
+    starts=$((starts + 1))
+    d=$tmp/gw$starts
+    mkdir -p "$d/st"
+    eval "DIR_$name=$d"
+    cat >"$d/gw.conf" <<CONF
+ctl-socket = $d/ctl.sock
+state-dir = $d/st
 log-level = warn
 threads = 1
 [target $iqn]
@@ -49,21 +54,21 @@ alua-state = $state
 alua-peer = $pgroup:$pstate
 lun 0 = file:$tmp/lun.img
 CONF
-    "$target" --config "$tmp/gw-$name.conf" >"$tmp/gw-$name.out" 2>>"$tmp/gw-$name.log" &
+    "$target" --config "$d/gw.conf" >"$d/out" 2>>"$d/log" &
     pid=$!
     for _ in $(seq 600); do
-      grep -q '^iscsi://' "$tmp/gw-$name.out" 2>/dev/null && break
+      grep -q '^iscsi://' "$d/out" 2>/dev/null && break
       kill -0 "$pid" 2>/dev/null || break
       sleep 0.1
     done
-    if grep -q '^iscsi://' "$tmp/gw-$name.out"; then
+    if grep -q '^iscsi://' "$d/out"; then
       pids+=("$pid")
       eval "PID_$name=$pid PORT_$name=$port"
       return 0
     fi
     kill -KILL "$pid" 2>/dev/null
     wait "$pid" 2>/dev/null
-    grep -q "in use" "$tmp/gw-$name.log" || { cat "$tmp/gw-$name.log" >&2; fail "gateway $name did not start"; }
+    grep -q "in use" "$d/log" || { cat "$d/log" >&2; fail "gateway $name did not start"; }
   done
   fail "gateway $name: no free port"
 }
@@ -79,7 +84,7 @@ path_commands() {
   sed -n "s/^linerate-bench: session 0: path [0-9]* 127.0.0.1:$2 .*: \([0-9]*\) commands.*/\1/p" "$1"
 }
 
-pauses=()
+pauses_an=() pauses_sb=()
 # failover B_STATE RUN: A active/optimized, B B_STATE; A killed mid --verify
 failover() {
   local bstate=$1 run=$2 log=$tmp/bench-${1%%/*}-$2.log midway
@@ -87,7 +92,7 @@ failover() {
   gateway B 2 "$bstate" 1 active/optimized
   midway="kill -KILL $PID_A"
   [ "$bstate" = standby ] &&
-    midway="$midway; $ctl --socket $tmp/gw-B.sock set alua $iqn active/optimized >$tmp/ctl.out 2>&1 &"
+    midway="$midway; $ctl --socket $DIR_B/ctl.sock set alua $iqn active/optimized >$tmp/ctl.out 2>&1 &"
   note "[$bstate, run $run] --verify through A (127.0.0.1:$PORT_A) and B, A killed midway"
   timeout 300 "$bench" --verify --verify-midway "$midway" --sizes 4k --rw write --seconds 1 \
     --qd 16 --portal "127.0.0.1:$PORT_A" "iscsi://127.0.0.1:$PORT_B/$iqn/0" \
@@ -102,7 +107,10 @@ failover() {
   b=$(path_commands "$log" "$PORT_B")
   [ -n "$b" ] && [ "$b" -gt 0 ] || fail "[$bstate] path B carried nothing after the failover"
   [ "$bstate" = standby ] && { grep -q "active/optimized" "$tmp/ctl.out" || cat "$tmp/ctl.out" >&2; }
-  pauses+=("$(sed -n 's/.*longest I\/O pause \([0-9.]*\) ms.*/\1/p' "$log" | head -1)")
+  local p
+  p=$(sed -n 's/.*longest I\/O pause \([0-9.]*\) ms.*/\1/p' "$log" | head -1)
+  [ -n "$p" ] || fail "[$bstate] no I/O pause printed"
+  if [ "$bstate" = standby ]; then pauses_sb+=("$p"); else pauses_an+=("$p"); fi
   stop_all
 }
 
@@ -123,10 +131,16 @@ for run in $(seq "$runs"); do
   failover active/non-optimized "$run"
   failover standby "$run"
 done
-note "longest I/O pause per failover (ms): ${pauses[*]}"
-if [ "$runs" -gt 1 ]; then
-  printf '%s\n' "${pauses[@]}" | sort -g | awk '{ v[NR] = $1 } END {
-    printf "== pause over %d failovers: median %.1f ms, worst %.1f ms\n", NR,
+# summary NAME PAUSES...: every pause, and median and worst over more than one
+summary() {
+  local name=$1
+  shift
+  note "longest I/O pause, failover to $name (ms): $*"
+  [ $# -gt 1 ] || return 0
+  printf '%s\n' "$@" | sort -g | awk -v name="$name" '{ v[NR] = $1 } END {
+    printf "== %s: %d failovers, pause median %.1f ms, worst %.1f ms\n", name, NR,
       (NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2), v[NR] }' >&2
-fi
+}
+summary active/non-optimized "${pauses_an[@]}"
+summary "standby made active/optimized" "${pauses_sb[@]}"
 echo "PASS: bench_multipath"
