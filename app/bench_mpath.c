@@ -80,7 +80,7 @@ void bench_mpath_report(FILE *f, int id, const struct lr_mpath *mp, double pause
     lr_mpath_counts(mp, &lost, &reissued);
     fprintf(f,
             "linerate-bench: session %d: multipath: %llu path%s lost, %llu command%s issued "
-            "again on another path, longest I/O pause %.1f ms\n",
+            "again, longest I/O pause %.1f ms\n",
             id, (unsigned long long)lost, lost == 1 ? "" : "s", (unsigned long long)reissued,
             reissued == 1 ? "" : "s", pause_ms);
     for (unsigned i = 0; i < 1 + LR_MPATH_MAX_PATHS; i++) {
@@ -91,7 +91,9 @@ void bench_mpath_report(FILE *f, int id, const struct lr_mpath *mp, double pause
                 "linerate-bench: session %d: path %u %s:%u group %d %s%s: %llu commands "
                 "(%llu failed over to it)\n",
                 id, i, pi.host, pi.port, pi.group, lr_alua_state_name(pi.state),
-                pi.lost ? " (lost)" : "", (unsigned long long)pi.commands,
-                (unsigned long long)pi.reissued);
+                pi.lost           ? " (lost)"
+                : pi.login_failed ? " (login failed)"
+                                  : "",
+                (unsigned long long)pi.commands, (unsigned long long)pi.reissued);
     }
 }

@@ -81,7 +81,8 @@ struct lr_mpath_path_info {
     const char *host;
     uint16_t port;
     bool up;                         /* logged in and not lost */
-    bool lost;                       /* its login failed, or its session was lost */
+    bool lost;                       /* its session was lost after login */
+    bool login_failed;               /* it never logged in */
     int group;                       /* target port group, -1 unknown */
     uint8_t state;                   /* enum lr_alua_state of that group, as last reported */
     uint64_t commands;               /* commands completed on it (final status) */
@@ -91,7 +92,8 @@ struct lr_mpath_path_info {
 unsigned lr_mpath_paths_up(const struct lr_mpath *m);
 /* Path i (the order of lr_mpath_opts.hosts): false when there is no such path. */
 bool lr_mpath_path_info(const struct lr_mpath *m, unsigned i, struct lr_mpath_path_info *out);
-/* Paths that died (sessions lost) so far, and commands issued again on another path. */
+/* Paths that died (sessions lost) so far, and how many times a command was issued again
+ * (after a lost path, a unit attention 2Ah/06h or a NOT READY of a port not active). */
 void lr_mpath_counts(const struct lr_mpath *m, uint64_t *paths_lost, uint64_t *reissued);
 
 #endif

@@ -28,6 +28,7 @@ struct mp_path {
     uint16_t port;
     struct lr_session *s;
     enum mp_pstate st;
+    bool login_failed;
     int group;
     uint8_t state;
     uint64_t commands, reissued;
@@ -69,8 +70,9 @@ struct lr_mpath {
     lr_done_fn login_done, logout_done;
     void *login_arg, *logout_arg;
     unsigned login_pending, logout_pending;
-    bool login_rtpg; /* login waits for the first RTPG answer */
-    struct lr_result login_err;
+    bool login_rtpg;            /* login waits for the first RTPG answer */
+    struct lr_result login_err; /* the first path's login failure */
+    bool login_err_set;
     bool destroying;
     uint64_t paths_lost, reissued;
 };
@@ -599,8 +601,10 @@ static void on_path_login(void *arg, const struct lr_result *res)
     if (res->err != LR_OK) {
         LOG_WARN("multipath: path %u (%s:%u) login failed: %s", p->idx, p->host, p->port,
                  res->what ? res->what : lr_err_name(res->err));
-        if (m->login_err.err == LR_OK)
+        if (!m->login_err_set)
             m->login_err = *res;
+        m->login_err_set = true;
+        p->login_failed = true;
         p->st = MP_DEAD;
         lr_timer_start(m->reap, 0);
         login_one_done(m);
@@ -623,7 +627,8 @@ int lr_mpath_login(struct lr_mpath *m, lr_done_fn done, void *arg)
         return -1;
     m->login_done = done;
     m->login_arg = arg;
-    m->login_err = (struct lr_result){.err = LR_OK};
+    m->login_err = (struct lr_result){.err = LR_ERR_NO_CONN, .what = "no path logged in"};
+    m->login_err_set = false;
     unsigned started = 0;
     m->login_pending = m->npaths + 1; /* held until every login is under way */
     for (unsigned i = 0; i < m->npaths; i++) {
@@ -643,8 +648,6 @@ int lr_mpath_login(struct lr_mpath *m, lr_done_fn done, void *arg)
         m->login_done = NULL;
         return -1;
     }
-    if (m->login_err.err == LR_OK)
-        m->login_err = (struct lr_result){.err = LR_ERR_NO_CONN, .what = "no path logged in"};
     login_one_done(m);
     return 0;
 }
@@ -778,7 +781,8 @@ bool lr_mpath_path_info(const struct lr_mpath *m, unsigned i, struct lr_mpath_pa
         .host = p->host,
         .port = p->port,
         .up = p->st == MP_UP,
-        .lost = p->st == MP_DEAD,
+        .lost = p->st == MP_DEAD && !p->login_failed,
+        .login_failed = p->login_failed,
         .group = p->group,
         .state = m->no_alua ? LR_ALUA_AO : p->state,
         .commands = p->commands,
