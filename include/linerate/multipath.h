@@ -59,7 +59,8 @@ struct lr_mpath;
 struct lr_mpath *lr_mpath_create(struct reactor *r, const struct lr_mpath_opts *o);
 /* Destroys every path's session; commands not completed get LR_ERR_ABORTED. */
 void lr_mpath_destroy(struct lr_mpath *m);
-/* Logs in every path, reads each one's target port group (VPD 0x83) and the states (RTPG).
+/* Logs in every path, reads each one's target port group (VPD 0x83) and its state (RTPG
+ * through it: each port's word on its own group counts).
  * done(): LR_OK once at least one path is logged in and the states are known (a target
  * without RTPG: every path counts as active/optimized), else the first path's failure.
  * A path that cannot log in stays down. Returns 0, or -1 (already logged in, no memory). */

@@ -32,7 +32,10 @@ struct mp_path {
     int group;
     uint8_t state;
     uint64_t commands, reissued;
-    uint8_t buf[MP_BUF];
+    /* its RTPG: one at a time; asked again meanwhile, it runs after (rtpg_again) */
+    bool rtpg_busy, rtpg_again;
+    unsigned rtpg_ua;    /* unit attentions in a row on it */
+    uint8_t buf[MP_BUF]; /* VPD 0x83 at login, then RTPG answers */
 };
 
 struct mp_cmd {
@@ -58,19 +61,16 @@ struct lr_mpath {
     struct reactor *r;
     struct lr_mpath_opts o;
     struct mp_path paths[LR_MPATH_MAX_PATHS];
-    unsigned npaths, rr, rtpg_next;
+    unsigned npaths, rr;
     struct mp_cmd *cmds, *free_cmds, *wait_head, *wait_tail;
     uint32_t ncmds;
     struct lr_timer *poll, *reap;
-    /* RTPG: one at a time; another asked for meanwhile runs after it */
-    bool rtpg_busy, rtpg_again, no_alua;
-    unsigned rtpg_ua;
-    uint8_t rtpg_buf[MP_BUF];
+    bool no_alua; /* RTPG refused (ILLEGAL REQUEST): every path counts as AO */
     /* login and logout */
     lr_done_fn login_done, logout_done;
     void *login_arg, *logout_arg;
     unsigned login_pending, logout_pending;
-    bool login_rtpg;            /* login waits for the first RTPG answer */
+    bool login_rtpg;            /* login waits for every live path's RTPG answer */
     struct lr_result login_err; /* the first path's login failure */
     bool login_err_set;
     bool destroying;
@@ -450,93 +450,103 @@ static void path_dead(struct mp_path *p, const char *why)
 
 static void on_rtpg(void *arg, const struct lr_result *res);
 
-static void apply_rtpg(struct lr_mpath *m, const uint8_t *buf, uint32_t len)
+/* One path's REPORT TARGET PORT GROUPS answer: the state it gives for its own target port
+ * group is taken, for every path of that group. A port knows its own state; what it says of
+ * the other groups is what its gateway was told (linerate's alua-peer, a picture operators
+ * keep in step by hand, SPC-4 §5.16.2.5 notwithstanding), and a stale entry there must not
+ * send I/O to a port that refuses it, nor keep it from one that takes it. */
+static void apply_rtpg(struct mp_path *p, uint32_t len)
 {
+    struct lr_mpath *m = p->m;
     struct ini_alua_group g[MP_MAX_GROUPS];
-    int n = ini_alua_rtpg_parse(buf, len, g, MP_MAX_GROUPS);
+    int n = ini_alua_rtpg_parse(p->buf, len, g, MP_MAX_GROUPS);
     if (n < 0) {
-        LOG_WARN("multipath: malformed REPORT TARGET PORT GROUPS answer ignored");
+        LOG_WARN("multipath: path %u: malformed REPORT TARGET PORT GROUPS answer ignored", p->idx);
         return;
     }
+    uint8_t st = LR_ALUA_UNKNOWN;
+    for (int k = 0; k < n; k++)
+        if (g[k].id == p->group)
+            st = g[k].state;
+    if (p->group < 0 && n == 1)
+        st = g[0].state; /* no group designator in VPD 0x83: a lone group is ours */
     for (unsigned i = 0; i < m->npaths; i++) {
-        struct mp_path *p = &m->paths[i];
-        uint8_t st = LR_ALUA_UNKNOWN;
-        for (int k = 0; k < n; k++)
-            if (g[k].id == p->group)
-                st = g[k].state;
-        if (st != p->state && p->st == MP_UP)
-            LOG_INFO("multipath: path %u (%s:%u, group %d): %s", i, p->host, p->port, p->group,
+        struct mp_path *q = &m->paths[i];
+        if (q != p && (p->group < 0 || q->group != p->group))
+            continue;
+        if (st != q->state && q->st == MP_UP)
+            LOG_INFO("multipath: path %u (%s:%u, group %d): %s", i, q->host, q->port, q->group,
                      lr_alua_state_name(st));
-        p->state = st;
+        q->state = st;
     }
 }
 
-static void rtpg_settled(struct lr_mpath *m)
+static bool rtpg_pending(const struct lr_mpath *m)
 {
-    /* login waits for the states (a unit attention on the new nexus comes first) */
-    if (m->login_rtpg && !m->rtpg_again) {
-        m->login_rtpg = false;
-        struct lr_result ok = {.err = LR_OK, .conn = -1};
-        lr_done_fn done = m->login_done;
-        m->login_done = NULL;
-        if (done)
-            done(m->login_arg, &ok);
+    for (unsigned i = 0; i < m->npaths; i++) {
+        const struct mp_path *p = &m->paths[i];
+        if (p->st == MP_UP && (p->rtpg_busy || p->rtpg_again))
+            return true;
     }
-    if (m->rtpg_again) {
-        m->rtpg_again = false;
-        refresh(m);
-    }
-    drain(m);
+    return false;
 }
 
-/* Ask REPORT TARGET PORT GROUPS on a live path (the next one each time: a path that answers
- * but lies stale cannot hold the picture for good). */
+/* Login ends once every live path told its state (a unit attention on each new nexus comes
+ * first), or at once when none is live. */
+static void login_maybe_done(struct lr_mpath *m)
+{
+    if (!m->login_rtpg || rtpg_pending(m))
+        return;
+    m->login_rtpg = false;
+    struct lr_result ok = {.err = LR_OK, .conn = -1};
+    lr_done_fn done = m->login_done;
+    m->login_done = NULL;
+    if (done)
+        done(m->login_arg, lr_mpath_paths_up(m) ? &ok : &m->login_err);
+}
+
+/* REPORT TARGET PORT GROUPS on path p (one at a time; asked again meanwhile, it runs after). */
+static void path_refresh(struct mp_path *p)
+{
+    if (p->st != MP_UP)
+        return;
+    if (p->rtpg_busy) {
+        p->rtpg_again = true;
+        return;
+    }
+    p->rtpg_again = false;
+    uint8_t cdb[12];
+    ini_alua_rtpg_cdb(cdb, MP_BUF);
+    memset(p->buf, 0, sizeof(p->buf));
+    if (lr_scsi(p->s, cdb, 12, LR_DIR_READ, p->buf, MP_BUF, on_rtpg, p) == 0)
+        p->rtpg_busy = true;
+}
+
+/* Every live path tells its state again. */
 static void refresh(struct lr_mpath *m)
 {
-    if (m->rtpg_busy) {
-        m->rtpg_again = true;
-        return;
-    }
-    for (unsigned k = 0; k < m->npaths; k++) {
-        struct mp_path *p = &m->paths[(m->rtpg_next + k) % m->npaths];
-        if (p->st != MP_UP)
-            continue;
-        m->rtpg_next = (p->idx + 1) % m->npaths;
-        uint8_t cdb[12];
-        ini_alua_rtpg_cdb(cdb, MP_BUF);
-        memset(m->rtpg_buf, 0, sizeof(m->rtpg_buf));
-        if (lr_scsi(p->s, cdb, 12, LR_DIR_READ, m->rtpg_buf, MP_BUF, on_rtpg, p) == 0) {
-            m->rtpg_busy = true;
-            return;
-        }
-    }
-    /* no live path to ask */
-    if (m->login_rtpg) {
-        m->login_rtpg = false;
-        lr_done_fn done = m->login_done;
-        m->login_done = NULL;
-        if (done)
-            done(m->login_arg, &m->login_err);
-    }
+    for (unsigned i = 0; i < m->npaths; i++)
+        path_refresh(&m->paths[i]);
+    login_maybe_done(m);
 }
 
 static void on_rtpg(void *arg, const struct lr_result *res)
 {
     struct mp_path *p = arg;
     struct lr_mpath *m = p->m;
-    m->rtpg_busy = false;
+    p->rtpg_busy = false;
     if (m->destroying)
         return;
     uint8_t key, asc, ascq;
     ini_sense_kaa(res->sense, res->sense_len, &key, &asc, &ascq);
     if (res->err == LR_OK) {
-        m->rtpg_ua = 0;
+        p->rtpg_ua = 0;
         uint32_t got = MP_BUF;
         if (res->residual_kind == LR_RESIDUAL_UNDERFLOW && res->residual <= MP_BUF)
             got = MP_BUF - res->residual;
-        apply_rtpg(m, m->rtpg_buf, got);
-    } else if (res->err == LR_SCSI_STATUS && key == 0x6 && m->rtpg_ua++ < MP_RTPG_RETRIES) {
-        m->rtpg_again = true; /* a unit attention (2Ah/06h among them): RTPG did not run */
+        apply_rtpg(p, got);
+    } else if (res->err == LR_SCSI_STATUS && key == 0x6 && p->rtpg_ua++ < MP_RTPG_RETRIES) {
+        p->rtpg_again = true; /* a unit attention (2Ah/06h among them): RTPG did not run */
     } else if (res->err == LR_SCSI_STATUS && key == 0x5) {
         /* ILLEGAL REQUEST: no ALUA on this target; every path is as good as another */
         if (!m->no_alua)
@@ -544,13 +554,15 @@ static void on_rtpg(void *arg, const struct lr_result *res)
         m->no_alua = true;
     } else if (lost_kind(res->err) && session_gone(p)) {
         path_dead(p, res->what ? res->what : lr_err_name(res->err));
-        m->rtpg_again = true;
     } else {
         LOG_WARN("multipath: REPORT TARGET PORT GROUPS on path %u failed: %s", p->idx,
                  res->what ? res->what : lr_err_name(res->err));
-        m->rtpg_ua = 0;
+        p->rtpg_ua = 0;
     }
-    rtpg_settled(m);
+    if (p->rtpg_again)
+        path_refresh(p);
+    login_maybe_done(m);
+    drain(m);
 }
 
 /* While commands wait for a usable path: ask the states again, and let the ones past their
