@@ -4,7 +4,7 @@
 # linerate-bench --portal runs one session per gateway as one multipath device.
 #   1. choice by REPORT TARGET PORT GROUPS: gateway B (active/non-optimized) is the URL's
 #      portal, the first path, and A (active/optimized) the second: every command goes to A,
-#      none to B, while A lives;
+#      none to B, while A lives, even with A's alua-peer picture of B stale (AO);
 #   2. failover to an active/non-optimized path: --verify with A killed (SIGKILL) once half
 #      the writes are acknowledged, the rest in flight: zero failed commands, zero verify
 #      errors, B carried the rest; the longest I/O pause is printed;
@@ -114,8 +114,10 @@ failover() {
   stop_all
 }
 
+# A's picture of B is stale (B active/optimized, as if nobody had told A that B was made
+# active/non-optimized): each port's word on its own group counts, so B still gets nothing.
 note "path choice by RTPG: B (active/non-optimized) first in the list, A (active/optimized) second"
-gateway A 1 active/optimized 2 active/non-optimized
+gateway A 1 active/optimized 2 active/optimized
 gateway B 2 active/non-optimized 1 active/optimized
 timeout 120 "$bench" --sizes 4k --rw randwrite,randread --seconds 1 --qd 8 \
   --portal "127.0.0.1:$PORT_A" "iscsi://127.0.0.1:$PORT_B/$iqn/0" >"$tmp/out" 2>"$tmp/choice.log" ||
