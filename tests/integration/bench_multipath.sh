@@ -12,6 +12,7 @@
 #      active/optimized by `linerate-ctl set alua` (by hand: automatic failover between
 #      gateways is issue 30 item 2). Commands wait for a usable path meanwhile (never sent to
 #      a standby port), then go to B: zero failures, zero verify errors.
+#   4. a state change without a death: A made standby midway (2Ah/06h): everything moves to B.
 # MPATH_RUNS=N repeats 2 and 3 N times and prints the pauses' median and worst (docs).
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
@@ -127,6 +128,26 @@ a=$(path_commands "$tmp/choice.log" "$PORT_A")
 b=$(path_commands "$tmp/choice.log" "$PORT_B")
 [ -n "$a" ] && [ "$a" -gt 100 ] || fail "the active/optimized path A carried ${a:-no} commands"
 [ "$b" = 0 ] || fail "the active/non-optimized path B carried ${b:-?} commands while A lived"
+stop_all
+
+# 4. no death, a state change: A made standby by `linerate-ctl set alua` midway through
+#    --verify: its next command gets UNIT ATTENTION 2Ah/06h (or NOT READY 04h/0Bh), RTPG tells
+#    standby, and the rest goes to B: no path lost, nothing fails, B carried the rest.
+note "A made standby midway through --verify (no gateway dies)"
+gateway A 1 active/optimized 2 active/non-optimized
+gateway B 2 active/non-optimized 1 active/optimized
+timeout 300 "$bench" --verify --sizes 4k --rw write --seconds 1 --qd 16 \
+  --verify-midway "$ctl --socket $DIR_A/ctl.sock set alua $iqn standby >$tmp/ctl-a.out 2>&1" \
+  --portal "127.0.0.1:$PORT_A" "iscsi://127.0.0.1:$PORT_B/$iqn/0" >"$tmp/out" 2>"$tmp/change.log" ||
+  { tail -n 20 "$tmp/change.log" >&2; fail "linerate-bench through a state change failed"; }
+grep -E "multipath|path [0-9]|verify" "$tmp/change.log" >&2
+grep -q "verify passed" "$tmp/change.log" || fail "verify did not pass through the state change"
+grep -q "0 paths lost" "$tmp/change.log" || fail "a path was lost in a state change"
+grep -q "command failed\|commands failed" "$tmp/change.log" && fail "commands failed"
+grep -q "path 1 127.0.0.1:$PORT_A group 1 standby" "$tmp/change.log" ||
+  fail "the bench did not learn that A is standby"
+b=$(path_commands "$tmp/change.log" "$PORT_B")
+[ -n "$b" ] && [ "$b" -gt 0 ] || fail "B carried nothing after A went standby"
 stop_all
 
 for run in $(seq "$runs"); do
