@@ -140,8 +140,10 @@ static bool name_ok(const char *s)
 }
 
 /* The identity LIO answers for a storage object: INQUIRY's vendor "LIO-ORG", the product and
- * revision its backend's driver sets (target_core_file.c, _iblock.c, _rd.c, _user.c), VPD 80h
- * the unit serial (the `wwn`) and VPD 83h the NAA derived from it (lio_naa.c). */
+ * revision its backend's driver sets (inquiry_prod and inquiry_rev in the kernel's
+ * target_core_file.c, _iblock.c, _rd.c; for a user object tcmu-runner's
+ * tcmu_emulate_std_inquiry()), VPD 80h the unit serial (the `wwn`) and VPD 83h the NAA derived
+ * from it (lio_naa.c), both laid out as target_core_spc.c lays them out (vpd-style=lio). */
 static void identity(struct ctx *c, json_t *so, const char *kind, const char *name, const char *jp,
                      FILE *spec, const char *key)
 {
@@ -177,10 +179,18 @@ static void identity(struct ctx *c, json_t *so, const char *kind, const char *na
     }
     char naa[33];
     lio_naa_from_wwn(w, naa);
-    fprintf(spec, ",serial=%s,naa=%s", w, naa);
+    /* tcmu-runner lays VPD 83h out its own way (tcmu_emulate_evpd_inquiry(): the T10
+     * designator first and without the product, a vendor specific one with the handler's
+     * config string); hosts key the disk on the NAA and the serial, which are kept. */
+    bool tcmu = strcmp(kind, "user") == 0;
+    fprintf(spec, ",serial=%s,naa=%s%s", w, naa, tcmu ? "" : ",vpd-style=lio");
+    if (tcmu)
+        lost(c, false,
+             "%s: tcmu-runner's VPD 83h layout is not reproduced; its NAA and unit serial are", jp);
     json_object_set_new(c->ident, key,
-                        json_pack("{s:s, s:s, s:s, s:s, s:s}", "vendor", "LIO-ORG", "product",
-                                  product, "revision", revision, "serial", w, "naa", naa));
+                        json_pack("{s:s, s:s, s:s, s:s, s:s, s:s}", "vendor", "LIO-ORG", "product",
+                                  product, "revision", revision, "serial", w, "naa", naa,
+                                  "vpd_style", tcmu ? "linerate" : "lio"));
 }
 
 /* One storage object's LUN spec, kept under its rtslib path for the LUNs that name it. */
@@ -544,6 +554,12 @@ static void tpg(struct ctx *c, json_t *g, const char *tp, struct tgt *t)
         json_decref(l);
         return;
     }
+    json_t *tag = json_object_get(g, "tag");
+    if (!t->luns && json_is_integer(tag) && json_integer_value(tag) != 1)
+        lost(c, false,
+             "%s: TPG tag %" JSON_INTEGER_FORMAT ": LIO named the target port %s,t,0x%04x in "
+             "VPD 83h, linerate names it by its ALUA group (alua-group =, 1 by default)",
+             tp, json_integer_value(tag), t->iqn, (unsigned)(json_integer_value(tag) & 0xffff));
     if (!t->luns)
         t->luns = l;
     else

@@ -167,6 +167,20 @@ check "host-b LUN 0 (ramdisk)" $SCRATCH RAMDISK-MCP 4.0 -i $HB "iscsi://host-b%h
 check "host-b LUN 5 (fileio, write-protected)" $DB FILEIO 4.0 -i $HB "iscsi://host-b%host-b-secret-02@127.0.0.1:$PORT/$SH/5"
 check "lab LUN 0 (any initiator)" 9c8b7a69-5847-4362-a514-0f1e2d3c4b5a RAMDISK-MCP 4.0 \
     -i iqn.2026-11.org.linerate:anyone "iscsi://127.0.0.1:$PORT/$LAB/0"
+# VPD 80h and 83h byte for byte as LIO lays them out (vpd-style=lio), the expected pages built
+# by lio_vpd.py from the documented rule (checked there against a host's published udev
+# properties of a LIO disk): raw through hostile.py's initiator, and as libiscsi decodes them
+python3 "$IT_DIR/lio_vpd.py" raw "$PORT" $LAB 0 9c8b7a69-5847-4362-a514-0f1e2d3c4b5a RAMDISK-MCP 1 \
+    2>"$WORK/vpd" || fail "lab LUN 0: $(cat "$WORK/vpd")"
+inq_pages() { # WHAT WWN PRODUCT URL
+    run_to 30 iscsi-inq -i $HA -e 1 -c 128 "$4" && cp "$WORK/cmd.out" "$WORK/p80" &&
+        run_to 30 iscsi-inq -i $HA -e 1 -c 131 "$4" && cp "$WORK/cmd.out" "$WORK/p83" ||
+        fail "$1: iscsi-inq: $(cat "$WORK/cmd.out")"
+    python3 "$IT_DIR/lio_vpd.py" inq "$WORK/p80" "$WORK/p83" $SH "$2" "$3" 2>"$WORK/vpd" ||
+        fail "$1: $(cat "$WORK/vpd")"
+}
+inq_pages "host-a LUN 0 (fileio)" $DB FILEIO "$(url host-a host-a-secret-01 $SH 0)"
+inq_pages "host-a LUN 1 (block)" $LOGS IBLOCK "$(url host-a host-a-secret-01 $SH 1)"
 # write-protect and the ACLs hold
 run_to 30 iscsi-inq -i iqn.2026-11.org.linerate:stranger "iscsi://127.0.0.1:$PORT/$SH/0" &&
     fail "an initiator without an ACL logged in"
@@ -187,14 +201,17 @@ grep -qx "target $SH LUN 9: served, but not in the LIO configuration" "$WORK/che
     fail "--check, added LUN: $(cat "$WORK/check")"
 stop_target
 [ "$STOP_RC" = 0 ] || fail "exit code $STOP_RC at stop"
-# another NAA for the file's LUN, and host-b's write-protected map made writable
+# another NAA for the file's LUN, linerate's VPD layout for the block device's, and host-b's
+# write-protected map made writable
 sed -e 's/naa=6001405d27e5d898829468b90ce4ef8c/naa=6001405d27e5d898829468b90ce4ef8d/' \
-    -e 's/^map = 5 0,ro$/map = 5 0/' "$WORK/serve2.conf" >"$WORK/changed.conf"
+    -e '/^lun 1 = /s/,vpd-style=lio//' -e 's/^map = 5 0,ro$/map = 5 0/' "$WORK/serve2.conf" \
+    >"$WORK/changed.conf"
 start_target_config "$WORK/changed.conf"
 ctl import lio "$FIX/full.json" --check >"$WORK/check" 2>&1 && fail "--check missed the changes"
 grep -qx "target $SH LUN 0: naa '6001405d27e5d898829468b90ce4ef8d', LIO answered '6001405d27e5d898829468b90ce4ef8c'" \
     "$WORK/check" && grep -qx "target $SH host $HB: its LUN 5 is not what LIO mapped" "$WORK/check" &&
-    grep -qx "2 differences a host would see between $FIX/full.json and the running linerate" \
+    grep -qx "target $SH LUN 1: vpd_style 'linerate', LIO answered 'lio'" "$WORK/check" &&
+    grep -qx "3 differences a host would see between $FIX/full.json and the running linerate" \
         "$WORK/check" || fail "--check, changed: $(cat "$WORK/check")"
 stop_target
 [ "$STOP_RC" = 0 ] || fail "exit code $STOP_RC at stop"
