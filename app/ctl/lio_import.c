@@ -24,6 +24,7 @@ struct ctx {
     bool lossy;
     bool failed;
     const char *disc_user; /* discovery CHAP user, NULL without discovery authentication */
+    bool chap_any;         /* discovery-chap-match = no is written (discovery()) */
     char *err;
     size_t errlen;
 };
@@ -477,10 +478,13 @@ static void tpg_settings(struct ctx *c, json_t *tpg, const char *jp)
              jp);
 }
 
-/* LIO's SendTargets answers every discovery session that passed discovery authentication (if
- * any) with every target; linerate lists a CHAP target only to a discovery session that
- * authenticated as the CHAP user the initiator logs in with (docs/hosts.md). A host whose CHAP
- * user is not the discovery user no longer finds the target by discovery. */
+/* LIO's SendTargets (iscsit_build_sendtargets_response() in the kernel's
+ * drivers/target/iscsi/iscsi_target.c, demo_mode_discovery on by default) lists every target to
+ * every discovery session, which discovery authentication alone gates; an ACL's CHAP applies to
+ * its normal sessions only. linerate lists a CHAP target only to a discovery session that
+ * authenticated as the initiator's own CHAP user unless discovery-chap-match is off: the import
+ * turns it off when a host's CHAP user is not the discovery user, so that every host finds by
+ * discovery what it found before (docs/migrate.md "Discovery"). */
 static void discovery(struct ctx *c, const char *jp, const char *iqn, json_t *hosts)
 {
     size_t n = 0;
@@ -491,14 +495,12 @@ static void discovery(struct ctx *c, const char *jp, const char *iqn, json_t *ho
         const char *u = json_string_value(json_object_get(v, "chap_user"));
         n += u && (!c->disc_user || strcmp(u, c->disc_user) != 0);
     }
-    if (n)
-        lost(c, true,
-             "%s: target %s: %zu ACL(s) with CHAP: linerate's SendTargets lists a CHAP target "
-             "only to a discovery session authenticated as that initiator's own CHAP user, LIO "
-             "listed it to every discovery session%s; on those hosts, add the target without "
-             "discovery (iscsiadm -m node -T %s -p PORTAL -o new) or discover with the host's "
-             "CHAP user",
-             jp, iqn, n, c->disc_user ? " that passed discovery CHAP" : "", iqn);
+    if (n && !c->chap_any)
+        lost(c, false,
+             "%s: target %s: %zu ACL(s) with CHAP: discovery-chap-match = no, so that SendTargets "
+             "lists CHAP targets to every discovery session%s as LIO did",
+             jp, iqn, n, c->disc_user ? " that passed discovery CHAP" : "");
+    c->chap_any |= n != 0;
 }
 
 /* What one target gathers over its TPGs before it is written. */
@@ -769,6 +771,8 @@ int lio_import(const char *path, const char *secrets_path, struct lio_import *ou
     fprintf(conf, "# (docs/migrate.md); LUN identities are LIO's, byte for byte.\n");
     if (json_object_size(c.secrets))
         fprintf(conf, "chap-secrets = %s\n", secrets_path);
+    if (c.chap_any)
+        fputs("discovery-chap-match = no\n", conf);
     fputs(dbuf, conf);
     fputs(tbuf, conf);
     fclose(conf);
