@@ -5,7 +5,9 @@
 # writes nothing. The imported file then serves (its block device, file and RBD paths replaced
 # by scratch files and RAM, its IPv6 portal dropped: loopback only), and libiscsi's iscsi-inq,
 # logging in as each ACL's initiator with its CHAP, reads LIO's identity back: vendor, product,
-# VPD 80h = the wwn, VPD 83h = the NAA computed by lio_naa.py from the documented rule.
+# VPD 80h = the wwn, VPD 83h = the NAA computed by lio_naa.py from the documented rule, and both
+# pages byte for byte as LIO lays them out (lio_vpd.py, raw and through iscsi-inq); a host whose
+# CHAP user is not the discovery user finds its target by discovery, as with LIO.
 # `linerate-ctl import lio FILE --check` then finds no difference, and finds the ones made.
 # Usage: lio_import.sh  (LINERATE_TARGET from meson; linerate-ctl beside it)
 set -u
