@@ -97,33 +97,60 @@ static json_t *commit(struct daemon *d, unsigned t, struct target_node_conf *s, 
                      applied, "sessions", (int)sessions, "sessions_ended", force);
 }
 
-/* One edit of target t's entries, made on s (a copy; h: the entry the request names, NULL when
- * it has none): 0, or -1 with e set. */
-typedef int (*edit_fn)(struct daemon *d, unsigned t, json_t *params, struct target_node_conf *s,
-                       struct target_host_conf *h, const char *entry, struct req_err *e);
-
-/* The request's target and entry ("target", "entry"; the entry must exist when want_entry),
- * edited on a copy by fn, then made live (commit; chap: the secrets read again). */
-static json_t *edit(struct daemon *d, json_t *params, struct req_err *e, edit_fn fn,
-                    bool want_entry, bool chap)
-{
+/* One verb's request, on its way to being applied: the daemon, the request's target t and its
+ * params, s (a copy of t's entries to edit), the entry the request names and h, that entry in
+ * s (NULL when it has none), and e for the answer's error. */
+struct edit_req {
+    struct daemon *d;
     unsigned t;
-    if (!ctl_param_target(d, params, &t, e))
+    json_t *params;
+    struct target_node_conf *s;
+    struct target_host_conf *h;
+    const char *entry;
+    struct req_err *e;
+};
+
+/* One edit of s: 0, or -1 with r->e set. `variant` picks a verb's second form (a group rather
+ * than a host, adding an initiator rather than removing one). */
+typedef int (*edit_fn)(struct edit_req *r, bool variant);
+
+/* How a verb runs: its edit, whether the entry must exist already, whether the CHAP secrets
+ * are read again, and the edit's variant. */
+struct verb {
+    edit_fn fn;
+    bool want_entry, chap, variant;
+};
+
+/* The request's target and entry ("target", "entry"), edited on a copy by the verb, then made
+ * live (commit). */
+static json_t *edit(struct daemon *d, json_t *params, struct req_err *e, const struct verb *v)
+{
+    struct edit_req r = {.d = d, .params = params, .e = e};
+    if (!ctl_param_target(d, params, &r.t, e))
         return NULL;
-    const char *entry = ctl_param_str(params, "entry", true, e);
-    if (!entry)
+    r.entry = ctl_param_str(params, "entry", true, e);
+    if (!r.entry)
         return NULL;
     struct target_node_conf s;
-    if (scratch_begin(d, t, &s) < 0)
+    if (scratch_begin(d, r.t, &s) < 0)
         return ctl_fail(e, ERR_INTERNAL, "out of memory");
-    struct target_host_conf *h = entry_find(&s, entry);
-    json_t *r = NULL;
-    if (want_entry && !h)
-        ctl_fail(e, ERR_NOT_FOUND, "target %s has no host or group entry '%s'", s.name, entry);
-    else if (fn(d, t, params, &s, h, entry, e) == 0)
-        r = commit(d, t, &s, chap, params, entry, e);
+    r.s = &s;
+    r.h = entry_find(&s, r.entry);
+    json_t *out = NULL;
+    if (v->want_entry && !r.h)
+        ctl_fail(e, ERR_NOT_FOUND, "target %s has no host or group entry '%s'", s.name, r.entry);
+    else if (v->fn(&r, v->variant) == 0)
+        out = commit(d, r.t, &s, v->chap, params, r.entry, e);
     target_hosts_free(&s);
-    return r;
+    return out;
+}
+
+/* An invalid request: the reason in err, unless e says it already. Returns -1. */
+static int invalid(struct req_err *e, const char *err)
+{
+    if (!e->code)
+        ctl_fail(e, ERR_INVALID_PARAMS, "%s", err);
+    return -1;
 }
 
 /* Whether initiator iqn stands in an entry of s already (one initiator, one entry): e set. */
@@ -137,114 +164,98 @@ static bool in_an_entry(const struct target_node_conf *s, const char *iqn, struc
     return o != NULL;
 }
 
-/* add_host {target, entry: IQN} and add_group {target, entry: NAME, initiators: [IQN...]} */
-static int add_entry(json_t *params, struct target_node_conf *s, struct target_host_conf *h,
-                     const char *entry, bool group, struct req_err *e)
+/* Initiator iqn into entry h of s: in no other entry, a valid iSCSI name. 0, or -1 with e
+ * set. */
+static int add_member(struct target_node_conf *s, struct target_host_conf *h, const char *iqn,
+                      struct req_err *e)
 {
-    json_t *inis = json_object_get(params, "initiators");
+    char err[512] = "";
+    if (in_an_entry(s, iqn, e))
+        return -1;
+    if (target_check_iscsi_name(iqn, err, sizeof(err)) < 0 ||
+        target_host_add_initiator(h, iqn, 0, err, sizeof(err)) < 0)
+        return invalid(e, err);
+    return 0;
+}
+
+/* add_host {target, entry: IQN} and (group) add_group {target, entry: NAME, initiators:
+ * [IQN...]} */
+static int add_entry(struct edit_req *r, bool group)
+{
+    json_t *inis = json_object_get(r->params, "initiators");
     char err[512];
-    if (h) {
-        ctl_fail(e, ERR_FAILED, "target %s has a %s entry '%s' already", s->name,
-                 h->group ? "group" : "host", entry);
+    if (r->h) {
+        ctl_fail(r->e, ERR_FAILED, "target %s has a %s entry '%s' already", r->s->name,
+                 r->h->group ? "group" : "host", r->entry);
         return -1;
     }
-    if (group && (!json_is_array(inis) || json_array_size(inis) == 0)) {
-        ctl_fail(e, ERR_INVALID_PARAMS, "a group needs its initiators (\"initiators\": [IQN...])");
-        return -1;
-    }
+    if (group && (!json_is_array(inis) || json_array_size(inis) == 0))
+        return invalid(r->e, "a group needs its initiators (\"initiators\": [IQN...])");
     /* target_host_open appends to s->hosts (a group's name checked; an IQN is ours to check) */
-    if (!group && in_an_entry(s, entry, e))
+    if (!group && in_an_entry(r->s, r->entry, r->e))
         return -1;
-    if ((!group && target_check_iscsi_name(entry, err, sizeof(err)) < 0) ||
-        !(h = target_host_open(s, group, entry, "linerate-ctl", 0, err, sizeof(err)))) {
-        ctl_fail(e, ERR_INVALID_PARAMS, "%s", err);
-        return -1;
-    }
+    struct target_host_conf *h = NULL;
+    if ((!group && target_check_iscsi_name(r->entry, err, sizeof(err)) < 0) ||
+        !(h = target_host_open(r->s, group, r->entry, "linerate-ctl", 0, err, sizeof(err))))
+        return invalid(r->e, err);
     size_t i;
     json_t *v;
     json_array_foreach(group ? inis : NULL, i, v)
     {
-        const char *iqn = json_is_string(v) ? json_string_value(v) : "";
-        if (in_an_entry(s, iqn, e) || target_check_iscsi_name(iqn, err, sizeof(err)) < 0 ||
-            target_host_add_initiator(h, iqn, 0, err, sizeof(err)) < 0) {
-            if (!e->code)
-                ctl_fail(e, ERR_INVALID_PARAMS, "%s", err);
+        if (add_member(r->s, h, json_is_string(v) ? json_string_value(v) : "", r->e) < 0)
             return -1;
-        }
     }
     return 0;
 }
 
-static int add_host(struct daemon *d, unsigned t, json_t *params, struct target_node_conf *s,
-                    struct target_host_conf *h, const char *entry, struct req_err *e)
-{
-    (void)d, (void)t;
-    return add_entry(params, s, h, entry, false, e);
-}
-
-static int add_group(struct daemon *d, unsigned t, json_t *params, struct target_node_conf *s,
-                     struct target_host_conf *h, const char *entry, struct req_err *e)
-{
-    (void)d, (void)t;
-    return add_entry(params, s, h, entry, true, e);
-}
-
 /* remove_host {target, entry, force?, timeout?}: a host or a group */
-static int remove_host(struct daemon *d, unsigned t, json_t *params, struct target_node_conf *s,
-                       struct target_host_conf *h, const char *entry, struct req_err *e)
+static int remove_host(struct edit_req *r, bool variant)
 {
-    (void)d, (void)t, (void)params;
+    (void)variant;
+    struct target_node_conf *s = r->s;
     if (s->nhosts == 1) {
-        ctl_fail(e, ERR_FAILED,
+        ctl_fail(r->e, ERR_FAILED,
                  "'%s' is the last entry of target %s: without entries every initiator may log "
                  "in and see every LUN; add another first (or drop the entries from the config "
                  "file and reload)",
-                 entry, s->name);
+                 r->entry, s->name);
         return -1;
     }
     /* the entry out of the copy: its arrays freed, the later ones moved down */
-    free(h->initiators);
-    free(h->initiator_lines);
-    free(h->maps);
-    unsigned at = (unsigned)(h - s->hosts);
+    free(r->h->initiators);
+    free(r->h->initiator_lines);
+    free(r->h->maps);
+    unsigned at = (unsigned)(r->h - s->hosts);
     memmove(&s->hosts[at], &s->hosts[at + 1], (s->nhosts - at - 1) * sizeof(s->hosts[0]));
     s->nhosts--;
     return 0;
 }
 
-/* add_initiator / remove_initiator {target, entry: GROUP, initiator} */
-static int group_member(json_t *params, struct target_node_conf *s, struct target_host_conf *h,
-                        const char *entry, bool add, struct req_err *e)
+/* add_initiator (add) / remove_initiator {target, entry: GROUP, initiator} */
+static int group_member(struct edit_req *r, bool add)
 {
-    char err[512];
-    const char *iqn = ctl_param_str(params, "initiator", true, e);
+    struct target_host_conf *h = r->h;
+    const char *iqn = ctl_param_str(r->params, "initiator", true, r->e);
     if (!iqn)
         return -1;
     if (!h->group) {
-        ctl_fail(e, ERR_FAILED, "'%s' is a host entry, not a group", entry);
+        ctl_fail(r->e, ERR_FAILED, "'%s' is a host entry, not a group", r->entry);
         return -1;
     }
+    if (add)
+        return add_member(r->s, h, iqn, r->e);
     unsigned k = 0;
     while (k < h->ninitiators && strcasecmp(h->initiators[k], iqn) != 0)
         k++;
-    if (add) {
-        if (in_an_entry(s, iqn, e) || target_check_iscsi_name(iqn, err, sizeof(err)) < 0 ||
-            target_host_add_initiator(h, iqn, 0, err, sizeof(err)) < 0) {
-            if (!e->code)
-                ctl_fail(e, ERR_INVALID_PARAMS, "%s", err);
-            return -1;
-        }
-        return 0;
-    }
     if (k == h->ninitiators) {
-        ctl_fail(e, ERR_NOT_FOUND, "group %s has no initiator %s", entry, iqn);
+        ctl_fail(r->e, ERR_NOT_FOUND, "group %s has no initiator %s", r->entry, iqn);
         return -1;
     }
     if (h->ninitiators == 1) {
-        ctl_fail(e, ERR_FAILED,
+        ctl_fail(r->e, ERR_FAILED,
                  "%s is the last initiator of group %s: remove the group instead "
                  "(linerate-ctl remove host %s %s)",
-                 iqn, entry, s->name, entry);
+                 iqn, r->entry, r->s->name, r->entry);
         return -1;
     }
     memmove(&h->initiators[k], &h->initiators[k + 1],
@@ -255,34 +266,30 @@ static int group_member(json_t *params, struct target_node_conf *s, struct targe
     return 0;
 }
 
-static int add_initiator(struct daemon *d, unsigned t, json_t *params, struct target_node_conf *s,
-                         struct target_host_conf *h, const char *entry, struct req_err *e)
+/* The request's "host_lun" and the index of its mapping in h (h->nmaps when it has none):
+ * -1 with e set when the parameter is missing or out of range. */
+static int map_index(struct edit_req *r, uint64_t *host_lun, unsigned *k)
 {
-    (void)d, (void)t;
-    return group_member(params, s, h, entry, true, e);
-}
-
-static int remove_initiator(struct daemon *d, unsigned t, json_t *params,
-                            struct target_node_conf *s, struct target_host_conf *h,
-                            const char *entry, struct req_err *e)
-{
-    (void)d, (void)t;
-    return group_member(params, s, h, entry, false, e);
+    if (ctl_param_uint_req(r->params, "host_lun", SCSI_LUN_SLOTS - 1, host_lun, r->e) < 0)
+        return -1;
+    *k = 0;
+    while (*k < r->h->nmaps && r->h->maps[*k].host_lun != *host_lun)
+        (*k)++;
+    return 0;
 }
 
 /* unmap_lun {target, entry, host_lun} */
-static int unmap_lun(struct daemon *d, unsigned t, json_t *params, struct target_node_conf *s,
-                     struct target_host_conf *h, const char *entry, struct req_err *e)
+static int unmap_lun(struct edit_req *r, bool variant)
 {
-    (void)d, (void)t, (void)s;
+    (void)variant;
+    struct target_host_conf *h = r->h;
     uint64_t host_lun;
-    if (ctl_param_uint_req(params, "host_lun", SCSI_LUN_SLOTS - 1, &host_lun, e) < 0)
+    unsigned k;
+    if (map_index(r, &host_lun, &k) < 0)
         return -1;
-    unsigned k = 0;
-    while (k < h->nmaps && h->maps[k].host_lun != host_lun)
-        k++;
     if (k == h->nmaps) {
-        ctl_fail(e, ERR_NOT_FOUND, "%s maps no host LUN %llu", entry, (unsigned long long)host_lun);
+        ctl_fail(r->e, ERR_NOT_FOUND, "%s maps no host LUN %llu", r->entry,
+                 (unsigned long long)host_lun);
         return -1;
     }
     memmove(&h->maps[k], &h->maps[k + 1], (h->nmaps - k - 1) * sizeof(h->maps[0]));
@@ -291,97 +298,71 @@ static int unmap_lun(struct daemon *d, unsigned t, json_t *params, struct target
 }
 
 /* map_lun {target, entry, host_lun, lun, read_only?}: a host number mapped again is replaced */
-static int map_lun(struct daemon *d, unsigned t, json_t *params, struct target_node_conf *s,
-                   struct target_host_conf *h, const char *entry, struct req_err *e)
+static int map_lun(struct edit_req *r, bool variant)
 {
+    (void)variant;
+    struct target_host_conf *h = r->h;
     uint64_t host_lun, lun;
-    if (ctl_param_uint_req(params, "host_lun", SCSI_LUN_SLOTS - 1, &host_lun, e) < 0 ||
-        ctl_param_uint_req(params, "lun", SCSI_LUN_SLOTS - 1, &lun, e) < 0)
+    unsigned k;
+    if (map_index(r, &host_lun, &k) < 0 ||
+        ctl_param_uint_req(r->params, "lun", SCSI_LUN_SLOTS - 1, &lun, r->e) < 0)
         return -1;
-    if (!ctl_conf_lun_find(d, t, lun)) {
-        ctl_fail(e, ERR_NOT_FOUND, "target %s has no LUN %llu", s->name, (unsigned long long)lun);
+    if (!ctl_conf_lun_find(r->d, r->t, lun)) {
+        ctl_fail(r->e, ERR_NOT_FOUND, "target %s has no LUN %llu", r->s->name,
+                 (unsigned long long)lun);
         return -1;
     }
-    unsigned k = 0;
-    while (k < h->nmaps && h->maps[k].host_lun != host_lun)
-        k++;
     for (unsigned m = 0; m < h->nmaps; m++)
         if (m != k && h->maps[m].lun == lun) {
-            ctl_fail(e, ERR_FAILED, "%s sees LUN %llu as host LUN %llu already (unmap it first)",
-                     entry, (unsigned long long)lun, (unsigned long long)h->maps[m].host_lun);
+            ctl_fail(r->e, ERR_FAILED, "%s sees LUN %llu as host LUN %llu already (unmap it first)",
+                     r->entry, (unsigned long long)lun, (unsigned long long)h->maps[m].host_lun);
             return -1;
         }
     if (k == h->nmaps) {
         struct target_host_map *a = realloc(h->maps, (h->nmaps + 1) * sizeof(*a));
         if (!a) {
-            ctl_fail(e, ERR_INTERNAL, "out of memory");
+            ctl_fail(r->e, ERR_INTERNAL, "out of memory");
             return -1;
         }
         h->maps = a;
         h->nmaps++;
     }
     h->maps[k] = (struct target_host_map){
-        .host_lun = host_lun, .lun = lun, .read_only = ctl_param_bool(params, "read_only")};
+        .host_lun = host_lun, .lun = lun, .read_only = ctl_param_bool(r->params, "read_only")};
     return 0;
 }
 
 /* set_host_chap {target, entry, user, mutual_user?}: the entry's CHAP is the pair given; a
  * user "" clears it (the target's CHAP then) */
-static int set_chap(struct daemon *d, unsigned t, json_t *params, struct target_node_conf *s,
-                    struct target_host_conf *h, const char *entry, struct req_err *e)
+static int set_chap(struct edit_req *r, bool variant)
 {
-    (void)d, (void)t, (void)s, (void)entry;
-    const char *user = ctl_param_str(params, "user", true, e);
-    const char *mutual = user ? ctl_param_str(params, "mutual_user", false, e) : NULL;
-    if (!user || e->code)
+    (void)variant;
+    const char *user = ctl_param_str(r->params, "user", true, r->e);
+    const char *mutual = user ? ctl_param_str(r->params, "mutual_user", false, r->e) : NULL;
+    if (!user || r->e->code)
         return -1;
     char err[512];
-    memset(&h->chap, 0, sizeof(h->chap));
-    if ((user[0] && target_chap_host_key(h, "chap-user", user, err, sizeof(err)) < 0) ||
+    memset(&r->h->chap, 0, sizeof(r->h->chap));
+    if ((user[0] && target_chap_host_key(r->h, "chap-user", user, err, sizeof(err)) < 0) ||
         (mutual && mutual[0] &&
-         target_chap_host_key(h, "chap-mutual-user", mutual, err, sizeof(err)) < 0)) {
-        ctl_fail(e, ERR_INVALID_PARAMS, "%s", err);
-        return -1;
-    }
+         target_chap_host_key(r->h, "chap-mutual-user", mutual, err, sizeof(err)) < 0))
+        return invalid(r->e, err);
     return 0;
 }
 
-json_t *ctl_add_host(struct daemon *d, json_t *params, struct req_err *e)
-{
-    return edit(d, params, e, add_host, false, false);
-}
-
-json_t *ctl_add_group(struct daemon *d, json_t *params, struct req_err *e)
-{
-    return edit(d, params, e, add_group, false, false);
-}
-
-json_t *ctl_remove_host(struct daemon *d, json_t *params, struct req_err *e)
-{
-    return edit(d, params, e, remove_host, true, false);
-}
-
-json_t *ctl_add_initiator(struct daemon *d, json_t *params, struct req_err *e)
-{
-    return edit(d, params, e, add_initiator, true, false);
-}
-
-json_t *ctl_remove_initiator(struct daemon *d, json_t *params, struct req_err *e)
-{
-    return edit(d, params, e, remove_initiator, true, false);
-}
-
-json_t *ctl_map_lun(struct daemon *d, json_t *params, struct req_err *e)
-{
-    return edit(d, params, e, map_lun, true, false);
-}
-
-json_t *ctl_unmap_lun(struct daemon *d, json_t *params, struct req_err *e)
-{
-    return edit(d, params, e, unmap_lun, true, false);
-}
-
-json_t *ctl_set_host_chap(struct daemon *d, json_t *params, struct req_err *e)
-{
-    return edit(d, params, e, set_chap, true, true);
-}
+/* The verbs, a row each: the method's function, its edit, whether its entry must exist,
+ * whether it changes CHAP, and its variant. */
+#define VERB(name, fn, want_entry, chap, variant)                                                  \
+    json_t *name(struct daemon *d, json_t *params, struct req_err *e)                              \
+    {                                                                                              \
+        static const struct verb v = {fn, want_entry, chap, variant};                              \
+        return edit(d, params, e, &v);                                                             \
+    }
+VERB(ctl_add_host, add_entry, false, false, false)
+VERB(ctl_add_group, add_entry, false, false, true)
+VERB(ctl_remove_host, remove_host, true, false, false)
+VERB(ctl_add_initiator, group_member, true, false, true)
+VERB(ctl_remove_initiator, group_member, true, false, false)
+VERB(ctl_map_lun, map_lun, true, false, false)
+VERB(ctl_unmap_lun, unmap_lun, true, false, false)
+VERB(ctl_set_host_chap, set_chap, true, true, false)

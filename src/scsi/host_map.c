@@ -329,6 +329,87 @@ static unsigned row_at(const struct host_entry *e, uint64_t host_lun)
     return lo;
 }
 
+/* Row `row` into e at index at (rows stay in host LUN order): 0, or -1 (err) without memory. */
+static int row_insert(struct host_entry *e, unsigned at, struct scsi_host_mapping row, char *err,
+                      size_t errlen)
+{
+    if (e->nrows == e->cap) {
+        unsigned cap = e->cap ? e->cap * 2 : 4;
+        struct scsi_host_mapping *nr = realloc(e->rows, cap * sizeof(*nr));
+        if (!nr) {
+            snprintf(err, errlen, "out of memory");
+            return -1;
+        }
+        e->rows = nr;
+        e->cap = cap;
+    }
+    memmove(e->rows + at + 1, e->rows + at, (e->nrows - at) * sizeof(*e->rows));
+    e->rows[at] = row;
+    e->nrows++;
+    return 0;
+}
+
+/* Row at out of e; returns it. */
+static struct scsi_host_mapping row_remove(struct host_entry *e, unsigned at)
+{
+    assert(at < e->nrows);
+    struct scsi_host_mapping was = e->rows[at];
+    memmove(e->rows + at, e->rows + at + 1, (e->nrows - at - 1) * sizeof(*e->rows));
+    e->nrows--;
+    return was;
+}
+
+/* t's lock taken and the entry of initiator_name; NULL with the lock given back and err set
+ * when the initiator has none. */
+static struct host_entry *lock_entry(struct scsi_target *t, const char *initiator_name, char *err,
+                                     size_t errlen)
+{
+    pthread_mutex_lock(&t->lock);
+    struct host_entry *e = entry_or_err(t, initiator_name, err, errlen);
+    if (!e)
+        pthread_mutex_unlock(&t->lock);
+    return e;
+}
+
+/* scsi_target_host_map under t's lock, for e: a row replaced or added, then published. */
+static int map_locked(struct scsi_target *t, struct host_entry *e, const char *initiator_name,
+                      struct scsi_host_mapping row, char *err, size_t errlen)
+{
+    /* One number per LUN and host: a host seeing one logical unit twice would take the two
+     * for two disks (or two paths) and write each as if the other did not exist. */
+    for (unsigned i = 0; i < e->nrows; i++) {
+        if (e->rows[i].lun == row.lun && e->rows[i].host_lun != row.host_lun) {
+            snprintf(err, errlen, "initiator %s: LUN %" PRIu64 " is already mapped as %" PRIu64,
+                     initiator_name, row.lun, e->rows[i].host_lun);
+            return -1;
+        }
+    }
+    unsigned at = row_at(e, row.host_lun);
+    int rc;
+    if (at < e->nrows && e->rows[at].host_lun == row.host_lun) {
+        struct scsi_host_mapping was = e->rows[at];
+        if (was.lun == row.lun && was.read_only == row.read_only)
+            return 0; /* as it is: nothing changes, nobody is told */
+        e->rows[at] = row;
+        if ((rc = publish_locked(t, e, err, errlen)) < 0)
+            e->rows[at] = was;
+        return rc;
+    }
+    struct scsi_host_table *h = table(t);
+    if (h->rows >= SCSI_HOST_ROWS_MAX) {
+        snprintf(err, errlen, "target %s: already %u mappings (the most a target has)", t->name,
+                 SCSI_HOST_ROWS_MAX);
+        return -1;
+    }
+    if (row_insert(e, at, row, err, errlen) < 0)
+        return -1;
+    if ((rc = publish_locked(t, e, err, errlen)) < 0)
+        row_remove(e, at);
+    else
+        h->rows++;
+    return rc;
+}
+
 int scsi_target_host_map(struct scsi_target *t, const char *initiator_name, uint64_t host_lun,
                          uint64_t lun, bool read_only, char *err, size_t errlen)
 {
@@ -337,59 +418,11 @@ int scsi_target_host_map(struct scsi_target *t, const char *initiator_name, uint
                  lun, host_lun, SCSI_LUN_SLOTS - 1);
         return -1;
     }
-    pthread_mutex_lock(&t->lock);
-    struct scsi_host_table *h = table(t);
-    struct host_entry *e = entry_or_err(t, initiator_name, err, errlen);
-    int rc = -1;
+    struct host_entry *e = lock_entry(t, initiator_name, err, errlen);
     if (!e)
-        goto out;
-    /* One number per LUN and host: a host seeing one logical unit twice would take the two
-     * for two disks (or two paths) and write each as if the other did not exist. */
-    for (unsigned i = 0; i < e->nrows; i++) {
-        if (e->rows[i].lun == lun && e->rows[i].host_lun != host_lun) {
-            snprintf(err, errlen, "initiator %s: LUN %" PRIu64 " is already mapped as %" PRIu64,
-                     initiator_name, lun, e->rows[i].host_lun);
-            goto out;
-        }
-    }
-    unsigned at = row_at(e, host_lun);
+        return -1;
     struct scsi_host_mapping row = {.host_lun = host_lun, .lun = lun, .read_only = read_only};
-    if (at < e->nrows && e->rows[at].host_lun == host_lun) {
-        struct scsi_host_mapping was = e->rows[at];
-        if (was.lun == lun && was.read_only == read_only) {
-            rc = 0; /* as it is: nothing changes, nobody is told */
-            goto out;
-        }
-        e->rows[at] = row;
-        if ((rc = publish_locked(t, e, err, errlen)) < 0)
-            e->rows[at] = was;
-        goto out;
-    }
-    if (h->rows >= SCSI_HOST_ROWS_MAX) {
-        snprintf(err, errlen, "target %s: already %u mappings (the most a target has)", t->name,
-                 SCSI_HOST_ROWS_MAX);
-        goto out;
-    }
-    if (e->nrows == e->cap) {
-        unsigned cap = e->cap ? e->cap * 2 : 4;
-        struct scsi_host_mapping *nr = realloc(e->rows, cap * sizeof(*nr));
-        if (!nr) {
-            snprintf(err, errlen, "out of memory");
-            goto out;
-        }
-        e->rows = nr;
-        e->cap = cap;
-    }
-    memmove(e->rows + at + 1, e->rows + at, (e->nrows - at) * sizeof(*e->rows));
-    e->rows[at] = row;
-    e->nrows++;
-    if ((rc = publish_locked(t, e, err, errlen)) < 0) {
-        e->nrows--;
-        memmove(e->rows + at, e->rows + at + 1, (e->nrows - at) * sizeof(*e->rows));
-        goto out;
-    }
-    h->rows++;
-out:
+    int rc = map_locked(t, e, initiator_name, row, err, errlen);
     pthread_mutex_unlock(&t->lock);
     return rc;
 }
@@ -397,29 +430,25 @@ out:
 int scsi_target_host_unmap(struct scsi_target *t, const char *initiator_name, uint64_t host_lun,
                            char *err, size_t errlen)
 {
-    pthread_mutex_lock(&t->lock);
-    struct scsi_host_table *h = table(t);
-    struct host_entry *e = entry_or_err(t, initiator_name, err, errlen);
-    int rc = -1;
+    struct host_entry *e = lock_entry(t, initiator_name, err, errlen);
     if (!e)
-        goto out;
+        return -1;
     unsigned at = row_at(e, host_lun);
+    int rc = -1;
     if (at == e->nrows || e->rows[at].host_lun != host_lun) {
         snprintf(err, errlen, "initiator %s: nothing mapped as LUN %" PRIu64, initiator_name,
                  host_lun);
-        goto out;
+    } else {
+        struct scsi_host_mapping was = row_remove(e, at);
+        rc = publish_locked(t, e, err, errlen);
+        if (rc < 0) {
+            int back = row_insert(e, at, was, err, errlen); /* into its own room: no malloc */
+            assert(back == 0);
+            (void)back;
+        } else {
+            table(t)->rows--;
+        }
     }
-    struct scsi_host_mapping was = e->rows[at];
-    memmove(e->rows + at, e->rows + at + 1, (e->nrows - at - 1) * sizeof(*e->rows));
-    e->nrows--;
-    if ((rc = publish_locked(t, e, err, errlen)) < 0) {
-        memmove(e->rows + at + 1, e->rows + at, (e->nrows - at) * sizeof(*e->rows));
-        e->rows[at] = was;
-        e->nrows++;
-        goto out;
-    }
-    h->rows--;
-out:
     pthread_mutex_unlock(&t->lock);
     return rc;
 }

@@ -172,6 +172,15 @@ conf_refused() {
     grep -qF -- "$3" "$WORK/o" || fail "'$2': message does not say '$3': $(cat "$WORK/o")"
 }
 
+# hosts_conf TARGET SIZE HOST GROUP-A GROUP-B [MAP-OPTS]: the entries the host tests start from,
+# as config lines: [target TARGET] with two RAM LUNs of SIZE, [host HOST] seeing them as 0 and 1,
+# and [group cluster] of GROUP-A and GROUP-B seeing LUN 1 as 0 (MAP-OPTS after it, e.g. ",ro").
+hosts_conf() {
+    printf '[target %s]\nlun = ram:%s\nlun = ram:%s\n' "$1" "$2" "$2"
+    printf '[host %s]\nmap = 0 0\nmap = 1 1\n' "$3"
+    printf '[group cluster]\ninitiator = %s\ninitiator = %s\nmap = 0 1%s\n' "$4" "$5" "${6:-}"
+}
+
 # testcu_verdict WHAT: the end of an iscsi-test-cu run: the daemon stopped with SIGTERM exits 0;
 # the tests listed in $WORK/regressed (expected to pass, did not) fail WHAT; else PASS.
 testcu_verdict() {

@@ -18,21 +18,10 @@ for ((i = 0; i < 50; i++)); do
         MPORT=$((LT_PORT_BASE + ${LT_PORT_SPAN:-10000} + RANDOM % ${LT_PORT_SPAN:-10000}))
     port_busy "$MPORT" || break
 done
-cat >"$WORK/hm.conf" <<EOF
-portal = 127.0.0.1:@PORT@
-ctl-socket = $SOCK
-metrics = 127.0.0.1:$MPORT
-[target $T]
-lun = ram:4M
-lun = ram:4M
-[host $A]
-map = 0 0
-map = 1 1
-[group cluster]
-initiator = $B
-initiator = $C
-map = 0 1
-EOF
+{
+    printf 'portal = 127.0.0.1:@PORT@\nctl-socket = %s\nmetrics = 127.0.0.1:%s\n' "$SOCK" "$MPORT"
+    hosts_conf $T 4M $A $B $C
+} >"$WORK/hm.conf"
 start_target_config "$WORK/hm.conf"
 h=127.0.0.1:$PORT
 qio() { echo "driver=iscsi,transport=tcp,portal=$h,target=$T,lun=$2,initiator-name=$1"; }

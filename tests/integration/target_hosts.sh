@@ -20,19 +20,10 @@ SHARED=$P:shared
 
 note "--check: a bad entry is refused with FILE:LINE"
 good=$WORK/good.conf
-cat >"$good" <<EOF
-portal = 127.0.0.1:1
-[target $SHARED]
-lun = ram:1M
-lun = ram:1M
-[host $A]
-map = 0 0
-map = 1 1
-[group cluster]
-initiator = $B
-initiator = $C
-map = 0 1,ro
-EOF
+{
+    echo "portal = 127.0.0.1:1"
+    hosts_conf $SHARED 1M $A $B $C ,ro
+} >"$good"
 "$LT" --check --config "$good" >"$WORK/o" 2>&1 || { cat "$WORK/o"; fail "good config refused"; }
 # refused SED-EXPR WORDS: the config edited by SED-EXPR exits 2 naming WORDS
 refused() { conf_refused "$good" "$@"; }

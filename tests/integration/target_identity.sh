@@ -44,6 +44,7 @@ expect_usage "vendor=" --lun "ram:1M,vendor= ACME"            # would vanish in 
 expect_usage "product=" --lun "$(printf 'ram:1M,product=a\tb')"
 expect_usage "rotation=" --lun ram:1M,rotation=1024            # 0401h is the lowest rate
 expect_usage "rotation=" --lun ram:1M,rotation=fast
+expect_usage "vpd-style=" --lun ram:1M,vpd-style=tgt           # linerate or lio
 expect_usage "two LUNs may not share an NAA" --lun "ram:1M,naa=$NAA3" --lun "ram:1M,naa=0x$NAA3"
 cat >"$WORK/dup.conf" <<EOF2
 portal = 127.0.0.1:3260

@@ -98,17 +98,24 @@ static void expect_good(const struct tgt_rsp *r, uint32_t itt)
     assert_int_equal(r->status, 0);
 }
 
+/* n writes sent together (at most 8): every one answered GOOD, in the order they were sent. */
+static void writes_in_order(struct tgt *t, unsigned n)
+{
+    uint32_t itt[8];
+    assert_true(n <= 8);
+    send_writes(t, n, itt, NULL);
+    for (unsigned i = 0; i < n; i++) {
+        struct tgt_rsp r = next_answer(t);
+        expect_good(&r, itt[i]);
+    }
+}
+
 /* n writes in one read at 20 IOPS: every one answered GOOD, in the order they were sent. */
 static void writes_keep_order(void)
 {
     struct tgt *t = up("ram:4M,iops=20");
     enum { N = 6 };
-    uint32_t itt[N];
-    send_writes(t, N, itt, NULL);
-    for (unsigned i = 0; i < N; i++) {
-        struct tgt_rsp r = next_answer(t);
-        expect_good(&r, itt[i]);
-    }
+    writes_in_order(t, N);
     assert_int_equal(tgt_pending(t), 0);
     tgt_free(t);
 }
@@ -187,22 +194,13 @@ static void test_entry_cap_keeps_order(void **state)
     (void)state;
     struct tgt *t = up_entry("ram:4M", "iops=4,burst=0");
     enum { N = 4 };
-    uint32_t itt[N];
-    send_writes(t, N, itt, NULL);
-    for (unsigned i = 0; i < N; i++) {
-        struct tgt_rsp r = next_answer(t);
-        expect_good(&r, itt[i]);
-    }
+    writes_in_order(t, N);
     assert_int_equal(tgt_pending(t), 0);
     assert_int_equal(delayed(entry_limit(t)), N - 1);
     tgt_free(t);
     /* an entry without caps: nothing waits */
     t = up_entry("ram:4M", "");
-    send_writes(t, N, itt, NULL);
-    for (unsigned i = 0; i < N; i++) {
-        struct tgt_rsp r = next_answer(t);
-        expect_good(&r, itt[i]);
-    }
+    writes_in_order(t, N);
     assert_int_equal(delayed(entry_limit(t)), 0);
     tgt_free(t);
 }
@@ -214,24 +212,15 @@ static void test_command_charged_to_both(void **state)
 {
     (void)state;
     enum { N = 3 };
-    uint32_t itt[N];
     struct tgt *t = up_entry("ram:4M,iops=4,burst=0", "iops=4,burst=0");
     struct rate_limit *lu = scsi_lun_rate_limit(scsi_target_lun(tgt_scsi_target(t), 0));
-    send_writes(t, N, itt, NULL);
-    for (unsigned i = 0; i < N; i++) {
-        struct tgt_rsp r = next_answer(t);
-        expect_good(&r, itt[i]);
-    }
+    writes_in_order(t, N);
     assert_int_equal(delayed(lu), N - 1);
     assert_int_equal(delayed(entry_limit(t)), N - 1);
     tgt_free(t);
     t = up_entry("ram:4M,iops=4,burst=0", "iops=100000");
     lu = scsi_lun_rate_limit(scsi_target_lun(tgt_scsi_target(t), 0));
-    send_writes(t, N, itt, NULL);
-    for (unsigned i = 0; i < N; i++) {
-        struct tgt_rsp r = next_answer(t);
-        expect_good(&r, itt[i]);
-    }
+    writes_in_order(t, N);
     assert_int_equal(delayed(lu), N - 1);
     assert_int_equal(delayed(entry_limit(t)), 0);
     assert_true(atomic_load(&entry_limit(t)->tat[RATE_IOPS]) > 0);
