@@ -491,8 +491,9 @@ static const char *portal_of(struct cctx *c, json_t *view, const char *host)
     if (!p)
         return NULL;
     char jp[1024];
-    snprintf(jp, sizeof(jp), "%sportals[\"%s\"]", json_string_value(json_object_get(view, "jp")),
-             host);
+    /* version 3 keeps a gateway's portal in gateways.HOST, version 4 in the target */
+    const char *tjp = json_string_value(json_object_get(view, "jp"));
+    snprintf(jp, sizeof(jp), "%s%s[\"%s\"]", tjp, *tjp ? "portals" : "gateways", host);
     json_t *ip =
         json_is_object(p) ? imp_member(&c->i, p, jp, "portal_ip_address", JSON_STRING, true) : NULL;
     if (!json_is_object(p))
