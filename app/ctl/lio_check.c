@@ -44,7 +44,8 @@ static bool same_text(const char *a, const char *b)
 static void compare_lun(const char *t, const char *n, json_t *want, json_t *got, FILE *out,
                         int *diffs)
 {
-    static const char *const fields[] = {"vendor", "product", "revision", "serial", "naa"};
+    static const char *const fields[] = {"vendor", "product", "revision",
+                                         "serial", "naa",     "vpd_style"};
     json_t *id = json_object_get(got, "identity");
     for (size_t i = 0; i < sizeof(fields) / sizeof(fields[0]); i++) {
         const char *w = json_string_value(json_object_get(want, fields[i]));

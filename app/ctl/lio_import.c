@@ -24,6 +24,7 @@ struct ctx {
     bool lossy;
     bool failed;
     const char *disc_user; /* discovery CHAP user, NULL without discovery authentication */
+    bool chap_any;         /* discovery-chap-match = no is written (discovery()) */
     char *err;
     size_t errlen;
 };
@@ -50,6 +51,27 @@ static void bad(struct ctx *c, const char *jp, const char *fmt, ...)
         vsnprintf(c->err + n, c->errlen - (size_t)n, fmt, ap);
     va_end(ap);
 }
+
+/* An element `v` of an array, its JSON path (fmt, ...) written to `p`: false, with c->failed,
+ * when it is not an object. */
+static bool item(struct ctx *c, json_t *v, char *p, size_t n, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(p, n, fmt, ap);
+    va_end(ap);
+    if (!json_is_object(v))
+        bad(c, p, "not an object");
+    return json_is_object(v);
+}
+
+/* json_array_foreach over an array of objects, `p` (a char array) holding each one's JSON path
+ * made from the format and arguments that follow; it stops, with c->failed, at an element that
+ * is not an object. */
+#define each_object(c, arr, i, v, p, ...)                                                          \
+    for ((i) = 0; (i) < json_array_size(arr) && ((v) = json_array_get((arr), (i))) &&              \
+                  item((c), (v), (p), sizeof(p), __VA_ARGS__);                                     \
+         (i)++)
 
 /* Something that does not carry over; `host_sees` when a host would notice. */
 static void lost(struct ctx *c, bool host_sees, const char *fmt, ...)
@@ -119,8 +141,10 @@ static bool name_ok(const char *s)
 }
 
 /* The identity LIO answers for a storage object: INQUIRY's vendor "LIO-ORG", the product and
- * revision its backend's driver sets (target_core_file.c, _iblock.c, _rd.c, _user.c), VPD 80h
- * the unit serial (the `wwn`) and VPD 83h the NAA derived from it (lio_naa.c). */
+ * revision its backend's driver sets (inquiry_prod and inquiry_rev in the kernel's
+ * target_core_file.c, _iblock.c, _rd.c; for a user object tcmu-runner's
+ * tcmu_emulate_std_inquiry()), VPD 80h the unit serial (the `wwn`) and VPD 83h the NAA derived
+ * from it (lio_naa.c), both laid out as target_core_spc.c lays them out (vpd-style=lio). */
 static void identity(struct ctx *c, json_t *so, const char *kind, const char *name, const char *jp,
                      FILE *spec, const char *key)
 {
@@ -156,19 +180,23 @@ static void identity(struct ctx *c, json_t *so, const char *kind, const char *na
     }
     char naa[33];
     lio_naa_from_wwn(w, naa);
-    fprintf(spec, ",serial=%s,naa=%s", w, naa);
+    /* tcmu-runner lays VPD 83h out its own way (tcmu_emulate_evpd_inquiry(): the T10
+     * designator first and without the product, a vendor specific one with the handler's
+     * config string); hosts key the disk on the NAA and the serial, which are kept. */
+    bool tcmu = strcmp(kind, "user") == 0;
+    fprintf(spec, ",serial=%s,naa=%s%s", w, naa, tcmu ? "" : ",vpd-style=lio");
+    if (tcmu)
+        lost(c, false,
+             "%s: tcmu-runner's VPD 83h layout is not reproduced; its NAA and unit serial are", jp);
     json_object_set_new(c->ident, key,
-                        json_pack("{s:s, s:s, s:s, s:s, s:s}", "vendor", "LIO-ORG", "product",
-                                  product, "revision", revision, "serial", w, "naa", naa));
+                        json_pack("{s:s, s:s, s:s, s:s, s:s, s:s}", "vendor", "LIO-ORG", "product",
+                                  product, "revision", revision, "serial", w, "naa", naa,
+                                  "vpd_style", tcmu ? "linerate" : "lio"));
 }
 
 /* One storage object's LUN spec, kept under its rtslib path for the LUNs that name it. */
 static void storage_object(struct ctx *c, json_t *so, const char *jp)
 {
-    if (!json_is_object(so)) {
-        bad(c, jp, "a storage object is not an object");
-        return;
-    }
     json_t *plugin = member(c, so, jp, "plugin", JSON_STRING, true);
     json_t *name = member(c, so, jp, "name", JSON_STRING, true);
     if (c->failed)
@@ -308,7 +336,8 @@ static void chap(struct ctx *c, json_t *o, const char *jp, const char *prefix, F
 }
 
 /* One node ACL: a [host] entry with its map. */
-static void node_acl(struct ctx *c, json_t *acl, const char *jp, json_t *tpg_luns, json_t *hosts)
+static void node_acl(struct ctx *c, json_t *acl, const char *jp, json_t *tpg_luns, json_t *hosts,
+                     FILE *t)
 {
     json_t *wwn = member(c, acl, jp, "node_wwn", JSON_STRING, true);
     json_t *maps = member(c, acl, jp, "mapped_luns", JSON_ARRAY, false);
@@ -320,7 +349,6 @@ static void node_acl(struct ctx *c, json_t *acl, const char *jp, json_t *tpg_lun
             "[ ] # , =)");
         return;
     }
-    FILE *t = c->targets;
     fprintf(t, "\n[host %s]\n", json_string_value(wwn));
     chap(c, acl, jp, "chap_", t, "");
     json_t *cu = json_object_get(acl, "chap_userid");
@@ -332,14 +360,9 @@ static void node_acl(struct ctx *c, json_t *acl, const char *jp, json_t *tpg_lun
                   "maps", ex_maps));
     size_t i;
     json_t *m;
-    json_array_foreach(maps, i, m)
+    char mp[300];
+    each_object(c, maps, i, m, mp, "%s.mapped_luns[%zu]", jp, i)
     {
-        char mp[300];
-        jpath(mp, sizeof(mp), "%s.mapped_luns[%zu]", jp, i);
-        if (!json_is_object(m)) {
-            bad(c, mp, "not an object");
-            return;
-        }
         json_t *h = member(c, m, mp, "index", JSON_INTEGER, true);
         json_t *tl = member(c, m, mp, "tpg_lun", JSON_INTEGER, true);
         json_t *wp = member(c, m, mp, "write_protect", JSON_TRUE, false);
@@ -391,14 +414,9 @@ static json_t *tpg_luns(struct ctx *c, json_t *tpg, const char *jp, const char *
     json_t *out = json_object();
     size_t i;
     json_t *l;
-    json_array_foreach(luns, i, l)
+    char lp[300];
+    each_object(c, luns, i, l, lp, "%s.luns[%zu]", jp, i)
     {
-        char lp[300];
-        jpath(lp, sizeof(lp), "%s.luns[%zu]", jp, i);
-        if (!json_is_object(l)) {
-            bad(c, lp, "not an object");
-            break;
-        }
         json_t *idx = member(c, l, lp, "index", JSON_INTEGER, true);
         json_t *so = member(c, l, lp, "storage_object", JSON_STRING, true);
         if (c->failed)
@@ -460,10 +478,13 @@ static void tpg_settings(struct ctx *c, json_t *tpg, const char *jp)
              jp);
 }
 
-/* LIO's SendTargets answers every discovery session that passed discovery authentication (if
- * any) with every target; linerate lists a CHAP target only to a discovery session that
- * authenticated as the CHAP user the initiator logs in with (docs/hosts.md). A host whose CHAP
- * user is not the discovery user no longer finds the target by discovery. */
+/* LIO's SendTargets (iscsit_build_sendtargets_response() in the kernel's
+ * drivers/target/iscsi/iscsi_target.c, demo_mode_discovery on by default) lists every target to
+ * every discovery session, which discovery authentication alone gates; an ACL's CHAP applies to
+ * its normal sessions only. linerate lists a CHAP target only to a discovery session that
+ * authenticated as the initiator's own CHAP user unless discovery-chap-match is off: the import
+ * turns it off when a host's CHAP user is not the discovery user, so that every host finds by
+ * discovery what it found before (docs/migrate.md "Discovery"). */
 static void discovery(struct ctx *c, const char *jp, const char *iqn, json_t *hosts)
 {
     size_t n = 0;
@@ -474,21 +495,149 @@ static void discovery(struct ctx *c, const char *jp, const char *iqn, json_t *ho
         const char *u = json_string_value(json_object_get(v, "chap_user"));
         n += u && (!c->disc_user || strcmp(u, c->disc_user) != 0);
     }
-    if (n)
-        lost(c, true,
-             "%s: target %s: %zu ACL(s) with CHAP: linerate's SendTargets lists a CHAP target "
-             "only to a discovery session authenticated as that initiator's own CHAP user, LIO "
-             "listed it to every discovery session%s; on those hosts, add the target without "
-             "discovery (iscsiadm -m node -T %s -p PORTAL -o new) or discover with the host's "
-             "CHAP user",
-             jp, iqn, n, c->disc_user ? " that passed discovery CHAP" : "", iqn);
+    if (n && !c->chap_any)
+        lost(c, false,
+             "%s: target %s: %zu ACL(s) with CHAP: discovery-chap-match = no, so that SendTargets "
+             "lists CHAP targets to every discovery session%s as LIO did",
+             jp, iqn, n, c->disc_user ? " that passed discovery CHAP" : "");
+    c->chap_any |= n != 0;
 }
 
-static void target(struct ctx *c, json_t *t, const char *jp)
+/* What one target gathers over its TPGs before it is written. */
+struct tgt {
+    const char *iqn;
+    json_t *luns; /* the first enabled TPG's LUNs, "index" -> {spec, so} (tpg_luns) */
+    FILE *portals, *acls;
+    char *portals_buf, *acls_buf;
+    size_t portals_len, acls_len;
+    json_t *seen_acls; /* initiator name -> true, for the ACLs taken already */
+    json_t *hosts;     /* the target's "hosts" in c->expect */
+    bool open_access;  /* a TPG with generate_node_acls */
+    bool any;          /* an enabled TPG was taken */
+};
+
+/* A TPG's node ACLs into t->acls; an initiator with an ACL in an earlier TPG keeps that one. */
+static void tpg_acls(struct ctx *c, json_t *nacls, const char *tp, struct tgt *t)
 {
-    json_t *fabric = member(c, t, jp, "fabric", JSON_STRING, false);
-    json_t *wwn = member(c, t, jp, "wwn", JSON_STRING, true);
-    json_t *tpgs = member(c, t, jp, "tpgs", JSON_ARRAY, true);
+    size_t j;
+    json_t *p;
+    char ap[300];
+    each_object(c, nacls, j, p, ap, "%s.node_acls[%zu]", tp, j)
+    {
+        const char *n = json_string_value(json_object_get(p, "node_wwn"));
+        if (n && json_object_get(t->seen_acls, n)) {
+            lost(c, false, "%s: %s has an ACL in an earlier TPG; that one is kept", ap, n);
+            continue;
+        }
+        if (n)
+            json_object_set_new(t->seen_acls, n, json_true());
+        node_acl(c, p, ap, t->luns, t->hosts, t->acls);
+    }
+}
+
+/* One TPG of a target. linerate has one LUN set per target: the first enabled TPG gives it; a
+ * further TPG adds its portals and ACLs when its LUNs are the same, else it is reported. */
+static void tpg(struct ctx *c, json_t *g, const char *tp, struct tgt *t)
+{
+    json_t *en = member(c, g, tp, "enable", JSON_TRUE, false);
+    if (c->failed)
+        return;
+    if (en && !flag(en)) {
+        lost(c, false, "%s: disabled in LIO, not served, not imported", tp);
+        return;
+    }
+    json_t *l = tpg_luns(c, g, tp, t->iqn, t->luns != NULL);
+    if (!c->failed && t->luns && !json_equal(t->luns, l))
+        lost(c, true,
+             "%s: TPG with other LUNs than the target's first TPG; linerate has one LUN set "
+             "per target: give these LUNs a target of their own",
+             tp);
+    if (c->failed || (t->luns && !json_equal(t->luns, l))) {
+        json_decref(l);
+        return;
+    }
+    json_t *tag = json_object_get(g, "tag");
+    if (!t->luns && json_is_integer(tag) && json_integer_value(tag) != 1)
+        lost(c, false,
+             "%s: TPG tag %" JSON_INTEGER_FORMAT ": LIO named the target port %s,t,0x%04x in "
+             "VPD 83h, linerate names it by its ALUA group (alua-group =, 1 by default)",
+             tp, json_integer_value(tag), t->iqn, (unsigned)(json_integer_value(tag) & 0xffff));
+    if (!t->luns)
+        t->luns = l;
+    else
+        json_decref(l);
+    t->any = true;
+    tpg_settings(c, g, tp);
+    json_t *ps = member(c, g, tp, "portals", JSON_ARRAY, false);
+    size_t j;
+    json_t *p;
+    json_array_foreach(ps, j, p)
+    {
+        char pp[300];
+        jpath(pp, sizeof(pp), "%s.portals[%zu]", tp, j);
+        portal(c, p, pp, t->portals);
+    }
+    json_t *attrs = json_object_get(g, "attributes");
+    json_t *nacls = member(c, g, tp, "node_acls", JSON_ARRAY, false);
+    if (c->failed)
+        return;
+    bool gen = flag(json_object_get(attrs, "generate_node_acls"));
+    t->open_access |= gen;
+    tpg_acls(c, nacls, tp, t);
+    if (gen && flag(json_object_get(attrs, "demo_mode_write_protect")) && json_array_size(nacls))
+        lost(c, true,
+             "%s: initiators without an ACL see the LUNs read-only in LIO; linerate "
+             "admits only the ACLs' initiators once it has any",
+             tp);
+}
+
+/* Whether hosts of a target without ACLs see its LUNs read-only; what LIO let in that
+ * linerate would not (or the reverse) is reported. */
+static bool target_access(struct ctx *c, json_t *tpgs, const char *jp, const struct tgt *t)
+{
+    if (json_object_size(t->seen_acls) == 0) {
+        if (!t->open_access)
+            lost(c, true,
+                 "%s: no node ACL and no generate_node_acls: no initiator could log in to "
+                 "LIO, any could to linerate; add [host] entries or drop the target",
+                 jp);
+        json_t *attrs = json_object_get(json_array_get(tpgs, 0), "attributes");
+        return flag(json_object_get(attrs, "demo_mode_write_protect"));
+    }
+    if (t->open_access)
+        lost(c, true, "%s: generate_node_acls with ACLs: linerate admits only the ACLs' initiators",
+             jp);
+    return false;
+}
+
+/* The [target] section with its portals and LUNs, then its [host] entries; the LUNs' identity
+ * into c->expect. */
+static void target_write(struct ctx *c, json_t *tpgs, const char *jp, struct tgt *t)
+{
+    bool ro_all = target_access(c, tpgs, jp, t);
+    fprintf(c->targets, "\n[target %s]\n%s", t->iqn, t->portals_buf);
+    const char *k;
+    json_t *spec;
+    json_t *ex_luns = json_object();
+    json_object_foreach(t->luns, k, spec)
+    {
+        fprintf(c->targets, "lun %s = %s%s\n", k, json_string_value(json_object_get(spec, "spec")),
+                ro_all ? ",ro" : "");
+        json_t *id = json_object_get(c->ident, json_string_value(json_object_get(spec, "so")));
+        json_t *e = id ? json_deep_copy(id) : json_object();
+        json_object_set_new(e, "read_only", json_boolean(ro_all));
+        json_object_set_new(ex_luns, k, e);
+    }
+    json_object_set_new(json_object_get(c->expect, t->iqn), "luns", ex_luns);
+    discovery(c, jp, t->iqn, t->hosts);
+    fputs(t->acls_buf, c->targets);
+}
+
+static void target(struct ctx *c, json_t *tj, const char *jp)
+{
+    json_t *fabric = member(c, tj, jp, "fabric", JSON_STRING, false);
+    json_t *wwn = member(c, tj, jp, "wwn", JSON_STRING, true);
+    json_t *tpgs = member(c, tj, jp, "tpgs", JSON_ARRAY, true);
     if (c->failed)
         return;
     const char *iqn = json_string_value(wwn);
@@ -501,139 +650,93 @@ static void target(struct ctx *c, json_t *t, const char *jp)
         bad(c, jp, "'wwn' is not an iSCSI name (a control character, space or one of [ ] # , =)");
         return;
     }
-    /* linerate has one LUN set per target: the first enabled TPG gives it; a further TPG
-     * adds its portals and ACLs when its LUNs are the same, else it is reported. */
-    json_t *luns = NULL;
-    char *acls_buf = NULL;
-    size_t acls_len = 0;
-    FILE *portals = NULL, *keys = c->targets;
-    char *portals_buf = NULL;
-    size_t portals_len = 0;
-    portals = open_memstream(&portals_buf, &portals_len);
-    FILE *acls = open_memstream(&acls_buf, &acls_len);
-    json_t *seen_acls = json_object();
-    json_t *ex_hosts = json_object();
-    json_object_set_new(c->expect, iqn, json_pack("{s:o}", "hosts", ex_hosts));
-    bool open_access = false, any = false;
+    struct tgt t = {.iqn = iqn, .seen_acls = json_object(), .hosts = json_object()};
+    t.portals = open_memstream(&t.portals_buf, &t.portals_len);
+    t.acls = open_memstream(&t.acls_buf, &t.acls_len);
+    assert(t.portals && t.acls);
+    json_object_set_new(c->expect, iqn, json_pack("{s:o}", "hosts", t.hosts));
     size_t i;
-    json_t *tpg;
-    json_array_foreach(tpgs, i, tpg)
+    json_t *g;
+    char tp[256];
+    each_object(c, tpgs, i, g, tp, "%s.tpgs[%zu]", jp, i)
     {
-        char tp[256];
-        jpath(tp, sizeof(tp), "%s.tpgs[%zu]", jp, i);
-        if (!json_is_object(tpg)) {
-            bad(c, tp, "not an object");
-            break;
-        }
-        json_t *en = member(c, tpg, tp, "enable", JSON_TRUE, false);
+        tpg(c, g, tp, &t);
         if (c->failed)
             break;
-        if (en && !flag(en)) {
-            lost(c, false, "%s: disabled in LIO, not served, not imported", tp);
-            continue;
-        }
-        json_t *l = tpg_luns(c, tpg, tp, iqn, luns != NULL);
-        if (c->failed) {
-            json_decref(l);
-            break;
-        }
-        if (luns && !json_equal(luns, l)) {
-            lost(c, true,
-                 "%s: TPG with other LUNs than the target's first TPG; linerate has one LUN set "
-                 "per target: give these LUNs a target of their own",
-                 tp);
-            json_decref(l);
-            continue;
-        }
-        if (!luns)
-            luns = l;
-        else
-            json_decref(l);
-        any = true;
-        tpg_settings(c, tpg, tp);
-        json_t *ps = member(c, tpg, tp, "portals", JSON_ARRAY, false);
-        size_t j;
-        json_t *p;
-        json_array_foreach(ps, j, p)
-        {
-            char pp[300];
-            jpath(pp, sizeof(pp), "%s.portals[%zu]", tp, j);
-            portal(c, p, pp, portals);
-        }
-        json_t *attrs = json_object_get(tpg, "attributes");
-        json_t *nacls = member(c, tpg, tp, "node_acls", JSON_ARRAY, false);
-        if (c->failed)
-            break;
-        if (flag(json_object_get(attrs, "generate_node_acls")))
-            open_access = true;
-        FILE *saved = c->targets;
-        c->targets = acls;
-        json_array_foreach(nacls, j, p)
-        {
-            char ap[300];
-            jpath(ap, sizeof(ap), "%s.node_acls[%zu]", tp, j);
-            if (!json_is_object(p)) {
-                bad(c, ap, "not an object");
-                break;
-            }
-            const char *n = json_string_value(json_object_get(p, "node_wwn"));
-            if (n && json_object_get(seen_acls, n)) {
-                lost(c, false, "%s: %s has an ACL in an earlier TPG; that one is kept", ap, n);
-                continue;
-            }
-            if (n)
-                json_object_set_new(seen_acls, n, json_true());
-            node_acl(c, p, ap, luns, ex_hosts);
-        }
-        c->targets = saved;
-        if (flag(json_object_get(attrs, "generate_node_acls")) &&
-            flag(json_object_get(attrs, "demo_mode_write_protect")) && json_array_size(nacls))
-            lost(c, true,
-                 "%s: initiators without an ACL see the LUNs read-only in LIO; linerate "
-                 "admits only the ACLs' initiators once it has any",
-                 tp);
     }
-    fclose(portals);
-    fclose(acls);
-    if (!c->failed && any && json_object_size(luns) == 0) {
+    fclose(t.portals);
+    fclose(t.acls);
+    bool served = !c->failed && t.any && json_object_size(t.luns) != 0;
+    if (!c->failed && t.any && !served)
         lost(c, true, "%s: target %s has no LUN that carried over; not served", jp, iqn);
-    } else if (!c->failed && any) {
-        bool ro_all = false;
-        if (json_object_size(seen_acls) == 0) {
-            json_t *attrs = json_object_get(json_array_get(tpgs, 0), "attributes");
-            if (!open_access)
-                lost(c, true,
-                     "%s: no node ACL and no generate_node_acls: no initiator could log in to "
-                     "LIO, any could to linerate; add [host] entries or drop the target",
-                     jp);
-            ro_all = flag(json_object_get(attrs, "demo_mode_write_protect"));
-        } else if (open_access) {
-            lost(c, true,
-                 "%s: generate_node_acls with ACLs: linerate admits only the ACLs' initiators", jp);
-        }
-        fprintf(keys, "\n[target %s]\n%s", iqn, portals_buf);
-        const char *k;
-        json_t *spec;
-        json_t *ex_luns = json_object();
-        json_object_foreach(luns, k, spec)
-        {
-            fprintf(keys, "lun %s = %s%s\n", k, json_string_value(json_object_get(spec, "spec")),
-                    ro_all ? ",ro" : "");
-            json_t *id = json_object_get(c->ident, json_string_value(json_object_get(spec, "so")));
-            json_t *e = id ? json_deep_copy(id) : json_object();
-            json_object_set_new(e, "read_only", json_boolean(ro_all));
-            json_object_set_new(ex_luns, k, e);
-        }
-        json_object_set_new(json_object_get(c->expect, iqn), "luns", ex_luns);
-        discovery(c, jp, iqn, ex_hosts);
-        fputs(acls_buf, keys);
-    }
-    if (c->failed || !any || json_object_size(luns) == 0)
+    if (served)
+        target_write(c, tpgs, jp, &t);
+    else
         json_object_del(c->expect, iqn);
-    json_decref(luns);
-    json_decref(seen_acls);
-    free(portals_buf);
-    free(acls_buf);
+    json_decref(t.luns);
+    json_decref(t.seen_acls);
+    free(t.portals_buf);
+    free(t.acls_buf);
+}
+
+/* Discovery authentication of the iscsi fabric module as discovery-chap-* lines on `out`. */
+static void discovery_auth(struct ctx *c, json_t *fms, FILE *out)
+{
+    size_t i;
+    json_t *v;
+    json_array_foreach(fms, i, v)
+    {
+        char jp[64];
+        jpath(jp, sizeof(jp), "fabric_modules[%zu]", i);
+        if (c->failed || !json_is_object(v) || !json_is_string(json_object_get(v, "name")) ||
+            strcmp(json_string_value(json_object_get(v, "name")), "iscsi") != 0)
+            continue;
+        if (flag(json_object_get(v, "discovery_enable_auth"))) {
+            chap(c, v, jp, "discovery_", out, "discovery-");
+            c->disc_user = json_string_value(json_object_get(v, "discovery_userid"));
+        }
+    }
+}
+
+/* The whole saveconfig.json: storage objects first (the LUNs name them), then discovery
+ * authentication (global keys, on `disc`), then the targets (on c->targets). */
+static void translate(struct ctx *c, json_t *root, FILE *disc)
+{
+    if (!json_is_object(root))
+        bad(c, "(top)", "not an object");
+    json_t *sos = member(c, root, "(top)", "storage_objects", JSON_ARRAY, false);
+    json_t *ts = member(c, root, "(top)", "targets", JSON_ARRAY, false);
+    json_t *fms = member(c, root, "(top)", "fabric_modules", JSON_ARRAY, false);
+    size_t i;
+    json_t *v;
+    char jp[64];
+    each_object(c, sos, i, v, jp, "storage_objects[%zu]", i)
+    {
+        storage_object(c, v, jp);
+        if (c->failed)
+            return;
+    }
+    discovery_auth(c, fms, disc);
+    each_object(c, ts, i, v, jp, "targets[%zu]", i)
+    {
+        target(c, v, jp);
+        if (c->failed)
+            return;
+    }
+}
+
+/* The secrets file: "USER SECRET" a line (chap-secrets in linerate.conf(5)). */
+static char *secrets_text(json_t *secrets)
+{
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    assert(f);
+    const char *k;
+    json_t *v;
+    json_object_foreach(secrets, k, v) fprintf(f, "%s %s\n", k, json_string_value(v));
+    fclose(f);
+    return buf;
 }
 
 int lio_import(const char *path, const char *secrets_path, struct lio_import *out, char *err,
@@ -648,85 +751,42 @@ int lio_import(const char *path, const char *secrets_path, struct lio_import *ou
         return -1;
     }
     struct ctx c = {.file = path, .err = err, .errlen = errlen};
-    char *tbuf = NULL, *rbuf = NULL, *cbuf = NULL;
-    size_t tlen = 0, rlen = 0, clen = 0;
+    char *tbuf = NULL, *dbuf = NULL, *cbuf = NULL;
+    size_t tlen = 0, dlen = 0, clen = 0, rlen = 0;
     c.targets = open_memstream(&tbuf, &tlen);
-    c.report = open_memstream(&rbuf, &rlen);
+    c.report = open_memstream(&out->report, &rlen);
+    FILE *disc = open_memstream(&dbuf, &dlen);
     FILE *conf = open_memstream(&cbuf, &clen);
     c.secrets = json_object();
     c.specs = json_object();
     c.owner = json_object();
     c.ident = json_object();
     c.expect = json_object();
-    assert(c.targets && c.report && conf);
-    if (!json_is_object(root))
-        bad(&c, "(top)", "not an object");
-    json_t *sos = member(&c, root, "(top)", "storage_objects", JSON_ARRAY, false);
-    json_t *ts = member(&c, root, "(top)", "targets", JSON_ARRAY, false);
-    json_t *fms = member(&c, root, "(top)", "fabric_modules", JSON_ARRAY, false);
-    size_t i;
-    json_t *v;
-    json_array_foreach(sos, i, v)
-    {
-        char jp[64];
-        jpath(jp, sizeof(jp), "storage_objects[%zu]", i);
-        if (!c.failed)
-            storage_object(&c, v, jp);
-    }
-    fprintf(conf, "# linerate.conf imported from LIO's %s by linerate-ctl import lio\n", path);
-    fprintf(conf, "# (docs/migrate.md); LUN identities are LIO's, byte for byte.\n");
-    char *dbuf = NULL;
-    size_t dlen = 0;
-    FILE *disc = open_memstream(&dbuf, &dlen);
-    json_array_foreach(fms, i, v)
-    {
-        char jp[64];
-        jpath(jp, sizeof(jp), "fabric_modules[%zu]", i);
-        if (c.failed || !json_is_object(v) || !json_is_string(json_object_get(v, "name")) ||
-            strcmp(json_string_value(json_object_get(v, "name")), "iscsi") != 0)
-            continue;
-        if (flag(json_object_get(v, "discovery_enable_auth"))) {
-            chap(&c, v, jp, "discovery_", disc, "discovery-");
-            c.disc_user = json_string_value(json_object_get(v, "discovery_userid"));
-        }
-    }
-    json_array_foreach(ts, i, v)
-    {
-        char jp[64];
-        jpath(jp, sizeof(jp), "targets[%zu]", i);
-        if (c.failed)
-            break;
-        if (!json_is_object(v))
-            bad(&c, jp, "not an object");
-        else
-            target(&c, v, jp);
-    }
+    assert(c.targets && c.report && disc && conf);
+    translate(&c, root, disc);
     fclose(disc);
     fclose(c.targets);
     fclose(c.report);
+    fprintf(conf, "# linerate.conf imported from LIO's %s by linerate-ctl import lio\n", path);
+    fprintf(conf, "# (docs/migrate.md); LUN identities are LIO's, byte for byte.\n");
     if (json_object_size(c.secrets))
         fprintf(conf, "chap-secrets = %s\n", secrets_path);
+    if (c.chap_any)
+        fputs("discovery-chap-match = no\n", conf);
     fputs(dbuf, conf);
     fputs(tbuf, conf);
     fclose(conf);
     free(dbuf);
     free(tbuf);
-    char *sbuf = NULL;
-    size_t slen = 0;
-    FILE *sec = open_memstream(&sbuf, &slen);
-    const char *k;
-    json_object_foreach(c.secrets, k, v) fprintf(sec, "%s %s\n", k, json_string_value(v));
-    fclose(sec);
+    out->conf = cbuf;
+    out->secrets = secrets_text(c.secrets);
+    out->lossy = c.lossy;
+    out->expect = c.expect;
     json_decref(c.secrets);
     json_decref(c.specs);
     json_decref(c.owner);
     json_decref(c.ident);
     json_decref(root);
-    out->conf = cbuf;
-    out->secrets = sbuf;
-    out->report = rbuf;
-    out->lossy = c.lossy;
-    out->expect = c.expect;
     if (c.failed) {
         lio_import_free(out);
         return -1;

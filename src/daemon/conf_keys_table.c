@@ -326,6 +326,8 @@ const struct conf_key conf_keys[] = {
     {"discovery-chap-mutual-user", CONF_TEXT, CONF_GLOBAL, CONF_OWN, TEXT(CFG, set_chap, fmt_chap),
      .flag = "discovery-chap-mutual-user", .flag_arg = "NAME",
      .help = "and the target answers them as NAME"},
+    {"discovery-chap-match", CONF_BOOL, CONF_GLOBAL, CONF_RESTART, CFG(discovery_chap_match),
+     .note = "discovery-chap-match", .shown_default = "yes"},
     {"chap-algorithms", CONF_TEXT, CONF_BOTH, CONF_OWN, TEXT(CFG, set_chap, fmt_chap_algs),
      .shown_default = "all", .flag = "chap-algorithms", .flag_arg = "LIST",
      .help = "sha3-256,sha256,md5 (default: all; the strongest the\n"

@@ -50,6 +50,7 @@ void target_config_init(struct target_config *cfg)
     cfg->login_timeout_s = 15;
     cfg->poll_us = TARGET_POLL_US_DEFAULT;
     iscsi_limits_default(&cfg->limits);
+    cfg->discovery_chap_match = true;
     snprintf(cfg->state_dir, sizeof(cfg->state_dir), "%s", TARGET_DEFAULT_STATE_DIR);
     snprintf(cfg->ctl_socket, sizeof(cfg->ctl_socket), "%s", TARGET_DEFAULT_CTL_SOCKET);
 }

@@ -182,6 +182,7 @@ struct target_config {
      * default chap-algorithms (0: all) for targets that name none. */
     char chap_secrets[1024];
     struct chap_creds discovery_chap;
+    bool discovery_chap_match; /* discovery-chap-match (iscsi_server's) */
     unsigned chap_algs;
     /* --inject: faults for tests (util/inject.h); all zero in normal use. */
     struct inject_spec inject;

@@ -152,9 +152,10 @@ json_t *ctl_lun_json(struct daemon *d, unsigned t, const struct scsi_lun *lu)
     const struct scsi_lun_identity *id = li.identity;
     char naa[33];
     target_lun_naa_text(id, naa, sizeof(naa));
-    json_t *ident = json_pack("{s:s, s:s, s:s, s:s, s:s, s:i}", "vendor", id->vendor, "product",
-                              id->product, "revision", id->revision, "serial", id->serial, "naa",
-                              naa, "rotation", (int)id->rotation);
+    json_t *ident = json_pack("{s:s, s:s, s:s, s:s, s:s, s:i, s:s}", "vendor", id->vendor,
+                              "product", id->product, "revision", id->revision, "serial",
+                              id->serial, "naa", naa, "rotation", (int)id->rotation, "vpd_style",
+                              id->vpd_style == SCSI_VPD_LIO ? "lio" : "linerate");
     json_t *o =
         json_pack("{s:s, s:I, s:s, s:I, s:i, s:i, s:b, s:b, s:b, s:I, s:o*}", "target", target,
                   "lun", (json_int_t)li.lun, "store", c ? c->bs_spec : li.store, "bytes",

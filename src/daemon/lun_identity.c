@@ -1,7 +1,7 @@
 /* A LUN's identity as an admin sets it (",vendor=", ",product=", ",revision=", ",serial=",
- * ",naa=", ",rotation="): checked against SPC-4 and SBC-3 when the spec is parsed, written back
- * by save, and one NAA per LUN of the daemon. What hosts then read is built in scsi/target.c
- * and scsi/spc.c. */
+ * ",naa=", ",rotation=", ",vpd-style="): checked against SPC-4 and SBC-3 when the spec is parsed,
+ * written back by save, and one NAA per LUN of the daemon. What hosts then read is built in
+ * scsi/target.c and scsi/spc.c. */
 #include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -89,6 +89,22 @@ static int rotation_value(const char *v, struct scsi_lun_identity *id, const cha
     return 1;
 }
 
+/* ",vpd-style=lio": VPD 80h and 83h laid out as LIO lays them out, for a LUN moved from LIO
+ * (docs/migrate.md "Disk identity"); "linerate", linerate's own, is the default. */
+static int vpd_style_value(const char *v, struct scsi_lun_identity *id, const char *spec, char *err,
+                           size_t errlen)
+{
+    if (strcmp(v, "lio") == 0 || strcmp(v, "linerate") == 0) {
+        id->vpd_style = strcmp(v, "lio") == 0 ? SCSI_VPD_LIO : SCSI_VPD_LINERATE;
+        return 1;
+    }
+    snprintf(err, errlen,
+             "bad vpd-style= '%s' in LUN spec '%s': linerate (the default) or lio (VPD 80h and "
+             "83h as LIO answers them)",
+             v, spec);
+    return -1;
+}
+
 int target_lun_identity_opt(struct target_lun_conf *lun, const char *tok, const char *spec,
                             char *err, size_t errlen)
 {
@@ -112,6 +128,8 @@ int target_lun_identity_opt(struct target_lun_conf *lun, const char *tok, const 
         return naa_value(v, id, spec, err, errlen);
     if (IS("rotation"))
         return rotation_value(v, id, spec, err, errlen);
+    if (IS("vpd-style"))
+        return vpd_style_value(v, id, spec, err, errlen);
 #undef IS
     return 0;
 }
@@ -143,6 +161,8 @@ int target_lun_identity_format(const struct scsi_lun_identity *id, char *buf, si
         ADD(",rotation=ssd");
     else if (id->rotation)
         ADD(",rotation=%u", (unsigned)id->rotation);
+    if (id->vpd_style == SCSI_VPD_LIO)
+        ADD(",vpd-style=lio");
 #undef ADD
     return off < len ? 0 : -1;
 }
@@ -161,7 +181,7 @@ bool target_lun_identity_same(const struct scsi_lun_identity *a, const struct sc
     return strcmp(a->vendor, b->vendor) == 0 && strcmp(a->product, b->product) == 0 &&
            strcmp(a->revision, b->revision) == 0 && strcmp(a->serial, b->serial) == 0 &&
            a->naa_len == b->naa_len && memcmp(a->naa, b->naa, a->naa_len) == 0 &&
-           a->rotation == b->rotation;
+           a->rotation == b->rotation && a->vpd_style == b->vpd_style;
 }
 
 /* An NAA names one logical unit wherever it is seen (SPC-4 §7.8.6.6): two LUNs of one daemon

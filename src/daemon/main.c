@@ -119,6 +119,7 @@ static int daemon_start(struct daemon *d)
         return -1;
     }
     d->srv.discovery_chap = d->cfg.discovery_chap;
+    d->srv.discovery_chap_any = !d->cfg.discovery_chap_match;
     d->srv.nop_interval_s = d->cfg.nop_interval_s;
     d->srv.nop_timeout_s = d->cfg.nop_timeout_s;
     d->srv.login_timeout_s = d->cfg.login_timeout_s;

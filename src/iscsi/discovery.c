@@ -28,11 +28,14 @@ void discovery_send_targets(struct iscsi_conn *c, const char *which, struct iscs
             continue;
         /* Only what the asker could log in to: a CHAP target is listed to a session that
          * authenticated as the CHAP user this initiator logs in to it with (its entry's, else
-         * the target's), through discovery CHAP with the same name. */
+         * the target's), through discovery CHAP with the same name. With discovery-chap-match
+         * off, as LIO does, to every discovery session (which discovery CHAP, if set, gated
+         * at login): a configuration moved from LIO keeps what its hosts discover. */
         pthread_mutex_lock(&srv->chap_lock); /* a reload may change it meanwhile */
         const struct chap_creds *cr = iscsi_node_chap_for(n, initiator);
-        bool hidden = cr->user[0] && !(c->auth && c->auth->state == AUTH_DONE &&
-                                       strcmp(c->auth->user, cr->user) == 0);
+        bool hidden =
+            !srv->discovery_chap_any && cr->user[0] &&
+            !(c->auth && c->auth->state == AUTH_DONE && strcmp(c->auth->user, cr->user) == 0);
         pthread_mutex_unlock(&srv->chap_lock);
         if (hidden)
             continue;

@@ -153,6 +153,10 @@ struct iscsi_server {
      * control thread, the one writer, may read them without it) while logins copy them. */
     pthread_mutex_t chap_lock;
     struct chap_creds discovery_chap;
+    /* discovery-chap-match = no: SendTargets lists a CHAP target to every discovery session,
+     * as LIO does, not only to one that authenticated as the initiator's own CHAP user (false,
+     * the default; discovery.c) */
+    bool discovery_chap_any;
     struct auth_guard *auth_guard;
     /* Seconds of silence before the target pings an idle connection with NOP-In, and before it
      * drops a connection whose ping went unanswered. */

@@ -136,6 +136,9 @@ struct scsi_lun_identity {
     uint8_t naa[16];   /* an NAA designator (SPC-4 §7.8.6.6), checked by the caller */
     uint8_t naa_len;   /* 8 or 16; 0: the default */
     uint16_t rotation; /* SBC-3 §6.5.2 MEDIUM ROTATION RATE: 1 or 0401h..FFFEh; 0: default */
+    /* The layout of VPD 80h and 83h: linerate's own, or LIO's byte for byte (an imported
+     * LUN keeps the pages hosts read from LIO; spc.c, docs/migrate.md) */
+    enum scsi_vpd_style { SCSI_VPD_LINERATE, SCSI_VPD_LIO } vpd_style;
 };
 
 struct scsi_lun_config {
