@@ -32,6 +32,8 @@ struct cctx {
     json_t *views;    /* target IQN -> view (below) */
     json_t *served;   /* "POOL.IMAGE" -> the target IQN that serves it */
     const char *disc_user;
+    bool chap_any;   /* discovery-chap-match = no is written (discovery_note) */
+    bool tcmu_noted; /* the VPD layout note is in the report */
     const char *secrets_path;
     char *disc_lines; /* discovery-chap-* lines for every gateway */
 };
@@ -135,6 +137,13 @@ static char *disk_spec(struct cctx *c, const char *key, json_t *d, const char *j
     }
     char naa[33];
     lio_naa_from_wwn(w, naa);
+    /* LIO hands INQUIRY of a user:rbd object to tcmu-runner, which lays VPD 83h out its own
+     * way (lio_import.c); hosts key the disk on the NAA and the serial, which are kept */
+    if (!c->tcmu_noted)
+        imp_lost(&c->i, false,
+                 "disks: tcmu-runner's VPD 83h layout is not reproduced; each disk's NAA "
+                 "designator and unit serial are");
+    c->tcmu_noted = true;
     if (asprintf(&s, "rbd:%s,vendor=LIO-ORG,product=TCMU device,revision=0002,serial=%s,naa=%s", pi,
                  w, naa) < 0)
         s = NULL;
@@ -381,17 +390,16 @@ static char *entries(struct cctx *c, json_t *view, const char *jp, json_t *luns,
 
 /* LIO answers SendTargets with every target to any discovery session (that passed discovery
  * CHAP, if set); linerate lists a CHAP target only to a discovery session authenticated as the
- * initiator's own CHAP user (docs/hosts.md). */
+ * initiator's own CHAP user unless discovery-chap-match is off (docs/hosts.md): the import turns
+ * it off, as lio_import.c does, when a host's CHAP user is not the discovery user. */
 static void discovery_note(struct cctx *c, const char *iqn, size_t chap_hosts)
 {
     if (chap_hosts)
-        imp_lost(&c->i, true,
-                 "target %s: %zu initiator(s) with CHAP: linerate's SendTargets lists a CHAP "
-                 "target only to a discovery session authenticated as that initiator's own CHAP "
-                 "user, LIO listed it to every discovery session; on those hosts, add the target "
-                 "without discovery (iscsiadm -m node -T %s -p PORTAL -o new) or discover with "
-                 "the host's CHAP user",
-                 iqn, chap_hosts, iqn);
+        imp_lost(&c->i, false,
+                 "target %s: %zu initiator(s) with CHAP: discovery-chap-match = no, so that "
+                 "SendTargets lists CHAP targets to every discovery session%s as LIO did",
+                 iqn, chap_hosts, c->disc_user ? " that passed discovery CHAP" : "");
+    c->chap_any |= chap_hosts != 0;
 }
 
 /* The version 3 object in the version 4 shape: one target, gateways.iqn. */
@@ -560,11 +568,13 @@ static char *gateway_conf(struct cctx *c, int version, const char *host, json_t 
     assert(out);
     fprintf(out,
             "# linerate.conf for gateway %s, imported from ceph-iscsi's gateway.conf (version "
-            "%d)\n# by linerate-ctl import ceph-iscsi (docs/migrate.md); LUN identities are "
-            "LIO's, byte for byte.\n",
+            "%d)\n# by linerate-ctl import ceph-iscsi (docs/migrate.md); each LUN keeps the "
+            "serial and NAA LIO gave it.\n",
             host, version);
     if (json_object_size(c->i.secrets))
         fprintf(out, "chap-secrets = %s\n", c->secrets_path);
+    if (c->chap_any)
+        fputs("discovery-chap-match = no\n", out);
     fputs(c->disc_lines ? c->disc_lines : "", out);
     const char *iqn;
     json_t *view;
@@ -613,9 +623,10 @@ static void targets(struct cctx *c, json_t *luns_of, json_t *ents_of)
         if (json_array_size(json_object_get(view, "ip_list")) > 1)
             imp_lost(&c->i, true,
                      "target %s: SendTargets through one ceph-iscsi gateway listed every "
-                     "gateway's portal, linerate lists its own: hosts that discover again must "
-                     "discover through each gateway (iscsiadm -m discovery -t st -p PORTAL, once "
-                     "per portal); the node records hosts have keep working",
+                     "gateway's portal, linerate lists its own: give hosts every gateway's "
+                     "address for discovery (VMware: each in Dynamic Discovery; Linux: "
+                     "iscsiadm -m discovery -t st -p PORTAL, once per portal), else a host that "
+                     "discovers again finds one path; the node records hosts have keep working",
                      iqn);
         const char *k;
         json_t *v;
