@@ -225,10 +225,9 @@ static void map_lines(struct cctx *c, json_t *disks, const char *jp, json_t *lun
     {
         char mp[1024];
         snprintf(mp, sizeof(mp), "%s[\"%s\"]", jp, k);
-        json_t *id =
-            json_is_object(v) ? imp_member(&c->i, v, mp, "lun_id", JSON_INTEGER, true) : NULL;
-        if (!json_is_object(v))
-            imp_bad(&c->i, mp, "not an object");
+        json_t *id = imp_object(&c->i, v, mp)
+                         ? imp_member(&c->i, v, mp, "lun_id", JSON_INTEGER, true)
+                         : NULL;
         if (c->i.failed)
             return;
         long n = lun_of(luns, k);
@@ -300,12 +299,10 @@ static char *entries(struct cctx *c, json_t *view, const char *jp, json_t *luns,
     {
         char gp[1024];
         snprintf(gp, sizeof(gp), "%sgroups[\"%s\"]", jp, name);
-        json_t *members =
-            json_is_object(g) ? imp_member(&c->i, g, gp, "members", JSON_ARRAY, true) : NULL;
-        json_t *disks =
-            json_is_object(g) ? imp_member(&c->i, g, gp, "disks", JSON_OBJECT, true) : NULL;
-        if (!json_is_object(g))
-            imp_bad(&c->i, gp, "not an object");
+        if (!imp_object(&c->i, g, gp))
+            break;
+        json_t *members = imp_member(&c->i, g, gp, "members", JSON_ARRAY, true);
+        json_t *disks = imp_member(&c->i, g, gp, "disks", JSON_OBJECT, true);
         if (c->i.failed)
             break;
         /* a [group] has one CHAP user for all its initiators: members with their own each get
@@ -366,10 +363,8 @@ static char *entries(struct cctx *c, json_t *view, const char *jp, json_t *luns,
         snprintf(cp, sizeof(cp), "%sclients[\"%s\"]", jp, name);
         if (c->i.failed)
             break;
-        if (!json_is_object(cl)) {
-            imp_bad(&c->i, cp, "not an object");
+        if (!imp_object(&c->i, cl, cp))
             break;
-        }
         if (json_object_get(grouped, name))
             continue;
         json_t *gn = imp_member(&c->i, cl, cp, "group_name", JSON_STRING, false);
@@ -446,10 +441,8 @@ static void views_v4(struct cctx *c, json_t *root)
     {
         char jp[1024];
         snprintf(jp, sizeof(jp), "targets[\"%s\"]", k);
-        if (!json_is_object(t)) {
-            imp_bad(&c->i, jp, "not an object");
+        if (!imp_object(&c->i, t, jp))
             return;
-        }
         json_t *disks = imp_member(&c->i, t, jp, "disks", JSON_ARRAY, true);
         json_t *clients = imp_member(&c->i, t, jp, "clients", JSON_OBJECT, false);
         json_t *portals = imp_member(&c->i, t, jp, "portals", JSON_OBJECT, true);
@@ -502,10 +495,9 @@ static const char *portal_of(struct cctx *c, json_t *view, const char *host)
     /* version 3 keeps a gateway's portal in gateways.HOST, version 4 in the target */
     const char *tjp = json_string_value(json_object_get(view, "jp"));
     snprintf(jp, sizeof(jp), "%s%s[\"%s\"]", tjp, *tjp ? "portals" : "gateways", host);
-    json_t *ip =
-        json_is_object(p) ? imp_member(&c->i, p, jp, "portal_ip_address", JSON_STRING, true) : NULL;
-    if (!json_is_object(p))
-        imp_bad(&c->i, jp, "not an object");
+    json_t *ip = imp_object(&c->i, p, jp)
+                     ? imp_member(&c->i, p, jp, "portal_ip_address", JSON_STRING, true)
+                     : NULL;
     if (c->i.failed)
         return NULL;
     if (!addr_ok(json_string_value(ip))) {
@@ -670,9 +662,7 @@ int ceph_import(const char *name, const char *text, size_t len, const char *only
     assert(c.i.report);
     json_t *luns_of = json_object(), *ents_of = json_object();
     json_t *ver = NULL;
-    if (!json_is_object(root))
-        imp_bad(&c.i, "(top)", "not an object");
-    else
+    if (imp_object(&c.i, root, "(top)"))
         ver = imp_member(&c.i, root, "(top)", "version", JSON_INTEGER, true);
     json_int_t version = ver ? json_integer_value(ver) : 0;
     if (ver && version != 3 && version != 4)

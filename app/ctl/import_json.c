@@ -48,6 +48,13 @@ json_t *imp_member(struct imp *c, json_t *o, const char *jp, const char *key, js
     return v;
 }
 
+bool imp_object(struct imp *c, json_t *v, const char *jp)
+{
+    if (!json_is_object(v))
+        imp_bad(c, jp, "not an object");
+    return json_is_object(v);
+}
+
 /* RFC 7143 section 4.2.7.2: iSCSI names use none of the characters linerate.conf(5) reads as
  * syntax ('[' ']' a section, '#' a comment, ',' an option, '=' a key, ' ' the end of a word),
  * so a crafted string can never become lines or keys of its own. */

@@ -33,6 +33,8 @@ void imp_lost(struct imp *c, bool host_sees, const char *fmt, ...)
  * integer); NULL when absent (imp_bad when `required`) or of another type (imp_bad). */
 json_t *imp_member(struct imp *c, json_t *o, const char *jp, const char *key, json_type type,
                    bool required);
+/* Whether `v` (at `jp`) is an object; imp_bad when it is not. */
+bool imp_object(struct imp *c, json_t *v, const char *jp);
 /* A name written as it is into a section header or a value of linerate.conf (an iSCSI name,
  * an address, an RBD pool/image): printable ASCII without [ ] # , = or space. */
 bool imp_name_ok(const char *s);
