@@ -55,8 +55,8 @@ static bool chap_split(struct cctx *c, const char *jp, const char *key, const ch
 }
 
 /* An auth object's `chap` and `chap_mutual` as chap-user lines (`prefix` "" in an entry,
- * "discovery-" at the top), the secrets kept. Returns the CHAP user name (static storage of the
- * caller's `user`), or NULL without CHAP. */
+ * "discovery-" at the top), the secrets kept. Returns the CHAP user name, copied into the
+ * caller's `user`, or NULL without CHAP. */
 static const char *chap_lines(struct cctx *c, json_t *auth, const char *jp, FILE *out,
                               const char *prefix, char user[256])
 {
