@@ -270,8 +270,9 @@ static void host_entry(struct cctx *c, const char *iqn, json_t *client, json_t *
                        const char *jp, const char *mapjp, json_t *luns, FILE *out,
                        size_t *chap_hosts)
 {
-    if (!imp_name_ok(iqn)) {
-        imp_bad(&c->i, jp, "not an iSCSI name (a control character, space or one of [ ] # , =)");
+    if (!imp_iscsi_name_ok(iqn)) {
+        imp_bad(&c->i, jp,
+                "not an iSCSI name (iqn., eui. or naa.; no space, control character or [ ] # , =)");
         return;
     }
     fprintf(out, "\n[host %s]\n", iqn);
@@ -313,7 +314,7 @@ static char *entries(struct cctx *c, json_t *view, const char *jp, json_t *luns,
         json_t *m;
         json_array_foreach(members, i, m)
         {
-            if (!json_is_string(m) || !imp_name_ok(json_string_value(m))) {
+            if (!json_is_string(m) || !imp_iscsi_name_ok(json_string_value(m))) {
                 imp_bad(&c->i, gp, "members[%zu] is not an iSCSI name", i);
                 break;
             }
@@ -591,9 +592,9 @@ static void targets(struct cctx *c, json_t *luns_of, json_t *ents_of)
     {
         const char *jp = json_string_value(json_object_get(view, "jp"));
         char tp[1024];
-        snprintf(tp, sizeof(tp), "%s", *jp ? jp : "gateways.iqn ");
-        if (!imp_name_ok(iqn)) {
-            imp_bad(&c->i, tp, "the target name is not an iSCSI name");
+        snprintf(tp, sizeof(tp), "%s", *jp ? "targets" : "gateways.iqn");
+        if (!imp_iscsi_name_ok(iqn)) {
+            imp_bad(&c->i, tp, "target name '%s' is not an iSCSI name", iqn);
             return;
         }
         json_t *luns = target_luns(c, iqn, view, jp);

@@ -2,6 +2,7 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "ctl/import_json.h"
 
@@ -66,6 +67,13 @@ bool imp_name_ok(const char *s)
         if (*s < 0x21 || *s > 0x7e || strchr("[]#,=", *s))
             return false;
     return true;
+}
+
+bool imp_iscsi_name_ok(const char *s)
+{
+    return imp_name_ok(s) && strlen(s) <= 223 &&
+           (strncasecmp(s, "iqn.", 4) == 0 || strncasecmp(s, "eui.", 4) == 0 ||
+            strncasecmp(s, "naa.", 4) == 0);
 }
 
 /* A secrets file line is "USER SECRET": neither may hold a space or a control character. */

@@ -38,6 +38,9 @@ bool imp_object(struct imp *c, json_t *v, const char *jp);
 /* A name written as it is into a section header or a value of linerate.conf (an iSCSI name,
  * an address, an RBD pool/image): printable ASCII without [ ] # , = or space. */
 bool imp_name_ok(const char *s);
+/* An iSCSI name as linerate takes it: imp_name_ok, an "iqn.", "eui." or "naa." type prefix and
+ * at most 223 bytes (RFC 7143 section 4.2.7.1). */
+bool imp_iscsi_name_ok(const char *s);
 /* A CHAP user and its secret into c->secrets (one secret per user name, 12..255 bytes, no
  * space or control character); false, reported, when it cannot be kept. */
 bool imp_secret(struct imp *c, const char *jp, const char *user, const char *secret);
