@@ -230,6 +230,20 @@ static void map_lines(struct cctx *c, json_t *disks, const char *jp, json_t *lun
                          : NULL;
         if (c->i.failed)
             return;
+        json_int_t h = json_integer_value(id);
+        if (h < 0) {
+            imp_bad(&c->i, mp, "'lun_id' is negative");
+            return;
+        }
+        /* linerate numbers host LUNs 0..16383 (flat space addressing, SAM-5 §4.7.7), LIO 0..65535
+         */
+        if (h > 16383) {
+            imp_lost(&c->i, true,
+                     "%s: host LUN %" JSON_INTEGER_FORMAT " is above linerate's 16383: not "
+                     "mapped; the host must see the disk under another number",
+                     mp, h);
+            continue;
+        }
         long n = lun_of(luns, k);
         if (n < 0) {
             imp_lost(&c->i, true, "%s: maps disk %s, which this target does not serve here", mp, k);
