@@ -158,22 +158,36 @@ static char *disk_spec(struct cctx *c, const char *key, json_t *d, const char *j
     return s;
 }
 
-/* The target's LUNs: [{"key", "spec", "owner"}], numbered in the order of its disk list. */
+static int by_name(const void *a, const void *b)
+{
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* The target's LUNs: [{"key", "spec", "owner"}], numbered in the sorted order of its disk list,
+ * as ceph-iscsi numbers them (its upgrade to version 11 writes each disk's lun_id as its place in
+ * sorted(target['disks'])). */
 static json_t *target_luns(struct cctx *c, const char *iqn, json_t *view, const char *jp)
 {
     json_t *out = json_array();
     json_t *list = json_object_get(view, "disks");
-    size_t i;
+    size_t n = json_array_size(list), i;
+    const char **keys = calloc(n ? n : 1, sizeof(*keys));
+    assert(keys);
     json_t *k;
     json_array_foreach(list, i, k)
     {
-        char dp[512];
-        snprintf(dp, sizeof(dp), "%sdisks[%zu]", jp, i);
-        if (!json_is_string(k)) {
+        keys[i] = json_string_value(k);
+        if (!keys[i]) {
+            char dp[512];
+            snprintf(dp, sizeof(dp), "%sdisks[%zu]", jp, i);
             imp_bad(&c->i, dp, "not a string");
-            break;
+            n = 0;
         }
-        const char *key = json_string_value(k);
+    }
+    qsort(keys, n, sizeof(*keys), by_name);
+    for (i = 0; i < n; i++) {
+        char dp[512];
+        const char *key = keys[i];
         snprintf(dp, sizeof(dp), "disks[\"%s\"]", key);
         json_t *d = json_object_get(c->disks, key);
         if (!json_is_object(d)) {
@@ -200,6 +214,7 @@ static json_t *target_luns(struct cctx *c, const char *iqn, json_t *view, const 
                                              json_string_value(owner)));
         free(spec);
     }
+    free(keys);
     return out;
 }
 

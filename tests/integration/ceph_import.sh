@@ -290,7 +290,8 @@ note "ALUA: each disk active/optimized on its owner's gateway"
 "$CTL_BIN" --socket "$WORK/gw-b.sock" --json show luns >"$WORK/b.luns" || fail "show luns b"
 python3 - "$WORK/a.luns" "$WORK/b.luns" <<'PY' || fail "ALUA: $(cat "$WORK/a.luns" "$WORK/b.luns")"
 import json, sys
-# the owners: disk_1 (LUN 0) and vm-disk (LUN 2) gw-a = group 1, disk_2 (LUN 1) gw-b = group 2
+# LUNs in sorted disk order (v4.json lists them reversed); the owners: disk_1 (LUN 0) and
+# vm-disk (LUN 2) gw-a = group 1, disk_2 (LUN 1) gw-b = group 2
 owner = {0: 1, 1: 2, 2: 1}
 for me, f in ((1, sys.argv[1]), (2, sys.argv[2])):
     luns = {r["lun"]: r["alua"] for r in json.load(open(f))}
