@@ -10,75 +10,28 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "ctl/ceph.h"
 #include "ctl/ctl.h"
+#include "ctl/import_json.h"
 #include "ctl/lio.h"
 
-/* Write `text` to `path`.import-tmp; the caller renames it over `path` once every file of the
- * import is written, so a failure leaves neither (import is all or nothing). */
-static int write_tmp(const char *path, const char *text, mode_t mode, char *tmp, size_t tmplen)
-{
-    if (snprintf(tmp, tmplen, "%s.import-tmp", path) >= (int)tmplen) {
-        errno = ENAMETOOLONG;
-        return -1;
-    }
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, mode);
-    if (fd < 0)
-        return -1;
-    size_t len = strlen(text);
-    bool ok = fchmod(fd, mode) == 0;
-    while (ok && len) {
-        ssize_t n = write(fd, text, len);
-        if (n < 0 && errno == EINTR)
-            continue;
-        ok = n > 0;
-        if (ok)
-            text += n, len -= (size_t)n;
-    }
-    ok = ok && fsync(fd) == 0;
-    ok = close(fd) == 0 && ok;
-    if (!ok) {
-        int e = errno;
-        unlink(tmp);
-        errno = e;
-        return -1;
-    }
-    return 0;
-}
-
-/* The secrets (when any) and the config (when -o): both written to temporary files first, then
- * renamed; on any failure neither is left. Prints the error; 0 or -1. */
+/* The secrets (when any) and the config (when -o), all or nothing (import_write.c). */
 static int write_both(const char *secrets, const char *stext, const char *out, const char *ctext)
 {
-    char stmp[PATH_MAX] = "", ctmp[PATH_MAX] = "";
-    const char *failed = NULL;
-    if (secrets && write_tmp(secrets, stext, 0600, stmp, sizeof(stmp)) < 0)
-        failed = secrets, *stmp = 0;
-    else if (out && write_tmp(out, ctext, 0644, ctmp, sizeof(ctmp)) < 0)
-        failed = out, *ctmp = 0;
-    else if (secrets && rename(stmp, secrets) < 0)
-        failed = secrets;
-    else if (secrets)
-        *stmp = 0;
-    if (!failed && out && rename(ctmp, out) < 0) {
-        failed = out;
-        int e = errno;
-        if (secrets)
-            unlink(secrets); /* just renamed there: the config that names it was not */
-        errno = e;
-    }
-    if (!failed)
-        return 0;
-    int e = errno;
-    if (*stmp)
-        unlink(stmp);
-    if (*ctmp)
-        unlink(ctmp);
-    fprintf(stderr, "linerate-ctl import: %s: %s; nothing written\n", failed, strerror(e));
-    return -1;
+    const char *paths[2], *texts[2];
+    mode_t modes[2];
+    size_t n = 0;
+    if (secrets)
+        paths[n] = secrets, texts[n] = stext, modes[n++] = 0600;
+    if (out)
+        paths[n] = out, texts[n] = ctext, modes[n++] = 0644;
+    return imp_write_all(paths, texts, modes, n);
 }
 
 static const char import_usage[] =
     "usage: linerate-ctl import lio FILE [-o OUT] [--secrets OUT]\n"
+    "       linerate-ctl import ceph-iscsi [POOL/OBJECT | FILE] [--gateway HOST] [-o OUT]\n"
+    "           [--secrets OUT]   (see linerate-ctl import ceph-iscsi --help)\n"
     "       linerate-ctl [--socket PATH] import lio FILE --check\n"
     "  FILE: LIO's saved configuration (targetcli's /etc/target/saveconfig.json)\n"
     "  -o OUT: write the linerate.conf there (default: print it)\n"
@@ -112,6 +65,8 @@ int ctl_import_main(const char *socket, unsigned wait_s, int argc, char **argv)
 {
     const char *file = NULL, *out = NULL, *secrets = NULL;
     bool check_mode = false;
+    if (argc >= 2 && strcmp(argv[1], "ceph-iscsi") == 0)
+        return ctl_import_ceph_main(argc - 1, argv + 1);
     if (argc < 2 || strcmp(argv[1], "lio") != 0) {
         fputs(import_usage, stderr);
         return CTL_EXIT_USAGE;
@@ -137,14 +92,11 @@ int ctl_import_main(const char *socket, unsigned wait_s, int argc, char **argv)
     if (check_mode)
         return check(socket, wait_s, file);
     /* the config names the secrets file by an absolute path (linerate.conf(5)) */
-    char abs[PATH_MAX] = "(give --secrets FILE)", cwd[PATH_MAX];
-    if (secrets && secrets[0] != '/' && getcwd(cwd, sizeof(cwd))) {
-        if (snprintf(abs, sizeof(abs), "%s/%s", cwd, secrets) >= (int)sizeof(abs)) {
-            fputs("linerate-ctl import: --secrets: path too long\n", stderr);
-            return CTL_EXIT_USAGE;
-        }
-    } else if (secrets)
-        snprintf(abs, sizeof(abs), "%s", secrets);
+    char abs[PATH_MAX];
+    if (imp_secrets_abs(secrets, abs, sizeof(abs)) < 0) {
+        fputs("linerate-ctl import: --secrets: path too long\n", stderr);
+        return CTL_EXIT_USAGE;
+    }
     struct lio_import r;
     char err[1024];
     if (lio_import(file, abs, &r, err, sizeof(err)) < 0) {

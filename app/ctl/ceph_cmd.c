@@ -1,0 +1,168 @@
+/* linerate-ctl import ceph-iscsi [POOL/OBJECT | FILE] [--gateway HOST] [-o OUT] [--secrets OUT]:
+ * the command around ceph_import.c. Everything is translated in memory first and written all
+ * or nothing (import_write.c), so a malformed or truncated object writes nothing. */
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "ctl/ceph.h"
+#include "ctl/ctl.h"
+#include "ctl/import_json.h"
+
+static const char usage[] =
+    "usage: linerate-ctl import ceph-iscsi [POOL/OBJECT | FILE] [--gateway HOST] [-o OUT]\n"
+    "           [--secrets OUT]\n"
+    "  ceph-iscsi's gateway.conf (versions 3 and 4): read through librados from POOL/OBJECT\n"
+    "  (default rbd/gateway.conf; ceph.conf from CEPH_CONF, the user from CEPH_ARGS=--id NAME)\n"
+    "  or from FILE (an existing file is always read as a file)\n"
+    "  --gateway HOST: that gateway only (default: every gateway it names)\n"
+    "  -o OUT: with --gateway, the linerate.conf's path; without, a directory that gets one\n"
+    "          HOST.conf per gateway (default: print them)\n"
+    "  --secrets OUT: the CHAP secrets file (mode 600) all gateways use; needed when there are\n"
+    "          CHAP users\n"
+    "exit 0: all carried; 1: something a host would see was not carried (see the report on\n"
+    "stderr; the files are written); 2: bad usage or input, nothing written\n";
+
+/* The input: a file when `src` names one, else POOL/OBJECT through librados. */
+static int read_source(const char *src, char **text, size_t *len, char *err, size_t errlen)
+{
+    struct stat st;
+    if (stat(src, &st) == 0) {
+        FILE *f = fopen(src, "r");
+        if (!f || !S_ISREG(st.st_mode) || st.st_size > (64 << 20)) {
+            snprintf(err, errlen, "%s: %s", src,
+                     f ? "not a regular file of at most 64 MiB" : strerror(errno));
+            if (f)
+                fclose(f);
+            return -1;
+        }
+        *text = malloc((size_t)st.st_size + 1);
+        *len = *text ? fread(*text, 1, (size_t)st.st_size, f) : 0;
+        bool ok = *text && !ferror(f);
+        fclose(f);
+        if (!ok) {
+            free(*text);
+            snprintf(err, errlen, "%s: cannot read it", src);
+            return -1;
+        }
+        (*text)[*len] = 0;
+        return 0;
+    }
+    const char *slash = strchr(src, '/');
+    if (!slash || slash == src || !slash[1] || strchr(slash + 1, '/')) {
+        snprintf(err, errlen, "%s: no such file, and not POOL/OBJECT", src);
+        return -1;
+    }
+    char pool[256];
+    if ((size_t)(slash - src) >= sizeof(pool)) {
+        snprintf(err, errlen, "%s: pool name too long", src);
+        return -1;
+    }
+    snprintf(pool, sizeof(pool), "%.*s", (int)(slash - src), src);
+    return ceph_rados_read(pool, slash + 1, text, len, err, errlen);
+}
+
+/* The files to write: the secrets (when any) and each gateway's config (when -o). */
+static int write_out(const struct ceph_import *r, const char *out, bool one, const char *secrets)
+{
+    size_t n = 0, max = r->ngw + 1;
+    const char **paths = calloc(max, sizeof(*paths)), **texts = calloc(max, sizeof(*texts));
+    mode_t *modes = calloc(max, sizeof(*modes));
+    char **owned = calloc(max, sizeof(*owned));
+    int rc = -1;
+    if (!paths || !texts || !modes || !owned)
+        goto done;
+    if (*r->secrets)
+        paths[n] = secrets, texts[n] = r->secrets, modes[n++] = 0600;
+    for (size_t i = 0; out && i < r->ngw; i++) {
+        if (one)
+            paths[n] = out;
+        else if (asprintf(&owned[i], "%s/%s.conf", out, r->gw[i].host) < 0)
+            goto done;
+        else
+            paths[n] = owned[i];
+        texts[n] = r->gw[i].conf, modes[n++] = 0644;
+    }
+    rc = imp_write_all(paths, texts, modes, n);
+done:
+    for (size_t i = 0; owned && i < max; i++)
+        free(owned[i]);
+    free(owned);
+    free(paths);
+    free(texts);
+    free(modes);
+    return rc;
+}
+
+int ctl_import_ceph_main(int argc, char **argv)
+{
+    const char *src = "rbd/gateway.conf", *out = NULL, *secrets = NULL, *gw = NULL;
+    bool have_src = false;
+    for (int i = 1; i < argc; i++) {
+        if ((strcmp(argv[i], "-o") == 0 || strcmp(argv[i], "--output") == 0) && i + 1 < argc)
+            out = argv[++i];
+        else if (strcmp(argv[i], "--secrets") == 0 && i + 1 < argc)
+            secrets = argv[++i];
+        else if (strcmp(argv[i], "--gateway") == 0 && i + 1 < argc)
+            gw = argv[++i];
+        else if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+            fputs(usage, stdout);
+            return CTL_EXIT_OK;
+        } else if (argv[i][0] != '-' && !have_src)
+            src = argv[i], have_src = true;
+        else {
+            fputs(usage, stderr);
+            return CTL_EXIT_USAGE;
+        }
+    }
+    /* the configs name the secrets file by an absolute path (linerate.conf(5)) */
+    char abs[PATH_MAX];
+    if (imp_secrets_abs(secrets, abs, sizeof(abs)) < 0) {
+        fputs("linerate-ctl import: --secrets: path too long\n", stderr);
+        return CTL_EXIT_USAGE;
+    }
+    char err[1024], *text = NULL;
+    size_t len = 0;
+    if (read_source(src, &text, &len, err, sizeof(err)) < 0) {
+        fprintf(stderr, "linerate-ctl import: %s; nothing written\n", err);
+        return CTL_EXIT_USAGE;
+    }
+    struct ceph_import r;
+    int got = ceph_import(src, text, len, gw, abs, &r, err, sizeof(err));
+    free(text);
+    if (got < 0) {
+        fprintf(stderr, "linerate-ctl import: %s; nothing written\n", err);
+        return CTL_EXIT_USAGE;
+    }
+    int rc = r.lossy ? CTL_EXIT_FAILED : CTL_EXIT_OK;
+    struct stat st;
+    if (*r.secrets && !secrets) {
+        fprintf(stderr,
+                "linerate-ctl import: %s has CHAP secrets: give --secrets FILE; nothing "
+                "written\n",
+                src);
+        rc = CTL_EXIT_USAGE;
+    } else if (out && !gw && (stat(out, &st) < 0 || !S_ISDIR(st.st_mode))) {
+        fprintf(stderr,
+                "linerate-ctl import: -o %s: not a directory (without --gateway, -o "
+                "names the directory for HOST.conf files); nothing written\n",
+                out);
+        rc = CTL_EXIT_USAGE;
+    } else if ((*r.secrets || out) && write_out(&r, out, gw != NULL, secrets) < 0) {
+        rc = CTL_EXIT_USAGE;
+    } else if (!out) {
+        for (size_t i = 0; i < r.ngw; i++)
+            printf("%s# ---- gateway %s\n%s", i ? "\n" : "", r.gw[i].host, r.gw[i].conf);
+    }
+    if (rc != CTL_EXIT_USAGE) {
+        fputs(r.report, stderr);
+        if (r.lossy)
+            fputs("linerate-ctl import: some of what hosts see was NOT CARRIED (above)\n", stderr);
+    }
+    ceph_import_free(&r);
+    return rc;
+}

@@ -1,0 +1,774 @@
+/* ceph-iscsi's gateway.conf, versions 3 and 4 (ceph-iscsi-config 2.x), to one linerate.conf per
+ * gateway host. What ceph-iscsi does with it, and so what a host saw:
+ * - every disk ("POOL.IMAGE": pool, image, wwn, owner) is a LIO user:rbd storage object served
+ *   by tcmu-runner, created on every gateway with the same `wwn`, which LIO keeps as the unit
+ *   serial: VPD 80h is the wwn and VPD 83h the NAA LIO derives from it (lio_naa.c);
+ * - each gateway has one TPG per address of the target's ip_list, tag = position + 1, only its
+ *   own enabled: its TPGT and ALUA target port group; the disk's owner gateway is
+ *   active/optimized for it, the others active/non-optimized;
+ * - clients are node ACLs with LUN maps ("lun_id") and CHAP "USER/SECRET" (v4 also mutual),
+ *   host groups give their members one map; port 3260 everywhere.
+ * Version 3 has one target (gateways.iqn) with its clients, groups and controls at the top;
+ * version 4 moved them into targets.IQN (ceph_iscsi_config/common.py, _upgrade_config). Both
+ * are read into the version 4 shape (a "view") first. What has no linerate meaning goes to the
+ * report (issue 31 item 4). */
+#include <assert.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+
+#include "ctl/ceph.h"
+#include "ctl/import_json.h"
+#include "ctl/lio.h"
+
+#define ISCSI_PORT 3260 /* ceph-iscsi's portals all listen there */
+
+struct cctx {
+    struct imp i;
+    json_t *gateways; /* host -> object */
+    json_t *disks;    /* "POOL.IMAGE" -> disk */
+    json_t *views;    /* target IQN -> view (below) */
+    json_t *served;   /* "POOL.IMAGE" -> the target IQN that serves it */
+    const char *disc_user;
+    bool chap_any;   /* discovery-chap-match = no is written (discovery_note) */
+    bool tcmu_noted; /* the VPD layout note is in the report */
+    const char *secrets_path;
+    char *disc_lines; /* discovery-chap-* lines for every gateway */
+};
+
+/* "USER/SECRET" (ceph-iscsi's `chap` and `chap_mutual`): false when empty (no CHAP). */
+static bool chap_split(struct cctx *c, const char *jp, const char *key, const char *s, char *user,
+                       size_t ulen, const char **secret)
+{
+    if (!*s)
+        return false;
+    const char *slash = strchr(s, '/');
+    if (!slash || slash == s || !slash[1] || (size_t)(slash - s) >= ulen) {
+        imp_bad(&c->i, jp, "'%s' is not USER/PASSWORD", key);
+        return false;
+    }
+    snprintf(user, ulen, "%.*s", (int)(slash - s), s);
+    *secret = slash + 1;
+    return true;
+}
+
+/* An auth object's `chap` and `chap_mutual` as chap-user lines (`prefix` "" in an entry,
+ * "discovery-" at the top), the secrets kept. Returns the CHAP user name, copied into the
+ * caller's `user`, or NULL without CHAP. */
+static const char *chap_lines(struct cctx *c, json_t *auth, const char *jp, FILE *out,
+                              const char *prefix, char user[256])
+{
+    static const char *const keys[2][2] = {{"chap", "chap-user"},
+                                           {"chap_mutual", "chap-mutual-user"}};
+    const char *first = NULL;
+    for (int m = 0; m < 2; m++) {
+        json_t *v = imp_member(&c->i, auth, jp, keys[m][0], JSON_STRING, false);
+        char u[256];
+        const char *secret;
+        if (!v || !chap_split(c, jp, keys[m][0], json_string_value(v), u, sizeof(u), &secret))
+            continue;
+        if (m == 1 && !first) {
+            imp_lost(&c->i, true, "%s: chap_mutual without chap: mutual CHAP needs CHAP first", jp);
+            continue;
+        }
+        if (!imp_secret(&c->i, jp, u, secret))
+            continue;
+        fprintf(out, "%s%s = %s\n", prefix, keys[m][1], u);
+        if (m == 0) {
+            snprintf(user, 256, "%s", u);
+            first = user;
+        }
+    }
+    return first;
+}
+
+/* An address as linerate's portal line takes it: hex digits, '.' and ':' only. */
+static bool addr_ok(const char *a)
+{
+    size_t n = strlen(a);
+    return n && n < 64 && strspn(a, "0123456789abcdefABCDEF.:") == n;
+}
+
+/* One disk's LUN spec without its ALUA options, or NULL when it cannot be served. The identity
+ * is LIO's for a user:rbd object: vendor LIO-ORG, product and revision as tcmu-runner's devices
+ * answer them (as lio_import.c writes them), the wwn as serial, its NAA. */
+static char *disk_spec(struct cctx *c, const char *key, json_t *d, const char *jp)
+{
+    json_t *pool = imp_member(&c->i, d, jp, "pool", JSON_STRING, false);
+    json_t *image = imp_member(&c->i, d, jp, "image", JSON_STRING, false);
+    json_t *wwn = imp_member(&c->i, d, jp, "wwn", JSON_STRING, false);
+    imp_member(&c->i, d, jp, "owner", JSON_STRING, false);
+    if (c->i.failed)
+        return NULL;
+    char pi[1024];
+    /* the early version 3 disk had only wwn and owner: its key is "POOL.IMAGE" */
+    if (pool && image)
+        snprintf(pi, sizeof(pi), "%s/%s", json_string_value(pool), json_string_value(image));
+    else if (strchr(key, '.'))
+        snprintf(pi, sizeof(pi), "%.*s/%s", (int)(strchr(key, '.') - key), key,
+                 strchr(key, '.') + 1);
+    else {
+        imp_bad(&c->i, jp, "no 'pool' and 'image', and the key is not POOL.IMAGE");
+        return NULL;
+    }
+    if (!imp_name_ok(pi) || strchr(strchr(pi, '/') + 1, '/')) {
+        imp_bad(&c->i, jp, "the RBD pool/image '%s' has a character linerate.conf cannot hold", pi);
+        return NULL;
+    }
+    char *s = NULL;
+    if (!wwn || !*json_string_value(wwn)) {
+        imp_lost(&c->i, true,
+                 "%s: no 'wwn': LIO gave this disk a unit serial gateway.conf does not hold; "
+                 "read it from a gateway (VPD 80h) and add serial= and naa= to its LUN",
+                 jp);
+        if (asprintf(&s, "rbd:%s", pi) < 0)
+            s = NULL;
+        return s;
+    }
+    const char *w = json_string_value(wwn);
+    if (!imp_name_ok(w) || strlen(w) > 64) {
+        imp_lost(&c->i, true, "%s: wwn '%s' cannot be a linerate serial=; set serial= by hand", jp,
+                 w);
+        if (asprintf(&s, "rbd:%s", pi) < 0)
+            s = NULL;
+        return s;
+    }
+    char naa[33];
+    lio_naa_from_wwn(w, naa);
+    /* LIO hands INQUIRY of a user:rbd object to tcmu-runner, which lays VPD 83h out its own
+     * way (lio_import.c); hosts key the disk on the NAA and the serial, which are kept */
+    if (!c->tcmu_noted)
+        imp_lost(&c->i, false,
+                 "disks: tcmu-runner's VPD 83h layout is not reproduced; each disk's NAA "
+                 "designator and unit serial are");
+    c->tcmu_noted = true;
+    if (asprintf(&s, "rbd:%s,vendor=LIO-ORG,product=TCMU device,revision=0002,serial=%s,naa=%s", pi,
+                 w, naa) < 0)
+        s = NULL;
+    json_t *ctl = json_object_get(d, "controls");
+    const char *k;
+    json_t *v;
+    json_object_foreach(ctl, k, v)
+    {
+        imp_lost(&c->i, false, "%s.controls.%s: a tcmu-runner setting with no linerate meaning", jp,
+                 k);
+    }
+    return s;
+}
+
+static int by_name(const void *a, const void *b)
+{
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* The target's LUNs: [{"key", "spec", "owner"}], numbered in the sorted order of its disk list,
+ * as ceph-iscsi numbers them (its upgrade to version 11 writes each disk's lun_id as its place in
+ * sorted(target['disks'])). */
+static json_t *target_luns(struct cctx *c, const char *iqn, json_t *view, const char *jp)
+{
+    json_t *out = json_array();
+    json_t *list = json_object_get(view, "disks");
+    size_t n = json_array_size(list), i;
+    const char **keys = calloc(n ? n : 1, sizeof(*keys));
+    assert(keys);
+    json_t *k;
+    json_array_foreach(list, i, k)
+    {
+        keys[i] = json_string_value(k);
+        if (!keys[i]) {
+            char dp[512];
+            snprintf(dp, sizeof(dp), "%sdisks[%zu]", jp, i);
+            imp_bad(&c->i, dp, "not a string");
+            n = 0;
+        }
+    }
+    qsort(keys, n, sizeof(*keys), by_name);
+    for (i = 0; i < n; i++) {
+        char dp[512];
+        const char *key = keys[i];
+        snprintf(dp, sizeof(dp), "disks[\"%s\"]", key);
+        json_t *d = json_object_get(c->disks, key);
+        if (!json_is_object(d)) {
+            imp_bad(&c->i, dp, "missing or not an object (the target lists it)");
+            break;
+        }
+        json_t *other = json_object_get(c->served, key);
+        if (other) {
+            imp_lost(&c->i, true,
+                     "%s: also a disk of target %s; linerate serves a disk in one target: give "
+                     "the hosts of %s [host] entries there",
+                     dp, json_string_value(other), iqn);
+            json_array_append_new(out, json_pack("{s:s, s:n}", "key", key, "spec"));
+            continue;
+        }
+        json_object_set_new(c->served, key, json_string(iqn));
+        char *spec = disk_spec(c, key, d, dp);
+        if (c->i.failed) {
+            free(spec);
+            break;
+        }
+        json_t *owner = json_object_get(d, "owner");
+        json_array_append_new(out, json_pack("{s:s, s:s?, s:s?}", "key", key, "spec", spec, "owner",
+                                             json_string_value(owner)));
+        free(spec);
+    }
+    free(keys);
+    return out;
+}
+
+/* The target LUN number of disk `key`, or -1. */
+static long lun_of(json_t *luns, const char *key)
+{
+    size_t i;
+    json_t *l;
+    json_array_foreach(luns, i, l)
+    {
+        if (strcmp(json_string_value(json_object_get(l, "key")), key) == 0)
+            return json_is_string(json_object_get(l, "spec")) ? (long)i : -1;
+    }
+    return -1;
+}
+
+/* `map` lines of a {"POOL.IMAGE": {"lun_id": N}} object. */
+static void map_lines(struct cctx *c, json_t *disks, const char *jp, json_t *luns, FILE *out)
+{
+    const char *k;
+    json_t *v;
+    json_object_foreach(disks, k, v)
+    {
+        char mp[1024];
+        snprintf(mp, sizeof(mp), "%s[\"%s\"]", jp, k);
+        json_t *id = imp_object(&c->i, v, mp)
+                         ? imp_member(&c->i, v, mp, "lun_id", JSON_INTEGER, true)
+                         : NULL;
+        if (c->i.failed)
+            return;
+        json_int_t h = json_integer_value(id);
+        if (h < 0) {
+            imp_bad(&c->i, mp, "'lun_id' is negative");
+            return;
+        }
+        /* linerate numbers host LUNs 0..16383 (flat space addressing, SAM-5 §4.7.7), LIO 0..65535
+         */
+        if (h > 16383) {
+            imp_lost(&c->i, true,
+                     "%s: host LUN %" JSON_INTEGER_FORMAT " is above linerate's 16383: not "
+                     "mapped; the host must see the disk under another number",
+                     mp, h);
+            continue;
+        }
+        long n = lun_of(luns, k);
+        if (n < 0) {
+            imp_lost(&c->i, true, "%s: maps disk %s, which this target does not serve here", mp, k);
+            continue;
+        }
+        fprintf(out, "map = %" JSON_INTEGER_FORMAT " %ld\n", json_integer_value(id), n);
+    }
+}
+
+/* The CHAP users of a client's auth as one comparable text ("chap|chap_mutual"). */
+static char *auth_key(json_t *client)
+{
+    json_t *a = json_object_get(client, "auth");
+    char *s = NULL;
+    const char *u = json_string_value(json_object_get(a, "chap"));
+    const char *m = json_string_value(json_object_get(a, "chap_mutual"));
+    if (asprintf(&s, "%s|%s", u ? u : "", m ? m : "") < 0)
+        s = NULL;
+    return s;
+}
+
+/* linerate's group names (linerate.conf(5), HOST ENTRIES). */
+static bool group_name_ok(const char *s)
+{
+    size_t n = strlen(s);
+    if (!n || n > 63)
+        return false;
+    for (size_t i = 0; i < n; i++)
+        if (!(s[i] >= '0' && s[i] <= '9') && !(s[i] >= 'a' && s[i] <= 'z') &&
+            !(s[i] >= 'A' && s[i] <= 'Z') && !strchr("-_.:", s[i]))
+            return false;
+    return true;
+}
+
+/* One [host IQN] entry: its CHAP, and the map of `disks`. Counts a CHAP user that is not the
+ * discovery user in *chap_hosts (see discovery_note). */
+static void host_entry(struct cctx *c, const char *iqn, json_t *client, json_t *disks,
+                       const char *jp, const char *mapjp, json_t *luns, FILE *out,
+                       size_t *chap_hosts)
+{
+    if (!imp_iscsi_name_ok(iqn)) {
+        imp_bad(&c->i, jp,
+                "not an iSCSI name (iqn., eui. or naa.; no space, control character or [ ] # , =)");
+        return;
+    }
+    fprintf(out, "\n[host %s]\n", iqn);
+    char user[256], ap[1024];
+    snprintf(ap, sizeof(ap), "%s.auth", jp);
+    json_t *auth = client ? imp_member(&c->i, client, jp, "auth", JSON_OBJECT, false) : NULL;
+    const char *u = chap_lines(c, auth, ap, out, "", user);
+    *chap_hosts += u && (!c->disc_user || strcmp(u, c->disc_user) != 0);
+    map_lines(c, disks, mapjp, luns, out);
+}
+
+/* The target's host groups and clients as [group] and [host] entries. */
+static char *entries(struct cctx *c, json_t *view, const char *jp, json_t *luns, size_t *chap_hosts)
+{
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *out = open_memstream(&buf, &len);
+    assert(out);
+    json_t *clients = json_object_get(view, "clients");
+    json_t *groups = json_object_get(view, "groups");
+    json_t *grouped = json_object();
+    const char *name;
+    json_t *g;
+    json_object_foreach(groups, name, g)
+    {
+        char gp[1024];
+        snprintf(gp, sizeof(gp), "%sgroups[\"%s\"]", jp, name);
+        if (!imp_object(&c->i, g, gp))
+            break;
+        json_t *members = imp_member(&c->i, g, gp, "members", JSON_ARRAY, true);
+        json_t *disks = imp_member(&c->i, g, gp, "disks", JSON_OBJECT, true);
+        if (c->i.failed)
+            break;
+        /* a [group] has one CHAP user for all its initiators: members with their own each get
+         * a [host] entry with the group's map instead */
+        bool one_auth = group_name_ok(name) && json_array_size(members) > 0;
+        char *first = NULL;
+        size_t i;
+        json_t *m;
+        json_array_foreach(members, i, m)
+        {
+            if (!json_is_string(m) || !imp_iscsi_name_ok(json_string_value(m))) {
+                imp_bad(&c->i, gp, "members[%zu] is not an iSCSI name", i);
+                break;
+            }
+            json_object_set_new(grouped, json_string_value(m), json_true());
+            char *k = auth_key(json_object_get(clients, json_string_value(m)));
+            if (!first)
+                first = k;
+            else {
+                one_auth &= strcmp(first, k) == 0;
+                free(k);
+            }
+        }
+        free(first);
+        if (c->i.failed)
+            break;
+        if (!one_auth) {
+            imp_lost(&c->i, false,
+                     "%s: members with their own CHAP users (or a name linerate's [group] "
+                     "cannot take): written as one [host] entry each with the group's map",
+                     gp);
+            snprintf(gp + strlen(gp), sizeof(gp) - strlen(gp), ".disks");
+            json_array_foreach(members, i, m)
+            {
+                char cp[1024];
+                snprintf(cp, sizeof(cp), "%sclients[\"%s\"]", jp, json_string_value(m));
+                host_entry(c, json_string_value(m), json_object_get(clients, json_string_value(m)),
+                           disks, cp, gp, luns, out, chap_hosts);
+            }
+            continue;
+        }
+        fprintf(out, "\n[group %s]\n", name);
+        json_array_foreach(members, i, m) fprintf(out, "initiator = %s\n", json_string_value(m));
+        json_t *c0 = json_object_get(clients, json_string_value(json_array_get(members, 0)));
+        char user[256], ap[1024];
+        snprintf(ap, sizeof(ap), "%sclients[\"%s\"].auth", jp,
+                 json_string_value(json_array_get(members, 0)));
+        const char *u = chap_lines(c, json_object_get(c0, "auth"), ap, out, "", user);
+        if (u && (!c->disc_user || strcmp(u, c->disc_user) != 0))
+            *chap_hosts += json_array_size(members);
+        snprintf(gp + strlen(gp), sizeof(gp) - strlen(gp), ".disks");
+        map_lines(c, disks, gp, luns, out);
+    }
+    json_t *cl;
+    json_object_foreach(clients, name, cl)
+    {
+        char cp[1024];
+        snprintf(cp, sizeof(cp), "%sclients[\"%s\"]", jp, name);
+        if (c->i.failed)
+            break;
+        if (!imp_object(&c->i, cl, cp))
+            break;
+        if (json_object_get(grouped, name))
+            continue;
+        json_t *gn = imp_member(&c->i, cl, cp, "group_name", JSON_STRING, false);
+        json_t *maps = imp_member(&c->i, cl, cp, "luns", JSON_OBJECT, false);
+        if (c->i.failed)
+            break;
+        if (gn && *json_string_value(gn))
+            imp_lost(&c->i, false, "%s: its group '%s' is not in groups: its own map is used", cp,
+                     json_string_value(gn));
+        char mp[1100];
+        snprintf(mp, sizeof(mp), "%s.luns", cp);
+        host_entry(c, name, cl, maps, cp, mp, luns, out, chap_hosts);
+    }
+    json_decref(grouped);
+    fclose(out);
+    return buf;
+}
+
+/* LIO answers SendTargets with every target to any discovery session (that passed discovery
+ * CHAP, if set); linerate lists a CHAP target only to a discovery session authenticated as the
+ * initiator's own CHAP user unless discovery-chap-match is off (docs/hosts.md): the import turns
+ * it off, as lio_import.c does, when a host's CHAP user is not the discovery user. */
+static void discovery_note(struct cctx *c, const char *iqn, size_t chap_hosts)
+{
+    if (chap_hosts)
+        imp_lost(&c->i, false,
+                 "target %s: %zu initiator(s) with CHAP: discovery-chap-match = no, so that "
+                 "SendTargets lists CHAP targets to every discovery session%s as LIO did",
+                 iqn, chap_hosts, c->disc_user ? " that passed discovery CHAP" : "");
+    c->chap_any |= chap_hosts != 0;
+}
+
+/* The version 3 object in the version 4 shape: one target, gateways.iqn. */
+static void views_v3(struct cctx *c, json_t *root)
+{
+    json_t *gws = c->gateways;
+    json_t *iqn = imp_member(&c->i, gws, "gateways", "iqn", JSON_STRING, false);
+    json_t *ips = imp_member(&c->i, gws, "gateways", "ip_list", JSON_ARRAY, false);
+    json_t *clients = imp_member(&c->i, root, "(top)", "clients", JSON_OBJECT, false);
+    json_t *groups = imp_member(&c->i, root, "(top)", "groups", JSON_OBJECT, false);
+    json_t *controls = imp_member(&c->i, root, "(top)", "controls", JSON_OBJECT, false);
+    if (c->i.failed)
+        return;
+    json_t *portals = json_object(), *disks = json_array(), *hosts = json_object();
+    const char *k;
+    json_t *v;
+    json_object_foreach(gws, k, v)
+    {
+        if (!json_is_object(v))
+            continue; /* iqn, ip_list, created, updated */
+        json_object_set(portals, k, v);
+        json_object_set_new(hosts, k, json_object());
+    }
+    c->gateways = hosts;
+    if (!iqn) { /* no target defined yet */
+        json_decref(portals);
+        json_decref(disks);
+        return;
+    }
+    json_object_foreach(c->disks, k, v) json_array_append_new(disks, json_string(k));
+    json_object_set_new(c->views, json_string_value(iqn),
+                        json_pack("{s:o, s:o, s:O?, s:O?, s:O?, s:O?, s:s}", "portals", portals,
+                                  "disks", disks, "clients", clients, "groups", groups, "controls",
+                                  controls, "ip_list", ips, "jp", ""));
+}
+
+static void views_v4(struct cctx *c, json_t *root)
+{
+    json_t *ts = imp_member(&c->i, root, "(top)", "targets", JSON_OBJECT, false);
+    json_t *da = imp_member(&c->i, root, "(top)", "discovery_auth", JSON_OBJECT, false);
+    const char *k;
+    json_t *t;
+    json_object_foreach(ts, k, t)
+    {
+        char jp[1024];
+        snprintf(jp, sizeof(jp), "targets[\"%s\"]", k);
+        if (!imp_object(&c->i, t, jp))
+            return;
+        json_t *disks = imp_member(&c->i, t, jp, "disks", JSON_ARRAY, true);
+        json_t *clients = imp_member(&c->i, t, jp, "clients", JSON_OBJECT, false);
+        json_t *portals = imp_member(&c->i, t, jp, "portals", JSON_OBJECT, true);
+        json_t *groups = imp_member(&c->i, t, jp, "groups", JSON_OBJECT, false);
+        json_t *controls = imp_member(&c->i, t, jp, "controls", JSON_OBJECT, false);
+        json_t *ips = imp_member(&c->i, t, jp, "ip_list", JSON_ARRAY, true);
+        if (c->i.failed)
+            return;
+        strcat(jp, ".");
+        json_object_set_new(c->views, k,
+                            json_pack("{s:O, s:O, s:O?, s:O?, s:O?, s:O, s:s}", "portals", portals,
+                                      "disks", disks, "clients", clients, "groups", groups,
+                                      "controls", controls, "ip_list", ips, "jp", jp));
+    }
+    if (!da)
+        return;
+    char *buf = NULL, user[256];
+    size_t len = 0;
+    FILE *out = open_memstream(&buf, &len);
+    assert(out);
+    c->disc_user = chap_lines(c, da, "discovery_auth", out, "discovery-", user);
+    if (c->disc_user)
+        c->disc_user = strdup(user);
+    fclose(out);
+    free(c->disc_lines);
+    c->disc_lines = buf;
+}
+
+/* The ALUA target port group of the gateway whose portal is `ip` in the target: its place in
+ * ip_list + 1, as ceph-iscsi numbers the TPGs (one per address, in that order). 0: not there. */
+static unsigned group_of(json_t *view, const char *ip)
+{
+    size_t i;
+    json_t *a;
+    json_array_foreach(json_object_get(view, "ip_list"), i, a)
+    {
+        if (json_is_string(a) && strcmp(json_string_value(a), ip) == 0)
+            return (unsigned)i + 1;
+    }
+    return 0;
+}
+
+/* The portal address of `host` in the target, or NULL (malformed: c->i.failed). */
+static const char *portal_of(struct cctx *c, json_t *view, const char *host)
+{
+    json_t *p = json_object_get(json_object_get(view, "portals"), host);
+    if (!p)
+        return NULL;
+    char jp[1024];
+    /* version 3 keeps a gateway's portal in gateways.HOST, version 4 in the target */
+    const char *tjp = json_string_value(json_object_get(view, "jp"));
+    snprintf(jp, sizeof(jp), "%s%s[\"%s\"]", tjp, *tjp ? "portals" : "gateways", host);
+    json_t *ip = imp_object(&c->i, p, jp)
+                     ? imp_member(&c->i, p, jp, "portal_ip_address", JSON_STRING, true)
+                     : NULL;
+    if (c->i.failed)
+        return NULL;
+    if (!addr_ok(json_string_value(ip))) {
+        imp_bad(&c->i, jp, "'portal_ip_address' is not an IPv4 or IPv6 address");
+        return NULL;
+    }
+    if (!group_of(view, json_string_value(ip))) {
+        imp_bad(&c->i, jp, "'portal_ip_address' %s is not in the target's ip_list",
+                json_string_value(ip));
+        return NULL;
+    }
+    return json_string_value(ip);
+}
+
+/* One target's section for gateway `host`: its portal, its group and the peers', each LUN
+ * active/optimized on its owner's gateway and active/non-optimized on the others. */
+static void target_section(struct cctx *c, const char *iqn, json_t *view, json_t *luns,
+                           const char *ents, const char *host, FILE *out)
+{
+    const char *ip = portal_of(c, view, host);
+    if (!ip)
+        return;
+    unsigned me = group_of(view, ip);
+    bool v6 = strchr(ip, ':') != NULL;
+    fprintf(out, "\n[target %s]\nportal = %s%s%s:%d\nalua-group = %u\n", iqn, v6 ? "[" : "", ip,
+            v6 ? "]" : "", ISCSI_PORT, me);
+    fputs("alua-state = active/non-optimized\n", out);
+    size_t i;
+    json_t *a;
+    json_array_foreach(json_object_get(view, "ip_list"), i, a)
+    {
+        if (i + 1 != me)
+            fprintf(out, "alua-peer = %zu:active/non-optimized\n", i + 1);
+    }
+    json_t *l;
+    json_array_foreach(luns, i, l)
+    {
+        const char *spec = json_string_value(json_object_get(l, "spec"));
+        if (!spec)
+            continue;
+        const char *owner = json_string_value(json_object_get(l, "owner"));
+        const char *oip = owner ? portal_of(c, view, owner) : NULL;
+        unsigned og = oip ? group_of(view, oip) : 0;
+        fprintf(out, "lun %zu = %s", i, spec);
+        if (og == me)
+            fputs(",alua=active/optimized", out);
+        else if (og)
+            fprintf(out, ",alua-peer=%u:active/optimized", og);
+        fputc('\n', out);
+    }
+    fputs(ents, out);
+}
+
+static char *gateway_conf(struct cctx *c, int version, const char *host, json_t *luns_of,
+                          json_t *ents_of)
+{
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *out = open_memstream(&buf, &len);
+    assert(out);
+    fprintf(out,
+            "# linerate.conf for gateway %s, imported from ceph-iscsi's gateway.conf (version "
+            "%d)\n# by linerate-ctl import ceph-iscsi (docs/migrate.md); each LUN keeps the "
+            "serial and NAA LIO gave it.\n",
+            host, version);
+    if (json_object_size(c->i.secrets))
+        fprintf(out, "chap-secrets = %s\n", c->secrets_path);
+    if (c->chap_any)
+        fputs("discovery-chap-match = no\n", out);
+    fputs(c->disc_lines ? c->disc_lines : "", out);
+    const char *iqn;
+    json_t *view;
+    json_object_foreach(c->views, iqn, view)
+    {
+        json_t *luns = json_object_get(luns_of, iqn);
+        if (!json_object_get(json_object_get(view, "portals"), host))
+            continue;
+        target_section(c, iqn, view, luns, json_string_value(json_object_get(ents_of, iqn)), host,
+                       out);
+    }
+    fclose(out);
+    return buf;
+}
+
+/* Per target, once for all gateways: its LUNs and its entries; what does not carry reported. */
+static void targets(struct cctx *c, json_t *luns_of, json_t *ents_of)
+{
+    const char *iqn;
+    json_t *view;
+    json_object_foreach(c->views, iqn, view)
+    {
+        const char *jp = json_string_value(json_object_get(view, "jp"));
+        char tp[1024];
+        snprintf(tp, sizeof(tp), "%s", *jp ? "targets" : "gateways.iqn");
+        if (!imp_iscsi_name_ok(iqn)) {
+            imp_bad(&c->i, tp, "target name '%s' is not an iSCSI name", iqn);
+            return;
+        }
+        json_t *luns = target_luns(c, iqn, view, jp);
+        json_object_set_new(luns_of, iqn, luns);
+        size_t chap_hosts = 0;
+        if (c->i.failed)
+            return;
+        char *e = entries(c, view, jp, luns, &chap_hosts);
+        json_object_set_new(ents_of, iqn, json_string(e ? e : ""));
+        free(e);
+        if (c->i.failed)
+            return;
+        if (!json_object_size(json_object_get(view, "clients")) &&
+            !json_object_size(json_object_get(view, "groups")))
+            imp_lost(&c->i, false, "target %s has no client: no initiator may log in", iqn);
+        discovery_note(c, iqn, chap_hosts);
+        /* ceph-iscsi gives each gateway a disabled TPG per other gateway's address with
+         * tpg_enabled_sendtargets=0, so that SendTargets through one lists them all */
+        if (json_array_size(json_object_get(view, "ip_list")) > 1)
+            imp_lost(&c->i, true,
+                     "target %s: SendTargets through one ceph-iscsi gateway listed every "
+                     "gateway's portal, linerate lists its own: give hosts every gateway's "
+                     "address for discovery (VMware: each in Dynamic Discovery; Linux: "
+                     "iscsiadm -m discovery -t st -p PORTAL, once per portal), else a host that "
+                     "discovers again finds one path; the node records hosts have keep working",
+                     iqn);
+        const char *k;
+        json_t *v;
+        json_object_foreach(json_object_get(view, "controls"), k, v)
+        {
+            imp_lost(&c->i, false,
+                     "%scontrols.%s: a LIO TPG setting with no linerate meaning (linerate "
+                     "negotiates with its own limits, docs/configuration.md); not carried",
+                     jp, k);
+        }
+        json_object_foreach(json_object_get(view, "portals"), k, v)
+        {
+            if (!json_object_get(c->gateways, k))
+                imp_lost(&c->i, true, "%sportals[\"%s\"]: not a gateway in gateways; not served",
+                         jp, k);
+            else if (!portal_of(c, view, k))
+                return;
+        }
+    }
+}
+
+int ceph_import(const char *name, const char *text, size_t len, const char *only_gw,
+                const char *secrets_path, struct ceph_import *out, char *err, size_t errlen)
+{
+    memset(out, 0, sizeof(*out));
+    json_error_t je;
+    json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &je);
+    if (!root) {
+        snprintf(err, errlen, "%s:%d:%d: not valid JSON (truncated?): %s", name, je.line, je.column,
+                 je.text);
+        return -1;
+    }
+    char *rbuf = NULL;
+    size_t rlen = 0;
+    struct cctx c = {.i = {.file = name, .err = err, .errlen = errlen},
+                     .secrets_path = secrets_path};
+    c.i.report = open_memstream(&rbuf, &rlen);
+    c.i.secrets = json_object();
+    c.views = json_object();
+    c.served = json_object();
+    assert(c.i.report);
+    json_t *luns_of = json_object(), *ents_of = json_object();
+    json_t *ver = NULL;
+    if (imp_object(&c.i, root, "(top)"))
+        ver = imp_member(&c.i, root, "(top)", "version", JSON_INTEGER, true);
+    json_int_t version = ver ? json_integer_value(ver) : 0;
+    if (ver && version != 3 && version != 4)
+        imp_bad(&c.i, "version",
+                "%" JSON_INTEGER_FORMAT ": this importer reads gateway.conf versions 3 and 4 "
+                "(ceph-iscsi-config 2.x)",
+                version);
+    c.gateways = imp_member(&c.i, root, "(top)", "gateways", JSON_OBJECT, true);
+    c.disks = imp_member(&c.i, root, "(top)", "disks", JSON_OBJECT, true);
+    bool gw_owned = false;
+    if (!c.i.failed && version == 3) {
+        views_v3(&c, root);
+        gw_owned = c.gateways != json_object_get(root, "gateways");
+    } else if (!c.i.failed) {
+        views_v4(&c, root);
+    }
+    if (!c.i.failed)
+        targets(&c, luns_of, ents_of);
+    if (!c.i.failed && only_gw && !json_object_get(c.gateways, only_gw))
+        imp_bad(&c.i, "gateways", "no gateway '%s' (--gateway)", only_gw);
+    if (!c.i.failed && !json_object_size(c.gateways))
+        imp_bad(&c.i, "gateways", "no gateway: nothing to serve");
+    const char *host;
+    json_t *v;
+    if (!c.i.failed) {
+        out->gw = calloc(json_object_size(c.gateways), sizeof(*out->gw));
+        assert(out->gw);
+        json_object_foreach(c.gateways, host, v)
+        {
+            if (only_gw && strcmp(host, only_gw) != 0)
+                continue;
+            if (!json_is_object(v)) {
+                imp_bad(&c.i, "gateways", "'%s' is not an object", host);
+                break;
+            }
+            /* the host name becomes a file name (-o DIR/HOST.conf): no path in it */
+            if (!imp_name_ok(host) || strchr(host, '/') || host[0] == '.') {
+                imp_bad(&c.i, "gateways", "'%s' cannot be a gateway's file name", host);
+                break;
+            }
+            struct ceph_gw *g = &out->gw[out->ngw++];
+            g->host = strdup(host);
+            g->conf = gateway_conf(&c, (int)version, host, luns_of, ents_of);
+            if (c.i.failed)
+                break;
+        }
+    }
+    fclose(c.i.report);
+    out->report = rbuf;
+    out->lossy = c.i.lossy;
+    out->secrets = imp_secrets_text(&c.i);
+    if (gw_owned)
+        json_decref(c.gateways);
+    json_decref(c.i.secrets);
+    json_decref(c.views);
+    json_decref(c.served);
+    json_decref(luns_of);
+    json_decref(ents_of);
+    json_decref(root);
+    free((char *)c.disc_user);
+    free(c.disc_lines);
+    if (c.i.failed) {
+        ceph_import_free(out);
+        return -1;
+    }
+    return 0;
+}
+
+void ceph_import_free(struct ceph_import *r)
+{
+    for (size_t i = 0; i < r->ngw; i++) {
+        free(r->gw[i].host);
+        free(r->gw[i].conf);
+    }
+    free(r->gw);
+    free(r->secrets);
+    free(r->report);
+    memset(r, 0, sizeof(*r));
+}

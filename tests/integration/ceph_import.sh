@@ -1,0 +1,310 @@
+#!/usr/bin/env bash
+# linerate-ctl import ceph-iscsi (issue 31 items 2 and 4): ceph-iscsi's gateway.conf, hand-written
+# in versions 3 and 4 (ceph-iscsi/: two gateways, host groups, mutual CHAP, disks in other pools
+# than rbd), becomes one linerate.conf per gateway that `linerate-target --check` takes, with
+# each gateway its own ALUA group and the others its peers, the disk's owner active/optimized,
+# LIO's identity on every LUN, and a mode-600 secrets file; what does not carry is reported
+# and makes the exit 1; malformed, truncated and other versions exit 2 and write nothing.
+#   ceph_import.sh        the files only (no cluster)
+#   ceph_import.sh rbd    on scripts/ceph-mini's cluster: the object written with `rados put`,
+#                         imported through librados, both gateways started from the two files;
+#                         the hosts log in with the imported CHAP, see their maps and LIO's
+#                         VPD 80h/83h through each gateway (skipped, 77, without Ceph)
+set -u
+source "$(dirname "$0")/lt_lib.sh"
+need python3
+mode=${1:-files}
+CTL_BIN=${LINERATE_CTL:-$(dirname "$LT")/linerate-ctl}
+[ -x "$CTL_BIN" ] || fail "$CTL_BIN is not built"
+FIX=$IT_DIR/ceph-iscsi
+IGW=iqn.2003-01.com.redhat.iscsi-gw:iscsi-igw
+HA=iqn.1994-05.com.redhat:host-a
+
+# has FILE TEXT...: every TEXT (may span lines) is in FILE
+has() {
+    python3 - "$@" <<'PY' || fail "$1 lacks what is expected:
+$(cat "$1")"
+import sys
+t = open(sys.argv[1]).read()
+miss = [n for n in sys.argv[2:] if n not in t]
+sys.exit("missing: %r" % miss if miss else 0)
+PY
+}
+# refused WHAT MESSAGE ARGS...: exit 2, MESSAGE on stderr, nothing written to $WORK/keep
+refused() {
+    local what=$1 msg=$2
+    shift 2
+    rm -rf "$WORK/keep" && mkdir "$WORK/keep"
+    "$CTL_BIN" import ceph-iscsi "$@" -o "$WORK/keep" --secrets "$WORK/keep/secrets" \
+        >"$WORK/stdout" 2>"$WORK/report"
+    local rc=$?
+    [ $rc -eq 2 ] || fail "$what: exit $rc, not 2: $(cat "$WORK/report")"
+    [ -z "$(ls -A "$WORK/keep")" ] && [ ! -s "$WORK/stdout" ] ||
+        fail "$what: something written: $(ls -A "$WORK/keep")"
+    grep -qF -- "$msg" "$WORK/report" && grep -q "nothing written" "$WORK/report" ||
+        fail "$what: $(cat "$WORK/report")"
+}
+
+if [ "$mode" = files ]; then
+    note "version 4: one file per gateway, a secrets file of mode 600"
+    mkdir "$WORK/v4"
+    "$CTL_BIN" import ceph-iscsi "$FIX/v4.json" -o "$WORK/v4" --secrets "$WORK/v4/secrets" \
+        2>"$WORK/report"
+    RC=$?
+    # exit 1: SendTargets through one gateway lists only its own portal, nothing else a host
+    # sees; CHAP targets listed to every discovery session as LIO did (discovery-chap-match)
+    [ $RC -eq 1 ] || fail "v4: exit $RC: $(cat "$WORK/report")"
+    [ "$(grep -c "^NOT CARRIED: " "$WORK/report")" = 1 ] &&
+        grep -q "^NOT CARRIED: target $IGW: SendTargets through one ceph-iscsi gateway listed every" "$WORK/report" &&
+        grep -q "^note: target $IGW: 3 initiator(s) with CHAP: discovery-chap-match = no" "$WORK/report" &&
+        grep -q '^note: targets\["'$IGW'"\].controls.immediate_data: ' "$WORK/report" ||
+        fail "v4 report: $(cat "$WORK/report")"
+    [ "$(ls "$WORK/v4")" = "gw-a.conf
+gw-b.conf
+secrets" ] || fail "v4 files: $(ls "$WORK/v4")"
+    [ "$(stat -c %a "$WORK/v4/secrets")" = 600 ] || fail "secrets mode $(stat -c %a "$WORK/v4/secrets")"
+    [ "$(sort "$WORK/v4/secrets")" = "disc-target disc-mutual-0002
+discover disc-secret-0001
+esx esx-cluster-secret
+host-a host-a-secret-01
+igw-target igw-mutual-001" ] || fail "secrets: $(cat "$WORK/v4/secrets")"
+    grep -qE "secret-0|mutual-0|cluster-secret" "$WORK"/v4/*.conf && fail "a secret in a config"
+    ID="vendor=LIO-ORG,product=TCMU device,revision=0002"
+    L0="lun 0 = rbd:rbd/disk_1,$ID,serial=d27e5d89-8829-468b-90ce-4ef8c02f07fe,naa=6001405d27e5d898829468b90ce4ef8c"
+    L1="lun 1 = rbd:rbd/disk_2,$ID,serial=7c0e2a4b-93d1-4f6e-b8a5-2d9e6f1c3b70,naa=60014057c0e2a4b93d14f6eb8a52d9e6"
+    L2="lun 2 = rbd:vmpool/vm-disk,$ID,serial=5b9485a9-d431-4afc-92a5-e3b1222dbae9,naa=60014055b9485a9d4314afc92a5e3b12"
+    ENTRIES="
+[group esx]
+initiator = iqn.1998-01.com.vmware:esx-1
+initiator = iqn.1998-01.com.vmware:esx-2
+chap-user = esx
+map = 0 1
+map = 3 2
+
+[host $HA]
+chap-user = host-a
+chap-mutual-user = igw-target
+map = 0 0
+map = 1 2
+"
+    COMMON="chap-secrets = $WORK/v4/secrets
+discovery-chap-match = no
+discovery-chap-user = discover
+discovery-chap-mutual-user = disc-target
+"
+    has "$WORK/v4/gw-a.conf" "$COMMON" "[target $IGW]
+portal = 127.0.0.1:3260
+alua-group = 1
+alua-state = active/non-optimized
+alua-peer = 2:active/non-optimized
+$L0,alua=active/optimized
+$L1,alua-peer=2:active/optimized
+$L2,alua=active/optimized
+$ENTRIES"
+    has "$WORK/v4/gw-b.conf" "$COMMON" "[target $IGW]
+portal = 127.0.0.2:3260
+alua-group = 2
+alua-state = active/non-optimized
+alua-peer = 1:active/non-optimized
+$L0,alua-peer=1:active/optimized
+$L1,alua=active/optimized
+$L2,alua-peer=1:active/optimized
+$ENTRIES"
+    for g in gw-a gw-b; do
+        run_to 30 "$LT" --check --config "$WORK/v4/$g.conf" || fail "--check $g: $(cat "$WORK/cmd.out")"
+        grep -q "OK: 1 target, 3 LUNs, 1 portal" "$WORK/cmd.out" || fail "--check $g: $(cat "$WORK/cmd.out")"
+    done
+
+    note "version 3, one gateway: a group whose members have their own CHAP users"
+    "$CTL_BIN" import ceph-iscsi "$FIX/v3.json" --gateway ceph-gw-2 -o "$WORK/v3.conf" \
+        --secrets "$WORK/v3.secrets" 2>"$WORK/report"
+    RC=$?
+    [ $RC -eq 1 ] && [ "$(grep -c "^NOT CARRIED: " "$WORK/report")" = 1 ] &&
+        grep -qF 'note: groups["backup"]: members with their own CHAP users' "$WORK/report" &&
+        grep -qF "note: controls.dataout_timeout: " "$WORK/report" || fail "v3: exit $RC: $(cat "$WORK/report")"
+    has "$WORK/v3.conf" "chap-secrets = $WORK/v3.secrets
+discovery-chap-match = no
+" "[target iqn.2003-01.com.redhat.iscsi-gw:ceph-igw]
+portal = 127.0.0.2:3260
+alua-group = 2
+alua-state = active/non-optimized
+alua-peer = 1:active/non-optimized
+lun 0 = rbd:rbd/backup,$ID,serial=0a1b2c3d-4e5f-4061-8293-a4b5c6d7e8f9,naa=60014050a1b2c3d4e5f40618293a4b5c,alua=active/optimized
+lun 1 = rbd:ssd/sql-data,$ID,serial=9c8b7a69-5847-4362-a514-0f1e2d3c4b5a,naa=60014059c8b7a6958474362a5140f1e2,alua-peer=1:active/optimized
+" "
+[host iqn.2001-04.com.example:node-1]
+chap-user = node-1
+map = 2 0
+
+[host iqn.2001-04.com.example:node-2]
+chap-user = node-2
+map = 2 0
+
+[host iqn.1991-05.com.microsoft:win-1]
+chap-user = win-1
+map = 0 1
+"
+    grep -q "^discovery-chap-user" "$WORK/v3.conf" && fail "v3 has no discovery auth: $(cat "$WORK/v3.conf")"
+    [ "$(stat -c %a "$WORK/v3.secrets")" = 600 ] || fail "v3 secrets mode"
+    run_to 30 "$LT" --check --config "$WORK/v3.conf" || fail "--check v3: $(cat "$WORK/cmd.out")"
+
+    note "bad input: exit 2, the place named, nothing written"
+    refused "version 11" "v11.json: version: 11: this importer reads gateway.conf versions 3 and 4" "$FIX/v11.json"
+    refused "malformed" "malformed.json: targets[\"$IGW\"].clients[\"$HA\"].luns[\"vmpool.vm-disk\"]: 'lun_id' is not an integer" \
+        "$FIX/malformed.json"
+    refused "truncated" "truncated.json:" "$FIX/truncated.json"
+    grep -qE "truncated.json:[0-9]+:[0-9]+: not valid JSON" "$WORK/report" || fail "truncated: $(cat "$WORK/report")"
+    refused "unknown gateway" "gateways: no gateway 'gw-c' (--gateway)" "$FIX/v4.json" --gateway gw-c
+    refused "no such file" "nope.json: no such file, and not POOL/OBJECT" "$WORK/nope.json"
+    # a string that would become lines of the config: refused
+    python3 - "$FIX/v4.json" "$WORK/inject.json" <<'PY' || fail "making inject.json"
+import json, sys
+d = json.load(open(sys.argv[1]))
+d["disks"]["rbd.disk_2"]["image"] = "disk_2\n[target iqn.x:evil]"
+json.dump(d, open(sys.argv[2], "w"))
+PY
+    refused "injection" "the RBD pool/image 'rbd/disk_2" "$WORK/inject.json"
+    "$CTL_BIN" import ceph-iscsi "$FIX/v4.json" >/dev/null 2>"$WORK/report" && fail "CHAP without --secrets"
+    grep -q "give --secrets" "$WORK/report" || fail "no --secrets: $(cat "$WORK/report")"
+    # one file cannot be written: none is (the secrets and gw-a.conf are taken back)
+    rm -rf "$WORK/half" && mkdir -p "$WORK/half/gw-b.conf"
+    "$CTL_BIN" import ceph-iscsi "$FIX/v4.json" -o "$WORK/half" --secrets "$WORK/half/secrets" \
+        2>"$WORK/report" && fail "import over a directory succeeded"
+    [ "$(ls -A "$WORK/half")" = gw-b.conf ] || fail "half written: $(ls -A "$WORK/half")"
+    note "PASS"
+    exit 0
+fi
+
+note "the mini cluster: gateway.conf in RADOS, read through librados"
+need iscsi-inq
+start_ceph
+ceph osd pool create vmpool 8 8 >/dev/null 2>&1 || fail "pool vmpool"
+ceph osd pool set vmpool size 1 --yes-i-really-mean-it >/dev/null 2>&1
+ceph osd pool application enable vmpool rbd >/dev/null 2>&1
+for i in rbd/disk_1 rbd/disk_2 vmpool/vm-disk; do
+    rbd create --size 16M "$i" || fail "rbd create $i"
+done
+rados -p rbd put gateway.conf "$FIX/v4.json" || fail "rados put"
+mkdir "$WORK/gw"
+# the default object, rbd/gateway.conf (from a directory without such a file)
+(cd "$WORK" && "$CTL_BIN" import ceph-iscsi -o gw --secrets gw/secrets) 2>"$WORK/report"
+RC=$?
+[ $RC -eq 1 ] && [ "$(grep -c "^NOT CARRIED: " "$WORK/report")" = 1 ] || fail "import: exit $RC: $(cat "$WORK/report")"
+# what was read through librados is the fixture (printed: a "# ---- gateway" line first)
+"$CTL_BIN" import ceph-iscsi "$FIX/v4.json" --gateway gw-a --secrets "$WORK/gw/secrets" \
+    2>/dev/null | tail -n +2 | cmp -s - "$WORK/gw/gw-a.conf" || fail "librados and the file differ"
+"$CTL_BIN" import ceph-iscsi rbd/nothing-here --secrets "$WORK/x" 2>"$WORK/report"
+[ $? -eq 2 ] && grep -qF "rbd/nothing-here: stat of the object: No such file or directory" \
+    "$WORK/report" || fail "a missing object: $(cat "$WORK/report")"
+
+# The two gateways on 127.0.0.1 and 127.0.0.2 as the object says, on test ports for 3260.
+gw_conf() { # NAME -> $WORK/NAME.run (with @PORT@)
+    { echo "ctl-socket = $WORK/$1.sock"; echo "state-dir = $WORK/$1.state"; } >"$WORK/$1.run"
+    sed 's/:3260$/:@PORT@/' "$WORK/gw/$1.conf" >>"$WORK/$1.run"
+}
+gw_conf gw-a
+gw_conf gw-b
+start_target_config "$WORK/gw-a.run"
+PA=$PORT
+PID_A=$LT_PID
+cp "$WORK/target.out" "$WORK/a.out"
+# gw-b, kept out of lt_lib's single LT_PID: started and stopped here
+PID_B=""
+trap '[ -n "$PID_B" ] && kill -KILL $PID_B 2>/dev/null; it_cleanup' EXIT
+for ((try = 0; try < 20; try++)); do
+    PB=$(random_port)
+    port_busy "$PB" && continue
+    sed "s/@PORT@/$PB/" "$WORK/gw-b.run" >"$WORK/gw-b.conf"
+    "$LT" --config "$WORK/gw-b.conf" >"$WORK/b.out" 2>>"$WORK/target.log" &
+    PID_B=$!
+    for ((i = 0; i < READY_TIMEOUT_S * 10; i++)); do
+        grep -q '^iscsi://' "$WORK/b.out" 2>/dev/null && break 2
+        kill -0 $PID_B 2>/dev/null || break
+        sleep 0.1
+    done
+    wait $PID_B
+    PID_B=""
+done
+[ -n "$PID_B" ] || fail "gw-b did not start"
+
+# expected VPD 80h and the NAA designator of 83h as LIO gave them (lio_naa.py: the rule)
+vpd() { # URL INITIATOR -> "SERIAL NAA"
+    local serial naa
+    run_to 30 iscsi-inq -i "$2" -e 1 -c 128 "$1" || fail "VPD 80h $1: $(cat "$WORK/cmd.out")"
+    serial=$(sed -n 's/^Unit Serial Number:\[\(.*\)\]$/\1/p' "$WORK/cmd.out")
+    run_to 30 iscsi-inq -i "$2" -e 1 -c 131 "$1" || fail "VPD 83h $1: $(cat "$WORK/cmd.out")"
+    naa=$(python3 -c '
+import sys
+t = open(sys.argv[1], "rb").read()
+m = b"Designator Type:(3) NAA\nDesignator:["
+a = t.find(m) + len(m)
+print(t[a:a + 16].hex() if t.find(m) >= 0 and t[a + 16:a + 17] == b"]" else "none")' "$WORK/cmd.out")
+    echo "$serial $naa"
+}
+want() { echo "$1 $(python3 "$IT_DIR/lio_naa.py" "$1")"; }
+A_URL="host-a%host-a-secret-01@127.0.0.1:$PA/$IGW"
+B_URL="host-a%host-a-secret-01@127.0.0.2:$PB/$IGW"
+MUT="target_user=igw-target&target_password=igw-mutual-001"
+note "host-a through both gateways, mutual CHAP: its LUN 0 and 1 are LIO's disks"
+for u in "$A_URL" "$B_URL"; do
+    # standard INQUIRY as tcmu-runner's devices answered it behind LIO
+    run_to 30 iscsi-inq -i $HA "iscsi://$u/0?$MUT" || fail "INQUIRY via $u: $(cat "$WORK/cmd.out")"
+    [ "$(grep -E "^(Vendor|Product|Revision):" "$WORK/cmd.out")" = "Vendor:LIO-ORG 
+Product:TCMU device     
+Revision:0002" ] || fail "INQUIRY via $u: $(cat "$WORK/cmd.out")"
+    [ "$(vpd "iscsi://$u/0?$MUT" $HA)" = "$(want d27e5d89-8829-468b-90ce-4ef8c02f07fe)" ] ||
+        fail "host-a LUN 0 via $u: $(vpd "iscsi://$u/0?$MUT" $HA)"
+    [ "$(vpd "iscsi://$u/1?$MUT" $HA)" = "$(want 5b9485a9-d431-4afc-92a5-e3b1222dbae9)" ] ||
+        fail "host-a LUN 1 (vmpool) via $u"
+    run_to 30 iscsi-inq -i $HA "iscsi://$u/2?$MUT" && fail "host-a sees a LUN 2 via $u"
+done
+run_to 30 iscsi-inq -i $HA "iscsi://$A_URL/0?target_user=igw-target&target_password=not-the-secret-1" &&
+    fail "host-a accepted a gateway that did not know the mutual secret"
+run_to 30 iscsi-inq -i $HA "iscsi://host-a%wrong-secret-0001@127.0.0.1:$PA/$IGW/0" &&
+    fail "host-a logged in with a wrong secret"
+run_to 30 iscsi-inq -i iqn.2026-11.org.linerate:stranger "iscsi://127.0.0.1:$PA/$IGW/0" &&
+    fail "an initiator without an entry logged in"
+note "an esx host (a group member): its map, LUN 0 and 3, through both gateways"
+ESX=iqn.1998-01.com.vmware:esx-2
+for p in "127.0.0.1:$PA" "127.0.0.2:$PB"; do
+    u="iscsi://esx%esx-cluster-secret@$p/$IGW"
+    [ "$(vpd "$u/0" $ESX)" = "$(want 7c0e2a4b-93d1-4f6e-b8a5-2d9e6f1c3b70)" ] || fail "esx LUN 0 via $p"
+    [ "$(vpd "$u/3" $ESX)" = "$(want 5b9485a9-d431-4afc-92a5-e3b1222dbae9)" ] || fail "esx LUN 3 via $p"
+    for l in 1 2; do
+        run_to 30 iscsi-inq -i $ESX "$u/$l" && fail "esx sees a LUN $l via $p"
+    done
+done
+note "discovery with the imported discovery CHAP: each gateway lists the target, its own portal"
+DMUT="target_user=disc-target&target_password=disc-mutual-0002"
+for p in "127.0.0.1:$PA" "127.0.0.2:$PB"; do
+    run_to 30 iscsi-ls -i $ESX "iscsi://discover%disc-secret-0001@$p?$DMUT" ||
+        fail "discovery via $p: $(cat "$WORK/cmd.out")"
+    [ "$(grep -c "^Target:" "$WORK/cmd.out")" = 1 ] &&
+        grep -qx "Target:$IGW Portal:$p,$([ "${p%%:*}" = 127.0.0.1 ] && echo 1 || echo 2)" "$WORK/cmd.out" ||
+        fail "discovery via $p: $(cat "$WORK/cmd.out")"
+done
+run_to 30 iscsi-ls -i $ESX "iscsi://discover%not-the-secret-01@127.0.0.1:$PA?$DMUT" &&
+    fail "discovery with a wrong secret: $(cat "$WORK/cmd.out")"
+note "ALUA: each disk active/optimized on its owner's gateway"
+"$CTL_BIN" --socket "$WORK/gw-a.sock" --json show luns >"$WORK/a.luns" || fail "show luns a"
+"$CTL_BIN" --socket "$WORK/gw-b.sock" --json show luns >"$WORK/b.luns" || fail "show luns b"
+python3 - "$WORK/a.luns" "$WORK/b.luns" <<'PY' || fail "ALUA: $(cat "$WORK/a.luns" "$WORK/b.luns")"
+import json, sys
+# LUNs in sorted disk order (v4.json lists them reversed); the owners: disk_1 (LUN 0) and
+# vm-disk (LUN 2) gw-a = group 1, disk_2 (LUN 1) gw-b = group 2
+owner = {0: 1, 1: 2, 2: 1}
+for me, f in ((1, sys.argv[1]), (2, sys.argv[2])):
+    luns = {r["lun"]: r["alua"] for r in json.load(open(f))}
+    assert sorted(luns) == [0, 1, 2], luns
+    for n, a in luns.items():
+        want = {g: "active/optimized" if g == owner[n] else "active/non-optimized" for g in (1, 2)}
+        got = {g["group"]: g["state"] for g in a["groups"]}
+        assert a["group"] == me and got == want, (me, n, a)
+PY
+kill -TERM $PID_B
+wait $PID_B
+RCB=$?
+PID_B=""
+stop_target
+[ "$STOP_RC" = 0 ] && [ "$RCB" = 0 ] || fail "exit codes at stop: gw-a $STOP_RC, gw-b $RCB"
+note "PASS"
