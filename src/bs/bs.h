@@ -132,6 +132,12 @@ struct bs_ops {
      * cluster, so only off the reactors. 0 or -errno. */
     int (*size_watch)(struct bs *bs, void (*cb)(void *arg), void *arg);
     int (*size_refresh)(struct bs *bs, uint64_t *size);
+    /* Optional (rbd), for automatic failover between gateways: client_addr writes this
+     * store's client address as the cluster knows it (0 or -errno); fence blocklists the
+     * client at addr in the cluster, so that it can never write again (blocks on the
+     * cluster; 0, or -errno with the cluster's words in err). */
+    int (*client_addr)(struct bs *bs, char *buf, size_t len);
+    int (*fence)(struct bs *bs, const char *addr, char *err, size_t errlen);
 };
 
 struct bs {

@@ -29,6 +29,7 @@
  * gateway of the image agrees on them (pr.c). Those calls block too and come from the helper
  * thread, or from where the LUN is created. */
 #include <limits.h>
+#include <pthread.h>
 #include <rados/librados.h>
 #include <rbd/librbd.h>
 #include <stdatomic.h>
@@ -52,11 +53,12 @@ struct bs_rbd {
     char image_name[128];
     /* The shared object (obj_* ops): its own I/O context, so that rados_get_last_version
      * reads this thread's operation and not another's; used by one thread at a time (the
-     * SCSI core's helper thread). The watch and its acknowledgements use ioctx (librbd works
-     * on its own copies of it). */
+     * SCSI core's helper thread, or the failover thread: obj_lock keeps them apart). The watch and
+     * its acknowledgements use ioctx (librbd works on its own copies of it). */
     rados_ioctx_t obj_ioctx;
     bool have_obj_ioctx;
-    uint64_t watch; /* rados_watch2 handle, 0: none */
+    pthread_mutex_t obj_lock; /* an operation and its rados_get_last_version together */
+    uint64_t watch;           /* rados_watch2 handle, 0: none */
     char watch_oid[200];
     void (*watch_cb)(void *arg, const void *buf, size_t len, int err);
     void *watch_arg;
@@ -347,7 +349,10 @@ static int bs_rbd_obj_read(struct bs *bs, const char *name, char **buf, size_t *
     char *d = malloc(RBD_OBJ_MAX);
     if (!d)
         return -ENOMEM;
+    pthread_mutex_lock(&b->obj_lock);
     int ret = rados_read(b->obj_ioctx, oid, d, RBD_OBJ_MAX - 1, 0);
+    uint64_t v = ret >= 0 ? rados_get_last_version(b->obj_ioctx) : 0;
+    pthread_mutex_unlock(&b->obj_lock);
     if (ret == -ENOENT) {
         free(d);
         return 0;
@@ -357,7 +362,7 @@ static int bs_rbd_obj_read(struct bs *bs, const char *name, char **buf, size_t *
         return ret < 0 ? rbd_fence_check(bs, ret) : -EFBIG;
     }
     d[ret] = '\0';
-    *ver = rados_get_last_version(b->obj_ioctx);
+    *ver = v;
     *buf = d;
     *len = (size_t)ret;
     return 0;
@@ -379,13 +384,16 @@ static int bs_rbd_obj_write(struct bs *bs, const char *name, const void *buf, si
     else
         rados_write_op_assert_version(op, ver);
     rados_write_op_write_full(op, buf, len);
+    pthread_mutex_lock(&b->obj_lock);
     int ret = rados_write_op_operate(op, b->obj_ioctx, oid, NULL, 0);
+    uint64_t v = ret == 0 ? rados_get_last_version(b->obj_ioctx) : 0;
+    pthread_mutex_unlock(&b->obj_lock);
     rados_release_write_op(op);
     if (ret == -ERANGE || ret == -EOVERFLOW || ret == -EEXIST)
         return -ECANCELED;
     if (ret < 0)
         return rbd_fence_check(bs, ret);
-    *newver = rados_get_last_version(b->obj_ioctx);
+    *newver = v;
     return 0;
 }
 
@@ -483,6 +491,78 @@ static int bs_rbd_size_refresh(struct bs *bs, uint64_t *size)
     return 0;
 }
 
+/* This client's address as the cluster knows it: what `ceph osd blocklist add` takes. */
+static int bs_rbd_client_addr(struct bs *bs, char *buf, size_t len)
+{
+    struct bs_rbd *b = bs->priv;
+    char *addrs = NULL;
+    int ret = rados_getaddrs(b->cluster, &addrs);
+    if (ret < 0 || !addrs)
+        return ret < 0 ? ret : -ENOENT;
+    snprintf(buf, len, "%s", addrs);
+    rados_buffer_free(addrs);
+    return 0;
+}
+
+/* After a fence: the image's exclusive lock, if another client holds it, is broken now. librbd
+ * would break it by itself at our first write, but only after asking the holder to release it
+ * and waiting for an answer a hung holder (stopped, not dead: its connection lives) never
+ * gives, rbd_request_timed_out_seconds (30 s). The holder is blocklisted, so breaking its lock
+ * is safe. Best effort: the first write still gets the lock the slow way if this fails. */
+static void rbd_break_fenced_lock(struct bs_rbd *b)
+{
+    int mine = 0;
+    if (rbd_is_exclusive_lock_owner(b->image, &mine) < 0 || mine)
+        return;
+    char *owners[4];
+    size_t n = 4;
+    rbd_lock_mode_t mode;
+    int ret = rbd_lock_get_owners(b->image, &mode, owners, &n);
+    if (ret < 0)
+        return; /* -ENOENT: nobody holds it */
+    for (size_t i = 0; i < n; i++) {
+        ret = rbd_lock_break(b->image, mode, owners[i]);
+        if (ret < 0)
+            LOG_WARN("bs %s: breaking the exclusive lock of %s: %s", b->bs->desc, owners[i],
+                     strerror(-ret));
+        else
+            LOG_INFO("bs %s: broke the exclusive lock of fenced %s", b->bs->desc, owners[i]);
+    }
+    rbd_lock_get_owners_cleanup(owners, n);
+}
+
+/* Blocklist another client of the cluster (the fence of a failover, docs/gateways.md): from
+ * the monitors' answer on, the OSDs refuse that client's operations and drop its watches, so
+ * librbd here may break the exclusive lock it held. Blocks on the monitors. Needs the mon cap
+ * `allow command "osd blocklist"` (the admin user has it). */
+static int bs_rbd_fence(struct bs *bs, const char *addr, char *err, size_t errlen)
+{
+    struct bs_rbd *b = bs->priv;
+    char cmd[400];
+    for (const char *c = addr; *c; c++)
+        if (*c == '"' || *c == '\\') {
+            snprintf(err, errlen, "bad client address");
+            return -EINVAL;
+        }
+    snprintf(cmd, sizeof(cmd),
+             "{\"prefix\": \"osd blocklist\", \"blocklistop\": \"add\", "
+             "\"addr\": \"%s\"}",
+             addr);
+    const char *cmds[1] = {cmd};
+    char *outs = NULL, *outbuf = NULL;
+    size_t outs_len = 0, outbuf_len = 0;
+    int ret = rados_mon_command(b->cluster, cmds, 1, "", 0, &outbuf, &outbuf_len, &outs, &outs_len);
+    snprintf(err, errlen, "%.*s", (int)(outs_len > 200 ? 200 : outs_len), outs ? outs : "");
+    if (outs)
+        rados_buffer_free(outs);
+    if (outbuf)
+        rados_buffer_free(outbuf);
+    if (ret < 0)
+        return rbd_fence_check(bs, ret);
+    rbd_break_fenced_lock(b);
+    return 0;
+}
+
 static void bs_rbd_close(struct bs *bs)
 {
     struct bs_rbd *b = bs->priv;
@@ -493,6 +573,7 @@ static void bs_rbd_close(struct bs *bs)
     }
     if (b->have_obj_ioctx)
         rados_ioctx_destroy(b->obj_ioctx);
+    pthread_mutex_destroy(&b->obj_lock);
     /* rbd_close flushes librbd's cache (writes acknowledged without FUA). */
     int ret = rbd_close(b->image);
     if (ret < 0)
@@ -532,6 +613,8 @@ static const struct bs_ops bs_rbd_ops = {
     .obj_watch = bs_rbd_obj_watch,
     .size_watch = bs_rbd_size_watch,
     .size_refresh = bs_rbd_size_refresh,
+    .client_addr = bs_rbd_client_addr,
+    .fence = bs_rbd_fence,
 };
 
 /* Settings the store relies on, whatever ceph.conf says. */
@@ -775,6 +858,7 @@ struct bs *bs_rbd_open(const struct bs_rbd_params *p, bool *transient, char *err
         free(bs);
         return NULL;
     }
+    pthread_mutex_init(&b->obj_lock, NULL);
     struct rbd_opening o = {.p = p, .who = who};
     uint64_t size = 0;
     int ret = rbd_connect(b, &o, err, errlen);
@@ -784,6 +868,7 @@ struct bs *bs_rbd_open(const struct bs_rbd_params *p, bool *transient, char *err
         ret = rbd_check_size(b, &o, &size, err, errlen);
     if (ret < 0) {
         rbd_open_fail(b, &o, ret, transient, err, errlen);
+        pthread_mutex_destroy(&b->obj_lock);
         free(b);
         free(bs);
         return NULL;

@@ -10,6 +10,7 @@
  * and LUN spec options ",alua=STATE" and ",alua-peer=ID:STATE". A daemon cannot ask its peers
  * for their states: every gateway is given the same picture, so that REPORT TARGET PORT GROUPS
  * says the same thing on every path. */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -75,9 +76,47 @@ static int bad_state(const char *what, const char *val, char *err, size_t errlen
     return -1;
 }
 
+/* "1s", "500ms", "2" (seconds): milliseconds in [lo, hi], or -1. */
+static int parse_ms(const char *val, unsigned lo, unsigned hi, unsigned *out)
+{
+    char *end;
+    errno = 0;
+    unsigned long v = strtoul(val, &end, 10);
+    if (end == val || errno || v > hi)
+        return -1;
+    if (strcmp(end, "ms") == 0)
+        ;
+    else if (strcmp(end, "s") == 0 || *end == '\0')
+        v *= 1000;
+    else
+        return -1;
+    if (v < lo || v > hi)
+        return -1;
+    *out = (unsigned)v;
+    return 0;
+}
+
 int target_alua_key(struct target_alua_conf *a, const char *key, const char *val, char *err,
                     size_t errlen)
 {
+    if (strcmp(key, "alua-mode") == 0) {
+        if (strcmp(val, "failover") == 0 || strcmp(val, "all-active") == 0) {
+            a->failover = val[0] == 'f';
+            return 1;
+        }
+        snprintf(err, errlen, "bad value '%s' for alua-mode: expected all-active or failover", val);
+        return -1;
+    }
+    if (strcmp(key, "failover-heartbeat") == 0 || strcmp(key, "failover-timeout") == 0) {
+        bool hb = key[9] == 'h';
+        if (parse_ms(val, hb ? 100 : 1000, 600000,
+                     hb ? &a->failover_hb_ms : &a->failover_timeout_ms) < 0) {
+            snprintf(err, errlen, "bad value '%s' for %s: expected a time like %s (%s to 600s)",
+                     val, key, hb ? "1s or 500ms" : "5s", hb ? "100ms" : "1s");
+            return -1;
+        }
+        return 1;
+    }
     if (strcmp(key, "alua-group") == 0) {
         if (parse_group_id(val, strlen(val), &a->group) < 0) {
             snprintf(err, errlen, "bad value '%s' for alua-group: expected 1..65535", val);
@@ -142,6 +181,10 @@ void target_alua_apply(const struct target_node_conf *c, struct scsi_target *scs
      * change takes a restart; ctl_alua.c calls this again on a serving target for the rest */
     if (scsi->alua_explicit != c->alua.explicit_alua)
         scsi->alua_explicit = c->alua.explicit_alua;
+    /* read when a LUN is added: a change takes a restart (target_alua_same_groups) */
+    scsi->alua_failover = c->alua.failover;
+    scsi->failover_hb_ms = c->alua.failover_hb_ms;
+    scsi->failover_timeout_ms = c->alua.failover_timeout_ms;
     scsi->alua_npeers = 0;
     for (unsigned i = 0; i < c->alua.npeers; i++)
         if (c->alua.peers[i].id != own) /* naming itself a peer would list the group twice */
@@ -160,7 +203,9 @@ static bool same_groups(const struct scsi_alua_group *a, const struct scsi_alua_
 bool target_alua_same(const struct target_alua_conf *a, const struct target_alua_conf *b)
 {
     return target_alua_tpgt_of(a) == target_alua_tpgt_of(b) && a->state == b->state &&
-           a->explicit_alua == b->explicit_alua && a->npeers == b->npeers &&
+           a->explicit_alua == b->explicit_alua && a->failover == b->failover &&
+           a->failover_hb_ms == b->failover_hb_ms &&
+           a->failover_timeout_ms == b->failover_timeout_ms && a->npeers == b->npeers &&
            same_groups(a->peers, b->peers, a->npeers);
 }
 
@@ -171,6 +216,8 @@ void target_alua_describe(const struct target_node_conf *c, char *buf, size_t le
                          scsi_alua_state_name(c->alua.state));
     if (c->alua.explicit_alua && off < len)
         off += (size_t)snprintf(buf + off, len - off, ", explicit");
+    if (c->alua.failover && off < len)
+        off += (size_t)snprintf(buf + off, len - off, ", failover");
     for (unsigned i = 0; i < c->alua.npeers && off < len; i++)
         off += (size_t)snprintf(buf + off, len - off, "%s %u (%s)", i ? "," : ", peers",
                                 (unsigned)c->alua.peers[i].id,
@@ -205,7 +252,9 @@ static bool same_ids(const struct scsi_alua_group *a, unsigned na, const struct 
 bool target_alua_same_groups(const struct target_alua_conf *a, const struct target_alua_conf *b)
 {
     return target_alua_tpgt_of(a) == target_alua_tpgt_of(b) &&
-           a->explicit_alua == b->explicit_alua &&
+           a->explicit_alua == b->explicit_alua && a->failover == b->failover &&
+           a->failover_hb_ms == b->failover_hb_ms &&
+           a->failover_timeout_ms == b->failover_timeout_ms &&
            same_ids(a->peers, a->npeers, b->peers, b->npeers);
 }
 

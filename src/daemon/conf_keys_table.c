@@ -390,6 +390,17 @@ const struct conf_key conf_keys[] = {
      .shown_default = "no", .flag = "alua-explicit", .flag_arg = "yes|no",
      .help = "explicit ALUA too: INQUIRY TPGS 11b and SET TARGET PORT\n"
              "GROUPS, for initiators that choose the paths (default no)"},
+    {"alua-mode", CONF_TEXT, CONF_BOTH, CONF_OWN, TEXT(NONE, set_alua, NULL),
+     .shown_default = "all-active", .flag = "alua-mode", .flag_arg = "all-active|failover",
+     .help = "all-active: the states as configured; failover: one gateway\n"
+             "active/optimized per rbd LUN, taken over by a survivor"},
+    {"failover-heartbeat", CONF_TEXT, CONF_BOTH, CONF_OWN, TEXT(NONE, set_alua, NULL),
+     .shown_default = "1s", .flag = "failover-heartbeat", .flag_arg = "TIME",
+     .help = "alua-mode = failover: how often a gateway beats (1s)"},
+    {"failover-timeout", CONF_TEXT, CONF_BOTH, CONF_OWN, TEXT(NONE, set_alua, NULL),
+     .shown_default = "5s", .flag = "failover-timeout", .flag_arg = "TIME",
+     .help = "alua-mode = failover: silence after which a gateway is\n"
+             "fenced and replaced (5s)"},
     /* Whether an initiator's TARGET WARM / COLD RESET is done (it reaches every initiator of
      * the target) or answered "function rejected". */
     {"target-warm-reset", CONF_BOOL, CONF_TARGET, CONF_RESTART, NODE(warm_reset), .note = N_RESETS,

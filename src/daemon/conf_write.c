@@ -29,6 +29,12 @@ static void write_alua(FILE *f, const struct target_alua_conf *a)
                 scsi_alua_state_name((enum scsi_alua_state)a->peers[i].state));
     if (a->explicit_alua)
         fprintf(f, "alua-explicit = yes\n");
+    if (a->failover)
+        fprintf(f, "alua-mode = failover\n");
+    if (a->failover_hb_ms)
+        fprintf(f, "failover-heartbeat = %ums\n", a->failover_hb_ms);
+    if (a->failover_timeout_ms)
+        fprintf(f, "failover-timeout = %ums\n", a->failover_timeout_ms);
 }
 
 void target_conf_write_lun(FILE *f, const struct target_lun_conf *l)

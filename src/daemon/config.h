@@ -89,6 +89,11 @@ struct target_alua_conf {
     struct scsi_alua_group peers[SCSI_ALUA_GROUPS_MAX - 1]; /* alua-peer = ID:STATE */
     unsigned npeers;
     bool explicit_alua; /* alua-explicit: TPGS 11b, SET TARGET PORT GROUPS */
+    /* alua-mode = failover (else all-active, the states as configured): one gateway
+     * active/optimized per LUN, the others standby, handed over through the cluster;
+     * failover-heartbeat and failover-timeout in ms (0: 1000 and 5000) */
+    bool failover;
+    unsigned failover_hb_ms, failover_timeout_ms;
 };
 
 /* An initiator entry of a target (host_conf.c): one initiator ([host IQN]) or a named group of

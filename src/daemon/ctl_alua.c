@@ -114,6 +114,35 @@ static bool lun_has_group(const struct scsi_lun *lu, uint16_t id)
     return false;
 }
 
+/* alua-mode = failover: the states follow the cluster's "ao" object (scsi/alua_failover.c), so
+ * the one change an operator makes is handing the active/optimized role to this gateway (a
+ * failback, or a planned move): it is written to the cluster and every gateway follows. */
+static json_t *set_failover(struct daemon *d, struct iscsi_node *n, unsigned t, uint16_t id,
+                            enum scsi_alua_state st, bool has_lun, uint64_t num, struct req_err *e)
+{
+    const struct target_node_conf *c = &d->cfg.targets[t];
+    if (id != target_alua_tpgt(c) || st != SCSI_ALUA_ACTIVE_OPTIMIZED)
+        return ctl_fail(e, ERR_FAILED,
+                        "target %s has alua-mode = failover: its states follow the cluster; "
+                        "only 'set alua %s active/optimized' on the gateway that is to take the "
+                        "role",
+                        n->name, n->name);
+    unsigned claimed = 0;
+    for (unsigned i = 0; i < c->nluns; i++) {
+        struct scsi_lun *lu = scsi_target_lun(n->scsi, c->luns[i].lun);
+        if (lu && (!has_lun || c->luns[i].lun == num) && scsi_lun_failover_claim(lu) == 0)
+            claimed++;
+    }
+    if (!claimed)
+        return ctl_fail(e, ERR_FAILED, "target %s: no LUN%s in failover (rbd: LUNs only)", n->name,
+                        has_lun ? " of that number" : "");
+    LOG_INFO("target %s: failover: group %u takes the active/optimized role of %u LUN%s by "
+             "linerate-ctl",
+             n->name, (unsigned)id, claimed, claimed == 1 ? "" : "s");
+    return json_pack("{s:s, s:i, s:s, s:i}", "target", n->name, "group", (int)id, "state",
+                     scsi_alua_state_name(st), "luns_claimed", (int)claimed);
+}
+
 /* set_alua {target, state, group?, lun?}: the state of group `group` (default: this gateway's)
  * for the whole target, which replaces what single LUNs had for that group, or for one LUN. */
 json_t *ctl_set_alua(struct daemon *d, json_t *params, struct req_err *e)
@@ -139,6 +168,8 @@ json_t *ctl_set_alua(struct daemon *d, json_t *params, struct req_err *e)
         return NULL;
     uint16_t own = target_alua_tpgt(c);
     uint16_t id = has_group && group ? (uint16_t)group : own;
+    if (c->alua.failover)
+        return set_failover(d, n, t, id, st, has_lun, num, e);
     if (has_lun) {
         struct scsi_lun *lu = scsi_target_lun(n->scsi, num);
         struct target_lun_conf *l = ctl_conf_lun_find(d, t, num);

@@ -20,9 +20,19 @@ static json_t *alua_json(const struct target_node_conf *c, const struct scsi_lun
                               json_pack("{s:i, s:s}", "group", (int)g[k].id, "state",
                                         scsi_alua_state_name((enum scsi_alua_state)g[k].state)));
     /* (the own group is always there, scsi/alua.c) */
-    return json_pack("{s:i, s:s, s:o}", "group", (int)target_alua_tpgt(c), "state",
-                     n ? scsi_alua_state_name((enum scsi_alua_state)g[0].state) : "?", "groups",
-                     groups);
+    json_t *o = json_pack("{s:i, s:s, s:o, s:s}", "group", (int)target_alua_tpgt(c), "state",
+                          n ? scsi_alua_state_name((enum scsi_alua_state)g[0].state) : "?",
+                          "groups", groups, "mode", c->alua.failover ? "failover" : "all-active");
+    /* failover: who the cluster says is active/optimized, and this gateway's takeovers */
+    struct scsi_failover_info fi;
+    if (o && scsi_lun_failover_get((struct scsi_lun *)lu, &fi))
+        json_object_set_new(o, "failover",
+                            json_pack("{s:i, s:I, s:b, s:i, s:I, s:i}", "ao", (int)fi.ao, "epoch",
+                                      (json_int_t)fi.epoch, "fenced", fi.fenced, "failovers",
+                                      (int)fi.failovers, "last_failover",
+                                      (json_int_t)fi.last_failover_s, "last_failover_from",
+                                      (int)fi.last_failover_from));
+    return o;
 }
 
 static json_t *portal_list(const struct iscsi_node *n)

@@ -121,6 +121,20 @@ const char *scsi_alua_state_name(enum scsi_alua_state s);
 int scsi_lun_alua_set(struct scsi_lun *lu, uint16_t group, enum scsi_alua_state st);
 /* The LUN's groups and their states, its own first: how many written (at most max). */
 unsigned scsi_lun_alua_get(const struct scsi_lun *lu, struct scsi_alua_group *out, unsigned max);
+/* Failover (alua-mode = failover): ask that this gateway take the active/optimized role of lu
+ * (the operator's failback); done by its failover thread through the cluster. 0, or -1 when
+ * the LUN has no failover running. */
+int scsi_lun_failover_claim(struct scsi_lun *lu);
+struct scsi_failover_info {
+    uint16_t ao;              /* the group the cluster says is active/optimized; 0 not known yet */
+    uint64_t epoch;           /* bumped at each change of that group */
+    bool fenced;              /* this gateway was blocklisted: standby for good */
+    unsigned failovers;       /* takeovers this gateway made */
+    uint64_t last_failover_s; /* when the last one was (Unix time), 0 none */
+    uint16_t last_failover_from; /* from which group */
+};
+/* false when lu has no failover running. */
+bool scsi_lun_failover_get(struct scsi_lun *lu, struct scsi_failover_info *out);
 
 /* What a LUN tells hosts it is (INQUIRY, VPD 80h/83h/B1h), as an admin sets it so that a disk
  * keeps its identity across a move, a restart and every gateway. Zero fields keep the
@@ -203,6 +217,11 @@ struct scsi_target {
     /* Explicit ALUA as well (SPC-4 §5.16.2.3): INQUIRY TPGS 11b and SET TARGET PORT GROUPS;
      * set before the first command. */
     bool alua_explicit;
+    /* alua-mode = failover (alua_failover.c): one group active/optimized per LUN, chosen and
+     * handed over through the cluster; heartbeat period and dead time (0: 1 s and 5 s). Set
+     * before the first LUN is added. */
+    bool alua_failover;
+    unsigned failover_hb_ms, failover_timeout_ms;
 };
 
 /* Why a transport ends a command itself instead of letting it run (or finish running). */

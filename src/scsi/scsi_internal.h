@@ -288,6 +288,7 @@ struct scsi_lun {
     /* The medium resized under the LUN (lun_admin.c): one helper-thread job at a time, run
      * again when the store called back meanwhile; guarded by lock. */
     struct scsi_lun_resize *resize;
+    struct scsi_failover *failover; /* alua_failover.c; NULL when not in failover mode */
     /* the target's modules when it was added (scsi_lun_hooks), for its life events */
     const struct scsi_lun_hooks *const *modules;
 };
@@ -524,6 +525,9 @@ scsi_sr alua_parse_stpg(struct scsi_task *t, const struct scsi_cmd *c, struct sc
 void alua_exec_stpg(struct scsi_task *t, const struct scsi_cmd *c);
 /* init fills lu->alua from the target's own group, its peers and the LUN's config. */
 extern const struct scsi_lun_hooks alua_lun_hooks;
+/* alua-mode = failover (alua_failover.c): a heartbeat thread per LUN, started once the LUN is
+ * published, stopped before its store closes. */
+extern const struct scsi_lun_hooks alua_failover_lun_hooks;
 
 scsi_sr mode_parse_sense(struct scsi_task *t, const struct scsi_cmd *c, struct scsi_req *r);
 scsi_sr mode_parse_select(struct scsi_task *t, const struct scsi_cmd *c, struct scsi_req *r);

@@ -55,24 +55,33 @@ class Gateway:
 
     def __init__(self, binary, work, name, group, peer, lun0, lun1, lun1_opts, state=None,
                  lun2=None):
-        self.name = name
-        self.log = open(os.path.join(work, "gw-%s.log" % name), "w+")
+        self.name, self.binary, self.work, self.group, self.peer = name, binary, work, group, peer
+        self.lun0, self.lun1, self.lun1_opts, self.state, self.lun2 = (lun0, lun1, lun1_opts,
+                                                                       state, lun2)
+        self.start()
+
+    def conf_lines(self):
+        lines = ["ctl-socket = none", "state-dir = %s" % os.path.join(self.work, "st-" + self.name),
+                 "log-level = info", "threads = 2",
+                 "[target %s]" % TARGET, "portal = 127.0.0.1:%d" % self.port,
+                 "alua-group = %d" % self.group, "alua-peer = %s" % self.peer]
+        if self.state:
+            lines.append("alua-state = %s" % self.state)
+        lines += ["lun 0 = %s" % self.lun0, "lun 1 = %s,%s" % (self.lun1, self.lun1_opts)]
+        if self.lun2:
+            lines.append("lun 2 = %s" % self.lun2)
+        return lines
+
+    def start(self):
+        """Start the daemon on a free port (a restart appends to the same log)."""
+        self.log = open(os.path.join(self.work, "gw-%s.log" % self.name), "a+")
         for _ in range(5):
             self.port = free_port()
-            conf = os.path.join(work, "gw-%s.conf" % name)
-            lines = ["ctl-socket = none", "state-dir = %s" % os.path.join(work, "st-" + name),
-                     "log-level = info", "threads = 2",
-                     "[target %s]" % TARGET, "portal = 127.0.0.1:%d" % self.port,
-                     "alua-group = %d" % group, "alua-peer = %s" % peer]
-            if state:
-                lines.append("alua-state = %s" % state)
-            lines += ["lun 0 = %s" % lun0, "lun 1 = %s,%s" % (lun1, lun1_opts)]
-            if lun2:
-                lines.append("lun 2 = %s" % lun2)
+            conf = os.path.join(self.work, "gw-%s.conf" % self.name)
             with open(conf, "w") as f:
-                f.write("\n".join(lines) + "\n")
-            self.proc = subprocess.Popen([binary, "--config", conf], stdout=subprocess.DEVNULL,
-                                         stderr=self.log)
+                f.write("\n".join(self.conf_lines()) + "\n")
+            self.proc = subprocess.Popen([self.binary, "--config", conf],
+                                         stdout=subprocess.DEVNULL, stderr=self.log)
             deadline = time.monotonic() + 60
             while time.monotonic() < deadline and self.proc.poll() is None:
                 try:
@@ -83,7 +92,7 @@ class Gateway:
             if self.proc.poll() is None:
                 self.proc.kill()
                 self.proc.wait()
-        raise TestFailure("gateway %s did not start listening:\n%s" % (name, self.tail()))
+        raise TestFailure("gateway %s did not start listening:\n%s" % (self.name, self.tail()))
 
     def tail(self, n=30):
         self.log.flush()

@@ -437,6 +437,42 @@ int rados_getaddrs(rados_t cluster, char **addrs)
     return *addrs ? 0 : -ENOMEM;
 }
 
+int rbd_is_exclusive_lock_owner(rbd_image_t image, int *is_owner)
+{
+    (void)image;
+    *is_owner = 1;
+    return 0;
+}
+
+int rbd_lock_get_owners(rbd_image_t image, rbd_lock_mode_t *lock_mode, char **lock_owners,
+                        size_t *max_lock_owners)
+{
+    (void)image, (void)lock_mode, (void)lock_owners, (void)max_lock_owners;
+    return -ENOENT;
+}
+
+void rbd_lock_get_owners_cleanup(char **lock_owners, size_t lock_owner_count)
+{
+    (void)lock_owners, (void)lock_owner_count;
+}
+
+int rbd_lock_break(rbd_image_t image, rbd_lock_mode_t lock_mode, const char *lock_owner)
+{
+    (void)image, (void)lock_mode, (void)lock_owner;
+    return -ENOENT;
+}
+
+/* The unit tests never fence: a monitor command is refused as the fake has no monitor. */
+int rados_mon_command(rados_t cluster, const char **cmd, size_t cmdlen, const char *inbuf,
+                      size_t inbuflen, char **outbuf, size_t *outbuflen, char **outs,
+                      size_t *outslen)
+{
+    (void)cluster, (void)cmd, (void)cmdlen, (void)inbuf, (void)inbuflen;
+    *outbuf = *outs = NULL;
+    *outbuflen = *outslen = 0;
+    return -EOPNOTSUPP;
+}
+
 void rados_buffer_free(char *buf)
 {
     free(buf);

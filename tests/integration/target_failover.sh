@@ -1,0 +1,21 @@
+#!/bin/bash
+# Automatic failover between two rbd gateways (issue 30 item 2, docs/gateways.md "Failover"):
+# two linerate daemons of one target with alua-mode = failover over one RBD image of
+# scripts/ceph-mini's cluster; target_failover.py does the SCSI: a gateway killed with
+# SIGKILL under FUA writes (the survivor fences it, takes over within the timeout, 2Ah/06h,
+# RTPG, acknowledged writes read back, the blocklist holds the old address), failback by
+# linerate-ctl, and a hung gateway (SIGSTOP) fenced, whose writes after SIGCONT never reach
+# the image. Skipped (77) without Ceph or librbd. LT_FAILOVER_ROUNDS=N repeats the kill to
+# measure the pause (median and worst printed).
+. "$(dirname "$0")/lt_lib.sh"
+need python3
+CTL=$(dirname "$LT")/linerate-ctl
+[ -x "$CTL" ] || fail "$CTL is not built"
+start_ceph
+rbd create --size 64M rbd/it-fo || fail "rbd create rbd/it-fo failed"
+note "two gateways, alua-mode = failover, heartbeat 500ms, timeout 3s"
+timeout 900 python3 "$IT_DIR/target_failover.py" "$LT" "$CTL" rbd/it-fo \
+    "${LT_FAILOVER_ROUNDS:-1}" >"$WORK/fo.out" 2>&1 ||
+    { cat "$WORK/fo.out" >&2; fail "target_failover.py failed"; }
+cat "$WORK/fo.out"
+echo PASS
