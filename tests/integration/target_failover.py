@@ -26,6 +26,7 @@ through B, printed per round with the median and the worst.
 Exit 0 when every check holds, 1 with the reason. Python 3 standard library only."""
 
 import os
+import json
 import signal
 import socket
 import struct
@@ -155,16 +156,29 @@ def blocklist():
     return r.stdout + r.stderr
 
 
+CTL = None
+
+
+def show_alua(gw):
+    """LUN 0's "alua" object of linerate-ctl --json show luns on gateway gw."""
+    r = subprocess.run([CTL, "--socket", gw.sock, "--json", "show", "luns"], capture_output=True,
+                       text=True, timeout=60)
+    check(r.returncode == 0, "linerate-ctl show luns: %s %s" % (r.stdout, r.stderr))
+    res = json.loads(r.stdout)
+    luns = res.get("luns", res.get("result")) if isinstance(res, dict) else res
+    return luns[0]["alua"]
+
+
 def kill_round(a, b, sb, rnd):
     """Step 2: a writer through A, A killed -9; B takes over. Returns the pause."""
     sa = session(a.port, "a%d" % rnd)
     acked, stop = [], threading.Event()
-    base = 1000 + rnd * 200
+    base = 1000 + (rnd % 10) * 10000  # within the 64 MiB image; the stamp names the round
 
     def writer():
         n = 0
         try:
-            while not stop.is_set() and n < 150:
+            while not stop.is_set() and n < 10000:  # until the kill
                 lba = base + n
                 st, _, _ = sa.scsi(wr_fua(lba), write_data=stamp("A", lba, rnd), timeout=5)
                 if st == 0:
@@ -197,6 +211,12 @@ def kill_round(a, b, sb, rnd):
     i2 = log.rfind("fencing group 1")
     i3 = log.rfind("takes over from group 1")
     check(0 <= i1 < i2 < i3, "B's log lacks lost heartbeat < fence < takeover:\n%s" % b.tail())
+    if rnd == 0:
+        show = show_alua(b)
+        check(show.get("mode") == "failover" and show.get("failover", {}).get("ao") == 2 and
+              show["failover"].get("failovers") == 1 and
+              show["failover"].get("last_failover_from") == 1,
+              "linerate-ctl show luns on B: %s" % show)
     print("round %d: kill -9 of A: %d writes acknowledged through A read back through B; "
           "B AO after %.2f s (2Ah/06h seen); A's %s blocklisted" % (rnd, len(acked), pause, addr))
     return pause
@@ -272,7 +292,9 @@ def main():
     if len(sys.argv) < 4:
         print(__doc__)
         return 2
+    global CTL
     binary, ctl, image = sys.argv[1:4]
+    CTL = ctl
     rounds = int(sys.argv[4]) if len(sys.argv) > 4 else 1
     work = tempfile.mkdtemp(prefix="lt-failover-")
     lun = "rbd:%s,timeout=10" % image
