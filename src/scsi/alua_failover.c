@@ -135,7 +135,9 @@ static int fo_read_peer(struct scsi_failover *f, struct fo_peer *p, uint64_t now
     uint64_t seq = 0;
     char addr[FO_ADDR_MAX];
     if (buf && sscanf(buf, "seq %" SCNu64 " addr %127s", &seq, addr) == 2) {
-        if (!p->seen || seq != p->seq) {
+        /* the address too: a restarted gateway counts from 1 again, and may well be at the
+         * number its previous life was last seen at; its new client is what to fence */
+        if (!p->seen || seq != p->seq || strcmp(addr, p->addr) != 0) {
             if (p->lost)
                 LOG_INFO("LUN %" PRIu64 " (%s): failover: heartbeat of group %u back (%s)",
                          f->lu->id, lun_desc(f), (unsigned)p->id, addr);

@@ -300,7 +300,8 @@ def main():
     binary, ctl, image = sys.argv[1:4]
     CTL = ctl
     rounds = int(sys.argv[4]) if len(sys.argv) > 4 else 1
-    work = tempfile.mkdtemp(prefix="lt-failover-")
+    # the shell's work directory (removed by it), else our own
+    work = tempfile.mkdtemp(prefix="lt-failover-", dir=os.environ.get("LT_FO_WORK"))
     lun = "rbd:%s,timeout=10" % image
     a = b = None
     try:
@@ -324,6 +325,10 @@ def main():
               "worst %.2f s (failover-timeout %.0f s)" %
               (len(pauses), "" if len(pauses) == 1 else "s", pauses[len(pauses) // 2],
                pauses[-1], TIMEOUT_S))
+        for g in (a, b):
+            g.stop()
+            bad = [ln for ln in g.text().splitlines() if "Sanitizer" in ln or "runtime error" in ln]
+            check(not bad, "gateway %s: %s" % (g.name, bad[:3]))
         print("PASS")
         return 0
     except TestFailure as e:

@@ -14,7 +14,7 @@ CTL=$(dirname "$LT")/linerate-ctl
 start_ceph
 rbd create --size 64M rbd/it-fo || fail "rbd create rbd/it-fo failed"
 note "two gateways, alua-mode = failover, heartbeat 500ms, timeout 3s"
-timeout 900 python3 "$IT_DIR/target_failover.py" "$LT" "$CTL" rbd/it-fo \
+LT_FO_WORK=$WORK timeout 900 python3 "$IT_DIR/target_failover.py" "$LT" "$CTL" rbd/it-fo \
     "${LT_FAILOVER_ROUNDS:-1}" >"$WORK/fo.out" 2>&1 ||
     { cat "$WORK/fo.out" >&2; fail "target_failover.py failed"; }
 cat "$WORK/fo.out"
