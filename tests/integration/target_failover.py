@@ -211,6 +211,8 @@ def kill_round(a, b, sb, rnd):
     check(addr.split("/")[0].split(":", 1)[-1] in bl and addr.rsplit("/", 1)[1] in bl,
           "the blocklist does not hold A's address %s:\n%s" % (addr, bl))
     log = b.text()
+    check("fencing group 1: ceph osd blocklist add %s" % addr in log,
+          "B did not fence A's client %s:\n%s" % (addr, b.tail()))
     i1 = log.rfind("lost the heartbeat of group 1")
     i2 = log.rfind("fencing group 1")
     i3 = log.rfind("takes over from group 1")
@@ -259,6 +261,9 @@ def hung_round(a, b, sa, sb):
         itts.append(itt)
     pause, _ = write_until_good(sb, z, stamp("B", z, 0), t0)
     check(addr.rsplit("/", 1)[1] in blocklist(), "hung A's address %s is not blocklisted" % addr)
+    # by B's fence, not only by librbd's own lock break (which blocklists the holder too)
+    check("fencing group 1: ceph osd blocklist add %s" % addr in b.text(),
+          "B did not fence hung A's client %s:\n%s" % (addr, b.tail()))
     a.proc.send_signal(signal.SIGCONT)
     good = 0
     answered = 0
