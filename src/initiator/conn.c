@@ -219,18 +219,6 @@ void ini_conn_send(struct ini_conn *c, struct wire_pdu *p, const void *data, uin
     wire_send(&c->w, p);
 }
 
-static void cmd_pdu_sent(struct wire_pdu *p, bool ok)
-{
-    if (ok)
-        ((struct ini_task *)p->arg)->cmd_sent = true;
-}
-
-void ini_conn_mark_cmd(struct wire_pdu *p, struct ini_task *t)
-{
-    p->sent = cmd_pdu_sent;
-    p->arg = t;
-}
-
 void ini_conn_flush(struct ini_conn *c)
 {
     if (c->state != ICS_CONNECTING && c->state != ICS_DEAD)

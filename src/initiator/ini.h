@@ -199,6 +199,9 @@ struct ini_task {
     uint32_t cmdsn;
     bool has_cmdsn; /* CmdSN assigned (it must reach the target to keep the window going) */
     bool cmd_sent;  /* the SCSI Command PDU is entirely in the socket */
+    /* Its command and Data-Out PDUs in t->conn's transmit queue (table.c): they point into
+     * buf and at the task, so none may stay there once the task leaves the connection. */
+    uint32_t queued;
     /* ERL 0: why the Data-In received cannot be trusted (the first reason seen; the task
      * fails with it), NULL while it can */
     const char *data_bad;

@@ -177,6 +177,9 @@ void ini_orphan_again(struct ini_conn *c, struct ini_task *t)
     struct ini_cr *cr = &s->cr[slot];
     uint64_t now = reactor_now_ms();
     assert(t->conn == c && c->outstanding > 0);
+    /* Data-Out for R2Ts a target sent before this answer must not go out from the buffer of a
+     * task c no longer has (it may complete, and the caller free it, while they wait) */
+    ini_task_detach(s, t);
     c->outstanding--;
     t->state = ITS_ORPHAN;
     t->conn = NULL;
