@@ -150,6 +150,7 @@ static const struct {
     {INI_END_LOGGED_OUT, "logged out"},
     {INI_END_ASKED_OUT, "terminated by the logout the target asked for"},
     {INI_END_CONN_LOGGED_OUT, "logged out at the target's request"},
+    {INI_END_RECOVERY_OUT, "logged out for recovery"},
 };
 
 const char *ini_status_str(int status)
