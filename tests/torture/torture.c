@@ -207,7 +207,7 @@ static void sched_build(uint64_t seed, uint64_t total_ms, struct tlife *first)
         static const double drop[] = {0, 0, 0.001, 0.005};
         p->ini_digest_error = p->digest ? dig[rng_below(&st, 3)] : 0;
         p->ini_drop_pdu = drop[rng_below(&st, 4)];
-        uint32_t conns = p->conns;
+        uint32_t conns = p->conns, erl = p->erl; /* p moves as the schedule grows */
         uint64_t end = t + 2000 + rng_below(&st, 6001);
         if (end > total_ms)
             end = total_ms;
@@ -218,7 +218,7 @@ static void sched_build(uint64_t seed, uint64_t total_ms, struct tlife *first)
             if (r < 10) {
                 /* at ERL 2 one in five of them a Logout for recovery of a live connection
                  * instead (the same draws: a seed's other events stay where they were) */
-                e = sched_add(r >= 8 && p->erl == 2 ? EV_RLOGOUT : EV_CUT, u);
+                e = sched_add(r >= 8 && erl == 2 ? EV_RLOGOUT : EV_CUT, u);
                 e->arg = rng_below(&st, conns);
             } else if (r < 12) {
                 e = sched_add(EV_CSTALL, u);
