@@ -17,6 +17,13 @@ void lr_session_next_conn(struct lr_session *s, int idx);
 uint16_t lr_session_conn_port(const struct lr_session *s, unsigned i);
 /* Drop connection i as if the network had (shutdown of the socket). */
 void lr_session_conn_kill(struct lr_session *s, unsigned i);
+/* ERL 2: connection i, up, logs itself out with a Logout "remove the connection for recovery"
+ * (RFC 7143 §11.14.1 reason 2) while its tasks run: no new command goes on it, the target
+ * closes it after the answer and keeps its tasks, which are then reassigned (TASK REASSIGN) on
+ * another connection after the answer's Time2Wait, and the slot logs in again. 0, or -1 with
+ * errno EINVAL (not an ERL 2 session in full feature phase) or EAGAIN (connection i is not up,
+ * or is logging out). An answer other than 0 leaves the connection as it was. */
+int lr_session_conn_logout_recovery(struct lr_session *s, unsigned i);
 /* Stall one direction of connection i: it stops reading (on) from the next PDU boundary, what
  * the target sends piles up in the socket, while it goes on sending; or reads again (off).
  * Timeouts run on meanwhile (a command past cmd_timeout_ms drops the connection). Holds the

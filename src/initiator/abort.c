@@ -197,9 +197,8 @@ int ini_abort_rsp(struct ini_conn *c, const uint8_t *hdr, struct ini_task **agai
         /* §11.6.1: nothing more of the task comes; unanswered, it ends here */
         if (t && t->state == ITS_ACTIVE && t->conn == c) {
             /* Data-Out answering an R2T that came before this answer may still be queued,
-             * pointing into the buffer the caller gets back now: it goes out from a copy. */
-            if (t->dir == LR_DIR_WRITE && wire_own_data(&c->w, t->buf, t->len) < 0)
-                return INI_ERR_NOMEM; /* the connection fails: the TMF is sent again */
+             * pointing into the buffer the caller gets back now: dropped as it completes
+             * (ini_task_detach; the target discards it anyway, §4.2.3.3). */
             task_aborted(s, t, "aborted (ABORT TASK answered)");
         }
         settle(s, a, LR_OK, rsp,

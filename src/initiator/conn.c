@@ -150,6 +150,7 @@ static const struct {
     {INI_END_LOGGED_OUT, "logged out"},
     {INI_END_ASKED_OUT, "terminated by the logout the target asked for"},
     {INI_END_CONN_LOGGED_OUT, "logged out at the target's request"},
+    {INI_END_RECOVERY_OUT, "logged out for recovery"},
 };
 
 const char *ini_status_str(int status)
@@ -217,18 +218,6 @@ void ini_conn_send(struct ini_conn *c, struct wire_pdu *p, const void *data, uin
     }
     p->dlen = len;
     wire_send(&c->w, p);
-}
-
-static void cmd_pdu_sent(struct wire_pdu *p, bool ok)
-{
-    if (ok)
-        ((struct ini_task *)p->arg)->cmd_sent = true;
-}
-
-void ini_conn_mark_cmd(struct wire_pdu *p, struct ini_task *t)
-{
-    p->sent = cmd_pdu_sent;
-    p->arg = t;
 }
 
 void ini_conn_flush(struct ini_conn *c)

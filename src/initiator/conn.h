@@ -16,8 +16,6 @@ void ini_conn_set_faults(struct ini_conn *c);
 struct wire_pdu *ini_conn_pdu(struct ini_conn *c);
 /* Append a PDU (hdr filled except digests and DataSegmentLength, which are set here). */
 void ini_conn_send(struct ini_conn *c, struct wire_pdu *p, const void *data, uint32_t len);
-/* The SCSI Command PDU p of task t: t->cmd_sent is set once it is in the socket. */
-void ini_conn_mark_cmd(struct wire_pdu *p, struct ini_task *t);
 void ini_conn_flush(struct ini_conn *c);
 /* Close the socket, mark the connection dead, tell the session. Idempotent. For what ends a
  * connection outside the PDU handlers: timeouts, the session's end, socket failures. */

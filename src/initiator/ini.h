@@ -59,6 +59,7 @@ enum ini_status {
     INI_END_LOGGED_OUT = -13,      /* our Logout of the session was answered */
     INI_END_ASKED_OUT = -14,       /* the Logout the target asked for closed the session */
     INI_END_CONN_LOGGED_OUT = -15, /* the Logout of this connection the target asked for */
+    INI_END_RECOVERY_OUT = -16,    /* our Logout "remove for recovery" of it (ERL 2) answered */
 };
 
 /* ---- connections (conn.c) ---- */
@@ -164,6 +165,9 @@ struct ini_conn {
     bool reconnect; /* a later login of a slot whose connection was lost (same CID, §6.3.4) */
     bool draining;  /* Async event 1: no new command; logged out once its tasks are done */
     bool logout_sent, logged_out; /* our Logout for this connection; its response said 0 */
+    /* lr_session_conn_logout_recovery: its own Logout "remove the connection for recovery"
+     * asked (sent once logout_sent); its tasks are reassigned elsewhere afterwards */
+    bool recovery_out;
     uint64_t drain_deadline_ms;
     uint64_t logout_deadline_ms;    /* that Logout unanswered by then: the connection fails */
     bool erl2_req;                  /* connection recovery work asked of its thread */
@@ -199,6 +203,9 @@ struct ini_task {
     uint32_t cmdsn;
     bool has_cmdsn; /* CmdSN assigned (it must reach the target to keep the window going) */
     bool cmd_sent;  /* the SCSI Command PDU is entirely in the socket */
+    /* Its command and Data-Out PDUs in t->conn's transmit queue (table.c): they point into
+     * buf and at the task, so none may stay there once the task leaves the connection. */
+    uint32_t queued;
     /* ERL 0: why the Data-In received cannot be trusted (the first reason seen; the task
      * fails with it), NULL while it can */
     const char *data_bad;
@@ -264,6 +271,10 @@ struct ini_cr {
     uint64_t logout_sent_ms;
     bool async_set; /* Async event 2/3 gave Time2Wait/Time2Retain (§11.9.1) */
     uint32_t async_t2w, async_t2r;
+    /* The connection's own Logout for recovery was answered 0 (§11.15): the target let go of
+     * it already, and these are the answer's Time2Wait / Time2Retain */
+    bool removed;
+    uint32_t removed_t2w, removed_t2r;
     bool up_once;           /* the slot reached full feature phase once: restored when lost */
     uint64_t next_login_ms; /* next reconnect attempt */
     unsigned failed_logins;

@@ -33,6 +33,7 @@
  * own thread (a message, as recovery rounds do). */
 
 #include <assert.h>
+#include <errno.h>
 
 #include "initiator/conn.h"
 #include "initiator/ini.h"
@@ -120,6 +121,15 @@ static int erl2_run(struct ini_conn *c)
                 return rc;
         }
     }
+    if (c->recovery_out && !c->logout_sent) {
+        /* lr_session_conn_logout_recovery: §11.14.1 reason 2 on the connection itself, with
+         * its tasks still running: the target closes it after the answer and keeps them for
+         * reassignment (ini_orphan_logout_rsp). Unanswered: dropped (ini_orphan_tick), and
+         * recovered as any lost connection. */
+        c->logout_sent = true;
+        c->logout_deadline_ms = reactor_now_ms() + s->o.logout_timeout_ms;
+        return send_logout(c, ISCSI_LOGOUT_REMOVE_FOR_RECOVERY, c->idx, c->expstatsn);
+    }
     if (!c->draining || c->logout_sent)
         return INI_OK;
     if (c->outstanding && reactor_now_ms() < c->drain_deadline_ms)
@@ -167,6 +177,25 @@ static void erl2_kick(struct ini_conn *c)
         s->msgs++;
 }
 
+int ini_orphan_remove(struct lr_session *s, unsigned i)
+{
+    if (i >= s->nconns || s->params.erl < 2 || !s->logged_in || s->logging_out || s->destroyed ||
+        s->closing_session) {
+        errno = EINVAL;
+        return -1;
+    }
+    struct ini_conn *c = s->conns[i];
+    if (!conn_usable(c) || c->w.erl < 2 || c->recovery_out) {
+        errno = EAGAIN; /* not in full feature phase, or logging out already */
+        return -1;
+    }
+    LOG_INFO("initiator: connection %u (cid %u): Logout for recovery with %u task%s on it", c->idx,
+             c->cid, c->outstanding, c->outstanding == 1 ? "" : "s");
+    c->recovery_out = true;
+    erl2_kick(c);
+    return 0;
+}
+
 void ini_orphan_again(struct ini_conn *c, struct ini_task *t)
 {
     /* §11.6.1: the target has not let go of the old connection yet (its close is under way
@@ -177,6 +206,9 @@ void ini_orphan_again(struct ini_conn *c, struct ini_task *t)
     struct ini_cr *cr = &s->cr[slot];
     uint64_t now = reactor_now_ms();
     assert(t->conn == c && c->outstanding > 0);
+    /* Data-Out for R2Ts a target sent before this answer must not go out from the buffer of a
+     * task c no longer has (it may complete, and the caller free it, while they wait) */
+    ini_task_detach(s, t);
     c->outstanding--;
     t->state = ITS_ORPHAN;
     t->conn = NULL;
@@ -244,6 +276,14 @@ void ini_orphan_conn_down(struct ini_conn *c, unsigned expired)
         t2r = cr->async_t2r;
         cr->async_set = false;
     }
+    /* Logged out for recovery (§11.15): the target has let go of the connection, so no
+     * cleanup Logout is owed; its orphans wait only for the answer's Time2Wait */
+    bool removed = cr->removed;
+    if (removed) {
+        t2w = cr->removed_t2w;
+        t2r = cr->removed_t2r;
+        cr->removed = false;
+    }
     cr->wait_until = now + secs_ms(t2w);
     cr->expstatsn = c->expstatsn;
     cr->logout_on = -1;
@@ -256,9 +296,9 @@ void ini_orphan_conn_down(struct ini_conn *c, unsigned expired)
         fail_orphans(s, c->idx, "connection lost; the target keeps no task (Time2Retain 0)");
         n = 0;
     }
-    cr->must_clean = expired && t2r;
+    cr->must_clean = expired && t2r && !removed;
     cr->retain_until = n || cr->must_clean ? cr->wait_until + secs_ms(t2r) : 0;
-    cr->st = n || cr->must_clean ? CR_WAIT : CR_NONE;
+    cr->st = n || cr->must_clean ? (removed ? CR_CLEAN : CR_WAIT) : CR_NONE;
     LOG_INFO("initiator: connection %u (cid %u) lost at ERL 2: %u task%s to recover, "
              "Time2Wait %u s, Time2Retain %u s",
              c->idx, c->cid, n, n == 1 ? "" : "s", t2w, t2r);
@@ -391,7 +431,10 @@ void ini_orphan_tick(struct lr_session *s, uint64_t now)
             (c->outstanding == 0 || now >= c->drain_deadline_ms))
             erl2_kick(c);
         else if (c->state == ICS_FFP && c->logout_sent && now >= c->logout_deadline_ms)
-            ini_conn_close_any(c, "no answer to the Logout the target asked for");
+            ini_conn_close_any(c, c->recovery_out ? "no answer to the Logout for recovery"
+                                                  : "no answer to the Logout the target asked for");
+        else if (c->state == ICS_FFP && c->recovery_out && !c->logout_sent)
+            erl2_kick(c); /* a kick that reached its old thread after a move */
     }
     ini_orphan_advance(s, now);
 }
@@ -444,6 +487,22 @@ int ini_orphan_logout_rsp(struct ini_conn *c, const uint8_t *hdr)
     if (slot >= s->nconns) {
         c->stale_pdus++;
         return INI_OK;
+    }
+    if (slot == c->idx && c->logout_sent && c->recovery_out) {
+        /* our "remove the connection for recovery" of c itself (§11.15): 0, the target let
+         * go of it and keeps its tasks (reassigned after the answer's Time2Wait, within its
+         * Time2Retain: ini_orphan_conn_down); otherwise the connection goes on as it was */
+        c->recovery_out = false;
+        if (rsp != 0) {
+            LOG_WARN("initiator: connection %u: Logout for recovery answered %u: it goes on",
+                     c->idx, rsp);
+            c->logout_sent = false;
+            return INI_OK;
+        }
+        s->cr[slot].removed = true;
+        s->cr[slot].removed_t2w = t2w;
+        s->cr[slot].removed_t2r = t2r;
+        return INI_END_RECOVERY_OUT;
     }
     if (slot == c->idx && c->logout_sent) {
         /* our "close the connection" after an Async event 1: §11.15, it closes both ends */

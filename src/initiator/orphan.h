@@ -23,6 +23,10 @@ int ini_orphan_tmf_rsp(struct ini_conn *c, const uint8_t *hdr);
  * lost connection at the target, or the target would not move it: an orphan again, its
  * reassignment asked again shortly (within Time2Retain). */
 void ini_orphan_again(struct ini_conn *c, struct ini_task *t);
+/* lr_session_conn_logout_recovery: connection i, live, logs itself out "remove the connection
+ * for recovery" (§11.14.1 reason 2); 0, or -1 with errno EINVAL (not an ERL 2 session in full
+ * feature phase) or EAGAIN (that connection is not up, or is logging out). */
+int ini_orphan_remove(struct lr_session *s, unsigned i);
 int ini_orphan_logout_rsp(struct ini_conn *c, const uint8_t *hdr);
 /* Async Message (§11.9.1) */
 int ini_orphan_async(struct ini_conn *c, const uint8_t *hdr);

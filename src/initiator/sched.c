@@ -54,13 +54,16 @@ void lr_session_next_conn(struct lr_session *s, int idx)
 static struct ini_conn *pick_conn(struct lr_session *s, const struct ini_task *t)
 {
     if (t->want_conn >= 0 && (unsigned)t->want_conn < s->nconns &&
-        s->conns[t->want_conn]->state == ICS_FFP && !s->conns[t->want_conn]->draining)
+        s->conns[t->want_conn]->state == ICS_FFP && !s->conns[t->want_conn]->draining &&
+        !s->conns[t->want_conn]->logout_sent)
         return s->conns[t->want_conn];
     struct ini_conn *best = NULL;
     unsigned n = s->nconns;
     for (unsigned k = 0; k < n; k++) {
         struct ini_conn *c = s->conns[(s->rr + k) % n];
-        if (c->state != ICS_FFP || c->draining) /* draining: the target asked for its logout */
+        /* draining: the target asked for its logout; logout_sent: its own Logout went out
+         * (RFC 7143 §11.14: no new command on it after) */
+        if (c->state != ICS_FFP || c->draining || c->logout_sent)
             continue;
         if (!best || c->outstanding < best->outstanding)
             best = c;
@@ -68,7 +71,7 @@ static struct ini_conn *pick_conn(struct lr_session *s, const struct ini_task *t
     /* ...unless another one carries clearly less: a connection that logged in again (ERL 2)
      * starts with nothing and would otherwise never get its share back */
     struct ini_conn *cur = s->completing;
-    if (s->mt && cur && cur->state == ICS_FFP && !cur->draining &&
+    if (s->mt && cur && cur->state == ICS_FFP && !cur->draining && !cur->logout_sent &&
         (!best || cur->outstanding < best->outstanding + 4))
         return cur;
     if (best)

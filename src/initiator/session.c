@@ -358,6 +358,14 @@ void lr_session_conn_kill(struct lr_session *s, unsigned i)
     ini_unlock(s);
 }
 
+int lr_session_conn_logout_recovery(struct lr_session *s, unsigned i)
+{
+    ini_lock(s);
+    int rc = ini_orphan_remove(s, i);
+    ini_unlock(s);
+    return rc;
+}
+
 void lr_session_conn_rx_hold(struct lr_session *s, unsigned i, bool on)
 {
     ini_lock(s);

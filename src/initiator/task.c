@@ -65,8 +65,8 @@ int ini_task_data_out(struct ini_conn *c, struct ini_task *t, uint32_t ttt, uint
         bhs_put32(h, BHS_EXPSTATSN, c->expstatsn);
         bhs_put32(h, BHS_DATASN, datasn++);
         bhs_put32(h, BHS_BUFFER_OFFSET, off);
-        if (again)
-            ini_resend_account(c, p, sizeof(struct wire_pdu) + (uint64_t)n);
+        assert(t->conn == c);
+        ini_task_pdu_mark(t, p, n, again);
         ini_conn_send(c, p, t->buf + off, n);
         off += n;
     }
@@ -107,7 +107,7 @@ static int send_cmd(struct ini_conn *c, struct ini_task *t)
     bhs_put32(h, BHS_CMDSN, t->cmdsn);
     bhs_put32(h, BHS_EXPSTATSN, c->expstatsn);
     memcpy(h->b + BHS_CDB, t->cdb, t->cdb_len);
-    ini_conn_mark_cmd(p, t);
+    ini_task_pdu_mark(t, p, imm, false); /* t->cmd_sent once it is in the socket */
     t->solicited_end = imm + unsol;
     ini_conn_send(c, p, imm ? t->buf : NULL, imm);
     if (unsol)
@@ -117,6 +117,8 @@ static int send_cmd(struct ini_conn *c, struct ini_task *t)
 
 int ini_task_send(struct ini_conn *c, struct ini_task *t)
 {
+    /* PDUs of an earlier sending are still queued only on this same connection (a retry) */
+    assert(!t->queued || t->conn == c);
     if (c->w.erl >= 1 && c->outstanding == 0)
         ini_snack_progress(c, reactor_now_ms()); /* the quiet period starts now */
     t->conn = c;

@@ -902,6 +902,18 @@ static int gather_queue(const struct wire *w, struct iovec iov[TX_IOV_MAX])
     return n;
 }
 
+/* p leaves the queue: written whole (sent), or dropped unsent. */
+static void tx_unqueue(struct wire *w, struct wire_pdu *p, bool sent)
+{
+    list_del(&p->node);
+    w->tx_backlog -= p->charge;
+    w->txq_pdus--;
+    w->txq_data -= p->dlen;
+    if (p->sent)
+        p->sent(p, sent);
+    tx_release(w, p);
+}
+
 /* `bytes` more of the queue are on the wire: retire every PDU now fully written. */
 static void tx_retire(struct wire *w, uint64_t bytes)
 {
@@ -912,53 +924,60 @@ static void tx_retire(struct wire *w, uint64_t bytes)
         if (done < len)
             break;
         done -= len;
-        list_del(&p->node);
-        w->tx_backlog -= p->charge;
-        w->txq_pdus--;
-        w->txq_data -= p->dlen;
-        if (p->sent)
-            p->sent(p, true);
-        tx_release(w, p);
+        tx_unqueue(w, p, true);
     }
     w->tx_off = w->dead ? 0 : (uint32_t)done;
 }
 
-/* Write as much of the queue as the socket takes, in as few sendmsg calls as possible. */
-static bool pdu_points_into(const struct wire_pdu *p, const uint8_t *base, size_t len)
+/* p's data segment into memory p owns: the same bytes (the digest was computed from them); a
+ * head PDU partly written goes on from tx_off, which counts the same bytes. */
+static int pdu_own_data(struct wire_pdu *p)
 {
+    if (p->owned || !p->dlen)
+        return 0;
+    uint8_t *copy = malloc(p->dlen);
+    if (!copy)
+        return -1;
+    size_t off = 0;
     for (int i = 0; i < p->datacnt; i++) {
-        const uint8_t *b = p->data[i].iov_base;
-        if (b && p->data[i].iov_len && b < base + len && base < b + p->data[i].iov_len)
-            return true;
+        memcpy(copy + off, p->data[i].iov_base, p->data[i].iov_len);
+        off += p->data[i].iov_len;
     }
-    return false;
-}
-
-int wire_own_data(struct wire *w, const void *base, size_t len)
-{
-    for (struct list_node *n = w->txq.next; n != &w->txq; n = n->next) {
-        struct wire_pdu *p = list_entry(n, struct wire_pdu, node);
-        if (p->owned || !pdu_points_into(p, base, len))
-            continue;
-        /* the same bytes (the digest was computed from them), where the PDU owns them; a head
-         * PDU partly written goes on from tx_off, which counts the same bytes */
-        uint8_t *copy = malloc(p->dlen);
-        if (!copy)
-            return -1;
-        size_t off = 0;
-        for (int i = 0; i < p->datacnt; i++) {
-            memcpy(copy + off, p->data[i].iov_base, p->data[i].iov_len);
-            off += p->data[i].iov_len;
-        }
-        assert(off == p->dlen);
-        p->owned = copy;
-        p->data[0].iov_base = copy;
-        p->data[0].iov_len = p->dlen;
-        p->datacnt = 1;
-    }
+    assert(off == p->dlen);
+    p->owned = copy;
+    p->data[0].iov_base = copy;
+    p->data[0].iov_len = p->dlen;
+    p->datacnt = 1;
     return 0;
 }
 
+int wire_forget(struct wire *w, enum wire_forget (*fn)(struct wire_pdu *p, void *arg), void *arg)
+{
+    bool dropped = false;
+    struct list_node *n = w->txq.next;
+    while (n != &w->txq) {
+        struct wire_pdu *p = list_entry(n, struct wire_pdu, node);
+        n = n->next;
+        enum wire_forget what = fn(p, arg);
+        if (what == WIRE_FORGET_NOT)
+            continue;
+        bool started = &p->node == w->txq.next && w->tx_off > 0;
+        if (what == WIRE_FORGET_DROP && !started) {
+            tx_unqueue(w, p, false);
+            dropped = true;
+            continue;
+        }
+        if (pdu_own_data(p) < 0) {
+            wire_close(w); /* nothing of the queue may go out from the owner's memory now */
+            return -1;
+        }
+    }
+    if (dropped)
+        rx_maybe_resume(w);
+    return 0;
+}
+
+/* Write as much of the queue as the socket takes, in as few sendmsg calls as possible. */
 int wire_flush(struct wire *w)
 {
     if (w->dead)

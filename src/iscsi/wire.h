@@ -241,10 +241,15 @@ void wire_pdu_put(struct wire *w, struct wire_pdu *p);
 /* Queue p (digests computed now) and flush it at the end of this loop turn. On a dead engine
  * the PDU is dropped at once: sent(p, false). */
 void wire_send(struct wire *w, struct wire_pdu *p);
-/* The data segments of queued PDUs that point into [base, base + len) copied into memory the
- * PDUs own, so that the owner may give that memory back before they are written (a task
- * ended while its data still waits to go out): 0, or -1 when memory ran out. */
-int wire_own_data(struct wire *w, const void *base, size_t len);
+/* What becomes of a queued PDU whose owner lets go of the memory its data segment points into
+ * (a task ended while its data still waited to go out): nothing (not one of those), DROP
+ * (retired unsent: sent(p, false)), or COPY (it goes out from a copy the PDU owns). */
+enum wire_forget { WIRE_FORGET_NOT, WIRE_FORGET_DROP, WIRE_FORGET_COPY };
+/* Each queued PDU to fn, which says what becomes of it. A PDU to drop whose first bytes are
+ * written already is copied instead (the byte stream must go on). When memory for a copy runs
+ * out the engine closes (wire_close: everything queued is dropped) and -1 is returned; else
+ * 0. Afterwards no queued PDU fn named points into the owner's memory. */
+int wire_forget(struct wire *w, enum wire_forget (*fn)(struct wire_pdu *p, void *arg), void *arg);
 /* Write as much of the queue as the socket takes. */
 int wire_flush(struct wire *w);
 static inline bool wire_tx_empty(const struct wire *w)

@@ -21,7 +21,11 @@ after the answer, to be dropped):
   1. the function answers "function complete" (GOOD for PREEMPT AND ABORT; the login succeeds);
   2. a 4 KiB FUA write of a new pattern over the same blocks then gets GOOD;
   3. read back well after every aborted write would have landed (twice the store delay of the
-     largest), the blocks hold the new pattern, and no aborted write was ever answered.
+     largest), the blocks hold the new pattern, and no aborted write was ever answered;
+  4. on a file LUN, after a task management function or PREEMPT AND ABORT, the LUN's file
+     read directly at the answer and again then holds the same
+     in every block of the aborted writes but the retry's (step 3 alone cannot see a late
+     landing: the target's range lock holds the retry and the READ behind the aborted write).
 Then the daemon exits 0 on SIGTERM. Bounded: about 35 s. Python 3 standard library only."""
 
 import os
@@ -173,7 +177,16 @@ class Daemon(hostile.Daemon):
                          extra=extra)
 
 
-def one_round(port, lun, kind, lun_name, round_no, ram):
+def file_blocks(path):
+    """The aborted writes' blocks as the LUN's file holds them now (None: not a file LUN)."""
+    if not path:
+        return None
+    with open(path, "rb") as f:
+        f.seek(LBA * BLOCK)
+        return f.read(VICTIM)
+
+
+def one_round(port, lun, kind, lun_name, round_no, ram, path):
     a1 = Session(port, INITIATOR_A).login()
     a2 = Session(port, INITIATOR_A).login()  # another ISID: another nexus, maybe reactor
     b = Session(port, INITIATOR_B).login()
@@ -222,6 +235,11 @@ def one_round(port, lun, kind, lun_name, round_no, ram):
         st, sense, _ = b.scsi(cdb, lun=lun, write_data=params, timeout=min(left(), 30))
         rsp = RSP_COMPLETE if st == 0 else 0x100 | st
     check(rsp == RSP_COMPLETE, "%s: answered 0x%x, not function complete" % (what, rsp))
+    # A READ through the target cannot see an aborted write land late: the range lock holds
+    # it (and the retry below) until that write has left the store. The LUN's file can: what
+    # it holds at the answer must stay, but for the retry's own blocks. (A lost connection has
+    # no answer that promises this: its writes may land until the next command over them.)
+    at_answer = file_blocks(path if kind not in ("reinstate", "reset") else None)
     a1.send_held()
     a2.send_held()
     # the initiator's retry, at once: a small FUA write over the same blocks
@@ -229,6 +247,14 @@ def one_round(port, lun, kind, lun_name, round_no, ram):
     writer.cmd(cdb_write10(NEW_LBA, NEW // BLOCK, True), lun, write_data=new)
     a1.quiet(SETTLE)
     a2.quiet(0.1)
+    later = file_blocks(path)
+    if at_answer is not None:
+        lo, hi = (NEW_LBA - LBA) * BLOCK, (NEW_LBA - LBA) * BLOCK + NEW
+        moved = [i // BLOCK for i in range(0, VICTIM, BLOCK)
+                 if not lo <= i < hi and at_answer[i:i + BLOCK] != later[i:i + BLOCK]]
+        check(not moved, "%s: an aborted write landed after the answer: %d blocks of the LUN's "
+              "file changed after it, the first at LBA %d" % (what, len(moved),
+                                                               LBA + moved[0] if moved else 0))
     got = writer.cmd(cdb_read10(NEW_LBA, NEW // BLOCK), lun, read_len=NEW)
     bad = [i // BLOCK for i in range(0, NEW, BLOCK) if got[i:i + BLOCK] != new[i:i + BLOCK]]
     check(not bad, "%s: an aborted write landed after the answer (of the %d blocks at LBA %d, "
@@ -251,6 +277,9 @@ def main():
             ("RAM", "ram:16M", True)]
     if len(sys.argv) > 2:
         luns = [(spec.split(",")[0], spec, spec.startswith("ram:")) for spec in sys.argv[2:]]
+    # the file of a file LUN, read directly at each answer (file_blocks)
+    paths = [spec[5:].split(",")[0] if spec.startswith("file:") else None
+             for _, spec, _ in luns]
     d = Daemon(sys.argv[1], [spec for _, spec, _ in luns])
     kinds = ["abort-task", "abort-task-set", "clear-task-set", "lun-reset", "preempt-and-abort",
              "reinstate", "reset"]
@@ -259,7 +288,7 @@ def main():
         for lun, (name, _, ram) in enumerate(luns):
             for kind in kinds:
                 n += 1
-                one_round(d.port, lun, kind, name, n, ram)
+                one_round(d.port, lun, kind, name, n, ram, paths[lun])
                 print("ok: %s on the %s LUN" % (kind, name))
         d.stop()
     except (TestFailure, OSError, hostile.Closed) as e:

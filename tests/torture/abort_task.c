@@ -1,8 +1,9 @@
 /* lr_task_abort against linerate-target (issue 27): ABORT TASK of a write whose data the
  * target has not got yet, of a task already completed, and of writes caught by an ERL 2
- * connection loss. What a user checks: each task's callback runs once, the abort's done()
- * once, and the blocks of an aborted write hold the old or the new data whole, and keep it.
- * Usage: abort_task --target PATH */
+ * connection loss; and the ERL 2 recovery of writes whose live connection logs itself out
+ * for recovery (lr_session_conn_logout_recovery). What a user checks: each task's callback runs
+ * once, the abort's done() once, and the blocks of an aborted write hold the old or the new data
+ * whole, and keep it. Usage: abort_task --target PATH */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -306,6 +307,52 @@ static void recovery(void)
     logout(s);
 }
 
+/* 4. ERL 2, two connections: writes on connection 0 whose R2Ts it does not read yet (its
+ * receiving held), when it logs itself out "remove the connection for recovery"
+ * (lr_session_conn_logout_recovery, RFC 7143 §11.14.1 reason 2) and reads again. No write
+ * fails: the target closes connection 0 after the answer and keeps the writes, which are
+ * reassigned to connection 1 after Time2Wait (1 s), answered there GOOD, and read back. */
+static void logout_for_recovery(void)
+{
+    struct lr_session *s = login(2, 2);
+    enum { N = 4 };
+    static uint8_t nb[N][NB * BS];
+    struct done t[N] = {0};
+    for (int i = 0; i < N; i++)
+        write_sync(s, (uint64_t)(N + i) * NB, 0x66);
+    lr_session_conn_rx_hold(s, 0, true);
+    for (int i = 0; i < N; i++) {
+        fill(nb[i], 0x77);
+        lr_session_next_conn(s, 0);
+        CHECK(lr_write(s, (uint64_t)(N + i) * NB, NB, BS, nb[i], on_done, &t[i]) == 0, "lr_write");
+    }
+    run_for(100); /* the commands out */
+    CHECK(lr_session_conn_logout_recovery(s, 0) == 0, "lr_session_conn_logout_recovery: %s",
+          strerror(errno));
+    errno = 0;
+    CHECK(lr_session_conn_logout_recovery(s, 0) < 0 && errno == EAGAIN, "a second one");
+    run_for(100); /* the Logout out */
+    lr_session_conn_rx_hold(s, 0, false);
+    for (int i = 0; i < N; i++)
+        wait_until(&t[i].fired);
+    for (int i = 0; i < N; i++) {
+        int v = read_value(s, (uint64_t)(N + i) * NB);
+        CHECK(t[i].calls == 1 && t[i].res.err == LR_OK && t[i].res.recovered && t[i].res.conn == 1,
+              "logout for recovery %d: %d calls, %s (%s), recovered %d, connection %d", i,
+              t[i].calls, lr_err_name(t[i].res.err), t[i].res.what ? t[i].res.what : "",
+              t[i].res.recovered, t[i].res.conn);
+        CHECK(v == 0x77, "logout for recovery %d: blocks 0x%02x, not the write's 0x77", i, v);
+        printf("abort_task: logout for recovery %d: task %s, recovered %d on connection %d, "
+               "blocks 0x%02x\n",
+               i, lr_err_name(t[i].res.err), t[i].res.recovered, t[i].res.conn, v);
+    }
+    struct lr_session_info info;
+    lr_session_get_info(s, &info);
+    CHECK(info.connections_up == 2, "connection 0 not logged in again (%u up)",
+          info.connections_up);
+    logout(s);
+}
+
 int main(int argc, char **argv)
 {
     const char *target = NULL;
@@ -326,6 +373,7 @@ int main(int argc, char **argv)
     held_back();
     completed();
     recovery();
+    logout_for_recovery();
     lr_timer_free(poll_t);
     lr_reactor_destroy(R);
     kill(tpid, SIGTERM);

@@ -1,6 +1,7 @@
 /* The seeded recovery torture run (issue 27 item 3): linerate's initiator library against
  * linerate-target, over 2 and 4 connections at ErrorRecoveryLevel 2 and 1, while a random
- * schedule drawn from one seed cuts connections, stalls the target, resets the LUN from another
+ * schedule drawn from one seed cuts connections (or, at ERL 2, logs them out for recovery while
+ * they run), stalls the target, resets the LUN from another
  * initiator, restarts the target, and runs the initiator and the target with digest errors and
  * dropped PDUs (docs/torture.md). The whole schedule is printed
  * before it starts; the same seed gives the same schedule (what the threads then make of it
@@ -80,7 +81,17 @@ static uint32_t rng_below(uint64_t *st, uint32_t n)
     return (uint32_t)(rng_next(st) % n);
 }
 
-enum ev_kind { EV_PHASE, EV_CUT, EV_STALL, EV_ISTALL, EV_CSTALL, EV_LUN_RESET, EV_RESTART, EV_END };
+enum ev_kind {
+    EV_PHASE,
+    EV_CUT,
+    EV_RLOGOUT,
+    EV_STALL,
+    EV_ISTALL,
+    EV_CSTALL,
+    EV_LUN_RESET,
+    EV_RESTART,
+    EV_END
+};
 
 /* A target's life: its --inject ("" for none) and its DefaultTime2Wait / DefaultTime2Retain
  * (the initiator offers 0 and 20, and the answer is the larger wait and the shorter retention,
@@ -196,7 +207,7 @@ static void sched_build(uint64_t seed, uint64_t total_ms, struct tlife *first)
         static const double drop[] = {0, 0, 0.001, 0.005};
         p->ini_digest_error = p->digest ? dig[rng_below(&st, 3)] : 0;
         p->ini_drop_pdu = drop[rng_below(&st, 4)];
-        uint32_t conns = p->conns;
+        uint32_t conns = p->conns, erl = p->erl; /* p moves as the schedule grows */
         uint64_t end = t + 2000 + rng_below(&st, 6001);
         if (end > total_ms)
             end = total_ms;
@@ -205,7 +216,9 @@ static void sched_build(uint64_t seed, uint64_t total_ms, struct tlife *first)
             uint32_t r = rng_below(&st, 20);
             struct event *e;
             if (r < 10) {
-                e = sched_add(EV_CUT, u);
+                /* at ERL 2 one in five of them a Logout for recovery of a live connection
+                 * instead (the same draws: a seed's other events stay where they were) */
+                e = sched_add(r >= 8 && erl == 2 ? EV_RLOGOUT : EV_CUT, u);
                 e->arg = rng_below(&st, conns);
             } else if (r < 12) {
                 e = sched_add(EV_CSTALL, u);
@@ -242,6 +255,9 @@ static void ev_print(const struct event *e)
         break;
     case EV_CUT:
         printf("%9.3f   cut connection %u\n", at, e->arg);
+        break;
+    case EV_RLOGOUT:
+        printf("%9.3f   Logout for recovery of connection %u\n", at, e->arg);
         break;
     case EV_STALL:
         printf("%9.3f   stall the target %u ms\n", at, e->arg);
@@ -424,6 +440,7 @@ static struct lr_timer *tick;
 
 static struct {
     uint64_t ok[4], failed[4], ua, recovered, cuts, stalls, restarts, sessions, reads_checked;
+    uint64_t rlogouts, rlogouts_refused;
     uint64_t resets, resets_failed;
     uint64_t cstalls, cstalls_ended, cstall_max_ms, cstalls_tx;
     uint64_t aborts, aborts_refused, aborts_won, aborts_answered, aborts_other, aborts_decided;
@@ -902,6 +919,18 @@ static void run_event(const struct event *e)
             st.cuts++;
         }
         break;
+    case EV_RLOGOUT:
+        /* ERL 2: the live connection logs itself out "remove the connection for recovery"
+         * (RFC 7143 §11.14.1 reason 2) with its tasks running; the target closes it after
+         * the answer, the tasks are reassigned on another connection, the slot logs in
+         * again. Refused (EAGAIN) when that connection is not up at the moment. */
+        if (cur && cur->up && e->arg < phase->conns) {
+            if (lr_session_conn_logout_recovery(cur->s, e->arg) == 0)
+                st.rlogouts++;
+            else
+                st.rlogouts_refused++;
+        }
+        break;
     case EV_STALL:
         /* one-sided: the target stops, the initiator's timers and connections go on */
         if (tpid && !stalled) {
@@ -1150,10 +1179,12 @@ int main(int argc, char **argv)
         kill(reset_pid, SIGKILL);
         waitpid(reset_pid, NULL, 0);
     }
-    printf("torture: %" PRIu64 " sessions, %" PRIu64 " cuts, %" PRIu64 " stalls, %" PRIu64
-           " LUN resets (%" PRIu64 " not answered complete), %" PRIu64 " restarts, %" PRIu64
-           " commands carried over (ERL 2)\n",
-           st.sessions, st.cuts, st.stalls, st.resets, st.resets_failed, st.restarts, st.recovered);
+    printf("torture: %" PRIu64 " sessions, %" PRIu64 " cuts, %" PRIu64
+           " Logouts for recovery (%" PRIu64 " refused: connection not up), %" PRIu64
+           " stalls, %" PRIu64 " LUN resets (%" PRIu64 " not answered complete), %" PRIu64
+           " restarts, %" PRIu64 " commands carried over (ERL 2)\n",
+           st.sessions, st.cuts, st.rlogouts, st.rlogouts_refused, st.stalls, st.resets,
+           st.resets_failed, st.restarts, st.recovered);
     printf("torture: GOOD/other: writes %" PRIu64 "/%" PRIu64 ", reads %" PRIu64 "/%" PRIu64
            ", probes past the end %" PRIu64 "/%" PRIu64 ", TEST UNIT READY %" PRIu64 "/%" PRIu64
            "; unit attentions %" PRIu64 "\n",

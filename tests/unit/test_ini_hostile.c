@@ -1320,6 +1320,90 @@ static void client_erl2_reassign_nonsense(struct ft *f, struct lr_session *s)
  * initiator reads both at once. The Data-Out it owes for the R2T must carry the data the
  * WRITE was given, not what the caller put in the buffer once the task ended (it used to be
  * sent from there, after the caller got the buffer back: a use after free). */
+/* The target's side of a session's end after its last WRITE completed: every PDU up to the
+ * Logout (answered) read, and any Data-Out among them must carry the caller's data
+ * (ABORT_FILL), never what its callback wrote into the buffer it got back (0xdd). */
+static void data_out_unread_then_logout(struct ft *f, struct ft_conn *c, struct ft_pdu *p)
+{
+    while (ft_recv_c(c, p, 5000) == 0) {
+        if ((p->h[0] & 0x3f) == ISCSI_OP_LOGOUT_REQ) {
+            ft_logout_rsp(c, p);
+            break;
+        }
+        if ((p->h[0] & 0x3f) != ISCSI_OP_DATA_OUT)
+            continue;
+        for (uint32_t i = 0; i < p->dlen; i++)
+            if (p->data[i] != ABORT_FILL)
+                return ft_fail(f, "Data-Out sent from the caller's buffer after its task ended");
+    }
+    close(c->fd);
+    atomic_store(&f->stage, 100);
+}
+
+/* The test's go-ahead to a script waiting at a stage (write_rsp_go). */
+static atomic_int script_go;
+
+/* A WRITE of 128 KiB: its first 64 KiB go as immediate data with the command; the target
+ * answers with an R2T for the other 64 KiB and, in the same send, a SCSI Response GOOD (a
+ * hostile or broken target: the status before the data it asked for). The initiator's sending
+ * is held meanwhile (as a target that stops reading would hold it), so the Data-Out for the
+ * R2T is still queued when the response completes the WRITE and the caller's callback reuses
+ * the buffer. Once sending goes on, no Data-Out may be read from that buffer. */
+static void write_r2t_rsp_batch(struct ft *f, const char *keys, uint32_t len)
+{
+    static struct ft_pdu p;
+    struct ft_conn c;
+    int fd = login_first_cmd(f, &c, keys, len, &p);
+    if (fd < 0)
+        return;
+    if ((p.h[0] & 0x3f) != ISCSI_OP_SCSI_CMD || get_be32(p.h + BHS_EDTL) != 131072 ||
+        p.dlen != 65536)
+        return ft_fail(f, "a WRITE of 128 KiB with 64 KiB of immediate data");
+    uint32_t itt = get_be32(p.h + BHS_ITT);
+    atomic_store(&f->stage, 1);
+    for (int i = 0; i < 5000 && !atomic_load(&script_go); i++)
+        usleep(1000);
+    uint8_t two[2 * ISCSI_BHS_LEN];
+    r2t_hdr(&c, two, itt, 0x78, 65536, 65536);
+    ft_rsp(&c, two + ISCSI_BHS_LEN, ISCSI_OP_SCSI_RSP, ISCSI_FLAG_FINAL, itt);
+    if (send(fd, two, sizeof(two), MSG_NOSIGNAL) != (ssize_t)sizeof(two))
+        return ft_fail(f, "send");
+    data_out_unread_then_logout(f, &c, &p);
+}
+
+static void script_write_r2t_rsp_batch(struct ft *f)
+{
+    write_r2t_rsp_batch(f, op_keys, sizeof(op_keys));
+}
+
+static void script_write_r2t_rsp_batch_erl1(struct ft *f)
+{
+    write_r2t_rsp_batch(f, op_keys_erl1, sizeof(op_keys_erl1));
+}
+
+static uint8_t abort_buf[131072];
+
+/* The caller's done(): the buffer is its own again, and reused. */
+static void on_done_reuse(void *arg, const struct lr_result *r)
+{
+    memset(abort_buf, 0xdd, sizeof(abort_buf));
+    on_done(arg, r);
+}
+
+static void client_write_r2t_rsp_batch(struct ft *f, struct lr_session *s)
+{
+    memset(abort_buf, ABORT_FILL, sizeof(abort_buf));
+    atomic_store(&script_go, 0);
+    struct done_log io = {0};
+    assert_int_equal(lr_write(s, 0, 256, 512, abort_buf, on_done_reuse, &io), 0);
+    assert_true(ft_run_until(R, stage_reached, f, 5000)); /* the command is in */
+    lr_session_conn_tx_hold(s, 0, true);
+    atomic_store(&script_go, 1);
+    assert_true(calls_within(&io, 1, 5000));
+    assert_int_equal(io.last, LR_OK); /* what the target said */
+    lr_session_conn_tx_hold(s, 0, false);
+}
+
 static void script_abort_r2t_batch(struct ft *f)
 {
     static struct ft_pdu p;
@@ -1339,28 +1423,10 @@ static void script_abort_r2t_batch(struct ft *f)
     h[BHS_RESPONSE] = ISCSI_TMF_RSP_COMPLETE;
     if (send(fd, two, sizeof(two), MSG_NOSIGNAL) != (ssize_t)sizeof(two))
         return ft_fail(f, "send");
-    uint32_t got = 0;
-    while (got < 65536) {
-        if (ft_recv_c(&c, &p, 5000) < 0)
-            return ft_fail(f, "the Data-Out for the R2T");
-        if ((p.h[0] & 0x3f) != ISCSI_OP_DATA_OUT)
-            continue;
-        for (uint32_t i = 0; i < p.dlen; i++)
-            if (p.data[i] != ABORT_FILL)
-                return ft_fail(f, "Data-Out sent from the buffer after the task ended");
-        got += p.dlen;
-    }
     atomic_store(&f->stage, 1);
-    await_logout(f, &c);
-}
-
-static uint8_t abort_buf[131072];
-
-/* The caller's done(): the buffer is its own again, and reused. */
-static void on_done_reuse(void *arg, const struct lr_result *r)
-{
-    memset(abort_buf, 0xdd, sizeof(abort_buf));
-    on_done(arg, r);
+    /* the Data-Out for the R2T is of no use once the task is aborted (§4.2.3.3): dropped, or
+     * at least never read from the buffer the caller got back */
+    data_out_unread_then_logout(f, &c, &p);
 }
 
 static void client_abort_r2t_batch(struct ft *f, struct lr_session *s)
@@ -1553,6 +1619,15 @@ static const struct hostile_case cases[] = {
      .script = script_abort_r2t_batch,
      .client = client_abort_r2t_batch,
      .logout = true},
+    {.name = "test_write_r2t_and_status_together",
+     .script = script_write_r2t_rsp_batch,
+     .client = client_write_r2t_rsp_batch,
+     .logout = true},
+    {.name = "test_erl1_write_r2t_and_status_together",
+     .script = script_write_r2t_rsp_batch_erl1,
+     .opts = {.error_recovery_level = 1},
+     .client = client_write_r2t_rsp_batch,
+     .logout = true},
     {.name = "test_erl2_abort_of_orphan_still_allegiant",
      .script = script_erl2_abort_allegiant,
      .opts = {.error_recovery_level = 2},
@@ -1610,6 +1685,8 @@ int main(void)
         CASE(16),
         CASE(17),
         CASE(18),
+        CASE(19),
+        CASE(20),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     reactor_destroy(R);
