@@ -207,7 +207,7 @@ static bool read_in_place(struct scsi_task *t)
 {
     struct bs *bs = t->lu->bs;
     const struct bs_io *io = &scsi_core(t)->io;
-    if (!bs->ops->read_pin || io->length != t->xfer_len)
+    if (!bs->ops->read_pin || io->length != t->xfer_len || t->keeps_data)
         return false;
     int n = bs->ops->read_pin(bs, io->offset, io->length, t->iov, SCSI_TASK_IOV_MAX);
     if (!n)
