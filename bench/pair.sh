@@ -9,7 +9,8 @@
 #
 # Environment: BA, BB (build dirs; default build-base, build), ROUNDS (6), SECS (linerate-bench
 # seconds per cell, 2), BENCH_ARGS (extra linerate-bench options, e.g. "--digest on"), LUN
-# (ram:1G,prealloc), ARGSA / ARGSB (extra linerate-target options), CELLS (default
+# (ram:1G,prealloc; LUNA / LUNB: each side its own, e.g. one build with ",send-min=off" on A),
+# ARGSA / ARGSB (extra linerate-target options), CELLS (default
 # "read:4k:1 write:4k:1 read:4k:8"): RW:SIZE:SESSIONS[:CONNECTIONS] for linerate-bench
 # (`--sessions`, `--connections`: MC/S), or RW:SIZE:q for qemu-img bench at QD 32 (6 GiB or
 # 200000 requests; the target's CPU from /proc/PID/stat), STEAL_MAX (10): a round in which
@@ -29,11 +30,11 @@ pa=; pb=
 trap 'kill $pa $pb 2>/dev/null; wait 2>/dev/null; rm -rf "$w"' EXIT
 port=$((20000 + RANDOM % 10000))
 start() { # build port extra-args
-  taskset -c 0 "$1/linerate-target" --listen 127.0.0.1:$2 --threads 1 --lun "$LUN" \
+  taskset -c 0 "$1/linerate-target" --listen 127.0.0.1:$2 --threads 1 --lun "$4" \
     --ctl-socket none --log-level warn $3 >"$w/$2.url" 2>"$w/$2.log" &
 }
-start "$BA" $port "${ARGSA:-}"; pa=$!
-start "$BB" $((port + 1)) "${ARGSB:-}"; pb=$!
+start "$BA" $port "${ARGSA:-}" "${LUNA:-$LUN}"; pa=$!
+start "$BB" $((port + 1)) "${ARGSB:-}" "${LUNB:-$LUN}"; pb=$!
 for _ in $(seq 300); do [ -s "$w/$port.url" ] && [ -s "$w/$((port + 1)).url" ] && break; sleep 0.1; done
 ua=$(head -1 "$w/$port.url"); ub=$(head -1 "$w/$((port + 1)).url")
 [ -n "$ua" ] && [ -n "$ub" ] || { echo "pair.sh: a target did not start" >&2; cat "$w"/*.log >&2; exit 1; }
@@ -63,7 +64,7 @@ steal_pct() { # "steal total" before, after -> percent of the CPUs' time stolen 
   echo "$1 $2" | awk '{ d = $4 - $2; printf "%.0f", (d > 0 ? 100 * ($3 - $1) / d : 0) }'
 }
 med() { tr ' ' '\n' | grep . | sort -g | awk '{v[NR] = $1} END {print NR == 0 ? "n/a" : (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }
-echo "# pair.sh: A $BA, B $BB, $ROUNDS rounds, LUN $LUN"
+echo "# pair.sh: A $BA (${LUNA:-$LUN}), B $BB (${LUNB:-$LUN}), $ROUNDS rounds"
 for c in $CELLS; do
   IFS=: read -r rw sz ss cn <<<"$c"
   ri=; rc=; stolen=0

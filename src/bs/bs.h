@@ -84,6 +84,14 @@ struct bs_ops {
      * when the range needs more than max entries (then the caller uses a buffer and submit()).
      * Absent: one entry, the map() memory. */
     int (*read_iov)(struct bs *bs, uint64_t offset, uint64_t len, struct iovec *iov, int max);
+    /* Optional: a READ of [offset, offset+len) served in place, for sending without a copy of
+     * our own: iovecs as read_iov() gives, taken whole (no WRITE is halfway through them) and
+     * kept so until unpin() of the same range: a WRITE or UNMAP that overlaps waits for it
+     * (queued, never blocking a reactor). 0: not offered for this request (shorter than the
+     * store's send-min, a writer waiting there, more than max pieces); the caller then copies
+     * with submit(). docs/performance.md, "RAM LUN reads without the copy". */
+    int (*read_pin)(struct bs *bs, uint64_t offset, uint64_t len, struct iovec *iov, int max);
+    void (*unpin)(struct bs *bs, uint64_t offset, uint64_t len);
     /* Release priv (the file store first makes written data stable). */
     void (*close)(struct bs *bs);
     /* Optional, for GET LBA STATUS (SBC-4 §5.7): the provisioning state at offset. On entry

@@ -45,12 +45,14 @@ static int bs_parse_size(const char *who, const char *s, uint64_t *out, char *er
     return 0;
 }
 
-/* "ram:SIZE[,prealloc]" and "null:SIZE"; any other option is named as unknown. */
+/* "ram:SIZE[,prealloc][,send-min=SIZE]" and "null:SIZE"; any other option is named as
+ * unknown. */
 static struct bs *bs_open_mem(const char *type, char *rest, bool *transient, char *err,
                               size_t errlen)
 {
     (void)transient;
     bool ram = strcmp(type, "ram") == 0, prealloc = false;
+    uint64_t send_min = BS_RAM_SEND_MIN;
     char *opts = strchr(rest, ',');
     if (opts)
         *opts++ = '\0';
@@ -61,6 +63,11 @@ static struct bs *bs_open_mem(const char *type, char *rest, bool *transient, cha
             *opts++ = '\0';
         if (ram && strcmp(opt, "prealloc") == 0) {
             prealloc = true;
+        } else if (ram && strncmp(opt, "send-min=", 9) == 0) {
+            if (strcmp(opt + 9, "off") == 0)
+                send_min = UINT64_MAX;
+            else if (bs_parse_size("ram: send-min", opt + 9, &send_min, err, errlen) < 0)
+                return NULL;
         } else {
             bs_err(err, errlen, "%s: unknown option '%s'", type, opt);
             return NULL;
@@ -69,7 +76,11 @@ static struct bs *bs_open_mem(const char *type, char *rest, bool *transient, cha
     uint64_t size;
     if (bs_parse_size(type, rest, &size, err, errlen) < 0)
         return NULL;
-    return ram ? bs_ram_open(size, prealloc, err, errlen) : bs_null_open(size, err, errlen);
+    struct bs *bs =
+        ram ? bs_ram_open(size, prealloc, err, errlen) : bs_null_open(size, err, errlen);
+    if (bs && ram)
+        bs_ram_set_send_min(bs, send_min);
+    return bs;
 }
 
 static struct bs *bs_open_file(const char *type, char *rest, bool *transient, char *err,

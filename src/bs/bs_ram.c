@@ -33,6 +33,21 @@ struct bs_ram {
      * into at run time (bs_ram_grow) without moving memory that tasks point into. */
     uint64_t cap;
     struct ram_stripe *stripes; /* RAM_STRIPES */
+    /* READs sent in place (bs_ram_read_pin): per RAM_PIN_SHIFT region modulo RAM_PINS, the
+     * READs whose data the transport still sends from the LUN, and the WRITEs (UNMAPs)
+     * waiting for them; a region with a writer waiting takes no new pin (its READs copy), so
+     * a steady stream of READs cannot starve a WRITE. */
+    struct ram_pin *pins;
+    uint64_t send_min;        /* READs shorter than this copy (BS_RAM_SEND_MIN) */
+    pthread_mutex_t wait_m;   /* guards waiting */
+    struct list_node waiting; /* WRITE/UNMAP bs_io (st.node) waiting for pins to go */
+    _Atomic unsigned nwaiting;
+};
+
+#define RAM_PINS 1024
+#define RAM_PIN_SHIFT 16
+struct ram_pin {
+    _Atomic uint32_t readers, writers;
 };
 
 /* Copies in and out of the LUN exclude each other where they overlap, so a READ returns every
@@ -238,7 +253,152 @@ static void ram_stripes(struct bs_ram *ram, uint64_t offset, uint64_t len, enum 
     }
 }
 
+/* ---- READs sent in place ------------------------------------------------------------------- */
+
+/* The pin slots [offset, offset+len) touches: fn on each once (all of them when the range
+ * spans RAM_PINS regions or more); stops and returns true when fn does. */
+static bool ram_pin_each(struct bs_ram *ram, uint64_t offset, uint64_t len,
+                         bool (*fn)(struct ram_pin *p, void *arg), void *arg)
+{
+    uint64_t a = offset >> RAM_PIN_SHIFT, b = (offset + len - 1) >> RAM_PIN_SHIFT;
+    if (b - a + 1 >= RAM_PINS)
+        a = 0, b = RAM_PINS - 1;
+    for (uint64_t i = a; i <= b; i++)
+        if (fn(&ram->pins[i % RAM_PINS], arg))
+            return true;
+    return false;
+}
+
+static bool pin_has_writer(struct ram_pin *p, void *arg)
+{
+    (void)arg;
+    return atomic_load(&p->writers) != 0;
+}
+
+static bool pin_has_reader(struct ram_pin *p, void *arg)
+{
+    (void)arg;
+    return atomic_load(&p->readers) != 0;
+}
+
+static bool pin_add(struct ram_pin *p, void *arg)
+{
+    atomic_fetch_add(arg ? &p->writers : &p->readers, 1);
+    return false;
+}
+
+static bool pin_drop(struct ram_pin *p, void *arg)
+{
+    uint32_t before = atomic_fetch_sub(arg ? &p->writers : &p->readers, 1);
+    assert(before);
+    (void)before;
+    return false;
+}
+
+void bs_ram_set_send_min(struct bs *bs, uint64_t min)
+{
+    ((struct bs_ram *)bs->priv)->send_min = min;
+}
+
+/* Under the stripes' read lock, so no WRITE is halfway through the range: the pieces as
+ * read_iov gives them, pinned until bs_ram_unpin. A region with a WRITE waiting is not pinned
+ * again: the READ copies instead (the WRITE waits only for the pins taken before it came). */
+static int bs_ram_read_pin(struct bs *bs, uint64_t offset, uint64_t len, struct iovec *iov, int max)
+{
+    struct bs_ram *ram = bs->priv;
+    if (len < ram->send_min || !len || offset > bs->size || len > bs->size - offset)
+        return 0;
+    ram_stripes(ram, offset, len, RAM_READ_LOCK);
+    int n = 0;
+    if (!ram_pin_each(ram, offset, len, pin_has_writer, NULL)) {
+        n = bs->ops->read_iov(bs, offset, len, iov, max);
+        if (n)
+            ram_pin_each(ram, offset, len, pin_add, NULL);
+    }
+    ram_stripes(ram, offset, len, RAM_UNLOCK);
+    return n;
+}
+
+static void ram_resubmit(void *arg);
+
+/* Under wait_m: every waiting WRITE whose range no READ pins any more moves to `ready`. */
+static void ram_wake(struct bs_ram *ram, struct list_node *ready)
+{
+    struct list_node *n, *tmp;
+    list_for_each_safe(n, tmp, &ram->waiting)
+    {
+        struct bs_io *io = list_entry(n, struct bs_io, st.node);
+        if (ram_pin_each(ram, io->offset, io->length, pin_has_reader, NULL))
+            continue;
+        list_del(&io->st.node);
+        atomic_fetch_sub(&ram->nwaiting, 1);
+        list_add_tail(ready, &io->st.node);
+    }
+}
+
+static void bs_ram_unpin(struct bs *bs, uint64_t offset, uint64_t len)
+{
+    struct bs_ram *ram = bs->priv;
+    ram_pin_each(ram, offset, len, pin_drop, NULL);
+    /* seq_cst: pairs with ram_wait's increment of nwaiting before its look at the pins */
+    if (!atomic_load(&ram->nwaiting))
+        return;
+    struct list_node ready, *n;
+    list_init(&ready);
+    pthread_mutex_lock(&ram->wait_m);
+    ram_wake(ram, &ready);
+    pthread_mutex_unlock(&ram->wait_m);
+    /* each goes again on its own reactor (a message): never on the thread that let go of the
+     * pages, nor inside its stack */
+    while ((n = list_pop(&ready)) != NULL) {
+        struct bs_io *io = list_entry(n, struct bs_io, st.node);
+        if (io->st.r)
+            reactor_post(io->st.r, &io->st.msg, ram_resubmit, io);
+        else
+            ram_resubmit(io);
+    }
+}
+
+/* A WRITE or UNMAP over pages a READ still sends from waits (without the stripes' lock) until
+ * the last such pin goes; its regions count it as a writer (no new pins) until it has run.
+ * true: queued; false: nothing pins the range any more, go on. */
+static bool ram_wait(struct bs_ram *ram, struct bs_io *io)
+{
+    if (!ram_pin_each(ram, io->offset, io->length, pin_has_reader, NULL))
+        return false;
+    pthread_mutex_lock(&ram->wait_m);
+    if (!io->st.res) { /* counted as a writer from the first wait to its end */
+        io->st.res = 1;
+        ram_pin_each(ram, io->offset, io->length, pin_add, io);
+    }
+    atomic_fetch_add(&ram->nwaiting, 1);
+    bool still = ram_pin_each(ram, io->offset, io->length, pin_has_reader, NULL);
+    if (still) {
+        io->st.r = reactor_self();
+        list_add_tail(&ram->waiting, &io->st.node);
+    } else {
+        atomic_fetch_sub(&ram->nwaiting, 1);
+    }
+    pthread_mutex_unlock(&ram->wait_m);
+    return still;
+}
+
+static void ram_submit(struct bs *bs, struct bs_io *io);
+
+static void ram_resubmit(void *arg)
+{
+    struct bs_io *io = arg;
+    ram_submit(io->st.bs, io);
+}
+
 static void bs_ram_submit(struct bs *bs, struct bs_io *io)
+{
+    io->st.bs = bs;
+    io->st.res = 0; /* not waiting for pins (ram_wait) */
+    ram_submit(bs, io);
+}
+
+static void ram_submit(struct bs *bs, struct bs_io *io)
 {
     struct bs_ram *ram = bs->priv;
     int err = bs_io_check(bs, io);
@@ -247,6 +407,10 @@ static void bs_ram_submit(struct bs *bs, struct bs_io *io)
     if (locked)
         ram_stripes(ram, io->offset, io->length,
                     io->op == BS_READ ? RAM_READ_LOCK : RAM_WRITE_LOCK);
+    if (locked && io->op != BS_READ && ram_wait(ram, io)) {
+        ram_stripes(ram, io->offset, io->length, RAM_UNLOCK);
+        return; /* ram_wake submits it again */
+    }
     if (!err) {
         switch (io->op) {
         case BS_READ:
@@ -270,6 +434,10 @@ static void bs_ram_submit(struct bs *bs, struct bs_io *io)
     }
     if (locked)
         ram_stripes(ram, io->offset, io->length, RAM_UNLOCK);
+    if (io->st.res) { /* it waited: its regions may take pins again */
+        ram_pin_each(ram, io->offset, io->length, pin_drop, io);
+        io->st.res = 0;
+    }
     io->done(io, err);
 }
 
@@ -326,6 +494,9 @@ static void bs_ram_close(struct bs *bs)
 {
     struct bs_ram *ram = bs->priv;
     munmap(ram->base, ram->cap);
+    assert(list_empty(&ram->waiting));
+    pthread_mutex_destroy(&ram->wait_m);
+    free(ram->pins);
     for (unsigned i = 0; i < RAM_STRIPES; i++)
         pthread_rwlock_destroy(&ram->stripes[i].lock);
     free(ram->stripes);
@@ -353,6 +524,8 @@ static const struct bs_ops bs_ram_ops = {
     .submit = bs_ram_submit,
     .map = bs_ram_map,
     .read_iov = bs_ram_read_iov,
+    .read_pin = bs_ram_read_pin,
+    .unpin = bs_ram_unpin,
     .close = bs_ram_close,
     .lba_status = bs_ram_lba_status,
     .grow = bs_ram_grow,
@@ -427,7 +600,11 @@ struct bs *bs_ram_open(uint64_t size, bool prealloc, char *err, size_t errlen)
      * the part for the room to grow is not touched until used) */
     ram->alloc = calloc((ram->npages + 63) / 64, sizeof(*ram->alloc));
     ram->stripes = aligned_alloc(64, RAM_STRIPES * sizeof(*ram->stripes));
-    if (!ram->alloc || !ram->stripes || !ram_zeros) {
+    ram->pins = calloc(RAM_PINS, sizeof(*ram->pins));
+    ram->send_min = BS_RAM_SEND_MIN;
+    list_init(&ram->waiting);
+    pthread_mutex_init(&ram->wait_m, NULL);
+    if (!ram->alloc || !ram->stripes || !ram->pins || !ram_zeros) {
         snprintf(err, errlen, "ram: out of memory for the allocation map of %llu bytes",
                  (unsigned long long)size);
         goto fail;
@@ -476,6 +653,7 @@ struct bs *bs_ram_open(uint64_t size, bool prealloc, char *err, size_t errlen)
     return bs;
 fail:
     if (ram) {
+        free(ram->pins);
         free(ram->stripes);
         free(ram->alloc);
     }

@@ -170,6 +170,8 @@ int cmd_handle_scsi_header(struct iscsi_conn *c, struct iscsi_pdu_in *p)
     st->edtl = t->edtl;
     st->edtl_read = flags & ISCSI_CMD_READ;
     st->edtl_write = flags & ISCSI_CMD_WRITE;
+    /* ERL >= 1 keeps an answered READ until ExpStatSN acknowledges it, to resend its data */
+    st->keeps_data = conn_erl(c) >= 1;
     st->transport_priv = t;
     st->admit = cmd_admit_memory;
 

@@ -199,11 +199,35 @@ static void rw_slow_granted(struct scsi_rl_req *q)
     scsi_task_submit(t, t->lu->bs, io);
 }
 
+/* A READ the store serves in place (bs read_pin: a RAM LUN, at least its send-min): the task's
+ * data is the LUN's memory, not a copy, and the store keeps those pages from changing until
+ * scsi_task_release unpins them, after the transport let go of the last PDU that points into
+ * them (docs/performance.md, "RAM LUN reads without the copy"). */
+static bool read_in_place(struct scsi_task *t)
+{
+    struct bs *bs = t->lu->bs;
+    const struct bs_io *io = &scsi_core(t)->io;
+    if (!bs->ops->read_pin || io->length != t->xfer_len || t->keeps_data)
+        return false;
+    int n = bs->ops->read_pin(bs, io->offset, io->length, t->iov, SCSI_TASK_IOV_MAX);
+    if (!n)
+        return false;
+    t->iovcnt = n;
+    scsi_core(t)->pinned = true;
+    t->data_len = t->xfer_len;
+    return true;
+}
+
 static void submit_locked(struct scsi_task *t, enum bs_op op)
 {
     struct scsi_range_lock *rl = &t->lu->rl;
     bool order = t->lu->bs->order_rw;
     if (!order && scsi_rl_try_fast(rl)) {
+        if (op == BS_READ && read_in_place(t)) {
+            scsi_rl_release_fast(rl);
+            scsi_task_complete(t, SR_OK);
+            return;
+        }
         submit(t, op, rw_fast_done);
         return;
     }

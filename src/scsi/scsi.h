@@ -249,6 +249,10 @@ struct scsi_task {
     struct scsi_nexus *nexus;
     uint32_t edtl;              /* expected data transfer length from the transport */
     bool edtl_read, edtl_write; /* transport's R and W bits */
+    /* The transport may resend a READ's data after its status (iSCSI ERL >= 1, until the
+     * initiator acknowledges it): the core then copies it rather than send it from a RAM LUN
+     * in place, whose pages would stay pinned (WRITEs waiting) for as long as that takes. */
+    bool keeps_data;
     void (*done)(struct scsi_task *t);
     void *transport_priv;
     /* Or NULL: asked by setup, before it allocates anything, with every byte of data memory

@@ -439,6 +439,7 @@ struct scsi_task_core {
     void *buf;         /* buffer allocated by setup (t->buffered) */
     struct bs_io io;   /* the medium range (offset, length, fua) and the store request */
     bool lu_held;      /* counted in t->lu's users until release */
+    bool pinned;       /* READ data is the store's memory, io's range pinned until release */
     bool mode_swp;     /* MODE SELECT turning WCE off: the SWP it sets once the flush is done */
     uint8_t buf_class; /* buf's size class in the thread's buffer cache (task.c) */
     /* quiesce.c: whether the task is in the core and aborted, and the transport's done that

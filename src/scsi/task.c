@@ -349,6 +349,10 @@ void scsi_task_exec(struct scsi_task *t)
 void scsi_task_release(struct scsi_task *t)
 {
     struct scsi_task_core *k = scsi_core(t);
+    if (k->pinned) { /* nothing sends from the store's pages any more (sbc.c read_in_place) */
+        k->pinned = false;
+        t->lu->bs->ops->unpin(t->lu->bs, k->io.offset, k->io.length);
+    }
     buf_put(k->buf, k->buf_class);
     k->buf = NULL;
     t->buffered = false;

@@ -8,16 +8,24 @@ For each LUN, at once and over the same small LBA range, sessions of their own (
 land on both reactors) hammer it: writers WRITE(10) random 4 KiB-aligned pieces of the range,
 every 512-byte block self-checking (its LBA and the write's generation, then a pattern derived
 from both), readers READ(10) random pieces and check every block: it must be the whole block of
-one generation, at its own LBA. One reader of each LUN negotiates DataDigest=CRC32C and checks
-the digest of every Data-In PDU against the bytes it carries. A LUN whose VPD B0h advertises a
+one generation, at its own LBA. Two readers of each LUN negotiate DataDigest=CRC32C and check
+the digest of every Data-In PDU against the bytes it carries: one sends each READ with a WRITE
+of the same blocks right behind it in one pipeline (the WRITE lands while the READ's Data-In
+waits to go out), the other reads through a small receive window (its Data-In goes out in
+pieces over many loop turns). The RAM LUN sends every READ of 4 KiB or more from its memory in
+place (send-min=4k), so these check that a WRITE waits for the sends. Every block READ is also
+ordered against the WRITEs as this initiator saw them (one clock for all sessions): it must not
+show a WRITE sent after that READ's status came in, nor one that another WRITE of the block had
+wholly overwritten before the READ was sent. A LUN whose VPD B0h advertises a
 MAXIMUM ATOMIC TRANSFER LENGTH also gets a WRITE ATOMIC(16) writer over a range of its own, whose
 readers must see one generation across the whole READ; a file LUN must advertise none (a
 buffered or device write is not all or nothing across a power loss). Bounded in count and time
-(about 10 s of traffic), no timing assertions; the daemon must exit 0 on SIGTERM.
+(about 10 s of traffic, 12-14 s in all), no timing assertions; the daemon must exit 0 on SIGTERM.
 Exit 0 when every check holds, 1 with the counts otherwise. Python 3 standard library only."""
 
 import os
 import random
+import socket
 import struct
 import sys
 import tempfile
@@ -36,7 +44,10 @@ PIECE = 8  # 4 KiB: every transfer is a multiple, aligned (the O_DIRECT LUN like
 TRAFFIC_S = 10.0
 MAX_OPS = 5000  # batches per thread
 DEPTH = 8  # commands in flight per session: the target works on them together
-WRITERS, READERS = 2, 2
+HISTORY = 16  # completed WRITEs remembered per LBA for the order check
+MIX_GEN = 1 << 40  # generations of the READ-then-WRITE pipelines (apart from the writers')
+WRITERS, READERS = 2, 3  # readers 0 and 2 check data digests, reader 2 reads slowly
+SLOW_RCVBUF = 8192  # the slow reader's socket: the target's Data-In waits in its queue
 
 # ---------------------------------------------------------------- CRC32C (RFC 7143 §12.1)
 
@@ -145,7 +156,7 @@ def cdb_inquiry_vpd(page, alloc):
 
 def pipeline(s, lun, cmds):
     """Send every (cdb, read_len, write_data) of cmds at once, each write whole as immediate
-    data, then collect the answers: [(status, data-in)] in order."""
+    data, then collect the answers: [(status, data-in, when the status was read)] in order."""
     order, pend = [], {}
     for cdb, rlen, wdata in cmds:
         itt = s.next_itt()
@@ -157,7 +168,7 @@ def pipeline(s, lun, cmds):
         s.cmdsn += 1
         s.c.send_pdu(h, wdata or b"")
         order.append(itt)
-        pend[itt] = [None, bytearray(rlen)]
+        pend[itt] = [None, bytearray(rlen), None]
     left = len(order)
     while left:
         rh, rd = s.recv(10.0)
@@ -174,8 +185,9 @@ def pipeline(s, lun, cmds):
         else:
             check(op == OP_SCSI_RSP, "unexpected PDU 0x%02x" % op)
         pend[itt][0] = rh[3]
+        pend[itt][2] = time.monotonic()
         left -= 1
-    return [(pend[i][0], bytes(pend[i][1])) for i in order]
+    return [(pend[i][0], bytes(pend[i][1]), pend[i][2]) for i in order]
 
 
 # ---------------------------------------------------------------- the traffic
@@ -185,8 +197,56 @@ class Tally:
     def __init__(self):
         self.lock = threading.Lock()
         self.reads = self.writes = self.atomic_reads = 0
-        self.torn = self.mixed = 0
+        self.torn = self.mixed = self.future = self.stale = self.checked = 0
         self.errors = []
+        # The order of commands as this initiator saw it (one clock for every session): a
+        # WRITE's generation -> [sent, status read] (sent is taken before the command goes
+        # out, status read after its status came in, so both err on the safe side), and per
+        # LBA the last WRITEs whose status came in, [(status read, sent)].
+        self.gen_time = {0: [float("-inf"), float("-inf")]}
+        self.done = [[] for _ in range(HOT)]
+
+    def starting(self, pieces):
+        """WRITEs of (lba, n, gen) about to be sent: when, as far as the order check knows."""
+        sent = time.monotonic()
+        with self.lock:
+            for _, _, gen in pieces:
+                self.gen_time[gen] = [sent, None]
+        return sent
+
+    def wrote(self, pieces, sent, answers):
+        with self.lock:
+            for (lba, n, gen), (_, _, t) in zip(pieces, answers):
+                self.gen_time[gen][1] = t
+                for b in range(lba, lba + n):
+                    h = self.done[b]
+                    h.append((t, sent))
+                    if len(h) > HISTORY:
+                        del h[0]
+
+    def order(self, lba, gens, sent, status):
+        """Blocks of a READ (sent at `sent`, its status read at `status`) that show a WRITE
+        started after that status arrived (future), and blocks that show a WRITE another WRITE
+        of the block overwrote wholly before the READ was sent (stale: the READ had to see at
+        least the newer one). Dropped history only weakens the check, never fails it."""
+        future = stale = 0
+        with self.lock:
+            for j, g in enumerate(gens):
+                if g is None:
+                    continue
+                t = self.gen_time.get(g)
+                if t is None or t[0] > status:
+                    future += 1
+                    continue
+                if t[1] is None:  # its status not in yet: any later WRITE overlaps it
+                    continue
+                for done, started in self.done[lba + j]:
+                    if started > t[1] and done < sent:
+                        stale += 1
+                        break
+            self.future += future
+            self.stale += stale
+            self.checked += len(gens)
 
     def add(self, **kw):
         with self.lock:
@@ -201,10 +261,10 @@ class Load:
         self.port, self.lun, self.name, self.ip = port, lun, name, ip
         self.tally = Tally()
         self.sessions = []
-        self.digest = None
+        self.digests = []
         self.atomic = False
 
-    def session(self, digest=False):
+    def session(self, digest=False, slow=False):
         cls = DigestSession if digest else hostile.Session
         want = {"DataDigest": "CRC32C"} if digest else {}
         s = cls(self.port, want=want, src="127.0.%d.%d" % (self.ip, len(self.sessions) + 1))
@@ -213,7 +273,12 @@ class Load:
             check(s.keys.get("DataDigest") == "CRC32C",
                   "%s: DataDigest not negotiated (%r)" % (self.name, s.keys.get("DataDigest")))
             s.c.ddigest = True
-            self.digest = s.c
+            self.digests.append(s.c)
+        if slow:
+            # a small receive window: the target sends this session's Data-In in pieces, over
+            # many loop turns, while the writers go on (a READ sent in place must not change
+            # under its queued PDUs, nor a block between two pieces of one)
+            s.c.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, SLOW_RCVBUF)
         st, _, _ = s.scsi_retry_ua(bytes(6), lun=self.lun)  # TEST UNIT READY: the power-on UA
         check(st == 0, "%s: TEST UNIT READY status %d" % (self.name, st))
         self.sessions.append(s)
@@ -238,7 +303,7 @@ class Load:
         for w in range(WRITERS):
             work.append((self.writer, self.session(), w))
         for r in range(READERS):
-            work.append((self.reader, self.session(digest=(r == 0)), r))
+            work.append((self.reader, self.session(digest=(r != 1), slow=(r == 2)), r))
         if self.atomic:
             work.append((self.atomic_writer, self.session(), WRITERS))
             work.append((self.atomic_reader, self.session(), 0))
@@ -262,25 +327,65 @@ class Load:
         return first + PIECE * rnd.randrange((count - n) // PIECE + 1), n
 
     def writer(self, s, i, k, rnd):
-        cmds = []
+        cmds, pieces = [], []
         for j in range(DEPTH):
             lba, n = self.piece(rnd, 0, HOT, HOT // 2)
             gen = ((k * DEPTH + j) + 1) * (WRITERS + 1) + i  # unique per write, never 0
             cmds.append((cdb_rw10(0x2A, lba, n), 0, blocks(lba, n, gen)))
-        for st, _ in pipeline(s, self.lun, cmds):
+            pieces.append((lba, n, gen))
+        sent = self.tally.starting(pieces)
+        answers = pipeline(s, self.lun, cmds)
+        for st, _, _ in answers:
             check(st == 0, "WRITE status %d" % st)
+        self.tally.wrote(pieces, sent, answers)
         self.tally.add(writes=DEPTH)
+        # back to back: READ what was just written, on the same connection; it must show
+        # these WRITEs or newer ones, whole
+        self.read_check(s, [(lba, n) for lba, n, _ in pieces[:2]])
 
     def reader(self, s, i, k, rnd):
-        # the digest reader's own pieces are small: its CRC32C in Python is the slow part
-        most = HOT if s.c is not self.digest else 4 * PIECE
+        # a digest reader's pieces are small: its CRC32C in Python is the slow part
+        most = HOT if i == 1 else 4 * PIECE if i == 0 else 8 * PIECE
         pieces = [self.piece(rnd, 0, HOT, most) for _ in range(DEPTH)]
-        cmds = [(cdb_rw10(0x28, lba, n), n * BLOCK, None) for lba, n in pieces]
+        if i == 0:
+            self.read_then_write(s, k, pieces[:DEPTH // 2])
+        else:
+            self.read_check(s, pieces)
+
+    def read_then_write(self, s, k, pieces):
+        """Each READ followed at once by a WRITE of the same blocks, in one pipeline: the
+        target takes both from one receive, so the WRITE lands while the READ's Data-In still
+        waits to be sent. The READ may show either generation (the WRITE started before its
+        status), but whole, and its data digest must match what it carries."""
+        cmds, wrote = [], []
+        for j, (lba, n) in enumerate(pieces):
+            gen = MIX_GEN + k * DEPTH + j
+            cmds.append((cdb_rw10(0x28, lba, n), n * BLOCK, None))
+            cmds.append((cdb_rw10(0x2A, lba, n), 0, blocks(lba, n, gen)))
+            wrote.append((lba, n, gen))
+        sent = self.tally.starting(wrote)
+        answers = pipeline(s, self.lun, cmds)
         torn = 0
-        for (lba, n), (st, data) in zip(pieces, pipeline(s, self.lun, cmds)):
+        for (lba, n), (st, data, status) in zip(pieces, answers[0::2]):
             check(st == 0, "READ status %d" % st)
             torn += torn_blocks(data, lba, n)
-        self.tally.add(reads=DEPTH, torn=torn)
+            self.tally.order(lba, [block_gen(data, j, lba + j) for j in range(n)], sent,
+                             status)
+        for st, _, _ in answers[1::2]:
+            check(st == 0, "WRITE status %d" % st)
+        self.tally.wrote(wrote, sent, answers[1::2])
+        self.tally.add(reads=len(pieces), writes=len(pieces), torn=torn)
+
+    def read_check(self, s, pieces):
+        cmds = [(cdb_rw10(0x28, lba, n), n * BLOCK, None) for lba, n in pieces]
+        torn = 0
+        sent = time.monotonic()
+        for (lba, n), (st, data, status) in zip(pieces, pipeline(s, self.lun, cmds)):
+            check(st == 0, "READ status %d" % st)
+            torn += torn_blocks(data, lba, n)
+            self.tally.order(lba, [block_gen(data, j, lba + j) for j in range(n)], sent,
+                             status)
+        self.tally.add(reads=len(pieces), torn=torn)
 
     def atomic_writer(self, s, i, k, rnd):
         gen = (k + 1) * (WRITERS + 1) + i
@@ -298,22 +403,31 @@ class Load:
 
     def report(self):
         t = self.tally
-        d = self.digest
-        return ("%s: %d READs (%d torn blocks), %d WRITEs, %d atomic READs (%d mixing two "
-                "WRITE ATOMICs), Data-In with DataDigest %d (%d bad), max atomic %d blocks" %
-                (self.name, t.reads, t.torn, t.writes, t.atomic_reads, t.mixed,
-                 d.pdus if d else 0, d.bad if d else 0, self.max_atomic))
+        pdus = sum(d.pdus for d in self.digests)
+        dbad = sum(d.bad for d in self.digests)
+        return ("%s: %d READs (%d torn blocks; of %d blocks ordered, %d show a WRITE sent "
+                "after the READ's status, %d an overwritten one), %d WRITEs, %d atomic READs "
+                "(%d mixing two WRITE ATOMICs), Data-In with DataDigest %d (%d bad), max "
+                "atomic %d blocks" %
+                (self.name, t.reads, t.torn, t.checked, t.future, t.stale, t.writes,
+                 t.atomic_reads, t.mixed, pdus, dbad, self.max_atomic))
 
     def failures(self):
         t = self.tally
         bad = list(t.errors)
         if t.torn:
             bad.append("%s: %d torn blocks" % (self.name, t.torn))
+        if t.future:
+            bad.append("%s: %d blocks READ show a WRITE sent after that READ's status came in"
+                       % (self.name, t.future))
+        if t.stale:
+            bad.append("%s: %d blocks READ show a WRITE that another one had overwritten "
+                       "before the READ was sent" % (self.name, t.stale))
         if t.mixed:
             bad.append("%s: %d READs saw a WRITE ATOMIC half applied" % (self.name, t.mixed))
-        if self.digest and self.digest.bad:
-            bad.append("%s: %d Data-In PDUs with a wrong data digest" %
-                       (self.name, self.digest.bad))
+        dbad = sum(d.bad for d in self.digests)
+        if dbad:
+            bad.append("%s: %d Data-In PDUs with a wrong data digest" % (self.name, dbad))
         if self.lun != 0 and self.max_atomic:
             bad.append("%s: advertises WRITE ATOMIC of %d blocks, not atomic across a power "
                        "loss" % (self.name, self.max_atomic))
@@ -327,7 +441,7 @@ def main():
     tmp = tempfile.mkdtemp(prefix="tear-")
     files = [os.path.join(tmp, n) for n in ("buffered.img", "direct.img")]
     d = hostile.Daemon(binary, threads=2, log_level="warn", prefix="tear-target-",
-                       lun=["ram:16M", "file:%s,size=16M" % files[0],
+                       lun=["ram:16M,send-min=4k", "file:%s,size=16M" % files[0],
                             "file:%s,size=16M,direct" % files[1]])
     loads = []
     try:

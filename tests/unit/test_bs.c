@@ -258,6 +258,9 @@ static void test_spec_bad(void **state)
     expect_error("ram:1000", "ram: size 1000 is not a positive multiple of 512");
     expect_error("null:1G,direct", "null: unknown option 'direct'");
     expect_error("null:1G,prealloc", "null: unknown option 'prealloc'");
+    expect_error("null:1G,send-min=4k", "null: unknown option 'send-min=4k'");
+    expect_error("ram:1G,send-min=1000",
+                 "ram: send-min: size 1000 is not a positive multiple of 512");
     /* rbd: the spec is checked before any cluster is contacted */
     expect_error("rbd:", "rbd:: expected rbd:POOL/IMAGE");
     expect_error("rbd:pool", "rbd:pool: expected rbd:POOL/IMAGE");
@@ -373,6 +376,62 @@ static void test_ram_stripes(void **state)
     free(wr);
     free(rd);
     bs_close(bs);
+}
+
+static void pin_write_done(struct bs_io *io, int err)
+{
+    *(int *)io->arg = err == 0 ? 1 : -1;
+}
+
+/* A READ sent in place (read_pin) keeps its pages as they were: a WRITE over them waits,
+ * without blocking, until unpin; meanwhile READs of that region copy (no new pin) and a WRITE
+ * elsewhere goes through. Shorter than send-min, with send-min=off or without send-min (the
+ * default), no pin at all. */
+static void test_ram_pin(void **state)
+{
+    (void)state;
+    struct bs *bs = open_ok("ram:16M,send-min=8k");
+    assert_non_null(bs->ops->read_pin);
+    uint8_t *a = malloc(65536), *b = malloc(65536);
+    assert_non_null(a);
+    assert_non_null(b);
+    fill(a, 65536, 1);
+    fill(b, 65536, 2);
+    assert_int_equal(submit_buf(bs, BS_WRITE, 0, a, 65536, false), 0);
+    struct iovec iov[8];
+    assert_int_equal(bs->ops->read_pin(bs, 0, 4096, iov, 8), 0); /* under send-min */
+    int n = bs->ops->read_pin(bs, 0, 65536, iov, 8);
+    assert_int_equal(n, 1);
+    assert_int_equal(iov[0].iov_len, 65536);
+    int done = 0;
+    struct iovec wiov = {b, 4096};
+    struct bs_io w = {.op = BS_WRITE,
+                      .offset = 8192,
+                      .length = 4096,
+                      .iov = &wiov,
+                      .iovcnt = 1,
+                      .done = pin_write_done,
+                      .arg = &done};
+    bs_submit(bs, &w);
+    assert_int_equal(done, 0); /* waits for the pin */
+    assert_memory_equal(iov[0].iov_base, a, 65536);
+    assert_int_equal(bs->ops->read_pin(bs, 0, 65536, iov + 1, 7), 0); /* a writer waits there */
+    assert_int_equal(submit_buf(bs, BS_WRITE, 1 << 20, b, 4096, false), 0); /* elsewhere: goes */
+    bs->ops->unpin(bs, 0, 65536);
+    assert_int_equal(done, 1); /* no reactor here: it ran on the unpinning thread */
+    assert_memory_equal((uint8_t *)iov[0].iov_base + 8192, b, 4096);
+    n = bs->ops->read_pin(bs, 0, 65536, iov, 8); /* the writer is gone: pins again */
+    assert_int_equal(n, 1);
+    bs->ops->unpin(bs, 0, 65536);
+    bs_close(bs);
+    bs = open_ok("ram:16M,send-min=off");
+    assert_int_equal(bs->ops->read_pin(bs, 0, 65536, iov, 8), 0);
+    bs_close(bs);
+    bs = open_ok("ram:16M"); /* opt-in: by default every READ copies */
+    assert_int_equal(bs->ops->read_pin(bs, 0, 1 << 20, iov, 8), 0);
+    bs_close(bs);
+    free(a);
+    free(b);
 }
 
 static void test_ram_round_trip(void **state)
@@ -932,6 +991,7 @@ int main(void)
         cmocka_unit_test(test_null),
         cmocka_unit_test(test_ram_round_trip),
         cmocka_unit_test(test_ram_stripes),
+        cmocka_unit_test(test_ram_pin),
         cmocka_unit_test(test_ram_bounds),
         cmocka_unit_test(test_ram_allocation_map),
         cmocka_unit_test(test_ram_thin_read_costs_nothing),
