@@ -16,7 +16,7 @@
 static const char usage[] =
     "usage: linerate-ctl import ceph-iscsi [POOL/OBJECT | FILE] [--gateway HOST] [-o OUT]\n"
     "           [--secrets OUT]\n"
-    "  ceph-iscsi's gateway.conf (versions 3 and 4): read through librados from POOL/OBJECT\n"
+    "  ceph-iscsi's gateway.conf (versions 3 to 11): read through librados from POOL/OBJECT\n"
     "  (default rbd/gateway.conf; ceph.conf from CEPH_CONF, the user from CEPH_ARGS=--id NAME)\n"
     "  or from FILE (an existing file is always read as a file)\n"
     "  --gateway HOST: that gateway only (default: every gateway it names)\n"

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # linerate-ctl import ceph-iscsi (issue 31 items 2 and 4): ceph-iscsi's gateway.conf, hand-written
-# in versions 3 and 4 (ceph-iscsi/: two gateways, host groups, mutual CHAP, disks in other pools
+# in versions 3, 4 and 11 (ceph-iscsi/: two gateways, host groups, mutual CHAP, disks in other pools
 # than rbd), becomes one linerate.conf per gateway that `linerate-target --check` takes, with
 # each gateway its own ALUA group and the others its peers, the disk's owner active/optimized,
 # LIO's identity on every LUN, and a mode-600 secrets file; what does not carry is reported
@@ -148,8 +148,120 @@ map = 0 1
     [ "$(stat -c %a "$WORK/v3.secrets")" = 600 ] || fail "v3 secrets mode"
     run_to 30 "$LT" --check --config "$WORK/v3.conf" || fail "--check v3: $(cat "$WORK/cmd.out")"
 
+    note "version 11 (ceph-iscsi 3.x): POOL/IMAGE disks, lun_id, separate CHAP keys, FQDN names"
+    mkdir "$WORK/v11"
+    "$CTL_BIN" import ceph-iscsi "$FIX/v11.json" -o "$WORK/v11" --secrets "$WORK/v11/secrets" \
+        2>"$WORK/report"
+    RC=$?
+    LAB=iqn.2003-01.com.redhat.iscsi-gw:lab
+    # exit 1 for SendTargets only (once per target), as version 4
+    [ $RC -eq 1 ] && [ "$(grep -c "^NOT CARRIED: " "$WORK/report")" = 2 ] &&
+        grep -q "^NOT CARRIED: target $LAB: SendTargets through one" "$WORK/report" &&
+        grep -q "^note: target $LAB: 1 target with CHAP: discovery-chap-match = no" "$WORK/report" &&
+        ! grep -q "$LAB has no client" "$WORK/report" || fail "v11: exit $RC: $(cat "$WORK/report")"
+    [ "$(ls "$WORK/v11")" = "gw-a.example.com.conf
+gw-b.example.com.conf
+secrets" ] || fail "v11 files: $(ls "$WORK/v11")"
+    [ "$(sort "$WORK/v11/secrets")" = "disc-target disc-mutual-0002
+discover disc-secret-0001
+esx esx-cluster-secret
+host-a host-a-secret-01
+igw-target igw-mutual-001
+lab lab-secret-0001" ] || fail "v11 secrets: $(cat "$WORK/v11/secrets")"
+    # the target's LUNs by their lun_id (not the sorted order: vm-disk is 1, disk_2 is 2)
+    M0="lun 0 = rbd:rbd/disk_1,$ID,serial=d27e5d89-8829-468b-90ce-4ef8c02f07fe,naa=6001405d27e5d898829468b90ce4ef8c"
+    M1="lun 1 = rbd:vmpool/vm-disk,$ID,serial=5b9485a9-d431-4afc-92a5-e3b1222dbae9,naa=60014055b9485a9d4314afc92a5e3b12"
+    M2="lun 2 = rbd:rbd/disk_2,$ID,serial=7c0e2a4b-93d1-4f6e-b8a5-2d9e6f1c3b70,naa=60014057c0e2a4b93d14f6eb8a52d9e6"
+    LABL="lun 0 = rbd:rbd/lab_disk,$ID,serial=3f6c1d2e-8a9b-4c7d-9e0f-1a2b3c4d5e6f,naa=60014053f6c1d2e8a9b4c7d9e0f1a2b3"
+    ENTRIES11="
+[group esx]
+initiator = iqn.1998-01.com.vmware:esx-1
+initiator = iqn.1998-01.com.vmware:esx-2
+chap-user = esx
+map = 0 2
+map = 3 1
+
+[host $HA]
+chap-user = host-a
+chap-mutual-user = igw-target
+map = 0 0
+map = 1 1
+"
+    COMMON11="chap-secrets = $WORK/v11/secrets
+discovery-chap-match = no
+discovery-chap-user = discover
+discovery-chap-mutual-user = disc-target
+"
+    # acl_enabled false: no entries, the target's own CHAP user; every initiator sees its LUNs
+    has "$WORK/v11/gw-a.example.com.conf" "$COMMON11" "[target $IGW]
+portal = 127.0.0.1:3260
+alua-group = 1
+alua-state = active/non-optimized
+alua-peer = 2:active/non-optimized
+$M0,alua=active/optimized
+$M1,alua=active/optimized
+$M2,alua-peer=2:active/optimized
+$ENTRIES11
+[target $LAB]
+portal = 127.0.0.1:3260
+alua-group = 1
+alua-state = active/non-optimized
+alua-peer = 2:active/non-optimized
+$LABL,alua-peer=2:active/optimized
+chap-user = lab
+"
+    has "$WORK/v11/gw-b.example.com.conf" "$COMMON11" "[target $IGW]
+portal = 127.0.0.2:3260
+alua-group = 2
+alua-state = active/non-optimized
+alua-peer = 1:active/non-optimized
+$M0,alua-peer=1:active/optimized
+$M1,alua-peer=1:active/optimized
+$M2,alua=active/optimized
+$ENTRIES11
+[target $LAB]
+portal = 127.0.0.2:3260
+alua-group = 2
+alua-state = active/non-optimized
+alua-peer = 1:active/non-optimized
+$LABL,alua=active/optimized
+chap-user = lab
+"
+    [ "$(grep -c '^\[host\|^\[group' "$WORK/v11/gw-a.example.com.conf")" = 2 ] ||
+        fail "v11: entries in the acl_enabled false target"
+    for g in gw-a gw-b; do
+        run_to 30 "$LT" --check --config "$WORK/v11/$g.example.com.conf" || fail "--check v11 $g: $(cat "$WORK/cmd.out")"
+        grep -q "OK: 2 targets, 4 LUNs, 1 portal" "$WORK/cmd.out" || fail "--check v11 $g: $(cat "$WORK/cmd.out")"
+    done
+
+    note "version 11, an encrypted password: the user kept, the secret reported as not carried"
+    python3 - "$FIX/v11.json" "$WORK/enc.json" <<'PY' || fail "making enc.json"
+import json, sys
+d = json.load(open(sys.argv[1]))
+a = d["targets"]["iqn.2003-01.com.redhat.iscsi-gw:iscsi-igw"]["clients"]["iqn.1994-05.com.redhat:host-a"]["auth"]
+a["mutual_password"] = "QmFzZTY0IG9mIGFuIFJTQSBPQUVQIGNpcGhlcnRleHQ="
+a["mutual_password_encryption_enabled"] = True
+json.dump(d, open(sys.argv[2], "w"))
+PY
+    rm -rf "$WORK/enc" && mkdir "$WORK/enc"
+    "$CTL_BIN" import ceph-iscsi "$WORK/enc.json" -o "$WORK/enc" --secrets "$WORK/enc/secrets" \
+        2>"$WORK/report"
+    RC=$?
+    [ $RC -eq 1 ] && [ "$(grep -c "^NOT CARRIED: " "$WORK/report")" = 3 ] &&
+        grep -qF "NOT CARRIED: targets[\"$IGW\"].clients[\"$HA\"].auth: the mutual CHAP password of 'igw-target' is encrypted with the gateways' key: not carried; decrypt it on a gateway (base64 -d | openssl pkeyutl -decrypt -inkey /etc/ceph/iscsi-gateway.key" "$WORK/report" ||
+        fail "encrypted: exit $RC: $(cat "$WORK/report")"
+    grep -q "^igw-target " "$WORK/enc/secrets" && fail "an encrypted secret in the secrets file"
+    grep -qx "chap-mutual-user = igw-target" "$WORK/enc/gw-a.example.com.conf" ||
+        fail "encrypted: the mutual user is not kept: $(cat "$WORK/enc/gw-a.example.com.conf")"
+
     note "bad input: exit 2, the place named, nothing written"
-    refused "version 11" "v11.json: version: 11: this importer reads gateway.conf versions 3 and 4" "$FIX/v11.json"
+    python3 - "$FIX/v11.json" "$WORK/v12.json" <<'PY' || fail "making v12.json"
+import json, sys
+d = json.load(open(sys.argv[1]))
+d["version"] = 12
+json.dump(d, open(sys.argv[2], "w"))
+PY
+    refused "version 12" "v12.json: version: 12: this importer reads gateway.conf versions 3 to 11" "$WORK/v12.json"
     refused "malformed" "malformed.json: targets[\"$IGW\"].clients[\"$HA\"].luns[\"vmpool.vm-disk\"]: 'lun_id' is not an integer" \
         "$FIX/malformed.json"
     refused "truncated" "truncated.json:" "$FIX/truncated.json"
