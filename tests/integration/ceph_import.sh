@@ -6,10 +6,12 @@
 # LIO's identity on every LUN, and a mode-600 secrets file; what does not carry is reported
 # and makes the exit 1; malformed, truncated and other versions exit 2 and write nothing.
 #   ceph_import.sh        the files only (no cluster)
-#   ceph_import.sh rbd    on scripts/ceph-mini's cluster: the object written with `rados put`,
-#                         imported through librados, both gateways started from the two files;
-#                         the hosts log in with the imported CHAP, see their maps and LIO's
-#                         VPD 80h/83h through each gateway (skipped, 77, without Ceph)
+#   ceph_import.sh rbd    on scripts/ceph-mini's cluster: the version 11 object (what ceph-iscsi
+#                         3.x keeps) written with `rados put`, imported through librados, both
+#                         gateways started from the two files; the hosts log in with the
+#                         imported CHAP, see their maps and LIO's VPD 80h/83h through each
+#                         gateway, any host the acl_enabled false target's LUN with its CHAP
+#                         (skipped, 77, without Ceph)
 set -u
 source "$(dirname "$0")/lt_lib.sh"
 need python3
@@ -293,29 +295,32 @@ start_ceph
 ceph osd pool create vmpool 8 8 >/dev/null 2>&1 || fail "pool vmpool"
 ceph osd pool set vmpool size 1 --yes-i-really-mean-it >/dev/null 2>&1
 ceph osd pool application enable vmpool rbd >/dev/null 2>&1
-for i in rbd/disk_1 rbd/disk_2 vmpool/vm-disk; do
+for i in rbd/disk_1 rbd/disk_2 rbd/lab_disk vmpool/vm-disk; do
     rbd create --size 16M "$i" || fail "rbd create $i"
 done
-rados -p rbd put gateway.conf "$FIX/v4.json" || fail "rados put"
+rados -p rbd put gateway.conf "$FIX/v11.json" || fail "rados put"
+GA=gw-a.example.com
+GB=gw-b.example.com
+LAB=iqn.2003-01.com.redhat.iscsi-gw:lab
 mkdir "$WORK/gw"
 # the default object, rbd/gateway.conf (from a directory without such a file)
 (cd "$WORK" && "$CTL_BIN" import ceph-iscsi -o gw --secrets gw/secrets) 2>"$WORK/report"
 RC=$?
-[ $RC -eq 1 ] && [ "$(grep -c "^NOT CARRIED: " "$WORK/report")" = 1 ] || fail "import: exit $RC: $(cat "$WORK/report")"
+[ $RC -eq 1 ] && [ "$(grep -c "^NOT CARRIED: " "$WORK/report")" = 2 ] || fail "import: exit $RC: $(cat "$WORK/report")"
 # what was read through librados is the fixture (printed: a "# ---- gateway" line first)
-"$CTL_BIN" import ceph-iscsi "$FIX/v4.json" --gateway gw-a --secrets "$WORK/gw/secrets" \
-    2>/dev/null | tail -n +2 | cmp -s - "$WORK/gw/gw-a.conf" || fail "librados and the file differ"
+"$CTL_BIN" import ceph-iscsi "$FIX/v11.json" --gateway $GA --secrets "$WORK/gw/secrets" \
+    2>/dev/null | tail -n +2 | cmp -s - "$WORK/gw/$GA.conf" || fail "librados and the file differ"
 "$CTL_BIN" import ceph-iscsi rbd/nothing-here --secrets "$WORK/x" 2>"$WORK/report"
 [ $? -eq 2 ] && grep -qF "rbd/nothing-here: stat of the object: No such file or directory" \
     "$WORK/report" || fail "a missing object: $(cat "$WORK/report")"
 
 # The two gateways on 127.0.0.1 and 127.0.0.2 as the object says, on test ports for 3260.
-gw_conf() { # NAME -> $WORK/NAME.run (with @PORT@)
+gw_conf() { # NAME GATEWAY -> $WORK/NAME.run (with @PORT@)
     { echo "ctl-socket = $WORK/$1.sock"; echo "state-dir = $WORK/$1.state"; } >"$WORK/$1.run"
-    sed 's/:3260$/:@PORT@/' "$WORK/gw/$1.conf" >>"$WORK/$1.run"
+    sed 's/:3260$/:@PORT@/' "$WORK/gw/$2.conf" >>"$WORK/$1.run"
 }
-gw_conf gw-a
-gw_conf gw-b
+gw_conf gw-a $GA
+gw_conf gw-b $GB
 start_target_config "$WORK/gw-a.run"
 PA=$PORT
 PID_A=$LT_PID
@@ -386,13 +391,22 @@ for p in "127.0.0.1:$PA" "127.0.0.2:$PB"; do
         run_to 30 iscsi-inq -i $ESX "$u/$l" && fail "esx sees a LUN $l via $p"
     done
 done
-note "discovery with the imported discovery CHAP: each gateway lists the target, its own portal"
+note "the acl_enabled false target: any host, with the target's CHAP, sees its LUN"
+LABH=iqn.2026-11.org.linerate:lab-host
+for p in "127.0.0.1:$PA" "127.0.0.2:$PB"; do
+    [ "$(vpd "iscsi://lab%lab-secret-0001@$p/$LAB/0" $LABH)" = "$(want 3f6c1d2e-8a9b-4c7d-9e0f-1a2b3c4d5e6f)" ] ||
+        fail "lab LUN 0 via $p"
+    run_to 30 iscsi-inq -i $LABH "iscsi://$p/$LAB/0" && fail "lab target without CHAP via $p"
+done
+note "discovery with the imported discovery CHAP: each gateway lists the targets, its own portal"
 DMUT="target_user=disc-target&target_password=disc-mutual-0002"
 for p in "127.0.0.1:$PA" "127.0.0.2:$PB"; do
     run_to 30 iscsi-ls -i $ESX "iscsi://discover%disc-secret-0001@$p?$DMUT" ||
         fail "discovery via $p: $(cat "$WORK/cmd.out")"
-    [ "$(grep -c "^Target:" "$WORK/cmd.out")" = 1 ] &&
-        grep -qx "Target:$IGW Portal:$p,$([ "${p%%:*}" = 127.0.0.1 ] && echo 1 || echo 2)" "$WORK/cmd.out" ||
+    tag=$([ "${p%%:*}" = 127.0.0.1 ] && echo 1 || echo 2)
+    [ "$(grep -c "^Target:" "$WORK/cmd.out")" = 2 ] &&
+        grep -qx "Target:$IGW Portal:$p,$tag" "$WORK/cmd.out" &&
+        grep -qx "Target:$LAB Portal:$p,$tag" "$WORK/cmd.out" ||
         fail "discovery via $p: $(cat "$WORK/cmd.out")"
 done
 run_to 30 iscsi-ls -i $ESX "iscsi://discover%not-the-secret-01@127.0.0.1:$PA?$DMUT" &&
@@ -400,14 +414,15 @@ run_to 30 iscsi-ls -i $ESX "iscsi://discover%not-the-secret-01@127.0.0.1:$PA?$DM
 note "ALUA: each disk active/optimized on its owner's gateway"
 "$CTL_BIN" --socket "$WORK/gw-a.sock" --json show luns >"$WORK/a.luns" || fail "show luns a"
 "$CTL_BIN" --socket "$WORK/gw-b.sock" --json show luns >"$WORK/b.luns" || fail "show luns b"
-python3 - "$WORK/a.luns" "$WORK/b.luns" <<'PY' || fail "ALUA: $(cat "$WORK/a.luns" "$WORK/b.luns")"
+python3 - "$WORK/a.luns" "$WORK/b.luns" "$IGW" "$LAB" <<'PY' || fail "ALUA: $(cat "$WORK/a.luns" "$WORK/b.luns")"
 import json, sys
-# LUNs in sorted disk order (v4.json lists them reversed); the owners: disk_1 (LUN 0) and
-# vm-disk (LUN 2) gw-a = group 1, disk_2 (LUN 1) gw-b = group 2
-owner = {0: 1, 1: 2, 2: 1}
+# LUNs by their lun_id; the owners: disk_1 (LUN 0) and vm-disk (LUN 1) gw-a = group 1,
+# disk_2 (LUN 2) and the lab target's lab_disk gw-b = group 2
+igw, lab = sys.argv[3], sys.argv[4]
+owner = {(igw, 0): 1, (igw, 1): 1, (igw, 2): 2, (lab, 0): 2}
 for me, f in ((1, sys.argv[1]), (2, sys.argv[2])):
-    luns = {r["lun"]: r["alua"] for r in json.load(open(f))}
-    assert sorted(luns) == [0, 1, 2], luns
+    luns = {(r["target"], r["lun"]): r["alua"] for r in json.load(open(f))}
+    assert sorted(luns) == sorted(owner), luns
     for n, a in luns.items():
         want = {g: "active/optimized" if g == owner[n] else "active/non-optimized" for g in (1, 2)}
         got = {g["group"]: g["state"] for g in a["groups"]}
