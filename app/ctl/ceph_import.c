@@ -26,6 +26,7 @@
 #include <jansson.h>
 
 #include "ctl/ceph.h"
+#include "ctl/ceph_auth.h"
 #include "ctl/import_json.h"
 #include "ctl/lio.h"
 
@@ -44,98 +45,6 @@ struct cctx {
     int version;
     char *disc_lines; /* discovery-chap-* lines for every gateway */
 };
-
-/* "USER/SECRET" (ceph-iscsi's `chap` and `chap_mutual`): false when empty (no CHAP). */
-static bool chap_split(struct cctx *c, const char *jp, const char *key, const char *s, char *user,
-                       size_t ulen, const char **secret)
-{
-    if (!*s)
-        return false;
-    const char *slash = strchr(s, '/');
-    if (!slash || slash == s || !slash[1] || (size_t)(slash - s) >= ulen) {
-        imp_bad(&c->i, jp, "'%s' is not USER/PASSWORD", key);
-        return false;
-    }
-    snprintf(user, ulen, "%.*s", (int)(slash - s), s);
-    *secret = slash + 1;
-    return true;
-}
-
-/* CHAP (m = 0) or mutual CHAP (m = 1) of an auth object: before version 8 one "USER/SECRET"
- * string (`chap`, `chap_mutual`); from version 8 separate `username` and `password` (`mutual_`
- * ones), the password perhaps encrypted with the gateways' RSA key (*encrypted). False when
- * there is none. */
-static bool chap_pair(struct cctx *c, json_t *auth, const char *jp, int m, char *user, size_t ulen,
-                      const char **secret, bool *encrypted)
-{
-    *encrypted = false;
-    if (c->version < 8) {
-        const char *key = m ? "chap_mutual" : "chap";
-        json_t *v = imp_member(&c->i, auth, jp, key, JSON_STRING, false);
-        return v && chap_split(c, jp, key, json_string_value(v), user, ulen, secret);
-    }
-    const char *pre = m ? "mutual_" : "";
-    char ku[64], kp[64], ke[64];
-    snprintf(ku, sizeof(ku), "%susername", pre);
-    snprintf(kp, sizeof(kp), "%spassword", pre);
-    snprintf(ke, sizeof(ke), "%spassword_encryption_enabled", pre);
-    json_t *u = imp_member(&c->i, auth, jp, ku, JSON_STRING, false);
-    json_t *p = imp_member(&c->i, auth, jp, kp, JSON_STRING, false);
-    json_t *e = imp_member(&c->i, auth, jp, ke, JSON_TRUE, false);
-    if (c->i.failed || !u || !*json_string_value(u))
-        return false;
-    if (!p || !*json_string_value(p) || strlen(json_string_value(u)) >= ulen) {
-        imp_bad(&c->i, jp, "'%s' without '%s' (or too long)", ku, kp);
-        return false;
-    }
-    snprintf(user, ulen, "%s", json_string_value(u));
-    *secret = json_string_value(p);
-    *encrypted = json_is_true(e) || (json_is_integer(e) && json_integer_value(e));
-    return true;
-}
-
-/* An auth object's CHAP and mutual CHAP as chap-user lines (`prefix` "" in an entry or a
- * target, "discovery-" at the top), the secrets kept. Returns the CHAP user name, copied into
- * the caller's `user`, or NULL without CHAP. */
-static const char *chap_lines(struct cctx *c, json_t *auth, const char *jp, FILE *out,
-                              const char *prefix, char user[256])
-{
-    static const char *const keys[2] = {"chap-user", "chap-mutual-user"};
-    const char *first = NULL;
-    for (int m = 0; m < 2; m++) {
-        char u[256];
-        const char *secret;
-        bool enc;
-        if (!chap_pair(c, auth, jp, m, u, sizeof(u), &secret, &enc))
-            continue;
-        if (m == 1 && !first) {
-            imp_lost(&c->i, true, "%s: mutual CHAP without CHAP: mutual CHAP needs CHAP first", jp);
-            continue;
-        }
-        if (enc) {
-            /* ceph-iscsi encrypts with /etc/ceph/iscsi-gateway.pub (RSA OAEP, SHA-256, then
-             * base64; client.py CHAP); linerate.conf names the user, the secret goes by hand */
-            if (!imp_name_ok(u)) {
-                imp_bad(&c->i, jp, "CHAP user '%s' has a character linerate cannot hold", u);
-                continue;
-            }
-            imp_lost(&c->i, true,
-                     "%s: the %sCHAP password of '%s' is encrypted with the gateways' key: not "
-                     "carried; decrypt it on a gateway (base64 -d | openssl pkeyutl -decrypt "
-                     "-inkey /etc/ceph/iscsi-gateway.key -pkeyopt rsa_padding_mode:oaep "
-                     "-pkeyopt rsa_oaep_md:sha256 -pkeyopt rsa_mgf1_md:sha256) and add '%s "
-                     "SECRET' to the secrets file; until then that login fails",
-                     jp, m ? "mutual " : "", u, u);
-        } else if (!imp_secret(&c->i, jp, u, secret))
-            continue;
-        fprintf(out, "%s%s = %s\n", prefix, keys[m], u);
-        if (m == 0) {
-            snprintf(user, 256, "%s", u);
-            first = user;
-        }
-    }
-    return first;
-}
 
 /* An address as linerate's portal line takes it: hex digits, '.' and ':' only. */
 static bool addr_ok(const char *a)
@@ -372,20 +281,6 @@ static void map_lines(struct cctx *c, json_t *disks, const char *jp, json_t *lun
     }
 }
 
-/* The CHAP users of a client's auth as one comparable text ("chap|chap_mutual"; from version
- * 8 "username|mutual_username"). */
-static char *auth_key(struct cctx *c, json_t *client)
-{
-    json_t *a = json_object_get(client, "auth");
-    bool v8 = c->version >= 8;
-    char *s = NULL;
-    const char *u = json_string_value(json_object_get(a, v8 ? "username" : "chap"));
-    const char *m = json_string_value(json_object_get(a, v8 ? "mutual_username" : "chap_mutual"));
-    if (asprintf(&s, "%s|%s", u ? u : "", m ? m : "") < 0)
-        s = NULL;
-    return s;
-}
-
 /* linerate's group names (linerate.conf(5), HOST ENTRIES). */
 static bool group_name_ok(const char *s)
 {
@@ -414,7 +309,7 @@ static void host_entry(struct cctx *c, const char *iqn, json_t *client, json_t *
     char user[256], ap[1024];
     snprintf(ap, sizeof(ap), "%s.auth", jp);
     json_t *auth = client ? imp_member(&c->i, client, jp, "auth", JSON_OBJECT, false) : NULL;
-    const char *u = chap_lines(c, auth, ap, out, "", user);
+    const char *u = ceph_chap_lines(&c->i, c->version, auth, ap, out, "", user);
     *chap_hosts += u && (!c->disc_user || strcmp(u, c->disc_user) != 0);
     map_lines(c, disks, mapjp, luns, out);
 }
@@ -433,7 +328,8 @@ static char *entries(struct cctx *c, json_t *view, const char *jp, json_t *luns,
          * the target's LUNs under their own numbers, as LIO's demo mode did */
         char user[256], ap[1024];
         snprintf(ap, sizeof(ap), "%sauth", jp);
-        const char *u = chap_lines(c, json_object_get(view, "auth"), ap, out, "", user);
+        const char *u =
+            ceph_chap_lines(&c->i, c->version, json_object_get(view, "auth"), ap, out, "", user);
         *chap_hosts += u && (!c->disc_user || strcmp(u, c->disc_user) != 0);
         if (json_object_size(clients) || json_object_size(groups))
             imp_lost(&c->i, true,
@@ -475,7 +371,7 @@ static char *entries(struct cctx *c, json_t *view, const char *jp, json_t *luns,
                 break;
             }
             json_object_set_new(grouped, json_string_value(m), json_true());
-            char *k = auth_key(c, json_object_get(clients, json_string_value(m)));
+            char *k = ceph_auth_key(c->version, json_object_get(clients, json_string_value(m)));
             if (!first)
                 first = k;
             else {
@@ -507,7 +403,8 @@ static char *entries(struct cctx *c, json_t *view, const char *jp, json_t *luns,
         char user[256], ap[1024];
         snprintf(ap, sizeof(ap), "%sclients[\"%s\"].auth", jp,
                  json_string_value(json_array_get(members, 0)));
-        const char *u = chap_lines(c, json_object_get(c0, "auth"), ap, out, "", user);
+        const char *u =
+            ceph_chap_lines(&c->i, c->version, json_object_get(c0, "auth"), ap, out, "", user);
         if (u && (!c->disc_user || strcmp(u, c->disc_user) != 0))
             *chap_hosts += json_array_size(members);
         snprintf(gp + strlen(gp), sizeof(gp) - strlen(gp), ".disks");
@@ -637,7 +534,8 @@ static void views_v4(struct cctx *c, json_t *root)
     size_t len = 0;
     FILE *out = open_memstream(&buf, &len);
     assert(out);
-    c->disc_user = chap_lines(c, da, "discovery_auth", out, "discovery-", user);
+    c->disc_user =
+        ceph_chap_lines(&c->i, c->version, da, "discovery_auth", out, "discovery-", user);
     if (c->disc_user)
         c->disc_user = strdup(user);
     fclose(out);
