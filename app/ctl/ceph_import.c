@@ -43,7 +43,8 @@ struct cctx {
     bool tcmu_noted; /* the VPD layout note is in the report */
     const char *secrets_path;
     int version;
-    char *disc_lines; /* discovery-chap-* lines for every gateway */
+    char *disc_lines;  /* discovery-chap-* lines for every gateway */
+    json_t *hosts_exp; /* the current target's entries as `expect` holds them (ceph.h) */
 };
 
 /* An address as linerate's portal line takes it: hex digits, '.' and ':' only. */
@@ -56,7 +57,7 @@ static bool addr_ok(const char *a)
 /* One disk's LUN spec without its ALUA options, or NULL when it cannot be served. The identity
  * is LIO's for a user:rbd object: vendor LIO-ORG, product and revision as tcmu-runner's devices
  * answer them (as lio_import.c writes them), the wwn as serial, its NAA. */
-static char *disk_spec(struct cctx *c, const char *key, json_t *d, const char *jp)
+static char *disk_spec(struct cctx *c, const char *key, json_t *d, const char *jp, json_t *ident)
 {
     json_t *pool = imp_member(&c->i, d, jp, "pool", JSON_STRING, false);
     json_t *image = imp_member(&c->i, d, jp, "image", JSON_STRING, false);
@@ -124,6 +125,11 @@ static char *disk_spec(struct cctx *c, const char *key, json_t *d, const char *j
     if (asprintf(&s, "rbd:%s,vendor=LIO-ORG,product=TCMU device,revision=0002,serial=%s,naa=%s", pi,
                  w, naa) < 0)
         s = NULL;
+    /* what --check expects of the LUN (lio_check.c) */
+    json_t *id = json_pack("{s:s, s:s, s:s, s:s, s:s}", "vendor", "LIO-ORG", "product",
+                           "TCMU device", "revision", "0002", "serial", w, "naa", naa);
+    json_object_update(ident, id);
+    json_decref(id);
     json_t *ctl = json_object_get(d, "controls");
     const char *k;
     json_t *v;
@@ -209,8 +215,10 @@ static json_t *target_luns(struct cctx *c, const char *iqn, json_t *view, const 
             continue;
         }
         json_object_set_new(c->served, key, json_string(iqn));
-        char *spec = disk_spec(c, key, d, dp);
+        json_t *ident = json_object();
+        char *spec = disk_spec(c, key, d, dp, ident);
         if (c->i.failed) {
+            json_decref(ident);
             free(spec);
             break;
         }
@@ -220,8 +228,9 @@ static json_t *target_luns(struct cctx *c, const char *iqn, json_t *view, const 
         while (at && json_integer_value(json_object_get(json_array_get(out, at - 1), "lun")) > lun)
             at--;
         json_array_insert_new(out, at,
-                              json_pack("{s:s, s:I, s:s?, s:s?}", "key", key, "lun", lun, "spec",
-                                        spec, "owner", json_string_value(owner)));
+                              json_pack("{s:s, s:I, s:s?, s:s?, s:o}", "key", key, "lun", lun,
+                                        "spec", spec, "owner", json_string_value(owner), "ident",
+                                        ident));
         free(spec);
     }
     json_decref(taken);
@@ -245,7 +254,8 @@ static long lun_of(json_t *luns, const char *key)
 }
 
 /* `map` lines of a {"POOL.IMAGE": {"lun_id": N}} object. */
-static void map_lines(struct cctx *c, json_t *disks, const char *jp, json_t *luns, FILE *out)
+static void map_lines(struct cctx *c, json_t *disks, const char *jp, json_t *luns, FILE *out,
+                      json_t *maps)
 {
     const char *k;
     json_t *v;
@@ -277,7 +287,11 @@ static void map_lines(struct cctx *c, json_t *disks, const char *jp, json_t *lun
             imp_lost(&c->i, true, "%s: maps disk %s, which this target does not serve here", mp, k);
             continue;
         }
-        fprintf(out, "map = %" JSON_INTEGER_FORMAT " %ld\n", json_integer_value(id), n);
+        fprintf(out, "map = %" JSON_INTEGER_FORMAT " %ld\n", h, n);
+        char hl[32];
+        snprintf(hl, sizeof(hl), "%" JSON_INTEGER_FORMAT, h);
+        json_object_set_new(maps, hl,
+                            json_pack("{s:I, s:b}", "lun", (json_int_t)n, "read_only", 0));
     }
 }
 
@@ -311,7 +325,9 @@ static void host_entry(struct cctx *c, const char *iqn, json_t *client, json_t *
     json_t *auth = client ? imp_member(&c->i, client, jp, "auth", JSON_OBJECT, false) : NULL;
     const char *u = ceph_chap_lines(&c->i, c->version, auth, ap, out, "", user);
     *chap_hosts += u && (!c->disc_user || strcmp(u, c->disc_user) != 0);
-    map_lines(c, disks, mapjp, luns, out);
+    json_t *maps = json_object();
+    map_lines(c, disks, mapjp, luns, out, maps);
+    json_object_set_new(c->hosts_exp, iqn, json_pack("{s:s?, s:o}", "chap_user", u, "maps", maps));
 }
 
 /* The target's host groups and clients as [group] and [host] entries. */
@@ -408,7 +424,10 @@ static char *entries(struct cctx *c, json_t *view, const char *jp, json_t *luns,
         if (u && (!c->disc_user || strcmp(u, c->disc_user) != 0))
             *chap_hosts += json_array_size(members);
         snprintf(gp + strlen(gp), sizeof(gp) - strlen(gp), ".disks");
-        map_lines(c, disks, gp, luns, out);
+        json_t *maps = json_object();
+        map_lines(c, disks, gp, luns, out, maps);
+        json_object_set_new(c->hosts_exp, name,
+                            json_pack("{s:s?, s:o}", "chap_user", u, "maps", maps));
     }
     json_t *cl;
     json_object_foreach(clients, name, cl)
@@ -654,8 +673,28 @@ static void target_section(struct cctx *c, const char *iqn, json_t *view, json_t
     fputs(ents, out);
 }
 
+/* What a host sees of target `view` (its LUNs `luns`), as struct ceph_gw's `expect` holds it. */
+static json_t *target_expect(json_t *view, json_t *luns)
+{
+    json_t *ex = json_object();
+    size_t i;
+    json_t *l;
+    json_array_foreach(luns, i, l)
+    {
+        if (!json_is_string(json_object_get(l, "spec")))
+            continue;
+        char n[32];
+        snprintf(n, sizeof(n), "%" JSON_INTEGER_FORMAT,
+                 json_integer_value(json_object_get(l, "lun")));
+        json_t *w = json_deep_copy(json_object_get(l, "ident"));
+        json_object_set_new(w, "read_only", json_false());
+        json_object_set_new(ex, n, w);
+    }
+    return json_pack("{s:o, s:O}", "luns", ex, "hosts", json_object_get(view, "hosts_exp"));
+}
+
 static char *gateway_conf(struct cctx *c, int version, const char *host, json_t *luns_of,
-                          json_t *ents_of)
+                          json_t *ents_of, json_t *expect)
 {
     char *buf = NULL;
     size_t len = 0;
@@ -680,6 +719,7 @@ static char *gateway_conf(struct cctx *c, int version, const char *host, json_t 
             continue;
         target_section(c, iqn, view, luns, json_string_value(json_object_get(ents_of, iqn)), host,
                        out);
+        json_object_set_new(expect, iqn, target_expect(view, luns));
     }
     fclose(out);
     return buf;
@@ -704,6 +744,8 @@ static void targets(struct cctx *c, json_t *luns_of, json_t *ents_of)
         size_t chap_hosts = 0;
         if (c->i.failed)
             return;
+        json_object_set_new(view, "hosts_exp", json_object());
+        c->hosts_exp = json_object_get(view, "hosts_exp");
         char *e = entries(c, view, jp, luns, &chap_hosts);
         json_object_set_new(ents_of, iqn, json_string(e ? e : ""));
         free(e);
@@ -823,7 +865,8 @@ int ceph_import(const char *name, const char *text, size_t len, const char *only
             }
             struct ceph_gw *g = &out->gw[out->ngw++];
             g->host = strdup(host);
-            g->conf = gateway_conf(&c, (int)version, host, luns_of, ents_of);
+            g->expect = json_object();
+            g->conf = gateway_conf(&c, (int)version, host, luns_of, ents_of, g->expect);
             if (c.i.failed)
                 break;
         }
@@ -854,6 +897,7 @@ void ceph_import_free(struct ceph_import *r)
     for (size_t i = 0; i < r->ngw; i++) {
         free(r->gw[i].host);
         free(r->gw[i].conf);
+        json_decref(r->gw[i].expect);
     }
     free(r->gw);
     free(r->secrets);

@@ -428,6 +428,27 @@ for me, f in ((1, sys.argv[1]), (2, sys.argv[2])):
         got = {g["group"]: g["state"] for g in a["groups"]}
         assert a["group"] == me and got == want, (me, n, a)
 PY
+note "--check: each running gateway against what its ceph-iscsi gateway served"
+for g in "a $GA" "b $GB"; do
+    set -- $g
+    run_to 30 "$CTL_BIN" --socket "$WORK/gw-$1.sock" import ceph-iscsi --gateway $2 --check ||
+        fail "--check $2: $(cat "$WORK/cmd.out")"
+    grep -qx "0 differences a host would see between gateway $2 of rbd/gateway.conf and the running linerate" \
+        "$WORK/cmd.out" || fail "--check $2: $(cat "$WORK/cmd.out")"
+done
+"$CTL_BIN" --socket "$WORK/gw-a.sock" call set_lun "{\"target\": \"$IGW\", \"lun\": 1, \"read_only\": true}" \
+    >/dev/null || fail "set_lun"
+run_to 30 "$CTL_BIN" --socket "$WORK/gw-a.sock" import ceph-iscsi --gateway $GA --check
+[ $? -eq 1 ] && [ "$(cat "$WORK/cmd.out")" = "target $IGW LUN 1: read-only differs from LIO
+1 difference a host would see between gateway $GA of rbd/gateway.conf and the running linerate" ] ||
+    fail "--check, LUN 1 read-only: $(cat "$WORK/cmd.out")"
+# the version 4 object numbered the disks otherwise: another disk behind LUN 1 and 2
+run_to 30 "$CTL_BIN" --socket "$WORK/gw-b.sock" import ceph-iscsi "$FIX/v4.json" --gateway gw-b --check
+[ $? -eq 1 ] && grep -qx "target $IGW LUN 1: serial '5b9485a9-d431-4afc-92a5-e3b1222dbae9', LIO answered '7c0e2a4b-93d1-4f6e-b8a5-2d9e6f1c3b70'" "$WORK/cmd.out" &&
+    grep -qx "target $LAB LUN 0: served, but not in the LIO configuration" "$WORK/cmd.out" ||
+    fail "--check against v4: $(cat "$WORK/cmd.out")"
+"$CTL_BIN" import ceph-iscsi "$FIX/v11.json" --check >/dev/null 2>&1
+[ $? -eq 2 ] || fail "--check without --gateway"
 kill -TERM $PID_B
 wait $PID_B
 RCB=$?
