@@ -68,13 +68,9 @@ const char *ceph_chap_lines(struct imp *i, int version, json_t *auth, const char
             imp_lost(i, true, "%s: mutual CHAP without CHAP: mutual CHAP needs CHAP first", jp);
             continue;
         }
-        if (enc) {
+        if (enc)
             /* ceph-iscsi encrypts with /etc/ceph/iscsi-gateway.pub (RSA OAEP, SHA-256, then
              * base64; client.py CHAP); linerate.conf names the user, the secret goes by hand */
-            if (!imp_name_ok(u)) {
-                imp_bad(i, jp, "CHAP user '%s' has a character linerate cannot hold", u);
-                continue;
-            }
             imp_lost(i, true,
                      "%s: the %sCHAP password of '%s' is encrypted with the gateways' key: not "
                      "carried; decrypt it on a gateway (base64 -d | openssl pkeyutl -decrypt "
@@ -82,9 +78,11 @@ const char *ceph_chap_lines(struct imp *i, int version, json_t *auth, const char
                      "-pkeyopt rsa_oaep_md:sha256 -pkeyopt rsa_mgf1_md:sha256) and add '%s "
                      "SECRET' to the secrets file; until then that login fails",
                      jp, m ? "mutual " : "", u, u);
-        } else if (!imp_secret(i, jp, u, secret))
-            continue;
-        fprintf(out, "%s%s = %s\n", prefix, keys[m], u);
+        char key[64];
+        snprintf(key, sizeof(key), "%s%s", prefix, keys[m]);
+        imp_chap_line(i, jp, out, key, u, enc ? NULL : secret);
+        if (i->failed)
+            return NULL;
         if (m == 0) {
             snprintf(user, 256, "%s", u);
             first = user;

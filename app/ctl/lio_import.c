@@ -232,12 +232,13 @@ static void chap(struct ctx *c, json_t *o, const char *jp, const char *prefix, F
         json_t *p = imp_member(&c->i, o, jp, kp, JSON_STRING, false);
         if (c->i.failed || !u || !*json_string_value(u))
             continue;
-        if (!p || !*json_string_value(p)) {
-            imp_lost(&c->i, true, "%s: %s without %s", jp, ku, kp);
-            continue;
-        }
-        if (imp_secret(&c->i, jp, json_string_value(u), json_string_value(p)))
-            fprintf(out, "%s%s = %s\n", key_prefix, kinds[m][2], json_string_value(u));
+        bool nop = !p || !*json_string_value(p);
+        if (nop)
+            imp_lost(&c->i, true, "%s: %s without %s: add '%s SECRET' to the secrets file", jp, ku,
+                     kp, json_string_value(u));
+        char key[64];
+        snprintf(key, sizeof(key), "%s%s", key_prefix, kinds[m][2]);
+        imp_chap_line(&c->i, jp, out, key, json_string_value(u), nop ? NULL : json_string_value(p));
     }
 }
 

@@ -256,7 +256,32 @@ PY
     grep -qx "chap-mutual-user = igw-target" "$WORK/enc/gw-a.example.com.conf" ||
         fail "encrypted: the mutual user is not kept: $(cat "$WORK/enc/gw-a.example.com.conf")"
 
+    note "a secret the secrets file cannot hold: the CHAP user kept, so no login without CHAP"
+    python3 - "$FIX/v11.json" "$WORK/space.json" "$WORK/eq.json" <<'PY' || fail "making space.json"
+import json, sys
+d = json.load(open(sys.argv[1]))
+a = d["targets"]["iqn.2003-01.com.redhat.iscsi-gw:iscsi-igw"]["clients"]["iqn.1994-05.com.redhat:host-a"]["auth"]
+a["password"] = "a secret with spaces"
+json.dump(d, open(sys.argv[2], "w"))
+a["username"] = "host=a"
+json.dump(d, open(sys.argv[3], "w"))
+PY
+    rm -rf "$WORK/space" && mkdir "$WORK/space"
+    "$CTL_BIN" import ceph-iscsi "$WORK/space.json" -o "$WORK/space" --secrets "$WORK/space/secrets" \
+        2>"$WORK/report"
+    RC=$?
+    [ $RC -eq 1 ] && grep -qF "NOT CARRIED: targets[\"$IGW\"].clients[\"$HA\"].auth: CHAP user or secret with characters the secrets file cannot hold: add 'host-a SECRET' by hand" "$WORK/report" ||
+        fail "space: exit $RC: $(cat "$WORK/report")"
+    has "$WORK/space/gw-a.example.com.conf" "[host $HA]
+chap-user = host-a
+chap-mutual-user = igw-target
+"
+    # the gateway refuses to start until the admin adds the secret
+    run_to 30 "$LT" --check --config "$WORK/space/gw-a.example.com.conf" && fail "space: --check passed"
+    grep -q "no secret for CHAP user host-a" "$WORK/cmd.out" || fail "space: $(cat "$WORK/cmd.out")"
+
     note "bad input: exit 2, the place named, nothing written"
+    refused "a CHAP user a config line cannot hold" "CHAP user 'host=a' cannot be written into linerate.conf" "$WORK/eq.json"
     python3 - "$FIX/v11.json" "$WORK/v12.json" <<'PY' || fail "making v12.json"
 import json, sys
 d = json.load(open(sys.argv[1]))
