@@ -256,6 +256,44 @@ PY
     grep -qx "chap-mutual-user = igw-target" "$WORK/enc/gw-a.example.com.conf" ||
         fail "encrypted: the mutual user is not kept: $(cat "$WORK/enc/gw-a.example.com.conf")"
 
+    note "version 11: a gateway with two addresses, a disk on the kernel's rbd backstore"
+    python3 - "$FIX/v11.json" "$WORK/multi.json" <<'PY' || fail "making multi.json"
+import json, sys
+d = json.load(open(sys.argv[1]))
+t = d["targets"]["iqn.2003-01.com.redhat.iscsi-gw:iscsi-igw"]
+t["ip_list"] = ["127.0.0.1", "127.0.0.3", "127.0.0.2"]
+t["portals"]["gw-a.example.com"]["portal_ip_addresses"] = ["127.0.0.1", "127.0.0.3"]
+d["disks"]["rbd/lab_disk"]["backstore"] = "rbd"
+json.dump(d, open(sys.argv[2], "w"))
+PY
+    rm -rf "$WORK/multi" && mkdir "$WORK/multi"
+    "$CTL_BIN" import ceph-iscsi "$WORK/multi.json" -o "$WORK/multi" --secrets "$WORK/multi/secrets" \
+        2>"$WORK/report"
+    RC=$?
+    [ $RC -eq 1 ] && [ "$(grep -c "^NOT CARRIED: " "$WORK/report")" = 4 ] &&
+        grep -qF "NOT CARRIED: targets[\"$IGW\"].portals[\"gw-a.example.com\"]: several addresses, each a TPG of its own in LIO: linerate serves them all under the first one's group 1" "$WORK/report" &&
+        grep -qF "NOT CARRIED: disks[\"rbd/lab_disk\"]: backstore 'rbd' (target_core_rbd): served as an RBD image" "$WORK/report" ||
+        fail "multi: exit $RC: $(cat "$WORK/report")"
+    # gw-a: both addresses under its group 1; gw-b's group is 3 (its address's place in ip_list)
+    has "$WORK/multi/gw-a.example.com.conf" "[target $IGW]
+portal = 127.0.0.1:3260
+portal = 127.0.0.3:3260
+alua-group = 1
+alua-state = active/non-optimized
+alua-peer = 3:active/non-optimized
+$M0,alua=active/optimized
+$M1,alua=active/optimized
+$M2,alua-peer=3:active/optimized
+"
+    has "$WORK/multi/gw-b.example.com.conf" "[target $IGW]
+portal = 127.0.0.2:3260
+alua-group = 3
+alua-state = active/non-optimized
+alua-peer = 1:active/non-optimized
+$M0,alua-peer=1:active/optimized
+"
+    run_to 30 "$LT" --check --config "$WORK/multi/gw-a.example.com.conf" || fail "--check multi: $(cat "$WORK/cmd.out")"
+
     note "a secret the secrets file cannot hold: the CHAP user kept, so no login without CHAP"
     python3 - "$FIX/v11.json" "$WORK/space.json" "$WORK/eq.json" <<'PY' || fail "making space.json"
 import json, sys
