@@ -9,10 +9,15 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include <jansson.h>
+
 /* One gateway's configuration. */
 struct ceph_gw {
     char *host; /* the gateway's name in gateway.conf */
     char *conf;
+    /* What hosts should see through this gateway, per target IQN, in the shape lio_check()
+     * compares a running daemon with (struct lio_import's `expect`, lio.h). */
+    json_t *expect;
 };
 
 struct ceph_import {
@@ -38,7 +43,8 @@ void ceph_import_free(struct ceph_import *r);
 int ceph_rados_read(const char *pool, const char *object, char **text, size_t *len, char *err,
                     size_t errlen);
 
-/* linerate-ctl import ceph-iscsi ...: argv starts at "ceph-iscsi". Returns an exit code. */
-int ctl_import_ceph_main(int argc, char **argv);
+/* linerate-ctl import ceph-iscsi ...: argv starts at "ceph-iscsi"; `socket` and `wait_s` for
+ * --check. Returns an exit code. */
+int ctl_import_ceph_main(const char *socket, unsigned wait_s, int argc, char **argv);
 
 #endif

@@ -1,6 +1,7 @@
 /* linerate-ctl import ceph-iscsi [POOL/OBJECT | FILE] [--gateway HOST] [-o OUT] [--secrets OUT]:
  * the command around ceph_import.c. Everything is translated in memory first and written all
  * or nothing (import_write.c), so a malformed or truncated object writes nothing. */
+#include <assert.h>
 #include <errno.h>
 #include <limits.h>
 #include <stdio.h>
@@ -12,11 +13,14 @@
 #include "ctl/ceph.h"
 #include "ctl/ctl.h"
 #include "ctl/import_json.h"
+#include "ctl/lio.h"
 
 static const char usage[] =
     "usage: linerate-ctl import ceph-iscsi [POOL/OBJECT | FILE] [--gateway HOST] [-o OUT]\n"
     "           [--secrets OUT]\n"
-    "  ceph-iscsi's gateway.conf (versions 3 and 4): read through librados from POOL/OBJECT\n"
+    "       linerate-ctl [--socket PATH] import ceph-iscsi [POOL/OBJECT | FILE] --gateway HOST\n"
+    "           --check\n"
+    "  ceph-iscsi's gateway.conf (versions 3 to 11): read through librados from POOL/OBJECT\n"
     "  (default rbd/gateway.conf; ceph.conf from CEPH_CONF, the user from CEPH_ARGS=--id NAME)\n"
     "  or from FILE (an existing file is always read as a file)\n"
     "  --gateway HOST: that gateway only (default: every gateway it names)\n"
@@ -25,7 +29,10 @@ static const char usage[] =
     "  --secrets OUT: the CHAP secrets file (mode 600) all gateways use; needed when there are\n"
     "          CHAP users\n"
     "exit 0: all carried; 1: something a host would see was not carried (see the report on\n"
-    "stderr; the files are written); 2: bad usage or input, nothing written\n";
+    "stderr; the files are written); 2: bad usage or input, nothing written\n"
+    "--check: compare the running linerate (gateway HOST's successor) with what HOST served\n"
+    "(LUN identities, read-only, maps, CHAP users); exit 0 when a host would see no\n"
+    "difference, 1 when it would\n";
 
 /* The input: a file when `src` names one, else POOL/OBJECT through librados. */
 static int read_source(const char *src, char **text, size_t *len, char *err, size_t errlen)
@@ -98,10 +105,27 @@ done:
     return rc;
 }
 
-int ctl_import_ceph_main(int argc, char **argv)
+/* --check: nothing written; the differences on stdout, exit 1 when there are any. The gateway's
+ * targets are compared as lio_check() compares LIO's: ceph-iscsi's gateways are LIO. */
+static int check(const char *socket, unsigned wait_s, const char *src, const struct ceph_import *r)
+{
+    char err[1024];
+    assert(r->ngw == 1);
+    int n = lio_check(socket, r->gw[0].expect, wait_s, stdout, err, sizeof(err));
+    if (n < 0) {
+        fprintf(stderr, "linerate-ctl import --check: %s\n", err);
+        return CTL_EXIT_NO_DAEMON;
+    }
+    printf("%d difference%s a host would see between gateway %s of %s and the running "
+           "linerate\n",
+           n, n == 1 ? "" : "s", r->gw[0].host, src);
+    return n ? CTL_EXIT_FAILED : CTL_EXIT_OK;
+}
+
+int ctl_import_ceph_main(const char *socket, unsigned wait_s, int argc, char **argv)
 {
     const char *src = "rbd/gateway.conf", *out = NULL, *secrets = NULL, *gw = NULL;
-    bool have_src = false;
+    bool have_src = false, check_mode = false;
     for (int i = 1; i < argc; i++) {
         if ((strcmp(argv[i], "-o") == 0 || strcmp(argv[i], "--output") == 0) && i + 1 < argc)
             out = argv[++i];
@@ -109,6 +133,8 @@ int ctl_import_ceph_main(int argc, char **argv)
             secrets = argv[++i];
         else if (strcmp(argv[i], "--gateway") == 0 && i + 1 < argc)
             gw = argv[++i];
+        else if (strcmp(argv[i], "--check") == 0)
+            check_mode = true;
         else if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
             fputs(usage, stdout);
             return CTL_EXIT_OK;
@@ -118,6 +144,14 @@ int ctl_import_ceph_main(int argc, char **argv)
             fputs(usage, stderr);
             return CTL_EXIT_USAGE;
         }
+    }
+    /* --check compares one gateway: the one the running linerate replaces */
+    if (check_mode && (!gw || out || secrets)) {
+        fputs("linerate-ctl import ceph-iscsi --check: give --gateway HOST, and neither -o nor "
+              "--secrets\n",
+              stderr);
+        fputs(usage, stderr);
+        return CTL_EXIT_USAGE;
     }
     /* the configs name the secrets file by an absolute path (linerate.conf(5)) */
     char abs[PATH_MAX];
@@ -137,6 +171,11 @@ int ctl_import_ceph_main(int argc, char **argv)
     if (got < 0) {
         fprintf(stderr, "linerate-ctl import: %s; nothing written\n", err);
         return CTL_EXIT_USAGE;
+    }
+    if (check_mode) {
+        int crc = check(socket, wait_s, src, &r);
+        ceph_import_free(&r);
+        return crc;
     }
     int rc = r.lossy ? CTL_EXIT_FAILED : CTL_EXIT_OK;
     struct stat st;

@@ -1,17 +1,23 @@
-/* ceph-iscsi's gateway.conf, versions 3 and 4 (ceph-iscsi-config 2.x), to one linerate.conf per
- * gateway host. What ceph-iscsi does with it, and so what a host saw:
- * - every disk ("POOL.IMAGE": pool, image, wwn, owner) is a LIO user:rbd storage object served
- *   by tcmu-runner, created on every gateway with the same `wwn`, which LIO keeps as the unit
- *   serial: VPD 80h is the wwn and VPD 83h the NAA LIO derives from it (lio_naa.c);
+/* ceph-iscsi's gateway.conf, versions 3 to 11 (ceph-iscsi-config 2.x, ceph-iscsi 3.x), to one
+ * linerate.conf per gateway host. What ceph-iscsi does with it, and so what a host saw:
+ * - every disk is a LIO user:rbd storage object served by tcmu-runner (or, from version 5's
+ *   `backstore`, perhaps the kernel's "rbd"), created on every gateway with the same `wwn`,
+ *   which LIO keeps as the unit serial: VPD 80h is the wwn and VPD 83h the NAA LIO derives
+ *   from it (lio_naa.c);
  * - each gateway has one TPG per address of the target's ip_list, tag = position + 1, only its
  *   own enabled: its TPGT and ALUA target port group; the disk's owner gateway is
  *   active/optimized for it, the others active/non-optimized;
- * - clients are node ACLs with LUN maps ("lun_id") and CHAP "USER/SECRET" (v4 also mutual),
- *   host groups give their members one map; port 3260 everywhere.
- * Version 3 has one target (gateways.iqn) with its clients, groups and controls at the top;
- * version 4 moved them into targets.IQN (ceph_iscsi_config/common.py, _upgrade_config). Both
- * are read into the version 4 shape (a "view") first. What has no linerate meaning goes to the
- * report (issue 31 item 4). */
+ * - clients are node ACLs with LUN maps ("lun_id") and CHAP, host groups give their members
+ *   one map; a target with acl_enabled false is LIO's demo mode: anyone, with the target's
+ *   own CHAP; port 3260 everywhere.
+ * The versions, as ceph_iscsi_config/common.py's _upgrade_config moves between them: 4 moved
+ * version 3's one target (gateways.iqn, clients, groups and controls at the top) into
+ * targets.IQN; 5 added each disk's `backstore`; 6 each target's `acl_enabled`; 7 keyed disks
+ * "POOL/IMAGE" instead of "POOL.IMAGE"; 8 split the "USER/SECRET" strings into `username`,
+ * `password` and `password_encryption_enabled` (and `mutual_` ones); 9 gave each gateway a
+ * list, `portal_ip_addresses`; 10 named gateways by FQDN; 11 added the target's `auth` and
+ * made its `disks` an object of `lun_id`s. All are read into one shape (a "view") first. What
+ * has no linerate meaning goes to the report (issue 31 item 4). */
 #include <assert.h>
 #include <inttypes.h>
 #include <stdlib.h>
@@ -20,6 +26,7 @@
 #include <jansson.h>
 
 #include "ctl/ceph.h"
+#include "ctl/ceph_auth.h"
 #include "ctl/import_json.h"
 #include "ctl/lio.h"
 
@@ -35,54 +42,10 @@ struct cctx {
     bool chap_any;   /* discovery-chap-match = no is written (discovery_note) */
     bool tcmu_noted; /* the VPD layout note is in the report */
     const char *secrets_path;
-    char *disc_lines; /* discovery-chap-* lines for every gateway */
+    int version;
+    char *disc_lines;  /* discovery-chap-* lines for every gateway */
+    json_t *hosts_exp; /* the current target's entries as `expect` holds them (ceph.h) */
 };
-
-/* "USER/SECRET" (ceph-iscsi's `chap` and `chap_mutual`): false when empty (no CHAP). */
-static bool chap_split(struct cctx *c, const char *jp, const char *key, const char *s, char *user,
-                       size_t ulen, const char **secret)
-{
-    if (!*s)
-        return false;
-    const char *slash = strchr(s, '/');
-    if (!slash || slash == s || !slash[1] || (size_t)(slash - s) >= ulen) {
-        imp_bad(&c->i, jp, "'%s' is not USER/PASSWORD", key);
-        return false;
-    }
-    snprintf(user, ulen, "%.*s", (int)(slash - s), s);
-    *secret = slash + 1;
-    return true;
-}
-
-/* An auth object's `chap` and `chap_mutual` as chap-user lines (`prefix` "" in an entry,
- * "discovery-" at the top), the secrets kept. Returns the CHAP user name, copied into the
- * caller's `user`, or NULL without CHAP. */
-static const char *chap_lines(struct cctx *c, json_t *auth, const char *jp, FILE *out,
-                              const char *prefix, char user[256])
-{
-    static const char *const keys[2][2] = {{"chap", "chap-user"},
-                                           {"chap_mutual", "chap-mutual-user"}};
-    const char *first = NULL;
-    for (int m = 0; m < 2; m++) {
-        json_t *v = imp_member(&c->i, auth, jp, keys[m][0], JSON_STRING, false);
-        char u[256];
-        const char *secret;
-        if (!v || !chap_split(c, jp, keys[m][0], json_string_value(v), u, sizeof(u), &secret))
-            continue;
-        if (m == 1 && !first) {
-            imp_lost(&c->i, true, "%s: chap_mutual without chap: mutual CHAP needs CHAP first", jp);
-            continue;
-        }
-        if (!imp_secret(&c->i, jp, u, secret))
-            continue;
-        fprintf(out, "%s%s = %s\n", prefix, keys[m][1], u);
-        if (m == 0) {
-            snprintf(user, 256, "%s", u);
-            first = user;
-        }
-    }
-    return first;
-}
 
 /* An address as linerate's portal line takes it: hex digits, '.' and ':' only. */
 static bool addr_ok(const char *a)
@@ -94,23 +57,38 @@ static bool addr_ok(const char *a)
 /* One disk's LUN spec without its ALUA options, or NULL when it cannot be served. The identity
  * is LIO's for a user:rbd object: vendor LIO-ORG, product and revision as tcmu-runner's devices
  * answer them (as lio_import.c writes them), the wwn as serial, its NAA. */
-static char *disk_spec(struct cctx *c, const char *key, json_t *d, const char *jp)
+static char *disk_spec(struct cctx *c, const char *key, json_t *d, const char *jp, json_t *ident)
 {
     json_t *pool = imp_member(&c->i, d, jp, "pool", JSON_STRING, false);
     json_t *image = imp_member(&c->i, d, jp, "image", JSON_STRING, false);
     json_t *wwn = imp_member(&c->i, d, jp, "wwn", JSON_STRING, false);
     imp_member(&c->i, d, jp, "owner", JSON_STRING, false);
+    /* version 5 names the backstore: "user:rbd" (tcmu-runner), or "rbd" (the kernel's
+     * target_core_rbd of some distributions, which answers INQUIRY with LIO's own strings) */
+    json_t *bs = imp_member(&c->i, d, jp, "backstore", JSON_STRING, false);
     if (c->i.failed)
         return NULL;
+    const char *bsn = bs ? json_string_value(bs) : "user:rbd";
+    if (strcmp(bsn, "user:rbd") != 0 && strcmp(bsn, "rbd") != 0) {
+        imp_lost(&c->i, true, "%s: backstore '%s' is not one linerate serves: not served", jp, bsn);
+        return NULL;
+    }
+    if (strcmp(bsn, "rbd") == 0)
+        imp_lost(&c->i, true,
+                 "%s: backstore 'rbd' (target_core_rbd): served as an RBD image with its serial "
+                 "and NAA, but INQUIRY's product and revision are tcmu-runner's; set product= and "
+                 "revision= on its LUN as a gateway answers them (sg_inq)",
+                 jp);
     char pi[1024];
     /* the early version 3 disk had only wwn and owner: its key is "POOL.IMAGE" */
     if (pool && image)
         snprintf(pi, sizeof(pi), "%s/%s", json_string_value(pool), json_string_value(image));
-    else if (strchr(key, '.'))
-        snprintf(pi, sizeof(pi), "%.*s/%s", (int)(strchr(key, '.') - key), key,
-                 strchr(key, '.') + 1);
+    else if (strchr(key, c->version >= 7 ? '/' : '.')) /* version 7 keys disks "POOL/IMAGE" */
+        snprintf(pi, sizeof(pi), "%.*s/%s", (int)strcspn(key, "./"), key,
+                 key + strcspn(key, "./") + 1);
     else {
-        imp_bad(&c->i, jp, "no 'pool' and 'image', and the key is not POOL.IMAGE");
+        imp_bad(&c->i, jp, "no 'pool' and 'image', and the key is not POOL%cIMAGE",
+                c->version >= 7 ? '/' : '.');
         return NULL;
     }
     if (!imp_name_ok(pi) || strchr(strchr(pi, '/') + 1, '/')) {
@@ -147,6 +125,11 @@ static char *disk_spec(struct cctx *c, const char *key, json_t *d, const char *j
     if (asprintf(&s, "rbd:%s,vendor=LIO-ORG,product=TCMU device,revision=0002,serial=%s,naa=%s", pi,
                  w, naa) < 0)
         s = NULL;
+    /* what --check expects of the LUN (lio_check.c) */
+    json_t *id = json_pack("{s:s, s:s, s:s, s:s, s:s}", "vendor", "LIO-ORG", "product",
+                           "TCMU device", "revision", "0002", "serial", w, "naa", naa);
+    json_object_update(ident, id);
+    json_decref(id);
     json_t *ctl = json_object_get(d, "controls");
     const char *k;
     json_t *v;
@@ -163,9 +146,9 @@ static int by_name(const void *a, const void *b)
     return strcmp(*(const char *const *)a, *(const char *const *)b);
 }
 
-/* The target's LUNs: [{"key", "spec", "owner"}], numbered in the sorted order of its disk list,
- * as ceph-iscsi numbers them (its upgrade to version 11 writes each disk's lun_id as its place in
- * sorted(target['disks'])). */
+/* The target's LUNs: [{"key", "lun", "spec", "owner"}]. Before version 11 numbered in the sorted
+ * order of its disk list, as ceph-iscsi numbers them (its upgrade to version 11 writes each
+ * disk's lun_id as its place in sorted(target['disks'])); from version 11 by that lun_id. */
 static json_t *target_luns(struct cctx *c, const char *iqn, json_t *view, const char *jp)
 {
     json_t *out = json_array();
@@ -185,9 +168,36 @@ static json_t *target_luns(struct cctx *c, const char *iqn, json_t *view, const 
         }
     }
     qsort(keys, n, sizeof(*keys), by_name);
+    json_t *ids = json_object_get(view, "lun_ids"), *taken = json_object();
+    if (!json_is_object(ids))
+        ids = NULL; /* before version 11 */
     for (i = 0; i < n; i++) {
         char dp[512];
         const char *key = keys[i];
+        json_int_t lun = (json_int_t)i;
+        if (ids) {
+            snprintf(dp, sizeof(dp), "%sdisks[\"%s\"]", jp, key);
+            json_t *id =
+                imp_member(&c->i, json_object_get(ids, key), dp, "lun_id", JSON_INTEGER, true);
+            if (c->i.failed)
+                break;
+            lun = json_integer_value(id);
+            char num[32];
+            snprintf(num, sizeof(num), "%" JSON_INTEGER_FORMAT, lun);
+            if (lun < 0 || json_object_get(taken, num)) {
+                imp_bad(&c->i, dp, "'lun_id' is negative or another disk's");
+                break;
+            }
+            json_object_set_new(taken, num, json_true());
+            /* SAM-5 section 4.7.7: flat space addressing reaches 16383 */
+            if (lun > 16383) {
+                imp_lost(&c->i, true,
+                         "%s: target LUN %" JSON_INTEGER_FORMAT " is above linerate's 16383: "
+                         "not served",
+                         dp, lun);
+                continue;
+            }
+        }
         snprintf(dp, sizeof(dp), "disks[\"%s\"]", key);
         json_t *d = json_object_get(c->disks, key);
         if (!json_is_object(d)) {
@@ -200,20 +210,30 @@ static json_t *target_luns(struct cctx *c, const char *iqn, json_t *view, const 
                      "%s: also a disk of target %s; linerate serves a disk in one target: give "
                      "the hosts of %s [host] entries there",
                      dp, json_string_value(other), iqn);
-            json_array_append_new(out, json_pack("{s:s, s:n}", "key", key, "spec"));
+            json_array_append_new(out,
+                                  json_pack("{s:s, s:I, s:n}", "key", key, "lun", lun, "spec"));
             continue;
         }
         json_object_set_new(c->served, key, json_string(iqn));
-        char *spec = disk_spec(c, key, d, dp);
+        json_t *ident = json_object();
+        char *spec = disk_spec(c, key, d, dp, ident);
         if (c->i.failed) {
+            json_decref(ident);
             free(spec);
             break;
         }
         json_t *owner = json_object_get(d, "owner");
-        json_array_append_new(out, json_pack("{s:s, s:s?, s:s?}", "key", key, "spec", spec, "owner",
-                                             json_string_value(owner)));
+        /* in LUN order, as LIO lists them */
+        size_t at = json_array_size(out);
+        while (at && json_integer_value(json_object_get(json_array_get(out, at - 1), "lun")) > lun)
+            at--;
+        json_array_insert_new(out, at,
+                              json_pack("{s:s, s:I, s:s?, s:s?, s:o}", "key", key, "lun", lun,
+                                        "spec", spec, "owner", json_string_value(owner), "ident",
+                                        ident));
         free(spec);
     }
+    json_decref(taken);
     free(keys);
     return out;
 }
@@ -226,13 +246,16 @@ static long lun_of(json_t *luns, const char *key)
     json_array_foreach(luns, i, l)
     {
         if (strcmp(json_string_value(json_object_get(l, "key")), key) == 0)
-            return json_is_string(json_object_get(l, "spec")) ? (long)i : -1;
+            return json_is_string(json_object_get(l, "spec"))
+                       ? (long)json_integer_value(json_object_get(l, "lun"))
+                       : -1;
     }
     return -1;
 }
 
 /* `map` lines of a {"POOL.IMAGE": {"lun_id": N}} object. */
-static void map_lines(struct cctx *c, json_t *disks, const char *jp, json_t *luns, FILE *out)
+static void map_lines(struct cctx *c, json_t *disks, const char *jp, json_t *luns, FILE *out,
+                      json_t *maps)
 {
     const char *k;
     json_t *v;
@@ -264,20 +287,12 @@ static void map_lines(struct cctx *c, json_t *disks, const char *jp, json_t *lun
             imp_lost(&c->i, true, "%s: maps disk %s, which this target does not serve here", mp, k);
             continue;
         }
-        fprintf(out, "map = %" JSON_INTEGER_FORMAT " %ld\n", json_integer_value(id), n);
+        fprintf(out, "map = %" JSON_INTEGER_FORMAT " %ld\n", h, n);
+        char hl[32];
+        snprintf(hl, sizeof(hl), "%" JSON_INTEGER_FORMAT, h);
+        json_object_set_new(maps, hl,
+                            json_pack("{s:I, s:b}", "lun", (json_int_t)n, "read_only", 0));
     }
-}
-
-/* The CHAP users of a client's auth as one comparable text ("chap|chap_mutual"). */
-static char *auth_key(json_t *client)
-{
-    json_t *a = json_object_get(client, "auth");
-    char *s = NULL;
-    const char *u = json_string_value(json_object_get(a, "chap"));
-    const char *m = json_string_value(json_object_get(a, "chap_mutual"));
-    if (asprintf(&s, "%s|%s", u ? u : "", m ? m : "") < 0)
-        s = NULL;
-    return s;
 }
 
 /* linerate's group names (linerate.conf(5), HOST ENTRIES). */
@@ -308,9 +323,11 @@ static void host_entry(struct cctx *c, const char *iqn, json_t *client, json_t *
     char user[256], ap[1024];
     snprintf(ap, sizeof(ap), "%s.auth", jp);
     json_t *auth = client ? imp_member(&c->i, client, jp, "auth", JSON_OBJECT, false) : NULL;
-    const char *u = chap_lines(c, auth, ap, out, "", user);
+    const char *u = ceph_chap_lines(&c->i, c->version, auth, ap, out, "", user);
     *chap_hosts += u && (!c->disc_user || strcmp(u, c->disc_user) != 0);
-    map_lines(c, disks, mapjp, luns, out);
+    json_t *maps = json_object();
+    map_lines(c, disks, mapjp, luns, out, maps);
+    json_object_set_new(c->hosts_exp, iqn, json_pack("{s:s?, s:o}", "chap_user", u, "maps", maps));
 }
 
 /* The target's host groups and clients as [group] and [host] entries. */
@@ -322,6 +339,28 @@ static char *entries(struct cctx *c, json_t *view, const char *jp, json_t *luns,
     assert(out);
     json_t *clients = json_object_get(view, "clients");
     json_t *groups = json_object_get(view, "groups");
+    if (json_is_true(json_object_get(view, "open"))) {
+        /* no entries: linerate admits every initiator to a target without any, and each sees
+         * the target's LUNs under their own numbers, as LIO's demo mode did */
+        char user[256], ap[1024];
+        snprintf(ap, sizeof(ap), "%sauth", jp);
+        const char *u =
+            ceph_chap_lines(&c->i, c->version, json_object_get(view, "auth"), ap, out, "", user);
+        *chap_hosts += u && (!c->disc_user || strcmp(u, c->disc_user) != 0);
+        if (json_object_size(clients) || json_object_size(groups))
+            imp_lost(&c->i, true,
+                     "%sacl_enabled is false, yet it has clients or groups: every initiator "
+                     "logs in and sees every LUN; their maps and CHAP are not carried",
+                     jp);
+        fclose(out);
+        return buf;
+    }
+    const char *tu = json_string_value(json_object_get(json_object_get(view, "auth"), "username"));
+    if (tu && *tu)
+        imp_lost(&c->i, false,
+                 "%sauth: the target's CHAP applies to LIO's demo mode only (acl_enabled false); "
+                 "with ACLs each client's own CHAP counts: not carried",
+                 jp);
     json_t *grouped = json_object();
     const char *name;
     json_t *g;
@@ -348,7 +387,7 @@ static char *entries(struct cctx *c, json_t *view, const char *jp, json_t *luns,
                 break;
             }
             json_object_set_new(grouped, json_string_value(m), json_true());
-            char *k = auth_key(json_object_get(clients, json_string_value(m)));
+            char *k = ceph_auth_key(c->version, json_object_get(clients, json_string_value(m)));
             if (!first)
                 first = k;
             else {
@@ -380,11 +419,15 @@ static char *entries(struct cctx *c, json_t *view, const char *jp, json_t *luns,
         char user[256], ap[1024];
         snprintf(ap, sizeof(ap), "%sclients[\"%s\"].auth", jp,
                  json_string_value(json_array_get(members, 0)));
-        const char *u = chap_lines(c, json_object_get(c0, "auth"), ap, out, "", user);
+        const char *u =
+            ceph_chap_lines(&c->i, c->version, json_object_get(c0, "auth"), ap, out, "", user);
         if (u && (!c->disc_user || strcmp(u, c->disc_user) != 0))
             *chap_hosts += json_array_size(members);
         snprintf(gp + strlen(gp), sizeof(gp) - strlen(gp), ".disks");
-        map_lines(c, disks, gp, luns, out);
+        json_t *maps = json_object();
+        map_lines(c, disks, gp, luns, out, maps);
+        json_object_set_new(c->hosts_exp, name,
+                            json_pack("{s:s?, s:o}", "chap_user", u, "maps", maps));
     }
     json_t *cl;
     json_object_foreach(clients, name, cl)
@@ -417,13 +460,14 @@ static char *entries(struct cctx *c, json_t *view, const char *jp, json_t *luns,
  * CHAP, if set); linerate lists a CHAP target only to a discovery session authenticated as the
  * initiator's own CHAP user unless discovery-chap-match is off (docs/hosts.md): the import turns
  * it off, as lio_import.c does, when a host's CHAP user is not the discovery user. */
-static void discovery_note(struct cctx *c, const char *iqn, size_t chap_hosts)
+static void discovery_note(struct cctx *c, const char *iqn, size_t chap_hosts, bool open)
 {
     if (chap_hosts)
         imp_lost(&c->i, false,
-                 "target %s: %zu initiator(s) with CHAP: discovery-chap-match = no, so that "
+                 "target %s: %zu %s with CHAP: discovery-chap-match = no, so that "
                  "SendTargets lists CHAP targets to every discovery session%s as LIO did",
-                 iqn, chap_hosts, c->disc_user ? " that passed discovery CHAP" : "");
+                 iqn, chap_hosts, open ? "target" : "initiator(s)",
+                 c->disc_user ? " that passed discovery CHAP" : "");
     c->chap_any |= chap_hosts != 0;
 }
 
@@ -473,7 +517,12 @@ static void views_v4(struct cctx *c, json_t *root)
         snprintf(jp, sizeof(jp), "targets[\"%s\"]", k);
         if (!imp_object(&c->i, t, jp))
             return;
-        json_t *disks = imp_member(&c->i, t, jp, "disks", JSON_ARRAY, true);
+        json_t *disks =
+            imp_member(&c->i, t, jp, "disks", c->version >= 11 ? JSON_OBJECT : JSON_ARRAY, true);
+        /* version 6: false is LIO's demo mode (generate_node_acls): every initiator logs in,
+         * with the target's own CHAP (`auth`, version 11), and sees all its LUNs */
+        json_t *acl = imp_member(&c->i, t, jp, "acl_enabled", JSON_TRUE, false);
+        json_t *tauth = imp_member(&c->i, t, jp, "auth", JSON_OBJECT, false);
         json_t *clients = imp_member(&c->i, t, jp, "clients", JSON_OBJECT, false);
         json_t *portals = imp_member(&c->i, t, jp, "portals", JSON_OBJECT, true);
         json_t *groups = imp_member(&c->i, t, jp, "groups", JSON_OBJECT, false);
@@ -482,10 +531,21 @@ static void views_v4(struct cctx *c, json_t *root)
         if (c->i.failed)
             return;
         strcat(jp, ".");
+        json_t *ids = NULL;
+        if (c->version >= 11) { /* the keys, and their lun_id apart */
+            ids = disks;
+            disks = json_array();
+            const char *dk;
+            json_t *dv;
+            json_object_foreach(ids, dk, dv) json_array_append_new(disks, json_string(dk));
+        } else
+            json_incref(disks);
+        bool open = acl && !json_is_true(acl) && !json_integer_value(acl);
         json_object_set_new(c->views, k,
-                            json_pack("{s:O, s:O, s:O?, s:O?, s:O?, s:O, s:s}", "portals", portals,
-                                      "disks", disks, "clients", clients, "groups", groups,
-                                      "controls", controls, "ip_list", ips, "jp", jp));
+                            json_pack("{s:O, s:o, s:O?, s:O?, s:O?, s:O, s:s, s:O?, s:b, s:O?}",
+                                      "portals", portals, "disks", disks, "clients", clients,
+                                      "groups", groups, "controls", controls, "ip_list", ips, "jp",
+                                      jp, "lun_ids", ids, "open", open, "auth", tauth));
     }
     if (!da)
         return;
@@ -493,7 +553,8 @@ static void views_v4(struct cctx *c, json_t *root)
     size_t len = 0;
     FILE *out = open_memstream(&buf, &len);
     assert(out);
-    c->disc_user = chap_lines(c, da, "discovery_auth", out, "discovery-", user);
+    c->disc_user =
+        ceph_chap_lines(&c->i, c->version, da, "discovery_auth", out, "discovery-", user);
     if (c->disc_user)
         c->disc_user = strdup(user);
     fclose(out);
@@ -515,8 +576,9 @@ static unsigned group_of(json_t *view, const char *ip)
     return 0;
 }
 
-/* The portal address of `host` in the target, or NULL (malformed: c->i.failed). */
-static const char *portal_of(struct cctx *c, json_t *view, const char *host)
+/* The `n`th portal address of `host` in the target, or NULL (none, or malformed:
+ * c->i.failed). Version 9 gave each gateway a list (portal_ip_addresses), before one. */
+static const char *portal_of(struct cctx *c, json_t *view, const char *host, size_t n)
 {
     json_t *p = json_object_get(json_object_get(view, "portals"), host);
     if (!p)
@@ -525,41 +587,70 @@ static const char *portal_of(struct cctx *c, json_t *view, const char *host)
     /* version 3 keeps a gateway's portal in gateways.HOST, version 4 in the target */
     const char *tjp = json_string_value(json_object_get(view, "jp"));
     snprintf(jp, sizeof(jp), "%s%s[\"%s\"]", tjp, *tjp ? "portals" : "gateways", host);
+    bool list = c->version >= 9;
+    const char *key = list ? "portal_ip_addresses" : "portal_ip_address";
     json_t *ip = imp_object(&c->i, p, jp)
-                     ? imp_member(&c->i, p, jp, "portal_ip_address", JSON_STRING, true)
+                     ? imp_member(&c->i, p, jp, key, list ? JSON_ARRAY : JSON_STRING, true)
                      : NULL;
     if (c->i.failed)
         return NULL;
-    if (!addr_ok(json_string_value(ip))) {
-        imp_bad(&c->i, jp, "'portal_ip_address' is not an IPv4 or IPv6 address");
+    if (list && !json_array_size(ip) && n == 0) {
+        imp_bad(&c->i, jp, "'%s' is empty", key);
+        return NULL;
+    }
+    if (list)
+        ip = json_array_get(ip, n);
+    else if (n)
+        return NULL;
+    if (!ip)
+        return NULL;
+    if (!json_is_string(ip) || !addr_ok(json_string_value(ip))) {
+        imp_bad(&c->i, jp, "'%s' is not an IPv4 or IPv6 address", key);
         return NULL;
     }
     if (!group_of(view, json_string_value(ip))) {
-        imp_bad(&c->i, jp, "'portal_ip_address' %s is not in the target's ip_list",
-                json_string_value(ip));
+        imp_bad(&c->i, jp, "'%s' %s is not in the target's ip_list", key, json_string_value(ip));
         return NULL;
     }
     return json_string_value(ip);
 }
 
-/* One target's section for gateway `host`: its portal, its group and the peers', each LUN
+/* Whether `ip` is the first address of a gateway of the target other than `host`: the target
+ * port group linerate's gateway there serves under. */
+static bool peer_group(struct cctx *c, json_t *view, const char *host, const char *ip)
+{
+    const char *h;
+    json_t *v;
+    json_object_foreach(json_object_get(view, "portals"), h, v)
+    {
+        const char *first = strcmp(h, host) != 0 ? portal_of(c, view, h, 0) : NULL;
+        if (first && strcmp(first, ip) == 0)
+            return true;
+    }
+    return false;
+}
+
+/* One target's section for gateway `host`: its portals, its group and the peers', each LUN
  * active/optimized on its owner's gateway and active/non-optimized on the others. */
 static void target_section(struct cctx *c, const char *iqn, json_t *view, json_t *luns,
                            const char *ents, const char *host, FILE *out)
 {
-    const char *ip = portal_of(c, view, host);
+    const char *ip = portal_of(c, view, host, 0);
     if (!ip)
         return;
     unsigned me = group_of(view, ip);
-    bool v6 = strchr(ip, ':') != NULL;
-    fprintf(out, "\n[target %s]\nportal = %s%s%s:%d\nalua-group = %u\n", iqn, v6 ? "[" : "", ip,
-            v6 ? "]" : "", ISCSI_PORT, me);
+    fprintf(out, "\n[target %s]\n", iqn);
+    for (size_t n = 0; (ip = portal_of(c, view, host, n)); n++) {
+        bool v6 = strchr(ip, ':') != NULL;
+        fprintf(out, "portal = %s%s%s:%d\n", v6 ? "[" : "", ip, v6 ? "]" : "", ISCSI_PORT);
+    }
+    fprintf(out, "alua-group = %u\n", me);
     fputs("alua-state = active/non-optimized\n", out);
     size_t i;
     json_t *a;
     json_array_foreach(json_object_get(view, "ip_list"), i, a)
     {
-        if (i + 1 != me)
+        if (i + 1 != me && json_is_string(a) && peer_group(c, view, host, json_string_value(a)))
             fprintf(out, "alua-peer = %zu:active/non-optimized\n", i + 1);
     }
     json_t *l;
@@ -569,9 +660,10 @@ static void target_section(struct cctx *c, const char *iqn, json_t *view, json_t
         if (!spec)
             continue;
         const char *owner = json_string_value(json_object_get(l, "owner"));
-        const char *oip = owner ? portal_of(c, view, owner) : NULL;
+        const char *oip = owner ? portal_of(c, view, owner, 0) : NULL;
         unsigned og = oip ? group_of(view, oip) : 0;
-        fprintf(out, "lun %zu = %s", i, spec);
+        fprintf(out, "lun %" JSON_INTEGER_FORMAT " = %s",
+                json_integer_value(json_object_get(l, "lun")), spec);
         if (og == me)
             fputs(",alua=active/optimized", out);
         else if (og)
@@ -581,8 +673,28 @@ static void target_section(struct cctx *c, const char *iqn, json_t *view, json_t
     fputs(ents, out);
 }
 
+/* What a host sees of target `view` (its LUNs `luns`), as struct ceph_gw's `expect` holds it. */
+static json_t *target_expect(json_t *view, json_t *luns)
+{
+    json_t *ex = json_object();
+    size_t i;
+    json_t *l;
+    json_array_foreach(luns, i, l)
+    {
+        if (!json_is_string(json_object_get(l, "spec")))
+            continue;
+        char n[32];
+        snprintf(n, sizeof(n), "%" JSON_INTEGER_FORMAT,
+                 json_integer_value(json_object_get(l, "lun")));
+        json_t *w = json_deep_copy(json_object_get(l, "ident"));
+        json_object_set_new(w, "read_only", json_false());
+        json_object_set_new(ex, n, w);
+    }
+    return json_pack("{s:o, s:O}", "luns", ex, "hosts", json_object_get(view, "hosts_exp"));
+}
+
 static char *gateway_conf(struct cctx *c, int version, const char *host, json_t *luns_of,
-                          json_t *ents_of)
+                          json_t *ents_of, json_t *expect)
 {
     char *buf = NULL;
     size_t len = 0;
@@ -607,6 +719,7 @@ static char *gateway_conf(struct cctx *c, int version, const char *host, json_t 
             continue;
         target_section(c, iqn, view, luns, json_string_value(json_object_get(ents_of, iqn)), host,
                        out);
+        json_object_set_new(expect, iqn, target_expect(view, luns));
     }
     fclose(out);
     return buf;
@@ -631,15 +744,18 @@ static void targets(struct cctx *c, json_t *luns_of, json_t *ents_of)
         size_t chap_hosts = 0;
         if (c->i.failed)
             return;
+        json_object_set_new(view, "hosts_exp", json_object());
+        c->hosts_exp = json_object_get(view, "hosts_exp");
         char *e = entries(c, view, jp, luns, &chap_hosts);
         json_object_set_new(ents_of, iqn, json_string(e ? e : ""));
         free(e);
         if (c->i.failed)
             return;
         if (!json_object_size(json_object_get(view, "clients")) &&
-            !json_object_size(json_object_get(view, "groups")))
+            !json_object_size(json_object_get(view, "groups")) &&
+            !json_is_true(json_object_get(view, "open")))
             imp_lost(&c->i, false, "target %s has no client: no initiator may log in", iqn);
-        discovery_note(c, iqn, chap_hosts);
+        discovery_note(c, iqn, chap_hosts, json_is_true(json_object_get(view, "open")));
         /* ceph-iscsi gives each gateway a disabled TPG per other gateway's address with
          * tpg_enabled_sendtargets=0, so that SendTargets through one lists them all */
         if (json_array_size(json_object_get(view, "ip_list")) > 1)
@@ -664,8 +780,15 @@ static void targets(struct cctx *c, json_t *luns_of, json_t *ents_of)
             if (!json_object_get(c->gateways, k))
                 imp_lost(&c->i, true, "%sportals[\"%s\"]: not a gateway in gateways; not served",
                          jp, k);
-            else if (!portal_of(c, view, k))
+            else if (!portal_of(c, view, k, 0))
                 return;
+            else if (portal_of(c, view, k, 1))
+                /* ceph-iscsi made a TPG per address, each its own target port group */
+                imp_lost(&c->i, true,
+                         "%sportals[\"%s\"]: several addresses, each a TPG of its own in LIO: "
+                         "linerate serves them all under the first one's group %u, so the "
+                         "others' paths report another target port group",
+                         jp, k, group_of(view, portal_of(c, view, k, 0)));
         }
     }
 }
@@ -695,11 +818,18 @@ int ceph_import(const char *name, const char *text, size_t len, const char *only
     if (imp_object(&c.i, root, "(top)"))
         ver = imp_member(&c.i, root, "(top)", "version", JSON_INTEGER, true);
     json_int_t version = ver ? json_integer_value(ver) : 0;
-    if (ver && version != 3 && version != 4)
+    if (ver && (version < 3 || version > 11))
         imp_bad(&c.i, "version",
-                "%" JSON_INTEGER_FORMAT ": this importer reads gateway.conf versions 3 and 4 "
-                "(ceph-iscsi-config 2.x)",
+                "%" JSON_INTEGER_FORMAT ": this importer reads gateway.conf versions 3 to 11 "
+                "(ceph-iscsi-config 2.x, ceph-iscsi 3.x)",
                 version);
+    c.version = (int)version;
+    /* version 10 renamed each gateway to its FQDN, one gateway at a time, listing the ones
+     * done here until all were: names and owners stay consistent meanwhile */
+    if (!c.i.failed && json_object_get(root, "gateways_upgraded"))
+        imp_lost(&c.i, false,
+                 "gateways_upgraded: the gateways' move to FQDN names was under way; the "
+                 "files are named as gateway.conf names each gateway now");
     c.gateways = imp_member(&c.i, root, "(top)", "gateways", JSON_OBJECT, true);
     c.disks = imp_member(&c.i, root, "(top)", "disks", JSON_OBJECT, true);
     bool gw_owned = false;
@@ -735,7 +865,8 @@ int ceph_import(const char *name, const char *text, size_t len, const char *only
             }
             struct ceph_gw *g = &out->gw[out->ngw++];
             g->host = strdup(host);
-            g->conf = gateway_conf(&c, (int)version, host, luns_of, ents_of);
+            g->expect = json_object();
+            g->conf = gateway_conf(&c, (int)version, host, luns_of, ents_of, g->expect);
             if (c.i.failed)
                 break;
         }
@@ -766,6 +897,7 @@ void ceph_import_free(struct ceph_import *r)
     for (size_t i = 0; i < r->ngw; i++) {
         free(r->gw[i].host);
         free(r->gw[i].conf);
+        json_decref(r->gw[i].expect);
     }
     free(r->gw);
     free(r->secrets);

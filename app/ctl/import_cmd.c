@@ -66,7 +66,7 @@ int ctl_import_main(const char *socket, unsigned wait_s, int argc, char **argv)
     const char *file = NULL, *out = NULL, *secrets = NULL;
     bool check_mode = false;
     if (argc >= 2 && strcmp(argv[1], "ceph-iscsi") == 0)
-        return ctl_import_ceph_main(argc - 1, argv + 1);
+        return ctl_import_ceph_main(socket, wait_s, argc - 1, argv + 1);
     if (argc < 2 || strcmp(argv[1], "lio") != 0) {
         fputs(import_usage, stderr);
         return CTL_EXIT_USAGE;

@@ -91,8 +91,10 @@ static bool secret_word(const char *s)
 bool imp_secret(struct imp *c, const char *jp, const char *user, const char *secret)
 {
     if (!secret_word(user) || !secret_word(secret)) {
-        imp_lost(c, true, "%s: CHAP user or secret with characters the secrets file cannot hold",
-                 jp);
+        imp_lost(c, true,
+                 "%s: CHAP user or secret with characters the secrets file cannot hold: add "
+                 "'%s SECRET' by hand (until then that login fails)",
+                 jp, user);
         return false;
     }
     json_t *had = json_object_get(c->secrets, user);
@@ -128,4 +130,20 @@ char *imp_secrets_text(struct imp *c)
     json_object_foreach(c->secrets, k, v) fprintf(f, "%s %s\n", k, json_string_value(v));
     fclose(f);
     return buf;
+}
+
+void imp_chap_line(struct imp *c, const char *jp, FILE *out, const char *key, const char *user,
+                   const char *secret)
+{
+    /* linerate.conf takes ',' and '#' in a value, not a '[' ']' or '=' */
+    if (!secret_word(user) || strpbrk(user, "[]=")) {
+        imp_bad(c, jp,
+                "CHAP user '%s' cannot be written into linerate.conf, and without it that "
+                "initiator would log in without CHAP",
+                user);
+        return;
+    }
+    if (secret)
+        imp_secret(c, jp, user, secret);
+    fprintf(out, "%s = %s\n", key, user);
 }

@@ -44,6 +44,13 @@ bool imp_iscsi_name_ok(const char *s);
 /* A CHAP user and its secret into c->secrets (one secret per user name, 12..255 bytes, no
  * space or control character); false, reported, when it cannot be kept. */
 bool imp_secret(struct imp *c, const char *jp, const char *user, const char *secret);
+/* A "KEY = USER" line (`key` chap-user, chap-mutual-user or their discovery- forms) into
+ * `out`, and the secret, when not NULL, into c->secrets (imp_secret). The line is written even
+ * when the secret cannot be kept (reported): the initiator then cannot log in until the admin
+ * adds it, rather than log in without CHAP; a user name the line cannot hold refuses the
+ * import (imp_bad) for the same reason. */
+void imp_chap_line(struct imp *c, const char *jp, FILE *out, const char *key, const char *user,
+                   const char *secret);
 /* The secrets file's text ("USER SECRET" lines) of c->secrets, malloc'ed. */
 char *imp_secrets_text(struct imp *c);
 

@@ -10,23 +10,18 @@
 
 #include <jansson.h>
 
+#include "ctl/import_json.h"
 #include "ctl/lio.h"
 
 struct ctx {
-    const char *file;
-    FILE *targets; /* the [target] sections, written after the global keys */
-    FILE *report;
-    json_t *secrets; /* CHAP user -> secret */
-    json_t *specs;   /* "/backstores/KIND/NAME" -> LUN spec, or null when not carried */
-    json_t *owner;   /* "/backstores/KIND/NAME" -> the target that serves it */
-    json_t *ident;   /* "/backstores/KIND/NAME" -> {vendor, product, revision, serial, naa} */
-    json_t *expect;  /* what hosts should see: struct lio_import's `expect` */
-    bool lossy;
-    bool failed;
+    struct imp i;          /* the input's name, the report, the secrets, lossy, failed, the error */
+    FILE *targets;         /* the [target] sections, written after the global keys */
+    json_t *specs;         /* "/backstores/KIND/NAME" -> LUN spec, or null when not carried */
+    json_t *owner;         /* "/backstores/KIND/NAME" -> the target that serves it */
+    json_t *ident;         /* "/backstores/KIND/NAME" -> {vendor, product, revision, serial, naa} */
+    json_t *expect;        /* what hosts should see: struct lio_import's `expect` */
     const char *disc_user; /* discovery CHAP user, NULL without discovery authentication */
     bool chap_any;         /* discovery-chap-match = no is written (discovery()) */
-    char *err;
-    size_t errlen;
 };
 
 /* A JSON path for messages ("targets[0].tpgs[1]"), cut if ever longer than the buffer. */
@@ -38,21 +33,7 @@ static void jpath(char *b, size_t n, const char *fmt, ...)
     va_end(ap);
 }
 
-/* A malformed input: the file, where in the JSON, and why. */
-static void bad(struct ctx *c, const char *jp, const char *fmt, ...)
-{
-    if (c->failed)
-        return;
-    c->failed = true;
-    int n = snprintf(c->err, c->errlen, "%s: %s: ", c->file, jp);
-    va_list ap;
-    va_start(ap, fmt);
-    if (n >= 0 && (size_t)n < c->errlen)
-        vsnprintf(c->err + n, c->errlen - (size_t)n, fmt, ap);
-    va_end(ap);
-}
-
-/* An element `v` of an array, its JSON path (fmt, ...) written to `p`: false, with c->failed,
+/* An element `v` of an array, its JSON path (fmt, ...) written to `p`: false, with c->i.failed,
  * when it is not an object. */
 static bool item(struct ctx *c, json_t *v, char *p, size_t n, const char *fmt, ...)
 {
@@ -60,52 +41,16 @@ static bool item(struct ctx *c, json_t *v, char *p, size_t n, const char *fmt, .
     va_start(ap, fmt);
     vsnprintf(p, n, fmt, ap);
     va_end(ap);
-    if (!json_is_object(v))
-        bad(c, p, "not an object");
-    return json_is_object(v);
+    return imp_object(&c->i, v, p);
 }
 
 /* json_array_foreach over an array of objects, `p` (a char array) holding each one's JSON path
- * made from the format and arguments that follow; it stops, with c->failed, at an element that
+ * made from the format and arguments that follow; it stops, with c->i.failed, at an element that
  * is not an object. */
 #define each_object(c, arr, i, v, p, ...)                                                          \
     for ((i) = 0; (i) < json_array_size(arr) && ((v) = json_array_get((arr), (i))) &&              \
                   item((c), (v), (p), sizeof(p), __VA_ARGS__);                                     \
          (i)++)
-
-/* Something that does not carry over; `host_sees` when a host would notice. */
-static void lost(struct ctx *c, bool host_sees, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    fputs(host_sees ? "NOT CARRIED: " : "note: ", c->report);
-    vfprintf(c->report, fmt, ap);
-    fputc('\n', c->report);
-    va_end(ap);
-    c->lossy |= host_sees;
-}
-
-/* Member `key` of object `o` (at JSON path `jp`) of JSON type `type`; NULL when absent and
- * optional, or (with c->failed) when it is required and absent or of another type. */
-static json_t *member(struct ctx *c, json_t *o, const char *jp, const char *key, json_type type,
-                      bool required)
-{
-    json_t *v = json_object_get(o, key);
-    static const char *names[] = {"an object", "an array", "a string", "an integer",
-                                  "a number",  "true",     "false",    "null"};
-    if (!v) {
-        if (required)
-            bad(c, jp, "'%s' is missing", key);
-        return NULL;
-    }
-    bool ok =
-        json_typeof(v) == type || (type == JSON_TRUE && (json_is_boolean(v) || json_is_integer(v)));
-    if (!ok) {
-        bad(c, jp, "'%s' is not %s", key, type == JSON_TRUE ? "a boolean" : names[type]);
-        return NULL;
-    }
-    return v;
-}
 
 static bool flag(json_t *v)
 {
@@ -123,21 +68,6 @@ static bool plain(const char *s, size_t max)
             if (s[i] != ' ')
                 return false;
     return strchr(s, ',') == NULL && strstr(s, " #") == NULL;
-}
-
-/* A name written into a section header or a value of the config as it is (a target's or an
- * initiator's iSCSI name, a portal address, an RBD pool/image): printable ASCII only, none of
- * the characters linerate.conf(5) reads as syntax ('[' ']' a section, '#' a comment, ',' an
- * option, '=' a key, ' ' the end of a word), so a crafted string can never become lines or
- * keys of its own. RFC 7143 section 4.2.7.2: iSCSI names use none of them. */
-static bool name_ok(const char *s)
-{
-    if (!*s || strlen(s) > 4096)
-        return false;
-    for (; *s; s++)
-        if (*s < 0x21 || *s > 0x7e || strchr("[]#,=", *s))
-            return false;
-    return true;
 }
 
 /* The identity LIO answers for a storage object: INQUIRY's vendor "LIO-ORG", the product and
@@ -159,23 +89,24 @@ static void identity(struct ctx *c, json_t *so, const char *kind, const char *na
         if (strcmp(prod[i].kind, kind) == 0)
             product = prod[i].product, revision = prod[i].revision;
     assert(product);
-    json_t *attrs = member(c, so, jp, "attributes", JSON_OBJECT, false);
+    json_t *attrs = imp_member(&c->i, so, jp, "attributes", JSON_OBJECT, false);
     /* emulate_model_alias: LIO answers the storage object's name as the product. */
     if (strcmp(kind, "user") != 0 && flag(json_object_get(attrs, "emulate_model_alias")) &&
         plain(name, 16))
         product = name;
     fprintf(spec, ",vendor=LIO-ORG,product=%s,revision=%s", product, revision);
-    json_t *wwn = member(c, so, jp, "wwn", JSON_STRING, false);
+    json_t *wwn = imp_member(&c->i, so, jp, "wwn", JSON_STRING, false);
     if (!wwn) {
-        lost(c, true,
-             "%s: no 'wwn': LIO gave this disk a unit serial saveconfig.json does not hold; "
-             "read it from the old target (VPD 80h) and add serial= and naa= to its LUN",
-             jp);
+        imp_lost(&c->i, true,
+                 "%s: no 'wwn': LIO gave this disk a unit serial saveconfig.json does not hold; "
+                 "read it from the old target (VPD 80h) and add serial= and naa= to its LUN",
+                 jp);
         return;
     }
     const char *w = json_string_value(wwn);
     if (!plain(w, 64)) {
-        lost(c, true, "%s: wwn '%s' cannot be a linerate serial=; set serial= by hand", jp, w);
+        imp_lost(&c->i, true, "%s: wwn '%s' cannot be a linerate serial=; set serial= by hand", jp,
+                 w);
         return;
     }
     char naa[33];
@@ -186,8 +117,9 @@ static void identity(struct ctx *c, json_t *so, const char *kind, const char *na
     bool tcmu = strcmp(kind, "user") == 0;
     fprintf(spec, ",serial=%s,naa=%s%s", w, naa, tcmu ? "" : ",vpd-style=lio");
     if (tcmu)
-        lost(c, false,
-             "%s: tcmu-runner's VPD 83h layout is not reproduced; its NAA and unit serial are", jp);
+        imp_lost(&c->i, false,
+                 "%s: tcmu-runner's VPD 83h layout is not reproduced; its NAA and unit serial are",
+                 jp);
     json_object_set_new(c->ident, key,
                         json_pack("{s:s, s:s, s:s, s:s, s:s, s:s}", "vendor", "LIO-ORG", "product",
                                   product, "revision", revision, "serial", w, "naa", naa,
@@ -197,21 +129,21 @@ static void identity(struct ctx *c, json_t *so, const char *kind, const char *na
 /* One storage object's LUN spec, kept under its rtslib path for the LUNs that name it. */
 static void storage_object(struct ctx *c, json_t *so, const char *jp)
 {
-    json_t *plugin = member(c, so, jp, "plugin", JSON_STRING, true);
-    json_t *name = member(c, so, jp, "name", JSON_STRING, true);
-    if (c->failed)
+    json_t *plugin = imp_member(&c->i, so, jp, "plugin", JSON_STRING, true);
+    json_t *name = imp_member(&c->i, so, jp, "name", JSON_STRING, true);
+    if (c->i.failed)
         return;
     const char *kind = json_string_value(plugin), *nm = json_string_value(name);
-    json_t *dev = member(c, so, jp, "dev", JSON_STRING, false);
-    json_t *size = member(c, so, jp, "size", JSON_INTEGER, false);
-    json_t *cfg = member(c, so, jp, "config", JSON_STRING, false);
-    if (c->failed)
+    json_t *dev = imp_member(&c->i, so, jp, "dev", JSON_STRING, false);
+    json_t *size = imp_member(&c->i, so, jp, "size", JSON_INTEGER, false);
+    json_t *cfg = imp_member(&c->i, so, jp, "config", JSON_STRING, false);
+    if (c->i.failed)
         return;
     char *buf = NULL, dir[80];
     size_t len = 0;
     FILE *spec = open_memstream(&buf, &len);
     if (!spec) {
-        bad(c, jp, "out of memory");
+        imp_bad(&c->i, jp, "out of memory");
         return;
     }
     snprintf(dir, sizeof(dir), "%s", kind);
@@ -219,10 +151,10 @@ static void storage_object(struct ctx *c, json_t *so, const char *jp)
     long long bytes = size ? (long long)json_integer_value(size) : 0;
     if (strcmp(kind, "fileio") == 0 || strcmp(kind, "block") == 0) {
         if (!dev) {
-            bad(c, jp, "'dev' is missing");
+            imp_bad(&c->i, jp, "'dev' is missing");
         } else if (!plain(json_string_value(dev), 4096)) {
-            lost(c, true, "%s: path '%s' cannot be written in a LUN spec", jp,
-                 json_string_value(dev));
+            imp_lost(&c->i, true, "%s: path '%s' cannot be written in a LUN spec", jp,
+                     json_string_value(dev));
             carried = false;
         } else {
             fprintf(spec, "file:%s", json_string_value(dev));
@@ -233,12 +165,13 @@ static void storage_object(struct ctx *c, json_t *so, const char *jp)
         }
     } else if (strcmp(kind, "ramdisk") == 0) {
         if (bytes <= 0)
-            bad(c, jp, "a ramdisk needs a positive 'size'");
+            imp_bad(&c->i, jp, "a ramdisk needs a positive 'size'");
         else
             fprintf(spec, "%s:%lld", flag(json_object_get(so, "nullio")) ? "null" : "ram", bytes);
-        lost(c, false,
-             "%s (ramdisk %s): RAM starts empty in linerate as in LIO; its contents are not moved",
-             jp, nm);
+        imp_lost(
+            &c->i, false,
+            "%s (ramdisk %s): RAM starts empty in linerate as in LIO; its contents are not moved",
+            jp, nm);
     } else if (strcmp(kind, "user") == 0 && cfg &&
                strncmp(json_string_value(cfg), "rbd/", 4) == 0) {
         /* tcmu-runner's rbd handler: "rbd/POOL/IMAGE[;OPTIONS]" */
@@ -246,68 +179,41 @@ static void storage_object(struct ctx *c, json_t *so, const char *jp)
         size_t n = strcspn(img, ";@");
         char pi[4096];
         snprintf(pi, sizeof(pi), "%.*s", (int)n, img);
-        if (n >= sizeof(pi) || !name_ok(pi))
-            bad(c, jp,
-                "'config' of '%s': the RBD pool/image has a character linerate.conf "
-                "cannot hold",
-                nm);
+        if (n >= sizeof(pi) || !imp_name_ok(pi))
+            imp_bad(&c->i, jp,
+                    "'config' of '%s': the RBD pool/image has a character linerate.conf "
+                    "cannot hold",
+                    nm);
         snprintf(dir, sizeof(dir), "user:rbd");
         fprintf(spec, "rbd:%.*s", (int)n, img);
         if (bytes > 0)
             fprintf(spec, ",size=%lld", bytes);
         if (img[n])
-            lost(c, false, "%s: rbd options '%s' not carried (see rbd: in linerate.conf(5))", jp,
-                 img + n);
+            imp_lost(&c->i, false,
+                     "%s: rbd options '%s' not carried (see rbd: in linerate.conf(5))", jp,
+                     img + n);
     } else {
         if (strcmp(kind, "user") == 0 && cfg)
             snprintf(dir, sizeof(dir), "user:%.*s", (int)strcspn(json_string_value(cfg), "/"),
                      json_string_value(cfg));
-        lost(c, true,
-             "%s: %s storage object '%s' has no linerate store (linerate serves files, block "
-             "devices, RAM and RBD); copy its data into a file or an RBD image and add the LUN "
-             "by hand",
-             jp, dir, nm);
+        imp_lost(&c->i, true,
+                 "%s: %s storage object '%s' has no linerate store (linerate serves files, block "
+                 "devices, RAM and RBD); copy its data into a file or an RBD image and add the LUN "
+                 "by hand",
+                 jp, dir, nm);
         carried = false;
     }
     char key[512];
     snprintf(key, sizeof(key), "/backstores/%s/%s", dir, nm);
-    if (carried && !c->failed) {
+    if (carried && !c->i.failed) {
         if (flag(json_object_get(so, "write_back")))
-            lost(c, false, "%s: write_back: linerate reports the write cache as its store has it",
-                 jp);
+            imp_lost(&c->i, false,
+                     "%s: write_back: linerate reports the write cache as its store has it", jp);
         identity(c, so, strcmp(kind, "user") == 0 ? "user" : kind, nm, jp, spec, key);
     }
     fclose(spec);
-    json_object_set_new(c->specs, key, carried && !c->failed ? json_string(buf) : json_null());
+    json_object_set_new(c->specs, key, carried && !c->i.failed ? json_string(buf) : json_null());
     free(buf);
-}
-
-/* A CHAP user and its secret into the secrets file; one user name has one secret there. */
-static bool chap_secret(struct ctx *c, const char *jp, const char *user, const char *secret)
-{
-    if (!plain(user, 255) || strchr(user, ' ') || !plain(secret, 255) || strchr(secret, ' ')) {
-        lost(c, true, "%s: CHAP user or secret with characters the secrets file cannot hold", jp);
-        return false;
-    }
-    json_t *had = json_object_get(c->secrets, user);
-    if (had && strcmp(json_string_value(had), secret) != 0) {
-        lost(c, true,
-             "%s: CHAP user '%s' has another secret elsewhere; linerate keeps one secret per "
-             "user name: rename one user on the initiator",
-             jp, user);
-        return false;
-    }
-    /* Kept even when too short: linerate-target then refuses to start (docs/security.md)
-     * rather than serve the host without CHAP. */
-    size_t n = strlen(secret);
-    if (n < 12)
-        lost(c, true,
-             "%s: CHAP user '%s' has a secret of %zu bytes; linerate takes 12 to 255 (RFC 7143 "
-             "§12.1.3) and will not start with it: set a longer secret on the initiator and in "
-             "the secrets file",
-             jp, user, n);
-    json_object_set_new(c->secrets, user, json_string(secret));
-    return true;
 }
 
 /* userid/password and mutual_userid/mutual_password under `prefix` in `o` as chap-user lines
@@ -322,16 +228,17 @@ static void chap(struct ctx *c, json_t *o, const char *jp, const char *prefix, F
         char ku[64], kp[64];
         snprintf(ku, sizeof(ku), "%s%s", prefix, kinds[m][0]);
         snprintf(kp, sizeof(kp), "%s%s", prefix, kinds[m][1]);
-        json_t *u = member(c, o, jp, ku, JSON_STRING, false);
-        json_t *p = member(c, o, jp, kp, JSON_STRING, false);
-        if (c->failed || !u || !*json_string_value(u))
+        json_t *u = imp_member(&c->i, o, jp, ku, JSON_STRING, false);
+        json_t *p = imp_member(&c->i, o, jp, kp, JSON_STRING, false);
+        if (c->i.failed || !u || !*json_string_value(u))
             continue;
-        if (!p || !*json_string_value(p)) {
-            lost(c, true, "%s: %s without %s", jp, ku, kp);
-            continue;
-        }
-        if (chap_secret(c, jp, json_string_value(u), json_string_value(p)))
-            fprintf(out, "%s%s = %s\n", key_prefix, kinds[m][2], json_string_value(u));
+        bool nop = !p || !*json_string_value(p);
+        if (nop)
+            imp_lost(&c->i, true, "%s: %s without %s: add '%s SECRET' to the secrets file", jp, ku,
+                     kp, json_string_value(u));
+        char key[64];
+        snprintf(key, sizeof(key), "%s%s", key_prefix, kinds[m][2]);
+        imp_chap_line(&c->i, jp, out, key, json_string_value(u), nop ? NULL : json_string_value(p));
     }
 }
 
@@ -339,14 +246,14 @@ static void chap(struct ctx *c, json_t *o, const char *jp, const char *prefix, F
 static void node_acl(struct ctx *c, json_t *acl, const char *jp, json_t *tpg_luns, json_t *hosts,
                      FILE *t)
 {
-    json_t *wwn = member(c, acl, jp, "node_wwn", JSON_STRING, true);
-    json_t *maps = member(c, acl, jp, "mapped_luns", JSON_ARRAY, false);
-    if (c->failed)
+    json_t *wwn = imp_member(&c->i, acl, jp, "node_wwn", JSON_STRING, true);
+    json_t *maps = imp_member(&c->i, acl, jp, "mapped_luns", JSON_ARRAY, false);
+    if (c->i.failed)
         return;
-    if (!name_ok(json_string_value(wwn))) {
-        bad(c, jp,
-            "'node_wwn' is not an iSCSI name (a control character, space or one of "
-            "[ ] # , =)");
+    if (!imp_name_ok(json_string_value(wwn))) {
+        imp_bad(&c->i, jp,
+                "'node_wwn' is not an iSCSI name (a control character, space or one of "
+                "[ ] # , =)");
         return;
     }
     fprintf(t, "\n[host %s]\n", json_string_value(wwn));
@@ -363,15 +270,15 @@ static void node_acl(struct ctx *c, json_t *acl, const char *jp, json_t *tpg_lun
     char mp[300];
     each_object(c, maps, i, m, mp, "%s.mapped_luns[%zu]", jp, i)
     {
-        json_t *h = member(c, m, mp, "index", JSON_INTEGER, true);
-        json_t *tl = member(c, m, mp, "tpg_lun", JSON_INTEGER, true);
-        json_t *wp = member(c, m, mp, "write_protect", JSON_TRUE, false);
-        if (c->failed)
+        json_t *h = imp_member(&c->i, m, mp, "index", JSON_INTEGER, true);
+        json_t *tl = imp_member(&c->i, m, mp, "tpg_lun", JSON_INTEGER, true);
+        json_t *wp = imp_member(&c->i, m, mp, "write_protect", JSON_TRUE, false);
+        if (c->i.failed)
             return;
         char k[32];
         snprintf(k, sizeof(k), "%" JSON_INTEGER_FORMAT, json_integer_value(tl));
         if (!json_object_get(tpg_luns, k)) {
-            lost(c, true, "%s: maps TPG LUN %s, which was not carried", mp, k);
+            imp_lost(&c->i, true, "%s: maps TPG LUN %s, which was not carried", mp, k);
             continue;
         }
         fprintf(t, "map = %" JSON_INTEGER_FORMAT " %s%s\n", json_integer_value(h), k,
@@ -382,55 +289,59 @@ static void node_acl(struct ctx *c, json_t *acl, const char *jp, json_t *tpg_lun
             ex_maps, hk,
             json_pack("{s:I, s:b}", "lun", json_integer_value(tl), "read_only", flag(wp)));
     }
-    json_t *attrs = member(c, acl, jp, "attributes", JSON_OBJECT, false);
+    json_t *attrs = imp_member(&c->i, acl, jp, "attributes", JSON_OBJECT, false);
     if (attrs && json_object_size(attrs))
-        lost(c, false, "%s: ACL attributes (dataout_timeout, ...) have no linerate meaning", jp);
+        imp_lost(&c->i, false, "%s: ACL attributes (dataout_timeout, ...) have no linerate meaning",
+                 jp);
 }
 
 static void portal(struct ctx *c, json_t *p, const char *jp, FILE *out)
 {
-    json_t *ip = member(c, p, jp, "ip_address", JSON_STRING, true);
-    json_t *port = member(c, p, jp, "port", JSON_INTEGER, true);
-    if (c->failed)
+    json_t *ip = imp_member(&c->i, p, jp, "ip_address", JSON_STRING, true);
+    json_t *port = imp_member(&c->i, p, jp, "port", JSON_INTEGER, true);
+    if (c->i.failed)
         return;
     const char *a = json_string_value(ip);
     /* an address only: hex digits, '.' and ':' (an IPv6 one may come in brackets) */
     size_t al = strlen(a), br = a[0] == '[' && al > 2 && a[al - 1] == ']';
     if (!al || strspn(a + br, "0123456789abcdefABCDEF.:") != al - 2 * br) {
-        bad(c, jp, "'ip_address' is not an IPv4 or IPv6 address");
+        imp_bad(&c->i, jp, "'ip_address' is not an IPv4 or IPv6 address");
         return;
     }
     bool v6 = strchr(a, ':') && a[0] != '[';
     fprintf(out, "portal = %s%s%s:%" JSON_INTEGER_FORMAT "\n", v6 ? "[" : "", a, v6 ? "]" : "",
             json_integer_value(port));
     if (flag(json_object_get(p, "iser")) || flag(json_object_get(p, "offload")))
-        lost(c, true, "%s: iSER or offload portal: linerate serves iSCSI over TCP only", jp);
+        imp_lost(&c->i, true, "%s: iSER or offload portal: linerate serves iSCSI over TCP only",
+                 jp);
 }
 
 /* The LUNs of a TPG as "index -> spec" (not-carried ones reported). */
 static json_t *tpg_luns(struct ctx *c, json_t *tpg, const char *jp, const char *iqn, bool quiet)
 {
-    json_t *luns = member(c, tpg, jp, "luns", JSON_ARRAY, false);
+    json_t *luns = imp_member(&c->i, tpg, jp, "luns", JSON_ARRAY, false);
     json_t *out = json_object();
     size_t i;
     json_t *l;
     char lp[300];
     each_object(c, luns, i, l, lp, "%s.luns[%zu]", jp, i)
     {
-        json_t *idx = member(c, l, lp, "index", JSON_INTEGER, true);
-        json_t *so = member(c, l, lp, "storage_object", JSON_STRING, true);
-        if (c->failed)
+        json_t *idx = imp_member(&c->i, l, lp, "index", JSON_INTEGER, true);
+        json_t *so = imp_member(&c->i, l, lp, "storage_object", JSON_STRING, true);
+        if (c->i.failed)
             break;
         json_t *spec = json_object_get(c->specs, json_string_value(so));
         if (!spec) {
-            bad(c, lp, "storage object '%s' is not in storage_objects", json_string_value(so));
+            imp_bad(&c->i, lp, "storage object '%s' is not in storage_objects",
+                    json_string_value(so));
             break;
         }
         if (json_is_null(spec)) {
             if (quiet)
                 continue;
-            lost(c, true, "target %s LUN %" JSON_INTEGER_FORMAT " (%s) not carried: see above", iqn,
-                 json_integer_value(idx), json_string_value(so));
+            imp_lost(&c->i, true,
+                     "target %s LUN %" JSON_INTEGER_FORMAT " (%s) not carried: see above", iqn,
+                     json_integer_value(idx), json_string_value(so));
             continue;
         }
         /* One LIO storage object behind two targets is one disk; two linerate LUNs would be
@@ -438,11 +349,12 @@ static json_t *tpg_luns(struct ctx *c, json_t *tpg, const char *jp, const char *
         json_t *owner = json_object_get(c->owner, json_string_value(so));
         if (owner && strcmp(json_string_value(owner), iqn) != 0) {
             if (!quiet)
-                lost(c, true,
-                     "target %s LUN %" JSON_INTEGER_FORMAT " (%s) is already a LUN of target %s; "
-                     "linerate serves a disk in one target: give these hosts [host] entries "
-                     "there",
-                     iqn, json_integer_value(idx), json_string_value(so), json_string_value(owner));
+                imp_lost(
+                    &c->i, true,
+                    "target %s LUN %" JSON_INTEGER_FORMAT " (%s) is already a LUN of target %s; "
+                    "linerate serves a disk in one target: give these hosts [host] entries "
+                    "there",
+                    iqn, json_integer_value(idx), json_string_value(so), json_string_value(owner));
             continue;
         }
         json_object_set_new(c->owner, json_string_value(so), json_string(iqn));
@@ -459,7 +371,7 @@ static const char *const known_tpg_attrs[] = {"authentication", "generate_node_a
 
 static void tpg_settings(struct ctx *c, json_t *tpg, const char *jp)
 {
-    json_t *attrs = member(c, tpg, jp, "attributes", JSON_OBJECT, false);
+    json_t *attrs = imp_member(&c->i, tpg, jp, "attributes", JSON_OBJECT, false);
     const char *k;
     json_t *v;
     json_object_foreach(attrs, k, v)
@@ -468,14 +380,14 @@ static void tpg_settings(struct ctx *c, json_t *tpg, const char *jp)
         for (size_t i = 0; i < sizeof(known_tpg_attrs) / sizeof(known_tpg_attrs[0]); i++)
             known |= strcmp(k, known_tpg_attrs[i]) == 0;
         if (!known)
-            lost(c, false, "%s.attributes.%s: no linerate meaning, not carried", jp, k);
+            imp_lost(&c->i, false, "%s.attributes.%s: no linerate meaning, not carried", jp, k);
     }
-    json_t *params = member(c, tpg, jp, "parameters", JSON_OBJECT, false);
+    json_t *params = imp_member(&c->i, tpg, jp, "parameters", JSON_OBJECT, false);
     if (params && json_object_size(params))
-        lost(c, false,
-             "%s.parameters: iSCSI session parameters are negotiated by linerate with its own "
-             "limits (docs/configuration.md); not carried",
-             jp);
+        imp_lost(&c->i, false,
+                 "%s.parameters: iSCSI session parameters are negotiated by linerate with its own "
+                 "limits (docs/configuration.md); not carried",
+                 jp);
 }
 
 /* LIO's SendTargets (iscsit_build_sendtargets_response() in the kernel's
@@ -496,10 +408,11 @@ static void discovery(struct ctx *c, const char *jp, const char *iqn, json_t *ho
         n += u && (!c->disc_user || strcmp(u, c->disc_user) != 0);
     }
     if (n && !c->chap_any)
-        lost(c, false,
-             "%s: target %s: %zu ACL(s) with CHAP: discovery-chap-match = no, so that SendTargets "
-             "lists CHAP targets to every discovery session%s as LIO did",
-             jp, iqn, n, c->disc_user ? " that passed discovery CHAP" : "");
+        imp_lost(
+            &c->i, false,
+            "%s: target %s: %zu ACL(s) with CHAP: discovery-chap-match = no, so that SendTargets "
+            "lists CHAP targets to every discovery session%s as LIO did",
+            jp, iqn, n, c->disc_user ? " that passed discovery CHAP" : "");
     c->chap_any |= n != 0;
 }
 
@@ -526,7 +439,7 @@ static void tpg_acls(struct ctx *c, json_t *nacls, const char *tp, struct tgt *t
     {
         const char *n = json_string_value(json_object_get(p, "node_wwn"));
         if (n && json_object_get(t->seen_acls, n)) {
-            lost(c, false, "%s: %s has an ACL in an earlier TPG; that one is kept", ap, n);
+            imp_lost(&c->i, false, "%s: %s has an ACL in an earlier TPG; that one is kept", ap, n);
             continue;
         }
         if (n)
@@ -539,36 +452,36 @@ static void tpg_acls(struct ctx *c, json_t *nacls, const char *tp, struct tgt *t
  * further TPG adds its portals and ACLs when its LUNs are the same, else it is reported. */
 static void tpg(struct ctx *c, json_t *g, const char *tp, struct tgt *t)
 {
-    json_t *en = member(c, g, tp, "enable", JSON_TRUE, false);
-    if (c->failed)
+    json_t *en = imp_member(&c->i, g, tp, "enable", JSON_TRUE, false);
+    if (c->i.failed)
         return;
     if (en && !flag(en)) {
-        lost(c, false, "%s: disabled in LIO, not served, not imported", tp);
+        imp_lost(&c->i, false, "%s: disabled in LIO, not served, not imported", tp);
         return;
     }
     json_t *l = tpg_luns(c, g, tp, t->iqn, t->luns != NULL);
-    if (!c->failed && t->luns && !json_equal(t->luns, l))
-        lost(c, true,
-             "%s: TPG with other LUNs than the target's first TPG; linerate has one LUN set "
-             "per target: give these LUNs a target of their own",
-             tp);
-    if (c->failed || (t->luns && !json_equal(t->luns, l))) {
+    if (!c->i.failed && t->luns && !json_equal(t->luns, l))
+        imp_lost(&c->i, true,
+                 "%s: TPG with other LUNs than the target's first TPG; linerate has one LUN set "
+                 "per target: give these LUNs a target of their own",
+                 tp);
+    if (c->i.failed || (t->luns && !json_equal(t->luns, l))) {
         json_decref(l);
         return;
     }
     json_t *tag = json_object_get(g, "tag");
     if (!t->luns && json_is_integer(tag) && json_integer_value(tag) != 1)
-        lost(c, false,
-             "%s: TPG tag %" JSON_INTEGER_FORMAT ": LIO named the target port %s,t,0x%04x in "
-             "VPD 83h, linerate names it by its ALUA group (alua-group =, 1 by default)",
-             tp, json_integer_value(tag), t->iqn, (unsigned)(json_integer_value(tag) & 0xffff));
+        imp_lost(&c->i, false,
+                 "%s: TPG tag %" JSON_INTEGER_FORMAT ": LIO named the target port %s,t,0x%04x in "
+                 "VPD 83h, linerate names it by its ALUA group (alua-group =, 1 by default)",
+                 tp, json_integer_value(tag), t->iqn, (unsigned)(json_integer_value(tag) & 0xffff));
     if (!t->luns)
         t->luns = l;
     else
         json_decref(l);
     t->any = true;
     tpg_settings(c, g, tp);
-    json_t *ps = member(c, g, tp, "portals", JSON_ARRAY, false);
+    json_t *ps = imp_member(&c->i, g, tp, "portals", JSON_ARRAY, false);
     size_t j;
     json_t *p;
     json_array_foreach(ps, j, p)
@@ -578,17 +491,17 @@ static void tpg(struct ctx *c, json_t *g, const char *tp, struct tgt *t)
         portal(c, p, pp, t->portals);
     }
     json_t *attrs = json_object_get(g, "attributes");
-    json_t *nacls = member(c, g, tp, "node_acls", JSON_ARRAY, false);
-    if (c->failed)
+    json_t *nacls = imp_member(&c->i, g, tp, "node_acls", JSON_ARRAY, false);
+    if (c->i.failed)
         return;
     bool gen = flag(json_object_get(attrs, "generate_node_acls"));
     t->open_access |= gen;
     tpg_acls(c, nacls, tp, t);
     if (gen && flag(json_object_get(attrs, "demo_mode_write_protect")) && json_array_size(nacls))
-        lost(c, true,
-             "%s: initiators without an ACL see the LUNs read-only in LIO; linerate "
-             "admits only the ACLs' initiators once it has any",
-             tp);
+        imp_lost(&c->i, true,
+                 "%s: initiators without an ACL see the LUNs read-only in LIO; linerate "
+                 "admits only the ACLs' initiators once it has any",
+                 tp);
 }
 
 /* Whether hosts of a target without ACLs see its LUNs read-only; what LIO let in that
@@ -597,16 +510,16 @@ static bool target_access(struct ctx *c, json_t *tpgs, const char *jp, const str
 {
     if (json_object_size(t->seen_acls) == 0) {
         if (!t->open_access)
-            lost(c, true,
-                 "%s: no node ACL and no generate_node_acls: no initiator could log in to "
-                 "LIO, any could to linerate; add [host] entries or drop the target",
-                 jp);
+            imp_lost(&c->i, true,
+                     "%s: no node ACL and no generate_node_acls: no initiator could log in to "
+                     "LIO, any could to linerate; add [host] entries or drop the target",
+                     jp);
         json_t *attrs = json_object_get(json_array_get(tpgs, 0), "attributes");
         return flag(json_object_get(attrs, "demo_mode_write_protect"));
     }
     if (t->open_access)
-        lost(c, true, "%s: generate_node_acls with ACLs: linerate admits only the ACLs' initiators",
-             jp);
+        imp_lost(&c->i, true,
+                 "%s: generate_node_acls with ACLs: linerate admits only the ACLs' initiators", jp);
     return false;
 }
 
@@ -635,19 +548,20 @@ static void target_write(struct ctx *c, json_t *tpgs, const char *jp, struct tgt
 
 static void target(struct ctx *c, json_t *tj, const char *jp)
 {
-    json_t *fabric = member(c, tj, jp, "fabric", JSON_STRING, false);
-    json_t *wwn = member(c, tj, jp, "wwn", JSON_STRING, true);
-    json_t *tpgs = member(c, tj, jp, "tpgs", JSON_ARRAY, true);
-    if (c->failed)
+    json_t *fabric = imp_member(&c->i, tj, jp, "fabric", JSON_STRING, false);
+    json_t *wwn = imp_member(&c->i, tj, jp, "wwn", JSON_STRING, true);
+    json_t *tpgs = imp_member(&c->i, tj, jp, "tpgs", JSON_ARRAY, true);
+    if (c->i.failed)
         return;
     const char *iqn = json_string_value(wwn);
     if (fabric && strcmp(json_string_value(fabric), "iscsi") != 0) {
-        lost(c, true, "%s: %s target %s: linerate serves iSCSI only", jp, json_string_value(fabric),
-             iqn);
+        imp_lost(&c->i, true, "%s: %s target %s: linerate serves iSCSI only", jp,
+                 json_string_value(fabric), iqn);
         return;
     }
-    if (!name_ok(iqn)) {
-        bad(c, jp, "'wwn' is not an iSCSI name (a control character, space or one of [ ] # , =)");
+    if (!imp_name_ok(iqn)) {
+        imp_bad(&c->i, jp,
+                "'wwn' is not an iSCSI name (a control character, space or one of [ ] # , =)");
         return;
     }
     struct tgt t = {.iqn = iqn, .seen_acls = json_object(), .hosts = json_object()};
@@ -661,14 +575,14 @@ static void target(struct ctx *c, json_t *tj, const char *jp)
     each_object(c, tpgs, i, g, tp, "%s.tpgs[%zu]", jp, i)
     {
         tpg(c, g, tp, &t);
-        if (c->failed)
+        if (c->i.failed)
             break;
     }
     fclose(t.portals);
     fclose(t.acls);
-    bool served = !c->failed && t.any && json_object_size(t.luns) != 0;
-    if (!c->failed && t.any && !served)
-        lost(c, true, "%s: target %s has no LUN that carried over; not served", jp, iqn);
+    bool served = !c->i.failed && t.any && json_object_size(t.luns) != 0;
+    if (!c->i.failed && t.any && !served)
+        imp_lost(&c->i, true, "%s: target %s has no LUN that carried over; not served", jp, iqn);
     if (served)
         target_write(c, tpgs, jp, &t);
     else
@@ -688,7 +602,7 @@ static void discovery_auth(struct ctx *c, json_t *fms, FILE *out)
     {
         char jp[64];
         jpath(jp, sizeof(jp), "fabric_modules[%zu]", i);
-        if (c->failed || !json_is_object(v) || !json_is_string(json_object_get(v, "name")) ||
+        if (c->i.failed || !json_is_object(v) || !json_is_string(json_object_get(v, "name")) ||
             strcmp(json_string_value(json_object_get(v, "name")), "iscsi") != 0)
             continue;
         if (flag(json_object_get(v, "discovery_enable_auth"))) {
@@ -703,40 +617,26 @@ static void discovery_auth(struct ctx *c, json_t *fms, FILE *out)
 static void translate(struct ctx *c, json_t *root, FILE *disc)
 {
     if (!json_is_object(root))
-        bad(c, "(top)", "not an object");
-    json_t *sos = member(c, root, "(top)", "storage_objects", JSON_ARRAY, false);
-    json_t *ts = member(c, root, "(top)", "targets", JSON_ARRAY, false);
-    json_t *fms = member(c, root, "(top)", "fabric_modules", JSON_ARRAY, false);
+        imp_bad(&c->i, "(top)", "not an object");
+    json_t *sos = imp_member(&c->i, root, "(top)", "storage_objects", JSON_ARRAY, false);
+    json_t *ts = imp_member(&c->i, root, "(top)", "targets", JSON_ARRAY, false);
+    json_t *fms = imp_member(&c->i, root, "(top)", "fabric_modules", JSON_ARRAY, false);
     size_t i;
     json_t *v;
     char jp[64];
     each_object(c, sos, i, v, jp, "storage_objects[%zu]", i)
     {
         storage_object(c, v, jp);
-        if (c->failed)
+        if (c->i.failed)
             return;
     }
     discovery_auth(c, fms, disc);
     each_object(c, ts, i, v, jp, "targets[%zu]", i)
     {
         target(c, v, jp);
-        if (c->failed)
+        if (c->i.failed)
             return;
     }
-}
-
-/* The secrets file: "USER SECRET" a line (chap-secrets in linerate.conf(5)). */
-static char *secrets_text(json_t *secrets)
-{
-    char *buf = NULL;
-    size_t len = 0;
-    FILE *f = open_memstream(&buf, &len);
-    assert(f);
-    const char *k;
-    json_t *v;
-    json_object_foreach(secrets, k, v) fprintf(f, "%s %s\n", k, json_string_value(v));
-    fclose(f);
-    return buf;
 }
 
 int lio_import(const char *path, const char *secrets_path, struct lio_import *out, char *err,
@@ -750,26 +650,26 @@ int lio_import(const char *path, const char *secrets_path, struct lio_import *ou
                  je.text);
         return -1;
     }
-    struct ctx c = {.file = path, .err = err, .errlen = errlen};
+    struct ctx c = {.i = {.file = path, .err = err, .errlen = errlen}};
     char *tbuf = NULL, *dbuf = NULL, *cbuf = NULL;
     size_t tlen = 0, dlen = 0, clen = 0, rlen = 0;
     c.targets = open_memstream(&tbuf, &tlen);
-    c.report = open_memstream(&out->report, &rlen);
+    c.i.report = open_memstream(&out->report, &rlen);
     FILE *disc = open_memstream(&dbuf, &dlen);
     FILE *conf = open_memstream(&cbuf, &clen);
-    c.secrets = json_object();
+    c.i.secrets = json_object();
     c.specs = json_object();
     c.owner = json_object();
     c.ident = json_object();
     c.expect = json_object();
-    assert(c.targets && c.report && disc && conf);
+    assert(c.targets && c.i.report && disc && conf);
     translate(&c, root, disc);
     fclose(disc);
     fclose(c.targets);
-    fclose(c.report);
+    fclose(c.i.report);
     fprintf(conf, "# linerate.conf imported from LIO's %s by linerate-ctl import lio\n", path);
     fprintf(conf, "# (docs/migrate.md); LUN identities are LIO's, byte for byte.\n");
-    if (json_object_size(c.secrets))
+    if (json_object_size(c.i.secrets))
         fprintf(conf, "chap-secrets = %s\n", secrets_path);
     if (c.chap_any)
         fputs("discovery-chap-match = no\n", conf);
@@ -779,15 +679,15 @@ int lio_import(const char *path, const char *secrets_path, struct lio_import *ou
     free(dbuf);
     free(tbuf);
     out->conf = cbuf;
-    out->secrets = secrets_text(c.secrets);
-    out->lossy = c.lossy;
+    out->secrets = imp_secrets_text(&c.i);
+    out->lossy = c.i.lossy;
     out->expect = c.expect;
-    json_decref(c.secrets);
+    json_decref(c.i.secrets);
     json_decref(c.specs);
     json_decref(c.owner);
     json_decref(c.ident);
     json_decref(root);
-    if (c.failed) {
+    if (c.i.failed) {
         lio_import_free(out);
         return -1;
     }

@@ -1,15 +1,17 @@
 #!/usr/bin/env bash
 # linerate-ctl import ceph-iscsi (issue 31 items 2 and 4): ceph-iscsi's gateway.conf, hand-written
-# in versions 3 and 4 (ceph-iscsi/: two gateways, host groups, mutual CHAP, disks in other pools
+# in versions 3, 4 and 11 (ceph-iscsi/: two gateways, host groups, mutual CHAP, disks in other pools
 # than rbd), becomes one linerate.conf per gateway that `linerate-target --check` takes, with
 # each gateway its own ALUA group and the others its peers, the disk's owner active/optimized,
 # LIO's identity on every LUN, and a mode-600 secrets file; what does not carry is reported
 # and makes the exit 1; malformed, truncated and other versions exit 2 and write nothing.
 #   ceph_import.sh        the files only (no cluster)
-#   ceph_import.sh rbd    on scripts/ceph-mini's cluster: the object written with `rados put`,
-#                         imported through librados, both gateways started from the two files;
-#                         the hosts log in with the imported CHAP, see their maps and LIO's
-#                         VPD 80h/83h through each gateway (skipped, 77, without Ceph)
+#   ceph_import.sh rbd    on scripts/ceph-mini's cluster: the version 11 object (what ceph-iscsi
+#                         3.x keeps) written with `rados put`, imported through librados, both
+#                         gateways started from the two files; the hosts log in with the
+#                         imported CHAP, see their maps and LIO's VPD 80h/83h through each
+#                         gateway, any host the acl_enabled false target's LUN with its CHAP
+#                         (skipped, 77, without Ceph)
 set -u
 source "$(dirname "$0")/lt_lib.sh"
 need python3
@@ -148,8 +150,183 @@ map = 0 1
     [ "$(stat -c %a "$WORK/v3.secrets")" = 600 ] || fail "v3 secrets mode"
     run_to 30 "$LT" --check --config "$WORK/v3.conf" || fail "--check v3: $(cat "$WORK/cmd.out")"
 
+    note "version 11 (ceph-iscsi 3.x): POOL/IMAGE disks, lun_id, separate CHAP keys, FQDN names"
+    mkdir "$WORK/v11"
+    "$CTL_BIN" import ceph-iscsi "$FIX/v11.json" -o "$WORK/v11" --secrets "$WORK/v11/secrets" \
+        2>"$WORK/report"
+    RC=$?
+    LAB=iqn.2003-01.com.redhat.iscsi-gw:lab
+    # exit 1 for SendTargets only (once per target), as version 4
+    [ $RC -eq 1 ] && [ "$(grep -c "^NOT CARRIED: " "$WORK/report")" = 2 ] &&
+        grep -q "^NOT CARRIED: target $LAB: SendTargets through one" "$WORK/report" &&
+        grep -q "^note: target $LAB: 1 target with CHAP: discovery-chap-match = no" "$WORK/report" &&
+        ! grep -q "$LAB has no client" "$WORK/report" || fail "v11: exit $RC: $(cat "$WORK/report")"
+    [ "$(ls "$WORK/v11")" = "gw-a.example.com.conf
+gw-b.example.com.conf
+secrets" ] || fail "v11 files: $(ls "$WORK/v11")"
+    [ "$(sort "$WORK/v11/secrets")" = "disc-target disc-mutual-0002
+discover disc-secret-0001
+esx esx-cluster-secret
+host-a host-a-secret-01
+igw-target igw-mutual-001
+lab lab-secret-0001" ] || fail "v11 secrets: $(cat "$WORK/v11/secrets")"
+    # the target's LUNs by their lun_id (not the sorted order: vm-disk is 1, disk_2 is 2)
+    M0="lun 0 = rbd:rbd/disk_1,$ID,serial=d27e5d89-8829-468b-90ce-4ef8c02f07fe,naa=6001405d27e5d898829468b90ce4ef8c"
+    M1="lun 1 = rbd:vmpool/vm-disk,$ID,serial=5b9485a9-d431-4afc-92a5-e3b1222dbae9,naa=60014055b9485a9d4314afc92a5e3b12"
+    M2="lun 2 = rbd:rbd/disk_2,$ID,serial=7c0e2a4b-93d1-4f6e-b8a5-2d9e6f1c3b70,naa=60014057c0e2a4b93d14f6eb8a52d9e6"
+    LABL="lun 0 = rbd:rbd/lab_disk,$ID,serial=3f6c1d2e-8a9b-4c7d-9e0f-1a2b3c4d5e6f,naa=60014053f6c1d2e8a9b4c7d9e0f1a2b3"
+    ENTRIES11="
+[group esx]
+initiator = iqn.1998-01.com.vmware:esx-1
+initiator = iqn.1998-01.com.vmware:esx-2
+chap-user = esx
+map = 0 2
+map = 3 1
+
+[host $HA]
+chap-user = host-a
+chap-mutual-user = igw-target
+map = 0 0
+map = 1 1
+"
+    COMMON11="chap-secrets = $WORK/v11/secrets
+discovery-chap-match = no
+discovery-chap-user = discover
+discovery-chap-mutual-user = disc-target
+"
+    # acl_enabled false: no entries, the target's own CHAP user; every initiator sees its LUNs
+    has "$WORK/v11/gw-a.example.com.conf" "$COMMON11" "[target $IGW]
+portal = 127.0.0.1:3260
+alua-group = 1
+alua-state = active/non-optimized
+alua-peer = 2:active/non-optimized
+$M0,alua=active/optimized
+$M1,alua=active/optimized
+$M2,alua-peer=2:active/optimized
+$ENTRIES11
+[target $LAB]
+portal = 127.0.0.1:3260
+alua-group = 1
+alua-state = active/non-optimized
+alua-peer = 2:active/non-optimized
+$LABL,alua-peer=2:active/optimized
+chap-user = lab
+"
+    has "$WORK/v11/gw-b.example.com.conf" "$COMMON11" "[target $IGW]
+portal = 127.0.0.2:3260
+alua-group = 2
+alua-state = active/non-optimized
+alua-peer = 1:active/non-optimized
+$M0,alua-peer=1:active/optimized
+$M1,alua-peer=1:active/optimized
+$M2,alua=active/optimized
+$ENTRIES11
+[target $LAB]
+portal = 127.0.0.2:3260
+alua-group = 2
+alua-state = active/non-optimized
+alua-peer = 1:active/non-optimized
+$LABL,alua=active/optimized
+chap-user = lab
+"
+    [ "$(grep -c '^\[host\|^\[group' "$WORK/v11/gw-a.example.com.conf")" = 2 ] ||
+        fail "v11: entries in the acl_enabled false target"
+    for g in gw-a gw-b; do
+        run_to 30 "$LT" --check --config "$WORK/v11/$g.example.com.conf" || fail "--check v11 $g: $(cat "$WORK/cmd.out")"
+        grep -q "OK: 2 targets, 4 LUNs, 1 portal" "$WORK/cmd.out" || fail "--check v11 $g: $(cat "$WORK/cmd.out")"
+    done
+
+    note "version 11, an encrypted password: the user kept, the secret reported as not carried"
+    python3 - "$FIX/v11.json" "$WORK/enc.json" <<'PY' || fail "making enc.json"
+import json, sys
+d = json.load(open(sys.argv[1]))
+a = d["targets"]["iqn.2003-01.com.redhat.iscsi-gw:iscsi-igw"]["clients"]["iqn.1994-05.com.redhat:host-a"]["auth"]
+a["mutual_password"] = "QmFzZTY0IG9mIGFuIFJTQSBPQUVQIGNpcGhlcnRleHQ="
+a["mutual_password_encryption_enabled"] = True
+json.dump(d, open(sys.argv[2], "w"))
+PY
+    rm -rf "$WORK/enc" && mkdir "$WORK/enc"
+    "$CTL_BIN" import ceph-iscsi "$WORK/enc.json" -o "$WORK/enc" --secrets "$WORK/enc/secrets" \
+        2>"$WORK/report"
+    RC=$?
+    [ $RC -eq 1 ] && [ "$(grep -c "^NOT CARRIED: " "$WORK/report")" = 3 ] &&
+        grep -qF "NOT CARRIED: targets[\"$IGW\"].clients[\"$HA\"].auth: the mutual CHAP password of 'igw-target' is encrypted with the gateways' key: not carried; decrypt it on a gateway (base64 -d | openssl pkeyutl -decrypt -inkey /etc/ceph/iscsi-gateway.key" "$WORK/report" ||
+        fail "encrypted: exit $RC: $(cat "$WORK/report")"
+    grep -q "^igw-target " "$WORK/enc/secrets" && fail "an encrypted secret in the secrets file"
+    grep -qx "chap-mutual-user = igw-target" "$WORK/enc/gw-a.example.com.conf" ||
+        fail "encrypted: the mutual user is not kept: $(cat "$WORK/enc/gw-a.example.com.conf")"
+
+    note "version 11: a gateway with two addresses, a disk on the kernel's rbd backstore"
+    python3 - "$FIX/v11.json" "$WORK/multi.json" <<'PY' || fail "making multi.json"
+import json, sys
+d = json.load(open(sys.argv[1]))
+t = d["targets"]["iqn.2003-01.com.redhat.iscsi-gw:iscsi-igw"]
+t["ip_list"] = ["127.0.0.1", "127.0.0.3", "127.0.0.2"]
+t["portals"]["gw-a.example.com"]["portal_ip_addresses"] = ["127.0.0.1", "127.0.0.3"]
+d["disks"]["rbd/lab_disk"]["backstore"] = "rbd"
+json.dump(d, open(sys.argv[2], "w"))
+PY
+    rm -rf "$WORK/multi" && mkdir "$WORK/multi"
+    "$CTL_BIN" import ceph-iscsi "$WORK/multi.json" -o "$WORK/multi" --secrets "$WORK/multi/secrets" \
+        2>"$WORK/report"
+    RC=$?
+    [ $RC -eq 1 ] && [ "$(grep -c "^NOT CARRIED: " "$WORK/report")" = 4 ] &&
+        grep -qF "NOT CARRIED: targets[\"$IGW\"].portals[\"gw-a.example.com\"]: several addresses, each a TPG of its own in LIO: linerate serves them all under the first one's group 1" "$WORK/report" &&
+        grep -qF "NOT CARRIED: disks[\"rbd/lab_disk\"]: backstore 'rbd' (target_core_rbd): served as an RBD image" "$WORK/report" ||
+        fail "multi: exit $RC: $(cat "$WORK/report")"
+    # gw-a: both addresses under its group 1; gw-b's group is 3 (its address's place in ip_list)
+    has "$WORK/multi/gw-a.example.com.conf" "[target $IGW]
+portal = 127.0.0.1:3260
+portal = 127.0.0.3:3260
+alua-group = 1
+alua-state = active/non-optimized
+alua-peer = 3:active/non-optimized
+$M0,alua=active/optimized
+$M1,alua=active/optimized
+$M2,alua-peer=3:active/optimized
+"
+    has "$WORK/multi/gw-b.example.com.conf" "[target $IGW]
+portal = 127.0.0.2:3260
+alua-group = 3
+alua-state = active/non-optimized
+alua-peer = 1:active/non-optimized
+$M0,alua-peer=1:active/optimized
+"
+    run_to 30 "$LT" --check --config "$WORK/multi/gw-a.example.com.conf" || fail "--check multi: $(cat "$WORK/cmd.out")"
+
+    note "a secret the secrets file cannot hold: the CHAP user kept, so no login without CHAP"
+    python3 - "$FIX/v11.json" "$WORK/space.json" "$WORK/eq.json" <<'PY' || fail "making space.json"
+import json, sys
+d = json.load(open(sys.argv[1]))
+a = d["targets"]["iqn.2003-01.com.redhat.iscsi-gw:iscsi-igw"]["clients"]["iqn.1994-05.com.redhat:host-a"]["auth"]
+a["password"] = "a secret with spaces"
+json.dump(d, open(sys.argv[2], "w"))
+a["username"] = "host=a"
+json.dump(d, open(sys.argv[3], "w"))
+PY
+    rm -rf "$WORK/space" && mkdir "$WORK/space"
+    "$CTL_BIN" import ceph-iscsi "$WORK/space.json" -o "$WORK/space" --secrets "$WORK/space/secrets" \
+        2>"$WORK/report"
+    RC=$?
+    [ $RC -eq 1 ] && grep -qF "NOT CARRIED: targets[\"$IGW\"].clients[\"$HA\"].auth: CHAP user or secret with characters the secrets file cannot hold: add 'host-a SECRET' by hand" "$WORK/report" ||
+        fail "space: exit $RC: $(cat "$WORK/report")"
+    has "$WORK/space/gw-a.example.com.conf" "[host $HA]
+chap-user = host-a
+chap-mutual-user = igw-target
+"
+    # the gateway refuses to start until the admin adds the secret
+    run_to 30 "$LT" --check --config "$WORK/space/gw-a.example.com.conf" && fail "space: --check passed"
+    grep -q "no secret for CHAP user host-a" "$WORK/cmd.out" || fail "space: $(cat "$WORK/cmd.out")"
+
     note "bad input: exit 2, the place named, nothing written"
-    refused "version 11" "v11.json: version: 11: this importer reads gateway.conf versions 3 and 4" "$FIX/v11.json"
+    refused "a CHAP user a config line cannot hold" "CHAP user 'host=a' cannot be written into linerate.conf" "$WORK/eq.json"
+    python3 - "$FIX/v11.json" "$WORK/v12.json" <<'PY' || fail "making v12.json"
+import json, sys
+d = json.load(open(sys.argv[1]))
+d["version"] = 12
+json.dump(d, open(sys.argv[2], "w"))
+PY
+    refused "version 12" "v12.json: version: 12: this importer reads gateway.conf versions 3 to 11" "$WORK/v12.json"
     refused "malformed" "malformed.json: targets[\"$IGW\"].clients[\"$HA\"].luns[\"vmpool.vm-disk\"]: 'lun_id' is not an integer" \
         "$FIX/malformed.json"
     refused "truncated" "truncated.json:" "$FIX/truncated.json"
@@ -181,29 +358,32 @@ start_ceph
 ceph osd pool create vmpool 8 8 >/dev/null 2>&1 || fail "pool vmpool"
 ceph osd pool set vmpool size 1 --yes-i-really-mean-it >/dev/null 2>&1
 ceph osd pool application enable vmpool rbd >/dev/null 2>&1
-for i in rbd/disk_1 rbd/disk_2 vmpool/vm-disk; do
+for i in rbd/disk_1 rbd/disk_2 rbd/lab_disk vmpool/vm-disk; do
     rbd create --size 16M "$i" || fail "rbd create $i"
 done
-rados -p rbd put gateway.conf "$FIX/v4.json" || fail "rados put"
+rados -p rbd put gateway.conf "$FIX/v11.json" || fail "rados put"
+GA=gw-a.example.com
+GB=gw-b.example.com
+LAB=iqn.2003-01.com.redhat.iscsi-gw:lab
 mkdir "$WORK/gw"
 # the default object, rbd/gateway.conf (from a directory without such a file)
 (cd "$WORK" && "$CTL_BIN" import ceph-iscsi -o gw --secrets gw/secrets) 2>"$WORK/report"
 RC=$?
-[ $RC -eq 1 ] && [ "$(grep -c "^NOT CARRIED: " "$WORK/report")" = 1 ] || fail "import: exit $RC: $(cat "$WORK/report")"
+[ $RC -eq 1 ] && [ "$(grep -c "^NOT CARRIED: " "$WORK/report")" = 2 ] || fail "import: exit $RC: $(cat "$WORK/report")"
 # what was read through librados is the fixture (printed: a "# ---- gateway" line first)
-"$CTL_BIN" import ceph-iscsi "$FIX/v4.json" --gateway gw-a --secrets "$WORK/gw/secrets" \
-    2>/dev/null | tail -n +2 | cmp -s - "$WORK/gw/gw-a.conf" || fail "librados and the file differ"
+"$CTL_BIN" import ceph-iscsi "$FIX/v11.json" --gateway $GA --secrets "$WORK/gw/secrets" \
+    2>/dev/null | tail -n +2 | cmp -s - "$WORK/gw/$GA.conf" || fail "librados and the file differ"
 "$CTL_BIN" import ceph-iscsi rbd/nothing-here --secrets "$WORK/x" 2>"$WORK/report"
 [ $? -eq 2 ] && grep -qF "rbd/nothing-here: stat of the object: No such file or directory" \
     "$WORK/report" || fail "a missing object: $(cat "$WORK/report")"
 
 # The two gateways on 127.0.0.1 and 127.0.0.2 as the object says, on test ports for 3260.
-gw_conf() { # NAME -> $WORK/NAME.run (with @PORT@)
+gw_conf() { # NAME GATEWAY -> $WORK/NAME.run (with @PORT@)
     { echo "ctl-socket = $WORK/$1.sock"; echo "state-dir = $WORK/$1.state"; } >"$WORK/$1.run"
-    sed 's/:3260$/:@PORT@/' "$WORK/gw/$1.conf" >>"$WORK/$1.run"
+    sed 's/:3260$/:@PORT@/' "$WORK/gw/$2.conf" >>"$WORK/$1.run"
 }
-gw_conf gw-a
-gw_conf gw-b
+gw_conf gw-a $GA
+gw_conf gw-b $GB
 start_target_config "$WORK/gw-a.run"
 PA=$PORT
 PID_A=$LT_PID
@@ -274,13 +454,22 @@ for p in "127.0.0.1:$PA" "127.0.0.2:$PB"; do
         run_to 30 iscsi-inq -i $ESX "$u/$l" && fail "esx sees a LUN $l via $p"
     done
 done
-note "discovery with the imported discovery CHAP: each gateway lists the target, its own portal"
+note "the acl_enabled false target: any host, with the target's CHAP, sees its LUN"
+LABH=iqn.2026-11.org.linerate:lab-host
+for p in "127.0.0.1:$PA" "127.0.0.2:$PB"; do
+    [ "$(vpd "iscsi://lab%lab-secret-0001@$p/$LAB/0" $LABH)" = "$(want 3f6c1d2e-8a9b-4c7d-9e0f-1a2b3c4d5e6f)" ] ||
+        fail "lab LUN 0 via $p"
+    run_to 30 iscsi-inq -i $LABH "iscsi://$p/$LAB/0" && fail "lab target without CHAP via $p"
+done
+note "discovery with the imported discovery CHAP: each gateway lists the targets, its own portal"
 DMUT="target_user=disc-target&target_password=disc-mutual-0002"
 for p in "127.0.0.1:$PA" "127.0.0.2:$PB"; do
     run_to 30 iscsi-ls -i $ESX "iscsi://discover%disc-secret-0001@$p?$DMUT" ||
         fail "discovery via $p: $(cat "$WORK/cmd.out")"
-    [ "$(grep -c "^Target:" "$WORK/cmd.out")" = 1 ] &&
-        grep -qx "Target:$IGW Portal:$p,$([ "${p%%:*}" = 127.0.0.1 ] && echo 1 || echo 2)" "$WORK/cmd.out" ||
+    tag=$([ "${p%%:*}" = 127.0.0.1 ] && echo 1 || echo 2)
+    [ "$(grep -c "^Target:" "$WORK/cmd.out")" = 2 ] &&
+        grep -qx "Target:$IGW Portal:$p,$tag" "$WORK/cmd.out" &&
+        grep -qx "Target:$LAB Portal:$p,$tag" "$WORK/cmd.out" ||
         fail "discovery via $p: $(cat "$WORK/cmd.out")"
 done
 run_to 30 iscsi-ls -i $ESX "iscsi://discover%not-the-secret-01@127.0.0.1:$PA?$DMUT" &&
@@ -288,19 +477,41 @@ run_to 30 iscsi-ls -i $ESX "iscsi://discover%not-the-secret-01@127.0.0.1:$PA?$DM
 note "ALUA: each disk active/optimized on its owner's gateway"
 "$CTL_BIN" --socket "$WORK/gw-a.sock" --json show luns >"$WORK/a.luns" || fail "show luns a"
 "$CTL_BIN" --socket "$WORK/gw-b.sock" --json show luns >"$WORK/b.luns" || fail "show luns b"
-python3 - "$WORK/a.luns" "$WORK/b.luns" <<'PY' || fail "ALUA: $(cat "$WORK/a.luns" "$WORK/b.luns")"
+python3 - "$WORK/a.luns" "$WORK/b.luns" "$IGW" "$LAB" <<'PY' || fail "ALUA: $(cat "$WORK/a.luns" "$WORK/b.luns")"
 import json, sys
-# LUNs in sorted disk order (v4.json lists them reversed); the owners: disk_1 (LUN 0) and
-# vm-disk (LUN 2) gw-a = group 1, disk_2 (LUN 1) gw-b = group 2
-owner = {0: 1, 1: 2, 2: 1}
+# LUNs by their lun_id; the owners: disk_1 (LUN 0) and vm-disk (LUN 1) gw-a = group 1,
+# disk_2 (LUN 2) and the lab target's lab_disk gw-b = group 2
+igw, lab = sys.argv[3], sys.argv[4]
+owner = {(igw, 0): 1, (igw, 1): 1, (igw, 2): 2, (lab, 0): 2}
 for me, f in ((1, sys.argv[1]), (2, sys.argv[2])):
-    luns = {r["lun"]: r["alua"] for r in json.load(open(f))}
-    assert sorted(luns) == [0, 1, 2], luns
+    luns = {(r["target"], r["lun"]): r["alua"] for r in json.load(open(f))}
+    assert sorted(luns) == sorted(owner), luns
     for n, a in luns.items():
         want = {g: "active/optimized" if g == owner[n] else "active/non-optimized" for g in (1, 2)}
         got = {g["group"]: g["state"] for g in a["groups"]}
         assert a["group"] == me and got == want, (me, n, a)
 PY
+note "--check: each running gateway against what its ceph-iscsi gateway served"
+for g in "a $GA" "b $GB"; do
+    set -- $g
+    run_to 30 "$CTL_BIN" --socket "$WORK/gw-$1.sock" import ceph-iscsi --gateway $2 --check ||
+        fail "--check $2: $(cat "$WORK/cmd.out")"
+    grep -qx "0 differences a host would see between gateway $2 of rbd/gateway.conf and the running linerate" \
+        "$WORK/cmd.out" || fail "--check $2: $(cat "$WORK/cmd.out")"
+done
+"$CTL_BIN" --socket "$WORK/gw-a.sock" call set_lun "{\"target\": \"$IGW\", \"lun\": 1, \"read_only\": true}" \
+    >/dev/null || fail "set_lun"
+run_to 30 "$CTL_BIN" --socket "$WORK/gw-a.sock" import ceph-iscsi --gateway $GA --check
+[ $? -eq 1 ] && [ "$(cat "$WORK/cmd.out")" = "target $IGW LUN 1: read-only differs from LIO
+1 difference a host would see between gateway $GA of rbd/gateway.conf and the running linerate" ] ||
+    fail "--check, LUN 1 read-only: $(cat "$WORK/cmd.out")"
+# the version 4 object numbered the disks otherwise: another disk behind LUN 1 and 2
+run_to 30 "$CTL_BIN" --socket "$WORK/gw-b.sock" import ceph-iscsi "$FIX/v4.json" --gateway gw-b --check
+[ $? -eq 1 ] && grep -qx "target $IGW LUN 1: serial '5b9485a9-d431-4afc-92a5-e3b1222dbae9', LIO answered '7c0e2a4b-93d1-4f6e-b8a5-2d9e6f1c3b70'" "$WORK/cmd.out" &&
+    grep -qx "target $LAB LUN 0: served, but not in the LIO configuration" "$WORK/cmd.out" ||
+    fail "--check against v4: $(cat "$WORK/cmd.out")"
+"$CTL_BIN" import ceph-iscsi "$FIX/v11.json" --check >/dev/null 2>&1
+[ $? -eq 2 ] || fail "--check without --gateway"
 kill -TERM $PID_B
 wait $PID_B
 RCB=$?

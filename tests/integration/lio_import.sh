@@ -71,6 +71,32 @@ done
 run_to 30 "$LT" --check --config "$WORK/lossy.json.conf" && fail "--check took a short secret"
 grep -qF "the secret of user win1 is 8 bytes" "$WORK/cmd.out" || fail "--check: $(cat "$WORK/cmd.out")"
 
+# a CHAP user without its password (or one the secrets file cannot hold): the chap-user line
+# is kept, so that initiator cannot log in until the admin adds the secret, never without CHAP
+python3 - "$FIX/full.json" "$WORK/nopw.json" <<'PY' || fail "making nopw.json"
+import json, sys
+d = json.load(open(sys.argv[1]))
+def drop(o):
+    if isinstance(o, dict):
+        if o.get("chap_userid") == "host-b":
+            del o["chap_password"]
+        for v in o.values():
+            drop(v)
+    elif isinstance(o, list):
+        for v in o:
+            drop(v)
+drop(d)
+json.dump(d, open(sys.argv[2], "w"))
+PY
+"$CTL_BIN" import lio "$WORK/nopw.json" -o "$WORK/nopw.conf" --secrets "$WORK/nopw.secrets" \
+    2>"$WORK/report"
+RC=$?
+[ $RC -eq 1 ] && grep -q "^NOT CARRIED: .*chap_userid without chap_password: add 'host-b SECRET'" "$WORK/report" ||
+    fail "nopw.json: exit $RC: $(cat "$WORK/report")"
+grep -qx "chap-user = host-b" "$WORK/nopw.conf" || fail "nopw.json: host-b's CHAP user dropped: $(cat "$WORK/nopw.conf")"
+run_to 30 "$LT" --check --config "$WORK/nopw.conf" && fail "--check took host-b without a secret"
+grep -qF "no secret for CHAP user host-b" "$WORK/cmd.out" || fail "nopw --check: $(cat "$WORK/cmd.out")"
+
 note "malformed and truncated input: exit 2, the place named, nothing written"
 echo keep >"$WORK/keep.conf"
 for f in malformed.json truncated.json; do
