@@ -42,6 +42,7 @@ struct bench_opts {
     const char *svg;
     pid_t target_pid;
     uint32_t erl;               /* --erl: ErrorRecoveryLevel asked for */
+    uint32_t cmd_timeout_ms;    /* --cmd-timeout, or 0: 15000 */
     struct inject_spec inject;  /* --inject */
     int log_level;              /* --log-level: the initiator's log (default warn) */
     const char *initiator_name; /* --initiator-name, or NULL: the library's default */

@@ -48,6 +48,8 @@ static void usage(FILE *f)
             "                       writes are acknowledged, run CMD (sh -c) with the rest\n"
             "                       in flight and I/O held until it returns (e.g. kill a\n"
             "                       gateway, to verify through a failover)\n"
+            "  --cmd-timeout MS     each command's timeout in the initiator (default 15000):\n"
+            "                       a testing aid, with --verify-midway stopping a target\n"
             "  --format FMT         table (default), csv or json\n"
             "  --svg FILE           draw MB/s against block size\n"
             "  --target-pid PID     measure the target's CPU per KB from /proc/PID/stat\n"
@@ -385,6 +387,11 @@ static int read_option(int c, const char *arg, struct bench_opts *o, struct opt_
     case 'm':
         o->verify_midway = arg;
         break;
+    case 'T':
+        if (parse_uint(arg, 3600000, &v) < 0)
+            return bad_value(arg);
+        o->cmd_timeout_ms = (uint32_t)v;
+        break;
     case 'h':
         usage(stdout);
         exit(0);
@@ -437,6 +444,7 @@ static int parse_opts(int argc, char **argv, struct bench_opts *o)
         {"initiator-name", required_argument, NULL, 'N'},
         {"portal", required_argument, NULL, 'P'},
         {"verify-midway", required_argument, NULL, 'm'},
+        {"cmd-timeout", required_argument, NULL, 'T'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };

@@ -401,7 +401,7 @@ static void do_login(void *arg)
         .data_digest = w->digest,
         .connections = w->conns_asked,
         .max_tasks = o->qd + 8,
-        .cmd_timeout_ms = 15000,
+        .cmd_timeout_ms = o->cmd_timeout_ms ? o->cmd_timeout_ms : 15000,
         .chap_user = o->url.chap_user[0] ? o->url.chap_user : NULL,
         .chap_secret = o->url.chap_secret,
         .chap_mutual_user = o->chap_mutual_user[0] ? o->chap_mutual_user : NULL,

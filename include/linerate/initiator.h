@@ -140,6 +140,10 @@ struct lr_session_info {
     /* DefaultTime2Wait/DefaultTime2Retain agreed (s): at ERL 2 the wait before a lost
      * connection's tasks are reassigned, and how long after it the target keeps them */
     uint32_t time2wait, time2retain;
+    /* The session is still at work on its own: an ERL 2 connection recovery (orphans to
+     * reassign, a slot to log in again) or a login after a logout the target asked for, not
+     * given up yet. Its commands may still complete, or the target still hold them. */
+    bool recovering;
 };
 
 struct lr_session *lr_session_create(struct reactor *r, const struct lr_session_opts *o);

@@ -63,6 +63,7 @@ struct lr_mpath {
     struct mp_path paths[LR_MPATH_MAX_PATHS];
     unsigned npaths, rr;
     struct mp_cmd *cmds, *free_cmds, *wait_head, *wait_tail;
+    struct mp_cmd *held; /* failed while their session recovered: see hold() */
     uint32_t ncmds;
     struct lr_timer *poll, *reap;
     bool no_alua; /* RTPG refused (ILLEGAL REQUEST): every path counts as AO */
@@ -217,7 +218,7 @@ static void submit(struct lr_mpath *m, struct mp_cmd *c)
          * task slot (the device's slots match the session's: not while it lives) */
         struct lr_session_info info;
         lr_session_get_info(p->s, &info);
-        if (info.connections_up == 0) {
+        if (info.connections_up == 0 && !info.recovering) {
             c->died_on |= 1u << i;
             path_dead(p, "no connection left");
             continue;
@@ -243,15 +244,37 @@ static bool lost_kind(enum lr_err e)
            e == LR_ERR_ABORTED;
 }
 
-/* The session of p cannot complete anything any more: every connection lost (the session's
- * own recovery, if any, gave up), or we destroyed it. */
+/* The session of p cannot complete anything any more: every connection lost and its own
+ * recovery (ERL 2, or a login after a logout the target asked for) over, or we destroyed it. */
 static bool session_gone(const struct mp_path *p)
 {
     if (p->st == MP_DEAD)
         return true;
     struct lr_session_info info;
     lr_session_get_info(p->s, &info);
-    return info.connections_up == 0;
+    return info.connections_up == 0 && !info.recovering;
+}
+
+static bool session_recovering(const struct mp_path *p)
+{
+    if (p->st == MP_DEAD)
+        return false;
+    struct lr_session_info info;
+    lr_session_get_info(p->s, &info);
+    return info.recovering;
+}
+
+/* A command failed (lost connection, timeout) while its session recovers: at ERL 2 the target
+ * keeps the lost connection's tasks for reassignment until Time2Retain (RFC 7143 §7.1.4,
+ * §13.16), so this one may still run there. Issued elsewhere now, the copy could be overtaken
+ * by the original; it waits for the recovery to end (held_check). */
+static void hold(struct lr_mpath *m, struct mp_cmd *c, const struct lr_result *res)
+{
+    c->last = *res;
+    c->have_last = true;
+    c->next = m->held;
+    m->held = c;
+    lr_timer_start(m->poll, MP_POLL_MS);
 }
 
 static void set_group_state(struct lr_mpath *m, int group, uint8_t state)
@@ -303,6 +326,10 @@ static void on_cmd(void *arg, const struct lr_result *res)
         case INI_SENSE_OTHER:
             break;
         }
+    }
+    if (lost_kind(res->err) && session_recovering(p)) {
+        hold(m, c, res);
+        return;
     }
     if (lost_kind(res->err) && session_gone(p)) {
         c->died_on |= 1u << c->path;
@@ -567,14 +594,47 @@ static void on_rtpg(void *arg, const struct lr_result *res)
 
 /* While commands wait for a usable path: ask the states again, and let the ones past their
  * deadline fail. */
+/* The commands held while their session recovered, once it is over: the session gave up
+ * (Time2Retain passed, or it could not log in again: the target holds none of its tasks any
+ * more, §13.16), the path is dead and they go elsewhere; it came back, they are issued again
+ * there, after the cleanup of the lost connection (§11.14). Past their deadline they fail
+ * with the error that held them. */
+static void held_check(struct lr_mpath *m)
+{
+    struct mp_cmd *c = m->held, **link = &m->held;
+    while (c) {
+        struct mp_cmd *next = c->next;
+        struct mp_path *p = &m->paths[c->path];
+        if (session_recovering(p) && now_ms() < c->deadline_ms) {
+            link = &c->next;
+            c = next;
+            continue;
+        }
+        *link = next;
+        struct lr_result res = c->last;
+        if (now_ms() >= c->deadline_ms) {
+            finish(c, &res);
+        } else {
+            if (session_gone(p)) {
+                c->died_on |= 1u << c->path;
+                path_dead(p, res.what ? res.what : lr_err_name(res.err));
+            }
+            again(c, &res);
+        }
+        c = next;
+    }
+}
+
 static void poll_tick(void *arg)
 {
     struct lr_mpath *m = arg;
-    if (!m->wait_head)
-        return;
-    refresh(m);
-    drain(m);
-    if (m->wait_head)
+    if (m->held)
+        held_check(m);
+    if (m->wait_head) {
+        refresh(m);
+        drain(m);
+    }
+    if (m->wait_head || m->held)
         lr_timer_start(m->poll, MP_POLL_MS);
 }
 
@@ -763,6 +823,15 @@ void lr_mpath_destroy(struct lr_mpath *m)
         }
     struct mp_cmd *c = m->wait_head;
     m->wait_head = m->wait_tail = NULL;
+    if (c) {
+        struct mp_cmd *t = c;
+        while (t->next)
+            t = t->next;
+        t->next = m->held;
+    } else {
+        c = m->held;
+    }
+    m->held = NULL;
     while (c) {
         struct mp_cmd *next = c->next;
         struct lr_result r = {.err = LR_ERR_ABORTED, .what = "multipath device destroyed"};

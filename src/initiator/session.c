@@ -336,6 +336,7 @@ void lr_session_get_info(const struct lr_session *cs, struct lr_session_info *in
     info->erl = s->params.erl;
     info->time2wait = s->params.default_time2wait;
     info->time2retain = s->params.default_time2retain;
+    info->recovering = ini_orphan_recovering(s) || ini_relogin_pending(s);
     ini_unlock(s);
 }
 

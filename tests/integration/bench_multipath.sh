@@ -13,6 +13,11 @@
 #      gateways is issue 30 item 2). Commands wait for a usable path meanwhile (never sent to
 #      a standby port), then go to B: zero failures, zero verify errors.
 #   4. a state change without a death: A made standby midway (2Ah/06h): everything moves to B.
+#   5. ErrorRecoveryLevel 2, a connection lost, not the gateway: A stopped (SIGSTOP) midway
+#      for longer than the command timeout, so the commands in flight time out and the
+#      connection closes; A's session recovers by itself once A runs again. Path A is not
+#      declared lost (its target may still hold and run those commands, RFC 7143 §7.1.4): the
+#      timed-out commands wait for the recovery and complete on A; nothing fails, verify passes.
 # MPATH_RUNS=N repeats 2 and 3 N times and prints the pauses' median and worst (docs).
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
@@ -32,11 +37,11 @@ trap cleanup EXIT
 iqn=iqn.2026-11.org.linerate:mpath
 truncate -s 64M "$tmp/lun.img"
 
-# gateway NAME GROUP STATE PEER_GROUP PEER_STATE: starts it; sets PID_<NAME>, PORT_<NAME>
-# (each start its own files: a SIGKILLed daemon leaves its control socket behind)
+# gateway NAME GROUP STATE PEER_GROUP PEER_STATE [GLOBAL_LINES]: starts it; sets PID_<NAME>,
+# PORT_<NAME> (each start its own files: a SIGKILLed daemon leaves its control socket behind)
 starts=0
 gateway() {
-  local name=$1 group=$2 state=$3 pgroup=$4 pstate=$5 port try pid d
+  local name=$1 group=$2 state=$3 pgroup=$4 pstate=$5 extra=${6:-} port try pid d
   for try in $(seq 20); do
     port=$(free_port) || fail "no free loopback port"
     starts=$((starts + 1))
@@ -48,6 +53,7 @@ ctl-socket = $d/ctl.sock
 state-dir = $d/st
 log-level = warn
 threads = 1
+$extra
 [target $iqn]
 portal = 127.0.0.1:$port
 alua-group = $group
@@ -83,6 +89,13 @@ stop_all() {
 # path_commands LOG PORT: the commands the run completed through the path on PORT
 path_commands() {
   sed -n "s/^linerate-bench: session 0: path [0-9]* 127.0.0.1:$2 .*: \([0-9]*\) commands.*/\1/p" "$1"
+}
+
+# no_loss LOG WHAT: verify passed, nothing failed, no path lost through WHAT
+no_loss() {
+  grep -q "verify passed" "$1" || fail "verify did not pass through $2"
+  grep -q "command failed\|commands failed" "$1" && fail "commands failed through $2"
+  grep -q "0 paths lost" "$1" || fail "a path was declared lost through $2"
 }
 
 pauses_an=() pauses_sb=()
@@ -141,13 +154,39 @@ timeout 300 "$bench" --verify --sizes 4k --rw write --seconds 1 --qd 16 \
   --portal "127.0.0.1:$PORT_A" "iscsi://127.0.0.1:$PORT_B/$iqn/0" >"$tmp/out" 2>"$tmp/change.log" ||
   { tail -n 20 "$tmp/change.log" >&2; fail "linerate-bench through a state change failed"; }
 grep -E "multipath|path [0-9]|verify" "$tmp/change.log" >&2
-grep -q "verify passed" "$tmp/change.log" || fail "verify did not pass through the state change"
-grep -q "0 paths lost" "$tmp/change.log" || fail "a path was lost in a state change"
-grep -q "command failed\|commands failed" "$tmp/change.log" && fail "commands failed"
+no_loss "$tmp/change.log" "the state change"
 grep -q "path 1 127.0.0.1:$PORT_A group 1 standby" "$tmp/change.log" ||
   fail "the bench did not learn that A is standby"
 b=$(path_commands "$tmp/change.log" "$PORT_B")
 [ -n "$b" ] && [ "$b" -gt 0 ] || fail "B carried nothing after A went standby"
+stop_all
+
+# 5. ERL 2: A stopped midway; continued (in the background, the bench going on) only once the
+#    bench logged the command timeout that closed A's connection
+note "ERL 2: A stopped midway past the command timeout; its session recovers by itself"
+cat >"$tmp/cont.sh" <<EOF
+for _ in \$(seq 600); do
+  grep -q "lost: command timeout" "$tmp/erl2.log" && break
+  sleep 0.1
+done
+kill -CONT \$1
+EOF
+gateway A 1 active/optimized 2 active/non-optimized \
+  "$(printf '%s\n' "error-recovery-level = 2" "default-time2wait = 0" "default-time2retain = 20")"
+gateway B 2 active/non-optimized 1 active/optimized \
+  "$(printf '%s\n' "error-recovery-level = 2" "default-time2wait = 0" "default-time2retain = 20")"
+timeout 300 "$bench" --erl 2 --cmd-timeout 1000 --verify --sizes 4k --rw write --seconds 1 \
+  --qd 16 --verify-midway "kill -STOP $PID_A; sh $tmp/cont.sh $PID_A &" \
+  --portal "127.0.0.1:$PORT_A" "iscsi://127.0.0.1:$PORT_B/$iqn/0" >"$tmp/out" 2>"$tmp/erl2.log" ||
+  { kill -CONT "$PID_A"; tail -n 30 "$tmp/erl2.log" >&2; fail "linerate-bench at ERL 2 failed"; }
+kill -CONT "$PID_A" 2>/dev/null
+grep -E "multipath|path [0-9]|verify|timed out|timeout" "$tmp/erl2.log" >&2
+grep -q "lost: command timeout" "$tmp/erl2.log" || fail "no command timed out on A"
+no_loss "$tmp/erl2.log" "A's ERL 2 session recovery"
+grep -q "path 1 127.0.0.1:$PORT_A group 1 active/optimized:" "$tmp/erl2.log" ||
+  fail "A is not the live active/optimized path after its recovery"
+b=$(path_commands "$tmp/erl2.log" "$PORT_B")
+[ "$b" = 0 ] || fail "B carried ${b:-?} commands: A's commands were moved off it"
 stop_all
 
 for run in $(seq "$runs"); do
