@@ -23,7 +23,8 @@ rbd:POOL/IMAGE with failover-heartbeat 500ms and failover-timeout 3s. A raw init
      its queued commands (the SYNCHRONIZE CACHE included) or new writes is GOOD, block Z
      through B holds B's data and no other block holds A's (none of A's writes reached the
      image: librbd's cache, which answers a write when sent, is off), and A's log says it was
-     blocklisted; RTPG through A then says its group standby.
+     blocklisted; RTPG through A then says its group standby, and `linerate-ctl set alua
+     active/optimized` on A fails, saying it was fenced.
 Rounds (ROUNDS, default 1) repeat step 2-3 to measure the pause: kill to first good write
 through B, printed per round with the median and the worst.
 Exit 0 when every check holds, 1 with the reason. Python 3 standard library only."""
@@ -308,8 +309,15 @@ def hung_round(a, b, sa, sb):
     sa2 = session(a.port, "a-fenced")
     g = rtpg_groups(sa2)
     check(g.get(1) == STANDBY, "fenced A reports its group %s, want standby" % g.get(1))
+    # the operator's failback on a fenced gateway cannot work: it says so, not success
+    r = subprocess.run([CTL, "--socket", a.sock, "set", "alua", TARGET, "active/optimized"],
+                       capture_output=True, text=True, timeout=60)
+    check(r.returncode != 0 and "fenced" in r.stdout + r.stderr,
+          "set alua active/optimized on fenced A: rc %d %s %s" % (r.returncode, r.stdout,
+                                                                  r.stderr))
     print("hung A (SIGSTOP): fenced and replaced after %.2f s; after SIGCONT its %d queued "
-          "writes answered, none GOOD; block %d holds B's data; A reports standby" %
+          "commands answered, none GOOD; block %d holds B's data; A reports standby and "
+          "refuses set alua" %
           (pause, answered, z))
 
 
