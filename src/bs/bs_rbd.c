@@ -792,10 +792,11 @@ static int rbd_check_cache(struct bs_rbd *b, struct rbd_opening *o, char *err, s
     o->stage = "reading the image's configuration";
     int max = 0;
     int ret = rbd_config_image_list(b->image, NULL, &max);
-    rbd_config_option_t *opts =
-        ret == -ERANGE && max > 0 ? calloc((size_t)max, sizeof(*opts)) : NULL;
-    if (ret != -ERANGE || !opts)
-        return ret < 0 && ret != -ERANGE ? ret : -ENOMEM;
+    if (ret != -ERANGE)
+        return ret < 0 ? ret : -ENOENT; /* librbd lists every rbd_* option, rbd_cache too */
+    rbd_config_option_t *opts = max > 0 ? calloc((size_t)max, sizeof(*opts)) : NULL;
+    if (!opts)
+        return -ENOMEM;
     ret = rbd_config_image_list(b->image, opts, &max);
     if (ret < 0) {
         free(opts);
@@ -803,13 +804,12 @@ static int rbd_check_cache(struct bs_rbd *b, struct rbd_opening *o, char *err, s
     }
     for (int i = 0; i < max; i++)
         if (strcmp(opts[i].name, "rbd_cache") == 0 && strcmp(opts[i].value, "false") != 0) {
+            bool image = opts[i].source == RBD_CONFIG_SOURCE_IMAGE;
             snprintf(err, errlen,
                      "%s: rbd_cache is %s for this %s: a gateway must report every write error, "
-                     "so it runs without librbd's cache (remove the setting: rbd config %s "
-                     "remove ... rbd_cache)",
-                     o->who, opts[i].value,
-                     opts[i].source == RBD_CONFIG_SOURCE_IMAGE ? "image" : "pool",
-                     opts[i].source == RBD_CONFIG_SOURCE_IMAGE ? "image" : "pool");
+                     "so it runs without librbd's cache (rbd config %s remove %s%s%s rbd_cache)",
+                     o->who, opts[i].value, image ? "image" : "pool", image ? "image" : "pool",
+                     o->p->pool, image ? "/" : "", image ? o->p->image : "");
             o->said = true;
             ret = -EINVAL;
         }

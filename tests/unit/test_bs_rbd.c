@@ -241,6 +241,7 @@ static void test_image_cache_refused(void **state)
     rbd_fake.image_rbd_cache[0] = '\0';
     assert_null(bs);
     assert_non_null(strstr(err, "rbd_cache is true for this image"));
+    assert_non_null(strstr(err, "rbd config image remove pool/img2 rbd_cache"));
 }
 
 static void test_sync_cache(void **state)
