@@ -1,10 +1,9 @@
 /* The rbd store: a Ceph RBD image through librbd's asynchronous API. READ and WRITE go to
- * rbd_aio_readv/rbd_aio_writev straight from the task's iovecs, FLUSH (and FUA after a write)
- * to rbd_aio_flush, UNMAP to rbd_aio_discard, WRITE SAME to rbd_aio_writesame and COMPARE AND
- * WRITE within one 512-byte sector to rbd_aio_compare_and_write. librbd completes on its own
- * finisher thread; the callback only records the result and posts the request's embedded message
- * back to the reactor that submitted it, where done() runs, so the SCSI core never sees another
- * thread.
+ * rbd_aio_readv/rbd_aio_writev straight from the task's iovecs, FLUSH to rbd_aio_flush, UNMAP to
+ * rbd_aio_discard, WRITE SAME to rbd_aio_writesame and COMPARE AND WRITE within one 512-byte sector
+ * to rbd_aio_compare_and_write. librbd completes on its own finisher thread; the callback only
+ * records the result and posts the request's embedded message back to the reactor that submitted
+ * it, where done() runs, so the SCSI core never sees another thread.
  *
  * Blocking calls happen only off the reactors: the image is opened (and created with size=)
  * by bs_rbd_open() while the target is being built, before any reactor runs, or on the
@@ -69,9 +68,9 @@ struct bs_rbd {
     void *size_arg;
 };
 
-/* st.done counts the steps of a request: 0 the operation itself, 1 the flush a FUA write
- * owes. */
-enum { STEP_OP = 0, STEP_FUA_FLUSH = 1 };
+/* st.done: the request's one step, the operation itself. librbd's cache is off (rbd_conf), so
+ * a write completes only once the OSDs have it: a FUA write needs no flush after it. */
+enum { STEP_OP = 0 };
 
 /* ---- the part of the caller's iovec that covers length ---------------------------------- */
 
@@ -144,17 +143,6 @@ static void rbd_step_done(struct bs_io *io)
 {
     struct bs *bs = io->st.bs;
     int res = io->st.res;
-    bool writes = io->op == BS_WRITE || io->op == BS_WRITE_SAME || io->op == BS_COMPARE_AND_WRITE;
-    if (res == 0 && writes && io->fua && io->st.done == STEP_OP) {
-        /* librbd has no write-through flag: a FUA write is a write and then a flush, the
-         * command answered once both are done (SBC-4 §5.45 FUA). */
-        rbd_iov_restore(io);
-        io->st.done = STEP_FUA_FLUSH;
-        res = rbd_start(bs->priv, io);
-        if (res == 0)
-            return;
-    }
-    /* after the FUA flush was tried: librbd may refuse that one for the fence too */
     if (res == -RBD_EBLOCKLISTED)
         rbd_fenced(bs);
     rbd_iov_restore(io);
@@ -193,37 +181,32 @@ static int rbd_issue(struct bs_rbd *b, struct bs_io *io)
     int ret = rbd_aio_create_completion(io, async ? rbd_cb : NULL, &c);
     if (ret < 0)
         return ret;
-    if (io->st.done == STEP_FUA_FLUSH) {
+    switch (io->op) {
+    case BS_READ:
+        ret = rbd_aio_readv(b->image, io->iov, rbd_iov_fit(io), io->offset, c);
+        break;
+    case BS_WRITE:
+        ret = rbd_aio_writev(b->image, io->iov, rbd_iov_fit(io), io->offset, c);
+        break;
+    case BS_FLUSH:
         ret = rbd_aio_flush(b->image, c);
-    } else {
-        switch (io->op) {
-        case BS_READ:
-            ret = rbd_aio_readv(b->image, io->iov, rbd_iov_fit(io), io->offset, c);
-            break;
-        case BS_WRITE:
-            ret = rbd_aio_writev(b->image, io->iov, rbd_iov_fit(io), io->offset, c);
-            break;
-        case BS_FLUSH:
-            ret = rbd_aio_flush(b->image, c);
-            break;
-        case BS_UNMAP:
-            ret = rbd_aio_discard(b->image, io->offset, io->length, c);
-            break;
-        case BS_WRITE_SAME:
-            ret = rbd_aio_writesame(b->image, io->offset, io->length, io->iov[0].iov_base,
-                                    io->iov[0].iov_len, c, 0);
-            break;
-        case BS_COMPARE_AND_WRITE:
-            /* one RADOS operation (cmpext + write) on one object: atomic in the cluster,
-             * so across gateways too; a mismatch is -EILSEQ */
-            io->miscompare = 0;
-            ret = (int)rbd_aio_compare_and_write(b->image, io->offset, io->length,
-                                                 io->iov[0].iov_base, io->iov[1].iov_base, c,
-                                                 &io->miscompare, 0);
-            break;
-        default:
-            ret = -EINVAL;
-        }
+        break;
+    case BS_UNMAP:
+        ret = rbd_aio_discard(b->image, io->offset, io->length, c);
+        break;
+    case BS_WRITE_SAME:
+        ret = rbd_aio_writesame(b->image, io->offset, io->length, io->iov[0].iov_base,
+                                io->iov[0].iov_len, c, 0);
+        break;
+    case BS_COMPARE_AND_WRITE:
+        /* one RADOS operation (cmpext + write) on one object: atomic in the cluster,
+         * so across gateways too; a mismatch is -EILSEQ */
+        io->miscompare = 0;
+        ret = (int)rbd_aio_compare_and_write(b->image, io->offset, io->length, io->iov[0].iov_base,
+                                             io->iov[1].iov_base, c, &io->miscompare, 0);
+        break;
+    default:
+        ret = -EINVAL;
     }
     if (ret < 0) {
         rbd_iov_restore(io);
@@ -499,9 +482,10 @@ static int bs_rbd_client_addr(struct bs *bs, char *buf, size_t len)
     int ret = rados_getaddrs(b->cluster, &addrs);
     if (ret < 0 || !addrs)
         return ret < 0 ? ret : -ENOENT;
-    snprintf(buf, len, "%s", addrs);
+    /* a truncated address would be fenced as given: some other client, or none */
+    int n = snprintf(buf, len, "%s", addrs);
     rados_buffer_free(addrs);
-    return 0;
+    return n >= 0 && (size_t)n < len ? 0 : -ENAMETOOLONG;
 }
 
 /* After a fence: the image's exclusive lock, if another client holds it, is broken now. librbd
@@ -531,6 +515,11 @@ static void rbd_break_fenced_lock(struct bs_rbd *b)
     rbd_lock_get_owners_cleanup(owners, n);
 }
 
+/* How long a fence lasts. Ceph's default is one hour, after which a gateway stalled that long
+ * would write again; a client's address carries a nonce never used again, so an entry that
+ * lasts ten years costs one map entry and removes nothing it should not. */
+#define RBD_FENCE_EXPIRE_S (10.0 * 365 * 24 * 3600)
+
 /* Blocklist another client of the cluster (the fence of a failover, docs/gateways.md): from
  * the monitors' answer on, the OSDs refuse that client's operations and drop its watches, so
  * librbd here may break the exclusive lock it held. Blocks on the monitors. Needs the mon cap
@@ -546,8 +535,8 @@ static int bs_rbd_fence(struct bs *bs, const char *addr, char *err, size_t errle
         }
     snprintf(cmd, sizeof(cmd),
              "{\"prefix\": \"osd blocklist\", \"blocklistop\": \"add\", "
-             "\"addr\": \"%s\"}",
-             addr);
+             "\"addr\": \"%s\", \"expire\": %.1f}",
+             addr, RBD_FENCE_EXPIRE_S);
     const char *cmds[1] = {cmd};
     char *outs = NULL, *outbuf = NULL;
     size_t outs_len = 0, outbuf_len = 0;
@@ -559,6 +548,13 @@ static int bs_rbd_fence(struct bs *bs, const char *addr, char *err, size_t errle
         rados_buffer_free(outbuf);
     if (ret < 0)
         return rbd_fence_check(bs, ret);
+    /* The OSDs refuse the fenced client once they have the map with its entry: wait for it
+     * here, so the role is taken only when the old holder cannot write any more. */
+    ret = rados_wait_for_latest_osdmap(b->cluster);
+    if (ret < 0) {
+        snprintf(err, errlen, "waiting for the OSD map with the fence: %s", strerror(-ret));
+        return rbd_fence_check(bs, ret);
+    }
     rbd_break_fenced_lock(b);
     return 0;
 }
@@ -631,6 +627,11 @@ static int rbd_conf(rados_t cluster, const char *who, unsigned timeout_s, char *
         /* UNMAP promises zeros (LBPRZ): a discard that does not cover whole objects must zero
          * its range instead of being skipped. */
         {"rbd_skip_partial_discard", "false"},
+        /* librbd's cache (write-around by default since Ceph 16) reports a write done when it
+         * is sent, and a failed write's error to at most one later flush: a FUA write or
+         * SYNCHRONIZE CACHE could be answered GOOD for data the cluster refused (a fenced
+         * gateway, a partition). Off, a write completes when the OSDs have it, or fails. */
+        {"rbd_cache", "false"},
     };
     for (size_t i = 0; i < sizeof(set) / sizeof(set[0]); i++) {
         int ret = rados_conf_set(cluster, set[i][0], set[i][1]);
@@ -783,6 +784,40 @@ static int rbd_check_size(struct bs_rbd *b, struct rbd_opening *o, uint64_t *siz
     return 0;
 }
 
+/* The pool or the image may set rbd_cache itself (`rbd config pool/image set`), which
+ * overrides rbd_conf: an image that still caches is refused, since its write errors could
+ * not reach the initiator. Returns 0 or a negative errno. */
+static int rbd_check_cache(struct bs_rbd *b, struct rbd_opening *o, char *err, size_t errlen)
+{
+    o->stage = "reading the image's configuration";
+    int max = 0;
+    int ret = rbd_config_image_list(b->image, NULL, &max);
+    if (ret != -ERANGE)
+        return ret < 0 ? ret : -ENOENT; /* librbd lists every rbd_* option, rbd_cache too */
+    rbd_config_option_t *opts = max > 0 ? calloc((size_t)max, sizeof(*opts)) : NULL;
+    if (!opts)
+        return -ENOMEM;
+    ret = rbd_config_image_list(b->image, opts, &max);
+    if (ret < 0) {
+        free(opts);
+        return ret;
+    }
+    for (int i = 0; i < max; i++)
+        if (strcmp(opts[i].name, "rbd_cache") == 0 && strcmp(opts[i].value, "false") != 0) {
+            bool image = opts[i].source == RBD_CONFIG_SOURCE_IMAGE;
+            snprintf(err, errlen,
+                     "%s: rbd_cache is %s for this %s: a gateway must report every write error, "
+                     "so it runs without librbd's cache (rbd config %s remove %s%s%s rbd_cache)",
+                     o->who, opts[i].value, image ? "image" : "pool", image ? "image" : "pool",
+                     o->p->pool, image ? "/" : "", image ? o->p->image : "");
+            o->said = true;
+            ret = -EINVAL;
+        }
+    rbd_config_image_list_cleanup(opts, max);
+    free(opts);
+    return ret < 0 ? ret : 0;
+}
+
 /* What the store offers the SCSI layer, from the open image. */
 static void rbd_describe(struct bs *bs, struct bs_rbd *b, const struct bs_rbd_params *p,
                          uint64_t size)
@@ -794,9 +829,9 @@ static void rbd_describe(struct bs *bs, struct bs_rbd *b, const struct bs_rbd_pa
     bs->ops = &bs_rbd_ops;
     bs->size = size;
     bs->read_only = p->read_only;
-    /* librbd's writeback cache (rbd cache, on by default) is volatile: SYNCHRONIZE CACHE and
-     * FUA must reach rbd_aio_flush. */
-    bs->write_cache = true;
+    /* librbd's cache is off (rbd_conf, rbd_check_cache): no volatile cache, so the caching
+     * page says WCE=0 and a write is answered once the cluster has it. */
+    bs->write_cache = false;
     /* Discarded objects are deleted, partial ones zeroed (rbd_skip_partial_discard off). */
     bs->thin = true;
     bs->write_same = true;
@@ -864,6 +899,8 @@ struct bs *bs_rbd_open(const struct bs_rbd_params *p, bool *transient, char *err
     int ret = rbd_connect(b, &o, err, errlen);
     if (ret == 0)
         ret = rbd_open_image(b, &o);
+    if (ret == 0)
+        ret = rbd_check_cache(b, &o, err, errlen);
     if (ret == 0)
         ret = rbd_check_size(b, &o, &size, err, errlen);
     if (ret < 0) {

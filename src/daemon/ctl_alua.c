@@ -7,6 +7,7 @@
  * (explicit ALUA, scsi/alua.c) is the SCSI layer's alone: shown, not saved, replaced by the next
  * change made here to that group (of that LUN); changes to other groups and LUNs leave it. Control
  * thread only. */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -127,12 +128,19 @@ static json_t *set_failover(struct daemon *d, struct iscsi_node *n, unsigned t, 
                         "only 'set alua %s active/optimized' on the gateway that is to take the "
                         "role",
                         n->name, n->name);
-    unsigned claimed = 0;
+    unsigned claimed = 0, fenced = 0;
     for (unsigned i = 0; i < c->nluns; i++) {
         struct scsi_lun *lu = scsi_target_lun(n->scsi, c->luns[i].lun);
-        if (lu && (!has_lun || c->luns[i].lun == num) && scsi_lun_failover_claim(lu) == 0)
-            claimed++;
+        int ret = lu && (!has_lun || c->luns[i].lun == num) ? scsi_lun_failover_claim(lu) : -1;
+        claimed += ret == 0;
+        fenced += ret == -ESHUTDOWN;
     }
+    /* a fenced gateway's client is refused by the OSDs: claiming would do nothing */
+    if (fenced)
+        return ctl_fail(e, ERR_FAILED,
+                        "target %s: this gateway was fenced (blocklisted by the cluster) on %u "
+                        "LUN%s: it cannot take the role; restart it (a new Ceph client) first",
+                        n->name, fenced, fenced == 1 ? "" : "s");
     if (!claimed)
         return ctl_fail(e, ERR_FAILED, "target %s: no LUN%s in failover (rbd: LUNs only)", n->name,
                         has_lun ? " of that number" : "");

@@ -78,6 +78,16 @@ static int alua_lun_init(struct scsi_lun *lu, const struct scsi_lun_config *cfg,
     add_group(lu, &(struct scsi_alua_group){
                       .id = tg->tpgt ? tg->tpgt : 1,
                       .state = (uint8_t)(cfg->alua_state_set ? cfg->alua_state : tg->alua_state)});
+    /* alua-mode = failover on a store the failover thread can run on (alua_failover.c): the
+     * role is the cluster's to give, so the own group starts standby, before the LUN is
+     * published, and an expired lease; the configured state only says whether to create the
+     * role's object. A restarted former holder thus serves nothing from its configuration. */
+    const struct bs_ops *o = lu->bs->ops;
+    if (tg->alua_failover && o->obj_read && o->obj_write && o->fence && o->client_addr) {
+        lu->alua_configured_ao = lu->alua[0].state == SCSI_ALUA_ACTIVE_OPTIMIZED;
+        atomic_store(&lu->alua[0].state, SCSI_ALUA_STANDBY);
+        atomic_store(&lu->alua_lease_ms, 1);
+    }
     for (unsigned i = 0; i < tg->alua_npeers && lu->alua_ngroups < SCSI_ALUA_GROUPS_MAX; i++)
         if (!find_group(lu, tg->alua_peers[i].id))
             add_group(lu, &tg->alua_peers[i]);

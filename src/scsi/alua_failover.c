@@ -13,11 +13,17 @@
  * failover-timeout, by this gateway's own clock, is a gateway gone) and sets the ALUA states
  * the "ao" object says (implicit transitions, SPC-4 §5.16.2.2: 2Ah/06h to every nexus). When
  * the active/optimized gateway is gone, the lowest group still beating FIRST blocklists the
- * address the lost one published (a gateway that comes back from a hang or a partition can
- * then never write again with a stale view: the OSDs refuse its client), THEN takes the role.
+ * address the lost one published (a gateway that comes back from a hang or a partition then
+ * cannot write with a stale view: the OSDs refuse its client, for ten years, bs_rbd.c), THEN
+ * takes the role.
  * A gateway whose own heartbeat write is refused as blocklisted gives the LUN up: standby, and
- * the store fails every command (bs_rbd.c). Failback happens only on the operator's word:
- * scsi_lun_failover_claim (linerate-ctl set alua TARGET active/optimized on that gateway). */
+ * the store fails every command (bs_rbd.c). The role is also a lease (lu->alua_lease_ms): each
+ * tick that wrote our beat and read "ao" naming us extends it to that beat plus the timeout;
+ * once past, the own group answers standby (alua_gate) until a tick confirms the role, so a
+ * gateway resumed after a stop or a partition refuses I/O at once, before it learns of the
+ * fence. The own group starts standby too (alua.c), the role only from the cluster. Failback
+ * happens only on the operator's word: scsi_lun_failover_claim (linerate-ctl set alua TARGET
+ * active/optimized on that gateway). */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -134,7 +140,11 @@ static int fo_read_peer(struct scsi_failover *f, struct fo_peer *p, uint64_t now
         return ret;
     uint64_t seq = 0;
     char addr[FO_ADDR_MAX];
-    if (buf && sscanf(buf, "seq %" SCNu64 " addr %127s", &seq, addr) == 2) {
+    int end = 0;
+    /* an address longer than FO_ADDR_MAX is taken as no heartbeat: a truncated one would
+     * fence some other client, or none */
+    if (buf && sscanf(buf, "seq %" SCNu64 " addr %127s%n", &seq, addr, &end) == 2 &&
+        (buf[end] == '\0' || buf[end] == '\n')) {
         /* the address too: a restarted gateway counts from 1 again, and may well be at the
          * number its previous life was last seen at; its new client is what to fence */
         if (!p->seen || seq != p->seq || strcmp(addr, p->addr) != 0) {
@@ -300,8 +310,7 @@ static void fo_tick(struct scsi_failover *f)
     bool claim = f->claim;
     f->claim = false;
     pthread_mutex_unlock(&f->m);
-    bool configured_ao = f->lu->alua[0].state == SCSI_ALUA_ACTIVE_OPTIMIZED;
-    if ((f->ao == 0 && configured_ao) || (claim && f->ao != f->own)) {
+    if ((f->ao == 0 && f->lu->alua_configured_ao) || (claim && f->ao != f->own)) {
         /* the first gateway configured active/optimized creates the object; or the operator
          * hands the role here (failback): the one that had it sees the change and steps down */
         uint16_t from = f->ao;
@@ -329,6 +338,11 @@ static void fo_tick(struct scsi_failover *f)
     struct fo_peer *aop = f->ao && f->ao != f->own ? fo_peer(f, f->ao) : NULL;
     if (aop && aop->lost && fo_my_turn(f, f->ao))
         fo_takeover(f, aop, now);
+    /* The role confirmed by this tick (our beat written, "ao" read or won): it holds until
+     * the others could call us gone, timeout after the beat as they see it, and beat began
+     * at now. Renewed before the state is applied, so a standby-to-AO change opens at once. */
+    if (f->ao == f->own && !f->fenced)
+        atomic_store_explicit(&f->lu->alua_lease_ms, now + f->timeout_ms, memory_order_release);
     if (f->ao)
         fo_apply(f);
 }
@@ -426,6 +440,10 @@ int scsi_lun_failover_claim(struct scsi_lun *lu)
     if (!f)
         return -1;
     pthread_mutex_lock(&f->m);
+    if (f->fenced) {
+        pthread_mutex_unlock(&f->m);
+        return -ESHUTDOWN;
+    }
     f->claim = true;
     pthread_cond_signal(&f->cv);
     pthread_mutex_unlock(&f->m);

@@ -122,8 +122,9 @@ int scsi_lun_alua_set(struct scsi_lun *lu, uint16_t group, enum scsi_alua_state 
 /* The LUN's groups and their states, its own first: how many written (at most max). */
 unsigned scsi_lun_alua_get(const struct scsi_lun *lu, struct scsi_alua_group *out, unsigned max);
 /* Failover (alua-mode = failover): ask that this gateway take the active/optimized role of lu
- * (the operator's failback); done by its failover thread through the cluster. 0, or -1 when
- * the LUN has no failover running. */
+ * (the operator's failback); done by its failover thread through the cluster. 0, -1 when
+ * the LUN has no failover running, -ESHUTDOWN when this gateway was fenced (it can never
+ * take the role again: only a restart, a new client, can). */
 int scsi_lun_failover_claim(struct scsi_lun *lu);
 struct scsi_failover_info {
     uint16_t ao;              /* the group the cluster says is active/optimized; 0 not known yet */

@@ -5,6 +5,7 @@
 
 #include <stdatomic.h>
 #include <stddef.h>
+#include <time.h>
 
 #include "bs/bs.h"
 #include "reactor/reactor.h"
@@ -285,6 +286,15 @@ struct scsi_lun {
         atomic_uchar state; /* enum scsi_alua_state */
     } alua[SCSI_ALUA_GROUPS_MAX];
     uint8_t alua_ngroups;
+    /* alua-mode = failover: this gateway's hold on the active/optimized role is a lease, valid
+     * until alua_lease_ms (CLOCK_MONOTONIC): the last successful heartbeat plus the failover
+     * timeout, stored by the failover thread (alua_failover.c). Past it the own group answers
+     * as standby until a heartbeat confirms the role again, so a gateway that was stopped or
+     * cut off refuses I/O at once, whether or not it was fenced yet. 0: no lease (not in
+     * failover mode). alua_configured_ao: the configuration said active/optimized; the own
+     * group starts standby all the same and the failover thread decides. */
+    _Atomic uint64_t alua_lease_ms;
+    bool alua_configured_ao;
     /* The medium resized under the LUN (lun_admin.c): one helper-thread job at a time, run
      * again when the store called back meanwhile; guarded by lock. */
     struct scsi_lun_resize *resize;
@@ -681,10 +691,18 @@ static inline scsi_sr alua_gate(const struct scsi_lun *lu, const struct scsi_cmd
      * BUFFER (those offered here carry CMD_STANDBY_OK); anything else is NOT READY, LOGICAL
      * UNIT NOT ACCESSIBLE, TARGET PORT IN STANDBY STATE. TEST UNIT READY included, which is
      * how a multipath path checker learns the path is not for I/O. */
-    if (atomic_load_explicit(&((struct scsi_lun *)lu)->alua[0].state, memory_order_relaxed) ==
-            SCSI_ALUA_STANDBY &&
-        !(c->flags & CMD_STANDBY_OK))
+    if (c->flags & CMD_STANDBY_OK)
+        return SR_OK;
+    struct scsi_lun *l = (struct scsi_lun *)lu;
+    if (atomic_load_explicit(&l->alua[0].state, memory_order_relaxed) == SCSI_ALUA_STANDBY)
         return SR_ALUA_STANDBY;
+    uint64_t lease = atomic_load_explicit(&l->alua_lease_ms, memory_order_acquire);
+    if (lease) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        if ((uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000 >= lease)
+            return SR_ALUA_STANDBY; /* the failover lease ran out: standby until renewed */
+    }
     return SR_OK;
 }
 

@@ -17,10 +17,14 @@ rbd:POOL/IMAGE with failover-heartbeat 500ms and failover-timeout 3s. A raw init
   3. failback on the operator's word: A restarted (a new Ceph client) comes up standby (the
      cluster says group 2); `linerate-ctl set alua IQN active/optimized` on A gives it the
      role back: RTPG through both says {1: AO, 2: standby};
-  4. a hung gateway: A is stopped with SIGSTOP while commands to write block Z are queued to
-     it; B fences it and takes over, writes block Z; A is continued with SIGCONT: none of its
-     queued or new writes is GOOD, block Z through B holds B's data (A's never reached the
-     image), and A's log says it was blocklisted; RTPG through A then says its group standby.
+  4. a hung gateway: A is stopped with SIGSTOP while commands are queued to it: FUA writes to
+     block Z and to distinct blocks beside it, and a plain write followed by SYNCHRONIZE
+     CACHE; B fences it and takes over, writes block Z; A is continued with SIGCONT: none of
+     its queued commands (the SYNCHRONIZE CACHE included) or new writes is GOOD, block Z
+     through B holds B's data and no other block holds A's (none of A's writes reached the
+     image: librbd's cache, which answers a write when sent, is off), and A's log says it was
+     blocklisted; RTPG through A then says its group standby, and `linerate-ctl set alua
+     active/optimized` on A fails, saying it was fenced.
 Rounds (ROUNDS, default 1) repeat step 2-3 to measure the pause: kill to first good write
 through B, printed per round with the median and the worst.
 Exit 0 when every check holds, 1 with the reason. Python 3 standard library only."""
@@ -251,14 +255,24 @@ def hung_round(a, b, sa, sb):
     t0 = time.monotonic()
     # queued in the socket of a process that does not run: A reads them after SIGCONT
     itts = []
-    for i in range(4):
+
+    def queue(cdb, data):
         itt = sa.next_itt()
-        data = stamp("A-stale", z, i)
-        h = hostile.bhs(hostile.OP_SCSI, 0x80 | 0x20 | 0x01, hostile.lun_field(0), itt, BLOCK,
-                        sa.cmdsn, sa.expstatsn, wr_fua(z).ljust(16, b"\0"), data=data)
+        flags = 0x80 | (0x20 if data else 0) | 0x01
+        h = hostile.bhs(hostile.OP_SCSI, flags, hostile.lun_field(0), itt, len(data), sa.cmdsn,
+                        sa.expstatsn, cdb.ljust(16, b"\0"), data=data)
         sa.cmdsn += 1
         sa.c.send_pdu(h, data)
         itts.append(itt)
+
+    # FUA writes, block Z and distinct blocks: each one's own answer must carry the fence
+    stale = [z, z, z + 1, z + 2, z + 3]
+    for i, lba in enumerate(stale):
+        queue(wr_fua(lba), stamp("A-stale", lba, i))
+    # a plain write and then SYNCHRONIZE CACHE(10): the flush must not be GOOD either
+    stale.append(z + 4)
+    queue(hostile.cdb_rw10(0x2A, z + 4, 1), stamp("A-stale", z + 4, 9))
+    queue(bytes([0x35]) + bytes(9), b"")
     pause, _ = write_until_good(sb, z, stamp("B", z, 0), t0)
     check(addr.rsplit("/", 1)[1] in blocklist(), "hung A's address %s is not blocklisted" % addr)
     # by B's fence, not only by librbd's own lock break (which blocklists the holder too)
@@ -276,8 +290,11 @@ def hung_round(a, b, sa, sb):
         if rh[0] & 0x3F == hostile.OP_SCSI_RSP:
             answered += 1
             good += rh[3] == 0
-    check(good == 0, "%d of A's queued writes were GOOD after it was fenced" % good)
+    check(good == 0, "%d of A's queued commands were GOOD after it was fenced" % good)
     check(read_block(sb, z) == stamp("B", z, 0), "block %d: A's stale write reached the image" % z)
+    for lba in stale[2:]:
+        check(not read_block(sb, lba).startswith(b"A-stale"),
+              "block %d: A's stale write reached the image" % lba)
     # a new write through A after it woke: refused too
     try:
         st, sense, _ = sa.scsi_retry_ua(wr_fua(z), write_data=stamp("A-late", z, 0), timeout=30)
@@ -292,8 +309,15 @@ def hung_round(a, b, sa, sb):
     sa2 = session(a.port, "a-fenced")
     g = rtpg_groups(sa2)
     check(g.get(1) == STANDBY, "fenced A reports its group %s, want standby" % g.get(1))
+    # the operator's failback on a fenced gateway cannot work: it says so, not success
+    r = subprocess.run([CTL, "--socket", a.sock, "set", "alua", TARGET, "active/optimized"],
+                       capture_output=True, text=True, timeout=60)
+    check(r.returncode != 0 and "fenced" in r.stdout + r.stderr,
+          "set alua active/optimized on fenced A: rc %d %s %s" % (r.returncode, r.stdout,
+                                                                  r.stderr))
     print("hung A (SIGSTOP): fenced and replaced after %.2f s; after SIGCONT its %d queued "
-          "writes answered, none GOOD; block %d holds B's data; A reports standby" %
+          "commands answered, none GOOD; block %d holds B's data; A reports standby and "
+          "refuses set alua" %
           (pause, answered, z))
 
 

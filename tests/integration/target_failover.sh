@@ -6,13 +6,22 @@
 # RTPG, acknowledged writes read back, the blocklist holds the old address), failback by
 # linerate-ctl, and a hung gateway (SIGSTOP) fenced, whose writes after SIGCONT never reach
 # the image. Skipped (77) without Ceph or librbd. LT_FAILOVER_ROUNDS=N repeats the kill to
-# measure the pause (median and worst printed).
+# measure the pause (median and worst printed). Before that, an image whose own configuration
+# sets rbd_cache true must be refused at start (a cache would hide write errors).
 . "$(dirname "$0")/lt_lib.sh"
 need python3
 CTL=$(dirname "$LT")/linerate-ctl
 [ -x "$CTL" ] || fail "$CTL is not built"
 start_ceph
 rbd create --size 64M rbd/it-fo || fail "rbd create rbd/it-fo failed"
+note "an image whose own configuration turns librbd's cache on is refused (docs/rbd.md)"
+rbd create --size 16M rbd/it-fo-cache || fail "rbd create rbd/it-fo-cache failed"
+rbd config image set rbd/it-fo-cache rbd_cache true || fail "rbd config image set failed"
+timeout 60 "$LT" --listen 127.0.0.1:1 --lun rbd:rbd/it-fo-cache >"$WORK/cache.out" 2>&1
+rc=$?
+[ "$rc" = 2 ] || fail "an image with rbd_cache on: exit $rc, not 2: $(tail -n 3 "$WORK/cache.out")"
+grep -q "rbd_cache is true for this image" "$WORK/cache.out" ||
+    fail "no reason given for refusing rbd_cache on: $(tail -n 3 "$WORK/cache.out")"
 note "two gateways, alua-mode = failover, heartbeat 500ms, timeout 3s"
 LT_FO_WORK=$WORK timeout 900 python3 "$IT_DIR/target_failover.py" "$LT" "$CTL" rbd/it-fo \
     "${LT_FAILOVER_ROUNDS:-1}" >"$WORK/fo.out" 2>&1 ||

@@ -398,6 +398,8 @@ int rados_conf_set(rados_t cluster, const char *option, const char *value)
     (void)cluster;
     if (strcmp(option, "rados_osd_op_timeout") == 0)
         snprintf(rbd_fake.osd_op_timeout, sizeof(rbd_fake.osd_op_timeout), "%s", value);
+    else if (strcmp(option, "rbd_cache") == 0)
+        snprintf(rbd_fake.rbd_cache, sizeof(rbd_fake.rbd_cache), "%s", value);
     else if (strcmp(option, "rbd_skip_partial_discard") == 0)
         snprintf(rbd_fake.skip_partial_discard, sizeof(rbd_fake.skip_partial_discard), "%s", value);
     return 0;
@@ -416,6 +418,38 @@ int rados_conf_get(rados_t cluster, const char *option, char *buf, size_t len)
         snprintf(buf, len, "client.%s", rbd_fake.client_id[0] ? rbd_fake.client_id : "admin");
     else
         return -ENOENT;
+    return 0;
+}
+
+/* One option, rbd_cache, as librbd lists it: the image's own setting over the client's. */
+int rbd_config_image_list(rbd_image_t image, rbd_config_option_t *options, int *max_options)
+{
+    (void)image;
+    if (*max_options < 1) {
+        *max_options = 1;
+        return -ERANGE;
+    }
+    bool own = rbd_fake.image_rbd_cache[0] != '\0';
+    options[0].name = strdup("rbd_cache");
+    options[0].value = strdup(own                     ? rbd_fake.image_rbd_cache
+                              : rbd_fake.rbd_cache[0] ? rbd_fake.rbd_cache
+                                                      : "true");
+    options[0].source = own ? RBD_CONFIG_SOURCE_IMAGE : RBD_CONFIG_SOURCE_CONFIG;
+    *max_options = 1;
+    return 0;
+}
+
+void rbd_config_image_list_cleanup(rbd_config_option_t *options, int max_options)
+{
+    for (int i = 0; i < max_options; i++) {
+        free(options[i].name);
+        free(options[i].value);
+    }
+}
+
+int rados_wait_for_latest_osdmap(rados_t cluster)
+{
+    (void)cluster;
     return 0;
 }
 

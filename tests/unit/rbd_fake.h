@@ -38,6 +38,8 @@ struct rbd_fake {
     char client_id[64];
     char osd_op_timeout[16]; /* what rados_conf_set was told */
     char skip_partial_discard[8];
+    char rbd_cache[8];       /* what rados_conf_set was told */
+    char image_rbd_cache[8]; /* "": none; else the image's own rbd_cache (rbd config image set) */
     struct rbd_fake_req log[RBD_FAKE_LOG_MAX];
     int nlog;
     /* Results for the next requests, in order (a negative errno, or 0 for success); once

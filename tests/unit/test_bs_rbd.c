@@ -1,8 +1,8 @@
 /* The rbd store (src/bs/bs_rbd.c) against a fake librbd (rbd_fake.c, linked in place of
  * -lrbd -lrados), for what a real cluster cannot be made to do on demand (issue 13): the
- * request mapping (READ/WRITE to readv/writev on the command's buffers, FUA as a write then a
- * flush, SYNCHRONIZE CACHE to a flush, UNMAP to discards of the right bytes, WRITE SAME and
- * COMPARE AND WRITE to their librbd calls) and every error a user meets, as sense: -EROFS
+ * request mapping (READ/WRITE to readv/writev on the command's buffers, FUA as the write alone
+ * (librbd's cache off), SYNCHRONIZE CACHE to a flush, UNMAP to discards of the right bytes, WRITE
+ * SAME and COMPARE AND WRITE to their librbd calls) and every error a user meets, as sense: -EROFS
  * DATA PROTECT, -ENOSPC SPACE ALLOCATION FAILED WRITE PROTECT, -ETIMEDOUT (timeout=, the
  * OSD silent) ABORTED COMMAND / TIMEOUT ON LOGICAL UNIT which initiators retry, -EIO MEDIUM
  * ERROR, -EILSEQ MISCOMPARE with the offset, -EBLOCKLISTED the LUN given up with a log line
@@ -146,7 +146,9 @@ static void test_open(void **state)
     /* UNMAP promises zeros: partial discards must zero, not be skipped */
     assert_string_equal(rbd_fake.skip_partial_discard, "false");
     assert_int_equal(f->bs->size, IMAGE_SIZE);
-    assert_true(f->bs->write_cache);
+    /* librbd's cache off: write errors reach the initiator, and no volatile cache (WCE=0) */
+    assert_string_equal(rbd_fake.rbd_cache, "false");
+    assert_false(f->bs->write_cache);
     assert_true(f->bs->thin);
     assert_int_equal(f->bs->caw_unit, 512);
     assert_string_equal(f->bs->medium_id, "10f2a5b7c3d9");
@@ -190,7 +192,7 @@ static void test_read_write(void **state)
         buf[i] = (uint8_t)(i * 13 + 1);
     sfx_cdb10(c, 0x2a, 0, 16, 8); /* WRITE(10), 8 blocks at LBA 16 */
     assert_int_equal(run(f, c, buf, sizeof(buf)), SCSI_STATUS_GOOD);
-    assert_int_equal(rbd_fake.nlog, 1); /* no flush without FUA: librbd caches */
+    assert_int_equal(rbd_fake.nlog, 1); /* no flush: librbd does not cache */
     assert_int_equal(req(0)->op, FAKE_WRITE);
     assert_int_equal(req(0)->off, 16 * BSZ);
     assert_int_equal(req(0)->len, sizeof(buf));
@@ -209,37 +211,37 @@ static void test_read_write(void **state)
             assert_int_equal(((uint8_t *)f->t.iov[i].iov_base)[k], 0x3c);
 }
 
-/* FUA: librbd has no write-through flag, so a write then a flush, answered after both
- * (SBC-4 §5.45); a failed write is not flushed, a failed flush fails the command. */
+/* FUA: librbd's cache is off, so the write completes once the cluster has it and nothing is
+ * flushed after it (SBC-4 §5.45 FUA); a failed write fails the command. Before, a FUA write was
+ * a write then a flush, which librbd's cache answers 0 for a write it lost. */
 static void test_fua(void **state)
 {
     struct fx *f = *state;
     uint8_t c[16], buf[BSZ];
     memset(buf, 0x77, sizeof(buf));
     sfx_cdb10(c, 0x2a, 0x08, 4, 1); /* WRITE(10) FUA */
-    struct arun a;
-    start(f, &a, c, buf, sizeof(buf));
+    assert_int_equal(run(f, c, buf, sizeof(buf)), SCSI_STATUS_GOOD);
     assert_int_equal(rbd_fake.nlog, 1);
     assert_int_equal(req(0)->op, FAKE_WRITE);
-    finish_step(f); /* the write done: the flush goes out, the command waits */
-    assert_int_equal(sfx_done_calls, 0);
-    assert_int_equal(rbd_fake.nlog, 2);
-    assert_int_equal(req(1)->op, FAKE_FLUSH);
-    finish_step(f);
-    assert_int_equal(sfx_done_calls, 1);
-    assert_int_equal(f->t.status, SCSI_STATUS_GOOD);
 
-    rbd_fake_script(-EIO); /* the write fails: no flush, MEDIUM ERROR / WRITE ERROR */
-    assert_int_equal(run(f, c, buf, sizeof(buf)), SCSI_STATUS_CHECK_CONDITION);
-    sfx_assert_sense(&f->t, 0, 0x03, 0x0c, 0x00);
-    assert_int_equal(rbd_fake.nlog, 3);
-
-    rbd_fake_script(0); /* the write lands, the flush fails: the command fails */
-    rbd_fake_script(-ETIMEDOUT);
+    rbd_fake_script(-ETIMEDOUT); /* the write fails: the command fails */
     assert_int_equal(run(f, c, buf, sizeof(buf)), SCSI_STATUS_CHECK_CONDITION);
     sfx_assert_sense(&f->t, 0, 0x0b, 0x3e, 0x02);
-    assert_int_equal(rbd_fake.nlog, 5);
-    assert_int_equal(req(4)->op, FAKE_FLUSH);
+    assert_int_equal(rbd_fake.nlog, 2);
+}
+
+/* A pool or image that sets rbd_cache itself overrides the client's setting: such an image
+ * is refused, and the message says where the setting is. */
+static void test_image_cache_refused(void **state)
+{
+    (void)state;
+    char err[512];
+    snprintf(rbd_fake.image_rbd_cache, sizeof(rbd_fake.image_rbd_cache), "true");
+    struct bs *bs = bs_open_spec("rbd:pool/img2,id=gw1", err, sizeof(err));
+    rbd_fake.image_rbd_cache[0] = '\0';
+    assert_null(bs);
+    assert_non_null(strstr(err, "rbd_cache is true for this image"));
+    assert_non_null(strstr(err, "rbd config image remove pool/img2 rbd_cache"));
 }
 
 static void test_sync_cache(void **state)
@@ -368,35 +370,6 @@ static void test_refused_at_submit(void **state)
     sfx_cdb10(c, 0x28, 0, 0, 1);
     assert_int_equal(run(f, c, NULL, 0), SCSI_STATUS_CHECK_CONDITION);
     sfx_assert_sense(&f->t, 0, 0x03, 0x11, 0x00);
-    /* a FUA write whose flush is refused */
-    rbd_fake.submit_err = 0;
-    sfx_cdb10(c, 0x2a, 0x08, 0, 1);
-    struct arun a;
-    start(f, &a, c, buf, sizeof(buf));
-    rbd_fake.submit_err = -ETIMEDOUT;
-    finish_step(f);
-    assert_int_equal(sfx_done_calls, 1);
-    sfx_assert_sense(&f->t, 0, 0x0b, 0x3e, 0x02);
-}
-
-/* The fence met when the flush a FUA write owes is refused: the LUN is given up there too,
- * not at some later request (docs/rbd.md: whichever call meets the fence first). */
-static void test_blocklisted_at_fua_flush(void **state)
-{
-    struct fx *f = *state;
-    uint8_t c[16], buf[BSZ] = {0};
-    sfx_cdb10(c, 0x2a, 0x08, 0, 1);
-    struct arun a;
-    start(f, &a, c, buf, sizeof(buf));
-    rbd_fake.submit_err = -EBLOCKLISTED;
-    finish_step(f);
-    assert_int_equal(sfx_done_calls, 1);
-    sfx_assert_sense(&f->t, 0, 0x02, 0x04, 0x03);
-    int nlog = rbd_fake.nlog;
-    sfx_cdb10(c, 0x28, 0, 0, 1);
-    assert_int_equal(run(f, c, NULL, 0), SCSI_STATUS_CHECK_CONDITION);
-    sfx_assert_sense(&f->t, 0, 0x02, 0x04, 0x03);
-    assert_int_equal(rbd_fake.nlog, nlog); /* the cluster no longer asked */
 }
 
 /* COMPARE AND WRITE that differs: MISCOMPARE DURING VERIFY, INFORMATION the offset of the
@@ -551,13 +524,12 @@ static void test_without_reactor(void **state)
     struct fx *f = *state;
     uint8_t c[16], buf[BSZ];
     memset(buf, 0x66, sizeof(buf));
-    sfx_cdb10(c, 0x2a, 0x08, 3, 1); /* WRITE FUA: write and flush, both waited for */
+    sfx_cdb10(c, 0x2a, 0x08, 3, 1); /* WRITE FUA: the write waited for */
     assert_int_equal(sfx_run(&f->t, &f->tg, f->n1, 0, c, buf, sizeof(buf), 0, SFX_CHECK_DONE),
                      SCSI_STATUS_GOOD);
-    assert_int_equal(rbd_fake.nlog, 2);
+    assert_int_equal(rbd_fake.nlog, 1);
     assert_false(req(0)->has_cb);
     assert_int_equal(req(0)->op, FAKE_WRITE);
-    assert_int_equal(req(1)->op, FAKE_FLUSH);
     assert_memory_equal(rbd_fake.mem + 3 * BSZ, buf, BSZ);
     rbd_fake_script(-ENOSPC);
     sfx_cdb10(c, 0x2a, 0, 3, 1);
@@ -573,11 +545,11 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_unmap_unit_striped, setup, teardown),
         cmocka_unit_test_setup_teardown(test_read_write, setup, teardown),
         cmocka_unit_test_setup_teardown(test_fua, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_image_cache_refused, setup, teardown),
         cmocka_unit_test_setup_teardown(test_sync_cache, setup, teardown),
         cmocka_unit_test_setup_teardown(test_unmap_write_same, setup, teardown),
         cmocka_unit_test_setup_teardown(test_errors, setup, teardown),
         cmocka_unit_test_setup_teardown(test_refused_at_submit, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_blocklisted_at_fua_flush, setup, teardown),
         cmocka_unit_test_setup_teardown(test_miscompare, setup, teardown),
         cmocka_unit_test_setup_teardown(test_blocklisted, setup, teardown),
         cmocka_unit_test_setup_teardown(test_completion_on_reactor, setup, teardown),
