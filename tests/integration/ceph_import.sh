@@ -303,6 +303,12 @@ a["password"] = "a secret with spaces"
 json.dump(d, open(sys.argv[2], "w"))
 a["username"] = "host=a"
 json.dump(d, open(sys.argv[3], "w"))
+# users the config would read as a comment or without their quotes (v11 and v4 forms)
+a["username"] = "#host-a"
+json.dump(d, open(sys.argv[3].replace("eq.json", "hash.json"), "w"))
+d = json.load(open(sys.argv[1].replace("v11.json", "v4.json")))
+d["discovery_auth"]["chap_mutual"] = '"disc-target"/disc-mutual-0002'
+json.dump(d, open(sys.argv[3].replace("eq.json", "quote.json"), "w"))
 PY
     rm -rf "$WORK/space" && mkdir "$WORK/space"
     "$CTL_BIN" import ceph-iscsi "$WORK/space.json" -o "$WORK/space" --secrets "$WORK/space/secrets" \
@@ -320,6 +326,8 @@ chap-mutual-user = igw-target
 
     note "bad input: exit 2, the place named, nothing written"
     refused "a CHAP user a config line cannot hold" "CHAP user 'host=a' cannot be written into linerate.conf" "$WORK/eq.json"
+    refused "a CHAP user beginning with '#'" "CHAP user '#host-a' cannot be written" "$WORK/hash.json"
+    refused "a CHAP user in quotes" "CHAP user '\"disc-target\"' cannot be written" "$WORK/quote.json"
     python3 - "$FIX/v11.json" "$WORK/v12.json" <<'PY' || fail "making v12.json"
 import json, sys
 d = json.load(open(sys.argv[1]))
