@@ -349,6 +349,20 @@ d["disks"]["rbd.disk_2"]["image"] = "disk_2\n[target iqn.x:evil]"
 json.dump(d, open(sys.argv[2], "w"))
 PY
     refused "injection" "the RBD pool/image 'rbd/disk_2" "$WORK/inject.json"
+    # names longer than the importer's buffers: refused, never cut short into another image
+    # (a 1100-byte pool lost its '/' and crashed the importer) nor written past their end
+    python3 - "$FIX/v4.json" "$WORK" <<'PY' || fail "making the long-name variants"
+import json, sys
+d = json.load(open(sys.argv[1]))
+d["disks"]["rbd.disk_2"]["pool"] = "p" * 1100
+json.dump(d, open(sys.argv[2] + "/longpool.json", "w"))
+d = json.load(open(sys.argv[1]))
+t = d["targets"]
+t["iqn.2003-01.x:" + "t" * 999] = t.pop("iqn.2003-01.com.redhat.iscsi-gw:iscsi-igw")
+json.dump(d, open(sys.argv[2] + "/longtarget.json", "w"))
+PY
+    refused "a pool too long" "disks[\"rbd.disk_2\"]: the RBD pool/image is too long" "$WORK/longpool.json"
+    refused "a target too long" "targets: a target name is longer than 223 bytes" "$WORK/longtarget.json"
     "$CTL_BIN" import ceph-iscsi "$FIX/v4.json" >/dev/null 2>"$WORK/report" && fail "CHAP without --secrets"
     grep -q "give --secrets" "$WORK/report" || fail "no --secrets: $(cat "$WORK/report")"
     # one file cannot be written: none is (the secrets and gw-a.conf are taken back)
