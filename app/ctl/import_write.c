@@ -62,6 +62,10 @@ static int keep_old(const char *path, char *old, size_t oldlen)
         return -1;
     if (link(path, old) == 0)
         return 1;
+    /* a directory cannot be linked, nor replaced: its rename fails and takes the others back */
+    struct stat st;
+    if (errno == EPERM && lstat(path, &st) == 0 && S_ISDIR(st.st_mode))
+        return 0;
     return errno == ENOENT ? 0 : -1;
 }
 
