@@ -80,18 +80,25 @@ static char *disk_spec(struct cctx *c, const char *key, json_t *d, const char *j
                  "revision= on its LUN as a gateway answers them (sg_inq)",
                  jp);
     char pi[1024];
+    int pn;
     /* the early version 3 disk had only wwn and owner: its key is "POOL.IMAGE" */
     if (pool && image)
-        snprintf(pi, sizeof(pi), "%s/%s", json_string_value(pool), json_string_value(image));
+        pn = snprintf(pi, sizeof(pi), "%s/%s", json_string_value(pool), json_string_value(image));
     else if (strchr(key, c->version >= 7 ? '/' : '.')) /* version 7 keys disks "POOL/IMAGE" */
-        snprintf(pi, sizeof(pi), "%.*s/%s", (int)strcspn(key, "./"), key,
-                 key + strcspn(key, "./") + 1);
+        pn = snprintf(pi, sizeof(pi), "%.*s/%s", (int)strcspn(key, "./"), key,
+                      key + strcspn(key, "./") + 1);
     else {
         imp_bad(&c->i, jp, "no 'pool' and 'image', and the key is not POOL%cIMAGE",
                 c->version >= 7 ? '/' : '.');
         return NULL;
     }
-    if (!imp_name_ok(pi) || strchr(strchr(pi, '/') + 1, '/')) {
+    /* cut short, it would name another image (or lose its '/') */
+    if (pn < 0 || (size_t)pn >= sizeof(pi)) {
+        imp_bad(&c->i, jp, "the RBD pool/image is too long (%zu bytes at most)", sizeof(pi) - 1);
+        return NULL;
+    }
+    const char *slash = strchr(pi, '/');
+    if (!imp_name_ok(pi) || !slash || strchr(slash + 1, '/')) {
         imp_bad(&c->i, jp, "the RBD pool/image '%s' has a character linerate.conf cannot hold", pi);
         return NULL;
     }
@@ -513,8 +520,16 @@ static void views_v4(struct cctx *c, json_t *root)
     json_t *t;
     json_object_foreach(ts, k, t)
     {
-        char jp[1024];
-        snprintf(jp, sizeof(jp), "targets[\"%s\"]", k);
+        /* RFC 7143 section 4.2.7.1: an iSCSI name is at most 223 bytes (refused later when
+         * longer, but first its JSON path must fit, with the '.' after it) */
+        if (strlen(k) > 223) {
+            imp_bad(&c->i, "targets", "a target name is longer than 223 bytes");
+            return;
+        }
+        char jp[256];
+        int n = snprintf(jp, sizeof(jp), "targets[\"%s\"].", k);
+        assert(n > 0 && (size_t)n < sizeof(jp));
+        jp[n - 1] = '\0'; /* the '.' goes back after the members are read */
         if (!imp_object(&c->i, t, jp))
             return;
         json_t *disks =
@@ -530,7 +545,7 @@ static void views_v4(struct cctx *c, json_t *root)
         json_t *ips = imp_member(&c->i, t, jp, "ip_list", JSON_ARRAY, true);
         if (c->i.failed)
             return;
-        strcat(jp, ".");
+        jp[n - 1] = '.';
         json_t *ids = NULL;
         if (c->version >= 11) { /* the keys, and their lun_id apart */
             ids = disks;

@@ -135,8 +135,11 @@ char *imp_secrets_text(struct imp *c)
 void imp_chap_line(struct imp *c, const char *jp, FILE *out, const char *key, const char *user,
                    const char *secret)
 {
-    /* linerate.conf takes ',' and '#' in a value, not a '[' ']' or '=' */
-    if (!secret_word(user) || strpbrk(user, "[]=")) {
+    /* linerate.conf takes ',' and '#' in a value, not a '[' ']' or '='; a value beginning
+     * with '#' is a comment and one in quotes loses them (config.c cfg_line), and a secrets
+     * file line beginning with '#' is a comment (util/secrets.c): such a user is refused
+     * rather than written as another name or none. */
+    if (!secret_word(user) || strpbrk(user, "[]=") || user[0] == '#' || user[0] == '"') {
         imp_bad(c, jp,
                 "CHAP user '%s' cannot be written into linerate.conf, and without it that "
                 "initiator would log in without CHAP",

@@ -47,16 +47,17 @@ bool imp_secret(struct imp *c, const char *jp, const char *user, const char *sec
 /* A "KEY = USER" line (`key` chap-user, chap-mutual-user or their discovery- forms) into
  * `out`, and the secret, when not NULL, into c->secrets (imp_secret). The line is written even
  * when the secret cannot be kept (reported): the initiator then cannot log in until the admin
- * adds it, rather than log in without CHAP; a user name the line cannot hold refuses the
- * import (imp_bad) for the same reason. */
+ * adds it, rather than log in without CHAP; a user name the line cannot hold (one beginning
+ * with '#' or '"' among them) refuses the import (imp_bad) for the same reason. */
 void imp_chap_line(struct imp *c, const char *jp, FILE *out, const char *key, const char *user,
                    const char *secret);
 /* The secrets file's text ("USER SECRET" lines) of c->secrets, malloc'ed. */
 char *imp_secrets_text(struct imp *c);
 
 /* Write every `paths[i]` with `texts[i]` and mode `modes[i]`, all or nothing: each goes to a
- * temporary file first, and only when all are written are they renamed into place (a failure
- * removes what was renamed). The error is printed; 0 or -1. */
+ * temporary file created new (never one that was there), and only when all are written are
+ * they renamed into place; a failed rename takes back the ones renamed: the file that was at
+ * such a path before is put back, a new one removed. The error is printed; 0 or -1. */
 int imp_write_all(const char *const *paths, const char *const *texts, const mode_t *modes,
                   size_t n);
 /* The path a config's `chap-secrets` line names for --secrets `secrets` (NULL: a placeholder):

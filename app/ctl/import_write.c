@@ -1,6 +1,7 @@
 /* The importers' results written all or nothing (import_json.h): a malformed input or a full
  * disk never leaves a config naming a secrets file that is not there, nor half of a cluster's
- * gateway files. A secrets file is created with its mode (600) before it holds a byte. */
+ * gateway files, and a failed rename puts back the files that were there before. A secrets
+ * file is created new, with its mode (600), before it holds a byte. */
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -19,7 +20,12 @@ static int write_tmp(const char *path, const char *text, mode_t mode, char *tmp,
         errno = ENAMETOOLONG;
         return -1;
     }
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, mode);
+    /* A file of that name made before (by another user, or still open somewhere) is never
+     * written into: it could be read through a descriptor opened before the secrets went in.
+     * It goes, and the file is created new (O_EXCL, which also refuses a symbolic link). */
+    if (unlink(tmp) < 0 && errno != ENOENT)
+        return -1;
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, mode);
     if (fd < 0)
         return -1;
     size_t len = strlen(text);
@@ -43,20 +49,51 @@ static int write_tmp(const char *path, const char *text, mode_t mode, char *tmp,
     return 0;
 }
 
+/* A hard link `path`.import-old to what is at `path` now (its name in `old`): 1, 0 when
+ * nothing is there, -1 with errno. A link, not a copy: the rename that replaces `path` leaves
+ * the old file whole under the second name. */
+static int keep_old(const char *path, char *old, size_t oldlen)
+{
+    if (snprintf(old, oldlen, "%s.import-old", path) >= (int)oldlen) {
+        errno = ENAMETOOLONG;
+        return -1;
+    }
+    if (unlink(old) < 0 && errno != ENOENT)
+        return -1;
+    if (link(path, old) == 0)
+        return 1;
+    /* a directory cannot be linked, nor replaced: its rename fails and takes the others back */
+    struct stat st;
+    if (errno == EPERM && lstat(path, &st) == 0 && S_ISDIR(st.st_mode))
+        return 0;
+    return errno == ENOENT ? 0 : -1;
+}
+
 int imp_write_all(const char *const *paths, const char *const *texts, const mode_t *modes, size_t n)
 {
     char(*tmp)[PATH_MAX] = calloc(n ? n : 1, PATH_MAX);
-    if (!tmp) {
+    char(*old)[PATH_MAX] = calloc(n ? n : 1, PATH_MAX);
+    int *had = calloc(n ? n : 1, sizeof(*had));
+    if (!tmp || !old || !had) {
+        free(tmp);
+        free(old);
+        free(had);
         fputs("linerate-ctl import: out of memory; nothing written\n", stderr);
         return -1;
     }
-    size_t written = 0, renamed = 0;
+    size_t written = 0, kept = 0, renamed = 0;
     const char *failed = NULL;
     while (written < n && !failed) {
         if (write_tmp(paths[written], texts[written], modes[written], tmp[written], PATH_MAX) < 0)
             failed = paths[written];
         else
             written++;
+    }
+    while (kept < n && !failed) {
+        if ((had[kept] = keep_old(paths[kept], old[kept], PATH_MAX)) < 0)
+            failed = paths[kept];
+        else
+            kept++;
     }
     while (renamed < n && !failed) {
         if (rename(tmp[renamed], paths[renamed]) < 0)
@@ -65,10 +102,26 @@ int imp_write_all(const char *const *paths, const char *const *texts, const mode
             renamed++;
     }
     int e = errno;
-    /* on failure: the temporary files go, and what was already renamed is taken back */
-    for (size_t i = 0; failed && i < written; i++)
-        unlink(i < renamed ? paths[i] : tmp[i]);
+    /* On failure the temporary files go, and what was renamed is taken back: the file that was
+     * at that path before is renamed back into place, or the new one removed when there was
+     * none. On success the links to the old files go. */
+    for (size_t i = 0; i < written; i++) {
+        bool back = failed && i < renamed; /* path holds the new file, to be taken back */
+        if (failed && !back)
+            unlink(tmp[i]);
+        if (back && !had[i])
+            unlink(paths[i]);
+        if (i >= kept || had[i] != 1)
+            continue;
+        if (!back)
+            unlink(old[i]);
+        else if (rename(old[i], paths[i]) < 0)
+            fprintf(stderr, "linerate-ctl import: %s: cannot put it back (%s); it is %s\n",
+                    paths[i], strerror(errno), old[i]);
+    }
     free(tmp);
+    free(old);
+    free(had);
     if (!failed)
         return 0;
     fprintf(stderr, "linerate-ctl import: %s: %s; nothing written\n", failed, strerror(e));

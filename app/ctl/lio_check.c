@@ -112,9 +112,10 @@ static int missing(json_t *served, const char *t, json_t *members, const char *k
     json_t *v;
     json_object_foreach(members, k, v)
     {
+        /* a key cut short is no served one (the daemon's names fit): missing */
         char key[600];
-        snprintf(key, sizeof(key), "%s %s %s", t, kind, k);
-        if (!json_object_get(served, key)) {
+        int kn = snprintf(key, sizeof(key), "%s %s %s", t, kind, k);
+        if (kn < 0 || (size_t)kn >= sizeof(key) || !json_object_get(served, key)) {
             fprintf(out, "target %s %s %s: in the LIO configuration, not served\n", t, kind, k);
             n++;
         }
@@ -141,8 +142,8 @@ int lio_check(const char *socket, json_t *expect, unsigned wait_s, FILE *out, ch
         char n[32], key[600];
         snprintf(n, sizeof(n), "%" JSON_INTEGER_FORMAT,
                  json_integer_value(json_object_get(v, "lun")));
-        snprintf(key, sizeof(key), "%s LUN %s", t ? t : "", n);
-        json_object_set_new(served, key, json_true());
+        if (snprintf(key, sizeof(key), "%s LUN %s", t ? t : "", n) < (int)sizeof(key))
+            json_object_set_new(served, key, json_true()); /* (cut short: matches none) */
         json_t *want = json_object_get(json_object_get(json_object_get(expect, t), "luns"), n);
         if (!want) {
             fprintf(out, "target %s LUN %s: served, but not in the LIO configuration\n", t, n);
@@ -156,8 +157,8 @@ int lio_check(const char *socket, json_t *expect, unsigned wait_s, FILE *out, ch
         const char *t = json_string_value(json_object_get(v, "target"));
         const char *h = json_string_value(json_object_get(v, "name"));
         char key[600];
-        snprintf(key, sizeof(key), "%s host %s", t ? t : "", h ? h : "");
-        json_object_set_new(served, key, json_true());
+        if (snprintf(key, sizeof(key), "%s host %s", t ? t : "", h ? h : "") < (int)sizeof(key))
+            json_object_set_new(served, key, json_true());
         json_t *want = json_object_get(json_object_get(json_object_get(expect, t), "hosts"), h);
         if (!want) {
             fprintf(out, "target %s: entry %s is not an ACL of the LIO configuration\n", t, h);

@@ -146,7 +146,8 @@ static void storage_object(struct ctx *c, json_t *so, const char *jp)
         imp_bad(&c->i, jp, "out of memory");
         return;
     }
-    snprintf(dir, sizeof(dir), "%s", kind);
+    if (snprintf(dir, sizeof(dir), "%s", kind) >= (int)sizeof(dir))
+        dir[0] = '\0'; /* refused with the key below */
     bool carried = true;
     long long bytes = size ? (long long)json_integer_value(size) : 0;
     if (strcmp(kind, "fileio") == 0 || strcmp(kind, "block") == 0) {
@@ -193,9 +194,11 @@ static void storage_object(struct ctx *c, json_t *so, const char *jp)
                      "%s: rbd options '%s' not carried (see rbd: in linerate.conf(5))", jp,
                      img + n);
     } else {
-        if (strcmp(kind, "user") == 0 && cfg)
+        /* (a handler name too long for dir is refused with the key below) */
+        if (strcmp(kind, "user") == 0 && cfg &&
             snprintf(dir, sizeof(dir), "user:%.*s", (int)strcspn(json_string_value(cfg), "/"),
-                     json_string_value(cfg));
+                     json_string_value(cfg)) >= (int)sizeof(dir))
+            dir[0] = '\0';
         imp_lost(&c->i, true,
                  "%s: %s storage object '%s' has no linerate store (linerate serves files, block "
                  "devices, RAM and RBD); copy its data into a file or an RBD image and add the LUN "
@@ -203,8 +206,15 @@ static void storage_object(struct ctx *c, json_t *so, const char *jp)
                  jp, dir, nm);
         carried = false;
     }
+    /* The rtslib path the LUNs name it by: cut short, two long names could share one key and
+     * one LUN would be served from the other's file or image. */
     char key[512];
-    snprintf(key, sizeof(key), "/backstores/%s/%s", dir, nm);
+    if (!dir[0] || snprintf(key, sizeof(key), "/backstores/%s/%s", dir, nm) >= (int)sizeof(key)) {
+        imp_bad(&c->i, jp, "name too long");
+        fclose(spec);
+        free(buf);
+        return;
+    }
     if (carried && !c->i.failed) {
         if (flag(json_object_get(so, "write_back")))
             imp_lost(&c->i, false,

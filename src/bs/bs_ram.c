@@ -4,7 +4,10 @@
  * WRITE SAME, COMPARE AND WRITE, EXTENDED COPY, SANITIZE OVERWRITE) maps a page, only UNMAP
  * (and WRITE SAME with UNMAP, SANITIZE BLOCK ERASE) deallocates one, and a READ never does: a
  * never-written range is served from a shared zero buffer without touching the mapping, so
- * reading a large thin LUN costs no memory on any kernel. Completes synchronously. */
+ * reading a large thin LUN costs no memory on any kernel. A request completes before submit
+ * returns, except a WRITE or UNMAP over pages that a READ sent in place still pins
+ * (bs_ram_read_pin): it waits, queued, and completes when the last such pin goes
+ * (bs_ram_unpin). */
 #include <assert.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -348,8 +351,12 @@ static void bs_ram_unpin(struct bs *bs, uint64_t offset, uint64_t len)
     pthread_mutex_lock(&ram->wait_m);
     ram_wake(ram, &ready);
     pthread_mutex_unlock(&ram->wait_m);
-    /* each goes again on its own reactor (a message): never on the thread that let go of the
-     * pages, nor inside its stack */
+    /* Each goes again on the reactor it was submitted on (a message), not on the thread that
+     * let go of the pages nor inside its stack. One submitted off every reactor (st.r NULL:
+     * the daemon's WRITEs and UNMAPs all come from reactors, a unit test's or a tool's do not)
+     * has no reactor to go back to: it runs here, on the unpinning thread, with no lock of
+     * this store held, and its done() runs here too; such a submitter waits for done() in a
+     * way any thread may end (test_bs.c test_ram_pin). */
     while ((n = list_pop(&ready)) != NULL) {
         struct bs_io *io = list_entry(n, struct bs_io, st.node);
         if (io->st.r)

@@ -303,6 +303,12 @@ a["password"] = "a secret with spaces"
 json.dump(d, open(sys.argv[2], "w"))
 a["username"] = "host=a"
 json.dump(d, open(sys.argv[3], "w"))
+# users the config would read as a comment or without their quotes (v11 and v4 forms)
+a["username"] = "#host-a"
+json.dump(d, open(sys.argv[3].replace("eq.json", "hash.json"), "w"))
+d = json.load(open(sys.argv[1].replace("v11.json", "v4.json")))
+d["discovery_auth"]["chap_mutual"] = '"disc-target"/disc-mutual-0002'
+json.dump(d, open(sys.argv[3].replace("eq.json", "quote.json"), "w"))
 PY
     rm -rf "$WORK/space" && mkdir "$WORK/space"
     "$CTL_BIN" import ceph-iscsi "$WORK/space.json" -o "$WORK/space" --secrets "$WORK/space/secrets" \
@@ -320,6 +326,8 @@ chap-mutual-user = igw-target
 
     note "bad input: exit 2, the place named, nothing written"
     refused "a CHAP user a config line cannot hold" "CHAP user 'host=a' cannot be written into linerate.conf" "$WORK/eq.json"
+    refused "a CHAP user beginning with '#'" "CHAP user '#host-a' cannot be written" "$WORK/hash.json"
+    refused "a CHAP user in quotes" "CHAP user '\"disc-target\"' cannot be written" "$WORK/quote.json"
     python3 - "$FIX/v11.json" "$WORK/v12.json" <<'PY' || fail "making v12.json"
 import json, sys
 d = json.load(open(sys.argv[1]))
@@ -341,6 +349,20 @@ d["disks"]["rbd.disk_2"]["image"] = "disk_2\n[target iqn.x:evil]"
 json.dump(d, open(sys.argv[2], "w"))
 PY
     refused "injection" "the RBD pool/image 'rbd/disk_2" "$WORK/inject.json"
+    # names longer than the importer's buffers: refused, never cut short into another image
+    # (a 1100-byte pool lost its '/' and crashed the importer) nor written past their end
+    python3 - "$FIX/v4.json" "$WORK" <<'PY' || fail "making the long-name variants"
+import json, sys
+d = json.load(open(sys.argv[1]))
+d["disks"]["rbd.disk_2"]["pool"] = "p" * 1100
+json.dump(d, open(sys.argv[2] + "/longpool.json", "w"))
+d = json.load(open(sys.argv[1]))
+t = d["targets"]
+t["iqn.2003-01.x:" + "t" * 999] = t.pop("iqn.2003-01.com.redhat.iscsi-gw:iscsi-igw")
+json.dump(d, open(sys.argv[2] + "/longtarget.json", "w"))
+PY
+    refused "a pool too long" "disks[\"rbd.disk_2\"]: the RBD pool/image is too long" "$WORK/longpool.json"
+    refused "a target too long" "targets: a target name is longer than 223 bytes" "$WORK/longtarget.json"
     "$CTL_BIN" import ceph-iscsi "$FIX/v4.json" >/dev/null 2>"$WORK/report" && fail "CHAP without --secrets"
     grep -q "give --secrets" "$WORK/report" || fail "no --secrets: $(cat "$WORK/report")"
     # one file cannot be written: none is (the secrets and gw-a.conf are taken back)

@@ -144,6 +144,54 @@ grep -q "give --secrets" "$WORK/report" || fail "no --secrets: $(cat "$WORK/repo
 [ ! -e "$WORK/half.secrets" ] && ! ls "$WORK"/half.secrets.* >/dev/null 2>&1 ||
     fail "config not written but the secrets were: $(cat "$WORK/report")"
 grep -q "nothing written" "$WORK/report" || fail "half: $(cat "$WORK/report")"
+# a config rename that fails (its path is a directory) puts back the secrets file that was
+# there before, and a file already at SECRETS.import-tmp is never written into: a descriptor
+# opened on it before cannot read the secrets
+mkdir -p "$WORK/adir" && echo "old-user old-secret-000" >"$WORK/old.secrets"
+echo stale >"$WORK/old.secrets.import-tmp" && exec 3<"$WORK/old.secrets.import-tmp"
+"$CTL_BIN" import lio "$FIX/full.json" -o "$WORK/adir" --secrets "$WORK/old.secrets" \
+    2>"$WORK/report" && fail "import onto a directory succeeded"
+[ "$(cat "$WORK/old.secrets")" = "old-user old-secret-000" ] ||
+    fail "the old secrets file was not put back: $(ls -l "$WORK"; cat "$WORK/report")"
+grep -q secret-0 <&3 && fail "the secrets went into the file that was at .import-tmp"
+exec 3<&-
+ls "$WORK"/old.secrets.* >/dev/null 2>&1 && fail "left behind: $(ls "$WORK"/old.secrets.*)"
+# names too long for the importer's key of a storage object ("/backstores/KIND/NAME", 511
+# bytes) are refused: cut short, 'keep' and a long name beginning with it would be one key,
+# and the LUN naming 'keep' would be served from the long one's file; CHAP users the config
+# or secrets file would read otherwise (a '#' comment, quotes taken off) are refused too
+python3 - "$FIX/full.json" "$WORK" <<'PY' || fail "making the long-name and CHAP variants"
+import copy, json, sys
+d = json.load(open(sys.argv[1]))
+so = d["storage_objects"]
+keep = "k" * (511 - len("/backstores/fileio/"))
+so[0]["name"] = keep
+so.append(dict(so[0], name=keep + "-other", dev="/var/lib/lio/other.img"))
+for t in d["targets"]:
+    for tpg in t["tpgs"]:
+        for lun in tpg["luns"]:
+            if lun["storage_object"] == "/backstores/fileio/db":
+                lun["storage_object"] = "/backstores/fileio/" + keep
+json.dump(d, open(sys.argv[2] + "/long-so.json", "w"))
+for name, path in [("chap-hash", ("targets", 0, "tpgs", 0, "node_acls", 0, "chap_userid")),
+                   ("chap-quote", ("targets", 0, "tpgs", 0, "node_acls", 0, "chap_mutual_userid")),
+                   ("chap-disc", ("fabric_modules", 0, "discovery_userid"))]:
+    d = json.load(open(sys.argv[1]))
+    o = d
+    for k in path[:-1]:
+        o = o[k]
+    assert path[-1] in o, name
+    o[path[-1]] = "#host-a" if name != "chap-quote" else '"store1"'
+    json.dump(d, open("%s/%s.json" % (sys.argv[2], name), "w"))
+PY
+for f in long-so:"name too long" chap-hash:"CHAP user '#host-a' cannot" \
+    chap-quote:"CHAP user '\"store1\"' cannot" chap-disc:"CHAP user '#host-a' cannot"; do
+    "$CTL_BIN" import lio "$WORK/${f%%:*}.json" -o "$WORK/keep.conf" --secrets "$WORK/inj.secrets" \
+        2>"$WORK/report"
+    RC=$?
+    [ $RC -eq 2 ] && grep -qF "${f#*:}" "$WORK/report" || fail "${f%%:*}: exit $RC: $(cat "$WORK/report")"
+    [ "$(cat "$WORK/keep.conf")" = keep ] && [ ! -e "$WORK/inj.secrets" ] || fail "${f%%:*}: written"
+done
 
 note "the import serves; hosts read LIO's identity back"
 # Test variant: scratch files for the block device and the file, RAM for the RBD image (no Ceph
