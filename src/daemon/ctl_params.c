@@ -155,7 +155,9 @@ json_t *ctl_lun_json(struct daemon *d, unsigned t, const struct scsi_lun *lu)
     json_t *ident = json_pack("{s:s, s:s, s:s, s:s, s:s, s:i, s:s}", "vendor", id->vendor,
                               "product", id->product, "revision", id->revision, "serial",
                               id->serial, "naa", naa, "rotation", (int)id->rotation, "vpd_style",
-                              id->vpd_style == SCSI_VPD_LIO ? "lio" : "linerate");
+                              id->vpd_style == SCSI_VPD_LIO    ? "lio"
+                              : id->vpd_style == SCSI_VPD_TCMU ? "tcmu"
+                                                               : "linerate");
     json_t *o =
         json_pack("{s:s, s:I, s:s, s:I, s:i, s:i, s:b, s:b, s:b, s:I, s:o*}", "target", target,
                   "lun", (json_int_t)li.lun, "store", c ? c->bs_spec : li.store, "bytes",

@@ -1,7 +1,7 @@
 /* A LUN's identity as an admin sets it (",vendor=", ",product=", ",revision=", ",serial=",
- * ",naa=", ",rotation=", ",vpd-style="): checked against SPC-4 and SBC-3 when the spec is parsed,
- * written back by save, and one NAA per LUN of the daemon. What hosts then read is built in
- * scsi/target.c and scsi/spc.c. */
+ * ",naa=", ",rotation=", ",vpd-style=", ",tcmu-config="): checked against SPC-4 and SBC-3 when the
+ * spec is parsed, written back by save, and one NAA per LUN of the daemon. What hosts then read is
+ * built in scsi/target.c and scsi/spc.c. */
 #include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -89,18 +89,24 @@ static int rotation_value(const char *v, struct scsi_lun_identity *id, const cha
     return 1;
 }
 
-/* ",vpd-style=lio": VPD 80h and 83h laid out as LIO lays them out, for a LUN moved from LIO
- * (docs/migrate.md "Disk identity"); "linerate", linerate's own, is the default. */
+/* ",vpd-style=lio": VPD 80h and 83h laid out as LIO lays them out, "tcmu" as tcmu-runner does
+ * (a ceph-iscsi disk), for a LUN moved from either (docs/migrate.md "Disk identity");
+ * "linerate", linerate's own, is the default. */
 static int vpd_style_value(const char *v, struct scsi_lun_identity *id, const char *spec, char *err,
                            size_t errlen)
 {
-    if (strcmp(v, "lio") == 0 || strcmp(v, "linerate") == 0) {
-        id->vpd_style = strcmp(v, "lio") == 0 ? SCSI_VPD_LIO : SCSI_VPD_LINERATE;
-        return 1;
-    }
+    static const struct {
+        const char *name;
+        enum scsi_vpd_style style;
+    } styles[] = {{"linerate", SCSI_VPD_LINERATE}, {"lio", SCSI_VPD_LIO}, {"tcmu", SCSI_VPD_TCMU}};
+    for (size_t i = 0; i < sizeof(styles) / sizeof(styles[0]); i++)
+        if (strcmp(v, styles[i].name) == 0) {
+            id->vpd_style = styles[i].style;
+            return 1;
+        }
     snprintf(err, errlen,
-             "bad vpd-style= '%s' in LUN spec '%s': linerate (the default) or lio (VPD 80h and "
-             "83h as LIO answers them)",
+             "bad vpd-style= '%s' in LUN spec '%s': linerate (the default), lio or tcmu (VPD 80h "
+             "and 83h as LIO or tcmu-runner answers them)",
              v, spec);
     return -1;
 }
@@ -130,6 +136,10 @@ int target_lun_identity_opt(struct target_lun_conf *lun, const char *tok, const 
         return rotation_value(v, id, spec, err, errlen);
     if (IS("vpd-style"))
         return vpd_style_value(v, id, spec, err, errlen);
+    /* the config string of a tcmu-runner device, for vpd-style=tcmu (spc.c) */
+    if (IS("tcmu-config"))
+        return ascii_value("tcmu-config", v, sizeof(id->tcmu_config) - 1, id->tcmu_config, spec,
+                           err, errlen);
 #undef IS
     return 0;
 }
@@ -163,6 +173,10 @@ int target_lun_identity_format(const struct scsi_lun_identity *id, char *buf, si
         ADD(",rotation=%u", (unsigned)id->rotation);
     if (id->vpd_style == SCSI_VPD_LIO)
         ADD(",vpd-style=lio");
+    else if (id->vpd_style == SCSI_VPD_TCMU)
+        ADD(",vpd-style=tcmu");
+    if (id->tcmu_config[0])
+        ADD(",tcmu-config=%s", id->tcmu_config);
 #undef ADD
     return off < len ? 0 : -1;
 }
@@ -181,7 +195,8 @@ bool target_lun_identity_same(const struct scsi_lun_identity *a, const struct sc
     return strcmp(a->vendor, b->vendor) == 0 && strcmp(a->product, b->product) == 0 &&
            strcmp(a->revision, b->revision) == 0 && strcmp(a->serial, b->serial) == 0 &&
            a->naa_len == b->naa_len && memcmp(a->naa, b->naa, a->naa_len) == 0 &&
-           a->rotation == b->rotation && a->vpd_style == b->vpd_style;
+           a->rotation == b->rotation && a->vpd_style == b->vpd_style &&
+           strcmp(a->tcmu_config, b->tcmu_config) == 0;
 }
 
 /* An NAA names one logical unit wherever it is seen (SPC-4 §7.8.6.6): two LUNs of one daemon

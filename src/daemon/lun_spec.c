@@ -135,7 +135,7 @@ int target_parse_lun_spec(const char *spec, struct target_lun_conf *lun, char *e
     size_t off = 0;
     for (const char *tok = spec; *tok;) {
         size_t n = strcspn(tok, ",");
-        char one[256];
+        char one[512]; /* room for the longest option, tcmu-config= (lun_identity.c) */
         int r = 0;
         if (off && n && n < sizeof(one)) { /* the first is the store's own */
             memcpy(one, tok, n);

@@ -143,6 +143,7 @@ bool scsi_lun_failover_get(struct scsi_lun *lu, struct scsi_failover_info *out);
  * 3h designator hashed from the store's medium id (or the target name and LUN number), medium
  * rotation rate 1 (non-rotating). Strings are printable ASCII (SPC-4 §6.6.2), NUL-terminated. */
 #define SCSI_SERIAL_MAX 64 /* VPD 80h PRODUCT SERIAL NUMBER, and the T10 vendor ID designator */
+#define SCSI_TCMU_CONFIG_MAX 254 /* a designator's length is one byte, the NUL counted in it */
 struct scsi_lun_identity {
     char vendor[9];   /* T10 VENDOR IDENTIFICATION, 8 bytes padded with spaces */
     char product[17]; /* PRODUCT IDENTIFICATION, 16 bytes */
@@ -151,9 +152,13 @@ struct scsi_lun_identity {
     uint8_t naa[16];   /* an NAA designator (SPC-4 §7.8.6.6), checked by the caller */
     uint8_t naa_len;   /* 8 or 16; 0: the default */
     uint16_t rotation; /* SBC-3 §6.5.2 MEDIUM ROTATION RATE: 1 or 0401h..FFFEh; 0: default */
-    /* The layout of VPD 80h and 83h: linerate's own, or LIO's byte for byte (an imported
-     * LUN keeps the pages hosts read from LIO; spc.c, docs/migrate.md) */
-    enum scsi_vpd_style { SCSI_VPD_LINERATE, SCSI_VPD_LIO } vpd_style;
+    /* The layout of VPD 80h and 83h: linerate's own, LIO's byte for byte, or tcmu-runner's
+     * (an imported LUN keeps the pages hosts read from LIO or a ceph-iscsi gateway; spc.c,
+     * docs/migrate.md) */
+    enum scsi_vpd_style { SCSI_VPD_LINERATE, SCSI_VPD_LIO, SCSI_VPD_TCMU } vpd_style;
+    /* SCSI_VPD_TCMU: the handler's config string tcmu-runner sends in a vendor specific
+     * designator of VPD 83h (e.g. "rbd/POOL/IMAGE;osd_op_timeout=30"); "" sends a bare NUL */
+    char tcmu_config[SCSI_TCMU_CONFIG_MAX + 1];
 };
 
 struct scsi_lun_config {

@@ -118,36 +118,69 @@ static uint8_t *name_designator(uint8_t *p, uint8_t proto, uint8_t piv_assoc, co
     return designator(p, (uint8_t)(proto << 4 | 0x3), piv_assoc | 0x08, s, len);
 }
 
-/* VPD 83h as LIO's target_core answers it (spc_emulate_evpd_83() in the kernel's
- * drivers/target/target_core_spc.c), for a LUN imported from LIO (docs/migrate.md): the NAA; the
- * T10 vendor ID designator with "PRODUCT:SERIAL" and a NUL counted in its length; the relative
- * target port and the target port group (linerate's, which REPORT TARGET PORT GROUPS agrees
- * with; LIO's default group is 0); the logical unit group LIO puts every device in (default_lu_gp,
- * id 0, SPC-4 §7.8.6.9); then the target port's and the target device's SCSI name strings. */
-static uint32_t vpd_device_id_lio(const struct scsi_task *t, uint8_t *d)
+/* The port designators LIO and tcmu-runner end VPD 83h with: the relative target port and the
+ * target port group (linerate's, which REPORT TARGET PORT GROUPS agrees with), with LIO the
+ * logical unit group it puts every device in (default_lu_gp, id 0, SPC-4 §7.8.6.9), then the
+ * target port's and the target device's SCSI name strings. A task of no nexus gets the two
+ * port designators without a protocol (PIV=0) and no names. */
+static uint8_t *port_designators(const struct scsi_task *t, uint8_t *p, bool lu_group)
 {
-    const struct scsi_lun_identity *id = &t->lu->ident;
     const struct scsi_transport *tp = t->nexus ? t->nexus->transport : NULL;
-    uint8_t *p = designator(d + 4, 0x01, 0x03, id->naa, id->naa_len); /* binary, LU, NAA */
-    uint8_t t10[8 + sizeof(id->product) + 1 + SCSI_SERIAL_MAX + 1] = {0};
-    pad_copy(t10, id->vendor, 8);
-    int n = snprintf((char *)t10 + 8, sizeof(t10) - 8, "%s:%s", id->product, id->serial);
-    assert(n > 0 && (size_t)n < sizeof(t10) - 8);
-    p = designator(p, 0x02, 0x01, t10, (uint8_t)(8 + n + 1)); /* ASCII, LU, T10 vendor ID */
     uint8_t piv = tp ? 0x80 : 0, proto = tp ? tp->protocol_id : 0;
     uint8_t binary = (uint8_t)(proto << 4 | 0x1);
     uint16_t port = t->target->tpgt ? t->target->tpgt : 1;
     uint8_t rel[4] = {0, 0, (uint8_t)(port >> 8), (uint8_t)port};
     p = designator(p, binary, piv | 0x10 | 0x04, rel, 4); /* relative target port */
     p = designator(p, binary, piv | 0x10 | 0x05, rel, 4); /* target port group */
-    static const uint8_t lu_group[4] = {0};
-    p = designator(p, 0x01, 0x06, lu_group, 4); /* binary, LU, logical unit group 0 */
+    static const uint8_t group0[4] = {0};
+    if (lu_group)
+        p = designator(p, 0x01, 0x06, group0, 4); /* binary, LU, logical unit group 0 */
     if (tp) {
         char name[256];
         tp->target_port_name(name, sizeof(name), t->target->name, port);
         p = name_designator(p, proto, piv | 0x10, name);
         p = name_designator(p, proto, piv | 0x20, t->target->name);
     }
+    return p;
+}
+
+/* VPD 83h as LIO's target_core answers it (spc_emulate_evpd_83() in the kernel's
+ * drivers/target/target_core_spc.c), for a LUN imported from LIO (docs/migrate.md): the NAA; the
+ * T10 vendor ID designator with "PRODUCT:SERIAL" and a NUL counted in its length; the port
+ * designators with the logical unit group (LIO's default target port group is 0). */
+static uint32_t vpd_device_id_lio(const struct scsi_task *t, uint8_t *d)
+{
+    const struct scsi_lun_identity *id = &t->lu->ident;
+    uint8_t *p = designator(d + 4, 0x01, 0x03, id->naa, id->naa_len); /* binary, LU, NAA */
+    uint8_t t10[8 + sizeof(id->product) + 1 + SCSI_SERIAL_MAX + 1] = {0};
+    pad_copy(t10, id->vendor, 8);
+    int n = snprintf((char *)t10 + 8, sizeof(t10) - 8, "%s:%s", id->product, id->serial);
+    assert(n > 0 && (size_t)n < sizeof(t10) - 8);
+    p = designator(p, 0x02, 0x01, t10, (uint8_t)(8 + n + 1)); /* ASCII, LU, T10 vendor ID */
+    p = port_designators(t, p, true);
+    return (uint32_t)(p - d);
+}
+
+/* VPD 83h as tcmu-runner answers it for a LIO user: object such as a ceph-iscsi disk
+ * (tcmu_emulate_evpd_inquiry() in its api.c; docs/migrate.md): the T10 vendor ID designator
+ * first, the bare serial after the vendor and a NUL counted in its length (no product, unlike
+ * LIO's); the NAA; a vendor specific designator (type 0h, association 00b) with the handler's
+ * config string and its NUL; then the port designators without a logical unit group, which
+ * tcmu-runner adds only when the device has ALUA groups (as a ceph-iscsi disk has), and
+ * linerate always reports target port groups (TPGS, SPC-4 §5.16). */
+static uint32_t vpd_device_id_tcmu(const struct scsi_task *t, uint8_t *d)
+{
+    const struct scsi_lun_identity *id = &t->lu->ident;
+    uint8_t t10[8 + SCSI_SERIAL_MAX + 1] = {0};
+    size_t n = strlen(id->serial);
+    pad_copy(t10, id->vendor, 8);
+    memcpy(t10 + 8, id->serial, n);
+    uint8_t *p = designator(d + 4, 0x02, 0x01, t10, (uint8_t)(8 + n + 1)); /* ASCII, T10 */
+    p = designator(p, 0x01, 0x03, id->naa, id->naa_len);                   /* binary, LU, NAA */
+    size_t c = strlen(id->tcmu_config);
+    assert(c <= SCSI_TCMU_CONFIG_MAX);
+    p = designator(p, 0x02, 0x00, id->tcmu_config, (uint8_t)(c + 1)); /* ASCII, vendor specific */
+    p = port_designators(t, p, false);
     return (uint32_t)(p - d);
 }
 
@@ -155,6 +188,8 @@ static uint32_t vpd_device_id(const struct scsi_task *t, uint8_t *d)
 {
     if (t->lu && t->lu->ident.vpd_style == SCSI_VPD_LIO)
         return vpd_device_id_lio(t, d);
+    if (t->lu && t->lu->ident.vpd_style == SCSI_VPD_TCMU)
+        return vpd_device_id_tcmu(t, d);
     const struct scsi_target *tg = t->target;
     const struct scsi_lun *lu = t->lu;
     uint8_t *p = d + 4;
@@ -263,8 +298,9 @@ static void spc_inquiry_vpd(struct scsi_task *t, uint8_t page, uint8_t *d, uint3
         const char *sn = t->lu ? t->lu->ident.serial : "";
         size_t n = strlen(sn);
         memcpy(d + 4, sn, n);
-        /* LIO counts the serial's terminating NUL in the page (spc_emulate_evpd_80()) */
-        bool nul = t->lu && t->lu->ident.vpd_style == SCSI_VPD_LIO;
+        /* LIO counts the serial's terminating NUL in the page (spc_emulate_evpd_80()), and
+         * so does tcmu-runner (tcmu_emulate_evpd_inquiry()) */
+        bool nul = t->lu && t->lu->ident.vpd_style != SCSI_VPD_LINERATE;
         *len = 4 + (uint32_t)n + nul;
         break;
     }

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # LUN identity (issue 29 item 6): vendor=, product=, revision=, serial=, naa= and rotation= of a
 # LUN are what a host reads in INQUIRY and VPD 80h/83h/B1h (through the raw initiator of
-# target_identity.py and libiscsi's iscsi-inq); a LUN without them keeps the defaults; bad
+# target_identity.py and libiscsi's iscsi-inq); vpd-style=tcmu lays VPD 80h and 83h out as
+# tcmu-runner does, its tcmu-config= in them (tcmu_vpd.py); a LUN without them keeps the defaults; bad
 # values and an NAA two LUNs would share are refused naming the option, from the command line,
 # the config file and linerate-ctl; a LUN added live keeps its identity, and `save` and a
 # restart from the saved file keep every LUN's identity byte for byte.
@@ -44,7 +45,8 @@ expect_usage "vendor=" --lun "ram:1M,vendor= ACME"            # would vanish in 
 expect_usage "product=" --lun "$(printf 'ram:1M,product=a\tb')"
 expect_usage "rotation=" --lun ram:1M,rotation=1024            # 0401h is the lowest rate
 expect_usage "rotation=" --lun ram:1M,rotation=fast
-expect_usage "vpd-style=" --lun ram:1M,vpd-style=tgt           # linerate or lio
+expect_usage "vpd-style=" --lun ram:1M,vpd-style=tgt           # linerate, lio or tcmu
+expect_usage "tcmu-config=" --lun "ram:1M,tcmu-config=$(printf 'x%.0s' {1..255})" # 254 at most
 expect_usage "two LUNs may not share an NAA" --lun "ram:1M,naa=$NAA3" --lun "ram:1M,naa=0x$NAA3"
 cat >"$WORK/dup.conf" <<EOF2
 portal = 127.0.0.1:3260
@@ -99,10 +101,23 @@ l3=$(ident 3)
 [[ $l3 == "vendor='LINERATE' product='Added           ' revision='0001' serial='LIVE-3' naa=5000c50012345678 t10='LINERATELIVE-3' rotation=1" ]] ||
     fail "LUN 3 (added live): $l3"
 
+note "vpd-style=tcmu: VPD 80h and 83h as tcmu-runner lays them out (tcmu_vpd.py)"
+TCMU_WWN=a1b2c3d4-e5f6-4789-8abc-def012345678
+TCMU_NAA=6001405a1b2c3d4e5f647898abcdef01
+TCMU_CFG="rbd/rbd/disk_1;osd_op_timeout=30"
+TCMU_LUN="ram:4M,vendor=LIO-ORG,product=TCMU device,revision=0002,serial=$TCMU_WWN,naa=$TCMU_NAA,vpd-style=tcmu,tcmu-config=$TCMU_CFG"
+tcmu_pages() {
+    python3 "$IT_DIR/tcmu_vpd.py" "$PORT" "$T" 4 LIO-ORG "$TCMU_WWN" "$TCMU_NAA" "$TCMU_CFG" 2>"$WORK/vpd" ||
+        fail "$1: $(cat "$WORK/vpd")"
+}
+ctl_ok add lun "$T" "$TCMU_LUN" --lun 4
+tcmu_pages "LUN 4 (vpd-style=tcmu)"
+
 note "save, reload and a restart from the saved file keep every identity"
 ctl_ok save
 grep -qx "lun 3 = ram:4M,product=Added,serial=LIVE-3,naa=5000c50012345678" "$WORK/run.conf" ||
     fail "saved LUN 3: $(grep '^lun' "$WORK/run.conf")"
+grep -qxF "lun 4 = $TCMU_LUN" "$WORK/run.conf" || fail "saved LUN 4: $(grep '^lun' "$WORK/run.conf")"
 ctl_ok --json reload
 [ "$(jget 'd["applied"] + d["needs_restart"]' <"$WORK/ctl.out")" = "[]" ] ||
     fail "reload from the saved file: $(cat "$WORK/ctl.out")"
@@ -116,6 +131,7 @@ for n in 0 1 2 3; do
     now=$(ident $n)
     [ "$now" = "$was" ] || fail "LUN $n after a restart: '$now', was '$was'"
 done
+tcmu_pages "LUN 4 after a restart"
 note "reload: a changed identity is a changed LUN"
 sed -i "s/serial=LIVE-3/serial=LIVE-4/" "$WORK/run.conf"
 ctl_ok --json reload
