@@ -54,6 +54,22 @@ static bool addr_ok(const char *a)
     return n && n < 64 && strspn(a, "0123456789abcdefABCDEF.:") == n;
 }
 
+/* The osd_op_timeout a disk's tcmu-runner config string carries: its control (a number, or
+ * a string of digits), else ceph-iscsi's default, 30 (settings.py disk_default_controls). */
+static const char *osd_op_timeout(json_t *d)
+{
+    static char buf[24];
+    json_t *v = json_object_get(json_object_get(d, "controls"), "osd_op_timeout");
+    const char *sv = json_is_string(v) ? json_string_value(v) : NULL;
+    if (json_is_integer(v) && json_integer_value(v) > 0)
+        snprintf(buf, sizeof(buf), "%lld", (long long)json_integer_value(v));
+    else if (sv && *sv && strlen(sv) < sizeof(buf) && strspn(sv, "0123456789") == strlen(sv))
+        snprintf(buf, sizeof(buf), "%s", sv);
+    else
+        snprintf(buf, sizeof(buf), "30");
+    return buf;
+}
+
 /* One disk's LUN spec without its ALUA options, or NULL when it cannot be served. The identity
  * is LIO's for a user:rbd object: vendor LIO-ORG, product and revision as tcmu-runner's devices
  * answer them (as lio_import.c writes them), the wwn as serial, its NAA. */
@@ -122,19 +138,34 @@ static char *disk_spec(struct cctx *c, const char *key, json_t *d, const char *j
     }
     char naa[33];
     lio_naa_from_wwn(w, naa);
-    /* LIO hands INQUIRY of a user:rbd object to tcmu-runner, which lays VPD 83h out its own
-     * way (lio_import.c); hosts key the disk on the NAA and the serial, which are kept */
-    if (!c->tcmu_noted)
+    /* LIO hands INQUIRY of a user:rbd object to tcmu-runner, which lays VPD 80h and 83h out its
+     * own way, the config string ceph-iscsi gave the object in a designator of 83h
+     * ("rbd/POOL/IMAGE;osd_op_timeout=N", N the disk's control or ceph-iscsi's default 30):
+     * vpd-style=tcmu (docs/migrate.md "Disk identity") */
+    char cfg[LIO_TCMU_CONFIG_MAX + 2], tcmu[sizeof(cfg) + 40] = "";
+    int cn = snprintf(cfg, sizeof(cfg), "rbd/%s;osd_op_timeout=%s", pi, osd_op_timeout(d));
+    if (cn > 0 && (size_t)cn < sizeof(cfg) - 1)
+        snprintf(tcmu, sizeof(tcmu), ",vpd-style=tcmu,tcmu-config=%s", cfg);
+    else
+        imp_lost(&c->i, true,
+                 "%s: tcmu-runner's config string is longer than tcmu-config= holds: VPD 80h and "
+                 "83h laid out as linerate's, the NAA and serial kept",
+                 jp);
+    if (!c->tcmu_noted && tcmu[0])
         imp_lost(&c->i, false,
-                 "disks: tcmu-runner's VPD 83h layout is not reproduced; each disk's NAA "
-                 "designator and unit serial are");
-    c->tcmu_noted = true;
-    if (asprintf(&s, "rbd:%s,vendor=LIO-ORG,product=TCMU device,revision=0002,serial=%s,naa=%s", pi,
-                 w, naa) < 0)
+                 "disks: VPD 83h carries the config string ceph-iscsi gave tcmu-runner with the "
+                 "osd_op_timeout of the disk's controls or 30; a gateway whose "
+                 "iscsi-gateway.cfg set another, or a ceph conf other than /etc/ceph/ceph.conf "
+                 "(';conf='), sent another: set tcmu-config= as sg_inq -p 0x83 shows it");
+    c->tcmu_noted = c->tcmu_noted || tcmu[0];
+    if (asprintf(&s, "rbd:%s,vendor=LIO-ORG,product=TCMU device,revision=0002,serial=%s,naa=%s%s",
+                 pi, w, naa, tcmu) < 0)
         s = NULL;
     /* what --check expects of the LUN (lio_check.c) */
     json_t *id = json_pack("{s:s, s:s, s:s, s:s, s:s}", "vendor", "LIO-ORG", "product",
                            "TCMU device", "revision", "0002", "serial", w, "naa", naa);
+    if (tcmu[0])
+        json_object_set_new(id, "vpd_style", json_string("tcmu"));
     json_object_update(ident, id);
     json_decref(id);
     json_t *ctl = json_object_get(d, "controls");

@@ -15,6 +15,10 @@
  * lowercase hex digits. */
 void lio_naa_from_wwn(const char *wwn, char out[33]);
 
+/* The longest tcmu-runner config string a LUN's tcmu-config= holds (scsi.h
+ * SCSI_TCMU_CONFIG_MAX: its designator's one-byte length counts a NUL). */
+#define LIO_TCMU_CONFIG_MAX 254
+
 /* The result of one translation. `conf` and `secrets` are NUL-terminated texts (secrets empty
  * when no CHAP user was imported); `report` lists, one line each, what did not carry over.
  * `lossy` is set when something a host would see could not be carried. */

@@ -74,7 +74,8 @@ static bool plain(const char *s, size_t max)
  * revision its backend's driver sets (inquiry_prod and inquiry_rev in the kernel's
  * target_core_file.c, _iblock.c, _rd.c; for a user object tcmu-runner's
  * tcmu_emulate_std_inquiry()), VPD 80h the unit serial (the `wwn`) and VPD 83h the NAA derived
- * from it (lio_naa.c), both laid out as target_core_spc.c lays them out (vpd-style=lio). */
+ * from it (lio_naa.c), both laid out as target_core_spc.c lays them out (vpd-style=lio), or
+ * for a user object as tcmu-runner does (vpd-style=tcmu). */
 static void identity(struct ctx *c, json_t *so, const char *kind, const char *name, const char *jp,
                      FILE *spec, const char *key)
 {
@@ -111,19 +112,28 @@ static void identity(struct ctx *c, json_t *so, const char *kind, const char *na
     }
     char naa[33];
     lio_naa_from_wwn(w, naa);
-    /* tcmu-runner lays VPD 83h out its own way (tcmu_emulate_evpd_inquiry(): the T10
-     * designator first and without the product, a vendor specific one with the handler's
-     * config string); hosts key the disk on the NAA and the serial, which are kept. */
-    bool tcmu = strcmp(kind, "user") == 0;
-    fprintf(spec, ",serial=%s,naa=%s%s", w, naa, tcmu ? "" : ",vpd-style=lio");
-    if (tcmu)
-        imp_lost(&c->i, false,
-                 "%s: tcmu-runner's VPD 83h layout is not reproduced; its NAA and unit serial are",
-                 jp);
+    /* tcmu-runner lays VPD 80h and 83h out its own way (vpd-style=tcmu: the T10 designator
+     * first and without the product, a vendor specific one with the object's config string,
+     * tcmu-config=; docs/migrate.md "Disk identity") */
+    const char *style = "lio";
+    if (strcmp(kind, "user") == 0) {
+        const char *cfg = json_string_value(json_object_get(so, "config"));
+        style = cfg && plain(cfg, LIO_TCMU_CONFIG_MAX) ? "tcmu" : "linerate";
+        if (strcmp(style, "tcmu") == 0)
+            fprintf(spec, ",serial=%s,naa=%s,vpd-style=tcmu,tcmu-config=%s", w, naa, cfg);
+        else {
+            fprintf(spec, ",serial=%s,naa=%s", w, naa);
+            imp_lost(&c->i, false,
+                     "%s: its 'config' cannot be a tcmu-config=: VPD 83h laid out as linerate's, "
+                     "its NAA and unit serial kept",
+                     jp);
+        }
+    } else
+        fprintf(spec, ",serial=%s,naa=%s,vpd-style=lio", w, naa);
     json_object_set_new(c->ident, key,
                         json_pack("{s:s, s:s, s:s, s:s, s:s, s:s}", "vendor", "LIO-ORG", "product",
                                   product, "revision", revision, "serial", w, "naa", naa,
-                                  "vpd_style", tcmu ? "linerate" : "lio"));
+                                  "vpd_style", style));
 }
 
 /* One storage object's LUN spec, kept under its rtslib path for the LUNs that name it. */

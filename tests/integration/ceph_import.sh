@@ -72,9 +72,11 @@ host-a host-a-secret-01
 igw-target igw-mutual-001" ] || fail "secrets: $(cat "$WORK/v4/secrets")"
     grep -qE "secret-0|mutual-0|cluster-secret" "$WORK"/v4/*.conf && fail "a secret in a config"
     ID="vendor=LIO-ORG,product=TCMU device,revision=0002"
-    L0="lun 0 = rbd:rbd/disk_1,$ID,serial=d27e5d89-8829-468b-90ce-4ef8c02f07fe,naa=6001405d27e5d898829468b90ce4ef8c"
-    L1="lun 1 = rbd:rbd/disk_2,$ID,serial=7c0e2a4b-93d1-4f6e-b8a5-2d9e6f1c3b70,naa=60014057c0e2a4b93d14f6eb8a52d9e6"
-    L2="lun 2 = rbd:vmpool/vm-disk,$ID,serial=5b9485a9-d431-4afc-92a5-e3b1222dbae9,naa=60014055b9485a9d4314afc92a5e3b12"
+    # tcmu-runner's VPD 80h/83h, the config string ceph-iscsi gave it (POOL/IMAGE [TIMEOUT])
+    tc() { echo ",vpd-style=tcmu,tcmu-config=rbd/$1;osd_op_timeout=${2:-30}"; }
+    L0="lun 0 = rbd:rbd/disk_1,$ID,serial=d27e5d89-8829-468b-90ce-4ef8c02f07fe,naa=6001405d27e5d898829468b90ce4ef8c$(tc rbd/disk_1)"
+    L1="lun 1 = rbd:rbd/disk_2,$ID,serial=7c0e2a4b-93d1-4f6e-b8a5-2d9e6f1c3b70,naa=60014057c0e2a4b93d14f6eb8a52d9e6$(tc rbd/disk_2)"
+    L2="lun 2 = rbd:vmpool/vm-disk,$ID,serial=5b9485a9-d431-4afc-92a5-e3b1222dbae9,naa=60014055b9485a9d4314afc92a5e3b12$(tc vmpool/vm-disk)"
     ENTRIES="
 [group esx]
 initiator = iqn.1998-01.com.vmware:esx-1
@@ -131,8 +133,8 @@ portal = 127.0.0.2:3260
 alua-group = 2
 alua-state = active/non-optimized
 alua-peer = 1:active/non-optimized
-lun 0 = rbd:rbd/backup,$ID,serial=0a1b2c3d-4e5f-4061-8293-a4b5c6d7e8f9,naa=60014050a1b2c3d4e5f40618293a4b5c,alua=active/optimized
-lun 1 = rbd:ssd/sql-data,$ID,serial=9c8b7a69-5847-4362-a514-0f1e2d3c4b5a,naa=60014059c8b7a6958474362a5140f1e2,alua-peer=1:active/optimized
+lun 0 = rbd:rbd/backup,$ID,serial=0a1b2c3d-4e5f-4061-8293-a4b5c6d7e8f9,naa=60014050a1b2c3d4e5f40618293a4b5c$(tc rbd/backup),alua=active/optimized
+lun 1 = rbd:ssd/sql-data,$ID,serial=9c8b7a69-5847-4362-a514-0f1e2d3c4b5a,naa=60014059c8b7a6958474362a5140f1e2$(tc ssd/sql-data),alua-peer=1:active/optimized
 " "
 [host iqn.2001-04.com.example:node-1]
 chap-user = node-1
@@ -171,10 +173,10 @@ host-a host-a-secret-01
 igw-target igw-mutual-001
 lab lab-secret-0001" ] || fail "v11 secrets: $(cat "$WORK/v11/secrets")"
     # the target's LUNs by their lun_id (not the sorted order: vm-disk is 1, disk_2 is 2)
-    M0="lun 0 = rbd:rbd/disk_1,$ID,serial=d27e5d89-8829-468b-90ce-4ef8c02f07fe,naa=6001405d27e5d898829468b90ce4ef8c"
-    M1="lun 1 = rbd:vmpool/vm-disk,$ID,serial=5b9485a9-d431-4afc-92a5-e3b1222dbae9,naa=60014055b9485a9d4314afc92a5e3b12"
-    M2="lun 2 = rbd:rbd/disk_2,$ID,serial=7c0e2a4b-93d1-4f6e-b8a5-2d9e6f1c3b70,naa=60014057c0e2a4b93d14f6eb8a52d9e6"
-    LABL="lun 0 = rbd:rbd/lab_disk,$ID,serial=3f6c1d2e-8a9b-4c7d-9e0f-1a2b3c4d5e6f,naa=60014053f6c1d2e8a9b4c7d9e0f1a2b3"
+    M0="lun 0 = rbd:rbd/disk_1,$ID,serial=d27e5d89-8829-468b-90ce-4ef8c02f07fe,naa=6001405d27e5d898829468b90ce4ef8c$(tc rbd/disk_1 45)"
+    M1="lun 1 = rbd:vmpool/vm-disk,$ID,serial=5b9485a9-d431-4afc-92a5-e3b1222dbae9,naa=60014055b9485a9d4314afc92a5e3b12$(tc vmpool/vm-disk)"
+    M2="lun 2 = rbd:rbd/disk_2,$ID,serial=7c0e2a4b-93d1-4f6e-b8a5-2d9e6f1c3b70,naa=60014057c0e2a4b93d14f6eb8a52d9e6$(tc rbd/disk_2)"
+    LABL="lun 0 = rbd:rbd/lab_disk,$ID,serial=3f6c1d2e-8a9b-4c7d-9e0f-1a2b3c4d5e6f,naa=60014053f6c1d2e8a9b4c7d9e0f1a2b3$(tc rbd/lab_disk)"
     ENTRIES11="
 [group esx]
 initiator = iqn.1998-01.com.vmware:esx-1

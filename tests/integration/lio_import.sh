@@ -51,7 +51,9 @@ need = ["chap-secrets = " + sys.argv[2], "discovery-chap-match = no\n", "discove
         "[target iqn.2003-01.org.linux-iscsi.store1:shared]\nportal = 127.0.0.1:3260\nportal = [::1]:3261\n",
         "[host iqn.1994-05.com.redhat:host-a]\nchap-user = host-a\nchap-mutual-user = store1\nmap = 0 0\nmap = 1 1\nmap = 2 3\n",
         "[host iqn.1994-05.com.redhat:host-b]\nchap-user = host-b\nmap = 0 2\nmap = 5 0,ro\n",
-        "lun 3 = rbd:vmpool/vm-disk-1,size=16777216,", "lun 1 = file:/dev/vg0/logs,"]
+        "lun 3 = rbd:vmpool/vm-disk-1,size=16777216,", "lun 1 = file:/dev/vg0/logs,",
+        # tcmu-runner's VPD layout, the object's config string in VPD 83h (tcmu_vpd.py)
+        ",naa=6001405f3a0c9e27b614d289e451c2b3,vpd-style=tcmu,tcmu-config=rbd/vmpool/vm-disk-1\n"]
 miss = [n for n in need if n not in t]
 sys.exit("missing: %r" % miss if miss else 0)
 PY
