@@ -2,10 +2,10 @@
 # LUN identity (issue 29 item 6): vendor=, product=, revision=, serial=, naa= and rotation= of a
 # LUN are what a host reads in INQUIRY and VPD 80h/83h/B1h (through the raw initiator of
 # target_identity.py and libiscsi's iscsi-inq); vpd-style=tcmu lays VPD 80h and 83h out as
-# tcmu-runner does, its tcmu-config= in them (tcmu_vpd.py); a LUN without them keeps the defaults; bad
-# values and an NAA two LUNs would share are refused naming the option, from the command line,
-# the config file and linerate-ctl; a LUN added live keeps its identity, and `save` and a
-# restart from the saved file keep every LUN's identity byte for byte.
+# tcmu-runner does, its tcmu-config= in them (tcmu_vpd.py); a LUN without them keeps the
+# defaults; bad values and an NAA two LUNs would share are refused naming the option, from the
+# command line, the config file and linerate-ctl; a LUN added live keeps its identity, and
+# `save` and a restart from the saved file keep every LUN's identity byte for byte.
 # Usage: target_identity.sh  (LINERATE_TARGET from meson; linerate-ctl beside it)
 set -u
 source "$(dirname "$0")/lt_lib.sh"
