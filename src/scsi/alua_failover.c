@@ -65,10 +65,15 @@ struct scsi_failover {
     uint16_t last_failover_from;
 };
 
+/* The lease and the peers' silence count on CLOCK_BOOTTIME, as alua_gate does: unlike
+ * CLOCK_MONOTONIC it keeps counting while this kernel is suspended, so a host resumed from
+ * suspend sees its lease expired. A VM paused by its hypervisor is covered only if the guest
+ * kernel counts the pause; the stall rule of fo_tick and the fence cover the rest. The thread's
+ * sleep stays on CLOCK_MONOTONIC (condition variables take no other): it is only the period. */
 static uint64_t now_ms(void)
 {
     struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
+    clock_gettime(CLOCK_BOOTTIME, &ts);
     return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
@@ -368,6 +373,17 @@ static void *fo_thread(void *arg)
     return NULL;
 }
 
+/* alua_lun_init set the own group standby with an expired lease; it stays so. Putting back
+ * the configured active/optimized instead would let this gateway serve beside the holder the
+ * others elect, without a heartbeat or a fence between them: the split brain the mode is
+ * there to prevent. Standby loses paths, not data; the log says so, and how to recover. */
+static void fo_not_started(struct scsi_lun *lu, const char *why)
+{
+    LOG_ERR("LUN %" PRIu64 " (%s): failover not started (%s): the LUN is held standby on this "
+            "gateway until the daemon is restarted",
+            lu->id, lu->bs->desc, why);
+}
+
 static void fo_start(struct scsi_lun *lu)
 {
     const struct scsi_target *tg = lu->target;
@@ -382,7 +398,7 @@ static void fo_start(struct scsi_lun *lu)
     }
     struct scsi_failover *f = calloc(1, sizeof(*f));
     if (!f) {
-        LOG_ERR("LUN %" PRIu64 ": out of memory: no failover", lu->id);
+        fo_not_started(lu, "out of memory");
         return;
     }
     f->lu = lu;
@@ -391,8 +407,7 @@ static void fo_start(struct scsi_lun *lu)
     f->timeout_ms = tg->failover_timeout_ms ? tg->failover_timeout_ms : 5000;
     int ret = o->client_addr(lu->bs, f->addr, sizeof(f->addr));
     if (ret < 0 || strchr(f->addr, ' ')) {
-        LOG_ERR("LUN %" PRIu64 " (%s): failover: no client address (%s): no failover", lu->id,
-                lu->bs->desc, ret < 0 ? strerror(-ret) : "a space in it");
+        fo_not_started(lu, ret < 0 ? strerror(-ret) : "a space in the client address");
         free(f);
         return;
     }
@@ -406,7 +421,7 @@ static void fo_start(struct scsi_lun *lu)
     pthread_cond_init(&f->cv, &ca);
     pthread_condattr_destroy(&ca);
     if (pthread_create(&f->thread, NULL, fo_thread, f) != 0) {
-        LOG_ERR("LUN %" PRIu64 ": cannot start the failover thread", lu->id);
+        fo_not_started(lu, "cannot start the failover thread");
         pthread_cond_destroy(&f->cv);
         pthread_mutex_destroy(&f->m);
         free(f);
