@@ -58,6 +58,9 @@ struct scsi_failover {
     unsigned npeers;
     uint16_t ao; /* 0: no "ao" object yet */
     uint64_t epoch, ao_ver;
+    uint64_t mine_ver;       /* the version of "ao" this process last wrote, 0 none */
+    bool ao_mine;            /* "ao" as last read is the one this process wrote */
+    uint64_t serve_after_ms; /* a failback: AO only from then on (fo_tick) */
     uint64_t last_tick_ms;
     bool fenced;
     unsigned failovers;       /* takeovers done by this gateway */
@@ -193,6 +196,7 @@ static int fo_read_ao(struct scsi_failover *f, uint64_t now)
         pthread_mutex_unlock(&f->m);
     }
     f->ao_ver = buf ? ver : 0;
+    f->ao_mine = buf && f->mine_ver && ver == f->mine_ver;
     free(buf);
     return 0;
 }
@@ -211,7 +215,8 @@ static int fo_write_ao(struct scsi_failover *f)
         f->ao = f->own;
         f->epoch++;
         pthread_mutex_unlock(&f->m);
-        f->ao_ver = nv;
+        f->ao_ver = f->mine_ver = nv;
+        f->ao_mine = true;
     }
     return ret;
 }
@@ -320,11 +325,33 @@ static void fo_tick(struct scsi_failover *f)
          * hands the role here (failback): the one that had it sees the change and steps down */
         uint16_t from = f->ao;
         ret = fo_write_ao(f);
+        /* A failback: the former holder serves until its next tick reads the change, or until
+         * its lease ends if it stalls; its lease began before this write, so one timeout from
+         * now it has ended on any clock running at the same rate. */
+        if (ret == 0 && from)
+            f->serve_after_ms = now_ms() + f->timeout_ms;
         if (ret == 0)
             LOG_INFO("LUN %" PRIu64 " (%s): failover: group %u active/optimized (%s, epoch "
-                     "%" PRIu64 ")",
+                     "%" PRIu64 ")%s",
                      f->lu->id, lun_desc(f), (unsigned)f->own,
-                     from ? "by linerate-ctl" : "first of the target", f->epoch);
+                     from ? "by linerate-ctl" : "first of the target", f->epoch,
+                     from ? "; serving in one failover-timeout, when the former holder has "
+                            "surely stepped down"
+                          : "");
+        else if (ret == -ESHUTDOWN)
+            fo_fenced(f);
+        if (ret < 0)
+            return;
+    } else if (f->ao == f->own && !f->ao_mine) {
+        /* "ao" names this group but an earlier life of this gateway wrote it (a restart): a
+         * survivor may be taking over right now, having fenced only the old client. Rewrite it
+         * by compare-and-swap first; if the survivor wrote first this fails, and the role is
+         * the survivor's (the next tick reads it). */
+        ret = fo_write_ao(f);
+        if (ret == 0)
+            LOG_INFO("LUN %" PRIu64 " (%s): failover: group %u keeps active/optimized after a "
+                     "restart (epoch %" PRIu64 ")",
+                     f->lu->id, lun_desc(f), (unsigned)f->own, f->epoch);
         else if (ret == -ESHUTDOWN)
             fo_fenced(f);
         if (ret < 0)
@@ -345,10 +372,13 @@ static void fo_tick(struct scsi_failover *f)
         fo_takeover(f, aop, now);
     /* The role confirmed by this tick (our beat written, "ao" read or won): it holds until
      * the others could call us gone, timeout after the beat as they see it, and beat began
-     * at now. Renewed before the state is applied, so a standby-to-AO change opens at once. */
-    if (f->ao == f->own && !f->fenced)
+     * at now. Renewed before the state is applied, so a standby-to-AO change opens at once.
+     * Only an "ao" this process wrote counts (above), and after a failback only once the
+     * former holder has surely stepped down: till then the states stay as they were. */
+    bool waiting = f->ao == f->own && now < f->serve_after_ms;
+    if (f->ao == f->own && f->ao_mine && !waiting && !f->fenced)
         atomic_store_explicit(&f->lu->alua_lease_ms, now + f->timeout_ms, memory_order_release);
-    if (f->ao)
+    if (f->ao && !waiting)
         fo_apply(f);
 }
 
