@@ -95,6 +95,13 @@ def libiscsi_capacity(port, lun):
     return p.returncode, p.stdout + p.stderr
 
 
+def edit_conf(conf, old, new):
+    with open(conf) as f:
+        text = f.read()
+    with open(conf, "w") as f:
+        f.write(text.replace(old, new))
+
+
 def session(port, name):
     return hostile.Session(port, name="iqn.2026-11.org.linerate:alua-live-" + name).login()
 
@@ -137,10 +144,7 @@ def failover_reload(binary, work):
         s = session(port, "fo")
         drain_uas(s, 0)
         check(rtpg(s, 0) == {1: AO, 2: SB}, "failover target at start: RTPG %s" % rtpg(s, 0))
-        with open(conf) as f:
-            text = f.read()
-        with open(conf, "w") as f:
-            f.write(text.replace("alua-peer = 2:standby", "alua-peer = 2:active/optimized"))
+        edit_conf(conf, "alua-peer = 2:standby", "alua-peer = 2:active/optimized")
         r = ctl.json("reload")
         check(any("not applied: alua-mode = failover" in a for a in r["applied"]),
               "reload of a failover target's states: %s" % r)
@@ -253,10 +257,7 @@ def steps(ctl, conf, port):
     expect_no_ua(s, 1, "set alua --group 2 --lun 0 (LUN 1 not named)")
     check(rtpg(s, 1) == {1: SB, 2: SB}, "LUN 1 after --group 2 --lun 0: RTPG %s" % rtpg(s, 1))
     check(rtpg(s, 0) == {1: AO, 2: AN}, "LUN 0 after --group 2 --lun 0: RTPG %s" % rtpg(s, 0))
-    with open(conf) as f:
-        text = f.read()
-    with open(conf, "w") as f:
-        f.write(text.replace("alua-peer = 2:standby", "alua-peer = 2:active/non-optimized"))
+    edit_conf(conf, "alua-peer = 2:standby", "alua-peer = 2:active/non-optimized")
     r = ctl.json("reload")
     check(any("ALUA" in a for a in r["applied"]), "reload of the peer state: %s" % r)
     expect_ua_once(s, 1, "reload of group 2")
