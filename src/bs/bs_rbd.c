@@ -528,11 +528,14 @@ static int bs_rbd_fence(struct bs *bs, const char *addr, char *err, size_t errle
 {
     struct bs_rbd *b = bs->priv;
     char cmd[400];
-    for (const char *c = addr; *c; c++)
-        if (*c == '"' || *c == '\\') {
-            snprintf(err, errlen, "bad client address");
-            return -EINVAL;
-        }
+    /* The address comes from a peer's heartbeat object: only the characters of an entity
+     * address (IPv4, [IPv6]:port/nonce, v2:..., lists with ','), so nothing can end the JSON
+     * string below or add a field to the mon command. */
+    if (!*addr || strspn(addr, "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+                               ".:/[],-") != strlen(addr)) {
+        snprintf(err, errlen, "bad client address");
+        return -EINVAL;
+    }
     snprintf(cmd, sizeof(cmd),
              "{\"prefix\": \"osd blocklist\", \"blocklistop\": \"add\", "
              "\"addr\": \"%s\", \"expire\": %.1f}",
@@ -632,6 +635,10 @@ static int rbd_conf(rados_t cluster, const char *who, unsigned timeout_s, char *
          * SYNCHRONIZE CACHE could be answered GOOD for data the cluster refused (a fenced
          * gateway, a partition). Off, a write completes when the OSDs have it, or fails. */
         {"rbd_cache", "false"},
+        /* The persistent write-log cache (rbd_plugins=pwl_cache) acknowledges writes from a
+         * local SSD or pmem log, which a fenced or failed gateway keeps: the same lost errors,
+         * and the survivor of a failover would not see those writes. */
+        {"rbd_persistent_cache_mode", "disabled"},
     };
     for (size_t i = 0; i < sizeof(set) / sizeof(set[0]); i++) {
         int ret = rados_conf_set(cluster, set[i][0], set[i][1]);
@@ -784,9 +791,9 @@ static int rbd_check_size(struct bs_rbd *b, struct rbd_opening *o, uint64_t *siz
     return 0;
 }
 
-/* The pool or the image may set rbd_cache itself (`rbd config pool/image set`), which
- * overrides rbd_conf: an image that still caches is refused, since its write errors could
- * not reach the initiator. Returns 0 or a negative errno. */
+/* The pool or the image may set rbd_cache (or the persistent cache) itself (`rbd config pool/image
+ * set`), which overrides rbd_conf: an image that still caches is refused, since its write errors
+ * could not reach the initiator. Returns 0 or a negative errno. */
 static int rbd_check_cache(struct bs_rbd *b, struct rbd_opening *o, char *err, size_t errlen)
 {
     o->stage = "reading the image's configuration";
@@ -802,17 +809,23 @@ static int rbd_check_cache(struct bs_rbd *b, struct rbd_opening *o, char *err, s
         free(opts);
         return ret;
     }
-    for (int i = 0; i < max; i++)
-        if (strcmp(opts[i].name, "rbd_cache") == 0 && strcmp(opts[i].value, "false") != 0) {
-            bool image = opts[i].source == RBD_CONFIG_SOURCE_IMAGE;
-            snprintf(err, errlen,
-                     "%s: rbd_cache is %s for this %s: a gateway must report every write error, "
-                     "so it runs without librbd's cache (rbd config %s remove %s%s%s rbd_cache)",
-                     o->who, opts[i].value, image ? "image" : "pool", image ? "image" : "pool",
-                     o->p->pool, image ? "/" : "", image ? o->p->image : "");
-            o->said = true;
-            ret = -EINVAL;
-        }
+    for (int i = 0; i < max; i++) {
+        const char *name = opts[i].name, *v = opts[i].value;
+        bool cache = strcmp(name, "rbd_cache") == 0 && strcmp(v, "false") != 0;
+        bool pwl = (strcmp(name, "rbd_persistent_cache_mode") == 0 && strcmp(v, "disabled") != 0) ||
+                   (strcmp(name, "rbd_plugins") == 0 && strstr(v, "pwl_cache"));
+        if (!cache && !pwl)
+            continue;
+        bool image = opts[i].source == RBD_CONFIG_SOURCE_IMAGE;
+        snprintf(err, errlen,
+                 "%s: %s is %s for this %s: a gateway must report every write error, "
+                 "so it runs without librbd's %scache (rbd config %s remove %s%s%s %s)",
+                 o->who, name, v, image ? "image" : "pool", pwl ? "persistent " : "",
+                 image ? "image" : "pool", o->p->pool, image ? "/" : "", image ? o->p->image : "",
+                 name);
+        o->said = true;
+        ret = -EINVAL;
+    }
     rbd_config_image_list_cleanup(opts, max);
     free(opts);
     return ret < 0 ? ret : 0;

@@ -145,6 +145,23 @@ int target_alua_key(struct target_alua_conf *a, const char *key, const char *val
     return 0;
 }
 
+/* A gateway whose failover thread did not run for more than 2 heartbeats + 1 s restarts its
+ * peers' silence (the stall rule of alua_failover.c's fo_tick): a failover-timeout below that
+ * would let a gateway that merely stalled be taken over while it may still write. */
+int target_alua_check(const struct target_alua_conf *a, char *err, size_t errlen)
+{
+    unsigned hb = a->failover_hb_ms ? a->failover_hb_ms : 1000;
+    unsigned to = a->failover_timeout_ms ? a->failover_timeout_ms : 5000;
+    if (a->failover && to < 2 * hb + 1000) {
+        snprintf(err, errlen,
+                 "failover-timeout %ums is below 2 * failover-heartbeat (%ums) + 1s: it must be "
+                 "at least %ums",
+                 to, hb, 2 * hb + 1000);
+        return -1;
+    }
+    return 0;
+}
+
 int target_alua_lun_opt(struct target_lun_conf *l, const char *tok, char *err, size_t errlen)
 {
     if (strncmp(tok, "alua=", 5) == 0) {

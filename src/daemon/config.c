@@ -77,6 +77,15 @@ static int cfg_end_target(struct cfg_parser *ps)
         return cfg_fail(ps, ps->node_line,
                         "target %s: first-burst-length %u exceeds max-burst-length %u", n->name,
                         n->params.first_burst, n->params.max_burst);
+    char reason[256];
+    if (target_alua_check(&n->alua, reason, sizeof(reason)) < 0) {
+        const struct conf_key *to = conf_key_find("failover-timeout");
+        const struct conf_key *hb = conf_key_find("failover-heartbeat");
+        unsigned line = ps->seen[to - conf_keys]   ? ps->seen[to - conf_keys]
+                        : ps->seen[hb - conf_keys] ? ps->seen[hb - conf_keys]
+                                                   : ps->node_line;
+        return cfg_fail(ps, line, "target %s: %s", n->name, reason);
+    }
     if (target_hosts_check(n, ps->path, ps->err, ps->errlen) < 0)
         return -1;
     ps->node = NULL;

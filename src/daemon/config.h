@@ -282,6 +282,8 @@ int target_lun_open_spec(const struct target_lun_conf *l, char *buf, size_t len)
 void target_lun_set_size(struct target_lun_conf *l, uint64_t bytes);
 /* A warning when the thin RAM LUNs of cfg add up to more than the machine's memory. */
 void target_config_warn_thin_ram(const struct target_config *cfg);
+/* The failover timings together (alua_failover.c): 0 or -1 with the reason in err. */
+int target_alua_check(const struct target_alua_conf *a, char *err, size_t errlen);
 /* ALUA keys (alua-group, alua-state, alua-peer) of the global or a target section: 1 taken,
  * 0 not an ALUA key, -1 bad value (reason in err). */
 int target_alua_key(struct target_alua_conf *a, const char *key, const char *val, char *err,

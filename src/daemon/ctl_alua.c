@@ -238,6 +238,18 @@ void ctl_alua_reload(struct daemon *d, unsigned t, const struct target_node_conf
                 same = false;
     if (same)
         return;
+    /* alua-mode = failover: the states follow the cluster's "ao" object, which the failover
+     * thread applies; a state set here would be undone at its next tick, or serve AO beside the
+     * holder until then (the same refusal as ctl_set_alua). */
+    if (c->alua.failover) {
+        char what[ISCSI_NAME_MAX + 96];
+        snprintf(what, sizeof(what),
+                 "target %s: ALUA states not applied: alua-mode = failover (they follow the "
+                 "cluster)",
+                 c->name);
+        json_array_append_new(applied, json_string(what));
+        return;
+    }
     /* what the configuration gave each LUN before: only the states this reload changes are
      * brought to the file's */
     struct target_node_conf before = *c;

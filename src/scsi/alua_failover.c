@@ -58,6 +58,9 @@ struct scsi_failover {
     unsigned npeers;
     uint16_t ao; /* 0: no "ao" object yet */
     uint64_t epoch, ao_ver;
+    uint64_t mine_ver;       /* the version of "ao" this process last wrote, 0 none */
+    bool ao_mine;            /* "ao" as last read is the one this process wrote */
+    uint64_t serve_after_ms; /* a failback: AO only from then on (fo_tick) */
     uint64_t last_tick_ms;
     bool fenced;
     unsigned failovers;       /* takeovers done by this gateway */
@@ -65,10 +68,15 @@ struct scsi_failover {
     uint16_t last_failover_from;
 };
 
+/* The lease and the peers' silence count on CLOCK_BOOTTIME, as alua_gate does: unlike
+ * CLOCK_MONOTONIC it keeps counting while this kernel is suspended, so a host resumed from
+ * suspend sees its lease expired. A VM paused by its hypervisor is covered only if the guest
+ * kernel counts the pause; the stall rule of fo_tick and the fence cover the rest. The thread's
+ * sleep stays on CLOCK_MONOTONIC (condition variables take no other): it is only the period. */
 static uint64_t now_ms(void)
 {
     struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
+    clock_gettime(CLOCK_BOOTTIME, &ts);
     return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
@@ -188,6 +196,7 @@ static int fo_read_ao(struct scsi_failover *f, uint64_t now)
         pthread_mutex_unlock(&f->m);
     }
     f->ao_ver = buf ? ver : 0;
+    f->ao_mine = buf && f->mine_ver && ver == f->mine_ver;
     free(buf);
     return 0;
 }
@@ -206,7 +215,8 @@ static int fo_write_ao(struct scsi_failover *f)
         f->ao = f->own;
         f->epoch++;
         pthread_mutex_unlock(&f->m);
-        f->ao_ver = nv;
+        f->ao_ver = f->mine_ver = nv;
+        f->ao_mine = true;
     }
     return ret;
 }
@@ -315,11 +325,33 @@ static void fo_tick(struct scsi_failover *f)
          * hands the role here (failback): the one that had it sees the change and steps down */
         uint16_t from = f->ao;
         ret = fo_write_ao(f);
+        /* A failback: the former holder serves until its next tick reads the change, or until
+         * its lease ends if it stalls; its lease began before this write, so one timeout from
+         * now it has ended on any clock running at the same rate. */
+        if (ret == 0 && from)
+            f->serve_after_ms = now_ms() + f->timeout_ms;
         if (ret == 0)
             LOG_INFO("LUN %" PRIu64 " (%s): failover: group %u active/optimized (%s, epoch "
-                     "%" PRIu64 ")",
+                     "%" PRIu64 ")%s",
                      f->lu->id, lun_desc(f), (unsigned)f->own,
-                     from ? "by linerate-ctl" : "first of the target", f->epoch);
+                     from ? "by linerate-ctl" : "first of the target", f->epoch,
+                     from ? "; serving in one failover-timeout, when the former holder has "
+                            "surely stepped down"
+                          : "");
+        else if (ret == -ESHUTDOWN)
+            fo_fenced(f);
+        if (ret < 0)
+            return;
+    } else if (f->ao == f->own && !f->ao_mine) {
+        /* "ao" names this group but an earlier life of this gateway wrote it (a restart): a
+         * survivor may be taking over right now, having fenced only the old client. Rewrite it
+         * by compare-and-swap first; if the survivor wrote first this fails, and the role is
+         * the survivor's (the next tick reads it). */
+        ret = fo_write_ao(f);
+        if (ret == 0)
+            LOG_INFO("LUN %" PRIu64 " (%s): failover: group %u keeps active/optimized after a "
+                     "restart (epoch %" PRIu64 ")",
+                     f->lu->id, lun_desc(f), (unsigned)f->own, f->epoch);
         else if (ret == -ESHUTDOWN)
             fo_fenced(f);
         if (ret < 0)
@@ -340,10 +372,13 @@ static void fo_tick(struct scsi_failover *f)
         fo_takeover(f, aop, now);
     /* The role confirmed by this tick (our beat written, "ao" read or won): it holds until
      * the others could call us gone, timeout after the beat as they see it, and beat began
-     * at now. Renewed before the state is applied, so a standby-to-AO change opens at once. */
-    if (f->ao == f->own && !f->fenced)
+     * at now. Renewed before the state is applied, so a standby-to-AO change opens at once.
+     * Only an "ao" this process wrote counts (above), and after a failback only once the
+     * former holder has surely stepped down: till then the states stay as they were. */
+    bool waiting = f->ao == f->own && now < f->serve_after_ms;
+    if (f->ao == f->own && f->ao_mine && !waiting && !f->fenced)
         atomic_store_explicit(&f->lu->alua_lease_ms, now + f->timeout_ms, memory_order_release);
-    if (f->ao)
+    if (f->ao && !waiting)
         fo_apply(f);
 }
 
@@ -368,6 +403,17 @@ static void *fo_thread(void *arg)
     return NULL;
 }
 
+/* alua_lun_init set the own group standby with an expired lease; it stays so. Putting back
+ * the configured active/optimized instead would let this gateway serve beside the holder the
+ * others elect, without a heartbeat or a fence between them: the split brain the mode is
+ * there to prevent. Standby loses paths, not data; the log says so, and how to recover. */
+static void fo_not_started(struct scsi_lun *lu, const char *why)
+{
+    LOG_ERR("LUN %" PRIu64 " (%s): failover not started (%s): the LUN is held standby on this "
+            "gateway until the daemon is restarted",
+            lu->id, lu->bs->desc, why);
+}
+
 static void fo_start(struct scsi_lun *lu)
 {
     const struct scsi_target *tg = lu->target;
@@ -382,7 +428,7 @@ static void fo_start(struct scsi_lun *lu)
     }
     struct scsi_failover *f = calloc(1, sizeof(*f));
     if (!f) {
-        LOG_ERR("LUN %" PRIu64 ": out of memory: no failover", lu->id);
+        fo_not_started(lu, "out of memory");
         return;
     }
     f->lu = lu;
@@ -391,8 +437,7 @@ static void fo_start(struct scsi_lun *lu)
     f->timeout_ms = tg->failover_timeout_ms ? tg->failover_timeout_ms : 5000;
     int ret = o->client_addr(lu->bs, f->addr, sizeof(f->addr));
     if (ret < 0 || strchr(f->addr, ' ')) {
-        LOG_ERR("LUN %" PRIu64 " (%s): failover: no client address (%s): no failover", lu->id,
-                lu->bs->desc, ret < 0 ? strerror(-ret) : "a space in it");
+        fo_not_started(lu, ret < 0 ? strerror(-ret) : "a space in the client address");
         free(f);
         return;
     }
@@ -406,7 +451,7 @@ static void fo_start(struct scsi_lun *lu)
     pthread_cond_init(&f->cv, &ca);
     pthread_condattr_destroy(&ca);
     if (pthread_create(&f->thread, NULL, fo_thread, f) != 0) {
-        LOG_ERR("LUN %" PRIu64 ": cannot start the failover thread", lu->id);
+        fo_not_started(lu, "cannot start the failover thread");
         pthread_cond_destroy(&f->cv);
         pthread_mutex_destroy(&f->m);
         free(f);

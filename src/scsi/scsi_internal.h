@@ -287,7 +287,7 @@ struct scsi_lun {
     } alua[SCSI_ALUA_GROUPS_MAX];
     uint8_t alua_ngroups;
     /* alua-mode = failover: this gateway's hold on the active/optimized role is a lease, valid
-     * until alua_lease_ms (CLOCK_MONOTONIC): the last successful heartbeat plus the failover
+     * until alua_lease_ms (CLOCK_BOOTTIME): the last successful heartbeat plus the failover
      * timeout, stored by the failover thread (alua_failover.c). Past it the own group answers
      * as standby until a heartbeat confirms the role again, so a gateway that was stopped or
      * cut off refuses I/O at once, whether or not it was fenced yet. 0: no lease (not in
@@ -699,7 +699,7 @@ static inline scsi_sr alua_gate(const struct scsi_lun *lu, const struct scsi_cmd
     uint64_t lease = atomic_load_explicit(&l->alua_lease_ms, memory_order_acquire);
     if (lease) {
         struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
+        clock_gettime(CLOCK_BOOTTIME, &ts); /* counts a suspend too (alua_failover.c) */
         if ((uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000 >= lease)
             return SR_ALUA_STANDBY; /* the failover lease ran out: standby until renewed */
     }

@@ -29,6 +29,13 @@ printf 'max-burst-length = 1M\n[target iqn.2026-01.org.x:a]\nlun = ram:1M\nmax-b
     >"$WORK/ok.conf"
 "$LT" --check --config "$WORK/ok.conf" >"$WORK/o" 2>&1 || fail "ok.conf refused: $(cat "$WORK/o")"
 
+note "a failover-timeout shorter than the stall rule's 2 heartbeats + 1 s"
+printf '[target iqn.2026-01.org.x:a]\nportal = 127.0.0.1:3260\nlun = ram:1M\nalua-mode = failover\nfailover-heartbeat = 2s\nfailover-timeout = 4s\n' \
+    >"$WORK/fo.conf"
+refused "fo.conf:6: target iqn.2026-01.org.x:a: failover-timeout 4000ms is below" --config "$WORK/fo.conf"
+sed -i 's/^failover-timeout = 4s/failover-timeout = 5s/' "$WORK/fo.conf"
+"$LT" --check --config "$WORK/fo.conf" >"$WORK/o" 2>&1 || fail "fo.conf refused: $(cat "$WORK/o")"
+
 note "an option given twice"
 refused "--threads given twice" --threads 2 --threads 3
 refused "--log-level given twice" --log-level info --log-level debug

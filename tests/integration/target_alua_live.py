@@ -18,6 +18,8 @@ A raw initiator (hostile.py's) holds a session while linerate-ctl and a reload c
      capacity once the reload made the LUN active again;
   6. alua-explicit: INQUIRY TPGS=11b; SET TARGET PORT GROUPS from one session puts LUN 1 in
      standby: that session is not told, the other gets 2Ah/06h, RTPG and show luns agree.
+  8. alua-mode = failover (a second daemon, RAM LUN, so no failover thread): a reload of other
+     states does not apply them (no UA, RTPG unchanged) and says so in "applied".
 Exit 0 when every check holds, 1 with the reason. Python 3 standard library only."""
 
 import os
@@ -93,6 +95,13 @@ def libiscsi_capacity(port, lun):
     return p.returncode, p.stdout + p.stderr
 
 
+def edit_conf(conf, old, new):
+    with open(conf) as f:
+        text = f.read()
+    with open(conf, "w") as f:
+        f.write(text.replace(old, new))
+
+
 def session(port, name):
     return hostile.Session(port, name="iqn.2026-11.org.linerate:alua-live-" + name).login()
 
@@ -113,6 +122,35 @@ def run(binary, work):
     def body():
         ctl.run("version")
         steps(ctl, conf, port)
+    d.around(body)
+    failover_reload(binary, work)
+
+
+def failover_reload(binary, work):
+    """8. alua-mode = failover: the states are the cluster's; a reload does not set them (on a
+    RAM LUN no failover runs, so what a reload would change stays visible in RTPG)."""
+    ctl = Ctl(os.path.join(os.path.dirname(os.path.abspath(binary)), "linerate-ctl"),
+              os.path.join(work, "ctl-fo.sock"))
+    conf = os.path.join(work, "fo.conf")
+    port = hostile.free_port()
+    lines = ["ctl-socket = %s" % ctl.sock, "state-dir = %s" % os.path.join(work, "st-fo"),
+             "log-level = info", "[target %s]" % TARGET, "portal = 127.0.0.1:%d" % port,
+             "alua-mode = failover", "alua-group = 1", "alua-peer = 2:standby", "lun 0 = ram:4M"]
+    with open(conf, "w") as f:
+        f.write("\n".join(lines) + "\n")
+    d = Daemon(binary, conf, ctl.sock, os.path.join(work, "daemon-fo.log"))
+
+    def body():
+        s = session(port, "fo")
+        drain_uas(s, 0)
+        check(rtpg(s, 0) == {1: AO, 2: SB}, "failover target at start: RTPG %s" % rtpg(s, 0))
+        edit_conf(conf, "alua-peer = 2:standby", "alua-peer = 2:active/optimized")
+        r = ctl.json("reload")
+        check(any("not applied: alua-mode = failover" in a for a in r["applied"]),
+              "reload of a failover target's states: %s" % r)
+        expect_no_ua(s, 0, "reload of a failover target")
+        check(rtpg(s, 0) == {1: AO, 2: SB}, "failover target after reload: RTPG %s" % rtpg(s, 0))
+        print("alua-mode = failover: a reload leaves the states to the cluster")
     d.around(body)
 
 
@@ -219,10 +257,7 @@ def steps(ctl, conf, port):
     expect_no_ua(s, 1, "set alua --group 2 --lun 0 (LUN 1 not named)")
     check(rtpg(s, 1) == {1: SB, 2: SB}, "LUN 1 after --group 2 --lun 0: RTPG %s" % rtpg(s, 1))
     check(rtpg(s, 0) == {1: AO, 2: AN}, "LUN 0 after --group 2 --lun 0: RTPG %s" % rtpg(s, 0))
-    with open(conf) as f:
-        text = f.read()
-    with open(conf, "w") as f:
-        f.write(text.replace("alua-peer = 2:standby", "alua-peer = 2:active/non-optimized"))
+    edit_conf(conf, "alua-peer = 2:standby", "alua-peer = 2:active/non-optimized")
     r = ctl.json("reload")
     check(any("ALUA" in a for a in r["applied"]), "reload of the peer state: %s" % r)
     expect_ua_once(s, 1, "reload of group 2")

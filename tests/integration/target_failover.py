@@ -237,10 +237,16 @@ def failback(binary_ctl, a, b, sb):
     a.start()
     sa = session(a.port, "a-back")
     wait_rtpg(sa, {1: STANDBY, 2: AO}, "A restarted")
+    t0 = time.monotonic()
     r = subprocess.run([binary_ctl, "--socket", a.sock, "set", "alua", TARGET,
                         "active/optimized"], capture_output=True, text=True, timeout=60)
     check(r.returncode == 0, "linerate-ctl set alua on A: %s %s" % (r.stdout, r.stderr))
     wait_rtpg(sa, {1: AO, 2: STANDBY}, "failback, through A")
+    # B serves until its next tick reads the change (or its lease ends): A waits one
+    # failover-timeout after writing "ao", which it does after the command reached it
+    waited = time.monotonic() - t0
+    check(waited >= TIMEOUT_S, "failback: A active/optimized %.2f s after set alua, before "
+          "one failover-timeout (%d s)" % (waited, TIMEOUT_S))
     wait_rtpg(sb, {1: AO, 2: STANDBY}, "failback, through B")
     st, sense, _ = sa.scsi_retry_ua(wr_fua(5), write_data=stamp("A", 5, 0))
     check(st == 0, "write through A after the failback: sense %s" % (sense_kaa(sense),))
@@ -347,7 +353,8 @@ def main():
         for rnd in range(rounds):
             pauses.append(kill_round(a, b, sb, rnd))
             sa = failback(ctl, a, b, sb)
-        print("failback on the operator's word: A restarted standby, AO again after set alua")
+        print("failback on the operator's word: A restarted standby, AO again after set alua "
+              "and one failover-timeout")
         hung_round(a, b, sa, sb)
         pauses.sort()
         print("pause kill -> first good write through B over %d round%s: median %.2f s, "

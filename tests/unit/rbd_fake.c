@@ -400,6 +400,8 @@ int rados_conf_set(rados_t cluster, const char *option, const char *value)
         snprintf(rbd_fake.osd_op_timeout, sizeof(rbd_fake.osd_op_timeout), "%s", value);
     else if (strcmp(option, "rbd_cache") == 0)
         snprintf(rbd_fake.rbd_cache, sizeof(rbd_fake.rbd_cache), "%s", value);
+    else if (strcmp(option, "rbd_persistent_cache_mode") == 0)
+        snprintf(rbd_fake.pwl_mode, sizeof(rbd_fake.pwl_mode), "%s", value);
     else if (strcmp(option, "rbd_skip_partial_discard") == 0)
         snprintf(rbd_fake.skip_partial_discard, sizeof(rbd_fake.skip_partial_discard), "%s", value);
     return 0;
@@ -421,12 +423,14 @@ int rados_conf_get(rados_t cluster, const char *option, char *buf, size_t len)
     return 0;
 }
 
-/* One option, rbd_cache, as librbd lists it: the image's own setting over the client's. */
+/* Three options as librbd lists them: rbd_cache (the image's own setting over the client's),
+ * rbd_persistent_cache_mode (the client's; librbd's default is disabled) and rbd_plugins (the
+ * pool's own setting, else empty). */
 int rbd_config_image_list(rbd_image_t image, rbd_config_option_t *options, int *max_options)
 {
     (void)image;
-    if (*max_options < 1) {
-        *max_options = 1;
+    if (*max_options < 3) {
+        *max_options = 3;
         return -ERANGE;
     }
     bool own = rbd_fake.image_rbd_cache[0] != '\0';
@@ -435,7 +439,14 @@ int rbd_config_image_list(rbd_image_t image, rbd_config_option_t *options, int *
                               : rbd_fake.rbd_cache[0] ? rbd_fake.rbd_cache
                                                       : "true");
     options[0].source = own ? RBD_CONFIG_SOURCE_IMAGE : RBD_CONFIG_SOURCE_CONFIG;
-    *max_options = 1;
+    options[1].name = strdup("rbd_persistent_cache_mode");
+    options[1].value = strdup(rbd_fake.pwl_mode[0] ? rbd_fake.pwl_mode : "disabled");
+    options[1].source = RBD_CONFIG_SOURCE_CONFIG;
+    options[2].name = strdup("rbd_plugins");
+    options[2].value = strdup(rbd_fake.pool_plugins);
+    options[2].source =
+        rbd_fake.pool_plugins[0] ? RBD_CONFIG_SOURCE_POOL : RBD_CONFIG_SOURCE_CONFIG;
+    *max_options = 3;
     return 0;
 }
 
@@ -496,7 +507,7 @@ int rbd_lock_break(rbd_image_t image, rbd_lock_mode_t lock_mode, const char *loc
     return -ENOENT;
 }
 
-/* The unit tests never fence: a monitor command is refused as the fake has no monitor. */
+/* The fake has no monitor: every command is refused (test_fence_address counts on it). */
 int rados_mon_command(rados_t cluster, const char **cmd, size_t cmdlen, const char *inbuf,
                       size_t inbuflen, char **outbuf, size_t *outbuflen, char **outs,
                       size_t *outslen)

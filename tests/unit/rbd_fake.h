@@ -40,6 +40,8 @@ struct rbd_fake {
     char skip_partial_discard[8];
     char rbd_cache[8];       /* what rados_conf_set was told */
     char image_rbd_cache[8]; /* "": none; else the image's own rbd_cache (rbd config image set) */
+    char pwl_mode[16];       /* rbd_persistent_cache_mode as rados_conf_set was told */
+    char pool_plugins[32];   /* the pool's own rbd_plugins (rbd config pool set), "": none */
     struct rbd_fake_req log[RBD_FAKE_LOG_MAX];
     int nlog;
     /* Results for the next requests, in order (a negative errno, or 0 for success); once

@@ -148,6 +148,7 @@ static void test_open(void **state)
     assert_int_equal(f->bs->size, IMAGE_SIZE);
     /* librbd's cache off: write errors reach the initiator, and no volatile cache (WCE=0) */
     assert_string_equal(rbd_fake.rbd_cache, "false");
+    assert_string_equal(rbd_fake.pwl_mode, "disabled"); /* nor its persistent write-log cache */
     assert_false(f->bs->write_cache);
     assert_true(f->bs->thin);
     assert_int_equal(f->bs->caw_unit, 512);
@@ -242,6 +243,36 @@ static void test_image_cache_refused(void **state)
     assert_null(bs);
     assert_non_null(strstr(err, "rbd_cache is true for this image"));
     assert_non_null(strstr(err, "rbd config image remove pool/img2 rbd_cache"));
+}
+
+/* The persistent write-log cache (rbd_plugins=pwl_cache) keeps acknowledged writes on the
+ * gateway: a pool that loads it is refused too. */
+static void test_pool_pwl_refused(void **state)
+{
+    (void)state;
+    char err[512];
+    snprintf(rbd_fake.pool_plugins, sizeof(rbd_fake.pool_plugins), "pwl_cache");
+    struct bs *bs = bs_open_spec("rbd:pool/img2,id=gw1", err, sizeof(err));
+    rbd_fake.pool_plugins[0] = '\0';
+    assert_null(bs);
+    assert_non_null(strstr(err, "rbd_plugins is pwl_cache for this pool"));
+    assert_non_null(strstr(err, "rbd config pool remove pool rbd_plugins"));
+}
+
+/* The address to fence comes from a peer's heartbeat object: only an entity address's
+ * characters reach the monitors' JSON command; the fake's monitor refuses every command. */
+static void test_fence_address(void **state)
+{
+    struct fx *f = *state;
+    char err[256];
+    const char *bad[] = {"", "1.2.3.4:0/1\", \"x\": \"", "1.2.3.4:0/1 }", "1.2.3.4\n"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        assert_int_equal(f->bs->ops->fence(f->bs, bad[i], err, sizeof(err)), -EINVAL);
+        assert_string_equal(err, "bad client address");
+    }
+    const char *good[] = {"127.0.0.1:0/3141", "v2:[::1]:6800/12,v1:10.0.0.1:6801/12"};
+    for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++)
+        assert_int_equal(f->bs->ops->fence(f->bs, good[i], err, sizeof(err)), -EOPNOTSUPP);
 }
 
 static void test_sync_cache(void **state)
@@ -546,6 +577,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_read_write, setup, teardown),
         cmocka_unit_test_setup_teardown(test_fua, setup, teardown),
         cmocka_unit_test_setup_teardown(test_image_cache_refused, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_pool_pwl_refused, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_fence_address, setup, teardown),
         cmocka_unit_test_setup_teardown(test_sync_cache, setup, teardown),
         cmocka_unit_test_setup_teardown(test_unmap_write_same, setup, teardown),
         cmocka_unit_test_setup_teardown(test_errors, setup, teardown),
