@@ -25,6 +25,10 @@ static int write_tmp(const char *path, const char *text, mode_t mode, char *tmp,
      * It goes, and the file is created new (O_EXCL, which also refuses a symbolic link). */
     if (unlink(tmp) < 0 && errno != ENOENT)
         return -1;
+    /* a file replaced keeps the mode its owner gave it; a secrets file never gets wider */
+    struct stat st;
+    if (lstat(path, &st) == 0 && S_ISREG(st.st_mode))
+        mode = (st.st_mode & 0777) & (mode & 077 ? 0777 : mode);
     int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, mode);
     if (fd < 0)
         return -1;
@@ -69,6 +73,26 @@ static int keep_old(const char *path, char *old, size_t oldlen)
     return errno == ENOENT ? 0 : -1;
 }
 
+/* The renames made durable: each path's directory synced (a crash after the import returns
+ * leaves the new files, not the old ones); a failure here is not the import's. */
+static void sync_dirs(const char *const *paths, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        char dir[PATH_MAX];
+        const char *slash = strrchr(paths[i], '/');
+        if (!slash)
+            snprintf(dir, sizeof(dir), ".");
+        else if (snprintf(dir, sizeof(dir), "%.*s", (int)(slash - paths[i] + (slash == paths[i])),
+                          paths[i]) >= (int)sizeof(dir))
+            continue;
+        int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (fd >= 0) {
+            fsync(fd);
+            close(fd);
+        }
+    }
+}
+
 int imp_write_all(const char *const *paths, const char *const *texts, const mode_t *modes, size_t n)
 {
     char(*tmp)[PATH_MAX] = calloc(n ? n : 1, PATH_MAX);
@@ -102,6 +126,8 @@ int imp_write_all(const char *const *paths, const char *const *texts, const mode
             renamed++;
     }
     int e = errno;
+    if (!failed)
+        sync_dirs(paths, n);
     /* On failure the temporary files go, and what was renamed is taken back: the file that was
      * at that path before is renamed back into place, or the new one removed when there was
      * none. On success the links to the old files go. */

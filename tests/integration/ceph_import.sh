@@ -365,6 +365,12 @@ chap-user = esx"
     grep -qF "NOT CARRIED: disks[\"rbd.ssd.backup\"]: no 'pool' and 'image', and the key has more than one '.'" "$WORK/dot3.report" ||
         fail "dot3: $(cat "$WORK/dot3.report")"
     grep -q "rbd.ssd.backup\|rbd/ssd.backup" "$WORK"/dot3/*.conf && fail "dot3: the ambiguous disk served"
+    # imported again over the files: each keeps the mode its owner gave it
+    chmod 640 "$WORK/pw/gw-a.example.com.conf" && chmod 400 "$WORK/pw/secrets"
+    "$CTL_BIN" import ceph-iscsi "$WORK/pw.json" -o "$WORK/pw" --secrets "$WORK/pw/secrets" 2>/dev/null
+    [ "$(stat -c %a "$WORK/pw/gw-a.example.com.conf" "$WORK/pw/gw-b.example.com.conf" "$WORK/pw/secrets")" = "640
+644
+400" ] || fail "modes not kept: $(stat -c '%a %n' "$WORK"/pw/*)"
 
     note "bad input: exit 2, the place named, nothing written"
     refused "a CHAP user a config line cannot hold" "CHAP user 'host=a' cannot be written into linerate.conf" "$WORK/eq.json"
