@@ -164,5 +164,16 @@ int imp_secrets_abs(const char *secrets, char *abs, size_t len)
         n = snprintf(abs, len, "%s/%s", cwd, secrets);
     else
         n = snprintf(abs, len, "%s", secrets);
-    return n < 0 || (size_t)n >= len ? -1 : 0;
+    return n < 0 || (size_t)n >= len || !imp_line_ok(abs) ? -1 : 0;
+}
+
+bool imp_line_ok(const char *s)
+{
+    /* a control character ends or breaks the line, " #" begins a comment (linerate.conf(5)),
+     * and the line's end is trimmed: each would name another file */
+    size_t n = strlen(s);
+    for (size_t i = 0; i < n; i++)
+        if ((unsigned char)s[i] < 0x20 || s[i] == 0x7f)
+            return false;
+    return n && s[n - 1] != ' ' && s[n - 1] != '\t' && !strstr(s, " #") && !strstr(s, "\t#");
 }

@@ -131,6 +131,21 @@ for f in "$FIX/inject.json" "$WORK"/inj-*.json; do
         fail "$(basename "$f"): something written: $(cat "$WORK/keep.conf")"
     grep -q "nothing written" "$WORK/report" || fail "$(basename "$f"): $(cat "$WORK/report")"
 done
+# the operator's paths go into the config too: an input path with a newline (the header's
+# comment) and a secrets path the chap-secrets line would read otherwise are refused
+cp "$FIX/full.json" "$WORK/nl
+chap-secrets = x.json"
+for a in "$WORK/nl
+chap-secrets = x.json|$WORK/inj.secrets|a control character" \
+    "$FIX/full.json|$WORK/a #b.secrets|--secrets: path too long, or with a character" \
+    "$FIX/full.json|$WORK/trail.secrets |--secrets: path too long, or with a character"; do
+    IFS='|' read -r -d '' in sec msg <<<"$a"
+    msg=${msg%$'\n'}
+    "$CTL_BIN" import lio "$in" -o "$WORK/keep.conf" --secrets "$sec" 2>"$WORK/report"
+    RC=$?
+    [ $RC -eq 2 ] && [ "$(cat "$WORK/keep.conf")" = keep ] && [ ! -e "$sec" ] &&
+        grep -qF -- "$msg" "$WORK/report" || fail "path '$in' '$sec': exit $RC: $(cat "$WORK/report")"
+done
 "$CTL_BIN" import lio "$FIX/malformed.json" 2>"$WORK/report" >"$WORK/stdout"
 grep -qF "malformed.json: targets[0].tpgs[0].node_acls[1].mapped_luns[1]: 'tpg_lun' is not an integer" \
     "$WORK/report" && [ ! -s "$WORK/stdout" ] || fail "malformed: $(cat "$WORK/report")"
