@@ -159,6 +159,29 @@ grep -q "give --secrets" "$WORK/report" || fail "no --secrets: $(cat "$WORK/repo
 [ ! -e "$WORK/half.secrets" ] && ! ls "$WORK"/half.secrets.* >/dev/null 2>&1 ||
     fail "config not written but the secrets were: $(cat "$WORK/report")"
 grep -q "nothing written" "$WORK/report" || fail "half: $(cat "$WORK/report")"
+# where no hard link can be made (protected_hardlinks: files of another owner, in a directory
+# the importer may write), the files replaced are copied to be put back, not refused; runs as
+# root, the import as nobody
+NB="setpriv --reuid=nobody --regid=nogroup --clear-groups"
+if [ "$(id -u)" = 0 ] && [ "$(sysctl -n fs.protected_hardlinks 2>/dev/null)" = 1 ] &&
+    chmod 711 "$WORK" && $NB "$CTL_BIN" --help >/dev/null 2>&1; then
+    mkdir -m 755 "$WORK/nl" && cp "$FIX/full.json" "$WORK/nl/" && chmod 644 "$WORK/nl/full.json" &&
+        mkdir "$WORK/nl/d" "$WORK/nl/d/adir" && chown nobody "$WORK/nl/d" || fail "nl setup"
+    echo "old-user old-secret-000" >"$WORK/nl/d/s" && echo keep >"$WORK/nl/d/x.conf" &&
+        chmod 644 "$WORK/nl/d/s" "$WORK/nl/d/x.conf" || fail "nl setup"
+    $NB "$CTL_BIN" import lio "$WORK/nl/full.json" -o "$WORK/nl/d/adir" --secrets "$WORK/nl/d/s" \
+        2>"$WORK/report" && fail "nl: import onto a directory succeeded"
+    [ "$(cat "$WORK/nl/d/s")" = "old-user old-secret-000" ] && grep -q "Is a directory" "$WORK/report" ||
+        fail "nl: the old secrets not put back: $(ls -la "$WORK/nl/d"; cat "$WORK/report")"
+    $NB "$CTL_BIN" import lio "$WORK/nl/full.json" -o "$WORK/nl/d/x.conf" --secrets "$WORK/nl/d/s" \
+        2>"$WORK/report" || fail "nl: no hard link, import refused: $(cat "$WORK/report")"
+    grep -q "^# linerate.conf imported from LIO's" "$WORK/nl/d/x.conf" &&
+        grep -q "^host-a host-a-secret-01$" "$WORK/nl/d/s" && [ "$(ls -A "$WORK/nl/d")" = "adir
+s
+x.conf" ] || fail "nl: $(ls -la "$WORK/nl/d"; cat "$WORK/report")"
+else
+    note "skipped the no-hard-link case (needs root and fs.protected_hardlinks = 1)"
+fi
 # a config rename that fails (its path is a directory) puts back the secrets file that was
 # there before, and a file already at SECRETS.import-tmp is never written into: a descriptor
 # opened on it before cannot read the secrets
