@@ -20,6 +20,12 @@ static bool chap_split(struct imp *i, const char *jp, const char *key, const cha
     return true;
 }
 
+/* ceph-iscsi's password_encryption_enabled: true (or a nonzero integer) */
+static bool flag(json_t *e)
+{
+    return json_is_true(e) || (json_is_integer(e) && json_integer_value(e));
+}
+
 /* CHAP (m = 0) or mutual CHAP (m = 1) of an auth object: before version 8 one "USER/SECRET"
  * string (`chap`, `chap_mutual`); from version 8 separate `username` and `password` (`mutual_`
  * ones), the password perhaps encrypted with the gateways' RSA key (*encrypted). False when
@@ -49,7 +55,7 @@ static bool chap_pair(struct imp *i, int version, json_t *auth, const char *jp, 
     }
     snprintf(user, ulen, "%s", json_string_value(u));
     *secret = json_string_value(p);
-    *encrypted = json_is_true(e) || (json_is_integer(e) && json_integer_value(e));
+    *encrypted = flag(e);
     return true;
 }
 
@@ -98,7 +104,20 @@ char *ceph_auth_key(int version, json_t *client)
     char *s = NULL;
     const char *u = json_string_value(json_object_get(a, v8 ? "username" : "chap"));
     const char *m = json_string_value(json_object_get(a, v8 ? "mutual_username" : "chap_mutual"));
-    if (asprintf(&s, "%s|%s", u ? u : "", m ? m : "") < 0)
+    u = u ? u : "", m = m ? m : "";
+    if (!v8) { /* "USER/SECRET": the secret is in the key already */
+        if (asprintf(&s, "%zu:%s%zu:%s", strlen(u), u, strlen(m), m) < 0)
+            s = NULL;
+        return s;
+    }
+    /* version 8 keeps the secrets apart: members with one user but different passwords (or one
+     * encrypted) cannot share a [group]'s one CHAP user; lengths first so no two differ alike */
+    const char *p = json_string_value(json_object_get(a, "password"));
+    const char *mp = json_string_value(json_object_get(a, "mutual_password"));
+    p = p ? p : "", mp = mp ? mp : "";
+    if (asprintf(&s, "%zu:%s%zu:%s%d|%zu:%s%zu:%s%d", strlen(u), u, strlen(p), p,
+                 flag(json_object_get(a, "password_encryption_enabled")), strlen(m), m, strlen(mp),
+                 mp, flag(json_object_get(a, "mutual_password_encryption_enabled"))) < 0)
         s = NULL;
     return s;
 }

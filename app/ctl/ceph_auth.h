@@ -17,8 +17,8 @@
  * the caller's `user`, or NULL without CHAP. */
 const char *ceph_chap_lines(struct imp *i, int version, json_t *auth, const char *jp, FILE *out,
                             const char *prefix, char user[256]);
-/* The CHAP users of a client's auth as one comparable text ("chap|chap_mutual"; from version
- * 8 "username|mutual_username"). */
+/* The CHAP users and secrets of a client's auth as one comparable text (`chap` and
+ * `chap_mutual`; from version 8 the user names, passwords and encryption flags). */
 char *ceph_auth_key(int version, json_t *client);
 
 #endif

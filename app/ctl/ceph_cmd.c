@@ -156,7 +156,9 @@ int ctl_import_ceph_main(const char *socket, unsigned wait_s, int argc, char **a
     /* the configs name the secrets file by an absolute path (linerate.conf(5)) */
     char abs[PATH_MAX];
     if (imp_secrets_abs(secrets, abs, sizeof(abs)) < 0) {
-        fputs("linerate-ctl import: --secrets: path too long\n", stderr);
+        fputs("linerate-ctl import: --secrets: path too long, or with a character a line of "
+              "linerate.conf cannot hold (newline, ' #', a blank at its end)\n",
+              stderr);
         return CTL_EXIT_USAGE;
     }
     char err[1024], *text = NULL;

@@ -100,10 +100,19 @@ static char *disk_spec(struct cctx *c, const char *key, json_t *d, const char *j
     /* the early version 3 disk had only wwn and owner: its key is "POOL.IMAGE" */
     if (pool && image)
         pn = snprintf(pi, sizeof(pi), "%s/%s", json_string_value(pool), json_string_value(image));
-    else if (strchr(key, c->version >= 7 ? '/' : '.')) /* version 7 keys disks "POOL/IMAGE" */
-        pn = snprintf(pi, sizeof(pi), "%.*s/%s", (int)strcspn(key, "./"), key,
-                      key + strcspn(key, "./") + 1);
-    else {
+    else if (strchr(key, c->version >= 7 ? '/' : '.')) { /* version 7 keys disks "POOL/IMAGE" */
+        const char *sep = strchr(key, c->version >= 7 ? '/' : '.');
+        /* pools and images may hold dots: "a.b.c" could be a/b.c or a.b/c */
+        if (c->version < 7 && strchr(sep + 1, '.')) {
+            imp_lost(&c->i, true,
+                     "%s: no 'pool' and 'image', and the key has more than one '.': which is "
+                     "the pool and which the image is not known; not served (add 'pool' and "
+                     "'image' to the disk)",
+                     jp);
+            return NULL;
+        }
+        pn = snprintf(pi, sizeof(pi), "%.*s/%s", (int)(sep - key), key, sep + 1);
+    } else {
         imp_bad(&c->i, jp, "no 'pool' and 'image', and the key is not POOL%cIMAGE",
                 c->version >= 7 ? '/' : '.');
         return NULL;

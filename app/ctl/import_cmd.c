@@ -94,7 +94,9 @@ int ctl_import_main(const char *socket, unsigned wait_s, int argc, char **argv)
     /* the config names the secrets file by an absolute path (linerate.conf(5)) */
     char abs[PATH_MAX];
     if (imp_secrets_abs(secrets, abs, sizeof(abs)) < 0) {
-        fputs("linerate-ctl import: --secrets: path too long\n", stderr);
+        fputs("linerate-ctl import: --secrets: path too long, or with a character a line of "
+              "linerate.conf cannot hold (newline, ' #', a blank at its end)\n",
+              stderr);
         return CTL_EXIT_USAGE;
     }
     struct lio_import r;

@@ -63,5 +63,8 @@ int imp_write_all(const char *const *paths, const char *const *texts, const mode
 /* The path a config's `chap-secrets` line names for --secrets `secrets` (NULL: a placeholder):
  * absolute, as linerate.conf(5) wants it. 0, or -1 when it does not fit in `len`. */
 int imp_secrets_abs(const char *secrets, char *abs, size_t len);
+/* `s` may be written into a line of linerate.conf (a value or a comment) and read back whole:
+ * no control character, no " #", no blank at its end. */
+bool imp_line_ok(const char *s);
 
 #endif

@@ -25,6 +25,10 @@ static int write_tmp(const char *path, const char *text, mode_t mode, char *tmp,
      * It goes, and the file is created new (O_EXCL, which also refuses a symbolic link). */
     if (unlink(tmp) < 0 && errno != ENOENT)
         return -1;
+    /* a file replaced keeps the mode its owner gave it; a secrets file never gets wider */
+    struct stat st;
+    if (lstat(path, &st) == 0 && S_ISREG(st.st_mode))
+        mode = (st.st_mode & 0777) & (mode & 077 ? 0777 : mode);
     int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, mode);
     if (fd < 0)
         return -1;
@@ -49,9 +53,44 @@ static int write_tmp(const char *path, const char *text, mode_t mode, char *tmp,
     return 0;
 }
 
+/* `path` copied to `old` (new, mode `mode`), synced. 0, or -1 with errno (and no `old`). */
+static int copy_old(const char *path, const char *old, mode_t mode)
+{
+    int in = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    if (in < 0)
+        return -1;
+    int out = open(old, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, mode);
+    bool ok = out >= 0 && fchmod(out, mode) == 0;
+    char buf[8192];
+    for (ssize_t n; ok && (n = read(in, buf, sizeof(buf))) != 0;) {
+        if (n < 0 && errno == EINTR)
+            continue;
+        for (ssize_t off = 0; ok && n > 0 && off < n;) {
+            ssize_t w = write(out, buf + off, (size_t)(n - off));
+            if (w < 0 && errno == EINTR)
+                continue;
+            ok = w > 0;
+            off += ok ? w : 0;
+        }
+        ok = ok && n > 0;
+    }
+    ok = ok && fsync(out) == 0;
+    int e = errno;
+    close(in);
+    if (out >= 0 && close(out) < 0 && ok)
+        ok = false, e = errno;
+    if (!ok) {
+        if (out >= 0)
+            unlink(old);
+        errno = e;
+        return -1;
+    }
+    return 0;
+}
+
 /* A hard link `path`.import-old to what is at `path` now (its name in `old`): 1, 0 when
  * nothing is there, -1 with errno. A link, not a copy: the rename that replaces `path` leaves
- * the old file whole under the second name. */
+ * the old file whole under the second name (a copy where no link can be made). */
 static int keep_old(const char *path, char *old, size_t oldlen)
 {
     if (snprintf(old, oldlen, "%s.import-old", path) >= (int)oldlen) {
@@ -64,9 +103,36 @@ static int keep_old(const char *path, char *old, size_t oldlen)
         return 1;
     /* a directory cannot be linked, nor replaced: its rename fails and takes the others back */
     struct stat st;
-    if (errno == EPERM && lstat(path, &st) == 0 && S_ISDIR(st.st_mode))
+    int e = errno;
+    if (e == EPERM && lstat(path, &st) == 0 && S_ISDIR(st.st_mode))
         return 0;
-    return errno == ENOENT ? 0 : -1;
+    /* no hard link here (a file system without them, or protected_hardlinks and a file of
+     * another owner): a copy, its mode kept, to put back */
+    if ((e == EPERM || e == EXDEV || e == EMLINK || e == ENOTSUP) && lstat(path, &st) == 0 &&
+        S_ISREG(st.st_mode))
+        return copy_old(path, old, st.st_mode & 0777) < 0 ? -1 : 1;
+    errno = e;
+    return e == ENOENT ? 0 : -1;
+}
+
+/* The renames made durable: each path's directory synced (a crash after the import returns
+ * leaves the new files, not the old ones); a failure here is not the import's. */
+static void sync_dirs(const char *const *paths, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        char dir[PATH_MAX];
+        const char *slash = strrchr(paths[i], '/');
+        if (!slash)
+            snprintf(dir, sizeof(dir), ".");
+        else if (snprintf(dir, sizeof(dir), "%.*s", (int)(slash - paths[i] + (slash == paths[i])),
+                          paths[i]) >= (int)sizeof(dir))
+            continue;
+        int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (fd >= 0) {
+            fsync(fd);
+            close(fd);
+        }
+    }
 }
 
 int imp_write_all(const char *const *paths, const char *const *texts, const mode_t *modes, size_t n)
@@ -102,6 +168,8 @@ int imp_write_all(const char *const *paths, const char *const *texts, const mode
             renamed++;
     }
     int e = errno;
+    if (!failed)
+        sync_dirs(paths, n);
     /* On failure the temporary files go, and what was renamed is taken back: the file that was
      * at that path before is renamed back into place, or the new one removed when there was
      * none. On success the links to the old files go. */
@@ -138,5 +206,16 @@ int imp_secrets_abs(const char *secrets, char *abs, size_t len)
         n = snprintf(abs, len, "%s/%s", cwd, secrets);
     else
         n = snprintf(abs, len, "%s", secrets);
-    return n < 0 || (size_t)n >= len ? -1 : 0;
+    return n < 0 || (size_t)n >= len || !imp_line_ok(abs) ? -1 : 0;
+}
+
+bool imp_line_ok(const char *s)
+{
+    /* a control character ends or breaks the line, " #" begins a comment (linerate.conf(5)),
+     * and the line's end is trimmed: each would name another file */
+    size_t n = strlen(s);
+    for (size_t i = 0; i < n; i++)
+        if ((unsigned char)s[i] < 0x20 || s[i] == 0x7f)
+            return false;
+    return n && s[n - 1] != ' ' && s[n - 1] != '\t' && !strstr(s, " #") && !strstr(s, "\t#");
 }

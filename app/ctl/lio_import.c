@@ -663,6 +663,14 @@ int lio_import(const char *path, const char *secrets_path, struct lio_import *ou
                size_t errlen)
 {
     memset(out, 0, sizeof(*out));
+    /* the path goes into the config's first line (a comment): a newline would begin another */
+    for (const char *p = path; *p; p++)
+        if ((unsigned char)*p < 0x20 || *p == 0x7f) {
+            snprintf(err, errlen,
+                     "the input's path has a control character (a newline?) that "
+                     "linerate.conf's first line, naming it, cannot hold");
+            return -1;
+        }
     json_error_t je;
     json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &je);
     if (!root) {

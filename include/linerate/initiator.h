@@ -182,6 +182,10 @@ int lr_session_login(struct lr_session *s, lr_done_fn done, void *arg);
  * is not called. */
 int lr_session_logout(struct lr_session *s, lr_done_fn done, void *arg);
 void lr_session_get_info(const struct lr_session *s, struct lr_session_info *info);
+/* Connection i (lr_result.conn) is the one the session's recovery is at work on: lost (or
+ * dropped at a command timeout) and not given up at ERL 2, or the session logs in again after
+ * a logout the target asked for. False for -1 and for a connection up and unrelated. */
+bool lr_session_conn_recovering(const struct lr_session *s, int i);
 /* The session's lock (recursive; nothing unless conn_reactors names another reactor). */
 void lr_session_lock(struct lr_session *s);
 void lr_session_unlock(struct lr_session *s);

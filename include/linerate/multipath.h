@@ -13,8 +13,9 @@
  *   itself (ErrorRecoveryLevel 0: a connection failure ends the session and the target
  *   terminates its tasks, RFC 7143 §7.1.5; at ERL 2 only once the session gave up).
  *   The session is then destroyed, so nothing of ours can carry the command on that path.
- *   A command that fails while its session recovers (lr_session_info.recovering: the target
- *   may still hold and run it, §7.1.4) waits for the recovery to end, then is issued again:
+ *   A command whose connection was lost (or dropped at its timeout) while the session
+ *   recovers that connection (lr_session_conn_recovering: the target may still hold and run
+ *   it, §7.1.4) waits for the recovery to end, then is issued again:
  *   on the same path when the session came back, elsewhere when it gave up.
  *   The data of a WRITE issued again is the caller's buffer, unchanged (it must stay valid
  *   and unchanged until done() runs, as for lr_scsi).

@@ -255,6 +255,16 @@ static bool session_gone(const struct mp_path *p)
     return info.connections_up == 0 && !info.recovering;
 }
 
+/* A failure the session's recovery produced: the connection the command ran on was lost, or
+ * dropped at its timeout, and that connection is being recovered (RFC 7143 §7.1.4). A socket
+ * error or an abort on a connection that is up is the command's own answer, reported even
+ * while another connection of the session recovers. */
+static bool recovery_kind(const struct mp_path *p, const struct lr_result *res)
+{
+    return p->st != MP_DEAD && (res->err == LR_ERR_CONN_LOST || res->err == LR_ERR_TIMEOUT) &&
+           lr_session_conn_recovering(p->s, res->conn);
+}
+
 static bool session_recovering(const struct mp_path *p)
 {
     if (p->st == MP_DEAD)
@@ -327,7 +337,7 @@ static void on_cmd(void *arg, const struct lr_result *res)
             break;
         }
     }
-    if (lost_kind(res->err) && session_recovering(p)) {
+    if (recovery_kind(p, res)) {
         hold(m, c, res);
         return;
     }
@@ -592,8 +602,6 @@ static void on_rtpg(void *arg, const struct lr_result *res)
     drain(m);
 }
 
-/* While commands wait for a usable path: ask the states again, and let the ones past their
- * deadline fail. */
 /* The commands held while their session recovered, once it is over: the session gave up
  * (Time2Retain passed, or it could not log in again: the target holds none of its tasks any
  * more, §13.16), the path is dead and they go elsewhere; it came back, they are issued again
@@ -625,6 +633,8 @@ static void held_check(struct lr_mpath *m)
     }
 }
 
+/* While commands wait for a usable path: ask the states again, and let the ones past their
+ * deadline fail. */
 static void poll_tick(void *arg)
 {
     struct lr_mpath *m = arg;

@@ -340,6 +340,17 @@ void lr_session_get_info(const struct lr_session *cs, struct lr_session_info *in
     ini_unlock(s);
 }
 
+bool lr_session_conn_recovering(const struct lr_session *cs, int i)
+{
+    struct lr_session *s = (struct lr_session *)cs;
+    ini_lock(s);
+    bool r = ini_relogin_pending(s);
+    if (!r && i >= 0 && (unsigned)i < s->nconns && ini_orphan_recovering(s))
+        r = s->cr[i].st != CR_NONE || (s->cr[i].up_once && s->conns[i]->state != ICS_FFP);
+    ini_unlock(s);
+    return r;
+}
+
 uint16_t lr_session_conn_port(const struct lr_session *cs, unsigned i)
 {
     struct lr_session *s = (struct lr_session *)cs;

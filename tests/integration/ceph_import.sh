@@ -326,6 +326,54 @@ chap-mutual-user = igw-target
     run_to 30 "$LT" --check --config "$WORK/space/gw-a.example.com.conf" && fail "space: --check passed"
     grep -q "no secret for CHAP user host-a" "$WORK/cmd.out" || fail "space: $(cat "$WORK/cmd.out")"
 
+    note "group members with one CHAP user but other secrets, disk keys with dots in them"
+    python3 - "$FIX" "$WORK" <<'PY' || fail "making pw.json, dot7.json, dot3.json"
+import json, sys
+F, W = sys.argv[1:]
+d = json.load(open(F + "/v11.json"))
+a = d["targets"]["iqn.2003-01.com.redhat.iscsi-gw:iscsi-igw"]["clients"]["iqn.1998-01.com.vmware:esx-2"]["auth"]
+a["password"] = "esx-2-own-secret"
+json.dump(d, open(W + "/pw.json", "w"))
+a["password"] = "esx-cluster-secret"
+a["password_encryption_enabled"] = True
+json.dump(d, open(W + "/enc2.json", "w"))
+# a version 11 key splits at its '/', a version 3 key with two dots is ambiguous
+for v, old, new in ((11, "rbd/lab_disk", "rbd.ssd/lab_disk"), (3, "rbd.backup", "rbd.ssd.backup")):
+    d = json.load(open(F + "/v%d.json" % v))
+    k = d["disks"][old]
+    del k["pool"], k["image"]
+    open(W + "/dot%d.json" % v, "w").write(json.dumps(d).replace('"%s"' % old, '"%s"' % new))
+PY
+    ESX2="NOT CARRIED: targets[\"$IGW\"].clients[\"iqn.1998-01.com.vmware:esx-2\"].auth:"
+    for f in pw enc2 dot11 dot3; do
+        rm -rf "$WORK/$f" && mkdir "$WORK/$f"
+        "$CTL_BIN" import ceph-iscsi "$WORK/$f.json" -o "$WORK/$f" --secrets "$WORK/$f/secrets" \
+            2>"$WORK/$f.report"
+        [ $? -eq 1 ] || fail "$f: exit not 1: $(cat "$WORK/$f.report")"
+    done
+    # each member its own [host]; the second secret reported, never the first one's taken for it
+    for f in pw enc2; do
+        has "$WORK/$f/gw-a.example.com.conf" "[host iqn.1998-01.com.vmware:esx-1]
+chap-user = esx" "[host iqn.1998-01.com.vmware:esx-2]
+chap-user = esx"
+        grep -q "^\[group esx\]" "$WORK/$f/gw-a.example.com.conf" && fail "$f: one [group] for both"
+    done
+    grep -qF "$ESX2 CHAP user 'esx' has another secret elsewhere" "$WORK/pw.report" ||
+        fail "pw: $(cat "$WORK/pw.report")"
+    grep -qF "$ESX2 the CHAP password of 'esx' is encrypted" "$WORK/enc2.report" ||
+        fail "enc2: $(cat "$WORK/enc2.report")"
+    grep -q "^lun 0 = rbd:rbd.ssd/lab_disk," "$WORK/dot11/gw-a.example.com.conf" ||
+        fail "dot11: $(cat "$WORK/dot11.report" "$WORK/dot11/gw-a.example.com.conf")"
+    grep -qF "NOT CARRIED: disks[\"rbd.ssd.backup\"]: no 'pool' and 'image', and the key has more than one '.'" "$WORK/dot3.report" ||
+        fail "dot3: $(cat "$WORK/dot3.report")"
+    grep -q "rbd.ssd.backup\|rbd/ssd.backup" "$WORK"/dot3/*.conf && fail "dot3: the ambiguous disk served"
+    # imported again over the files: each keeps the mode its owner gave it
+    chmod 640 "$WORK/pw/gw-a.example.com.conf" && chmod 400 "$WORK/pw/secrets"
+    "$CTL_BIN" import ceph-iscsi "$WORK/pw.json" -o "$WORK/pw" --secrets "$WORK/pw/secrets" 2>/dev/null
+    [ "$(stat -c %a "$WORK/pw/gw-a.example.com.conf" "$WORK/pw/gw-b.example.com.conf" "$WORK/pw/secrets")" = "640
+644
+400" ] || fail "modes not kept: $(stat -c '%a %n' "$WORK"/pw/*)"
+
     note "bad input: exit 2, the place named, nothing written"
     refused "a CHAP user a config line cannot hold" "CHAP user 'host=a' cannot be written into linerate.conf" "$WORK/eq.json"
     refused "a CHAP user beginning with '#'" "CHAP user '#host-a' cannot be written" "$WORK/hash.json"

@@ -133,6 +133,21 @@ for f in "$FIX/inject.json" "$WORK"/inj-*.json; do
         fail "$(basename "$f"): something written: $(cat "$WORK/keep.conf")"
     grep -q "nothing written" "$WORK/report" || fail "$(basename "$f"): $(cat "$WORK/report")"
 done
+# the operator's paths go into the config too: an input path with a newline (the header's
+# comment) and a secrets path the chap-secrets line would read otherwise are refused
+cp "$FIX/full.json" "$WORK/nl
+chap-secrets = x.json"
+for a in "$WORK/nl
+chap-secrets = x.json|$WORK/inj.secrets|a control character" \
+    "$FIX/full.json|$WORK/a #b.secrets|--secrets: path too long, or with a character" \
+    "$FIX/full.json|$WORK/trail.secrets |--secrets: path too long, or with a character"; do
+    IFS='|' read -r -d '' in sec msg <<<"$a"
+    msg=${msg%$'\n'}
+    "$CTL_BIN" import lio "$in" -o "$WORK/keep.conf" --secrets "$sec" 2>"$WORK/report"
+    RC=$?
+    [ $RC -eq 2 ] && [ "$(cat "$WORK/keep.conf")" = keep ] && [ ! -e "$sec" ] &&
+        grep -qF -- "$msg" "$WORK/report" || fail "path '$in' '$sec': exit $RC: $(cat "$WORK/report")"
+done
 "$CTL_BIN" import lio "$FIX/malformed.json" 2>"$WORK/report" >"$WORK/stdout"
 grep -qF "malformed.json: targets[0].tpgs[0].node_acls[1].mapped_luns[1]: 'tpg_lun' is not an integer" \
     "$WORK/report" && [ ! -s "$WORK/stdout" ] || fail "malformed: $(cat "$WORK/report")"
@@ -146,6 +161,29 @@ grep -q "give --secrets" "$WORK/report" || fail "no --secrets: $(cat "$WORK/repo
 [ ! -e "$WORK/half.secrets" ] && ! ls "$WORK"/half.secrets.* >/dev/null 2>&1 ||
     fail "config not written but the secrets were: $(cat "$WORK/report")"
 grep -q "nothing written" "$WORK/report" || fail "half: $(cat "$WORK/report")"
+# where no hard link can be made (protected_hardlinks: files of another owner, in a directory
+# the importer may write), the files replaced are copied to be put back, not refused; runs as
+# root, the import as nobody
+NB="setpriv --reuid=nobody --regid=nogroup --clear-groups"
+if [ "$(id -u)" = 0 ] && [ "$(sysctl -n fs.protected_hardlinks 2>/dev/null)" = 1 ] &&
+    chmod 711 "$WORK" && $NB "$CTL_BIN" --help >/dev/null 2>&1; then
+    mkdir -m 755 "$WORK/nl" && cp "$FIX/full.json" "$WORK/nl/" && chmod 644 "$WORK/nl/full.json" &&
+        mkdir "$WORK/nl/d" "$WORK/nl/d/adir" && chown nobody "$WORK/nl/d" || fail "nl setup"
+    echo "old-user old-secret-000" >"$WORK/nl/d/s" && echo keep >"$WORK/nl/d/x.conf" &&
+        chmod 644 "$WORK/nl/d/s" "$WORK/nl/d/x.conf" || fail "nl setup"
+    $NB "$CTL_BIN" import lio "$WORK/nl/full.json" -o "$WORK/nl/d/adir" --secrets "$WORK/nl/d/s" \
+        2>"$WORK/report" && fail "nl: import onto a directory succeeded"
+    [ "$(cat "$WORK/nl/d/s")" = "old-user old-secret-000" ] && grep -q "Is a directory" "$WORK/report" ||
+        fail "nl: the old secrets not put back: $(ls -la "$WORK/nl/d"; cat "$WORK/report")"
+    $NB "$CTL_BIN" import lio "$WORK/nl/full.json" -o "$WORK/nl/d/x.conf" --secrets "$WORK/nl/d/s" \
+        2>"$WORK/report" || fail "nl: no hard link, import refused: $(cat "$WORK/report")"
+    grep -q "^# linerate.conf imported from LIO's" "$WORK/nl/d/x.conf" &&
+        grep -q "^host-a host-a-secret-01$" "$WORK/nl/d/s" && [ "$(ls -A "$WORK/nl/d")" = "adir
+s
+x.conf" ] || fail "nl: $(ls -la "$WORK/nl/d"; cat "$WORK/report")"
+else
+    note "skipped the no-hard-link case (needs root and fs.protected_hardlinks = 1)"
+fi
 # a config rename that fails (its path is a directory) puts back the secrets file that was
 # there before, and a file already at SECRETS.import-tmp is never written into: a descriptor
 # opened on it before cannot read the secrets
