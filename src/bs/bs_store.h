@@ -11,10 +11,11 @@ struct bs *bs_null_open(uint64_t size, char *err, size_t errlen);
 /* prealloc: the memory is allocated (and touched) now and the LUN is fully provisioned. */
 struct bs *bs_ram_open(uint64_t size, bool prealloc, char *err, size_t errlen);
 /* READs of at least the LUN option ",send-min=SIZE" are sent from the RAM LUN's memory in
- * place (bs_ops read_pin), shorter ones copied out. Off (every READ copied) unless asked for:
- * a reader that stops reading keeps its pins, and so holds other hosts' overlapping WRITEs,
- * until the target drops it (docs/performance.md, "RAM LUN reads without the copy"). */
-#define BS_RAM_SEND_MIN UINT64_MAX
+ * place (bs_ops read_pin), shorter ones copied out (",send-min=off": every READ). The default
+ * is measured, and safe for shared LUNs since a stalled reader's queued Data-In is copied away
+ * after a second (iSCSI rsp_unpin_stalled): docs/performance.md, "RAM LUN reads without the
+ * copy". */
+#define BS_RAM_SEND_MIN (16u * 1024u)
 void bs_ram_set_send_min(struct bs *bs, uint64_t min);
 /* size 0: use the file's or device's own size. */
 struct bs *bs_file_open(const char *path, uint64_t size, bool direct, bool read_only, char *err,

@@ -227,6 +227,11 @@ static int conn_timer_check(struct iscsi_conn *c)
             return ISCSI_ERR_DISCOVERY_IDLE;
         if (c->session)
             session_check_gap(c->session, now);
+        /* a whole tick in which the socket was full and took no byte: a stalled reader */
+        bool stalled = c->w.want_write && c->w.stats.tx_bytes == c->tick_tx_bytes;
+        c->tick_tx_bytes = c->w.stats.tx_bytes;
+        if (stalled && rsp_unpin_stalled(c) < 0)
+            return ISCSI_ERR_NOMEM;
         int rc = conn_erl(c) >= 1 ? dataout_check_stalled(c, now) : dataout_check_timeout(c, now);
         if (rc < 0)
             return rc;

@@ -19,8 +19,12 @@ show a WRITE sent after that READ's status came in, nor one that another WRITE o
 wholly overwritten before the READ was sent. A LUN whose VPD B0h advertises a
 MAXIMUM ATOMIC TRANSFER LENGTH also gets a WRITE ATOMIC(16) writer over a range of its own, whose
 readers must see one generation across the whole READ; a file LUN must advertise none (a
-buffered or device write is not all or nothing across a power loss). Bounded in count and time
-(about 10 s of traffic, 12-14 s in all), no timing assertions; the daemon must exit 0 on SIGTERM.
+buffered or device write is not all or nothing across a power loss). After the traffic, a
+reader of the RAM LUN stops reading with megabytes of in-place Data-In queued: another session's
+WRITE to the same blocks must still complete (within a generous 10 s: the target copies a
+stalled connection's queued Data-In away after a second; without that it waited 45 s), and the
+reader's data, once it reads again, must be whole. Bounded in count and time (about 10 s of
+traffic, 14-16 s in all), no tight timing; the daemon must exit 0 on SIGTERM.
 Exit 0 when every check holds, 1 with the counts otherwise. Python 3 standard library only."""
 
 import os
@@ -48,6 +52,9 @@ HISTORY = 16  # completed WRITEs remembered per LBA for the order check
 MIX_GEN = 1 << 40  # generations of the READ-then-WRITE pipelines (apart from the writers')
 WRITERS, READERS = 2, 3  # readers 0 and 2 check data digests, reader 2 reads slowly
 SLOW_RCVBUF = 8192  # the slow reader's socket: the target's Data-In waits in its queue
+STALL_LBA, STALL_BLOCKS = 4096, 4096  # 2 MiB from 2 MiB: the stalled reader's range
+STALL_RCVBUF = 256 << 10  # its socket's receive buffer, set before connecting (window scale)
+STALL_WRITE_S = 10.0  # a WRITE beside it completes within this (the target waits ~1-2 s)
 
 # ---------------------------------------------------------------- CRC32C (RFC 7143 §12.1)
 
@@ -110,6 +117,24 @@ class DigestSession(hostile.Session):
     conn_class = DigestConn
 
 
+class StallConn(hostile.Conn):
+    """hostile.Conn whose receive buffer is STALL_RCVBUF from the SYN on: the window scale is
+    fixed at connect, so a buffer set later could not open the window wide again."""
+
+    def __init__(self, port, timeout=5.0, src=None):
+        self.port, self.timeout = port, timeout
+        self.sock = socket.socket()
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, STALL_RCVBUF)
+        self.sock.settimeout(timeout)
+        self.sock.bind((src or "127.0.0.1", 0))
+        self.sock.connect(("127.0.0.1", port))
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+
+class StallSession(hostile.Session):
+    conn_class = StallConn
+
+
 # ---------------------------------------------------------------- self-checking blocks
 
 _cache = {}
@@ -157,6 +182,10 @@ def cdb_inquiry_vpd(page, alloc):
 def pipeline(s, lun, cmds):
     """Send every (cdb, read_len, write_data) of cmds at once, each write whole as immediate
     data, then collect the answers: [(status, data-in, when the status was read)] in order."""
+    return collect(s, *send_all(s, lun, cmds))
+
+
+def send_all(s, lun, cmds):
     order, pend = [], {}
     for cdb, rlen, wdata in cmds:
         itt = s.next_itt()
@@ -169,6 +198,11 @@ def pipeline(s, lun, cmds):
         s.c.send_pdu(h, wdata or b"")
         order.append(itt)
         pend[itt] = [None, bytearray(rlen), None]
+    return order, pend
+
+
+def collect(s, order, pend):
+    """The answers to send_all's commands (target NOP-In pings answered on the way)."""
     left = len(order)
     while left:
         rh, rd = s.recv(10.0)
@@ -264,8 +298,8 @@ class Load:
         self.digests = []
         self.atomic = False
 
-    def session(self, digest=False, slow=False):
-        cls = DigestSession if digest else hostile.Session
+    def session(self, digest=False, slow=False, stall=False):
+        cls = DigestSession if digest else StallSession if stall else hostile.Session
         want = {"DataDigest": "CRC32C"} if digest else {}
         s = cls(self.port, want=want, src="127.0.%d.%d" % (self.ip, len(self.sessions) + 1))
         s.login()
@@ -401,6 +435,51 @@ class Load:
         gens = [block_gen(data, j, ATOMIC_LBA + j) for j in range(ATOMIC_BLOCKS)]
         self.tally.add(atomic_reads=1, torn=gens.count(None), mixed=int(len(set(gens)) > 1))
 
+    def stalled_reader(self):
+        """A reader that stops reading holds no other session's WRITE for long. It sends 2 MiB
+        READs of one range, more than its socket and the target's together can hold (the send
+        buffer may grow to tcp_wmem's maximum), and reads nothing: the rest of their Data-In
+        waits in the target's queue, sent from the RAM LUN in place, pinning its pages. A WRITE
+        into the range from another session must complete within STALL_WRITE_S (the target
+        copies a stalled connection's queued Data-In away after a second in which its socket
+        took nothing; before that fix it waited until the reader was dropped, 45 s). Then the
+        reader reads everything: every block whole, at its LBA, the WRITE's 8 blocks either
+        generation, all the others the first."""
+        w, r = self.session(), self.session(stall=True)
+        for lba in range(STALL_LBA, STALL_LBA + STALL_BLOCKS, 128):
+            st, _, _ = w.scsi(cdb_rw10(0x2A, lba, 128), write_data=blocks(lba, 128, 0),
+                              lun=self.lun)
+            check(st == 0, "%s: WRITE status %d" % (self.name, st))
+        try:
+            with open("/proc/sys/net/ipv4/tcp_wmem") as f:
+                wmem = int(f.read().split()[2])
+        except (OSError, ValueError, IndexError):
+            wmem = 4 << 20
+        size = STALL_BLOCKS * BLOCK
+        count = (wmem + 4 * STALL_RCVBUF) // size + 3  # at least 2 READs' worth left queued
+        reads = send_all(r, self.lun, [(cdb_rw10(0x28, STALL_LBA, STALL_BLOCKS), size, None)]
+                         * count)
+        time.sleep(0.5)  # the target answers them; the sockets fill
+        began = time.monotonic()
+        try:
+            st, _, _ = w.scsi(cdb_rw10(0x2A, STALL_LBA + 8, 8),
+                              write_data=blocks(STALL_LBA + 8, 8, 1), lun=self.lun,
+                              timeout=STALL_WRITE_S)
+        except (TestFailure, hostile.Closed, OSError) as e:
+            raise TestFailure("%s: a WRITE beside a stalled reader not done in %.0f s (%s)"
+                              % (self.name, STALL_WRITE_S, e))
+        waited = time.monotonic() - began
+        check(st == 0, "%s: WRITE beside a stalled reader: status %d" % (self.name, st))
+        bad = 0
+        for st, data, _ in collect(r, *reads):
+            check(st == 0, "%s: stalled READ status %d" % (self.name, st))
+            for j in range(STALL_BLOCKS):
+                g = block_gen(data, j, STALL_LBA + j)
+                bad += g not in ((0, 1) if 8 <= j < 16 else (0,))
+        print("%s: stalled reader: %d READs of 2 MiB, a WRITE beside it done in %.1f s, "
+              "%d wrong blocks" % (self.name, count, waited, bad))
+        self.tally.add(reads=count, writes=1, torn=bad)
+
     def report(self):
         t = self.tally
         pdus = sum(d.pdus for d in self.digests)
@@ -458,6 +537,7 @@ def main():
         for t in threads:
             t.join(30)
             check(not t.is_alive(), "a traffic thread is stuck")
+        loads[0].stalled_reader()  # the RAM LUN, which sends READs in place
         for ld in loads:
             print(ld.report())
         for ld in loads:
