@@ -129,6 +129,20 @@ class StallConn(hostile.Conn):
         self.sock.bind((src or "127.0.0.1", 0))
         self.sock.connect(("127.0.0.1", port))
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.pre = b""  # bytes a trickling read took off the socket, not parsed yet
+
+    def _recv_exact(self, n, deadline):
+        head, self.pre = self.pre[:n], self.pre[n:]
+        return head + super()._recv_exact(n - len(head), deadline)
+
+    def trickle(self, stop, size, pause):
+        """Read size bytes every pause seconds into pre until stop is set: a slow reader."""
+        while not stop.wait(pause):
+            self.sock.settimeout(pause)
+            try:
+                self.pre += self.sock.recv(size)
+            except socket.timeout:
+                pass
 
 
 class StallSession(hostile.Session):
@@ -435,21 +449,19 @@ class Load:
         gens = [block_gen(data, j, ATOMIC_LBA + j) for j in range(ATOMIC_BLOCKS)]
         self.tally.add(atomic_reads=1, torn=gens.count(None), mixed=int(len(set(gens)) > 1))
 
-    def stalled_reader(self):
-        """A reader that stops reading holds no other session's WRITE for long. It sends 2 MiB
-        READs of one range, more than its socket and the target's together can hold (the send
-        buffer may grow to tcp_wmem's maximum), and reads nothing: the rest of their Data-In
-        waits in the target's queue, sent from the RAM LUN in place, pinning its pages. A WRITE
-        into the range from another session must complete within STALL_WRITE_S (the target
-        copies a stalled connection's queued Data-In away after a second in which its socket
-        took nothing; before that fix it waited until the reader was dropped, 45 s). Then the
-        reader reads everything: every block whole, at its LBA, the WRITE's 8 blocks either
-        generation, all the others the first."""
-        w, r = self.session(), self.session(stall=True)
-        for lba in range(STALL_LBA, STALL_LBA + STALL_BLOCKS, 128):
-            st, _, _ = w.scsi(cdb_rw10(0x2A, lba, 128), write_data=blocks(lba, 128, 0),
-                              lun=self.lun)
-            check(st == 0, "%s: WRITE status %d" % (self.name, st))
+    def stalled_reader(self, w, gen, trickle):
+        """A reader that stops reading (or reads a trickle: 4 KiB every 20 ms) holds no other
+        session's WRITE for long. It sends 2 MiB READs of one range, more than its socket and
+        the target's together can hold (the send buffer may grow to tcp_wmem's maximum): the
+        rest of their Data-In waits in the target's queue, sent from the RAM LUN in place,
+        pinning its pages. A WRITE of generation gen into the range from session w must
+        complete within STALL_WRITE_S (the target copies the queued Data-In of a connection
+        whose socket did not take a second's backlog in a second away; before that fix it
+        waited until the reader was dropped, 45 s, or had read it all). Then the reader reads
+        everything: every block whole, at its LBA, the WRITE's 8 blocks of gen or 0 (it ran
+        while the READs were in flight), the earlier step's 8 blocks its generation, all the
+        others 0."""
+        r = self.session(stall=True)
         try:
             with open("/proc/sys/net/ipv4/tcp_wmem") as f:
                 wmem = int(f.read().split()[2])
@@ -459,26 +471,47 @@ class Load:
         count = (wmem + 4 * STALL_RCVBUF) // size + 3  # at least 2 READs' worth left queued
         reads = send_all(r, self.lun, [(cdb_rw10(0x28, STALL_LBA, STALL_BLOCKS), size, None)]
                          * count)
+        stop = threading.Event()
+        reader = threading.Thread(target=r.c.trickle, args=(stop, 4096, 0.02), daemon=True)
+        if trickle:
+            reader.start()
         time.sleep(0.5)  # the target answers them; the sockets fill
         began = time.monotonic()
+        first = 8 * gen  # the WRITE's 8 blocks: [8, 16) in step 1, [16, 24) in step 2
         try:
-            st, _, _ = w.scsi(cdb_rw10(0x2A, STALL_LBA + 8, 8),
-                              write_data=blocks(STALL_LBA + 8, 8, 1), lun=self.lun,
+            st, _, _ = w.scsi(cdb_rw10(0x2A, STALL_LBA + first, 8),
+                              write_data=blocks(STALL_LBA + first, 8, gen), lun=self.lun,
                               timeout=STALL_WRITE_S)
         except (TestFailure, hostile.Closed, OSError) as e:
-            raise TestFailure("%s: a WRITE beside a stalled reader not done in %.0f s (%s)"
-                              % (self.name, STALL_WRITE_S, e))
+            raise TestFailure("%s: a WRITE beside a %s reader not done in %.0f s (%s)"
+                              % (self.name, "trickling" if trickle else "stalled",
+                                 STALL_WRITE_S, e))
         waited = time.monotonic() - began
+        stop.set()
+        if trickle:
+            reader.join()
         check(st == 0, "%s: WRITE beside a stalled reader: status %d" % (self.name, st))
         bad = 0
         for st, data, _ in collect(r, *reads):
             check(st == 0, "%s: stalled READ status %d" % (self.name, st))
             for j in range(STALL_BLOCKS):
                 g = block_gen(data, j, STALL_LBA + j)
-                bad += g not in ((0, 1) if 8 <= j < 16 else (0,))
-        print("%s: stalled reader: %d READs of 2 MiB, a WRITE beside it done in %.1f s, "
-              "%d wrong blocks" % (self.name, count, waited, bad))
+                want = (0,) if j >= first + 8 else (0, gen) if j >= first else (j // 8,)
+                bad += g not in want
+        print("%s: %s reader: %d READs of 2 MiB, a WRITE beside it done in %.1f s, "
+              "%d wrong blocks" % (self.name, "trickling" if trickle else "stalled", count,
+                                   waited, bad))
         self.tally.add(reads=count, writes=1, torn=bad)
+
+    def stalled_readers(self):
+        """The range at generation 0, then a reader that stops, then one that trickles."""
+        w = self.session()
+        for lba in range(STALL_LBA, STALL_LBA + STALL_BLOCKS, 128):
+            st, _, _ = w.scsi(cdb_rw10(0x2A, lba, 128), write_data=blocks(lba, 128, 0),
+                              lun=self.lun)
+            check(st == 0, "%s: WRITE status %d" % (self.name, st))
+        self.stalled_reader(w, 1, False)
+        self.stalled_reader(w, 2, True)
 
     def report(self):
         t = self.tally
@@ -537,7 +570,7 @@ def main():
         for t in threads:
             t.join(30)
             check(not t.is_alive(), "a traffic thread is stuck")
-        loads[0].stalled_reader()  # the RAM LUN, which sends READs in place
+        loads[0].stalled_readers()  # the RAM LUN, which sends READs in place
         for ld in loads:
             print(ld.report())
         for ld in loads:
