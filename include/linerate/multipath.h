@@ -92,6 +92,8 @@ struct lr_mpath_path_info {
     uint8_t state;                   /* enum lr_alua_state of that group, as last reported */
     uint64_t commands;               /* commands completed on it (final status) */
     uint64_t reissued;               /* of those, commands that had failed over from another path */
+    uint64_t relogins;               /* times it logged in again after a loss or a failed login */
+    uint64_t commands_now;           /* commands completed on its current session */
     bool header_digest, data_digest; /* CRC32C negotiated (while up) */
 };
 unsigned lr_mpath_paths_up(const struct lr_mpath *m);
