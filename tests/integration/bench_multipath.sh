@@ -43,7 +43,7 @@ truncate -s 64M "$tmp/lun.img"
 # PORT_<NAME> (each start its own files: a SIGKILLed daemon leaves its control socket behind)
 starts=0
 gateway() {
-  local name=$1 group=$2 state=$3 pgroup=$4 pstate=$5 extra=${6:-} port try pid d
+  local name=$1 group=$2 state=$3 pgroup=$4 pstate=$5 extra=${6:-} port try d
   for try in $(seq 20); do
     port=$(free_port) || fail "no free loopback port"
     starts=$((starts + 1))
@@ -63,20 +63,11 @@ alua-state = $state
 alua-peer = $pgroup:$pstate
 lun 0 = file:$tmp/lun.img
 CONF
-    "$target" --config "$d/gw.conf" >"$d/out" 2>>"$d/log" &
-    pid=$!
-    for _ in $(seq 600); do
-      grep -q '^iscsi://' "$d/out" 2>/dev/null && break
-      kill -0 "$pid" 2>/dev/null || break
-      sleep 0.1
-    done
-    if grep -q '^iscsi://' "$d/out"; then
-      pids+=("$pid")
-      eval "PID_$name=$pid PORT_$name=$port"
+    if gw_start "$target" "$d"; then
+      pids+=("$GW_PID")
+      eval "PID_$name=$GW_PID PORT_$name=$port"
       return 0
     fi
-    kill -KILL "$pid" 2>/dev/null
-    wait "$pid" 2>/dev/null
     grep -q "in use" "$d/log" || { cat "$d/log" >&2; fail "gateway $name did not start"; }
   done
   fail "gateway $name: no free port"
