@@ -332,6 +332,13 @@ def hung_round(a, b, sa, sb):
           (pause, answered, z))
 
 
+def standby_refuses(s, who, lba):
+    """A write through the standby gateway who is refused NOT READY 04h/0Bh."""
+    st, sense, _ = s.scsi_retry_ua(wr_fua(lba), write_data=stamp(who, lba, 0))
+    check(st == 2 and sense_kaa(sense) == (2, 0x04, 0x0B),
+          "write through standby %s: status 0x%02x sense %s" % (who, st, sense_kaa(sense)))
+
+
 def stop_clean(*gws):
     """Stop the gateways; none of their logs may hold a sanitizer report."""
     for g in gws:
@@ -361,9 +368,7 @@ def no_ao_round(binary, work, image):
         c = Gateway(binary, work, "c", 1, "2:standby", "active/optimized", lun)
         sc = session(c.port, "c")
         wait_rtpg(sc, {1: STANDBY, 2: AO}, "C started after D took the role", 20)
-        st, sense, _ = sc.scsi_retry_ua(wr_fua(4), write_data=stamp("C", 4, 0))
-        check(st == 2 and sense_kaa(sense) == (2, 0x04, 0x0B),
-              "write through C, standby: status 0x%02x sense %s" % (st, sense_kaa(sense)))
+        standby_refuses(sc, "C", 4)
         check(rtpg_groups(sd) == {1: STANDBY, 2: AO}, "D after C started: RTPG %s" %
               rtpg_groups(sd))
         print("configured active/optimized gateway down at start: D AO %.2f s after its start "
@@ -397,9 +402,7 @@ def main():
         b = Gateway(binary, work, "b", 2, "1:active/optimized", "standby", lun)
         sb = session(b.port, "b")
         wait_rtpg(sb, {1: AO, 2: STANDBY}, "at start, through B", 20)
-        st, sense, _ = sb.scsi_retry_ua(wr_fua(1), write_data=stamp("B", 1, 0))
-        check(st == 2 and sense_kaa(sense) == (2, 0x04, 0x0B),
-              "write through standby B: status 0x%02x sense %s" % (st, sense_kaa(sense)))
+        standby_refuses(sb, "B", 1)
         print("start: group 1 AO, group 2 standby on both; standby B refuses writes")
         pauses = []
         sa = None
