@@ -22,6 +22,7 @@
  * restarts is used again within seconds, one that stays down costs a connect every 5 s. */
 #define MP_RELOGIN_FIRST_MS 100
 #define MP_RELOGIN_MAX_MS 5000
+#define MP_RELOGIN_LOG_EVERY 12
 
 enum mp_pstate { MP_IDLE, MP_LOGGING_IN, MP_PROBING, MP_UP, MP_DEAD, MP_LOGGED_OUT };
 
@@ -521,7 +522,14 @@ static void relogin_end(struct mp_path *p, const struct lr_result *res)
 {
     struct lr_mpath *m = p->m;
     p->relogging = false;
-    if (p->st == MP_UP && !m->stopping) {
+    if (m->destroying)
+        return; /* lr_mpath_destroy ends the session itself */
+    if (m->stopping) {
+        p->st = MP_DEAD; /* logging out: no new path now */
+        lr_timer_start(m->reap, 0);
+        return;
+    }
+    if (p->st == MP_UP) {
         LOG_WARN("multipath: path %u (%s:%u) logged in again (target port group %d) after %u "
                  "failed attempt%s",
                  p->idx, p->host, p->port, p->group, p->relogin_fails,
@@ -534,8 +542,9 @@ static void relogin_end(struct mp_path *p, const struct lr_result *res)
         refresh(m); /* its state, and the others' (the gateway's return may be a failback) */
         return;
     }
-    /* one line on the first failure and then at the longest interval, not one per attempt */
-    if (p->relogin_fails++ == 0 || p->relogin_ms >= MP_RELOGIN_MAX_MS)
+    /* one line on the first failure, then one on every twelfth (about a minute apart once at
+     * the longest interval), not one per attempt */
+    if (++p->relogin_fails % MP_RELOGIN_LOG_EVERY == 1)
         LOG_WARN("multipath: path %u (%s:%u) login again failed (%u in a row): %s", p->idx, p->host,
                  p->port, p->relogin_fails,
                  res && res->what ? res->what
