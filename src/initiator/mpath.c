@@ -42,6 +42,7 @@ struct mp_path {
     struct lr_timer *relogin;
     uint32_t relogin_ms;
     bool relogging;
+    bool fresh; /* logged in again, its own RTPG not answered yet: no I/O (see on_rtpg) */
     unsigned relogin_fails;
     uint64_t relogins, commands_now;
     uint32_t gen;
@@ -196,7 +197,7 @@ static int pick(struct lr_mpath *m, uint32_t exclude)
 {
     struct ini_mpath_cand cand[LR_MPATH_MAX_PATHS];
     for (unsigned i = 0; i < m->npaths; i++) {
-        cand[i].up = m->paths[i].st == MP_UP;
+        cand[i].up = m->paths[i].st == MP_UP && !m->paths[i].fresh;
         cand[i].state = m->no_alua ? LR_ALUA_AO : m->paths[i].state;
     }
     return ini_mpath_pick(cand, m->npaths, exclude, &m->rr);
@@ -510,6 +511,7 @@ static void relogin(void *arg)
     p->rtpg_busy = p->rtpg_again = false;
     p->rtpg_ua = 0;
     p->relogging = true;
+    p->fresh = true;
     p->st = MP_LOGGING_IN;
     if (lr_session_login(p->s, on_path_login, p) < 0) {
         p->st = MP_DEAD;
@@ -694,6 +696,10 @@ static void on_rtpg(void *arg, const struct lr_result *res)
                  res->what ? res->what : lr_err_name(res->err));
         p->rtpg_ua = 0;
     }
+    /* its own RTPG ran (a new nexus's unit attentions taken by it, not by a caller's command)
+     * or gave up: a path logged in again may carry I/O from now on, by its state */
+    if (!p->rtpg_again)
+        p->fresh = false;
     if (p->rtpg_again)
         path_refresh(p);
     login_maybe_done(m);
