@@ -89,7 +89,7 @@ int lr_mpath_read_capacity(struct lr_mpath *m, lr_capacity_fn done, void *arg);
 struct lr_mpath_path_info {
     const char *host;
     uint16_t port;
-    bool up;                         /* logged in and not lost */
+    bool up;                         /* logged in, not lost, its state asked (RTPG) */
     bool lost;                       /* its session was lost after login */
     bool login_failed;               /* it never logged in */
     int group;                       /* target port group, -1 unknown */

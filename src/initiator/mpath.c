@@ -576,10 +576,10 @@ static void path_dead(struct mp_path *p, const char *why)
     struct lr_mpath *m = p->m;
     if (p->st == MP_DEAD)
         return;
-    LOG_WARN("multipath: path %u (%s:%u, group %d) lost: %s; %u path%s left", p->idx, p->host,
-             p->port, p->group, why, lr_mpath_paths_up(m) - 1,
-             lr_mpath_paths_up(m) == 2 ? "" : "s");
     p->st = MP_DEAD;
+    unsigned left = lr_mpath_paths_up(m);
+    LOG_WARN("multipath: path %u (%s:%u, group %d) lost: %s; %u path%s left", p->idx, p->host,
+             p->port, p->group, why, left, left == 1 ? "" : "s");
     m->paths_lost++;
     lr_timer_start(m->reap, 0);
     refresh(m); /* a path lost may mean a state changed elsewhere (a failover) */
@@ -988,7 +988,7 @@ unsigned lr_mpath_paths_up(const struct lr_mpath *m)
 {
     unsigned n = 0;
     for (unsigned i = 0; i < m->npaths; i++)
-        n += m->paths[i].st == MP_UP;
+        n += m->paths[i].st == MP_UP && !m->paths[i].fresh;
     return n;
 }
 
@@ -1000,7 +1000,7 @@ bool lr_mpath_path_info(const struct lr_mpath *m, unsigned i, struct lr_mpath_pa
     *out = (struct lr_mpath_path_info){
         .host = p->host,
         .port = p->port,
-        .up = p->st == MP_UP,
+        .up = p->st == MP_UP && !p->fresh,
         .lost = p->st == MP_DEAD && !p->login_failed,
         .login_failed = p->login_failed,
         .group = p->group,
