@@ -5,8 +5,10 @@
 # SIGKILL under FUA writes (the survivor fences it, takes over within the timeout, 2Ah/06h,
 # RTPG, acknowledged writes read back, the blocklist holds the old address), failback by
 # linerate-ctl, and a hung gateway (SIGSTOP) fenced, whose writes after SIGCONT never reach
-# the image. Skipped (77) without Ceph or librbd. LT_FAILOVER_ROUNDS=N repeats the kill to
-# measure the pause (median and worst printed). Before that, an image whose own configuration
+# the image; then, on a second image, the gateway configured active/optimized down at start:
+# the other one takes the role after the failover-timeout. Skipped (77) without Ceph or
+# librbd. LT_FAILOVER_ROUNDS=N repeats the kill to measure the pause (median and worst
+# printed). Before that, an image whose own configuration
 # sets rbd_cache true must be refused at start (a cache would hide write errors).
 . "$(dirname "$0")/lt_lib.sh"
 need python3

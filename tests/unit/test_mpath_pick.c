@@ -23,34 +23,22 @@
 
 #define TGT_NAME "iqn.2024-01.io.linerate:mpath"
 
-struct fx {
-    struct scsi_target a, b;
-    struct scsi_nexus *na, *nb;
-    struct scsi_task t;
-};
-
 static const uint8_t TUR[16] = {0x00};
 
 static void add_lun(struct scsi_target *tg)
 {
     char err[128];
-    struct scsi_lun_config c = {
-        .lun = 0, .bs = bs_open_spec("ram:1M", err, sizeof(err)), .block_size = 512};
-    assert_non_null(c.bs);
-    assert_int_equal(scsi_target_add_lun(tg, &c, err, sizeof(err)), 0);
+    sfx_add_lun(tg, 0, bs_open_spec("ram:1M", err, sizeof(err)), 512, false);
 }
 
 static int setup(void **state)
 {
-    struct fx *f = calloc(1, sizeof(*f));
-    assert_int_equal(scsi_target_init(&f->a, TGT_NAME, 1), 0);
-    f->a.alua_peers[0] = (struct scsi_alua_group){.id = 2, .state = SCSI_ALUA_ACTIVE_NON_OPTIMIZED};
-    f->a.alua_npeers = 1;
+    struct sfx_gateways *f = calloc(1, sizeof(*f));
+    sfx_gateway_init(&f->a, TGT_NAME, 1, SCSI_ALUA_ACTIVE_OPTIMIZED, 2,
+                     SCSI_ALUA_ACTIVE_NON_OPTIMIZED);
     add_lun(&f->a);
-    assert_int_equal(scsi_target_init(&f->b, TGT_NAME, 2), 0);
-    f->b.alua_state = SCSI_ALUA_ACTIVE_NON_OPTIMIZED;
-    f->b.alua_peers[0] = (struct scsi_alua_group){.id = 1, .state = SCSI_ALUA_ACTIVE_OPTIMIZED};
-    f->b.alua_npeers = 1;
+    sfx_gateway_init(&f->b, TGT_NAME, 2, SCSI_ALUA_ACTIVE_NON_OPTIMIZED, 1,
+                     SCSI_ALUA_ACTIVE_OPTIMIZED);
     add_lun(&f->b);
     f->na = sfx_nexus_get(&f->a, 1);
     f->nb = sfx_nexus_get(&f->b, 1);
@@ -63,19 +51,8 @@ static int setup(void **state)
     return 0;
 }
 
-static int teardown(void **state)
-{
-    struct fx *f = *state;
-    scsi_task_release(&f->t);
-    scsi_nexus_put(f->nb);
-    scsi_target_destroy(&f->b);
-    sfx_target_down(&f->a, &f->t, f->na, NULL, NULL);
-    free(f);
-    return 0;
-}
-
 /* cdb through one gateway; the data in buf (len bytes at most), the status returned */
-static int ask(struct fx *f, struct scsi_target *tg, const uint8_t *cdb12, uint8_t *buf,
+static int ask(struct sfx_gateways *f, struct scsi_target *tg, const uint8_t *cdb12, uint8_t *buf,
                uint32_t *len)
 {
     uint8_t cdb[16] = {0};
@@ -95,7 +72,7 @@ static int ask(struct fx *f, struct scsi_target *tg, const uint8_t *cdb12, uint8
 }
 
 /* The group of a gateway's port, from its VPD 0x83. */
-static int group_of(struct fx *f, struct scsi_target *tg)
+static int group_of(struct sfx_gateways *f, struct scsi_target *tg)
 {
     uint8_t cdb[12], buf[255];
     uint32_t len = sizeof(buf);
@@ -107,7 +84,7 @@ static int group_of(struct fx *f, struct scsi_target *tg)
 }
 
 /* path i's state from an RTPG answer through tg: status, and states set into c */
-static int states_from(struct fx *f, struct scsi_target *tg, const int *groups,
+static int states_from(struct sfx_gateways *f, struct scsi_target *tg, const int *groups,
                        struct ini_mpath_cand *c, unsigned n)
 {
     uint8_t cdb[12], buf[512];
@@ -130,7 +107,7 @@ static int states_from(struct fx *f, struct scsi_target *tg, const int *groups,
 
 static void test_ao_before_an(void **state)
 {
-    struct fx *f = *state;
+    struct sfx_gateways *f = *state;
     /* path 0 is B (listed first, as a user may), path 1 is A */
     int groups[2] = {group_of(f, &f->b), group_of(f, &f->a)};
     assert_int_equal(groups[0], 2);
@@ -152,7 +129,7 @@ static void test_ao_before_an(void **state)
 
 static void test_standby_never(void **state)
 {
-    struct fx *f = *state;
+    struct sfx_gateways *f = *state;
     int groups[2] = {2, 1};
     struct ini_mpath_cand c[2] = {{.up = true}, {.up = false}};
     /* B made standby (its own group): the next command there says so with a unit attention,
@@ -222,8 +199,8 @@ static void test_bad_bytes(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_ao_before_an, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_standby_never, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_ao_before_an, setup, sfx_gateways_teardown),
+        cmocka_unit_test_setup_teardown(test_standby_never, setup, sfx_gateways_teardown),
         cmocka_unit_test(test_round_robin),
         cmocka_unit_test(test_bad_bytes),
     };
