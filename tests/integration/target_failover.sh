@@ -7,7 +7,9 @@
 # linerate-ctl, and a hung gateway (SIGSTOP) fenced, whose writes after SIGCONT never reach
 # the image. Skipped (77) without Ceph or librbd. LT_FAILOVER_ROUNDS=N repeats the kill to
 # measure the pause (median and worst printed). Before that, an image whose own configuration
-# sets rbd_cache true must be refused at start (a cache would hide write errors).
+# sets rbd_cache true must be refused at start (a cache would hide write errors). After it,
+# target_ats.py: ESXi's ATS heartbeat (COMPARE AND WRITE every second from two lr_mpath
+# hosts) through a cut path, kill -9, failback and SIGSTOP: no false miscompare, no long gap.
 . "$(dirname "$0")/lt_lib.sh"
 need python3
 CTL=$(dirname "$LT")/linerate-ctl
@@ -27,4 +29,11 @@ LT_FO_WORK=$WORK timeout 900 python3 "$IT_DIR/target_failover.py" "$LT" "$CTL" r
     "${LT_FAILOVER_ROUNDS:-1}" >"$WORK/fo.out" 2>&1 ||
     { cat "$WORK/fo.out" >&2; fail "target_failover.py failed"; }
 cat "$WORK/fo.out"
+note "ESXi's ATS heartbeat through the failovers (target_ats.py, issue 30 item 6)"
+ATS=$(dirname "$LT")/tests/integration/ats_heartbeat
+[ -x "$ATS" ] || fail "$ATS is not built"
+rbd create --size 16M rbd/it-ats || fail "rbd create rbd/it-ats failed"
+LT_FO_WORK=$WORK timeout 600 python3 "$IT_DIR/target_ats.py" "$LT" "$CTL" "$ATS" rbd/it-ats \
+    >"$WORK/ats.out" 2>&1 || { cat "$WORK/ats.out" >&2; fail "target_ats.py failed"; }
+cat "$WORK/ats.out"
 echo PASS
