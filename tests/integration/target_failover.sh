@@ -32,8 +32,14 @@ cat "$WORK/fo.out"
 note "ESXi's ATS heartbeat through the failovers (target_ats.py, issue 30 item 6)"
 ATS=$(dirname "$LT")/tests/integration/ats_heartbeat
 [ -x "$ATS" ] || fail "$ATS is not built"
-rbd create --size 16M rbd/it-ats || fail "rbd create rbd/it-ats failed"
-LT_FO_WORK=$WORK timeout 600 python3 "$IT_DIR/target_ats.py" "$LT" "$CTL" "$ATS" rbd/it-ats \
-    >"$WORK/ats.out" 2>&1 || { cat "$WORK/ats.out" >&2; fail "target_ats.py failed"; }
+for img in it-ats it-ats-fo; do
+    rbd create --size 16M rbd/$img || fail "rbd create rbd/$img failed"
+done
+# under ASan (make asan-check sets ASAN_OPTIONS) the all-AO phase alone: the new lr_mpath code
+phases=all
+[ -n "${ASAN_OPTIONS:-}" ] && phases=ao
+LT_ATS_PHASES=$phases LT_FO_WORK=$WORK timeout 600 python3 "$IT_DIR/target_ats.py" "$LT" "$CTL" \
+    "$ATS" rbd/it-ats rbd/it-ats-fo >"$WORK/ats.out" 2>&1 ||
+    { cat "$WORK/ats.out" >&2; fail "target_ats.py failed"; }
 cat "$WORK/ats.out"
 echo PASS
