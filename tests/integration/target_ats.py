@@ -55,7 +55,7 @@ INTERVAL_MS = int(os.environ.get("LT_ATS_INTERVAL_MS", "1000"))
 FAILOVER_WINDOW_S = target_failover.TAKEOVER_MAX_S + INTERVAL_MS / 1000.0
 # no failover at all: a beat may be skipped while the last one is out, and a CAW issued again
 # reads the block back; two intervals and a busy machine's slack
-QUIET_WINDOW_S = 2 * INTERVAL_MS / 1000.0 + 2.0
+QUIET_WINDOW_S = 2 * INTERVAL_MS / 1000.0 + 3.0
 # ESXi's own iSCSI command timeout is longer; shorter here to keep the test short, yet longer
 # than a write through a gateway that just took the role (the lock moves: seconds)
 CMD_TIMEOUT_MS = 8000
