@@ -53,9 +53,8 @@ INTERVAL_MS = int(os.environ.get("LT_ATS_INTERVAL_MS", "1000"))
 # a dead gateway's takeover: failover-timeout (3 s) plus heartbeat, fence and lock break
 # (target_failover.py measures 1-3 s), plus scheduling on a busy 2-core machine
 FAILOVER_WINDOW_S = target_failover.TAKEOVER_MAX_S + INTERVAL_MS / 1000.0
-# no failover at all: a beat may be skipped while the last one is out, and a CAW issued again
-# reads the block back; two intervals and a busy machine's slack
-QUIET_WINDOW_S = 2 * INTERVAL_MS / 1000.0 + 3.0
+# All AO has no takeover, but every write through the other gateway moves the image's
+# exclusive lock: under load (2 cores, load 18) one run had a 6 s gap. The same window.
 # ESXi's own iSCSI command timeout is longer; shorter here to keep the test short, yet longer
 # than a write through a gateway that just took the role (the lock moves: seconds)
 CMD_TIMEOUT_MS = 8000
@@ -280,7 +279,7 @@ def phase_all_ao(emu_bin, binary, work, lun):
         kill = emu.mark()
         for h in (0, 1):
             emu.beats(h, None, what + ", A killed", kill, 2)
-        res = emu.wait(what, QUIET_WINDOW_S)
+        res = emu.wait(what, FAILOVER_WINDOW_S)
         check(res[0]["landed"] >= 1, "all AO: host 0's CAW cut after A ran it was not read "
               "back and found landed: %s" % res[0])
         check(res[0]["real"] == 0 and res[1]["real"] == 1,
