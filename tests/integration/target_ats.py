@@ -227,6 +227,8 @@ class Emulator:
         self.reader.join(30)
         text = "".join(self.lines) + "--- ats_heartbeat's log:\n" + self.log()
         self.text = text
+        with open(self.stop_file + ".out", "w") as f:  # kept for a look after a run
+            f.write(text)
         check(self.proc.returncode == 0, "%s: ats_heartbeat exit %d:\n%s" %
               (what, self.proc.returncode, text))
         res = {}
