@@ -19,6 +19,9 @@
  *   on the same path when the session came back, elsewhere when it gave up.
  *   The data of a WRITE issued again is the caller's buffer, unchanged (it must stay valid
  *   and unchanged until done() runs, as for lr_scsi).
+ * A COMPARE AND WRITE issued again after its path died may find its own first copy landed:
+ * on MISCOMPARE its blocks are read back, and GOOD is reported when they hold its write data
+ * (what ESXi does for its ATS heartbeat; any other content is a real miscompare).
  * Anything else (CHECK CONDITION of the command itself, a failure with the session still up)
  * is the final status. A lost path logs in again by itself (lr_mpath_login). No call here is
  * thread-safe; everything runs on the reactor given. */
@@ -106,5 +109,9 @@ bool lr_mpath_path_info(const struct lr_mpath *m, unsigned i, struct lr_mpath_pa
 /* Paths that died (sessions lost) so far, and how many times a command was issued again
  * (after a lost path, a unit attention 2Ah/06h or a NOT READY of a port not active). */
 void lr_mpath_counts(const struct lr_mpath *m, uint64_t *paths_lost, uint64_t *reissued);
+/* COMPARE AND WRITEs issued again after a path died that came back MISCOMPARE and were read
+ * back (checked), and of those the ones whose blocks held their own write data (landed:
+ * reported GOOD, the miscompare was their own first copy's doing). */
+void lr_mpath_caw_counts(const struct lr_mpath *m, uint64_t *checked, uint64_t *landed);
 
 #endif

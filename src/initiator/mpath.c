@@ -9,6 +9,7 @@
 
 #include "initiator/alua.h"
 #include "initiator/cdb.h"
+#include "initiator/mpath_caw.h"
 #include "initiator/mpath_pick.h"
 #include "linerate/multipath.h"
 #include "util/bytes.h"
@@ -63,11 +64,13 @@ struct mp_cmd {
     lr_done_fn done;
     void *arg;
     uint64_t deadline_ms;
-    uint32_t died_on; /* paths whose session was lost under it: never tried again */
-    int path;         /* where it is now, -1 waiting */
-    uint32_t gen;     /* the session of that path it went to (mp_path.gen) */
-    int last_path;    /* where it was last sent, -1 never */
-    bool moved;       /* issued again on another path */
+    uint32_t died_on;  /* paths whose session was lost under it: never tried again */
+    int path;          /* where it is now, -1 waiting */
+    uint32_t gen;      /* the session of that path it went to (mp_path.gen) */
+    int last_path;     /* where it was last sent, -1 never */
+    bool moved;        /* issued again on another path */
+    bool unsure;       /* a copy went out on a path that died under it: it may have run */
+    uint8_t *readback; /* a CAW's blocks read back after a MISCOMPARE (caw_check) */
     bool have_last;
     struct lr_result last; /* the latest failure, final when no path is left */
 };
@@ -91,6 +94,7 @@ struct lr_mpath {
     bool login_err_set;
     bool destroying, stopping; /* stopping: logout asked, no path logs in again */
     uint64_t paths_lost, reissued;
+    uint64_t caw_checked, caw_landed;
 };
 
 static uint64_t now_ms(void)
@@ -297,6 +301,7 @@ static bool session_recovering(const struct mp_path *p)
  * by the original; it waits for the recovery to end (held_check). */
 static void hold(struct lr_mpath *m, struct mp_cmd *c, const struct lr_result *res)
 {
+    c->unsure = true;
     c->last = *res;
     c->have_last = true;
     c->next = m->held;
@@ -321,6 +326,52 @@ static void not_here(struct lr_mpath *m, struct mp_path *p, uint8_t state)
         p->state = state;
     }
     refresh(m);
+}
+
+static void caw_read_done(void *arg, const struct lr_result *res)
+{
+    struct mp_cmd *c = arg;
+    struct lr_mpath *m = c->m;
+    uint32_t half = c->len / 2;
+    bool landed = res->err == LR_OK && res->residual == 0 &&
+                  ini_caw_landed(c->buf, c->len, c->readback, half);
+    free(c->readback);
+    c->readback = NULL;
+    if (!landed) {
+        finish(c, &c->last); /* a real miscompare, or the read failed: as answered */
+        return;
+    }
+    m->caw_landed++;
+    LOG_INFO("multipath: COMPARE AND WRITE issued again miscompared, but its blocks hold its "
+             "data: its first copy landed; GOOD");
+    struct lr_result ok = {.err = LR_OK};
+    finish(c, &ok);
+}
+
+/* A COMPARE AND WRITE whose earlier copy went out on a path that died (c->unsure) came back
+ * MISCOMPARE: that copy may have run, and this one compared against its data. Read the
+ * blocks back (through the device: on any path) and report GOOD when they hold this
+ * command's write data, as ESXi does for its ATS heartbeat. Any other content is a real
+ * miscompare, reported as answered; so is a failed read. True when the check is under way. */
+static bool caw_check(struct mp_cmd *c, const struct lr_result *res)
+{
+    struct lr_mpath *m = c->m;
+    uint64_t lba;
+    uint32_t blocks;
+    if (!ini_caw_miscompare(c->cdb, c->cdb_len, res, &lba, &blocks) || c->len % 2)
+        return false;
+    m->caw_checked++;
+    c->last = *res;
+    c->readback = malloc(c->len / 2);
+    if (!c->readback)
+        return false;
+    uint8_t cdb[16];
+    unsigned n = ini_cdb_rw(cdb, false, lba, blocks);
+    if (lr_mpath_scsi(m, cdb, n, LR_DIR_READ, c->readback, c->len / 2, caw_read_done, c) == 0)
+        return true;
+    free(c->readback);
+    c->readback = NULL;
+    return false;
 }
 
 static void on_cmd(void *arg, const struct lr_result *res)
@@ -360,10 +411,13 @@ static void on_cmd(void *arg, const struct lr_result *res)
     }
     if (lost_kind(res->err) && session_gone(p)) {
         c->died_on |= 1u << c->path;
+        c->unsure = true;
         path_dead(p, res->what ? res->what : lr_err_name(res->err));
         again(c, res);
         return;
     }
+    if (c->unsure && caw_check(c, res))
+        return;
     finish(c, res);
 }
 
@@ -1023,4 +1077,10 @@ void lr_mpath_counts(const struct lr_mpath *m, uint64_t *paths_lost, uint64_t *r
 {
     *paths_lost = m->paths_lost;
     *reissued = m->reissued;
+}
+
+void lr_mpath_caw_counts(const struct lr_mpath *m, uint64_t *checked, uint64_t *landed)
+{
+    *checked = m->caw_checked;
+    *landed = m->caw_landed;
 }

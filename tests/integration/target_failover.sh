@@ -9,7 +9,9 @@
 # the other one takes the role after the failover-timeout. Skipped (77) without Ceph or
 # librbd. LT_FAILOVER_ROUNDS=N repeats the kill to measure the pause (median and worst
 # printed). Before that, an image whose own configuration
-# sets rbd_cache true must be refused at start (a cache would hide write errors).
+# sets rbd_cache true must be refused at start (a cache would hide write errors). After it,
+# target_ats.py: ESXi's ATS heartbeat (COMPARE AND WRITE every second from two lr_mpath
+# hosts) through a cut path, kill -9, failback and SIGSTOP: no false miscompare, no long gap.
 . "$(dirname "$0")/lt_lib.sh"
 need python3
 CTL=$(dirname "$LT")/linerate-ctl
@@ -29,4 +31,17 @@ LT_FO_WORK=$WORK timeout 900 python3 "$IT_DIR/target_failover.py" "$LT" "$CTL" r
     "${LT_FAILOVER_ROUNDS:-1}" >"$WORK/fo.out" 2>&1 ||
     { cat "$WORK/fo.out" >&2; fail "target_failover.py failed"; }
 cat "$WORK/fo.out"
+note "ESXi's ATS heartbeat through the failovers (target_ats.py, issue 30 item 6)"
+ATS=$(dirname "$LT")/tests/integration/ats_heartbeat
+[ -x "$ATS" ] || fail "$ATS is not built"
+for img in it-ats it-ats-fo; do
+    rbd create --size 16M rbd/$img || fail "rbd create rbd/$img failed"
+done
+# under ASan (make asan-check sets ASAN_OPTIONS) the all-AO phase alone: the new lr_mpath code
+phases=all
+[ -n "${ASAN_OPTIONS:-}" ] && phases=ao
+LT_ATS_PHASES=$phases LT_FO_WORK=$WORK timeout 600 python3 "$IT_DIR/target_ats.py" "$LT" "$CTL" \
+    "$ATS" rbd/it-ats rbd/it-ats-fo >"$WORK/ats.out" 2>&1 ||
+    { cat "$WORK/ats.out" >&2; fail "target_ats.py failed"; }
+cat "$WORK/ats.out"
 echo PASS

@@ -4,7 +4,8 @@
  * 0x83 and sense data (initiator/alua.c) decides where commands go (initiator/mpath_pick.c):
  * never to B while A lives, even with B listed first; to B once A is down; nowhere once B is
  * standby (after its 2Ah/06h). Plus round robin among equal paths, exclusions, and bytes a
- * target may get wrong. */
+ * target may get wrong; and how a COMPARE AND WRITE issued again is judged after a MISCOMPARE
+ * (initiator/mpath_caw.c): its own first copy landed, or another host wrote. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -15,6 +16,7 @@
 #include <cmocka.h>
 
 #include "initiator/alua.h"
+#include "initiator/mpath_caw.h"
 #include "initiator/mpath_pick.h"
 #include "scsi/scsi.h"
 #include "scsi/scsi_internal.h"
@@ -196,6 +198,55 @@ static void test_bad_bytes(void **state)
     assert_int_equal(ini_alua_sense(fixed, 13), INI_SENSE_OTHER);
 }
 
+/* One host's heartbeat slot on A's LUN: its CAW runs, then the same CAW again (the copy
+ * lr_mpath issues on another path when the first one's answer was lost) miscompares; read
+ * back, the block holds its write data: landed. Another host's write over the slot makes the
+ * next miscompare a real one. A miscompare of any other command, or a GOOD CAW, is no case. */
+static void test_caw_judgement(void **state)
+{
+    struct fx *f = *state;
+    uint8_t cdb[16] = {0x89, 0, [9] = 7, [13] = 1}; /* COMPARE AND WRITE, LBA 7, 1 block */
+    uint8_t caw[1024] = {0}, rd[512];
+    memset(caw + 512, 'h', 512);
+    struct lr_result res = {.err = LR_SCSI_STATUS};
+    uint64_t lba;
+    uint32_t blocks;
+    assert_int_equal(sfx_run(&f->t, &f->a, f->na, 0, cdb, caw, sizeof(caw), 0, 0),
+                     SCSI_STATUS_GOOD);
+    res.err = LR_OK;
+    assert_false(ini_caw_miscompare(cdb, 16, &res, &lba, &blocks));
+    /* the copy issued again */
+    assert_int_equal(sfx_run(&f->t, &f->a, f->na, 0, cdb, caw, sizeof(caw), 0, 0),
+                     SCSI_STATUS_CHECK_CONDITION);
+    res = (struct lr_result){.err = LR_SCSI_STATUS, .scsi_status = 2, .sense_len = f->t.sense_len};
+    memcpy(res.sense, f->t.sense, f->t.sense_len);
+    assert_true(ini_caw_miscompare(cdb, 16, &res, &lba, &blocks));
+    assert_int_equal(lba, 7);
+    assert_int_equal(blocks, 1);
+    uint8_t rcdb[12] = {0x28, 0, 0, 0, 0, 7, 0, 0, 1}; /* READ (10) */
+    uint32_t len = sizeof(rd);
+    assert_int_equal(ask(f, &f->a, rcdb, rd, &len), SCSI_STATUS_GOOD);
+    assert_true(ini_caw_landed(caw, sizeof(caw), rd, len));
+    /* the same sense on a WRITE is no CAW's; a short read is no verdict */
+    uint8_t wcdb[16] = {0x2a, 0, 0, 0, 0, 7, 0, 0, 1};
+    assert_false(ini_caw_miscompare(wcdb, 10, &res, &lba, &blocks));
+    assert_false(ini_caw_landed(caw, sizeof(caw), rd, len - 1));
+    /* another host takes the slot: the next miscompare is real */
+    uint8_t other[512];
+    memset(other, 'o', sizeof(other));
+    assert_int_equal(sfx_run(&f->t, &f->a, f->na, 0, wcdb, other, sizeof(other), 0, 0),
+                     SCSI_STATUS_GOOD);
+    memcpy(caw, caw + 512, 512); /* compare with what the host wrote last */
+    memset(caw + 512, 'i', 512);
+    assert_int_equal(sfx_run(&f->t, &f->a, f->na, 0, cdb, caw, sizeof(caw), 0, 0),
+                     SCSI_STATUS_CHECK_CONDITION);
+    memcpy(res.sense, f->t.sense, f->t.sense_len);
+    assert_true(ini_caw_miscompare(cdb, 16, &res, &lba, &blocks));
+    len = sizeof(rd);
+    assert_int_equal(ask(f, &f->a, rcdb, rd, &len), SCSI_STATUS_GOOD);
+    assert_false(ini_caw_landed(caw, sizeof(caw), rd, len));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -203,6 +254,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_standby_never, setup, sfx_gateways_teardown),
         cmocka_unit_test(test_round_robin),
         cmocka_unit_test(test_bad_bytes),
+        cmocka_unit_test_setup_teardown(test_caw_judgement, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
