@@ -204,7 +204,7 @@ static void test_bad_bytes(void **state)
  * next miscompare a real one. A miscompare of any other command, or a GOOD CAW, is no case. */
 static void test_caw_judgement(void **state)
 {
-    struct fx *f = *state;
+    struct sfx_gateways *f = *state;
     uint8_t cdb[16] = {0x89, 0, [9] = 7, [13] = 1}; /* COMPARE AND WRITE, LBA 7, 1 block */
     uint8_t caw[1024] = {0}, rd[512];
     memset(caw + 512, 'h', 512);
@@ -254,7 +254,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_standby_never, setup, sfx_gateways_teardown),
         cmocka_unit_test(test_round_robin),
         cmocka_unit_test(test_bad_bytes),
-        cmocka_unit_test_setup_teardown(test_caw_judgement, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_caw_judgement, setup, sfx_gateways_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
