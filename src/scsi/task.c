@@ -353,6 +353,12 @@ void scsi_task_release(struct scsi_task *t)
         k->pinned = false;
         t->lu->bs->ops->unpin(t->lu->bs, k->io.offset, k->io.length);
     }
+    if (k->rl_held) { /* the record heads the allocation sbc.c made for it */
+        k->rl_held = false;
+        scsi_rl_release(&t->lu->rl, k->io.arg);
+        free(k->io.arg);
+        k->io.arg = NULL;
+    }
     buf_put(k->buf, k->buf_class);
     k->buf = NULL;
     t->buffered = false;
