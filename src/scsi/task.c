@@ -346,19 +346,28 @@ void scsi_task_exec(struct scsi_task *t)
     c->exec(t, c);
 }
 
-void scsi_task_release(struct scsi_task *t)
+/* Nothing sends from the store's pages any more (sbc.c read_in_place): a RAM LUN's pins go,
+ * a file LUN's READ record leaves the range lock (it heads the allocation sbc.c made), and the
+ * WRITEs waiting there run. Both, so that whoever ends an in-place READ early ends it whole. */
+static void task_unpin(struct scsi_task *t)
 {
     struct scsi_task_core *k = scsi_core(t);
-    if (k->pinned) { /* nothing sends from the store's pages any more (sbc.c read_in_place) */
+    if (k->pinned) {
         k->pinned = false;
         t->lu->bs->ops->unpin(t->lu->bs, k->io.offset, k->io.length);
     }
-    if (k->rl_held) { /* the record heads the allocation sbc.c made for it */
+    if (k->rl_held) {
         k->rl_held = false;
         scsi_rl_release(&t->lu->rl, k->io.arg);
         free(k->io.arg);
         k->io.arg = NULL;
     }
+}
+
+void scsi_task_release(struct scsi_task *t)
+{
+    struct scsi_task_core *k = scsi_core(t);
+    task_unpin(t);
     buf_put(k->buf, k->buf_class);
     k->buf = NULL;
     t->buffered = false;
