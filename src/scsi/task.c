@@ -346,10 +346,15 @@ void scsi_task_exec(struct scsi_task *t)
     c->exec(t, c);
 }
 
+bool scsi_task_pinned(const struct scsi_task *t)
+{
+    return scsi_core((struct scsi_task *)t)->pinned;
+}
+
 /* Nothing sends from the store's pages any more (sbc.c read_in_place): a RAM LUN's pins go,
  * a file LUN's READ record leaves the range lock (it heads the allocation sbc.c made), and the
- * WRITEs waiting there run. Both, so that whoever ends an in-place READ early ends it whole. */
-static void task_unpin(struct scsi_task *t)
+ * WRITEs waiting there run. */
+void scsi_task_unpin(struct scsi_task *t)
 {
     struct scsi_task_core *k = scsi_core(t);
     if (k->pinned) {
@@ -367,7 +372,7 @@ static void task_unpin(struct scsi_task *t)
 void scsi_task_release(struct scsi_task *t)
 {
     struct scsi_task_core *k = scsi_core(t);
-    task_unpin(t);
+    scsi_task_unpin(t);
     buf_put(k->buf, k->buf_class);
     k->buf = NULL;
     t->buffered = false;

@@ -21,8 +21,17 @@ show a WRITE sent after that READ's status came in, nor one that another WRITE o
 wholly overwritten before the READ was sent. A LUN whose VPD B0h advertises a
 MAXIMUM ATOMIC TRANSFER LENGTH also gets a WRITE ATOMIC(16) writer over a range of its own, whose
 readers must see one generation across the whole READ; a file LUN must advertise none (a
-buffered or device write is not all or nothing across a power loss). Bounded in count and time
-(about 10 s of traffic, 12-14 s in all), no timing assertions; the daemon must exit 0 on SIGTERM.
+buffered or device write is not all or nothing across a power loss). After the traffic, a
+reader of the RAM LUN, then of the file LUN, stops reading with megabytes of in-place Data-In
+queued: another session's WRITE to the same blocks must still complete (within a generous 10 s:
+the target copies a stalled connection's queued Data-In away after a second; without that it
+waited 45 s), and the reader's data, once it reads again, must be whole. On the file LUN an
+8 MiB READ whose reader stalls after its first Data-In header, with a WRITE of the same blocks
+sent behind it, must return every block as before that WRITE under good digests (stall_check),
+and READs at LBAs off the page, of 1-40 blocks, digests on and off, some with pages dropped
+from the page cache, must return what was written (inplace_reads_check). Bounded in count and
+time (about 10 s of traffic, 20-27 s in all), no tight timing; the daemon must exit 0 on
+SIGTERM.
 Exit 0 when every check holds, 1 with the counts otherwise. Python 3 standard library only."""
 
 import os
@@ -52,8 +61,11 @@ WRITERS, READERS = 2, 3  # readers 0 and 2 check data digests, reader 2 reads sl
 # The stalled reader (stall_check): one READ of this many blocks (8 MiB, the target's largest),
 # more than the target's socket (up to tcp_wmem's 4 MiB) and the reader's take, so a few MiB
 # of its Data-In wait in the target's queue while the reader stalls.
-STALL_LBA, STALL_BLOCKS = 16384, 16384
+MAP_STALL_LBA, MAP_STALL_BLOCKS = 16384, 16384
 SLOW_RCVBUF = 8192  # the slow reader's socket: the target's Data-In waits in its queue
+STALL_LBA, STALL_BLOCKS = 4096, 4096  # 2 MiB from 2 MiB: the stalled reader's range
+STALL_RCVBUF = 256 << 10  # its socket's receive buffer, set before connecting (window scale)
+STALL_WRITE_S = 10.0  # a WRITE beside it completes within this (the target waits ~1-2 s)
 
 # ---------------------------------------------------------------- CRC32C (RFC 7143 §12.1)
 
@@ -116,6 +128,38 @@ class DigestSession(hostile.Session):
     conn_class = DigestConn
 
 
+class StallConn(hostile.Conn):
+    """hostile.Conn whose receive buffer is STALL_RCVBUF from the SYN on: the window scale is
+    fixed at connect, so a buffer set later could not open the window wide again."""
+
+    def __init__(self, port, timeout=5.0, src=None):
+        self.port, self.timeout = port, timeout
+        self.sock = socket.socket()
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, STALL_RCVBUF)
+        self.sock.settimeout(timeout)
+        self.sock.bind((src or "127.0.0.1", 0))
+        self.sock.connect(("127.0.0.1", port))
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.pre = b""  # bytes a trickling read took off the socket, not parsed yet
+
+    def _recv_exact(self, n, deadline):
+        head, self.pre = self.pre[:n], self.pre[n:]
+        return head + super()._recv_exact(n - len(head), deadline)
+
+    def trickle(self, stop, size, pause):
+        """Read size bytes every pause seconds into pre until stop is set: a slow reader."""
+        while not stop.wait(pause):
+            self.sock.settimeout(pause)
+            try:
+                self.pre += self.sock.recv(size)
+            except socket.timeout:
+                pass
+
+
+class StallSession(hostile.Session):
+    conn_class = StallConn
+
+
 # ---------------------------------------------------------------- self-checking blocks
 
 _cache = {}
@@ -163,6 +207,10 @@ def cdb_inquiry_vpd(page, alloc):
 def pipeline(s, lun, cmds):
     """Send every (cdb, read_len, write_data) of cmds at once, each write whole as immediate
     data, then collect the answers: [(status, data-in, when the status was read)] in order."""
+    return collect(s, *send_all(s, lun, cmds))
+
+
+def send_all(s, lun, cmds):
     order, pend = [], {}
     for cdb, rlen, wdata in cmds:
         itt = s.next_itt()
@@ -175,6 +223,11 @@ def pipeline(s, lun, cmds):
         s.c.send_pdu(h, wdata or b"")
         order.append(itt)
         pend[itt] = [None, bytearray(rlen), None]
+    return order, pend
+
+
+def collect(s, order, pend):
+    """The answers to send_all's commands (target NOP-In pings answered on the way)."""
     left = len(order)
     while left:
         rh, rd = s.recv(10.0)
@@ -207,7 +260,7 @@ def stall_check(load):
     however long the WRITE waits (a READ sent from the LUN's pages in place holds them until
     they are in the socket); the WRITE completes once the reader reads on. Returns the
     failures as lines."""
-    lba, n = STALL_LBA, STALL_BLOCKS
+    lba, n = MAP_STALL_LBA, MAP_STALL_BLOCKS
     w = load.session()
     r = load.session(digest=True)
     st, _, _ = w.scsi(cdb_rw10(0x2A, lba, n), write_data=blocks(lba, n, 1), lun=load.lun,
@@ -269,7 +322,7 @@ def inplace_reads_check(load, path):
     from 1 to 40 blocks (across the file LUN's send-min of 16 blocks), with and without data
     digests, some with part of their pages dropped from the page cache first (those read
     into a buffer, the rest sent from the mapping): every block must be the one written."""
-    lba0, span = STALL_LBA, 256
+    lba0, span = MAP_STALL_LBA, 256
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
@@ -371,8 +424,8 @@ class Load:
         self.digests = []
         self.atomic = False
 
-    def session(self, digest=False, slow=False):
-        cls = DigestSession if digest else hostile.Session
+    def session(self, digest=False, slow=False, stall=False):
+        cls = DigestSession if digest else StallSession if stall else hostile.Session
         want = {"DataDigest": "CRC32C"} if digest else {}
         s = cls(self.port, want=want, src="127.0.%d.%d" % (self.ip, len(self.sessions) + 1))
         s.login()
@@ -508,6 +561,70 @@ class Load:
         gens = [block_gen(data, j, ATOMIC_LBA + j) for j in range(ATOMIC_BLOCKS)]
         self.tally.add(atomic_reads=1, torn=gens.count(None), mixed=int(len(set(gens)) > 1))
 
+    def stalled_reader(self, w, gen, trickle):
+        """A reader that stops reading (or reads a trickle: 4 KiB every 20 ms) holds no other
+        session's WRITE for long. It sends 2 MiB READs of one range, more than its socket and
+        the target's together can hold (the send buffer may grow to tcp_wmem's maximum): the
+        rest of their Data-In waits in the target's queue, sent from the RAM LUN in place,
+        pinning its pages. A WRITE of generation gen into the range from session w must
+        complete within STALL_WRITE_S (the target copies the queued Data-In of a connection
+        whose socket did not take a second's backlog in a second away; before that fix it
+        waited until the reader was dropped, 45 s, or had read it all). Then the reader reads
+        everything: every block whole, at its LBA, the WRITE's 8 blocks of gen or 0 (it ran
+        while the READs were in flight), the earlier step's 8 blocks its generation, all the
+        others 0."""
+        r = self.session(stall=True)
+        try:
+            with open("/proc/sys/net/ipv4/tcp_wmem") as f:
+                wmem = int(f.read().split()[2])
+        except (OSError, ValueError, IndexError):
+            wmem = 4 << 20
+        size = STALL_BLOCKS * BLOCK
+        count = (wmem + 4 * STALL_RCVBUF) // size + 3  # at least 2 READs' worth left queued
+        reads = send_all(r, self.lun, [(cdb_rw10(0x28, STALL_LBA, STALL_BLOCKS), size, None)]
+                         * count)
+        stop = threading.Event()
+        reader = threading.Thread(target=r.c.trickle, args=(stop, 4096, 0.02), daemon=True)
+        if trickle:
+            reader.start()
+        time.sleep(0.5)  # the target answers them; the sockets fill
+        began = time.monotonic()
+        first = 8 * gen  # the WRITE's 8 blocks: [8, 16) in step 1, [16, 24) in step 2
+        try:
+            st, _, _ = w.scsi(cdb_rw10(0x2A, STALL_LBA + first, 8),
+                              write_data=blocks(STALL_LBA + first, 8, gen), lun=self.lun,
+                              timeout=STALL_WRITE_S)
+        except (TestFailure, hostile.Closed, OSError) as e:
+            raise TestFailure("%s: a WRITE beside a %s reader not done in %.0f s (%s)"
+                              % (self.name, "trickling" if trickle else "stalled",
+                                 STALL_WRITE_S, e))
+        waited = time.monotonic() - began
+        stop.set()
+        if trickle:
+            reader.join()
+        check(st == 0, "%s: WRITE beside a stalled reader: status %d" % (self.name, st))
+        bad = 0
+        for st, data, _ in collect(r, *reads):
+            check(st == 0, "%s: stalled READ status %d" % (self.name, st))
+            for j in range(STALL_BLOCKS):
+                g = block_gen(data, j, STALL_LBA + j)
+                want = (0,) if j >= first + 8 else (0, gen) if j >= first else (j // 8,)
+                bad += g not in want
+        print("%s: %s reader: %d READs of 2 MiB, a WRITE beside it done in %.1f s, "
+              "%d wrong blocks" % (self.name, "trickling" if trickle else "stalled", count,
+                                   waited, bad))
+        self.tally.add(reads=count, writes=1, torn=bad)
+
+    def stalled_readers(self):
+        """The range at generation 0, then a reader that stops, then one that trickles."""
+        w = self.session()
+        for lba in range(STALL_LBA, STALL_LBA + STALL_BLOCKS, 128):
+            st, _, _ = w.scsi(cdb_rw10(0x2A, lba, 128), write_data=blocks(lba, 128, 0),
+                              lun=self.lun)
+            check(st == 0, "%s: WRITE status %d" % (self.name, st))
+        self.stalled_reader(w, 1, False)
+        self.stalled_reader(w, 2, True)
+
     def report(self):
         t = self.tally
         pdus = sum(d.pdus for d in self.digests)
@@ -565,6 +682,8 @@ def main():
         for t in threads:
             t.join(30)
             check(not t.is_alive(), "a traffic thread is stuck")
+        loads[0].stalled_readers()  # the RAM LUN, which sends READs in place
+        loads[1].stalled_readers()  # the file LUN, which sends them from its mapping
         for ld in loads:
             print(ld.report())
         stalled = stall_check(loads[1])  # the file LUN whose READs go out in place
