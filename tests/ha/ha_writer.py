@@ -103,10 +103,15 @@ class Writer:
             self.last_status = now
 
     def drop(self, p, why):
+        """Give a path's session up. With an abortive close (RST): a plain close() leaves what
+        the socket had not delivered (the command that timed out) in the kernel's send queue,
+        retransmitted once a cut link is back, and the gateway, still active/optimized, runs
+        it then, over the block written again meanwhile (the first 50-round run saw it twice:
+        stale reads). RST discards it."""
         self.event("X", "%.3f" % time.time(), p, why.replace(" ", "_"))
         s, self.sess[p] = self.sess[p], None
         if s and s.c:
-            s.c.close()
+            s.c.reset()
 
     def session(self, p):
         if self.sess[p] is None:

@@ -12,6 +12,11 @@
 #            on the standby's NOT READY until the path is back
 #   hb       gateway <-> gateway only: the heartbeats go through RADOS, so this cuts nothing
 #            the design uses; it must change nothing (same AO, same epoch, nobody fenced)
+#   isolate  the active/optimized gateway's whole link (ha_cut: the switch's side, the
+#            node's, or both, in turn): as cluster, and the initiator loses that path too
+#   bench    (not in the default list) linerate's own multipath initiator, linerate-bench
+#            --portal A --portal B --verify on LUN 1 (another image, same gateways), while the
+#            active gateway is cut from the cluster: the bench must verify and say its pause
 #
 # After the rounds the image is exported (rbd export, from the cluster's namespace) and checked:
 # acknowledged writes lost, stale reads and a fenced gateway's writes on the image must all be
@@ -19,7 +24,7 @@
 #
 #   tests/ha/partition.sh BUILD_DIR   (root; make ha)
 #   HA_ROUNDS=N     rounds of each kind (default 2)
-#   HA_KINDS="cluster path hb"   the kinds, in this order each round
+#   HA_KINDS="cluster path hb isolate"   the kinds, in this order each round
 #   HA_HB=500ms HA_TIMEOUT=3s    failover-heartbeat and failover-timeout
 #   HA_PATH_CUT_S=4  how long a path cut lasts; an hb cut lasts 2 timeouts
 #   HA_KEEP=DIR     copy the writer's log, the marks and the gateways' logs there
@@ -47,7 +52,7 @@ done
 . "$HERE/netns.sh"
 
 ROUNDS=${HA_ROUNDS:-2}
-KINDS=${HA_KINDS:-cluster path hb}
+KINDS=${HA_KINDS:-cluster path hb isolate}
 HB=${HA_HB:-500ms}
 TIMEOUT=${HA_TIMEOUT:-3s}
 TIMEOUT_S=${TIMEOUT%s}
@@ -84,6 +89,7 @@ alua-mode = failover
 failover-heartbeat = $HB
 failover-timeout = $TIMEOUT
 lun 0 = rbd:$IMAGE
+lun 1 = rbd:${IMAGE}b
 EOF
     setpriv --pdeathsig KILL ip netns exec "$(ha_ns "$node")" env CEPH_CONF="$CEPH_CONF" \
         "$LT" --config "$HA_WORK/$node.conf" >>"$HA_WORK/$node.log" 2>&1 &
@@ -162,7 +168,8 @@ ao_node() {
 
 keep() {
     mkdir -p "$HA_KEEP"
-    cp "$HA_WORK"/w/log "$HA_WORK"/marks "$HA_WORK"/*.log "$HA_KEEP"/ 2>/dev/null
+    cp "$HA_WORK"/w/log "$HA_WORK"/w/bench*.out "$HA_WORK"/marks "$HA_WORK"/*.log "$HA_KEEP"/ \
+        2>/dev/null
 }
 
 ha_setup || exit $?
@@ -170,7 +177,8 @@ ha_setup || exit $?
 t0=$SECONDS
 ha_ceph ceph 2 || fail "the Ceph cluster in its namespace"
 echo "ceph up in namespace $(ha_ns ceph) at $HA_NET.2 in $((SECONDS - t0)) s"
-ha_ceph_cli ceph rbd create --size 64M "$IMAGE" || fail "rbd create"
+{ ha_ceph_cli ceph rbd create --size 64M "$IMAGE" &&
+    ha_ceph_cli ceph rbd create --size 64M "${IMAGE}b"; } || fail "rbd create"
 start_gw gw1 active/optimized
 start_gw gw2 standby
 wait_until 30 "gw1 active/optimized" ao_is gw1 1
@@ -188,29 +196,75 @@ wait_until 60 "the writer's first 50 acknowledgements" acks_past 50
 # mark KIND CUT_T: the cut restored now
 mark() { echo "$1 $2 $(now)" >>"$HA_WORK/marks"; }
 
+# round_cluster I [isolate]: the AO gateway cut from the cluster (or from everything), until
+# the other took over and acknowledged 20 writes; restored; the fenced one restarted.
 round_cluster() {
-    local i=$1 ao other side t a
+    local i=$1 kind=${2:-cluster} ao other side t a how
     ao=$(ao_node gw1)
     [ "$ao" = gw1 ] && other=gw2 || other=gw1
     side=$(((i - 1) % 3))
     a=$(acks)
     t=$(now)
-    case $side in
-    0) ha_cut_pair "$ao" "${GW_N[$ao]}" ceph 2 ;;
-    1) ha_cut_pair "$ao" "${GW_N[$ao]}" ceph 2 a ;;
-    2) ha_cut_pair ceph 2 "$ao" "${GW_N[$ao]}" a ;;
-    esac
+    if [ "$kind" = isolate ]; then
+        how=$(echo "both switch node" | cut -d' ' -f$((side + 1)))
+        ha_cut "$ao" "$how"
+    else
+        how=$(echo "both gateway-side cluster-side" | cut -d' ' -f$((side + 1)))
+        case $side in
+        0) ha_cut_pair "$ao" "${GW_N[$ao]}" ceph 2 ;;
+        1) ha_cut_pair "$ao" "${GW_N[$ao]}" ceph 2 a ;;
+        2) ha_cut_pair ceph 2 "$ao" "${GW_N[$ao]}" a ;;
+        esac
+    fi
     wait_until 60 "$other takes over from $ao" ao_is "$other" "${GW_GROUP[$other]}"
     a=$(acks)
     wait_until 60 "writes through $other after the takeover" acks_past $((a + 20))
-    ha_restore_pair "$ao" "${GW_N[$ao]}" ceph 2
-    mark cluster "$t"
+    if [ "$kind" = isolate ]; then
+        ha_restore "$ao"
+    else
+        ha_restore_pair "$ao" "${GW_N[$ao]}" ceph 2
+    fi
+    mark "$kind" "$t"
     # the fenced gateway, a new process (a new Ceph client): standby
     stop_gw "$ao"
     start_gw "$ao" standby
     wait_until 30 "$ao back, standby" joined "$ao" "${GW_GROUP[$other]}"
-    echo "cluster $i: $ao cut from the cluster ($(echo "both gateway-side cluster-side" |
-        cut -d' ' -f$((side + 1)))): $other took over; $ao restarted standby"
+    if [ "$kind" = isolate ]; then
+        echo "isolate $i: $ao's link cut ($how side): $other took over; $ao restarted standby"
+    else
+        echo "cluster $i: $ao cut from the cluster ($how): $other took over; $ao restarted standby"
+    fi
+}
+
+round_isolate() { round_cluster "$1" isolate; }
+
+# linerate-bench through both gateways (lr_mpath) on LUN 1, the AO gateway cut from the
+# cluster 8 s into its 30 s; it must verify every block it wrote.
+round_bench() {
+    local i=$1 ao other t bench rc
+    ao=$(ao_node gw1)
+    [ "$ao" = gw1 ] && other=gw2 || other=gw1
+    ha_run ini "$BUILD/linerate-bench" --portal "$HA_NET.${GW_N[$other]}:3260" --verify \
+        --sizes 4k --rw randwrite --qd 8 --seconds 30 \
+        "iscsi://$HA_NET.${GW_N[$ao]}:3260/$HA_TARGET/1" >"$HA_WORK/bench$i.out" 2>&1 &
+    bench=$!
+    sleep 8
+    t=$(now)
+    ha_cut_pair "$ao" "${GW_N[$ao]}" ceph 2
+    wait_until 60 "$other takes over from $ao" ao_is "$other" "${GW_GROUP[$other]}"
+    wait "$bench"
+    rc=$?
+    ha_restore_pair "$ao" "${GW_N[$ao]}" ceph 2
+    mark bench "$t"
+    cp "$HA_WORK/bench$i.out" "$HA_WORK/w/" 2>/dev/null
+    [ "$rc" = 0 ] || fail "bench $i: linerate-bench exited $rc: $(tail -n 8 "$HA_WORK/bench$i.out")"
+    stop_gw "$ao"
+    start_gw "$ao" standby
+    wait_until 30 "$ao back, standby" joined "$ao" "${GW_GROUP[$other]}"
+    echo "bench $i: $ao cut from the cluster under linerate-bench --verify:" \
+        "$(grep -o 'longest I/O pause [0-9.]* [a-z]*' "$HA_WORK/bench$i.out" | head -n 1);" \
+        "$(grep -o 'verify passed: [0-9]* blocks' "$HA_WORK/bench$i.out");" \
+        "$other took over"
 }
 
 round_path() {
