@@ -15,8 +15,9 @@
 #   isolate  the active/optimized gateway's whole link (ha_cut: the switch's side, the
 #            node's, or both, in turn): as cluster, and the initiator loses that path too
 #   bench    (not in the default list) linerate's own multipath initiator, linerate-bench
-#            --portal A --portal B --verify on LUN 1 (another image, same gateways), while the
-#            active gateway is cut from the cluster: the bench must verify and say its pause
+#            --portal A --portal B --verify on LUN 1 (another image, same gateways), the
+#            active gateway cut from the cluster halfway through its stamped writes: every
+#            block must read back; its longest pause is printed
 #
 # After the rounds the image is exported (rbd export, from the cluster's namespace) and checked:
 # acknowledged writes lost, stale reads and a fenced gateway's writes on the image must all be
@@ -238,32 +239,38 @@ round_cluster() {
 
 round_isolate() { round_cluster "$1" isolate; }
 
-# linerate-bench through both gateways (lr_mpath) on LUN 1, the AO gateway cut from the
-# cluster 8 s into its 30 s; it must verify every block it wrote.
+# linerate-bench through both gateways (lr_mpath) on LUN 1 with --verify: once half of its
+# stamped writes are acknowledged (--verify-midway, the rest in flight), the AO gateway is cut
+# from the cluster; the bench's I/O resumes when the other has taken over, and every block
+# must read back. Then a 5 s randwrite cell through the new AO.
 round_bench() {
     local i=$1 ao other t bench rc
     ao=$(ao_node gw1)
     [ "$ao" = gw1 ] && other=gw2 || other=gw1
+    rm -f "$HA_WORK/midway" "$HA_WORK/midway.done"
     ha_run ini "$BUILD/linerate-bench" --portal "$HA_NET.${GW_N[$other]}:3260" --verify \
-        --sizes 4k --rw randwrite --qd 8 --seconds 30 \
+        --verify-midway "touch $HA_WORK/midway; while [ ! -e $HA_WORK/midway.done ]; do sleep 0.1; done" \
+        --sizes 4k --rw randwrite --qd 8 --seconds 5 \
         "iscsi://$HA_NET.${GW_N[$ao]}:3260/$HA_TARGET/1" >"$HA_WORK/bench$i.out" 2>&1 &
     bench=$!
-    sleep 8
+    wait_until 120 "the bench's midway point" test -e "$HA_WORK/midway"
     t=$(now)
     ha_cut_pair "$ao" "${GW_N[$ao]}" ceph 2
     wait_until 60 "$other takes over from $ao" ao_is "$other" "${GW_GROUP[$other]}"
+    touch "$HA_WORK/midway.done"
     wait "$bench"
     rc=$?
     ha_restore_pair "$ao" "${GW_N[$ao]}" ceph 2
     mark bench "$t"
     cp "$HA_WORK/bench$i.out" "$HA_WORK/w/" 2>/dev/null
     [ "$rc" = 0 ] || fail "bench $i: linerate-bench exited $rc: $(tail -n 8 "$HA_WORK/bench$i.out")"
+    grep -q "verify passed" "$HA_WORK/bench$i.out" || fail "bench $i: no verify result"
     stop_gw "$ao"
     start_gw "$ao" standby
     wait_until 30 "$ao back, standby" joined "$ao" "${GW_GROUP[$other]}"
-    echo "bench $i: $ao cut from the cluster under linerate-bench --verify:" \
-        "$(grep -o 'longest I/O pause [0-9.]* [a-z]*' "$HA_WORK/bench$i.out" | head -n 1);" \
+    echo "bench $i: $ao cut from the cluster at the bench's --verify midway:" \
         "$(grep -o 'verify passed: [0-9]* blocks' "$HA_WORK/bench$i.out");" \
+        "$(grep -o 'longest I/O pause [0-9.]* [a-z]*' "$HA_WORK/bench$i.out" | head -n 1);" \
         "$other took over"
 }
 
