@@ -159,8 +159,14 @@ def write_until_good(s, lba, data, t0):
 
 
 def blocklist():
-    r = subprocess.run(["ceph", "osd", "blocklist", "ls"], capture_output=True, text=True,
-                       timeout=60)
+    # a 16.2 client may ask before it has the monmap and get EPERM ("problem getting command
+    # descriptions from mon"), as scripts/ceph-mini's cephc says: asked again, as it does
+    for _ in range(6):
+        r = subprocess.run(["ceph", "osd", "blocklist", "ls"], capture_output=True, text=True,
+                           timeout=60)
+        if r.returncode == 0:
+            break
+        time.sleep(0.3)
     return r.stdout + r.stderr
 
 
@@ -253,12 +259,34 @@ def failback(binary_ctl, a, b, sb):
     return sa
 
 
+def wait_stopped(pid, limit_s=30.0):
+    """Until every thread of process pid is stopped (state T in /proc/pid/task/*/stat)."""
+    deadline = time.monotonic() + limit_s
+    while True:
+        states = []
+        for tid in os.listdir("/proc/%d/task" % pid):
+            try:
+                with open("/proc/%d/task/%s/stat" % (pid, tid)) as f:
+                    states.append(f.read().rsplit(")", 1)[1].split()[0])
+            except OSError:
+                pass  # a thread that just ended
+        if states and all(st in "Tt" for st in states):
+            return
+        check(time.monotonic() < deadline, "process %d not stopped %d s after SIGSTOP: %s"
+              % (pid, limit_s, states))
+        time.sleep(0.01)
+
+
 def hung_round(a, b, sa, sb):
     """Step 4: A stopped (hung) with writes queued, fenced, continued: none lands."""
     z = 77
     addr = a.client_addr()
     a.proc.send_signal(signal.SIGSTOP)
     t0 = time.monotonic()
+    # SIGSTOP is delivered to each thread when it next enters the kernel: on a loaded machine a
+    # reactor may still read and run the commands below first, as the AO gateway they then
+    # rightly are (GOOD). Queue them only once every thread of A is stopped.
+    wait_stopped(a.proc.pid)
     # queued in the socket of a process that does not run: A reads them after SIGCONT
     itts = []
 
