@@ -164,8 +164,14 @@ def write_until_good(s, lba, data, t0):
 
 
 def blocklist():
-    r = subprocess.run(["ceph", "osd", "blocklist", "ls"], capture_output=True, text=True,
-                       timeout=60)
+    # a 16.2 client may ask before it has the monmap and get EPERM ("problem getting command
+    # descriptions from mon"), as scripts/ceph-mini's cephc says: asked again, as it does
+    for _ in range(6):
+        r = subprocess.run(["ceph", "osd", "blocklist", "ls"], capture_output=True, text=True,
+                           timeout=60)
+        if r.returncode == 0:
+            break
+        time.sleep(0.3)
     return r.stdout + r.stderr
 
 
