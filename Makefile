@@ -13,7 +13,7 @@ BUILD ?= build
 PREFIX ?= /usr/local
 SYSCONFDIR ?= /etc
 
-.PHONY: all check unit-check asan-check tsan-check interop fuzz torture clean format-check install deb
+.PHONY: all check unit-check asan-check tsan-check interop fuzz torture ha clean format-check install deb
 
 all: $(BUILD)/build.ninja
 	ninja -C $(BUILD)
@@ -81,6 +81,13 @@ SECONDS ?= 600
 torture: all
 	$(BUILD)/tests/torture/torture --target $(BUILD)/linerate-target \
 		--lun-reset tests/torture/lun_reset.py --seconds $(SECONDS) $(if $(SEED),--seed $(SEED))
+
+# Network partitions with the gateways, the Ceph mini cluster and the initiator in network
+# namespaces (tests/ha/partition.sh, docs/ha.md; root): `make ha HA_ROUNDS=50` for the full
+# run. Exits non-zero on any lost write, stale read or fenced write; 77 when it cannot run.
+HA_ROUNDS ?= 2
+ha: all
+	HA_ROUNDS=$(HA_ROUNDS) tests/ha/partition.sh $(BUILD)
 
 # FUZZ_SECONDS=600 make fuzz for a longer run.
 fuzz:

@@ -164,6 +164,7 @@ static void daemon_stop(struct daemon *d)
 {
     /* Per reactor: its connections closed, then its stop; and reactor 0's listeners. */
     struct sync_call *calls = calloc(2 * d->nreactors + 1, sizeof(*calls));
+    int left = 0;
     bool running = d->nthreads_started == d->nreactors && d->nreactors > 0 && calls;
     if (d->srv_ready)
         atomic_store(&d->srv.shutting_down, true);
@@ -179,7 +180,7 @@ static void daemon_stop(struct daemon *d)
                 struct timespec ts = {0, 10 * 1000 * 1000};
                 nanosleep(&ts, NULL);
             }
-            int left = atomic_load(&d->srv.nconns);
+            left = atomic_load(&d->srv.nconns);
             if (left > 0)
                 LOG_WARN("%d connection%s still open after %d ms; stopping anyway", left,
                          left == 1 ? "" : "s", SHUTDOWN_DRAIN_MS);
@@ -202,6 +203,18 @@ static void daemon_stop(struct daemon *d)
     for (unsigned i = 0; i < d->nthreads_started; i++)
         pthread_join(d->threads[i], NULL);
     d->nthreads_started = 0;
+    if (left > 0) {
+        /* A connection outlives the drain only while a command of it is in a store that does
+         * not answer (an rbd LUN cut from its cluster: librbd keeps the request until the
+         * cluster is back). The store will still complete it into its reactor and its LUN, so
+         * neither may be freed, and a last flush would wait as long as the store hangs: the
+         * process ends here, its stores as they are (a store that answered acknowledged
+         * nothing it has not written; the fence keeps a cut gateway's late writes out). */
+        LOG_ERR("%d connection%s still had commands in a store after %d ms: exiting without "
+                "the last flush",
+                left, left == 1 ? "" : "s", SHUTDOWN_DRAIN_MS);
+        _exit(TARGET_EXIT_RUNTIME);
+    }
     /* Listeners never handed to a running reactor 0 (failed start). */
     for (unsigned i = 0; i < d->nlisteners; i++) {
         if (d->listeners[i].fd >= 0) {

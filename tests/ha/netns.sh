@@ -12,6 +12,10 @@
 #   lrhaP-NODE  a node (ini, gw1, gw2, ...): eth0 (10.77.0.N) to s-NODE, and lo
 # ha_cut NODE [both|node|switch] takes the link down on the switch's side, the node's or both
 # (a one-sided cut: the node still sees its carrier go, or not); ha_restore NODE brings both up.
+# ha_ceph NODE N puts scripts/ceph-mini's cluster in node NODE (address $HA_NET.N) and exports
+# CEPH_CONF for the clients of every other node (the file is shared, the network is not);
+# ha_cut_pair A AN B BN / ha_restore_pair A AN B BN cut only the traffic between two nodes (a
+# blackhole route in each, or in one), the rest of their links untouched.
 #
 # Cleanup: on exit and on INT, TERM and HUP the gateways are stopped and the namespaces deleted
 # (which deletes the veths and the bridge). The daemons are started with a parent-death signal
@@ -25,6 +29,8 @@ HA_P="lrha$$"
 HA_NODES=()
 HA_PIDS=()
 HA_WORK=""
+HA_CEPH_DIR=""
+HA_CEPH_MINI=${HA_CEPH_MINI:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)/scripts/ceph-mini}
 
 ha_ns() { echo "$HA_P-$1"; }
 
@@ -34,7 +40,9 @@ ha_sweep_stale() {
     for ns in $(ip netns list 2>/dev/null | awk '{print $1}' | grep -E '^lrha[0-9]+-'); do
         pid=${ns#lrha}
         pid=${pid%%-*}
-        [ -d "/proc/$pid" ] || ip netns del "$ns" 2>/dev/null
+        [ -d "/proc/$pid" ] && continue
+        ha_kill_ns "$ns"
+        ip netns del "$ns" 2>/dev/null
     done
     local dir
     for dir in /tmp/lrha[0-9]*.??????; do
@@ -45,9 +53,18 @@ ha_sweep_stale() {
     done
 }
 
+# Every process left in namespace NS (the Ceph daemons fork away from the harness: neither its
+# pids nor a parent-death signal reach them), by pid.
+ha_kill_ns() {
+    local p
+    for p in $(ip netns pids "$1" 2>/dev/null); do kill -KILL "$p" 2>/dev/null; done
+}
+
 ha_cleanup() {
     local pid n
     trap - EXIT INT TERM HUP
+    [ -n "$HA_CEPH_DIR" ] && "$HA_CEPH_MINI" stop "$HA_CEPH_DIR" >/dev/null 2>&1
+    HA_CEPH_DIR=""
     for pid in "${HA_PIDS[@]}"; do kill -TERM "$pid" 2>/dev/null; done
     for pid in "${HA_PIDS[@]}"; do
         for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
@@ -55,7 +72,10 @@ ha_cleanup() {
         wait "$pid" 2>/dev/null
     done
     HA_PIDS=()
-    for n in "${HA_NODES[@]}"; do ip netns del "$(ha_ns "$n")" 2>/dev/null; done
+    for n in "${HA_NODES[@]}"; do
+        ha_kill_ns "$(ha_ns "$n")"
+        ip netns del "$(ha_ns "$n")" 2>/dev/null
+    done
     ip netns del "$(ha_ns sw)" 2>/dev/null
     HA_NODES=()
     [ -n "$HA_WORK" ] && rm -rf "$HA_WORK"
@@ -133,6 +153,47 @@ ha_cut() {
 ha_restore() {
     ip -n "$(ha_ns sw)" link set "s-$1" up
     ip -n "$(ha_ns "$1")" link set eth0 up
+}
+
+# ha_ceph NODE N: scripts/ceph-mini's one-OSD cluster in NODE (already made with ha_node NODE
+# N), its daemons bound to $HA_NET.N (mon port 6789: the namespace is ours alone), state in
+# $HA_WORK/ceph; exports CEPH_CONF. No mgr unless HA_CEPH_MGR=1 (rbd I/O, locks and blocklists
+# need the mon and the OSD only). Stopped by ha_cleanup. About 10-20 s.
+ha_ceph() {
+    local node=$1 n=$2
+    HA_CEPH_DIR=$HA_WORK/ceph
+    local nomgr=1
+    [ "${HA_CEPH_MGR:-0}" = 1 ] && nomgr=""
+    if ! ha_run "$node" env CEPH_MINI_ADDR="$HA_NET.$n" CEPH_MINI_PORT=6789 \
+        CEPH_MINI_NO_MGR="$nomgr" "$HA_CEPH_MINI" start "$HA_CEPH_DIR" \
+        >"$HA_WORK/ceph.env" 2>"$HA_WORK/ceph.err"; then
+        cat "$HA_WORK/ceph.err" >&2
+        HA_CEPH_DIR=""
+        return 1
+    fi
+    export CEPH_CONF=$HA_CEPH_DIR/ceph.conf
+}
+
+# ha_ceph_cli NODE CMD...: a Ceph client command (rbd, rados, ceph) run from NODE.
+ha_ceph_cli() {
+    local node=$1
+    shift
+    ha_run "$node" env CEPH_CONF="$CEPH_CONF" "$@"
+}
+
+# ha_cut_pair A AN B BN [both|a]; ha_restore_pair A AN B BN: the traffic between nodes A
+# ($HA_NET.AN) and B ($HA_NET.BN) only, cut by a blackhole route to the other in each node's
+# own namespace (no firewall needed), or in A's alone (one-sided: A's packets to B vanish, B's
+# still reach A, whose answers vanish); each node keeps its other links.
+ha_cut_pair() {
+    ha_run "$1" ip route add blackhole "$HA_NET.$4/32" || return 1
+    [ "${5:-both}" = a ] || ha_run "$3" ip route add blackhole "$HA_NET.$2/32"
+}
+
+ha_restore_pair() {
+    ha_run "$1" ip route del blackhole "$HA_NET.$4/32" 2>/dev/null
+    ha_run "$3" ip route del blackhole "$HA_NET.$2/32" 2>/dev/null
+    return 0
 }
 
 HA_TARGET=iqn.2026-11.org.linerate:ha
