@@ -165,7 +165,9 @@ fi
 FIO_MB=24
 t_fio() {
     rm -f /tmp/lat*
-    fio --name=mp --filename="$DM" --direct=1 --ioengine=libaio --iodepth=8 --rw=randwrite \
+    # bounded: I/O that dm-multipath keeps retrying (a path that fails every command but
+    # passes its checker) would otherwise never end
+    timeout 300 fio --name=mp --filename="$DM" --direct=1 --ioengine=libaio --iodepth=8 --rw=randwrite \
         --bs=4k --size=${FIO_MB}M --rate_iops=200 --verify=crc32c --verify_fatal=1 \
         --do_verify=1 --write_lat_log=/tmp/lat --log_avg_msec=0 >/tmp/fio.out 2>&1 &
     fpid=$!
