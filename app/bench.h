@@ -54,6 +54,7 @@ struct bench_opts {
     } portals[LR_MPATH_MAX_PATHS - 1];
     unsigned nportals;
     const char *verify_midway; /* --verify-midway CMD */
+    unsigned verify_paths;     /* --verify-paths N: paths up before --verify reads back */
 };
 
 /* One cell of the table. NAN in a double means "unknown" (printed empty). */

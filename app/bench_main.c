@@ -30,7 +30,8 @@ static void usage(FILE *f)
             "                       login, on 2Ah/06h and on a lost path): active/optimized,\n"
             "                       else active/non-optimized, never standby; a command whose\n"
             "                       path's session died, or that a standby path refused, is\n"
-            "                       issued again on another (within 60 s). One connection\n"
+            "                       issued again on another (within 60 s); a lost path logs\n"
+            "                       in again by itself. One connection\n"
             "                       per path, all of a session's paths on one thread; not\n"
             "                       with --connections above 1 or --inject. Each session's\n"
             "                       paths, their commands and the longest I/O pause are\n"
@@ -48,6 +49,9 @@ static void usage(FILE *f)
             "                       writes are acknowledged, run CMD (sh -c) with the rest\n"
             "                       in flight and I/O held until it returns (e.g. kill a\n"
             "                       gateway, to verify through a failover)\n"
+            "  --verify-paths N     a testing aid with --portal: before --verify reads back,\n"
+            "                       wait (at most 60 s) until N paths are up, so a path that\n"
+            "                       came back (failback) carries the reads\n"
             "  --cmd-timeout MS     each command's timeout in the initiator (default 15000):\n"
             "                       a testing aid, with --verify-midway stopping a target\n"
             "  --format FMT         table (default), csv or json\n"
@@ -387,6 +391,11 @@ static int read_option(int c, const char *arg, struct bench_opts *o, struct opt_
     case 'm':
         o->verify_midway = arg;
         break;
+    case 'W':
+        if (parse_uint(arg, LR_MPATH_MAX_PATHS, &v) < 0)
+            return bad_value(arg);
+        o->verify_paths = (unsigned)v;
+        break;
     case 'T':
         if (parse_uint(arg, 3600000, &v) < 0)
             return bad_value(arg);
@@ -444,6 +453,7 @@ static int parse_opts(int argc, char **argv, struct bench_opts *o)
         {"initiator-name", required_argument, NULL, 'N'},
         {"portal", required_argument, NULL, 'P'},
         {"verify-midway", required_argument, NULL, 'm'},
+        {"verify-paths", required_argument, NULL, 'W'},
         {"cmd-timeout", required_argument, NULL, 'T'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
@@ -473,6 +483,10 @@ static int parse_opts(int argc, char **argv, struct bench_opts *o)
     }
     if (o->verify_midway && !o->verify) {
         fprintf(stderr, "linerate-bench: --verify-midway needs --verify\n");
+        return -1;
+    }
+    if (o->verify_paths && (!o->verify || !o->nportals)) {
+        fprintf(stderr, "linerate-bench: --verify-paths needs --verify and --portal\n");
         return -1;
     }
     return chap_setup(o, w.chap_user, w.chap_mutual, w.chap_file);

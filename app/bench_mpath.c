@@ -89,11 +89,12 @@ void bench_mpath_report(FILE *f, int id, const struct lr_mpath *mp, double pause
             break;
         fprintf(f,
                 "linerate-bench: session %d: path %u %s:%u group %d %s%s: %llu commands "
-                "(%llu failed over to it)\n",
+                "(%llu failed over to it), logged in again %llu times, %llu commands since\n",
                 id, i, pi.host, pi.port, pi.group, lr_alua_state_name(pi.state),
                 pi.lost           ? " (lost)"
                 : pi.login_failed ? " (login failed)"
                                   : "",
-                (unsigned long long)pi.commands, (unsigned long long)pi.reissued);
+                (unsigned long long)pi.commands, (unsigned long long)pi.reissued,
+                (unsigned long long)pi.relogins, (unsigned long long)pi.commands_now);
     }
 }

@@ -58,7 +58,7 @@ struct worker {
     bool stopping;
     unsigned outstanding;
     uint64_t start_ns, next_seq, rng;
-    struct lr_timer *timer, *kill_timer;
+    struct lr_timer *timer, *kill_timer, *paths_timer;
     struct bench_stats st;
     bool lost_reported;
     bool ua_reported;
@@ -86,8 +86,9 @@ struct worker {
     char vfail[256];
     uint64_t vfail_lba;
     bool vfailed;
-    bool midway_ran; /* --verify-midway */
-    char *mp_report; /* what the paths did, kept when the device is destroyed at logout */
+    bool midway_ran;        /* --verify-midway */
+    uint64_t paths_wait_ns; /* --verify-paths: when the wait began, 0 not waiting */
+    char *mp_report;        /* what the paths did, kept when the device is destroyed at logout */
     /* the longest time without a command completing, during cells and --verify */
     uint64_t last_done_ns, max_gap_ns;
 };
@@ -220,6 +221,7 @@ struct reactor *bench_loop_reactor(const struct bench_loop *l)
 
 static void cell_timer(void *arg);
 static void kill_timer(void *arg);
+static void paths_timer(void *arg);
 
 /* A command carried over to another connection completed (ERL 2). */
 static void note_recovered(struct worker *w, uint64_t t)
@@ -280,7 +282,8 @@ struct worker *worker_start(int id, const struct bench_opts *o, bool digest, uin
     w->r = conn_r[0];
     w->timer = lr_timer_new(w->r, cell_timer, w);
     w->kill_timer = lr_timer_new(w->r, kill_timer, w);
-    if (!w->timer || !w->kill_timer) {
+    w->paths_timer = lr_timer_new(w->r, paths_timer, w);
+    if (!w->timer || !w->kill_timer || !w->paths_timer) {
         worker_free(w);
         return NULL;
     }
@@ -744,9 +747,40 @@ static void verify_finish(void *arg)
     finish_step(w);
 }
 
+/* --verify-paths N: true once N paths of the device are up; meanwhile polled every 50 ms, for
+ * at most 60 s (then the verify fails). The wait is no I/O pause: it is left out of it. */
+static bool paths_back(struct worker *w)
+{
+    if (!w->o->verify_paths || !w->mp)
+        return true;
+    uint64_t t = now_ns();
+    if (lr_mpath_paths_up(w->mp) >= w->o->verify_paths) {
+        if (w->paths_wait_ns) {
+            fprintf(stderr,
+                    "linerate-bench: --verify-paths: %u paths up after %.1f ms, reading back\n",
+                    w->o->verify_paths, (t - w->paths_wait_ns) / 1e6);
+            w->last_done_ns = t;
+        }
+        w->paths_wait_ns = 0;
+        return true;
+    }
+    if (!w->paths_wait_ns)
+        w->paths_wait_ns = t;
+    if (t - w->paths_wait_ns > 60000000000ull) {
+        snprintf(w->err, sizeof(w->err), "--verify-paths: only %u of %u paths up after 60 s",
+                 lr_mpath_paths_up(w->mp), w->o->verify_paths);
+        w->failed = true;
+        return true;
+    }
+    lr_timer_start(w->paths_timer, 50);
+    return false;
+}
+
 static void verify_done(struct worker *w)
 {
     if (w->outstanding)
+        return;
+    if (w->step == WS_VERIFY_WRITE && !w->failed && !paths_back(w))
         return;
     if (w->step == WS_VERIFY_WRITE && !w->failed) {
         w->step = WS_VERIFY_READ;
@@ -758,6 +792,14 @@ static void verify_done(struct worker *w)
         w->step = WS_IDLE; /* once: a late completion finds nothing left to finish */
         verify_finish(w);
     }
+}
+
+static void paths_timer(void *arg)
+{
+    struct worker *w = arg;
+    wlock(w);
+    verify_done(w);
+    wunlock(w);
 }
 
 /* --verify-midway CMD: once half the chunks are written, with the others outstanding, CMD
@@ -877,6 +919,7 @@ static void do_verify(void *arg)
     w->vconn = calloc(w->vchunks ? w->vchunks : 1, 1);
     w->vcross = 0;
     w->midway_ran = false;
+    w->paths_wait_ns = 0;
     w->last_done_ns = now_ns();
     w->vnconns = conns_up_now(w);
     w->vnext = w->vdone = 0;
@@ -969,6 +1012,7 @@ void worker_free(struct worker *w)
     free(w->mp_report);
     lr_timer_free(w->timer);
     lr_timer_free(w->kill_timer);
+    lr_timer_free(w->paths_timer);
     free(w->mem);
     free(w->vconn);
     free(w->stalls);

@@ -155,12 +155,8 @@ int ctl_import_ceph_main(const char *socket, unsigned wait_s, int argc, char **a
     }
     /* the configs name the secrets file by an absolute path (linerate.conf(5)) */
     char abs[PATH_MAX];
-    if (imp_secrets_abs(secrets, abs, sizeof(abs)) < 0) {
-        fputs("linerate-ctl import: --secrets: path too long, or with a character a line of "
-              "linerate.conf cannot hold (newline, ' #', a blank at its end)\n",
-              stderr);
+    if (imp_secrets_abs(secrets, abs, sizeof(abs)) < 0)
         return CTL_EXIT_USAGE;
-    }
     char err[1024], *text = NULL;
     size_t len = 0;
     if (read_source(src, &text, &len, err, sizeof(err)) < 0) {
@@ -182,10 +178,7 @@ int ctl_import_ceph_main(const char *socket, unsigned wait_s, int argc, char **a
     int rc = r.lossy ? CTL_EXIT_FAILED : CTL_EXIT_OK;
     struct stat st;
     if (*r.secrets && !secrets) {
-        fprintf(stderr,
-                "linerate-ctl import: %s has CHAP secrets: give --secrets FILE; nothing "
-                "written\n",
-                src);
+        imp_no_secrets(src);
         rc = CTL_EXIT_USAGE;
     } else if (out && !gw && (stat(out, &st) < 0 || !S_ISDIR(st.st_mode))) {
         fprintf(stderr,
@@ -199,11 +192,8 @@ int ctl_import_ceph_main(const char *socket, unsigned wait_s, int argc, char **a
         for (size_t i = 0; i < r.ngw; i++)
             printf("%s# ---- gateway %s\n%s", i ? "\n" : "", r.gw[i].host, r.gw[i].conf);
     }
-    if (rc != CTL_EXIT_USAGE) {
-        fputs(r.report, stderr);
-        if (r.lossy)
-            fputs("linerate-ctl import: some of what hosts see was NOT CARRIED (above)\n", stderr);
-    }
+    if (rc != CTL_EXIT_USAGE)
+        imp_report(r.report, r.lossy);
     ceph_import_free(&r);
     return rc;
 }

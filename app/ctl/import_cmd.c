@@ -93,12 +93,8 @@ int ctl_import_main(const char *socket, unsigned wait_s, int argc, char **argv)
         return check(socket, wait_s, file);
     /* the config names the secrets file by an absolute path (linerate.conf(5)) */
     char abs[PATH_MAX];
-    if (imp_secrets_abs(secrets, abs, sizeof(abs)) < 0) {
-        fputs("linerate-ctl import: --secrets: path too long, or with a character a line of "
-              "linerate.conf cannot hold (newline, ' #', a blank at its end)\n",
-              stderr);
+    if (imp_secrets_abs(secrets, abs, sizeof(abs)) < 0)
         return CTL_EXIT_USAGE;
-    }
     struct lio_import r;
     char err[1024];
     if (lio_import(file, abs, &r, err, sizeof(err)) < 0) {
@@ -107,10 +103,7 @@ int ctl_import_main(const char *socket, unsigned wait_s, int argc, char **argv)
     }
     int rc = r.lossy ? CTL_EXIT_FAILED : CTL_EXIT_OK;
     if (*r.secrets && !secrets) {
-        fprintf(stderr,
-                "linerate-ctl import: %s has CHAP secrets: give --secrets FILE; nothing "
-                "written\n",
-                file);
+        imp_no_secrets(file);
         rc = CTL_EXIT_USAGE;
     } else if ((*r.secrets || out) &&
                write_both(*r.secrets ? secrets : NULL, r.secrets, out, r.conf) < 0) {
@@ -118,11 +111,8 @@ int ctl_import_main(const char *socket, unsigned wait_s, int argc, char **argv)
     } else if (!out) {
         fputs(r.conf, stdout);
     }
-    if (rc != CTL_EXIT_USAGE) {
-        fputs(r.report, stderr);
-        if (r.lossy)
-            fputs("linerate-ctl import: some of what hosts see was NOT CARRIED (above)\n", stderr);
-    }
+    if (rc != CTL_EXIT_USAGE)
+        imp_report(r.report, r.lossy);
     lio_import_free(&r);
     return rc;
 }

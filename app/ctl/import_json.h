@@ -61,8 +61,14 @@ char *imp_secrets_text(struct imp *c);
 int imp_write_all(const char *const *paths, const char *const *texts, const mode_t *modes,
                   size_t n);
 /* The path a config's `chap-secrets` line names for --secrets `secrets` (NULL: a placeholder):
- * absolute, as linerate.conf(5) wants it. 0, or -1 when it does not fit in `len`. */
+ * absolute, as linerate.conf(5) wants it. 0, or -1 when it does not fit in `len` or a line of
+ * linerate.conf cannot hold it (said on stderr). */
 int imp_secrets_abs(const char *secrets, char *abs, size_t len);
+/* On stderr: `src` has CHAP secrets and no --secrets was given, so nothing is written. */
+void imp_no_secrets(const char *src);
+/* On stderr, at the end of an import that was not refused: its report, and a last line when
+ * some of what hosts see was not carried (lossy). */
+void imp_report(const char *report, bool lossy);
 /* `s` may be written into a line of linerate.conf (a value or a comment) and read back whole:
  * no control character, no " #", no blank at its end. */
 bool imp_line_ok(const char *s);

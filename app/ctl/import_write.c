@@ -206,7 +206,27 @@ int imp_secrets_abs(const char *secrets, char *abs, size_t len)
         n = snprintf(abs, len, "%s/%s", cwd, secrets);
     else
         n = snprintf(abs, len, "%s", secrets);
-    return n < 0 || (size_t)n >= len || !imp_line_ok(abs) ? -1 : 0;
+    if (n < 0 || (size_t)n >= len || !imp_line_ok(abs)) {
+        fputs("linerate-ctl import: --secrets: path too long, or with a character a line of "
+              "linerate.conf cannot hold (newline, ' #', a blank at its end)\n",
+              stderr);
+        return -1;
+    }
+    return 0;
+}
+
+void imp_no_secrets(const char *src)
+{
+    fprintf(stderr,
+            "linerate-ctl import: %s has CHAP secrets: give --secrets FILE; nothing written\n",
+            src);
+}
+
+void imp_report(const char *report, bool lossy)
+{
+    fputs(report, stderr);
+    if (lossy)
+        fputs("linerate-ctl import: some of what hosts see was NOT CARRIED (above)\n", stderr);
 }
 
 bool imp_line_ok(const char *s)

@@ -19,8 +19,12 @@
  *   on the same path when the session came back, elsewhere when it gave up.
  *   The data of a WRITE issued again is the caller's buffer, unchanged (it must stay valid
  *   and unchanged until done() runs, as for lr_scsi).
+ * A COMPARE AND WRITE issued again after its path died may find its own first copy landed:
+ * on MISCOMPARE its blocks are read back, and GOOD is reported when they hold its write data
+ * (what ESXi does for its ATS heartbeat; any other content is a real miscompare).
  * Anything else (CHECK CONDITION of the command itself, a failure with the session still up)
- * is the final status. No call here is thread-safe; everything runs on the reactor given. */
+ * is the final status. A lost path logs in again by itself (lr_mpath_login). No call here is
+ * thread-safe; everything runs on the reactor given. */
 #ifndef LINERATE_MULTIPATH_H
 #define LINERATE_MULTIPATH_H
 
@@ -67,7 +71,10 @@ void lr_mpath_destroy(struct lr_mpath *m);
  * through it: each port's word on its own group counts).
  * done(): LR_OK once at least one path is logged in and the states are known (a target
  * without RTPG: every path counts as active/optimized), else the first path's failure.
- * A path that cannot log in stays down. Returns 0, or -1 (already logged in, no memory). */
+ * A path that cannot log in, or whose session is lost later, logs in again by itself (after
+ * 100 ms, doubling to at most 5 s apart, until logout or destroy) and carries I/O again once
+ * RTPG says its state allows it (failback to an active/optimized path). Returns 0, or -1
+ * (already logged in, no memory). */
 int lr_mpath_login(struct lr_mpath *m, lr_done_fn done, void *arg);
 /* Logs out every live path; done() once all answered or were lost (LR_OK). */
 int lr_mpath_logout(struct lr_mpath *m, lr_done_fn done, void *arg);
@@ -85,13 +92,15 @@ int lr_mpath_read_capacity(struct lr_mpath *m, lr_capacity_fn done, void *arg);
 struct lr_mpath_path_info {
     const char *host;
     uint16_t port;
-    bool up;                         /* logged in and not lost */
+    bool up;                         /* logged in, not lost, its state asked (RTPG) */
     bool lost;                       /* its session was lost after login */
     bool login_failed;               /* it never logged in */
     int group;                       /* target port group, -1 unknown */
     uint8_t state;                   /* enum lr_alua_state of that group, as last reported */
     uint64_t commands;               /* commands completed on it (final status) */
     uint64_t reissued;               /* of those, commands that had failed over from another path */
+    uint64_t relogins;               /* times it logged in again after a loss or a failed login */
+    uint64_t commands_now;           /* commands completed on its current session */
     bool header_digest, data_digest; /* CRC32C negotiated (while up) */
 };
 unsigned lr_mpath_paths_up(const struct lr_mpath *m);
@@ -100,5 +109,9 @@ bool lr_mpath_path_info(const struct lr_mpath *m, unsigned i, struct lr_mpath_pa
 /* Paths that died (sessions lost) so far, and how many times a command was issued again
  * (after a lost path, a unit attention 2Ah/06h or a NOT READY of a port not active). */
 void lr_mpath_counts(const struct lr_mpath *m, uint64_t *paths_lost, uint64_t *reissued);
+/* COMPARE AND WRITEs issued again after a path died that came back MISCOMPARE and were read
+ * back (checked), and of those the ones whose blocks held their own write data (landed:
+ * reported GOOD, the miscompare was their own first copy's doing). */
+void lr_mpath_caw_counts(const struct lr_mpath *m, uint64_t *checked, uint64_t *landed);
 
 #endif

@@ -11,14 +11,20 @@ struct bs *bs_null_open(uint64_t size, char *err, size_t errlen);
 /* prealloc: the memory is allocated (and touched) now and the LUN is fully provisioned. */
 struct bs *bs_ram_open(uint64_t size, bool prealloc, char *err, size_t errlen);
 /* READs of at least the LUN option ",send-min=SIZE" are sent from the RAM LUN's memory in
- * place (bs_ops read_pin), shorter ones copied out. Off (every READ copied) unless asked for:
- * a reader that stops reading keeps its pins, and so holds other hosts' overlapping WRITEs,
- * until the target drops it (docs/performance.md, "RAM LUN reads without the copy"). */
-#define BS_RAM_SEND_MIN UINT64_MAX
+ * place (bs_ops read_pin), shorter ones copied out (",send-min=off": every READ). The default
+ * is measured, and safe for shared LUNs since a stalled reader's queued Data-In is copied away
+ * after a second (iSCSI rsp_unpin_stalled): docs/performance.md, "RAM LUN reads without the
+ * copy". */
+#define BS_RAM_SEND_MIN (16u * 1024u)
 void bs_ram_set_send_min(struct bs *bs, uint64_t min);
 /* size 0: use the file's or device's own size. */
 struct bs *bs_file_open(const char *path, uint64_t size, bool direct, bool read_only, char *err,
                         size_t errlen);
+/* ",send-min=SIZE" on a file LUN opened without direct: READs of at least SIZE whose pages are
+ * in the page cache are sent from a mapping of the file (bs_ops read_pin); UINT64_MAX (the
+ * default): every READ is read into a buffer. Opt-in: a file shrunk under the LUN makes a CRC
+ * over the mapping fault (docs/performance.md, "File LUN reads from the page cache"). */
+void bs_file_set_send_min(struct bs *bs, uint64_t min);
 
 /* rbd:POOL/IMAGE (bs_rbd.c, built when librbd is found: LR_HAVE_RBD). Empty strings mean "the
  * default": conf the Ceph search path ($CEPH_CONF, /etc/ceph/ceph.conf), client_id "admin". */

@@ -9,6 +9,7 @@
 
 #include "initiator/alua.h"
 #include "initiator/cdb.h"
+#include "initiator/mpath_caw.h"
 #include "initiator/mpath_pick.h"
 #include "linerate/multipath.h"
 #include "util/bytes.h"
@@ -18,6 +19,11 @@
 #define MP_POLL_MS 200    /* RTPG again while commands wait for a usable path */
 #define MP_RTPG_RETRIES 8 /* unit attentions in a row on RTPG (each is reported once) */
 #define MP_MAX_GROUPS 16
+/* A lost path logs in again after 100 ms, then 200, 400... at most 5 s apart: a gateway that
+ * restarts is used again within seconds, one that stays down costs a connect every 5 s. */
+#define MP_RELOGIN_FIRST_MS 100
+#define MP_RELOGIN_MAX_MS 5000
+#define MP_RELOGIN_LOG_EVERY 12
 
 enum mp_pstate { MP_IDLE, MP_LOGGING_IN, MP_PROBING, MP_UP, MP_DEAD, MP_LOGGED_OUT };
 
@@ -32,6 +38,15 @@ struct mp_path {
     int group;
     uint8_t state;
     uint64_t commands, reissued;
+    /* logging in again after a loss (or a failed login): when, how many times, how often it
+     * failed in a row; gen counts its sessions, so a command knows it ran on an older one */
+    struct lr_timer *relogin;
+    uint32_t relogin_ms;
+    bool relogging;
+    bool fresh; /* logged in again, its own RTPG not answered yet: no I/O (see on_rtpg) */
+    unsigned relogin_fails;
+    uint64_t relogins, commands_now;
+    uint32_t gen;
     /* its RTPG: one at a time; asked again meanwhile, it runs after (rtpg_again) */
     bool rtpg_busy, rtpg_again;
     unsigned rtpg_ua;    /* unit attentions in a row on it */
@@ -49,10 +64,13 @@ struct mp_cmd {
     lr_done_fn done;
     void *arg;
     uint64_t deadline_ms;
-    uint32_t died_on; /* paths whose session was lost under it: never tried again */
-    int path;         /* where it is now, -1 waiting */
-    int last_path;    /* where it was last sent, -1 never */
-    bool moved;       /* issued again on another path */
+    uint32_t died_on;  /* paths whose session was lost under it: never tried again */
+    int path;          /* where it is now, -1 waiting */
+    uint32_t gen;      /* the session of that path it went to (mp_path.gen) */
+    int last_path;     /* where it was last sent, -1 never */
+    bool moved;        /* issued again on another path */
+    bool unsure;       /* a copy went out on a path that died under it: it may have run */
+    uint8_t *readback; /* a CAW's blocks read back after a MISCOMPARE (caw_check) */
     bool have_last;
     struct lr_result last; /* the latest failure, final when no path is left */
 };
@@ -74,8 +92,9 @@ struct lr_mpath {
     bool login_rtpg;            /* login waits for every live path's RTPG answer */
     struct lr_result login_err; /* the first path's login failure */
     bool login_err_set;
-    bool destroying;
+    bool destroying, stopping; /* stopping: logout asked, no path logs in again */
     uint64_t paths_lost, reissued;
+    uint64_t caw_checked, caw_landed;
 };
 
 static uint64_t now_ms(void)
@@ -119,6 +138,7 @@ static void finish(struct mp_cmd *c, const struct lr_result *res)
     r.conn = c->path;
     if (c->path >= 0 && (res->err == LR_OK || res->err == LR_SCSI_STATUS)) {
         m->paths[c->path].commands++;
+        m->paths[c->path].commands_now += c->gen == m->paths[c->path].gen;
         m->paths[c->path].reissued += c->moved;
     }
     lr_done_fn done = c->done;
@@ -181,7 +201,7 @@ static int pick(struct lr_mpath *m, uint32_t exclude)
 {
     struct ini_mpath_cand cand[LR_MPATH_MAX_PATHS];
     for (unsigned i = 0; i < m->npaths; i++) {
-        cand[i].up = m->paths[i].st == MP_UP;
+        cand[i].up = m->paths[i].st == MP_UP && !m->paths[i].fresh;
         cand[i].state = m->no_alua ? LR_ALUA_AO : m->paths[i].state;
     }
     return ini_mpath_pick(cand, m->npaths, exclude, &m->rr);
@@ -212,6 +232,7 @@ static void submit(struct lr_mpath *m, struct mp_cmd *c)
         if (c->last_path >= 0 && c->last_path != i)
             c->moved = true;
         c->path = c->last_path = i;
+        c->gen = p->gen;
         if (lr_scsi(p->s, c->cdb, c->cdb_len, c->dir, c->buf, c->len, on_cmd, c) == 0)
             return;
         /* refused: the session has no connection left (the command never left), or no
@@ -248,7 +269,7 @@ static bool lost_kind(enum lr_err e)
  * recovery (ERL 2, or a login after a logout the target asked for) over, or we destroyed it. */
 static bool session_gone(const struct mp_path *p)
 {
-    if (p->st == MP_DEAD)
+    if (p->st == MP_DEAD || !p->s)
         return true;
     struct lr_session_info info;
     lr_session_get_info(p->s, &info);
@@ -267,7 +288,7 @@ static bool recovery_kind(const struct mp_path *p, const struct lr_result *res)
 
 static bool session_recovering(const struct mp_path *p)
 {
-    if (p->st == MP_DEAD)
+    if (p->st == MP_DEAD || !p->s)
         return false;
     struct lr_session_info info;
     lr_session_get_info(p->s, &info);
@@ -280,6 +301,7 @@ static bool session_recovering(const struct mp_path *p)
  * by the original; it waits for the recovery to end (held_check). */
 static void hold(struct lr_mpath *m, struct mp_cmd *c, const struct lr_result *res)
 {
+    c->unsure = true;
     c->last = *res;
     c->have_last = true;
     c->next = m->held;
@@ -304,6 +326,52 @@ static void not_here(struct lr_mpath *m, struct mp_path *p, uint8_t state)
         p->state = state;
     }
     refresh(m);
+}
+
+static void caw_read_done(void *arg, const struct lr_result *res)
+{
+    struct mp_cmd *c = arg;
+    struct lr_mpath *m = c->m;
+    uint32_t half = c->len / 2;
+    bool landed = res->err == LR_OK && res->residual == 0 &&
+                  ini_caw_landed(c->buf, c->len, c->readback, half);
+    free(c->readback);
+    c->readback = NULL;
+    if (!landed) {
+        finish(c, &c->last); /* a real miscompare, or the read failed: as answered */
+        return;
+    }
+    m->caw_landed++;
+    LOG_INFO("multipath: COMPARE AND WRITE issued again miscompared, but its blocks hold its "
+             "data: its first copy landed; GOOD");
+    struct lr_result ok = {.err = LR_OK};
+    finish(c, &ok);
+}
+
+/* A COMPARE AND WRITE whose earlier copy went out on a path that died (c->unsure) came back
+ * MISCOMPARE: that copy may have run, and this one compared against its data. Read the
+ * blocks back (through the device: on any path) and report GOOD when they hold this
+ * command's write data, as ESXi does for its ATS heartbeat. Any other content is a real
+ * miscompare, reported as answered; so is a failed read. True when the check is under way. */
+static bool caw_check(struct mp_cmd *c, const struct lr_result *res)
+{
+    struct lr_mpath *m = c->m;
+    uint64_t lba;
+    uint32_t blocks;
+    if (!ini_caw_miscompare(c->cdb, c->cdb_len, res, &lba, &blocks) || c->len % 2)
+        return false;
+    m->caw_checked++;
+    c->last = *res;
+    c->readback = malloc(c->len / 2);
+    if (!c->readback)
+        return false;
+    uint8_t cdb[16];
+    unsigned n = ini_cdb_rw(cdb, false, lba, blocks);
+    if (lr_mpath_scsi(m, cdb, n, LR_DIR_READ, c->readback, c->len / 2, caw_read_done, c) == 0)
+        return true;
+    free(c->readback);
+    c->readback = NULL;
+    return false;
 }
 
 static void on_cmd(void *arg, const struct lr_result *res)
@@ -343,10 +411,13 @@ static void on_cmd(void *arg, const struct lr_result *res)
     }
     if (lost_kind(res->err) && session_gone(p)) {
         c->died_on |= 1u << c->path;
+        c->unsure = true;
         path_dead(p, res->what ? res->what : lr_err_name(res->err));
         again(c, res);
         return;
     }
+    if (c->unsure && caw_check(c, res))
+        return;
     finish(c, res);
 }
 
@@ -457,6 +528,88 @@ int lr_mpath_read_capacity(struct lr_mpath *m, lr_capacity_fn done, void *arg)
 
 /* ---- paths: death, RTPG ---- */
 
+static void relogin_later(struct mp_path *p)
+{
+    struct lr_mpath *m = p->m;
+    if (m->destroying || m->stopping)
+        return;
+    if (!p->relogin_ms)
+        p->relogin_ms = MP_RELOGIN_FIRST_MS;
+    lr_timer_start(p->relogin, p->relogin_ms);
+    p->relogin_ms = p->relogin_ms * 2 > MP_RELOGIN_MAX_MS ? MP_RELOGIN_MAX_MS : p->relogin_ms * 2;
+}
+
+static void on_path_login(void *arg, const struct lr_result *res);
+
+/* A lost path (or one that never logged in) logs in again with a new session: a new I_T
+ * nexus, so nothing of the lost one's tasks can reach the target through it (the commands
+ * that died on the path are still never sent to it again, see died_on). It carries I/O once
+ * its VPD 0x83 and RTPG answered, when its state says so (mpath_pick: AO first). */
+static void relogin(void *arg)
+{
+    struct mp_path *p = arg;
+    struct lr_mpath *m = p->m;
+    if (m->destroying || m->stopping || p->st != MP_DEAD || p->s)
+        return;
+    struct lr_session_opts so = m->o.session;
+    so.host = p->host;
+    so.port = p->port;
+    p->s = lr_session_create(m->r, &so);
+    if (!p->s) {
+        relogin_later(p);
+        return;
+    }
+    p->gen++;
+    p->group = -1;
+    p->state = LR_ALUA_UNKNOWN;
+    p->rtpg_busy = p->rtpg_again = false;
+    p->rtpg_ua = 0;
+    p->relogging = true;
+    p->fresh = true;
+    p->st = MP_LOGGING_IN;
+    if (lr_session_login(p->s, on_path_login, p) < 0) {
+        p->st = MP_DEAD;
+        lr_timer_start(m->reap, 0);
+    }
+}
+
+/* The end of a login again: up (its state asked at once), or dead and tried later. */
+static void relogin_end(struct mp_path *p, const struct lr_result *res)
+{
+    struct lr_mpath *m = p->m;
+    p->relogging = false;
+    if (m->destroying)
+        return; /* lr_mpath_destroy ends the session itself */
+    if (m->stopping) {
+        p->st = MP_DEAD; /* logging out: no new path now */
+        lr_timer_start(m->reap, 0);
+        return;
+    }
+    if (p->st == MP_UP) {
+        LOG_WARN("multipath: path %u (%s:%u) logged in again (target port group %d) after %u "
+                 "failed attempt%s",
+                 p->idx, p->host, p->port, p->group, p->relogin_fails,
+                 p->relogin_fails == 1 ? "" : "s");
+        p->relogins++;
+        p->login_failed = false;
+        p->commands_now = 0;
+        p->relogin_ms = 0;
+        p->relogin_fails = 0;
+        refresh(m); /* its state, and the others' (the gateway's return may be a failback) */
+        return;
+    }
+    /* one line on the first failure, then one on every twelfth (about a minute apart once at
+     * the longest interval), not one per attempt */
+    if (++p->relogin_fails % MP_RELOGIN_LOG_EVERY == 1)
+        LOG_WARN("multipath: path %u (%s:%u) login again failed (%u in a row): %s", p->idx, p->host,
+                 p->port, p->relogin_fails,
+                 res && res->what ? res->what
+                 : res            ? lr_err_name(res->err)
+                                  : "no session");
+    p->st = MP_DEAD;
+    lr_timer_start(m->reap, 0); /* destroys the session, then relogin_later() */
+}
+
 /* Sessions of dead paths are destroyed here, outside their own callbacks. */
 static void reap(void *arg)
 {
@@ -467,6 +620,7 @@ static void reap(void *arg)
             struct lr_session *s = p->s;
             lr_session_destroy(s); /* its commands not yet completed come back: again() */
             p->s = NULL;
+            relogin_later(p);
         }
     }
 }
@@ -476,10 +630,10 @@ static void path_dead(struct mp_path *p, const char *why)
     struct lr_mpath *m = p->m;
     if (p->st == MP_DEAD)
         return;
-    LOG_WARN("multipath: path %u (%s:%u, group %d) lost: %s; %u path%s left", p->idx, p->host,
-             p->port, p->group, why, lr_mpath_paths_up(m) - 1,
-             lr_mpath_paths_up(m) == 2 ? "" : "s");
     p->st = MP_DEAD;
+    unsigned left = lr_mpath_paths_up(m);
+    LOG_WARN("multipath: path %u (%s:%u, group %d) lost: %s; %u path%s left", p->idx, p->host,
+             p->port, p->group, why, left, left == 1 ? "" : "s");
     m->paths_lost++;
     lr_timer_start(m->reap, 0);
     refresh(m); /* a path lost may mean a state changed elsewhere (a failover) */
@@ -596,6 +750,10 @@ static void on_rtpg(void *arg, const struct lr_result *res)
                  res->what ? res->what : lr_err_name(res->err));
         p->rtpg_ua = 0;
     }
+    /* its own RTPG ran (a new nexus's unit attentions taken by it, not by a caller's command)
+     * or gave up: a path logged in again may carry I/O from now on, by its state */
+    if (!p->rtpg_again)
+        p->fresh = false;
     if (p->rtpg_again)
         path_refresh(p);
     login_maybe_done(m);
@@ -613,7 +771,8 @@ static void held_check(struct lr_mpath *m)
     while (c) {
         struct mp_cmd *next = c->next;
         struct mp_path *p = &m->paths[c->path];
-        if (session_recovering(p) && now_ms() < c->deadline_ms) {
+        bool old = c->gen != p->gen; /* its session was lost and the path logged in anew */
+        if (!old && session_recovering(p) && now_ms() < c->deadline_ms) {
             link = &c->next;
             c = next;
             continue;
@@ -623,7 +782,9 @@ static void held_check(struct lr_mpath *m)
         if (now_ms() >= c->deadline_ms) {
             finish(c, &res);
         } else {
-            if (session_gone(p)) {
+            if (old) {
+                c->died_on |= 1u << c->path;
+            } else if (session_gone(p)) {
                 c->died_on |= 1u << c->path;
                 path_dead(p, res.what ? res.what : lr_err_name(res.err));
             }
@@ -671,6 +832,10 @@ static void on_vpd(void *arg, const struct lr_result *res)
     } else {
         p->st = MP_UP;
     }
+    if (p->relogging) {
+        relogin_end(p, res);
+        return;
+    }
     LOG_INFO("multipath: path %u (%s:%u) logged in, target port group %d", p->idx, p->host, p->port,
              p->group);
     login_one_done(m);
@@ -680,6 +845,13 @@ static void on_path_login(void *arg, const struct lr_result *res)
 {
     struct mp_path *p = arg;
     struct lr_mpath *m = p->m;
+    if (m->destroying)
+        return;
+    if (p->relogging && (res->err != LR_OK || m->stopping)) {
+        p->st = MP_DEAD;
+        relogin_end(p, res);
+        return;
+    }
     if (res->err != LR_OK) {
         LOG_WARN("multipath: path %u (%s:%u) login failed: %s", p->idx, p->host, p->port,
                  res->what ? res->what : lr_err_name(res->err));
@@ -699,7 +871,10 @@ static void on_path_login(void *arg, const struct lr_result *res)
     ini_alua_vpd83_cdb(cdb, MP_BUF);
     if (lr_scsi(p->s, cdb, 6, LR_DIR_READ, p->buf, MP_BUF, on_vpd, p) < 0) {
         p->st = MP_UP;
-        login_one_done(m);
+        if (p->relogging)
+            relogin_end(p, NULL);
+        else
+            login_one_done(m);
     }
 }
 
@@ -751,6 +926,9 @@ static void on_path_logout(void *arg, const struct lr_result *res)
 int lr_mpath_logout(struct lr_mpath *m, lr_done_fn done, void *arg)
 {
     lr_timer_stop(m->poll);
+    m->stopping = true;
+    for (unsigned i = 0; i < m->npaths; i++)
+        lr_timer_stop(m->paths[i].relogin);
     m->logout_done = done;
     m->logout_arg = arg;
     m->logout_pending = 1;
@@ -807,6 +985,9 @@ struct lr_mpath *lr_mpath_create(struct reactor *r, const struct lr_mpath_opts *
         p->state = LR_ALUA_UNKNOWN;
         snprintf(p->host, sizeof(p->host), "%s", o->hosts[i] ? o->hosts[i] : "");
         p->port = o->ports[i] ? o->ports[i] : 3260;
+        p->relogin = lr_timer_new(r, relogin, p);
+        if (!p->relogin)
+            goto fail;
         struct lr_session_opts so = o->session;
         so.host = p->host;
         so.port = p->port;
@@ -849,6 +1030,8 @@ void lr_mpath_destroy(struct lr_mpath *m)
         finish(c, &r);
         c = next;
     }
+    for (unsigned i = 0; i < m->npaths; i++)
+        lr_timer_free(m->paths[i].relogin);
     lr_timer_free(m->poll);
     lr_timer_free(m->reap);
     free(m->cmds);
@@ -859,7 +1042,7 @@ unsigned lr_mpath_paths_up(const struct lr_mpath *m)
 {
     unsigned n = 0;
     for (unsigned i = 0; i < m->npaths; i++)
-        n += m->paths[i].st == MP_UP;
+        n += m->paths[i].st == MP_UP && !m->paths[i].fresh;
     return n;
 }
 
@@ -871,13 +1054,15 @@ bool lr_mpath_path_info(const struct lr_mpath *m, unsigned i, struct lr_mpath_pa
     *out = (struct lr_mpath_path_info){
         .host = p->host,
         .port = p->port,
-        .up = p->st == MP_UP,
+        .up = p->st == MP_UP && !p->fresh,
         .lost = p->st == MP_DEAD && !p->login_failed,
         .login_failed = p->login_failed,
         .group = p->group,
         .state = m->no_alua ? LR_ALUA_AO : p->state,
         .commands = p->commands,
         .reissued = p->reissued,
+        .relogins = p->relogins,
+        .commands_now = p->commands_now,
     };
     if (p->s && p->st == MP_UP) {
         struct lr_session_info info;
@@ -892,4 +1077,10 @@ void lr_mpath_counts(const struct lr_mpath *m, uint64_t *paths_lost, uint64_t *r
 {
     *paths_lost = m->paths_lost;
     *reissued = m->reissued;
+}
+
+void lr_mpath_caw_counts(const struct lr_mpath *m, uint64_t *checked, uint64_t *landed)
+{
+    *checked = m->caw_checked;
+    *landed = m->caw_landed;
 }

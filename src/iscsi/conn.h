@@ -185,7 +185,9 @@ struct iscsi_conn {
     /* liveness */
     struct reactor_timer timer;
     uint64_t last_rx_ms;
-    uint64_t last_rx_ns; /* when the read that brought the last PDU header returned */
+    uint64_t last_rx_ns;    /* when the read that brought the last PDU header returned */
+    uint64_t tick_tx_bytes; /* w.stats.tx_bytes at the last tick (rsp_unpin_stalled) */
+    uint64_t tick_txq_data; /* w.txq_data at the last tick */
     bool nop_outstanding;
     uint64_t nop_sent_ms;
     uint32_t nop_ttt;

@@ -227,6 +227,15 @@ static int conn_timer_check(struct iscsi_conn *c)
             return ISCSI_ERR_DISCOVERY_IDLE;
         if (c->session)
             session_check_gap(c->session, now);
+        /* The socket is full and has not taken in a whole tick what was queued at its start
+         * (the queue is FIFO): a reader that stopped, or reads too slowly to clear a second's
+         * backlog in a second. A fast reader that keeps the socket full clears it, and is left
+         * alone. */
+        bool stalled = c->w.want_write && c->w.stats.tx_bytes - c->tick_tx_bytes < c->tick_txq_data;
+        c->tick_tx_bytes = c->w.stats.tx_bytes;
+        c->tick_txq_data = c->w.txq_data;
+        if (stalled && rsp_unpin_stalled(c) < 0)
+            return ISCSI_ERR_NOMEM;
         int rc = conn_erl(c) >= 1 ? dataout_check_stalled(c, now) : dataout_check_timeout(c, now);
         if (rc < 0)
             return rc;

@@ -227,6 +227,31 @@ int rsp_queue_data_in(struct iscsi_conn *c, struct iscsi_task *t, uint32_t datas
     return ISCSI_OK;
 }
 
+/* Queued PDUs of READs sent from a RAM LUN in place (their task still pins the pages). */
+static enum wire_forget pinned_pdu(struct wire_pdu *p, void *arg)
+{
+    (void)arg;
+    if (p->sent != task_pdu_sent || p->owned)
+        return WIRE_FORGET_NOT;
+    struct iscsi_task *t = p->arg;
+    return scsi_task_pinned(&t->scsi) ? WIRE_FORGET_COPY : WIRE_FORGET_NOT;
+}
+
+int rsp_unpin_stalled(struct iscsi_conn *c)
+{
+    if (wire_forget(&c->w, pinned_pdu, NULL) < 0)
+        return ISCSI_ERR_NOMEM; /* the engine closed: the queue and its pins are gone */
+    /* Every queued Data-In now sends from its own copy (the same bytes: the digests computed
+     * at queue time hold). All of a READ's Data-In is queued at once (rsp_send_data_in) and
+     * ERL 0 resends none (keeps_data READs copy), so nothing reads the pages any more. */
+    for (struct list_node *n = c->w.txq.next; n != &c->w.txq; n = n->next) {
+        struct wire_pdu *p = list_entry(n, struct wire_pdu, node);
+        if (p->sent == task_pdu_sent)
+            scsi_task_unpin(&((struct iscsi_task *)p->arg)->scsi);
+    }
+    return ISCSI_OK;
+}
+
 /* Data-In PDUs of at most the initiator's MaxRecvDataSegmentLength, F at the end of each
  * MaxBurstLength sequence, the last one carrying the status (§11.7.4). The segmentation is
  * recorded on the task: at ERL >= 1 a Data SNACK re-creates any PDU from its DataSN. */

@@ -49,6 +49,12 @@ int rsp_queue_data_in_run(struct iscsi_conn *c, struct iscsi_task *t, uint32_t b
 int rsp_resend_data_in(struct iscsi_conn *c, struct iscsi_task *t, uint32_t beg, uint32_t n);
 int rsp_resend_status(struct iscsi_conn *c, struct iscsi_task *t);
 void rsp_retained_bound(struct iscsi_conn *c);
+/* The socket did not take in a tick what was queued at its start: the queued Data-In of READs
+ * sent from a RAM LUN in place take copies of their own and the LUN's pages are let go, so a
+ * reader that stopped (or crawls) holds other initiators' WRITEs for a second or two, not
+ * until it is dropped (docs/performance.md, "RAM LUN reads without the copy"). ISCSI_OK or
+ * ISCSI_ERR_NOMEM. */
+int rsp_unpin_stalled(struct iscsi_conn *c);
 /* ERL >= 1: the initiator acknowledged every StatSN below exp_statsn: release the retained
  * tasks it covers (§4.2.2.2). */
 void rsp_ack_statsn(struct iscsi_conn *c, uint32_t exp_statsn);

@@ -967,9 +967,14 @@ int wire_forget(struct wire *w, enum wire_forget (*fn)(struct wire_pdu *p, void 
             dropped = true;
             continue;
         }
+        uint32_t owned = p->owned ? p->dlen : 0;
         if (pdu_own_data(p) < 0) {
             wire_close(w); /* nothing of the queue may go out from the owner's memory now */
             return -1;
+        }
+        if (p->owned && !owned) { /* the copy counts as wire_send counts an owned segment */
+            p->charge += p->dlen;
+            w->tx_backlog += p->dlen;
         }
     }
     if (dropped)

@@ -21,7 +21,9 @@
  * tick that wrote our beat and read "ao" naming us extends it to that beat plus the timeout;
  * once past, the own group answers standby (alua_gate) until a tick confirms the role, so a
  * gateway resumed after a stop or a partition refuses I/O at once, before it learns of the
- * fence. The own group starts standby too (alua.c), the role only from the cluster. Failback
+ * fence. The own group starts standby too (alua.c), the role only from the cluster. With no
+ * "ao" object one failover-timeout after the start (the gateway configured active/optimized is
+ * down), the lowest group beating creates it (fo_orphan). Failback
  * happens only on the operator's word: scsi_lun_failover_claim (linerate-ctl set alua TARGET
  * active/optimized on that gateway). */
 #include <errno.h>
@@ -62,6 +64,7 @@ struct scsi_failover {
     bool ao_mine;            /* "ao" as last read is the one this process wrote */
     uint64_t serve_after_ms; /* a failback: AO only from then on (fo_tick) */
     uint64_t last_tick_ms;
+    uint64_t start_ms; /* when this thread began watching (fo_orphan) */
     bool fenced;
     unsigned failovers;       /* takeovers done by this gateway */
     uint64_t last_failover_s; /* CLOCK_REALTIME of the last one, 0 none */
@@ -284,6 +287,17 @@ static void fo_takeover(struct scsi_failover *f, struct fo_peer *p, uint64_t now
              now - p->changed_ms);
 }
 
+/* No "ao" object one failover-timeout after this gateway began watching: no gateway
+ * configured active/optimized came up (it creates the object on its first tick), so without
+ * this nobody would serve until a person started it. The lowest group beating creates it;
+ * the create is exclusive (version 0: the object must not exist), so a configured gateway
+ * starting at the same moment, or another survivor, cannot both win. Nobody held the role, so
+ * nobody is fenced: a configured gateway that starts later finds the object and stays standby. */
+static bool fo_orphan(const struct scsi_failover *f, uint64_t now)
+{
+    return f->ao == 0 && now - f->start_ms >= f->timeout_ms && fo_my_turn(f, 0);
+}
+
 static void fo_tick(struct scsi_failover *f)
 {
     uint64_t now = now_ms();
@@ -320,7 +334,8 @@ static void fo_tick(struct scsi_failover *f)
     bool claim = f->claim;
     f->claim = false;
     pthread_mutex_unlock(&f->m);
-    if ((f->ao == 0 && f->lu->alua_configured_ao) || (claim && f->ao != f->own)) {
+    bool orphan = !f->lu->alua_configured_ao && fo_orphan(f, now);
+    if ((f->ao == 0 && f->lu->alua_configured_ao) || orphan || (claim && f->ao != f->own)) {
         /* the first gateway configured active/optimized creates the object; or the operator
          * hands the role here (failback): the one that had it sees the change and steps down */
         uint16_t from = f->ao;
@@ -330,7 +345,11 @@ static void fo_tick(struct scsi_failover *f)
          * now it has ended on any clock running at the same rate. */
         if (ret == 0 && from)
             f->serve_after_ms = now_ms() + f->timeout_ms;
-        if (ret == 0)
+        if (ret == 0 && orphan && !from)
+            LOG_WARN("LUN %" PRIu64 " (%s): failover: no gateway configured active/optimized "
+                     "came up within the failover-timeout (%u ms): group %u takes the role",
+                     f->lu->id, lun_desc(f), f->timeout_ms, (unsigned)f->own);
+        else if (ret == 0)
             LOG_INFO("LUN %" PRIu64 " (%s): failover: group %u active/optimized (%s, epoch "
                      "%" PRIu64 ")%s",
                      f->lu->id, lun_desc(f), (unsigned)f->own,
@@ -442,6 +461,7 @@ static void fo_start(struct scsi_lun *lu)
         return;
     }
     uint64_t now = now_ms();
+    f->start_ms = now;
     for (unsigned i = 1; i < lu->alua_ngroups; i++)
         f->peers[f->npeers++] = (struct fo_peer){.id = lu->alua[i].id, .changed_ms = now};
     pthread_mutex_init(&f->m, NULL);

@@ -350,6 +350,12 @@ void scsi_task_init(struct scsi_task *t);
 int scsi_task_setup(struct scsi_task *t);
 void scsi_task_exec(struct scsi_task *t);
 void scsi_task_release(struct scsi_task *t);
+/* A READ whose data is the store's memory sent in place (a RAM LUN's, at least its send-min)
+ * keeps those pages unchanged until release, and WRITEs over them wait. A transport that no
+ * longer refers to them (it copied what it still had to send) lets them go earlier with
+ * unpin; the task's iovecs must not be read after that. */
+bool scsi_task_pinned(const struct scsi_task *t);
+void scsi_task_unpin(struct scsi_task *t);
 
 /* --- aborted tasks (quiesce.c) --- */
 /* The transport aborted t (a TMF, PREEMPT AND ABORT, its connection ended): from any thread,

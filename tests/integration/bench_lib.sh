@@ -18,6 +18,23 @@ free_port() {
   return 1
 }
 
+# gw_start BINARY DIR: starts the daemon BINARY --config DIR/gw.conf (stdout DIR/out, stderr
+# appended to DIR/log) and waits until it printed its URLs: 0 with GW_PID set; 1 when it died
+# or never got ready (then killed and reaped).
+gw_start() {
+  "$1" --config "$2/gw.conf" >"$2/out" 2>>"$2/log" &
+  GW_PID=$!
+  for _ in $(seq 600); do
+    grep -q '^iscsi://' "$2/out" 2>/dev/null && return 0
+    kill -0 "$GW_PID" 2>/dev/null || break
+    sleep 0.1
+  done
+  grep -q '^iscsi://' "$2/out" && return 0
+  kill -KILL "$GW_PID" 2>/dev/null
+  wait "$GW_PID" 2>/dev/null
+  return 1
+}
+
 # csv_check FILE CELLS: the exact header, CELLS data lines, every mb_per_s > 0.
 csv_check() {
   local f=$1 cells=$2

@@ -18,6 +18,8 @@
 #      connection closes; A's session recovers by itself once A runs again. Path A is not
 #      declared lost (its target may still hold and run those commands, RFC 7143 §7.1.4): the
 #      timed-out commands wait for the recovery and complete on A; nothing fails, verify passes.
+#   6. failback: A killed midway and started again; the same device logs in to A again, RTPG
+#      says active/optimized and the read-back of --verify goes through A.
 # MPATH_RUNS=N repeats 2 and 3 N times and prints the pauses' median and worst (docs).
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
@@ -41,7 +43,7 @@ truncate -s 64M "$tmp/lun.img"
 # PORT_<NAME> (each start its own files: a SIGKILLed daemon leaves its control socket behind)
 starts=0
 gateway() {
-  local name=$1 group=$2 state=$3 pgroup=$4 pstate=$5 extra=${6:-} port try pid d
+  local name=$1 group=$2 state=$3 pgroup=$4 pstate=$5 extra=${6:-} port try d
   for try in $(seq 20); do
     port=$(free_port) || fail "no free loopback port"
     starts=$((starts + 1))
@@ -61,20 +63,11 @@ alua-state = $state
 alua-peer = $pgroup:$pstate
 lun 0 = file:$tmp/lun.img
 CONF
-    "$target" --config "$d/gw.conf" >"$d/out" 2>>"$d/log" &
-    pid=$!
-    for _ in $(seq 600); do
-      grep -q '^iscsi://' "$d/out" 2>/dev/null && break
-      kill -0 "$pid" 2>/dev/null || break
-      sleep 0.1
-    done
-    if grep -q '^iscsi://' "$d/out"; then
-      pids+=("$pid")
-      eval "PID_$name=$pid PORT_$name=$port"
+    if gw_start "$target" "$d"; then
+      pids+=("$GW_PID")
+      eval "PID_$name=$GW_PID PORT_$name=$port"
       return 0
     fi
-    kill -KILL "$pid" 2>/dev/null
-    wait "$pid" 2>/dev/null
     grep -q "in use" "$d/log" || { cat "$d/log" >&2; fail "gateway $name did not start"; }
   done
   fail "gateway $name: no free port"
@@ -187,6 +180,47 @@ grep -q "path 1 127.0.0.1:$PORT_A group 1 active/optimized:" "$tmp/erl2.log" ||
   fail "A is not the live active/optimized path after its recovery"
 b=$(path_commands "$tmp/erl2.log" "$PORT_B")
 [ "$b" = 0 ] || fail "B carried ${b:-?} commands: A's commands were moved off it"
+stop_all
+
+# 6. failback inside one device: A (active/optimized) killed midway through --verify and
+#    started again on its port before I/O goes on; the writes after the kill go to B, path A
+#    logs in again by itself (RTPG: active/optimized) and --verify-paths 2 holds the read-back
+#    until it is up, so every block written through B is read back through A. Before the
+#    re-login existed a lost path stayed lost: the bench waited its 60 s and failed.
+note "failback: A killed midway through --verify and started again; the device logs in to it"
+gateway A 1 active/optimized 2 active/non-optimized
+gateway B 2 active/non-optimized 1 active/optimized
+cat >"$tmp/restart.sh" <<EOF
+d=$tmp/gw-again
+mkdir -p "\$d/st"
+sed -e "s|^ctl-socket = .*|ctl-socket = \$d/ctl.sock|" -e "s|^state-dir = .*|state-dir = \$d/st|" \
+  "$DIR_A/gw.conf" >"\$d/gw.conf"
+"$target" --config "\$d/gw.conf" >"\$d/out" 2>"\$d/log" </dev/null &
+echo \$! >"$tmp/again.pid"
+for _ in \$(seq 600); do
+  grep -q '^iscsi://' "\$d/out" 2>/dev/null && exit 0
+  sleep 0.1
+done
+exit 1
+EOF
+timeout 300 "$bench" --verify --verify-paths 2 --sizes 4k --rw write --seconds 1 --qd 16 \
+  --verify-midway "kill -KILL $PID_A; sh $tmp/restart.sh" \
+  --portal "127.0.0.1:$PORT_A" "iscsi://127.0.0.1:$PORT_B/$iqn/0" >"$tmp/out" 2>"$tmp/back.log"
+rc=$?
+[ -s "$tmp/again.pid" ] && pids+=("$(cat "$tmp/again.pid")")
+grep -E "multipath|path [0-9]|verify" "$tmp/back.log" >&2
+[ "$rc" = 0 ] || { tail -n 30 "$tmp/back.log" >&2; fail "linerate-bench through a failback exited $rc"; }
+grep -q "midway: the command exited" "$tmp/back.log" && fail "gateway A did not start again"
+grep -q "verify passed" "$tmp/back.log" || fail "verify did not pass through the failback"
+grep -q "command failed\|commands failed" "$tmp/back.log" && fail "commands failed through the failback"
+grep -q "1 path lost" "$tmp/back.log" || fail "the bench did not see path A lost"
+line=$(grep "path 1 127.0.0.1:$PORT_A " "$tmp/back.log")
+echo "$line" | grep -q "group 1 active/optimized: .*logged in again 1 times" ||
+  fail "path A is not back, active/optimized: $line"
+since=$(echo "$line" | sed -n 's/.*, \([0-9]*\) commands since$/\1/p')
+[ -n "$since" ] && [ "$since" -gt 0 ] || fail "path A carried nothing after it came back: $line"
+b=$(path_commands "$tmp/back.log" "$PORT_B")
+[ -n "$b" ] && [ "$b" -gt 0 ] || fail "path B carried nothing while A was down"
 stop_all
 
 for run in $(seq "$runs"); do

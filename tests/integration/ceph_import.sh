@@ -74,42 +74,43 @@ igw-target igw-mutual-001" ] || fail "secrets: $(cat "$WORK/v4/secrets")"
     ID="vendor=LIO-ORG,product=TCMU device,revision=0002"
     # tcmu-runner's VPD 80h/83h, the config string ceph-iscsi gave it (POOL/IMAGE [TIMEOUT])
     tc() { echo ",vpd-style=tcmu,tcmu-config=rbd/$1;osd_op_timeout=${2:-30}"; }
-    L0="lun 0 = rbd:rbd/disk_1,$ID,serial=d27e5d89-8829-468b-90ce-4ef8c02f07fe,naa=6001405d27e5d898829468b90ce4ef8c$(tc rbd/disk_1)"
-    L1="lun 1 = rbd:rbd/disk_2,$ID,serial=7c0e2a4b-93d1-4f6e-b8a5-2d9e6f1c3b70,naa=60014057c0e2a4b93d14f6eb8a52d9e6$(tc rbd/disk_2)"
-    L2="lun 2 = rbd:vmpool/vm-disk,$ID,serial=5b9485a9-d431-4afc-92a5-e3b1222dbae9,naa=60014055b9485a9d4314afc92a5e3b12$(tc vmpool/vm-disk)"
-    ENTRIES="
-[group esx]
-initiator = iqn.1998-01.com.vmware:esx-1
-initiator = iqn.1998-01.com.vmware:esx-2
-chap-user = esx
-map = 0 1
-map = 3 2
-
-[host $HA]
-chap-user = host-a
-chap-mutual-user = igw-target
-map = 0 0
-map = 1 2
-"
-    COMMON="chap-secrets = $WORK/v4/secrets
-discovery-chap-match = no
-discovery-chap-user = discover
-discovery-chap-mutual-user = disc-target
-"
+    # the lines the importer writes, shared by the versions below:
+    # tpg N: gateway N's portal 127.0.0.N:3260 and target port group (the other one its peer)
+    tpg() {
+        printf 'portal = 127.0.0.%s:3260\nalua-group = %s\nalua-state = active/non-optimized\nalua-peer = %s:active/non-optimized' \
+            "$1" "$1" $((3 - $1))
+    }
+    # entries VAR ESX0 ESX3 HOST1: VAR = the [group esx] and [host $HA] entries, the group's
+    # LUNs 0 and 3 mapped to ESX0 and ESX3, the host's LUN 1 to HOST1
+    entries() {
+        printf -v "$1" '\n[group esx]\ninitiator = iqn.1998-01.com.vmware:esx-1\ninitiator = iqn.1998-01.com.vmware:esx-2\nchap-user = esx\nmap = 0 %s\nmap = 3 %s\n\n[host %s]\nchap-user = host-a\nchap-mutual-user = igw-target\nmap = 0 0\nmap = 1 %s\n' \
+            "$2" "$3" "$HA" "$4"
+    }
+    # common VAR DIR: VAR = the global lines, secrets in DIR and discovery CHAP
+    common() {
+        printf -v "$1" 'chap-secrets = %s/secrets\ndiscovery-chap-match = no\ndiscovery-chap-user = discover\ndiscovery-chap-mutual-user = disc-target\n' "$2"
+    }
+    # disk N POOL/IMAGE [TIMEOUT]: the LUN line of one of the fixtures' disks (v4 and v11)
+    disk() {
+        local sn naa
+        case $2 in
+        rbd/disk_1) sn=d27e5d89-8829-468b-90ce-4ef8c02f07fe naa=6001405d27e5d898829468b90ce4ef8c ;;
+        rbd/disk_2) sn=7c0e2a4b-93d1-4f6e-b8a5-2d9e6f1c3b70 naa=60014057c0e2a4b93d14f6eb8a52d9e6 ;;
+        vmpool/vm-disk) sn=5b9485a9-d431-4afc-92a5-e3b1222dbae9 naa=60014055b9485a9d4314afc92a5e3b12 ;;
+        esac
+        echo "lun $1 = rbd:$2,$ID,serial=$sn,naa=$naa$(tc "$2" "${3:-}")"
+    }
+    L0=$(disk 0 rbd/disk_1) L1=$(disk 1 rbd/disk_2) L2=$(disk 2 vmpool/vm-disk)
+    entries ENTRIES 1 2 2
+    common COMMON "$WORK/v4"
     has "$WORK/v4/gw-a.conf" "$COMMON" "[target $IGW]
-portal = 127.0.0.1:3260
-alua-group = 1
-alua-state = active/non-optimized
-alua-peer = 2:active/non-optimized
+$(tpg 1)
 $L0,alua=active/optimized
 $L1,alua-peer=2:active/optimized
 $L2,alua=active/optimized
 $ENTRIES"
     has "$WORK/v4/gw-b.conf" "$COMMON" "[target $IGW]
-portal = 127.0.0.2:3260
-alua-group = 2
-alua-state = active/non-optimized
-alua-peer = 1:active/non-optimized
+$(tpg 2)
 $L0,alua-peer=1:active/optimized
 $L1,alua=active/optimized
 $L2,alua-peer=1:active/optimized
@@ -129,10 +130,7 @@ $ENTRIES"
     has "$WORK/v3.conf" "chap-secrets = $WORK/v3.secrets
 discovery-chap-match = no
 " "[target iqn.2003-01.com.redhat.iscsi-gw:ceph-igw]
-portal = 127.0.0.2:3260
-alua-group = 2
-alua-state = active/non-optimized
-alua-peer = 1:active/non-optimized
+$(tpg 2)
 lun 0 = rbd:rbd/backup,$ID,serial=0a1b2c3d-4e5f-4061-8293-a4b5c6d7e8f9,naa=60014050a1b2c3d4e5f40618293a4b5c$(tc rbd/backup),alua=active/optimized
 lun 1 = rbd:ssd/sql-data,$ID,serial=9c8b7a69-5847-4362-a514-0f1e2d3c4b5a,naa=60014059c8b7a6958474362a5140f1e2$(tc ssd/sql-data),alua-peer=1:active/optimized
 " "
@@ -173,61 +171,30 @@ host-a host-a-secret-01
 igw-target igw-mutual-001
 lab lab-secret-0001" ] || fail "v11 secrets: $(cat "$WORK/v11/secrets")"
     # the target's LUNs by their lun_id (not the sorted order: vm-disk is 1, disk_2 is 2)
-    M0="lun 0 = rbd:rbd/disk_1,$ID,serial=d27e5d89-8829-468b-90ce-4ef8c02f07fe,naa=6001405d27e5d898829468b90ce4ef8c$(tc rbd/disk_1 45)"
-    M1="lun 1 = rbd:vmpool/vm-disk,$ID,serial=5b9485a9-d431-4afc-92a5-e3b1222dbae9,naa=60014055b9485a9d4314afc92a5e3b12$(tc vmpool/vm-disk)"
-    M2="lun 2 = rbd:rbd/disk_2,$ID,serial=7c0e2a4b-93d1-4f6e-b8a5-2d9e6f1c3b70,naa=60014057c0e2a4b93d14f6eb8a52d9e6$(tc rbd/disk_2)"
+    M0=$(disk 0 rbd/disk_1 45) M1=$(disk 1 vmpool/vm-disk) M2=$(disk 2 rbd/disk_2)
     LABL="lun 0 = rbd:rbd/lab_disk,$ID,serial=3f6c1d2e-8a9b-4c7d-9e0f-1a2b3c4d5e6f,naa=60014053f6c1d2e8a9b4c7d9e0f1a2b3$(tc rbd/lab_disk)"
-    ENTRIES11="
-[group esx]
-initiator = iqn.1998-01.com.vmware:esx-1
-initiator = iqn.1998-01.com.vmware:esx-2
-chap-user = esx
-map = 0 2
-map = 3 1
-
-[host $HA]
-chap-user = host-a
-chap-mutual-user = igw-target
-map = 0 0
-map = 1 1
-"
-    COMMON11="chap-secrets = $WORK/v11/secrets
-discovery-chap-match = no
-discovery-chap-user = discover
-discovery-chap-mutual-user = disc-target
-"
+    entries ENTRIES11 2 1 1
+    common COMMON11 "$WORK/v11"
     # acl_enabled false: no entries, the target's own CHAP user; every initiator sees its LUNs
     has "$WORK/v11/gw-a.example.com.conf" "$COMMON11" "[target $IGW]
-portal = 127.0.0.1:3260
-alua-group = 1
-alua-state = active/non-optimized
-alua-peer = 2:active/non-optimized
+$(tpg 1)
 $M0,alua=active/optimized
 $M1,alua=active/optimized
 $M2,alua-peer=2:active/optimized
 $ENTRIES11
 [target $LAB]
-portal = 127.0.0.1:3260
-alua-group = 1
-alua-state = active/non-optimized
-alua-peer = 2:active/non-optimized
+$(tpg 1)
 $LABL,alua-peer=2:active/optimized
 chap-user = lab
 "
     has "$WORK/v11/gw-b.example.com.conf" "$COMMON11" "[target $IGW]
-portal = 127.0.0.2:3260
-alua-group = 2
-alua-state = active/non-optimized
-alua-peer = 1:active/non-optimized
+$(tpg 2)
 $M0,alua-peer=1:active/optimized
 $M1,alua-peer=1:active/optimized
 $M2,alua=active/optimized
 $ENTRIES11
 [target $LAB]
-portal = 127.0.0.2:3260
-alua-group = 2
-alua-state = active/non-optimized
-alua-peer = 1:active/non-optimized
+$(tpg 2)
 $LABL,alua=active/optimized
 chap-user = lab
 "
@@ -239,18 +206,23 @@ chap-user = lab
     done
 
     note "version 11, an encrypted password: the user kept, the secret reported as not carried"
-    python3 - "$FIX/v11.json" "$WORK/enc.json" <<'PY' || fail "making enc.json"
-import json, sys
+    # variant NAME: the v11 fixture changed by the Python on stdin (d is its JSON), imported
+    # into $WORK/NAME, the report in $WORK/report; RC is the exit code
+    variant() {
+        python3 -c 'import json, sys
 d = json.load(open(sys.argv[1]))
+exec(sys.stdin.read())
+json.dump(d, open(sys.argv[2], "w"))' "$FIX/v11.json" "$WORK/$1.json" || fail "making $1.json"
+        rm -rf "${WORK:?}/$1" && mkdir "$WORK/$1"
+        "$CTL_BIN" import ceph-iscsi "$WORK/$1.json" -o "$WORK/$1" --secrets "$WORK/$1/secrets" \
+            2>"$WORK/report"
+        RC=$?
+    }
+    variant enc <<'PY'
 a = d["targets"]["iqn.2003-01.com.redhat.iscsi-gw:iscsi-igw"]["clients"]["iqn.1994-05.com.redhat:host-a"]["auth"]
 a["mutual_password"] = "QmFzZTY0IG9mIGFuIFJTQSBPQUVQIGNpcGhlcnRleHQ="
 a["mutual_password_encryption_enabled"] = True
-json.dump(d, open(sys.argv[2], "w"))
 PY
-    rm -rf "$WORK/enc" && mkdir "$WORK/enc"
-    "$CTL_BIN" import ceph-iscsi "$WORK/enc.json" -o "$WORK/enc" --secrets "$WORK/enc/secrets" \
-        2>"$WORK/report"
-    RC=$?
     [ $RC -eq 1 ] && [ "$(grep -c "^NOT CARRIED: " "$WORK/report")" = 3 ] &&
         grep -qF "NOT CARRIED: targets[\"$IGW\"].clients[\"$HA\"].auth: the mutual CHAP password of 'igw-target' is encrypted with the gateways' key: not carried; decrypt it on a gateway (base64 -d | openssl pkeyutl -decrypt -inkey /etc/ceph/iscsi-gateway.key" "$WORK/report" ||
         fail "encrypted: exit $RC: $(cat "$WORK/report")"
@@ -259,19 +231,12 @@ PY
         fail "encrypted: the mutual user is not kept: $(cat "$WORK/enc/gw-a.example.com.conf")"
 
     note "version 11: a gateway with two addresses, a disk on the kernel's rbd backstore"
-    python3 - "$FIX/v11.json" "$WORK/multi.json" <<'PY' || fail "making multi.json"
-import json, sys
-d = json.load(open(sys.argv[1]))
+    variant multi <<'PY'
 t = d["targets"]["iqn.2003-01.com.redhat.iscsi-gw:iscsi-igw"]
 t["ip_list"] = ["127.0.0.1", "127.0.0.3", "127.0.0.2"]
 t["portals"]["gw-a.example.com"]["portal_ip_addresses"] = ["127.0.0.1", "127.0.0.3"]
 d["disks"]["rbd/lab_disk"]["backstore"] = "rbd"
-json.dump(d, open(sys.argv[2], "w"))
 PY
-    rm -rf "$WORK/multi" && mkdir "$WORK/multi"
-    "$CTL_BIN" import ceph-iscsi "$WORK/multi.json" -o "$WORK/multi" --secrets "$WORK/multi/secrets" \
-        2>"$WORK/report"
-    RC=$?
     [ $RC -eq 1 ] && [ "$(grep -c "^NOT CARRIED: " "$WORK/report")" = 4 ] &&
         grep -qF "NOT CARRIED: targets[\"$IGW\"].portals[\"gw-a.example.com\"]: several addresses, each a TPG of its own in LIO: linerate serves them all under the first one's group 1" "$WORK/report" &&
         grep -qF "NOT CARRIED: disks[\"rbd/lab_disk\"]: backstore 'rbd' (target_core_rbd): served as an RBD image" "$WORK/report" ||

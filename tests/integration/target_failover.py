@@ -25,6 +25,11 @@ rbd:POOL/IMAGE with failover-heartbeat 500ms and failover-timeout 3s. A raw init
      image: librbd's cache, which answers a write when sent, is off), and A's log says it was
      blocklisted; RTPG through A then says its group standby, and `linerate-ctl set alua
      active/optimized` on A fails, saying it was fenced.
+  5. the gateway configured active/optimized down at start: on a second image, only C's peer D
+     (group 2, configured standby) runs; with no "ao" object one failover-timeout after its
+     start, D, the lowest group beating, creates it and serves (RTPG through D {1: standby,
+     2: AO}, a write GOOD, its log says why); C (group 1, configured active/optimized) started
+     then comes up standby: the role is D's, and a write through C is refused 04h/0Bh.
 Rounds (ROUNDS, default 1) repeat step 2-3 to measure the pause: kill to first good write
 through B, printed per round with the median and the worst.
 Exit 0 when every check holds, 1 with the reason. Python 3 standard library only."""
@@ -253,11 +258,32 @@ def failback(binary_ctl, a, b, sb):
     return sa
 
 
+def wait_stopped(pid):
+    """Until every thread of pid is stopped. kill() only starts the group stop: a thread of a
+    busy machine may still run (and answer commands) until the signal is taken, so commands
+    queued right after the kill could be served before the hang."""
+    deadline = time.monotonic() + 30
+    while True:
+        states = []
+        for t in os.listdir("/proc/%d/task" % pid):
+            try:
+                with open("/proc/%d/task/%s/stat" % (pid, t)) as f:
+                    states.append(f.read().rsplit(")", 1)[1].split()[0])
+            except OSError:
+                pass  # a thread that ended meanwhile
+        if states and all(st in ("T", "t") for st in states):
+            return
+        check(time.monotonic() < deadline, "gateway %d not stopped 30 s after SIGSTOP: %s" %
+              (pid, states))
+        time.sleep(0.01)
+
+
 def hung_round(a, b, sa, sb):
     """Step 4: A stopped (hung) with writes queued, fenced, continued: none lands."""
     z = 77
     addr = a.client_addr()
     a.proc.send_signal(signal.SIGSTOP)
+    wait_stopped(a.proc.pid)
     t0 = time.monotonic()
     # queued in the socket of a process that does not run: A reads them after SIGCONT
     itts = []
@@ -327,6 +353,59 @@ def hung_round(a, b, sa, sb):
           (pause, answered, z))
 
 
+def standby_refuses(s, who, lba):
+    """A write through the standby gateway who is refused NOT READY 04h/0Bh."""
+    st, sense, _ = s.scsi_retry_ua(wr_fua(lba), write_data=stamp(who, lba, 0))
+    check(st == 2 and sense_kaa(sense) == (2, 0x04, 0x0B),
+          "write through standby %s: status 0x%02x sense %s" % (who, st, sense_kaa(sense)))
+
+
+def stop_clean(*gws):
+    """Stop the gateways; none of their logs may hold a sanitizer report."""
+    for g in gws:
+        g.stop()
+        bad = [ln for ln in g.text().splitlines() if "Sanitizer" in ln or "runtime error" in ln]
+        check(not bad, "gateway %s: %s" % (g.name, bad[:3]))
+
+
+def no_ao_round(binary, work, image):
+    """Step 5: the configured active/optimized gateway never started; the other serves."""
+    noao = image + "-noao"
+    r = subprocess.run(["rbd", "create", "--size", "16M", noao], capture_output=True, text=True,
+                       timeout=120)
+    check(r.returncode == 0, "rbd create %s: %s" % (noao, r.stderr))
+    lun = "rbd:%s,timeout=10" % noao
+    c = d = None
+    try:
+        d = Gateway(binary, work, "d", 2, "1:active/optimized", "standby", lun)
+        t0 = time.monotonic()
+        sd = session(d.port, "d")
+        wait_rtpg(sd, {1: STANDBY, 2: AO}, "D alone, its configured active/optimized peer down")
+        took = time.monotonic() - t0
+        check("no gateway configured active/optimized came up" in d.text(),
+              "D's log does not say why it took the role:\n%s" % d.tail())
+        st, sense, _ = sd.scsi_retry_ua(wr_fua(3), write_data=stamp("D", 3, 0))
+        check(st == 0, "write through D after it took the role: sense %s" % (sense_kaa(sense),))
+        c = Gateway(binary, work, "c", 1, "2:standby", "active/optimized", lun)
+        sc = session(c.port, "c")
+        wait_rtpg(sc, {1: STANDBY, 2: AO}, "C started after D took the role", 20)
+        standby_refuses(sc, "C", 4)
+        check(rtpg_groups(sd) == {1: STANDBY, 2: AO}, "D after C started: RTPG %s" %
+              rtpg_groups(sd))
+        print("configured active/optimized gateway down at start: D AO %.2f s after its start "
+              "(failover-timeout %.0f s); C started later comes up standby" % (took, TIMEOUT_S))
+        stop_clean(c, d)
+    except TestFailure:
+        for g in (c, d):
+            if g:
+                print("--- gateway %s log tail:\n%s" % (g.name, g.tail(40)))
+        raise
+    finally:
+        for g in (c, d):
+            if g:
+                g.stop()
+
+
 def main():
     if len(sys.argv) < 4:
         print(__doc__)
@@ -344,9 +423,7 @@ def main():
         b = Gateway(binary, work, "b", 2, "1:active/optimized", "standby", lun)
         sb = session(b.port, "b")
         wait_rtpg(sb, {1: AO, 2: STANDBY}, "at start, through B", 20)
-        st, sense, _ = sb.scsi_retry_ua(wr_fua(1), write_data=stamp("B", 1, 0))
-        check(st == 2 and sense_kaa(sense) == (2, 0x04, 0x0B),
-              "write through standby B: status 0x%02x sense %s" % (st, sense_kaa(sense)))
+        standby_refuses(sb, "B", 1)
         print("start: group 1 AO, group 2 standby on both; standby B refuses writes")
         pauses = []
         sa = None
@@ -361,10 +438,8 @@ def main():
               "worst %.2f s (failover-timeout %.0f s)" %
               (len(pauses), "" if len(pauses) == 1 else "s", pauses[len(pauses) // 2],
                pauses[-1], TIMEOUT_S))
-        for g in (a, b):
-            g.stop()
-            bad = [ln for ln in g.text().splitlines() if "Sanitizer" in ln or "runtime error" in ln]
-            check(not bad, "gateway %s: %s" % (g.name, bad[:3]))
+        stop_clean(a, b)
+        no_ao_round(binary, work, image)
         print("PASS")
         return 0
     except TestFailure as e:

@@ -5,11 +5,15 @@
 # SIGKILL under FUA writes (the survivor fences it, takes over within the timeout, 2Ah/06h,
 # RTPG, acknowledged writes read back, the blocklist holds the old address), failback by
 # linerate-ctl, and a hung gateway (SIGSTOP) fenced, whose writes after SIGCONT never reach
-# the image. Skipped (77) without Ceph or librbd. LT_FAILOVER_ROUNDS=N repeats the kill to
-# measure the pause (median and worst printed). Before that, an image whose own configuration
-# sets rbd_cache true must be refused at start (a cache would hide write errors), and a
-# daemon stopped (SIGTERM) with a write stuck in librbd (the OSD SIGSTOPped) must exit 1 with
-# its reason at once, not hang in its last flush nor abort.
+# the image; then, on a second image, the gateway configured active/optimized down at start:
+# the other one takes the role after the failover-timeout. Skipped (77) without Ceph or
+# librbd. LT_FAILOVER_ROUNDS=N repeats the kill to measure the pause (median and worst
+# printed). Before that, an image whose own configuration sets rbd_cache true must be refused
+# at start (a cache would hide write errors), and a daemon stopped (SIGTERM) with a write
+# stuck in librbd (the OSD SIGSTOPped) must exit 1 with its reason at once, not hang in its
+# last flush nor abort. After it, target_ats.py: ESXi's ATS heartbeat (COMPARE AND WRITE every
+# second from two lr_mpath hosts) through a cut path, kill -9, failback and SIGSTOP: no false
+# miscompare, no long gap.
 . "$(dirname "$0")/lt_lib.sh"
 need python3
 CTL=$(dirname "$LT")/linerate-ctl
@@ -59,4 +63,17 @@ LT_FO_WORK=$WORK timeout 900 python3 "$IT_DIR/target_failover.py" "$LT" "$CTL" r
     "${LT_FAILOVER_ROUNDS:-1}" >"$WORK/fo.out" 2>&1 ||
     { cat "$WORK/fo.out" >&2; fail "target_failover.py failed"; }
 cat "$WORK/fo.out"
+note "ESXi's ATS heartbeat through the failovers (target_ats.py, issue 30 item 6)"
+ATS=$(dirname "$LT")/tests/integration/ats_heartbeat
+[ -x "$ATS" ] || fail "$ATS is not built"
+for img in it-ats it-ats-fo; do
+    rbd create --size 16M rbd/$img || fail "rbd create rbd/$img failed"
+done
+# under ASan (make asan-check sets ASAN_OPTIONS) the all-AO phase alone: the new lr_mpath code
+phases=all
+[ -n "${ASAN_OPTIONS:-}" ] && phases=ao
+LT_ATS_PHASES=$phases LT_FO_WORK=$WORK timeout 600 python3 "$IT_DIR/target_ats.py" "$LT" "$CTL" \
+    "$ATS" rbd/it-ats rbd/it-ats-fo >"$WORK/ats.out" 2>&1 ||
+    { cat "$WORK/ats.out" >&2; fail "target_ats.py failed"; }
+cat "$WORK/ats.out"
 echo PASS

@@ -13,14 +13,25 @@ the digest of every Data-In PDU against the bytes it carries: one sends each REA
 of the same blocks right behind it in one pipeline (the WRITE lands while the READ's Data-In
 waits to go out), the other reads through a small receive window (its Data-In goes out in
 pieces over many loop turns). The RAM LUN sends every READ of 4 KiB or more from its memory in
-place (send-min=4k), so these check that a WRITE waits for the sends. Every block READ is also
+place (send-min=4k), the buffered file LUN every READ of 8 KiB or more whose pages are in the
+page cache from its mapping (send-min=8k; 4 KiB ones read into a buffer), so these check that a
+WRITE waits for the sends. Every block READ is also
 ordered against the WRITEs as this initiator saw them (one clock for all sessions): it must not
 show a WRITE sent after that READ's status came in, nor one that another WRITE of the block had
 wholly overwritten before the READ was sent. A LUN whose VPD B0h advertises a
 MAXIMUM ATOMIC TRANSFER LENGTH also gets a WRITE ATOMIC(16) writer over a range of its own, whose
 readers must see one generation across the whole READ; a file LUN must advertise none (a
-buffered or device write is not all or nothing across a power loss). Bounded in count and time
-(about 10 s of traffic, 12-14 s in all), no timing assertions; the daemon must exit 0 on SIGTERM.
+buffered or device write is not all or nothing across a power loss). After the traffic, a
+reader of the RAM LUN, then of the file LUN, stops reading with megabytes of in-place Data-In
+queued: another session's WRITE to the same blocks must still complete (within a generous 10 s:
+the target copies a stalled connection's queued Data-In away after a second; without that it
+waited 45 s), and the reader's data, once it reads again, must be whole. On the file LUN an
+8 MiB READ whose reader stalls after its first Data-In header, with a WRITE of the same blocks
+sent behind it, must return every block as before that WRITE under good digests (stall_check),
+and READs at LBAs off the page, of 1-40 blocks, digests on and off, some with pages dropped
+from the page cache, must return what was written (inplace_reads_check). Bounded in count and
+time (about 10 s of traffic, 20-27 s in all), no tight timing; the daemon must exit 0 on
+SIGTERM.
 Exit 0 when every check holds, 1 with the counts otherwise. Python 3 standard library only."""
 
 import os
@@ -47,7 +58,14 @@ DEPTH = 8  # commands in flight per session: the target works on them together
 HISTORY = 16  # completed WRITEs remembered per LBA for the order check
 MIX_GEN = 1 << 40  # generations of the READ-then-WRITE pipelines (apart from the writers')
 WRITERS, READERS = 2, 3  # readers 0 and 2 check data digests, reader 2 reads slowly
+# The stalled reader (stall_check): one READ of this many blocks (8 MiB, the target's largest),
+# more than the target's socket (up to tcp_wmem's 4 MiB) and the reader's take, so a few MiB
+# of its Data-In wait in the target's queue while the reader stalls.
+MAP_STALL_LBA, MAP_STALL_BLOCKS = 16384, 16384
 SLOW_RCVBUF = 8192  # the slow reader's socket: the target's Data-In waits in its queue
+STALL_LBA, STALL_BLOCKS = 4096, 4096  # 2 MiB from 2 MiB: the stalled reader's range
+STALL_RCVBUF = 256 << 10  # its socket's receive buffer, set before connecting (window scale)
+STALL_WRITE_S = 10.0  # a WRITE beside it completes within this (the target waits ~1-2 s)
 
 # ---------------------------------------------------------------- CRC32C (RFC 7143 §12.1)
 
@@ -110,6 +128,38 @@ class DigestSession(hostile.Session):
     conn_class = DigestConn
 
 
+class StallConn(hostile.Conn):
+    """hostile.Conn whose receive buffer is STALL_RCVBUF from the SYN on: the window scale is
+    fixed at connect, so a buffer set later could not open the window wide again."""
+
+    def __init__(self, port, timeout=5.0, src=None):
+        self.port, self.timeout = port, timeout
+        self.sock = socket.socket()
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, STALL_RCVBUF)
+        self.sock.settimeout(timeout)
+        self.sock.bind((src or "127.0.0.1", 0))
+        self.sock.connect(("127.0.0.1", port))
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.pre = b""  # bytes a trickling read took off the socket, not parsed yet
+
+    def _recv_exact(self, n, deadline):
+        head, self.pre = self.pre[:n], self.pre[n:]
+        return head + super()._recv_exact(n - len(head), deadline)
+
+    def trickle(self, stop, size, pause):
+        """Read size bytes every pause seconds into pre until stop is set: a slow reader."""
+        while not stop.wait(pause):
+            self.sock.settimeout(pause)
+            try:
+                self.pre += self.sock.recv(size)
+            except socket.timeout:
+                pass
+
+
+class StallSession(hostile.Session):
+    conn_class = StallConn
+
+
 # ---------------------------------------------------------------- self-checking blocks
 
 _cache = {}
@@ -157,6 +207,10 @@ def cdb_inquiry_vpd(page, alloc):
 def pipeline(s, lun, cmds):
     """Send every (cdb, read_len, write_data) of cmds at once, each write whole as immediate
     data, then collect the answers: [(status, data-in, when the status was read)] in order."""
+    return collect(s, *send_all(s, lun, cmds))
+
+
+def send_all(s, lun, cmds):
     order, pend = [], {}
     for cdb, rlen, wdata in cmds:
         itt = s.next_itt()
@@ -169,6 +223,11 @@ def pipeline(s, lun, cmds):
         s.c.send_pdu(h, wdata or b"")
         order.append(itt)
         pend[itt] = [None, bytearray(rlen), None]
+    return order, pend
+
+
+def collect(s, order, pend):
+    """The answers to send_all's commands (target NOP-In pings answered on the way)."""
     left = len(order)
     while left:
         rh, rd = s.recv(10.0)
@@ -188,6 +247,107 @@ def pipeline(s, lun, cmds):
         pend[itt][2] = time.monotonic()
         left -= 1
     return [(pend[i][0], bytes(pend[i][1]), pend[i][2]) for i in order]
+
+
+# ---------------------------------------------------------------- the stalled reader
+
+
+def stall_check(load):
+    """A READ (8 MiB, digests on) whose reader takes the first Data-In header and then stops
+    reading, so most of its data waits in the target's queue; only then a WRITE of the same
+    blocks from another session. The READ ran before the WRITE was sent (its Data-In had
+    begun), so every block it returns is the one written before, whole, under good digests,
+    however long the WRITE waits (a READ sent from the LUN's pages in place holds them until
+    they are in the socket); the WRITE completes once the reader reads on. Returns the
+    failures as lines."""
+    lba, n = MAP_STALL_LBA, MAP_STALL_BLOCKS
+    w = load.session()
+    r = load.session(digest=True)
+    st, _, _ = w.scsi(cdb_rw10(0x2A, lba, n), write_data=blocks(lba, n, 1), lun=load.lun,
+                      timeout=30.0)
+    check(st == 0, "%s: stall check: first WRITE status %d" % (load.name, st))
+    itt = r.next_itt()
+    r.c.send_pdu(bhs(OP_SCSI, 0xC1, lun_field(load.lun), itt, n * BLOCK, r.cmdsn, r.expstatsn,
+                     cdb_rw10(0x28, lba, n).ljust(16, b"\0")))
+    r.cmdsn += 1
+    deadline = time.monotonic() + 60
+    h = r.c._recv_exact(48, deadline)  # the READ has run: its Data-In have begun
+    wrote = {}
+
+    def write():
+        try:
+            wrote["status"] = w.scsi(cdb_rw10(0x2A, lba, n), write_data=blocks(lba, n, 2),
+                                     lun=load.lun, timeout=60.0)[0]
+        except Exception as e:  # noqa: BLE001  (reported below)
+            wrote["error"] = repr(e)
+
+    th = threading.Thread(target=write, daemon=True)
+    th.start()
+    time.sleep(0.5)  # the WRITE reaches the target while the reader stalls (not asserted on)
+    data, bad, status = bytearray(n * BLOCK), 0, None
+    while True:
+        check(h[0] & 0x3F == OP_DATA_IN, "%s: stall check: op 0x%02x" % (load.name, h[0]))
+        dlen = int.from_bytes(h[5:8], "big")
+        seg = dlen + ((-dlen) % 4)
+        rest = r.c._recv_exact(seg + 4, deadline)
+        if struct.unpack("<I", rest[seg:])[0] != crc32c(rest[:seg]):
+            bad += 1
+        off = struct.unpack(">I", h[40:44])[0]
+        data[off:off + dlen] = rest[:dlen]
+        if h[1] & 0x01:
+            status = h[3]
+            r.expstatsn = struct.unpack(">I", h[24:28])[0] + 1
+            break
+        h = r.c._recv_exact(48, deadline)
+    th.join(60)
+    fails = []
+    gens = [block_gen(data, j, lba + j) for j in range(n)]
+    newer = sum(g == 2 for g in gens)
+    torn = sum(g is None for g in gens)
+    print("%s: stall check: READ of %d blocks: status %s, %d torn, %d show the later WRITE, "
+          "%d Data-In with a wrong digest; the WRITE: %s" % (
+              load.name, n, status, torn, newer, bad, wrote.get("status", wrote.get("error"))))
+    if status != 0 or torn or newer or bad:
+        fails.append("%s: stalled READ changed under its queued Data-In (status %s, %d torn, "
+                     "%d blocks of the later WRITE, %d bad digests)" % (load.name, status, torn,
+                                                                        newer, bad))
+    if th.is_alive() or wrote.get("status") != 0:
+        fails.append("%s: the WRITE behind the stalled READ: %s" % (
+            load.name, "still waiting" if th.is_alive() else wrote))
+    return fails
+
+
+def inplace_reads_check(load, path):
+    """READs of the blocks stall_check left (generation 2), at LBAs off the page and sizes
+    from 1 to 40 blocks (across the file LUN's send-min of 16 blocks), with and without data
+    digests, some with part of their pages dropped from the page cache first (those read
+    into a buffer, the rest sent from the mapping): every block must be the one written."""
+    lba0, span = MAP_STALL_LBA, 256
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+        sessions = [(load.session(), False), (load.session(digest=True), True)]
+        rnd = random.Random(32)
+        wrong, reads = 0, 0
+        for k in range(120):
+            n = rnd.randint(1, 40)
+            lba = lba0 + rnd.randrange(span - n)
+            if k % 4 == 0:  # part of the range out of the page cache
+                os.posix_fadvise(fd, (lba + n // 2) * BLOCK, 4096, os.POSIX_FADV_DONTNEED)
+            s, _ = sessions[k % 2]
+            st, _, data = s.scsi(cdb_rw10(0x28, lba, n), read_len=n * BLOCK, lun=load.lun)
+            reads += 1
+            if st != 0 or data != blocks(lba, n, 2):
+                wrong += 1
+    finally:
+        os.close(fd)
+    dbad = sessions[1][0].c.bad
+    print("%s: %d READs at unaligned LBAs and sizes across send-min: %d wrong, %d Data-In "
+          "with a wrong digest" % (load.name, reads, wrong, dbad))
+    if wrong or dbad:
+        return ["%s: %d of %d READs returned other bytes than written, %d bad digests" % (
+            load.name, wrong, reads, dbad)]
+    return []
 
 
 # ---------------------------------------------------------------- the traffic
@@ -264,8 +424,8 @@ class Load:
         self.digests = []
         self.atomic = False
 
-    def session(self, digest=False, slow=False):
-        cls = DigestSession if digest else hostile.Session
+    def session(self, digest=False, slow=False, stall=False):
+        cls = DigestSession if digest else StallSession if stall else hostile.Session
         want = {"DataDigest": "CRC32C"} if digest else {}
         s = cls(self.port, want=want, src="127.0.%d.%d" % (self.ip, len(self.sessions) + 1))
         s.login()
@@ -401,6 +561,70 @@ class Load:
         gens = [block_gen(data, j, ATOMIC_LBA + j) for j in range(ATOMIC_BLOCKS)]
         self.tally.add(atomic_reads=1, torn=gens.count(None), mixed=int(len(set(gens)) > 1))
 
+    def stalled_reader(self, w, gen, trickle):
+        """A reader that stops reading (or reads a trickle: 4 KiB every 20 ms) holds no other
+        session's WRITE for long. It sends 2 MiB READs of one range, more than its socket and
+        the target's together can hold (the send buffer may grow to tcp_wmem's maximum): the
+        rest of their Data-In waits in the target's queue, sent from the RAM LUN in place,
+        pinning its pages. A WRITE of generation gen into the range from session w must
+        complete within STALL_WRITE_S (the target copies the queued Data-In of a connection
+        whose socket did not take a second's backlog in a second away; before that fix it
+        waited until the reader was dropped, 45 s, or had read it all). Then the reader reads
+        everything: every block whole, at its LBA, the WRITE's 8 blocks of gen or 0 (it ran
+        while the READs were in flight), the earlier step's 8 blocks its generation, all the
+        others 0."""
+        r = self.session(stall=True)
+        try:
+            with open("/proc/sys/net/ipv4/tcp_wmem") as f:
+                wmem = int(f.read().split()[2])
+        except (OSError, ValueError, IndexError):
+            wmem = 4 << 20
+        size = STALL_BLOCKS * BLOCK
+        count = (wmem + 4 * STALL_RCVBUF) // size + 3  # at least 2 READs' worth left queued
+        reads = send_all(r, self.lun, [(cdb_rw10(0x28, STALL_LBA, STALL_BLOCKS), size, None)]
+                         * count)
+        stop = threading.Event()
+        reader = threading.Thread(target=r.c.trickle, args=(stop, 4096, 0.02), daemon=True)
+        if trickle:
+            reader.start()
+        time.sleep(0.5)  # the target answers them; the sockets fill
+        began = time.monotonic()
+        first = 8 * gen  # the WRITE's 8 blocks: [8, 16) in step 1, [16, 24) in step 2
+        try:
+            st, _, _ = w.scsi(cdb_rw10(0x2A, STALL_LBA + first, 8),
+                              write_data=blocks(STALL_LBA + first, 8, gen), lun=self.lun,
+                              timeout=STALL_WRITE_S)
+        except (TestFailure, hostile.Closed, OSError) as e:
+            raise TestFailure("%s: a WRITE beside a %s reader not done in %.0f s (%s)"
+                              % (self.name, "trickling" if trickle else "stalled",
+                                 STALL_WRITE_S, e))
+        waited = time.monotonic() - began
+        stop.set()
+        if trickle:
+            reader.join()
+        check(st == 0, "%s: WRITE beside a stalled reader: status %d" % (self.name, st))
+        bad = 0
+        for st, data, _ in collect(r, *reads):
+            check(st == 0, "%s: stalled READ status %d" % (self.name, st))
+            for j in range(STALL_BLOCKS):
+                g = block_gen(data, j, STALL_LBA + j)
+                want = (0,) if j >= first + 8 else (0, gen) if j >= first else (j // 8,)
+                bad += g not in want
+        print("%s: %s reader: %d READs of 2 MiB, a WRITE beside it done in %.1f s, "
+              "%d wrong blocks" % (self.name, "trickling" if trickle else "stalled", count,
+                                   waited, bad))
+        self.tally.add(reads=count, writes=1, torn=bad)
+
+    def stalled_readers(self):
+        """The range at generation 0, then a reader that stops, then one that trickles."""
+        w = self.session()
+        for lba in range(STALL_LBA, STALL_LBA + STALL_BLOCKS, 128):
+            st, _, _ = w.scsi(cdb_rw10(0x2A, lba, 128), write_data=blocks(lba, 128, 0),
+                              lun=self.lun)
+            check(st == 0, "%s: WRITE status %d" % (self.name, st))
+        self.stalled_reader(w, 1, False)
+        self.stalled_reader(w, 2, True)
+
     def report(self):
         t = self.tally
         pdus = sum(d.pdus for d in self.digests)
@@ -441,7 +665,7 @@ def main():
     tmp = tempfile.mkdtemp(prefix="tear-")
     files = [os.path.join(tmp, n) for n in ("buffered.img", "direct.img")]
     d = hostile.Daemon(binary, threads=2, log_level="warn", prefix="tear-target-",
-                       lun=["ram:16M,send-min=4k", "file:%s,size=16M" % files[0],
+                       lun=["ram:16M,send-min=4k", "file:%s,size=16M,send-min=8k" % files[0],
                             "file:%s,size=16M,direct" % files[1]])
     loads = []
     try:
@@ -458,13 +682,18 @@ def main():
         for t in threads:
             t.join(30)
             check(not t.is_alive(), "a traffic thread is stuck")
+        loads[0].stalled_readers()  # the RAM LUN, which sends READs in place
+        loads[1].stalled_readers()  # the file LUN, which sends them from its mapping
         for ld in loads:
             print(ld.report())
+        stalled = stall_check(loads[1])  # the file LUN whose READs go out in place
+        if not stalled:
+            stalled = inplace_reads_check(loads[1], files[0])
         for ld in loads:
             for s in ld.sessions:
                 s.logout()
         d.stop()
-        bad = [f for ld in loads for f in ld.failures()]
+        bad = [f for ld in loads for f in ld.failures()] + stalled
         if bad:
             raise TestFailure("; ".join(bad))
     except (TestFailure, hostile.Closed, OSError) as e:

@@ -148,6 +148,26 @@ void sfx_target_down(struct scsi_target *tg, struct scsi_task *t, struct scsi_ne
     scsi_target_destroy(tg);
 }
 
+void sfx_gateway_init(struct scsi_target *tg, const char *name, uint16_t group,
+                      enum scsi_alua_state own, uint16_t peer, enum scsi_alua_state peer_state)
+{
+    assert_int_equal(scsi_target_init(tg, name, group), 0);
+    tg->alua_state = own;
+    tg->alua_peers[0] = (struct scsi_alua_group){.id = peer, .state = (uint8_t)peer_state};
+    tg->alua_npeers = 1;
+}
+
+int sfx_gateways_teardown(void **state)
+{
+    struct sfx_gateways *f = *state;
+    scsi_task_release(&f->t);
+    scsi_nexus_put(f->nb);
+    scsi_target_destroy(&f->b);
+    sfx_target_down(&f->a, &f->t, f->na, NULL, NULL);
+    free(f);
+    return 0;
+}
+
 int sfx_run(struct scsi_task *t, struct scsi_target *tg, struct scsi_nexus *n, uint64_t lun,
             const uint8_t *cdb, const void *out, size_t out_len, uint32_t read_edtl,
             unsigned checks)

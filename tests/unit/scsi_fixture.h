@@ -45,6 +45,20 @@ struct scsi_nexus *sfx_nexus_get(struct scsi_target *tg, uint8_t id);
 void sfx_target_down(struct scsi_target *tg, struct scsi_task *t, struct scsi_nexus *n1,
                      struct scsi_nexus *n2, struct scsi_nexus *n3);
 
+/* The two-gateway ALUA fixtures (test_alua.c, test_mpath_pick.c): a gateway, target tg named
+ * name in target port group group with state own, knowing one peer group and its state. */
+void sfx_gateway_init(struct scsi_target *tg, const char *name, uint16_t group,
+                      enum scsi_alua_state own, uint16_t peer, enum scsi_alua_state peer_state);
+/* Their state: gateways a and b, one nexus on each, a task. */
+struct sfx_gateways {
+    struct scsi_target a, b;
+    struct scsi_nexus *na, *nb;
+    struct scsi_task t;
+};
+/* cmocka teardown of a struct sfx_gateways *state (calloc'ed): releases t, puts the nexuses,
+ * destroys both targets, frees it. */
+int sfx_gateways_teardown(void **state);
+
 /* What sfx_run() asserts besides running the command. */
 enum {
     SFX_CHECK_DONE = 1,    /* done() ran once after exec, and not at all on a setup refusal */

@@ -23,19 +23,13 @@
 
 #define TGT_NAME "iqn.2024-01.io.linerate:alua"
 
-struct fx {
-    struct scsi_target a, b;
-    struct scsi_nexus *na, *nb;
-    struct scsi_task t;
-};
-
-static int run(struct fx *f, struct scsi_target *tg, uint64_t lun, const uint8_t *cdb)
+static int run(struct sfx_gateways *f, struct scsi_target *tg, uint64_t lun, const uint8_t *cdb)
 {
     struct scsi_nexus *n = tg == &f->a ? f->na : f->nb;
     return sfx_run(&f->t, tg, n, lun, cdb, NULL, 0, 4096, SFX_CHECK_DONE | SFX_CHECK_REFUSAL);
 }
 
-static const uint8_t *data(struct fx *f)
+static const uint8_t *data(struct sfx_gateways *f)
 {
     return f->t.iov[0].iov_base;
 }
@@ -56,7 +50,7 @@ static const uint8_t RTPG_EXT[16] = {0xa3, 0x2a, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0};
 static const uint8_t STPG[16] = {0xa4, 0x0a, 0, 0, 0, 0, 0, 0, 0, 8, 0, 0};
 
 /* Reports the pending unit attentions (new nexus) of both nexuses on both LUNs. */
-static void clear_uas(struct fx *f)
+static void clear_uas(struct sfx_gateways *f)
 {
     struct scsi_target *tgs[2] = {&f->a, &f->b};
     for (int i = 0; i < 2; i++)
@@ -85,19 +79,16 @@ static void add_lun(struct scsi_target *tg, uint64_t lun, bool set, enum scsi_al
 
 static int setup(void **state)
 {
-    struct fx *f = calloc(1, sizeof(*f));
+    struct sfx_gateways *f = calloc(1, sizeof(*f));
     /* Gateway A: group 1, knows group 2 as active/non-optimized; LUN 1 overrides the peer's
      * state to standby, as gateway B's own config says. */
-    assert_int_equal(scsi_target_init(&f->a, TGT_NAME, 1), 0);
-    f->a.alua_peers[0] = (struct scsi_alua_group){.id = 2, .state = SCSI_ALUA_ACTIVE_NON_OPTIMIZED};
-    f->a.alua_npeers = 1;
+    sfx_gateway_init(&f->a, TGT_NAME, 1, SCSI_ALUA_ACTIVE_OPTIMIZED, 2,
+                     SCSI_ALUA_ACTIVE_NON_OPTIMIZED);
     add_lun(&f->a, 0, false, 0, 0, 0);
     add_lun(&f->a, 1, false, 0, 2, SCSI_ALUA_STANDBY);
     /* Gateway B: group 2, active/non-optimized by default, standby for LUN 1. */
-    assert_int_equal(scsi_target_init(&f->b, TGT_NAME, 2), 0);
-    f->b.alua_state = SCSI_ALUA_ACTIVE_NON_OPTIMIZED;
-    f->b.alua_peers[0] = (struct scsi_alua_group){.id = 1, .state = SCSI_ALUA_ACTIVE_OPTIMIZED};
-    f->b.alua_npeers = 1;
+    sfx_gateway_init(&f->b, TGT_NAME, 2, SCSI_ALUA_ACTIVE_NON_OPTIMIZED, 1,
+                     SCSI_ALUA_ACTIVE_OPTIMIZED);
     add_lun(&f->b, 0, false, 0, 0, 0);
     add_lun(&f->b, 1, true, SCSI_ALUA_STANDBY, 0, 0);
     f->na = sfx_nexus_get(&f->a, 1);
@@ -107,20 +98,9 @@ static int setup(void **state)
     return 0;
 }
 
-static int teardown(void **state)
-{
-    struct fx *f = *state;
-    scsi_task_release(&f->t);
-    scsi_nexus_put(f->nb);
-    scsi_target_destroy(&f->b);
-    sfx_target_down(&f->a, &f->t, f->na, NULL, NULL);
-    free(f);
-    return 0;
-}
-
 static void test_inquiry_tpgs(void **state)
 {
-    struct fx *f = *state;
+    struct sfx_gateways *f = *state;
     assert_int_equal(run(f, &f->a, 0, INQUIRY), SCSI_STATUS_GOOD);
     assert_int_equal(data(f)[5], 0x18); /* TPGS 01b (implicit), 3PC */
     /* standby does not hide the LU from INQUIRY */
@@ -140,7 +120,7 @@ static const uint8_t *find_designator(const uint8_t *d, uint8_t assoc_type)
 
 static void test_vpd83_ports(void **state)
 {
-    struct fx *f = *state;
+    struct sfx_gateways *f = *state;
     uint8_t va[256], vb[256];
     assert_int_equal(run(f, &f->a, 0, VPD83), SCSI_STATUS_GOOD);
     memcpy(va, data(f), sizeof(va));
@@ -174,7 +154,7 @@ static const uint8_t RTPG_LUN0[] = {
 
 static void test_rtpg_length_only(void **state)
 {
-    struct fx *f = *state;
+    struct sfx_gateways *f = *state;
     assert_int_equal(run(f, &f->a, 0, RTPG), SCSI_STATUS_GOOD);
     assert_int_equal(f->t.data_len, sizeof(RTPG_LUN0));
     assert_memory_equal(data(f), RTPG_LUN0, sizeof(RTPG_LUN0));
@@ -200,7 +180,7 @@ static void test_rtpg_length_only(void **state)
 
 static void test_rtpg_extended(void **state)
 {
-    struct fx *f = *state;
+    struct sfx_gateways *f = *state;
     assert_int_equal(run(f, &f->b, 0, RTPG_EXT), SCSI_STATUS_GOOD);
     assert_int_equal(f->t.data_len, 8 + 24);
     const uint8_t *d = data(f);
@@ -212,7 +192,7 @@ static void test_rtpg_extended(void **state)
 
 static void test_rtpg_bad_fields(void **state)
 {
-    struct fx *f = *state;
+    struct sfx_gateways *f = *state;
     uint8_t cdb[16];
     memcpy(cdb, RTPG, sizeof(cdb));
     cdb[1] = 0x4a; /* PARAMETER DATA FORMAT 010b: reserved */
@@ -227,13 +207,13 @@ static void test_rtpg_bad_fields(void **state)
     sfx_assert_sense(&f->t, 0, 0x5, 0x25, 0x00); /* no such LUN */
 }
 
-static void expect_standby(struct fx *f, const uint8_t *cdb)
+static void expect_standby(struct sfx_gateways *f, const uint8_t *cdb)
 {
     assert_int_equal(run(f, &f->b, 1, cdb), SCSI_STATUS_CHECK_CONDITION);
     sfx_assert_sense(&f->t, SFX_SENSE_LEN | SFX_SENSE_FIXED, 0x2, 0x04, 0x0b);
 }
 
-static void expect_standby_lun(struct fx *f, uint64_t lun)
+static void expect_standby_lun(struct sfx_gateways *f, uint64_t lun)
 {
     assert_int_equal(run(f, &f->b, lun, READ10), SCSI_STATUS_CHECK_CONDITION);
     sfx_assert_sense(&f->t, SFX_SENSE_LEN | SFX_SENSE_FIXED, 0x2, 0x04, 0x0b);
@@ -241,7 +221,7 @@ static void expect_standby_lun(struct fx *f, uint64_t lun)
 
 static void test_standby(void **state)
 {
-    struct fx *f = *state;
+    struct sfx_gateways *f = *state;
     expect_standby(f, TUR);
     expect_standby(f, READ10);
     expect_standby(f, WRITE10);
@@ -261,7 +241,7 @@ static void test_standby(void **state)
 
 static void test_stpg_refused(void **state)
 {
-    struct fx *f = *state;
+    struct sfx_gateways *f = *state;
     /* TPGS 01b: SET TARGET PORT GROUPS is not offered (SPC-4 §6.6.2 table 147) */
     assert_int_equal(run(f, &f->a, 0, STPG), SCSI_STATUS_CHECK_CONDITION);
     sfx_assert_sense(&f->t, 0, 0x5, 0x20, 0x00);
@@ -270,7 +250,7 @@ static void test_stpg_refused(void **state)
 }
 
 /* The group's state in RTPG (length-only format) of LUN lun through gateway B. */
-static uint8_t rtpg_state(struct fx *f, uint64_t lun, uint16_t group)
+static uint8_t rtpg_state(struct sfx_gateways *f, uint64_t lun, uint16_t group)
 {
     assert_int_equal(run(f, &f->b, lun, RTPG), SCSI_STATUS_GOOD);
     const uint8_t *d = data(f);
@@ -281,7 +261,7 @@ static uint8_t rtpg_state(struct fx *f, uint64_t lun, uint16_t group)
     return 0xff;
 }
 
-static void expect_alua_ua(struct fx *f, struct scsi_nexus *n, uint64_t lun)
+static void expect_alua_ua(struct sfx_gateways *f, struct scsi_nexus *n, uint64_t lun)
 {
     assert_int_equal(sfx_run(&f->t, &f->b, n, lun, TUR, NULL, 0, 0, SFX_CHECK_REFUSAL),
                      SCSI_STATUS_CHECK_CONDITION);
@@ -290,7 +270,7 @@ static void expect_alua_ua(struct fx *f, struct scsi_nexus *n, uint64_t lun)
 
 static void test_live_change(void **state)
 {
-    struct fx *f = *state;
+    struct sfx_gateways *f = *state;
     struct scsi_nexus *n2 = sfx_nexus_get(&f->b, 2);
     while (sfx_run(&f->t, &f->b, n2, 0, TUR, NULL, 0, 0, 0) != SCSI_STATUS_GOOD)
         ; /* its power-on UA */
@@ -326,7 +306,7 @@ static void test_live_change(void **state)
 /* alua-explicit: TPGS 11b, and SET TARGET PORT GROUPS from one nexus tells the others */
 static void test_explicit_stpg(void **state)
 {
-    struct fx *f = *state;
+    struct sfx_gateways *f = *state;
     f->b.alua_explicit = true;
     assert_int_equal(run(f, &f->b, 0, INQUIRY), SCSI_STATUS_GOOD);
     assert_int_equal(data(f)[5] & 0x30, 0x30);
@@ -375,15 +355,15 @@ static void test_state_names(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_inquiry_tpgs, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_vpd83_ports, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_rtpg_length_only, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_rtpg_extended, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_rtpg_bad_fields, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_standby, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_stpg_refused, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_live_change, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_explicit_stpg, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_inquiry_tpgs, setup, sfx_gateways_teardown),
+        cmocka_unit_test_setup_teardown(test_vpd83_ports, setup, sfx_gateways_teardown),
+        cmocka_unit_test_setup_teardown(test_rtpg_length_only, setup, sfx_gateways_teardown),
+        cmocka_unit_test_setup_teardown(test_rtpg_extended, setup, sfx_gateways_teardown),
+        cmocka_unit_test_setup_teardown(test_rtpg_bad_fields, setup, sfx_gateways_teardown),
+        cmocka_unit_test_setup_teardown(test_standby, setup, sfx_gateways_teardown),
+        cmocka_unit_test_setup_teardown(test_stpg_refused, setup, sfx_gateways_teardown),
+        cmocka_unit_test_setup_teardown(test_live_change, setup, sfx_gateways_teardown),
+        cmocka_unit_test_setup_teardown(test_explicit_stpg, setup, sfx_gateways_teardown),
         cmocka_unit_test(test_state_names),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -4,7 +4,8 @@
  * 0x83 and sense data (initiator/alua.c) decides where commands go (initiator/mpath_pick.c):
  * never to B while A lives, even with B listed first; to B once A is down; nowhere once B is
  * standby (after its 2Ah/06h). Plus round robin among equal paths, exclusions, and bytes a
- * target may get wrong. */
+ * target may get wrong; and how a COMPARE AND WRITE issued again is judged after a MISCOMPARE
+ * (initiator/mpath_caw.c): its own first copy landed, or another host wrote. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -15,6 +16,7 @@
 #include <cmocka.h>
 
 #include "initiator/alua.h"
+#include "initiator/mpath_caw.h"
 #include "initiator/mpath_pick.h"
 #include "scsi/scsi.h"
 #include "scsi/scsi_internal.h"
@@ -23,34 +25,22 @@
 
 #define TGT_NAME "iqn.2024-01.io.linerate:mpath"
 
-struct fx {
-    struct scsi_target a, b;
-    struct scsi_nexus *na, *nb;
-    struct scsi_task t;
-};
-
 static const uint8_t TUR[16] = {0x00};
 
 static void add_lun(struct scsi_target *tg)
 {
     char err[128];
-    struct scsi_lun_config c = {
-        .lun = 0, .bs = bs_open_spec("ram:1M", err, sizeof(err)), .block_size = 512};
-    assert_non_null(c.bs);
-    assert_int_equal(scsi_target_add_lun(tg, &c, err, sizeof(err)), 0);
+    sfx_add_lun(tg, 0, bs_open_spec("ram:1M", err, sizeof(err)), 512, false);
 }
 
 static int setup(void **state)
 {
-    struct fx *f = calloc(1, sizeof(*f));
-    assert_int_equal(scsi_target_init(&f->a, TGT_NAME, 1), 0);
-    f->a.alua_peers[0] = (struct scsi_alua_group){.id = 2, .state = SCSI_ALUA_ACTIVE_NON_OPTIMIZED};
-    f->a.alua_npeers = 1;
+    struct sfx_gateways *f = calloc(1, sizeof(*f));
+    sfx_gateway_init(&f->a, TGT_NAME, 1, SCSI_ALUA_ACTIVE_OPTIMIZED, 2,
+                     SCSI_ALUA_ACTIVE_NON_OPTIMIZED);
     add_lun(&f->a);
-    assert_int_equal(scsi_target_init(&f->b, TGT_NAME, 2), 0);
-    f->b.alua_state = SCSI_ALUA_ACTIVE_NON_OPTIMIZED;
-    f->b.alua_peers[0] = (struct scsi_alua_group){.id = 1, .state = SCSI_ALUA_ACTIVE_OPTIMIZED};
-    f->b.alua_npeers = 1;
+    sfx_gateway_init(&f->b, TGT_NAME, 2, SCSI_ALUA_ACTIVE_NON_OPTIMIZED, 1,
+                     SCSI_ALUA_ACTIVE_OPTIMIZED);
     add_lun(&f->b);
     f->na = sfx_nexus_get(&f->a, 1);
     f->nb = sfx_nexus_get(&f->b, 1);
@@ -63,19 +53,8 @@ static int setup(void **state)
     return 0;
 }
 
-static int teardown(void **state)
-{
-    struct fx *f = *state;
-    scsi_task_release(&f->t);
-    scsi_nexus_put(f->nb);
-    scsi_target_destroy(&f->b);
-    sfx_target_down(&f->a, &f->t, f->na, NULL, NULL);
-    free(f);
-    return 0;
-}
-
 /* cdb through one gateway; the data in buf (len bytes at most), the status returned */
-static int ask(struct fx *f, struct scsi_target *tg, const uint8_t *cdb12, uint8_t *buf,
+static int ask(struct sfx_gateways *f, struct scsi_target *tg, const uint8_t *cdb12, uint8_t *buf,
                uint32_t *len)
 {
     uint8_t cdb[16] = {0};
@@ -95,7 +74,7 @@ static int ask(struct fx *f, struct scsi_target *tg, const uint8_t *cdb12, uint8
 }
 
 /* The group of a gateway's port, from its VPD 0x83. */
-static int group_of(struct fx *f, struct scsi_target *tg)
+static int group_of(struct sfx_gateways *f, struct scsi_target *tg)
 {
     uint8_t cdb[12], buf[255];
     uint32_t len = sizeof(buf);
@@ -107,7 +86,7 @@ static int group_of(struct fx *f, struct scsi_target *tg)
 }
 
 /* path i's state from an RTPG answer through tg: status, and states set into c */
-static int states_from(struct fx *f, struct scsi_target *tg, const int *groups,
+static int states_from(struct sfx_gateways *f, struct scsi_target *tg, const int *groups,
                        struct ini_mpath_cand *c, unsigned n)
 {
     uint8_t cdb[12], buf[512];
@@ -130,7 +109,7 @@ static int states_from(struct fx *f, struct scsi_target *tg, const int *groups,
 
 static void test_ao_before_an(void **state)
 {
-    struct fx *f = *state;
+    struct sfx_gateways *f = *state;
     /* path 0 is B (listed first, as a user may), path 1 is A */
     int groups[2] = {group_of(f, &f->b), group_of(f, &f->a)};
     assert_int_equal(groups[0], 2);
@@ -152,7 +131,7 @@ static void test_ao_before_an(void **state)
 
 static void test_standby_never(void **state)
 {
-    struct fx *f = *state;
+    struct sfx_gateways *f = *state;
     int groups[2] = {2, 1};
     struct ini_mpath_cand c[2] = {{.up = true}, {.up = false}};
     /* B made standby (its own group): the next command there says so with a unit attention,
@@ -219,13 +198,63 @@ static void test_bad_bytes(void **state)
     assert_int_equal(ini_alua_sense(fixed, 13), INI_SENSE_OTHER);
 }
 
+/* One host's heartbeat slot on A's LUN: its CAW runs, then the same CAW again (the copy
+ * lr_mpath issues on another path when the first one's answer was lost) miscompares; read
+ * back, the block holds its write data: landed. Another host's write over the slot makes the
+ * next miscompare a real one. A miscompare of any other command, or a GOOD CAW, is no case. */
+static void test_caw_judgement(void **state)
+{
+    struct sfx_gateways *f = *state;
+    uint8_t cdb[16] = {0x89, 0, [9] = 7, [13] = 1}; /* COMPARE AND WRITE, LBA 7, 1 block */
+    uint8_t caw[1024] = {0}, rd[512];
+    memset(caw + 512, 'h', 512);
+    struct lr_result res = {.err = LR_SCSI_STATUS};
+    uint64_t lba;
+    uint32_t blocks;
+    assert_int_equal(sfx_run(&f->t, &f->a, f->na, 0, cdb, caw, sizeof(caw), 0, 0),
+                     SCSI_STATUS_GOOD);
+    res.err = LR_OK;
+    assert_false(ini_caw_miscompare(cdb, 16, &res, &lba, &blocks));
+    /* the copy issued again */
+    assert_int_equal(sfx_run(&f->t, &f->a, f->na, 0, cdb, caw, sizeof(caw), 0, 0),
+                     SCSI_STATUS_CHECK_CONDITION);
+    res = (struct lr_result){.err = LR_SCSI_STATUS, .scsi_status = 2, .sense_len = f->t.sense_len};
+    memcpy(res.sense, f->t.sense, f->t.sense_len);
+    assert_true(ini_caw_miscompare(cdb, 16, &res, &lba, &blocks));
+    assert_int_equal(lba, 7);
+    assert_int_equal(blocks, 1);
+    uint8_t rcdb[12] = {0x28, 0, 0, 0, 0, 7, 0, 0, 1}; /* READ (10) */
+    uint32_t len = sizeof(rd);
+    assert_int_equal(ask(f, &f->a, rcdb, rd, &len), SCSI_STATUS_GOOD);
+    assert_true(ini_caw_landed(caw, sizeof(caw), rd, len));
+    /* the same sense on a WRITE is no CAW's; a short read is no verdict */
+    uint8_t wcdb[16] = {0x2a, 0, 0, 0, 0, 7, 0, 0, 1};
+    assert_false(ini_caw_miscompare(wcdb, 10, &res, &lba, &blocks));
+    assert_false(ini_caw_landed(caw, sizeof(caw), rd, len - 1));
+    /* another host takes the slot: the next miscompare is real */
+    uint8_t other[512];
+    memset(other, 'o', sizeof(other));
+    assert_int_equal(sfx_run(&f->t, &f->a, f->na, 0, wcdb, other, sizeof(other), 0, 0),
+                     SCSI_STATUS_GOOD);
+    memcpy(caw, caw + 512, 512); /* compare with what the host wrote last */
+    memset(caw + 512, 'i', 512);
+    assert_int_equal(sfx_run(&f->t, &f->a, f->na, 0, cdb, caw, sizeof(caw), 0, 0),
+                     SCSI_STATUS_CHECK_CONDITION);
+    memcpy(res.sense, f->t.sense, f->t.sense_len);
+    assert_true(ini_caw_miscompare(cdb, 16, &res, &lba, &blocks));
+    len = sizeof(rd);
+    assert_int_equal(ask(f, &f->a, rcdb, rd, &len), SCSI_STATUS_GOOD);
+    assert_false(ini_caw_landed(caw, sizeof(caw), rd, len));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_ao_before_an, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_standby_never, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_ao_before_an, setup, sfx_gateways_teardown),
+        cmocka_unit_test_setup_teardown(test_standby_never, setup, sfx_gateways_teardown),
         cmocka_unit_test(test_round_robin),
         cmocka_unit_test(test_bad_bytes),
+        cmocka_unit_test_setup_teardown(test_caw_judgement, setup, sfx_gateways_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
