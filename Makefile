@@ -88,6 +88,7 @@ torture: all
 HA_ROUNDS ?= 2
 ha: all
 	HA_ROUNDS=$(HA_ROUNDS) tests/ha/partition.sh $(BUILD)
+	LINERATE_TARGET=$(abspath $(BUILD))/linerate-target tests/interop/kernel_multipath.sh
 
 # FUZZ_SECONDS=600 make fuzz for a longer run.
 fuzz:

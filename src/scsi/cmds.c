@@ -95,7 +95,10 @@ const struct scsi_cmd scsi_cmds[C__COUNT] = {
                          sbc_exec_start_stop, F(0x1b, 0x01, 0, 0x0f, 0xf7)),
     [C_PREVENT_ALLOW] = EMP(PRC_CDB, 0x1e, "PREVENT ALLOW MEDIUM REMOVAL", 6, LS, spc_parse_none,
                             sbc_exec_prevent_allow, F(0x1e, 0, 0, 0, 0x03)),
-    [C_READ_CAPACITY10] = EMP(PRC_ALLOW, 0x25, "READ CAPACITY(10)", 10, NM, sbc_parse_readcap10,
+    /* SB: SPC-4 §5.16.2.4.5 lets standby answer other commands too (LIO answers these): Linux's
+     * sd reads the capacity once, at scan, and keeps a standby path refused there at 0 blocks
+     * after a failover makes it active (dm-multipath then fails every I/O on it) */
+    [C_READ_CAPACITY10] = EMP(PRC_ALLOW, 0x25, "READ CAPACITY(10)", 10, NM | SB, sbc_parse_readcap10,
                               sbc_exec_readcap10, F(0x25, 0, FF4, 0, 0, 0x01)),
     [C_READ10] = RW(0x28, "READ(10)", 10, RD, 2, 4, 7, 2, sbc_parse_rw, sbc_exec_read, 30,
                     F(0x28, 0xfc, FF4, 0x1f, 0xff, 0xff)),
@@ -174,7 +177,7 @@ const struct scsi_cmd scsi_cmds[C__COUNT] = {
                           sbc_exec_write_same, 60, F(0x93, 0xf9, FF8, FF4, 0x1f)),
     [C_WRITE_ATOMIC16] = RW(0x9c, "WRITE ATOMIC(16)", 16, WX | CMD_OPTIONAL, 2, 8, 12, 2, sbc_parse_write_atomic,
                             sbc_exec_write_atomic, 30, F(0x9c, 0xf8, FF8, 0, 0, 0xff, 0xff, 0x1f)),
-    [C_READ_CAPACITY16] = EMSAP(PRC_ALLOW, 0x9e, 0x10, "READ CAPACITY(16)", 16, NM,
+    [C_READ_CAPACITY16] = EMSAP(PRC_ALLOW, 0x9e, 0x10, "READ CAPACITY(16)", 16, NM | SB,
                                 sbc_parse_readcap16, sbc_exec_readcap16,
                                 F(0x9e, 0x1f, FF8, FF4, 0x01)),
     [C_GET_LBA_STATUS] = EMSA(0x9e, 0x12, "GET LBA STATUS", 16, NM, sbc_parse_get_lba_status,

@@ -692,9 +692,9 @@ static inline scsi_sr alua_gate(const struct scsi_lun *lu, const struct scsi_cmd
     /* SPC-4 §5.16.2.4.5: in standby the device server answers INQUIRY, LOG SELECT/SENSE, MODE
      * SELECT/SENSE, REPORT LUNS, RECEIVE/SEND DIAGNOSTIC, REPORT and SET TARGET PORT GROUPS,
      * REQUEST SENSE, PERSISTENT RESERVE IN/OUT and the echo buffer modes of READ/WRITE
-     * BUFFER (those offered here carry CMD_STANDBY_OK); anything else is NOT READY, LOGICAL
-     * UNIT NOT ACCESSIBLE, TARGET PORT IN STANDBY STATE. TEST UNIT READY included, which is
-     * how a multipath path checker learns the path is not for I/O. */
+     * BUFFER, and READ CAPACITY (cmds.c says why) (those carry CMD_STANDBY_OK); anything else is
+     * NOT READY, LOGICAL UNIT NOT ACCESSIBLE, TARGET PORT IN STANDBY STATE. TEST UNIT READY
+     * included, which is how a multipath path checker learns the path is not for I/O. */
     if (c->flags & CMD_STANDBY_OK)
         return SR_OK;
     struct scsi_lun *l = (struct scsi_lun *)lu;

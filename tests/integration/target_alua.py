@@ -206,9 +206,19 @@ def check_standby(sa, sb):
     good(sb, struct.pack(">BBBxxxIxx", 0xA0, 0, 0, 256), "standby REPORT LUNS", 1, read_len=256)
     good(sb, [0x03, 0, 0, 0, 18, 0], "standby REQUEST SENSE", 1, read_len=18)
     rtpg(sb, 1, False)
+    # READ CAPACITY answered in standby (LIO does too): Linux reads the capacity only at
+    # scan, and a standby path it saw as 0 blocks stays unusable after a failover
+    cap = good(sb, [0x25] + [0] * 9, "standby READ CAPACITY(10)", 1, read_len=8)
+    check(struct.unpack(">II", cap[:8]) == (FILE_BYTES // BLOCK - 1, BLOCK),
+          "standby READ CAPACITY(10) says %s" % (struct.unpack(">II", cap[:8]),))
+    cap = good(sb, [0x9e, 0x10] + [0] * 8 + [0, 0, 0, 32, 0, 0], "standby READ CAPACITY(16)", 1,
+               read_len=32)
+    check(struct.unpack(">QI", cap[:12]) == (FILE_BYTES // BLOCK - 1, BLOCK),
+          "standby READ CAPACITY(16) says %s" % (struct.unpack(">QI", cap[:12]),))
     good(sa, hostile.cdb_rw10(0x28, 0, 1), "READ(10) of LUN 1 on the active gateway", 1,
          read_len=BLOCK)
-    print("standby: TUR/READ refused 04h/0Bh, INQUIRY/REPORT LUNS/REQUEST SENSE/RTPG answered")
+    print("standby: TUR/READ refused 04h/0Bh, INQUIRY/REPORT LUNS/REQUEST SENSE/RTPG/READ "
+          "CAPACITY answered")
 
 
 def write_fua(s, lba, data, timeout=10.0):

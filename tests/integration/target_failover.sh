@@ -8,12 +8,12 @@
 # the image; then, on a second image, the gateway configured active/optimized down at start:
 # the other one takes the role after the failover-timeout. Skipped (77) without Ceph or
 # librbd. LT_FAILOVER_ROUNDS=N repeats the kill to measure the pause (median and worst
-# printed). Before that, an image whose own configuration
-# sets rbd_cache true must be refused at start (a cache would hide write errors), and a
-# daemon stopped (SIGTERM) with a write stuck in librbd (the OSD SIGSTOPped) must exit 1 with
-# its reason at once, not hang in its last flush nor abort. After it,
-# target_ats.py: ESXi's ATS heartbeat (COMPARE AND WRITE every second from two lr_mpath
-# hosts) through a cut path, kill -9, failback and SIGSTOP: no false miscompare, no long gap.
+# printed). Before that, an image whose own configuration sets rbd_cache true must be refused
+# at start (a cache would hide write errors), and a daemon stopped (SIGTERM) with a write
+# stuck in librbd (the OSD SIGSTOPped) must exit 1 with its reason at once, not hang in its
+# last flush nor abort. After it, target_ats.py: ESXi's ATS heartbeat (COMPARE AND WRITE every
+# second from two lr_mpath hosts) through a cut path, kill -9, failback and SIGSTOP: no false
+# miscompare, no long gap.
 . "$(dirname "$0")/lt_lib.sh"
 need python3
 CTL=$(dirname "$LT")/linerate-ctl

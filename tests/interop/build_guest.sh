@@ -7,6 +7,11 @@
 #
 #   tests/interop/build_guest.sh [OUTDIR]      (default ~/.cache/linerate/interop-guest)
 #
+# For the dm-multipath scenario (guest_mpath.sh, /mpath.sh in the image) it also carries
+# multipath-tools (multipath, multipathd and the tur checker and alua prioritizer plugins they
+# load) and the dm-multipath, round-robin/service-time and scsi_dh_alua modules, listed apart
+# (lib/modules/load.mpath) so that the plain initiator run does not load them.
+#
 # Leaves OUTDIR/vmlinuz and OUTDIR/initrd.img. Idempotent: nothing is done when OUTDIR/stamp
 # matches this script, guest_init.sh and the kernel version apt would pick today; the .debs
 # stay in OUTDIR/debs, so a rebuild after a script change downloads nothing. Needs apt-get
@@ -41,7 +46,7 @@ kver=${kpkg#linux-image-}
 exec 9>"$OUT/lock"
 flock 9
 
-stamp=$(cat "$0" "$HERE/guest_init.sh" | sha256sum | cut -c1-16)-$kver
+stamp=$(cat "$0" "$HERE/guest_init.sh" "$HERE/guest_mpath.sh" | sha256sum | cut -c1-16)-$kver
 if [ -f "$OUT/stamp" ] && [ "$(cat "$OUT/stamp")" = "$stamp" ] &&
     [ -s "$OUT/vmlinuz" ] && [ -s "$OUT/initrd.img" ]; then
     exit 0
@@ -50,7 +55,7 @@ msg "building the guest image in $OUT (kernel $kver)"
 
 # The tools, and the library packages they need, recursively (only lib* packages: the
 # tools' other dependencies are scripts, perl, udev... that the guest does without).
-tools=(busybox-static open-iscsi e2fsprogs fio)
+tools=(busybox-static open-iscsi e2fsprogs fio multipath-tools)
 mapfile -t libs < <(apt-cache depends --recurse --no-recommends --no-suggests --no-conflicts \
     --no-breaks --no-replaces --no-enhances "${tools[@]}" 2>/dev/null |
     grep -E '^lib[a-z0-9.+-]+$' | grep -Ev 'perl|python' | sort -u)
@@ -92,7 +97,15 @@ cp "$bb" "$r/bin/busybox"
 for a in $("$bb" --list); do
     [ "$a" = busybox ] || ln -sf busybox "$r/bin/$a"
 done
-bins=(sbin/iscsid sbin/iscsiadm sbin/mkfs.ext4 sbin/mke2fs sbin/e2fsck usr/bin/fio)
+bins=(sbin/iscsid sbin/iscsiadm sbin/mkfs.ext4 sbin/mke2fs sbin/e2fsck usr/bin/fio
+    sbin/multipath sbin/multipathd)
+# multipath-tools' plugins, loaded by name from /lib/multipath (its multipath_dir)
+plugins=(libchecktur.so libprioalua.so libprioconst.so libpriosysfs.so)
+mkdir -p "$r/lib/multipath"
+for p in "${plugins[@]}"; do
+    [ -f "$x/lib/multipath/$p" ] || die "$p is not in multipath-tools"
+    cp "$x/lib/multipath/$p" "$r/lib/multipath/"
+done
 for b in "${bins[@]}"; do
     [ -x "$x/$b" ] || die "$b is not in the extracted packages"
     cp "$x/$b" "$r/sbin/"
@@ -102,7 +115,7 @@ done
 # first; a library that still comes from the host is taken from there. Flattened into one
 # directory that the guest's LD_LIBRARY_PATH names (librados' RUNPATH points at a ceph/ one).
 libpath=$(find "$x" -name '*.so*' -printf '%h\n' | sort -u | paste -sd:)
-for b in "${bins[@]}"; do
+for b in "${bins[@]}" "${plugins[@]/#/lib/multipath/}"; do
     out=$(LD_LIBRARY_PATH=$libpath ldd "$x/$b") || die "ldd $b failed"
     if grep -q 'not found' <<<"$out"; then
         die "$b: $(grep 'not found' <<<"$out" | tr -s ' \t\n' ' ')"
@@ -139,25 +152,35 @@ add_mod() {
     loaded[$m]=1
     order+=("$m")
 }
-for w in "${want[@]}"; do
-    p=$(path_of "$w")
-    [ -n "$p" ] || die "module $w not found in $kpkg"
-    add_mod "$p"
-done
 mkdir -p "$r/lib/modules"
-: >"$r/lib/modules/load.order"
-for m in "${order[@]}"; do
-    cp "$kx/$m" "$r/lib/modules/"
-    basename "$m" >>"$r/lib/modules/load.order"
-done
+# list NAME MODULE...: the modules and what they need that no earlier list loads
+list() {
+    local l=$1 w p m
+    shift
+    order=()
+    for w in "$@"; do
+        p=$(path_of "$w")
+        [ -n "$p" ] || die "module $w not found in $kpkg"
+        add_mod "$p"
+    done
+    : >"$r/lib/modules/$l"
+    for m in "${order[@]}"; do
+        cp "$kx/$m" "$r/lib/modules/"
+        basename "$m" >>"$r/lib/modules/$l"
+    done
+}
+list load.order "${want[@]}"
+list load.mpath dm-multipath dm-round-robin dm-service-time scsi_dh_alua
 cp "$x/boot/vmlinuz-$kver" "$OUT/vmlinuz.new"
 
 install -m 755 "$HERE/guest_init.sh" "$r/init"
+install -m 755 "$HERE/guest_mpath.sh" "$r/mpath.sh"
 
 # Uncompressed: under TCG the kernel unpacks it faster than it would inflate it.
 (cd "$r" && find . | sort | "$bb" cpio -o -H newc 2>/dev/null) >"$OUT/initrd.img.new"
 mv "$OUT/vmlinuz.new" "$OUT/vmlinuz"
 mv "$OUT/initrd.img.new" "$OUT/initrd.img"
+nmod=$(cat "$r"/lib/modules/load.* | wc -l)
 rm -rf "$x" "$r"
 echo "$stamp" >"$OUT/stamp"
-msg "done: $(du -h "$OUT/initrd.img" | cut -f1) initramfs, $(wc -l <<<"$(printf '%s\n' "${order[@]}")") modules"
+msg "done: $(du -h "$OUT/initrd.img" | cut -f1) initramfs, $nmod modules"

@@ -20,6 +20,8 @@ mount -t devtmpfs devtmpfs /dev
 mount -t tmpfs tmpfs /tmp
 mount -t tmpfs tmpfs /run
 exec </dev/null >/dev/console 2>&1
+# the dm-multipath scenario (kernel_multipath.sh) is a script of its own
+grep -q 'lt_mode=mpath' /proc/cmdline && exec /bin/sh /mpath.sh
 
 npass=0
 nfail=0

@@ -225,11 +225,11 @@ static void test_standby(void **state)
     expect_standby(f, TUR);
     expect_standby(f, READ10);
     expect_standby(f, WRITE10);
-    expect_standby(f, READCAP10);
     expect_standby(f, SYNC10);
-    /* SPC-4 §5.16.2.4.5: what a standby port still answers */
-    const uint8_t *allowed[] = {INQUIRY,     VPD83,     REPORT_LUNS, REQUEST_SENSE,
-                                MODE_SENSE6, PRIN_KEYS, RTPG,        RTPG_EXT};
+    /* SPC-4 §5.16.2.4.5: what a standby port still answers; READ CAPACITY too, which the
+     * standard allows and Linux needs (cmds.c) */
+    const uint8_t *allowed[] = {INQUIRY,   VPD83, REPORT_LUNS, REQUEST_SENSE, MODE_SENSE6,
+                                PRIN_KEYS, RTPG,  RTPG_EXT,    READCAP10};
     for (size_t i = 0; i < sizeof(allowed) / sizeof(allowed[0]); i++)
         assert_int_equal(run(f, &f->b, 1, allowed[i]), SCSI_STATUS_GOOD);
     /* the same LUN on the active gateway, and the active LUN on the standby gateway */
