@@ -22,15 +22,10 @@ import tempfile
 import threading
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from hostile import free_port  # noqa: E402
+
 TARGET = "iqn.2026-12.org.linerate:stale"
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
 
 
 class Gateway:
@@ -84,6 +79,7 @@ class HoldRelay:
         self.held = threading.Event()
         self.go = threading.Event()
         self.done = threading.Event()
+        self.answered = threading.Event()
         self.late = 0  # bytes the initiator delivered after release
         threading.Thread(target=self.accept, daemon=True).start()
 
@@ -97,13 +93,14 @@ class HoldRelay:
             threading.Thread(target=self.down, args=(t, c), daemon=True).start()
             threading.Thread(target=self.up, args=(c, t), daemon=True).start()
 
-    @staticmethod
-    def down(t, c):
+    def down(self, t, c):
         try:
             while True:
                 b = t.recv(65536)
                 if not b:
                     break
+                if self.go.is_set():
+                    self.answered.set()  # A answered what the held connection delivered
                 c.sendall(b)
         except OSError:
             pass
@@ -135,12 +132,12 @@ class HoldRelay:
                             break
                         self.late += len(b)
                         t.sendall(b)
+                    if self.late >= bhs[4] * 4 + (dsl + 3) // 4 * 4:
+                        self.answered.wait(30)  # the whole WRITE came: A runs it first
                     break
                 t.sendall(bhs + self.exact(c, bhs[4] * 4 + (dsl + 3) // 4 * 4))
         except OSError:
             pass
-        if mine:
-            time.sleep(1)  # A runs what it got before it sees the connection end
         for s in (c, t):
             try:
                 s.shutdown(socket.SHUT_RDWR)
