@@ -11,6 +11,8 @@
 #include <netinet/tcp.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <linux/sockios.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -118,12 +120,32 @@ int ini_conn_connect(struct ini_conn *c, const char *host, uint16_t port)
     return 0;
 }
 
+/* A connection we give up on must not deliver what is still in its send queue: lr_mpath
+ * issues the failed commands again on another path, and the caller may write newer data to
+ * the same blocks there; a late WRITE from this queue (the link comes back seconds later)
+ * would land over it. A graceful close keeps sending that queue (the orphaned socket goes on
+ * retransmitting after close(2), FIN_WAIT1); SO_LINGER {1, 0} makes close(2) abortive
+ * (socket(7)): Linux's tcp_close() then calls tcp_disconnect(), which sends RST and purges the
+ * write and retransmit queues, also after shutdown(SHUT_WR). Only when the queue is not empty
+ * (SIOCOUTQ, tcp(7): unsent plus unacknowledged bytes): after a Logout Response everything we
+ * sent was acknowledged, and that close stays graceful. The target never does this: its
+ * Logout Response must reach the peer. */
+static void conn_abort_unsent(int fd)
+{
+    int queued = 0;
+    if (fd < 0 || ioctl(fd, SIOCOUTQ, &queued) < 0 || queued <= 0)
+        return;
+    struct linger lg = {.l_onoff = 1, .l_linger = 0};
+    (void)setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
+}
+
 void ini_conn_close(struct ini_conn *c, const char *why)
 {
     if (c->state == ICS_DEAD)
         return;
     c->fail_why = why;
     c->state = ICS_DEAD;
+    conn_abort_unsent(c->w.fd);
     wire_close(&c->w);
     c->s->conn_ops->down(c);
 }

@@ -1,0 +1,207 @@
+#!/usr/bin/env python3
+"""A WRITE still queued on a connection the initiator dropped must not land later over newer
+data (found by the partition harness, tests/ha/).
+
+usage: initiator_stale_write.py PATH/TO/linerate-target PATH/TO/stale_write
+
+Two gateways of one target on one shared file LUN (every gateway active/optimized, the
+default). stale_write (lr_mpath) has two paths: A through a relay, and B. The relay passes
+login and commands until the first WRITE, then stops reading from the initiator's socket (a
+cut link: its small receive buffer leaves most of the WRITE in the initiator's send queue).
+The WRITE times out, lr_mpath drops that connection and issues the WRITE again through B,
+then stale_write writes a newer generation. Only then does the relay read on (the link is
+back) and deliver to A whatever the initiator's socket still sends. Block 0, read back, must
+hold the newer generation. Before the fix, close(2) left the queue to the kernel, which
+delivered the old WRITE: A wrote it over the newer data. Python 3 standard library only."""
+
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from hostile import free_port  # noqa: E402
+
+TARGET = "iqn.2026-12.org.linerate:stale"
+
+
+class Gateway:
+    def __init__(self, binary, work, name, lun):
+        d = os.path.join(work, name)
+        os.makedirs(os.path.join(d, "st"))
+        for _ in range(20):
+            self.port = free_port()
+            conf = os.path.join(d, "gw.conf")
+            with open(conf, "w") as f:
+                f.write("ctl-socket = %s/ctl.sock\nstate-dir = %s/st\nlog-level = warn\n"
+                        "threads = 1\n[target %s]\nportal = 127.0.0.1:%d\nlun 0 = file:%s\n"
+                        % (d, d, TARGET, self.port, lun))
+            self.log = open(os.path.join(d, "log"), "w+")
+            self.proc = subprocess.Popen([binary, "--config", conf], stdout=self.log,
+                                         stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+            deadline = time.monotonic() + 20
+            while time.monotonic() < deadline and self.proc.poll() is None:
+                try:
+                    socket.create_connection(("127.0.0.1", self.port), 1).close()
+                    return
+                except OSError:
+                    time.sleep(0.05)
+            self.stop()
+        raise RuntimeError("gateway %s did not start" % name)
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+class HoldRelay:
+    """Relay to a gateway. The first connection carrying a WRITE (10)/(16) stops being read
+    after that command's header, until release(); then it forwards whatever the initiator
+    still sends, until EOF or reset (done is set). Later connections pass everything."""
+
+    def __init__(self, dst):
+        self.dst = dst
+        self.lsock = socket.socket()
+        # small, set before listen: inherited by the accepted socket, so the held WRITE
+        # stays in the initiator's send queue, as with a cut link
+        self.lsock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1024)
+        self.lsock.bind(("127.0.0.1", 0))
+        self.lsock.listen(8)
+        self.port = self.lsock.getsockname()[1]
+        self.held = threading.Event()
+        self.go = threading.Event()
+        self.done = threading.Event()
+        self.answered = threading.Event()
+        self.late = 0  # bytes the initiator delivered after release
+        threading.Thread(target=self.accept, daemon=True).start()
+
+    def accept(self):
+        while True:
+            try:
+                c, _ = self.lsock.accept()
+            except OSError:
+                return
+            t = socket.create_connection(("127.0.0.1", self.dst))
+            threading.Thread(target=self.down, args=(t, c), daemon=True).start()
+            threading.Thread(target=self.up, args=(c, t), daemon=True).start()
+
+    def down(self, t, c):
+        try:
+            while True:
+                b = t.recv(65536)
+                if not b:
+                    break
+                if self.go.is_set():
+                    self.answered.set()  # A answered what the held connection delivered
+                c.sendall(b)
+        except OSError:
+            pass
+
+    @staticmethod
+    def exact(s, n):
+        b = b""
+        while len(b) < n:
+            chunk = s.recv(n - len(b))
+            if not chunk:
+                raise OSError("closed")
+            b += chunk
+        return b
+
+    def up(self, c, t):
+        mine = False
+        try:
+            while True:
+                bhs = self.exact(c, 48)
+                dsl = int.from_bytes(bhs[5:8], "big")
+                if bhs[0] & 0x3F == 0x01 and bhs[32] in (0x2A, 0x8A) and not self.held.is_set():
+                    mine = True
+                    self.held.set()
+                    self.go.wait(120)
+                    t.sendall(bhs)
+                    while True:  # the link is back: what the initiator still sends
+                        b = c.recv(65536)
+                        if not b:
+                            break
+                        self.late += len(b)
+                        t.sendall(b)
+                    if self.late >= bhs[4] * 4 + (dsl + 3) // 4 * 4:
+                        self.answered.wait(30)  # the whole WRITE came: A runs it first
+                    break
+                t.sendall(bhs + self.exact(c, bhs[4] * 4 + (dsl + 3) // 4 * 4))
+        except OSError:
+            pass
+        for s in (c, t):
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            s.close()
+        if mine:
+            self.done.set()
+
+
+def main():
+    if len(sys.argv) < 3:
+        print(__doc__)
+        return 2
+    binary, client = sys.argv[1:3]
+    work = tempfile.mkdtemp(prefix="lt-stale-")
+    lun = os.path.join(work, "lun.img")
+    with open(lun, "wb") as f:
+        f.truncate(16 << 20)
+    a = Gateway(binary, work, "a", lun)
+    b = Gateway(binary, work, "b", lun)
+    relay = HoldRelay(a.port)
+    cl = subprocess.Popen([client, "--target", TARGET, "--host", "127.0.0.1:%d,127.0.0.1:%d"
+                           % (relay.port, b.port), "--cmd-timeout-ms", "2000"],
+                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    out = []
+    try:
+        newer = None
+        for line in cl.stdout:
+            out.append(line)
+            if line.startswith("newer "):
+                newer = int(line.split()[1])
+                break
+        if newer is None or not relay.held.is_set():
+            print("FAIL: stale_write stopped before the newer write:\n" + "".join(out))
+            return 1
+        relay.go.set()
+        if not relay.done.wait(60):
+            print("FAIL: the held connection did not end within 60 s")
+            return 1
+        cl.stdin.write("read\n")
+        cl.stdin.flush()
+        out += cl.stdout.readlines()
+        cl.wait(60)
+        got = [int(ln.split()[2]) for ln in out if ln.startswith("read gen ")]
+        print("".join(out), end="")
+        print("relay: %d bytes delivered to A after the link came back" % relay.late)
+        if cl.returncode != 0 or not got:
+            print("FAIL: stale_write exit %s" % cl.returncode)
+            return 1
+        if got[0] != newer:
+            print("FAIL: block 0 holds gen %d, not the newer gen %d: the WRITE of the dropped "
+                  "connection landed late" % (got[0], newer))
+            return 1
+        print("PASS")
+        return 0
+    finally:
+        if cl.poll() is None:
+            cl.kill()
+            cl.wait()
+        relay.lsock.close()
+        for g in (a, b):
+            g.stop()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
