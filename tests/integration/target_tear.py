@@ -38,8 +38,8 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import hostile  # noqa: E402  (the raw initiator: Session, Conn, Daemon)
-from hostile import (OP_DATA_IN, OP_SCSI, OP_SCSI_RSP, TestFailure, bhs, check,  # noqa: E402
-                     cdb_rw10, lun_field)
+from hostile import (OP_DATA_IN, OP_LOGOUT, OP_SCSI, OP_SCSI_RSP, TestFailure,  # noqa: E402
+                     bhs, check, cdb_rw10, lun_field)
 
 BLOCK = 512
 HOT = 256  # LBAs [0, 256): plain WRITE vs READ
@@ -55,6 +55,7 @@ SLOW_RCVBUF = 8192  # the slow reader's socket: the target's Data-In waits in it
 STALL_LBA, STALL_BLOCKS = 4096, 4096  # 2 MiB from 2 MiB: the stalled reader's range
 STALL_RCVBUF = 256 << 10  # its socket's receive buffer, set before connecting (window scale)
 STALL_WRITE_S = 10.0  # a WRITE beside it completes within this (the target waits ~1-2 s)
+LOGOUT_NOP_S = 2  # nop-timeout of the logged-out reader's daemon: it is closed after this
 
 # ---------------------------------------------------------------- CRC32C (RFC 7143 §12.1)
 
@@ -513,6 +514,31 @@ class Load:
         self.stalled_reader(w, 1, False)
         self.stalled_reader(w, 2, True)
 
+    def logged_out_reader(self, w):
+        """A reader that sends READs of the range, logs out at once and stops reading: the
+        connection ends only once its queue is on the wire, so its Data-In, sent from the RAM
+        LUN in place, would pin the pages for ever. A WRITE from session w into the range must
+        complete within STALL_WRITE_S, and the target must close the connection nop-timeout
+        (LOGOUT_NOP_S) after the Logout, logging why. What the reader then reads is whole,
+        with matching digests, the data before the WRITE, and short of all the READs'."""
+        r = self.session(stall=True)
+        size = STALL_BLOCKS * BLOCK
+        count = (8 << 20) // size + 4  # beyond the socket buffers (tcp_wmem's default max: 4M)
+        send_all(r, self.lun, [(cdb_rw10(0x28, STALL_LBA, STALL_BLOCKS), size, None)] * count)
+        time.sleep(0.5)  # the target answers them; the sockets fill
+        r.c.send_pdu(bhs(OP_LOGOUT, 0x80, b"\0" * 8, r.next_itt(), 0, r.cmdsn, r.expstatsn,
+                         immediate=True))
+        began = time.monotonic()
+        try:
+            st, _, _ = w.scsi(cdb_rw10(0x2A, STALL_LBA, 8), write_data=blocks(STALL_LBA, 8, 1),
+                              lun=self.lun, timeout=STALL_WRITE_S)
+        except (TestFailure, hostile.Closed, OSError) as e:
+            raise TestFailure("%s: a WRITE beside a logged-out reader not done in %.0f s (%s)"
+                              % (self.name, STALL_WRITE_S, e))
+        check(st == 0, "%s: WRITE beside a logged-out reader: status %d" % (self.name, st))
+        waited = time.monotonic() - began
+        return r, count * size, waited
+
     def report(self):
         t = self.tally
         pdus = sum(d.pdus for d in self.digests)
@@ -548,6 +574,48 @@ class Load:
         return bad
 
 
+def logged_out_reader(binary):
+    """Load.logged_out_reader on a daemon of its own, whose nop-timeout is short."""
+    d = hostile.Daemon(binary, threads=2, log_level="info", prefix="tear-logout-",
+                       lun="ram:16M", config=["nop-timeout = %d" % LOGOUT_NOP_S])
+    try:
+        ld = Load(d.port, 0, "ram,logged-out", 4)
+        w = ld.session()
+        for lba in range(STALL_LBA, STALL_LBA + STALL_BLOCKS, 128):
+            st, _, _ = w.scsi(cdb_rw10(0x2A, lba, 128), write_data=blocks(lba, 128, 0))
+            check(st == 0, "%s: WRITE status %d" % (ld.name, st))
+        r, total, waited = ld.logged_out_reader(w)
+        why = "logged out, queue not read within nop-timeout"
+        deadline = time.monotonic() + LOGOUT_NOP_S + 5
+        while why not in d.log_tail(1000) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        check(why in d.log_tail(1000), "the logged-out reader not closed %d s after its "
+              "nop-timeout:\n%s" % (LOGOUT_NOP_S + 5, d.log_tail(10)))
+        got = bad = 0
+        while True:
+            try:
+                h, data = r.c.recv_pdu(5.0)
+            except hostile.Closed:
+                break
+            check(h[0] & 0x3F == OP_DATA_IN, "logged-out reader: PDU 0x%02x" % h[0])
+            first = struct.unpack(">I", h[40:44])[0] // BLOCK
+            bad += sum(block_gen(data, i, STALL_LBA + first + i) != 0
+                       for i in range(len(data) // BLOCK))
+            got += len(data)
+        check(not bad and not r.c.bad, "logged-out reader: %d blocks not the data before the "
+              "WRITE, %d bad data digests" % (bad, r.c.bad))
+        check(got < total, "logged-out reader: read all %d bytes of its READs" % total)
+        print("ram: logged-out reader: a WRITE beside it done in %.1f s, closed after "
+              "nop-timeout with %d of %d bytes read, %d Data-In digests checked"
+              % (waited, got, total, r.c.pdus))
+        w.logout()
+        d.stop()
+    finally:
+        if d.alive():
+            d.proc.kill()
+            d.proc.wait()
+
+
 def main():
     binary = sys.argv[1]
     tmp = tempfile.mkdtemp(prefix="tear-")
@@ -571,6 +639,7 @@ def main():
             t.join(30)
             check(not t.is_alive(), "a traffic thread is stuck")
         loads[0].stalled_readers()  # the RAM LUN, which sends READs in place
+        logged_out_reader(binary)
         for ld in loads:
             print(ld.report())
         for ld in loads:
