@@ -13,7 +13,8 @@
 # ARGSA / ARGSB (extra linerate-target options), CELLS (default
 # "read:4k:1 write:4k:1 read:4k:8"): RW:SIZE:SESSIONS[:CONNECTIONS] for linerate-bench
 # (`--sessions`, `--connections`: MC/S), or RW:SIZE:q for qemu-img bench at QD 32 (6 GiB or
-# 200000 requests; the target's CPU from /proc/PID/stat), STEAL_MAX (10): a round in which
+# 200000 requests; the target's CPU from /proc/PID/stat), RW:SIZE:qN at QD N (fewer requests
+# below 32: a QD 1 cell is 26250), STEAL_MAX (10): a round in which
 # the hypervisor took more than this percentage of the CPUs' time (steal in /proc/stat) is
 # printed but left out of the medians; on a shared host one such round can read 3x either way.
 # Per-round figures, with each round's steal, go to stderr.
@@ -45,12 +46,13 @@ done
 
 ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 run() { # url pid rw size sessions|q connections -> "iops target-us-per-KB"
-  if [ "$5" = q ]; then
-    local by c wr=""; by=$(numfmt --from=iec "${4^^}"); c=$(((6 << 30) / by))
+  if [ "${5:0:1}" = q ]; then
+    local by c wr="" qd=${5#q}; qd=${qd:-32}; by=$(numfmt --from=iec "${4^^}"); c=$(((6 << 30) / by))
     [ $c -gt 200000 ] && c=200000
+    [ "$qd" -lt 32 ] && [ $c -gt $((200000 * qd / 32 + 20000)) ] && c=$((200000 * qd / 32 + 20000))
     [ "$3" = write ] && wr=-w
     local t0 s0 s1 t1; t0=$(ticks "$2"); s0=$(date +%s.%N)
-    taskset -c 1 qemu-img bench -f raw -t none -n $wr -s "$by" -d 32 -c $c "$1" >/dev/null 2>&1
+    taskset -c 1 qemu-img bench -f raw -t none -n $wr -s "$by" -d "$qd" -c $c "$1" >/dev/null 2>&1
     s1=$(date +%s.%N); t1=$(ticks "$2")
     awk -v c=$c -v a="$s0" -v b="$s1" -v t=$((t1 - t0)) -v by="$by" -v hz="$(getconf CLK_TCK)" \
       'BEGIN { printf "%.0f %.4f\n", c / (b - a), t / hz * 1e6 / (c * by / 1024) }'

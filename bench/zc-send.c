@@ -7,12 +7,18 @@
  *           copy into the task buffer that keeps blocks whole, then the kernel's copy);
  *   direct  sendmsg straight from the LUN (the kernel's copy only);
  *   zc      sendmsg with MSG_ZEROCOPY from the LUN, completions read from the error queue;
- *   uzc     io_uring IORING_OP_SENDMSG_ZC from the LUN, completions as notification CQEs.
+ *   uzc     io_uring IORING_OP_SENDMSG_ZC from the LUN, completions as notification CQEs;
+ *   splice  each PDU's header by send(MSG_MORE), its data spliced from the LUN's file (a memfd:
+ *           page cache pages) through a pipe into the socket: the page references go into
+ *           the socket, no copy on the sender (issue 32 item 1: a file LUN's READ by splice).
+ * The "LUN" is a memfd mapped shared, so direct is also a file LUN's READ sent from its
+ * mapping (send-min) and splice sends the same pages.
  * Reported per size: MB/s and the sender thread's CPU per KB (on loopback the receive path's
  * softirq runs on the sender's CPU, so it counts there), medians over rounds, and ratios to
  * bounce; and how many zero-copy completions said the kernel copied after all.
  * Usage: zc-send [SECS_PER_CELL] [ROUNDS] [SIZES_KIB...] */
 #include <errno.h>
+#include <fcntl.h>
 #include <liburing.h>
 #include <linux/errqueue.h>
 #include <netinet/in.h>
@@ -36,10 +42,11 @@
 #define LUN_BYTES (512ull << 20)
 #define ZC_MAX_OUT 64u /* zero-copy sends awaiting their completion */
 
-enum variant { V_BOUNCE, V_DIRECT, V_ZC, V_UZC, V_COUNT };
-static const char *const vname[V_COUNT] = {"bounce", "direct", "zc", "uzc"};
+enum variant { V_BOUNCE, V_DIRECT, V_ZC, V_UZC, V_SPLICE, V_COUNT };
+static const char *const vname[V_COUNT] = {"bounce", "direct", "zc", "uzc", "splice"};
 
 static uint8_t *lun;
+static int lun_fd, pipe_fd[2];
 static int rx_fd;
 
 static void die(const char *what)
@@ -138,6 +145,49 @@ struct cell {
     double mbs, cpu_per_kb;
 };
 
+/* One PDU the splice way: the header (MSG_MORE: the data follows), then the data from the
+ * LUN's file through the pipe into the socket, as much as the pipe holds at a time. */
+static void splice_pdu(int fd, const uint8_t *hdr, uint64_t off, size_t size)
+{
+    if (send(fd, hdr, HDR_LEN, MSG_MORE) != (ssize_t)HDR_LEN)
+        die("send");
+    loff_t o = (loff_t)off;
+    size_t left = size;
+    while (left) {
+        ssize_t in = splice(lun_fd, &o, pipe_fd[1], NULL, left, SPLICE_F_MORE);
+        if (in <= 0)
+            die("splice in");
+        ssize_t n = in;
+        while (n > 0) {
+            ssize_t out = splice(pipe_fd[0], NULL, fd, NULL, (size_t)n, SPLICE_F_MORE);
+            if (out <= 0)
+                die("splice out");
+            n -= out;
+        }
+        left -= (size_t)in;
+    }
+}
+
+/* Does a write to the file after its pages were spliced change what the receiver reads? The
+ * pipe and then the socket hold references to the page cache pages themselves, not copies, so
+ * on this kernel it does, for as long as the bytes wait in the pipe or in the receiver's
+ * socket: a READ sent by splice must keep WRITEs off its blocks until the initiator has read
+ * them, not only until they are in the socket. Run before the receiver starts. */
+static bool splice_sees_later_write(int fd)
+{
+    uint8_t a[4096], got[4096];
+    memset(lun, 'A', sizeof(a));
+    loff_t o = 0;
+    if (splice(lun_fd, &o, pipe_fd[1], NULL, sizeof(a), 0) != (ssize_t)sizeof(a) ||
+        splice(pipe_fd[0], NULL, fd, NULL, sizeof(a), 0) != (ssize_t)sizeof(a))
+        die("splice check");
+    memset(a, 'B', sizeof(a));
+    if (pwrite(lun_fd, a, sizeof(a), 0) != (ssize_t)sizeof(a) ||
+        recv(rx_fd, got, sizeof(got), MSG_WAITALL) != (ssize_t)sizeof(got))
+        die("splice check io");
+    return got[0] == 'B';
+}
+
 static struct cell run(int fd, struct io_uring *ring, enum variant v, size_t size, double secs,
                        struct zc_state *z, uint8_t *bounce)
 {
@@ -164,7 +214,11 @@ static struct cell run(int fd, struct io_uring *ring, enum variant v, size_t siz
             }
             struct msghdr mh = {.msg_iov = iov, .msg_iovlen = 2 * BATCH};
             size_t want = BATCH * (HDR_LEN + size);
-            if (v == V_UZC) {
+            if (v == V_SPLICE) {
+                for (unsigned i = 0; i < BATCH; i++)
+                    splice_pdu(fd, hdr[i], (uint64_t)((uint8_t *)iov[2 * i + 1].iov_base - lun),
+                               size);
+            } else if (v == V_UZC) {
                 struct io_uring_sqe *sqe = io_uring_get_sqe(ring);
                 io_uring_prep_sendmsg_zc(sqe, fd, &mh, MSG_WAITALL);
                 io_uring_submit(ring);
@@ -239,9 +293,15 @@ int main(int argc, char **argv)
     }
     if (rounds < 1 || rounds > 64)
         rounds = 5;
-    lun = mmap(NULL, LUN_BYTES, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    lun_fd = memfd_create("zc-send-lun", 0);
+    if (lun_fd < 0 || ftruncate(lun_fd, (off_t)LUN_BYTES) < 0)
+        die("memfd");
+    lun = mmap(NULL, LUN_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, lun_fd, 0);
     if (lun == MAP_FAILED)
         die("mmap");
+    if (pipe(pipe_fd) < 0)
+        die("pipe");
+    fcntl(pipe_fd[1], F_SETPIPE_SZ, 1 << 20); /* a 256 KiB PDU in one pass (if allowed) */
     for (uint64_t i = 0; i < LUN_BYTES; i += 4096)
         memset(lun + i, (int)(i >> 12), 4096);
     int ls = socket(AF_INET, SOCK_STREAM, 0);
@@ -261,12 +321,15 @@ int main(int argc, char **argv)
     bool zc_ok = setsockopt(fd, SOL_SOCKET, SO_ZEROCOPY, &one, sizeof(one)) == 0;
     struct io_uring ring;
     bool uzc_ok = io_uring_queue_init(256, &ring, 0) == 0;
+    bool shares = splice_sees_later_write(fd);
     pthread_t th;
     pthread_create(&th, NULL, receiver, NULL);
     pin(0);
     printf("# zc-send: %.1f s cells, %d rounds, %u PDUs per sendmsg; SO_ZEROCOPY %s, "
            "io_uring %s\n",
            secs, rounds, BATCH, zc_ok ? "yes" : "no", uzc_ok ? "yes" : "no");
+    printf("# a write after the splice, before the receiver read: the receiver got %s data\n",
+           shares ? "the new" : "the old");
     printf("| size | variant | MB/s | sender µs/KB | MB/s / bounce | µs/KB / bounce | zc "
            "completions (copied) |\n|---|---|---:|---:|---:|---:|---|\n");
     for (int s = 0; s < nsizes; s++) {

@@ -89,7 +89,9 @@ struct bs_ops {
      * kept so until unpin() of the same range: a WRITE or UNMAP that overlaps waits for it
      * (queued, never blocking a reactor). 0: not offered for this request (shorter than the
      * store's send-min, a writer waiting there, more than max pieces); the caller then copies
-     * with submit(). docs/performance.md, "RAM LUN reads without the copy". */
+     * with submit(). A store with order_rw (a file: its pages in the page cache) keeps nothing
+     * whole itself: the caller holds the range against WRITEs from before read_pin until
+     * unpin. docs/performance.md, "RAM LUN reads without the copy". */
     int (*read_pin)(struct bs *bs, uint64_t offset, uint64_t len, struct iovec *iov, int max);
     void (*unpin)(struct bs *bs, uint64_t offset, uint64_t len);
     /* Release priv (the file store first makes written data stable). */

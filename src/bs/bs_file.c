@@ -1,6 +1,8 @@
 /* The file store: a regular file or a block device behind io_uring. Each reactor thread gets
  * its own ring, created on its first submit, whose completion eventfd sits in that reactor's
- * epoll set; a thread without a running reactor (unit tests, shutdown) does plain syscalls. */
+ * epoll set; a thread without a running reactor (unit tests, shutdown) does plain syscalls.
+ * With ",send-min=SIZE" a READ whose pages are all in the page cache is sent from a shared
+ * read-only mapping of the file instead (read_pin), never read into a buffer of ours. */
 #include <assert.h>
 #include <fcntl.h>
 #include <linux/fs.h>
@@ -10,7 +12,9 @@
 #include <stdlib.h>
 #include <sys/eventfd.h>
 #include <sys/ioctl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "bs/bs_io.h"
@@ -25,6 +29,11 @@
 struct bs_file {
     int fd;
     bool blockdev;
+    /* READs sent in place: the file mapped shared and read-only (NULL: never), its first
+     * map_len bytes (a LUN grown later copies what lies past them), from send_min bytes up */
+    uint8_t *map;
+    uint64_t map_len;
+    uint64_t send_min;
 };
 
 /* ---- the part of a request still to transfer ------------------------------------------- */
@@ -381,6 +390,8 @@ static void bs_file_close(struct bs *bs)
     /* Whatever was acknowledged without FUA sits in the page cache: make it stable. */
     if (fdatasync(f->fd) < 0)
         LOG_ERR("bs %s: fdatasync on close: %s", bs->desc, strerror(errno));
+    if (f->map)
+        munmap(f->map, (size_t)f->map_len);
     close(f->fd);
     free(f);
 }
@@ -446,6 +457,70 @@ static int bs_file_grow(struct bs *bs, uint64_t size, char *err, size_t errlen)
     return 0;
 }
 
+/* ---- READs sent from the page cache in place ------------------------------------------- */
+
+/* cachestat(2) (Linux 6.5), not in every libc's headers yet. */
+#ifndef __NR_cachestat
+#define __NR_cachestat 451
+#endif
+struct file_cachestat_range {
+    uint64_t off, len;
+};
+struct file_cachestat {
+    uint64_t nr_cache, nr_dirty, nr_writeback, nr_evicted, nr_recently_evicted;
+};
+
+/* Is every page of [offset, offset+len) in the page cache? Sending from a page that is not
+ * would fault it in from the medium on the reactor's thread (the mapping's fault blocks), so
+ * such a READ goes through io_uring instead. A kernel without cachestat (ENOSYS), or one that
+ * does not answer for this file (EPERM), never sends in place. A page reclaimed between this
+ * check and the send is read in by the send: rare, and as long as one read of the medium. */
+static bool file_cached(const struct bs_file *f, uint64_t offset, uint64_t len)
+{
+    uint64_t first = offset & ~(uint64_t)4095, end = (offset + len + 4095) & ~(uint64_t)4095;
+    struct file_cachestat_range r = {first, end - first};
+    struct file_cachestat cs;
+    if (syscall(__NR_cachestat, f->fd, &r, &cs, 0) < 0)
+        return false;
+    return cs.nr_cache >= (end - first) / 4096;
+}
+
+/* The READ's data as the mapped page cache (bs_ops.read_pin). Unlike the RAM store this store
+ * keeps nothing whole by itself (bs->order_rw): the SCSI core holds the READ's range in its
+ * range lock until unpin, so no WRITE or WRITE SAME changes those pages while the READ's Data-In
+ * point into them; the kernel's copy into the socket is then the only copy, and a data digest
+ * is computed over the same pages. */
+static int bs_file_read_pin(struct bs *bs, uint64_t offset, uint64_t len, struct iovec *iov,
+                            int max)
+{
+    struct bs_file *f = bs->priv;
+    if (!f->map || len < f->send_min || max < 1 || offset > f->map_len ||
+        len > f->map_len - offset || !file_cached(f, offset, len))
+        return 0;
+    iov[0] = (struct iovec){.iov_base = f->map + offset, .iov_len = (size_t)len};
+    return 1;
+}
+
+static void bs_file_unpin(struct bs *bs, uint64_t offset, uint64_t len)
+{
+    (void)bs, (void)offset, (void)len; /* the caller's range lock did the holding */
+}
+
+void bs_file_set_send_min(struct bs *bs, uint64_t min)
+{
+    struct bs_file *f = bs->priv;
+    f->send_min = min;
+    if (min == UINT64_MAX || f->map)
+        return;
+    void *m = mmap(NULL, (size_t)bs->size, PROT_READ, MAP_SHARED, f->fd, 0);
+    if (m == MAP_FAILED) {
+        LOG_WARN("bs file: cannot map the file (%s): every READ is copied", strerror(errno));
+        return;
+    }
+    f->map = m;
+    f->map_len = bs->size;
+}
+
 static const struct bs_ops bs_file_ops = {
     .name = "file",
     .product = "FILEDISK",
@@ -453,6 +528,8 @@ static const struct bs_ops bs_file_ops = {
     .close = bs_file_close,
     .lba_status = bs_file_lba_status,
     .grow = bs_file_grow,
+    .read_pin = bs_file_read_pin,
+    .unpin = bs_file_unpin,
 };
 
 /* Work out the exported size: the device's, the file's, or size= (growing a short file). */
@@ -527,6 +604,7 @@ struct bs *bs_file_open(const char *path, uint64_t size, bool direct, bool read_
     }
     f->fd = fd;
     f->blockdev = blockdev;
+    f->send_min = UINT64_MAX;
     bs->ops = &bs_file_ops;
     bs->size = bytes;
     bs->write_cache = true; /* the page cache (or the disk's cache with O_DIRECT) is volatile */

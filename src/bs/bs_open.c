@@ -99,7 +99,7 @@ static struct bs *bs_open_file(const char *type, char *rest, bool *transient, ch
     char who[300];
     snprintf(who, sizeof(who), "file:%.280s", path);
 
-    uint64_t size = 0;
+    uint64_t size = 0, send_min = UINT64_MAX;
     bool direct = false, read_only = false;
     while (opts) {
         char *opt = opts;
@@ -113,12 +113,24 @@ static struct bs *bs_open_file(const char *type, char *rest, bool *transient, ch
             direct = true;
         } else if (strcmp(opt, "ro") == 0) {
             read_only = true; /* a read-only LUN: the file needs no write permission */
+        } else if (strncmp(opt, "send-min=", 9) == 0) {
+            if (strcmp(opt + 9, "off") == 0)
+                send_min = UINT64_MAX;
+            else if (bs_parse_size(who, opt + 9, &send_min, err, errlen) < 0)
+                return NULL;
         } else {
             bs_err(err, errlen, "%s: unknown option '%s'", who, opt);
             return NULL;
         }
     }
-    return bs_file_open(path, size, direct, read_only, err, errlen);
+    if (direct && send_min != UINT64_MAX) { /* it sends from the page cache, which direct skips */
+        bs_err(err, errlen, "%s: send-min needs the page cache (not with direct)", who);
+        return NULL;
+    }
+    struct bs *bs = bs_file_open(path, size, direct, read_only, err, errlen);
+    if (bs && send_min != UINT64_MAX)
+        bs_file_set_send_min(bs, send_min);
+    return bs;
 }
 
 /* "rbd:POOL/IMAGE[,conf=PATH][,id=CLIENT][,size=SIZE][,timeout=SECONDS][,ro]" */

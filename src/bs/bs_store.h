@@ -20,6 +20,11 @@ void bs_ram_set_send_min(struct bs *bs, uint64_t min);
 /* size 0: use the file's or device's own size. */
 struct bs *bs_file_open(const char *path, uint64_t size, bool direct, bool read_only, char *err,
                         size_t errlen);
+/* ",send-min=SIZE" on a file LUN opened without direct: READs of at least SIZE whose pages are
+ * in the page cache are sent from a mapping of the file (bs_ops read_pin); UINT64_MAX (the
+ * default): every READ is read into a buffer. Opt-in: a file shrunk under the LUN makes a CRC
+ * over the mapping fault (docs/performance.md, "File LUN reads from the page cache"). */
+void bs_file_set_send_min(struct bs *bs, uint64_t min);
 
 /* rbd:POOL/IMAGE (bs_rbd.c, built when librbd is found: LR_HAVE_RBD). Empty strings mean "the
  * default": conf the Ceph search path ($CEPH_CONF, /etc/ceph/ceph.conf), client_id "admin". */

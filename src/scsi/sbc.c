@@ -2,6 +2,7 @@
  * from the table's field offsets, SYNCHRONIZE CACHE, READ CAPACITY 10/16, START STOP UNIT.
  * Range and length checks are not here: task.c does them once for every medium command. */
 #include <errno.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -186,11 +187,22 @@ static void rw_slow_done(struct bs_io *io, int err)
     rw_done(io, err);
 }
 
+static bool read_in_place(struct scsi_task *t);
+
 static void rw_slow_granted(struct scsi_rl_req *q)
 {
     struct rw_slow *s = q->arg;
     struct scsi_task *t = s->t;
     struct bs_io *io = &scsi_core(t)->io;
+    if (s->op == BS_READ && t->lu->bs->order_rw && read_in_place(t)) {
+        /* the store keeps nothing whole itself: this READ record keeps WRITEs off the pages
+         * its Data-In point into until scsi_task_release (task.c frees s through it) */
+        _Static_assert(offsetof(struct rw_slow, q) == 0, "the record must head struct rw_slow");
+        scsi_core(t)->rl_held = true;
+        io->arg = &s->q;
+        scsi_task_complete(t, SR_OK);
+        return;
+    }
     io->op = s->op;
     io->iov = t->iov;
     io->iovcnt = t->iovcnt;
@@ -199,10 +211,11 @@ static void rw_slow_granted(struct scsi_rl_req *q)
     scsi_task_submit(t, t->lu->bs, io);
 }
 
-/* A READ the store serves in place (bs read_pin: a RAM LUN, at least its send-min): the task's
- * data is the LUN's memory, not a copy, and the store keeps those pages from changing until
- * scsi_task_release unpins them, after the transport let go of the last PDU that points into
- * them (docs/performance.md, "RAM LUN reads without the copy"). */
+/* A READ the store serves in place (bs read_pin: a RAM LUN, or a file LUN whose pages are in
+ * the page cache, at least its send-min): the task's data is the LUN's memory (the file's
+ * mapping), not a copy, and the store (RAM) or the READ's range lock record (a file) keeps
+ * those pages from changing until scsi_task_release, after the transport let go of the last
+ * PDU that points into them (docs/performance.md, "RAM LUN reads without the copy"). */
 static bool read_in_place(struct scsi_task *t)
 {
     struct bs *bs = t->lu->bs;

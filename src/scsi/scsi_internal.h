@@ -446,10 +446,14 @@ struct throttle_wait; /* throttle.c's own */
 struct scsi_task_core {
     /* the opcode-table row to run; NULL: refused, exec only calls done */
     const struct scsi_cmd *cmd;
-    void *buf;         /* buffer allocated by setup (t->buffered) */
-    struct bs_io io;   /* the medium range (offset, length, fua) and the store request */
-    bool lu_held;      /* counted in t->lu's users until release */
-    bool pinned;       /* READ data is the store's memory, io's range pinned until release */
+    void *buf;       /* buffer allocated by setup (t->buffered) */
+    struct bs_io io; /* the medium range (offset, length, fua) and the store request */
+    bool lu_held;    /* counted in t->lu's users until release */
+    bool pinned;     /* READ data is the store's memory, io's range pinned until release */
+    /* ... and on a store that does not keep blocks whole itself (bs->order_rw: a file), the
+     * READ's record in the LUN's range lock is io.arg (io was never submitted), held until
+     * release (sbc.c rw_slow_granted) */
+    bool rl_held;
     bool mode_swp;     /* MODE SELECT turning WCE off: the SWP it sets once the flush is done */
     uint8_t buf_class; /* buf's size class in the thread's buffer cache (task.c) */
     /* quiesce.c: whether the task is in the core and aborted, and the transport's done that

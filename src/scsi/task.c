@@ -351,12 +351,21 @@ bool scsi_task_pinned(const struct scsi_task *t)
     return scsi_core((struct scsi_task *)t)->pinned;
 }
 
+/* Nothing sends from the store's pages any more (sbc.c read_in_place): a RAM LUN's pins go,
+ * a file LUN's READ record leaves the range lock (it heads the allocation sbc.c made), and the
+ * WRITEs waiting there run. */
 void scsi_task_unpin(struct scsi_task *t)
 {
     struct scsi_task_core *k = scsi_core(t);
-    if (k->pinned) { /* nothing sends from the store's pages any more (sbc.c read_in_place) */
+    if (k->pinned) {
         k->pinned = false;
         t->lu->bs->ops->unpin(t->lu->bs, k->io.offset, k->io.length);
+    }
+    if (k->rl_held) {
+        k->rl_held = false;
+        scsi_rl_release(&t->lu->rl, k->io.arg);
+        free(k->io.arg);
+        k->io.arg = NULL;
     }
 }
 

@@ -13,18 +13,28 @@ the digest of every Data-In PDU against the bytes it carries: one sends each REA
 of the same blocks right behind it in one pipeline (the WRITE lands while the READ's Data-In
 waits to go out), the other reads through a small receive window (its Data-In goes out in
 pieces over many loop turns). The RAM LUN sends every READ of 4 KiB or more from its memory in
-place (send-min=4k), so these check that a WRITE waits for the sends. Every block READ is also
+place (send-min=4k), the buffered file LUN every READ of 8 KiB or more whose pages are in the
+page cache from its mapping (send-min=8k; 4 KiB ones read into a buffer), so these check that a
+WRITE waits for the sends. Every block READ is also
 ordered against the WRITEs as this initiator saw them (one clock for all sessions): it must not
 show a WRITE sent after that READ's status came in, nor one that another WRITE of the block had
 wholly overwritten before the READ was sent. A LUN whose VPD B0h advertises a
 MAXIMUM ATOMIC TRANSFER LENGTH also gets a WRITE ATOMIC(16) writer over a range of its own, whose
 readers must see one generation across the whole READ; a file LUN must advertise none (a
 buffered or device write is not all or nothing across a power loss). After the traffic, a
-reader of the RAM LUN stops reading with megabytes of in-place Data-In queued: another session's
-WRITE to the same blocks must still complete (within a generous 10 s: the target copies a
-stalled connection's queued Data-In away after a second; without that it waited 45 s), and the
-reader's data, once it reads again, must be whole. Bounded in count and time (about 10 s of
-traffic, 14-16 s in all), no tight timing; the daemon must exit 0 on SIGTERM.
+reader of the RAM LUN, then of the file LUN, stops reading with megabytes of in-place Data-In
+queued: another session's WRITE to the same blocks must still complete (within a generous 10 s:
+the target copies a stalled connection's queued Data-In away after a second; without that it
+waited 45 s), and the reader's data, once it reads again, must be whole, the data before the
+WRITE (the READs ran first), under good digests. A reader that logs out with its READs' Data-In
+queued and stops reading must not hold a WRITE either, and is closed nop-timeout after its
+Logout (a daemon of its own, nop-timeout 2 s). On the file LUN an
+8 MiB READ whose reader stalls after its first Data-In header, with a WRITE of the same blocks
+sent behind it, must return every block as before that WRITE under good digests (stall_check),
+and READs at LBAs off the page, of 1-40 blocks, digests on and off, some with pages dropped
+from the page cache, must return what was written (inplace_reads_check). Bounded in count and
+time (about 10 s of traffic, 30-40 s in all), no tight timing; the daemon must exit 0 on
+SIGTERM.
 Exit 0 when every check holds, 1 with the counts otherwise. Python 3 standard library only."""
 
 import os
@@ -51,6 +61,10 @@ DEPTH = 8  # commands in flight per session: the target works on them together
 HISTORY = 16  # completed WRITEs remembered per LBA for the order check
 MIX_GEN = 1 << 40  # generations of the READ-then-WRITE pipelines (apart from the writers')
 WRITERS, READERS = 2, 3  # readers 0 and 2 check data digests, reader 2 reads slowly
+# The stalled reader (stall_check): one READ of this many blocks (8 MiB, the target's largest),
+# more than the target's socket (up to tcp_wmem's 4 MiB) and the reader's take, so a few MiB
+# of its Data-In wait in the target's queue while the reader stalls.
+MAP_STALL_LBA, MAP_STALL_BLOCKS = 16384, 16384
 SLOW_RCVBUF = 8192  # the slow reader's socket: the target's Data-In waits in its queue
 STALL_LBA, STALL_BLOCKS = 4096, 4096  # 2 MiB from 2 MiB: the stalled reader's range
 STALL_RCVBUF = 256 << 10  # its socket's receive buffer, set before connecting (window scale)
@@ -238,6 +252,107 @@ def collect(s, order, pend):
         pend[itt][2] = time.monotonic()
         left -= 1
     return [(pend[i][0], bytes(pend[i][1]), pend[i][2]) for i in order]
+
+
+# ---------------------------------------------------------------- the stalled reader
+
+
+def stall_check(load):
+    """A READ (8 MiB, digests on) whose reader takes the first Data-In header and then stops
+    reading, so most of its data waits in the target's queue; only then a WRITE of the same
+    blocks from another session. The READ ran before the WRITE was sent (its Data-In had
+    begun), so every block it returns is the one written before, whole, under good digests,
+    however long the WRITE waits (a READ sent from the LUN's pages in place holds them until
+    they are in the socket); the WRITE completes once the reader reads on. Returns the
+    failures as lines."""
+    lba, n = MAP_STALL_LBA, MAP_STALL_BLOCKS
+    w = load.session()
+    r = load.session(digest=True)
+    st, _, _ = w.scsi(cdb_rw10(0x2A, lba, n), write_data=blocks(lba, n, 1), lun=load.lun,
+                      timeout=30.0)
+    check(st == 0, "%s: stall check: first WRITE status %d" % (load.name, st))
+    itt = r.next_itt()
+    r.c.send_pdu(bhs(OP_SCSI, 0xC1, lun_field(load.lun), itt, n * BLOCK, r.cmdsn, r.expstatsn,
+                     cdb_rw10(0x28, lba, n).ljust(16, b"\0")))
+    r.cmdsn += 1
+    deadline = time.monotonic() + 60
+    h = r.c._recv_exact(48, deadline)  # the READ has run: its Data-In have begun
+    wrote = {}
+
+    def write():
+        try:
+            wrote["status"] = w.scsi(cdb_rw10(0x2A, lba, n), write_data=blocks(lba, n, 2),
+                                     lun=load.lun, timeout=60.0)[0]
+        except Exception as e:  # noqa: BLE001  (reported below)
+            wrote["error"] = repr(e)
+
+    th = threading.Thread(target=write, daemon=True)
+    th.start()
+    time.sleep(0.5)  # the WRITE reaches the target while the reader stalls (not asserted on)
+    data, bad, status = bytearray(n * BLOCK), 0, None
+    while True:
+        check(h[0] & 0x3F == OP_DATA_IN, "%s: stall check: op 0x%02x" % (load.name, h[0]))
+        dlen = int.from_bytes(h[5:8], "big")
+        seg = dlen + ((-dlen) % 4)
+        rest = r.c._recv_exact(seg + 4, deadline)
+        if struct.unpack("<I", rest[seg:])[0] != crc32c(rest[:seg]):
+            bad += 1
+        off = struct.unpack(">I", h[40:44])[0]
+        data[off:off + dlen] = rest[:dlen]
+        if h[1] & 0x01:
+            status = h[3]
+            r.expstatsn = struct.unpack(">I", h[24:28])[0] + 1
+            break
+        h = r.c._recv_exact(48, deadline)
+    th.join(60)
+    fails = []
+    gens = [block_gen(data, j, lba + j) for j in range(n)]
+    newer = sum(g == 2 for g in gens)
+    torn = sum(g is None for g in gens)
+    print("%s: stall check: READ of %d blocks: status %s, %d torn, %d show the later WRITE, "
+          "%d Data-In with a wrong digest; the WRITE: %s" % (
+              load.name, n, status, torn, newer, bad, wrote.get("status", wrote.get("error"))))
+    if status != 0 or torn or newer or bad:
+        fails.append("%s: stalled READ changed under its queued Data-In (status %s, %d torn, "
+                     "%d blocks of the later WRITE, %d bad digests)" % (load.name, status, torn,
+                                                                        newer, bad))
+    if th.is_alive() or wrote.get("status") != 0:
+        fails.append("%s: the WRITE behind the stalled READ: %s" % (
+            load.name, "still waiting" if th.is_alive() else wrote))
+    return fails
+
+
+def inplace_reads_check(load, path):
+    """READs of the blocks stall_check left (generation 2), at LBAs off the page and sizes
+    from 1 to 40 blocks (across the file LUN's send-min of 16 blocks), with and without data
+    digests, some with part of their pages dropped from the page cache first (those read
+    into a buffer, the rest sent from the mapping): every block must be the one written."""
+    lba0, span = MAP_STALL_LBA, 256
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+        sessions = [(load.session(), False), (load.session(digest=True), True)]
+        rnd = random.Random(32)
+        wrong, reads = 0, 0
+        for k in range(120):
+            n = rnd.randint(1, 40)
+            lba = lba0 + rnd.randrange(span - n)
+            if k % 4 == 0:  # part of the range out of the page cache
+                os.posix_fadvise(fd, (lba + n // 2) * BLOCK, 4096, os.POSIX_FADV_DONTNEED)
+            s, _ = sessions[k % 2]
+            st, _, data = s.scsi(cdb_rw10(0x28, lba, n), read_len=n * BLOCK, lun=load.lun)
+            reads += 1
+            if st != 0 or data != blocks(lba, n, 2):
+                wrong += 1
+    finally:
+        os.close(fd)
+    dbad = sessions[1][0].c.bad
+    print("%s: %d READs at unaligned LBAs and sizes across send-min: %d wrong, %d Data-In "
+          "with a wrong digest" % (load.name, reads, wrong, dbad))
+    if wrong or dbad:
+        return ["%s: %d of %d READs returned other bytes than written, %d bad digests" % (
+            load.name, wrong, reads, dbad)]
+    return []
 
 
 # ---------------------------------------------------------------- the traffic
@@ -621,7 +736,7 @@ def main():
     tmp = tempfile.mkdtemp(prefix="tear-")
     files = [os.path.join(tmp, n) for n in ("buffered.img", "direct.img")]
     d = hostile.Daemon(binary, threads=2, log_level="warn", prefix="tear-target-",
-                       lun=["ram:16M,send-min=4k", "file:%s,size=16M" % files[0],
+                       lun=["ram:16M,send-min=4k", "file:%s,size=16M,send-min=8k" % files[0],
                             "file:%s,size=16M,direct" % files[1]])
     loads = []
     try:
@@ -639,14 +754,18 @@ def main():
             t.join(30)
             check(not t.is_alive(), "a traffic thread is stuck")
         loads[0].stalled_readers()  # the RAM LUN, which sends READs in place
+        loads[1].stalled_readers()  # the file LUN, which sends them from its mapping
         logged_out_reader(binary)
         for ld in loads:
             print(ld.report())
+        stalled = stall_check(loads[1])  # the file LUN whose READs go out in place
+        if not stalled:
+            stalled = inplace_reads_check(loads[1], files[0])
         for ld in loads:
             for s in ld.sessions:
                 s.logout()
         d.stop()
-        bad = [f for ld in loads for f in ld.failures()]
+        bad = [f for ld in loads for f in ld.failures()] + stalled
         if bad:
             raise TestFailure("; ".join(bad))
     except (TestFailure, hostile.Closed, OSError) as e:
