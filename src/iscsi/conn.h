@@ -188,6 +188,7 @@ struct iscsi_conn {
     uint64_t last_rx_ns;    /* when the read that brought the last PDU header returned */
     uint64_t tick_tx_bytes; /* w.stats.tx_bytes at the last tick (rsp_unpin_stalled) */
     uint64_t tick_txq_data; /* w.txq_data at the last tick */
+    uint64_t logged_out_ms; /* the first tick that saw CONN_LOGGED_OUT (its close deadline) */
     bool nop_outstanding;
     uint64_t nop_sent_ms;
     uint32_t nop_ttt;

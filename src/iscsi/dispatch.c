@@ -208,8 +208,19 @@ static const struct conn_ops target_conn_ops = {
 
 /* ---------------- liveness ---------------- */
 
-/* Once a second: the login deadline, the CmdSN gap check, NOP-In liveness. A negative status
- * closes the connection. */
+/* The socket is full and has not taken in a whole tick what was queued at its start (the queue
+ * is FIFO): a reader that stopped, or reads too slowly to clear a second's backlog in a second.
+ * A fast reader that keeps the socket full clears it, and is left alone. Called once a tick. */
+static bool conn_tx_stalled(struct iscsi_conn *c)
+{
+    bool stalled = c->w.want_write && c->w.stats.tx_bytes - c->tick_tx_bytes < c->tick_txq_data;
+    c->tick_tx_bytes = c->w.stats.tx_bytes;
+    c->tick_txq_data = c->w.txq_data;
+    return stalled;
+}
+
+/* Once a second: the login deadline, the CmdSN gap check, NOP-In liveness, the stall copy, a
+ * logged-out connection's deadline. A negative status closes the connection. */
 static int conn_timer_check(struct iscsi_conn *c)
 {
     uint64_t now = reactor_now_ms();
@@ -227,14 +238,7 @@ static int conn_timer_check(struct iscsi_conn *c)
             return ISCSI_ERR_DISCOVERY_IDLE;
         if (c->session)
             session_check_gap(c->session, now);
-        /* The socket is full and has not taken in a whole tick what was queued at its start
-         * (the queue is FIFO): a reader that stopped, or reads too slowly to clear a second's
-         * backlog in a second. A fast reader that keeps the socket full clears it, and is left
-         * alone. */
-        bool stalled = c->w.want_write && c->w.stats.tx_bytes - c->tick_tx_bytes < c->tick_txq_data;
-        c->tick_tx_bytes = c->w.stats.tx_bytes;
-        c->tick_txq_data = c->w.txq_data;
-        if (stalled && rsp_unpin_stalled(c) < 0)
+        if (conn_tx_stalled(c) && rsp_unpin_stalled(c) < 0)
             return ISCSI_ERR_NOMEM;
         int rc = conn_erl(c) >= 1 ? dataout_check_stalled(c, now) : dataout_check_timeout(c, now);
         if (rc < 0)
@@ -246,6 +250,17 @@ static int conn_timer_check(struct iscsi_conn *c)
         } else if (pings && now - c->last_rx_ms > (uint64_t)srv->nop_interval_s * 1000) {
             return conn_send_nop_ping(c);
         }
+    } else if (c->phase == CONN_LOGGED_OUT) {
+        /* The connection closes once its queue is on the wire (conn_wire_drained): a peer
+         * that stops reading after its Logout (or a TARGET COLD RESET answer, §11.5.1) would
+         * keep it, and the RAM pages its queued Data-In pins, for ever. The queue is copied
+         * away as in full feature phase, and the connection gets nop-timeout to drain. */
+        if (!c->logged_out_ms)
+            c->logged_out_ms = now;
+        if (now - c->logged_out_ms >= (uint64_t)srv->nop_timeout_s * 1000)
+            return ISCSI_ERR_LOGOUT_UNREAD;
+        if (conn_tx_stalled(c) && rsp_unpin_stalled(c) < 0)
+            return ISCSI_ERR_NOMEM;
     }
     return ISCSI_OK;
 }

@@ -16,6 +16,7 @@ static const char *const status_reason[ISCSI_STATUS_COUNT] = {
     [-ISCSI_ERR_NOP_TIMEOUT] = "no answer to NOP-In ping",
     [-ISCSI_ERR_DISCOVERY_IDLE] = "discovery session idle",
     [-ISCSI_ERR_DATA_OUT_TIMEOUT] = "Data-Out timed out (ERL 0)",
+    [-ISCSI_ERR_LOGOUT_UNREAD] = "logged out, queue not read within nop-timeout",
 };
 
 const char *iscsi_status_str(int status)

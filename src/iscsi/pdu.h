@@ -301,8 +301,9 @@ enum iscsi_status {
     ISCSI_ERR_NOP_TIMEOUT = -10,      /* no answer to a NOP-In ping within nop-timeout */
     ISCSI_ERR_DISCOVERY_IDLE = -11,   /* a discovery session without a Text request for long */
     ISCSI_ERR_DATA_OUT_TIMEOUT = -12, /* ERL 0: a write's Data-Out stopped for data-out-timeout */
+    ISCSI_ERR_LOGOUT_UNREAD = -13,    /* logged out, its queue not read within nop-timeout */
 };
-#define ISCSI_STATUS_COUNT 13 /* entries of the reason table (0 .. -12) */
+#define ISCSI_STATUS_COUNT 14 /* entries of the reason table (0 .. -13) */
 
 /* The reason logged when a status closes a connection ("?" for an unknown value). */
 const char *iscsi_status_str(int status);

@@ -25,12 +25,15 @@ buffered or device write is not all or nothing across a power loss). After the t
 reader of the RAM LUN, then of the file LUN, stops reading with megabytes of in-place Data-In
 queued: another session's WRITE to the same blocks must still complete (within a generous 10 s:
 the target copies a stalled connection's queued Data-In away after a second; without that it
-waited 45 s), and the reader's data, once it reads again, must be whole. On the file LUN an
+waited 45 s), and the reader's data, once it reads again, must be whole, the data before the
+WRITE (the READs ran first), under good digests. A reader that logs out with its READs' Data-In
+queued and stops reading must not hold a WRITE either, and is closed nop-timeout after its
+Logout (a daemon of its own, nop-timeout 2 s). On the file LUN an
 8 MiB READ whose reader stalls after its first Data-In header, with a WRITE of the same blocks
 sent behind it, must return every block as before that WRITE under good digests (stall_check),
 and READs at LBAs off the page, of 1-40 blocks, digests on and off, some with pages dropped
 from the page cache, must return what was written (inplace_reads_check). Bounded in count and
-time (about 10 s of traffic, 20-27 s in all), no tight timing; the daemon must exit 0 on
+time (about 10 s of traffic, 30-40 s in all), no tight timing; the daemon must exit 0 on
 SIGTERM.
 Exit 0 when every check holds, 1 with the counts otherwise. Python 3 standard library only."""
 
@@ -45,8 +48,8 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import hostile  # noqa: E402  (the raw initiator: Session, Conn, Daemon)
-from hostile import (OP_DATA_IN, OP_SCSI, OP_SCSI_RSP, TestFailure, bhs, check,  # noqa: E402
-                     cdb_rw10, lun_field)
+from hostile import (OP_DATA_IN, OP_LOGOUT, OP_SCSI, OP_SCSI_RSP, TestFailure,  # noqa: E402
+                     bhs, check, cdb_rw10, lun_field)
 
 BLOCK = 512
 HOT = 256  # LBAs [0, 256): plain WRITE vs READ
@@ -66,6 +69,7 @@ SLOW_RCVBUF = 8192  # the slow reader's socket: the target's Data-In waits in it
 STALL_LBA, STALL_BLOCKS = 4096, 4096  # 2 MiB from 2 MiB: the stalled reader's range
 STALL_RCVBUF = 256 << 10  # its socket's receive buffer, set before connecting (window scale)
 STALL_WRITE_S = 10.0  # a WRITE beside it completes within this (the target waits ~1-2 s)
+LOGOUT_NOP_S = 2  # nop-timeout of the logged-out reader's daemon: it is closed after this
 
 # ---------------------------------------------------------------- CRC32C (RFC 7143 §12.1)
 
@@ -128,9 +132,10 @@ class DigestSession(hostile.Session):
     conn_class = DigestConn
 
 
-class StallConn(hostile.Conn):
-    """hostile.Conn whose receive buffer is STALL_RCVBUF from the SYN on: the window scale is
-    fixed at connect, so a buffer set later could not open the window wide again."""
+class StallConn(DigestConn):
+    """DigestConn whose receive buffer is STALL_RCVBUF from the SYN on: the window scale is
+    fixed at connect, so a buffer set later could not open the window wide again. The digest
+    catches queued Data-In whose pages changed under it."""
 
     def __init__(self, port, timeout=5.0, src=None):
         self.port, self.timeout = port, timeout
@@ -426,10 +431,10 @@ class Load:
 
     def session(self, digest=False, slow=False, stall=False):
         cls = DigestSession if digest else StallSession if stall else hostile.Session
-        want = {"DataDigest": "CRC32C"} if digest else {}
+        want = {"DataDigest": "CRC32C"} if digest or stall else {}
         s = cls(self.port, want=want, src="127.0.%d.%d" % (self.ip, len(self.sessions) + 1))
         s.login()
-        if digest:
+        if digest or stall:
             check(s.keys.get("DataDigest") == "CRC32C",
                   "%s: DataDigest not negotiated (%r)" % (self.name, s.keys.get("DataDigest")))
             s.c.ddigest = True
@@ -570,9 +575,9 @@ class Load:
         complete within STALL_WRITE_S (the target copies the queued Data-In of a connection
         whose socket did not take a second's backlog in a second away; before that fix it
         waited until the reader was dropped, 45 s, or had read it all). Then the reader reads
-        everything: every block whole, at its LBA, the WRITE's 8 blocks of gen or 0 (it ran
-        while the READs were in flight), the earlier step's 8 blocks its generation, all the
-        others 0."""
+        everything, with DataDigest: every block whole, at its LBA, the earlier step's 8 blocks
+        its generation, all the others 0, the WRITE's too (the READs were answered before it
+        was sent: their queued Data-In must not change, and every digest must match)."""
         r = self.session(stall=True)
         try:
             with open("/proc/sys/net/ipv4/tcp_wmem") as f:
@@ -608,8 +613,7 @@ class Load:
             check(st == 0, "%s: stalled READ status %d" % (self.name, st))
             for j in range(STALL_BLOCKS):
                 g = block_gen(data, j, STALL_LBA + j)
-                want = (0,) if j >= first + 8 else (0, gen) if j >= first else (j // 8,)
-                bad += g not in want
+                bad += g != (j // 8 if j < first else 0)
         print("%s: %s reader: %d READs of 2 MiB, a WRITE beside it done in %.1f s, "
               "%d wrong blocks" % (self.name, "trickling" if trickle else "stalled", count,
                                    waited, bad))
@@ -624,6 +628,31 @@ class Load:
             check(st == 0, "%s: WRITE status %d" % (self.name, st))
         self.stalled_reader(w, 1, False)
         self.stalled_reader(w, 2, True)
+
+    def logged_out_reader(self, w):
+        """A reader that sends READs of the range, logs out at once and stops reading: the
+        connection ends only once its queue is on the wire, so its Data-In, sent from the RAM
+        LUN in place, would pin the pages for ever. A WRITE from session w into the range must
+        complete within STALL_WRITE_S, and the target must close the connection nop-timeout
+        (LOGOUT_NOP_S) after the Logout, logging why. What the reader then reads is whole,
+        with matching digests, the data before the WRITE, and short of all the READs'."""
+        r = self.session(stall=True)
+        size = STALL_BLOCKS * BLOCK
+        count = (8 << 20) // size + 4  # beyond the socket buffers (tcp_wmem's default max: 4M)
+        send_all(r, self.lun, [(cdb_rw10(0x28, STALL_LBA, STALL_BLOCKS), size, None)] * count)
+        time.sleep(0.5)  # the target answers them; the sockets fill
+        r.c.send_pdu(bhs(OP_LOGOUT, 0x80, b"\0" * 8, r.next_itt(), 0, r.cmdsn, r.expstatsn,
+                         immediate=True))
+        began = time.monotonic()
+        try:
+            st, _, _ = w.scsi(cdb_rw10(0x2A, STALL_LBA, 8), write_data=blocks(STALL_LBA, 8, 1),
+                              lun=self.lun, timeout=STALL_WRITE_S)
+        except (TestFailure, hostile.Closed, OSError) as e:
+            raise TestFailure("%s: a WRITE beside a logged-out reader not done in %.0f s (%s)"
+                              % (self.name, STALL_WRITE_S, e))
+        check(st == 0, "%s: WRITE beside a logged-out reader: status %d" % (self.name, st))
+        waited = time.monotonic() - began
+        return r, count * size, waited
 
     def report(self):
         t = self.tally
@@ -660,6 +689,48 @@ class Load:
         return bad
 
 
+def logged_out_reader(binary):
+    """Load.logged_out_reader on a daemon of its own, whose nop-timeout is short."""
+    d = hostile.Daemon(binary, threads=2, log_level="info", prefix="tear-logout-",
+                       lun="ram:16M", config=["nop-timeout = %d" % LOGOUT_NOP_S])
+    try:
+        ld = Load(d.port, 0, "ram,logged-out", 4)
+        w = ld.session()
+        for lba in range(STALL_LBA, STALL_LBA + STALL_BLOCKS, 128):
+            st, _, _ = w.scsi(cdb_rw10(0x2A, lba, 128), write_data=blocks(lba, 128, 0))
+            check(st == 0, "%s: WRITE status %d" % (ld.name, st))
+        r, total, waited = ld.logged_out_reader(w)
+        why = "logged out, queue not read within nop-timeout"
+        deadline = time.monotonic() + LOGOUT_NOP_S + 5
+        while why not in d.log_tail(1000) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        check(why in d.log_tail(1000), "the logged-out reader not closed %d s after its "
+              "nop-timeout:\n%s" % (LOGOUT_NOP_S + 5, d.log_tail(10)))
+        got = bad = 0
+        while True:
+            try:
+                h, data = r.c.recv_pdu(5.0)
+            except hostile.Closed:
+                break
+            check(h[0] & 0x3F == OP_DATA_IN, "logged-out reader: PDU 0x%02x" % h[0])
+            first = struct.unpack(">I", h[40:44])[0] // BLOCK
+            bad += sum(block_gen(data, i, STALL_LBA + first + i) != 0
+                       for i in range(len(data) // BLOCK))
+            got += len(data)
+        check(not bad and not r.c.bad, "logged-out reader: %d blocks not the data before the "
+              "WRITE, %d bad data digests" % (bad, r.c.bad))
+        check(got < total, "logged-out reader: read all %d bytes of its READs" % total)
+        print("ram: logged-out reader: a WRITE beside it done in %.1f s, closed after "
+              "nop-timeout with %d of %d bytes read, %d Data-In digests checked"
+              % (waited, got, total, r.c.pdus))
+        w.logout()
+        d.stop()
+    finally:
+        if d.alive():
+            d.proc.kill()
+            d.proc.wait()
+
+
 def main():
     binary = sys.argv[1]
     tmp = tempfile.mkdtemp(prefix="tear-")
@@ -684,6 +755,7 @@ def main():
             check(not t.is_alive(), "a traffic thread is stuck")
         loads[0].stalled_readers()  # the RAM LUN, which sends READs in place
         loads[1].stalled_readers()  # the file LUN, which sends them from its mapping
+        logged_out_reader(binary)
         for ld in loads:
             print(ld.report())
         stalled = stall_check(loads[1])  # the file LUN whose READs go out in place
