@@ -27,10 +27,11 @@ queued: another session's WRITE to the same blocks must still complete (within a
 the target copies a stalled connection's queued Data-In away after a second; without that it
 waited 45 s), and the reader's data, once it reads again, must be whole. On the file LUN an
 8 MiB READ whose reader stalls after its first Data-In header, with a WRITE of the same blocks
-sent behind it, must return every block as before that WRITE under good digests (stall_check),
-and READs at LBAs off the page, of 1-40 blocks, digests on and off, some with pages dropped
-from the page cache, must return what was written (inplace_reads_check). Bounded in count and
-time (about 10 s of traffic, 20-27 s in all), no tight timing; the daemon must exit 0 on
+sent behind it, must return every block as before that WRITE under good digests (stall_check), the
+same with a WRITE SAME and an UNMAP of its last 2048 blocks (stall_writers_check), and READs at LBAs off the page, of 1-40 blocks, digests on and off, some with pages dropped
+from the page cache, must return what was written (inplace_reads_check); last, the file truncated under a stalled
+8 MiB READ sent from its mapping must not stop the daemon (shrink_check). Bounded in count and
+time (about 10 s of traffic, 25-31 s in all), no tight timing; the daemon must exit 0 on
 SIGTERM.
 Exit 0 when every check holds, 1 with the counts otherwise. Python 3 standard library only."""
 
