@@ -1,7 +1,8 @@
 /* The SIGBUS guard (fault_guard.h): a per-thread jump target set around the guarded call; the
  * handler jumps back to it, or, with none set, puts the previous disposition back and returns
- * so that the fault happens again under it. SA_NODEFER leaves SIGBUS unblocked after the jump
- * (sigsetjmp saves no mask): the next fault is caught again. */
+ * so that the fault happens again under it. sigsetjmp saves no mask (no system call on the
+ * path taken when nothing faults), so SIGBUS is unblocked again after a jump: the next fault
+ * is caught too. */
 #include "util/fault_guard.h"
 
 #include <errno.h>
@@ -36,8 +37,16 @@ int fault_guard_run(void (*fn)(void *arg), void *arg)
 {
     pthread_once(&install_once, install);
     sigjmp_buf env;
-    if (sigsetjmp(env, 0))
-        return -EFAULT; /* the handler cleared guard_env */
+    if (sigsetjmp(env, 0)) {
+        /* The handler cleared guard_env. SA_NODEFER kept SIGBUS unblocked, but a sanitizer's
+         * handler that called ours may have blocked it: a blocked SIGBUS on the next fault
+         * would kill the process, so unblock it here, on this rare path only. */
+        sigset_t bus;
+        sigemptyset(&bus);
+        sigaddset(&bus, SIGBUS);
+        pthread_sigmask(SIG_UNBLOCK, &bus, NULL);
+        return -EFAULT;
+    }
     guard_env = &env;
     fn(arg);
     guard_env = NULL;
