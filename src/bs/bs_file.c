@@ -487,9 +487,12 @@ static bool file_cached(const struct bs_file *f, uint64_t offset, uint64_t len)
 
 /* The READ's data as the mapped page cache (bs_ops.read_pin). Unlike the RAM store this store
  * keeps nothing whole by itself (bs->order_rw): the SCSI core holds the READ's range in its
- * range lock until unpin, so no WRITE or WRITE SAME changes those pages while the READ's Data-In
- * point into them; the kernel's copy into the socket is then the only copy, and a data digest
- * is computed over the same pages. */
+ * range lock until unpin, and every writer takes its range as a WRITE there (WRITE, WRITE SAME,
+ * UNMAP, EXTENDED COPY's destination; COMPARE AND WRITE, ORWRITE, WRITE ATOMIC and SANITIZE
+ * exclusively), so nothing changes those pages while the READ's Data-In point into them; the
+ * kernel's copy into the socket is then the only copy, and a data digest is computed over the
+ * same pages. A file shrunk meanwhile takes the pages away: the wire's CRC and copy-away read
+ * them under util/fault_guard (SIGBUS fails that connection), the send gets EFAULT. */
 static int bs_file_read_pin(struct bs *bs, uint64_t offset, uint64_t len, struct iovec *iov,
                             int max)
 {

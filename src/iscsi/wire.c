@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "util/crc32c.h"
+#include "util/fault_guard.h"
 #include "util/iov.h"
 #include "util/log.h"
 #include "util/stream_copy.h"
@@ -817,6 +818,19 @@ static void apply_faults(struct wire *w, struct wire_pdu *p)
     }
 }
 
+struct data_crc {
+    const struct wire_pdu *p;
+    uint32_t crc;
+};
+
+/* The data segment's CRC, under fault_guard_run: it may be a file's mapping. */
+static void data_crc_run(void *arg)
+{
+    struct data_crc *dc = arg;
+    for (int i = 0; i < dc->p->datacnt; i++)
+        dc->crc = crc32c_update(dc->crc, dc->p->data[i].iov_base, dc->p->data[i].iov_len);
+}
+
 /* Digests are computed as the PDU is queued (RFC 7143 §12.1: CRC32C over BHS + AHS, and over
  * the data segment with its padding), written least significant byte first. */
 void wire_send(struct wire *w, struct wire_pdu *p)
@@ -838,12 +852,18 @@ void wire_send(struct wire *w, struct wire_pdu *p)
     memset(p->trailer, 0, 3);
     p->trailer_len = pad;
     if (w->ddigest && p->dlen) {
-        uint32_t crc = CRC32C_INIT;
-        for (int i = 0; i < p->datacnt; i++)
-            crc = crc32c_update(crc, p->data[i].iov_base, p->data[i].iov_len);
-        if (pad)
-            crc = crc32c_update(crc, p->trailer, pad);
-        put_le32(p->trailer + pad, crc32c_final(crc));
+        struct data_crc dc = {.p = p, .crc = CRC32C_INIT};
+        if (fault_guard_run(data_crc_run, &dc) < 0) {
+            /* The segment's pages are gone (a file LUN's mapping past a new, shorter end):
+             * the send faults on the same pages and fails the connection through the usual
+             * path; if the file grew back meanwhile, this digest (of nothing sent) makes the
+             * initiator drop it (RFC 7143 §7.8). */
+            LOG_WARN("%s: a Data-In's pages vanished (the file shrank?)", w->name);
+            dc.crc = CRC32C_INIT;
+        } else if (pad) {
+            dc.crc = crc32c_update(dc.crc, p->trailer, pad);
+        }
+        put_le32(p->trailer + pad, crc32c_final(dc.crc));
         p->trailer_len += ISCSI_DIGEST_LEN;
     }
     if (w->faults_on)
@@ -931,6 +951,23 @@ static void tx_retire(struct wire *w, uint64_t bytes)
 
 /* p's data segment into memory p owns: the same bytes (the digest was computed from them); a
  * head PDU partly written goes on from tx_off, which counts the same bytes. */
+struct own_copy {
+    const struct wire_pdu *p;
+    uint8_t *copy;
+};
+
+/* Under fault_guard_run: the segment may be a file's mapping, seconds after it was queued. */
+static void own_copy_run(void *arg)
+{
+    struct own_copy *oc = arg;
+    size_t off = 0;
+    for (int i = 0; i < oc->p->datacnt; i++) {
+        memcpy(oc->copy + off, oc->p->data[i].iov_base, oc->p->data[i].iov_len);
+        off += oc->p->data[i].iov_len;
+    }
+    assert(off == oc->p->dlen);
+}
+
 static int pdu_own_data(struct wire_pdu *p)
 {
     if (p->owned || !p->dlen)
@@ -938,12 +975,14 @@ static int pdu_own_data(struct wire_pdu *p)
     uint8_t *copy = malloc(p->dlen);
     if (!copy)
         return -1;
-    size_t off = 0;
-    for (int i = 0; i < p->datacnt; i++) {
-        memcpy(copy + off, p->data[i].iov_base, p->data[i].iov_len);
-        off += p->data[i].iov_len;
+    struct own_copy oc = {.p = p, .copy = copy};
+    if (fault_guard_run(own_copy_run, &oc) < 0) {
+        /* a file LUN's pages past a new, shorter end: the bytes the digest covered are gone,
+         * so the caller ends the connection */
+        LOG_WARN("a queued Data-In's pages vanished (the file shrank?): closing");
+        free(copy);
+        return -1;
     }
-    assert(off == p->dlen);
     p->owned = copy;
     p->data[0].iov_base = copy;
     p->data[0].iov_len = p->dlen;

@@ -1,10 +1,11 @@
 /* A per-LUN byte-range lock that never blocks a thread: a request that cannot be granted is
  * queued and resumed later on its reactor. Exclusive holders (COMPARE AND WRITE, ORWRITE,
- * WRITE ATOMIC, SANITIZE) exclude every overlapping holder; shared holders (WRITE SAME, UNMAP,
- * EXTENDED COPY, and READ and WRITE on stores that keep blocks whole themselves) only exclude
- * exclusive ones; on a store that does not (a file in the page cache), a READ excludes
- * overlapping WRITEs and a WRITE overlapping READs and WRITEs, so no block is returned half
- * written. The mutex guards list updates only, never I/O. */
+ * WRITE ATOMIC, SANITIZE) exclude every overlapping holder; on stores that keep blocks whole
+ * themselves, the others (READ, WRITE, WRITE SAME, UNMAP, EXTENDED COPY's writes) share and
+ * only exclude exclusive ones; on a store that does not (a file in the page cache), a READ
+ * excludes overlapping writers and each writer (WRITE, WRITE SAME, UNMAP, EXTENDED COPY's
+ * destination) overlapping READs and writers, so no block is returned half written. The mutex
+ * guards list updates only, never I/O. */
 #ifndef LR_SCSI_RANGE_LOCK_H
 #define LR_SCSI_RANGE_LOCK_H
 

@@ -230,9 +230,14 @@ void sbc_exec_unmap(struct scsi_task *t, const struct scsi_cmd *c)
     u->seq.task = t;
     u->seq.next = unmap_next;
     u->seq.done = unmap_done;
-    /* shared over the whole LUN: waits for a COMPARE AND WRITE or SANITIZE in progress */
-    u->lock = (struct scsi_rl_req){
-        .off = 0, .len = scsi_lun_size_bytes(lu), .granted = unmap_granted, .arg = u};
+    /* Over the whole LUN: waits for a COMPARE AND WRITE or SANITIZE in progress, and on a
+     * store that keeps no block whole (order_rw) for the READs whose Data-In still point
+     * into the file's pages (sbc.c read_in_place) */
+    u->lock = (struct scsi_rl_req){.off = 0,
+                                   .len = scsi_lun_size_bytes(lu),
+                                   .mode = lu->bs->order_rw ? SCSI_RL_WRITE : SCSI_RL_SHARED,
+                                   .granted = unmap_granted,
+                                   .arg = u};
     if (scsi_rl_acquire(&lu->rl, &u->lock))
         sbc_seq_run(&u->seq);
 }
@@ -402,8 +407,10 @@ void sbc_exec_write_same(struct scsi_task *t, const struct scsi_cmd *c)
     w->seq.task = t;
     w->seq.next = ws_next;
     w->seq.done = ws_done;
+    /* a WRITE as sbc.c submit_locked takes it: on order_rw stores it waits for READs */
     w->lock = (struct scsi_rl_req){.off = scsi_task_range(t)->offset,
                                    .len = scsi_task_range(t)->length,
+                                   .mode = lu->bs->order_rw ? SCSI_RL_WRITE : SCSI_RL_SHARED,
                                    .granted = ws_granted,
                                    .arg = w};
     if (scsi_rl_acquire(&lu->rl, &w->lock))

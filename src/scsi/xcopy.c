@@ -467,8 +467,14 @@ static bool step(struct xcopy_op *op)
         }
         if (!op->locked) {
             op->locked = s->dst;
-            op->lock = (struct scsi_rl_req){
-                .off = s->dst_off, .len = s->bytes, .granted = segment_granted, .arg = op};
+            /* a WRITE's mode (sbc.c submit_locked): on order_rw stores it waits for the
+             * READs whose Data-In still point into the destination's pages */
+            op->lock =
+                (struct scsi_rl_req){.off = s->dst_off,
+                                     .len = s->bytes,
+                                     .mode = s->dst->bs->order_rw ? SCSI_RL_WRITE : SCSI_RL_SHARED,
+                                     .granted = segment_granted,
+                                     .arg = op};
             if (!scsi_rl_acquire(&s->dst->rl, &op->lock))
                 return false; /* segment_granted drives on */
         }

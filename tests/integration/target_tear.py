@@ -31,18 +31,23 @@ queued and stops reading must not hold a WRITE either, and is closed nop-timeout
 Logout (a daemon of its own, nop-timeout 2 s). On the file LUN an
 8 MiB READ whose reader stalls after its first Data-In header, with a WRITE of the same blocks
 sent behind it, must return every block as before that WRITE under good digests (stall_check),
-and READs at LBAs off the page, of 1-40 blocks, digests on and off, some with pages dropped
-from the page cache, must return what was written (inplace_reads_check). Bounded in count and
-time (about 10 s of traffic, 30-40 s in all), no tight timing; the daemon must exit 0 on
+the same with a WRITE SAME and an UNMAP of its last 2048 blocks (stall_writers_check), and
+READs at LBAs off the page, of 1-40 blocks, digests on and off, some with pages dropped from
+the page cache, must return what was written (inplace_reads_check); last, the file truncated
+under a stalled 8 MiB READ sent from its mapping must not stop the daemon (shrink_check).
+Bounded in count and time (about 10 s of traffic, 30-40 s in all), no tight timing; the daemon
+must exit 0 on
 SIGTERM.
 Exit 0 when every check holds, 1 with the counts otherwise. Python 3 standard library only."""
 
+import fcntl
 import os
 import random
 import socket
 import struct
 import sys
 import tempfile
+import termios
 import threading
 import time
 
@@ -257,15 +262,17 @@ def collect(s, order, pend):
 # ---------------------------------------------------------------- the stalled reader
 
 
-def stall_check(load):
+def stall_check(load, second=None):
     """A READ (8 MiB, digests on) whose reader takes the first Data-In header and then stops
     reading, so most of its data waits in the target's queue; only then a WRITE of the same
-    blocks from another session. The READ ran before the WRITE was sent (its Data-In had
+    blocks from another session (or `second`: a name, a CDB and its data, that changes some of
+    those blocks). The READ ran before the WRITE was sent (its Data-In had
     begun), so every block it returns is the one written before, whole, under good digests,
     however long the WRITE waits (a READ sent from the LUN's pages in place holds them until
     they are in the socket); the WRITE completes once the reader reads on. Returns the
     failures as lines."""
     lba, n = MAP_STALL_LBA, MAP_STALL_BLOCKS
+    what, cdb, wdata = second or ("WRITE", cdb_rw10(0x2A, lba, n), blocks(lba, n, 2))
     w = load.session()
     r = load.session(digest=True)
     st, _, _ = w.scsi(cdb_rw10(0x2A, lba, n), write_data=blocks(lba, n, 1), lun=load.lun,
@@ -281,8 +288,7 @@ def stall_check(load):
 
     def write():
         try:
-            wrote["status"] = w.scsi(cdb_rw10(0x2A, lba, n), write_data=blocks(lba, n, 2),
-                                     lun=load.lun, timeout=60.0)[0]
+            wrote["status"] = w.scsi(cdb, write_data=wdata, lun=load.lun, timeout=60.0)[0]
         except Exception as e:  # noqa: BLE001  (reported below)
             wrote["error"] = repr(e)
 
@@ -310,15 +316,79 @@ def stall_check(load):
     newer = sum(g == 2 for g in gens)
     torn = sum(g is None for g in gens)
     print("%s: stall check: READ of %d blocks: status %s, %d torn, %d show the later WRITE, "
-          "%d Data-In with a wrong digest; the WRITE: %s" % (
-              load.name, n, status, torn, newer, bad, wrote.get("status", wrote.get("error"))))
+          "%d Data-In with a wrong digest; the %s: %s" % (
+              load.name, n, status, torn, newer, bad, what,
+              wrote.get("status", wrote.get("error"))))
     if status != 0 or torn or newer or bad:
-        fails.append("%s: stalled READ changed under its queued Data-In (status %s, %d torn, "
-                     "%d blocks of the later WRITE, %d bad digests)" % (load.name, status, torn,
-                                                                        newer, bad))
+        fails.append("%s: stalled READ changed under its queued Data-In by a %s (status %s, "
+                     "%d torn, %d blocks of the later WRITE, %d bad digests)" % (
+                         load.name, what, status, torn, newer, bad))
     if th.is_alive() or wrote.get("status") != 0:
-        fails.append("%s: the WRITE behind the stalled READ: %s" % (
-            load.name, "still waiting" if th.is_alive() else wrote))
+        fails.append("%s: the %s behind the stalled READ: %s" % (
+            load.name, what, "still waiting" if th.is_alive() else wrote))
+    return fails
+
+
+def stall_writers_check(load):
+    """stall_check with a WRITE SAME(16) (SBC-4 §5.50), then an UNMAP (§5.45), of the last
+    2048 blocks of the stalled READ's range (still in the target's queue) in place of the
+    WRITE: they write the file as a WRITE does, so they wait for the READ's sends as it does
+    (a changed block reads as torn: WRITE SAME's block names another LBA, UNMAP's are zero)."""
+    lba, n = MAP_STALL_LBA + MAP_STALL_BLOCKS - 2048, 2048
+    ws = struct.pack(">BBQIBB", 0x93, 0, lba, n, 0, 0)
+    unmap = struct.pack(">BBxxxxxHB", 0x42, 0, 24, 0)
+    desc = struct.pack(">HHxxxx", 22, 16) + struct.pack(">QIxxxx", lba, n)
+    return (stall_check(load, ("WRITE SAME", ws, block(lba, 3)))
+            + stall_check(load, ("UNMAP", unmap, desc)))
+
+
+def shrink_check(load, path, other):
+    """The file behind a file LUN truncated to nothing while a stalled READ's Data-In, sent
+    from the file's mapping, wait in the target's queue (digests off): the target's copy of
+    them away (after a second) finds the pages gone. The daemon must live on: a WRITE of the
+    same blocks from another session completes (it waits for the stalled READ to let go) and
+    a new session of another LUN reads. Last, as the LUN's data is gone after it."""
+    lba, n = MAP_STALL_LBA, MAP_STALL_BLOCKS
+    w = load.session()
+    st, _, _ = w.scsi(cdb_rw10(0x2A, lba, n), write_data=blocks(lba, n, 1), lun=load.lun,
+                      timeout=30.0)
+    check(st == 0, "%s: shrink check: first WRITE status %d" % (load.name, st))
+    r = load.session(stall=True)
+    load.sessions.remove(r)  # its connection may end: no logout
+    itt = r.next_itt()
+    r.c.send_pdu(bhs(OP_SCSI, 0xC1, lun_field(load.lun), itt, n * BLOCK, r.cmdsn, r.expstatsn,
+                     cdb_rw10(0x28, lba, n).ljust(16, b"\0")))
+    r.cmdsn += 1
+    h = r.c._recv_exact(48, time.monotonic() + 60)  # the READ has run: its Data-In have begun
+    check(h[0] & 0x3F == OP_DATA_IN, "%s: shrink check: op 0x%02x" % (load.name, h[0]))
+    # Truncate once the target's socket is full (no byte more in ours for 0.1 s), so that the
+    # pages are next touched by the copy away, not by a send still going on (which fails only
+    # the connection: the test then passes without that copy).
+    queued, still = -1, 0
+    for _ in range(100):
+        got = struct.unpack("i", fcntl.ioctl(r.c.sock.fileno(), termios.FIONREAD, b"\0" * 4))[0]
+        still = still + 1 if got == queued else 0
+        queued = got
+        if still == 2:
+            break
+        time.sleep(0.05)
+    os.truncate(path, 0)
+    fails = []
+    try:
+        st, _, _ = w.scsi(cdb_rw10(0x2A, lba, 8), write_data=blocks(lba, 8, 3), lun=load.lun,
+                          timeout=60.0)
+        if st != 0:
+            fails.append("%s: WRITE after the file shrank: status %d" % (load.name, st))
+        s = other.session()
+        st, _, data = s.scsi(cdb_rw10(0x28, 0, 8), read_len=8 * BLOCK, lun=other.lun)
+        if st != 0 or len(data) != 8 * BLOCK:
+            fails.append("%s: READ of another LUN after the file shrank: status %d" % (
+                other.name, st))
+    except (hostile.Closed, OSError) as e:
+        fails.append("%s: the target after the file behind it shrank under a stalled READ: "
+                     "%r" % (load.name, e))
+    r.c.sock.close()
+    print("%s: shrink check: %s" % (load.name, "; ".join(fails) or "the target carried on"))
     return fails
 
 
@@ -758,9 +828,12 @@ def main():
         logged_out_reader(binary)
         for ld in loads:
             print(ld.report())
-        stalled = stall_check(loads[1])  # the file LUN whose READs go out in place
+        stalled = stall_writers_check(loads[1])  # the file LUN whose READs go out in place
+        stalled += stall_check(loads[1])
         if not stalled:
             stalled = inplace_reads_check(loads[1], files[0])
+        if not stalled:
+            stalled = shrink_check(loads[1], files[0], loads[0])
         for ld in loads:
             for s in ld.sessions:
                 s.logout()
