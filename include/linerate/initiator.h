@@ -121,6 +121,12 @@ struct lr_session_opts {
      * connection is closed: lr_session_logout then completes with LR_ERR_TIMEOUT, a logout
      * the target asked for goes on with a login, an ERL 2 cleanup with a login; default 5000. */
     uint32_t logout_timeout_ms;
+    /* The session's ISID (RFC 7143 §11.12.5); all zero: a random one (type 0x80) of its own.
+     * A session logging in with the ISID of an earlier session of this initiator name to the
+     * same target portal group reinstates it (§6.3.5): the target ends the old one's
+     * connections and tasks (and keeps its persistent reservations) before it answers. Never
+     * give two live sessions to one target the same ISID. */
+    uint8_t isid[6];
 };
 
 /* The highest ErrorRecoveryLevel this library performs. */

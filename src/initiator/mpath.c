@@ -51,6 +51,7 @@ struct mp_path {
     bool rtpg_busy, rtpg_again;
     unsigned rtpg_ua;    /* unit attentions in a row on it */
     uint8_t buf[MP_BUF]; /* VPD 0x83 at login, then RTPG answers */
+    uint8_t isid[6];     /* every session of the path: see path_isid */
 };
 
 struct mp_cmd {
@@ -541,10 +542,31 @@ static void relogin_later(struct mp_path *p)
 
 static void on_path_login(void *arg, const struct lr_result *res);
 
-/* A lost path (or one that never logged in) logs in again with a new session: a new I_T
- * nexus, so nothing of the lost one's tasks can reach the target through it (the commands
- * that died on the path are still never sent to it again, see died_on). It carries I/O once
- * its VPD 0x83 and RTPG answered, when its state says so (mpath_pick: AO first). */
+/* One ISID per path, kept by all its sessions (RFC 7143 §11.12.5, type 0x80 random; the last
+ * byte is the path's, so two paths never share one). A session logging in again with it
+ * reinstates the lost one (§6.3.5): the target ends the old connections and waits for their
+ * tasks before it answers, so a WRITE stuck in the old session (and re-issued on another path
+ * meanwhile) cannot land after a WRITE sent through the new one; the path's persistent
+ * reservation registrations stay too. The old session is always destroyed before a new one is
+ * created (relogin runs only with p->s NULL): two live sessions never share an ISID. */
+static void path_isid(struct mp_path *p)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    uint32_t q = (uint32_t)ts.tv_nsec ^ (uint32_t)ts.tv_sec ^ (uint32_t)(uintptr_t)p->m;
+    p->isid[0] = 0x80;
+    p->isid[1] = (uint8_t)(q >> 24);
+    p->isid[2] = (uint8_t)(q >> 16);
+    p->isid[3] = (uint8_t)(q >> 8);
+    p->isid[4] = (uint8_t)q;
+    p->isid[5] = (uint8_t)(0x10 + p->idx);
+}
+
+/* A lost path (or one that never logged in) logs in again with a new session and the path's
+ * ISID: a reinstatement of the lost session (see path_isid), so nothing of its tasks can
+ * reach the target after the new session's (the commands that died on the path are still
+ * never sent to it again, see died_on). It carries I/O once its VPD 0x83 and RTPG answered,
+ * when its state says so (mpath_pick: AO first). */
 static void relogin(void *arg)
 {
     struct mp_path *p = arg;
@@ -554,6 +576,7 @@ static void relogin(void *arg)
     struct lr_session_opts so = m->o.session;
     so.host = p->host;
     so.port = p->port;
+    memcpy(so.isid, p->isid, sizeof(so.isid));
     p->s = lr_session_create(m->r, &so);
     if (!p->s) {
         relogin_later(p);
@@ -988,9 +1011,11 @@ struct lr_mpath *lr_mpath_create(struct reactor *r, const struct lr_mpath_opts *
         p->relogin = lr_timer_new(r, relogin, p);
         if (!p->relogin)
             goto fail;
+        path_isid(p);
         struct lr_session_opts so = o->session;
         so.host = p->host;
         so.port = p->port;
+        memcpy(so.isid, p->isid, sizeof(so.isid));
         p->s = lr_session_create(r, &so);
         if (!p->s)
             goto fail;

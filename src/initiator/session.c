@@ -125,6 +125,11 @@ static void local_params(struct lr_session *s, const struct lr_session_opts *o)
  * sessions of one initiator name are distinct I_T nexuses. */
 static void isid_new(struct lr_session *s)
 {
+    static const uint8_t zero[6];
+    if (memcmp(s->o.isid, zero, sizeof(zero)) != 0) {
+        memcpy(s->isid, s->o.isid, sizeof(s->isid)); /* the caller's: a reinstatement */
+        return;
+    }
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     uint32_t q = (uint32_t)ts.tv_nsec ^ (uint32_t)getpid() ^ (uint32_t)(uintptr_t)s;
