@@ -541,6 +541,7 @@ static void relogin_later(struct mp_path *p)
 }
 
 static void on_path_login(void *arg, const struct lr_result *res);
+static void relogin_end(struct mp_path *p, const struct lr_result *res);
 
 /* One ISID per path, kept by all its sessions (RFC 7143 §11.12.5, type 0x80 random; the last
  * byte is the path's, so two paths never share one). A session logging in again with it
@@ -592,7 +593,7 @@ static void relogin(void *arg)
     p->st = MP_LOGGING_IN;
     if (lr_session_login(p->s, on_path_login, p) < 0) {
         p->st = MP_DEAD;
-        lr_timer_start(m->reap, 0);
+        relogin_end(p, NULL); /* counted and logged; reaped, then tried again later */
     }
 }
 
@@ -847,6 +848,8 @@ static void on_vpd(void *arg, const struct lr_result *res)
     struct mp_path *p = arg;
     struct lr_mpath *m = p->m;
     uint16_t g;
+    if (m->destroying)
+        return; /* lr_mpath_destroy ends this session: nothing else may run (paths gone) */
     if (res->err == LR_OK && ini_alua_vpd83_group(p->buf, MP_BUF, &g) == 0)
         p->group = g;
     if (res->err != LR_OK && lost_kind(res->err)) {
@@ -918,6 +921,7 @@ int lr_mpath_login(struct lr_mpath *m, lr_done_fn done, void *arg)
         p->st = MP_LOGGING_IN;
         if (lr_session_login(p->s, on_path_login, p) < 0) {
             p->st = MP_DEAD;
+            lr_timer_start(m->reap, 0); /* reaped, then logged in again later */
             m->login_pending--;
             continue;
         }
@@ -1034,6 +1038,7 @@ void lr_mpath_destroy(struct lr_mpath *m)
     m->destroying = true;
     for (unsigned i = 0; i < m->npaths; i++)
         if (m->paths[i].s) {
+            m->paths[i].st = MP_DEAD; /* no callback of another path's end may use it */
             lr_session_destroy(m->paths[i].s);
             m->paths[i].s = NULL;
         }
