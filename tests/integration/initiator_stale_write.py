@@ -12,8 +12,12 @@ The WRITE times out, lr_mpath drops that connection and issues the WRITE again t
 then stale_write writes a newer generation. Only then does the relay read on (the link is
 back) and deliver to A whatever the initiator's socket still sends. Block 0, read back, must
 hold the newer generation. Before the fix, close(2) left the queue to the kernel, which
-delivered the old WRITE: A wrote it over the newer data. Python 3 standard library only."""
+delivered the old WRITE: A wrote it over the newer data. Then path A logs in again through
+the relay: gateway A must see the same ISID as at first (linerate-ctl show sessions), a
+reinstatement of the lost session (RFC 7143 §6.3.5) rather than a new I_T nexus beside it.
+Python 3 standard library only."""
 
+import json
 import os
 import socket
 import subprocess
@@ -31,6 +35,8 @@ TARGET = "iqn.2026-12.org.linerate:stale"
 class Gateway:
     def __init__(self, binary, work, name, lun):
         d = os.path.join(work, name)
+        self.sock = os.path.join(d, "ctl.sock")
+        self.ctl = os.path.join(os.path.dirname(os.path.abspath(binary)), "linerate-ctl")
         os.makedirs(os.path.join(d, "st"))
         for _ in range(20):
             self.port = free_port()
@@ -51,6 +57,18 @@ class Gateway:
                     time.sleep(0.05)
             self.stop()
         raise RuntimeError("gateway %s did not start" % name)
+
+    def isids(self):
+        """The ISIDs of the sessions of this gateway (linerate-ctl show sessions)."""
+        for _ in range(100):
+            r = subprocess.run([self.ctl, "--socket", self.sock, "--json", "show", "sessions"],
+                               capture_output=True, text=True, timeout=10)
+            if r.returncode == 0:
+                got = sorted(str(x.get("isid")) for x in json.loads(r.stdout or "[]"))
+                if got:
+                    return got
+            time.sleep(0.1)
+        return None
 
     def stop(self):
         if self.proc.poll() is None:
@@ -166,8 +184,11 @@ def main():
     out = []
     try:
         newer = None
+        isid_first = None
         for line in cl.stdout:
             out.append(line)
+            if line.startswith("ready"):
+                isid_first = a.isids()
             if line.startswith("newer "):
                 newer = int(line.split()[1])
                 break
@@ -180,6 +201,13 @@ def main():
             return 1
         cl.stdin.write("read\n")
         cl.stdin.flush()
+        isid_again = None
+        for line in cl.stdout:
+            out.append(line)
+            if line.startswith("relogged"):
+                isid_again = a.isids()
+                cl.stdin.write("end\n")
+                cl.stdin.flush()
         out += cl.stdout.readlines()
         cl.wait(60)
         got = [int(ln.split()[2]) for ln in out if ln.startswith("read gen ")]
@@ -191,6 +219,14 @@ def main():
         if got[0] != newer:
             print("FAIL: block 0 holds gen %d, not the newer gen %d: the WRITE of the dropped "
                   "connection landed late" % (got[0], newer))
+            return 1
+        # RFC 7143 §6.3.5: path A's login again reinstates its lost session (same ISID), so
+        # gateway A ends the old one and its tasks before it answers; a new ISID would be a
+        # new I_T nexus, the old session's WRITE free to run after the new one's
+        print("gateway A saw ISID %s at first, %s after path A logged in again"
+              % (isid_first, isid_again))
+        if not isid_first or len(isid_first) != 1 or isid_again != isid_first:
+            print("FAIL: path A logged in again as another I_T nexus, not a reinstatement")
             return 1
         print("PASS")
         return 0

@@ -6,8 +6,9 @@
  * was issued again (the relay held it: its path timed out, lr_mpath carried it to the other
  * gateway), then writes one newer generation, prints "newer N", waits for a line on stdin (the
  * driver lets the relay deliver what it held to the first gateway meanwhile), reads block 0
- * back and prints "read gen N" (N: the generation it holds). Exit 0 unless the setup failed;
- * the driver judges the generation. */
+ * back and prints "read gen N" (N: the generation it holds). Once the first path logged in
+ * again it prints "relogged" and waits for another line (the driver asks the first gateway
+ * which ISID it sees). Exit 0 unless the setup failed; the driver judges the results. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,6 +38,30 @@ static void on_logout(void *arg, const struct lr_result *res)
     lr_reactor_stop(R);
 }
 
+/* Path A (0) logged in again through the relay (it may have at once, or not yet): then
+ * "relogged", a line on stdin (the test read the ISID gateway A sees now), logout. */
+static struct lr_timer *again_t;
+static unsigned again_ticks;
+
+static void again(void *arg)
+{
+    (void)arg;
+    struct lr_mpath_path_info pi;
+    if (lr_mpath_path_info(M, 0, &pi) && pi.relogins > 0 && pi.up) {
+        printf("relogged\n");
+        fflush(stdout);
+        char line[16];
+        if (!fgets(line, sizeof(line), stdin))
+            failed = 1;
+    } else if (++again_ticks < 600) {
+        lr_timer_start(again_t, 50); /* at most 30 s */
+        return;
+    } else {
+        fprintf(stderr, "stale_write: path A did not log in again\n");
+    }
+    lr_mpath_logout(M, on_logout, NULL);
+}
+
 static void on_read(void *arg, const struct lr_result *res)
 {
     (void)arg;
@@ -49,7 +74,7 @@ static void on_read(void *arg, const struct lr_result *res)
     } else {
         fprintf(stderr, "stale_write: READ: %s\n", res->what ? res->what : lr_err_name(res->err));
     }
-    lr_mpath_logout(M, on_logout, NULL);
+    again(NULL);
 }
 
 static void write_next(void);
@@ -147,11 +172,15 @@ int main(int argc, char **argv)
         return 2;
     }
     R = lr_reactor_create(0);
+    again_t = R ? lr_timer_new(R, again, NULL) : NULL;
+    if (!again_t)
+        return 1;
     M = lr_mpath_create(R, &mo);
     if (!M || lr_mpath_login(M, on_login, NULL) < 0)
         return 1;
     lr_reactor_run(R);
     lr_mpath_destroy(M);
+    lr_timer_free(again_t);
     lr_reactor_destroy(R);
     return failed;
 }
