@@ -735,6 +735,17 @@ static void path_refresh(struct mp_path *p)
     memset(p->buf, 0, sizeof(p->buf));
     if (lr_scsi(p->s, cdb, 12, LR_DIR_READ, p->buf, MP_BUF, on_rtpg, p) == 0)
         p->rtpg_busy = true;
+    else if (p->fresh)
+        lr_timer_start(p->m->poll, MP_POLL_MS); /* no I/O until it ran: asked at the next tick */
+}
+
+/* A path logged in again whose RTPG could not be sent: it carries nothing until it ran. */
+static bool fresh_unasked(const struct lr_mpath *m)
+{
+    for (unsigned i = 0; i < m->npaths; i++)
+        if (m->paths[i].st == MP_UP && m->paths[i].fresh && !m->paths[i].rtpg_busy)
+            return true;
+    return false;
 }
 
 /* Every live path tells its state again. */
@@ -818,18 +829,18 @@ static void held_check(struct lr_mpath *m)
     }
 }
 
-/* While commands wait for a usable path: ask the states again, and let the ones past their
- * deadline fail. */
+/* While commands wait for a usable path (or a path logged in again could not ask its state):
+ * ask the states again, and let the ones past their deadline fail. */
 static void poll_tick(void *arg)
 {
     struct lr_mpath *m = arg;
     if (m->held)
         held_check(m);
-    if (m->wait_head) {
+    if (m->wait_head || fresh_unasked(m)) {
         refresh(m);
         drain(m);
     }
-    if (m->wait_head || m->held)
+    if (m->wait_head || m->held || fresh_unasked(m))
         lr_timer_start(m->poll, MP_POLL_MS);
 }
 
