@@ -354,6 +354,9 @@ static void caw_read_done(void *arg, const struct lr_result *res)
  * blocks back (through the device: on any path) and report GOOD when they hold this
  * command's write data, as ESXi does for its ATS heartbeat. Any other content is a real
  * miscompare, reported as answered; so is a failed read. True when the check is under way. */
+static int scsi_until(struct lr_mpath *m, const uint8_t *cdb, unsigned cdb_len, enum lr_dir dir,
+                      void *buf, uint32_t len, lr_done_fn done, void *arg, uint64_t deadline_ms);
+
 static bool caw_check(struct mp_cmd *c, const struct lr_result *res)
 {
     struct lr_mpath *m = c->m;
@@ -361,14 +364,16 @@ static bool caw_check(struct mp_cmd *c, const struct lr_result *res)
     uint32_t blocks;
     if (!ini_caw_miscompare(c->cdb, c->cdb_len, res, &lba, &blocks) || c->len % 2)
         return false;
-    m->caw_checked++;
     c->last = *res;
     c->readback = malloc(c->len / 2);
     if (!c->readback)
         return false;
+    m->caw_checked++;
     uint8_t cdb[16];
     unsigned n = ini_cdb_rw(cdb, false, lba, blocks);
-    if (lr_mpath_scsi(m, cdb, n, LR_DIR_READ, c->readback, c->len / 2, caw_read_done, c) == 0)
+    /* the read-back is part of the CAW: it has what is left of the CAW's time, no more */
+    if (scsi_until(m, cdb, n, LR_DIR_READ, c->readback, c->len / 2, caw_read_done, c,
+                   c->deadline_ms) == 0)
         return true;
     free(c->readback);
     c->readback = NULL;
@@ -430,8 +435,8 @@ static struct mp_cmd *cmd_take(struct lr_mpath *m)
     return c;
 }
 
-int lr_mpath_scsi(struct lr_mpath *m, const uint8_t *cdb, unsigned cdb_len, enum lr_dir dir,
-                  void *buf, uint32_t len, lr_done_fn done, void *arg)
+static int scsi_until(struct lr_mpath *m, const uint8_t *cdb, unsigned cdb_len, enum lr_dir dir,
+                      void *buf, uint32_t len, lr_done_fn done, void *arg, uint64_t deadline_ms)
 {
     if (cdb_len > 16 || m->destroying)
         return -1;
@@ -446,13 +451,20 @@ int lr_mpath_scsi(struct lr_mpath *m, const uint8_t *cdb, unsigned cdb_len, enum
         .len = len,
         .done = done,
         .arg = arg,
-        .deadline_ms = now_ms() + m->o.failover_timeout_ms,
+        .deadline_ms = deadline_ms,
         .path = -1,
         .last_path = -1,
     };
     memcpy(c->cdb, cdb, cdb_len);
     submit(m, c);
     return 0;
+}
+
+int lr_mpath_scsi(struct lr_mpath *m, const uint8_t *cdb, unsigned cdb_len, enum lr_dir dir,
+                  void *buf, uint32_t len, lr_done_fn done, void *arg)
+{
+    return scsi_until(m, cdb, cdb_len, dir, buf, len, done, arg,
+                      now_ms() + m->o.failover_timeout_ms);
 }
 
 static int rw(struct lr_mpath *m, bool write, uint64_t lba, uint32_t blocks, uint32_t bs, void *buf,
