@@ -388,6 +388,10 @@ def no_ao_round(binary, work, image):
         sd = session(d.port, "d")
         wait_rtpg(sd, {1: STANDBY, 2: AO}, "D alone, its configured active/optimized peer down")
         took = time.monotonic() - t0
+        # D waits one failover-timeout for its configured active/optimized peer before it
+        # takes the role (0.5 s: D's clock starts before ours, at its own start)
+        check(took >= TIMEOUT_S - 0.5, "D active/optimized %.2f s after its start, before one "
+              "failover-timeout (%.0f s)" % (took, TIMEOUT_S))
         check("no gateway configured active/optimized came up" in d.text(),
               "D's log does not say why it took the role:\n%s" % d.tail())
         st, sense, _ = sd.scsi_retry_ua(wr_fua(3), write_data=stamp("D", 3, 0))
