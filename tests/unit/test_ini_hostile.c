@@ -1,7 +1,8 @@
 /* The initiator library over real sockets against a small adversarial target
  * (fake_target.c): what a user of the library sees, through its public calls, when the target
  * asks for a logout (Async Message event 1, RFC 7143 §11.9.1) or never answers ours, answers
- * CHAP, SendTargets, SNACKs or TASK REASSIGN with nonsense, or sends wrong or no digests.
+ * CHAP, SendTargets, SNACKs or TASK REASSIGN with nonsense, or sends wrong or no digests;
+ * and an lr_mpath device destroyed while its first login is under way.
  * Each case bounds the time it may take; the sanitizer builds run the same. docs/security.md
  * lists the cases. */
 #include <setjmp.h>
@@ -19,6 +20,7 @@
 #include "alloc_fail.h"
 #include "fake_target.h"
 #include "initiator/ini.h"
+#include "linerate/multipath.h"
 
 static struct reactor *R;
 /* When run_case() began the login: for a case that bounds the time of the whole run. */
@@ -763,6 +765,68 @@ static void on_disc(void *arg, const struct lr_result *r, const char *text, uint
 static bool disc_done(void *arg)
 {
     return ((struct disc_log *)arg)->calls > 0;
+}
+
+/* ---- lr_mpath destroyed during its first login ---- */
+
+/* Path A answers the VPD 0x83 INQUIRY of lr_mpath's login (all zero: no port group), path B
+ * takes its INQUIRY and never answers; each then waits for the initiator to close. */
+static void script_vpd(struct ft *f)
+{
+    static struct ft_pdu p;
+    struct ft_conn c;
+    bool answer = f->arg != NULL;
+    if (accept_login(f, &c, op_keys, sizeof(op_keys), 32, "login") < 0)
+        return;
+    if (first_cmd(f, &c, &p) < 0)
+        return;
+    if (answer)
+        ft_read_done(&c, &p, 0);
+    atomic_store(&f->stage, 1);
+    while (ft_recv(c.fd, &p, 5000) == 0) {
+    }
+    close(c.fd);
+}
+
+struct vpd_wait {
+    struct ft *b;
+    struct lr_mpath *m;
+};
+
+static bool a_up_b_asked(void *arg)
+{
+    struct vpd_wait *w = arg;
+    struct lr_mpath_path_info pi;
+    return atomic_load(&w->b->stage) >= 1 && lr_mpath_path_info(w->m, 0, &pi) && pi.up;
+}
+
+/* lr_mpath_destroy while path A is up and path B's INQUIRY is still out: B's INQUIRY ends
+ * aborted and the login must not go on with path A, whose session is already gone (it did:
+ * an RTPG through a freed session, a crash). */
+static void test_mpath_destroy_in_login(void **state)
+{
+    (void)state;
+    struct ft a, b;
+    assert_int_equal(ft_start(&a, script_vpd, (void *)1), 0);
+    assert_int_equal(ft_start(&b, script_vpd, NULL), 0);
+    struct lr_mpath_opts mo = {.npaths = 2};
+    mo.session.target_name = "iqn.2026-12.org.linerate:hostile";
+    mo.hosts[0] = mo.hosts[1] = "127.0.0.1";
+    mo.ports[0] = a.port;
+    mo.ports[1] = b.port;
+    struct lr_mpath *m = lr_mpath_create(R, &mo);
+    assert_non_null(m);
+    struct done_log d = {0};
+    assert_int_equal(lr_mpath_login(m, on_done, &d), 0);
+    struct vpd_wait w = {&b, m};
+    assert_true(ft_run_until(R, a_up_b_asked, &w, 5000));
+    lr_mpath_destroy(m);
+    assert_true(d.calls <= 1);
+    calls_within(&(struct done_log){0}, 1, 50); /* the sessions' deferred frees */
+    ft_stop(&a);
+    ft_stop(&b);
+    assert_false(a.failed);
+    assert_false(b.failed);
 }
 
 static void test_sendtargets_without_end(void **state)
@@ -1672,6 +1736,7 @@ int main(void)
         CASE(5),
         cmocka_unit_test(test_chap_hostile_target),
         cmocka_unit_test(test_sendtargets_without_end),
+        cmocka_unit_test(test_mpath_destroy_in_login),
         CASE(6),
         CASE(7),
         CASE(8),
