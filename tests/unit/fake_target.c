@@ -169,7 +169,8 @@ int ft_login(struct ft *f, int fd, struct ft_conn *c, const char *op_keys, uint3
     memset(c, 0, sizeof(*c));
     c->fd = fd;
     c->statsn = 1;
-    static struct ft_pdu req; /* the script's thread only */
+    static _Thread_local struct ft_pdu
+        req; /* one per script thread: two fake targets run at once */
     static const char sec[] = "AuthMethod=None";
     for (int round = 0; round < 8; round++) {
         if (ft_recv(fd, &req, 5000) < 0 || (req.h[0] & 0x3f) != ISCSI_OP_LOGIN_REQ)
@@ -218,7 +219,8 @@ int ft_login(struct ft *f, int fd, struct ft_conn *c, const char *op_keys, uint3
 
 int ft_login_steps(struct ft *f, int fd, const struct ft_step *steps, int n)
 {
-    static struct ft_pdu req; /* the script's thread only */
+    static _Thread_local struct ft_pdu
+        req; /* one per script thread: two fake targets run at once */
     uint32_t statsn = 1;
     for (int k = 0; k < 64; k++) {
         if (ft_recv(fd, &req, 5000) < 0)
@@ -258,7 +260,7 @@ void ft_rsp(struct ft_conn *c, uint8_t *h, enum iscsi_opcode op, uint8_t flags, 
 
 int ft_read_done(struct ft_conn *c, const struct ft_pdu *cmd, uint8_t fill)
 {
-    static uint8_t data[65536];
+    static _Thread_local uint8_t data[65536]; /* one per script thread */
     uint32_t len = get_be32(cmd->h + BHS_EDTL);
     if (len > sizeof(data))
         return -1;

@@ -79,7 +79,7 @@ static bool calls_within(struct done_log *d, int calls, int ms)
 /* One 4 KiB READ at LBA 0 that completes good within 3 s, every byte fill. */
 static void read_4k_ok(struct lr_session *s, uint8_t fill)
 {
-    static uint8_t buf[4096];
+    static _Thread_local uint8_t buf[4096];
     struct done_log io = {0};
     assert_int_equal(lr_read(s, 0, 8, 512, buf, on_done, &io), 0);
     assert_true(calls_within(&io, 1, 3000));
@@ -128,7 +128,7 @@ static void logout_and_stop(struct ft *f, struct lr_session *s)
 /* The target's side of the end: the Logout of the session, answered. */
 static void await_logout(struct ft *f, struct ft_conn *c)
 {
-    static struct ft_pdu p;
+    static _Thread_local struct ft_pdu p;
     while (ft_recv_c(c, &p, 5000) == 0) {
         if ((p.h[0] & 0x3f) == ISCSI_OP_LOGOUT_REQ) {
             ft_logout_rsp(c, &p);
@@ -183,7 +183,7 @@ static int first_cmd(struct ft *f, struct ft_conn *c, struct ft_pdu *p)
  * then the session's Logout (await_logout); ft_fail(f, what) if no command comes. */
 static void answer_one_then_logout(struct ft *f, struct ft_conn *c, uint8_t fill, const char *what)
 {
-    static struct ft_pdu p;
+    static _Thread_local struct ft_pdu p;
     if (next_cmd(c, &p, 5000) < 0)
         return ft_fail(f, what);
     ft_read_done(c, &p, fill);
@@ -237,7 +237,7 @@ static void script_drain_then_relogin(struct ft *f)
 
 static void client_drain_then_relogin(struct ft *f, struct lr_session *s)
 {
-    static uint8_t buf[6][4096];
+    static _Thread_local uint8_t buf[6][4096];
     struct done_log io = {0};
     uint64_t t0 = now_ms();
     for (int i = 0; i < 6; i++)
@@ -282,7 +282,7 @@ static void script_unanswered(struct ft *f)
 static void client_unanswered(struct ft *f, struct lr_session *s)
 {
     (void)f;
-    static uint8_t buf[3][4096];
+    static _Thread_local uint8_t buf[3][4096];
     struct done_log io[2] = {{0}, {0}};
     assert_int_equal(lr_read(s, 0, 8, 512, buf[0], on_done, &io[0]), 0);
     assert_int_equal(lr_read(s, 8, 8, 512, buf[1], on_done, &io[1]), 0);
@@ -303,7 +303,7 @@ static void client_unanswered(struct ft *f, struct lr_session *s)
  * waiting for the new login fail, after a few attempts, saying why; then none is taken. */
 static void script_logout_then_gone(struct ft *f)
 {
-    static struct ft_pdu p;
+    static _Thread_local struct ft_pdu p;
     struct ft_conn c;
     int fd = accept_login(f, &c, op_keys, sizeof(op_keys), 32, "login");
     if (fd < 0)
@@ -324,7 +324,7 @@ static void script_logout_then_gone(struct ft *f)
 static void client_logout_then_gone(struct ft *f, struct lr_session *s)
 {
     (void)f;
-    static uint8_t buf[2][4096];
+    static _Thread_local uint8_t buf[2][4096];
     struct done_log io[2] = {{0}, {0}};
     assert_int_equal(lr_read(s, 0, 8, 512, buf[0], on_done, &io[0]), 0);
     assert_true(calls_within(&io[0], 1, 3000));
@@ -344,7 +344,7 @@ static void client_logout_then_gone(struct ft *f, struct lr_session *s)
  * of a session), then takes no more commands; it does not loop. */
 static void script_logout_always(struct ft *f)
 {
-    static struct ft_pdu p;
+    static _Thread_local struct ft_pdu p;
     for (int n = 0; n < 8; n++) {
         struct ft_conn c;
         int fd = ft_accept(f, 2000);
@@ -367,7 +367,7 @@ static void script_logout_always(struct ft *f)
 
 static void client_logout_always(struct ft *f, struct lr_session *s)
 {
-    static uint8_t buf[4096];
+    static _Thread_local uint8_t buf[4096];
     struct done_log io = {0};
     int issued = 0;
     /* each command fails (terminated, or no session left); then no more are taken */
@@ -399,7 +399,7 @@ static const char op_keys_mcs[] = "HeaderDigest=None\0DataDigest=None\0MaxConnec
  * the same session (TSIH kept), while the first carries the commands throughout. */
 static void script_mcs_one_asked(struct ft *f)
 {
-    static struct ft_pdu p;
+    static _Thread_local struct ft_pdu p;
     struct ft_conn c[2];
     uint16_t tsih = 0;
     for (int i = 0; i < 2; i++)
@@ -477,7 +477,7 @@ static void client_mcs_one_asked(struct ft *f, struct lr_session *s)
     assert_true(ft_run_until(R, stage_reached, f, 5000));
     struct done_log idle = {0};
     calls_within(&idle, 1000, 100); /* 100 ms of the reactor */
-    static uint8_t buf[8][4096];
+    static _Thread_local uint8_t buf[8][4096];
     struct done_log io = {0};
     for (int i = 0; i < 8; i++)
         assert_int_equal(lr_read(s, (uint64_t)i * 8, 8, 512, buf[i], on_done, &io), 0);
@@ -508,7 +508,7 @@ static int data_in_half(struct ft_conn *c, const struct ft_pdu *cmd, uint8_t fil
 
 static void script_mcs_wrong_connection(struct ft *f)
 {
-    static struct ft_pdu p;
+    static _Thread_local struct ft_pdu p;
     struct ft_conn c[2];
     for (int i = 0; i < 2; i++)
         if (accept_login(f, &c[i], op_keys_mcs, sizeof(op_keys_mcs), 64, "the two logins") < 0)
@@ -556,7 +556,7 @@ static bool four_stale(void *arg)
 static void client_mcs_wrong_connection(struct ft *f, struct lr_session *s)
 {
     (void)f;
-    static uint8_t buf[4][4096];
+    static _Thread_local uint8_t buf[4][4096];
     memset(buf, 0, sizeof(buf));
     struct done_log io = {0};
     for (int i = 0; i < 4; i++)
@@ -728,7 +728,7 @@ static void script_text(struct ft *f)
     if (fd < 0 || ft_login_steps(f, fd, steps, 2) != 2)
         return ft_fail(f, "discovery login");
     struct ft_conn c = {.fd = fd, .statsn = 2, .expcmdsn = 1, .maxcmdsn = 64};
-    static struct ft_pdu p;
+    static _Thread_local struct ft_pdu p;
     static char text[8192];
     memset(text, 0, sizeof(text));
     for (uint32_t off = 0; off + 16 <= k->len; off += 16)
@@ -773,7 +773,7 @@ static bool disc_done(void *arg)
  * takes its INQUIRY and never answers; each then waits for the initiator to close. */
 static void script_vpd(struct ft *f)
 {
-    static struct ft_pdu p;
+    static _Thread_local struct ft_pdu p;
     struct ft_conn c;
     bool answer = f->arg != NULL;
     if (accept_login(f, &c, op_keys, sizeof(op_keys), 32, "login") < 0)
@@ -874,7 +874,7 @@ static const char op_keys_dig[] = "HeaderDigest=CRC32C\0DataDigest=CRC32C\0MaxCo
 /* A Data-In with a bad data digest, then a good one, then one with a bad header digest. */
 static void script_digests(struct ft *f)
 {
-    static struct ft_pdu p;
+    static _Thread_local struct ft_pdu p;
     struct ft_conn c;
     int fd = accept_login(f, &c, op_keys_dig, sizeof(op_keys_dig), 32, "login");
     if (fd < 0)
@@ -901,7 +901,7 @@ static void client_digests(struct ft *f, struct lr_session *s)
     struct lr_session_info info;
     lr_session_get_info(s, &info);
     assert_true(info.header_digest && info.data_digest);
-    static uint8_t buf[4096];
+    static _Thread_local uint8_t buf[4096];
     const enum lr_err want[3] = {LR_ERR_PROTOCOL, LR_OK, LR_ERR_CONN_LOST};
     const char *what[3] = {"data digest error on Data-In", NULL, "header digest error"};
     for (int k = 0; k < 3; k++) {
@@ -930,7 +930,7 @@ static const char op_keys_erl1[] = "HeaderDigest=None\0DataDigest=None\0MaxConne
  * one again. The initiator keeps asking (§7.9) but not past the command timeout. */
 static void script_snack_liar(struct ft *f)
 {
-    static struct ft_pdu p;
+    static _Thread_local struct ft_pdu p;
     static uint8_t data[4096];
     struct ft_conn c;
     int fd = accept_login(f, &c, op_keys_erl1, sizeof(op_keys_erl1), 32, "login");
@@ -976,7 +976,7 @@ static void script_snack_liar(struct ft *f)
 static void client_snack_liar(struct ft *f, struct lr_session *s)
 {
     (void)f;
-    static uint8_t buf[8192];
+    static _Thread_local uint8_t buf[8192];
     struct done_log io = {0};
     uint64_t t0 = now_ms();
     assert_int_equal(lr_read(s, 0, 16, 512, buf, on_done, &io), 0);
@@ -1012,7 +1012,7 @@ static void r2t_hdr(struct ft_conn *c, uint8_t *h, uint32_t itt, uint32_t ttt, u
  * WRITE with it, saying why. */
 static void script_r2t_flood(struct ft *f)
 {
-    static struct ft_pdu p;
+    static _Thread_local struct ft_pdu p;
     struct ft_conn c;
     int fd = login_first_cmd(f, &c, op_keys_erl1, sizeof(op_keys_erl1), &p);
     if (fd < 0)
@@ -1038,7 +1038,7 @@ static void script_r2t_flood(struct ft *f)
 static void client_r2t_flood(struct ft *f, struct lr_session *s)
 {
     (void)f;
-    static uint8_t buf[262144];
+    static _Thread_local uint8_t buf[262144];
     struct done_log io = {0};
     uint64_t t0 = now_ms();
     assert_int_equal(lr_write(s, 0, 512, 512, buf, on_done, &io), 0);
@@ -1065,7 +1065,7 @@ static int accept_digests_cmd(struct ft *f, struct ft_conn *c, const char *keys,
  * at once, the READ with it, and no byte of the data lands in the user's buffer. */
 static void script_digests_omitted(struct ft *f)
 {
-    static struct ft_pdu p;
+    static _Thread_local struct ft_pdu p;
     struct ft_conn c;
     int fd = accept_digests_cmd(f, &c, op_keys_dig, sizeof(op_keys_dig), &p);
     if (fd < 0)
@@ -1082,7 +1082,7 @@ static void script_digests_omitted(struct ft *f)
 static void client_digests_omitted(struct ft *f, struct lr_session *s)
 {
     (void)f;
-    static uint8_t buf[4096];
+    static _Thread_local uint8_t buf[4096];
     struct done_log io = {0};
     memset(buf, 0xee, sizeof(buf));
     assert_int_equal(lr_read(s, 0, 8, 512, buf, on_done, &io), 0);
@@ -1101,7 +1101,7 @@ static void client_digests_omitted(struct ft *f, struct lr_session *s)
  * READ fails at its command timeout, with its connection, never reported good. */
 static void script_digest_omitted_then_silent(struct ft *f)
 {
-    static struct ft_pdu p;
+    static _Thread_local struct ft_pdu p;
     struct ft_conn c;
     int fd = accept_digests_cmd(f, &c, op_keys_dig, sizeof(op_keys_dig), &p);
     if (fd < 0)
@@ -1119,7 +1119,7 @@ static void script_digest_omitted_then_silent(struct ft *f)
 
 static void client_digest_omitted_then_silent(struct ft *f, struct lr_session *s)
 {
-    static uint8_t buf[4096];
+    static _Thread_local uint8_t buf[4096];
     struct done_log io = {0};
     assert_int_equal(lr_read(s, 0, 8, 512, buf, on_done, &io), 0);
     assert_true(calls_within(&io, 1, 4000));
@@ -1161,7 +1161,7 @@ static void data_in(struct ft_conn *c, uint32_t itt, uint32_t sn, uint8_t fill)
  * nor before it came. */
 static void script_erl1_data_digest(struct ft *f)
 {
-    static struct ft_pdu p;
+    static _Thread_local struct ft_pdu p;
     struct ft_conn c;
     if (accept_digests_cmd(f, &c, op_keys_dig_erl1, sizeof(op_keys_dig_erl1), &p) < 0)
         return;
@@ -1197,7 +1197,7 @@ static void client_erl1_data_digest(struct ft *f, struct lr_session *s)
  * after logout_timeout_ms, closes the connection and completes the logout with an error. */
 static void script_logout_silent(struct ft *f)
 {
-    static struct ft_pdu p;
+    static _Thread_local struct ft_pdu p;
     struct ft_conn c;
     int fd = accept_login(f, &c, op_keys, sizeof(op_keys), 32, "login");
     if (fd < 0)
@@ -1230,7 +1230,7 @@ static void client_logout_silent(struct ft *f, struct lr_session *s)
  * and the next command is done on the new session. */
 static void script_asked_logout_silent(struct ft *f)
 {
-    static struct ft_pdu p;
+    static _Thread_local struct ft_pdu p;
     struct ft_conn c;
     int fd = accept_login(f, &c, op_keys, sizeof(op_keys), 32, "first login");
     if (fd < 0)
@@ -1282,7 +1282,7 @@ static void tmf_answers_for_nothing(struct ft_conn *c, uint32_t itt)
  * up, and it alone was sent. */
 static void script_erl2_nonsense(struct ft *f)
 {
-    static struct ft_pdu p;
+    static _Thread_local struct ft_pdu p;
     struct ft_conn c;
     int fd = accept_login(f, &c, op_keys_erl2, sizeof(op_keys_erl2), 32, "login");
     if (fd < 0 || first_cmd(f, &c, &p) < 0)
@@ -1305,7 +1305,7 @@ static void script_erl2_nonsense(struct ft *f)
 static void client_erl2_nonsense(struct ft *f, struct lr_session *s)
 {
     (void)f;
-    static uint8_t buf[2][4096];
+    static _Thread_local uint8_t buf[2][4096];
     struct done_log io = {0};
     struct lr_session_info info;
     lr_session_get_info(s, &info);
@@ -1328,7 +1328,7 @@ static void client_erl2_nonsense(struct ft *f, struct lr_session *s)
  * reassignment after it, and its buffer untouched; the session logs in again and goes on. */
 static void script_erl2_reassign_nonsense(struct ft *f)
 {
-    static struct ft_pdu p;
+    static _Thread_local struct ft_pdu p;
     struct ft_conn c, n;
     int fd = accept_login(f, &c, op_keys_erl2, sizeof(op_keys_erl2), 32, "login");
     if (fd < 0 || first_cmd(f, &c, &p) < 0)
@@ -1357,7 +1357,7 @@ static void script_erl2_reassign_nonsense(struct ft *f)
 static void client_erl2_reassign_nonsense(struct ft *f, struct lr_session *s)
 {
     (void)f;
-    static uint8_t buf[2][4096];
+    static _Thread_local uint8_t buf[2][4096];
     struct done_log io = {0}, again = {0};
     memset(buf[0], 0xee, sizeof(buf[0]));
     uint64_t t0 = now_ms();
@@ -1415,7 +1415,7 @@ static atomic_int script_go;
  * the buffer. Once sending goes on, no Data-Out may be read from that buffer. */
 static void write_r2t_rsp_batch(struct ft *f, const char *keys, uint32_t len)
 {
-    static struct ft_pdu p;
+    static _Thread_local struct ft_pdu p;
     struct ft_conn c;
     int fd = login_first_cmd(f, &c, keys, len, &p);
     if (fd < 0)
@@ -1470,7 +1470,7 @@ static void client_write_r2t_rsp_batch(struct ft *f, struct lr_session *s)
 
 static void script_abort_r2t_batch(struct ft *f)
 {
-    static struct ft_pdu p;
+    static _Thread_local struct ft_pdu p;
     struct ft_conn c;
     int fd = login_first_cmd(f, &c, op_keys, sizeof(op_keys), &p);
     if (fd < 0)
@@ -1515,7 +1515,7 @@ static void client_abort_r2t_batch(struct ft *f, struct lr_session *s)
  * Function Complete, and the READ ends aborted (it used to sit until its command timeout). */
 static void script_erl2_abort_allegiant(struct ft *f)
 {
-    static struct ft_pdu p;
+    static _Thread_local struct ft_pdu p;
     struct ft_conn c, n;
     int fd = login_first_cmd(f, &c, op_keys_erl2, sizeof(op_keys_erl2), &p);
     if (fd < 0)
@@ -1546,7 +1546,7 @@ static void script_erl2_abort_allegiant(struct ft *f)
 static void client_erl2_abort_allegiant(struct ft *f, struct lr_session *s)
 {
     (void)f;
-    static uint8_t buf[4096];
+    static _Thread_local uint8_t buf[4096];
     const uint8_t cdb[10] = {0x28, 0, 0, 0, 0, 0, 0, 0, 8, 0}; /* READ (10), 8 blocks */
     struct done_log io = {0}, ab = {0};
     uint32_t tag;
