@@ -15,7 +15,7 @@ struct bs *bs_ram_open(uint64_t size, bool prealloc, char *err, size_t errlen);
  * is measured, and safe for shared LUNs since a stalled reader's queued Data-In is copied away
  * after a second (iSCSI rsp_unpin_stalled): docs/performance.md, "RAM LUN reads without the
  * copy". */
-#define BS_RAM_SEND_MIN (16u * 1024u)
+#define BS_RAM_SEND_MIN (4u * 1024u)
 void bs_ram_set_send_min(struct bs *bs, uint64_t min);
 /* size 0: use the file's or device's own size. */
 struct bs *bs_file_open(const char *path, uint64_t size, bool direct, bool read_only, char *err,

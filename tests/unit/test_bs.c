@@ -385,7 +385,7 @@ static void pin_write_done(struct bs_io *io, int err)
 
 /* A READ sent in place (read_pin) keeps its pages as they were: a WRITE over them waits,
  * without blocking, until unpin; meanwhile READs of that region copy (no new pin) and a WRITE
- * elsewhere goes through. Shorter than send-min (16 KiB by default) or with send-min=off, no pin
+ * elsewhere goes through. Shorter than send-min (4 KiB by default) or with send-min=off, no pin
  * at all. */
 static void test_ram_pin(void **state)
 {
@@ -427,10 +427,10 @@ static void test_ram_pin(void **state)
     bs = open_ok("ram:16M,send-min=off");
     assert_int_equal(bs->ops->read_pin(bs, 0, 65536, iov, 8), 0);
     bs_close(bs);
-    bs = open_ok("ram:16M"); /* by default READs from 16 KiB on are sent in place */
-    assert_int_equal(bs->ops->read_pin(bs, 0, 8192, iov, 8), 0);
-    assert_int_equal(bs->ops->read_pin(bs, 0, 16384, iov, 8), 1);
-    bs->ops->unpin(bs, 0, 16384);
+    bs = open_ok("ram:16M"); /* by default READs from 4 KiB on are sent in place */
+    assert_int_equal(bs->ops->read_pin(bs, 0, 2048, iov, 8), 0);
+    assert_int_equal(bs->ops->read_pin(bs, 0, 4096, iov, 8), 1);
+    bs->ops->unpin(bs, 0, 4096);
     bs_close(bs);
     free(a);
     free(b);
