@@ -94,6 +94,11 @@ struct bs_ops {
      * unpin. docs/performance.md, "RAM LUN reads without the copy". */
     int (*read_pin)(struct bs *bs, uint64_t offset, uint64_t len, struct iovec *iov, int max);
     void (*unpin)(struct bs *bs, uint64_t offset, uint64_t len);
+    /* read_pin's memory can vanish under its reader: a shared mapping of a file that another
+     * process truncates raises SIGBUS past the new end (mmap(2)). Whoever reads it (the
+     * transport's data digest, its copy-away) does so under util/fault_guard; memory of ours
+     * (a RAM LUN's) is read plainly. */
+    bool pin_can_fault;
     /* Release priv (the file store first makes written data stable). */
     void (*close)(struct bs *bs);
     /* Optional, for GET LBA STATUS (SBC-4 §5.7): the provisioning state at offset. On entry

@@ -533,6 +533,7 @@ static const struct bs_ops bs_file_ops = {
     .grow = bs_file_grow,
     .read_pin = bs_file_read_pin,
     .unpin = bs_file_unpin,
+    .pin_can_fault = true,
 };
 
 /* Work out the exported size: the device's, the file's, or size= (growing a short file). */

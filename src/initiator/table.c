@@ -82,8 +82,9 @@ void ini_task_pdu_mark(struct ini_task *t, struct wire_pdu *p, uint32_t dlen, bo
     t->queued++;
 }
 
-static enum wire_forget task_pdu_forget(struct wire_pdu *p, void *arg)
+static enum wire_forget task_pdu_forget(struct wire_pdu *p, void *arg, void **into)
 {
+    (void)into; /* the engine copies into memory the PDU owns */
     struct ini_task *t = arg;
     if (p->arg != t || (p->sent != task_pdu_sent && p->sent != task_pdu_resent))
         return WIRE_FORGET_NOT;

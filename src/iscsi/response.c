@@ -220,6 +220,7 @@ int rsp_queue_data_in(struct iscsi_conn *c, struct iscsi_task *t, uint32_t datas
     }
     h->b[1] = flags;
     pdu_map_task_data(p, st, off, len);
+    p->may_fault = scsi_task_pin_can_fault(st); /* a file LUN's mapping: guarded reads */
     task_get(t);
     p->sent = task_pdu_sent;
     p->arg = t;
@@ -227,14 +228,25 @@ int rsp_queue_data_in(struct iscsi_conn *c, struct iscsi_task *t, uint32_t datas
     return ISCSI_OK;
 }
 
-/* Queued PDUs of READs sent from a RAM LUN in place (their task still pins the pages). */
-static enum wire_forget pinned_pdu(struct wire_pdu *p, void *arg)
+/* Queued PDUs of READs sent in place (their task still pins the pages). A Data-In's bytes go
+ * to the task's own buffer at the PDU's Buffer Offset (every READ has one: scsi_task_buffer),
+ * which the PDU keeps alive with its task reference (task_pdu_sent): the stalled reader holds
+ * one copy of its data, not one per PDU beside the task's unused buffer. */
+static enum wire_forget pinned_pdu(struct wire_pdu *p, void *arg, void **into)
 {
     (void)arg;
     if (p->sent != task_pdu_sent || p->owned)
         return WIRE_FORGET_NOT;
     struct iscsi_task *t = p->arg;
-    return scsi_task_pinned(&t->scsi) ? WIRE_FORGET_COPY : WIRE_FORGET_NOT;
+    if (!scsi_task_pinned(&t->scsi))
+        return WIRE_FORGET_NOT;
+    uint8_t *buf = scsi_task_buffer(&t->scsi);
+    if (buf && (p->hdr[0] & ISCSI_OPCODE_MASK) == ISCSI_OP_DATA_IN) {
+        uint32_t off = bhs_get32((const struct iscsi_bhs *)p->hdr, BHS_BUFFER_OFFSET);
+        assert((uint64_t)off + p->dlen <= t->scsi.xfer_len); /* rsp_send_data_in's cut */
+        *into = buf + off;
+    }
+    return WIRE_FORGET_COPY;
 }
 
 int rsp_unpin_stalled(struct iscsi_conn *c)

@@ -779,6 +779,7 @@ struct wire_pdu *wire_pdu_get(struct wire *w)
     p->datacnt = 0;
     p->dlen = 0;
     p->dropped = false;
+    p->may_fault = false;
     p->owned = NULL;
     p->sent = NULL;
     p->arg = NULL;
@@ -823,7 +824,7 @@ struct data_crc {
     uint32_t crc;
 };
 
-/* The data segment's CRC, under fault_guard_run: it may be a file's mapping. */
+/* The data segment's CRC; under fault_guard_run when it may be a file's mapping. */
 static void data_crc_run(void *arg)
 {
     struct data_crc *dc = arg;
@@ -853,7 +854,11 @@ void wire_send(struct wire *w, struct wire_pdu *p)
     p->trailer_len = pad;
     if (w->ddigest && p->dlen) {
         struct data_crc dc = {.p = p, .crc = CRC32C_INIT};
-        if (fault_guard_run(data_crc_run, &dc) < 0) {
+        if (!p->may_fault) { /* our own memory: no guard, and no SIGBUS handler installed */
+            data_crc_run(&dc);
+            if (pad)
+                dc.crc = crc32c_update(dc.crc, p->trailer, pad);
+        } else if (fault_guard_run(data_crc_run, &dc) < 0) {
             /* The segment's pages are gone (a file LUN's mapping past a new, shorter end):
              * the send faults on the same pages and fails the connection through the usual
              * path; if the file grew back meanwhile, this digest (of nothing sent) makes the
@@ -956,7 +961,8 @@ struct own_copy {
     uint8_t *copy;
 };
 
-/* Under fault_guard_run: the segment may be a file's mapping, seconds after it was queued. */
+/* Under fault_guard_run when the segment may be a file's mapping, seconds after it was
+ * queued. */
 static void own_copy_run(void *arg)
 {
     struct own_copy *oc = arg;
@@ -968,36 +974,45 @@ static void own_copy_run(void *arg)
     assert(off == oc->p->dlen);
 }
 
-static int pdu_own_data(struct wire_pdu *p)
+/* p's segment copied to `into` (the owner's memory, alive while p is queued) or to memory p
+ * owns: 1 when copied, 0 when there was nothing to copy, -1 on no memory or vanished pages. */
+static int pdu_own_data(struct wire_pdu *p, void *into)
 {
     if (p->owned || !p->dlen)
         return 0;
-    uint8_t *copy = malloc(p->dlen);
+    uint8_t *copy = into ? into : malloc(p->dlen);
     if (!copy)
         return -1;
     struct own_copy oc = {.p = p, .copy = copy};
-    if (fault_guard_run(own_copy_run, &oc) < 0) {
+    if (!p->may_fault) {
+        own_copy_run(&oc);
+    } else if (fault_guard_run(own_copy_run, &oc) < 0) {
         /* a file LUN's pages past a new, shorter end: the bytes the digest covered are gone,
          * so the caller ends the connection */
         LOG_WARN("a queued Data-In's pages vanished (the file shrank?): closing");
-        free(copy);
+        if (!into)
+            free(copy);
         return -1;
     }
-    p->owned = copy;
+    p->may_fault = false;
+    if (!into)
+        p->owned = copy;
     p->data[0].iov_base = copy;
     p->data[0].iov_len = p->dlen;
     p->datacnt = 1;
-    return 0;
+    return 1;
 }
 
-int wire_forget(struct wire *w, enum wire_forget (*fn)(struct wire_pdu *p, void *arg), void *arg)
+int wire_forget(struct wire *w, enum wire_forget (*fn)(struct wire_pdu *p, void *arg, void **into),
+                void *arg)
 {
     bool dropped = false;
     struct list_node *n = w->txq.next;
     while (n != &w->txq) {
         struct wire_pdu *p = list_entry(n, struct wire_pdu, node);
         n = n->next;
-        enum wire_forget what = fn(p, arg);
+        void *into = NULL;
+        enum wire_forget what = fn(p, arg, &into);
         if (what == WIRE_FORGET_NOT)
             continue;
         bool started = &p->node == w->txq.next && w->tx_off > 0;
@@ -1006,12 +1021,12 @@ int wire_forget(struct wire *w, enum wire_forget (*fn)(struct wire_pdu *p, void 
             dropped = true;
             continue;
         }
-        uint32_t owned = p->owned ? p->dlen : 0;
-        if (pdu_own_data(p) < 0) {
+        int copied = pdu_own_data(p, into);
+        if (copied < 0) {
             wire_close(w); /* nothing of the queue may go out from the owner's memory now */
             return -1;
         }
-        if (p->owned && !owned) { /* the copy counts as wire_send counts an owned segment */
+        if (copied) { /* the copy counts as wire_send counts an owned segment */
             p->charge += p->dlen;
             w->tx_backlog += p->dlen;
         }

@@ -104,6 +104,10 @@ struct wire_pdu {
     uint8_t trailer[3 + ISCSI_DIGEST_LEN]; /* pad + data digest */
     uint32_t trailer_len;
     bool dropped; /* fault injection: retired without being written */
+    /* The data segment is memory that can vanish (a file LUN's mapping, bs_ops pin_can_fault):
+     * the engine reads it (data digest, copy-away) under util/fault_guard. Set by the owner
+     * before wire_send; other PDUs are read plainly and never install the SIGBUS handler. */
+    bool may_fault;
     uint32_t charge;
     void *owned;
     /* Runs once: ok when the PDU is entirely in the socket, !ok when the connection closed
@@ -243,13 +247,17 @@ void wire_pdu_put(struct wire *w, struct wire_pdu *p);
 void wire_send(struct wire *w, struct wire_pdu *p);
 /* What becomes of a queued PDU whose owner lets go of the memory its data segment points into
  * (a task ended while its data still waited to go out): nothing (not one of those), DROP
- * (retired unsent: sent(p, false)), or COPY (it goes out from a copy the PDU owns). */
+ * (retired unsent: sent(p, false)), or COPY (it goes out from a copy: by default one the PDU
+ * owns, or, when fn sets *into, dlen bytes at *into that the owner keeps alive for as long as
+ * the PDU is queued, e.g. a buffer of the task the PDU holds a reference to). */
 enum wire_forget { WIRE_FORGET_NOT, WIRE_FORGET_DROP, WIRE_FORGET_COPY };
-/* Each queued PDU to fn, which says what becomes of it. A PDU to drop whose first bytes are
- * written already is copied instead (the byte stream must go on). When memory for a copy runs
- * out the engine closes (wire_close: everything queued is dropped) and -1 is returned; else
- * 0. Afterwards no queued PDU fn named points into the owner's memory. */
-int wire_forget(struct wire *w, enum wire_forget (*fn)(struct wire_pdu *p, void *arg), void *arg);
+/* Each queued PDU to fn (*into NULL on entry), which says what becomes of it. A PDU to drop
+ * whose first bytes are written already is copied instead (the byte stream must go on). When
+ * memory for a copy runs out, or a may_fault segment faults, the engine closes (wire_close:
+ * everything queued is dropped) and -1 is returned; else 0. Afterwards no queued PDU fn named
+ * points into the owner's memory. A copy counts in the tx backlog as an owned segment does. */
+int wire_forget(struct wire *w, enum wire_forget (*fn)(struct wire_pdu *p, void *arg, void **into),
+                void *arg);
 /* Write as much of the queue as the socket takes. */
 int wire_flush(struct wire *w);
 static inline bool wire_tx_empty(const struct wire *w)

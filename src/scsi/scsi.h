@@ -356,6 +356,14 @@ void scsi_task_release(struct scsi_task *t);
  * unpin; the task's iovecs must not be read after that. */
 bool scsi_task_pinned(const struct scsi_task *t);
 void scsi_task_unpin(struct scsi_task *t);
+/* Pinned, and the store's pages can vanish under a reader (bs_ops pin_can_fault: a file LUN's
+ * mapping): the transport reads them only under util/fault_guard. */
+bool scsi_task_pin_can_fault(const struct scsi_task *t);
+/* The buffer setup gave a task that moves data (t->buffered, at least xfer_len bytes), held
+ * until release. A READ sent in place leaves it unused: a transport that must let go of the
+ * pins before its data is sent copies what it still has to send there, at the data's
+ * offsets, then unpins. NULL when the task has none. */
+void *scsi_task_buffer(struct scsi_task *t);
 
 /* --- aborted tasks (quiesce.c) --- */
 /* The transport aborted t (a TMF, PREEMPT AND ABORT, its connection ended): from any thread,

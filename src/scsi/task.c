@@ -351,6 +351,19 @@ bool scsi_task_pinned(const struct scsi_task *t)
     return scsi_core((struct scsi_task *)t)->pinned;
 }
 
+bool scsi_task_pin_can_fault(const struct scsi_task *t)
+{
+    return scsi_task_pinned(t) && t->lu->bs->ops->pin_can_fault;
+}
+
+/* Every transfer has one (scsi_task_setup: alloc_buffer), in-place READs included. */
+void *scsi_task_buffer(struct scsi_task *t)
+{
+    struct scsi_task_core *k = scsi_core(t);
+    assert(!k->buf || t->buffered);
+    return k->buf;
+}
+
 /* Nothing sends from the store's pages any more (sbc.c read_in_place): a RAM LUN's pins go,
  * a file LUN's READ record leaves the range lock (it heads the allocation sbc.c made), and the
  * WRITEs waiting there run. */

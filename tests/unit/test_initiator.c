@@ -3,6 +3,7 @@
  * target PDUs are pushed through the receive parser and the transmit queues are inspected. */
 #include <errno.h>
 #include <setjmp.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -433,6 +434,48 @@ static void test_digests_and_nop(void **state)
     pdu[ISCSI_BHS_LEN] ^= 1;
     assert_int_equal(ini_conn_feed(c, pdu, ISCSI_BHS_LEN + 4 + 8 + 4), -1);
     assert_int_equal(c->state, ICS_DEAD);
+    lr_session_destroy(s);
+}
+
+/* The initiator's data is memory of the caller's, which cannot vanish: its data digests and
+ * its copy-away of a finished command's queued data read it plainly, and a program that links
+ * only the initiator (linerate-bench, the library's users) keeps its SIGBUS disposition
+ * (util/fault_guard installs a handler only for a target's file LUN pages). cmocka has its
+ * own SIGBUS handler in place while a test runs, so the test puts a marker of its own there
+ * and checks nobody replaced it; it runs first, before another test could have installed
+ * fault_guard's handler once and for all. */
+static void sigbus_marker(int sig)
+{
+    (void)sig;
+}
+
+static void test_no_sigbus_handler(void **state)
+{
+    (void)state;
+    struct sigaction mark = {.sa_handler = sigbus_marker}, saved;
+    sigemptyset(&mark.sa_mask);
+    assert_int_equal(sigaction(SIGBUS, &mark, &saved), 0);
+    struct lr_session *s = fake_session(1, 1, 8);
+    struct ini_conn *c = s->conns[0];
+    wire_set_digests(&c->w, false, true); /* data digests: the ones that read the data */
+    static uint8_t buf[65536];
+    memset(buf, 0x5a, sizeof(buf));
+    struct done_log d = {0};
+    assert_int_equal(lr_write(s, 0, 128, 512, buf, on_done, &d), 0);
+    assert_int_equal(txq_len(c), 1);
+    const struct wire_pdu *cmd = txq_at(c, 0);
+    assert_int_equal(cmd->dlen, 8192); /* immediate data, digested as it was queued */
+    assert_int_equal(get_le32(cmd->trailer), crc32c(buf, 8192));
+    /* the target answers before the command left: its queued data is copied away */
+    uint8_t pdu[ISCSI_BHS_LEN] = {0};
+    rsp_hdr(pdu, ISCSI_OP_SCSI_RSP, ISCSI_FLAG_FINAL, get_be32(cmd->hdr + BHS_ITT), 5, 2, 9);
+    assert_int_equal(ini_conn_feed(c, pdu, sizeof(pdu)), 0);
+    assert_int_equal(d.calls, 1);
+    assert_int_equal(txq_len(c), 1);
+    assert_ptr_not_equal(txq_at(c, 0)->data[0].iov_base, buf);
+    struct sigaction now;
+    assert_int_equal(sigaction(SIGBUS, &saved, &now), 0);
+    assert_true(!(now.sa_flags & SA_SIGINFO) && now.sa_handler == sigbus_marker);
     lr_session_destroy(s);
 }
 
@@ -2176,6 +2219,7 @@ int main(void)
 {
     R = reactor_create(0);
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_no_sigbus_handler), /* first: see there */
         cmocka_unit_test(test_login_leading_full),
         cmocka_unit_test(test_login_refused),
         cmocka_unit_test(test_login_continuation_and_non_leading),

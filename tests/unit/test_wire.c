@@ -450,12 +450,17 @@ static void test_tx_gather_and_digests(void **state)
 
 /* wire_forget: what fn names DROP leaves the queue unsent (sent(p, false)), but for a PDU
  * whose first bytes are written already, which goes on from a copy like the COPY ones: the
- * owner's memory may change at once, and the stream stays whole. */
-static enum wire_forget forget_itt7(struct wire_pdu *p, void *arg)
+ * owner's memory may change at once, and the stream stays whole. ITT 10 is copied into memory
+ * the owner names (*into), which it keeps until the PDU is sent. */
+static uint8_t forget_into[64];
+
+static enum wire_forget forget_itt7(struct wire_pdu *p, void *arg, void **into)
 {
     (void)arg;
     uint32_t itt = get_be32(p->hdr + BHS_ITT);
-    return itt == 7 ? WIRE_FORGET_DROP : itt == 8 ? WIRE_FORGET_COPY : WIRE_FORGET_NOT;
+    if (itt == 10)
+        *into = forget_into;
+    return itt == 7 ? WIRE_FORGET_DROP : itt == 8 || itt == 10 ? WIRE_FORGET_COPY : WIRE_FORGET_NOT;
 }
 
 static void test_forget(void **state)
@@ -463,34 +468,42 @@ static void test_forget(void **state)
     (void)state;
     struct owner tx;
     owner_init(&tx, false, true, 0);
-    static uint8_t mem[3][64];
-    for (int i = 0; i < 3; i++)
+    static uint8_t mem[4][64];
+    for (int i = 0; i < 4; i++)
         memset(mem[i], 'a' + i, sizeof(mem[i]));
-    struct iovec iov[3] = {{mem[0], 64}, {mem[1], 64}, {mem[2], 64}};
+    struct iovec iov[4] = {{mem[0], 64}, {mem[1], 64}, {mem[2], 64}, {mem[3], 64}};
     queue(&tx, ISCSI_OP_DATA_OUT, 7, &iov[0], 1); /* partly written below */
     queue(&tx, ISCSI_OP_DATA_OUT, 7, &iov[1], 1); /* dropped */
     queue(&tx, ISCSI_OP_SCSI_CMD, 8, &iov[2], 1); /* copied */
     queue(&tx, ISCSI_OP_NOP_OUT, 9, NULL, 0);     /* not named */
+    queue(&tx, ISCSI_OP_DATA_IN, 10, &iov[3], 1); /* copied into forget_into */
+    uint64_t backlog = tx.w.tx_backlog;
     static uint8_t out[4096];
     size_t n = wire_take_tx(&tx.w, out, 60); /* the first PDU's header and 12 bytes of data */
     assert_int_equal(n, 60);
     assert_int_equal(wire_forget(&tx.w, forget_itt7, NULL), 0);
     assert_int_equal(tx.sent_fail, 1);
-    assert_int_equal(wire_tx_count(&tx.w), 3);
+    assert_int_equal(wire_tx_count(&tx.w), 4);
+    /* the dropped one's charge left; the three copies count as owned segments do */
+    assert_int_equal(tx.w.tx_backlog, backlog - WIRE_PDU_CHARGE + 3 * 64);
     memset(mem, 'z', sizeof(mem)); /* the owner's memory is its own again */
+    static const uint8_t d[64] = {[0 ... 63] = 'd'};
+    assert_memory_equal(forget_into, d, 64);
     n += wire_take_tx(&tx.w, out + n, sizeof(out) - n);
-    assert_int_equal(tx.sent_ok, 3);
+    assert_int_equal(tx.sent_ok, 4);
     assert_int_equal(tx.w.tx_backlog, 0);
     struct owner rx;
     owner_init(&rx, false, true, 0);
     assert_int_equal(feed(&rx, out, n), WIRE_OK);
-    assert_int_equal(rx.pdus, 3);
+    assert_int_equal(rx.pdus, 4);
     static const uint8_t a[64] = {[0 ... 63] = 'a'}, c[64] = {[0 ... 63] = 'c'};
     assert_int_equal(rx.seen[0].itt, 7);
     assert_memory_equal(rx.seen[0].data, a, 64); /* whole, digest right (checked by rx) */
     assert_int_equal(rx.seen[1].itt, 8);
     assert_memory_equal(rx.seen[1].data, c, 64);
     assert_int_equal(rx.seen[2].itt, 9);
+    assert_int_equal(rx.seen[3].itt, 10);
+    assert_memory_equal(rx.seen[3].data, d, 64);
     wire_free(&rx.w);
     wire_free(&tx.w);
 }

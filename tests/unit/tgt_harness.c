@@ -19,6 +19,7 @@
 #include "iscsi/dataout.h"
 #include "iscsi/dispatch.h"
 #include "iscsi/login.h"
+#include "iscsi/response.h"
 #include "iscsi/session_conns.h"
 #include "reactor/reactor.h"
 #include "util/crc32c.h"
@@ -47,6 +48,7 @@ struct tgt {
     uint16_t tsih;
     bool ddigest;        /* DataDigest=CRC32C negotiated */
     bool hold_expstatsn; /* tgt_recv() leaves exp_statsn alone */
+    bool hold_tx;        /* the answers stay queued in the connection (tgt_hold_tx) */
     /* what the connection wrote and tgt_recv() has not parsed yet */
     uint8_t *rx;
     size_t rx_len, rx_cap;
@@ -90,6 +92,8 @@ static void run_until_idle(struct tgt *t)
  * whole PDUs only). */
 static void collect_tx(struct tgt *t)
 {
+    if (t->hold_tx)
+        return;
     for (;;) {
         while (t->rx_cap - t->rx_len < t->tx_room) {
             t->rx_cap = t->rx_cap ? t->rx_cap * 2 : 262144;
@@ -284,6 +288,19 @@ void tgt_timer_after(struct tgt *t, unsigned ms)
     conn_fail(t->conn, rc);
     run_until_idle(t);
     collect_tx(t);
+}
+
+void tgt_hold_tx(struct tgt *t, bool hold)
+{
+    t->hold_tx = hold;
+    collect_tx(t);
+}
+
+int tgt_unpin_stalled(struct tgt *t)
+{
+    int rc = rsp_unpin_stalled(t->conn);
+    run_until_idle(t);
+    return rc;
 }
 
 void tgt_hold_expstatsn(struct tgt *t, bool hold)

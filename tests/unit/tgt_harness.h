@@ -124,6 +124,13 @@ void tgt_hold_expstatsn(struct tgt *t, bool hold);
 void tgt_set_expstatsn(struct tgt *t, uint32_t expstatsn);
 uint32_t tgt_expstatsn(const struct tgt *t);
 
+/* A reader that does not read: held, the target's answers stay in the connection's transmit
+ * queue; released, they are collected for tgt_recv() as usual. */
+void tgt_hold_tx(struct tgt *t, bool hold);
+/* What the connection's once-a-second timer does to a stalled reader (rsp_unpin_stalled: the
+ * queued Data-In of READs sent in place copied away, their pins let go); its return code. */
+int tgt_unpin_stalled(struct tgt *t);
+
 /* What the connection's once-a-second timer does at ERL >= 1 after `ms` more milliseconds
  * (the Data-Out stall check), then the answers collected as after tgt_send(). */
 void tgt_timer_after(struct tgt *t, unsigned ms);
