@@ -168,8 +168,8 @@ static void relogin_end(struct mp_path *p, const struct lr_result *res)
         p->commands_now = 0;
         p->relogin_ms = 0;
         p->relogin_fails = 0;
-        ini_mpath_refresh(
-            m); /* its state, and the others' (the gateway's return may be a failback) */
+        /* its state, and the others' (the gateway's return may be a failback) */
+        ini_mpath_refresh(m);
         return;
     }
     /* one line on the first failure, then one on every twelfth (about a minute apart once at
