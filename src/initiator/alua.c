@@ -100,20 +100,25 @@ void ini_sense_kaa(const uint8_t *sense, uint32_t len, uint8_t *key, uint8_t *as
     }
 }
 
+/* SPC-4 §5.16.2.5: a change of access state is reported with UNIT ATTENTION, ASYMMETRIC ACCESS
+ * STATE CHANGED; §5.16.2.4.5-.7: commands a standby, unavailable or transitioning port does
+ * not allow end with NOT READY, LOGICAL UNIT NOT ACCESSIBLE + the reason. */
+static const struct {
+    uint8_t key, asc, ascq;
+    enum ini_alua_sense says;
+} alua_senses[] = {
+    {0x6, 0x2a, 0x06, INI_SENSE_AAS_CHANGED},
+    {0x2, 0x04, 0x0b, INI_SENSE_STANDBY},
+    {0x2, 0x04, 0x0c, INI_SENSE_UNAVAILABLE},
+    {0x2, 0x04, 0x0a, INI_SENSE_TRANSITION},
+};
+
 enum ini_alua_sense ini_alua_sense(const uint8_t *sense, uint32_t len)
 {
     uint8_t key, asc, ascq;
     ini_sense_kaa(sense, len, &key, &asc, &ascq);
-    /* SPC-4 §5.16.2.5: a change of access state is reported with UNIT ATTENTION, ASYMMETRIC
-     * ACCESS STATE CHANGED; §5.16.2.4.5-.7: commands a standby, unavailable or transitioning
-     * port does not allow end with NOT READY, LOGICAL UNIT NOT ACCESSIBLE + the reason. */
-    if (key == 0x6 && asc == 0x2a && ascq == 0x06)
-        return INI_SENSE_AAS_CHANGED;
-    if (key == 0x2 && asc == 0x04 && ascq == 0x0b)
-        return INI_SENSE_STANDBY;
-    if (key == 0x2 && asc == 0x04 && ascq == 0x0c)
-        return INI_SENSE_UNAVAILABLE;
-    if (key == 0x2 && asc == 0x04 && ascq == 0x0a)
-        return INI_SENSE_TRANSITION;
+    for (unsigned i = 0; i < sizeof(alua_senses) / sizeof(alua_senses[0]); i++)
+        if (key == alua_senses[i].key && asc == alua_senses[i].asc && ascq == alua_senses[i].ascq)
+            return alua_senses[i].says;
     return INI_SENSE_OTHER;
 }

@@ -386,6 +386,18 @@ def stop_process(pid, timeout=10.0):
         time.sleep(0.01)
 
 
+def end_process(proc, timeout):
+    """SIGTERM to the subprocess.Popen PROC, still running, then SIGKILL if it has not exited
+    within TIMEOUT seconds; returns once it is reaped."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
 def free_port():
     """A loopback TCP port free now (another process may take it before it is used)."""
     s = socket.socket()

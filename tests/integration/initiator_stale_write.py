@@ -27,6 +27,8 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import hostile  # noqa: E402
+import relay_lib  # noqa: E402
 from hostile import free_port  # noqa: E402
 
 TARGET = "iqn.2026-12.org.linerate:stale"
@@ -71,45 +73,27 @@ class Gateway:
         return None
 
     def stop(self):
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        hostile.end_process(self.proc, 10)
 
 
-class HoldRelay:
+class HoldRelay(relay_lib.Relay):
     """Relay to a gateway. The first connection carrying a WRITE (10)/(16) stops being read
     after that command's header, until release(); then it forwards whatever the initiator
     still sends, until EOF or reset (done is set). Later connections pass everything."""
 
     def __init__(self, dst):
-        self.dst = dst
-        self.lsock = socket.socket()
-        # small, set before listen: inherited by the accepted socket, so the held WRITE
-        # stays in the initiator's send queue, as with a cut link
-        self.lsock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1024)
-        self.lsock.bind(("127.0.0.1", 0))
-        self.lsock.listen(8)
-        self.port = self.lsock.getsockname()[1]
         self.held = threading.Event()
         self.go = threading.Event()
         self.done = threading.Event()
         self.answered = threading.Event()
         self.late = 0  # bytes the initiator delivered after release
-        threading.Thread(target=self.accept, daemon=True).start()
+        # a small receive buffer, so the held WRITE stays in the initiator's send queue, as
+        # with a cut link
+        super().__init__(dst, rcvbuf=1024)
 
-    def accept(self):
-        while True:
-            try:
-                c, _ = self.lsock.accept()
-            except OSError:
-                return
-            t = socket.create_connection(("127.0.0.1", self.dst))
-            threading.Thread(target=self.down, args=(t, c), daemon=True).start()
-            threading.Thread(target=self.up, args=(c, t), daemon=True).start()
+    def pumps(self, c, t):
+        self.start(self.down, t, c)
+        self.start(self.up, c, t)
 
     def down(self, t, c):
         try:
@@ -123,22 +107,11 @@ class HoldRelay:
         except OSError:
             pass
 
-    @staticmethod
-    def exact(s, n):
-        b = b""
-        while len(b) < n:
-            chunk = s.recv(n - len(b))
-            if not chunk:
-                raise OSError("closed")
-            b += chunk
-        return b
-
     def up(self, c, t):
         mine = False
         try:
             while True:
-                bhs = self.exact(c, 48)
-                dsl = int.from_bytes(bhs[5:8], "big")
+                bhs = relay_lib.recv_exact(c, 48)
                 if bhs[0] & 0x3F == 0x01 and bhs[32] in (0x2A, 0x8A) and not self.held.is_set():
                     mine = True
                     self.held.set()
@@ -150,18 +123,13 @@ class HoldRelay:
                             break
                         self.late += len(b)
                         t.sendall(b)
-                    if self.late >= bhs[4] * 4 + (dsl + 3) // 4 * 4:
+                    if self.late >= relay_lib.pdu_rest_len(bhs):
                         self.answered.wait(30)  # the whole WRITE came: A runs it first
                     break
-                t.sendall(bhs + self.exact(c, bhs[4] * 4 + (dsl + 3) // 4 * 4))
+                t.sendall(bhs + relay_lib.recv_exact(c, relay_lib.pdu_rest_len(bhs)))
         except OSError:
             pass
-        for s in (c, t):
-            try:
-                s.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-            s.close()
+        relay_lib.close_all((c, t))
         if mine:
             self.done.set()
 
@@ -234,7 +202,7 @@ def main():
         if cl.poll() is None:
             cl.kill()
             cl.wait()
-        relay.lsock.close()
+        relay.close()
         for g in (a, b):
             g.stop()
 

@@ -100,13 +100,7 @@ class Gateway:
             return "".join(f.readlines()[-n:])
 
     def stop(self):
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        hostile.end_process(self.proc, 30)
 
 
 def session(port, name):

@@ -35,8 +35,6 @@ Exit 0 when every check holds, 1 with the reason. Python 3 standard library only
 import os
 import re
 import signal
-import socket
-import struct
 import subprocess
 import sys
 import tempfile
@@ -45,6 +43,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import hostile  # noqa: E402
+import relay_lib  # noqa: E402
 import target_failover  # noqa: E402
 from hostile import TestFailure, check  # noqa: E402
 
@@ -87,52 +86,25 @@ class Gateway(target_failover.Gateway):
         check(not bad, "gateway %s: %s" % (self.name, bad[:3]))
 
 
-class CawCutProxy:
+class CawCutProxy(relay_lib.Relay):
     """A TCP relay in front of a gateway. Armed, it passes the next COMPARE AND WRITE, drops
     the gateway's SCSI Response to it and closes both sides: the command ran, its answer never
     came (digests off: lr_session's default)."""
 
     def __init__(self, port):
-        self.dst = port
-        self.lsock = socket.socket()
-        self.lsock.bind(("127.0.0.1", 0))
-        self.lsock.listen(8)
-        self.port = self.lsock.getsockname()[1]
         self.armed = threading.Event()
         self.cut = threading.Event()
-        threading.Thread(target=self.accept, daemon=True).start()
+        super().__init__(port)
 
-    def accept(self):
-        while True:
-            try:
-                c, _ = self.lsock.accept()
-            except OSError:
-                return
-            t = socket.create_connection(("127.0.0.1", self.dst))
-            conn = {"c": c, "t": t, "itt": None}
-            threading.Thread(target=self.pump, args=(conn, c, t, True), daemon=True).start()
-            threading.Thread(target=self.pump, args=(conn, t, c, False), daemon=True).start()
-
-    @staticmethod
-    def read_pdu(s):
-        def exact(n):
-            b = b""
-            while len(b) < n:
-                chunk = s.recv(n - len(b))
-                if not chunk:
-                    raise OSError("closed")
-                b += chunk
-            return b
-        bhs = exact(48)
-        ahs = bhs[4] * 4
-        dsl = struct.unpack(">I", b"\0" + bhs[5:8])[0]
-        rest = exact(ahs + (dsl + 3) // 4 * 4)
-        return bhs, bhs + rest
+    def pumps(self, c, t):
+        conn = {"c": c, "t": t, "itt": None}
+        self.start(self.pump, conn, c, t, True)
+        self.start(self.pump, conn, t, c, False)
 
     def pump(self, conn, src, dst, to_target):
         try:
             while True:
-                bhs, pdu = self.read_pdu(src)
+                bhs, pdu = relay_lib.read_pdu(src)
                 op = bhs[0] & 0x3F
                 if to_target and op == 0x01 and bhs[32] == 0x89 and self.armed.is_set() \
                         and conn["itt"] is None and not self.cut.is_set():
@@ -144,15 +116,7 @@ class CawCutProxy:
                 dst.sendall(pdu)
         except OSError:
             pass
-        for s in (conn["c"], conn["t"]):
-            try:
-                s.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-            s.close()
-
-    def close(self):
-        self.lsock.close()
+        relay_lib.close_all((conn["c"], conn["t"]))
 
 
 SUMMARY = re.compile(r"ats: host (\d+): heartbeats sent (\d+) good (\d+) errors (\d+) skipped "

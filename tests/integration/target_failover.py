@@ -264,32 +264,12 @@ def failback(binary_ctl, a, b, sb):
     return sa
 
 
-def wait_stopped(pid):
-    """Until every thread of pid is stopped. kill() only starts the group stop: a thread of a
-    busy machine may still run (and answer commands) until the signal is taken, so commands
-    queued right after the kill could be served before the hang."""
-    deadline = time.monotonic() + 30
-    while True:
-        states = []
-        for t in os.listdir("/proc/%d/task" % pid):
-            try:
-                with open("/proc/%d/task/%s/stat" % (pid, t)) as f:
-                    states.append(f.read().rsplit(")", 1)[1].split()[0])
-            except OSError:
-                pass  # a thread that ended meanwhile
-        if states and all(st in ("T", "t") for st in states):
-            return
-        check(time.monotonic() < deadline, "gateway %d not stopped 30 s after SIGSTOP: %s" %
-              (pid, states))
-        time.sleep(0.01)
-
-
 def hung_round(a, b, sa, sb):
     """Step 4: A stopped (hung) with writes queued, fenced, continued: none lands."""
     z = 77
     addr = a.client_addr()
-    a.proc.send_signal(signal.SIGSTOP)
-    wait_stopped(a.proc.pid)
+    # every thread of A stopped: one still running could serve the commands queued next
+    hostile.stop_process(a.proc.pid, 30)
     t0 = time.monotonic()
     # queued in the socket of a process that does not run: A reads them after SIGCONT
     itts = []

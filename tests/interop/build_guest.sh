@@ -3,7 +3,8 @@
 # Debian 12's own kernel (linux-image-amd64) and an initramfs with busybox-static, open-iscsi
 # (iscsid + iscsiadm), e2fsprogs and fio, all taken from Debian packages (apt-get download +
 # dpkg-deb -x, so no root filesystem, no debootstrap and no kernel build), the shared
-# libraries they load and the kernel modules the initiator needs, plus guest_init.sh as /init.
+# libraries they load and the kernel modules the initiator needs, plus guest_init.sh as /init
+# and guest_lib.sh, the functions the guest's scripts share, as /lib/lti.sh.
 #
 #   tests/interop/build_guest.sh [OUTDIR]      (default ~/.cache/linerate/interop-guest)
 #
@@ -46,7 +47,7 @@ kver=${kpkg#linux-image-}
 exec 9>"$OUT/lock"
 flock 9
 
-stamp=$(cat "$0" "$HERE/guest_init.sh" "$HERE/guest_mpath.sh" | sha256sum | cut -c1-16)-$kver
+stamp=$(cat "$0" "$HERE/guest_lib.sh" "$HERE/guest_init.sh" "$HERE/guest_mpath.sh" | sha256sum | cut -c1-16)-$kver
 if [ -f "$OUT/stamp" ] && [ "$(cat "$OUT/stamp")" = "$stamp" ] &&
     [ -s "$OUT/vmlinuz" ] && [ -s "$OUT/initrd.img" ]; then
     exit 0
@@ -175,6 +176,7 @@ cp "$x/boot/vmlinuz-$kver" "$OUT/vmlinuz.new"
 
 install -m 755 "$HERE/guest_init.sh" "$r/init"
 install -m 755 "$HERE/guest_mpath.sh" "$r/mpath.sh"
+install -m 644 "$HERE/guest_lib.sh" "$r/lib/lti.sh"
 
 # Uncompressed: under TCG the kernel unpacks it faster than it would inflate it.
 (cd "$r" && find . | sort | "$bb" cpio -o -H newc 2>/dev/null) >"$OUT/initrd.img.new"

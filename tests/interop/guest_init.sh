@@ -23,93 +23,32 @@ exec </dev/null >/dev/console 2>&1
 # the dm-multipath scenario (kernel_multipath.sh) is a script of its own
 grep -q 'lt_mode=mpath' /proc/cmdline && exec /bin/sh /mpath.sh
 
-npass=0
-nfail=0
-T0=$(cut -d. -f1 /proc/uptime)
-say() { echo "LTI $*"; }
-# the guest's seconds since the previous verdict: where the time goes under TCG
-lap() {
-    t=$(cut -d. -f1 /proc/uptime)
-    LAP="[$((t - T0)) s]"
-    T0=$t
-}
-pass() { lap; say "PASS $* $LAP"; npass=$((npass + 1)); }
-fail() { lap; say "FAIL $* $LAP"; nfail=$((nfail + 1)); }
-finish() {
-    if [ "$nfail" -ne 0 ]; then
-        echo "--- guest dmesg (last 60 lines)"
-        dmesg | tail -n 60
-    fi
-    say "DONE pass=$npass fail=$nfail"
-    sync
-    poweroff -f
-    sleep 60
-}
-die() { fail "$*"; finish; }
-# show the last lines of what a failed step printed
-tailof() { tail -n "${2:-15}" "$1" | sed 's/^/    | /'; }
+. /lib/lti.sh
 
-PORT=
-IQN=
-DROP=1
-CPORT=
-S_ALICE=
-S_BOB=
-S_TGT=
-S_DISC=
-for w in $(cat /proc/cmdline); do
-    case $w in
-    lt_port=*) PORT=${w#lt_port=} ;;
-    lt_iqn=*) IQN=${w#lt_iqn=} ;;
-    lt_drop=*) DROP=${w#lt_drop=} ;;
-    lt_cport=*) CPORT=${w#lt_cport=} ;;
-    lt_sa=*) S_ALICE=${w#lt_sa=} ;;
-    lt_sb=*) S_BOB=${w#lt_sb=} ;;
-    lt_st=*) S_TGT=${w#lt_st=} ;;
-    lt_sd=*) S_DISC=${w#lt_sd=} ;;
-    esac
-done
+PORT=$(guest_arg lt_port)
+IQN=$(guest_arg lt_iqn)
+DROP=$(guest_arg lt_drop)
+DROP=${DROP:-1}
+CPORT=$(guest_arg lt_cport)
+S_ALICE=$(guest_arg lt_sa)
+S_BOB=$(guest_arg lt_sb)
+S_TGT=$(guest_arg lt_st)
+S_DISC=$(guest_arg lt_sd)
 [ -n "$PORT" ] && [ -n "$IQN" ] || die "boot: no lt_port= / lt_iqn= on the kernel command line"
 [ -n "$CPORT" ] && [ -n "$S_ALICE" ] && [ -n "$S_BOB" ] && [ -n "$S_TGT" ] && [ -n "$S_DISC" ] ||
     die "boot: no lt_cport= / lt_sa= / lt_sb= / lt_st= / lt_sd= on the kernel command line"
-HOST=10.0.2.2
 PORTAL=$HOST:$PORT
 CPORTAL=$HOST:$CPORT
 MB=64   # dd round trip per LUN
 FIO_MB=16
 
-for m in $(cat /lib/modules/load.order); do
-    if ! insmod "/lib/modules/$m" 2>/tmp/insmod.err; then
-        # the SSE4.2 CRC32C is only a faster provider; crc32c_generic is the one relied on
-        case $m in crc32c-intel.ko) ;; *) tailof /tmp/insmod.err; die "boot: insmod $m" ;; esac
-    fi
-done
-ip link set lo up
-ip link set eth0 up && ip addr add 10.0.2.15/24 dev eth0 && ip route add default via "$HOST" ||
-    die "boot: network"
-
-mkdir -p /etc/iscsi /run/lock/iscsi /var/lock /var/lib/iscsi /mnt
-# iscsid serves only iscsiadm processes whose peer uid getpwuid() names "root"
-echo "root:x:0:0:root:/:/bin/sh" >/etc/passwd
-echo "root:x:0:" >/etc/group
-echo "InitiatorName=iqn.2026-11.org.linerate:interop-guest" >/etc/iscsi/initiatorname.iscsi
+guest_modules load.order
+guest_net
+mkdir -p /mnt
 # Timeouts for a slow (TCG) guest: pings every 5 s but 15 s to answer; a lost connection is
 # retried for 120 s before its commands fail (the drop test must see them retried, not failed).
-cat >/etc/iscsi/iscsid.conf <<CONF
-node.startup = manual
-node.session.timeo.replacement_timeout = 120
-node.conn[0].timeo.login_timeout = 15
-node.conn[0].timeo.logout_timeout = 15
-node.conn[0].timeo.noop_out_interval = 5
-node.conn[0].timeo.noop_out_timeout = 15
-node.session.err_timeo.abort_timeout = 15
-node.session.err_timeo.lu_reset_timeout = 30
-node.session.initial_login_retry_max = 4
-node.conn[0].iscsi.HeaderDigest = None
-node.conn[0].iscsi.DataDigest = None
-CONF
-iscsid || die "boot: iscsid did not start"
-sleep 1
+guest_iscsi interop-guest 120 5 15
+guest_iscsid
 say "BOOTED $(uname -r), crc32c by $(awk '/^name/ {n = $3} /^driver/ {d = $3} /^priority/ && n == "crc32c" {print d, $3}' /proc/crypto | sort -k2n | tail -n 1 | cut -d' ' -f1)"
 
 dd if=/dev/urandom of=/tmp/pat bs=1M count=$MB 2>/dev/null

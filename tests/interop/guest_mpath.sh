@@ -12,76 +12,27 @@
 export PATH=/sbin:/bin LD_LIBRARY_PATH=/lib/x86_64-linux-gnu
 exec </dev/null >/dev/console 2>&1
 
-npass=0
-nfail=0
-T0=$(cut -d. -f1 /proc/uptime)
-say() { echo "LTI $*"; }
-lap() {
-    t=$(cut -d. -f1 /proc/uptime)
-    LAP="[$((t - T0)) s]"
-    T0=$t
+. /lib/lti.sh
+guest_report() {
+    echo "--- multipath -ll"
+    multipath -ll 2>&1
+    guest_dmesg
+    echo "--- multipathd (last 40 lines)"
+    tail -n 40 /tmp/multipathd.log
 }
-pass() { lap; say "PASS $* $LAP"; npass=$((npass + 1)); }
-fail() { lap; say "FAIL $* $LAP"; nfail=$((nfail + 1)); }
-finish() {
-    if [ "$nfail" -ne 0 ]; then
-        echo "--- multipath -ll"
-        multipath -ll 2>&1
-        echo "--- guest dmesg (last 60 lines)"
-        dmesg | tail -n 60
-        echo "--- multipathd (last 40 lines)"
-        tail -n 40 /tmp/multipathd.log
-    fi
-    say "DONE pass=$npass fail=$nfail"
-    sync
-    poweroff -f
-    sleep 60
-}
-die() { fail "$*"; finish; }
-tailof() { tail -n "${2:-15}" "$1" | sed 's/^/    | /'; }
 
-PA=
-PB=
-IQN=
-for w in $(cat /proc/cmdline); do
-    case $w in
-    lt_pa=*) PA=${w#lt_pa=} ;;
-    lt_pb=*) PB=${w#lt_pb=} ;;
-    lt_iqn=*) IQN=${w#lt_iqn=} ;;
-    esac
-done
+PA=$(guest_arg lt_pa)
+PB=$(guest_arg lt_pb)
+IQN=$(guest_arg lt_iqn)
 [ -n "$PA" ] && [ -n "$PB" ] && [ -n "$IQN" ] || die "boot: no lt_pa= / lt_pb= / lt_iqn="
-HOST=10.0.2.2
 
-for m in $(cat /lib/modules/load.order /lib/modules/load.mpath); do
-    if ! insmod "/lib/modules/$m" 2>/tmp/insmod.err; then
-        case $m in crc32c-intel.ko) ;; *) tailof /tmp/insmod.err; die "boot: insmod $m" ;; esac
-    fi
-done
-ip link set lo up
-ip link set eth0 up && ip addr add 10.0.2.15/24 dev eth0 && ip route add default via "$HOST" ||
-    die "boot: network"
-
-mkdir -p /etc/iscsi /run/lock/iscsi /var/lock /var/lib/iscsi /etc/multipath
-echo "root:x:0:0:root:/:/bin/sh" >/etc/passwd
-echo "root:x:0:" >/etc/group
-echo "InitiatorName=iqn.2026-11.org.linerate:interop-mpath" >/etc/iscsi/initiatorname.iscsi
+guest_modules load.order load.mpath
+guest_net
+mkdir -p /etc/multipath
 # The settings docs/multipath.md documents for dm-multipath in front of linerate gateways:
 # a lost connection fails its commands after replacement_timeout (then dm-multipath moves them
 # to another path), a hung gateway is noticed by the NOP-Out ping within interval + timeout.
-cat >/etc/iscsi/iscsid.conf <<CONF
-node.startup = manual
-node.session.timeo.replacement_timeout = 5
-node.conn[0].timeo.login_timeout = 15
-node.conn[0].timeo.logout_timeout = 15
-node.conn[0].timeo.noop_out_interval = 2
-node.conn[0].timeo.noop_out_timeout = 3
-node.session.err_timeo.abort_timeout = 15
-node.session.err_timeo.lu_reset_timeout = 30
-node.session.initial_login_retry_max = 4
-node.conn[0].iscsi.HeaderDigest = None
-node.conn[0].iscsi.DataDigest = None
-CONF
+guest_iscsi interop-mpath 5 2 3
 # No udev in this guest: the WWID comes from VPD page 0x83 in sysfs (uid_attribute ""),
 # and multipathd is told of each path by hand (multipath -v2 after the logins).
 cat >/etc/multipath.conf <<CONF
@@ -106,8 +57,7 @@ devices {
     }
 }
 CONF
-iscsid || die "boot: iscsid did not start"
-sleep 1
+guest_iscsid
 say "BOOTED $(uname -r)"
 
 node() { # PORTAL
@@ -203,36 +153,32 @@ wait_path() {
 # the path's state and priority now, for a failure message
 path_now() { echo "$(path_line "$1" | awk '{print $(NF - 2), $(NF - 1), $NF}'), prio $(path_prio "$1")"; }
 
-t_fio kill-A kill A
-if wait_path 1 ready 50; then
-    pass "after the kill: B's path is active/optimized (ready, prio 50)"
-else
-    fail "after the kill: B's path is $(path_now 1), not ready with prio 50"
-fi
-say "DO start A"
-# A comes back standby: the cluster gave the role to B
-if wait_path 0 ghost 1; then
-    multipath -ll 2>&1 | sed 's/^/    | /'
-    pass "A restarted: its path is back in the map, standby (ghost, prio 1)"
-else
-    fail "A restarted: its path is $(path_now 0), not back as standby (ghost, prio 1)"
-fi
+# failover STEP VERB GW BACK AFTER BACKED: fio on the map while the host does VERB to gateway
+# GW; then the other gateway's path must be active/optimized (ready, prio 50). The host then
+# does BACK to GW, whose path must come back standby (ghost, prio 1). AFTER and BACKED name
+# the two moments in the verdicts.
+failover() {
+    case $3 in A) h=0 other=1 ot=B ;; *) h=1 other=0 ot=A ;; esac
+    t_fio "$1" "$2" "$3"
+    if wait_path $other ready 50; then
+        pass "$5: $ot's path is active/optimized (ready, prio 50)"
+    else
+        fail "$5: $ot's path is $(path_now $other), not ready with prio 50"
+    fi
+    say "DO $4 $3"
+    if wait_path $h ghost 1; then
+        multipath -ll 2>&1 | sed 's/^/    | /'
+        pass "$6: its path is back in the map, standby (ghost, prio 1)"
+    else
+        fail "$6: its path is $(path_now $h), not back as standby (ghost, prio 1)"
+    fi
+}
 
+# A killed; restarted, it comes back standby: the cluster gave the role to B
+failover kill-A kill A start "after the kill" "A restarted"
 # A partition: B (now active/optimized) cut off from everything; A fences it and takes over.
 # The initiator sees B's connection go silent: the NOP-Out ping fails it, replacement_timeout
-# fails its commands, dm-multipath moves them to A.
-t_fio cut-B cut B
-if wait_path 0 ready 50; then
-    pass "after the cut: A's path is active/optimized (ready, prio 50)"
-else
-    fail "after the cut: A's path is $(path_now 0), not ready with prio 50"
-fi
-say "DO restore B"
-# B comes back fenced: it refuses every command as standby until restarted
-if wait_path 1 ghost 1; then
-    multipath -ll 2>&1 | sed 's/^/    | /'
-    pass "B's link restored (B fenced): its path is back in the map, standby (ghost, prio 1)"
-else
-    fail "B's link restored: its path is $(path_now 1), not back as standby (ghost, prio 1)"
-fi
+# fails its commands, dm-multipath moves them to A. B comes back fenced: it refuses every
+# command as standby until restarted.
+failover cut-B cut B restore "after the cut" "B's link restored (B fenced)"
 finish

@@ -17,20 +17,11 @@
 set -u
 HERE=$(cd "$(dirname "$0")" && pwd)
 . "$HERE/../integration/lt_lib.sh"
+. "$HERE/interop_lib.sh"
 
-command -v qemu-system-x86_64 >/dev/null 2>&1 ||
-    skip "qemu-system-x86_64 is not installed: the kernel-initiator interop test needs it (scripts/install-deps test installs qemu-system-x86)"
 need ss timeout
 
-GUEST=${LINERATE_GUEST_DIR:-${XDG_CACHE_HOME:-${HOME:-/tmp}/.cache}/linerate/interop-guest}
-# Whole guest run, boot to poweroff: 2.5-4 minutes on 2 otherwise idle cores, but the
-# user-mode network stalls for seconds at a time when the host is busy (the same with tgt as
-# the target), and then the large dd round trips take several times longer.
-QEMU_TIMEOUT_S=${QEMU_TIMEOUT_S:-900}
-# A guest that does not reach its /init (bad image, kernel panic) is given up early.
-BOOT_TIMEOUT_S=${BOOT_TIMEOUT_S:-180}
 IQN=iqn.2026-11.org.linerate:interop
-QPID=""
 CPID=""
 
 # INTEROP_LOGS=DIR keeps the guest console and the target's log there.
@@ -38,14 +29,11 @@ keep_logs() {
     [ -n "${INTEROP_LOGS:-}" ] || return 0
     mkdir -p "$INTEROP_LOGS" && cp "$WORK"/console.log "$WORK"/{target,chap}.log "$INTEROP_LOGS"/ 2>/dev/null
 }
-# TERM, not KILL: QPID is timeout(1), which passes TERM on to qemu but would leave it running
-# if it were killed itself.
-trap '[ -n "$QPID" ] && kill -TERM "$QPID" 2>/dev/null
+trap 'guest_stop
 [ -n "$CPID" ] && kill -KILL "$CPID" 2>/dev/null
 keep_logs; it_cleanup' EXIT
 
-note "guest image ($GUEST)"
-"$HERE/build_guest.sh" "$GUEST" || fail "could not build the guest image (build_guest.sh)"
+guest_image
 
 # ss -K needs CONFIG_INET_DIAG_DESTROY; without it the drop step is left out, and said so.
 drop=1
@@ -100,51 +88,17 @@ start_target --target-name "$IQN" --lun ram:128M --lun "file:$WORK/lun1.img,size
 note "linerate-target on 127.0.0.1:$PORT, the CHAP one on 127.0.0.1:$CPORT; booting the guest"
 
 chap="lt_cport=$CPORT lt_sa=$S_ALICE lt_sb=$S_BOB lt_st=$S_TGT lt_sd=$S_DISC"
-t0=$SECONDS
-: >"$WORK/console.log"
-# -cpu max: the SSE4.2 crc32 instruction for the kernel's crc32c-intel (digests, ext4).
-# -nodefaults: no emulated disks or VGA, so the iSCSI disks are the guest's only ones.
-timeout "$QEMU_TIMEOUT_S" qemu-system-x86_64 -nodefaults -machine pc -accel tcg -cpu max \
-    -smp 2 -m 1024 -display none -no-reboot \
-    -kernel "$GUEST/vmlinuz" -initrd "$GUEST/initrd.img" \
-    -append "console=ttyS0 quiet loglevel=4 panic=-1 lt_port=$PORT lt_iqn=$IQN lt_drop=$drop $chap" \
-    -netdev user,id=n0 -device virtio-net-pci,netdev=n0 \
-    -serial "file:$WORK/console.log" >"$WORK/qemu.out" 2>&1 &
-QPID=$!
+guest_boot "lt_port=$PORT lt_iqn=$IQN lt_drop=$drop $chap"
 
-# Follow the console: show the guest's verdicts as they come, and answer each "LTI DROP" by
-# destroying the target's end of every connection on its port (the accepted sockets, whose
-# local port is the target's; the listening socket is not established and stays).
-shown=0
-while kill -0 "$QPID" 2>/dev/null; do
-    tr -d '\r' <"$WORK/console.log" | grep -a '^LTI ' >"$WORK/lti.txt"
-    n=$(wc -l <"$WORK/lti.txt")
-    if [ "$n" -eq 0 ] && [ $((SECONDS - t0)) -gt "$BOOT_TIMEOUT_S" ]; then
-        kill -TERM "$QPID"
-        wait "$QPID"
-        QPID=""
-        echo "--- guest console (last 40 lines):" >&2
-        tr -d '\r' <"$WORK/console.log" | tail -n 40 >&2
-        fail "the guest did not reach its /init in ${BOOT_TIMEOUT_S}s"
+# Answer each "LTI DROP" by destroying the target's end of every connection on its port (the
+# accepted sockets, whose local port is the target's; the listening socket is not established
+# and stays).
+on_line() {
+    if [ "$1" = "LTI DROP" ]; then
+        ss -K -Htn state established "sport = :$PORT" >/dev/null || echo "ss -K failed" >&2
     fi
-    if [ "$n" -gt "$shown" ]; then
-        sed -n "$((shown + 1)),${n}p" "$WORK/lti.txt" | while IFS= read -r l; do
-            echo "$l"
-            if [ "$l" = "LTI DROP" ]; then
-                ss -K -Htn state established "sport = :$PORT" >/dev/null ||
-                    echo "ss -K failed" >&2
-            fi
-        done
-        shown=$n
-    fi
-    sleep 0.2
-done
-wait "$QPID"
-qrc=$?
-QPID=""
-tr -d '\r' <"$WORK/console.log" | grep -a '^LTI ' >"$WORK/lti.txt"
-sed -n "$((shown + 1)),\$p" "$WORK/lti.txt"
-note "guest ran $((SECONDS - t0)) s"
+}
+guest_follow on_line
 
 show_console() {
     echo "--- guest console (last 80 lines):" >&2
@@ -153,20 +107,10 @@ show_console() {
     echo "--- the CHAP linerate-target's log (last 20 lines):" >&2
     tail -n 20 "$WORK/chap.log" >&2
 }
-[ "$qrc" -eq 124 ] && { show_console; fail "the guest did not finish in ${QEMU_TIMEOUT_S}s"; }
-[ "$qrc" -eq 0 ] || { show_console; fail "qemu exited with $qrc"; }
-done_line=$(grep '^LTI DONE' "$WORK/lti.txt")
-[ -n "$done_line" ] || { show_console; fail "the guest stopped before LTI DONE"; }
-if grep -q '^LTI FAIL' "$WORK/lti.txt" || ! grep -q 'fail=0$' <<<"$done_line"; then
-    show_console
-    fail "the kernel initiator reported failures"
-fi
-npass=$(grep -c '^LTI PASS' "$WORK/lti.txt")
 # 2 modes x (discovery, login, 2 dd, 2 drops, 2 ext4, 2 fio, logout), the CHAP steps and the
 # host map's (login, what the kernel sees)
 nchap=13 nhosts=2
-want=$((2 * (9 + 2 * drop) + nchap + nhosts))
-[ "$npass" -eq "$want" ] || { show_console; fail "$npass steps passed, $want expected"; }
+guest_verdict $((2 * (9 + 2 * drop) + nchap + nhosts)) "the kernel initiator"
 
 stop_target
 [ "$STOP_RC" -eq 0 ] || fail "linerate-target exited with $STOP_RC after SIGTERM"
@@ -185,4 +129,4 @@ LT_PID=$CPID CPID=""
 mv "$WORK/target.log" "$WORK/main.log" && mv "$WORK/chap.log" "$WORK/target.log" # fail shows it
 stop_target
 [ "$STOP_RC" -eq 0 ] || fail "the CHAP linerate-target exited with $STOP_RC after SIGTERM"
-note "PASS: kernel initiator, $npass steps ($nchap of them CHAP)"
+note "PASS: kernel initiator, $G_NPASS steps ($nchap of them CHAP)"

@@ -15,19 +15,14 @@
 set -u
 HERE=$(cd "$(dirname "$0")" && pwd)
 . "$HERE/../integration/lt_lib.sh"
+. "$HERE/interop_lib.sh"
 
-command -v qemu-system-x86_64 >/dev/null 2>&1 ||
-    skip "qemu-system-x86_64 is not installed (scripts/install-deps test installs qemu-system-x86)"
 need timeout rbd setpriv
 [ "$(id -u)" = 0 ] || skip "needs root (network namespaces)"
 ip netns list >/dev/null 2>&1 || skip "no ip netns (iproute2) here"
 . "$HERE/../ha/netns.sh"
 
-GUEST=${LINERATE_GUEST_DIR:-${XDG_CACHE_HOME:-${HOME:-/tmp}/.cache}/linerate/interop-guest}
-QEMU_TIMEOUT_S=${QEMU_TIMEOUT_S:-900}
-BOOT_TIMEOUT_S=${BOOT_TIMEOUT_S:-180}
 IQN=iqn.2026-11.org.linerate:mpath
-QPID=""
 declare -A GPID=()
 
 keep_logs() {
@@ -36,15 +31,14 @@ keep_logs() {
 }
 stop_all() {
     local g
-    [ -n "$QPID" ] && kill -TERM "$QPID" 2>/dev/null
+    guest_stop
     for g in "${!GPID[@]}"; do
         kill -KILL "${GPID[$g]}" 2>/dev/null
         { wait "${GPID[$g]}"; } 2>/dev/null
     done
 }
 
-note "guest image ($GUEST)"
-"$HERE/build_guest.sh" "$GUEST" || fail "could not build the guest image (build_guest.sh)"
+guest_image
 
 ha_setup || fail "network namespaces (tests/ha/netns.sh)"
 trap 'stop_all; keep_logs; ha_cleanup; it_cleanup' EXIT
@@ -92,15 +86,7 @@ gw_start A
 gw_start B
 note "gateways A on $HA_NET.11:3260 (AO), B on $HA_NET.12:3260 (standby); booting the guest in $(ha_ns ini)"
 
-t0=$SECONDS
-: >"$WORK/console.log"
-ha_run ini timeout "$QEMU_TIMEOUT_S" qemu-system-x86_64 -nodefaults -machine pc -accel tcg -cpu max \
-    -smp 2 -m 1024 -display none -no-reboot \
-    -kernel "$GUEST/vmlinuz" -initrd "$GUEST/initrd.img" \
-    -append "console=ttyS0 quiet loglevel=4 panic=-1 lt_mode=mpath lt_pa=$HA_NET.11:3260 lt_pb=$HA_NET.12:3260 lt_iqn=$IQN" \
-    -netdev user,id=n0 -device virtio-net-pci,netdev=n0 \
-    -serial "file:$WORK/console.log" >"$WORK/qemu.out" 2>&1 &
-QPID=$!
+guest_boot "lt_mode=mpath lt_pa=$HA_NET.11:3260 lt_pb=$HA_NET.12:3260 lt_iqn=$IQN" ha_run ini
 
 # Follow the console; act on "LTI DO VERB GW" at once (the guest times the I/O around it).
 act() { # VERB GW
@@ -113,28 +99,11 @@ act() { # VERB GW
     esac
     echo "== $(date +%T) host: $1 gateway $2"
 }
-shown=0
-while kill -0 "$QPID" 2>/dev/null; do
-    tr -d '\r' <"$WORK/console.log" | grep -a '^LTI ' >"$WORK/lti.txt"
-    n=$(wc -l <"$WORK/lti.txt")
-    if [ "$n" -eq 0 ] && [ $((SECONDS - t0)) -gt "$BOOT_TIMEOUT_S" ]; then
-        tr -d '\r' <"$WORK/console.log" | tail -n 40 >&2
-        fail "the guest did not reach its /init in ${BOOT_TIMEOUT_S}s"
-    fi
-    while [ "$shown" -lt "$n" ]; do
-        shown=$((shown + 1))
-        l=$(sed -n "${shown}p" "$WORK/lti.txt")
-        echo "$l"
-        case $l in "LTI DO "*) set -- $l; act "$3" "$4" ;; esac
-    done
-    sleep 0.2
-done
-wait "$QPID"
-qrc=$?
-QPID=""
-tr -d '\r' <"$WORK/console.log" | grep -a '^LTI ' >"$WORK/lti.txt"
-sed -n "$((shown + 1)),\$p" "$WORK/lti.txt"
-note "guest ran $((SECONDS - t0)) s"
+on_line() {
+    # shellcheck disable=SC2086 # the words of the line
+    case $1 in "LTI DO "*) set -- $1; act "$3" "$4" ;; esac
+}
+guest_follow on_line
 
 show_console() {
     echo "--- guest console (last 100 lines):" >&2
@@ -145,15 +114,5 @@ show_console() {
         tail -n 15 "$WORK/gw-$g.log" >&2
     done
 }
-[ "$qrc" -eq 124 ] && { show_console; fail "the guest did not finish in ${QEMU_TIMEOUT_S}s"; }
-[ "$qrc" -eq 0 ] || { show_console; fail "qemu exited with $qrc"; }
-done_line=$(grep '^LTI DONE' "$WORK/lti.txt")
-[ -n "$done_line" ] || { show_console; fail "the guest stopped before LTI DONE"; }
-if grep -q '^LTI FAIL' "$WORK/lti.txt" || ! grep -q 'fail=0$' <<<"$done_line"; then
-    show_console
-    fail "the kernel initiator with dm-multipath reported failures"
-fi
-npass=$(grep -c '^LTI PASS' "$WORK/lti.txt")
-want=${MPATH_WANT_PASS:-8}
-[ "$npass" -eq "$want" ] || { show_console; fail "$npass steps passed, $want expected"; }
-note "PASS: dm-multipath, $npass steps"
+guest_verdict "${MPATH_WANT_PASS:-8}" "the kernel initiator with dm-multipath"
+note "PASS: dm-multipath, $G_NPASS steps"
