@@ -593,6 +593,47 @@ static void test_stalled_read_copies_into_task_buffer(void **state)
     tgt_free(t);
 }
 
+/* After the stall copy the READ's pins are gone, so a WRITE of the same blocks runs at once;
+ * the Data-In still queued must carry what the READ read, not the new data (they were copied,
+ * not left pointing into the LUN). */
+static void test_stalled_read_then_overwritten(void **state)
+{
+    (void)state;
+    struct tgt_opts o;
+    tgt_opts_default(&o);
+    o.lun_spec = "ram:4M,send-min=4k";
+    o.mrdsl = 8192;
+    o.data_digest = true;
+    struct tgt *t = tgt_login(&o);
+    static uint8_t buf[65536], back[65536], other[8192];
+    fill(buf, sizeof(buf), 31);
+    fill(other, sizeof(other), 77);
+    assert_int_equal(write_blocks(t, 0, buf, sizeof(buf)).status, 0);
+    tgt_hold_tx(t, true);
+    uint8_t cdb[16];
+    tgt_cdb_rw10(cdb, READ10, 0, sizeof(buf) / TGT_BLOCK);
+    struct tgt_pdu p;
+    uint32_t itt = tgt_new_itt(t);
+    tgt_pdu_scsi_cmd(&p, itt, tgt_next_cmdsn(t), cdb, sizeof(back),
+                     ISCSI_FLAG_FINAL | ISCSI_CMD_READ, NULL, 0);
+    tgt_send(t, &p);
+    assert_int_equal(tgt_unpin_stalled(t), 0);
+    tgt_cdb_rw10(cdb, WRITE10, 0, sizeof(other) / TGT_BLOCK);
+    uint32_t witt = tgt_new_itt(t);
+    tgt_pdu_scsi_cmd(&p, witt, tgt_next_cmdsn(t), cdb, sizeof(other),
+                     ISCSI_FLAG_FINAL | ISCSI_CMD_WRITE, other, sizeof(other));
+    tgt_send(t, &p);
+    tgt_hold_tx(t, false);
+    for (uint32_t k = 0; k < 8; k++) {
+        struct tgt_rsp d = expect(t, ISCSI_OP_DATA_IN);
+        memcpy(back + d.offset, d.data, d.dlen);
+    }
+    assert_memory_equal(back, buf, sizeof(buf));
+    struct tgt_rsp r = expect(t, ISCSI_OP_SCSI_RSP);
+    assert_int_equal(r.itt, witt);
+    tgt_free(t);
+}
+
 /* EDTL larger than the CDB's transfer: underflow, the residual is what was not moved. */
 static void test_read_residual_underflow(void **state)
 {
@@ -2846,6 +2887,7 @@ int main(void)
         cmocka_unit_test(test_data_out_unknown_itt_dropped),
         cmocka_unit_test(test_read_bursts_and_final_status),
         cmocka_unit_test(test_stalled_read_copies_into_task_buffer),
+        cmocka_unit_test(test_stalled_read_then_overwritten),
         cmocka_unit_test(test_read_residual_underflow),
         cmocka_unit_test(test_read_residual_overflow),
         cmocka_unit_test(test_write_residuals),
