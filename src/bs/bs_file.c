@@ -17,6 +17,7 @@
 #include <sys/eventfd.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <time.h>
@@ -31,7 +32,7 @@
  * and half the CQ size, so completions can never overflow the CQ. */
 #define FILE_RING_DEPTH 256
 
-/* A buffered WRITE done on the reactor thread that took longer than this (dirty-page
+/* A buffered WRITE done on the reactor thread that slept and took longer than this (dirty-page
  * throttling, a journal commit, a page read from the medium) sends the LUN's WRITEs back to
  * the ring for FILE_BACKOFF_MIN_NS, doubled each time it happens again soon after, up to
  * FILE_BACKOFF_MAX_NS: the reactor stalls at most one budget per back-off period. */
@@ -395,6 +396,16 @@ static uint64_t file_now_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
+/* How often this thread has slept so far (voluntary context switches: waiting for a lock, a
+ * page, the journal, dirty-page throttling); preemption is not counted. */
+static long file_thread_sleeps(void)
+{
+    struct rusage ru;
+    if (getrusage(RUSAGE_THREAD, &ru) < 0)
+        return 0;
+    return ru.ru_nvcsw;
+}
+
 /* A READ whose pages are all cached completes here, without a ring trip, a worker or a
  * wake-up of the reactor; RWF_NOWAIT (preadv2(2)) returns what is cached and never waits for
  * the medium. What it did not get (a short read, EAGAIN) the ring reads, from where this
@@ -456,12 +467,15 @@ static bool file_inline_write(struct bs *bs, struct bs_io *io)
     uint64_t start = file_now_ns();
     if (start < atomic_load_explicit(&f->inline_until, memory_order_relaxed))
         return false;
+    long sleeps = file_thread_sleeps();
     struct iovec *v;
     int cnt = file_iov_window(io, &v);
     ssize_t n = pwritev2(f->fd, v, cnt, (off_t)io->offset, 0);
     file_iov_restore(io);
     uint64_t end = file_now_ns();
-    if (end - start > FILE_INLINE_BUDGET_NS)
+    /* Only a write that slept counts: one that was merely preempted on a busy machine would
+     * have been preempted anywhere else in the reactor just as well. */
+    if (end - start > FILE_INLINE_BUDGET_NS && file_thread_sleeps() != sleeps)
         file_inline_backoff(bs, end, end - start);
     if (n <= 0)
         return false; /* the ring tries again and reports the error (ENOSPC, EIO) */
