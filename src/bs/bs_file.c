@@ -1,9 +1,13 @@
 /* The file store: a regular file or a block device behind io_uring. Each reactor thread gets
  * its own ring, created on its first submit, whose completion eventfd sits in that reactor's
  * epoll set; a thread without a running reactor (unit tests, shutdown) does plain syscalls.
+ * Data already in the page cache skips the ring: a READ first tries preadv2(RWF_NOWAIT) on the
+ * reactor thread, and a buffered non-FUA WRITE of whole pages is written there with pwritev2,
+ * timed, the LUN going back to the ring for a while when one is slow (file_inline_write).
  * With ",send-min=SIZE" a READ whose pages are all in the page cache is sent from a shared
  * read-only mapping of the file instead (read_pin), never read into a buffer of ours. */
 #include <assert.h>
+#include <stdatomic.h>
 #include <fcntl.h>
 #include <linux/fs.h>
 #include <liburing.h>
@@ -13,8 +17,10 @@
 #include <sys/eventfd.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "bs/bs_io.h"
@@ -26,9 +32,27 @@
  * and half the CQ size, so completions can never overflow the CQ. */
 #define FILE_RING_DEPTH 256
 
+/* A buffered WRITE done on the reactor thread that slept and took longer than this (dirty-page
+ * throttling, a journal commit, a page read from the medium) sends the LUN's WRITEs back to
+ * the ring for FILE_BACKOFF_MIN_NS, doubled each time it happens again soon after, up to
+ * FILE_BACKOFF_MAX_NS: the reactor stalls at most one budget per back-off period. */
+#define FILE_INLINE_BUDGET_NS 1000000ull
+#define FILE_BACKOFF_MIN_NS 1000000000ull
+#define FILE_BACKOFF_MAX_NS 64000000000ull
+#define FILE_PAGE 4096u
+
 struct bs_file {
     int fd;
     bool blockdev;
+    bool direct;
+    /* Shared by every reactor submitting to the LUN, hence atomic (relaxed: each is a hint,
+     * a stale value costs one extra ring trip or one extra try). */
+    _Atomic bool nowait_unsupported; /* RWF_NOWAIT reads refused (tmpfs): EOPNOTSUPP seen */
+    _Atomic bool no_cachestat;       /* cachestat(2) missing (ENOSYS) or refused (EPERM) */
+    bool write_inline;               /* ",write-inline=off" clears it; set before any I/O */
+    _Atomic uint64_t inline_until;   /* CLOCK_MONOTONIC ns before which WRITEs use the ring */
+    _Atomic uint64_t backoff_ns;     /* the current back-off period, 0 before the first */
+    _Atomic bool backoff_logged;
     /* READs sent in place: the file mapped shared and read-only (NULL: never), its first
      * map_len bytes (a LUN grown later copies what lies past them), from send_min bytes up */
     uint8_t *map;
@@ -363,6 +387,111 @@ static struct file_ring *file_ring_get(void)
     return tls_ring;
 }
 
+/* ---- inline: data in the page cache, on the reactor thread ------------------------------ */
+
+static uint64_t file_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* How often this thread has slept so far (voluntary context switches: waiting for a lock, a
+ * page, the journal, dirty-page throttling); preemption is not counted. */
+static long file_thread_sleeps(void)
+{
+    struct rusage ru;
+    if (getrusage(RUSAGE_THREAD, &ru) < 0)
+        return 0;
+    return ru.ru_nvcsw;
+}
+
+/* A READ whose pages are all cached completes here, without a ring trip, a worker or a
+ * wake-up of the reactor; RWF_NOWAIT (preadv2(2)) returns what is cached and never waits for
+ * the medium. What it did not get (a short read, EAGAIN) the ring reads, from where this
+ * stopped. O_DIRECT reads bypass the cache, so they go to the ring at once. True: the request
+ * completed (done() already ran). */
+static bool file_inline_read(struct bs_file *f, struct bs_io *io)
+{
+    if (f->direct || atomic_load_explicit(&f->nowait_unsupported, memory_order_relaxed))
+        return false;
+    struct iovec *v;
+    int cnt = file_iov_window(io, &v);
+    ssize_t n = preadv2(f->fd, v, cnt, (off_t)io->offset, RWF_NOWAIT);
+    int saved = errno;
+    file_iov_restore(io);
+    if (n < 0) {
+        if (saved == EOPNOTSUPP) /* tmpfs: its reads cannot promise not to block; ask once */
+            atomic_store_explicit(&f->nowait_unsupported, true, memory_order_relaxed);
+        return false; /* EAGAIN: not cached; a real error the ring meets again and reports */
+    }
+    io->st.done = (uint64_t)n; /* 0 (the file shrank): the ring finds the end too, -EIO */
+    if (io->st.done < io->length)
+        return false;
+    io->done(io, 0);
+    return true;
+}
+
+/* A WRITE on the reactor thread took `took` ns: send the LUN's WRITEs to the ring for a while,
+ * twice as long as last time if this comes within a period of the last back-off ending. */
+static void file_inline_backoff(struct bs *bs, uint64_t now, uint64_t took)
+{
+    struct bs_file *f = bs->priv;
+    uint64_t prev = atomic_load_explicit(&f->backoff_ns, memory_order_relaxed);
+    uint64_t until = atomic_load_explicit(&f->inline_until, memory_order_relaxed);
+    uint64_t next = prev && now < until + prev ? prev * 2 : FILE_BACKOFF_MIN_NS;
+    if (next > FILE_BACKOFF_MAX_NS)
+        next = FILE_BACKOFF_MAX_NS;
+    atomic_store_explicit(&f->backoff_ns, next, memory_order_relaxed);
+    atomic_store_explicit(&f->inline_until, now + next, memory_order_relaxed);
+    if (!atomic_exchange_explicit(&f->backoff_logged, true, memory_order_relaxed))
+        LOG_INFO("bs %s: a WRITE into the page cache took %llu us on the reactor thread: "
+                 "WRITEs go through io_uring for %llu ms, longer if it recurs (logged once)",
+                 bs->desc, (unsigned long long)(took / 1000), (unsigned long long)(next / 1000000));
+}
+
+/* A buffered WRITE without FUA only copies into the page cache, in microseconds as a rule, yet
+ * ext4 and tmpfs refuse RWF_NOWAIT for buffered writes, so io_uring hands every one of them to
+ * a worker thread: a thread switch and a wake-up per WRITE. Written here instead, with a plain
+ * pwritev2, when it covers whole pages (a partial page not cached would be read from the
+ * medium first). A block device's page cache behaves as a file's, so it is included. The
+ * write is timed: dirty-page throttling or a journal wait can block it, and then the LUN backs
+ * off (file_inline_backoff), so a slow medium holds the reactor up to FILE_INLINE_BUDGET_NS
+ * once per back-off period. FUA (RWF_DSYNC) waits for the medium: always the ring. True: the
+ * request completed (done() already ran). */
+static bool file_inline_write(struct bs *bs, struct bs_io *io)
+{
+    struct bs_file *f = bs->priv;
+    if (!f->write_inline || io->fua || (io->offset | io->length) % FILE_PAGE)
+        return false;
+    uint64_t start = file_now_ns();
+    if (start < atomic_load_explicit(&f->inline_until, memory_order_relaxed))
+        return false;
+    long sleeps = file_thread_sleeps();
+    struct iovec *v;
+    int cnt = file_iov_window(io, &v);
+    ssize_t n = pwritev2(f->fd, v, cnt, (off_t)io->offset, 0);
+    file_iov_restore(io);
+    uint64_t end = file_now_ns();
+    /* Only a write that slept counts: one that was merely preempted on a busy machine would
+     * have been preempted anywhere else in the reactor just as well. */
+    if (end - start > FILE_INLINE_BUDGET_NS && file_thread_sleeps() != sleeps)
+        file_inline_backoff(bs, end, end - start);
+    if (n <= 0)
+        return false; /* the ring tries again and reports the error (ENOSPC, EIO) */
+    io->st.done = (uint64_t)n;
+    if (io->st.done < io->length)
+        return false;
+    io->done(io, 0);
+    return true;
+}
+
+void bs_file_set_write_inline(struct bs *bs, bool on)
+{
+    struct bs_file *f = bs->priv;
+    f->write_inline = on && !f->direct;
+}
+
 static void bs_file_submit(struct bs *bs, struct bs_io *io)
 {
     int err = bs_io_check(bs, io);
@@ -378,10 +507,15 @@ static void bs_file_submit(struct bs *bs, struct bs_io *io)
         return;
     }
     struct file_ring *fr = file_ring_get();
-    if (fr)
-        file_ring_queue(fr, io);
-    else
+    if (!fr) {
         file_submit_sync(bs->priv, io);
+        return;
+    }
+    if (io->op == BS_READ && file_inline_read(bs->priv, io))
+        return;
+    if (io->op == BS_WRITE && file_inline_write(bs, io))
+        return;
+    file_ring_queue(fr, io);
 }
 
 static void bs_file_close(struct bs *bs)
@@ -473,15 +607,25 @@ struct file_cachestat {
 /* Is every page of [offset, offset+len) in the page cache? Sending from a page that is not
  * would fault it in from the medium on the reactor's thread (the mapping's fault blocks), so
  * such a READ goes through io_uring instead. A kernel without cachestat (ENOSYS), or one that
- * does not answer for this file (EPERM), never sends in place. A page reclaimed between this
- * check and the send is read in by the send: rare, and as long as one read of the medium. */
-static bool file_cached(const struct bs_file *f, uint64_t offset, uint64_t len)
+ * does not answer for this file (EPERM), never sends in place, and is asked only once. A
+ * page reclaimed between this check and the send is read in by the send: rare, and as long as
+ * one read of the medium. */
+static bool file_cached(struct bs_file *f, uint64_t offset, uint64_t len)
 {
+    if (atomic_load_explicit(&f->no_cachestat, memory_order_relaxed))
+        return false;
     uint64_t first = offset & ~(uint64_t)4095, end = (offset + len + 4095) & ~(uint64_t)4095;
     struct file_cachestat_range r = {first, end - first};
     struct file_cachestat cs;
-    if (syscall(__NR_cachestat, f->fd, &r, &cs, 0) < 0)
+    if (syscall(__NR_cachestat, f->fd, &r, &cs, 0) < 0) {
+        /* the answer will not change for this file: stop asking on every READ */
+        if (errno == ENOSYS || errno == EPERM) {
+            if (!atomic_exchange_explicit(&f->no_cachestat, true, memory_order_relaxed))
+                LOG_INFO("bs file: cachestat(2): %s: every READ is copied (send-min unused)",
+                         strerror(errno));
+        }
         return false;
+    }
     return cs.nr_cache >= (end - first) / 4096;
 }
 
@@ -608,6 +752,8 @@ struct bs *bs_file_open(const char *path, uint64_t size, bool direct, bool read_
     }
     f->fd = fd;
     f->blockdev = blockdev;
+    f->direct = direct;
+    f->write_inline = !direct; /* O_DIRECT writes wait for the device: always the ring */
     f->send_min = UINT64_MAX;
     bs->ops = &bs_file_ops;
     bs->size = bytes;

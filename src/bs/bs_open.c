@@ -100,7 +100,7 @@ static struct bs *bs_open_file(const char *type, char *rest, bool *transient, ch
     snprintf(who, sizeof(who), "file:%.280s", path);
 
     uint64_t size = 0, send_min = UINT64_MAX;
-    bool direct = false, read_only = false;
+    bool direct = false, read_only = false, write_inline = true;
     while (opts) {
         char *opt = opts;
         opts = strchr(opts, ',');
@@ -118,6 +118,14 @@ static struct bs *bs_open_file(const char *type, char *rest, bool *transient, ch
                 send_min = UINT64_MAX;
             else if (bs_parse_size(who, opt + 9, &send_min, err, errlen) < 0)
                 return NULL;
+        } else if (strncmp(opt, "write-inline=", 13) == 0) {
+            if (strcmp(opt + 13, "on") == 0 || strcmp(opt + 13, "off") == 0) {
+                write_inline = opt[14] == 'n';
+            } else {
+                bs_err(err, errlen, "%s: bad write-inline '%s' (expected on or off)", who,
+                       opt + 13);
+                return NULL;
+            }
         } else {
             bs_err(err, errlen, "%s: unknown option '%s'", who, opt);
             return NULL;
@@ -130,6 +138,8 @@ static struct bs *bs_open_file(const char *type, char *rest, bool *transient, ch
     struct bs *bs = bs_file_open(path, size, direct, read_only, err, errlen);
     if (bs && send_min != UINT64_MAX)
         bs_file_set_send_min(bs, send_min);
+    if (bs && !write_inline)
+        bs_file_set_write_inline(bs, false);
     return bs;
 }
 

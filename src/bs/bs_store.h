@@ -25,6 +25,10 @@ struct bs *bs_file_open(const char *path, uint64_t size, bool direct, bool read_
  * default): every READ is read into a buffer. Opt-in: a file shrunk under the LUN makes a CRC
  * over the mapping fault (docs/performance.md, "File LUN reads from the page cache"). */
 void bs_file_set_send_min(struct bs *bs, uint64_t min);
+/* ",write-inline=off" on a file LUN: every WRITE goes through io_uring. On (the default), a
+ * buffered non-FUA WRITE of whole pages is written into the page cache on the reactor thread,
+ * backing off to the ring for a while after one that blocked (no effect with direct). */
+void bs_file_set_write_inline(struct bs *bs, bool on);
 
 /* rbd:POOL/IMAGE (bs_rbd.c, built when librbd is found: LR_HAVE_RBD). Empty strings mean "the
  * default": conf the Ceph search path ($CEPH_CONF, /etc/ceph/ceph.conf), client_id "admin". */

@@ -100,6 +100,8 @@ printf '# comment\n\n[target iqn.2026-11.org.linerate:a b]\nlun = ram:1M\n' >"$W
 bad_config 3 "bad iSCSI name"
 printf '%s\nlun = file:%s/nope/disk.img\n' "$good_head" "$WORK" >"$WORK/bad.conf"
 bad_config 5 "No such file"
+printf '%s\nlun 1 = file:%s/wi.img,size=1M,write-inline=maybe\n' "$good_head" "$WORK" >"$WORK/bad.conf"
+bad_config 5 "bad write-inline 'maybe' (expected on or off)"
 printf '%s\nimmediate-data = perhaps\n' "$good_head" >"$WORK/bad.conf"
 bad_config 5 "immediate-data"
 printf '%s\nmax-burst-length = 100\n' "$good_head" >"$WORK/bad.conf"
@@ -205,6 +207,13 @@ if command -v qemu-img >/dev/null 2>&1; then
 else
     echo "(qemu-img is not installed: --poll-us not exercised)"
 fi
+
+note "file LUN option write-inline=off: the daemon starts with it (--check does not open LUNs)"
+printf '[target iqn.2026-11.org.linerate:wi]\nportal = 127.0.0.1:@PORT@\nlun = file:%s/wi.img,size=1M,write-inline=off\n' \
+    "$WORK" >"$WORK/wi.conf"
+start_target_config "$WORK/wi.conf"
+stop_target
+[ "$STOP_RC" -eq 0 ] || fail "daemon with write-inline=off exited $STOP_RC, not 0"
 
 note "LUN option ,removable from a config file and from --lun: logged, INQUIRY RMB=1 only there"
 if command -v iscsi-inq >/dev/null 2>&1; then
