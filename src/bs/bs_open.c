@@ -99,8 +99,8 @@ static struct bs *bs_open_file(const char *type, char *rest, bool *transient, ch
     char who[300];
     snprintf(who, sizeof(who), "file:%.280s", path);
 
-    uint64_t size = 0, send_min = UINT64_MAX;
-    bool direct = false, read_only = false, write_inline = true;
+    uint64_t size = 0, send_min = BS_FILE_SEND_MIN;
+    bool direct = false, read_only = false, write_inline = true, send_min_set = false;
     while (opts) {
         char *opt = opts;
         opts = strchr(opts, ',');
@@ -114,6 +114,7 @@ static struct bs *bs_open_file(const char *type, char *rest, bool *transient, ch
         } else if (strcmp(opt, "ro") == 0) {
             read_only = true; /* a read-only LUN: the file needs no write permission */
         } else if (strncmp(opt, "send-min=", 9) == 0) {
+            send_min_set = true;
             if (strcmp(opt + 9, "off") == 0)
                 send_min = UINT64_MAX;
             else if (bs_parse_size(who, opt + 9, &send_min, err, errlen) < 0)
@@ -131,10 +132,13 @@ static struct bs *bs_open_file(const char *type, char *rest, bool *transient, ch
             return NULL;
         }
     }
-    if (direct && send_min != UINT64_MAX) { /* it sends from the page cache, which direct skips */
+    if (direct && send_min_set && send_min != UINT64_MAX) {
+        /* it sends from the page cache, which direct skips */
         bs_err(err, errlen, "%s: send-min needs the page cache (not with direct)", who);
         return NULL;
     }
+    if (direct)
+        send_min = UINT64_MAX;
     struct bs *bs = bs_file_open(path, size, direct, read_only, err, errlen);
     if (bs && send_min != UINT64_MAX)
         bs_file_set_send_min(bs, send_min);

@@ -15,6 +15,7 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/vfs.h>
 #include <unistd.h>
 
@@ -1079,6 +1080,43 @@ static void test_file_inline(void **state)
 
 /* ---- O_DIRECT ---------------------------------------------------------------------------- */
 
+/* A buffered file LUN sends cached READs of 16 KiB and more from its mapping by default
+ * (send-min=16k); send-min=off and direct never do. */
+static void test_file_send_min_default(void **state)
+{
+    (void)state;
+    char path[128], spec[192];
+    tmp_path(path, sizeof(path), "sendmin.img");
+    snprintf(spec, sizeof(spec), "file:%s,size=1M", path);
+    struct bs *bs = open_ok(spec);
+    static uint8_t buf[65536];
+    fill(buf, sizeof(buf), 9);
+    assert_int_equal(submit_buf(bs, BS_WRITE, 0, buf, sizeof(buf), false), 0);
+    /* cachestat(2) (Linux 6.5, syscall 451) tells the store the pages are cached */
+    uint64_t range[2] = {0, 4096}, stat[5];
+    int fd = open(path, O_RDONLY);
+    assert_true(fd >= 0);
+    bool have_cachestat = syscall(451, fd, range, stat, 0) == 0 || errno != ENOSYS;
+    close(fd);
+    if (!have_cachestat) {
+        bs_close(bs);
+        unlink(path);
+        printf("skipping: this kernel has no cachestat(2), so file READs are never mapped\n");
+        skip();
+    }
+    struct iovec iov[4];
+    assert_int_equal(bs->ops->read_pin(bs, 0, 8192, iov, 4), 0); /* under 16 KiB: copied */
+    assert_int_equal(bs->ops->read_pin(bs, 0, 16384, iov, 4), 1);
+    assert_memory_equal(iov[0].iov_base, buf, 16384);
+    bs->ops->unpin(bs, 0, 16384);
+    bs_close(bs);
+    snprintf(spec, sizeof(spec), "file:%s,send-min=off", path);
+    bs = open_ok(spec);
+    assert_int_equal(bs->ops->read_pin(bs, 0, 16384, iov, 4), 0);
+    bs_close(bs);
+    unlink(path);
+}
+
 static void test_file_direct(void **state)
 {
     (void)state;
@@ -1154,6 +1192,7 @@ int main(void)
         cmocka_unit_test(test_file_uring_chain),
         cmocka_unit_test(test_file_short_read_uring),
         cmocka_unit_test(test_file_inline),
+        cmocka_unit_test(test_file_send_min_default),
         cmocka_unit_test(test_file_direct),
     };
     return cmocka_run_group_tests(tests, setup_tmpdir, teardown_tmpdir);
