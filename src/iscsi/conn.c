@@ -279,11 +279,18 @@ int conn_send_copy(struct iscsi_conn *c, struct wire_pdu *p, const void *data, u
 
 /* ---------------- sequence numbers and common answers ---------------- */
 
-void conn_fill_sn(struct iscsi_conn *c, struct iscsi_bhs *h, bool advance)
+void conn_put_sn(struct iscsi_conn *c, struct iscsi_bhs *h, bool advance, uint32_t exp,
+                 uint32_t max)
 {
     bhs_put32(h, BHS_STATSN, c->statsn);
     if (advance)
         c->statsn++;
+    bhs_put32(h, BHS_EXPCMDSN, exp);
+    bhs_put32(h, BHS_MAXCMDSN, max);
+}
+
+void conn_fill_sn(struct iscsi_conn *c, struct iscsi_bhs *h, bool advance)
+{
     uint32_t exp, max;
     if (c->session) {
         session_window(c->session, &exp, &max);
@@ -291,8 +298,7 @@ void conn_fill_sn(struct iscsi_conn *c, struct iscsi_bhs *h, bool advance)
         exp = c->login_cmdsn;
         max = exp;
     }
-    bhs_put32(h, BHS_EXPCMDSN, exp);
-    bhs_put32(h, BHS_MAXCMDSN, max);
+    conn_put_sn(c, h, advance, exp, max);
 }
 
 /* RFC 7143 §11.17: a Reject carries the offending header as its data. */

@@ -301,6 +301,9 @@ int conn_send_nop_ping(struct iscsi_conn *c);
 int conn_send_reject(struct iscsi_conn *c, const struct iscsi_bhs *bad, uint8_t reason);
 /* Fill StatSN (and advance it if `advance`), ExpCmdSN and MaxCmdSN of a response header. */
 void conn_fill_sn(struct iscsi_conn *c, struct iscsi_bhs *h, bool advance);
+/* conn_fill_sn with the window (ExpCmdSN, MaxCmdSN) the caller already read. */
+void conn_put_sn(struct iscsi_conn *c, struct iscsi_bhs *h, bool advance, uint32_t exp,
+                 uint32_t max);
 void conn_get(struct iscsi_conn *c);
 /* From any thread: the connection is freed on its own reactor's thread. */
 void conn_put(struct iscsi_conn *c);

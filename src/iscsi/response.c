@@ -74,9 +74,13 @@ static void fill_status_sn(struct iscsi_conn *c, struct iscsi_task *t, struct is
         rsp_fill_sn_again(c, h, t->statsn);
         return;
     }
-    if (mode == RSP_FIRST)
-        session_cmd_done(c->session);
     t->statsn = c->statsn;
+    if (mode == RSP_FIRST) {
+        uint32_t exp, max;
+        session_cmd_done_window(c->session, &exp, &max);
+        conn_put_sn(c, h, true, exp, max);
+        return;
+    }
     conn_fill_sn(c, h, true);
 }
 

@@ -137,6 +137,8 @@ void session_cmdsn_init(struct iscsi_session *s, uint32_t exp);
 enum cmdsn_verdict session_cmdsn_check(struct iscsi_session *s, uint32_t cmdsn, bool immediate,
                                        struct cmdsn_wait *w);
 void session_cmd_done(struct iscsi_session *s);
+/* session_cmd_done, then session_window, under one hold of the session's lock. */
+void session_cmd_done_window(struct iscsi_session *s, uint32_t *exp, uint32_t *max);
 /* A queued or released command goes away (aborted, connection gone) before it ran: it no
  * longer counts in flight, and its CmdSN stays received (taken). */
 void session_cmdsn_cancel(struct iscsi_session *s, struct cmdsn_wait *w);
