@@ -67,9 +67,10 @@ struct bs_ops {
     /* What INQUIRY reports as PRODUCT IDENTIFICATION (SPC-4 §6.6.2, at most 16 bytes) for a
      * LUN on this store; NULL: "linerate". */
     const char *product;
-    /* Serve a READ/WRITE/FLUSH/UNMAP. Never blocks the reactor for long: the file store copies
-     * into the page cache on the reactor thread, and backs off to io_uring for a while after a
-     * copy that took over a millisecond (bs_file.c, file_inline_write). A range outside the
+    /* Serve a READ/WRITE/FLUSH/UNMAP; may complete (done()) before it returns. Waits for no
+     * medium, with one exception: the file store's plain buffered WRITE into the page cache on
+     * the reactor thread (write-inline), which blocks when the kernel throttles it and then
+     * backs off to io_uring for a while (bs_file.c, file_inline_write). A range outside the
      * store or an iovec shorter than length completes with -EINVAL. */
     void (*submit)(struct bs *bs, struct bs_io *io);
     /* Memory of [offset, offset+len) if the store lives in RAM, for direct data placement and

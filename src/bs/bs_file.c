@@ -35,11 +35,12 @@
 /* A buffered WRITE done on the reactor thread that slept and took longer than this (dirty-page
  * throttling, a journal commit, a page read from the medium) sends the LUN's WRITEs back to
  * the ring for FILE_BACKOFF_MIN_NS, doubled each time it happens again soon after, up to
- * FILE_BACKOFF_MAX_NS: the reactor stalls at most one budget per back-off period. */
+ * FILE_BACKOFF_MAX_NS. This is not a bound: the write that blocked holds the reactor for as
+ * long as it blocks (a medium that hangs hangs the reactor), once per back-off period; a LUN
+ * on a medium that can hang (a network file system) wants write-inline=off. */
 #define FILE_INLINE_BUDGET_NS 1000000ull
 #define FILE_BACKOFF_MIN_NS 1000000000ull
 #define FILE_BACKOFF_MAX_NS 64000000000ull
-#define FILE_PAGE 4096u
 
 struct bs_file {
     int fd;
@@ -48,6 +49,8 @@ struct bs_file {
     /* Shared by every reactor submitting to the LUN, hence atomic (relaxed: each is a hint,
      * a stale value costs one extra ring trip or one extra try). */
     _Atomic bool nowait_unsupported; /* RWF_NOWAIT reads refused (tmpfs): EOPNOTSUPP seen */
+    _Atomic bool nowait_write_unsupported; /* RWF_NOWAIT buffered writes refused (ext4, tmpfs) */
+    unsigned page;                         /* the page size: a WRITE of whole pages goes inline */
     _Atomic bool no_cachestat;       /* cachestat(2) missing (ENOSYS) or refused (EPERM) */
     bool write_inline;               /* ",write-inline=off" clears it; set before any I/O */
     _Atomic uint64_t inline_until;   /* CLOCK_MONOTONIC ns before which WRITEs use the ring */
@@ -452,24 +455,43 @@ static void file_inline_backoff(struct bs *bs, uint64_t now, uint64_t took)
 
 /* A buffered WRITE without FUA only copies into the page cache, in microseconds as a rule, yet
  * ext4 and tmpfs refuse RWF_NOWAIT for buffered writes, so io_uring hands every one of them to
- * a worker thread: a thread switch and a wake-up per WRITE. Written here instead, with a plain
- * pwritev2, when it covers whole pages (a partial page not cached would be read from the
- * medium first). A block device's page cache behaves as a file's, so it is included. The
- * write is timed: dirty-page throttling or a journal wait can block it, and then the LUN backs
- * off (file_inline_backoff), so a slow medium holds the reactor up to FILE_INLINE_BUDGET_NS
- * once per back-off period. FUA (RWF_DSYNC) waits for the medium: always the ring. True: the
- * request completed (done() already ran). */
+ * a worker thread: a thread switch and a wake-up per WRITE. Written here instead when it covers
+ * whole pages (a partial page not cached would be read from the medium first): with
+ * RWF_NOWAIT where the file system takes it (XFS, btrfs: it never blocks; EAGAIN goes to the
+ * ring), else a plain pwritev2. A block device's page cache behaves as a file's, so it is
+ * included. The plain write is timed: dirty-page throttling or a journal wait can block it,
+ * and then the LUN backs off (file_inline_backoff), which limits how often, not how long, a
+ * slow medium holds the reactor. FUA (RWF_DSYNC) waits for the medium: always the ring. True:
+ * the request completed (done() already ran). */
 static bool file_inline_write(struct bs *bs, struct bs_io *io)
 {
     struct bs_file *f = bs->priv;
-    if (!f->write_inline || io->fua || (io->offset | io->length) % FILE_PAGE)
+    if (!f->write_inline || io->fua || (io->offset | io->length) % f->page)
         return false;
+    struct iovec *v;
+    int cnt;
+    if (!atomic_load_explicit(&f->nowait_write_unsupported, memory_order_relaxed)) {
+        cnt = file_iov_window(io, &v);
+        ssize_t n = pwritev2(f->fd, v, cnt, (off_t)io->offset, RWF_NOWAIT);
+        int saved = errno;
+        file_iov_restore(io);
+        if (n < 0 && saved == EOPNOTSUPP) {
+            atomic_store_explicit(&f->nowait_write_unsupported, true, memory_order_relaxed);
+        } else {
+            if (n <= 0 || (uint64_t)n < io->length) {
+                io->st.done = n > 0 ? (uint64_t)n : 0; /* the ring writes the rest */
+                return false;
+            }
+            io->st.done = (uint64_t)n;
+            io->done(io, 0);
+            return true;
+        }
+    }
     uint64_t start = file_now_ns();
     if (start < atomic_load_explicit(&f->inline_until, memory_order_relaxed))
         return false;
     long sleeps = file_thread_sleeps();
-    struct iovec *v;
-    int cnt = file_iov_window(io, &v);
+    cnt = file_iov_window(io, &v);
     ssize_t n = pwritev2(f->fd, v, cnt, (off_t)io->offset, 0);
     file_iov_restore(io);
     uint64_t end = file_now_ns();
@@ -730,7 +752,12 @@ struct bs *bs_file_open(const char *path, uint64_t size, bool direct, bool read_
      * opens the file read-only (it may lack write permission) and never creates it. */
     int flags = O_CLOEXEC | (direct ? O_DIRECT : 0);
     flags |= read_only ? O_RDONLY : O_RDWR | (size ? O_CREAT : 0);
-    int fd = open(path, flags, 0644);
+    /* O_NOATIME: a READ served on the reactor (RWF_NOWAIT) still updates the access time, and
+     * on ext4 that starts a journal handle, which can wait for a commit; RWF_NOWAIT does not
+     * cover it. Only the file's owner (or CAP_FOWNER) may ask: without it, atime as mounted. */
+    int fd = open(path, flags | O_NOATIME, 0644);
+    if (fd < 0 && errno == EPERM)
+        fd = open(path, flags, 0644);
     if (fd < 0) {
         snprintf(err, errlen, "file:%s: %s", path, strerror(errno));
         return NULL;
@@ -754,6 +781,8 @@ struct bs *bs_file_open(const char *path, uint64_t size, bool direct, bool read_
     f->blockdev = blockdev;
     f->direct = direct;
     f->write_inline = !direct; /* O_DIRECT writes wait for the device: always the ring */
+    long page = sysconf(_SC_PAGESIZE);
+    f->page = page > 0 ? (unsigned)page : 4096u;
     f->send_min = UINT64_MAX;
     bs->ops = &bs_file_ops;
     bs->size = bytes;

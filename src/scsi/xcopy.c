@@ -491,18 +491,22 @@ static bool step(struct xcopy_op *op)
         uint64_t pos = s->backward ? left - op->chunk : op->seg_done;
         op->chunk_src = s->src_off + pos;
         op->chunk_dst = s->dst_off + pos;
-        if (s->src->mapped && s->dst->mapped) {
-            /* both in RAM: every chunk completes at once, so the reactor gets a turn every
-             * XCOPY_MOVE_BUDGET chunks, and a copy of gigabytes does not stall the other
-             * connections of this thread */
-            if (op->moves++ == XCOPY_MOVE_BUDGET) {
-                op->moves = 0;
-                struct reactor *r = reactor_self();
-                if (r) {
-                    reactor_yield(r, &op->yield_msg, drive_yielded, op);
-                    return false;
-                }
+        /* Chunks of RAM LUNs, and of file LUNs served from the page cache on the reactor
+         * (bs_file's inline READs and WRITEs), complete inside bs_submit: the reactor gets a
+         * turn every few chunks whatever the stores, so a copy of gigabytes does not stall the
+         * other connections of this thread (a chunk that went to io_uring gave the reactor its
+         * turn already; one more yield costs nothing). A file chunk costs a system call and a
+         * copy each way, about as long as XCOPY_MOVE_BUDGET chunks of RAM. */
+        unsigned budget = s->src->mapped && s->dst->mapped ? XCOPY_MOVE_BUDGET : 1;
+        if (op->moves++ >= budget) {
+            op->moves = 0;
+            struct reactor *r = reactor_self();
+            if (r) {
+                reactor_yield(r, &op->yield_msg, drive_yielded, op);
+                return false;
             }
+        }
+        if (s->src->mapped && s->dst->mapped) {
             if (range_deallocated(s->src, op->chunk_src, op->chunk)) {
                 /* nothing written there: the destination is deallocated too (it then reads
                  * as zeros, LBPRZ), rather than filled with zeros, so a copy of a thin LUN
