@@ -48,13 +48,13 @@ struct bs_file {
     bool direct;
     /* Shared by every reactor submitting to the LUN, hence atomic (relaxed: each is a hint,
      * a stale value costs one extra ring trip or one extra try). */
-    _Atomic bool nowait_unsupported; /* RWF_NOWAIT reads refused (tmpfs): EOPNOTSUPP seen */
+    _Atomic bool nowait_unsupported;       /* RWF_NOWAIT reads refused (tmpfs): EOPNOTSUPP seen */
     _Atomic bool nowait_write_unsupported; /* RWF_NOWAIT buffered writes refused (ext4, tmpfs) */
     unsigned page;                         /* the page size: a WRITE of whole pages goes inline */
-    _Atomic bool no_cachestat;       /* cachestat(2) missing (ENOSYS) or refused (EPERM) */
-    bool write_inline;               /* ",write-inline=off" clears it; set before any I/O */
-    _Atomic uint64_t inline_until;   /* CLOCK_MONOTONIC ns before which WRITEs use the ring */
-    _Atomic uint64_t backoff_ns;     /* the current back-off period, 0 before the first */
+    _Atomic bool no_cachestat;             /* cachestat(2) missing (ENOSYS) or refused (EPERM) */
+    bool write_inline;                     /* ",write-inline=off" clears it; set before any I/O */
+    _Atomic uint64_t inline_until;         /* CLOCK_MONOTONIC ns before which WRITEs use the ring */
+    _Atomic uint64_t backoff_ns;           /* the current back-off period, 0 before the first */
     _Atomic bool backoff_logged;
     /* READs sent in place: the file mapped shared and read-only (NULL: never), its first
      * map_len bytes (a LUN grown later copies what lies past them), from send_min bytes up */
