@@ -273,8 +273,9 @@ static void step(void *arg)
 }
 
 /* Answered commands are released (as the transport does once their response is out): a task
- * holds its LUN until then. Then what still holds a LUN is background work. */
-static bool background_idle(struct run *ru)
+ * holds its LUN until then, and a READ sent in place its pages, which a WRITE over them waits
+ * for; so on every tick, not only once nothing is in flight. */
+static void release_answered(struct run *ru)
 {
     for (unsigned i = 0; i < ru->ncmds; i++) {
         struct cmd *c = ru->cmds[i];
@@ -283,6 +284,12 @@ static bool background_idle(struct run *ru)
             c->released = true;
         }
     }
+}
+
+/* What still holds a LUN once every command is released is background work. */
+static bool background_idle(struct run *ru)
+{
+    release_answered(ru);
     for (unsigned l = 0; l < 2; l++) {
         struct scsi_lun *lu = scsi_target_lun(&ru->tg, l);
         if (lu && scsi_lun_users(lu) > 0)
@@ -294,6 +301,7 @@ static bool background_idle(struct run *ru)
 static void tick(void *arg)
 {
     struct run *ru = arg;
+    release_answered(ru);
     if (ru->all_started && ru->inflight == 0 && !ru->step_queued && background_idle(ru)) {
         reactor_stop(G.r);
         return;
