@@ -3,9 +3,11 @@
  * epoll set; a thread without a running reactor (unit tests, shutdown) does plain syscalls.
  * Data already in the page cache skips the ring: a READ first tries preadv2(RWF_NOWAIT) on the
  * reactor thread, and a buffered non-FUA WRITE of whole pages is written there with pwritev2,
- * timed, the LUN going back to the ring for a while when one is slow (file_inline_write).
- * With ",send-min=SIZE" a READ whose pages are all in the page cache is sent from a shared
- * read-only mapping of the file instead (read_pin), never read into a buffer of ours. */
+ * timed, the LUN going back to the ring for a while when one is slow (file_inline_write);
+ * one whose pages are all cached is copied into a shared mapping of the file instead, which
+ * skips the file system's per-block write path (file_map_write). With ",send-min=SIZE" a READ
+ * whose pages are all in the page cache is sent from that mapping (read_pin), never read into
+ * a buffer of ours. */
 #include <assert.h>
 #include <stdatomic.h>
 #include <fcntl.h>
@@ -26,6 +28,7 @@
 #include "bs/bs_io.h"
 #include "bs/bs_store.h"
 #include "reactor/reactor.h"
+#include "util/fault_guard.h"
 #include "util/log.h"
 
 /* Requests in flight per ring. Also the SQ size, so a prepared request always finds an SQE,
@@ -56,10 +59,12 @@ struct bs_file {
     _Atomic uint64_t inline_until;         /* CLOCK_MONOTONIC ns before which WRITEs use the ring */
     _Atomic uint64_t backoff_ns;           /* the current back-off period, 0 before the first */
     _Atomic bool backoff_logged;
-    /* READs sent in place: the file mapped shared and read-only (NULL: never), its first
-     * map_len bytes (a LUN grown later copies what lies past them), from send_min bytes up */
+    /* The file mapped shared (NULL: never, as with direct), its first map_len bytes (a LUN
+     * grown later goes through the kernel past them): READs of send_min bytes and up are sent
+     * from it, cached WRITEs copied into it when map_writable (not read-only). */
     uint8_t *map;
     uint64_t map_len;
+    bool map_writable;
     uint64_t send_min;
 };
 
@@ -390,6 +395,44 @@ static struct file_ring *file_ring_get(void)
     return tls_ring;
 }
 
+/* ---- what the page cache holds --------------------------------------------------------- */
+
+/* cachestat(2) (Linux 6.5), not in every libc's headers yet. */
+#ifndef __NR_cachestat
+#define __NR_cachestat 451
+#endif
+struct file_cachestat_range {
+    uint64_t off, len;
+};
+struct file_cachestat {
+    uint64_t nr_cache, nr_dirty, nr_writeback, nr_evicted, nr_recently_evicted;
+};
+
+/* Is every page of [offset, offset+len) in the page cache? Sending from a page that is not
+ * would fault it in from the medium on the reactor's thread (the mapping's fault blocks), and so
+ * would a WRITE copied into one, so such a request goes through the kernel instead. A kernel
+ * without cachestat (ENOSYS), or one that does not answer for this file (EPERM), never sends in
+ * place, and is asked only once. A page reclaimed between this check and the send is read in by the
+ * send: rare, and as long as one read of the medium. */
+static bool file_cached(struct bs_file *f, uint64_t offset, uint64_t len)
+{
+    if (atomic_load_explicit(&f->no_cachestat, memory_order_relaxed))
+        return false;
+    uint64_t first = offset & ~(uint64_t)4095, end = (offset + len + 4095) & ~(uint64_t)4095;
+    struct file_cachestat_range r = {first, end - first};
+    struct file_cachestat cs;
+    if (syscall(__NR_cachestat, f->fd, &r, &cs, 0) < 0) {
+        /* the answer will not change for this file: stop asking on every READ */
+        if (errno == ENOSYS || errno == EPERM) {
+            if (!atomic_exchange_explicit(&f->no_cachestat, true, memory_order_relaxed))
+                LOG_INFO("bs file: cachestat(2): %s: READs and WRITEs skip the mapping",
+                         strerror(errno));
+        }
+        return false;
+    }
+    return cs.nr_cache >= (end - first) / 4096;
+}
+
 /* ---- inline: data in the page cache, on the reactor thread ------------------------------ */
 
 static uint64_t file_now_ns(void)
@@ -453,12 +496,67 @@ static void file_inline_backoff(struct bs *bs, uint64_t now, uint64_t took)
                  bs->desc, (unsigned long long)(took / 1000), (unsigned long long)(next / 1000000));
 }
 
+/* file_map_write's copy, run under util/fault_guard. */
+struct file_map_copy {
+    uint8_t *dst;
+    const struct bs_io *io;
+};
+
+static void file_map_copy_run(void *arg)
+{
+    const struct file_map_copy *c = arg;
+    uint64_t left = c->io->length;
+    uint8_t *dst = c->dst;
+    for (int i = 0; i < c->io->iovcnt && left; i++) {
+        size_t n = c->io->iov[i].iov_len < left ? c->io->iov[i].iov_len : (size_t)left;
+        memcpy(dst, c->io->iov[i].iov_base, n);
+        dst += n;
+        left -= n;
+    }
+    assert(left == 0); /* bs_io_check: the buffers hold length bytes */
+}
+
+/* A WRITE whose pages are all in the page cache, copied into the shared mapping: a write fault
+ * goes through the file system only when a clean page is first written (page_mkwrite, once per
+ * page between two writebacks), where pwritev2 walks ext4's per-block write path every time
+ * (ext4_block_write_begin, block_commit_write: twice the target's CPU per KB of a RAM LUN at
+ * 4 KiB, 1.4x at 64 KiB; a cached copy costs what the RAM LUN's memcpy does). The pages are
+ * marked dirty by that fault, so fdatasync (SYNCHRONIZE CACHE, close) writes them as it writes
+ * pwritev2's. A fault the file system refuses (ENOSPC, EDQUOT or EIO on a thin file's first
+ * write to a page, the file truncated meanwhile) raises SIGBUS: fault_guard catches it, and
+ * the kernel's write path writes the whole range again and reports the error with its errno.
+ * The fault may sleep (a journal handle, dirty-page throttling) like a plain write: timed and
+ * backed off in the same way. True: the request completed (done() already ran). */
+static bool file_map_write(struct bs *bs, struct bs_io *io, uint64_t start)
+{
+    struct bs_file *f = bs->priv;
+    if (!f->map_writable || io->offset > f->map_len || io->length > f->map_len - io->offset ||
+        !file_cached(f, io->offset, io->length))
+        return false;
+    assert(io->st.done == 0);
+    long sleeps = file_thread_sleeps();
+    struct file_map_copy c = {f->map + io->offset, io};
+    int rc = fault_guard_run(file_map_copy_run, &c);
+    uint64_t end = file_now_ns();
+    if (end - start > FILE_INLINE_BUDGET_NS && file_thread_sleeps() != sleeps)
+        file_inline_backoff(bs, end, end - start);
+    if (rc < 0) {
+        LOG_DEBUG("bs %s: a WRITE into the mapping at %llu took SIGBUS: written again by pwritev",
+                  bs->desc, (unsigned long long)io->offset);
+        return false;
+    }
+    io->st.done = io->length;
+    io->done(io, 0);
+    return true;
+}
+
 /* A buffered WRITE without FUA only copies into the page cache, in microseconds as a rule, yet
  * ext4 and tmpfs refuse RWF_NOWAIT for buffered writes, so io_uring hands every one of them to
  * a worker thread: a thread switch and a wake-up per WRITE. Written here instead when it covers
- * whole pages (a partial page not cached would be read from the medium first): with
- * RWF_NOWAIT where the file system takes it (XFS, btrfs: it never blocks; EAGAIN goes to the
- * ring), else a plain pwritev2. A block device's page cache behaves as a file's, so it is
+ * whole pages (a partial page not cached would be read from the medium first): copied into the
+ * mapping when every page is cached (file_map_write), else with RWF_NOWAIT where the file
+ * system takes it (XFS, btrfs: it never blocks; EAGAIN goes to the ring), else a plain
+ * pwritev2. A block device's page cache behaves as a file's, so it is
  * included. The plain write is timed: dirty-page throttling or a journal wait can block it,
  * and then the LUN backs off (file_inline_backoff), which limits how often, not how long, a
  * slow medium holds the reactor. FUA (RWF_DSYNC) waits for the medium: always the ring. True:
@@ -468,6 +566,10 @@ static bool file_inline_write(struct bs *bs, struct bs_io *io)
     struct bs_file *f = bs->priv;
     if (!f->write_inline || io->fua || (io->offset | io->length) % f->page)
         return false;
+    uint64_t start = file_now_ns();
+    bool backed_off = start < atomic_load_explicit(&f->inline_until, memory_order_relaxed);
+    if (!backed_off && file_map_write(bs, io, start))
+        return true;
     struct iovec *v;
     int cnt;
     if (!atomic_load_explicit(&f->nowait_write_unsupported, memory_order_relaxed)) {
@@ -487,9 +589,9 @@ static bool file_inline_write(struct bs *bs, struct bs_io *io)
             return true;
         }
     }
-    uint64_t start = file_now_ns();
-    if (start < atomic_load_explicit(&f->inline_until, memory_order_relaxed))
+    if (backed_off)
         return false;
+    start = file_now_ns();
     long sleeps = file_thread_sleeps();
     cnt = file_iov_window(io, &v);
     ssize_t n = pwritev2(f->fd, v, cnt, (off_t)io->offset, 0);
@@ -543,11 +645,13 @@ static void bs_file_submit(struct bs *bs, struct bs_io *io)
 static void bs_file_close(struct bs *bs)
 {
     struct bs_file *f = bs->priv;
-    /* Whatever was acknowledged without FUA sits in the page cache: make it stable. */
-    if (fdatasync(f->fd) < 0)
-        LOG_ERR("bs %s: fdatasync on close: %s", bs->desc, strerror(errno));
+    /* Whatever was acknowledged without FUA sits in the page cache, written there by the
+     * kernel or through the mapping (whose write faults marked its pages dirty): make it
+     * stable. */
     if (f->map)
         munmap(f->map, (size_t)f->map_len);
+    if (fdatasync(f->fd) < 0)
+        LOG_ERR("bs %s: fdatasync on close: %s", bs->desc, strerror(errno));
     close(f->fd);
     free(f);
 }
@@ -615,42 +719,6 @@ static int bs_file_grow(struct bs *bs, uint64_t size, char *err, size_t errlen)
 
 /* ---- READs sent from the page cache in place ------------------------------------------- */
 
-/* cachestat(2) (Linux 6.5), not in every libc's headers yet. */
-#ifndef __NR_cachestat
-#define __NR_cachestat 451
-#endif
-struct file_cachestat_range {
-    uint64_t off, len;
-};
-struct file_cachestat {
-    uint64_t nr_cache, nr_dirty, nr_writeback, nr_evicted, nr_recently_evicted;
-};
-
-/* Is every page of [offset, offset+len) in the page cache? Sending from a page that is not
- * would fault it in from the medium on the reactor's thread (the mapping's fault blocks), so
- * such a READ goes through io_uring instead. A kernel without cachestat (ENOSYS), or one that
- * does not answer for this file (EPERM), never sends in place, and is asked only once. A
- * page reclaimed between this check and the send is read in by the send: rare, and as long as
- * one read of the medium. */
-static bool file_cached(struct bs_file *f, uint64_t offset, uint64_t len)
-{
-    if (atomic_load_explicit(&f->no_cachestat, memory_order_relaxed))
-        return false;
-    uint64_t first = offset & ~(uint64_t)4095, end = (offset + len + 4095) & ~(uint64_t)4095;
-    struct file_cachestat_range r = {first, end - first};
-    struct file_cachestat cs;
-    if (syscall(__NR_cachestat, f->fd, &r, &cs, 0) < 0) {
-        /* the answer will not change for this file: stop asking on every READ */
-        if (errno == ENOSYS || errno == EPERM) {
-            if (!atomic_exchange_explicit(&f->no_cachestat, true, memory_order_relaxed))
-                LOG_INFO("bs file: cachestat(2): %s: every READ is copied (send-min unused)",
-                         strerror(errno));
-        }
-        return false;
-    }
-    return cs.nr_cache >= (end - first) / 4096;
-}
-
 /* The READ's data as the mapped page cache (bs_ops.read_pin). Unlike the RAM store this store
  * keeps nothing whole by itself (bs->order_rw): the SCSI core holds the READ's range in its
  * range lock until unpin, and every writer takes its range as a WRITE there (WRITE, WRITE SAME,
@@ -679,15 +747,27 @@ void bs_file_set_send_min(struct bs *bs, uint64_t min)
 {
     struct bs_file *f = bs->priv;
     f->send_min = min;
-    if (min == UINT64_MAX || f->map)
+}
+
+/* Map a buffered LUN's file, shared, writable unless the LUN is read-only (its descriptor is
+ * then O_RDONLY too). O_DIRECT bypasses the page cache a mapping is made of: never mapped. A
+ * failed mmap (address space: a 64-bit process has 128 TiB of it) costs only the copies. */
+static void file_map(struct bs *bs, const char *path)
+{
+    struct bs_file *f = bs->priv;
+    if (f->direct)
         return;
-    void *m = mmap(NULL, (size_t)bs->size, PROT_READ, MAP_SHARED, f->fd, 0);
+    int prot = PROT_READ | (bs->read_only ? 0 : PROT_WRITE);
+    void *m = mmap(NULL, (size_t)bs->size, prot, MAP_SHARED, f->fd, 0);
     if (m == MAP_FAILED) {
-        LOG_WARN("bs file: cannot map the file (%s): every READ is copied", strerror(errno));
+        LOG_WARN("bs file:%s: cannot map the file (%s): every READ and WRITE is copied by the "
+                 "kernel",
+                 path, strerror(errno));
         return;
     }
     f->map = m;
     f->map_len = bs->size;
+    f->map_writable = !bs->read_only;
 }
 
 static const struct bs_ops bs_file_ops = {
@@ -796,5 +876,6 @@ struct bs *bs_file_open(const char *path, uint64_t size, bool direct, bool read_
      * atomic write unit, which is not known here) */
     bs->read_only = read_only;
     bs->priv = f;
+    file_map(bs, path);
     return bs;
 }
