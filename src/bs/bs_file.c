@@ -418,7 +418,8 @@ static bool file_cached(struct bs_file *f, uint64_t offset, uint64_t len)
 {
     if (atomic_load_explicit(&f->no_cachestat, memory_order_relaxed))
         return false;
-    uint64_t first = offset & ~(uint64_t)4095, end = (offset + len + 4095) & ~(uint64_t)4095;
+    uint64_t mask = (uint64_t)f->page - 1; /* cachestat counts pages of the kernel's size */
+    uint64_t first = offset & ~mask, end = (offset + len + mask) & ~mask;
     struct file_cachestat_range r = {first, end - first};
     struct file_cachestat cs;
     if (syscall(__NR_cachestat, f->fd, &r, &cs, 0) < 0) {
@@ -430,7 +431,7 @@ static bool file_cached(struct bs_file *f, uint64_t offset, uint64_t len)
         }
         return false;
     }
-    return cs.nr_cache >= (end - first) / 4096;
+    return cs.nr_cache >= (end - first) / f->page;
 }
 
 /* ---- inline: data in the page cache, on the reactor thread ------------------------------ */
@@ -863,6 +864,7 @@ struct bs *bs_file_open(const char *path, uint64_t size, bool direct, bool read_
     f->write_inline = !direct; /* O_DIRECT writes wait for the device: always the ring */
     long page = sysconf(_SC_PAGESIZE);
     f->page = page > 0 ? (unsigned)page : 4096u;
+    assert((f->page & (f->page - 1)) == 0); /* file_cached rounds with it as a mask */
     f->send_min = UINT64_MAX;
     bs->ops = &bs_file_ops;
     bs->size = bytes;
