@@ -854,11 +854,12 @@ void wire_send(struct wire *w, struct wire_pdu *p)
     p->trailer_len = pad;
     if (w->ddigest && p->dlen) {
         struct data_crc dc = {.p = p, .crc = CRC32C_INIT};
-        if (!p->may_fault) { /* our own memory: no guard, and no SIGBUS handler installed */
+        int rc = 0;
+        if (!p->may_fault) /* our own memory: no guard, and no SIGBUS handler installed */
             data_crc_run(&dc);
-            if (pad)
-                dc.crc = crc32c_update(dc.crc, p->trailer, pad);
-        } else if (fault_guard_run(data_crc_run, &dc) < 0) {
+        else
+            rc = fault_guard_run(data_crc_run, &dc);
+        if (rc < 0) {
             /* The segment's pages are gone (a file LUN's mapping past a new, shorter end):
              * the send faults on the same pages and fails the connection through the usual
              * path; if the file grew back meanwhile, this digest (of nothing sent) makes the
