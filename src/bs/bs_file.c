@@ -14,6 +14,7 @@
 #include <linux/fs.h>
 #include <liburing.h>
 #include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/eventfd.h>
@@ -517,23 +518,41 @@ static void file_map_copy_run(void *arg)
     assert(left == 0); /* bs_io_check: the buffers hold length bytes */
 }
 
+enum file_map_result {
+    FILE_MAP_SKIPPED, /* not for the mapping: the caller writes it another way */
+    FILE_MAP_DONE,    /* written, done() already ran */
+    FILE_MAP_FAULTED, /* SIGBUS: nothing acknowledged, the ring must write it and report */
+};
+
 /* A WRITE whose pages are all in the page cache, copied into the shared mapping: a write fault
  * goes through the file system only when a clean page is first written (page_mkwrite, once per
  * page between two writebacks), where pwritev2 walks ext4's per-block write path every time
  * (ext4_block_write_begin, block_commit_write: twice the target's CPU per KB of a RAM LUN at
  * 4 KiB, 1.4x at 64 KiB; a cached copy costs what the RAM LUN's memcpy does). The pages are
  * marked dirty by that fault, so fdatasync (SYNCHRONIZE CACHE, close) writes them as it writes
- * pwritev2's. A fault the file system refuses (ENOSPC, EDQUOT or EIO on a thin file's first
- * write to a page, the file truncated meanwhile) raises SIGBUS: fault_guard catches it, and
- * the kernel's write path writes the whole range again and reports the error with its errno.
+ * pwritev2's. A fault the file system refuses raises SIGBUS (no space or quota for the page's
+ * blocks, which a page may need again after any writeback, and a copy-on-write file system at
+ * every such first write; EIO; the file truncated meanwhile): fault_guard catches it and the
+ * ring writes the whole range again and reports the error with its errno.
+ * Only a range inside the file's current size: a file shrunk to a size that is not a multiple
+ * of the page keeps its last page mapped, and a store past the new end there is no fault, only
+ * lost at writeback, where pwritev2 would have extended the file (a shrink between this check
+ * and the copy can still lose it: a file must not shrink under its LUN, whose in-place READs
+ * fail too).
  * The fault may sleep (a journal handle, dirty-page throttling) like a plain write: timed and
- * backed off in the same way. True: the request completed (done() already ran). */
-static bool file_map_write(struct bs *bs, struct bs_io *io, uint64_t start)
+ * backed off in the same way. */
+static enum file_map_result file_map_write(struct bs *bs, struct bs_io *io, uint64_t start)
 {
     struct bs_file *f = bs->priv;
-    if (!f->map_writable || io->offset > f->map_len || io->length > f->map_len - io->offset ||
-        !file_cached(f, io->offset, io->length))
-        return false;
+    if (!f->map_writable || io->offset > f->map_len || io->length > f->map_len - io->offset)
+        return FILE_MAP_SKIPPED;
+    if (!f->blockdev) { /* a device's size only changes when an admin resizes it */
+        off_t size = lseek(f->fd, 0, SEEK_END);
+        if (size < 0 || io->offset + io->length > (uint64_t)size)
+            return FILE_MAP_SKIPPED;
+    }
+    if (!file_cached(f, io->offset, io->length))
+        return FILE_MAP_SKIPPED;
     assert(io->st.done == 0);
     long sleeps = file_thread_sleeps();
     struct file_map_copy c = {f->map + io->offset, io};
@@ -542,13 +561,14 @@ static bool file_map_write(struct bs *bs, struct bs_io *io, uint64_t start)
     if (end - start > FILE_INLINE_BUDGET_NS && file_thread_sleeps() != sleeps)
         file_inline_backoff(bs, end, end - start);
     if (rc < 0) {
-        LOG_DEBUG("bs %s: a WRITE into the mapping at %llu took SIGBUS: written again by pwritev",
+        LOG_DEBUG("bs %s: a WRITE into the mapping at %llu took SIGBUS: written again through "
+                  "io_uring",
                   bs->desc, (unsigned long long)io->offset);
-        return false;
+        return FILE_MAP_FAULTED;
     }
     io->st.done = io->length;
     io->done(io, 0);
-    return true;
+    return FILE_MAP_DONE;
 }
 
 /* A buffered WRITE without FUA only copies into the page cache, in microseconds as a rule, yet
@@ -569,8 +589,11 @@ static bool file_inline_write(struct bs *bs, struct bs_io *io)
         return false;
     uint64_t start = file_now_ns();
     bool backed_off = start < atomic_load_explicit(&f->inline_until, memory_order_relaxed);
-    if (!backed_off && file_map_write(bs, io, start))
-        return true;
+    if (!backed_off) {
+        enum file_map_result r = file_map_write(bs, io, start);
+        if (r != FILE_MAP_SKIPPED)
+            return r == FILE_MAP_DONE; /* a fault: not a second try that may block here */
+    }
     struct iovec *v;
     int cnt;
     if (!atomic_load_explicit(&f->nowait_write_unsupported, memory_order_relaxed)) {
@@ -758,17 +781,26 @@ static void file_map(struct bs *bs, const char *path)
     struct bs_file *f = bs->priv;
     if (f->direct)
         return;
-    int prot = PROT_READ | (bs->read_only ? 0 : PROT_WRITE);
-    void *m = mmap(NULL, (size_t)bs->size, prot, MAP_SHARED, f->fd, 0);
-    if (m == MAP_FAILED) {
-        LOG_WARN("bs file:%s: cannot map the file (%s): every READ and WRITE is copied by the "
-                 "kernel",
+    if (bs->size > SIZE_MAX) /* a 32-bit process: the length would be cut short */
+        return;
+    bool writable = !bs->read_only;
+    void *m =
+        mmap(NULL, (size_t)bs->size, PROT_READ | (writable ? PROT_WRITE : 0), MAP_SHARED, f->fd, 0);
+    if (m == MAP_FAILED && writable) { /* a file system without shared writable mappings */
+        LOG_WARN("bs file:%s: cannot map the file for writing (%s): every WRITE is copied by "
+                 "the kernel",
                  path, strerror(errno));
+        writable = false;
+        m = mmap(NULL, (size_t)bs->size, PROT_READ, MAP_SHARED, f->fd, 0);
+    }
+    if (m == MAP_FAILED) {
+        LOG_WARN("bs file:%s: cannot map the file (%s): every READ is copied", path,
+                 strerror(errno));
         return;
     }
     f->map = m;
     f->map_len = bs->size;
-    f->map_writable = !bs->read_only;
+    f->map_writable = writable;
 }
 
 static const struct bs_ops bs_file_ops = {

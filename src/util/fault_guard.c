@@ -23,7 +23,7 @@ static void on_sigbus(int sig, siginfo_t *si, void *uc)
         guard_env = NULL;
         siglongjmp(*env, 1);
     }
-    sigaction(SIGBUS, &prev_bus, NULL); /* not a guarded read: fault again as before */
+    sigaction(SIGBUS, &prev_bus, NULL); /* not a guarded access: fault again as before */
 }
 
 static void install(void)
